@@ -1,0 +1,56 @@
+# Weir: the commands a user and CI run. `make help` lists them.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PROTOS := $(wildcard proto/weir/wire/*.proto)
+GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
+INFRA := deploy/local/infra.sh
+
+.PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
+        lint demo cluster-up cluster-down bench bench-quick bench-exchange clean
+
+help:
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+setup: $(VENV)/.installed proto ## create .venv, install Weir with dev extras, generate gRPC code
+
+weir/wire/%_pb2.py: proto/weir/wire/%.proto | $(VENV)/.installed
+	$(PY) -m grpc_tools.protoc -I proto --python_out=. --grpc_python_out=. --pyi_out=. $<
+
+proto: $(GENERATED) ## generate weir/wire/*_pb2*.py from proto/
+
+infra-up: ## install (first use) and start Kafka, PostgreSQL, the S3 server and Prometheus
+	$(INFRA) up
+
+infra-down: ## stop the local services
+	$(INFRA) down
+
+infra-status: ## print the endpoints (NAME=value) and each service's state
+	@$(INFRA) status
+
+test: setup infra-up ## unit + integration tests against the real local services
+	$(PY) -m pytest -q
+
+test-unit: setup ## unit tests only, no services
+	$(PY) -m pytest -q -m "not integration"
+
+lint: setup
+	$(VENV)/bin/ruff check weir jobmanager taskmanager connectors tests examples
+
+demo: setup infra-up ## run the keyed aggregation demo end to end
+	$(PY) -m weir.demo
+
+cluster-up: setup ## JobManager + 3 TaskManagers as local processes
+	$(VENV)/bin/weir cluster up
+
+cluster-down:
+	$(VENV)/bin/weir cluster down
+
+clean:
+	rm -rf $(VENV) weir/wire/*_pb2*.py *.egg-info .pytest_cache

@@ -1,0 +1,33 @@
+"""S3 adapter: the one module that builds boto3 clients for checkpoint storage.
+
+Works against the local S3 server and MinIO. Path-style addressing; payload checksums only where
+the API requires them, which every S3-compatible server accepts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import boto3
+from botocore.config import Config
+
+from weir.config import Endpoints
+
+
+def client(endpoints: Endpoints) -> Any:
+    """A boto3 S3 client for the configured endpoint and credentials."""
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoints.s3_endpoint,
+        aws_access_key_id=endpoints.s3_access_key,
+        aws_secret_access_key=endpoints.s3_secret_key,
+        region_name="us-east-1",
+        config=Config(
+            s3={"addressing_style": "path"},
+            retries={"max_attempts": 5, "mode": "standard"},
+            request_checksum_calculation="when_required",
+            response_checksum_validation="when_required",
+            connect_timeout=5,
+            read_timeout=60,
+        ),
+    )

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# Weir's local Prometheus: Debian's /usr/bin/prometheus run as a plain process on
+# 127.0.0.1:$WEIR_PROMETHEUS_PORT with deploy/prometheus/prometheus-local.yml and its data in
+# $WEIR_RUN_DIR/prometheus/data (kept 2 days).
+# Usage: prometheus.sh install|start|stop|status|health
+#   install  apt-get install prometheus only when it is missing, and make sure the package's own
+#            system service (port 9090) is neither running nor enabled; idempotent
+#   start    install if needed, check the config with promtool, start, wait until /-/ready; idempotent
+#   stop     stop our server by its pid;  status  print up/down;  health  exit 0 iff /-/ready answers
+# The config is reloaded without a restart by: curl -X POST $WEIR_PROMETHEUS_URL/-/reload
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+PROM_BIN=/usr/bin/prometheus
+PROMTOOL=/usr/bin/promtool
+PROM_RUN="$(svc_dir prometheus)"
+PROM_CONFIG="$REPO_ROOT/deploy/prometheus/prometheus-local.yml"
+
+# apt_get_install PKG...: apt-get update once, install without recommends, and keep the
+# package's maintainer scripts from starting a system service (policy-rc.d answers 101).
+apt_get_install() {
+  local guard=0 rc=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=1
+  fi
+  info "prometheus: apt-get install $* (once)"
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; } \
+    >>"$(svc_log prometheus)" 2>&1 || rc=$?
+  (( guard )) && rm -f /usr/sbin/policy-rc.d
+  (( rc == 0 )) || fail prometheus "apt-get install $* failed"
+}
+
+# The Debian package ships a system service (user prometheus, port 9090) that Weir never uses.
+# policy-rc.d keeps the package from starting it; should anything have started it anyway, stop
+# it through its own init system, and disable it so that no boot starts it.
+no_system_service() {
+  local log; log="$(svc_log prometheus)"
+  if command -v systemctl >/dev/null; then   # without a running systemd this only drops the links
+    if [[ -d /run/systemd/system ]]; then systemctl disable --now prometheus >>"$log" 2>&1 || true
+    else systemctl disable prometheus >>"$log" 2>&1 || true; fi
+  fi
+  if [[ -x /etc/init.d/prometheus ]]; then    # sysvinit script: pid file /run/prometheus/prometheus.pid
+    service prometheus stop >>"$log" 2>&1 || true
+    update-rc.d prometheus disable >>"$log" 2>&1 || true
+  fi
+  if ps -u prometheus -o stat=,comm= 2>/dev/null | awk '$1 !~ /^Z/ && $2 == "prometheus"' | grep -q .; then
+    info "prometheus: WARNING: the Debian package's own prometheus (user prometheus) still runs; stop it by hand"
+  fi
+}
+
+install() {
+  mkdir -p "$PROM_RUN"
+  if [[ ! -x "$PROM_BIN" || ! -x "$PROMTOOL" ]]; then
+    apt_get_install prometheus
+    [[ -x "$PROM_BIN" && -x "$PROMTOOL" ]] || fail prometheus "no $PROM_BIN or $PROMTOOL after installing prometheus"
+    no_system_service
+  fi
+}
+
+# ready: GET /-/ready answers 200 (curl when present, else python3's urllib).
+ready() {
+  if command -v curl >/dev/null; then
+    curl -fsS -o /dev/null --max-time 2 "$WEIR_PROMETHEUS_URL/-/ready"
+  else
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' "$WEIR_PROMETHEUS_URL/-/ready"
+  fi
+}
+
+health() { pid_alive prometheus && ready; }
+
+start() {
+  install
+  if pid_alive prometheus; then   # ours is running: healthy now, or still starting
+    wait_until prometheus 60 ready
+    info "prometheus: already up at $WEIR_PROMETHEUS_URL"
+    return 0
+  fi
+  rm -f "$(svc_pidfile prometheus)"
+  require_port_free prometheus "$WEIR_PROMETHEUS_PORT"
+  "$PROMTOOL" check config "$PROM_CONFIG" >>"$(svc_log prometheus)" 2>&1 \
+    || fail prometheus "promtool check config $PROM_CONFIG failed"
+  mkdir -p "$PROM_RUN/data"
+  start_daemon prometheus "$PROM_BIN" \
+    --config.file="$PROM_CONFIG" \
+    --storage.tsdb.path="$PROM_RUN/data" \
+    --storage.tsdb.retention.time=2d \
+    --web.listen-address="127.0.0.1:$WEIR_PROMETHEUS_PORT" \
+    --web.enable-lifecycle
+  wait_until prometheus 60 ready
+  info "prometheus: up at $WEIR_PROMETHEUS_URL (pid $(cat "$(svc_pidfile prometheus)"), $("$PROM_BIN" --version 2>&1 | head -n 1))"
+}
+
+case "${1:-}" in
+  install) install ;;
+  start)   start ;;
+  stop)    stop_pid prometheus ;;
+  status)  status_line prometheus ;;
+  health)  health ;;
+  *) echo "usage: $0 install|start|stop|status|health" >&2; exit 2 ;;
+esac
