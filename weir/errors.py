@@ -1,0 +1,101 @@
+"""Weir's exceptions: one base class; each error says whose fault it is and whether a retry can help."""
+
+from __future__ import annotations
+
+from typing import ClassVar, Literal
+
+Fault = Literal["user", "external", "internal"]
+
+
+class WeirError(Exception):
+    """Base class of every error Weir raises on purpose.
+
+    ``fault`` names who must act: the job's author (``user``), an external system such as Kafka or S3
+    (``external``), or Weir itself (``internal``). ``retriable`` says whether the same call may succeed
+    later. A raise site may override ``fault`` for one instance when the class default does not fit.
+    """
+
+    retriable: ClassVar[bool] = False
+    fault: Fault = "internal"
+
+    def __init__(self, message: str, *, fault: Fault | None = None) -> None:
+        super().__init__(message)
+        if fault is not None:
+            self.fault = fault
+
+
+class SerializationError(WeirError):
+    """Bytes could not be produced from a value or a value could not be read back from bytes."""
+
+    fault: Fault = "internal"
+
+
+class ProtocolError(WeirError):
+    """A peer broke the data-plane protocol, e.g. sent a buffer without holding a credit."""
+
+    fault: Fault = "internal"
+
+
+class JobDefinitionError(WeirError):
+    """The job as written cannot run: invalid graph, parallelism, key type, window size..."""
+
+    fault: Fault = "user"
+
+
+class ServiceUnavailableError(WeirError):
+    """An external service (Kafka, PostgreSQL, S3, a TaskManager) did not answer; try again later."""
+
+    fault: Fault = "external"
+    retriable: ClassVar[bool] = True
+
+
+class ClusterUnavailableError(WeirError):
+    """No JobManager answers at the configured address, or no local cluster runs; start it and retry."""
+
+    fault: Fault = "external"
+    retriable: ClassVar[bool] = True
+
+
+class UnknownJobError(WeirError):
+    """The JobManager knows no job with this id; ``weir list`` shows the known ones."""
+
+    fault: Fault = "user"
+
+    def __init__(self, job_id: str) -> None:
+        super().__init__(f"unknown job {job_id}")
+        self.job_id = job_id
+
+
+class NotEnoughSlotsError(WeirError):
+    """The cluster has fewer free task slots than the job needs: lower the parallelism or wait."""
+
+    fault: Fault = "external"
+    retriable: ClassVar[bool] = True
+
+
+class JobManagerRequestError(WeirError):
+    """The JobManager refused or failed a request for a reason no narrower error names."""
+
+    fault: Fault = "internal"
+
+    def __init__(self, message: str, *, code: str, fault: Fault | None = None) -> None:
+        super().__init__(message, fault=fault)
+        self.code = code
+
+
+class CommandLineError(WeirError):
+    """A command-line argument is malformed, e.g. ``-D`` without ``key=value``."""
+
+    fault: Fault = "user"
+
+
+class ClusterError(WeirError):
+    """The local cluster could not be started, stopped or inspected; the message names the logs to read."""
+
+    fault: Fault = "internal"
+
+
+class UnknownProcessError(ClusterError):
+    """``weir cluster kill`` named a process the local cluster does not run."""
+
+    fault: Fault = "user"
