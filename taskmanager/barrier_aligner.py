@@ -1,0 +1,391 @@
+"""Checkpoint barrier handling for one task with N input channels, as a pure state machine.
+
+The TaskManager's input loop feeds the aligner the control events it reads from each input channel
+(barriers, cancellation markers, end of stream) and the JobManager's aborts; the aligner answers with
+actions for the loop to carry out, in order: block or unblock a channel, snapshot the operator,
+forward a cancellation marker, give up on a checkpoint, capture a channel's in-flight records. It
+does no I/O and reads no clock: every call that may start or finish a checkpoint takes ``now``.
+
+Modes (Flink's three barrier handlers):
+
+- ``EXACTLY_ONCE``: aligned. A channel that delivered barrier N is blocked until every live channel
+  has delivered N; then the operator snapshots and all channels are unblocked. The snapshot holds
+  exactly the records that precede barrier N on every channel.
+- ``AT_LEAST_ONCE``: nothing is blocked; the operator snapshots when the last barrier of N arrives.
+  The snapshot holds every record before barrier N and possibly some after it.
+- ``UNALIGNED``: nothing is blocked; the operator snapshots on the first barrier of N, and the
+  records still arriving on each channel until its own barrier N are captured as in-flight state,
+  so that snapshot + captured records hold exactly the records before barrier N. Savepoints stay
+  aligned in this mode, as in Flink: a savepoint must not depend on in-flight data.
+
+One checkpoint is pending at a time (the JobManager runs one checkpoint at a time, so a barrier or
+cancellation of a newer checkpoint means the pending one is already dead). Invariants between calls:
+
+- ``pending_checkpoint`` is None or equal to the highest checkpoint id seen so far; anything about
+  an older id, or about that id once it is no longer pending, is obsolete and ignored.
+- A pending checkpoint has an arrived channel set that does not cover every live channel (had it
+  covered them, the checkpoint would have completed in the same call).
+- The blocked channels are the arrived ones of a pending aligned checkpoint, and nothing else.
+- The capturing channels are the live, not yet arrived ones of a pending unaligned checkpoint.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from enum import Enum
+
+from weir.errors import ProtocolError
+from weir.ids import ChannelIndex, CheckpointId, TaskId
+
+
+class AlignmentMode(Enum):
+    EXACTLY_ONCE = "exactly_once"
+    AT_LEAST_ONCE = "at_least_once"
+    UNALIGNED = "unaligned"
+
+
+class CheckpointKind(Enum):
+    """The kind a barrier carries (``CheckpointKind`` on the wire; same values as the JobManager's)."""
+
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"
+
+
+class AbortReason(Enum):
+    SUBSUMED = "subsumed"
+    """A barrier or cancellation marker of a newer checkpoint arrived first."""
+    CANCELLED_UPSTREAM = "cancelled_upstream"
+    """An input channel delivered a cancellation marker for it."""
+    ABORTED_BY_JOBMANAGER = "aborted_by_jobmanager"
+    """The JobManager aborted it; it already knows, so the task need not decline it."""
+
+
+# Actions, carried out by the input loop in the order given.
+
+
+@dataclass(frozen=True)
+class BlockChannel:
+    """Stop polling this channel until it is unblocked."""
+
+    channel: ChannelIndex
+
+
+@dataclass(frozen=True)
+class UnblockChannels:
+    """Resume polling these channels."""
+
+    channels: tuple[ChannelIndex, ...]
+
+
+@dataclass(frozen=True)
+class TriggerSnapshot:
+    """Snapshot the operator's state for this checkpoint, then forward barrier N on every output.
+
+    With ``capture_inflight`` the checkpoint also holds the records captured between StartCapture and
+    StopCapture; acknowledge it to the JobManager only after InflightCaptureComplete.
+    """
+
+    checkpoint_id: CheckpointId
+    kind: CheckpointKind
+    alignment_started_at: float
+    triggered_at: float
+    capture_inflight: bool = False
+
+    @property
+    def alignment_duration(self) -> float:
+        return self.triggered_at - self.alignment_started_at
+
+
+@dataclass(frozen=True)
+class ForwardCancellation:
+    """Send a cancellation marker for this checkpoint on every output, so downstream stops waiting."""
+
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class AbortedCheckpoint:
+    """This task gave up on the checkpoint: drop whatever it holds for it and (unless the JobManager
+    aborted it) decline it to the JobManager."""
+
+    checkpoint_id: CheckpointId
+    reason: AbortReason
+
+
+@dataclass(frozen=True)
+class StartCapture:
+    """Records read from this channel from now on belong to the checkpoint's in-flight state."""
+
+    channel: ChannelIndex
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class StopCapture:
+    """Stop capturing this channel's records for the checkpoint (its barrier arrived, it ended, or
+    the checkpoint was aborted)."""
+
+    channel: ChannelIndex
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class InflightCaptureComplete:
+    """Every channel's in-flight records for the unaligned checkpoint are captured: acknowledge it."""
+
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class AllChannelsEnded:
+    """Every input channel delivered end of stream: finish the operator."""
+
+
+Action = (
+    BlockChannel
+    | UnblockChannels
+    | TriggerSnapshot
+    | ForwardCancellation
+    | AbortedCheckpoint
+    | StartCapture
+    | StopCapture
+    | InflightCaptureComplete
+    | AllChannelsEnded
+)
+
+
+class InputProtocolError(ProtocolError):
+    """An input event the channel protocol rules out: read from a blocked channel, after end of
+    stream, or a second barrier of one checkpoint on one channel. Fail the task."""
+
+
+class _Strategy(Enum):
+    ALIGNED = "aligned"  # block channels that delivered the barrier; snapshot on the last barrier
+    TRACKING = "tracking"  # block nothing; snapshot on the last barrier
+    UNALIGNED = "unaligned"  # block nothing; snapshot on the first barrier, capture the others
+
+
+@dataclass(frozen=True)
+class _Pending:
+    checkpoint_id: CheckpointId
+    kind: CheckpointKind
+    strategy: _Strategy
+    started_at: float
+    arrived: frozenset[ChannelIndex]
+
+
+class BarrierAligner:
+    """Turns the control events of a task's input channels into checkpoint actions."""
+
+    def __init__(self, task: TaskId, num_channels: int, mode: AlignmentMode) -> None:
+        if num_channels < 1:
+            raise ValueError(f"task {task}: a barrier aligner needs at least one input channel")
+        self._task = task
+        self._mode = mode
+        self._channels = frozenset(ChannelIndex(i) for i in range(num_channels))
+        self._ended: set[ChannelIndex] = set()
+        self._latest: CheckpointId | None = None
+        self._pending: _Pending | None = None
+        self._last_completed: CheckpointId | None = None
+        self._aborted_ahead: set[CheckpointId] = set()
+
+    # Observers.
+
+    @property
+    def mode(self) -> AlignmentMode:
+        return self._mode
+
+    @property
+    def pending_checkpoint(self) -> CheckpointId | None:
+        return self._pending.checkpoint_id if self._pending is not None else None
+
+    @property
+    def last_completed_checkpoint(self) -> CheckpointId | None:
+        return self._last_completed
+
+    @property
+    def live_channels(self) -> frozenset[ChannelIndex]:
+        return self._channels - self._ended
+
+    @property
+    def blocked_channels(self) -> frozenset[ChannelIndex]:
+        pending = self._pending
+        if pending is None or pending.strategy is not _Strategy.ALIGNED:
+            return frozenset()
+        return pending.arrived
+
+    @property
+    def capturing_channels(self) -> frozenset[ChannelIndex]:
+        pending = self._pending
+        if pending is None or pending.strategy is not _Strategy.UNALIGNED:
+            return frozenset()
+        return self._waiting_for(pending)
+
+    @property
+    def all_ended(self) -> bool:
+        return not self.live_channels
+
+    # Events read from input channels.
+
+    def on_barrier(
+        self,
+        channel: ChannelIndex,
+        checkpoint_id: CheckpointId,
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+        *,
+        now: float,
+    ) -> tuple[Action, ...]:
+        """Barrier ``checkpoint_id`` read from ``channel`` at time ``now``. A barrier of a newer
+        checkpoint subsumes the pending one; an older or finished one is ignored."""
+        self._check_readable(channel, f"barrier of checkpoint {checkpoint_id}")
+        pending = self._pending
+        if pending is not None and checkpoint_id == pending.checkpoint_id:
+            if channel in pending.arrived:
+                raise InputProtocolError(
+                    f"task {self._task}: channel {channel} delivered barrier {checkpoint_id} twice"
+                )
+            return self._arrive(pending, channel, now)
+        if not self._is_newer(checkpoint_id):
+            return ()
+        actions = self._abort_pending(AbortReason.SUBSUMED)
+        aborted_by_jobmanager = checkpoint_id in self._aborted_ahead
+        self._advance_to(checkpoint_id)
+        if aborted_by_jobmanager:
+            return (*actions, ForwardCancellation(checkpoint_id))
+        return actions + self._start(channel, checkpoint_id, kind, now)
+
+    def on_cancellation(self, channel: ChannelIndex, checkpoint_id: CheckpointId) -> tuple[Action, ...]:
+        """A cancellation marker: the upstream task gave up on the checkpoint."""
+        self._check_readable(channel, f"cancellation marker of checkpoint {checkpoint_id}")
+        pending = self._pending
+        if pending is not None and checkpoint_id == pending.checkpoint_id:
+            return self._abort_pending(AbortReason.CANCELLED_UPSTREAM)
+        if not self._is_newer(checkpoint_id):
+            return ()
+        actions = self._abort_pending(AbortReason.SUBSUMED)
+        self._advance_to(checkpoint_id)
+        return (*actions, ForwardCancellation(checkpoint_id))
+
+    def on_end_of_stream(self, channel: ChannelIndex, *, now: float) -> tuple[Action, ...]:
+        """The channel ended: it no longer owes barriers, which may complete the pending checkpoint."""
+        self._check_readable(channel, "end of stream")
+        self._ended.add(channel)
+        actions: tuple[Action, ...] = ()
+        pending = self._pending
+        if pending is not None and channel not in pending.arrived:
+            if pending.strategy is _Strategy.UNALIGNED:
+                actions += (StopCapture(channel, pending.checkpoint_id),)
+            actions += self._complete_if_all_arrived(now, unblocked=frozenset())
+        if self.all_ended:
+            actions += (AllChannelsEnded(),)
+        return actions
+
+    # Events from the JobManager.
+
+    def abort(self, checkpoint_id: CheckpointId) -> tuple[Action, ...]:
+        """The JobManager aborted the checkpoint. A checkpoint not started yet is remembered: its
+        barriers will be ignored and replaced by a cancellation marker downstream."""
+        pending = self._pending
+        if pending is not None and checkpoint_id == pending.checkpoint_id:
+            return self._abort_pending(AbortReason.ABORTED_BY_JOBMANAGER)
+        if self._is_newer(checkpoint_id):
+            self._aborted_ahead.add(checkpoint_id)
+        return ()
+
+    # Transitions.
+
+    def _start(
+        self, channel: ChannelIndex, checkpoint_id: CheckpointId, kind: CheckpointKind, now: float
+    ) -> tuple[Action, ...]:
+        strategy = self._strategy_for(kind)
+        if strategy is not _Strategy.UNALIGNED:
+            return self._arrive(_Pending(checkpoint_id, kind, strategy, now, frozenset()), channel, now)
+        pending = _Pending(checkpoint_id, kind, strategy, now, frozenset({channel}))
+        others = sorted(self._waiting_for(pending))
+        if not others:
+            self._last_completed = checkpoint_id
+            return (TriggerSnapshot(checkpoint_id, kind, now, now),)
+        self._pending = pending
+        trigger = TriggerSnapshot(checkpoint_id, kind, now, now, capture_inflight=True)
+        return (trigger, *(StartCapture(other, checkpoint_id) for other in others))
+
+    def _arrive(self, pending: _Pending, channel: ChannelIndex, now: float) -> tuple[Action, ...]:
+        self._pending = replace(pending, arrived=pending.arrived | {channel})
+        completed = self._complete_if_all_arrived(now, unblocked=frozenset({channel}))
+        match pending.strategy:
+            case _Strategy.ALIGNED:
+                return completed or (BlockChannel(channel),)
+            case _Strategy.TRACKING:
+                return completed
+            case _Strategy.UNALIGNED:
+                return (StopCapture(channel, pending.checkpoint_id), *completed)
+
+    def _complete_if_all_arrived(self, now: float, unblocked: frozenset[ChannelIndex]) -> tuple[Action, ...]:
+        """Complete the pending checkpoint if no live channel still owes its barrier. ``unblocked``:
+        arrived channels that were never blocked (the one whose barrier arrives in this call)."""
+        pending = self._pending
+        if pending is None or self._waiting_for(pending):
+            return ()
+        self._pending = None
+        self._last_completed = pending.checkpoint_id
+        match pending.strategy:
+            case _Strategy.ALIGNED:
+                trigger = TriggerSnapshot(pending.checkpoint_id, pending.kind, pending.started_at, now)
+                blocked = pending.arrived - unblocked
+                return (trigger, UnblockChannels(tuple(sorted(blocked)))) if blocked else (trigger,)
+            case _Strategy.TRACKING:
+                return (TriggerSnapshot(pending.checkpoint_id, pending.kind, pending.started_at, now),)
+            case _Strategy.UNALIGNED:
+                return (InflightCaptureComplete(pending.checkpoint_id),)
+
+    def _abort_pending(self, reason: AbortReason) -> tuple[Action, ...]:
+        pending = self._pending
+        if pending is None:
+            return ()
+        self._pending = None
+        checkpoint_id = pending.checkpoint_id
+        released: tuple[Action, ...] = ()
+        match pending.strategy:
+            case _Strategy.ALIGNED:
+                released = (UnblockChannels(tuple(sorted(pending.arrived))),)
+            case _Strategy.UNALIGNED:
+                waiting = sorted(self._waiting_for(pending))
+                released = tuple(StopCapture(channel, checkpoint_id) for channel in waiting)
+            case _Strategy.TRACKING:
+                pass
+        return (*released, AbortedCheckpoint(checkpoint_id, reason), ForwardCancellation(checkpoint_id))
+
+    # Helpers.
+
+    def _strategy_for(self, kind: CheckpointKind) -> _Strategy:
+        match self._mode:
+            case AlignmentMode.EXACTLY_ONCE:
+                return _Strategy.ALIGNED
+            case AlignmentMode.AT_LEAST_ONCE:
+                return _Strategy.TRACKING
+            case AlignmentMode.UNALIGNED:
+                return _Strategy.ALIGNED if kind is CheckpointKind.SAVEPOINT else _Strategy.UNALIGNED
+
+    def _waiting_for(self, pending: _Pending) -> frozenset[ChannelIndex]:
+        return self.live_channels - pending.arrived
+
+    def _is_newer(self, checkpoint_id: CheckpointId) -> bool:
+        return self._latest is None or checkpoint_id > self._latest
+
+    def _advance_to(self, checkpoint_id: CheckpointId) -> None:
+        self._latest = checkpoint_id
+        self._aborted_ahead = {aborted for aborted in self._aborted_ahead if aborted > checkpoint_id}
+
+    def _check_readable(self, channel: ChannelIndex, event: str) -> None:
+        if channel not in self._channels:
+            raise InputProtocolError(
+                f"task {self._task}: {event} on channel {channel}, but the task has "
+                f"{len(self._channels)} input channels"
+            )
+        if channel in self._ended:
+            raise InputProtocolError(f"task {self._task}: {event} on channel {channel} after its end of stream")
+        if channel in self.blocked_channels:
+            raise InputProtocolError(
+                f"task {self._task}: {event} on channel {channel}, which is blocked while checkpoint "
+                f"{self.pending_checkpoint} aligns; the input loop must not poll a blocked channel"
+            )

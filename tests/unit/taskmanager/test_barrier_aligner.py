@@ -1,0 +1,593 @@
+from __future__ import annotations
+
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from taskmanager.barrier_aligner import (
+    AbortedCheckpoint,
+    AbortReason,
+    Action,
+    AlignmentMode,
+    AllChannelsEnded,
+    BarrierAligner,
+    BlockChannel,
+    CheckpointKind,
+    ForwardCancellation,
+    InflightCaptureComplete,
+    InputProtocolError,
+    StartCapture,
+    StopCapture,
+    TriggerSnapshot,
+    UnblockChannels,
+)
+from weir.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+
+TASK = TaskId(JobId("job"), OperatorUid("join"), SubtaskIndex(0))
+EO = AlignmentMode.EXACTLY_ONCE
+ALO = AlignmentMode.AT_LEAST_ONCE
+UNALIGNED = AlignmentMode.UNALIGNED
+SAVEPOINT = CheckpointKind.SAVEPOINT
+CHECKPOINT = CheckpointKind.CHECKPOINT
+
+C0, C1, C2 = ChannelIndex(0), ChannelIndex(1), ChannelIndex(2)
+CP1, CP2, CP3, CP5 = CheckpointId(1), CheckpointId(2), CheckpointId(3), CheckpointId(5)
+
+MakeAligner = Callable[..., BarrierAligner]
+
+
+@pytest.fixture
+def make_aligner() -> MakeAligner:
+    def make(num_channels: int = 3, mode: AlignmentMode = EO) -> BarrierAligner:
+        return BarrierAligner(TASK, num_channels, mode)
+
+    return make
+
+
+def trigger(checkpoint: int, started: float, at: float, *, capture: bool = False) -> TriggerSnapshot:
+    return TriggerSnapshot(CheckpointId(checkpoint), CHECKPOINT, started, at, capture_inflight=capture)
+
+
+def unblock(*channels: int) -> UnblockChannels:
+    return UnblockChannels(tuple(ChannelIndex(c) for c in channels))
+
+
+def aborted(checkpoint: int, reason: AbortReason) -> tuple[AbortedCheckpoint, ForwardCancellation]:
+    return AbortedCheckpoint(CheckpointId(checkpoint), reason), ForwardCancellation(CheckpointId(checkpoint))
+
+
+# Exactly once (aligned).
+
+
+def test_single_input_snapshots_on_the_barrier(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(1)
+    assert aligner.on_barrier(C0, CP1, now=3.0) == (trigger(1, 3.0, 3.0),)
+    assert aligner.pending_checkpoint is None
+    assert aligner.blocked_channels == frozenset()
+    assert aligner.last_completed_checkpoint == CP1
+
+
+def test_aligned_blocks_each_barriered_channel_until_the_last_barrier(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3)
+    assert aligner.on_barrier(C1, CP1, now=1.0) == (BlockChannel(C1),)
+    assert aligner.pending_checkpoint == CP1
+    assert aligner.on_barrier(C0, CP1, now=2.0) == (BlockChannel(C0),)
+    assert aligner.blocked_channels == {C0, C1}
+    actions = aligner.on_barrier(C2, CP1, now=4.5)
+    assert actions == (trigger(1, 1.0, 4.5), unblock(0, 1))
+    snapshot = actions[0]
+    assert isinstance(snapshot, TriggerSnapshot) and snapshot.alignment_duration == 3.5
+    assert aligner.pending_checkpoint is None
+    assert aligner.blocked_channels == frozenset()
+
+
+def test_savepoint_kind_is_carried_to_the_snapshot(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    aligner.on_barrier(C0, CP1, SAVEPOINT, now=0.0)
+    assert aligner.on_barrier(C1, CP1, SAVEPOINT, now=1.0) == (
+        TriggerSnapshot(CP1, SAVEPOINT, 0.0, 1.0),
+        unblock(0),
+    )
+
+
+def test_reading_a_blocked_channel_is_a_protocol_error(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    with pytest.raises(InputProtocolError, match="blocked"):
+        aligner.on_barrier(C0, CP2, now=1.0)
+    with pytest.raises(InputProtocolError, match="blocked"):
+        aligner.on_end_of_stream(C0, now=1.0)
+
+
+def test_events_after_end_of_stream_or_on_unknown_channels_are_protocol_errors(
+    make_aligner: MakeAligner,
+) -> None:
+    aligner = make_aligner(2)
+    aligner.on_end_of_stream(C0, now=0.0)
+    with pytest.raises(InputProtocolError, match="after its end of stream"):
+        aligner.on_barrier(C0, CP1, now=1.0)
+    with pytest.raises(InputProtocolError, match="2 input channels"):
+        aligner.on_barrier(C2, CP1, now=1.0)
+
+
+def test_an_aligner_needs_a_channel() -> None:
+    with pytest.raises(ValueError):
+        BarrierAligner(TASK, 0, EO)
+
+
+def test_barriers_older_than_the_pending_or_completed_checkpoint_are_ignored(
+    make_aligner: MakeAligner,
+) -> None:
+    aligner = make_aligner(2)
+    aligner.on_barrier(C0, CP2, now=0.0)
+    assert aligner.on_barrier(C1, CP1, now=1.0) == ()
+    assert aligner.blocked_channels == {C0}
+    assert aligner.on_barrier(C1, CP2, now=2.0) == (trigger(2, 0.0, 2.0), unblock(0))
+    assert aligner.on_barrier(C0, CP1, now=3.0) == ()
+    assert aligner.on_barrier(C0, CP2, now=3.0) == ()
+    assert aligner.blocked_channels == frozenset()
+    assert aligner.pending_checkpoint is None
+
+
+def test_a_newer_barrier_subsumes_the_pending_checkpoint(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    aligner.on_barrier(C1, CP1, now=1.0)
+    assert aligner.on_barrier(C2, CP2, now=2.0) == (
+        unblock(0, 1),
+        *aborted(1, AbortReason.SUBSUMED),
+        BlockChannel(C2),
+    )
+    assert aligner.pending_checkpoint == CP2
+    assert aligner.blocked_channels == {C2}
+    aligner.on_barrier(C0, CP2, now=3.0)
+    assert aligner.on_barrier(C1, CP2, now=4.0) == (trigger(2, 2.0, 4.0), unblock(0, 2))
+
+
+def test_a_cancellation_marker_aborts_the_pending_checkpoint_once(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_cancellation(C1, CP1) == (unblock(0), *aborted(1, AbortReason.CANCELLED_UPSTREAM))
+    assert aligner.pending_checkpoint is None
+    assert aligner.blocked_channels == frozenset()
+    assert aligner.on_cancellation(C2, CP1) == ()
+    assert aligner.on_barrier(C2, CP1, now=1.0) == ()
+    assert aligner.on_barrier(C2, CP2, now=2.0) == (BlockChannel(C2),)
+
+
+def test_a_cancellation_for_a_future_checkpoint_is_forwarded_and_its_barriers_ignored(
+    make_aligner: MakeAligner,
+) -> None:
+    aligner = make_aligner(2)
+    assert aligner.on_cancellation(C0, CP5) == (ForwardCancellation(CP5),)
+    assert aligner.on_cancellation(C1, CP5) == ()
+    assert aligner.on_barrier(C1, CP5, now=1.0) == ()
+    assert aligner.on_barrier(C1, CP3, now=1.0) == ()
+    assert aligner.pending_checkpoint is None
+    aligner.on_barrier(C0, CheckpointId(6), now=2.0)
+    assert aligner.on_barrier(C1, CheckpointId(6), now=3.0) == (trigger(6, 2.0, 3.0), unblock(0))
+
+
+def test_a_cancellation_for_a_newer_checkpoint_subsumes_the_pending_one(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_cancellation(C1, CP2) == (
+        unblock(0),
+        *aborted(1, AbortReason.SUBSUMED),
+        ForwardCancellation(CP2),
+    )
+    assert aligner.on_barrier(C2, CP2, now=1.0) == ()
+
+
+def test_a_cancellation_for_an_old_checkpoint_is_ignored(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    aligner.on_barrier(C0, CP2, now=0.0)
+    assert aligner.on_cancellation(C1, CP1) == ()
+    assert aligner.pending_checkpoint == CP2
+
+
+def test_end_of_stream_of_the_last_missing_channel_completes_the_alignment(
+    make_aligner: MakeAligner,
+) -> None:
+    aligner = make_aligner(3)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    aligner.on_barrier(C1, CP1, now=1.0)
+    assert aligner.on_end_of_stream(C2, now=2.0) == (trigger(1, 0.0, 2.0), unblock(0, 1))
+    assert aligner.live_channels == {C0, C1}
+
+
+def test_end_of_stream_during_alignment_stops_the_channel_counting(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_end_of_stream(C2, now=1.0) == ()
+    assert aligner.on_barrier(C1, CP1, now=2.0) == (trigger(1, 0.0, 2.0), unblock(0))
+
+
+def test_channels_ended_before_the_checkpoint_do_not_count(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    aligner.on_end_of_stream(C1, now=0.0)
+    assert aligner.on_barrier(C0, CP1, now=1.0) == (trigger(1, 1.0, 1.0),)
+
+
+def test_all_channels_ended(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    assert aligner.on_end_of_stream(C0, now=0.0) == ()
+    assert not aligner.all_ended
+    assert aligner.on_end_of_stream(C1, now=1.0) == (AllChannelsEnded(),)
+    assert aligner.all_ended
+    assert aligner.live_channels == frozenset()
+
+
+def test_jobmanager_abort_of_the_pending_checkpoint(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.abort(CP1) == (unblock(0), *aborted(1, AbortReason.ABORTED_BY_JOBMANAGER))
+    assert aligner.pending_checkpoint is None
+    assert aligner.on_barrier(C1, CP1, now=1.0) == ()
+    assert aligner.abort(CP1) == ()
+
+
+def test_jobmanager_abort_ahead_turns_the_barriers_into_one_cancellation(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    assert aligner.abort(CP2) == ()
+    assert aligner.on_barrier(C0, CP1, now=0.0) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C1, CP1, now=1.0) == (trigger(1, 0.0, 1.0), unblock(0))
+    assert aligner.on_barrier(C1, CP2, now=2.0) == (ForwardCancellation(CP2),)
+    assert aligner.on_barrier(C0, CP2, now=3.0) == ()
+    assert aligner.pending_checkpoint is None
+    assert aligner.on_barrier(C0, CP3, now=4.0) == (BlockChannel(C0),)
+
+
+def test_jobmanager_abort_ahead_is_forgotten_once_a_newer_checkpoint_starts(
+    make_aligner: MakeAligner,
+) -> None:
+    aligner = make_aligner(1)
+    aligner.abort(CP2)
+    assert aligner.on_barrier(C0, CP3, now=0.0) == (trigger(3, 0.0, 0.0),)
+    assert aligner.on_barrier(C0, CP2, now=1.0) == ()
+
+
+def test_jobmanager_abort_of_a_completed_checkpoint_is_ignored(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(1)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.abort(CP1) == ()
+    assert aligner.last_completed_checkpoint == CP1
+
+
+# At least once.
+
+
+def test_at_least_once_never_blocks_and_snapshots_on_the_last_barrier(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3, ALO)
+    assert aligner.on_barrier(C0, CP1, now=0.0) == ()
+    assert aligner.blocked_channels == frozenset()
+    assert aligner.on_barrier(C2, CP1, now=1.0) == ()
+    assert aligner.pending_checkpoint == CP1
+    assert aligner.on_barrier(C1, CP1, now=2.0) == (trigger(1, 0.0, 2.0),)
+
+
+def test_at_least_once_rejects_a_second_barrier_on_one_channel(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2, ALO)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    with pytest.raises(InputProtocolError, match="twice"):
+        aligner.on_barrier(C0, CP1, now=1.0)
+
+
+def test_at_least_once_channel_that_delivered_its_barrier_may_end(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2, ALO)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_end_of_stream(C0, now=1.0) == ()
+    assert aligner.on_end_of_stream(C1, now=2.0) == (trigger(1, 0.0, 2.0), AllChannelsEnded())
+
+
+def test_at_least_once_subsumed_and_cancelled_checkpoints_unblock_nothing(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2, ALO)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_barrier(C0, CP2, now=1.0) == aborted(1, AbortReason.SUBSUMED)
+    assert aligner.on_cancellation(C1, CP2) == aborted(2, AbortReason.CANCELLED_UPSTREAM)
+
+
+# Unaligned.
+
+
+def test_unaligned_snapshots_on_the_first_barrier_and_captures_the_other_channels(
+    make_aligner: MakeAligner,
+) -> None:
+    aligner = make_aligner(3, UNALIGNED)
+    assert aligner.on_barrier(C1, CP1, now=0.0) == (
+        trigger(1, 0.0, 0.0, capture=True),
+        StartCapture(C0, CP1),
+        StartCapture(C2, CP1),
+    )
+    assert aligner.blocked_channels == frozenset()
+    assert aligner.capturing_channels == {C0, C2}
+    assert aligner.on_barrier(C2, CP1, now=1.0) == (StopCapture(C2, CP1),)
+    assert aligner.capturing_channels == {C0}
+    assert aligner.on_barrier(C0, CP1, now=2.0) == (StopCapture(C0, CP1), InflightCaptureComplete(CP1))
+    assert aligner.pending_checkpoint is None
+    assert aligner.last_completed_checkpoint == CP1
+
+
+def test_unaligned_single_input_has_nothing_in_flight(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(1, UNALIGNED)
+    assert aligner.on_barrier(C0, CP1, now=0.0) == (trigger(1, 0.0, 0.0),)
+    assert aligner.pending_checkpoint is None
+
+
+def test_unaligned_end_of_stream_stops_the_capture(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2, UNALIGNED)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_end_of_stream(C1, now=1.0) == (StopCapture(C1, CP1), InflightCaptureComplete(CP1))
+
+
+def test_unaligned_cancellation_stops_every_capture(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3, UNALIGNED)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_cancellation(C1, CP1) == (
+        StopCapture(C1, CP1),
+        StopCapture(C2, CP1),
+        *aborted(1, AbortReason.CANCELLED_UPSTREAM),
+    )
+    assert aligner.capturing_channels == frozenset()
+
+
+def test_unaligned_newer_barrier_restarts_the_capture(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2, UNALIGNED)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_barrier(C0, CP2, now=1.0) == (
+        StopCapture(C1, CP1),
+        *aborted(1, AbortReason.SUBSUMED),
+        trigger(2, 1.0, 1.0, capture=True),
+        StartCapture(C1, CP2),
+    )
+
+
+def test_unaligned_savepoints_are_aligned(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2, UNALIGNED)
+    assert aligner.on_barrier(C0, CP1, SAVEPOINT, now=0.0) == (BlockChannel(C0),)
+    assert aligner.capturing_channels == frozenset()
+    assert aligner.on_barrier(C1, CP1, SAVEPOINT, now=1.0) == (
+        TriggerSnapshot(CP1, SAVEPOINT, 0.0, 1.0),
+        unblock(0),
+    )
+
+
+# Randomized, after Flink's AlignedCheckpointsMassiveRandomTest: a fake input gate with K channels,
+# each a queue of sequence-tagged records and checkpoint markers, drained in a random interleaving
+# that never polls a blocked channel.
+
+
+@dataclass(frozen=True)
+class Record:
+    seq: int
+
+
+@dataclass(frozen=True)
+class Barrier:
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class Cancel:
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class End:
+    pass
+
+
+Event = Record | Barrier | Cancel | End
+
+
+@dataclass(frozen=True)
+class Gate:
+    channels: tuple[tuple[Event, ...], ...]
+    kinds: dict[CheckpointId, CheckpointKind]
+
+    def records_before(self, checkpoint_id: CheckpointId) -> tuple[int, ...]:
+        """Per channel, the records before its first marker of this checkpoint or a later one."""
+        counts = []
+        for events in self.channels:
+            count = 0
+            for event in events:
+                if isinstance(event, Barrier | Cancel) and event.checkpoint_id >= checkpoint_id:
+                    break
+                count += isinstance(event, Record)
+            counts.append(count)
+        return tuple(counts)
+
+    def markers(self, checkpoint_id: CheckpointId) -> list[Event]:
+        return [
+            event
+            for events in self.channels
+            for event in events
+            if isinstance(event, Barrier | Cancel) and event.checkpoint_id == checkpoint_id
+        ]
+
+    def skipped_by_a_live_channel(self, checkpoint_id: CheckpointId) -> bool:
+        for events in self.channels:
+            ids = [event.checkpoint_id for event in events if isinstance(event, Barrier | Cancel)]
+            if checkpoint_id not in ids and any(later > checkpoint_id for later in ids):
+                return True
+        return False
+
+
+def random_gate(rng: random.Random) -> Gate:
+    num_checkpoints = rng.randint(1, 6)
+    ids = [CheckpointId(n) for n in range(1, num_checkpoints + 1)]
+    kinds = {n: SAVEPOINT if rng.random() < 0.15 else CHECKPOINT for n in ids}
+    cancelled_upstream = {n for n in ids if rng.random() < 0.2}
+    channels = []
+    for _ in range(rng.randint(1, 6)):
+        events: list[Event] = []
+        seq = 0
+        ends_after = num_checkpoints if rng.random() < 0.7 else rng.randint(0, num_checkpoints - 1)
+        for n in ids[:ends_after]:
+            for _ in range(rng.randint(0, 3)):
+                events.append(Record(seq))
+                seq += 1
+            if n in cancelled_upstream and rng.random() < 0.6:
+                events.append(Cancel(n))
+            elif rng.random() >= 0.05:
+                events.append(Barrier(n))
+        for _ in range(rng.randint(0, 3)):
+            events.append(Record(seq))
+            seq += 1
+        events.append(End())
+        channels.append(tuple(events))
+    return Gate(tuple(channels), kinds)
+
+
+@dataclass
+class Operator:
+    """What the input loop and the operator do with the aligner's actions, with checks."""
+
+    gate: Gate
+    mode: AlignmentMode
+    consumed: list[int]
+    blocked: set[ChannelIndex] = field(default_factory=set)
+    capturing: dict[ChannelIndex, CheckpointId] = field(default_factory=dict)
+    captured: Counter[tuple[CheckpointId, ChannelIndex]] = field(default_factory=Counter)
+    unaligned_snapshots: dict[CheckpointId, tuple[int, ...]] = field(default_factory=dict)
+    completed: list[CheckpointId] = field(default_factory=list)
+    aborted: list[CheckpointId] = field(default_factory=list)
+    forwarded: set[CheckpointId] = field(default_factory=set)
+    aborted_by_jobmanager: set[CheckpointId] = field(default_factory=set)
+    ended: int = 0
+
+    def read_record(self, channel: ChannelIndex) -> None:
+        assert channel not in self.blocked
+        self.consumed[channel] += 1
+        if channel in self.capturing:
+            self.captured[self.capturing[channel], channel] += 1
+
+    def apply(self, actions: tuple[Action, ...]) -> None:
+        for action in actions:
+            self._apply(action)
+
+    def _apply(self, action: Action) -> None:
+        match action:
+            case BlockChannel(channel):
+                assert self.mode is not ALO
+                assert channel not in self.blocked
+                self.blocked.add(channel)
+            case UnblockChannels(channels):
+                assert set(channels) <= self.blocked
+                self.blocked -= set(channels)
+            case TriggerSnapshot(checkpoint_id, kind, started_at, triggered_at, capture_inflight):
+                assert kind is self.gate.kinds[checkpoint_id]
+                assert triggered_at >= started_at
+                before = self.gate.records_before(checkpoint_id)
+                if capture_inflight:
+                    assert self.mode is UNALIGNED
+                    self.unaligned_snapshots[checkpoint_id] = tuple(self.consumed)
+                    return
+                if self.mode is ALO:
+                    assert all(seen >= owed for seen, owed in zip(self.consumed, before, strict=True))
+                else:
+                    assert tuple(self.consumed) == before, (checkpoint_id, self.consumed, before)
+                self._complete(checkpoint_id)
+            case StartCapture(channel, checkpoint_id):
+                assert channel not in self.capturing
+                self.capturing[channel] = checkpoint_id
+            case StopCapture(channel, checkpoint_id):
+                assert self.capturing.pop(channel) == checkpoint_id
+            case InflightCaptureComplete(checkpoint_id):
+                assert checkpoint_id not in self.capturing.values()
+                snapshot = self.unaligned_snapshots.pop(checkpoint_id)
+                with_inflight = tuple(
+                    seen + self.captured[checkpoint_id, ChannelIndex(channel)] for channel, seen in enumerate(snapshot)
+                )
+                assert with_inflight == self.gate.records_before(checkpoint_id)
+                self._complete(checkpoint_id)
+            case AbortedCheckpoint(checkpoint_id, reason):
+                assert checkpoint_id not in self.completed and checkpoint_id not in self.aborted
+                if reason is AbortReason.ABORTED_BY_JOBMANAGER:
+                    assert checkpoint_id in self.aborted_by_jobmanager
+                self.unaligned_snapshots.pop(checkpoint_id, None)
+                self.aborted.append(checkpoint_id)
+            case ForwardCancellation(checkpoint_id):
+                assert checkpoint_id not in self.forwarded
+                self.forwarded.add(checkpoint_id)
+            case AllChannelsEnded():
+                self.ended += 1
+
+    def _complete(self, checkpoint_id: CheckpointId) -> None:
+        assert not self.completed or self.completed[-1] < checkpoint_id
+        assert checkpoint_id not in self.aborted_by_jobmanager
+        assert not any(isinstance(marker, Cancel) for marker in self.gate.markers(checkpoint_id))
+        self.completed.append(checkpoint_id)
+
+
+def drain(gate: Gate, mode: AlignmentMode, rng: random.Random) -> Operator:
+    aligner = BarrierAligner(TASK, len(gate.channels), mode)
+    operator = Operator(gate, mode, consumed=[0] * len(gate.channels))
+    positions = [0] * len(gate.channels)
+    now = 0.0
+    while True:
+        now += 1.0
+        if rng.random() < 0.02:
+            checkpoint_id = CheckpointId(rng.randint(1, len(gate.kinds) + 1))
+            if checkpoint_id not in operator.completed:
+                operator.aborted_by_jobmanager.add(checkpoint_id)
+            operator.apply(aligner.abort(checkpoint_id))
+        readable = [
+            ChannelIndex(channel)
+            for channel, events in enumerate(gate.channels)
+            if positions[channel] < len(events) and channel not in operator.blocked
+        ]
+        if not readable:
+            break
+        channel = rng.choice(readable)
+        event = gate.channels[channel][positions[channel]]
+        positions[channel] += 1
+        match event:
+            case Record():
+                operator.read_record(channel)
+            case Barrier(checkpoint_id):
+                operator.apply(aligner.on_barrier(channel, checkpoint_id, gate.kinds[checkpoint_id], now=now))
+            case Cancel(checkpoint_id):
+                operator.apply(aligner.on_cancellation(channel, checkpoint_id))
+            case End():
+                operator.apply(aligner.on_end_of_stream(channel, now=now))
+        assert operator.blocked == aligner.blocked_channels
+        assert set(operator.capturing) == aligner.capturing_channels
+        if mode is ALO:
+            assert not operator.blocked
+        if mode is UNALIGNED and operator.blocked:
+            pending = aligner.pending_checkpoint
+            assert pending is not None and gate.kinds[pending] is SAVEPOINT
+
+    assert positions == [len(events) for events in gate.channels], "the gate did not drain: deadlock"
+    assert aligner.pending_checkpoint is None
+    assert operator.ended == 1
+    assert not operator.capturing
+    assert set(operator.completed).isdisjoint(operator.aborted)
+    return operator
+
+
+@pytest.mark.parametrize("mode", [EO, ALO, UNALIGNED])
+def test_massive_random_interleavings(mode: AlignmentMode) -> None:
+    completions = 0
+    for seed in range(700):
+        rng = random.Random(f"{mode.value}-{seed}")
+        gate = random_gate(rng)
+        operator = drain(gate, mode, rng)
+        completions += len(operator.completed)
+        if mode is not EO:
+            continue
+        for checkpoint_id in gate.kinds:
+            markers = gate.markers(checkpoint_id)
+            undisturbed = (
+                any(isinstance(marker, Barrier) for marker in markers)
+                and not any(isinstance(marker, Cancel) for marker in markers)
+                and not gate.skipped_by_a_live_channel(checkpoint_id)
+                and checkpoint_id not in operator.aborted_by_jobmanager
+            )
+            if undisturbed:
+                assert checkpoint_id in operator.completed, (seed, checkpoint_id)
+    assert completions > 700
