@@ -1,0 +1,65 @@
+"""The JobManager's exceptions: one base class, each saying whose fault it is and whether to retry."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from weir.errors import Fault, WeirError
+
+__all__ = [
+    "CheckpointProtocolError",
+    "ConfigError",
+    "Fault",
+    "JobManagerError",
+    "NotEnoughSlotsError",
+    "SavepointRejectedError",
+    "UnknownJobError",
+]
+
+
+class JobManagerError(WeirError):
+    """Base of every error the JobManager raises on purpose.
+
+    ``retriable`` and ``fault`` (``"user"``, ``"external"`` or ``"internal"``) come from ``WeirError``;
+    ``grpc_code`` is the status name a servicer answers with.
+    """
+
+    grpc_code: ClassVar[str] = "INTERNAL"
+
+
+class ConfigError(JobManagerError):
+    """A configuration value is missing, malformed or out of range. Fix the value and resubmit."""
+
+    fault: Fault = "user"
+    grpc_code: ClassVar[str] = "INVALID_ARGUMENT"
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+class SavepointRejectedError(JobManagerError):
+    """A savepoint cannot start now (job not running, another savepoint in progress). Try again later."""
+
+    fault: Fault = "user"
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class CheckpointProtocolError(JobManagerError):
+    """The I/O layer or a task broke the checkpoint protocol (e.g. a state handle for another task)."""
+
+    fault: Fault = "internal"
+
+
+class NotEnoughSlotsError(JobManagerError):
+    """The registered TaskManagers offer fewer free slots than the job needs."""
+
+    fault: Fault = "user"
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "RESOURCE_EXHAUSTED"
+
+
+class UnknownJobError(JobManagerError):
+    fault: Fault = "user"
+    grpc_code: ClassVar[str] = "NOT_FOUND"
