@@ -1,0 +1,70 @@
+"""``python -m taskmanager --id taskmanager-1``: one TaskManager process."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import threading
+from concurrent import futures
+
+import grpc
+import structlog
+from prometheus_client import start_http_server
+
+from taskmanager.network import GRPC_OPTIONS
+from taskmanager.runtime import TaskManagerRuntime
+from taskmanager.service import TaskManagerServicer
+from weir import logs
+from weir.config import Endpoints, run_dir
+from weir.wire import taskmanager_pb2_grpc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m taskmanager")
+    parser.add_argument("--id", default=os.environ.get("WEIR_TASKMANAGER_ID", "taskmanager-1"))
+    parser.add_argument(
+        "--host",
+        default=os.environ.get("WEIR_TASKMANAGER_HOST", "127.0.0.1"),
+        help="address other processes reach this TaskManager at",
+    )
+    parser.add_argument("--bind", default=os.environ.get("WEIR_TASKMANAGER_BIND", "127.0.0.1"))
+    parser.add_argument("--port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_PORT", "0")))
+    parser.add_argument("--slots", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_SLOTS", "2")))
+    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_METRICS_PORT", "0")))
+    args = parser.parse_args()
+
+    logs.configure(args.id)
+    log = structlog.get_logger("weir.taskmanager")
+    endpoints = Endpoints.from_env()
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="tm-grpc"), options=GRPC_OPTIONS
+    )
+    port = server.add_insecure_port(f"{args.bind}:{args.port}")
+    runtime = TaskManagerRuntime(args.id, f"{args.host}:{port}", endpoints.jobmanager_address, args.slots, run_dir())
+    taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(TaskManagerServicer(runtime), server)
+    server.start()
+    if args.metrics_port:
+        start_http_server(args.metrics_port, addr=args.bind)
+    log.info(
+        "taskmanager_started",
+        taskmanager_id=args.id,
+        port=port,
+        metrics_port=args.metrics_port,
+        slots=args.slots,
+        jobmanager=endpoints.jobmanager_address,
+    )
+
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    heartbeats = threading.Thread(target=runtime.heartbeat_loop, args=(args.metrics_port,), daemon=True)
+    heartbeats.start()
+    stop.wait()
+    log.info("taskmanager_stopping", taskmanager_id=args.id)
+    runtime.stop()
+    server.stop(grace=2).wait()
+
+
+if __name__ == "__main__":
+    main()

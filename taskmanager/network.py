@@ -1,0 +1,339 @@
+"""The data plane: channels between subtasks over gRPC, batched, with credit-based flow control.
+
+A producing subtask opens one bidirectional ``OpenChannel`` stream per consumer subtask. It sends
+buffers (a batch of records as one bytes blob, then at most one in-band event: watermark, barrier,
+end of stream); the consumer answers with credits. A buffer is only sent against a credit, and the
+consumer grants a credit back only when its task has taken a buffer out of the channel's queue, so
+each channel holds at most ``initial_credits`` buffers: memory is bounded and a slow consumer
+backpressures its producers.
+"""
+
+from __future__ import annotations
+
+import pickle
+import queue
+import threading
+import time
+from collections import deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+
+from taskmanager.credit import InputChannelCredits, OutputChannelCredits
+from weir.errors import ProtocolError, ServiceUnavailableError
+from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
+
+INITIAL_CREDITS = 4
+RECORDS_PER_BUFFER = 1000
+GRPC_OPTIONS = [
+    ("grpc.max_send_message_length", 64 * 1024 * 1024),
+    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+]
+
+Event = taskmanager_pb2.EventKind
+
+
+def encode_records(records: list[tuple[Any, int | None]]) -> bytes:
+    """One buffer's records as one blob (pickle protocol 5: fast for batches of Python values)."""
+    return pickle.dumps(records, protocol=5)
+
+
+def decode_records(blob: bytes) -> list[tuple[Any, int | None]]:
+    return pickle.loads(blob) if blob else []
+
+
+class ChannelClosedError(ServiceUnavailableError):
+    """The other side of a channel went away (its TaskManager died or the task was cancelled)."""
+
+
+class Cancelled(Exception):
+    """Raised inside a task's thread when the task is being cancelled."""
+
+
+# Producer side ------------------------------------------------------------------------------------
+
+
+class RemoteOutputChannel:
+    """One producer -> consumer stream. ``send`` blocks while the channel has no credit."""
+
+    _CLOSE = object()
+
+    def __init__(
+        self,
+        grpc_channel: grpc.Channel,
+        header: taskmanager_pb2.ChannelHeader,
+        cancelled: threading.Event,
+    ) -> None:
+        self._stub = taskmanager_pb2_grpc.TaskManagerServiceStub(grpc_channel)
+        self._header = header
+        self._cancelled = cancelled
+        self._credits = OutputChannelCredits()
+        self._cond = threading.Condition()
+        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._error: str | None = None
+        self._closed = False
+        self.backpressured_s = 0.0
+        self.buffers_sent = 0
+        self.bytes_sent = 0
+
+    def open(self) -> None:
+        self._responses = self._stub.OpenChannel(self._requests())
+        self._reader = threading.Thread(target=self._read_credits, name="credit-reader", daemon=True)
+        self._reader.start()
+
+    def _requests(self) -> Iterator[taskmanager_pb2.DataMessage]:
+        yield taskmanager_pb2.DataMessage(header=self._header)
+        while True:
+            msg = self._outbox.get()
+            if msg is self._CLOSE:
+                return
+            yield msg
+
+    def _read_credits(self) -> None:
+        try:
+            for credit in self._responses:
+                with self._cond:
+                    if credit.error:
+                        self._error = credit.error
+                    else:
+                        self._credits.add_credits(credit.credits)
+                    self._cond.notify_all()
+        except grpc.RpcError as exc:
+            with self._cond:
+                if not self._closed:
+                    self._error = f"{exc.code().name}: {exc.details()}"
+                self._cond.notify_all()
+        else:
+            with self._cond:
+                if not self._closed:
+                    self._error = "consumer closed the channel"
+                self._cond.notify_all()
+
+    def send(self, msg: taskmanager_pb2.DataMessage) -> None:
+        with self._cond:
+            if self._error is None and not self._credits.can_send():
+                started = time.monotonic()
+                while self._error is None and not self._credits.can_send():
+                    if self._cancelled.is_set():
+                        raise Cancelled()
+                    self._cond.wait(0.1)
+                self.backpressured_s += time.monotonic() - started
+            if self._error is not None:
+                raise ChannelClosedError(
+                    f"channel to {self._header.consumer.vertex_uid}#{self._header.consumer.subtask} "
+                    f"broke: {self._error}"
+                )
+            self._credits.on_buffer_sent()
+        self.buffers_sent += 1
+        self.bytes_sent += len(msg.records)
+        self._outbox.put(msg)
+
+    @property
+    def credits(self) -> int:
+        return self._credits.credits
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+        self._outbox.put(self._CLOSE)
+
+
+class RecordWriter:
+    """The records of one output edge, partitioned and batched per channel."""
+
+    def __init__(
+        self,
+        channels: list[RemoteOutputChannel],
+        partitioner: Any,
+        key_selector: Any,
+        key_group_of: Any,
+        flush_interval_s: float,
+    ) -> None:
+        self.channels = channels
+        self._partitioner = partitioner
+        self._key_selector = key_selector
+        self._key_group_of = key_group_of
+        self._buffers: list[list[tuple[Any, int | None]]] = [[] for _ in channels]
+        self._flush_interval_s = flush_interval_s
+        self._last_flush = time.monotonic()
+        self.records_out = 0
+        if len(channels) == 1 and key_selector is None:
+            self.emit = self._emit_single  # type: ignore[method-assign]
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        kg = self._key_group_of(self._key_selector(value)) if self._key_selector is not None else None
+        for ch in self._partitioner.select_channels(kg):
+            buf = self._buffers[ch]
+            buf.append((value, timestamp))
+            if len(buf) >= RECORDS_PER_BUFFER:
+                self._flush_channel(ch)
+        self.records_out += 1
+
+    def _emit_single(self, value: Any, timestamp: int | None) -> None:
+        buf = self._buffers[0]
+        buf.append((value, timestamp))
+        if len(buf) >= RECORDS_PER_BUFFER:
+            self._flush_channel(0)
+        self.records_out += 1
+
+    def _flush_channel(self, ch: int, event: taskmanager_pb2.DataMessage | None = None) -> None:
+        buf = self._buffers[ch]
+        msg = event if event is not None else taskmanager_pb2.DataMessage()
+        if buf:
+            msg.records = encode_records(buf)
+            msg.record_count = len(buf)
+            self._buffers[ch] = []
+        if msg.record_count or msg.event:
+            self.channels[ch].send(msg)
+
+    def flush(self) -> None:
+        for ch in range(len(self.channels)):
+            if self._buffers[ch]:
+                self._flush_channel(ch)
+        self._last_flush = time.monotonic()
+
+    def maybe_flush(self, now: float) -> None:
+        if now - self._last_flush >= self._flush_interval_s:
+            self.flush()
+
+    def broadcast_event(self, template: taskmanager_pb2.DataMessage) -> None:
+        """Send an event to every channel, after the records buffered before it."""
+        for ch in range(len(self.channels)):
+            msg = taskmanager_pb2.DataMessage()
+            msg.CopyFrom(template)
+            self._flush_channel(ch, msg)
+        self._last_flush = time.monotonic()
+
+    def close(self) -> None:
+        for channel in self.channels:
+            channel.close()
+
+
+# Consumer side ------------------------------------------------------------------------------------
+
+
+@dataclass
+class _InputChannel:
+    index: int
+    gate: int
+    credits: InputChannelCredits
+    buffers: deque[taskmanager_pb2.DataMessage]
+    announcements: queue.SimpleQueue[int | None]
+    blocked: bool = False
+    ended: bool = False  # the task took the end-of-stream buffer
+    eos_received: bool = False  # the end-of-stream buffer arrived (the producer may now hang up)
+    connected: bool = False
+
+
+class InputGate:
+    """All input channels of one subtask; the task thread takes buffers, round robin."""
+
+    def __init__(self, gates: list[int], initial_credits: int = INITIAL_CREDITS) -> None:
+        self._cond = threading.Condition()
+        self.channels = [
+            _InputChannel(i, g, InputChannelCredits(initial_credits), deque(), queue.SimpleQueue())
+            for i, g in enumerate(gates)
+        ]
+        self._initial_credits = initial_credits
+        self._next = 0
+        self._failure: str | None = None
+
+    # Called by the gRPC servicer threads.
+
+    def connect(self, channel: int) -> int:
+        with self._cond:
+            ch = self.channels[channel]
+            if ch.connected:
+                raise ProtocolError(f"input channel {channel} is already connected")
+            ch.connected = True
+            return self._initial_credits
+
+    def push(self, channel: int, msg: taskmanager_pb2.DataMessage) -> None:
+        with self._cond:
+            ch = self.channels[channel]
+            ch.credits.on_buffer_received()
+            ch.buffers.append(msg)
+            if msg.event == Event.EVENT_KIND_END_OF_STREAM:
+                ch.eos_received = True
+            self._cond.notify()
+
+    def producer_gone(self, channel: int, reason: str) -> None:
+        with self._cond:
+            ch = self.channels[channel]
+            if not ch.eos_received and self._failure is None:
+                self._failure = f"input channel {channel} lost its producer: {reason}"
+            self._cond.notify()
+
+    # Called by the task thread.
+
+    def poll(self, timeout: float) -> tuple[int, int, taskmanager_pb2.DataMessage] | None:
+        """The next buffer of an unblocked channel as (channel, gate, message), or None on timeout."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                if self._failure is not None:
+                    raise ChannelClosedError(self._failure)
+                n = len(self.channels)
+                for step in range(n):
+                    ch = self.channels[(self._next + step) % n]
+                    if ch.buffers and not ch.blocked:
+                        self._next = (ch.index + 1) % n
+                        msg = ch.buffers.popleft()
+                        if msg.event == Event.EVENT_KIND_END_OF_STREAM:
+                            ch.ended = True
+                        grant = ch.credits.on_buffer_consumed()
+                        if grant:
+                            ch.announcements.put(grant)
+                        return ch.index, ch.gate, msg
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._cond.wait(remaining)
+
+    def block(self, channel: int) -> None:
+        with self._cond:
+            self.channels[channel].blocked = True
+
+    def unblock(self, channels: Any = None) -> None:
+        with self._cond:
+            for ch in self.channels:
+                if channels is None or ch.index in channels:
+                    ch.blocked = False
+            self._cond.notify()
+
+    def queued_buffers(self) -> int:
+        return sum(len(ch.buffers) for ch in self.channels)
+
+    def capacity(self) -> int:
+        return len(self.channels) * self._initial_credits
+
+    def close(self) -> None:
+        for ch in self.channels:
+            ch.announcements.put(None)
+
+
+def barrier_message(checkpoint_id: int, timestamp: float, kind: int) -> taskmanager_pb2.DataMessage:
+    return taskmanager_pb2.DataMessage(
+        event=Event.EVENT_KIND_BARRIER,
+        checkpoint_id=checkpoint_id,
+        checkpoint_timestamp=timestamp,
+        checkpoint_kind=kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+    )
+
+
+def cancel_barrier_message(checkpoint_id: int) -> taskmanager_pb2.DataMessage:
+    return taskmanager_pb2.DataMessage(event=Event.EVENT_KIND_CANCEL_BARRIER, checkpoint_id=checkpoint_id)
+
+
+def watermark_message(watermark: int) -> taskmanager_pb2.DataMessage:
+    return taskmanager_pb2.DataMessage(event=Event.EVENT_KIND_WATERMARK, watermark=watermark)
+
+
+def end_of_stream_message() -> taskmanager_pb2.DataMessage:
+    return taskmanager_pb2.DataMessage(event=Event.EVENT_KIND_END_OF_STREAM)

@@ -1,0 +1,113 @@
+"""The operator contract every runtime operator follows, and the chain that links them.
+
+Records travel as ``(value, timestamp)``; the timestamp is event time in epoch ms or None.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import structlog
+
+from weir.keygroups import KeyGroupRange
+
+
+class Output(Protocol):
+    """Where an operator sends what it produces."""
+
+    def emit(self, value: Any, timestamp: int | None) -> None: ...
+    def emit_watermark(self, watermark: int) -> None: ...
+
+
+class DeadLetters(Protocol):
+    """Where a source sends records it could not read, with the reason."""
+
+    def send(self, raw: bytes | None, key: bytes | None, reason: str, origin: str) -> None: ...
+
+
+@dataclass
+class OperatorContext:
+    """What a subtask tells its operators about where they run."""
+
+    job_id: str
+    job_name: str
+    uid: str
+    subtask: int
+    parallelism: int
+    max_parallelism: int
+    attempt: int
+    key_group_range: KeyGroupRange
+    parameters: Mapping[str, str]
+    state: Any  # taskmanager.state.StateBackend
+    dead_letters: DeadLetters | None = None
+    log: Any = field(default_factory=lambda: structlog.get_logger("weir.operator"))
+    metrics: Any = None  # taskmanager.metrics.TaskMetrics
+
+
+class StreamOperator:
+    """Base class with the default behaviour of every hook."""
+
+    ctx: OperatorContext
+    output: Output
+
+    def setup(self, ctx: OperatorContext, output: Output) -> None:
+        self.ctx = ctx
+        self.output = output
+
+    def open(self) -> None:
+        """Called once before the first record, after any restore."""
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} takes no input")
+
+    def process_input(self, input_index: int, value: Any, timestamp: int | None) -> None:
+        self.process(value, timestamp)
+
+    def process_watermark(self, watermark: int) -> None:
+        self.output.emit_watermark(watermark)
+
+    def end_input(self) -> None:
+        """All inputs ended (a bounded job reached its end): flush what is buffered."""
+
+    def snapshot_state(self, checkpoint_id: int) -> bytes | None:
+        """Operator (non-keyed) state for checkpoint ``checkpoint_id``; keyed state lives in the backend."""
+        return None
+
+    def restore_state(self, data: bytes) -> None:
+        """Load what ``snapshot_state`` returned in the restored checkpoint."""
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` completed on every task: commit what it covers."""
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """Checkpoint ``checkpoint_id`` will never complete."""
+
+    def close(self) -> None:
+        """Release resources; called on finish, cancel and failure."""
+
+
+class SourceOperator(StreamOperator):
+    """A source: the task calls ``poll`` in a loop and checks for barriers between calls."""
+
+    def poll(self, max_records: int) -> bool:
+        """Emit up to ``max_records`` records; return False once a bounded source is exhausted."""
+        raise NotImplementedError
+
+    def idle_wait_s(self) -> float:
+        """How long the task may wait before the next poll when the last one emitted nothing."""
+        return 0.0
+
+
+class ChainOutput:
+    """Feeds one operator's output into the next operator of the same chain."""
+
+    __slots__ = ("_next", "emit")
+
+    def __init__(self, next_operator: StreamOperator) -> None:
+        self._next = next_operator
+        self.emit: Callable[[Any, int | None], None] = next_operator.process
+
+    def emit_watermark(self, watermark: int) -> None:
+        self._next.process_watermark(watermark)

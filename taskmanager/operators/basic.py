@@ -1,0 +1,68 @@
+"""Stateless operators: map, filter, flat_map, and the two-input co-process."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from taskmanager.operators.base import StreamOperator
+
+
+class MapOperator(StreamOperator):
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self._fn = fn
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        self.output.emit(self._fn(value), timestamp)
+
+
+class FilterOperator(StreamOperator):
+    def __init__(self, fn: Callable[[Any], bool]) -> None:
+        self._fn = fn
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        if self._fn(value):
+            self.output.emit(value, timestamp)
+
+
+class FlatMapOperator(StreamOperator):
+    def __init__(self, fn: Callable[[Any], Iterable[Any]]) -> None:
+        self._fn = fn
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        emit = self.output.emit
+        for item in self._fn(value):
+            emit(item, timestamp)
+
+
+class _TimestampedCollector:
+    """A Collector that stamps values with the current input's timestamp unless told otherwise."""
+
+    __slots__ = ("_emit", "timestamp")
+
+    def __init__(self, emit: Callable[[Any, int | None], None]) -> None:
+        self._emit = emit
+        self.timestamp: int | None = None
+
+    def collect(self, value: Any, timestamp: int | None = None) -> None:
+        self._emit(value, self.timestamp if timestamp is None else timestamp)
+
+
+class CoProcessOperator(StreamOperator):
+    """Two inputs, one function object with ``process_element1`` and ``process_element2``."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def open(self) -> None:
+        self._out = _TimestampedCollector(self.output.emit)
+
+    def process_input(self, input_index: int, value: Any, timestamp: int | None) -> None:
+        self._out.timestamp = timestamp
+        if input_index == 0:
+            self._fn.process_element1(value, self._out)
+        else:
+            self._fn.process_element2(value, self._out)
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        self.process_input(0, value, timestamp)

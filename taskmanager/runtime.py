@@ -1,0 +1,367 @@
+"""The TaskManager process: deploys subtasks, hosts their input gates, reports to the JobManager."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import structlog
+
+from taskmanager.network import GRPC_OPTIONS, InputGate, RecordWriter, RemoteOutputChannel
+from taskmanager.partitioners import create_partitioner
+from taskmanager.state import StateBackend
+from taskmanager.task import CheckpointRequest, OperatorSnapshot, Task, TaskAddress, TaskCallbacks
+from weir.api import load_job_source
+from weir.errors import WeirError
+from weir.keygroups import key_group_for, key_to_bytes
+from weir.plan import JobPlan, build_plan
+from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
+
+log = structlog.get_logger("weir.taskmanager")
+
+GATE_WAIT_S = 30.0
+
+
+class TaskManagerRuntime:
+    def __init__(
+        self, taskmanager_id: str, advertised_address: str, jobmanager_address: str, slots: int, run_dir: Path
+    ) -> None:
+        self.id = taskmanager_id
+        self.address = advertised_address
+        self.slots = slots
+        self._run_dir = run_dir / taskmanager_id
+        self._run_dir.mkdir(parents=True, exist_ok=True)
+        self.state_backend = StateBackend(self._run_dir / "state.db")
+        self.tasks: dict[TaskAddress, Task] = {}
+        self._gates: dict[TaskAddress, InputGate] = {}
+        self._lock = threading.Condition()
+        self._channels: dict[str, grpc.Channel] = {}
+        self._jobs: dict[str, tuple[Any, JobPlan]] = {}
+        self._jm_channel = grpc.insecure_channel(jobmanager_address, options=GRPC_OPTIONS)
+        self.jobmanager = jobmanager_pb2_grpc.JobManagerServiceStub(self._jm_channel)
+        self._reports: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._stopping = threading.Event()
+        self._reporter = threading.Thread(target=self._report_loop, name="reporter", daemon=True)
+        self._reporter.start()
+
+    # Deployment -----------------------------------------------------------------------------------
+
+    def _load(self, req: taskmanager_pb2.DeployTaskRequest) -> tuple[Any, JobPlan]:
+        key = hashlib.sha256(
+            req.job_source + repr(sorted(req.parameters.items())).encode() + str(req.parallelism).encode()
+        ).hexdigest()
+        cached = self._jobs.get(key)
+        if cached is None:
+            loaded = load_job_source(
+                req.job_source, req.job_file_name, dict(req.parameters), req.parallelism, req.job_name
+            )
+            cached = (loaded, build_plan(loaded.graph))
+            self._jobs[key] = cached
+        return cached
+
+    def _grpc_channel(self, address: str) -> grpc.Channel:
+        with self._lock:
+            channel = self._channels.get(address)
+            if channel is None:
+                channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+                self._channels[address] = channel
+            return channel
+
+    def deploy(self, req: taskmanager_pb2.DeployTaskRequest) -> None:
+        addr = TaskAddress(req.task.job_id, req.task.vertex_uid, req.task.subtask, req.attempt)
+        loaded, plan = self._load(req)
+        vertex = plan.vertices[req.task.vertex_uid]
+        graph = plan.graph
+        inputs = sorted(req.inputs, key=lambda s: s.channel)
+        gate = InputGate([s.gate for s in inputs]) if inputs else None
+        writers: list[RecordWriter] = []
+        cancelled = threading.Event()
+        for edge_index, edge in enumerate(vertex.outputs):
+            specs = sorted((s for s in req.outputs if s.output == edge_index), key=lambda s: s.channel)
+            channels = []
+            for spec in specs:
+                header = taskmanager_pb2.ChannelHeader(
+                    producer=req.task,
+                    consumer=spec.consumer,
+                    consumer_channel=spec.consumer_channel,
+                    attempt=req.attempt,
+                )
+                channels.append(RemoteOutputChannel(self._grpc_channel(spec.consumer_address), header, cancelled))
+            consumer = plan.vertices[edge.consumer_vertex]
+            partitioner = create_partitioner(
+                edge.partitioning,
+                subtask=req.task.subtask,
+                upstream_parallelism=vertex.parallelism,
+                downstream_parallelism=consumer.parallelism,
+                max_parallelism=graph.max_parallelism,
+            )
+            maxp = graph.max_parallelism
+            writers.append(
+                RecordWriter(
+                    channels,
+                    partitioner,
+                    edge.key_selector if edge.key_selector is not None and len(channels) > 1 else None,
+                    lambda key, _m=maxp: key_group_for(key_to_bytes(key), _m),
+                    flush_interval_s=0.02,
+                )
+            )
+        restore = pickle.loads(req.restore_state_handle) if req.restore_state_handle else None
+        task = Task(
+            address=addr,
+            plan=plan,
+            vertex=vertex,
+            job_name=req.job_name,
+            parameters=dict(req.parameters),
+            writers=writers,
+            gate=gate,
+            state_backend=self.state_backend,
+            callbacks=TaskCallbacks(
+                on_state=self._on_task_state, on_checkpoint=self._on_checkpoint, on_decline=self._on_decline
+            ),
+            taskmanager_id=self.id,
+            restore=restore.operator_states if restore is not None else None,
+            restore_checkpoint_id=req.restore_checkpoint_id,
+            aligned_exactly_once=req.job_config.get("checkpointing.mode", "exactly_once") == "exactly_once",
+        )
+        task.cancelled = cancelled
+        with self._lock:
+            self.tasks[addr] = task
+            if gate is not None:
+                self._gates[addr] = gate
+            self._lock.notify_all()
+        for w in writers:
+            for ch in w.channels:
+                ch.open()
+        log.info(
+            "task_deployed",
+            job_id=addr.job_id,
+            task=addr.vertex_uid,
+            subtask=addr.subtask,
+            attempt=addr.attempt,
+            inputs=len(inputs),
+            outputs=sum(len(w.channels) for w in writers),
+        )
+        task.start()
+
+    def cancel_job(self, job_id: str, attempt: int | None = None, wait_s: float = 10.0) -> None:
+        with self._lock:
+            doomed = [
+                t for a, t in self.tasks.items() if a.job_id == job_id and (attempt is None or a.attempt <= attempt)
+            ]
+        for t in doomed:
+            t.cancel()
+        deadline = time.monotonic() + wait_s
+        for t in doomed:
+            t.join(max(0.0, deadline - time.monotonic()))
+        with self._lock:
+            for t in doomed:
+                self.tasks.pop(t.address, None)
+                self._gates.pop(t.address, None)
+
+    def tasks_of_job(self, job_id: str, attempt: int) -> list[Task]:
+        with self._lock:
+            return [t for a, t in self.tasks.items() if a.job_id == job_id and a.attempt == attempt]
+
+    def trigger_checkpoint(self, req: taskmanager_pb2.TriggerCheckpointRequest) -> bool:
+        addr = TaskAddress(req.task.job_id, req.task.vertex_uid, req.task.subtask, req.attempt)
+        with self._lock:
+            task = self.tasks.get(addr)
+        if task is None or task.state != common_pb2.TASK_STATE_RUNNING:
+            return False
+        task.trigger_checkpoint(CheckpointRequest(req.checkpoint_id, req.timestamp, req.kind))
+        return True
+
+    def notify_checkpoint(self, job_id: str, attempt: int, checkpoint_id: int, complete: bool) -> None:
+        for task in self.tasks_of_job(job_id, attempt):
+            if complete:
+                task.notify_checkpoint_complete(checkpoint_id)
+            else:
+                task.notify_checkpoint_aborted(checkpoint_id)
+
+    # Data plane -----------------------------------------------------------------------------------
+
+    def open_channel(self, requests: Iterator[taskmanager_pb2.DataMessage]) -> Iterator[taskmanager_pb2.CreditMessage]:
+        try:
+            first = next(requests)
+        except StopIteration:
+            return
+        header = first.header
+        addr = TaskAddress(header.consumer.job_id, header.consumer.vertex_uid, header.consumer.subtask, header.attempt)
+        deadline = time.monotonic() + GATE_WAIT_S
+        with self._lock:
+            while addr not in self._gates:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or self._stopping.is_set():
+                    yield taskmanager_pb2.CreditMessage(error=f"no task {addr} on {self.id}")
+                    return
+                self._lock.wait(min(remaining, 1.0))
+            gate = self._gates[addr]
+        channel = header.consumer_channel
+        try:
+            initial = gate.connect(channel)
+        except WeirError as exc:
+            yield taskmanager_pb2.CreditMessage(error=str(exc))
+            return
+
+        def pump() -> None:
+            try:
+                for msg in requests:
+                    gate.push(channel, msg)
+            except grpc.RpcError as exc:
+                gate.producer_gone(channel, f"{exc.code().name}")
+            except WeirError as exc:
+                gate.producer_gone(channel, str(exc))
+            else:
+                gate.producer_gone(channel, "stream closed")
+
+        threading.Thread(target=pump, name=f"channel-in-{addr}-{channel}", daemon=True).start()
+        yield taskmanager_pb2.CreditMessage(credits=initial)
+        announcements = gate.channels[channel].announcements
+        while True:
+            grant = announcements.get()
+            if grant is None:
+                return
+            yield taskmanager_pb2.CreditMessage(credits=grant)
+
+    # Reports to the JobManager, off the task threads -----------------------------------------------
+
+    def _task_ref(self, addr: TaskAddress) -> common_pb2.TaskRef:
+        return common_pb2.TaskRef(job_id=addr.job_id, vertex_uid=addr.vertex_uid, subtask=addr.subtask)
+
+    def _on_task_state(self, addr: TaskAddress, state: int, failure: str) -> None:
+        with self._lock:
+            task = self.tasks.get(addr)
+        records_in = task.records_in if task is not None else 0
+        records_out = task.records_emitted() if task is not None else 0
+        self._reports.put(
+            (
+                "state",
+                jobmanager_pb2.ReportTaskStateRequest(
+                    task=self._task_ref(addr),
+                    state=state,
+                    failure=failure,
+                    attempt=addr.attempt,
+                    records_in=records_in,
+                    records_out=records_out,
+                ),
+            )
+        )
+        if state in (common_pb2.TASK_STATE_FINISHED, common_pb2.TASK_STATE_CANCELED, common_pb2.TASK_STATE_FAILED):
+            with self._lock:
+                self._gates.pop(addr, None)
+
+    def _on_checkpoint(
+        self, addr: TaskAddress, snapshot: OperatorSnapshot, alignment_s: float, start_delay_s: float
+    ) -> None:
+        handle = pickle.dumps(snapshot)
+        self._reports.put(
+            (
+                "ack",
+                jobmanager_pb2.AcknowledgeCheckpointRequest(
+                    task=self._task_ref(addr),
+                    checkpoint_id=snapshot.checkpoint_id,
+                    attempt=addr.attempt,
+                    state_handle=handle,
+                    alignment_duration_s=alignment_s,
+                    start_delay_s=start_delay_s,
+                    state_size_bytes=len(handle),
+                ),
+            )
+        )
+
+    def _on_decline(self, addr: TaskAddress, checkpoint_id: int, reason: str) -> None:
+        self._reports.put(
+            (
+                "decline",
+                jobmanager_pb2.DeclineCheckpointRequest(
+                    task=self._task_ref(addr), checkpoint_id=checkpoint_id, attempt=addr.attempt, reason=reason
+                ),
+            )
+        )
+
+    def _report_loop(self) -> None:
+        calls = {
+            "state": self.jobmanager.ReportTaskState,
+            "ack": self.jobmanager.AcknowledgeCheckpoint,
+            "decline": self.jobmanager.DeclineCheckpoint,
+        }
+        while not self._stopping.is_set():
+            kind, request = self._reports.get()
+            if kind == "stop":
+                return
+            delay = 0.2
+            while not self._stopping.is_set():
+                try:
+                    calls[kind](request, timeout=10)
+                    break
+                except grpc.RpcError as exc:
+                    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                        self._stopping.wait(delay)
+                        delay = min(delay * 2, 5.0)
+                        continue
+                    log.warning("report_rejected", kind=kind, code=exc.code().name, details=exc.details())
+                    break
+
+    # Registration and heartbeats ------------------------------------------------------------------
+
+    def register(self, metrics_port: int) -> float:
+        response = self.jobmanager.RegisterTaskManager(
+            jobmanager_pb2.RegisterTaskManagerRequest(
+                taskmanager_id=self.id, address=self.address, slots=self.slots, metrics_port=metrics_port
+            ),
+            timeout=5,
+        )
+        log.info("registered_with_jobmanager", taskmanager_id=self.id, address=self.address, slots=self.slots)
+        return response.heartbeat_interval_s or 1.0
+
+    def heartbeat_loop(self, metrics_port: int) -> None:
+        interval = 1.0
+        registered = False
+        while not self._stopping.is_set():
+            try:
+                if not registered:
+                    interval = self.register(metrics_port)
+                    registered = True
+                with self._lock:
+                    running = [
+                        jobmanager_pb2.TaskProgress(
+                            task=self._task_ref(a),
+                            attempt=a.attempt,
+                            records_in=t.records_in,
+                            records_out=t.records_emitted(),
+                        )
+                        for a, t in self.tasks.items()
+                        if t.state in (common_pb2.TASK_STATE_DEPLOYING, common_pb2.TASK_STATE_RUNNING)
+                    ]
+                response = self.jobmanager.Heartbeat(
+                    jobmanager_pb2.HeartbeatRequest(taskmanager_id=self.id, running_tasks=running), timeout=5
+                )
+                if response.reregister:
+                    registered = False
+                    continue
+                for job_id in response.cancel_jobs:
+                    threading.Thread(target=self.cancel_job, args=(job_id,), daemon=True).start()
+            except grpc.RpcError as exc:
+                if registered:
+                    log.warning("jobmanager_unreachable", code=exc.code().name)
+                registered = registered and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+            self._stopping.wait(interval)
+
+    def stop(self) -> None:
+        self._stopping.set()
+        with self._lock:
+            tasks = list(self.tasks.values())
+            self._lock.notify_all()
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            t.join(5)
+        self._reports.put(("stop", None))
+        self.state_backend.close()

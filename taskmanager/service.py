@@ -1,0 +1,53 @@
+"""The TaskManager's gRPC servicer: thin, everything is delegated to TaskManagerRuntime."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import grpc
+
+from taskmanager.runtime import TaskManagerRuntime
+from weir.errors import JobDefinitionError
+from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
+
+
+class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
+    def __init__(self, runtime: TaskManagerRuntime) -> None:
+        self._runtime = runtime
+
+    def DeployTask(
+        self, request: taskmanager_pb2.DeployTaskRequest, context: grpc.ServicerContext
+    ) -> taskmanager_pb2.DeployTaskResponse:  # noqa: N802,E501
+        try:
+            self._runtime.deploy(request)
+        except JobDefinitionError as exc:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        return taskmanager_pb2.DeployTaskResponse()
+
+    def CancelJobTasks(
+        self, request: taskmanager_pb2.CancelJobTasksRequest, context: grpc.ServicerContext
+    ) -> taskmanager_pb2.CancelJobTasksResponse:  # noqa: N802,E501
+        self._runtime.cancel_job(request.job_id, request.attempt or None)
+        return taskmanager_pb2.CancelJobTasksResponse()
+
+    def TriggerCheckpoint(
+        self, request: taskmanager_pb2.TriggerCheckpointRequest, context: grpc.ServicerContext
+    ) -> taskmanager_pb2.TriggerCheckpointResponse:  # noqa: N802,E501
+        return taskmanager_pb2.TriggerCheckpointResponse(accepted=self._runtime.trigger_checkpoint(request))
+
+    def NotifyCheckpointComplete(
+        self, request: taskmanager_pb2.NotifyCheckpointCompleteRequest, context: grpc.ServicerContext
+    ) -> taskmanager_pb2.NotifyCheckpointCompleteResponse:  # noqa: N802,E501
+        self._runtime.notify_checkpoint(request.job_id, request.attempt, request.checkpoint_id, complete=True)
+        return taskmanager_pb2.NotifyCheckpointCompleteResponse()
+
+    def NotifyCheckpointAborted(
+        self, request: taskmanager_pb2.NotifyCheckpointAbortedRequest, context: grpc.ServicerContext
+    ) -> taskmanager_pb2.NotifyCheckpointAbortedResponse:  # noqa: N802,E501
+        self._runtime.notify_checkpoint(request.job_id, request.attempt, request.checkpoint_id, complete=False)
+        return taskmanager_pb2.NotifyCheckpointAbortedResponse()
+
+    def OpenChannel(
+        self, request_iterator: Iterator[taskmanager_pb2.DataMessage], context: grpc.ServicerContext
+    ) -> Iterator[taskmanager_pb2.CreditMessage]:  # noqa: N802,E501
+        return self._runtime.open_channel(request_iterator)

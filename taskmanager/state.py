@@ -1,0 +1,137 @@
+"""Keyed state in RocksDB (rocksdict), one database per TaskManager.
+
+A state entry is addressed by operator uid + key group + state name + key (+ a namespace such as a
+window), so a subtask's state is a set of contiguous key ranges: ``uid\\0 | key group (2 bytes)``.
+RocksDB point writes cost ~5 us here, so each operator writes through a cache flushed as one
+WriteBatch when it grows and always before a snapshot.
+"""
+
+from __future__ import annotations
+
+import pickle
+import shutil
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rocksdict import Options, Rdict, WriteBatch
+
+_DELETED = object()
+_PICKLE = pickle.HIGHEST_PROTOCOL
+
+
+class StateBackend:
+    """The TaskManager's RocksDB database."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        options = Options(raw_mode=True)
+        options.create_if_missing(True)
+        self.db = Rdict(str(path), options)
+        self.lock = threading.Lock()  # serialises WriteBatch writes and checkpoints across subtasks
+
+    def keyed_store(self, uid: str, cache_limit: int = 50_000) -> KeyedStateStore:
+        return KeyedStateStore(self, uid, cache_limit)
+
+    def write(self, batch: WriteBatch) -> None:
+        with self.lock:
+            self.db.write(batch)
+
+    def delete_prefix_range(self, start: bytes, end: bytes) -> None:
+        with self.lock:
+            self.db.delete_range(start, end)
+
+    def close(self) -> None:
+        self.db.close()
+
+    def destroy(self) -> None:
+        self.close()
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def key_group_prefix(uid: str, key_group: int) -> bytes:
+    return uid.encode("utf-8") + b"\x00" + key_group.to_bytes(2, "big")
+
+
+class KeyedStateStore:
+    """One operator's keyed state within one subtask, with a write-back cache."""
+
+    def __init__(self, backend: StateBackend, uid: str, cache_limit: int) -> None:
+        self._backend = backend
+        self._db = backend.db
+        self._uid_prefix = uid.encode("utf-8") + b"\x00"
+        self._cache: dict[bytes, Any] = {}
+        self._dirty: set[bytes] = set()
+        self._cache_limit = cache_limit
+        self.uid = uid
+
+    def full_key(self, name: str, key_group: int, key: bytes) -> bytes:
+        return b"".join((self._uid_prefix, key_group.to_bytes(2, "big"), name.encode("utf-8"), b"\x00", key))
+
+    def get(self, name: str, key_group: int, key: bytes) -> Any | None:
+        full = self.full_key(name, key_group, key)
+        cached = self._cache.get(full, None)
+        if cached is not None:
+            return None if cached is _DELETED else cached
+        raw = self._db.get(full)
+        if raw is None:
+            return None
+        value = pickle.loads(raw)
+        self._cache[full] = value
+        self._maybe_flush()
+        return value
+
+    def put(self, name: str, key_group: int, key: bytes, value: Any) -> None:
+        full = self.full_key(name, key_group, key)
+        self._cache[full] = value
+        self._dirty.add(full)
+        self._maybe_flush()
+
+    def delete(self, name: str, key_group: int, key: bytes) -> None:
+        full = self.full_key(name, key_group, key)
+        self._cache[full] = _DELETED
+        self._dirty.add(full)
+        self._maybe_flush()
+
+    def _maybe_flush(self) -> None:
+        if len(self._cache) > self._cache_limit:
+            self.flush()
+            self._cache.clear()
+
+    def flush(self) -> int:
+        """Write every dirty entry in one WriteBatch; returns how many were written."""
+        if not self._dirty:
+            return 0
+        batch = WriteBatch(raw_mode=True)
+        cache = self._cache
+        for full in self._dirty:
+            value = cache[full]
+            if value is _DELETED:
+                batch.delete(full)
+                del cache[full]
+            else:
+                batch.put(full, pickle.dumps(value, _PICKLE))
+        written = len(self._dirty)
+        self._dirty.clear()
+        self._backend.write(batch)
+        return written
+
+    def items(self, name: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
+        """Every (key, value) of state ``name`` in one key group, after flushing the cache."""
+        self.flush()
+        prefix = b"".join((self._uid_prefix, key_group.to_bytes(2, "big"), name.encode("utf-8"), b"\x00"))
+        n = len(prefix)
+        for full, raw in self._db.items(from_key=prefix):
+            if not full.startswith(prefix):
+                break
+            yield full[n:], pickle.loads(raw)
+
+    def clear_key_groups(self, first: int, last: int) -> None:
+        """Drop this operator's state for key groups first..last (before a restore)."""
+        self._cache.clear()
+        self._dirty.clear()
+        start = self._uid_prefix + first.to_bytes(2, "big")
+        end = self._uid_prefix + (last + 1).to_bytes(2, "big")
+        self._backend.delete_prefix_range(start, end)

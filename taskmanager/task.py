@@ -1,0 +1,463 @@
+"""One subtask: a chain of operators run by one thread, fed by its input gate or by its source.
+
+The thread owns every operator of the chain: records, watermarks, barriers, checkpoint
+notifications and cancellation are all handled on it, so operators never need locks.
+"""
+
+from __future__ import annotations
+
+import collections
+import pickle
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from taskmanager import barrier_aligner as ba
+from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
+from taskmanager.metrics import TaskMetrics
+from taskmanager.network import (
+    Cancelled,
+    Event,
+    InputGate,
+    RecordWriter,
+    barrier_message,
+    cancel_barrier_message,
+    end_of_stream_message,
+    watermark_message,
+)
+from taskmanager.operators.base import OperatorContext, SourceOperator, StreamOperator
+from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.keygroups import key_group_range_for_subtask
+from weir.plan import JobPlan, Vertex
+from weir.watermarks import WatermarkTracker
+from weir.wire import common_pb2
+
+SOURCE_BATCH = 500
+FLUSH_INTERVAL_S = 0.02
+POLL_TIMEOUT_S = 0.05
+
+
+@dataclass(frozen=True)
+class TaskAddress:
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+
+    def __str__(self) -> str:
+        return f"{self.job_id}/{self.vertex_uid}#{self.subtask}@{self.attempt}"
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    checkpoint_id: int
+    timestamp: float
+    kind: int
+
+
+@dataclass(frozen=True)
+class OperatorSnapshot:
+    """What one subtask contributes to a checkpoint: each operator's own state, by uid."""
+
+    task: TaskAddress
+    checkpoint_id: int
+    operator_states: dict[str, bytes]
+    key_group_range: tuple[int, int]
+    keyed_state: Any = None  # the keyed-state handle (SST files) once snapshots are uploaded
+
+
+@dataclass
+class TaskCallbacks:
+    """How a task reports to its TaskManager (which forwards to the JobManager)."""
+
+    on_state: Callable[[TaskAddress, int, str], None]
+    on_checkpoint: Callable[[TaskAddress, OperatorSnapshot, float, float], None]
+    on_decline: Callable[[TaskAddress, int, str], None]
+    snapshot_keyed_state: Callable[[TaskAddress, int, list[str], tuple[int, int]], Any] = field(default=lambda *_: None)
+
+
+class MultiOutput:
+    """Fan-out of one operator's output to chained successors and network writers."""
+
+    def __init__(self, outputs: list[Any]) -> None:
+        self._outputs = outputs
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        for o in self._outputs:
+            o.emit(value, timestamp)
+
+    def emit_watermark(self, watermark: int) -> None:
+        for o in self._outputs:
+            o.emit_watermark(watermark)
+
+
+class NetworkOutput:
+    """An operator's output into a RecordWriter; watermarks ride along with the next flush."""
+
+    def __init__(self, writer: RecordWriter) -> None:
+        self.writer = writer
+        self.emit = writer.emit
+        self.pending_watermark: int | None = None
+
+    def emit_watermark(self, watermark: int) -> None:
+        self.pending_watermark = watermark
+
+    def flush(self) -> None:
+        wm = self.pending_watermark
+        if wm is not None:
+            self.pending_watermark = None
+            self.writer.broadcast_event(watermark_message(wm))
+        else:
+            self.writer.flush()
+
+
+class ChainLink:
+    """Feeds one operator into the next in the same chain."""
+
+    __slots__ = ("emit", "emit_watermark")
+
+    def __init__(self, op: StreamOperator) -> None:
+        self.emit = op.process
+        self.emit_watermark = op.process_watermark
+
+
+class Task:
+    def __init__(
+        self,
+        address: TaskAddress,
+        plan: JobPlan,
+        vertex: Vertex,
+        job_name: str,
+        parameters: dict[str, str],
+        writers: list[RecordWriter],
+        gate: InputGate | None,
+        state_backend: Any,
+        callbacks: TaskCallbacks,
+        taskmanager_id: str,
+        restore: dict[str, bytes] | None,
+        restore_checkpoint_id: int,
+        aligned_exactly_once: bool = True,
+    ) -> None:
+        self.address = address
+        self._plan = plan
+        self._vertex = vertex
+        self._writers = writers
+        self._gate = gate
+        self._callbacks = callbacks
+        self._restore = restore
+        self._restore_checkpoint_id = restore_checkpoint_id
+        self._control: collections.deque[tuple[str, Any]] = collections.deque()
+        self._control_signal = threading.Event()
+        self.cancelled = threading.Event()
+        self.state = common_pb2.TASK_STATE_DEPLOYING
+        self.failure = ""
+        self.records_in = 0
+        self.records_out = 0
+        graph = plan.graph
+        self._log = structlog.get_logger("weir.task").bind(
+            job_id=address.job_id, task=vertex.uid, subtask=address.subtask, attempt=address.attempt
+        )
+        self.metrics = TaskMetrics(address.job_id, vertex.uid, address.subtask, taskmanager_id)
+        kg_range = key_group_range_for_subtask(graph.max_parallelism, vertex.parallelism, address.subtask)
+        self.key_group_range = kg_range
+        self.operators: list[StreamOperator] = []
+        by_uid: dict[str, StreamOperator] = {}
+        for uid in vertex.operator_uids:
+            op = graph.transformations[uid].factory()
+            by_uid[uid] = op
+            self.operators.append(op)
+        self._network_outputs: list[NetworkOutput] = []
+        for uid, op in by_uid.items():
+            outs: list[Any] = [ChainLink(by_uid[s]) for s in vertex.chained.get(uid, [])]
+            for edge_index, edge in enumerate(vertex.outputs):
+                if edge.producer_operator == uid:
+                    net = NetworkOutput(writers[edge_index])
+                    self._network_outputs.append(net)
+                    outs.append(net)
+            output: Any = outs[0] if len(outs) == 1 else MultiOutput(outs)
+            ctx = OperatorContext(
+                job_id=address.job_id,
+                job_name=job_name,
+                uid=uid,
+                subtask=address.subtask,
+                parallelism=vertex.parallelism,
+                max_parallelism=graph.max_parallelism,
+                attempt=address.attempt,
+                key_group_range=kg_range,
+                parameters=parameters,
+                state=state_backend,
+                log=self._log.bind(operator_uid=uid),
+                metrics=self.metrics,
+            )
+            op.setup(ctx, output)
+        self.head = self.operators[0]
+        self._tracker = WatermarkTracker(len(gate.channels)) if gate is not None else None
+        if gate is not None:
+            mode = AlignmentMode.EXACTLY_ONCE if aligned_exactly_once else AlignmentMode.AT_LEAST_ONCE
+            self._aligner: BarrierAligner | None = BarrierAligner(
+                TaskId(JobId(address.job_id), OperatorUid(vertex.uid), SubtaskIndex(address.subtask)),
+                len(gate.channels),
+                mode,
+            )
+        else:
+            self._aligner = None
+        self._barrier_times: dict[int, tuple[float, int]] = {}
+        self._synced: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
+
+    # Control, from other threads -------------------------------------------------------------------
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def cancel(self) -> None:
+        self.cancelled.set()
+        self._control_signal.set()
+
+    def trigger_checkpoint(self, request: CheckpointRequest) -> None:
+        self._control.append(("trigger", request))
+        self._control_signal.set()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._control.append(("complete", checkpoint_id))
+        self._control_signal.set()
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._control.append(("aborted", checkpoint_id))
+        self._control_signal.set()
+
+    def join(self, timeout: float) -> None:
+        self._thread.join(timeout)
+
+    # The task thread -------------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        addr = self.address
+        try:
+            if self._restore is not None:
+                for op in self.operators:
+                    blob = self._restore.get(op.ctx.uid)
+                    if blob is not None:
+                        op.restore_state(blob)
+                self._log.info("task_restored", checkpoint_id=self._restore_checkpoint_id)
+            for op in reversed(self.operators):
+                op.open()
+            self._set_state(common_pb2.TASK_STATE_RUNNING)
+            if isinstance(self.head, SourceOperator):
+                self._run_source(self.head)
+            else:
+                self._run_input()
+            if self.cancelled.is_set():
+                raise Cancelled()
+            self._finish()
+            self._set_state(common_pb2.TASK_STATE_FINISHED)
+        except Cancelled:
+            self._set_state(common_pb2.TASK_STATE_CANCELED)
+        except Exception as exc:
+            if self.cancelled.is_set():
+                self._set_state(common_pb2.TASK_STATE_CANCELED)
+            else:
+                self.failure = f"{type(exc).__name__}: {exc}"
+                self._log.error("task_failed", error=self.failure, traceback=traceback.format_exc(limit=8))
+                self._set_state(common_pb2.TASK_STATE_FAILED, self.failure)
+        finally:
+            for op in self.operators:
+                try:
+                    op.close()
+                except Exception as exc:  # closing must not hide the task's real outcome
+                    self._log.warning("operator_close_failed", operator_uid=op.ctx.uid, error=str(exc))
+            for w in self._writers:
+                w.close()
+            if self._gate is not None:
+                self._gate.close()
+            self._sync_metrics()
+            del addr
+
+    def _set_state(self, state: int, failure: str = "") -> None:
+        self.state = state
+        self._callbacks.on_state(self.address, state, failure)
+
+    def _drain_control(self) -> None:
+        while self._control:
+            kind, arg = self._control.popleft()
+            if kind == "trigger":
+                self._checkpoint(arg, alignment_s=0.0, start_delay_s=max(0.0, time.time() - arg.timestamp))
+            elif kind == "complete":
+                for op in self.operators:
+                    op.notify_checkpoint_complete(arg)
+            elif kind == "aborted":
+                for op in self.operators:
+                    op.notify_checkpoint_aborted(arg)
+                if self._aligner is not None:
+                    self._apply(self._aligner.abort(arg))
+        if self.cancelled.is_set():
+            raise Cancelled()
+
+    def _run_source(self, source: SourceOperator) -> None:
+        signal = self._control_signal
+        last_sync = time.monotonic()
+        while True:
+            if self._control or self.cancelled.is_set():
+                signal.clear()
+                self._drain_control()
+            before = self.records_emitted()
+            more = source.poll(SOURCE_BATCH)
+            now = time.monotonic()
+            for net in self._network_outputs:
+                if now - net.writer._last_flush >= FLUSH_INTERVAL_S:
+                    net.flush()
+            if now - last_sync > 0.5:
+                self._sync_metrics()
+                last_sync = now
+            if not more:
+                return
+            if self.records_emitted() == before:
+                wait = source.idle_wait_s()
+                if wait > 0:
+                    signal.wait(min(wait, POLL_TIMEOUT_S))
+
+    def records_emitted(self) -> int:
+        return sum(w.records_out for w in self._writers) + self.records_out
+
+    def _run_input(self) -> None:
+        gate = self._gate
+        assert gate is not None and self._tracker is not None
+        head = self.head
+        two_inputs = len({ch.gate for ch in gate.channels}) > 1
+        last_sync = time.monotonic()
+        while not gate_all_ended(gate):
+            if self._control or self.cancelled.is_set():
+                self._control_signal.clear()
+                self._drain_control()
+            item = gate.poll(POLL_TIMEOUT_S)
+            now = time.monotonic()
+            if item is not None:
+                channel, gate_index, msg = item
+                if msg.record_count:
+                    records = pickle.loads(msg.records)
+                    self.records_in += len(records)
+                    self.metrics.bytes_in.inc(len(msg.records))
+                    if two_inputs:
+                        for value, ts in records:
+                            head.process_input(gate_index, value, ts)
+                    else:
+                        process = head.process
+                        for value, ts in records:
+                            process(value, ts)
+                if msg.event:
+                    self._on_event(channel, msg)
+            for net in self._network_outputs:
+                if now - net.writer._last_flush >= FLUSH_INTERVAL_S:
+                    net.flush()
+            if now - last_sync > 0.5:
+                self._sync_metrics()
+                last_sync = now
+
+    def _on_event(self, channel: int, msg: Any) -> None:
+        tracker, aligner = self._tracker, self._aligner
+        assert tracker is not None and aligner is not None
+        now = time.monotonic()
+        if msg.event == Event.EVENT_KIND_WATERMARK:
+            advanced = tracker.on_watermark(channel, msg.watermark)
+            if advanced is not None:
+                self.metrics.watermark.set(advanced)
+                self.head.process_watermark(advanced)
+        elif msg.event == Event.EVENT_KIND_END_OF_STREAM:
+            advanced = tracker.on_end_of_stream(channel)
+            if advanced is not None:
+                self.head.process_watermark(advanced)
+            self._apply(aligner.on_end_of_stream(channel, now=now))
+        elif msg.event == Event.EVENT_KIND_BARRIER:
+            self._barrier_times.setdefault(msg.checkpoint_id, (msg.checkpoint_timestamp, msg.checkpoint_kind))
+            kind = (
+                ba.CheckpointKind.SAVEPOINT
+                if msg.checkpoint_kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT
+                else ba.CheckpointKind.CHECKPOINT
+            )
+            self._apply(aligner.on_barrier(channel, msg.checkpoint_id, kind, now=now))
+        elif msg.event == Event.EVENT_KIND_CANCEL_BARRIER:
+            self._apply(aligner.on_cancellation(channel, msg.checkpoint_id))
+
+    def _apply(self, actions: Any) -> None:
+        """Carry out what the barrier aligner decided."""
+        gate = self._gate
+        assert gate is not None
+        for action in actions:
+            if isinstance(action, ba.BlockChannel):
+                gate.block(action.channel)
+            elif isinstance(action, ba.UnblockChannels):
+                gate.unblock(action.channels)
+            elif isinstance(action, ba.TriggerSnapshot):
+                ts, kind = self._barrier_times.pop(action.checkpoint_id, (time.time(), 0))
+                self._checkpoint(
+                    CheckpointRequest(action.checkpoint_id, ts, kind),
+                    alignment_s=action.alignment_duration,
+                    start_delay_s=max(0.0, time.time() - ts - action.alignment_duration),
+                )
+            elif isinstance(action, ba.ForwardCancellation):
+                for w in self._writers:
+                    w.broadcast_event(cancel_barrier_message(action.checkpoint_id))
+            elif isinstance(action, ba.AbortedCheckpoint):
+                self._barrier_times.pop(action.checkpoint_id, None)
+                if action.reason is not ba.AbortReason.ABORTED_BY_JOBMANAGER:
+                    self._callbacks.on_decline(self.address, action.checkpoint_id, action.reason.value)
+
+    def _checkpoint(self, request: CheckpointRequest, alignment_s: float, start_delay_s: float) -> None:
+        """Snapshot every operator, forward the barrier, then acknowledge with the state handle."""
+        cid = request.checkpoint_id
+        states: dict[str, bytes] = {}
+        for op in self.operators:
+            blob = op.snapshot_state(cid)
+            if blob is not None:
+                states[op.ctx.uid] = blob
+        for net in self._network_outputs:
+            net.flush()
+        barrier = barrier_message(cid, request.timestamp, request.kind)
+        for w in self._writers:
+            w.broadcast_event(barrier)
+        kg = self.key_group_range
+        keyed = self._callbacks.snapshot_keyed_state(
+            self.address, cid, list(self._vertex.operator_uids), (kg.start, kg.end)
+        )
+        snapshot = OperatorSnapshot(self.address, cid, states, (kg.start, kg.end), keyed)
+        self._log.info("checkpoint_snapshot_taken", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
+        self._callbacks.on_checkpoint(self.address, snapshot, alignment_s, start_delay_s)
+
+    def _finish(self) -> None:
+        """End of input: every operator flushes in chain order, then end-of-stream goes downstream."""
+        for op in self.operators:
+            op.end_input()
+        for net in self._network_outputs:
+            net.flush()
+        eos = end_of_stream_message()
+        for w in self._writers:
+            w.broadcast_event(eos)
+        self._drain_control()
+
+    def _sync_metrics(self) -> None:
+        """Move the task's plain counters into its Prometheus metrics (twice a second, not per record)."""
+        m = self.metrics
+        channels = [ch for w in self._writers for ch in w.channels]
+        totals = {
+            "records_in": float(self.records_in),
+            "records_out": float(sum(w.records_out for w in self._writers)),
+            "bytes_out": float(sum(ch.bytes_sent for ch in channels)),
+            "backpressured": sum(ch.backpressured_s for ch in channels),
+        }
+        for name, total in totals.items():
+            delta = total - self._synced.get(name, 0.0)
+            if delta > 0:
+                getattr(m, name).inc(delta)
+            self._synced[name] = total
+        m.output_credits.set(sum(ch.credits for ch in channels))
+        if self._gate is not None:
+            m.input_buffer_usage.set(self._gate.queued_buffers() / max(1, self._gate.capacity()))
+
+
+def gate_all_ended(gate: InputGate) -> bool:
+    return all(ch.ended for ch in gate.channels)

@@ -1,0 +1,590 @@
+"""The job API: a small DataStream-style API that builds a :class:`~weir.graph.LogicalGraph`.
+
+A job file defines ``build(env)``::
+
+    from weir.api import Environment
+
+    def build(env: Environment) -> None:
+        events = env.from_kafka("events", uid="events-source", timestamp=lambda e: e["ts"])
+        events.key_by(lambda e: e["key"]).window(TumblingEventTimeWindows(1000)).aggregate(
+            Count(), uid="window-count").sink_to_kafka("window-results", uid="kafka-sink")
+
+Every operator takes a stable, user-given ``uid``: it names the operator's state in checkpoints and
+savepoints, so it must not change between versions of a job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Protocol, TypeVar
+
+from weir.errors import JobDefinitionError
+from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
+from weir.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+
+T = TypeVar("T")
+ACC = TypeVar("ACC")
+
+DEFAULT_MAX_PARALLELISM = 128
+
+WindowAssigner = TumblingEventTimeWindows | SlidingEventTimeWindows
+
+
+class Parameters(Mapping[str, str]):
+    """The job's ``-D key=value`` parameters with typed getters."""
+
+    def __init__(self, values: Mapping[str, str] | None = None) -> None:
+        self._values = dict(values or {})
+
+    def __getitem__(self, key: str) -> str:
+        return self._values[key]
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def get_str(self, key: str, default: str) -> str:
+        return self._values.get(key, default)
+
+    def get_int(self, key: str, default: int) -> int:
+        raw = self._values.get(key)
+        if raw is None:
+            return default
+        try:
+            return int(raw)
+        except ValueError:
+            raise JobDefinitionError(f"parameter {key}={raw!r} is not an integer") from None
+
+    def get_bool(self, key: str, default: bool) -> bool:
+        raw = self._values.get(key)
+        if raw is None:
+            return default
+        lowered = raw.strip().lower()
+        if lowered in ("true", "1", "yes", "on"):
+            return True
+        if lowered in ("false", "0", "no", "off"):
+            return False
+        raise JobDefinitionError(f"parameter {key}={raw!r} is not a boolean (true/false)")
+
+
+class AggregateFunction(Protocol[T, ACC]):
+    """Incremental window aggregation, as Flink's AggregateFunction."""
+
+    def create(self) -> ACC: ...
+    def add(self, acc: ACC, value: T) -> ACC: ...
+    def result(self, key: Any, window_start: int, window_end: int, acc: ACC) -> Any: ...
+
+
+@dataclass(frozen=True)
+class KafkaSourceSpec:
+    topic: str
+    bounded: bool
+    deserializer: Callable[[bytes], Any]
+    timestamp: Callable[[Any], int] | None
+    max_out_of_orderness_ms: int
+    dead_letter_topic: str | None
+
+
+@dataclass(frozen=True)
+class GeneratorSourceSpec:
+    generate: Callable[[int], Any]
+    count: int | None  # None: unbounded
+    timestamp: Callable[[Any], int] | None
+    max_out_of_orderness_ms: int
+    records_per_second: float | None
+
+
+class Environment:
+    """What a job file's ``build(env)`` receives: parameters and the source factories."""
+
+    def __init__(
+        self,
+        job_name: str,
+        parameters: Mapping[str, str] | None = None,
+        parallelism: int = 1,
+        max_parallelism: int = DEFAULT_MAX_PARALLELISM,
+    ) -> None:
+        self.params = Parameters(parameters)
+        self.graph = LogicalGraph(
+            job_name=job_name, default_parallelism=parallelism, max_parallelism=max_parallelism
+        )
+
+    def set_max_parallelism(self, max_parallelism: int) -> None:
+        self.graph.max_parallelism = max_parallelism
+
+    def from_kafka(
+        self,
+        topic: str,
+        *,
+        uid: str,
+        bounded: bool = False,
+        deserializer: Callable[[bytes], Any] | None = None,
+        timestamp: Callable[[Any], int] | None = None,
+        max_out_of_orderness_ms: int = 0,
+        dead_letter_topic: str | None = None,
+        parallelism: int | None = None,
+        name: str | None = None,
+    ) -> DataStream:
+        """A replayable Kafka source: partitions spread over subtasks, offsets kept in checkpoints.
+
+        A record the deserializer or the timestamp function rejects goes to ``dead_letter_topic``
+        with the reason (or fails the job when no dead-letter topic is given).
+        """
+        from taskmanager.operators.sources import KafkaSourceOperator, json_deserializer
+
+        spec = KafkaSourceSpec(
+            topic=topic,
+            bounded=bounded,
+            deserializer=deserializer or json_deserializer,
+            timestamp=timestamp,
+            max_out_of_orderness_ms=max_out_of_orderness_ms,
+            dead_letter_topic=dead_letter_topic,
+        )
+        return self._source(uid, name or f"kafka:{topic}", lambda: KafkaSourceOperator(spec), parallelism)
+
+    def from_generator(
+        self,
+        generate: Callable[[int], Any],
+        *,
+        uid: str,
+        count: int | None = None,
+        timestamp: Callable[[Any], int] | None = None,
+        max_out_of_orderness_ms: int = 0,
+        records_per_second: float | None = None,
+        parallelism: int | None = None,
+        name: str | None = None,
+    ) -> DataStream:
+        """A deterministic, replayable source: record i is ``generate(i)`` for i in 0..count-1
+        (unbounded when ``count`` is None); subtask s produces the indices s, s+p, s+2p, ..."""
+        from taskmanager.operators.sources import GeneratorSourceOperator
+
+        spec = GeneratorSourceSpec(
+            generate=generate,
+            count=count,
+            timestamp=timestamp,
+            max_out_of_orderness_ms=max_out_of_orderness_ms,
+            records_per_second=records_per_second,
+        )
+        return self._source(uid, name or "generator", lambda: GeneratorSourceOperator(spec), parallelism)
+
+    def from_collection(self, items: Iterable[Any], *, uid: str, **kwargs: Any) -> DataStream:
+        values = list(items)
+        return self.from_generator(values.__getitem__, uid=uid, count=len(values), **kwargs)
+
+    def _source(self, uid: str, name: str, factory: Callable[[], Any], parallelism: int | None) -> DataStream:
+        t = self.graph.add(
+            Transformation(
+                uid=uid, name=name, kind=OperatorKind.SOURCE, factory=factory, parallelism=parallelism
+            )
+        )
+        return DataStream(self, t)
+
+
+class DataStream:
+    """A stream of values produced by one operator."""
+
+    def __init__(
+        self,
+        env: Environment,
+        transformation: Transformation,
+        partitioning: Partitioning = Partitioning.FORWARD,
+        key_selector: Callable[[Any], Any] | None = None,
+    ) -> None:
+        self._env = env
+        self._t = transformation
+        self._partitioning = partitioning
+        self._key_selector = key_selector
+
+    @property
+    def uid(self) -> str:
+        return self._t.uid
+
+    def _add(
+        self,
+        uid: str,
+        name: str,
+        kind: OperatorKind,
+        factory: Callable[[], Any],
+        parallelism: int | None,
+        key_selector: Callable[[Any], Any] | None = None,
+        inputs: tuple[DataStream, ...] = (),
+    ) -> Transformation:
+        t = self._env.graph.add(
+            Transformation(
+                uid=uid,
+                name=name,
+                kind=kind,
+                factory=factory,
+                parallelism=parallelism,
+                key_selector=key_selector,
+            )
+        )
+        for index, upstream in enumerate(inputs or (self,)):
+            partitioning = upstream._partitioning
+            if partitioning is Partitioning.FORWARD and (
+                (parallelism or self._env.graph.default_parallelism)
+                != (upstream._t.parallelism or self._env.graph.default_parallelism)
+            ):
+                partitioning = Partitioning.REBALANCE
+            self._env.graph.connect(
+                Edge(
+                    source_uid=upstream._t.uid,
+                    target_uid=uid,
+                    partitioning=partitioning,
+                    input_index=index if kind is OperatorKind.TWO_INPUT else 0,
+                    key_selector=upstream._key_selector,
+                )
+            )
+        return t
+
+    def map(
+        self, fn: Callable[[Any], Any], *, uid: str, name: str | None = None, parallelism: int | None = None
+    ) -> DataStream:
+        from taskmanager.operators.basic import MapOperator
+
+        return DataStream(
+            self._env,
+            self._add(uid, name or "map", OperatorKind.ONE_INPUT, lambda: MapOperator(fn), parallelism),
+        )
+
+    def filter(
+        self, fn: Callable[[Any], bool], *, uid: str, name: str | None = None, parallelism: int | None = None
+    ) -> DataStream:
+        from taskmanager.operators.basic import FilterOperator
+
+        return DataStream(
+            self._env,
+            self._add(uid, name or "filter", OperatorKind.ONE_INPUT, lambda: FilterOperator(fn), parallelism),
+        )
+
+    def flat_map(
+        self,
+        fn: Callable[[Any], Iterable[Any]],
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> DataStream:
+        from taskmanager.operators.basic import FlatMapOperator
+
+        return DataStream(
+            self._env,
+            self._add(
+                uid, name or "flat_map", OperatorKind.ONE_INPUT, lambda: FlatMapOperator(fn), parallelism
+            ),
+        )
+
+    def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
+        return KeyedStream(self._env, self._t, key_selector)
+
+    def rebalance(self) -> DataStream:
+        return DataStream(self._env, self._t, Partitioning.REBALANCE)
+
+    def broadcast(self) -> DataStream:
+        return DataStream(self._env, self._t, Partitioning.BROADCAST)
+
+    def union(self, *others: DataStream, uid: str, parallelism: int | None = None) -> DataStream:
+        """Merge streams of the same type into one (an identity operator with several inputs)."""
+        from taskmanager.operators.basic import MapOperator
+
+        return DataStream(
+            self._env,
+            self._add(
+                uid,
+                "union",
+                OperatorKind.ONE_INPUT,
+                lambda: MapOperator(_identity),
+                parallelism,
+                inputs=(self, *others),
+            ),
+        )
+
+    def connect(self, other: DataStream) -> ConnectedStreams:
+        return ConnectedStreams(self, other)
+
+    # Sinks -----------------------------------------------------------------------------------------
+
+    def sink_to_kafka(
+        self,
+        topic: str,
+        *,
+        uid: str,
+        serializer: Callable[[Any], bytes] | None = None,
+        key: Callable[[Any], bytes | str | None] | None = None,
+        parallelism: int | None = None,
+    ) -> None:
+        from taskmanager.operators.sinks import KafkaSinkOperator, json_serializer
+
+        ser = serializer or json_serializer
+        self._add(
+            uid,
+            f"kafka-sink:{topic}",
+            OperatorKind.SINK,
+            lambda: KafkaSinkOperator(topic, ser, key),
+            parallelism,
+        )
+
+    def sink_to_postgres(
+        self,
+        table: str,
+        *,
+        uid: str,
+        columns: tuple[str, ...],
+        key_columns: tuple[str, ...],
+        row: Callable[[Any], tuple[Any, ...]] | None = None,
+        parallelism: int | None = None,
+    ) -> None:
+        """Upsert each value into ``table`` by its key columns (idempotent: a replay rewrites the same row)."""
+        from taskmanager.operators.sinks import PostgresUpsertSinkOperator
+
+        to_row = row or (lambda v: tuple(v[c] for c in columns))
+        self._add(
+            uid,
+            f"postgres-sink:{table}",
+            OperatorKind.SINK,
+            lambda: PostgresUpsertSinkOperator(table, columns, key_columns, to_row),
+            parallelism,
+        )
+
+    def print(self, *, uid: str, prefix: str = "") -> None:
+        from taskmanager.operators.sinks import PrintSinkOperator
+
+        self._add(uid, "print", OperatorKind.SINK, lambda: PrintSinkOperator(prefix), None)
+
+    def sink_to_file(self, path: str, *, uid: str, serializer: Callable[[Any], bytes] | None = None) -> None:
+        """Append one line per value to ``path``.<subtask> (a debugging sink, at-least-once)."""
+        from taskmanager.operators.sinks import FileSinkOperator, json_serializer
+
+        ser = serializer or json_serializer
+        self._add(uid, f"file-sink:{path}", OperatorKind.SINK, lambda: FileSinkOperator(path, ser), None)
+
+
+class KeyedStream(DataStream):
+    """A stream partitioned by key: each key's values reach one subtask, in order per input."""
+
+    def __init__(
+        self, env: Environment, transformation: Transformation, key_selector: Callable[[Any], Any]
+    ) -> None:
+        super().__init__(env, transformation, Partitioning.HASH, key_selector)
+
+    def reduce(
+        self,
+        fn: Callable[[Any, Any], Any],
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> DataStream:
+        """Emit the running reduction of each key after every value (state kept in RocksDB)."""
+        from taskmanager.operators.keyed import ReduceOperator
+
+        assert self._key_selector is not None
+        ks = self._key_selector
+        return DataStream(
+            self._env,
+            self._add(
+                uid,
+                name or "reduce",
+                OperatorKind.ONE_INPUT,
+                lambda: ReduceOperator(fn, ks),
+                parallelism,
+                key_selector=ks,
+            ),
+        )
+
+    def process(
+        self, fn: KeyedProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
+    ) -> DataStream:
+        from taskmanager.operators.keyed import KeyedProcessOperator
+
+        assert self._key_selector is not None
+        ks = self._key_selector
+        return DataStream(
+            self._env,
+            self._add(
+                uid,
+                name or "process",
+                OperatorKind.ONE_INPUT,
+                lambda: KeyedProcessOperator(fn, ks),
+                parallelism,
+                key_selector=ks,
+            ),
+        )
+
+    def window(self, assigner: WindowAssigner, *, allowed_lateness_ms: int = 0) -> WindowedStream:
+        return WindowedStream(self, assigner, allowed_lateness_ms)
+
+
+class WindowedStream:
+    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness_ms: int) -> None:
+        if allowed_lateness_ms < 0:
+            raise JobDefinitionError("allowed_lateness_ms must be >= 0")
+        self._keyed = keyed
+        self._assigner = assigner
+        self._lateness = allowed_lateness_ms
+
+    def aggregate(
+        self,
+        fn: AggregateFunction[Any, Any],
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> DataStream:
+        """Aggregate each key's window incrementally; emit ``fn.result`` when the watermark passes
+        the window's end (and again for each late value within the allowed lateness)."""
+        from taskmanager.operators.windows import WindowAggregateOperator
+
+        keyed = self._keyed
+        ks = keyed._key_selector
+        assert ks is not None
+        assigner, lateness = self._assigner, self._lateness
+        return DataStream(
+            keyed._env,
+            keyed._add(
+                uid,
+                name or "window-aggregate",
+                OperatorKind.ONE_INPUT,
+                lambda: WindowAggregateOperator(fn, ks, assigner, lateness),
+                parallelism,
+                key_selector=ks,
+            ),
+        )
+
+
+class ConnectedStreams:
+    """Two streams into one two-input operator (Flink's connect / CoProcessFunction)."""
+
+    def __init__(self, first: DataStream, second: DataStream) -> None:
+        self._first = first
+        self._second = second
+
+    def process(
+        self, fn: CoProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
+    ) -> DataStream:
+        from taskmanager.operators.basic import CoProcessOperator
+
+        first = self._first
+        key_selector = first._key_selector if first._partitioning is Partitioning.HASH else None
+        return DataStream(
+            first._env,
+            first._add(
+                uid,
+                name or "co-process",
+                OperatorKind.TWO_INPUT,
+                lambda: CoProcessOperator(fn),
+                parallelism,
+                key_selector=key_selector,
+                inputs=(first, self._second),
+            ),
+        )
+
+
+class Collector(Protocol):
+    def collect(self, value: Any, timestamp: int | None = None) -> None: ...
+
+
+class KeyedProcessFunction:
+    """Per-key processing with state: override ``process_element``; use ``ctx.value_state(name)``."""
+
+    def process_element(self, value: Any, ctx: Any, out: Collector) -> None:
+        raise NotImplementedError("a KeyedProcessFunction must override process_element")
+
+
+class CoProcessFunction:
+    """Two inputs: ``process_element1`` for the first stream, ``process_element2`` for the second."""
+
+    def process_element1(self, value: Any, out: Collector) -> None:
+        out.collect(value)
+
+    def process_element2(self, value: Any, out: Collector) -> None:
+        out.collect(value)
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+# Loading job files ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class LoadedJob:
+    graph: LogicalGraph
+    module: ModuleType
+
+
+def load_job_source(
+    source: bytes | str,
+    file_name: str,
+    parameters: Mapping[str, str] | None = None,
+    parallelism: int = 1,
+    job_name: str | None = None,
+) -> LoadedJob:
+    """Import a job file's source and run its ``build(env)``; any failure is a JobDefinitionError."""
+    text = source.decode("utf-8") if isinstance(source, bytes) else source
+    digest = hashlib.sha1(text.encode("utf-8")).hexdigest()[:12]
+    module_name = f"weir_job_{Path(file_name).stem.replace('-', '_')}_{digest}"
+    module = ModuleType(module_name)
+    module.__file__ = file_name
+    try:
+        code = compile(text, file_name, "exec")
+    except SyntaxError as exc:
+        raise JobDefinitionError(
+            f"job file {file_name} does not compile: {exc.msg} (line {exc.lineno})"
+        ) from exc
+    sys.modules[module_name] = module  # so that pickle and dataclasses can find the job's classes
+    try:
+        exec(code, module.__dict__)
+    except Exception as exc:
+        sys.modules.pop(module_name, None)
+        raise JobDefinitionError(
+            f"job file {file_name} does not import: {type(exc).__name__}: {exc}"
+        ) from exc
+    build = getattr(module, "build", None)
+    if not callable(build):
+        raise JobDefinitionError(f"job file {file_name} defines no build(env) function")
+    env = Environment(job_name or Path(file_name).stem, parameters, parallelism)
+    try:
+        build(env)
+    except JobDefinitionError:
+        raise
+    except Exception as exc:
+        raise JobDefinitionError(
+            f"job file {file_name}: build(env) failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    env.graph.validate()
+    return LoadedJob(graph=env.graph, module=module)
+
+
+def load_job_file(
+    path: str | Path, parameters: Mapping[str, str] | None = None, parallelism: int = 1
+) -> LoadedJob:
+    p = Path(path)
+    if not p.is_file():
+        raise JobDefinitionError(f"job file {p} does not exist")
+    return load_job_source(p.read_bytes(), str(p), parameters, parallelism)
+
+
+__all__ = [
+    "AggregateFunction",
+    "CoProcessFunction",
+    "Collector",
+    "DataStream",
+    "Environment",
+    "KeyedProcessFunction",
+    "KeyedStream",
+    "LoadedJob",
+    "Parameters",
+    "SlidingEventTimeWindows",
+    "TumblingEventTimeWindows",
+    "load_job_file",
+    "load_job_source",
+]

@@ -1,0 +1,121 @@
+"""The logical job graph a job file builds: operators with stable uids, joined by partitioned edges.
+
+Every process (the CLI for validation, the JobManager for scheduling, each TaskManager for the user
+code of its subtasks) loads the same job file with the same parameters and gets the same graph.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from weir.errors import JobDefinitionError
+
+
+class Partitioning(enum.Enum):
+    FORWARD = "forward"
+    HASH = "hash"
+    REBALANCE = "rebalance"
+    BROADCAST = "broadcast"
+
+
+class OperatorKind(enum.Enum):
+    SOURCE = "source"
+    ONE_INPUT = "one_input"
+    TWO_INPUT = "two_input"
+    SINK = "sink"
+
+
+@dataclass(frozen=True)
+class Edge:
+    source_uid: str
+    target_uid: str
+    partitioning: Partitioning
+    input_index: int = 0
+    key_selector: Callable[[Any], Any] | None = None
+
+
+@dataclass
+class Transformation:
+    """One operator of the logical graph. ``factory`` builds a fresh runtime operator per subtask."""
+
+    uid: str
+    name: str
+    kind: OperatorKind
+    factory: Callable[[], Any]
+    parallelism: int | None = None
+    max_parallelism: int | None = None
+    key_selector: Callable[[Any], Any] | None = None  # keyed operators: the key of their input
+    chainable: bool = True
+
+
+@dataclass
+class LogicalGraph:
+    job_name: str
+    default_parallelism: int
+    max_parallelism: int
+    transformations: dict[str, Transformation] = field(default_factory=dict)
+    edges: list[Edge] = field(default_factory=list)
+
+    def add(self, transformation: Transformation) -> Transformation:
+        if not transformation.uid:
+            raise JobDefinitionError(f"operator {transformation.name!r} needs a non-empty uid")
+        if transformation.uid in self.transformations:
+            raise JobDefinitionError(
+                f"two operators share the uid {transformation.uid!r}: every operator needs its own stable uid"
+            )
+        self.transformations[transformation.uid] = transformation
+        return transformation
+
+    def connect(self, edge: Edge) -> None:
+        self.edges.append(edge)
+
+    def inputs_of(self, uid: str) -> list[Edge]:
+        return sorted((e for e in self.edges if e.target_uid == uid), key=lambda e: e.input_index)
+
+    def outputs_of(self, uid: str) -> list[Edge]:
+        return [e for e in self.edges if e.source_uid == uid]
+
+    def parallelism_of(self, uid: str) -> int:
+        return self.transformations[uid].parallelism or self.default_parallelism
+
+    def topological(self) -> Iterator[Transformation]:
+        seen: set[str] = set()
+        order: list[str] = []
+
+        def visit(uid: str) -> None:
+            if uid in seen:
+                return
+            seen.add(uid)
+            for edge in self.inputs_of(uid):
+                visit(edge.source_uid)
+            order.append(uid)
+
+        for uid in self.transformations:
+            visit(uid)
+        return (self.transformations[u] for u in order)
+
+    def validate(self) -> None:
+        if not self.transformations:
+            raise JobDefinitionError("the job defines no operators")
+        if not any(t.kind is OperatorKind.SOURCE for t in self.transformations.values()):
+            raise JobDefinitionError("the job has no source")
+        for t in self.transformations.values():
+            p = self.parallelism_of(t.uid)
+            if p < 1 or p > self.max_parallelism:
+                raise JobDefinitionError(
+                    f"operator {t.uid!r}: parallelism {p} must be between 1 and max parallelism "
+                    f"{self.max_parallelism}"
+                )
+            if t.kind is not OperatorKind.SOURCE and not self.inputs_of(t.uid):
+                raise JobDefinitionError(f"operator {t.uid!r} has no input")
+        for e in self.edges:
+            if e.partitioning is Partitioning.FORWARD and self.parallelism_of(
+                e.source_uid
+            ) != self.parallelism_of(e.target_uid):
+                raise JobDefinitionError(
+                    f"forward edge {e.source_uid!r} -> {e.target_uid!r} joins different parallelisms; "
+                    "use rebalance() or key_by()"
+                )

@@ -1,0 +1,153 @@
+"""From the logical graph to the physical plan: operator chains (vertices) and their channels.
+
+An operator is chained to its input when the edge is FORWARD, both sides have the same parallelism
+and it has exactly one input; a chain is a tree rooted at its head, and every subtask of a vertex
+runs the whole tree in one thread. Edges between vertices cross the network.
+
+The JobManager and every TaskManager compute the same plan from the same job file, so the channel
+numbering below is the contract between producer and consumer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from weir.graph import LogicalGraph, OperatorKind, Partitioning
+
+
+@dataclass(frozen=True, eq=False)
+class NetworkEdge:
+    """An edge between two vertices: from an operator inside the producer vertex to a vertex's head."""
+
+    producer_vertex: str
+    producer_operator: str
+    consumer_vertex: str
+    partitioning: Partitioning
+    input_index: int
+    key_selector: Callable[[Any], Any] | None
+
+
+@dataclass
+class Vertex:
+    uid: str  # the head operator's uid
+    operator_uids: list[str]  # topological order, head first
+    parallelism: int
+    chained: dict[str, list[str]] = field(default_factory=dict)  # operator -> chained successors
+    inputs: list[NetworkEdge] = field(default_factory=list)
+    outputs: list[NetworkEdge] = field(default_factory=list)
+
+    @property
+    def is_source(self) -> bool:
+        return not self.inputs
+
+    def outputs_of(self, operator_uid: str) -> list[NetworkEdge]:
+        return [e for e in self.outputs if e.producer_operator == operator_uid]
+
+
+@dataclass(frozen=True)
+class InputChannel:
+    channel: int
+    gate: int  # the input index of the head (0, or 1 for the second input of a two-input operator)
+    producer_vertex: str
+    producer_subtask: int
+
+
+@dataclass(frozen=True)
+class OutputChannel:
+    edge_index: int  # index into Vertex.outputs
+    channel: int  # consumer subtask on that edge
+    consumer_vertex: str
+    consumer_subtask: int
+    consumer_channel: int  # the channel index on the consumer side
+
+
+@dataclass
+class JobPlan:
+    graph: LogicalGraph
+    vertices: dict[str, Vertex]  # in topological order
+
+    def vertex_of_operator(self, operator_uid: str) -> Vertex:
+        for v in self.vertices.values():
+            if operator_uid in v.operator_uids:
+                return v
+        raise KeyError(operator_uid)
+
+    def input_channels(self, vertex_uid: str, subtask: int) -> list[InputChannel]:
+        """Every channel into one subtask, numbered in a stable order."""
+        vertex = self.vertices[vertex_uid]
+        channels: list[InputChannel] = []
+        for edge in sorted(vertex.inputs, key=lambda e: (e.input_index, e.producer_vertex)):
+            producer = self.vertices[edge.producer_vertex]
+            if edge.partitioning is Partitioning.FORWARD:
+                producers = [subtask]
+            else:
+                producers = list(range(producer.parallelism))
+            for p in producers:
+                channels.append(InputChannel(len(channels), edge.input_index, producer.uid, p))
+        return channels
+
+    def output_channels(self, vertex_uid: str, subtask: int) -> list[OutputChannel]:
+        """Every channel out of one subtask, with the consumer-side channel index it lands on."""
+        vertex = self.vertices[vertex_uid]
+        out: list[OutputChannel] = []
+        for index, edge in enumerate(vertex.outputs):
+            consumer = self.vertices[edge.consumer_vertex]
+            targets = [subtask] if edge.partitioning is Partitioning.FORWARD else range(consumer.parallelism)
+            for target in targets:
+                consumer_channel = next(
+                    c.channel
+                    for c in self.input_channels(consumer.uid, target)
+                    if c.producer_vertex == vertex.uid and c.producer_subtask == subtask and c.gate == edge.input_index
+                )
+                out.append(OutputChannel(index, target, consumer.uid, target, consumer_channel))
+        return out
+
+    @property
+    def max_parallelism_over_vertices(self) -> int:
+        return max(v.parallelism for v in self.vertices.values())
+
+
+def build_plan(graph: LogicalGraph) -> JobPlan:
+    order = list(graph.topological())
+    head_of: dict[str, str] = {}
+    vertices: dict[str, Vertex] = {}
+    for t in order:
+        inputs = graph.inputs_of(t.uid)
+        parallelism = graph.parallelism_of(t.uid)
+        chain_to: str | None = None
+        if t.kind is not OperatorKind.SOURCE and t.chainable and len(inputs) == 1:
+            edge = inputs[0]
+            upstream = graph.transformations[edge.source_uid]
+            if (
+                edge.partitioning is Partitioning.FORWARD
+                and graph.parallelism_of(upstream.uid) == parallelism
+                and upstream.kind is not OperatorKind.SINK
+                and upstream.chainable
+            ):
+                chain_to = edge.source_uid
+        if chain_to is not None:
+            head = head_of[chain_to]
+            vertex = vertices[head]
+            vertex.operator_uids.append(t.uid)
+            vertex.chained.setdefault(chain_to, []).append(t.uid)
+            head_of[t.uid] = head
+        else:
+            vertices[t.uid] = Vertex(uid=t.uid, operator_uids=[t.uid], parallelism=parallelism)
+            head_of[t.uid] = t.uid
+    for e in graph.edges:
+        producer_head, consumer_head = head_of[e.source_uid], head_of[e.target_uid]
+        if producer_head == consumer_head:
+            continue  # chained
+        net = NetworkEdge(
+            producer_vertex=producer_head,
+            producer_operator=e.source_uid,
+            consumer_vertex=consumer_head,
+            partitioning=e.partitioning,
+            input_index=e.input_index,
+            key_selector=e.key_selector,
+        )
+        vertices[producer_head].outputs.append(net)
+        vertices[consumer_head].inputs.append(net)
+    return JobPlan(graph=graph, vertices=vertices)
