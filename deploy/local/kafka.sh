@@ -13,6 +13,7 @@ KAFKA_VERSION="$(sed -n 's:.*<kafka.version>\(.*\)</kafka.version>.*:\1:p' "$KAF
 KAFKA_HOME="$WEIR_CACHE_DIR/kafka/$KAFKA_VERSION"
 KAFKA_RUN="$(svc_dir kafka)"
 KAFKA_CONF="$KAFKA_RUN/server.properties"
+KAFKA_BROKER_PROPS="$KAFKA_FILES/broker.properties"   # shared with docker-compose.yml
 START_TIMEOUT="${WEIR_KAFKA_START_TIMEOUT:-90}"
 CLUSTER_ID="d2Vpci1sb2NhbC1rYWZrYQ"   # base64url of "weir-local-kafka": fixed, so data dirs stay valid
 JVM=(java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true
@@ -43,7 +44,7 @@ install() {
 write_config() {
   mkdir -p "$KAFKA_RUN/data"
   cat >"$KAFKA_CONF" <<CONF
-# written by deploy/local/kafka.sh on every start; edit the script, not this file
+# written by deploy/local/kafka.sh on every start; edit the script or deploy/local/kafka/broker.properties, not this file
 process.roles=broker,controller
 node.id=1
 controller.quorum.voters=1@127.0.0.1:$WEIR_KAFKA_CONTROLLER_PORT
@@ -53,19 +54,8 @@ listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
 log.dirs=$KAFKA_RUN/data
-num.partitions=1
-auto.create.topics.enable=false
-group.initial.rebalance.delay.ms=0
-offsets.topic.replication.factor=1
-offsets.topic.num.partitions=4
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
-transaction.state.log.num.partitions=4
-share.coordinator.state.topic.replication.factor=1
-share.coordinator.state.topic.min.isr=1
-num.network.threads=2
-num.io.threads=4
 CONF
+  cat "$KAFKA_BROKER_PROPS" >>"$KAFKA_CONF"
 }
 
 format_storage() {

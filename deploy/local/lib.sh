@@ -75,7 +75,8 @@ wait_until() {
 start_daemon() {
   local service="$1"; shift
   mkdir -p "$(svc_dir "$service")"
-  nohup setsid "$@" >>"$(svc_log "$service")" 2>&1 </dev/null &
+  # fd 9 is the start lock of the calling script: the daemon must not inherit (and hold) it.
+  nohup setsid "$@" >>"$(svc_log "$service")" 2>&1 </dev/null 9>&- &
   echo $! >"$(svc_pidfile "$service")"
 }
 

@@ -19,6 +19,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PG_USER=postgres
 PG_RUN="$(svc_dir postgres)"
 PG_DATA="$PG_RUN/data"
+PG_SHARED_CONF="$DEPLOY_LOCAL_DIR/postgres/weir.conf"   # settings shared with docker-compose.yml
 PG_SOCK="$PG_RUN/sock"   # unix socket dir: admin connections as the postgres user (peer auth)
 # A unix socket path must fit in 107 bytes; a long run dir falls back to a short path in /tmp.
 (( ${#PG_SOCK} + 20 < 107 )) || PG_SOCK="/tmp/weir-pg-$WEIR_POSTGRES_PORT"
@@ -111,14 +112,16 @@ init_cluster() {
 }
 
 write_config() {
-  cat >"$PG_DATA/weir.conf" <<CONF
-# written by deploy/local/postgres.sh on every start; edit the script, not this file
+  {
+    cat <<CONF
+# written by deploy/local/postgres.sh on every start; edit the script or
+# deploy/local/postgres/weir.conf (the settings shared with docker-compose.yml), not this file
 listen_addresses = '127.0.0.1'
 port = $WEIR_POSTGRES_PORT
 unix_socket_directories = '$PG_SOCK'
-max_connections = 200
-# Weir's two-phase-commit sinks need prepared transactions (0, i.e. off, by default).
-max_prepared_transactions = 100
+CONF
+    cat "$PG_SHARED_CONF"
+    cat <<CONF
 shared_buffers = 64MB
 # A throw-away local test cluster: durability is traded for speed. A crash of the machine may
 # lose or corrupt this data. Never copy these three settings to a real deployment.
@@ -126,6 +129,7 @@ fsync = off
 synchronous_commit = off
 full_page_writes = off
 CONF
+  } >"$PG_DATA/weir.conf"
   chown "$PG_USER:$PG_USER" "$PG_DATA/weir.conf"
 }
 

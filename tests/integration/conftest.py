@@ -1,0 +1,74 @@
+"""A Weir cluster (JobManager + 3 TaskManagers as processes) started once per test session."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from connectors import kafka
+from weir.client import JobManagerClient, JobStatus
+from weir.cluster import start_cluster, stop_cluster
+from weir.config import Endpoints
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class WeirCluster:
+    endpoints: Endpoints
+    directory: Path
+    client: JobManagerClient
+
+    def submit(self, job_file: str, parameters: dict[str, str], parallelism: int = 3) -> str:
+        return self.client.submit_job(REPO_ROOT / job_file, parameters, parallelism)
+
+    def wait_for(self, job_id: str, statuses: tuple[str, ...] = ("FINISHED",), timeout_s: float = 300.0) -> JobStatus:
+        """Poll the job until it reaches one of ``statuses`` (or any terminal status)."""
+        deadline = time.monotonic() + timeout_s
+        status = self.client.job_status(job_id)
+        while time.monotonic() < deadline:
+            status = self.client.job_status(job_id)
+            if status.summary.status in statuses or status.summary.status in ("FINISHED", "FAILED", "CANCELED"):
+                break
+            time.sleep(0.2)
+        return status
+
+
+@pytest.fixture(scope="session")
+def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeirCluster]:
+    run_dir = tmp_path_factory.mktemp("weir-run")
+    os.environ["WEIR_RUN_DIR"] = str(run_dir)
+    os.environ.setdefault("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/test-{uuid.uuid4().hex[:8]}")
+    directory = run_dir / "cluster"
+    start_cluster(directory, services, restart=True, restart_delay_s=1.0, timeout_s=90)
+    client = JobManagerClient(services.jobmanager_address)
+    try:
+        yield WeirCluster(services, directory, client)
+    finally:
+        client.close()
+        stop_cluster(directory)
+
+
+@pytest.fixture
+def unique() -> str:
+    return uuid.uuid4().hex[:8]
+
+
+def create_window_table(endpoints: Endpoints, table: str) -> None:
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute(
+            f"CREATE TABLE {table} (key text, window_start bigint, window_end bigint, count bigint, sum bigint, "
+            "PRIMARY KEY (key, window_start))"
+        )
+
+
+def create_topics(endpoints: Endpoints, topics: dict[str, int]) -> None:
+    kafka.create_topics(endpoints, topics)

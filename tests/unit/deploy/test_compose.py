@@ -1,0 +1,576 @@
+"""docker-compose.yml agrees with the local mode.
+
+No service is started: the compose file, the Prometheus and Grafana configs and the Dockerfile are
+compared with the local mode's own sources, read where the local mode reads them:
+
+* weir/endpoints.env (through ``weir.config.resolve_environment``): ports, endpoints, bucket, keys;
+* deploy/local/kafka/broker.properties, appended by deploy/local/kafka.sh to its server.properties,
+  and the KRaft identity written by kafka.sh itself; the Kafka version pinned in kafka/pom.xml;
+* deploy/local/postgres/weir.conf, appended by deploy/local/postgres.sh to the cluster's config;
+* deploy/prometheus/prometheus-local.yml, used by deploy/local/prometheus.sh;
+* ``weir.cluster.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
+* jobmanager/__main__.py and taskmanager/__main__.py: the flags the processes accept;
+* the Makefile's protoc command and pyproject.toml's package list, for deploy/Dockerfile.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from weir.config import Endpoints, resolve_environment
+
+REPO = Path(__file__).resolve().parents[3]
+COMPOSE_FILE = REPO / "docker-compose.yml"
+DOCKERFILE = REPO / "deploy/Dockerfile"
+KAFKA_SH = REPO / "deploy/local/kafka.sh"
+BROKER_PROPERTIES = REPO / "deploy/local/kafka/broker.properties"
+KAFKA_POM = REPO / "deploy/local/kafka/pom.xml"
+POSTGRES_SH = REPO / "deploy/local/postgres.sh"
+POSTGRES_CONF = REPO / "deploy/local/postgres/weir.conf"
+PROMETHEUS_LOCAL = REPO / "deploy/prometheus/prometheus-local.yml"
+PROMETHEUS_COMPOSE = REPO / "deploy/prometheus/prometheus-compose.yml"
+GRAFANA_PROVISIONING = REPO / "deploy/grafana/provisioning"
+
+TASKMANAGERS = ("taskmanager-1", "taskmanager-2", "taskmanager-3")
+WEIR_SERVICES = ("jobmanager", *TASKMANAGERS)
+REQUIRED_SERVICES = ("kafka", "postgres", "minio", "minio-init", "prometheus", "grafana", *WEIR_SERVICES)
+CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+
+LOCAL = resolve_environment({})  # the local mode's defaults, whatever this shell exports
+
+
+# Readers ------------------------------------------------------------------------------------------
+
+
+def _load_yaml(path: Path) -> Any:
+    with path.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return _load_yaml(COMPOSE_FILE)
+
+
+@pytest.fixture(scope="module")
+def svc(compose: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return compose["services"]
+
+
+def read_properties(path: Path) -> dict[str, str]:
+    """``key=value`` lines of a Java properties file (no continuations are used here)."""
+    props: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith(("#", "!")):
+            continue
+        key, _, value = line.partition("=")
+        props[key.strip()] = value.strip()
+    return props
+
+
+def read_pg_conf(path: Path) -> dict[str, str]:
+    """``name = value`` lines of a postgresql.conf fragment, comments and quotes removed."""
+    conf: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, _, value = line.partition("=")
+        conf[name.strip()] = value.strip().strip("'")
+    return conf
+
+
+def kafka_sh_properties() -> dict[str, str]:
+    """The properties kafka.sh writes itself (its write_config heredoc), before broker.properties."""
+    text = KAFKA_SH.read_text(encoding="utf-8")
+    body = text.split('cat >"$KAFKA_CONF" <<CONF', 1)[1].split("\nCONF\n", 1)[0]
+    return {k: v for k, v in (line.split("=", 1) for line in body.splitlines() if "=" in line and line[0] != "#")}
+
+
+def env_of(service: dict[str, Any]) -> dict[str, str]:
+    env = service.get("environment") or {}
+    if isinstance(env, list):
+        env = dict(item.split("=", 1) for item in env)
+    return {k: str(v) for k, v in env.items()}
+
+
+def command_of(service: dict[str, Any]) -> list[str]:
+    cmd = service.get("command") or []
+    return shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
+
+
+def published_ports(service: dict[str, Any]) -> dict[int, int]:
+    """host port -> container port of a service's ``ports`` (short or long syntax)."""
+    mapping: dict[int, int] = {}
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):
+            mapping[int(entry["published"])] = int(entry["target"])
+            continue
+        parts = str(entry).split("/")[0].split(":")
+        assert len(parts) in (2, 3), f"port {entry!r} should publish host:container explicitly"
+        mapping[int(parts[-2])] = int(parts[-1])
+    return mapping
+
+
+def depends_on(service: dict[str, Any]) -> dict[str, str]:
+    deps = service.get("depends_on") or {}
+    if isinstance(deps, list):
+        return dict.fromkeys(deps, "service_started")
+    return {name: (spec or {}).get("condition", "service_started") for name, spec in deps.items()}
+
+
+def volume_mounts(service: dict[str, Any]) -> list[tuple[str, str]]:
+    """(source, target) of each volume; the short syntax's ``:ro``/``:rw`` suffix is dropped."""
+    mounts = []
+    for entry in service.get("volumes") or []:
+        if isinstance(entry, dict):
+            mounts.append((str(entry.get("source", "")), str(entry["target"])))
+        else:
+            source, target = str(entry).split(":")[:2]
+            mounts.append((source, target))
+    return mounts
+
+
+def flags(args: list[str]) -> dict[str, str]:
+    """``--flag value`` pairs of a command line (every flag here takes a value)."""
+    out: dict[str, str] = {}
+    it = iter(args)
+    for arg in it:
+        assert arg.startswith("--"), f"unexpected positional argument {arg!r} in {args}"
+        out[arg] = next(it)
+    return out
+
+
+def port_of(url: str) -> int:
+    port = urlsplit(url if "://" in url else f"tcp://{url}").port
+    assert port is not None, url
+    return port
+
+
+def host_of(url: str) -> str:
+    host = urlsplit(url if "://" in url else f"tcp://{url}").hostname
+    assert host is not None, url
+    return host
+
+
+def without_host(url: str) -> tuple[Any, ...]:
+    """Everything in an endpoint but its host: scheme, user, password, port, path, query."""
+    parts = urlsplit(url if "://" in url else f"tcp://{url}")
+    return parts.scheme, parts.username, parts.password, parts.port, parts.path, parts.query
+
+
+def static_targets(config: dict[str, Any]) -> dict[str, list[str]]:
+    return {
+        job["job_name"]: [t for sc in job.get("static_configs", []) for t in sc["targets"]]
+        for job in config["scrape_configs"]
+    }
+
+
+# Services, ports, environment ---------------------------------------------------------------------
+
+
+def test_every_required_service_exists(svc: dict[str, Any]) -> None:
+    missing = [name for name in REQUIRED_SERVICES if name not in svc]
+    assert not missing, f"docker-compose.yml lacks the services {missing}"
+
+
+def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None:
+    endpoints = Endpoints.from_env({})
+    expected = {
+        "kafka": {int(LOCAL["WEIR_KAFKA_PORT"]), port_of(endpoints.kafka_bootstrap)},
+        "postgres": {int(LOCAL["WEIR_POSTGRES_PORT"]), port_of(endpoints.postgres_dsn)},
+        "minio": {int(LOCAL["WEIR_S3_PORT"]), port_of(endpoints.s3_endpoint)},
+        "prometheus": {int(LOCAL["WEIR_PROMETHEUS_PORT"]), port_of(endpoints.prometheus_url)},
+        "jobmanager": {
+            int(LOCAL["WEIR_JOBMANAGER_PORT"]),
+            port_of(endpoints.jobmanager_address),
+            endpoints.jobmanager_metrics_port,
+        },
+    }
+    for n, name in enumerate(TASKMANAGERS, start=1):
+        expected[name] = {endpoints.taskmanager_metrics_base_port + n}
+    for name, ports in expected.items():
+        published = published_ports(svc[name])
+        for port in ports:
+            # The same port inside and outside: the processes' flags and configs name one number.
+            assert published.get(port) == port, f"{name} should publish {port}:{port}, publishes {published}"
+    if LOCAL["WEIR_KAFKA_CONTROLLER_PORT"]:
+        assert int(LOCAL["WEIR_KAFKA_CONTROLLER_PORT"]) not in published_ports(svc["kafka"]), (
+            "the KRaft controller listener is internal to the kafka container"
+        )
+
+
+def test_weir_processes_share_one_environment(compose: dict[str, Any], svc: dict[str, Any]) -> None:
+    anchor = {k: str(v) for k, v in compose["x-weir-env"].items()}
+    for name in WEIR_SERVICES:
+        assert env_of(svc[name]) == anchor, f"{name} should use the x-weir-env block unchanged"
+
+
+def test_weir_environment_is_the_local_one_with_container_hosts(compose: dict[str, Any], svc: dict[str, Any]) -> None:
+    env = {k: str(v) for k, v in compose["x-weir-env"].items()}
+    for name in ("WEIR_S3_BUCKET", "WEIR_S3_ACCESS_KEY", "WEIR_S3_SECRET_KEY"):
+        assert env[name] == LOCAL[name], name
+    hosts = {
+        "WEIR_KAFKA_BOOTSTRAP": "kafka",
+        "WEIR_POSTGRES_DSN": "postgres",
+        "WEIR_S3_ENDPOINT": "minio",
+        "WEIR_PROMETHEUS_URL": "prometheus",
+        "WEIR_JOBMANAGER_ADDRESS": "jobmanager",
+    }
+    for name, host in hosts.items():
+        assert host in svc, host
+        assert host_of(env[name]) == host, f"{name}={env[name]} should name the compose service {host}"
+        local = LOCAL[name]
+        if name == "WEIR_KAFKA_BOOTSTRAP":
+            continue  # the containers use the broker's internal listener; checked with the listeners
+        assert port_of(env[name]) == port_of(local), name
+        # Everything but the host (scheme, user, password, path) is the local mode's.
+        assert without_host(env[name]) == without_host(local), name
+    assert env["WEIR_JOBMANAGER_METRICS_PORT"] == LOCAL["WEIR_JOBMANAGER_METRICS_PORT"]
+    assert env["WEIR_TASKMANAGER_METRICS_BASE_PORT"] == LOCAL["WEIR_TASKMANAGER_METRICS_BASE_PORT"]
+    assert env["WEIR_CHECKPOINT_DIR"].startswith(f"s3://{LOCAL['WEIR_S3_BUCKET']}/"), env["WEIR_CHECKPOINT_DIR"]
+    assert env["WEIR_LOG_FORMAT"] == "json"
+
+
+# Kafka --------------------------------------------------------------------------------------------
+
+
+def test_kafka_sh_appends_broker_properties_and_does_not_override_them() -> None:
+    text = KAFKA_SH.read_text(encoding="utf-8")
+    assert "broker.properties" in text and re.search(r'cat "\$KAFKA_BROKER_PROPS" >>"\$KAFKA_CONF"', text)
+    overlap = set(kafka_sh_properties()) & set(read_properties(BROKER_PROPERTIES))
+    assert not overlap, f"kafka.sh and broker.properties both set {sorted(overlap)}"
+
+
+def test_broker_properties_hold_the_single_broker_transaction_settings() -> None:
+    props = read_properties(BROKER_PROPERTIES)
+    assert props["offsets.topic.replication.factor"] == "1"
+    assert props["transaction.state.log.replication.factor"] == "1"
+    assert props["transaction.state.log.min.isr"] == "1"
+    assert props["auto.create.topics.enable"] == "false"
+    assert props["group.initial.rebalance.delay.ms"] == "0"
+    assert "offsets.topic.num.partitions" in props and "transaction.state.log.num.partitions" in props
+
+
+def test_kafka_broker_settings_equal_the_local_mode(svc: dict[str, Any]) -> None:
+    env = env_of(svc["kafka"])
+    props = read_properties(BROKER_PROPERTIES)
+    assert props
+    for key, value in props.items():
+        var = "KAFKA_" + key.upper().replace(".", "_")
+        assert env.get(var) == value, f"{key}={value} in broker.properties, but {var}={env.get(var)!r} in compose"
+
+
+def test_kafka_kraft_identity_and_listeners(compose: dict[str, Any], svc: dict[str, Any]) -> None:
+    kafka = svc["kafka"]
+    env = env_of(kafka)
+    local = kafka_sh_properties()
+    version = re.search(r"<kafka.version>(.+)</kafka.version>", KAFKA_POM.read_text(encoding="utf-8"))
+    assert version and kafka["image"] == f"apache/kafka:{version.group(1)}", "the local mode's Kafka version"
+    cluster_id = re.search(r'^CLUSTER_ID="([^"]+)"', KAFKA_SH.read_text(encoding="utf-8"), re.M)
+    assert cluster_id and env["CLUSTER_ID"] == cluster_id.group(1)
+    for key in ("process.roles", "node.id", "controller.listener.names"):
+        assert env["KAFKA_" + key.upper().replace(".", "_")] == local[key], key
+
+    def listeners(value: str) -> dict[str, str]:
+        return dict(item.split("://", 1) for item in value.split(","))
+
+    bound = listeners(env["KAFKA_LISTENERS"])
+    advertised = listeners(env["KAFKA_ADVERTISED_LISTENERS"])
+    protocols = dict(item.split(":") for item in env["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(","))
+    assert set(bound) == set(protocols), "every listener needs a security protocol"
+    assert all(p == "PLAINTEXT" for p in protocols.values())
+    controller = env["KAFKA_CONTROLLER_LISTENER_NAMES"]
+    assert port_of(bound[controller]) == int(LOCAL["WEIR_KAFKA_CONTROLLER_PORT"])
+    voter = env["KAFKA_CONTROLLER_QUORUM_VOTERS"]
+    assert voter.split("@")[0] == env["KAFKA_NODE_ID"] and port_of(voter.split("@")[1]) == port_of(bound[controller])
+    # The host's listener: the local mode's port, advertised to the host.
+    host_side = [name for name, addr in advertised.items() if port_of(addr) == int(LOCAL["WEIR_KAFKA_PORT"])]
+    assert len(host_side) == 1 and host_of(advertised[host_side[0]]) in ("localhost", "127.0.0.1")
+    assert port_of(bound[host_side[0]]) == int(LOCAL["WEIR_KAFKA_PORT"])
+    # The containers' listener: the one the Weir processes bootstrap from, also the inter-broker one.
+    bootstrap = compose["x-weir-env"]["WEIR_KAFKA_BOOTSTRAP"]
+    internal = [name for name, addr in advertised.items() if addr == bootstrap]
+    assert internal == [env["KAFKA_INTER_BROKER_LISTENER_NAME"]], (bootstrap, advertised)
+    assert port_of(bound[internal[0]]) == port_of(bootstrap)
+    assert controller not in advertised or port_of(advertised[controller]) == port_of(bound[controller])
+    data_dir = env["KAFKA_LOG_DIRS"]
+    assert any(target == data_dir and not source.startswith((".", "/")) for source, target in volume_mounts(kafka))
+
+
+# PostgreSQL ---------------------------------------------------------------------------------------
+
+
+def test_postgres_sh_appends_the_shared_conf() -> None:
+    text = POSTGRES_SH.read_text(encoding="utf-8")
+    assert "postgres/weir.conf" in text and 'cat "$PG_SHARED_CONF"' in text
+    assert read_pg_conf(POSTGRES_CONF)["max_prepared_transactions"] != "0", "Weir's 2PC sinks need it"
+
+
+def test_postgres_settings_equal_the_local_mode(svc: dict[str, Any]) -> None:
+    pg = svc["postgres"]
+    cmd = command_of(pg)
+    assert cmd[0] == "postgres"
+    settings = {}
+    for flag, value in zip(cmd[1::2], cmd[2::2], strict=True):
+        assert flag == "-c", cmd
+        name, _, setting = value.partition("=")
+        settings[name] = setting
+    for name, value in read_pg_conf(POSTGRES_CONF).items():
+        assert settings.get(name) == value, f"{name} = {value} in deploy/local/postgres/weir.conf, compose: {settings}"
+    assert settings["port"] == LOCAL["WEIR_POSTGRES_PORT"]
+    for durability in ("fsync", "synchronous_commit", "full_page_writes"):
+        assert durability not in settings, f"the local mode's {durability}=off is not for a real deployment"
+    dsn = urlsplit(LOCAL["WEIR_POSTGRES_DSN"])
+    env = env_of(pg)
+    assert (env["POSTGRES_USER"], env["POSTGRES_PASSWORD"], env["POSTGRES_DB"]) == (
+        dsn.username,
+        dsn.password,
+        dsn.path.lstrip("/"),
+    )
+    assert pg["image"].split(":")[1].split(".")[0].split("-")[0] == "15", "the local mode runs PostgreSQL 15"
+    assert any(t == "/var/lib/postgresql/data" for _, t in volume_mounts(pg))
+
+
+# S3 (MinIO) ---------------------------------------------------------------------------------------
+
+
+def test_minio_credentials_port_and_bucket_equal_the_local_mode(svc: dict[str, Any]) -> None:
+    minio = svc["minio"]
+    env = env_of(minio)
+    assert env["MINIO_ROOT_USER"] == LOCAL["WEIR_S3_ACCESS_KEY"]
+    assert env["MINIO_ROOT_PASSWORD"] == LOCAL["WEIR_S3_SECRET_KEY"]
+    cmd = command_of(minio)
+    assert cmd[:2] == ["server", "/data"]
+    assert port_of(flags(cmd[2:])["--address"].replace(":", "localhost:", 1)) == int(LOCAL["WEIR_S3_PORT"])
+    assert ("minio-data", "/data") in volume_mounts(minio)
+
+    init = svc["minio-init"]
+    assert init["image"].startswith("minio/mc")
+    assert depends_on(init) == {"minio": "service_healthy"}
+    assert str(init.get("restart")) == "no"
+    init_cmd = command_of(init)
+    assert init_cmd[0] == "mb" and "--ignore-existing" in init_cmd
+    alias, _, bucket = init_cmd[-1].partition("/")
+    assert bucket == LOCAL["WEIR_S3_BUCKET"]
+    target = urlsplit(env_of(init)[f"MC_HOST_{alias}"])
+    assert (target.username, target.password) == (LOCAL["WEIR_S3_ACCESS_KEY"], LOCAL["WEIR_S3_SECRET_KEY"])
+    assert (target.hostname, target.port) == ("minio", int(LOCAL["WEIR_S3_PORT"]))
+    # The healthcheck's alias points at this server with the same keys.
+    alias_url = urlsplit(env["MC_HOST_local"])
+    assert alias_url.port == int(LOCAL["WEIR_S3_PORT"]) and alias_url.password == LOCAL["WEIR_S3_SECRET_KEY"]
+
+
+# The Weir processes ---------------------------------------------------------------------------------
+
+
+def _accepted_flags(module: str) -> set[str]:
+    source = (REPO / module / "__main__.py").read_text(encoding="utf-8")
+    return set(re.findall(r'add_argument\(\s*"(--[a-z-]+)"', source))
+
+
+def test_weir_commands_use_the_local_mode_flags_and_ports(svc: dict[str, Any]) -> None:
+    from weir.cluster import default_children
+
+    children = default_children(Endpoints.from_env({}), taskmanagers=len(TASKMANAGERS), python="python")
+    assert {child.name for child in children} == set(WEIR_SERVICES)
+    for child in children:
+        local = list(child.argv)
+        cmd = command_of(svc[child.name])
+        assert cmd[:3] == local[:3] == ["python", "-m", local[2]], (cmd, local)
+        compose_flags, local_flags = flags(cmd[3:]), flags(local[3:])
+        assert set(compose_flags) <= _accepted_flags(local[2]), f"{child.name}: unknown flags in {cmd}"
+        for flag, value in local_flags.items():
+            assert compose_flags.get(flag) == value, f"{child.name}: local mode runs {flag} {value}, compose {cmd}"
+        # Only what a container needs on top: listen on all interfaces, and be reached by its name.
+        extra = {f: v for f, v in compose_flags.items() if f not in local_flags}
+        expected = {"--bind": "0.0.0.0"}
+        if local[2] == "taskmanager":
+            expected["--host"] = child.name
+        else:
+            extra.pop("--port", None)
+        assert extra == expected, f"{child.name}: extra flags {extra}"
+        assert svc[child.name].get("hostname", child.name) == child.name
+        assert svc[child.name]["image"] == svc["jobmanager"]["image"]
+        assert svc[child.name].get("build") == svc["jobmanager"]["build"]
+
+
+def test_restart_policies(svc: dict[str, Any]) -> None:
+    for name in WEIR_SERVICES:
+        assert svc[name].get("restart") in ("unless-stopped", "always"), f"{name} should come back when killed"
+
+
+def test_healthchecks(svc: dict[str, Any]) -> None:
+    for name in ("kafka", "postgres", "minio", "jobmanager"):
+        test = svc[name].get("healthcheck", {}).get("test")
+        assert test and test[0] in ("CMD", "CMD-SHELL"), f"{name} needs a healthcheck"
+    assert LOCAL["WEIR_KAFKA_PORT"] in " ".join(svc["kafka"]["healthcheck"]["test"])
+    assert LOCAL["WEIR_POSTGRES_PORT"] in svc["postgres"]["healthcheck"]["test"]
+    assert LOCAL["WEIR_JOBMANAGER_PORT"] in " ".join(svc["jobmanager"]["healthcheck"]["test"])
+
+
+def test_depends_on_conditions_name_existing_services(svc: dict[str, Any]) -> None:
+    for name, service in svc.items():
+        for dep, condition in depends_on(service).items():
+            assert dep in svc, f"{name} depends on {dep}, which is no service"
+            assert condition in CONDITIONS, f"{name} -> {dep}: unknown condition {condition}"
+            if condition == "service_healthy":
+                assert "healthcheck" in svc[dep], f"{name} waits for {dep} to be healthy, but it has no healthcheck"
+            if condition == "service_completed_successfully":
+                assert str(svc[dep].get("restart", "no")) == "no", f"{dep} must run once"
+    for name in WEIR_SERVICES:
+        deps = depends_on(svc[name])
+        for infra in ("kafka", "postgres", "minio"):
+            assert deps.get(infra) == "service_healthy", f"{name} should wait for {infra}"
+        assert deps.get("minio-init") == "service_completed_successfully", f"{name} should wait for the bucket"
+    for name in TASKMANAGERS:
+        assert depends_on(svc[name]).get("jobmanager") in ("service_started", "service_healthy")
+
+
+def test_volumes_are_declared_and_bind_mounts_exist(compose: dict[str, Any], svc: dict[str, Any]) -> None:
+    declared = set(compose.get("volumes") or {})
+    for name, service in svc.items():
+        for source, _target in volume_mounts(service):
+            if source.startswith((".", "/")):
+                assert (REPO / source).exists(), f"{name} mounts {source}, which is not in the repo"
+            else:
+                assert source in declared, f"{name} uses the volume {source}, not declared at the top level"
+    run_dir = compose["x-weir-env"]["WEIR_RUN_DIR"]
+    assert f"WEIR_RUN_DIR={run_dir}" in DOCKERFILE.read_text(encoding="utf-8")
+    sources = [dict((t, s) for s, t in volume_mounts(svc[name])).get(run_dir) for name in WEIR_SERVICES]
+    assert None not in sources and len(set(sources)) == len(sources), "one named run-dir volume per Weir process"
+
+
+# Prometheus and Grafana -----------------------------------------------------------------------------
+
+
+def test_prometheus_configs_agree() -> None:
+    local, container = _load_yaml(PROMETHEUS_LOCAL), _load_yaml(PROMETHEUS_COMPOSE)
+    assert container["global"] == local["global"]
+    assert local.get("rule_files") == container.get("rule_files")
+    local_jobs = {job["job_name"]: job for job in local["scrape_configs"]}
+    container_jobs = {job["job_name"]: job for job in container["scrape_configs"]}
+    assert set(container_jobs) == set(local_jobs)
+    for name, job in local_jobs.items():
+        assert [c["files"] for c in job.get("file_sd_configs", [])] == [
+            c["files"] for c in container_jobs[name].get("file_sd_configs", [])
+        ], name
+    local_targets, container_targets = static_targets(local), static_targets(container)
+    for name, targets in local_targets.items():
+        assert sorted(port_of(t) for t in container_targets[name]) == sorted(port_of(t) for t in targets), name
+
+
+def test_prometheus_scrapes_the_ports_the_processes_serve(svc: dict[str, Any]) -> None:
+    targets = static_targets(_load_yaml(PROMETHEUS_COMPOSE))
+    scraped = {(host_of(t), port_of(t)) for job in ("weir-jobmanager", "weir-taskmanager") for t in targets[job]}
+    served = {(name, int(flags(command_of(svc[name])[3:])["--metrics-port"])) for name in WEIR_SERVICES}
+    assert scraped == served
+    assert {port_of(t) for t in targets["prometheus"]} == {int(LOCAL["WEIR_PROMETHEUS_PORT"])}
+
+
+def test_prometheus_service_runs_the_compose_config(svc: dict[str, Any]) -> None:
+    prom = svc["prometheus"]
+    args = dict(arg.split("=", 1) for arg in command_of(prom) if "=" in arg)
+    assert "--web.enable-lifecycle" in command_of(prom)
+    assert port_of("x" + args["--web.listen-address"]) == int(LOCAL["WEIR_PROMETHEUS_PORT"])
+    mounts = {source: target for source, target in volume_mounts(prom)}
+    assert mounts["./deploy/prometheus/prometheus-compose.yml"] == args["--config.file"]
+    config_dir = str(Path(args["--config.file"]).parent)
+    config = _load_yaml(PROMETHEUS_COMPOSE)
+    relative = [f for job in config["scrape_configs"] for c in job.get("file_sd_configs", []) for f in c["files"]]
+    relative += config.get("rule_files") or []
+    for pattern in relative:  # relative paths resolve against the config file's directory
+        top = Path(pattern).parts[0]
+        assert mounts.get(f"./deploy/prometheus/{top}") == f"{config_dir}/{top}", f"{top} is not mounted"
+
+
+def test_promtool_accepts_the_compose_config() -> None:
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("promtool is not installed (Debian package prometheus)")
+    result = subprocess.run(
+        [promtool, "check", "config", str(PROMETHEUS_COMPOSE)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_grafana_provisioning_agrees_with_compose(svc: dict[str, Any]) -> None:
+    grafana = svc["grafana"]
+    mounts = {source: target for source, target in volume_mounts(grafana)}
+    assert mounts["./deploy/grafana/provisioning"] == "/etc/grafana/provisioning"
+    datasources = _load_yaml(GRAFANA_PROVISIONING / "datasources/prometheus.yml")["datasources"]
+    prometheus = [d for d in datasources if d["type"] == "prometheus"]
+    assert len(prometheus) == 1
+    assert prometheus[0]["url"] == f"http://prometheus:{LOCAL['WEIR_PROMETHEUS_PORT']}"
+    providers = _load_yaml(GRAFANA_PROVISIONING / "dashboards/weir.yml")["providers"]
+    assert [p["options"]["path"] for p in providers if p["type"] == "file"] == [mounts["./deploy/grafana/dashboards"]]
+    env = env_of(grafana)
+    assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
+    assert published_ports(grafana) == {3000: 3000}
+
+
+# The image ------------------------------------------------------------------------------------------
+
+
+def test_dockerfile_copies_every_package_and_generates_the_grpc_code(svc: dict[str, Any]) -> None:
+    text = DOCKERFILE.read_text(encoding="utf-8")
+    build = svc["jobmanager"]["build"]
+    assert (REPO / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+    pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+    packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
+    assert packages >= {"weir", "jobmanager", "taskmanager", "connectors"}
+    for package in sorted(packages):
+        assert re.search(rf"^COPY {package} \./{package}$", text, re.M), f"the image lacks the package {package}"
+    assert re.search(r"^COPY proto \./proto$", text, re.M)
+    protoc = re.search(r"python -m grpc_tools\.protoc (.+?\.proto)", text)
+    assert protoc, "the image must generate weir/wire/*_pb2*.py from proto/"
+    make = re.search(r"-m grpc_tools\.protoc (.+) \$<", (REPO / "Makefile").read_text(encoding="utf-8"))
+    assert make
+    docker_args = protoc.group(1).split()
+    assert set(docker_args[:-1]) == set(make.group(1).split()), "same protoc options as `make proto`"
+    assert sorted((REPO / "proto").glob(docker_args[-1].removeprefix("proto/"))) == sorted(
+        (REPO / "proto/weir/wire").glob("*.proto")
+    )
+    assert not re.search(r"^ENTRYPOINT", text, re.M), "compose runs `python -m ...` as the command"
+
+
+def test_dockerignore_keeps_the_sources() -> None:
+    ignored = {
+        line.strip() for line in (REPO / ".dockerignore").read_text(encoding="utf-8").splitlines() if line.strip()
+    }
+    for needed in ("weir", "jobmanager", "taskmanager", "connectors", "proto", "pyproject.toml", "README.md"):
+        assert needed not in ignored and f"/{needed}" not in ignored
+
+
+# The compose CLI, where there is one ----------------------------------------------------------------
+
+
+def _compose_cli() -> list[str] | None:
+    if shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
+        if probe.returncode == 0:
+            return ["docker", "compose"]
+    if shutil.which("docker-compose"):
+        return ["docker-compose"]
+    return None
+
+
+def test_docker_compose_config_accepts_the_file() -> None:
+    cli = _compose_cli()
+    if cli is None:
+        pytest.skip("no compose CLI: the docker CLI has no compose plugin and there is no docker-compose")
+    result = subprocess.run(
+        [*cli, "-f", str(COMPOSE_FILE), "config", "--quiet"], capture_output=True, text=True, timeout=120, cwd=REPO
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
