@@ -52,6 +52,7 @@ def build(env: Environment) -> None:
         timestamp=lambda e: e["ts"],
         max_out_of_orderness_ms=p.get_int("source.max_out_of_orderness_ms", 0),
         dead_letter_topic=p.get_str("source.dlq_topic", "events-dlq"),
+        records_per_second=p.get_int("source.records_per_second", 0) or None,
     )
     results = (
         events.key_by(lambda e: e["key"])

@@ -12,10 +12,11 @@ import grpc
 import structlog
 from prometheus_client import start_http_server
 
+from connectors.checkpoint_storage import open_storage
 from jobmanager.service import JobManager, JobManagerServicer
 from taskmanager.network import GRPC_OPTIONS
 from weir import logs
-from weir.config import Endpoints
+from weir.config import Endpoints, checkpoint_dir
 from weir.wire import jobmanager_pb2_grpc
 
 
@@ -30,7 +31,9 @@ def main() -> None:
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
-    jm = JobManager()
+    storage = open_storage(checkpoint_dir(), endpoints)
+    jm = JobManager(storage)
+    recovered = jm.recover_jobs()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="jm-grpc"), options=GRPC_OPTIONS)
     jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(jm), server)
     server.add_insecure_port(f"{args.bind}:{args.port}")
@@ -38,7 +41,13 @@ def main() -> None:
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind)
     jm.start()
-    log.info("jobmanager_started", port=args.port, metrics_port=args.metrics_port)
+    log.info(
+        "jobmanager_started",
+        port=args.port,
+        metrics_port=args.metrics_port,
+        checkpoints=storage.uri,
+        recovered_jobs=recovered,
+    )
 
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -11,9 +11,7 @@ __all__ = [
     "ConfigError",
     "Fault",
     "JobManagerError",
-    "NotEnoughSlotsError",
     "SavepointRejectedError",
-    "UnknownJobError",
 ]
 
 
@@ -50,16 +48,3 @@ class CheckpointProtocolError(JobManagerError):
     """The I/O layer or a task broke the checkpoint protocol (e.g. a state handle for another task)."""
 
     fault: Fault = "internal"
-
-
-class NotEnoughSlotsError(JobManagerError):
-    """The registered TaskManagers offer fewer free slots than the job needs."""
-
-    fault: Fault = "user"
-    retriable: ClassVar[bool] = True
-    grpc_code: ClassVar[str] = "RESOURCE_EXHAUSTED"
-
-
-class UnknownJobError(JobManagerError):
-    fault: Fault = "user"
-    grpc_code: ClassVar[str] = "NOT_FOUND"

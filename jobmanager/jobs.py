@@ -16,9 +16,13 @@ from typing import Any
 
 import structlog
 
+from jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
+from jobmanager.checkpointing.coordinator import CheckpointCoordinator
+from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from jobmanager.restart import FailureCause, GiveUp, RestartStrategy, parse_restart_strategy
 from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
+from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.plan import JobPlan, build_plan
 from weir.wire import common_pb2, taskmanager_pb2
 
@@ -80,6 +84,8 @@ class JobMaster:
     loaded: LoadedJob
     plan: JobPlan
     restart_strategy: RestartStrategy
+    checkpoint_settings: CheckpointSettings
+    coordinator: CheckpointCoordinator
     status: JobStatus = JobStatus.CREATED
     attempt: int = 0
     tasks: dict[tuple[str, int], TaskRecord] = field(default_factory=dict)
@@ -92,13 +98,22 @@ class JobMaster:
     finished_at: float | None = None
 
     @classmethod
-    def create(cls, submission: JobSubmission, loaded: LoadedJob) -> JobMaster:
+    def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:
+        """Build the job's plan and its coordinator; invalid settings raise ConfigError (a user error)."""
         plan = build_plan(loaded.graph)
+        settings = parse_checkpoint_settings(submission.parameters)
         master = cls(
             submission=submission,
             loaded=loaded,
             plan=plan,
             restart_strategy=parse_restart_strategy(submission.parameters),
+            checkpoint_settings=settings,
+            coordinator=CheckpointCoordinator(
+                JobId(submission.job_id),
+                settings.trigger,
+                InMemoryCompletedCheckpointStore(max_retained=settings.retained),
+                metadata_key=metadata_key,
+            ),
         )
         for v in plan.vertices.values():
             names = " -> ".join(loaded.graph.transformations[u].name for u in v.operator_uids)
@@ -178,6 +193,21 @@ class JobMaster:
             restore_checkpoint_id=self.restore_checkpoint_id or None,
         )
         return DeployCommand(self.attempt, requests)
+
+    def task_id(self, vertex_uid: str, subtask: int) -> TaskId:
+        return TaskId(JobId(self.job_id), OperatorUid(vertex_uid), SubtaskIndex(subtask))
+
+    def all_task_ids(self) -> list[TaskId]:
+        return [self.task_id(uid, s) for uid, s in self.tasks]
+
+    def source_task_ids(self) -> list[TaskId]:
+        return [self.task_id(uid, s) for uid, s in self.tasks if self.plan.vertices[uid].is_source]
+
+    def all_running(self) -> bool:
+        return all(t.state == common_pb2.TASK_STATE_RUNNING for t in self.tasks.values())
+
+    def taskmanager_of(self, task: TaskId) -> str:
+        return self.tasks[(task.operator_uid, task.subtask)].taskmanager_id
 
     def taskmanagers_in_use(self) -> set[str]:
         return {t.taskmanager_id for t in self.tasks.values() if t.taskmanager_id}

@@ -309,9 +309,7 @@ _KEYS_BY_STRATEGY: dict[str, frozenset[str]] = {
             "restart.max-attempts",
         }
     ),
-    "failure-rate": frozenset(
-        {"restart.max-failures-per-interval", "restart.failure-rate-interval", "restart.delay"}
-    ),
+    "failure-rate": frozenset({"restart.max-failures-per-interval", "restart.failure-rate-interval", "restart.delay"}),
 }
 _ALL_KEYS = frozenset({_STRATEGY_KEY}).union(*_KEYS_BY_STRATEGY.values())
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -11,12 +12,19 @@ from typing import Any
 import grpc
 import structlog
 
-from jobmanager.errors import JobManagerError, UnknownJobError
+from connectors.checkpoint_storage import CheckpointStorage
+from jobmanager import metrics
+from jobmanager.checkpointing import coordinator as cc
+from jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskAckMetrics, TaskStateHandle
+from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.errors import JobManagerError
 from jobmanager.jobs import DeployCommand, JobMaster, JobStatus, JobSubmission, new_job_id
 from jobmanager.scheduler import SlotOffer
 from taskmanager.network import GRPC_OPTIONS
 from weir.api import load_job_source
-from weir.errors import JobDefinitionError, WeirError
+from weir.errors import JobDefinitionError, NotEnoughSlotsError, UnknownJobError, WeirError
+from weir.ids import CheckpointId, JobId
+from weir.paths import CheckpointPaths
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2, taskmanager_pb2_grpc
 
 log = structlog.get_logger("weir.jobmanager")
@@ -39,12 +47,15 @@ class RegisteredTaskManager:
 class JobManager:
     """Everything the JobManager knows; one lock serialises the servicer and the monitor thread."""
 
-    def __init__(self, clock: Any = time.time) -> None:
+    def __init__(self, storage: CheckpointStorage, clock: Any = time.time) -> None:
         self._clock = clock
         self._lock = threading.RLock()
         self.taskmanagers: dict[str, RegisteredTaskManager] = {}
         self.jobs: dict[str, JobMaster] = {}
+        self.storage = storage
+        self.paths = CheckpointPaths()
         self._io = ThreadPoolExecutor(max_workers=8, thread_name_prefix="jm-io")
+        self._records = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jm-records")  # in order
         self._stopping = threading.Event()
         self._monitor = threading.Thread(target=self._monitor_loop, name="jm-monitor", daemon=True)
 
@@ -83,7 +94,7 @@ class JobManager:
             cancel: set[str] = set()
             for progress in request.running_tasks:
                 job = self.jobs.get(progress.task.job_id)
-                if job is None or job.status.terminal or progress.attempt < job.attempt:
+                if job is None or job.status is not JobStatus.RUNNING or progress.attempt != job.attempt:
                     cancel.add(progress.task.job_id)
                     continue
                 job.on_progress(
@@ -130,9 +141,9 @@ class JobManager:
             parallelism=parallelism,
             submitted_at=self._clock(),
         )
-        master = JobMaster.create(submission, loaded)
+        master = JobMaster.create(submission, loaded, self.paths.metadata_key_fn())
         with self._lock:
-            command = master.schedule(self._offers(), self._addresses(), self._clock())
+            command = self._schedule(master, self._clock())
             self.jobs[submission.job_id] = master
         log.info(
             "job_submitted",
@@ -143,6 +154,38 @@ class JobManager:
         )
         self._io.submit(self._deploy, master, command)
         return submission.job_id
+
+    def _schedule(self, job: JobMaster, now: float) -> DeployCommand:
+        """Restore the latest completed checkpoint (if any) and place a new attempt."""
+        decision = job.coordinator.restore_latest(now)
+        if isinstance(decision, cc.WaitForPersist):
+            raise JobManagerError(f"checkpoints {decision.checkpoint_ids} are still being persisted")
+        if isinstance(decision, cc.RestoreFrom):
+            completed = decision.checkpoint
+            job.restore = {
+                (handle.task_id.operator_uid, handle.task_id.subtask): handle.inline_payload
+                for handle in completed.task_states
+            }
+            job.restore_checkpoint_id = completed.checkpoint_id
+            job.last_restore_at = now
+            metrics.RESTORES.labels(job.job_id).inc()
+            log.info("job_restoring", job_id=job.job_id, checkpoint_id=completed.checkpoint_id)
+        command = job.schedule(self._offers(), self._addresses(), now)
+        self._save_record(job)
+        return command
+
+    def _save_record(self, job: JobMaster) -> None:
+        """The job as a restarted JobManager needs it: submission, attempt and status (in order)."""
+        record = pickle.dumps(
+            {"submission": job.submission, "attempt": job.attempt, "status": job.status.value, "failure": job.failure}
+        )
+        self._records.submit(self._put_record, job.job_id, record)
+
+    def _put_record(self, job_id: str, record: bytes) -> None:
+        try:
+            self.storage.put_bytes(self.paths.job_record(JobId(job_id)), record)
+        except WeirError as exc:
+            log.error("job_record_not_saved", job_id=job_id, error=str(exc))
 
     def _addresses(self) -> dict[str, str]:
         return {tm.taskmanager_id: tm.address for tm in self.taskmanagers.values() if tm.alive}
@@ -183,8 +226,15 @@ class JobManager:
                 log.warning("cancel_failed", job_id=job.job_id, taskmanager_id=tm.taskmanager_id, code=exc.code().name)
 
     def _fail_over(self, job: JobMaster, reason: str, now: float) -> None:
+        if job.status is not JobStatus.RUNNING:
+            return
         attempt = job.attempt
+        sources = job.source_task_ids()
+        self._execute(job, job.coordinator.task_failed(now, sources[0], reason))
         job.fail_over(reason, now)
+        metrics.job_status(job)
+        if job.status is JobStatus.FAILED:
+            self._save_record(job)
         self._io.submit(self._cancel_tasks, job, attempt)
 
     def report_task_state(self, request: jobmanager_pb2.ReportTaskStateRequest) -> None:
@@ -192,6 +242,8 @@ class JobManager:
             job = self.jobs.get(request.task.job_id)
             if job is None:
                 return
+            now = self._clock()
+            before = job.status
             reason = job.on_task_state(
                 request.task.vertex_uid,
                 request.task.subtask,
@@ -200,24 +252,39 @@ class JobManager:
                 request.failure,
                 request.records_in,
                 request.records_out,
-                self._clock(),
+                now,
             )
             if reason is not None:
-                self._fail_over(job, reason, self._clock())
+                self._fail_over(job, reason, now)
+                return
+            if request.attempt != job.attempt:
+                return
+            coordinator = job.coordinator
+            if request.state == common_pb2.TASK_STATE_RUNNING and job.all_running() and not coordinator.is_running:
+                self._execute(job, coordinator.start(now, job.all_task_ids(), job.source_task_ids()))
+            elif request.state == common_pb2.TASK_STATE_FINISHED and coordinator.is_running:
+                # A finished task takes no part in later checkpoints: stop periodic checkpoints here.
+                task = f"{request.task.vertex_uid}#{request.task.subtask}"
+                self._execute(job, coordinator.stop(now, f"task {task} finished"))
+            if job.status is not before and job.status.terminal:
+                self._save_record(job)
+                metrics.job_status(job)
 
     def cancel(self, job_id: str) -> str:
         with self._lock:
             job = self._job(job_id)
+            self._execute(job, job.coordinator.stop(self._clock(), "job cancelled"))
             job.cancel(self._clock())
             attempt = job.attempt
             status = job.status.value
+            self._save_record(job)
         self._io.submit(self._cancel_tasks, job, attempt)
         return status
 
     def _job(self, job_id: str) -> JobMaster:
         job = self.jobs.get(job_id)
         if job is None:
-            raise UnknownJobError(f"unknown job {job_id}")
+            raise UnknownJobError(job_id)
         return job
 
     # Monitoring -----------------------------------------------------------------------------------
@@ -241,22 +308,278 @@ class JobManager:
                     job.status = JobStatus.CANCELED
                 if job.status is JobStatus.RESTARTING and job.restart_at is not None and now >= job.restart_at:
                     try:
-                        deploys.append((job, job.schedule(self._offers(), self._addresses(), now)))
-                    except JobManagerError as exc:
+                        deploys.append((job, self._schedule(job, now)))
+                    except (JobManagerError, NotEnoughSlotsError) as exc:
                         job.restart_at = now + 1.0  # wait for slots (a TaskManager may come back)
-                        log.warning("restart_waiting_for_slots", job_id=job.job_id, reason=str(exc))
+                        log.warning("restart_waiting", job_id=job.job_id, reason=str(exc))
+                elif job.status is JobStatus.RUNNING and job.coordinator.is_running:
+                    self._execute(job, job.coordinator.tick(now))
+                metrics.job_status(job)
         for job, command in deploys:
             self._io.submit(self._deploy, job, command)
+
+    # Checkpoints ----------------------------------------------------------------------------------
+
+    def acknowledge_checkpoint(self, request: jobmanager_pb2.AcknowledgeCheckpointRequest) -> None:
+        with self._lock:
+            job = self.jobs.get(request.task.job_id)
+            if job is None or request.attempt != job.attempt:
+                return
+            task = job.task_id(request.task.vertex_uid, request.task.subtask)
+            handle = TaskStateHandle(
+                task_id=task,
+                objects=tuple(StateObject(o.key, o.size_bytes, o.reused) for o in request.objects),
+                inline_payload=request.state_handle,
+            )
+            ack_metrics = TaskAckMetrics(
+                alignment_duration_s=request.alignment_duration_s,
+                start_delay_s=request.start_delay_s,
+                state_size_bytes=request.state_size_bytes,
+                sync_duration_s=request.sync_duration_s,
+                async_duration_s=request.async_duration_s,
+            )
+            outcome = job.coordinator.receive_ack(
+                self._clock(), CheckpointId(request.checkpoint_id), task, handle, ack_metrics
+            )
+            metrics.ALIGNMENT.labels(job.job_id, request.task.vertex_uid).observe(request.alignment_duration_s)
+            metrics.START_DELAY.labels(job.job_id, request.task.vertex_uid).observe(request.start_delay_s)
+            self._execute(job, outcome.actions)
+
+    def decline_checkpoint(self, request: jobmanager_pb2.DeclineCheckpointRequest) -> None:
+        with self._lock:
+            job = self.jobs.get(request.task.job_id)
+            if job is None or request.attempt != job.attempt:
+                return
+            task = job.task_id(request.task.vertex_uid, request.task.subtask)
+            log.warning(
+                "checkpoint_declined",
+                job_id=job.job_id,
+                checkpoint_id=request.checkpoint_id,
+                task=str(task),
+                reason=request.reason,
+            )
+            self._execute(
+                job,
+                job.coordinator.receive_decline(
+                    self._clock(), CheckpointId(request.checkpoint_id), task, request.reason
+                ),
+            )
+
+    def _execute(self, job: JobMaster, actions: tuple[cc.Action, ...]) -> None:
+        """Carry out the coordinator's decisions; I/O runs on worker threads, never under the lock."""
+        for action in actions:
+            if isinstance(action, cc.TriggerBarriers):
+                metrics.CHECKPOINTS_TRIGGERED.labels(job.job_id).inc()
+                log.info(
+                    "checkpoint_triggered",
+                    job_id=job.job_id,
+                    checkpoint_id=action.checkpoint_id,
+                    kind=action.kind.value,
+                )
+                self._io.submit(self._trigger, job, job.attempt, action)
+            elif isinstance(action, cc.PersistCheckpoint):
+                self._io.submit(self._persist, job, action.completed)
+            elif isinstance(action, cc.NotifyComplete):
+                self._notify(job, action.checkpoint_id, action.tasks, complete=True)
+            elif isinstance(action, cc.NotifyAborted):
+                metrics.CHECKPOINTS_FAILED.labels(job.job_id).inc()
+                log.warning(
+                    "checkpoint_aborted",
+                    job_id=job.job_id,
+                    checkpoint_id=action.checkpoint_id,
+                    reason=action.reason.message,
+                )
+                self._notify(job, action.checkpoint_id, action.tasks, complete=False, reason=action.reason.message)
+            elif isinstance(action, cc.DeleteObjects):
+                self._io.submit(self._delete, action)
+
+    def _trigger(self, job: JobMaster, attempt: int, action: cc.TriggerBarriers) -> None:
+        kind = (
+            common_pb2.CHECKPOINT_KIND_SAVEPOINT
+            if action.kind is CheckpointKind.SAVEPOINT
+            else common_pb2.CHECKPOINT_KIND_CHECKPOINT
+        )
+        for task in action.source_tasks:
+            with self._lock:
+                tm = self.taskmanagers.get(job.taskmanager_of(task))
+            accepted = False
+            if tm is not None and tm.alive:
+                try:
+                    accepted = tm.stub.TriggerCheckpoint(
+                        taskmanager_pb2.TriggerCheckpointRequest(
+                            task=common_pb2.TaskRef(
+                                job_id=job.job_id, vertex_uid=task.operator_uid, subtask=task.subtask
+                            ),
+                            attempt=attempt,
+                            checkpoint_id=action.checkpoint_id,
+                            timestamp=action.timestamp,
+                            kind=kind,
+                        ),
+                        timeout=10,
+                    ).accepted
+                except grpc.RpcError as exc:
+                    log.warning("trigger_failed", job_id=job.job_id, task=str(task), code=exc.code().name)
+            if not accepted:
+                with self._lock:
+                    if job.attempt == attempt:
+                        self._execute(
+                            job,
+                            job.coordinator.receive_decline(
+                                self._clock(), action.checkpoint_id, task, "source task did not accept the trigger"
+                            ),
+                        )
+                return
+
+    def _persist(self, job: JobMaster, completed: CompletedCheckpoint) -> None:
+        """Write the metadata (last, atomically: one PUT), then let the coordinator notify the tasks."""
+        try:
+            self.storage.put_bytes(completed.metadata_key, pickle.dumps(completed))
+        except WeirError as exc:
+            with self._lock:
+                self._execute(
+                    job, job.coordinator.checkpoint_persist_failed(self._clock(), completed.checkpoint_id, str(exc))
+                )
+            return
+        with self._lock:
+            now = self._clock()
+            metrics.checkpoint_completed(job.job_id, completed, now)
+            log.info(
+                "checkpoint_completed",
+                job_id=job.job_id,
+                checkpoint_id=completed.checkpoint_id,
+                duration_s=round(now - completed.trigger_timestamp, 3),
+                size_bytes=completed.total_size_bytes,
+            )
+            self._execute(job, job.coordinator.checkpoint_persisted(now, completed.checkpoint_id))
+
+    def _notify(
+        self, job: JobMaster, checkpoint_id: int, tasks: tuple[Any, ...], complete: bool, reason: str = ""
+    ) -> None:
+        tms = {job.taskmanager_of(t) for t in tasks if (t.operator_uid, t.subtask) in job.tasks}
+        stubs = [self.taskmanagers[tm].stub for tm in tms if tm in self.taskmanagers and self.taskmanagers[tm].alive]
+        attempt = job.attempt
+
+        def send() -> None:
+            for stub in stubs:
+                try:
+                    if complete:
+                        stub.NotifyCheckpointComplete(
+                            taskmanager_pb2.NotifyCheckpointCompleteRequest(
+                                job_id=job.job_id, attempt=attempt, checkpoint_id=checkpoint_id
+                            ),
+                            timeout=10,
+                        )
+                    else:
+                        stub.NotifyCheckpointAborted(
+                            taskmanager_pb2.NotifyCheckpointAbortedRequest(
+                                job_id=job.job_id, attempt=attempt, checkpoint_id=checkpoint_id, reason=reason
+                            ),
+                            timeout=10,
+                        )
+                except grpc.RpcError as exc:
+                    log.warning("notify_failed", job_id=job.job_id, checkpoint_id=checkpoint_id, code=exc.code().name)
+
+        self._io.submit(send)
+
+    def _delete(self, action: cc.DeleteObjects) -> None:
+        try:
+            self.storage.delete(action.metadata_keys)
+            self.storage.delete(action.object_keys)
+        except WeirError as exc:
+            log.warning("checkpoint_cleanup_failed", error=str(exc), objects=len(action.object_keys))
+
+    def list_checkpoints(self, job_id: str) -> jobmanager_pb2.ListCheckpointsResponse:
+        with self._lock:
+            stats = self._job(job_id).coordinator.stats()
+        response = jobmanager_pb2.ListCheckpointsResponse()
+        for summary in stats.history:
+            info = response.checkpoints.add(
+                checkpoint_id=summary.checkpoint_id,
+                status=summary.status.value,
+                trigger_time=summary.trigger_timestamp,
+                duration_s=summary.duration_s or 0.0,
+                size_bytes=summary.state_size_bytes,
+                failure=summary.failure.message if summary.failure is not None else "",
+                kind=(
+                    common_pb2.CHECKPOINT_KIND_SAVEPOINT
+                    if summary.kind is CheckpointKind.SAVEPOINT
+                    else common_pb2.CHECKPOINT_KIND_CHECKPOINT
+                ),
+            )
+            for t in summary.tasks:
+                info.tasks.add(
+                    task=common_pb2.TaskRef(
+                        job_id=job_id, vertex_uid=t.task_id.operator_uid, subtask=t.task_id.subtask
+                    ),
+                    alignment_duration_s=t.alignment_duration_s,
+                    start_delay_s=t.start_delay_s,
+                    state_size_bytes=t.state_size_bytes,
+                )
+        return response
+
+    # Recovery of a restarted JobManager -----------------------------------------------------------
+
+    def recover_jobs(self) -> int:
+        """Reload every job from its record and its checkpoints' metadata; running ones restart."""
+        recovered = 0
+        records = [k for k, _ in self.storage.list("") if k.endswith("/_job")]
+        now = self._clock()
+        for key in records:
+            record = pickle.loads(self.storage.get_bytes(key))
+            submission: JobSubmission = record["submission"]
+            try:
+                loaded = load_job_source(
+                    submission.job_source,
+                    submission.job_file_name,
+                    submission.parameters,
+                    submission.parallelism,
+                    submission.job_name,
+                )
+            except WeirError as exc:
+                log.error("job_not_recovered", job_id=submission.job_id, error=str(exc))
+                continue
+            job = JobMaster.create(submission, loaded, self.paths.metadata_key_fn())
+            job.attempt = int(record["attempt"])
+            job.failure = record.get("failure", "")
+            status = JobStatus(record["status"])
+            checkpoints: list[CompletedCheckpoint] = []
+            highest = 0
+            for meta_key, _size in self.storage.list(self.paths.checkpoints_dir(JobId(submission.job_id))):
+                parsed = self.paths.parse_metadata_key(meta_key)
+                if parsed is None:
+                    continue
+                highest = max(highest, parsed.checkpoint_id)
+                checkpoints.append(pickle.loads(self.storage.get_bytes(meta_key)))
+            actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
+            self._execute(job, actions)
+            if status.terminal:
+                job.status = status
+            else:
+                # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them.
+                job.status = JobStatus.RESTARTING
+                job.restart_at = now + HEARTBEAT_TIMEOUT_S / 2
+            with self._lock:
+                self.jobs[submission.job_id] = job
+            recovered += 1
+            log.info(
+                "job_recovered",
+                job_id=submission.job_id,
+                status=job.status.value,
+                attempt=job.attempt,
+                checkpoints=[c.checkpoint_id for c in checkpoints],
+            )
+        return recovered
 
     # Reads ----------------------------------------------------------------------------------------
 
     def job_status(self, job_id: str) -> jobmanager_pb2.GetJobStatusResponse:
         with self._lock:
             job = self._job(job_id)
+            latest = job.coordinator.store.latest()
             response = jobmanager_pb2.GetJobStatusResponse(
                 summary=self._summary(job),
                 failure=job.failure,
-                last_completed_checkpoint=job.restore_checkpoint_id,
+                last_completed_checkpoint=latest.checkpoint_id if latest is not None else 0,
                 last_restore_at=job.last_restore_at,
             )
             for (uid, s), t in sorted(job.tasks.items()):
@@ -305,11 +628,18 @@ class JobManager:
             )
 
 
+_STATUS_OF: dict[type[WeirError], grpc.StatusCode] = {
+    UnknownJobError: grpc.StatusCode.NOT_FOUND,
+    NotEnoughSlotsError: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    JobDefinitionError: grpc.StatusCode.INVALID_ARGUMENT,
+}
+
+
 def _abort(context: grpc.ServicerContext, exc: WeirError) -> None:
-    code = getattr(exc, "grpc_code", None)
-    if isinstance(exc, JobDefinitionError):
-        code = "INVALID_ARGUMENT"
-    context.abort(getattr(grpc.StatusCode, code or "INTERNAL"), str(exc))
+    code = next((c for kind, c in _STATUS_OF.items() if isinstance(exc, kind)), None)
+    if code is None:
+        code = getattr(grpc.StatusCode, getattr(exc, "grpc_code", "INTERNAL"))
+    context.abort(code, str(exc))
 
 
 class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Iterator
@@ -14,13 +15,19 @@ from typing import Any
 import grpc
 import structlog
 
+from connectors.checkpoint_storage import open_storage
+from taskmanager.metrics import STATE_SIZE_BYTES
 from taskmanager.network import GRPC_OPTIONS, InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
+from taskmanager.snapshots import RocksDBSnapshotter
 from taskmanager.state import StateBackend
-from taskmanager.task import CheckpointRequest, OperatorSnapshot, Task, TaskAddress, TaskCallbacks
+from taskmanager.task import CheckpointAck, CheckpointRequest, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
+from weir.config import checkpoint_dir
 from weir.errors import WeirError
+from weir.ids import CheckpointId, JobId, TaskManagerId
 from weir.keygroups import key_group_for, key_to_bytes
+from weir.paths import CheckpointPaths
 from weir.plan import JobPlan, build_plan
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
@@ -38,7 +45,18 @@ class TaskManagerRuntime:
         self.slots = slots
         self._run_dir = run_dir / taskmanager_id
         self._run_dir.mkdir(parents=True, exist_ok=True)
-        self.state_backend = StateBackend(self._run_dir / "state.db")
+        # A fresh database per process start: state of earlier runs comes back only through a restore.
+        db_path = self._run_dir / "state.db"
+        if db_path.exists():
+            shutil.rmtree(db_path)
+        self.state_backend = StateBackend(db_path)
+        self.snapshotter = RocksDBSnapshotter(
+            self.state_backend,
+            open_storage(checkpoint_dir()),
+            CheckpointPaths(),
+            TaskManagerId(taskmanager_id),
+            work_dir=self._run_dir / "snapshots",
+        )
         self.tasks: dict[TaskAddress, Task] = {}
         self._gates: dict[TaskAddress, InputGate] = {}
         self._lock = threading.Condition()
@@ -122,11 +140,12 @@ class TaskManagerRuntime:
             writers=writers,
             gate=gate,
             state_backend=self.state_backend,
+            snapshotter=self.snapshotter,
             callbacks=TaskCallbacks(
                 on_state=self._on_task_state, on_checkpoint=self._on_checkpoint, on_decline=self._on_decline
             ),
             taskmanager_id=self.id,
-            restore=restore.operator_states if restore is not None else None,
+            restore=restore,
             restore_checkpoint_id=req.restore_checkpoint_id,
             aligned_exactly_once=req.job_config.get("checkpointing.mode", "exactly_once") == "exactly_once",
         )
@@ -179,6 +198,10 @@ class TaskManagerRuntime:
         return True
 
     def notify_checkpoint(self, job_id: str, attempt: int, checkpoint_id: int, complete: bool) -> None:
+        if complete:
+            self.snapshotter.notify_checkpoint_complete(JobId(job_id), CheckpointId(checkpoint_id))
+        else:
+            self.snapshotter.notify_checkpoint_aborted(JobId(job_id), CheckpointId(checkpoint_id))
         for task in self.tasks_of_job(job_id, attempt):
             if complete:
                 task.notify_checkpoint_complete(checkpoint_id)
@@ -257,24 +280,28 @@ class TaskManagerRuntime:
             with self._lock:
                 self._gates.pop(addr, None)
 
-    def _on_checkpoint(
-        self, addr: TaskAddress, snapshot: OperatorSnapshot, alignment_s: float, start_delay_s: float
-    ) -> None:
-        handle = pickle.dumps(snapshot)
-        self._reports.put(
-            (
-                "ack",
-                jobmanager_pb2.AcknowledgeCheckpointRequest(
-                    task=self._task_ref(addr),
-                    checkpoint_id=snapshot.checkpoint_id,
-                    attempt=addr.attempt,
-                    state_handle=handle,
-                    alignment_duration_s=alignment_s,
-                    start_delay_s=start_delay_s,
-                    state_size_bytes=len(handle),
-                ),
-            )
+    def _on_checkpoint(self, addr: TaskAddress, ack: CheckpointAck) -> None:
+        snapshot = ack.snapshot
+        payload = pickle.dumps(snapshot)
+        keyed = snapshot.keyed_state
+        objects = [
+            jobmanager_pb2.StateObjectRef(key=f.key, size_bytes=f.size_bytes, reused=f.reused)
+            for f in (keyed.objects if keyed is not None else ())
+        ]
+        request = jobmanager_pb2.AcknowledgeCheckpointRequest(
+            task=self._task_ref(addr),
+            checkpoint_id=snapshot.checkpoint_id,
+            attempt=addr.attempt,
+            state_handle=payload,
+            alignment_duration_s=ack.alignment_s,
+            start_delay_s=ack.start_delay_s,
+            state_size_bytes=len(payload) + (keyed.size_bytes if keyed is not None else 0),
+            objects=objects,
+            sync_duration_s=ack.sync_s,
+            async_duration_s=ack.async_s,
         )
+        self._reports.put(("ack", request))
+        STATE_SIZE_BYTES.labels(self.id).set(self.snapshotter.live_sst_bytes())
 
     def _on_decline(self, addr: TaskAddress, checkpoint_id: int, reason: str) -> None:
         self._reports.put(
@@ -364,4 +391,5 @@ class TaskManagerRuntime:
         for t in tasks:
             t.join(5)
         self._reports.put(("stop", None))
+        self.snapshotter.close()
         self.state_backend.close()

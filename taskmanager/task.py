@@ -12,7 +12,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -31,8 +31,11 @@ from taskmanager.network import (
     watermark_message,
 )
 from taskmanager.operators.base import OperatorContext, SourceOperator, StreamOperator
-from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.keygroups import key_group_range_for_subtask
+from taskmanager.operators.keyed import KeyedOperator
+from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
+from weir.crashpoints import crash_point
+from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.keygroups import KeyGroupRange, key_group_range_for_subtask
 from weir.plan import JobPlan, Vertex
 from weir.watermarks import WatermarkTracker
 from weir.wire import common_pb2
@@ -62,13 +65,23 @@ class CheckpointRequest:
 
 @dataclass(frozen=True)
 class OperatorSnapshot:
-    """What one subtask contributes to a checkpoint: each operator's own state, by uid."""
+    """What one subtask contributes to a checkpoint: each operator's own state by uid, and the handle
+    of its keyed state in RocksDB (None when the chain has no keyed operator)."""
 
     task: TaskAddress
     checkpoint_id: int
     operator_states: dict[str, bytes]
     key_group_range: tuple[int, int]
-    keyed_state: Any = None  # the keyed-state handle (SST files) once snapshots are uploaded
+    keyed_state: KeyedStateHandle | None = None
+
+
+@dataclass(frozen=True)
+class CheckpointAck:
+    snapshot: OperatorSnapshot
+    alignment_s: float
+    start_delay_s: float
+    sync_s: float
+    async_s: float
 
 
 @dataclass
@@ -76,9 +89,8 @@ class TaskCallbacks:
     """How a task reports to its TaskManager (which forwards to the JobManager)."""
 
     on_state: Callable[[TaskAddress, int, str], None]
-    on_checkpoint: Callable[[TaskAddress, OperatorSnapshot, float, float], None]
+    on_checkpoint: Callable[[TaskAddress, CheckpointAck], None]
     on_decline: Callable[[TaskAddress, int, str], None]
-    snapshot_keyed_state: Callable[[TaskAddress, int, list[str], tuple[int, int]], Any] = field(default=lambda *_: None)
 
 
 class MultiOutput:
@@ -137,9 +149,10 @@ class Task:
         writers: list[RecordWriter],
         gate: InputGate | None,
         state_backend: Any,
+        snapshotter: RocksDBSnapshotter,
         callbacks: TaskCallbacks,
         taskmanager_id: str,
-        restore: dict[str, bytes] | None,
+        restore: OperatorSnapshot | None,
         restore_checkpoint_id: int,
         aligned_exactly_once: bool = True,
     ) -> None:
@@ -151,6 +164,7 @@ class Task:
         self._callbacks = callbacks
         self._restore = restore
         self._restore_checkpoint_id = restore_checkpoint_id
+        self._snapshotter = snapshotter
         self._control: collections.deque[tuple[str, Any]] = collections.deque()
         self._control_signal = threading.Event()
         self.cancelled = threading.Event()
@@ -240,11 +254,7 @@ class Task:
         addr = self.address
         try:
             if self._restore is not None:
-                for op in self.operators:
-                    blob = self._restore.get(op.ctx.uid)
-                    if blob is not None:
-                        op.restore_state(blob)
-                self._log.info("task_restored", checkpoint_id=self._restore_checkpoint_id)
+                self._restore_state(self._restore)
             for op in reversed(self.operators):
                 op.open()
             self._set_state(common_pb2.TASK_STATE_RUNNING)
@@ -277,6 +287,23 @@ class Task:
                 self._gate.close()
             self._sync_metrics()
             del addr
+
+    def _keyed_ranges(self) -> list[tuple[OperatorUid, KeyGroupRange]]:
+        return [
+            (OperatorUid(op.ctx.uid), self.key_group_range) for op in self.operators if isinstance(op, KeyedOperator)
+        ]
+
+    def _restore_state(self, snapshot: OperatorSnapshot) -> None:
+        """Keyed state back into RocksDB (only this subtask's key groups), then each operator's own state."""
+        restored_entries = 0
+        if snapshot.keyed_state is not None:
+            result = self._snapshotter.restore([snapshot.keyed_state], self._keyed_ranges())
+            restored_entries = result.entries
+        for op in self.operators:
+            blob = snapshot.operator_states.get(op.ctx.uid)
+            if blob is not None:
+                op.restore_state(blob)
+        self._log.info("task_restored", checkpoint_id=self._restore_checkpoint_id, keyed_entries=restored_entries)
 
     def _set_state(self, state: int, failure: str = "") -> None:
         self.state = state
@@ -408,8 +435,10 @@ class Task:
                     self._callbacks.on_decline(self.address, action.checkpoint_id, action.reason.value)
 
     def _checkpoint(self, request: CheckpointRequest, alignment_s: float, start_delay_s: float) -> None:
-        """Snapshot every operator, forward the barrier, then acknowledge with the state handle."""
+        """Snapshot every operator (sinks pre-commit, keyed operators flush their caches), forward the
+        barrier, take the RocksDB snapshot; its upload runs in the background and the ack follows it."""
         cid = request.checkpoint_id
+        started = time.perf_counter()
         states: dict[str, bytes] = {}
         for op in self.operators:
             blob = op.snapshot_state(cid)
@@ -420,13 +449,43 @@ class Task:
         barrier = barrier_message(cid, request.timestamp, request.kind)
         for w in self._writers:
             w.broadcast_event(barrier)
-        kg = self.key_group_range
-        keyed = self._callbacks.snapshot_keyed_state(
-            self.address, cid, list(self._vertex.operator_uids), (kg.start, kg.end)
-        )
-        snapshot = OperatorSnapshot(self.address, cid, states, (kg.start, kg.end), keyed)
-        self._log.info("checkpoint_snapshot_taken", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
-        self._callbacks.on_checkpoint(self.address, snapshot, alignment_s, start_delay_s)
+        kg = (self.key_group_range.start, self.key_group_range.end)
+        ranges = self._keyed_ranges()
+        operators_s = time.perf_counter() - started
+        self._log.info("checkpoint_barrier_forwarded", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
+        if not ranges:
+            snapshot = OperatorSnapshot(self.address, cid, states, kg, None)
+            self._callbacks.on_checkpoint(
+                self.address, CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0)
+            )
+            return
+        kind = "savepoint" if request.kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT else "checkpoint"
+        future = self._snapshotter.begin(JobId(self.address.job_id), CheckpointId(cid), ranges, kind)
+
+        def uploaded(done: Any) -> None:
+            try:
+                result = done.result()
+            except Exception as exc:  # the upload failed: the checkpoint cannot complete
+                self._log.warning("snapshot_upload_failed", checkpoint_id=cid, error=str(exc))
+                self._callbacks.on_decline(self.address, cid, f"snapshot upload failed: {exc}")
+                return
+            crash_point("during_snapshot_upload", task=str(self.address), checkpoint_id=cid)
+            self._log.info(
+                "snapshot_uploaded",
+                checkpoint_id=cid,
+                uploaded_bytes=result.uploaded_bytes,
+                files=result.uploaded_files,
+                async_s=round(result.async_duration_s, 4),
+            )
+            snapshot = OperatorSnapshot(self.address, cid, states, kg, result.handle)
+            self._callbacks.on_checkpoint(
+                self.address,
+                CheckpointAck(
+                    snapshot, alignment_s, start_delay_s, operators_s + result.sync_duration_s, result.async_duration_s
+                ),
+            )
+
+        future.add_done_callback(uploaded)
 
     def _finish(self) -> None:
         """End of input: every operator flushes in chain order, then end-of-stream goes downstream."""

@@ -90,6 +90,7 @@ class KafkaSourceSpec:
     timestamp: Callable[[Any], int] | None
     max_out_of_orderness_ms: int
     dead_letter_topic: str | None
+    records_per_second: float | None = None  # throttle (tests and demos); None: as fast as possible
 
 
 @dataclass(frozen=True)
@@ -112,9 +113,7 @@ class Environment:
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
     ) -> None:
         self.params = Parameters(parameters)
-        self.graph = LogicalGraph(
-            job_name=job_name, default_parallelism=parallelism, max_parallelism=max_parallelism
-        )
+        self.graph = LogicalGraph(job_name=job_name, default_parallelism=parallelism, max_parallelism=max_parallelism)
 
     def set_max_parallelism(self, max_parallelism: int) -> None:
         self.graph.max_parallelism = max_parallelism
@@ -129,6 +128,7 @@ class Environment:
         timestamp: Callable[[Any], int] | None = None,
         max_out_of_orderness_ms: int = 0,
         dead_letter_topic: str | None = None,
+        records_per_second: float | None = None,
         parallelism: int | None = None,
         name: str | None = None,
     ) -> DataStream:
@@ -146,6 +146,7 @@ class Environment:
             timestamp=timestamp,
             max_out_of_orderness_ms=max_out_of_orderness_ms,
             dead_letter_topic=dead_letter_topic,
+            records_per_second=records_per_second,
         )
         return self._source(uid, name or f"kafka:{topic}", lambda: KafkaSourceOperator(spec), parallelism)
 
@@ -180,9 +181,7 @@ class Environment:
 
     def _source(self, uid: str, name: str, factory: Callable[[], Any], parallelism: int | None) -> DataStream:
         t = self.graph.add(
-            Transformation(
-                uid=uid, name=name, kind=OperatorKind.SOURCE, factory=factory, parallelism=parallelism
-            )
+            Transformation(uid=uid, name=name, kind=OperatorKind.SOURCE, factory=factory, parallelism=parallelism)
         )
         return DataStream(self, t)
 
@@ -276,9 +275,7 @@ class DataStream:
 
         return DataStream(
             self._env,
-            self._add(
-                uid, name or "flat_map", OperatorKind.ONE_INPUT, lambda: FlatMapOperator(fn), parallelism
-            ),
+            self._add(uid, name or "flat_map", OperatorKind.ONE_INPUT, lambda: FlatMapOperator(fn), parallelism),
         )
 
     def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
@@ -369,9 +366,7 @@ class DataStream:
 class KeyedStream(DataStream):
     """A stream partitioned by key: each key's values reach one subtask, in order per input."""
 
-    def __init__(
-        self, env: Environment, transformation: Transformation, key_selector: Callable[[Any], Any]
-    ) -> None:
+    def __init__(self, env: Environment, transformation: Transformation, key_selector: Callable[[Any], Any]) -> None:
         super().__init__(env, transformation, Partitioning.HASH, key_selector)
 
     def reduce(
@@ -537,17 +532,13 @@ def load_job_source(
     try:
         code = compile(text, file_name, "exec")
     except SyntaxError as exc:
-        raise JobDefinitionError(
-            f"job file {file_name} does not compile: {exc.msg} (line {exc.lineno})"
-        ) from exc
+        raise JobDefinitionError(f"job file {file_name} does not compile: {exc.msg} (line {exc.lineno})") from exc
     sys.modules[module_name] = module  # so that pickle and dataclasses can find the job's classes
     try:
         exec(code, module.__dict__)
     except Exception as exc:
         sys.modules.pop(module_name, None)
-        raise JobDefinitionError(
-            f"job file {file_name} does not import: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise JobDefinitionError(f"job file {file_name} does not import: {type(exc).__name__}: {exc}") from exc
     build = getattr(module, "build", None)
     if not callable(build):
         raise JobDefinitionError(f"job file {file_name} defines no build(env) function")
@@ -557,16 +548,12 @@ def load_job_source(
     except JobDefinitionError:
         raise
     except Exception as exc:
-        raise JobDefinitionError(
-            f"job file {file_name}: build(env) failed: {type(exc).__name__}: {exc}"
-        ) from exc
+        raise JobDefinitionError(f"job file {file_name}: build(env) failed: {type(exc).__name__}: {exc}") from exc
     env.graph.validate()
     return LoadedJob(graph=env.graph, module=module)
 
 
-def load_job_file(
-    path: str | Path, parameters: Mapping[str, str] | None = None, parallelism: int = 1
-) -> LoadedJob:
+def load_job_file(path: str | Path, parameters: Mapping[str, str] | None = None, parallelism: int = 1) -> LoadedJob:
     p = Path(path)
     if not p.is_file():
         raise JobDefinitionError(f"job file {p} does not exist")

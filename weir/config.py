@@ -79,3 +79,11 @@ def run_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where local processes keep logs, pids and data: ``$WEIR_RUN_DIR``, else ``cache_dir()/run``."""
     env = os.environ if environ is None else environ
     return Path(env["WEIR_RUN_DIR"]) if env.get("WEIR_RUN_DIR") else cache_dir(env) / "run"
+
+
+def checkpoint_dir(environ: Mapping[str, str] | None = None) -> str:
+    """Checkpoint storage URI: ``$WEIR_CHECKPOINT_DIR`` (``s3://bucket/prefix`` or ``file:///dir``), else
+    ``file://`` under the run dir (the embedded default)."""
+    env = os.environ if environ is None else environ
+    explicit = env.get("WEIR_CHECKPOINT_DIR")
+    return explicit if explicit else f"file://{run_dir(environ) / 'checkpoints'}"

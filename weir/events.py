@@ -23,7 +23,12 @@ class EventSpec:
 
 def events(spec: EventSpec) -> Iterator[dict[str, Any]]:
     for i in range(spec.count):
-        yield {"id": f"e{i}", "key": f"key-{i % spec.keys:04d}", "value": i % 97, "ts": spec.start_ms + i // spec.events_per_ms}
+        yield {
+            "id": f"e{i}",
+            "key": f"key-{i % spec.keys:04d}",
+            "value": i % 97,
+            "ts": spec.start_ms + i // spec.events_per_ms,
+        }
 
 
 def produce_events(

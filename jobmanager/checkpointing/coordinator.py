@@ -350,15 +350,11 @@ class CheckpointCoordinator:
         return self._pending.get(checkpoint_id)
 
     def stats(self) -> CheckpointStats:
-        return self._stats.snapshot(
-            [*self._pending.values(), *(p.pending for p in self._persisting.values())]
-        )
+        return self._stats.snapshot([*self._pending.values(), *(p.pending for p in self._persisting.values())])
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def start(
-        self, now: float, tasks: Iterable[TaskId], source_tasks: Iterable[TaskId]
-    ) -> tuple[Action, ...]:
+    def start(self, now: float, tasks: Iterable[TaskId], source_tasks: Iterable[TaskId]) -> tuple[Action, ...]:
         """The job's tasks are running: periodic checkpoints start one interval from ``now``."""
         task_set = frozenset(tasks)
         sources = tuple(sorted(set(source_tasks)))
@@ -513,9 +509,7 @@ class CheckpointCoordinator:
         actions: list[Action] = []
         for older in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
             if older.checkpoint_id < pending.checkpoint_id:
-                reason = AbortReason(
-                    FailureKind.SUBSUMED, f"checkpoint {pending.checkpoint_id} completed first"
-                )
+                reason = AbortReason(FailureKind.SUBSUMED, f"checkpoint {pending.checkpoint_id} completed first")
                 actions.extend(self._abort(now, older, reason))
         actions.extend(self._next_persist())
         return tuple(actions)
@@ -542,18 +536,12 @@ class CheckpointCoordinator:
         added = self._store.add(completed)
         self._ended(now, checkpoint_id)
         self._stats.on_completed(entry.pending, now)
-        actions: list[Action] = [
-            NotifyComplete(checkpoint_id, tuple(sorted(completed.tasks)), completed.kind)
-        ]
-        actions.extend(
-            self._release(added.unreferenced_keys, metadata_keys=[c.metadata_key for c in added.subsumed])
-        )
+        actions: list[Action] = [NotifyComplete(checkpoint_id, tuple(sorted(completed.tasks)), completed.kind)]
+        actions.extend(self._release(added.unreferenced_keys, metadata_keys=[c.metadata_key for c in added.subsumed]))
         actions.extend(self._next_persist())
         return tuple(actions)
 
-    def checkpoint_persist_failed(
-        self, now: float, checkpoint_id: CheckpointId, reason: str
-    ) -> tuple[Action, ...]:
+    def checkpoint_persist_failed(self, now: float, checkpoint_id: CheckpointId, reason: str) -> tuple[Action, ...]:
         """The metadata of ``checkpoint_id`` could not be written: abort it and drop its objects."""
         entry = self._take_persisting(checkpoint_id)
         abort = AbortReason(FailureKind.PERSIST_FAILED, reason)
@@ -645,8 +633,7 @@ class CheckpointCoordinator:
         for checkpoint in sorted(checkpoints, key=lambda c: c.checkpoint_id):
             if checkpoint.job_id != self._job_id:
                 raise CheckpointProtocolError(
-                    f"checkpoint {checkpoint.checkpoint_id} belongs to job {checkpoint.job_id}, "
-                    f"not {self._job_id}"
+                    f"checkpoint {checkpoint.checkpoint_id} belongs to job {checkpoint.job_id}, not {self._job_id}"
                 )
             added = self._store.add(checkpoint)
             subsumed_keys |= added.unreferenced_keys

@@ -213,8 +213,7 @@ class PendingCheckpoint:
         """Record one task's acknowledgement."""
         if state_handle.task_id != task_id:
             raise CheckpointProtocolError(
-                f"checkpoint {self.checkpoint_id}: task {task_id} sent the state handle of "
-                f"{state_handle.task_id}"
+                f"checkpoint {self.checkpoint_id}: task {task_id} sent the state handle of {state_handle.task_id}"
             )
         if self._status is not PendingStatus.IN_PROGRESS:
             return AckResult.DISCARDED

@@ -35,9 +35,7 @@ class CheckpointConfig:
         if not (math.isfinite(self.timeout_s) and self.timeout_s > 0):
             raise ConfigError("checkpointing.timeout", f"must be a positive duration, got {self.timeout_s}")
         if not (math.isfinite(self.min_pause_s) and self.min_pause_s >= 0):
-            raise ConfigError(
-                "checkpointing.min-pause", f"must be zero or a positive duration, got {self.min_pause_s}"
-            )
+            raise ConfigError("checkpointing.min-pause", f"must be zero or a positive duration, got {self.min_pause_s}")
         if self.max_concurrent < 1:
             raise ConfigError("checkpointing.max-concurrent", f"must be at least 1, got {self.max_concurrent}")
 

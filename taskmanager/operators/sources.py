@@ -25,6 +25,29 @@ def json_deserializer(raw: bytes) -> Any:
     return json.loads(raw)
 
 
+class Pacer:
+    """Limits a source subtask to its share of ``records_per_second`` (None: no limit)."""
+
+    def __init__(self, records_per_second: float | None, parallelism: int) -> None:
+        self._interval = parallelism / records_per_second if records_per_second else 0.0
+        self._started = time.monotonic()
+        self._taken = 0
+
+    def allowed(self, wanted: int) -> int:
+        if not self._interval:
+            return wanted
+        due = int((time.monotonic() - self._started) / self._interval) - self._taken
+        return max(0, min(wanted, due))
+
+    def consumed(self, n: int) -> None:
+        self._taken += n
+
+    def wait_s(self) -> float:
+        if not self._interval:
+            return 0.0
+        return max(0.0, self._started + (self._taken + 1) * self._interval - time.monotonic())
+
+
 class KafkaSourceOperator(SourceOperator):
     """Reads the partitions p with p % parallelism == subtask, from the restored offsets or the start."""
 
@@ -71,6 +94,7 @@ class KafkaSourceOperator(SourceOperator):
             [TopicPartition(spec.topic, p, self._next_offsets.get(p, OFFSET_BEGINNING)) for p in self._active]
         )
         self._dlq = kafka.producer(endpoints, linger_ms=20) if spec.dead_letter_topic else None
+        self._pacer = Pacer(spec.records_per_second, ctx.parallelism)
         ctx.log.info(
             "kafka_source_opened",
             topic=spec.topic,
@@ -89,7 +113,11 @@ class KafkaSourceOperator(SourceOperator):
         if not self._active:
             self._finish_watermark()
             return False
-        messages = self._consumer.consume(num_messages=max_records, timeout=0.05)
+        allowed = self._pacer.allowed(max_records)
+        if allowed == 0:
+            return True
+        messages = self._consumer.consume(num_messages=allowed, timeout=0.05)
+        self._pacer.consumed(len(messages))
         spec, emit = self._spec, self.output.emit
         deserialize, timestamp_of = spec.deserializer, spec.timestamp
         for msg in messages:
@@ -119,6 +147,9 @@ class KafkaSourceOperator(SourceOperator):
         self._advance_watermark()
         return True
 
+    def idle_wait_s(self) -> float:
+        return self._pacer.wait_s()
+
     def _check_done(self, partition: int) -> None:
         if partition in self._active and self._partition_done(partition):
             self._active.discard(partition)
@@ -137,9 +168,7 @@ class KafkaSourceOperator(SourceOperator):
             self._emitted_watermark = MAX_WATERMARK
             self.output.emit_watermark(MAX_WATERMARK)
 
-    def _dead_letter(
-        self, raw: bytes | None, key: bytes | None, reason: str, partition: int, offset: int
-    ) -> None:
+    def _dead_letter(self, raw: bytes | None, key: bytes | None, reason: str, partition: int, offset: int) -> None:
         spec = self._spec
         origin = f"{spec.topic}[{partition}]@{offset}"
         if self._dlq is None:
@@ -185,29 +214,21 @@ class GeneratorSourceOperator(SourceOperator):
 
     def open(self) -> None:
         self._watermarks = BoundedOutOfOrdernessWatermarks(self._spec.max_out_of_orderness_ms)
-        rate = self._spec.records_per_second
-        self._interval = (self.ctx.parallelism / rate) if rate else 0.0
-        self._started = time.monotonic()
-        self._start_k = self._next_k
+        self._pacer = Pacer(self._spec.records_per_second, self.ctx.parallelism)
         self._finished = False
 
     def _index(self, k: int) -> int:
         return self.ctx.subtask + k * self.ctx.parallelism
 
     def idle_wait_s(self) -> float:
-        if not self._interval:
-            return 0.0
-        due = self._started + (self._next_k - self._start_k) * self._interval
-        return max(0.0, due - time.monotonic())
+        return self._pacer.wait_s()
 
     def poll(self, max_records: int) -> bool:
         spec = self._spec
         if self._finished:
             return False
-        limit = max_records
-        if self._interval:
-            allowed = int((time.monotonic() - self._started) / self._interval) + self._start_k - self._next_k
-            limit = min(limit, max(allowed, 0))
+        limit = self._pacer.allowed(max_records)
+        self._pacer.consumed(limit)
         emit, generate, ts_of = self.output.emit, spec.generate, spec.timestamp
         for _ in range(limit):
             i = self._index(self._next_k)

@@ -1,0 +1,317 @@
+"""Checkpoint storage: the objects of checkpoints and savepoints, in S3 or in a local folder.
+
+Keys are relative to the storage's root (``s3://bucket/prefix`` or a directory) and come from
+``weir.paths.CheckpointPaths``. Writing one object is atomic (S3 PutObject; temp file + rename locally),
+which is what makes "metadata written last" a commit. Failures of the backing system raise
+``ServiceUnavailableError`` naming the key; a missing object raises ``ObjectNotFoundError``.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import uuid
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+from urllib.parse import unquote, urlparse
+
+from boto3.s3.transfer import TransferConfig
+from botocore.exceptions import BotoCoreError, ClientError
+
+from connectors import s3
+from weir.config import Endpoints
+from weir.errors import Fault, ServiceUnavailableError, WeirError
+
+_DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
+_MULTIPART_THRESHOLD = 64 * 1024 * 1024
+_MULTIPART_CHUNK = 16 * 1024 * 1024
+_TEMP_PREFIX = ".tmp-"
+_MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+
+
+class ObjectNotFoundError(WeirError):
+    """A checkpoint object that should exist is not in the storage (deleted, or never written)."""
+
+    fault: Fault = "external"
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, location: str) -> None:
+        super().__init__(
+            f"checkpoint object {location} does not exist; it was deleted or never written. "
+            "Restore from another checkpoint or savepoint"
+        )
+        self.location = location
+
+
+class StorageUriError(WeirError):
+    """The checkpoint storage URI names no storage Weir supports."""
+
+    fault: Fault = "user"
+
+
+class CheckpointStorage(abc.ABC):
+    """Objects by key; each write is atomic, a reader sees the whole object or none."""
+
+    @property
+    @abc.abstractmethod
+    def uri(self) -> str:
+        """Where the storage's root is, for messages (``s3://bucket/prefix/``, ``file:///dir``)."""
+
+    @abc.abstractmethod
+    def put_bytes(self, key: str, data: bytes) -> None: ...
+
+    @abc.abstractmethod
+    def put_file(self, key: str, path: Path) -> None:
+        """Upload a local file (in parts when large)."""
+
+    @abc.abstractmethod
+    def get_bytes(self, key: str) -> bytes: ...
+
+    @abc.abstractmethod
+    def get_file(self, key: str, path: Path) -> None:
+        """Download to ``path``, which appears complete or not at all."""
+
+    @abc.abstractmethod
+    def exists(self, key: str) -> bool: ...
+
+    @abc.abstractmethod
+    def list(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """``(key, size in bytes)`` of every object whose key starts with ``prefix``, in key order."""
+
+    @abc.abstractmethod
+    def delete(self, keys: Iterable[str]) -> None:
+        """Delete the objects; keys that do not exist are skipped."""
+
+
+# ---------------------------------------------------------------------------------------------------
+# S3
+
+
+class S3CheckpointStorage(CheckpointStorage):
+    """Objects under ``prefix`` in an S3 bucket (the local S3 server, MinIO or AWS)."""
+
+    def __init__(self, endpoints_or_client: Endpoints | Any, bucket: str, prefix: str = "") -> None:
+        if isinstance(endpoints_or_client, Endpoints):
+            self._client = s3.client(endpoints_or_client)
+        else:
+            self._client = endpoints_or_client
+        self.bucket = bucket
+        self.prefix = "".join(f"{p}/" for p in prefix.split("/") if p)
+        self._transfer = TransferConfig(
+            multipart_threshold=_MULTIPART_THRESHOLD, multipart_chunksize=_MULTIPART_CHUNK, max_concurrency=4
+        )
+
+    @property
+    def uri(self) -> str:
+        return f"s3://{self.bucket}/{self.prefix}"
+
+    def _name(self, key: str) -> str:
+        return self.prefix + key
+
+    def _error(self, operation: str, key: str, exc: Exception) -> WeirError:
+        location = f"s3://{self.bucket}/{self._name(key)}"
+        if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
+            return ObjectNotFoundError(location)
+        return ServiceUnavailableError(
+            f"S3 {operation} of {location} failed: {exc}; check that the S3 server answers and the bucket "
+            "exists, then retry"
+        )
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        try:
+            self._client.put_object(Bucket=self.bucket, Key=self._name(key), Body=data)
+        except (BotoCoreError, ClientError) as exc:
+            raise self._error("put", key, exc) from exc
+
+    def put_file(self, key: str, path: Path) -> None:
+        try:
+            self._client.upload_file(str(path), self.bucket, self._name(key), Config=self._transfer)
+        except (BotoCoreError, ClientError, OSError) as exc:
+            raise self._error("upload", key, exc) from exc
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            body: bytes = self._client.get_object(Bucket=self.bucket, Key=self._name(key))["Body"].read()
+        except (BotoCoreError, ClientError) as exc:
+            raise self._error("get", key, exc) from exc
+        return body
+
+    def get_file(self, key: str, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f"{_TEMP_PREFIX}{uuid.uuid4().hex}-{path.name}")
+        try:
+            self._client.download_file(self.bucket, self._name(key), str(temp), Config=self._transfer)
+            os.replace(temp, path)
+        except (BotoCoreError, ClientError, OSError) as exc:
+            raise self._error("download", key, exc) from exc
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def exists(self, key: str) -> bool:
+        try:
+            self._client.head_object(Bucket=self.bucket, Key=self._name(key))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
+                return False
+            raise self._error("head", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._error("head", key, exc) from exc
+        return True
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int]]:
+        skip = len(self.prefix)
+        try:
+            pages = self._client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self._name(prefix)
+            )
+            for page in pages:
+                for obj in page.get("Contents", ()):
+                    yield obj["Key"][skip:], int(obj["Size"])
+        except (BotoCoreError, ClientError) as exc:
+            raise self._error("list", prefix + "*", exc) from exc
+
+    def delete(self, keys: Iterable[str]) -> None:
+        names = [self._name(k) for k in dict.fromkeys(keys)]
+        for start in range(0, len(names), _DELETE_BATCH):
+            batch = names[start : start + _DELETE_BATCH]
+            try:
+                answer = self._client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": n} for n in batch], "Quiet": True}
+                )
+            except (BotoCoreError, ClientError) as exc:
+                raise self._error("delete", batch[0][len(self.prefix) :], exc) from exc
+            failed = [e for e in answer.get("Errors", ()) if e.get("Code") not in _MISSING_CODES]
+            if failed:
+                first = failed[0]
+                raise ServiceUnavailableError(
+                    f"S3 delete of {len(failed)} object(s) in s3://{self.bucket} failed, e.g. {first.get('Key')}: "
+                    f"{first.get('Code')} {first.get('Message')}; the delete is retried with the next release"
+                )
+
+
+# ---------------------------------------------------------------------------------------------------
+# Local folder
+
+
+class FileCheckpointStorage(CheckpointStorage):
+    """Objects as files under a root directory; a key's ``/`` separate folders."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).absolute()
+
+    @property
+    def uri(self) -> str:
+        return self.root.as_uri()
+
+    def _path(self, key: str) -> Path:
+        parts = key.split("/")
+        if not key or any(p in ("", ".", "..") or p.startswith(_TEMP_PREFIX) for p in parts):
+            raise ValueError(
+                f"invalid checkpoint object key {key!r}: needs non-empty segments, no '.', '..' or '{_TEMP_PREFIX}'"
+            )
+        return self.root.joinpath(*parts)
+
+    def _error(self, operation: str, key: str, exc: OSError) -> WeirError:
+        location = f"{self.uri}/{key}"
+        if isinstance(exc, FileNotFoundError) and operation in ("get", "download"):
+            return ObjectNotFoundError(location)
+        return ServiceUnavailableError(f"{operation} of checkpoint object {location} failed: {exc}")
+
+    def _write_atomically(self, target: Path, write: Any) -> None:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        temp = target.with_name(f"{_TEMP_PREFIX}{uuid.uuid4().hex}-{target.name}")
+        try:
+            with open(temp, "wb") as out:
+                write(out)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temp, target)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        try:
+            self._write_atomically(self._path(key), lambda out: out.write(data))
+        except OSError as exc:
+            raise self._error("put", key, exc) from exc
+
+    def put_file(self, key: str, path: Path) -> None:
+        def copy(out: Any) -> None:
+            with open(path, "rb") as source:
+                while chunk := source.read(1 << 20):
+                    out.write(chunk)
+
+        try:
+            self._write_atomically(self._path(key), copy)
+        except OSError as exc:
+            raise self._error("upload", key, exc) from exc
+
+    def get_bytes(self, key: str) -> bytes:
+        try:
+            return self._path(key).read_bytes()
+        except OSError as exc:
+            raise self._error("get", key, exc) from exc
+
+    def get_file(self, key: str, path: Path) -> None:
+        source = self._path(key)
+
+        def copy(out: Any) -> None:
+            with open(source, "rb") as src:
+                while chunk := src.read(1 << 20):
+                    out.write(chunk)
+
+        try:
+            self._write_atomically(path, copy)
+        except OSError as exc:
+            raise self._error("download", key, exc) from exc
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int]]:
+        # Walk only the folder the prefix names; the last segment may be a partial name.
+        folder, _, _ = prefix.rpartition("/")
+        start = self.root.joinpath(*folder.split("/")) if folder else self.root
+        found: list[tuple[str, int]] = []
+        try:
+            for dirpath, dirnames, filenames in os.walk(start):
+                dirnames[:] = [d for d in dirnames if not d.startswith(_TEMP_PREFIX)]
+                base = Path(dirpath).relative_to(self.root).as_posix()
+                for name in filenames:
+                    if name.startswith(_TEMP_PREFIX):
+                        continue
+                    key = name if base == "." else f"{base}/{name}"
+                    if key.startswith(prefix):
+                        found.append((key, os.stat(os.path.join(dirpath, name)).st_size))
+        except OSError as exc:
+            raise self._error("list", prefix + "*", exc) from exc
+        yield from sorted(found)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        for key in keys:
+            try:
+                self._path(key).unlink(missing_ok=True)
+            except OSError as exc:
+                raise self._error("delete", key, exc) from exc
+
+
+def open_storage(uri: str, endpoints: Endpoints | None = None) -> CheckpointStorage:
+    """The storage a URI names: ``s3://bucket/prefix``, ``file:///dir`` or a plain directory path.
+
+    S3 credentials and the endpoint come from ``endpoints`` (default: ``Endpoints.from_env()``).
+    """
+    parsed = urlparse(uri)
+    if parsed.scheme == "s3":
+        if not parsed.netloc:
+            raise StorageUriError(f"checkpoint storage {uri!r} names no bucket: use s3://<bucket>/<prefix>")
+        return S3CheckpointStorage(endpoints or Endpoints.from_env(), parsed.netloc, parsed.path)
+    if parsed.scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            raise StorageUriError(f"checkpoint storage {uri!r}: a file URI names a local path, file:///<dir>")
+        return FileCheckpointStorage(Path(unquote(parsed.path)))
+    if parsed.scheme == "" and uri:
+        return FileCheckpointStorage(Path(uri))
+    raise StorageUriError(
+        f"checkpoint storage {uri!r} is not supported: use s3://<bucket>/<prefix>, file:///<dir> or a path"
+    )

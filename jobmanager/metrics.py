@@ -1,0 +1,70 @@
+"""Prometheus metrics of the JobManager: checkpoints, restarts and job status (Flink's names as a guide)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 600.0)
+
+CHECKPOINTS_TRIGGERED = Counter("weir_checkpoints_triggered_total", "Checkpoints triggered", ("job",))
+CHECKPOINTS_COMPLETED = Counter("weir_checkpoints_completed_total", "Checkpoints completed", ("job",))
+CHECKPOINTS_FAILED = Counter("weir_checkpoints_failed_total", "Checkpoints aborted or failed", ("job",))
+CHECKPOINTS_IN_PROGRESS = Gauge("weir_checkpoints_in_progress", "Checkpoints triggered but not ended", ("job",))
+CHECKPOINT_DURATION = Histogram(
+    "weir_checkpoint_duration_seconds", "Trigger to completion of a checkpoint", ("job",), buckets=_DURATION_BUCKETS
+)
+LAST_CHECKPOINT_DURATION = Gauge(
+    "weir_last_checkpoint_duration_seconds", "Duration of the latest completed checkpoint", ("job",)
+)
+LAST_CHECKPOINT_SIZE = Gauge(
+    "weir_last_checkpoint_size_bytes", "State size of the latest completed checkpoint", ("job",)
+)
+LAST_CHECKPOINT_ID = Gauge("weir_last_completed_checkpoint_id", "Id of the latest completed checkpoint", ("job",))
+LAST_CHECKPOINT_TIMESTAMP = Gauge(
+    "weir_last_checkpoint_completion_timestamp_seconds", "When the latest checkpoint completed", ("job",)
+)
+ALIGNMENT = Histogram(
+    "weir_checkpoint_alignment_duration_seconds",
+    "Barrier alignment time per task",
+    ("job", "operator_uid"),
+    buckets=_DURATION_BUCKETS,
+)
+START_DELAY = Histogram(
+    "weir_checkpoint_start_delay_seconds",
+    "Trigger to first barrier at a task",
+    ("job", "operator_uid"),
+    buckets=_DURATION_BUCKETS,
+)
+RESTARTS = Gauge("weir_job_restarts", "Restarts of the job since it was submitted", ("job",))
+RESTORES = Counter("weir_job_restores_total", "Restores of the job from a completed checkpoint", ("job",))
+LAST_RESTORE_TIMESTAMP = Gauge("weir_job_last_restore_timestamp_seconds", "When the job was last restored", ("job",))
+LAST_RESTART_TIMESTAMP = Gauge("weir_job_last_restart_timestamp_seconds", "When the job last restarted", ("job",))
+JOB_STATUS = Gauge("weir_job_status", "1 for the job's current status, 0 otherwise", ("job", "status"))
+
+_STATUSES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELLING", "CANCELED")
+
+
+def checkpoint_completed(job_id: str, completed: Any, now: float) -> None:
+    duration = max(0.0, now - completed.trigger_timestamp)
+    CHECKPOINTS_COMPLETED.labels(job_id).inc()
+    CHECKPOINT_DURATION.labels(job_id).observe(duration)
+    LAST_CHECKPOINT_DURATION.labels(job_id).set(duration)
+    LAST_CHECKPOINT_SIZE.labels(job_id).set(completed.total_size_bytes)
+    LAST_CHECKPOINT_ID.labels(job_id).set(completed.checkpoint_id)
+    LAST_CHECKPOINT_TIMESTAMP.labels(job_id).set(now)
+
+
+def job_status(job: Any) -> None:
+    """Refresh the per-job gauges from the JobMaster (called on every monitor tick)."""
+    job_id = job.job_id
+    for status in _STATUSES:
+        JOB_STATUS.labels(job_id, status).set(1 if job.status.value == status else 0)
+    RESTARTS.labels(job_id).set(job.restarts)
+    stats = job.restart_strategy.stats()
+    if stats.last_restart_at is not None:
+        LAST_RESTART_TIMESTAMP.labels(job_id).set(stats.last_restart_at)
+    if job.last_restore_at:
+        LAST_RESTORE_TIMESTAMP.labels(job_id).set(job.last_restore_at)
+    CHECKPOINTS_IN_PROGRESS.labels(job_id).set(job.coordinator.in_flight_count)
