@@ -57,6 +57,11 @@ class TaskRecord:
     failure: str = ""
     records_in: int = 0
     records_out: int = 0
+    records_in_earlier_attempts: int = 0
+
+    @property
+    def records_in_all_attempts(self) -> int:
+        return self.records_in_earlier_attempts + self.records_in
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,8 @@ class JobMaster:
                 record.taskmanager_id = tm
                 record.state = common_pb2.TASK_STATE_DEPLOYING
                 record.failure = ""
+                record.records_in_earlier_attempts += record.records_in
+                record.records_in = record.records_out = 0
                 request = taskmanager_pb2.DeployTaskRequest(
                     task=common_pb2.TaskRef(job_id=sub.job_id, vertex_uid=vertex.uid, subtask=s),
                     attempt=self.attempt,

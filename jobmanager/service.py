@@ -591,6 +591,7 @@ class JobManager:
                     failure=t.failure,
                     records_in=t.records_in,
                     records_out=t.records_out,
+                    records_in_all_attempts=t.records_in_all_attempts,
                 )
             return response
 

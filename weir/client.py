@@ -64,6 +64,7 @@ class TaskStatus:
     failure: str
     records_in: int
     records_out: int
+    records_in_all_attempts: int = 0  # including records replayed after restores
 
     @property
     def name(self) -> str:
@@ -263,6 +264,7 @@ def _task_status(m: jobmanager_pb2.TaskStatus) -> TaskStatus:
         failure=m.failure,
         records_in=m.records_in,
         records_out=m.records_out,
+        records_in_all_attempts=m.records_in_all_attempts,
     )
 
 
