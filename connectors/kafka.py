@@ -8,13 +8,16 @@ sinks write through transactional producers. Every client built here gets its co
 from __future__ import annotations
 
 import time
+import zlib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from weir.config import Endpoints
-from weir.errors import ServiceUnavailableError
+from weir.errors import JobDefinitionError, ServiceUnavailableError
 
 
 def client_config(endpoints: Endpoints, **overrides: object) -> dict[str, object]:
@@ -131,5 +134,347 @@ def read_all(
             if msg.offset() + 1 >= ends[msg.partition()]:
                 pending.discard(msg.partition())
         return out
+    finally:
+        reader.close()
+
+
+# Read-only inspection (weir verify, reference mode) -----------------------------------------------
+
+
+def topic_partition_count(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> int | None:
+    """The topic's partition count, None when it does not exist (asks for every topic's metadata, so
+    that a broker allowing auto-creation does not create it). Raises ServiceUnavailableError when
+    Kafka does not answer."""
+    try:
+        metadata = admin(endpoints).list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
+        ) from exc
+    found = metadata.get(topic)
+    if found is None or found.error is not None:
+        return None
+    return len(found.partitions)
+
+
+def partition_offsets(
+    endpoints: Endpoints, topic: str, partitions: int, timeout_s: float = 30.0
+) -> dict[int, tuple[int, int, int]]:
+    """Per partition ``(low watermark, last stable offset, high watermark)`` from the ListOffsets API.
+
+    The last stable offset (LSO) is where a read_committed consumer stops: below the first record of
+    a transaction still open. LSO < high watermark means a transaction is open on that partition.
+    """
+    from confluent_kafka import IsolationLevel, TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    client = admin(endpoints)
+
+    def offsets(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, int]:
+        request = {TopicPartition(topic, p): spec for p in range(partitions)}
+        try:
+            futures = client.list_offsets(request, isolation_level=isolation, request_timeout=timeout_s)
+            return {tp.partition: future.result(timeout=timeout_s).offset for tp, future in futures.items()}
+        except KafkaException as exc:
+            raise ServiceUnavailableError(f"kafka: cannot list the offsets of {topic!r}: {exc}") from exc
+
+    low = offsets(OffsetSpec.earliest(), IsolationLevel.READ_UNCOMMITTED)
+    stable = offsets(OffsetSpec.latest(), IsolationLevel.READ_COMMITTED)
+    high = offsets(OffsetSpec.latest(), IsolationLevel.READ_UNCOMMITTED)
+    return {p: (low[p], stable[p], high[p]) for p in range(partitions)}
+
+
+def read_committed_records(
+    endpoints: Endpoints, topic: str, timeout_s: float = 60.0
+) -> list[tuple[int, int, bytes | None, bytes | None, int]]:
+    """Every committed record of a topic up to the last stable offsets seen now, as
+    ``(partition, offset, key, value, timestamp ms)``. Unlike ``read_all`` it does not wait for a
+    transaction still open: it stops where a read_committed consumer must stop."""
+    from confluent_kafka import TopicPartition
+
+    partitions = topic_partition_count(endpoints, topic)
+    if partitions is None:
+        raise ServiceUnavailableError(f"kafka: topic {topic!r} does not exist")
+    offsets = partition_offsets(endpoints, topic, partitions)
+    starts = {p: low for p, (low, _stable, _high) in offsets.items()}
+    ends = {p: stable for p, (low, stable, _high) in offsets.items() if stable > low}
+    if not ends:
+        return []
+    reader = consumer(endpoints, isolation_level="read_committed")
+    try:
+        reader.assign([TopicPartition(topic, p, starts[p]) for p in ends])
+        pending = set(ends)
+        out: list[tuple[int, int, bytes | None, bytes | None, int]] = []
+        deadline = time.monotonic() + timeout_s
+        while pending:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"kafka: reading {topic!r} did not reach its last stable offsets in {timeout_s}s"
+                )
+            for msg in reader.consume(num_messages=1000, timeout=0.5):
+                partition, offset = msg.partition(), msg.offset()
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        if partition in ends and offset >= ends[partition]:
+                            pending.discard(partition)
+                        continue
+                    raise ServiceUnavailableError(f"kafka: reading {topic!r}: {msg.error()}")
+                if partition not in ends or offset >= ends[partition]:
+                    continue
+                out.append((partition, offset, msg.key(), msg.value(), msg.timestamp()[1]))
+                if offset + 1 >= ends[partition]:
+                    pending.discard(partition)
+        return out
+    finally:
+        reader.close()
+
+
+def end_offsets(endpoints: Endpoints, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """The high watermark of every partition of ``topic`` now."""
+    from confluent_kafka import TopicPartition
+
+    reader = consumer(endpoints)
+    try:
+        return {
+            p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
+            for p in range(partition_count(endpoints, topic))
+        }
+    finally:
+        reader.close()
+
+
+# Transactions (exactly-once sinks) ------------------------------------------------------------------
+
+DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
+"""15 minutes: the broker's default ``transaction.max.timeout.ms`` (librdkafka's own default is 60 s)."""
+
+
+@dataclass
+class Delivery:
+    """Where one produced record landed; filled in by the delivery report during ``flush``."""
+
+    partition: int | None = None
+    offset: int | None = None
+
+
+class TransactionalProducer:
+    """A producer with a stable ``transactional.id``: the one place that calls confluent-kafka's
+    transaction API. Errors come out as ServiceUnavailableError (retriable: the task restarts and the
+    sink's recovery decides what to re-produce), or JobDefinitionError for a configuration the broker
+    refuses."""
+
+    def __init__(
+        self, endpoints: Endpoints, transactional_id: str, transaction_timeout_ms: int, **overrides: object
+    ) -> None:
+        self.transactional_id = transactional_id
+        self._endpoints = endpoints
+        config = client_config(endpoints, linger_ms=5, **overrides)
+        config.update({"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms})
+        self._transaction_timeout_ms = transaction_timeout_ms
+        self._producer = Producer(config)
+        self._errors: list[str] = []
+
+    def _fail(self, action: str, exc: KafkaException) -> ServiceUnavailableError:
+        return ServiceUnavailableError(
+            f"kafka transactional producer {self.transactional_id!r}: {action} failed: {exc.args[0]}"
+        )
+
+    def init(self, timeout_s: float) -> None:
+        """Register the transactional id with its coordinator: bumps the producer epoch, which fences
+        any older producer with the same id and aborts the transaction it left open (or completes
+        one whose commit was already requested)."""
+        try:
+            self._producer.init_transactions(timeout_s)
+        except KafkaException as exc:
+            error = exc.args[0]
+            if error.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
+                raise JobDefinitionError(
+                    f"kafka transactional producer {self.transactional_id!r}: the broker refuses "
+                    f"transaction.timeout.ms={self._transaction_timeout_ms}; it must not exceed the broker's "
+                    "transaction.max.timeout.ms (default 900000): lower transaction_timeout_ms or raise the "
+                    "broker setting",
+                    fault="user",
+                ) from exc
+            raise self._fail("init_transactions", exc) from exc
+
+    def begin(self) -> None:
+        self._errors.clear()
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._fail("begin_transaction", exc) from exc
+
+    def _on_delivery(self, err: Any, _msg: Any) -> None:
+        if err is not None:
+            self._errors.append(str(err))
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        timestamp: int | None = None,
+        partition: int | None = None,
+        delivery: Delivery | None = None,
+    ) -> None:
+        """Queue a record into the open transaction; waits (serving delivery reports) while the local
+        queue is full."""
+        if delivery is None:
+            callback: Any = self._on_delivery
+        else:
+
+            def callback(err: Any, msg: Any) -> None:
+                if err is not None:
+                    self._errors.append(str(err))
+                else:
+                    delivery.partition, delivery.offset = msg.partition(), msg.offset()
+
+        kwargs: dict[str, Any] = {"key": key, "timestamp": timestamp or 0, "on_delivery": callback}
+        if partition is not None:
+            kwargs["partition"] = partition
+        while True:
+            try:
+                self._producer.produce(topic, value, **kwargs)
+                return
+            except BufferError:
+                self._producer.poll(0.05)
+            except KafkaException as exc:
+                raise self._fail(f"produce to {topic!r}", exc) from exc
+
+    def poll(self) -> None:
+        self._producer.poll(0)
+
+    def flush(self, timeout_s: float) -> None:
+        """Wait until every queued record of the transaction is acknowledged (the pre-commit)."""
+        remaining = self._producer.flush(timeout_s)
+        if remaining or self._errors:
+            raise ServiceUnavailableError(
+                f"kafka transactional producer {self.transactional_id!r}: {remaining} record(s) not acknowledged "
+                f"within {timeout_s:.0f}s, delivery errors: {self._errors[:3]}"
+            )
+
+    def commit(self, timeout_s: float) -> None:
+        """Commit the open transaction; a retriable error is retried within ``timeout_s``. A transaction
+        that can no longer commit is aborted, then reported."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self._producer.commit_transaction(max(0.1, deadline - time.monotonic()))
+                return
+            except KafkaException as exc:
+                error = exc.args[0]
+                if error.retriable() and time.monotonic() < deadline:
+                    continue
+                if error.txn_requires_abort():
+                    self.abort(max(1.0, deadline - time.monotonic()))
+                raise self._fail("commit_transaction", exc) from exc
+
+    def abort(self, timeout_s: float) -> None:
+        try:
+            self._producer.abort_transaction(timeout_s)
+        except KafkaException as exc:
+            raise self._fail("abort_transaction", exc) from exc
+
+    def close(self) -> None:
+        """Discard what is still queued without waiting; the client is destroyed when dropped. A
+        transaction left open ends by fencing (the next ``init``) or by its timeout."""
+        self._producer.purge(in_queue=True, in_flight=True, blocking=False)
+        self._producer.poll(0)
+
+
+def stable_partition(key: bytes, partitions: int) -> int:
+    """A partition chosen from the key alone (CRC-32), the same in every process and client."""
+    return zlib.crc32(key) % partitions
+
+
+def ensure_topic(endpoints: Endpoints, topic: str, partitions: int, timeout_s: float = 30.0) -> int:
+    """Create the topic when missing; its partition count (an existing topic keeps its own)."""
+    existing = topic_partition_count(endpoints, topic, timeout_s)
+    if existing is not None:
+        return existing
+    create_topics(endpoints, {topic: partitions}, timeout_s)
+    return partition_count(endpoints, topic, timeout_s)
+
+
+def _assign(reader: Consumer, topic: str, partition: int, offset: int) -> None:
+    from confluent_kafka import TopicPartition
+
+    reader.assign([TopicPartition(topic, partition, offset)])
+
+
+def partition_range(endpoints: Endpoints, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
+    """``(low watermark, high watermark)`` of one partition, open transactions included."""
+    from confluent_kafka import TopicPartition
+
+    reader = consumer(endpoints, isolation_level="read_uncommitted")
+    try:
+        low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
+        return int(low), int(high)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(f"kafka: watermarks of {topic}[{partition}]: {exc}") from exc
+    finally:
+        reader.close()
+
+
+def scan_partition(
+    endpoints: Endpoints, topic: str, partition: int, start: int, end: int, timeout_s: float = 60.0
+) -> list[tuple[int, bytes | None, bytes | None]]:
+    """Records ``start <= offset < end`` of one partition, read_uncommitted (aborted and open
+    transactions included): ``(offset, key, value)``."""
+    if end <= start:
+        return []
+    reader = consumer(endpoints, isolation_level="read_uncommitted")
+    try:
+        _assign(reader, topic, partition, start)
+        out: list[tuple[int, bytes | None, bytes | None]] = []
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if time.monotonic() > deadline:
+                raise ServiceUnavailableError(
+                    f"kafka: reading {topic}[{partition}] offsets {start}..{end} did not finish in {timeout_s:.0f}s"
+                )
+            for msg in reader.consume(num_messages=1000, timeout=0.2):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() >= end:
+                            return out
+                        continue
+                    raise ServiceUnavailableError(f"kafka: reading {topic}[{partition}]: {msg.error()}")
+                if msg.offset() >= end:
+                    return out
+                out.append((msg.offset(), msg.key(), msg.value()))
+                if msg.offset() + 1 >= end:
+                    return out
+    finally:
+        reader.close()
+
+
+def is_committed(endpoints: Endpoints, topic: str, partition: int, offset: int, timeout_s: float) -> bool:
+    """Whether the transactional record at ``offset`` was committed (False: aborted).
+
+    A read_committed consumer positioned at ``offset`` is served the record once the partition's last
+    stable offset has passed it, or skips past it if its transaction was aborted. Until every
+    transaction that started before ``offset`` has ended (by commit, abort, fencing of its producer or
+    its timeout) nobody can tell: then this waits, up to ``timeout_s``, and raises
+    ServiceUnavailableError."""
+    reader = consumer(endpoints, isolation_level="read_committed")
+    try:
+        _assign(reader, topic, partition, offset)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for msg in reader.consume(num_messages=100, timeout=0.2):
+                if msg.error():
+                    if msg.error().code() == KafkaError._PARTITION_EOF:
+                        if msg.offset() > offset:
+                            return False
+                        continue
+                    raise ServiceUnavailableError(f"kafka: reading {topic}[{partition}]: {msg.error()}")
+                if msg.offset() >= offset:
+                    return msg.offset() == offset
+        raise ServiceUnavailableError(
+            f"kafka: cannot tell within {timeout_s:.0f}s whether the record at {topic}[{partition}]@{offset} was "
+            "committed: a transaction that started before it is still open (its producer has not committed, "
+            "restarted or reached transaction.timeout.ms)"
+        )
     finally:
         reader.close()

@@ -101,6 +101,7 @@ class JobMaster:
     restore_checkpoint_id: int = 0
     last_restore_at: float = 0.0
     finished_at: float | None = None
+    cancel_requested_at: float | None = None
 
     @classmethod
     def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:
@@ -243,6 +244,15 @@ class JobMaster:
         record.records_out = max(record.records_out, records_out)
         if state == common_pb2.TASK_STATE_FAILED:
             record.failure = failure
+        if (
+            state in TERMINAL_TASK_STATES  # a task may finish or fail before the cancel reaches it
+            and self.status is JobStatus.CANCELLING
+            and all(t.state in TERMINAL_TASK_STATES for t in self.tasks.values())
+        ):
+            self.status = JobStatus.CANCELED
+            self.finished_at = now
+            return None
+        if state == common_pb2.TASK_STATE_FAILED:
             return f"task {vertex_uid}#{subtask} failed: {failure}"
         if (
             state == common_pb2.TASK_STATE_FINISHED
@@ -252,13 +262,6 @@ class JobMaster:
             self.status = JobStatus.FINISHED
             self.finished_at = now
             log.info("job_finished", job_id=self.job_id, attempt=self.attempt)
-        if (
-            state == common_pb2.TASK_STATE_CANCELED
-            and self.status is JobStatus.CANCELLING
-            and all(t.state in TERMINAL_TASK_STATES for t in self.tasks.values())
-        ):
-            self.status = JobStatus.CANCELED
-            self.finished_at = now
         return None
 
     def on_progress(self, vertex_uid: str, subtask: int, attempt: int, records_in: int, records_out: int) -> None:
@@ -300,6 +303,7 @@ class JobMaster:
             self.finished_at = now
             return
         self.status = JobStatus.CANCELLING
+        self.cancel_requested_at = now
 
     @property
     def restarts(self) -> int:

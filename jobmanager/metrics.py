@@ -25,6 +25,11 @@ LAST_CHECKPOINT_ID = Gauge("weir_last_completed_checkpoint_id", "Id of the lates
 LAST_CHECKPOINT_TIMESTAMP = Gauge(
     "weir_last_checkpoint_completion_timestamp_seconds", "When the latest checkpoint completed", ("job",)
 )
+CHECKPOINT_INTERVAL = Gauge(
+    "weir_checkpoint_interval_seconds",
+    "The job's checkpointing.interval (absent when periodic checkpoints are off)",
+    ("job",),
+)
 ALIGNMENT = Histogram(
     "weir_checkpoint_alignment_duration_seconds",
     "Barrier alignment time per task",
@@ -68,3 +73,6 @@ def job_status(job: Any) -> None:
     if job.last_restore_at:
         LAST_RESTORE_TIMESTAMP.labels(job_id).set(job.last_restore_at)
     CHECKPOINTS_IN_PROGRESS.labels(job_id).set(job.coordinator.in_flight_count)
+    interval_s = job.checkpoint_settings.trigger.interval_s
+    if interval_s is not None:
+        CHECKPOINT_INTERVAL.labels(job_id).set(interval_s)

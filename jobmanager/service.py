@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import pickle
 import threading
 import time
@@ -12,6 +13,7 @@ from typing import Any
 import grpc
 import structlog
 
+from connectors import kafka
 from connectors.checkpoint_storage import CheckpointStorage
 from jobmanager import metrics
 from jobmanager.checkpointing import coordinator as cc
@@ -21,8 +23,9 @@ from jobmanager.errors import JobManagerError
 from jobmanager.jobs import DeployCommand, JobMaster, JobStatus, JobSubmission, new_job_id
 from jobmanager.scheduler import SlotOffer
 from taskmanager.network import GRPC_OPTIONS
-from weir.api import load_job_source
-from weir.errors import JobDefinitionError, NotEnoughSlotsError, UnknownJobError, WeirError
+from weir.api import KafkaSourceSpec, end_offsets_parameter, load_job_source
+from weir.config import Endpoints
+from weir.errors import JobDefinitionError, NotEnoughSlotsError, ServiceUnavailableError, UnknownJobError, WeirError
 from weir.ids import CheckpointId, JobId
 from weir.paths import CheckpointPaths
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2, taskmanager_pb2_grpc
@@ -137,7 +140,7 @@ class JobManager:
             job_name=request.job_name or loaded.graph.job_name,
             job_file_name=request.job_file_name,
             job_source=request.job_source,
-            parameters=dict(request.parameters),
+            parameters={**request.parameters, **self._fixed_source_ends(loaded)},
             parallelism=parallelism,
             submitted_at=self._clock(),
         )
@@ -154,6 +157,17 @@ class JobManager:
         )
         self._io.submit(self._deploy, master, command)
         return submission.job_id
+
+    def _fixed_source_ends(self, loaded: Any) -> dict[str, str]:
+        """Bounded Kafka sources end at the offsets present at submit, in every attempt (as Flink's
+        enumerator fixes stopping offsets): they travel as internal job parameters."""
+        fixed: dict[str, str] = {}
+        for t in loaded.graph.transformations.values():
+            spec = t.source_spec
+            if isinstance(spec, KafkaSourceSpec) and spec.bounded:
+                ends = kafka.end_offsets(Endpoints.from_env(), spec.topic)
+                fixed[end_offsets_parameter(t.uid)] = json.dumps(ends)
+        return fixed
 
     def _schedule(self, job: JobMaster, now: float) -> DeployCommand:
         """Restore the latest completed checkpoint (if any) and place a new attempt."""
@@ -304,8 +318,10 @@ class JobManager:
                 if tm.alive and now - tm.last_heartbeat > HEARTBEAT_TIMEOUT_S:
                     self._taskmanager_lost(tm, f"no heartbeat for {now - tm.last_heartbeat:.1f}s")
             for job in self.jobs.values():
-                if job.status is JobStatus.CANCELLING and now - (job.finished_at or now) > 30:
-                    job.status = JobStatus.CANCELED
+                if job.status is JobStatus.CANCELLING and now - (job.cancel_requested_at or now) > 30:
+                    job.status = JobStatus.CANCELED  # tasks on a lost TaskManager never report
+                    job.finished_at = now
+                    self._save_record(job)
                 if job.status is JobStatus.RESTARTING and job.restart_at is not None and now >= job.restart_at:
                     try:
                         deploys.append((job, self._schedule(job, now)))
@@ -633,6 +649,7 @@ _STATUS_OF: dict[type[WeirError], grpc.StatusCode] = {
     UnknownJobError: grpc.StatusCode.NOT_FOUND,
     NotEnoughSlotsError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     JobDefinitionError: grpc.StatusCode.INVALID_ARGUMENT,
+    ServiceUnavailableError: grpc.StatusCode.FAILED_PRECONDITION,  # e.g. the job's input topic is missing
 }
 
 

@@ -82,6 +82,11 @@ class AggregateFunction(Protocol[T, ACC]):
     def result(self, key: Any, window_start: int, window_end: int, acc: ACC) -> Any: ...
 
 
+def end_offsets_parameter(source_uid: str) -> str:
+    """The parameter under which the JobManager fixes a bounded Kafka source's end offsets at submit."""
+    return f"weir.internal.end_offsets.{source_uid}"
+
+
 @dataclass(frozen=True)
 class KafkaSourceSpec:
     topic: str
@@ -148,7 +153,7 @@ class Environment:
             dead_letter_topic=dead_letter_topic,
             records_per_second=records_per_second,
         )
-        return self._source(uid, name or f"kafka:{topic}", lambda: KafkaSourceOperator(spec), parallelism)
+        return self._source(uid, name or f"kafka:{topic}", lambda: KafkaSourceOperator(spec), parallelism, spec)
 
     def from_generator(
         self,
@@ -179,9 +184,14 @@ class Environment:
         values = list(items)
         return self.from_generator(values.__getitem__, uid=uid, count=len(values), **kwargs)
 
-    def _source(self, uid: str, name: str, factory: Callable[[], Any], parallelism: int | None) -> DataStream:
+    def _source(
+        self, uid: str, name: str, factory: Callable[[], Any], parallelism: int | None, spec: Any = None
+    ) -> DataStream:
         t = self.graph.add(
-            Transformation(uid=uid, name=name, kind=OperatorKind.SOURCE, factory=factory, parallelism=parallelism)
+            Transformation(
+                uid=uid, name=name, kind=OperatorKind.SOURCE, factory=factory, parallelism=parallelism,
+                source_spec=spec,
+            )
         )
         return DataStream(self, t)
 

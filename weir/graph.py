@@ -49,6 +49,7 @@ class Transformation:
     max_parallelism: int | None = None
     key_selector: Callable[[Any], Any] | None = None  # keyed operators: the key of their input
     chainable: bool = True
+    source_spec: Any = None  # sources: what the JobManager may need to know (e.g. a bounded Kafka topic)
 
 
 @dataclass

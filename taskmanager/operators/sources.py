@@ -9,13 +9,14 @@ from __future__ import annotations
 import json
 import pickle
 import time
+from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
 
 from connectors import kafka
 from taskmanager.operators.base import SourceOperator
-from weir.api import GeneratorSourceSpec, KafkaSourceSpec
+from weir.api import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
 from weir.config import Endpoints
 from weir.errors import JobDefinitionError, ServiceUnavailableError
 from weir.watermarks import MAX_WATERMARK, MIN_WATERMARK, BoundedOutOfOrdernessWatermarks
@@ -28,15 +29,18 @@ def json_deserializer(raw: bytes) -> Any:
 class Pacer:
     """Limits a source subtask to its share of ``records_per_second`` (None: no limit)."""
 
-    def __init__(self, records_per_second: float | None, parallelism: int) -> None:
+    def __init__(
+        self, records_per_second: float | None, parallelism: int, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._interval = parallelism / records_per_second if records_per_second else 0.0
-        self._started = time.monotonic()
+        self._clock = clock
+        self._started = clock()
         self._taken = 0
 
     def allowed(self, wanted: int) -> int:
         if not self._interval:
             return wanted
-        due = int((time.monotonic() - self._started) / self._interval) - self._taken
+        due = int((self._clock() - self._started) / self._interval) - self._taken
         return max(0, min(wanted, due))
 
     def consumed(self, n: int) -> None:
@@ -45,7 +49,7 @@ class Pacer:
     def wait_s(self) -> float:
         if not self._interval:
             return 0.0
-        return max(0.0, self._started + (self._taken + 1) * self._interval - time.monotonic())
+        return max(0.0, self._started + (self._taken + 1) * self._interval - self._clock())
 
 
 class KafkaSourceOperator(SourceOperator):
@@ -82,11 +86,15 @@ class KafkaSourceOperator(SourceOperator):
             fetch_wait_max_ms=50,
         )
         if self._end_offsets is None and spec.bounded:
-            # The end of a bounded source is fixed once, when the job first reads it.
+            # The end of a bounded source is fixed once, by the JobManager at submit (kept in the job
+            # record, so it survives every recovery); without it, the ends present now.
+            fixed = ctx.parameters.get(end_offsets_parameter(ctx.uid))
+            ends = {int(p): int(o) for p, o in json.loads(fixed).items()} if fixed else {}
             self._end_offsets = {}
             for p in mine:
-                _low, high = self._consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=30)
-                self._end_offsets[p] = high
+                if p not in ends:
+                    _low, ends[p] = self._consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=30)
+                self._end_offsets[p] = ends[p]
         self._watermarks = {p: BoundedOutOfOrdernessWatermarks(spec.max_out_of_orderness_ms) for p in mine}
         self._active = {p for p in mine if not self._partition_done(p)}
         self._emitted_watermark = MIN_WATERMARK

@@ -254,6 +254,7 @@ def test_status_and_list_as_json(weir: Weir, fake_jobmanager: FakeJobManager) ->
         "failure": "",
         "records_in": 3,
         "records_out": 3,
+        "records_in_all_attempts": 0,
     }
     assert status["last_completed_checkpoint"] is None
     listed = json.loads(weir("list", "--json").stdout)
