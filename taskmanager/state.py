@@ -18,6 +18,7 @@ from typing import Any
 from rocksdict import Options, Rdict, WriteBatch
 
 _DELETED = object()
+_MISSING = object()
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
 
@@ -72,8 +73,8 @@ class KeyedStateStore:
 
     def get(self, name: str, key_group: int, key: bytes) -> Any | None:
         full = self.full_key(name, key_group, key)
-        cached = self._cache.get(full, None)
-        if cached is not None:
+        cached = self._cache.get(full, _MISSING)
+        if cached is not _MISSING:  # a cached None is a value, not a miss
             return None if cached is _DELETED else cached
         raw = self._db.get(full)
         if raw is None:

@@ -52,6 +52,7 @@ class InputChannel:
     gate: int  # the input index of the head (0, or 1 for the second input of a two-input operator)
     producer_vertex: str
     producer_subtask: int
+    edge: NetworkEdge | None = field(default=None, compare=False, repr=False)  # the edge it belongs to
 
 
 @dataclass(frozen=True)
@@ -85,7 +86,7 @@ class JobPlan:
             else:
                 producers = list(range(producer.parallelism))
             for p in producers:
-                channels.append(InputChannel(len(channels), edge.input_index, producer.uid, p))
+                channels.append(InputChannel(len(channels), edge.input_index, producer.uid, p, edge))
         return channels
 
     def output_channels(self, vertex_uid: str, subtask: int) -> list[OutputChannel]:
@@ -99,7 +100,7 @@ class JobPlan:
                 consumer_channel = next(
                     c.channel
                     for c in self.input_channels(consumer.uid, target)
-                    if c.producer_vertex == vertex.uid and c.producer_subtask == subtask and c.gate == edge.input_index
+                    if c.edge is edge and c.producer_subtask == subtask
                 )
                 out.append(OutputChannel(index, target, consumer.uid, target, consumer_channel))
         return out

@@ -95,6 +95,22 @@ stop_pid() {
   rm -f "$pidfile"
 }
 
+# apt_get_install SERVICE PKG...: apt-get update, install without recommends, and keep the packages'
+# maintainer scripts from starting a system service (policy-rc.d answers 101). Output goes to the log.
+apt_get_install() {
+  local service="$1"; shift
+  local guard=0 rc=0
+  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=1
+  fi
+  info "$service: apt-get install $* (once)"
+  mkdir -p "$(svc_dir "$service")"
+  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; } \
+    >>"$(svc_log "$service")" 2>&1 || rc=$?
+  (( guard )) && rm -f /usr/sbin/policy-rc.d
+  (( rc == 0 )) || fail "$service" "apt-get install $* failed"
+}
+
 # status_line SERVICE: "up" or "down"
 status_line() {
   if pid_alive "$1"; then echo "$1: up (pid $(cat "$(svc_pidfile "$1")"), log $(svc_log "$1"))"; else echo "$1: down"; fi

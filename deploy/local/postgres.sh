@@ -40,26 +40,12 @@ else
   fail postgres "WEIR_POSTGRES_DSN must look like postgresql://USER:PASSWORD@HOST:PORT/DB, got '$WEIR_POSTGRES_DSN'"
 fi
 
-# apt_get_install PKG...: apt-get update once, install without recommends, and keep the
-# package's maintainer scripts from starting a system service (policy-rc.d answers 101).
-apt_get_install() {
-  local guard=0 rc=0
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=1
-  fi
-  info "postgres: apt-get install $* (once)"
-  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; } \
-    >>"$(svc_log postgres)" 2>&1 || rc=$?
-  (( guard )) && rm -f /usr/sbin/policy-rc.d
-  (( rc == 0 )) || fail postgres "apt-get install $* failed"
-}
-
 install() {
   mkdir -p "$PG_RUN"
   local pkgs=()
   [[ -x "$PG_BIN/postgres" && -x "$PG_BIN/initdb" && -x "$PG_BIN/psql" ]] || pkgs+=(postgresql)
   command -v setfacl >/dev/null || pkgs+=(acl)
-  (( ${#pkgs[@]} == 0 )) || apt_get_install "${pkgs[@]}"
+  (( ${#pkgs[@]} == 0 )) || apt_get_install postgres "${pkgs[@]}"
   PG_BIN="$(pg_bin)"
   [[ -x "$PG_BIN/postgres" ]] || fail postgres "no server binary in $PG_BIN after installing postgresql"
   id -u "$PG_USER" >/dev/null 2>&1 || fail postgres "no '$PG_USER' system user (it comes with postgresql-common)"

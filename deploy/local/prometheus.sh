@@ -15,20 +15,6 @@ PROMTOOL=/usr/bin/promtool
 PROM_RUN="$(svc_dir prometheus)"
 PROM_CONFIG="$REPO_ROOT/deploy/prometheus/prometheus-local.yml"
 
-# apt_get_install PKG...: apt-get update once, install without recommends, and keep the
-# package's maintainer scripts from starting a system service (policy-rc.d answers 101).
-apt_get_install() {
-  local guard=0 rc=0
-  if [[ ! -e /usr/sbin/policy-rc.d ]]; then
-    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=1
-  fi
-  info "prometheus: apt-get install $* (once)"
-  { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends "$@"; } \
-    >>"$(svc_log prometheus)" 2>&1 || rc=$?
-  (( guard )) && rm -f /usr/sbin/policy-rc.d
-  (( rc == 0 )) || fail prometheus "apt-get install $* failed"
-}
-
 # The Debian package ships a system service (user prometheus, port 9090) that Weir never uses.
 # policy-rc.d keeps the package from starting it; should anything have started it anyway, stop
 # it through its own init system, and disable it so that no boot starts it.
@@ -50,7 +36,7 @@ no_system_service() {
 install() {
   mkdir -p "$PROM_RUN"
   if [[ ! -x "$PROM_BIN" || ! -x "$PROMTOOL" ]]; then
-    apt_get_install prometheus
+    apt_get_install prometheus prometheus
     [[ -x "$PROM_BIN" && -x "$PROMTOOL" ]] || fail prometheus "no $PROM_BIN or $PROMTOOL after installing prometheus"
     no_system_service
   fi

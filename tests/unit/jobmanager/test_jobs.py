@@ -1,0 +1,295 @@
+"""JobMaster: deployment requests, task state reports, fail-over, finish and cancel, driven as a plain object."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable
+
+import pytest
+
+from jobmanager.checkpointing.coordinator import default_metadata_key
+from jobmanager.errors import ConfigError
+from jobmanager.jobs import JobMaster, JobStatus, JobSubmission
+from jobmanager.scheduler import SlotOffer
+from weir.api import load_job_source
+from weir.errors import NotEnoughSlotsError
+from weir.wire import common_pb2
+
+FINISHED = common_pb2.TASK_STATE_FINISHED
+FAILED = common_pb2.TASK_STATE_FAILED
+CANCELED = common_pb2.TASK_STATE_CANCELED
+RUNNING = common_pb2.TASK_STATE_RUNNING
+DEPLOYING = common_pb2.TASK_STATE_DEPLOYING
+
+# gen (3 subtasks) -hash-> sum -> out (2 subtasks, chained): three shared slots.
+JOB = textwrap.dedent(
+    """
+    from weir.api import Environment
+
+
+    def build(env: Environment) -> None:
+        src = env.from_generator(lambda i: (i % 4, i), uid="gen", count=100, parallelism=3)
+        src.key_by(lambda e: e[0]).reduce(lambda a, b: (a[0], a[1] + b[1]), uid="sum").print(uid="out")
+    """
+).encode()
+
+OFFERS = [SlotOffer("tm-a", 2), SlotOffer("tm-b", 2)]
+ADDRESSES = {"tm-a": "host-a:6124", "tm-b": "host-b:6124"}
+
+MakeMaster = Callable[..., JobMaster]
+
+
+@pytest.fixture
+def make_master() -> MakeMaster:
+    def make(parameters: dict[str, str] | None = None) -> JobMaster:
+        params = {"restart.strategy": "fixed-delay", "restart.delay": "5s"} if parameters is None else parameters
+        loaded = load_job_source(JOB, "sums.py", params, parallelism=2)
+        submission = JobSubmission(
+            job_id="job-1",
+            job_name="sums",
+            job_file_name="sums.py",
+            job_source=JOB,
+            parameters=params,
+            parallelism=2,
+            submitted_at=100.0,
+        )
+        return JobMaster.create(submission, loaded, default_metadata_key)
+
+    return make
+
+
+def report(master: JobMaster, vertex: str, subtask: int, state: int, **kwargs: object) -> str | None:
+    fields: dict[str, object] = {"failure": "", "records_in": 0, "records_out": 0, "now": 200.0, **kwargs}
+    attempt = fields.pop("attempt", master.attempt)
+    return master.on_task_state(vertex, subtask, attempt, state, **fields)  # type: ignore[arg-type]
+
+
+def report_all(master: JobMaster, state: int, now: float = 200.0) -> None:
+    for vertex, subtask in list(master.tasks):
+        report(master, vertex, subtask, state, now=now)
+
+
+def test_create_builds_one_task_record_per_subtask(make_master: MakeMaster) -> None:
+    master = make_master()
+    assert master.status is JobStatus.CREATED and master.attempt == 0
+    assert sorted(master.tasks) == [("gen", 0), ("gen", 1), ("gen", 2), ("sum", 0), ("sum", 1)]
+    assert master.tasks[("sum", 1)].operator_names == "reduce -> print"
+    assert master.slots_needed == 3
+    assert [str(t) for t in master.source_task_ids()] == ["job-1/gen#0", "job-1/gen#1", "job-1/gen#2"]
+
+
+def test_create_rejects_bad_settings(make_master: MakeMaster) -> None:
+    with pytest.raises(ConfigError, match="checkpointing.intreval"):
+        make_master({"checkpointing.intreval": "1s"})
+    with pytest.raises(ConfigError, match="restart.strategy"):
+        make_master({"restart.strategy": "sometimes"})
+
+
+def test_schedule_places_subtasks_and_deploys_consumers_first(make_master: MakeMaster) -> None:
+    master = make_master({"checkpointing.interval": "1s", "restart.strategy": "none"})
+    command = master.schedule(OFFERS, ADDRESSES, now=150.0)
+    assert command.attempt == master.attempt == 1
+    assert master.status is JobStatus.RUNNING
+    assert master.slots == ["tm-a", "tm-b", "tm-a"]
+    order = [(r.task.vertex_uid, r.task.subtask) for _, r in command.requests]
+    assert order == [("sum", 0), ("sum", 1), ("gen", 0), ("gen", 1), ("gen", 2)]
+    assert [address for address, _ in command.requests] == [
+        "host-a:6124",
+        "host-b:6124",
+        "host-a:6124",
+        "host-b:6124",
+        "host-a:6124",
+    ]
+    for _, request in command.requests:
+        assert request.task.job_id == "job-1"
+        assert request.attempt == 1
+        assert request.job_source == JOB and request.job_file_name == "sums.py" and request.job_name == "sums"
+        assert request.parallelism == 2
+        assert dict(request.parameters) == {"checkpointing.interval": "1s", "restart.strategy": "none"}
+        assert dict(request.job_config) == {"checkpointing.interval": "1s"}
+        assert request.restore_state_handle == b"" and request.restore_checkpoint_id == 0
+    assert {key: t.taskmanager_id for key, t in master.tasks.items()} == {
+        ("gen", 0): "tm-a",
+        ("gen", 1): "tm-b",
+        ("gen", 2): "tm-a",
+        ("sum", 0): "tm-a",
+        ("sum", 1): "tm-b",
+    }
+    assert all(t.state == DEPLOYING for t in master.tasks.values())
+    assert master.slots_used_on("tm-a") == 2 and master.slots_used_on("tm-b") == 1
+    assert master.taskmanagers_in_use() == {"tm-a", "tm-b"}
+
+
+def test_deploy_requests_carry_matching_channel_specs(make_master: MakeMaster) -> None:
+    master = make_master()
+    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in master.schedule(OFFERS, ADDRESSES, 0.0).requests}
+    sum1 = requests[("sum", 1)]
+    assert [(i.gate, i.channel, i.producer.vertex_uid, i.producer.subtask) for i in sum1.inputs] == [
+        (0, 0, "gen", 0),
+        (0, 1, "gen", 1),
+        (0, 2, "gen", 2),
+    ]
+    assert all(i.producer.job_id == "job-1" for i in sum1.inputs)
+    assert not sum1.outputs
+    gen2 = requests[("gen", 2)]
+    assert not gen2.inputs
+    assert [
+        (o.output, o.channel, o.consumer.vertex_uid, o.consumer.subtask, o.consumer_address, o.consumer_channel)
+        for o in gen2.outputs
+    ] == [
+        (0, 0, "sum", 0, "host-a:6124", 2),
+        (0, 1, "sum", 1, "host-b:6124", 2),
+    ]
+    # Every output spec names an input spec of its consumer with the producer's identity.
+    for key, request in requests.items():
+        for o in request.outputs:
+            consumer = requests[(o.consumer.vertex_uid, o.consumer.subtask)]
+            (target,) = [i for i in consumer.inputs if i.channel == o.consumer_channel]
+            assert (target.producer.vertex_uid, target.producer.subtask) == key
+
+
+def test_schedule_passes_the_restore_handles(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.restore = {("sum", 1): b"handle-sum-1"}
+    master.restore_checkpoint_id = 7
+    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in master.schedule(OFFERS, ADDRESSES, 0.0).requests}
+    assert requests[("sum", 1)].restore_state_handle == b"handle-sum-1"
+    assert requests[("sum", 0)].restore_state_handle == b""
+    assert {r.restore_checkpoint_id for r in requests.values()} == {7}
+
+
+def test_not_enough_slots_leaves_the_job_unscheduled(make_master: MakeMaster) -> None:
+    master = make_master()
+    with pytest.raises(NotEnoughSlotsError, match="needs 3"):
+        master.schedule([SlotOffer("tm-a", 2)], ADDRESSES, 0.0)
+    assert master.status is JobStatus.CREATED and master.attempt == 0
+
+
+def test_job_finishes_when_every_task_finished(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    report_all(master, RUNNING)
+    assert master.all_running()
+    keys = list(master.tasks)
+    for vertex, subtask in keys[:-1]:
+        assert report(master, vertex, subtask, FINISHED, now=300.0) is None
+    assert master.status is JobStatus.RUNNING and master.finished_at is None
+    report(master, *keys[-1], FINISHED, now=301.0)
+    assert master.status is JobStatus.FINISHED and master.finished_at == 301.0
+    assert master.slots_used_on("tm-a") == 0
+    # A terminal job ignores later reports.
+    assert report(master, "sum", 0, FAILED, failure="late") is None
+    assert master.status is JobStatus.FINISHED
+
+
+def test_failed_task_returns_the_failure_reason(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    reason = report(master, "sum", 1, FAILED, failure="ValueError: boom")
+    assert reason == "task sum#1 failed: ValueError: boom"
+    assert master.tasks[("sum", 1)].failure == "ValueError: boom"
+    assert master.status is JobStatus.RUNNING  # the caller decides to fail over
+
+
+def test_reports_of_an_older_attempt_are_ignored(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    master.fail_over("tm lost", now=10.0)
+    master.schedule(OFFERS, ADDRESSES, 20.0)
+    assert master.attempt == 2
+    assert report(master, "sum", 0, FAILED, failure="old", attempt=1) is None
+    assert report(master, "gen", 0, FINISHED, attempt=1, records_in=99) is None
+    assert master.tasks[("sum", 0)].state == DEPLOYING and master.tasks[("sum", 0)].failure == ""
+    assert master.tasks[("gen", 0)].records_in == 0
+    assert report(master, "nope", 0, RUNNING) is None  # an unknown task is ignored too
+
+
+def test_fail_over_schedules_a_restart_after_the_strategy_delay(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    report(master, "gen", 0, FINISHED)
+    report(master, "sum", 0, RUNNING)
+    master.fail_over("task sum#1 failed: boom", now=50.0)
+    assert master.status is JobStatus.RESTARTING
+    assert master.restart_at == pytest.approx(55.0)
+    assert master.failure == "task sum#1 failed: boom"
+    assert master.restarts == 1
+    assert master.tasks[("gen", 0)].state == FINISHED
+    assert master.tasks[("sum", 0)].state == CANCELED
+    assert master.slots_used_on("tm-a") == 0
+    master.fail_over("again", now=51.0)  # only a running job fails over
+    assert master.restarts == 1 and master.restart_at == pytest.approx(55.0)
+    master.schedule(OFFERS, ADDRESSES, 55.0)
+    assert master.status is JobStatus.RUNNING and master.attempt == 2 and master.restart_at is None
+    assert all(t.state == DEPLOYING and t.failure == "" for t in master.tasks.values())
+
+
+def test_fail_over_fails_the_job_when_the_strategy_gives_up(make_master: MakeMaster) -> None:
+    master = make_master({"restart.strategy": "none"})
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    master.fail_over("task gen#0 failed: kafka down", now=60.0)
+    assert master.status is JobStatus.FAILED
+    assert master.failure == "task gen#0 failed: kafka down"
+    assert master.finished_at == 60.0 and master.restart_at is None
+    assert all(t.state == CANCELED for t in master.tasks.values())
+
+
+def test_cancel_of_a_running_job_waits_for_every_task(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    report_all(master, RUNNING)
+    master.cancel(now=70.0)
+    assert master.status is JobStatus.CANCELLING
+    keys = list(master.tasks)
+    for vertex, subtask in keys[:-1]:
+        report(master, vertex, subtask, CANCELED, now=71.0)
+    assert master.status is JobStatus.CANCELLING
+    report(master, *keys[-1], CANCELED, now=72.0)
+    assert master.status is JobStatus.CANCELED and master.finished_at == 72.0
+
+
+@pytest.mark.parametrize("last_state", [FINISHED, FAILED], ids=["finished", "failed"])
+def test_cancel_completes_when_the_last_task_ended_on_its_own(make_master: MakeMaster, last_state: int) -> None:
+    """A task may finish (or fail) before the cancel reaches it: the job must still end CANCELED."""
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    report_all(master, RUNNING)
+    master.cancel(now=70.0)
+    keys = list(master.tasks)
+    for vertex, subtask in keys[:-1]:
+        report(master, vertex, subtask, CANCELED, now=71.0)
+    assert report(master, *keys[-1], last_state, failure="x", now=72.0) is None
+    assert master.status is JobStatus.CANCELED and master.finished_at == 72.0
+
+
+def test_cancel_before_running_or_while_restarting_is_immediate(make_master: MakeMaster) -> None:
+    created = make_master()
+    created.cancel(now=1.0)
+    assert created.status is JobStatus.CANCELED and created.finished_at == 1.0
+    restarting = make_master()
+    restarting.schedule(OFFERS, ADDRESSES, 0.0)
+    restarting.fail_over("boom", now=2.0)
+    restarting.cancel(now=3.0)
+    assert restarting.status is JobStatus.CANCELED and restarting.finished_at == 3.0
+    restarting.cancel(now=4.0)  # terminal: nothing changes
+    assert restarting.finished_at == 3.0
+
+
+def test_records_in_accumulate_over_attempts(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    report(master, "sum", 0, RUNNING, records_in=10, records_out=10)
+    master.on_progress("sum", 0, master.attempt, records_in=40, records_out=35)
+    master.on_progress("sum", 0, master.attempt, records_in=30, records_out=30)  # counters never go back
+    record = master.tasks[("sum", 0)]
+    assert (record.records_in, record.records_out, record.records_in_all_attempts) == (40, 35, 40)
+    master.fail_over("boom", now=1.0)
+    master.schedule(OFFERS, ADDRESSES, 10.0)
+    assert (record.records_in, record.records_out, record.records_in_all_attempts) == (0, 0, 40)
+    master.on_progress("sum", 0, 1, records_in=1000, records_out=0)  # the old attempt no longer counts
+    report(master, "sum", 0, RUNNING, records_in=15)
+    assert record.records_in_all_attempts == 55
+    master.fail_over("boom", now=20.0)
+    master.schedule(OFFERS, ADDRESSES, 30.0)
+    report(master, "sum", 0, FINISHED, records_in=5)
+    assert record.records_in_all_attempts == 60

@@ -1,0 +1,299 @@
+"""The data plane without gRPC: the consumer's InputGate and the producer's RecordWriter."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+
+from taskmanager.network import (
+    RECORDS_PER_BUFFER,
+    ChannelClosedError,
+    InputGate,
+    RecordWriter,
+    decode_records,
+    encode_records,
+    end_of_stream_message,
+    watermark_message,
+)
+from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
+from weir.errors import ProtocolError
+from weir.ids import SubtaskIndex
+from weir.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
+from weir.wire import taskmanager_pb2
+
+Event = taskmanager_pb2.EventKind
+
+
+def data(*values: Any) -> taskmanager_pb2.DataMessage:
+    return taskmanager_pb2.DataMessage(records=encode_records([(v, None) for v in values]), record_count=len(values))
+
+
+def values_of(msg: taskmanager_pb2.DataMessage) -> list[Any]:
+    return [v for v, _ in decode_records(msg.records)]
+
+
+def announced(gate: InputGate, channel: int) -> list[int | None]:
+    grants: list[int | None] = []
+    while True:
+        try:
+            grants.append(gate.channels[channel].announcements.get_nowait())
+        except queue.Empty:
+            return grants
+
+
+# InputGate ------------------------------------------------------------------------------------------
+
+
+def test_poll_takes_buffers_round_robin_with_their_gate() -> None:
+    gate = InputGate([0, 0, 1])
+    gate.push(0, data("a1"))
+    gate.push(0, data("a2"))
+    gate.push(1, data("b1"))
+    gate.push(1, data("b2"))
+    gate.push(2, data("c1"))
+    assert gate.queued_buffers() == 5
+    polled = []
+    while (item := gate.poll(0)) is not None:
+        channel, input_gate, msg = item
+        polled.append((channel, input_gate, values_of(msg)))
+    assert polled == [(0, 0, ["a1"]), (1, 0, ["b1"]), (2, 1, ["c1"]), (0, 0, ["a2"]), (1, 0, ["b2"])]
+    assert gate.queued_buffers() == 0
+
+
+def test_poll_returns_none_when_nothing_is_queued() -> None:
+    assert InputGate([0, 0]).poll(0) is None
+
+
+def test_blocked_channels_are_skipped_until_unblocked() -> None:
+    gate = InputGate([0, 0, 0])
+    gate.push(0, data("a"))
+    gate.push(1, data("b"))
+    gate.push(2, data("c"))
+    gate.block(0)
+    gate.block(2)
+    item = gate.poll(0)
+    assert item is not None and item[0] == 1
+    assert gate.poll(0) is None
+    gate.unblock([2])
+    item = gate.poll(0)
+    assert item is not None and item[0] == 2
+    assert gate.poll(0) is None
+    gate.unblock()
+    item = gate.poll(0)
+    assert item is not None and values_of(item[2]) == ["a"]
+
+
+def test_a_consumed_buffer_announces_a_credit() -> None:
+    gate = InputGate([0, 0], initial_credits=2)
+    assert gate.connect(0) == 2
+    gate.push(0, data(1))
+    gate.push(0, data(2))
+    assert announced(gate, 0) == []
+    gate.poll(0)
+    assert announced(gate, 0) == [1]
+    assert announced(gate, 1) == []
+    gate.push(0, data(3))  # the announced credit allows one more buffer
+
+
+def test_a_producer_overrunning_its_credit_is_a_protocol_error() -> None:
+    gate = InputGate([0], initial_credits=2)
+    gate.push(0, data(1))
+    gate.push(0, data(2))
+    with pytest.raises(ProtocolError, match="overran its credit"):
+        gate.push(0, data(3))
+    assert gate.queued_buffers() == 2
+    assert gate.capacity() == 2
+
+
+def test_a_channel_connects_once() -> None:
+    gate = InputGate([0, 1])
+    gate.connect(1)
+    with pytest.raises(ProtocolError, match="input channel 1 is already connected"):
+        gate.connect(1)
+
+
+def test_end_of_stream_marks_the_channel_ended_when_taken() -> None:
+    gate = InputGate([0, 0])
+    gate.push(0, data("last"))
+    gate.push(0, end_of_stream_message())
+    channel = gate.channels[0]
+    assert channel.eos_received and not channel.ended
+    gate.poll(0)
+    assert not channel.ended
+    _, _, msg = gate.poll(0)  # type: ignore[misc]
+    assert msg.event == Event.EVENT_KIND_END_OF_STREAM
+    assert channel.ended and not gate.channels[1].ended
+
+
+def test_producer_gone_after_end_of_stream_is_not_a_failure() -> None:
+    gate = InputGate([0, 0])
+    gate.push(0, data("x"))
+    gate.push(0, end_of_stream_message())
+    gate.producer_gone(0, "stream closed")
+    assert values_of(gate.poll(0)[2]) == ["x"]  # type: ignore[index]
+    assert gate.poll(0)[2].event == Event.EVENT_KIND_END_OF_STREAM  # type: ignore[index]
+    assert gate.poll(0) is None
+
+
+def test_producer_gone_before_end_of_stream_fails_the_poll() -> None:
+    gate = InputGate([0, 0])
+    gate.push(0, data("queued"))
+    gate.producer_gone(1, "UNAVAILABLE: connection reset")
+    with pytest.raises(ChannelClosedError, match="input channel 1 lost its producer: UNAVAILABLE: connection reset"):
+        gate.poll(0)
+    assert ChannelClosedError.retriable
+
+
+def test_poll_wakes_up_when_a_buffer_arrives() -> None:
+    gate = InputGate([0])
+    result: list[Any] = []
+    poller = threading.Thread(target=lambda: result.append(gate.poll(30)))
+    poller.start()
+    gate.push(0, watermark_message(5))
+    poller.join(10)
+    assert not poller.is_alive()
+    assert result[0][2].watermark == 5
+
+
+def test_close_ends_every_announcement_queue() -> None:
+    gate = InputGate([0, 1])
+    gate.close()
+    assert announced(gate, 0) == [None] and announced(gate, 1) == [None]
+
+
+# RecordWriter ---------------------------------------------------------------------------------------
+
+
+class FakeChannel:
+    """What RecordWriter needs from a RemoteOutputChannel, recording what it is given."""
+
+    def __init__(self) -> None:
+        self.sent: list[taskmanager_pb2.DataMessage] = []
+        self.credits = 4
+        self.bytes_sent = 0
+        self.backpressured_s = 0.0
+        self.closed = False
+
+    def send(self, msg: taskmanager_pb2.DataMessage) -> None:
+        self.sent.append(msg)
+        self.bytes_sent += len(msg.records)
+
+    def close(self) -> None:
+        self.closed = True
+
+    def records(self) -> list[Any]:
+        return [v for msg in self.sent for v in values_of(msg)]
+
+
+def writer_for(channels: list[FakeChannel], partitioner: Any, key_selector: Any = None, interval: float = 60.0) -> Any:
+    return RecordWriter(
+        channels,  # type: ignore[arg-type]
+        partitioner,
+        key_selector,
+        lambda key: key_group_for(key_to_bytes(key), 128),
+        flush_interval_s=interval,
+    )
+
+
+def test_full_buffers_are_sent_and_the_rest_on_flush() -> None:
+    channel = FakeChannel()
+    writer = writer_for([channel], RebalancePartitioner(SubtaskIndex(0), 1))
+    for i in range(2 * RECORDS_PER_BUFFER + 500):
+        writer.emit(i, 1000 + i)
+    assert [m.record_count for m in channel.sent] == [RECORDS_PER_BUFFER, RECORDS_PER_BUFFER]
+    writer.flush()
+    assert [m.record_count for m in channel.sent] == [RECORDS_PER_BUFFER, RECORDS_PER_BUFFER, 500]
+    assert decode_records(channel.sent[0].records)[:2] == [(0, 1000), (1, 1001)]
+    assert channel.records() == list(range(2 * RECORDS_PER_BUFFER + 500))
+    assert writer.records_out == 2 * RECORDS_PER_BUFFER + 500
+    assert channel.bytes_sent == sum(len(m.records) for m in channel.sent)
+    writer.flush()
+    assert len(channel.sent) == 3  # nothing buffered: nothing sent
+
+
+def test_each_channel_fills_its_own_buffer() -> None:
+    channels = [FakeChannel(), FakeChannel()]
+    writer = writer_for(channels, BroadcastPartitioner(2))
+    for i in range(RECORDS_PER_BUFFER):
+        writer.emit(i, None)
+    assert [[m.record_count for m in c.sent] for c in channels] == [[RECORDS_PER_BUFFER], [RECORDS_PER_BUFFER]]
+    assert writer.records_out == RECORDS_PER_BUFFER
+
+
+def test_watermark_broadcast_carries_the_buffered_records_first() -> None:
+    channels = [FakeChannel(), FakeChannel(), FakeChannel()]
+    writer = writer_for(channels, RebalancePartitioner(SubtaskIndex(0), 3))
+    for i in range(4):
+        writer.emit(f"r{i}", i)
+    assert all(not c.sent for c in channels)
+    writer.broadcast_event(watermark_message(42))
+    for c in channels:
+        (msg,) = c.sent
+        assert msg.event == Event.EVENT_KIND_WATERMARK and msg.watermark == 42
+    assert [c.records() for c in channels] == [["r0", "r3"], ["r1"], ["r2"]]
+    assert [c.sent[0].record_count for c in channels] == [2, 1, 1]
+    writer.emit("after", 5)
+    writer.flush()
+    assert channels[1].sent[-1].event == Event.EVENT_KIND_UNSPECIFIED
+    assert values_of(channels[1].sent[-1]) == ["after"]
+
+
+def test_an_event_without_buffered_records_goes_alone() -> None:
+    channels = [FakeChannel(), FakeChannel()]
+    writer = writer_for(channels, RebalancePartitioner(SubtaskIndex(0), 2))
+    writer.emit("only-on-0", 1)
+    writer.broadcast_event(end_of_stream_message())
+    assert channels[0].sent[0].record_count == 1
+    (alone,) = channels[1].sent
+    assert alone.event == Event.EVENT_KIND_END_OF_STREAM and alone.record_count == 0 and alone.records == b""
+
+
+def test_hash_partitioning_sends_each_key_to_the_subtask_owning_its_key_group() -> None:
+    channels = [FakeChannel() for _ in range(4)]
+    writer = writer_for(channels, KeyGroupPartitioner(128, 4), key_selector=lambda v: v["user"])
+    values = [{"user": f"user-{i % 23}", "n": i} for i in range(500)]
+    for v in values:
+        writer.emit(v, None)
+    writer.flush()
+    channel_of: dict[str, set[int]] = defaultdict(set)
+    for index, channel in enumerate(channels):
+        for v in channel.records():
+            channel_of[v["user"]].add(index)
+    assert len(channel_of) == 23
+    for user, seen in channel_of.items():
+        expected = subtask_for_key_group(128, 4, key_group_for(key_to_bytes(user), 128))
+        assert seen == {expected}, user
+    assert sorted(v["n"] for c in channels for v in c.records()) == list(range(500))
+    # Order per key is kept.
+    for c in channels:
+        per_user: dict[str, list[int]] = defaultdict(list)
+        for v in c.records():
+            per_user[v["user"]].append(v["n"])
+        assert all(ns == sorted(ns) for ns in per_user.values())
+
+
+def test_maybe_flush_flushes_only_after_the_interval() -> None:
+    channel = FakeChannel()
+    writer = writer_for([channel], RebalancePartitioner(SubtaskIndex(0), 1), interval=60.0)
+    writer.emit("x", None)
+    writer.maybe_flush(time.monotonic())
+    assert channel.sent == []
+    writer.maybe_flush(time.monotonic() + 61.0)
+    assert channel.records() == ["x"]
+
+
+def test_close_closes_every_channel() -> None:
+    channels = [FakeChannel(), FakeChannel()]
+    writer_for(channels, BroadcastPartitioner(2)).close()
+    assert all(c.closed for c in channels)
+
+
+def test_record_encoding_round_trips() -> None:
+    records = [({"a": 1}, 5), ("b", None)]
+    assert decode_records(encode_records(records)) == records
+    assert decode_records(b"") == []

@@ -1,0 +1,134 @@
+"""Keyed state in RocksDB behind a write-back cache."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from taskmanager.state import KeyedStateStore, StateBackend
+
+
+def fresh_view(backend: StateBackend, uid: str = "op") -> KeyedStateStore:
+    """A second store over the same database: it sees only what was flushed."""
+    return backend.keyed_store(uid)
+
+
+def test_writes_stay_in_the_cache_until_flushed(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op")
+    store.put("count", 3, b"k1", 10)
+    store.put("count", 3, b"k2", {"nested": [1, 2]})
+    assert store.get("count", 3, b"k1") == 10
+    assert fresh_view(state_backend).get("count", 3, b"k1") is None
+    assert store.flush() == 2
+    assert store.flush() == 0
+    view = fresh_view(state_backend)
+    assert view.get("count", 3, b"k1") == 10
+    assert view.get("count", 3, b"k2") == {"nested": [1, 2]}
+    assert view.get("count", 4, b"k1") is None  # another key group
+    assert view.get("other", 3, b"k1") is None  # another state name
+
+
+def test_overwrites_flush_the_latest_value(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op")
+    for value in range(5):
+        store.put("v", 0, b"k", value)
+    assert store.flush() == 1
+    assert fresh_view(state_backend).get("v", 0, b"k") == 4
+
+
+def test_deletes_are_written_back_too(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op")
+    store.put("v", 1, b"a", "A")
+    store.put("v", 1, b"b", "B")
+    store.flush()
+    store.delete("v", 1, b"a")
+    assert store.get("v", 1, b"a") is None
+    assert fresh_view(state_backend).get("v", 1, b"a") == "A"
+    store.flush()
+    assert fresh_view(state_backend).get("v", 1, b"a") is None
+    assert fresh_view(state_backend).get("v", 1, b"b") == "B"
+    assert store.get("v", 1, b"a") is None
+
+
+def test_a_put_deleted_before_the_flush_never_reaches_the_database(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op")
+    store.put("v", 1, b"a", "A")
+    store.delete("v", 1, b"a")
+    store.flush()
+    assert list(fresh_view(state_backend).items("v", 1)) == []
+
+
+def test_none_is_a_value_and_does_not_resurrect_the_old_one(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op")
+    store.put("v", 2, b"k", "old")
+    store.flush()
+    store.put("v", 2, b"k", None)
+    assert store.get("v", 2, b"k") is None
+    store.flush()
+    assert fresh_view(state_backend).get("v", 2, b"k") is None
+    assert list(fresh_view(state_backend).items("v", 2)) == [(b"k", None)]
+
+
+def test_items_are_one_key_group_sorted_by_key_after_a_flush(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op")
+    other_op = state_backend.keyed_store("op2")
+    for key in (b"m", b"a", b"z", b"\x00", b"ab"):
+        store.put("win", 5, key, key.decode("latin-1"))
+    store.put("win", 4, b"before", 0)
+    store.put("win", 6, b"after", 0)
+    store.put("window", 5, b"a", "other state")
+    other_op.put("win", 5, b"a", "other operator")
+    other_op.flush()
+    # items() flushes the store's own cache first.
+    assert list(store.items("win", 5)) == [(b"\x00", "\x00"), (b"a", "a"), (b"ab", "ab"), (b"m", "m"), (b"z", "z")]
+    assert list(store.items("win", 7)) == []
+    assert list(store.items("window", 5)) == [(b"a", "other state")]
+
+
+def test_clear_key_groups_drops_only_that_range_of_this_operator(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op")
+    other_op = state_backend.keyed_store("op2")
+    for kg in range(6):
+        store.put("s", kg, b"k", kg)
+        other_op.put("s", kg, b"k", kg)
+    store.flush()
+    other_op.flush()
+    store.put("s", 2, b"unflushed", "gone too")
+    store.clear_key_groups(1, 3)
+    assert [kg for kg in range(6) if list(store.items("s", kg))] == [0, 4, 5]
+    assert store.get("s", 2, b"unflushed") is None
+    assert [kg for kg in range(6) if list(other_op.items("s", kg))] == list(range(6))
+
+
+def test_the_cache_is_flushed_when_it_outgrows_its_limit(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op", cache_limit=3)
+    for i in range(3):
+        store.put("s", 0, bytes([i]), i)
+    assert fresh_view(state_backend).get("s", 0, b"\x00") is None
+    store.put("s", 0, b"\x03", 3)  # the fourth entry: over the limit
+    assert [v for _, v in fresh_view(state_backend).items("s", 0)] == [0, 1, 2, 3]
+    assert [store.get("s", 0, bytes([i])) for i in range(4)] == [0, 1, 2, 3]
+
+
+def test_reads_fill_the_cache_within_its_limit(state_backend: StateBackend) -> None:
+    writer = state_backend.keyed_store("op")
+    for i in range(10):
+        writer.put("s", 0, bytes([i]), i)
+    writer.flush()
+    reader = state_backend.keyed_store("op", cache_limit=4)
+    reader.put("s", 0, b"\x00", "dirty")
+    # Reading more entries than the cache holds flushes the dirty one on the way.
+    assert [reader.get("s", 0, bytes([i])) for i in range(1, 10)] == list(range(1, 10))
+    assert fresh_view(state_backend).get("s", 0, b"\x00") == "dirty"
+
+
+def test_state_survives_reopening_the_database(tmp_path: Path) -> None:
+    backend = StateBackend(tmp_path / "db")
+    store = backend.keyed_store("op")
+    store.put("s", 9, b"k", [1, 2, 3])
+    store.flush()
+    backend.close()
+    reopened = StateBackend(tmp_path / "db")
+    try:
+        assert reopened.keyed_store("op").get("s", 9, b"k") == [1, 2, 3]
+    finally:
+        reopened.close()
