@@ -141,12 +141,28 @@ def read_all(
 # Read-only inspection (weir verify, reference mode) -----------------------------------------------
 
 
+def _quiet_logger() -> object:
+    """A logger for inspection clients: a command reports an unreachable broker in one error line,
+    without librdkafka's connection failures on stderr."""
+    import logging
+
+    log = logging.getLogger("weir.kafka.inspect")
+    if not log.handlers:
+        log.addHandler(logging.NullHandler())
+        log.propagate = False
+    return log
+
+
+def _inspect_admin(endpoints: Endpoints) -> AdminClient:
+    return AdminClient({**client_config(endpoints), "logger": _quiet_logger()})
+
+
 def topic_partition_count(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> int | None:
     """The topic's partition count, None when it does not exist (asks for every topic's metadata, so
     that a broker allowing auto-creation does not create it). Raises ServiceUnavailableError when
     Kafka does not answer."""
     try:
-        metadata = admin(endpoints).list_topics(timeout=timeout_s).topics
+        metadata = _inspect_admin(endpoints).list_topics(timeout=timeout_s).topics
     except KafkaException as exc:
         raise ServiceUnavailableError(
             f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
@@ -168,7 +184,7 @@ def partition_offsets(
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    client = admin(endpoints)
+    client = _inspect_admin(endpoints)
 
     def offsets(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, int]:
         request = {TopicPartition(topic, p): spec for p in range(partitions)}
@@ -200,7 +216,7 @@ def read_committed_records(
     ends = {p: stable for p, (low, stable, _high) in offsets.items() if stable > low}
     if not ends:
         return []
-    reader = consumer(endpoints, isolation_level="read_committed")
+    reader = consumer(endpoints, isolation_level="read_committed", logger=_quiet_logger())
     try:
         reader.assign([TopicPartition(topic, p, starts[p]) for p in ends])
         pending = set(ends)
@@ -364,6 +380,7 @@ class TransactionalProducer:
             except KafkaException as exc:
                 error = exc.args[0]
                 if error.retriable() and time.monotonic() < deadline:
+                    time.sleep(0.1)  # back off before asking the coordinator again
                     continue
                 if error.txn_requires_abort():
                     self.abort(max(1.0, deadline - time.monotonic()))
@@ -457,7 +474,7 @@ def is_committed(endpoints: Endpoints, topic: str, partition: int, offset: int, 
     transaction that started before ``offset`` has ended (by commit, abort, fencing of its producer or
     its timeout) nobody can tell: then this waits, up to ``timeout_s``, and raises
     ServiceUnavailableError."""
-    reader = consumer(endpoints, isolation_level="read_committed")
+    reader = consumer(endpoints, isolation_level="read_committed", logger=_quiet_logger())
     try:
         _assign(reader, topic, partition, offset)
         deadline = time.monotonic() + timeout_s

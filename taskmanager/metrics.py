@@ -5,7 +5,10 @@ Counters are updated once per buffer, never per record.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+import bisect
+from collections.abc import Callable, Iterable
+
+from prometheus_client import Counter, Gauge, Histogram
 
 TASK_LABELS = ("job", "operator_uid", "subtask", "taskmanager")
 
@@ -69,6 +72,120 @@ class TaskMetrics:
             DEAD_LETTERS,
             LATE_RECORDS_DROPPED,
         ):
+            try:
+                metric.remove(*self.labels)
+            except KeyError:
+                pass
+
+
+# Transactional sinks: labelled by the sink's own operator uid (not its chain's head) -----------------
+
+SINK_TRANSACTIONS_COMMITTED = Counter(
+    "weir_sink_transactions_committed_total", "Sink transactions committed (one per epoch with output)", TASK_LABELS
+)
+SINK_TRANSACTIONS_ABORTED = Counter(
+    "weir_sink_transactions_aborted_total",
+    "Sink transactions rolled back on purpose (recovery rollbacks, aborts on close)",
+    TASK_LABELS,
+)
+SINK_COMMIT_DURATION = Histogram(
+    "weir_sink_commit_duration_seconds",
+    "Time to commit one sink transaction (COMMIT PREPARED, Kafka commit_transaction)",
+    TASK_LABELS,
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0),
+)
+SINK_PREPARED_TRANSACTIONS = Gauge(
+    "weir_sink_prepared_transactions",
+    "PostgreSQL transactions this sink subtask prepared and has not committed yet",
+    TASK_LABELS,
+)
+SINK_OPEN_TRANSACTION_AGE = Gauge(
+    "weir_sink_open_transaction_age_seconds",
+    "Age of the Kafka transaction this sink subtask holds open (0 when none is open)",
+    TASK_LABELS,
+)
+SINK_RECORDS_COMMITTED = Counter(
+    "weir_sink_records_committed_total", "Records (Kafka) or rows (PostgreSQL) a sink committed", TASK_LABELS
+)
+
+
+END_TO_END_LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
+END_TO_END_LATENCY = Histogram(
+    "weir_end_to_end_latency_seconds",
+    "Commit time minus event timestamp, per record a sink committed (records with a timestamp)",
+    TASK_LABELS,
+    buckets=END_TO_END_LATENCY_BUCKETS,
+)
+
+
+def observe_latencies(histogram: Histogram, timestamps_ms: Iterable[int], now_ms: float) -> None:
+    """Observe ``now - timestamp`` (seconds, at least 0) for a whole commit's records at once.
+
+    ``Histogram.observe`` costs about 3 us per value (0.3 s on the task thread for a commit of 100,000
+    records). Here the timestamps are sorted once, each bucket's count is a bisection, and the child's
+    bucket and sum values (prometheus-client's layout since 0.4: ``_upper_bounds``, one non-cumulative
+    ``_buckets`` value per bound, ``_sum``) are incremented once each. A client without that layout
+    gets the values one by one."""
+    stamps = sorted(timestamps_ms)
+    if not stamps:
+        return
+    bounds = getattr(histogram, "_upper_bounds", None)
+    buckets = getattr(histogram, "_buckets", None)
+    total = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for ts in stamps:
+            histogram.observe(max(0.0, (now_ms - ts) / 1000.0))
+        return
+    past = bisect.bisect_right(stamps, now_ms)  # timestamps in the future count as latency 0
+    total.inc((now_ms * past - sum(stamps[:past])) / 1000.0)
+    n = len(stamps)
+    below = 0  # values counted in the buckets so far (latency <= the previous bound)
+    for bound, bucket in zip(bounds, buckets, strict=True):
+        upto = n - bisect.bisect_left(stamps, now_ms - bound * 1000.0)  # latency <= bound
+        if upto > below:
+            bucket.inc(upto - below)
+            below = upto
+
+
+_SINK_METRICS = (
+    SINK_TRANSACTIONS_COMMITTED,
+    SINK_TRANSACTIONS_ABORTED,
+    SINK_COMMIT_DURATION,
+    SINK_PREPARED_TRANSACTIONS,
+    SINK_OPEN_TRANSACTION_AGE,
+    END_TO_END_LATENCY,
+    SINK_RECORDS_COMMITTED,
+)
+
+
+class SinkMetrics:
+    """The metric children of one transactional sink subtask, resolved once."""
+
+    def __init__(self, job: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
+        labels = (job, operator_uid, str(subtask), taskmanager)
+        self.labels = labels
+        self.committed = SINK_TRANSACTIONS_COMMITTED.labels(*labels)
+        self.aborted = SINK_TRANSACTIONS_ABORTED.labels(*labels)
+        self.commit_duration = SINK_COMMIT_DURATION.labels(*labels)
+        self.prepared = SINK_PREPARED_TRANSACTIONS.labels(*labels)
+        self.open_transaction_age = SINK_OPEN_TRANSACTION_AGE.labels(*labels)
+        self.end_to_end_latency = END_TO_END_LATENCY.labels(*labels)
+        self.records_committed = SINK_RECORDS_COMMITTED.labels(*labels)
+
+    def track_open_transaction_age(self, age_s: Callable[[], float]) -> None:
+        """Compute the open transaction's age when Prometheus scrapes."""
+        self.open_transaction_age.set_function(age_s)
+
+    def on_commit(self, duration_s: float, records: int, timestamps_ms: Iterable[int], now_ms: float) -> None:
+        """One transaction committed ``records`` records, taking ``duration_s``; observe each record's
+        end-to-end latency from its event timestamp."""
+        self.committed.inc()
+        self.commit_duration.observe(duration_s)
+        self.records_committed.inc(records)
+        observe_latencies(self.end_to_end_latency, timestamps_ms, now_ms)
+
+    def remove(self) -> None:
+        for metric in _SINK_METRICS:
             try:
                 metric.remove(*self.labels)
             except KeyError:

@@ -15,6 +15,7 @@ from typing import Any
 
 from connectors import kafka, postgres
 from taskmanager.operators.base import StreamOperator
+from taskmanager.operators.transactional_sinks import keep_newest, row_key_indexes
 from weir.config import Endpoints
 from weir.errors import ServiceUnavailableError
 
@@ -79,7 +80,11 @@ class KafkaSinkOperator(StreamOperator):
 
 
 class PostgresUpsertSinkOperator(StreamOperator):
-    """Idempotent sink: rows are upserted by their key columns in batches of ``batch_size``."""
+    """Idempotent sink: rows are upserted by their key columns in batches of ``batch_size``.
+
+    A replay after a failure rewrites rows already written. With ``version_column`` an upsert only
+    replaces a stored row whose version is not higher (``ON CONFLICT ... DO UPDATE ... WHERE
+    stored.version <= EXCLUDED.version``), so a replay of older rows cannot undo newer ones."""
 
     def __init__(
         self,
@@ -88,24 +93,30 @@ class PostgresUpsertSinkOperator(StreamOperator):
         key_columns: Sequence[str],
         to_row: Callable[[Any], tuple[Any, ...]],
         batch_size: int = 2000,
+        *,
+        version_column: str | None = None,
     ) -> None:
         self._table = table
         self._columns = tuple(columns)
         self._key_columns = tuple(key_columns)
         self._to_row = to_row
         self._batch_size = batch_size
+        self._version_column = version_column
+        self._key_index, self._version_index = row_key_indexes(table, columns, key_columns, version_column)
         self._rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
     def open(self) -> None:
         self._conn = postgres.connect(Endpoints.from_env())
         postgres.require_table(self._conn, self._table, self._columns)
         self._conn.rollback()
-        self._statement = postgres.upsert_statement(self._table, self._columns, self._key_columns)
-        self._key_index = [self._columns.index(c) for c in self._key_columns]
+        self._statement = postgres.upsert_statement(
+            self._table, self._columns, self._key_columns, self._version_column
+        )
 
     def process(self, value: Any, timestamp: int | None) -> None:
         row = self._to_row(value)
-        self._rows[tuple(row[i] for i in self._key_index)] = row  # last write per key wins in a batch
+        # last write per key wins in a batch (with a version column: the newest version)
+        keep_newest(self._rows, tuple(row[i] for i in self._key_index), row, self._version_index)
         if len(self._rows) >= self._batch_size:
             self._flush()
 
@@ -127,6 +138,16 @@ class PostgresUpsertSinkOperator(StreamOperator):
         conn = getattr(self, "_conn", None)
         if conn is not None:
             conn.close()
+
+
+class FunctionSinkOperator(StreamOperator):
+    """Calls a user function per value; what the function writes is its own (at-least-once) business."""
+
+    def __init__(self, fn: Callable[[Any], None]) -> None:
+        self._fn = fn
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        self._fn(value)
 
 
 class PrintSinkOperator(StreamOperator):

@@ -1,0 +1,802 @@
+"""Exactly-once sinks: a transactional Kafka sink and a two-phase-commit PostgreSQL sink.
+
+Both keep their bookkeeping in a :class:`~taskmanager.twophase.TwoPhaseCommitLedger`: one transaction
+per checkpoint epoch, pre-committed at the checkpoint's barrier, committed when a checkpoint at or after
+it completes, and re-resolved on recovery from the restored snapshot. Each sink proves its own commits
+in the transaction it commits (a marker record in ``weir-sink-commits``, a row in ``weir_sink_commits``);
+two sinks are never one atomic transaction. ``docs/sinks.md`` has the protocol and every recovery case.
+
+At most one transaction per sink subtask is open in the external system at a time: librdkafka allows
+one open transaction per producer, and a second prepared PostgreSQL transaction could wait forever on
+the row locks of the first. An epoch pre-committed while an older one still waits for its commit stays
+in memory, and in the snapshot, until the older one commits.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from array import array
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from connectors import kafka, postgres
+from taskmanager.metrics import SinkMetrics
+from taskmanager.operators.base import OperatorContext, Output, StreamOperator
+from taskmanager.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
+from weir.config import Endpoints
+from weir.crashpoints import (
+    AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
+    AFTER_PRE_COMMIT,
+    BETWEEN_SINK_COMMITS,
+    crash_point,
+)
+from weir.errors import Fault, JobDefinitionError, SerializationError, WeirError
+from weir.graph import LogicalGraph, OperatorKind
+from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.serde import dumps_value, loads_value
+
+COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
+COMMIT_MARKER_PARTITIONS: Final = 6
+"""Partitions of the marker topic when a sink creates it; never add partitions to an existing one (a
+subtask's markers are found in the partition its key hashes to)."""
+DEFAULT_TRANSACTION_TIMEOUT_MS: Final = kafka.DEFAULT_TRANSACTION_TIMEOUT_MS
+DEFAULT_COMMIT_TIMEOUT_S: Final = 60.0
+DEFAULT_RECOVERY_TIMEOUT_S: Final = 120.0
+DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
+SNAPSHOT_FORMAT: Final = 1
+
+Record = tuple[bytes | None, bytes, int | None]
+"""A Kafka record as the sink keeps it: ``(key, value, event timestamp ms)``."""
+
+
+class SinkTransactionLostError(WeirError):
+    """A transaction the restored checkpoint says was prepared is neither prepared nor committed any
+    more: something outside this job rolled it back. Its output is lost for this sink."""
+
+    fault: Fault = "external"
+
+
+class Deadline:
+    """One time budget for a multi-step commit (flush, commit, confirm), not a timeout per call."""
+
+    def __init__(self, seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._end = clock() + seconds
+
+    def remaining(self, at_least: float = 0.1) -> float:
+        return max(at_least, self._end - self._clock())
+
+    @property
+    def expired(self) -> bool:
+        return self._clock() >= self._end
+
+
+# Submit-time checks -------------------------------------------------------------------------------
+
+
+def validate_transaction_timeout(
+    transaction_timeout_ms: int,
+    checkpoint_interval_s: float,
+    restart_allowance_s: float,
+    *,
+    broker_max_timeout_ms: int = kafka.DEFAULT_TRANSACTION_TIMEOUT_MS,
+) -> None:
+    """Reject a Kafka ``transaction.timeout.ms`` that cannot cover one checkpoint interval plus the
+    time a restart may take, or that the broker would refuse (``transaction.max.timeout.ms``)."""
+    if transaction_timeout_ms <= 0:
+        raise JobDefinitionError(f"transaction.timeout.ms must be positive, got {transaction_timeout_ms}")
+    if transaction_timeout_ms > broker_max_timeout_ms:
+        raise JobDefinitionError(
+            f"transaction.timeout.ms = {transaction_timeout_ms} exceeds the broker's transaction.max.timeout.ms "
+            f"({broker_max_timeout_ms}): the producer would be refused; lower transaction_timeout_ms or raise the "
+            "broker setting"
+        )
+    needed_ms = (checkpoint_interval_s + restart_allowance_s) * 1000.0
+    if transaction_timeout_ms < needed_ms:
+        raise JobDefinitionError(
+            f"transaction.timeout.ms = {transaction_timeout_ms} cannot cover a checkpoint interval of "
+            f"{checkpoint_interval_s:g}s plus a restart allowance of {restart_allowance_s:g}s ({needed_ms:.0f} ms): "
+            "the broker would abort transactions before their checkpoint completes; raise transaction_timeout_ms "
+            f"(at most the broker's transaction.max.timeout.ms, default {kafka.DEFAULT_TRANSACTION_TIMEOUT_MS}) "
+            "or checkpoint more often"
+        )
+
+
+def validate_sink_transaction_timeouts(
+    graph: LogicalGraph, checkpoint_interval_s: float, restart_allowance_s: float
+) -> None:
+    """``validate_transaction_timeout`` for every transactional Kafka sink of a job graph (sink
+    factories only build the operator object; they connect to nothing)."""
+    for transformation in graph.transformations.values():
+        if transformation.kind is not OperatorKind.SINK:
+            continue
+        operator = transformation.factory()
+        if isinstance(operator, TransactionalKafkaSinkOperator):
+            try:
+                validate_transaction_timeout(
+                    operator.transaction_timeout_ms, checkpoint_interval_s, restart_allowance_s
+                )
+            except JobDefinitionError as exc:
+                raise JobDefinitionError(f"kafka sink {transformation.uid!r}: {exc}") from exc
+
+
+# Names and markers --------------------------------------------------------------------------------
+
+
+def transactional_id(task: TaskId) -> str:
+    """The Kafka ``transactional.id`` of a sink subtask; the same across restarts of the same job."""
+    return f"weir-{task.job_id}-{task.operator_uid}-{task.subtask}"
+
+
+def marker_key(task: TaskId) -> bytes:
+    return f"{task.job_id}/{task.operator_uid}/{task.subtask}".encode()
+
+
+def gid_prefix(task: TaskId) -> str:
+    """What every PostgreSQL gid of this sink subtask starts with."""
+    gid = TransactionId.for_task(task, CheckpointId(0)).gid
+    return gid[: gid.rindex(":") + 1]
+
+
+@dataclass(frozen=True)
+class CommitMarker:
+    """The record a Kafka sink transaction writes to ``weir-sink-commits`` with its output."""
+
+    job_id: str
+    operator_uid: str
+    subtask: int
+    checkpoint_id: int
+    records: int
+    transactional_id: str
+
+    def to_json(self) -> bytes:
+        return json.dumps(
+            {
+                "job_id": self.job_id,
+                "operator_uid": self.operator_uid,
+                "subtask": self.subtask,
+                "checkpoint_id": self.checkpoint_id,
+                "records": self.records,
+                "transactional_id": self.transactional_id,
+            },
+            separators=(",", ":"),
+        ).encode()
+
+    @classmethod
+    def parse(cls, value: bytes | None) -> CommitMarker | None:
+        """The marker in ``value``; None for anything else."""
+        try:
+            doc = json.loads(value or b"")
+            return cls(
+                str(doc["job_id"]),
+                str(doc["operator_uid"]),
+                int(doc["subtask"]),
+                int(doc["checkpoint_id"]),
+                int(doc["records"]),
+                str(doc["transactional_id"]),
+            )
+        except (ValueError, KeyError, TypeError):
+            return None
+
+    def belongs_to(self, task: TaskId) -> bool:
+        return (self.job_id, self.operator_uid, self.subtask) == (task.job_id, task.operator_uid, task.subtask)
+
+
+def last_committed_checkpoint(
+    candidates: Iterable[tuple[int, CheckpointId]], committed: Callable[[int], bool]
+) -> CheckpointId | None:
+    """The newest checkpoint whose marker was committed, given this subtask's markers for the
+    restored pending checkpoints as ``(offset, checkpoint id)`` and a check of one offset.
+
+    One producer at a time commits a subtask's transactions, oldest first, into one partition: the
+    newest committed marker (by offset) is that of the newest committed checkpoint, and everything
+    pending before it committed too. Checks run newest first and stop at the first commit."""
+    for offset, checkpoint_id in sorted(candidates, reverse=True):
+        if committed(offset):
+            return checkpoint_id
+    return None
+
+
+# Snapshots ----------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SinkSnapshot:
+    """A transactional sink's operator state: its ledger and the output of the epochs whose commit
+    may have to be redone from it (by pre-commit checkpoint id)."""
+
+    ledger: LedgerSnapshot
+    epochs: dict[CheckpointId, list[Any]]
+    marker_floor: int | None = None  # Kafka: no marker of a pending epoch lies below this offset
+
+    def to_bytes(self) -> bytes:
+        return dumps_value(
+            {
+                "format": SNAPSHOT_FORMAT,
+                "ledger": self.ledger.to_bytes(),
+                "epochs": [(int(cid), rows) for cid, rows in sorted(self.epochs.items())],
+                "marker_floor": self.marker_floor,
+            }
+        )
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> SinkSnapshot:
+        document = loads_value(data)
+        if not isinstance(document, dict) or document.get("format") != SNAPSHOT_FORMAT:
+            found = document.get("format") if isinstance(document, dict) else type(document).__name__
+            raise SerializationError(
+                f"transactional sink snapshot has format {found!r}, this version reads {SNAPSHOT_FORMAT}"
+            )
+        return cls(
+            LedgerSnapshot.from_bytes(document["ledger"]),
+            {CheckpointId(cid): rows for cid, rows in document["epochs"]},
+            document["marker_floor"],
+        )
+
+
+# Common parts -------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Epoch:
+    """The output of one ledger transaction, from its first record to its commit: Kafka records in
+    order (a list), or PostgreSQL rows by key (a dict)."""
+
+    txn: TransactionId
+    items: Any
+    timestamps: array[int] = field(default_factory=lambda: array("q"))
+    checkpoint_id: CheckpointId | None = None  # the barrier it was pre-committed at
+
+    @property
+    def size(self) -> int:
+        return len(self.items)
+
+
+class _TransactionalSink(StreamOperator):
+    """Ledger, epochs, metrics and crash-point context shared by both sinks. A subclass pre-commits,
+    commits and snapshots; this class decides when."""
+
+    _ledger: TwoPhaseCommitLedger
+    _metrics: SinkMetrics
+
+    def setup(self, ctx: OperatorContext, output: Output) -> None:
+        super().setup(ctx, output)
+        self._task = TaskId(JobId(ctx.job_id), OperatorUid(ctx.uid), SubtaskIndex(ctx.subtask))
+        self._ledger = TwoPhaseCommitLedger(self._task)
+        labels = getattr(ctx.metrics, "labels", None)
+        self._taskmanager = str(labels[3]) if labels else ""
+        self._metrics = SinkMetrics(ctx.job_id, ctx.uid, ctx.subtask, self._taskmanager)
+        self._current: _Epoch | None = None
+        self._pending: dict[TransactionId, _Epoch] = {}  # pre-committed, oldest first
+        self._restored: SinkSnapshot | None = None
+        self._endpoints = Endpoints.from_env()
+
+    def _context(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "job_id": self.ctx.job_id,
+            "operator_uid": self.ctx.uid,
+            "subtask": self.ctx.subtask,
+            "taskmanager": self._taskmanager,
+            **extra,
+        }
+
+    def _begin_epoch(self) -> _Epoch:
+        raise NotImplementedError
+
+    def _close_epoch(self, checkpoint_id: CheckpointId) -> _Epoch | None:
+        """The ledger's pre-commit at this barrier: the current epoch (if any) becomes pending."""
+        pre = self._ledger.pre_commit(checkpoint_id)
+        if pre is None:
+            return None
+        epoch = self._current
+        assert epoch is not None and epoch.txn == pre.txn
+        self._current = None
+        epoch.checkpoint_id = checkpoint_id
+        self._pending[epoch.txn] = epoch
+        return epoch
+
+    def _pre_commit(self, checkpoint_id: CheckpointId) -> _Epoch | None:
+        """Close the current epoch and pre-commit it in the external system if nothing older waits."""
+        raise NotImplementedError
+
+    def _snapshot(self) -> SinkSnapshot:
+        raise NotImplementedError
+
+    def _commit(self, epoch: _Epoch) -> None:
+        """Commit a pending epoch, pre-committed in the external system or not."""
+        raise NotImplementedError
+
+    def _catch_up(self) -> None:
+        """After commits: pre-commit the oldest epoch still waiting, now that nothing older is open."""
+        raise NotImplementedError
+
+    def snapshot_state(self, checkpoint_id: int) -> bytes | None:
+        if self._pre_commit(CheckpointId(checkpoint_id)) is not None:
+            crash_point(AFTER_PRE_COMMIT, **self._context(checkpoint_id=checkpoint_id))
+        return self._snapshot().to_bytes()
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        self._commit_through(CheckpointId(checkpoint_id), crash_points=True)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        """The transaction stays pending (open or prepared): the next completed checkpoint commits it."""
+        self._ledger.on_checkpoint_aborted(CheckpointId(checkpoint_id))
+
+    def end_input(self) -> None:
+        """A bounded input ended: pre-commit the last epoch and commit everything now, since no
+        checkpoint completes in this task after its end of input."""
+        if self._current is not None:
+            self._pre_commit(self._current.txn.checkpoint_id)
+        if self._pending:
+            last = max(epoch.checkpoint_id or 0 for epoch in self._pending.values())
+            self._commit_through(CheckpointId(last), crash_points=False)
+
+    def _commit_through(self, checkpoint_id: CheckpointId, crash_points: bool) -> None:
+        commits = self._ledger.on_checkpoint_complete(checkpoint_id)
+        if not commits:
+            return
+        if crash_points:
+            self._before_commits(self._context(checkpoint_id=checkpoint_id))
+        for commit in commits:
+            self._commit(self._pending.pop(commit.txn))
+            self._ledger.committed(commit.txn)
+        self._catch_up()
+
+    def _before_commits(self, context: dict[str, Any]) -> None:
+        crash_point(AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT, **context)
+
+    def _observe_commit(self, epoch: _Epoch, started: float, records: int) -> None:
+        self._metrics.on_commit(time.perf_counter() - started, records, epoch.timestamps, time.time() * 1000.0)
+
+    def close(self) -> None:
+        metrics = getattr(self, "_metrics", None)
+        if metrics is not None:
+            metrics.remove()
+
+
+# Kafka --------------------------------------------------------------------------------------------
+
+
+class TransactionalKafkaSinkOperator(_TransactionalSink):
+    """Exactly-once Kafka sink: one Kafka transaction per checkpoint epoch, with a commit marker.
+
+    Records are produced into the open transaction as they arrive while no older transaction waits
+    for its commit, else kept in memory until it has committed. Every pending epoch's records are also
+    in the snapshot, since librdkafka cannot resume a transaction after a crash: recovery fences the
+    old producer (which aborts its open transaction), reads which checkpoints the marker topic shows
+    committed, and re-produces the others from the snapshot."""
+
+    def __init__(
+        self,
+        topic: str,
+        serializer: Callable[[Any], bytes],
+        key: Callable[[Any], bytes | str | None] | None,
+        *,
+        transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
+        marker_topic: str = COMMIT_MARKER_TOPIC,
+        commit_timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S,
+        recovery_timeout_s: float = DEFAULT_RECOVERY_TIMEOUT_S,
+    ) -> None:
+        self._topic = topic
+        self._serializer = serializer
+        self._key = key
+        self.transaction_timeout_ms = transaction_timeout_ms
+        self._marker_topic = marker_topic
+        self._commit_timeout_s = commit_timeout_s
+        self._recovery_timeout_s = recovery_timeout_s
+        self._producer: kafka.TransactionalProducer | None = None
+        self._in_kafka: _Epoch | None = None  # the epoch whose Kafka transaction is open
+        self._in_kafka_since: float | None = None
+        self._produced = 0  # records of that epoch handed to the producer so far
+        self._markers: dict[TransactionId, kafka.Delivery] = {}  # where pending epochs' markers landed
+
+    @property
+    def transactional_id(self) -> str:
+        return transactional_id(self._task)
+
+    def setup(self, ctx: OperatorContext, output: Output) -> None:
+        super().setup(ctx, output)
+        self._marker_key = marker_key(self._task)
+
+    # Start and recovery ---------------------------------------------------------------------------
+
+    def restore_state(self, data: bytes) -> None:
+        """Load the snapshot and fence at once: every operator of a chain restores before any opens,
+        so no sink of the chain reads the marker topic while another one's old transaction is open."""
+        self._restored = SinkSnapshot.from_bytes(data)
+        self._fence()
+
+    def _fence(self) -> kafka.TransactionalProducer:
+        if self._producer is None:
+            producer = kafka.TransactionalProducer(self._endpoints, self.transactional_id, self.transaction_timeout_ms)
+            producer.init(self._recovery_timeout_s)
+            self._producer = producer
+        return self._producer
+
+    def open(self) -> None:
+        kafka.partition_count(self._endpoints, self._topic)  # a missing topic fails at open
+        partitions = kafka.ensure_topic(self._endpoints, self._marker_topic, COMMIT_MARKER_PARTITIONS)
+        self._marker_partition = kafka.stable_partition(self._marker_key, partitions)
+        self._fence()
+        self._metrics.track_open_transaction_age(self._open_transaction_age)
+        if self._restored is not None:
+            self._recover(self._restored)
+            self._restored = None
+
+    def _recover(self, snapshot: SinkSnapshot) -> None:
+        """The old producer is fenced: its open transaction is aborted, a requested commit completed.
+        Commit what the restored checkpoint lists and the marker topic does not show committed."""
+        plan = self._ledger.recover(snapshot.ledger, ())
+        pending = sorted(snapshot.ledger.pending)
+        if not pending:
+            return
+        done = self._last_committed(pending, snapshot.marker_floor, Deadline(self._recovery_timeout_s))
+        reproduced: list[int] = []
+        for entry in pending:
+            if done is None or entry.checkpoint_id > done:
+                records = snapshot.epochs[entry.checkpoint_id]
+                stamps = array("q", (ts for _key, _value, ts in records if ts is not None))
+                epoch = _Epoch(entry.txn, list(records), stamps, entry.checkpoint_id)
+                self._produce_and_commit(epoch, Deadline(self._commit_timeout_s))
+                reproduced.append(entry.checkpoint_id)
+            self._ledger.committed(entry.txn)
+        self.ctx.log.info(
+            "kafka_sink_recovered",
+            checkpoint_id=plan.checkpoint_id,
+            pending=[entry.checkpoint_id for entry in pending],
+            last_committed=done,
+            reproduced=reproduced,
+            transactional_id=self.transactional_id,
+        )
+
+    def _last_committed(
+        self, pending: Sequence[PendingTransaction], floor: int | None, deadline: Deadline
+    ) -> CheckpointId | None:
+        wanted = {entry.checkpoint_id for entry in pending}
+        topic, partition = self._marker_topic, self._marker_partition
+        low, high = kafka.partition_range(self._endpoints, topic, partition)
+        start = floor if floor is not None and floor >= low else low
+        candidates: list[tuple[int, CheckpointId]] = []
+        for offset, key, value in kafka.scan_partition(
+            self._endpoints, topic, partition, start, high, deadline.remaining()
+        ):
+            marker = CommitMarker.parse(value) if key == self._marker_key else None
+            if marker is not None and marker.belongs_to(self._task) and marker.checkpoint_id in wanted:
+                candidates.append((offset, CheckpointId(marker.checkpoint_id)))
+        return last_committed_checkpoint(
+            candidates,
+            lambda offset: kafka.is_committed(self._endpoints, topic, partition, offset, deadline.remaining()),
+        )
+
+    # Records and barriers -------------------------------------------------------------------------
+
+    def _begin_epoch(self) -> _Epoch:
+        epoch = self._current = _Epoch(self._ledger.begin(), [])
+        if self._in_kafka is None:
+            self._begin_in_kafka(epoch)
+        return epoch
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        key = self._key(value) if self._key is not None else None
+        record: Record = (key.encode() if isinstance(key, str) else key, self._serializer(value), timestamp)
+        epoch = self._current if self._current is not None else self._begin_epoch()
+        epoch.items.append(record)
+        if timestamp is not None:
+            epoch.timestamps.append(timestamp)
+        if self._in_kafka is epoch:
+            self._produce_records(epoch)
+
+    def _begin_in_kafka(self, epoch: _Epoch) -> None:
+        assert self._producer is not None and self._in_kafka is None
+        self._producer.begin()
+        self._in_kafka, self._in_kafka_since, self._produced = epoch, time.monotonic(), 0
+        self._produce_records(epoch)
+
+    def _produce_records(self, epoch: _Epoch) -> None:
+        """Hand the epoch's records not yet produced to the producer (its open transaction)."""
+        producer = self._producer
+        assert producer is not None
+        topic, items = self._topic, epoch.items
+        for key, value, timestamp in items[self._produced :]:
+            producer.produce(topic, value, key, timestamp)
+        self._produced = len(items)
+        producer.poll()
+
+    def _pre_commit_in_kafka(self, epoch: _Epoch, deadline: Deadline) -> None:
+        """End writing into the epoch's transaction: its marker, then every record acknowledged. The
+        transaction stays open until a covering checkpoint completes."""
+        producer = self._producer
+        assert producer is not None and self._in_kafka is epoch and epoch.checkpoint_id is not None
+        marker = CommitMarker(
+            self._task.job_id,
+            self._task.operator_uid,
+            self._task.subtask,
+            epoch.checkpoint_id,
+            epoch.size,
+            self.transactional_id,
+        )
+        delivery = kafka.Delivery()
+        producer.produce(
+            self._marker_topic, marker.to_json(), self._marker_key, partition=self._marker_partition, delivery=delivery
+        )
+        producer.flush(deadline.remaining())
+        self._markers[epoch.txn] = delivery
+
+    def _pre_commit(self, checkpoint_id: CheckpointId) -> _Epoch | None:
+        epoch = self._close_epoch(checkpoint_id)
+        if epoch is not None and self._in_kafka is epoch:
+            self._pre_commit_in_kafka(epoch, Deadline(self._commit_timeout_s))
+        return epoch
+
+    def _snapshot(self) -> SinkSnapshot:
+        offsets = [
+            delivery.offset
+            for txn in self._pending
+            if (delivery := self._markers.get(txn)) is not None and delivery.offset is not None
+        ]
+        return SinkSnapshot(
+            self._ledger.snapshot_state(),
+            {epoch.checkpoint_id: epoch.items for epoch in self._pending.values() if epoch.checkpoint_id is not None},
+            min(offsets, default=None),
+        )
+
+    # Commits --------------------------------------------------------------------------------------
+
+    def _commit(self, epoch: _Epoch) -> None:
+        deadline = Deadline(self._commit_timeout_s)
+        if self._in_kafka is epoch:
+            self._commit_in_kafka(epoch, deadline)
+        else:
+            self._produce_and_commit(epoch, deadline)
+        self._markers.pop(epoch.txn, None)
+
+    def _produce_and_commit(self, epoch: _Epoch, deadline: Deadline) -> None:
+        self._begin_in_kafka(epoch)
+        self._pre_commit_in_kafka(epoch, deadline)
+        self._commit_in_kafka(epoch, deadline)
+
+    def _commit_in_kafka(self, epoch: _Epoch, deadline: Deadline) -> None:
+        producer = self._producer
+        assert producer is not None and self._in_kafka is epoch
+        started = time.perf_counter()
+        producer.commit(deadline.remaining())
+        self._in_kafka, self._in_kafka_since = None, None
+        self._observe_commit(epoch, started, epoch.size)
+
+    def _catch_up(self) -> None:
+        """With no Kafka transaction open, open one for the oldest epoch waiting: a pending one is
+        pre-committed in Kafka now; the current one goes on producing as its records arrive."""
+        if self._in_kafka is not None:
+            return
+        if self._pending:
+            oldest = next(iter(self._pending.values()))
+            self._begin_in_kafka(oldest)
+            self._pre_commit_in_kafka(oldest, Deadline(self._commit_timeout_s))
+        elif self._current is not None:
+            self._begin_in_kafka(self._current)
+
+    def _open_transaction_age(self) -> float:
+        since = self._in_kafka_since
+        return 0.0 if since is None else time.monotonic() - since
+
+    def close(self) -> None:
+        producer = self._producer
+        if producer is not None:
+            if self._in_kafka is not None:
+                try:
+                    producer.abort(5.0)
+                    self._metrics.aborted.inc()
+                except WeirError as exc:  # fenced or unreachable: fencing or its timeout ends it
+                    self.ctx.log.warning("kafka_sink_abort_on_close_failed", error=str(exc))
+                self._in_kafka = None
+            producer.close()
+            self._producer = None
+        super().close()
+
+
+# PostgreSQL ---------------------------------------------------------------------------------------
+
+
+class TwoPhasePostgresSinkOperator(_TransactionalSink):
+    """Exactly-once PostgreSQL sink: per checkpoint epoch one transaction, prepared at the barrier
+    (``PREPARE TRANSACTION`` under the ledger's gid) and committed (``COMMIT PREPARED``) when a covering
+    checkpoint completes. Rows are upserted by their key columns; within an epoch the last row per key
+    wins (with a version column: the newest version)."""
+
+    def __init__(
+        self,
+        table: str,
+        columns: Sequence[str],
+        key_columns: Sequence[str],
+        to_row: Callable[[Any], tuple[Any, ...]],
+        *,
+        version_column: str | None = None,
+        lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+    ) -> None:
+        self._table = table
+        self._columns = tuple(columns)
+        self._key_columns = tuple(key_columns)
+        self._to_row = to_row
+        self._version_column = version_column
+        self._lock_timeout_s = lock_timeout_s
+        self._key_index, self._version_index = row_key_indexes(table, columns, key_columns, version_column)
+        self._prepared: _Epoch | None = None  # the epoch prepared in PostgreSQL, waiting for its commit
+
+    def _what(self, checkpoint_id: int | None = None) -> str:
+        at = f" checkpoint {checkpoint_id}" if checkpoint_id is not None else ""
+        return f"postgres sink {self.ctx.uid!r} of job {self.ctx.job_id} subtask {self.ctx.subtask}{at}"
+
+    # Start and recovery ---------------------------------------------------------------------------
+
+    def restore_state(self, data: bytes) -> None:
+        self._restored = SinkSnapshot.from_bytes(data)
+
+    def open(self) -> None:
+        conn = postgres.connect(self._endpoints, autocommit=True)
+        self._conn = conn
+        postgres.require_table(conn, self._table, self._columns)
+        postgres.check_prepared_transactions(
+            postgres.max_prepared_transactions(conn), sink=self._what(), server=postgres.server_name(conn)
+        )
+        postgres.ensure_commit_proof_table(conn)
+        self._plan = postgres.upsert_plan(conn, self._table, self._columns, self._key_columns, self._version_column)
+        self._recover(self._restored)
+        self._restored = None
+
+    def _recover(self, snapshot: SinkSnapshot | None) -> None:
+        """Resolve this subtask's prepared transactions: roll back those the restored checkpoint does
+        not list, commit those it lists; write an epoch the snapshot holds that never reached PostgreSQL."""
+        task = self._task
+        in_doubt = set()
+        for gid in postgres.prepared_gids(self._conn, gid_prefix(task)):
+            txn = TransactionId.parse(gid, job_id=task.job_id, operator_uid=task.operator_uid, subtask=task.subtask)
+            if txn is not None:
+                in_doubt.add(txn)
+        plan = self._ledger.recover(snapshot.ledger if snapshot is not None else None, in_doubt)
+        for txn in plan.rollback:
+            if postgres.rollback_prepared(self._conn, txn.gid):
+                self._metrics.aborted.inc()
+        resolved: dict[str, list[int]] = {"committed_prepared": [], "already_committed": [], "written": []}
+        pending = sorted(snapshot.ledger.pending) if snapshot is not None else []
+        unprepared = snapshot.epochs if snapshot is not None else {}
+        for entry in pending:
+            if entry.txn in in_doubt:
+                started = time.perf_counter()
+                postgres.commit_prepared(self._conn, entry.txn.gid)
+                rows = self._committed_rows(entry.checkpoint_id) or 0
+                self._metrics.on_commit(time.perf_counter() - started, rows, (), 0.0)
+                resolved["committed_prepared"].append(entry.checkpoint_id)
+            elif self._committed_rows(entry.checkpoint_id) is not None:
+                resolved["already_committed"].append(entry.checkpoint_id)
+            elif entry.checkpoint_id in unprepared:
+                rows_by_key = {self._row_key(row): row for row in unprepared[entry.checkpoint_id]}
+                self._write(_Epoch(entry.txn, rows_by_key, checkpoint_id=entry.checkpoint_id), prepare=False)
+                resolved["written"].append(entry.checkpoint_id)
+            else:
+                raise self._lost(entry.txn, entry.checkpoint_id)
+            self._ledger.committed(entry.txn)
+        self.ctx.log.info(
+            "postgres_sink_recovered",
+            checkpoint_id=plan.checkpoint_id,
+            rolled_back=[txn.gid for txn in plan.rollback],
+            **resolved,
+        )
+
+    def _committed_rows(self, checkpoint_id: int) -> int | None:
+        task = self._task
+        return postgres.committed_rows(self._conn, task.job_id, task.operator_uid, task.subtask, checkpoint_id)
+
+    def _lost(self, txn: TransactionId, checkpoint_id: CheckpointId) -> SinkTransactionLostError:
+        return SinkTransactionLostError(
+            f"{self._what(checkpoint_id)}: transaction {txn.gid} was prepared, but it is no longer prepared and "
+            f"{postgres.COMMIT_PROOF_TABLE} shows no commit of it: it was rolled back outside this run (by hand, "
+            "or by another run of the same job id restored from an older checkpoint), so its rows are missing "
+            f"from {self._table!r}; rerun the job's input from before checkpoint {checkpoint_id} to rewrite them"
+        )
+
+    # Records and barriers -------------------------------------------------------------------------
+
+    def _row_key(self, row: Sequence[Any]) -> tuple[Any, ...]:
+        return tuple(row[i] for i in self._key_index)
+
+    def _begin_epoch(self) -> _Epoch:
+        epoch = self._current = _Epoch(self._ledger.begin(), {})
+        return epoch
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        row = self._to_row(value)
+        epoch = self._current if self._current is not None else self._begin_epoch()
+        keep_newest(epoch.items, self._row_key(row), row, self._version_index)
+        if timestamp is not None:
+            epoch.timestamps.append(timestamp)
+
+    def _proof(self, checkpoint_id: int, rows: int) -> postgres.ProofRow:
+        return postgres.ProofRow(self._task.job_id, self._task.operator_uid, self._task.subtask, checkpoint_id, rows)
+
+    def _write(self, epoch: _Epoch, prepare: bool) -> None:
+        """The epoch's rows and proof row in one transaction: prepared under its gid, or committed."""
+        assert epoch.checkpoint_id is not None
+        rows = list(epoch.items.values())
+        started = time.perf_counter()
+        postgres.write_transaction(
+            self._conn,
+            self._plan,
+            rows,
+            self._proof(epoch.checkpoint_id, len(rows)),
+            prepare_as=epoch.txn.gid if prepare else None,
+            lock_timeout_s=self._lock_timeout_s,
+            what=self._what(epoch.checkpoint_id),
+        )
+        if prepare:
+            self._prepared = epoch
+            self._metrics.prepared.set(1)
+        else:
+            self._observe_commit(epoch, started, len(rows))
+
+    def _pre_commit(self, checkpoint_id: CheckpointId) -> _Epoch | None:
+        epoch = self._close_epoch(checkpoint_id)
+        if epoch is not None and self._prepared is None and next(iter(self._pending.values())) is epoch:
+            self._write(epoch, prepare=True)
+        return epoch
+
+    def _snapshot(self) -> SinkSnapshot:
+        unprepared = {
+            epoch.checkpoint_id: list(epoch.items.values())
+            for epoch in self._pending.values()
+            if epoch is not self._prepared and epoch.checkpoint_id is not None
+        }
+        return SinkSnapshot(self._ledger.snapshot_state(), unprepared)
+
+    # Commits --------------------------------------------------------------------------------------
+
+    def _before_commits(self, context: dict[str, Any]) -> None:
+        crash_point(BETWEEN_SINK_COMMITS, **context)
+        super()._before_commits(context)
+
+    def _commit(self, epoch: _Epoch) -> None:
+        if self._prepared is not epoch:
+            self._write(epoch, prepare=False)
+            return
+        assert epoch.checkpoint_id is not None
+        started = time.perf_counter()
+        found = postgres.commit_prepared(self._conn, epoch.txn.gid)
+        self._prepared = None
+        self._metrics.prepared.set(0)
+        if not found and self._committed_rows(epoch.checkpoint_id) is None:
+            raise self._lost(epoch.txn, epoch.checkpoint_id)
+        self._observe_commit(epoch, started, epoch.size)
+
+    def _catch_up(self) -> None:
+        if self._prepared is None and self._pending:
+            self._write(next(iter(self._pending.values())), prepare=True)
+
+    def close(self) -> None:
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()  # a prepared transaction outlives the session; an unprepared one rolls back
+        super().close()
+
+
+def row_key_indexes(
+    table: str, columns: Sequence[str], key_columns: Sequence[str], version_column: str | None
+) -> tuple[tuple[int, ...], int | None]:
+    """Positions of the key columns and of the version column in a row of ``columns``."""
+    missing = [c for c in (*key_columns, *([version_column] if version_column else [])) if c not in columns]
+    if missing or not key_columns:
+        raise JobDefinitionError(
+            f"postgres sink on {table!r}: key columns {list(key_columns)} (and the version column, if any) must "
+            f"be among the columns {list(columns)}; missing: {missing or 'key columns'}"
+        )
+    columns = list(columns)
+    return tuple(columns.index(c) for c in key_columns), (columns.index(version_column) if version_column else None)
+
+
+def keep_newest(
+    rows: dict[tuple[Any, ...], tuple[Any, ...]], key: tuple[Any, ...], row: tuple[Any, ...], version: int | None
+) -> None:
+    """Keep ``row`` for ``key`` unless the row kept has a newer version (the last row wins a tie)."""
+    kept = rows.get(key)
+    if version is None or kept is None or kept[version] <= row[version]:
+        rows[key] = row

@@ -1,0 +1,207 @@
+"""Factories for driving the transactional sinks directly: a real OperatorContext, no task around it.
+
+A "crash" is either a real one (``driver.py`` run in a subprocess that a crash point kills) or an
+abandoned operator instance whose producer or connection is never closed; recovery is always a new
+instance given ``restore_state`` and ``open``, as a restarted task would.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from connectors import kafka, postgres
+from taskmanager.metrics import TaskMetrics
+from taskmanager.operators.base import OperatorContext, StreamOperator
+from taskmanager.operators.transactional_sinks import (
+    CommitMarker,
+    TransactionalKafkaSinkOperator,
+    TwoPhasePostgresSinkOperator,
+)
+from weir.config import Endpoints
+from weir.keygroups import KeyGroupRange
+from weir.serde import dumps_value
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+TASKMANAGER = "taskmanager-test"
+TEST_TRANSACTION_TIMEOUT_MS = 60_000  # a transaction a test leaves open ends within a minute
+
+
+class NoOutput:
+    """Sinks emit nothing."""
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        raise AssertionError(f"a sink emitted {value!r}")
+
+    def emit_watermark(self, watermark: int) -> None:
+        pass
+
+
+def operator_context(job_id: str, uid: str, subtask: int = 0, parallelism: int = 1) -> OperatorContext:
+    return OperatorContext(
+        job_id=job_id,
+        job_name="sink-test",
+        uid=uid,
+        subtask=subtask,
+        parallelism=parallelism,
+        max_parallelism=128,
+        attempt=0,
+        key_group_range=KeyGroupRange(0, 127),  # type: ignore[arg-type]
+        parameters={},
+        state=None,
+        metrics=TaskMetrics(job_id, uid, subtask, TASKMANAGER),
+    )
+
+
+def set_up(operator: StreamOperator, job_id: str, uid: str, subtask: int = 0) -> StreamOperator:
+    operator.setup(operator_context(job_id, uid, subtask), NoOutput())
+    return operator
+
+
+def value_serializer(value: Any) -> bytes:
+    return str(value).encode()
+
+
+@dataclass
+class KafkaSinkCase:
+    """One test's topic, marker topic and job: builds sink instances of the same subtask."""
+
+    endpoints: Endpoints
+    job_id: str
+    uid: str
+    topic: str
+    marker_topic: str
+
+    def sink(self, subtask: int = 0) -> TransactionalKafkaSinkOperator:
+        operator = TransactionalKafkaSinkOperator(
+            self.topic,
+            value_serializer,
+            None,
+            transaction_timeout_ms=TEST_TRANSACTION_TIMEOUT_MS,
+            marker_topic=self.marker_topic,
+            recovery_timeout_s=30.0,
+        )
+        set_up(operator, self.job_id, self.uid, subtask)
+        return operator
+
+    def recovered(self, snapshot: bytes, subtask: int = 0) -> TransactionalKafkaSinkOperator:
+        operator = self.sink(subtask)
+        operator.restore_state(snapshot)
+        operator.open()
+        return operator
+
+    def values(self, isolation: str) -> list[str]:
+        return [(v or b"").decode() for _p, _o, _k, v in kafka.read_all(self.endpoints, self.topic, isolation)]
+
+    def markers(self, isolation: str = "read_committed") -> list[CommitMarker]:
+        records = kafka.read_all(self.endpoints, self.marker_topic, isolation)
+        found = [CommitMarker.parse(v) for _p, _o, _k, v in records]
+        return [m for m in found if m is not None and m.job_id == self.job_id]
+
+
+@pytest.fixture
+def kafka_case(services: Endpoints) -> Iterator[KafkaSinkCase]:
+    suffix = uuid.uuid4().hex[:8]
+    case = KafkaSinkCase(services, f"job-{suffix}", "kafka-sink", f"sink-out-{suffix}", f"sink-commits-{suffix}")
+    kafka.create_topics(services, {case.topic: 1, case.marker_topic: 2})
+    yield case
+    kafka.delete_topics(services, [case.topic, case.marker_topic])
+
+
+@dataclass
+class PostgresSinkCase:
+    endpoints: Endpoints
+    job_id: str
+    uid: str
+    table: str
+
+    def sink(self, subtask: int = 0, **kwargs: Any) -> TwoPhasePostgresSinkOperator:
+        operator = TwoPhasePostgresSinkOperator(
+            self.table, ("id", "name", "amount"), ("id",), lambda v: (v["id"], v["name"], v["amount"]), **kwargs
+        )
+        set_up(operator, self.job_id, self.uid, subtask)
+        return operator
+
+    def recovered(self, snapshot: bytes | None, subtask: int = 0) -> TwoPhasePostgresSinkOperator:
+        operator = self.sink(subtask)
+        if snapshot is not None:
+            operator.restore_state(snapshot)
+        operator.open()
+        return operator
+
+    def query(self, statement: str, *params: Any) -> list[tuple[Any, ...]]:
+        with psycopg.connect(self.endpoints.postgres_dsn, autocommit=True) as conn:
+            cursor = conn.execute(statement, params)
+            return [tuple(r) for r in cursor.fetchall()] if cursor.description is not None else []
+
+    def rows(self) -> list[tuple[Any, ...]]:
+        return self.query(f"SELECT id, name, amount FROM {self.table} ORDER BY id")
+
+    def prepared(self) -> list[str]:
+        return [gid for (gid,) in self.query("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", f"%{self.job_id}%")]
+
+    def proofs(self) -> list[tuple[int, int, int]]:
+        """``(subtask, checkpoint_id, rows)`` of this job's commits in weir_sink_commits."""
+        return self.query(
+            "SELECT subtask, checkpoint_id, rows FROM weir_sink_commits WHERE job_id = %s "
+            "ORDER BY subtask, checkpoint_id",
+            self.job_id,
+        )
+
+
+@pytest.fixture
+def postgres_case(services: Endpoints) -> Iterator[PostgresSinkCase]:
+    suffix = uuid.uuid4().hex[:8]
+    case = PostgresSinkCase(services, f"job-{suffix}", "pg-sink", f"sink_out_{suffix}")
+    case.query(f"CREATE TABLE {case.table} (id bigint PRIMARY KEY, name text NOT NULL, amount numeric(12, 2))")
+    with postgres.connect(services, autocommit=True) as conn:
+        postgres.ensure_commit_proof_table(conn)  # the teardown cleans it even if no sink opened
+    yield case
+    for gid in case.prepared():
+        case.query(f"ROLLBACK PREPARED '{gid}'")
+    case.query(f"DROP TABLE {case.table}")
+    case.query("DELETE FROM weir_sink_commits WHERE job_id = %s", case.job_id)
+
+
+def row(i: int) -> dict[str, Any]:
+    from decimal import Decimal
+
+    return {"id": i, "name": f"name-{i}", "amount": Decimal(i) / 4}
+
+
+@dataclass(frozen=True)
+class CrashRun:
+    returncode: int
+    output: str  # stdout and stderr
+    snapshots: dict[int, bytes]
+
+
+def run_until_crash(tmp_path: Path, endpoints: Endpoints, crash_point: str, **arguments: Any) -> CrashRun:
+    """Run ``driver.py`` in a fresh Python process with ``WEIR_CRASH_POINT`` armed; the snapshots it
+    took before dying come back from ``tmp_path``."""
+    env = {**os.environ, "WEIR_CRASH_POINT": crash_point, "PYTHONPATH": str(REPO_ROOT)}
+    env.update({f"WEIR_{k.upper()}": v for k, v in _endpoint_env(endpoints).items()})
+    arguments = {**arguments, "snapshot_dir": str(tmp_path)}
+    result = subprocess.run(
+        [sys.executable, "-m", "tests.integration.sinks.driver", dumps_value(arguments).hex()],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    snapshots = {int(p.stem): p.read_bytes() for p in tmp_path.glob("*.snapshot")}
+    return CrashRun(result.returncode, result.stdout + result.stderr, snapshots)
+
+
+def _endpoint_env(endpoints: Endpoints) -> dict[str, str]:
+    return {"kafka_bootstrap": endpoints.kafka_bootstrap, "postgres_dsn": endpoints.postgres_dsn}

@@ -1,0 +1,208 @@
+"""The pure parts of the exactly-once sinks: submit-time checks, markers, snapshots, recovery decisions."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+
+from taskmanager.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
+from taskmanager.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
+from taskmanager.operators.transactional_sinks import (
+    CommitMarker,
+    Deadline,
+    SinkSnapshot,
+    TransactionalKafkaSinkOperator,
+    TwoPhasePostgresSinkOperator,
+    gid_prefix,
+    keep_newest,
+    last_committed_checkpoint,
+    row_key_indexes,
+    validate_sink_transaction_timeouts,
+    validate_transaction_timeout,
+)
+from taskmanager.twophase import LedgerSnapshot, PendingTransaction, TransactionId
+from weir.api import Environment
+from weir.errors import JobDefinitionError, SerializationError
+from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.serde import dumps_value
+
+TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
+
+
+def cp(n: int) -> CheckpointId:
+    return CheckpointId(n)
+
+
+# transaction.timeout.ms -------------------------------------------------------------------------
+
+
+def test_a_timeout_covering_interval_and_restart_is_accepted() -> None:
+    validate_transaction_timeout(900_000, checkpoint_interval_s=60, restart_allowance_s=300)
+    validate_transaction_timeout(360_000, checkpoint_interval_s=60, restart_allowance_s=300)
+
+
+def test_a_timeout_shorter_than_interval_plus_restart_is_rejected() -> None:
+    with pytest.raises(JobDefinitionError, match=r"cannot cover a checkpoint interval of 60s plus a restart"):
+        validate_transaction_timeout(300_000, checkpoint_interval_s=60, restart_allowance_s=300)
+
+
+def test_a_timeout_above_the_broker_maximum_is_rejected() -> None:
+    with pytest.raises(JobDefinitionError, match="transaction.max.timeout.ms"):
+        validate_transaction_timeout(3_600_000, checkpoint_interval_s=10, restart_allowance_s=10)
+    validate_transaction_timeout(
+        3_600_000, checkpoint_interval_s=10, restart_allowance_s=10, broker_max_timeout_ms=3_600_000
+    )
+    with pytest.raises(JobDefinitionError, match="positive"):
+        validate_transaction_timeout(0, checkpoint_interval_s=10, restart_allowance_s=10)
+
+
+def test_the_graph_check_names_the_sink() -> None:
+    env = Environment("j", parallelism=1)
+    source = env.from_collection([1, 2], uid="src")
+    source.sink_to_kafka("ok", uid="fine")
+    source.sink_to_kafka("short", uid="too-short", transaction_timeout_ms=30_000)
+    source.sink_to_kafka("plain", uid="plain", delivery="at_least_once")
+    validate_sink_transaction_timeouts(env.graph, checkpoint_interval_s=10, restart_allowance_s=10)
+    with pytest.raises(JobDefinitionError, match="kafka sink 'too-short'"):
+        validate_sink_transaction_timeouts(env.graph, checkpoint_interval_s=10, restart_allowance_s=60)
+
+
+# The API ------------------------------------------------------------------------------------------
+
+
+def test_delivery_chooses_the_operator() -> None:
+    env = Environment("j", parallelism=1)
+    source = env.from_collection([{"k": 1}], uid="src")
+    source.sink_to_kafka("t", uid="k1")
+    source.sink_to_kafka("t", uid="k2", delivery="at_least_once")
+    source.sink_to_postgres("t", uid="p1", columns=("k",), key_columns=("k",))
+    source.sink_to_postgres("t", uid="p2", columns=("k",), key_columns=("k",), delivery="upsert")
+    kinds = {uid: type(env.graph.transformations[uid].factory()) for uid in ("k1", "k2", "p1", "p2")}
+    assert kinds == {
+        "k1": TransactionalKafkaSinkOperator,
+        "k2": KafkaSinkOperator,
+        "p1": TwoPhasePostgresSinkOperator,
+        "p2": PostgresUpsertSinkOperator,
+    }
+    assert env.graph.transformations["k1"].name == "kafka-sink:t"
+    assert env.graph.transformations["p1"].name == "postgres-sink:t"
+
+
+def test_bad_sink_arguments_fail_at_build_time() -> None:
+    source = Environment("j").from_collection([1], uid="src")
+    with pytest.raises(JobDefinitionError, match="delivery must be"):
+        source.sink_to_kafka("t", uid="a", delivery="exactly-once")  # type: ignore[arg-type]
+    with pytest.raises(JobDefinitionError, match="exactly_once' only"):
+        source.sink_to_kafka("t", uid="b", delivery="at_least_once", transaction_timeout_ms=1000)
+    with pytest.raises(JobDefinitionError, match="delivery must be"):
+        source.sink_to_postgres("t", uid="c", columns=("k",), key_columns=("k",), delivery="2pc")  # type: ignore[arg-type]
+    with pytest.raises(JobDefinitionError, match="missing"):
+        source.sink_to_postgres("t", uid="d", columns=("k",), key_columns=("k",), version_column="v")
+
+
+# Markers and recovery decisions -------------------------------------------------------------------
+
+
+def test_a_marker_round_trips_and_anything_else_is_not_one() -> None:
+    marker = CommitMarker("job-1", "sink", 0, 7, 42, "weir-job-1-sink-0")
+    assert CommitMarker.parse(marker.to_json()) == marker
+    assert marker.belongs_to(TASK)
+    assert not marker.belongs_to(TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(1)))
+    for other in (None, b"", b"not json", b'{"job_id": "j"}', b"[1, 2]"):
+        assert CommitMarker.parse(other) is None
+
+
+def test_the_newest_committed_marker_decides() -> None:
+    committed = {15}
+    checked: list[int] = []
+
+    def is_committed(offset: int) -> bool:
+        checked.append(offset)
+        return offset in committed
+
+    # checkpoint 3 first attempt at 10 (aborted), 4 at 12 (aborted), 3 redone at 15 (committed)
+    candidates = [(10, cp(3)), (12, cp(4)), (15, cp(3))]
+    assert last_committed_checkpoint(candidates, is_committed) == 3
+    assert checked == [15]
+    committed.clear()
+    checked.clear()
+    assert last_committed_checkpoint(candidates, is_committed) is None
+    assert checked == [15, 12, 10]
+    assert last_committed_checkpoint([], is_committed) is None
+
+
+def test_gid_prefix_separates_subtasks() -> None:
+    prefix = gid_prefix(TASK)
+    assert TransactionId.for_task(TASK, cp(5)).gid.startswith(prefix)
+    other = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(10))
+    assert not TransactionId.for_task(other, cp(5)).gid.startswith(prefix)
+
+
+# Snapshots ----------------------------------------------------------------------------------------
+
+
+def test_a_snapshot_round_trips() -> None:
+    txn = TransactionId.for_task(TASK, cp(3))
+    ledger = LedgerSnapshot(TASK, cp(4), (PendingTransaction(cp(4), txn),))
+    snapshot = SinkSnapshot(ledger, {cp(4): [(b"k", b"v", 5), (None, b"w", None)]}, marker_floor=17)
+    assert SinkSnapshot.from_bytes(snapshot.to_bytes()) == snapshot
+
+
+def test_a_snapshot_of_another_format_is_refused() -> None:
+    with pytest.raises(SerializationError, match="format 99"):
+        SinkSnapshot.from_bytes(dumps_value({"format": 99}))
+    with pytest.raises(SerializationError, match="format 'list'"):
+        SinkSnapshot.from_bytes(dumps_value([1]))
+
+
+# Rows ---------------------------------------------------------------------------------------------
+
+
+def test_the_newest_version_is_kept_per_key() -> None:
+    rows: dict[tuple[object, ...], tuple[object, ...]] = {}
+    for row in [("a", 2), ("a", 1), ("b", 1), ("a", 2)]:
+        keep_newest(rows, (row[0],), row, version=1)
+    assert rows == {("a",): ("a", 2), ("b",): ("b", 1)}
+    keep_newest(rows, ("a",), ("a", 0), version=None)  # without a version the last row wins
+    assert rows[("a",)] == ("a", 0)
+
+
+def test_key_and_version_columns_must_be_columns() -> None:
+    assert row_key_indexes("t", ("a", "b", "v"), ("b", "a"), "v") == ((1, 0), 2)
+    assert row_key_indexes("t", ("a",), ("a",), None) == ((0,), None)
+    with pytest.raises(JobDefinitionError, match="missing"):
+        row_key_indexes("t", ("a",), ("a",), "v")
+    with pytest.raises(JobDefinitionError):
+        row_key_indexes("t", ("a",), (), None)
+
+
+def test_a_deadline_is_one_budget() -> None:
+    now = [100.0]
+    deadline = Deadline(5.0, clock=lambda: now[0])
+    now[0] = 103.0
+    assert deadline.remaining() == pytest.approx(2.0)
+    now[0] = 106.0
+    assert deadline.expired and deadline.remaining() == 0.1
+
+
+# Metrics ------------------------------------------------------------------------------------------
+
+
+def test_bulk_latency_observation_matches_one_by_one() -> None:
+    registry = CollectorRegistry()
+    bulk = Histogram("bulk", "b", ["l"], buckets=END_TO_END_LATENCY_BUCKETS, registry=registry)
+    single = Histogram("single", "s", ["l"], buckets=END_TO_END_LATENCY_BUCKETS, registry=registry)
+    now = 1_700_000_000_000.0
+    stamps = [int(now - d) for d in (0, 50, 51, 99, 100, 2_500, 2_501, 61_000, 5_000_000)] + [int(now + 10)] * 3
+    observe_latencies(bulk.labels("x"), stamps, now)
+    for ts in stamps:
+        single.labels("x").observe(max(0.0, (now - ts) / 1000.0))
+    for suffix in ("_count", "_sum"):
+        assert registry.get_sample_value(f"bulk{suffix}", {"l": "x"}) == pytest.approx(
+            registry.get_sample_value(f"single{suffix}", {"l": "x"})
+        )
+    for bound in ("0.05", "0.1", "2.5", "60.0", "1800.0", "+Inf"):
+        labels = {"l": "x", "le": bound}
+        assert registry.get_sample_value("bulk_bucket", labels) == registry.get_sample_value("single_bucket", labels)
+    observe_latencies(bulk.labels("x"), [], now)
+    assert registry.get_sample_value("bulk_count", {"l": "x"}) == len(stamps)
