@@ -1,8 +1,9 @@
 """The ``weir`` command line: run and inspect jobs, and run the local cluster.
 
 Exit codes: 0 success; 1 failure (a job that FAILED or was CANCELED, not enough slots, an internal
-error); 2 a user error (bad arguments, a job file that does not load, an unknown job); 3 no cluster
-(no JobManager answers, or no local cluster runs). Every error is one line on stderr,
+error; for ``weir verify``, a discrepancy); 2 a user error (bad arguments, a job file that does not
+load, an unknown job); 3 no cluster (no JobManager answers, or no local cluster runs; for ``weir
+verify``, Kafka or PostgreSQL does not answer). Every error is one line on stderr,
 ``weir: error: <reason>``; set ``WEIR_DEBUG=1`` to also get the traceback.
 """
 
@@ -18,7 +19,7 @@ from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import grpc
 import typer
@@ -29,7 +30,10 @@ from rich.table import Table
 from weir import cluster
 from weir.client import CheckpointInfo, ClusterStatus, JobManagerClient, JobStatus, JobSummary
 from weir.config import Endpoints
-from weir.errors import ClusterUnavailableError, CommandLineError, WeirError
+from weir.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
+
+if TYPE_CHECKING:
+    from weir.verify import VerifyReport
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -329,6 +333,98 @@ def checkpoints(
             _size(task.state_size_bytes),
         )
     console.print(tasks)
+
+
+@app.command()
+def verify(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="The job file the sinks were written by.")],
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    job_id: Annotated[
+        str | None,
+        typer.Option("--job-id", help="Whose commit proofs and transactions to check (default: the latest)."),
+    ] = None,
+    commit_topic: Annotated[
+        str | None,
+        typer.Option("--commit-topic", help="The Kafka sinks' commit proof topic [default: weir-sink-commits]."),
+    ] = None,
+    commit_table: Annotated[
+        str | None,
+        typer.Option("--commit-table", help="The PostgreSQL sinks' commit proof table [default: weir_sink_commits]."),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Check a job's sinks against a reference run over its input: duplicates, missing or mismatched
+    results, each sink's last committed checkpoint, transactions left open. Exit 1 on any discrepancy."""
+    from weir.verify import verify_job
+
+    parameters = parse_parameters(define or [])
+    try:
+        report = verify_job(job_file, parameters, job_id=job_id, commit_topic=commit_topic, commit_table=commit_table)
+    except ServiceUnavailableError as exc:
+        _error_line(str(exc))
+        raise typer.Exit(EXIT_NO_CLUSTER) from None
+    if json_output:
+        _print_json(report.to_json())
+    else:
+        _print_verify_report(report)
+    if not report.ok:
+        _error_line(f"verify found discrepancies: {'; '.join(report.discrepancies())}")
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def _print_verify_report(report: VerifyReport) -> None:
+    console = _stdout()
+    job = f"job id {report.job_id} ({report.job_id_from})" if report.job_id else "no job id (no commit proof)"
+    console.print(f"verify {escape(report.job_name)} ({escape(report.job_file)}): {job}", soft_wrap=True)
+    for source in report.sources:
+        where = f"topic {source.topic}" if source.topic else source.kind
+        console.print(
+            f"source {escape(source.uid)}: {where}, {source.records} records, {source.dead_lettered} dead-lettered",
+            soft_wrap=True,
+        )
+    counts = ("expected", "found", "duplicates", "missing", "unexpected", "mismatched")
+    table = _table("sink", "target", *counts, "committed", "open transactions")
+    for sink in report.sinks:
+        proof = sink.commit_proof
+        committed = (
+            f"{proof.last_committed_checkpoint} ("
+            + ", ".join(f"#{c.subtask}: {c.checkpoint_id}" for c in proof.subtasks)
+            + ")"
+            if proof.available
+            else "no commit proof"
+        )
+        table.add_row(
+            escape(sink.uid),
+            escape(f"{sink.kind} {sink.target}"),
+            str(sink.expected),
+            str(sink.found),
+            *(
+                f"[red]{n}[/red]" if n else "0"
+                for n in (sink.duplicates, sink.missing, sink.unexpected, sink.mismatched)
+            ),
+            committed,
+            f"[red]{len(sink.open_transactions)}[/red]" if sink.open_transactions else "0",
+        )
+    console.print(table)
+    for sink in report.sinks:
+        for txn in sink.open_transactions:
+            console.print(f"{escape(sink.uid)}: {escape(txn.detail)}", soft_wrap=True)
+        for kind, samples in sink.samples.items():
+            for sample in samples:
+                console.print(f"{escape(sink.uid)}: {kind}: {escape(sample)}", soft_wrap=True)
+    for line in report.reconciliation:
+        console.print(f"reconciliation: {escape(line)}", soft_wrap=True)
+    for skipped in report.skipped_sinks:
+        console.print(f"not verified: {escape(skipped)}", soft_wrap=True)
+    for warning in report.warnings:
+        console.print(f"warning: {escape(warning)}", soft_wrap=True)
+    methods = sorted({f"{s.kind}: {s.open_transaction_method}" for s in report.sinks})
+    for method in methods:
+        console.print(f"open transactions checked by {escape(method)}", soft_wrap=True)
+    if report.ok:
+        console.print("verify: every sink matches the reference run", soft_wrap=True)
 
 
 def _pick_checkpoint(infos: Sequence[CheckpointInfo], checkpoint_id: int | None) -> CheckpointInfo | None:
