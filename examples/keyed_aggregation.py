@@ -56,8 +56,10 @@ def build(env: Environment) -> None:
     )
     results = (
         events.key_by(lambda e: e["key"])
-        .window(TumblingEventTimeWindows(p.get_int("window.size_ms", 1000)),
-                allowed_lateness_ms=p.get_int("window.allowed_lateness_ms", 0))
+        .window(
+            TumblingEventTimeWindows(p.get_int("window.size_ms", 1000)),
+            allowed_lateness_ms=p.get_int("window.allowed_lateness_ms", 0),
+        )
         .aggregate(CountAndSum(), uid="window-count-sum")
     )
     results.sink_to_kafka(p.get_str("sink.topic", "window-results"), uid="kafka-sink", key=lambda r: r["key"])

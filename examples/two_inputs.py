@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from weir.api import CoProcessFunction, Collector, Environment
+from weir.api import Collector, CoProcessFunction, Environment
 
 
 class MatchOrdersAndPayments(CoProcessFunction):
@@ -36,7 +36,9 @@ def build(env: Environment) -> None:
         count=count,
         records_per_second=p.get_int("payments.rate", 200),
     )
-    joined = orders.key_by(lambda e: e["key"]).connect(payments.key_by(lambda e: e["key"])).process(
-        MatchOrdersAndPayments(), uid="match"
+    joined = (
+        orders.key_by(lambda e: e["key"])
+        .connect(payments.key_by(lambda e: e["key"]))
+        .process(MatchOrdersAndPayments(), uid="match")
     )
     joined.sink_to_file(p.get_str("output", "/tmp/weir-two-inputs"), uid="file-sink")

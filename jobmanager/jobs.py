@@ -102,6 +102,9 @@ class JobMaster:
     last_restore_at: float = 0.0
     finished_at: float | None = None
     cancel_requested_at: float | None = None
+    sources_ended: set[tuple[str, int]] = field(default_factory=set)  # bounded sources awaiting a final checkpoint
+    final_checkpoint_id: int | None = None
+    record_saved_at: float = 0.0
 
     @classmethod
     def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:
@@ -148,6 +151,8 @@ class JobMaster:
         placement = place_subtasks({v.uid: v.parallelism for v in self.plan.vertices.values()}, slots)
         self.slots = slots
         self.attempt += 1
+        self.sources_ended = set()
+        self.final_checkpoint_id = None
         self.status = JobStatus.RUNNING
         self.restart_at = None
         sub = self.submission
@@ -210,6 +215,11 @@ class JobMaster:
 
     def source_task_ids(self) -> list[TaskId]:
         return [self.task_id(uid, s) for uid, s in self.tasks if self.plan.vertices[uid].is_source]
+
+    def needs_final_checkpoint(self) -> bool:
+        """Every source read all its bounded input and no final checkpoint is under way."""
+        sources = {(t.operator_uid, t.subtask) for t in self.source_task_ids()}
+        return bool(sources) and sources <= self.sources_ended and self.final_checkpoint_id is None
 
     def all_running(self) -> bool:
         return all(t.state == common_pb2.TASK_STATE_RUNNING for t in self.tasks.values())

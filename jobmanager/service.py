@@ -34,6 +34,7 @@ log = structlog.get_logger("weir.jobmanager")
 
 HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_TIMEOUT_S = 6.0
+RECORD_REFRESH_S = 2.0
 
 
 @dataclass
@@ -191,8 +192,15 @@ class JobManager:
     def _save_record(self, job: JobMaster) -> None:
         """The job as a restarted JobManager needs it: submission, attempt and status (in order)."""
         record = pickle.dumps(
-            {"submission": job.submission, "attempt": job.attempt, "status": job.status.value, "failure": job.failure}
+            {
+                "submission": job.submission,
+                "attempt": job.attempt,
+                "status": job.status.value,
+                "failure": job.failure,
+                "records_in_all_attempts": {key: t.records_in_all_attempts for key, t in job.tasks.items()},
+            }
         )
+        job.record_saved_at = self._clock()
         self._records.submit(self._put_record, job.job_id, record)
 
     def _put_record(self, job_id: str, record: bytes) -> None:
@@ -274,6 +282,10 @@ class JobManager:
             if request.attempt != job.attempt:
                 return
             coordinator = job.coordinator
+            if request.input_ended:
+                job.sources_ended.add((request.task.vertex_uid, request.task.subtask))
+                self._trigger_final_checkpoint(job, now)
+                return
             if request.state == common_pb2.TASK_STATE_RUNNING and job.all_running() and not coordinator.is_running:
                 self._execute(job, coordinator.start(now, job.all_task_ids(), job.source_task_ids()))
             elif request.state == common_pb2.TASK_STATE_FINISHED and coordinator.is_running:
@@ -330,11 +342,24 @@ class JobManager:
                         log.warning("restart_waiting", job_id=job.job_id, reason=str(exc))
                 elif job.status is JobStatus.RUNNING and job.coordinator.is_running:
                     self._execute(job, job.coordinator.tick(now))
+                    self._trigger_final_checkpoint(job, now)
+                if job.status is JobStatus.RUNNING and now - job.record_saved_at > RECORD_REFRESH_S:
+                    self._save_record(job)  # keeps the progress counters for a restarted JobManager
                 metrics.job_status(job)
         for job, command in deploys:
             self._io.submit(self._deploy, job, command)
 
     # Checkpoints ----------------------------------------------------------------------------------
+
+    def _trigger_final_checkpoint(self, job: JobMaster, now: float) -> None:
+        """Once every bounded source has ended, one more checkpoint lets the sinks commit the rest."""
+        if job.status is not JobStatus.RUNNING or not job.needs_final_checkpoint():
+            return
+        trigger = job.coordinator.trigger_now(now)
+        if trigger is not None:
+            job.final_checkpoint_id = trigger.checkpoint_id
+            log.info("final_checkpoint_triggered", job_id=job.job_id, checkpoint_id=trigger.checkpoint_id)
+            self._execute(job, (trigger,))
 
     def acknowledge_checkpoint(self, request: jobmanager_pb2.AcknowledgeCheckpointRequest) -> None:
         with self._lock:
@@ -398,6 +423,8 @@ class JobManager:
             elif isinstance(action, cc.NotifyComplete):
                 self._notify(job, action.checkpoint_id, action.tasks, complete=True)
             elif isinstance(action, cc.NotifyAborted):
+                if action.checkpoint_id == job.final_checkpoint_id:
+                    job.final_checkpoint_id = None  # the final checkpoint failed: trigger another
                 metrics.CHECKPOINTS_FAILED.labels(job.job_id).inc()
                 log.warning(
                     "checkpoint_aborted",
@@ -430,6 +457,7 @@ class JobManager:
                             checkpoint_id=action.checkpoint_id,
                             timestamp=action.timestamp,
                             kind=kind,
+                            final=action.checkpoint_id == job.final_checkpoint_id,
                         ),
                         timeout=10,
                     ).accepted
@@ -557,6 +585,9 @@ class JobManager:
             job = JobMaster.create(submission, loaded, self.paths.metadata_key_fn())
             job.attempt = int(record["attempt"])
             job.failure = record.get("failure", "")
+            for key, total in record.get("records_in_all_attempts", {}).items():
+                if key in job.tasks:
+                    job.tasks[key].records_in_earlier_attempts = total
             status = JobStatus(record["status"])
             checkpoints: list[CompletedCheckpoint] = []
             highest = 0

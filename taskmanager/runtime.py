@@ -142,7 +142,8 @@ class TaskManagerRuntime:
             state_backend=self.state_backend,
             snapshotter=self.snapshotter,
             callbacks=TaskCallbacks(
-                on_state=self._on_task_state, on_checkpoint=self._on_checkpoint, on_decline=self._on_decline
+                on_state=self._on_task_state, on_checkpoint=self._on_checkpoint, on_decline=self._on_decline,
+                on_input_ended=self._on_input_ended
             ),
             taskmanager_id=self.id,
             restore=restore,
@@ -194,7 +195,7 @@ class TaskManagerRuntime:
             task = self.tasks.get(addr)
         if task is None or task.state != common_pb2.TASK_STATE_RUNNING:
             return False
-        task.trigger_checkpoint(CheckpointRequest(req.checkpoint_id, req.timestamp, req.kind))
+        task.trigger_checkpoint(CheckpointRequest(req.checkpoint_id, req.timestamp, req.kind, req.final))
         return True
 
     def notify_checkpoint(self, job_id: str, attempt: int, checkpoint_id: int, complete: bool) -> None:
@@ -302,6 +303,17 @@ class TaskManagerRuntime:
         )
         self._reports.put(("ack", request))
         STATE_SIZE_BYTES.labels(self.id).set(self.snapshotter.live_sst_bytes())
+
+    def _on_input_ended(self, addr: TaskAddress) -> None:
+        self._reports.put(
+            (
+                "state",
+                jobmanager_pb2.ReportTaskStateRequest(
+                    task=self._task_ref(addr), state=common_pb2.TASK_STATE_RUNNING, attempt=addr.attempt,
+                    input_ended=True,
+                ),
+            )
+        )
 
     def _on_decline(self, addr: TaskAddress, checkpoint_id: int, reason: str) -> None:
         self._reports.put(

@@ -34,6 +34,7 @@ from taskmanager.operators.base import OperatorContext, SourceOperator, StreamOp
 from taskmanager.operators.keyed import KeyedOperator
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
 from weir.crashpoints import crash_point
+from weir.errors import WeirError
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.keygroups import KeyGroupRange, key_group_range_for_subtask
 from weir.plan import JobPlan, Vertex
@@ -43,6 +44,15 @@ from weir.wire import common_pb2
 SOURCE_BATCH = 500
 FLUSH_INTERVAL_S = 0.02
 POLL_TIMEOUT_S = 0.05
+FINAL_NOTIFICATION_TIMEOUT_S = 120.0
+
+
+class CheckpointNotificationTimeout(WeirError):
+    """A finished task never learnt whether its last checkpoints completed; the job restarts from the
+    latest completed checkpoint (retriable)."""
+
+    retriable = True
+    fault = "internal"
 
 
 @dataclass(frozen=True)
@@ -61,6 +71,7 @@ class CheckpointRequest:
     checkpoint_id: int
     timestamp: float
     kind: int
+    final: bool = False  # the job's final checkpoint: every bounded source has ended
 
 
 @dataclass(frozen=True)
@@ -91,6 +102,7 @@ class TaskCallbacks:
     on_state: Callable[[TaskAddress, int, str], None]
     on_checkpoint: Callable[[TaskAddress, CheckpointAck], None]
     on_decline: Callable[[TaskAddress, int, str], None]
+    on_input_ended: Callable[[TaskAddress], None]
 
 
 class MultiOutput:
@@ -221,6 +233,9 @@ class Task:
         else:
             self._aligner = None
         self._barrier_times: dict[int, tuple[float, int]] = {}
+        self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
+        self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
+        self._final_completed = False
         self._synced: dict[str, float] = {}
         self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
 
@@ -313,13 +328,18 @@ class Task:
         while self._control:
             kind, arg = self._control.popleft()
             if kind == "trigger":
+                if arg.final:
+                    self._final_checkpoints.add(arg.checkpoint_id)
                 self._checkpoint(arg, alignment_s=0.0, start_delay_s=max(0.0, time.time() - arg.timestamp))
             elif kind == "complete":
                 for op in self.operators:
                     op.notify_checkpoint_complete(arg)
+                self._unconfirmed = {c for c in self._unconfirmed if c > arg}
+                self._final_completed = self._final_completed or any(c <= arg for c in self._final_checkpoints)
             elif kind == "aborted":
                 for op in self.operators:
                     op.notify_checkpoint_aborted(arg)
+                self._unconfirmed.discard(arg)
                 if self._aligner is not None:
                     self._apply(self._aligner.abort(arg))
         if self.cancelled.is_set():
@@ -342,11 +362,26 @@ class Task:
                 self._sync_metrics()
                 last_sync = now
             if not more:
+                self._await_final_checkpoint()
                 return
             if self.records_emitted() == before:
                 wait = source.idle_wait_s()
                 if wait > 0:
                     signal.wait(min(wait, POLL_TIMEOUT_S))
+
+    def _await_final_checkpoint(self) -> None:
+        """A bounded source read all its input: tell the JobManager, which triggers a final checkpoint;
+        end the stream only once that checkpoint completed, so that two-phase sinks commit everything
+        through checkpoints (Flink's end-of-data protocol). Other checkpoints may come and go meanwhile."""
+        for net in self._network_outputs:
+            net.flush()
+        self._callbacks.on_input_ended(self.address)
+        self._log.info("source_input_ended", awaiting="final checkpoint")
+        signal = self._control_signal
+        while not self._final_completed:
+            signal.wait(POLL_TIMEOUT_S)
+            signal.clear()
+            self._drain_control()
 
     def records_emitted(self) -> int:
         return sum(w.records_out for w in self._writers) + self.records_out
@@ -449,6 +484,7 @@ class Task:
         barrier = barrier_message(cid, request.timestamp, request.kind)
         for w in self._writers:
             w.broadcast_event(barrier)
+        self._unconfirmed.add(cid)
         kg = (self.key_group_range.start, self.key_group_range.end)
         ranges = self._keyed_ranges()
         operators_s = time.perf_counter() - started
@@ -488,7 +524,18 @@ class Task:
         future.add_done_callback(uploaded)
 
     def _finish(self) -> None:
-        """End of input: every operator flushes in chain order, then end-of-stream goes downstream."""
+        """End of input: wait for the notifications of the checkpoints this task acknowledged (their
+        sink transactions commit then), every operator flushes in chain order, then end-of-stream."""
+        deadline = time.monotonic() + FINAL_NOTIFICATION_TIMEOUT_S
+        while self._unconfirmed:
+            if time.monotonic() > deadline:
+                raise CheckpointNotificationTimeout(
+                    f"task {self.address}: no completion notice for checkpoint(s) {sorted(self._unconfirmed)} "
+                    f"within {FINAL_NOTIFICATION_TIMEOUT_S:.0f}s of the end of input"
+                )
+            self._control_signal.wait(POLL_TIMEOUT_S)
+            self._control_signal.clear()
+            self._drain_control()
         for op in self.operators:
             op.end_input()
         for net in self._network_outputs:

@@ -19,9 +19,10 @@ import hashlib
 import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from weir.errors import JobDefinitionError
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
@@ -33,6 +34,8 @@ ACC = TypeVar("ACC")
 DEFAULT_MAX_PARALLELISM = 128
 
 WindowAssigner = TumblingEventTimeWindows | SlidingEventTimeWindows
+KafkaDelivery = Literal["exactly_once", "at_least_once"]
+PostgresDelivery = Literal["two_phase", "upsert"]
 
 
 class Parameters(Mapping[str, str]):
@@ -326,17 +329,38 @@ class DataStream:
         serializer: Callable[[Any], bytes] | None = None,
         key: Callable[[Any], bytes | str | None] | None = None,
         parallelism: int | None = None,
+        delivery: KafkaDelivery = "exactly_once",
+        transaction_timeout_ms: int | None = None,
     ) -> None:
+        """Write each value to ``topic``. ``exactly_once`` (the default): one Kafka transaction per
+        checkpoint, committed when the checkpoint completes, so read_committed consumers see each value
+        once, after the checkpoint; ``transaction_timeout_ms`` (default 15 min, at most the broker's
+        ``transaction.max.timeout.ms``) must cover a checkpoint interval plus a restart.
+        ``at_least_once``: flushed at every checkpoint, duplicates after a failure. See docs/sinks.md."""
         from taskmanager.operators.sinks import KafkaSinkOperator, json_serializer
+        from taskmanager.operators.transactional_sinks import (
+            DEFAULT_TRANSACTION_TIMEOUT_MS,
+            TransactionalKafkaSinkOperator,
+        )
 
         ser = serializer or json_serializer
-        self._add(
-            uid,
-            f"kafka-sink:{topic}",
-            OperatorKind.SINK,
-            lambda: KafkaSinkOperator(topic, ser, key),
-            parallelism,
-        )
+        factory: Callable[[], Any]
+        if delivery == "exactly_once":
+            timeout_ms = DEFAULT_TRANSACTION_TIMEOUT_MS if transaction_timeout_ms is None else transaction_timeout_ms
+            if timeout_ms <= 0:
+                raise JobDefinitionError(f"kafka sink {uid!r}: transaction_timeout_ms must be positive: {timeout_ms}")
+            factory = partial(TransactionalKafkaSinkOperator, topic, ser, key, transaction_timeout_ms=timeout_ms)
+        elif delivery == "at_least_once":
+            if transaction_timeout_ms is not None:
+                raise JobDefinitionError(
+                    f"kafka sink {uid!r}: transaction_timeout_ms applies to delivery='exactly_once' only"
+                )
+            factory = partial(KafkaSinkOperator, topic, ser, key)
+        else:
+            raise JobDefinitionError(
+                f"kafka sink {uid!r}: delivery must be 'exactly_once' or 'at_least_once', got {delivery!r}"
+            )
+        self._add(uid, f"kafka-sink:{topic}", OperatorKind.SINK, factory, parallelism)
 
     def sink_to_postgres(
         self,
@@ -347,18 +371,40 @@ class DataStream:
         key_columns: tuple[str, ...],
         row: Callable[[Any], tuple[Any, ...]] | None = None,
         parallelism: int | None = None,
+        delivery: PostgresDelivery = "two_phase",
+        version_column: str | None = None,
     ) -> None:
-        """Upsert each value into ``table`` by its key columns (idempotent: a replay rewrites the same row)."""
+        """Upsert each value into ``table`` by its key columns. ``two_phase`` (the default): one
+        prepared transaction per checkpoint, committed when the checkpoint completes (exactly once; the
+        server needs ``max_prepared_transactions`` > 0, and rows of one key must always reach the same
+        sink subtask: key the stream by the table's key, or use parallelism 1). ``upsert``: batches
+        committed as they fill, replays rewrite the same rows (idempotent, at-least-once). With
+        ``version_column`` a row never overwrites a stored row of a higher version. See docs/sinks.md."""
         from taskmanager.operators.sinks import PostgresUpsertSinkOperator
+        from taskmanager.operators.transactional_sinks import TwoPhasePostgresSinkOperator, row_key_indexes
 
         to_row = row or (lambda v: tuple(v[c] for c in columns))
-        self._add(
-            uid,
-            f"postgres-sink:{table}",
-            OperatorKind.SINK,
-            lambda: PostgresUpsertSinkOperator(table, columns, key_columns, to_row),
-            parallelism,
-        )
+        row_key_indexes(table, columns, key_columns, version_column)  # fail at build time, not at deploy
+        factory: Callable[[], Any]
+        if delivery == "two_phase":
+            factory = partial(
+                TwoPhasePostgresSinkOperator, table, columns, key_columns, to_row, version_column=version_column
+            )
+        elif delivery == "upsert":
+            factory = partial(
+                PostgresUpsertSinkOperator, table, columns, key_columns, to_row, version_column=version_column
+            )
+        else:
+            raise JobDefinitionError(
+                f"postgres sink {uid!r}: delivery must be 'two_phase' or 'upsert', got {delivery!r}"
+            )
+        self._add(uid, f"postgres-sink:{table}", OperatorKind.SINK, factory, parallelism)
+
+    def sink(self, fn: Callable[[Any], None], *, uid: str, parallelism: int | None = None) -> None:
+        """Call ``fn(value)`` for every value (Flink's SinkFunction): at-least-once, no transaction."""
+        from taskmanager.operators.sinks import FunctionSinkOperator
+
+        self._add(uid, "sink", OperatorKind.SINK, lambda: FunctionSinkOperator(fn), parallelism)
 
     def print(self, *, uid: str, prefix: str = "") -> None:
         from taskmanager.operators.sinks import PrintSinkOperator

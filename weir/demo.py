@@ -107,7 +107,8 @@ def main() -> int:
         table.add_row(*map(str, row))
     console.print(table)
     console.print(
-        f"{total[0]} windows, {total[1]} events counted (of {spec.count}, {spec.count // spec.malformed_every} malformed → events-dlq)"
+        f"{total[0]} windows, {total[1]} events counted (of {spec.count}; "
+        f"{spec.count // spec.malformed_every} malformed → events-dlq)"
     )
 
     console.rule("weir verify")

@@ -426,6 +426,13 @@ class CheckpointCoordinator:
             )
         return self._trigger(now, CheckpointKind.SAVEPOINT)
 
+    def trigger_now(self, now: float) -> TriggerBarriers | None:
+        """A checkpoint now, outside the interval (e.g. the final one once every bounded source ended);
+        None while the job is not running or another checkpoint is in flight (call again later)."""
+        if not self._running or self.in_flight_count > 0:
+            return None
+        return self._trigger(now, CheckpointKind.CHECKPOINT)
+
     def _trigger(self, now: float, kind: CheckpointKind) -> TriggerBarriers:
         checkpoint_id = self._counter.next()
         self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, now, self._tasks, kind)

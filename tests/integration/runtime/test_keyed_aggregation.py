@@ -38,8 +38,13 @@ def test_100k_events_over_1k_keys_match_reference(weir_cluster: WeirCluster, uni
 
     job_id = weir_cluster.submit(
         "examples/keyed_aggregation.py",
-        {"source.topic": source, "sink.topic": sink, "sink.table": table, "source.dlq_topic": dlq,
-         "source.bounded": "true"},
+        {
+            "source.topic": source,
+            "sink.topic": sink,
+            "sink.table": table,
+            "source.dlq_topic": dlq,
+            "source.bounded": "true",
+        },
     )
     status = weir_cluster.wait_for(job_id)
     assert status.summary.status == "FINISHED", status
@@ -62,5 +67,7 @@ def test_100k_events_over_1k_keys_match_reference(weir_cluster: WeirCluster, uni
 
     per_taskmanager: dict[str, int] = {}
     for task in status.tasks:
-        per_taskmanager[task.taskmanager_id] = per_taskmanager.get(task.taskmanager_id, 0) + task.records_in + task.records_out
+        per_taskmanager[task.taskmanager_id] = (
+            per_taskmanager.get(task.taskmanager_id, 0) + task.records_in + task.records_out
+        )
     assert len(per_taskmanager) == 3 and all(n > 0 for n in per_taskmanager.values()), per_taskmanager
