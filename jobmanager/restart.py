@@ -88,6 +88,14 @@ class RestartStrategy(abc.ABC):
     def last_restart_at(self) -> float | None:
         return self._last_restart_at
 
+    def max_delay_s(self) -> float:
+        """The longest wait before a restart this strategy can choose (sizes sink transaction timeouts)."""
+        for attribute in ("max_backoff_s", "delay_s"):
+            value = getattr(self, attribute, None)
+            if value is not None:
+                return float(value)
+        return 0.0
+
     def stats(self) -> RestartStats:
         return RestartStats(
             self.name, self._restart_count, self._last_failure_at, self._last_restart_at, self._gave_up is not None

@@ -23,6 +23,7 @@ from jobmanager.errors import JobManagerError
 from jobmanager.jobs import DeployCommand, JobMaster, JobStatus, JobSubmission, new_job_id
 from jobmanager.scheduler import SlotOffer
 from taskmanager.network import GRPC_OPTIONS
+from taskmanager.operators.transactional_sinks import validate_sink_transaction_timeouts
 from weir.api import KafkaSourceSpec, end_offsets_parameter, load_job_source
 from weir.config import Endpoints
 from weir.errors import JobDefinitionError, NotEnoughSlotsError, ServiceUnavailableError, UnknownJobError, WeirError
@@ -146,6 +147,12 @@ class JobManager:
             submitted_at=self._clock(),
         )
         master = JobMaster.create(submission, loaded, self.paths.metadata_key_fn())
+        # A Kafka transaction must outlive a checkpoint interval plus a restart, or the broker aborts it.
+        validate_sink_transaction_timeouts(
+            loaded.graph,
+            master.checkpoint_settings.trigger.interval_s or 0.0,
+            HEARTBEAT_TIMEOUT_S + master.restart_strategy.max_delay_s(),
+        )
         with self._lock:
             command = self._schedule(master, self._clock())
             self.jobs[submission.job_id] = master

@@ -264,3 +264,9 @@ def test_parse_errors_name_the_key(config: dict[str, object], key: str, text: st
 )
 def test_parse_duration(value: object, seconds: float) -> None:
     assert parse_duration("k", value) == seconds
+
+
+def test_max_delay_bounds_every_strategy_wait() -> None:
+    assert parse_restart_strategy({"restart.max-backoff": "30s"}).max_delay_s() == 30.0
+    assert parse_restart_strategy({"restart.strategy": "fixed-delay", "restart.delay": "2s"}).max_delay_s() == 2.0
+    assert parse_restart_strategy({"restart.strategy": "none"}).max_delay_s() == 0.0
