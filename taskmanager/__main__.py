@@ -34,6 +34,7 @@ def main() -> None:
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_METRICS_PORT", "0")))
     args = parser.parse_args()
 
+    os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process
     logs.configure(args.id)
     log = structlog.get_logger("weir.taskmanager")
     endpoints = Endpoints.from_env()

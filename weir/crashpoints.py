@@ -7,6 +7,10 @@ environment on to the JobManager and TaskManagers it starts)::
     WEIR_CRASH_POINT=after_pre_commit:3                the third time it is reached in this process
     WEIR_CRASH_POINTS=after_pre_commit@taskmanager-2,between_sink_commits#1:2
 
+With ``WEIR_CRASH_ONCE_DIR=<dir>`` a point fires once per cluster, not once per process: firing leaves
+a marker file there, and a restarted process (the supervisor keeps its environment) skips the points
+that already fired. Recovery tests and ``make demo`` use it to crash exactly once.
+
 A spec is ``name[@taskmanager][#subtask][:count]``: ``@`` scopes it to one TaskManager, ``#`` to one
 subtask index; ``count`` (default 1) says which matching visit kills the process. Only visits that
 match the scope are counted. When an armed point fires, the process logs ``crash_point_hit`` and
@@ -23,6 +27,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Final
 
 import structlog
@@ -31,6 +36,7 @@ from weir.errors import Fault, WeirError
 
 ENV_POINT: Final = "WEIR_CRASH_POINT"
 ENV_POINTS: Final = "WEIR_CRASH_POINTS"
+ENV_ONCE_DIR: Final = "WEIR_CRASH_ONCE_DIR"
 EXIT_CODE: Final = 137
 """What a SIGKILLed process reports (128 + 9), so supervisors treat the exit as a crash."""
 
@@ -103,7 +109,15 @@ def specs_from_env(environ: Mapping[str, str] | None = None) -> tuple[CrashPoint
     """The points armed by ``WEIR_CRASH_POINT`` and ``WEIR_CRASH_POINTS`` (comma-separated)."""
     env = os.environ if environ is None else environ
     texts = [env.get(ENV_POINT, "")] + env.get(ENV_POINTS, "").split(",")
-    return tuple(parse_spec(text) for text in texts if text.strip())
+    specs = tuple(parse_spec(text) for text in texts if text.strip())
+    once_dir = env.get(ENV_ONCE_DIR)
+    if once_dir:
+        specs = tuple(spec for spec in specs if not _fired_marker(once_dir, spec).exists())
+    return specs
+
+
+def _fired_marker(once_dir: str, spec: CrashPointSpec) -> Path:
+    return Path(once_dir) / re.sub(r"[^A-Za-z0-9_.-]", "_", str(spec))
 
 
 class CrashPoints:
@@ -190,6 +204,11 @@ def crash_point(name: str, **context: Any) -> None:
     spec = points.visit(name, context)
     if spec is None:
         return
+    once_dir = os.environ.get(ENV_ONCE_DIR)
+    if once_dir:
+        marker = _fired_marker(once_dir, spec)
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
     structlog.get_logger("weir.crashpoints").critical("crash_point_hit", point=name, spec=str(spec), **context)
     sys.stdout.flush()
     sys.stderr.flush()

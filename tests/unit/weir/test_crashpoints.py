@@ -154,3 +154,13 @@ def test_a_bad_variable_fails_at_the_first_visit() -> None:
     result = run_python(PROGRAM, WEIR_CRASH_POINT="after_pre_comit")
     assert result.returncode == 1
     assert "unknown crash point 'after_pre_comit'" in result.stderr
+
+
+def test_once_dir_disarms_a_point_that_already_fired(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from weir import crashpoints
+
+    env = {"WEIR_CRASH_POINT": "after_pre_commit@taskmanager-2", "WEIR_CRASH_ONCE_DIR": str(tmp_path)}
+    (spec,) = crashpoints.specs_from_env(env)
+    assert crashpoints.specs_from_env(env) == (spec,)
+    crashpoints._fired_marker(str(tmp_path), spec).touch()
+    assert crashpoints.specs_from_env(env) == ()
