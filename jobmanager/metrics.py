@@ -8,45 +8,45 @@ from prometheus_client import Counter, Gauge, Histogram
 
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 600.0)
 
-CHECKPOINTS_TRIGGERED = Counter("weir_checkpoints_triggered_total", "Checkpoints triggered", ("job",))
-CHECKPOINTS_COMPLETED = Counter("weir_checkpoints_completed_total", "Checkpoints completed", ("job",))
-CHECKPOINTS_FAILED = Counter("weir_checkpoints_failed_total", "Checkpoints aborted or failed", ("job",))
-CHECKPOINTS_IN_PROGRESS = Gauge("weir_checkpoints_in_progress", "Checkpoints triggered but not ended", ("job",))
+CHECKPOINTS_TRIGGERED = Counter("weir_checkpoints_triggered_total", "Checkpoints triggered", ("job_id",))
+CHECKPOINTS_COMPLETED = Counter("weir_checkpoints_completed_total", "Checkpoints completed", ("job_id",))
+CHECKPOINTS_FAILED = Counter("weir_checkpoints_failed_total", "Checkpoints aborted or failed", ("job_id",))
+CHECKPOINTS_IN_PROGRESS = Gauge("weir_checkpoints_in_progress", "Checkpoints triggered but not ended", ("job_id",))
 CHECKPOINT_DURATION = Histogram(
-    "weir_checkpoint_duration_seconds", "Trigger to completion of a checkpoint", ("job",), buckets=_DURATION_BUCKETS
+    "weir_checkpoint_duration_seconds", "Trigger to completion of a checkpoint", ("job_id",), buckets=_DURATION_BUCKETS
 )
 LAST_CHECKPOINT_DURATION = Gauge(
-    "weir_last_checkpoint_duration_seconds", "Duration of the latest completed checkpoint", ("job",)
+    "weir_last_checkpoint_duration_seconds", "Duration of the latest completed checkpoint", ("job_id",)
 )
 LAST_CHECKPOINT_SIZE = Gauge(
-    "weir_last_checkpoint_size_bytes", "State size of the latest completed checkpoint", ("job",)
+    "weir_last_checkpoint_size_bytes", "State size of the latest completed checkpoint", ("job_id",)
 )
-LAST_CHECKPOINT_ID = Gauge("weir_last_completed_checkpoint_id", "Id of the latest completed checkpoint", ("job",))
+LAST_CHECKPOINT_ID = Gauge("weir_last_completed_checkpoint_id", "Id of the latest completed checkpoint", ("job_id",))
 LAST_CHECKPOINT_TIMESTAMP = Gauge(
-    "weir_last_checkpoint_completion_timestamp_seconds", "When the latest checkpoint completed", ("job",)
+    "weir_last_checkpoint_completion_timestamp_seconds", "When the latest checkpoint completed", ("job_id",)
 )
 CHECKPOINT_INTERVAL = Gauge(
     "weir_checkpoint_interval_seconds",
     "The job's checkpointing.interval (absent when periodic checkpoints are off)",
-    ("job",),
+    ("job_id",),
 )
 ALIGNMENT = Histogram(
     "weir_checkpoint_alignment_duration_seconds",
     "Barrier alignment time per task",
-    ("job", "operator_uid"),
+    ("job_id", "operator_uid"),
     buckets=_DURATION_BUCKETS,
 )
 START_DELAY = Histogram(
     "weir_checkpoint_start_delay_seconds",
     "Trigger to first barrier at a task",
-    ("job", "operator_uid"),
+    ("job_id", "operator_uid"),
     buckets=_DURATION_BUCKETS,
 )
-RESTARTS = Gauge("weir_job_restarts", "Restarts of the job since it was submitted", ("job",))
-RESTORES = Counter("weir_job_restores_total", "Restores of the job from a completed checkpoint", ("job",))
-LAST_RESTORE_TIMESTAMP = Gauge("weir_job_last_restore_timestamp_seconds", "When the job was last restored", ("job",))
-LAST_RESTART_TIMESTAMP = Gauge("weir_job_last_restart_timestamp_seconds", "When the job last restarted", ("job",))
-JOB_STATUS = Gauge("weir_job_status", "1 for the job's current status, 0 otherwise", ("job", "status"))
+RESTARTS = Gauge("weir_job_restarts", "Restarts of the job since it was submitted", ("job_id",))
+RESTORES = Counter("weir_job_restores_total", "Restores of the job from a completed checkpoint", ("job_id",))
+LAST_RESTORE_TIMESTAMP = Gauge("weir_job_last_restore_timestamp_seconds", "When the job was last restored", ("job_id",))
+LAST_RESTART_TIMESTAMP = Gauge("weir_job_last_restart_timestamp_seconds", "When the job last restarted", ("job_id",))
+JOB_STATUS = Gauge("weir_job_status", "1 for the job's current status, 0 otherwise", ("job_id", "status"))
 
 _STATUSES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELLING", "CANCELED")
 

@@ -1,4 +1,4 @@
-"""Prometheus metrics of a TaskManager (prometheus-client), labelled by job, operator, subtask, TaskManager.
+"""Prometheus metrics of a TaskManager (prometheus-client), labelled by job id, operator, subtask, TaskManager.
 
 Counters are updated once per buffer, never per record.
 """
@@ -6,11 +6,13 @@ Counters are updated once per buffer, never per record.
 from __future__ import annotations
 
 import bisect
+import threading
 from collections.abc import Callable, Iterable
 
 from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.metrics import MetricWrapperBase
 
-TASK_LABELS = ("job", "operator_uid", "subtask", "taskmanager")
+TASK_LABELS = ("job_id", "operator_uid", "subtask", "taskmanager")
 
 RECORDS_IN = Counter("weir_records_in_total", "Records taken in by a task", TASK_LABELS)
 RECORDS_OUT = Counter("weir_records_out_total", "Records sent out by a task", TASK_LABELS)
@@ -38,12 +40,37 @@ STATE_SIZE_BYTES = Gauge(
 )
 
 
+# Two attempts of a subtask on one TaskManager share its series (the attempt is not a label): the
+# latest one to resolve them owns them, and only the owner removes them, so an old attempt ending
+# late does not take away the series of the attempt that replaced it.
+_owners: dict[tuple[str, tuple[str, ...]], object] = {}
+_owners_lock = threading.Lock()
+
+
+def _claim(kind: str, labels: tuple[str, ...], owner: object) -> None:
+    with _owners_lock:
+        _owners[(kind, labels)] = owner
+
+
+def _remove_if_owner(kind: str, labels: tuple[str, ...], owner: object, metrics: Iterable[MetricWrapperBase]) -> None:
+    with _owners_lock:
+        if _owners.get((kind, labels)) is not owner:
+            return
+        del _owners[(kind, labels)]
+        for metric in metrics:
+            try:
+                metric.remove(*labels)
+            except KeyError:
+                pass
+
+
 class TaskMetrics:
     """The metric children of one subtask, resolved once."""
 
-    def __init__(self, job: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
-        labels = (job, operator_uid, str(subtask), taskmanager)
+    def __init__(self, job_id: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
+        labels = (job_id, operator_uid, str(subtask), taskmanager)
         self.labels = labels
+        _claim("task", labels, self)
         self.records_in = RECORDS_IN.labels(*labels)
         self.records_out = RECORDS_OUT.labels(*labels)
         self.bytes_in = BYTES_IN.labels(*labels)
@@ -58,24 +85,24 @@ class TaskMetrics:
         self.late_dropped = LATE_RECORDS_DROPPED.labels(*labels)
 
     def remove(self) -> None:
-        for metric in (
-            RECORDS_IN,
-            RECORDS_OUT,
-            BYTES_IN,
-            BYTES_OUT,
-            BACKPRESSURED_SECONDS,
-            BUSY_SECONDS,
-            IDLE_SECONDS,
-            INPUT_BUFFER_USAGE,
-            OUTPUT_CREDITS,
-            CURRENT_WATERMARK,
-            DEAD_LETTERS,
-            LATE_RECORDS_DROPPED,
-        ):
-            try:
-                metric.remove(*self.labels)
-            except KeyError:
-                pass
+        """Drop this subtask's series (its attempt ended), unless a newer attempt resolved them since."""
+        _remove_if_owner("task", self.labels, self, _TASK_METRICS)
+
+
+_TASK_METRICS = (
+    RECORDS_IN,
+    RECORDS_OUT,
+    BYTES_IN,
+    BYTES_OUT,
+    BACKPRESSURED_SECONDS,
+    BUSY_SECONDS,
+    IDLE_SECONDS,
+    INPUT_BUFFER_USAGE,
+    OUTPUT_CREDITS,
+    CURRENT_WATERMARK,
+    DEAD_LETTERS,
+    LATE_RECORDS_DROPPED,
+)
 
 
 # Transactional sinks: labelled by the sink's own operator uid (not its chain's head) -----------------
@@ -161,9 +188,10 @@ _SINK_METRICS = (
 class SinkMetrics:
     """The metric children of one transactional sink subtask, resolved once."""
 
-    def __init__(self, job: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
-        labels = (job, operator_uid, str(subtask), taskmanager)
+    def __init__(self, job_id: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
+        labels = (job_id, operator_uid, str(subtask), taskmanager)
         self.labels = labels
+        _claim("sink", labels, self)
         self.committed = SINK_TRANSACTIONS_COMMITTED.labels(*labels)
         self.aborted = SINK_TRANSACTIONS_ABORTED.labels(*labels)
         self.commit_duration = SINK_COMMIT_DURATION.labels(*labels)
@@ -185,8 +213,4 @@ class SinkMetrics:
         observe_latencies(self.end_to_end_latency, timestamps_ms, now_ms)
 
     def remove(self) -> None:
-        for metric in _SINK_METRICS:
-            try:
-                metric.remove(*self.labels)
-            except KeyError:
-                pass
+        _remove_if_owner("sink", self.labels, self, _SINK_METRICS)

@@ -78,7 +78,8 @@ class RemoteOutputChannel:
         self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
         self._error: str | None = None
         self._closed = False
-        self.backpressured_s = 0.0
+        self.backpressured_s = 0.0  # waits for credit that ended
+        self.blocked_since: float | None = None  # monotonic start of the wait going on, if any
         self.buffers_sent = 0
         self.bytes_sent = 0
 
@@ -118,12 +119,15 @@ class RemoteOutputChannel:
     def send(self, msg: taskmanager_pb2.DataMessage) -> None:
         with self._cond:
             if self._error is None and not self._credits.can_send():
-                started = time.monotonic()
-                while self._error is None and not self._credits.can_send():
-                    if self._cancelled.is_set():
-                        raise Cancelled()
-                    self._cond.wait(0.1)
-                self.backpressured_s += time.monotonic() - started
+                started = self.blocked_since = time.monotonic()
+                try:
+                    while self._error is None and not self._credits.can_send():
+                        if self._cancelled.is_set():
+                            raise Cancelled()
+                        self._cond.wait(0.1)
+                finally:
+                    self.backpressured_s += time.monotonic() - started
+                    self.blocked_since = None
             if self._error is not None:
                 raise ChannelClosedError(
                     f"channel to {self._header.consumer.vertex_uid}#{self._header.consumer.subtask} "
@@ -133,6 +137,14 @@ class RemoteOutputChannel:
         self.buffers_sent += 1
         self.bytes_sent += len(msg.records)
         self._outbox.put(msg)
+
+    def backpressured_total(self) -> float:
+        """Seconds spent waiting for credit, the wait going on included; never decreases. Safe to
+        call from any thread while the task thread is blocked in ``send``."""
+        with self._cond:
+            since = self.blocked_since
+            ongoing = time.monotonic() - since if since is not None else 0.0
+            return self.backpressured_s + ongoing
 
     @property
     def credits(self) -> int:

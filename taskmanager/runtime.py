@@ -16,7 +16,7 @@ import grpc
 import structlog
 
 from connectors.checkpoint_storage import open_storage
-from taskmanager.metrics import STATE_SIZE_BYTES
+from taskmanager.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from taskmanager.network import GRPC_OPTIONS, InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
 from taskmanager.snapshots import RocksDBSnapshotter
@@ -34,6 +34,7 @@ from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanag
 log = structlog.get_logger("weir.taskmanager")
 
 GATE_WAIT_S = 30.0
+BACKPRESSURE_SAMPLE_S = 0.5
 
 
 class TaskManagerRuntime:
@@ -68,6 +69,10 @@ class TaskManagerRuntime:
         self._stopping = threading.Event()
         self._reporter = threading.Thread(target=self._report_loop, name="reporter", daemon=True)
         self._reporter.start()
+        self._tasks_running = TASKS_RUNNING.labels(taskmanager_id)
+        self._tasks_running.set(0)
+        self._sampler = threading.Thread(target=self._sample_backpressure, name="backpressure-sampler", daemon=True)
+        self._sampler.start()
 
     # Deployment -----------------------------------------------------------------------------------
 
@@ -184,6 +189,12 @@ class TaskManagerRuntime:
             for t in doomed:
                 self.tasks.pop(t.address, None)
                 self._gates.pop(t.address, None)
+            self._count_running_tasks()
+
+    def _count_running_tasks(self) -> None:
+        """Set weir_taskmanager_tasks_running; called with the lock held, so that concurrent state
+        changes set it in order and the last one counts them all."""
+        self._tasks_running.set(sum(t.state == common_pb2.TASK_STATE_RUNNING for t in self.tasks.values()))
 
     def tasks_of_job(self, job_id: str, attempt: int) -> list[Task]:
         with self._lock:
@@ -262,6 +273,7 @@ class TaskManagerRuntime:
     def _on_task_state(self, addr: TaskAddress, state: int, failure: str) -> None:
         with self._lock:
             task = self.tasks.get(addr)
+            self._count_running_tasks()
         records_in = task.records_in if task is not None else 0
         records_out = task.records_emitted() if task is not None else 0
         self._reports.put(
@@ -347,6 +359,15 @@ class TaskManagerRuntime:
                         continue
                     log.warning("report_rejected", kind=kind, code=exc.code().name, details=exc.details())
                     break
+
+    def _sample_backpressure(self) -> None:
+        """A task blocked in a send for credit cannot update its own metrics: twice a second, move the
+        time its channels have waited so far into weir_backpressured_seconds_total."""
+        while not self._stopping.wait(BACKPRESSURE_SAMPLE_S):
+            with self._lock:
+                running = [t for t in self.tasks.values() if t.state == common_pb2.TASK_STATE_RUNNING]
+            for task in running:
+                task.sync_backpressure()
 
     # Registration and heartbeats ------------------------------------------------------------------
 

@@ -38,7 +38,7 @@ from weir.errors import WeirError
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.keygroups import KeyGroupRange, key_group_range_for_subtask
 from weir.plan import JobPlan, Vertex
-from weir.watermarks import WatermarkTracker
+from weir.watermarks import MAX_WATERMARK, MIN_WATERMARK, WatermarkTracker
 from weir.wire import common_pb2
 
 SOURCE_BATCH = 500
@@ -140,6 +140,30 @@ class NetworkOutput:
             self.writer.flush()
 
 
+class SourceWatermarkTap:
+    """The output of a task's head source: records go straight through, the last watermark it
+    emitted is kept for the task's watermark gauge (set when the task syncs its metrics)."""
+
+    __slots__ = ("_inner", "emit", "watermark")
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.emit = inner.emit
+        self.watermark: int | None = None
+
+    def emit_watermark(self, watermark: int) -> None:
+        self.watermark = watermark
+        self._inner.emit_watermark(watermark)
+
+
+def exported_watermark(watermark: int | None) -> int | None:
+    """The watermark the gauge may show: never MIN or MAX (the end of input), which would break
+    ``now - watermark`` on the dashboards; the gauge keeps the last finite value instead."""
+    if watermark is None or watermark <= MIN_WATERMARK or watermark >= MAX_WATERMARK:
+        return None
+    return watermark
+
+
 class ChainLink:
     """Feeds one operator into the next in the same chain."""
 
@@ -185,8 +209,13 @@ class Task:
         self.records_in = 0
         self.records_out = 0
         graph = plan.graph
+        self._taskmanager_id = taskmanager_id
         self._log = structlog.get_logger("weir.task").bind(
-            job_id=address.job_id, task=vertex.uid, subtask=address.subtask, attempt=address.attempt
+            job_id=address.job_id,
+            task=vertex.uid,
+            subtask=address.subtask,
+            attempt=address.attempt,
+            taskmanager=taskmanager_id,
         )
         self.metrics = TaskMetrics(address.job_id, vertex.uid, address.subtask, taskmanager_id)
         kg_range = key_group_range_for_subtask(graph.max_parallelism, vertex.parallelism, address.subtask)
@@ -198,6 +227,7 @@ class Task:
             by_uid[uid] = op
             self.operators.append(op)
         self._network_outputs: list[NetworkOutput] = []
+        self._source_tap: SourceWatermarkTap | None = None
         for uid, op in by_uid.items():
             outs: list[Any] = [ChainLink(by_uid[s]) for s in vertex.chained.get(uid, [])]
             for edge_index, edge in enumerate(vertex.outputs):
@@ -206,6 +236,8 @@ class Task:
                     self._network_outputs.append(net)
                     outs.append(net)
             output: Any = outs[0] if len(outs) == 1 else MultiOutput(outs)
+            if uid == vertex.operator_uids[0] and isinstance(op, SourceOperator):
+                output = self._source_tap = SourceWatermarkTap(output)
             ctx = OperatorContext(
                 job_id=address.job_id,
                 job_name=job_name,
@@ -237,6 +269,14 @@ class Task:
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
         self._final_completed = False
         self._synced: dict[str, float] = {}
+        # Time accounting, moved into the counters by _sync_metrics: idle = waiting for input or for a
+        # control message; backpressured = waiting for credit (the channels measure it); busy = the rest.
+        self._idle_s = 0.0
+        self._busy_s = 0.0
+        self._time_mark: tuple[float, float, float] | None = None  # (monotonic, idle, backpressured) at the last sync
+        self._backpressure_lock = threading.Lock()  # the task thread and the TaskManager's sampler sync it
+        self._backpressure_synced = 0.0
+        self._metrics_removed = False
         self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
 
     # Control, from other threads -------------------------------------------------------------------
@@ -273,6 +313,7 @@ class Task:
             for op in reversed(self.operators):
                 op.open()
             self._set_state(common_pb2.TASK_STATE_RUNNING)
+            self._time_mark = (time.monotonic(), self._idle_s, self._backpressured_total())
             if isinstance(self.head, SourceOperator):
                 self._run_source(self.head)
             else:
@@ -301,6 +342,9 @@ class Task:
             if self._gate is not None:
                 self._gate.close()
             self._sync_metrics()
+            with self._backpressure_lock:  # this attempt's series go; a sampler must not bring them back
+                self._metrics_removed = True
+                self.metrics.remove()
             del addr
 
     def _keyed_ranges(self) -> list[tuple[OperatorUid, KeyGroupRange]]:
@@ -330,6 +374,7 @@ class Task:
             if kind == "trigger":
                 if arg.final:
                     self._final_checkpoints.add(arg.checkpoint_id)
+                self._log.info("checkpoint_triggered_at_source", checkpoint_id=arg.checkpoint_id, final=arg.final)
                 self._checkpoint(arg, alignment_s=0.0, start_delay_s=max(0.0, time.time() - arg.timestamp))
             elif kind == "complete":
                 for op in self.operators:
@@ -352,9 +397,12 @@ class Task:
             if self._control or self.cancelled.is_set():
                 signal.clear()
                 self._drain_control()
-            before = self.records_emitted()
+            before, read = self.records_emitted(), source.records_polled
+            polled = time.monotonic()
             more = source.poll(SOURCE_BATCH)
             now = time.monotonic()
+            if source.records_polled == read:  # the poll waited for input that did not come
+                self._idle_s += now - polled
             for net in self._network_outputs:
                 if now - net.writer._last_flush >= FLUSH_INTERVAL_S:
                     net.flush()
@@ -367,7 +415,13 @@ class Task:
             if self.records_emitted() == before:
                 wait = source.idle_wait_s()
                 if wait > 0:
-                    signal.wait(min(wait, POLL_TIMEOUT_S))
+                    self._idle_wait(min(wait, POLL_TIMEOUT_S))
+
+    def _idle_wait(self, timeout_s: float) -> None:
+        """Wait up to ``timeout_s`` for a control message (checkpoint, notification, cancel), as idle time."""
+        started = time.monotonic()
+        self._control_signal.wait(timeout_s)
+        self._idle_s += time.monotonic() - started
 
     def _await_final_checkpoint(self) -> None:
         """A bounded source read all its input: tell the JobManager, which triggers a final checkpoint;
@@ -378,10 +432,14 @@ class Task:
         self._callbacks.on_input_ended(self.address)
         self._log.info("source_input_ended", awaiting="final checkpoint")
         signal = self._control_signal
+        last_sync = time.monotonic()
         while not self._final_completed:
-            signal.wait(POLL_TIMEOUT_S)
+            self._idle_wait(POLL_TIMEOUT_S)
             signal.clear()
             self._drain_control()
+            if time.monotonic() - last_sync > 0.5:
+                self._sync_metrics()
+                last_sync = time.monotonic()
 
     def records_emitted(self) -> int:
         return sum(w.records_out for w in self._writers) + self.records_out
@@ -396,8 +454,10 @@ class Task:
             if self._control or self.cancelled.is_set():
                 self._control_signal.clear()
                 self._drain_control()
+            waiting = time.monotonic()
             item = gate.poll(POLL_TIMEOUT_S)
             now = time.monotonic()
+            self._idle_s += now - waiting
             if item is not None:
                 channel, gate_index, msg = item
                 if msg.record_count:
@@ -427,7 +487,8 @@ class Task:
         if msg.event == Event.EVENT_KIND_WATERMARK:
             advanced = tracker.on_watermark(channel, msg.watermark)
             if advanced is not None:
-                self.metrics.watermark.set(advanced)
+                if exported_watermark(advanced) is not None:
+                    self.metrics.watermark.set(advanced)
                 self.head.process_watermark(advanced)
         elif msg.event == Event.EVENT_KIND_END_OF_STREAM:
             advanced = tracker.on_end_of_stream(channel)
@@ -435,6 +496,7 @@ class Task:
                 self.head.process_watermark(advanced)
             self._apply(aligner.on_end_of_stream(channel, now=now))
         elif msg.event == Event.EVENT_KIND_BARRIER:
+            self._log.info("checkpoint_barrier_received", checkpoint_id=msg.checkpoint_id, channel=channel)
             self._barrier_times.setdefault(msg.checkpoint_id, (msg.checkpoint_timestamp, msg.checkpoint_kind))
             kind = (
                 ba.CheckpointKind.SAVEPOINT
@@ -466,6 +528,9 @@ class Task:
                     w.broadcast_event(cancel_barrier_message(action.checkpoint_id))
             elif isinstance(action, ba.AbortedCheckpoint):
                 self._barrier_times.pop(action.checkpoint_id, None)
+                self._log.info(
+                    "checkpoint_alignment_aborted", checkpoint_id=action.checkpoint_id, reason=action.reason.value
+                )
                 if action.reason is not ba.AbortReason.ABORTED_BY_JOBMANAGER:
                     self._callbacks.on_decline(self.address, action.checkpoint_id, action.reason.value)
 
@@ -494,6 +559,7 @@ class Task:
             self._callbacks.on_checkpoint(
                 self.address, CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0)
             )
+            self._log.info("checkpoint_acknowledged", checkpoint_id=cid, sync_s=round(operators_s, 4))
             return
         kind = "savepoint" if request.kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT else "checkpoint"
         future = self._snapshotter.begin(JobId(self.address.job_id), CheckpointId(cid), ranges, kind)
@@ -505,7 +571,13 @@ class Task:
                 self._log.warning("snapshot_upload_failed", checkpoint_id=cid, error=str(exc))
                 self._callbacks.on_decline(self.address, cid, f"snapshot upload failed: {exc}")
                 return
-            crash_point("during_snapshot_upload", task=str(self.address), checkpoint_id=cid)
+            crash_point(
+                "during_snapshot_upload",
+                task=str(self.address),
+                checkpoint_id=cid,
+                taskmanager=self._taskmanager_id,
+                subtask=self.address.subtask,
+            )
             self._log.info(
                 "snapshot_uploaded",
                 checkpoint_id=cid,
@@ -533,7 +605,7 @@ class Task:
                     f"task {self.address}: no completion notice for checkpoint(s) {sorted(self._unconfirmed)} "
                     f"within {FINAL_NOTIFICATION_TIMEOUT_S:.0f}s of the end of input"
                 )
-            self._control_signal.wait(POLL_TIMEOUT_S)
+            self._idle_wait(POLL_TIMEOUT_S)
             self._control_signal.clear()
             self._drain_control()
         for op in self.operators:
@@ -545,15 +617,36 @@ class Task:
             w.broadcast_event(eos)
         self._drain_control()
 
+    def _backpressured_total(self) -> float:
+        return sum(ch.backpressured_total() for w in self._writers for ch in w.channels)
+
+    def sync_backpressure(self) -> float:
+        """Move the time this task waited for credit, a wait still going on included, into
+        ``weir_backpressured_seconds_total``; answers the total. Thread-safe: the TaskManager's sampler
+        calls it while the task thread may be blocked in a send, where it cannot sync itself."""
+        total = self._backpressured_total()
+        with self._backpressure_lock:
+            if not self._metrics_removed and total > self._backpressure_synced:
+                self.metrics.backpressured.inc(total - self._backpressure_synced)
+                self._backpressure_synced = total
+        return total
+
     def _sync_metrics(self) -> None:
         """Move the task's plain counters into its Prometheus metrics (twice a second, not per record)."""
         m = self.metrics
+        now = time.monotonic()
+        backpressured = self.sync_backpressure()
+        if self._time_mark is not None:
+            since, idle, waited = self._time_mark
+            self._busy_s += max(0.0, (now - since) - (self._idle_s - idle) - (backpressured - waited))
+            self._time_mark = (now, self._idle_s, backpressured)
         channels = [ch for w in self._writers for ch in w.channels]
         totals = {
             "records_in": float(self.records_in),
             "records_out": float(sum(w.records_out for w in self._writers)),
             "bytes_out": float(sum(ch.bytes_sent for ch in channels)),
-            "backpressured": sum(ch.backpressured_s for ch in channels),
+            "busy": self._busy_s,
+            "idle": self._idle_s,
         }
         for name, total in totals.items():
             delta = total - self._synced.get(name, 0.0)
@@ -563,6 +656,10 @@ class Task:
         m.output_credits.set(sum(ch.credits for ch in channels))
         if self._gate is not None:
             m.input_buffer_usage.set(self._gate.queued_buffers() / max(1, self._gate.capacity()))
+        if self._source_tap is not None:
+            watermark = exported_watermark(self._source_tap.watermark)
+            if watermark is not None:
+                m.watermark.set(watermark)
 
 
 def gate_all_ended(gate: InputGate) -> bool:

@@ -158,7 +158,9 @@ def process_name() -> str | None:
     """The name this process logs under (``taskmanager-2``: set by ``weir.logs.configure``), else
     ``$WEIR_TASKMANAGER_ID``: what an ``@taskmanager`` scope is matched against when the call site
     does not pass ``taskmanager``."""
-    name = structlog.contextvars.get_contextvars().get("process")
+    from weir.logs import process_name as logged_name
+
+    name = logged_name()
     return str(name) if name else os.environ.get("WEIR_TASKMANAGER_ID")
 
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from connectors import kafka
@@ -16,7 +17,9 @@ from weir.errors import ServiceUnavailableError
 class EventSpec:
     count: int = 100_000
     keys: int = 1000
-    start_ms: int = 1_700_000_000_000
+    # Event time starts at the current second: records far in the past would be deleted by the
+    # broker's time-based retention (7 days) while a test or demo still reads them.
+    start_ms: int = field(default_factory=lambda: int(time.time()) * 1000)
     events_per_ms: int = 10  # event time advances 1 ms every this many events
     malformed_every: int = 0  # 0: none; n: every n-th record is not valid JSON
 

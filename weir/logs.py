@@ -5,12 +5,32 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections.abc import MutableMapping
+from typing import Any
 
 import structlog
+
+_process: str | None = None
+"""This process's name (``jobmanager``, ``taskmanager-2``), set by :func:`configure`. A module value,
+not a context variable: context variables do not reach the task, reporter and gRPC threads."""
+
+
+def process_name() -> str | None:
+    """The name every event of this process carries, once :func:`configure` ran."""
+    return _process
+
+
+def add_process(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog processor: ``process=<name>`` on every event, from whichever thread logs it."""
+    if _process is not None:
+        event_dict.setdefault("process", _process)
+    return event_dict
 
 
 def configure(process: str, level: str | None = None) -> None:
     """Configure structlog once per process; every event carries the process name."""
+    global _process
+    _process = process
     json_output = os.environ.get("WEIR_LOG_FORMAT", "").lower() == "json" or not sys.stderr.isatty()
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json_output else structlog.dev.ConsoleRenderer(colors=False)
@@ -18,6 +38,7 @@ def configure(process: str, level: str | None = None) -> None:
     structlog.configure(
         processors=[
             structlog.contextvars.merge_contextvars,
+            add_process,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             structlog.processors.format_exc_info,
@@ -29,4 +50,5 @@ def configure(process: str, level: str | None = None) -> None:
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,
     )
+    # Also in the main thread's context, where weir.crashpoints.process_name reads it.
     structlog.contextvars.bind_contextvars(process=process)

@@ -91,6 +91,10 @@ class StreamOperator:
 class SourceOperator(StreamOperator):
     """A source: the task calls ``poll`` in a loop and checks for barriers between calls."""
 
+    records_polled: int = 0
+    """Records taken from the input so far, counted per poll: a poll that read none waited for input
+    (the task counts its time as idle)."""
+
     def poll(self, max_records: int) -> bool:
         """Emit up to ``max_records`` records; return False once a bounded source is exhausted."""
         raise NotImplementedError

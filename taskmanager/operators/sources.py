@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
 from connectors import kafka
 from taskmanager.operators.base import SourceOperator
+from taskmanager.source_metrics import KafkaSourceLag
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
 from weir.config import Endpoints
 from weir.errors import JobDefinitionError, ServiceUnavailableError
@@ -61,6 +62,7 @@ class KafkaSourceOperator(SourceOperator):
         self._end_offsets: dict[int, int] | None = None
         self._restored = False
         self._dlq: Any = None
+        self._lag: KafkaSourceLag | None = None
         self.dead_lettered = 0
 
     def restore_state(self, data: bytes) -> None:
@@ -101,6 +103,11 @@ class KafkaSourceOperator(SourceOperator):
         self._consumer.assign(
             [TopicPartition(spec.topic, p, self._next_offsets.get(p, OFFSET_BEGINNING)) for p in self._active]
         )
+        if ctx.metrics is not None:
+            self._lag = KafkaSourceLag(ctx.metrics.labels, spec.topic, self._cached_high_watermark)
+            for p in mine:
+                if p not in self._active:
+                    self._lag.finished(p)
         self._dlq = kafka.producer(endpoints, linger_ms=20) if spec.dead_letter_topic else None
         self._pacer = Pacer(spec.records_per_second, ctx.parallelism)
         ctx.log.info(
@@ -111,6 +118,15 @@ class KafkaSourceOperator(SourceOperator):
             offsets=self._next_offsets,
             end_offsets=self._end_offsets,
         )
+
+    def _cached_high_watermark(self, partition: int) -> int:
+        """The partition's high watermark as librdkafka's last fetch response gave it (no broker
+        request); negative while unknown."""
+        try:
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self._spec.topic, partition), cached=True)
+        except KafkaException:
+            return -1
+        return int(high)
 
     def _partition_done(self, partition: int) -> bool:
         if self._end_offsets is None:
@@ -126,6 +142,7 @@ class KafkaSourceOperator(SourceOperator):
             return True
         messages = self._consumer.consume(num_messages=allowed, timeout=0.05)
         self._pacer.consumed(len(messages))
+        self.records_polled += len(messages)
         spec, emit = self._spec, self.output.emit
         deserialize, timestamp_of = spec.deserializer, spec.timestamp
         for msg in messages:
@@ -153,6 +170,8 @@ class KafkaSourceOperator(SourceOperator):
             emit(value, ts)
             self._check_done(partition)
         self._advance_watermark()
+        if self._lag is not None:
+            self._lag.maybe_update(self._active, self._next_offsets)
         return True
 
     def idle_wait_s(self) -> float:
@@ -162,6 +181,8 @@ class KafkaSourceOperator(SourceOperator):
         if partition in self._active and self._partition_done(partition):
             self._active.discard(partition)
             self._consumer.incremental_unassign([TopicPartition(self._spec.topic, partition)])
+            if self._lag is not None:
+                self._lag.finished(partition)
 
     def _advance_watermark(self) -> None:
         if not self._active:
@@ -197,9 +218,14 @@ class KafkaSourceOperator(SourceOperator):
         self._dlq.produce(spec.dead_letter_topic, key=key, value=json.dumps(envelope).encode())
         self._dlq.poll(0)
         self.dead_lettered += 1
+        if self.ctx.metrics is not None:
+            self.ctx.metrics.dead_letters.inc()
         self.ctx.log.warning("record_dead_lettered", origin=origin, reason=reason, dlq=spec.dead_letter_topic)
 
     def close(self) -> None:
+        if self._lag is not None:
+            self._lag.remove()
+            self._lag = None
         consumer = getattr(self, "_consumer", None)
         if consumer is not None:
             consumer.close()
@@ -237,6 +263,7 @@ class GeneratorSourceOperator(SourceOperator):
             return False
         limit = self._pacer.allowed(max_records)
         self._pacer.consumed(limit)
+        self.records_polled += limit
         emit, generate, ts_of = self.output.emit, spec.generate, spec.timestamp
         for _ in range(limit):
             i = self._index(self._next_k)

@@ -312,8 +312,24 @@ class _TransactionalSink(StreamOperator):
         """After commits: pre-commit the oldest epoch still waiting, now that nothing older is open."""
         raise NotImplementedError
 
+    def _transaction_name(self, epoch: _Epoch) -> dict[str, Any]:
+        """How the external system names the epoch's transaction, for the logs."""
+        raise NotImplementedError
+
+    def _in_external_system(self, epoch: _Epoch) -> bool:
+        """The epoch's transaction is open or prepared in the external system (not waiting in memory)."""
+        raise NotImplementedError
+
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
-        if self._pre_commit(CheckpointId(checkpoint_id)) is not None:
+        epoch = self._pre_commit(CheckpointId(checkpoint_id))
+        if epoch is not None:
+            self.ctx.log.info(
+                "sink_transaction_precommitted",
+                checkpoint_id=checkpoint_id,
+                records=epoch.size,
+                waiting_for_older=not self._in_external_system(epoch),
+                **self._transaction_name(epoch),
+            )
             crash_point(AFTER_PRE_COMMIT, **self._context(checkpoint_id=checkpoint_id))
         return self._snapshot().to_bytes()
 
@@ -348,7 +364,15 @@ class _TransactionalSink(StreamOperator):
         crash_point(AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT, **context)
 
     def _observe_commit(self, epoch: _Epoch, started: float, records: int) -> None:
-        self._metrics.on_commit(time.perf_counter() - started, records, epoch.timestamps, time.time() * 1000.0)
+        duration_s = time.perf_counter() - started
+        self._metrics.on_commit(duration_s, records, epoch.timestamps, time.time() * 1000.0)
+        self.ctx.log.info(
+            "sink_transaction_committed",
+            checkpoint_id=epoch.checkpoint_id,
+            duration_s=round(duration_s, 4),
+            records=records,
+            **self._transaction_name(epoch),
+        )
 
     def close(self) -> None:
         metrics = getattr(self, "_metrics", None)
@@ -581,13 +605,28 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         since = self._in_kafka_since
         return 0.0 if since is None else time.monotonic() - since
 
+    def _transaction_name(self, epoch: _Epoch) -> dict[str, Any]:
+        return {"transactional_id": self.transactional_id}
+
+    def _in_external_system(self, epoch: _Epoch) -> bool:
+        return self._in_kafka is epoch
+
     def close(self) -> None:
         producer = self._producer
         if producer is not None:
-            if self._in_kafka is not None:
+            epoch = self._in_kafka
+            if epoch is not None:
                 try:
                     producer.abort(5.0)
                     self._metrics.aborted.inc()
+                    self.ctx.log.info(
+                        "sink_transaction_aborted",
+                        checkpoint_id=epoch.checkpoint_id,
+                        epoch=epoch.txn.checkpoint_id,
+                        records=epoch.size,
+                        reason="closed with the transaction open",
+                        transactional_id=self.transactional_id,
+                    )
                 except WeirError as exc:  # fenced or unreachable: fencing or its timeout ends it
                     self.ctx.log.warning("kafka_sink_abort_on_close_failed", error=str(exc))
                 self._in_kafka = None
@@ -658,6 +697,12 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         for txn in plan.rollback:
             if postgres.rollback_prepared(self._conn, txn.gid):
                 self._metrics.aborted.inc()
+                self.ctx.log.info(
+                    "sink_transaction_aborted",
+                    gid=txn.gid,
+                    epoch=txn.checkpoint_id,
+                    reason="prepared, but not in the restored checkpoint",
+                )
         resolved: dict[str, list[int]] = {"committed_prepared": [], "already_committed": [], "written": []}
         pending = sorted(snapshot.ledger.pending) if snapshot is not None else []
         unprepared = snapshot.epochs if snapshot is not None else {}
@@ -665,8 +710,17 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
             if entry.txn in in_doubt:
                 started = time.perf_counter()
                 postgres.commit_prepared(self._conn, entry.txn.gid)
+                duration_s = time.perf_counter() - started
                 rows = self._committed_rows(entry.checkpoint_id) or 0
-                self._metrics.on_commit(time.perf_counter() - started, rows, (), 0.0)
+                self._metrics.on_commit(duration_s, rows, (), 0.0)
+                self.ctx.log.info(
+                    "sink_transaction_committed",
+                    checkpoint_id=entry.checkpoint_id,
+                    duration_s=round(duration_s, 4),
+                    records=rows,
+                    gid=entry.txn.gid,
+                    recovered=True,
+                )
                 resolved["committed_prepared"].append(entry.checkpoint_id)
             elif self._committed_rows(entry.checkpoint_id) is not None:
                 resolved["already_committed"].append(entry.checkpoint_id)
@@ -771,6 +825,12 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
     def _catch_up(self) -> None:
         if self._prepared is None and self._pending:
             self._write(next(iter(self._pending.values())), prepare=True)
+
+    def _transaction_name(self, epoch: _Epoch) -> dict[str, Any]:
+        return {"gid": epoch.txn.gid}
+
+    def _in_external_system(self, epoch: _Epoch) -> bool:
+        return self._prepared is epoch
 
     def close(self) -> None:
         conn = getattr(self, "_conn", None)

@@ -61,6 +61,8 @@ class WindowAggregateOperator(KeyedOperator):
         for window in self._assigner.assign(timestamp):
             if is_window_late(window, wm, self._lateness):
                 self.late_records_dropped += 1
+                if self.ctx.metrics is not None:  # rare: counted per record
+                    self.ctx.metrics.late_dropped.inc()
                 continue
             sk = self._state_key(window)
             entry = store.get(_STATE, kg, sk)

@@ -55,20 +55,7 @@ ALERT_DEADLINE_S = 90.0
 # the metric is updated ($jobs: these jobs' ids, $instances: the cluster's metrics endpoints);
 # test_metrics_not_yet_updated_are_still_missing fails when a probe answers, as a reminder to delete
 # the entry so that the queries reading the metric are checked.
-NOT_YET_UPDATED: dict[str, tuple[str, str | None]] = {
-    "weir_kafka_source_lag_records": (
-        "KafkaSourceOperator does not call taskmanager.source_metrics yet",
-        'weir_kafka_source_lag_records{job_id=~"$jobs"}',
-    ),
-    "weir_busy_seconds_total": ("never incremented", 'weir_busy_seconds_total{job_id=~"$jobs"} > 0'),
-    "weir_idle_seconds_total": ("never incremented", 'weir_idle_seconds_total{job_id=~"$jobs"} > 0'),
-    "weir_taskmanager_tasks_running": ("never set", 'weir_taskmanager_tasks_running{instance=~"$instances"}'),
-    "weir_dead_letter_records_total": (
-        "never incremented",
-        'weir_dead_letter_records_total{job_id=~"$jobs"} > 0',  # the load has malformed events
-    ),
-    "weir_late_records_dropped_total": ("never incremented", None),  # the load has no late events
-}
+NOT_YET_UPDATED: dict[str, tuple[str, str | None]] = {}
 
 T = TypeVar("T")
 

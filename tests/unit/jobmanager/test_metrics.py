@@ -31,7 +31,7 @@ def master(parameters: dict[str, str]) -> JobMaster:
 
 
 def gauge(name: str, job_id: str, **labels: str) -> float | None:
-    return REGISTRY.get_sample_value(name, {"job": job_id, **labels})
+    return REGISTRY.get_sample_value(name, {"job_id": job_id, **labels})
 
 
 def test_job_status_exports_the_checkpoint_interval_status_and_restarts() -> None:

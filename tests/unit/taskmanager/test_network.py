@@ -8,6 +8,7 @@ import time
 from collections import defaultdict
 from typing import Any
 
+import grpc
 import pytest
 
 from taskmanager.network import (
@@ -15,6 +16,7 @@ from taskmanager.network import (
     ChannelClosedError,
     InputGate,
     RecordWriter,
+    RemoteOutputChannel,
     decode_records,
     encode_records,
     end_of_stream_message,
@@ -297,3 +299,31 @@ def test_record_encoding_round_trips() -> None:
     records = [({"a": 1}, 5), ("b", None)]
     assert decode_records(encode_records(records)) == records
     assert decode_records(b"") == []
+
+
+# RemoteOutputChannel --------------------------------------------------------------------------------
+
+
+def test_a_wait_for_credit_counts_while_it_goes_on() -> None:
+    """Another thread (the TaskManager's sampler) sees the time a blocked send has waited so far."""
+    with grpc.insecure_channel("127.0.0.1:9") as grpc_channel:  # never opened: send only queues
+        channel = RemoteOutputChannel(grpc_channel, taskmanager_pb2.ChannelHeader(), threading.Event())
+        assert channel.backpressured_total() == 0.0 and channel.blocked_since is None
+        sender = threading.Thread(target=channel.send, args=(data(1),))
+        sender.start()
+        deadline = time.monotonic() + 10
+        while channel.blocked_since is None and time.monotonic() < deadline:
+            time.sleep(0.005)
+        assert channel.blocked_since is not None, "send did not block without credit"
+        time.sleep(0.05)
+        during = channel.backpressured_total()
+        assert during >= 0.05 and channel.backpressured_s == 0.0
+        with channel._cond:  # the consumer grants a credit
+            channel._credits.add_credits(1)
+            channel._cond.notify_all()
+        sender.join(10)
+        assert not sender.is_alive()
+        assert channel.blocked_since is None
+        assert channel.backpressured_s >= during
+        assert channel.backpressured_total() == channel.backpressured_s
+        assert channel.buffers_sent == 1

@@ -20,7 +20,7 @@ def lag_of(labels: tuple[str, ...], partition: int) -> float | None:
     return REGISTRY.get_sample_value(
         "weir_kafka_source_lag_records",
         {
-            "job": job,
+            "job_id": job,
             "operator_uid": uid,
             "subtask": subtask,
             "taskmanager": tm,

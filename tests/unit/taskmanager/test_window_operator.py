@@ -7,9 +7,11 @@ from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
+from taskmanager.metrics import TaskMetrics
 from taskmanager.operators.windows import WindowAggregateOperator
-from tests.unit.taskmanager.conftest import StartOperator
+from tests.unit.taskmanager.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.errors import JobDefinitionError
 from weir.watermarks import MAX_WATERMARK
 from weir.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
@@ -57,6 +59,21 @@ def test_a_tumbling_window_fires_when_the_watermark_reaches_its_last_timestamp(s
     assert out.events[-1] == ("watermark", 25)  # results go out before the watermark that fired them
     op.process_watermark(MAX_WATERMARK)
     assert sorted(out.take()) == [(("a", 20, 30, 44), 29), (("b", 20, 30, 66), 29)]
+
+
+def test_a_dropped_late_value_counts_in_the_task_metrics(make_context: MakeContext) -> None:
+    op = window_operator(TumblingEventTimeWindows(10))
+    ctx = make_context("win")
+    ctx.metrics = TaskMetrics(ctx.job_id, "win", ctx.subtask, "taskmanager-test")
+    op.setup(ctx, CollectingOutput())
+    op.open()
+    op.process_watermark(20)
+    op.process(("a", 1), 5)
+    op.process(("a", 1), 25)
+    labels = dict(zip(("job_id", "operator_uid", "subtask", "taskmanager"), ctx.metrics.labels, strict=True))
+    assert op.late_records_dropped == 1
+    assert REGISTRY.get_sample_value("weir_late_records_dropped_total", labels) == 1
+    ctx.metrics.remove()
 
 
 def test_results_equal_a_plain_computation(start_operator: StartOperator) -> None:
