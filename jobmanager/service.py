@@ -228,12 +228,17 @@ class JobManager:
                 stub.DeployTask(request, timeout=30)
             except grpc.RpcError as exc:
                 with self._lock:
-                    self._fail_over(
-                        job,
+                    reason = (
                         f"deploying {request.task.vertex_uid}#{request.task.subtask} to "
-                        f"{address} failed: {exc.code().name}: {exc.details()}",
-                        self._clock(),
+                        f"{address} failed: {exc.code().name}: {exc.details()}"
                     )
+                    if exc.code() == grpc.StatusCode.UNAVAILABLE:
+                        # The TaskManager is gone (it re-registers when it comes back): schedule the
+                        # restart on the others rather than on it again.
+                        for tm in self.taskmanagers.values():
+                            if tm.address == address and tm.alive:
+                                self._taskmanager_lost(tm, "unreachable at deployment")
+                    self._fail_over(job, reason, self._clock())
                 return
 
     def _stub_for(self, address: str) -> taskmanager_pb2_grpc.TaskManagerServiceStub:
