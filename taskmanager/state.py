@@ -52,6 +52,12 @@ class StateBackend:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+def state_namespace(job_id: str, operator_uid: str) -> str:
+    """The name an operator's keyed state lives under in the TaskManager's shared RocksDB: the job id
+    keeps two jobs with the same operator uid apart (stable across restarts and JobManager recovery)."""
+    return f"{job_id}/{operator_uid}"
+
+
 def key_group_prefix(uid: str, key_group: int) -> bytes:
     return uid.encode("utf-8") + b"\x00" + key_group.to_bytes(2, "big")
 

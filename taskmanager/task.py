@@ -33,6 +33,7 @@ from taskmanager.network import (
 from taskmanager.operators.base import OperatorContext, SourceOperator, StreamOperator
 from taskmanager.operators.keyed import KeyedOperator
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
+from taskmanager.state import state_namespace
 from weir.crashpoints import crash_point
 from weir.errors import WeirError
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
@@ -201,6 +202,7 @@ class Task:
         self._restore = restore
         self._restore_checkpoint_id = restore_checkpoint_id
         self._snapshotter = snapshotter
+        self._state_backend = state_backend
         self._control: collections.deque[tuple[str, Any]] = collections.deque()
         self._control_signal = threading.Event()
         self.cancelled = threading.Event()
@@ -310,6 +312,8 @@ class Task:
         try:
             if self._restore is not None:
                 self._restore_state(self._restore)
+            else:
+                self._clear_keyed_state()
             for op in reversed(self.operators):
                 op.open()
             self._set_state(common_pb2.TASK_STATE_RUNNING)
@@ -349,8 +353,16 @@ class Task:
 
     def _keyed_ranges(self) -> list[tuple[OperatorUid, KeyGroupRange]]:
         return [
-            (OperatorUid(op.ctx.uid), self.key_group_range) for op in self.operators if isinstance(op, KeyedOperator)
+            (OperatorUid(state_namespace(op.ctx.job_id, op.ctx.uid)), self.key_group_range)
+            for op in self.operators
+            if isinstance(op, KeyedOperator)
         ]
+
+    def _clear_keyed_state(self) -> None:
+        """A fresh start: state an earlier attempt of this job left in the shared database must not leak
+        into this one (a restore deletes and rewrites the same ranges instead)."""
+        for namespace, key_groups in self._keyed_ranges():
+            self._state_backend.keyed_store(namespace).clear_key_groups(key_groups.start, key_groups.end)
 
     def _restore_state(self, snapshot: OperatorSnapshot) -> None:
         """Keyed state back into RocksDB (only this subtask's key groups), then each operator's own state."""

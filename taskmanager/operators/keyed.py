@@ -7,6 +7,7 @@ from typing import Any
 
 from taskmanager.operators.base import StreamOperator
 from taskmanager.operators.basic import _TimestampedCollector
+from taskmanager.state import state_namespace
 from weir.keygroups import key_group_for, key_to_bytes
 
 
@@ -20,7 +21,7 @@ class KeyedOperator(StreamOperator):
         self.current_key_group = 0
 
     def open(self) -> None:
-        self.store = self.ctx.state.keyed_store(self.ctx.uid)
+        self.store = self.ctx.state.keyed_store(state_namespace(self.ctx.job_id, self.ctx.uid))
         self._max_parallelism = self.ctx.max_parallelism
 
     def set_current_key(self, value: Any) -> None:

@@ -14,6 +14,7 @@ in memory, and in the snapshot, until the older one commits.
 
 from __future__ import annotations
 
+import abc
 import json
 import time
 from array import array
@@ -254,7 +255,7 @@ class _Epoch:
         return len(self.items)
 
 
-class _TransactionalSink(StreamOperator):
+class _TransactionalSink(StreamOperator, abc.ABC):
     """Ledger, epochs, metrics and crash-point context shared by both sinks. A subclass pre-commits,
     commits and snapshots; this class decides when."""
 
@@ -282,8 +283,9 @@ class _TransactionalSink(StreamOperator):
             **extra,
         }
 
+    @abc.abstractmethod
     def _begin_epoch(self) -> _Epoch:
-        raise NotImplementedError
+        ...
 
     def _close_epoch(self, checkpoint_id: CheckpointId) -> _Epoch | None:
         """The ledger's pre-commit at this barrier: the current epoch (if any) becomes pending."""
@@ -297,28 +299,34 @@ class _TransactionalSink(StreamOperator):
         self._pending[epoch.txn] = epoch
         return epoch
 
+    @abc.abstractmethod
     def _pre_commit(self, checkpoint_id: CheckpointId) -> _Epoch | None:
         """Close the current epoch and pre-commit it in the external system if nothing older waits."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _snapshot(self) -> SinkSnapshot:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _commit(self, epoch: _Epoch) -> None:
         """Commit a pending epoch, pre-committed in the external system or not."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _catch_up(self) -> None:
         """After commits: pre-commit the oldest epoch still waiting, now that nothing older is open."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _transaction_name(self, epoch: _Epoch) -> dict[str, Any]:
         """How the external system names the epoch's transaction, for the logs."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def _in_external_system(self, epoch: _Epoch) -> bool:
         """The epoch's transaction is open or prepared in the external system (not waiting in memory)."""
-        raise NotImplementedError
+        ...
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         epoch = self._pre_commit(CheckpointId(checkpoint_id))

@@ -55,9 +55,11 @@ MakeContext = Callable[..., OperatorContext]
 def make_context(state_backend: StateBackend) -> MakeContext:
     """An OperatorContext for subtask ``subtask`` of ``parallelism`` over the test's state backend."""
 
-    def make(uid: str = "op", subtask: int = 0, parallelism: int = 1, max_parallelism: int = 128) -> OperatorContext:
+    def make(
+        uid: str = "op", subtask: int = 0, parallelism: int = 1, max_parallelism: int = 128, job_id: str = "job-1"
+    ) -> OperatorContext:
         return OperatorContext(
-            job_id="job-1",
+            job_id=job_id,
             job_name="test-job",
             uid=uid,
             subtask=subtask,

@@ -122,3 +122,16 @@ def test_value_state_can_hold_none(start_operator: StartOperator) -> None:
     op.process(("a", None), None)
     op.process(("a", 2), None)
     assert out.values == [("a", None), ("a", 1), ("a", None)]
+
+
+def test_two_jobs_with_the_same_operator_uid_keep_their_state_apart(start_operator: Any) -> None:
+    """One RocksDB serves every job on a TaskManager: state is namespaced by job id, not by uid alone."""
+    first = ReduceOperator(lambda a, b: a + b, lambda v: "k")
+    out_first = start_operator(first, uid="sum", job_id="job-a")
+    second = ReduceOperator(lambda a, b: a + b, lambda v: "k")
+    out_second = start_operator(second, uid="sum", job_id="job-b")
+    for value in (1, 2, 3):
+        first.process(value, None)
+    second.process(100, None)
+    assert [v for v, _ in out_first.records] == [1, 3, 6]
+    assert [v for v, _ in out_second.records] == [100]
