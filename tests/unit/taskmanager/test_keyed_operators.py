@@ -132,6 +132,7 @@ def test_two_jobs_with_the_same_operator_uid_keep_their_state_apart(start_operat
     out_second = start_operator(second, uid="sum", job_id="job-b")
     for value in (1, 2, 3):
         first.process(value, None)
+    first.store.flush()  # into the shared database, where the second job would find it under the same uid
     second.process(100, None)
     assert [v for v, _ in out_first.records] == [1, 3, 6]
     assert [v for v, _ in out_second.records] == [100]
