@@ -305,6 +305,16 @@ class JobMaster:
             restart=decision.attempt,
         )
 
+    def replace(self, reason: str, now: float) -> None:
+        """Place the attempt again at once, without counting a restart: it never ran (a TaskManager
+        it was placed on turned out to be gone before anything was deployed)."""
+        self.status = JobStatus.RESTARTING
+        self.restart_at = now
+        for t in self.tasks.values():
+            if t.state not in TERMINAL_TASK_STATES:
+                t.state = common_pb2.TASK_STATE_CANCELED
+        log.info("job_replaced", job_id=self.job_id, attempt=self.attempt, reason=reason)
+
     def cancel(self, now: float) -> None:
         if self.status.terminal:
             return

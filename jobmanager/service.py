@@ -46,6 +46,7 @@ class RegisteredTaskManager:
     metrics_port: int
     last_heartbeat: float
     stub: taskmanager_pb2_grpc.TaskManagerServiceStub
+    channel: grpc.Channel
     alive: bool = True
 
 
@@ -87,6 +88,7 @@ class JobManager:
                 metrics_port,
                 self._clock(),
                 taskmanager_pb2_grpc.TaskManagerServiceStub(channel),
+                channel,
             )
         log.info("taskmanager_registered", taskmanager_id=tm_id, address=address, slots=slots)
 
@@ -220,6 +222,15 @@ class JobManager:
         return {tm.taskmanager_id: tm.address for tm in self.taskmanagers.values() if tm.alive}
 
     def _deploy(self, job: JobMaster, command: DeployCommand) -> None:
+        unreachable = [a for a in {a for a, _ in command.requests} if not self._reachable(a)]
+        if unreachable:
+            with self._lock:
+                if job.attempt == command.attempt and job.status is JobStatus.RUNNING:
+                    job.replace(f"TaskManager(s) at {', '.join(sorted(unreachable))} unreachable", self._clock())
+                for tm in self.taskmanagers.values():
+                    if tm.address in unreachable and tm.alive:
+                        self._taskmanager_lost(tm, "unreachable before deployment")
+            return
         for address, request in command.requests:
             if job.attempt != command.attempt or job.status is not JobStatus.RUNNING:
                 return
@@ -240,6 +251,17 @@ class JobManager:
                                 self._taskmanager_lost(tm, "unreachable at deployment")
                     self._fail_over(job, reason, self._clock())
                 return
+
+    def _reachable(self, address: str, timeout_s: float = 1.0) -> bool:
+        """A TaskManager that died within the last heartbeat timeout still looks alive: probe it."""
+        with self._lock:
+            tm = next((t for t in self.taskmanagers.values() if t.address == address), None)
+        channel = tm.channel if tm is not None else grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        try:
+            grpc.channel_ready_future(channel).result(timeout=timeout_s)
+            return True
+        except grpc.FutureTimeoutError:
+            return False
 
     def _stub_for(self, address: str) -> taskmanager_pb2_grpc.TaskManagerServiceStub:
         with self._lock:

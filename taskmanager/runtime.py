@@ -249,8 +249,9 @@ class TaskManagerRuntime:
             try:
                 for msg in requests:
                     gate.push(channel, msg)
-            except grpc.RpcError as exc:
-                gate.producer_gone(channel, f"{exc.code().name}")
+            except grpc.RpcError as exc:  # server side: a bare RpcError, often without a code()
+                code = exc.code() if callable(getattr(exc, "code", None)) else None
+                gate.producer_gone(channel, f"producer stream cut ({code.name if code else type(exc).__name__})")
             except WeirError as exc:
                 gate.producer_gone(channel, str(exc))
             else:
