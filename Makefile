@@ -8,7 +8,7 @@ GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
 INFRA := deploy/local/infra.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
-        lint demo cluster-up cluster-down bench bench-quick bench-exchange clean
+        lint demo cluster-up cluster-down bench bench-quick bench-exchange bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -51,6 +51,21 @@ cluster-up: setup ## JobManager + 3 TaskManagers as local processes
 
 cluster-down:
 	$(VENV)/bin/weir cluster down
+
+$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
+	$(VENV)/bin/pip install -q -e '.[bench]'
+	touch $@
+
+bench-deps: $(VENV)/.bench-installed
+
+bench-exchange: setup bench-deps ## records/s: raw gRPC, one Weir channel, the keyed job on a private cluster
+	$(PY) -m bench.exchange_bench $(BENCH_ARGS)
+
+bench-quick: setup bench-deps ## the keyed benchmark, short: 200k events, 1 run (docs/benchmarks.md)
+	$(PY) -m bench.run --quick $(BENCH_ARGS)
+
+bench: setup bench-deps ## the keyed benchmark vs Quix Streams and the raw limit: 2M events, 3 runs (long)
+	$(PY) -m bench.run $(BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) weir/wire/*_pb2*.py *.egg-info .pytest_cache

@@ -1,0 +1,1 @@
+"""Weir's benchmarks: ``make bench-exchange``, ``make bench-quick``, ``make bench`` (docs/benchmarks.md)."""

@@ -1,0 +1,378 @@
+"""The contenders of ``bench/run.py``, each started on an input and an output topic and watched.
+
+A contender answers, while it runs: how many input events it has consumed (``progress``), whether
+its output is complete (``done``, bounded runs), and which processes are its own (``pids``), so
+that the runner measures every contender the same way.
+
+- Weir: a job submitted to the run's private cluster; its processes are the JobManager and the
+  three TaskManagers.
+- Quix Streams and the raw limit: three processes each (``bench/quix_app.py``,
+  ``bench/raw_worker.py``) reporting progress on stdout; their CPU and peak RSS come from
+  ``os.wait4`` when they are reaped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import psycopg
+import psycopg.sql
+from confluent_kafka import KafkaException
+
+from bench import dataset
+from bench.harness import REPO_ROOT, BenchCluster, BenchError, ProcessSampler, Reaped, log, reap
+from weir.config import Endpoints
+
+WORKERS: Final = 3
+KEYED_AGGREGATION: Final = REPO_ROOT / "examples" / "keyed_aggregation.py"
+KEYED_KAFKA_ONLY: Final = REPO_ROOT / "bench" / "jobs" / "keyed_kafka_only.py"
+SOURCE_UID: Final = "events-source"
+
+
+@dataclass(frozen=True)
+class Topics:
+    input: str
+    output: str
+
+
+class Running(Protocol):
+    def ready(self) -> bool: ...
+    def progress(self) -> int: ...
+    def done(self) -> bool: ...
+    def pids(self) -> dict[str, int]: ...
+    def stop(self, sampler: ProcessSampler) -> None: ...
+
+
+class Contender(Protocol):
+    key: str  # short id: weir, weir-kafka, quix, raw
+    label: str  # as shown in the results
+    sinks: str
+    guarantee: str
+
+    def start(self, topics: Topics, *, bounded: bool, tag: str) -> Running: ...
+
+
+# Weir ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class WeirContender:
+    key: str
+    label: str
+    cluster: BenchCluster
+    with_postgres: bool
+    sinks: str = ""
+    guarantee: str = "exactly-once (checkpoints every 1 s)"
+    tables: list[str] = field(default_factory=list)
+    job_ids: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.sinks = "Kafka (transactions) + PostgreSQL (2PC)" if self.with_postgres else "Kafka (transactions)"
+
+    @property
+    def job_file(self) -> Path:
+        return KEYED_AGGREGATION if self.with_postgres else KEYED_KAFKA_ONLY
+
+    def start(self, topics: Topics, *, bounded: bool, tag: str, extra: dict[str, str] | None = None) -> WeirRunning:
+        endpoints = self.cluster.env.endpoints
+        dlq = f"{topics.input}-dlq-{tag}"
+        dataset.create_topics(endpoints, {dlq: 1})
+        params = {
+            "source.topic": topics.input,
+            "source.bounded": "true" if bounded else "false",
+            "source.dlq_topic": dlq,
+            "sink.topic": topics.output,
+            "checkpointing.interval": "1s",
+            **(extra or {}),
+        }
+        if self.with_postgres:
+            table = f"bench_{self.cluster.env.run_id}_{tag}".replace("-", "_")
+            create_window_table(endpoints, table)
+            self.tables.append(table)
+            params["sink.table"] = table
+        job_id = self.cluster.submit(self.job_file, params, WORKERS)
+        self.job_ids.append(job_id)
+        return WeirRunning(self.cluster, job_id)
+
+    def cleanup(self) -> None:
+        drop_tables(self.cluster.env.endpoints, self.tables, self.job_ids)
+        self.tables.clear()
+
+
+@dataclass
+class WeirRunning:
+    cluster: BenchCluster
+    job_id: str
+    _finished: bool = False
+
+    def progress(self) -> int:
+        return self.cluster.source_records_out(self.job_id, SOURCE_UID)
+
+    def done(self) -> bool:
+        if not self._finished:
+            status = self.cluster.status(self.job_id)
+            if status is not None and status.summary.status in ("FAILED", "CANCELED"):
+                raise BenchError(f"Weir job {self.job_id} {status.summary.status}: {status.failure}")
+            self._finished = status is not None and status.summary.status == "FINISHED"
+        return self._finished
+
+    def ready(self) -> bool:
+        """Every task of the job RUNNING."""
+        status = self.cluster.status(self.job_id)
+        return status is not None and bool(status.tasks) and all(t.state == "RUNNING" for t in status.tasks)
+
+    def pids(self) -> dict[str, int]:
+        return self.cluster.process_pids()
+
+    def stop(self, sampler: ProcessSampler) -> None:
+        if not self._finished:
+            self.cluster.cancel(self.job_id)
+
+
+def create_window_table(endpoints: Endpoints, table: str) -> None:
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute(
+            f"CREATE TABLE {table} (key text, window_start bigint, window_end bigint, count bigint, sum bigint, "
+            "PRIMARY KEY (key, window_start))"
+        )
+
+
+def drop_tables(endpoints: Endpoints, tables: list[str], job_ids: list[str]) -> None:
+    """Drop the run's tables, first rolling back the transactions its (cancelled) jobs' two-phase sinks
+    left prepared: a prepared transaction holds its row locks until someone ends it."""
+    if not tables:
+        return
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall():
+            if any(job_id in gid for job_id in job_ids):
+                conn.execute(psycopg.sql.SQL("ROLLBACK PREPARED {}").format(psycopg.sql.Literal(gid)))
+        conn.execute("SET lock_timeout = '30s'")
+        for table in tables:
+            try:
+                conn.execute(f"DROP TABLE IF EXISTS {table}")
+            except psycopg.errors.LockNotAvailable:
+                log(f"table {table} is still locked by another transaction: not dropped")
+
+
+def count_rows(endpoints: Endpoints, table: str) -> int:
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        row = conn.execute(f"SELECT count(*) FROM {table} WHERE key LIKE 'key-%'").fetchone()
+    return int(row[0]) if row else 0
+
+
+# Quix Streams and the raw limit: three processes each --------------------------------------------------------
+
+
+@dataclass
+class ProcessGroupContender:
+    key: str
+    label: str
+    module: str  # bench.quix_app or bench.raw_worker
+    sinks: str
+    guarantee: str
+    endpoints: Endpoints
+    work_dir: Path
+    run_id: str
+
+    def start(self, topics: Topics, *, bounded: bool, tag: str) -> ProcessGroupRunning:
+        group = f"bench-{self.run_id}-{tag}"
+        logs = self.work_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        procs = []
+        for index in range(WORKERS):
+            argv = [
+                sys.executable,
+                "-m",
+                self.module,
+                "--bootstrap",
+                self.endpoints.kafka_bootstrap,
+                "--input",
+                topics.input,
+                "--output",
+                topics.output,
+                "--group",
+                group,
+            ]
+            if self.module == "bench.raw_worker":
+                argv += ["--index", str(index), "--of", str(WORKERS), "--partitions", str(dataset.PARTITIONS)]
+                if bounded:
+                    argv.append("--bounded")
+            else:
+                argv += ["--state-dir", str(self.work_dir / "quix-state" / tag / str(index))]
+            with open(logs / f"{tag}-{index}.log", "ab") as err:
+                procs.append(
+                    subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+                )
+        ends = dataset.end_offsets(self.endpoints, topics.input) if bounded else {}
+        uses_group = self.module != "bench.raw_worker"
+        return ProcessGroupRunning(self.key, self.endpoints, group, topics.input, procs, ends, bounded, uses_group)
+
+
+class ProcessGroupRunning:
+    def __init__(
+        self,
+        key: str,
+        endpoints: Endpoints,
+        group: str,
+        input_topic: str,
+        procs: list[subprocess.Popen[str]],
+        ends: dict[int, int],
+        bounded: bool,
+        uses_group: bool,
+    ) -> None:
+        self.key = key
+        self._endpoints = endpoints
+        self._group = group
+        self._input = input_topic
+        self._procs = procs
+        self._ends = ends
+        self._bounded = bounded
+        self._counts = [0] * len(procs)
+        self._finished = [False] * len(procs)
+        self._ready = [False] * len(procs)
+        self._uses_group = uses_group
+        self._last_offsets_check = 0.0
+        self._complete = False
+        self.reaped: dict[int, Reaped] = {}
+        self._admin: Any = None
+        self._readers = [
+            threading.Thread(target=self._read, args=(i, p), daemon=True, name=f"{key}-{i}-stdout")
+            for i, p in enumerate(procs)
+        ]
+        for r in self._readers:
+            r.start()
+
+    def _read(self, index: int, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            if line.startswith("@progress "):
+                self._counts[index] = int(line.split()[1])
+            elif line.startswith("@ready"):
+                self._ready[index] = True
+            elif line.startswith("@done"):
+                self._finished[index] = True
+
+    def ready(self) -> bool:
+        """Every worker started; a consumer group (Quix Streams) stable with all partitions assigned."""
+        self._reap_exited()
+        if not all(self._ready):
+            return False
+        if not self._uses_group:
+            return True
+        if self._admin is None:
+            self._admin = dataset.quiet_admin(self._endpoints)
+        try:
+            return dataset.group_fully_assigned(self._admin, self._group, len(self._procs), dataset.PARTITIONS)
+        except KafkaException:
+            return False
+
+    def progress(self) -> int:
+        return sum(self._counts)
+
+    def _reap_exited(self) -> None:
+        for proc in self._procs:
+            if proc.pid not in self.reaped:
+                result = reap(proc)
+                if result is not None:
+                    self.reaped[proc.pid] = result
+                    if result.exit_code != 0:
+                        raise BenchError(
+                            f"{self.key} worker pid {proc.pid} exited with {result.exit_code}; see its log"
+                        )
+
+    def done(self) -> bool:
+        """Bounded runs: every input offset committed by the group (in the transactions that also
+        hold the output), so every result is visible to read_committed consumers."""
+        self._reap_exited()
+        if self._complete or not self._bounded:
+            return self._complete
+        if len(self.reaped) == len(self._procs):
+            self._complete = True  # the raw workers exit after their last commit
+            return True
+        now = time.monotonic()
+        if now - self._last_offsets_check < 0.2:
+            return False
+        self._last_offsets_check = now
+        with contextlib.suppress(KafkaException):  # the group may not exist yet
+            if self._admin is None:
+                self._admin = dataset.quiet_admin(self._endpoints)
+            committed = dataset.committed_offsets(self._admin, self._group, self._input)
+            self._complete = all(committed.get(p, -1) >= end for p, end in self._ends.items())
+        return self._complete
+
+    def pids(self) -> dict[str, int]:
+        return {f"{self.key}-{i}": p.pid for i, p in enumerate(self._procs) if p.pid not in self.reaped}
+
+    def stop(self, sampler: ProcessSampler) -> None:
+        """SIGTERM what still runs (Quix commits and leaves its group), then reap every worker with
+        its exact CPU time and peak RSS."""
+        for proc in self._procs:
+            if proc.pid not in self.reaped:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+        for index, proc in enumerate(self._procs):
+            result = self.reaped.get(proc.pid) or reap(proc, timeout_s=60)
+            if result is None:
+                log(f"{self.key} worker {proc.pid} ignored SIGTERM for 60 s: killing it")
+                proc.kill()
+                result = reap(proc, timeout_s=10)
+            if result is not None:
+                self.reaped[proc.pid] = result
+                sampler.final(f"{self.key}-{index}", proc.pid, result.cpu_s, result.peak_rss_bytes)
+        for r in self._readers:
+            r.join(5)
+
+
+def quix_contender(endpoints: Endpoints, work_dir: Path, run_id: str) -> ProcessGroupContender:
+    return ProcessGroupContender(
+        key="quix",
+        label="Quix Streams 3.28.1",
+        module="bench.quix_app",
+        sinks="Kafka (transactions)",
+        guarantee="exactly-once (commit every 1 s)",
+        endpoints=endpoints,
+        work_dir=work_dir,
+        run_id=run_id,
+    )
+
+
+def raw_contender(endpoints: Endpoints, work_dir: Path, run_id: str) -> ProcessGroupContender:
+    return ProcessGroupContender(
+        key="raw",
+        label="raw Python limit",
+        module="bench.raw_worker",
+        sinks="Kafka (transactions)",
+        guarantee="exactly-once output, state not recoverable",
+        endpoints=endpoints,
+        work_dir=work_dir,
+        run_id=run_id,
+    )
+
+
+def quix_available() -> str | None:
+    """None when quixstreams 3.28.1 imports here, else the reason it does not."""
+    probe = subprocess.run(
+        [sys.executable, "-c", "import quixstreams; print(quixstreams.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    if probe.returncode != 0:
+        lines = probe.stderr.strip().splitlines()
+        return lines[-1] if lines else f"exit code {probe.returncode}"
+    version = probe.stdout.strip()
+    return None if version == "3.28.1" else f"quixstreams {version} is installed, the benchmark pins 3.28.1"
+
+
+def describe(contender: Any) -> dict[str, str]:
+    return {"key": contender.key, "label": contender.label, "sinks": contender.sinks, "guarantee": contender.guarantee}

@@ -1,0 +1,459 @@
+"""What the benchmarks share: a private Weir cluster, process sampling, job polling, metric scrapes.
+
+The benchmarks take the ``WEIR_*`` environment as it is. The cluster they start is their own: its
+directory (state, logs, pids) lives under ``$WEIR_RUN_DIR/bench-<run id>``, and its ports are the
+configured ones, so a benchmark refuses to start where another cluster already listens (set
+``WEIR_JOBMANAGER_ADDRESS``, ``WEIR_JOBMANAGER_METRICS_PORT`` and
+``WEIR_TASKMANAGER_METRICS_BASE_PORT`` to free ports to run beside it).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from weir.client import JobManagerClient, JobStatus
+from weir.cluster import TASKMANAGERS, local_status, start_cluster, stop_cluster
+from weir.config import Endpoints, checkpoint_dir, run_dir
+from weir.errors import ClusterError, WeirError
+
+REPO_ROOT: Final = Path(__file__).resolve().parent.parent
+RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
+JOBS_DIR: Final = REPO_ROOT / "bench" / "jobs"
+WEIR_CLI: Final = str(Path(sys.executable).with_name("weir"))
+PRIVATE_PORTS_HINT: Final = (
+    "WEIR_JOBMANAGER_ADDRESS=127.0.0.1:36123 WEIR_JOBMANAGER_METRICS_PORT=39249 "
+    "WEIR_TASKMANAGER_METRICS_BASE_PORT=39250"
+)
+POLL_S: Final = 0.1
+
+
+class BenchError(Exception):
+    """A benchmark cannot go on (setup failed, a contender failed); the message says why."""
+
+
+def new_run_id() -> str:
+    """Sortable and unique: names every topic, table, consumer group and directory of one run."""
+    return f"{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+
+
+def log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# The environment -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BenchEnvironment:
+    run_id: str
+    run_root: Path  # the private WEIR_RUN_DIR of this run's cluster
+    endpoints: Endpoints
+    checkpoint_uri: str
+
+    @property
+    def cluster_dir(self) -> Path:
+        return self.run_root / "cluster"
+
+
+def prepare_environment(run_id: str, *, checkpoints_in_s3: bool) -> BenchEnvironment:
+    """Point ``WEIR_RUN_DIR`` (inherited by the cluster's processes) at a private directory and, when
+    asked and none is configured, checkpoints at a private prefix of the S3 bucket."""
+    endpoints = Endpoints.from_env()
+    root = run_dir() / f"bench-{run_id}"
+    root.mkdir(parents=True, exist_ok=True)
+    os.environ["WEIR_RUN_DIR"] = str(root)
+    if checkpoints_in_s3 and not os.environ.get("WEIR_CHECKPOINT_DIR"):
+        os.environ["WEIR_CHECKPOINT_DIR"] = f"s3://{endpoints.s3_bucket}/bench-{run_id}"
+    return BenchEnvironment(run_id=run_id, run_root=root, endpoints=endpoints, checkpoint_uri=checkpoint_dir())
+
+
+def services_down(endpoints: Endpoints) -> list[str]:
+    """The services the benchmarks need (Kafka, PostgreSQL, S3) that do not answer now."""
+    import psycopg
+    from confluent_kafka.admin import AdminClient
+
+    from connectors import s3
+
+    down = []
+    try:
+        AdminClient({"bootstrap.servers": endpoints.kafka_bootstrap, "log_level": 3}).list_topics(timeout=5)
+    except Exception:
+        down.append("kafka")
+    try:
+        psycopg.connect(endpoints.postgres_dsn, connect_timeout=5).close()
+    except Exception:
+        down.append("postgres")
+    try:
+        s3.client(endpoints).head_bucket(Bucket=endpoints.s3_bucket)
+    except Exception:
+        down.append("s3")
+    return down
+
+
+def ensure_services(endpoints: Endpoints) -> None:
+    """Start (``deploy/local/infra.sh up``) the needed services that do not answer; leave running ones be
+    (they answer whichever run directory their pid files are in)."""
+    down = services_down(endpoints)
+    if not down:
+        return
+    log(f"starting {', '.join(down)} (deploy/local/infra.sh up)")
+    started = subprocess.run([str(REPO_ROOT / "deploy" / "local" / "infra.sh"), "up", *down], check=False)
+    if started.returncode != 0:
+        raise BenchError(f"could not start {', '.join(down)}: see the line above")
+
+
+def remove_checkpoints(env: BenchEnvironment) -> None:
+    """Delete the run's checkpoint objects (only a prefix this run named after itself)."""
+    if env.run_id not in env.checkpoint_uri:
+        return  # configured by the user: not ours to delete
+    from connectors.checkpoint_storage import open_storage
+
+    storage = open_storage(env.checkpoint_uri, env.endpoints)
+    storage.delete(key for key, _size in storage.list(""))
+
+
+@contextlib.contextmanager
+def private_cluster(env: BenchEnvironment) -> Iterator[BenchCluster]:
+    """A JobManager and three TaskManagers for this run, stopped after (their files stay: see
+    :func:`remove_run_root`)."""
+    if _cluster_answers(env.endpoints):
+        raise BenchError(
+            f"a JobManager already answers at {env.endpoints.jobmanager_address}: the benchmark starts its "
+            f"own cluster; stop that one or run on free ports: {PRIVATE_PORTS_HINT} make ..."
+        )
+    log(f"starting a private cluster in {env.cluster_dir} (JobManager {env.endpoints.jobmanager_address})")
+    try:
+        start_cluster(env.cluster_dir, env.endpoints, timeout_s=120)
+    except ClusterError as exc:
+        raise BenchError(f"the benchmark cluster did not start: {exc} (free ports: {PRIVATE_PORTS_HINT})") from exc
+    client = JobManagerClient(env.endpoints.jobmanager_address)
+    try:
+        yield BenchCluster(env, client)
+    finally:
+        client.close()
+        stop_cluster(env.cluster_dir)
+
+
+def remove_run_root(env: BenchEnvironment, *, keep: bool) -> None:
+    """Delete the run's private directory (TaskManager state, logs), or say where it stays."""
+    if keep:
+        log(f"logs of the run kept in {env.run_root}")
+    else:
+        shutil.rmtree(env.run_root, ignore_errors=True)
+
+
+def _cluster_answers(endpoints: Endpoints) -> bool:
+    try:
+        with JobManagerClient(endpoints.jobmanager_address, timeout_s=1.5) as client:
+            client.cluster_status()
+    except WeirError:
+        return False
+    return True
+
+
+@dataclass
+class BenchCluster:
+    env: BenchEnvironment
+    client: JobManagerClient
+
+    def process_pids(self) -> dict[str, int]:
+        """The live JobManager and TaskManager processes: name -> pid."""
+        status = local_status(self.env.cluster_dir)
+        if status is None:
+            return {}
+        return {p.name: p.pid for p in status.processes if p.pid is not None and p.alive}
+
+    def wait_all_taskmanagers(self, timeout_s: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            with contextlib.suppress(WeirError):
+                if len(self.client.cluster_status().alive_taskmanagers) >= TASKMANAGERS:
+                    return
+            time.sleep(POLL_S)
+        raise BenchError(f"fewer than {TASKMANAGERS} TaskManagers alive after {timeout_s:.0f} s")
+
+    def submit(self, job_file: Path, parameters: dict[str, str], parallelism: int = 3) -> str:
+        return self.client.submit_job(job_file, parameters, parallelism)
+
+    def status(self, job_id: str) -> JobStatus | None:
+        """The job's status, None while the JobManager does not answer (e.g. restarting)."""
+        try:
+            return self.client.job_status(job_id)
+        except WeirError:
+            return None
+
+    def wait_job(
+        self,
+        job_id: str,
+        done: Callable[[JobStatus], bool],
+        timeout_s: float,
+        what: str,
+        on_poll: Callable[[JobStatus], None] | None = None,
+    ) -> JobStatus:
+        """Poll until ``done(status)``; a FAILED or CANCELED job (not asked for) is a BenchError."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = self.status(job_id)
+            if status is not None:
+                if on_poll is not None:
+                    on_poll(status)
+                if done(status):
+                    return status
+                if status.summary.status in ("FAILED", "CANCELED"):
+                    raise BenchError(f"job {job_id} ended {status.summary.status} waiting for {what}: {status.failure}")
+            if time.monotonic() > deadline:
+                state = status.summary.status if status is not None else "no answer"
+                raise BenchError(f"job {job_id}: no {what} within {timeout_s:.0f} s (last status {state})")
+            time.sleep(POLL_S)
+
+    def cancel(self, job_id: str, timeout_s: float = 30.0) -> None:
+        with contextlib.suppress(WeirError):
+            self.client.cancel_job(job_id)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            status = self.status(job_id)
+            if status is not None and status.summary.is_terminal:
+                return
+            time.sleep(POLL_S)
+        log(f"job {job_id} not terminal {timeout_s:.0f} s after cancel")
+
+    def checkpoints_json(self, job_id: str) -> list[dict[str, Any]]:
+        """``weir checkpoints JOB --json``, as a user reads them."""
+        out = subprocess.run(
+            [WEIR_CLI, "checkpoints", job_id, "--json"], capture_output=True, text=True, timeout=60, check=False
+        )
+        if out.returncode != 0:
+            raise BenchError(f"weir checkpoints {job_id} --json failed: {out.stderr.strip()}")
+        return list(json.loads(out.stdout)["checkpoints"])
+
+    def source_records_out(self, job_id: str, source_uid: str) -> int:
+        """Records the job's source subtasks have emitted, summed over the TaskManagers' metrics
+        (updated twice a second, finer than the JobManager's heartbeat-borne counts)."""
+        total = 0
+        base = self.env.endpoints.taskmanager_metrics_base_port
+        for n in range(1, TASKMANAGERS + 1):
+            total += int(
+                scrape_counter(f"http://127.0.0.1:{base + n}/metrics", "weir_records_out_total", job_id, source_uid)
+            )
+        return total
+
+
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def scrape_counter(url: str, metric: str, job: str, operator_uid: str) -> float:
+    """Sum of one Prometheus counter's samples labelled with the job (``job_id``, or ``job``) and the
+    operator uid; 0 when the endpoint does not answer."""
+    try:
+        with urllib.request.urlopen(url, timeout=1.0) as response:
+            text = response.read().decode()
+    except OSError:
+        return 0.0
+    total = 0.0
+    prefix = metric + "{"
+    for line in text.splitlines():
+        if not line.startswith(prefix):
+            continue
+        labels_text, _, value = line[len(prefix) :].rpartition("} ")
+        labels = dict(_LABEL.findall(labels_text))
+        if labels.get("job_id", labels.get("job")) == job and labels.get("operator_uid") == operator_uid:
+            total += float(value)
+    return total
+
+
+# Process sampling -----------------------------------------------------------------------------------
+
+
+@dataclass
+class ProcessUsage:
+    name: str
+    pid: int
+    cpu_start_s: float
+    cpu_last_s: float
+    peak_rss_bytes: int
+    rss_series: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def cpu_s(self) -> float:
+        return self.cpu_last_s - self.cpu_start_s
+
+
+class ProcessSampler:
+    """Samples CPU time and RSS of named processes every ``interval_s`` on a thread.
+
+    CPU is counted from the first sample of each process (processes already running, like a
+    cluster's, contribute only what they spend while sampled); a process that exits keeps its last
+    sample, or the exact figures :meth:`final` is given (from ``os.wait4``).
+    """
+
+    def __init__(self, interval_s: float = 0.25, keep_series: bool = False) -> None:
+        self._interval_s = interval_s
+        self._keep_series = keep_series
+        self._procs: dict[int, tuple[str, Any]] = {}  # pid -> (name, psutil.Process)
+        self.usage: dict[int, ProcessUsage] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="process-sampler", daemon=True)
+        self._started_at = time.monotonic()
+
+    def add(self, name: str, pid: int) -> None:
+        import psutil  # a bench extra: imported where used, so the pure helpers here import without it
+
+        with self._lock:
+            try:
+                self._procs[pid] = (name, psutil.Process(pid))
+            except psutil.NoSuchProcess:
+                return
+        self._sample_one(pid)
+
+    def track(self, pids: dict[str, int]) -> None:
+        for name, pid in pids.items():
+            if pid not in self._procs:
+                self.add(name, pid)
+
+    def start(self) -> ProcessSampler:
+        self._started_at = time.monotonic()
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        for pid in list(self._procs):
+            self._sample_one(pid)
+        self._stop.set()
+        self._thread.join(5)
+
+    def final(self, name: str, pid: int, cpu_s: float, peak_rss_bytes: int) -> None:
+        """Exact totals of an exited child (CPU over its life, peak RSS), from its rusage."""
+        with self._lock:
+            usage = self.usage.get(pid)
+            if usage is None:
+                usage = self.usage[pid] = ProcessUsage(name, pid, 0.0, 0.0, 0)
+            usage.cpu_start_s = 0.0
+            usage.cpu_last_s = cpu_s
+            usage.peak_rss_bytes = max(usage.peak_rss_bytes, peak_rss_bytes)
+            self._procs.pop(pid, None)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            for pid in list(self._procs):
+                self._sample_one(pid)
+
+    def _sample_one(self, pid: int) -> None:
+        import psutil
+
+        with self._lock:
+            entry = self._procs.get(pid)
+            if entry is None:
+                return
+            name, proc = entry
+            try:
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    cpu = times.user + times.system
+                    rss = proc.memory_info().rss
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                self._procs.pop(pid, None)
+                return
+            usage = self.usage.get(pid)
+            if usage is None:
+                usage = self.usage[pid] = ProcessUsage(name, pid, cpu, cpu, rss)
+            usage.cpu_last_s = max(usage.cpu_last_s, cpu)
+            usage.peak_rss_bytes = max(usage.peak_rss_bytes, rss)
+            if self._keep_series:
+                usage.rss_series.append((time.monotonic() - self._started_at, rss))
+
+    def total_cpu_s(self) -> float:
+        with self._lock:
+            return sum(u.cpu_s for u in self.usage.values())
+
+    def peak_rss_by_process(self) -> dict[str, int]:
+        """Peak RSS per process name (a restarted process keeps the larger of its lives)."""
+        out: dict[str, int] = {}
+        with self._lock:
+            for u in self.usage.values():
+                out[u.name] = max(out.get(u.name, 0), u.peak_rss_bytes)
+        return out
+
+
+@dataclass(frozen=True)
+class Reaped:
+    exit_code: int
+    cpu_s: float  # user + system, the whole life of the process
+    peak_rss_bytes: int
+
+
+def reap(proc: subprocess.Popen[Any], timeout_s: float = 0.0) -> Reaped | None:
+    """Reap a child with ``os.wait4`` for its exact CPU time and peak RSS; None while it still runs
+    after ``timeout_s``. (Never ``proc.poll()`` a child before: that would reap it without rusage.)"""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pid, status, rusage = os.wait4(proc.pid, os.WNOHANG)
+        if pid == proc.pid:
+            proc.returncode = os.waitstatus_to_exitcode(status)
+            return Reaped(proc.returncode, rusage.ru_utime + rusage.ru_stime, rusage.ru_maxrss * 1024)
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+# Small statistics ----------------------------------------------------------------------------------
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The q-th percentile (0..100), linear interpolation; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    if len(ordered) == 1:
+        return ordered[0]
+    rank = (len(ordered) - 1) * q / 100.0
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+@dataclass(frozen=True)
+class Progress:
+    """(monotonic time, events consumed) samples of one run."""
+
+    samples: tuple[tuple[float, float], ...]
+
+    def time_at(self, count: float) -> float | None:
+        """When the count first reached ``count``, interpolated between samples."""
+        previous: tuple[float, float] | None = None
+        for t, c in self.samples:
+            if c >= count:
+                if previous is None or c == previous[1]:
+                    return t
+                t0, c0 = previous
+                return t0 + (t - t0) * (count - c0) / (c - c0)
+            previous = (t, c)
+        return None
+
+    def sustained_rate(self, total: int, low: float = 0.1, high: float = 0.9) -> float | None:
+        """Events per second between ``low`` and ``high`` of ``total`` consumed (start-up and the
+        tail excluded)."""
+        t_low, t_high = self.time_at(total * low), self.time_at(total * high)
+        if t_low is None or t_high is None or t_high <= t_low:
+            return None
+        return total * (high - low) / (t_high - t_low)

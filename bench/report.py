@@ -1,0 +1,276 @@
+"""The benchmark's results as files: ``results.json`` (everything measured), ``results.md`` (tables,
+ratios, targets as pass/miss) and ``chart.png`` (throughput and latency per contender)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+# The fair pairs: Quix Streams and the raw limit write to Kafka only, so Weir's Kafka-only variant is
+# the one compared with them; the variant with PostgreSQL is shown beside it.
+WEIR_VS_OTHERS = "weir-kafka"
+
+
+def write(document: dict[str, Any], directory: Path) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    document["ratios"] = ratios(document)
+    document["targets"] = targets(document)
+    _atomic_write(directory / "results.json", json.dumps(document, indent=2, default=str) + "\n")
+    _atomic_write(directory / "results.md", markdown(document))
+    chart(document, directory / "chart.png")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+def _rate(document: dict[str, Any], key: str) -> float | None:
+    return document.get("throughput", {}).get(key, {}).get("median_eps")
+
+
+def ratios(document: dict[str, Any]) -> dict[str, float | None]:
+    weir, weir_pg = _rate(document, WEIR_VS_OTHERS), _rate(document, "weir")
+    quix, raw = _rate(document, "quix"), _rate(document, "raw")
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b else None
+
+    return {
+        "weir_kafka_vs_quix": ratio(weir, quix),
+        "weir_kafka_vs_raw": ratio(weir, raw),
+        "weir_kafka_postgres_vs_quix": ratio(weir_pg, quix),
+        "weir_kafka_postgres_vs_raw": ratio(weir_pg, raw),
+    }
+
+
+def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
+    r = document.get("ratios") or ratios(document)
+    checkpoint = document.get("checkpoint") or {}
+    recovery = document.get("recovery") or {}
+    memory = document.get("memory") or {}
+    incremental = (checkpoint.get("incremental") or {}).get("duration_s")
+    out = [
+        _target(
+            "Weir >= 1.5x Quix Streams (Kafka only, exactly-once)",
+            r.get("weir_kafka_vs_quix"),
+            ">= 1.5x",
+            lambda v: v >= 1.5,
+            "{:.2f}x",
+        ),
+        _target(
+            "Weir >= 50% of the raw Python limit", r.get("weir_kafka_vs_raw"), ">= 50%", lambda v: v >= 0.5, "{:.0%}"
+        ),
+        _target(
+            f"incremental checkpoint of {checkpoint.get('keys') or document['plan']['state_keys']:,} keys < 2 s",
+            incremental,
+            "< 2 s",
+            lambda v: v < 2.0,
+            "{:.2f} s",
+        ),
+        _target("recovery after SIGKILL < 5 s", recovery.get("recovery_s"), "< 5 s", lambda v: v < 5.0, "{:.2f} s"),
+        {
+            "target": "memory flat under a slow sink",
+            "goal": "growth <= max(32 MiB, 10%)",
+            "value": (f"{memory['max_growth_bytes'] / 2**20:+.1f} MiB" if "max_growth_bytes" in memory else None),
+            "result": ("pass" if memory.get("flat") else "miss") if "max_growth_bytes" in memory else "not measured",
+        },
+    ]
+    if checkpoint.get("keys") and checkpoint["keys"] < 1_000_000:
+        out[2]["note"] = "fewer keys than the 1M of the target (quick run)"
+    return out
+
+
+def _target(name: str, value: float | None, goal: str, ok: Any, fmt: str) -> dict[str, Any]:
+    if value is None:
+        return {"target": name, "goal": goal, "value": None, "result": "not measured"}
+    return {"target": name, "goal": goal, "value": fmt.format(value), "result": "pass" if ok(value) else "miss"}
+
+
+def _fmt(value: float | None, fmt: str = "{:,.0f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def markdown(document: dict[str, Any]) -> str:
+    plan = document["plan"]
+    lines = [
+        f"# Benchmark results ({'quick' if document['quick'] else 'full'} run {document['run_id']})",
+        "",
+        f"Measured {document['measured_at']} on {document['host']['cpus']} CPUs, Python "
+        f"{document['host']['python']}; load average at start {_load(document.get('load_average_at_start'))}, "
+        f"at end {_load(document.get('load_average_at_end'))}. Data set: {plan['events']:,} events over 1,000 keys "
+        f"in 8 partitions; throughput: median of {plan['runs']} run(s). Definitions: docs/benchmarks.md.",
+        "",
+    ]
+    for key, reason in document.get("unavailable", {}).items():
+        lines += [f"**{key} could not run here:** {reason}", ""]
+    throughput = document.get("throughput", {})
+    latency = document.get("latency", {})
+    if throughput or latency:
+        lines += [
+            "| contender | sinks | events/s sustained | events/s end to end | CPU s / M events | peak RSS / process "
+            "| p50 latency | p99 latency | output check |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+        ]
+        for key, info in document.get("contenders", {}).items():
+            tp = throughput.get(key, {})
+            lat = latency.get(key, {})
+            runs = [r for r in tp.get("runs", []) if "error" not in r]
+            errors = [r["error"] for r in tp.get("runs", []) if "error" in r] + (
+                [lat["error"]] if "error" in lat else []
+            )
+            check = "-"
+            if runs:
+                complete = all(r["output"]["complete"] for r in runs)
+                dupes = sum(r["output"]["duplicates"] for r in runs)
+                check = ("complete" if complete else "INCOMPLETE") + (f", {dupes} duplicates" if dupes else "")
+            if errors:
+                check += f" (errors: {'; '.join(e[:80] for e in errors)})"
+            peak = tp.get("peak_rss_max_bytes")
+            lines.append(
+                f"| {info['label']} | {info['sinks']} | {_fmt(tp.get('median_eps'))} "
+                f"| {_fmt(tp.get('median_wall_eps'))} "
+                f"| {_fmt(tp.get('median_cpu_s_per_million'), '{:.1f}')} "
+                f"| {_fmt(peak / 2**20 if peak else None, '{:.0f} MiB')} "
+                f"| {_fmt(lat.get('p50_ms'), '{:,.0f} ms')} | {_fmt(lat.get('p99_ms'), '{:,.0f} ms')} | {check} |"
+            )
+        lines += [""]
+        labels = {k: info["label"] for k, info in document.get("contenders", {}).items()}
+        rates = [
+            f"{labels.get(k, k)} {_fmt(v['rate_eps'])} events/s (achieved {_fmt(v.get('achieved_rate_eps'))}"
+            + (", default rate: throughput not measured" if v.get("rate_is_default") else "")
+            + (
+                f", **fell behind: {v['consumed_by_contender']:,} of {v['produced']:,} consumed at the end**"
+                if v.get("consumed_by_contender", 0) < 0.99 * v.get("produced", 0)
+                else ""
+            )
+            + ")"
+            for k, v in latency.items()
+            if "rate_eps" in v
+        ]
+        if rates:
+            lines += ["Latency runs fed each contender at half its sustained rate: " + "; ".join(rates) + ".", ""]
+    r = document.get("ratios", {})
+    lines += [
+        "## Ratios",
+        "",
+        "| ratio | value |",
+        "| --- | ---: |",
+        f"| Weir (Kafka only) / Quix Streams | {_fmt(r.get('weir_kafka_vs_quix'), '{:.2f}x')} |",
+        f"| Weir (Kafka only) / raw Python limit | {_fmt(r.get('weir_kafka_vs_raw'), '{:.0%}')} |",
+        f"| Weir (Kafka + PostgreSQL) / Quix Streams | {_fmt(r.get('weir_kafka_postgres_vs_quix'), '{:.2f}x')} |",
+        f"| Weir (Kafka + PostgreSQL) / raw Python limit | {_fmt(r.get('weir_kafka_postgres_vs_raw'), '{:.0%}')} |",
+        "",
+        "Quix Streams' PostgreSQL sink is at-least-once, so the pairs with Quix Streams and the raw limit use "
+        "Weir's Kafka-only job (bench/jobs/keyed_kafka_only.py).",
+        "",
+    ]
+    checkpoint = document.get("checkpoint") or {}
+    if "first" in checkpoint:
+        first, inc = checkpoint["first"], checkpoint["incremental"]
+        lines += [
+            "## Checkpoints with many keys",
+            "",
+            f"{checkpoint['keys']:,} keys of keyed state (bench/jobs/keyed_state.py), loaded in "
+            f"{checkpoint['load_s']:.1f} s; checkpoint interval {checkpoint['interval_s']} s"
+            + (
+                ""
+                if checkpoint["loaded_before_first_trigger"]
+                else " (**loading had not finished at the first trigger**)"
+            )
+            + ".",
+            "",
+            "| checkpoint | id | duration | size |",
+            "| --- | ---: | ---: | ---: |",
+            f"| first (all keys) | {first['checkpoint_id']} | {first['duration_s']:.2f} s "
+            f"| {first['size_bytes'] / 1e6:.1f} MB |",
+            f"| incremental ({checkpoint['changed_keys']:,} keys changed) | {inc['checkpoint_id']} "
+            f"| {inc['duration_s']:.2f} s | {inc['size_bytes'] / 1e6:.1f} MB |",
+            "",
+        ]
+    elif "error" in checkpoint:
+        lines += ["## Checkpoints with many keys", "", f"failed: {checkpoint['error']}", ""]
+    recovery = document.get("recovery") or {}
+    if "killed" in recovery:
+        lines += [
+            "## Recovery",
+            "",
+            f"SIGKILL of {recovery['killed']} under load: first restore scheduled "
+            f"{recovery['restore_scheduled_s']:.2f} s after the kill; {recovery['restarts_after_kill']} restart(s), "
+            f"the last scheduled {recovery['last_restore_after_kill_s']:.2f} s after the kill; first output "
+            f"committed after the restore {_fmt(recovery.get('recovery_s'), '{:.2f} s')} after the kill.",
+            "",
+        ]
+    elif "error" in recovery:
+        lines += ["## Recovery", "", f"failed: {recovery['error']}", ""]
+    memory = document.get("memory") or {}
+    if "taskmanagers" in memory:
+        lines += [
+            "## Memory under a slow sink",
+            "",
+            f"{memory['duration_s']:.0f} s with a sink taking {memory['sink_delay_ms']} ms per window result; the "
+            f"source was held to {memory['source_eps']:,.0f} events/s over the second half"
+            + (" (**the input ran out: not enough backpressure**)" if memory["input_exhausted"] else "")
+            + (" (**the source's progress could not be read**)" if not memory["source_events"] else "")
+            + ".",
+            "",
+            "| TaskManager | RSS warm | RSS last quarter | peak | growth |",
+            "| --- | ---: | ---: | ---: | ---: |",
+        ]
+        for name, tm in sorted(memory["taskmanagers"].items()):
+            lines.append(
+                f"| {name} | {tm['warm_rss_bytes'] / 2**20:.0f} MiB | {tm['last_rss_bytes'] / 2**20:.0f} MiB "
+                f"| {tm['peak_rss_bytes'] / 2**20:.0f} MiB | {tm['growth_bytes'] / 2**20:+.1f} MiB |"
+            )
+        lines += [""]
+    elif "error" in memory:
+        lines += ["## Memory under a slow sink", "", f"failed: {memory['error']}", ""]
+    lines += ["## Targets", "", "| target | goal | measured | result |", "| --- | --- | ---: | --- |"]
+    for t in document.get("targets", []):
+        note = f" ({t['note']})" if t.get("note") else ""
+        lines.append(f"| {t['target']} | {t['goal']} | {t['value'] or '-'} | {t['result']}{note} |")
+    lines += [""]
+    return "\n".join(lines)
+
+
+def _load(value: Any) -> str:
+    return "-" if not value else " / ".join(f"{v:.2f}" for v in value)
+
+
+def chart(document: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from matplotlib.ticker import StrMethodFormatter
+
+    contenders = document.get("contenders", {})
+    keys = list(contenders)
+    labels = [contenders[k]["label"].replace(" (", "\n(") for k in keys]
+    throughput = [document.get("throughput", {}).get(k, {}).get("median_eps") or 0 for k in keys]
+    p50 = [document.get("latency", {}).get(k, {}).get("p50_ms") or 0 for k in keys]
+    p99 = [document.get("latency", {}).get(k, {}).get("p99_ms") or 0 for k in keys]
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    colors = ["#1f6fb2" if k.startswith("weir") else "#999999" for k in keys]
+    left.bar(range(len(keys)), throughput, color=colors)
+    left.set_xticks(range(len(keys)), labels, fontsize=8)
+    left.set_ylabel("events/s (sustained, median)")
+    left.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    left.set_title("Throughput, exactly-once")
+    for i, v in enumerate(throughput):
+        left.annotate(f"{v:,.0f}", (i, v), ha="center", va="bottom", fontsize=8)
+    width = 0.38
+    right.bar([i - width / 2 for i in range(len(keys))], p50, width, label="p50", color="#4c9f70")
+    right.bar([i + width / 2 for i in range(len(keys))], p99, width, label="p99", color="#d08c2b")
+    right.set_xticks(range(len(keys)), labels, fontsize=8)
+    right.set_ylabel("ms, append -> visible (read_committed)")
+    right.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    right.set_title("Latency at half the sustained rate")
+    right.legend()
+    kind = "quick run" if document["quick"] else "full run"
+    fig.suptitle(f"Weir keyed aggregation benchmark ({kind} {document['run_id']})", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

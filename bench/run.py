@@ -1,0 +1,709 @@
+"""The benchmark of the keyed aggregation: Weir against Quix Streams and the raw Python limit.
+
+``make bench`` (full) and ``make bench-quick`` run ``.venv/bin/python -m bench.run [--quick]``.
+docs/benchmarks.md says what each figure means and how it is measured; in short:
+
+1. the data set: N JSON events over 1,000 keys in an 8-partition topic, event time advancing 1 ms per
+   event in each partition, produced once per run: every contender reads the same bytes;
+2. throughput: each contender at exactly-once reads the topic to its end (bounded); sustained
+   events/s between 10 % and 90 % of the input consumed, CPU seconds per million events over the
+   contender's processes, peak RSS per process; the committed output is checked against the input;
+3. latency: each contender unbounded on a fresh topic fed at half its sustained rate; p50/p99 of
+   (visible to a read_committed consumer) - (broker append time of the window's last event);
+4. checkpoints of a Weir job holding 1M keys (first, then incremental after 1 % of keys changed);
+5. memory of the TaskManagers while a slow sink backpressures the job;
+6. recovery: SIGKILL a TaskManager, time until the first output committed after the restore.
+
+Results: ``bench/results/results.json``, ``results.md`` and ``chart.png``. Targets are reported as
+pass/miss, never asserted. Topics, tables, consumer groups and checkpoint objects carry the run id
+and are deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from bench import dataset, report
+from bench.contenders import (
+    WORKERS,
+    Contender,
+    Topics,
+    WeirContender,
+    WeirRunning,
+    count_rows,
+    describe,
+    quix_available,
+    quix_contender,
+    raw_contender,
+)
+from bench.harness import (
+    JOBS_DIR,
+    RESULTS_DIR,
+    BenchCluster,
+    BenchError,
+    ProcessSampler,
+    Progress,
+    ensure_services,
+    log,
+    median,
+    new_run_id,
+    percentile,
+    prepare_environment,
+    private_cluster,
+    remove_checkpoints,
+    remove_run_root,
+    scrape_counter,
+)
+from weir.cluster import kill_process
+from weir.config import Endpoints
+
+PHASES: Final = ("throughput", "latency", "checkpoint", "memory", "recovery")
+CONTENDER_KEYS: Final = ("weir", "weir-kafka", "quix", "raw")
+
+
+@dataclass(frozen=True)
+class Plan:
+    events: int
+    runs: int
+    latency_s: float  # measured part of a latency run
+    latency_warmup_s: float
+    state_keys: int
+    memory_s: float
+    recovery_after_kill_s: float
+    timeout_s: float  # per throughput run
+
+
+FULL = Plan(
+    events=2_000_000,
+    runs=3,
+    latency_s=40,
+    latency_warmup_s=10,
+    state_keys=1_000_000,
+    memory_s=60,
+    recovery_after_kill_s=30,
+    timeout_s=1800,
+)
+QUICK = Plan(
+    events=200_000,
+    runs=1,
+    latency_s=10,
+    latency_warmup_s=4,
+    state_keys=200_000,
+    memory_s=20,
+    recovery_after_kill_s=20,
+    timeout_s=600,
+)
+DEFAULT_RATE_EPS: Final = 10_000.0  # when a phase needs a contender's rate and throughput was not measured
+LATENCY_DRAIN_S: Final = 4.0  # after the producer stops: one checkpoint interval and a commit, with margin
+SLOW_SINK_DELAY_MS: Final = 10
+
+
+class Runner:
+    def __init__(self, plan: Plan, quick: bool, cluster: BenchCluster, contenders: list[Contender]) -> None:
+        self.plan = plan
+        self.quick = quick
+        self.cluster = cluster
+        self.env = cluster.env
+        self.endpoints = cluster.env.endpoints
+        self.run_id = cluster.env.run_id
+        self.contenders = contenders
+        self.results: dict[str, Any] = {"throughput": {}, "latency": {}}
+        self.input_topic = self.topic("input")
+
+    def topic(self, name: str) -> str:
+        return f"bench-{self.run_id}-{name}"
+
+    def weir(self, key: str) -> WeirContender | None:
+        found = next((c for c in self.contenders if c.key == key), None)
+        return found if isinstance(found, WeirContender) else None
+
+    def median_rate(self, key: str) -> float | None:
+        return self.results["throughput"].get(key, {}).get("median_eps")
+
+    # The data set ----------------------------------------------------------------------------------------
+
+    def produce_input(self) -> None:
+        dataset.create_topics(self.endpoints, {self.input_topic: dataset.PARTITIONS})
+        started = time.monotonic()
+        written = dataset.produce_dataset(self.endpoints, self.input_topic, self.plan.events)
+        log(f"data set: {written:,} records into {self.input_topic} in {time.monotonic() - started:.1f} s")
+        self.results["dataset"] = {
+            "topic": self.input_topic,
+            "events": self.plan.events,
+            "sentinels": dataset.PARTITIONS,
+            "partitions": dataset.PARTITIONS,
+            "keys": dataset.KEYS,
+        }
+
+    # Throughput -----------------------------------------------------------------------------------------
+
+    def throughput(self) -> None:
+        total = self.plan.events + dataset.PARTITIONS
+        for run in range(1, self.plan.runs + 1):
+            for contender in self.contenders:
+                tag = f"tp{run}-{contender.key}"
+                output = self.topic(f"{tag}-out")
+                dataset.create_topics(self.endpoints, {output: dataset.PARTITIONS})
+                log(f"throughput run {run}/{self.plan.runs}: {contender.label}")
+                try:
+                    figures = self._throughput_run(contender, Topics(self.input_topic, output), total, tag)
+                except BenchError as exc:
+                    log(f"  failed: {exc}")
+                    figures = {"error": str(exc)}
+                entry = self.results["throughput"].setdefault(contender.key, {"runs": []})
+                entry["runs"].append(figures)
+                if "error" not in figures:
+                    log(
+                        f"  {figures['sustained_eps'] or 0:,.0f} events/s sustained, wall {figures['wall_s']:.1f} s, "
+                        f"{figures['cpu_s_per_million']:.1f} CPU s/M, output "
+                        f"{'complete' if figures['output']['complete'] else 'INCOMPLETE'}"
+                    )
+        for entry in self.results["throughput"].values():
+            ok = [r for r in entry["runs"] if "error" not in r]
+            entry["median_eps"] = median([r["sustained_eps"] for r in ok])
+            entry["median_wall_eps"] = median([r["wall_eps"] for r in ok])
+            entry["median_cpu_s_per_million"] = median([r["cpu_s_per_million"] for r in ok])
+            entry["peak_rss_max_bytes"] = max((max(r["peak_rss_bytes"].values(), default=0) for r in ok), default=None)
+
+    def _throughput_run(self, contender: Contender, topics: Topics, total: int, tag: str) -> dict[str, Any]:
+        sampler = ProcessSampler().start()
+        started = time.monotonic()
+        running = contender.start(topics, bounded=True, tag=tag)
+        samples: list[tuple[float, float]] = [(0.0, 0.0)]
+        try:
+            while True:
+                sampler.track(running.pids())
+                now = time.monotonic() - started
+                samples.append((now, max(samples[-1][1], running.progress())))
+                if running.done():
+                    break
+                if now > self.plan.timeout_s:
+                    raise BenchError(
+                        f"{contender.label} did not finish {total:,} events in {self.plan.timeout_s:.0f} s"
+                    )
+                time.sleep(0.1)
+            wall = time.monotonic() - started
+            observed = samples[-1][1] / total  # what the progress counter showed before the end
+            samples.append((wall, float(total)))  # done: every event was consumed by now at the latest
+        finally:
+            running.stop(sampler)
+            sampler.stop()
+        if observed < 0.9:
+            log(f"  progress seen up to {observed:.0%} only: no sustained rate (is the progress counter read?)")
+        cpu = sampler.total_cpu_s()
+        check = dataset.check_output(self.endpoints, topics.output, self.plan.events)
+        figures: dict[str, Any] = {
+            "sustained_eps": Progress(tuple(samples)).sustained_rate(total) if observed >= 0.9 else None,
+            "progress_observed": observed,
+            "wall_s": wall,
+            "wall_eps": total / wall,
+            "cpu_s": cpu,
+            "cpu_s_per_million": cpu / total * 1e6,
+            "peak_rss_bytes": sampler.peak_rss_by_process(),
+            "output": {**asdict(check), "complete": check.complete, "duplicates": check.duplicates},
+            "progress_samples": len(samples),
+        }
+        if isinstance(contender, WeirContender) and contender.tables:
+            figures["postgres_rows"] = count_rows(self.endpoints, contender.tables[-1])
+        if isinstance(running, WeirRunning):
+            figures["job_id"] = running.job_id
+        return figures
+
+    # Latency --------------------------------------------------------------------------------------------
+
+    def latency(self) -> None:
+        for contender in self.contenders:
+            sustained = self.median_rate(contender.key)
+            rate = (sustained or DEFAULT_RATE_EPS) / 2
+            log(f"latency: {contender.label} at {rate:,.0f} events/s (half of its sustained rate)")
+            try:
+                self.results["latency"][contender.key] = self._latency_run(contender, rate, sustained is None)
+            except BenchError as exc:
+                log(f"  failed: {exc}")
+                self.results["latency"][contender.key] = {"error": str(exc)}
+                continue
+            lat = self.results["latency"][contender.key]
+            log(f"  p50 {lat['p50_ms'] or 0:,.0f} ms, p99 {lat['p99_ms'] or 0:,.0f} ms over {lat['windows']:,} windows")
+
+    def _latency_run(self, contender: Contender, rate: float, default_rate: bool) -> dict[str, Any]:
+        tag = f"lat-{contender.key}"
+        topics = Topics(self.topic(f"{tag}-in"), self.topic(f"{tag}-out"))
+        dataset.create_topics(
+            self.endpoints, {topics.input: dataset.PARTITIONS}, config={"message.timestamp.type": "LogAppendTime"}
+        )
+        dataset.create_topics(self.endpoints, {topics.output: dataset.PARTITIONS})
+        running = contender.start(topics, bounded=False, tag=tag)
+        sampler = ProcessSampler()
+        try:
+            wait_until(running.ready, 120, f"{contender.label} ready (tasks running, partitions assigned)")
+            duration = self.plan.latency_warmup_s + self.plan.latency_s
+            with watch_output(self.endpoints.kafka_bootstrap, topics.output) as watcher:
+                produced = run_producer(self.endpoints.kafka_bootstrap, topics.input, rate, duration)
+                time.sleep(LATENCY_DRAIN_S)
+                consumed = running.progress()
+            seen = watcher.seen
+        finally:
+            running.stop(sampler)
+        appended = produced["appended"]
+        first_append = min((a[0][1] for a in appended if a), default=0)
+        values = dataset.latencies_ms(appended, seen, first_append + self.plan.latency_warmup_s * 1000)
+        return {
+            "rate_eps": rate,
+            "rate_is_default": default_rate,
+            "duration_s": duration,
+            "warmup_s": self.plan.latency_warmup_s,
+            "produced": produced["events"],
+            "achieved_rate_eps": produced["events"] / duration,
+            "consumed_by_contender": consumed,
+            "output_records": len(seen),
+            "windows": len(values),
+            "p50_ms": percentile(values, 50),
+            "p99_ms": percentile(values, 99),
+            "max_ms": max(values) if values else None,
+            "producer_errors": produced["errors"],
+        }
+
+    # Checkpoints with many keys ---------------------------------------------------------------------------
+
+    def checkpoint(self) -> None:
+        keys = self.plan.state_keys
+        topic = self.topic("state")
+        dataset.create_topics(self.endpoints, {topic: dataset.PARTITIONS})
+        produce_keys(self.endpoints, topic, range(keys))
+        rate = self.median_rate("weir-kafka") or self.median_rate("weir") or DEFAULT_RATE_EPS
+        interval_s = int(min(300, max(10, math.ceil(2 * keys / rate) + 5)))
+        log(f"checkpoint: {keys:,} keys, first checkpoint after {interval_s} s (loading takes ~{keys / rate:.0f} s)")
+        job_id = self.cluster.submit(
+            JOBS_DIR / "keyed_state.py", {"source.topic": topic, "checkpointing.interval": f"{interval_s}s"}, WORKERS
+        )
+        try:
+            self.results["checkpoint"] = self._checkpoint_run(job_id, topic, keys, interval_s)
+        finally:
+            self.cluster.cancel(job_id)
+        c = self.results["checkpoint"]
+        log(
+            f"  first {c['first']['duration_s']:.2f} s ({c['first']['size_bytes'] / 1e6:.1f} MB), incremental "
+            f"{c['incremental']['duration_s']:.2f} s ({c['incremental']['size_bytes'] / 1e6:.1f} MB)"
+        )
+
+    def _checkpoint_run(self, job_id: str, topic: str, keys: int, interval_s: int) -> dict[str, Any]:
+        def keyed_records_in() -> float:
+            base = self.endpoints.taskmanager_metrics_base_port
+            return sum(
+                scrape_counter(f"http://127.0.0.1:{base + n}/metrics", "weir_records_in_total", job_id, "count-per-key")
+                for n in range(1, 4)
+            )
+
+        submitted = time.time()
+        loaded_at = wait_until(lambda: keyed_records_in() >= keys, interval_s * 4 + 120, "the keys loaded")
+        first = self._wait_checkpoint(job_id, after=0.0, timeout_s=interval_s * 3 + 120)
+        changed = max(1, keys // 100)
+        produce_keys(self.endpoints, topic, range(0, keys, keys // changed))
+        updated_at = wait_until(lambda: keyed_records_in() >= keys + changed, 120, "the updates processed")
+        incremental = self._wait_checkpoint(job_id, after=updated_at, timeout_s=interval_s * 3 + 120)
+        return {
+            "keys": keys,
+            "changed_keys": changed,
+            "interval_s": interval_s,
+            "load_s": loaded_at - submitted,
+            "loaded_before_first_trigger": loaded_at <= first["trigger_time"],
+            "first": first,
+            "incremental": incremental,
+            "job_id": job_id,
+        }
+
+    def _wait_checkpoint(self, job_id: str, after: float, timeout_s: float) -> dict[str, Any]:
+        """The first COMPLETED checkpoint triggered after ``after`` (wall clock), from ``weir checkpoints``."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            done = [
+                c
+                for c in self.cluster.checkpoints_json(job_id)
+                if c["status"] == "COMPLETED" and c["trigger_time"] > after and c["kind"] == "CHECKPOINT"
+            ]
+            if done:
+                c = min(done, key=lambda c: c["checkpoint_id"])
+                return {
+                    "checkpoint_id": c["checkpoint_id"],
+                    "trigger_time": c["trigger_time"],
+                    "duration_s": c["duration_s"],
+                    "size_bytes": c["size_bytes"],
+                    "task_state_bytes": sum(t["state_size_bytes"] for t in c["tasks"]),
+                }
+            time.sleep(0.5)
+        raise BenchError(f"job {job_id}: no checkpoint completed within {timeout_s:.0f} s")
+
+    # Memory under a slow sink ---------------------------------------------------------------------------
+
+    def memory(self) -> None:
+        log(f"memory: slow sink ({SLOW_SINK_DELAY_MS} ms per window result) for {self.plan.memory_s:.0f} s")
+        sampler = ProcessSampler(interval_s=0.5, keep_series=True)
+        sampler.track({k: v for k, v in self.cluster.process_pids().items() if k.startswith("taskmanager")})
+        sampler.start()
+        job_id = self.cluster.submit(
+            JOBS_DIR / "slow_sink.py",
+            {
+                "source.topic": self.input_topic,
+                "sink.delay_ms": str(SLOW_SINK_DELAY_MS),
+                "checkpointing.interval": "1s",
+            },
+            WORKERS,
+        )
+        try:
+            self.cluster.wait_job(
+                job_id, lambda s: bool(s.tasks) and all(t.state == "RUNNING" for t in s.tasks), 120, "all tasks RUNNING"
+            )
+            started = time.monotonic()
+            time.sleep(self.plan.memory_s / 2)
+            consumed_half = self.cluster.source_records_out(job_id, "events-source")
+            time.sleep(self.plan.memory_s / 2)
+            consumed_total = self.cluster.source_records_out(job_id, "events-source")
+            second_half_s = time.monotonic() - started - self.plan.memory_s / 2
+        finally:
+            self.cluster.cancel(job_id)
+            sampler.stop()
+        self.results["memory"] = memory_verdict(
+            sampler, consumed_total - consumed_half, second_half_s, consumed_total >= self.plan.events
+        )
+        self.results["memory"]["duration_s"] = self.plan.memory_s
+        m = self.results["memory"]
+        log(
+            f"  max growth {m['max_growth_bytes'] / 2**20:.1f} MiB, flat: {m['flat']}, "
+            f"source {m['source_eps']:,.0f} events/s"
+        )
+
+    # Recovery -------------------------------------------------------------------------------------------
+
+    def recovery(self) -> None:
+        weir = self.weir("weir") or self.weir("weir-kafka")
+        if weir is None:
+            return
+        rate = (self.median_rate(weir.key) or DEFAULT_RATE_EPS) / 2
+        topics = Topics(self.topic("rec-in"), self.topic("rec-out"))
+        dataset.create_topics(self.endpoints, {topics.input: dataset.PARTITIONS, topics.output: dataset.PARTITIONS})
+        log(f"recovery: {weir.label} at {rate:,.0f} events/s, SIGKILL of a TaskManager")
+        budget = 90 + self.plan.recovery_after_kill_s
+        running = weir.start(topics, bounded=False, tag="rec")
+        try:
+            with (
+                watch_output(self.endpoints.kafka_bootstrap, topics.output) as watcher,
+                background_producer(self.endpoints.kafka_bootstrap, topics.input, rate, budget),
+            ):
+                self.results["recovery"] = self._recovery_run(running)
+            seen = watcher.seen
+        finally:
+            running.stop(ProcessSampler())
+        rec = self.results["recovery"]
+        after = [received for _k, _w, received in seen if received / 1000.0 > rec["restore_at"]]
+        rec["first_output_after_restore_at"] = min(after) / 1000.0 if after else None
+        rec["recovery_s"] = rec["first_output_after_restore_at"] - rec["killed_at"] if after else None
+        rec["output_records"] = len(seen)
+        log(
+            f"  killed {rec['killed']}: restore scheduled after {rec['restore_scheduled_s']:.2f} s, "
+            f"first committed output after {rec['recovery_s'] or float('nan'):.2f} s"
+        )
+
+    def _recovery_run(self, running: WeirRunning) -> dict[str, Any]:
+        status = self.cluster.wait_job(
+            running.job_id, lambda s: (s.last_completed_checkpoint or 0) >= 3, 120, "3 completed checkpoints"
+        )
+        hosts = sorted({t.taskmanager_id for t in status.tasks if "sink" in t.operator_names})
+        victim = "taskmanager-2" if "taskmanager-2" in hosts or not hosts else hosts[0]
+        killed_at = time.time()
+        kill_process(self.env.cluster_dir, victim)
+        restored = self.cluster.wait_job(
+            running.job_id,
+            lambda s: (s.last_restore_at or 0) > killed_at,
+            60,
+            "a restore after the SIGKILL",
+        )
+        restore_at = restored.last_restore_at or killed_at
+        checkpoint_at_restore = restored.last_completed_checkpoint or 0
+        self.cluster.wait_job(
+            running.job_id,
+            lambda s: (s.last_completed_checkpoint or 0) > checkpoint_at_restore,
+            self.plan.recovery_after_kill_s + 30,
+            "a checkpoint after the restore",
+        )
+        time.sleep(LATENCY_DRAIN_S)
+        self.cluster.wait_all_taskmanagers()
+        final = self.cluster.wait_job(running.job_id, lambda s: True, 30, "a status")
+        return {
+            "killed": victim,
+            "killed_at": killed_at,
+            "restore_at": restore_at,
+            "restore_scheduled_s": restore_at - killed_at,
+            "restarts_before_kill": status.summary.restarts,
+            "restarts_after_kill": final.summary.restarts - status.summary.restarts,
+            "last_restore_after_kill_s": (final.last_restore_at or restore_at) - killed_at,
+        }
+
+
+# Helpers of the phases ----------------------------------------------------------------------------------
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
+    """Poll ``condition`` until true; answers the wall-clock time it became true."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise BenchError(f"waited {timeout_s:.0f} s for {what} in vain")
+        time.sleep(0.2)
+    return time.time()
+
+
+def produce_keys(endpoints: Any, topic: str, indexes: range) -> None:
+    from connectors import kafka
+
+    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000)
+    for n, i in enumerate(indexes):
+        key = f"k{i:07d}"
+        while True:
+            try:
+                producer.produce(topic, value=f'{{"key":"{key}"}}'.encode(), key=key.encode(), partition=i % 8)
+                break
+            except BufferError:
+                producer.poll(0.05)
+        if n % 20_000 == 0:
+            producer.poll(0)
+    if producer.flush(120):
+        raise BenchError(f"could not produce the keys into {topic}")
+
+
+class _Watcher:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, int, float]] = []
+
+
+@contextlib.contextmanager
+def watch_output(bootstrap: str, topic: str) -> Iterator[_Watcher]:
+    """A read_committed consumer of ``topic`` in its own process; ``seen`` is filled on exit."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=dataset.output_watcher, args=(bootstrap, topic, child), daemon=True)
+    process.start()
+    watcher = _Watcher()
+    try:
+        yield watcher
+    finally:
+        parent.send("stop")
+        if parent.poll(120):
+            watcher.seen = parent.recv()
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+
+
+def run_producer(bootstrap: str, topic: str, rate: float, duration_s: float) -> dict[str, Any]:
+    """Paced production in its own process; answers what :func:`dataset.paced_producer` sends back."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=dataset.paced_producer, args=(bootstrap, topic, rate, duration_s, child), daemon=True)
+    process.start()
+    if not parent.poll(duration_s + 120):
+        process.kill()
+        raise BenchError(f"the paced producer into {topic} did not report back")
+    result: dict[str, Any] = parent.recv()
+    process.join(10)
+    return result
+
+
+@contextlib.contextmanager
+def background_producer(bootstrap: str, topic: str, rate: float, duration_s: float) -> Iterator[None]:
+    """Paced production for at most ``duration_s``, stopped when the block ends."""
+    ctx = multiprocessing.get_context("spawn")
+    parent, child = ctx.Pipe()
+    process = ctx.Process(target=dataset.paced_producer, args=(bootstrap, topic, rate, duration_s, child), daemon=True)
+    process.start()
+    try:
+        yield
+    finally:
+        process.terminate()
+        process.join(10)
+
+
+def memory_verdict(sampler: ProcessSampler, consumed: int, elapsed_s: float, exhausted: bool) -> dict[str, Any]:
+    """Flat: over the run, no TaskManager's RSS grows by more than max(32 MiB, 10 %) from the second
+    quarter (warm) to the last quarter (median RSS of each). ``consumed`` events in ``elapsed_s``: the
+    source's pace over the second half of the run, once the channels' buffers are full."""
+    per_process: dict[str, Any] = {}
+    max_growth = 0
+    flat = True
+    for usage in sampler.usage.values():
+        series = [rss for _t, rss in usage.rss_series]
+        if len(series) < 8:
+            continue
+        q = len(series) // 4
+        warm = sorted(series[q : 2 * q])[q // 2]
+        last = sorted(series[3 * q :])[len(series[3 * q :]) // 2]
+        growth = last - warm
+        allowed = max(32 * 2**20, int(0.10 * warm))
+        per_process[usage.name] = {
+            "warm_rss_bytes": warm,
+            "last_rss_bytes": last,
+            "peak_rss_bytes": usage.peak_rss_bytes,
+            "growth_bytes": growth,
+            "flat": growth <= allowed,
+            "series_mb": [round(rss / 2**20, 1) for rss in series],
+        }
+        max_growth = max(max_growth, growth)
+        flat = flat and growth <= allowed
+    return {
+        "sink_delay_ms": SLOW_SINK_DELAY_MS,
+        "source_events": consumed,
+        "source_eps": consumed / elapsed_s if elapsed_s else 0.0,
+        "input_exhausted": exhausted,
+        "max_growth_bytes": max_growth,
+        "flat": flat and bool(per_process),
+        "taskmanagers": per_process,
+    }
+
+
+# Main ---------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="200k events, 1 run, short phases")
+    parser.add_argument("--only", default=",".join(PHASES), help=f"phases to run, of {', '.join(PHASES)}")
+    parser.add_argument("--contenders", default=",".join(CONTENDER_KEYS), help=f"of {', '.join(CONTENDER_KEYS)}")
+    parser.add_argument("--events", type=int, help="override the data set size")
+    parser.add_argument("--runs", type=int, help="override the number of throughput runs")
+    parser.add_argument("--state-keys", type=int, help="override the keys of the checkpoint phase")
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where results.{json,md} and chart.png go")
+    args = parser.parse_args(argv)
+    phases = [p for p in args.only.split(",") if p]
+    keys = [k for k in args.contenders.split(",") if k]
+    for name, chosen, valid in (("phase", phases, PHASES), ("contender", keys, CONTENDER_KEYS)):
+        unknown = sorted(set(chosen) - set(valid))
+        if unknown:
+            parser.error(f"unknown {name} {', '.join(unknown)}: valid are {', '.join(valid)}")
+    plan = QUICK if args.quick else FULL
+    plan = Plan(
+        **{
+            **asdict(plan),
+            **({"events": args.events} if args.events else {}),
+            **({"runs": args.runs} if args.runs else {}),
+            **({"state_keys": args.state_keys} if args.state_keys else {}),
+        }
+    )
+
+    run_id = new_run_id()
+    ensure_services(Endpoints.from_env())
+    env = prepare_environment(run_id, checkpoints_in_s3=True)
+    log(
+        f"run {run_id}: {'quick' if args.quick else 'full'}, phases {', '.join(phases)}; "
+        f"checkpoints {env.checkpoint_uri}"
+    )
+    document: dict[str, Any] = {
+        "run_id": run_id,
+        "quick": args.quick,
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "host": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
+        "load_average_at_start": os.getloadavg(),
+        "plan": asdict(plan),
+        "phases": phases,
+        "contenders": {},
+        "unavailable": {},
+    }
+    quix_problem = quix_available() if "quix" in keys else None
+    if quix_problem is not None:
+        log(f"Quix Streams cannot run here: {quix_problem}")
+        document["unavailable"]["quix"] = quix_problem
+        keys.remove("quix")
+
+    try:
+        with private_cluster(env) as cluster:
+            contenders: list[Contender] = []
+            for key in keys:
+                if key == "weir":
+                    contenders.append(WeirContender("weir", "Weir (Kafka + PostgreSQL)", cluster, with_postgres=True))
+                elif key == "weir-kafka":
+                    contenders.append(WeirContender("weir-kafka", "Weir (Kafka only)", cluster, with_postgres=False))
+                elif key == "quix":
+                    contenders.append(quix_contender(env.endpoints, env.run_root, run_id))
+                elif key == "raw":
+                    contenders.append(raw_contender(env.endpoints, env.run_root, run_id))
+            document["contenders"] = {c.key: describe(c) for c in contenders}
+            runner = Runner(plan, args.quick, cluster, contenders)
+            try:
+                if {"throughput", "memory"} & set(phases):
+                    runner.produce_input()
+                for phase in PHASES:
+                    if phase in phases:
+                        try:
+                            getattr(runner, phase)()
+                        except BenchError as exc:
+                            log(f"{phase} failed: {exc}")
+                            runner.results[phase] = {"error": str(exc)}
+            finally:
+                document.update(runner.results)
+                cleanup(runner, contenders)
+    finally:
+        with contextlib.suppress(Exception):
+            remove_checkpoints(env)
+        remove_run_root(env, keep=_has_errors(document))
+    document["load_average_at_end"] = os.getloadavg()
+    report.write(document, args.results)
+    log(f"wrote {args.results / 'results.md'}, results.json, chart.png")
+    print((args.results / "results.md").read_text())
+    return 0
+
+
+def _has_errors(document: dict[str, Any]) -> bool:
+    """Whether any phase or run failed (or the run stopped before its results were in)."""
+    if not any(phase in document for phase in document.get("phases", [])):
+        return True
+    for phase in document.get("phases", []):
+        value = document.get(phase) or {}
+        if "error" in value:
+            return True
+        if phase in ("throughput", "latency"):
+            for entry in value.values():
+                runs = entry.get("runs", [entry]) if isinstance(entry, dict) else []
+                if any("error" in r for r in runs):
+                    return True
+    return False
+
+
+def cleanup(runner: Runner, contenders: list[Contender]) -> None:
+    for c in contenders:
+        if isinstance(c, WeirContender):
+            with contextlib.suppress(Exception):
+                c.cleanup()
+    with contextlib.suppress(Exception):
+        deleted = dataset.delete_topics_containing(runner.endpoints, runner.run_id)
+        log(f"deleted {len(deleted)} topics of run {runner.run_id}")
+    with contextlib.suppress(Exception):
+        delete_groups(runner.endpoints, runner.run_id)
+
+
+def delete_groups(endpoints: Any, marker: str) -> None:
+    from connectors import kafka
+
+    client = kafka.admin(endpoints)
+    listed = client.list_consumer_groups().result(timeout=10)
+    groups = [g.group_id for g in listed.valid if marker in g.group_id]
+    if groups:
+        for future in client.delete_consumer_groups(groups).values():
+            with contextlib.suppress(Exception):
+                future.result(timeout=10)
+
+
+if __name__ == "__main__":
+    try:
+        sys.exit(main())
+    except BenchError as exc:
+        print(f"bench: error: {exc}", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,59 @@
+"""Ratios, targets and the markdown of the benchmark's results (no chart, no services)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import report
+
+
+def document(**overrides: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "run_id": "r1",
+        "quick": True,
+        "measured_at": "2026-01-01T00:00:00+0000",
+        "host": {"cpus": 2, "python": "3.11"},
+        "plan": {"events": 200_000, "runs": 1, "state_keys": 200_000},
+        "contenders": {
+            k: {"key": k, "label": k, "sinks": "Kafka", "guarantee": "exactly-once"}
+            for k in ("weir", "weir-kafka", "quix", "raw")
+        },
+        "throughput": {
+            "weir": {"median_eps": 40_000.0, "runs": []},
+            "weir-kafka": {"median_eps": 50_000.0, "runs": []},
+            "quix": {"median_eps": 20_000.0, "runs": []},
+            "raw": {"median_eps": 125_000.0, "runs": []},
+        },
+        "latency": {},
+        "checkpoint": {"keys": 1_000_000, "incremental": {"duration_s": 1.5}},
+        "recovery": {"recovery_s": 6.0},
+        "memory": {"max_growth_bytes": 2**20, "flat": True},
+    }
+    doc.update(overrides)
+    return doc
+
+
+def test_ratios_pair_weir_kafka_only_with_the_others() -> None:
+    r = report.ratios(document())
+    assert r["weir_kafka_vs_quix"] == 2.5
+    assert r["weir_kafka_vs_raw"] == 0.4
+    assert r["weir_kafka_postgres_vs_quix"] == 2.0
+
+
+def test_targets_report_pass_miss_and_not_measured() -> None:
+    vs_quix, vs_raw, checkpoint, recovery, memory = (t["result"] for t in report.targets(document()))
+    assert (vs_quix, vs_raw) == ("pass", "miss")  # 2.5x >= 1.5x; 40% < 50%
+    assert (checkpoint, recovery, memory) == ("pass", "miss", "pass")  # 1.5 s < 2 s; 6 s >= 5 s; flat
+    vs_quix, vs_raw, _, recovery, _ = (t["result"] for t in report.targets(document(throughput={}, recovery={})))
+    assert {vs_quix, vs_raw, recovery} == {"not measured"}
+
+
+def test_markdown_names_every_contender_and_the_targets() -> None:
+    doc = document()
+    doc["ratios"] = report.ratios(doc)
+    doc["targets"] = report.targets(doc)
+    text = report.markdown(doc)
+    for label in ("weir", "weir-kafka", "quix", "raw"):
+        assert f"| {label} |" in text
+    assert "## Targets" in text
+    assert "2.50x" in text
