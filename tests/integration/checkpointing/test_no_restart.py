@@ -1,0 +1,80 @@
+"""`weir cluster up --no-restart`: a killed TaskManager stays dead and the job finishes on the slots of
+the two that remain (2 slots each, a parallelism-3 job needs 3)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
+from weir.client import JobManagerClient
+from weir.cluster import kill_process, local_status, start_cluster, stop_cluster
+from weir.config import Endpoints
+from weir.events import EventSpec, events, produce_events
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def cluster_without_restarts(
+    services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Path, Endpoints, JobManagerClient]]:
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", "127.0.0.1:26323")
+    monkeypatch.setenv("WEIR_JOBMANAGER_METRICS_PORT", "29449")
+    monkeypatch.setenv("WEIR_TASKMANAGER_METRICS_BASE_PORT", "29450")
+    monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/no-restart-{tmp_path.name}")
+    endpoints = Endpoints.from_env()
+    directory = tmp_path / "run" / "cluster"
+    start_cluster(directory, endpoints, restart=False, timeout_s=90)
+    client = JobManagerClient(endpoints.jobmanager_address)
+    try:
+        yield directory, endpoints, client
+    finally:
+        client.close()
+        stop_cluster(directory)
+
+
+def test_job_finishes_on_the_two_remaining_taskmanagers(
+    cluster_without_restarts: tuple[Path, Endpoints, JobManagerClient], unique: str
+) -> None:
+    directory, endpoints, client = cluster_without_restarts
+    source, sink, table = f"events-{unique}", f"results-{unique}", f"window_results_{unique}"
+    create_topics(endpoints, {source: 6, sink: 3, f"dlq-{unique}": 1})
+    create_window_table(endpoints, table)
+    spec = EventSpec(count=60_000, keys=300)
+    produce_events(endpoints, source, spec)
+    params = {
+        "source.topic": source, "sink.topic": sink, "sink.table": table, "source.dlq_topic": f"dlq-{unique}",
+        "source.bounded": "true", "source.records_per_second": "6000", "checkpointing.interval": "1s",
+        "restart.strategy": "fixed-delay", "restart.delay": "1s",
+    }
+    job_id = client.submit_job(REPO_ROOT / "examples" / "keyed_aggregation.py", params, 3)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and (client.job_status(job_id).last_completed_checkpoint or 0) < 2:
+        time.sleep(0.2)
+    kill_process(directory, "taskmanager-3")
+
+    deadline = time.monotonic() + 240
+    status = client.job_status(job_id)
+    while time.monotonic() < deadline and status.summary.status not in ("FINISHED", "FAILED", "CANCELED"):
+        time.sleep(0.3)
+        status = client.job_status(job_id)
+    assert status.summary.status == "FINISHED", status.failure
+
+    processes = {p.name: p for p in local_status(directory).processes}  # type: ignore[union-attr]
+    assert not processes["taskmanager-3"].alive  # left dead: --no-restart
+    assert {t.taskmanager_id for t in status.tasks} <= {"taskmanager-1", "taskmanager-2"}
+
+    expected: dict[tuple[str, int], tuple[int, int]] = {}
+    for event in events(spec):
+        start = event["ts"] - event["ts"] % 1000
+        count, total = expected.get((event["key"], start), (0, 0))
+        expected[(event["key"], start)] = (count + 1, total + event["value"])
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        rows = conn.execute(f"SELECT key, window_start, count, sum FROM {table}").fetchall()
+    assert {(k, s): (c, t) for k, s, c, t in rows} == expected
