@@ -33,7 +33,6 @@ from weir.config import Endpoints
 
 WORKERS: Final = 3
 KEYED_AGGREGATION: Final = REPO_ROOT / "examples" / "keyed_aggregation.py"
-KEYED_KAFKA_ONLY: Final = REPO_ROOT / "bench" / "jobs" / "keyed_kafka_only.py"
 SOURCE_UID: Final = "events-source"
 
 
@@ -79,7 +78,7 @@ class WeirContender:
 
     @property
     def job_file(self) -> Path:
-        return KEYED_AGGREGATION if self.with_postgres else KEYED_KAFKA_ONLY
+        return KEYED_AGGREGATION  # the Kafka-only variant is the same job with -D sink.postgres=false
 
     def start(self, topics: Topics, *, bounded: bool, tag: str, extra: dict[str, str] | None = None) -> WeirRunning:
         endpoints = self.cluster.env.endpoints
@@ -93,7 +92,9 @@ class WeirContender:
             "checkpointing.interval": "1s",
             **(extra or {}),
         }
-        if self.with_postgres:
+        if not self.with_postgres:
+            params["sink.postgres"] = "false"
+        else:
             table = f"bench_{self.cluster.env.run_id}_{tag}".replace("-", "_")
             create_window_table(endpoints, table)
             self.tables.append(table)

@@ -164,7 +164,7 @@ def markdown(document: dict[str, Any]) -> str:
         f"| Weir (Kafka + PostgreSQL) / raw Python limit | {_fmt(r.get('weir_kafka_postgres_vs_raw'), '{:.0%}')} |",
         "",
         "Quix Streams' PostgreSQL sink is at-least-once, so the pairs with Quix Streams and the raw limit use "
-        "Weir's Kafka-only job (bench/jobs/keyed_kafka_only.py).",
+        "Weir's keyed aggregation with its Kafka sink only (-D sink.postgres=false).",
         "",
     ]
     checkpoint = document.get("checkpoint") or {}
