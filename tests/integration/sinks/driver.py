@@ -10,6 +10,7 @@ stores a checkpoint before it notifies. Without a crash the process exits 0.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,7 @@ def main() -> None:
     for index, values in enumerate(arguments["epochs"]):
         checkpoint_id = index + 1
         for value in values:
-            sink.process(value, 1_700_000_000_000)
+            sink.process(value, int(time.time()) * 1000)  # now: older records fall to retention
         snapshot = sink.snapshot_state(checkpoint_id)
         assert snapshot is not None
         (directory / f"{checkpoint_id}.snapshot").write_bytes(snapshot)

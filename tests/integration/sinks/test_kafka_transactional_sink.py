@@ -5,6 +5,7 @@ Values are ``"v{i}"`` strings; the data topic has one partition, so order is che
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 
 pytestmark = pytest.mark.integration
 
-TS = 1_700_000_000_000
+TS = int(time.time()) * 1000  # now: the broker's 7-day retention deletes older records mid-test
 
 
 def values(first: int, last: int) -> list[str]:

@@ -3,6 +3,7 @@ and the version guard of the idempotent upsert sink."""
 
 from __future__ import annotations
 
+import time
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -26,7 +27,7 @@ from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 pytestmark = pytest.mark.integration
 
-TS = 1_700_000_000_000
+TS = int(time.time()) * 1000  # now: the broker's 7-day retention deletes older records mid-test
 
 
 def expected(first: int, last: int) -> list[tuple[Any, ...]]:
