@@ -25,4 +25,15 @@ def services(endpoints: Endpoints) -> Endpoints:
     )
     if result.returncode != 0:
         pytest.fail(f"local services did not start:\n{result.stderr[-3000:]}", pytrace=False)
+    _roll_back_leftover_transactions(endpoints)
     return endpoints
+
+
+def _roll_back_leftover_transactions(endpoints: Endpoints) -> None:
+    """Jobs cancelled by earlier test sessions leave prepared transactions (no recovery follows a
+    cancel); the local cluster keeps them across sessions, so clear Weir's before this one starts."""
+    import psycopg
+
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir:%'").fetchall():
+            conn.execute(f"ROLLBACK PREPARED '{gid}'")
