@@ -8,11 +8,9 @@ thread so that a slow TaskManager never blocks the servicer.
 from __future__ import annotations
 
 import enum
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
@@ -332,19 +330,3 @@ class JobMaster:
 
 def new_job_id() -> str:
     return uuid.uuid4().hex[:16]
-
-
-Clock = Callable[[], float]
-wall_clock: Clock = time.time
-
-
-def summary_fields(master: JobMaster) -> dict[str, Any]:
-    sub = master.submission
-    return {
-        "job_id": sub.job_id,
-        "job_name": sub.job_name,
-        "status": master.status.value,
-        "submitted_at": sub.submitted_at,
-        "parallelism": sub.parallelism,
-        "restarts": master.restarts,
-    }

@@ -10,7 +10,6 @@ backpressures its producers.
 
 from __future__ import annotations
 
-import pickle
 import queue
 import threading
 import time
@@ -23,6 +22,7 @@ import grpc
 
 from taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.errors import ProtocolError, ServiceUnavailableError
+from weir.serde import dumps_value, loads_value
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 INITIAL_CREDITS = 4
@@ -40,12 +40,12 @@ Event = taskmanager_pb2.EventKind
 
 
 def encode_records(records: list[tuple[Any, int | None]]) -> bytes:
-    """One buffer's records as one blob (pickle protocol 5: fast for batches of Python values)."""
-    return pickle.dumps(records, protocol=5)
+    """One buffer's records as one blob."""
+    return dumps_value(records)
 
 
 def decode_records(blob: bytes) -> list[tuple[Any, int | None]]:
-    return pickle.loads(blob) if blob else []
+    return loads_value(blob) if blob else []
 
 
 class ChannelClosedError(ServiceUnavailableError):

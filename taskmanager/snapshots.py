@@ -35,7 +35,7 @@ from pathlib import Path
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
 from connectors.checkpoint_storage import CheckpointStorage
-from taskmanager.state import StateBackend
+from taskmanager.state import StateBackend, key_group_range_bounds
 from weir.errors import Fault, WeirError
 from weir.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
 from weir.keygroups import KeyGroupRange
@@ -466,8 +466,7 @@ class RocksDBSnapshotter:
 
 
 def _range_bounds(uid: OperatorUid, key_groups: KeyGroupRange) -> tuple[bytes, bytes]:
-    prefix = uid.encode("utf-8") + b"\x00"
-    return prefix + key_groups.start.to_bytes(2, "big"), prefix + (key_groups.end + 1).to_bytes(2, "big")
+    return key_group_range_bounds(uid, key_groups.start, key_groups.end)
 
 
 def _range_sort_key(part: tuple[OperatorUid, KeyGroupRange]) -> tuple[str, KeyGroup]:

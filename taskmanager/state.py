@@ -58,8 +58,10 @@ def state_namespace(job_id: str, operator_uid: str) -> str:
     return f"{job_id}/{operator_uid}"
 
 
-def key_group_prefix(uid: str, key_group: int) -> bytes:
-    return uid.encode("utf-8") + b"\x00" + key_group.to_bytes(2, "big")
+def key_group_range_bounds(namespace: str, first: int, last: int) -> tuple[bytes, bytes]:
+    """The RocksDB key range [start, end) of one operator's state in key groups first..last."""
+    prefix = namespace.encode("utf-8") + b"\x00"
+    return prefix + first.to_bytes(2, "big"), prefix + (last + 1).to_bytes(2, "big")
 
 
 class KeyedStateStore:
@@ -139,6 +141,4 @@ class KeyedStateStore:
         """Drop this operator's state for key groups first..last (before a restore)."""
         self._cache.clear()
         self._dirty.clear()
-        start = self._uid_prefix + first.to_bytes(2, "big")
-        end = self._uid_prefix + (last + 1).to_bytes(2, "big")
-        self._backend.delete_prefix_range(start, end)
+        self._backend.delete_prefix_range(*key_group_range_bounds(self.uid, first, last))

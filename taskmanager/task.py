@@ -7,7 +7,6 @@ notifications and cancellation are all handled on it, so operators never need lo
 from __future__ import annotations
 
 import collections
-import pickle
 import threading
 import time
 import traceback
@@ -27,10 +26,11 @@ from taskmanager.network import (
     RecordWriter,
     barrier_message,
     cancel_barrier_message,
+    decode_records,
     end_of_stream_message,
     watermark_message,
 )
-from taskmanager.operators.base import OperatorContext, SourceOperator, StreamOperator
+from taskmanager.operators.base import ChainOutput, OperatorContext, SourceOperator, StreamOperator
 from taskmanager.operators.keyed import KeyedOperator
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
 from taskmanager.state import state_namespace
@@ -165,16 +165,6 @@ def exported_watermark(watermark: int | None) -> int | None:
     return watermark
 
 
-class ChainLink:
-    """Feeds one operator into the next in the same chain."""
-
-    __slots__ = ("emit", "emit_watermark")
-
-    def __init__(self, op: StreamOperator) -> None:
-        self.emit = op.process
-        self.emit_watermark = op.process_watermark
-
-
 class Task:
     def __init__(
         self,
@@ -231,7 +221,7 @@ class Task:
         self._network_outputs: list[NetworkOutput] = []
         self._source_tap: SourceWatermarkTap | None = None
         for uid, op in by_uid.items():
-            outs: list[Any] = [ChainLink(by_uid[s]) for s in vertex.chained.get(uid, [])]
+            outs: list[Any] = [ChainOutput(by_uid[s]) for s in vertex.chained.get(uid, [])]
             for edge_index, edge in enumerate(vertex.outputs):
                 if edge.producer_operator == uid:
                     net = NetworkOutput(writers[edge_index])
@@ -473,7 +463,7 @@ class Task:
             if item is not None:
                 channel, gate_index, msg = item
                 if msg.record_count:
-                    records = pickle.loads(msg.records)
+                    records = decode_records(msg.records)
                     self.records_in += len(records)
                     self.metrics.bytes_in.inc(len(msg.records))
                     if two_inputs:

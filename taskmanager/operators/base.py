@@ -107,11 +107,8 @@ class SourceOperator(StreamOperator):
 class ChainOutput:
     """Feeds one operator's output into the next operator of the same chain."""
 
-    __slots__ = ("_next", "emit")
+    __slots__ = ("emit", "emit_watermark")
 
     def __init__(self, next_operator: StreamOperator) -> None:
-        self._next = next_operator
         self.emit: Callable[[Any, int | None], None] = next_operator.process
-
-    def emit_watermark(self, watermark: int) -> None:
-        self._next.process_watermark(watermark)
+        self.emit_watermark: Callable[[int], None] = next_operator.process_watermark
