@@ -34,6 +34,10 @@ GRPC_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
     ("grpc.http2.max_pings_without_data", 0),
+    # Server side (the same list configures servers): accept the clients' 10 s keepalive pings, or
+    # the server answers GOAWAY "too_many_pings" and idle data-plane streams break.
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
 ]
 
 Event = taskmanager_pb2.EventKind
