@@ -110,7 +110,7 @@ def main() -> int:
                 if msg.error().code() == KafkaError._PARTITION_EOF:
                     continue
                 raise RuntimeError(f"consuming {args.input}: {msg.error()}")
-            event = loads(msg.value())
+            event = loads(msg.value().decode())  # decoded first: json skips its encoding detection
             p = msg.partition()
             ts = event["ts"]
             start = ts - ts % WINDOW_MS

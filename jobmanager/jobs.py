@@ -17,6 +17,7 @@ import structlog
 from jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
 from jobmanager.checkpointing.coordinator import CheckpointCoordinator
 from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from jobmanager.execution import ExecutionSettings, parse_execution_settings
 from jobmanager.restart import FailureCause, GiveUp, RestartStrategy, parse_restart_strategy
 from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
@@ -89,6 +90,7 @@ class JobMaster:
     restart_strategy: RestartStrategy
     checkpoint_settings: CheckpointSettings
     coordinator: CheckpointCoordinator
+    execution_settings: ExecutionSettings = field(default_factory=ExecutionSettings)
     status: JobStatus = JobStatus.CREATED
     attempt: int = 0
     tasks: dict[tuple[str, int], TaskRecord] = field(default_factory=dict)
@@ -115,6 +117,7 @@ class JobMaster:
             plan=plan,
             restart_strategy=parse_restart_strategy(submission.parameters),
             checkpoint_settings=settings,
+            execution_settings=parse_execution_settings(submission.parameters),
             coordinator=CheckpointCoordinator(
                 JobId(submission.job_id),
                 settings.trigger,
@@ -176,6 +179,7 @@ class JobMaster:
                     restore_state_handle=self.restore.get((vertex.uid, s), b""),
                     restore_checkpoint_id=self.restore_checkpoint_id,
                     job_config={k: v for k, v in sub.parameters.items() if k.startswith("checkpointing.")},
+                    buffer_timeout_ms=self.execution_settings.buffer_timeout_ms,
                 )
                 for ch in self.plan.input_channels(vertex.uid, s):
                     request.inputs.add(

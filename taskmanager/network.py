@@ -214,9 +214,10 @@ class RecordWriter:
                 self._flush_channel(ch)
         self._last_flush = time.monotonic()
 
-    def maybe_flush(self, now: float) -> None:
-        if now - self._last_flush >= self._flush_interval_s:
-            self.flush()
+    def flush_due(self, now: float) -> bool:
+        """Whether the buffer timeout (``flush_interval_s``) passed since the last flush."""
+        return now - self._last_flush >= self._flush_interval_s
+
 
     def broadcast_event(self, template: taskmanager_pb2.DataMessage) -> None:
         """Send an event to every channel, after the records buffered before it."""

@@ -106,6 +106,8 @@ class TaskManagerRuntime:
         gate = InputGate([s.gate for s in inputs]) if inputs else None
         writers: list[RecordWriter] = []
         cancelled = threading.Event()
+        # Set by the JobManager from execution.buffer-timeout; an older JobManager leaves it out.
+        buffer_timeout_s = (req.buffer_timeout_ms if req.HasField("buffer_timeout_ms") else 100) / 1000
         for edge_index, edge in enumerate(vertex.outputs):
             specs = sorted((s for s in req.outputs if s.output == edge_index), key=lambda s: s.channel)
             channels = []
@@ -132,7 +134,7 @@ class TaskManagerRuntime:
                     partitioner,
                     edge.key_selector if edge.key_selector is not None and len(channels) > 1 else None,
                     lambda key, _m=maxp: key_group_for(key_to_bytes(key), _m),
-                    flush_interval_s=0.02,
+                    flush_interval_s=buffer_timeout_s,
                 )
             )
         restore = pickle.loads(req.restore_state_handle) if req.restore_state_handle else None

@@ -43,7 +43,6 @@ from weir.watermarks import MAX_WATERMARK, MIN_WATERMARK, WatermarkTracker
 from weir.wire import common_pb2
 
 SOURCE_BATCH = 500
-FLUSH_INTERVAL_S = 0.02
 POLL_TIMEOUT_S = 0.05
 FINAL_NOTIFICATION_TIMEOUT_S = 120.0
 
@@ -131,6 +130,11 @@ class NetworkOutput:
 
     def emit_watermark(self, watermark: int) -> None:
         self.pending_watermark = watermark
+
+    def maybe_flush(self, now: float) -> None:
+        """Flush once the buffer timeout passed since the last flush."""
+        if self.writer.flush_due(now):
+            self.flush()
 
     def flush(self) -> None:
         wm = self.pending_watermark
@@ -406,8 +410,7 @@ class Task:
             if source.records_polled == read:  # the poll waited for input that did not come
                 self._idle_s += now - polled
             for net in self._network_outputs:
-                if now - net.writer._last_flush >= FLUSH_INTERVAL_S:
-                    net.flush()
+                net.maybe_flush(now)
             if now - last_sync > 0.5:
                 self._sync_metrics()
                 last_sync = now
@@ -476,8 +479,7 @@ class Task:
                 if msg.event:
                     self._on_event(channel, msg)
             for net in self._network_outputs:
-                if now - net.writer._last_flush >= FLUSH_INTERVAL_S:
-                    net.flush()
+                net.maybe_flush(now)
             if now - last_sync > 0.5:
                 self._sync_metrics()
                 last_sync = now

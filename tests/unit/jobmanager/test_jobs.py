@@ -83,6 +83,22 @@ def test_create_rejects_bad_settings(make_master: MakeMaster) -> None:
         make_master({"checkpointing.intreval": "1s"})
     with pytest.raises(ConfigError, match="restart.strategy"):
         make_master({"restart.strategy": "sometimes"})
+    with pytest.raises(ConfigError, match="execution.buffer-timeout: must be between 0 and 60s"):
+        make_master({"execution.buffer-timeout": "2min"})
+    with pytest.raises(ConfigError, match="execution.buffer-timout: unknown setting"):
+        make_master({"execution.buffer-timout": "10ms"})
+    with pytest.raises(ConfigError, match="execution.buffer-timeout: expected a duration"):
+        make_master({"execution.buffer-timeout": "soon"})
+
+
+@pytest.mark.parametrize(("given", "expected_ms"), [(None, 100), ("5ms", 5), ("0", 0), ("1.5s", 1500)])
+def test_every_deploy_request_carries_the_buffer_timeout(
+    make_master: MakeMaster, given: str | None, expected_ms: int
+) -> None:
+    master = make_master({} if given is None else {"execution.buffer-timeout": given})
+    requests = [r for _, r in master.schedule(OFFERS, ADDRESSES, now=150.0).requests]
+    assert len(requests) == 5
+    assert all(r.HasField("buffer_timeout_ms") and r.buffer_timeout_ms == expected_ms for r in requests)
 
 
 def test_schedule_places_subtasks_and_deploys_consumers_first(make_master: MakeMaster) -> None:

@@ -279,14 +279,15 @@ def test_hash_partitioning_sends_each_key_to_the_subtask_owning_its_key_group() 
         assert all(ns == sorted(ns) for ns in per_user.values())
 
 
-def test_maybe_flush_flushes_only_after_the_interval() -> None:
+def test_a_flush_is_due_only_once_the_buffer_timeout_passed() -> None:
     channel = FakeChannel()
     writer = writer_for([channel], RebalancePartitioner(SubtaskIndex(0), 1), interval=60.0)
     writer.emit("x", None)
-    writer.maybe_flush(time.monotonic())
-    assert channel.sent == []
-    writer.maybe_flush(time.monotonic() + 61.0)
+    assert not writer.flush_due(time.monotonic())
+    assert writer.flush_due(time.monotonic() + 61.0)
+    writer.flush()
     assert channel.records() == ["x"]
+    assert not writer.flush_due(time.monotonic() + 59.0)  # the flush restarted the timeout
 
 
 def test_close_closes_every_channel() -> None:
