@@ -218,7 +218,6 @@ class RecordWriter:
         """Whether the buffer timeout (``flush_interval_s``) passed since the last flush."""
         return now - self._last_flush >= self._flush_interval_s
 
-
     def broadcast_event(self, template: taskmanager_pb2.DataMessage) -> None:
         """Send an event to every channel, after the records buffered before it."""
         for ch in range(len(self.channels)):

@@ -149,8 +149,10 @@ class TaskManagerRuntime:
             state_backend=self.state_backend,
             snapshotter=self.snapshotter,
             callbacks=TaskCallbacks(
-                on_state=self._on_task_state, on_checkpoint=self._on_checkpoint, on_decline=self._on_decline,
-                on_input_ended=self._on_input_ended
+                on_state=self._on_task_state,
+                on_checkpoint=self._on_checkpoint,
+                on_decline=self._on_decline,
+                on_input_ended=self._on_input_ended,
             ),
             taskmanager_id=self.id,
             restore=restore,
@@ -324,7 +326,9 @@ class TaskManagerRuntime:
             (
                 "state",
                 jobmanager_pb2.ReportTaskStateRequest(
-                    task=self._task_ref(addr), state=common_pb2.TASK_STATE_RUNNING, attempt=addr.attempt,
+                    task=self._task_ref(addr),
+                    state=common_pb2.TASK_STATE_RUNNING,
+                    attempt=addr.attempt,
                     input_ended=True,
                 ),
             )

@@ -65,14 +65,18 @@ def key_group_range_bounds(namespace: str, first: int, last: int) -> tuple[bytes
 
 
 class KeyedStateStore:
-    """One operator's keyed state within one subtask, with a write-back cache."""
+    """One operator's keyed state within one subtask, with a write-back cache.
+
+    The cache is addressed by ``(name, key group, key)`` tuples, so a hit costs no byte building; the
+    RocksDB key (:meth:`full_key`) is only built on a miss and when a dirty entry is written.
+    """
 
     def __init__(self, backend: StateBackend, uid: str, cache_limit: int) -> None:
         self._backend = backend
         self._db = backend.db
         self._uid_prefix = uid.encode("utf-8") + b"\x00"
-        self._cache: dict[bytes, Any] = {}
-        self._dirty: set[bytes] = set()
+        self._cache: dict[tuple[str, int, bytes], Any] = {}
+        self._dirty: set[tuple[str, int, bytes]] = set()
         self._cache_limit = cache_limit
         self.uid = uid
 
@@ -80,48 +84,50 @@ class KeyedStateStore:
         return b"".join((self._uid_prefix, key_group.to_bytes(2, "big"), name.encode("utf-8"), b"\x00", key))
 
     def get(self, name: str, key_group: int, key: bytes) -> Any | None:
-        full = self.full_key(name, key_group, key)
-        cached = self._cache.get(full, _MISSING)
+        address = (name, key_group, key)
+        cached = self._cache.get(address, _MISSING)
         if cached is not _MISSING:  # a cached None is a value, not a miss
             return None if cached is _DELETED else cached
-        raw = self._db.get(full)
+        raw = self._db.get(self.full_key(name, key_group, key))
         if raw is None:
             return None
         value = pickle.loads(raw)
-        self._cache[full] = value
-        self._maybe_flush()
+        self._cache[address] = value
+        if len(self._cache) > self._cache_limit:
+            self._flush_and_evict()
         return value
 
     def put(self, name: str, key_group: int, key: bytes, value: Any) -> None:
-        full = self.full_key(name, key_group, key)
-        self._cache[full] = value
-        self._dirty.add(full)
-        self._maybe_flush()
+        address = (name, key_group, key)
+        self._cache[address] = value
+        self._dirty.add(address)
+        if len(self._cache) > self._cache_limit:
+            self._flush_and_evict()
 
     def delete(self, name: str, key_group: int, key: bytes) -> None:
-        full = self.full_key(name, key_group, key)
-        self._cache[full] = _DELETED
-        self._dirty.add(full)
-        self._maybe_flush()
-
-    def _maybe_flush(self) -> None:
+        address = (name, key_group, key)
+        self._cache[address] = _DELETED
+        self._dirty.add(address)
         if len(self._cache) > self._cache_limit:
-            self.flush()
-            self._cache.clear()
+            self._flush_and_evict()
+
+    def _flush_and_evict(self) -> None:
+        self.flush()
+        self._cache.clear()
 
     def flush(self) -> int:
         """Write every dirty entry in one WriteBatch; returns how many were written."""
         if not self._dirty:
             return 0
         batch = WriteBatch(raw_mode=True)
-        cache = self._cache
-        for full in self._dirty:
-            value = cache[full]
+        cache, full_key = self._cache, self.full_key
+        for address in self._dirty:
+            value = cache[address]
             if value is _DELETED:
-                batch.delete(full)
-                del cache[full]
+                batch.delete(full_key(*address))
+                del cache[address]
             else:
-                batch.put(full, pickle.dumps(value, _PICKLE))
+                batch.put(full_key(*address), pickle.dumps(value, _PICKLE))
         written = len(self._dirty)
         self._dirty.clear()
         self._backend.write(batch)

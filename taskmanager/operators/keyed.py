@@ -10,15 +10,24 @@ from taskmanager.operators.basic import _TimestampedCollector
 from taskmanager.state import state_namespace
 from weir.keygroups import key_group_for, key_to_bytes
 
+_KEY_MEMO_LIMIT = 100_000
+
 
 class KeyedOperator(StreamOperator):
-    """Sets the current key (bytes and key group) for each record before the subclass sees it."""
+    """Sets the current key (bytes and key group) for each record before the subclass sees it.
+
+    A ``str``, ``int`` or ``bytes`` key's bytes and key group are remembered (up to 100,000 keys,
+    then forgotten at once), so a record of a key seen before costs one dict lookup instead of
+    encoding and hashing. Other keys are encoded every time: equal values of different types (``1``,
+    ``1.0``, ``True``) encode differently but would share one dict entry.
+    """
 
     def __init__(self, key_selector: Callable[[Any], Any]) -> None:
         self._key_selector = key_selector
         self.current_key: Any = None
         self.current_key_bytes = b""
         self.current_key_group = 0
+        self._key_memo: dict[Any, tuple[bytes, int]] = {}
 
     def open(self) -> None:
         self.store = self.ctx.state.keyed_store(state_namespace(self.ctx.job_id, self.ctx.uid))
@@ -27,8 +36,23 @@ class KeyedOperator(StreamOperator):
     def set_current_key(self, value: Any) -> None:
         key = self._key_selector(value)
         self.current_key = key
-        self.current_key_bytes = kb = key_to_bytes(key)
-        self.current_key_group = key_group_for(kb, self._max_parallelism)
+        kind = type(key)
+        if kind is str or kind is int or kind is bytes:
+            info = self._key_memo.get(key)
+            if info is None:
+                info = self._remember_key(key)
+            self.current_key_bytes, self.current_key_group = info
+        else:
+            kb = key_to_bytes(key)
+            self.current_key_bytes, self.current_key_group = kb, key_group_for(kb, self._max_parallelism)
+
+    def _remember_key(self, key: Any) -> tuple[bytes, int]:
+        kb = key_to_bytes(key)
+        info = (kb, key_group_for(kb, self._max_parallelism))
+        if len(self._key_memo) >= _KEY_MEMO_LIMIT:
+            self._key_memo.clear()
+        self._key_memo[key] = info
+        return info
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         self.store.flush()

@@ -34,9 +34,7 @@ class KafkaSinkOperator(StreamOperator):
         self._errors: list[str] = []
 
     def open(self) -> None:
-        self._producer = kafka.producer(
-            Endpoints.from_env(), enable_idempotence=True, linger_ms=20, acks="all"
-        )
+        self._producer = kafka.producer(Endpoints.from_env(), enable_idempotence=True, linger_ms=20, acks="all")
         kafka.partition_count(Endpoints.from_env(), self._topic)  # a missing topic fails at open
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
@@ -109,9 +107,7 @@ class PostgresUpsertSinkOperator(StreamOperator):
         self._conn = postgres.connect(Endpoints.from_env())
         postgres.require_table(self._conn, self._table, self._columns)
         self._conn.rollback()
-        self._statement = postgres.upsert_statement(
-            self._table, self._columns, self._key_columns, self._version_column
-        )
+        self._statement = postgres.upsert_statement(self._table, self._columns, self._key_columns, self._version_column)
 
     def process(self, value: Any, timestamp: int | None) -> None:
         row = self._to_row(value)

@@ -284,8 +284,7 @@ class _TransactionalSink(StreamOperator, abc.ABC):
         }
 
     @abc.abstractmethod
-    def _begin_epoch(self) -> _Epoch:
-        ...
+    def _begin_epoch(self) -> _Epoch: ...
 
     def _close_epoch(self, checkpoint_id: CheckpointId) -> _Epoch | None:
         """The ledger's pre-commit at this barrier: the current epoch (if any) becomes pending."""
@@ -305,8 +304,7 @@ class _TransactionalSink(StreamOperator, abc.ABC):
         ...
 
     @abc.abstractmethod
-    def _snapshot(self) -> SinkSnapshot:
-        ...
+    def _snapshot(self) -> SinkSnapshot: ...
 
     @abc.abstractmethod
     def _commit(self, epoch: _Epoch) -> None:

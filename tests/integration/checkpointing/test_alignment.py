@@ -15,8 +15,12 @@ pytestmark = pytest.mark.integration
 def test_two_input_job_completes_aligned_checkpoints(weir_cluster: WeirCluster, tmp_path: Path) -> None:
     job_id = weir_cluster.submit(
         "examples/two_inputs.py",
-        {"checkpointing.interval": "500ms", "orders.rate": "3000", "payments.rate": "30",
-         "output": str(tmp_path / "out")},
+        {
+            "checkpointing.interval": "500ms",
+            "orders.rate": "3000",
+            "payments.rate": "30",
+            "output": str(tmp_path / "out"),
+        },
         parallelism=2,
     )
     deadline = time.monotonic() + 120

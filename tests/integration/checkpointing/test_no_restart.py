@@ -49,9 +49,15 @@ def test_job_finishes_on_the_two_remaining_taskmanagers(
     spec = EventSpec(count=60_000, keys=300)
     produce_events(endpoints, source, spec)
     params = {
-        "source.topic": source, "sink.topic": sink, "sink.table": table, "source.dlq_topic": f"dlq-{unique}",
-        "source.bounded": "true", "source.records_per_second": "6000", "checkpointing.interval": "1s",
-        "restart.strategy": "fixed-delay", "restart.delay": "1s",
+        "source.topic": source,
+        "sink.topic": sink,
+        "sink.table": table,
+        "source.dlq_topic": f"dlq-{unique}",
+        "source.bounded": "true",
+        "source.records_per_second": "6000",
+        "checkpointing.interval": "1s",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
     }
     job_id = client.submit_job(REPO_ROOT / "examples" / "keyed_aggregation.py", params, 3)
     deadline = time.monotonic() + 120

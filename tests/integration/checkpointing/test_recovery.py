@@ -81,7 +81,8 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
         status = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "RUNNING", "the job to run")
         target = (status.last_completed_checkpoint or 0) + rng.randint(1, 2)
         status = wait_until(
-            weir_cluster, job_id,
+            weir_cluster,
+            job_id,
             lambda s, t=target: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= t,
             f"checkpoint {target} before killing {victim}",
         )
@@ -90,9 +91,14 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
         killed_at_checkpoint = status.last_completed_checkpoint or 0
         # Recovery: a restore from a checkpoint at least as recent as the one seen before the kill.
         status = wait_until(
-            weir_cluster, job_id,
-            lambda s, k=killed_at_checkpoint: s.summary.status == "RUNNING" and s.last_restore_at is not None
-            and (s.last_completed_checkpoint or 0) >= k and s.last_restore_at > time.time() - 60,
+            weir_cluster,
+            job_id,
+            lambda s, k=killed_at_checkpoint: (
+                s.summary.status == "RUNNING"
+                and s.last_restore_at is not None
+                and (s.last_completed_checkpoint or 0) >= k
+                and s.last_restore_at > time.time() - 60
+            ),
             f"recovery after killing {victim}",
         )
         restored_from.append(status.last_completed_checkpoint or 0)

@@ -36,7 +36,5 @@ def test_prepared_transaction_survives_killed_connection(services: Endpoints) ->
         admin.execute(f"COMMIT PREPARED '{gid}'")
         rows = admin.execute(f"SELECT id FROM {table} ORDER BY id").fetchall()
         assert rows == [(1,), (2,)]
-        assert (
-            admin.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone()[0] == 0
-        )
+        assert admin.execute("SELECT count(*) FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone()[0] == 0
         admin.execute(f"DROP TABLE {table}")

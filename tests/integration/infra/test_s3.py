@@ -35,9 +35,7 @@ def test_put_get_list_delete(services: Endpoints) -> None:
     assert [o["Key"] for o in rest["Contents"]] == [f"{prefix}obj-2"]
 
     client.delete_object(Bucket=services.s3_bucket, Key=f"{prefix}obj-0")
-    client.delete_objects(
-        Bucket=services.s3_bucket, Delete={"Objects": [{"Key": f"{prefix}obj-{i}"} for i in (1, 2)]}
-    )
+    client.delete_objects(Bucket=services.s3_bucket, Delete={"Objects": [{"Key": f"{prefix}obj-{i}"} for i in (1, 2)]})
     assert client.list_objects_v2(Bucket=services.s3_bucket, Prefix=prefix).get("KeyCount", 0) == 0
 
 
