@@ -280,7 +280,7 @@ def _consume(gate: InputGate, timeout_s: float) -> tuple[int, float]:
         if msg.record_count:
             if first_at is None:
                 first_at = time.perf_counter()
-            received += len(decode_records(msg.records))
+            received += len(decode_records(msg.records)[0])
         if msg.event == taskmanager_pb2.EVENT_KIND_END_OF_STREAM:
             return received, time.perf_counter() - (first_at or time.perf_counter())
     raise BenchError(f"the Weir channel did not end within {timeout_s:.0f} s ({received} records received)")

@@ -118,9 +118,7 @@ def read_all(
         deadline = time.monotonic() + timeout_s
         while pending:
             if time.monotonic() > deadline:
-                raise ServiceUnavailableError(
-                    f"kafka: reading {topic!r} did not reach its end in {timeout_s}s"
-                )
+                raise ServiceUnavailableError(f"kafka: reading {topic!r} did not reach its end in {timeout_s}s")
             msg = reader.poll(0.5)
             if msg is None:
                 continue

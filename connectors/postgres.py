@@ -32,9 +32,7 @@ def require_table(conn: psycopg.Connection[Any], table: str, columns: Sequence[s
     """Fail clearly when the sink's table or one of its columns is missing."""
     present = set(table_columns(conn, table))
     if not present:
-        raise JobDefinitionError(
-            f"postgres sink: table {table!r} does not exist; create it before the job runs"
-        )
+        raise JobDefinitionError(f"postgres sink: table {table!r} does not exist; create it before the job runs")
     missing = [c for c in columns if c not in present]
     if missing:
         raise JobDefinitionError(f"postgres sink: table {table!r} has no column(s) {missing}")
@@ -70,9 +68,7 @@ def upsert_statement(
     ) + _conflict_action(table, columns, key_columns, version_column)
 
 
-def upsert_rows(
-    conn: psycopg.Connection[Any], statement: sql.Composed, rows: Iterable[Sequence[Any]]
-) -> None:
+def upsert_rows(conn: psycopg.Connection[Any], statement: sql.Composed, rows: Iterable[Sequence[Any]]) -> None:
     with conn.cursor() as cur:
         cur.executemany(statement, rows)
 

@@ -33,8 +33,20 @@ class StateBackend:
         self.db = Rdict(str(path), options)
         self.lock = threading.Lock()  # serialises WriteBatch writes and checkpoints across subtasks
 
-    def keyed_store(self, uid: str, cache_limit: int = 50_000) -> KeyedStateStore:
-        return KeyedStateStore(self, uid, cache_limit)
+    def keyed_store(
+        self, uid: str, cache_limit: int = 50_000, key_groups: tuple[int, int] | None = None
+    ) -> KeyedStateStore:
+        """The state of operator ``uid``; given its subtask's key groups (first, last), a store that
+        finds none of its entries in the database can answer cache misses without reading it."""
+        store = KeyedStateStore(self, uid, cache_limit)
+        if key_groups is not None and self.range_is_empty(*key_group_range_bounds(uid, *key_groups)):
+            store.cache_is_complete = True
+        return store
+
+    def range_is_empty(self, start: bytes, end: bytes) -> bool:
+        for key in self.db.keys(from_key=start):
+            return bool(key >= end)
+        return True
 
     def write(self, batch: WriteBatch) -> None:
         with self.lock:
@@ -68,7 +80,9 @@ class KeyedStateStore:
     """One operator's keyed state within one subtask, with a write-back cache.
 
     The cache is addressed by ``(name, key group, key)`` tuples, so a hit costs no byte building; the
-    RocksDB key (:meth:`full_key`) is only built on a miss and when a dirty entry is written.
+    RocksDB key (:meth:`full_key`) is only built on a miss and when a dirty entry is written. While
+    ``cache_is_complete`` (the store started on an empty key range and never evicted), a miss is an
+    absent entry: a new key or window costs no database read.
     """
 
     def __init__(self, backend: StateBackend, uid: str, cache_limit: int) -> None:
@@ -79,6 +93,7 @@ class KeyedStateStore:
         self._dirty: set[tuple[str, int, bytes]] = set()
         self._cache_limit = cache_limit
         self.uid = uid
+        self.cache_is_complete = False
 
     def full_key(self, name: str, key_group: int, key: bytes) -> bytes:
         return b"".join((self._uid_prefix, key_group.to_bytes(2, "big"), name.encode("utf-8"), b"\x00", key))
@@ -88,6 +103,8 @@ class KeyedStateStore:
         cached = self._cache.get(address, _MISSING)
         if cached is not _MISSING:  # a cached None is a value, not a miss
             return None if cached is _DELETED else cached
+        if self.cache_is_complete:
+            return None
         raw = self._db.get(self.full_key(name, key_group, key))
         if raw is None:
             return None
@@ -114,6 +131,7 @@ class KeyedStateStore:
     def _flush_and_evict(self) -> None:
         self.flush()
         self._cache.clear()
+        self.cache_is_complete = False
 
     def flush(self) -> int:
         """Write every dirty entry in one WriteBatch; returns how many were written."""

@@ -466,15 +466,15 @@ class Task:
             if item is not None:
                 channel, gate_index, msg = item
                 if msg.record_count:
-                    records = decode_records(msg.records)
-                    self.records_in += len(records)
+                    values, timestamps = decode_records(msg.records)
+                    self.records_in += len(values)
                     self.metrics.bytes_in.inc(len(msg.records))
                     if two_inputs:
-                        for value, ts in records:
+                        for value, ts in zip(values, timestamps, strict=True):
                             head.process_input(gate_index, value, ts)
                     else:
                         process = head.process
-                        for value, ts in records:
+                        for value, ts in zip(values, timestamps, strict=True):
                             process(value, ts)
                 if msg.event:
                     self._on_event(channel, msg)

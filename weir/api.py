@@ -192,7 +192,11 @@ class Environment:
     ) -> DataStream:
         t = self.graph.add(
             Transformation(
-                uid=uid, name=name, kind=OperatorKind.SOURCE, factory=factory, parallelism=parallelism,
+                uid=uid,
+                name=name,
+                kind=OperatorKind.SOURCE,
+                factory=factory,
+                parallelism=parallelism,
                 source_spec=spec,
             )
         )

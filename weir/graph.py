@@ -107,15 +107,14 @@ class LogicalGraph:
             p = self.parallelism_of(t.uid)
             if p < 1 or p > self.max_parallelism:
                 raise JobDefinitionError(
-                    f"operator {t.uid!r}: parallelism {p} must be between 1 and max parallelism "
-                    f"{self.max_parallelism}"
+                    f"operator {t.uid!r}: parallelism {p} must be between 1 and max parallelism {self.max_parallelism}"
                 )
             if t.kind is not OperatorKind.SOURCE and not self.inputs_of(t.uid):
                 raise JobDefinitionError(f"operator {t.uid!r} has no input")
         for e in self.edges:
-            if e.partitioning is Partitioning.FORWARD and self.parallelism_of(
-                e.source_uid
-            ) != self.parallelism_of(e.target_uid):
+            if e.partitioning is Partitioning.FORWARD and self.parallelism_of(e.source_uid) != self.parallelism_of(
+                e.target_uid
+            ):
                 raise JobDefinitionError(
                     f"forward edge {e.source_uid!r} -> {e.target_uid!r} joins different parallelisms; "
                     "use rebalance() or key_by()"

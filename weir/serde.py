@@ -1,7 +1,8 @@
 """User values as bytes: how records cross the data plane and how sinks keep epoch output.
 
-A buffer of records travels as one pickled list of ``(value, timestamp)`` (pickle protocol 5): for
-batches of Python values this is faster than framing each record (see docs/benchmarks.md).
+A buffer of records travels as one pickle (protocol 5) of two parallel lists, values and timestamps
+(``taskmanager.network.encode_records``): for batches of Python values this is faster than framing
+each record (see docs/benchmarks.md).
 """
 
 from __future__ import annotations

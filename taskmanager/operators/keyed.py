@@ -30,7 +30,10 @@ class KeyedOperator(StreamOperator):
         self._key_memo: dict[Any, tuple[bytes, int]] = {}
 
     def open(self) -> None:
-        self.store = self.ctx.state.keyed_store(state_namespace(self.ctx.job_id, self.ctx.uid))
+        key_groups = self.ctx.key_group_range
+        self.store = self.ctx.state.keyed_store(
+            state_namespace(self.ctx.job_id, self.ctx.uid), key_groups=(key_groups.start, key_groups.end)
+        )
         self._max_parallelism = self.ctx.max_parallelism
 
     def set_current_key(self, value: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 from taskmanager.operators.keyed import KeyedProcessContext, KeyedProcessOperator, ReduceOperator
 from tests.unit.taskmanager.conftest import StartOperator
 from weir.api import Collector, KeyedProcessFunction
-from weir.keygroups import key_group_for_key
+from weir.keygroups import key_group_for_key, key_to_bytes
 
 
 def add(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:
@@ -136,3 +136,12 @@ def test_two_jobs_with_the_same_operator_uid_keep_their_state_apart(start_operat
     second.process(100, None)
     assert [v for v, _ in out_first.records] == [1, 3, 6]
     assert [v for v, _ in out_second.records] == [100]
+
+
+def test_equal_keys_of_different_types_keep_their_own_encoding_and_key_group(start_operator: StartOperator) -> None:
+    op = ReduceOperator(lambda a, b: b, key_selector=lambda v: v)
+    start_operator(op, uid="types")
+    for key in [1, 1.0, True, "1", b"1", 1, (1, "a"), (1.0, "a"), "1", 1.0]:  # 1 == 1.0 == True, all hash alike
+        op.process(key, None)
+        assert op.current_key_bytes == key_to_bytes(key), key
+        assert op.current_key_group == key_group_for_key(key, 128), key

@@ -26,17 +26,20 @@ from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, 
 from weir.errors import ProtocolError
 from weir.ids import SubtaskIndex
 from weir.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
+from weir.serde import dumps_value
 from weir.wire import taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind
 
 
 def data(*values: Any) -> taskmanager_pb2.DataMessage:
-    return taskmanager_pb2.DataMessage(records=encode_records([(v, None) for v in values]), record_count=len(values))
+    return taskmanager_pb2.DataMessage(
+        records=encode_records(list(values), [None] * len(values)), record_count=len(values)
+    )
 
 
 def values_of(msg: taskmanager_pb2.DataMessage) -> list[Any]:
-    return [v for v, _ in decode_records(msg.records)]
+    return decode_records(msg.records)[0]
 
 
 def announced(gate: InputGate, channel: int) -> list[int | None]:
@@ -210,7 +213,8 @@ def test_full_buffers_are_sent_and_the_rest_on_flush() -> None:
     assert [m.record_count for m in channel.sent] == [RECORDS_PER_BUFFER, RECORDS_PER_BUFFER]
     writer.flush()
     assert [m.record_count for m in channel.sent] == [RECORDS_PER_BUFFER, RECORDS_PER_BUFFER, 500]
-    assert decode_records(channel.sent[0].records)[:2] == [(0, 1000), (1, 1001)]
+    values, timestamps = decode_records(channel.sent[0].records)
+    assert (values[:2], timestamps[:2]) == ([0, 1], [1000, 1001])
     assert channel.records() == list(range(2 * RECORDS_PER_BUFFER + 500))
     assert writer.records_out == 2 * RECORDS_PER_BUFFER + 500
     assert channel.bytes_sent == sum(len(m.records) for m in channel.sent)
@@ -297,9 +301,15 @@ def test_close_closes_every_channel() -> None:
 
 
 def test_record_encoding_round_trips() -> None:
-    records = [({"a": 1}, 5), ("b", None)]
-    assert decode_records(encode_records(records)) == records
-    assert decode_records(b"") == []
+    values, timestamps = [{"a": 1}, "b"], [5, None]
+    assert decode_records(encode_records(values, timestamps)) == (values, timestamps)
+    assert decode_records(b"") == ([], [])
+
+
+@pytest.mark.parametrize("blob", [dumps_value([({"a": 1}, 5)]), dumps_value(([1, 2], [3])), dumps_value("x")])
+def test_a_buffer_of_another_shape_is_a_protocol_error(blob: bytes) -> None:
+    with pytest.raises(ProtocolError, match="two lists of equal length"):
+        decode_records(blob)
 
 
 # RemoteOutputChannel --------------------------------------------------------------------------------

@@ -132,3 +132,42 @@ def test_state_survives_reopening_the_database(tmp_path: Path) -> None:
         assert reopened.keyed_store("op").get("s", 9, b"k") == [1, 2, 3]
     finally:
         reopened.close()
+
+
+def test_a_store_starting_on_an_empty_key_range_answers_misses_from_its_cache(state_backend: StateBackend) -> None:
+    other = state_backend.keyed_store("op")
+    other.put("v", 9, b"k", "another subtask's")  # key group 9: outside the range below
+    other.flush()
+    store = state_backend.keyed_store("op", key_groups=(0, 8))
+    assert store.cache_is_complete
+    reads: list[bytes] = []
+    real_db = state_backend.db
+
+    class CountingDb:
+        def get(self, key: bytes) -> bytes | None:
+            reads.append(key)
+            return real_db.get(key)
+
+    store._db = CountingDb()  # type: ignore[assignment]
+    assert store.get("v", 3, b"k") is None
+    store.put("v", 3, b"k", 1)
+    assert store.get("v", 3, b"k") == 1
+    assert reads == []  # neither the miss nor the hit read the database
+
+
+def test_a_store_over_existing_entries_reads_them(state_backend: StateBackend) -> None:
+    writer = state_backend.keyed_store("op")
+    writer.put("v", 5, b"k", "restored")
+    writer.flush()
+    store = state_backend.keyed_store("op", key_groups=(0, 8))
+    assert not store.cache_is_complete
+    assert store.get("v", 5, b"k") == "restored"
+
+
+def test_eviction_ends_cache_completeness_and_keeps_every_value(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op", cache_limit=10, key_groups=(0, 127))
+    assert store.cache_is_complete
+    for i in range(25):
+        store.put("v", i % 128, str(i).encode(), i)
+    assert not store.cache_is_complete  # evicted past 10 entries: misses go to the database again
+    assert [store.get("v", i % 128, str(i).encode()) for i in range(25)] == list(range(25))
