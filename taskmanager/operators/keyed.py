@@ -27,7 +27,8 @@ class KeyedOperator(StreamOperator):
         self.current_key: Any = None
         self.current_key_bytes = b""
         self.current_key_group = 0
-        self._key_memo: dict[Any, tuple[bytes, int]] = {}
+        self.current_key_prefix = b""  # the key bytes, length-prefixed: the start of composite state keys
+        self._key_memo: dict[Any, tuple[bytes, int, bytes]] = {}
 
     def open(self) -> None:
         key_groups = self.ctx.key_group_range
@@ -44,14 +45,16 @@ class KeyedOperator(StreamOperator):
             info = self._key_memo.get(key)
             if info is None:
                 info = self._remember_key(key)
-            self.current_key_bytes, self.current_key_group = info
         else:
-            kb = key_to_bytes(key)
-            self.current_key_bytes, self.current_key_group = kb, key_group_for(kb, self._max_parallelism)
+            info = self._key_info(key)
+        self.current_key_bytes, self.current_key_group, self.current_key_prefix = info
 
-    def _remember_key(self, key: Any) -> tuple[bytes, int]:
+    def _key_info(self, key: Any) -> tuple[bytes, int, bytes]:
         kb = key_to_bytes(key)
-        info = (kb, key_group_for(kb, self._max_parallelism))
+        return kb, key_group_for(kb, self._max_parallelism), len(kb).to_bytes(4, "big") + kb
+
+    def _remember_key(self, key: Any) -> tuple[bytes, int, bytes]:
+        info = self._key_info(key)
         if len(self._key_memo) >= _KEY_MEMO_LIMIT:
             self._key_memo.clear()
         self._key_memo[key] = info
@@ -111,8 +114,7 @@ class MapState:
         self._name = name
 
     def _key(self, user_key: Any) -> bytes:
-        kb = self._op.current_key_bytes
-        return len(kb).to_bytes(4, "big") + kb + key_to_bytes(user_key)
+        return self._op.current_key_prefix + key_to_bytes(user_key)
 
     def get(self, user_key: Any) -> Any:
         op = self._op

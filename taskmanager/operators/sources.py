@@ -145,17 +145,19 @@ class KafkaSourceOperator(SourceOperator):
         self.records_polled += len(messages)
         spec, emit = self._spec, self.output.emit
         deserialize, timestamp_of = spec.deserializer, spec.timestamp
+        next_offsets, watermarks = self._next_offsets, self._watermarks
+        ends = self._end_offsets  # None: unbounded, no partition ever ends
         for msg in messages:
             err = msg.error()
             partition = msg.partition()
             if err is not None:
                 if err.code() == KafkaError._PARTITION_EOF:
-                    self._next_offsets[partition] = max(self._next_offsets.get(partition, 0), msg.offset())
+                    next_offsets[partition] = max(next_offsets.get(partition, 0), msg.offset())
                     self._check_done(partition)
                     continue
                 raise ServiceUnavailableError(f"kafka source {spec.topic}[{partition}]: {err}")
             offset = msg.offset()
-            self._next_offsets[partition] = offset + 1
+            next_offsets[partition] = offset + 1
             raw = msg.value()
             try:
                 value = deserialize(raw)
@@ -166,9 +168,10 @@ class KafkaSourceOperator(SourceOperator):
                 self._dead_letter(raw, msg.key(), f"{type(exc).__name__}: {exc}", partition, offset)
                 self._check_done(partition)
                 continue
-            self._watermarks[partition].on_event(ts)
+            watermarks[partition].on_event(ts)
             emit(value, ts)
-            self._check_done(partition)
+            if ends is not None and offset + 1 >= ends.get(partition, 0):
+                self._check_done(partition)
         self._advance_watermark()
         if self._lag is not None:
             self._lag.maybe_update(self._active, self._next_offsets)

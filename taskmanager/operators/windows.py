@@ -40,14 +40,19 @@ class WindowAggregateOperator(KeyedOperator):
         self._watermark = MIN_WATERMARK
         self._timers: list[tuple[int, int, int, bytes]] = []
         self.late_records_dropped = 0
+        self._bounds_of: TimeWindow | None = None
+        self._bounds = b""
 
     def open(self) -> None:
         super().open()
         self._rebuild_timers()
 
     def _state_key(self, window: TimeWindow) -> bytes:
-        kb = self.current_key_bytes
-        return len(kb).to_bytes(4, "big") + kb + _BOUNDS.pack(window.start, window.end)
+        """The current key (length-prefixed) and the window's bounds; the bounds of the last window
+        are kept, as consecutive records mostly fall into the same one."""
+        if window is not self._bounds_of:
+            self._bounds_of, self._bounds = window, _BOUNDS.pack(window.start, window.end)
+        return self.current_key_prefix + self._bounds
 
     def process(self, value: Any, timestamp: int | None) -> None:
         if timestamp is None:

@@ -145,3 +145,4 @@ def test_equal_keys_of_different_types_keep_their_own_encoding_and_key_group(sta
         op.process(key, None)
         assert op.current_key_bytes == key_to_bytes(key), key
         assert op.current_key_group == key_group_for_key(key, 128), key
+        assert op.current_key_prefix == len(key_to_bytes(key)).to_bytes(4, "big") + key_to_bytes(key), key
