@@ -45,13 +45,13 @@ def parse_event(raw: bytes) -> dict[str, Any]:
 
 
 class CountAndSum:
-    """Incremental window aggregate: (count, sum) per key and window."""
+    """Incremental window aggregate: (count, sum) per key and window, over (key, value) pairs."""
 
     def create(self) -> tuple[int, int]:
         return (0, 0)
 
-    def add(self, acc: tuple[int, int], event: dict[str, Any]) -> tuple[int, int]:
-        return (acc[0] + 1, acc[1] + event["value"])
+    def add(self, acc: tuple[int, int], pair: tuple[str, int]) -> tuple[int, int]:
+        return (acc[0] + 1, acc[1] + pair[1])
 
     def result(self, key: str, window_start: int, window_end: int, acc: tuple[int, int]) -> dict[str, Any]:
         return {"key": key, "window_start": window_start, "window_end": window_end, "count": acc[0], "sum": acc[1]}
@@ -70,7 +70,10 @@ def build(env: Environment) -> None:
         records_per_second=p.get_int("source.records_per_second", 0) or None,
     )
     results = (
-        events.key_by(lambda e: e["key"])
+        # Keep only what the window needs before the shuffle (the event time travels as the record's
+        # timestamp): a (key, value) pair crosses the network for a fraction of the whole event's cost.
+        events.map(lambda e: (e["key"], e["value"]), uid="key-value", name="project")
+        .key_by(lambda pair: pair[0])
         .window(
             TumblingEventTimeWindows(p.get_int("window.size_ms", 1000)),
             allowed_lateness_ms=p.get_int("window.allowed_lateness_ms", 0),
