@@ -26,7 +26,7 @@ from weir.api import load_job_source
 from weir.config import checkpoint_dir
 from weir.errors import WeirError
 from weir.ids import CheckpointId, JobId, TaskManagerId
-from weir.keygroups import key_group_for, key_to_bytes
+from weir.keygroups import KeyEncoder
 from weir.paths import CheckpointPaths
 from weir.plan import JobPlan, build_plan
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
@@ -127,13 +127,12 @@ class TaskManagerRuntime:
                 downstream_parallelism=consumer.parallelism,
                 max_parallelism=graph.max_parallelism,
             )
-            maxp = graph.max_parallelism
             writers.append(
                 RecordWriter(
                     channels,
                     partitioner,
                     edge.key_selector if edge.key_selector is not None and len(channels) > 1 else None,
-                    lambda key, _m=maxp: key_group_for(key_to_bytes(key), _m),
+                    KeyEncoder(graph.max_parallelism).key_group,
                     flush_interval_s=buffer_timeout_s,
                 )
             )

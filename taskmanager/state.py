@@ -44,8 +44,8 @@ class StateBackend:
         return store
 
     def range_is_empty(self, start: bytes, end: bytes) -> bool:
-        for key in self.db.keys(from_key=start):
-            return bool(key >= end)
+        for key in self.db.keys(from_key=start):  # the first key at or after start
+            return not (isinstance(key, bytes) and key < end)  # raw mode: keys are bytes
         return True
 
     def write(self, batch: WriteBatch) -> None:

@@ -84,6 +84,43 @@ def key_group_for_key(key: object, max_parallelism: int) -> KeyGroup:
     return key_group_for(key_to_bytes(key), max_parallelism)
 
 
+class KeyEncoder:
+    """A key's bytes (:func:`key_to_bytes`), key group and length-prefixed bytes (the start of
+    composite state keys), remembered for ``str``, ``int`` and ``bytes`` keys: a key seen before costs
+    one dict lookup instead of encoding and hashing. Up to ``memo_limit`` keys are kept, then all are
+    forgotten at once. Other keys are encoded every time: equal values of different types (``1``,
+    ``1.0``, ``True``) encode differently but would share one dict entry.
+    """
+
+    __slots__ = ("_max_parallelism", "_memo", "_memo_limit")
+
+    def __init__(self, max_parallelism: int, memo_limit: int = 100_000) -> None:
+        key_group_for(b"", max_parallelism)  # validates max_parallelism once
+        self._max_parallelism = max_parallelism
+        self._memo: dict[object, tuple[bytes, KeyGroup, bytes]] = {}
+        self._memo_limit = memo_limit
+
+    def encode(self, key: object) -> tuple[bytes, KeyGroup, bytes]:
+        """(key bytes, key group, length-prefixed key bytes)."""
+        kind = type(key)
+        if kind is str or kind is int or kind is bytes:
+            info = self._memo.get(key)
+            if info is None:
+                info = self._encode(key)
+                if len(self._memo) >= self._memo_limit:
+                    self._memo.clear()
+                self._memo[key] = info
+            return info
+        return self._encode(key)
+
+    def key_group(self, key: object) -> KeyGroup:
+        return self.encode(key)[1]
+
+    def _encode(self, key: object) -> tuple[bytes, KeyGroup, bytes]:
+        kb = key_to_bytes(key)
+        return kb, key_group_for(kb, self._max_parallelism), len(kb).to_bytes(4, "big") + kb
+
+
 def key_to_bytes(key: object) -> bytes:
     """A canonical byte encoding of a key, identical in every process and on every machine.
 

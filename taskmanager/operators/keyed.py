@@ -8,19 +8,12 @@ from typing import Any
 from taskmanager.operators.base import StreamOperator
 from taskmanager.operators.basic import _TimestampedCollector
 from taskmanager.state import state_namespace
-from weir.keygroups import key_group_for, key_to_bytes
-
-_KEY_MEMO_LIMIT = 100_000
+from weir.keygroups import KeyEncoder, key_to_bytes
 
 
 class KeyedOperator(StreamOperator):
-    """Sets the current key (bytes and key group) for each record before the subclass sees it.
-
-    A ``str``, ``int`` or ``bytes`` key's bytes and key group are remembered (up to 100,000 keys,
-    then forgotten at once), so a record of a key seen before costs one dict lookup instead of
-    encoding and hashing. Other keys are encoded every time: equal values of different types (``1``,
-    ``1.0``, ``True``) encode differently but would share one dict entry.
-    """
+    """Sets the current key (bytes, key group, length-prefixed bytes) for each record before the
+    subclass sees it; a :class:`KeyEncoder` remembers the encodings of keys seen before."""
 
     def __init__(self, key_selector: Callable[[Any], Any]) -> None:
         self._key_selector = key_selector
@@ -28,37 +21,18 @@ class KeyedOperator(StreamOperator):
         self.current_key_bytes = b""
         self.current_key_group = 0
         self.current_key_prefix = b""  # the key bytes, length-prefixed: the start of composite state keys
-        self._key_memo: dict[Any, tuple[bytes, int, bytes]] = {}
 
     def open(self) -> None:
         key_groups = self.ctx.key_group_range
         self.store = self.ctx.state.keyed_store(
             state_namespace(self.ctx.job_id, self.ctx.uid), key_groups=(key_groups.start, key_groups.end)
         )
-        self._max_parallelism = self.ctx.max_parallelism
+        self._keys = KeyEncoder(self.ctx.max_parallelism)
 
     def set_current_key(self, value: Any) -> None:
         key = self._key_selector(value)
         self.current_key = key
-        kind = type(key)
-        if kind is str or kind is int or kind is bytes:
-            info = self._key_memo.get(key)
-            if info is None:
-                info = self._remember_key(key)
-        else:
-            info = self._key_info(key)
-        self.current_key_bytes, self.current_key_group, self.current_key_prefix = info
-
-    def _key_info(self, key: Any) -> tuple[bytes, int, bytes]:
-        kb = key_to_bytes(key)
-        return kb, key_group_for(kb, self._max_parallelism), len(kb).to_bytes(4, "big") + kb
-
-    def _remember_key(self, key: Any) -> tuple[bytes, int, bytes]:
-        info = self._key_info(key)
-        if len(self._key_memo) >= _KEY_MEMO_LIMIT:
-            self._key_memo.clear()
-        self._key_memo[key] = info
-        return info
+        self.current_key_bytes, self.current_key_group, self.current_key_prefix = self._keys.encode(key)
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         self.store.flush()

@@ -13,6 +13,7 @@ from weir.errors import JobDefinitionError
 from weir.ids import KeyGroup, SubtaskIndex
 from weir.keygroups import (
     MAX_PARALLELISM_UPPER_BOUND,
+    KeyEncoder,
     KeyGroupRange,
     key_group_for,
     key_group_for_key,
@@ -192,3 +193,15 @@ def test_key_groups_are_stable_across_processes(hash_seed: str) -> None:
     groups_128, groups_32768 = json.loads(result.stdout)
     assert groups_128 == EXPECTED_128
     assert groups_32768 == EXPECTED_32768
+
+
+def test_the_key_encoder_gives_what_the_functions_give_and_forgets_past_its_limit() -> None:
+    encoder = KeyEncoder(128, memo_limit=3)
+    keys: list[object] = ["a", 7, b"a", "a", 7.0, ("a", 7), [1, 2], "b", "c", "a"]
+    for key in keys:
+        kb = key_to_bytes(key)
+        assert encoder.encode(key) == (kb, key_group_for(kb, 128), len(kb).to_bytes(4, "big") + kb), key
+        assert encoder.key_group(key) == key_group_for_key(key, 128)
+        assert len(encoder._memo) <= 3
+    with pytest.raises(ValueError, match="max parallelism"):
+        KeyEncoder(0)
