@@ -19,9 +19,12 @@ from taskmanager.operators.transactional_sinks import keep_newest, row_key_index
 from weir.config import Endpoints
 from weir.errors import ServiceUnavailableError
 
+_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)  # json.dumps with options builds one per call
+
 
 def json_serializer(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+    """Compact JSON with sorted keys, UTF-8."""
+    return _JSON.encode(value).encode()
 
 
 class KafkaSinkOperator(StreamOperator):

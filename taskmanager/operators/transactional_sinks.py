@@ -47,6 +47,7 @@ DEFAULT_COMMIT_TIMEOUT_S: Final = 60.0
 DEFAULT_RECOVERY_TIMEOUT_S: Final = 120.0
 DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
 SNAPSHOT_FORMAT: Final = 1
+_POLL_EVERY: Final = 500  # records produced between two polls for delivery reports (flush serves the rest)
 
 Record = tuple[bytes | None, bytes, int | None]
 """A Kafka record as the sink keeps it: ``(key, value, event timestamp ms)``."""
@@ -515,8 +516,13 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         epoch.items.append(record)
         if timestamp is not None:
             epoch.timestamps.append(timestamp)
-        if self._in_kafka is epoch:
-            self._produce_records(epoch)
+        if self._in_kafka is epoch:  # its transaction is open: straight to the producer
+            producer = self._producer
+            assert producer is not None
+            producer.produce(self._topic, record[1], record[0], timestamp)
+            self._produced += 1
+            if self._produced % _POLL_EVERY == 0:
+                producer.poll()
 
     def _begin_in_kafka(self, epoch: _Epoch) -> None:
         assert self._producer is not None and self._in_kafka is None

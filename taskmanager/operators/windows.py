@@ -82,10 +82,11 @@ class WindowAggregateOperator(KeyedOperator):
                 acc = fn.add(entry[1], value)
             store.put(_STATE, kg, sk, (key, acc))
             if fired:
-                self._emit(key, window, acc)
+                self._emit(key, window.start, window.end, acc)
 
-    def _emit(self, key: Any, window: TimeWindow, acc: Any) -> None:
-        self.output.emit(self._fn.result(key, window.start, window.end, acc), window.end - 1)
+    def _emit(self, key: Any, start: int, end: int, acc: Any) -> None:
+        """The window's result, stamped with the window's last timestamp."""
+        self.output.emit(self._fn.result(key, start, end, acc), end - 1)
 
     def process_watermark(self, watermark: int) -> None:
         if watermark <= self._watermark:
@@ -99,7 +100,7 @@ class WindowAggregateOperator(KeyedOperator):
                 continue
             start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
             if kind == _FIRE:
-                self._emit(entry[0], TimeWindow(start, end), entry[1])
+                self._emit(entry[0], start, end, entry[1])
                 if self._lateness > 0 and end - 1 + self._lateness > watermark:
                     heapq.heappush(timers, (end - 1 + self._lateness, _CLEANUP, kg, sk))
                     continue
