@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import queue
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -48,6 +49,26 @@ class RegisteredTaskManager:
     stub: taskmanager_pb2_grpc.TaskManagerServiceStub
     channel: grpc.Channel
     alive: bool = True
+
+
+def channel_connects(channel: grpc.Channel, timeout_s: float) -> bool:
+    """Whether the channel's server accepts a connection: True once READY, False as soon as the
+    attempt fails (a refused connection: the process is gone) or after ``timeout_s`` (no answer)."""
+    outcome: queue.SimpleQueue[bool] = queue.SimpleQueue()
+
+    def on_state(state: grpc.ChannelConnectivity) -> None:
+        if state is grpc.ChannelConnectivity.READY:
+            outcome.put(True)
+        elif state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+            outcome.put(False)
+
+    channel.subscribe(on_state, try_to_connect=True)
+    try:
+        return outcome.get(timeout=timeout_s)
+    except queue.Empty:
+        return False
+    finally:
+        channel.unsubscribe(on_state)
 
 
 class JobManager:
@@ -257,11 +278,7 @@ class JobManager:
         with self._lock:
             tm = next((t for t in self.taskmanagers.values() if t.address == address), None)
         channel = tm.channel if tm is not None else grpc.insecure_channel(address, options=GRPC_OPTIONS)
-        try:
-            grpc.channel_ready_future(channel).result(timeout=timeout_s)
-            return True
-        except grpc.FutureTimeoutError:
-            return False
+        return channel_connects(channel, timeout_s)
 
     def _stub_for(self, address: str) -> taskmanager_pb2_grpc.TaskManagerServiceStub:
         with self._lock:
