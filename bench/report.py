@@ -203,6 +203,13 @@ def markdown(document: dict[str, Any]) -> str:
             f"committed after the restore {_fmt(recovery.get('recovery_s'), '{:.2f} s')} after the kill.",
             "",
         ]
+        kills = recovery.get("kills_recovery_s") or []
+        if len(kills) > 1:
+            lines += [
+                f"That kill is the median of {len(kills)} (one fresh job each, fed {recovery['rate_eps']:,.0f} "
+                f"events/s): {', '.join(_fmt(k, '{:.2f} s') for k in kills)}.",
+                "",
+            ]
     elif "error" in recovery:
         lines += ["## Recovery", "", f"failed: {recovery['error']}", ""]
     memory = document.get("memory") or {}

@@ -12,7 +12,8 @@ docs/benchmarks.md says what each figure means and how it is measured; in short:
    (visible to a read_committed consumer) - (broker append time of the window's last event);
 4. checkpoints of a Weir job holding 1M keys (first, then incremental after 1 % of keys changed);
 5. memory of the TaskManagers while a slow sink backpressures the job;
-6. recovery: SIGKILL a TaskManager, time until the first output committed after the restore.
+6. recovery: SIGKILL a TaskManager, time until the first output committed after the restore (median
+   of one kill per throughput run).
 
 Results: ``bench/results/results.json``, ``results.md`` and ``chart.png``. Targets are reported as
 pass/miss, never asserted. Topics, tables, consumer groups and checkpoint objects carry the run id
@@ -386,25 +387,32 @@ class Runner:
     # Recovery -------------------------------------------------------------------------------------------
 
     def recovery(self) -> None:
+        """SIGKILL a TaskManager under load, once per throughput run (a fresh job each time); the kill
+        with the median recovery time is reported, every kill's time beside it."""
         weir = self.weir("weir") or self.weir("weir-kafka")
         if weir is None:
             return
         rate = (self.median_rate(weir.key) or DEFAULT_RATE_EPS) / 2
-        topics = Topics(self.topic("rec-in"), self.topic("rec-out"))
+        kills = [self._recovery_kill(weir, rate, n) for n in range(1, self.plan.runs + 1)]
+        measured = sorted((k for k in kills if k["recovery_s"] is not None), key=lambda k: k["recovery_s"])
+        chosen = measured[(len(measured) - 1) // 2] if measured else kills[-1]
+        self.results["recovery"] = {**chosen, "rate_eps": rate, "kills_recovery_s": [k["recovery_s"] for k in kills]}
+
+    def _recovery_kill(self, weir: WeirContender, rate: float, n: int) -> dict[str, Any]:
+        topics = Topics(self.topic(f"rec{n}-in"), self.topic(f"rec{n}-out"))
         dataset.create_topics(self.endpoints, {topics.input: dataset.PARTITIONS, topics.output: dataset.PARTITIONS})
-        log(f"recovery: {weir.label} at {rate:,.0f} events/s, SIGKILL of a TaskManager")
+        log(f"recovery {n}/{self.plan.runs}: {weir.label} at {rate:,.0f} events/s, SIGKILL of a TaskManager")
         budget = 90 + self.plan.recovery_after_kill_s
-        running = weir.start(topics, bounded=False, tag="rec")
+        running = weir.start(topics, bounded=False, tag=f"rec{n}")
         try:
             with (
                 watch_output(self.endpoints.kafka_bootstrap, topics.output) as watcher,
                 background_producer(self.endpoints.kafka_bootstrap, topics.input, rate, budget),
             ):
-                self.results["recovery"] = self._recovery_run(running)
+                rec = self._recovery_run(running)
             seen = watcher.seen
         finally:
             running.stop(ProcessSampler())
-        rec = self.results["recovery"]
         after = [received for _k, _w, received in seen if received / 1000.0 > rec["restore_at"]]
         rec["first_output_after_restore_at"] = min(after) / 1000.0 if after else None
         rec["recovery_s"] = rec["first_output_after_restore_at"] - rec["killed_at"] if after else None
@@ -413,6 +421,7 @@ class Runner:
             f"  killed {rec['killed']}: restore scheduled after {rec['restore_scheduled_s']:.2f} s, "
             f"first committed output after {rec['recovery_s'] or float('nan'):.2f} s"
         )
+        return rec
 
     def _recovery_run(self, running: WeirRunning) -> dict[str, Any]:
         status = self.cluster.wait_job(
