@@ -60,13 +60,21 @@ def last_event_of_window(key_index: int, window_start: int) -> int:
 
 
 def create_topics(endpoints: Endpoints, topics: dict[str, int], config: dict[str, str] | None = None) -> None:
-    """Create topics (optionally with topic configs); existing ones are replaced."""
+    """Create topics (optionally with topic configs); existing ones are replaced.
+
+    Time retention is off (``retention.ms=-1``) unless ``config`` says otherwise: event times are from
+    2023 (``START_MS``) and contenders stamp their output with event time, so the broker's 7-day
+    retention would delete output records in the middle of a run. The run deletes its topics at the end.
+    """
     from confluent_kafka.admin import NewTopic
 
     kafka.delete_topics(endpoints, topics)
     client = kafka.admin(endpoints)
     futures = client.create_topics(
-        [NewTopic(name, num_partitions=n, replication_factor=1, config=config or {}) for name, n in topics.items()]
+        [
+            NewTopic(name, num_partitions=n, replication_factor=1, config={"retention.ms": "-1", **(config or {})})
+            for name, n in topics.items()
+        ]
     )
     for future in futures.values():
         future.result(timeout=30)
