@@ -17,7 +17,7 @@ from typing import Any
 from taskmanager.operators.keyed import KeyedOperator
 from weir.errors import JobDefinitionError
 from weir.watermarks import MIN_WATERMARK
-from weir.windows import TimeWindow
+from weir.windows import TimeWindow, cleanup_time, is_window_late, window_fires
 
 _BOUNDS = struct.Struct(">qq")
 _FIRE = 0
@@ -64,19 +64,21 @@ class WindowAggregateOperator(KeyedOperator):
         kg, key = self.current_key_group, self.current_key
         store, fn, wm, lateness = self.store, self._fn, self._watermark, self._lateness
         for window in self._assigner.assign(timestamp):
-            last_ts = window.end - 1
-            if last_ts + lateness <= wm:  # is_window_late, inlined: this runs per record
+            if is_window_late(window, wm, lateness):
                 self.late_records_dropped += 1
                 if self.ctx.metrics is not None:  # rare: counted per record
                     self.ctx.metrics.late_dropped.inc()
                 continue
             sk = self._state_key(window)
             entry = store.get(_STATE, kg, sk)
-            fired = wm >= last_ts  # window_fires, inlined
+            fired = window_fires(window, wm)
             if entry is None:
                 acc = fn.add(fn.create(), value)
                 heapq.heappush(
-                    self._timers, (last_ts + lateness, _CLEANUP, kg, sk) if fired else (last_ts, _FIRE, kg, sk)
+                    self._timers,
+                    (cleanup_time(window, lateness), _CLEANUP, kg, sk)
+                    if fired
+                    else (window.max_timestamp, _FIRE, kg, sk),
                 )
             else:
                 acc = fn.add(entry[1], value)
