@@ -12,7 +12,7 @@ import pytest
 from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from weir.client import JobStatus
-from weir.cluster import kill_process
+from weir.cluster import kill_process, local_status
 from weir.errors import ClusterUnavailableError
 from weir.events import EventSpec, events, produce_events
 
@@ -50,6 +50,12 @@ def wait_until(cluster: WeirCluster, job_id: str, predicate: object, what: str, 
     pytest.fail(f"timed out waiting for {what}; last status: {status}")
 
 
+def process_running(cluster: WeirCluster, name: str) -> bool:
+    """The supervisor's child ``name`` is up (after a kill, the supervisor restarts it with a delay)."""
+    status = local_status(cluster.directory)
+    return status is not None and any(p.name == name and p.alive for p in status.processes)
+
+
 def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCluster, unique: str) -> None:
     endpoints = weir_cluster.endpoints
     source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
@@ -80,11 +86,17 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
         # A random moment after the job made progress: 1-2 checkpoints after its latest restore.
         status = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "RUNNING", "the job to run")
         target = (status.last_completed_checkpoint or 0) + rng.randint(1, 2)
+        # The job recovers on the other TaskManagers while a killed one may still be restarting: the
+        # next victim must be up again before it can be killed.
         status = wait_until(
             weir_cluster,
             job_id,
-            lambda s, t=target: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= t,
-            f"checkpoint {target} before killing {victim}",
+            lambda s, t=target, v=victim: (
+                s.summary.status == "RUNNING"
+                and (s.last_completed_checkpoint or 0) >= t
+                and process_running(weir_cluster, v)
+            ),
+            f"checkpoint {target} and {victim} running before killing it",
         )
         assert status.summary.status == "RUNNING", f"the job finished before {victim} could be killed"
         kill_process(weir_cluster.directory, victim)
