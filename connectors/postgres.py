@@ -2,22 +2,49 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from weir.config import Endpoints
 from weir.errors import JobDefinitionError, ServiceUnavailableError
 
 
-def connect(endpoints: Endpoints, autocommit: bool = False) -> psycopg.Connection[Any]:
+def connect(endpoints: Endpoints, autocommit: bool = False, *, read_only: bool = False) -> psycopg.Connection[Any]:
+    """A new session; ``read_only``: PostgreSQL refuses every write in it (submit-time checks)."""
+    dsn = endpoints.postgres_dsn
+    conninfo = make_conninfo(dsn, options="-c default_transaction_read_only=on") if read_only else dsn
     try:
-        return psycopg.connect(endpoints.postgres_dsn, autocommit=autocommit, connect_timeout=10)
+        return psycopg.connect(conninfo, autocommit=autocommit, connect_timeout=10)
     except psycopg.OperationalError as exc:
-        raise ServiceUnavailableError(f"postgres: cannot connect to {endpoints.postgres_dsn}: {exc}") from exc
+        raise ServiceUnavailableError(
+            f"postgres: cannot connect to {redacted_dsn(endpoints.postgres_dsn)}: {str(exc).strip()}; "
+            "start PostgreSQL or fix WEIR_POSTGRES_DSN"
+        ) from exc
+
+
+def redacted_dsn(dsn: str) -> str:
+    """The dsn without its password, for messages and logs (URL or ``key=value`` form)."""
+    if "://" in dsn:
+        parts = urlsplit(dsn)
+        netloc = parts.netloc
+        if "@" in netloc:
+            userinfo, _, hostinfo = netloc.rpartition("@")
+            netloc = f"{userinfo.partition(':')[0]}@{hostinfo}"
+        query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "password"])
+        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    try:
+        params = conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparsable dsn>"
+    params.pop("password", None)
+    return make_conninfo(**params)  # type: ignore[arg-type]
 
 
 def table_columns(conn: psycopg.Connection[Any], table: str) -> list[str]:
@@ -28,14 +55,47 @@ def table_columns(conn: psycopg.Connection[Any], table: str) -> list[str]:
     return [r[0] for r in rows]
 
 
-def require_table(conn: psycopg.Connection[Any], table: str, columns: Sequence[str]) -> None:
-    """Fail clearly when the sink's table or one of its columns is missing."""
-    present = set(table_columns(conn, table))
+def require_table(
+    conn: psycopg.Connection[Any], table: str, columns: Sequence[str], key_columns: Sequence[str]
+) -> None:
+    """Fail clearly, in one line naming the table and columns, when the sink's table is missing, lacks
+    one of its columns or key columns, or has no PRIMARY KEY or UNIQUE constraint (or unique index)
+    on exactly the key columns, which ``INSERT ... ON CONFLICT (key columns)`` needs. The table is
+    resolved as the sink's statements resolve it (``search_path``)."""
+    present = column_types(conn, table)
     if not present:
-        raise JobDefinitionError(f"postgres sink: table {table!r} does not exist; create it before the job runs")
-    missing = [c for c in columns if c not in present]
+        raise JobDefinitionError(
+            f"postgres sink: table {table!r} does not exist; create it with the columns {list(columns)} and a "
+            f"PRIMARY KEY ({', '.join(key_columns)}) before the job runs"
+        )
+    missing = [c for c in dict.fromkeys((*columns, *key_columns)) if c not in present]
     if missing:
-        raise JobDefinitionError(f"postgres sink: table {table!r} has no column(s) {missing}")
+        raise JobDefinitionError(
+            f"postgres sink: table {table!r} has no column(s) {missing} (the sink writes {list(columns)} keyed by "
+            f"{list(key_columns)}); add them to the table or fix the sink's columns"
+        )
+    keys = unique_keys(conn, table)
+    if not any(set(key) == set(key_columns) for key in keys):
+        raise JobDefinitionError(
+            f"postgres sink: table {table!r} has no PRIMARY KEY or UNIQUE constraint on exactly {list(key_columns)} "
+            f"(INSERT ... ON CONFLICT needs one; unique keys found: {keys or 'none'}); add one, e.g. "
+            f"ALTER TABLE {table} ADD PRIMARY KEY ({', '.join(key_columns)}), or set key_columns to a unique key"
+        )
+
+
+def unique_keys(conn: psycopg.Connection[Any], table: str) -> list[list[str]]:
+    """The column lists of the table's unique indexes that ``ON CONFLICT (columns)`` can use as its
+    arbiter: valid, not partial, no expressions, not deferrable (primary keys and UNIQUE constraints
+    are such indexes); ``INCLUDE`` columns are not part of a key."""
+    rows = conn.execute(
+        "SELECT ARRAY(SELECT a.attname::text FROM unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) "
+        "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+        "WHERE k.n <= i.indnkeyatts ORDER BY k.n) "
+        "FROM pg_index i WHERE i.indrelid = to_regclass(quote_ident(%s)) AND i.indisunique AND i.indisvalid "
+        "AND i.indimmediate AND i.indpred IS NULL AND i.indexprs IS NULL ORDER BY i.indisprimary DESC, i.indexrelid",
+        (table,),
+    ).fetchall()
+    return [list(key) for (key,) in rows]
 
 
 def _conflict_action(
@@ -167,6 +227,177 @@ def ensure_commit_proof_table(conn: psycopg.Connection[Any]) -> None:
         )
 
 
+# Ownership of a sink subtask (fencing older attempts) ------------------------------------------------
+
+SINK_OWNER_TABLE = "weir_sink_owners"
+_OWNER_LOCK_NAMESPACE = b"weir-sink-owner"
+
+
+def sink_owner_lock_key(job_id: str, operator_uid: str, subtask: int) -> int:
+    """The session-level advisory lock (one bigint) a sink subtask's owning session holds: the first
+    8 bytes of blake2b over the three ids, signed. Stable across versions and processes; never change
+    it (two versions would then not exclude each other)."""
+    text = b"\x00".join((_OWNER_LOCK_NAMESPACE, job_id.encode(), operator_uid.encode(), str(subtask).encode()))
+    return int.from_bytes(hashlib.blake2b(text, digest_size=8).digest(), "big", signed=True)
+
+
+@dataclass(frozen=True)
+class SinkOwner:
+    """An attempt of a job that wants to own one sink subtask's transactions."""
+
+    job_id: str
+    operator_uid: str
+    subtask: int
+    attempt: int
+
+    @property
+    def lock_key(self) -> int:
+        return sink_owner_lock_key(self.job_id, self.operator_uid, self.subtask)
+
+    @property
+    def _key(self) -> tuple[str, str, int]:
+        return (self.job_id, self.operator_uid, self.subtask)
+
+
+@dataclass(frozen=True)
+class OwnerClaim:
+    """What ``claim_sink_owner`` found and did."""
+
+    recorded_attempt: int | None
+    """The attempt ``weir_sink_owners`` recorded before the claim; None on the subtask's first claim."""
+    fenced: bool
+    """A newer attempt owns the subtask: the claim changed nothing."""
+    ended_sessions: tuple[int, ...] = ()
+    """Backend pids of older owners' sessions the claim terminated."""
+
+
+def ensure_sink_owner_table(conn: psycopg.Connection[Any]) -> None:
+    """Create ``weir_sink_owners`` if missing (concurrent subtasks serialize on an advisory lock)."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_COMMIT_PROOF_LOCK,))
+        conn.execute(
+            sql.SQL(
+                "CREATE TABLE IF NOT EXISTS {} (job_id text NOT NULL, operator_uid text NOT NULL, "
+                "subtask int NOT NULL, attempt bigint NOT NULL, backend_pid int, "
+                "claimed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (job_id, operator_uid, subtask))"
+            ).format(sql.Identifier(SINK_OWNER_TABLE))
+        )
+
+
+def _split_lock_key(key: int) -> tuple[int, int]:
+    """``(classid, objid)`` under which ``pg_locks`` shows a bigint advisory lock (objsubid 1)."""
+    unsigned = key & 0xFFFFFFFFFFFFFFFF
+    return unsigned >> 32, unsigned & 0xFFFFFFFF
+
+
+def _lock_owner_row(conn: psycopg.Connection[Any], owner: SinkOwner) -> int | None:
+    """Insert the owner row if missing (with the claimer's attempt) and lock it: claimers of one
+    subtask queue here, one at a time. The attempt it recorded before (None: this is the first claim)."""
+    inserted = conn.execute(
+        sql.SQL(
+            "INSERT INTO {} (job_id, operator_uid, subtask, attempt) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (job_id, operator_uid, subtask) DO NOTHING RETURNING attempt"
+        ).format(sql.Identifier(SINK_OWNER_TABLE)),
+        (*owner._key, owner.attempt),
+    ).fetchone()
+    if inserted is not None:
+        return None  # the row is new, and locked by this transaction until it ends
+    row = conn.execute(
+        sql.SQL("SELECT attempt FROM {} WHERE job_id = %s AND operator_uid = %s AND subtask = %s FOR UPDATE").format(
+            sql.Identifier(SINK_OWNER_TABLE)
+        ),
+        owner._key,
+    ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _end_lock_holders(conn: psycopg.Connection[Any], owner: SinkOwner) -> tuple[int, ...]:
+    """Terminate every other session holding the subtask's advisory lock (older owners, alive or
+    stuck); the pids signalled. Their prepared transactions survive them."""
+    classid, objid = _split_lock_key(owner.lock_key)
+    rows = conn.execute(
+        "SELECT l.pid, pg_terminate_backend(l.pid) FROM pg_locks l "
+        "WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1 AND l.classid::bigint = %s "
+        "AND l.objid::bigint = %s AND l.pid <> pg_backend_pid() "
+        "AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())",
+        (classid, objid),
+    ).fetchall()
+    return tuple(int(pid) for pid, _signalled in rows)
+
+
+def claim_sink_owner(conn: psycopg.Connection[Any], owner: SinkOwner, *, timeout_s: float, what: str) -> OwnerClaim:
+    """Make this session the owner of the sink subtask, in one transaction: lock the owner row; if it
+    records a newer attempt, change nothing (``fenced``); else terminate the sessions holding the
+    subtask's advisory lock, wait for the lock (they release it as they exit, after their open
+    transaction rolled back), take it for the rest of this session, and record the attempt.
+
+    From then on no other session can complete a claim without ending this one first, so every
+    statement this session runs is run by the owner; an older attempt's session, ended, fails on its
+    next statement. Waits (the row lock, the advisory lock) are bounded by ``timeout_s``."""
+    ended: tuple[int, ...] = ()
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{max(1, int(timeout_s * 1000))}ms",))
+            recorded = _lock_owner_row(conn, owner)
+            if recorded is not None and recorded > owner.attempt:
+                return OwnerClaim(recorded, fenced=True)
+            ended = _end_lock_holders(conn, owner)
+            conn.execute("SELECT pg_advisory_lock(%s)", (owner.lock_key,))
+            conn.execute(
+                sql.SQL(
+                    "UPDATE {} SET attempt = %s, backend_pid = pg_backend_pid(), claimed_at = now() "
+                    "WHERE job_id = %s AND operator_uid = %s AND subtask = %s"
+                ).format(sql.Identifier(SINK_OWNER_TABLE)),
+                (owner.attempt, *owner._key),
+            )
+            return OwnerClaim(recorded, fenced=False, ended_sessions=ended)
+    except psycopg.errors.LockNotAvailable as exc:
+        raise ServiceUnavailableError(
+            f"{what}: attempt {owner.attempt} could not take ownership within {timeout_s:g}s: another claim of "
+            f"this sink subtask, or the session of its previous owner (pids {list(ended) or 'none found'}), held "
+            f"on; it retries with the task's restart (see pg_stat_activity if this repeats)"
+        ) from exc
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise ServiceUnavailableError(
+            f"{what}: attempt {owner.attempt} may not end the session of the subtask's previous owner ({exc}); "
+            "run every attempt as the same PostgreSQL role, or grant the role pg_signal_backend",
+            fault="user",
+        ) from exc
+    except psycopg.Error as exc:
+        raise _failed(conn, exc, f"{what}: claiming ownership for attempt {owner.attempt}") from exc
+
+
+def sink_owner_attempt(conn: psycopg.Connection[Any], job_id: str, operator_uid: str, subtask: int) -> int | None:
+    """The attempt ``weir_sink_owners`` records as the owner of this sink subtask; None when none does
+    (or the table does not exist yet)."""
+    if not table_columns(conn, SINK_OWNER_TABLE):
+        return None
+    row = conn.execute(
+        sql.SQL("SELECT attempt FROM {} WHERE job_id = %s AND operator_uid = %s AND subtask = %s").format(
+            sql.Identifier(SINK_OWNER_TABLE)
+        ),
+        (job_id, operator_uid, subtask),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def session_lost(conn: psycopg.Connection[Any]) -> bool:
+    """The session ended under the connection: terminated (a newer attempt took ownership of the
+    sink subtask), or PostgreSQL restarted, or the network failed."""
+    return bool(conn.closed or conn.broken)
+
+
+def _failed(conn: psycopg.Connection[Any], exc: psycopg.Error, what: str) -> ServiceUnavailableError:
+    """The ServiceUnavailableError for a failed statement; a lost session is named as such."""
+    if session_lost(conn):
+        return ServiceUnavailableError(
+            f"{what}: the PostgreSQL session ended ({str(exc).strip()}): a newer attempt of this sink subtask took "
+            "ownership, or PostgreSQL restarted; the statement's outcome is the new owner's to resolve"
+        )
+    return ServiceUnavailableError(f"{what}: {type(exc).__name__}: {str(exc).strip()}")
+
+
 def column_types(conn: psycopg.Connection[Any], table: str) -> dict[str, tuple[str, bool]]:
     """``column -> (SQL type, is an array)`` of a table."""
     rows = conn.execute(
@@ -251,7 +482,7 @@ def write_transaction(
                 "sink subtask: checkpoint ids were reused for the same job id",
                 fault="internal",
             ) from exc
-        raise ServiceUnavailableError(f"{what}: {type(exc).__name__}: {exc}") from exc
+        raise _failed(conn, exc, what) from exc
 
 
 def _rollback_quietly(conn: psycopg.Connection[Any]) -> None:
@@ -270,7 +501,7 @@ def commit_prepared(conn: psycopg.Connection[Any], gid: str) -> bool:
     except psycopg.errors.UndefinedObject:
         return False
     except psycopg.Error as exc:
-        raise ServiceUnavailableError(f"postgres: COMMIT PREPARED {gid!r}: {exc}") from exc
+        raise _failed(conn, exc, f"postgres: COMMIT PREPARED {gid!r}") from exc
     return True
 
 
@@ -281,16 +512,20 @@ def rollback_prepared(conn: psycopg.Connection[Any], gid: str) -> bool:
     except psycopg.errors.UndefinedObject:
         return False
     except psycopg.Error as exc:
-        raise ServiceUnavailableError(f"postgres: ROLLBACK PREPARED {gid!r}: {exc}") from exc
+        raise _failed(conn, exc, f"postgres: ROLLBACK PREPARED {gid!r}") from exc
     return True
 
 
 def prepared_gids(conn: psycopg.Connection[Any], prefix: str) -> list[str]:
     """The gids of this database's prepared transactions that start with ``prefix``."""
-    rows = conn.execute(
-        "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s) ORDER BY gid",
-        (prefix,),
-    ).fetchall()
+    try:
+        rows = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE database = current_database() AND starts_with(gid, %s) "
+            "ORDER BY gid",
+            (prefix,),
+        ).fetchall()
+    except psycopg.Error as exc:
+        raise _failed(conn, exc, f"postgres: listing the prepared transactions {prefix}*") from exc
     return [gid for (gid,) in rows]
 
 
@@ -299,10 +534,13 @@ def committed_rows(
 ) -> int | None:
     """The row count ``weir_sink_commits`` holds for this sink subtask's commit at ``checkpoint_id``;
     None when it holds no such commit."""
-    row = conn.execute(
-        sql.SQL(
-            "SELECT rows FROM {} WHERE job_id = %s AND operator_uid = %s AND subtask = %s AND checkpoint_id = %s"
-        ).format(sql.Identifier(COMMIT_PROOF_TABLE)),
-        (job_id, operator_uid, subtask, checkpoint_id),
-    ).fetchone()
+    try:
+        row = conn.execute(
+            sql.SQL(
+                "SELECT rows FROM {} WHERE job_id = %s AND operator_uid = %s AND subtask = %s AND checkpoint_id = %s"
+            ).format(sql.Identifier(COMMIT_PROOF_TABLE)),
+            (job_id, operator_uid, subtask, checkpoint_id),
+        ).fetchone()
+    except psycopg.Error as exc:
+        raise _failed(conn, exc, f"postgres: reading {COMMIT_PROOF_TABLE} for checkpoint {checkpoint_id}") from exc
     return None if row is None else int(row[0])

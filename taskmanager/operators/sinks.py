@@ -15,7 +15,7 @@ from typing import Any
 
 from connectors import kafka, postgres
 from taskmanager.operators.base import StreamOperator
-from taskmanager.operators.transactional_sinks import keep_newest, row_key_indexes
+from taskmanager.operators.transactional_sinks import keep_newest, row_key_indexes, validate_postgres_sink
 from weir.config import Endpoints
 from weir.errors import ServiceUnavailableError
 
@@ -106,9 +106,14 @@ class PostgresUpsertSinkOperator(StreamOperator):
         self._key_index, self._version_index = row_key_indexes(table, columns, key_columns, version_column)
         self._rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
+    def validate_at_submit(self, endpoints: Endpoints) -> None:
+        """At submit, before any task runs: PostgreSQL answers and the table has the columns and a
+        unique key on exactly the key columns (ON CONFLICT needs it). Creates nothing."""
+        validate_postgres_sink(endpoints, self._table, self._columns, self._key_columns, two_phase=False)
+
     def open(self) -> None:
         self._conn = postgres.connect(Endpoints.from_env())
-        postgres.require_table(self._conn, self._table, self._columns)
+        postgres.require_table(self._conn, self._table, self._columns, self._key_columns)
         self._conn.rollback()
         self._statement = postgres.upsert_statement(self._table, self._columns, self._key_columns, self._version_column)
 

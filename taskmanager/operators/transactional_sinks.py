@@ -18,7 +18,8 @@ import abc
 import json
 import time
 from array import array
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -33,7 +34,7 @@ from weir.crashpoints import (
     BETWEEN_SINK_COMMITS,
     crash_point,
 )
-from weir.errors import Fault, JobDefinitionError, SerializationError, WeirError
+from weir.errors import Fault, JobDefinitionError, SerializationError, ServiceUnavailableError, WeirError
 from weir.graph import LogicalGraph, OperatorKind
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.serde import dumps_value, loads_value
@@ -46,6 +47,7 @@ DEFAULT_TRANSACTION_TIMEOUT_MS: Final = kafka.DEFAULT_TRANSACTION_TIMEOUT_MS
 DEFAULT_COMMIT_TIMEOUT_S: Final = 60.0
 DEFAULT_RECOVERY_TIMEOUT_S: Final = 120.0
 DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
+DEFAULT_CLAIM_TIMEOUT_S: Final = 30.0
 SNAPSHOT_FORMAT: Final = 1
 _POLL_EVERY: Final = 500  # records produced between two polls for delivery reports (flush serves the rest)
 
@@ -650,11 +652,49 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
 # PostgreSQL ---------------------------------------------------------------------------------------
 
 
+class SinkFencedError(WeirError):
+    """A newer attempt of the job owns this sink subtask: this (older) attempt must stop without
+    preparing, committing or rolling back any of the subtask's transactions."""
+
+    fault: Fault = "internal"
+
+
+def sink_fenced_error(task: TaskId, attempt: int, owner_attempt: int) -> SinkFencedError:
+    return SinkFencedError(
+        f"postgres sink {task.operator_uid!r} of job {task.job_id} subtask {task.subtask}: attempt {attempt} is "
+        f"fenced, attempt {owner_attempt} owns the subtask's transactions now ({postgres.SINK_OWNER_TABLE}): this "
+        "task is left over from a cancelled attempt and stops without touching them; nothing to do"
+    )
+
+
+def validate_postgres_sink(
+    endpoints: Endpoints, table: str, columns: Sequence[str], key_columns: Sequence[str], *, two_phase: bool
+) -> None:
+    """Submit-time check of a PostgreSQL sink, in one read-only session (creates nothing): the server
+    answers (ServiceUnavailableError naming the dsn without its password), the table has the columns
+    and a unique key on exactly the key columns, and, for the two-phase sink, the server can prepare
+    transactions (JobDefinitionError, one line each)."""
+    with postgres.connect(endpoints, autocommit=True, read_only=True) as conn:
+        postgres.require_table(conn, table, columns, key_columns)
+        if two_phase:
+            postgres.check_prepared_transactions(
+                postgres.max_prepared_transactions(conn),
+                sink=f"postgres sink on {table!r}",
+                server=postgres.server_name(conn),
+            )
+
+
 class TwoPhasePostgresSinkOperator(_TransactionalSink):
     """Exactly-once PostgreSQL sink: per checkpoint epoch one transaction, prepared at the barrier
     (``PREPARE TRANSACTION`` under the ledger's gid) and committed (``COMMIT PREPARED``) when a covering
     checkpoint completes. Rows are upserted by their key columns; within an epoch the last row per key
-    wins (with a version column: the newest version)."""
+    wins (with a version column: the newest version).
+
+    Fencing: every attempt of the job claims the subtask in ``weir_sink_owners`` at open, before its
+    recovery touches anything, and keeps the claim in its session (an advisory lock). A newer attempt's
+    claim ends an older attempt's session; an older attempt's claim fails (``SinkFencedError``). So an
+    attempt that was cancelled but still runs can neither roll back nor commit nor prepare anything of
+    the attempt that replaced it."""
 
     def __init__(
         self,
@@ -665,6 +705,7 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         *,
         version_column: str | None = None,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
+        claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S,
     ) -> None:
         self._table = table
         self._columns = tuple(columns)
@@ -672,12 +713,19 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         self._to_row = to_row
         self._version_column = version_column
         self._lock_timeout_s = lock_timeout_s
+        self._claim_timeout_s = claim_timeout_s
         self._key_index, self._version_index = row_key_indexes(table, columns, key_columns, version_column)
         self._prepared: _Epoch | None = None  # the epoch prepared in PostgreSQL, waiting for its commit
+        self._conn: Any = None  # the owning session (psycopg.Connection), from open() on
 
     def _what(self, checkpoint_id: int | None = None) -> str:
         at = f" checkpoint {checkpoint_id}" if checkpoint_id is not None else ""
         return f"postgres sink {self.ctx.uid!r} of job {self.ctx.job_id} subtask {self.ctx.subtask}{at}"
+
+    def validate_at_submit(self, endpoints: Endpoints) -> None:
+        """At submit, before any task runs (no ``setup``): PostgreSQL answers, the table has the columns
+        and a unique key on exactly the key columns, and max_prepared_transactions > 0. Creates nothing."""
+        validate_postgres_sink(endpoints, self._table, self._columns, self._key_columns, two_phase=True)
 
     # Start and recovery ---------------------------------------------------------------------------
 
@@ -687,18 +735,89 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
     def open(self) -> None:
         conn = postgres.connect(self._endpoints, autocommit=True)
         self._conn = conn
-        postgres.require_table(conn, self._table, self._columns)
+        postgres.require_table(conn, self._table, self._columns, self._key_columns)
         postgres.check_prepared_transactions(
             postgres.max_prepared_transactions(conn), sink=self._what(), server=postgres.server_name(conn)
         )
         postgres.ensure_commit_proof_table(conn)
+        postgres.ensure_sink_owner_table(conn)
+        self._claim()
         self._plan = postgres.upsert_plan(conn, self._table, self._columns, self._key_columns, self._version_column)
         self._recover(self._restored)
         self._restored = None
 
+    # Ownership (fencing) --------------------------------------------------------------------------
+
+    def _owner(self) -> postgres.SinkOwner:
+        task = self._task
+        return postgres.SinkOwner(task.job_id, task.operator_uid, task.subtask, self.ctx.attempt)
+
+    def _owner_fields(self, **extra: Any) -> dict[str, Any]:
+        return {
+            "job_id": self.ctx.job_id,
+            "operator_uid": self.ctx.uid,
+            "subtask": self.ctx.subtask,
+            "attempt": self.ctx.attempt,
+            **extra,
+        }
+
+    def _claim(self) -> None:
+        """Own the subtask before anything of it is read or resolved; a newer owner fences this attempt."""
+        try:
+            claim = postgres.claim_sink_owner(
+                self._conn, self._owner(), timeout_s=self._claim_timeout_s, what=self._what()
+            )
+        except WeirError:
+            self._release()  # a session that may hold the lock without being recorded as the owner
+            raise
+        if claim.fenced:
+            assert claim.recorded_attempt is not None
+            self._release()
+            self.ctx.log.warning("postgres_sink_fenced", **self._owner_fields(owner_attempt=claim.recorded_attempt))
+            raise sink_fenced_error(self._task, self.ctx.attempt, claim.recorded_attempt)
+        self.ctx.log.info(
+            "postgres_sink_owner_claimed",
+            **self._owner_fields(previous_attempt=claim.recorded_attempt, ended_sessions=list(claim.ended_sessions)),
+        )
+
+    @contextmanager
+    def _as_owner(self) -> Iterator[None]:
+        """Statements of the owning session. When the session ended under them and a newer attempt
+        is recorded as the owner, this attempt was fenced: SinkFencedError instead of the bare failure."""
+        try:
+            yield
+        except ServiceUnavailableError as exc:
+            conn = self._conn
+            if conn is None or not postgres.session_lost(conn):
+                raise
+            owner_attempt = self._recorded_owner()
+            if owner_attempt is None or owner_attempt <= self.ctx.attempt:
+                raise
+            self.ctx.log.warning("postgres_sink_fenced", **self._owner_fields(owner_attempt=owner_attempt))
+            raise sink_fenced_error(self._task, self.ctx.attempt, owner_attempt) from exc
+
+    def _recorded_owner(self) -> int | None:
+        """The attempt recorded as the owner, read in a fresh session (None if that fails too)."""
+        task = self._task
+        try:
+            with postgres.connect(self._endpoints, autocommit=True, read_only=True) as conn:
+                return postgres.sink_owner_attempt(conn, task.job_id, task.operator_uid, task.subtask)
+        except (WeirError, OSError):
+            return None
+
+    def _release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.close()  # ends the session: its advisory lock goes; a prepared transaction stays
+
     def _recover(self, snapshot: SinkSnapshot | None) -> None:
         """Resolve this subtask's prepared transactions: roll back those the restored checkpoint does
-        not list, commit those it lists; write an epoch the snapshot holds that never reached PostgreSQL."""
+        not list, commit those it lists; write an epoch the snapshot holds that never reached PostgreSQL.
+        Runs as the owner (claimed just before): a newer attempt's claim ends it at its next statement."""
+        with self._as_owner():
+            self._resolve(snapshot)
+
+    def _resolve(self, snapshot: SinkSnapshot | None) -> None:
         task = self._task
         in_doubt = set()
         for gid in postgres.prepared_gids(self._conn, gid_prefix(task)):
@@ -786,15 +905,16 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         assert epoch.checkpoint_id is not None
         rows = list(epoch.items.values())
         started = time.perf_counter()
-        postgres.write_transaction(
-            self._conn,
-            self._plan,
-            rows,
-            self._proof(epoch.checkpoint_id, len(rows)),
-            prepare_as=epoch.txn.gid if prepare else None,
-            lock_timeout_s=self._lock_timeout_s,
-            what=self._what(epoch.checkpoint_id),
-        )
+        with self._as_owner():
+            postgres.write_transaction(
+                self._conn,
+                self._plan,
+                rows,
+                self._proof(epoch.checkpoint_id, len(rows)),
+                prepare_as=epoch.txn.gid if prepare else None,
+                lock_timeout_s=self._lock_timeout_s,
+                what=self._what(epoch.checkpoint_id),
+            )
         if prepare:
             self._prepared = epoch
             self._metrics.prepared.set(1)
@@ -827,11 +947,12 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
             return
         assert epoch.checkpoint_id is not None
         started = time.perf_counter()
-        found = postgres.commit_prepared(self._conn, epoch.txn.gid)
-        self._prepared = None
-        self._metrics.prepared.set(0)
-        if not found and self._committed_rows(epoch.checkpoint_id) is None:
-            raise self._lost(epoch.txn, epoch.checkpoint_id)
+        with self._as_owner():
+            found = postgres.commit_prepared(self._conn, epoch.txn.gid)
+            self._prepared = None
+            self._metrics.prepared.set(0)
+            if not found and self._committed_rows(epoch.checkpoint_id) is None:
+                raise self._lost(epoch.txn, epoch.checkpoint_id)
         self._observe_commit(epoch, started, epoch.size)
 
     def _catch_up(self) -> None:
@@ -845,9 +966,7 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         return self._prepared is epoch
 
     def close(self) -> None:
-        conn = getattr(self, "_conn", None)
-        if conn is not None:
-            conn.close()  # a prepared transaction outlives the session; an unprepared one rolls back
+        self._release()  # a prepared transaction outlives the session; an unprepared one rolls back
         super().close()
 
 

@@ -3,7 +3,9 @@ and the version guard of the idempotent upsert sink."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -15,12 +17,22 @@ from prometheus_client import REGISTRY
 from connectors import postgres
 from taskmanager.operators.sinks import PostgresUpsertSinkOperator
 from taskmanager.operators.transactional_sinks import (
+    SinkFencedError,
     SinkTransactionLostError,
     TwoPhasePostgresSinkOperator,
     gid_prefix,
 )
 from taskmanager.twophase import TransactionId
-from tests.integration.sinks.conftest import TASKMANAGER, PostgresSinkCase, row, run_until_crash, set_up
+from tests.integration.sinks.conftest import (
+    TASKMANAGER,
+    NoOutput,
+    PostgresSinkCase,
+    operator_context,
+    row,
+    run_until_crash,
+    set_up,
+)
+from weir.config import Endpoints
 from weir.crashpoints import EXIT_CODE
 from weir.errors import JobDefinitionError, ServiceUnavailableError
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
@@ -297,3 +309,344 @@ def test_upsert_version_guard_makes_replays_of_older_rows_harmless(postgres_case
     assert postgres_case.rows() == [(1, "v3-again", Decimal(3)), (2, "v1", Decimal(1))]
     sink.close()
     replay.close()
+
+
+# Fencing: an older attempt never touches a newer attempt's transactions ----------------------------
+
+COLUMNS = ("id", "name", "amount")
+
+
+def attempt_sink(case: PostgresSinkCase, attempt: int, subtask: int = 0) -> TwoPhasePostgresSinkOperator:
+    """A sink instance of one attempt of the job, as the task of that attempt would build it."""
+    operator = TwoPhasePostgresSinkOperator(
+        case.table, COLUMNS, ("id",), lambda v: (v["id"], v["name"], v["amount"]), claim_timeout_s=10.0
+    )
+    context = dataclasses.replace(operator_context(case.job_id, case.uid, subtask), attempt=attempt)
+    operator.setup(context, NoOutput())
+    return operator
+
+
+def snapshot(sink: TwoPhasePostgresSinkOperator, checkpoint_id: int) -> bytes:
+    data = sink.snapshot_state(checkpoint_id)
+    assert data is not None
+    return data
+
+
+def stray_prepared_transaction(case: PostgresSinkCase, epoch: int, ids: range) -> None:
+    """A transaction of this subtask prepared at a barrier whose checkpoint never completed (by a
+    process long gone): rows only, under the subtask's gid for ``epoch``."""
+    with psycopg.connect(case.endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute("BEGIN")
+        for i in ids:
+            conn.execute(f"INSERT INTO {case.table} (id, name, amount) VALUES (%s, 'stray', 0)", (i,))
+        conn.execute(f"PREPARE TRANSACTION '{gid(case, epoch)}'")
+
+
+@pytest.fixture
+def owners(postgres_case: PostgresSinkCase) -> Iterator[None]:
+    """Forget this test job's owner rows afterwards (job ids are never reused)."""
+    yield
+    postgres_case.query("DELETE FROM weir_sink_owners WHERE job_id = %s", postgres_case.job_id)
+
+
+def test_a_zombie_attempt_reaching_open_late_is_fenced_and_the_live_attempt_commits(
+    postgres_case: PostgresSinkCase, owners: None
+) -> None:
+    """Attempt 2 was cancelled while restoring; attempt 3 restored the same checkpoint, opened and
+    prepared checkpoint 4. When attempt 2's thread finally reaches open(), its recovery must fail
+    instead of rolling back attempt 3's prepared transaction (which it does not list)."""
+    first = attempt_sink(postgres_case, 1)
+    first.open()
+    feed(first, 1, 2)
+    snapshot3 = snapshot(first, 3)  # checkpoint 3 completes; attempt 1 then fails (session left open)
+    first.notify_checkpoint_complete(3)
+
+    zombie = attempt_sink(postgres_case, 2)
+    zombie.restore_state(snapshot3)  # cancelled here, its thread still running
+    live = attempt_sink(postgres_case, 3)
+    live.restore_state(snapshot3)
+    live.open()
+    feed(live, 3, 6)
+    live.snapshot_state(4)
+    assert postgres_case.prepared() == [gid(postgres_case, 4)]
+
+    with pytest.raises(SinkFencedError, match=r"attempt 2 .*attempt 3") as fenced:
+        zombie.open()
+    assert fenced.value.fault == "internal" and not fenced.value.retriable
+    assert postgres_case.prepared() == [gid(postgres_case, 4)]  # untouched
+
+    live.notify_checkpoint_complete(4)
+    assert postgres_case.prepared() == []
+    assert postgres_case.rows() == expected(1, 6)
+    assert postgres_case.proofs() == [(0, 3, 2), (0, 4, 4)]
+    for sink in (zombie, live, first):
+        sink.close()
+
+
+def test_a_superseded_owner_cannot_commit_the_newer_attempts_transaction(
+    postgres_case: PostgresSinkCase, owners: None
+) -> None:
+    """Attempt 1 owns and prepared epoch 1; attempt 2 takes over from no completed checkpoint, rolls
+    epoch 1 back and prepares its own epoch 1 under the same gid. A late completion notification to
+    attempt 1 would COMMIT PREPARED attempt 2's transaction: it must fail instead."""
+    old = attempt_sink(postgres_case, 1)
+    old.open()
+    feed(old, 1, 3)
+    old.snapshot_state(1)
+    assert postgres_case.prepared() == [gid(postgres_case, 1)]
+
+    new = attempt_sink(postgres_case, 2)
+    new.open()  # no completed checkpoint: epoch 1 of attempt 1 is rolled back
+    assert postgres_case.prepared() == []
+    feed(new, 10, 12)
+    new.snapshot_state(1)
+    assert postgres_case.prepared() == [gid(postgres_case, 1)]
+
+    with pytest.raises(SinkFencedError, match=r"attempt 1 .*attempt 2"):
+        old.notify_checkpoint_complete(1)
+    assert postgres_case.prepared() == [gid(postgres_case, 1)]
+    assert postgres_case.rows() == []  # nothing committed before attempt 2's checkpoint completes
+
+    new.notify_checkpoint_complete(1)
+    assert postgres_case.rows() == expected(10, 12)
+    assert postgres_case.proofs() == [(0, 1, 3)]
+    old.close()
+    new.close()
+
+
+def test_a_superseded_owner_cannot_prepare(postgres_case: PostgresSinkCase, owners: None) -> None:
+    old = attempt_sink(postgres_case, 5)
+    old.open()
+    feed(old, 1, 3)
+    new = attempt_sink(postgres_case, 6)
+    new.open()
+    feed(new, 4, 4)
+    new.snapshot_state(1)
+
+    with pytest.raises(SinkFencedError, match=r"attempt 5 .*attempt 6"):
+        old.snapshot_state(1)
+    assert postgres_case.prepared() == [gid(postgres_case, 1)]
+    new.notify_checkpoint_complete(1)
+    assert postgres_case.rows() == expected(4, 4)
+    old.close()
+    new.close()
+
+
+def test_end_of_job_resolution_commits_the_listed_rolls_back_the_rest_and_fences(
+    postgres_case: PostgresSinkCase, owners: None
+) -> None:
+    """After the job ends, a fresh sink with a newer attempt restores the latest completed checkpoint,
+    opens and closes: the listed transaction commits, every other prepared one of the subtask is
+    rolled back, and the attempt still running is fenced."""
+    running = attempt_sink(postgres_case, 4)
+    running.open()
+    feed(running, 1, 3)
+    snapshot1 = snapshot(running, 1)  # checkpoint 1 completed; its notification never arrived
+    stray_prepared_transaction(postgres_case, 2, range(100, 102))
+    other_subtask = attempt_sink(postgres_case, 4, subtask=1)
+    other_subtask.open()
+    feed(other_subtask, 50, 50)
+    other_subtask.snapshot_state(1)
+    assert sorted(postgres_case.prepared()) == sorted(
+        [gid(postgres_case, 1), gid(postgres_case, 2), gid(postgres_case, 1, 1)]
+    )
+
+    resolver = attempt_sink(postgres_case, 5)
+    resolver.restore_state(snapshot1)
+    resolver.open()
+    resolver.close()
+
+    assert postgres_case.prepared() == [gid(postgres_case, 1, subtask=1)]  # another subtask's: untouched
+    assert postgres_case.rows() == expected(1, 3)
+    assert postgres_case.proofs() == [(0, 1, 3)]
+    with pytest.raises(SinkFencedError, match=r"attempt 4 .*attempt 5"):
+        running.notify_checkpoint_complete(1)  # its session was ended by the resolver's claim
+    with pytest.raises(SinkFencedError, match=r"attempt 4 .*attempt 5"):
+        attempt_sink(postgres_case, 4).open()  # nor can attempt 4 come back
+    running.close()
+    other_subtask.notify_checkpoint_complete(1)  # subtask 1's owner was not disturbed
+    other_subtask.close()
+    assert postgres_case.rows() == [*expected(1, 3), *expected(50, 50)]
+
+
+def test_end_of_job_resolution_without_a_completed_checkpoint_rolls_back_everything(
+    postgres_case: PostgresSinkCase, owners: None
+) -> None:
+    running = attempt_sink(postgres_case, 1)
+    running.open()
+    feed(running, 1, 3)
+    running.snapshot_state(1)
+
+    resolver = attempt_sink(postgres_case, 2)
+    resolver.open()
+    resolver.close()
+    assert postgres_case.prepared() == []
+    assert postgres_case.rows() == []
+    with pytest.raises(SinkFencedError):
+        running.notify_checkpoint_complete(1)
+    running.close()
+
+
+def test_the_same_attempt_may_claim_again(postgres_case: PostgresSinkCase, owners: None) -> None:
+    """A task restarted within the same attempt (or a test) takes over from its own earlier session."""
+    earlier = attempt_sink(postgres_case, 3)
+    earlier.open()
+    feed(earlier, 1, 1)
+    data = snapshot(earlier, 1)
+    again = attempt_sink(postgres_case, 3)
+    again.restore_state(data)
+    again.open()  # commits epoch 1, listed by the snapshot
+    again.close()
+    earlier.close()
+    assert postgres_case.rows() == expected(1, 1)
+
+
+def test_a_claim_waits_for_another_claim_no_longer_than_its_timeout(
+    postgres_case: PostgresSinkCase, owners: None
+) -> None:
+    """Claims of one subtask queue on its owner row: one stuck there fails the open clearly, in time."""
+    first = attempt_sink(postgres_case, 1)
+    first.open()
+    with psycopg.connect(postgres_case.endpoints.postgres_dsn) as stuck:  # a claim in progress, never ending
+        stuck.execute(
+            "SELECT attempt FROM weir_sink_owners WHERE job_id = %s AND subtask = 0 FOR UPDATE", (postgres_case.job_id,)
+        )
+        second = TwoPhasePostgresSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple, claim_timeout_s=0.5)
+        second.setup(
+            dataclasses.replace(operator_context(postgres_case.job_id, postgres_case.uid), attempt=2), NoOutput()
+        )
+        with pytest.raises(ServiceUnavailableError, match=r"attempt 2 could not take ownership within 0.5s"):
+            second.open()
+        second.close()
+    feed(first, 1, 1)  # the first attempt still owns the subtask
+    first.snapshot_state(1)
+    first.notify_checkpoint_complete(1)
+    first.close()
+    assert postgres_case.rows() == expected(1, 1)
+
+
+# Submit-time table checks --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tables(postgres_case: PostgresSinkCase) -> Iterator[list[str]]:
+    """Names of extra tables a test creates; dropped afterwards."""
+    created: list[str] = []
+    yield created
+    for name in created:
+        postgres_case.query(f"DROP TABLE IF EXISTS {name}")
+
+
+def create(case: PostgresSinkCase, tables: list[str], name: str, body: str) -> str:
+    table = f"{case.table}_{name}"
+    tables.append(table)
+    case.query(f"CREATE TABLE {table} ({body})")
+    return table
+
+
+def check(case: PostgresSinkCase, table: str, columns: tuple[str, ...], keys: tuple[str, ...]) -> None:
+    with postgres.connect(case.endpoints, autocommit=True) as conn:
+        postgres.require_table(conn, table, columns, keys)
+
+
+def test_require_table_names_a_missing_table(postgres_case: PostgresSinkCase) -> None:
+    with pytest.raises(JobDefinitionError, match=r"table 'no_such_table_x' does not exist"):
+        check(postgres_case, "no_such_table_x", COLUMNS, ("id",))
+
+
+def test_require_table_names_missing_columns(postgres_case: PostgresSinkCase) -> None:
+    with pytest.raises(JobDefinitionError, match=r"has no column\(s\) \['colour', 'code'\]") as failure:
+        check(postgres_case, postgres_case.table, ("id", "colour", "name"), ("id", "code"))
+    assert "\n" not in str(failure.value)
+
+
+def test_require_table_wants_a_unique_key_on_exactly_the_key_columns(
+    postgres_case: PostgresSinkCase, tables: list[str]
+) -> None:
+    plain = create(postgres_case, tables, "plain", "id bigint, name text, amount numeric")
+    with pytest.raises(JobDefinitionError, match=r"no PRIMARY KEY or UNIQUE constraint on exactly \['id'\]"):
+        check(postgres_case, plain, COLUMNS, ("id",))
+    wider = create(postgres_case, tables, "wider", "id bigint, name text, amount numeric, PRIMARY KEY (id, name)")
+    with pytest.raises(JobDefinitionError, match=r"unique keys found: \[\['id', 'name'\]\]"):
+        check(postgres_case, wider, COLUMNS, ("id",))
+    partial = create(postgres_case, tables, "partial", "id bigint, name text, amount numeric")
+    postgres_case.query(f"CREATE UNIQUE INDEX ON {partial} (id) WHERE amount > 0")  # ON CONFLICT (id) can't use it
+    with pytest.raises(JobDefinitionError, match="no PRIMARY KEY or UNIQUE constraint"):
+        check(postgres_case, partial, COLUMNS, ("id",))
+    deferred = create(postgres_case, tables, "deferred", "id bigint UNIQUE DEFERRABLE, name text, amount numeric")
+    with pytest.raises(JobDefinitionError, match="no PRIMARY KEY or UNIQUE constraint"):
+        check(postgres_case, deferred, COLUMNS, ("id",))
+
+
+def test_require_table_accepts_a_primary_key_unique_constraint_or_unique_index(
+    postgres_case: PostgresSinkCase, tables: list[str]
+) -> None:
+    check(postgres_case, postgres_case.table, COLUMNS, ("id",))  # PRIMARY KEY (id)
+    composite = create(postgres_case, tables, "composite", "id bigint, name text, amount numeric, UNIQUE (name, id)")
+    check(postgres_case, composite, COLUMNS, ("id", "name"))  # the order does not matter to ON CONFLICT
+    indexed = create(postgres_case, tables, "indexed", "id bigint, name text, amount numeric")
+    postgres_case.query(f"CREATE UNIQUE INDEX ON {indexed} (id) INCLUDE (name)")
+    check(postgres_case, indexed, COLUMNS, ("id",))
+
+
+def test_validate_at_submit_accepts_a_good_table_for_both_postgres_sinks(postgres_case: PostgresSinkCase) -> None:
+    two_phase = TwoPhasePostgresSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple)
+    upsert = PostgresUpsertSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple)
+    two_phase.validate_at_submit(postgres_case.endpoints)  # no setup(): the JobManager has no task context
+    upsert.validate_at_submit(postgres_case.endpoints)
+
+
+def test_validate_at_submit_rejects_a_table_without_the_key_constraint(
+    postgres_case: PostgresSinkCase, tables: list[str]
+) -> None:
+    plain = create(postgres_case, tables, "nokey", "id bigint, name text, amount numeric")
+    for sink in (
+        TwoPhasePostgresSinkOperator(plain, COLUMNS, ("id",), tuple),
+        PostgresUpsertSinkOperator(plain, COLUMNS, ("id",), tuple),
+    ):
+        with pytest.raises(JobDefinitionError, match=rf"table '{plain}' has no PRIMARY KEY or UNIQUE"):
+            sink.validate_at_submit(postgres_case.endpoints)
+
+
+def test_validate_at_submit_checks_prepared_transactions_for_the_two_phase_sink_only(
+    postgres_case: PostgresSinkCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(postgres, "max_prepared_transactions", lambda conn: 0)
+    with pytest.raises(JobDefinitionError, match="max_prepared_transactions = 0"):
+        TwoPhasePostgresSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple).validate_at_submit(
+            postgres_case.endpoints
+        )
+    PostgresUpsertSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple).validate_at_submit(postgres_case.endpoints)
+
+
+def test_validate_at_submit_with_postgres_down_names_the_dsn_without_its_password(
+    postgres_case: PostgresSinkCase,
+) -> None:
+    down = dataclasses.replace(postgres_case.endpoints, postgres_dsn="postgresql://weir:s3cret@127.0.0.1:1/weir")
+    for sink in (
+        TwoPhasePostgresSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple),
+        PostgresUpsertSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple),
+    ):
+        with pytest.raises(ServiceUnavailableError, match=r"postgresql://weir@127\.0\.0\.1:1/weir") as failure:
+            sink.validate_at_submit(down)
+        assert "s3cret" not in str(failure.value)
+
+
+def test_validate_at_submit_creates_nothing(postgres_case: PostgresSinkCase, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The checks run in one read-only session (PostgreSQL refuses any write in it), closed afterwards."""
+    sessions: list[tuple[Any, dict[str, Any]]] = []
+    real_connect = postgres.connect
+
+    def spy(endpoints: Endpoints, *args: Any, **kwargs: Any) -> Any:
+        conn = real_connect(endpoints, *args, **kwargs)
+        sessions.append((conn, kwargs))
+        return conn
+
+    monkeypatch.setattr(postgres, "connect", spy)
+    for sink in (
+        TwoPhasePostgresSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple),
+        PostgresUpsertSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple),
+    ):
+        sink.validate_at_submit(postgres_case.endpoints)
+    assert [kwargs.get("read_only") for _conn, kwargs in sessions] == [True, True]
+    assert all(conn.closed for conn, _kwargs in sessions)

@@ -5,11 +5,13 @@ from __future__ import annotations
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
+from connectors import postgres
 from taskmanager.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
 from taskmanager.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
 from taskmanager.operators.transactional_sinks import (
     CommitMarker,
     Deadline,
+    SinkFencedError,
     SinkSnapshot,
     TransactionalKafkaSinkOperator,
     TwoPhasePostgresSinkOperator,
@@ -17,6 +19,7 @@ from taskmanager.operators.transactional_sinks import (
     keep_newest,
     last_committed_checkpoint,
     row_key_indexes,
+    sink_fenced_error,
     validate_sink_transaction_timeouts,
     validate_transaction_timeout,
 )
@@ -206,3 +209,47 @@ def test_bulk_latency_observation_matches_one_by_one() -> None:
         assert registry.get_sample_value("bulk_bucket", labels) == registry.get_sample_value("single_bucket", labels)
     observe_latencies(bulk.labels("x"), [], now)
     assert registry.get_sample_value("bulk_count", {"l": "x"}) == len(stamps)
+
+
+# PostgreSQL sink ownership (fencing) --------------------------------------------------------------
+
+
+def test_the_owner_lock_key_is_stable_and_per_subtask() -> None:
+    """The key is part of the protocol between versions: a changed derivation would let an old and a
+    new TaskManager own the same subtask at once."""
+    assert postgres.sink_owner_lock_key("job-1", "sink", 0) == postgres.sink_owner_lock_key("job-1", "sink", 0)
+    assert postgres.sink_owner_lock_key("job-1", "sink", 0) == -6953711554684819208
+    keys = {
+        postgres.sink_owner_lock_key(job, uid, subtask)
+        for job in ("job-1", "job-11")
+        for uid in ("sink", "sink1", "1sink")
+        for subtask in (0, 1, 10)
+    }
+    assert len(keys) == 18
+    assert postgres.sink_owner_lock_key("a", "b1", 0) != postgres.sink_owner_lock_key("a", "b", 10)
+    assert all(-(2**63) <= key < 2**63 for key in keys)
+    owner = postgres.SinkOwner("job-1", "sink", 0, attempt=7)
+    assert owner.lock_key == postgres.sink_owner_lock_key("job-1", "sink", 0)  # the attempt is not in it
+
+
+def test_the_fenced_error_names_the_subtask_and_both_attempts() -> None:
+    error = sink_fenced_error(TASK, attempt=2, owner_attempt=3)
+    assert isinstance(error, SinkFencedError)
+    assert error.fault == "internal" and not error.retriable
+    message = str(error)
+    assert "'sink'" in message and "job job-1" in message and "subtask 0" in message
+    assert "attempt 2 is fenced, attempt 3 owns" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://weir:s3cret@127.0.0.1:15432/weir", "postgresql://weir@127.0.0.1:15432/weir"),
+        ("postgresql://weir@db/weir?sslmode=require&password=s3cret", "postgresql://weir@db/weir?sslmode=require"),
+        ("postgres://db:5432/weir", "postgres://db:5432/weir"),
+        ("host=db port=5432 user=weir password=s3cret dbname=weir", "user=weir dbname=weir host=db port=5432"),
+    ],
+)
+def test_dsns_in_messages_carry_no_password(dsn: str, shown: str) -> None:
+    assert postgres.redacted_dsn(dsn) == shown  # key=value forms come back in libpq's order
