@@ -1,11 +1,11 @@
 """The data plane: channels between subtasks over gRPC, batched, with credit-based flow control.
 
 A producing subtask opens one bidirectional ``OpenChannel`` stream per consumer subtask. It sends
-buffers (a batch of records as one bytes blob, then at most one in-band event: watermark, barrier,
-end of stream); the consumer answers with credits. A buffer is only sent against a credit, and the
-consumer grants a credit back only when its task has taken a buffer out of the channel's queue, so
-each channel holds at most ``initial_credits`` buffers: memory is bounded and a slow consumer
-backpressures its producers.
+buffers (a batch of records as one bytes blob, then at most one in-band event: watermark, watermark
+status idle/active, barrier, end of stream); the consumer answers with credits. A buffer is only
+sent against a credit, and the consumer grants a credit back only when its task has taken a buffer
+out of the channel's queue, so each channel holds at most ``initial_credits`` buffers: memory is
+bounded and a slow consumer backpressures its producers.
 """
 
 from __future__ import annotations
@@ -16,20 +16,23 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, assert_never
 
 import grpc
 
 from taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.errors import ProtocolError, ServiceUnavailableError
 from weir.serde import dumps_value, loads_value
+from weir.watermarks import WatermarkStatus
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 INITIAL_CREDITS = 4
 RECORDS_PER_BUFFER = 1000
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+"""The largest gRPC message Weir sends or accepts (control and data plane)."""
 GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", 64 * 1024 * 1024),
-    ("grpc.max_receive_message_length", 64 * 1024 * 1024),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
     ("grpc.keepalive_time_ms", 10_000),
     ("grpc.keepalive_timeout_ms", 5_000),
     ("grpc.keepalive_permit_without_calls", 1),
@@ -360,6 +363,17 @@ def cancel_barrier_message(checkpoint_id: int) -> taskmanager_pb2.DataMessage:
 
 def watermark_message(watermark: int) -> taskmanager_pb2.DataMessage:
     return taskmanager_pb2.DataMessage(event=Event.EVENT_KIND_WATERMARK, watermark=watermark)
+
+
+def watermark_status_message(status: WatermarkStatus) -> taskmanager_pb2.DataMessage:
+    """The producer went idle (its consumers leave the channel out of their watermark) or active again."""
+    match status:
+        case WatermarkStatus.IDLE:
+            return taskmanager_pb2.DataMessage(event=Event.EVENT_KIND_WATERMARK_IDLE)
+        case WatermarkStatus.ACTIVE:
+            return taskmanager_pb2.DataMessage(event=Event.EVENT_KIND_WATERMARK_ACTIVE)
+        case _:
+            assert_never(status)
 
 
 def end_of_stream_message() -> taskmanager_pb2.DataMessage:

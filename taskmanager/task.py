@@ -12,7 +12,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
@@ -29,6 +29,7 @@ from taskmanager.network import (
     decode_records,
     end_of_stream_message,
     watermark_message,
+    watermark_status_message,
 )
 from taskmanager.operators.base import ChainOutput, OperatorContext, SourceOperator, StreamOperator
 from taskmanager.operators.keyed import KeyedOperator
@@ -36,10 +37,18 @@ from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
 from taskmanager.state import state_namespace
 from weir.crashpoints import crash_point
 from weir.errors import WeirError
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.keygroups import KeyGroupRange, key_group_range_for_subtask
 from weir.plan import JobPlan, Vertex
-from weir.watermarks import MAX_WATERMARK, MIN_WATERMARK, WatermarkTracker
+from weir.watermarks import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    ReportsWatermarkStatus,
+    StatusWatermarkValve,
+    ValveOutput,
+    WatermarkStatus,
+    WatermarkTracker,
+)
 from weir.wire import common_pb2
 
 SOURCE_BATCH = 500
@@ -170,6 +179,8 @@ def exported_watermark(watermark: int | None) -> int | None:
 
 
 class Task:
+    _output_status = WatermarkStatus.ACTIVE  # what this subtask last announced downstream (Flink's WatermarkStatus)
+
     def __init__(
         self,
         address: TaskAddress,
@@ -251,6 +262,7 @@ class Task:
             op.setup(ctx, output)
         self.head = self.operators[0]
         self._tracker = WatermarkTracker(len(gate.channels)) if gate is not None else None
+        self._valve = StatusWatermarkValve(self._tracker) if self._tracker is not None else None
         if gate is not None:
             mode = AlignmentMode.EXACTLY_ONCE if aligned_exactly_once else AlignmentMode.AT_LEAST_ONCE
             self._aligner: BarrierAligner | None = BarrierAligner(
@@ -399,6 +411,7 @@ class Task:
     def _run_source(self, source: SourceOperator) -> None:
         signal = self._control_signal
         last_sync = time.monotonic()
+        status_of = source.watermark_status if isinstance(source, ReportsWatermarkStatus) else None
         while True:
             if self._control or self.cancelled.is_set():
                 signal.clear()
@@ -409,6 +422,8 @@ class Task:
             now = time.monotonic()
             if source.records_polled == read:  # the poll waited for input that did not come
                 self._idle_s += now - polled
+            if status_of is not None:
+                self._announce_watermark_status(status_of())
             for net in self._network_outputs:
                 net.maybe_flush(now)
             if now - last_sync > 0.5:
@@ -450,8 +465,8 @@ class Task:
         return sum(w.records_out for w in self._writers) + self.records_out
 
     def _run_input(self) -> None:
-        gate = self._gate
-        assert gate is not None and self._tracker is not None
+        gate, valve = self._gate, self._valve
+        assert gate is not None and valve is not None
         head = self.head
         two_inputs = len({ch.gate for ch in gate.channels}) > 1
         last_sync = time.monotonic()
@@ -466,6 +481,7 @@ class Task:
             if item is not None:
                 channel, gate_index, msg = item
                 if msg.record_count:
+                    self._on_valve(valve.on_records(ChannelIndex(channel)))  # a record ends the channel's idleness
                     values, timestamps = decode_records(msg.records)
                     self.records_in += len(values)
                     self.metrics.bytes_in.inc(len(msg.records))
@@ -485,31 +501,69 @@ class Task:
                 last_sync = now
 
     def _on_event(self, channel: int, msg: Any) -> None:
-        tracker, aligner = self._tracker, self._aligner
-        assert tracker is not None and aligner is not None
+        valve, aligner = self._valve, self._aligner
+        assert valve is not None and aligner is not None
         now = time.monotonic()
-        if msg.event == Event.EVENT_KIND_WATERMARK:
-            advanced = tracker.on_watermark(channel, msg.watermark)
-            if advanced is not None:
-                if exported_watermark(advanced) is not None:
-                    self.metrics.watermark.set(advanced)
-                self.head.process_watermark(advanced)
-        elif msg.event == Event.EVENT_KIND_END_OF_STREAM:
-            advanced = tracker.on_end_of_stream(channel)
-            if advanced is not None:
-                self.head.process_watermark(advanced)
-            self._apply(aligner.on_end_of_stream(channel, now=now))
-        elif msg.event == Event.EVENT_KIND_BARRIER:
-            self._log.info("checkpoint_barrier_received", checkpoint_id=msg.checkpoint_id, channel=channel)
-            self._barrier_times.setdefault(msg.checkpoint_id, (msg.checkpoint_timestamp, msg.checkpoint_kind))
-            kind = (
-                ba.CheckpointKind.SAVEPOINT
-                if msg.checkpoint_kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT
-                else ba.CheckpointKind.CHECKPOINT
-            )
-            self._apply(aligner.on_barrier(channel, msg.checkpoint_id, kind, now=now))
-        elif msg.event == Event.EVENT_KIND_CANCEL_BARRIER:
-            self._apply(aligner.on_cancellation(channel, msg.checkpoint_id))
+        match msg.event:
+            case Event.EVENT_KIND_WATERMARK:
+                self._on_valve(valve.on_watermark(ChannelIndex(channel), msg.watermark))
+            case Event.EVENT_KIND_WATERMARK_IDLE:
+                self._on_valve(valve.on_idle(ChannelIndex(channel)))
+            case Event.EVENT_KIND_WATERMARK_ACTIVE:
+                self._on_valve(valve.on_active(ChannelIndex(channel)))
+            case Event.EVENT_KIND_END_OF_STREAM:
+                self._on_valve(valve.on_end_of_stream(ChannelIndex(channel)))
+                self._apply(aligner.on_end_of_stream(channel, now=now))
+            case Event.EVENT_KIND_BARRIER:
+                self._log.info("checkpoint_barrier_received", checkpoint_id=msg.checkpoint_id, channel=channel)
+                self._barrier_times.setdefault(msg.checkpoint_id, (msg.checkpoint_timestamp, msg.checkpoint_kind))
+                kind = (
+                    ba.CheckpointKind.SAVEPOINT
+                    if msg.checkpoint_kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT
+                    else ba.CheckpointKind.CHECKPOINT
+                )
+                self._apply(aligner.on_barrier(channel, msg.checkpoint_id, kind, now=now))
+            case Event.EVENT_KIND_CANCEL_BARRIER:
+                self._apply(aligner.on_cancellation(channel, msg.checkpoint_id))
+            case _:
+                raise ba.InputProtocolError(f"task {self.address}: unknown event kind {msg.event} on channel {channel}")
+
+    def _on_valve(self, change: ValveOutput) -> None:
+        """Forward what an input event changed: going active is announced before the watermark it
+        may bring, going idle after the last watermark."""
+        if change.status is WatermarkStatus.ACTIVE:
+            self._announce_watermark_status(change.status)
+        advanced = change.watermark
+        if advanced is not None:
+            if exported_watermark(advanced) is not None:
+                self.metrics.watermark.set(advanced)
+            self.head.process_watermark(advanced)
+        if change.status is WatermarkStatus.IDLE:
+            self._announce_watermark_status(change.status)
+
+    def _announce_watermark_status(self, status: WatermarkStatus) -> None:
+        """Tell every consumer when this subtask goes idle or active: after the records and the
+        watermark already emitted, so they arrive in order. Chained operators share the status."""
+        if status is self._output_status:
+            return
+        self._output_status = status
+        for net in self._network_outputs:
+            net.flush()
+        message = watermark_status_message(status)
+        for w in self._writers:
+            w.broadcast_event(message)
+        watermark: int | None
+        if self._tracker is not None:
+            watermark = self._tracker.current
+        else:
+            watermark = self._source_tap.watermark if self._source_tap is not None else None
+        match status:
+            case WatermarkStatus.IDLE:
+                self._log.info("subtask_idle", watermark=exported_watermark(watermark))
+            case WatermarkStatus.ACTIVE:
+                self._log.info("subtask_active", watermark=exported_watermark(watermark))
+            case _:
+                assert_never(status)
 
     def _apply(self, actions: Any) -> None:
         """Carry out what the barrier aligner decided."""

@@ -99,6 +99,7 @@ class KafkaSourceSpec:
     max_out_of_orderness_ms: int
     dead_letter_topic: str | None
     records_per_second: float | None = None  # throttle (tests and demos); None: as fast as possible
+    idle_timeout_ms: int | None = None  # a partition without records this long stops holding the watermark
 
 
 @dataclass(frozen=True)
@@ -137,6 +138,7 @@ class Environment:
         max_out_of_orderness_ms: int = 0,
         dead_letter_topic: str | None = None,
         records_per_second: float | None = None,
+        idle_timeout_ms: int | None = None,
         parallelism: int | None = None,
         name: str | None = None,
     ) -> DataStream:
@@ -144,8 +146,18 @@ class Environment:
 
         A record the deserializer or the timestamp function rejects goes to ``dead_letter_topic``
         with the reason (or fails the job when no dead-letter topic is given).
+
+        ``idle_timeout_ms`` (Flink's ``withIdleness``): a partition without records for that long
+        (wall time) no longer holds the watermark back, until its next record; a subtask whose
+        partitions are all idle (or that has none) is idle downstream. None (default): never idle.
         """
         from taskmanager.operators.sources import KafkaSourceOperator, json_deserializer
+
+        if idle_timeout_ms is not None and (type(idle_timeout_ms) is not int or idle_timeout_ms <= 0):
+            raise JobDefinitionError(
+                f"kafka source {uid!r}: idle_timeout_ms must be a positive int (milliseconds) or None, "
+                f"got {idle_timeout_ms!r}"
+            )
 
         spec = KafkaSourceSpec(
             topic=topic,
@@ -155,6 +167,7 @@ class Environment:
             max_out_of_orderness_ms=max_out_of_orderness_ms,
             dead_letter_topic=dead_letter_topic,
             records_per_second=records_per_second,
+            idle_timeout_ms=idle_timeout_ms,
         )
         return self._source(uid, name or f"kafka:{topic}", lambda: KafkaSourceOperator(spec), parallelism, spec)
 

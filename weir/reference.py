@@ -28,9 +28,11 @@ its own partition's watermark: more than the source's ``max_out_of_orderness_ms`
 before it in the same partition. Only for such a record does timing matter: the interleaving of
 partitions (here round-robin, one record at a time; in a cluster whatever the subtasks' timing is)
 and how soon watermarks travel (here after every record; in a cluster once per poll and network
-flush) decide whether its window already fired. The run counts the records each window operator
-dropped as late (``late_records``); when that is not zero, a correct cluster run may differ. Allowed
-lateness and out-of-orderness are the job's own.
+flush) decide whether its window already fired. A source's ``idle_timeout_ms`` is not applied here
+(every partition ends, which frees the watermark as idleness would); in a cluster a partition that
+resumes after going idle may be behind the watermark, and its records late. The run counts the
+records each window operator dropped as late (``late_records``); when that is not zero, a correct
+cluster run may differ. Allowed lateness and out-of-orderness are the job's own.
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ from weir.errors import Fault, WeirError
 from weir.graph import Edge, LogicalGraph, OperatorKind, Transformation
 from weir.ids import ChannelIndex
 from weir.keygroups import KeyGroup, KeyGroupRange
-from weir.watermarks import MIN_WATERMARK, BoundedOutOfOrdernessWatermarks, WatermarkTracker
+from weir.watermarks import PartitionWatermarks, WatermarkTracker
 
 REFERENCE_JOB_ID = "reference"
 SOURCE_BATCH = 1
@@ -375,7 +377,9 @@ class _ReplayKafkaSource(KafkaSourceOperator):
     """
 
     def __init__(self, spec: KafkaSourceSpec, records: Sequence[KafkaRecord]) -> None:
-        super().__init__(spec)
+        # No idleness: it depends on wall time, and here every partition ends (which frees the
+        # watermark as an idle partition would, without making the run depend on timing).
+        super().__init__(dataclasses.replace(spec, idle_timeout_ms=None))
         self._records = records
         self.records_read = len(records)
 
@@ -386,9 +390,9 @@ class _ReplayKafkaSource(KafkaSourceOperator):
             by_partition.setdefault(record.partition, []).append(record)
         self._end_offsets = {p: records[-1].offset + 1 for p, records in by_partition.items()}
         self._next_offsets = {}
-        self._watermarks = {p: BoundedOutOfOrdernessWatermarks(spec.max_out_of_orderness_ms) for p in by_partition}
         self._active = set(by_partition)
-        self._emitted_watermark = MIN_WATERMARK
+        self._partition_watermarks = PartitionWatermarks(sorted(by_partition), spec.max_out_of_orderness_ms, None, 0.0)
+        self._emitted_watermark = self._partition_watermarks.current
         self._consumer = _ReplayConsumer(by_partition)
         self._dlq = _DeadLetterCapture() if spec.dead_letter_topic else None
         self._pacer = Pacer(None, 1)  # no rate limit: the input is all there

@@ -7,7 +7,10 @@ excepted). Watermarks are integer milliseconds between :data:`MIN_WATERMARK` (no
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from enum import Enum
+from typing import Protocol, runtime_checkable
 
 from weir.errors import ProtocolError
 from weir.ids import ChannelIndex
@@ -178,3 +181,185 @@ class WatermarkTracker:
             self._combined = candidate
             return candidate
         return None
+
+
+class WatermarkStatus(Enum):
+    """Flink's WatermarkStatus of a stream: an IDLE stream sends no records or watermarks for now, so
+    its consumers leave it out of their combined watermark until it is ACTIVE again."""
+
+    ACTIVE = "active"
+    IDLE = "idle"
+
+
+@runtime_checkable
+class ReportsWatermarkStatus(Protocol):
+    """A source that can go idle (the task announces its status downstream when it changes)."""
+
+    def watermark_status(self) -> WatermarkStatus: ...
+
+
+@dataclass(frozen=True)
+class PartitionStatusChange:
+    """One partition of a source subtask went idle, or active again."""
+
+    partition: int
+    status: WatermarkStatus
+
+
+class PartitionWatermarks:
+    """A source subtask's watermark over its partitions, with Flink's source idleness.
+
+    Each partition has its own :class:`BoundedOutOfOrdernessWatermarks`; the subtask's watermark
+    combines them in a :class:`WatermarkTracker` (one channel per partition), so an ended partition
+    counts as MAX_WATERMARK and an idle one is left out. With ``idle_timeout_ms`` a partition that
+    had no record for that long (wall time, ``now`` in seconds from the caller's monotonic clock) goes
+    idle; its next record makes it active again, and it cannot move the combined watermark back. The
+    subtask is IDLE when no partition is active and one is idle, or when it has no partition at all
+    and an idle timeout is set.
+
+    The hot path is the caller's: per record ``generators[p].on_event(ts)`` and ``seen.add(p)``; once
+    per poll :meth:`advance`.
+    """
+
+    __slots__ = ("_emitted", "_idle_timeout_s", "_index", "_last_record", "_tracker", "generators", "seen")
+
+    def __init__(
+        self,
+        partitions: Sequence[int],
+        max_out_of_orderness_ms: int,
+        idle_timeout_ms: int | None,
+        now: float,
+        ended: Iterable[int] = (),
+    ) -> None:
+        if idle_timeout_ms is not None and idle_timeout_ms <= 0:
+            raise ValueError(f"idle timeout must be a positive number of ms, got {idle_timeout_ms}")
+        self._idle_timeout_s = None if idle_timeout_ms is None else idle_timeout_ms / 1000.0
+        self._index = {p: ChannelIndex(i) for i, p in enumerate(partitions)}
+        self._tracker = WatermarkTracker(len(partitions)) if partitions else None
+        self._last_record = dict.fromkeys(partitions, now)
+        self._emitted = MIN_WATERMARK
+        self.generators = {p: BoundedOutOfOrdernessWatermarks(max_out_of_orderness_ms) for p in partitions}
+        self.seen: set[int] = set()  # partitions with a record since the last advance
+        for p in ended:
+            self.end(p)
+
+    @property
+    def current(self) -> int:
+        """The combined watermark emitted so far (MIN_WATERMARK before the first)."""
+        return self._emitted
+
+    def status(self) -> WatermarkStatus:
+        tracker = self._tracker
+        if tracker is None:
+            return WatermarkStatus.ACTIVE if self._idle_timeout_s is None else WatermarkStatus.IDLE
+        return WatermarkStatus.IDLE if tracker.is_idle else WatermarkStatus.ACTIVE
+
+    def partition_status(self, partition: int) -> ChannelStatus:
+        assert self._tracker is not None, "no partitions"
+        return self._tracker.channel_status(self._index[partition])
+
+    def end(self, partition: int) -> None:
+        """``partition`` reached its end (a bounded source): it counts as MAX_WATERMARK."""
+        tracker = self._tracker
+        assert tracker is not None, "no partitions"
+        index = self._index[partition]
+        if tracker.channel_status(index) is not _ENDED:
+            tracker.on_end_of_stream(index)
+
+    def _generators_by_watermark(self) -> list[tuple[int, int]]:
+        """(watermark, partition) of the partitions seen, lowest first: fed in this order, the tracker
+        ends where it would for all of them at once (a higher one first could pass a lower one that
+        resumed behind the combined watermark and is catching up in this same poll)."""
+        generators = self.generators
+        return sorted((generators[p].current_watermark(), p) for p in self.seen)
+
+    def advance(self, now: float) -> tuple[int | None, list[PartitionStatusChange]]:
+        """Account for the partitions in ``seen`` (each had a record) and for the idle timeout at
+        ``now``: the combined watermark if it advanced since the last call (else None), and the
+        partitions that went active or idle, in that order."""
+        tracker = self._tracker
+        changes: list[PartitionStatusChange] = []
+        if tracker is None:
+            return None, changes
+        index, last_record, generators = self._index, self._last_record, self._generators_by_watermark()
+        for watermark, p in generators:
+            channel = index[p]
+            last_record[p] = now
+            status = tracker.channel_status(channel)
+            if status is _ENDED:
+                continue
+            if status is _IDLE:
+                changes.append(PartitionStatusChange(p, WatermarkStatus.ACTIVE))
+            tracker.on_watermark(channel, watermark)  # also marks it active
+        self.seen.clear()
+        timeout = self._idle_timeout_s
+        if timeout is not None:
+            for p, channel in index.items():
+                if tracker.channel_status(channel) is _ACTIVE and now - last_record[p] >= timeout:
+                    tracker.mark_idle(channel)
+                    changes.append(PartitionStatusChange(p, WatermarkStatus.IDLE))
+        combined = tracker.current
+        if combined > self._emitted:
+            self._emitted = combined
+            return combined, changes
+        return None, changes
+
+
+@dataclass(frozen=True)
+class ValveOutput:
+    """What one input event changes for the operator: its combined watermark advanced to
+    ``watermark``, and/or its output's status changed to ``status`` (None: unchanged)."""
+
+    watermark: int | None = None
+    status: WatermarkStatus | None = None
+
+
+_NO_CHANGE = ValveOutput()
+
+
+class StatusWatermarkValve:
+    """An operator's input side of idleness (Flink's StatusWatermarkValve) over a WatermarkTracker.
+
+    An input channel goes idle on an IDLE event and is left out of the combined watermark until it
+    sends a record, a watermark or ACTIVE. The operator is IDLE while no channel that has not ended
+    is active and one is idle; each method answers what changed, so the task forwards the new
+    watermark and announces the new status downstream."""
+
+    __slots__ = ("_status", "tracker")
+
+    def __init__(self, tracker: WatermarkTracker) -> None:
+        self.tracker = tracker
+        self._status = WatermarkStatus.ACTIVE
+
+    @property
+    def status(self) -> WatermarkStatus:
+        return self._status
+
+    def on_records(self, channel: ChannelIndex) -> ValveOutput:
+        """Records arrived on ``channel``: an idle channel is active again (before they are processed)."""
+        if self.tracker.channel_status(channel) is not _IDLE:
+            return _NO_CHANGE
+        return self.on_active(channel)
+
+    def on_watermark(self, channel: ChannelIndex, watermark: int) -> ValveOutput:
+        return self._output(self.tracker.on_watermark(channel, watermark))
+
+    def on_idle(self, channel: ChannelIndex) -> ValveOutput:
+        return self._output(self.tracker.mark_idle(channel))
+
+    def on_active(self, channel: ChannelIndex) -> ValveOutput:
+        self.tracker.mark_active(channel)
+        return self._output(None)
+
+    def on_end_of_stream(self, channel: ChannelIndex) -> ValveOutput:
+        return self._output(self.tracker.on_end_of_stream(channel))
+
+    def _output(self, advanced: int | None) -> ValveOutput:
+        tracker = self.tracker
+        status = WatermarkStatus.IDLE if tracker.is_idle else WatermarkStatus.ACTIVE
+        changed: WatermarkStatus | None = None
+        if status is not self._status and not tracker.all_ended:
+            self._status = changed = status
+        if advanced is None and changed is None:
+            return _NO_CHANGE
+        return ValveOutput(advanced, changed)

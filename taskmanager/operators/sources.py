@@ -10,7 +10,7 @@ import json
 import pickle
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, assert_never
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
 
@@ -20,7 +20,16 @@ from taskmanager.source_metrics import KafkaSourceLag
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
 from weir.config import Endpoints
 from weir.errors import JobDefinitionError, ServiceUnavailableError
-from weir.watermarks import MAX_WATERMARK, MIN_WATERMARK, BoundedOutOfOrdernessWatermarks
+from weir.watermarks import (
+    MAX_WATERMARK,
+    BoundedOutOfOrdernessWatermarks,
+    PartitionStatusChange,
+    PartitionWatermarks,
+    WatermarkStatus,
+)
+
+IDLE_SOURCE_WAIT_S = 0.05
+"""How long a Kafka source subtask with no partition waits between polls (it only checks control)."""
 
 
 def json_deserializer(raw: bytes) -> Any:
@@ -54,10 +63,17 @@ class Pacer:
 
 
 class KafkaSourceOperator(SourceOperator):
-    """Reads the partitions p with p % parallelism == subtask, from the restored offsets or the start."""
+    """Reads the partitions p with p % parallelism == subtask, from the restored offsets or the start.
 
-    def __init__(self, spec: KafkaSourceSpec) -> None:
+    Its watermark is the combination of per-partition watermarks (:class:`PartitionWatermarks`);
+    with ``idle_timeout_ms`` a partition without records for that long (``clock``: monotonic seconds)
+    stops holding it back, and the subtask reports IDLE (``watermark_status``) once every partition
+    it reads is idle, or at once when it has none and the source is unbounded.
+    """
+
+    def __init__(self, spec: KafkaSourceSpec, clock: Callable[[], float] = time.monotonic) -> None:
         self._spec = spec
+        self._clock = clock
         self._next_offsets: dict[int, int] = {}
         self._end_offsets: dict[int, int] | None = None
         self._restored = False
@@ -97,9 +113,15 @@ class KafkaSourceOperator(SourceOperator):
                 if p not in ends:
                     _low, ends[p] = self._consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=30)
                 self._end_offsets[p] = ends[p]
-        self._watermarks = {p: BoundedOutOfOrdernessWatermarks(spec.max_out_of_orderness_ms) for p in mine}
         self._active = {p for p in mine if not self._partition_done(p)}
-        self._emitted_watermark = MIN_WATERMARK
+        self._partition_watermarks = PartitionWatermarks(
+            mine,
+            spec.max_out_of_orderness_ms,
+            spec.idle_timeout_ms,
+            now=self._clock(),
+            ended=[p for p in mine if p not in self._active],
+        )
+        self._emitted_watermark = self._partition_watermarks.current
         self._consumer.assign(
             [TopicPartition(spec.topic, p, self._next_offsets.get(p, OFFSET_BEGINNING)) for p in self._active]
         )
@@ -133,8 +155,16 @@ class KafkaSourceOperator(SourceOperator):
             return False
         return self._next_offsets.get(partition, 0) >= self._end_offsets.get(partition, 0)
 
+    def watermark_status(self) -> WatermarkStatus:
+        """IDLE: every partition this subtask reads is idle (or it reads none, unbounded, with an
+        idle timeout); its consumers then leave it out of their watermark."""
+        return self._partition_watermarks.status()
+
     def poll(self, max_records: int) -> bool:
         if not self._active:
+            if not self._spec.bounded and self._spec.idle_timeout_ms is not None:
+                # Unbounded with no partition here: stay (idle) instead of ending, as in Flink.
+                return True
             self._finish_watermark()
             return False
         allowed = self._pacer.allowed(max_records)
@@ -145,7 +175,9 @@ class KafkaSourceOperator(SourceOperator):
         self.records_polled += len(messages)
         spec, emit = self._spec, self.output.emit
         deserialize, timestamp_of = spec.deserializer, spec.timestamp
-        next_offsets, watermarks = self._next_offsets, self._watermarks
+        partition_watermarks = self._partition_watermarks
+        watermarks, seen = partition_watermarks.generators, partition_watermarks.seen
+        next_offsets = self._next_offsets
         ends = self._end_offsets  # None: unbounded, no partition ever ends
         for msg in messages:
             err = msg.error()
@@ -169,6 +201,7 @@ class KafkaSourceOperator(SourceOperator):
                 self._check_done(partition)
                 continue
             watermarks[partition].on_event(ts)
+            seen.add(partition)
             emit(value, ts)
             if ends is not None and offset + 1 >= ends.get(partition, 0):
                 self._check_done(partition)
@@ -178,22 +211,46 @@ class KafkaSourceOperator(SourceOperator):
         return True
 
     def idle_wait_s(self) -> float:
+        if not self._active:
+            return IDLE_SOURCE_WAIT_S  # an idle subtask without partitions: nothing to poll for
         return self._pacer.wait_s()
 
     def _check_done(self, partition: int) -> None:
         if partition in self._active and self._partition_done(partition):
             self._active.discard(partition)
+            self._partition_watermarks.end(partition)
             self._consumer.incremental_unassign([TopicPartition(self._spec.topic, partition)])
             if self._lag is not None:
                 self._lag.finished(partition)
 
     def _advance_watermark(self) -> None:
-        if not self._active:
-            return
-        watermark = min(self._watermarks[p].current_watermark() for p in self._active)
-        if watermark > self._emitted_watermark:
+        watermark, changes = self._partition_watermarks.advance(self._clock())
+        for change in changes:
+            self._log_partition_status(change)
+        if watermark is not None and watermark > self._emitted_watermark:
             self._emitted_watermark = watermark
             self.output.emit_watermark(watermark)
+
+    def _log_partition_status(self, change: PartitionStatusChange) -> None:
+        spec = self._spec
+        match change.status:
+            case WatermarkStatus.IDLE:
+                self.ctx.log.info(
+                    "kafka_partition_idle",
+                    topic=spec.topic,
+                    partition=change.partition,
+                    idle_timeout_ms=spec.idle_timeout_ms,
+                    watermark=self._emitted_watermark,
+                )
+            case WatermarkStatus.ACTIVE:
+                self.ctx.log.info(
+                    "kafka_partition_active",
+                    topic=spec.topic,
+                    partition=change.partition,
+                    watermark=self._emitted_watermark,
+                )
+            case _:
+                assert_never(change.status)
 
     def _finish_watermark(self) -> None:
         if self._emitted_watermark < MAX_WATERMARK:

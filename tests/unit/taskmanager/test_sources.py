@@ -1,16 +1,23 @@
-"""The generator source driven directly, and the Pacer's arithmetic with a fake clock."""
+"""The generator source driven directly, the Pacer's arithmetic with a fake clock, and the Kafka
+source's idleness with a fake consumer and a fake clock."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
-from taskmanager.operators.sources import GeneratorSourceOperator, Pacer
+from taskmanager.operators import sources
+from taskmanager.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
 from tests.unit.taskmanager.conftest import CollectingOutput, StartOperator
-from weir.api import GeneratorSourceSpec
-from weir.watermarks import MAX_WATERMARK
+from weir.api import Environment, GeneratorSourceSpec, KafkaSourceSpec
+from weir.errors import JobDefinitionError
+from weir.reference import KafkaRecord, run_reference_source
+from weir.watermarks import MAX_WATERMARK, WatermarkStatus
 
 
 def spec(
@@ -154,3 +161,219 @@ def test_pacer_without_a_rate_allows_everything() -> None:
     pacer.consumed(1234)
     assert pacer.allowed(7) == 7
     assert pacer.wait_s() == 0.0
+
+
+# The Kafka source's idleness (Flink's withIdleness) ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FakeMessage:
+    _partition: int
+    _offset: int
+    _value: bytes
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> None:
+        return None
+
+    def value(self) -> bytes:
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+class FakeConsumer:
+    """Hands out what the test queued, then nothing (a live consumer with no new records)."""
+
+    def __init__(self) -> None:
+        self.queued: list[FakeMessage] = []
+        self.assigned: list[int] = []
+        self._offsets: dict[int, int] = {}
+
+    def add(self, partition: int, ts: int) -> None:
+        offset = self._offsets.get(partition, 0)
+        self._offsets[partition] = offset + 1
+        self.queued.append(FakeMessage(partition, offset, json.dumps({"ts": ts}).encode()))
+
+    def assign(self, partitions: list[Any]) -> None:
+        self.assigned = [tp.partition for tp in partitions]
+
+    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[FakeMessage]:
+        out, self.queued = self.queued[:num_messages], self.queued[num_messages:]
+        return out
+
+    def close(self) -> None:
+        return None
+
+
+def kafka_spec(idle_timeout_ms: int | None) -> KafkaSourceSpec:
+    return KafkaSourceSpec(
+        topic="events",
+        bounded=False,
+        deserializer=json.loads,
+        timestamp=lambda e: e["ts"],
+        max_out_of_orderness_ms=0,
+        dead_letter_topic=None,
+        idle_timeout_ms=idle_timeout_ms,
+    )
+
+
+@pytest.fixture
+def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], FakeConsumer]:
+    """Patch the source's Kafka access: a topic of ``partitions`` partitions read by a FakeConsumer."""
+    consumer = FakeConsumer()
+
+    def with_partitions(partitions: int) -> FakeConsumer:
+        monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
+        monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: partitions)
+        monkeypatch.setattr(sources.kafka, "consumer", lambda _endpoints, **_kw: consumer)
+        return consumer
+
+    return with_partitions
+
+
+def test_an_empty_partition_goes_idle_and_no_longer_holds_the_watermark(
+    start_operator: StartOperator, fake_kafka: Callable[[int], FakeConsumer]
+) -> None:
+    consumer, clock = fake_kafka(2), FakeClock(100.0)
+    source = KafkaSourceOperator(kafka_spec(idle_timeout_ms=1000), clock=clock)
+    with capture_logs() as logs:
+        out = start_operator(source, uid="events-source")
+        assert consumer.assigned == [0, 1]
+        consumer.add(0, 5000)
+        assert source.poll(10) is True
+        assert out.watermarks == []  # partition 1 has no record: it holds the watermark at MIN
+        clock.now += 0.999
+        consumer.add(0, 6000)
+        source.poll(10)
+        assert out.watermarks == []
+        clock.now += 0.001  # partition 1: 1000 ms without a record since the source opened
+        consumer.add(0, 7000)
+        source.poll(10)
+        assert out.watermarks == [6999]
+        assert source.watermark_status() is WatermarkStatus.ACTIVE  # partition 0 is still active
+    idle = [e for e in logs if e["event"] == "kafka_partition_idle"]
+    assert [(e["partition"], e["topic"], e["idle_timeout_ms"]) for e in idle] == [(1, "events", 1000)]
+
+
+def test_an_idle_partitions_next_record_makes_it_active_without_moving_the_watermark_back(
+    start_operator: StartOperator, fake_kafka: Callable[[int], FakeConsumer]
+) -> None:
+    consumer, clock = fake_kafka(2), FakeClock()
+    source = KafkaSourceOperator(kafka_spec(idle_timeout_ms=500), clock=clock)
+    with capture_logs() as logs:
+        out = start_operator(source, uid="events-source")
+        clock.now += 0.5
+        consumer.add(0, 5000)
+        source.poll(10)
+        assert out.watermarks == [4999]
+        consumer.add(1, 3000)  # partition 1 resumes, behind the watermark already emitted
+        source.poll(10)
+        consumer.add(0, 8000)
+        consumer.add(1, 6000)
+        source.poll(10)
+        consumer.add(0, 9000)
+        source.poll(10)
+    assert out.watermarks == [4999, 5999]  # never back; partition 1 holds it again at 5999
+    assert all(b > a for a, b in zip(out.watermarks, out.watermarks[1:], strict=False))
+    active = [e["partition"] for e in logs if e["event"] == "kafka_partition_active"]
+    assert active == [1]
+
+
+def test_a_source_subtask_whose_partitions_are_all_idle_reports_idle_until_a_record(
+    start_operator: StartOperator, fake_kafka: Callable[[int], FakeConsumer]
+) -> None:
+    consumer, clock = fake_kafka(4), FakeClock()
+    source = KafkaSourceOperator(kafka_spec(idle_timeout_ms=200), clock=clock)
+    out = start_operator(source, uid="events-source", subtask=3, parallelism=4)
+    assert consumer.assigned == [3]  # the one partition of subtask 3: empty
+    source.poll(10)
+    assert source.watermark_status() is WatermarkStatus.ACTIVE
+    clock.now += 0.2
+    source.poll(10)
+    assert source.watermark_status() is WatermarkStatus.IDLE
+    assert out.watermarks == []
+    consumer.add(3, 1234)
+    source.poll(10)
+    assert source.watermark_status() is WatermarkStatus.ACTIVE
+    assert out.watermarks == [1233]
+
+
+def test_an_unbounded_subtask_without_partitions_is_idle_and_keeps_running(
+    start_operator: StartOperator, fake_kafka: Callable[[int], FakeConsumer]
+) -> None:
+    fake_kafka(2)
+    source = KafkaSourceOperator(kafka_spec(idle_timeout_ms=100), clock=FakeClock())
+    out = start_operator(source, uid="events-source", subtask=2, parallelism=3)
+    assert source.watermark_status() is WatermarkStatus.IDLE
+    assert source.poll(10) is True and source.idle_wait_s() > 0  # waits between polls, no busy loop
+    assert out.watermarks == []
+
+
+def test_without_an_idle_timeout_an_empty_partition_holds_the_watermark_forever(
+    start_operator: StartOperator, fake_kafka: Callable[[int], FakeConsumer]
+) -> None:
+    consumer, clock = fake_kafka(2), FakeClock()
+    source = KafkaSourceOperator(kafka_spec(idle_timeout_ms=None), clock=clock)
+    out = start_operator(source, uid="events-source")
+    for i in range(5):
+        clock.now += 3600.0
+        consumer.add(0, 1000 * i)
+        source.poll(10)
+    assert out.watermarks == []
+    assert source.watermark_status() is WatermarkStatus.ACTIVE
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "1000"])
+def test_from_kafka_refuses_an_idle_timeout_that_is_not_a_positive_int(bad: Any) -> None:
+    env = Environment("job")
+    with pytest.raises(JobDefinitionError, match="idle_timeout_ms must be a positive int"):
+        env.from_kafka("events", uid="events-source", idle_timeout_ms=bad)
+
+
+@pytest.mark.parametrize("good", [None, 1, 30_000])
+def test_from_kafka_takes_a_positive_idle_timeout_or_none(good: int | None) -> None:
+    env = Environment("job")
+    env.from_kafka("events", uid="events-source", idle_timeout_ms=good)
+    (t,) = env.graph.transformations.values()
+    assert t.source_spec.idle_timeout_ms == good
+
+
+IDLE_JOB = """
+import json
+from weir.api import Environment, TumblingEventTimeWindows
+
+
+class Count:
+    def create(self):
+        return 0
+
+    def add(self, acc, event):
+        return acc + 1
+
+    def result(self, key, start, end, acc):
+        return [start, acc]
+
+
+def build(env: Environment) -> None:
+    events = env.from_kafka(
+        "events", uid="events-source", deserializer=json.loads, timestamp=lambda e: e["ts"], idle_timeout_ms=50
+    )
+    events.key_by(lambda e: "all").window(TumblingEventTimeWindows(10)).aggregate(
+        Count(), uid="window").sink_to_kafka("counts", uid="kafka-sink")
+"""
+
+
+def test_reference_mode_accepts_an_idle_timeout_and_stays_deterministic() -> None:
+    records = [KafkaRecord(0, i, None, json.dumps({"ts": 3 * i}).encode(), 0) for i in range(10)]
+    result = run_reference_source(IDLE_JOB, kafka_input=lambda _topic: records)
+    assert result["kafka-sink"] == [[0, 4], [10, 3], [20, 3]]

@@ -11,6 +11,11 @@ from weir.watermarks import (
     MIN_WATERMARK,
     BoundedOutOfOrdernessWatermarks,
     ChannelStatus,
+    PartitionStatusChange,
+    PartitionWatermarks,
+    StatusWatermarkValve,
+    ValveOutput,
+    WatermarkStatus,
     WatermarkTracker,
 )
 
@@ -183,3 +188,134 @@ def test_combined_never_passes_a_channel_that_was_always_active() -> None:
             latest[channel] = rng.randint(0, 10)
         tracker.on_watermark(ChannelIndex(channel), latest[channel])
         assert tracker.current == min(latest)
+
+
+# Source idleness: a source subtask's partitions (Flink's WatermarksWithIdleness) ----------------------
+
+IDLE = WatermarkStatus.IDLE
+ACTIVE = WatermarkStatus.ACTIVE
+
+
+def records(watermarks: PartitionWatermarks, *partition_ts: tuple[int, int]) -> None:
+    """What a source's poll does per record: the partition's generator and ``seen``."""
+    for partition, ts in partition_ts:
+        watermarks.generators[partition].on_event(ts)
+        watermarks.seen.add(partition)
+
+
+def test_an_empty_partition_goes_idle_after_the_timeout_and_the_watermark_advances() -> None:
+    watermarks = PartitionWatermarks([0, 3], max_out_of_orderness_ms=0, idle_timeout_ms=1000, now=10.0)
+    records(watermarks, (0, 5000))
+    assert watermarks.advance(10.2) == (None, [])  # partition 3 (no record yet) holds it back
+    records(watermarks, (0, 6000))
+    assert watermarks.advance(10.999) == (None, [])  # not quite the timeout since the start
+    records(watermarks, (0, 7000))
+    assert watermarks.advance(11.0) == (6999, [PartitionStatusChange(3, IDLE)])
+    assert watermarks.partition_status(3) is ChannelStatus.IDLE
+    assert watermarks.status() is ACTIVE  # partition 0 is active
+    records(watermarks, (0, 8000))
+    assert watermarks.advance(11.5) == (7999, [])
+
+
+def test_an_idle_partition_is_active_again_on_its_next_record_and_never_moves_the_watermark_back() -> None:
+    watermarks = PartitionWatermarks([0, 1], max_out_of_orderness_ms=0, idle_timeout_ms=500, now=0.0)
+    records(watermarks, (0, 5000))
+    assert watermarks.advance(0.6) == (4999, [PartitionStatusChange(1, IDLE)])
+    records(watermarks, (1, 3000))  # resumes behind the combined watermark
+    assert watermarks.advance(0.7) == (None, [PartitionStatusChange(1, ACTIVE)])
+    assert watermarks.current == 4999
+    records(watermarks, (0, 7000))  # partition 1 is left out until it catches up
+    assert watermarks.advance(0.8) == (6999, [])
+    records(watermarks, (1, 8000))
+    assert watermarks.advance(0.9) == (None, [])
+    records(watermarks, (0, 9000))  # partition 1 holds it back again: min(8999, 7999)
+    assert watermarks.advance(1.0) == (7999, [])
+
+
+def test_a_subtask_whose_partitions_are_all_idle_is_idle_until_a_record() -> None:
+    watermarks = PartitionWatermarks([2, 5], max_out_of_orderness_ms=10, idle_timeout_ms=100, now=0.0)
+    records(watermarks, (2, 1000), (5, 2000))
+    assert watermarks.advance(0.05) == (989, [])
+    assert watermarks.status() is ACTIVE
+    watermark, changes = watermarks.advance(0.2)
+    assert changes == [PartitionStatusChange(2, IDLE), PartitionStatusChange(5, IDLE)]
+    assert watermark == 1989  # all idle: the highest of theirs, as Flink's valve does
+    assert watermarks.status() is IDLE
+    assert watermarks.advance(5.0) == (None, [])  # stays idle, nothing more to announce
+    records(watermarks, (5, 2500))
+    assert watermarks.advance(5.1) == (2489, [PartitionStatusChange(5, ACTIVE)])
+    assert watermarks.status() is ACTIVE
+
+
+def test_a_subtask_without_partitions_is_idle_only_with_an_idle_timeout() -> None:
+    assert PartitionWatermarks([], 0, idle_timeout_ms=100, now=0.0).status() is IDLE
+    assert PartitionWatermarks([], 0, idle_timeout_ms=None, now=0.0).status() is ACTIVE
+    assert PartitionWatermarks([], 0, idle_timeout_ms=100, now=0.0).advance(9.0) == (None, [])
+
+
+def test_without_an_idle_timeout_an_empty_partition_holds_the_watermark_forever() -> None:
+    watermarks = PartitionWatermarks([0, 1], max_out_of_orderness_ms=0, idle_timeout_ms=None, now=0.0)
+    records(watermarks, (0, 5000))
+    assert watermarks.advance(1e9) == (None, [])
+    assert watermarks.status() is ACTIVE
+
+
+def test_ended_partitions_count_as_max_and_never_go_idle() -> None:
+    watermarks = PartitionWatermarks([0, 1], 0, idle_timeout_ms=100, now=0.0, ended=[1])
+    records(watermarks, (0, 400))
+    assert watermarks.advance(0.01) == (399, [])
+    watermarks.end(0)
+    assert watermarks.advance(10.0) == (MAX_WATERMARK, [])
+    assert watermarks.status() is ACTIVE  # ended, not idle: the source finishes
+
+
+def test_partition_idle_timeout_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        PartitionWatermarks([0], 0, idle_timeout_ms=0, now=0.0)
+
+
+# The consumer side: Flink's StatusWatermarkValve --------------------------------------------------
+
+
+def test_a_consumer_leaves_an_idle_channel_out_of_its_watermark() -> None:
+    valve = StatusWatermarkValve(WatermarkTracker(3))
+    assert valve.on_watermark(C0, 100) == ValveOutput()
+    assert valve.on_watermark(C1, 200) == ValveOutput()
+    assert valve.on_idle(C2) == ValveOutput(watermark=100)  # the idle channel no longer holds it back
+    assert valve.status is ACTIVE
+    assert valve.on_watermark(C0, 300) == ValveOutput(watermark=200)
+
+
+def test_a_consumer_whose_inputs_are_all_idle_is_idle_and_active_again_on_a_record() -> None:
+    valve = StatusWatermarkValve(WatermarkTracker(2))
+    valve.on_watermark(C0, 100)
+    valve.on_watermark(C1, 150)
+    assert valve.on_idle(C0) == ValveOutput(watermark=150)
+    assert valve.on_idle(C1) == ValveOutput(status=IDLE)
+    assert valve.status is IDLE
+    assert valve.on_records(C1) == ValveOutput(status=ACTIVE)  # before the records are processed
+    assert valve.on_records(C1) == ValveOutput()
+    assert valve.tracker.channel_status(C0) is ChannelStatus.IDLE
+    assert valve.on_watermark(C1, 400) == ValveOutput(watermark=400)
+
+
+def test_a_watermark_or_an_active_event_ends_a_channels_idleness() -> None:
+    valve = StatusWatermarkValve(WatermarkTracker(2))
+    valve.on_watermark(C0, 100)
+    valve.on_watermark(C1, 100)
+    valve.on_idle(C0)
+    assert valve.on_idle(C1) == ValveOutput(status=IDLE)
+    assert valve.on_watermark(C0, 90) == ValveOutput(status=ACTIVE)  # behind: active, but no step back
+    assert valve.tracker.current == 100
+    assert valve.on_active(C1) == ValveOutput()  # already active as an operator
+    assert valve.on_watermark(C0, 200) == ValveOutput()  # C1 is active again at 100
+    assert valve.on_watermark(C1, 250) == ValveOutput(watermark=200)
+
+
+def test_an_end_of_stream_leaving_only_idle_channels_makes_the_consumer_idle() -> None:
+    valve = StatusWatermarkValve(WatermarkTracker(2))
+    valve.on_watermark(C0, 10)
+    assert valve.on_idle(C1) == ValveOutput(watermark=10)
+    assert valve.on_end_of_stream(C0) == ValveOutput(status=IDLE)  # C1 idle at MIN: nothing to advance
+    assert valve.on_end_of_stream(C1) == ValveOutput(watermark=MAX_WATERMARK)  # ended: finishing, not active
+    assert valve.status is IDLE
