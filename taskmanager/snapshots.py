@@ -379,8 +379,9 @@ class RocksDBSnapshotter:
                 for f in handle.db_files
             ]
             fetched = 0
-            for f, future in sst_downloads:
-                fetched += future.result()
+            for f, (future, started_here) in sst_downloads:
+                downloaded = future.result()
+                fetched += downloaded if started_here else 0  # another restore's download counts there
                 _link_or_copy(self._cache_path(f.key), directory / f.file_name)
             for f, meta in meta_downloads:
                 meta.result()
@@ -424,14 +425,16 @@ class RocksDBSnapshotter:
     def _cache_path(self, key: str) -> Path:
         return self._cache_root.joinpath(*key.split("/"))
 
-    def _cached(self, sst: SnapshotFile) -> Future[int]:
-        """A future of the bytes downloaded to have ``sst`` in the cache (0: it already was)."""
+    def _cached(self, sst: SnapshotFile) -> tuple[Future[int], bool]:
+        """A future of the bytes downloaded to have ``sst`` in the cache (0: it already was), and whether
+        this call started it."""
         with self._lock:
             future = self._downloads.get(sst.key)
             if future is None or (future.done() and future.exception() is not None):
                 future = self._transfers.submit(self._download, sst)
                 self._downloads[sst.key] = future
-            return future
+                return future, True
+            return future, False
 
     def _download(self, sst: SnapshotFile) -> int:
         path = self._cache_path(sst.key)
