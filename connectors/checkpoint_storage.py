@@ -33,7 +33,7 @@ _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 class ObjectNotFoundError(WeirError):
     """A checkpoint object that should exist is not in the storage (deleted, or never written)."""
 
-    fault: Fault = "external"
+    fault: Fault = Fault.EXTERNAL
     retriable: ClassVar[bool] = False
 
     def __init__(self, location: str) -> None:
@@ -47,7 +47,7 @@ class ObjectNotFoundError(WeirError):
 class StorageUriError(WeirError):
     """The checkpoint storage URI names no storage Weir supports."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
 
 
 class CheckpointStorage(abc.ABC):

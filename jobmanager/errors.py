@@ -28,7 +28,7 @@ class JobManagerError(WeirError):
 class ConfigError(JobManagerError):
     """A configuration value is missing, malformed or out of range. Fix the value and resubmit."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
     grpc_code: ClassVar[str] = "INVALID_ARGUMENT"
 
     def __init__(self, key: str, message: str) -> None:
@@ -39,7 +39,7 @@ class ConfigError(JobManagerError):
 class SavepointRejectedError(JobManagerError):
     """A savepoint cannot start now (job not running, another savepoint in progress). Try again later."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
     retriable: ClassVar[bool] = True
     grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
 
@@ -47,4 +47,4 @@ class SavepointRejectedError(JobManagerError):
 class CheckpointProtocolError(JobManagerError):
     """The I/O layer or a task broke the checkpoint protocol (e.g. a state handle for another task)."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL

@@ -47,7 +47,7 @@ _GID_PATTERN = re.compile(r"weir:([^:]+):([^:]+):(0|[1-9][0-9]*):([0-9]{20})")
 class LedgerStateError(WeirError):
     """The sink adapter called the ledger out of order (a bug in the adapter): fail the task."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
 
 @dataclass(frozen=True, order=True)

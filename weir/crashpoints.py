@@ -61,7 +61,7 @@ _SPEC = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)(?:@(?P<tm>[^#:@,]+))?(?:#(?P<sub
 class CrashPointSpecError(WeirError):
     """``WEIR_CRASH_POINT(S)`` names an unknown point or is malformed: fix the variable and restart."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
 
 
 @dataclass(frozen=True)

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from typing import ClassVar, Literal
+import enum
+from typing import Any, ClassVar
 
-Fault = Literal["user", "external", "internal"]
+
+class Fault(enum.StrEnum):
+    """Who must act on an error: the job's author, an external system, or Weir itself."""
+
+    USER = "user"
+    EXTERNAL = "external"
+    INTERNAL = "internal"
 
 
 class WeirError(Exception):
@@ -16,50 +23,54 @@ class WeirError(Exception):
     """
 
     retriable: ClassVar[bool] = False
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
-    def __init__(self, message: str, *, fault: Fault | None = None) -> None:
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.fault = Fault(cls.fault)  # a subclass may name its fault as the plain string
+
+    def __init__(self, message: str, *, fault: Fault | str | None = None) -> None:
         super().__init__(message)
         if fault is not None:
-            self.fault = fault
+            self.fault = Fault(fault)
 
 
 class SerializationError(WeirError):
     """Bytes could not be produced from a value or a value could not be read back from bytes."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
 
 class ProtocolError(WeirError):
     """A peer broke the data-plane protocol, e.g. sent a buffer without holding a credit."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
 
 class JobDefinitionError(WeirError):
     """The job as written cannot run: invalid graph, parallelism, key type, window size..."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
 
 
 class ServiceUnavailableError(WeirError):
     """An external service (Kafka, PostgreSQL, S3, a TaskManager) did not answer; try again later."""
 
-    fault: Fault = "external"
+    fault: Fault = Fault.EXTERNAL
     retriable: ClassVar[bool] = True
 
 
 class ClusterUnavailableError(WeirError):
     """No JobManager answers at the configured address, or no local cluster runs; start it and retry."""
 
-    fault: Fault = "external"
+    fault: Fault = Fault.EXTERNAL
     retriable: ClassVar[bool] = True
 
 
 class UnknownJobError(WeirError):
     """The JobManager knows no job with this id; ``weir list`` shows the known ones."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
 
     def __init__(self, job_id: str) -> None:
         super().__init__(f"unknown job {job_id}")
@@ -69,16 +80,16 @@ class UnknownJobError(WeirError):
 class NotEnoughSlotsError(WeirError):
     """The cluster has fewer free task slots than the job needs: lower the parallelism or wait."""
 
-    fault: Fault = "external"
+    fault: Fault = Fault.EXTERNAL
     retriable: ClassVar[bool] = True
 
 
 class JobManagerRequestError(WeirError):
     """The JobManager refused or failed a request for a reason no narrower error names."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
-    def __init__(self, message: str, *, code: str, fault: Fault | None = None) -> None:
+    def __init__(self, message: str, *, code: str, fault: Fault | str | None = None) -> None:
         super().__init__(message, fault=fault)
         self.code = code
 
@@ -86,16 +97,23 @@ class JobManagerRequestError(WeirError):
 class CommandLineError(WeirError):
     """A command-line argument is malformed, e.g. ``-D`` without ``key=value``."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
 
 
 class ClusterError(WeirError):
     """The local cluster could not be started, stopped or inspected; the message names the logs to read."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
 
 class UnknownProcessError(ClusterError):
     """``weir cluster kill`` named a process the local cluster does not run."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
+
+
+class NonRetriableError(WeirError):
+    """Raised by a job's own code to fail the job at once, without restarts (Flink's
+    ``SuppressRestartsException``): the input or the job is wrong and a restart would fail the same way."""
+
+    fault: Fault = Fault.USER

@@ -89,7 +89,7 @@ KafkaInput = Callable[[str], Sequence[KafkaRecord]]
 class ReferenceModeError(WeirError):
     """The job cannot run in reference mode, or its reference run failed (the job's code raised)."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,83 @@
+"""The one codec between Weir's domain values and their protobuf messages and enums.
+
+Servicers and clients convert here and nowhere else, so that no meaning travels as a string and a
+new enum value fails loudly (``assert_never``) instead of falling through.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from weir.checkpointing import CheckpointingMode
+from weir.errors import Fault, ProtocolError
+from weir.failures import Failure
+from weir.wire import common_pb2
+
+# Fault ---------------------------------------------------------------------------------------------
+
+
+def fault_to_proto(fault: Fault) -> common_pb2.Fault.ValueType:
+    match fault:
+        case Fault.USER:
+            return common_pb2.FAULT_USER
+        case Fault.EXTERNAL:
+            return common_pb2.FAULT_EXTERNAL
+        case Fault.INTERNAL:
+            return common_pb2.FAULT_INTERNAL
+        case _:
+            assert_never(fault)
+
+
+def fault_from_proto(value: common_pb2.Fault.ValueType) -> Fault:
+    if value == common_pb2.FAULT_USER:
+        return Fault.USER
+    if value == common_pb2.FAULT_EXTERNAL:
+        return Fault.EXTERNAL
+    if value == common_pb2.FAULT_INTERNAL:
+        return Fault.INTERNAL
+    raise ProtocolError(f"a failure without a known fault ({common_pb2.Fault.Name(value)})")
+
+
+# Failure -------------------------------------------------------------------------------------------
+
+
+def failure_to_proto(failure: Failure) -> common_pb2.Failure:
+    return common_pb2.Failure(
+        type=failure.type, message=failure.message, fault=fault_to_proto(failure.fault), retriable=failure.retriable
+    )
+
+
+def failure_from_proto(message: common_pb2.Failure) -> Failure:
+    return Failure(message.type, message.message, fault_from_proto(message.fault), message.retriable)
+
+
+def optional_failure_from_proto(owner: object, field: str) -> Failure | None:
+    """The failure in ``owner.field`` (a message with an optional ``Failure`` field), None when unset."""
+    if not owner.HasField(field):  # type: ignore[attr-defined]
+        return None
+    return failure_from_proto(getattr(owner, field))
+
+
+# Checkpointing mode --------------------------------------------------------------------------------
+
+
+def checkpointing_mode_to_proto(mode: CheckpointingMode) -> common_pb2.CheckpointingMode.ValueType:
+    match mode:
+        case CheckpointingMode.EXACTLY_ONCE:
+            return common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE
+        case CheckpointingMode.AT_LEAST_ONCE:
+            return common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE
+        case _:
+            assert_never(mode)
+
+
+def checkpointing_mode_from_proto(value: common_pb2.CheckpointingMode.ValueType) -> CheckpointingMode:
+    """Refuses UNSPECIFIED: a deployment that does not say its mode must not default to one."""
+    if value == common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE:
+        return CheckpointingMode.EXACTLY_ONCE
+    if value == common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE:
+        return CheckpointingMode.AT_LEAST_ONCE
+    raise ProtocolError(
+        f"a deployment without a known checkpointing mode ({common_pb2.CheckpointingMode.Name(value)}): "
+        "the JobManager and this TaskManager run different versions"
+    )
