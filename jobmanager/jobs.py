@@ -18,9 +18,12 @@ from jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint
 from jobmanager.checkpointing.coordinator import CheckpointCoordinator
 from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from jobmanager.execution import ExecutionSettings, parse_execution_settings
-from jobmanager.restart import FailureCause, GiveUp, RestartStrategy, parse_restart_strategy
+from jobmanager.records import JobSubmission
+from jobmanager.restart import GiveUp, RestartStrategy, parse_restart_strategy
 from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
+from weir.codec import checkpointing_mode_to_proto
+from weir.failures import Failure
 from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.plan import JobPlan, build_plan
 from weir.wire import common_pb2, taskmanager_pb2
@@ -53,7 +56,7 @@ class TaskRecord:
     operator_names: str
     taskmanager_id: str = ""
     state: int = common_pb2.TASK_STATE_UNSPECIFIED
-    failure: str = ""
+    failure: Failure | None = None
     records_in: int = 0
     records_out: int = 0
     records_in_earlier_attempts: int = 0
@@ -61,17 +64,6 @@ class TaskRecord:
     @property
     def records_in_all_attempts(self) -> int:
         return self.records_in_earlier_attempts + self.records_in
-
-
-@dataclass(frozen=True)
-class JobSubmission:
-    job_id: str
-    job_name: str
-    job_file_name: str
-    job_source: bytes
-    parameters: dict[str, str]
-    parallelism: int
-    submitted_at: float
 
 
 @dataclass
@@ -95,7 +87,7 @@ class JobMaster:
     attempt: int = 0
     tasks: dict[tuple[str, int], TaskRecord] = field(default_factory=dict)
     slots: list[str] = field(default_factory=list)
-    failure: str = ""
+    failure: Failure | None = None
     restart_at: float | None = None
     restore: dict[tuple[str, int], bytes] = field(default_factory=dict)
     restore_checkpoint_id: int = 0
@@ -105,6 +97,8 @@ class JobMaster:
     sources_ended: set[tuple[str, int]] = field(default_factory=set)  # bounded sources awaiting a final checkpoint
     final_checkpoint_id: int | None = None
     record_saved_at: float = 0.0
+    transactions_resolved: bool = False  # an ended job's sink transactions were committed or rolled back
+    resolution_error: str = ""  # why they could not be (they stay prepared; weir verify lists them)
 
     @classmethod
     def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:
@@ -165,7 +159,7 @@ class JobMaster:
                 record = self.tasks[(vertex.uid, s)]
                 record.taskmanager_id = tm
                 record.state = common_pb2.TASK_STATE_DEPLOYING
-                record.failure = ""
+                record.failure = None
                 record.records_in_earlier_attempts += record.records_in
                 record.records_in = record.records_out = 0
                 request = taskmanager_pb2.DeployTaskRequest(
@@ -178,7 +172,7 @@ class JobMaster:
                     parallelism=sub.parallelism,
                     restore_state_handle=self.restore.get((vertex.uid, s), b""),
                     restore_checkpoint_id=self.restore_checkpoint_id,
-                    job_config={k: v for k, v in sub.parameters.items() if k.startswith("checkpointing.")},
+                    checkpointing_mode=checkpointing_mode_to_proto(self.checkpoint_settings.mode),
                     buffer_timeout_ms=self.execution_settings.buffer_timeout_ms,
                 )
                 for ch in self.plan.input_channels(vertex.uid, s):
@@ -240,12 +234,14 @@ class JobMaster:
         subtask: int,
         attempt: int,
         state: int,
-        failure: str,
+        failure: Failure | None,
         records_in: int,
         records_out: int,
         now: float,
-    ) -> str | None:
-        """Apply a task's report; returns a failure reason when the job must fail over."""
+    ) -> Failure | None:
+        """Apply a task's report of the current attempt; answers the failure when the job must fail
+        over: the task FAILED, or it was CANCELED while the job runs (nobody asked it to stop, so
+        its part of the job is missing and no checkpoint could complete again)."""
         if attempt != self.attempt or self.status.terminal:
             return None
         record = self.tasks.get((vertex_uid, subtask))
@@ -254,18 +250,17 @@ class JobMaster:
         record.state = state
         record.records_in = max(record.records_in, records_in)
         record.records_out = max(record.records_out, records_out)
+        if self.status is not JobStatus.RUNNING:
+            return None  # cancelling or restarting: the tasks end because they were told to
         if state == common_pb2.TASK_STATE_FAILED:
-            record.failure = failure
-        if (
-            state in TERMINAL_TASK_STATES  # a task may finish or fail before the cancel reaches it
-            and self.status is JobStatus.CANCELLING
-            and all(t.state in TERMINAL_TASK_STATES for t in self.tasks.values())
-        ):
-            self.status = JobStatus.CANCELED
-            self.finished_at = now
-            return None
-        if state == common_pb2.TASK_STATE_FAILED:
-            return f"task {vertex_uid}#{subtask} failed: {failure}"
+            cause = failure or Failure.internal("the task reported FAILED without a failure")
+            record.failure = cause
+            return Failure(
+                cause.type, f"task {vertex_uid}#{subtask} failed: {cause.message}", cause.fault, cause.retriable
+            )
+        if state == common_pb2.TASK_STATE_CANCELED:
+            record.failure = Failure.internal("cancelled while the job was running")
+            return Failure.internal(f"task {vertex_uid}#{subtask} was cancelled while the job was running")
         if (
             state == common_pb2.TASK_STATE_FINISHED
             and self.status is JobStatus.RUNNING
@@ -282,19 +277,29 @@ class JobMaster:
             record.records_in = max(record.records_in, records_in)
             record.records_out = max(record.records_out, records_out)
 
-    def fail_over(self, reason: str, now: float, cause: FailureCause | None = None) -> None:
-        """A task or TaskManager failed: restart after the strategy's delay, or fail the job."""
+    def fail_over(self, failure: Failure, now: float) -> None:
+        """A task or TaskManager failed: restart after the strategy's delay, or fail the job (at once
+        when the failure is not retriable)."""
         if self.status not in (JobStatus.RUNNING, JobStatus.CREATED):
             return
-        decision = self.restart_strategy.on_failure(now, cause or FailureCause(reason))
-        self.failure = reason
+        reason = failure.message
+        decision = self.restart_strategy.on_failure(now, failure)
+        self.failure = failure
         for t in self.tasks.values():
             if t.state not in TERMINAL_TASK_STATES:
                 t.state = common_pb2.TASK_STATE_CANCELED
         if isinstance(decision, GiveUp):
             self.status = JobStatus.FAILED
             self.finished_at = now
-            log.error("job_failed", job_id=self.job_id, attempt=self.attempt, reason=reason, gave_up=decision.reason)
+            log.error(
+                "job_failed",
+                job_id=self.job_id,
+                attempt=self.attempt,
+                reason=reason,
+                fault=failure.fault.value,
+                retriable=failure.retriable,
+                gave_up=decision.reason,
+            )
             return
         self.status = JobStatus.RESTARTING
         self.restart_at = now + decision.delay_s
@@ -317,15 +322,31 @@ class JobMaster:
                 t.state = common_pb2.TASK_STATE_CANCELED
         log.info("job_replaced", job_id=self.job_id, attempt=self.attempt, reason=reason)
 
-    def cancel(self, now: float) -> None:
-        if self.status.terminal:
-            return
-        if self.status in (JobStatus.RESTARTING, JobStatus.CREATED):
-            self.status = JobStatus.CANCELED
-            self.finished_at = now
-            return
+    def cancel(self, now: float) -> bool:
+        """Start cancelling (the JobManager then stops the tasks and resolves the sinks' transactions,
+        and calls ``cancelled``); False when the job had already ended."""
+        if self.status.terminal or self.status is JobStatus.CANCELLING:
+            return False
         self.status = JobStatus.CANCELLING
         self.cancel_requested_at = now
+        self.restart_at = None
+        for t in self.tasks.values():
+            if t.state not in TERMINAL_TASK_STATES:
+                t.state = common_pb2.TASK_STATE_CANCELED
+        return True
+
+    def cancelled(self, now: float) -> None:
+        """The tasks are stopped and the transactions resolved: the job is CANCELED."""
+        if self.status is JobStatus.CANCELLING:
+            self.status = JobStatus.CANCELED
+            self.finished_at = now
+            log.info("job_cancelled", job_id=self.job_id, attempt=self.attempt)
+
+    def next_attempt_for_resolution(self) -> int:
+        """The attempt number the end-of-job transaction resolution runs as: above every attempt that
+        ran, so the sinks' fencing stops anything an earlier attempt still does."""
+        self.attempt += 1
+        return self.attempt
 
     @property
     def restarts(self) -> int:

@@ -17,29 +17,13 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
 
 from jobmanager.errors import ConfigError
-from weir.errors import WeirError
-from weir.ids import TaskId
+from weir.failures import Failure
 
 
 class RandomSource(Protocol):
     def random(self) -> float:
         """A float in [0, 1)."""
         ...
-
-
-@dataclass(frozen=True)
-class FailureCause:
-    """Why the job failed; a cause that is not ``retriable`` suppresses restarts."""
-
-    message: str
-    retriable: bool = True
-    task_id: TaskId | None = None
-
-    @classmethod
-    def from_exception(cls, exc: BaseException, task_id: TaskId | None = None) -> FailureCause:
-        """Errors the user must fix (a ``WeirError`` with fault "user" and not retriable) are final."""
-        final = isinstance(exc, WeirError) and exc.fault == "user" and not exc.retriable
-        return cls(f"{type(exc).__name__}: {exc}", retriable=not final, task_id=task_id)
 
 
 @dataclass(frozen=True)
@@ -101,7 +85,7 @@ class RestartStrategy(abc.ABC):
             self.name, self._restart_count, self._last_failure_at, self._last_restart_at, self._gave_up is not None
         )
 
-    def on_failure(self, now: float, cause: FailureCause) -> RestartDecision:
+    def on_failure(self, now: float, cause: Failure) -> RestartDecision:
         """Decide what to do about one failure of the job at ``now``."""
         if self._gave_up is not None:
             return self._gave_up

@@ -7,7 +7,7 @@ import pickle
 import queue
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,14 +20,19 @@ from jobmanager import metrics
 from jobmanager.checkpointing import coordinator as cc
 from jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskAckMetrics, TaskStateHandle
 from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.ending import resolve_sink_transactions
 from jobmanager.errors import JobManagerError
 from jobmanager.jobs import DeployCommand, JobMaster, JobStatus, JobSubmission, new_job_id
+from jobmanager.records import JobRecord
 from jobmanager.scheduler import SlotOffer
+from jobmanager.submit_checks import check_job_at_submit
 from taskmanager.network import GRPC_OPTIONS
 from taskmanager.operators.transactional_sinks import validate_sink_transaction_timeouts
 from weir.api import KafkaSourceSpec, end_offsets_parameter, load_job_source
+from weir.codec import failure_to_proto, optional_failure_from_proto
 from weir.config import Endpoints
 from weir.errors import JobDefinitionError, NotEnoughSlotsError, ServiceUnavailableError, UnknownJobError, WeirError
+from weir.failures import Failure
 from weir.ids import CheckpointId, JobId
 from weir.paths import CheckpointPaths
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2, taskmanager_pb2_grpc
@@ -37,6 +42,7 @@ log = structlog.get_logger("weir.jobmanager")
 HEARTBEAT_INTERVAL_S = 1.0
 HEARTBEAT_TIMEOUT_S = 6.0
 RECORD_REFRESH_S = 2.0
+RESOLUTION_DEADLINE_S = 300.0  # how long an ended job's transaction resolution is retried
 
 
 @dataclass
@@ -48,6 +54,7 @@ class RegisteredTaskManager:
     last_heartbeat: float
     stub: taskmanager_pb2_grpc.TaskManagerServiceStub
     channel: grpc.Channel
+    incarnation: str = ""  # the TaskManager process's own id, new for every start
     alive: bool = True
 
 
@@ -95,12 +102,18 @@ class JobManager:
 
     # TaskManagers ---------------------------------------------------------------------------------
 
-    def register_taskmanager(self, tm_id: str, address: str, slots: int, metrics_port: int) -> None:
+    def register_taskmanager(self, tm_id: str, address: str, slots: int, metrics_port: int, incarnation: str) -> None:
+        """A TaskManager (re-)registers. Another process under the same name (a new incarnation, at
+        the same address or not) means the old one is gone with its tasks: the jobs it ran fail over.
+        The same process registering again (it lost the JobManager for a moment) keeps its tasks."""
         with self._lock:
             previous = self.taskmanagers.get(tm_id)
-            if previous is not None and previous.alive and previous.address != address:
-                # The TaskManager restarted under the same name: its old tasks are gone.
-                self._taskmanager_lost(previous, "restarted")
+            if previous is not None and previous.alive and previous.incarnation != incarnation:
+                self._taskmanager_lost(previous, "restarted: registered again as a new process")
+            if previous is not None and previous.alive and previous.incarnation == incarnation:
+                previous.last_heartbeat = self._clock()
+                log.info("taskmanager_reregistered", taskmanager_id=tm_id, address=address, incarnation=incarnation)
+                return
             channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
             self.taskmanagers[tm_id] = RegisteredTaskManager(
                 tm_id,
@@ -110,8 +123,9 @@ class JobManager:
                 self._clock(),
                 taskmanager_pb2_grpc.TaskManagerServiceStub(channel),
                 channel,
+                incarnation,
             )
-        log.info("taskmanager_registered", taskmanager_id=tm_id, address=address, slots=slots)
+        log.info("taskmanager_registered", taskmanager_id=tm_id, address=address, slots=slots, incarnation=incarnation)
 
     def heartbeat(self, request: jobmanager_pb2.HeartbeatRequest) -> jobmanager_pb2.HeartbeatResponse:
         with self._lock:
@@ -119,11 +133,13 @@ class JobManager:
             if tm is None or not tm.alive:
                 return jobmanager_pb2.HeartbeatResponse(reregister=True)
             tm.last_heartbeat = self._clock()
-            cancel: set[str] = set()
+            cancel: set[tuple[str, int]] = set()
             for progress in request.running_tasks:
                 job = self.jobs.get(progress.task.job_id)
                 if job is None or job.status is not JobStatus.RUNNING or progress.attempt != job.attempt:
-                    cancel.add(progress.task.job_id)
+                    # Only that attempt stops: a lingering task of an older attempt must not take the
+                    # current attempt's tasks on the same TaskManager down with it.
+                    cancel.add((progress.task.job_id, progress.attempt))
                     continue
                 job.on_progress(
                     progress.task.vertex_uid,
@@ -132,7 +148,9 @@ class JobManager:
                     progress.records_in,
                     progress.records_out,
                 )
-            return jobmanager_pb2.HeartbeatResponse(cancel_jobs=sorted(cancel))
+            return jobmanager_pb2.HeartbeatResponse(
+                cancel=[common_pb2.JobAttempt(job_id=job_id, attempt=attempt) for job_id, attempt in sorted(cancel)]
+            )
 
     def _offers(self) -> list[SlotOffer]:
         used: dict[str, int] = {}
@@ -151,7 +169,7 @@ class JobManager:
         now = self._clock()
         for job in self.jobs.values():
             if job.status is JobStatus.RUNNING and tm.taskmanager_id in job.taskmanagers_in_use():
-                self._fail_over(job, f"TaskManager {tm.taskmanager_id} lost ({why})", now)
+                self._fail_over(job, Failure.internal(f"TaskManager {tm.taskmanager_id} lost ({why})"), now)
 
     # Jobs -----------------------------------------------------------------------------------------
 
@@ -176,8 +194,10 @@ class JobManager:
             master.checkpoint_settings.trigger.interval_s or 0.0,
             HEARTBEAT_TIMEOUT_S + master.restart_strategy.max_delay_s(),
         )
+        # Sinks that cannot commit, missing topics and tables: refused before any task starts.
+        check_job_at_submit(loaded.graph, master.checkpoint_settings, Endpoints.from_env())
         with self._lock:
-            command = self._schedule(master, self._clock())
+            command, saved = self._schedule(master, self._clock())
             self.jobs[submission.job_id] = master
         log.info(
             "job_submitted",
@@ -186,7 +206,7 @@ class JobManager:
             parallelism=parallelism,
             vertices=list(master.plan.vertices),
         )
-        self._io.submit(self._deploy, master, command)
+        self._io.submit(self._deploy, master, command, saved)
         return submission.job_id
 
     def _fixed_source_ends(self, loaded: Any) -> dict[str, str]:
@@ -200,8 +220,10 @@ class JobManager:
                 fixed[end_offsets_parameter(t.uid)] = json.dumps(ends)
         return fixed
 
-    def _schedule(self, job: JobMaster, now: float) -> DeployCommand:
-        """Restore the latest completed checkpoint (if any) and place a new attempt."""
+    def _schedule(self, job: JobMaster, now: float) -> tuple[DeployCommand, Future[bool]]:
+        """Restore the latest completed checkpoint (if any) and place a new attempt; answers the
+        deployment and the write of the job record that carries its attempt number, which must be
+        durable before any task of the attempt is deployed."""
         decision = job.coordinator.restore_latest(now)
         if isinstance(decision, cc.WaitForPersist):
             raise JobManagerError(f"checkpoints {decision.checkpoint_ids} are still being persisted")
@@ -216,33 +238,41 @@ class JobManager:
             metrics.RESTORES.labels(job.job_id).inc()
             log.info("job_restoring", job_id=job.job_id, checkpoint_id=completed.checkpoint_id)
         command = job.schedule(self._offers(), self._addresses(), now)
-        self._save_record(job)
-        return command
+        return command, self._save_record(job)
 
-    def _save_record(self, job: JobMaster) -> None:
-        """The job as a restarted JobManager needs it: submission, attempt and status (in order)."""
-        record = pickle.dumps(
-            {
-                "submission": job.submission,
-                "attempt": job.attempt,
-                "status": job.status.value,
-                "failure": job.failure,
-                "records_in_all_attempts": {key: t.records_in_all_attempts for key, t in job.tasks.items()},
-            }
+    def _save_record(self, job: JobMaster) -> Future[bool]:
+        """The job as a restarted JobManager needs it (``jobmanager.records``), written in order;
+        the future answers whether it was written."""
+        record = JobRecord(
+            submission=job.submission,
+            attempt=job.attempt,
+            status=job.status.value,
+            failure=job.failure,
+            records_in_all_attempts={key: t.records_in_all_attempts for key, t in job.tasks.items()},
+            checkpoint_ids_reserved_through=job.coordinator.ids_reserved_through,
+            transactions_resolved=job.transactions_resolved,
         )
         job.record_saved_at = self._clock()
-        self._records.submit(self._put_record, job.job_id, record)
+        return self._records.submit(self._put_record, job.job_id, record.to_json())
 
-    def _put_record(self, job_id: str, record: bytes) -> None:
+    def _put_record(self, job_id: str, record: bytes) -> bool:
         try:
             self.storage.put_bytes(self.paths.job_record(JobId(job_id)), record)
         except WeirError as exc:
             log.error("job_record_not_saved", job_id=job_id, error=str(exc))
+            return False
+        return True
 
     def _addresses(self) -> dict[str, str]:
         return {tm.taskmanager_id: tm.address for tm in self.taskmanagers.values() if tm.alive}
 
-    def _deploy(self, job: JobMaster, command: DeployCommand) -> None:
+    def _deploy(self, job: JobMaster, command: DeployCommand, saved: Future[bool]) -> None:
+        if not saved.result():
+            # A JobManager taking over must know this attempt number, or it would deploy it again.
+            with self._lock:
+                if job.attempt == command.attempt and job.status is JobStatus.RUNNING:
+                    job.replace("the job record with the new attempt could not be written", self._clock() + 1.0)
+            return
         unreachable = [a for a in {a for a, _ in command.requests} if not self._reachable(a)]
         if unreachable:
             with self._lock:
@@ -260,7 +290,7 @@ class JobManager:
                 stub.DeployTask(request, timeout=30)
             except grpc.RpcError as exc:
                 with self._lock:
-                    reason = (
+                    reason = Failure.internal(
                         f"deploying {request.task.vertex_uid}#{request.task.subtask} to "
                         f"{address} failed: {exc.code().name}: {exc.details()}"
                     )
@@ -287,28 +317,82 @@ class JobManager:
                     return tm.stub
         return taskmanager_pb2_grpc.TaskManagerServiceStub(grpc.insecure_channel(address, options=GRPC_OPTIONS))
 
-    def _cancel_tasks(self, job: JobMaster, attempt: int) -> None:
+    def _cancel_tasks(self, job: JobMaster, attempt: int, *, job_ended: bool = False) -> None:
         with self._lock:
-            targets = [tm for tm in self.taskmanagers.values() if tm.alive and tm.taskmanager_id in job.slots]
+            targets = [
+                tm
+                for tm in self.taskmanagers.values()
+                if tm.alive and (job_ended or tm.taskmanager_id in job.slots)
+            ]
         for tm in targets:
             try:
                 tm.stub.CancelJobTasks(
-                    taskmanager_pb2.CancelJobTasksRequest(job_id=job.job_id, attempt=attempt), timeout=15
+                    taskmanager_pb2.CancelJobTasksRequest(job_id=job.job_id, attempt=attempt, job_ended=job_ended),
+                    timeout=15,
                 )
             except grpc.RpcError as exc:
                 log.warning("cancel_failed", job_id=job.job_id, taskmanager_id=tm.taskmanager_id, code=exc.code().name)
 
-    def _fail_over(self, job: JobMaster, reason: str, now: float) -> None:
+    def _fail_over(self, job: JobMaster, failure: Failure, now: float) -> None:
         if job.status is not JobStatus.RUNNING:
             return
         attempt = job.attempt
         sources = job.source_task_ids()
-        self._execute(job, job.coordinator.task_failed(now, sources[0], reason))
-        job.fail_over(reason, now)
+        self._execute(job, job.coordinator.task_failed(now, sources[0], failure.message))
+        job.fail_over(failure, now)
         metrics.job_status(job)
         if job.status is JobStatus.FAILED:
             self._save_record(job)
-        self._io.submit(self._cancel_tasks, job, attempt)
+            self._io.submit(self._end_job, job, attempt)
+        else:
+            self._io.submit(self._cancel_tasks, job, attempt)
+
+    def _end_job(self, job: JobMaster, attempt: int) -> None:
+        """A job that is cancelled, or FAILED for good: stop its tasks, then resolve its sinks'
+        transactions from the latest completed checkpoint (commit what it covers, roll back or abort
+        the rest), then record that; a cancelled job becomes CANCELED only then."""
+        self._cancel_tasks(job, attempt, job_ended=True)
+        deadline = time.monotonic() + RESOLUTION_DEADLINE_S
+        delay = 1.0
+        while True:
+            with self._lock:
+                resolution_attempt = job.next_attempt_for_resolution()
+                latest = job.coordinator.store.latest()
+                saved = self._save_record(job)  # the resolution's attempt fences every earlier one
+            if not saved.result():
+                error = "the job record with the resolution's attempt could not be written"
+            else:
+                try:
+                    report = resolve_sink_transactions(
+                        job.loaded.graph, job.plan, job.submission, resolution_attempt, latest
+                    )
+                except WeirError as exc:
+                    error = str(exc)
+                else:
+                    log.info(
+                        "job_transactions_resolved",
+                        job_id=job.job_id,
+                        attempt=resolution_attempt,
+                        checkpoint_id=latest.checkpoint_id if latest is not None else None,
+                        sink_subtasks=report.sink_subtasks,
+                    )
+                    break
+            if time.monotonic() + delay > deadline or self._stopping.is_set():
+                log.error("job_transactions_not_resolved", job_id=job.job_id, error=error)
+                with self._lock:
+                    job.resolution_error = error
+                    job.cancelled(self._clock())
+                    self._save_record(job)
+                    metrics.job_status(job)
+                return
+            log.warning("job_transactions_resolution_retrying", job_id=job.job_id, error=error, delay_s=delay)
+            self._stopping.wait(delay)
+            delay = min(delay * 2, 30.0)
+        with self._lock:
+            job.transactions_resolved = True
+            job.cancelled(self._clock())
+            self._save_record(job)
+            metrics.job_status(job)
 
     def report_task_state(self, request: jobmanager_pb2.ReportTaskStateRequest) -> None:
         with self._lock:
@@ -322,7 +406,7 @@ class JobManager:
                 request.task.subtask,
                 request.attempt,
                 request.state,
-                request.failure,
+                optional_failure_from_proto(request, "failure"),
                 request.records_in,
                 request.records_out,
                 now,
@@ -351,11 +435,14 @@ class JobManager:
         with self._lock:
             job = self._job(job_id)
             self._execute(job, job.coordinator.stop(self._clock(), "job cancelled"))
-            job.cancel(self._clock())
+            started = job.cancel(self._clock())
             attempt = job.attempt
             status = job.status.value
-            self._save_record(job)
-        self._io.submit(self._cancel_tasks, job, attempt)
+            if started:
+                self._save_record(job)
+                metrics.job_status(job)
+        if started:
+            self._io.submit(self._end_job, job, attempt)
         return status
 
     def _job(self, job_id: str) -> JobMaster:
@@ -375,19 +462,15 @@ class JobManager:
 
     def tick(self) -> None:
         now = self._clock()
-        deploys: list[tuple[JobMaster, DeployCommand]] = []
+        deploys: list[tuple[JobMaster, DeployCommand, Future[bool]]] = []
         with self._lock:
             for tm in self.taskmanagers.values():
                 if tm.alive and now - tm.last_heartbeat > HEARTBEAT_TIMEOUT_S:
                     self._taskmanager_lost(tm, f"no heartbeat for {now - tm.last_heartbeat:.1f}s")
             for job in self.jobs.values():
-                if job.status is JobStatus.CANCELLING and now - (job.cancel_requested_at or now) > 30:
-                    job.status = JobStatus.CANCELED  # tasks on a lost TaskManager never report
-                    job.finished_at = now
-                    self._save_record(job)
                 if job.status is JobStatus.RESTARTING and job.restart_at is not None and now >= job.restart_at:
                     try:
-                        deploys.append((job, self._schedule(job, now)))
+                        deploys.append((job, *self._schedule(job, now)))
                     except (JobManagerError, NotEnoughSlotsError) as exc:
                         job.restart_at = now + 1.0  # wait for slots (a TaskManager may come back)
                         log.warning("restart_waiting", job_id=job.job_id, reason=str(exc))
@@ -397,8 +480,8 @@ class JobManager:
                 if job.status is JobStatus.RUNNING and now - job.record_saved_at > RECORD_REFRESH_S:
                     self._save_record(job)  # keeps the progress counters for a restarted JobManager
                 metrics.job_status(job)
-        for job, command in deploys:
-            self._io.submit(self._deploy, job, command)
+        for job, command, saved in deploys:
+            self._io.submit(self._deploy, job, command, saved)
 
     # Checkpoints ----------------------------------------------------------------------------------
 
@@ -461,6 +544,15 @@ class JobManager:
         """Carry out the coordinator's decisions; I/O runs on worker threads, never under the lock."""
         for action in actions:
             if isinstance(action, cc.TriggerBarriers):
+                if action.reserve_ids_through is not None and not self._save_record(job).result():
+                    # No barrier may carry an id a JobManager taking over could hand out again.
+                    self._execute(
+                        job,
+                        job.coordinator.id_reservation_failed(
+                            self._clock(), action.checkpoint_id, "the job record could not be written"
+                        ),
+                    )
+                    continue
                 metrics.CHECKPOINTS_TRIGGERED.labels(job.job_id).inc()
                 log.info(
                     "checkpoint_triggered",
@@ -615,13 +707,19 @@ class JobManager:
     # Recovery of a restarted JobManager -----------------------------------------------------------
 
     def recover_jobs(self) -> int:
-        """Reload every job from its record and its checkpoints' metadata; running ones restart."""
+        """Reload every job from its record and its checkpoints' metadata: running ones restart, a
+        cancelling one finishes cancelling, an ended one whose transactions were not resolved gets
+        them resolved. A record that cannot be read is reported and left alone, never deleted."""
         recovered = 0
         records = [k for k, _ in self.storage.list("") if k.endswith("/_job")]
         now = self._clock()
         for key in records:
-            record = pickle.loads(self.storage.get_bytes(key))
-            submission: JobSubmission = record["submission"]
+            try:
+                record = JobRecord.from_json(self.storage.get_bytes(key), where=f"job record {key}")
+            except WeirError as exc:
+                log.error("job_not_recovered", record=key, error=str(exc))
+                continue
+            submission = record.submission
             try:
                 loaded = load_job_source(
                     submission.job_source,
@@ -634,14 +732,15 @@ class JobManager:
                 log.error("job_not_recovered", job_id=submission.job_id, error=str(exc))
                 continue
             job = JobMaster.create(submission, loaded, self.paths.metadata_key_fn())
-            job.attempt = int(record["attempt"])
-            job.failure = record.get("failure", "")
-            for key, total in record.get("records_in_all_attempts", {}).items():
-                if key in job.tasks:
-                    job.tasks[key].records_in_earlier_attempts = total
-            status = JobStatus(record["status"])
+            job.attempt = record.attempt
+            job.failure = record.failure
+            job.transactions_resolved = record.transactions_resolved
+            for task_key, total in record.records_in_all_attempts.items():
+                if task_key in job.tasks:
+                    job.tasks[task_key].records_in_earlier_attempts = total
+            status = JobStatus(record.status)
             checkpoints: list[CompletedCheckpoint] = []
-            highest = 0
+            highest = record.checkpoint_ids_reserved_through
             for meta_key, _size in self.storage.list(self.paths.checkpoints_dir(JobId(submission.job_id))):
                 parsed = self.paths.parse_metadata_key(meta_key)
                 if parsed is None:
@@ -650,14 +749,23 @@ class JobManager:
                 checkpoints.append(pickle.loads(self.storage.get_bytes(meta_key)))
             actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
             self._execute(job, actions)
-            if status.terminal:
+            end_attempt: int | None = None
+            if status is JobStatus.CANCELLING:
+                job.status = JobStatus.CANCELLING  # finish cancelling; never restart a cancelled job
+                job.cancel_requested_at = now
+                end_attempt = job.attempt
+            elif status.terminal:
                 job.status = status
+                if status is not JobStatus.FINISHED and not job.transactions_resolved:
+                    end_attempt = job.attempt
             else:
                 # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them.
                 job.status = JobStatus.RESTARTING
                 job.restart_at = now + HEARTBEAT_TIMEOUT_S / 2
             with self._lock:
                 self.jobs[submission.job_id] = job
+            if end_attempt is not None:
+                self._io.submit(self._end_job, job, end_attempt)
             recovered += 1
             log.info(
                 "job_recovered",
@@ -665,6 +773,7 @@ class JobManager:
                 status=job.status.value,
                 attempt=job.attempt,
                 checkpoints=[c.checkpoint_id for c in checkpoints],
+                checkpoint_ids_reserved_through=record.checkpoint_ids_reserved_through,
             )
         return recovered
 
@@ -676,21 +785,23 @@ class JobManager:
             latest = job.coordinator.store.latest()
             response = jobmanager_pb2.GetJobStatusResponse(
                 summary=self._summary(job),
-                failure=job.failure,
                 last_completed_checkpoint=latest.checkpoint_id if latest is not None else 0,
                 last_restore_at=job.last_restore_at,
             )
+            if job.failure is not None:
+                response.failure.CopyFrom(failure_to_proto(job.failure))
             for (uid, s), t in sorted(job.tasks.items()):
-                response.tasks.add(
+                task = response.tasks.add(
                     task=common_pb2.TaskRef(job_id=job_id, vertex_uid=uid, subtask=s),
                     operator_names=t.operator_names,
                     state=t.state,
                     taskmanager_id=t.taskmanager_id,
-                    failure=t.failure,
                     records_in=t.records_in,
                     records_out=t.records_out,
                     records_in_all_attempts=t.records_in_all_attempts,
                 )
+                if t.failure is not None:
+                    task.failure.CopyFrom(failure_to_proto(t.failure))
             return response
 
     def _summary(self, job: JobMaster) -> jobmanager_pb2.JobSummary:
@@ -773,7 +884,9 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
         return self._jm.cluster_status()
 
     def RegisterTaskManager(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
-        self._jm.register_taskmanager(request.taskmanager_id, request.address, request.slots, request.metrics_port)
+        self._jm.register_taskmanager(
+            request.taskmanager_id, request.address, request.slots, request.metrics_port, request.incarnation
+        )
         return jobmanager_pb2.RegisterTaskManagerResponse(heartbeat_interval_s=HEARTBEAT_INTERVAL_S)
 
     def Heartbeat(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802

@@ -8,23 +8,28 @@ import queue
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, assert_never
 
 import grpc
 import structlog
 
 from connectors.checkpoint_storage import open_storage
+from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
-from taskmanager.network import GRPC_OPTIONS, InputGate, RecordWriter, RemoteOutputChannel
+from taskmanager.network import GRPC_OPTIONS, MAX_MESSAGE_BYTES, InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
 from taskmanager.snapshots import RocksDBSnapshotter
-from taskmanager.state import StateBackend
+from taskmanager.state import StateBackend, job_state_bounds
 from taskmanager.task import CheckpointAck, CheckpointRequest, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
+from weir.checkpointing import CheckpointingMode
+from weir.codec import checkpointing_mode_from_proto, failure_to_proto
 from weir.config import checkpoint_dir
 from weir.errors import WeirError
+from weir.failures import Failure
 from weir.ids import CheckpointId, JobId, TaskManagerId
 from weir.keygroups import KeyEncoder
 from weir.paths import CheckpointPaths
@@ -35,6 +40,31 @@ log = structlog.get_logger("weir.taskmanager")
 
 GATE_WAIT_S = 30.0
 BACKPRESSURE_SAMPLE_S = 0.5
+ACK_HEADROOM_BYTES: Final = 64 * 1024
+"""Room left below the gRPC message limit for the acknowledgement's own fields."""
+
+
+def alignment_for(mode: CheckpointingMode) -> AlignmentMode:
+    """How a task aligns barriers under the job's checkpointing mode."""
+    match mode:
+        case CheckpointingMode.EXACTLY_ONCE:
+            return AlignmentMode.EXACTLY_ONCE
+        case CheckpointingMode.AT_LEAST_ONCE:
+            return AlignmentMode.AT_LEAST_ONCE
+        case _:
+            assert_never(mode)
+
+
+def oversized_ack_reason(size_bytes: int, limit_bytes: int, checkpoint_id: int) -> str | None:
+    """Why an acknowledgement of ``size_bytes`` cannot be sent under a ``limit_bytes`` message limit;
+    None when it fits. The checkpoint is declined with this reason instead of timing out."""
+    if size_bytes + ACK_HEADROOM_BYTES <= limit_bytes:
+        return None
+    return (
+        f"the acknowledgement of checkpoint {checkpoint_id} is {size_bytes:,} bytes, over the "
+        f"{limit_bytes - ACK_HEADROOM_BYTES:,}-byte limit of a control message: the task's inline state (e.g. "
+        "a transactional sink's pending output) is too large; checkpoint more often or lower the sink's backlog"
+    )
 
 
 class TaskManagerRuntime:
@@ -44,6 +74,7 @@ class TaskManagerRuntime:
         self.id = taskmanager_id
         self.address = advertised_address
         self.slots = slots
+        self.incarnation = uuid.uuid4().hex  # this process: a restart registers as a new incarnation
         self._run_dir = run_dir / taskmanager_id
         self._run_dir.mkdir(parents=True, exist_ok=True)
         # A fresh database per process start: state of earlier runs comes back only through a restore.
@@ -156,9 +187,16 @@ class TaskManagerRuntime:
             taskmanager_id=self.id,
             restore=restore,
             restore_checkpoint_id=req.restore_checkpoint_id,
-            aligned_exactly_once=req.job_config.get("checkpointing.mode", "exactly_once") == "exactly_once",
+            alignment=alignment_for(checkpointing_mode_from_proto(req.checkpointing_mode)),
+            user_code_files=frozenset({req.job_file_name}),
         )
         task.cancelled = cancelled
+        # Before the task restores: a newer attempt forgets which uploads it may reuse.
+        self.snapshotter.start_attempt(
+            JobId(addr.job_id),
+            addr.attempt,
+            [restore.keyed_state] if restore is not None and restore.keyed_state is not None else (),
+        )
         with self._lock:
             self.tasks[addr] = task
             if gate is not None:
@@ -178,11 +216,33 @@ class TaskManagerRuntime:
         )
         task.start()
 
-    def cancel_job(self, job_id: str, attempt: int | None = None, wait_s: float = 10.0) -> None:
+    def cancel_attempts_through(
+        self, job_id: str, attempt: int, *, job_ended: bool = False, wait_s: float = 10.0
+    ) -> None:
+        """The JobManager ended attempts up to ``attempt`` of the job (a fail-over or a cancel);
+        ``job_ended``: the job is over, so nothing of it is kept here."""
+        self._cancel(job_id, lambda a: a <= attempt, wait_s)
+        if job_ended:
+            self.forget_job(job_id)
+
+    def forget_job(self, job_id: str) -> None:
+        """The job is over here: drop its snapshot bookkeeping, restore cache entries and local
+        snapshots, and its keyed state in this TaskManager's database (unless a task of it still runs)."""
         with self._lock:
-            doomed = [
-                t for a, t in self.tasks.items() if a.job_id == job_id and (attempt is None or a.attempt <= attempt)
-            ]
+            if any(a.job_id == job_id for a in self.tasks):
+                return
+        self.snapshotter.forget_job(JobId(job_id))
+        self.state_backend.delete_prefix_range(*job_state_bounds(job_id))
+        log.info("job_forgotten", job_id=job_id, taskmanager_id=self.id)
+
+    def cancel_attempt(self, job_id: str, attempt: int, wait_s: float = 10.0) -> None:
+        """Stop the tasks of exactly this attempt (a heartbeat named it as stale); the job's other
+        attempts here, the current one above all, go on."""
+        self._cancel(job_id, lambda a: a == attempt, wait_s)
+
+    def _cancel(self, job_id: str, matches: Callable[[int], bool], wait_s: float) -> None:
+        with self._lock:
+            doomed = [t for a, t in self.tasks.items() if a.job_id == job_id and matches(a.attempt)]
         for t in doomed:
             t.cancel()
         deadline = time.monotonic() + wait_s
@@ -193,6 +253,17 @@ class TaskManagerRuntime:
                 self.tasks.pop(t.address, None)
                 self._gates.pop(t.address, None)
             self._count_running_tasks()
+
+    def _forget_finished(self, job_id: str) -> None:
+        with self._lock:
+            done = [t for a, t in self.tasks.items() if a.job_id == job_id]
+        for task in done:
+            task.join(10.0)
+        with self._lock:
+            for task in done:
+                if task.state == common_pb2.TASK_STATE_FINISHED:
+                    self.tasks.pop(task.address, None)
+        self.forget_job(job_id)
 
     def _count_running_tasks(self) -> None:
         """Set weir_taskmanager_tasks_running; called with the lock held, so that concurrent state
@@ -214,9 +285,9 @@ class TaskManagerRuntime:
 
     def notify_checkpoint(self, job_id: str, attempt: int, checkpoint_id: int, complete: bool) -> None:
         if complete:
-            self.snapshotter.notify_checkpoint_complete(JobId(job_id), CheckpointId(checkpoint_id))
+            self.snapshotter.notify_checkpoint_complete(JobId(job_id), CheckpointId(checkpoint_id), attempt=attempt)
         else:
-            self.snapshotter.notify_checkpoint_aborted(JobId(job_id), CheckpointId(checkpoint_id))
+            self.snapshotter.notify_checkpoint_aborted(JobId(job_id), CheckpointId(checkpoint_id), attempt=attempt)
         for task in self.tasks_of_job(job_id, attempt):
             if complete:
                 task.notify_checkpoint_complete(checkpoint_id)
@@ -274,28 +345,35 @@ class TaskManagerRuntime:
     def _task_ref(self, addr: TaskAddress) -> common_pb2.TaskRef:
         return common_pb2.TaskRef(job_id=addr.job_id, vertex_uid=addr.vertex_uid, subtask=addr.subtask)
 
-    def _on_task_state(self, addr: TaskAddress, state: int, failure: str) -> None:
+    def _on_task_state(self, addr: TaskAddress, state: int, failure: Failure | None) -> None:
         with self._lock:
             task = self.tasks.get(addr)
             self._count_running_tasks()
         records_in = task.records_in if task is not None else 0
         records_out = task.records_emitted() if task is not None else 0
-        self._reports.put(
-            (
-                "state",
-                jobmanager_pb2.ReportTaskStateRequest(
-                    task=self._task_ref(addr),
-                    state=state,
-                    failure=failure,
-                    attempt=addr.attempt,
-                    records_in=records_in,
-                    records_out=records_out,
-                ),
-            )
+        request = jobmanager_pb2.ReportTaskStateRequest(
+            task=self._task_ref(addr),
+            state=state,
+            attempt=addr.attempt,
+            records_in=records_in,
+            records_out=records_out,
         )
+        if failure is not None:
+            request.failure.CopyFrom(failure_to_proto(failure))
+        self._reports.put(("state", request))
+        if state == common_pb2.TASK_STATE_RUNNING:
+            with self._lock:
+                restoring = any(t.state == common_pb2.TASK_STATE_DEPLOYING for t in self.tasks.values())
+            if not restoring:  # every task deployed here has restored: the downloaded SSTs can go
+                self.snapshotter.clear_restore_cache()
         if state in (common_pb2.TASK_STATE_FINISHED, common_pb2.TASK_STATE_CANCELED, common_pb2.TASK_STATE_FAILED):
             with self._lock:
                 self._gates.pop(addr, None)
+                finished = state == common_pb2.TASK_STATE_FINISHED and all(
+                    t.state == common_pb2.TASK_STATE_FINISHED for a, t in self.tasks.items() if a.job_id == addr.job_id
+                )
+            if finished:  # the job's last task here finished: it has nothing more to do here
+                threading.Thread(target=self._forget_finished, args=(addr.job_id,), daemon=True).start()
 
     def _on_checkpoint(self, addr: TaskAddress, ack: CheckpointAck) -> None:
         snapshot = ack.snapshot
@@ -317,6 +395,16 @@ class TaskManagerRuntime:
             sync_duration_s=ack.sync_s,
             async_duration_s=ack.async_s,
         )
+        too_large = oversized_ack_reason(request.ByteSize(), MAX_MESSAGE_BYTES, snapshot.checkpoint_id)
+        if too_large is not None:
+            log.warning(
+                "checkpoint_ack_too_large",
+                task=str(addr),
+                checkpoint_id=snapshot.checkpoint_id,
+                bytes=request.ByteSize(),
+            )
+            self._on_decline(addr, snapshot.checkpoint_id, too_large)
+            return
         self._reports.put(("ack", request))
         STATE_SIZE_BYTES.labels(self.id).set(self.snapshotter.live_sst_bytes())
 
@@ -364,6 +452,21 @@ class TaskManagerRuntime:
                         delay = min(delay * 2, 5.0)
                         continue
                     log.warning("report_rejected", kind=kind, code=exc.code().name, details=exc.details())
+                    if kind == "ack":  # refused (e.g. too large for the JobManager): decline, never drop it
+                        self._reports.put(
+                            (
+                                "decline",
+                                jobmanager_pb2.DeclineCheckpointRequest(
+                                    task=request.task,
+                                    checkpoint_id=request.checkpoint_id,
+                                    attempt=request.attempt,
+                                    reason=(
+                                        "the JobManager refused the acknowledgement: "
+                                        f"{exc.code().name}: {exc.details()}"
+                                    ),
+                                ),
+                            )
+                        )
                     break
 
     def _sample_backpressure(self) -> None:
@@ -380,7 +483,11 @@ class TaskManagerRuntime:
     def register(self, metrics_port: int) -> float:
         response = self.jobmanager.RegisterTaskManager(
             jobmanager_pb2.RegisterTaskManagerRequest(
-                taskmanager_id=self.id, address=self.address, slots=self.slots, metrics_port=metrics_port
+                taskmanager_id=self.id,
+                address=self.address,
+                slots=self.slots,
+                metrics_port=metrics_port,
+                incarnation=self.incarnation,
             ),
             timeout=5,
         )
@@ -412,8 +519,10 @@ class TaskManagerRuntime:
                 if response.reregister:
                     registered = False
                     continue
-                for job_id in response.cancel_jobs:
-                    threading.Thread(target=self.cancel_job, args=(job_id,), daemon=True).start()
+                for stale in response.cancel:
+                    threading.Thread(
+                        target=self.cancel_attempt, args=(stale.job_id, stale.attempt), daemon=True
+                    ).start()
             except grpc.RpcError as exc:
                 if registered:
                     log.warning("jobmanager_unreachable", code=exc.code().name)

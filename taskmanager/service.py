@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import grpc
 
 from taskmanager.runtime import TaskManagerRuntime
-from weir.errors import JobDefinitionError
+from weir.errors import JobDefinitionError, ProtocolError
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
 
@@ -22,12 +22,14 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
             self._runtime.deploy(request)
         except JobDefinitionError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
+        except ProtocolError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         return taskmanager_pb2.DeployTaskResponse()
 
     def CancelJobTasks(
         self, request: taskmanager_pb2.CancelJobTasksRequest, context: grpc.ServicerContext
     ) -> taskmanager_pb2.CancelJobTasksResponse:  # noqa: N802,E501
-        self._runtime.cancel_job(request.job_id, request.attempt or None)
+        self._runtime.cancel_attempts_through(request.job_id, request.attempt, job_ended=request.job_ended)
         return taskmanager_pb2.CancelJobTasksResponse()
 
     def TriggerCheckpoint(

@@ -56,7 +56,7 @@ log = structlog.get_logger("weir.taskmanager.snapshots")
 class SnapshotError(WeirError):
     """A local RocksDB snapshot or restore failed (disk full, corrupt download...)."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,11 @@ def state_namespace(job_id: str, operator_uid: str) -> str:
     return f"{job_id}/{operator_uid}"
 
 
+def job_state_bounds(job_id: str) -> tuple[bytes, bytes]:
+    """The RocksDB key range [start, end) of every operator's keyed state of one job."""
+    return f"{job_id}/".encode(), f"{job_id}0".encode()  # "0" is the byte after "/"
+
+
 def key_group_range_bounds(namespace: str, first: int, last: int) -> tuple[bytes, bytes]:
     """The RocksDB key range [start, end) of one operator's state in key groups first..last."""
     prefix = namespace.encode("utf-8") + b"\x00"

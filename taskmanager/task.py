@@ -36,7 +36,8 @@ from taskmanager.operators.keyed import KeyedOperator
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
 from taskmanager.state import state_namespace
 from weir.crashpoints import crash_point
-from weir.errors import WeirError
+from weir.errors import Fault, WeirError
+from weir.failures import Failure
 from weir.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.keygroups import KeyGroupRange, key_group_range_for_subtask
 from weir.plan import JobPlan, Vertex
@@ -61,7 +62,7 @@ class CheckpointNotificationTimeout(WeirError):
     latest completed checkpoint (retriable)."""
 
     retriable = True
-    fault = "internal"
+    fault = Fault.INTERNAL
 
 
 @dataclass(frozen=True)
@@ -108,7 +109,7 @@ class CheckpointAck:
 class TaskCallbacks:
     """How a task reports to its TaskManager (which forwards to the JobManager)."""
 
-    on_state: Callable[[TaskAddress, int, str], None]
+    on_state: Callable[[TaskAddress, int, Failure | None], None]
     on_checkpoint: Callable[[TaskAddress, CheckpointAck], None]
     on_decline: Callable[[TaskAddress, int, str], None]
     on_input_ended: Callable[[TaskAddress], None]
@@ -196,7 +197,8 @@ class Task:
         taskmanager_id: str,
         restore: OperatorSnapshot | None,
         restore_checkpoint_id: int,
-        aligned_exactly_once: bool = True,
+        alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
+        user_code_files: frozenset[str] = frozenset(),
     ) -> None:
         self.address = address
         self._plan = plan
@@ -206,13 +208,14 @@ class Task:
         self._callbacks = callbacks
         self._restore = restore
         self._restore_checkpoint_id = restore_checkpoint_id
+        self._user_code_files = user_code_files  # the job file: an exception raised through it is the user's
         self._snapshotter = snapshotter
         self._state_backend = state_backend
         self._control: collections.deque[tuple[str, Any]] = collections.deque()
         self._control_signal = threading.Event()
         self.cancelled = threading.Event()
         self.state = common_pb2.TASK_STATE_DEPLOYING
-        self.failure = ""
+        self.failure: Failure | None = None
         self.records_in = 0
         self.records_out = 0
         graph = plan.graph
@@ -264,11 +267,10 @@ class Task:
         self._tracker = WatermarkTracker(len(gate.channels)) if gate is not None else None
         self._valve = StatusWatermarkValve(self._tracker) if self._tracker is not None else None
         if gate is not None:
-            mode = AlignmentMode.EXACTLY_ONCE if aligned_exactly_once else AlignmentMode.AT_LEAST_ONCE
             self._aligner: BarrierAligner | None = BarrierAligner(
                 TaskId(JobId(address.job_id), OperatorUid(vertex.uid), SubtaskIndex(address.subtask)),
                 len(gate.channels),
-                mode,
+                alignment,
             )
         else:
             self._aligner = None
@@ -316,10 +318,16 @@ class Task:
     def _run(self) -> None:
         addr = self.address
         try:
+            if self.cancelled.is_set():
+                raise Cancelled()
             if self._restore is not None:
                 self._restore_state(self._restore)
             else:
                 self._clear_keyed_state()
+            # A cancelled attempt must not reach its operators' open(): a sink's recovery there would
+            # resolve transactions that by now belong to a newer attempt.
+            if self.cancelled.is_set():
+                raise Cancelled()
             for op in reversed(self.operators):
                 op.open()
             self._set_state(common_pb2.TASK_STATE_RUNNING)
@@ -338,8 +346,14 @@ class Task:
             if self.cancelled.is_set():
                 self._set_state(common_pb2.TASK_STATE_CANCELED)
             else:
-                self.failure = f"{type(exc).__name__}: {exc}"
-                self._log.error("task_failed", error=self.failure, traceback=traceback.format_exc(limit=8))
+                self.failure = Failure.from_exception(exc, self._user_code_files)
+                self._log.error(
+                    "task_failed",
+                    error=str(self.failure),
+                    fault=self.failure.fault.value,
+                    retriable=self.failure.retriable,
+                    traceback=traceback.format_exc(limit=8),
+                )
                 self._set_state(common_pb2.TASK_STATE_FAILED, self.failure)
         finally:
             for op in self.operators:
@@ -382,7 +396,7 @@ class Task:
                 op.restore_state(blob)
         self._log.info("task_restored", checkpoint_id=self._restore_checkpoint_id, keyed_entries=restored_entries)
 
-    def _set_state(self, state: int, failure: str = "") -> None:
+    def _set_state(self, state: int, failure: Failure | None = None) -> None:
         self.state = state
         self._callbacks.on_state(self.address, state, failure)
 
@@ -620,7 +634,9 @@ class Task:
             self._log.info("checkpoint_acknowledged", checkpoint_id=cid, sync_s=round(operators_s, 4))
             return
         kind = "savepoint" if request.kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT else "checkpoint"
-        future = self._snapshotter.begin(JobId(self.address.job_id), CheckpointId(cid), ranges, kind)
+        future = self._snapshotter.begin(
+            JobId(self.address.job_id), CheckpointId(cid), ranges, kind, attempt=self.address.attempt
+        )
 
         def uploaded(done: Any) -> None:
             try:

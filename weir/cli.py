@@ -31,6 +31,7 @@ from weir import cluster
 from weir.client import CheckpointInfo, ClusterStatus, JobManagerClient, JobStatus, JobSummary
 from weir.config import Endpoints
 from weir.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
+from weir.failures import Failure
 
 if TYPE_CHECKING:
     from weir.verify import VerifyReport
@@ -175,7 +176,7 @@ def run(
                 f"job {job_id} FINISHED: records in {status.records_in}, out {status.records_out}", soft_wrap=True
             )
         return
-    _error_line(f"job {job_id} {summary.status}: {status.failure or 'no failure reason given'}")
+    _error_line(f"job {job_id} {summary.status}: {describe_failure(status.failure)}")
     raise typer.Exit(EXIT_FAILURE)
 
 
@@ -240,6 +241,14 @@ def list_jobs(json_output: JsonOption = False) -> None:
     _stdout().print(table)
 
 
+def describe_failure(failure: Failure | None) -> str:
+    """One line: the failure, whose fault it is, and whether the job restarts on it."""
+    if failure is None:
+        return "no failure reason given"
+    retry = "retriable" if failure.retriable else "not retriable"
+    return f"{failure} ({failure.fault.value} fault, {retry})"
+
+
 def _summary_lines(summary: JobSummary, status: JobStatus) -> Iterator[str]:
     yield f"job {summary.job_id} ({escape(summary.job_name)}): [bold]{summary.status}[/bold]"
     yield (
@@ -247,8 +256,8 @@ def _summary_lines(summary: JobSummary, status: JobStatus) -> Iterator[str]:
         f"restarts {summary.restarts}, last completed checkpoint {status.last_completed_checkpoint or '-'}, "
         f"last restore {_when(status.last_restore_at)}"
     )
-    if status.failure:
-        yield f"failure: {escape(status.failure)}"
+    if status.failure is not None:
+        yield f"failure: {escape(describe_failure(status.failure))}"
 
 
 @app.command()
@@ -265,7 +274,7 @@ def status(
     for line in _summary_lines(job.summary, job):
         console.print(line, soft_wrap=True)
     table = _table("task", "operators", "state", "taskmanager", "records in", "records out")
-    failures = any(t.failure for t in job.tasks)
+    failures = any(t.failure is not None for t in job.tasks)
     if failures:
         table.add_column("failure")
     for task in sorted(job.tasks, key=lambda t: (t.vertex_uid, t.subtask)):
@@ -277,7 +286,7 @@ def status(
             str(task.records_in),
             str(task.records_out),
         ]
-        table.add_row(*row, *([escape(task.failure)] if failures else []))
+        table.add_row(*row, *([escape(str(task.failure) if task.failure else "")] if failures else []))
     console.print(table)
 
 

@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 
 import grpc
 
+from weir.codec import optional_failure_from_proto
 from weir.errors import (
     ClusterUnavailableError,
     JobDefinitionError,
@@ -22,6 +23,7 @@ from weir.errors import (
     UnknownJobError,
     WeirError,
 )
+from weir.failures import Failure
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
@@ -61,7 +63,7 @@ class TaskStatus:
     operator_names: str
     state: str  # DEPLOYING, RUNNING, FINISHED, CANCELED, FAILED (UNSPECIFIED when unknown)
     taskmanager_id: TaskManagerId
-    failure: str
+    failure: Failure | None
     records_in: int
     records_out: int
     records_in_all_attempts: int = 0  # including records replayed after restores
@@ -75,7 +77,7 @@ class TaskStatus:
 class JobStatus:
     summary: JobSummary
     tasks: tuple[TaskStatus, ...]
-    failure: str
+    failure: Failure | None
     last_completed_checkpoint: CheckpointId | None
     last_restore_at: float | None
 
@@ -184,7 +186,7 @@ class JobManagerClient:
         return JobStatus(
             summary=_summary(response.summary),
             tasks=tuple(_task_status(t) for t in response.tasks),
-            failure=response.failure,
+            failure=optional_failure_from_proto(response, "failure"),
             last_completed_checkpoint=CheckpointId(response.last_completed_checkpoint)
             if response.last_completed_checkpoint
             else None,
@@ -261,7 +263,7 @@ def _task_status(m: jobmanager_pb2.TaskStatus) -> TaskStatus:
         operator_names=m.operator_names,
         state=_enum_name(common_pb2.TaskState.Name(m.state), "TASK_STATE_"),
         taskmanager_id=TaskManagerId(m.taskmanager_id),
-        failure=m.failure,
+        failure=optional_failure_from_proto(m, "failure"),
         records_in=m.records_in,
         records_out=m.records_out,
         records_in_all_attempts=m.records_in_all_attempts,

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from jobmanager.checkpointing.trigger import CheckpointConfig
 from jobmanager.errors import ConfigError
 from jobmanager.restart import parse_duration
+from weir.checkpointing import CheckpointingMode
 
-MODES = ("exactly_once", "at_least_once")
 KEYS = frozenset(
     {
         "checkpointing.interval",
@@ -26,7 +26,12 @@ KEYS = frozenset(
 class CheckpointSettings:
     trigger: CheckpointConfig
     retained: int
-    mode: str
+    mode: CheckpointingMode
+
+    @property
+    def enabled(self) -> bool:
+        """Periodic checkpoints run (``checkpointing.interval`` is set)."""
+        return self.trigger.interval_s is not None
 
 
 def parse_checkpoint_settings(params: Mapping[str, str]) -> CheckpointSettings:
@@ -35,9 +40,11 @@ def parse_checkpoint_settings(params: Mapping[str, str]) -> CheckpointSettings:
         if key.startswith("checkpointing.") and key not in KEYS:
             raise ConfigError(key, f"unknown setting; the checkpointing settings are {', '.join(sorted(KEYS))}")
     interval = params.get("checkpointing.interval")
-    mode = params.get("checkpointing.mode", "exactly_once").strip().lower().replace("-", "_")
-    if mode not in MODES:
-        raise ConfigError("checkpointing.mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+    raw_mode = params.get("checkpointing.mode", CheckpointingMode.EXACTLY_ONCE.value)
+    mode = CheckpointingMode.parse(raw_mode)
+    if mode is None:
+        names = ", ".join(m.value for m in CheckpointingMode)
+        raise ConfigError("checkpointing.mode", f"must be one of {names}, got {raw_mode!r}")
     try:
         retained = int(params.get("checkpointing.retained", "3"))
         max_concurrent = int(params.get("checkpointing.max-concurrent", "1"))

@@ -61,6 +61,9 @@ class TriggerBarriers:
     timestamp: float
     source_tasks: tuple[TaskId, ...]
     kind: CheckpointKind
+    reserve_ids_through: CheckpointId | None = None
+    """Persist this id reservation before any barrier goes out (then ``ids_reserved`` or, if it
+    failed, ``id_reservation_failed``); None: the id was reserved before."""
 
 
 @dataclass(frozen=True)
@@ -434,10 +437,25 @@ class CheckpointCoordinator:
         return self._trigger(now, CheckpointKind.CHECKPOINT)
 
     def _trigger(self, now: float, kind: CheckpointKind) -> TriggerBarriers:
-        checkpoint_id = self._counter.next()
+        checkpoint_id, reserve_through = self._counter.next()
         self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, now, self._tasks, kind)
         self._stats.on_triggered()
-        return TriggerBarriers(checkpoint_id, now, self._sources, kind)
+        return TriggerBarriers(checkpoint_id, now, self._sources, kind, reserve_through)
+
+    @property
+    def ids_reserved_through(self) -> CheckpointId:
+        """The highest checkpoint id reserved: the job record persists it."""
+        return self._counter.reserved_through
+
+    def id_reservation_failed(self, now: float, checkpoint_id: CheckpointId, reason: str) -> tuple[Action, ...]:
+        """The id reservation of ``checkpoint_id`` could not be persisted: no barrier went out; the
+        checkpoint aborts and the next trigger reserves again."""
+        self._counter.reservation_failed(checkpoint_id)
+        pending = self._pending.get(checkpoint_id)
+        if pending is None:
+            return ()
+        reason_value = AbortReason(FailureKind.ID_NOT_RESERVED, f"checkpoint id not reserved: {reason}")
+        return self._abort(now, pending, reason_value)
 
     def _trigger_state(self) -> TriggerState:
         return TriggerState(

@@ -46,6 +46,7 @@ class FailureKind(enum.Enum):
     PERSIST_FAILED = "persist_failed"  # the metadata could not be written
     RELEASED_STATE = "released_state"  # a task reused an object that was already released
     JOB_STOPPED = "job_stopped"  # the job was cancelled or finished
+    ID_NOT_RESERVED = "id_not_reserved"  # the checkpoint id reservation could not be persisted
 
 
 @dataclass(frozen=True)

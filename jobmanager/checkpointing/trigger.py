@@ -41,28 +41,58 @@ class CheckpointConfig:
 
 
 class CheckpointIdCounter:
-    """Hands out strictly increasing checkpoint ids, starting at ``first``."""
+    """Hands out strictly increasing checkpoint ids, starting at ``first``, never one twice, across
+    JobManager restarts too.
 
-    def __init__(self, first: int = 1) -> None:
+    Ids are reserved in blocks (as Flink's checkpoint id counter lives in ZooKeeper): ``next`` answers
+    the id and, when it is past the reserved block, the end of a new block that the caller must make
+    durable *before* anything carries the id (a barrier, a sink transaction). A JobManager that took
+    over continues after the highest reservation it reads back (``restore_after``), so an id that was
+    triggered but never reached checkpoint metadata is not handed out again.
+    """
+
+    def __init__(self, first: int = 1, reservation_block: int = 100) -> None:
         if first < 1:
             raise CheckpointProtocolError(f"checkpoint ids start at 1 or later, got {first}")
+        if reservation_block < 1:
+            raise CheckpointProtocolError(
+                f"checkpoint ids are reserved in blocks of 1 or more, got {reservation_block}"
+            )
         self._next = first
+        self._block = reservation_block
+        self._reserved_through = first - 1  # nothing reserved yet
+
+    @property
+    def reserved_through(self) -> CheckpointId:
+        """The highest id reserved so far (0: none): persist it with the job."""
+        return CheckpointId(self._reserved_through)
 
     def peek(self) -> CheckpointId:
         """The id the next ``next()`` will return."""
         return CheckpointId(self._next)
 
-    def next(self) -> CheckpointId:
+    def next(self) -> tuple[CheckpointId, CheckpointId | None]:
+        """The next id, and the end of a newly reserved block to persist before using it (None when
+        the id lies within the block reserved before)."""
         value = self._next
         self._next += 1
-        return CheckpointId(value)
+        if value <= self._reserved_through:
+            return CheckpointId(value), None
+        self._reserved_through = value + self._block - 1
+        return CheckpointId(value), CheckpointId(self._reserved_through)
+
+    def reservation_failed(self, checkpoint_id: CheckpointId) -> None:
+        """The reservation made for ``checkpoint_id`` did not become durable: the next id reserves again."""
+        self._reserved_through = min(self._reserved_through, checkpoint_id - 1)
 
     def restore_after(self, last_id: CheckpointId) -> None:
-        """Continue after ``last_id`` (e.g. the latest completed checkpoint); never moves backwards.
+        """Continue after ``last_id`` (the latest completed checkpoint, the highest id in storage, the
+        highest reservation); never moves backwards.
 
         Ids of aborted checkpoints are not reused, since their objects may still be in storage.
         """
         self._next = max(self._next, last_id + 1)
+        self._reserved_through = max(self._reserved_through, self._next - 1)
 
 
 class BlockReason(enum.Enum):

@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 import structlog
 
+from weir.config import Endpoints
 from weir.keygroups import KeyGroupRange
 
 
@@ -55,6 +56,11 @@ class StreamOperator:
     def setup(self, ctx: OperatorContext, output: Output) -> None:
         self.ctx = ctx
         self.output = output
+
+    def validate_at_submit(self, endpoints: Endpoints) -> None:
+        """Called by the JobManager on an operator built only for this, before any task starts: check
+        what the operator needs of its external system (a topic, a table) and raise
+        JobDefinitionError (or ServiceUnavailableError) with one clear line; create nothing."""
 
     def open(self) -> None:
         """Called once before the first record, after any restore."""

@@ -118,7 +118,9 @@ def test_first_checkpoint_triggers_after_one_interval_at_the_sources() -> None:
     assert coord.tick(14.9) == ()
     assert coord.next_tick_at(14.9) == 15.0
     (barriers,) = coord.tick(15.0)
-    assert barriers == TriggerBarriers(CheckpointId(1), 15.0, tuple(sorted(SOURCES)), CheckpointKind.CHECKPOINT)
+    assert barriers == TriggerBarriers(
+        CheckpointId(1), 15.0, tuple(sorted(SOURCES)), CheckpointKind.CHECKPOINT, reserve_ids_through=CheckpointId(100)
+    )
     assert coord.pending_ids == (1,)
 
 
@@ -465,7 +467,9 @@ def test_reusing_an_already_released_key_aborts_the_checkpoint() -> None:
 def test_savepoint_is_triggered_at_once_and_not_subsumed() -> None:
     coord = coordinator(retained=1)
     sp = coord.trigger_savepoint(3.0)
-    assert sp == TriggerBarriers(CheckpointId(1), 3.0, tuple(sorted(SOURCES)), CheckpointKind.SAVEPOINT)
+    assert sp == TriggerBarriers(
+        CheckpointId(1), 3.0, tuple(sorted(SOURCES)), CheckpointKind.SAVEPOINT, reserve_ids_through=CheckpointId(100)
+    )
     persist = of(PersistCheckpoint, ack_all(coord, 4.0, sp.checkpoint_id, {SOURCES[0]: ("sp-key",)}))
     assert persist[0].completed.metadata_key == "job-1/savepoints/sp-00000000000000000001/_metadata"
     actions = coord.checkpoint_persisted(5.0, sp.checkpoint_id)

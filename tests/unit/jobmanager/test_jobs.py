@@ -12,7 +12,8 @@ from jobmanager.errors import ConfigError
 from jobmanager.jobs import JobMaster, JobStatus, JobSubmission
 from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
-from weir.errors import NotEnoughSlotsError
+from weir.errors import Fault, NotEnoughSlotsError
+from weir.failures import Failure
 from weir.wire import common_pb2
 
 FINISHED = common_pb2.TASK_STATE_FINISHED
@@ -39,6 +40,10 @@ ADDRESSES = {"tm-a": "host-a:6124", "tm-b": "host-b:6124"}
 MakeMaster = Callable[..., JobMaster]
 
 
+def boom(message: str = "boom", *, retriable: bool = True, fault: Fault = Fault.INTERNAL) -> Failure:
+    return Failure("RuntimeError", message, fault, retriable)
+
+
 @pytest.fixture
 def make_master() -> MakeMaster:
     def make(parameters: dict[str, str] | None = None) -> JobMaster:
@@ -58,8 +63,8 @@ def make_master() -> MakeMaster:
     return make
 
 
-def report(master: JobMaster, vertex: str, subtask: int, state: int, **kwargs: object) -> str | None:
-    fields: dict[str, object] = {"failure": "", "records_in": 0, "records_out": 0, "now": 200.0, **kwargs}
+def report(master: JobMaster, vertex: str, subtask: int, state: int, **kwargs: object) -> Failure | None:
+    fields: dict[str, object] = {"failure": None, "records_in": 0, "records_out": 0, "now": 200.0, **kwargs}
     attempt = fields.pop("attempt", master.attempt)
     return master.on_task_state(vertex, subtask, attempt, state, **fields)  # type: ignore[arg-type]
 
@@ -122,7 +127,7 @@ def test_schedule_places_subtasks_and_deploys_consumers_first(make_master: MakeM
         assert request.job_source == JOB and request.job_file_name == "sums.py" and request.job_name == "sums"
         assert request.parallelism == 2
         assert dict(request.parameters) == {"checkpointing.interval": "1s", "restart.strategy": "none"}
-        assert dict(request.job_config) == {"checkpointing.interval": "1s"}
+        assert request.checkpointing_mode == common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE
         assert request.restore_state_handle == b"" and request.restore_checkpoint_id == 0
     assert {key: t.taskmanager_id for key, t in master.tasks.items()} == {
         ("gen", 0): "tm-a",
@@ -194,28 +199,30 @@ def test_job_finishes_when_every_task_finished(make_master: MakeMaster) -> None:
     assert master.status is JobStatus.FINISHED and master.finished_at == 301.0
     assert master.slots_used_on("tm-a") == 0
     # A terminal job ignores later reports.
-    assert report(master, "sum", 0, FAILED, failure="late") is None
+    assert report(master, "sum", 0, FAILED, failure=boom("late")) is None
     assert master.status is JobStatus.FINISHED
 
 
 def test_failed_task_returns_the_failure_reason(make_master: MakeMaster) -> None:
     master = make_master()
     master.schedule(OFFERS, ADDRESSES, 0.0)
-    reason = report(master, "sum", 1, FAILED, failure="ValueError: boom")
-    assert reason == "task sum#1 failed: ValueError: boom"
-    assert master.tasks[("sum", 1)].failure == "ValueError: boom"
+    cause = Failure("ValueError", "boom", Fault.USER, retriable=False)
+    reason = report(master, "sum", 1, FAILED, failure=cause)
+    assert reason == Failure("ValueError", "task sum#1 failed: boom", Fault.USER, retriable=False)
+    assert master.tasks[("sum", 1)].failure == cause
     assert master.status is JobStatus.RUNNING  # the caller decides to fail over
 
 
 def test_reports_of_an_older_attempt_are_ignored(make_master: MakeMaster) -> None:
     master = make_master()
     master.schedule(OFFERS, ADDRESSES, 0.0)
-    master.fail_over("tm lost", now=10.0)
+    master.fail_over(boom("tm lost"), now=10.0)
     master.schedule(OFFERS, ADDRESSES, 20.0)
     assert master.attempt == 2
-    assert report(master, "sum", 0, FAILED, failure="old", attempt=1) is None
+    assert report(master, "sum", 0, FAILED, failure=boom("old"), attempt=1) is None
     assert report(master, "gen", 0, FINISHED, attempt=1, records_in=99) is None
-    assert master.tasks[("sum", 0)].state == DEPLOYING and master.tasks[("sum", 0)].failure == ""
+    assert report(master, "gen", 1, CANCELED, attempt=1) is None
+    assert master.tasks[("sum", 0)].state == DEPLOYING and master.tasks[("sum", 0)].failure is None
     assert master.tasks[("gen", 0)].records_in == 0
     assert report(master, "nope", 0, RUNNING) is None  # an unknown task is ignored too
 
@@ -225,70 +232,99 @@ def test_fail_over_schedules_a_restart_after_the_strategy_delay(make_master: Mak
     master.schedule(OFFERS, ADDRESSES, 0.0)
     report(master, "gen", 0, FINISHED)
     report(master, "sum", 0, RUNNING)
-    master.fail_over("task sum#1 failed: boom", now=50.0)
+    master.fail_over(boom("task sum#1 failed: boom"), now=50.0)
     assert master.status is JobStatus.RESTARTING
     assert master.restart_at == pytest.approx(55.0)
-    assert master.failure == "task sum#1 failed: boom"
+    assert master.failure == boom("task sum#1 failed: boom")
     assert master.restarts == 1
     assert master.tasks[("gen", 0)].state == FINISHED
     assert master.tasks[("sum", 0)].state == CANCELED
     assert master.slots_used_on("tm-a") == 0
-    master.fail_over("again", now=51.0)  # only a running job fails over
+    master.fail_over(boom("again"), now=51.0)  # only a running job fails over
     assert master.restarts == 1 and master.restart_at == pytest.approx(55.0)
     master.schedule(OFFERS, ADDRESSES, 55.0)
     assert master.status is JobStatus.RUNNING and master.attempt == 2 and master.restart_at is None
-    assert all(t.state == DEPLOYING and t.failure == "" for t in master.tasks.values())
+    assert all(t.state == DEPLOYING and t.failure is None for t in master.tasks.values())
 
 
 def test_fail_over_fails_the_job_when_the_strategy_gives_up(make_master: MakeMaster) -> None:
     master = make_master({"restart.strategy": "none"})
     master.schedule(OFFERS, ADDRESSES, 0.0)
-    master.fail_over("task gen#0 failed: kafka down", now=60.0)
+    master.fail_over(boom("task gen#0 failed: kafka down"), now=60.0)
     assert master.status is JobStatus.FAILED
-    assert master.failure == "task gen#0 failed: kafka down"
+    assert master.failure == boom("task gen#0 failed: kafka down")
     assert master.finished_at == 60.0 and master.restart_at is None
     assert all(t.state == CANCELED for t in master.tasks.values())
 
 
-def test_cancel_of_a_running_job_waits_for_every_task(make_master: MakeMaster) -> None:
+def test_cancel_of_a_running_job_ends_only_when_the_jobmanager_says_so(make_master: MakeMaster) -> None:
+    """Task reports do not end a cancel: the JobManager first stops the tasks and resolves the sinks'
+    transactions, then calls ``cancelled``."""
     master = make_master()
     master.schedule(OFFERS, ADDRESSES, 0.0)
     report_all(master, RUNNING)
-    master.cancel(now=70.0)
+    assert master.cancel(now=70.0)
     assert master.status is JobStatus.CANCELLING
-    keys = list(master.tasks)
-    for vertex, subtask in keys[:-1]:
-        report(master, vertex, subtask, CANCELED, now=71.0)
+    assert not master.cancel(now=70.5)  # a second cancel changes nothing
+    for vertex, subtask in list(master.tasks):
+        assert report(master, vertex, subtask, CANCELED, now=71.0) is None
     assert master.status is JobStatus.CANCELLING
-    report(master, *keys[-1], CANCELED, now=72.0)
+    master.cancelled(now=72.0)
     assert master.status is JobStatus.CANCELED and master.finished_at == 72.0
 
 
 @pytest.mark.parametrize("last_state", [FINISHED, FAILED], ids=["finished", "failed"])
-def test_cancel_completes_when_the_last_task_ended_on_its_own(make_master: MakeMaster, last_state: int) -> None:
-    """A task may finish (or fail) before the cancel reaches it: the job must still end CANCELED."""
+def test_a_task_ending_on_its_own_while_cancelling_is_no_failure(make_master: MakeMaster, last_state: int) -> None:
     master = make_master()
     master.schedule(OFFERS, ADDRESSES, 0.0)
     report_all(master, RUNNING)
     master.cancel(now=70.0)
-    keys = list(master.tasks)
-    for vertex, subtask in keys[:-1]:
-        report(master, vertex, subtask, CANCELED, now=71.0)
-    assert report(master, *keys[-1], last_state, failure="x", now=72.0) is None
-    assert master.status is JobStatus.CANCELED and master.finished_at == 72.0
+    assert report(master, "sum", 0, last_state, failure=boom("x"), now=72.0) is None
+    assert master.status is JobStatus.CANCELLING
 
 
-def test_cancel_before_running_or_while_restarting_is_immediate(make_master: MakeMaster) -> None:
+def test_cancel_before_running_or_while_restarting_still_resolves(make_master: MakeMaster) -> None:
+    """A restarting job may hold prepared transactions of its failed attempt: it is cancelled the same way."""
     created = make_master()
-    created.cancel(now=1.0)
-    assert created.status is JobStatus.CANCELED and created.finished_at == 1.0
+    assert created.cancel(now=1.0) and created.status is JobStatus.CANCELLING
     restarting = make_master()
     restarting.schedule(OFFERS, ADDRESSES, 0.0)
-    restarting.fail_over("boom", now=2.0)
-    restarting.cancel(now=3.0)
-    assert restarting.status is JobStatus.CANCELED and restarting.finished_at == 3.0
-    restarting.cancel(now=4.0)  # terminal: nothing changes
-    assert restarting.finished_at == 3.0
+    restarting.fail_over(boom(), now=2.0)
+    assert restarting.cancel(now=3.0)
+    assert restarting.status is JobStatus.CANCELLING and restarting.restart_at is None
+    restarting.cancelled(now=4.0)
+    assert restarting.status is JobStatus.CANCELED and restarting.finished_at == 4.0
+    assert not restarting.cancel(now=5.0)  # terminal: nothing changes
+    assert restarting.finished_at == 4.0
+
+
+def test_a_current_attempt_task_cancelled_while_the_job_runs_fails_the_job_over(make_master: MakeMaster) -> None:
+    """Nobody asked it to stop: the job would stay RUNNING with a task missing and never checkpoint again."""
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    report_all(master, RUNNING)
+    reason = report(master, "sum", 1, CANCELED)
+    assert reason is not None and reason.retriable
+    assert "task sum#1 was cancelled while the job was running" in reason.message
+    master.fail_over(reason, now=201.0)
+    assert master.status is JobStatus.RESTARTING
+
+
+def test_a_non_retriable_failure_fails_the_job_at_once(make_master: MakeMaster) -> None:
+    master = make_master({"restart.strategy": "exponential-delay"})
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    report_all(master, RUNNING)
+    reason = report(master, "sum", 0, FAILED, failure=Failure("JobDefinitionError", "no table", Fault.USER, False))
+    assert reason is not None and not reason.retriable
+    master.fail_over(reason, now=201.0)
+    assert master.status is JobStatus.FAILED and master.restarts == 0
+
+
+def test_resolution_runs_as_a_newer_attempt(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    assert master.next_attempt_for_resolution() == 2 == master.attempt
+    assert report(master, "sum", 0, CANCELED, attempt=1) is None  # the cancelled attempt's reports are old now
 
 
 def test_records_in_accumulate_over_attempts(make_master: MakeMaster) -> None:
@@ -299,13 +335,13 @@ def test_records_in_accumulate_over_attempts(make_master: MakeMaster) -> None:
     master.on_progress("sum", 0, master.attempt, records_in=30, records_out=30)  # counters never go back
     record = master.tasks[("sum", 0)]
     assert (record.records_in, record.records_out, record.records_in_all_attempts) == (40, 35, 40)
-    master.fail_over("boom", now=1.0)
+    master.fail_over(boom(), now=1.0)
     master.schedule(OFFERS, ADDRESSES, 10.0)
     assert (record.records_in, record.records_out, record.records_in_all_attempts) == (0, 0, 40)
     master.on_progress("sum", 0, 1, records_in=1000, records_out=0)  # the old attempt no longer counts
     report(master, "sum", 0, RUNNING, records_in=15)
     assert record.records_in_all_attempts == 55
-    master.fail_over("boom", now=20.0)
+    master.fail_over(boom(), now=20.0)
     master.schedule(OFFERS, ADDRESSES, 30.0)
     report(master, "sum", 0, FINISHED, records_in=5)
     assert record.records_in_all_attempts == 60

@@ -9,7 +9,6 @@ import pytest
 from jobmanager.errors import ConfigError
 from jobmanager.restart import (
     ExponentialDelayRestartStrategy,
-    FailureCause,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,
     GiveUp,
@@ -18,9 +17,10 @@ from jobmanager.restart import (
     parse_duration,
     parse_restart_strategy,
 )
-from weir.errors import JobDefinitionError, ServiceUnavailableError
+from weir.errors import Fault
+from weir.failures import Failure
 
-CAUSE = FailureCause("TaskFailure: boom")
+CAUSE = Failure("TaskFailure", "boom", Fault.INTERNAL, retriable=True)
 
 
 class FixedRandom:
@@ -177,15 +177,8 @@ def test_no_restart() -> None:
 
 def test_a_non_retriable_cause_gives_up_whatever_the_strategy() -> None:
     s = ExponentialDelayRestartStrategy()
-    decision = s.on_failure(0.0, FailureCause("bad job", retriable=False))
+    decision = s.on_failure(0.0, Failure("JobDefinitionError", "bad job", Fault.USER, retriable=False))
     assert decision == GiveUp("the failure is not retriable: bad job")
-
-
-def test_cause_from_exception() -> None:
-    assert not FailureCause.from_exception(JobDefinitionError("uid missing")).retriable
-    assert FailureCause.from_exception(ServiceUnavailableError("Kafka down")).retriable
-    cause = FailureCause.from_exception(ValueError("bad record"))
-    assert cause.retriable and cause.message == "ValueError: bad record"
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -93,7 +93,9 @@ class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
         return jobmanager_pb2.CancelJobResponse(status="CANCELING")
 
 
-def job_status(job_id: str, status: str, failure: str = "") -> jobmanager_pb2.GetJobStatusResponse:
+def job_status(
+    job_id: str, status: str, failure: common_pb2.Failure | None = None
+) -> jobmanager_pb2.GetJobStatusResponse:
     return jobmanager_pb2.GetJobStatusResponse(
         summary=jobmanager_pb2.JobSummary(job_id=job_id, job_name="numbers", status=status, parallelism=1),
         tasks=[
@@ -231,9 +233,19 @@ def test_run_follows_the_job_to_finished(weir: Weir, job_file: JobFile, fake_job
 def test_run_of_a_failing_job_is_exit_1_with_the_reason(
     weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager
 ) -> None:
-    fake_jobmanager.jobs["job-1"] = job_status("job-1", "FAILED", "task numbers#0 failed: ValueError: bad\nrecord")
+    failure = common_pb2.Failure(
+        type="ValueError",
+        message="task numbers#0 failed: bad\nrecord",
+        fault=common_pb2.FAULT_USER,
+        retriable=False,
+    )
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "FAILED", failure)
     result = weir("run", str(job_file(VALID_JOB)), "--json")
-    assert_error(result, EXIT_FAILURE, "job job-1 FAILED: task numbers#0 failed: ValueError: bad record")
+    assert_error(
+        result,
+        EXIT_FAILURE,
+        "job job-1 FAILED: ValueError: task numbers#0 failed: bad record (user fault, not retriable)",
+    )
     assert json.loads(result.stdout)["summary"]["status"] == "FAILED"
 
 
@@ -251,7 +263,7 @@ def test_status_and_list_as_json(weir: Weir, fake_jobmanager: FakeJobManager) ->
         "operator_names": "generator -> print",
         "state": "FINISHED",
         "taskmanager_id": "taskmanager-1",
-        "failure": "",
+        "failure": None,
         "records_in": 3,
         "records_out": 3,
         "records_in_all_attempts": 0,

@@ -1,0 +1,123 @@
+"""Resolving an ended job's sink transactions: after ``weir cancel``, or once the restart strategy
+gave up, nothing of the job may stay prepared or open in PostgreSQL or Kafka.
+
+The JobManager does what a restore would do, without the rest of the job: for every subtask of
+every transactional sink it builds the sink, restores it from the latest completed checkpoint (or
+from nothing when none completed), opens it and closes it. Opening is the sink's recovery: it
+fences every earlier attempt (a newer attempt number, a new Kafka producer epoch), commits what the
+checkpoint lists as pre-committed (those transactions belong to a completed checkpoint) and rolls
+back or aborts everything else of that subtask. The output then equals the output as of the
+latest completed checkpoint, exactly once, and a job resubmitted over the same keys finds no row
+lock held by a forgotten prepared transaction.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.records import JobSubmission
+from taskmanager.operators.base import OperatorContext
+from taskmanager.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
+from weir.graph import LogicalGraph, OperatorKind
+from weir.keygroups import key_group_range_for_subtask
+from weir.plan import JobPlan
+
+log = structlog.get_logger("weir.jobmanager")
+
+TransactionalSink = TransactionalKafkaSinkOperator | TwoPhasePostgresSinkOperator
+
+
+@dataclass(frozen=True)
+class ResolutionReport:
+    sink_subtasks: int  # sink subtasks whose transactions were resolved
+
+
+@dataclass(frozen=True)
+class _SinkSubtask:
+    operator_uid: str
+    vertex_uid: str
+    subtask: int
+    parallelism: int
+
+
+class _NoOutput:
+    """A sink being resolved emits nothing."""
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        raise AssertionError("a sink emitted a record during transaction resolution")
+
+    def emit_watermark(self, watermark: int) -> None:
+        pass
+
+
+def transactional_sink_subtasks(graph: LogicalGraph, plan: JobPlan) -> Iterator[_SinkSubtask]:
+    for vertex in plan.vertices.values():
+        for uid in vertex.operator_uids:
+            transformation = graph.transformations[uid]
+            if transformation.kind is not OperatorKind.SINK:
+                continue
+            if not isinstance(transformation.factory(), TransactionalKafkaSinkOperator | TwoPhasePostgresSinkOperator):
+                continue
+            for subtask in range(vertex.parallelism):
+                yield _SinkSubtask(uid, vertex.uid, subtask, vertex.parallelism)
+
+
+def sink_state(
+    checkpoint: CompletedCheckpoint | None, vertex_uid: str, subtask: int, operator_uid: str
+) -> bytes | None:
+    """The sink operator's own state in the checkpoint's snapshot of its task, if any."""
+    if checkpoint is None:
+        return None
+    for handle in checkpoint.task_states:
+        if handle.task_id.operator_uid == vertex_uid and handle.task_id.subtask == subtask:
+            if not handle.inline_payload:
+                return None
+            snapshot = pickle.loads(handle.inline_payload)  # taskmanager.task.OperatorSnapshot
+            state: bytes | None = snapshot.operator_states.get(operator_uid)
+            return state
+    return None
+
+
+def resolve_sink_transactions(
+    graph: LogicalGraph,
+    plan: JobPlan,
+    submission: JobSubmission,
+    attempt: int,
+    latest: CompletedCheckpoint | None,
+) -> ResolutionReport:
+    """Resolve every transactional sink subtask's transactions as of ``latest``, as ``attempt``
+    (above every attempt that ran). Raises the sink's WeirError when an external system refuses."""
+    resolved = 0
+    for part in transactional_sink_subtasks(graph, plan):
+        sink: TransactionalSink = graph.transformations[part.operator_uid].factory()
+        context = OperatorContext(
+            job_id=submission.job_id,
+            job_name=submission.job_name,
+            uid=part.operator_uid,
+            subtask=part.subtask,
+            parallelism=part.parallelism,
+            max_parallelism=graph.max_parallelism,
+            attempt=attempt,
+            key_group_range=key_group_range_for_subtask(graph.max_parallelism, part.parallelism, part.subtask),
+            parameters=submission.parameters,
+            state=None,
+            log=log.bind(
+                job_id=submission.job_id, operator_uid=part.operator_uid, subtask=part.subtask, attempt=attempt
+            ),
+        )
+        sink.setup(context, _NoOutput())
+        state = sink_state(latest, part.vertex_uid, part.subtask, part.operator_uid)
+        try:
+            if state is not None:
+                sink.restore_state(state)
+            sink.open()
+        finally:
+            sink.close()
+        resolved += 1
+    return ResolutionReport(resolved)

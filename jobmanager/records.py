@@ -1,0 +1,127 @@
+"""The job record: what a restarted JobManager needs to take a job over, as versioned JSON.
+
+Written to ``<job>/_job`` in checkpoint storage whenever the job changes (and every few seconds for
+its progress counters); read back by ``JobManager.recover_jobs``. The format is documented here and
+in ``docs/formats.md``; it is never a pickle of Python classes, so a newer Weir reads an older record.
+
+Format 1::
+
+    {"format": 1,
+     "submission": {"job_id", "job_name", "job_file_name", "job_source" (base64), "parameters",
+                    "parallelism", "submitted_at"},
+     "attempt": int,              # the highest attempt deployed (persisted before deployment)
+     "status": "RUNNING" | ...,   # jobmanager.jobs.JobStatus
+     "failure": null | {"type", "message", "fault", "retriable"},
+     "records_in_all_attempts": [[vertex uid, subtask, count], ...],
+     "checkpoint_ids_reserved_through": int,   # no checkpoint id at or below it is handed out again
+     "transactions_resolved": bool}            # an ended job's sink transactions were resolved
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import dataclass
+from typing import Any, Final
+
+from weir.errors import Fault, SerializationError
+from weir.failures import Failure
+
+RECORD_FORMAT: Final = 1
+
+
+@dataclass(frozen=True)
+class JobSubmission:
+    job_id: str
+    job_name: str
+    job_file_name: str
+    job_source: bytes
+    parameters: dict[str, str]
+    parallelism: int
+    submitted_at: float
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    submission: JobSubmission
+    attempt: int
+    status: str
+    failure: Failure | None
+    records_in_all_attempts: dict[tuple[str, int], int]
+    checkpoint_ids_reserved_through: int = 0
+    transactions_resolved: bool = False
+
+    def to_json(self) -> bytes:
+        sub = self.submission
+        document = {
+            "format": RECORD_FORMAT,
+            "submission": {
+                "job_id": sub.job_id,
+                "job_name": sub.job_name,
+                "job_file_name": sub.job_file_name,
+                "job_source": base64.b64encode(sub.job_source).decode("ascii"),
+                "parameters": dict(sorted(sub.parameters.items())),
+                "parallelism": sub.parallelism,
+                "submitted_at": sub.submitted_at,
+            },
+            "attempt": self.attempt,
+            "status": self.status,
+            "failure": _failure_to_json(self.failure),
+            "records_in_all_attempts": [[uid, s, n] for (uid, s), n in sorted(self.records_in_all_attempts.items())],
+            "checkpoint_ids_reserved_through": self.checkpoint_ids_reserved_through,
+            "transactions_resolved": self.transactions_resolved,
+        }
+        return json.dumps(document, separators=(",", ":")).encode()
+
+    @classmethod
+    def from_json(cls, data: bytes, where: str = "job record") -> JobRecord:
+        try:
+            document = json.loads(data)
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise SerializationError(
+                f"{where} is not JSON ({exc}); was it written by a Weir older than format 1?"
+            ) from exc
+        if not isinstance(document, dict) or document.get("format") != RECORD_FORMAT:
+            found = document.get("format") if isinstance(document, dict) else type(document).__name__
+            raise SerializationError(f"{where} has format {found!r}; this Weir reads format {RECORD_FORMAT}")
+        try:
+            sub = document["submission"]
+            submission = JobSubmission(
+                job_id=str(sub["job_id"]),
+                job_name=str(sub["job_name"]),
+                job_file_name=str(sub["job_file_name"]),
+                job_source=base64.b64decode(sub["job_source"]),
+                parameters={str(k): str(v) for k, v in sub["parameters"].items()},
+                parallelism=int(sub["parallelism"]),
+                submitted_at=float(sub["submitted_at"]),
+            )
+            return cls(
+                submission=submission,
+                attempt=int(document["attempt"]),
+                status=str(document["status"]),
+                failure=_failure_from_json(document["failure"]),
+                records_in_all_attempts={(str(u), int(s)): int(n) for u, s, n in document["records_in_all_attempts"]},
+                checkpoint_ids_reserved_through=int(document["checkpoint_ids_reserved_through"]),
+                transactions_resolved=bool(document["transactions_resolved"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise SerializationError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _failure_to_json(failure: Failure | None) -> dict[str, Any] | None:
+    if failure is None:
+        return None
+    return {
+        "type": failure.type,
+        "message": failure.message,
+        "fault": failure.fault.value,
+        "retriable": failure.retriable,
+    }
+
+
+def _failure_from_json(document: dict[str, Any] | None) -> Failure | None:
+    if document is None:
+        return None
+    return Failure(
+        str(document["type"]), str(document["message"]), Fault(document["fault"]), bool(document["retriable"])
+    )

@@ -1,0 +1,50 @@
+"""The job record: versioned JSON a restarted JobManager reads back; never a pickle."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobmanager.records import JobRecord, JobSubmission
+from weir.errors import Fault, SerializationError
+from weir.failures import Failure
+
+SUBMISSION = JobSubmission(
+    job_id="job-1",
+    job_name="sums",
+    job_file_name="sums.py",
+    job_source=b"def build(env):\n    pass\n\xe2\x9c\x93",
+    parameters={"checkpointing.interval": "1s"},
+    parallelism=3,
+    submitted_at=100.5,
+)
+
+
+def test_a_record_reads_back_as_written() -> None:
+    record = JobRecord(
+        submission=SUBMISSION,
+        attempt=4,
+        status="CANCELLING",
+        failure=Failure("JobDefinitionError", "no table", Fault.USER, False),
+        records_in_all_attempts={("sum", 0): 10, ("gen", 2): 7},
+        checkpoint_ids_reserved_through=200,
+        transactions_resolved=False,
+    )
+    data = record.to_json()
+    assert json.loads(data)["format"] == 1
+    assert JobRecord.from_json(data) == record
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"\x80\x04\x95pickle", "is not JSON"),
+        (b'{"format": 99}', "has format 99"),
+        (b'{"format": 1, "attempt": 1}', "is malformed"),
+        (b"[1, 2]", "has format 'list'"),
+    ],
+)
+def test_a_record_that_cannot_be_read_is_a_clear_error(data: bytes, message: str) -> None:
+    with pytest.raises(SerializationError, match=message):
+        JobRecord.from_json(data, where="job record job-1/_job")

@@ -1,0 +1,168 @@
+"""The JobManager's decisions about attempts, TaskManagers and recovery, driven without a network:
+TaskManagers are registered at addresses nothing listens on, storage is a local directory."""
+
+from __future__ import annotations
+
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from connectors.checkpoint_storage import FileCheckpointStorage
+from jobmanager.checkpointing import coordinator as cc
+from jobmanager.jobs import JobMaster, JobStatus, JobSubmission
+from jobmanager.records import JobRecord
+from jobmanager.scheduler import SlotOffer
+from jobmanager.service import JobManager
+from weir.api import load_job_source
+from weir.failures import Failure
+from weir.wire import common_pb2, jobmanager_pb2
+
+JOB = textwrap.dedent(
+    """
+    from weir.api import Environment
+
+
+    def build(env: Environment) -> None:
+        env.from_generator(lambda i: i, uid="gen", count=100, parallelism=1).print(uid="out")
+    """
+).encode()
+TM_ADDRESS = "127.0.0.1:1"  # nothing connects: gRPC channels are only created
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> FileCheckpointStorage:
+    return FileCheckpointStorage(tmp_path / "storage")
+
+
+@pytest.fixture
+def jm(storage: FileCheckpointStorage) -> Iterator[JobManager]:
+    manager = JobManager(storage)
+    manager.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
+    yield manager
+    manager.stop()
+
+
+def running_job(jm: JobManager, parameters: dict[str, str] | None = None) -> JobMaster:
+    params = parameters or {"restart.strategy": "fixed-delay", "restart.delay": "1s"}
+    loaded = load_job_source(JOB, "j.py", params, parallelism=1)
+    job = JobMaster.create(JobSubmission("job-1", "j", "j.py", JOB, params, 1, 0.0), loaded, jm.paths.metadata_key_fn())
+    jm.jobs["job-1"] = job
+    job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_ADDRESS}, 1.0)
+    return job
+
+
+def progress(attempt: int) -> jobmanager_pb2.TaskProgress:
+    return jobmanager_pb2.TaskProgress(
+        task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=0), attempt=attempt
+    )
+
+
+def wait_for(condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_a_heartbeat_cancels_only_the_stale_attempt(jm: JobManager) -> None:
+    job = running_job(jm)
+    job.fail_over(Failure.internal("lost"), 2.0)
+    job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_ADDRESS}, 3.0)
+    assert job.attempt == 2
+    response = jm.heartbeat(
+        jobmanager_pb2.HeartbeatRequest(taskmanager_id="tm-a", running_tasks=[progress(1), progress(2)])
+    )
+    assert [(c.job_id, c.attempt) for c in response.cancel] == [("job-1", 1)]
+
+
+def test_a_heartbeat_cancels_tasks_of_unknown_and_ended_jobs(jm: JobManager) -> None:
+    job = running_job(jm)
+    job.cancel(5.0)
+    stranger = jobmanager_pb2.TaskProgress(
+        task=common_pb2.TaskRef(job_id="ghost", vertex_uid="x", subtask=0), attempt=3
+    )
+    response = jm.heartbeat(
+        jobmanager_pb2.HeartbeatRequest(taskmanager_id="tm-a", running_tasks=[progress(1), stranger])
+    )
+    assert sorted((c.job_id, c.attempt) for c in response.cancel) == [("ghost", 3), ("job-1", 1)]
+
+
+def test_the_same_taskmanager_process_registering_again_keeps_its_tasks(jm: JobManager) -> None:
+    job = running_job(jm)
+    jm.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
+    assert job.status is JobStatus.RUNNING
+
+
+def test_a_restarted_taskmanager_at_the_same_address_fails_its_jobs_over(jm: JobManager) -> None:
+    job = running_job(jm)
+    jm.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="second")
+    assert job.status is JobStatus.RESTARTING
+    assert job.failure is not None and "TaskManager tm-a lost" in job.failure.message
+    assert jm.taskmanagers["tm-a"].alive and jm.taskmanagers["tm-a"].incarnation == "second"
+
+
+def test_checkpoint_ids_are_not_reused_by_a_jobmanager_that_takes_over(storage: FileCheckpointStorage) -> None:
+    first = JobManager(storage)
+    first.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
+    job = running_job(first, {"checkpointing.interval": "1s"})
+    job.coordinator.start(10.0, job.all_task_ids(), job.source_task_ids())
+    handed: list[int] = []
+    with first._lock:  # noqa: SLF001 - the servicer holds it when it executes actions
+        for now in (11.0, 12.0, 13.0):
+            actions = job.coordinator.tick(now)
+            triggers = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
+            handed += [t.checkpoint_id for t in triggers]
+            first._execute(job, actions)  # noqa: SLF001
+            for t in triggers:  # never acknowledged: no metadata is ever written
+                first._execute(
+                    job, job.coordinator.receive_decline(now, t.checkpoint_id, job.source_task_ids()[0], "x")
+                )  # noqa: SLF001
+    first.stop()
+    assert handed == [1, 2, 3]
+    record = JobRecord.from_json(storage.get_bytes(first.paths.job_record(job.coordinator.job_id)))
+    assert record.checkpoint_ids_reserved_through >= 3
+    second = JobManager(storage)
+    try:
+        assert second.recover_jobs() == 1
+        recovered = second.jobs["job-1"]
+        recovered.coordinator.start(20.0, recovered.all_task_ids(), recovered.source_task_ids())
+        (trigger,) = [a for a in recovered.coordinator.tick(21.5) if isinstance(a, cc.TriggerBarriers)]
+        assert trigger.checkpoint_id > max(handed)
+    finally:
+        second.stop()
+
+
+def test_a_recovered_jobmanager_finishes_cancelling_instead_of_restarting(storage: FileCheckpointStorage) -> None:
+    first = JobManager(storage)
+    first.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
+    job = running_job(first)
+    with first._lock:  # noqa: SLF001
+        job.cancel(5.0)
+        assert first._save_record(job).result()  # noqa: SLF001 - the JobManager dies right after this
+    first.stop()
+    second = JobManager(storage)
+    try:
+        assert second.recover_jobs() == 1
+        recovered = second.jobs["job-1"]
+        assert recovered.status in (JobStatus.CANCELLING, JobStatus.CANCELED)
+        wait_for(lambda: recovered.status is JobStatus.CANCELED)
+        assert recovered.transactions_resolved
+        assert recovered.attempt > 1  # the resolution ran as a newer attempt than every one deployed
+        key = second.paths.job_record(recovered.coordinator.job_id)
+        wait_for(lambda: JobRecord.from_json(storage.get_bytes(key)).status == "CANCELED")
+        assert JobRecord.from_json(storage.get_bytes(key)).transactions_resolved
+    finally:
+        second.stop()
+
+
+def test_the_attempt_is_in_the_job_record_before_its_deployment(jm: JobManager, storage: FileCheckpointStorage) -> None:
+    job = running_job(jm)
+    with jm._lock:  # noqa: SLF001
+        job.fail_over(Failure.internal("lost"), 2.0)
+        command, saved = jm._schedule(job, 4.0)  # noqa: SLF001
+    assert saved.result()
+    record = JobRecord.from_json(storage.get_bytes(jm.paths.job_record(job.coordinator.job_id)))
+    assert record.attempt == command.attempt == 2
