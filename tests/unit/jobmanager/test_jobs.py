@@ -345,3 +345,22 @@ def test_records_in_accumulate_over_attempts(make_master: MakeMaster) -> None:
     master.schedule(OFFERS, ADDRESSES, 30.0)
     report(master, "sum", 0, FINISHED, records_in=5)
     assert record.records_in_all_attempts == 60
+
+
+@pytest.mark.parametrize(
+    ("given", "expected"),
+    [
+        (None, common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE),
+        ("EXACTLY_ONCE", common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE),
+        ("exactly-once", common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE),
+        (" exactly_once", common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE),
+        ("At-Least-Once", common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE),
+    ],
+)
+def test_every_deploy_request_carries_the_parsed_checkpointing_mode(
+    make_master: MakeMaster, given: str | None, expected: int
+) -> None:
+    """The TaskManagers once compared the raw -D text: 'EXACTLY_ONCE' ran without alignment."""
+    master = make_master({} if given is None else {"checkpointing.mode": given})
+    requests = [r for _, r in master.schedule(OFFERS, ADDRESSES, now=150.0).requests]
+    assert {r.checkpointing_mode for r in requests} == {expected}
