@@ -459,7 +459,8 @@ def write_transaction(
 ) -> None:
     """One transaction on an autocommit connection: the rows and the proof row, then ``PREPARE
     TRANSACTION prepare_as`` (or ``COMMIT`` when None). On any error the transaction is rolled back and
-    ServiceUnavailableError names ``what``."""
+    the error names ``what``: JobDefinitionError (not retriable) when the rows do not fit the table,
+    ServiceUnavailableError otherwise."""
     try:
         conn.execute("BEGIN")
         conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{max(1, int(lock_timeout_s * 1000))}ms",))
@@ -475,6 +476,20 @@ def write_transaction(
                 f"{what}: a row lock was not granted within {lock_timeout_s:.0f}s: another transaction holds rows "
                 "of the same keys, e.g. a prepared transaction of another sink subtask or job (the same key must "
                 "always reach the same sink subtask: key the stream by the table's key), or another client"
+            ) from exc
+        if isinstance(
+            exc,
+            psycopg.errors.UndefinedTable
+            | psycopg.errors.UndefinedColumn
+            | psycopg.errors.DatatypeMismatch
+            | psycopg.errors.InvalidTextRepresentation
+            | psycopg.errors.NotNullViolation,
+        ):
+            # The table or the rows do not fit what the job says (a table dropped or altered under a
+            # running job, a value of the wrong type): every attempt would fail the same way.
+            raise JobDefinitionError(
+                f"{what}: the rows do not fit the table: {type(exc).__name__}: {str(exc).strip()}; fix the table or "
+                "the sink's columns and row function, then resubmit"
             ) from exc
         if isinstance(exc, psycopg.errors.UniqueViolation) and exc.diag.table_name == COMMIT_PROOF_TABLE:
             raise ServiceUnavailableError(

@@ -269,6 +269,24 @@ def test_a_row_lock_held_by_another_transaction_times_out_clearly(postgres_case:
     second.close()
 
 
+def test_a_table_dropped_under_a_running_sink_is_a_user_error_that_is_not_retried(
+    postgres_case: PostgresSinkCase,
+) -> None:
+    """It used to come back as ServiceUnavailableError (retriable): the job restarted forever."""
+    sink = postgres_case.sink()
+    sink.open()
+    feed(sink, 1, 3)
+    postgres_case.query(f"ALTER TABLE {postgres_case.table} RENAME TO {postgres_case.table}_moved")
+    try:
+        with pytest.raises(JobDefinitionError, match="the rows do not fit the table: UndefinedTable") as raised:
+            sink.snapshot_state(1)
+        assert not raised.value.retriable and raised.value.fault == "user"
+        assert postgres_case.prepared() == []
+    finally:
+        sink.close()
+        postgres_case.query(f"ALTER TABLE {postgres_case.table}_moved RENAME TO {postgres_case.table}")
+
+
 def test_gids_of_a_subtask_share_a_prefix(postgres_case: PostgresSinkCase) -> None:
     task = TaskId(JobId(postgres_case.job_id), OperatorUid(postgres_case.uid), SubtaskIndex(1))
     assert gid(postgres_case, 7, subtask=1).startswith(gid_prefix(task))
