@@ -14,7 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+    ResourceType,
+)
 
 from weir.config import Endpoints
 from weir.errors import JobDefinitionError, ServiceUnavailableError
@@ -493,3 +501,158 @@ def is_committed(endpoints: Endpoints, topic: str, partition: int, offset: int, 
         )
     finally:
         reader.close()
+
+
+# Topic administration (the sinks' commit marker topics) ---------------------------------------------
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """A topic as the cluster metadata describes it."""
+
+    name: str
+    partitions: int
+    replication_factor: int  # replicas of its first partition
+
+
+@dataclass(frozen=True)
+class TopicLookup:
+    """What one metadata request says: how many brokers the cluster has, and the topic if it exists."""
+
+    brokers: int
+    topic: TopicLayout | None
+
+
+def lookup_topic(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> TopicLookup:
+    """The broker count and the topic's layout (None when it does not exist; asks for every topic's
+    metadata, so that a broker allowing auto-creation does not create it). Raises
+    ServiceUnavailableError when Kafka does not answer."""
+    try:
+        metadata = _inspect_admin(endpoints).list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
+        ) from exc
+    found = metadata.topics.get(topic)
+    if found is None or found.error is not None or not found.partitions:
+        return TopicLookup(len(metadata.brokers), None)
+    first = found.partitions[min(found.partitions)]
+    return TopicLookup(len(metadata.brokers), TopicLayout(topic, len(found.partitions), len(first.replicas)))
+
+
+def list_topic_names(endpoints: Endpoints, prefix: str = "", timeout_s: float = 10.0) -> list[str]:
+    """The names of the existing topics that start with ``prefix``, sorted."""
+    try:
+        topics = _inspect_admin(endpoints).list_topics(timeout=timeout_s).topics
+    except KafkaException as exc:
+        raise ServiceUnavailableError(
+            f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
+        ) from exc
+    return sorted(name for name, meta in topics.items() if name.startswith(prefix) and meta.error is None)
+
+
+def create_topic(
+    endpoints: Endpoints,
+    topic: str,
+    partitions: int,
+    replication_factor: int,
+    config: Mapping[str, str],
+    timeout_s: float = 30.0,
+) -> bool:
+    """Create the topic with these settings and wait until its partitions are visible; False when it
+    already existed (created by someone else, maybe with other settings: check them)."""
+    client = admin(endpoints)
+    request = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
+    created = True
+    try:
+        client.create_topics([request], operation_timeout=timeout_s)[topic].result(timeout=timeout_s)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise ServiceUnavailableError(f"kafka: cannot create topic {topic!r}: {exc.args[0].str()}") from exc
+        created = False
+    wait_for_partitions(endpoints, topic, partitions if created else 1, timeout_s)
+    return created
+
+
+def grow_partitions(endpoints: Endpoints, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
+    """Give the topic ``partitions`` partitions if it has fewer (never fewer than it has)."""
+    client = admin(endpoints)  # referenced until the result is in: a dropped client cancels its requests
+    try:
+        client.create_partitions([NewPartitions(topic, partitions)], operation_timeout=timeout_s)[topic].result(
+            timeout=timeout_s
+        )
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.INVALID_PARTITIONS:  # already that many or more (a concurrent grow)
+            raise ServiceUnavailableError(
+                f"kafka: cannot grow topic {topic!r} to {partitions} partitions: {exc.args[0].str()}"
+            ) from exc
+    wait_for_partitions(endpoints, topic, partitions, timeout_s)
+
+
+def wait_for_partitions(endpoints: Endpoints, topic: str, at_least: int, timeout_s: float = 30.0) -> int:
+    """Poll the metadata until the topic shows at least ``at_least`` partitions; their count."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        layout = lookup_topic(endpoints, topic, timeout_s).topic
+        if layout is not None and layout.partitions >= at_least:
+            return layout.partitions
+        if time.monotonic() >= deadline:
+            raise ServiceUnavailableError(
+                f"kafka: topic {topic!r} does not show {at_least} partition(s) after {timeout_s:.0f}s"
+            )
+        time.sleep(0.1)
+
+
+def topic_configs(endpoints: Endpoints, topic: str, names: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
+    """The topic's current value of each named config (its own override or the broker's default)."""
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    client = admin(endpoints)
+    try:
+        entries = client.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(f"kafka: cannot describe the configs of topic {topic!r}: {exc.args[0]}") from exc
+    return {name: str(entries[name].value) for name in names if name in entries}
+
+
+def set_topic_configs(endpoints: Endpoints, topic: str, values: Mapping[str, str], timeout_s: float = 30.0) -> None:
+    """Set these configs on the topic (incremental alter: its other configs stay as they are)."""
+    resource = ConfigResource(
+        ResourceType.TOPIC,
+        topic,
+        incremental_configs=[
+            ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in values.items()
+        ],
+    )
+    client = admin(endpoints)
+    try:
+        client.incremental_alter_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(f"kafka: cannot alter the configs of topic {topic!r}: {exc.args[0]}") from exc
+
+
+def delete_records_before(
+    endpoints: Endpoints, topic: str, partition: int, offset: int, timeout_s: float = 30.0
+) -> int:
+    """Delete the records of one partition below ``offset`` (the DeleteRecords API: moves its log start
+    offset); the new log start offset."""
+    from confluent_kafka import TopicPartition
+
+    request = TopicPartition(topic, partition, offset)
+    client = admin(endpoints)
+    try:
+        result = client.delete_records([request], request_timeout=timeout_s)[request].result(timeout=timeout_s)
+    except KafkaException as exc:
+        raise ServiceUnavailableError(f"kafka: cannot delete records of {topic}[{partition}]: {exc.args[0]}") from exc
+    return int(result.low_watermark)
+
+
+def require_topic(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> TopicLookup:
+    """The lookup of a topic that must exist already (a sink's output topic at submit): creates
+    nothing; JobDefinitionError when it is missing, ServiceUnavailableError when Kafka does not answer."""
+    lookup = lookup_topic(endpoints, topic, timeout_s)
+    if lookup.topic is None:
+        raise JobDefinitionError(
+            f"kafka sink output topic {topic!r} does not exist on {endpoints.kafka_bootstrap}: create it before "
+            "submitting the job"
+        )
+    return lookup
