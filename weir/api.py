@@ -348,12 +348,15 @@ class DataStream:
         parallelism: int | None = None,
         delivery: KafkaDelivery = "exactly_once",
         transaction_timeout_ms: int | None = None,
+        marker_replication_factor: int | None = None,
     ) -> None:
         """Write each value to ``topic``. ``exactly_once`` (the default): one Kafka transaction per
         checkpoint, committed when the checkpoint completes, so read_committed consumers see each value
         once, after the checkpoint; ``transaction_timeout_ms`` (default 15 min, at most the broker's
-        ``transaction.max.timeout.ms``) must cover a checkpoint interval plus a restart.
-        ``at_least_once``: flushed at every checkpoint, duplicates after a failure. See docs/sinks.md."""
+        ``transaction.max.timeout.ms``) must cover a checkpoint interval plus a restart;
+        ``marker_replication_factor`` is that of the sink's commit marker topic when it creates it
+        (default min(3, brokers)). ``at_least_once``: flushed at every checkpoint, duplicates after a
+        failure. See docs/sinks.md."""
         from taskmanager.operators.sinks import KafkaSinkOperator, json_serializer
         from taskmanager.operators.transactional_sinks import (
             DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -366,12 +369,26 @@ class DataStream:
             timeout_ms = DEFAULT_TRANSACTION_TIMEOUT_MS if transaction_timeout_ms is None else transaction_timeout_ms
             if timeout_ms <= 0:
                 raise JobDefinitionError(f"kafka sink {uid!r}: transaction_timeout_ms must be positive: {timeout_ms}")
-            factory = partial(TransactionalKafkaSinkOperator, topic, ser, key, transaction_timeout_ms=timeout_ms)
-        elif delivery == "at_least_once":
-            if transaction_timeout_ms is not None:
+            if marker_replication_factor is not None and marker_replication_factor < 1:
                 raise JobDefinitionError(
-                    f"kafka sink {uid!r}: transaction_timeout_ms applies to delivery='exactly_once' only"
+                    f"kafka sink {uid!r}: marker_replication_factor must be at least 1, got "
+                    f"{marker_replication_factor}; leave it unset for min(3, brokers)"
                 )
+            factory = partial(
+                TransactionalKafkaSinkOperator,
+                topic,
+                ser,
+                key,
+                transaction_timeout_ms=timeout_ms,
+                marker_replication_factor=marker_replication_factor,
+            )
+        elif delivery == "at_least_once":
+            for name, given in (
+                ("transaction_timeout_ms", transaction_timeout_ms),
+                ("marker_replication_factor", marker_replication_factor),
+            ):
+                if given is not None:
+                    raise JobDefinitionError(f"kafka sink {uid!r}: {name} applies to delivery='exactly_once' only")
             factory = partial(KafkaSinkOperator, topic, ser, key)
         else:
             raise JobDefinitionError(

@@ -36,6 +36,11 @@ class KafkaSinkOperator(StreamOperator):
         self._key = key
         self._errors: list[str] = []
 
+    def validate_at_submit(self, endpoints: Endpoints) -> None:
+        """At submit: the output topic exists (JobDefinitionError naming it; ServiceUnavailableError
+        when Kafka does not answer). Creates nothing."""
+        kafka.require_topic(endpoints, self._topic)
+
     def open(self) -> None:
         self._producer = kafka.producer(Endpoints.from_env(), enable_idempotence=True, linger_ms=20, acks="all")
         kafka.partition_count(Endpoints.from_env(), self._topic)  # a missing topic fails at open

@@ -15,7 +15,9 @@ in memory, and in the snapshot, until the older one commits.
 from __future__ import annotations
 
 import abc
+import hashlib
 import json
+import re
 import time
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -40,9 +42,18 @@ from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.serde import dumps_value, loads_value
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
-COMMIT_MARKER_PARTITIONS: Final = 6
-"""Partitions of the marker topic when a sink creates it; never add partitions to an existing one (a
-subtask's markers are found in the partition its key hashes to)."""
+"""The prefix of every Kafka sink's marker topic (``marker_topic_name``). Before each sink had its own,
+all markers went to this one topic, into partition ``crc32(marker key) % partitions``: recovery still
+looks there for the markers of a snapshot taken then."""
+MARKER_TOPIC_CONFIG: Final = {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+"""A marker topic keeps every marker for ever: recovery's answer must never depend on retention (a
+marker aged out would read as "not committed" and its epoch would be produced twice)."""
+DEFAULT_MARKER_REPLICATION_FACTOR: Final = 3
+"""The replication factor of a marker topic a sink creates: this, or the broker count if smaller."""
+MAX_TOPIC_NAME: Final = 249
+_MARKER_TOPIC_HASH: Final = 10  # hex digits of sha256(job id, operator uid) ending a marker topic's name
+_MARKER_TOPIC_BODY: Final = MAX_TOPIC_NAME - 1 - _MARKER_TOPIC_HASH
+_TOPIC_UNSAFE: Final = re.compile(r"[^a-zA-Z0-9._-]")
 DEFAULT_TRANSACTION_TIMEOUT_MS: Final = kafka.DEFAULT_TRANSACTION_TIMEOUT_MS
 DEFAULT_COMMIT_TIMEOUT_S: Final = 60.0
 DEFAULT_RECOVERY_TIMEOUT_S: Final = 120.0
@@ -58,6 +69,21 @@ Record = tuple[bytes | None, bytes, int | None]
 class SinkTransactionLostError(WeirError):
     """A transaction the restored checkpoint says was prepared is neither prepared nor committed any
     more: something outside this job rolled it back. Its output is lost for this sink."""
+
+    fault: Fault = "external"
+
+
+class CommitMarkerLostError(WeirError):
+    """A commit marker that recovery needs is no longer in its partition (below the log start offset:
+    deleted by retention or DeleteRecords, or the topic was recreated): whether its epoch committed
+    cannot be told, so recovery stops instead of guessing (duplicates or lost output)."""
+
+    fault: Fault = "external"
+
+
+class MarkerTopicError(WeirError):
+    """A marker topic exists with settings under which markers could be deleted, and this sink could
+    not change them: it must not produce markers that may age out."""
 
     fault: Fault = "external"
 
@@ -138,6 +164,49 @@ def marker_key(task: TaskId) -> bytes:
     return f"{task.job_id}/{task.operator_uid}/{task.subtask}".encode()
 
 
+def _topic_safe(text: str) -> str:
+    return _TOPIC_UNSAFE.sub("_", text)
+
+
+def marker_topic_name(job_id: str, operator_uid: str) -> str:
+    """The marker topic of one sink of one job: ``weir-sink-commits.{operator uid}.{job id}.{hash}``,
+    the ids reduced to Kafka's ``[a-zA-Z0-9._-]`` and cut to fit 249 characters; the hash of the raw
+    ids keeps two sinks apart whose ids read the same once reduced. Partition i holds subtask i's
+    markers, written by its transactional producer only."""
+    digest = hashlib.sha256(f"{job_id}\x00{operator_uid}".encode()).hexdigest()[:_MARKER_TOPIC_HASH]
+    body = f"{COMMIT_MARKER_TOPIC}.{_topic_safe(operator_uid)}.{_topic_safe(job_id)}"[:_MARKER_TOPIC_BODY]
+    return f"{body}.{digest}"
+
+
+def marker_topic_prefix(operator_uid: str) -> str:
+    """What the marker topic of this sink uid starts with, in every job (sinks whose reduced uids
+    share it share the prefix too: tell them apart by the markers' values)."""
+    return f"{COMMIT_MARKER_TOPIC}.{_topic_safe(operator_uid)}."[:_MARKER_TOPIC_BODY]
+
+
+def marker_replication_factor(requested: int | None, brokers: int) -> int:
+    """The replication factor of a marker topic: ``requested``, else min(3, brokers)."""
+    if requested is None:
+        return max(1, min(DEFAULT_MARKER_REPLICATION_FACTOR, brokers))
+    if requested < 1 or requested > brokers:
+        raise JobDefinitionError(
+            f"marker_replication_factor = {requested} must be between 1 and the Kafka cluster's broker count "
+            f"({brokers}): lower it, or leave it unset for min({DEFAULT_MARKER_REPLICATION_FACTOR}, brokers)"
+        )
+    return requested
+
+
+@dataclass(frozen=True)
+class MarkerLocation:
+    """The partition a sink subtask's commit markers go to."""
+
+    topic: str
+    partition: int
+
+    def __str__(self) -> str:
+        return f"{self.topic}[{self.partition}]"
+
+
 def gid_prefix(task: TaskId) -> str:
     """What every PostgreSQL gid of this sink subtask starts with."""
     gid = TransactionId.for_task(task, CheckpointId(0)).gid
@@ -146,7 +215,7 @@ def gid_prefix(task: TaskId) -> str:
 
 @dataclass(frozen=True)
 class CommitMarker:
-    """The record a Kafka sink transaction writes to ``weir-sink-commits`` with its output."""
+    """The record a Kafka sink transaction writes to its marker topic with its output."""
 
     job_id: str
     operator_uid: str
@@ -214,6 +283,8 @@ class SinkSnapshot:
     ledger: LedgerSnapshot
     epochs: dict[CheckpointId, list[Any]]
     marker_floor: int | None = None  # Kafka: no marker of a pending epoch lies below this offset
+    marker_topic: str | None = None  # Kafka: where marker_floor is; None in snapshots taken before
+    marker_partition: int | None = None
 
     def to_bytes(self) -> bytes:
         return dumps_value(
@@ -222,6 +293,8 @@ class SinkSnapshot:
                 "ledger": self.ledger.to_bytes(),
                 "epochs": [(int(cid), rows) for cid, rows in sorted(self.epochs.items())],
                 "marker_floor": self.marker_floor,
+                "marker_topic": self.marker_topic,
+                "marker_partition": self.marker_partition,
             }
         )
 
@@ -237,6 +310,8 @@ class SinkSnapshot:
             LedgerSnapshot.from_bytes(document["ledger"]),
             {CheckpointId(cid): rows for cid, rows in document["epochs"]},
             document["marker_floor"],
+            document.get("marker_topic"),
+            document.get("marker_partition"),
         )
 
 
@@ -399,7 +474,11 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     for its commit, else kept in memory until it has committed. Every pending epoch's records are also
     in the snapshot, since librdkafka cannot resume a transaction after a crash: recovery fences the
     old producer (which aborts its open transaction), reads which checkpoints the marker topic shows
-    committed, and re-produces the others from the snapshot."""
+    committed, and re-produces the others from the snapshot.
+
+    Each sink of a job has its own marker topic (``marker_topic_name``), kept for ever, and each
+    subtask its own partition of it (partition = subtask index), which only its own transactional
+    producer writes to: a subtask's recovery waits on no other subtask's or job's transaction."""
 
     def __init__(
         self,
@@ -408,15 +487,25 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         key: Callable[[Any], bytes | str | None] | None,
         *,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
-        marker_topic: str = COMMIT_MARKER_TOPIC,
+        marker_topic: str | None = None,
+        marker_replication_factor: int | None = None,
         commit_timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S,
         recovery_timeout_s: float = DEFAULT_RECOVERY_TIMEOUT_S,
     ) -> None:
+        """``marker_topic`` overrides the sink's own marker topic (tests; subtask i still writes to
+        partition i). ``marker_replication_factor`` applies when the sink creates its marker topic:
+        default min(3, brokers)."""
+        if marker_replication_factor is not None and marker_replication_factor < 1:
+            raise JobDefinitionError(
+                f"kafka sink on {topic!r}: marker_replication_factor must be at least 1, got "
+                f"{marker_replication_factor}; leave it unset for min({DEFAULT_MARKER_REPLICATION_FACTOR}, brokers)"
+            )
         self._topic = topic
         self._serializer = serializer
         self._key = key
         self.transaction_timeout_ms = transaction_timeout_ms
-        self._marker_topic = marker_topic
+        self._marker_topic_override = marker_topic
+        self.marker_replication_factor = marker_replication_factor
         self._commit_timeout_s = commit_timeout_s
         self._recovery_timeout_s = recovery_timeout_s
         self._producer: kafka.TransactionalProducer | None = None
@@ -424,6 +513,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._in_kafka_since: float | None = None
         self._produced = 0  # records of that epoch handed to the producer so far
         self._markers: dict[TransactionId, kafka.Delivery] = {}  # where pending epochs' markers landed
+        self._marker_watermark = 0  # no marker this subtask produces from now on lands below this offset
 
     @property
     def transactional_id(self) -> str:
@@ -432,6 +522,18 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     def setup(self, ctx: OperatorContext, output: Output) -> None:
         super().setup(ctx, output)
         self._marker_key = marker_key(self._task)
+        self._marker_topic = self._marker_topic_override or marker_topic_name(ctx.job_id, ctx.uid)
+        self._marker_partition = ctx.subtask
+        self._marker = MarkerLocation(self._marker_topic, self._marker_partition)
+
+    def validate_at_submit(self, endpoints: Endpoints) -> None:
+        """At submit, before anything runs: the output topic exists and the marker replication factor
+        fits the cluster. Creates nothing; ServiceUnavailableError when Kafka does not answer."""
+        lookup = kafka.require_topic(endpoints, self._topic)
+        try:
+            marker_replication_factor(self.marker_replication_factor, lookup.brokers)
+        except JobDefinitionError as exc:
+            raise JobDefinitionError(f"kafka sink on {self._topic!r}: {exc}") from exc
 
     # Start and recovery ---------------------------------------------------------------------------
 
@@ -450,13 +552,87 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
 
     def open(self) -> None:
         kafka.partition_count(self._endpoints, self._topic)  # a missing topic fails at open
-        partitions = kafka.ensure_topic(self._endpoints, self._marker_topic, COMMIT_MARKER_PARTITIONS)
-        self._marker_partition = kafka.stable_partition(self._marker_key, partitions)
+        self._ensure_marker_topic()
         self._fence()
+        self._marker_watermark = kafka.partition_range(self._endpoints, self._marker_topic, self._marker_partition)[1]
         self._metrics.track_open_transaction_age(self._open_transaction_age)
         if self._restored is not None:
             self._recover(self._restored)
             self._restored = None
+
+    def _ensure_marker_topic(self) -> None:
+        """Create the marker topic if missing (unlimited retention, one partition per subtask), grow
+        it to this sink's parallelism (never shrink it), and make sure it keeps markers for ever."""
+        endpoints, topic = self._endpoints, self._marker_topic
+        needed = max(self.ctx.parallelism, self.ctx.subtask + 1)
+        lookup = kafka.lookup_topic(endpoints, topic)
+        replication = marker_replication_factor(self.marker_replication_factor, lookup.brokers)
+        if lookup.topic is None:
+            if kafka.create_topic(endpoints, topic, needed, replication, MARKER_TOPIC_CONFIG):
+                self.ctx.log.info(
+                    "kafka_sink_marker_topic_created",
+                    marker_topic=topic,
+                    partitions=needed,
+                    replication_factor=replication,
+                    transactional_id=self.transactional_id,
+                )
+            partitions = kafka.wait_for_partitions(endpoints, topic, 1)
+        else:
+            partitions = lookup.topic.partitions
+            if lookup.topic.replication_factor < replication:
+                self.ctx.log.warning(
+                    "kafka_sink_marker_topic_under_replicated",
+                    marker_topic=topic,
+                    replication_factor=lookup.topic.replication_factor,
+                    wanted=replication,
+                    transactional_id=self.transactional_id,
+                )
+        if partitions < needed:
+            kafka.grow_partitions(endpoints, topic, needed)
+            self.ctx.log.info(
+                "kafka_sink_marker_topic_grown",
+                marker_topic=topic,
+                partitions_before=partitions,
+                partitions=needed,
+                transactional_id=self.transactional_id,
+            )
+        self._require_unlimited_retention()
+
+    def _require_unlimited_retention(self) -> None:
+        """An existing marker topic with finite retention (or compaction) is altered to keep markers
+        for ever; if that fails the sink fails, in one line saying what to set."""
+        endpoints, topic = self._endpoints, self._marker_topic
+
+        def wrong() -> dict[str, str | None]:
+            found = kafka.topic_configs(endpoints, topic, MARKER_TOPIC_CONFIG)
+            return {name: found.get(name) for name, value in MARKER_TOPIC_CONFIG.items() if found.get(name) != value}
+
+        before = wrong()
+        if not before:
+            return
+        needed = ",".join(f"{name}={value}" for name, value in MARKER_TOPIC_CONFIG.items())
+        what = (
+            f"kafka sink {self.ctx.uid!r} of job {self.ctx.job_id}: marker topic {topic!r} has "
+            + ", ".join(f"{name}={value}" for name, value in before.items())
+            + ", so commit markers could be deleted and recovery would produce committed epochs again"
+        )
+        try:
+            kafka.set_topic_configs(endpoints, topic, {name: MARKER_TOPIC_CONFIG[name] for name in before})
+        except ServiceUnavailableError as exc:
+            raise MarkerTopicError(
+                f"{what}; altering it failed ({exc}): set {needed} on it "
+                f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config {needed})"
+            ) from exc
+        after = wrong()
+        if after:
+            raise MarkerTopicError(f"{what}; after altering it still shows {after}: set {needed} on it by hand")
+        self.ctx.log.warning(
+            "kafka_sink_marker_topic_retention_fixed",
+            marker_topic=topic,
+            was=before,
+            now={name: MARKER_TOPIC_CONFIG[name] for name in before},
+            transactional_id=self.transactional_id,
+        )
 
     def _recover(self, snapshot: SinkSnapshot) -> None:
         """The old producer is fenced: its open transaction is aborted, a requested commit completed.
@@ -465,7 +641,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         pending = sorted(snapshot.ledger.pending)
         if not pending:
             return
-        done = self._last_committed(pending, snapshot.marker_floor, Deadline(self._recovery_timeout_s))
+        done = self._last_committed(pending, self._marker_sources(snapshot), Deadline(self._recovery_timeout_s))
         reproduced: list[int] = []
         for entry in pending:
             if done is None or entry.checkpoint_id > done:
@@ -481,26 +657,98 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
             pending=[entry.checkpoint_id for entry in pending],
             last_committed=done,
             reproduced=reproduced,
+            marker_topic=self._marker_topic,
+            marker_partition=self._marker_partition,
             transactional_id=self.transactional_id,
         )
 
+    def _marker_sources(self, snapshot: SinkSnapshot) -> list[tuple[MarkerLocation, int | None]]:
+        """Where the markers of the snapshot's pending epochs can be, newest first, each with the
+        offset no such marker lies below (None: unknown, read the whole partition). Usually just this
+        subtask's partition from the snapshot's marker floor; for a snapshot taken with another marker
+        topic (or before sinks had their own), that one too, after the markers a recovery from the
+        same snapshot may have written here since."""
+        current = self._marker
+        if snapshot.marker_topic is not None and snapshot.marker_partition is not None:
+            taken = MarkerLocation(snapshot.marker_topic, snapshot.marker_partition)
+        elif snapshot.marker_floor is not None:
+            taken = self._legacy_marker_location(snapshot.marker_floor)
+        else:
+            return [(current, None)]  # no pending epoch had reached Kafka: only a recovery's markers
+        if taken == current:
+            return [(current, snapshot.marker_floor)]
+        return [(current, None), (taken, snapshot.marker_floor)]
+
+    def _legacy_marker_location(self, floor: int) -> MarkerLocation:
+        """Where a snapshot taken before sinks had their own marker topic put its markers."""
+        layout = kafka.lookup_topic(self._endpoints, COMMIT_MARKER_TOPIC).topic
+        if layout is None:
+            raise CommitMarkerLostError(
+                f"{self._what()}: the restored checkpoint's commit markers are in topic {COMMIT_MARKER_TOPIC!r} from "
+                f"offset {floor}, and that topic no longer exists: recovery cannot tell which checkpoints committed "
+                "and will not guess (duplicates or lost output); restore from a checkpoint taken after the upgrade"
+            )
+        return MarkerLocation(COMMIT_MARKER_TOPIC, kafka.stable_partition(self._marker_key, layout.partitions))
+
+    def _what(self) -> str:
+        return f"kafka sink {self.ctx.uid!r} of job {self.ctx.job_id} subtask {self.ctx.subtask}"
+
     def _last_committed(
-        self, pending: Sequence[PendingTransaction], floor: int | None, deadline: Deadline
+        self,
+        pending: Sequence[PendingTransaction],
+        sources: Sequence[tuple[MarkerLocation, int | None]],
+        deadline: Deadline,
     ) -> CheckpointId | None:
         wanted = {entry.checkpoint_id for entry in pending}
-        topic, partition = self._marker_topic, self._marker_partition
-        low, high = kafka.partition_range(self._endpoints, topic, partition)
-        start = floor if floor is not None and floor >= low else low
-        candidates: list[tuple[int, CheckpointId]] = []
-        for offset, key, value in kafka.scan_partition(
-            self._endpoints, topic, partition, start, high, deadline.remaining()
-        ):
-            marker = CommitMarker.parse(value) if key == self._marker_key else None
-            if marker is not None and marker.belongs_to(self._task) and marker.checkpoint_id in wanted:
-                candidates.append((offset, CheckpointId(marker.checkpoint_id)))
-        return last_committed_checkpoint(
-            candidates,
-            lambda offset: kafka.is_committed(self._endpoints, topic, partition, offset, deadline.remaining()),
+        for location, floor in sources:
+            topic, partition = location.topic, location.partition
+            low, high = kafka.partition_range(self._endpoints, topic, partition)
+            if floor is not None and not low <= floor <= high:
+                raise self._marker_lost(location, floor, low, high, pending)
+            candidates: list[tuple[int, CheckpointId]] = []
+            start = low if floor is None else floor
+            for offset, key, value in kafka.scan_partition(
+                self._endpoints, topic, partition, start, high, deadline.remaining()
+            ):
+                marker = CommitMarker.parse(value) if key == self._marker_key else None
+                if marker is not None and marker.belongs_to(self._task) and marker.checkpoint_id in wanted:
+                    candidates.append((offset, CheckpointId(marker.checkpoint_id)))
+            done = last_committed_checkpoint(candidates, self._committed_check(location, deadline))
+            if done is not None:
+                return done
+        return None
+
+    def _committed_check(self, location: MarkerLocation, deadline: Deadline) -> Callable[[int], bool]:
+        """Whether the marker at an offset of ``location`` was committed (waits for its outcome)."""
+
+        def committed(offset: int) -> bool:
+            return kafka.is_committed(self._endpoints, location.topic, location.partition, offset, deadline.remaining())
+
+        return committed
+
+    def _marker_lost(
+        self, location: MarkerLocation, floor: int, low: int, high: int, pending: Sequence[PendingTransaction]
+    ) -> CommitMarkerLostError:
+        checkpoints = [int(entry.checkpoint_id) for entry in pending]
+        where = (
+            f"below the partition's log start offset {low} (deleted by retention or DeleteRecords)"
+            if floor < low
+            else f"past the partition's end {high} (the topic was deleted and created again)"
+        )
+        self.ctx.log.error(
+            "kafka_sink_commit_marker_lost",
+            marker_topic=location.topic,
+            marker_partition=location.partition,
+            marker_floor=floor,
+            log_start_offset=low,
+            high_watermark=high,
+            pending=checkpoints,
+            transactional_id=self.transactional_id,
+        )
+        return CommitMarkerLostError(
+            f"{self._what()}: the commit markers of restored checkpoint(s) {checkpoints} are at {location} from "
+            f"offset {floor}, {where}: recovery cannot tell whether they committed and will not guess (duplicates or "
+            "lost output); restore the job from a later checkpoint, or rebuild the sink topic from the job's input"
         )
 
     # Records and barriers -------------------------------------------------------------------------
@@ -561,6 +809,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         )
         producer.flush(deadline.remaining())
         self._markers[epoch.txn] = delivery
+        if delivery.offset is not None:
+            self._marker_watermark = max(self._marker_watermark, delivery.offset + 1)
 
     def _pre_commit(self, checkpoint_id: CheckpointId) -> _Epoch | None:
         epoch = self._close_epoch(checkpoint_id)
@@ -577,7 +827,9 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         return SinkSnapshot(
             self._ledger.snapshot_state(),
             {epoch.checkpoint_id: epoch.items for epoch in self._pending.values() if epoch.checkpoint_id is not None},
-            min(offsets, default=None),
+            min(offsets, default=self._marker_watermark),  # a later recovery's markers land at or above it
+            self._marker_topic,
+            self._marker_partition,
         )
 
     # Commits --------------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from taskmanager.operators.transactional_sinks import (
     CommitMarker,
     TransactionalKafkaSinkOperator,
     TwoPhasePostgresSinkOperator,
+    marker_topic_name,
 )
 from weir.config import Endpoints
 from weir.keygroups import KeyGroupRange
@@ -62,8 +63,8 @@ def operator_context(job_id: str, uid: str, subtask: int = 0, parallelism: int =
     )
 
 
-def set_up(operator: StreamOperator, job_id: str, uid: str, subtask: int = 0) -> StreamOperator:
-    operator.setup(operator_context(job_id, uid, subtask), NoOutput())
+def set_up(operator: StreamOperator, job_id: str, uid: str, subtask: int = 0, parallelism: int = 1) -> StreamOperator:
+    operator.setup(operator_context(job_id, uid, subtask, parallelism), NoOutput())
     return operator
 
 
@@ -73,15 +74,21 @@ def value_serializer(value: Any) -> bytes:
 
 @dataclass
 class KafkaSinkCase:
-    """One test's topic, marker topic and job: builds sink instances of the same subtask."""
+    """One test's topic, marker topic and job: builds sink instances of the same subtask. Without a
+    ``marker_topic`` the sinks use their own (``marker_topic_name``), as in a job."""
 
     endpoints: Endpoints
     job_id: str
     uid: str
     topic: str
-    marker_topic: str
+    marker_topic: str | None
 
-    def sink(self, subtask: int = 0) -> TransactionalKafkaSinkOperator:
+    @property
+    def markers_in(self) -> str:
+        """The topic the sinks write their markers to."""
+        return self.marker_topic or marker_topic_name(self.job_id, self.uid)
+
+    def sink(self, subtask: int = 0, parallelism: int = 1, **options: Any) -> TransactionalKafkaSinkOperator:
         operator = TransactionalKafkaSinkOperator(
             self.topic,
             value_serializer,
@@ -89,12 +96,13 @@ class KafkaSinkCase:
             transaction_timeout_ms=TEST_TRANSACTION_TIMEOUT_MS,
             marker_topic=self.marker_topic,
             recovery_timeout_s=30.0,
+            **options,
         )
-        set_up(operator, self.job_id, self.uid, subtask)
+        set_up(operator, self.job_id, self.uid, subtask, parallelism)
         return operator
 
-    def recovered(self, snapshot: bytes, subtask: int = 0) -> TransactionalKafkaSinkOperator:
-        operator = self.sink(subtask)
+    def recovered(self, snapshot: bytes, subtask: int = 0, parallelism: int = 1) -> TransactionalKafkaSinkOperator:
+        operator = self.sink(subtask, parallelism)
         operator.restore_state(snapshot)
         operator.open()
         return operator
@@ -103,18 +111,29 @@ class KafkaSinkCase:
         return [(v or b"").decode() for _p, _o, _k, v in kafka.read_all(self.endpoints, self.topic, isolation)]
 
     def markers(self, isolation: str = "read_committed") -> list[CommitMarker]:
-        records = kafka.read_all(self.endpoints, self.marker_topic, isolation)
+        records = kafka.read_all(self.endpoints, self.markers_in, isolation)
         found = [CommitMarker.parse(v) for _p, _o, _k, v in records]
         return [m for m in found if m is not None and m.job_id == self.job_id]
 
 
 @pytest.fixture
 def kafka_case(services: Endpoints) -> Iterator[KafkaSinkCase]:
+    """Markers go to a topic of this test, created with the broker's default settings."""
     suffix = uuid.uuid4().hex[:8]
     case = KafkaSinkCase(services, f"job-{suffix}", "kafka-sink", f"sink-out-{suffix}", f"sink-commits-{suffix}")
-    kafka.create_topics(services, {case.topic: 1, case.marker_topic: 2})
+    kafka.create_topics(services, {case.topic: 1, case.markers_in: 2})
     yield case
-    kafka.delete_topics(services, [case.topic, case.marker_topic])
+    kafka.delete_topics(services, [case.topic, case.markers_in])
+
+
+@pytest.fixture
+def kafka_job(services: Endpoints) -> Iterator[KafkaSinkCase]:
+    """Markers go where a job's sink puts them: the sink's own marker topic, which the sink creates."""
+    suffix = uuid.uuid4().hex[:8]
+    case = KafkaSinkCase(services, f"job-{suffix}", "kafka-sink", f"sink-out-{suffix}", None)
+    kafka.create_topics(services, {case.topic: 1})
+    yield case
+    kafka.delete_topics(services, [case.topic, case.markers_in])
 
 
 @dataclass

@@ -5,7 +5,10 @@ Values are ``"v{i}"`` strings; the data topic has one partition, so order is che
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import time
+import zlib
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,10 @@ from prometheus_client import REGISTRY
 
 from connectors import kafka
 from taskmanager.operators.transactional_sinks import (
+    MARKER_TOPIC_CONFIG,
+    CommitMarker,
+    CommitMarkerLostError,
+    MarkerTopicError,
     SinkSnapshot,
     TransactionalKafkaSinkOperator,
     marker_key,
@@ -20,6 +27,7 @@ from taskmanager.operators.transactional_sinks import (
 )
 from tests.integration.sinks.conftest import TASKMANAGER, KafkaSinkCase, run_until_crash
 from weir.crashpoints import EXIT_CODE
+from weir.errors import JobDefinitionError, ServiceUnavailableError
 from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 
 pytestmark = pytest.mark.integration
@@ -215,3 +223,177 @@ def test_end_of_input_commits_what_is_left(kafka_case: KafkaSinkCase) -> None:
     sink.end_input()
     sink.close()
     assert kafka_case.values("read_committed") == values(1, 3)
+
+
+# The marker topic: kept for ever, one per sink, one partition per subtask -------------------------
+
+
+def marker_configs(case: KafkaSinkCase) -> dict[str, str]:
+    return kafka.topic_configs(case.endpoints, case.markers_in, MARKER_TOPIC_CONFIG)
+
+
+def test_a_sink_creates_its_own_marker_topic_kept_for_ever_with_a_partition_per_subtask(
+    kafka_job: KafkaSinkCase,
+) -> None:
+    """Before: every sink wrote to the shared ``weir-sink-commits``, created with the broker's default
+    retention (7 days), so markers aged out; the partition was a hash of the subtask's key."""
+    sink = kafka_job.sink(subtask=1, parallelism=3)
+    sink.open()
+    feed(sink, 1, 2)
+    sink.snapshot_state(1)
+    sink.notify_checkpoint_complete(1)
+    sink.close()
+
+    lookup = kafka.lookup_topic(kafka_job.endpoints, kafka_job.markers_in)
+    assert lookup.topic is not None
+    assert (lookup.topic.partitions, lookup.topic.replication_factor) == (3, min(3, lookup.brokers))
+    assert marker_configs(kafka_job) == {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+    [(partition, _offset, key, value)] = kafka.read_all(kafka_job.endpoints, kafka_job.markers_in)
+    assert (partition, key) == (1, f"{kafka_job.job_id}/{kafka_job.uid}/1".encode())
+    assert CommitMarker.parse(value) == CommitMarker(
+        kafka_job.job_id, kafka_job.uid, 1, 1, 2, f"weir-{kafka_job.job_id}-{kafka_job.uid}-1"
+    )
+
+    wider = kafka_job.sink(subtask=4, parallelism=5)  # a later run with more subtasks grows the topic
+    wider.open()
+    wider.close()
+    assert kafka.wait_for_partitions(kafka_job.endpoints, kafka_job.markers_in, 5) == 5
+
+
+def test_the_marker_replication_factor_is_a_setting_checked_against_the_brokers(kafka_job: KafkaSinkCase) -> None:
+    """Before: the marker topic was created with replication factor 1 whatever the cluster."""
+    brokers = kafka.lookup_topic(kafka_job.endpoints, kafka_job.topic).brokers
+    with pytest.raises(JobDefinitionError, match="marker_replication_factor must be at least 1"):
+        kafka_job.sink(marker_replication_factor=0)
+    too_many = kafka_job.sink(marker_replication_factor=brokers + 1)
+    with pytest.raises(JobDefinitionError, match=f"broker count \\({brokers}\\)"):
+        too_many.validate_at_submit(kafka_job.endpoints)
+    with pytest.raises(JobDefinitionError, match=f"broker count \\({brokers}\\)"):
+        too_many.open()
+    too_many.close()
+    assert kafka.lookup_topic(kafka_job.endpoints, kafka_job.markers_in).topic is None  # nothing created
+
+    sink = kafka_job.sink(marker_replication_factor=brokers)
+    sink.open()
+    sink.close()
+    layout = kafka.lookup_topic(kafka_job.endpoints, kafka_job.markers_in).topic
+    assert layout is not None and layout.replication_factor == brokers
+
+
+def test_an_existing_marker_topic_with_finite_retention_is_altered_to_keep_markers_for_ever(
+    kafka_case: KafkaSinkCase,
+) -> None:
+    """Before: an existing marker topic was used as it was, retention and all."""
+    kafka.set_topic_configs(kafka_case.endpoints, kafka_case.markers_in, {"retention.ms": "60000"})
+    assert marker_configs(kafka_case)["retention.ms"] == "60000"
+    sink = kafka_case.sink()
+    sink.open()
+    sink.close()
+    assert marker_configs(kafka_case) == {"cleanup.policy": "delete", "retention.ms": "-1", "retention.bytes": "-1"}
+
+
+def test_a_marker_topic_whose_retention_cannot_be_altered_is_refused_in_one_line(
+    kafka_case: KafkaSinkCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: the sink went on writing markers that retention would delete."""
+    kafka.set_topic_configs(kafka_case.endpoints, kafka_case.markers_in, {"retention.bytes": "1048576"})
+
+    def refused(*_args: object, **_kwargs: object) -> None:
+        raise ServiceUnavailableError("kafka: cannot alter the configs of topic: TOPIC_AUTHORIZATION_FAILED")
+
+    monkeypatch.setattr(kafka, "set_topic_configs", refused)
+    sink = kafka_case.sink()
+    with pytest.raises(MarkerTopicError) as refusal:
+        sink.open()
+    sink.close()
+    message = str(refusal.value)
+    assert "\n" not in message and kafka_case.markers_in in message and "retention.bytes=1048576" in message
+    assert "retention.ms=-1" in message  # says what to set
+    assert (refusal.value.fault, refusal.value.retriable) == ("external", False)
+
+
+def test_a_restore_whose_marker_is_below_the_log_start_fails_instead_of_producing_it_again(
+    kafka_case: KafkaSinkCase,
+) -> None:
+    """Checkpoint 1 committed, then its marker was deleted (as retention would): before, recovery read
+    "not committed" and produced epoch 1 a second time (v1..v3 twice in read_committed)."""
+    abandoned = kafka_case.sink()
+    abandoned.open()
+    feed(abandoned, 1, 3)
+    snapshot = abandoned.snapshot_state(1)
+    assert snapshot is not None
+    abandoned.notify_checkpoint_complete(1)
+    abandoned.close()
+    for partition, high in kafka.end_offsets(kafka_case.endpoints, kafka_case.markers_in).items():
+        kafka.delete_records_before(kafka_case.endpoints, kafka_case.markers_in, partition, high)
+
+    with pytest.raises(CommitMarkerLostError) as lost:
+        kafka_case.recovered(snapshot)
+    message = str(lost.value)
+    assert f"{kafka_case.markers_in}[0] from offset 0" in message and "log start offset" in message
+    assert (lost.value.fault, lost.value.retriable) == ("external", False)
+    assert kafka_case.values("read_committed") == values(1, 3)  # produced once
+
+
+def subtasks_sharing_a_legacy_partition(job_id: str, uid: str) -> tuple[int, int]:
+    """Two subtasks whose markers shared a partition of the former 6-partition ``weir-sink-commits``
+    (partition ``crc32(key) % 6``; of 7 subtasks two always do)."""
+    legacy = {s: zlib.crc32(f"{job_id}/{uid}/{s}".encode()) % 6 for s in range(7)}
+    return next((a, b) for a, b in itertools.combinations(range(7), 2) if legacy[a] == legacy[b])
+
+
+def test_one_subtasks_open_transaction_does_not_hold_up_another_subtasks_recovery(kafka_job: KafkaSinkCase) -> None:
+    """Subtask A keeps a transaction open (pre-committed, its checkpoint not complete) while subtask B
+    recovers. Before: their markers shared a partition, so B's read_committed check of its own marker
+    waited behind A's open transaction until B's recovery timed out."""
+    a, b = subtasks_sharing_a_legacy_partition(kafka_job.job_id, kafka_job.uid)
+    parallelism = b + 1
+    holder = kafka_job.sink(a, parallelism)
+    holder.open()
+    feed(holder, 1, 3)
+    holder.snapshot_state(1)  # A's transaction stays open: marker flushed, no commit
+    try:
+        crashed = kafka_job.sink(b, parallelism)
+        crashed.open()
+        feed(crashed, 11, 12)
+        snapshot = crashed.snapshot_state(1)  # B's marker lands after A's transaction began
+        assert snapshot is not None
+
+        recovered = kafka_job.recovered(snapshot, b, parallelism)  # B fences its old producer, recovers
+        recovered.close()
+
+        offsets = kafka.partition_offsets(kafka_job.endpoints, kafka_job.markers_in, parallelism)
+        low, stable, high = offsets[a]
+        assert stable < high, "A's transaction is still open while B's recovery has finished"
+        committed = [
+            CommitMarker.parse(value)
+            for partition, _o, _k, value, _ts in kafka.read_committed_records(kafka_job.endpoints, kafka_job.markers_in)
+        ]
+        assert [(m.subtask, m.checkpoint_id, m.records) for m in committed if m is not None] == [(b, 1, 2)]
+
+        holder.notify_checkpoint_complete(1)
+    finally:
+        holder.close()
+    assert sorted(kafka_job.values("read_committed")) == sorted(values(1, 3) + values(11, 12))
+
+
+def test_validate_at_submit_names_a_missing_output_topic_and_creates_nothing(kafka_job: KafkaSinkCase) -> None:
+    from taskmanager.operators.sinks import KafkaSinkOperator
+
+    missing = f"{kafka_job.topic}-missing"
+    sinks = [
+        TransactionalKafkaSinkOperator(missing, str.encode, None),
+        KafkaSinkOperator(missing, str.encode, None),
+    ]
+    for sink in sinks:
+        with pytest.raises(JobDefinitionError) as refusal:
+            sink.validate_at_submit(kafka_job.endpoints)
+        assert f"kafka sink output topic {missing!r} does not exist" in str(refusal.value)
+        assert "\n" not in str(refusal.value)
+        TransactionalKafkaSinkOperator(kafka_job.topic, str.encode, None).validate_at_submit(kafka_job.endpoints)
+    assert kafka.topic_partition_count(kafka_job.endpoints, missing) is None
+    assert kafka.topic_partition_count(kafka_job.endpoints, kafka_job.markers_in) is None
+
+    unreachable = dataclasses.replace(kafka_job.endpoints, kafka_bootstrap="127.0.0.1:1")
+    with pytest.raises(ServiceUnavailableError, match="no answer from 127.0.0.1:1"):  # both ask the same way
+        sinks[0].validate_at_submit(unreachable)

@@ -253,3 +253,52 @@ def test_the_fenced_error_names_the_subtask_and_both_attempts() -> None:
 )
 def test_dsns_in_messages_carry_no_password(dsn: str, shown: str) -> None:
     assert postgres.redacted_dsn(dsn) == shown  # key=value forms come back in libpq's order
+
+
+# Marker topics ------------------------------------------------------------------------------------
+
+
+def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
+    from taskmanager.operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
+
+    name = marker_topic_name("3f2a9c0d1e2b4a5f", "kafka-sink")
+    assert name.startswith("weir-sink-commits.kafka-sink.3f2a9c0d1e2b4a5f.")
+    assert name == marker_topic_name("3f2a9c0d1e2b4a5f", "kafka-sink")  # the same in every run of the job
+    assert name != marker_topic_name("3f2a9c0d1e2b4a60", "kafka-sink")
+    assert marker_topic_name("job", "a/b") != marker_topic_name("job", "a_b")  # the same once reduced
+    long = marker_topic_name("j" * 300, "sink with spaces/ünïcode" * 20)
+    assert len(long) <= MAX_TOPIC_NAME
+    for topic in (name, long):
+        assert all(c.isascii() and (c.isalnum() or c in "._-") for c in topic)
+    for uid in ("kafka-sink", "sink with spaces/ünïcode" * 20):
+        assert marker_topic_name("j" * 300, uid).startswith(marker_topic_prefix(uid))
+        assert marker_topic_name("job", uid).startswith(marker_topic_prefix(uid))
+
+
+def test_the_marker_replication_factor_defaults_to_min_3_brokers_and_must_fit() -> None:
+    from taskmanager.operators.transactional_sinks import marker_replication_factor
+
+    assert [marker_replication_factor(None, brokers) for brokers in (1, 2, 3, 5)] == [1, 2, 3, 3]
+    assert marker_replication_factor(2, 3) == 2
+    for requested, brokers in ((0, 3), (4, 3)):
+        with pytest.raises(JobDefinitionError, match=f"between 1 and the Kafka cluster's broker count \\({brokers}\\)"):
+            marker_replication_factor(requested, brokers)
+
+
+def test_marker_replication_factor_is_an_exactly_once_sink_argument() -> None:
+    source = Environment("j").from_collection([1], uid="src")
+    source.sink_to_kafka("t", uid="a", marker_replication_factor=2)
+    with pytest.raises(JobDefinitionError, match="marker_replication_factor must be at least 1"):
+        source.sink_to_kafka("t", uid="b", marker_replication_factor=0)
+    with pytest.raises(JobDefinitionError, match="exactly_once' only"):
+        source.sink_to_kafka("t", uid="c", delivery="at_least_once", marker_replication_factor=1)
+
+
+def test_a_snapshot_names_where_its_marker_floor_is_and_an_older_one_reads_without() -> None:
+    txn = TransactionId.for_task(TASK, cp(3))
+    ledger = LedgerSnapshot(TASK, cp(4), (PendingTransaction(cp(4), txn),))
+    snapshot = SinkSnapshot(ledger, {cp(4): []}, 17, "weir-sink-commits.sink.job-1.0123456789", 0)
+    assert SinkSnapshot.from_bytes(snapshot.to_bytes()) == snapshot
+    older = dumps_value({"format": 1, "ledger": ledger.to_bytes(), "epochs": [(4, [])], "marker_floor": 17})
+    restored = SinkSnapshot.from_bytes(older)
+    assert (restored.marker_floor, restored.marker_topic, restored.marker_partition) == (17, None, None)
