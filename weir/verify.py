@@ -12,7 +12,9 @@ now. Each Kafka and PostgreSQL sink is then read and compared:
   key, is a *duplicate*).
 
 Each sink's own commit proof says which checkpoint it committed last, per subtask: the Kafka sinks'
-records in topic ``weir-sink-commits`` and the PostgreSQL sinks' rows in table ``weir_sink_commits``,
+marker records in each sink's own marker topic (``weir-sink-commits.{uid}.{job}.{hash}``, see
+``marker_topic_name``; markers of runs before that, in topic ``weir-sink-commits``, are read too) and
+the PostgreSQL sinks' rows in table ``weir_sink_commits``,
 both written by the transactional sinks in the transaction they commit. The two sinks never commit in
 one atomic transaction, so one may be a checkpoint ahead of the other; the report says so.
 
@@ -39,14 +41,14 @@ from typing import Any, Literal
 from urllib.parse import unquote
 
 from connectors import kafka, postgres
-from taskmanager.operators.transactional_sinks import COMMIT_MARKER_TOPIC
+from taskmanager.operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
 from taskmanager.twophase import TransactionId
 from weir.config import Endpoints
 from weir.errors import Fault, WeirError
 from weir.ids import JobId, OperatorUid
 from weir.reference import ReferenceResult, SinkCapture, run_reference
 
-COMMIT_PROOF_TOPIC = COMMIT_MARKER_TOPIC
+COMMIT_PROOF_TOPIC = COMMIT_MARKER_TOPIC  # the shared marker topic of older runs, and the marker topics' prefix
 COMMIT_PROOF_TABLE = postgres.COMMIT_PROOF_TABLE
 OPEN_TRANSACTION_GRACE_S = 3.0
 """How long a partition may show an open transaction before it counts: a committed transaction's
@@ -377,9 +379,9 @@ def verify_job(
     open_transaction_grace_s: float = OPEN_TRANSACTION_GRACE_S,
 ) -> VerifyReport:
     """Run the job in reference mode, read its sinks, commit proofs and open transactions; report.
-    The proofs are read from ``commit_topic``/``commit_table`` (default: where the sinks write them)."""
+    The proofs are read from ``commit_topic``/``commit_table`` (default: where the sinks write them:
+    each Kafka sink's own marker topics, and the shared topic of older runs if it exists)."""
     endpoints = endpoints or Endpoints.from_env()
-    commit_topic = commit_topic or COMMIT_PROOF_TOPIC
     commit_table = commit_table or COMMIT_PROOF_TABLE
     reference = run_reference(job_file, parameters, endpoints=endpoints)
     kafka_sinks = [c for c in reference.sinks.values() if c.description.kind == "kafka"]
@@ -390,9 +392,8 @@ def verify_job(
         if c.description.kind not in ("kafka", "postgres")
     )
 
-    kafka_proofs, kafka_proof_missing = _kafka_proofs(
-        endpoints, commit_topic, [c.uid for c in kafka_sinks], open_transaction_grace_s
-    )
+    kafka_proof_topics = _kafka_proof_topics(endpoints, commit_topic, [c.uid for c in kafka_sinks], job_id)
+    kafka_proofs = _kafka_proofs(endpoints, kafka_proof_topics, open_transaction_grace_s)
     conn = postgres.connect(endpoints, autocommit=True) if postgres_sinks else None
     try:
         pg_proofs, pg_proof_missing = (
@@ -404,7 +405,9 @@ def verify_job(
             job_id_from = "latest in commit proofs" if job_id is not None else "none"
         reports: list[SinkReport] = []
         for capture in kafka_sinks:
-            proof = _proof(f"kafka topic {commit_topic}", kafka_proofs, kafka_proof_missing, job_id, capture.uid)
+            topics = _job_topics(kafka_proof_topics[capture.uid], commit_topic, capture.uid, job_id)
+            missing = None if topics else _no_marker_topic(commit_topic, capture.uid, job_id)
+            proof = _proof(_topics_source(topics, commit_topic), kafka_proofs, missing, job_id, capture.uid)
             reports.append(_verify_kafka_sink(endpoints, capture, proof, open_transaction_grace_s))
         prepared = postgres.prepared_transactions(conn) if conn is not None else []
         for capture in postgres_sinks:
@@ -454,16 +457,64 @@ def _warnings(reference: ReferenceResult) -> list[str]:
     return out
 
 
-def _kafka_proofs(
-    endpoints: Endpoints, topic: str, uids: Sequence[str], grace_s: float
-) -> tuple[list[ProofEntry], str | None]:
+def _kafka_proof_topics(
+    endpoints: Endpoints, commit_topic: str | None, uids: Sequence[str], job_id: str | None
+) -> dict[str, list[str]]:
+    """Per Kafka sink uid, the existing topics that may hold its commit markers: ``commit_topic`` when
+    given; else the sink's marker topic in ``job_id`` (in every job when no job id is given: the
+    markers tell the latest) and the shared topic of older runs."""
     if not uids:
-        return [], None
+        return {}
+    if commit_topic is not None:
+        present = kafka.topic_partition_count(endpoints, commit_topic) is not None
+        return {uid: [commit_topic] if present else [] for uid in uids}
+    marker_topics = kafka.list_topic_names(endpoints, f"{COMMIT_PROOF_TOPIC}.")
+    legacy = [COMMIT_PROOF_TOPIC] if kafka.topic_partition_count(endpoints, COMMIT_PROOF_TOPIC) is not None else []
+    found: dict[str, list[str]] = {}
+    for uid in uids:
+        if job_id is not None:
+            own = [name for name in marker_topics if name == marker_topic_name(job_id, uid)]
+        else:
+            own = [name for name in marker_topics if name.startswith(marker_topic_prefix(uid))]
+        found[uid] = own + legacy
+    return found
+
+
+def _job_topics(topics: Sequence[str], commit_topic: str | None, uid: str, job_id: str | None) -> list[str]:
+    """Of the topics read for a sink, those that can hold its markers in ``job_id``."""
+    if commit_topic is not None or job_id is None:
+        return list(topics)
+    return [name for name in topics if name in (marker_topic_name(job_id, uid), COMMIT_PROOF_TOPIC)]
+
+
+def _no_marker_topic(commit_topic: str | None, uid: str, job_id: str | None) -> str:
+    if commit_topic is not None:
+        return f"topic {commit_topic} does not exist"
+    if job_id is not None:
+        return f"topic {marker_topic_name(job_id, uid)} does not exist"
+    return f"no marker topic {marker_topic_prefix(uid)}* exists"
+
+
+def _topics_source(topics: Sequence[str], commit_topic: str | None) -> str:
+    if not topics:
+        return f"kafka topic {commit_topic or COMMIT_PROOF_TOPIC}"
+    return f"kafka topic{'s' if len(topics) > 1 else ''} {', '.join(topics)}"
+
+
+def _kafka_proofs(endpoints: Endpoints, topics: Mapping[str, Sequence[str]], grace_s: float) -> list[ProofEntry]:
+    """The commit proofs of these sinks in these topics (a topic read once for all sinks it may hold)."""
+    entries: list[ProofEntry] = []
+    for topic in sorted({topic for names in topics.values() for topic in names}):
+        wanted = {uid for uid, names in topics.items() if topic in names}
+        entries += _kafka_topic_proofs(endpoints, topic, wanted, grace_s)
+    return entries
+
+
+def _kafka_topic_proofs(endpoints: Endpoints, topic: str, wanted: set[str], grace_s: float) -> list[ProofEntry]:
     partitions = kafka.topic_partition_count(endpoints, topic)
     if partitions is None:
-        return [], f"topic {topic} does not exist"
+        return []  # deleted since it was listed
     _settle(endpoints, topic, partitions, grace_s)  # the proofs of a commit that just returned
-    wanted = set(uids)
     entries: list[ProofEntry] = []
     for _p, _o, _key, value, timestamp in kafka.read_committed_records(endpoints, topic):
         try:
@@ -480,7 +531,7 @@ def _kafka_proofs(
             continue  # not a commit proof record: skip it
         if entry.operator_uid in wanted:
             entries.append(entry)
-    return entries, None
+    return entries
 
 
 def _postgres_proofs(conn: Any, table: str, uids: Sequence[str]) -> tuple[list[ProofEntry], str | None]:

@@ -19,6 +19,7 @@ from confluent_kafka import Producer
 
 from connectors import kafka
 from taskmanager.operators.sinks import json_serializer
+from taskmanager.operators.transactional_sinks import MARKER_TOPIC_CONFIG, marker_topic_name
 from taskmanager.twophase import TransactionId
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
 from weir.cli import EXIT_FAILURE, EXIT_OK, run_cli
@@ -60,7 +61,8 @@ class Names:
     commit_topic: str
     commit_table: str
 
-    def verify_args(self, *extra: str) -> list[str]:
+    def verify_args(self, *extra: str, commit_topic: bool = True) -> list[str]:
+        """``commit_topic=False``: verify finds the Kafka proofs where the sinks write them."""
         return [
             "verify",
             str(REPO_ROOT / "examples/keyed_aggregation.py"),
@@ -68,7 +70,7 @@ class Names:
             *("-D", f"source.dlq_topic={self.dlq}"),
             *("-D", f"sink.topic={self.sink}"),
             *("-D", f"sink.table={self.table}"),
-            *("--commit-topic", self.commit_topic),
+            *(("--commit-topic", self.commit_topic) if commit_topic else ()),
             *("--commit-table", self.commit_table),
             *extra,
         ]
@@ -100,8 +102,11 @@ def names(services: Endpoints, unique: str) -> Iterator[Names]:
     kafka.delete_topics(services, [n.source, n.sink, n.dlq, n.commit_topic])
 
 
-def write_kafka_output(endpoints: Endpoints, n: Names, results: list[dict[str, Any]]) -> None:
-    """The Kafka sink's committed output, with its subtasks' commit proofs in the same transaction."""
+def write_kafka_output(
+    endpoints: Endpoints, n: Names, results: list[dict[str, Any]], own_marker_topic: str | None = None
+) -> None:
+    """The Kafka sink's committed output, with its subtasks' commit proofs in the same transaction:
+    in the test's commit topic, or as the sink writes them (its own topic, partition = subtask)."""
     producer = kafka.producer(endpoints, transactional_id=f"{n.job_id}-kafka-sink")
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -116,7 +121,11 @@ def write_kafka_output(endpoints: Endpoints, n: Names, results: list[dict[str, A
             "records": len(results[subtask::SUBTASKS]),
             "transactional_id": f"{n.job_id}-kafka-sink",
         }
-        producer.produce(n.commit_topic, key=f"{n.job_id}/kafka-sink/{subtask}".encode(), value=json.dumps(proof))
+        key, value = f"{n.job_id}/kafka-sink/{subtask}".encode(), json.dumps(proof)
+        if own_marker_topic is None:
+            producer.produce(n.commit_topic, key=key, value=value)
+        else:
+            producer.produce(own_marker_topic, key=key, value=value, partition=subtask)
     producer.commit_transaction(30)
 
 
@@ -255,3 +264,30 @@ def test_verify_finds_a_correct_output_clean_then_reports_each_discrepancy(
         with psycopg.connect(services.postgres_dsn, autocommit=True) as conn:
             if conn.execute("SELECT 1 FROM pg_prepared_xacts WHERE gid = %s", (gid,)).fetchone():
                 conn.execute(f"ROLLBACK PREPARED '{gid}'")
+
+
+def test_verify_finds_the_kafka_proofs_in_the_sinks_own_marker_topic(
+    services: Endpoints, names: Names, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --commit-topic, verify reads the proofs where a sink writes them: its own marker topic,
+    one partition per subtask (before: only the shared weir-sink-commits, so no proof was found)."""
+    marker_topic = marker_topic_name(names.job_id, "kafka-sink")
+    kafka.create_topic(services, marker_topic, SUBTASKS, 1, MARKER_TOPIC_CONFIG)
+    try:
+        produce_events(services, names.source, SPEC)
+        results = expected_results(SPEC)
+        write_kafka_output(services, names, results, own_marker_topic=marker_topic)
+        write_postgres_output(services, names, results)
+
+        outcome = weir(capsys, names.verify_args("--job-id", names.job_id, "--json", commit_topic=False))
+
+        assert outcome.exit_code == EXIT_OK, outcome.stderr
+        proof = outcome.sink("kafka-sink")["commit_proof"]
+        assert proof["available"], proof
+        assert marker_topic in proof["source"]  # with weir-sink-commits, the shared topic of older runs, if it exists
+        assert proof["last_committed_checkpoint"] == KAFKA_CHECKPOINT
+        assert [(s["subtask"], s["checkpoint_id"]) for s in proof["subtasks"]] == [
+            (s, KAFKA_CHECKPOINT) for s in range(SUBTASKS)
+        ]
+    finally:
+        kafka.delete_topics(services, [marker_topic])
