@@ -390,6 +390,8 @@ class Task:
         if snapshot.keyed_state is not None:
             result = self._snapshotter.restore([snapshot.keyed_state], self._keyed_ranges())
             restored_entries = result.entries
+        if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
+            raise Cancelled()
         for op in self.operators:
             blob = snapshot.operator_states.get(op.ctx.uid)
             if blob is not None:
