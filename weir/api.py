@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
-from weir.errors import JobDefinitionError
+from weir.errors import JobDefinitionError, NonRetriableError
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 from weir.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 
@@ -659,6 +659,7 @@ __all__ = [
     "KeyedProcessFunction",
     "KeyedStream",
     "LoadedJob",
+    "NonRetriableError",
     "Parameters",
     "SlidingEventTimeWindows",
     "TumblingEventTimeWindows",

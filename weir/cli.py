@@ -356,7 +356,10 @@ def verify(
     ] = None,
     commit_topic: Annotated[
         str | None,
-        typer.Option("--commit-topic", help="The Kafka sinks' commit proof topic [default: weir-sink-commits]."),
+        typer.Option(
+            "--commit-topic",
+            help="One Kafka commit proof topic to read instead of each sink's own marker topics.",
+        ),
     ] = None,
     commit_table: Annotated[
         str | None,

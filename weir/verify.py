@@ -67,7 +67,7 @@ SinkKindName = Literal["kafka", "postgres"]
 class VerifyError(WeirError):
     """The job or the sinks it names cannot be verified as given (missing topic or table, ...)."""
 
-    fault: Fault = "user"
+    fault: Fault = Fault.USER
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,7 @@ class SinkTransactionLostError(WeirError):
     """A transaction the restored checkpoint says was prepared is neither prepared nor committed any
     more: something outside this job rolled it back. Its output is lost for this sink."""
 
-    fault: Fault = "external"
+    fault: Fault = Fault.EXTERNAL
 
 
 class CommitMarkerLostError(WeirError):
@@ -78,14 +78,14 @@ class CommitMarkerLostError(WeirError):
     deleted by retention or DeleteRecords, or the topic was recreated): whether its epoch committed
     cannot be told, so recovery stops instead of guessing (duplicates or lost output)."""
 
-    fault: Fault = "external"
+    fault: Fault = Fault.EXTERNAL
 
 
 class MarkerTopicError(WeirError):
     """A marker topic exists with settings under which markers could be deleted, and this sink could
     not change them: it must not produce markers that may age out."""
 
-    fault: Fault = "external"
+    fault: Fault = Fault.EXTERNAL
 
 
 class Deadline:
@@ -908,7 +908,7 @@ class SinkFencedError(WeirError):
     """A newer attempt of the job owns this sink subtask: this (older) attempt must stop without
     preparing, committing or rolling back any of the subtask's transactions."""
 
-    fault: Fault = "internal"
+    fault: Fault = Fault.INTERNAL
 
 
 def sink_fenced_error(task: TaskId, attempt: int, owner_attempt: int) -> SinkFencedError:
