@@ -163,20 +163,21 @@ def _inspect_admin(endpoints: Endpoints) -> AdminClient:
     return AdminClient({**client_config(endpoints), "logger": _quiet_logger()})
 
 
-def topic_partition_count(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> int | None:
-    """The topic's partition count, None when it does not exist (asks for every topic's metadata, so
-    that a broker allowing auto-creation does not create it). Raises ServiceUnavailableError when
-    Kafka does not answer."""
+def _cluster_metadata(endpoints: Endpoints, timeout_s: float) -> Any:
+    """Every topic's metadata (asking for all, so that a broker allowing auto-creation creates none);
+    ServiceUnavailableError when Kafka does not answer."""
     try:
-        metadata = _inspect_admin(endpoints).list_topics(timeout=timeout_s).topics
+        return _inspect_admin(endpoints).list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise ServiceUnavailableError(
             f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
         ) from exc
-    found = metadata.get(topic)
-    if found is None or found.error is not None:
-        return None
-    return len(found.partitions)
+
+
+def topic_partition_count(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> int | None:
+    """The topic's partition count, None when it does not exist."""
+    layout = lookup_topic(endpoints, topic, timeout_s).topic
+    return None if layout is None else layout.partitions
 
 
 def partition_offsets(
@@ -527,12 +528,7 @@ def lookup_topic(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> T
     """The broker count and the topic's layout (None when it does not exist; asks for every topic's
     metadata, so that a broker allowing auto-creation does not create it). Raises
     ServiceUnavailableError when Kafka does not answer."""
-    try:
-        metadata = _inspect_admin(endpoints).list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise ServiceUnavailableError(
-            f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
-        ) from exc
+    metadata = _cluster_metadata(endpoints, timeout_s)
     found = metadata.topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         return TopicLookup(len(metadata.brokers), None)
@@ -542,12 +538,7 @@ def lookup_topic(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> T
 
 def list_topic_names(endpoints: Endpoints, prefix: str = "", timeout_s: float = 10.0) -> list[str]:
     """The names of the existing topics that start with ``prefix``, sorted."""
-    try:
-        topics = _inspect_admin(endpoints).list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        raise ServiceUnavailableError(
-            f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
-        ) from exc
+    topics = _cluster_metadata(endpoints, timeout_s).topics
     return sorted(name for name, meta in topics.items() if name.startswith(prefix) and meta.error is None)
 
 

@@ -213,18 +213,23 @@ def server_name(conn: psycopg.Connection[Any]) -> str:
     return f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
 
 
-def ensure_commit_proof_table(conn: psycopg.Connection[Any]) -> None:
-    """Create ``weir_sink_commits`` if missing (concurrent subtasks serialize on an advisory lock)."""
+def _create_table_once(conn: psycopg.Connection[Any], table: str, definition: str) -> None:
+    """``CREATE TABLE IF NOT EXISTS table (definition)``; concurrent subtasks serialize on an advisory
+    lock (two concurrent CREATE ... IF NOT EXISTS can still collide on the catalog)."""
     with conn.transaction():
         conn.execute("SELECT pg_advisory_xact_lock(%s)", (_COMMIT_PROOF_LOCK,))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (job_id text NOT NULL, operator_uid text NOT NULL, "
-                "subtask int NOT NULL, checkpoint_id bigint NOT NULL, rows bigint NOT NULL, "
-                "committed_at timestamptz NOT NULL DEFAULT now(), "
-                "PRIMARY KEY (job_id, operator_uid, subtask, checkpoint_id))"
-            ).format(sql.Identifier(COMMIT_PROOF_TABLE))
-        )
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (" + definition + ")").format(sql.Identifier(table)))
+
+
+def ensure_commit_proof_table(conn: psycopg.Connection[Any]) -> None:
+    """Create ``weir_sink_commits`` if missing."""
+    _create_table_once(
+        conn,
+        COMMIT_PROOF_TABLE,
+        "job_id text NOT NULL, operator_uid text NOT NULL, subtask int NOT NULL, checkpoint_id bigint NOT NULL, "
+        "rows bigint NOT NULL, committed_at timestamptz NOT NULL DEFAULT now(), "
+        "PRIMARY KEY (job_id, operator_uid, subtask, checkpoint_id)",
+    )
 
 
 # Ownership of a sink subtask (fencing older attempts) ------------------------------------------------
@@ -272,16 +277,13 @@ class OwnerClaim:
 
 
 def ensure_sink_owner_table(conn: psycopg.Connection[Any]) -> None:
-    """Create ``weir_sink_owners`` if missing (concurrent subtasks serialize on an advisory lock)."""
-    with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(%s)", (_COMMIT_PROOF_LOCK,))
-        conn.execute(
-            sql.SQL(
-                "CREATE TABLE IF NOT EXISTS {} (job_id text NOT NULL, operator_uid text NOT NULL, "
-                "subtask int NOT NULL, attempt bigint NOT NULL, backend_pid int, "
-                "claimed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (job_id, operator_uid, subtask))"
-            ).format(sql.Identifier(SINK_OWNER_TABLE))
-        )
+    """Create ``weir_sink_owners`` if missing."""
+    _create_table_once(
+        conn,
+        SINK_OWNER_TABLE,
+        "job_id text NOT NULL, operator_uid text NOT NULL, subtask int NOT NULL, attempt bigint NOT NULL, "
+        "backend_pid int, claimed_at timestamptz NOT NULL DEFAULT now(), PRIMARY KEY (job_id, operator_uid, subtask)",
+    )
 
 
 def _split_lock_key(key: int) -> tuple[int, int]:
