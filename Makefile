@@ -41,7 +41,8 @@ test-unit: setup ## unit tests only, no services
 	$(PY) -m pytest -q -m "not integration"
 
 lint: setup
-	$(VENV)/bin/ruff check weir jobmanager taskmanager connectors tests examples
+	$(VENV)/bin/ruff check weir jobmanager taskmanager connectors operators tests examples
+	$(VENV)/bin/lint-imports
 
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.demo

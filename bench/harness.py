@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from weir.client import JobManagerClient, JobStatus
-from weir.cluster import TASKMANAGERS, local_status, start_cluster, stop_cluster
 from weir.config import Endpoints, checkpoint_dir, run_dir
 from weir.errors import ClusterError, WeirError
+from weir.supervisor import TASKMANAGERS, local_status, start_cluster, stop_cluster
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"
@@ -121,7 +121,7 @@ def remove_checkpoints(env: BenchEnvironment) -> None:
     """Delete the run's checkpoint objects (only a prefix this run named after itself)."""
     if env.run_id not in env.checkpoint_uri:
         return  # configured by the user: not ours to delete
-    from connectors.checkpoint_storage import open_storage
+    from connectors.object_storage import open_storage
 
     storage = open_storage(env.checkpoint_uri, env.endpoints)
     storage.delete(key for key, _size in storage.list(""))

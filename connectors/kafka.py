@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -105,6 +105,57 @@ def consumer(endpoints: Endpoints, **overrides: object) -> Consumer:
     }
     base.update({k.replace("_", "."): v for k, v in overrides.items()})
     return Consumer(client_config(endpoints, **base))
+
+
+class PartitionReader:
+    """A source subtask's reader of explicit partitions of one topic, from explicit offsets (no
+    consumer-group commits), read_committed. Messages come back as the client gives them
+    (``value()``, ``key()``, ``partition()``, ``offset()``, ``timestamp()``, ``error()``); an error
+    that only says a partition's end was reached is told apart by ``is_end_of_partition``."""
+
+    def __init__(self, endpoints: Endpoints, topic: str, *, group_id: str, fetch_wait_max_ms: int = 50) -> None:
+        self.topic = topic
+        self._consumer = consumer(
+            endpoints, group_id=group_id, isolation_level="read_committed", fetch_wait_max_ms=fetch_wait_max_ms
+        )
+
+    def end_offset(self, partition: int, timeout_s: float = 30.0) -> int:
+        """The partition's high watermark, asked of the broker."""
+        try:
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), timeout=timeout_s)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(f"kafka: no end offset for {self.topic}[{partition}]: {exc}") from exc
+        return int(high)
+
+    def cached_high_watermark(self, partition: int) -> int:
+        """The high watermark of the last fetch response (no broker request); negative while unknown."""
+        try:
+            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self.topic, partition), cached=True)
+        except KafkaException:
+            return -1
+        return int(high)
+
+    def assign(self, next_offsets: Mapping[int, int | None]) -> None:
+        """Read these partitions, each from its next offset (None: from the beginning)."""
+        self._consumer.assign(
+            [
+                TopicPartition(self.topic, p, OFFSET_BEGINNING if offset is None else offset)
+                for p, offset in next_offsets.items()
+            ]
+        )
+
+    def unassign(self, partition: int) -> None:
+        self._consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Any]:
+        return self._consumer.consume(num_messages=max_messages, timeout=timeout_s)  # type: ignore[no-any-return]
+
+    @staticmethod
+    def is_end_of_partition(error: Any) -> bool:
+        return bool(error.code() == KafkaError._PARTITION_EOF)
+
+    def close(self) -> None:
+        self._consumer.close()
 
 
 def read_all(
@@ -267,9 +318,6 @@ def end_offsets(endpoints: Endpoints, topic: str, timeout_s: float = 30.0) -> di
 
 
 # Transactions (exactly-once sinks) ------------------------------------------------------------------
-
-DEFAULT_TRANSACTION_TIMEOUT_MS = 900_000
-"""15 minutes: the broker's default ``transaction.max.timeout.ms`` (librdkafka's own default is 60 s)."""
 
 
 @dataclass

@@ -12,11 +12,11 @@ import grpc
 import structlog
 from prometheus_client import start_http_server
 
-from connectors.checkpoint_storage import open_storage
+from connectors.object_storage import open_storage
 from jobmanager.service import JobManager, JobManagerServicer
-from taskmanager.network import GRPC_OPTIONS
 from weir import logs
 from weir.config import Endpoints, checkpoint_dir
+from weir.transport import GRPC_OPTIONS
 from weir.wire import jobmanager_pb2_grpc
 
 

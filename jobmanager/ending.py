@@ -22,9 +22,9 @@ import structlog
 
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.records import JobSubmission
-from taskmanager.operators.base import OperatorContext
-from taskmanager.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
-from weir.graph import LogicalGraph, OperatorKind
+from operators.base import OperatorContext
+from operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
+from weir.graph import LogicalGraph
 from weir.keygroups import key_group_range_for_subtask
 from weir.plan import JobPlan
 
@@ -59,10 +59,8 @@ class _NoOutput:
 def transactional_sink_subtasks(graph: LogicalGraph, plan: JobPlan) -> Iterator[_SinkSubtask]:
     for vertex in plan.vertices.values():
         for uid in vertex.operator_uids:
-            transformation = graph.transformations[uid]
-            if transformation.kind is not OperatorKind.SINK:
-                continue
-            if not isinstance(transformation.factory(), TransactionalKafkaSinkOperator | TwoPhasePostgresSinkOperator):
+            spec = graph.transformations[uid].sink_spec
+            if spec is None or not spec.transactional:
                 continue
             for subtask in range(vertex.parallelism):
                 yield _SinkSubtask(uid, vertex.uid, subtask, vertex.parallelism)
@@ -78,7 +76,7 @@ def sink_state(
         if handle.task_id.operator_uid == vertex_uid and handle.task_id.subtask == subtask:
             if not handle.inline_payload:
                 return None
-            snapshot = pickle.loads(handle.inline_payload)  # taskmanager.task.OperatorSnapshot
+            snapshot = pickle.loads(handle.inline_payload)  # taskmanager.task.ChainSnapshot
             state: bytes | None = snapshot.operator_states.get(operator_uid)
             return state
     return None

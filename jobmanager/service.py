@@ -15,7 +15,7 @@ import grpc
 import structlog
 
 from connectors import kafka
-from connectors.checkpoint_storage import CheckpointStorage
+from connectors.object_storage import CheckpointStorage
 from jobmanager import metrics
 from jobmanager.checkpointing import coordinator as cc
 from jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskAckMetrics, TaskStateHandle
@@ -26,15 +26,15 @@ from jobmanager.jobs import DeployCommand, JobMaster, JobStatus, JobSubmission, 
 from jobmanager.records import JobRecord
 from jobmanager.scheduler import SlotOffer
 from jobmanager.submit_checks import check_job_at_submit
-from taskmanager.network import GRPC_OPTIONS
-from taskmanager.operators.transactional_sinks import validate_sink_transaction_timeouts
-from weir.api import KafkaSourceSpec, end_offsets_parameter, load_job_source
+from weir.api import load_job_source
 from weir.codec import failure_to_proto, optional_failure_from_proto
 from weir.config import Endpoints
+from weir.descriptors import KafkaSourceSpec, end_offsets_parameter
 from weir.errors import JobDefinitionError, NotEnoughSlotsError, ServiceUnavailableError, UnknownJobError, WeirError
 from weir.failures import Failure
 from weir.ids import CheckpointId, JobId
 from weir.paths import CheckpointPaths
+from weir.transport import GRPC_OPTIONS
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2, taskmanager_pb2_grpc
 
 log = structlog.get_logger("weir.jobmanager")
@@ -188,14 +188,14 @@ class JobManager:
             submitted_at=self._clock(),
         )
         master = JobMaster.create(submission, loaded, self.paths.metadata_key_fn())
-        # A Kafka transaction must outlive a checkpoint interval plus a restart, or the broker aborts it.
-        validate_sink_transaction_timeouts(
+        # Sinks that cannot commit (a Kafka transaction must outlive a checkpoint interval plus a
+        # restart, or the broker aborts it), missing topics and tables: refused before any task starts.
+        check_job_at_submit(
             loaded.graph,
-            master.checkpoint_settings.trigger.interval_s or 0.0,
+            master.checkpoint_settings,
             HEARTBEAT_TIMEOUT_S + master.restart_strategy.max_delay_s(),
+            Endpoints.from_env(),
         )
-        # Sinks that cannot commit, missing topics and tables: refused before any task starts.
-        check_job_at_submit(loaded.graph, master.checkpoint_settings, Endpoints.from_env())
         with self._lock:
             command, saved = self._schedule(master, self._clock())
             self.jobs[submission.job_id] = master
@@ -320,9 +320,7 @@ class JobManager:
     def _cancel_tasks(self, job: JobMaster, attempt: int, *, job_ended: bool = False) -> None:
         with self._lock:
             targets = [
-                tm
-                for tm in self.taskmanagers.values()
-                if tm.alive and (job_ended or tm.taskmanager_id in job.slots)
+                tm for tm in self.taskmanagers.values() if tm.alive and (job_ended or tm.taskmanager_id in job.slots)
             ]
         for tm in targets:
             try:

@@ -12,11 +12,11 @@ import grpc
 import structlog
 from prometheus_client import start_http_server
 
-from taskmanager.network import GRPC_OPTIONS
 from taskmanager.runtime import TaskManagerRuntime
 from taskmanager.service import TaskManagerServicer
 from weir import logs
 from weir.config import Endpoints, run_dir
+from weir.transport import GRPC_OPTIONS
 from weir.wire import taskmanager_pb2_grpc
 
 

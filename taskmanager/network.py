@@ -16,7 +16,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Final, assert_never
+from typing import Any, assert_never
 
 import grpc
 
@@ -28,20 +28,6 @@ from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 INITIAL_CREDITS = 4
 RECORDS_PER_BUFFER = 1000
-MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
-"""The largest gRPC message Weir sends or accepts (control and data plane)."""
-GRPC_OPTIONS = [
-    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-    ("grpc.keepalive_time_ms", 10_000),
-    ("grpc.keepalive_timeout_ms", 5_000),
-    ("grpc.keepalive_permit_without_calls", 1),
-    ("grpc.http2.max_pings_without_data", 0),
-    # Server side (the same list configures servers): accept the clients' 10 s keepalive pings, or
-    # the server answers GOAWAY "too_many_pings" and idle data-plane streams break.
-    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
-    ("grpc.http2.max_ping_strikes", 0),
-]
 
 Event = taskmanager_pb2.EventKind
 

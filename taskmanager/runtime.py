@@ -16,10 +16,9 @@ from typing import Any, Final, assert_never
 import grpc
 import structlog
 
-from connectors.checkpoint_storage import open_storage
+from connectors.object_storage import open_storage
 from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
-from taskmanager.network import GRPC_OPTIONS, MAX_MESSAGE_BYTES, InputGate, RecordWriter, RemoteOutputChannel
+from taskmanager.network import InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
 from taskmanager.snapshots import RocksDBSnapshotter
 from taskmanager.state import StateBackend, job_state_bounds
@@ -32,8 +31,10 @@ from weir.errors import WeirError
 from weir.failures import Failure
 from weir.ids import CheckpointId, JobId, TaskManagerId
 from weir.keygroups import KeyEncoder
+from weir.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from weir.paths import CheckpointPaths
 from weir.plan import JobPlan, build_plan
+from weir.transport import GRPC_OPTIONS, MAX_MESSAGE_BYTES
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
 log = structlog.get_logger("weir.taskmanager")

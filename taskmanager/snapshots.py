@@ -39,7 +39,7 @@ from pathlib import Path
 import structlog
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
-from connectors.checkpoint_storage import CheckpointStorage
+from connectors.object_storage import CheckpointStorage
 from taskmanager.state import StateBackend, key_group_range_bounds
 from weir.errors import Fault, WeirError
 from weir.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId

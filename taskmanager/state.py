@@ -64,12 +64,6 @@ class StateBackend:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def state_namespace(job_id: str, operator_uid: str) -> str:
-    """The name an operator's keyed state lives under in the TaskManager's shared RocksDB: the job id
-    keeps two jobs with the same operator uid apart (stable across restarts and JobManager recovery)."""
-    return f"{job_id}/{operator_uid}"
-
-
 def job_state_bounds(job_id: str) -> tuple[bytes, bytes]:
     """The RocksDB key range [start, end) of every operator's keyed state of one job."""
     return f"{job_id}/".encode(), f"{job_id}0".encode()  # "0" is the byte after "/"

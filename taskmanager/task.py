@@ -16,9 +16,10 @@ from typing import Any, assert_never
 
 import structlog
 
+from operators.base import ChainOutput, OperatorContext, SourceOperator, StreamOperator
+from operators.keyed import KeyedOperator
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
-from taskmanager.metrics import TaskMetrics
 from taskmanager.network import (
     Cancelled,
     Event,
@@ -31,15 +32,13 @@ from taskmanager.network import (
     watermark_message,
     watermark_status_message,
 )
-from taskmanager.operators.base import ChainOutput, OperatorContext, SourceOperator, StreamOperator
-from taskmanager.operators.keyed import KeyedOperator
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
-from taskmanager.state import state_namespace
 from weir.crashpoints import crash_point
 from weir.errors import Fault, WeirError
 from weir.failures import Failure
 from weir.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.keygroups import KeyGroupRange, key_group_range_for_subtask
+from weir.keygroups import KeyGroupRange, key_group_range_for_subtask, state_namespace
+from weir.metrics import TaskMetrics
 from weir.plan import JobPlan, Vertex
 from weir.watermarks import (
     MAX_WATERMARK,
@@ -85,7 +84,7 @@ class CheckpointRequest:
 
 
 @dataclass(frozen=True)
-class OperatorSnapshot:
+class ChainSnapshot:
     """What one subtask contributes to a checkpoint: each operator's own state by uid, and the handle
     of its keyed state in RocksDB (None when the chain has no keyed operator)."""
 
@@ -98,7 +97,7 @@ class OperatorSnapshot:
 
 @dataclass(frozen=True)
 class CheckpointAck:
-    snapshot: OperatorSnapshot
+    snapshot: ChainSnapshot
     alignment_s: float
     start_delay_s: float
     sync_s: float
@@ -195,7 +194,7 @@ class Task:
         snapshotter: RocksDBSnapshotter,
         callbacks: TaskCallbacks,
         taskmanager_id: str,
-        restore: OperatorSnapshot | None,
+        restore: ChainSnapshot | None,
         restore_checkpoint_id: int,
         alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
         user_code_files: frozenset[str] = frozenset(),
@@ -384,7 +383,7 @@ class Task:
         for namespace, key_groups in self._keyed_ranges():
             self._state_backend.keyed_store(namespace).clear_key_groups(key_groups.start, key_groups.end)
 
-    def _restore_state(self, snapshot: OperatorSnapshot) -> None:
+    def _restore_state(self, snapshot: ChainSnapshot) -> None:
         """Keyed state back into RocksDB (only this subtask's key groups), then each operator's own state."""
         restored_entries = 0
         if snapshot.keyed_state is not None:
@@ -629,7 +628,7 @@ class Task:
         operators_s = time.perf_counter() - started
         self._log.info("checkpoint_barrier_forwarded", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
         if not ranges:
-            snapshot = OperatorSnapshot(self.address, cid, states, kg, None)
+            snapshot = ChainSnapshot(self.address, cid, states, kg, None)
             self._callbacks.on_checkpoint(
                 self.address, CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0)
             )
@@ -661,7 +660,7 @@ class Task:
                 files=result.uploaded_files,
                 async_s=round(result.async_duration_s, 4),
             )
-            snapshot = OperatorSnapshot(self.address, cid, states, kg, result.handle)
+            snapshot = ChainSnapshot(self.address, cid, states, kg, result.handle)
             self._callbacks.on_checkpoint(
                 self.address,
                 CheckpointAck(

@@ -24,6 +24,31 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
+from operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator
+from operators.keyed import KeyedProcessOperator, ReduceOperator
+from operators.sinks import (
+    FileSinkOperator,
+    FunctionSinkOperator,
+    KafkaSinkOperator,
+    PostgresUpsertSinkOperator,
+    PrintSinkOperator,
+    json_serializer,
+)
+from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, json_deserializer
+from operators.transactional_sinks import (
+    TransactionalKafkaSinkOperator,
+    TwoPhasePostgresSinkOperator,
+    row_key_indexes,
+)
+from operators.windows import WindowAggregateOperator
+from weir.descriptors import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    GeneratorSourceSpec,
+    KafkaSourceSpec,
+    SinkDelivery,
+    SinkSpec,
+    SinkSystem,
+)
 from weir.errors import JobDefinitionError, NonRetriableError
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 from weir.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
@@ -85,32 +110,6 @@ class AggregateFunction(Protocol[T, ACC]):
     def result(self, key: Any, window_start: int, window_end: int, acc: ACC) -> Any: ...
 
 
-def end_offsets_parameter(source_uid: str) -> str:
-    """The parameter under which the JobManager fixes a bounded Kafka source's end offsets at submit."""
-    return f"weir.internal.end_offsets.{source_uid}"
-
-
-@dataclass(frozen=True)
-class KafkaSourceSpec:
-    topic: str
-    bounded: bool
-    deserializer: Callable[[bytes], Any]
-    timestamp: Callable[[Any], int] | None
-    max_out_of_orderness_ms: int
-    dead_letter_topic: str | None
-    records_per_second: float | None = None  # throttle (tests and demos); None: as fast as possible
-    idle_timeout_ms: int | None = None  # a partition without records this long stops holding the watermark
-
-
-@dataclass(frozen=True)
-class GeneratorSourceSpec:
-    generate: Callable[[int], Any]
-    count: int | None  # None: unbounded
-    timestamp: Callable[[Any], int] | None
-    max_out_of_orderness_ms: int
-    records_per_second: float | None
-
-
 class Environment:
     """What a job file's ``build(env)`` receives: parameters and the source factories."""
 
@@ -151,7 +150,6 @@ class Environment:
         (wall time) no longer holds the watermark back, until its next record; a subtask whose
         partitions are all idle (or that has none) is idle downstream. None (default): never idle.
         """
-        from taskmanager.operators.sources import KafkaSourceOperator, json_deserializer
 
         if idle_timeout_ms is not None and (type(idle_timeout_ms) is not int or idle_timeout_ms <= 0):
             raise JobDefinitionError(
@@ -185,7 +183,6 @@ class Environment:
     ) -> DataStream:
         """A deterministic, replayable source: record i is ``generate(i)`` for i in 0..count-1
         (unbounded when ``count`` is None); subtask s produces the indices s, s+p, s+2p, ..."""
-        from taskmanager.operators.sources import GeneratorSourceOperator
 
         spec = GeneratorSourceSpec(
             generate=generate,
@@ -194,7 +191,7 @@ class Environment:
             max_out_of_orderness_ms=max_out_of_orderness_ms,
             records_per_second=records_per_second,
         )
-        return self._source(uid, name or "generator", lambda: GeneratorSourceOperator(spec), parallelism)
+        return self._source(uid, name or "generator", lambda: GeneratorSourceOperator(spec), parallelism, spec)
 
     def from_collection(self, items: Iterable[Any], *, uid: str, **kwargs: Any) -> DataStream:
         values = list(items)
@@ -244,6 +241,7 @@ class DataStream:
         parallelism: int | None,
         key_selector: Callable[[Any], Any] | None = None,
         inputs: tuple[DataStream, ...] = (),
+        sink_spec: SinkSpec | None = None,
     ) -> Transformation:
         t = self._env.graph.add(
             Transformation(
@@ -253,6 +251,7 @@ class DataStream:
                 factory=factory,
                 parallelism=parallelism,
                 key_selector=key_selector,
+                sink_spec=sink_spec,
             )
         )
         for index, upstream in enumerate(inputs or (self,)):
@@ -276,7 +275,6 @@ class DataStream:
     def map(
         self, fn: Callable[[Any], Any], *, uid: str, name: str | None = None, parallelism: int | None = None
     ) -> DataStream:
-        from taskmanager.operators.basic import MapOperator
 
         return DataStream(
             self._env,
@@ -286,7 +284,6 @@ class DataStream:
     def filter(
         self, fn: Callable[[Any], bool], *, uid: str, name: str | None = None, parallelism: int | None = None
     ) -> DataStream:
-        from taskmanager.operators.basic import FilterOperator
 
         return DataStream(
             self._env,
@@ -301,7 +298,6 @@ class DataStream:
         name: str | None = None,
         parallelism: int | None = None,
     ) -> DataStream:
-        from taskmanager.operators.basic import FlatMapOperator
 
         return DataStream(
             self._env,
@@ -319,7 +315,6 @@ class DataStream:
 
     def union(self, *others: DataStream, uid: str, parallelism: int | None = None) -> DataStream:
         """Merge streams of the same type into one (an identity operator with several inputs)."""
-        from taskmanager.operators.basic import MapOperator
 
         return DataStream(
             self._env,
@@ -357,14 +352,10 @@ class DataStream:
         ``marker_replication_factor`` is that of the sink's commit marker topic when it creates it
         (default min(3, brokers)). ``at_least_once``: flushed at every checkpoint, duplicates after a
         failure. See docs/sinks.md."""
-        from taskmanager.operators.sinks import KafkaSinkOperator, json_serializer
-        from taskmanager.operators.transactional_sinks import (
-            DEFAULT_TRANSACTION_TIMEOUT_MS,
-            TransactionalKafkaSinkOperator,
-        )
 
         ser = serializer or json_serializer
         factory: Callable[[], Any]
+        spec: SinkSpec
         if delivery == "exactly_once":
             timeout_ms = DEFAULT_TRANSACTION_TIMEOUT_MS if transaction_timeout_ms is None else transaction_timeout_ms
             if timeout_ms <= 0:
@@ -382,6 +373,7 @@ class DataStream:
                 transaction_timeout_ms=timeout_ms,
                 marker_replication_factor=marker_replication_factor,
             )
+            spec = SinkSpec(SinkSystem.KAFKA, topic, SinkDelivery.EXACTLY_ONCE, transaction_timeout_ms=timeout_ms)
         elif delivery == "at_least_once":
             for name, given in (
                 ("transaction_timeout_ms", transaction_timeout_ms),
@@ -390,11 +382,12 @@ class DataStream:
                 if given is not None:
                     raise JobDefinitionError(f"kafka sink {uid!r}: {name} applies to delivery='exactly_once' only")
             factory = partial(KafkaSinkOperator, topic, ser, key)
+            spec = SinkSpec(SinkSystem.KAFKA, topic, SinkDelivery.AT_LEAST_ONCE)
         else:
             raise JobDefinitionError(
                 f"kafka sink {uid!r}: delivery must be 'exactly_once' or 'at_least_once', got {delivery!r}"
             )
-        self._add(uid, f"kafka-sink:{topic}", OperatorKind.SINK, factory, parallelism)
+        self._add(uid, f"kafka-sink:{topic}", OperatorKind.SINK, factory, parallelism, sink_spec=spec)
 
     def sink_to_postgres(
         self,
@@ -414,8 +407,6 @@ class DataStream:
         sink subtask: key the stream by the table's key, or use parallelism 1). ``upsert``: batches
         committed as they fill, replays rewrite the same rows (idempotent, at-least-once). With
         ``version_column`` a row never overwrites a stored row of a higher version. See docs/sinks.md."""
-        from taskmanager.operators.sinks import PostgresUpsertSinkOperator
-        from taskmanager.operators.transactional_sinks import TwoPhasePostgresSinkOperator, row_key_indexes
 
         to_row = row or (lambda v: tuple(v[c] for c in columns))
         row_key_indexes(table, columns, key_columns, version_column)  # fail at build time, not at deploy
@@ -424,33 +415,37 @@ class DataStream:
             factory = partial(
                 TwoPhasePostgresSinkOperator, table, columns, key_columns, to_row, version_column=version_column
             )
+            spec = SinkSpec(SinkSystem.POSTGRES, table, SinkDelivery.EXACTLY_ONCE)
         elif delivery == "upsert":
             factory = partial(
                 PostgresUpsertSinkOperator, table, columns, key_columns, to_row, version_column=version_column
             )
+            spec = SinkSpec(SinkSystem.POSTGRES, table, SinkDelivery.AT_LEAST_ONCE)
         else:
             raise JobDefinitionError(
                 f"postgres sink {uid!r}: delivery must be 'two_phase' or 'upsert', got {delivery!r}"
             )
-        self._add(uid, f"postgres-sink:{table}", OperatorKind.SINK, factory, parallelism)
+        self._add(uid, f"postgres-sink:{table}", OperatorKind.SINK, factory, parallelism, sink_spec=spec)
 
     def sink(self, fn: Callable[[Any], None], *, uid: str, parallelism: int | None = None) -> None:
         """Call ``fn(value)`` for every value (Flink's SinkFunction): at-least-once, no transaction."""
-        from taskmanager.operators.sinks import FunctionSinkOperator
 
-        self._add(uid, "sink", OperatorKind.SINK, lambda: FunctionSinkOperator(fn), parallelism)
+        spec = SinkSpec(SinkSystem.FUNCTION, "", SinkDelivery.AT_LEAST_ONCE)
+        self._add(uid, "sink", OperatorKind.SINK, lambda: FunctionSinkOperator(fn), parallelism, sink_spec=spec)
 
     def print(self, *, uid: str, prefix: str = "") -> None:
-        from taskmanager.operators.sinks import PrintSinkOperator
 
-        self._add(uid, "print", OperatorKind.SINK, lambda: PrintSinkOperator(prefix), None)
+        spec = SinkSpec(SinkSystem.PRINT, "", SinkDelivery.AT_LEAST_ONCE)
+        self._add(uid, "print", OperatorKind.SINK, lambda: PrintSinkOperator(prefix), None, sink_spec=spec)
 
     def sink_to_file(self, path: str, *, uid: str, serializer: Callable[[Any], bytes] | None = None) -> None:
         """Append one line per value to ``path``.<subtask> (a debugging sink, at-least-once)."""
-        from taskmanager.operators.sinks import FileSinkOperator, json_serializer
 
         ser = serializer or json_serializer
-        self._add(uid, f"file-sink:{path}", OperatorKind.SINK, lambda: FileSinkOperator(path, ser), None)
+        spec = SinkSpec(SinkSystem.FILE, path, SinkDelivery.AT_LEAST_ONCE)
+        self._add(
+            uid, f"file-sink:{path}", OperatorKind.SINK, lambda: FileSinkOperator(path, ser), None, sink_spec=spec
+        )
 
 
 class KeyedStream(DataStream):
@@ -468,7 +463,6 @@ class KeyedStream(DataStream):
         parallelism: int | None = None,
     ) -> DataStream:
         """Emit the running reduction of each key after every value (state kept in RocksDB)."""
-        from taskmanager.operators.keyed import ReduceOperator
 
         assert self._key_selector is not None
         ks = self._key_selector
@@ -487,7 +481,6 @@ class KeyedStream(DataStream):
     def process(
         self, fn: KeyedProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
     ) -> DataStream:
-        from taskmanager.operators.keyed import KeyedProcessOperator
 
         assert self._key_selector is not None
         ks = self._key_selector
@@ -525,7 +518,6 @@ class WindowedStream:
     ) -> DataStream:
         """Aggregate each key's window incrementally; emit ``fn.result`` when the watermark passes
         the window's end (and again for each late value within the allowed lateness)."""
-        from taskmanager.operators.windows import WindowAggregateOperator
 
         keyed = self._keyed
         ks = keyed._key_selector
@@ -554,7 +546,6 @@ class ConnectedStreams:
     def process(
         self, fn: CoProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
     ) -> DataStream:
-        from taskmanager.operators.basic import CoProcessOperator
 
         first = self._first
         key_selector = first._key_selector if first._partitioning is Partitioning.HASH else None

@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from weir import cluster
+from weir import supervisor
 from weir.client import CheckpointInfo, ClusterStatus, JobManagerClient, JobStatus, JobSummary
 from weir.config import Endpoints
 from weir.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
@@ -454,16 +454,16 @@ def cluster_up(
     no_restart: Annotated[bool, typer.Option("--no-restart", help="Leave a process that exits dead.")] = False,
     restart_delay: Annotated[
         float, typer.Option("--restart-delay", min=0.0, help="Seconds before a process that exited is restarted.")
-    ] = cluster.DEFAULT_RESTART_DELAY_S,
+    ] = supervisor.DEFAULT_RESTART_DELAY_S,
     timeout: Annotated[
         float, typer.Option("--timeout", min=1.0, help="Seconds to wait for every TaskManager to register.")
-    ] = cluster.DEFAULT_START_TIMEOUT_S,
+    ] = supervisor.DEFAULT_START_TIMEOUT_S,
 ) -> None:
     """Start the JobManager and 3 TaskManagers; return once every TaskManager is registered."""
-    directory = cluster.cluster_dir()
+    directory = supervisor.cluster_dir()
     endpoints = Endpoints.from_env()
     with _stderr().status("starting the local cluster"):
-        result = cluster.start_cluster(
+        result = supervisor.start_cluster(
             directory, endpoints, restart=not no_restart, restart_delay_s=restart_delay, timeout_s=timeout
         )
     console = _stdout()
@@ -483,9 +483,9 @@ def cluster_up(
 @cluster_app.command("down")
 def cluster_down() -> None:
     """Stop the local cluster and wait until its processes are gone."""
-    directory = cluster.cluster_dir()
+    directory = supervisor.cluster_dir()
     with _stderr().status("stopping the local cluster"):
-        result = cluster.stop_cluster(directory)
+        result = supervisor.stop_cluster(directory)
     if not result.was_running and not result.stopped:
         _stdout().print("no local cluster is running", soft_wrap=True)
     elif not result.was_running:
@@ -497,8 +497,8 @@ def cluster_down() -> None:
 @cluster_app.command("status")
 def cluster_status(json_output: JsonOption = False) -> None:
     """The local processes (pid, alive, restarts, log) and the TaskManagers the JobManager knows."""
-    directory = cluster.cluster_dir()
-    local = cluster.local_status(directory)
+    directory = supervisor.cluster_dir()
+    local = supervisor.local_status(directory)
     address = Endpoints.from_env().jobmanager_address
     remote: ClusterStatus | None
     try:
@@ -557,7 +557,7 @@ def cluster_status(json_output: JsonOption = False) -> None:
 @cluster_app.command("kill")
 def cluster_kill(name: Annotated[str, typer.Argument(help="jobmanager or taskmanager-1..3")]) -> None:
     """Send SIGKILL to one process of the local cluster, as `docker kill`; the supervisor restarts it."""
-    pid = cluster.kill_process(cluster.cluster_dir(), name)
+    pid = supervisor.kill_process(supervisor.cluster_dir(), name)
     _stdout().print(f"killed {name} (pid {pid})", soft_wrap=True)
 
 

@@ -23,9 +23,9 @@ from rich.table import Table
 
 from connectors import kafka
 from weir.client import JobManagerClient
-from weir.cluster import cluster_dir, kill_process, start_cluster
 from weir.config import Endpoints
 from weir.events import EventSpec, produce_events
+from weir.supervisor import cluster_dir, kill_process, start_cluster
 
 JOB_FILE = Path(__file__).resolve().parent.parent / "examples" / "keyed_aggregation.py"
 TOPICS = {"events": 6, "window-results": 3, "events-dlq": 1}

@@ -2,7 +2,7 @@
 sink would write.
 
 The graph runs at parallelism 1, in one thread, with no network and no checkpoints: one instance of
-every operator, built by the job's own factories (the runtime operators of ``taskmanager.operators``),
+every operator, built by the job's own factories (the runtime operators of ``operators``),
 owning every key group ``0..max_parallelism-1``, with keyed state in a temporary RocksDB backend that
 is deleted afterwards. Records, watermarks and end of input travel as in a subtask: each edge is one
 input channel of a :class:`~weir.watermarks.WatermarkTracker`, and an operator whose inputs all ended
@@ -45,15 +45,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from taskmanager.operators.base import OperatorContext, SourceOperator, StreamOperator
-from taskmanager.operators.sinks import (
+from operators.base import OperatorContext, SourceOperator, StreamOperator
+from operators.sinks import (
     FileSinkOperator,
     KafkaSinkOperator,
     PostgresUpsertSinkOperator,
     PrintSinkOperator,
 )
-from taskmanager.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
-from taskmanager.operators.windows import WindowAggregateOperator
+from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
+from operators.windows import WindowAggregateOperator
 from taskmanager.state import StateBackend
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, LoadedJob, load_job_file, load_job_source
 from weir.config import Endpoints
@@ -348,10 +348,10 @@ class _ReplayConsumer:
     def __init__(self, by_partition: Mapping[int, Sequence[KafkaRecord]]) -> None:
         self._turns = collections.deque(iter(records) for _p, records in sorted(by_partition.items()) if records)
 
-    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[_ReplayedMessage]:
+    def consume(self, max_messages: int, timeout_s: float) -> list[_ReplayedMessage]:
         out: list[_ReplayedMessage] = []
         turns = self._turns
-        while len(out) < num_messages and turns:
+        while len(out) < max_messages and turns:
             records = turns.popleft()
             record = next(records, None)
             if record is not None:
@@ -359,8 +359,12 @@ class _ReplayConsumer:
                 turns.append(records)
         return out
 
-    def incremental_unassign(self, _partitions: Any) -> None:
+    def unassign(self, _partition: int) -> None:
         return None
+
+    @staticmethod
+    def is_end_of_partition(_error: object) -> bool:
+        return False
 
     def close(self) -> None:
         return None

@@ -41,8 +41,8 @@ from typing import Any, Literal
 from urllib.parse import unquote
 
 from connectors import kafka, postgres
-from taskmanager.operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
-from taskmanager.twophase import TransactionId
+from operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
+from operators.twophase import TransactionId
 from weir.config import Endpoints
 from weir.errors import Fault, WeirError
 from weir.ids import JobId, OperatorUid

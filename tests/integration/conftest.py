@@ -14,8 +14,8 @@ import pytest
 
 from connectors import kafka
 from weir.client import JobManagerClient, JobStatus
-from weir.cluster import start_cluster, stop_cluster
 from weir.config import Endpoints
+from weir.supervisor import start_cluster, stop_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

@@ -12,9 +12,9 @@ import pytest
 from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from weir.client import JobStatus
-from weir.cluster import kill_process, local_status
 from weir.errors import ClusterUnavailableError
 from weir.events import EventSpec, events, produce_events
+from weir.supervisor import kill_process, local_status
 
 pytestmark = pytest.mark.integration
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.checkpoint_storage import CheckpointStorage, S3CheckpointStorage
+from connectors.object_storage import CheckpointStorage, S3CheckpointStorage
 from jobmanager.checkpointing.coordinator import (
     Action,
     CheckpointCoordinator,

@@ -20,9 +20,8 @@ import psycopg
 import pytest
 
 from connectors import kafka, postgres
-from taskmanager.metrics import TaskMetrics
-from taskmanager.operators.base import OperatorContext, StreamOperator
-from taskmanager.operators.transactional_sinks import (
+from operators.base import OperatorContext, StreamOperator
+from operators.transactional_sinks import (
     CommitMarker,
     TransactionalKafkaSinkOperator,
     TwoPhasePostgresSinkOperator,
@@ -30,6 +29,7 @@ from taskmanager.operators.transactional_sinks import (
 )
 from weir.config import Endpoints
 from weir.keygroups import KeyGroupRange
+from weir.metrics import TaskMetrics
 from weir.serde import dumps_value
 
 REPO_ROOT = Path(__file__).resolve().parents[3]

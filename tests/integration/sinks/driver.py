@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from taskmanager.operators.base import StreamOperator
+from operators.base import StreamOperator
 from tests.integration.sinks.conftest import KafkaSinkCase, PostgresSinkCase
 from weir.config import Endpoints
 from weir.serde import loads_value

@@ -14,9 +14,9 @@ import pytest
 from connectors import kafka
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
 from weir.client import JobManagerClient
-from weir.cluster import start_cluster, stop_cluster
 from weir.config import Endpoints
 from weir.events import EventSpec, produce_events
+from weir.supervisor import start_cluster, stop_cluster
 from weir.verify import verify_job
 
 pytestmark = pytest.mark.integration

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from connectors import kafka
-from taskmanager.operators.transactional_sinks import (
+from operators.transactional_sinks import (
     MARKER_TOPIC_CONFIG,
     CommitMarker,
     CommitMarkerLostError,
@@ -378,7 +378,7 @@ def test_one_subtasks_open_transaction_does_not_hold_up_another_subtasks_recover
 
 
 def test_validate_at_submit_names_a_missing_output_topic_and_creates_nothing(kafka_job: KafkaSinkCase) -> None:
-    from taskmanager.operators.sinks import KafkaSinkOperator
+    from operators.sinks import KafkaSinkOperator
 
     missing = f"{kafka_job.topic}-missing"
     sinks = [

@@ -15,14 +15,14 @@ import pytest
 from prometheus_client import REGISTRY
 
 from connectors import postgres
-from taskmanager.operators.sinks import PostgresUpsertSinkOperator
-from taskmanager.operators.transactional_sinks import (
+from operators.sinks import PostgresUpsertSinkOperator
+from operators.transactional_sinks import (
     SinkFencedError,
     SinkTransactionLostError,
     TwoPhasePostgresSinkOperator,
     gid_prefix,
 )
-from taskmanager.twophase import TransactionId
+from operators.twophase import TransactionId
 from tests.integration.sinks.conftest import (
     TASKMANAGER,
     NoOutput,

@@ -18,9 +18,9 @@ import pytest
 from confluent_kafka import Producer
 
 from connectors import kafka
-from taskmanager.operators.sinks import json_serializer
-from taskmanager.operators.transactional_sinks import MARKER_TOPIC_CONFIG, marker_topic_name
-from taskmanager.twophase import TransactionId
+from operators.sinks import json_serializer
+from operators.transactional_sinks import MARKER_TOPIC_CONFIG, marker_topic_name
+from operators.twophase import TransactionId
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
 from weir.cli import EXIT_FAILURE, EXIT_OK, run_cli
 from weir.config import Endpoints

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.checkpoint_storage import (
+from connectors.object_storage import (
     FileCheckpointStorage,
     ObjectNotFoundError,
     S3CheckpointStorage,

@@ -8,7 +8,7 @@ compared with the local mode's own sources, read where the local mode reads them
   and the KRaft identity written by kafka.sh itself; the Kafka version pinned in kafka/pom.xml;
 * deploy/local/postgres/weir.conf, appended by deploy/local/postgres.sh to the cluster's config;
 * deploy/prometheus/prometheus-local.yml, used by deploy/local/prometheus.sh;
-* ``weir.cluster.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
+* ``weir.supervisor.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
 * jobmanager/__main__.py and taskmanager/__main__.py: the flags the processes accept;
 * the Makefile's protoc command and pyproject.toml's package list, for deploy/Dockerfile.
 """
@@ -381,7 +381,7 @@ def _accepted_flags(module: str) -> set[str]:
 
 
 def test_weir_commands_use_the_local_mode_flags_and_ports(svc: dict[str, Any]) -> None:
-    from weir.cluster import default_children
+    from weir.supervisor import default_children
 
     children = default_children(Endpoints.from_env({}), taskmanagers=len(TASKMANAGERS), python="python")
     assert {child.name for child in children} == set(WEIR_SERVICES)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.checkpoint_storage import FileCheckpointStorage
+from connectors.object_storage import FileCheckpointStorage
 from jobmanager.checkpointing import coordinator as cc
 from jobmanager.jobs import JobMaster, JobStatus, JobSubmission
 from jobmanager.records import JobRecord

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from taskmanager.operators.base import OperatorContext, StreamOperator
+from operators.base import OperatorContext, StreamOperator
 from taskmanager.state import StateBackend
 from weir.ids import SubtaskIndex
 from weir.keygroups import key_group_range_for_subtask

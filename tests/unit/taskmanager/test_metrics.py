@@ -6,8 +6,8 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from taskmanager.metrics import SinkMetrics, TaskMetrics
 from taskmanager.task import exported_watermark
+from weir.metrics import SinkMetrics, TaskMetrics
 from weir.watermarks import MAX_WATERMARK, MIN_WATERMARK
 
 LABELS = ("job_id", "operator_uid", "subtask", "taskmanager")

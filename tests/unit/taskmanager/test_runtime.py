@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.network import MAX_MESSAGE_BYTES
 from taskmanager.runtime import TaskManagerRuntime, alignment_for, oversized_ack_reason
-from taskmanager.task import CheckpointAck, OperatorSnapshot, TaskAddress
+from taskmanager.task import ChainSnapshot, CheckpointAck, TaskAddress
 from weir.checkpointing import CheckpointingMode
 from weir.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
+from weir.transport import MAX_MESSAGE_BYTES
 
 
 @pytest.mark.parametrize("text", ["exactly_once", "EXACTLY_ONCE", "exactly-once", " exactly_once"])
@@ -46,7 +46,7 @@ def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TaskMan
 def test_an_oversized_acknowledgement_is_sent_as_a_decline_with_its_reason(runtime: TaskManagerRuntime) -> None:
     """It used to be handed to gRPC, refused as too large and dropped: the checkpoint timed out."""
     address = TaskAddress("job-1", "sink", 0, 1)
-    huge = OperatorSnapshot(address, 5, {"sink": b"x" * MAX_MESSAGE_BYTES}, (0, 127))
+    huge = ChainSnapshot(address, 5, {"sink": b"x" * MAX_MESSAGE_BYTES}, (0, 127))
     sent: list[tuple[str, object]] = []
 
     class Reports:  # what would go to the JobManager
@@ -57,6 +57,6 @@ def test_an_oversized_acknowledgement_is_sent_as_a_decline_with_its_reason(runti
     assert [kind for kind, _ in sent] == ["decline"]
     decline = sent[0][1]
     assert decline.checkpoint_id == 5 and "acknowledgement of checkpoint 5" in decline.reason  # type: ignore[attr-defined]
-    small = OperatorSnapshot(address, 6, {"sink": b"ok"}, (0, 127))
+    small = ChainSnapshot(address, 6, {"sink": b"ok"}, (0, 127))
     runtime._on_checkpoint(address, CheckpointAck(small, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
     assert [kind for kind, _ in sent] == ["decline", "ack"]

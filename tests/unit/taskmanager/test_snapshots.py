@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.checkpoint_storage import FileCheckpointStorage
+from connectors.object_storage import FileCheckpointStorage
 from jobmanager.checkpointing.coordinator import (
     Action,
     CheckpointCoordinator,
@@ -29,9 +29,9 @@ from jobmanager.checkpointing.pending import AckResult, FailureKind, StateObject
 from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from jobmanager.checkpointing.trigger import CheckpointConfig
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
-from taskmanager.state import StateBackend, state_namespace
+from taskmanager.state import StateBackend
 from weir.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.keygroups import KeyGroupRange
+from weir.keygroups import KeyGroupRange, state_namespace
 from weir.paths import CheckpointPaths
 
 JOB = JobId("job-a")

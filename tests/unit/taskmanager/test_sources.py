@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from taskmanager.operators import sources
-from taskmanager.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
+from operators import sources
+from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
 from tests.unit.taskmanager.conftest import CollectingOutput, StartOperator
 from weir.api import Environment, GeneratorSourceSpec, KafkaSourceSpec
 from weir.errors import JobDefinitionError
@@ -204,12 +204,16 @@ class FakeConsumer:
         self._offsets[partition] = offset + 1
         self.queued.append(FakeMessage(partition, offset, json.dumps({"ts": ts}).encode()))
 
-    def assign(self, partitions: list[Any]) -> None:
-        self.assigned = [tp.partition for tp in partitions]
+    def assign(self, next_offsets: dict[int, int | None]) -> None:
+        self.assigned = sorted(next_offsets)
 
-    def consume(self, num_messages: int = 1, timeout: float = 0) -> list[FakeMessage]:
-        out, self.queued = self.queued[:num_messages], self.queued[num_messages:]
+    def consume(self, max_messages: int, timeout_s: float) -> list[FakeMessage]:
+        out, self.queued = self.queued[:max_messages], self.queued[max_messages:]
         return out
+
+    @staticmethod
+    def is_end_of_partition(error: object) -> bool:
+        return False
 
     def close(self) -> None:
         return None
@@ -235,7 +239,7 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], FakeConsumer]
     def with_partitions(partitions: int) -> FakeConsumer:
         monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
         monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: partitions)
-        monkeypatch.setattr(sources.kafka, "consumer", lambda _endpoints, **_kw: consumer)
+        monkeypatch.setattr(sources.kafka, "PartitionReader", lambda _endpoints, _topic, **_kw: consumer)
         return consumer
 
     return with_partitions

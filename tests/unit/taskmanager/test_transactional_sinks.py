@@ -6,9 +6,8 @@ import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
 from connectors import postgres
-from taskmanager.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
-from taskmanager.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
-from taskmanager.operators.transactional_sinks import (
+from operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
+from operators.transactional_sinks import (
     CommitMarker,
     Deadline,
     SinkFencedError,
@@ -20,13 +19,12 @@ from taskmanager.operators.transactional_sinks import (
     last_committed_checkpoint,
     row_key_indexes,
     sink_fenced_error,
-    validate_sink_transaction_timeouts,
-    validate_transaction_timeout,
 )
-from taskmanager.twophase import LedgerSnapshot, PendingTransaction, TransactionId
+from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
 from weir.api import Environment
 from weir.errors import JobDefinitionError, SerializationError
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
 from weir.serde import dumps_value
 
 TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
@@ -34,40 +32,6 @@ TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
 
 def cp(n: int) -> CheckpointId:
     return CheckpointId(n)
-
-
-# transaction.timeout.ms -------------------------------------------------------------------------
-
-
-def test_a_timeout_covering_interval_and_restart_is_accepted() -> None:
-    validate_transaction_timeout(900_000, checkpoint_interval_s=60, restart_allowance_s=300)
-    validate_transaction_timeout(360_000, checkpoint_interval_s=60, restart_allowance_s=300)
-
-
-def test_a_timeout_shorter_than_interval_plus_restart_is_rejected() -> None:
-    with pytest.raises(JobDefinitionError, match=r"cannot cover a checkpoint interval of 60s plus a restart"):
-        validate_transaction_timeout(300_000, checkpoint_interval_s=60, restart_allowance_s=300)
-
-
-def test_a_timeout_above_the_broker_maximum_is_rejected() -> None:
-    with pytest.raises(JobDefinitionError, match="transaction.max.timeout.ms"):
-        validate_transaction_timeout(3_600_000, checkpoint_interval_s=10, restart_allowance_s=10)
-    validate_transaction_timeout(
-        3_600_000, checkpoint_interval_s=10, restart_allowance_s=10, broker_max_timeout_ms=3_600_000
-    )
-    with pytest.raises(JobDefinitionError, match="positive"):
-        validate_transaction_timeout(0, checkpoint_interval_s=10, restart_allowance_s=10)
-
-
-def test_the_graph_check_names_the_sink() -> None:
-    env = Environment("j", parallelism=1)
-    source = env.from_collection([1, 2], uid="src")
-    source.sink_to_kafka("ok", uid="fine")
-    source.sink_to_kafka("short", uid="too-short", transaction_timeout_ms=30_000)
-    source.sink_to_kafka("plain", uid="plain", delivery="at_least_once")
-    validate_sink_transaction_timeouts(env.graph, checkpoint_interval_s=10, restart_allowance_s=10)
-    with pytest.raises(JobDefinitionError, match="kafka sink 'too-short'"):
-        validate_sink_transaction_timeouts(env.graph, checkpoint_interval_s=10, restart_allowance_s=60)
 
 
 # The API ------------------------------------------------------------------------------------------
@@ -259,7 +223,7 @@ def test_dsns_in_messages_carry_no_password(dsn: str, shown: str) -> None:
 
 
 def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
-    from taskmanager.operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
+    from operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
 
     name = marker_topic_name("3f2a9c0d1e2b4a5f", "kafka-sink")
     assert name.startswith("weir-sink-commits.kafka-sink.3f2a9c0d1e2b4a5f.")
@@ -276,7 +240,7 @@ def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
 
 
 def test_the_marker_replication_factor_defaults_to_min_3_brokers_and_must_fit() -> None:
-    from taskmanager.operators.transactional_sinks import marker_replication_factor
+    from operators.transactional_sinks import marker_replication_factor
 
     assert [marker_replication_factor(None, brokers) for brokers in (1, 2, 3, 5)] == [1, 2, 3, 3]
     assert marker_replication_factor(2, 3) == 2

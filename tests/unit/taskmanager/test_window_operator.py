@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from taskmanager.metrics import TaskMetrics
-from taskmanager.operators.windows import WindowAggregateOperator
+from operators.windows import WindowAggregateOperator
 from tests.unit.taskmanager.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.errors import JobDefinitionError
+from weir.metrics import TaskMetrics
 from weir.watermarks import MAX_WATERMARK
 from weir.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 

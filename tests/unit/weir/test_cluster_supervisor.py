@@ -14,9 +14,11 @@ from typing import TypeVar
 import grpc
 import pytest
 
-from weir import cluster
+from weir import supervisor as cluster
 from weir.cli import EXIT_OK, EXIT_USAGE, run_cli
-from weir.cluster import (
+from weir.config import Endpoints
+from weir.errors import ClusterError, UnknownProcessError
+from weir.supervisor import (
     ChildExit,
     ChildSpec,
     LocalClusterStatus,
@@ -28,8 +30,6 @@ from weir.cluster import (
     start_cluster,
     stop_cluster,
 )
-from weir.config import Endpoints
-from weir.errors import ClusterError, UnknownProcessError
 from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
 T = TypeVar("T")

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from connectors import kafka, postgres
-from taskmanager.operators.sinks import json_serializer
+from operators.sinks import json_serializer
 from weir.errors import JobDefinitionError
 from weir.reference import KafkaRecord, ReferenceModeError, run_reference, run_reference_source
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from taskmanager.twophase import TransactionId
+from operators.twophase import TransactionId
 from weir.cli import EXIT_OK, EXIT_USAGE, run_cli
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.verify import (

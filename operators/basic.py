@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from taskmanager.operators.base import StreamOperator
+from operators.base import StreamOperator
 
 
 class MapOperator(StreamOperator):

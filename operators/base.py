@@ -44,7 +44,7 @@ class OperatorContext:
     state: Any  # taskmanager.state.StateBackend
     dead_letters: DeadLetters | None = None
     log: Any = field(default_factory=lambda: structlog.get_logger("weir.operator"))
-    metrics: Any = None  # taskmanager.metrics.TaskMetrics
+    metrics: Any = None  # weir.metrics.TaskMetrics
 
 
 class StreamOperator:

@@ -14,7 +14,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
-from taskmanager.operators.keyed import KeyedOperator
+from operators.keyed import KeyedOperator
 from weir.errors import JobDefinitionError
 from weir.watermarks import MIN_WATERMARK
 from weir.windows import TimeWindow, cleanup_time, is_window_late, window_fires

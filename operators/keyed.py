@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from taskmanager.operators.base import StreamOperator
-from taskmanager.operators.basic import _TimestampedCollector
-from taskmanager.state import state_namespace
-from weir.keygroups import KeyEncoder, key_to_bytes
+from operators.base import StreamOperator
+from operators.basic import _TimestampedCollector
+from weir.keygroups import KeyEncoder, key_to_bytes, state_namespace
 
 
 class KeyedOperator(StreamOperator):

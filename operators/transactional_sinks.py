@@ -1,6 +1,6 @@
 """Exactly-once sinks: a transactional Kafka sink and a two-phase-commit PostgreSQL sink.
 
-Both keep their bookkeeping in a :class:`~taskmanager.twophase.TwoPhaseCommitLedger`: one transaction
+Both keep their bookkeeping in a :class:`~operators.twophase.TwoPhaseCommitLedger`: one transaction
 per checkpoint epoch, pre-committed at the checkpoint's barrier, committed when a checkpoint at or after
 it completes, and re-resolved on recovery from the restored snapshot. Each sink proves its own commits
 in the transaction it commits (a marker record in ``weir-sink-commits``, a row in ``weir_sink_commits``);
@@ -26,9 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from connectors import kafka, postgres
-from taskmanager.metrics import SinkMetrics
-from taskmanager.operators.base import OperatorContext, Output, StreamOperator
-from taskmanager.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
+from operators.base import OperatorContext, Output, StreamOperator
+from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
 from weir.config import Endpoints
 from weir.crashpoints import (
     AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
@@ -36,9 +35,10 @@ from weir.crashpoints import (
     BETWEEN_SINK_COMMITS,
     crash_point,
 )
+from weir.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS
 from weir.errors import Fault, JobDefinitionError, SerializationError, ServiceUnavailableError, WeirError
-from weir.graph import LogicalGraph, OperatorKind
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.metrics import SinkMetrics
 from weir.serde import dumps_value, loads_value
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
@@ -54,7 +54,6 @@ MAX_TOPIC_NAME: Final = 249
 _MARKER_TOPIC_HASH: Final = 10  # hex digits of sha256(job id, operator uid) ending a marker topic's name
 _MARKER_TOPIC_BODY: Final = MAX_TOPIC_NAME - 1 - _MARKER_TOPIC_HASH
 _TOPIC_UNSAFE: Final = re.compile(r"[^a-zA-Z0-9._-]")
-DEFAULT_TRANSACTION_TIMEOUT_MS: Final = kafka.DEFAULT_TRANSACTION_TIMEOUT_MS
 DEFAULT_COMMIT_TIMEOUT_S: Final = 60.0
 DEFAULT_RECOVERY_TIMEOUT_S: Final = 120.0
 DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
@@ -101,55 +100,6 @@ class Deadline:
     @property
     def expired(self) -> bool:
         return self._clock() >= self._end
-
-
-# Submit-time checks -------------------------------------------------------------------------------
-
-
-def validate_transaction_timeout(
-    transaction_timeout_ms: int,
-    checkpoint_interval_s: float,
-    restart_allowance_s: float,
-    *,
-    broker_max_timeout_ms: int = kafka.DEFAULT_TRANSACTION_TIMEOUT_MS,
-) -> None:
-    """Reject a Kafka ``transaction.timeout.ms`` that cannot cover one checkpoint interval plus the
-    time a restart may take, or that the broker would refuse (``transaction.max.timeout.ms``)."""
-    if transaction_timeout_ms <= 0:
-        raise JobDefinitionError(f"transaction.timeout.ms must be positive, got {transaction_timeout_ms}")
-    if transaction_timeout_ms > broker_max_timeout_ms:
-        raise JobDefinitionError(
-            f"transaction.timeout.ms = {transaction_timeout_ms} exceeds the broker's transaction.max.timeout.ms "
-            f"({broker_max_timeout_ms}): the producer would be refused; lower transaction_timeout_ms or raise the "
-            "broker setting"
-        )
-    needed_ms = (checkpoint_interval_s + restart_allowance_s) * 1000.0
-    if transaction_timeout_ms < needed_ms:
-        raise JobDefinitionError(
-            f"transaction.timeout.ms = {transaction_timeout_ms} cannot cover a checkpoint interval of "
-            f"{checkpoint_interval_s:g}s plus a restart allowance of {restart_allowance_s:g}s ({needed_ms:.0f} ms): "
-            "the broker would abort transactions before their checkpoint completes; raise transaction_timeout_ms "
-            f"(at most the broker's transaction.max.timeout.ms, default {kafka.DEFAULT_TRANSACTION_TIMEOUT_MS}) "
-            "or checkpoint more often"
-        )
-
-
-def validate_sink_transaction_timeouts(
-    graph: LogicalGraph, checkpoint_interval_s: float, restart_allowance_s: float
-) -> None:
-    """``validate_transaction_timeout`` for every transactional Kafka sink of a job graph (sink
-    factories only build the operator object; they connect to nothing)."""
-    for transformation in graph.transformations.values():
-        if transformation.kind is not OperatorKind.SINK:
-            continue
-        operator = transformation.factory()
-        if isinstance(operator, TransactionalKafkaSinkOperator):
-            try:
-                validate_transaction_timeout(
-                    operator.transaction_timeout_ms, checkpoint_interval_s, restart_allowance_s
-                )
-            except JobDefinitionError as exc:
-                raise JobDefinitionError(f"kafka sink {transformation.uid!r}: {exc}") from exc
 
 
 # Names and markers --------------------------------------------------------------------------------

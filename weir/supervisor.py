@@ -1,6 +1,6 @@
 """The local-mode cluster: a JobManager and three TaskManagers as local processes, under a supervisor.
 
-``weir cluster up`` starts a detached supervisor (``python -m weir.cluster supervise``) that spawns the
+``weir cluster up`` starts a detached supervisor (``python -m weir.supervisor supervise``) that spawns the
 children, restarts one that exits (as docker compose's ``restart: unless-stopped``) and keeps
 ``state.json`` in the cluster directory (``$WEIR_RUN_DIR/cluster``) up to date::
 
@@ -550,7 +550,7 @@ def _launch_supervisor(directory: Path, args: Sequence[str]) -> int:
     supervisor is then nobody's child here, runs in its own session and outlives ``weir cluster up``."""
     directory.mkdir(parents=True, exist_ok=True)
     launched = subprocess.run(
-        [sys.executable, "-m", "weir.cluster", "supervise", "--detach", *args],
+        [sys.executable, "-m", "weir.supervisor", "supervise", "--detach", *args],
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -568,7 +568,7 @@ def _detach(args: Sequence[str], directory: Path) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / SUPERVISOR_LOG, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "weir.cluster", "supervise", *args],
+            [sys.executable, "-m", "weir.supervisor", "supervise", *args],
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
@@ -714,11 +714,11 @@ def kill_process(directory: Path, name: str) -> int:
     return process.pid
 
 
-# `python -m weir.cluster supervise` --------------------------------------------------------------
+# `python -m weir.supervisor supervise` --------------------------------------------------------------
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m weir.cluster")
+    parser = argparse.ArgumentParser(prog="python -m weir.supervisor")
     commands = parser.add_subparsers(dest="command", required=True)
     sup = commands.add_parser("supervise", help="run the local cluster's supervisor in the foreground")
     sup.add_argument("--dir", type=Path, default=None, help="cluster directory (default $WEIR_RUN_DIR/cluster)")

@@ -12,13 +12,11 @@ import time
 from collections.abc import Callable
 from typing import Any, assert_never
 
-from confluent_kafka import OFFSET_BEGINNING, KafkaError, KafkaException, TopicPartition
-
 from connectors import kafka
-from taskmanager.operators.base import SourceOperator
-from taskmanager.source_metrics import KafkaSourceLag
-from weir.api import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
+from operators.base import SourceOperator
+from operators.source_metrics import KafkaSourceLag
 from weir.config import Endpoints
+from weir.descriptors import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
 from weir.errors import JobDefinitionError, ServiceUnavailableError
 from weir.watermarks import (
     MAX_WATERMARK,
@@ -97,12 +95,7 @@ class KafkaSourceOperator(SourceOperator):
         endpoints = Endpoints.from_env()
         partitions = kafka.partition_count(endpoints, spec.topic)
         mine = [p for p in range(partitions) if p % ctx.parallelism == ctx.subtask]
-        self._consumer = kafka.consumer(
-            endpoints,
-            group_id=f"weir-{ctx.job_id}-{ctx.uid}",
-            isolation_level="read_committed",
-            fetch_wait_max_ms=50,
-        )
+        self._consumer = kafka.PartitionReader(endpoints, spec.topic, group_id=f"weir-{ctx.job_id}-{ctx.uid}")
         if self._end_offsets is None and spec.bounded:
             # The end of a bounded source is fixed once, by the JobManager at submit (kept in the job
             # record, so it survives every recovery); without it, the ends present now.
@@ -111,7 +104,7 @@ class KafkaSourceOperator(SourceOperator):
             self._end_offsets = {}
             for p in mine:
                 if p not in ends:
-                    _low, ends[p] = self._consumer.get_watermark_offsets(TopicPartition(spec.topic, p), timeout=30)
+                    ends[p] = self._consumer.end_offset(p)
                 self._end_offsets[p] = ends[p]
         self._active = {p for p in mine if not self._partition_done(p)}
         self._partition_watermarks = PartitionWatermarks(
@@ -122,9 +115,7 @@ class KafkaSourceOperator(SourceOperator):
             ended=[p for p in mine if p not in self._active],
         )
         self._emitted_watermark = self._partition_watermarks.current
-        self._consumer.assign(
-            [TopicPartition(spec.topic, p, self._next_offsets.get(p, OFFSET_BEGINNING)) for p in self._active]
-        )
+        self._consumer.assign({p: self._next_offsets.get(p) for p in self._active})
         if ctx.metrics is not None:
             self._lag = KafkaSourceLag(ctx.metrics.labels, spec.topic, self._cached_high_watermark)
             for p in mine:
@@ -144,11 +135,7 @@ class KafkaSourceOperator(SourceOperator):
     def _cached_high_watermark(self, partition: int) -> int:
         """The partition's high watermark as librdkafka's last fetch response gave it (no broker
         request); negative while unknown."""
-        try:
-            _low, high = self._consumer.get_watermark_offsets(TopicPartition(self._spec.topic, partition), cached=True)
-        except KafkaException:
-            return -1
-        return int(high)
+        return self._consumer.cached_high_watermark(partition)
 
     def _partition_done(self, partition: int) -> bool:
         if self._end_offsets is None:
@@ -170,7 +157,7 @@ class KafkaSourceOperator(SourceOperator):
         allowed = self._pacer.allowed(max_records)
         if allowed == 0:
             return True
-        messages = self._consumer.consume(num_messages=allowed, timeout=0.05)
+        messages = self._consumer.consume(allowed, 0.05)
         self._pacer.consumed(len(messages))
         self.records_polled += len(messages)
         spec, emit = self._spec, self.output.emit
@@ -183,7 +170,7 @@ class KafkaSourceOperator(SourceOperator):
             err = msg.error()
             partition = msg.partition()
             if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
+                if self._consumer.is_end_of_partition(err):
                     next_offsets[partition] = max(next_offsets.get(partition, 0), msg.offset())
                     self._check_done(partition)
                     continue
@@ -219,7 +206,7 @@ class KafkaSourceOperator(SourceOperator):
         if partition in self._active and self._partition_done(partition):
             self._active.discard(partition)
             self._partition_watermarks.end(partition)
-            self._consumer.incremental_unassign([TopicPartition(self._spec.topic, partition)])
+            self._consumer.unassign(partition)
             if self._lag is not None:
                 self._lag.finished(partition)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from connectors import kafka, postgres
-from taskmanager.operators.base import StreamOperator
-from taskmanager.operators.transactional_sinks import keep_newest, row_key_indexes, validate_postgres_sink
+from operators.base import StreamOperator
+from operators.transactional_sinks import keep_newest, row_key_indexes, validate_postgres_sink
 from weir.config import Endpoints
 from weir.errors import ServiceUnavailableError
 

@@ -1,0 +1,20 @@
+"""gRPC settings every Weir process uses, client and server: message size and keepalive."""
+
+from __future__ import annotations
+
+from typing import Final
+
+MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
+"""The largest gRPC message Weir sends or accepts (control and data plane)."""
+GRPC_OPTIONS: Final = [
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.keepalive_time_ms", 10_000),
+    ("grpc.keepalive_timeout_ms", 5_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+    ("grpc.http2.max_pings_without_data", 0),
+    # Server side (the same list configures servers): accept the clients' 10 s keepalive pings, or
+    # the server answers GOAWAY "too_many_pings" and idle data-plane streams break.
+    ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
+    ("grpc.http2.max_ping_strikes", 0),
+]
