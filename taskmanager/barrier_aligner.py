@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
+from weir.checkpointing import CheckpointKind
 from weir.errors import ProtocolError
 from weir.ids import ChannelIndex, CheckpointId, TaskId
 
@@ -42,13 +43,6 @@ class AlignmentMode(Enum):
     EXACTLY_ONCE = "exactly_once"
     AT_LEAST_ONCE = "at_least_once"
     UNALIGNED = "unaligned"
-
-
-class CheckpointKind(Enum):
-    """The kind a barrier carries (``CheckpointKind`` on the wire; same values as the JobManager's)."""
-
-    CHECKPOINT = "checkpoint"
-    SAVEPOINT = "savepoint"
 
 
 class AbortReason(Enum):

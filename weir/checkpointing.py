@@ -21,3 +21,11 @@ class CheckpointingMode(enum.Enum):
         """``EXACTLY_ONCE``, ``exactly-once`` and `` exactly_once`` all name EXACTLY_ONCE; None if unknown."""
         normalised = text.strip().lower().replace("-", "_")
         return next((mode for mode in cls if mode.value == normalised), None)
+
+
+class CheckpointKind(enum.Enum):
+    """A checkpoint (periodic, for recovery, retained as configured) or a savepoint (taken on
+    request, for upgrades, never subsumed)."""
+
+    CHECKPOINT = "checkpoint"
+    SAVEPOINT = "savepoint"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from typing import assert_never
 
-from weir.checkpointing import CheckpointingMode
+from weir.checkpointing import CheckpointingMode, CheckpointKind
 from weir.errors import Fault, ProtocolError
 from weir.failures import Failure
+from weir.states import TaskState
 from weir.wire import common_pb2
 
 # Fault ---------------------------------------------------------------------------------------------
@@ -81,3 +82,49 @@ def checkpointing_mode_from_proto(value: common_pb2.CheckpointingMode.ValueType)
         f"a deployment without a known checkpointing mode ({common_pb2.CheckpointingMode.Name(value)}): "
         "the JobManager and this TaskManager run different versions"
     )
+
+
+# Checkpoint kind -----------------------------------------------------------------------------------
+
+
+def checkpoint_kind_to_proto(kind: CheckpointKind) -> common_pb2.CheckpointKind.ValueType:
+    match kind:
+        case CheckpointKind.CHECKPOINT:
+            return common_pb2.CHECKPOINT_KIND_CHECKPOINT
+        case CheckpointKind.SAVEPOINT:
+            return common_pb2.CHECKPOINT_KIND_SAVEPOINT
+        case _:
+            assert_never(kind)
+
+
+def checkpoint_kind_from_proto(value: common_pb2.CheckpointKind.ValueType) -> CheckpointKind:
+    if value == common_pb2.CHECKPOINT_KIND_CHECKPOINT:
+        return CheckpointKind.CHECKPOINT
+    if value == common_pb2.CHECKPOINT_KIND_SAVEPOINT:
+        return CheckpointKind.SAVEPOINT
+    raise ProtocolError(
+        f"a barrier or trigger without a known checkpoint kind ({common_pb2.CheckpointKind.Name(value)})"
+    )
+
+
+# Task state ----------------------------------------------------------------------------------------
+
+_TASK_STATES: dict[TaskState, common_pb2.TaskState.ValueType] = {
+    TaskState.DEPLOYING: common_pb2.TASK_STATE_DEPLOYING,
+    TaskState.RUNNING: common_pb2.TASK_STATE_RUNNING,
+    TaskState.FINISHED: common_pb2.TASK_STATE_FINISHED,
+    TaskState.CANCELED: common_pb2.TASK_STATE_CANCELED,
+    TaskState.FAILED: common_pb2.TASK_STATE_FAILED,
+}
+_TASK_STATES_BACK = {wire: state for state, wire in _TASK_STATES.items()}
+
+
+def task_state_to_proto(state: TaskState) -> common_pb2.TaskState.ValueType:
+    return _TASK_STATES[state]
+
+
+def task_state_from_proto(value: common_pb2.TaskState.ValueType) -> TaskState:
+    state = _TASK_STATES_BACK.get(value)
+    if state is None:
+        raise ProtocolError(f"a task report without a known state ({common_pb2.TaskState.Name(value)})")
+    return state

@@ -13,12 +13,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from jobmanager.errors import CheckpointProtocolError
+from weir.checkpointing import CheckpointKind
 from weir.ids import CheckpointId, TaskId
-
-
-class CheckpointKind(enum.Enum):
-    CHECKPOINT = "checkpoint"
-    SAVEPOINT = "savepoint"
 
 
 class AckResult(enum.Enum):

@@ -93,3 +93,23 @@ def test_modes_cross_the_wire_and_an_unspecified_mode_is_refused() -> None:
     with pytest.raises(ProtocolError, match="without a known checkpointing mode"):
         checkpointing_mode_from_proto(common_pb2.CHECKPOINTING_MODE_UNSPECIFIED)
     assert CheckpointingMode.parse("sometimes") is None
+
+
+def test_checkpoint_kinds_and_task_states_cross_the_wire_and_unspecified_is_refused() -> None:
+    from weir.checkpointing import CheckpointKind
+    from weir.codec import (
+        checkpoint_kind_from_proto,
+        checkpoint_kind_to_proto,
+        task_state_from_proto,
+        task_state_to_proto,
+    )
+    from weir.states import TaskState
+
+    for kind in CheckpointKind:
+        assert checkpoint_kind_from_proto(checkpoint_kind_to_proto(kind)) is kind
+    for state in TaskState:
+        assert task_state_from_proto(task_state_to_proto(state)) is state
+    with pytest.raises(ProtocolError):
+        checkpoint_kind_from_proto(common_pb2.CHECKPOINT_KIND_UNSPECIFIED)
+    with pytest.raises(ProtocolError):
+        task_state_from_proto(common_pb2.TASK_STATE_UNSPECIFIED)

@@ -1,0 +1,32 @@
+"""The lifecycle states of a job and of a task, one definition each (the wire has its own enums;
+``weir.codec`` converts)."""
+
+from __future__ import annotations
+
+import enum
+
+
+class TaskState(enum.Enum):
+    DEPLOYING = "DEPLOYING"  # deployed, restoring its state and opening its operators
+    RUNNING = "RUNNING"
+    FINISHED = "FINISHED"
+    CANCELED = "CANCELED"
+    FAILED = "FAILED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (TaskState.FINISHED, TaskState.CANCELED, TaskState.FAILED)
+
+
+class JobStatus(enum.Enum):
+    CREATED = "CREATED"
+    RUNNING = "RUNNING"
+    RESTARTING = "RESTARTING"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+    CANCELLING = "CANCELLING"
+    CANCELED = "CANCELED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
