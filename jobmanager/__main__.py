@@ -13,7 +13,8 @@ import structlog
 from prometheus_client import start_http_server
 
 from connectors.object_storage import open_storage
-from jobmanager.service import JobManager, JobManagerServicer
+from jobmanager.manager import JobManager
+from jobmanager.service import JobManagerServicer
 from weir import logs
 from weir.config import Endpoints, checkpoint_dir
 from weir.transport import GRPC_OPTIONS

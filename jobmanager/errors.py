@@ -12,6 +12,7 @@ __all__ = [
     "Fault",
     "JobManagerError",
     "SavepointRejectedError",
+    "TaskManagerCallError",
 ]
 
 
@@ -48,3 +49,21 @@ class CheckpointProtocolError(JobManagerError):
     """The I/O layer or a task broke the checkpoint protocol (e.g. a state handle for another task)."""
 
     fault: Fault = Fault.INTERNAL
+
+
+class TaskManagerCallError(JobManagerError):
+    """A call to a TaskManager failed (``code`` is the gRPC status name). ``unavailable``: the
+    TaskManager is gone or unreachable, so the JobManager places the job on the others."""
+
+    fault: Fault = Fault.INTERNAL
+    retriable: ClassVar[bool] = True
+
+    def __init__(self, address: str, code: str, details: str) -> None:
+        super().__init__(f"TaskManager at {address}: {code}: {details}")
+        self.address = address
+        self.code = code
+        self.details = details
+
+    @property
+    def unavailable(self) -> bool:
+        return self.code == "UNAVAILABLE"

@@ -7,9 +7,8 @@ thread so that a slow TaskManager never blocks the servicer.
 
 from __future__ import annotations
 
-import enum
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import structlog
@@ -22,31 +21,29 @@ from jobmanager.records import JobSubmission
 from jobmanager.restart import GiveUp, RestartStrategy, parse_restart_strategy
 from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
-from weir.codec import checkpointing_mode_to_proto
+from weir.checkpointing import CheckpointingMode
 from weir.failures import Failure
 from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.plan import JobPlan, build_plan
-from weir.wire import common_pb2, taskmanager_pb2
+from weir.states import JobStatus, TaskState
 
 log = structlog.get_logger("weir.jobmanager")
 
-TERMINAL_TASK_STATES = frozenset(
-    {common_pb2.TASK_STATE_FINISHED, common_pb2.TASK_STATE_CANCELED, common_pb2.TASK_STATE_FAILED}
-)
+__all__ = [
+    "DeployCommand",
+    "InputChannelSpec",
+    "JobMaster",
+    "JobStatus",
+    "JobSubmission",
+    "OutputChannelSpec",
+    "TaskDeployment",
+    "TaskRecord",
+    "new_job_id",
+]
 
 
-class JobStatus(enum.Enum):
-    CREATED = "CREATED"
-    RUNNING = "RUNNING"
-    RESTARTING = "RESTARTING"
-    FINISHED = "FINISHED"
-    FAILED = "FAILED"
-    CANCELLING = "CANCELLING"
-    CANCELED = "CANCELED"
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobStatus.FINISHED, JobStatus.FAILED, JobStatus.CANCELED)
+def _still_running(state: TaskState | None) -> bool:
+    return state is None or not state.terminal
 
 
 @dataclass
@@ -55,7 +52,7 @@ class TaskRecord:
     subtask: int
     operator_names: str
     taskmanager_id: str = ""
-    state: int = common_pb2.TASK_STATE_UNSPECIFIED
+    state: TaskState | None = None  # None: never reported (the wire's UNSPECIFIED)
     failure: Failure | None = None
     records_in: int = 0
     records_out: int = 0
@@ -66,12 +63,55 @@ class TaskRecord:
         return self.records_in_earlier_attempts + self.records_in
 
 
-@dataclass
+@dataclass(frozen=True)
+class InputChannelSpec:
+    """One input channel of a task: which gate and channel, fed by which producer subtask."""
+
+    gate: int
+    channel: int
+    producer_vertex: str
+    producer_subtask: int
+
+
+@dataclass(frozen=True)
+class OutputChannelSpec:
+    """One output channel of a task: to which consumer subtask, at which address and channel."""
+
+    output: int
+    channel: int
+    consumer_vertex: str
+    consumer_subtask: int
+    consumer_address: str
+    consumer_channel: int
+
+
+@dataclass(frozen=True)
+class TaskDeployment:
+    """Everything a TaskManager needs to run one subtask of one attempt (the gateway puts it on the wire)."""
+
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+    job_name: str
+    job_source: bytes
+    job_file_name: str
+    parameters: Mapping[str, str]
+    parallelism: int
+    restore_state_handle: bytes
+    restore_checkpoint_id: int
+    checkpointing_mode: CheckpointingMode
+    buffer_timeout_ms: int
+    inputs: tuple[InputChannelSpec, ...]
+    outputs: tuple[OutputChannelSpec, ...]
+
+
+@dataclass(frozen=True)
 class DeployCommand:
-    """One deployment round, executed by the gateway off the lock."""
+    """One deployment round, executed by the deployer off the lock."""
 
     attempt: int
-    requests: list[tuple[str, taskmanager_pb2.DeployTaskRequest]]  # (TaskManager address, request)
+    requests: tuple[tuple[str, TaskDeployment], ...]  # (TaskManager address, deployment)
 
 
 @dataclass
@@ -151,19 +191,21 @@ class JobMaster:
         self.status = JobStatus.RUNNING
         self.restart_at = None
         sub = self.submission
-        requests: list[tuple[str, taskmanager_pb2.DeployTaskRequest]] = []
+        requests: list[tuple[str, TaskDeployment]] = []
         # Consumers first, so that their input gates exist when producers connect.
         for vertex in reversed(list(self.plan.vertices.values())):
             for s in range(vertex.parallelism):
                 tm = placement[(vertex.uid, s)]
                 record = self.tasks[(vertex.uid, s)]
                 record.taskmanager_id = tm
-                record.state = common_pb2.TASK_STATE_DEPLOYING
+                record.state = TaskState.DEPLOYING
                 record.failure = None
                 record.records_in_earlier_attempts += record.records_in
                 record.records_in = record.records_out = 0
-                request = taskmanager_pb2.DeployTaskRequest(
-                    task=common_pb2.TaskRef(job_id=sub.job_id, vertex_uid=vertex.uid, subtask=s),
+                deployment = TaskDeployment(
+                    job_id=sub.job_id,
+                    vertex_uid=vertex.uid,
+                    subtask=s,
                     attempt=self.attempt,
                     job_name=sub.job_name,
                     job_source=sub.job_source,
@@ -172,28 +214,25 @@ class JobMaster:
                     parallelism=sub.parallelism,
                     restore_state_handle=self.restore.get((vertex.uid, s), b""),
                     restore_checkpoint_id=self.restore_checkpoint_id,
-                    checkpointing_mode=checkpointing_mode_to_proto(self.checkpoint_settings.mode),
+                    checkpointing_mode=self.checkpoint_settings.mode,
                     buffer_timeout_ms=self.execution_settings.buffer_timeout_ms,
+                    inputs=tuple(
+                        InputChannelSpec(ch.gate, ch.channel, ch.producer_vertex, ch.producer_subtask)
+                        for ch in self.plan.input_channels(vertex.uid, s)
+                    ),
+                    outputs=tuple(
+                        OutputChannelSpec(
+                            output=ch.edge_index,
+                            channel=ch.channel,
+                            consumer_vertex=ch.consumer_vertex,
+                            consumer_subtask=ch.consumer_subtask,
+                            consumer_address=addresses[placement[(ch.consumer_vertex, ch.consumer_subtask)]],
+                            consumer_channel=ch.consumer_channel,
+                        )
+                        for ch in self.plan.output_channels(vertex.uid, s)
+                    ),
                 )
-                for ch in self.plan.input_channels(vertex.uid, s):
-                    request.inputs.add(
-                        gate=ch.gate,
-                        channel=ch.channel,
-                        producer=common_pb2.TaskRef(
-                            job_id=sub.job_id, vertex_uid=ch.producer_vertex, subtask=ch.producer_subtask
-                        ),
-                    )
-                for ch in self.plan.output_channels(vertex.uid, s):
-                    request.outputs.add(
-                        output=ch.edge_index,
-                        channel=ch.channel,
-                        consumer=common_pb2.TaskRef(
-                            job_id=sub.job_id, vertex_uid=ch.consumer_vertex, subtask=ch.consumer_subtask
-                        ),
-                        consumer_address=addresses[placement[(ch.consumer_vertex, ch.consumer_subtask)]],
-                        consumer_channel=ch.consumer_channel,
-                    )
-                requests.append((addresses[tm], request))
+                requests.append((addresses[tm], deployment))
         log.info(
             "job_scheduled",
             job_id=sub.job_id,
@@ -201,7 +240,7 @@ class JobMaster:
             slots=slots,
             restore_checkpoint_id=self.restore_checkpoint_id or None,
         )
-        return DeployCommand(self.attempt, requests)
+        return DeployCommand(self.attempt, tuple(requests))
 
     def task_id(self, vertex_uid: str, subtask: int) -> TaskId:
         return TaskId(JobId(self.job_id), OperatorUid(vertex_uid), SubtaskIndex(subtask))
@@ -218,7 +257,7 @@ class JobMaster:
         return bool(sources) and sources <= self.sources_ended and self.final_checkpoint_id is None
 
     def all_running(self) -> bool:
-        return all(t.state == common_pb2.TASK_STATE_RUNNING for t in self.tasks.values())
+        return all(t.state is TaskState.RUNNING for t in self.tasks.values())
 
     def taskmanager_of(self, task: TaskId) -> str:
         return self.tasks[(task.operator_uid, task.subtask)].taskmanager_id
@@ -233,7 +272,7 @@ class JobMaster:
         vertex_uid: str,
         subtask: int,
         attempt: int,
-        state: int,
+        state: TaskState,
         failure: Failure | None,
         records_in: int,
         records_out: int,
@@ -252,19 +291,19 @@ class JobMaster:
         record.records_out = max(record.records_out, records_out)
         if self.status is not JobStatus.RUNNING:
             return None  # cancelling or restarting: the tasks end because they were told to
-        if state == common_pb2.TASK_STATE_FAILED:
+        if state is TaskState.FAILED:
             cause = failure or Failure.internal("the task reported FAILED without a failure")
             record.failure = cause
             return Failure(
                 cause.type, f"task {vertex_uid}#{subtask} failed: {cause.message}", cause.fault, cause.retriable
             )
-        if state == common_pb2.TASK_STATE_CANCELED:
+        if state is TaskState.CANCELED:
             record.failure = Failure.internal("cancelled while the job was running")
             return Failure.internal(f"task {vertex_uid}#{subtask} was cancelled while the job was running")
         if (
-            state == common_pb2.TASK_STATE_FINISHED
+            state is TaskState.FINISHED
             and self.status is JobStatus.RUNNING
-            and all(t.state == common_pb2.TASK_STATE_FINISHED for t in self.tasks.values())
+            and all(t.state is TaskState.FINISHED for t in self.tasks.values())
         ):
             self.status = JobStatus.FINISHED
             self.finished_at = now
@@ -286,8 +325,8 @@ class JobMaster:
         decision = self.restart_strategy.on_failure(now, failure)
         self.failure = failure
         for t in self.tasks.values():
-            if t.state not in TERMINAL_TASK_STATES:
-                t.state = common_pb2.TASK_STATE_CANCELED
+            if _still_running(t.state):
+                t.state = TaskState.CANCELED
         if isinstance(decision, GiveUp):
             self.status = JobStatus.FAILED
             self.finished_at = now
@@ -318,8 +357,8 @@ class JobMaster:
         self.status = JobStatus.RESTARTING
         self.restart_at = now
         for t in self.tasks.values():
-            if t.state not in TERMINAL_TASK_STATES:
-                t.state = common_pb2.TASK_STATE_CANCELED
+            if _still_running(t.state):
+                t.state = TaskState.CANCELED
         log.info("job_replaced", job_id=self.job_id, attempt=self.attempt, reason=reason)
 
     def cancel(self, now: float) -> bool:
@@ -331,8 +370,8 @@ class JobMaster:
         self.cancel_requested_at = now
         self.restart_at = None
         for t in self.tasks.values():
-            if t.state not in TERMINAL_TASK_STATES:
-                t.state = common_pb2.TASK_STATE_CANCELED
+            if _still_running(t.state):
+                t.state = TaskState.CANCELED
         return True
 
     def cancelled(self, now: float) -> None:

@@ -10,7 +10,7 @@ Format 1::
      "submission": {"job_id", "job_name", "job_file_name", "job_source" (base64), "parameters",
                     "parallelism", "submitted_at"},
      "attempt": int,              # the highest attempt deployed (persisted before deployment)
-     "status": "RUNNING" | ...,   # jobmanager.jobs.JobStatus
+     "status": "RUNNING" | ...,   # weir.states.JobStatus
      "failure": null | {"type", "message", "fault", "retriable"},
      "records_in_all_attempts": [[vertex uid, subtask, count], ...],
      "checkpoint_ids_reserved_through": int,   # no checkpoint id at or below it is handed out again
@@ -26,6 +26,7 @@ from typing import Any, Final
 
 from weir.errors import Fault, SerializationError
 from weir.failures import Failure
+from weir.states import JobStatus
 
 RECORD_FORMAT: Final = 1
 
@@ -45,7 +46,7 @@ class JobSubmission:
 class JobRecord:
     submission: JobSubmission
     attempt: int
-    status: str
+    status: JobStatus
     failure: Failure | None
     records_in_all_attempts: dict[tuple[str, int], int]
     checkpoint_ids_reserved_through: int = 0
@@ -65,7 +66,7 @@ class JobRecord:
                 "submitted_at": sub.submitted_at,
             },
             "attempt": self.attempt,
-            "status": self.status,
+            "status": self.status.value,
             "failure": _failure_to_json(self.failure),
             "records_in_all_attempts": [[uid, s, n] for (uid, s), n in sorted(self.records_in_all_attempts.items())],
             "checkpoint_ids_reserved_through": self.checkpoint_ids_reserved_through,
@@ -98,7 +99,7 @@ class JobRecord:
             return cls(
                 submission=submission,
                 attempt=int(document["attempt"]),
-                status=str(document["status"]),
+                status=JobStatus(document["status"]),
                 failure=_failure_from_json(document["failure"]),
                 records_in_all_attempts={(str(u), int(s)): int(n) for u, s, n in document["records_in_all_attempts"]},
                 checkpoint_ids_reserved_through=int(document["checkpoint_ids_reserved_through"]),

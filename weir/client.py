@@ -14,7 +14,8 @@ from typing import Final, TypeVar
 
 import grpc
 
-from weir.codec import optional_failure_from_proto
+from jobmanager.codec import checkpoint_status_from_proto, job_status_from_proto
+from weir.codec import checkpoint_kind_from_proto, optional_failure_from_proto, task_state_from_proto
 from weir.errors import (
     ClusterUnavailableError,
     JobDefinitionError,
@@ -25,12 +26,13 @@ from weir.errors import (
 )
 from weir.failures import Failure
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
+from weir.states import JobStatus as DomainJobStatus
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 CALL_TIMEOUT_S: Final = 10.0
 SUBMIT_TIMEOUT_S: Final = 60.0
 
-TERMINAL_JOB_STATUSES: Final = frozenset({"FINISHED", "FAILED", "CANCELED"})
+TERMINAL_JOB_STATUSES: Final = frozenset(s.value for s in DomainJobStatus if s.terminal)
 
 # Reconnect quickly once a JobManager comes up: the CLI polls a starting cluster.
 _CHANNEL_OPTIONS: Final = (
@@ -196,7 +198,7 @@ class JobManagerClient:
     def cancel_job(self, job_id: str) -> str:
         """Cancel a job; answers the job's status after the request (e.g. CANCELING or CANCELED)."""
         response = self._call(self._stub.CancelJob, jobmanager_pb2.CancelJobRequest(job_id=job_id), job_id=job_id)
-        return str(response.status)
+        return job_status_from_proto(response.status).value
 
     def list_checkpoints(self, job_id: str) -> tuple[CheckpointInfo, ...]:
         response = self._call(
@@ -249,7 +251,7 @@ def _summary(m: jobmanager_pb2.JobSummary) -> JobSummary:
     return JobSummary(
         job_id=JobId(m.job_id),
         job_name=m.job_name,
-        status=m.status,
+        status=job_status_from_proto(m.status).value,
         submitted_at=m.submitted_at,
         parallelism=m.parallelism,
         restarts=m.restarts,
@@ -261,7 +263,7 @@ def _task_status(m: jobmanager_pb2.TaskStatus) -> TaskStatus:
         vertex_uid=OperatorUid(m.task.vertex_uid),
         subtask=SubtaskIndex(m.task.subtask),
         operator_names=m.operator_names,
-        state=_enum_name(common_pb2.TaskState.Name(m.state), "TASK_STATE_"),
+        state=task_state_from_proto(m.state).value if m.state != common_pb2.TASK_STATE_UNSPECIFIED else "UNSPECIFIED",
         taskmanager_id=TaskManagerId(m.taskmanager_id),
         failure=optional_failure_from_proto(m, "failure"),
         records_in=m.records_in,
@@ -273,8 +275,8 @@ def _task_status(m: jobmanager_pb2.TaskStatus) -> TaskStatus:
 def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
     return CheckpointInfo(
         checkpoint_id=CheckpointId(m.checkpoint_id),
-        status=m.status,
-        kind=_enum_name(common_pb2.CheckpointKind.Name(m.kind), "CHECKPOINT_KIND_"),
+        status=checkpoint_status_from_proto(m.status).value,
+        kind=checkpoint_kind_from_proto(m.kind).name,
         trigger_time=m.trigger_time,
         duration_s=m.duration_s,
         size_bytes=m.size_bytes,
@@ -301,10 +303,6 @@ def _taskmanager(m: jobmanager_pb2.TaskManagerInfo) -> TaskManagerInfo:
         last_heartbeat_age_s=m.last_heartbeat_age_s,
         alive=m.alive,
     )
-
-
-def _enum_name(name: str, prefix: str) -> str:
-    return name.removeprefix(prefix)
 
 
 __all__ = [

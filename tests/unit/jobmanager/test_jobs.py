@@ -9,18 +9,20 @@ import pytest
 
 from jobmanager.checkpointing.coordinator import default_metadata_key
 from jobmanager.errors import ConfigError
-from jobmanager.jobs import JobMaster, JobStatus, JobSubmission
+from jobmanager.gateway import deploy_request
+from jobmanager.jobs import DeployCommand, JobMaster, JobSubmission
 from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
 from weir.errors import Fault, NotEnoughSlotsError
 from weir.failures import Failure
-from weir.wire import common_pb2
+from weir.states import JobStatus, TaskState
+from weir.wire import common_pb2, taskmanager_pb2
 
-FINISHED = common_pb2.TASK_STATE_FINISHED
-FAILED = common_pb2.TASK_STATE_FAILED
-CANCELED = common_pb2.TASK_STATE_CANCELED
-RUNNING = common_pb2.TASK_STATE_RUNNING
-DEPLOYING = common_pb2.TASK_STATE_DEPLOYING
+FINISHED = TaskState.FINISHED
+FAILED = TaskState.FAILED
+CANCELED = TaskState.CANCELED
+RUNNING = TaskState.RUNNING
+DEPLOYING = TaskState.DEPLOYING
 
 # gen (3 subtasks) -hash-> sum -> out (2 subtasks, chained): three shared slots.
 JOB = textwrap.dedent(
@@ -63,13 +65,18 @@ def make_master() -> MakeMaster:
     return make
 
 
-def report(master: JobMaster, vertex: str, subtask: int, state: int, **kwargs: object) -> Failure | None:
+def wire(command: DeployCommand) -> list[tuple[str, taskmanager_pb2.DeployTaskRequest]]:
+    """The deployments as the gateway puts them on the wire."""
+    return [(address, deploy_request(d)) for address, d in command.requests]
+
+
+def report(master: JobMaster, vertex: str, subtask: int, state: TaskState, **kwargs: object) -> Failure | None:
     fields: dict[str, object] = {"failure": None, "records_in": 0, "records_out": 0, "now": 200.0, **kwargs}
     attempt = fields.pop("attempt", master.attempt)
     return master.on_task_state(vertex, subtask, attempt, state, **fields)  # type: ignore[arg-type]
 
 
-def report_all(master: JobMaster, state: int, now: float = 200.0) -> None:
+def report_all(master: JobMaster, state: TaskState, now: float = 200.0) -> None:
     for vertex, subtask in list(master.tasks):
         report(master, vertex, subtask, state, now=now)
 
@@ -101,7 +108,7 @@ def test_every_deploy_request_carries_the_buffer_timeout(
     make_master: MakeMaster, given: str | None, expected_ms: int
 ) -> None:
     master = make_master({} if given is None else {"execution.buffer-timeout": given})
-    requests = [r for _, r in master.schedule(OFFERS, ADDRESSES, now=150.0).requests]
+    requests = [r for _, r in wire(master.schedule(OFFERS, ADDRESSES, now=150.0))]
     assert len(requests) == 5
     assert all(r.HasField("buffer_timeout_ms") and r.buffer_timeout_ms == expected_ms for r in requests)
 
@@ -112,16 +119,16 @@ def test_schedule_places_subtasks_and_deploys_consumers_first(make_master: MakeM
     assert command.attempt == master.attempt == 1
     assert master.status is JobStatus.RUNNING
     assert master.slots == ["tm-a", "tm-b", "tm-a"]
-    order = [(r.task.vertex_uid, r.task.subtask) for _, r in command.requests]
+    order = [(r.task.vertex_uid, r.task.subtask) for _, r in wire(command)]
     assert order == [("sum", 0), ("sum", 1), ("gen", 0), ("gen", 1), ("gen", 2)]
-    assert [address for address, _ in command.requests] == [
+    assert [address for address, _ in wire(command)] == [
         "host-a:6124",
         "host-b:6124",
         "host-a:6124",
         "host-b:6124",
         "host-a:6124",
     ]
-    for _, request in command.requests:
+    for _, request in wire(command):
         assert request.task.job_id == "job-1"
         assert request.attempt == 1
         assert request.job_source == JOB and request.job_file_name == "sums.py" and request.job_name == "sums"
@@ -143,7 +150,7 @@ def test_schedule_places_subtasks_and_deploys_consumers_first(make_master: MakeM
 
 def test_deploy_requests_carry_matching_channel_specs(make_master: MakeMaster) -> None:
     master = make_master()
-    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in master.schedule(OFFERS, ADDRESSES, 0.0).requests}
+    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in wire(master.schedule(OFFERS, ADDRESSES, 0.0))}
     sum1 = requests[("sum", 1)]
     assert [(i.gate, i.channel, i.producer.vertex_uid, i.producer.subtask) for i in sum1.inputs] == [
         (0, 0, "gen", 0),
@@ -173,7 +180,7 @@ def test_schedule_passes_the_restore_handles(make_master: MakeMaster) -> None:
     master = make_master()
     master.restore = {("sum", 1): b"handle-sum-1"}
     master.restore_checkpoint_id = 7
-    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in master.schedule(OFFERS, ADDRESSES, 0.0).requests}
+    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in wire(master.schedule(OFFERS, ADDRESSES, 0.0))}
     assert requests[("sum", 1)].restore_state_handle == b"handle-sum-1"
     assert requests[("sum", 0)].restore_state_handle == b""
     assert {r.restore_checkpoint_id for r in requests.values()} == {7}
@@ -274,7 +281,9 @@ def test_cancel_of_a_running_job_ends_only_when_the_jobmanager_says_so(make_mast
 
 
 @pytest.mark.parametrize("last_state", [FINISHED, FAILED], ids=["finished", "failed"])
-def test_a_task_ending_on_its_own_while_cancelling_is_no_failure(make_master: MakeMaster, last_state: int) -> None:
+def test_a_task_ending_on_its_own_while_cancelling_is_no_failure(
+    make_master: MakeMaster, last_state: TaskState
+) -> None:
     master = make_master()
     master.schedule(OFFERS, ADDRESSES, 0.0)
     report_all(master, RUNNING)
@@ -362,5 +371,5 @@ def test_every_deploy_request_carries_the_parsed_checkpointing_mode(
 ) -> None:
     """The TaskManagers once compared the raw -D text: 'EXACTLY_ONCE' ran without alignment."""
     master = make_master({} if given is None else {"checkpointing.mode": given})
-    requests = [r for _, r in master.schedule(OFFERS, ADDRESSES, now=150.0).requests]
+    requests = [r for _, r in wire(master.schedule(OFFERS, ADDRESSES, now=150.0))]
     assert {r.checkpointing_mode for r in requests} == {expected}

@@ -9,6 +9,7 @@ import pytest
 from jobmanager.records import JobRecord, JobSubmission
 from weir.errors import Fault, SerializationError
 from weir.failures import Failure
+from weir.states import JobStatus
 
 SUBMISSION = JobSubmission(
     job_id="job-1",
@@ -25,7 +26,7 @@ def test_a_record_reads_back_as_written() -> None:
     record = JobRecord(
         submission=SUBMISSION,
         attempt=4,
-        status="CANCELLING",
+        status=JobStatus.CANCELLING,
         failure=Failure("JobDefinitionError", "no table", Fault.USER, False),
         records_in_all_attempts={("sum", 0): 10, ("gen", 2): 7},
         checkpoint_ids_reserved_through=200,
@@ -33,7 +34,16 @@ def test_a_record_reads_back_as_written() -> None:
     )
     data = record.to_json()
     assert json.loads(data)["format"] == 1
+    assert json.loads(data)["status"] == "CANCELLING"  # the status travels by its name
     assert JobRecord.from_json(data) == record
+
+
+def test_a_record_with_an_unknown_status_is_malformed() -> None:
+    record = JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {})
+    document = json.loads(record.to_json())
+    document["status"] = "PAUSED"
+    with pytest.raises(SerializationError, match="is malformed"):
+        JobRecord.from_json(json.dumps(document).encode())
 
 
 @pytest.mark.parametrize(

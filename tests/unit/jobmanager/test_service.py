@@ -1,5 +1,5 @@
-"""The JobManager's decisions about attempts, TaskManagers and recovery, driven without a network:
-TaskManagers are registered at addresses nothing listens on, storage is a local directory."""
+"""The composed JobManager's decisions about attempts, TaskManagers and recovery, driven without a
+network: TaskManagers are registered at addresses nothing listens on, storage is a local directory."""
 
 from __future__ import annotations
 
@@ -12,13 +12,14 @@ import pytest
 
 from connectors.object_storage import FileCheckpointStorage
 from jobmanager.checkpointing import coordinator as cc
-from jobmanager.jobs import JobMaster, JobStatus, JobSubmission
+from jobmanager.jobs import JobMaster, JobSubmission
+from jobmanager.manager import JobManager
+from jobmanager.messages import Heartbeat, TaskProgress
 from jobmanager.records import JobRecord
 from jobmanager.scheduler import SlotOffer
-from jobmanager.service import JobManager
 from weir.api import load_job_source
 from weir.failures import Failure
-from weir.wire import common_pb2, jobmanager_pb2
+from weir.states import JobStatus
 
 JOB = textwrap.dedent(
     """
@@ -54,10 +55,8 @@ def running_job(jm: JobManager, parameters: dict[str, str] | None = None) -> Job
     return job
 
 
-def progress(attempt: int) -> jobmanager_pb2.TaskProgress:
-    return jobmanager_pb2.TaskProgress(
-        task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=0), attempt=attempt
-    )
+def progress(attempt: int) -> TaskProgress:
+    return TaskProgress("job-1", "gen", 0, attempt, records_in=0, records_out=0)
 
 
 def wait_for(condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-untyped-def]
@@ -72,21 +71,15 @@ def test_a_heartbeat_cancels_only_the_stale_attempt(jm: JobManager) -> None:
     job.fail_over(Failure.internal("lost"), 2.0)
     job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_ADDRESS}, 3.0)
     assert job.attempt == 2
-    response = jm.heartbeat(
-        jobmanager_pb2.HeartbeatRequest(taskmanager_id="tm-a", running_tasks=[progress(1), progress(2)])
-    )
+    response = jm.heartbeat(Heartbeat("tm-a", (progress(1), progress(2))))
     assert [(c.job_id, c.attempt) for c in response.cancel] == [("job-1", 1)]
 
 
 def test_a_heartbeat_cancels_tasks_of_unknown_and_ended_jobs(jm: JobManager) -> None:
     job = running_job(jm)
     job.cancel(5.0)
-    stranger = jobmanager_pb2.TaskProgress(
-        task=common_pb2.TaskRef(job_id="ghost", vertex_uid="x", subtask=0), attempt=3
-    )
-    response = jm.heartbeat(
-        jobmanager_pb2.HeartbeatRequest(taskmanager_id="tm-a", running_tasks=[progress(1), stranger])
-    )
+    stranger = TaskProgress("ghost", "x", 0, 3, records_in=0, records_out=0)
+    response = jm.heartbeat(Heartbeat("tm-a", (progress(1), stranger)))
     assert sorted((c.job_id, c.attempt) for c in response.cancel) == [("ghost", 3), ("job-1", 1)]
 
 
@@ -110,16 +103,16 @@ def test_checkpoint_ids_are_not_reused_by_a_jobmanager_that_takes_over(storage: 
     job = running_job(first, {"checkpointing.interval": "1s"})
     job.coordinator.start(10.0, job.all_task_ids(), job.source_task_ids())
     handed: list[int] = []
-    with first._lock:  # noqa: SLF001 - the servicer holds it when it executes actions
+    with first.lock:  # the servicer holds it when it executes actions
         for now in (11.0, 12.0, 13.0):
             actions = job.coordinator.tick(now)
             triggers = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
             handed += [t.checkpoint_id for t in triggers]
-            first._execute(job, actions)  # noqa: SLF001
+            first.executor.execute(job, actions)
             for t in triggers:  # never acknowledged: no metadata is ever written
-                first._execute(
+                first.executor.execute(
                     job, job.coordinator.receive_decline(now, t.checkpoint_id, job.source_task_ids()[0], "x")
-                )  # noqa: SLF001
+                )
     first.stop()
     assert handed == [1, 2, 3]
     record = JobRecord.from_json(storage.get_bytes(first.paths.job_record(job.coordinator.job_id)))
@@ -139,9 +132,9 @@ def test_a_recovered_jobmanager_finishes_cancelling_instead_of_restarting(storag
     first = JobManager(storage)
     first.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
     job = running_job(first)
-    with first._lock:  # noqa: SLF001
+    with first.lock:
         job.cancel(5.0)
-        assert first._save_record(job).result()  # noqa: SLF001 - the JobManager dies right after this
+        assert first.records.save(job).result()  # the JobManager dies right after this
     first.stop()
     second = JobManager(storage)
     try:
@@ -152,7 +145,7 @@ def test_a_recovered_jobmanager_finishes_cancelling_instead_of_restarting(storag
         assert recovered.transactions_resolved
         assert recovered.attempt > 1  # the resolution ran as a newer attempt than every one deployed
         key = second.paths.job_record(recovered.coordinator.job_id)
-        wait_for(lambda: JobRecord.from_json(storage.get_bytes(key)).status == "CANCELED")
+        wait_for(lambda: JobRecord.from_json(storage.get_bytes(key)).status is JobStatus.CANCELED)
         assert JobRecord.from_json(storage.get_bytes(key)).transactions_resolved
     finally:
         second.stop()
@@ -160,9 +153,9 @@ def test_a_recovered_jobmanager_finishes_cancelling_instead_of_restarting(storag
 
 def test_the_attempt_is_in_the_job_record_before_its_deployment(jm: JobManager, storage: FileCheckpointStorage) -> None:
     job = running_job(jm)
-    with jm._lock:  # noqa: SLF001
+    with jm.lock:
         job.fail_over(Failure.internal("lost"), 2.0)
-        command, saved = jm._schedule(job, 4.0)  # noqa: SLF001
+        command, saved = jm.deployer.schedule(job, 4.0)
     assert saved.result()
     record = JobRecord.from_json(storage.get_bytes(jm.paths.job_record(job.coordinator.job_id)))
     assert record.attempt == command.attempt == 2

@@ -18,9 +18,11 @@ from pathlib import Path
 import grpc
 import pytest
 
+from jobmanager.codec import job_status_to_proto
 from weir.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, parse_parameters, run_cli
 from weir.client import JobManagerClient
 from weir.errors import CommandLineError
+from weir.states import JobStatus
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 VALID_JOB = """
@@ -90,14 +92,16 @@ class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
     ) -> jobmanager_pb2.CancelJobResponse:
         if request.job_id not in self.jobs:
             context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id}")
-        return jobmanager_pb2.CancelJobResponse(status="CANCELING")
+        return jobmanager_pb2.CancelJobResponse(status=jobmanager_pb2.JOB_STATUS_CANCELLING)
 
 
 def job_status(
     job_id: str, status: str, failure: common_pb2.Failure | None = None
 ) -> jobmanager_pb2.GetJobStatusResponse:
     return jobmanager_pb2.GetJobStatusResponse(
-        summary=jobmanager_pb2.JobSummary(job_id=job_id, job_name="numbers", status=status, parallelism=1),
+        summary=jobmanager_pb2.JobSummary(
+            job_id=job_id, job_name="numbers", status=job_status_to_proto(JobStatus(status)), parallelism=1
+        ),
         tasks=[
             jobmanager_pb2.TaskStatus(
                 task=common_pb2.TaskRef(job_id=job_id, vertex_uid="numbers", subtask=0),

@@ -1,0 +1,120 @@
+"""Placing and deploying an attempt: restore the latest completed checkpoint, place the subtasks on
+free slots, write the job record with the new attempt, probe the TaskManagers, then deploy every
+task through the gateway (consumers first). A TaskManager found gone fails the job over elsewhere.
+
+``schedule`` is called with the JobManager's lock held; ``deploy`` runs on a worker thread.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Executor, Future
+from typing import Final, assert_never
+
+import structlog
+
+from jobmanager import metrics
+from jobmanager.checkpointing import coordinator as cc
+from jobmanager.errors import JobManagerError, TaskManagerCallError
+from jobmanager.failover import Failover
+from jobmanager.gateway import TaskManagerGateway
+from jobmanager.jobs import DeployCommand, JobMaster
+from jobmanager.record_store import JobRecordStore
+from jobmanager.registry import TaskManagerRegistry
+from weir.failures import Failure
+from weir.states import JobStatus
+
+log = structlog.get_logger("weir.jobmanager")
+
+PROBE_TIMEOUT_S: Final = 1.0
+RECORD_RETRY_DELAY_S: Final = 1.0  # an attempt whose record was not written is placed again after this
+
+
+class Deployer:
+    def __init__(
+        self,
+        registry: TaskManagerRegistry,
+        gateway: TaskManagerGateway,
+        failover: Failover,
+        records: JobRecordStore,
+        io: Executor,
+        lock: threading.RLock,
+        clock: Callable[[], float],
+    ) -> None:
+        self._registry = registry
+        self._gateway = gateway
+        self._failover = failover
+        self._records = records
+        self._io = io
+        self._lock = lock
+        self._clock = clock
+
+    def schedule(self, job: JobMaster, now: float) -> tuple[DeployCommand, Future[bool]]:
+        """Restore the latest completed checkpoint (if any) and place a new attempt; answers the
+        deployment and the write of the job record that carries its attempt number, which must be
+        durable before any task of the attempt is deployed. Raises NotEnoughSlotsError, and
+        JobManagerError while a checkpoint is still being persisted."""
+        decision = job.coordinator.restore_latest(now)
+        match decision:
+            case cc.WaitForPersist(checkpoint_ids=ids):
+                raise JobManagerError(f"checkpoints {ids} are still being persisted")
+            case cc.RestoreFrom(checkpoint=completed):
+                job.restore = {
+                    (handle.task_id.operator_uid, handle.task_id.subtask): handle.inline_payload
+                    for handle in completed.task_states
+                }
+                job.restore_checkpoint_id = completed.checkpoint_id
+                job.last_restore_at = now
+                metrics.RESTORES.labels(job.job_id).inc()
+                log.info("job_restoring", job_id=job.job_id, checkpoint_id=completed.checkpoint_id)
+            case cc.StartFresh():
+                pass
+            case _:
+                assert_never(decision)
+        command = job.schedule(self._registry.offers(), self._registry.addresses(), now)
+        return command, self._records.save(job)
+
+    def start(self, job: JobMaster, command: DeployCommand, saved: Future[bool]) -> None:
+        """Deploy on a worker thread (call without the lock held or with it: it only submits)."""
+        self._io.submit(self.deploy, job, command, saved)
+
+    def deploy(self, job: JobMaster, command: DeployCommand, saved: Future[bool]) -> None:
+        if not saved.result():
+            # A JobManager taking over must know this attempt number, or it would deploy it again.
+            with self._lock:
+                if job.attempt == command.attempt and job.status is JobStatus.RUNNING:
+                    job.replace(
+                        "the job record with the new attempt could not be written",
+                        self._clock() + RECORD_RETRY_DELAY_S,
+                    )
+            return
+        unreachable = [a for a in {a for a, _ in command.requests} if not self._reachable(a)]
+        if unreachable:
+            with self._lock:
+                if job.attempt == command.attempt and job.status is JobStatus.RUNNING:
+                    job.replace(f"TaskManager(s) at {', '.join(sorted(unreachable))} unreachable", self._clock())
+                for address in sorted(unreachable):
+                    self._failover.taskmanagers_lost_at(address, "unreachable before deployment")
+            return
+        for address, deployment in command.requests:
+            if job.attempt != command.attempt or job.status is not JobStatus.RUNNING:
+                return
+            try:
+                self._gateway.deploy_task(address, deployment)
+            except TaskManagerCallError as exc:
+                with self._lock:
+                    reason = Failure.internal(
+                        f"deploying {deployment.vertex_uid}#{deployment.subtask} to "
+                        f"{address} failed: {exc.code}: {exc.details}"
+                    )
+                    if exc.unavailable:
+                        # The TaskManager is gone (it re-registers when it comes back): schedule the
+                        # restart on the others rather than on it again.
+                        self._failover.taskmanagers_lost_at(address, "unreachable at deployment")
+                    self._failover.fail_over(job, reason, self._clock())
+                return
+
+    def _reachable(self, address: str) -> bool:
+        """A TaskManager that died within the last heartbeat timeout still looks alive: probe it."""
+        return self._gateway.reachable(address, PROBE_TIMEOUT_S)

@@ -1,0 +1,160 @@
+"""``JobManager``: the parts of the JobManager composed for the servicer and ``python -m jobmanager``.
+
+One lock serialises the servicer's calls, the monitor thread and the workers handing outcomes back;
+I/O (TaskManager calls, storage, Kafka, transaction resolution) runs on worker threads without it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from connectors.object_storage import CheckpointStorage
+from jobmanager.checkpoint_actions import CheckpointActionExecutor
+from jobmanager.deployment import Deployer
+from jobmanager.failover import Failover, ResolveTransactions, resolve_job_transactions
+from jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
+from jobmanager.jobs import JobMaster
+from jobmanager.messages import (
+    CheckpointAck,
+    CheckpointDecline,
+    CheckpointsView,
+    ClusterView,
+    Heartbeat,
+    HeartbeatAnswer,
+    JobStatusView,
+    JobSummaryView,
+    TaskStateReport,
+)
+from jobmanager.monitor import Monitor
+from jobmanager.read_api import ReadApi
+from jobmanager.record_store import JobRecordStore
+from jobmanager.recovery import JobRecovery
+from jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
+from jobmanager.submission import (
+    EndOffsetsReader,
+    JobSubmitter,
+    SubmitCheck,
+    SubmitRequest,
+    check_at_submit,
+    kafka_end_offsets,
+)
+from jobmanager.task_reports import TaskReports
+from weir.paths import CheckpointPaths
+from weir.states import JobStatus
+
+IO_WORKERS = 8
+
+
+class JobManager:
+    def __init__(
+        self,
+        storage: CheckpointStorage,
+        clock: Callable[[], float] = time.time,
+        *,
+        gateway: TaskManagerGateway | None = None,
+        read_end_offsets: EndOffsetsReader = kafka_end_offsets,
+        check: SubmitCheck = check_at_submit,
+        resolve: ResolveTransactions = resolve_job_transactions,
+    ) -> None:
+        self.lock = threading.RLock()
+        self.jobs: dict[str, JobMaster] = {}
+        self.storage = storage
+        self.paths = CheckpointPaths()
+        self._io = ThreadPoolExecutor(max_workers=IO_WORKERS, thread_name_prefix="jm-io")
+        self._stopping = threading.Event()
+        gateway = gateway if gateway is not None else GrpcTaskManagerGateway()
+        lock = self.lock
+        self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
+        self.records = JobRecordStore(storage, self.paths, clock)
+        self.executor = CheckpointActionExecutor(self.registry, gateway, storage, self.records, self._io, lock, clock)
+        self.failover = Failover(
+            self.jobs,
+            self.registry,
+            gateway,
+            self.executor,
+            self.records,
+            self._io,
+            lock,
+            self._stopping,
+            clock,
+            resolve=resolve,
+        )
+        self.deployer = Deployer(self.registry, gateway, self.failover, self.records, self._io, lock, clock)
+        self.submitter = JobSubmitter(
+            self.jobs, self.deployer, self.paths, lock, clock, read_end_offsets=read_end_offsets, check=check
+        )
+        self.reports = TaskReports(self.jobs, self.executor, self.failover, self.records, lock, clock)
+        self.recovery = JobRecovery(
+            self.jobs, self.records, storage, self.paths, self.executor, self.failover, self._io, lock, clock
+        )
+        self.reads = ReadApi(self.jobs, self.registry, lock, clock)
+        self.monitor = Monitor(
+            self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock
+        )
+        self._monitor_thread = threading.Thread(
+            target=self.monitor.run, args=(self._stopping,), name="jm-monitor", daemon=True
+        )
+
+    def start(self) -> None:
+        self._monitor_thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._io.shutdown(wait=False, cancel_futures=True)
+
+    @property
+    def taskmanagers(self) -> dict[str, RegisteredTaskManager]:
+        return self.registry.taskmanagers
+
+    def _taskmanager_lost(self, tm: RegisteredTaskManager, why: str) -> None:
+        self.failover.taskmanager_lost(tm, why)
+
+    # TaskManager-facing ---------------------------------------------------------------------------
+
+    def register_taskmanager(self, tm_id: str, address: str, slots: int, metrics_port: int, incarnation: str) -> None:
+        with self.lock:
+            self.registry.register(tm_id, address, slots, metrics_port, incarnation)
+
+    def heartbeat(self, heartbeat: Heartbeat) -> HeartbeatAnswer:
+        with self.lock:
+            return self.registry.heartbeat(heartbeat)
+
+    def report_task_state(self, report: TaskStateReport) -> None:
+        self.reports.task_state(report)
+
+    def acknowledge_checkpoint(self, ack: CheckpointAck) -> None:
+        self.reports.checkpoint_acknowledged(ack)
+
+    def decline_checkpoint(self, decline: CheckpointDecline) -> None:
+        self.reports.checkpoint_declined(decline)
+
+    # Client-facing --------------------------------------------------------------------------------
+
+    def submit(self, request: SubmitRequest) -> str:
+        return self.submitter.submit(request)
+
+    def cancel(self, job_id: str) -> JobStatus:
+        return self.failover.cancel(job_id)
+
+    def job_status(self, job_id: str) -> JobStatusView:
+        return self.reads.job_status(job_id)
+
+    def list_jobs(self) -> tuple[JobSummaryView, ...]:
+        return self.reads.list_jobs()
+
+    def list_checkpoints(self, job_id: str) -> CheckpointsView:
+        return self.reads.list_checkpoints(job_id)
+
+    def cluster_status(self) -> ClusterView:
+        return self.reads.cluster_status()
+
+    # Recovery and monitoring ----------------------------------------------------------------------
+
+    def recover_jobs(self) -> int:
+        return self.recovery.recover_jobs()
+
+    def tick(self) -> None:
+        self.monitor.tick()

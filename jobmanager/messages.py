@@ -1,0 +1,138 @@
+"""The JobManager's control-plane values, free of protobuf: what the TaskManagers report (heartbeats,
+task states, checkpoint acknowledgements and declines) and what the read API answers. The servicer
+converts between them and ``weir.wire.jobmanager_pb2``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jobmanager.checkpointing.coordinator import CheckpointSummary
+from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.failures import Failure
+from weir.states import JobStatus, TaskState
+
+# What TaskManagers report --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TaskProgress:
+    """A running task's counters, carried by a heartbeat."""
+
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+    records_in: int
+    records_out: int
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    taskmanager_id: str
+    running_tasks: tuple[TaskProgress, ...]
+
+
+@dataclass(frozen=True)
+class JobAttempt:
+    job_id: str
+    attempt: int
+
+
+@dataclass(frozen=True)
+class HeartbeatAnswer:
+    """``reregister``: the JobManager does not know this TaskManager (it restarted, or declared the
+    TaskManager lost); ``cancel``: the attempts whose tasks must stop there."""
+
+    reregister: bool
+    cancel: tuple[JobAttempt, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskStateReport:
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+    state: TaskState
+    failure: Failure | None
+    records_in: int
+    records_out: int
+    input_ended: bool  # a source read all its bounded input and waits for a final checkpoint
+
+
+@dataclass(frozen=True)
+class CheckpointAck:
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+    checkpoint_id: int
+    objects: tuple[StateObject, ...]  # durable objects the snapshot references
+    inline_payload: bytes  # the task's own snapshot, opaque to the JobManager, returned on restore
+    metrics: TaskAckMetrics
+
+
+@dataclass(frozen=True)
+class CheckpointDecline:
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+    checkpoint_id: int
+    reason: str
+
+
+# What the read API answers -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobSummaryView:
+    job_id: str
+    job_name: str
+    status: JobStatus
+    submitted_at: float
+    parallelism: int
+    restarts: int
+
+
+@dataclass(frozen=True)
+class TaskView:
+    vertex_uid: str
+    subtask: int
+    operator_names: str
+    state: TaskState | None  # None: not reported yet
+    taskmanager_id: str
+    failure: Failure | None
+    records_in: int
+    records_out: int
+    records_in_all_attempts: int
+
+
+@dataclass(frozen=True)
+class JobStatusView:
+    summary: JobSummaryView
+    tasks: tuple[TaskView, ...]
+    failure: Failure | None
+    last_completed_checkpoint: int  # 0: none yet
+    last_restore_at: float
+
+
+@dataclass(frozen=True)
+class CheckpointsView:
+    job_id: str
+    checkpoints: tuple[CheckpointSummary, ...]  # newest first
+
+
+@dataclass(frozen=True)
+class TaskManagerView:
+    taskmanager_id: str
+    address: str
+    slots_total: int
+    slots_free: int
+    last_heartbeat_age_s: float
+    alive: bool
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    taskmanagers: tuple[TaskManagerView, ...]

@@ -1,0 +1,79 @@
+"""The JobManager's periodic duties, one ``tick`` at a time: declare silent TaskManagers lost,
+restart jobs whose restart delay is over, drive the checkpoint coordinators, refresh job records."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future
+from typing import Final
+
+import structlog
+
+from jobmanager import metrics
+from jobmanager.checkpoint_actions import CheckpointActionExecutor
+from jobmanager.deployment import Deployer
+from jobmanager.errors import JobManagerError
+from jobmanager.failover import Failover
+from jobmanager.jobs import DeployCommand, JobMaster
+from jobmanager.record_store import JobRecordStore
+from jobmanager.registry import TaskManagerRegistry
+from weir.errors import NotEnoughSlotsError
+from weir.states import JobStatus
+
+log = structlog.get_logger("weir.jobmanager")
+
+TICK_INTERVAL_S: Final = 0.2
+RECORD_REFRESH_S: Final = 2.0
+RESTART_RETRY_S: Final = 1.0  # a restart that found no slots tries again after this
+
+
+class Monitor:
+    def __init__(
+        self,
+        jobs: Mapping[str, JobMaster],
+        registry: TaskManagerRegistry,
+        failover: Failover,
+        deployer: Deployer,
+        executor: CheckpointActionExecutor,
+        records: JobRecordStore,
+        lock: threading.RLock,
+        clock: Callable[[], float],
+    ) -> None:
+        self._jobs = jobs
+        self._registry = registry
+        self._failover = failover
+        self._deployer = deployer
+        self._executor = executor
+        self._records = records
+        self._lock = lock
+        self._clock = clock
+
+    def run(self, stopping: threading.Event) -> None:
+        while not stopping.wait(TICK_INTERVAL_S):
+            try:
+                self.tick()
+            except Exception:  # the monitor must survive any single bad tick
+                log.exception("monitor_tick_failed")
+
+    def tick(self) -> None:
+        now = self._clock()
+        deploys: list[tuple[JobMaster, DeployCommand, Future[bool]]] = []
+        with self._lock:
+            for tm, why in self._registry.silent(now):
+                self._failover.taskmanager_lost(tm, why)
+            for job in self._jobs.values():
+                if job.status is JobStatus.RESTARTING and job.restart_at is not None and now >= job.restart_at:
+                    try:
+                        deploys.append((job, *self._deployer.schedule(job, now)))
+                    except (JobManagerError, NotEnoughSlotsError) as exc:
+                        job.restart_at = now + RESTART_RETRY_S  # wait for slots (a TaskManager may come back)
+                        log.warning("restart_waiting", job_id=job.job_id, reason=str(exc))
+                elif job.status is JobStatus.RUNNING and job.coordinator.is_running:
+                    self._executor.execute(job, job.coordinator.tick(now))
+                    self._executor.trigger_final_checkpoint(job, now)
+                if job.status is JobStatus.RUNNING and now - job.record_saved_at > RECORD_REFRESH_S:
+                    self._records.save(job)  # keeps the progress counters for a restarted JobManager
+                metrics.job_status(job)
+        for job, command, saved in deploys:
+            self._deployer.start(job, command, saved)

@@ -1,0 +1,103 @@
+"""What the JobManager answers about its jobs and TaskManagers (``weir status``, ``list``,
+``checkpoints``, ``cluster status``), as plain values (``jobmanager.messages``)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Mapping
+
+from jobmanager.jobs import JobMaster
+from jobmanager.messages import (
+    CheckpointsView,
+    ClusterView,
+    JobStatusView,
+    JobSummaryView,
+    TaskManagerView,
+    TaskView,
+)
+from jobmanager.registry import TaskManagerRegistry
+from weir.errors import UnknownJobError
+
+
+def summary_of(job: JobMaster) -> JobSummaryView:
+    sub = job.submission
+    return JobSummaryView(
+        job_id=sub.job_id,
+        job_name=sub.job_name,
+        status=job.status,
+        submitted_at=sub.submitted_at,
+        parallelism=sub.parallelism,
+        restarts=job.restarts,
+    )
+
+
+class ReadApi:
+    def __init__(
+        self,
+        jobs: Mapping[str, JobMaster],
+        registry: TaskManagerRegistry,
+        lock: threading.RLock,
+        clock: Callable[[], float],
+    ) -> None:
+        self._jobs = jobs
+        self._registry = registry
+        self._lock = lock
+        self._clock = clock
+
+    def job_status(self, job_id: str) -> JobStatusView:
+        with self._lock:
+            job = self._job(job_id)
+            latest = job.coordinator.store.latest()
+            return JobStatusView(
+                summary=summary_of(job),
+                tasks=tuple(
+                    TaskView(
+                        vertex_uid=uid,
+                        subtask=s,
+                        operator_names=t.operator_names,
+                        state=t.state,
+                        taskmanager_id=t.taskmanager_id,
+                        failure=t.failure,
+                        records_in=t.records_in,
+                        records_out=t.records_out,
+                        records_in_all_attempts=t.records_in_all_attempts,
+                    )
+                    for (uid, s), t in sorted(job.tasks.items())
+                ),
+                failure=job.failure,
+                last_completed_checkpoint=latest.checkpoint_id if latest is not None else 0,
+                last_restore_at=job.last_restore_at,
+            )
+
+    def list_jobs(self) -> tuple[JobSummaryView, ...]:
+        with self._lock:
+            return tuple(summary_of(j) for j in self._jobs.values())
+
+    def list_checkpoints(self, job_id: str) -> CheckpointsView:
+        with self._lock:
+            stats = self._job(job_id).coordinator.stats()
+        return CheckpointsView(job_id=job_id, checkpoints=stats.history)
+
+    def cluster_status(self) -> ClusterView:
+        now = self._clock()
+        with self._lock:
+            free = {o.taskmanager_id: o.free_slots for o in self._registry.offers()}
+            return ClusterView(
+                taskmanagers=tuple(
+                    TaskManagerView(
+                        taskmanager_id=tm.taskmanager_id,
+                        address=tm.address,
+                        slots_total=tm.slots,
+                        slots_free=free.get(tm.taskmanager_id, 0),
+                        last_heartbeat_age_s=now - tm.last_heartbeat,
+                        alive=tm.alive,
+                    )
+                    for tm in sorted(self._registry.taskmanagers.values(), key=lambda t: t.taskmanager_id)
+                )
+            )
+
+    def _job(self, job_id: str) -> JobMaster:
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise UnknownJobError(job_id)
+        return job

@@ -1,0 +1,125 @@
+"""A restarted JobManager takes its jobs over from their durable records (``jobmanager.records``)
+and their checkpoints' metadata: running ones restart, a cancelling one finishes cancelling, an
+ended one whose transactions were not resolved gets them resolved."""
+
+from __future__ import annotations
+
+import pickle
+import threading
+from collections.abc import Callable, MutableMapping
+from concurrent.futures import Executor
+
+import structlog
+
+from connectors.object_storage import CheckpointStorage
+from jobmanager.checkpoint_actions import CheckpointActionExecutor
+from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.failover import Failover
+from jobmanager.jobs import JobMaster
+from jobmanager.record_store import JobRecordStore
+from jobmanager.records import JobRecord
+from jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.api import load_job_source
+from weir.errors import WeirError
+from weir.ids import CheckpointId, JobId
+from weir.paths import CheckpointPaths
+from weir.states import JobStatus
+
+log = structlog.get_logger("weir.jobmanager")
+
+
+class JobRecovery:
+    def __init__(
+        self,
+        jobs: MutableMapping[str, JobMaster],
+        records: JobRecordStore,
+        storage: CheckpointStorage,
+        paths: CheckpointPaths,
+        executor: CheckpointActionExecutor,
+        failover: Failover,
+        io: Executor,
+        lock: threading.RLock,
+        clock: Callable[[], float],
+    ) -> None:
+        self._jobs = jobs
+        self._records = records
+        self._storage = storage
+        self._paths = paths
+        self._executor = executor
+        self._failover = failover
+        self._io = io
+        self._lock = lock
+        self._clock = clock
+
+    def recover_jobs(self) -> int:
+        """Reload every job from its record and its checkpoints' metadata. A record that cannot be
+        read is reported and left alone, never deleted. Answers how many jobs were recovered."""
+        recovered = 0
+        now = self._clock()
+        for key in self._records.keys():
+            try:
+                record = self._records.load(key)
+            except WeirError as exc:
+                log.error("job_not_recovered", record=key, error=str(exc))
+                continue
+            if self._recover(record, now):
+                recovered += 1
+        return recovered
+
+    def _recover(self, record: JobRecord, now: float) -> bool:
+        submission = record.submission
+        try:
+            loaded = load_job_source(
+                submission.job_source,
+                submission.job_file_name,
+                submission.parameters,
+                submission.parallelism,
+                submission.job_name,
+            )
+        except WeirError as exc:
+            log.error("job_not_recovered", job_id=submission.job_id, error=str(exc))
+            return False
+        job = JobMaster.create(submission, loaded, self._paths.metadata_key_fn())
+        job.attempt = record.attempt
+        job.failure = record.failure
+        job.transactions_resolved = record.transactions_resolved
+        for task_key, total in record.records_in_all_attempts.items():
+            if task_key in job.tasks:
+                job.tasks[task_key].records_in_earlier_attempts = total
+        status = record.status
+        checkpoints: list[CompletedCheckpoint] = []
+        highest = record.checkpoint_ids_reserved_through
+        for meta_key, _size in self._storage.list(self._paths.checkpoints_dir(JobId(submission.job_id))):
+            parsed = self._paths.parse_metadata_key(meta_key)
+            if parsed is None:
+                continue
+            highest = max(highest, parsed.checkpoint_id)
+            checkpoints.append(pickle.loads(self._storage.get_bytes(meta_key)))
+        actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
+        self._executor.execute(job, actions)
+        end_attempt: int | None = None
+        if status is JobStatus.CANCELLING:
+            job.status = JobStatus.CANCELLING  # finish cancelling; never restart a cancelled job
+            job.cancel_requested_at = now
+            end_attempt = job.attempt
+        elif status.terminal:
+            job.status = status
+            if status is not JobStatus.FINISHED and not job.transactions_resolved:
+                end_attempt = job.attempt
+        else:
+            # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them.
+            job.status = JobStatus.RESTARTING
+            job.restart_at = now + HEARTBEAT_TIMEOUT_S / 2
+        with self._lock:
+            self._jobs[submission.job_id] = job
+        if end_attempt is not None:
+            self._io.submit(self._failover.end_job, job, end_attempt)
+        log.info(
+            "job_recovered",
+            job_id=submission.job_id,
+            status=job.status.value,
+            attempt=job.attempt,
+            checkpoints=[c.checkpoint_id for c in checkpoints],
+            checkpoint_ids_reserved_through=record.checkpoint_ids_reserved_through,
+        )
+        return True

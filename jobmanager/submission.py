@@ -1,0 +1,119 @@
+"""Accepting a job: load its file, fix the end offsets of its bounded Kafka sources, check it
+(``jobmanager.submit_checks``), place its first attempt and deploy it.
+
+Everything before the placement runs without the JobManager's lock (loading a job and asking Kafka
+take time); a refused job raises the WeirError the servicer maps onto a status code.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Callable, Mapping, MutableMapping
+from dataclasses import dataclass, field
+
+import structlog
+
+from connectors import kafka
+from jobmanager.checkpointing.config import CheckpointSettings
+from jobmanager.deployment import Deployer
+from jobmanager.jobs import JobMaster, JobSubmission, new_job_id
+from jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from jobmanager.submit_checks import check_job_at_submit
+from weir.api import load_job_source
+from weir.config import Endpoints
+from weir.descriptors import KafkaSourceSpec, end_offsets_parameter
+from weir.graph import LogicalGraph
+from weir.paths import CheckpointPaths
+
+log = structlog.get_logger("weir.jobmanager")
+
+EndOffsetsReader = Callable[[str], Mapping[int, int]]
+"""The end offset (high watermark) of every partition of a Kafka topic now."""
+
+SubmitCheck = Callable[[LogicalGraph, CheckpointSettings, float], None]
+"""Refuse a job that cannot run (raises JobDefinitionError or ServiceUnavailableError)."""
+
+
+@dataclass(frozen=True)
+class SubmitRequest:
+    job_name: str  # empty: the job's own name
+    job_file_name: str
+    job_source: bytes
+    parameters: Mapping[str, str] = field(default_factory=dict)
+    parallelism: int = 0  # 0: the job's own default (1)
+
+
+def kafka_end_offsets(topic: str) -> Mapping[int, int]:
+    return kafka.end_offsets(Endpoints.from_env(), topic)
+
+
+def check_at_submit(graph: LogicalGraph, settings: CheckpointSettings, restart_allowance_s: float) -> None:
+    check_job_at_submit(graph, settings, restart_allowance_s, Endpoints.from_env())
+
+
+def fixed_source_ends(graph: LogicalGraph, read_end_offsets: EndOffsetsReader) -> dict[str, str]:
+    """Bounded Kafka sources end at the offsets present at submit, in every attempt (as Flink's
+    enumerator fixes stopping offsets): they travel as internal job parameters, one JSON object of
+    partition to offset per source (read by ``operators.sources``)."""
+    fixed: dict[str, str] = {}
+    for t in graph.transformations.values():
+        spec = t.source_spec
+        if isinstance(spec, KafkaSourceSpec) and spec.bounded:
+            fixed[end_offsets_parameter(t.uid)] = json.dumps(dict(read_end_offsets(spec.topic)))
+    return fixed
+
+
+class JobSubmitter:
+    def __init__(
+        self,
+        jobs: MutableMapping[str, JobMaster],
+        deployer: Deployer,
+        paths: CheckpointPaths,
+        lock: threading.RLock,
+        clock: Callable[[], float],
+        *,
+        read_end_offsets: EndOffsetsReader = kafka_end_offsets,
+        check: SubmitCheck = check_at_submit,
+    ) -> None:
+        self._jobs = jobs
+        self._deployer = deployer
+        self._paths = paths
+        self._lock = lock
+        self._clock = clock
+        self._read_end_offsets = read_end_offsets
+        self._check = check
+
+    def submit(self, request: SubmitRequest) -> str:
+        """Accept the job and start deploying it; answers its id."""
+        parallelism = request.parallelism or 1
+        loaded = load_job_source(
+            request.job_source, request.job_file_name, dict(request.parameters), parallelism, request.job_name or None
+        )
+        submission = JobSubmission(
+            job_id=new_job_id(),
+            job_name=request.job_name or loaded.graph.job_name,
+            job_file_name=request.job_file_name,
+            job_source=request.job_source,
+            parameters={**request.parameters, **fixed_source_ends(loaded.graph, self._read_end_offsets)},
+            parallelism=parallelism,
+            submitted_at=self._clock(),
+        )
+        master = JobMaster.create(submission, loaded, self._paths.metadata_key_fn())
+        # Sinks that cannot commit (a Kafka transaction must outlive a checkpoint interval plus a
+        # restart, or the broker aborts it), missing topics and tables: refused before any task starts.
+        self._check(
+            loaded.graph, master.checkpoint_settings, HEARTBEAT_TIMEOUT_S + master.restart_strategy.max_delay_s()
+        )
+        with self._lock:
+            command, saved = self._deployer.schedule(master, self._clock())
+            self._jobs[submission.job_id] = master
+        log.info(
+            "job_submitted",
+            job_id=submission.job_id,
+            job_name=submission.job_name,
+            parallelism=parallelism,
+            vertices=list(master.plan.vertices),
+        )
+        self._deployer.start(master, command, saved)
+        return submission.job_id
