@@ -14,14 +14,17 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 import grpc
 
 from taskmanager.credit import InputChannelCredits, OutputChannelCredits
+from weir.checkpointing import CheckpointKind
+from weir.codec import checkpoint_kind_from_proto, checkpoint_kind_to_proto
 from weir.errors import ProtocolError, ServiceUnavailableError
+from weir.ids import ChannelIndex, CheckpointId
 from weir.serde import dumps_value, loads_value
 from weir.watermarks import WatermarkStatus
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
@@ -176,25 +179,23 @@ class RecordWriter:
         self._flush_interval_s = flush_interval_s
         self._last_flush = time.monotonic()
         self.records_out = 0
-        if len(channels) == 1 and key_selector is None:
-            self.emit = self._emit_single  # type: ignore[method-assign]
+        self._single_channel = len(channels) == 1 and key_selector is None  # no partitioning to do
 
     def emit(self, value: Any, timestamp: int | None) -> None:
-        kg = self._key_group_of(self._key_selector(value)) if self._key_selector is not None else None
-        for ch in self._partitioner.select_channels(kg):
-            values = self._values[ch]
+        if self._single_channel:
+            values = self._values[0]
             values.append(value)
-            self._timestamps[ch].append(timestamp)
+            self._timestamps[0].append(timestamp)
             if len(values) >= RECORDS_PER_BUFFER:
-                self._flush_channel(ch)
-        self.records_out += 1
-
-    def _emit_single(self, value: Any, timestamp: int | None) -> None:
-        values = self._values[0]
-        values.append(value)
-        self._timestamps[0].append(timestamp)
-        if len(values) >= RECORDS_PER_BUFFER:
-            self._flush_channel(0)
+                self._flush_channel(0)
+        else:
+            kg = self._key_group_of(self._key_selector(value)) if self._key_selector is not None else None
+            for ch in self._partitioner.select_channels(kg):
+                values = self._values[ch]
+                values.append(value)
+                self._timestamps[ch].append(timestamp)
+                if len(values) >= RECORDS_PER_BUFFER:
+                    self._flush_channel(ch)
         self.records_out += 1
 
     def _flush_channel(self, ch: int, event: taskmanager_pb2.DataMessage | None = None) -> None:
@@ -217,6 +218,14 @@ class RecordWriter:
     def flush_due(self, now: float) -> bool:
         """Whether the buffer timeout (``flush_interval_s``) passed since the last flush."""
         return now - self._last_flush >= self._flush_interval_s
+
+    def buffered(self) -> bool:
+        """Whether records wait in a buffer for the next flush."""
+        return any(self._values)
+
+    def flush_deadline(self) -> float:
+        """When (monotonic) the buffer timeout of the records buffered now runs out."""
+        return self._last_flush + self._flush_interval_s
 
     def broadcast_event(self, template: taskmanager_pb2.DataMessage) -> None:
         """Send an event to every channel, after the records buffered before it."""
@@ -247,11 +256,26 @@ class _InputChannel:
     connected: bool = False
 
 
-class InputGate:
-    """All input channels of one subtask; the task thread takes buffers, round robin."""
+@dataclass(frozen=True)
+class ReceivedBuffer:
+    """A buffer the task took from one of its input channels; ``gate``: the head's input it feeds."""
 
-    def __init__(self, gates: list[int], initial_credits: int = INITIAL_CREDITS) -> None:
-        self._cond = threading.Condition()
+    channel: ChannelIndex
+    gate: int
+    message: taskmanager_pb2.DataMessage
+
+
+class InputGate:
+    """All input channels of one subtask; the task thread takes buffers, round robin.
+
+    ``condition`` guards the channels and is notified when a buffer arrives, a channel is unblocked or
+    a producer is lost: the task's mailbox shares it, so that input and control mails wake the task
+    through one signal."""
+
+    def __init__(
+        self, gates: list[int], initial_credits: int = INITIAL_CREDITS, condition: threading.Condition | None = None
+    ) -> None:
+        self._cond = condition if condition is not None else threading.Condition()
         self.channels = [
             _InputChannel(i, g, InputChannelCredits(initial_credits), deque(), queue.SimpleQueue())
             for i, g in enumerate(gates)
@@ -288,25 +312,39 @@ class InputGate:
 
     # Called by the task thread.
 
+    @property
+    def condition(self) -> threading.Condition:
+        return self._cond
+
+    def take(self) -> ReceivedBuffer | None:
+        """The next buffer of an unblocked channel, without waiting; None when none is queued.
+        Raises ChannelClosedError once a channel lost its producer before its end of stream."""
+        with self._cond:
+            if self._failure is not None:
+                raise ChannelClosedError(self._failure)
+            n = len(self.channels)
+            for step in range(n):
+                ch = self.channels[(self._next + step) % n]
+                if ch.buffers and not ch.blocked:
+                    self._next = (ch.index + 1) % n
+                    msg = ch.buffers.popleft()
+                    if msg.event == Event.EVENT_KIND_END_OF_STREAM:
+                        ch.ended = True
+                    grant = ch.credits.on_buffer_consumed()
+                    if grant:
+                        ch.announcements.put(grant)
+                    return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg)
+            return None
+
     def poll(self, timeout: float) -> tuple[int, int, taskmanager_pb2.DataMessage] | None:
-        """The next buffer of an unblocked channel as (channel, gate, message), or None on timeout."""
+        """The next buffer of an unblocked channel as (channel, gate, message), waiting up to
+        ``timeout``; None on timeout. (A task waits through its mailbox instead.)"""
         deadline = time.monotonic() + timeout
         with self._cond:
             while True:
-                if self._failure is not None:
-                    raise ChannelClosedError(self._failure)
-                n = len(self.channels)
-                for step in range(n):
-                    ch = self.channels[(self._next + step) % n]
-                    if ch.buffers and not ch.blocked:
-                        self._next = (ch.index + 1) % n
-                        msg = ch.buffers.popleft()
-                        if msg.event == Event.EVENT_KIND_END_OF_STREAM:
-                            ch.ended = True
-                        grant = ch.credits.on_buffer_consumed()
-                        if grant:
-                            ch.announcements.put(grant)
-                        return ch.index, ch.gate, msg
+                taken = self.take()
+                if taken is not None:
+                    return taken.channel, taken.gate, taken.message
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     return None
@@ -316,7 +354,7 @@ class InputGate:
         with self._cond:
             self.channels[channel].blocked = True
 
-    def unblock(self, channels: Any = None) -> None:
+    def unblock(self, channels: Collection[int] | None = None) -> None:
         with self._cond:
             for ch in self.channels:
                 if channels is None or ch.index in channels:
@@ -334,12 +372,92 @@ class InputGate:
             ch.announcements.put(None)
 
 
-def barrier_message(checkpoint_id: int, timestamp: float, kind: int) -> taskmanager_pb2.DataMessage:
+# Events in a channel, read by the consumer ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class WatermarkEvent:
+    watermark: int
+
+
+@dataclass(frozen=True)
+class WatermarkIdle:
+    """The producer went idle: leave the channel out of the watermark until it is active again."""
+
+
+@dataclass(frozen=True)
+class WatermarkActive:
+    """The producer is active again."""
+
+
+@dataclass(frozen=True)
+class EndOfStream:
+    """The producer ended; nothing follows on this channel."""
+
+
+@dataclass(frozen=True)
+class Barrier:
+    checkpoint_id: CheckpointId
+    timestamp: float
+    kind: CheckpointKind
+
+
+@dataclass(frozen=True)
+class CancelBarrier:
+    """The producer gave up on the checkpoint."""
+
+    checkpoint_id: CheckpointId
+
+
+ChannelEvent = WatermarkEvent | WatermarkIdle | WatermarkActive | EndOfStream | Barrier | CancelBarrier
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One received buffer, decoded: its records, then at most one event."""
+
+    values: list[Any]
+    timestamps: list[int | None]
+    size_bytes: int  # of the encoded records
+    event: ChannelEvent | None
+
+
+def read_buffer(msg: taskmanager_pb2.DataMessage) -> Buffer:
+    """Decode a received buffer. Raises ProtocolError for records of another shape or an unknown event."""
+    values, timestamps = decode_records(msg.records) if msg.record_count else ([], [])
+    return Buffer(values, timestamps, len(msg.records), _read_event(msg))
+
+
+def _read_event(msg: taskmanager_pb2.DataMessage) -> ChannelEvent | None:
+    match msg.event:
+        case Event.EVENT_KIND_UNSPECIFIED:
+            return None
+        case Event.EVENT_KIND_WATERMARK:
+            return WatermarkEvent(msg.watermark)
+        case Event.EVENT_KIND_WATERMARK_IDLE:
+            return WatermarkIdle()
+        case Event.EVENT_KIND_WATERMARK_ACTIVE:
+            return WatermarkActive()
+        case Event.EVENT_KIND_END_OF_STREAM:
+            return EndOfStream()
+        case Event.EVENT_KIND_BARRIER:
+            kind = checkpoint_kind_from_proto(msg.checkpoint_kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
+            return Barrier(CheckpointId(msg.checkpoint_id), msg.checkpoint_timestamp, kind)
+        case Event.EVENT_KIND_CANCEL_BARRIER:
+            return CancelBarrier(CheckpointId(msg.checkpoint_id))
+        case _:
+            raise ProtocolError(f"unknown event kind {msg.event} in a buffer")
+
+
+# Events in a channel, sent by the producer -------------------------------------------------------
+
+
+def barrier_message(checkpoint_id: int, timestamp: float, kind: CheckpointKind) -> taskmanager_pb2.DataMessage:
     return taskmanager_pb2.DataMessage(
         event=Event.EVENT_KIND_BARRIER,
         checkpoint_id=checkpoint_id,
         checkpoint_timestamp=timestamp,
-        checkpoint_kind=kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+        checkpoint_kind=checkpoint_kind_to_proto(kind),
     )
 
 

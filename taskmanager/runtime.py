@@ -10,22 +10,24 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final, assert_never
+from typing import Any, ClassVar, Final, assert_never
 
 import grpc
 import structlog
 
 from connectors.object_storage import open_storage
 from taskmanager.barrier_aligner import AlignmentMode
+from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
 from taskmanager.snapshots import RocksDBSnapshotter
 from taskmanager.state import StateBackend, job_state_bounds
-from taskmanager.task import CheckpointAck, CheckpointRequest, Task, TaskAddress, TaskCallbacks
+from taskmanager.task import CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
 from weir.checkpointing import CheckpointingMode
-from weir.codec import checkpointing_mode_from_proto, failure_to_proto
+from weir.codec import checkpoint_kind_from_proto, checkpointing_mode_from_proto, failure_to_proto, task_state_to_proto
 from weir.config import checkpoint_dir
 from weir.errors import WeirError
 from weir.failures import Failure
@@ -34,6 +36,7 @@ from weir.keygroups import KeyEncoder
 from weir.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from weir.paths import CheckpointPaths
 from weir.plan import JobPlan, build_plan
+from weir.states import TaskState
 from weir.transport import GRPC_OPTIONS, MAX_MESSAGE_BYTES
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
@@ -43,6 +46,34 @@ GATE_WAIT_S = 30.0
 BACKPRESSURE_SAMPLE_S = 0.5
 ACK_HEADROOM_BYTES: Final = 64 * 1024
 """Room left below the gRPC message limit for the acknowledgement's own fields."""
+
+
+@dataclass(frozen=True)
+class StateReport:
+    """A task's state (or its end of input) for the JobManager."""
+
+    kind: ClassVar[str] = "state"
+    request: jobmanager_pb2.ReportTaskStateRequest
+
+
+@dataclass(frozen=True)
+class AckReport:
+    kind: ClassVar[str] = "ack"
+    request: jobmanager_pb2.AcknowledgeCheckpointRequest
+
+
+@dataclass(frozen=True)
+class DeclineReport:
+    kind: ClassVar[str] = "decline"
+    request: jobmanager_pb2.DeclineCheckpointRequest
+
+
+@dataclass(frozen=True)
+class StopReporting:
+    """The TaskManager stops: the reporter ends."""
+
+
+Report = StateReport | AckReport | DeclineReport | StopReporting
 
 
 def alignment_for(mode: CheckpointingMode) -> AlignmentMode:
@@ -97,7 +128,7 @@ class TaskManagerRuntime:
         self._jobs: dict[str, tuple[Any, JobPlan]] = {}
         self._jm_channel = grpc.insecure_channel(jobmanager_address, options=GRPC_OPTIONS)
         self.jobmanager = jobmanager_pb2_grpc.JobManagerServiceStub(self._jm_channel)
-        self._reports: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+        self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
         self._stopping = threading.Event()
         self._reporter = threading.Thread(target=self._report_loop, name="reporter", daemon=True)
         self._reporter.start()
@@ -190,8 +221,8 @@ class TaskManagerRuntime:
             restore_checkpoint_id=req.restore_checkpoint_id,
             alignment=alignment_for(checkpointing_mode_from_proto(req.checkpointing_mode)),
             user_code_files=frozenset({req.job_file_name}),
+            cancelled=cancelled,
         )
-        task.cancelled = cancelled
         # Before the task restores: a newer attempt forgets which uploads it may reuse.
         self.snapshotter.start_attempt(
             JobId(addr.job_id),
@@ -262,14 +293,14 @@ class TaskManagerRuntime:
             task.join(10.0)
         with self._lock:
             for task in done:
-                if task.state == common_pb2.TASK_STATE_FINISHED:
+                if task.state is TaskState.FINISHED:
                     self.tasks.pop(task.address, None)
         self.forget_job(job_id)
 
     def _count_running_tasks(self) -> None:
         """Set weir_taskmanager_tasks_running; called with the lock held, so that concurrent state
         changes set it in order and the last one counts them all."""
-        self._tasks_running.set(sum(t.state == common_pb2.TASK_STATE_RUNNING for t in self.tasks.values()))
+        self._tasks_running.set(sum(t.state is TaskState.RUNNING for t in self.tasks.values()))
 
     def tasks_of_job(self, job_id: str, attempt: int) -> list[Task]:
         with self._lock:
@@ -279,9 +310,10 @@ class TaskManagerRuntime:
         addr = TaskAddress(req.task.job_id, req.task.vertex_uid, req.task.subtask, req.attempt)
         with self._lock:
             task = self.tasks.get(addr)
-        if task is None or task.state != common_pb2.TASK_STATE_RUNNING:
+        if task is None or task.state is not TaskState.RUNNING:
             return False
-        task.trigger_checkpoint(CheckpointRequest(req.checkpoint_id, req.timestamp, req.kind, req.final))
+        kind = checkpoint_kind_from_proto(req.kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
+        task.trigger_checkpoint(CheckpointRequest(CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final))
         return True
 
     def notify_checkpoint(self, job_id: str, attempt: int, checkpoint_id: int, complete: bool) -> None:
@@ -346,7 +378,7 @@ class TaskManagerRuntime:
     def _task_ref(self, addr: TaskAddress) -> common_pb2.TaskRef:
         return common_pb2.TaskRef(job_id=addr.job_id, vertex_uid=addr.vertex_uid, subtask=addr.subtask)
 
-    def _on_task_state(self, addr: TaskAddress, state: int, failure: Failure | None) -> None:
+    def _on_task_state(self, addr: TaskAddress, state: TaskState, failure: Failure | None) -> None:
         with self._lock:
             task = self.tasks.get(addr)
             self._count_running_tasks()
@@ -354,24 +386,24 @@ class TaskManagerRuntime:
         records_out = task.records_emitted() if task is not None else 0
         request = jobmanager_pb2.ReportTaskStateRequest(
             task=self._task_ref(addr),
-            state=state,
+            state=task_state_to_proto(state),
             attempt=addr.attempt,
             records_in=records_in,
             records_out=records_out,
         )
         if failure is not None:
             request.failure.CopyFrom(failure_to_proto(failure))
-        self._reports.put(("state", request))
-        if state == common_pb2.TASK_STATE_RUNNING:
+        self._reports.put(StateReport(request))
+        if state is TaskState.RUNNING:
             with self._lock:
-                restoring = any(t.state == common_pb2.TASK_STATE_DEPLOYING for t in self.tasks.values())
+                restoring = any(t.state is TaskState.DEPLOYING for t in self.tasks.values())
             if not restoring:  # every task deployed here has restored: the downloaded SSTs can go
                 self.snapshotter.clear_restore_cache()
-        if state in (common_pb2.TASK_STATE_FINISHED, common_pb2.TASK_STATE_CANCELED, common_pb2.TASK_STATE_FAILED):
+        if state.terminal:
             with self._lock:
                 self._gates.pop(addr, None)
-                finished = state == common_pb2.TASK_STATE_FINISHED and all(
-                    t.state == common_pb2.TASK_STATE_FINISHED for a, t in self.tasks.items() if a.job_id == addr.job_id
+                finished = state is TaskState.FINISHED and all(
+                    t.state is TaskState.FINISHED for a, t in self.tasks.items() if a.job_id == addr.job_id
                 )
             if finished:  # the job's last task here finished: it has nothing more to do here
                 threading.Thread(target=self._forget_finished, args=(addr.job_id,), daemon=True).start()
@@ -406,57 +438,63 @@ class TaskManagerRuntime:
             )
             self._on_decline(addr, snapshot.checkpoint_id, too_large)
             return
-        self._reports.put(("ack", request))
+        self._reports.put(AckReport(request))
         STATE_SIZE_BYTES.labels(self.id).set(self.snapshotter.live_sst_bytes())
 
     def _on_input_ended(self, addr: TaskAddress) -> None:
         self._reports.put(
-            (
-                "state",
+            StateReport(
                 jobmanager_pb2.ReportTaskStateRequest(
                     task=self._task_ref(addr),
-                    state=common_pb2.TASK_STATE_RUNNING,
+                    state=task_state_to_proto(TaskState.RUNNING),
                     attempt=addr.attempt,
                     input_ended=True,
-                ),
+                )
             )
         )
 
     def _on_decline(self, addr: TaskAddress, checkpoint_id: int, reason: str) -> None:
         self._reports.put(
-            (
-                "decline",
+            DeclineReport(
                 jobmanager_pb2.DeclineCheckpointRequest(
                     task=self._task_ref(addr), checkpoint_id=checkpoint_id, attempt=addr.attempt, reason=reason
-                ),
+                )
             )
         )
 
+    def _send(self, report: StateReport | AckReport | DeclineReport) -> None:
+        """One report to the JobManager; raises grpc.RpcError."""
+        match report:
+            case StateReport(request=request):
+                self.jobmanager.ReportTaskState(request, timeout=10)
+            case AckReport(request=request):
+                self.jobmanager.AcknowledgeCheckpoint(request, timeout=10)
+            case DeclineReport(request=request):
+                self.jobmanager.DeclineCheckpoint(request, timeout=10)
+            case _:
+                assert_never(report)
+
     def _report_loop(self) -> None:
-        calls = {
-            "state": self.jobmanager.ReportTaskState,
-            "ack": self.jobmanager.AcknowledgeCheckpoint,
-            "decline": self.jobmanager.DeclineCheckpoint,
-        }
         while not self._stopping.is_set():
-            kind, request = self._reports.get()
-            if kind == "stop":
+            report = self._reports.get()
+            if isinstance(report, StopReporting):
                 return
             delay = 0.2
             while not self._stopping.is_set():
                 try:
-                    calls[kind](request, timeout=10)
+                    self._send(report)
                     break
                 except grpc.RpcError as exc:
                     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
                         self._stopping.wait(delay)
                         delay = min(delay * 2, 5.0)
                         continue
-                    log.warning("report_rejected", kind=kind, code=exc.code().name, details=exc.details())
-                    if kind == "ack":  # refused (e.g. too large for the JobManager): decline, never drop it
+                    log.warning("report_rejected", kind=report.kind, code=exc.code().name, details=exc.details())
+                    # An acknowledgement refused (e.g. too large for the JobManager): decline it, never drop it.
+                    if isinstance(report, AckReport):
+                        request = report.request
                         self._reports.put(
-                            (
-                                "decline",
+                            DeclineReport(
                                 jobmanager_pb2.DeclineCheckpointRequest(
                                     task=request.task,
                                     checkpoint_id=request.checkpoint_id,
@@ -475,7 +513,7 @@ class TaskManagerRuntime:
         time its channels have waited so far into weir_backpressured_seconds_total."""
         while not self._stopping.wait(BACKPRESSURE_SAMPLE_S):
             with self._lock:
-                running = [t for t in self.tasks.values() if t.state == common_pb2.TASK_STATE_RUNNING]
+                running = [t for t in self.tasks.values() if t.state is TaskState.RUNNING]
             for task in running:
                 task.sync_backpressure()
 
@@ -512,7 +550,7 @@ class TaskManagerRuntime:
                             records_out=t.records_emitted(),
                         )
                         for a, t in self.tasks.items()
-                        if t.state in (common_pb2.TASK_STATE_DEPLOYING, common_pb2.TASK_STATE_RUNNING)
+                        if t.state in (TaskState.DEPLOYING, TaskState.RUNNING)
                     ]
                 response = self.jobmanager.Heartbeat(
                     jobmanager_pb2.HeartbeatRequest(taskmanager_id=self.id, running_tasks=running), timeout=5
@@ -539,6 +577,6 @@ class TaskManagerRuntime:
             t.cancel()
         for t in tasks:
             t.join(5)
-        self._reports.put(("stop", None))
+        self._reports.put(StopReporting())
         self.snapshotter.close()
         self.state_backend.close()

@@ -1,34 +1,54 @@
-"""One subtask: a chain of operators run by one thread, fed by its input gate or by its source.
+"""One subtask: an operator chain run by one thread, fed by its input gate or by its source.
 
 The thread owns every operator of the chain: records, watermarks, barriers, checkpoint
-notifications and cancellation are all handled on it, so operators never need locks.
+notifications and cancellation are all handled on it, so operators never need locks. It waits on
+one mailbox: control mails and, for a task with inputs, the buffers of its input gate wake it
+through the same signal (Flink's MailboxProcessor).
+
+A record's path: source or input gate -> :class:`~taskmanager.chain.OperatorChain` -> a
+:class:`NetworkOutput` per edge -> its RecordWriter -> channels to the consumers' input gates.
 """
 
 from __future__ import annotations
 
-import collections
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, assert_never
 
 import structlog
 
-from operators.base import ChainOutput, OperatorContext, SourceOperator, StreamOperator
-from operators.keyed import KeyedOperator
+from operators.base import OperatorContext, SourceOperator
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
+from taskmanager.chain import ChainInput, OperatorChain
+from taskmanager.mailbox import (
+    Cancel,
+    CheckpointAborted,
+    CheckpointComplete,
+    CheckpointRequest,
+    Mail,
+    Mailbox,
+    TriggerCheckpoint,
+)
 from taskmanager.network import (
+    Barrier,
+    CancelBarrier,
     Cancelled,
-    Event,
+    ChannelEvent,
+    EndOfStream,
     InputGate,
+    ReceivedBuffer,
     RecordWriter,
+    WatermarkActive,
+    WatermarkEvent,
+    WatermarkIdle,
     barrier_message,
     cancel_barrier_message,
-    decode_records,
     end_of_stream_message,
+    read_buffer,
     watermark_message,
     watermark_status_message,
 )
@@ -40,19 +60,18 @@ from weir.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskInde
 from weir.keygroups import KeyGroupRange, key_group_range_for_subtask, state_namespace
 from weir.metrics import TaskMetrics
 from weir.plan import JobPlan, Vertex
+from weir.states import TaskState
 from weir.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
     ReportsWatermarkStatus,
-    StatusWatermarkValve,
-    ValveOutput,
     WatermarkStatus,
-    WatermarkTracker,
 )
-from weir.wire import common_pb2
 
 SOURCE_BATCH = 500
-POLL_TIMEOUT_S = 0.05
+SOURCE_IDLE_WAIT_MAX_S = 0.05
+"""Longest wait between two polls of a source that had nothing to read (a mail ends it at once)."""
+METRICS_SYNC_S = 0.5
 FINAL_NOTIFICATION_TIMEOUT_S = 120.0
 
 
@@ -61,6 +80,15 @@ class CheckpointNotificationTimeout(WeirError):
     latest completed checkpoint (retriable)."""
 
     retriable = True
+    fault = Fault.INTERNAL
+
+
+class UnsupportedCheckpointAction(WeirError):
+    """The barrier aligner asked for an action this runtime cannot carry out (capturing in-flight
+    records for an unaligned checkpoint); the task fails instead of dropping it. A restart would
+    ask for it again: run the job with checkpointing.mode exactly_once or at_least_once."""
+
+    retriable = False
     fault = Fault.INTERNAL
 
 
@@ -73,14 +101,6 @@ class TaskAddress:
 
     def __str__(self) -> str:
         return f"{self.job_id}/{self.vertex_uid}#{self.subtask}@{self.attempt}"
-
-
-@dataclass(frozen=True)
-class CheckpointRequest:
-    checkpoint_id: int
-    timestamp: float
-    kind: int
-    final: bool = False  # the job's final checkpoint: every bounded source has ended
 
 
 @dataclass(frozen=True)
@@ -104,41 +124,40 @@ class CheckpointAck:
     async_s: float
 
 
-@dataclass
+@dataclass(frozen=True)
 class TaskCallbacks:
     """How a task reports to its TaskManager (which forwards to the JobManager)."""
 
-    on_state: Callable[[TaskAddress, int, Failure | None], None]
+    on_state: Callable[[TaskAddress, TaskState, Failure | None], None]
     on_checkpoint: Callable[[TaskAddress, CheckpointAck], None]
     on_decline: Callable[[TaskAddress, int, str], None]
     on_input_ended: Callable[[TaskAddress], None]
 
 
-class MultiOutput:
-    """Fan-out of one operator's output to chained successors and network writers."""
-
-    def __init__(self, outputs: list[Any]) -> None:
-        self._outputs = outputs
-
-    def emit(self, value: Any, timestamp: int | None) -> None:
-        for o in self._outputs:
-            o.emit(value, timestamp)
-
-    def emit_watermark(self, watermark: int) -> None:
-        for o in self._outputs:
-            o.emit_watermark(watermark)
-
-
 class NetworkOutput:
-    """An operator's output into a RecordWriter; watermarks ride along with the next flush."""
+    """An edge out of the chain into its RecordWriter; watermarks ride along with the next flush."""
+
+    __slots__ = ("pending_watermark", "writer")
 
     def __init__(self, writer: RecordWriter) -> None:
         self.writer = writer
-        self.emit = writer.emit
         self.pending_watermark: int | None = None
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        self.writer.emit(value, timestamp)
 
     def emit_watermark(self, watermark: int) -> None:
         self.pending_watermark = watermark
+
+    def end_of_stream(self) -> None:
+        self.flush()
+        self.writer.broadcast_event(end_of_stream_message())
+
+    def flush_deadline(self) -> float | None:
+        """When the buffer timeout of what waits here runs out; None when nothing waits."""
+        if self.pending_watermark is None and not self.writer.buffered():
+            return None
+        return self.writer.flush_deadline()
 
     def maybe_flush(self, now: float) -> None:
         """Flush once the buffer timeout passed since the last flush."""
@@ -152,22 +171,6 @@ class NetworkOutput:
             self.writer.broadcast_event(watermark_message(wm))
         else:
             self.writer.flush()
-
-
-class SourceWatermarkTap:
-    """The output of a task's head source: records go straight through, the last watermark it
-    emitted is kept for the task's watermark gauge (set when the task syncs its metrics)."""
-
-    __slots__ = ("_inner", "emit", "watermark")
-
-    def __init__(self, inner: Any) -> None:
-        self._inner = inner
-        self.emit = inner.emit
-        self.watermark: int | None = None
-
-    def emit_watermark(self, watermark: int) -> None:
-        self.watermark = watermark
-        self._inner.emit_watermark(watermark)
 
 
 def exported_watermark(watermark: int | None) -> int | None:
@@ -198,10 +201,13 @@ class Task:
         restore_checkpoint_id: int,
         alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
         user_code_files: frozenset[str] = frozenset(),
+        cancelled: threading.Event | None = None,
     ) -> None:
         self.address = address
         self._plan = plan
         self._vertex = vertex
+        self._job_name = job_name
+        self._parameters = parameters
         self._writers = writers
         self._gate = gate
         self._callbacks = callbacks
@@ -210,14 +216,12 @@ class Task:
         self._user_code_files = user_code_files  # the job file: an exception raised through it is the user's
         self._snapshotter = snapshotter
         self._state_backend = state_backend
-        self._control: collections.deque[tuple[str, Any]] = collections.deque()
-        self._control_signal = threading.Event()
-        self.cancelled = threading.Event()
-        self.state = common_pb2.TASK_STATE_DEPLOYING
+        self._mailbox = Mailbox(gate.condition if gate is not None else None)
+        self.cancelled = cancelled if cancelled is not None else threading.Event()  # also read by the channels
+        self.state = TaskState.DEPLOYING
         self.failure: Failure | None = None
         self.records_in = 0
         self.records_out = 0
-        graph = plan.graph
         self._taskmanager_id = taskmanager_id
         self._log = structlog.get_logger("weir.task").bind(
             job_id=address.job_id,
@@ -227,59 +231,36 @@ class Task:
             taskmanager=taskmanager_id,
         )
         self.metrics = TaskMetrics(address.job_id, vertex.uid, address.subtask, taskmanager_id)
-        kg_range = key_group_range_for_subtask(graph.max_parallelism, vertex.parallelism, address.subtask)
-        self.key_group_range = kg_range
-        self.operators: list[StreamOperator] = []
-        by_uid: dict[str, StreamOperator] = {}
-        for uid in vertex.operator_uids:
-            op = graph.transformations[uid].factory()
-            by_uid[uid] = op
-            self.operators.append(op)
-        self._network_outputs: list[NetworkOutput] = []
-        self._source_tap: SourceWatermarkTap | None = None
-        for uid, op in by_uid.items():
-            outs: list[Any] = [ChainOutput(by_uid[s]) for s in vertex.chained.get(uid, [])]
-            for edge_index, edge in enumerate(vertex.outputs):
-                if edge.producer_operator == uid:
-                    net = NetworkOutput(writers[edge_index])
-                    self._network_outputs.append(net)
-                    outs.append(net)
-            output: Any = outs[0] if len(outs) == 1 else MultiOutput(outs)
-            if uid == vertex.operator_uids[0] and isinstance(op, SourceOperator):
-                output = self._source_tap = SourceWatermarkTap(output)
-            ctx = OperatorContext(
-                job_id=address.job_id,
-                job_name=job_name,
-                uid=uid,
-                subtask=address.subtask,
-                parallelism=vertex.parallelism,
-                max_parallelism=graph.max_parallelism,
-                attempt=address.attempt,
-                key_group_range=kg_range,
-                parameters=parameters,
-                state=state_backend,
-                log=self._log.bind(operator_uid=uid),
-                metrics=self.metrics,
-            )
-            op.setup(ctx, output)
-        self.head = self.operators[0]
-        self._tracker = WatermarkTracker(len(gate.channels)) if gate is not None else None
-        self._valve = StatusWatermarkValve(self._tracker) if self._tracker is not None else None
+        graph = plan.graph
+        self.key_group_range = key_group_range_for_subtask(
+            graph.max_parallelism, vertex.parallelism, SubtaskIndex(address.subtask)
+        )
+        self._network_outputs = [NetworkOutput(w) for w in writers]
+        self.chain = OperatorChain(
+            vertex, lambda uid: graph.transformations[uid].factory(), self._network_outputs, self._context_of
+        )
+        self._input: ChainInput | None = None
+        self._aligner: BarrierAligner | None = None
         if gate is not None:
-            self._aligner: BarrierAligner | None = BarrierAligner(
+            self._input = ChainInput(
+                self.chain,
+                [ch.gate for ch in gate.channels],
+                announce=self._announce_watermark_status,
+                watermark_advanced=self._show_watermark,
+            )
+            self._aligner = BarrierAligner(
                 TaskId(JobId(address.job_id), OperatorUid(vertex.uid), SubtaskIndex(address.subtask)),
                 len(gate.channels),
                 alignment,
             )
-        else:
-            self._aligner = None
-        self._barrier_times: dict[int, tuple[float, int]] = {}
+        self._input_ended = False  # every input channel delivered its end of stream
+        self._barrier_times: dict[CheckpointId, float] = {}  # the trigger time each pending barrier carries
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
         self._final_completed = False
         self._synced: dict[str, float] = {}
         # Time accounting, moved into the counters by _sync_metrics: idle = waiting for input or for a
-        # control message; backpressured = waiting for credit (the channels measure it); busy = the rest.
+        # mail; backpressured = waiting for credit (the channels measure it); busy = the rest.
         self._idle_s = 0.0
         self._busy_s = 0.0
         self._time_mark: tuple[float, float, float] | None = None  # (monotonic, idle, backpressured) at the last sync
@@ -288,26 +269,40 @@ class Task:
         self._metrics_removed = False
         self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
 
-    # Control, from other threads -------------------------------------------------------------------
+    def _context_of(self, uid: str) -> OperatorContext:
+        address, graph = self.address, self._plan.graph
+        return OperatorContext(
+            job_id=address.job_id,
+            job_name=self._job_name,
+            uid=uid,
+            subtask=address.subtask,
+            parallelism=self._vertex.parallelism,
+            max_parallelism=graph.max_parallelism,
+            attempt=address.attempt,
+            key_group_range=self.key_group_range,
+            parameters=self._parameters,
+            state=self._state_backend,
+            log=self._log.bind(operator_uid=uid),
+            metrics=self.metrics,
+        )
+
+    # Control, from other threads: mails -----------------------------------------------------------
 
     def start(self) -> None:
         self._thread.start()
 
     def cancel(self) -> None:
         self.cancelled.set()
-        self._control_signal.set()
+        self._mailbox.put(Cancel())
 
     def trigger_checkpoint(self, request: CheckpointRequest) -> None:
-        self._control.append(("trigger", request))
-        self._control_signal.set()
+        self._mailbox.put(TriggerCheckpoint(request))
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        self._control.append(("complete", checkpoint_id))
-        self._control_signal.set()
+        self._mailbox.put(CheckpointComplete(CheckpointId(checkpoint_id)))
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
-        self._control.append(("aborted", checkpoint_id))
-        self._control_signal.set()
+        self._mailbox.put(CheckpointAborted(CheckpointId(checkpoint_id)))
 
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
@@ -315,7 +310,6 @@ class Task:
     # The task thread -------------------------------------------------------------------------------
 
     def _run(self) -> None:
-        addr = self.address
         try:
             if self.cancelled.is_set():
                 raise Cancelled()
@@ -327,23 +321,23 @@ class Task:
             # resolve transactions that by now belong to a newer attempt.
             if self.cancelled.is_set():
                 raise Cancelled()
-            for op in reversed(self.operators):
-                op.open()
-            self._set_state(common_pb2.TASK_STATE_RUNNING)
+            self.chain.open()
+            self._set_state(TaskState.RUNNING)
             self._time_mark = (time.monotonic(), self._idle_s, self._backpressured_total())
-            if isinstance(self.head, SourceOperator):
-                self._run_source(self.head)
+            source = self.chain.source
+            if source is not None:
+                self._run_source(source)
             else:
                 self._run_input()
             if self.cancelled.is_set():
                 raise Cancelled()
             self._finish()
-            self._set_state(common_pb2.TASK_STATE_FINISHED)
+            self._set_state(TaskState.FINISHED)
         except Cancelled:
-            self._set_state(common_pb2.TASK_STATE_CANCELED)
+            self._set_state(TaskState.CANCELED)
         except Exception as exc:
             if self.cancelled.is_set():
-                self._set_state(common_pb2.TASK_STATE_CANCELED)
+                self._set_state(TaskState.CANCELED)
             else:
                 self.failure = Failure.from_exception(exc, self._user_code_files)
                 self._log.error(
@@ -353,13 +347,9 @@ class Task:
                     retriable=self.failure.retriable,
                     traceback=traceback.format_exc(limit=8),
                 )
-                self._set_state(common_pb2.TASK_STATE_FAILED, self.failure)
+                self._set_state(TaskState.FAILED, self.failure)
         finally:
-            for op in self.operators:
-                try:
-                    op.close()
-                except Exception as exc:  # closing must not hide the task's real outcome
-                    self._log.warning("operator_close_failed", operator_uid=op.ctx.uid, error=str(exc))
+            self.chain.close(self._close_failed)
             for w in self._writers:
                 w.close()
             if self._gate is not None:
@@ -368,13 +358,14 @@ class Task:
             with self._backpressure_lock:  # this attempt's series go; a sampler must not bring them back
                 self._metrics_removed = True
                 self.metrics.remove()
-            del addr
+
+    def _close_failed(self, uid: str, exc: Exception) -> None:
+        self._log.warning("operator_close_failed", operator_uid=uid, error=str(exc))
 
     def _keyed_ranges(self) -> list[tuple[OperatorUid, KeyGroupRange]]:
         return [
             (OperatorUid(state_namespace(op.ctx.job_id, op.ctx.uid)), self.key_group_range)
-            for op in self.operators
-            if isinstance(op, KeyedOperator)
+            for op in self.chain.keyed_operators
         ]
 
     def _clear_keyed_state(self) -> None:
@@ -391,46 +382,66 @@ class Task:
             restored_entries = result.entries
         if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
             raise Cancelled()
-        for op in self.operators:
-            blob = snapshot.operator_states.get(op.ctx.uid)
-            if blob is not None:
-                op.restore_state(blob)
+        self.chain.restore(snapshot.operator_states)
         self._log.info("task_restored", checkpoint_id=self._restore_checkpoint_id, keyed_entries=restored_entries)
 
-    def _set_state(self, state: int, failure: Failure | None = None) -> None:
+    def _set_state(self, state: TaskState, failure: Failure | None = None) -> None:
         self.state = state
         self._callbacks.on_state(self.address, state, failure)
 
-    def _drain_control(self) -> None:
-        while self._control:
-            kind, arg = self._control.popleft()
-            if kind == "trigger":
-                if arg.final:
-                    self._final_checkpoints.add(arg.checkpoint_id)
-                self._log.info("checkpoint_triggered_at_source", checkpoint_id=arg.checkpoint_id, final=arg.final)
-                self._checkpoint(arg, alignment_s=0.0, start_delay_s=max(0.0, time.time() - arg.timestamp))
-            elif kind == "complete":
-                for op in self.operators:
-                    op.notify_checkpoint_complete(arg)
-                self._unconfirmed = {c for c in self._unconfirmed if c > arg}
-                self._final_completed = self._final_completed or any(c <= arg for c in self._final_checkpoints)
-            elif kind == "aborted":
-                for op in self.operators:
-                    op.notify_checkpoint_aborted(arg)
-                self._unconfirmed.discard(arg)
+    # Mails -----------------------------------------------------------------------------------------
+
+    def _on_mail(self, mail: Mail) -> None:
+        match mail:
+            case TriggerCheckpoint(request=request):
+                if request.final:
+                    self._final_checkpoints.add(request.checkpoint_id)
+                self._log.info(
+                    "checkpoint_triggered_at_source", checkpoint_id=request.checkpoint_id, final=request.final
+                )
+                self._checkpoint(request, alignment_s=0.0, start_delay_s=max(0.0, time.time() - request.timestamp))
+            case CheckpointComplete(checkpoint_id=checkpoint_id):
+                self.chain.notify_checkpoint_complete(checkpoint_id)
+                self._unconfirmed = {c for c in self._unconfirmed if c > checkpoint_id}
+                self._final_completed = self._final_completed or any(
+                    c <= checkpoint_id for c in self._final_checkpoints
+                )
+            case CheckpointAborted(checkpoint_id=checkpoint_id):
+                self.chain.notify_checkpoint_aborted(checkpoint_id)
+                self._unconfirmed.discard(checkpoint_id)
                 if self._aligner is not None:
-                    self._apply(self._aligner.abort(arg))
-        if self.cancelled.is_set():
-            raise Cancelled()
+                    self._apply(self._aligner.abort(checkpoint_id))
+            case Cancel():
+                raise Cancelled()
+            case _:
+                assert_never(mail)
+
+    def _drain_mails(self) -> None:
+        """Handle every mail queued now, without waiting."""
+        while (mail := self._mailbox.take()) is not None:
+            self._on_mail(mail)
+
+    def _idle_until(self, deadline: float) -> None:
+        """Wait, as idle time, for a mail until ``deadline`` (monotonic); handle it if one came."""
+        started = time.monotonic()
+        mail = self._mailbox.wait_for_mail(deadline)
+        self._idle_s += time.monotonic() - started
+        if mail is not None:
+            self._on_mail(mail)
+
+    def _next_timer(self, last_sync: float) -> float:
+        """When the task must wake without input: the earliest buffer timeout of its outputs, or the
+        next metrics sync."""
+        deadlines = [d for net in self._network_outputs if (d := net.flush_deadline()) is not None]
+        return min([*deadlines, last_sync + METRICS_SYNC_S])
+
+    # A source task ---------------------------------------------------------------------------------
 
     def _run_source(self, source: SourceOperator) -> None:
-        signal = self._control_signal
         last_sync = time.monotonic()
         status_of = source.watermark_status if isinstance(source, ReportsWatermarkStatus) else None
         while True:
-            if self._control or self.cancelled.is_set():
-                signal.clear()
-                self._drain_control()
+            self._drain_mails()
             before, read = self.records_emitted(), source.records_polled
             polled = time.monotonic()
             more = source.poll(SOURCE_BATCH)
@@ -441,7 +452,7 @@ class Task:
                 self._announce_watermark_status(status_of())
             for net in self._network_outputs:
                 net.maybe_flush(now)
-            if now - last_sync > 0.5:
+            if now - last_sync > METRICS_SYNC_S:
                 self._sync_metrics()
                 last_sync = now
             if not more:
@@ -450,13 +461,7 @@ class Task:
             if self.records_emitted() == before:
                 wait = source.idle_wait_s()
                 if wait > 0:
-                    self._idle_wait(min(wait, POLL_TIMEOUT_S))
-
-    def _idle_wait(self, timeout_s: float) -> None:
-        """Wait up to ``timeout_s`` for a control message (checkpoint, notification, cancel), as idle time."""
-        started = time.monotonic()
-        self._control_signal.wait(timeout_s)
-        self._idle_s += time.monotonic() - started
+                    self._idle_until(min(now + min(wait, SOURCE_IDLE_WAIT_MAX_S), self._next_timer(last_sync)))
 
     def _await_final_checkpoint(self) -> None:
         """A bounded source read all its input: tell the JobManager, which triggers a final checkpoint;
@@ -466,95 +471,79 @@ class Task:
             net.flush()
         self._callbacks.on_input_ended(self.address)
         self._log.info("source_input_ended", awaiting="final checkpoint")
-        signal = self._control_signal
         last_sync = time.monotonic()
         while not self._final_completed:
-            self._idle_wait(POLL_TIMEOUT_S)
-            signal.clear()
-            self._drain_control()
-            if time.monotonic() - last_sync > 0.5:
+            self._idle_until(last_sync + METRICS_SYNC_S)
+            self._drain_mails()
+            if time.monotonic() - last_sync >= METRICS_SYNC_S:
                 self._sync_metrics()
                 last_sync = time.monotonic()
 
     def records_emitted(self) -> int:
         return sum(w.records_out for w in self._writers) + self.records_out
 
+    # A task with inputs ----------------------------------------------------------------------------
+
     def _run_input(self) -> None:
-        gate, valve = self._gate, self._valve
-        assert gate is not None and valve is not None
-        head = self.head
-        two_inputs = len({ch.gate for ch in gate.channels}) > 1
+        gate = self._gate
+        assert gate is not None
         last_sync = time.monotonic()
-        while not gate_all_ended(gate):
-            if self._control or self.cancelled.is_set():
-                self._control_signal.clear()
-                self._drain_control()
+        while not self._input_ended:
             waiting = time.monotonic()
-            item = gate.poll(POLL_TIMEOUT_S)
+            item = self._mailbox.wait(gate.take, self._next_timer(last_sync))
             now = time.monotonic()
             self._idle_s += now - waiting
-            if item is not None:
-                channel, gate_index, msg = item
-                if msg.record_count:
-                    self._on_valve(valve.on_records(ChannelIndex(channel)))  # a record ends the channel's idleness
-                    values, timestamps = decode_records(msg.records)
-                    self.records_in += len(values)
-                    self.metrics.bytes_in.inc(len(msg.records))
-                    if two_inputs:
-                        for value, ts in zip(values, timestamps, strict=True):
-                            head.process_input(gate_index, value, ts)
-                    else:
-                        process = head.process
-                        for value, ts in zip(values, timestamps, strict=True):
-                            process(value, ts)
-                if msg.event:
-                    self._on_event(channel, msg)
+            match item:
+                case None:  # a buffer timeout or the metrics sync is due
+                    pass
+                case ReceivedBuffer():
+                    self._on_buffer(item)
+                case TriggerCheckpoint() | CheckpointComplete() | CheckpointAborted() | Cancel():
+                    self._on_mail(item)
+                case _:
+                    assert_never(item)
             for net in self._network_outputs:
                 net.maybe_flush(now)
-            if now - last_sync > 0.5:
+            if now - last_sync >= METRICS_SYNC_S:
                 self._sync_metrics()
                 last_sync = now
 
-    def _on_event(self, channel: int, msg: Any) -> None:
-        valve, aligner = self._valve, self._aligner
-        assert valve is not None and aligner is not None
-        now = time.monotonic()
-        match msg.event:
-            case Event.EVENT_KIND_WATERMARK:
-                self._on_valve(valve.on_watermark(ChannelIndex(channel), msg.watermark))
-            case Event.EVENT_KIND_WATERMARK_IDLE:
-                self._on_valve(valve.on_idle(ChannelIndex(channel)))
-            case Event.EVENT_KIND_WATERMARK_ACTIVE:
-                self._on_valve(valve.on_active(ChannelIndex(channel)))
-            case Event.EVENT_KIND_END_OF_STREAM:
-                self._on_valve(valve.on_end_of_stream(ChannelIndex(channel)))
-                self._apply(aligner.on_end_of_stream(channel, now=now))
-            case Event.EVENT_KIND_BARRIER:
-                self._log.info("checkpoint_barrier_received", checkpoint_id=msg.checkpoint_id, channel=channel)
-                self._barrier_times.setdefault(msg.checkpoint_id, (msg.checkpoint_timestamp, msg.checkpoint_kind))
-                kind = (
-                    ba.CheckpointKind.SAVEPOINT
-                    if msg.checkpoint_kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT
-                    else ba.CheckpointKind.CHECKPOINT
-                )
-                self._apply(aligner.on_barrier(channel, msg.checkpoint_id, kind, now=now))
-            case Event.EVENT_KIND_CANCEL_BARRIER:
-                self._apply(aligner.on_cancellation(channel, msg.checkpoint_id))
-            case _:
-                raise ba.InputProtocolError(f"task {self.address}: unknown event kind {msg.event} on channel {channel}")
+    def _on_buffer(self, received: ReceivedBuffer) -> None:
+        chain_input = self._input
+        assert chain_input is not None
+        buffer = read_buffer(received.message)
+        if buffer.values:
+            self.records_in += len(buffer.values)
+            self.metrics.bytes_in.inc(buffer.size_bytes)
+            chain_input.records(received.channel, buffer.values, buffer.timestamps)
+        if buffer.event is not None:
+            self._on_event(received.channel, buffer.event)
 
-    def _on_valve(self, change: ValveOutput) -> None:
-        """Forward what an input event changed: going active is announced before the watermark it
-        may bring, going idle after the last watermark."""
-        if change.status is WatermarkStatus.ACTIVE:
-            self._announce_watermark_status(change.status)
-        advanced = change.watermark
-        if advanced is not None:
-            if exported_watermark(advanced) is not None:
-                self.metrics.watermark.set(advanced)
-            self.head.process_watermark(advanced)
-        if change.status is WatermarkStatus.IDLE:
-            self._announce_watermark_status(change.status)
+    def _on_event(self, channel: ChannelIndex, event: ChannelEvent) -> None:
+        chain_input, aligner = self._input, self._aligner
+        assert chain_input is not None and aligner is not None
+        match event:
+            case WatermarkEvent(watermark=watermark):
+                chain_input.watermark(channel, watermark)
+            case WatermarkIdle():
+                chain_input.idle(channel)
+            case WatermarkActive():
+                chain_input.active(channel)
+            case EndOfStream():
+                chain_input.end_of_stream(channel)
+                self._apply(aligner.on_end_of_stream(channel, now=time.monotonic()))
+            case Barrier(checkpoint_id=checkpoint_id, timestamp=timestamp, kind=kind):
+                self._log.info("checkpoint_barrier_received", checkpoint_id=checkpoint_id, channel=channel)
+                self._barrier_times.setdefault(checkpoint_id, timestamp)
+                self._apply(aligner.on_barrier(channel, checkpoint_id, kind, now=time.monotonic()))
+            case CancelBarrier(checkpoint_id=checkpoint_id):
+                self._apply(aligner.on_cancellation(channel, checkpoint_id))
+            case _:
+                assert_never(event)
+
+    def _show_watermark(self, watermark: int) -> None:
+        if exported_watermark(watermark) is not None:
+            self.metrics.watermark.set(watermark)
 
     def _announce_watermark_status(self, status: WatermarkStatus) -> None:
         """Tell every consumer when this subtask goes idle or active: after the records and the
@@ -568,10 +557,11 @@ class Task:
         for w in self._writers:
             w.broadcast_event(message)
         watermark: int | None
-        if self._tracker is not None:
-            watermark = self._tracker.current
+        if self._input is not None:
+            watermark = self._input.tracker.current
         else:
-            watermark = self._source_tap.watermark if self._source_tap is not None else None
+            tap = self.chain.source_tap
+            watermark = tap.watermark if tap is not None else None
         match status:
             case WatermarkStatus.IDLE:
                 self._log.info("subtask_idle", watermark=exported_watermark(watermark))
@@ -580,43 +570,56 @@ class Task:
             case _:
                 assert_never(status)
 
-    def _apply(self, actions: Any) -> None:
-        """Carry out what the barrier aligner decided."""
+    def _apply(self, actions: Iterable[ba.Action]) -> None:
+        """Carry out what the barrier aligner decided, every action in order."""
         gate = self._gate
         assert gate is not None
         for action in actions:
-            if isinstance(action, ba.BlockChannel):
-                gate.block(action.channel)
-            elif isinstance(action, ba.UnblockChannels):
-                gate.unblock(action.channels)
-            elif isinstance(action, ba.TriggerSnapshot):
-                ts, kind = self._barrier_times.pop(action.checkpoint_id, (time.time(), 0))
-                self._checkpoint(
-                    CheckpointRequest(action.checkpoint_id, ts, kind),
-                    alignment_s=action.alignment_duration,
-                    start_delay_s=max(0.0, time.time() - ts - action.alignment_duration),
-                )
-            elif isinstance(action, ba.ForwardCancellation):
-                for w in self._writers:
-                    w.broadcast_event(cancel_barrier_message(action.checkpoint_id))
-            elif isinstance(action, ba.AbortedCheckpoint):
-                self._barrier_times.pop(action.checkpoint_id, None)
-                self._log.info(
-                    "checkpoint_alignment_aborted", checkpoint_id=action.checkpoint_id, reason=action.reason.value
-                )
-                if action.reason is not ba.AbortReason.ABORTED_BY_JOBMANAGER:
-                    self._callbacks.on_decline(self.address, action.checkpoint_id, action.reason.value)
+            match action:
+                case ba.BlockChannel(channel=channel):
+                    gate.block(channel)
+                case ba.UnblockChannels(channels=channels):
+                    gate.unblock(channels)
+                case ba.TriggerSnapshot(checkpoint_id=checkpoint_id, kind=kind):
+                    if action.capture_inflight:
+                        self._unsupported(action, checkpoint_id)
+                    timestamp = self._barrier_times.pop(checkpoint_id, time.time())
+                    alignment_s = action.alignment_duration
+                    self._checkpoint(
+                        CheckpointRequest(checkpoint_id, timestamp, kind),
+                        alignment_s=alignment_s,
+                        start_delay_s=max(0.0, time.time() - timestamp - alignment_s),
+                    )
+                case ba.ForwardCancellation(checkpoint_id=checkpoint_id):
+                    for w in self._writers:
+                        w.broadcast_event(cancel_barrier_message(checkpoint_id))
+                case ba.AbortedCheckpoint(checkpoint_id=checkpoint_id, reason=reason):
+                    self._barrier_times.pop(checkpoint_id, None)
+                    self._log.info("checkpoint_alignment_aborted", checkpoint_id=checkpoint_id, reason=reason.value)
+                    if reason is not ba.AbortReason.ABORTED_BY_JOBMANAGER:
+                        self._callbacks.on_decline(self.address, checkpoint_id, reason.value)
+                case ba.StartCapture(checkpoint_id=checkpoint_id) | ba.StopCapture(checkpoint_id=checkpoint_id):
+                    self._unsupported(action, checkpoint_id)
+                case ba.InflightCaptureComplete(checkpoint_id=checkpoint_id):
+                    self._unsupported(action, checkpoint_id)
+                case ba.AllChannelsEnded():
+                    self._input_ended = True
+                case _:
+                    assert_never(action)
+
+    def _unsupported(self, action: ba.Action, checkpoint_id: CheckpointId) -> None:
+        raise UnsupportedCheckpointAction(
+            f"task {self.address}: checkpoint {checkpoint_id} needs {type(action).__name__} "
+            f"({action}), which this TaskManager cannot carry out: unaligned checkpoints "
+            "(in-flight record capture) are not supported; use checkpointing.mode exactly_once or at_least_once"
+        )
 
     def _checkpoint(self, request: CheckpointRequest, alignment_s: float, start_delay_s: float) -> None:
         """Snapshot every operator (sinks pre-commit, keyed operators flush their caches), forward the
         barrier, take the RocksDB snapshot; its upload runs in the background and the ack follows it."""
         cid = request.checkpoint_id
         started = time.perf_counter()
-        states: dict[str, bytes] = {}
-        for op in self.operators:
-            blob = op.snapshot_state(cid)
-            if blob is not None:
-                states[op.ctx.uid] = blob
+        states = self.chain.snapshot(cid)
         for net in self._network_outputs:
             net.flush()
         barrier = barrier_message(cid, request.timestamp, request.kind)
@@ -634,9 +637,8 @@ class Task:
             )
             self._log.info("checkpoint_acknowledged", checkpoint_id=cid, sync_s=round(operators_s, 4))
             return
-        kind = "savepoint" if request.kind == common_pb2.CHECKPOINT_KIND_SAVEPOINT else "checkpoint"
         future = self._snapshotter.begin(
-            JobId(self.address.job_id), CheckpointId(cid), ranges, kind, attempt=self.address.attempt
+            JobId(self.address.job_id), cid, ranges, request.kind.value, attempt=self.address.attempt
         )
 
         def uploaded(done: Any) -> None:
@@ -675,22 +677,17 @@ class Task:
         sink transactions commit then), every operator flushes in chain order, then end-of-stream."""
         deadline = time.monotonic() + FINAL_NOTIFICATION_TIMEOUT_S
         while self._unconfirmed:
-            if time.monotonic() > deadline:
+            started = time.monotonic()
+            mail = self._mailbox.wait_for_mail(deadline)
+            self._idle_s += time.monotonic() - started
+            if mail is None:
                 raise CheckpointNotificationTimeout(
                     f"task {self.address}: no completion notice for checkpoint(s) {sorted(self._unconfirmed)} "
                     f"within {FINAL_NOTIFICATION_TIMEOUT_S:.0f}s of the end of input"
                 )
-            self._idle_wait(POLL_TIMEOUT_S)
-            self._control_signal.clear()
-            self._drain_control()
-        for op in self.operators:
-            op.end_input()
-        for net in self._network_outputs:
-            net.flush()
-        eos = end_of_stream_message()
-        for w in self._writers:
-            w.broadcast_event(eos)
-        self._drain_control()
+            self._on_mail(mail)
+        self.chain.end_input()
+        self._drain_mails()
 
     def _backpressured_total(self) -> float:
         return sum(ch.backpressured_total() for w in self._writers for ch in w.channels)
@@ -731,11 +728,8 @@ class Task:
         m.output_credits.set(sum(ch.credits for ch in channels))
         if self._gate is not None:
             m.input_buffer_usage.set(self._gate.queued_buffers() / max(1, self._gate.capacity()))
-        if self._source_tap is not None:
-            watermark = exported_watermark(self._source_tap.watermark)
+        tap = self.chain.source_tap
+        if tap is not None:
+            watermark = exported_watermark(tap.watermark)
             if watermark is not None:
                 m.watermark.set(watermark)
-
-
-def gate_all_ended(gate: InputGate) -> bool:
-    return all(ch.ended for ch in gate.channels)

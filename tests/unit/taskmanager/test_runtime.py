@@ -9,7 +9,14 @@ from pathlib import Path
 import pytest
 
 from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.runtime import TaskManagerRuntime, alignment_for, oversized_ack_reason
+from taskmanager.runtime import (
+    AckReport,
+    DeclineReport,
+    Report,
+    TaskManagerRuntime,
+    alignment_for,
+    oversized_ack_reason,
+)
 from taskmanager.task import ChainSnapshot, CheckpointAck, TaskAddress
 from weir.checkpointing import CheckpointingMode
 from weir.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
@@ -47,16 +54,17 @@ def test_an_oversized_acknowledgement_is_sent_as_a_decline_with_its_reason(runti
     """It used to be handed to gRPC, refused as too large and dropped: the checkpoint timed out."""
     address = TaskAddress("job-1", "sink", 0, 1)
     huge = ChainSnapshot(address, 5, {"sink": b"x" * MAX_MESSAGE_BYTES}, (0, 127))
-    sent: list[tuple[str, object]] = []
+    sent: list[Report] = []
 
     class Reports:  # what would go to the JobManager
         put = sent.append
 
     runtime._reports = Reports()  # type: ignore[assignment]  # noqa: SLF001
     runtime._on_checkpoint(address, CheckpointAck(huge, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
-    assert [kind for kind, _ in sent] == ["decline"]
-    decline = sent[0][1]
-    assert decline.checkpoint_id == 5 and "acknowledgement of checkpoint 5" in decline.reason  # type: ignore[attr-defined]
+    assert [type(report) for report in sent] == [DeclineReport]
+    decline = sent[0]
+    assert isinstance(decline, DeclineReport)
+    assert decline.request.checkpoint_id == 5 and "acknowledgement of checkpoint 5" in decline.request.reason
     small = ChainSnapshot(address, 6, {"sink": b"ok"}, (0, 127))
     runtime._on_checkpoint(address, CheckpointAck(small, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
-    assert [kind for kind, _ in sent] == ["decline", "ack"]
+    assert [type(report) for report in sent] == [DeclineReport, AckReport]

@@ -1,0 +1,105 @@
+"""A task's mailbox (Flink's MailboxProcessor): the one thing its thread waits on.
+
+Control mails (trigger a checkpoint, a checkpoint completed or was aborted, cancel) come from other
+threads; the input gate's buffers arrive through the same condition, so a buffer and a mail wake
+the task alike and an input task never polls on an interval. Mails go before buffers.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from weir.checkpointing import CheckpointKind
+from weir.ids import CheckpointId
+
+
+@dataclass(frozen=True)
+class CheckpointRequest:
+    checkpoint_id: CheckpointId
+    timestamp: float
+    kind: CheckpointKind
+    final: bool = False  # the job's final checkpoint: every bounded source has ended
+
+
+@dataclass(frozen=True)
+class TriggerCheckpoint:
+    """The JobManager triggers a checkpoint at this source task."""
+
+    request: CheckpointRequest
+
+
+@dataclass(frozen=True)
+class CheckpointComplete:
+    """Checkpoint ``checkpoint_id`` completed on every task: commit what it (and older ones) cover."""
+
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class CheckpointAborted:
+    """Checkpoint ``checkpoint_id`` will never complete."""
+
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class Cancel:
+    """Stop the task: a fail-over or a cancel of its job."""
+
+
+Mail = TriggerCheckpoint | CheckpointComplete | CheckpointAborted | Cancel
+
+Input = TypeVar("Input")
+
+
+class Mailbox:
+    """Control mails in order, and a wait that wakes on a mail or on input, whichever comes first.
+
+    ``condition`` is shared with the input gate (its notifications wake the waiting task); without a
+    gate the mailbox has a condition of its own."""
+
+    def __init__(self, condition: threading.Condition | None = None) -> None:
+        self._condition = condition if condition is not None else threading.Condition()
+        self._mails: deque[Mail] = deque()
+
+    def put(self, mail: Mail) -> None:
+        """From any thread: queue ``mail`` and wake the task."""
+        with self._condition:
+            self._mails.append(mail)
+            self._condition.notify_all()
+
+    def take(self) -> Mail | None:
+        """The next mail, without waiting."""
+        with self._condition:
+            return self._mails.popleft() if self._mails else None
+
+    def wait(self, take_input: Callable[[], Input | None], deadline: float | None) -> Mail | Input | None:
+        """The next mail, else the next input ``take_input`` answers (it is called with the shared
+        condition held), waiting until one comes; None once ``deadline`` (monotonic) passed."""
+        with self._condition:
+            while True:
+                if self._mails:
+                    return self._mails.popleft()
+                item = take_input()
+                if item is not None:
+                    return item
+                if deadline is None:
+                    self._condition.wait()
+                    continue
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return None
+                self._condition.wait(remaining)
+
+    def wait_for_mail(self, deadline: float | None) -> Mail | None:
+        """The next mail, waiting for it until ``deadline`` (monotonic); None if none came."""
+        return self.wait(_no_input, deadline)
+
+
+def _no_input() -> None:
+    return None
