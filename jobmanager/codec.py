@@ -14,7 +14,7 @@ from weir.wire import jobmanager_pb2
 # Job status ----------------------------------------------------------------------------------------
 
 
-def job_status_to_proto(status: JobStatus) -> jobmanager_pb2.JobStatus.ValueType:
+def job_status_to_proto(status: JobStatus) -> jobmanager_pb2.JobStatus:
     match status:
         case JobStatus.CREATED:
             return jobmanager_pb2.JOB_STATUS_CREATED
@@ -34,12 +34,12 @@ def job_status_to_proto(status: JobStatus) -> jobmanager_pb2.JobStatus.ValueType
             assert_never(status)
 
 
-_JOB_STATUSES_BACK: dict[jobmanager_pb2.JobStatus.ValueType, JobStatus] = {
+_JOB_STATUSES_BACK: dict[jobmanager_pb2.JobStatus, JobStatus] = {
     job_status_to_proto(status): status for status in JobStatus
 }
 
 
-def job_status_from_proto(value: jobmanager_pb2.JobStatus.ValueType) -> JobStatus:
+def job_status_from_proto(value: jobmanager_pb2.JobStatus) -> JobStatus:
     status = _JOB_STATUSES_BACK.get(value)
     if status is None:
         raise ProtocolError(
@@ -52,7 +52,7 @@ def job_status_from_proto(value: jobmanager_pb2.JobStatus.ValueType) -> JobStatu
 # Checkpoint status ---------------------------------------------------------------------------------
 
 
-def checkpoint_status_to_proto(status: CheckpointStatus) -> jobmanager_pb2.CheckpointStatus.ValueType:
+def checkpoint_status_to_proto(status: CheckpointStatus) -> jobmanager_pb2.CheckpointStatus:
     match status:
         case CheckpointStatus.IN_PROGRESS:
             return jobmanager_pb2.CHECKPOINT_STATUS_IN_PROGRESS
@@ -64,12 +64,12 @@ def checkpoint_status_to_proto(status: CheckpointStatus) -> jobmanager_pb2.Check
             assert_never(status)
 
 
-_CHECKPOINT_STATUSES_BACK: dict[jobmanager_pb2.CheckpointStatus.ValueType, CheckpointStatus] = {
+_CHECKPOINT_STATUSES_BACK: dict[jobmanager_pb2.CheckpointStatus, CheckpointStatus] = {
     checkpoint_status_to_proto(status): status for status in CheckpointStatus
 }
 
 
-def checkpoint_status_from_proto(value: jobmanager_pb2.CheckpointStatus.ValueType) -> CheckpointStatus:
+def checkpoint_status_from_proto(value: jobmanager_pb2.CheckpointStatus) -> CheckpointStatus:
     status = _CHECKPOINT_STATUSES_BACK.get(value)
     if status is None:
         raise ProtocolError(

@@ -90,7 +90,7 @@ class Failover:
         self._executor.execute(job, job.coordinator.task_failed(now, sources[0], failure.message))
         job.fail_over(failure, now)
         metrics.job_status(job)
-        if job.status is JobStatus.FAILED:
+        if job.status.terminal:  # FAILED: the restart strategy gave up
             self._records.save(job)
             self._io.submit(self.end_job, job, attempt)
         else:

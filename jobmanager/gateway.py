@@ -11,7 +11,7 @@ import queue
 import threading
 from typing import Final, Protocol, TypeVar
 
-import grpc
+import grpc  # type: ignore[import-untyped]  # no stubs in the environment
 
 from jobmanager.errors import TaskManagerCallError
 from jobmanager.jobs import TaskDeployment
@@ -179,7 +179,7 @@ class GrpcTaskManagerGateway:
         return channel if channel is not None else grpc.insecure_channel(address, options=GRPC_OPTIONS)
 
     def _call(self, address: str, call: _StubCall[_Response]) -> _Response:
-        stub = taskmanager_pb2_grpc.TaskManagerServiceStub(self._channel(address))
+        stub = taskmanager_pb2_grpc.TaskManagerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]  # generated
         try:
             return call(stub)
         except grpc.RpcError as exc:

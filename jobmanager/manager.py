@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Executor, ThreadPoolExecutor
 
 from connectors.object_storage import CheckpointStorage
 from jobmanager.checkpoint_actions import CheckpointActionExecutor
@@ -58,12 +58,15 @@ class JobManager:
         read_end_offsets: EndOffsetsReader = kafka_end_offsets,
         check: SubmitCheck = check_at_submit,
         resolve: ResolveTransactions = resolve_job_transactions,
+        io: Executor | None = None,
     ) -> None:
+        """``gateway``, ``read_end_offsets``, ``check``, ``resolve`` and ``io`` (the worker threads)
+        default to the real ones; tests pass fakes."""
         self.lock = threading.RLock()
         self.jobs: dict[str, JobMaster] = {}
         self.storage = storage
         self.paths = CheckpointPaths()
-        self._io = ThreadPoolExecutor(max_workers=IO_WORKERS, thread_name_prefix="jm-io")
+        self._io = io if io is not None else ThreadPoolExecutor(max_workers=IO_WORKERS, thread_name_prefix="jm-io")
         self._stopping = threading.Event()
         gateway = gateway if gateway is not None else GrpcTaskManagerGateway()
         lock = self.lock

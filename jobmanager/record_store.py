@@ -47,6 +47,10 @@ class JobRecordStore:
         job.record_saved_at = self._clock()
         return self._writer.submit(self._put, job.job_id, record.to_json())
 
+    def flush(self) -> None:
+        """Wait until every record saved so far is written (or failed)."""
+        self._writer.submit(lambda: None).result()
+
     def _put(self, job_id: str, record: bytes) -> bool:
         try:
             self._storage.put_bytes(self._paths.job_record(JobId(job_id)), record)

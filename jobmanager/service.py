@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-import grpc
+import grpc  # type: ignore[import-untyped]  # no stubs in the environment
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics

@@ -1,0 +1,192 @@
+"""Factory fixtures for the JobManager's parts: a fake TaskManager gateway, a fake clock, work run
+inline instead of on worker threads, storage in a local directory."""
+
+from __future__ import annotations
+
+import textwrap
+from collections.abc import Callable, Iterator
+from concurrent.futures import Executor, Future
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+import pytest
+
+from connectors.object_storage import FileCheckpointStorage
+from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.ending import ResolutionReport
+from jobmanager.errors import TaskManagerCallError
+from jobmanager.jobs import JobMaster, JobSubmission, TaskDeployment
+from jobmanager.manager import JobManager
+from jobmanager.scheduler import SlotOffer
+from weir.api import load_job_source
+from weir.checkpointing import CheckpointKind
+from weir.graph import LogicalGraph
+from weir.ids import TaskId
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+JOB = textwrap.dedent(
+    """
+    from weir.api import Environment
+
+
+    def build(env: Environment) -> None:
+        env.from_generator(lambda i: i, uid="gen", count=100, parallelism=1).print(uid="out")
+    """
+).encode()
+TM_A = "tm-a:6124"
+TM_B = "tm-b:6124"
+
+
+class FakeClock:
+    def __init__(self, now: float = 100.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
+class InlineExecutor(Executor):
+    """Runs submitted work at once on the caller's thread: a test sees its effects on return."""
+
+    def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
+        future: Future[R] = Future()
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the future, as a pool would
+            future.set_exception(exc)
+        return future
+
+
+@dataclass
+class FakeGateway:
+    """Records every call; addresses in ``unreachable`` fail the probe, ``failing`` fail calls."""
+
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    unreachable: set[str] = field(default_factory=set)
+    failing: dict[str, str] = field(default_factory=dict)  # address -> gRPC status name
+    accept_triggers: bool = True
+
+    def _fail(self, address: str) -> None:
+        if address in self.failing:
+            raise TaskManagerCallError(address, self.failing[address], "injected")
+
+    def named(self, what: str) -> list[tuple[Any, ...]]:
+        return [c[1:] for c in self.calls if c[0] == what]
+
+    def connect(self, address: str) -> None:
+        self.calls.append(("connect", address))
+
+    def reachable(self, address: str, timeout_s: float) -> bool:
+        return address not in self.unreachable
+
+    def deploy_task(self, address: str, deployment: TaskDeployment) -> None:
+        self._fail(address)
+        self.calls.append(("deploy", address, deployment.vertex_uid, deployment.subtask, deployment.attempt))
+
+    def cancel_job_tasks(self, address: str, job_id: str, attempt: int, *, job_ended: bool) -> None:
+        self._fail(address)
+        self.calls.append(("cancel", address, job_id, attempt, job_ended))
+
+    def trigger_checkpoint(
+        self,
+        address: str,
+        task: TaskId,
+        attempt: int,
+        checkpoint_id: int,
+        timestamp: float,
+        kind: CheckpointKind,
+        *,
+        final: bool,
+    ) -> bool:
+        self._fail(address)
+        self.calls.append(("trigger", address, str(task), attempt, checkpoint_id, kind, final))
+        return self.accept_triggers
+
+    def notify_checkpoint_complete(self, address: str, job_id: str, attempt: int, checkpoint_id: int) -> None:
+        self._fail(address)
+        self.calls.append(("complete", address, job_id, attempt, checkpoint_id))
+
+    def notify_checkpoint_aborted(
+        self, address: str, job_id: str, attempt: int, checkpoint_id: int, reason: str
+    ) -> None:
+        self._fail(address)
+        self.calls.append(("aborted", address, job_id, attempt, checkpoint_id))
+
+
+@dataclass
+class FakeResolver:
+    """Resolves an ended job's transactions, or raises ``error`` while it is set."""
+
+    resolved: list[tuple[str, int]] = field(default_factory=list)
+    error: Exception | None = None
+
+    def __call__(self, job: JobMaster, attempt: int, latest: CompletedCheckpoint | None) -> ResolutionReport:
+        if self.error is not None:
+            raise self.error
+        self.resolved.append((job.job_id, attempt))
+        return ResolutionReport(sink_subtasks=0)
+
+
+@dataclass
+class Harness:
+    jm: JobManager
+    gateway: FakeGateway
+    clock: FakeClock
+    storage: FileCheckpointStorage
+    resolver: FakeResolver
+    checked: list[LogicalGraph]
+    end_offsets: dict[str, dict[int, int]]
+
+    def job(self, parameters: dict[str, str] | None = None, job_id: str = "job-1") -> JobMaster:
+        """A job placed on tm-a (attempt 1), as if its deployment went out."""
+        params = parameters or {"restart.strategy": "fixed-delay", "restart.delay": "1s"}
+        loaded = load_job_source(JOB, "j.py", params, parallelism=1)
+        submission = JobSubmission(job_id, "j", "j.py", JOB, params, 1, 0.0)
+        job = JobMaster.create(submission, loaded, self.jm.paths.metadata_key_fn())
+        self.jm.jobs[job_id] = job
+        job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_A}, self.clock())
+        return job
+
+
+MakeHarness = Callable[..., Harness]
+
+
+@pytest.fixture
+def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
+    made: list[JobManager] = []
+
+    def make(storage: FileCheckpointStorage | None = None, *, taskmanagers: tuple[str, ...] = ("tm-a",)) -> Harness:
+        storage = storage or FileCheckpointStorage(tmp_path / "storage")
+        gateway = FakeGateway()
+        clock = FakeClock()
+        resolver = FakeResolver()
+        checked: list[LogicalGraph] = []
+        end_offsets: dict[str, dict[int, int]] = {}
+        jm = JobManager(
+            storage,
+            clock,
+            gateway=gateway,
+            read_end_offsets=lambda topic: end_offsets[topic],
+            check=lambda graph, settings, allowance: checked.append(graph),
+            resolve=resolver,
+            io=InlineExecutor(),
+        )
+        made.append(jm)
+        for tm in taskmanagers:
+            jm.register_taskmanager(tm, f"{tm}:6124", 4, 0, incarnation="first")
+        return Harness(jm, gateway, clock, storage, resolver, checked, end_offsets)
+
+    yield make
+    for jm in made:
+        jm.stop()
+
+
+@pytest.fixture
+def harness(make_harness: MakeHarness) -> Harness:
+    return make_harness()

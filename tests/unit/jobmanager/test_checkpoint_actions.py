@@ -1,0 +1,80 @@
+"""The checkpoint-action executor: id reservation before a barrier, triggers, metadata last, notifies."""
+
+from __future__ import annotations
+
+import pickle
+
+from jobmanager.checkpointing import coordinator as cc
+from jobmanager.checkpointing.pending import TaskAckMetrics
+from jobmanager.jobs import JobMaster
+from jobmanager.messages import CheckpointAck, CheckpointDecline
+from tests.unit.jobmanager.conftest import TM_A, Harness
+from weir.checkpointing import CheckpointKind
+
+
+def started(harness: Harness) -> tuple[JobMaster, cc.TriggerBarriers]:
+    job = harness.job({"checkpointing.interval": "1s"})
+    with harness.jm.lock:
+        harness.jm.executor.execute(
+            job, job.coordinator.start(harness.clock(), job.all_task_ids(), job.source_task_ids())
+        )
+        harness.clock.advance(1.5)
+        actions = job.coordinator.tick(harness.clock())
+        (trigger,) = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
+        harness.jm.executor.execute(job, actions)
+    return job, trigger
+
+
+def ack(job: JobMaster, checkpoint_id: int) -> CheckpointAck:
+    return CheckpointAck("job-1", "gen", 0, job.attempt, checkpoint_id, (), b"offsets", TaskAckMetrics())
+
+
+def test_a_trigger_reserves_its_id_in_the_job_record_before_the_barrier(harness: Harness) -> None:
+    job, trigger = started(harness)
+    assert trigger.reserve_ids_through is not None
+    record = harness.jm.records.load(harness.jm.paths.job_record(job.coordinator.job_id))
+    assert record.checkpoint_ids_reserved_through >= trigger.checkpoint_id
+    assert harness.gateway.named("trigger") == [
+        (TM_A, "job-1/gen#0", 1, trigger.checkpoint_id, CheckpointKind.CHECKPOINT, False)
+    ]
+
+
+def test_an_acknowledged_checkpoint_is_persisted_then_the_tasks_are_told(harness: Harness) -> None:
+    job, trigger = started(harness)
+    harness.jm.acknowledge_checkpoint(ack(job, trigger.checkpoint_id))
+    latest = job.coordinator.store.latest()
+    assert latest is not None and latest.checkpoint_id == trigger.checkpoint_id
+    assert pickle.loads(harness.storage.get_bytes(latest.metadata_key)).checkpoint_id == trigger.checkpoint_id
+    assert harness.gateway.named("complete") == [(TM_A, "job-1", 1, trigger.checkpoint_id)]
+
+
+def test_a_declined_checkpoint_is_aborted_on_the_tasks(harness: Harness) -> None:
+    job, trigger = started(harness)
+    harness.jm.decline_checkpoint(CheckpointDecline("job-1", "gen", 0, job.attempt, trigger.checkpoint_id, "busy"))
+    assert harness.gateway.named("aborted") == [(TM_A, "job-1", 1, trigger.checkpoint_id)]
+    assert job.coordinator.store.latest() is None
+
+
+def test_a_trigger_the_source_does_not_accept_is_a_decline(harness: Harness) -> None:
+    harness.gateway.accept_triggers = False
+    job, trigger = started(harness)
+    assert harness.gateway.named("aborted") == [(TM_A, "job-1", 1, trigger.checkpoint_id)]
+
+
+def test_an_ack_of_an_older_attempt_is_ignored(harness: Harness) -> None:
+    job, trigger = started(harness)
+    stale = CheckpointAck("job-1", "gen", 0, job.attempt + 1, trigger.checkpoint_id, (), b"", TaskAckMetrics())
+    harness.jm.acknowledge_checkpoint(stale)
+    assert job.coordinator.store.latest() is None and harness.gateway.named("complete") == []
+
+
+def test_delete_objects_removes_metadata_and_objects(harness: Harness) -> None:
+    job = harness.job()
+    harness.storage.put_bytes("job-1/checkpoints/chk-1/_metadata", b"m")
+    harness.storage.put_bytes("job-1/shared/a.sst", b"s")
+    with harness.jm.lock:
+        harness.jm.executor.execute(
+            job, (cc.DeleteObjects(("job-1/checkpoints/chk-1/_metadata",), ("job-1/shared/a.sst",)),)
+        )
+    assert [k for k, _ in harness.storage.list("job-1/checkpoints")] == []
+    assert [k for k, _ in harness.storage.list("job-1/shared")] == []

@@ -1,0 +1,77 @@
+"""The deployer: restore, placement, the record before the deployment, probes and failed deploys."""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+
+from jobmanager.failover import Failover
+from tests.unit.jobmanager.conftest import TM_A, Harness
+from weir.states import JobStatus, TaskState
+
+
+def written(value: bool) -> Future[bool]:
+    future: Future[bool] = Future()
+    future.set_result(value)
+    return future
+
+
+def test_an_attempt_is_deployed_once_its_record_is_written(harness: Harness) -> None:
+    job = harness.job()
+    job.replace("test", harness.clock())
+    with harness.jm.lock:
+        command, saved = harness.jm.deployer.schedule(job, harness.clock())
+    assert command.attempt == 2 and saved.result()
+    harness.jm.deployer.deploy(job, command, saved)
+    assert [(a, attempt) for a, _, _, attempt in harness.gateway.named("deploy")] == [(TM_A, 2)] * len(job.tasks)
+
+
+def test_an_attempt_whose_record_was_not_written_is_placed_again_later(harness: Harness) -> None:
+    job = harness.job()
+    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    harness.jm.deployer.deploy(job, command, written(False))
+    assert harness.gateway.named("deploy") == []
+    assert job.status is JobStatus.RESTARTING and job.restart_at == harness.clock() + 1.0
+
+
+def test_an_unreachable_taskmanager_is_lost_and_the_attempt_placed_again_at_once(harness: Harness) -> None:
+    job = harness.job()
+    harness.gateway.unreachable.add(TM_A)
+    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    harness.jm.deployer.deploy(job, command, written(True))
+    assert harness.gateway.named("deploy") == []
+    assert not harness.jm.taskmanagers["tm-a"].alive
+    assert job.status is JobStatus.RESTARTING and job.restart_at == harness.clock()
+    assert job.restarts == 0  # never ran: no restart counted
+    assert all(t.state is TaskState.CANCELED for t in job.tasks.values())
+
+
+def test_a_deploy_the_taskmanager_refuses_as_unavailable_fails_the_job_over(harness: Harness) -> None:
+    job = harness.job()
+    harness.gateway.failing[TM_A] = "UNAVAILABLE"
+    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    harness.jm.deployer.deploy(job, command, written(True))
+    assert not harness.jm.taskmanagers["tm-a"].alive
+    assert job.status is JobStatus.RESTARTING
+    # The TaskManager is declared lost first: its loss is the reason the job restarts elsewhere.
+    assert job.failure is not None and job.failure.message == "TaskManager tm-a lost (unreachable at deployment)"
+
+
+def test_a_deploy_that_fails_otherwise_fails_the_job_over_with_the_call_s_error(harness: Harness) -> None:
+    job = harness.job()
+    harness.gateway.failing[TM_A] = "INTERNAL"
+    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    harness.jm.deployer.deploy(job, command, written(True))
+    assert harness.jm.taskmanagers["tm-a"].alive
+    assert job.status is JobStatus.RESTARTING
+    assert job.failure is not None and "to tm-a:6124 failed: INTERNAL: injected" in job.failure.message
+
+
+def test_a_deploy_of_a_superseded_attempt_stops(harness: Harness) -> None:
+    job = harness.job()
+    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    failover: Failover = harness.jm.failover
+    with harness.jm.lock:
+        failover.cancel(job.job_id)
+    harness.gateway.calls.clear()
+    harness.jm.deployer.deploy(job, command, written(True))
+    assert harness.gateway.named("deploy") == []

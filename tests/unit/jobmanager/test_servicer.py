@@ -1,0 +1,49 @@
+"""The servicer's conversions: requests into messages, answers into responses with protobuf enums."""
+
+from __future__ import annotations
+
+import pytest
+
+from jobmanager.messages import JobStatusView, JobSummaryView, TaskView
+from jobmanager.service import job_status_response, task_state_report
+from weir.errors import ProtocolError
+from weir.failures import Failure
+from weir.states import JobStatus, TaskState
+from weir.wire import common_pb2, jobmanager_pb2
+
+
+def test_a_task_state_report_carries_the_domain_state() -> None:
+    report = task_state_report(
+        jobmanager_pb2.ReportTaskStateRequest(
+            task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=2),
+            state=common_pb2.TASK_STATE_FAILED,
+            failure=common_pb2.Failure(type="E", message="boom", fault=common_pb2.FAULT_USER),
+            attempt=3,
+            input_ended=True,
+        )
+    )
+    assert (report.job_id, report.vertex_uid, report.subtask, report.attempt) == ("job-1", "gen", 2, 3)
+    assert report.state is TaskState.FAILED and report.failure is not None and report.failure.message == "boom"
+    assert report.input_ended
+
+
+def test_a_task_state_report_without_a_state_is_refused() -> None:
+    with pytest.raises(ProtocolError):
+        task_state_report(jobmanager_pb2.ReportTaskStateRequest(state=common_pb2.TASK_STATE_UNSPECIFIED))
+
+
+def test_a_job_status_goes_out_with_protobuf_enums() -> None:
+    view = JobStatusView(
+        summary=JobSummaryView("job-1", "j", JobStatus.RESTARTING, 1.0, 2, 1),
+        tasks=(
+            TaskView("gen", 0, "gen", TaskState.RUNNING, "tm-a", None, 1, 2, 3),
+            TaskView("gen", 1, "gen", None, "", Failure.internal("x"), 0, 0, 0),
+        ),
+        failure=None,
+        last_completed_checkpoint=0,
+        last_restore_at=0.0,
+    )
+    response = job_status_response(view)
+    assert response.summary.status == jobmanager_pb2.JOB_STATUS_RESTARTING
+    assert [t.state for t in response.tasks] == [common_pb2.TASK_STATE_RUNNING, common_pb2.TASK_STATE_UNSPECIFIED]
+    assert not response.HasField("failure") and response.tasks[1].failure.message == "x"
