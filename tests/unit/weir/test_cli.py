@@ -258,6 +258,13 @@ def test_run_detached_prints_the_job_id(weir: Weir, job_file: JobFile, fake_jobm
     assert (result.exit_code, json.loads(result.stdout)) == (EXIT_OK, {"job_id": "job-1"})
 
 
+def test_cancel_prints_the_status_the_jobmanager_answers(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    result = weir("cancel", "job-1")
+    assert result.exit_code == EXIT_OK
+    assert result.stdout.strip() == "job job-1: CANCELLING"
+
+
 def test_status_and_list_as_json(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
     fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
     status = json.loads(weir("status", "job-1", "--json").stdout)
