@@ -4,9 +4,10 @@ sink would write.
 The graph runs at parallelism 1, in one thread, with no network and no checkpoints: one instance of
 every operator, built by the job's own factories (the runtime operators of ``operators``),
 owning every key group ``0..max_parallelism-1``, with keyed state in a temporary RocksDB backend that
-is deleted afterwards. Records, watermarks and end of input travel as in a subtask: each edge is one
-input channel of a :class:`~weir.watermarks.WatermarkTracker`, and an operator whose inputs all ended
-gets ``end_input`` before its outputs end.
+is deleted afterwards. The job's plan is driven as a cluster's subtasks drive it, by the same code:
+each vertex is a :class:`~taskmanager.chain.OperatorChain` (chain wiring, end of input), fed through
+a :class:`~taskmanager.chain.ChainInput` (each edge one input channel: watermarks, idleness, end of
+stream); only the network between chains is replaced by a direct call.
 
 Input is always bounded, whatever the job's ``bounded`` flag says:
 
@@ -45,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from operators.base import OperatorContext, SourceOperator, StreamOperator
+from operators.base import OperatorContext, StreamOperator
 from operators.sinks import (
     FileSinkOperator,
     KafkaSinkOperator,
@@ -54,14 +55,16 @@ from operators.sinks import (
 )
 from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
 from operators.windows import WindowAggregateOperator
+from taskmanager.chain import ChainInput, OperatorChain
 from taskmanager.state import StateBackend
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, LoadedJob, load_job_file, load_job_source
 from weir.config import Endpoints
 from weir.errors import Fault, WeirError
-from weir.graph import Edge, LogicalGraph, OperatorKind, Transformation
+from weir.graph import LogicalGraph, OperatorKind, Transformation
 from weir.ids import ChannelIndex
 from weir.keygroups import KeyGroup, KeyGroupRange
-from weir.watermarks import PartitionWatermarks, WatermarkTracker
+from weir.plan import JobPlan, NetworkEdge, build_plan
+from weir.watermarks import PartitionWatermarks
 
 REFERENCE_JOB_ID = "reference"
 SOURCE_BATCH = 1
@@ -416,54 +419,47 @@ class _CaptureSink(StreamOperator):
         self._timestamps.append(timestamp)
 
 
-class _Output:
-    """One operator's output: every downstream operator, and its watermark channel there."""
+class _ChainRun:
+    """One vertex of the plan at parallelism 1: its operator chain and, unless it starts with a
+    source, the input that feeds its head (the same classes a cluster's subtask drives)."""
 
-    def __init__(self, targets: list[tuple[_Node, int, ChannelIndex]]) -> None:
-        self._targets = targets
-        if len(targets) == 1 and targets[0][1] == 0:
-            self.emit: Callable[[Any, int | None], None] = targets[0][0].op.process
-        else:
-            self.emit = self._emit_all
+    def __init__(self, chain: OperatorChain, chain_input: ChainInput | None) -> None:
+        self.chain = chain
+        self.input = chain_input
 
-    def _emit_all(self, value: Any, timestamp: int | None) -> None:
-        for node, input_index, _channel in self._targets:
-            node.op.process_input(input_index, value, timestamp)
+    @property
+    def uid(self) -> str:
+        return self.chain.vertex.uid
+
+    def end_of_stream(self, channel: ChannelIndex) -> None:
+        """One input channel ended; once all did, the chain's input ends (as a subtask's)."""
+        chain_input = self.input
+        assert chain_input is not None
+        chain_input.end_of_stream(channel)
+        if chain_input.all_ended:
+            self.chain.end_input()
+
+
+class _LocalChannel:
+    """An edge between two chains, in this process: what a cluster's record writer, channel and input
+    gate carry, handed to the consumer's input channel at once (after every record and watermark)."""
+
+    __slots__ = ("_channel", "_consumer", "_input")
+
+    def __init__(self, consumer: _ChainRun, channel: ChannelIndex) -> None:
+        assert consumer.input is not None
+        self._consumer = consumer
+        self._input = consumer.input
+        self._channel = channel
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        self._input.record(self._channel, value, timestamp)
 
     def emit_watermark(self, watermark: int) -> None:
-        for node, _input_index, channel in self._targets:
-            node.on_watermark(channel, watermark)
+        self._input.watermark(self._channel, watermark)
 
-    def end(self) -> None:
-        for node, _input_index, channel in self._targets:
-            node.on_end_of_stream(channel)
-
-
-class _Node:
-    def __init__(self, uid: str, op: StreamOperator, inputs: int) -> None:
-        self.uid = uid
-        self.op = op
-        self.output = _Output([])
-        self.tracker = WatermarkTracker(inputs) if inputs else None
-
-    def on_watermark(self, channel: ChannelIndex, watermark: int) -> None:
-        assert self.tracker is not None
-        advanced = self.tracker.on_watermark(channel, watermark)
-        if advanced is not None:
-            self.op.process_watermark(advanced)
-
-    def on_end_of_stream(self, channel: ChannelIndex) -> None:
-        assert self.tracker is not None
-        advanced = self.tracker.on_end_of_stream(channel)
-        if advanced is not None:
-            self.op.process_watermark(advanced)
-        if self.tracker.all_ended:
-            self.finish()
-
-    def finish(self) -> None:
-        """All inputs ended: flush the operator, then end every downstream channel (as a subtask)."""
-        self.op.end_input()
-        self.output.end()
+    def end_of_stream(self) -> None:
+        self._consumer.end_of_stream(self._channel)
 
 
 class _Run:
@@ -475,59 +471,65 @@ class _Run:
         self._backend = backend
         self._reader = reader
         self._sinks: dict[str, SinkCapture] = {}
-        self._nodes: dict[str, _Node] = {}
         self._generated: dict[str, int] = {}
+        self._key_groups = KeyGroupRange(KeyGroup(0), KeyGroup(graph.max_parallelism - 1))
 
     def execute(self) -> ReferenceResult:
         graph = self._graph
-        for t in graph.topological():
-            op = self._operator(t)
-            self._nodes[t.uid] = _Node(t.uid, op, len(graph.inputs_of(t.uid)))
-        for uid, node in self._nodes.items():
-            targets = [(self._nodes[e.target_uid], e.input_index, self._channel_of(e)) for e in graph.outputs_of(uid)]
-            node.output = _Output(targets)
-        key_groups = KeyGroupRange(KeyGroup(0), KeyGroup(graph.max_parallelism - 1))
-        for uid, node in self._nodes.items():
-            ctx = OperatorContext(
-                job_id=REFERENCE_JOB_ID,
-                job_name=graph.job_name,
-                uid=uid,
-                subtask=0,
-                parallelism=1,
-                max_parallelism=graph.max_parallelism,
-                attempt=0,
-                key_group_range=key_groups,
-                parameters=self._parameters,
-                state=self._backend,
-                log=_QuietLog(),
-            )
-            node.op.setup(ctx, node.output)
+        plan = build_plan(graph)
+        runs = self._chains(plan)
+        job = graph.job_name
         try:
-            for node in reversed(self._nodes.values()):
-                _guard(graph.job_name, f"opening {node.uid!r}", node.op.open)
-            self._run_sources()
+            for run in reversed(runs):
+                run.chain.open(lambda uid, open_operator: _guard(job, f"opening {uid!r}", open_operator))
+            self._run_sources(runs)
         finally:
-            for node in self._nodes.values():
-                try:
-                    node.op.close()
-                except Exception:  # closing must not hide the run's real outcome
-                    pass
+            for run in runs:
+                run.chain.close(_ignore)  # closing must not hide the run's real outcome
+        operators = {uid: op for run in runs for uid, op in run.chain.by_uid.items()}
         return ReferenceResult(
-            job_name=graph.job_name,
+            job_name=job,
             sinks=self._sinks,
-            sources=self._source_summaries(),
+            sources=self._source_summaries(operators),
             late_records={
-                uid: n.op.late_records_dropped
-                for uid, n in self._nodes.items()
-                if isinstance(n.op, WindowAggregateOperator)
+                uid: op.late_records_dropped for uid, op in operators.items() if isinstance(op, WindowAggregateOperator)
             },
         )
 
-    def _channel_of(self, edge: Edge) -> ChannelIndex:
-        """The edge's input channel at its target: its index among the target's inputs (as ordered
-        by ``LogicalGraph.inputs_of``), one channel per edge at parallelism 1."""
-        inputs = self._graph.inputs_of(edge.target_uid)
-        return ChannelIndex(next(i for i, e in enumerate(inputs) if e is edge))
+    def _chains(self, plan: JobPlan) -> list[_ChainRun]:
+        """Every vertex's chain, in the plan's (topological) order; each edge a local channel into the
+        consumer's input channel numbered as in a cluster."""
+        built: dict[str, _ChainRun] = {}
+        for vertex in reversed(plan.vertices.values()):  # consumers first: producers' edges lead to them
+            channels = plan.input_channels(vertex.uid, 0)
+            edges = [
+                _LocalChannel(built[edge.consumer_vertex], self._channel_of(plan, edge)) for edge in vertex.outputs
+            ]
+            chain = OperatorChain(
+                vertex, lambda uid: self._operator(self._graph.transformations[uid]), edges, self._context_of
+            )
+            built[vertex.uid] = _ChainRun(chain, ChainInput(chain, [c.gate for c in channels]) if channels else None)
+        return [built[uid] for uid in plan.vertices]
+
+    @staticmethod
+    def _channel_of(plan: JobPlan, edge: NetworkEdge) -> ChannelIndex:
+        """The edge's input channel at its consumer: one channel per edge at parallelism 1."""
+        return ChannelIndex(next(c.channel for c in plan.input_channels(edge.consumer_vertex, 0) if c.edge is edge))
+
+    def _context_of(self, uid: str) -> OperatorContext:
+        return OperatorContext(
+            job_id=REFERENCE_JOB_ID,
+            job_name=self._graph.job_name,
+            uid=uid,
+            subtask=0,
+            parallelism=1,
+            max_parallelism=self._graph.max_parallelism,
+            attempt=0,
+            key_group_range=self._key_groups,
+            parameters=self._parameters,
+            state=self._backend,
+            log=_QuietLog(),
+        )
 
     def _operator(self, t: Transformation) -> StreamOperator:
         """The operator a reference run uses for ``t``: the job's own, with sources fed from bounded
@@ -555,23 +557,25 @@ class _Run:
             f"reference mode cannot run source {uid!r} ({type(op).__name__}): only Kafka and generator sources"
         )
 
-    def _run_sources(self) -> None:
-        active = [n for n in self._nodes.values() if isinstance(n.op, SourceOperator)]
+    def _run_sources(self, runs: list[_ChainRun]) -> None:
+        """Poll the sources in turn, one record each, until all ended; a source's end ends its chain's
+        input, and each chain whose inputs all ended ends in turn."""
+        job = self._graph.job_name
+        active = [run for run in runs if run.chain.source is not None]
         while active:
-            still: list[_Node] = []
-            for node in active:
-                source = node.op
-                assert isinstance(source, SourceOperator)
-                if _guard(self._graph.job_name, f"while source {node.uid!r} emitted", source.poll, SOURCE_BATCH):
-                    still.append(node)
+            still: list[_ChainRun] = []
+            for run in active:
+                source = run.chain.source
+                assert source is not None
+                if _guard(job, f"while source {run.uid!r} emitted", source.poll, SOURCE_BATCH):
+                    still.append(run)
                 else:
-                    _guard(self._graph.job_name, f"at the end of source {node.uid!r}", node.finish)
+                    _guard(job, f"at the end of source {run.uid!r}", run.chain.end_input)
             active = still
 
-    def _source_summaries(self) -> dict[str, SourceSummary]:
+    def _source_summaries(self, operators: Mapping[str, StreamOperator]) -> dict[str, SourceSummary]:
         out: dict[str, SourceSummary] = {}
-        for uid, node in self._nodes.items():
-            op = node.op
+        for uid, op in operators.items():
             if isinstance(op, _ReplayKafkaSource):
                 out[uid] = SourceSummary(
                     uid, "kafka", op._spec.topic, op.records_read, op.dead_letter_envelopes(), op._spec.bounded

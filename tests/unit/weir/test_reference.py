@@ -276,3 +276,41 @@ def build(env):
 
     assert result.sinks["versioned"].final_rows() == {("a",): ("a", 2, "new"), ("b",): ("b", 1, "only")}
     assert result.sinks["plain"].final_rows() == {("a",): ("a", 1, "old"), ("b",): ("b", 1, "only")}
+
+
+# One executor, two drivers -----------------------------------------------------------------------
+
+
+def test_the_reference_run_and_a_cluster_task_drive_the_same_operator_chain(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to OperatorChain's end of input is seen by a reference run and by a TaskManager's Task
+    alike: both end each vertex's chain through it, so the two cannot drift."""
+    from taskmanager.chain import OperatorChain
+    from tests.unit.taskmanager.fakes import make_task
+    from weir.states import TaskState
+
+    ended: list[str] = []
+    end_input = OperatorChain.end_input
+
+    def recorded(chain: OperatorChain) -> None:
+        ended.append(chain.vertex.uid)
+        end_input(chain)
+
+    monkeypatch.setattr(OperatorChain, "end_input", recorded)
+    job = """
+def build(env):
+    a = env.from_collection([1, 2], uid="a")
+    b = env.from_collection([3], uid="b")
+    a.union(b, uid="both").key_by(lambda v: v % 2).map(lambda v: v * 10, uid="tens").print(uid="out")
+"""
+    assert sorted(run_reference_source(job)["out"]) == [10, 20, 30]
+    # Every vertex of the plan, each once its inputs ended: source b (one record) ends before a.
+    assert ended == ["b", "a", "both", "tens"]
+
+    harness = make_task("op", channels=1)
+    assert harness.gate is not None
+    from taskmanager.network import end_of_stream_message
+
+    harness.gate.push(0, end_of_stream_message())
+    harness.task.start()
+    harness.wait_for_state(TaskState.FINISHED)
+    assert ended[-1] == "op"
