@@ -338,3 +338,48 @@ def test_a_wait_for_credit_counts_while_it_goes_on() -> None:
         assert channel.backpressured_s >= during
         assert channel.backpressured_total() == channel.backpressured_s
         assert channel.buffers_sent == 1
+
+
+# Typed buffers and events ---------------------------------------------------------------------------
+
+
+def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
+    from taskmanager.network import (
+        Barrier,
+        CancelBarrier,
+        EndOfStream,
+        WatermarkActive,
+        WatermarkEvent,
+        WatermarkIdle,
+        barrier_message,
+        cancel_barrier_message,
+        read_buffer,
+        watermark_status_message,
+    )
+    from weir.checkpointing import CheckpointKind
+    from weir.watermarks import WatermarkStatus
+
+    msg = data("a", "b")
+    msg.MergeFrom(barrier_message(4, 12.5, CheckpointKind.SAVEPOINT))
+    buffer = read_buffer(msg)
+    assert buffer.values == ["a", "b"] and buffer.size_bytes == len(msg.records)
+    assert buffer.event == Barrier(4, 12.5, CheckpointKind.SAVEPOINT)  # type: ignore[arg-type]
+    assert read_buffer(cancel_barrier_message(4)).event == CancelBarrier(4)  # type: ignore[arg-type]
+    assert read_buffer(watermark_message(9)).event == WatermarkEvent(9)
+    assert read_buffer(watermark_status_message(WatermarkStatus.IDLE)).event == WatermarkIdle()
+    assert read_buffer(watermark_status_message(WatermarkStatus.ACTIVE)).event == WatermarkActive()
+    assert read_buffer(end_of_stream_message()).event == EndOfStream()
+    assert read_buffer(data(1)).event is None
+    unknown = taskmanager_pb2.DataMessage(event=99)  # type: ignore[arg-type]
+    with pytest.raises(ProtocolError, match="unknown event kind 99"):
+        read_buffer(unknown)
+
+
+def test_a_writer_reports_when_its_buffered_records_are_due() -> None:
+    channel = FakeChannel()
+    writer = writer_for([channel], RebalancePartitioner(SubtaskIndex(0), 1), interval=60.0)
+    assert not writer.buffered()
+    writer.emit("x", None)
+    assert writer.buffered() and writer.flush_deadline() >= time.monotonic() + 59.0
+    writer.flush()
+    assert not writer.buffered()
