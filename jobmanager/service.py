@@ -10,7 +10,6 @@ import grpc  # type: ignore[import-untyped]  # no stubs in the environment
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from jobmanager.codec import checkpoint_status_to_proto, job_status_to_proto
 from jobmanager.manager import JobManager
 from jobmanager.messages import (
     CheckpointAck,
@@ -28,7 +27,9 @@ from jobmanager.registry import HEARTBEAT_INTERVAL_S
 from jobmanager.submission import SubmitRequest
 from weir.codec import (
     checkpoint_kind_to_proto,
+    checkpoint_status_to_proto,
     failure_to_proto,
+    job_status_to_proto,
     optional_failure_from_proto,
     task_state_from_proto,
     task_state_to_proto,

@@ -29,3 +29,9 @@ class CheckpointKind(enum.Enum):
 
     CHECKPOINT = "checkpoint"
     SAVEPOINT = "savepoint"
+
+
+class CheckpointStatus(enum.Enum):
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"

@@ -14,8 +14,13 @@ from typing import Final, TypeVar
 
 import grpc
 
-from jobmanager.codec import checkpoint_status_from_proto, job_status_from_proto
-from weir.codec import checkpoint_kind_from_proto, optional_failure_from_proto, task_state_from_proto
+from weir.codec import (
+    checkpoint_kind_from_proto,
+    checkpoint_status_from_proto,
+    job_status_from_proto,
+    optional_failure_from_proto,
+    task_state_from_proto,
+)
 from weir.errors import (
     ClusterUnavailableError,
     JobDefinitionError,

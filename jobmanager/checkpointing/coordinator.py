@@ -14,7 +14,6 @@ completed: added to the store, tasks notified, subsumed objects deleted.
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from jobmanager.checkpointing.trigger import (
     TriggerState,
 )
 from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
+from weir.checkpointing import CheckpointStatus
 from weir.ids import CheckpointId, JobId, TaskId
 
 MetadataKeyFn = Callable[[JobId, CheckpointId, CheckpointKind], str]
@@ -133,12 +133,6 @@ RestoreDecision = RestoreFrom | StartFresh | WaitForPersist
 
 # ---------------------------------------------------------------------------------------------------
 # Statistics
-
-
-class CheckpointStatus(enum.Enum):
-    IN_PROGRESS = "IN_PROGRESS"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
 
 
 @dataclass(frozen=True)

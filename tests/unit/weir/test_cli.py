@@ -18,9 +18,9 @@ from pathlib import Path
 import grpc
 import pytest
 
-from jobmanager.codec import job_status_to_proto
 from weir.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, parse_parameters, run_cli
 from weir.client import JobManagerClient
+from weir.codec import job_status_to_proto
 from weir.errors import CommandLineError
 from weir.states import JobStatus
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc

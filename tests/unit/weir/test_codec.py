@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.coordinator import CheckpointStatus
-from jobmanager.codec import (
+from weir.checkpointing import CheckpointStatus
+from weir.codec import (
     checkpoint_status_from_proto,
     checkpoint_status_to_proto,
     job_status_from_proto,
