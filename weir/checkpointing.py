@@ -31,7 +31,7 @@ class CheckpointKind(enum.Enum):
     SAVEPOINT = "savepoint"
 
 
-class CheckpointStatus(enum.Enum):
+class CheckpointStatus(enum.StrEnum):
     IN_PROGRESS = "IN_PROGRESS"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"

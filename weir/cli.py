@@ -32,6 +32,8 @@ from weir.client import CheckpointInfo, ClusterStatus, JobManagerClient, JobStat
 from weir.config import Endpoints
 from weir.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
 from weir.failures import Failure
+from weir.states import JobStatus as JobState
+from weir.states import TaskState
 
 if TYPE_CHECKING:
     from weir.verify import VerifyReport
@@ -170,7 +172,7 @@ def run(
     if json_output:
         _print_json(asdict(status))
     summary = status.summary
-    if summary.status == "FINISHED":
+    if summary.status is JobState.FINISHED:
         if not json_output:
             _stdout().print(
                 f"job {job_id} FINISHED: records in {status.records_in}, out {status.records_out}", soft_wrap=True
@@ -181,7 +183,7 @@ def run(
 
 
 def _progress_line(status: JobStatus) -> str:
-    running = sum(1 for t in status.tasks if t.state == "RUNNING")
+    running = sum(1 for t in status.tasks if t.state is TaskState.RUNNING)
     return (
         f"{status.summary.status}: {running}/{len(status.tasks)} tasks running, "
         f"in {status.records_in}, out {status.records_out}, "
@@ -281,7 +283,7 @@ def status(
         row = [
             escape(task.name),
             escape(task.operator_names),
-            task.state,
+            task.state.value if task.state is not None else "-",
             task.taskmanager_id or "-",
             str(task.records_in),
             str(task.records_out),

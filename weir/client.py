@@ -14,6 +14,7 @@ from typing import Final, TypeVar
 
 import grpc
 
+from weir.checkpointing import CheckpointStatus
 from weir.codec import (
     checkpoint_kind_from_proto,
     checkpoint_status_from_proto,
@@ -32,6 +33,7 @@ from weir.errors import (
 from weir.failures import Failure
 from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.states import JobStatus as DomainJobStatus
+from weir.states import TaskState
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 CALL_TIMEOUT_S: Final = 10.0
@@ -53,7 +55,7 @@ _Response = TypeVar("_Response")
 class JobSummary:
     job_id: JobId
     job_name: str
-    status: str
+    status: DomainJobStatus
     submitted_at: float
     parallelism: int
     restarts: int
@@ -68,7 +70,7 @@ class TaskStatus:
     vertex_uid: OperatorUid
     subtask: SubtaskIndex
     operator_names: str
-    state: str  # DEPLOYING, RUNNING, FINISHED, CANCELED, FAILED (UNSPECIFIED when unknown)
+    state: TaskState | None  # None: not reported yet
     taskmanager_id: TaskManagerId
     failure: Failure | None
     records_in: int
@@ -113,7 +115,7 @@ class TaskCheckpointStats:
 @dataclass(frozen=True)
 class CheckpointInfo:
     checkpoint_id: CheckpointId
-    status: str  # IN_PROGRESS, COMPLETED, FAILED
+    status: CheckpointStatus
     kind: str  # CHECKPOINT, SAVEPOINT
     trigger_time: float
     duration_s: float
@@ -200,10 +202,10 @@ class JobManagerClient:
             last_restore_at=response.last_restore_at or None,
         )
 
-    def cancel_job(self, job_id: str) -> str:
+    def cancel_job(self, job_id: str) -> DomainJobStatus:
         """Cancel a job; answers the job's status after the request (e.g. CANCELING or CANCELED)."""
         response = self._call(self._stub.CancelJob, jobmanager_pb2.CancelJobRequest(job_id=job_id), job_id=job_id)
-        return job_status_from_proto(response.status).value
+        return job_status_from_proto(response.status)
 
     def list_checkpoints(self, job_id: str) -> tuple[CheckpointInfo, ...]:
         response = self._call(
@@ -256,7 +258,7 @@ def _summary(m: jobmanager_pb2.JobSummary) -> JobSummary:
     return JobSummary(
         job_id=JobId(m.job_id),
         job_name=m.job_name,
-        status=job_status_from_proto(m.status).value,
+        status=job_status_from_proto(m.status),
         submitted_at=m.submitted_at,
         parallelism=m.parallelism,
         restarts=m.restarts,
@@ -268,7 +270,7 @@ def _task_status(m: jobmanager_pb2.TaskStatus) -> TaskStatus:
         vertex_uid=OperatorUid(m.task.vertex_uid),
         subtask=SubtaskIndex(m.task.subtask),
         operator_names=m.operator_names,
-        state=task_state_from_proto(m.state).value if m.state != common_pb2.TASK_STATE_UNSPECIFIED else "UNSPECIFIED",
+        state=task_state_from_proto(m.state) if m.state != common_pb2.TASK_STATE_UNSPECIFIED else None,
         taskmanager_id=TaskManagerId(m.taskmanager_id),
         failure=optional_failure_from_proto(m, "failure"),
         records_in=m.records_in,
@@ -280,7 +282,7 @@ def _task_status(m: jobmanager_pb2.TaskStatus) -> TaskStatus:
 def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
     return CheckpointInfo(
         checkpoint_id=CheckpointId(m.checkpoint_id),
-        status=checkpoint_status_from_proto(m.status).value,
+        status=checkpoint_status_from_proto(m.status),
         kind=checkpoint_kind_from_proto(m.kind).name,
         trigger_time=m.trigger_time,
         duration_s=m.duration_s,

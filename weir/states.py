@@ -1,12 +1,12 @@
 """The lifecycle states of a job and of a task, one definition each (the wire has its own enums;
-``weir.codec`` converts)."""
+``weir.codec`` converts). String enums: a member is its name, in JSON and in a log line."""
 
 from __future__ import annotations
 
 import enum
 
 
-class TaskState(enum.Enum):
+class TaskState(enum.StrEnum):
     DEPLOYING = "DEPLOYING"  # deployed, restoring its state and opening its operators
     RUNNING = "RUNNING"
     FINISHED = "FINISHED"
@@ -18,7 +18,7 @@ class TaskState(enum.Enum):
         return self in (TaskState.FINISHED, TaskState.CANCELED, TaskState.FAILED)
 
 
-class JobStatus(enum.Enum):
+class JobStatus(enum.StrEnum):
     CREATED = "CREATED"
     RUNNING = "RUNNING"
     RESTARTING = "RESTARTING"
