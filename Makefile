@@ -45,7 +45,7 @@ lint: setup
 	$(VENV)/bin/lint-imports
 
 demo: setup infra-up ## run the keyed aggregation demo end to end
-	$(PY) -m weir.demo
+	$(PY) -m weir.tools.demo
 
 cluster-up: setup ## JobManager + 3 TaskManagers as local processes
 	$(VENV)/bin/weir cluster up

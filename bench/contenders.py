@@ -29,7 +29,7 @@ from confluent_kafka import KafkaException
 
 from bench import dataset
 from bench.harness import REPO_ROOT, BenchCluster, BenchError, ProcessSampler, Reaped, log, reap
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 WORKERS: Final = 3
 KEYED_AGGREGATION: Final = REPO_ROOT / "examples" / "keyed_aggregation.py"

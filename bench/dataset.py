@@ -22,7 +22,7 @@ from confluent_kafka import OFFSET_BEGINNING, ConsumerGroupTopicPartitions, Kafk
 from confluent_kafka.admin import AdminClient
 
 from connectors import kafka
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 PARTITIONS: Final = 8
 KEYS: Final = 1000

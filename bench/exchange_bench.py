@@ -177,8 +177,8 @@ def _task_ref(vertex_uid: str) -> common_pb2.TaskRef:
 def _channel_producer(address: str, n_records: int, done: multiprocessing.connection.Connection) -> None:
     """The producing TaskManager's side: a RecordWriter over one RemoteOutputChannel."""
     from taskmanager.partitioners import create_partitioner
+    from weir.core.ids import SubtaskIndex
     from weir.graph import Partitioning
-    from weir.ids import SubtaskIndex
 
     pool = record_pool()
     header = taskmanager_pb2.ChannelHeader(

@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
-from weir.client import JobManagerClient, JobStatus
-from weir.config import Endpoints, checkpoint_dir, run_dir
-from weir.errors import ClusterError, WeirError
-from weir.supervisor import TASKMANAGERS, local_status, start_cluster, stop_cluster
+from weir.core.config import Endpoints, checkpoint_dir, run_dir
+from weir.core.errors import ClusterError, WeirError
+from weir.tools.client import JobManagerClient, JobStatus
+from weir.tools.supervisor import TASKMANAGERS, local_status, start_cluster, stop_cluster
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS_DIR: Final = REPO_ROOT / "bench" / "results"

@@ -66,8 +66,8 @@ from bench.harness import (
     remove_run_root,
     scrape_counter,
 )
-from weir.config import Endpoints
-from weir.supervisor import kill_process
+from weir.core.config import Endpoints
+from weir.tools.supervisor import kill_process
 
 PHASES: Final = ("throughput", "latency", "checkpoint", "memory", "recovery")
 CONTENDER_KEYS: Final = ("weir", "weir-kafka", "quix", "raw")

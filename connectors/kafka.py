@@ -24,8 +24,8 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from weir.config import Endpoints
-from weir.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.config import Endpoints
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
 
 
 def client_config(endpoints: Endpoints, **overrides: object) -> dict[str, object]:

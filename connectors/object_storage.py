@@ -1,7 +1,7 @@
 """Checkpoint storage: the objects of checkpoints and savepoints, in S3 or in a local folder.
 
 Keys are relative to the storage's root (``s3://bucket/prefix`` or a directory) and come from
-``weir.paths.CheckpointPaths``. Writing one object is atomic (S3 PutObject; temp file + rename locally),
+``weir.core.paths.CheckpointPaths``. Writing one object is atomic (S3 PutObject; temp file + rename locally),
 which is what makes "metadata written last" a commit. Failures of the backing system raise
 ``ServiceUnavailableError`` naming the key; a missing object raises ``ObjectNotFoundError``.
 """
@@ -20,8 +20,8 @@ from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from connectors import s3
-from weir.config import Endpoints
-from weir.errors import Fault, ServiceUnavailableError, WeirError
+from weir.core.config import Endpoints
+from weir.core.errors import Fault, ServiceUnavailableError, WeirError
 
 _DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 _MULTIPART_THRESHOLD = 64 * 1024 * 1024

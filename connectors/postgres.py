@@ -12,8 +12,8 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from weir.config import Endpoints
-from weir.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.config import Endpoints
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
 
 
 def connect(endpoints: Endpoints, autocommit: bool = False, *, read_only: bool = False) -> psycopg.Connection[Any]:

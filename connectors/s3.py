@@ -11,7 +11,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 
 def client(endpoints: Endpoints) -> Any:

@@ -15,9 +15,9 @@ from prometheus_client import start_http_server
 from connectors.object_storage import open_storage
 from jobmanager.manager import JobManager
 from jobmanager.service import JobManagerServicer
-from weir import logs
-from weir.config import Endpoints, checkpoint_dir
-from weir.transport import GRPC_OPTIONS
+from weir.core import logs
+from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.transport import GRPC_OPTIONS
 from weir.wire import jobmanager_pb2_grpc
 
 

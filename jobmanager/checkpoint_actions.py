@@ -26,9 +26,9 @@ from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import JobMaster
 from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import TaskManagerRegistry
-from weir.errors import WeirError
-from weir.ids import CheckpointId, TaskId
-from weir.states import JobStatus
+from weir.core.errors import WeirError
+from weir.core.ids import CheckpointId, TaskId
+from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -22,8 +22,8 @@ from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import DeployCommand, JobMaster
 from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import TaskManagerRegistry
-from weir.failures import Failure
-from weir.states import JobStatus
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

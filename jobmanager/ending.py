@@ -24,8 +24,8 @@ from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.records import JobSubmission
 from operators.base import OperatorContext
 from operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
+from weir.core.keygroups import key_group_range_for_subtask
 from weir.graph import LogicalGraph
-from weir.keygroups import key_group_range_for_subtask
 from weir.plan import JobPlan
 
 log = structlog.get_logger("weir.jobmanager")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from weir.errors import Fault, WeirError
+from weir.core.errors import Fault, WeirError
 
 __all__ = [
     "CheckpointProtocolError",

@@ -25,9 +25,9 @@ from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import JobMaster
 from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
-from weir.errors import UnknownJobError, WeirError
-from weir.failures import Failure
-from weir.states import JobStatus
+from weir.core.errors import UnknownJobError, WeirError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -15,10 +15,10 @@ import grpc  # type: ignore[import-untyped]  # no stubs in the environment
 
 from jobmanager.errors import TaskManagerCallError
 from jobmanager.jobs import TaskDeployment
-from weir.checkpointing import CheckpointKind
-from weir.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
-from weir.ids import TaskId
-from weir.transport import GRPC_OPTIONS
+from weir.core.checkpointing import CheckpointKind
+from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
+from weir.core.ids import TaskId
+from weir.core.transport import GRPC_OPTIONS
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 DEPLOY_TIMEOUT_S: Final = 30.0

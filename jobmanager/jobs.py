@@ -21,11 +21,11 @@ from jobmanager.records import JobSubmission
 from jobmanager.restart import GiveUp, RestartStrategy, parse_restart_strategy
 from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
-from weir.checkpointing import CheckpointingMode
-from weir.failures import Failure
-from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.checkpointing import CheckpointingMode
+from weir.core.failures import Failure
+from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.states import JobStatus, TaskState
 from weir.plan import JobPlan, build_plan
-from weir.states import JobStatus, TaskState
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -42,8 +42,8 @@ from jobmanager.submission import (
     kafka_end_offsets,
 )
 from jobmanager.task_reports import TaskReports
-from weir.paths import CheckpointPaths
-from weir.states import JobStatus
+from weir.core.paths import CheckpointPaths
+from weir.core.states import JobStatus
 
 IO_WORKERS = 8
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from weir.failures import Failure
-from weir.states import JobStatus, TaskState
+from weir.core.failures import Failure
+from weir.core.states import JobStatus, TaskState
 
 # What TaskManagers report --------------------------------------------------------------------------
 

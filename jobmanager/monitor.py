@@ -18,8 +18,8 @@ from jobmanager.failover import Failover
 from jobmanager.jobs import DeployCommand, JobMaster
 from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import TaskManagerRegistry
-from weir.errors import NotEnoughSlotsError
-from weir.states import JobStatus
+from weir.core.errors import NotEnoughSlotsError
+from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -16,7 +16,7 @@ from jobmanager.messages import (
     TaskView,
 )
 from jobmanager.registry import TaskManagerRegistry
-from weir.errors import UnknownJobError
+from weir.core.errors import UnknownJobError
 
 
 def summary_of(job: JobMaster) -> JobSummaryView:

@@ -11,9 +11,9 @@ import structlog
 from connectors.object_storage import CheckpointStorage
 from jobmanager.jobs import JobMaster
 from jobmanager.records import JobRecord
-from weir.errors import WeirError
-from weir.ids import JobId
-from weir.paths import CheckpointPaths
+from weir.core.errors import WeirError
+from weir.core.ids import JobId
+from weir.core.paths import CheckpointPaths
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -10,7 +10,7 @@ Format 1::
      "submission": {"job_id", "job_name", "job_file_name", "job_source" (base64), "parameters",
                     "parallelism", "submitted_at"},
      "attempt": int,              # the highest attempt deployed (persisted before deployment)
-     "status": "RUNNING" | ...,   # weir.states.JobStatus
+     "status": "RUNNING" | ...,   # weir.core.states.JobStatus
      "failure": null | {"type", "message", "fault", "retriable"},
      "records_in_all_attempts": [[vertex uid, subtask, count], ...],
      "checkpoint_ids_reserved_through": int,   # no checkpoint id at or below it is handed out again
@@ -24,9 +24,9 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from weir.errors import Fault, SerializationError
-from weir.failures import Failure
-from weir.states import JobStatus
+from weir.core.errors import Fault, SerializationError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 
 RECORD_FORMAT: Final = 1
 

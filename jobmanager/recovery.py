@@ -20,10 +20,10 @@ from jobmanager.record_store import JobRecordStore
 from jobmanager.records import JobRecord
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from weir.api import load_job_source
-from weir.errors import WeirError
-from weir.ids import CheckpointId, JobId
-from weir.paths import CheckpointPaths
-from weir.states import JobStatus
+from weir.core.errors import WeirError
+from weir.core.ids import CheckpointId, JobId
+from weir.core.paths import CheckpointPaths
+from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -19,7 +19,7 @@ from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import Heartbeat, HeartbeatAnswer, JobAttempt
 from jobmanager.scheduler import SlotOffer
-from weir.states import JobStatus
+from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
 
 from jobmanager.errors import ConfigError
-from weir.failures import Failure
+from weir.core.failures import Failure
 
 
 class RandomSource(Protocol):

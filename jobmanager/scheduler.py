@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from weir.errors import NotEnoughSlotsError
+from weir.core.errors import NotEnoughSlotsError
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from jobmanager.messages import (
 )
 from jobmanager.registry import HEARTBEAT_INTERVAL_S
 from jobmanager.submission import SubmitRequest
-from weir.codec import (
+from weir.core.codec import (
     checkpoint_kind_to_proto,
     checkpoint_status_to_proto,
     failure_to_proto,
@@ -34,7 +34,13 @@ from weir.codec import (
     task_state_from_proto,
     task_state_to_proto,
 )
-from weir.errors import JobDefinitionError, NotEnoughSlotsError, ServiceUnavailableError, UnknownJobError, WeirError
+from weir.core.errors import (
+    JobDefinitionError,
+    NotEnoughSlotsError,
+    ServiceUnavailableError,
+    UnknownJobError,
+    WeirError,
+)
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 _Answer = TypeVar("_Answer")

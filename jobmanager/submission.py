@@ -21,10 +21,10 @@ from jobmanager.jobs import JobMaster, JobSubmission, new_job_id
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from jobmanager.submit_checks import check_job_at_submit
 from weir.api import load_job_source
-from weir.config import Endpoints
-from weir.descriptors import KafkaSourceSpec, end_offsets_parameter
+from weir.core.config import Endpoints
+from weir.core.descriptors import KafkaSourceSpec, end_offsets_parameter
+from weir.core.paths import CheckpointPaths
 from weir.graph import LogicalGraph
-from weir.paths import CheckpointPaths
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from connectors import kafka
 from jobmanager.checkpointing.config import CheckpointSettings
-from weir.checkpointing import CheckpointingMode
-from weir.config import Endpoints
-from weir.descriptors import KafkaSourceSpec, SinkSystem, is_bounded, validate_transaction_timeout
-from weir.errors import JobDefinitionError
+from weir.core.checkpointing import CheckpointingMode
+from weir.core.config import Endpoints
+from weir.core.descriptors import KafkaSourceSpec, SinkSystem, is_bounded, validate_transaction_timeout
+from weir.core.errors import JobDefinitionError
 from weir.graph import LogicalGraph, OperatorKind
 
 

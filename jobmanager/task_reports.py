@@ -16,8 +16,8 @@ from jobmanager.failover import Failover
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 from jobmanager.record_store import JobRecordStore
-from weir.ids import CheckpointId
-from weir.states import TaskState
+from weir.core.ids import CheckpointId
+from weir.core.states import TaskState
 
 log = structlog.get_logger("weir.jobmanager")
 

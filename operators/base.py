@@ -11,8 +11,8 @@ from typing import Any, Protocol
 
 import structlog
 
-from weir.config import Endpoints
-from weir.keygroups import KeyGroupRange
+from weir.core.config import Endpoints
+from weir.core.keygroups import KeyGroupRange
 
 
 class Output(Protocol):
@@ -44,7 +44,7 @@ class OperatorContext:
     state: Any  # taskmanager.state.StateBackend
     dead_letters: DeadLetters | None = None
     log: Any = field(default_factory=lambda: structlog.get_logger("weir.operator"))
-    metrics: Any = None  # weir.metrics.TaskMetrics
+    metrics: Any = None  # weir.core.metrics.TaskMetrics
 
 
 class StreamOperator:

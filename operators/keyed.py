@@ -7,7 +7,7 @@ from typing import Any
 
 from operators.base import StreamOperator
 from operators.basic import _TimestampedCollector
-from weir.keygroups import KeyEncoder, key_to_bytes, state_namespace
+from weir.core.keygroups import KeyEncoder, key_to_bytes, state_namespace
 
 
 class KeyedOperator(StreamOperator):

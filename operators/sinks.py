@@ -16,8 +16,8 @@ from typing import Any
 from connectors import kafka, postgres
 from operators.base import StreamOperator
 from operators.transactional_sinks import keep_newest, row_key_indexes, validate_postgres_sink
-from weir.config import Endpoints
-from weir.errors import ServiceUnavailableError
+from weir.core.config import Endpoints
+from weir.core.errors import ServiceUnavailableError
 
 _JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)  # json.dumps with options builds one per call
 

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from prometheus_client import Gauge
 
-from weir.metrics import TASK_LABELS
+from weir.core.metrics import TASK_LABELS
 
 KAFKA_SOURCE_LAG = Gauge(
     "weir_kafka_source_lag_records",

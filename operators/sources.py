@@ -15,10 +15,10 @@ from typing import Any, assert_never
 from connectors import kafka
 from operators.base import SourceOperator
 from operators.source_metrics import KafkaSourceLag
-from weir.config import Endpoints
-from weir.descriptors import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
-from weir.errors import JobDefinitionError, ServiceUnavailableError
-from weir.watermarks import (
+from weir.core.config import Endpoints
+from weir.core.descriptors import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.watermarks import (
     MAX_WATERMARK,
     BoundedOutOfOrdernessWatermarks,
     PartitionStatusChange,

@@ -28,18 +28,18 @@ from typing import Any, Final
 from connectors import kafka, postgres
 from operators.base import OperatorContext, Output, StreamOperator
 from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
-from weir.config import Endpoints
-from weir.crashpoints import (
+from weir.core.config import Endpoints
+from weir.core.crashpoints import (
     AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
     AFTER_PRE_COMMIT,
     BETWEEN_SINK_COMMITS,
     crash_point,
 )
-from weir.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS
-from weir.errors import Fault, JobDefinitionError, SerializationError, ServiceUnavailableError, WeirError
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.metrics import SinkMetrics
-from weir.serde import dumps_value, loads_value
+from weir.core.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS
+from weir.core.errors import Fault, JobDefinitionError, SerializationError, ServiceUnavailableError, WeirError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.metrics import SinkMetrics
+from weir.core.serde import dumps_value, loads_value
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
 """The prefix of every Kafka sink's marker topic (``marker_topic_name``). Before each sink had its own,

@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from enum import Enum
 from urllib.parse import quote, unquote
 
-from weir.errors import Fault, WeirError
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.errors import Fault, WeirError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 GID_SCHEME = "weir"
 MAX_GID_LENGTH = 199

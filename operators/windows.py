@@ -15,9 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from operators.keyed import KeyedOperator
-from weir.errors import JobDefinitionError
-from weir.watermarks import MIN_WATERMARK
-from weir.windows import TimeWindow, cleanup_time, is_window_late, window_fires
+from weir.core.errors import JobDefinitionError
+from weir.core.watermarks import MIN_WATERMARK
+from weir.core.windows import TimeWindow, cleanup_time, is_window_late, window_fires
 
 _BOUNDS = struct.Struct(">qq")
 _FIRE = 0

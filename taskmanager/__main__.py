@@ -14,9 +14,9 @@ from prometheus_client import start_http_server
 
 from taskmanager.runtime import TaskManagerRuntime
 from taskmanager.service import TaskManagerServicer
-from weir import logs
-from weir.config import Endpoints, run_dir
-from weir.transport import GRPC_OPTIONS
+from weir.core import logs
+from weir.core.config import Endpoints, run_dir
+from weir.core.transport import GRPC_OPTIONS
 from weir.wire import taskmanager_pb2_grpc
 
 

@@ -34,9 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from enum import Enum
 
-from weir.checkpointing import CheckpointKind
-from weir.errors import ProtocolError
-from weir.ids import ChannelIndex, CheckpointId, TaskId
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import ProtocolError
+from weir.core.ids import ChannelIndex, CheckpointId, TaskId
 
 
 class AlignmentMode(Enum):

@@ -5,7 +5,7 @@ A record's path through a subtask reads in order: the head (a source, or the inp
 writer in a cluster, a direct call into the next chain in the reference run). Everything is bound
 when the chain is built; nothing is rebound while it runs.
 
-The cluster's Task and ``weir.reference`` both drive this class, so chain wiring, watermark
+The cluster's Task and ``weir.tools.reference`` both drive this class, so chain wiring, watermark
 handling into the head, end of input and snapshots are one code path.
 """
 
@@ -16,9 +16,9 @@ from typing import Any, Protocol
 
 from operators.base import ChainOutput, OperatorContext, Output, SourceOperator, StreamOperator
 from operators.keyed import KeyedOperator
-from weir.ids import ChannelIndex
+from weir.core.ids import ChannelIndex
+from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
 from weir.plan import Vertex
-from weir.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
 
 
 class EdgeOutput(Protocol):

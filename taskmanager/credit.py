@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import time
 
-from weir.errors import ProtocolError
+from weir.core.errors import ProtocolError
 
 
 def _monotonic_ms() -> float:

@@ -14,8 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from weir.checkpointing import CheckpointKind
-from weir.ids import CheckpointId
+from weir.core.checkpointing import CheckpointKind
+from weir.core.ids import CheckpointId
 
 
 @dataclass(frozen=True)

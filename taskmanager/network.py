@@ -21,12 +21,12 @@ from typing import Any, assert_never
 import grpc
 
 from taskmanager.credit import InputChannelCredits, OutputChannelCredits
-from weir.checkpointing import CheckpointKind
-from weir.codec import checkpoint_kind_from_proto, checkpoint_kind_to_proto
-from weir.errors import ProtocolError, ServiceUnavailableError
-from weir.ids import ChannelIndex, CheckpointId
-from weir.serde import dumps_value, loads_value
-from weir.watermarks import WatermarkStatus
+from weir.core.checkpointing import CheckpointKind
+from weir.core.codec import checkpoint_kind_from_proto, checkpoint_kind_to_proto
+from weir.core.errors import ProtocolError, ServiceUnavailableError
+from weir.core.ids import ChannelIndex, CheckpointId
+from weir.core.serde import dumps_value, loads_value
+from weir.core.watermarks import WatermarkStatus
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 INITIAL_CREDITS = 4

@@ -11,9 +11,9 @@ from __future__ import annotations
 import itertools
 from typing import Protocol
 
+from weir.core.ids import ChannelIndex, KeyGroup, SubtaskIndex
+from weir.core.keygroups import check_parallelism, subtask_table
 from weir.graph import Partitioning
-from weir.ids import ChannelIndex, KeyGroup, SubtaskIndex
-from weir.keygroups import check_parallelism, subtask_table
 
 
 class Partitioner(Protocol):

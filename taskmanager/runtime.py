@@ -26,18 +26,23 @@ from taskmanager.snapshots import RocksDBSnapshotter
 from taskmanager.state import StateBackend, job_state_bounds
 from taskmanager.task import CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
-from weir.checkpointing import CheckpointingMode
-from weir.codec import checkpoint_kind_from_proto, checkpointing_mode_from_proto, failure_to_proto, task_state_to_proto
-from weir.config import checkpoint_dir
-from weir.errors import WeirError
-from weir.failures import Failure
-from weir.ids import CheckpointId, JobId, TaskManagerId
-from weir.keygroups import KeyEncoder
-from weir.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
-from weir.paths import CheckpointPaths
+from weir.core.checkpointing import CheckpointingMode
+from weir.core.codec import (
+    checkpoint_kind_from_proto,
+    checkpointing_mode_from_proto,
+    failure_to_proto,
+    task_state_to_proto,
+)
+from weir.core.config import checkpoint_dir
+from weir.core.errors import WeirError
+from weir.core.failures import Failure
+from weir.core.ids import CheckpointId, JobId, TaskManagerId
+from weir.core.keygroups import KeyEncoder
+from weir.core.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
+from weir.core.paths import CheckpointPaths
+from weir.core.states import TaskState
+from weir.core.transport import GRPC_OPTIONS, MAX_MESSAGE_BYTES
 from weir.plan import JobPlan, build_plan
-from weir.states import TaskState
-from weir.transport import GRPC_OPTIONS, MAX_MESSAGE_BYTES
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
 log = structlog.get_logger("weir.taskmanager")

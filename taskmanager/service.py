@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import grpc
 
 from taskmanager.runtime import TaskManagerRuntime
-from weir.errors import JobDefinitionError, ProtocolError
+from weir.core.errors import JobDefinitionError, ProtocolError
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
 

@@ -6,7 +6,7 @@ are immutable and their names unique within one database incarnation, so an SST 
 completed checkpoint already references is not uploaded again: the handle lists it as ``reused``. Only
 files of a checkpoint the task was told completed (or of the one its attempt restored) are reused, which
 is the JobManager's contract for reused keys; an SST still uploading for a checkpoint in flight is
-uploaded again under the new checkpoint's key (keys carry the uploading checkpoint id, see ``weir.paths``).
+uploaded again under the new checkpoint's key (keys carry the uploading checkpoint id, see ``weir.core.paths``).
 
 One database holds the state of every subtask on the TaskManager. Each subtask snapshots at its own
 barrier: subtasks of one checkpoint share a local RocksDB checkpoint only when nothing was written in
@@ -41,10 +41,10 @@ from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, Write
 
 from connectors.object_storage import CheckpointStorage
 from taskmanager.state import StateBackend, key_group_range_bounds
-from weir.errors import Fault, WeirError
-from weir.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
-from weir.keygroups import KeyGroupRange
-from weir.paths import CheckpointPaths
+from weir.core.errors import Fault, WeirError
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
+from weir.core.keygroups import KeyGroupRange
+from weir.core.paths import CheckpointPaths
 
 KeyRanges = Sequence[tuple[OperatorUid, KeyGroupRange]]
 

@@ -53,20 +53,20 @@ from taskmanager.network import (
     watermark_status_message,
 )
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
-from weir.crashpoints import crash_point
-from weir.errors import Fault, WeirError
-from weir.failures import Failure
-from weir.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.keygroups import KeyGroupRange, key_group_range_for_subtask, state_namespace
-from weir.metrics import TaskMetrics
-from weir.plan import JobPlan, Vertex
-from weir.states import TaskState
-from weir.watermarks import (
+from weir.core.crashpoints import crash_point
+from weir.core.errors import Fault, WeirError
+from weir.core.failures import Failure
+from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask, state_namespace
+from weir.core.metrics import TaskMetrics
+from weir.core.states import TaskState
+from weir.core.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
     ReportsWatermarkStatus,
     WatermarkStatus,
 )
+from weir.plan import JobPlan, Vertex
 
 SOURCE_BATCH = 500
 SOURCE_IDLE_WAIT_MAX_S = 0.05

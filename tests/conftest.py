@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 

@@ -41,7 +41,7 @@ from operators.transactional_sinks import (
     row_key_indexes,
 )
 from operators.windows import WindowAggregateOperator
-from weir.descriptors import (
+from weir.core.descriptors import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     GeneratorSourceSpec,
     KafkaSourceSpec,
@@ -49,9 +49,9 @@ from weir.descriptors import (
     SinkSpec,
     SinkSystem,
 )
-from weir.errors import JobDefinitionError, NonRetriableError
+from weir.core.errors import JobDefinitionError, NonRetriableError
+from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
-from weir.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 
 T = TypeVar("T")
 ACC = TypeVar("ACC")

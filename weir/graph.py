@@ -11,8 +11,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from weir.descriptors import SinkSpec, SourceSpec
-from weir.errors import JobDefinitionError
+from weir.core.descriptors import SinkSpec, SourceSpec
+from weir.core.errors import JobDefinitionError
 
 
 class Partitioning(enum.Enum):
@@ -50,8 +50,8 @@ class Transformation:
     max_parallelism: int | None = None
     key_selector: Callable[[Any], Any] | None = None  # keyed operators: the key of their input
     chainable: bool = True
-    source_spec: SourceSpec | None = None  # sources: what the JobManager needs to know (weir.descriptors)
-    sink_spec: SinkSpec | None = None  # sinks: the system, target and delivery (weir.descriptors)
+    source_spec: SourceSpec | None = None  # sources: what the JobManager needs to know (weir.core.descriptors)
+    sink_spec: SinkSpec | None = None  # sinks: the system, target and delivery (weir.core.descriptors)
 
 
 @dataclass

@@ -11,13 +11,13 @@ WEIR_CACHE_DIR="${WEIR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/weir}"
 WEIR_RUN_DIR="${WEIR_RUN_DIR:-$WEIR_CACHE_DIR/run}"
 DEPLOY_LOCAL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 REPO_ROOT="$(cd "$DEPLOY_LOCAL_DIR/../.." && pwd)"
-# Endpoint defaults live in weir/endpoints.env (shared with weir/config.py); the environment wins.
+# Endpoint defaults live in weir/core/endpoints.env (shared with weir/core/config.py); the environment wins.
 load_endpoints() {
   local name value
   while IFS='=' read -r name value; do
     [[ -z "$name" || "$name" == \#* ]] && continue
     if [[ -z "${!name:-}" ]]; then eval "export $name=\"$value\""; else export "${name?}"; fi
-  done <"$REPO_ROOT/weir/endpoints.env"
+  done <"$REPO_ROOT/weir/core/endpoints.env"
 }
 load_endpoints
 

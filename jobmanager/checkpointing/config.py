@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from jobmanager.checkpointing.trigger import CheckpointConfig
 from jobmanager.errors import ConfigError
 from jobmanager.restart import parse_duration
-from weir.checkpointing import CheckpointingMode
+from weir.core.checkpointing import CheckpointingMode
 
 KEYS = frozenset(
     {

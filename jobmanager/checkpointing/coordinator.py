@@ -37,8 +37,8 @@ from jobmanager.checkpointing.trigger import (
     TriggerState,
 )
 from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from weir.checkpointing import CheckpointStatus
-from weir.ids import CheckpointId, JobId, TaskId
+from weir.core.checkpointing import CheckpointStatus
+from weir.core.ids import CheckpointId, JobId, TaskId
 
 MetadataKeyFn = Callable[[JobId, CheckpointId, CheckpointKind], str]
 

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from jobmanager.errors import CheckpointProtocolError
-from weir.checkpointing import CheckpointKind
-from weir.ids import CheckpointId, TaskId
+from weir.core.checkpointing import CheckpointKind
+from weir.core.ids import CheckpointId, TaskId
 
 
 class AckResult(enum.Enum):

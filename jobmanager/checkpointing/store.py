@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from jobmanager.checkpointing.pending import CheckpointKind, TaskStateHandle
 from jobmanager.errors import CheckpointProtocolError, ConfigError
-from weir.ids import CheckpointId, JobId, TaskId
+from weir.core.ids import CheckpointId, JobId, TaskId
 
 
 @dataclass(frozen=True)

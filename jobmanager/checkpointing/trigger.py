@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from jobmanager.errors import CheckpointProtocolError, ConfigError
-from weir.ids import CheckpointId
+from weir.core.ids import CheckpointId
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from connectors import kafka
-from weir.client import JobManagerClient, JobStatus
-from weir.config import Endpoints
-from weir.supervisor import start_cluster, stop_cluster
+from weir.core.config import Endpoints
+from weir.tools.client import JobManagerClient, JobStatus
+from weir.tools.supervisor import start_cluster, stop_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 

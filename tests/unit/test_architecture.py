@@ -34,8 +34,8 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
     for package in PACKAGES:
         shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    ids = tmp_path / "weir" / "ids.py"
+    ids = tmp_path / "weir" / "core" / "ids.py"
     ids.write_text(ids.read_text() + "\nimport jobmanager.service  # an upward import\n")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
-    assert "weir.ids -> jobmanager.service" in result.stdout
+    assert "weir.core.ids -> jobmanager.service" in result.stdout

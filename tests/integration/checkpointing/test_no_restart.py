@@ -11,10 +11,10 @@ import psycopg
 import pytest
 
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
-from weir.client import JobManagerClient
-from weir.config import Endpoints
-from weir.events import EventSpec, events, produce_events
-from weir.supervisor import kill_process, local_status, start_cluster, stop_cluster
+from weir.core.config import Endpoints
+from weir.tools.client import JobManagerClient
+from weir.tools.events import EventSpec, events, produce_events
+from weir.tools.supervisor import kill_process, local_status, start_cluster, stop_cluster
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import pytest
 
 from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
-from weir.client import JobStatus
-from weir.errors import ClusterUnavailableError
-from weir.events import EventSpec, events, produce_events
-from weir.supervisor import kill_process, local_status
+from weir.core.errors import ClusterUnavailableError
+from weir.tools.client import JobStatus
+from weir.tools.events import EventSpec, events, produce_events
+from weir.tools.supervisor import kill_process, local_status
 
 pytestmark = pytest.mark.integration
 

@@ -31,10 +31,10 @@ from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryComplete
 from jobmanager.checkpointing.trigger import CheckpointConfig
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotResult
 from taskmanager.state import KeyedStateStore, StateBackend
-from weir.config import Endpoints
-from weir.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask, key_to_bytes
-from weir.paths import CheckpointPaths
+from weir.core.config import Endpoints
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask, key_to_bytes
+from weir.core.paths import CheckpointPaths
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import uuid
 import pytest
 
 from connectors import kafka
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,7 @@ import uuid
 import psycopg
 import pytest
 
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration
 

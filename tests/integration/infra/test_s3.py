@@ -11,7 +11,7 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from connectors import s3
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration
 

@@ -11,8 +11,8 @@ import pytest
 
 from connectors import kafka
 from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, create_window_table
-from weir.cli import EXIT_USAGE, run_cli
-from weir.events import EventSpec, produce_events
+from weir.tools.cli import EXIT_USAGE, run_cli
+from weir.tools.events import EventSpec, produce_events
 
 pytestmark = pytest.mark.integration
 

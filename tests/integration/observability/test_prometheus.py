@@ -39,9 +39,9 @@ from tests.observability import (
     rules,
     variable_queries,
 )
-from weir.config import Endpoints
-from weir.events import EventSpec, produce_events
-from weir.supervisor import TASKMANAGERS
+from weir.core.config import Endpoints
+from weir.tools.events import EventSpec, produce_events
+from weir.tools.supervisor import TASKMANAGERS
 
 pytestmark = pytest.mark.integration
 

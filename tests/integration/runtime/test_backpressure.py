@@ -9,7 +9,7 @@ import pytest
 
 from taskmanager.network import INITIAL_CREDITS, RECORDS_PER_BUFFER
 from tests.integration.conftest import WeirCluster
-from weir.supervisor import local_status
+from weir.tools.supervisor import local_status
 
 pytestmark = pytest.mark.integration
 

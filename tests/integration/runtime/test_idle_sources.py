@@ -12,7 +12,7 @@ import pytest
 
 from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics
-from weir.config import Endpoints
+from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration
 

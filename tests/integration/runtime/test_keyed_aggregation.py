@@ -9,7 +9,7 @@ import pytest
 
 from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
-from weir.events import EventSpec, events, produce_events
+from weir.tools.events import EventSpec, events, produce_events
 
 pytestmark = pytest.mark.integration
 

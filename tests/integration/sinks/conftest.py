@@ -27,10 +27,10 @@ from operators.transactional_sinks import (
     TwoPhasePostgresSinkOperator,
     marker_topic_name,
 )
-from weir.config import Endpoints
-from weir.keygroups import KeyGroupRange
-from weir.metrics import TaskMetrics
-from weir.serde import dumps_value
+from weir.core.config import Endpoints
+from weir.core.keygroups import KeyGroupRange
+from weir.core.metrics import TaskMetrics
+from weir.core.serde import dumps_value
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TASKMANAGER = "taskmanager-test"

@@ -16,8 +16,8 @@ from typing import Any
 
 from operators.base import StreamOperator
 from tests.integration.sinks.conftest import KafkaSinkCase, PostgresSinkCase
-from weir.config import Endpoints
-from weir.serde import loads_value
+from weir.core.config import Endpoints
+from weir.core.serde import loads_value
 
 
 def build(arguments: dict[str, Any]) -> StreamOperator:

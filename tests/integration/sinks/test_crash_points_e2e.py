@@ -13,11 +13,11 @@ import pytest
 
 from connectors import kafka
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
-from weir.client import JobManagerClient
-from weir.config import Endpoints
-from weir.events import EventSpec, produce_events
-from weir.supervisor import start_cluster, stop_cluster
-from weir.verify import verify_job
+from weir.core.config import Endpoints
+from weir.tools.client import JobManagerClient
+from weir.tools.events import EventSpec, produce_events
+from weir.tools.supervisor import start_cluster, stop_cluster
+from weir.tools.verify import verify_job
 
 pytestmark = pytest.mark.integration
 

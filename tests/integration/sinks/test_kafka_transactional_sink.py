@@ -26,9 +26,9 @@ from operators.transactional_sinks import (
     transactional_id,
 )
 from tests.integration.sinks.conftest import TASKMANAGER, KafkaSinkCase, run_until_crash
-from weir.crashpoints import EXIT_CODE
-from weir.errors import JobDefinitionError, ServiceUnavailableError
-from weir.ids import JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.crashpoints import EXIT_CODE
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 
 pytestmark = pytest.mark.integration
 

@@ -32,10 +32,10 @@ from tests.integration.sinks.conftest import (
     run_until_crash,
     set_up,
 )
-from weir.config import Endpoints
-from weir.crashpoints import EXIT_CODE
-from weir.errors import JobDefinitionError, ServiceUnavailableError
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.config import Endpoints
+from weir.core.crashpoints import EXIT_CODE
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 pytestmark = pytest.mark.integration
 

@@ -22,10 +22,10 @@ from operators.sinks import json_serializer
 from operators.transactional_sinks import MARKER_TOPIC_CONFIG, marker_topic_name
 from operators.twophase import TransactionId
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
-from weir.cli import EXIT_FAILURE, EXIT_OK, run_cli
-from weir.config import Endpoints
-from weir.events import EventSpec, events, produce_events
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
+from weir.core.config import Endpoints
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
+from weir.tools.cli import EXIT_FAILURE, EXIT_OK, run_cli
+from weir.tools.events import EventSpec, events, produce_events
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from connectors.object_storage import (
     StorageUriError,
     open_storage,
 )
-from weir.config import Endpoints
-from weir.errors import ServiceUnavailableError
+from weir.core.config import Endpoints
+from weir.core.errors import ServiceUnavailableError
 
 
 @pytest.fixture

@@ -3,12 +3,12 @@
 No service is started: the compose file, the Prometheus and Grafana configs and the Dockerfile are
 compared with the local mode's own sources, read where the local mode reads them:
 
-* weir/endpoints.env (through ``weir.config.resolve_environment``): ports, endpoints, bucket, keys;
+* weir/core/endpoints.env (through ``weir.core.config.resolve_environment``): ports, endpoints, bucket, keys;
 * deploy/local/kafka/broker.properties, appended by deploy/local/kafka.sh to its server.properties,
   and the KRaft identity written by kafka.sh itself; the Kafka version pinned in kafka/pom.xml;
 * deploy/local/postgres/weir.conf, appended by deploy/local/postgres.sh to the cluster's config;
 * deploy/prometheus/prometheus-local.yml, used by deploy/local/prometheus.sh;
-* ``weir.supervisor.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
+* ``weir.tools.supervisor.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
 * jobmanager/__main__.py and taskmanager/__main__.py: the flags the processes accept;
 * the Makefile's protoc command and pyproject.toml's package list, for deploy/Dockerfile.
 """
@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from weir.config import Endpoints, resolve_environment
+from weir.core.config import Endpoints, resolve_environment
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -381,7 +381,7 @@ def _accepted_flags(module: str) -> set[str]:
 
 
 def test_weir_commands_use_the_local_mode_flags_and_ports(svc: dict[str, Any]) -> None:
-    from weir.supervisor import default_children
+    from weir.tools.supervisor import default_children
 
     children = default_children(Endpoints.from_env({}), taskmanagers=len(TASKMANAGERS), python="python")
     assert {child.name for child in children} == set(WEIR_SERVICES)

@@ -37,7 +37,7 @@ from tests.observability import (
 )
 
 ALERTS_TEST = Path(__file__).with_name("weir_alerts_test.yml")
-METRIC_MODULES = ("weir.metrics", "operators.source_metrics", "jobmanager.metrics")
+METRIC_MODULES = ("weir.core.metrics", "operators.source_metrics", "jobmanager.metrics")
 PROCESS_METRICS = {"process_resident_memory_bytes", "process_cpu_seconds_total"}  # prometheus-client's own
 EXPECTED_ALERTS = {
     "WeirCheckpointsFailing",
@@ -61,7 +61,7 @@ def run_promtool(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def is_collector(value: object) -> bool:
-    """A custom collector (an instance with describe(), such as weir.metrics.LatencyHistogram)."""
+    """A custom collector (an instance with describe(), such as weir.core.metrics.LatencyHistogram)."""
     return not isinstance(value, type) and callable(getattr(value, "describe", None))
 
 

@@ -20,9 +20,9 @@ from jobmanager.jobs import JobMaster, JobSubmission, TaskDeployment
 from jobmanager.manager import JobManager
 from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
-from weir.checkpointing import CheckpointKind
+from weir.core.checkpointing import CheckpointKind
+from weir.core.ids import TaskId
 from weir.graph import LogicalGraph
-from weir.ids import TaskId
 
 P = ParamSpec("P")
 R = TypeVar("R")

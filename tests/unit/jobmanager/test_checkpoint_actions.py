@@ -9,7 +9,7 @@ from jobmanager.checkpointing.pending import TaskAckMetrics
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import CheckpointAck, CheckpointDecline
 from tests.unit.jobmanager.conftest import TM_A, Harness
-from weir.checkpointing import CheckpointKind
+from weir.core.checkpointing import CheckpointKind
 
 
 def started(harness: Harness) -> tuple[JobMaster, cc.TriggerBarriers]:

@@ -7,7 +7,7 @@ import pytest
 from jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskStateHandle
 from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from jobmanager.errors import CheckpointProtocolError, ConfigError
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = JobId("job")
 T0 = TaskId(JOB, OperatorUid("op"), SubtaskIndex(0))

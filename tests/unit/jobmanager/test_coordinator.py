@@ -34,7 +34,7 @@ from jobmanager.checkpointing.pending import (
 from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from jobmanager.checkpointing.trigger import CheckpointConfig
 from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = JobId("job-1")
 

@@ -6,7 +6,7 @@ from concurrent.futures import Future
 
 from jobmanager.failover import Failover
 from tests.unit.jobmanager.conftest import TM_A, Harness
-from weir.states import JobStatus, TaskState
+from weir.core.states import JobStatus, TaskState
 
 
 def written(value: bool) -> Future[bool]:

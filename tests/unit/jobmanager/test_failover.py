@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from tests.unit.jobmanager.conftest import TM_A, Harness
-from weir.errors import ServiceUnavailableError
-from weir.failures import Failure
-from weir.states import JobStatus
+from weir.core.errors import ServiceUnavailableError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 
 
 def test_a_retriable_failure_restarts_the_job_and_cancels_the_failed_attempt(harness: Harness) -> None:

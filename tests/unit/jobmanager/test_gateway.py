@@ -7,7 +7,7 @@ import pytest
 from jobmanager.errors import TaskManagerCallError
 from jobmanager.gateway import GrpcTaskManagerGateway, deploy_request
 from jobmanager.jobs import InputChannelSpec, OutputChannelSpec, TaskDeployment
-from weir.checkpointing import CheckpointingMode
+from weir.core.checkpointing import CheckpointingMode
 from weir.wire import common_pb2
 
 DEPLOYMENT = TaskDeployment(

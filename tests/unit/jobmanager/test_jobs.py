@@ -13,9 +13,9 @@ from jobmanager.gateway import deploy_request
 from jobmanager.jobs import DeployCommand, JobMaster, JobSubmission
 from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
-from weir.errors import Fault, NotEnoughSlotsError
-from weir.failures import Failure
-from weir.states import JobStatus, TaskState
+from weir.core.errors import Fault, NotEnoughSlotsError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus, TaskState
 from weir.wire import common_pb2, taskmanager_pb2
 
 FINISHED = TaskState.FINISHED

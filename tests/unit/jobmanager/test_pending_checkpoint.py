@@ -16,7 +16,7 @@ from jobmanager.checkpointing.pending import (
     TaskStateHandle,
 )
 from jobmanager.errors import CheckpointProtocolError
-from weir.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 SRC = TaskId(JobId("job"), OperatorUid("source"), SubtaskIndex(0))
 SINK = TaskId(JobId("job"), OperatorUid("sink"), SubtaskIndex(0))

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.jobmanager.conftest import MakeHarness
-from weir.errors import UnknownJobError
-from weir.states import JobStatus, TaskState
+from weir.core.errors import UnknownJobError
+from weir.core.states import JobStatus, TaskState
 
 
 def test_a_job_s_status_names_its_tasks_and_their_states(make_harness: MakeHarness) -> None:

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from jobmanager.records import JobRecord, JobSubmission
-from weir.errors import Fault, SerializationError
-from weir.failures import Failure
-from weir.states import JobStatus
+from weir.core.errors import Fault, SerializationError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 
 SUBMISSION = JobSubmission(
     job_id="job-1",

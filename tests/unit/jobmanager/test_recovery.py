@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from tests.unit.jobmanager.conftest import MakeHarness
-from weir.failures import Failure
-from weir.states import JobStatus
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 
 
 def test_a_running_job_restarts_once_the_old_attempt_s_tasks_were_told_to_stop(make_harness: MakeHarness) -> None:

@@ -7,7 +7,7 @@ from jobmanager.messages import Heartbeat, JobAttempt, TaskProgress
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S, RegisteredTaskManager, TaskManagerRegistry
 from jobmanager.scheduler import SlotOffer
 from tests.unit.jobmanager.conftest import FakeClock, FakeGateway, Harness
-from weir.states import JobStatus
+from weir.core.states import JobStatus
 
 
 def registry(jobs: dict[str, JobMaster] | None = None) -> tuple[TaskManagerRegistry, list[tuple[str, str]], FakeClock]:

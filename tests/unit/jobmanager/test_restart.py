@@ -17,8 +17,8 @@ from jobmanager.restart import (
     parse_duration,
     parse_restart_strategy,
 )
-from weir.errors import Fault
-from weir.failures import Failure
+from weir.core.errors import Fault
+from weir.core.failures import Failure
 
 CAUSE = Failure("TaskFailure", "boom", Fault.INTERNAL, retriable=True)
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
-from weir.errors import NotEnoughSlotsError
+from weir.core.errors import NotEnoughSlotsError
 
 
 def test_slots_spread_over_taskmanagers_before_reusing_one() -> None:

@@ -18,8 +18,8 @@ from jobmanager.messages import Heartbeat, TaskProgress
 from jobmanager.records import JobRecord
 from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
-from weir.failures import Failure
-from weir.states import JobStatus
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 
 JOB = textwrap.dedent(
     """

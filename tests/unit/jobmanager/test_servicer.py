@@ -6,9 +6,9 @@ import pytest
 
 from jobmanager.messages import JobStatusView, JobSummaryView, TaskView
 from jobmanager.service import job_status_response, task_state_report
-from weir.errors import ProtocolError
-from weir.failures import Failure
-from weir.states import JobStatus, TaskState
+from weir.core.errors import ProtocolError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus, TaskState
 from weir.wire import common_pb2, jobmanager_pb2
 
 

@@ -10,9 +10,9 @@ import pytest
 from jobmanager.submission import SubmitRequest, fixed_source_ends
 from tests.unit.jobmanager.conftest import JOB, TM_A, Harness
 from weir.api import load_job_source
-from weir.descriptors import end_offsets_parameter
-from weir.errors import JobDefinitionError
-from weir.states import JobStatus
+from weir.core.descriptors import end_offsets_parameter
+from weir.core.errors import JobDefinitionError
+from weir.core.states import JobStatus
 
 KAFKA_JOB = textwrap.dedent(
     """

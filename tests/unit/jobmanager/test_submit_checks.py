@@ -8,8 +8,8 @@ import pytest
 from jobmanager.checkpointing.config import parse_checkpoint_settings
 from jobmanager.submit_checks import check_job_rules, job_is_bounded
 from weir.api import Environment
-from weir.descriptors import validate_transaction_timeout
-from weir.errors import JobDefinitionError
+from weir.core.descriptors import validate_transaction_timeout
+from weir.core.errors import JobDefinitionError
 
 # transaction.timeout.ms -------------------------------------------------------------------------
 

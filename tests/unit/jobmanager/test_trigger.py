@@ -17,7 +17,7 @@ from jobmanager.checkpointing.trigger import (
     TriggerState,
 )
 from jobmanager.errors import CheckpointProtocolError, ConfigError
-from weir.ids import CheckpointId
+from weir.core.ids import CheckpointId
 
 
 def decider(**config: float | int | None) -> CheckpointTriggerDecider:

@@ -13,12 +13,12 @@ from operators.base import SourceOperator, StreamOperator
 from taskmanager.network import InputGate, RecordWriter, read_buffer
 from taskmanager.partitioners import RebalancePartitioner
 from taskmanager.task import CheckpointAck, Task, TaskAddress, TaskCallbacks
-from weir.failures import Failure
+from weir.core.failures import Failure
+from weir.core.ids import SubtaskIndex
+from weir.core.states import TaskState
+from weir.core.watermarks import MAX_WATERMARK
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
-from weir.ids import SubtaskIndex
 from weir.plan import build_plan
-from weir.states import TaskState
-from weir.watermarks import MAX_WATERMARK
 from weir.wire import taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind

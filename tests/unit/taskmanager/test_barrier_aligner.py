@@ -24,7 +24,7 @@ from taskmanager.barrier_aligner import (
     TriggerSnapshot,
     UnblockChannels,
 )
-from weir.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 TASK = TaskId(JobId("job"), OperatorUid("join"), SubtaskIndex(0))
 EO = AlignmentMode.EXACTLY_ONCE

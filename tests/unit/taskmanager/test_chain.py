@@ -8,10 +8,10 @@ from typing import Any
 from operators.base import OperatorContext, StreamOperator
 from taskmanager.chain import ChainInput, OperatorChain
 from tests.unit.taskmanager.fakes import Journal, three_vertex_graph
-from weir.ids import ChannelIndex
-from weir.keygroups import KeyGroup, KeyGroupRange
+from weir.core.ids import ChannelIndex
+from weir.core.keygroups import KeyGroup, KeyGroupRange
+from weir.core.watermarks import MAX_WATERMARK, WatermarkStatus
 from weir.plan import build_plan
-from weir.watermarks import MAX_WATERMARK, WatermarkStatus
 
 
 class Edge:

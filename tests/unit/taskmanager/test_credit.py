@@ -6,7 +6,7 @@ from collections import deque
 import pytest
 
 from taskmanager.credit import InputChannelCredits, OutputChannelCredits
-from weir.errors import ProtocolError
+from weir.core.errors import ProtocolError
 
 
 def test_receiver_grants_credit_as_buffers_are_consumed() -> None:

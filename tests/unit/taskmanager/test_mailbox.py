@@ -8,7 +8,7 @@ from typing import Any
 
 from taskmanager.mailbox import Cancel, CheckpointComplete, Mailbox
 from taskmanager.network import InputGate, ReceivedBuffer, watermark_message
-from weir.ids import CheckpointId
+from weir.core.ids import CheckpointId
 
 
 def wait_in_thread(mailbox: Mailbox, take_input: Any) -> tuple[threading.Thread, list[Any]]:

@@ -23,10 +23,10 @@ from taskmanager.network import (
     watermark_message,
 )
 from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from weir.errors import ProtocolError
-from weir.ids import SubtaskIndex
-from weir.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
-from weir.serde import dumps_value
+from weir.core.errors import ProtocolError
+from weir.core.ids import SubtaskIndex
+from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
+from weir.core.serde import dumps_value
 from weir.wire import taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind
@@ -356,8 +356,8 @@ def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
         read_buffer,
         watermark_status_message,
     )
-    from weir.checkpointing import CheckpointKind
-    from weir.watermarks import WatermarkStatus
+    from weir.core.checkpointing import CheckpointKind
+    from weir.core.watermarks import WatermarkStatus
 
     msg = data("a", "b")
     msg.MergeFrom(barrier_message(4, 12.5, CheckpointKind.SAVEPOINT))

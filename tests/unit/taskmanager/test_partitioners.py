@@ -13,8 +13,8 @@ from taskmanager.partitioners import (
     RebalancePartitioner,
     create_partitioner,
 )
-from weir.ids import KeyGroup, SubtaskIndex
-from weir.keygroups import key_group_for_key, key_group_range_for_subtask
+from weir.core.ids import KeyGroup, SubtaskIndex
+from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
 
 
 def test_forward_sends_to_own_subtask() -> None:

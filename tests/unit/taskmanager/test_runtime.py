@@ -18,9 +18,9 @@ from taskmanager.runtime import (
     oversized_ack_reason,
 )
 from taskmanager.task import ChainSnapshot, CheckpointAck, TaskAddress
-from weir.checkpointing import CheckpointingMode
-from weir.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
-from weir.transport import MAX_MESSAGE_BYTES
+from weir.core.checkpointing import CheckpointingMode
+from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
+from weir.core.transport import MAX_MESSAGE_BYTES
 
 
 @pytest.mark.parametrize("text", ["exactly_once", "EXACTLY_ONCE", "exactly-once", " exactly_once"])

@@ -30,9 +30,9 @@ from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from jobmanager.checkpointing.trigger import CheckpointConfig
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
 from taskmanager.state import StateBackend
-from weir.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.keygroups import KeyGroupRange, state_namespace
-from weir.paths import CheckpointPaths
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.keygroups import KeyGroupRange, state_namespace
+from weir.core.paths import CheckpointPaths
 
 JOB = JobId("job-a")
 OTHER_JOB = JobId("job-b")

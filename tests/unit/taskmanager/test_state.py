@@ -175,7 +175,7 @@ def test_eviction_ends_cache_completeness_and_keeps_every_value(state_backend: S
 
 def test_a_jobs_state_bounds_cover_its_namespaces_and_no_other_jobs() -> None:
     from taskmanager.state import job_state_bounds, key_group_range_bounds
-    from weir.keygroups import state_namespace
+    from weir.core.keygroups import state_namespace
 
     start, end = job_state_bounds("job-1")
     inside = key_group_range_bounds(state_namespace("job-1", "window"), 0, 127)

@@ -19,10 +19,10 @@ from taskmanager.network import (
 )
 from taskmanager.task import UnsupportedCheckpointAction
 from tests.unit.taskmanager.fakes import Harness, make_task
-from weir.checkpointing import CheckpointKind
-from weir.ids import ChannelIndex, CheckpointId
-from weir.states import TaskState
-from weir.watermarks import MAX_WATERMARK
+from weir.core.checkpointing import CheckpointKind
+from weir.core.ids import ChannelIndex, CheckpointId
+from weir.core.states import TaskState
+from weir.core.watermarks import MAX_WATERMARK
 from weir.wire import taskmanager_pb2
 
 CHECKPOINT = CheckpointKind.CHECKPOINT

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from weir.api import Environment, Parameters, TumblingEventTimeWindows, load_job_file, load_job_source
-from weir.errors import JobDefinitionError
+from weir.core.errors import JobDefinitionError
 from weir.graph import Edge, OperatorKind, Partitioning
 
 GOOD_JOB = textwrap.dedent(

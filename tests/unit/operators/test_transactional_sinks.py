@@ -1,0 +1,268 @@
+"""The pure parts of the exactly-once sinks: submit-time checks, markers, snapshots, recovery decisions."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import CollectorRegistry, Histogram
+
+from connectors import postgres
+from operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
+from operators.transactional_sinks import (
+    CommitMarker,
+    Deadline,
+    SinkFencedError,
+    SinkSnapshot,
+    TransactionalKafkaSinkOperator,
+    TwoPhasePostgresSinkOperator,
+    gid_prefix,
+    keep_newest,
+    last_committed_checkpoint,
+    row_key_indexes,
+    sink_fenced_error,
+)
+from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
+from weir.api import Environment
+from weir.core.errors import JobDefinitionError, SerializationError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
+from weir.core.serde import dumps_value
+
+TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
+
+
+def cp(n: int) -> CheckpointId:
+    return CheckpointId(n)
+
+
+# The API ------------------------------------------------------------------------------------------
+
+
+def test_delivery_chooses_the_operator() -> None:
+    env = Environment("j", parallelism=1)
+    source = env.from_collection([{"k": 1}], uid="src")
+    source.sink_to_kafka("t", uid="k1")
+    source.sink_to_kafka("t", uid="k2", delivery="at_least_once")
+    source.sink_to_postgres("t", uid="p1", columns=("k",), key_columns=("k",))
+    source.sink_to_postgres("t", uid="p2", columns=("k",), key_columns=("k",), delivery="upsert")
+    kinds = {uid: type(env.graph.transformations[uid].factory()) for uid in ("k1", "k2", "p1", "p2")}
+    assert kinds == {
+        "k1": TransactionalKafkaSinkOperator,
+        "k2": KafkaSinkOperator,
+        "p1": TwoPhasePostgresSinkOperator,
+        "p2": PostgresUpsertSinkOperator,
+    }
+    assert env.graph.transformations["k1"].name == "kafka-sink:t"
+    assert env.graph.transformations["p1"].name == "postgres-sink:t"
+
+
+def test_bad_sink_arguments_fail_at_build_time() -> None:
+    source = Environment("j").from_collection([1], uid="src")
+    with pytest.raises(JobDefinitionError, match="delivery must be"):
+        source.sink_to_kafka("t", uid="a", delivery="exactly-once")  # type: ignore[arg-type]
+    with pytest.raises(JobDefinitionError, match="exactly_once' only"):
+        source.sink_to_kafka("t", uid="b", delivery="at_least_once", transaction_timeout_ms=1000)
+    with pytest.raises(JobDefinitionError, match="delivery must be"):
+        source.sink_to_postgres("t", uid="c", columns=("k",), key_columns=("k",), delivery="2pc")  # type: ignore[arg-type]
+    with pytest.raises(JobDefinitionError, match="missing"):
+        source.sink_to_postgres("t", uid="d", columns=("k",), key_columns=("k",), version_column="v")
+
+
+# Markers and recovery decisions -------------------------------------------------------------------
+
+
+def test_a_marker_round_trips_and_anything_else_is_not_one() -> None:
+    marker = CommitMarker("job-1", "sink", 0, 7, 42, "weir-job-1-sink-0")
+    assert CommitMarker.parse(marker.to_json()) == marker
+    assert marker.belongs_to(TASK)
+    assert not marker.belongs_to(TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(1)))
+    for other in (None, b"", b"not json", b'{"job_id": "j"}', b"[1, 2]"):
+        assert CommitMarker.parse(other) is None
+
+
+def test_the_newest_committed_marker_decides() -> None:
+    committed = {15}
+    checked: list[int] = []
+
+    def is_committed(offset: int) -> bool:
+        checked.append(offset)
+        return offset in committed
+
+    # checkpoint 3 first attempt at 10 (aborted), 4 at 12 (aborted), 3 redone at 15 (committed)
+    candidates = [(10, cp(3)), (12, cp(4)), (15, cp(3))]
+    assert last_committed_checkpoint(candidates, is_committed) == 3
+    assert checked == [15]
+    committed.clear()
+    checked.clear()
+    assert last_committed_checkpoint(candidates, is_committed) is None
+    assert checked == [15, 12, 10]
+    assert last_committed_checkpoint([], is_committed) is None
+
+
+def test_gid_prefix_separates_subtasks() -> None:
+    prefix = gid_prefix(TASK)
+    assert TransactionId.for_task(TASK, cp(5)).gid.startswith(prefix)
+    other = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(10))
+    assert not TransactionId.for_task(other, cp(5)).gid.startswith(prefix)
+
+
+# Snapshots ----------------------------------------------------------------------------------------
+
+
+def test_a_snapshot_round_trips() -> None:
+    txn = TransactionId.for_task(TASK, cp(3))
+    ledger = LedgerSnapshot(TASK, cp(4), (PendingTransaction(cp(4), txn),))
+    snapshot = SinkSnapshot(ledger, {cp(4): [(b"k", b"v", 5), (None, b"w", None)]}, marker_floor=17)
+    assert SinkSnapshot.from_bytes(snapshot.to_bytes()) == snapshot
+
+
+def test_a_snapshot_of_another_format_is_refused() -> None:
+    with pytest.raises(SerializationError, match="format 99"):
+        SinkSnapshot.from_bytes(dumps_value({"format": 99}))
+    with pytest.raises(SerializationError, match="format 'list'"):
+        SinkSnapshot.from_bytes(dumps_value([1]))
+
+
+# Rows ---------------------------------------------------------------------------------------------
+
+
+def test_the_newest_version_is_kept_per_key() -> None:
+    rows: dict[tuple[object, ...], tuple[object, ...]] = {}
+    for row in [("a", 2), ("a", 1), ("b", 1), ("a", 2)]:
+        keep_newest(rows, (row[0],), row, version=1)
+    assert rows == {("a",): ("a", 2), ("b",): ("b", 1)}
+    keep_newest(rows, ("a",), ("a", 0), version=None)  # without a version the last row wins
+    assert rows[("a",)] == ("a", 0)
+
+
+def test_key_and_version_columns_must_be_columns() -> None:
+    assert row_key_indexes("t", ("a", "b", "v"), ("b", "a"), "v") == ((1, 0), 2)
+    assert row_key_indexes("t", ("a",), ("a",), None) == ((0,), None)
+    with pytest.raises(JobDefinitionError, match="missing"):
+        row_key_indexes("t", ("a",), ("a",), "v")
+    with pytest.raises(JobDefinitionError):
+        row_key_indexes("t", ("a",), (), None)
+
+
+def test_a_deadline_is_one_budget() -> None:
+    now = [100.0]
+    deadline = Deadline(5.0, clock=lambda: now[0])
+    now[0] = 103.0
+    assert deadline.remaining() == pytest.approx(2.0)
+    now[0] = 106.0
+    assert deadline.expired and deadline.remaining() == 0.1
+
+
+# Metrics ------------------------------------------------------------------------------------------
+
+
+def test_bulk_latency_observation_matches_one_by_one() -> None:
+    registry = CollectorRegistry()
+    bulk = Histogram("bulk", "b", ["l"], buckets=END_TO_END_LATENCY_BUCKETS, registry=registry)
+    single = Histogram("single", "s", ["l"], buckets=END_TO_END_LATENCY_BUCKETS, registry=registry)
+    now = 1_700_000_000_000.0
+    stamps = [int(now - d) for d in (0, 50, 51, 99, 100, 2_500, 2_501, 61_000, 5_000_000)] + [int(now + 10)] * 3
+    observe_latencies(bulk.labels("x"), stamps, now)
+    for ts in stamps:
+        single.labels("x").observe(max(0.0, (now - ts) / 1000.0))
+    for suffix in ("_count", "_sum"):
+        assert registry.get_sample_value(f"bulk{suffix}", {"l": "x"}) == pytest.approx(
+            registry.get_sample_value(f"single{suffix}", {"l": "x"})
+        )
+    for bound in ("0.05", "0.1", "2.5", "60.0", "1800.0", "+Inf"):
+        labels = {"l": "x", "le": bound}
+        assert registry.get_sample_value("bulk_bucket", labels) == registry.get_sample_value("single_bucket", labels)
+    observe_latencies(bulk.labels("x"), [], now)
+    assert registry.get_sample_value("bulk_count", {"l": "x"}) == len(stamps)
+
+
+# PostgreSQL sink ownership (fencing) --------------------------------------------------------------
+
+
+def test_the_owner_lock_key_is_stable_and_per_subtask() -> None:
+    """The key is part of the protocol between versions: a changed derivation would let an old and a
+    new TaskManager own the same subtask at once."""
+    assert postgres.sink_owner_lock_key("job-1", "sink", 0) == postgres.sink_owner_lock_key("job-1", "sink", 0)
+    assert postgres.sink_owner_lock_key("job-1", "sink", 0) == -6953711554684819208
+    keys = {
+        postgres.sink_owner_lock_key(job, uid, subtask)
+        for job in ("job-1", "job-11")
+        for uid in ("sink", "sink1", "1sink")
+        for subtask in (0, 1, 10)
+    }
+    assert len(keys) == 18
+    assert postgres.sink_owner_lock_key("a", "b1", 0) != postgres.sink_owner_lock_key("a", "b", 10)
+    assert all(-(2**63) <= key < 2**63 for key in keys)
+    owner = postgres.SinkOwner("job-1", "sink", 0, attempt=7)
+    assert owner.lock_key == postgres.sink_owner_lock_key("job-1", "sink", 0)  # the attempt is not in it
+
+
+def test_the_fenced_error_names_the_subtask_and_both_attempts() -> None:
+    error = sink_fenced_error(TASK, attempt=2, owner_attempt=3)
+    assert isinstance(error, SinkFencedError)
+    assert error.fault == "internal" and not error.retriable
+    message = str(error)
+    assert "'sink'" in message and "job job-1" in message and "subtask 0" in message
+    assert "attempt 2 is fenced, attempt 3 owns" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://weir:s3cret@127.0.0.1:15432/weir", "postgresql://weir@127.0.0.1:15432/weir"),
+        ("postgresql://weir@db/weir?sslmode=require&password=s3cret", "postgresql://weir@db/weir?sslmode=require"),
+        ("postgres://db:5432/weir", "postgres://db:5432/weir"),
+        ("host=db port=5432 user=weir password=s3cret dbname=weir", "user=weir dbname=weir host=db port=5432"),
+    ],
+)
+def test_dsns_in_messages_carry_no_password(dsn: str, shown: str) -> None:
+    assert postgres.redacted_dsn(dsn) == shown  # key=value forms come back in libpq's order
+
+
+# Marker topics ------------------------------------------------------------------------------------
+
+
+def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
+    from operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
+
+    name = marker_topic_name("3f2a9c0d1e2b4a5f", "kafka-sink")
+    assert name.startswith("weir-sink-commits.kafka-sink.3f2a9c0d1e2b4a5f.")
+    assert name == marker_topic_name("3f2a9c0d1e2b4a5f", "kafka-sink")  # the same in every run of the job
+    assert name != marker_topic_name("3f2a9c0d1e2b4a60", "kafka-sink")
+    assert marker_topic_name("job", "a/b") != marker_topic_name("job", "a_b")  # the same once reduced
+    long = marker_topic_name("j" * 300, "sink with spaces/ünïcode" * 20)
+    assert len(long) <= MAX_TOPIC_NAME
+    for topic in (name, long):
+        assert all(c.isascii() and (c.isalnum() or c in "._-") for c in topic)
+    for uid in ("kafka-sink", "sink with spaces/ünïcode" * 20):
+        assert marker_topic_name("j" * 300, uid).startswith(marker_topic_prefix(uid))
+        assert marker_topic_name("job", uid).startswith(marker_topic_prefix(uid))
+
+
+def test_the_marker_replication_factor_defaults_to_min_3_brokers_and_must_fit() -> None:
+    from operators.transactional_sinks import marker_replication_factor
+
+    assert [marker_replication_factor(None, brokers) for brokers in (1, 2, 3, 5)] == [1, 2, 3, 3]
+    assert marker_replication_factor(2, 3) == 2
+    for requested, brokers in ((0, 3), (4, 3)):
+        with pytest.raises(JobDefinitionError, match=f"between 1 and the Kafka cluster's broker count \\({brokers}\\)"):
+            marker_replication_factor(requested, brokers)
+
+
+def test_marker_replication_factor_is_an_exactly_once_sink_argument() -> None:
+    source = Environment("j").from_collection([1], uid="src")
+    source.sink_to_kafka("t", uid="a", marker_replication_factor=2)
+    with pytest.raises(JobDefinitionError, match="marker_replication_factor must be at least 1"):
+        source.sink_to_kafka("t", uid="b", marker_replication_factor=0)
+    with pytest.raises(JobDefinitionError, match="exactly_once' only"):
+        source.sink_to_kafka("t", uid="c", delivery="at_least_once", marker_replication_factor=1)
+
+
+def test_a_snapshot_names_where_its_marker_floor_is_and_an_older_one_reads_without() -> None:
+    txn = TransactionId.for_task(TASK, cp(3))
+    ledger = LedgerSnapshot(TASK, cp(4), (PendingTransaction(cp(4), txn),))
+    snapshot = SinkSnapshot(ledger, {cp(4): []}, 17, "weir-sink-commits.sink.job-1.0123456789", 0)
+    assert SinkSnapshot.from_bytes(snapshot.to_bytes()) == snapshot
+    older = dumps_value({"format": 1, "ledger": ledger.to_bytes(), "epochs": [(4, [])], "marker_floor": 17})
+    restored = SinkSnapshot.from_bytes(older)
+    assert (restored.marker_floor, restored.marker_topic, restored.marker_partition) == (17, None, None)

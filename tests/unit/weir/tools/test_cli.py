@@ -1,0 +1,319 @@
+"""The `weir` command line: every error is one `weir: error:` line on stderr with its exit code.
+
+No cluster is needed: "no cluster" points the CLI at a closed port, and the JobManager's answers come
+from an in-process fake gRPC server that implements only what each test asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+import pytest
+
+from weir.core.codec import job_status_to_proto
+from weir.core.errors import CommandLineError
+from weir.core.states import JobStatus
+from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, parse_parameters, run_cli
+from weir.tools.client import JobManagerClient
+from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
+
+VALID_JOB = """
+def build(env):
+    env.from_collection([1, 2, 3], uid="numbers").print(uid="out")
+"""
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+Weir = Callable[..., Result]
+JobFile = Callable[[str], Path]
+
+
+@pytest.fixture
+def weir(capsys: pytest.CaptureFixture[str]) -> Weir:
+    """Run `weir ARGS...` in this process; answers exit code, stdout and stderr."""
+
+    def invoke(*args: str) -> Result:
+        code = run_cli(list(args))
+        captured = capsys.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return invoke
+
+
+def assert_error(result: Result, exit_code: int, message: str) -> None:
+    assert result.stderr == f"weir: error: {message}\n"
+    assert result.exit_code == exit_code
+
+
+@dataclass
+class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
+    """A JobManager knowing only the jobs in ``jobs``; SubmitJob fails with ``submit_error`` if set."""
+
+    jobs: dict[str, jobmanager_pb2.GetJobStatusResponse] = field(default_factory=dict)
+    submit_error: tuple[grpc.StatusCode, str] | None = None
+    submitted: list[jobmanager_pb2.SubmitJobRequest] = field(default_factory=list)
+
+    def SubmitJob(  # noqa: N802
+        self, request: jobmanager_pb2.SubmitJobRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.SubmitJobResponse:
+        self.submitted.append(request)
+        if self.submit_error is not None:
+            context.abort(*self.submit_error)
+        return jobmanager_pb2.SubmitJobResponse(job_id="job-1")
+
+    def ListJobs(  # noqa: N802
+        self, request: jobmanager_pb2.ListJobsRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.ListJobsResponse:
+        return jobmanager_pb2.ListJobsResponse(jobs=[j.summary for j in self.jobs.values()])
+
+    def GetJobStatus(  # noqa: N802
+        self, request: jobmanager_pb2.GetJobStatusRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.GetJobStatusResponse:
+        if request.job_id not in self.jobs:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id}")
+        return self.jobs[request.job_id]
+
+    def CancelJob(  # noqa: N802
+        self, request: jobmanager_pb2.CancelJobRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.CancelJobResponse:
+        if request.job_id not in self.jobs:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id}")
+        return jobmanager_pb2.CancelJobResponse(status=jobmanager_pb2.JOB_STATUS_CANCELLING)
+
+
+def job_status(
+    job_id: str, status: str, failure: common_pb2.Failure | None = None
+) -> jobmanager_pb2.GetJobStatusResponse:
+    return jobmanager_pb2.GetJobStatusResponse(
+        summary=jobmanager_pb2.JobSummary(
+            job_id=job_id, job_name="numbers", status=job_status_to_proto(JobStatus(status)), parallelism=1
+        ),
+        tasks=[
+            jobmanager_pb2.TaskStatus(
+                task=common_pb2.TaskRef(job_id=job_id, vertex_uid="numbers", subtask=0),
+                operator_names="generator -> print",
+                state=common_pb2.TASK_STATE_FINISHED,
+                taskmanager_id="taskmanager-1",
+                records_in=3,
+                records_out=3,
+            )
+        ],
+        failure=failure,
+    )
+
+
+@pytest.fixture
+def fake_jobmanager(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeJobManager]:
+    fake = FakeJobManager()
+    server = grpc.server(ThreadPoolExecutor(max_workers=4))
+    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(fake, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", f"127.0.0.1:{port}")
+    yield fake
+    server.stop(grace=None)
+
+
+@pytest.fixture
+def no_jobmanager(monkeypatch: pytest.MonkeyPatch) -> str:
+    """An address where nothing listens."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{sock.getsockname()[1]}"
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", address)
+    return address
+
+
+@pytest.fixture
+def job_file(tmp_path: Path) -> JobFile:
+    def write(source: str) -> Path:
+        path = tmp_path / "job.py"
+        path.write_text(source, encoding="utf-8")
+        return path
+
+    return write
+
+
+# No cluster, unknown job -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args", [("status", "job-x"), ("cancel", "job-x"), ("list",), ("checkpoints", "job-x")])
+def test_no_jobmanager_is_exit_3(weir: Weir, no_jobmanager: str, args: tuple[str, ...]) -> None:
+    result = weir(*args)
+    assert_error(result, EXIT_NO_CLUSTER, f"no JobManager at {no_jobmanager}: start the cluster with `weir cluster up`")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("command", ["status", "cancel"])
+def test_unknown_job_is_exit_2(weir: Weir, fake_jobmanager: FakeJobManager, command: str) -> None:
+    assert_error(weir(command, "job-x"), EXIT_USAGE, "unknown job job-x")
+
+
+# Job files that do not load: refused before the cluster is asked ---------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "reason"),
+    [
+        ("import no_such_module_anywhere\n", "does not import: ModuleNotFoundError"),
+        ("def build(env)\n", "does not compile"),
+        ("x = 1\n", "defines no build(env) function"),
+        ("def build(env):\n    raise RuntimeError('boom')\n", "build(env) failed: RuntimeError: boom"),
+    ],
+)
+def test_bad_job_file_is_one_line_exit_2(
+    weir: Weir, job_file: JobFile, no_jobmanager: str, source: str, reason: str
+) -> None:
+    path = job_file(source)
+    result = weir("run", str(path))
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr.startswith(f"weir: error: job file {path}")
+    assert reason in result.stderr
+    assert result.stderr.count("\n") == 1
+
+
+def test_missing_job_file_is_exit_2(weir: Weir, tmp_path: Path, no_jobmanager: str) -> None:
+    path = tmp_path / "missing.py"
+    assert_error(weir("run", str(path)), EXIT_USAGE, f"job file {path} does not exist")
+
+
+def test_parameter_without_equals_is_exit_2(weir: Weir, job_file: JobFile, no_jobmanager: str) -> None:
+    assert_error(weir("run", str(job_file(VALID_JOB)), "-D", "rate"), EXIT_USAGE, "-D 'rate': expected key=value")
+
+
+def test_parse_parameters() -> None:
+    assert parse_parameters(["a=1", "b=x=y", "c="]) == {"a": "1", "b": "x=y", "c": ""}
+    with pytest.raises(CommandLineError):
+        parse_parameters(["=1"])
+
+
+def test_bad_option_value_is_exit_2(weir: Weir, job_file: JobFile) -> None:
+    result = weir("run", str(job_file(VALID_JOB)), "--parallelism", "0")
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr.startswith("weir: error: Invalid value for '--parallelism'")
+    assert result.stderr.count("\n") == 1
+
+
+# Answers of the JobManager -----------------------------------------------------------------------
+
+
+def test_not_enough_slots_is_exit_1(weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.submit_error = (grpc.StatusCode.RESOURCE_EXHAUSTED, "the job needs 8 slots, 6 are free")
+    result = weir("run", str(job_file(VALID_JOB)), "-p", "4", "-D", "rate=10")
+    assert_error(result, EXIT_FAILURE, "the job needs 8 slots, 6 are free")
+    [request] = fake_jobmanager.submitted
+    assert (request.parallelism, dict(request.parameters), request.job_name) == (4, {"rate": "10"}, "job")
+    assert request.job_source == VALID_JOB.encode()
+
+
+def test_job_rejected_by_the_jobmanager_is_exit_2(
+    weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager
+) -> None:
+    fake_jobmanager.submit_error = (grpc.StatusCode.INVALID_ARGUMENT, "operator 'out': no such sink")
+    assert_error(weir("run", str(job_file(VALID_JOB))), EXIT_USAGE, "operator 'out': no such sink")
+
+
+def test_run_follows_the_job_to_finished(weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "FINISHED")
+    result = weir("run", str(job_file(VALID_JOB)))
+    assert result.exit_code == EXIT_OK
+    assert "job job-1 FINISHED: records in 3, out 3" in result.stdout
+
+
+def test_run_of_a_failing_job_is_exit_1_with_the_reason(
+    weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager
+) -> None:
+    failure = common_pb2.Failure(
+        type="ValueError",
+        message="task numbers#0 failed: bad\nrecord",
+        fault=common_pb2.FAULT_USER,
+        retriable=False,
+    )
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "FAILED", failure)
+    result = weir("run", str(job_file(VALID_JOB)), "--json")
+    assert_error(
+        result,
+        EXIT_FAILURE,
+        "job job-1 FAILED: ValueError: task numbers#0 failed: bad record (user fault, not retriable)",
+    )
+    assert json.loads(result.stdout)["summary"]["status"] == "FAILED"
+
+
+def test_run_detached_prints_the_job_id(weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager) -> None:
+    result = weir("run", str(job_file(VALID_JOB)), "--detach", "--json")
+    assert (result.exit_code, json.loads(result.stdout)) == (EXIT_OK, {"job_id": "job-1"})
+
+
+def test_cancel_prints_the_status_the_jobmanager_answers(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    result = weir("cancel", "job-1")
+    assert result.exit_code == EXIT_OK
+    assert result.stdout.strip() == "job job-1: CANCELLING"
+
+
+def test_status_and_list_as_json(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    status = json.loads(weir("status", "job-1", "--json").stdout)
+    assert status["tasks"][0] == {
+        "vertex_uid": "numbers",
+        "subtask": 0,
+        "operator_names": "generator -> print",
+        "state": "FINISHED",
+        "taskmanager_id": "taskmanager-1",
+        "failure": None,
+        "records_in": 3,
+        "records_out": 3,
+        "records_in_all_attempts": 0,
+    }
+    assert status["last_completed_checkpoint"] is None
+    listed = json.loads(weir("list", "--json").stdout)
+    assert [j["job_id"] for j in listed["jobs"]] == ["job-1"]
+
+
+def test_unexpected_error_is_one_line_with_the_debug_hint(
+    weir: Weir, fake_jobmanager: FakeJobManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(self: JobManagerClient) -> None:
+        raise RuntimeError("something broke")
+
+    monkeypatch.setattr(JobManagerClient, "list_jobs", broken)
+    assert_error(weir("list"), EXIT_FAILURE, "RuntimeError: something broke (set WEIR_DEBUG=1 for the traceback)")
+
+
+def test_unimplemented_rpc_is_exit_1(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    result = weir("checkpoints", "job-1")
+    assert result.exit_code == EXIT_FAILURE
+    assert result.stderr.startswith("weir: error: the JobManager at 127.0.0.1:")
+    assert "answered UNIMPLEMENTED" in result.stderr
+
+
+def test_cluster_kill_without_a_cluster_is_exit_3(weir: Weir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path))
+    result = weir("cluster", "kill", "taskmanager-1")
+    assert_error(
+        result, EXIT_NO_CLUSTER, f"no local cluster runs in {tmp_path / 'cluster'}: start it with `weir cluster up`"
+    )
+
+
+def test_the_installed_entry_point_prints_one_line(tmp_path: Path) -> None:
+    weir_bin = Path(sys.executable).parent / "weir"
+    if not weir_bin.exists():
+        pytest.skip("the weir entry point is not installed in this environment")
+    completed = subprocess.run(
+        [str(weir_bin), "run", str(tmp_path / "job.py"), "-D", "novalue"], capture_output=True, text=True, timeout=30
+    )
+    assert (completed.returncode, completed.stderr) == (EXIT_USAGE, "weir: error: -D 'novalue': expected key=value\n")

@@ -1,0 +1,230 @@
+"""The local cluster's supervisor: the pure restart decision, then the real supervisor process
+running fake children (sleeping Python processes) against a fake JobManager."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import TypeVar
+
+import grpc
+import pytest
+
+from weir.core.config import Endpoints
+from weir.core.errors import ClusterError, UnknownProcessError
+from weir.tools import supervisor as cluster
+from weir.tools.cli import EXIT_OK, EXIT_USAGE, run_cli
+from weir.tools.supervisor import (
+    ChildExit,
+    ChildSpec,
+    LocalClusterStatus,
+    ProcessStatus,
+    RestartPolicy,
+    kill_process,
+    local_status,
+    pid_alive,
+    start_cluster,
+    stop_cluster,
+)
+from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
+
+T = TypeVar("T")
+
+SLEEPER = (sys.executable, "-c", "import time; time.sleep(60)")
+CHILDREN = tuple(ChildSpec(name, SLEEPER) for name in ("jobmanager", "taskmanager-1", "taskmanager-2", "taskmanager-3"))
+
+
+# The restart decision ----------------------------------------------------------------------------
+
+
+def test_a_child_is_restarted_after_the_delay() -> None:
+    decision = RestartPolicy(delay_s=2.0).decide(ChildExit(returncode=-9, started_at=100.0, exited_at=200.0), 0)
+    assert (decision.restart_at, decision.crash_streak) == (202.0, 1)
+
+
+def test_no_restart_leaves_the_child_down() -> None:
+    decision = RestartPolicy(restart=False).decide(ChildExit(returncode=1, started_at=0.0, exited_at=1.0), 0)
+    assert decision.restart_at is None
+
+
+def test_no_restart_while_the_supervisor_stops() -> None:
+    exit = ChildExit(returncode=0, started_at=0.0, exited_at=50.0)
+    assert RestartPolicy().decide(exit, 0, stopping=True).restart_at is None
+
+
+def test_a_crash_loop_backs_off_up_to_the_maximum() -> None:
+    policy = RestartPolicy(delay_s=1.0, max_delay_s=5.0, stable_after_s=10.0)
+    streak, delays, now = 0, [], 0.0
+    for _ in range(5):
+        decision = policy.decide(ChildExit(returncode=1, started_at=now, exited_at=now + 0.5), streak)
+        assert decision.restart_at is not None
+        delays.append(decision.restart_at - (now + 0.5))
+        streak, now = decision.crash_streak, decision.restart_at
+    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+
+
+def test_a_child_that_ran_stably_resets_the_back_off() -> None:
+    policy = RestartPolicy(delay_s=1.0, stable_after_s=10.0)
+    decision = policy.decide(ChildExit(returncode=1, started_at=0.0, exited_at=60.0), crash_streak=4)
+    assert (decision.restart_at, decision.crash_streak) == (61.0, 1)
+
+
+def test_child_spec_round_trips_through_its_command_line_form() -> None:
+    spec = ChildSpec("taskmanager-1", (sys.executable, "-c", "print('a b')"))
+    assert ChildSpec.parse(spec.format()) == spec
+    with pytest.raises(ValueError):
+        ChildSpec.parse("no-command=")
+
+
+def test_default_children_command_lines() -> None:
+    endpoints = Endpoints.from_env({"WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:7000", "WEIR_JOBMANAGER_METRICS_PORT": "7001",
+                                    "WEIR_TASKMANAGER_METRICS_BASE_PORT": "7010"})  # fmt: skip
+    specs = cluster.default_children(endpoints, python="py")
+    assert [s.argv for s in specs] == [
+        ("py", "-m", "jobmanager", "--port", "7000", "--metrics-port", "7001"),
+        ("py", "-m", "taskmanager", "--id", "taskmanager-1", "--metrics-port", "7011"),
+        ("py", "-m", "taskmanager", "--id", "taskmanager-2", "--metrics-port", "7012"),
+        ("py", "-m", "taskmanager", "--id", "taskmanager-3", "--metrics-port", "7013"),
+    ]
+
+
+# The real supervisor -----------------------------------------------------------------------------
+
+
+class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
+    """Reports ``taskmanagers`` live TaskManagers."""
+
+    def __init__(self) -> None:
+        self.taskmanagers = 3
+
+    def GetClusterStatus(  # noqa: N802
+        self, request: jobmanager_pb2.GetClusterStatusRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.GetClusterStatusResponse:
+        return jobmanager_pb2.GetClusterStatusResponse(
+            taskmanagers=[
+                jobmanager_pb2.TaskManagerInfo(
+                    taskmanager_id=f"taskmanager-{n}", slots_total=2, slots_free=2, alive=True
+                )
+                for n in range(1, self.taskmanagers + 1)
+            ]
+        )
+
+
+@pytest.fixture
+def jobmanager() -> FakeJobManager:
+    return FakeJobManager()
+
+
+@pytest.fixture
+def endpoints(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, jobmanager: FakeJobManager) -> Iterator[Endpoints]:
+    """A fake JobManager (3 live TaskManagers unless a test says otherwise); WEIR_RUN_DIR in tmp_path."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=2))
+    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(jobmanager, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", f"127.0.0.1:{port}")
+    monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path))
+    yield Endpoints.from_env()
+    server.stop(grace=None)
+
+
+@pytest.fixture
+def directory(tmp_path: Path) -> Iterator[Path]:
+    path = tmp_path / "cluster"
+    yield path
+    stop_cluster(path)  # whatever a failing test left running
+
+
+def wait_for(condition: Callable[[], T | None], what: str, timeout_s: float = 5.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)  # poll interval
+
+
+def process(directory: Path, name: str) -> ProcessStatus:
+    status = local_status(directory)
+    assert status is not None
+    return next(p for p in status.processes if p.name == name)
+
+
+def test_kill_restarts_the_child_and_down_removes_everything(
+    endpoints: Endpoints, directory: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    result = start_cluster(directory, endpoints, restart_delay_s=0.05, children=CHILDREN)
+    assert (result.already_running, result.taskmanagers_alive) == (False, 3)
+    assert [(p.name, p.alive, p.restarts) for p in result.status.processes] == [(c.name, True, 0) for c in CHILDREN]
+    assert start_cluster(directory, endpoints, children=CHILDREN).already_running
+
+    old_pid = kill_process(directory, "taskmanager-2")
+    restarted = wait_for(
+        lambda: (p := process(directory, "taskmanager-2")).restarts == 1 and p.alive and p,
+        "taskmanager-2 to be restarted",
+    )
+    assert restarted.pid != old_pid and restarted.last_exit_code == -9
+    assert not pid_alive(old_pid)
+    assert "--- weir supervisor: starting taskmanager-2=" in Path(restarted.log).read_text()
+
+    with pytest.raises(UnknownProcessError, match="valid names are jobmanager, taskmanager-1, taskmanager-2"):
+        kill_process(directory, "taskmanager-9")
+    assert run_cli(["cluster", "kill", "nope"]) == EXIT_USAGE
+    assert run_cli(["cluster", "status", "--json"]) == EXIT_OK
+    shown = json.loads(capsys.readouterr().out)
+    assert [(p["name"], p["restarts"]) for p in shown["local"]["processes"]] == [
+        ("jobmanager", 0), ("taskmanager-1", 0), ("taskmanager-2", 1), ("taskmanager-3", 0)
+    ]  # fmt: skip
+    assert shown["jobmanager"]["answering"]
+
+    before: LocalClusterStatus | None = local_status(directory)
+    assert before is not None
+    pids = [before.supervisor_pid, *(p.pid for p in before.processes if p.pid is not None)]
+    stopped = stop_cluster(directory)
+    assert stopped.was_running
+    assert not [pid for pid in pids if pid_alive(pid)]
+    assert not (directory / cluster.STATE_FILE).exists()
+    assert local_status(directory) is None
+
+
+def test_no_restart_leaves_a_killed_child_dead(endpoints: Endpoints, directory: Path) -> None:
+    start_cluster(directory, endpoints, restart=False, children=CHILDREN)
+    kill_process(directory, "jobmanager")
+    dead = wait_for(
+        lambda: (p := process(directory, "jobmanager")).status == "exited" and p, "the jobmanager to be reaped"
+    )
+    assert (dead.pid, dead.alive, dead.restarts, dead.last_exit_code) == (None, False, 0, -9)
+    assert all(p.alive for p in local_status(directory).processes if p.name != "jobmanager")  # type: ignore[union-attr]
+    assert stop_cluster(directory).was_running
+    assert not (directory / cluster.STATE_FILE).exists()
+
+
+CRASHING = ChildSpec("taskmanager-1", (sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"))
+
+
+def test_a_child_dying_during_start_up_fails_up_naming_its_log(
+    endpoints: Endpoints, directory: Path, jobmanager: FakeJobManager
+) -> None:
+    jobmanager.taskmanagers = 0
+    children = (CHILDREN[0], CRASHING, *CHILDREN[2:])
+    with pytest.raises(ClusterError) as failed:
+        start_cluster(directory, endpoints, restart=False, children=children, timeout_s=10)
+    log = directory / "taskmanager-1.log"
+    assert str(failed.value) == f"taskmanager-1 exited with code 3 (read {log})"
+    assert "boom" in log.read_text()
+    assert local_status(directory) is None  # the half-started cluster was stopped
+
+
+def test_a_start_up_timeout_names_the_logs(endpoints: Endpoints, directory: Path, jobmanager: FakeJobManager) -> None:
+    jobmanager.taskmanagers = 1
+    with pytest.raises(ClusterError, match=r"did not come up within 0.5 s: 1 of 3 TaskManagers registered") as failed:
+        start_cluster(directory, endpoints, children=CHILDREN, timeout_s=0.5)
+    assert str(directory / "supervisor.log") in str(failed.value)
+    assert str(directory / "taskmanager-3.log") in str(failed.value)
+    assert local_status(directory) is None

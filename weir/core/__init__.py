@@ -1,0 +1,1 @@
+"""The core of values, rules and the typed protocol: no operator, connector or process role."""

@@ -1,0 +1,205 @@
+"""The one codec between Weir's domain values and their protobuf messages and enums.
+
+Servicers and clients convert here and nowhere else, so that no meaning travels as a string and a
+new enum value fails loudly (``assert_never``) instead of falling through.
+"""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+from weir.core.checkpointing import CheckpointingMode, CheckpointKind, CheckpointStatus
+from weir.core.errors import Fault, ProtocolError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus, TaskState
+from weir.wire import common_pb2, jobmanager_pb2
+
+# Fault ---------------------------------------------------------------------------------------------
+
+
+def fault_to_proto(fault: Fault) -> common_pb2.Fault.ValueType:
+    match fault:
+        case Fault.USER:
+            return common_pb2.FAULT_USER
+        case Fault.EXTERNAL:
+            return common_pb2.FAULT_EXTERNAL
+        case Fault.INTERNAL:
+            return common_pb2.FAULT_INTERNAL
+        case _:
+            assert_never(fault)
+
+
+def fault_from_proto(value: common_pb2.Fault.ValueType) -> Fault:
+    if value == common_pb2.FAULT_USER:
+        return Fault.USER
+    if value == common_pb2.FAULT_EXTERNAL:
+        return Fault.EXTERNAL
+    if value == common_pb2.FAULT_INTERNAL:
+        return Fault.INTERNAL
+    raise ProtocolError(f"a failure without a known fault ({common_pb2.Fault.Name(value)})")
+
+
+# Failure -------------------------------------------------------------------------------------------
+
+
+def failure_to_proto(failure: Failure) -> common_pb2.Failure:
+    return common_pb2.Failure(
+        type=failure.type, message=failure.message, fault=fault_to_proto(failure.fault), retriable=failure.retriable
+    )
+
+
+def failure_from_proto(message: common_pb2.Failure) -> Failure:
+    return Failure(message.type, message.message, fault_from_proto(message.fault), message.retriable)
+
+
+def optional_failure_from_proto(owner: object, field: str) -> Failure | None:
+    """The failure in ``owner.field`` (a message with an optional ``Failure`` field), None when unset."""
+    if not owner.HasField(field):  # type: ignore[attr-defined]
+        return None
+    return failure_from_proto(getattr(owner, field))
+
+
+# Checkpointing mode --------------------------------------------------------------------------------
+
+
+def checkpointing_mode_to_proto(mode: CheckpointingMode) -> common_pb2.CheckpointingMode.ValueType:
+    match mode:
+        case CheckpointingMode.EXACTLY_ONCE:
+            return common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE
+        case CheckpointingMode.AT_LEAST_ONCE:
+            return common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE
+        case _:
+            assert_never(mode)
+
+
+def checkpointing_mode_from_proto(value: common_pb2.CheckpointingMode.ValueType) -> CheckpointingMode:
+    """Refuses UNSPECIFIED: a deployment that does not say its mode must not default to one."""
+    if value == common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE:
+        return CheckpointingMode.EXACTLY_ONCE
+    if value == common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE:
+        return CheckpointingMode.AT_LEAST_ONCE
+    raise ProtocolError(
+        f"a deployment without a known checkpointing mode ({common_pb2.CheckpointingMode.Name(value)}): "
+        "the JobManager and this TaskManager run different versions"
+    )
+
+
+# Checkpoint kind -----------------------------------------------------------------------------------
+
+
+def checkpoint_kind_to_proto(kind: CheckpointKind) -> common_pb2.CheckpointKind.ValueType:
+    match kind:
+        case CheckpointKind.CHECKPOINT:
+            return common_pb2.CHECKPOINT_KIND_CHECKPOINT
+        case CheckpointKind.SAVEPOINT:
+            return common_pb2.CHECKPOINT_KIND_SAVEPOINT
+        case _:
+            assert_never(kind)
+
+
+def checkpoint_kind_from_proto(value: common_pb2.CheckpointKind.ValueType) -> CheckpointKind:
+    if value == common_pb2.CHECKPOINT_KIND_CHECKPOINT:
+        return CheckpointKind.CHECKPOINT
+    if value == common_pb2.CHECKPOINT_KIND_SAVEPOINT:
+        return CheckpointKind.SAVEPOINT
+    raise ProtocolError(
+        f"a barrier or trigger without a known checkpoint kind ({common_pb2.CheckpointKind.Name(value)})"
+    )
+
+
+# Task state ----------------------------------------------------------------------------------------
+
+_TASK_STATES: dict[TaskState, common_pb2.TaskState.ValueType] = {
+    TaskState.DEPLOYING: common_pb2.TASK_STATE_DEPLOYING,
+    TaskState.RUNNING: common_pb2.TASK_STATE_RUNNING,
+    TaskState.FINISHED: common_pb2.TASK_STATE_FINISHED,
+    TaskState.CANCELED: common_pb2.TASK_STATE_CANCELED,
+    TaskState.FAILED: common_pb2.TASK_STATE_FAILED,
+}
+_TASK_STATES_BACK = {wire: state for state, wire in _TASK_STATES.items()}
+
+
+def task_state_to_proto(state: TaskState) -> common_pb2.TaskState.ValueType:
+    return _TASK_STATES[state]
+
+
+def task_state_from_proto(value: common_pb2.TaskState.ValueType) -> TaskState:
+    state = _TASK_STATES_BACK.get(value)
+    if state is None:
+        raise ProtocolError(f"a task report without a known state ({common_pb2.TaskState.Name(value)})")
+    return state
+
+
+# Job status ----------------------------------------------------------------------------------------
+
+
+def job_status_to_proto(status: JobStatus) -> jobmanager_pb2.JobStatus:
+    match status:
+        case JobStatus.CREATED:
+            return jobmanager_pb2.JOB_STATUS_CREATED
+        case JobStatus.RUNNING:
+            return jobmanager_pb2.JOB_STATUS_RUNNING
+        case JobStatus.RESTARTING:
+            return jobmanager_pb2.JOB_STATUS_RESTARTING
+        case JobStatus.FINISHED:
+            return jobmanager_pb2.JOB_STATUS_FINISHED
+        case JobStatus.FAILED:
+            return jobmanager_pb2.JOB_STATUS_FAILED
+        case JobStatus.CANCELLING:
+            return jobmanager_pb2.JOB_STATUS_CANCELLING
+        case JobStatus.CANCELED:
+            return jobmanager_pb2.JOB_STATUS_CANCELED
+        case _:
+            assert_never(status)
+
+
+_JOB_STATUSES_BACK: dict[jobmanager_pb2.JobStatus, JobStatus] = {
+    job_status_to_proto(status): status for status in JobStatus
+}
+
+
+def job_status_from_proto(value: jobmanager_pb2.JobStatus) -> JobStatus:
+    status = _JOB_STATUSES_BACK.get(value)
+    if status is None:
+        raise ProtocolError(
+            f"a job without a known status ({_enum_name(jobmanager_pb2.JobStatus, value)}): "
+            "the JobManager and this client run different versions"
+        )
+    return status
+
+
+# Checkpoint status ---------------------------------------------------------------------------------
+
+
+def checkpoint_status_to_proto(status: CheckpointStatus) -> jobmanager_pb2.CheckpointStatus:
+    match status:
+        case CheckpointStatus.IN_PROGRESS:
+            return jobmanager_pb2.CHECKPOINT_STATUS_IN_PROGRESS
+        case CheckpointStatus.COMPLETED:
+            return jobmanager_pb2.CHECKPOINT_STATUS_COMPLETED
+        case CheckpointStatus.FAILED:
+            return jobmanager_pb2.CHECKPOINT_STATUS_FAILED
+        case _:
+            assert_never(status)
+
+
+_CHECKPOINT_STATUSES_BACK: dict[jobmanager_pb2.CheckpointStatus, CheckpointStatus] = {
+    checkpoint_status_to_proto(status): status for status in CheckpointStatus
+}
+
+
+def checkpoint_status_from_proto(value: jobmanager_pb2.CheckpointStatus) -> CheckpointStatus:
+    status = _CHECKPOINT_STATUSES_BACK.get(value)
+    if status is None:
+        raise ProtocolError(
+            f"a checkpoint without a known status ({_enum_name(jobmanager_pb2.CheckpointStatus, value)}): "
+            "the JobManager and this client run different versions"
+        )
+    return status
+
+
+def _enum_name(enum_type: object, value: int) -> str:
+    try:
+        return str(enum_type.Name(value))  # type: ignore[attr-defined]
+    except ValueError:
+        return str(value)

@@ -1,0 +1,193 @@
+"""Every object key of the checkpoint storage, built and parsed in one place.
+
+Ids are zero-padded so that listing a folder returns checkpoints in id order. A job's objects::
+
+    <prefix>/<job>/_job                                                    the submitted job
+    <prefix>/<job>/checkpoints/chk-00000000000000000042/_metadata          written last, atomically
+    <prefix>/<job>/checkpoints/chk-00000000000000000042/tasks/<uid>/00003  inline task state
+    <prefix>/<job>/checkpoints/chk-00000000000000000042/db/<tm>/<db>/000007/MANIFEST-000005
+    <prefix>/<job>/savepoints/sp-00000000000000000043/_metadata
+    <prefix>/<job>/shared/<tm>/<db>/00000000000000000042-000123.sst        SST shared by checkpoints
+
+``<db>`` is the incarnation of the TaskManager's RocksDB (a new one each time the database is created).
+SST file numbers are unique within one incarnation, and the uploading checkpoint id is part of a shared
+key so that an upload never lands on a key the JobManager may still be deleting for an aborted
+checkpoint. The other files of a RocksDB checkpoint (MANIFEST, CURRENT, OPTIONS, WAL) are small and
+private to one local snapshot (``000007`` above), so they live under the checkpoint's folder.
+
+Folder methods return keys ending in ``/``, ready to use as listing prefixes.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Callable
+from typing import Literal, NamedTuple
+
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
+
+Kind = Literal["checkpoint", "savepoint"]
+"""The value of ``jobmanager.checkpointing.pending.CheckpointKind``; either form is accepted."""
+
+METADATA_FILE = "_metadata"
+JOB_RECORD_FILE = "_job"
+
+_ID_DIGITS = 20  # every non-negative int64 fits
+_SUBTASK_DIGITS = 5  # max parallelism is 32768
+_SNAPSHOT_DIGITS = 6
+_FOLDERS: dict[str, tuple[str, str]] = {"checkpoint": ("checkpoints", "chk"), "savepoint": ("savepoints", "sp")}
+_METADATA_RE = re.compile(r"(?P<job>[^/]+)/(?P<folder>checkpoints/chk|savepoints/sp)-(?P<id>\d{20})/_metadata")
+_SHARED_RE = re.compile(r"(?P<job>[^/]+)/shared/(?P<tm>[^/]+)/(?P<db>[^/]+)/(?P<id>\d{20})-(?P<file>[^/]+)")
+
+
+class MetadataKey(NamedTuple):
+    job_id: JobId
+    checkpoint_id: CheckpointId
+    kind: Kind
+
+
+class SharedSstKey(NamedTuple):
+    job_id: JobId
+    taskmanager_id: TaskManagerId
+    db_incarnation: str
+    checkpoint_id: CheckpointId
+    file_name: str
+
+
+def _kind(kind: str | enum.Enum) -> Kind:
+    value = kind.value if isinstance(kind, enum.Enum) else kind
+    if value not in _FOLDERS:
+        raise ValueError(f"checkpoint kind must be 'checkpoint' or 'savepoint', got {kind!r}")
+    return value  # type: ignore[return-value]
+
+
+def _segment(what: str, value: str) -> str:
+    if not value or "/" in value or value in (".", ".."):
+        raise ValueError(f"{what} {value!r} cannot be part of an object key: it must be non-empty without '/'")
+    return value
+
+
+def _checkpoint_id(checkpoint_id: int) -> str:
+    if not 0 <= checkpoint_id < 10**_ID_DIGITS:
+        raise ValueError(f"checkpoint id must be a non-negative int64, got {checkpoint_id}")
+    return f"{checkpoint_id:0{_ID_DIGITS}d}"
+
+
+class CheckpointPaths:
+    """The object keys of all jobs under one prefix of the checkpoint storage."""
+
+    def __init__(self, prefix: str = "") -> None:
+        parts = [p for p in prefix.split("/") if p]
+        for part in parts:
+            _segment("prefix segment", part)
+        self.prefix = "".join(f"{p}/" for p in parts)
+
+    def __repr__(self) -> str:
+        return f"CheckpointPaths({self.prefix!r})"
+
+    def job_dir(self, job_id: JobId) -> str:
+        return f"{self.prefix}{_segment('job id', job_id)}/"
+
+    def job_record(self, job_id: JobId) -> str:
+        """The submitted job, written at submission so that a restarted JobManager can recover it."""
+        return self.job_dir(job_id) + JOB_RECORD_FILE
+
+    def checkpoints_dir(self, job_id: JobId, kind: str | enum.Enum = "checkpoint") -> str:
+        """The folder holding every checkpoint (or savepoint) folder of a job: list it on recovery."""
+        return self.job_dir(job_id) + _FOLDERS[_kind(kind)][0] + "/"
+
+    def checkpoint_dir(self, job_id: JobId, checkpoint_id: CheckpointId, kind: str | enum.Enum = "checkpoint") -> str:
+        folder, stem = _FOLDERS[_kind(kind)]
+        return f"{self.job_dir(job_id)}{folder}/{stem}-{_checkpoint_id(checkpoint_id)}/"
+
+    def metadata(self, job_id: JobId, checkpoint_id: CheckpointId, kind: str | enum.Enum = "checkpoint") -> str:
+        return self.checkpoint_dir(job_id, checkpoint_id, kind) + METADATA_FILE
+
+    def metadata_key_fn(self) -> Callable[[JobId, CheckpointId, enum.Enum], str]:
+        """``metadata`` with the signature ``CheckpointCoordinator(metadata_key=...)`` expects."""
+
+        def metadata_key(job_id: JobId, checkpoint_id: CheckpointId, kind: enum.Enum) -> str:
+            return self.metadata(job_id, checkpoint_id, kind)
+
+        return metadata_key
+
+    def task_state(
+        self,
+        job_id: JobId,
+        checkpoint_id: CheckpointId,
+        vertex_uid: OperatorUid,
+        subtask: SubtaskIndex,
+        kind: str | enum.Enum = "checkpoint",
+    ) -> str:
+        """A task's inline state stored as an object of its own (when too large for the metadata)."""
+        if not 0 <= subtask < 10**_SUBTASK_DIGITS:
+            raise ValueError(f"subtask index must be in 0..{10**_SUBTASK_DIGITS - 1}, got {subtask}")
+        base = self.checkpoint_dir(job_id, checkpoint_id, kind)
+        return f"{base}tasks/{_segment('operator uid', vertex_uid)}/{subtask:0{_SUBTASK_DIGITS}d}"
+
+    def shared_dir(self, job_id: JobId) -> str:
+        """The folder of every shared SST of a job (for orphan clean-up after a JobManager restart)."""
+        return self.job_dir(job_id) + "shared/"
+
+    def shared_sst(
+        self,
+        job_id: JobId,
+        taskmanager_id: TaskManagerId,
+        db_incarnation: str,
+        checkpoint_id: CheckpointId,
+        file_name: str,
+    ) -> str:
+        """An SST file of one RocksDB incarnation, as uploaded by ``checkpoint_id`` (later ones reuse it)."""
+        return (
+            f"{self.shared_dir(job_id)}{_segment('taskmanager id', taskmanager_id)}/"
+            f"{_segment('db incarnation', db_incarnation)}/{_checkpoint_id(checkpoint_id)}-"
+            f"{_segment('file name', file_name)}"
+        )
+
+    def db_file(
+        self,
+        job_id: JobId,
+        checkpoint_id: CheckpointId,
+        taskmanager_id: TaskManagerId,
+        db_incarnation: str,
+        snapshot_index: int,
+        file_name: str,
+        kind: str | enum.Enum = "checkpoint",
+    ) -> str:
+        """A private file (MANIFEST, CURRENT, OPTIONS, WAL) of one local RocksDB snapshot."""
+        if not 0 <= snapshot_index < 10**_SNAPSHOT_DIGITS:
+            raise ValueError(f"snapshot index must be in 0..{10**_SNAPSHOT_DIGITS - 1}, got {snapshot_index}")
+        return (
+            f"{self.checkpoint_dir(job_id, checkpoint_id, kind)}db/{_segment('taskmanager id', taskmanager_id)}/"
+            f"{_segment('db incarnation', db_incarnation)}/{snapshot_index:0{_SNAPSHOT_DIGITS}d}/"
+            f"{_segment('file name', file_name)}"
+        )
+
+    # -- parsing keys read back from a listing ------------------------------------------------------
+
+    def _relative(self, key: str) -> str | None:
+        return key[len(self.prefix) :] if key.startswith(self.prefix) else None
+
+    def parse_metadata_key(self, key: str) -> MetadataKey | None:
+        """``(job_id, checkpoint_id, kind)`` of a metadata key; ``None`` for any other key."""
+        relative = self._relative(key)
+        match = _METADATA_RE.fullmatch(relative) if relative is not None else None
+        if match is None:
+            return None
+        kind: Kind = "savepoint" if match["folder"] == "savepoints/sp" else "checkpoint"
+        return MetadataKey(JobId(match["job"]), CheckpointId(int(match["id"])), kind)
+
+    def parse_shared_sst(self, key: str) -> SharedSstKey | None:
+        """The parts of a shared SST key; ``None`` for any other key."""
+        relative = self._relative(key)
+        match = _SHARED_RE.fullmatch(relative) if relative is not None else None
+        if match is None:
+            return None
+        return SharedSstKey(
+            JobId(match["job"]),
+            TaskManagerId(match["tm"]),
+            match["db"],
+            CheckpointId(int(match["id"])),
+            match["file"],
+        )

@@ -1,0 +1,617 @@
+"""The ``weir`` command line: run and inspect jobs, and run the local cluster.
+
+Exit codes: 0 success; 1 failure (a job that FAILED or was CANCELED, not enough slots, an internal
+error; for ``weir verify``, a discrepancy); 2 a user error (bad arguments, a job file that does not
+load, an unknown job); 3 no cluster (no JobManager answers, or no local cluster runs; for ``weir
+verify``, Kafka or PostgreSQL does not answer). Every error is one line on stderr,
+``weir: error: <reason>``; set ``WEIR_DEBUG=1`` to also get the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any, Final
+
+import grpc
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from weir.core.config import Endpoints
+from weir.core.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus as JobState
+from weir.core.states import TaskState
+from weir.tools import supervisor
+from weir.tools.client import CheckpointInfo, ClusterStatus, JobManagerClient, JobStatus, JobSummary
+
+if TYPE_CHECKING:
+    from weir.tools.verify import VerifyReport
+
+EXIT_OK: Final = 0
+EXIT_FAILURE: Final = 1
+EXIT_USAGE: Final = 2
+EXIT_NO_CLUSTER: Final = 3
+EXIT_INTERRUPTED: Final = 130
+
+FOLLOW_POLL_S: Final = 0.5
+# While following a job, how long the JobManager may stay silent (e.g. restarting) before giving up.
+FOLLOW_UNAVAILABLE_GRACE_S: Final = 30.0
+
+app = typer.Typer(
+    name="weir",
+    help="Weir: a distributed stream processor. Run jobs on a JobManager and inspect them.",
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+cluster_app = typer.Typer(
+    help="The local cluster: a JobManager and 3 TaskManagers as supervised local processes.",
+    pretty_exceptions_enable=False,
+)
+app.add_typer(cluster_app, name="cluster")
+
+JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document to stdout.")]
+
+
+def _stdout() -> Console:
+    # Piped output keeps whole ids and paths: no terminal width to fit.
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 240)
+
+
+def _table(*headers: str, title: str | None = None) -> Table:
+    table = Table(title=title)
+    for header in headers:
+        table.add_column(header, overflow="fold")
+    return table
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _client() -> JobManagerClient:
+    return JobManagerClient(Endpoints.from_env().jobmanager_address)
+
+
+def _print_json(document: object) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, default=str) + "\n")
+
+
+def _error_line(message: str) -> None:
+    sys.stderr.write(f"weir: error: {' '.join(message.splitlines())}\n")
+
+
+def _when(timestamp: float | None) -> str:
+    if not timestamp:
+        return "-"
+    return datetime.fromtimestamp(timestamp).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def _seconds(s: float) -> str:
+    return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
+
+
+def parse_parameters(items: Sequence[str]) -> dict[str, str]:
+    """``-D key=value`` items as a dict; a later key wins."""
+    parameters: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise CommandLineError(f"-D {item!r}: expected key=value")
+        parameters[key.strip()] = value
+    return parameters
+
+
+# Root --------------------------------------------------------------------------------------------
+
+
+@app.callback(invoke_without_command=True)
+def _root(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        _stdout().print(ctx.get_help())
+
+
+@cluster_app.callback(invoke_without_command=True)
+def _cluster_root(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        _stdout().print(ctx.get_help())
+
+
+# Jobs --------------------------------------------------------------------------------------------
+
+
+@app.command()
+def run(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="A job file defining build(env).")],
+    parallelism: Annotated[
+        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
+    ] = None,
+    detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the job id and return at once.")] = False,
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1)."""
+    from weir.api import load_job_file
+
+    parameters = parse_parameters(define or [])
+    loaded = load_job_file(job_file, parameters, parallelism or 1)  # fail fast, before the cluster is asked
+    with _client() as client:
+        job_id = client.submit_job(job_file, parameters, parallelism, job_name=loaded.graph.job_name)
+        if detach:
+            if json_output:
+                _print_json({"job_id": job_id})
+            else:
+                _stdout().print(job_id, soft_wrap=True)
+            return
+        try:
+            status = _follow(client, job_id)
+        except KeyboardInterrupt:
+            sys.stderr.write(f"weir: stopped following job {job_id}; it keeps running (`weir cancel {job_id}`)\n")
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+    if json_output:
+        _print_json(asdict(status))
+    summary = status.summary
+    if summary.status is JobState.FINISHED:
+        if not json_output:
+            _stdout().print(
+                f"job {job_id} FINISHED: records in {status.records_in}, out {status.records_out}", soft_wrap=True
+            )
+        return
+    _error_line(f"job {job_id} {summary.status}: {describe_failure(status.failure)}")
+    raise typer.Exit(EXIT_FAILURE)
+
+
+def _progress_line(status: JobStatus) -> str:
+    running = sum(1 for t in status.tasks if t.state is TaskState.RUNNING)
+    return (
+        f"{status.summary.status}: {running}/{len(status.tasks)} tasks running, "
+        f"in {status.records_in}, out {status.records_out}, "
+        f"checkpoint {status.last_completed_checkpoint or '-'}, restarts {status.summary.restarts}"
+    )
+
+
+def _follow(client: JobManagerClient, job_id: str) -> JobStatus:
+    """Poll the job's status until it is terminal. On a terminal, stderr shows a status line and one
+    line per status change; otherwise stderr stays quiet, so that it holds only a final error line."""
+    console = _stderr()
+    interactive = console.is_terminal
+    if interactive:
+        console.print(f"submitted job {job_id}", soft_wrap=True)
+    last_answer = time.monotonic()
+    last_status = ""
+    with console.status(f"job {job_id} submitted") as spinner:
+        while True:
+            try:
+                status = client.job_status(job_id)
+            except ClusterUnavailableError:
+                if time.monotonic() - last_answer > FOLLOW_UNAVAILABLE_GRACE_S:
+                    raise
+                spinner.update(f"job {job_id}: the JobManager does not answer; retrying")
+            else:
+                last_answer = time.monotonic()
+                if status.summary.status != last_status and interactive:
+                    last_status = status.summary.status
+                    console.print(f"job {job_id}: {last_status}", soft_wrap=True)
+                if status.summary.is_terminal:
+                    return status
+                spinner.update(escape(_progress_line(status)))
+            time.sleep(FOLLOW_POLL_S)  # the poll interval of the status line
+
+
+@app.command("list")
+def list_jobs(json_output: JsonOption = False) -> None:
+    """List the JobManager's jobs."""
+    with _client() as client:
+        jobs = client.list_jobs()
+    if json_output:
+        _print_json({"jobs": [asdict(j) for j in jobs]})
+        return
+    if not jobs:
+        _stdout().print("no jobs")
+        return
+    table = _table("job", "name", "status", "submitted", "parallelism", "restarts")
+    for job in sorted(jobs, key=lambda j: j.submitted_at):
+        table.add_row(
+            job.job_id,
+            escape(job.job_name),
+            job.status,
+            _when(job.submitted_at),
+            str(job.parallelism),
+            str(job.restarts),
+        )
+    _stdout().print(table)
+
+
+def describe_failure(failure: Failure | None) -> str:
+    """One line: the failure, whose fault it is, and whether the job restarts on it."""
+    if failure is None:
+        return "no failure reason given"
+    retry = "retriable" if failure.retriable else "not retriable"
+    return f"{failure} ({failure.fault.value} fault, {retry})"
+
+
+def _summary_lines(summary: JobSummary, status: JobStatus) -> Iterator[str]:
+    yield f"job {summary.job_id} ({escape(summary.job_name)}): [bold]{summary.status}[/bold]"
+    yield (
+        f"submitted {_when(summary.submitted_at)}, parallelism {summary.parallelism}, "
+        f"restarts {summary.restarts}, last completed checkpoint {status.last_completed_checkpoint or '-'}, "
+        f"last restore {_when(status.last_restore_at)}"
+    )
+    if status.failure is not None:
+        yield f"failure: {escape(describe_failure(status.failure))}"
+
+
+@app.command()
+def status(
+    job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")], json_output: JsonOption = False
+) -> None:
+    """A job's status: summary, tasks with their TaskManager and record counts, last checkpoint."""
+    with _client() as client:
+        job = client.job_status(job_id)
+    if json_output:
+        _print_json(asdict(job))
+        return
+    console = _stdout()
+    for line in _summary_lines(job.summary, job):
+        console.print(line, soft_wrap=True)
+    table = _table("task", "operators", "state", "taskmanager", "records in", "records out")
+    failures = any(t.failure is not None for t in job.tasks)
+    if failures:
+        table.add_column("failure")
+    for task in sorted(job.tasks, key=lambda t: (t.vertex_uid, t.subtask)):
+        row = [
+            escape(task.name),
+            escape(task.operator_names),
+            task.state.value if task.state is not None else "-",
+            task.taskmanager_id or "-",
+            str(task.records_in),
+            str(task.records_out),
+        ]
+        table.add_row(*row, *([escape(str(task.failure) if task.failure else "")] if failures else []))
+    console.print(table)
+
+
+@app.command()
+def cancel(job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")]) -> None:
+    """Cancel a job."""
+    with _client() as client:
+        new_status = client.cancel_job(job_id)
+    _stdout().print(f"job {job_id}: {new_status or 'cancel requested'}", soft_wrap=True)
+
+
+@app.command()
+def checkpoints(
+    job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")],
+    checkpoint: Annotated[
+        int | None, typer.Option("--checkpoint", "-c", help="Show per-task stats of this checkpoint.")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """A job's checkpoints; per-task alignment and start delay of the latest (or --checkpoint) one."""
+    with _client() as client:
+        infos = client.list_checkpoints(job_id)
+    if json_output:
+        _print_json({"job_id": job_id, "checkpoints": [asdict(c) for c in infos]})
+        return
+    console = _stdout()
+    if not infos:
+        console.print(f"job {job_id} has no checkpoints yet", soft_wrap=True)
+        return
+    table = _table("id", "kind", "status", "triggered", "duration", "size", "failure")
+    for info in sorted(infos, key=lambda c: c.checkpoint_id):
+        table.add_row(
+            str(info.checkpoint_id),
+            info.kind,
+            info.status,
+            _when(info.trigger_time),
+            _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",
+            _size(info.size_bytes),
+            escape(info.failure),
+        )
+    console.print(table)
+    detail = _pick_checkpoint(infos, checkpoint)
+    if detail is None:
+        if checkpoint is not None:
+            raise CommandLineError(f"job {job_id} has no checkpoint {checkpoint}")
+        return
+    tasks = _table("task", "alignment", "start delay", "state size", title=f"checkpoint {detail.checkpoint_id}: tasks")
+    for task in sorted(detail.tasks, key=lambda t: (t.vertex_uid, t.subtask)):
+        tasks.add_row(
+            escape(task.name),
+            _seconds(task.alignment_duration_s),
+            _seconds(task.start_delay_s),
+            _size(task.state_size_bytes),
+        )
+    console.print(tasks)
+
+
+@app.command()
+def verify(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="The job file the sinks were written by.")],
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    job_id: Annotated[
+        str | None,
+        typer.Option("--job-id", help="Whose commit proofs and transactions to check (default: the latest)."),
+    ] = None,
+    commit_topic: Annotated[
+        str | None,
+        typer.Option(
+            "--commit-topic",
+            help="One Kafka commit proof topic to read instead of each sink's own marker topics.",
+        ),
+    ] = None,
+    commit_table: Annotated[
+        str | None,
+        typer.Option("--commit-table", help="The PostgreSQL sinks' commit proof table [default: weir_sink_commits]."),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Check a job's sinks against a reference run over its input: duplicates, missing or mismatched
+    results, each sink's last committed checkpoint, transactions left open. Exit 1 on any discrepancy."""
+    from weir.tools.verify import verify_job
+
+    parameters = parse_parameters(define or [])
+    try:
+        report = verify_job(job_file, parameters, job_id=job_id, commit_topic=commit_topic, commit_table=commit_table)
+    except ServiceUnavailableError as exc:
+        _error_line(str(exc))
+        raise typer.Exit(EXIT_NO_CLUSTER) from None
+    if json_output:
+        _print_json(report.to_json())
+    else:
+        _print_verify_report(report)
+    if not report.ok:
+        _error_line(f"verify found discrepancies: {'; '.join(report.discrepancies())}")
+        raise typer.Exit(EXIT_FAILURE)
+
+
+def _print_verify_report(report: VerifyReport) -> None:
+    console = _stdout()
+    job = f"job id {report.job_id} ({report.job_id_from})" if report.job_id else "no job id (no commit proof)"
+    console.print(f"verify {escape(report.job_name)} ({escape(report.job_file)}): {job}", soft_wrap=True)
+    for source in report.sources:
+        where = f"topic {source.topic}" if source.topic else source.kind
+        console.print(
+            f"source {escape(source.uid)}: {where}, {source.records} records, {source.dead_lettered} dead-lettered",
+            soft_wrap=True,
+        )
+    counts = ("expected", "found", "duplicates", "missing", "unexpected", "mismatched")
+    table = _table("sink", "target", *counts, "committed", "open transactions")
+    for sink in report.sinks:
+        proof = sink.commit_proof
+        committed = (
+            f"{proof.last_committed_checkpoint} ("
+            + ", ".join(f"#{c.subtask}: {c.checkpoint_id}" for c in proof.subtasks)
+            + ")"
+            if proof.available
+            else "no commit proof"
+        )
+        table.add_row(
+            escape(sink.uid),
+            escape(f"{sink.kind} {sink.target}"),
+            str(sink.expected),
+            str(sink.found),
+            *(
+                f"[red]{n}[/red]" if n else "0"
+                for n in (sink.duplicates, sink.missing, sink.unexpected, sink.mismatched)
+            ),
+            committed,
+            f"[red]{len(sink.open_transactions)}[/red]" if sink.open_transactions else "0",
+        )
+    console.print(table)
+    for sink in report.sinks:
+        for txn in sink.open_transactions:
+            console.print(f"{escape(sink.uid)}: {escape(txn.detail)}", soft_wrap=True)
+        for kind, samples in sink.samples.items():
+            for sample in samples:
+                console.print(f"{escape(sink.uid)}: {kind}: {escape(sample)}", soft_wrap=True)
+    for line in report.reconciliation:
+        console.print(f"reconciliation: {escape(line)}", soft_wrap=True)
+    for skipped in report.skipped_sinks:
+        console.print(f"not verified: {escape(skipped)}", soft_wrap=True)
+    for warning in report.warnings:
+        console.print(f"warning: {escape(warning)}", soft_wrap=True)
+    methods = sorted({f"{s.kind}: {s.open_transaction_method}" for s in report.sinks})
+    for method in methods:
+        console.print(f"open transactions checked by {escape(method)}", soft_wrap=True)
+    if report.ok:
+        console.print("verify: every sink matches the reference run", soft_wrap=True)
+
+
+def _pick_checkpoint(infos: Sequence[CheckpointInfo], checkpoint_id: int | None) -> CheckpointInfo | None:
+    if checkpoint_id is not None:
+        return next((c for c in infos if c.checkpoint_id == checkpoint_id), None)
+    completed = [c for c in infos if c.status == "COMPLETED"]
+    return max(completed, key=lambda c: c.checkpoint_id) if completed else None
+
+
+# The local cluster -------------------------------------------------------------------------------
+
+
+@cluster_app.command("up")
+def cluster_up(
+    no_restart: Annotated[bool, typer.Option("--no-restart", help="Leave a process that exits dead.")] = False,
+    restart_delay: Annotated[
+        float, typer.Option("--restart-delay", min=0.0, help="Seconds before a process that exited is restarted.")
+    ] = supervisor.DEFAULT_RESTART_DELAY_S,
+    timeout: Annotated[
+        float, typer.Option("--timeout", min=1.0, help="Seconds to wait for every TaskManager to register.")
+    ] = supervisor.DEFAULT_START_TIMEOUT_S,
+) -> None:
+    """Start the JobManager and 3 TaskManagers; return once every TaskManager is registered."""
+    directory = supervisor.cluster_dir()
+    endpoints = Endpoints.from_env()
+    with _stderr().status("starting the local cluster"):
+        result = supervisor.start_cluster(
+            directory, endpoints, restart=not no_restart, restart_delay_s=restart_delay, timeout_s=timeout
+        )
+    console = _stdout()
+    if result.already_running:
+        console.print(
+            f"the local cluster is already up (supervisor pid {result.status.supervisor_pid}, {directory})",
+            soft_wrap=True,
+        )
+        return
+    console.print(
+        f"the local cluster is up: JobManager at {endpoints.jobmanager_address}, "
+        f"{result.taskmanagers_alive} TaskManagers registered; logs in {directory}",
+        soft_wrap=True,
+    )
+
+
+@cluster_app.command("down")
+def cluster_down() -> None:
+    """Stop the local cluster and wait until its processes are gone."""
+    directory = supervisor.cluster_dir()
+    with _stderr().status("stopping the local cluster"):
+        result = supervisor.stop_cluster(directory)
+    if not result.was_running and not result.stopped:
+        _stdout().print("no local cluster is running", soft_wrap=True)
+    elif not result.was_running:
+        _stdout().print(f"cleaned up a stale local cluster ({', '.join(result.stopped)})", soft_wrap=True)
+    else:
+        _stdout().print(f"the local cluster is down ({', '.join(result.stopped)} stopped)", soft_wrap=True)
+
+
+@cluster_app.command("status")
+def cluster_status(json_output: JsonOption = False) -> None:
+    """The local processes (pid, alive, restarts, log) and the TaskManagers the JobManager knows."""
+    directory = supervisor.cluster_dir()
+    local = supervisor.local_status(directory)
+    address = Endpoints.from_env().jobmanager_address
+    remote: ClusterStatus | None
+    try:
+        with JobManagerClient(address, timeout_s=2.0) as client:
+            remote = client.cluster_status()
+    except ClusterUnavailableError:
+        remote = None
+    if json_output:
+        _print_json(
+            {
+                "directory": str(directory),
+                "local": asdict(local) if local is not None else None,
+                "jobmanager": {
+                    "address": address,
+                    "answering": remote is not None,
+                    "taskmanagers": [asdict(tm) for tm in remote.taskmanagers] if remote is not None else [],
+                },
+            }
+        )
+        return
+    console = _stdout()
+    if local is None:
+        console.print(f"no local cluster is running ({directory})", soft_wrap=True)
+    else:
+        alive = "alive" if local.supervisor_alive else "[red]dead[/red] (stale state: run `weir cluster down`)"
+        console.print(f"supervisor pid {local.supervisor_pid}: {alive}", soft_wrap=True)
+        table = _table("process", "pid", "alive", "status", "restarts", "last exit", "log")
+        for p in local.processes:
+            table.add_row(
+                p.name,
+                str(p.pid) if p.pid is not None else "-",
+                "yes" if p.alive else "[red]no[/red]",
+                p.status,
+                str(p.restarts),
+                str(p.last_exit_code) if p.last_exit_code is not None else "-",
+                p.log,
+            )
+        console.print(table)
+    if remote is None:
+        console.print(f"JobManager at {address}: not answering", soft_wrap=True)
+        return
+    console.print(f"JobManager at {address}: {len(remote.alive_taskmanagers)} TaskManagers alive", soft_wrap=True)
+    tms = _table("taskmanager", "address", "alive", "slots free", "slots total", "last heartbeat")
+    for tm in sorted(remote.taskmanagers, key=lambda t: t.taskmanager_id):
+        tms.add_row(
+            tm.taskmanager_id,
+            tm.address,
+            "yes" if tm.alive else "[red]no[/red]",
+            str(tm.slots_free),
+            str(tm.slots_total),
+            f"{tm.last_heartbeat_age_s:.1f} s ago",
+        )
+    console.print(tms)
+
+
+@cluster_app.command("kill")
+def cluster_kill(name: Annotated[str, typer.Argument(help="jobmanager or taskmanager-1..3")]) -> None:
+    """Send SIGKILL to one process of the local cluster, as `docker kill`; the supervisor restarts it."""
+    pid = supervisor.kill_process(supervisor.cluster_dir(), name)
+    _stdout().print(f"killed {name} (pid {pid})", soft_wrap=True)
+
+
+# Entry point -------------------------------------------------------------------------------------
+
+
+def exit_code_for(error: WeirError) -> int:
+    if isinstance(error, ClusterUnavailableError):
+        return EXIT_NO_CLUSTER
+    return EXIT_USAGE if error.fault == "user" else EXIT_FAILURE
+
+
+@contextmanager
+def _debug_traceback() -> Iterator[None]:
+    try:
+        yield
+    except BaseException:
+        if os.environ.get("WEIR_DEBUG"):
+            traceback.print_exc()
+        raise
+
+
+def run_cli(argv: Sequence[str] | None = None) -> int:
+    """Run one command and answer its exit code; errors become one ``weir: error:`` line on stderr."""
+    command = typer.main.get_command(app)
+    try:
+        with _debug_traceback():
+            result: Any = command.main(
+                args=list(argv) if argv is not None else None, prog_name="weir", standalone_mode=False
+            )
+    except WeirError as exc:
+        _error_line(str(exc))
+        return exit_code_for(exc)
+    except typer.TyperException as exc:  # usage errors (bad or missing arguments) and the like
+        _error_line(exc.format_message())
+        return int(getattr(exc, "exit_code", EXIT_USAGE))
+    except (KeyboardInterrupt, typer.Abort):
+        _error_line("interrupted")
+        return EXIT_INTERRUPTED
+    except grpc.RpcError as exc:
+        code = exc.code().name if isinstance(exc, grpc.Call) else "UNKNOWN"
+        _error_line(f"a JobManager call failed with {code}")
+        return EXIT_FAILURE
+    except Exception as exc:
+        _error_line(f"{type(exc).__name__}: {exc} (set WEIR_DEBUG=1 for the traceback)")
+        return EXIT_FAILURE
+    return result if isinstance(result, int) else EXIT_OK
+
+
+def main() -> None:
+    sys.exit(run_cli())
+
+
+if __name__ == "__main__":
+    main()

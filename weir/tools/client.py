@@ -1,0 +1,327 @@
+"""The JobManager client: the only module outside the JobManager that touches its gRPC types.
+
+Every call answers plain frozen dataclasses and raises a :class:`~weir.core.errors.WeirError` subclass
+with a one-line message; no ``_pb2`` object and no ``grpc.RpcError`` leaves this module.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Final, TypeVar
+
+import grpc
+
+from weir.core.checkpointing import CheckpointStatus
+from weir.core.codec import (
+    checkpoint_kind_from_proto,
+    checkpoint_status_from_proto,
+    job_status_from_proto,
+    optional_failure_from_proto,
+    task_state_from_proto,
+)
+from weir.core.errors import (
+    ClusterUnavailableError,
+    JobDefinitionError,
+    JobManagerRequestError,
+    NotEnoughSlotsError,
+    UnknownJobError,
+    WeirError,
+)
+from weir.core.failures import Failure
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
+from weir.core.states import JobStatus as DomainJobStatus
+from weir.core.states import TaskState
+from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
+
+CALL_TIMEOUT_S: Final = 10.0
+SUBMIT_TIMEOUT_S: Final = 60.0
+
+TERMINAL_JOB_STATUSES: Final = frozenset(s.value for s in DomainJobStatus if s.terminal)
+
+# Reconnect quickly once a JobManager comes up: the CLI polls a starting cluster.
+_CHANNEL_OPTIONS: Final = (
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
+)
+
+_Response = TypeVar("_Response")
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    job_id: JobId
+    job_name: str
+    status: DomainJobStatus
+    submitted_at: float
+    parallelism: int
+    restarts: int
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_JOB_STATUSES
+
+
+@dataclass(frozen=True)
+class TaskStatus:
+    vertex_uid: OperatorUid
+    subtask: SubtaskIndex
+    operator_names: str
+    state: TaskState | None  # None: not reported yet
+    taskmanager_id: TaskManagerId
+    failure: Failure | None
+    records_in: int
+    records_out: int
+    records_in_all_attempts: int = 0  # including records replayed after restores
+
+    @property
+    def name(self) -> str:
+        return f"{self.vertex_uid}#{self.subtask}"
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    summary: JobSummary
+    tasks: tuple[TaskStatus, ...]
+    failure: Failure | None
+    last_completed_checkpoint: CheckpointId | None
+    last_restore_at: float | None
+
+    @property
+    def records_in(self) -> int:
+        return sum(t.records_in for t in self.tasks)
+
+    @property
+    def records_out(self) -> int:
+        return sum(t.records_out for t in self.tasks)
+
+
+@dataclass(frozen=True)
+class TaskCheckpointStats:
+    vertex_uid: OperatorUid
+    subtask: SubtaskIndex
+    alignment_duration_s: float
+    start_delay_s: float
+    state_size_bytes: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.vertex_uid}#{self.subtask}"
+
+
+@dataclass(frozen=True)
+class CheckpointInfo:
+    checkpoint_id: CheckpointId
+    status: CheckpointStatus
+    kind: str  # CHECKPOINT, SAVEPOINT
+    trigger_time: float
+    duration_s: float
+    size_bytes: int
+    failure: str
+    tasks: tuple[TaskCheckpointStats, ...]
+
+
+@dataclass(frozen=True)
+class TaskManagerInfo:
+    taskmanager_id: TaskManagerId
+    address: str
+    slots_total: int
+    slots_free: int
+    last_heartbeat_age_s: float
+    alive: bool
+
+
+@dataclass(frozen=True)
+class ClusterStatus:
+    taskmanagers: tuple[TaskManagerInfo, ...]
+
+    @property
+    def alive_taskmanagers(self) -> tuple[TaskManagerInfo, ...]:
+        return tuple(tm for tm in self.taskmanagers if tm.alive)
+
+
+class JobManagerClient:
+    """A blocking client of one JobManager. Use it as a context manager, or call :meth:`close`."""
+
+    def __init__(self, address: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+        self.address = address
+        self._timeout_s = timeout_s
+        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._stub = jobmanager_pb2_grpc.JobManagerServiceStub(self._channel)
+
+    def __enter__(self) -> JobManagerClient:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def submit_job(
+        self,
+        job_file: Path,
+        parameters: Mapping[str, str] | None = None,
+        parallelism: int | None = None,
+        *,
+        job_name: str | None = None,
+    ) -> JobId:
+        """Ship the job file's source to the JobManager; ``parallelism`` None keeps the job's default."""
+        try:
+            source = job_file.read_bytes()
+        except OSError as exc:
+            raise JobDefinitionError(f"job file {job_file} cannot be read: {exc.strerror}") from exc
+        request = jobmanager_pb2.SubmitJobRequest(
+            job_name=job_name or job_file.stem,
+            job_file_name=job_file.name,
+            job_source=source,
+            parameters=dict(parameters or {}),
+            parallelism=parallelism or 0,
+        )
+        response = self._call(self._stub.SubmitJob, request, timeout_s=max(SUBMIT_TIMEOUT_S, self._timeout_s))
+        return JobId(response.job_id)
+
+    def list_jobs(self) -> tuple[JobSummary, ...]:
+        response = self._call(self._stub.ListJobs, jobmanager_pb2.ListJobsRequest())
+        return tuple(_summary(j) for j in response.jobs)
+
+    def job_status(self, job_id: str) -> JobStatus:
+        response = self._call(self._stub.GetJobStatus, jobmanager_pb2.GetJobStatusRequest(job_id=job_id), job_id=job_id)
+        return JobStatus(
+            summary=_summary(response.summary),
+            tasks=tuple(_task_status(t) for t in response.tasks),
+            failure=optional_failure_from_proto(response, "failure"),
+            last_completed_checkpoint=CheckpointId(response.last_completed_checkpoint)
+            if response.last_completed_checkpoint
+            else None,
+            last_restore_at=response.last_restore_at or None,
+        )
+
+    def cancel_job(self, job_id: str) -> DomainJobStatus:
+        """Cancel a job; answers the job's status after the request (e.g. CANCELING or CANCELED)."""
+        response = self._call(self._stub.CancelJob, jobmanager_pb2.CancelJobRequest(job_id=job_id), job_id=job_id)
+        return job_status_from_proto(response.status)
+
+    def list_checkpoints(self, job_id: str) -> tuple[CheckpointInfo, ...]:
+        response = self._call(
+            self._stub.ListCheckpoints, jobmanager_pb2.ListCheckpointsRequest(job_id=job_id), job_id=job_id
+        )
+        return tuple(_checkpoint(c) for c in response.checkpoints)
+
+    def cluster_status(self) -> ClusterStatus:
+        response = self._call(self._stub.GetClusterStatus, jobmanager_pb2.GetClusterStatusRequest())
+        return ClusterStatus(taskmanagers=tuple(_taskmanager(tm) for tm in response.taskmanagers))
+
+    def _call(
+        self,
+        method: Callable[..., _Response],
+        request: object,
+        *,
+        timeout_s: float | None = None,
+        job_id: str | None = None,
+    ) -> _Response:
+        try:
+            return method(request, timeout=timeout_s or self._timeout_s)
+        except grpc.RpcError as exc:
+            raise self._error(exc, job_id) from None
+
+    def _error(self, exc: grpc.RpcError, job_id: str | None) -> WeirError:
+        code: grpc.StatusCode = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
+        details = " ".join(str(exc.details() if isinstance(exc, grpc.Call) else exc).split())
+        if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+            return ClusterUnavailableError(f"no JobManager at {self.address}: start the cluster with `weir cluster up`")
+        if code is grpc.StatusCode.NOT_FOUND:
+            return (
+                UnknownJobError(job_id)
+                if job_id is not None
+                else JobManagerRequestError(details or "not found", code=code.name, fault="user")
+            )
+        if code is grpc.StatusCode.INVALID_ARGUMENT:
+            return JobDefinitionError(details or "the JobManager rejected the job")
+        if code is grpc.StatusCode.RESOURCE_EXHAUSTED:
+            return NotEnoughSlotsError(details or "not enough free task slots")
+        if code is grpc.StatusCode.FAILED_PRECONDITION:
+            return JobManagerRequestError(
+                details or "the request does not fit the job's state", code=code.name, fault="user"
+            )
+        return JobManagerRequestError(
+            f"the JobManager at {self.address} answered {code.name}: {details or 'no details'}", code=code.name
+        )
+
+
+def _summary(m: jobmanager_pb2.JobSummary) -> JobSummary:
+    return JobSummary(
+        job_id=JobId(m.job_id),
+        job_name=m.job_name,
+        status=job_status_from_proto(m.status),
+        submitted_at=m.submitted_at,
+        parallelism=m.parallelism,
+        restarts=m.restarts,
+    )
+
+
+def _task_status(m: jobmanager_pb2.TaskStatus) -> TaskStatus:
+    return TaskStatus(
+        vertex_uid=OperatorUid(m.task.vertex_uid),
+        subtask=SubtaskIndex(m.task.subtask),
+        operator_names=m.operator_names,
+        state=task_state_from_proto(m.state) if m.state != common_pb2.TASK_STATE_UNSPECIFIED else None,
+        taskmanager_id=TaskManagerId(m.taskmanager_id),
+        failure=optional_failure_from_proto(m, "failure"),
+        records_in=m.records_in,
+        records_out=m.records_out,
+        records_in_all_attempts=m.records_in_all_attempts,
+    )
+
+
+def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
+    return CheckpointInfo(
+        checkpoint_id=CheckpointId(m.checkpoint_id),
+        status=checkpoint_status_from_proto(m.status),
+        kind=checkpoint_kind_from_proto(m.kind).name,
+        trigger_time=m.trigger_time,
+        duration_s=m.duration_s,
+        size_bytes=m.size_bytes,
+        failure=m.failure,
+        tasks=tuple(
+            TaskCheckpointStats(
+                vertex_uid=OperatorUid(t.task.vertex_uid),
+                subtask=SubtaskIndex(t.task.subtask),
+                alignment_duration_s=t.alignment_duration_s,
+                start_delay_s=t.start_delay_s,
+                state_size_bytes=t.state_size_bytes,
+            )
+            for t in m.tasks
+        ),
+    )
+
+
+def _taskmanager(m: jobmanager_pb2.TaskManagerInfo) -> TaskManagerInfo:
+    return TaskManagerInfo(
+        taskmanager_id=TaskManagerId(m.taskmanager_id),
+        address=m.address,
+        slots_total=m.slots_total,
+        slots_free=m.slots_free,
+        last_heartbeat_age_s=m.last_heartbeat_age_s,
+        alive=m.alive,
+    )
+
+
+__all__ = [
+    "CALL_TIMEOUT_S",
+    "SUBMIT_TIMEOUT_S",
+    "TERMINAL_JOB_STATUSES",
+    "CheckpointInfo",
+    "ClusterStatus",
+    "JobManagerClient",
+    "JobStatus",
+    "JobSummary",
+    "TaskCheckpointStats",
+    "TaskManagerInfo",
+    "TaskStatus",
+]
