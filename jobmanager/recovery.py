@@ -62,8 +62,16 @@ class JobRecovery:
             except WeirError as exc:
                 log.error("job_not_recovered", record=key, error=str(exc))
                 continue
-            if self._recover(record, now):
-                recovered += 1
+            try:
+                if self._recover(record, now):
+                    recovered += 1
+            except Exception as exc:  # one unreadable job must not keep the JobManager from starting
+                log.error(
+                    "job_not_recovered",
+                    job_id=record.submission.job_id,
+                    error=f"{type(exc).__name__}: {exc}",
+                    action="left as it is in checkpoint storage",
+                )
         return recovered
 
     def _recover(self, record: JobRecord, now: float) -> bool:
@@ -94,7 +102,18 @@ class JobRecovery:
             if parsed is None:
                 continue
             highest = max(highest, parsed.checkpoint_id)
-            checkpoints.append(pickle.loads(self._storage.get_bytes(meta_key)))
+            try:
+                checkpoints.append(pickle.loads(self._storage.get_bytes(meta_key)))
+            except Exception as exc:  # written by another Weir version, or damaged
+                # Restoring from an older checkpoint than this one could roll back what the sinks
+                # committed for it: the whole job waits, untouched, for someone to look.
+                log.error(
+                    "job_not_recovered",
+                    job_id=submission.job_id,
+                    error=f"checkpoint metadata {meta_key} cannot be read: {type(exc).__name__}: {exc}",
+                    action="left as it is in checkpoint storage",
+                )
+                return False
         actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
         self._executor.execute(job, actions)
         end_attempt: int | None = None
