@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from weir.core.config import Endpoints, checkpoint_dir, run_dir
 from weir.core.errors import ClusterError, WeirError
-from weir.tools.client import JobManagerClient, JobStatus
+from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.supervisor import TASKMANAGERS, local_status, start_cluster, stop_cluster
 
 REPO_ROOT: Final = Path(__file__).resolve().parent.parent
@@ -190,7 +190,7 @@ class BenchCluster:
     def submit(self, job_file: Path, parameters: dict[str, str], parallelism: int = 3) -> str:
         return self.client.submit_job(job_file, parameters, parallelism)
 
-    def status(self, job_id: str) -> JobStatus | None:
+    def status(self, job_id: str) -> JobDetails | None:
         """The job's status, None while the JobManager does not answer (e.g. restarting)."""
         try:
             return self.client.job_status(job_id)
@@ -200,11 +200,11 @@ class BenchCluster:
     def wait_job(
         self,
         job_id: str,
-        done: Callable[[JobStatus], bool],
+        done: Callable[[JobDetails], bool],
         timeout_s: float,
         what: str,
-        on_poll: Callable[[JobStatus], None] | None = None,
-    ) -> JobStatus:
+        on_poll: Callable[[JobDetails], None] | None = None,
+    ) -> JobDetails:
         """Poll until ``done(status)``; a FAILED or CANCELED job (not asked for) is a BenchError."""
         deadline = time.monotonic() + timeout_s
         while True:

@@ -14,7 +14,7 @@ import pytest
 
 from connectors import kafka
 from weir.core.config import Endpoints
-from weir.tools.client import JobManagerClient, JobStatus
+from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.supervisor import start_cluster, stop_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -29,7 +29,7 @@ class WeirCluster:
     def submit(self, job_file: str, parameters: dict[str, str], parallelism: int = 3) -> str:
         return self.client.submit_job(REPO_ROOT / job_file, parameters, parallelism)
 
-    def wait_for(self, job_id: str, statuses: tuple[str, ...] = ("FINISHED",), timeout_s: float = 300.0) -> JobStatus:
+    def wait_for(self, job_id: str, statuses: tuple[str, ...] = ("FINISHED",), timeout_s: float = 300.0) -> JobDetails:
         """Poll the job until it reaches one of ``statuses`` (or any terminal status)."""
         deadline = time.monotonic() + timeout_s
         status = self.client.job_status(job_id)

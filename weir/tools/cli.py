@@ -30,10 +30,9 @@ from rich.table import Table
 from weir.core.config import Endpoints
 from weir.core.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
 from weir.core.failures import Failure
-from weir.core.states import JobStatus as JobState
-from weir.core.states import TaskState
+from weir.core.states import JobStatus, TaskState
 from weir.tools import supervisor
-from weir.tools.client import CheckpointInfo, ClusterStatus, JobManagerClient, JobStatus, JobSummary
+from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
 
 if TYPE_CHECKING:
     from weir.tools.verify import VerifyReport
@@ -172,7 +171,7 @@ def run(
     if json_output:
         _print_json(asdict(status))
     summary = status.summary
-    if summary.status is JobState.FINISHED:
+    if summary.status is JobStatus.FINISHED:
         if not json_output:
             _stdout().print(
                 f"job {job_id} FINISHED: records in {status.records_in}, out {status.records_out}", soft_wrap=True
@@ -182,7 +181,7 @@ def run(
     raise typer.Exit(EXIT_FAILURE)
 
 
-def _progress_line(status: JobStatus) -> str:
+def _progress_line(status: JobDetails) -> str:
     running = sum(1 for t in status.tasks if t.state is TaskState.RUNNING)
     return (
         f"{status.summary.status}: {running}/{len(status.tasks)} tasks running, "
@@ -191,7 +190,7 @@ def _progress_line(status: JobStatus) -> str:
     )
 
 
-def _follow(client: JobManagerClient, job_id: str) -> JobStatus:
+def _follow(client: JobManagerClient, job_id: str) -> JobDetails:
     """Poll the job's status until it is terminal. On a terminal, stderr shows a status line and one
     line per status change; otherwise stderr stays quiet, so that it holds only a final error line."""
     console = _stderr()
@@ -251,7 +250,7 @@ def describe_failure(failure: Failure | None) -> str:
     return f"{failure} ({failure.fault.value} fault, {retry})"
 
 
-def _summary_lines(summary: JobSummary, status: JobStatus) -> Iterator[str]:
+def _summary_lines(summary: JobSummary, status: JobDetails) -> Iterator[str]:
     yield f"job {summary.job_id} ({escape(summary.job_name)}): [bold]{summary.status}[/bold]"
     yield (
         f"submitted {_when(summary.submitted_at)}, parallelism {summary.parallelism}, "

@@ -32,14 +32,13 @@ from weir.core.errors import (
 )
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
-from weir.core.states import JobStatus as DomainJobStatus
-from weir.core.states import TaskState
+from weir.core.states import JobStatus, TaskState
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 CALL_TIMEOUT_S: Final = 10.0
 SUBMIT_TIMEOUT_S: Final = 60.0
 
-TERMINAL_JOB_STATUSES: Final = frozenset(s.value for s in DomainJobStatus if s.terminal)
+TERMINAL_JOB_STATUSES: Final = frozenset(s.value for s in JobStatus if s.terminal)
 
 # Reconnect quickly once a JobManager comes up: the CLI polls a starting cluster.
 _CHANNEL_OPTIONS: Final = (
@@ -55,7 +54,7 @@ _Response = TypeVar("_Response")
 class JobSummary:
     job_id: JobId
     job_name: str
-    status: DomainJobStatus
+    status: JobStatus
     submitted_at: float
     parallelism: int
     restarts: int
@@ -83,7 +82,7 @@ class TaskStatus:
 
 
 @dataclass(frozen=True)
-class JobStatus:
+class JobDetails:
     summary: JobSummary
     tasks: tuple[TaskStatus, ...]
     failure: Failure | None
@@ -190,9 +189,9 @@ class JobManagerClient:
         response = self._call(self._stub.ListJobs, jobmanager_pb2.ListJobsRequest())
         return tuple(_summary(j) for j in response.jobs)
 
-    def job_status(self, job_id: str) -> JobStatus:
+    def job_status(self, job_id: str) -> JobDetails:
         response = self._call(self._stub.GetJobStatus, jobmanager_pb2.GetJobStatusRequest(job_id=job_id), job_id=job_id)
-        return JobStatus(
+        return JobDetails(
             summary=_summary(response.summary),
             tasks=tuple(_task_status(t) for t in response.tasks),
             failure=optional_failure_from_proto(response, "failure"),
@@ -202,7 +201,7 @@ class JobManagerClient:
             last_restore_at=response.last_restore_at or None,
         )
 
-    def cancel_job(self, job_id: str) -> DomainJobStatus:
+    def cancel_job(self, job_id: str) -> JobStatus:
         """Cancel a job; answers the job's status after the request (e.g. CANCELING or CANCELED)."""
         response = self._call(self._stub.CancelJob, jobmanager_pb2.CancelJobRequest(job_id=job_id), job_id=job_id)
         return job_status_from_proto(response.status)
@@ -319,7 +318,7 @@ __all__ = [
     "CheckpointInfo",
     "ClusterStatus",
     "JobManagerClient",
-    "JobStatus",
+    "JobDetails",
     "JobSummary",
     "TaskCheckpointStats",
     "TaskManagerInfo",

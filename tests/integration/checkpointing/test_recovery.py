@@ -12,7 +12,7 @@ import pytest
 from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from weir.core.errors import ClusterUnavailableError
-from weir.tools.client import JobStatus
+from weir.tools.client import JobDetails
 from weir.tools.events import EventSpec, events, produce_events
 from weir.tools.supervisor import kill_process, local_status
 
@@ -30,14 +30,14 @@ def reference(spec: EventSpec) -> dict[tuple[str, int], tuple[int, int]]:
     return result
 
 
-def poll_status(cluster: WeirCluster, job_id: str) -> JobStatus | None:
+def poll_status(cluster: WeirCluster, job_id: str) -> JobDetails | None:
     try:
         return cluster.client.job_status(job_id)
     except ClusterUnavailableError:
         return None  # the JobManager is being restarted by the supervisor
 
 
-def wait_until(cluster: WeirCluster, job_id: str, predicate: object, what: str, timeout_s: float = 120.0) -> JobStatus:
+def wait_until(cluster: WeirCluster, job_id: str, predicate: object, what: str, timeout_s: float = 120.0) -> JobDetails:
     deadline = time.monotonic() + timeout_s
     status = None
     while time.monotonic() < deadline:
