@@ -1,0 +1,83 @@
+"""The task-state document: versioned JSON, never a pickle; operator bytes stored as they are."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from weir.core.errors import SerializationError
+from weir.core.ids import CheckpointId, KeyGroup
+from weir.core.keygroups import KeyGroupRange
+from weir.core.task_state import (
+    InlineOperatorState,
+    TaskStateDocument,
+    decode_task_state,
+    encode_task_state,
+    pack_operator_states,
+    read_operator_states,
+)
+
+
+def document(**overrides: object) -> TaskStateDocument:
+    fields: dict[str, object] = {
+        "job_id": "job-1",
+        "vertex_uid": "sink",
+        "subtask": 1,
+        "attempt": 2,
+        "checkpoint_id": CheckpointId(42),
+        "key_group_range": KeyGroupRange(KeyGroup(64), KeyGroup(127)),
+        "operator_state": InlineOperatorState({"sink": b"\x00\xffbytes", "map": b""}),
+        "keyed_state": {"taskmanager_id": "tm-1"},
+    }
+    fields.update(overrides)
+    return TaskStateDocument(**fields)  # type: ignore[arg-type]
+
+
+def test_an_inline_document_round_trips() -> None:
+    original = document()
+    data = encode_task_state(original)
+    assert json.loads(data)["format"] == 1
+    assert decode_task_state(data, "in the test") == original
+
+
+def test_a_stored_document_round_trips_and_reads_each_operator_back() -> None:
+    states = {"sink": b"s" * 30_000, "source": b"offsets"}
+    handle, blob = pack_operator_states(states, "job-1/checkpoints/chk-42/tasks/sink/00001")
+    original = document(operator_state=handle, keyed_state=None)
+    decoded = decode_task_state(encode_task_state(original), "in the test")
+    assert decoded == original
+    assert read_operator_states(decoded.operator_state, {handle.key: blob}.__getitem__) == states
+
+
+def test_a_stored_object_of_another_size_is_refused() -> None:
+    handle, blob = pack_operator_states({"sink": b"abc"}, "k")
+    with pytest.raises(SerializationError, match="operator state object k is 2 bytes, its handle says 3"):
+        read_operator_states(handle, lambda _key: blob[:2])
+
+
+def test_an_unknown_format_is_refused_with_where_it_was() -> None:
+    data = json.loads(encode_task_state(document()))
+    data["format"] = 2
+    with pytest.raises(SerializationError, match="task state of sink#1 has format 2; this Weir reads format 1"):
+        decode_task_state(json.dumps(data).encode(), "of sink#1")
+
+
+@pytest.mark.parametrize(
+    ("data", "complaint"),
+    [
+        (pickle.dumps({"format": 1}), "is not a JSON document"),
+        (b"[1]", "is not a JSON object"),
+        (b'{"format": 1, "task": {}}', "is malformed"),
+        (
+            encode_task_state(document()).replace(b'"subtask":1', b'"subtask":"1"'),
+            "is malformed: TypeError: expected int",
+        ),
+        (encode_task_state(document()).replace(b'"inline"', b'"both"'), "is malformed"),
+        (encode_task_state(document()).replace(b"AP9ieXRlcw==", b"!!"), "is malformed"),
+    ],
+)
+def test_a_malformed_document_is_refused(data: bytes, complaint: str) -> None:
+    with pytest.raises(SerializationError, match=complaint):
+        decode_task_state(data, "of sink#1")

@@ -1,0 +1,216 @@
+"""The task-state document: what one subtask acknowledges for one checkpoint, as versioned JSON.
+
+The TaskManager encodes it into ``AcknowledgeCheckpointRequest.state_handle``; the JobManager keeps
+it as opaque bytes in the checkpoint's metadata and hands it back in
+``DeployTaskRequest.restore_state_handle``. It is small: each operator's own state (its
+``snapshot_state`` bytes, stored as they are) is inline only while the task's total stays below
+``INLINE_STATE_LIMIT_BYTES``; above it the bytes are one object in checkpoint storage
+(``CheckpointPaths.task_state``) and the document holds its key, size and each operator's slice.
+Both processes read it through this module (the JobManager to find a sink's state when it resolves
+an ended job's transactions), so neither imports the other. Format 1 (``docs/formats.md``)::
+
+    {"format": 1,
+     "task": {"job_id", "vertex_uid", "subtask", "attempt"},
+     "checkpoint_id": int,
+     "key_group_range": [start, end],                       # both inclusive
+     "operator_state": {"inline": {"<operator uid>": "<base64>"}}
+                     | {"object": {"key", "size_bytes",
+                                   "slices": [{"operator_uid", "offset", "length"}]}},
+     "keyed_state": null | {...}}     # the RocksDB snapshot handle, taskmanager.snapshots' own format
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+from weir.core.errors import SerializationError
+from weir.core.ids import CheckpointId, KeyGroup
+from weir.core.keygroups import KeyGroupRange
+
+TASK_STATE_FORMAT: Final = 1
+INLINE_STATE_LIMIT_BYTES: Final = 20 * 1024
+"""A task's operator state below this many bytes stays in the acknowledgement (Flink's threshold)."""
+
+
+@dataclass(frozen=True)
+class InlineOperatorState:
+    """Each operator's state bytes by operator uid, carried in the document itself."""
+
+    states: Mapping[str, bytes]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(b) for b in self.states.values())
+
+
+@dataclass(frozen=True)
+class OperatorStateSlice:
+    """Where one operator's state lies in the task's state object."""
+
+    operator_uid: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
+class StoredOperatorState:
+    """The task's operator states as one object in checkpoint storage: its key, size and slices."""
+
+    key: str
+    size_bytes: int
+    slices: tuple[OperatorStateSlice, ...]
+
+
+OperatorStateHandle = InlineOperatorState | StoredOperatorState
+
+
+@dataclass(frozen=True)
+class TaskStateDocument:
+    """One subtask's state in one checkpoint. ``keyed_state`` is the JSON object of its RocksDB
+    snapshot handle, encoded and decoded by the TaskManager (None: the chain has no keyed operator)."""
+
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+    checkpoint_id: CheckpointId
+    key_group_range: KeyGroupRange
+    operator_state: OperatorStateHandle
+    keyed_state: Mapping[str, Any] | None = None
+
+
+def pack_operator_states(states: Mapping[str, bytes], key: str) -> tuple[StoredOperatorState, bytes]:
+    """The handle of ``states`` written as one object under ``key``, and the object's bytes."""
+    slices: list[OperatorStateSlice] = []
+    offset = 0
+    for uid in sorted(states):
+        slices.append(OperatorStateSlice(uid, offset, len(states[uid])))
+        offset += len(states[uid])
+    blob = b"".join(states[uid] for uid in sorted(states))
+    return StoredOperatorState(key, len(blob), tuple(slices)), blob
+
+
+def read_operator_states(handle: OperatorStateHandle, get_bytes: Callable[[str], bytes]) -> dict[str, bytes]:
+    """Each operator's state bytes, read from checkpoint storage through ``get_bytes`` when stored."""
+    match handle:
+        case InlineOperatorState(states=states):
+            return dict(states)
+        case StoredOperatorState(key=key, size_bytes=size, slices=slices):
+            blob = get_bytes(key)
+            if len(blob) != size:
+                raise SerializationError(
+                    f"operator state object {key} is {len(blob)} bytes, its handle says {size}: "
+                    "the object was replaced or truncated; restore from another checkpoint"
+                )
+            return {s.operator_uid: blob[s.offset : s.offset + s.length] for s in slices}
+
+
+def encode_task_state(document: TaskStateDocument) -> bytes:
+    operator_state: dict[str, Any]
+    match document.operator_state:
+        case InlineOperatorState(states=states):
+            operator_state = {"inline": {uid: base64.b64encode(states[uid]).decode("ascii") for uid in sorted(states)}}
+        case StoredOperatorState(key=key, size_bytes=size, slices=slices):
+            operator_state = {
+                "object": {
+                    "key": key,
+                    "size_bytes": size,
+                    "slices": [
+                        {"operator_uid": s.operator_uid, "offset": s.offset, "length": s.length} for s in slices
+                    ],
+                }
+            }
+    kg = document.key_group_range
+    return json.dumps(
+        {
+            "format": TASK_STATE_FORMAT,
+            "task": {
+                "job_id": document.job_id,
+                "vertex_uid": document.vertex_uid,
+                "subtask": document.subtask,
+                "attempt": document.attempt,
+            },
+            "checkpoint_id": document.checkpoint_id,
+            "key_group_range": [kg.start, kg.end],
+            "operator_state": operator_state,
+            "keyed_state": document.keyed_state,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
+    """The document in ``data``; ``where`` names it in errors (e.g. the metadata key and the task)."""
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SerializationError(
+            f"task state {where} is not a JSON document ({exc}): written by another Weir version?"
+        ) from exc
+    if not isinstance(document, dict):
+        raise SerializationError(f"task state {where} is not a JSON object")
+    version = document.get("format")
+    if version != TASK_STATE_FORMAT:
+        raise SerializationError(
+            f"task state {where} has format {version!r}; this Weir reads format {TASK_STATE_FORMAT}: "
+            "restore it with the Weir version that wrote it"
+        )
+    try:
+        task = document["task"]
+        start, end = document["key_group_range"]
+        keyed = document["keyed_state"]
+        if keyed is not None and not isinstance(keyed, dict):
+            raise TypeError("keyed_state must be an object or null")
+        return TaskStateDocument(
+            job_id=_typed(task["job_id"], str),
+            vertex_uid=_typed(task["vertex_uid"], str),
+            subtask=_typed(task["subtask"], int),
+            attempt=_typed(task["attempt"], int),
+            checkpoint_id=CheckpointId(_typed(document["checkpoint_id"], int)),
+            key_group_range=KeyGroupRange(KeyGroup(_typed(start, int)), KeyGroup(_typed(end, int))),
+            operator_state=_operator_state(document["operator_state"]),
+            keyed_state=keyed,
+        )
+    except (KeyError, TypeError, ValueError, binascii.Error) as exc:
+        raise SerializationError(f"task state {where} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _operator_state(value: Any) -> OperatorStateHandle:
+    if not isinstance(value, dict) or len(value) != 1:
+        raise ValueError("operator_state must hold exactly one of 'inline' and 'object'")
+    if "inline" in value:
+        inline = value["inline"]
+        if not isinstance(inline, dict):
+            raise TypeError("operator_state.inline must be an object")
+        return InlineOperatorState(
+            {_typed(uid, str): base64.b64decode(_typed(b64, str), validate=True) for uid, b64 in inline.items()}
+        )
+    stored = value["object"]
+    handle = StoredOperatorState(
+        key=_typed(stored["key"], str),
+        size_bytes=_typed(stored["size_bytes"], int),
+        slices=tuple(
+            OperatorStateSlice(_typed(s["operator_uid"], str), _typed(s["offset"], int), _typed(s["length"], int))
+            for s in stored["slices"]
+        ),
+    )
+    for s in handle.slices:
+        if s.offset < 0 or s.length < 0 or s.offset + s.length > handle.size_bytes:
+            raise ValueError(
+                f"slice of {s.operator_uid} ({s.offset}+{s.length}) lies outside the {handle.size_bytes}-byte object"
+            )
+    return handle
+
+
+_T = TypeVar("_T")
+
+
+def _typed(value: Any, kind: type[_T]) -> _T:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"expected {kind.__name__}, got {value!r}")
+    return value
