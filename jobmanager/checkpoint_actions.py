@@ -9,7 +9,6 @@ thread, which takes the lock again to hand the outcome back to the coordinator.
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
@@ -20,6 +19,7 @@ import structlog
 from connectors.object_storage import CheckpointStorage
 from jobmanager import metrics
 from jobmanager.checkpointing import coordinator as cc
+from jobmanager.checkpointing.metadata import encode_metadata
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.errors import TaskManagerCallError
 from jobmanager.gateway import TaskManagerGateway
@@ -131,7 +131,7 @@ class CheckpointActionExecutor:
     def _persist(self, job: JobMaster, completed: CompletedCheckpoint) -> None:
         """Write the metadata (last, atomically: one PUT), then let the coordinator notify the tasks."""
         try:
-            self._storage.put_bytes(completed.metadata_key, pickle.dumps(completed))
+            self._storage.put_bytes(completed.metadata_key, encode_metadata(completed))
         except WeirError as exc:
             with self._lock:
                 self.execute(

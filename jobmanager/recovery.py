@@ -4,7 +4,6 @@ ended one whose transactions were not resolved gets them resolved."""
 
 from __future__ import annotations
 
-import pickle
 import threading
 from collections.abc import Callable, MutableMapping
 from concurrent.futures import Executor
@@ -13,6 +12,7 @@ import structlog
 
 from connectors.object_storage import CheckpointStorage
 from jobmanager.checkpoint_actions import CheckpointActionExecutor
+from jobmanager.checkpointing.metadata import decode_metadata
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.failover import Failover
 from jobmanager.jobs import JobMaster
@@ -103,7 +103,7 @@ class JobRecovery:
                 continue
             highest = max(highest, parsed.checkpoint_id)
             try:
-                checkpoints.append(pickle.loads(self._storage.get_bytes(meta_key)))
+                checkpoints.append(decode_metadata(self._storage.get_bytes(meta_key), meta_key))
             except Exception as exc:  # written by another Weir version, or damaged
                 # Restoring from an older checkpoint than this one could roll back what the sinks
                 # committed for it: the whole job waits, untouched, for someone to look.

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import pickle
-
 from jobmanager.checkpointing import coordinator as cc
+from jobmanager.checkpointing.metadata import decode_metadata
 from jobmanager.checkpointing.pending import TaskAckMetrics
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import CheckpointAck, CheckpointDecline
@@ -44,7 +43,8 @@ def test_an_acknowledged_checkpoint_is_persisted_then_the_tasks_are_told(harness
     harness.jm.acknowledge_checkpoint(ack(job, trigger.checkpoint_id))
     latest = job.coordinator.store.latest()
     assert latest is not None and latest.checkpoint_id == trigger.checkpoint_id
-    assert pickle.loads(harness.storage.get_bytes(latest.metadata_key)).checkpoint_id == trigger.checkpoint_id
+    stored = decode_metadata(harness.storage.get_bytes(latest.metadata_key), latest.metadata_key)
+    assert stored.checkpoint_id == trigger.checkpoint_id
     assert harness.gateway.named("complete") == [(TM_A, "job-1", 1, trigger.checkpoint_id)]
 
 

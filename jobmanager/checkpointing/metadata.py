@@ -1,0 +1,115 @@
+"""A completed checkpoint's ``_metadata`` object, as versioned JSON (``docs/formats.md``).
+
+Written last, in one PUT, once every task acknowledged (``CheckpointActionExecutor._persist``); read
+back by a JobManager that takes a job over. Each task's ``state_handle`` is its task-state document
+(``weir.core.task_state``) kept as opaque bytes; the JobManager reads only the object keys listed
+beside it, which retention and deletion count. Format 1::
+
+    {"format": 1,
+     "job_id": str, "checkpoint_id": int, "kind": "checkpoint" | "savepoint",
+     "trigger_timestamp": float, "completion_timestamp": float,      # seconds since the epoch
+     "tasks": [{"vertex_uid": str, "subtask": int,
+                "objects": [{"key": str, "size_bytes": int, "reused": bool}],
+                "state_handle": "<base64>", "sink_precommit": "<base64>"}]}
+
+The key the document is read from is its ``metadata_key``; it is not stored in the document.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Final, TypeVar
+
+from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.errors import CheckpointProtocolError
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import SerializationError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+
+METADATA_FORMAT: Final = 1
+
+
+def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
+    document = {
+        "format": METADATA_FORMAT,
+        "job_id": checkpoint.job_id,
+        "checkpoint_id": checkpoint.checkpoint_id,
+        "kind": checkpoint.kind.value,
+        "trigger_timestamp": checkpoint.trigger_timestamp,
+        "completion_timestamp": checkpoint.completion_timestamp,
+        "tasks": [
+            {
+                "vertex_uid": state.task_id.operator_uid,
+                "subtask": state.task_id.subtask,
+                "objects": [{"key": o.key, "size_bytes": o.size_bytes, "reused": o.reused} for o in state.objects],
+                "state_handle": base64.b64encode(state.inline_payload).decode("ascii"),
+                "sink_precommit": base64.b64encode(state.sink_precommit).decode("ascii"),
+            }
+            for state in checkpoint.task_states
+        ],
+    }
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
+    """The checkpoint whose metadata object ``key`` holds ``data``; a SerializationError naming the
+    key when the document is of another format or malformed."""
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SerializationError(
+            f"checkpoint metadata {key} is not a JSON document ({exc}): written by another Weir version, or damaged"
+        ) from exc
+    if not isinstance(document, dict):
+        raise SerializationError(f"checkpoint metadata {key} is not a JSON object")
+    version = document.get("format")
+    if version != METADATA_FORMAT:
+        raise SerializationError(
+            f"checkpoint metadata {key} has format {version!r}; this Weir reads format {METADATA_FORMAT}: "
+            "recover the job with the Weir version that wrote it"
+        )
+    try:
+        job_id = JobId(_typed(document["job_id"], str))
+        return CompletedCheckpoint(
+            checkpoint_id=CheckpointId(_typed(document["checkpoint_id"], int)),
+            job_id=job_id,
+            trigger_timestamp=float(_number(document["trigger_timestamp"])),
+            completion_timestamp=float(_number(document["completion_timestamp"])),
+            task_states=tuple(_task_state(job_id, task) for task in _typed(document["tasks"], list)),
+            metadata_key=key,
+            kind=CheckpointKind(document["kind"]),
+        )
+    except (KeyError, TypeError, ValueError, binascii.Error, CheckpointProtocolError) as exc:
+        raise SerializationError(f"checkpoint metadata {key} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _task_state(job_id: JobId, task: Any) -> TaskStateHandle:
+    return TaskStateHandle(
+        task_id=TaskId(
+            job_id, OperatorUid(_typed(task["vertex_uid"], str)), SubtaskIndex(_typed(task["subtask"], int))
+        ),
+        objects=tuple(
+            StateObject(_typed(o["key"], str), _typed(o["size_bytes"], int), _typed(o["reused"], bool))
+            for o in _typed(task["objects"], list)
+        ),
+        inline_payload=base64.b64decode(_typed(task["state_handle"], str), validate=True),
+        sink_precommit=base64.b64decode(_typed(task["sink_precommit"], str), validate=True),
+    )
+
+
+_T = TypeVar("_T")
+
+
+def _typed(value: Any, kind: type[_T]) -> _T:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"expected {kind.__name__}, got {value!r}")
+    return value
+
+
+def _number(value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, got {value!r}")
+    return float(value)

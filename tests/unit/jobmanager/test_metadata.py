@@ -1,0 +1,72 @@
+"""Checkpoint metadata: a versioned JSON document; another format or a damaged one is refused by key."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from jobmanager.checkpointing.metadata import decode_metadata, encode_metadata
+from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import SerializationError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+
+KEY = "job-1/savepoints/sp-00000000000000000007/_metadata"
+
+
+def checkpoint() -> CompletedCheckpoint:
+    job = JobId("job-1")
+    return CompletedCheckpoint(
+        checkpoint_id=CheckpointId(7),
+        job_id=job,
+        trigger_timestamp=1764578000.25,
+        completion_timestamp=1764578001.5,
+        task_states=(
+            TaskStateHandle(
+                TaskId(job, OperatorUid("sum"), SubtaskIndex(0)),
+                objects=(StateObject("job-1/shared/tm/db/7-000009.sst", 900, reused=True), StateObject("k2", 16)),
+                inline_payload=b'{"format":1}',
+            ),
+            TaskStateHandle(TaskId(job, OperatorUid("sink"), SubtaskIndex(1)), sink_precommit=b"\x00txn"),
+        ),
+        metadata_key=KEY,
+        kind=CheckpointKind.SAVEPOINT,
+    )
+
+
+def test_metadata_round_trips_and_is_json_with_a_format() -> None:
+    data = encode_metadata(checkpoint())
+    assert json.loads(data)["format"] == 1
+    assert decode_metadata(data, KEY) == checkpoint()
+
+
+def test_an_unknown_format_is_refused_naming_the_key() -> None:
+    document = json.loads(encode_metadata(checkpoint()))
+    document["format"] = 99
+    with pytest.raises(SerializationError, match=f"checkpoint metadata {KEY} has format 99; this Weir reads format 1"):
+        decode_metadata(json.dumps(document).encode(), KEY)
+
+
+@pytest.mark.parametrize(
+    ("data", "complaint"),
+    [
+        (pickle.dumps(checkpoint()), "is not a JSON document"),
+        (b'"text"', "is not a JSON object"),
+        (b'{"format": 1}', "is malformed: KeyError"),
+        (encode_metadata(checkpoint()).replace(b'"savepoint"', b'"incremental"'), "is malformed: ValueError"),
+        (encode_metadata(checkpoint()).replace(b'"reused":true', b'"reused":1'), "is malformed: TypeError"),
+        (
+            encode_metadata(checkpoint()).replace(
+                b'"vertex_uid":"sink","subtask":1', b'"vertex_uid":"sum","subtask":0'
+            ),
+            "two states for one task",
+        ),
+    ],
+)
+def test_malformed_metadata_is_refused_naming_the_key(data: bytes, complaint: str) -> None:
+    with pytest.raises(SerializationError, match=complaint) as raised:
+        decode_metadata(data, KEY)
+    assert KEY in str(raised.value)
