@@ -13,18 +13,20 @@ lock held by a forgotten prepared transaction.
 
 from __future__ import annotations
 
-import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
+from connectors.object_storage import open_storage
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.records import JobSubmission
 from operators.base import OperatorContext
 from operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
+from weir.core.config import checkpoint_dir
 from weir.core.keygroups import key_group_range_for_subtask
+from weir.core.task_state import decode_task_state, read_operator_states
 from weir.graph import LogicalGraph
 from weir.plan import JobPlan
 
@@ -66,19 +68,33 @@ def transactional_sink_subtasks(graph: LogicalGraph, plan: JobPlan) -> Iterator[
                 yield _SinkSubtask(uid, vertex.uid, subtask, vertex.parallelism)
 
 
+ReadObject = Callable[[str], bytes]
+"""Reads one object of the checkpoint storage by its key."""
+
+
+def configured_storage_reader(key: str) -> bytes:
+    """Read ``key`` from the checkpoint storage this process is configured with."""
+    return open_storage(checkpoint_dir()).get_bytes(key)
+
+
 def sink_state(
-    checkpoint: CompletedCheckpoint | None, vertex_uid: str, subtask: int, operator_uid: str
+    checkpoint: CompletedCheckpoint | None,
+    vertex_uid: str,
+    subtask: int,
+    operator_uid: str,
+    read_object: ReadObject = configured_storage_reader,
 ) -> bytes | None:
-    """The sink operator's own state in the checkpoint's snapshot of its task, if any."""
+    """The sink operator's own state in the checkpoint's snapshot of its task, if any: decoded from
+    the task-state document, read from checkpoint storage when it was too large to stay inline."""
     if checkpoint is None:
         return None
     for handle in checkpoint.task_states:
         if handle.task_id.operator_uid == vertex_uid and handle.task_id.subtask == subtask:
             if not handle.inline_payload:
                 return None
-            snapshot = pickle.loads(handle.inline_payload)  # taskmanager.task.ChainSnapshot
-            state: bytes | None = snapshot.operator_states.get(operator_uid)
-            return state
+            where = f"of task {handle.task_id} in checkpoint {checkpoint.checkpoint_id} ({checkpoint.metadata_key})"
+            document = decode_task_state(handle.inline_payload, where)
+            return read_operator_states(document.operator_state, read_object).get(operator_uid)
     return None
 
 
@@ -88,6 +104,7 @@ def resolve_sink_transactions(
     submission: JobSubmission,
     attempt: int,
     latest: CompletedCheckpoint | None,
+    read_object: ReadObject = configured_storage_reader,
 ) -> ResolutionReport:
     """Resolve every transactional sink subtask's transactions as of ``latest``, as ``attempt``
     (above every attempt that ran). Raises the sink's WeirError when an external system refuses."""
@@ -110,7 +127,7 @@ def resolve_sink_transactions(
             ),
         )
         sink.setup(context, _NoOutput())
-        state = sink_state(latest, part.vertex_uid, part.subtask, part.operator_uid)
+        state = sink_state(latest, part.vertex_uid, part.subtask, part.operator_uid, read_object)
         try:
             if state is not None:
                 sink.restore_state(state)

@@ -129,7 +129,7 @@ class JobMaster:
     slots: list[str] = field(default_factory=list)
     failure: Failure | None = None
     restart_at: float | None = None
-    restore: dict[tuple[str, int], bytes] = field(default_factory=dict)
+    restore: dict[tuple[str, int], bytes] = field(default_factory=dict)  # task-state documents by task
     restore_checkpoint_id: int = 0
     last_restore_at: float = 0.0
     finished_at: float | None = None

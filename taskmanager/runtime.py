@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import hashlib
-import pickle
 import queue
 import shutil
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Final, assert_never
@@ -22,9 +22,9 @@ from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
-from taskmanager.snapshots import RocksDBSnapshotter
+from taskmanager.snapshots import RocksDBSnapshotter, keyed_state_from_document, keyed_state_to_document
 from taskmanager.state import StateBackend, job_state_bounds
-from taskmanager.task import CheckpointAck, Task, TaskAddress, TaskCallbacks
+from taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.codec import (
@@ -36,11 +36,21 @@ from weir.core.codec import (
 from weir.core.config import checkpoint_dir
 from weir.core.errors import WeirError
 from weir.core.failures import Failure
-from weir.core.ids import CheckpointId, JobId, TaskManagerId
-from weir.core.keygroups import KeyEncoder
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
+from weir.core.keygroups import KeyEncoder, KeyGroup, KeyGroupRange
 from weir.core.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from weir.core.paths import CheckpointPaths
 from weir.core.states import TaskState
+from weir.core.task_state import (
+    INLINE_STATE_LIMIT_BYTES,
+    InlineOperatorState,
+    OperatorStateHandle,
+    StoredOperatorState,
+    TaskStateDocument,
+    decode_task_state,
+    encode_task_state,
+    pack_operator_states,
+)
 from weir.core.transport import GRPC_OPTIONS, MAX_MESSAGE_BYTES
 from weir.plan import JobPlan, build_plan
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
@@ -119,13 +129,17 @@ class TaskManagerRuntime:
         if db_path.exists():
             shutil.rmtree(db_path)
         self.state_backend = StateBackend(db_path)
+        self._storage = open_storage(checkpoint_dir())
+        self._paths = CheckpointPaths()
         self.snapshotter = RocksDBSnapshotter(
             self.state_backend,
-            open_storage(checkpoint_dir()),
-            CheckpointPaths(),
+            self._storage,
+            self._paths,
             TaskManagerId(taskmanager_id),
             work_dir=self._run_dir / "snapshots",
         )
+        # The async phase of a task's operator state: its object written, then the acknowledgement.
+        self._state_writes = ThreadPoolExecutor(4, thread_name_prefix="operator-state-write")
         self.tasks: dict[TaskAddress, Task] = {}
         self._gates: dict[TaskAddress, InputGate] = {}
         self._lock = threading.Condition()
@@ -204,7 +218,7 @@ class TaskManagerRuntime:
                     flush_interval_s=buffer_timeout_s,
                 )
             )
-        restore = pickle.loads(req.restore_state_handle) if req.restore_state_handle else None
+        restore = self._restore_of(addr, req)
         task = Task(
             address=addr,
             plan=plan,
@@ -227,6 +241,7 @@ class TaskManagerRuntime:
             alignment=alignment_for(checkpointing_mode_from_proto(req.checkpointing_mode)),
             user_code_files=frozenset({req.job_file_name}),
             cancelled=cancelled,
+            read_state_object=self._storage.get_bytes,
         )
         # Before the task restores: a newer attempt forgets which uploads it may reuse.
         self.snapshotter.start_attempt(
@@ -252,6 +267,15 @@ class TaskManagerRuntime:
             outputs=sum(len(w.channels) for w in writers),
         )
         task.start()
+
+    def _restore_of(self, addr: TaskAddress, req: taskmanager_pb2.DeployTaskRequest) -> ChainRestore | None:
+        """The handles a subtask restores from, decoded from its task-state document (None: fresh start)."""
+        if not req.restore_state_handle:
+            return None
+        where = f"of task {addr} in checkpoint {req.restore_checkpoint_id}"
+        document = decode_task_state(req.restore_state_handle, where)
+        keyed = keyed_state_from_document(document.keyed_state, where) if document.keyed_state is not None else None
+        return ChainRestore(req.restore_checkpoint_id, document.operator_state, keyed)
 
     def cancel_attempts_through(
         self, job_id: str, attempt: int, *, job_ended: bool = False, wait_s: float = 10.0
@@ -414,13 +438,54 @@ class TaskManagerRuntime:
                 threading.Thread(target=self._forget_finished, args=(addr.job_id,), daemon=True).start()
 
     def _on_checkpoint(self, addr: TaskAddress, ack: CheckpointAck) -> None:
+        """Store the task's operator state (inline below ``INLINE_STATE_LIMIT_BYTES``, else as one
+        object written on a background thread), then acknowledge with the task-state document."""
+        states = ack.snapshot.operator_states
+        if sum(len(b) for b in states.values()) < INLINE_STATE_LIMIT_BYTES:
+            self._acknowledge(addr, ack, InlineOperatorState(dict(states)), write_s=0.0)
+            return
+        self._state_writes.submit(self._store_and_acknowledge, addr, ack)
+
+    def _store_and_acknowledge(self, addr: TaskAddress, ack: CheckpointAck) -> None:
         snapshot = ack.snapshot
-        payload = pickle.dumps(snapshot)
+        cid = CheckpointId(snapshot.checkpoint_id)
+        key = self._paths.task_state(
+            JobId(addr.job_id), cid, OperatorUid(addr.vertex_uid), SubtaskIndex(addr.subtask), snapshot.kind
+        )
+        started = time.perf_counter()
+        handle, blob = pack_operator_states(snapshot.operator_states, key)
+        try:
+            self._storage.put_bytes(key, blob)
+        except Exception as exc:  # the checkpoint cannot complete without it; the next one may
+            log.warning("operator_state_write_failed", task=str(addr), checkpoint_id=cid, key=key, error=str(exc))
+            self._on_decline(addr, cid, f"writing the operator state to {key} failed: {exc}")
+            return
+        write_s = time.perf_counter() - started
+        log.info("operator_state_written", task=str(addr), checkpoint_id=cid, key=key, bytes=len(blob))
+        self._acknowledge(addr, ack, handle, write_s=write_s)
+
+    def _acknowledge(
+        self, addr: TaskAddress, ack: CheckpointAck, operator_state: OperatorStateHandle, write_s: float
+    ) -> None:
+        snapshot = ack.snapshot
         keyed = snapshot.keyed_state
+        document = TaskStateDocument(
+            job_id=addr.job_id,
+            vertex_uid=addr.vertex_uid,
+            subtask=addr.subtask,
+            attempt=addr.attempt,
+            checkpoint_id=CheckpointId(snapshot.checkpoint_id),
+            key_group_range=KeyGroupRange(KeyGroup(snapshot.key_group_range[0]), KeyGroup(snapshot.key_group_range[1])),
+            operator_state=operator_state,
+            keyed_state=keyed_state_to_document(keyed) if keyed is not None else None,
+        )
+        payload = encode_task_state(document)
         objects = [
             jobmanager_pb2.StateObjectRef(key=f.key, size_bytes=f.size_bytes, reused=f.reused)
             for f in (keyed.objects if keyed is not None else ())
         ]
+        if isinstance(operator_state, StoredOperatorState):
+            objects.append(jobmanager_pb2.StateObjectRef(key=operator_state.key, size_bytes=operator_state.size_bytes))
         request = jobmanager_pb2.AcknowledgeCheckpointRequest(
             task=self._task_ref(addr),
             checkpoint_id=snapshot.checkpoint_id,
@@ -428,10 +493,10 @@ class TaskManagerRuntime:
             state_handle=payload,
             alignment_duration_s=ack.alignment_s,
             start_delay_s=ack.start_delay_s,
-            state_size_bytes=len(payload) + (keyed.size_bytes if keyed is not None else 0),
+            state_size_bytes=len(payload) + sum(o.size_bytes for o in objects),
             objects=objects,
             sync_duration_s=ack.sync_s,
-            async_duration_s=ack.async_s,
+            async_duration_s=ack.async_s + write_s,
         )
         too_large = oversized_ack_reason(request.ByteSize(), MAX_MESSAGE_BYTES, snapshot.checkpoint_id)
         if too_large is not None:
@@ -582,6 +647,7 @@ class TaskManagerRuntime:
             t.cancel()
         for t in tasks:
             t.join(5)
+        self._state_writes.shutdown(wait=True)  # acknowledgements still being stored go out first
         self._reports.put(StopReporting())
         self.snapshotter.close()
         self.state_backend.close()

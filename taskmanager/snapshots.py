@@ -31,17 +31,18 @@ import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, TypeVar
 
 import structlog
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
 from connectors.object_storage import CheckpointStorage
 from taskmanager.state import StateBackend, key_group_range_bounds
-from weir.core.errors import Fault, WeirError
+from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
@@ -112,6 +113,63 @@ class KeyedStateHandle:
                 if own_uid == uid and (common := own.intersection(wanted)) is not None:
                     out.append((uid, common))
         return tuple(out)
+
+
+def keyed_state_to_document(handle: KeyedStateHandle) -> dict[str, Any]:
+    """The handle as the JSON object of a task-state document's ``keyed_state`` (``docs/formats.md``)."""
+
+    def files(of: tuple[SnapshotFile, ...]) -> list[dict[str, Any]]:
+        return [{"key": f.key, "size_bytes": f.size_bytes, "reused": f.reused, "file_name": f.file_name} for f in of]
+
+    return {
+        "taskmanager_id": handle.taskmanager_id,
+        "db_incarnation": handle.db_incarnation,
+        "checkpoint_id": handle.checkpoint_id,
+        "snapshot_index": handle.snapshot_index,
+        "sst_files": files(handle.sst_files),
+        "db_files": files(handle.db_files),
+        "ranges": [[uid, r.start, r.end] for uid, r in handle.ranges],
+    }
+
+
+def keyed_state_from_document(document: Mapping[str, Any], where: str) -> KeyedStateHandle:
+    """The handle in a task-state document's ``keyed_state``; ``where`` names the document in errors."""
+
+    def files(of: Any) -> tuple[SnapshotFile, ...]:
+        return tuple(
+            SnapshotFile(
+                _typed(f["key"], str),
+                _typed(f["size_bytes"], int),
+                _typed(f["reused"], bool),
+                _typed(f["file_name"], str),
+            )
+            for f in of
+        )
+
+    try:
+        return KeyedStateHandle(
+            taskmanager_id=TaskManagerId(_typed(document["taskmanager_id"], str)),
+            db_incarnation=_typed(document["db_incarnation"], str),
+            checkpoint_id=CheckpointId(_typed(document["checkpoint_id"], int)),
+            snapshot_index=_typed(document["snapshot_index"], int),
+            sst_files=files(document["sst_files"]),
+            db_files=files(document["db_files"]),
+            ranges=tuple(
+                (OperatorUid(_typed(uid, str)), KeyGroupRange(KeyGroup(_typed(start, int)), KeyGroup(_typed(end, int))))
+                for uid, start, end in document["ranges"]
+            ),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SerializationError(f"keyed state handle in {where} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+_T = TypeVar("_T")
+
+
+def _typed(value: Any, kind: type[_T]) -> _T:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"expected {kind.__name__}, got {value!r}")
+    return value
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,8 @@ from taskmanager.network import (
     watermark_message,
     watermark_status_message,
 )
-from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
+from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotError
+from weir.core.checkpointing import CheckpointKind
 from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, WeirError
 from weir.core.failures import Failure
@@ -60,6 +61,7 @@ from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, Subtas
 from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask, state_namespace
 from weir.core.metrics import TaskMetrics
 from weir.core.states import TaskState
+from weir.core.task_state import OperatorStateHandle, read_operator_states
 from weir.core.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -106,12 +108,24 @@ class TaskAddress:
 @dataclass(frozen=True)
 class ChainSnapshot:
     """What one subtask contributes to a checkpoint: each operator's own state by uid, and the handle
-    of its keyed state in RocksDB (None when the chain has no keyed operator)."""
+    of its keyed state in RocksDB (None when the chain has no keyed operator). The TaskManager stores
+    the operator states (inline or as an object, ``weir.core.task_state``) before it acknowledges."""
 
     task: TaskAddress
     checkpoint_id: int
     operator_states: dict[str, bytes]
     key_group_range: tuple[int, int]
+    keyed_state: KeyedStateHandle | None = None
+    kind: CheckpointKind = CheckpointKind.CHECKPOINT
+
+
+@dataclass(frozen=True)
+class ChainRestore:
+    """What a subtask restores from: its operator states' handle (read on the task thread) and the
+    handle of its keyed state (None when the checkpoint holds none for it)."""
+
+    checkpoint_id: int
+    operator_state: OperatorStateHandle
     keyed_state: KeyedStateHandle | None = None
 
 
@@ -197,11 +211,12 @@ class Task:
         snapshotter: RocksDBSnapshotter,
         callbacks: TaskCallbacks,
         taskmanager_id: str,
-        restore: ChainSnapshot | None,
+        restore: ChainRestore | None,
         restore_checkpoint_id: int,
         alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
         user_code_files: frozenset[str] = frozenset(),
         cancelled: threading.Event | None = None,
+        read_state_object: Callable[[str], bytes] | None = None,
     ) -> None:
         self.address = address
         self._plan = plan
@@ -213,6 +228,7 @@ class Task:
         self._callbacks = callbacks
         self._restore = restore
         self._restore_checkpoint_id = restore_checkpoint_id
+        self._read_state_object = read_state_object  # a stored operator-state object, by its key
         self._user_code_files = user_code_files  # the job file: an exception raised through it is the user's
         self._snapshotter = snapshotter
         self._state_backend = state_backend
@@ -374,16 +390,31 @@ class Task:
         for namespace, key_groups in self._keyed_ranges():
             self._state_backend.keyed_store(namespace).clear_key_groups(key_groups.start, key_groups.end)
 
-    def _restore_state(self, snapshot: ChainSnapshot) -> None:
-        """Keyed state back into RocksDB (only this subtask's key groups), then each operator's own state."""
+    def _restore_state(self, restore: ChainRestore) -> None:
+        """Keyed state back into RocksDB (only this subtask's key groups), then each operator's own
+        state, read from checkpoint storage when it was too large to stay inline."""
         restored_entries = 0
-        if snapshot.keyed_state is not None:
-            result = self._snapshotter.restore([snapshot.keyed_state], self._keyed_ranges())
+        if restore.keyed_state is not None:
+            result = self._snapshotter.restore([restore.keyed_state], self._keyed_ranges())
             restored_entries = result.entries
         if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
             raise Cancelled()
-        self.chain.restore(snapshot.operator_states)
-        self._log.info("task_restored", checkpoint_id=self._restore_checkpoint_id, keyed_entries=restored_entries)
+        states = read_operator_states(restore.operator_state, self._read_stored_state)
+        self.chain.restore(states)
+        self._log.info(
+            "task_restored",
+            checkpoint_id=self._restore_checkpoint_id,
+            keyed_entries=restored_entries,
+            operator_state_bytes=sum(len(b) for b in states.values()),
+        )
+
+    def _read_stored_state(self, key: str) -> bytes:
+        if self._read_state_object is None:
+            raise SnapshotError(
+                f"task {self.address}: checkpoint {self._restore_checkpoint_id} stores its operator state "
+                f"in {key}, but this task was given no checkpoint storage to read it from"
+            )
+        return self._read_state_object(key)
 
     def _set_state(self, state: TaskState, failure: Failure | None = None) -> None:
         self.state = state
@@ -631,7 +662,7 @@ class Task:
         operators_s = time.perf_counter() - started
         self._log.info("checkpoint_barrier_forwarded", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
         if not ranges:
-            snapshot = ChainSnapshot(self.address, cid, states, kg, None)
+            snapshot = ChainSnapshot(self.address, cid, states, kg, None, request.kind)
             self._callbacks.on_checkpoint(
                 self.address, CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0)
             )
@@ -662,7 +693,7 @@ class Task:
                 files=result.uploaded_files,
                 async_s=round(result.async_duration_s, 4),
             )
-            snapshot = ChainSnapshot(self.address, cid, states, kg, result.handle)
+            snapshot = ChainSnapshot(self.address, cid, states, kg, result.handle, request.kind)
             self._callbacks.on_checkpoint(
                 self.address,
                 CheckpointAck(

@@ -4,7 +4,7 @@ Ids are zero-padded so that listing a folder returns checkpoints in id order. A 
 
     <prefix>/<job>/_job                                                    the submitted job
     <prefix>/<job>/checkpoints/chk-00000000000000000042/_metadata          written last, atomically
-    <prefix>/<job>/checkpoints/chk-00000000000000000042/tasks/<uid>/00003  inline task state
+    <prefix>/<job>/checkpoints/chk-00000000000000000042/tasks/<vertex>/00003  a task's operator state
     <prefix>/<job>/checkpoints/chk-00000000000000000042/db/<tm>/<db>/000007/MANIFEST-000005
     <prefix>/<job>/savepoints/sp-00000000000000000043/_metadata
     <prefix>/<job>/shared/<tm>/<db>/00000000000000000042-000123.sst        SST shared by checkpoints
@@ -120,7 +120,8 @@ class CheckpointPaths:
         subtask: SubtaskIndex,
         kind: str | enum.Enum = "checkpoint",
     ) -> str:
-        """A task's inline state stored as an object of its own (when too large for the metadata)."""
+        """A task's operator states (``weir.core.task_state``), one object per subtask, when they are too
+        large to stay inline in its acknowledgement."""
         if not 0 <= subtask < 10**_SUBTASK_DIGITS:
             raise ValueError(f"subtask index must be in 0..{10**_SUBTASK_DIGITS - 1}, got {subtask}")
         base = self.checkpoint_dir(job_id, checkpoint_id, kind)

@@ -3,11 +3,13 @@ and an acknowledgement too large for a control message becoming a decline with i
 
 from __future__ import annotations
 
+import queue
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from connectors.object_storage import FileCheckpointStorage
 from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.runtime import (
     AckReport,
@@ -17,10 +19,23 @@ from taskmanager.runtime import (
     alignment_for,
     oversized_ack_reason,
 )
+from taskmanager.snapshots import KeyedStateHandle, SnapshotFile
 from taskmanager.task import ChainSnapshot, CheckpointAck, TaskAddress
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
+from weir.core.keygroups import KeyGroupRange
+from weir.core.paths import CheckpointPaths
+from weir.core.task_state import (
+    INLINE_STATE_LIMIT_BYTES,
+    InlineOperatorState,
+    OperatorStateSlice,
+    StoredOperatorState,
+    decode_task_state,
+    read_operator_states,
+)
 from weir.core.transport import MAX_MESSAGE_BYTES
+from weir.wire import taskmanager_pb2
 
 
 @pytest.mark.parametrize("text", ["exactly_once", "EXACTLY_ONCE", "exactly-once", " exactly_once"])
@@ -50,21 +65,118 @@ def runtime(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[TaskMan
     rt.stop()
 
 
-def test_an_oversized_acknowledgement_is_sent_as_a_decline_with_its_reason(runtime: TaskManagerRuntime) -> None:
+class SentReports:
+    """What would go to the JobManager; ``next`` waits for one with a deadline."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue[Report] = queue.SimpleQueue()
+
+    def put(self, report: Report) -> None:
+        self._queue.put(report)
+
+    def next(self) -> Report:
+        return self._queue.get(timeout=10.0)
+
+    def empty(self) -> bool:
+        return self._queue.empty()
+
+
+@pytest.fixture
+def sent(runtime: TaskManagerRuntime) -> SentReports:
+    reports = SentReports()
+    runtime._reports = reports  # type: ignore[assignment]  # noqa: SLF001
+    return reports
+
+
+def test_an_oversized_acknowledgement_is_sent_as_a_decline_with_its_reason(
+    runtime: TaskManagerRuntime, sent: SentReports, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """It used to be handed to gRPC, refused as too large and dropped: the checkpoint timed out."""
     address = TaskAddress("job-1", "sink", 0, 1)
-    huge = ChainSnapshot(address, 5, {"sink": b"x" * MAX_MESSAGE_BYTES}, (0, 127))
-    sent: list[Report] = []
-
-    class Reports:  # what would go to the JobManager
-        put = sent.append
-
-    runtime._reports = Reports()  # type: ignore[assignment]  # noqa: SLF001
-    runtime._on_checkpoint(address, CheckpointAck(huge, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
-    assert [type(report) for report in sent] == [DeclineReport]
-    decline = sent[0]
+    limit = 70_000  # room for 6 KB after the headroom: below the inline limit, so the state stays inline
+    monkeypatch.setattr("taskmanager.runtime.MAX_MESSAGE_BYTES", limit)
+    large = ChainSnapshot(address, 5, {"sink": b"x" * (INLINE_STATE_LIMIT_BYTES - 1)}, (0, 127))
+    runtime._on_checkpoint(address, CheckpointAck(large, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    decline = sent.next()
     assert isinstance(decline, DeclineReport)
     assert decline.request.checkpoint_id == 5 and "acknowledgement of checkpoint 5" in decline.request.reason
     small = ChainSnapshot(address, 6, {"sink": b"ok"}, (0, 127))
     runtime._on_checkpoint(address, CheckpointAck(small, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
-    assert [type(report) for report in sent] == [DeclineReport, AckReport]
+    assert isinstance(sent.next(), AckReport)
+
+
+def test_operator_state_above_the_inline_limit_goes_to_checkpoint_storage_and_the_ack_carries_its_handle(
+    runtime: TaskManagerRuntime, sent: SentReports, tmp_path: Path
+) -> None:
+    """The acknowledgement carried a pickle of every operator's bytes: a sink's pending output
+    travelled to the JobManager, into ``_metadata`` and back in every deployment."""
+    address = TaskAddress("job-1", "sink", 2, 1)
+    pending_output = b"row-" * 10_000
+    snapshot = ChainSnapshot(address, 7, {"sink": pending_output, "map": b"m"}, (64, 127))
+    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport)
+    request = ack.request
+    assert b"row-row-" not in request.state_handle and len(request.state_handle) < 1_000
+    key = CheckpointPaths().task_state(JobId("job-1"), CheckpointId(7), OperatorUid("sink"), SubtaskIndex(2))
+    assert [(o.key, o.size_bytes, o.reused) for o in request.objects] == [(key, len(pending_output) + 1, False)]
+    stored = FileCheckpointStorage(tmp_path / "checkpoints").get_bytes(key)
+    assert pending_output in stored
+    document = decode_task_state(request.state_handle, "in the test")
+    assert document.operator_state == StoredOperatorState(
+        key, len(stored), (OperatorStateSlice("map", 0, 1), OperatorStateSlice("sink", 1, len(pending_output)))
+    )
+    assert (document.checkpoint_id, document.subtask, document.attempt) == (7, 2, 1)
+    assert (document.key_group_range.start, document.key_group_range.end) == (64, 127)
+
+
+def test_state_below_the_inline_limit_stays_in_the_acknowledgement(
+    runtime: TaskManagerRuntime, sent: SentReports
+) -> None:
+    address = TaskAddress("job-1", "source", 0, 1)
+    snapshot = ChainSnapshot(address, 3, {"source": b"offsets"}, (0, 127))
+    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport) and list(ack.request.objects) == []
+    assert decode_task_state(ack.request.state_handle, "in the test").operator_state == InlineOperatorState(
+        {"source": b"offsets"}
+    )
+
+
+def test_a_restore_reads_the_operator_state_back_from_its_object(
+    runtime: TaskManagerRuntime, sent: SentReports
+) -> None:
+    """The handle the ack carried, handed back by the JobManager, restores the same bytes."""
+    address = TaskAddress("job-1", "sink", 0, 1)
+    states = {"sink": bytes(range(256)) * 200, "map": b""}
+    runtime._on_checkpoint(address, CheckpointAck(ChainSnapshot(address, 9, states, (0, 127)), 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport)
+    deploy = taskmanager_pb2.DeployTaskRequest(restore_state_handle=ack.request.state_handle, restore_checkpoint_id=9)
+    restore = runtime._restore_of(TaskAddress("job-1", "sink", 0, 2), deploy)  # noqa: SLF001
+    assert restore is not None and restore.keyed_state is None
+    assert isinstance(restore.operator_state, StoredOperatorState)
+    assert read_operator_states(restore.operator_state, runtime._storage.get_bytes) == states  # noqa: SLF001
+
+
+def test_a_keyed_state_handle_travels_in_the_document_and_comes_back_equal(
+    runtime: TaskManagerRuntime, sent: SentReports
+) -> None:
+    address = TaskAddress("job-1", "sum", 1, 3)
+    keyed = KeyedStateHandle(
+        taskmanager_id=TaskManagerId("tm-test"),
+        db_incarnation="db1",
+        checkpoint_id=CheckpointId(4),
+        snapshot_index=2,
+        sst_files=(SnapshotFile("job-1/shared/tm-test/db1/00000000000000000003-000009.sst", 900, True, "000009.sst"),),
+        db_files=(SnapshotFile("job-1/checkpoints/chk-4/db/tm-test/db1/000002/CURRENT", 16, False, "CURRENT"),),
+        ranges=((OperatorUid("job-1.sum"), KeyGroupRange(KeyGroup(64), KeyGroup(127))),),
+    )
+    snapshot = ChainSnapshot(address, 4, {"sum": b"s"}, (64, 127), keyed)
+    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport)
+    assert sorted(o.key for o in ack.request.objects) == sorted(f.key for f in keyed.objects)
+    deploy = taskmanager_pb2.DeployTaskRequest(restore_state_handle=ack.request.state_handle, restore_checkpoint_id=4)
+    restore = runtime._restore_of(address, deploy)  # noqa: SLF001
+    assert restore is not None and restore.keyed_state == keyed
