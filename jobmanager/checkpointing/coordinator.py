@@ -18,6 +18,7 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from jobmanager.checkpointing.orphans import Orphans, StoredObject, find_orphans
 from jobmanager.checkpointing.pending import (
     AbortReason,
     AckResult,
@@ -39,6 +40,7 @@ from jobmanager.checkpointing.trigger import (
 from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.ids import CheckpointId, JobId, TaskId
+from weir.core.paths import CheckpointPaths
 
 MetadataKeyFn = Callable[[JobId, CheckpointId, CheckpointKind], str]
 
@@ -619,6 +621,12 @@ class CheckpointCoordinator:
         if not deletable and not metadata:
             return ()
         return (DeleteObjects(metadata, deletable),)
+
+    def find_orphans(self, paths: CheckpointPaths, listing: Iterable[StoredObject]) -> Orphans:
+        """Which objects of this job's folder (``listing``) nothing retained or in flight needs:
+        uploads of checkpoints that never completed (see ``jobmanager.checkpointing.orphans``)."""
+        in_flight = (*self._pending, *self._persisting)
+        return find_orphans(paths, self._job_id, listing, self._store.all(), in_flight, self._live_keys())
 
     # -- recovery -----------------------------------------------------------------------------------
 

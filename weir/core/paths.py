@@ -38,6 +38,9 @@ _SUBTASK_DIGITS = 5  # max parallelism is 32768
 _SNAPSHOT_DIGITS = 6
 _FOLDERS: dict[str, tuple[str, str]] = {"checkpoint": ("checkpoints", "chk"), "savepoint": ("savepoints", "sp")}
 _METADATA_RE = re.compile(r"(?P<job>[^/]+)/(?P<folder>checkpoints/chk|savepoints/sp)-(?P<id>\d{20})/_metadata")
+_CHECKPOINT_OBJECT_RE = re.compile(
+    r"(?P<job>[^/]+)/(?P<folder>checkpoints/chk|savepoints/sp)-(?P<id>\d{20})/(?P<name>[^/].*)"
+)
 _SHARED_RE = re.compile(r"(?P<job>[^/]+)/shared/(?P<tm>[^/]+)/(?P<db>[^/]+)/(?P<id>\d{20})-(?P<file>[^/]+)")
 
 
@@ -45,6 +48,19 @@ class MetadataKey(NamedTuple):
     job_id: JobId
     checkpoint_id: CheckpointId
     kind: Kind
+
+
+class CheckpointObjectKey(NamedTuple):
+    """An object inside one checkpoint's (or savepoint's) folder; ``name`` is relative to that folder."""
+
+    job_id: JobId
+    checkpoint_id: CheckpointId
+    kind: Kind
+    name: str
+
+    @property
+    def is_metadata(self) -> bool:
+        return self.name == METADATA_FILE
 
 
 class SharedSstKey(NamedTuple):
@@ -178,6 +194,16 @@ class CheckpointPaths:
             return None
         kind: Kind = "savepoint" if match["folder"] == "savepoints/sp" else "checkpoint"
         return MetadataKey(JobId(match["job"]), CheckpointId(int(match["id"])), kind)
+
+    def parse_checkpoint_object(self, key: str) -> CheckpointObjectKey | None:
+        """The checkpoint folder a key lies in (metadata, inline task state, private db files); ``None``
+        for a key outside every checkpoint and savepoint folder."""
+        relative = self._relative(key)
+        match = _CHECKPOINT_OBJECT_RE.fullmatch(relative) if relative is not None else None
+        if match is None:
+            return None
+        kind: Kind = "savepoint" if match["folder"] == "savepoints/sp" else "checkpoint"
+        return CheckpointObjectKey(JobId(match["job"]), CheckpointId(int(match["id"])), kind, match["name"])
 
     def parse_shared_sst(self, key: str) -> SharedSstKey | None:
         """The parts of a shared SST key; ``None`` for any other key."""
