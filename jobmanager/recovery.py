@@ -16,6 +16,7 @@ from jobmanager.checkpointing.metadata import decode_metadata
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.failover import Failover
 from jobmanager.jobs import JobMaster
+from jobmanager.orphans import collect_orphans
 from jobmanager.record_store import JobRecordStore
 from jobmanager.records import JobRecord
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
@@ -116,6 +117,7 @@ class JobRecovery:
                 return False
         actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
         self._executor.execute(job, actions)
+        collect_orphans(self._storage, self._paths, job.coordinator)  # nothing is in flight yet
         end_attempt: int | None = None
         if status is JobStatus.CANCELLING:
             job.status = JobStatus.CANCELLING  # finish cancelling; never restart a cancelled job

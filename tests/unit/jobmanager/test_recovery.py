@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from jobmanager.messages import CheckpointAck
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from tests.unit.jobmanager.conftest import MakeHarness
 from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
-from weir.core.ids import CheckpointId
+from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.states import JobStatus
 
 
@@ -67,3 +69,49 @@ def test_a_job_whose_checkpoint_metadata_cannot_be_read_is_left_alone_and_the_jo
     assert second.jm.recover_jobs() == 0
     assert "job-1" not in second.jm.jobs
     assert second.storage.get_bytes(metadata).startswith(b"\x80\x04")  # nothing deleted
+
+
+def test_the_uploads_of_a_checkpoint_the_dead_jobmanager_never_completed_are_deleted_on_recovery(
+    make_harness: MakeHarness,
+) -> None:
+    """Checkpoint 1 completed; 2 was in flight when the JobManager died: its task had uploaded a
+    shared SST and a private file, the acknowledgement never arrived. Recovery keeps 1, deletes 2's."""
+    first = make_harness()
+    job = first.job({"checkpointing.interval": "1s", "restart.strategy": "fixed-delay", "restart.delay": "1s"})
+    paths, job_id = first.jm.paths, job.coordinator.job_id
+
+    def upload(checkpoint_id: int, name: str, *, shared: bool) -> StateObject:
+        cid = CheckpointId(checkpoint_id)
+        key = (
+            paths.shared_sst(job_id, TaskManagerId("tm-a"), "db1", cid, name)
+            if shared
+            else paths.db_file(job_id, cid, TaskManagerId("tm-a"), "db1", checkpoint_id, name)
+        )
+        first.storage.put_bytes(key, b"x" * 100)
+        return StateObject(key, 100)
+
+    with first.jm.lock:
+        first.jm.executor.execute(job, job.coordinator.start(first.clock(), job.all_task_ids(), job.source_task_ids()))
+        first.clock.advance(1.5)
+        first.jm.executor.execute(job, job.coordinator.tick(first.clock()))
+    (pending_id,) = job.coordinator.pending_ids
+    retained = (upload(pending_id, "a.sst", shared=True), upload(pending_id, "MANIFEST", shared=False))
+    first.jm.acknowledge_checkpoint(
+        CheckpointAck("job-1", "gen", 0, job.attempt, pending_id, retained, b"offsets", TaskAckMetrics())
+    )
+    assert job.coordinator.store.latest() is not None
+    with first.jm.lock:
+        first.clock.advance(1.0)
+        first.jm.executor.execute(job, job.coordinator.tick(first.clock()))
+    (crashed_id,) = job.coordinator.pending_ids
+    crashed = (upload(crashed_id, "b.sst", shared=True), upload(crashed_id, "MANIFEST", shared=False))
+    assert first.jm.records.save(job).result()  # then the JobManager dies
+
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 1
+    left = {key for key, _ in second.storage.list(paths.job_dir(job_id))}
+    assert {o.key for o in retained} <= left
+    assert {o.key for o in crashed}.isdisjoint(left)
+    assert paths.job_record(job_id) in left and paths.metadata(job_id, CheckpointId(pending_id)) in left
+    recovered = second.jm.jobs["job-1"].coordinator.store.latest()
+    assert recovered is not None and recovered.checkpoint_id == pending_id
