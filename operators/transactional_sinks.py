@@ -20,15 +20,17 @@ import json
 import re
 import time
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final
 
 from connectors import kafka, postgres
 from operators.base import OperatorContext, Output, StreamOperator
+from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES, EpochRecords, EpochSpill, StreamedList, dumps_streaming
 from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
-from weir.core.config import Endpoints
+from weir.core.config import Endpoints, run_dir
 from weir.core.crashpoints import (
     AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
     AFTER_PRE_COMMIT,
@@ -39,7 +41,7 @@ from weir.core.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS
 from weir.core.errors import Fault, JobDefinitionError, SerializationError, ServiceUnavailableError, WeirError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.metrics import SinkMetrics
-from weir.core.serde import dumps_value, loads_value
+from weir.core.serde import loads_value
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
 """The prefix of every Kafka sink's marker topic (``marker_topic_name``). Before each sink had its own,
@@ -228,20 +230,25 @@ def last_committed_checkpoint(
 @dataclass(frozen=True)
 class SinkSnapshot:
     """A transactional sink's operator state: its ledger and the output of the epochs whose commit
-    may have to be redone from it (by pre-commit checkpoint id)."""
+    may have to be redone from it (by pre-commit checkpoint id). An epoch's output is any iterable:
+    ``to_bytes`` writes it as a list, reading it while writing (a spilled epoch streams from its
+    file); ``from_bytes`` gives lists."""
 
     ledger: LedgerSnapshot
-    epochs: dict[CheckpointId, list[Any]]
+    epochs: Mapping[CheckpointId, Iterable[Any]]
     marker_floor: int | None = None  # Kafka: no marker of a pending epoch lies below this offset
     marker_topic: str | None = None  # Kafka: where marker_floor is; None in snapshots taken before
     marker_partition: int | None = None
 
     def to_bytes(self) -> bytes:
-        return dumps_value(
+        return dumps_streaming(
             {
                 "format": SNAPSHOT_FORMAT,
                 "ledger": self.ledger.to_bytes(),
-                "epochs": [(int(cid), rows) for cid, rows in sorted(self.epochs.items())],
+                "epochs": [
+                    (int(cid), rows if isinstance(rows, list) else StreamedList(rows))
+                    for cid, rows in sorted(self.epochs.items())
+                ],
                 "marker_floor": self.marker_floor,
                 "marker_topic": self.marker_topic,
                 "marker_partition": self.marker_partition,
@@ -271,7 +278,7 @@ class SinkSnapshot:
 @dataclass
 class _Epoch:
     """The output of one ledger transaction, from its first record to its commit: Kafka records in
-    order (a list), or PostgreSQL rows by key (a dict)."""
+    order (``EpochRecords``, a list when restored), or PostgreSQL rows by key (a dict)."""
 
     txn: TransactionId
     items: Any
@@ -426,6 +433,11 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     old producer (which aborts its open transaction), reads which checkpoints the marker topic shows
     committed, and re-produces the others from the snapshot.
 
+    Pending records are held in memory up to ``epoch_memory_bytes`` for all epochs of the subtask
+    together; past it, an epoch's records go to an append-only file of its own under
+    ``spill_directory`` (default: ``epoch-spill`` in the run directory), removed once it commits
+    (``operators/epoch_spill.py``). A snapshot streams them from there.
+
     Each sink of a job has its own marker topic (``marker_topic_name``), kept for ever, and each
     subtask its own partition of it (partition = subtask index), which only its own transactional
     producer writes to: a subtask's recovery waits on no other subtask's or job's transaction."""
@@ -441,14 +453,22 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         marker_replication_factor: int | None = None,
         commit_timeout_s: float = DEFAULT_COMMIT_TIMEOUT_S,
         recovery_timeout_s: float = DEFAULT_RECOVERY_TIMEOUT_S,
+        epoch_memory_bytes: int = DEFAULT_EPOCH_MEMORY_BYTES,
+        spill_directory: Path | None = None,
     ) -> None:
         """``marker_topic`` overrides the sink's own marker topic (tests; subtask i still writes to
         partition i). ``marker_replication_factor`` applies when the sink creates its marker topic:
-        default min(3, brokers)."""
+        default min(3, brokers). ``epoch_memory_bytes`` bounds the pending records held in memory
+        (0: every epoch on disk); ``spill_directory`` is where the rest go."""
         if marker_replication_factor is not None and marker_replication_factor < 1:
             raise JobDefinitionError(
                 f"kafka sink on {topic!r}: marker_replication_factor must be at least 1, got "
                 f"{marker_replication_factor}; leave it unset for min({DEFAULT_MARKER_REPLICATION_FACTOR}, brokers)"
+            )
+        if epoch_memory_bytes < 0:
+            raise JobDefinitionError(
+                f"kafka sink on {topic!r}: epoch_memory_bytes must be at least 0, got {epoch_memory_bytes}; "
+                f"leave it unset for {DEFAULT_EPOCH_MEMORY_BYTES} bytes"
             )
         self._topic = topic
         self._serializer = serializer
@@ -458,6 +478,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self.marker_replication_factor = marker_replication_factor
         self._commit_timeout_s = commit_timeout_s
         self._recovery_timeout_s = recovery_timeout_s
+        self.epoch_memory_bytes = epoch_memory_bytes
+        self.spill_directory = spill_directory
         self._producer: kafka.TransactionalProducer | None = None
         self._in_kafka: _Epoch | None = None  # the epoch whose Kafka transaction is open
         self._in_kafka_since: float | None = None
@@ -475,6 +497,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._marker_topic = self._marker_topic_override or marker_topic_name(ctx.job_id, ctx.uid)
         self._marker_partition = ctx.subtask
         self._marker = MarkerLocation(self._marker_topic, self._marker_partition)
+        root = self.spill_directory if self.spill_directory is not None else run_dir() / "epoch-spill"
+        self._spill = EpochSpill(self._task, root, self.epoch_memory_bytes, ctx.log)
 
     def validate_at_submit(self, endpoints: Endpoints) -> None:
         """At submit, before anything runs: the output topic exists and the marker replication factor
@@ -595,9 +619,9 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         reproduced: list[int] = []
         for entry in pending:
             if done is None or entry.checkpoint_id > done:
-                records = snapshot.epochs[entry.checkpoint_id]
+                records = list(snapshot.epochs[entry.checkpoint_id])
                 stamps = array("q", (ts for _key, _value, ts in records if ts is not None))
-                epoch = _Epoch(entry.txn, list(records), stamps, entry.checkpoint_id)
+                epoch = _Epoch(entry.txn, records, stamps, entry.checkpoint_id)
                 self._produce_and_commit(epoch, Deadline(self._commit_timeout_s))
                 reproduced.append(entry.checkpoint_id)
             self._ledger.committed(entry.txn)
@@ -704,7 +728,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     # Records and barriers -------------------------------------------------------------------------
 
     def _begin_epoch(self) -> _Epoch:
-        epoch = self._current = _Epoch(self._ledger.begin(), [])
+        txn = self._ledger.begin()
+        epoch = self._current = _Epoch(txn, self._spill.epoch(txn.checkpoint_id))
         if self._in_kafka is None:
             self._begin_in_kafka(epoch)
         return epoch
@@ -731,13 +756,15 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._produce_records(epoch)
 
     def _produce_records(self, epoch: _Epoch) -> None:
-        """Hand the epoch's records not yet produced to the producer (its open transaction)."""
+        """Hand the epoch's records so far to the producer (its just opened transaction)."""
         producer = self._producer
-        assert producer is not None
-        topic, items = self._topic, epoch.items
-        for key, value, timestamp in items[self._produced :]:
+        assert producer is not None and self._produced == 0
+        topic = self._topic
+        for key, value, timestamp in epoch.items:
             producer.produce(topic, value, key, timestamp)
-        self._produced = len(items)
+            self._produced += 1
+            if self._produced % _POLL_EVERY == 0:
+                producer.poll()
         producer.poll()
 
     def _pre_commit_in_kafka(self, epoch: _Epoch, deadline: Deadline) -> None:
@@ -791,6 +818,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         else:
             self._produce_and_commit(epoch, deadline)
         self._markers.pop(epoch.txn, None)
+        if isinstance(epoch.items, EpochRecords):
+            epoch.items.discard()  # its spill file, if any, goes now
 
     def _produce_and_commit(self, epoch: _Epoch, deadline: Deadline) -> None:
         self._begin_in_kafka(epoch)
@@ -848,6 +877,9 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
                 self._in_kafka = None
             producer.close()
             self._producer = None
+        spill = getattr(self, "_spill", None)
+        if spill is not None:
+            spill.close()
         super().close()
 
 

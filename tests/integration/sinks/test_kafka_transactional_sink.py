@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import time
+import tracemalloc
 import zlib
 from pathlib import Path
 
@@ -397,3 +398,136 @@ def test_validate_at_submit_names_a_missing_output_topic_and_creates_nothing(kaf
     unreachable = dataclasses.replace(kafka_job.endpoints, kafka_bootstrap="127.0.0.1:1")
     with pytest.raises(ServiceUnavailableError, match="no answer from 127.0.0.1:1"):  # both ask the same way
         sinks[0].validate_at_submit(unreachable)
+
+
+# Epochs larger than the sink's memory bound -------------------------------------------------------
+
+MEMORY_BOUND = 1024 * 1024
+LARGE_VALUE = 1024  # bytes per value: a 20 MiB epoch is 20,480 records
+
+
+def large_values(first: int, last: int) -> list[str]:
+    return [f"v{i}:".ljust(LARGE_VALUE, ".") for i in range(first, last + 1)]
+
+
+def spilling_sink(case: KafkaSinkCase, spill: Path) -> TransactionalKafkaSinkOperator:
+    return case.sink(epoch_memory_bytes=MEMORY_BOUND, spill_directory=spill)
+
+
+def spill_files(spill: Path) -> list[Path]:
+    return sorted(p for p in spill.rglob("*") if p.is_file()) if spill.exists() else []
+
+
+@dataclasses.dataclass(frozen=True)
+class PeakMemory:
+    """Python memory allocated beyond what was held before a step, at its peak (tracemalloc)."""
+
+    bytes: int
+
+    @property
+    def mib(self) -> float:
+        return round(self.bytes / 2**20, 2)
+
+
+class MemoryTrace:
+    def __init__(self) -> None:
+        self.steps: dict[str, PeakMemory] = {}
+
+    def __enter__(self) -> MemoryTrace:
+        tracemalloc.start()
+        self._base = tracemalloc.get_traced_memory()[0]
+        return self
+
+    def step(self, name: str) -> None:
+        """The peak since the previous step, above the memory held when tracing began."""
+        self.steps[name] = PeakMemory(tracemalloc.get_traced_memory()[1] - self._base)
+        tracemalloc.reset_peak()
+
+    def __exit__(self, *exc: object) -> None:
+        tracemalloc.stop()
+
+
+def test_an_epoch_far_above_the_memory_bound_is_committed_once_without_holding_its_records(
+    kafka_case: KafkaSinkCase, tmp_path: Path
+) -> None:
+    """20 MiB in one epoch with a 1 MiB bound: records spill to the epoch's file, the snapshot streams
+    from it, the commit removes it. Before: every record stayed in a list (peak above the epoch)."""
+    spill = tmp_path / "spill"
+    expected = large_values(1, 20 * 1024)
+    epoch_bytes = len(expected) * LARGE_VALUE
+    sink = spilling_sink(kafka_case, spill)
+    sink.open()
+    with MemoryTrace() as trace:
+        for value in expected:
+            sink.process(value, TS)
+        trace.step("process")
+        snapshot = sink.snapshot_state(1)
+        assert snapshot is not None
+        trace.step("snapshot")
+        assert len(spill_files(spill)) == 1  # the epoch's file, until its commit
+        sink.notify_checkpoint_complete(1)
+        trace.step("commit")
+    print({name: peak.mib for name, peak in trace.steps.items()}, "MiB; snapshot", len(snapshot) / 2**20, "MiB")
+    assert trace.steps["process"].bytes < epoch_bytes / 5
+    held = len(snapshot)  # the snapshot's bytes, held by this test from the snapshot on
+    assert trace.steps["snapshot"].bytes - held < epoch_bytes / 4  # the bytes (and BytesIO's slack), not the records
+    assert trace.steps["commit"].bytes - held < epoch_bytes / 5
+    assert spill_files(spill) == []
+    assert sample("weir_sink_records_committed_total", kafka_case) == len(expected)
+    sink.close()
+    assert not spill.exists() or list(spill.iterdir()) == []
+
+    restored = SinkSnapshot.from_bytes(snapshot)
+    assert [len(records) for records in restored.epochs.values()] == [len(expected)]
+    assert kafka_case.values("read_committed") == expected
+    assert committed_markers(kafka_case) == [(1, len(expected))]
+
+
+def test_an_epoch_above_the_memory_bound_is_recovered_once_after_an_abandoned_instance(
+    kafka_case: KafkaSinkCase, tmp_path: Path
+) -> None:
+    """The instance holding a spilled 20 MiB epoch pre-committed at checkpoint 1 is abandoned (no
+    close, its file left behind); recovery from checkpoint 1 re-produces the epoch from the snapshot."""
+    expected = large_values(1, 20 * 1024)
+    abandoned = spilling_sink(kafka_case, tmp_path / "spill")
+    abandoned.open()
+    for value in expected:
+        abandoned.process(value, TS)
+    snapshot = abandoned.snapshot_state(1)
+    assert snapshot is not None
+    assert len(spill_files(tmp_path / "spill")) == 1
+
+    recovered = spilling_sink(kafka_case, tmp_path / "spill")
+    recovered.restore_state(snapshot)
+    recovered.open()
+    feed(recovered, 1, 2)
+    recovered.snapshot_state(2)
+    recovered.notify_checkpoint_complete(2)
+    recovered.close()
+    assert kafka_case.values("read_committed") == expected + values(1, 2)
+    assert len(kafka_case.values("read_uncommitted")) == 2 * len(expected) + 2  # aborted, then redone
+    assert committed_markers(kafka_case) == [(1, len(expected)), (2, 2)]
+
+
+def test_an_epoch_that_waited_on_disk_is_produced_from_its_file_after_the_older_commit(
+    kafka_case: KafkaSinkCase, tmp_path: Path
+) -> None:
+    """Checkpoint 1's notification is late: epoch 2 (3 MiB) waits behind its open transaction and
+    spills; when checkpoint 2 completes, 1 commits, then 2 is produced from its file and committed."""
+    spill = tmp_path / "spill"
+    first, second = large_values(1, 1024), large_values(1025, 4 * 1024)
+    sink = spilling_sink(kafka_case, spill)
+    sink.open()
+    for value in first:
+        sink.process(value, TS)
+    sink.snapshot_state(1)
+    for value in second:
+        sink.process(value, TS)
+    sink.snapshot_state(2)
+    assert kafka_case.values("read_uncommitted") == first  # 2 is only on disk
+    assert len(spill_files(spill)) == 2
+    sink.notify_checkpoint_complete(2)
+    assert spill_files(spill) == []
+    sink.close()
+    assert kafka_case.values("read_committed") == first + second
+    assert committed_markers(kafka_case) == [(1, len(first)), (2, len(second))]
