@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import grpc
 
 from taskmanager.runtime import TaskManagerRuntime
-from weir.core.errors import JobDefinitionError, ProtocolError
+from weir.core.errors import JobDefinitionError, ProtocolError, WeirError
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
 
@@ -24,6 +24,8 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except ProtocolError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except WeirError as exc:  # e.g. a restore handle that cannot be read: said, not UNKNOWN
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
         return taskmanager_pb2.DeployTaskResponse()
 
     def CancelJobTasks(
