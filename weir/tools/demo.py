@@ -27,7 +27,7 @@ from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.supervisor import cluster_dir, kill_process, start_cluster
 
-JOB_FILE = Path(__file__).resolve().parent.parent / "examples" / "keyed_aggregation.py"
+JOB_FILE = Path(__file__).resolve().parents[2] / "examples" / "keyed_aggregation.py"
 TOPICS = {"events": 6, "window-results": 3, "events-dlq": 1}
 TABLE = "window_results"
 
