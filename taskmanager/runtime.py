@@ -22,8 +22,7 @@ from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
-from taskmanager.snapshots import RocksDBSnapshotter, keyed_state_from_document, keyed_state_to_document
-from taskmanager.state import StateBackend, job_state_bounds
+from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
 from weir.core.checkpointing import CheckpointingMode
@@ -124,20 +123,12 @@ class TaskManagerRuntime:
         self.incarnation = uuid.uuid4().hex  # this process: a restart registers as a new incarnation
         self._run_dir = run_dir / taskmanager_id
         self._run_dir.mkdir(parents=True, exist_ok=True)
-        # A fresh database per process start: state of earlier runs comes back only through a restore.
-        db_path = self._run_dir / "state.db"
-        if db_path.exists():
-            shutil.rmtree(db_path)
-        self.state_backend = StateBackend(db_path)
+        # Each keyed task attempt has its own RocksDB under jobs/<job>/; none survives a process start:
+        # state of earlier runs comes back only through a restore.
+        self._jobs_dir = self._run_dir / "jobs"
+        shutil.rmtree(self._jobs_dir, ignore_errors=True)
         self._storage = open_storage(checkpoint_dir())
         self._paths = CheckpointPaths()
-        self.snapshotter = RocksDBSnapshotter(
-            self.state_backend,
-            self._storage,
-            self._paths,
-            TaskManagerId(taskmanager_id),
-            work_dir=self._run_dir / "snapshots",
-        )
         # The async phase of a task's operator state: its object written, then the acknowledgement.
         self._state_writes = ThreadPoolExecutor(4, thread_name_prefix="operator-state-write")
         self.tasks: dict[TaskAddress, Task] = {}
@@ -227,8 +218,6 @@ class TaskManagerRuntime:
             parameters=dict(req.parameters),
             writers=writers,
             gate=gate,
-            state_backend=self.state_backend,
-            snapshotter=self.snapshotter,
             callbacks=TaskCallbacks(
                 on_state=self._on_task_state,
                 on_checkpoint=self._on_checkpoint,
@@ -242,12 +231,7 @@ class TaskManagerRuntime:
             user_code_files=frozenset({req.job_file_name}),
             cancelled=cancelled,
             read_state_object=self._storage.get_bytes,
-        )
-        # Before the task restores: a newer attempt forgets which uploads it may reuse.
-        self.snapshotter.start_attempt(
-            JobId(addr.job_id),
-            addr.attempt,
-            [restore.keyed_state] if restore is not None and restore.keyed_state is not None else (),
+            open_keyed_state=lambda: self._open_keyed_state(addr),
         )
         with self._lock:
             self.tasks[addr] = task
@@ -268,6 +252,11 @@ class TaskManagerRuntime:
         )
         task.start()
 
+    def _open_keyed_state(self, addr: TaskAddress) -> TaskKeyedState:
+        """The RocksDB of one task attempt: ``jobs/<job>/<vertex>-<subtask>-<attempt>``."""
+        directory = self._jobs_dir / addr.job_id / f"{addr.vertex_uid}-{addr.subtask}-{addr.attempt}"
+        return TaskKeyedState(directory, self._storage, self._paths, TaskManagerId(self.id))
+
     def _restore_of(self, addr: TaskAddress, req: taskmanager_pb2.DeployTaskRequest) -> ChainRestore | None:
         """The handles a subtask restores from, decoded from its task-state document (None: fresh start)."""
         if not req.restore_state_handle:
@@ -287,13 +276,12 @@ class TaskManagerRuntime:
             self.forget_job(job_id)
 
     def forget_job(self, job_id: str) -> None:
-        """The job is over here: drop its snapshot bookkeeping, restore cache entries and local
-        snapshots, and its keyed state in this TaskManager's database (unless a task of it still runs)."""
+        """The job is over here (unless a task of it still runs): delete its local state directory.
+        Each task deletes its own database when it ends; this removes what a task that never ran left."""
         with self._lock:
             if any(a.job_id == job_id for a in self.tasks):
                 return
-        self.snapshotter.forget_job(JobId(job_id))
-        self.state_backend.delete_prefix_range(*job_state_bounds(job_id))
+        shutil.rmtree(self._jobs_dir / job_id, ignore_errors=True)
         log.info("job_forgotten", job_id=job_id, taskmanager_id=self.id)
 
     def cancel_attempt(self, job_id: str, attempt: int, wait_s: float = 10.0) -> None:
@@ -346,11 +334,13 @@ class TaskManagerRuntime:
         return True
 
     def notify_checkpoint(self, job_id: str, attempt: int, checkpoint_id: int, complete: bool) -> None:
-        if complete:
-            self.snapshotter.notify_checkpoint_complete(JobId(job_id), CheckpointId(checkpoint_id), attempt=attempt)
-        else:
-            self.snapshotter.notify_checkpoint_aborted(JobId(job_id), CheckpointId(checkpoint_id), attempt=attempt)
         for task in self.tasks_of_job(job_id, attempt):
+            if task.keyed_state is not None:
+                snapshotter, cid = task.keyed_state.snapshotter, CheckpointId(checkpoint_id)
+                if complete:
+                    snapshotter.notify_checkpoint_complete(JobId(job_id), cid, attempt=attempt)
+                else:
+                    snapshotter.notify_checkpoint_aborted(JobId(job_id), cid, attempt=attempt)
             if complete:
                 task.notify_checkpoint_complete(checkpoint_id)
             else:
@@ -423,11 +413,6 @@ class TaskManagerRuntime:
         if failure is not None:
             request.failure.CopyFrom(failure_to_proto(failure))
         self._reports.put(StateReport(request))
-        if state is TaskState.RUNNING:
-            with self._lock:
-                restoring = any(t.state is TaskState.DEPLOYING for t in self.tasks.values())
-            if not restoring:  # every task deployed here has restored: the downloaded SSTs can go
-                self.snapshotter.clear_restore_cache()
         if state.terminal:
             with self._lock:
                 self._gates.pop(addr, None)
@@ -509,7 +494,9 @@ class TaskManagerRuntime:
             self._on_decline(addr, snapshot.checkpoint_id, too_large)
             return
         self._reports.put(AckReport(request))
-        STATE_SIZE_BYTES.labels(self.id).set(self.snapshotter.live_sst_bytes())
+        with self._lock:
+            databases = [t.keyed_state for t in self.tasks.values() if t.keyed_state is not None]
+        STATE_SIZE_BYTES.labels(self.id).set(sum(d.live_sst_bytes() for d in databases))
 
     def _on_input_ended(self, addr: TaskAddress) -> None:
         self._reports.put(
@@ -649,5 +636,7 @@ class TaskManagerRuntime:
             t.join(5)
         self._state_writes.shutdown(wait=True)  # acknowledgements still being stored go out first
         self._reports.put(StopReporting())
-        self.snapshotter.close()
-        self.state_backend.close()
+        with self._lock:
+            keyed = [t.keyed_state for t in tasks if t.keyed_state is not None]
+        for state in keyed:  # a task still running after its join: its database goes anyway
+            state.discard()

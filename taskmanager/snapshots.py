@@ -1,4 +1,4 @@
-"""Incremental snapshots of the TaskManager's RocksDB to the checkpoint storage, and restores from them.
+"""Incremental snapshots of a task's RocksDB to the checkpoint storage, and restores from them.
 
 A snapshot has a synchronous part on the task thread (flush the memtable, create a RocksDB checkpoint:
 hard links, milliseconds) and an asynchronous part on a background thread (upload the files). SST files
@@ -8,13 +8,15 @@ files of a checkpoint the task was told completed (or of the one its attempt res
 is the JobManager's contract for reused keys; an SST still uploading for a checkpoint in flight is
 uploaded again under the new checkpoint's key (keys carry the uploading checkpoint id, see ``weir.core.paths``).
 
-One database holds the state of every subtask on the TaskManager. Each subtask snapshots at its own
-barrier: subtasks of one checkpoint share a local RocksDB checkpoint only when nothing was written in
-between (same sequence number). Sharing one taken at an earlier subtask's barrier would lose what a later
-subtask wrote before its own barrier.
+Each task attempt with keyed operators has its own database and snapshotter (``TaskKeyedState``), so a
+snapshot holds only that subtask's key groups and uploads only its files. (A snapshotter over a database
+shared by several subtasks still works: subtasks of one checkpoint share a local RocksDB checkpoint only
+when nothing was written in between, same sequence number.)
 
-A restore opens each needed snapshot as a read-only database built from its downloaded files, and copies
-the restored subtask's key ranges into the live database after deleting those ranges.
+A restore downloads only the files of the handles overlapping the wanted ranges, opens each snapshot as a
+read-only database built from them, and copies the restored subtask's key ranges into the live database
+after deleting those ranges. With one database per subtask that is the handle of the subtask's own
+earlier attempt (at a rescale, the handles of the subtasks whose ranges overlap).
 
 What may be reused is the subject of ``RocksDBSnapshotter``'s docstring: a reused key the JobManager has
 deleted makes it abort the checkpoint (``released_state``), and a TaskManager that keeps reusing it aborts
@@ -273,7 +275,7 @@ class _UploadPlan:
 
 
 class RocksDBSnapshotter:
-    """Snapshots and restores the keyed state of one TaskManager's ``StateBackend``.
+    """Snapshots and restores the keyed state of one ``StateBackend`` (one task attempt's database).
 
     Thread-safe: task threads call ``begin`` and ``restore`` concurrently; uploads and downloads run on
     ``transfer_threads`` background threads; notifications and ``forget_job`` come from RPC threads.
@@ -415,8 +417,8 @@ class RocksDBSnapshotter:
         cache entries, and its local snapshots (each once its running upload, if any, is over: an upload
         that finishes later records nothing). Idempotent.
 
-        Call it once no subtask of the job runs or restores on this TaskManager. The job's keys in the
-        shared database are not the snapshotter's (``StateBackend``); it owns no per-job directory.
+        Call it once no subtask of the job runs or restores on this database. The job's keys in the
+        database are not the snapshotter's (``StateBackend``); it owns no per-job directory.
         """
         with self._lock:
             book = self._books.pop(job_id, None)
@@ -837,3 +839,50 @@ def _link_or_copy(source: Path, target: Path) -> None:
         os.link(source, target)
     except OSError:
         shutil.copyfile(source, target)
+
+
+class TaskKeyedState:
+    """The keyed state of one task attempt: its own RocksDB, and the snapshotter of that database only.
+
+    A snapshot therefore uploads only the files of this subtask's key groups, and a restore from its
+    handle downloads only those. ``discard`` (when the task ends) waits for uploads still running, then
+    deletes the database and its snapshot directories.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        storage: CheckpointStorage,
+        paths: CheckpointPaths,
+        taskmanager_id: TaskManagerId,
+        *,
+        transfer_threads: int = 2,
+    ) -> None:
+        shutil.rmtree(directory, ignore_errors=True)  # a fresh database: state returns only by a restore
+        self.directory = directory
+        self.backend = StateBackend(directory / "state.db")
+        self.snapshotter = RocksDBSnapshotter(
+            self.backend,
+            storage,
+            paths,
+            taskmanager_id,
+            work_dir=directory / "snapshots",
+            transfer_threads=transfer_threads,
+        )
+        self._lock = threading.Lock()
+        self._discarded = False
+
+    def live_sst_bytes(self) -> int:
+        """The database's SST bytes; 0 once discarded."""
+        with self._lock:
+            return 0 if self._discarded else self.snapshotter.live_sst_bytes()
+
+    def discard(self) -> None:
+        """Close and delete the database once its running uploads are over. Idempotent."""
+        with self._lock:
+            if self._discarded:
+                return
+            self._discarded = True
+        self.snapshotter.close()
+        self.backend.close()
+        shutil.rmtree(self.directory, ignore_errors=True)

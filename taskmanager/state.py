@@ -1,4 +1,4 @@
-"""Keyed state in RocksDB (rocksdict), one database per TaskManager.
+"""Keyed state in RocksDB (rocksdict), one database per task attempt with keyed operators.
 
 A state entry is addressed by operator uid + key group + state name + key (+ a namespace such as a
 window), so a subtask's state is a set of contiguous key ranges: ``uid\\0 | key group (2 bytes)``.
@@ -23,7 +23,7 @@ _PICKLE = pickle.HIGHEST_PROTOCOL
 
 
 class StateBackend:
-    """The TaskManager's RocksDB database."""
+    """One RocksDB database: the keyed state of one task attempt (``taskmanager.snapshots.TaskKeyedState``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -31,7 +31,7 @@ class StateBackend:
         options = Options(raw_mode=True)
         options.create_if_missing(True)
         self.db = Rdict(str(path), options)
-        self.lock = threading.Lock()  # serialises WriteBatch writes and checkpoints across subtasks
+        self.lock = threading.Lock()  # serialises WriteBatch writes and checkpoints across threads
 
     def keyed_store(
         self, uid: str, cache_limit: int = 50_000, key_groups: tuple[int, int] | None = None
@@ -62,11 +62,6 @@ class StateBackend:
     def destroy(self) -> None:
         self.close()
         shutil.rmtree(self.path, ignore_errors=True)
-
-
-def job_state_bounds(job_id: str) -> tuple[bytes, bytes]:
-    """The RocksDB key range [start, end) of every operator's keyed state of one job."""
-    return f"{job_id}/".encode(), f"{job_id}0".encode()  # "0" is the byte after "/"
 
 
 def key_group_range_bounds(namespace: str, first: int, last: int) -> tuple[bytes, bytes]:

@@ -52,7 +52,7 @@ from taskmanager.network import (
     watermark_message,
     watermark_status_message,
 )
-from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotError
+from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState
 from weir.core.checkpointing import CheckpointKind
 from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, WeirError
@@ -207,8 +207,6 @@ class Task:
         parameters: dict[str, str],
         writers: list[RecordWriter],
         gate: InputGate | None,
-        state_backend: Any,
-        snapshotter: RocksDBSnapshotter,
         callbacks: TaskCallbacks,
         taskmanager_id: str,
         restore: ChainRestore | None,
@@ -217,6 +215,7 @@ class Task:
         user_code_files: frozenset[str] = frozenset(),
         cancelled: threading.Event | None = None,
         read_state_object: Callable[[str], bytes] | None = None,
+        open_keyed_state: Callable[[], TaskKeyedState] | None = None,
     ) -> None:
         self.address = address
         self._plan = plan
@@ -230,8 +229,6 @@ class Task:
         self._restore_checkpoint_id = restore_checkpoint_id
         self._read_state_object = read_state_object  # a stored operator-state object, by its key
         self._user_code_files = user_code_files  # the job file: an exception raised through it is the user's
-        self._snapshotter = snapshotter
-        self._state_backend = state_backend
         self._mailbox = Mailbox(gate.condition if gate is not None else None)
         self.cancelled = cancelled if cancelled is not None else threading.Event()  # also read by the channels
         self.state = TaskState.DEPLOYING
@@ -255,6 +252,14 @@ class Task:
         self.chain = OperatorChain(
             vertex, lambda uid: graph.transformations[uid].factory(), self._network_outputs, self._context_of
         )
+        # A chain with keyed operators gets a RocksDB of its own, deleted when the task ends.
+        self.keyed_state: TaskKeyedState | None = None
+        if self.chain.keyed_operators:
+            if open_keyed_state is None:
+                raise SnapshotError(f"task {address}: its chain has keyed operators but it was given no state backend")
+            self.keyed_state = open_keyed_state()
+            for op in self.chain.operators:
+                op.ctx.state = self.keyed_state.backend
         self._input: ChainInput | None = None
         self._aligner: BarrierAligner | None = None
         if gate is not None:
@@ -297,7 +302,7 @@ class Task:
             attempt=address.attempt,
             key_group_range=self.key_group_range,
             parameters=self._parameters,
-            state=self._state_backend,
+            state=None,  # the task's keyed state backend, bound once the chain is built
             log=self._log.bind(operator_uid=uid),
             metrics=self.metrics,
         )
@@ -331,8 +336,6 @@ class Task:
                 raise Cancelled()
             if self._restore is not None:
                 self._restore_state(self._restore)
-            else:
-                self._clear_keyed_state()
             # A cancelled attempt must not reach its operators' open(): a sink's recovery there would
             # resolve transactions that by now belong to a newer attempt.
             if self.cancelled.is_set():
@@ -370,6 +373,7 @@ class Task:
                 w.close()
             if self._gate is not None:
                 self._gate.close()
+            self._discard_keyed_state()
             self._sync_metrics()
             with self._backpressure_lock:  # this attempt's series go; a sampler must not bring them back
                 self._metrics_removed = True
@@ -384,19 +388,26 @@ class Task:
             for op in self.chain.keyed_operators
         ]
 
-    def _clear_keyed_state(self) -> None:
-        """A fresh start: state an earlier attempt of this job left in the shared database must not leak
-        into this one (a restore deletes and rewrites the same ranges instead)."""
-        for namespace, key_groups in self._keyed_ranges():
-            self._state_backend.keyed_store(namespace).clear_key_groups(key_groups.start, key_groups.end)
+    def _discard_keyed_state(self) -> None:
+        """The task is over: its database goes (after the uploads of its snapshots in flight)."""
+        if self.keyed_state is None:
+            return
+        try:
+            self.keyed_state.discard()
+        except Exception as exc:
+            self._log.warning("keyed_state_discard_failed", error=str(exc))
 
     def _restore_state(self, restore: ChainRestore) -> None:
         """Keyed state back into RocksDB (only this subtask's key groups), then each operator's own
         state, read from checkpoint storage when it was too large to stay inline."""
         restored_entries = 0
-        if restore.keyed_state is not None:
-            result = self._snapshotter.restore([restore.keyed_state], self._keyed_ranges())
-            restored_entries = result.entries
+        if self.keyed_state is not None:
+            snapshotter = self.keyed_state.snapshotter
+            handles = [restore.keyed_state] if restore.keyed_state is not None else []
+            snapshotter.start_attempt(JobId(self.address.job_id), self.address.attempt, handles)
+            if handles:
+                restored_entries = snapshotter.restore(handles, self._keyed_ranges()).entries
+                snapshotter.clear_restore_cache()
         if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
             raise Cancelled()
         states = read_operator_states(restore.operator_state, self._read_stored_state)
@@ -661,14 +672,14 @@ class Task:
         ranges = self._keyed_ranges()
         operators_s = time.perf_counter() - started
         self._log.info("checkpoint_barrier_forwarded", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
-        if not ranges:
+        if not ranges or self.keyed_state is None:
             snapshot = ChainSnapshot(self.address, cid, states, kg, None, request.kind)
             self._callbacks.on_checkpoint(
                 self.address, CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0)
             )
             self._log.info("checkpoint_acknowledged", checkpoint_id=cid, sync_s=round(operators_s, 4))
             return
-        future = self._snapshotter.begin(
+        future = self.keyed_state.snapshotter.begin(
             JobId(self.address.job_id), cid, ranges, request.kind.value, attempt=self.address.attempt
         )
 

@@ -36,7 +36,7 @@ LATE_RECORDS_DROPPED = Counter(
 )
 TASKS_RUNNING = Gauge("weir_taskmanager_tasks_running", "Tasks running on this TaskManager", ("taskmanager",))
 STATE_SIZE_BYTES = Gauge(
-    "weir_taskmanager_state_size_bytes", "Live SST bytes of the TaskManager's RocksDB", ("taskmanager",)
+    "weir_taskmanager_state_size_bytes", "Live SST bytes of the TaskManager's keyed-state databases", ("taskmanager",)
 )
 
 

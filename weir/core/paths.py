@@ -9,7 +9,7 @@ Ids are zero-padded so that listing a folder returns checkpoints in id order. A 
     <prefix>/<job>/savepoints/sp-00000000000000000043/_metadata
     <prefix>/<job>/shared/<tm>/<db>/00000000000000000042-000123.sst        SST shared by checkpoints
 
-``<db>`` is the incarnation of the TaskManager's RocksDB (a new one each time the database is created).
+``<db>`` is the incarnation of one task attempt's RocksDB (a new one each time a database is created).
 SST file numbers are unique within one incarnation, and the uploading checkpoint id is part of a shared
 key so that an upload never lands on a key the JobManager may still be deleting for an aborted
 checkpoint. The other files of a RocksDB checkpoint (MANIFEST, CURRENT, OPTIONS, WAL) are small and

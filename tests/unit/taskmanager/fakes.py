@@ -10,8 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operators.base import SourceOperator, StreamOperator
+from operators.keyed import ReduceOperator
 from taskmanager.network import InputGate, RecordWriter, read_buffer
 from taskmanager.partitioners import RebalancePartitioner
+from taskmanager.snapshots import TaskKeyedState
 from taskmanager.task import CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.core.failures import Failure
 from weir.core.ids import SubtaskIndex
@@ -143,7 +145,9 @@ def writer_to(channel: FakeChannel) -> RecordWriter:
     )
 
 
-def three_vertex_graph(journal: Journal, source_values: list[Any] | None = None) -> LogicalGraph:
+def three_vertex_graph(
+    journal: Journal, source_values: list[Any] | None = None, *, keyed: bool = False
+) -> LogicalGraph:
     """``src -> map`` (chained) ``-hash-> op -> sink`` (chained) ``-hash-> down``."""
     graph = LogicalGraph("test-job", 1, 128)
 
@@ -152,7 +156,10 @@ def three_vertex_graph(journal: Journal, source_values: list[Any] | None = None)
 
     add("src", OperatorKind.SOURCE, lambda: ListSource(journal, source_values or []))
     add("map", OperatorKind.ONE_INPUT, lambda: Recording(journal, "map", lambda v: v * 10))
-    add("op", OperatorKind.ONE_INPUT, lambda: Recording(journal, "op"))
+    if keyed:  # "op" sums the values of each key in its keyed state
+        add("op", OperatorKind.ONE_INPUT, lambda: ReduceOperator(lambda a, b: a + b, lambda v: v))
+    else:
+        add("op", OperatorKind.ONE_INPUT, lambda: Recording(journal, "op"))
     add("sink", OperatorKind.SINK, lambda: Recording(journal, "sink"))
     add("down", OperatorKind.SINK, lambda: Recording(journal, "down"))
     graph.connect(Edge("src", "map", Partitioning.FORWARD))
@@ -177,9 +184,16 @@ class Harness:
         self.journal.wait_for(lambda: self.task.state is state)
 
 
-def make_task(vertex_uid: str, channels: int = 2, source_values: list[Any] | None = None) -> Harness:
+def make_task(
+    vertex_uid: str,
+    channels: int = 2,
+    source_values: list[Any] | None = None,
+    *,
+    open_keyed_state: Callable[[], TaskKeyedState] | None = None,
+) -> Harness:
+    """``open_keyed_state``: "op" is a keyed (reduce) operator with that state backend."""
     journal = Journal()
-    plan = build_plan(three_vertex_graph(journal, source_values))
+    plan = build_plan(three_vertex_graph(journal, source_values, keyed=open_keyed_state is not None))
     vertex = plan.vertices[vertex_uid]
     gate = InputGate([0] * channels, initial_credits=100) if vertex.inputs else None
     out = FakeChannel()
@@ -206,11 +220,10 @@ def make_task(vertex_uid: str, channels: int = 2, source_values: list[Any] | Non
         parameters={},
         writers=[writer_to(out)],
         gate=gate,
-        state_backend=None,
-        snapshotter=None,  # type: ignore[arg-type]  # no keyed operator: never asked
         callbacks=TaskCallbacks(on_state, on_checkpoint, on_decline, on_input_ended),
         taskmanager_id="tm-test",
         restore=None,
         restore_checkpoint_id=0,
+        open_keyed_state=open_keyed_state,
     )
     return Harness(journal, task, gate, out, acks)

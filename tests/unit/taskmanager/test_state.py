@@ -171,15 +171,3 @@ def test_eviction_ends_cache_completeness_and_keeps_every_value(state_backend: S
         store.put("v", i % 128, str(i).encode(), i)
     assert not store.cache_is_complete  # evicted past 10 entries: misses go to the database again
     assert [store.get("v", i % 128, str(i).encode()) for i in range(25)] == list(range(25))
-
-
-def test_a_jobs_state_bounds_cover_its_namespaces_and_no_other_jobs() -> None:
-    from taskmanager.state import job_state_bounds, key_group_range_bounds
-    from weir.core.keygroups import state_namespace
-
-    start, end = job_state_bounds("job-1")
-    inside = key_group_range_bounds(state_namespace("job-1", "window"), 0, 127)
-    assert start <= inside[0] and inside[1] <= end
-    for other in ("job-10", "job-1a", "job-0", "job-2"):
-        first, last = key_group_range_bounds(state_namespace(other, "window"), 0, 127)
-        assert last <= start or first >= end, other
