@@ -24,6 +24,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
+from weir.core.documents import load_versioned
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus
@@ -76,15 +77,9 @@ class JobRecord:
 
     @classmethod
     def from_json(cls, data: bytes, where: str = "job record") -> JobRecord:
-        try:
-            document = json.loads(data)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise SerializationError(
-                f"{where} is not JSON ({exc}); was it written by a Weir older than format 1?"
-            ) from exc
-        if not isinstance(document, dict) or document.get("format") != RECORD_FORMAT:
-            found = document.get("format") if isinstance(document, dict) else type(document).__name__
-            raise SerializationError(f"{where} has format {found!r}; this Weir reads format {RECORD_FORMAT}")
+        document = load_versioned(
+            data, where, RECORD_FORMAT, "was it written by a Weir older than format 1? It is left as it is"
+        )
         try:
             sub = document["submission"]
             submission = JobSubmission(

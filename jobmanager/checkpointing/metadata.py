@@ -26,6 +26,7 @@ from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.errors import CheckpointProtocolError
 from weir.core.checkpointing import CheckpointKind
+from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
@@ -57,28 +58,20 @@ def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
 def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
     """The checkpoint whose metadata object ``key`` holds ``data``; a SerializationError naming the
     key when the document is of another format or malformed."""
+    document = load_versioned(
+        data,
+        f"checkpoint metadata {key}",
+        METADATA_FORMAT,
+        "written by another Weir version, or damaged; recover the job with the Weir version that wrote it",
+    )
     try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SerializationError(
-            f"checkpoint metadata {key} is not a JSON document ({exc}): written by another Weir version, or damaged"
-        ) from exc
-    if not isinstance(document, dict):
-        raise SerializationError(f"checkpoint metadata {key} is not a JSON object")
-    version = document.get("format")
-    if version != METADATA_FORMAT:
-        raise SerializationError(
-            f"checkpoint metadata {key} has format {version!r}; this Weir reads format {METADATA_FORMAT}: "
-            "recover the job with the Weir version that wrote it"
-        )
-    try:
-        job_id = JobId(_typed(document["job_id"], str))
+        job_id = JobId(typed(document["job_id"], str))
         return CompletedCheckpoint(
-            checkpoint_id=CheckpointId(_typed(document["checkpoint_id"], int)),
+            checkpoint_id=CheckpointId(typed(document["checkpoint_id"], int)),
             job_id=job_id,
-            trigger_timestamp=float(_number(document["trigger_timestamp"])),
-            completion_timestamp=float(_number(document["completion_timestamp"])),
-            task_states=tuple(_task_state(job_id, task) for task in _typed(document["tasks"], list)),
+            trigger_timestamp=float(number(document["trigger_timestamp"])),
+            completion_timestamp=float(number(document["completion_timestamp"])),
+            task_states=tuple(_task_state(job_id, task) for task in typed(document["tasks"], list)),
             metadata_key=key,
             kind=CheckpointKind(document["kind"]),
         )
@@ -88,28 +81,14 @@ def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
 
 def _task_state(job_id: JobId, task: Any) -> TaskStateHandle:
     return TaskStateHandle(
-        task_id=TaskId(
-            job_id, OperatorUid(_typed(task["vertex_uid"], str)), SubtaskIndex(_typed(task["subtask"], int))
-        ),
+        task_id=TaskId(job_id, OperatorUid(typed(task["vertex_uid"], str)), SubtaskIndex(typed(task["subtask"], int))),
         objects=tuple(
-            StateObject(_typed(o["key"], str), _typed(o["size_bytes"], int), _typed(o["reused"], bool))
-            for o in _typed(task["objects"], list)
+            StateObject(typed(o["key"], str), typed(o["size_bytes"], int), typed(o["reused"], bool))
+            for o in typed(task["objects"], list)
         ),
-        inline_payload=base64.b64decode(_typed(task["state_handle"], str), validate=True),
-        sink_precommit=base64.b64decode(_typed(task["sink_precommit"], str), validate=True),
+        inline_payload=base64.b64decode(typed(task["state_handle"], str), validate=True),
+        sink_precommit=base64.b64decode(typed(task["sink_precommit"], str), validate=True),
     )
 
 
 _T = TypeVar("_T")
-
-
-def _typed(value: Any, kind: type[_T]) -> _T:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TypeError(f"expected {kind.__name__}, got {value!r}")
-    return value
-
-
-def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise TypeError(f"expected a number, got {value!r}")
-    return float(value)

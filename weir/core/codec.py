@@ -6,13 +6,16 @@ new enum value fails loudly (``assert_never``) instead of falling through.
 
 from __future__ import annotations
 
-from typing import assert_never
+from collections.abc import Mapping
+from typing import TypeVar, assert_never
 
 from weir.core.checkpointing import CheckpointingMode, CheckpointKind, CheckpointStatus
 from weir.core.errors import Fault, ProtocolError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.wire import common_pb2, jobmanager_pb2
+
+_V = TypeVar("_V")
 
 # Fault ---------------------------------------------------------------------------------------------
 
@@ -159,13 +162,7 @@ _JOB_STATUSES_BACK: dict[jobmanager_pb2.JobStatus, JobStatus] = {
 
 
 def job_status_from_proto(value: jobmanager_pb2.JobStatus) -> JobStatus:
-    status = _JOB_STATUSES_BACK.get(value)
-    if status is None:
-        raise ProtocolError(
-            f"a job without a known status ({_enum_name(jobmanager_pb2.JobStatus, value)}): "
-            "the JobManager and this client run different versions"
-        )
-    return status
+    return _decode(_JOB_STATUSES_BACK, value, jobmanager_pb2.JobStatus, "a job without a known status")
 
 
 # Checkpoint status ---------------------------------------------------------------------------------
@@ -189,13 +186,19 @@ _CHECKPOINT_STATUSES_BACK: dict[jobmanager_pb2.CheckpointStatus, CheckpointStatu
 
 
 def checkpoint_status_from_proto(value: jobmanager_pb2.CheckpointStatus) -> CheckpointStatus:
-    status = _CHECKPOINT_STATUSES_BACK.get(value)
-    if status is None:
+    return _decode(
+        _CHECKPOINT_STATUSES_BACK, value, jobmanager_pb2.CheckpointStatus, "a checkpoint without a known status"
+    )
+
+
+def _decode(back: Mapping[int, _V], value: int, enum_type: object, what: str) -> _V:
+    """The domain value of a wire enum value; ProtocolError (the peer runs another version) if none."""
+    found = back.get(value)
+    if found is None:
         raise ProtocolError(
-            f"a checkpoint without a known status ({_enum_name(jobmanager_pb2.CheckpointStatus, value)}): "
-            "the JobManager and this client run different versions"
+            f"{what} ({_enum_name(enum_type, value)}): the JobManager and this client run different versions"
         )
-    return status
+    return found
 
 
 def _enum_name(enum_type: object, value: int) -> str:

@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
+from weir.core.documents import load_versioned, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, KeyGroup
 from weir.core.keygroups import KeyGroupRange
@@ -146,20 +147,9 @@ def encode_task_state(document: TaskStateDocument) -> bytes:
 
 def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
     """The document in ``data``; ``where`` names it in errors (e.g. the metadata key and the task)."""
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SerializationError(
-            f"task state {where} is not a JSON document ({exc}): written by another Weir version?"
-        ) from exc
-    if not isinstance(document, dict):
-        raise SerializationError(f"task state {where} is not a JSON object")
-    version = document.get("format")
-    if version != TASK_STATE_FORMAT:
-        raise SerializationError(
-            f"task state {where} has format {version!r}; this Weir reads format {TASK_STATE_FORMAT}: "
-            "restore it with the Weir version that wrote it"
-        )
+    document = load_versioned(
+        data, f"task state {where}", TASK_STATE_FORMAT, "restore it with the Weir version that wrote it"
+    )
     try:
         task = document["task"]
         start, end = document["key_group_range"]
@@ -167,12 +157,12 @@ def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
         if keyed is not None and not isinstance(keyed, dict):
             raise TypeError("keyed_state must be an object or null")
         return TaskStateDocument(
-            job_id=_typed(task["job_id"], str),
-            vertex_uid=_typed(task["vertex_uid"], str),
-            subtask=_typed(task["subtask"], int),
-            attempt=_typed(task["attempt"], int),
-            checkpoint_id=CheckpointId(_typed(document["checkpoint_id"], int)),
-            key_group_range=KeyGroupRange(KeyGroup(_typed(start, int)), KeyGroup(_typed(end, int))),
+            job_id=typed(task["job_id"], str),
+            vertex_uid=typed(task["vertex_uid"], str),
+            subtask=typed(task["subtask"], int),
+            attempt=typed(task["attempt"], int),
+            checkpoint_id=CheckpointId(typed(document["checkpoint_id"], int)),
+            key_group_range=KeyGroupRange(KeyGroup(typed(start, int)), KeyGroup(typed(end, int))),
             operator_state=_operator_state(document["operator_state"]),
             keyed_state=keyed,
         )
@@ -188,14 +178,14 @@ def _operator_state(value: Any) -> OperatorStateHandle:
         if not isinstance(inline, dict):
             raise TypeError("operator_state.inline must be an object")
         return InlineOperatorState(
-            {_typed(uid, str): base64.b64decode(_typed(b64, str), validate=True) for uid, b64 in inline.items()}
+            {typed(uid, str): base64.b64decode(typed(b64, str), validate=True) for uid, b64 in inline.items()}
         )
     stored = value["object"]
     handle = StoredOperatorState(
-        key=_typed(stored["key"], str),
-        size_bytes=_typed(stored["size_bytes"], int),
+        key=typed(stored["key"], str),
+        size_bytes=typed(stored["size_bytes"], int),
         slices=tuple(
-            OperatorStateSlice(_typed(s["operator_uid"], str), _typed(s["offset"], int), _typed(s["length"], int))
+            OperatorStateSlice(typed(s["operator_uid"], str), typed(s["offset"], int), typed(s["length"], int))
             for s in stored["slices"]
         ),
     )
@@ -208,9 +198,3 @@ def _operator_state(value: Any) -> OperatorStateHandle:
 
 
 _T = TypeVar("_T")
-
-
-def _typed(value: Any, kind: type[_T]) -> _T:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise TypeError(f"expected {kind.__name__}, got {value!r}")
-    return value
