@@ -5,14 +5,30 @@ Records travel as ``(value, timestamp)``; the timestamp is event time in epoch m
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import structlog
 
 from weir.core.config import Endpoints
+from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroupRange
+
+
+class StateNotRedistributableError(JobDefinitionError):
+    """An operator's state cannot be handed to a job at another parallelism."""
+
+
+@dataclass(frozen=True)
+class InheritedState:
+    """One old subtask's state of this operator (its ``snapshot_state`` bytes), from a retained
+    checkpoint restored into a new job (``weir run --from-checkpoint``), with where that subtask sat."""
+
+    subtask: int
+    parallelism: int
+    key_group_range: KeyGroupRange
+    data: bytes
 
 
 class Output(Protocol):
@@ -82,7 +98,30 @@ class StreamOperator:
         return None
 
     def restore_state(self, data: bytes) -> None:
-        """Load what ``snapshot_state`` returned in the restored checkpoint."""
+        """Load what ``snapshot_state`` returned in the restored checkpoint (a restart of this job:
+        the same subtask at the same parallelism)."""
+
+    def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
+        """Take this operator's state from a retained checkpoint of another job, restored at this
+        subtask's parallelism, which may differ: ``states`` holds the state of every old subtask of
+        the operator (a union), and the operator keeps what is this subtask's own.
+
+        The default suits state that belongs to one subtask index: at the same parallelism it is
+        restored as by ``restore_state``; at another one, state that cannot be split raises
+        StateNotRedistributableError. Operators whose state can be split override this."""
+        if not states:
+            return
+        old_parallelism = states[0].parallelism
+        if old_parallelism == self.ctx.parallelism:
+            for state in states:
+                if state.subtask == self.ctx.subtask:
+                    self.restore_state(state.data)
+            return
+        raise StateNotRedistributableError(
+            f"operator {self.ctx.uid!r} ({type(self).__name__}) keeps per-subtask state that cannot be "
+            f"redistributed from parallelism {old_parallelism} to {self.ctx.parallelism}: restore it at "
+            f"parallelism {old_parallelism}"
+        )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         """Checkpoint ``checkpoint_id`` completed on every task: commit what it covers."""

@@ -7,7 +7,7 @@ from typing import Any
 
 from operators.base import StreamOperator
 from operators.basic import _TimestampedCollector
-from weir.core.keygroups import KeyEncoder, key_to_bytes, state_namespace
+from weir.core.keygroups import KeyEncoder, key_to_bytes
 
 
 class KeyedOperator(StreamOperator):
@@ -23,9 +23,7 @@ class KeyedOperator(StreamOperator):
 
     def open(self) -> None:
         key_groups = self.ctx.key_group_range
-        self.store = self.ctx.state.keyed_store(
-            state_namespace(self.ctx.job_id, self.ctx.uid), key_groups=(key_groups.start, key_groups.end)
-        )
+        self.store = self.ctx.state.keyed_store(self.ctx.uid, key_groups=(key_groups.start, key_groups.end))
         self._keys = KeyEncoder(self.ctx.max_parallelism)
 
     def set_current_key(self, value: Any) -> None:

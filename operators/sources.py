@@ -1,23 +1,31 @@
 """Replayable sources: Kafka partitions read from explicit offsets, and a deterministic generator.
 
 A source's position (next offset per partition, next index) is its operator state: a checkpoint
-holds it and a restore seeks to it. Consumer-group offset commits are never used.
+holds it and a restore seeks to it. Consumer-group offset commits are never used. The state is a
+small versioned JSON document (``docs/formats.md``)::
+
+    Kafka:     {"format": 1, "next_offsets": {"<partition>": offset}, "end_offsets": null | {...}}
+    generator: {"format": 1, "next_k": int}
+
+Restored into a job at another parallelism, a Kafka source subtask takes the positions of the
+partitions the new assignment gives it from the union of every old subtask's positions; a partition
+no old subtask read starts from the beginning.
 """
 
 from __future__ import annotations
 
 import json
-import pickle
 import time
-from collections.abc import Callable
-from typing import Any, assert_never
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final, assert_never
 
 from connectors import kafka
-from operators.base import SourceOperator
+from operators.base import InheritedState, SourceOperator
 from operators.source_metrics import KafkaSourceLag
 from weir.core.config import Endpoints
 from weir.core.descriptors import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
-from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.documents import load_versioned, typed
+from weir.core.errors import JobDefinitionError, SerializationError, ServiceUnavailableError
 from weir.core.watermarks import (
     MAX_WATERMARK,
     BoundedOutOfOrdernessWatermarks,
@@ -25,6 +33,8 @@ from weir.core.watermarks import (
     PartitionWatermarks,
     WatermarkStatus,
 )
+
+SOURCE_STATE_FORMAT: Final = 1
 
 IDLE_SOURCE_WAIT_S = 0.05
 """How long a Kafka source subtask with no partition waits between polls (it only checks control)."""
@@ -80,15 +90,18 @@ class KafkaSourceOperator(SourceOperator):
         self.dead_lettered = 0
 
     def restore_state(self, data: bytes) -> None:
-        state = pickle.loads(data)
-        self._next_offsets = dict(state["next_offsets"])
-        self._end_offsets = state["end_offsets"]
+        self._next_offsets, self._end_offsets = decode_kafka_source_state(data)
+        self._restored = True
+
+    def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
+        """Every old subtask's positions, merged: ``open`` keeps those of the partitions it reads now."""
+        self._next_offsets, self._end_offsets = merge_kafka_source_states([s.data for s in states])
         self._restored = True
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         if self._dlq is not None:
             self._dlq.flush(30)  # dead letters of records before the barrier are durable with it
-        return pickle.dumps({"next_offsets": dict(self._next_offsets), "end_offsets": self._end_offsets})
+        return encode_kafka_source_state(self._next_offsets, self._end_offsets)
 
     def open(self) -> None:
         spec, ctx = self._spec, self.ctx
@@ -96,16 +109,16 @@ class KafkaSourceOperator(SourceOperator):
         partitions = kafka.partition_count(endpoints, spec.topic)
         mine = [p for p in range(partitions) if p % ctx.parallelism == ctx.subtask]
         self._consumer = kafka.PartitionReader(endpoints, spec.topic, group_id=f"weir-{ctx.job_id}-{ctx.uid}")
-        if self._end_offsets is None and spec.bounded:
+        if spec.bounded:
             # The end of a bounded source is fixed once, by the JobManager at submit (kept in the job
-            # record, so it survives every recovery); without it, the ends present now.
+            # record, so it survives every recovery); without it, the ends present now. A restored end
+            # stays: the job reads to where it was meant to end when it started.
             fixed = ctx.parameters.get(end_offsets_parameter(ctx.uid))
             ends = {int(p): int(o) for p, o in json.loads(fixed).items()} if fixed else {}
-            self._end_offsets = {}
+            self._end_offsets = dict(self._end_offsets or {})
             for p in mine:
-                if p not in ends:
-                    ends[p] = self._consumer.end_offset(p)
-                self._end_offsets[p] = ends[p]
+                if p not in self._end_offsets:
+                    self._end_offsets[p] = ends[p] if p in ends else self._consumer.end_offset(p)
         self._active = {p for p in mine if not self._partition_done(p)}
         self._partition_watermarks = PartitionWatermarks(
             mine,
@@ -288,10 +301,16 @@ class GeneratorSourceOperator(SourceOperator):
         self._next_k = 0
 
     def restore_state(self, data: bytes) -> None:
-        self._next_k = pickle.loads(data)["next_k"]
+        document = load_versioned(
+            data, "generator source state", SOURCE_STATE_FORMAT, "restore it with the Weir version that wrote it"
+        )
+        try:
+            self._next_k = typed(document["next_k"], int)
+        except (KeyError, TypeError) as exc:
+            raise SerializationError(f"generator source state is malformed: {exc}") from exc
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
-        return pickle.dumps({"next_k": self._next_k})
+        return json.dumps({"format": SOURCE_STATE_FORMAT, "next_k": self._next_k}).encode()
 
     def open(self) -> None:
         self._watermarks = BoundedOutOfOrdernessWatermarks(self._spec.max_out_of_orderness_ms)
@@ -332,3 +351,60 @@ class GeneratorSourceOperator(SourceOperator):
         if watermark is not None:
             self.output.emit_watermark(watermark)
         return True
+
+
+# Kafka source state --------------------------------------------------------------------------------
+
+
+def encode_kafka_source_state(next_offsets: Mapping[int, int], end_offsets: Mapping[int, int] | None) -> bytes:
+    def partitions(offsets: Mapping[int, int]) -> dict[str, int]:
+        return {str(p): offsets[p] for p in sorted(offsets)}
+
+    return json.dumps(
+        {
+            "format": SOURCE_STATE_FORMAT,
+            "next_offsets": partitions(next_offsets),
+            "end_offsets": partitions(end_offsets) if end_offsets is not None else None,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def decode_kafka_source_state(data: bytes) -> tuple[dict[int, int], dict[int, int] | None]:
+    """(next offset by partition, end offset by partition or None for an unbounded source)."""
+    what = "kafka source state"
+    document = load_versioned(data, what, SOURCE_STATE_FORMAT, "restore it with the Weir version that wrote it")
+    try:
+        ends = document["end_offsets"]
+        return _offsets(document["next_offsets"]), (_offsets(ends) if ends is not None else None)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _offsets(value: Any) -> dict[int, int]:
+    return {int(typed(p, str)): typed(o, int) for p, o in typed(value, dict).items()}
+
+
+def merge_kafka_source_states(states: Sequence[bytes]) -> tuple[dict[int, int], dict[int, int] | None]:
+    """The union of several subtasks' positions (each partition was read by one of them). Raises
+    SerializationError when two claim one partition at different offsets, or bounded and unbounded
+    states are mixed."""
+    decoded = [decode_kafka_source_state(data) for data in states]
+    bounded = {ends is not None for _nexts, ends in decoded}
+    if len(bounded) > 1:
+        raise SerializationError("kafka source state: bounded and unbounded subtask states are mixed")
+    next_offsets: dict[int, int] = {}
+    end_offsets: dict[int, int] = {}
+    for nexts, ends in decoded:
+        _merge_offsets("next", nexts, next_offsets)
+        _merge_offsets("end", ends or {}, end_offsets)
+    return next_offsets, (end_offsets if bounded == {True} else None)
+
+
+def _merge_offsets(what: str, offsets: Mapping[int, int], into: dict[int, int]) -> None:
+    for partition, offset in offsets.items():
+        if into.setdefault(partition, offset) != offset:
+            raise SerializationError(
+                f"kafka source state: two subtasks hold {what} offsets {into[partition]} and {offset} for "
+                f"partition {partition}: the checkpoint is inconsistent"
+            )

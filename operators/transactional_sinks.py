@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from connectors import kafka, postgres
-from operators.base import OperatorContext, Output, StreamOperator
+from operators.base import InheritedState, OperatorContext, Output, StreamOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES, EpochRecords, EpochSpill, StreamedList, dumps_streaming
 from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
 from weir.core.config import Endpoints, run_dir
@@ -373,6 +373,17 @@ class _TransactionalSink(StreamOperator, abc.ABC):
             )
             crash_point(AFTER_PRE_COMMIT, **self._context(checkpoint_id=checkpoint_id))
         return self._snapshot().to_bytes()
+
+    def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
+        """A sink inherits no transactions: those in the checkpoint belong to the old job's subtasks,
+        and the JobManager resolved them as of the checkpoint (committed what it covers, aborted or
+        rolled back the rest) before this job started (``jobmanager.restoring``)."""
+        if states:
+            self.ctx.log.info(
+                "sink_state_not_inherited",
+                old_subtasks=len(states),
+                reason="the old job's transactions were resolved by the JobManager before this job started",
+            )
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         self._commit_through(CheckpointId(checkpoint_id), crash_points=True)

@@ -4,18 +4,26 @@ Each (key, window) accumulator is one RocksDB entry. Event-time timers live in a
 that state on restore: a window fires when the watermark reaches its last timestamp and its state is
 dropped when the watermark passes the end plus the allowed lateness. A value for a window that has
 fired but is not yet cleaned up updates it and fires it again (a late firing), as in Flink.
+
+The operator state is the watermark the subtask had reached: ``{"format": 1, "watermark": int}``.
+Restored into a job at another parallelism, each key group's timers are rebuilt against the
+watermark of the old subtask that owned it (what fired there stays fired), and the subtask goes on
+from the lowest of them.
 """
 
 from __future__ import annotations
 
 import heapq
-import pickle
+import json
 import struct
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Final
 
+from operators.base import InheritedState
 from operators.keyed import KeyedOperator
-from weir.core.errors import JobDefinitionError
+from weir.core.documents import load_versioned, typed
+from weir.core.errors import JobDefinitionError, SerializationError
+from weir.core.keygroups import KeyGroupRange
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import TimeWindow, cleanup_time, is_window_late, window_fires
 
@@ -23,6 +31,7 @@ _BOUNDS = struct.Struct(">qq")
 _FIRE = 0
 _CLEANUP = 1
 _STATE = "win"
+WINDOW_STATE_FORMAT: Final = 1
 
 
 class WindowAggregateOperator(KeyedOperator):
@@ -38,6 +47,7 @@ class WindowAggregateOperator(KeyedOperator):
         self._assigner = assigner
         self._lateness = allowed_lateness_ms
         self._watermark = MIN_WATERMARK
+        self._inherited_watermarks: list[tuple[KeyGroupRange, int]] = []  # restored at another parallelism
         self._timers: list[tuple[int, int, int, bytes]] = []
         self.late_records_dropped = 0
         self._bounds_of: TimeWindow | None = None
@@ -63,6 +73,8 @@ class WindowAggregateOperator(KeyedOperator):
         self.set_current_key(value)
         kg, key = self.current_key_group, self.current_key
         store, fn, wm, lateness = self.store, self._fn, self._watermark, self._lateness
+        if self._inherited_watermarks:  # until the watermark passes every old subtask's
+            wm = max(wm, self._fired_through(kg))
         for window in self._assigner.assign(timestamp):
             if is_window_late(window, wm, lateness):
                 self.late_records_dropped += 1
@@ -94,6 +106,8 @@ class WindowAggregateOperator(KeyedOperator):
         if watermark <= self._watermark:
             return
         self._watermark = watermark
+        if self._inherited_watermarks and watermark >= max(w for _r, w in self._inherited_watermarks):
+            self._inherited_watermarks = []
         timers, store = self._timers, self.store
         while timers and timers[0][0] <= watermark:
             _, kind, kg, sk = heapq.heappop(timers)
@@ -111,18 +125,47 @@ class WindowAggregateOperator(KeyedOperator):
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         self.store.flush()
-        return pickle.dumps({"watermark": self._watermark})
+        return json.dumps({"format": WINDOW_STATE_FORMAT, "watermark": self._watermark}).encode()
 
     def restore_state(self, data: bytes) -> None:
-        self._watermark = pickle.loads(data)["watermark"]
+        self._watermark = decode_window_state(data)
+
+    def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
+        mine = self.ctx.key_group_range
+        for state in states:
+            common = state.key_group_range.intersection(mine)
+            if common is not None:
+                self._inherited_watermarks.append((common, decode_window_state(state.data)))
+        if self._inherited_watermarks:
+            self._watermark = min(w for _r, w in self._inherited_watermarks)
+
+    def _fired_through(self, key_group: int) -> int:
+        """The watermark key group ``key_group`` has reached: after a restore at another parallelism,
+        that of its old subtask until the watermark passes it."""
+        for key_groups, watermark in self._inherited_watermarks:
+            if key_group in key_groups:
+                return max(watermark, self._watermark)
+        return self._watermark
 
     def _rebuild_timers(self) -> None:
         self._timers = []
         for kg in self.ctx.key_group_range:
+            fired_through = self._fired_through(kg)
             for sk, _entry in self.store.items(_STATE, kg):
                 _start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
-                if end - 1 <= self._watermark:
+                if end - 1 <= fired_through:
                     self._timers.append((end - 1 + self._lateness, _CLEANUP, kg, sk))
                 else:
                     self._timers.append((end - 1, _FIRE, kg, sk))
         heapq.heapify(self._timers)
+
+
+def decode_window_state(data: bytes) -> int:
+    """The watermark in a window operator's state."""
+    document = load_versioned(
+        data, "window operator state", WINDOW_STATE_FORMAT, "restore it with the Weir version that wrote it"
+    )
+    try:
+        return typed(document["watermark"], int)
+    except (KeyError, TypeError) as exc:
+        raise SerializationError(f"window operator state is malformed: {exc}") from exc

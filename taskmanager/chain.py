@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from operators.base import ChainOutput, OperatorContext, Output, SourceOperator, StreamOperator
+from operators.base import ChainOutput, InheritedState, OperatorContext, Output, SourceOperator, StreamOperator
 from operators.keyed import KeyedOperator
 from weir.core.ids import ChannelIndex
 from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
@@ -114,6 +114,12 @@ class OperatorChain:
             blob = operator_states.get(uid)
             if blob is not None:
                 op.restore_state(blob)
+
+    def restore_inherited(self, states: Mapping[str, Sequence[InheritedState]]) -> None:
+        """Each operator's share of a retained checkpoint of another job (``weir.core.rescale``): every
+        operator is told, an operator the checkpoint holds no state of with no states."""
+        for uid, op in self.by_uid.items():
+            op.restore_inherited_state(states.get(uid, ()))
 
     def open(self, each: Callable[[str, Callable[[], None]], None] | None = None) -> None:
         """Open the operators from the last to the head, so that each one's output is open before it

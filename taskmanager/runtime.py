@@ -23,7 +23,7 @@ from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
 from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
-from taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
+from taskmanager.task import ChainRestore, CheckpointAck, InheritedRestore, Restore, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.codec import (
@@ -33,10 +33,10 @@ from weir.core.codec import (
     task_state_to_proto,
 )
 from weir.core.config import checkpoint_dir
-from weir.core.errors import WeirError
+from weir.core.errors import ProtocolError, WeirError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
-from weir.core.keygroups import KeyEncoder, KeyGroup, KeyGroupRange
+from weir.core.keygroups import KeyEncoder
 from weir.core.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from weir.core.paths import CheckpointPaths
 from weir.core.states import TaskState
@@ -257,11 +257,22 @@ class TaskManagerRuntime:
         directory = self._jobs_dir / addr.job_id / f"{addr.vertex_uid}-{addr.subtask}-{addr.attempt}"
         return TaskKeyedState(directory, self._storage, self._paths, TaskManagerId(self.id))
 
-    def _restore_of(self, addr: TaskAddress, req: taskmanager_pb2.DeployTaskRequest) -> ChainRestore | None:
-        """The handles a subtask restores from, decoded from its task-state document (None: fresh start)."""
+    def _restore_of(self, addr: TaskAddress, req: taskmanager_pb2.DeployTaskRequest) -> Restore | None:
+        """What a subtask restores from (None: fresh start): its own task-state document after a
+        restart of its job, or the documents it inherits from another job's retained checkpoint."""
+        if req.restore_state_handle and req.inherited_task_states:
+            raise ProtocolError(
+                f"task {addr}: a deployment may restore its own state or inherit another job's, not both"
+            )
+        where = f"of task {addr} in checkpoint {req.restore_checkpoint_id}"
+        if req.inherited_task_states:
+            documents = tuple(
+                decode_task_state(data, f"inherited by task {addr} from checkpoint {req.restore_checkpoint_id}")
+                for data in req.inherited_task_states
+            )
+            return InheritedRestore(req.restore_checkpoint_id, documents)
         if not req.restore_state_handle:
             return None
-        where = f"of task {addr} in checkpoint {req.restore_checkpoint_id}"
         document = decode_task_state(req.restore_state_handle, where)
         keyed = keyed_state_from_document(document.keyed_state, where) if document.keyed_state is not None else None
         return ChainRestore(req.restore_checkpoint_id, document.operator_state, keyed)
@@ -460,7 +471,7 @@ class TaskManagerRuntime:
             subtask=addr.subtask,
             attempt=addr.attempt,
             checkpoint_id=CheckpointId(snapshot.checkpoint_id),
-            key_group_range=KeyGroupRange(KeyGroup(snapshot.key_group_range[0]), KeyGroup(snapshot.key_group_range[1])),
+            layout=snapshot.layout,
             operator_state=operator_state,
             keyed_state=keyed_state_to_document(keyed) if keyed is not None else None,
         )

@@ -20,7 +20,7 @@ from typing import Any, assert_never
 
 import structlog
 
-from operators.base import OperatorContext, SourceOperator
+from operators.base import InheritedState, OperatorContext, SourceOperator
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from taskmanager.chain import ChainInput, OperatorChain
@@ -52,16 +52,17 @@ from taskmanager.network import (
     watermark_message,
     watermark_status_message,
 )
-from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState
+from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
 from weir.core.checkpointing import CheckpointKind
 from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, WeirError
 from weir.core.failures import Failure
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask, state_namespace
+from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask
 from weir.core.metrics import TaskMetrics
+from weir.core.rescale import key_group_sources
 from weir.core.states import TaskState
-from weir.core.task_state import OperatorStateHandle, read_operator_states
+from weir.core.task_state import OperatorStateHandle, SubtaskLayout, TaskStateDocument, read_operator_states
 from weir.core.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -114,19 +115,32 @@ class ChainSnapshot:
     task: TaskAddress
     checkpoint_id: int
     operator_states: dict[str, bytes]
-    key_group_range: tuple[int, int]
+    layout: SubtaskLayout
     keyed_state: KeyedStateHandle | None = None
     kind: CheckpointKind = CheckpointKind.CHECKPOINT
 
 
 @dataclass(frozen=True)
 class ChainRestore:
-    """What a subtask restores from: its operator states' handle (read on the task thread) and the
-    handle of its keyed state (None when the checkpoint holds none for it)."""
+    """What a subtask restores from after a restart of its job: its operator states' handle (read on
+    the task thread) and the handle of its keyed state (None when the checkpoint holds none for it)."""
 
     checkpoint_id: int
     operator_state: OperatorStateHandle
     keyed_state: KeyedStateHandle | None = None
+
+
+@dataclass(frozen=True)
+class InheritedRestore:
+    """A retained checkpoint of another job restored into this one (``weir run --from-checkpoint``),
+    at the same or another parallelism: the task-state documents of every old subtask that ran one of
+    this chain's operators (``weir.core.rescale``)."""
+
+    checkpoint_id: int
+    documents: tuple[TaskStateDocument, ...]
+
+
+Restore = ChainRestore | InheritedRestore
 
 
 @dataclass(frozen=True)
@@ -209,7 +223,7 @@ class Task:
         gate: InputGate | None,
         callbacks: TaskCallbacks,
         taskmanager_id: str,
-        restore: ChainRestore | None,
+        restore: Restore | None,
         restore_checkpoint_id: int,
         alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
         user_code_files: frozenset[str] = frozenset(),
@@ -251,6 +265,13 @@ class Task:
         self._network_outputs = [NetworkOutput(w) for w in writers]
         self.chain = OperatorChain(
             vertex, lambda uid: graph.transformations[uid].factory(), self._network_outputs, self._context_of
+        )
+        self.layout = SubtaskLayout(
+            parallelism=vertex.parallelism,
+            max_parallelism=graph.max_parallelism,
+            key_group_range=self.key_group_range,
+            operator_uids=tuple(self.chain.by_uid),
+            keyed_operator_uids=tuple(op.ctx.uid for op in self.chain.keyed_operators),
         )
         # A chain with keyed operators gets a RocksDB of its own, deleted when the task ends.
         self.keyed_state: TaskKeyedState | None = None
@@ -383,10 +404,7 @@ class Task:
         self._log.warning("operator_close_failed", operator_uid=uid, error=str(exc))
 
     def _keyed_ranges(self) -> list[tuple[OperatorUid, KeyGroupRange]]:
-        return [
-            (OperatorUid(state_namespace(op.ctx.job_id, op.ctx.uid)), self.key_group_range)
-            for op in self.chain.keyed_operators
-        ]
+        return [(OperatorUid(op.ctx.uid), self.key_group_range) for op in self.chain.keyed_operators]
 
     def _discard_keyed_state(self) -> None:
         """The task is over: its database goes (after the uploads of its snapshots in flight)."""
@@ -397,27 +415,81 @@ class Task:
         except Exception as exc:
             self._log.warning("keyed_state_discard_failed", error=str(exc))
 
-    def _restore_state(self, restore: ChainRestore) -> None:
+    def _restore_state(self, restore: Restore) -> None:
         """Keyed state back into RocksDB (only this subtask's key groups), then each operator's own
         state, read from checkpoint storage when it was too large to stay inline."""
-        restored_entries = 0
-        if self.keyed_state is not None:
-            snapshotter = self.keyed_state.snapshotter
-            handles = [restore.keyed_state] if restore.keyed_state is not None else []
-            snapshotter.start_attempt(JobId(self.address.job_id), self.address.attempt, handles)
-            if handles:
-                restored_entries = snapshotter.restore(handles, self._keyed_ranges()).entries
-                snapshotter.clear_restore_cache()
-        if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
-            raise Cancelled()
-        states = read_operator_states(restore.operator_state, self._read_stored_state)
-        self.chain.restore(states)
+        match restore:
+            case ChainRestore():
+                keyed = [restore.keyed_state] if restore.keyed_state is not None else []
+                restored_entries = self._restore_keyed(keyed, adopt=True)
+                if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
+                    raise Cancelled()
+                states = read_operator_states(restore.operator_state, self._read_stored_state)
+                self.chain.restore(states)
+                state_bytes = sum(len(b) for b in states.values())
+                inherited_from = 0
+            case InheritedRestore(documents=documents):
+                restored_entries = self._restore_keyed(self._inherited_keyed_handles(documents), adopt=False)
+                if self.cancelled.is_set():
+                    raise Cancelled()
+                inherited = self._inherited_operator_states(documents)
+                self.chain.restore_inherited(inherited)
+                state_bytes = sum(len(s.data) for states in inherited.values() for s in states)
+                inherited_from = len(documents)
+            case _:
+                assert_never(restore)
         self._log.info(
             "task_restored",
             checkpoint_id=self._restore_checkpoint_id,
             keyed_entries=restored_entries,
-            operator_state_bytes=sum(len(b) for b in states.values()),
+            operator_state_bytes=state_bytes,
+            inherited_from_subtasks=inherited_from,
         )
+
+    def _restore_keyed(self, handles: list[KeyedStateHandle], *, adopt: bool) -> int:
+        """Restore this subtask's key groups from ``handles``; ``adopt``: they are this job's own, so
+        their files may be reused by the next snapshot (another job's never are)."""
+        if self.keyed_state is None:
+            return 0
+        snapshotter = self.keyed_state.snapshotter
+        snapshotter.start_attempt(JobId(self.address.job_id), self.address.attempt, handles if adopt else [])
+        if not handles:
+            return 0
+        entries = snapshotter.restore(handles, self._keyed_ranges()).entries
+        snapshotter.clear_restore_cache()
+        return entries
+
+    def _inherited_keyed_handles(self, documents: tuple[TaskStateDocument, ...]) -> list[KeyedStateHandle]:
+        """The keyed state handles of the old subtasks whose key groups overlap this subtask's, for
+        each old vertex that ran one of this chain's keyed operators."""
+        mine = {op.ctx.uid for op in self.chain.keyed_operators}
+        by_vertex: dict[str, dict[int, TaskStateDocument]] = {}
+        for d in documents:
+            if mine & set(d.layout.keyed_operator_uids):
+                by_vertex.setdefault(d.vertex_uid, {})[d.subtask] = d
+        handles: list[KeyedStateHandle] = []
+        for vertex_uid, subtasks in sorted(by_vertex.items()):
+            sources = key_group_sources(self.key_group_range, {s: d.key_group_range for s, d in subtasks.items()})
+            for source in sources:
+                document = subtasks[source.old_subtask]
+                if document.keyed_state is not None:
+                    where = f"of task {vertex_uid}#{source.old_subtask} in checkpoint {document.checkpoint_id}"
+                    handles.append(keyed_state_from_document(document.keyed_state, where))
+        return handles
+
+    def _inherited_operator_states(self, documents: tuple[TaskStateDocument, ...]) -> dict[str, list[InheritedState]]:
+        """Each operator's state in every old subtask that holds some, by operator uid (a union)."""
+        mine = set(self.chain.by_uid)
+        inherited: dict[str, list[InheritedState]] = {}
+        for d in documents:
+            if not mine & set(d.operator_state_uids):
+                continue
+            for uid, data in read_operator_states(d.operator_state, self._read_stored_state).items():
+                if uid in mine:
+                    inherited.setdefault(uid, []).append(
+                        InheritedState(d.subtask, d.layout.parallelism, d.key_group_range, data)
+                    )
+        return inherited
 
     def _read_stored_state(self, key: str) -> bytes:
         if self._read_state_object is None:
@@ -668,12 +740,11 @@ class Task:
         for w in self._writers:
             w.broadcast_event(barrier)
         self._unconfirmed.add(cid)
-        kg = (self.key_group_range.start, self.key_group_range.end)
         ranges = self._keyed_ranges()
         operators_s = time.perf_counter() - started
         self._log.info("checkpoint_barrier_forwarded", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
         if not ranges or self.keyed_state is None:
-            snapshot = ChainSnapshot(self.address, cid, states, kg, None, request.kind)
+            snapshot = ChainSnapshot(self.address, cid, states, self.layout, None, request.kind)
             self._callbacks.on_checkpoint(
                 self.address, CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0)
             )
@@ -704,7 +775,7 @@ class Task:
                 files=result.uploaded_files,
                 async_s=round(result.async_duration_s, 4),
             )
-            snapshot = ChainSnapshot(self.address, cid, states, kg, result.handle, request.kind)
+            snapshot = ChainSnapshot(self.address, cid, states, self.layout, result.handle, request.kind)
             self._callbacks.on_checkpoint(
                 self.address,
                 CheckpointAck(

@@ -183,9 +183,3 @@ def subtask_table(max_parallelism: int, parallelism: int) -> tuple[SubtaskIndex,
     """``table[key_group]`` is the owning subtask, for every key group: a lookup for the hot path."""
     check_parallelism(max_parallelism, parallelism)
     return tuple(SubtaskIndex(kg * parallelism // max_parallelism) for kg in range(max_parallelism))
-
-
-def state_namespace(job_id: str, operator_uid: str) -> str:
-    """The name an operator's keyed state lives under in the TaskManager's shared RocksDB: the job id
-    keeps two jobs with the same operator uid apart (stable across restarts and JobManager recovery)."""
-    return f"{job_id}/{operator_uid}"

@@ -218,3 +218,28 @@ class CheckpointPaths:
             CheckpointId(int(match["id"])),
             match["file"],
         )
+
+
+def external_path(storage_uri: str, metadata_key: str) -> str:
+    """A retained checkpoint's external path (Flink's): the URI of its folder in the checkpoint storage
+    at ``storage_uri``, what ``weir checkpoints`` shows and ``weir run --from-checkpoint`` takes."""
+    folder = metadata_key[: -len(METADATA_FILE)] if metadata_key.endswith(METADATA_FILE) else metadata_key
+    return f"{storage_uri.rstrip('/')}/{folder}"
+
+
+def metadata_key_of(storage_uri: str, path: str) -> str | None:
+    """The metadata key an external path (or the URI of its ``_metadata``, or a key relative to the
+    storage) names in the checkpoint storage at ``storage_uri``; None when it lies in another storage."""
+    root = storage_uri.rstrip("/") + "/"
+    if path.startswith("/") and root.startswith("file:///"):
+        path = f"file://{path}"
+    if path.startswith(root):
+        relative = path[len(root) :]
+    elif "://" in path or path.startswith("/"):
+        return None
+    else:
+        relative = path
+    relative = relative.strip("/")
+    if not relative.endswith(METADATA_FILE):
+        relative = f"{relative}/{METADATA_FILE}"
+    return relative

@@ -7,16 +7,23 @@ it as opaque bytes in the checkpoint's metadata and hands it back in
 ``INLINE_STATE_LIMIT_BYTES``; above it the bytes are one object in checkpoint storage
 (``CheckpointPaths.task_state``) and the document holds its key, size and each operator's slice.
 Both processes read it through this module (the JobManager to find a sink's state when it resolves
-an ended job's transactions), so neither imports the other. Format 1 (``docs/formats.md``)::
+an ended job's transactions, and to hand a restore at another parallelism the documents of the old
+subtasks), so neither imports the other. Format 2 (``docs/formats.md``)::
 
-    {"format": 1,
+    {"format": 2,
      "task": {"job_id", "vertex_uid", "subtask", "attempt"},
+     "layout": {"parallelism": int, "max_parallelism": int,
+                "operator_uids": [str, ...],               # the chain's operators, head first
+                "keyed_operator_uids": [str, ...]},        # those of them with keyed state
      "checkpoint_id": int,
      "key_group_range": [start, end],                       # both inclusive
      "operator_state": {"inline": {"<operator uid>": "<base64>"}}
                      | {"object": {"key", "size_bytes",
                                    "slices": [{"operator_uid", "offset", "length"}]}},
      "keyed_state": null | {...}}     # the RocksDB snapshot handle, taskmanager.snapshots' own format
+
+Format 1 named keyed state by ``<job id>/<operator uid>`` inside RocksDB; format 2 by the operator uid
+alone, so that state moves between jobs. A format-1 document is refused with a clear error.
 """
 
 from __future__ import annotations
@@ -33,7 +40,7 @@ from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, KeyGroup
 from weir.core.keygroups import KeyGroupRange
 
-TASK_STATE_FORMAT: Final = 1
+TASK_STATE_FORMAT: Final = 2
 INLINE_STATE_LIMIT_BYTES: Final = 20 * 1024
 """A task's operator state below this many bytes stays in the acknowledgement (Flink's threshold)."""
 
@@ -71,6 +78,18 @@ OperatorStateHandle = InlineOperatorState | StoredOperatorState
 
 
 @dataclass(frozen=True)
+class SubtaskLayout:
+    """Where a subtask sat in its job when it took the snapshot: what a restore at another parallelism
+    or into another job needs to know of it besides its state."""
+
+    parallelism: int
+    max_parallelism: int
+    key_group_range: KeyGroupRange
+    operator_uids: tuple[str, ...]
+    keyed_operator_uids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class TaskStateDocument:
     """One subtask's state in one checkpoint. ``keyed_state`` is the JSON object of its RocksDB
     snapshot handle, encoded and decoded by the TaskManager (None: the chain has no keyed operator)."""
@@ -80,9 +99,22 @@ class TaskStateDocument:
     subtask: int
     attempt: int
     checkpoint_id: CheckpointId
-    key_group_range: KeyGroupRange
+    layout: SubtaskLayout
     operator_state: OperatorStateHandle
     keyed_state: Mapping[str, Any] | None = None
+
+    @property
+    def key_group_range(self) -> KeyGroupRange:
+        return self.layout.key_group_range
+
+    @property
+    def operator_state_uids(self) -> tuple[str, ...]:
+        """The operators with operator state in this document."""
+        match self.operator_state:
+            case InlineOperatorState(states=states):
+                return tuple(sorted(states))
+            case StoredOperatorState(slices=slices):
+                return tuple(s.operator_uid for s in slices)
 
 
 def pack_operator_states(states: Mapping[str, bytes], key: str) -> tuple[StoredOperatorState, bytes]:
@@ -126,7 +158,8 @@ def encode_task_state(document: TaskStateDocument) -> bytes:
                     ],
                 }
             }
-    kg = document.key_group_range
+    layout = document.layout
+    kg = layout.key_group_range
     return json.dumps(
         {
             "format": TASK_STATE_FORMAT,
@@ -135,6 +168,12 @@ def encode_task_state(document: TaskStateDocument) -> bytes:
                 "vertex_uid": document.vertex_uid,
                 "subtask": document.subtask,
                 "attempt": document.attempt,
+            },
+            "layout": {
+                "parallelism": layout.parallelism,
+                "max_parallelism": layout.max_parallelism,
+                "operator_uids": list(layout.operator_uids),
+                "keyed_operator_uids": list(layout.keyed_operator_uids),
             },
             "checkpoint_id": document.checkpoint_id,
             "key_group_range": [kg.start, kg.end],
@@ -152,6 +191,7 @@ def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
     )
     try:
         task = document["task"]
+        layout = document["layout"]
         start, end = document["key_group_range"]
         keyed = document["keyed_state"]
         if keyed is not None and not isinstance(keyed, dict):
@@ -162,7 +202,13 @@ def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
             subtask=typed(task["subtask"], int),
             attempt=typed(task["attempt"], int),
             checkpoint_id=CheckpointId(typed(document["checkpoint_id"], int)),
-            key_group_range=KeyGroupRange(KeyGroup(typed(start, int)), KeyGroup(typed(end, int))),
+            layout=SubtaskLayout(
+                parallelism=typed(layout["parallelism"], int),
+                max_parallelism=typed(layout["max_parallelism"], int),
+                key_group_range=KeyGroupRange(KeyGroup(typed(start, int)), KeyGroup(typed(end, int))),
+                operator_uids=tuple(typed(uid, str) for uid in typed(layout["operator_uids"], list)),
+                keyed_operator_uids=tuple(typed(uid, str) for uid in typed(layout["keyed_operator_uids"], list)),
+            ),
             operator_state=_operator_state(document["operator_state"]),
             keyed_state=keyed,
         )

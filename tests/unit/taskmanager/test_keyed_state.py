@@ -15,10 +15,17 @@ from taskmanager.snapshots import KeyedStateHandle, TaskKeyedState
 from tests.unit.taskmanager.fakes import make_task
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
-from weir.core.keygroups import KeyGroupRange, state_namespace
+from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
 from weir.core.states import TaskState
 from weir.wire import taskmanager_pb2
+
+
+def job_namespace(job: JobId, uid: str) -> str:
+    """A namespace per job, so that two jobs can share one database in these tests (a task's own
+    database names its operators' state by uid alone)."""
+    return f"{job}/{uid}"
+
 
 JOB = JobId("job-a")
 OTHER_JOB = JobId("job-b")
@@ -62,7 +69,7 @@ def open_state(tmp_path: Path, storage: RecordingStorage) -> Iterator[OpenState]
 
 
 def namespace(job: JobId) -> OperatorUid:
-    return OperatorUid(state_namespace(job, "win"))
+    return OperatorUid(job_namespace(job, "win"))
 
 
 def write(state: TaskKeyedState, job: JobId, key_groups: KeyGroupRange, count: int = 500) -> None:

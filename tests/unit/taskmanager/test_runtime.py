@@ -31,11 +31,16 @@ from weir.core.task_state import (
     InlineOperatorState,
     OperatorStateSlice,
     StoredOperatorState,
+    SubtaskLayout,
     decode_task_state,
     read_operator_states,
 )
 from weir.core.transport import MAX_MESSAGE_BYTES
 from weir.wire import taskmanager_pb2
+
+
+def layout(start: int, end: int) -> SubtaskLayout:
+    return SubtaskLayout(2, 128, KeyGroupRange(KeyGroup(start), KeyGroup(end)), ("sink", "map"), ())
 
 
 @pytest.mark.parametrize("text", ["exactly_once", "EXACTLY_ONCE", "exactly-once", " exactly_once"])
@@ -95,12 +100,12 @@ def test_an_oversized_acknowledgement_is_sent_as_a_decline_with_its_reason(
     address = TaskAddress("job-1", "sink", 0, 1)
     limit = 70_000  # room for 6 KB after the headroom: below the inline limit, so the state stays inline
     monkeypatch.setattr("taskmanager.runtime.MAX_MESSAGE_BYTES", limit)
-    large = ChainSnapshot(address, 5, {"sink": b"x" * (INLINE_STATE_LIMIT_BYTES - 1)}, (0, 127))
+    large = ChainSnapshot(address, 5, {"sink": b"x" * (INLINE_STATE_LIMIT_BYTES - 1)}, layout(0, 127))
     runtime._on_checkpoint(address, CheckpointAck(large, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
     decline = sent.next()
     assert isinstance(decline, DeclineReport)
     assert decline.request.checkpoint_id == 5 and "acknowledgement of checkpoint 5" in decline.request.reason
-    small = ChainSnapshot(address, 6, {"sink": b"ok"}, (0, 127))
+    small = ChainSnapshot(address, 6, {"sink": b"ok"}, layout(0, 127))
     runtime._on_checkpoint(address, CheckpointAck(small, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
     assert isinstance(sent.next(), AckReport)
 
@@ -112,7 +117,7 @@ def test_operator_state_above_the_inline_limit_goes_to_checkpoint_storage_and_th
     travelled to the JobManager, into ``_metadata`` and back in every deployment."""
     address = TaskAddress("job-1", "sink", 2, 1)
     pending_output = b"row-" * 10_000
-    snapshot = ChainSnapshot(address, 7, {"sink": pending_output, "map": b"m"}, (64, 127))
+    snapshot = ChainSnapshot(address, 7, {"sink": pending_output, "map": b"m"}, layout(64, 127))
     runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
     ack = sent.next()
     assert isinstance(ack, AckReport)
@@ -134,7 +139,7 @@ def test_state_below_the_inline_limit_stays_in_the_acknowledgement(
     runtime: TaskManagerRuntime, sent: SentReports
 ) -> None:
     address = TaskAddress("job-1", "source", 0, 1)
-    snapshot = ChainSnapshot(address, 3, {"source": b"offsets"}, (0, 127))
+    snapshot = ChainSnapshot(address, 3, {"source": b"offsets"}, layout(0, 127))
     runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
     ack = sent.next()
     assert isinstance(ack, AckReport) and list(ack.request.objects) == []
@@ -149,7 +154,9 @@ def test_a_restore_reads_the_operator_state_back_from_its_object(
     """The handle the ack carried, handed back by the JobManager, restores the same bytes."""
     address = TaskAddress("job-1", "sink", 0, 1)
     states = {"sink": bytes(range(256)) * 200, "map": b""}
-    runtime._on_checkpoint(address, CheckpointAck(ChainSnapshot(address, 9, states, (0, 127)), 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    runtime._on_checkpoint(
+        address, CheckpointAck(ChainSnapshot(address, 9, states, layout(0, 127)), 0.0, 0.0, 0.0, 0.0)
+    )  # noqa: SLF001
     ack = sent.next()
     assert isinstance(ack, AckReport)
     deploy = taskmanager_pb2.DeployTaskRequest(restore_state_handle=ack.request.state_handle, restore_checkpoint_id=9)
@@ -172,7 +179,7 @@ def test_a_keyed_state_handle_travels_in_the_document_and_comes_back_equal(
         db_files=(SnapshotFile("job-1/checkpoints/chk-4/db/tm-test/db1/000002/CURRENT", 16, False, "CURRENT"),),
         ranges=((OperatorUid("job-1.sum"), KeyGroupRange(KeyGroup(64), KeyGroup(127))),),
     )
-    snapshot = ChainSnapshot(address, 4, {"sum": b"s"}, (64, 127), keyed)
+    snapshot = ChainSnapshot(address, 4, {"sum": b"s"}, layout(64, 127), keyed)
     runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
     ack = sent.next()
     assert isinstance(ack, AckReport)

@@ -31,8 +31,15 @@ from jobmanager.checkpointing.trigger import CheckpointConfig
 from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
 from taskmanager.state import StateBackend
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.core.keygroups import KeyGroupRange, state_namespace
+from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
+
+
+def job_namespace(job: JobId, uid: str) -> str:
+    """A namespace per job, so that two jobs can share one database in these tests (a task's own
+    database names its operators' state by uid alone)."""
+    return f"{job}/{uid}"
+
 
 JOB = JobId("job-a")
 OTHER_JOB = JobId("job-b")
@@ -40,7 +47,7 @@ WAIT_S = 30.0
 
 
 def ranges_of(job: JobId) -> list[tuple[OperatorUid, KeyGroupRange]]:
-    return [(OperatorUid(state_namespace(job, "win")), KeyGroupRange(KeyGroup(0), KeyGroup(127)))]
+    return [(OperatorUid(job_namespace(job, "win")), KeyGroupRange(KeyGroup(0), KeyGroup(127)))]
 
 
 KEYED = TaskId(JOB, OperatorUid("win"), SubtaskIndex(0))
@@ -67,13 +74,13 @@ class TaskManagerDouble:
     snapshotter: RocksDBSnapshotter
 
     def write(self, first: int, count: int, job: JobId = JOB) -> None:
-        store = self.backend.keyed_store(state_namespace(job, "win"))
+        store = self.backend.keyed_store(job_namespace(job, "win"))
         for i in range(first, first + count):
             store.put("v", i % 128, b"k%d" % i, i)
         store.flush()
 
     def content(self, job: JobId = JOB) -> dict[bytes, bytes]:
-        prefix = state_namespace(job, "win").encode() + b"\x00"
+        prefix = job_namespace(job, "win").encode() + b"\x00"
         content: dict[bytes, bytes] = {}
         for key, value in self.backend.db.items(from_key=prefix):
             assert isinstance(key, bytes) and isinstance(value, bytes)  # raw mode

@@ -12,6 +12,7 @@ from weir.core.ids import CheckpointId, KeyGroup
 from weir.core.keygroups import KeyGroupRange
 from weir.core.task_state import (
     InlineOperatorState,
+    SubtaskLayout,
     TaskStateDocument,
     decode_task_state,
     encode_task_state,
@@ -27,7 +28,7 @@ def document(**overrides: object) -> TaskStateDocument:
         "subtask": 1,
         "attempt": 2,
         "checkpoint_id": CheckpointId(42),
-        "key_group_range": KeyGroupRange(KeyGroup(64), KeyGroup(127)),
+        "layout": SubtaskLayout(2, 128, KeyGroupRange(KeyGroup(64), KeyGroup(127)), ("sink", "map"), ()),
         "operator_state": InlineOperatorState({"sink": b"\x00\xffbytes", "map": b""}),
         "keyed_state": {"taskmanager_id": "tm-1"},
     }
@@ -38,7 +39,7 @@ def document(**overrides: object) -> TaskStateDocument:
 def test_an_inline_document_round_trips() -> None:
     original = document()
     data = encode_task_state(original)
-    assert json.loads(data)["format"] == 1
+    assert json.loads(data)["format"] == 2
     assert decode_task_state(data, "in the test") == original
 
 
@@ -59,17 +60,18 @@ def test_a_stored_object_of_another_size_is_refused() -> None:
 
 def test_an_unknown_format_is_refused_with_where_it_was() -> None:
     data = json.loads(encode_task_state(document()))
-    data["format"] = 2
-    with pytest.raises(SerializationError, match="task state of sink#1 has format 2; this Weir reads format 1"):
+    data["format"] = 3
+    with pytest.raises(SerializationError, match="task state of sink#1 has format 3; this Weir reads format 2"):
         decode_task_state(json.dumps(data).encode(), "of sink#1")
 
 
 @pytest.mark.parametrize(
     ("data", "complaint"),
     [
-        (pickle.dumps({"format": 1}), "is not a JSON document"),
+        (pickle.dumps({"format": 2}), "is not a JSON document"),
+        (b'{"format": 1, "task": {}}', "has format 1; this Weir reads format 2"),
         (b"[1]", "is not a JSON object"),
-        (b'{"format": 1, "task": {}}', "is malformed"),
+        (b'{"format": 2, "task": {}}', "is malformed"),
         (
             encode_task_state(document()).replace(b'"subtask":1', b'"subtask":"1"'),
             "is malformed: TypeError: expected int",

@@ -1,0 +1,151 @@
+"""Which old subtasks' state each new subtask takes when a retained checkpoint is restored at another
+parallelism, and the checks that refuse a restore that would lose or misplace state."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from weir.core.errors import SerializationError
+from weir.core.ids import CheckpointId, KeyGroup, SubtaskIndex
+from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask, subtask_for_key_group
+from weir.core.rescale import (
+    StateAssignmentError,
+    check_state_assignment,
+    inherited_documents,
+    key_group_sources,
+    stateful_operator_uids,
+)
+from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
+
+MAX_PARALLELISM = 128
+
+
+def ranges(parallelism: int, max_parallelism: int = MAX_PARALLELISM) -> dict[int, KeyGroupRange]:
+    return {s: key_group_range_for_subtask(max_parallelism, parallelism, SubtaskIndex(s)) for s in range(parallelism)}
+
+
+@pytest.mark.parametrize(("old", "new"), list(itertools.product(range(1, 9), repeat=2)))
+def test_every_key_group_of_a_new_subtask_comes_from_exactly_the_old_subtask_that_owned_it(old: int, new: int) -> None:
+    old_ranges = ranges(old)
+    taken: list[int] = []
+    for subtask, new_range in ranges(new).items():
+        sources = key_group_sources(new_range, old_ranges)
+        # Exactly the old subtasks whose ranges overlap, each with the overlapping part, in order.
+        overlapping = [s for s, r in old_ranges.items() if r.intersection(new_range) is not None]
+        assert [source.old_subtask for source in sources] == overlapping
+        covered = [kg for source in sources for kg in source.key_groups]
+        assert covered == list(new_range), f"new subtask {subtask} of {new}"
+        for source in sources:
+            for kg in source.key_groups:
+                assert subtask_for_key_group(MAX_PARALLELISM, old, KeyGroup(kg)) == source.old_subtask
+        taken.extend(covered)
+    # The new subtasks together take every key group once: none dropped, none restored twice.
+    assert sorted(taken) == list(range(MAX_PARALLELISM))
+
+
+def test_old_ranges_with_a_gap_are_refused() -> None:
+    old = {0: KeyGroupRange(KeyGroup(0), KeyGroup(10)), 1: KeyGroupRange(KeyGroup(20), KeyGroup(127))}
+    with pytest.raises(SerializationError, match="leave key groups 11..19 uncovered"):
+        key_group_sources(KeyGroupRange(KeyGroup(0), KeyGroup(63)), old)
+
+
+def test_old_ranges_missing_the_end_are_refused() -> None:
+    old = {0: KeyGroupRange(KeyGroup(0), KeyGroup(100))}
+    with pytest.raises(SerializationError, match="leave key groups 101..127 uncovered"):
+        key_group_sources(KeyGroupRange(KeyGroup(64), KeyGroup(127)), old)
+
+
+def test_overlapping_old_ranges_are_refused() -> None:
+    old = {0: KeyGroupRange(KeyGroup(0), KeyGroup(70)), 1: KeyGroupRange(KeyGroup(64), KeyGroup(127))}
+    with pytest.raises(SerializationError, match="overlap"):
+        key_group_sources(KeyGroupRange(KeyGroup(0), KeyGroup(127)), old)
+
+
+def document(
+    vertex: str,
+    subtask: int,
+    parallelism: int,
+    operators: tuple[str, ...],
+    keyed: tuple[str, ...] = (),
+    states: dict[str, bytes] | None = None,
+    max_parallelism: int = MAX_PARALLELISM,
+) -> TaskStateDocument:
+    return TaskStateDocument(
+        job_id="old-job",
+        vertex_uid=vertex,
+        subtask=subtask,
+        attempt=1,
+        checkpoint_id=CheckpointId(7),
+        layout=SubtaskLayout(
+            parallelism,
+            max_parallelism,
+            key_group_range_for_subtask(max_parallelism, parallelism, SubtaskIndex(subtask)),
+            operators,
+            keyed,
+        ),
+        operator_state=InlineOperatorState(states or {}),
+    )
+
+
+def old_job(parallelism: int = 3, max_parallelism: int = MAX_PARALLELISM) -> list[TaskStateDocument]:
+    """A source chained with a map, then a keyed window chained with two sinks."""
+    docs = [document("src", s, parallelism, ("src", "map"), states={"src": b"offsets"}) for s in range(parallelism)]
+    docs += [
+        document(
+            "win",
+            s,
+            parallelism,
+            ("win", "sink"),
+            keyed=("win",),
+            states={"win": b"wm", "sink": b"txn"},
+            max_parallelism=max_parallelism,
+        )
+        for s in range(parallelism)
+    ]
+    return docs
+
+
+def test_stateful_operators_are_the_keyed_ones_and_those_with_operator_state() -> None:
+    assert stateful_operator_uids(old_job()[0]) == {"src"}
+    assert stateful_operator_uids(old_job()[3]) == {"win", "sink"}
+
+
+def test_each_new_vertex_inherits_every_old_subtask_that_ran_one_of_its_operators() -> None:
+    # The new job chains differently: the map moved to the window's vertex.
+    assigned = inherited_documents({"src": ("src",), "map": ("map", "win", "sink")}, old_job())
+    assert [(d.vertex_uid, d.subtask) for d in assigned["src"]] == [("src", 0), ("src", 1), ("src", 2)]
+    assert [(d.vertex_uid, d.subtask) for d in assigned["map"]] == [
+        ("src", 0),
+        ("src", 1),
+        ("src", 2),
+        ("win", 0),
+        ("win", 1),
+        ("win", 2),
+    ]
+
+
+def check(docs: list[TaskStateDocument], new: set[str], *, allow: bool = False, max_p: int = MAX_PARALLELISM) -> None:
+    check_state_assignment(docs, new, {"win"} & new, max_p, allow_non_restored_state=allow, where="checkpoint 7")
+
+
+def test_a_restore_that_keeps_every_stateful_operator_passes() -> None:
+    check(old_job(), {"src", "win", "sink"})  # the map has no state: the new job may drop it
+
+
+def test_state_of_an_operator_the_new_job_lacks_is_refused_unless_allowed() -> None:
+    with pytest.raises(StateAssignmentError, match=r"operator\(s\) sink that the new job does not have"):
+        check(old_job(), {"src", "map", "win"})
+    check(old_job(), {"src", "map", "win"}, allow=True)
+
+
+def test_keyed_state_of_another_max_parallelism_is_refused() -> None:
+    with pytest.raises(StateAssignmentError, match="split into 128 key groups .* max parallelism 256"):
+        check(old_job(), {"src", "win", "sink"}, max_p=256)
+
+
+def test_a_checkpoint_missing_a_subtask_is_refused() -> None:
+    docs = [d for d in old_job() if (d.vertex_uid, d.subtask) != ("win", 1)]
+    with pytest.raises(SerializationError, match=r"vertex 'win' ran 3 subtask\(s\), the checkpoint holds .* \[0, 2\]"):
+        check(docs, {"src", "win", "sink"})

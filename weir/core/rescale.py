@@ -1,0 +1,141 @@
+"""Restoring a retained checkpoint into a new job, at the same or another parallelism: which old
+subtasks' state each new subtask takes (Flink's ``StateAssignmentOperation``), as pure rules.
+
+- **Keyed state** moves by key groups: a new subtask restores the key groups of its range from every
+  old subtask whose range overlaps it, and nothing else (:func:`key_group_sources`).
+- **Operator state** (source positions, a window operator's watermark) is redistributed as a union:
+  every new subtask of a vertex is handed the states of every old subtask that ran one of its
+  operators, with each old subtask's layout, and each operator keeps what is its own
+  (``operators.base.InheritedState``).
+- **Transactional sinks** do not inherit: their transactions belong to the old job's subtasks, which
+  the JobManager resolves as of the checkpoint before the new job starts (``jobmanager.restoring``).
+
+A new job's operators are matched to the old ones by operator uid, so a job's operators need stable
+uids to carry their state across versions (``.uid(...)`` in the job API).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from weir.core.errors import JobDefinitionError, SerializationError
+from weir.core.ids import KeyGroup
+from weir.core.keygroups import KeyGroupRange
+from weir.core.task_state import TaskStateDocument
+
+
+class StateAssignmentError(JobDefinitionError):
+    """The retained checkpoint's state cannot be given to the new job as it is defined."""
+
+
+@dataclass(frozen=True)
+class KeyGroupSource:
+    """Key groups ``key_groups`` of a new subtask come from old subtask ``old_subtask``."""
+
+    old_subtask: int
+    key_groups: KeyGroupRange
+
+
+def key_group_sources(new_range: KeyGroupRange, old_ranges: Mapping[int, KeyGroupRange]) -> tuple[KeyGroupSource, ...]:
+    """Where each key group of ``new_range`` comes from, ordered by key group: the old subtasks whose
+    range (``old_ranges``, by old subtask index) overlaps it, each with the overlapping part.
+
+    Raises SerializationError when the old ranges overlap each other or leave a key group of
+    ``new_range`` uncovered: the checkpoint's subtasks do not add up to one vertex's key groups."""
+    parts = sorted(
+        (
+            KeyGroupSource(old, common)
+            for old, old_range in old_ranges.items()
+            if (common := old_range.intersection(new_range)) is not None
+        ),
+        key=lambda source: source.key_groups.start,
+    )
+    expected = new_range.start
+    for part in parts:
+        if part.key_groups.start != expected:
+            what = (
+                "overlap"
+                if part.key_groups.start < expected
+                else f"leave key groups {expected}..{part.key_groups.start - 1} uncovered"
+            )
+            raise SerializationError(
+                f"the old subtasks' key group ranges {_ranges(old_ranges)} {what} within {new_range}: "
+                "the checkpoint's task states are not those of one vertex"
+            )
+        expected = KeyGroup(part.key_groups.end + 1)
+    if expected != new_range.end + 1:
+        raise SerializationError(
+            f"the old subtasks' key group ranges {_ranges(old_ranges)} leave key groups "
+            f"{expected}..{new_range.end} uncovered: the checkpoint's task states are not those of one vertex"
+        )
+    return tuple(parts)
+
+
+def _ranges(old_ranges: Mapping[int, KeyGroupRange]) -> str:
+    return ", ".join(f"#{s} {r}" for s, r in sorted(old_ranges.items()))
+
+
+def stateful_operator_uids(document: TaskStateDocument) -> frozenset[str]:
+    """The operators of an old subtask that hold state in the checkpoint: keyed ones and those with
+    operator state."""
+    return frozenset(document.layout.keyed_operator_uids) | frozenset(document.operator_state_uids)
+
+
+def inherited_documents(
+    vertex_operator_uids: Mapping[str, Sequence[str]], documents: Iterable[TaskStateDocument]
+) -> dict[str, tuple[TaskStateDocument, ...]]:
+    """For each new vertex (by vertex uid, with its operators' uids), the old subtasks' documents it
+    inherits: every old subtask that ran one of its operators, ordered by old vertex and subtask."""
+    ordered = sorted(documents, key=lambda d: (d.vertex_uid, d.subtask))
+    return {
+        vertex: tuple(d for d in ordered if set(d.layout.operator_uids) & set(uids))
+        for vertex, uids in vertex_operator_uids.items()
+    }
+
+
+def check_state_assignment(
+    documents: Sequence[TaskStateDocument],
+    new_operator_uids: Iterable[str],
+    keyed_operator_uids: Iterable[str],
+    max_parallelism: int,
+    *,
+    allow_non_restored_state: bool,
+    where: str,
+) -> None:
+    """Refuse a restore that would lose or misplace state (StateAssignmentError, a user error):
+
+    - an old operator with state that no operator of the new job takes (by uid), unless
+      ``allow_non_restored_state`` (Flink's ``--allowNonRestoredState``);
+    - keyed state written with another max parallelism (its key groups do not map onto the new ones);
+    - a vertex whose subtasks are missing from the checkpoint (its key groups would not add up).
+    """
+    new_uids = set(new_operator_uids)
+    keyed = set(keyed_operator_uids)
+    lost = sorted({uid for d in documents for uid in stateful_operator_uids(d)} - new_uids)
+    if lost and not allow_non_restored_state:
+        raise StateAssignmentError(
+            f"{where} holds state of operator(s) {', '.join(lost)} that the new job does not have (operators are "
+            "matched by uid): give them the same uid in the new job, or pass --allow-non-restored-state to drop "
+            "their state"
+        )
+    by_vertex: dict[str, list[TaskStateDocument]] = {}
+    for d in documents:
+        by_vertex.setdefault(d.vertex_uid, []).append(d)
+    for vertex, subtasks in sorted(by_vertex.items()):
+        layout = subtasks[0].layout
+        indexes = sorted(d.subtask for d in subtasks)
+        if indexes != list(range(layout.parallelism)) or any(
+            d.layout.parallelism != layout.parallelism for d in subtasks
+        ):
+            raise SerializationError(
+                f"{where}: vertex {vertex!r} ran {layout.parallelism} subtask(s), the checkpoint holds the state of "
+                f"subtasks {indexes}: it is incomplete or damaged"
+            )
+        moved = sorted(set(layout.keyed_operator_uids) & keyed)
+        if moved and layout.max_parallelism != max_parallelism:
+            raise StateAssignmentError(
+                f"{where}: the keyed state of {', '.join(moved)} is split into {layout.max_parallelism} key groups "
+                f"(its max parallelism), the new job has max parallelism {max_parallelism}: key groups cannot be "
+                f"remapped; set the new job's max parallelism to {layout.max_parallelism}"
+            )
