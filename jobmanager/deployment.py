@@ -64,10 +64,24 @@ class Deployer:
                     (handle.task_id.operator_uid, handle.task_id.subtask): handle.inline_payload
                     for handle in completed.task_states
                 }
+                job.inherited = {}
                 job.restore_checkpoint_id = completed.checkpoint_id
                 job.last_restore_at = now
                 metrics.RESTORES.labels(job.job_id).inc()
                 log.info("job_restoring", job_id=job.job_id, checkpoint_id=completed.checkpoint_id)
+            case cc.StartFresh() if job.initial_state is not None:
+                # No checkpoint of its own yet: every attempt starts from the other job's checkpoint.
+                initial = job.initial_state.checkpoint
+                job.restore = {}
+                job.inherited = dict(job.initial_state.by_vertex)
+                job.restore_checkpoint_id = initial.checkpoint_id
+                log.info(
+                    "job_restoring_from_retained_checkpoint",
+                    job_id=job.job_id,
+                    checkpoint_id=initial.checkpoint_id,
+                    from_job_id=initial.job_id,
+                    metadata_key=initial.metadata_key,
+                )
             case cc.StartFresh():
                 pass
             case _:

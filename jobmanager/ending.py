@@ -13,7 +13,7 @@ lock held by a forgotten prepared transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,7 +26,7 @@ from operators.base import OperatorContext
 from operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 from weir.core.config import checkpoint_dir
 from weir.core.keygroups import key_group_range_for_subtask
-from weir.core.task_state import decode_task_state, read_operator_states
+from weir.core.task_state import TaskStateDocument, decode_task_state, read_operator_states
 from weir.graph import LogicalGraph
 from weir.plan import JobPlan
 
@@ -108,26 +108,85 @@ def resolve_sink_transactions(
 ) -> ResolutionReport:
     """Resolve every transactional sink subtask's transactions as of ``latest``, as ``attempt``
     (above every attempt that ran). Raises the sink's WeirError when an external system refuses."""
+    parts = list(transactional_sink_subtasks(graph, plan))
+    return _resolve(
+        graph, parts, submission.job_id, submission.job_name, submission.parameters, attempt, latest, read_object
+    )
+
+
+def inherited_sink_subtasks(
+    graph: LogicalGraph, documents: Iterable[TaskStateDocument]
+) -> tuple[list[_SinkSubtask], list[str]]:
+    """The old job's transactional sink subtasks in a checkpoint's task states, as the new job's graph
+    defines those sinks (by uid); and the uids of old operators the new graph does not have."""
+    parts: list[_SinkSubtask] = []
+    missing: set[str] = set()
+    for d in documents:
+        for uid in d.layout.operator_uids:
+            transformation = graph.transformations.get(uid)
+            if transformation is None:
+                missing.add(uid)
+                continue
+            spec = transformation.sink_spec
+            if spec is not None and spec.transactional:
+                parts.append(_SinkSubtask(uid, d.vertex_uid, d.subtask, d.layout.parallelism))
+    return parts, sorted(missing)
+
+
+def resolve_inherited_transactions(
+    graph: LogicalGraph,
+    documents: Iterable[TaskStateDocument],
+    checkpoint: CompletedCheckpoint,
+    job_name: str,
+    parameters: Mapping[str, str],
+    attempt: int,
+    read_object: ReadObject = configured_storage_reader,
+) -> ResolutionReport:
+    """Before a new job starts from ``checkpoint`` of another job: resolve the transactions of that
+    job's sink subtasks (at its parallelism, under its job id) as of the checkpoint, as ``attempt``,
+    with the sinks as the new job defines them. Subtasks that the new parallelism no longer has are
+    resolved with the rest, so nothing of the old job stays prepared or open."""
+    parts, missing = inherited_sink_subtasks(graph, documents)
+    if missing:
+        log.warning(
+            "inherited_operators_not_resolved",
+            job_id=checkpoint.job_id,
+            checkpoint_id=checkpoint.checkpoint_id,
+            operator_uids=missing,
+            reason="the new job has no operator with these uids: if one was a transactional sink, its "
+            "transactions stay as the old job left them",
+        )
+    return _resolve(graph, parts, checkpoint.job_id, job_name, parameters, attempt, checkpoint, read_object)
+
+
+def _resolve(
+    graph: LogicalGraph,
+    parts: Iterable[_SinkSubtask],
+    job_id: str,
+    job_name: str,
+    parameters: Mapping[str, str],
+    attempt: int,
+    checkpoint: CompletedCheckpoint | None,
+    read_object: ReadObject,
+) -> ResolutionReport:
     resolved = 0
-    for part in transactional_sink_subtasks(graph, plan):
+    for part in parts:
         sink: TransactionalSink = graph.transformations[part.operator_uid].factory()
         context = OperatorContext(
-            job_id=submission.job_id,
-            job_name=submission.job_name,
+            job_id=job_id,
+            job_name=job_name,
             uid=part.operator_uid,
             subtask=part.subtask,
             parallelism=part.parallelism,
             max_parallelism=graph.max_parallelism,
             attempt=attempt,
             key_group_range=key_group_range_for_subtask(graph.max_parallelism, part.parallelism, part.subtask),
-            parameters=submission.parameters,
+            parameters=parameters,
             state=None,
-            log=log.bind(
-                job_id=submission.job_id, operator_uid=part.operator_uid, subtask=part.subtask, attempt=attempt
-            ),
+            log=log.bind(job_id=job_id, operator_uid=part.operator_uid, subtask=part.subtask, attempt=attempt),
         )
         sink.setup(context, _NoOutput())
-        state = sink_state(latest, part.vertex_uid, part.subtask, part.operator_uid, read_object)
+        state = sink_state(checkpoint, part.vertex_uid, part.subtask, part.operator_uid, read_object)
         try:
             if state is not None:
                 sink.restore_state(state)

@@ -94,6 +94,7 @@ def deploy_request(deployment: TaskDeployment) -> taskmanager_pb2.DeployTaskRequ
         parallelism=d.parallelism,
         restore_state_handle=d.restore_state_handle,
         restore_checkpoint_id=d.restore_checkpoint_id,
+        inherited_task_states=list(d.inherited_task_states),
         checkpointing_mode=checkpointing_mode_to_proto(d.checkpointing_mode),
         buffer_timeout_ms=d.buffer_timeout_ms,
     )

@@ -19,6 +19,7 @@ from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from jobmanager.execution import ExecutionSettings, parse_execution_settings
 from jobmanager.records import JobSubmission
 from jobmanager.restart import GiveUp, RestartStrategy, parse_restart_strategy
+from jobmanager.restoring import InitialState
 from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
 from weir.core.checkpointing import CheckpointingMode
@@ -100,6 +101,7 @@ class TaskDeployment:
     parallelism: int
     restore_state_handle: bytes
     restore_checkpoint_id: int
+    inherited_task_states: tuple[bytes, ...]
     checkpointing_mode: CheckpointingMode
     buffer_timeout_ms: int
     inputs: tuple[InputChannelSpec, ...]
@@ -130,6 +132,8 @@ class JobMaster:
     failure: Failure | None = None
     restart_at: float | None = None
     restore: dict[tuple[str, int], bytes] = field(default_factory=dict)  # task-state documents by task
+    initial_state: InitialState | None = None  # another job's retained checkpoint it starts from
+    inherited: dict[str, tuple[bytes, ...]] = field(default_factory=dict)  # its documents by vertex, when used
     restore_checkpoint_id: int = 0
     last_restore_at: float = 0.0
     finished_at: float | None = None
@@ -214,6 +218,7 @@ class JobMaster:
                     parallelism=sub.parallelism,
                     restore_state_handle=self.restore.get((vertex.uid, s), b""),
                     restore_checkpoint_id=self.restore_checkpoint_id,
+                    inherited_task_states=self.inherited.get(vertex.uid, ()),
                     checkpointing_mode=self.checkpoint_settings.mode,
                     buffer_timeout_ms=self.execution_settings.buffer_timeout_ms,
                     inputs=tuple(

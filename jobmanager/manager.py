@@ -36,10 +36,12 @@ from jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
 from jobmanager.submission import (
     EndOffsetsReader,
     JobSubmitter,
+    ResolveInherited,
     SubmitCheck,
     SubmitRequest,
     check_at_submit,
     kafka_end_offsets,
+    resolve_inherited,
 )
 from jobmanager.task_reports import TaskReports
 from weir.core.paths import CheckpointPaths
@@ -58,6 +60,7 @@ class JobManager:
         read_end_offsets: EndOffsetsReader = kafka_end_offsets,
         check: SubmitCheck = check_at_submit,
         resolve: ResolveTransactions = resolve_job_transactions,
+        resolve_inherited: ResolveInherited = resolve_inherited,
         io: Executor | None = None,
     ) -> None:
         """``gateway``, ``read_end_offsets``, ``check``, ``resolve`` and ``io`` (the worker threads)
@@ -87,13 +90,21 @@ class JobManager:
         )
         self.deployer = Deployer(self.registry, gateway, self.failover, self.records, self._io, lock, clock)
         self.submitter = JobSubmitter(
-            self.jobs, self.deployer, self.paths, lock, clock, read_end_offsets=read_end_offsets, check=check
+            self.jobs,
+            self.deployer,
+            self.paths,
+            lock,
+            clock,
+            storage=storage,
+            read_end_offsets=read_end_offsets,
+            check=check,
+            resolve_inherited=resolve_inherited,
         )
         self.reports = TaskReports(self.jobs, self.executor, self.failover, self.records, lock, clock)
         self.recovery = JobRecovery(
             self.jobs, self.records, storage, self.paths, self.executor, self.failover, self._io, lock, clock
         )
-        self.reads = ReadApi(self.jobs, self.registry, lock, clock)
+        self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)
         self.monitor = Monitor(
             self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock
         )

@@ -4,11 +4,13 @@ converts between them and ``weir.wire.jobmanager_pb2``."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.core.failures import Failure
+from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 
 # What TaskManagers report --------------------------------------------------------------------------
@@ -121,6 +123,7 @@ class JobStatusView:
 class CheckpointsView:
     job_id: str
     checkpoints: tuple[CheckpointSummary, ...]  # newest first
+    external_paths: Mapping[CheckpointId, str] = field(default_factory=dict)  # of the retained ones
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
+from jobmanager.checkpointing.coordinator import CheckpointSummary
+from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import (
     CheckpointsView,
@@ -16,7 +18,25 @@ from jobmanager.messages import (
     TaskView,
 )
 from jobmanager.registry import TaskManagerRegistry
+from weir.core.checkpointing import CheckpointStatus
 from weir.core.errors import UnknownJobError
+from weir.core.paths import external_path
+
+
+def retained_summary(checkpoint: CompletedCheckpoint) -> CheckpointSummary:
+    """A retained checkpoint as ``weir checkpoints`` shows it, from its metadata alone."""
+    return CheckpointSummary(
+        checkpoint_id=checkpoint.checkpoint_id,
+        kind=checkpoint.kind,
+        status=CheckpointStatus.COMPLETED,
+        trigger_timestamp=checkpoint.trigger_timestamp,
+        end_timestamp=checkpoint.completion_timestamp,
+        acknowledged=len(checkpoint.task_states),
+        total_tasks=len(checkpoint.task_states),
+        state_size_bytes=sum(o.size_bytes for t in checkpoint.task_states for o in t.objects),
+        failure=None,
+        tasks=(),
+    )
 
 
 def summary_of(job: JobMaster) -> JobSummaryView:
@@ -38,7 +58,10 @@ class ReadApi:
         registry: TaskManagerRegistry,
         lock: threading.RLock,
         clock: Callable[[], float],
+        storage_uri: str,
     ) -> None:
+        """``storage_uri``: the checkpoint storage's, which external paths start with."""
+        self._storage_uri = storage_uri
         self._jobs = jobs
         self._registry = registry
         self._lock = lock
@@ -74,9 +97,17 @@ class ReadApi:
             return tuple(summary_of(j) for j in self._jobs.values())
 
     def list_checkpoints(self, job_id: str) -> CheckpointsView:
+        """The job's recent checkpoints, and every retained one with its external path (those a
+        JobManager recovered from storage appear though its statistics never saw them)."""
         with self._lock:
-            stats = self._job(job_id).coordinator.stats()
-        return CheckpointsView(job_id=job_id, checkpoints=stats.history)
+            coordinator = self._job(job_id).coordinator
+            stats = coordinator.stats()
+            retained = coordinator.store.all()
+        seen = {c.checkpoint_id for c in stats.history}
+        recovered = tuple(retained_summary(c) for c in reversed(retained) if c.checkpoint_id not in seen)
+        history = tuple(sorted(stats.history + recovered, key=lambda c: c.checkpoint_id, reverse=True))
+        paths = {c.checkpoint_id: external_path(self._storage_uri, c.metadata_key) for c in retained}
+        return CheckpointsView(job_id=job_id, checkpoints=history, external_paths=paths)
 
     def cluster_status(self) -> ClusterView:
         now = self._clock()

@@ -8,7 +8,9 @@ Format 1::
 
     {"format": 1,
      "submission": {"job_id", "job_name", "job_file_name", "job_source" (base64), "parameters",
-                    "parallelism", "submitted_at"},
+                    "parallelism", "submitted_at",
+                    "restored_from"},       # optional: the _metadata key of the retained checkpoint
+                                            # the job started from (weir run --from-checkpoint)
      "attempt": int,              # the highest attempt deployed (persisted before deployment)
      "status": "RUNNING" | ...,   # weir.core.states.JobStatus
      "failure": null | {"type", "message", "fault", "retriable"},
@@ -41,6 +43,7 @@ class JobSubmission:
     parameters: dict[str, str]
     parallelism: int
     submitted_at: float
+    restored_from: str = ""  # the _metadata key of another job's retained checkpoint it started from
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,7 @@ class JobRecord:
                 "parameters": dict(sorted(sub.parameters.items())),
                 "parallelism": sub.parallelism,
                 "submitted_at": sub.submitted_at,
+                **({"restored_from": sub.restored_from} if sub.restored_from else {}),
             },
             "attempt": self.attempt,
             "status": self.status.value,
@@ -90,6 +94,7 @@ class JobRecord:
                 parameters={str(k): str(v) for k, v in sub["parameters"].items()},
                 parallelism=int(sub["parallelism"]),
                 submitted_at=float(sub["submitted_at"]),
+                restored_from=str(sub.get("restored_from", "")),
             )
             return cls(
                 submission=submission,

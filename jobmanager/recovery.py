@@ -20,6 +20,7 @@ from jobmanager.orphans import collect_orphans
 from jobmanager.record_store import JobRecordStore
 from jobmanager.records import JobRecord
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from jobmanager.restoring import plan_initial_state
 from weir.api import load_job_source
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, JobId
@@ -112,6 +113,21 @@ class JobRecovery:
                     "job_not_recovered",
                     job_id=submission.job_id,
                     error=f"checkpoint metadata {meta_key} cannot be read: {type(exc).__name__}: {exc}",
+                    action="left as it is in checkpoint storage",
+                )
+                return False
+        if submission.restored_from and not checkpoints:
+            # No checkpoint of its own yet: it restarts from the other job's retained checkpoint.
+            key = submission.restored_from
+            try:
+                initial = decode_metadata(self._storage.get_bytes(key), key)
+                job.initial_state = plan_initial_state(initial, loaded.graph, job.plan, allow_non_restored_state=True)
+            except Exception as exc:
+                log.error(
+                    "job_not_recovered",
+                    job_id=submission.job_id,
+                    error=f"the retained checkpoint it started from ({key}) cannot be read: "
+                    f"{type(exc).__name__}: {exc}",
                     action="left as it is in checkpoint storage",
                 )
                 return False

@@ -70,6 +70,8 @@ def submit_request(m: jobmanager_pb2.SubmitJobRequest) -> SubmitRequest:
         job_source=m.job_source,
         parameters=dict(m.parameters),
         parallelism=m.parallelism,
+        from_checkpoint=m.from_checkpoint,
+        allow_non_restored_state=m.allow_non_restored_state,
     )
 
 
@@ -171,7 +173,10 @@ def job_status_response(view: JobStatusView) -> jobmanager_pb2.GetJobStatusRespo
     return response
 
 
-def _checkpoint_to_proto(job_id: str, summary: CheckpointSummary, info: jobmanager_pb2.CheckpointInfo) -> None:
+def _checkpoint_to_proto(
+    view: CheckpointsView, summary: CheckpointSummary, info: jobmanager_pb2.CheckpointInfo
+) -> None:
+    job_id = view.job_id
     info.checkpoint_id = summary.checkpoint_id
     info.status = checkpoint_status_to_proto(summary.status)
     info.trigger_time = summary.trigger_timestamp
@@ -179,6 +184,7 @@ def _checkpoint_to_proto(job_id: str, summary: CheckpointSummary, info: jobmanag
     info.size_bytes = summary.state_size_bytes
     info.failure = summary.failure.message if summary.failure is not None else ""
     info.kind = checkpoint_kind_to_proto(summary.kind)
+    info.external_path = view.external_paths.get(summary.checkpoint_id, "")
     for t in summary.tasks:
         info.tasks.add(
             task=common_pb2.TaskRef(job_id=job_id, vertex_uid=t.task_id.operator_uid, subtask=t.task_id.subtask),
@@ -191,7 +197,7 @@ def _checkpoint_to_proto(job_id: str, summary: CheckpointSummary, info: jobmanag
 def checkpoints_response(view: CheckpointsView) -> jobmanager_pb2.ListCheckpointsResponse:
     response = jobmanager_pb2.ListCheckpointsResponse()
     for summary in view.checkpoints:
-        _checkpoint_to_proto(view.job_id, summary, response.checkpoints.add())
+        _checkpoint_to_proto(view, summary, response.checkpoints.add())
     return response
 
 

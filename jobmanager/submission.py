@@ -1,5 +1,6 @@
 """Accepting a job: load its file, fix the end offsets of its bounded Kafka sources, check it
-(``jobmanager.submit_checks``), place its first attempt and deploy it.
+(``jobmanager.submit_checks``), take over the state of another job's retained checkpoint when it
+starts from one (``jobmanager.restoring``), place its first attempt and deploy it.
 
 Everything before the placement runs without the JobManager's lock (loading a job and asking Kafka
 take time); a refused job raises the WeirError the servicer maps onto a status code.
@@ -15,10 +16,21 @@ from dataclasses import dataclass, field
 import structlog
 
 from connectors import kafka
+from connectors.object_storage import CheckpointStorage
 from jobmanager.checkpointing.config import CheckpointSettings
 from jobmanager.deployment import Deployer
+from jobmanager.ending import resolve_inherited_transactions
 from jobmanager.jobs import JobMaster, JobSubmission, new_job_id
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from jobmanager.restoring import (
+    TAKEOVER_ATTEMPT,
+    CheckpointNotFoundError,
+    InitialState,
+    SourceJobRunningError,
+    checkpoint_metadata_key,
+    load_checkpoint,
+    plan_initial_state,
+)
 from jobmanager.submit_checks import check_job_at_submit
 from weir.api import load_job_source
 from weir.core.config import Endpoints
@@ -34,6 +46,23 @@ EndOffsetsReader = Callable[[str], Mapping[int, int]]
 SubmitCheck = Callable[[LogicalGraph, CheckpointSettings, float], None]
 """Refuse a job that cannot run (raises JobDefinitionError or ServiceUnavailableError)."""
 
+ResolveInherited = Callable[[LogicalGraph, InitialState, JobSubmission, int], None]
+"""Resolve the old job's sink transactions as of the checkpoint a new job starts from, as an attempt."""
+
+
+def resolve_inherited(graph: LogicalGraph, initial: InitialState, submission: JobSubmission, attempt: int) -> None:
+    report = resolve_inherited_transactions(
+        graph, initial.documents, initial.checkpoint, submission.job_name, submission.parameters, attempt
+    )
+    log.info(
+        "inherited_transactions_resolved",
+        job_id=submission.job_id,
+        from_job_id=initial.checkpoint.job_id,
+        checkpoint_id=initial.checkpoint.checkpoint_id,
+        attempt=attempt,
+        sink_subtasks=report.sink_subtasks,
+    )
+
 
 @dataclass(frozen=True)
 class SubmitRequest:
@@ -42,6 +71,8 @@ class SubmitRequest:
     job_source: bytes
     parameters: Mapping[str, str] = field(default_factory=dict)
     parallelism: int = 0  # 0: the job's own default (1)
+    from_checkpoint: str = ""  # the external path of another job's retained checkpoint to start from
+    allow_non_restored_state: bool = False
 
 
 def kafka_end_offsets(topic: str) -> Mapping[int, int]:
@@ -73,9 +104,15 @@ class JobSubmitter:
         lock: threading.RLock,
         clock: Callable[[], float],
         *,
+        storage: CheckpointStorage | None = None,
         read_end_offsets: EndOffsetsReader = kafka_end_offsets,
         check: SubmitCheck = check_at_submit,
+        resolve_inherited: ResolveInherited = resolve_inherited,
     ) -> None:
+        """``storage``: the checkpoint storage ``--from-checkpoint`` paths lie in (None: such a
+        submission is refused)."""
+        self._storage = storage
+        self._resolve_inherited = resolve_inherited
         self._jobs = jobs
         self._deployer = deployer
         self._paths = paths
@@ -90,6 +127,7 @@ class JobSubmitter:
         loaded = load_job_source(
             request.job_source, request.job_file_name, dict(request.parameters), parallelism, request.job_name or None
         )
+        restored_from = self._metadata_key(request.from_checkpoint) if request.from_checkpoint else ""
         submission = JobSubmission(
             job_id=new_job_id(),
             job_name=request.job_name or loaded.graph.job_name,
@@ -98,6 +136,7 @@ class JobSubmitter:
             parameters={**request.parameters, **fixed_source_ends(loaded.graph, self._read_end_offsets)},
             parallelism=parallelism,
             submitted_at=self._clock(),
+            restored_from=restored_from,
         )
         master = JobMaster.create(submission, loaded, self._paths.metadata_key_fn())
         # Sinks that cannot commit (a Kafka transaction must outlive a checkpoint interval plus a
@@ -105,6 +144,8 @@ class JobSubmitter:
         self._check(
             loaded.graph, master.checkpoint_settings, HEARTBEAT_TIMEOUT_S + master.restart_strategy.max_delay_s()
         )
+        if restored_from:
+            master.initial_state = self._take_over(master, request)
         with self._lock:
             command, saved = self._deployer.schedule(master, self._clock())
             self._jobs[submission.job_id] = master
@@ -114,6 +155,33 @@ class JobSubmitter:
             job_name=submission.job_name,
             parallelism=parallelism,
             vertices=list(master.plan.vertices),
+            restored_from=restored_from or None,
         )
         self._deployer.start(master, command, saved)
         return submission.job_id
+
+    def _metadata_key(self, path: str) -> str:
+        if self._storage is None:
+            raise CheckpointNotFoundError("this JobManager has no checkpoint storage to restore from")
+        return checkpoint_metadata_key(self._storage.uri, self._paths, path)
+
+    def _take_over(self, master: JobMaster, request: SubmitRequest) -> InitialState:
+        """Read the retained checkpoint, assign its state to the new job, and resolve the old job's
+        sink transactions as of it (``jobmanager.restoring``)."""
+        assert self._storage is not None
+        key = master.submission.restored_from
+        checkpoint = load_checkpoint(self._storage, key, request.from_checkpoint)
+        initial = plan_initial_state(
+            checkpoint, master.loaded.graph, master.plan, allow_non_restored_state=request.allow_non_restored_state
+        )
+        with self._lock:
+            old = self._jobs.get(checkpoint.job_id)
+            if old is not None and not old.status.terminal:
+                raise SourceJobRunningError(
+                    f"--from-checkpoint {request.from_checkpoint!r}: job {checkpoint.job_id} that took it is "
+                    f"{old.status.value}: cancel it first (`weir cancel {checkpoint.job_id}`; its retained "
+                    "checkpoints stay), or two jobs would write the same output"
+                )
+            attempt = old.attempt + 1 if old is not None else TAKEOVER_ATTEMPT
+        self._resolve_inherited(master.loaded.graph, initial, master.submission, attempt)
+        return initial

@@ -148,6 +148,22 @@ def run(
     define: Annotated[
         list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
     ] = None,
+    from_checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--from-checkpoint",
+            "-s",
+            metavar="PATH",
+            help="Start from this retained checkpoint of another job (a path `weir checkpoints JOB_ID` shows), "
+            "at any parallelism up to the max parallelism.",
+        ),
+    ] = None,
+    allow_non_restored_state: Annotated[
+        bool,
+        typer.Option(
+            "--allow-non-restored-state", help="With --from-checkpoint: drop state of operators the job no longer has."
+        ),
+    ] = False,
     json_output: JsonOption = False,
 ) -> None:
     """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1)."""
@@ -156,7 +172,14 @@ def run(
     parameters = parse_parameters(define or [])
     loaded = load_job_file(job_file, parameters, parallelism or 1)  # fail fast, before the cluster is asked
     with _client() as client:
-        job_id = client.submit_job(job_file, parameters, parallelism, job_name=loaded.graph.job_name)
+        job_id = client.submit_job(
+            job_file,
+            parameters,
+            parallelism,
+            job_name=loaded.graph.job_name,
+            from_checkpoint=from_checkpoint,
+            allow_non_restored_state=allow_non_restored_state,
+        )
         if detach:
             if json_output:
                 _print_json({"job_id": job_id})
@@ -329,6 +352,11 @@ def checkpoints(
             escape(info.failure),
         )
     console.print(table)
+    retained = [c for c in sorted(infos, key=lambda c: c.checkpoint_id) if c.external_path]
+    if retained:
+        console.print("retained (weir run JOB.py --from-checkpoint PATH):", soft_wrap=True)
+        for info in retained:
+            console.print(f"  {info.checkpoint_id}  {escape(info.external_path)}", soft_wrap=True)
     detail = _pick_checkpoint(infos, checkpoint)
     if detail is None:
         if checkpoint is not None:

@@ -121,6 +121,7 @@ class CheckpointInfo:
     size_bytes: int
     failure: str
     tasks: tuple[TaskCheckpointStats, ...]
+    external_path: str = ""  # set while retained: what `weir run --from-checkpoint` takes
 
 
 @dataclass(frozen=True)
@@ -169,8 +170,11 @@ class JobManagerClient:
         parallelism: int | None = None,
         *,
         job_name: str | None = None,
+        from_checkpoint: str | None = None,
+        allow_non_restored_state: bool = False,
     ) -> JobId:
-        """Ship the job file's source to the JobManager; ``parallelism`` None keeps the job's default."""
+        """Ship the job file's source to the JobManager; ``parallelism`` None keeps the job's default.
+        ``from_checkpoint``: the external path of a retained checkpoint the job starts from."""
         try:
             source = job_file.read_bytes()
         except OSError as exc:
@@ -181,6 +185,8 @@ class JobManagerClient:
             job_source=source,
             parameters=dict(parameters or {}),
             parallelism=parallelism or 0,
+            from_checkpoint=from_checkpoint or "",
+            allow_non_restored_state=allow_non_restored_state,
         )
         response = self._call(self._stub.SubmitJob, request, timeout_s=max(SUBMIT_TIMEOUT_S, self._timeout_s))
         return JobId(response.job_id)
@@ -297,6 +303,7 @@ def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
             )
             for t in m.tasks
         ),
+        external_path=m.external_path,
     )
 
 

@@ -10,6 +10,7 @@ from weir.core.keygroups import KeyGroupRange
 from weir.core.task_state import (
     InlineOperatorState,
     OperatorStateHandle,
+    SubtaskLayout,
     TaskStateDocument,
     encode_task_state,
     pack_operator_states,
@@ -20,7 +21,13 @@ JOB = JobId("job-1")
 
 def checkpoint_with(operator_state: OperatorStateHandle) -> CompletedCheckpoint:
     document = TaskStateDocument(
-        "job-1", "sink", 1, 1, CheckpointId(3), KeyGroupRange(KeyGroup(64), KeyGroup(127)), operator_state
+        "job-1",
+        "sink",
+        1,
+        1,
+        CheckpointId(3),
+        SubtaskLayout(2, 128, KeyGroupRange(KeyGroup(64), KeyGroup(127)), ("sink",), ()),
+        operator_state,
     )
     handle = TaskStateHandle(
         TaskId(JOB, OperatorUid("sink"), SubtaskIndex(1)), inline_payload=encode_task_state(document)

@@ -22,6 +22,7 @@ DEPLOYMENT = TaskDeployment(
     parallelism=2,
     restore_state_handle=b"state",
     restore_checkpoint_id=7,
+    inherited_task_states=(b"doc-a", b"doc-b"),
     checkpointing_mode=CheckpointingMode.AT_LEAST_ONCE,
     buffer_timeout_ms=0,
     inputs=(InputChannelSpec(gate=0, channel=2, producer_vertex="gen", producer_subtask=2),),
@@ -40,6 +41,7 @@ def test_a_deployment_goes_on_the_wire_field_by_field() -> None:
         2,
     )
     assert (r.restore_state_handle, r.restore_checkpoint_id) == (b"state", 7)
+    assert list(r.inherited_task_states) == [b"doc-a", b"doc-b"]
     assert r.checkpointing_mode == common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE
     assert r.HasField("buffer_timeout_ms") and r.buffer_timeout_ms == 0
     (i,) = r.inputs

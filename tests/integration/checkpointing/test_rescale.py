@@ -1,0 +1,109 @@
+"""Restore at another parallelism (Flink's resume-from-externalized-checkpoint matrix): the keyed
+aggregation runs at parallelism P, is cancelled after a completed checkpoint, and a new job starts from
+that retained checkpoint at parallelism N with `--from-checkpoint`. Both sinks end exact across the
+two jobs (`weir verify`: nothing missing, duplicated or left prepared or open)."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import psycopg
+import pytest
+
+from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, create_window_table
+from weir.core.checkpointing import CheckpointStatus
+from weir.core.states import JobStatus
+from weir.tools.client import CheckpointInfo, JobDetails
+from weir.tools.events import EventSpec, produce_events
+from weir.tools.verify import verify_job
+
+pytestmark = pytest.mark.integration
+
+JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
+EVENTS = 30_000
+SOURCE_PARTITIONS = 6
+
+
+def wait_for(what: str, check: object, timeout_s: float = 120.0) -> object:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = check()  # type: ignore[operator]
+        if last and not (isinstance(last, tuple) and last[0] is False):
+            return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}; last: {last}")
+
+
+def events_read(status: JobDetails) -> int:
+    """Events the source's chain passed to the window's vertex (a source task counts no input)."""
+    return sum(t.records_in_all_attempts for t in status.tasks if t.vertex_uid != "events-source")
+
+
+def retained(cluster: WeirCluster, job_id: str) -> list[CheckpointInfo]:
+    infos = cluster.client.list_checkpoints(job_id)
+    return sorted(
+        (c for c in infos if c.status is CheckpointStatus.COMPLETED and c.external_path), key=lambda c: c.checkpoint_id
+    )
+
+
+@pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(3, 2), (2, 3), (3, 1)])
+def test_a_retained_checkpoint_restores_at_another_parallelism_with_exact_sinks(
+    weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int
+) -> None:
+    endpoints = weir_cluster.endpoints
+    client = weir_cluster.client
+    source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
+    create_topics(endpoints, {source: SOURCE_PARTITIONS, sink: 3, dlq: 1})
+    create_window_table(endpoints, table)
+    produce_events(endpoints, source, EventSpec(count=EVENTS, keys=400))
+    params = {
+        "source.topic": source,
+        "sink.topic": sink,
+        "sink.table": table,
+        "source.dlq_topic": dlq,
+        "source.bounded": "true",
+        "source.records_per_second": "3000",
+        "checkpointing.interval": "500ms",
+    }
+
+    old = client.submit_job(JOB, params, old_parallelism)
+    wait_for(
+        "a completed checkpoint of the first job, part of the way through its input",
+        lambda: (
+            (retained(weir_cluster, old) and events_read(client.job_status(old)) > EVENTS // 4)
+            or (False, client.job_status(old), client.list_checkpoints(old))
+        ),
+    )
+    assert client.job_status(old).summary.status is JobStatus.RUNNING, "the first job ended before it was cancelled"
+    client.cancel_job(old)
+    wait_for("the first job to be CANCELED", lambda: client.job_status(old).summary.status is JobStatus.CANCELED)
+    read_by_old = events_read(client.job_status(old))
+    assert read_by_old < EVENTS, "the first job read all its input: the restore would prove nothing"
+
+    # Retained checkpoints of a cancelled job stay (RETAIN_ON_CANCELLATION), each with its path.
+    checkpoints = retained(weir_cluster, old)
+    assert checkpoints, "the cancelled job kept no retained checkpoint"
+    latest = checkpoints[-1]
+    assert latest.external_path.endswith(f"/{old}/checkpoints/chk-{latest.checkpoint_id:020d}/")
+
+    new = client.submit_job(JOB, params, new_parallelism, from_checkpoint=latest.external_path)
+    done = wait_for(
+        "the restored job to end",
+        lambda: (s := client.job_status(new)).summary.status.terminal and s,
+        timeout_s=180.0,
+    )
+    assert isinstance(done, JobDetails)
+    assert done.summary.status is JobStatus.FINISHED, done.failure
+    assert done.summary.parallelism == new_parallelism
+    sources = [t for t in done.tasks if t.vertex_uid == "events-source"]
+    assert len(sources) == new_parallelism
+    read_by_new = events_read(done)
+    assert 0 < read_by_new < EVENTS, f"the restored job read {read_by_new} of {EVENTS} events: it did not resume"
+
+    report = verify_job(JOB, params, job_id=new, endpoints=endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        prepared = conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (f"%{old}%",)).fetchall()
+    assert prepared == [], f"the first job left prepared transactions: {prepared}"

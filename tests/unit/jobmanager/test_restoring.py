@@ -1,0 +1,104 @@
+"""`weir run --from-checkpoint`: the JobManager reads another job's retained checkpoint, hands each new
+vertex the task states it inherits, resolves the old job's sinks first, and keeps doing so across a
+restart of itself until the new job has a checkpoint of its own."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from jobmanager.checkpointing.metadata import encode_metadata
+from jobmanager.checkpointing.pending import TaskStateHandle
+from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.restoring import CheckpointNotFoundError, SourceJobRunningError
+from jobmanager.submission import SubmitRequest
+from tests.unit.jobmanager.conftest import JOB, Harness, MakeHarness
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId
+from weir.core.keygroups import KeyGroupRange
+from weir.core.paths import external_path
+from weir.core.states import JobStatus
+from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument, encode_task_state
+
+OLD = JobId("old-job")
+
+
+def retained_checkpoint(h: Harness, job_id: JobId = OLD, checkpoint_id: int = 3) -> tuple[str, bytes]:
+    """A completed checkpoint of the test job (generator chained with a print sink) in storage: its
+    external path and its one task-state document."""
+    document = encode_task_state(
+        TaskStateDocument(
+            job_id=job_id,
+            vertex_uid="gen",
+            subtask=0,
+            attempt=1,
+            checkpoint_id=CheckpointId(checkpoint_id),
+            layout=SubtaskLayout(1, 128, KeyGroupRange(KeyGroup(0), KeyGroup(127)), ("gen", "out"), ()),
+            operator_state=InlineOperatorState({"gen": json.dumps({"format": 1, "next_k": 40}).encode()}),
+        )
+    )
+    key = h.jm.paths.metadata(job_id, CheckpointId(checkpoint_id))
+    checkpoint = CompletedCheckpoint(
+        CheckpointId(checkpoint_id),
+        job_id,
+        1.0,
+        2.0,
+        (TaskStateHandle(TaskId(job_id, OperatorUid("gen"), SubtaskIndex(0)), inline_payload=document),),
+        key,
+    )
+    h.storage.put_bytes(key, encode_metadata(checkpoint))
+    return external_path(h.storage.uri, key), document
+
+
+def submit(h: Harness, path: str) -> str:
+    return h.jm.submit(SubmitRequest("", "j.py", JOB, {}, parallelism=1, from_checkpoint=path))
+
+
+def test_a_job_from_a_retained_checkpoint_inherits_its_task_states(harness: Harness) -> None:
+    path, document = retained_checkpoint(harness)
+    assert path == f"{harness.storage.uri}/old-job/checkpoints/chk-{3:020d}/"
+    job = harness.jm.jobs[submit(harness, path)]
+    assert job.submission.restored_from == "old-job/checkpoints/chk-00000000000000000003/_metadata"
+    assert job.initial_state is not None and job.initial_state.checkpoint.job_id == OLD
+    assert job.inherited == {"gen": (document,)} and job.restore == {}
+    assert job.restore_checkpoint_id == 3 and job.status is JobStatus.RUNNING
+    record = harness.jm.records.load(harness.jm.paths.job_record(JobId(job.job_id)))
+    assert record.submission.restored_from == job.submission.restored_from
+
+
+@pytest.mark.parametrize("spelling", ["metadata", "relative"])
+def test_the_path_may_name_the_metadata_or_be_relative_to_the_storage(harness: Harness, spelling: str) -> None:
+    path, _ = retained_checkpoint(harness)
+    given = path + "_metadata" if spelling == "metadata" else path[len(harness.storage.uri) + 1 :]
+    assert harness.jm.jobs[submit(harness, given)].initial_state is not None
+
+
+def test_a_checkpoint_that_is_not_there_is_a_clear_error(harness: Harness) -> None:
+    path, _ = retained_checkpoint(harness)
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint metadata at .*chk-00000000000000000004"):
+        submit(harness, path.replace("chk-00000000000000000003", "chk-00000000000000000004"))
+    with pytest.raises(CheckpointNotFoundError, match="is not a checkpoint of this cluster's checkpoint storage"):
+        submit(harness, "s3://elsewhere/old-job/checkpoints/chk-00000000000000000003/")
+    assert not harness.jm.jobs
+
+
+def test_a_checkpoint_of_a_job_still_running_here_is_refused(harness: Harness) -> None:
+    running = harness.job(job_id="old-job")
+    assert running.status is JobStatus.RUNNING
+    path, _ = retained_checkpoint(harness)
+    with pytest.raises(SourceJobRunningError, match="job old-job that took it is RUNNING: cancel it first"):
+        submit(harness, path)
+    assert list(harness.jm.jobs) == ["old-job"]
+
+
+def test_a_restarted_jobmanager_restores_the_new_job_from_the_retained_checkpoint_again(
+    make_harness: MakeHarness,
+) -> None:
+    first = make_harness()
+    path, document = retained_checkpoint(first)
+    job_id = submit(first, path)
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 1
+    recovered = second.jm.jobs[job_id]
+    assert recovered.initial_state is not None
+    assert recovered.initial_state.by_vertex == {"gen": (document,)}
