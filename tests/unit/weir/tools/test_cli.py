@@ -66,6 +66,14 @@ class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
     jobs: dict[str, jobmanager_pb2.GetJobStatusResponse] = field(default_factory=dict)
     submit_error: tuple[grpc.StatusCode, str] | None = None
     submitted: list[jobmanager_pb2.SubmitJobRequest] = field(default_factory=list)
+    checkpoints: dict[str, jobmanager_pb2.ListCheckpointsResponse] = field(default_factory=dict)
+
+    def ListCheckpoints(  # noqa: N802
+        self, request: jobmanager_pb2.ListCheckpointsRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.ListCheckpointsResponse:
+        if request.job_id not in self.checkpoints:  # as a JobManager without the RPC would answer
+            context.abort(grpc.StatusCode.UNIMPLEMENTED, "Method not implemented!")
+        return self.checkpoints[request.job_id]
 
     def SubmitJob(  # noqa: N802
         self, request: jobmanager_pb2.SubmitJobRequest, context: grpc.ServicerContext
@@ -256,6 +264,45 @@ def test_run_of_a_failing_job_is_exit_1_with_the_reason(
 def test_run_detached_prints_the_job_id(weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager) -> None:
     result = weir("run", str(job_file(VALID_JOB)), "--detach", "--json")
     assert (result.exit_code, json.loads(result.stdout)) == (EXIT_OK, {"job_id": "job-1"})
+
+
+def test_run_from_a_retained_checkpoint_sends_its_path(
+    weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager
+) -> None:
+    path = "s3://weir/jobs/old-job/checkpoints/chk-00000000000000000007/"
+    result = weir("run", str(job_file(VALID_JOB)), "--from-checkpoint", path, "-p", "2", "--detach")
+    assert result.exit_code == EXIT_OK, result.stderr
+    request = fake_jobmanager.submitted[-1]
+    assert (request.from_checkpoint, request.parallelism, request.allow_non_restored_state) == (path, 2, False)
+    weir("run", str(job_file(VALID_JOB)), "-s", path, "--allow-non-restored-state", "--detach")
+    assert fake_jobmanager.submitted[-1].allow_non_restored_state
+
+
+def test_checkpoints_lists_the_external_path_of_each_retained_checkpoint(
+    weir: Weir, fake_jobmanager: FakeJobManager
+) -> None:
+    path = "s3://weir/jobs/job-1/checkpoints/chk-00000000000000000007/"
+    fake_jobmanager.checkpoints["job-1"] = jobmanager_pb2.ListCheckpointsResponse(
+        checkpoints=[
+            jobmanager_pb2.CheckpointInfo(
+                checkpoint_id=8,
+                status=jobmanager_pb2.CHECKPOINT_STATUS_FAILED,
+                kind=common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+                failure="declined",
+            ),
+            jobmanager_pb2.CheckpointInfo(
+                checkpoint_id=7,
+                status=jobmanager_pb2.CHECKPOINT_STATUS_COMPLETED,
+                kind=common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+                external_path=path,
+            ),
+        ]
+    )
+    result = weir("checkpoints", "job-1")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert f"  7  {path}" in result.stdout
+    listed = json.loads(weir("checkpoints", "job-1", "--json").stdout)["checkpoints"]
+    assert {c["checkpoint_id"]: c["external_path"] for c in listed} == {8: "", 7: path}
 
 
 def test_cancel_prints_the_status_the_jobmanager_answers(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
