@@ -59,6 +59,7 @@ FULL_SIZES: Final = (100_000, 1_000_000, 5_000_000)
 QUICK_SIZES: Final = (100_000, 1_000_000)
 UPDATES: Final = (0.01, 0.10)  # fractions of the keys changed before checkpoints 2, 3, ...
 QUICK_UPDATES: Final = (0.01,)
+RESTORE_REPEATS: Final = 3  # a restore is repeatable (a fresh database each time); checkpoints are a sequence
 SNAPSHOT_TIMEOUT_S: Final = 1800.0
 PATHS: Final = CheckpointPaths()
 FULL_RANGE: Final = KeyGroupRange(KeyGroup(0), KeyGroup(MAX_PARALLELISM - 1))
@@ -108,7 +109,8 @@ class RestoreFigures:
     entries: int
     expected_entries: int
     downloaded_bytes: int
-    usage: Usage  # the restore call: downloads, opening each snapshot, copying the ranges
+    usage: Usage  # the restore call (downloads, opening each snapshot, copying the ranges): the median sample
+    samples: tuple[Usage, ...]  # every repeat, in order
 
     @property
     def duration_s(self) -> float:
@@ -123,6 +125,7 @@ class SizeFigures:
     checkpoints: tuple[CheckpointFigures, ...]
     restores: tuple[RestoreFigures, ...]
     total: Usage
+    load_average_at_start: tuple[float, float, float]  # the machine is shared: how busy it was
 
 
 # The measurement ---------------------------------------------------------------------------------
@@ -296,14 +299,35 @@ class StateBench:
         to_parallelism: int,
         subtask_index: int,
         attempt: int,
+        repeats: int,
     ) -> tuple[RestoreFigures, _Subtask]:
+        """Restore into a fresh subtask ``repeats`` times (each a new database, nothing cached); the figures
+        are the median's, the last subtask stays deployed."""
         key_groups = key_group_range_for_subtask(MAX_PARALLELISM, to_parallelism, SubtaskIndex(subtask_index))
-        subtask = self.deploy(name, key_groups, attempt, handles)
-        with self.meter() as usage:
-            result: RestoreResult = subtask.keyed.snapshotter.restore(handles, subtask.ranges)
         expected = sum(self.group_sizes[key_groups.start : key_groups.end + 1])
+        label = f"{from_parallelism}->{to_parallelism}"
+        samples: list[Usage] = []
+        subtask: _Subtask | None = None
+        for _ in range(repeats):
+            if subtask is not None:
+                self.discard(subtask)
+            subtask = self.deploy(name, key_groups, attempt, handles)
+            with self.meter() as usage:
+                result: RestoreResult = subtask.keyed.snapshotter.restore(handles, subtask.ranges)
+            samples.append(usage())
+            log(
+                f"{self.keys:,} keys: restore {label} subtask {subtask_index} {key_groups} {samples[-1].wall_s:.2f} s, "
+                f"{result.entries:,} entries from {result.handles_used} handle(s), "
+                f"{result.downloaded_bytes / 1e6:.1f} MB downloaded, CPU {samples[-1].cpu_s:.2f} s"
+            )
+            if result.entries != expected:
+                raise BenchError(
+                    f"{self.keys:,} keys: restore {label} into subtask {subtask_index} {key_groups} copied "
+                    f"{result.entries:,} entries, {expected:,} were written into those key groups"
+                )
+        assert subtask is not None, "repeats must be at least 1"
         figures = RestoreFigures(
-            label=f"{from_parallelism}->{to_parallelism}",
+            label=label,
             from_parallelism=from_parallelism,
             to_parallelism=to_parallelism,
             subtask=subtask_index,
@@ -312,18 +336,9 @@ class StateBench:
             entries=result.entries,
             expected_entries=expected,
             downloaded_bytes=result.downloaded_bytes,
-            usage=usage(),
+            usage=sorted(samples, key=lambda u: u.wall_s)[len(samples) // 2],
+            samples=tuple(samples),
         )
-        log(
-            f"{self.keys:,} keys: restore {figures.label} subtask {subtask_index} {key_groups} "
-            f"{figures.duration_s:.2f} s, {result.entries:,} entries from {result.handles_used} handle(s), "
-            f"{result.downloaded_bytes / 1e6:.1f} MB downloaded, CPU {figures.usage.cpu_s:.2f} s"
-        )
-        if result.entries != expected:
-            raise BenchError(
-                f"{self.keys:,} keys: restore {figures.label} into subtask {subtask_index} {key_groups} copied "
-                f"{result.entries:,} entries, {expected:,} were written into those key groups"
-            )
         if self.verify is not None:
             self.verify(figures, subtask.keyed.backend)
         return figures, subtask
@@ -337,10 +352,12 @@ def measure_size(
     updates: Sequence[float] = UPDATES,
     verify: Callable[[RestoreFigures, StateBackend], None] | None = None,
     s3_cpu: _S3ServerCpu | None = None,
+    restore_repeats: int = RESTORE_REPEATS,
 ) -> SizeFigures:
     """Every figure of one state size (see the module docstring); deletes its objects and databases after.
 
-    ``verify`` is called with each restored database before it is discarded. Raises BenchError when a
+    Each restore runs ``restore_repeats`` times (median reported); ``verify`` is called with the last
+    restored database of each kind before it is discarded. Raises BenchError when a
     restore does not give back the keys written into its key groups.
     """
     job_id = JobId(f"state-{keys}")
@@ -348,6 +365,7 @@ def measure_size(
     bench = StateBench(keys, storage, work_dir / job_id, job_id, meter, verify)
     checkpoints: list[CheckpointFigures] = []
     restores: list[RestoreFigures] = []
+    load_average = os.getloadavg()
     try:
         with meter() as total:
             writer = bench.deploy("writer", FULL_RANGE, attempt=1)
@@ -367,13 +385,13 @@ def measure_size(
                 checkpoints.append(figures)
             bench.discard(writer)
 
-            same, restored = bench.restore("p1-0", [latest], 1, 1, 0, attempt=2)
+            same, restored = bench.restore("p1-0", [latest], 1, 1, 0, 2, restore_repeats)
             restores.append(same)
             bench.discard(restored)
 
             rescaled: list[_Subtask] = []
             for index in range(2):
-                figures_out, subtask = bench.restore(f"p2-{index}", [latest], 1, 2, index, attempt=2)
+                figures_out, subtask = bench.restore(f"p2-{index}", [latest], 1, 2, index, 2, restore_repeats)
                 restores.append(figures_out)
                 rescaled.append(subtask)
             checkpoint_id += 1
@@ -384,17 +402,17 @@ def measure_size(
                 p2_handles.append(handle)
                 bench.discard(subtask)
 
-            merged, restored = bench.restore("p1-merged", p2_handles, 2, 1, 0, attempt=3)
+            merged, restored = bench.restore("p1-merged", p2_handles, 2, 1, 0, 3, restore_repeats)
             restores.append(merged)
             bench.discard(restored)
-            overlap, restored = bench.restore("p3-1", p2_handles, 2, 3, 1, attempt=3)
+            overlap, restored = bench.restore("p3-1", p2_handles, 2, 3, 1, 3, restore_repeats)
             restores.append(overlap)
             bench.discard(restored)
     finally:
         bench.discard_all()
         storage.delete(key for key, _size in storage.list(PATHS.job_dir(job_id)))
         shutil.rmtree(bench.work_dir, ignore_errors=True)
-    return SizeFigures(keys, write(), live_sst, tuple(checkpoints), tuple(restores), total())
+    return SizeFigures(keys, write(), live_sst, tuple(checkpoints), tuple(restores), total(), load_average)
 
 
 # The run -------------------------------------------------------------------------------------------
@@ -459,6 +477,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="100k and 1M keys, the 1 %% update only")
     parser.add_argument("--sizes", help="comma-separated key counts (default 100000,1000000,5000000)")
     parser.add_argument(
+        "--repeats", type=int, default=RESTORE_REPEATS, help="restores of each kind, median reported (default 3)"
+    )
+    parser.add_argument(
         "--storage", help="checkpoint storage root (default: the S3 bucket); the run writes under its own prefix"
     )
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where state.{json,md,png} go")
@@ -470,6 +491,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = sizes or list(QUICK_SIZES if args.quick else FULL_SIZES)
     if any(n < MAX_PARALLELISM for n in sizes):
         parser.error(f"each size must be at least {MAX_PARALLELISM} keys")
+    if args.repeats < 1:
+        parser.error("--repeats must be at least 1")
     updates = QUICK_UPDATES if args.quick else UPDATES
     logs.configure("state-bench", level=os.environ.get("WEIR_LOG_LEVEL", "warning"))
 
@@ -501,6 +524,7 @@ def main(argv: list[str] | None = None) -> int:
             "value_bytes": VALUE_BYTES,
             "max_parallelism": MAX_PARALLELISM,
             "updates": list(updates),
+            "restore_repeats": args.repeats,
         },
         "sizes": [],
         "errors": {},
@@ -508,7 +532,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for keys in sizes:
             try:
-                figures = measure_size(keys, storage, work_dir, updates=updates, s3_cpu=s3_cpu)
+                figures = measure_size(
+                    keys, storage, work_dir, updates=updates, s3_cpu=s3_cpu, restore_repeats=args.repeats
+                )
             except BenchError as exc:
                 log(f"{keys:,} keys failed: {exc}")
                 document["errors"][str(keys)] = str(exc)

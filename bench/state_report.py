@@ -134,6 +134,9 @@ def markdown(document: dict[str, Any]) -> str:
         ]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append("")
+    if sizes:
+        loads = ", ".join(f"{s['keys']:,} keys {s['load_average_at_start'][0]:.2f}" for s in sizes)
+        lines += [f"Load average (1 min) when each size started: {loads}.", ""]
     for keys, error in document.get("errors", {}).items():
         lines += [f"**{int(keys):,} keys failed:** {error}", ""]
 
@@ -172,10 +175,13 @@ def markdown(document: dict[str, Any]) -> str:
         "## Restores",
         "",
         "Each into a fresh database, as a redeployed subtask: download the handles' files, open each snapshot, "
-        "copy the subtask's key groups. Entries are checked against the keys written into those key groups.",
+        "copy the subtask's key groups. Entries are checked against the keys written into those key groups. "
+        f"Each kind ran {document['layout'].get('restore_repeats', 1)} times (a fresh database each); the figures "
+        "are the median run's.",
         "",
-        "| keys | restore | subtask (key groups) | handles | entries | downloaded MB | s | CPU s | S3 server CPU s |",
-        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| keys | restore | subtask (key groups) | handles | entries | downloaded MB | s (median) | CPU s "
+        "| S3 server CPU s | every repeat, s |",
+        "| ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
     for size in sizes:
         for r in size["restores"]:
@@ -183,7 +189,8 @@ def markdown(document: dict[str, Any]) -> str:
             lines.append(
                 f"| {size['keys']:,} | {r['label']} | {r['subtask']} ({first}..{last}) | {r['handles_used']} "
                 f"| {r['entries']:,} | {_mb(r['downloaded_bytes'])} | {r['usage']['wall_s']:.2f} "
-                f"| {r['usage']['cpu_s']:.2f} | {_s(r['usage']['s3_cpu_s'])} |"
+                f"| {r['usage']['cpu_s']:.2f} | {_s(r['usage']['s3_cpu_s'])} "
+                f"| {' / '.join(_s(u['wall_s']) for u in r['samples'])} |"
             )
     lines += [""]
     writes = ", ".join(

@@ -51,7 +51,9 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[SizeFigures, dic
         first, last = figures.key_groups
         matches[(figures.label, figures.subtask)] = stored(backend, first, last) == written(first, last)
 
-    figures = measure_size(KEYS, FileCheckpointStorage(root / "storage"), root / "work", verify=verify)
+    figures = measure_size(
+        KEYS, FileCheckpointStorage(root / "storage"), root / "work", verify=verify, restore_repeats=2
+    )
     return figures, matches, root
 
 
@@ -67,6 +69,7 @@ def test_every_restore_gives_back_the_keys_and_latest_values_written(
     assert by_kind[("1->1", 0)].entries == by_kind[("2->1", 0)].entries == KEYS
     assert by_kind[("1->2", 0)].entries + by_kind[("1->2", 1)].entries == KEYS
     assert by_kind[("2->1", 0)].handles_used == by_kind[("2->3", 1)].handles_used == 2
+    assert all(len(r.samples) == 2 and r.usage in r.samples for r in figures.restores)
 
 
 def test_incremental_checkpoints_reuse_the_first_ones_files(
@@ -105,6 +108,7 @@ def test_the_markdown_reports_each_figure_and_targets_not_measured_below_1m(
             "value_bytes": 32,
             "max_parallelism": 128,
             "updates": list(UPDATES),
+            "restore_repeats": 2,
         },
         "sizes": [figures_document(figures)],
         "errors": {},
