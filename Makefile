@@ -8,7 +8,7 @@ GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
 INFRA := deploy/local/infra.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
-        lint demo cluster-up cluster-down bench bench-quick bench-exchange bench-deps clean
+        lint demo cluster-up cluster-down bench bench-quick bench-exchange bench-state bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -65,8 +65,12 @@ bench-exchange: setup bench-deps ## records/s: raw gRPC, one Weir channel, the k
 bench-quick: setup bench-deps ## the keyed benchmark, short: 200k events, 1 run (docs/benchmarks.md)
 	$(PY) -m bench.run --quick $(BENCH_ARGS)
 
-bench: setup bench-deps ## the keyed benchmark vs Quix Streams and the raw limit: 2M events, 3 runs (long)
+bench-state: setup bench-deps ## checkpoint and restore curves over 100k/1M/5M keys
+	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
+
+bench: setup bench-deps ## the keyed benchmark vs Quix Streams and the raw limit (2M events, 3 runs), then bench-state (long)
 	$(PY) -m bench.run $(BENCH_ARGS)
+	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) weir/wire/*_pb2*.py *.egg-info .pytest_cache
