@@ -10,7 +10,8 @@ names the sink subtask, ``token`` is random), holding ``epoch-{epoch:020d}.recor
 header :data:`SPILL_FILE_MAGIC`, then length-prefixed records (:data:`FRAME`, key, value). A file is
 read only by the instance that wrote it, and only up to the records it counted, so a file left by a
 crash is never read: a later instance makes its own directory, and removes those of instances whose
-process has exited. A committed epoch's file is removed at once; a closed sink removes its directory.
+process has exited when it opens (``remove_abandoned``). A committed epoch's file is removed at once;
+a closed sink removes its directory.
 
 :func:`dumps_streaming` pickles a document whose epochs are wrapped in :class:`StreamedList`: the
 records are read from memory or disk while the bytes are written, never gathered into one list.
@@ -168,17 +169,33 @@ class EpochSpill:
     def _file_for(self, epoch: CheckpointId) -> Path:
         if self._directory is None:
             self.root.mkdir(parents=True, exist_ok=True)
-            self._remove_abandoned()
+            self.remove_abandoned()
             name = SpillDirectory(subtask_digest(self.task), os.getpid(), secrets.token_hex(8)).name
             directory = self.root / name
             directory.mkdir()
             self._directory = directory
         return self._directory / f"epoch-{epoch:020d}.records"
 
-    def _remove_abandoned(self) -> None:
-        """Remove the spill directories of this sink subtask whose process has exited (a crash)."""
+    def remove_abandoned(self) -> None:
+        """Remove the spill directories of this sink subtask whose process has exited (a crash). The
+        sink calls it when it opens, whether it will spill or not (a recovered epoch is re-produced
+        from the snapshot, so a successor may never spill), and again at its first spill."""
         digest = subtask_digest(self.task)
-        for entry in self.root.iterdir():
+        try:
+            entries = list(self.root.iterdir())
+        except FileNotFoundError:
+            return  # nothing of this root was ever spilled
+        except OSError as exc:  # not fatal here: a sink that never spills needs no disk; a spill says why it fails
+            self._log.warning(
+                "epoch_spill_root_unreadable",
+                job_id=self.task.job_id,
+                operator_uid=self.task.operator_uid,
+                subtask=self.task.subtask,
+                directory=str(self.root),
+                error=str(exc),
+            )
+            return
+        for entry in entries:
             found = SpillDirectory.parse(entry.name)
             if found is None or found.digest != digest or process_alive(found.pid):
                 continue

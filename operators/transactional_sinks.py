@@ -537,6 +537,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
 
     def open(self) -> None:
         kafka.partition_count(self._endpoints, self._topic)  # a missing topic fails at open
+        self._spill.remove_abandoned()  # a crashed predecessor's spill files: never read again
         self._ensure_marker_topic()
         self._fence()
         self._marker_watermark = kafka.partition_range(self._endpoints, self._marker_topic, self._marker_partition)[1]

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
 from operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator
+from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 from operators.keyed import KeyedProcessOperator, ReduceOperator
 from operators.sinks import (
     FileSinkOperator,
@@ -344,14 +345,19 @@ class DataStream:
         delivery: KafkaDelivery = "exactly_once",
         transaction_timeout_ms: int | None = None,
         marker_replication_factor: int | None = None,
+        epoch_memory_bytes: int | None = None,
+        spill_directory: str | Path | None = None,
     ) -> None:
         """Write each value to ``topic``. ``exactly_once`` (the default): one Kafka transaction per
         checkpoint, committed when the checkpoint completes, so read_committed consumers see each value
         once, after the checkpoint; ``transaction_timeout_ms`` (default 15 min, at most the broker's
         ``transaction.max.timeout.ms``) must cover a checkpoint interval plus a restart;
         ``marker_replication_factor`` is that of the sink's commit marker topic when it creates it
-        (default min(3, brokers)). ``at_least_once``: flushed at every checkpoint, duplicates after a
-        failure. See docs/sinks.md."""
+        (default min(3, brokers)). ``epoch_memory_bytes`` (default 64 MiB; 0: every record on disk)
+        bounds the not yet committed records a sink subtask holds in memory, all its epochs together;
+        past it an epoch's records go to a file of its own under ``spill_directory`` (an absolute path
+        on each TaskManager; default ``epoch-spill/`` in the run directory), removed once it commits.
+        ``at_least_once``: flushed at every checkpoint, duplicates after a failure. See docs/sinks.md."""
 
         ser = serializer or json_serializer
         factory: Callable[[], Any]
@@ -365,6 +371,7 @@ class DataStream:
                     f"kafka sink {uid!r}: marker_replication_factor must be at least 1, got "
                     f"{marker_replication_factor}; leave it unset for min(3, brokers)"
                 )
+            memory_bytes = _epoch_memory_bytes(uid, epoch_memory_bytes)
             factory = partial(
                 TransactionalKafkaSinkOperator,
                 topic,
@@ -372,12 +379,22 @@ class DataStream:
                 key,
                 transaction_timeout_ms=timeout_ms,
                 marker_replication_factor=marker_replication_factor,
+                epoch_memory_bytes=memory_bytes,
+                spill_directory=_spill_directory(uid, spill_directory),
             )
-            spec = SinkSpec(SinkSystem.KAFKA, topic, SinkDelivery.EXACTLY_ONCE, transaction_timeout_ms=timeout_ms)
+            spec = SinkSpec(
+                SinkSystem.KAFKA,
+                topic,
+                SinkDelivery.EXACTLY_ONCE,
+                transaction_timeout_ms=timeout_ms,
+                epoch_memory_bytes=memory_bytes,
+            )
         elif delivery == "at_least_once":
             for name, given in (
                 ("transaction_timeout_ms", transaction_timeout_ms),
                 ("marker_replication_factor", marker_replication_factor),
+                ("epoch_memory_bytes", epoch_memory_bytes),
+                ("spill_directory", spill_directory),
             ):
                 if given is not None:
                     raise JobDefinitionError(f"kafka sink {uid!r}: {name} applies to delivery='exactly_once' only")
@@ -586,6 +603,34 @@ class CoProcessFunction:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _epoch_memory_bytes(uid: str, given: int | None) -> int:
+    """A Kafka sink's ``epoch_memory_bytes``, checked at build time: an int of at least 0 (None: default)."""
+    if given is None:
+        return DEFAULT_EPOCH_MEMORY_BYTES
+    if type(given) is not int or given < 0:
+        raise JobDefinitionError(
+            f"kafka sink {uid!r}: epoch_memory_bytes must be an int of at least 0 (0: every record on disk), got "
+            f"{given!r}; leave it unset for {DEFAULT_EPOCH_MEMORY_BYTES} bytes (64 MiB)"
+        )
+    return given
+
+
+def _spill_directory(uid: str, given: str | Path | None) -> Path | None:
+    """A Kafka sink's ``spill_directory``, checked at build time: absolute, since every TaskManager
+    loads the job file in its own working directory (None: ``epoch-spill/`` in the run directory)."""
+    if given is None:
+        return None
+    if not isinstance(given, str | Path) or not str(given):
+        raise JobDefinitionError(f"kafka sink {uid!r}: spill_directory must be a path, got {given!r}")
+    path = Path(given).expanduser()
+    if not path.is_absolute():
+        raise JobDefinitionError(
+            f"kafka sink {uid!r}: spill_directory {str(given)!r} must be an absolute path: each TaskManager "
+            "would resolve a relative one against its own working directory"
+        )
+    return path
 
 
 # Loading job files ---------------------------------------------------------------------------------

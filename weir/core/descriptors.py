@@ -84,6 +84,7 @@ class SinkSpec:
     target: str  # the topic, table, file or "" for a function
     delivery: SinkDelivery
     transaction_timeout_ms: int | None = None  # Kafka, exactly-once
+    epoch_memory_bytes: int | None = None  # Kafka, exactly-once: pending records held in memory per subtask
 
     @property
     def transactional(self) -> bool:

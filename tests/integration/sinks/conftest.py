@@ -2,7 +2,8 @@
 
 A "crash" is either a real one (``driver.py`` run in a subprocess that a crash point kills) or an
 abandoned operator instance whose producer or connection is never closed; recovery is always a new
-instance given ``restore_state`` and ``open``, as a restarted task would.
+instance given ``restore_state`` and ``open``, as a restarted task would. ``crash_cluster`` is a whole
+private cluster with a crash point armed, for the end-to-end tests.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from weir.core.config import Endpoints
 from weir.core.keygroups import KeyGroupRange
 from weir.core.metrics import TaskMetrics
 from weir.core.serde import dumps_value
+from weir.tools.client import JobManagerClient
+from weir.tools.supervisor import start_cluster, stop_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TASKMANAGER = "taskmanager-test"
@@ -224,3 +227,34 @@ def run_until_crash(tmp_path: Path, endpoints: Endpoints, crash_point: str, **ar
 
 def _endpoint_env(endpoints: Endpoints) -> dict[str, str]:
     return {"kafka_bootstrap": endpoints.kafka_bootstrap, "postgres_dsn": endpoints.postgres_dsn}
+
+
+# A private cluster per test: its processes carry the armed crash point (``request.param``) in their
+# environment, and fire it once per cluster (a marker file in $WEIR_CRASH_ONCE_DIR).
+PRIVATE_PORTS = {
+    "WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:26223",
+    "WEIR_JOBMANAGER_METRICS_PORT": "29349",
+    "WEIR_TASKMANAGER_METRICS_BASE_PORT": "29350",
+}
+
+
+@pytest.fixture
+def crash_cluster(
+    request: pytest.FixtureRequest, services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Endpoints, JobManagerClient]]:
+    spec: str = request.param
+    for name, value in PRIVATE_PORTS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "run"))
+    monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/crash-{tmp_path.name}")
+    monkeypatch.setenv("WEIR_CRASH_POINT", spec)
+    monkeypatch.setenv("WEIR_CRASH_ONCE_DIR", str(tmp_path / "fired"))
+    endpoints = Endpoints.from_env()
+    directory = tmp_path / "run" / "cluster"
+    start_cluster(directory, endpoints, restart=True, restart_delay_s=1.0, timeout_s=90)
+    client = JobManagerClient(endpoints.jobmanager_address)
+    try:
+        yield endpoints, client
+    finally:
+        client.close()
+        stop_cluster(directory)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -16,42 +15,11 @@ from tests.integration.conftest import REPO_ROOT, create_topics, create_window_t
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, produce_events
-from weir.tools.supervisor import start_cluster, stop_cluster
 from weir.tools.verify import verify_job
 
 pytestmark = pytest.mark.integration
 
 JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
-# A private cluster per crash point: its processes carry the armed point in their environment.
-PRIVATE_PORTS = {
-    "WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:26223",
-    "WEIR_JOBMANAGER_METRICS_PORT": "29349",
-    "WEIR_TASKMANAGER_METRICS_BASE_PORT": "29350",
-}
-
-
-@pytest.fixture
-def crash_cluster(
-    request: pytest.FixtureRequest, services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> Iterator[tuple[Endpoints, JobManagerClient]]:
-    spec: str = request.param
-    for name, value in PRIVATE_PORTS.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/crash-{tmp_path.name}")
-    monkeypatch.setenv("WEIR_CRASH_POINT", spec)
-    monkeypatch.setenv("WEIR_CRASH_ONCE_DIR", str(tmp_path / "fired"))
-    endpoints = Endpoints.from_env()
-    directory = tmp_path / "run" / "cluster"
-    start_cluster(directory, endpoints, restart=True, restart_delay_s=1.0, timeout_s=90)
-    client = JobManagerClient(endpoints.jobmanager_address)
-    try:
-        yield endpoints, client
-    finally:
-        client.close()
-        stop_cluster(directory)
-
-
 CRASH_POINTS = [
     "after_pre_commit@taskmanager-2:3",
     "after_checkpoint_complete_before_commit@taskmanager-2:3",

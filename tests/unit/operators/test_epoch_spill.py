@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 import subprocess
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import structlog
+import structlog.testing
 
 from operators.epoch_spill import (
     FRAME,
@@ -175,6 +177,32 @@ def test_a_crashed_instance_leaves_nothing_a_later_one_reads(tmp_path: Path) -> 
     assert crashed.directory.exists()  # a live process's (here: this one's) is left alone
     assert other.exists()  # another subtask's is left alone
     later.close()
+
+
+def test_a_successor_that_never_spills_still_removes_what_a_crashed_instance_left(tmp_path: Path) -> None:
+    """A recovered sink re-produces its restored epochs from the snapshot and may never spill: opening
+    (``remove_abandoned``) is enough to remove the crashed instance's directory, whole epochs in it."""
+    spill(tmp_path, 0).remove_abandoned()  # no root yet: nothing to do
+    assert not (tmp_path / "spill").exists()
+    stale = tmp_path / "spill" / SpillDirectory(subtask_digest(TASK), dead_pid(), "0123456789abcdef").name
+    stale.mkdir(parents=True)
+    (stale / "epoch-00000000000000000001.records").write_bytes(SPILL_FILE_MAGIC + b"x" * 4096)
+    live = tmp_path / "spill" / SpillDirectory(subtask_digest(TASK), os.getpid(), "fedcba9876543210").name
+    live.mkdir()
+
+    successor = spill(tmp_path, 1 << 20)
+    successor.remove_abandoned()
+    assert not stale.exists()
+    assert live.exists()  # a live process's (a stale attempt still running) is left alone
+    assert successor.directory is None  # it made none of its own
+    successor.close()
+
+
+def test_an_unreadable_spill_root_does_not_fail_a_sink_that_opens(tmp_path: Path) -> None:
+    (tmp_path / "spill").write_bytes(b"not a directory")
+    with structlog.testing.capture_logs() as logs:
+        spill(tmp_path, 1 << 20).remove_abandoned()
+    assert [entry["event"] for entry in logs] == ["epoch_spill_root_unreadable"]
 
 
 def test_a_spill_file_changed_under_the_sink_is_refused(tmp_path: Path) -> None:

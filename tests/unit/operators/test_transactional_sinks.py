@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
@@ -256,6 +258,80 @@ def test_marker_replication_factor_is_an_exactly_once_sink_argument() -> None:
         source.sink_to_kafka("t", uid="b", marker_replication_factor=0)
     with pytest.raises(JobDefinitionError, match="exactly_once' only"):
         source.sink_to_kafka("t", uid="c", delivery="at_least_once", marker_replication_factor=1)
+
+
+def test_epoch_memory_bytes_and_spill_directory_reach_the_operator_and_its_spec(tmp_path: Path) -> None:
+    from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+
+    env = Environment("j")
+    source = env.from_collection([1], uid="src")
+    source.sink_to_kafka("t", uid="default")
+    source.sink_to_kafka("t", uid="bounded", epoch_memory_bytes=1 << 20, spill_directory=str(tmp_path))
+    source.sink_to_kafka("t", uid="on-disk", epoch_memory_bytes=0, spill_directory=tmp_path)
+    operators = {uid: env.graph.transformations[uid].factory() for uid in ("default", "bounded", "on-disk")}
+    assert {uid: (op.epoch_memory_bytes, op.spill_directory) for uid, op in operators.items()} == {
+        "default": (DEFAULT_EPOCH_MEMORY_BYTES, None),
+        "bounded": (1 << 20, tmp_path),
+        "on-disk": (0, tmp_path),
+    }
+    specs = {uid: env.graph.transformations[uid].sink_spec for uid in operators}
+    assert {uid: spec.epoch_memory_bytes for uid, spec in specs.items() if spec is not None} == {
+        "default": DEFAULT_EPOCH_MEMORY_BYTES,
+        "bounded": 1 << 20,
+        "on-disk": 0,
+    }
+
+
+def test_the_bound_set_through_the_api_is_the_one_the_sink_spills_at(tmp_path: Path) -> None:
+    """Through the factory as a task builds it: each 1 KiB record counts 1184 bytes, so with a
+    3000-byte bound the third record moves the epoch to a file in the given directory."""
+    from operators.base import OperatorContext
+    from weir.core.keygroups import KeyGroupRange
+    from weir.core.metrics import TaskMetrics
+
+    env = Environment("j")
+    env.from_collection([1], uid="src").sink_to_kafka(
+        "t", uid="sink", serializer=bytes, epoch_memory_bytes=3000, spill_directory=tmp_path
+    )
+    sink = env.graph.transformations["sink"].factory()
+    ctx = OperatorContext(
+        job_id="job-1",
+        job_name="j",
+        uid="sink",
+        subtask=0,
+        parallelism=1,
+        max_parallelism=128,
+        attempt=0,
+        key_group_range=KeyGroupRange(0, 127),  # type: ignore[arg-type]
+        parameters={},
+        state=None,
+        metrics=TaskMetrics("job-1", "sink", 0, "tm"),
+    )
+    sink.setup(ctx, None)
+    sink._in_kafka = object()  # a transaction of another epoch is open: records wait in the spill
+    epoch = sink._begin_epoch()
+    for _ in range(2):
+        sink.process(1024, None)
+    assert not epoch.items.spilled
+    sink.process(1024, None)
+    assert epoch.items.spilled and epoch.items.path is not None and epoch.items.path.is_relative_to(tmp_path)
+    sink._in_kafka = None
+    sink.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_epoch_memory_bytes_and_spill_directory_fail_at_build_time() -> None:
+    source = Environment("j").from_collection([1], uid="src")
+    for bad in (-1, 1.5, "64MiB", True):
+        with pytest.raises(JobDefinitionError, match="epoch_memory_bytes must be an int of at least 0"):
+            source.sink_to_kafka("t", uid="a", epoch_memory_bytes=bad)  # type: ignore[arg-type]
+    with pytest.raises(JobDefinitionError, match="must be an absolute path"):
+        source.sink_to_kafka("t", uid="b", spill_directory="spill")
+    with pytest.raises(JobDefinitionError, match="spill_directory must be a path"):
+        source.sink_to_kafka("t", uid="c", spill_directory=3)  # type: ignore[arg-type]
+    for name, value in (("epoch_memory_bytes", 1024), ("spill_directory", "/tmp/spill")):
+        with pytest.raises(JobDefinitionError, match=f"{name} applies to delivery='exactly_once' only"):
+            source.sink_to_kafka("t", uid="d", delivery="at_least_once", **{name: value})  # type: ignore[arg-type]
 
 
 def test_a_snapshot_names_where_its_marker_floor_is_and_an_older_one_reads_without() -> None:
