@@ -243,3 +243,26 @@ def metadata_key_of(storage_uri: str, path: str) -> str | None:
     if not relative.endswith(METADATA_FILE):
         relative = f"{relative}/{METADATA_FILE}"
     return relative
+
+
+_CHECKPOINT_FOLDER_RE = re.compile(r"(?P<root>.*?)/?(?P<folder>[^/]+/checkpoints/chk-\d{20})/?(?:_metadata)?")
+
+
+class StateLocation(NamedTuple):
+    """Where a checkpoint's or savepoint's metadata is: the URI of the storage root its keys are
+    relative to, and the metadata's key under it (docs/formats.md)."""
+
+    root_uri: str
+    metadata_key: str
+
+
+def locate_state(path: str) -> StateLocation:
+    """The storage root and metadata key of an external path (a folder URI or its ``_metadata``): a
+    checkpoint folder ``…/<job>/checkpoints/chk-<id>/`` has its keys relative to the storage root
+    above ``<job>``; any other folder is a savepoint, whose keys are relative to the folder itself."""
+    path = f"file://{path}" if path.startswith("/") else path
+    match = _CHECKPOINT_FOLDER_RE.fullmatch(path)
+    if match is not None and match["root"]:
+        return StateLocation(match["root"], f"{match['folder']}/{METADATA_FILE}")
+    folder = path[: -len(METADATA_FILE)] if path.endswith(METADATA_FILE) else path
+    return StateLocation(folder.rstrip("/"), METADATA_FILE)
