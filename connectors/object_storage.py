@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import abc
 import os
+import tempfile
 import uuid
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -315,3 +316,18 @@ def open_storage(uri: str, endpoints: Endpoints | None = None) -> CheckpointStor
     raise StorageUriError(
         f"checkpoint storage {uri!r} is not supported: use s3://<bucket>/<prefix>, file:///<dir> or a path"
     )
+
+
+def copy_folder(source: CheckpointStorage, prefix: str, target: CheckpointStorage, target_prefix: str = "") -> int:
+    """Copy every object under ``prefix`` of ``source`` to ``target_prefix`` + the rest of its key in
+    ``target`` (another prefix, bucket or backend), streaming through a temporary file; answers how
+    many bytes were copied."""
+    copied = 0
+    with tempfile.TemporaryDirectory(prefix="weir-copy-") as scratch:
+        local = Path(scratch) / "object"
+        for key, size in source.list(prefix):
+            source.get_file(key, local)
+            target.put_file(target_prefix + key[len(prefix) :], local)
+            local.unlink(missing_ok=True)
+            copied += size
+    return copied

@@ -16,7 +16,7 @@ from typing import assert_never
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
+from connectors.object_storage import CheckpointStorage, copy_folder, open_storage
 from jobmanager import metrics
 from jobmanager.checkpointing import coordinator as cc
 from jobmanager.checkpointing.metadata import encode_metadata
@@ -28,6 +28,7 @@ from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import TaskManagerRegistry
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, TaskId
+from weir.core.paths import external_path, metadata_folder
 from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
@@ -51,6 +52,8 @@ class CheckpointActionExecutor:
         self._io = io
         self._lock = lock
         self._clock = clock
+        self.on_stop: Callable[[JobMaster], None] = lambda job: None
+        """Ends a job whose stop-with-savepoint completed (set by the JobManager to cancel it)."""
 
     def execute(self, job: JobMaster, actions: Iterable[cc.Action]) -> None:
         """Carry out the coordinator's decisions; I/O runs on worker threads, never under the lock."""
@@ -61,10 +64,20 @@ class CheckpointActionExecutor:
                 case cc.PersistCheckpoint(completed=completed):
                     self._io.submit(self._persist, job, completed)
                 case cc.NotifyComplete(checkpoint_id=checkpoint_id, tasks=tasks):
-                    self._notify(job, checkpoint_id, tasks, complete=True)
+                    stop = checkpoint_id == job.stop_savepoint_id
+                    if stop:
+                        job.stopped_with_savepoint = True
+                        log.info("job_stopping_at_savepoint", job_id=job.job_id, checkpoint_id=checkpoint_id)
+                    # The sinks commit through it on this notification; a stopped job then ends (its end
+                    # resolves as of this savepoint whatever a sink did not commit yet).
+                    self._notify(
+                        job, checkpoint_id, tasks, complete=True, then=(lambda: self.on_stop(job)) if stop else None
+                    )
                 case cc.NotifyAborted(checkpoint_id=checkpoint_id, tasks=tasks, reason=reason):
                     if checkpoint_id == job.final_checkpoint_id:
                         job.final_checkpoint_id = None  # the final checkpoint failed: trigger another
+                    if checkpoint_id == job.stop_savepoint_id:
+                        job.stop_savepoint_id = None  # the savepoint failed: the job keeps running
                     metrics.CHECKPOINTS_FAILED.labels(job.job_id).inc()
                     log.warning(
                         "checkpoint_aborted", job_id=job.job_id, checkpoint_id=checkpoint_id, reason=reason.message
@@ -114,6 +127,7 @@ class CheckpointActionExecutor:
                         action.timestamp,
                         action.kind,
                         final=action.checkpoint_id == job.final_checkpoint_id,
+                        drain=action.checkpoint_id == job.drain_savepoint_id,
                     )
                 except TaskManagerCallError as exc:
                     log.warning("trigger_failed", job_id=job.job_id, task=str(task), code=exc.code)
@@ -129,9 +143,14 @@ class CheckpointActionExecutor:
                 return
 
     def _persist(self, job: JobMaster, completed: CompletedCheckpoint) -> None:
-        """Write the metadata (last, atomically: one PUT), then let the coordinator notify the tasks."""
+        """Write the metadata (last, atomically: one PUT), copy a savepoint to where it was asked for,
+        then let the coordinator notify the tasks."""
         try:
             self._storage.put_bytes(completed.metadata_key, encode_metadata(completed))
+            if completed.is_savepoint:
+                path = self._place_savepoint(job, completed)
+                with self._lock:
+                    job.savepoint_paths[completed.checkpoint_id] = path
         except WeirError as exc:
             with self._lock:
                 self.execute(
@@ -150,6 +169,19 @@ class CheckpointActionExecutor:
             )
             self.execute(job, job.coordinator.checkpoint_persisted(now, completed.checkpoint_id))
 
+    def _place_savepoint(self, job: JobMaster, completed: CompletedCheckpoint) -> str:
+        """The savepoint's external path: its folder in the cluster's storage, or a copy of it in the
+        folder it was asked for (``--path``, ``savepoints.dir``); a failed copy fails the savepoint."""
+        folder = metadata_folder(completed.metadata_key)
+        target = job.savepoint_targets.get(completed.checkpoint_id)
+        if target is None:
+            return external_path(self._storage.uri, completed.metadata_key)
+        copied = copy_folder(self._storage, folder, open_storage(target))
+        log.info(
+            "savepoint_copied", job_id=job.job_id, checkpoint_id=completed.checkpoint_id, target=target, bytes=copied
+        )
+        return target.rstrip("/") + "/"
+
     def _notify(
         self,
         job: JobMaster,
@@ -158,6 +190,7 @@ class CheckpointActionExecutor:
         *,
         complete: bool,
         reason: str = "",
+        then: Callable[[], None] | None = None,
     ) -> None:
         taskmanager_ids = {job.taskmanager_of(t) for t in tasks if (t.operator_uid, t.subtask) in job.tasks}
         addresses = [tm.address for tm_id in taskmanager_ids if (tm := self._registry.live(tm_id)) is not None]
@@ -172,6 +205,8 @@ class CheckpointActionExecutor:
                         self._gateway.notify_checkpoint_aborted(address, job.job_id, attempt, checkpoint_id, reason)
                 except TaskManagerCallError as exc:
                     log.warning("notify_failed", job_id=job.job_id, checkpoint_id=checkpoint_id, code=exc.code)
+            if then is not None:
+                then()
 
         self._io.submit(send)
 

@@ -23,6 +23,7 @@ from jobmanager.jobs import DeployCommand, JobMaster
 from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import TaskManagerRegistry
 from weir.core.failures import Failure
+from weir.core.paths import metadata_folder
 from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
@@ -41,7 +42,10 @@ class Deployer:
         io: Executor,
         lock: threading.RLock,
         clock: Callable[[], float],
+        storage_uri: str,
     ) -> None:
+        """``storage_uri``: the cluster's checkpoint storage (a savepoint restored lies in it)."""
+        self._storage_uri = storage_uri
         self._registry = registry
         self._gateway = gateway
         self._failover = failover
@@ -65,6 +69,12 @@ class Deployer:
                     for handle in completed.task_states
                 }
                 job.inherited = {}
+                # A savepoint's keys are relative to its folder (docs/formats.md).
+                job.restore_storage_uri = (
+                    f"{self._storage_uri.rstrip('/')}/{metadata_folder(completed.metadata_key)}"
+                    if completed.is_savepoint
+                    else ""
+                )
                 job.restore_checkpoint_id = completed.checkpoint_id
                 job.last_restore_at = now
                 metrics.RESTORES.labels(job.job_id).inc()
@@ -74,6 +84,7 @@ class Deployer:
                 initial = job.initial_state.checkpoint
                 job.restore = {}
                 job.inherited = dict(job.initial_state.by_vertex)
+                job.restore_storage_uri = job.initial_state.storage_uri
                 job.restore_checkpoint_id = initial.checkpoint_id
                 log.info(
                     "job_restoring_from_retained_checkpoint",

@@ -26,6 +26,7 @@ from operators.base import OperatorContext
 from operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 from weir.core.config import checkpoint_dir
 from weir.core.keygroups import key_group_range_for_subtask
+from weir.core.paths import metadata_folder
 from weir.core.task_state import TaskStateDocument, decode_task_state, read_operator_states
 from weir.graph import LogicalGraph
 from weir.plan import JobPlan
@@ -77,6 +78,14 @@ def configured_storage_reader(key: str) -> bytes:
     return open_storage(checkpoint_dir()).get_bytes(key)
 
 
+def reader_of(checkpoint: CompletedCheckpoint | None, read_object: ReadObject) -> ReadObject:
+    """Reads the keys of ``checkpoint``'s task states: a savepoint's are relative to its folder."""
+    if checkpoint is None or not checkpoint.is_savepoint:
+        return read_object
+    folder = metadata_folder(checkpoint.metadata_key)
+    return lambda key: read_object(folder + key)
+
+
 def sink_state(
     checkpoint: CompletedCheckpoint | None,
     vertex_uid: str,
@@ -109,6 +118,7 @@ def resolve_sink_transactions(
     """Resolve every transactional sink subtask's transactions as of ``latest``, as ``attempt``
     (above every attempt that ran). Raises the sink's WeirError when an external system refuses."""
     parts = list(transactional_sink_subtasks(graph, plan))
+    read_object = reader_of(latest, read_object)
     return _resolve(
         graph, parts, submission.job_id, submission.job_name, submission.parameters, attempt, latest, read_object
     )

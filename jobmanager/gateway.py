@@ -52,8 +52,10 @@ class TaskManagerGateway(Protocol):
         kind: CheckpointKind,
         *,
         final: bool,
+        drain: bool = False,
     ) -> bool:
-        """Ask a source task to inject a barrier; answers whether it accepted."""
+        """Ask a source task to inject a barrier (after the end of event time with ``drain``);
+        answers whether it accepted."""
 
     def notify_checkpoint_complete(self, address: str, job_id: str, attempt: int, checkpoint_id: int) -> None: ...
 
@@ -95,6 +97,7 @@ def deploy_request(deployment: TaskDeployment) -> taskmanager_pb2.DeployTaskRequ
         restore_state_handle=d.restore_state_handle,
         restore_checkpoint_id=d.restore_checkpoint_id,
         inherited_task_states=list(d.inherited_task_states),
+        restore_storage_uri=d.restore_storage_uri,
         checkpointing_mode=checkpointing_mode_to_proto(d.checkpointing_mode),
         buffer_timeout_ms=d.buffer_timeout_ms,
     )
@@ -148,6 +151,7 @@ class GrpcTaskManagerGateway:
         kind: CheckpointKind,
         *,
         final: bool,
+        drain: bool = False,
     ) -> bool:
         request = taskmanager_pb2.TriggerCheckpointRequest(
             task=common_pb2.TaskRef(job_id=task.job_id, vertex_uid=task.operator_uid, subtask=task.subtask),
@@ -156,6 +160,7 @@ class GrpcTaskManagerGateway:
             timestamp=timestamp,
             kind=checkpoint_kind_to_proto(kind),
             final=final,
+            drain=drain,
         )
         response = self._call(address, lambda stub: stub.TriggerCheckpoint(request, timeout=CHECKPOINT_CALL_TIMEOUT_S))
         return bool(response.accepted)

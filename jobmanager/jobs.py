@@ -102,6 +102,7 @@ class TaskDeployment:
     restore_state_handle: bytes
     restore_checkpoint_id: int
     inherited_task_states: tuple[bytes, ...]
+    restore_storage_uri: str
     checkpointing_mode: CheckpointingMode
     buffer_timeout_ms: int
     inputs: tuple[InputChannelSpec, ...]
@@ -134,6 +135,12 @@ class JobMaster:
     restore: dict[tuple[str, int], bytes] = field(default_factory=dict)  # task-state documents by task
     initial_state: InitialState | None = None  # another job's retained checkpoint it starts from
     inherited: dict[str, tuple[bytes, ...]] = field(default_factory=dict)  # its documents by vertex, when used
+    restore_storage_uri: str = ""  # where the restored state's keys are ("": the cluster's checkpoint storage)
+    savepoint_targets: dict[int, str] = field(default_factory=dict)  # savepoint id -> folder URI to copy it to
+    savepoint_paths: dict[int, str] = field(default_factory=dict)  # completed savepoint id -> its external path
+    stop_savepoint_id: int | None = None  # weir stop: the savepoint the job stops at once it completes
+    drain_savepoint_id: int | None = None  # weir stop --drain: its barrier follows the end of event time
+    stopped_with_savepoint: bool = False  # that savepoint completed: the job ends FINISHED
     restore_checkpoint_id: int = 0
     last_restore_at: float = 0.0
     finished_at: float | None = None
@@ -219,6 +226,7 @@ class JobMaster:
                     restore_state_handle=self.restore.get((vertex.uid, s), b""),
                     restore_checkpoint_id=self.restore_checkpoint_id,
                     inherited_task_states=self.inherited.get(vertex.uid, ()),
+                    restore_storage_uri=self.restore_storage_uri,
                     checkpointing_mode=self.checkpoint_settings.mode,
                     buffer_timeout_ms=self.execution_settings.buffer_timeout_ms,
                     inputs=tuple(
@@ -380,11 +388,17 @@ class JobMaster:
         return True
 
     def cancelled(self, now: float) -> None:
-        """The tasks are stopped and the transactions resolved: the job is CANCELED."""
+        """The tasks are stopped and the transactions resolved: the job is CANCELED, or FINISHED when
+        it was stopped with a savepoint (``weir stop``, as Flink's stop-with-savepoint)."""
         if self.status is JobStatus.CANCELLING:
-            self.status = JobStatus.CANCELED
+            self.status = JobStatus.FINISHED if self.stopped_with_savepoint else JobStatus.CANCELED
             self.finished_at = now
-            log.info("job_cancelled", job_id=self.job_id, attempt=self.attempt)
+            log.info(
+                "job_stopped_with_savepoint" if self.stopped_with_savepoint else "job_cancelled",
+                job_id=self.job_id,
+                attempt=self.attempt,
+                savepoint_id=self.stop_savepoint_id,
+            )
 
     def next_attempt_for_resolution(self) -> int:
         """The attempt number the end-of-job transaction resolution runs as: above every attempt that

@@ -33,6 +33,7 @@ from jobmanager.read_api import ReadApi
 from jobmanager.record_store import JobRecordStore
 from jobmanager.recovery import JobRecovery
 from jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
+from jobmanager.savepoints import SavepointTrigger
 from jobmanager.submission import (
     EndOffsetsReader,
     JobSubmitter,
@@ -44,6 +45,7 @@ from jobmanager.submission import (
     resolve_inherited,
 )
 from jobmanager.task_reports import TaskReports
+from weir.core.ids import CheckpointId
 from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
 
@@ -88,7 +90,9 @@ class JobManager:
             clock,
             resolve=resolve,
         )
-        self.deployer = Deployer(self.registry, gateway, self.failover, self.records, self._io, lock, clock)
+        self.deployer = Deployer(
+            self.registry, gateway, self.failover, self.records, self._io, lock, clock, storage.uri
+        )
         self.submitter = JobSubmitter(
             self.jobs,
             self.deployer,
@@ -104,6 +108,8 @@ class JobManager:
         self.recovery = JobRecovery(
             self.jobs, self.records, storage, self.paths, self.executor, self.failover, self._io, lock, clock
         )
+        self.savepoints = SavepointTrigger(self.jobs, self.executor, lock, clock)
+        self.executor.on_stop = lambda job: self.failover.cancel(job.job_id)
         self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)
         self.monitor = Monitor(
             self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock
@@ -152,6 +158,9 @@ class JobManager:
 
     def cancel(self, job_id: str) -> JobStatus:
         return self.failover.cancel(job_id)
+
+    def trigger_savepoint(self, job_id: str, target_directory: str, *, stop: bool, drain: bool) -> CheckpointId:
+        return self.savepoints.trigger(job_id, target_directory, stop=stop, drain=drain)
 
     def job_status(self, job_id: str) -> JobStatusView:
         return self.reads.job_status(job_id)

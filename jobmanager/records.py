@@ -9,8 +9,8 @@ Format 1::
     {"format": 1,
      "submission": {"job_id", "job_name", "job_file_name", "job_source" (base64), "parameters",
                     "parallelism", "submitted_at",
-                    "restored_from"},       # optional: the _metadata key of the retained checkpoint
-                                            # the job started from (weir run --from-checkpoint)
+                    "restored_from"},       # optional: the external path of the retained checkpoint or
+                                            # savepoint the job started from (weir run --from-...)
      "attempt": int,              # the highest attempt deployed (persisted before deployment)
      "status": "RUNNING" | ...,   # weir.core.states.JobStatus
      "failure": null | {"type", "message", "fault", "retriable"},
@@ -43,7 +43,7 @@ class JobSubmission:
     parameters: dict[str, str]
     parallelism: int
     submitted_at: float
-    restored_from: str = ""  # the _metadata key of another job's retained checkpoint it started from
+    restored_from: str = ""  # the external path of another job's checkpoint or savepoint it started from
 
 
 @dataclass(frozen=True)

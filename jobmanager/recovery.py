@@ -20,8 +20,9 @@ from jobmanager.orphans import collect_orphans
 from jobmanager.record_store import JobRecordStore
 from jobmanager.records import JobRecord
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
-from jobmanager.restoring import plan_initial_state
+from jobmanager.restoring import plan_initial_state, read_retained_state
 from weir.api import load_job_source
+from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, JobId
 from weir.core.paths import CheckpointPaths
@@ -99,7 +100,13 @@ class JobRecovery:
         status = record.status
         checkpoints: list[CompletedCheckpoint] = []
         highest = record.checkpoint_ids_reserved_through
-        for meta_key, _size in self._storage.list(self._paths.checkpoints_dir(JobId(submission.job_id))):
+        job_key = JobId(submission.job_id)
+        listing = [
+            *self._storage.list(self._paths.checkpoints_dir(job_key)),
+            # The savepoints too: the latest may be the restore point its sinks committed through.
+            *self._storage.list(self._paths.checkpoints_dir(job_key, CheckpointKind.SAVEPOINT)),
+        ]
+        for meta_key, _size in listing:
             parsed = self._paths.parse_metadata_key(meta_key)
             if parsed is None:
                 continue
@@ -120,8 +127,8 @@ class JobRecovery:
             # No checkpoint of its own yet: it restarts from the other job's retained checkpoint.
             key = submission.restored_from
             try:
-                initial = decode_metadata(self._storage.get_bytes(key), key)
-                job.initial_state = plan_initial_state(initial, loaded.graph, job.plan, allow_non_restored_state=True)
+                retained = read_retained_state(key, self._storage)
+                job.initial_state = plan_initial_state(retained, loaded.graph, job.plan, allow_non_restored_state=True)
             except Exception as exc:
                 log.error(
                     "job_not_recovered",

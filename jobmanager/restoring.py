@@ -1,7 +1,8 @@
 """Starting a new job from a retained checkpoint of another job (``weir run --from-checkpoint PATH``),
 at the same or another parallelism, as Flink's ``run -s`` does with an externalized checkpoint.
 
-At submit the JobManager reads the checkpoint's ``_metadata`` from its own checkpoint storage, checks
+At submit the JobManager reads the checkpoint's (or savepoint's) ``_metadata`` from the storage its
+path names (its own checkpoint storage or any other, ``weir.core.paths.locate_state``), checks
 that the new job can take its state (``weir.core.rescale.check_state_assignment``), and works out which
 old subtasks' task-state documents each new vertex inherits. Before the job is accepted, the old job's
 transactional sink subtasks (every one of them, also those a smaller parallelism no longer has) are
@@ -18,15 +19,15 @@ a restart restores from it again, so it must not be deleted before then.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from connectors.object_storage import CheckpointStorage
+from connectors.object_storage import CheckpointStorage, open_storage
 from jobmanager.checkpointing.metadata import decode_metadata
 from jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.core.errors import JobDefinitionError, SerializationError
-from weir.core.paths import CheckpointPaths, metadata_key_of
+from weir.core.errors import JobDefinitionError, SerializationError, WeirError
+from weir.core.paths import locate_state
 from weir.core.rescale import check_state_assignment, inherited_documents
 from weir.core.task_state import TaskStateDocument, decode_task_state
 from weir.graph import LogicalGraph
@@ -39,7 +40,7 @@ so whatever of the old job might still run is fenced for good."""
 
 
 class CheckpointNotFoundError(JobDefinitionError):
-    """``--from-checkpoint`` names no retained checkpoint in this cluster's checkpoint storage."""
+    """``--from-checkpoint`` / ``--from-savepoint`` names no retained checkpoint or savepoint."""
 
 
 class SourceJobRunningError(JobDefinitionError):
@@ -54,37 +55,56 @@ class InitialState:
     checkpoint: CompletedCheckpoint
     documents: tuple[TaskStateDocument, ...]
     by_vertex: Mapping[str, tuple[bytes, ...]]
+    storage_uri: str  # what the documents' keys are relative to
 
 
-def checkpoint_metadata_key(storage_uri: str, paths: CheckpointPaths, path: str) -> str:
-    """The ``_metadata`` key an external path names; CheckpointNotFoundError when it is not one of
-    this cluster's checkpoints or savepoints."""
-    key = metadata_key_of(storage_uri, path)
-    if key is None or paths.parse_metadata_key(key) is None:
+@dataclass(frozen=True)
+class RetainedState:
+    """A retained checkpoint or savepoint read from its storage: the storage its keys are relative to
+    (its URI travels to the TaskManagers) and the checkpoint."""
+
+    storage: CheckpointStorage
+    checkpoint: CompletedCheckpoint
+
+
+StorageOpener = Callable[[str], CheckpointStorage]
+
+
+def read_retained_state(path: str, own: CheckpointStorage, opener: StorageOpener = open_storage) -> RetainedState:
+    """The checkpoint or savepoint at an external path (a folder URI or its ``_metadata``, in this
+    cluster's checkpoint storage or any other): CheckpointNotFoundError when there is none there,
+    SerializationError when it cannot be read."""
+    if "://" not in path and not path.startswith("/"):
         raise CheckpointNotFoundError(
-            f"--from-checkpoint {path!r} is not a checkpoint of this cluster's checkpoint storage ({storage_uri}): "
-            "pass a path `weir checkpoints JOB_ID` shows"
+            f"{path!r} is not an external path: pass the URI `weir checkpoints JOB_ID` or `weir savepoint` printed "
+            "(s3://…, file:///… or an absolute directory)"
         )
-    return key
-
-
-def load_checkpoint(storage: CheckpointStorage, key: str, path: str) -> CompletedCheckpoint:
-    """The retained checkpoint whose metadata is at ``key``: CheckpointNotFoundError when it is not
-    there, SerializationError when it cannot be read."""
-    if not storage.exists(key):
+    location = locate_state(path)
+    root = location.root_uri.rstrip("/")
+    try:
+        storage = own if root == own.uri.rstrip("/") else opener(root)
+        found = storage.exists(location.metadata_key)
+    except WeirError as exc:
+        raise CheckpointNotFoundError(f"{path!r}: its storage cannot be read: {exc}") from exc
+    if not found:
         raise CheckpointNotFoundError(
-            f"--from-checkpoint {path!r}: no checkpoint metadata at {key}: the checkpoint never completed, or "
-            "retention or a user deleted it (`weir checkpoints JOB_ID` lists the retained ones)"
+            f"{path!r}: no checkpoint or savepoint metadata at {root}/{location.metadata_key}: it never completed, "
+            "or retention or a user deleted it (`weir checkpoints JOB_ID` lists the retained ones)"
         )
-    return decode_metadata(storage.get_bytes(key), key)
+    key = location.metadata_key
+    return RetainedState(storage, decode_metadata(storage.get_bytes(key), key))
 
 
 def plan_initial_state(
-    checkpoint: CompletedCheckpoint, graph: LogicalGraph, plan: JobPlan, *, allow_non_restored_state: bool
+    retained: RetainedState, graph: LogicalGraph, plan: JobPlan, *, allow_non_restored_state: bool
 ) -> InitialState:
     """Decode the checkpoint's task states, check the new job can take them, and assign them to its
     vertices. Raises StateAssignmentError (a user error) or SerializationError."""
-    where = f"checkpoint {checkpoint.checkpoint_id} of job {checkpoint.job_id} ({checkpoint.metadata_key})"
+    checkpoint = retained.checkpoint
+    where = (
+        f"{checkpoint.kind.value} {checkpoint.checkpoint_id} of job {checkpoint.job_id} "
+        f"({retained.storage.uri.rstrip('/')}/{checkpoint.metadata_key})"
+    )
     documents: list[TaskStateDocument] = []
     raw: dict[tuple[str, int], bytes] = {}
     for handle in checkpoint.task_states:
@@ -107,4 +127,5 @@ def plan_initial_state(
         checkpoint,
         tuple(documents),
         {vertex: tuple(raw[(d.vertex_uid, d.subtask)] for d in docs) for vertex, docs in assigned.items()},
+        retained.storage.uri,
     )

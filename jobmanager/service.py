@@ -244,6 +244,15 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
         status = self._call(context, lambda: self._jm.cancel(request.job_id))
         return jobmanager_pb2.CancelJobResponse(status=job_status_to_proto(status))
 
+    def TriggerSavepoint(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        savepoint_id = self._call(
+            context,
+            lambda: self._jm.trigger_savepoint(
+                request.job_id, request.target_directory, stop=request.stop, drain=request.drain
+            ),
+        )
+        return jobmanager_pb2.TriggerSavepointResponse(savepoint_id=savepoint_id)
+
     def ListCheckpoints(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         return checkpoints_response(self._call(context, lambda: self._jm.list_checkpoints(request.job_id)))
 

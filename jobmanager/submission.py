@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from connectors import kafka
-from connectors.object_storage import CheckpointStorage
+from connectors.object_storage import CheckpointStorage, open_storage
 from jobmanager.checkpointing.config import CheckpointSettings
 from jobmanager.deployment import Deployer
 from jobmanager.ending import resolve_inherited_transactions
@@ -27,9 +27,8 @@ from jobmanager.restoring import (
     CheckpointNotFoundError,
     InitialState,
     SourceJobRunningError,
-    checkpoint_metadata_key,
-    load_checkpoint,
     plan_initial_state,
+    read_retained_state,
 )
 from jobmanager.submit_checks import check_job_at_submit
 from weir.api import load_job_source
@@ -51,8 +50,15 @@ ResolveInherited = Callable[[LogicalGraph, InitialState, JobSubmission, int], No
 
 
 def resolve_inherited(graph: LogicalGraph, initial: InitialState, submission: JobSubmission, attempt: int) -> None:
+    storage = open_storage(initial.storage_uri)
     report = resolve_inherited_transactions(
-        graph, initial.documents, initial.checkpoint, submission.job_name, submission.parameters, attempt
+        graph,
+        initial.documents,
+        initial.checkpoint,
+        submission.job_name,
+        submission.parameters,
+        attempt,
+        storage.get_bytes,
     )
     log.info(
         "inherited_transactions_resolved",
@@ -127,7 +133,7 @@ class JobSubmitter:
         loaded = load_job_source(
             request.job_source, request.job_file_name, dict(request.parameters), parallelism, request.job_name or None
         )
-        restored_from = self._metadata_key(request.from_checkpoint) if request.from_checkpoint else ""
+        restored_from = request.from_checkpoint
         submission = JobSubmission(
             job_id=new_job_id(),
             job_name=request.job_name or loaded.graph.job_name,
@@ -160,25 +166,21 @@ class JobSubmitter:
         self._deployer.start(master, command, saved)
         return submission.job_id
 
-    def _metadata_key(self, path: str) -> str:
-        if self._storage is None:
-            raise CheckpointNotFoundError("this JobManager has no checkpoint storage to restore from")
-        return checkpoint_metadata_key(self._storage.uri, self._paths, path)
-
     def _take_over(self, master: JobMaster, request: SubmitRequest) -> InitialState:
         """Read the retained checkpoint, assign its state to the new job, and resolve the old job's
         sink transactions as of it (``jobmanager.restoring``)."""
-        assert self._storage is not None
-        key = master.submission.restored_from
-        checkpoint = load_checkpoint(self._storage, key, request.from_checkpoint)
+        if self._storage is None:
+            raise CheckpointNotFoundError("this JobManager has no checkpoint storage to restore from")
+        retained = read_retained_state(request.from_checkpoint, self._storage)
+        checkpoint = retained.checkpoint
         initial = plan_initial_state(
-            checkpoint, master.loaded.graph, master.plan, allow_non_restored_state=request.allow_non_restored_state
+            retained, master.loaded.graph, master.plan, allow_non_restored_state=request.allow_non_restored_state
         )
         with self._lock:
             old = self._jobs.get(checkpoint.job_id)
             if old is not None and not old.status.terminal:
                 raise SourceJobRunningError(
-                    f"--from-checkpoint {request.from_checkpoint!r}: job {checkpoint.job_id} that took it is "
+                    f"{request.from_checkpoint!r}: job {checkpoint.job_id} that took it is "
                     f"{old.status.value}: cancel it first (`weir cancel {checkpoint.job_id}`; its retained "
                     "checkpoints stay), or two jobs would write the same output"
                 )

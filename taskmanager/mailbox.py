@@ -24,6 +24,7 @@ class CheckpointRequest:
     timestamp: float
     kind: CheckpointKind
     final: bool = False  # the job's final checkpoint: every bounded source has ended
+    drain: bool = False  # weir stop --drain: emit the end of event time before the barrier
 
 
 @dataclass(frozen=True)

@@ -17,15 +17,15 @@ from typing import Any, ClassVar, Final, assert_never
 import grpc
 import structlog
 
-from connectors.object_storage import open_storage
+from connectors.object_storage import CheckpointStorage, open_storage
 from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import InputGate, RecordWriter, RemoteOutputChannel
 from taskmanager.partitioners import create_partitioner
-from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
+from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document, relative_handle
 from taskmanager.task import ChainRestore, CheckpointAck, InheritedRestore, Restore, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
-from weir.core.checkpointing import CheckpointingMode
+from weir.core.checkpointing import CheckpointingMode, CheckpointKind
 from weir.core.codec import (
     checkpoint_kind_from_proto,
     checkpointing_mode_from_proto,
@@ -49,6 +49,7 @@ from weir.core.task_state import (
     decode_task_state,
     encode_task_state,
     pack_operator_states,
+    relative_operator_state,
 )
 from weir.core.transport import GRPC_OPTIONS, MAX_MESSAGE_BYTES
 from weir.plan import JobPlan, build_plan
@@ -230,7 +231,7 @@ class TaskManagerRuntime:
             alignment=alignment_for(checkpointing_mode_from_proto(req.checkpointing_mode)),
             user_code_files=frozenset({req.job_file_name}),
             cancelled=cancelled,
-            read_state_object=self._storage.get_bytes,
+            restore_storage=self._storage_at(req.restore_storage_uri),
             open_keyed_state=lambda: self._open_keyed_state(addr),
         )
         with self._lock:
@@ -251,6 +252,12 @@ class TaskManagerRuntime:
             outputs=sum(len(w.channels) for w in writers),
         )
         task.start()
+
+    def _storage_at(self, uri: str) -> CheckpointStorage:
+        """The storage restored state is read from: this TaskManager's own, or the one at ``uri``."""
+        if not uri or uri == self._storage.uri:
+            return self._storage
+        return open_storage(uri)
 
     def _open_keyed_state(self, addr: TaskAddress) -> TaskKeyedState:
         """The RocksDB of one task attempt: ``jobs/<job>/<vertex>-<subtask>-<attempt>``."""
@@ -341,7 +348,9 @@ class TaskManagerRuntime:
         if task is None or task.state is not TaskState.RUNNING:
             return False
         kind = checkpoint_kind_from_proto(req.kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
-        task.trigger_checkpoint(CheckpointRequest(CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final))
+        task.trigger_checkpoint(
+            CheckpointRequest(CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final, req.drain)
+        )
         return True
 
     def notify_checkpoint(self, job_id: str, attempt: int, checkpoint_id: int, complete: bool) -> None:
@@ -465,6 +474,18 @@ class TaskManagerRuntime:
     ) -> None:
         snapshot = ack.snapshot
         keyed = snapshot.keyed_state
+        objects = [
+            jobmanager_pb2.StateObjectRef(key=f.key, size_bytes=f.size_bytes, reused=f.reused)
+            for f in (keyed.objects if keyed is not None else ())
+        ]
+        if isinstance(operator_state, StoredOperatorState):
+            objects.append(jobmanager_pb2.StateObjectRef(key=operator_state.key, size_bytes=operator_state.size_bytes))
+        if snapshot.kind is CheckpointKind.SAVEPOINT:
+            # A savepoint is relocatable: its document's keys are relative to its folder (docs/formats.md);
+            # the acknowledgement's objects keep the full keys the JobManager accounts for.
+            folder = self._paths.checkpoint_dir(JobId(addr.job_id), CheckpointId(snapshot.checkpoint_id), snapshot.kind)
+            keyed = relative_handle(keyed, folder) if keyed is not None else None
+            operator_state = relative_operator_state(operator_state, folder)
         document = TaskStateDocument(
             job_id=addr.job_id,
             vertex_uid=addr.vertex_uid,
@@ -476,12 +497,6 @@ class TaskManagerRuntime:
             keyed_state=keyed_state_to_document(keyed) if keyed is not None else None,
         )
         payload = encode_task_state(document)
-        objects = [
-            jobmanager_pb2.StateObjectRef(key=f.key, size_bytes=f.size_bytes, reused=f.reused)
-            for f in (keyed.objects if keyed is not None else ())
-        ]
-        if isinstance(operator_state, StoredOperatorState):
-            objects.append(jobmanager_pb2.StateObjectRef(key=operator_state.key, size_bytes=operator_state.size_bytes))
         request = jobmanager_pb2.AcknowledgeCheckpointRequest(
             task=self._task_ref(addr),
             checkpoint_id=snapshot.checkpoint_id,

@@ -26,6 +26,7 @@ every checkpoint.
 from __future__ import annotations
 
 import enum
+import hashlib
 import itertools
 import os
 import shutil
@@ -115,6 +116,21 @@ class KeyedStateHandle:
                 if own_uid == uid and (common := own.intersection(wanted)) is not None:
                     out.append((uid, common))
         return tuple(out)
+
+
+def relative_handle(handle: KeyedStateHandle, folder: str) -> KeyedStateHandle:
+    """The handle with its keys relative to ``folder`` (a savepoint's: every key lies under it)."""
+
+    def relative(f: SnapshotFile) -> SnapshotFile:
+        if not f.key.startswith(folder):
+            raise SnapshotError(f"{f.key} lies outside the savepoint folder {folder}: a savepoint must hold its files")
+        return replace(f, key=f.key[len(folder) :])
+
+    return replace(
+        handle,
+        sst_files=tuple(relative(f) for f in handle.sst_files),
+        db_files=tuple(relative(f) for f in handle.db_files),
+    )
 
 
 def keyed_state_to_document(handle: KeyedStateHandle) -> dict[str, Any]:
@@ -243,6 +259,8 @@ class _JobBook:
     # SSTs referenced by the finished snapshots of a checkpoint, by file name: confirmed on completion.
     snapshotted: dict[CheckpointId, dict[str, SnapshotFile]] = field(default_factory=dict)
     snapshots_began: bool = False  # from then on a restored handle is no longer adopted
+    # Savepoints snapshotted here: self-contained, they neither reuse nor become reusable.
+    savepoints: set[CheckpointId] = field(default_factory=set)
 
     def is_open(self, checkpoint_id: CheckpointId) -> bool:
         newer = self.confirmed_id is None or checkpoint_id > self.confirmed_id
@@ -542,16 +560,19 @@ class RocksDBSnapshotter:
         reused: list[SnapshotFile] = []
         waiting: list[Future[SnapshotFile]] = []
         started_here: list[Future[SnapshotFile]] = []
+        savepoint = _is_savepoint(local.kind)
         with self._lock:
             book = self._book_for(job, attempt)
             current = book is not None and book.is_open(checkpoint)
             if book is not None:
                 book.snapshots_began = True
-            reusable = book.reusable(checkpoint) if current and book is not None else {}
+                if savepoint:
+                    book.savepoints.add(checkpoint)
+            reusable = book.reusable(checkpoint) if current and book is not None and not savepoint else {}
             uploads = book.uploads.setdefault(checkpoint, {}) if current and book is not None else {}
             sst_keys: set[str] = set()
             for name, size in sorted(local.files.items()):
-                if name.endswith(".sst"):
+                if name.endswith(".sst") and not savepoint:
                     known = reusable.get(name)
                     if known is not None and known.size_bytes == size:
                         reused.append(replace(known, reused=True))
@@ -569,7 +590,7 @@ class RocksDBSnapshotter:
                     uploads[key] = future
                     started_here.append(future)
                 waiting.append(future)
-            if current and book is not None:
+            if current and book is not None and not savepoint:
                 book.referenced.setdefault(checkpoint, set()).update(sst_keys)
                 if reused:
                     book.reusing.add(checkpoint)
@@ -611,7 +632,12 @@ class RocksDBSnapshotter:
         )
         with self._lock:
             book = plan.book
-            if book is not None and self._books.get(job) is book and book.is_open(checkpoint):
+            if (
+                book is not None
+                and self._books.get(job) is book
+                and book.is_open(checkpoint)
+                and checkpoint not in book.savepoints
+            ):
                 book.snapshotted.setdefault(checkpoint, {}).update((f.file_name, replace(f, reused=False)) for f in sst)
         own = [f.result() for f in plan.started_here]
         return SnapshotResult(
@@ -648,6 +674,10 @@ class RocksDBSnapshotter:
         with self._lock:
             book = self._notified_book(job_id, attempt)
             if book is None or (book.confirmed_id is not None and checkpoint_id <= book.confirmed_id):
+                return
+            if checkpoint_id in book.savepoints:
+                book.savepoints.discard(checkpoint_id)  # its files are the user's: nothing to reuse
+                book.uploads.pop(checkpoint_id, None)
                 return
             files = book.snapshotted.get(checkpoint_id)
             dropped = len(book.confirmed) if files is None else 0
@@ -695,13 +725,18 @@ class RocksDBSnapshotter:
 
     # -- restore ------------------------------------------------------------------------------------
 
-    def restore(self, handles: Iterable[KeyedStateHandle], ranges: KeyRanges) -> RestoreResult:
+    def restore(
+        self, handles: Iterable[KeyedStateHandle], ranges: KeyRanges, storage: CheckpointStorage | None = None
+    ) -> RestoreResult:
         """Replace the state of ``ranges`` in the live database with what the handles hold for them.
 
         ``handles`` may be every handle of the checkpoint: only those overlapping ``ranges`` are read,
         and only their files not already in the local cache are downloaded. Key groups no handle covers
         end up empty. Call it before the subtask's ``KeyedStateStore`` caches hold anything.
+        ``storage``: where the handles' keys are (a savepoint's folder, another job's storage); default
+        this TaskManager's checkpoint storage.
         """
+        source_storage = storage if storage is not None else self._storage
         started = time.perf_counter()
         wanted = tuple(ranges)
         groups: dict[tuple[TaskManagerId, str, CheckpointId, int], list[KeyedStateHandle]] = defaultdict(list)
@@ -716,27 +751,28 @@ class RocksDBSnapshotter:
         downloaded = 0
         for same_snapshot in groups.values():
             parts = {part for handle in same_snapshot for part in handle.overlap(wanted)}
-            copied, fetched = self._restore_snapshot(same_snapshot[0], sorted(parts, key=_range_sort_key))
+            copied, fetched = self._restore_snapshot(
+                same_snapshot[0], sorted(parts, key=_range_sort_key), source_storage
+            )
             entries += copied
             downloaded += fetched
         return RestoreResult(entries, sum(len(g) for g in groups.values()), downloaded, time.perf_counter() - started)
 
     def _restore_snapshot(
-        self, handle: KeyedStateHandle, parts: list[tuple[OperatorUid, KeyGroupRange]]
+        self, handle: KeyedStateHandle, parts: list[tuple[OperatorUid, KeyGroupRange]], storage: CheckpointStorage
     ) -> tuple[int, int]:
         directory = self._restore_root / uuid.uuid4().hex
         directory.mkdir(parents=True)
         try:
-            sst_downloads = [(f, self._cached(f)) for f in handle.sst_files]
+            sst_downloads = [(f, self._cached(f, storage)) for f in handle.sst_files]
             meta_downloads = [
-                (f, self._transfers.submit(self._storage.get_file, f.key, directory / f.file_name))
-                for f in handle.db_files
+                (f, self._transfers.submit(storage.get_file, f.key, directory / f.file_name)) for f in handle.db_files
             ]
             fetched = 0
             for f, (future, started_here) in sst_downloads:
                 downloaded = future.result()
                 fetched += downloaded if started_here else 0  # another restore's download counts there
-                _link_or_copy(self._cache_path(f.key), directory / f.file_name)
+                _link_or_copy(self._cache_path(self._cache_key(f, storage)), directory / f.file_name)
             for f, meta in meta_downloads:
                 meta.result()
                 fetched += f.size_bytes
@@ -779,22 +815,30 @@ class RocksDBSnapshotter:
     def _cache_path(self, key: str) -> Path:
         return self._cache_root.joinpath(*key.split("/"))
 
-    def _cached(self, sst: SnapshotFile) -> tuple[Future[int], bool]:
+    def _cache_key(self, sst: SnapshotFile, storage: CheckpointStorage) -> str:
+        """Where ``sst`` is cached: its key, under a folder of the storage's own when it is not this
+        TaskManager's (a savepoint's keys are relative to its folder, so two savepoints share names)."""
+        if storage is self._storage:
+            return sst.key
+        return f"_foreign/{hashlib.sha256(storage.uri.encode()).hexdigest()[:16]}/{sst.key}"
+
+    def _cached(self, sst: SnapshotFile, storage: CheckpointStorage) -> tuple[Future[int], bool]:
         """A future of the bytes downloaded to have ``sst`` in the cache (0: it already was), and whether
         this call started it."""
+        key = self._cache_key(sst, storage)
         with self._lock:
-            future = self._downloads.get(sst.key)
+            future = self._downloads.get(key)
             if future is None or (future.done() and future.exception() is not None):
-                future = self._transfers.submit(self._download, sst)
-                self._downloads[sst.key] = future
+                future = self._transfers.submit(self._download, sst, storage, key)
+                self._downloads[key] = future
                 return future, True
             return future, False
 
-    def _download(self, sst: SnapshotFile) -> int:
-        path = self._cache_path(sst.key)
+    def _download(self, sst: SnapshotFile, storage: CheckpointStorage, cache_key: str) -> int:
+        path = self._cache_path(cache_key)
         if path.is_file() and path.stat().st_size == sst.size_bytes:
             return 0
-        self._storage.get_file(sst.key, path)
+        storage.get_file(sst.key, path)
         size = path.stat().st_size
         if size != sst.size_bytes:
             path.unlink(missing_ok=True)
@@ -824,6 +868,10 @@ class RocksDBSnapshotter:
         self._transfers.shutdown(wait=True)
         shutil.rmtree(self._snapshot_root, ignore_errors=True)
         shutil.rmtree(self._restore_root, ignore_errors=True)
+
+
+def _is_savepoint(kind: str | enum.Enum) -> bool:
+    return (kind.value if isinstance(kind, enum.Enum) else kind) == "savepoint"
 
 
 def _range_bounds(uid: OperatorUid, key_groups: KeyGroupRange) -> tuple[bytes, bytes]:

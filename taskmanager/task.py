@@ -20,6 +20,7 @@ from typing import Any, assert_never
 
 import structlog
 
+from connectors.object_storage import CheckpointStorage
 from operators.base import InheritedState, OperatorContext, SourceOperator
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
@@ -228,7 +229,7 @@ class Task:
         alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
         user_code_files: frozenset[str] = frozenset(),
         cancelled: threading.Event | None = None,
-        read_state_object: Callable[[str], bytes] | None = None,
+        restore_storage: CheckpointStorage | None = None,
         open_keyed_state: Callable[[], TaskKeyedState] | None = None,
     ) -> None:
         self.address = address
@@ -241,7 +242,8 @@ class Task:
         self._callbacks = callbacks
         self._restore = restore
         self._restore_checkpoint_id = restore_checkpoint_id
-        self._read_state_object = read_state_object  # a stored operator-state object, by its key
+        self._restore_storage = restore_storage  # where the restored state's keys are
+        self._drained = False  # weir stop --drain reached this source
         self._user_code_files = user_code_files  # the job file: an exception raised through it is the user's
         self._mailbox = Mailbox(gate.condition if gate is not None else None)
         self.cancelled = cancelled if cancelled is not None else threading.Event()  # also read by the channels
@@ -455,7 +457,7 @@ class Task:
         snapshotter.start_attempt(JobId(self.address.job_id), self.address.attempt, handles if adopt else [])
         if not handles:
             return 0
-        entries = snapshotter.restore(handles, self._keyed_ranges()).entries
+        entries = snapshotter.restore(handles, self._keyed_ranges(), self._restore_storage).entries
         snapshotter.clear_restore_cache()
         return entries
 
@@ -492,12 +494,12 @@ class Task:
         return inherited
 
     def _read_stored_state(self, key: str) -> bytes:
-        if self._read_state_object is None:
+        if self._restore_storage is None:
             raise SnapshotError(
                 f"task {self.address}: checkpoint {self._restore_checkpoint_id} stores its operator state "
                 f"in {key}, but this task was given no checkpoint storage to read it from"
             )
-        return self._read_state_object(key)
+        return self._restore_storage.get_bytes(key)
 
     def _set_state(self, state: TaskState, failure: Failure | None = None) -> None:
         self.state = state
@@ -510,6 +512,8 @@ class Task:
             case TriggerCheckpoint(request=request):
                 if request.final:
                     self._final_checkpoints.add(request.checkpoint_id)
+                if request.drain:
+                    self._drain()
                 self._log.info(
                     "checkpoint_triggered_at_source", checkpoint_id=request.checkpoint_id, final=request.final
                 )
@@ -529,6 +533,15 @@ class Task:
                 raise Cancelled()
             case _:
                 assert_never(mail)
+
+    def _drain(self) -> None:
+        """weir stop --drain: the source emits the end of event time, so every window downstream fires
+        before the barrier that follows, and reads nothing more (the job stops at that savepoint)."""
+        self._log.info("source_drained", reason="stop with savepoint and --drain")
+        self._drained = True
+        tap = self.chain.source_tap
+        if tap is not None:
+            tap.emit_watermark(MAX_WATERMARK)
 
     def _drain_mails(self) -> None:
         """Handle every mail queued now, without waiting."""
@@ -556,6 +569,9 @@ class Task:
         status_of = source.watermark_status if isinstance(source, ReportsWatermarkStatus) else None
         while True:
             self._drain_mails()
+            if self._drained:  # stopping at a drained savepoint: read nothing more
+                self._idle_until(time.monotonic() + SOURCE_IDLE_WAIT_MAX_S)
+                continue
             before, read = self.records_emitted(), source.records_polled
             polled = time.monotonic()
             more = source.poll(SOURCE_BATCH)

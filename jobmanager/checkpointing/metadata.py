@@ -12,7 +12,10 @@ beside it, which retention and deletion count. Format 1::
                 "objects": [{"key": str, "size_bytes": int, "reused": bool}],
                 "state_handle": "<base64>", "sink_precommit": "<base64>"}]}
 
-The key the document is read from is its ``metadata_key``; it is not stored in the document.
+The key the document is read from is its ``metadata_key``; it is not stored in the document. In a
+savepoint every object key is relative to the folder holding its ``_metadata`` (so it may be copied
+anywhere); the decoder puts the folder back in front, so a ``CompletedCheckpoint`` always holds keys of
+the storage it was read from.
 """
 
 from __future__ import annotations
@@ -29,11 +32,21 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.paths import metadata_folder
 
 METADATA_FORMAT: Final = 1
 
 
 def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
+    folder = metadata_folder(checkpoint.metadata_key) if checkpoint.is_savepoint else ""
+
+    def key_of(key: str) -> str:
+        if not key.startswith(folder):
+            raise CheckpointProtocolError(
+                f"savepoint {checkpoint.checkpoint_id}: object {key} lies outside its folder {folder}"
+            )
+        return key[len(folder) :]
+
     document = {
         "format": METADATA_FORMAT,
         "job_id": checkpoint.job_id,
@@ -45,7 +58,9 @@ def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
             {
                 "vertex_uid": state.task_id.operator_uid,
                 "subtask": state.task_id.subtask,
-                "objects": [{"key": o.key, "size_bytes": o.size_bytes, "reused": o.reused} for o in state.objects],
+                "objects": [
+                    {"key": key_of(o.key), "size_bytes": o.size_bytes, "reused": o.reused} for o in state.objects
+                ],
                 "state_handle": base64.b64encode(state.inline_payload).decode("ascii"),
                 "sink_precommit": base64.b64encode(state.sink_precommit).decode("ascii"),
             }
@@ -66,24 +81,26 @@ def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
     )
     try:
         job_id = JobId(typed(document["job_id"], str))
+        kind = CheckpointKind(document["kind"])
+        folder = metadata_folder(key) if kind is CheckpointKind.SAVEPOINT else ""
         return CompletedCheckpoint(
             checkpoint_id=CheckpointId(typed(document["checkpoint_id"], int)),
             job_id=job_id,
             trigger_timestamp=float(number(document["trigger_timestamp"])),
             completion_timestamp=float(number(document["completion_timestamp"])),
-            task_states=tuple(_task_state(job_id, task) for task in typed(document["tasks"], list)),
+            task_states=tuple(_task_state(job_id, task, folder) for task in typed(document["tasks"], list)),
             metadata_key=key,
-            kind=CheckpointKind(document["kind"]),
+            kind=kind,
         )
     except (KeyError, TypeError, ValueError, binascii.Error, CheckpointProtocolError) as exc:
         raise SerializationError(f"checkpoint metadata {key} is malformed: {type(exc).__name__}: {exc}") from exc
 
 
-def _task_state(job_id: JobId, task: Any) -> TaskStateHandle:
+def _task_state(job_id: JobId, task: Any, folder: str) -> TaskStateHandle:
     return TaskStateHandle(
         task_id=TaskId(job_id, OperatorUid(typed(task["vertex_uid"], str)), SubtaskIndex(typed(task["subtask"], int))),
         objects=tuple(
-            StateObject(typed(o["key"], str), typed(o["size_bytes"], int), typed(o["reused"], bool))
+            StateObject(folder + typed(o["key"], str), typed(o["size_bytes"], int), typed(o["reused"], bool))
             for o in typed(task["objects"], list)
         ),
         inline_payload=base64.b64decode(typed(task["state_handle"], str), validate=True),

@@ -3,6 +3,10 @@
 Object keys can be shared between checkpoints (incremental snapshots reuse files), so the store counts
 references: adding a checkpoint that subsumes older ones answers which keys no retained checkpoint
 references any more. The caller deletes those; the store itself does no I/O.
+
+A savepoint is self-contained and belongs to the user: its objects are never counted, so they are
+never released for deletion. It stays in the store as the job's latest restore point (its sinks
+committed through it) until a newer checkpoint completes, then leaves the store, untouched.
 """
 
 from __future__ import annotations
@@ -70,7 +74,7 @@ class StoreAddResult:
 
 
 class CompletedCheckpointStore(abc.ABC):
-    """Retains the latest N completed checkpoints and every savepoint."""
+    """Retains the latest N completed checkpoints, and the savepoints newer than all of them."""
 
     @abc.abstractmethod
     def add(self, checkpoint: CompletedCheckpoint) -> StoreAddResult:
@@ -101,6 +105,7 @@ class InMemoryCompletedCheckpointStore(CompletedCheckpointStore):
         self._max_retained = max_retained
         self._retained: list[CompletedCheckpoint] = []
         self._refcounts: Counter[str] = Counter()
+        self._savepoint_keys: set[str] = set()  # objects of every savepoint added: the user's, never released
 
     @property
     def max_retained(self) -> int:
@@ -113,8 +118,13 @@ class InMemoryCompletedCheckpointStore(CompletedCheckpointStore):
                 f"checkpoint {checkpoint.checkpoint_id} of job {checkpoint.job_id} is not newer than the "
                 f"latest retained checkpoint {latest.checkpoint_id}"
             )
+        if checkpoint.is_savepoint:
+            self._savepoint_keys |= checkpoint.object_keys
+        else:
+            # The newer checkpoint is the restore point now: older savepoints leave the store (not storage).
+            self._retained = [c for c in self._retained if not c.is_savepoint]
+            self._refcounts.update(checkpoint.object_keys)
         self._retained.append(checkpoint)
-        self._refcounts.update(checkpoint.object_keys)
         subsumed = self._subsume_beyond_retention()
         released: set[str] = set()
         for old in subsumed:
@@ -122,7 +132,8 @@ class InMemoryCompletedCheckpointStore(CompletedCheckpointStore):
                 self._refcounts[key] -= 1
                 if self._refcounts[key] == 0:
                     del self._refcounts[key]
-                    released.add(key)
+                    if key not in self._savepoint_keys:  # a checkpoint never releases a savepoint's file
+                        released.add(key)
         return StoreAddResult(subsumed=subsumed, unreferenced_keys=frozenset(released))
 
     def _subsume_beyond_retention(self) -> tuple[CompletedCheckpoint, ...]:
@@ -143,7 +154,7 @@ class InMemoryCompletedCheckpointStore(CompletedCheckpointStore):
             result = self.add(checkpoint)
             subsumed.extend(result.subsumed)
             released |= result.unreferenced_keys
-        released -= self._refcounts.keys()
+        released -= self._refcounts.keys() | self._savepoint_keys
         return StoreAddResult(subsumed=tuple(subsumed), unreferenced_keys=frozenset(released))
 
     def latest(self) -> CompletedCheckpoint | None:
@@ -153,7 +164,8 @@ class InMemoryCompletedCheckpointStore(CompletedCheckpointStore):
         return tuple(self._retained)
 
     def referenced_keys(self) -> frozenset[str]:
-        return frozenset(self._refcounts)
+        """Keys of retained checkpoints, and of every savepoint added (never to be deleted)."""
+        return frozenset(self._refcounts) | self._savepoint_keys
 
     def is_referenced(self, key: str) -> bool:
-        return key in self._refcounts
+        return key in self._refcounts or key in self._savepoint_keys

@@ -220,6 +220,11 @@ class CheckpointPaths:
         )
 
 
+def metadata_folder(metadata_key: str) -> str:
+    """The folder (ending in ``/``, or empty) that holds a ``_metadata`` object."""
+    return metadata_key[: -len(METADATA_FILE)] if metadata_key.endswith(METADATA_FILE) else metadata_key
+
+
 def external_path(storage_uri: str, metadata_key: str) -> str:
     """A retained checkpoint's external path (Flink's): the URI of its folder in the checkpoint storage
     at ``storage_uri``, what ``weir checkpoints`` shows and ``weir run --from-checkpoint`` takes."""

@@ -33,7 +33,7 @@ import binascii
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, TypeVar, assert_never
 
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import SerializationError
@@ -126,6 +126,19 @@ def pack_operator_states(states: Mapping[str, bytes], key: str) -> tuple[StoredO
         offset += len(states[uid])
     blob = b"".join(states[uid] for uid in sorted(states))
     return StoredOperatorState(key, len(blob), tuple(slices)), blob
+
+
+def relative_operator_state(handle: OperatorStateHandle, folder: str) -> OperatorStateHandle:
+    """The handle with its object's key relative to ``folder`` (a savepoint's)."""
+    match handle:
+        case InlineOperatorState():
+            return handle
+        case StoredOperatorState(key=key):
+            if not key.startswith(folder):
+                raise SerializationError(f"{key} lies outside the savepoint folder {folder}")
+            return StoredOperatorState(key[len(folder) :], handle.size_bytes, handle.slices)
+        case _:
+            assert_never(handle)
 
 
 def read_operator_states(handle: OperatorStateHandle, get_bytes: Callable[[str], bytes]) -> dict[str, bytes]:

@@ -151,17 +151,19 @@ def run(
     from_checkpoint: Annotated[
         str | None,
         typer.Option(
+            "--from-savepoint",
             "--from-checkpoint",
             "-s",
             metavar="PATH",
-            help="Start from this retained checkpoint of another job (a path `weir checkpoints JOB_ID` shows), "
-            "at any parallelism up to the max parallelism.",
+            help="Start from this savepoint or retained checkpoint of another job (the path `weir savepoint`, "
+            "`weir stop` or `weir checkpoints JOB_ID` prints), at any parallelism up to the max parallelism.",
         ),
     ] = None,
     allow_non_restored_state: Annotated[
         bool,
         typer.Option(
-            "--allow-non-restored-state", help="With --from-checkpoint: drop state of operators the job no longer has."
+            "--allow-non-restored-state",
+            help="With --from-savepoint: drop the state of operators the job no longer has (matched by uid).",
         ),
     ] = False,
     json_output: JsonOption = False,
@@ -320,6 +322,51 @@ def cancel(job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`
     with _client() as client:
         new_status = client.cancel_job(job_id)
     _stdout().print(f"job {job_id}: {new_status or 'cancel requested'}", soft_wrap=True)
+
+
+SavepointTimeout = Annotated[
+    float, typer.Option("--timeout", min=1.0, help="Seconds to wait for the savepoint to complete.")
+]
+
+
+def _print_savepoint(info: CheckpointInfo, job_id: str, json_output: bool, **extra: object) -> None:
+    if json_output:
+        _print_json({"job_id": job_id, "savepoint_id": info.checkpoint_id, "path": info.external_path, **extra})
+    else:
+        _stdout().print(f"savepoint {info.checkpoint_id} of job {job_id}: {info.external_path}", soft_wrap=True)
+
+
+@app.command()
+def stop(
+    job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")],
+    savepoint_path: Annotated[
+        str | None,
+        typer.Option(
+            "--savepoint-path",
+            metavar="URI",
+            help="Directory the savepoint goes to (a new folder in it); default -D savepoints.dir, else the "
+            "job's folder in the checkpoint storage.",
+        ),
+    ] = None,
+    drain: Annotated[
+        bool, typer.Option("--drain", help="Advance event time to the end first, so every window fires.")
+    ] = False,
+    timeout_s: SavepointTimeout = 600.0,
+    json_output: JsonOption = False,
+) -> None:
+    """Take a savepoint and stop the job once it completed (FINISHED); print the savepoint's path."""
+    with _client() as client:
+        savepoint_id = client.trigger_savepoint(job_id, savepoint_path, stop=True, drain=drain)
+        info = client.wait_for_savepoint(job_id, savepoint_id, timeout_s)
+        deadline = time.monotonic() + timeout_s
+        status = client.job_status(job_id)
+        while not status.summary.status.terminal and time.monotonic() < deadline:
+            time.sleep(0.2)
+            status = client.job_status(job_id)
+    _print_savepoint(info, job_id, json_output, status=status.summary.status.value)
+    if status.summary.status is not JobStatus.FINISHED:
+        _error_line(f"job {job_id} is {status.summary.status} after its savepoint: {describe_failure(status.failure)}")
+        raise typer.Exit(EXIT_FAILURE)
 
 
 @app.command()

@@ -6,6 +6,7 @@ with a one-line message; no ``_pb2`` object and no ``grpc.RpcError`` leaves this
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,7 @@ from weir.core.codec import (
 )
 from weir.core.errors import (
     ClusterUnavailableError,
+    Fault,
     JobDefinitionError,
     JobManagerRequestError,
     NotEnoughSlotsError,
@@ -37,6 +39,14 @@ from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 CALL_TIMEOUT_S: Final = 10.0
 SUBMIT_TIMEOUT_S: Final = 60.0
+SAVEPOINT_POLL_S: Final = 0.2
+
+
+class SavepointFailedError(WeirError):
+    """A savepoint was triggered but did not complete (the job keeps running)."""
+
+    fault: Fault = Fault.EXTERNAL
+
 
 TERMINAL_JOB_STATUSES: Final = frozenset(s.value for s in JobStatus if s.terminal)
 
@@ -206,6 +216,37 @@ class JobManagerClient:
             else None,
             last_restore_at=response.last_restore_at or None,
         )
+
+    def trigger_savepoint(
+        self, job_id: str, target_directory: str | None = None, *, stop: bool = False, drain: bool = False
+    ) -> CheckpointId:
+        """Start a savepoint (``stop``: the job ends once it completed); answers its id. Its outcome
+        and path show in ``list_checkpoints`` (``wait_for_savepoint``)."""
+        response = self._call(
+            self._stub.TriggerSavepoint,
+            jobmanager_pb2.TriggerSavepointRequest(
+                job_id=job_id, target_directory=target_directory or "", stop=stop, drain=drain
+            ),
+            job_id=job_id,
+        )
+        return CheckpointId(response.savepoint_id)
+
+    def wait_for_savepoint(self, job_id: str, savepoint_id: int, timeout_s: float) -> CheckpointInfo:
+        """Poll until the savepoint completed (answers it, with its external path) or failed
+        (SavepointFailedError with the reason); SavepointFailedError too after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [c for c in self.list_checkpoints(job_id) if c.checkpoint_id == savepoint_id]
+            if found and found[0].status is CheckpointStatus.COMPLETED and found[0].external_path:
+                return found[0]
+            if found and found[0].status is CheckpointStatus.FAILED:
+                raise SavepointFailedError(f"savepoint {savepoint_id} of job {job_id} failed: {found[0].failure}")
+            if time.monotonic() > deadline:
+                raise SavepointFailedError(
+                    f"savepoint {savepoint_id} of job {job_id} did not complete within {timeout_s:g}s; "
+                    f"see `weir checkpoints {job_id}`"
+                )
+            time.sleep(SAVEPOINT_POLL_S)
 
     def cancel_job(self, job_id: str) -> JobStatus:
         """Cancel a job; answers the job's status after the request (e.g. CANCELING or CANCELED)."""

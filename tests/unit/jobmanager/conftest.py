@@ -103,6 +103,7 @@ class FakeGateway:
         kind: CheckpointKind,
         *,
         final: bool,
+        drain: bool = False,
     ) -> bool:
         self._fail(address)
         self.calls.append(("trigger", address, str(task), attempt, checkpoint_id, kind, final))

@@ -71,18 +71,19 @@ def test_a_key_shared_by_many_checkpoints_is_released_with_the_last_one() -> Non
     assert store.referenced_keys() == {"x4"}
 
 
-def test_savepoints_are_not_subsumed_and_keep_their_keys() -> None:
+def test_a_savepoint_is_the_restore_point_until_a_newer_checkpoint_and_its_keys_are_never_released() -> None:
     store = InMemoryCompletedCheckpointStore(max_retained=1)
-    store.add(checkpoint(1, ("c1", "shared")))
-    result = store.add(checkpoint(2, ("shared", "sp"), savepoint=True))
-    assert result.subsumed == ()
-    result = store.add(checkpoint(3, ("c3",)))
+    store.add(checkpoint(1, ("c1",)))
+    result = store.add(checkpoint(2, ("sp-a", "sp-b"), savepoint=True))
+    assert result.subsumed == () and result.unreferenced_keys == frozenset()
+    assert [c.checkpoint_id for c in store.all()] == [1, 2]
+    assert store.is_referenced("sp-a"), "a savepoint's objects are never released"
+    result = store.add(checkpoint(3, ("c3", "sp-a")))  # even a checkpoint that lists a savepoint's file
     assert [c.checkpoint_id for c in result.subsumed] == [1]
-    assert result.unreferenced_keys == {"c1"}, "the savepoint still references 'shared'"
+    assert result.unreferenced_keys == {"c1"}
+    assert [c.checkpoint_id for c in store.all()] == [3], "the savepoint left the store"
     result = store.add(checkpoint(4, ("c4",)))
-    assert [c.checkpoint_id for c in result.subsumed] == [3]
-    assert [c.checkpoint_id for c in store.all()] == [2, 4]
-    assert store.is_referenced("shared") and store.is_referenced("sp")
+    assert result.unreferenced_keys == {"c3"}, "sp-a is a savepoint's file: never released"
 
 
 def test_latest_may_be_a_savepoint() -> None:

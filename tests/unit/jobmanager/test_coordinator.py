@@ -464,7 +464,7 @@ def test_reusing_an_already_released_key_aborts_the_checkpoint() -> None:
 # Savepoints
 
 
-def test_savepoint_is_triggered_at_once_and_not_subsumed() -> None:
+def test_savepoint_is_triggered_at_once_and_its_objects_are_never_deleted() -> None:
     coord = coordinator(retained=1)
     sp = coord.trigger_savepoint(3.0)
     assert sp == TriggerBarriers(
@@ -479,8 +479,7 @@ def test_savepoint_is_triggered_at_once_and_not_subsumed() -> None:
         for delete in of(DeleteObjects, complete(coord, now + 1, cid, {SOURCES[0]: (f"k{cid}",)})):
             assert "sp-key" not in delete.object_keys
             assert all("savepoints" not in m for m in delete.metadata_keys)
-    assert [c.checkpoint_id for c in coord.store.all()] == [1, 4]
-    assert coord.store.all()[0].is_savepoint
+    assert [c.checkpoint_id for c in coord.store.all()] == [4], "a newer checkpoint replaced it as the restore point"
 
 
 def test_savepoint_ignores_max_concurrent_but_blocks_periodic_checkpoints() -> None:
@@ -646,21 +645,23 @@ class SimTask:
             t.confirmed_id = cid
         return t
 
-    def snapshot(self, cid: int, rng: random.Random, storage: set[str]) -> TaskStateHandle:
+    def snapshot(self, cid: int, rng: random.Random, storage: set[str], savepoint: bool = False) -> TaskStateHandle:
+        """A savepoint uploads every file under its own keys, and its files are never reused."""
         self.files = {f for f in self.files if rng.random() > 0.3}  # compaction drops files for good
         self.next_file += 1
         self.files.add(f"{self.task_id}/a{self.attempt}/f{self.next_file}")
         keys: dict[str, str] = {}
         objects = []
         for file in sorted(self.files):
-            if file in self.confirmed:
+            if file in self.confirmed and not savepoint:
                 keys[file] = self.confirmed[file]
                 objects.append(StateObject(keys[file], 1, reused=True))
             else:
                 keys[file] = f"{file}@{cid}"
                 storage.add(keys[file])
                 objects.append(StateObject(keys[file], 1))
-        self.snapshots[cid] = keys
+        if not savepoint:
+            self.snapshots[cid] = keys
         return TaskStateHandle(self.task_id, tuple(objects), inline_payload=b"offset")
 
     def notify_complete(self, cid: int) -> None:
@@ -687,6 +688,7 @@ class Simulation:
         self.seq = 0
         self.objects: set[str] = set()
         self.metadata: set[str] = set()
+        self.savepoints: list[CompletedCheckpoint] = []  # completed ones
         self.persisting: dict[CheckpointId, CompletedCheckpoint] = {}
         self.triggered: dict[CheckpointId, CheckpointKind] = {}
         self.ended: list[CheckpointId] = []
@@ -725,6 +727,9 @@ class Simulation:
                 assert not referenced & set(action.object_keys), "deleted a key that is still referenced"
                 retained_meta = {c.metadata_key for c in self.coord.store.all()}
                 assert not retained_meta & set(action.metadata_keys)
+                for sp in self.savepoints:
+                    assert not sp.object_keys & set(action.object_keys), "deleted a completed savepoint's object"
+                    assert sp.metadata_key not in action.metadata_keys
                 self.objects -= set(action.object_keys)
                 self.metadata -= set(action.metadata_keys)
         self.check()
@@ -766,7 +771,7 @@ class Simulation:
             if self.rng.random() < 0.03:
                 self.execute(self.coord.receive_decline(self.now, CheckpointId(cid), t, "could not snapshot"))
                 return
-            state = self.tasks[t].snapshot(cid, self.rng, self.objects)
+            state = self.tasks[t].snapshot(cid, self.rng, self.objects, savepoint=self.is_savepoint(CheckpointId(cid)))
             self.schedule(self.rng.uniform(0.0, 0.5), "ack", t, cid, state)
             if self.rng.random() < 0.05:
                 self.schedule(self.rng.uniform(0.5, 3.0), "ack", t, cid, state)  # a resent ack
@@ -786,6 +791,8 @@ class Simulation:
                 self.execute(self.coord.checkpoint_persist_failed(self.now, CheckpointId(cid), "write failed"))
             else:
                 self.metadata.add(completed.metadata_key)
+                if completed.is_savepoint:
+                    self.savepoints.append(completed)
                 del self.persisting[CheckpointId(cid)]
                 self.execute(self.coord.checkpoint_persisted(self.now, CheckpointId(cid)))
         elif kind == "notify":
@@ -815,8 +822,9 @@ class Simulation:
         if restored is not None:
             assert restored == self.coord.store.latest()
         cid = restored.checkpoint_id if restored is not None else 0
+        adopted = restored if restored is not None and not restored.is_savepoint else None  # a new database
         self.tasks = {
-            t: SimTask.restored(t, self.attempt, restored.state_of(t) if restored else None, cid) for t in TASKS
+            t: SimTask.restored(t, self.attempt, adopted.state_of(t) if adopted else None, cid) for t in TASKS
         }
         self.execute(self.coord.start(self.now, TASKS, SOURCES))
 
@@ -856,9 +864,11 @@ def test_random_protocol_runs_keep_the_invariants(seed: int) -> None:
     assert sim.coord.deferred_deletes == frozenset()
     assert sim.completed_order, "some checkpoints completed"
     assert sim.results[AckResult.SUCCESS] > 0
-    # Nothing leaks: every object and metadata key left belongs to a retained checkpoint.
-    assert sim.objects == sim.coord.store.referenced_keys()
-    assert sim.metadata == {c.metadata_key for c in sim.coord.store.all()}
+    # Nothing leaks: every object and metadata key left belongs to a retained checkpoint or to a
+    # completed savepoint (the user's, never deleted).
+    savepoint_objects = {k for sp in sim.savepoints for k in sp.object_keys}
+    assert sim.objects == sim.coord.store.referenced_keys() | savepoint_objects
+    assert sim.metadata == {c.metadata_key for c in sim.coord.store.all()} | {sp.metadata_key for sp in sim.savepoints}
     stats = sim.coord.stats()
     assert stats.triggered == len(sim.triggered)
     assert stats.completed == len(sim.completed_order)

@@ -23,6 +23,7 @@ DEPLOYMENT = TaskDeployment(
     restore_state_handle=b"state",
     restore_checkpoint_id=7,
     inherited_task_states=(b"doc-a", b"doc-b"),
+    restore_storage_uri="s3://elsewhere/savepoints/upgrade-1",
     checkpointing_mode=CheckpointingMode.AT_LEAST_ONCE,
     buffer_timeout_ms=0,
     inputs=(InputChannelSpec(gate=0, channel=2, producer_vertex="gen", producer_subtask=2),),
@@ -42,6 +43,7 @@ def test_a_deployment_goes_on_the_wire_field_by_field() -> None:
     )
     assert (r.restore_state_handle, r.restore_checkpoint_id) == (b"state", 7)
     assert list(r.inherited_task_states) == [b"doc-a", b"doc-b"]
+    assert r.restore_storage_uri == "s3://elsewhere/savepoints/upgrade-1"
     assert r.checkpointing_mode == common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE
     assert r.HasField("buffer_timeout_ms") and r.buffer_timeout_ms == 0
     (i,) = r.inputs

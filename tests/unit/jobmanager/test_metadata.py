@@ -10,11 +10,13 @@ import pytest
 from jobmanager.checkpointing.metadata import decode_metadata, encode_metadata
 from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
 from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.errors import CheckpointProtocolError
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
-KEY = "job-1/savepoints/sp-00000000000000000007/_metadata"
+FOLDER = "job-1/savepoints/sp-00000000000000000007/"
+KEY = FOLDER + "_metadata"
 
 
 def checkpoint() -> CompletedCheckpoint:
@@ -27,7 +29,10 @@ def checkpoint() -> CompletedCheckpoint:
         task_states=(
             TaskStateHandle(
                 TaskId(job, OperatorUid("sum"), SubtaskIndex(0)),
-                objects=(StateObject("job-1/shared/tm/db/7-000009.sst", 900, reused=True), StateObject("k2", 16)),
+                objects=(
+                    StateObject(FOLDER + "db/tm/db/000001/000009.sst", 900),
+                    StateObject(FOLDER + "tasks/sum/00000", 16),
+                ),
                 inline_payload=b'{"format":1}',
             ),
             TaskStateHandle(TaskId(job, OperatorUid("sink"), SubtaskIndex(1)), sink_precommit=b"\x00txn"),
@@ -41,6 +46,36 @@ def test_metadata_round_trips_and_is_json_with_a_format() -> None:
     data = encode_metadata(checkpoint())
     assert json.loads(data)["format"] == 1
     assert decode_metadata(data, KEY) == checkpoint()
+
+
+def test_a_savepoint_s_keys_are_relative_to_its_folder_so_it_can_be_moved() -> None:
+    data = encode_metadata(checkpoint())
+    keys = [o["key"] for t in json.loads(data)["tasks"] for o in t["objects"]]
+    assert keys == ["db/tm/db/000001/000009.sst", "tasks/sum/00000"]
+    moved = decode_metadata(data, "elsewhere/upgrade-1/_metadata")
+    assert moved.object_keys == {
+        "elsewhere/upgrade-1/db/tm/db/000001/000009.sst",
+        "elsewhere/upgrade-1/tasks/sum/00000",
+    }
+
+
+def test_a_savepoint_referring_outside_its_folder_is_refused() -> None:
+    outside = checkpoint().task_states[0]
+    bad = CompletedCheckpoint(
+        CheckpointId(7),
+        JobId("job-1"),
+        1.0,
+        2.0,
+        (
+            TaskStateHandle(
+                outside.task_id, objects=(StateObject("job-1/shared/tm/db/7-000009.sst", 900, reused=True),)
+            ),
+        ),
+        KEY,
+        CheckpointKind.SAVEPOINT,
+    )
+    with pytest.raises(CheckpointProtocolError, match="lies outside its folder"):
+        encode_metadata(bad)
 
 
 def test_an_unknown_format_is_refused_naming_the_key() -> None:
@@ -57,7 +92,7 @@ def test_an_unknown_format_is_refused_naming_the_key() -> None:
         (b'"text"', "is not a JSON object"),
         (b'{"format": 1}', "is malformed: KeyError"),
         (encode_metadata(checkpoint()).replace(b'"savepoint"', b'"incremental"'), "is malformed: ValueError"),
-        (encode_metadata(checkpoint()).replace(b'"reused":true', b'"reused":1'), "is malformed: TypeError"),
+        (encode_metadata(checkpoint()).replace(b'"reused":false', b'"reused":1'), "is malformed: TypeError"),
         (
             encode_metadata(checkpoint()).replace(
                 b'"vertex_uid":"sink","subtask":1', b'"vertex_uid":"sum","subtask":0'

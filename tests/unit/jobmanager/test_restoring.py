@@ -58,7 +58,7 @@ def test_a_job_from_a_retained_checkpoint_inherits_its_task_states(harness: Harn
     path, document = retained_checkpoint(harness)
     assert path == f"{harness.storage.uri}/old-job/checkpoints/chk-{3:020d}/"
     job = harness.jm.jobs[submit(harness, path)]
-    assert job.submission.restored_from == "old-job/checkpoints/chk-00000000000000000003/_metadata"
+    assert job.submission.restored_from == path
     assert job.initial_state is not None and job.initial_state.checkpoint.job_id == OLD
     assert job.inherited == {"gen": (document,)} and job.restore == {}
     assert job.restore_checkpoint_id == 3 and job.status is JobStatus.RUNNING
@@ -66,19 +66,27 @@ def test_a_job_from_a_retained_checkpoint_inherits_its_task_states(harness: Harn
     assert record.submission.restored_from == job.submission.restored_from
 
 
-@pytest.mark.parametrize("spelling", ["metadata", "relative"])
-def test_the_path_may_name_the_metadata_or_be_relative_to_the_storage(harness: Harness, spelling: str) -> None:
+@pytest.mark.parametrize("spelling", ["metadata", "directory"])
+def test_the_path_may_name_the_metadata_or_be_a_plain_directory(harness: Harness, spelling: str) -> None:
     path, _ = retained_checkpoint(harness)
-    given = path + "_metadata" if spelling == "metadata" else path[len(harness.storage.uri) + 1 :]
+    given = path + "_metadata" if spelling == "metadata" else path.removeprefix("file://")
     assert harness.jm.jobs[submit(harness, given)].initial_state is not None
+
+
+def test_a_relative_path_is_refused_with_what_to_pass(harness: Harness) -> None:
+    path, _ = retained_checkpoint(harness)
+    with pytest.raises(CheckpointNotFoundError, match="is not an external path: pass the URI"):
+        submit(harness, path[len(harness.storage.uri) + 1 :])
 
 
 def test_a_checkpoint_that_is_not_there_is_a_clear_error(harness: Harness) -> None:
     path, _ = retained_checkpoint(harness)
-    with pytest.raises(CheckpointNotFoundError, match="no checkpoint metadata at .*chk-00000000000000000004"):
+    with pytest.raises(
+        CheckpointNotFoundError, match="no checkpoint or savepoint metadata at .*chk-00000000000000000004"
+    ):
         submit(harness, path.replace("chk-00000000000000000003", "chk-00000000000000000004"))
-    with pytest.raises(CheckpointNotFoundError, match="is not a checkpoint of this cluster's checkpoint storage"):
-        submit(harness, "s3://elsewhere/old-job/checkpoints/chk-00000000000000000003/")
+    with pytest.raises(CheckpointNotFoundError, match="no checkpoint or savepoint metadata at file:///nowhere"):
+        submit(harness, "file:///nowhere/old-job/checkpoints/chk-00000000000000000003/")
     assert not harness.jm.jobs
 
 

@@ -1,0 +1,168 @@
+"""Savepoints on a real cluster (Flink's resume-savepoint matrix): stop the keyed aggregation with a
+savepoint, start a new job from it at the same or another parallelism, and both sinks end exact across
+the two jobs (`weir verify`), with nothing prepared or open after the stop. A savepoint holds all its
+files, so a copy of it in another prefix restores too; a failed savepoint leaves the job running; a
+savepoint whose operator uid the new job lacks is refused unless --allow-non-restored-state."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from connectors.object_storage import copy_folder, open_storage
+from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, create_window_table
+from weir.core.checkpointing import CheckpointStatus
+from weir.core.errors import JobDefinitionError, WeirError
+from weir.core.paths import locate_state
+from weir.core.states import JobStatus
+from weir.tools.client import JobDetails, SavepointFailedError
+from weir.tools.events import EventSpec, produce_events
+from weir.tools.verify import verify_job
+
+pytestmark = pytest.mark.integration
+
+JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
+EVENTS = 30_000
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    last = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.2)
+    pytest.fail(f"timed out waiting for {what}; last: {last}")
+
+
+def events_read(status: JobDetails) -> int:
+    return sum(t.records_in_all_attempts for t in status.tasks if t.vertex_uid != "events-source")
+
+
+def start_job(cluster: WeirCluster, unique: str, parallelism: int) -> tuple[str, dict[str, str]]:
+    endpoints = cluster.endpoints
+    source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
+    create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
+    create_window_table(endpoints, table)
+    produce_events(endpoints, source, EventSpec(count=EVENTS, keys=400))
+    params = {
+        "source.topic": source,
+        "sink.topic": sink,
+        "sink.table": table,
+        "source.dlq_topic": dlq,
+        "source.bounded": "true",
+        "source.records_per_second": "3000",
+        "checkpointing.interval": "1s",
+    }
+    job_id = cluster.client.submit_job(JOB, params, parallelism)
+    wait_for(
+        "the first job to be part of the way through its input",
+        lambda: events_read(cluster.client.job_status(job_id)) > EVENTS // 4,
+    )
+    return job_id, params
+
+
+def prepared_of(cluster: WeirCluster, job_id: str) -> list[tuple[str]]:
+    with psycopg.connect(cluster.endpoints.postgres_dsn, autocommit=True) as conn:
+        return conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s", (f"%{job_id}%",)).fetchall()
+
+
+def stop_with_savepoint(cluster: WeirCluster, job_id: str, target: str | None = None) -> str:
+    client = cluster.client
+    savepoint_id = client.trigger_savepoint(job_id, target, stop=True)
+    info = client.wait_for_savepoint(job_id, savepoint_id, timeout_s=120.0)
+    status = wait_for("the stopped job to end", lambda: (s := client.job_status(job_id)).summary.status.terminal and s)
+    assert status.summary.status is JobStatus.FINISHED, status.failure
+    assert events_read(status) < EVENTS, "the job read all its input before the savepoint: it would prove nothing"
+    assert prepared_of(cluster, job_id) == [], "a stopped job left prepared transactions"
+    return info.external_path
+
+
+def resume_and_verify(cluster: WeirCluster, params: dict[str, str], path: str, parallelism: int) -> JobDetails:
+    client = cluster.client
+    new = client.submit_job(JOB, params, parallelism, from_checkpoint=path)
+    done = wait_for(
+        "the resumed job to end", lambda: (s := client.job_status(new)).summary.status.terminal and s, 180.0
+    )
+    assert done.summary.status is JobStatus.FINISHED, done.failure
+    assert 0 < events_read(done) < EVENTS, "the resumed job did not start where the savepoint left off"
+    report = verify_job(JOB, params, job_id=new, endpoints=cluster.endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+    assert prepared_of(cluster, new) == []
+    return done
+
+
+@pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(2, 2), (2, 3), (3, 2)])
+def test_stop_with_savepoint_then_resume_keeps_both_sinks_exact(
+    weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int
+) -> None:
+    old, params = start_job(weir_cluster, unique, old_parallelism)
+    path = stop_with_savepoint(weir_cluster, old)
+    assert f"/{old}/savepoints/sp-" in path
+    # Self-contained: every object of the savepoint lies in its folder, no reference to shared files.
+    location = locate_state(path)
+    storage = open_storage(location.root_uri)
+    objects = [key for key, _size in storage.list("")]
+    assert "_metadata" in objects and any(k.endswith(".sst") for k in objects)
+    metadata = json.loads(storage.get_bytes("_metadata"))
+    assert metadata["kind"] == "savepoint"
+    for task in metadata["tasks"]:
+        for obj in task["objects"]:
+            assert obj["key"] in objects and not obj["reused"], f"{obj['key']} is not in the savepoint's folder"
+    resume_and_verify(weir_cluster, params, path, new_parallelism)
+
+
+def test_a_savepoint_copied_to_another_prefix_still_restores(
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+) -> None:
+    old, params = start_job(weir_cluster, unique, 2)
+    target = f"s3://{weir_cluster.endpoints.s3_bucket}/user-savepoints-{unique}"
+    path = stop_with_savepoint(weir_cluster, old, target)
+    assert path.startswith(f"{target}/savepoint-{old}-")
+    copied = tmp_path / "moved-savepoint"
+    source = open_storage(path)
+    assert copy_folder(source, "", open_storage(str(copied))) > 0
+    resume_and_verify(weir_cluster, params, str(copied), 3)
+
+
+def test_a_missing_uid_is_refused_unless_non_restored_state_is_allowed(
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+) -> None:
+    old, params = start_job(weir_cluster, unique, 2)
+    path = stop_with_savepoint(weir_cluster, old)
+    renamed = tmp_path / "renamed_sink.py"
+    renamed.write_text(JOB.read_text().replace('uid="postgres-sink"', 'uid="postgres-sink-v2"'))
+    with pytest.raises(WeirError, match="operator\\(s\\) postgres-sink that the new job does not have"):
+        weir_cluster.client.submit_job(renamed, params, 2, from_checkpoint=path)
+    accepted = weir_cluster.client.submit_job(renamed, params, 2, from_checkpoint=path, allow_non_restored_state=True)
+    done = wait_for(
+        "the job without the old sink's state to end",
+        lambda: (s := weir_cluster.client.job_status(accepted)).summary.status.terminal and s,
+        180.0,
+    )
+    assert done.summary.status is JobStatus.FINISHED, done.failure
+
+
+def test_a_failed_savepoint_leaves_the_job_running(weir_cluster: WeirCluster, unique: str) -> None:
+    old, _params = start_job(weir_cluster, unique, 2)
+    client = weir_cluster.client
+    savepoint_id = client.trigger_savepoint(old, f"s3://no-such-bucket-{unique}/savepoints", stop=True)
+    with pytest.raises(SavepointFailedError, match=f"savepoint {savepoint_id} of job {old} failed"):
+        client.wait_for_savepoint(old, savepoint_id, timeout_s=120.0)
+    assert client.job_status(old).summary.status is JobStatus.RUNNING
+    infos = {c.checkpoint_id: c for c in client.list_checkpoints(old)}
+    assert infos[savepoint_id].status is CheckpointStatus.FAILED and infos[savepoint_id].failure
+    client.cancel_job(old)
+    wait_for("the job to be cancelled", lambda: client.job_status(old).summary.status is JobStatus.CANCELED)
+
+
+def test_a_path_with_no_savepoint_is_a_clear_error(weir_cluster: WeirCluster, tmp_path: Path) -> None:
+    with pytest.raises(JobDefinitionError, match="no checkpoint or savepoint metadata at"):
+        weir_cluster.client.submit_job(JOB, {}, 2, from_checkpoint=str(tmp_path))
