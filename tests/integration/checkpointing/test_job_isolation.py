@@ -34,7 +34,7 @@ from tests.integration.conftest import WeirCluster, create_topics, create_window
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import checkpoint_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
-from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask, state_namespace
+from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask
 from weir.core.paths import CheckpointPaths
 from weir.core.task_state import StoredOperatorState, decode_task_state
 from weir.tools.client import JobDetails
@@ -200,8 +200,9 @@ def keyed_handles(
         assert keys == {f.key for f in handle.objects} | operator_object, where
         assert handle.taskmanager_id == placement[task.subtask], where
         owned = key_group_range_for_subtask(MAX_PARALLELISM, PARALLELISM, SubtaskIndex(task.subtask))
-        # the job's own namespace (keyed state is named "<job>/<operator uid>") and the subtask's key groups
-        assert handle.ranges == ((state_namespace(job.job_id, WINDOW), owned),), where
+        # the operator's namespace (keyed state is named by operator uid in the task's own database)
+        # and the subtask's key groups
+        assert handle.ranges == ((WINDOW, owned),), where
         assert handle.sst_files, where
         for f in handle.sst_files:
             sst = PATHS.parse_shared_sst(f.key)
@@ -255,7 +256,7 @@ def snapshot_entries(storage: CheckpointStorage, handle: KeyedStateHandle, direc
 def window_accumulators(job: Job, handle: KeyedStateHandle, entries: dict[bytes, bytes]) -> dict[tuple[str, int], Any]:
     """(key, window start) -> accumulator of the entries, each checked to be this job's window state in
     the handle's key groups."""
-    namespace = state_namespace(job.job_id, WINDOW).encode()
+    namespace = WINDOW.encode()
     owned = handle.ranges[0][1]
     windows: dict[tuple[str, int], Any] = {}
     for raw_key, raw_value in entries.items():
