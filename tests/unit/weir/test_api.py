@@ -255,10 +255,21 @@ def migrate_fn(stored_version: int, value: object) -> object:
     return value
 
 
+class Count:
+    def create(self) -> int:
+        return 0
+
+    def add(self, acc: int, value: object) -> int:
+        return acc + 1
+
+    def result(self, key: object, window_start: int, window_end: int, acc: int) -> int:
+        return acc
+
+
 def test_keyed_operators_declare_version_1_of_their_state_by_default() -> None:
     env = Environment("j")
     keyed = keyed_stream(env)
-    keyed.window(TumblingEventTimeWindows(10)).aggregate(object(), uid="win")
+    keyed.window(TumblingEventTimeWindows(10)).aggregate(Count(), uid="win")
     keyed.reduce(lambda a, b: a, uid="sum")
     keyed.process(KeyedProcessFunction(), uid="proc")
     assert schemas_of(env, "win") == (StateSchema("win"),)
@@ -269,7 +280,7 @@ def test_keyed_operators_declare_version_1_of_their_state_by_default() -> None:
 def test_state_version_and_migrate_reach_the_operator() -> None:
     env = Environment("j")
     keyed = keyed_stream(env)
-    keyed.window(TumblingEventTimeWindows(10)).aggregate(object(), uid="win", state_version=3, migrate=migrate_fn)
+    keyed.window(TumblingEventTimeWindows(10)).aggregate(Count(), uid="win", state_version=3, migrate=migrate_fn)
     keyed.reduce(lambda a, b: a, uid="sum", state_version=2, migrate=migrate_fn)
     keyed.process(
         KeyedProcessFunction(), uid="proc", state_schemas=[StateSchema("count", version=2, migrate=migrate_fn)]
@@ -286,6 +297,12 @@ class VersionedCountSum:
 
     def create(self) -> tuple[int, int, int]:
         return 0, 0, 0
+
+    def add(self, acc: tuple[int, int, int], value: int) -> tuple[int, int, int]:
+        return acc[0] + 1, acc[1] + value, max(acc[2], value)
+
+    def result(self, key: object, window_start: int, window_end: int, acc: tuple[int, int, int]) -> object:
+        return acc
 
     def migrate(self, stored_version: int, acc: tuple[int, int]) -> tuple[int, int, int]:
         return (*acc, 0)
@@ -321,7 +338,7 @@ def test_a_keyed_process_function_may_carry_its_state_schemas() -> None:
 def test_a_bad_state_version_or_migration_fails_the_build(kwargs: dict[str, object], complaint: str) -> None:
     keyed = keyed_stream(Environment("j"))
     with pytest.raises(JobDefinitionError, match=complaint):
-        keyed.window(TumblingEventTimeWindows(10)).aggregate(object(), uid="win", **kwargs)  # type: ignore[arg-type]
+        keyed.window(TumblingEventTimeWindows(10)).aggregate(Count(), uid="win", **kwargs)  # type: ignore[arg-type]
     with pytest.raises(JobDefinitionError, match=complaint.replace("'win': state 'win'", "'sum': state 'reduce'")):
         keyed.reduce(lambda a, b: a, uid="sum", **kwargs)  # type: ignore[arg-type]
 
