@@ -5,6 +5,9 @@ that state on restore: a window fires when the watermark reaches its last timest
 dropped when the watermark passes the end plus the allowed lateness. A value for a window that has
 fired but is not yet cleaned up updates it and fires it again (a late firing), as in Flink.
 
+The accumulators are the keyed state ``win``, each entry ``(key, accumulator)``; its schema (version,
+migration) is the job's (``state_schema``), and a migration rewrites the accumulator, never the key.
+
 The operator state is the watermark the subtask had reached: ``{"format": 1, "watermark": int}``.
 Restored into a job at another parallelism, each key group's timers are rebuilt against the
 watermark of the old subtask that owned it (what fired there stays fired), and the subtask goes on
@@ -24,13 +27,16 @@ from operators.keyed import KeyedOperator
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.keygroups import KeyGroupRange
+from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import TimeWindow, cleanup_time, is_window_late, window_fires
 
 _BOUNDS = struct.Struct(">qq")
 _FIRE = 0
 _CLEANUP = 1
-_STATE = "win"
+WINDOW_STATE: Final = "win"
+"""The name of the keyed state holding the accumulators (what a job's ``state_version`` versions)."""
+_STATE = WINDOW_STATE
 WINDOW_STATE_FORMAT: Final = 1
 
 
@@ -41,8 +47,11 @@ class WindowAggregateOperator(KeyedOperator):
         key_selector: Callable[[Any], Any],
         assigner: Any,
         allowed_lateness_ms: int,
+        state_schema: StateSchema | None = None,
     ) -> None:
-        super().__init__(key_selector)
+        super().__init__(key_selector, [state_schema or StateSchema(_STATE)])
+        if self.state_schemas()[0].name != _STATE:
+            raise ValueError(f"a window's state is named {_STATE!r}, not {self.state_schemas()[0].name!r}")
         self._fn = fn
         self._assigner = assigner
         self._lateness = allowed_lateness_ms
@@ -56,6 +65,11 @@ class WindowAggregateOperator(KeyedOperator):
     def open(self) -> None:
         super().open()
         self._rebuild_timers()
+
+    def migrate_value(self, schema: StateSchema, stored_version: int, value: Any) -> Any:
+        """An entry is ``(key, accumulator)``: the accumulator is the user's to migrate."""
+        key, acc = value
+        return key, super().migrate_value(schema, stored_version, acc)
 
     def _state_key(self, window: TimeWindow) -> bytes:
         """The current key (length-prefixed) and the window's bounds; the bounds of the last window

@@ -282,7 +282,7 @@ class TaskManagerRuntime:
             return None
         document = decode_task_state(req.restore_state_handle, where)
         keyed = keyed_state_from_document(document.keyed_state, where) if document.keyed_state is not None else None
-        return ChainRestore(req.restore_checkpoint_id, document.operator_state, keyed)
+        return ChainRestore(req.restore_checkpoint_id, document.operator_state, keyed, document.layout)
 
     def cancel_attempts_through(
         self, job_id: str, attempt: int, *, job_ended: bool = False, wait_s: float = 10.0

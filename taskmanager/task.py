@@ -22,6 +22,7 @@ import structlog
 
 from connectors.object_storage import CheckpointStorage
 from operators.base import InheritedState, OperatorContext, SourceOperator
+from operators.keyed import KeyedOperator
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from taskmanager.chain import ChainInput, OperatorChain
@@ -62,6 +63,7 @@ from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, Subtas
 from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask
 from weir.core.metrics import TaskMetrics
 from weir.core.rescale import key_group_sources
+from weir.core.state_schema import StoredSchema, merge_stored_schemas
 from weir.core.states import TaskState
 from weir.core.task_state import OperatorStateHandle, SubtaskLayout, TaskStateDocument, read_operator_states
 from weir.core.watermarks import (
@@ -124,11 +126,13 @@ class ChainSnapshot:
 @dataclass(frozen=True)
 class ChainRestore:
     """What a subtask restores from after a restart of its job: its operator states' handle (read on
-    the task thread) and the handle of its keyed state (None when the checkpoint holds none for it)."""
+    the task thread), the handle of its keyed state (None when the checkpoint holds none for it) and
+    the layout it was snapshotted with (its state schemas; None: not known, not checked)."""
 
     checkpoint_id: int
     operator_state: OperatorStateHandle
     keyed_state: KeyedStateHandle | None = None
+    layout: SubtaskLayout | None = None
 
 
 @dataclass(frozen=True)
@@ -210,6 +214,24 @@ def exported_watermark(watermark: int | None) -> int | None:
     return watermark
 
 
+def declared_state_schemas(operators: Iterable[KeyedOperator]) -> dict[str, tuple[StoredSchema, ...]]:
+    """What the chain's keyed operators declare of their states, by uid: what its snapshots record."""
+    return {op.ctx.uid: tuple(s.stored() for s in op.state_schemas()) for op in operators}
+
+
+def check_state_schemas(operators: Iterable[KeyedOperator], layouts: Iterable[SubtaskLayout]) -> None:
+    """Before any keyed state is restored: tell each keyed operator the schemas its state was stored
+    with (the layouts of the old subtasks that hold some of it); a state it cannot read raises
+    StateSchemaError (the user's, not retriable: the job fails at once with that line), one of an
+    older version is migrated when the operator opens (``KeyedOperator.migrate_from``)."""
+    stored = tuple(layouts)
+    for op in operators:
+        uid = op.ctx.uid
+        records = [layout.state_schemas.get(uid, ()) for layout in stored if uid in layout.keyed_operator_uids]
+        if records:
+            op.migrate_from(merge_stored_schemas(uid, records))
+
+
 class Task:
     _output_status = WatermarkStatus.ACTIVE  # what this subtask last announced downstream (Flink's WatermarkStatus)
 
@@ -274,6 +296,7 @@ class Task:
             key_group_range=self.key_group_range,
             operator_uids=tuple(self.chain.by_uid),
             keyed_operator_uids=tuple(op.ctx.uid for op in self.chain.keyed_operators),
+            state_schemas=declared_state_schemas(self.chain.keyed_operators),
         )
         # A chain with keyed operators gets a RocksDB of its own, deleted when the task ends.
         self.keyed_state: TaskKeyedState | None = None
@@ -422,6 +445,7 @@ class Task:
         state, read from checkpoint storage when it was too large to stay inline."""
         match restore:
             case ChainRestore():
+                check_state_schemas(self.chain.keyed_operators, [restore.layout] if restore.layout is not None else [])
                 keyed = [restore.keyed_state] if restore.keyed_state is not None else []
                 restored_entries = self._restore_keyed(keyed, adopt=True)
                 if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
@@ -431,6 +455,7 @@ class Task:
                 state_bytes = sum(len(b) for b in states.values())
                 inherited_from = 0
             case InheritedRestore(documents=documents):
+                check_state_schemas(self.chain.keyed_operators, [d.layout for d in documents])
                 restored_entries = self._restore_keyed(self._inherited_keyed_handles(documents), adopt=False)
                 if self.cancelled.is_set():
                     raise Cancelled()

@@ -26,7 +26,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from operators.keyed import KeyedProcessOperator, ReduceOperator
+from operators.keyed import REDUCE_STATE, KeyedProcessOperator, ReduceOperator
 from operators.sinks import (
     FileSinkOperator,
     FunctionSinkOperator,
@@ -41,7 +41,7 @@ from operators.transactional_sinks import (
     TwoPhasePostgresSinkOperator,
     row_key_indexes,
 )
-from operators.windows import WindowAggregateOperator
+from operators.windows import WINDOW_STATE, WindowAggregateOperator
 from weir.core.descriptors import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     GeneratorSourceSpec,
@@ -51,6 +51,7 @@ from weir.core.descriptors import (
     SinkSystem,
 )
 from weir.core.errors import JobDefinitionError, NonRetriableError
+from weir.core.state_schema import Migrate, StateSchema
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 
@@ -109,6 +110,9 @@ class AggregateFunction(Protocol[T, ACC]):
     def create(self) -> ACC: ...
     def add(self, acc: ACC, value: T) -> ACC: ...
     def result(self, key: Any, window_start: int, window_end: int, acc: ACC) -> Any: ...
+
+    # Optional: the accumulator's version (default 1) and ``migrate(stored_version, acc) -> acc``,
+    # read when ``.aggregate`` is given neither ``state_version`` nor ``migrate``.
 
 
 class Environment:
@@ -478,36 +482,52 @@ class KeyedStream(DataStream):
         uid: str,
         name: str | None = None,
         parallelism: int | None = None,
+        state_version: int | None = None,
+        migrate: Migrate | None = None,
     ) -> DataStream:
-        """Emit the running reduction of each key after every value (state kept in RocksDB)."""
+        """Emit the running reduction of each key after every value (state kept in RocksDB).
+
+        ``state_version`` (default 1) versions the reduced value in snapshots; restoring state of an
+        older version needs ``migrate(stored_version, value) -> value`` (see :meth:`WindowedStream.aggregate`)."""
 
         assert self._key_selector is not None
         ks = self._key_selector
+        schema = _state_schema(uid, REDUCE_STATE, fn, state_version, migrate)
         return DataStream(
             self._env,
             self._add(
                 uid,
                 name or "reduce",
                 OperatorKind.ONE_INPUT,
-                lambda: ReduceOperator(fn, ks),
+                lambda: ReduceOperator(fn, ks, schema),
                 parallelism,
                 key_selector=ks,
             ),
         )
 
     def process(
-        self, fn: KeyedProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
+        self,
+        fn: KeyedProcessFunction,
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        state_schemas: Iterable[StateSchema] | None = None,
     ) -> DataStream:
+        """Run ``fn`` per record with its key's state. ``state_schemas`` (or ``fn.state_schemas``):
+        a :class:`StateSchema` per state name the function versions (a ValueState's value, each
+        MapState entry's value); a state not declared is version 1."""
 
         assert self._key_selector is not None
         ks = self._key_selector
+        schemas = _process_state_schemas(uid, fn, state_schemas)
         return DataStream(
             self._env,
             self._add(
                 uid,
                 name or "process",
                 OperatorKind.ONE_INPUT,
-                lambda: KeyedProcessOperator(fn, ks),
+                lambda: KeyedProcessOperator(fn, ks, schemas),
                 parallelism,
                 key_selector=ks,
             ),
@@ -532,21 +552,29 @@ class WindowedStream:
         uid: str,
         name: str | None = None,
         parallelism: int | None = None,
+        state_version: int | None = None,
+        migrate: Migrate | None = None,
     ) -> DataStream:
         """Aggregate each key's window incrementally; emit ``fn.result`` when the watermark passes
-        the window's end (and again for each late value within the allowed lateness)."""
+        the window's end (and again for each late value within the allowed lateness).
+
+        ``state_version`` (default 1; or ``fn.state_version``) versions the accumulators in snapshots.
+        Raise it when the accumulator's shape changes, and give ``migrate(stored_version, acc) -> acc``
+        (or ``fn.migrate``): a restore of an older version rewrites every accumulator through it once;
+        without it, or restoring a newer version than declared, the job fails at restore."""
 
         keyed = self._keyed
         ks = keyed._key_selector
         assert ks is not None
         assigner, lateness = self._assigner, self._lateness
+        schema = _state_schema(uid, WINDOW_STATE, fn, state_version, migrate)
         return DataStream(
             keyed._env,
             keyed._add(
                 uid,
                 name or "window-aggregate",
                 OperatorKind.ONE_INPUT,
-                lambda: WindowAggregateOperator(fn, ks, assigner, lateness),
+                lambda: WindowAggregateOperator(fn, ks, assigner, lateness, schema),
                 parallelism,
                 key_selector=ks,
             ),
@@ -585,7 +613,10 @@ class Collector(Protocol):
 
 
 class KeyedProcessFunction:
-    """Per-key processing with state: override ``process_element``; use ``ctx.value_state(name)``."""
+    """Per-key processing with state: override ``process_element``; use ``ctx.value_state(name)``.
+
+    ``state_schemas`` (optional, or ``.process(..., state_schemas=...)``): a :class:`StateSchema` per
+    state whose values are versioned, e.g. ``StateSchema("count", version=2, migrate=fn)``."""
 
     def process_element(self, value: Any, ctx: Any, out: Collector) -> None:
         raise NotImplementedError("a KeyedProcessFunction must override process_element")
@@ -603,6 +634,32 @@ class CoProcessFunction:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _state_schema(uid: str, name: str, fn: Any, version: int | None, migrate: Migrate | None) -> StateSchema:
+    """The schema of a keyed operator's one state, checked at build time: the explicit
+    ``state_version``/``migrate``, else the function's own attributes of those names, else version 1."""
+    if version is None:
+        version = getattr(fn, "state_version", None)
+    if migrate is None:
+        migrate = getattr(fn, "migrate", None)
+    try:
+        return StateSchema(name, version=1 if version is None else version, migrate=migrate)
+    except JobDefinitionError as exc:
+        raise JobDefinitionError(f"operator {uid!r}: {exc}") from None
+
+
+def _process_state_schemas(uid: str, fn: Any, given: Iterable[StateSchema] | None) -> tuple[StateSchema, ...]:
+    """A KeyedProcessFunction's declared states: ``state_schemas``, else ``fn.state_schemas``."""
+    schemas = tuple(getattr(fn, "state_schemas", ()) if given is None else given)
+    names: set[str] = set()
+    for schema in schemas:
+        if not isinstance(schema, StateSchema):
+            raise JobDefinitionError(f"operator {uid!r}: state_schemas holds {schema!r}, not a StateSchema")
+        if schema.name in names:
+            raise JobDefinitionError(f"operator {uid!r}: state {schema.name!r} is declared twice in state_schemas")
+        names.add(schema.name)
+    return schemas
 
 
 def _epoch_memory_bytes(uid: str, given: int | None) -> int:
@@ -698,6 +755,7 @@ __all__ = [
     "NonRetriableError",
     "Parameters",
     "SlidingEventTimeWindows",
+    "StateSchema",
     "TumblingEventTimeWindows",
     "load_job_file",
     "load_job_source",

@@ -14,13 +14,18 @@ subtasks), so neither imports the other. Format 2 (``docs/formats.md``)::
      "task": {"job_id", "vertex_uid", "subtask", "attempt"},
      "layout": {"parallelism": int, "max_parallelism": int,
                 "operator_uids": [str, ...],               # the chain's operators, head first
-                "keyed_operator_uids": [str, ...]},        # those of them with keyed state
+                "keyed_operator_uids": [str, ...],         # those of them with keyed state
+                "state_schemas": {"<keyed operator uid>": [{"name", "serializer", "version"}]}},
      "checkpoint_id": int,
      "key_group_range": [start, end],                       # both inclusive
      "operator_state": {"inline": {"<operator uid>": "<base64>"}}
                      | {"object": {"key", "size_bytes",
                                    "slices": [{"operator_uid", "offset", "length"}]}},
      "keyed_state": null | {...}}     # the RocksDB snapshot handle, taskmanager.snapshots' own format
+
+``layout.state_schemas`` (optional: absent, every state is version 1 of ``pickle``) records the schema
+each keyed operator declared for each of its states (``weir.core.state_schema``), so that a restore
+can tell whether the job reads it as it is, migrates it, or must refuse it.
 
 Format 1 named keyed state by ``<job id>/<operator uid>`` inside RocksDB; format 2 by the operator uid
 alone, so that state moves between jobs. A format-1 document is refused with a clear error.
@@ -32,13 +37,14 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar, assert_never
 
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, KeyGroup
 from weir.core.keygroups import KeyGroupRange
+from weir.core.state_schema import StoredSchema
 
 TASK_STATE_FORMAT: Final = 2
 INLINE_STATE_LIMIT_BYTES: Final = 20 * 1024
@@ -87,6 +93,9 @@ class SubtaskLayout:
     key_group_range: KeyGroupRange
     operator_uids: tuple[str, ...]
     keyed_operator_uids: tuple[str, ...]
+    state_schemas: Mapping[str, tuple[StoredSchema, ...]] = field(default_factory=dict, hash=False)
+    """The declared schema of each state of each keyed operator, by operator uid; a state (or an
+    operator) it does not name is version 1 pickle."""
 
 
 @dataclass(frozen=True)
@@ -187,6 +196,10 @@ def encode_task_state(document: TaskStateDocument) -> bytes:
                 "max_parallelism": layout.max_parallelism,
                 "operator_uids": list(layout.operator_uids),
                 "keyed_operator_uids": list(layout.keyed_operator_uids),
+                "state_schemas": {
+                    uid: [{"name": s.name, "serializer": s.serializer, "version": s.version} for s in schemas]
+                    for uid, schemas in sorted(layout.state_schemas.items())
+                },
             },
             "checkpoint_id": document.checkpoint_id,
             "key_group_range": [kg.start, kg.end],
@@ -221,12 +234,23 @@ def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
                 key_group_range=KeyGroupRange(KeyGroup(typed(start, int)), KeyGroup(typed(end, int))),
                 operator_uids=tuple(typed(uid, str) for uid in typed(layout["operator_uids"], list)),
                 keyed_operator_uids=tuple(typed(uid, str) for uid in typed(layout["keyed_operator_uids"], list)),
+                state_schemas=_state_schemas(layout.get("state_schemas", {})),
             ),
             operator_state=_operator_state(document["operator_state"]),
             keyed_state=keyed,
         )
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise SerializationError(f"task state {where} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+def _state_schemas(value: Any) -> dict[str, tuple[StoredSchema, ...]]:
+    return {
+        typed(uid, str): tuple(
+            StoredSchema(typed(s["name"], str), typed(s["serializer"], str), typed(s["version"], int))
+            for s in typed(schemas, list)
+        )
+        for uid, schemas in typed(value, dict).items()
+    }
 
 
 def _operator_state(value: Any) -> OperatorStateHandle:

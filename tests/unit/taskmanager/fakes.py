@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from operators.base import SourceOperator, StreamOperator
-from operators.keyed import ReduceOperator
+from operators.keyed import KeyedOperator, ReduceOperator
 from taskmanager.network import InputGate, RecordWriter, read_buffer
 from taskmanager.partitioners import RebalancePartitioner
 from taskmanager.snapshots import TaskKeyedState
-from taskmanager.task import CheckpointAck, Task, TaskAddress, TaskCallbacks
+from taskmanager.task import CheckpointAck, Restore, Task, TaskAddress, TaskCallbacks
 from weir.core.failures import Failure
 from weir.core.ids import SubtaskIndex
 from weir.core.states import TaskState
@@ -146,9 +146,14 @@ def writer_to(channel: FakeChannel) -> RecordWriter:
 
 
 def three_vertex_graph(
-    journal: Journal, source_values: list[Any] | None = None, *, keyed: bool = False
+    journal: Journal,
+    source_values: list[Any] | None = None,
+    *,
+    keyed: bool = False,
+    keyed_operator: Callable[[], KeyedOperator] | None = None,
 ) -> LogicalGraph:
-    """``src -> map`` (chained) ``-hash-> op -> sink`` (chained) ``-hash-> down``."""
+    """``src -> map`` (chained) ``-hash-> op -> sink`` (chained) ``-hash-> down``; ``keyed``: "op" is
+    ``keyed_operator`` (default: a reduce summing each key's values)."""
     graph = LogicalGraph("test-job", 1, 128)
 
     def add(uid: str, kind: OperatorKind, factory: Callable[[], Any]) -> None:
@@ -156,8 +161,8 @@ def three_vertex_graph(
 
     add("src", OperatorKind.SOURCE, lambda: ListSource(journal, source_values or []))
     add("map", OperatorKind.ONE_INPUT, lambda: Recording(journal, "map", lambda v: v * 10))
-    if keyed:  # "op" sums the values of each key in its keyed state
-        add("op", OperatorKind.ONE_INPUT, lambda: ReduceOperator(lambda a, b: a + b, lambda v: v))
+    if keyed:
+        add("op", OperatorKind.ONE_INPUT, keyed_operator or (lambda: ReduceOperator(lambda a, b: a + b, lambda v: v)))
     else:
         add("op", OperatorKind.ONE_INPUT, lambda: Recording(journal, "op"))
     add("sink", OperatorKind.SINK, lambda: Recording(journal, "sink"))
@@ -190,10 +195,17 @@ def make_task(
     source_values: list[Any] | None = None,
     *,
     open_keyed_state: Callable[[], TaskKeyedState] | None = None,
+    keyed_operator: Callable[[], KeyedOperator] | None = None,
+    restore: Restore | None = None,
+    restore_checkpoint_id: int = 0,
 ) -> Harness:
-    """``open_keyed_state``: "op" is a keyed (reduce) operator with that state backend."""
+    """``open_keyed_state``: "op" is a keyed operator (``keyed_operator``, default a reduce) with that
+    state backend; ``restore``: what the task restores before it opens its chain."""
     journal = Journal()
-    plan = build_plan(three_vertex_graph(journal, source_values, keyed=open_keyed_state is not None))
+    graph = three_vertex_graph(
+        journal, source_values, keyed=open_keyed_state is not None, keyed_operator=keyed_operator
+    )
+    plan = build_plan(graph)
     vertex = plan.vertices[vertex_uid]
     gate = InputGate([0] * channels, initial_credits=100) if vertex.inputs else None
     out = FakeChannel()
@@ -222,8 +234,8 @@ def make_task(
         gate=gate,
         callbacks=TaskCallbacks(on_state, on_checkpoint, on_decline, on_input_ended),
         taskmanager_id="tm-test",
-        restore=None,
-        restore_checkpoint_id=0,
+        restore=restore,
+        restore_checkpoint_id=restore_checkpoint_id,
         open_keyed_state=open_keyed_state,
     )
     return Harness(journal, task, gate, out, acks)

@@ -20,7 +20,7 @@ from taskmanager.runtime import (
     oversized_ack_reason,
 )
 from taskmanager.snapshots import KeyedStateHandle, SnapshotFile
-from taskmanager.task import ChainSnapshot, CheckpointAck, TaskAddress
+from taskmanager.task import ChainRestore, ChainSnapshot, CheckpointAck, TaskAddress
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
@@ -187,3 +187,4 @@ def test_a_keyed_state_handle_travels_in_the_document_and_comes_back_equal(
     deploy = taskmanager_pb2.DeployTaskRequest(restore_state_handle=ack.request.state_handle, restore_checkpoint_id=4)
     restore = runtime._restore_of(address, deploy)  # noqa: SLF001
     assert restore is not None and restore.keyed_state == keyed
+    assert isinstance(restore, ChainRestore) and restore.layout == layout(64, 127)  # its state schemas with it

@@ -9,8 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from weir.api import Environment, Parameters, TumblingEventTimeWindows, load_job_file, load_job_source
+from weir.api import (
+    Environment,
+    KeyedProcessFunction,
+    KeyedStream,
+    Parameters,
+    StateSchema,
+    TumblingEventTimeWindows,
+    load_job_file,
+    load_job_source,
+)
 from weir.core.errors import JobDefinitionError
+from weir.core.state_schema import StoredSchema
 from weir.graph import Edge, OperatorKind, Partitioning
 
 GOOD_JOB = textwrap.dedent(
@@ -225,3 +235,117 @@ def test_load_job_file_reads_the_file(tmp_path: Path) -> None:
     assert load_job_file(path, parallelism=3).graph.default_parallelism == 3
     with pytest.raises(JobDefinitionError, match="does not exist"):
         load_job_file(tmp_path / "missing.py")
+
+
+# State schemas ------------------------------------------------------------------------------------
+
+
+def keyed_stream(env: Environment) -> KeyedStream:
+    return env.from_generator(lambda i: {"k": i}, uid="gen", count=1, timestamp=lambda e: e["k"]).key_by(
+        lambda e: e["k"]
+    )
+
+
+def schemas_of(env: Environment, uid: str) -> tuple[StateSchema, ...]:
+    op = env.graph.transformations[uid].factory()
+    return op.state_schemas()  # type: ignore[no-any-return]
+
+
+def migrate_fn(stored_version: int, value: object) -> object:
+    return value
+
+
+class Count:
+    def create(self) -> int:
+        return 0
+
+    def add(self, acc: int, value: object) -> int:
+        return acc + 1
+
+    def result(self, key: object, window_start: int, window_end: int, acc: int) -> int:
+        return acc
+
+
+def test_keyed_operators_declare_version_1_of_their_state_by_default() -> None:
+    env = Environment("j")
+    keyed = keyed_stream(env)
+    keyed.window(TumblingEventTimeWindows(10)).aggregate(Count(), uid="win")
+    keyed.reduce(lambda a, b: a, uid="sum")
+    keyed.process(KeyedProcessFunction(), uid="proc")
+    assert schemas_of(env, "win") == (StateSchema("win"),)
+    assert schemas_of(env, "sum") == (StateSchema("reduce"),)
+    assert schemas_of(env, "proc") == ()
+
+
+def test_state_version_and_migrate_reach_the_operator() -> None:
+    env = Environment("j")
+    keyed = keyed_stream(env)
+    keyed.window(TumblingEventTimeWindows(10)).aggregate(Count(), uid="win", state_version=3, migrate=migrate_fn)
+    keyed.reduce(lambda a, b: a, uid="sum", state_version=2, migrate=migrate_fn)
+    keyed.process(
+        KeyedProcessFunction(), uid="proc", state_schemas=[StateSchema("count", version=2, migrate=migrate_fn)]
+    )
+    (win,) = schemas_of(env, "win")
+    assert (win.name, win.version, win.migrate) == ("win", 3, migrate_fn)
+    (total,) = schemas_of(env, "sum")
+    assert (total.name, total.version, total.migrate) == ("reduce", 2, migrate_fn)
+    assert [s.stored() for s in schemas_of(env, "proc")] == [StoredSchema("count", "pickle", 2)]
+
+
+class VersionedCountSum:
+    state_version = 2
+
+    def create(self) -> tuple[int, int, int]:
+        return 0, 0, 0
+
+    def add(self, acc: tuple[int, int, int], value: int) -> tuple[int, int, int]:
+        return acc[0] + 1, acc[1] + value, max(acc[2], value)
+
+    def result(self, key: object, window_start: int, window_end: int, acc: tuple[int, int, int]) -> object:
+        return acc
+
+    def migrate(self, stored_version: int, acc: tuple[int, int]) -> tuple[int, int, int]:
+        return (*acc, 0)
+
+
+def test_an_aggregate_function_may_carry_its_own_state_version_and_migration() -> None:
+    env = Environment("j")
+    fn = VersionedCountSum()
+    keyed_stream(env).window(TumblingEventTimeWindows(10)).aggregate(fn, uid="win")
+    (win,) = schemas_of(env, "win")
+    assert win.version == 2 and win.migrate is not None and win.migrate(1, (1, 2)) == (1, 2, 0)
+
+
+class Counter(KeyedProcessFunction):
+    state_schemas = (StateSchema("count", version=2, migrate=migrate_fn),)
+
+
+def test_a_keyed_process_function_may_carry_its_state_schemas() -> None:
+    env = Environment("j")
+    keyed_stream(env).process(Counter(), uid="proc")
+    assert [s.name for s in schemas_of(env, "proc")] == ["count"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "complaint"),
+    [
+        ({"state_version": 0}, "operator 'win': state 'win': state_version must be an int of at least 1, got 0"),
+        ({"state_version": "2"}, "state_version must be an int of at least 1, got '2'"),
+        ({"state_version": 2, "migrate": "fn"}, "operator 'win': state 'win': migrate must be a function"),
+        ({"migrate": migrate_fn}, "migrate is given but state_version is 1"),
+    ],
+)
+def test_a_bad_state_version_or_migration_fails_the_build(kwargs: dict[str, object], complaint: str) -> None:
+    keyed = keyed_stream(Environment("j"))
+    with pytest.raises(JobDefinitionError, match=complaint):
+        keyed.window(TumblingEventTimeWindows(10)).aggregate(Count(), uid="win", **kwargs)  # type: ignore[arg-type]
+    with pytest.raises(JobDefinitionError, match=complaint.replace("'win': state 'win'", "'sum': state 'reduce'")):
+        keyed.reduce(lambda a, b: a, uid="sum", **kwargs)  # type: ignore[arg-type]
+
+
+def test_process_state_schemas_are_checked_at_build_time() -> None:
+    keyed = keyed_stream(Environment("j"))
+    with pytest.raises(JobDefinitionError, match="operator 'p': state 'n' is declared twice"):
+        keyed.process(KeyedProcessFunction(), uid="p", state_schemas=[StateSchema("n"), StateSchema("n")])
+    with pytest.raises(JobDefinitionError, match="operator 'p': state_schemas holds 2, not a StateSchema"):
+        keyed.process(KeyedProcessFunction(), uid="p", state_schemas=[2])  # type: ignore[list-item]

@@ -10,6 +10,7 @@ import pytest
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, KeyGroup
 from weir.core.keygroups import KeyGroupRange
+from weir.core.state_schema import StoredSchema
 from weir.core.task_state import (
     InlineOperatorState,
     SubtaskLayout,
@@ -83,3 +84,39 @@ def test_an_unknown_format_is_refused_with_where_it_was() -> None:
 def test_a_malformed_document_is_refused(data: bytes, complaint: str) -> None:
     with pytest.raises(SerializationError, match=complaint):
         decode_task_state(data, "of sink#1")
+
+
+def test_the_layout_carries_each_keyed_operators_state_schemas() -> None:
+    layout = SubtaskLayout(
+        2,
+        128,
+        KeyGroupRange(KeyGroup(0), KeyGroup(63)),
+        ("window-count-sum", "sink"),
+        ("window-count-sum",),
+        {"window-count-sum": (StoredSchema("win", "pickle", 2),)},
+    )
+    data = encode_task_state(document(layout=layout))
+    assert json.loads(data)["layout"]["state_schemas"] == {
+        "window-count-sum": [{"name": "win", "serializer": "pickle", "version": 2}]
+    }
+    assert decode_task_state(data, "in the test").layout == layout
+
+
+def test_a_document_without_state_schemas_still_decodes_and_names_none() -> None:
+    """Written before schemas were recorded: every state counts as version 1 pickle on restore."""
+    data = json.loads(encode_task_state(document()))
+    del data["layout"]["state_schemas"]
+    decoded = decode_task_state(json.dumps(data).encode(), "in the test")
+    assert decoded.layout.state_schemas == {}
+    assert decoded == document()
+
+
+@pytest.mark.parametrize(
+    "schemas",
+    [[], {"op": {"name": "win"}}, {"op": [{"name": "win", "serializer": "pickle", "version": "2"}]}, {"op": [{}]}],
+)
+def test_malformed_state_schemas_are_refused(schemas: object) -> None:
+    data = json.loads(encode_task_state(document()))
+    data["layout"]["state_schemas"] = schemas
+    with pytest.raises(SerializationError, match="is malformed"):
+        decode_task_state(json.dumps(data).encode(), "of sink#1")
