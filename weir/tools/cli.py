@@ -1,10 +1,11 @@
 """The ``weir`` command line: run and inspect jobs, and run the local cluster.
 
 Exit codes: 0 success; 1 failure (a job that FAILED or was CANCELED, not enough slots, an internal
-error; for ``weir verify``, a discrepancy); 2 a user error (bad arguments, a job file that does not
-load, an unknown job); 3 no cluster (no JobManager answers, or no local cluster runs; for ``weir
-verify``, Kafka or PostgreSQL does not answer). Every error is one line on stderr,
-``weir: error: <reason>``; set ``WEIR_DEBUG=1`` to also get the traceback.
+error; for ``weir verify``, a discrepancy; for ``weir savepoint``, damaged state); 2 a user error
+(bad arguments, a job file that does not load, an unknown job, a path with no savepoint); 3 no
+cluster (no JobManager answers, or no local cluster runs; for ``weir verify``, Kafka or PostgreSQL
+does not answer; for ``weir savepoint info`` and ``dump``, the checkpoint storage). Every error is
+one line on stderr, ``weir: error: <reason>``; set ``WEIR_DEBUG=1`` to also get the traceback.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
 from weir.core.config import Endpoints
 from weir.core.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
@@ -35,6 +37,7 @@ from weir.tools import supervisor
 from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
 
 if TYPE_CHECKING:
+    from weir.tools.savepoint_inspect import OperatorInfo, SavepointInfo
     from weir.tools.verify import VerifyReport
 
 EXIT_OK: Final = 0
@@ -58,6 +61,27 @@ cluster_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(cluster_app, name="cluster")
+
+SAVEPOINT_TRIGGER: Final = "trigger"
+
+
+class SavepointGroup(TyperGroup):
+    """``weir savepoint JOB_ID [--path URI]`` is ``weir savepoint trigger JOB_ID ...``: a first
+    argument that names none of the group's commands (nor asks for its help) goes to ``trigger``."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
+        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+            args = [SAVEPOINT_TRIGGER, *args]
+        return super().parse_args(ctx, args)
+
+
+savepoint_app = typer.Typer(
+    cls=SavepointGroup,
+    help="Savepoints: trigger one on a running job (weir savepoint JOB_ID), or read one, or a retained "
+    "checkpoint, offline from the storage (info, dump).",
+    pretty_exceptions_enable=False,
+)
+app.add_typer(savepoint_app, name="savepoint")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document to stdout.")]
 
@@ -131,6 +155,12 @@ def _root(ctx: typer.Context) -> None:
 
 @cluster_app.callback(invoke_without_command=True)
 def _cluster_root(ctx: typer.Context) -> None:
+    if ctx.invoked_subcommand is None:
+        _stdout().print(ctx.get_help())
+
+
+@savepoint_app.callback(invoke_without_command=True)
+def _savepoint_root(ctx: typer.Context) -> None:
     if ctx.invoked_subcommand is None:
         _stdout().print(ctx.get_help())
 
@@ -520,6 +550,193 @@ def _pick_checkpoint(infos: Sequence[CheckpointInfo], checkpoint_id: int | None)
         return next((c for c in infos if c.checkpoint_id == checkpoint_id), None)
     completed = [c for c in infos if c.status == "COMPLETED"]
     return max(completed, key=lambda c: c.checkpoint_id) if completed else None
+
+
+# Savepoints --------------------------------------------------------------------------------------
+
+SavepointPath = Annotated[
+    str,
+    typer.Argument(
+        metavar="PATH",
+        help="A savepoint folder or a retained checkpoint's external path (s3://..., file:///..., a directory).",
+    ),
+]
+
+
+@savepoint_app.command(SAVEPOINT_TRIGGER)
+def savepoint_trigger(
+    job_id: Annotated[str, typer.Argument(help="The running job's id (`weir list`).")],
+    path: Annotated[
+        str | None, typer.Option("--path", metavar="URI", help="The folder to write the savepoint to.")
+    ] = None,
+) -> None:
+    """Trigger a savepoint of a running job; also `weir savepoint JOB_ID [--path URI]`."""
+    raise CommandLineError("not implemented yet")
+
+
+@contextmanager
+def _storage_answers() -> Iterator[None]:
+    """The checkpoint storage not answering is exit 3, as Kafka or PostgreSQL for `weir verify`."""
+    try:
+        yield
+    except ServiceUnavailableError as exc:
+        _error_line(str(exc))
+        raise typer.Exit(EXIT_NO_CLUSTER) from None
+
+
+@savepoint_app.command("info")
+def savepoint_info(
+    path: SavepointPath,
+    keyed: Annotated[
+        bool,
+        typer.Option(
+            "--keyed", help="Also download the keyed state files and count each state's entries and key groups."
+        ),
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """What a savepoint or retained checkpoint holds: job, checkpoint, subtasks, each operator's state."""
+    from weir.tools.savepoint_inspect import savepoint_info as read_info
+
+    with _storage_answers():
+        info = read_info(path, keyed=keyed)
+    if json_output:
+        _print_json(info.to_json())
+    else:
+        _print_savepoint_info(info)
+
+
+@savepoint_app.command("dump")
+def savepoint_dump(
+    path: SavepointPath,
+    uid: Annotated[str, typer.Option("--uid", help="The operator whose state to print.")],
+    state: Annotated[str | None, typer.Option("--state", help="Only the keyed state of this name.")] = None,
+    limit: Annotated[int | None, typer.Option("--limit", min=0, help="Print at most this many lines.")] = None,
+) -> None:
+    """An operator's state as JSON lines: keyed entries, else each subtask's decoded operator state."""
+    from weir.tools.savepoint_inspect import dump_operator
+
+    out = sys.stdout
+    with _storage_answers():
+        try:
+            for line in dump_operator(path, uid, state=state, limit=limit):
+                out.write(json.dumps(line, default=repr) + "\n")
+            out.flush()
+        except BrokenPipeError:  # `| head`: the reader has enough
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+
+
+def _print_savepoint_info(info: SavepointInfo) -> None:
+    from weir.core.task_state import StoredOperatorState
+
+    console = _stdout()
+    sp = info.savepoint
+    c = sp.checkpoint
+    relative = "the folder" if sp.keys_relative_to_folder else "the storage root"
+    formats = info.formats
+    console.print(
+        escape(
+            f"{c.kind.value} {c.checkpoint_id} of job {c.job_id} (metadata format {formats['metadata']}, "
+            f"task-state format {formats['task_state']})"
+        ),
+        soft_wrap=True,
+    )
+    console.print(
+        escape(f"path {sp.path}: storage root {sp.root_uri}, metadata {sp.metadata_key}, keys relative to {relative}"),
+        soft_wrap=True,
+    )
+    console.print(
+        f"triggered {_when(c.trigger_timestamp)}, completed {_when(c.completion_timestamp)} "
+        f"({_seconds(max(c.duration_s, 0.0))}); {len(sp.tasks)} subtasks, {len(c.object_keys)} objects, "
+        f"{_size(c.total_size_bytes)}",
+        soft_wrap=True,
+    )
+    for warning in info.warnings:
+        console.print(f"warning: {escape(warning)}", soft_wrap=True)
+    table = _table("task", "attempt", "key groups", "parallelism", "operators", "operator state", "keyed state")
+    for task in sorted(sp.tasks, key=lambda t: (t.document.vertex_uid, t.document.subtask)):
+        d = task.document
+        stored = "object" if isinstance(d.operator_state, StoredOperatorState) else "inline"
+        op_bytes = sum(len(b) for b in task.operator_states.values())
+        keyed = task.keyed
+        table.add_row(
+            escape(task.name),
+            str(d.attempt),
+            str(d.key_group_range),
+            f"{d.layout.parallelism}/{d.layout.max_parallelism}",
+            escape(", ".join(d.layout.operator_uids)),
+            f"{stored}, {_size(op_bytes)}" if task.operator_states else "-",
+            (
+                f"{escape(keyed.taskmanager_id)} db {escape(keyed.db_incarnation)} snapshot {keyed.snapshot_index}: "
+                f"{len(keyed.sst_files)} sst + {len(keyed.db_files)} files, {_size(keyed.size_bytes)}"
+            )
+            if keyed is not None
+            else "-",
+        )
+    console.print(table)
+    console.print("operators:", soft_wrap=True)
+    for operator in info.operators:
+        for line in _operator_lines(operator):
+            console.print(escape(line), soft_wrap=True)
+    if not info.keyed_scanned and any(o.keyed for o in info.operators):
+        console.print("(keyed state names, entry counts and key groups present: --keyed)", soft_wrap=True)
+
+
+def _operator_lines(operator: OperatorInfo) -> Iterator[str]:
+    from weir.tools.savepoint_inspect import key_group_ranges_text
+
+    yield f"  {operator.uid}{' (keyed)' if operator.keyed else ''}"
+    for sub in operator.subtasks:
+        parts: list[str] = []
+        if sub.operator_state is not None:
+            parts.append(_operator_state_text(sub.operator_state))
+        if sub.keyed_handle is not None and sub.keyed_ranges:
+            handle = sub.keyed_handle
+            ranges = ", ".join(str(r) for r in sub.keyed_ranges)
+            keyed = f"keyed state in key groups {ranges} ({len(handle.objects)} files, {_size(handle.size_bytes)})"
+            if sub.states is not None:
+                states = "; ".join(
+                    f"{s.name}: {s.entries} entries in key groups {key_group_ranges_text(s.key_groups)}"
+                    for s in sub.states
+                )
+                keyed += f": {states}" if states else ": no entries"
+            parts.append(keyed)
+        yield f"    #{sub.subtask}: {'; '.join(parts) if parts else 'no state'}"
+
+
+def _offsets_text(offsets: dict[str, int]) -> str:
+    return ", ".join(f"{p} -> {o}" for p, o in offsets.items()) or "none"
+
+
+def _operator_state_text(state: dict[str, Any]) -> str:
+    size = _size(state["size_bytes"])
+    match state["kind"]:
+        case "kafka-source":
+            ends = state["end_offsets"]
+            bound = f"; end offsets {_offsets_text(ends)}" if ends is not None else "; unbounded"
+            return f"kafka source: next offsets {_offsets_text(state['next_offsets'])}{bound} ({size})"
+        case "window":
+            return f"window: watermark {state['watermark']} ({size})"
+        case "generator-source":
+            return f"generator source: next k {state['next_k']} ({size})"
+        case "transactional-sink":
+            pending = ", ".join(
+                f"{p['transaction']} (epoch {p['epoch']}, pre-committed at {p['pre_committed_at']})"
+                for p in state["pending_transactions"]
+            )
+            epochs = ", ".join(f"{e['checkpoint_id']}: {e['records']} records" for e in state["epochs"])
+            text = (
+                f"transactional sink: ledger at checkpoint {state['ledger_checkpoint_id']}, "
+                f"{len(state['pending_transactions'])} pending{f' [{pending}]' if pending else ''}, "
+                f"epochs {epochs or 'none'}"
+            )
+            if state["marker_topic"] is not None:
+                text += (
+                    f", markers in {state['marker_topic']} partition {state['marker_partition']} "
+                    f"from offset {state['marker_floor']}"
+                )
+            return f"{text} ({size})"
+    return f"opaque {state['size_bytes']} bytes"
 
 
 # The local cluster -------------------------------------------------------------------------------
