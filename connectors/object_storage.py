@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 
+from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -128,7 +129,7 @@ class S3CheckpointStorage(CheckpointStorage):
     def put_file(self, key: str, path: Path) -> None:
         try:
             self._client.upload_file(str(path), self.bucket, self._name(key), Config=self._transfer)
-        except (BotoCoreError, ClientError, OSError) as exc:
+        except (BotoCoreError, ClientError, Boto3Error, OSError) as exc:  # S3UploadFailedError is a Boto3Error
             raise self._error("upload", key, exc) from exc
 
     def get_bytes(self, key: str) -> bytes:
@@ -144,7 +145,7 @@ class S3CheckpointStorage(CheckpointStorage):
         try:
             self._client.download_file(self.bucket, self._name(key), str(temp), Config=self._transfer)
             os.replace(temp, path)
-        except (BotoCoreError, ClientError, OSError) as exc:
+        except (BotoCoreError, ClientError, Boto3Error, OSError) as exc:
             raise self._error("download", key, exc) from exc
         finally:
             temp.unlink(missing_ok=True)

@@ -151,7 +151,13 @@ class CheckpointActionExecutor:
                 path = self._place_savepoint(job, completed)
                 with self._lock:
                     job.savepoint_paths[completed.checkpoint_id] = path
-        except WeirError as exc:
+        except Exception as exc:  # any failure fails this checkpoint, never leaves it persisting for ever
+            log.warning(
+                "checkpoint_persist_failed",
+                job_id=job.job_id,
+                checkpoint_id=completed.checkpoint_id,
+                error=f"{type(exc).__name__}: {exc}",
+            )
             with self._lock:
                 self.execute(
                     job, job.coordinator.checkpoint_persist_failed(self._clock(), completed.checkpoint_id, str(exc))

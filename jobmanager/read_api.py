@@ -103,10 +103,12 @@ class ReadApi:
             coordinator = self._job(job_id).coordinator
             stats = coordinator.stats()
             retained = coordinator.store.all()
+            savepoint_paths = dict(self._job(job_id).savepoint_paths)
         seen = {c.checkpoint_id for c in stats.history}
         recovered = tuple(retained_summary(c) for c in reversed(retained) if c.checkpoint_id not in seen)
         history = tuple(sorted(stats.history + recovered, key=lambda c: c.checkpoint_id, reverse=True))
         paths = {c.checkpoint_id: external_path(self._storage_uri, c.metadata_key) for c in retained}
+        paths.update(savepoint_paths)  # where each savepoint was put, also after a checkpoint replaced it
         return CheckpointsView(job_id=job_id, checkpoints=history, external_paths=paths)
 
     def cluster_status(self) -> ClusterView:

@@ -145,13 +145,16 @@ class JobSubmitter:
             restored_from=restored_from,
         )
         master = JobMaster.create(submission, loaded, self._paths.metadata_key_fn())
+        # A savepoint or checkpoint that is not there, or whose state the job cannot take: refused first.
+        initial = self._initial_state(master, request) if restored_from else None
         # Sinks that cannot commit (a Kafka transaction must outlive a checkpoint interval plus a
         # restart, or the broker aborts it), missing topics and tables: refused before any task starts.
         self._check(
             loaded.graph, master.checkpoint_settings, HEARTBEAT_TIMEOUT_S + master.restart_strategy.max_delay_s()
         )
-        if restored_from:
-            master.initial_state = self._take_over(master, request)
+        if initial is not None:
+            self._take_over(master, initial, request.from_checkpoint)
+            master.initial_state = initial
         with self._lock:
             command, saved = self._deployer.schedule(master, self._clock())
             self._jobs[submission.job_id] = master
@@ -166,24 +169,26 @@ class JobSubmitter:
         self._deployer.start(master, command, saved)
         return submission.job_id
 
-    def _take_over(self, master: JobMaster, request: SubmitRequest) -> InitialState:
-        """Read the retained checkpoint, assign its state to the new job, and resolve the old job's
-        sink transactions as of it (``jobmanager.restoring``)."""
+    def _initial_state(self, master: JobMaster, request: SubmitRequest) -> InitialState:
+        """Read the retained checkpoint or savepoint and assign its state to the new job."""
         if self._storage is None:
             raise CheckpointNotFoundError("this JobManager has no checkpoint storage to restore from")
         retained = read_retained_state(request.from_checkpoint, self._storage)
-        checkpoint = retained.checkpoint
-        initial = plan_initial_state(
+        return plan_initial_state(
             retained, master.loaded.graph, master.plan, allow_non_restored_state=request.allow_non_restored_state
         )
+
+    def _take_over(self, master: JobMaster, initial: InitialState, path: str) -> None:
+        """Resolve the old job's sink transactions as of the checkpoint (``jobmanager.restoring``),
+        unless that job still runs here."""
+        checkpoint = initial.checkpoint
         with self._lock:
             old = self._jobs.get(checkpoint.job_id)
             if old is not None and not old.status.terminal:
                 raise SourceJobRunningError(
-                    f"{request.from_checkpoint!r}: job {checkpoint.job_id} that took it is "
+                    f"{path!r}: job {checkpoint.job_id} that took it is "
                     f"{old.status.value}: cancel it first (`weir cancel {checkpoint.job_id}`; its retained "
                     "checkpoints stay), or two jobs would write the same output"
                 )
             attempt = old.attempt + 1 if old is not None else TAKEOVER_ATTEMPT
         self._resolve_inherited(master.loaded.graph, initial, master.submission, attempt)
-        return initial

@@ -567,11 +567,23 @@ SavepointPath = Annotated[
 def savepoint_trigger(
     job_id: Annotated[str, typer.Argument(help="The running job's id (`weir list`).")],
     path: Annotated[
-        str | None, typer.Option("--path", metavar="URI", help="The folder to write the savepoint to.")
+        str | None,
+        typer.Option(
+            "--path",
+            metavar="URI",
+            help="Directory the savepoint goes to (a new folder in it); default -D savepoints.dir, else the "
+            "job's folder in the checkpoint storage.",
+        ),
     ] = None,
+    timeout_s: SavepointTimeout = 600.0,
+    json_output: JsonOption = False,
 ) -> None:
-    """Trigger a savepoint of a running job; also `weir savepoint JOB_ID [--path URI]`."""
-    raise CommandLineError("not implemented yet")
+    """Trigger a savepoint of a running job and print its path once it completed; the job goes on.
+    Also `weir savepoint JOB_ID [--path URI]`."""
+    with _client() as client:
+        savepoint_id = client.trigger_savepoint(job_id, path)
+        info = client.wait_for_savepoint(job_id, savepoint_id, timeout_s)
+    _print_savepoint(info, job_id, json_output)
 
 
 @contextmanager

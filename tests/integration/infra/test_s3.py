@@ -11,7 +11,9 @@ import pytest
 from boto3.s3.transfer import TransferConfig
 
 from connectors import s3
+from connectors.object_storage import open_storage
 from weir.core.config import Endpoints
+from weir.core.errors import ServiceUnavailableError
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +57,16 @@ def test_multipart_upload_round_trip(services: Endpoints, tmp_path: Path) -> Non
     client.download_file(services.s3_bucket, key, str(target))
     assert hashlib.sha256(target.read_bytes()).digest() == hashlib.sha256(source.read_bytes()).digest()
     client.delete_object(Bucket=services.s3_bucket, Key=key)
+
+
+def test_a_transfer_to_a_bucket_that_does_not_exist_is_a_service_error(services: Endpoints, tmp_path: Path) -> None:
+    """boto3's managed transfers raise their own S3UploadFailedError: the storage adapter must turn it
+    into a ServiceUnavailableError like every other storage failure (before, it escaped and left a
+    savepoint persisting for ever)."""
+    storage = open_storage(f"s3://no-such-bucket-{uuid.uuid4().hex[:8]}/savepoints", services)
+    local = tmp_path / "object"
+    local.write_bytes(b"x")
+    with pytest.raises(ServiceUnavailableError, match="NoSuchBucket"):
+        storage.put_file("a", local)
+    with pytest.raises(ServiceUnavailableError):
+        storage.get_file("a", tmp_path / "back")

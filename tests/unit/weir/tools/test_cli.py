@@ -67,6 +67,27 @@ class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
     submit_error: tuple[grpc.StatusCode, str] | None = None
     submitted: list[jobmanager_pb2.SubmitJobRequest] = field(default_factory=list)
     checkpoints: dict[str, jobmanager_pb2.ListCheckpointsResponse] = field(default_factory=dict)
+    savepoints: list[jobmanager_pb2.TriggerSavepointRequest] = field(default_factory=list)
+
+    def TriggerSavepoint(  # noqa: N802
+        self, request: jobmanager_pb2.TriggerSavepointRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.TriggerSavepointResponse:
+        """Savepoint 9 completes at once under the request's directory; a stop ends the job FINISHED."""
+        self.savepoints.append(request)
+        path = f"{request.target_directory or 's3://weir/jobs'}/savepoint-{request.job_id}-9/"
+        self.checkpoints[request.job_id] = jobmanager_pb2.ListCheckpointsResponse(
+            checkpoints=[
+                jobmanager_pb2.CheckpointInfo(
+                    checkpoint_id=9,
+                    status=jobmanager_pb2.CHECKPOINT_STATUS_COMPLETED,
+                    kind=common_pb2.CHECKPOINT_KIND_SAVEPOINT,
+                    external_path=path,
+                )
+            ]
+        )
+        if request.stop:
+            self.jobs[request.job_id] = job_status(request.job_id, "FINISHED")
+        return jobmanager_pb2.TriggerSavepointResponse(savepoint_id=9)
 
     def ListCheckpoints(  # noqa: N802
         self, request: jobmanager_pb2.ListCheckpointsRequest, context: grpc.ServicerContext
@@ -303,6 +324,29 @@ def test_checkpoints_lists_the_external_path_of_each_retained_checkpoint(
     assert f"  7  {path}" in result.stdout
     listed = json.loads(weir("checkpoints", "job-1", "--json").stdout)["checkpoints"]
     assert {c["checkpoint_id"]: c["external_path"] for c in listed} == {8: "", 7: path}
+
+
+def test_savepoint_prints_the_path_once_it_completed(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    result = weir("savepoint", "job-1", "--path", "s3://user/sp")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert result.stdout.strip() == "savepoint 9 of job job-1: s3://user/sp/savepoint-job-1-9/"
+    request = fake_jobmanager.savepoints[-1]
+    assert (request.target_directory, request.stop, request.drain) == ("s3://user/sp", False, False)
+
+
+def test_stop_takes_a_savepoint_and_waits_for_the_job_to_finish(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    result = weir("stop", "job-1", "--drain", "--json")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert json.loads(result.stdout) == {
+        "job_id": "job-1",
+        "savepoint_id": 9,
+        "path": "s3://weir/jobs/savepoint-job-1-9/",
+        "status": "FINISHED",
+    }
+    request = fake_jobmanager.savepoints[-1]
+    assert (request.stop, request.drain) == (True, True)
 
 
 def test_cancel_prints_the_status_the_jobmanager_answers(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
