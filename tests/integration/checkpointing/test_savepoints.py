@@ -166,3 +166,34 @@ def test_a_failed_savepoint_leaves_the_job_running(weir_cluster: WeirCluster, un
 def test_a_path_with_no_savepoint_is_a_clear_error(weir_cluster: WeirCluster, tmp_path: Path) -> None:
     with pytest.raises(JobDefinitionError, match="no checkpoint or savepoint metadata at"):
         weir_cluster.client.submit_job(JOB, {}, 2, from_checkpoint=str(tmp_path))
+
+
+def test_a_changed_state_version_needs_a_migration_and_one_is_applied(
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+) -> None:
+    old, params = start_job(weir_cluster, unique, 2)
+    path = stop_with_savepoint(weir_cluster, old)
+    source = JOB.read_text()
+    anchor = 'uid="window-count-sum")'
+    assert anchor in source
+    unmigrated = tmp_path / "v2_without_migration.py"
+    unmigrated.write_text(source.replace(anchor, 'uid="window-count-sum", state_version=2)'))
+    client = weir_cluster.client
+    refused = client.submit_job(unmigrated, params, 2, from_checkpoint=path)
+    failed = wait_for(
+        "the unmigrated job to fail", lambda: (s := client.job_status(refused)).summary.status.terminal and s, 120.0
+    )
+    assert failed.summary.status is JobStatus.FAILED
+    assert failed.failure is not None and not failed.failure.retriable
+    assert "operator 'window-count-sum' state 'win'" in failed.failure.message
+    assert "holds version 1 (pickle), the job declares version 2 (pickle) and no migration" in failed.failure.message
+    # The same change with a migration of the (count, sum) accumulator: resumes exactly.
+    migrated = tmp_path / "v2_with_migration.py"
+    migrated.write_text(
+        source.replace(anchor, 'uid="window-count-sum", state_version=2, migrate=lambda version, acc: tuple(acc))')
+    )
+    new = client.submit_job(migrated, params, 3, from_checkpoint=path)
+    done = wait_for("the migrated job to end", lambda: (s := client.job_status(new)).summary.status.terminal and s, 180)
+    assert done.summary.status is JobStatus.FINISHED, done.failure
+    report = verify_job(migrated, params, job_id=new, endpoints=weir_cluster.endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
