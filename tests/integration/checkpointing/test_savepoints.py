@@ -7,6 +7,8 @@ savepoint whose operator uid the new job lacks is refused unless --allow-non-res
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -29,6 +31,13 @@ pytestmark = pytest.mark.integration
 
 JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
 EVENTS = 30_000
+
+
+def weir_cli(*args: str) -> str:
+    """The `weir` command's stdout (it must succeed)."""
+    done = subprocess.run([sys.executable, "-m", "weir.tools.cli", *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 120.0) -> Any:
@@ -129,6 +138,14 @@ def test_a_savepoint_copied_to_another_prefix_still_restores(
     copied = tmp_path / "moved-savepoint"
     source = open_storage(path)
     assert copy_folder(source, "", open_storage(str(copied))) > 0
+    # Offline, from the copy alone: what it holds, and one operator's keyed state.
+    info = json.loads(weir_cli("savepoint", "info", str(copied), "--keyed", "--json"))
+    assert info["job_id"] == old and info["kind"] == "savepoint"
+    dumped = [
+        json.loads(line)
+        for line in weir_cli("savepoint", "dump", str(copied), "--uid", "window-count-sum", "--limit", "5").splitlines()
+    ]
+    assert len(dumped) == 5 and all(d["state"] == "win" for d in dumped)
     resume_and_verify(weir_cluster, params, str(copied), 3)
 
 
