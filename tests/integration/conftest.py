@@ -15,6 +15,7 @@ import pytest
 from connectors import kafka
 from weir.core.config import Endpoints
 from weir.tools.client import JobDetails, JobManagerClient
+from weir.tools.events import EventSpec, produce_events
 from weir.tools.supervisor import start_cluster, stop_cluster
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -72,3 +73,23 @@ def create_window_table(endpoints: Endpoints, table: str) -> None:
 
 def create_topics(endpoints: Endpoints, topics: dict[str, int]) -> None:
     kafka.create_topics(endpoints, topics)
+
+
+def keyed_aggregation_inputs(
+    endpoints: Endpoints, unique: str, events: int, *, records_per_second: int, checkpoint_interval: str
+) -> dict[str, str]:
+    """Topics, table and bounded input of one run of examples/keyed_aggregation.py (6 source
+    partitions, 400 keys); answers its -D parameters."""
+    source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
+    create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
+    create_window_table(endpoints, table)
+    produce_events(endpoints, source, EventSpec(count=events, keys=400))
+    return {
+        "source.topic": source,
+        "sink.topic": sink,
+        "sink.table": table,
+        "source.dlq_topic": dlq,
+        "source.bounded": "true",
+        "source.records_per_second": str(records_per_second),
+        "checkpointing.interval": checkpoint_interval,
+    }

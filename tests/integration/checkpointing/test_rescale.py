@@ -11,18 +11,16 @@ import time
 import psycopg
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, create_window_table
+from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.states import JobStatus
 from weir.tools.client import CheckpointInfo, JobDetails
-from weir.tools.events import EventSpec, produce_events
 from weir.tools.verify import verify_job
 
 pytestmark = pytest.mark.integration
 
 JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
 EVENTS = 30_000
-SOURCE_PARTITIONS = 6
 
 
 def wait_for(what: str, check: object, timeout_s: float = 120.0) -> object:
@@ -54,19 +52,7 @@ def test_a_retained_checkpoint_restores_at_another_parallelism_with_exact_sinks(
 ) -> None:
     endpoints = weir_cluster.endpoints
     client = weir_cluster.client
-    source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
-    create_topics(endpoints, {source: SOURCE_PARTITIONS, sink: 3, dlq: 1})
-    create_window_table(endpoints, table)
-    produce_events(endpoints, source, EventSpec(count=EVENTS, keys=400))
-    params = {
-        "source.topic": source,
-        "sink.topic": sink,
-        "sink.table": table,
-        "source.dlq_topic": dlq,
-        "source.bounded": "true",
-        "source.records_per_second": "3000",
-        "checkpointing.interval": "500ms",
-    }
+    params = keyed_aggregation_inputs(endpoints, unique, EVENTS, records_per_second=3000, checkpoint_interval="500ms")
 
     old = client.submit_job(JOB, params, old_parallelism)
     wait_for(

@@ -18,13 +18,12 @@ import psycopg
 import pytest
 
 from connectors.object_storage import copy_folder, open_storage
-from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, create_window_table
+from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.errors import JobDefinitionError, WeirError
 from weir.core.paths import locate_state
 from weir.core.states import JobStatus
 from weir.tools.client import JobDetails, SavepointFailedError
-from weir.tools.events import EventSpec, produce_events
 from weir.tools.verify import verify_job
 
 pytestmark = pytest.mark.integration
@@ -57,19 +56,7 @@ def events_read(status: JobDetails) -> int:
 
 def start_job(cluster: WeirCluster, unique: str, parallelism: int) -> tuple[str, dict[str, str]]:
     endpoints = cluster.endpoints
-    source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
-    create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
-    create_window_table(endpoints, table)
-    produce_events(endpoints, source, EventSpec(count=EVENTS, keys=400))
-    params = {
-        "source.topic": source,
-        "sink.topic": sink,
-        "sink.table": table,
-        "source.dlq_topic": dlq,
-        "source.bounded": "true",
-        "source.records_per_second": "3000",
-        "checkpointing.interval": "1s",
-    }
+    params = keyed_aggregation_inputs(endpoints, unique, EVENTS, records_per_second=3000, checkpoint_interval="1s")
     job_id = cluster.client.submit_job(JOB, params, parallelism)
     wait_for(
         "the first job to be part of the way through its input",
