@@ -98,6 +98,8 @@ def alignment_for(mode: CheckpointingMode) -> AlignmentMode:
             return AlignmentMode.EXACTLY_ONCE
         case CheckpointingMode.AT_LEAST_ONCE:
             return AlignmentMode.AT_LEAST_ONCE
+        case CheckpointingMode.UNALIGNED:
+            return AlignmentMode.UNALIGNED
         case _:
             assert_never(mode)
 

@@ -56,6 +56,10 @@ def test_at_least_once_does_not_align() -> None:
     assert alignment_for(CheckpointingMode.AT_LEAST_ONCE) is AlignmentMode.AT_LEAST_ONCE
 
 
+def test_unaligned_checkpointing_runs_the_unaligned_aligner() -> None:
+    assert alignment_for(CheckpointingMode.UNALIGNED) is AlignmentMode.UNALIGNED
+
+
 def test_an_acknowledgement_fits_below_the_limit_and_is_declined_above_it() -> None:
     assert oversized_ack_reason(1_000, MAX_MESSAGE_BYTES, 7) is None
     reason = oversized_ack_reason(MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES, 7)
