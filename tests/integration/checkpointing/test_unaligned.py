@@ -68,5 +68,11 @@ def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
     ]
     assert completed, "no checkpoint completed"
     windows = [t for c in completed for t in c.tasks if t.vertex_uid == "window-count-sum"]
-    # Unaligned: a window task snapshots on its first barrier, so it never waits for alignment.
+    # Unaligned: a window task snapshots on its first barrier, so it never waits for alignment, and
+    # each of its acks says it persisted in-flight records (some of them non-empty).
     assert windows and all(t.alignment_duration_s == 0.0 for t in windows), windows
+    assert all(c.unaligned for c in completed), [(c.checkpoint_id, c.tasks) for c in completed]
+    assert all(t.unaligned for t in windows), windows
+    assert sum(c.inflight_bytes for c in completed) > 0, "no checkpoint captured a record in flight"
+    sources = [t for c in completed for t in c.tasks if t.vertex_uid == "events-source"]
+    assert sources and not any(t.unaligned for t in sources)  # a source has no input to capture
