@@ -18,6 +18,7 @@ KEYS = frozenset(
         "checkpointing.max-concurrent",
         "checkpointing.retained",
         "checkpointing.mode",
+        "checkpointing.unaligned",
     }
 )
 
@@ -40,11 +41,7 @@ def parse_checkpoint_settings(params: Mapping[str, str]) -> CheckpointSettings:
         if key.startswith("checkpointing.") and key not in KEYS:
             raise ConfigError(key, f"unknown setting; the checkpointing settings are {', '.join(sorted(KEYS))}")
     interval = params.get("checkpointing.interval")
-    raw_mode = params.get("checkpointing.mode", CheckpointingMode.EXACTLY_ONCE.value)
-    mode = CheckpointingMode.parse(raw_mode)
-    if mode is None:
-        names = ", ".join(m.value for m in CheckpointingMode)
-        raise ConfigError("checkpointing.mode", f"must be one of {names}, got {raw_mode!r}")
+    mode = _parse_mode(params)
     try:
         retained = int(params.get("checkpointing.retained", "3"))
         max_concurrent = int(params.get("checkpointing.max-concurrent", "1"))
@@ -59,3 +56,30 @@ def parse_checkpoint_settings(params: Mapping[str, str]) -> CheckpointSettings:
         max_concurrent=max_concurrent,
     )
     return CheckpointSettings(trigger=trigger, retained=retained, mode=mode)
+
+
+_ALIGNMENT_MODES = (CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.AT_LEAST_ONCE)
+
+
+def _parse_mode(params: Mapping[str, str]) -> CheckpointingMode:
+    """``checkpointing.mode`` (exactly_once, at_least_once) and ``checkpointing.unaligned`` (Flink's
+    ``execution.checkpointing.unaligned.enabled``): unaligned is exactly once only."""
+    raw_mode = params.get("checkpointing.mode", CheckpointingMode.EXACTLY_ONCE.value)
+    mode = CheckpointingMode.parse(raw_mode)
+    if mode not in _ALIGNMENT_MODES:
+        names = ", ".join(m.value for m in _ALIGNMENT_MODES)
+        hint = (
+            " (unaligned checkpoints: -D checkpointing.unaligned=true)" if mode is CheckpointingMode.UNALIGNED else ""
+        )
+        raise ConfigError("checkpointing.mode", f"must be one of {names}, got {raw_mode!r}{hint}")
+    raw_unaligned = params.get("checkpointing.unaligned", "false").strip().lower()
+    if raw_unaligned not in ("true", "false"):
+        raise ConfigError("checkpointing.unaligned", f"must be true or false, got {raw_unaligned!r}")
+    if raw_unaligned == "false":
+        return mode
+    if mode is CheckpointingMode.AT_LEAST_ONCE:
+        raise ConfigError(
+            "checkpointing.unaligned",
+            "unaligned checkpoints are exactly once: they cannot run with checkpointing.mode=at_least_once",
+        )
+    return CheckpointingMode.UNALIGNED

@@ -11,10 +11,14 @@ class CheckpointingMode(enum.Enum):
     EXACTLY_ONCE aligns them (a channel that delivered barrier N is blocked until every channel did),
     so a snapshot holds exactly the records before the barrier; AT_LEAST_ONCE does not block, so
     records after the barrier can land in snapshot N and are counted again after a restore.
+    UNALIGNED (``checkpointing.unaligned=true``, Flink's ``execution.checkpointing.unaligned.enabled``)
+    is exactly once without blocking: a task snapshots on the first barrier and persists the records
+    still in flight on its other channels until their barriers arrive; a restore replays them.
     """
 
     EXACTLY_ONCE = "exactly_once"
     AT_LEAST_ONCE = "at_least_once"
+    UNALIGNED = "unaligned"
 
     @classmethod
     def parse(cls, text: str) -> CheckpointingMode | None:

@@ -71,6 +71,8 @@ def checkpointing_mode_to_proto(mode: CheckpointingMode) -> common_pb2.Checkpoin
             return common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE
         case CheckpointingMode.AT_LEAST_ONCE:
             return common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE
+        case CheckpointingMode.UNALIGNED:
+            return common_pb2.CHECKPOINTING_MODE_UNALIGNED
         case _:
             assert_never(mode)
 
@@ -81,6 +83,8 @@ def checkpointing_mode_from_proto(value: common_pb2.CheckpointingMode.ValueType)
         return CheckpointingMode.EXACTLY_ONCE
     if value == common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE:
         return CheckpointingMode.AT_LEAST_ONCE
+    if value == common_pb2.CHECKPOINTING_MODE_UNALIGNED:
+        return CheckpointingMode.UNALIGNED
     raise ProtocolError(
         f"a deployment without a known checkpointing mode ({common_pb2.CheckpointingMode.Name(value)}): "
         "the JobManager and this TaskManager run different versions"

@@ -373,3 +373,9 @@ def test_every_deploy_request_carries_the_parsed_checkpointing_mode(
     master = make_master({} if given is None else {"checkpointing.mode": given})
     requests = [r for _, r in wire(master.schedule(OFFERS, ADDRESSES, now=150.0))]
     assert {r.checkpointing_mode for r in requests} == {expected}
+
+
+def test_checkpointing_unaligned_reaches_every_deploy_request(make_master: MakeMaster) -> None:
+    master = make_master({"checkpointing.unaligned": "true"})
+    requests = [r for _, r in wire(master.schedule(OFFERS, ADDRESSES, now=150.0))]
+    assert {r.checkpointing_mode for r in requests} == {common_pb2.CHECKPOINTING_MODE_UNALIGNED}

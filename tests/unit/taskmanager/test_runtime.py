@@ -56,6 +56,10 @@ def test_at_least_once_does_not_align() -> None:
     assert alignment_for(CheckpointingMode.AT_LEAST_ONCE) is AlignmentMode.AT_LEAST_ONCE
 
 
+def test_unaligned_checkpointing_runs_the_unaligned_aligner() -> None:
+    assert alignment_for(CheckpointingMode.UNALIGNED) is AlignmentMode.UNALIGNED
+
+
 def test_an_acknowledgement_fits_below_the_limit_and_is_declined_above_it() -> None:
     assert oversized_ack_reason(1_000, MAX_MESSAGE_BYTES, 7) is None
     reason = oversized_ack_reason(MAX_MESSAGE_BYTES, MAX_MESSAGE_BYTES, 7)
@@ -146,6 +150,20 @@ def test_state_below_the_inline_limit_stays_in_the_acknowledgement(
     assert decode_task_state(ack.request.state_handle, "in the test").operator_state == InlineOperatorState(
         {"source": b"offsets"}
     )
+
+
+def test_an_ack_with_inflight_records_says_it_is_unaligned_and_their_size(
+    runtime: TaskManagerRuntime, sent: SentReports
+) -> None:
+    address = TaskAddress("job-1", "sink", 0, 1)
+    snapshot = ChainSnapshot(address, 3, {"sink": b"txn", "__inflight__": b"12345"}, layout(0, 127))
+    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport) and ack.request.unaligned and ack.request.inflight_bytes == 5
+    plain = ChainSnapshot(address, 4, {"sink": b"txn"}, layout(0, 127))
+    runtime._on_checkpoint(address, CheckpointAck(plain, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport) and not ack.request.unaligned and ack.request.inflight_bytes == 0
 
 
 def test_a_restore_reads_the_operator_state_back_from_its_object(
