@@ -8,7 +8,7 @@ GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
 INFRA := deploy/local/infra.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
-        lint demo cluster-up cluster-down bench bench-quick bench-exchange bench-state bench-deps clean
+        lint demo scenario-upgrade cluster-up cluster-down bench bench-quick bench-exchange bench-state bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -46,6 +46,9 @@ lint: setup
 
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.tools.demo
+
+scenario-upgrade: setup infra-up ## the seed's upgrade scenario: v1 -> stop with savepoint -> v2 at another parallelism, checked
+	$(PY) -m weir.tools.scenario_upgrade
 
 cluster-up: setup ## JobManager + 3 TaskManagers as local processes
 	$(VENV)/bin/weir cluster up

@@ -55,6 +55,14 @@ def table_columns(conn: psycopg.Connection[Any], table: str) -> list[str]:
     return [r[0] for r in rows]
 
 
+def replace_table(endpoints: Endpoints, table: str, definition: str) -> None:
+    """Drop ``table`` if it exists and create it anew as ``CREATE TABLE table (definition)`` (tools
+    that set up a demo or a scenario)."""
+    with connect(endpoints, autocommit=True) as conn, conn.transaction():
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+        conn.execute(sql.SQL("CREATE TABLE {} (" + definition + ")").format(sql.Identifier(table)))
+
+
 def require_table(
     conn: psycopg.Connection[Any], table: str, columns: Sequence[str], key_columns: Sequence[str]
 ) -> None:

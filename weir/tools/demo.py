@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -21,53 +19,34 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from connectors import kafka
-from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
+from weir.tools.drive import DriveError, recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
 from weir.tools.events import EventSpec, produce_events
-from weir.tools.supervisor import cluster_dir, kill_process, start_cluster
+from weir.tools.supervisor import cluster_dir, kill_process
 
 JOB_FILE = Path(__file__).resolve().parents[2] / "examples" / "keyed_aggregation.py"
 TOPICS = {"events": 6, "window-results": 3, "events-dlq": 1}
 TABLE = "window_results"
+TABLE_DEFINITION = (
+    "key text, window_start bigint, window_end bigint, count bigint, sum bigint, PRIMARY KEY (key, window_start)"
+)
 
 console = Console()
 
 
-def _recreate_inputs(endpoints: Endpoints) -> None:
-    kafka.create_topics(endpoints, TOPICS, replace=True)
-    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
-        conn.execute(f"DROP TABLE IF EXISTS {TABLE}")
-        conn.execute(
-            f"CREATE TABLE {TABLE} (key text, window_start bigint, window_end bigint, count bigint, sum bigint, "
-            "PRIMARY KEY (key, window_start))"
-        )
-
-
-def _wait(client: JobManagerClient, job_id: str, done: object, timeout_s: float) -> object:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            status = client.job_status(job_id)
-        except Exception:  # the JobManager may be restarting
-            time.sleep(0.3)
-            continue
-        if done(status):  # type: ignore[operator]
-            return status
-        if status.summary.status in ("FAILED", "CANCELED"):
-            raise SystemExit(f"demo: job {job_id} ended {status.summary.status}: {status.failure}")
-        time.sleep(0.3)
-    raise SystemExit(f"demo: job {job_id} did not get there within {timeout_s:.0f}s")
-
-
 def main() -> int:
-    os.environ.setdefault("WEIR_CHECKPOINT_DIR", f"s3://{Endpoints.from_env().s3_bucket}/checkpoints")
-    endpoints = Endpoints.from_env()
-    console.rule("[bold]Weir demo: keyed aggregation with a TaskManager killed mid-run")
-    started = start_cluster(cluster_dir(), endpoints)
-    console.print("cluster: " + ("already up" if started.already_running else "started") + f" ({cluster_dir()})")
+    try:
+        return _demo()
+    except DriveError as exc:
+        raise SystemExit(f"demo: {exc}") from None
 
-    _recreate_inputs(endpoints)
+
+def _demo() -> int:
+    endpoints = s3_endpoints()
+    console.rule("[bold]Weir demo: keyed aggregation with a TaskManager killed mid-run")
+    start_local_cluster(console, endpoints)
+
+    recreate_inputs(endpoints, TOPICS, TABLE, TABLE_DEFINITION)
     spec = EventSpec(count=200_000, keys=1000, malformed_every=20_000)
     with Progress(
         TextColumn("producing events"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
@@ -88,13 +67,13 @@ def main() -> int:
             f"job [bold]{job_id}[/] submitted: {JOB_FILE.name} -p 3 "
             + " ".join(f"-D {k}={v}" for k, v in params.items())
         )
-        _wait(client, job_id, lambda s: (s.last_completed_checkpoint or 0) >= 2, 120)
+        wait_for_job(client, job_id, lambda s: (s.last_completed_checkpoint or 0) >= 2, 120, "checkpoint 2")
         pid = kill_process(cluster_dir(), "taskmanager-2")
         console.print(f"[red]killed taskmanager-2 (pid {pid}, SIGKILL)[/] after checkpoint 2 completed")
-        status = _wait(client, job_id, lambda s: s.summary.status == "FINISHED", 300)
+        status = wait_for_job(client, job_id, lambda s: s.summary.status == "FINISHED", 300, "its end")
         console.print(
-            f"job {job_id} [green]FINISHED[/]: restarts {status.summary.restarts}, "  # type: ignore[attr-defined]
-            f"last checkpoint {status.last_completed_checkpoint}"  # type: ignore[attr-defined]
+            f"job {job_id} [green]FINISHED[/]: restarts {status.summary.restarts}, "
+            f"last checkpoint {status.last_completed_checkpoint}"
         )
 
     with psycopg.connect(endpoints.postgres_dsn) as conn:

@@ -566,7 +566,7 @@ def _verify_kafka_sink(endpoints: Endpoints, capture: SinkCapture, proof: Commit
     partitions = kafka.topic_partition_count(endpoints, topic)
     if partitions is None:
         raise VerifyError(f"kafka sink {capture.uid!r}: topic {topic!r} does not exist (check the job's parameters)")
-    open_txns = _open_kafka_transactions(endpoints, topic, partitions, grace_s)
+    open_txns = open_kafka_transactions(endpoints, topic, partitions, grace_s)
     found = [value for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, topic)]
     comparison = compare_records(capture.serialized_values(), found)
     return _report(capture, "kafka", topic, comparison, proof, open_txns, KAFKA_OPEN_TRANSACTION_METHOD)
@@ -585,7 +585,7 @@ def _settle(endpoints: Endpoints, topic: str, partitions: int, grace_s: float) -
         time.sleep(0.2)
 
 
-def _open_kafka_transactions(
+def open_kafka_transactions(
     endpoints: Endpoints, topic: str, partitions: int, grace_s: float
 ) -> tuple[OpenTransaction, ...]:
     """Partitions whose last stable offset stays below the high watermark for ``grace_s``."""

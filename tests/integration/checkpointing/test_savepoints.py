@@ -24,6 +24,7 @@ from weir.core.errors import JobDefinitionError, WeirError
 from weir.core.paths import locate_state
 from weir.core.states import JobStatus
 from weir.tools.client import JobDetails, SavepointFailedError
+from weir.tools.supervisor import kill_process
 from weir.tools.verify import verify_job
 
 pytestmark = pytest.mark.integration
@@ -200,4 +201,28 @@ def test_a_changed_state_version_needs_a_migration_and_one_is_applied(
     done = wait_for("the migrated job to end", lambda: (s := client.job_status(new)).summary.status.terminal and s, 180)
     assert done.summary.status is JobStatus.FINISHED, done.failure
     report = verify_job(migrated, params, job_id=new, endpoints=weir_cluster.endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+
+
+def test_a_failure_right_after_a_savepoint_restores_from_the_savepoint(weir_cluster: WeirCluster, unique: str) -> None:
+    """The sinks committed through the savepoint, so it is the job's restore point until a newer
+    checkpoint completes: a TaskManager killed before one restores from the savepoint's own folder
+    (keys relative to it), and the output stays exact."""
+    endpoints = weir_cluster.endpoints
+    params = keyed_aggregation_inputs(endpoints, unique, EVENTS, records_per_second=3000, checkpoint_interval="10min")
+    params |= {"restart.strategy": "fixed-delay", "restart.delay": "1s"}
+    client = weir_cluster.client
+    job_id = client.submit_job(JOB, params, 2)
+    wait_for("part of the input read", lambda: events_read(client.job_status(job_id)) > EVENTS // 4)
+    savepoint_id = client.trigger_savepoint(job_id)
+    info = client.wait_for_savepoint(job_id, savepoint_id, timeout_s=120.0)
+    assert f"/{job_id}/savepoints/sp-" in info.external_path
+    victim = next(t.taskmanager_id for t in client.job_status(job_id).tasks if t.vertex_uid == "window-count-sum")
+    kill_process(weir_cluster.directory, victim)
+    done = wait_for(
+        "the job to restore and end", lambda: (s := client.job_status(job_id)).summary.status.terminal and s, 240.0
+    )
+    assert done.summary.status is JobStatus.FINISHED, done.failure
+    assert done.summary.restarts >= 1
+    report = verify_job(JOB, params, job_id=job_id, endpoints=endpoints)
     assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
