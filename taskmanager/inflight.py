@@ -28,10 +28,18 @@ from typing import Final
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId
+from weir.core.task_state import INFLIGHT_STATE_NAME
 
-INFLIGHT_STATE_NAME: Final = "__inflight__"
-"""The reserved operator-state name under which a task's in-flight records are stored (no operator
-uid can take it: uids starting with two underscores are the runtime's)."""
+__all__ = [
+    "INFLIGHT_FORMAT",
+    "INFLIGHT_STATE_NAME",
+    "InflightCapture",
+    "InflightCaptureError",
+    "InflightState",
+    "decode_inflight",
+    "encode_inflight",
+]
+
 INFLIGHT_FORMAT: Final = 1
 
 

@@ -15,7 +15,7 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
 import structlog
@@ -26,6 +26,7 @@ from operators.keyed import KeyedOperator
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from taskmanager.chain import ChainInput, OperatorChain
+from taskmanager.inflight import INFLIGHT_STATE_NAME, InflightCapture, InflightState, decode_inflight, encode_inflight
 from taskmanager.mailbox import (
     Cancel,
     CheckpointAborted,
@@ -49,6 +50,7 @@ from taskmanager.network import (
     WatermarkIdle,
     barrier_message,
     cancel_barrier_message,
+    decode_records,
     end_of_stream_message,
     read_buffer,
     watermark_message,
@@ -65,7 +67,13 @@ from weir.core.metrics import TaskMetrics
 from weir.core.rescale import key_group_sources
 from weir.core.state_schema import StoredSchema, merge_stored_schemas
 from weir.core.states import TaskState
-from weir.core.task_state import OperatorStateHandle, SubtaskLayout, TaskStateDocument, read_operator_states
+from weir.core.task_state import (
+    INFLIGHT_REDISTRIBUTION_REFUSED,
+    OperatorStateHandle,
+    SubtaskLayout,
+    TaskStateDocument,
+    read_operator_states,
+)
 from weir.core.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -89,13 +97,48 @@ class CheckpointNotificationTimeout(WeirError):
     fault = Fault.INTERNAL
 
 
-class UnsupportedCheckpointAction(WeirError):
-    """The barrier aligner asked for an action this runtime cannot carry out (capturing in-flight
-    records for an unaligned checkpoint); the task fails instead of dropping it. A restart would
-    ask for it again: run the job with checkpointing.mode exactly_once or at_least_once."""
+class InflightStateNotRedistributable(WeirError):
+    """A restore into another job or at another parallelism met the in-flight records of an unaligned
+    checkpoint, which are not redistributed yet (a documented limit): restore from a savepoint."""
 
     retriable = False
-    fault = Fault.INTERNAL
+    fault = Fault.USER
+
+
+class _UnalignedAck:
+    """Joins the two halves of an unaligned checkpoint's acknowledgement, which finish on different
+    threads: the snapshot's (after its keyed upload, on the snapshotter's thread) and the in-flight
+    capture's (on the task thread, once the last barrier arrived). The ack goes out when both are in."""
+
+    __slots__ = ("_ack", "_dropped", "_inflight", "_lock")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._ack: CheckpointAck | None = None
+        self._inflight: bytes | None = None
+        self._dropped = False
+
+    def snapshot_done(self, ack: CheckpointAck) -> CheckpointAck | None:
+        with self._lock:
+            self._ack = ack
+            return self._ready()
+
+    def inflight_done(self, inflight: bytes) -> CheckpointAck | None:
+        with self._lock:
+            self._inflight = inflight
+            return self._ready()
+
+    def drop(self) -> None:
+        with self._lock:
+            self._dropped = True
+
+    def _ready(self) -> CheckpointAck | None:
+        ack, inflight = self._ack, self._inflight
+        if self._dropped or ack is None or inflight is None:
+            return None
+        self._dropped = True  # sent once
+        states = {**ack.snapshot.operator_states, INFLIGHT_STATE_NAME: inflight}
+        return replace(ack, snapshot=replace(ack.snapshot, operator_states=states))
 
 
 @dataclass(frozen=True)
@@ -321,6 +364,9 @@ class Task:
                 alignment,
             )
         self._input_ended = False  # every input channel delivered its end of stream
+        self._capture: InflightCapture | None = None  # the in-flight records of the pending unaligned checkpoint
+        self._unaligned_acks: dict[CheckpointId, _UnalignedAck] = {}  # awaiting their snapshot or capture
+        self._replay: InflightState | None = None  # restored in-flight records, fed before any new input
         self._barrier_times: dict[CheckpointId, float] = {}  # the trigger time each pending barrier carries
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
@@ -393,6 +439,7 @@ class Task:
             if source is not None:
                 self._run_source(source)
             else:
+                self._replay_inflight()
                 self._run_input()
             if self.cancelled.is_set():
                 raise Cancelled()
@@ -451,10 +498,21 @@ class Task:
                 if self.cancelled.is_set():  # the keyed restore may take long: a sink's restore fences producers
                     raise Cancelled()
                 states = read_operator_states(restore.operator_state, self._read_stored_state)
+                inflight = states.pop(INFLIGHT_STATE_NAME, None)
+                if inflight is not None:
+                    self._replay = self._restored_inflight(inflight)
                 self.chain.restore(states)
                 state_bytes = sum(len(b) for b in states.values())
                 inherited_from = 0
             case InheritedRestore(documents=documents):
+                inflight_at = [
+                    f"{d.vertex_uid}#{d.subtask}" for d in documents if INFLIGHT_STATE_NAME in d.operator_state_uids
+                ]
+                if inflight_at:
+                    raise InflightStateNotRedistributable(
+                        f"task {self.address}: checkpoint {restore.checkpoint_id} is unaligned with records in "
+                        f"flight at {', '.join(inflight_at)}: {INFLIGHT_REDISTRIBUTION_REFUSED}"
+                    )
                 check_state_schemas(self.chain.keyed_operators, [d.layout for d in documents])
                 restored_entries = self._restore_keyed(self._inherited_keyed_handles(documents), adopt=False)
                 if self.cancelled.is_set():
@@ -471,6 +529,39 @@ class Task:
             keyed_entries=restored_entries,
             operator_state_bytes=state_bytes,
             inherited_from_subtasks=inherited_from,
+        )
+
+    def _restored_inflight(self, data: bytes) -> InflightState:
+        where = f"of task {self.address} in checkpoint {self._restore_checkpoint_id}"
+        state = decode_inflight(data, where)
+        if self._gate is None or any(channel >= len(self._gate.channels) for channel in state.channels):
+            raise InflightStateNotRedistributable(
+                f"task {self.address}: the in-flight state {where} names input channels {sorted(state.channels)}, "
+                f"this task has {len(self._gate.channels) if self._gate is not None else 0}: "
+                f"{INFLIGHT_REDISTRIBUTION_REFUSED}"
+            )
+        return state
+
+    def _replay_inflight(self) -> None:
+        """The restored in-flight records into the chain, channel by channel, before any new input:
+        they were sent before the checkpoint's barrier but read after the snapshot."""
+        state, chain_input = self._replay, self._input
+        self._replay = None
+        if state is None or chain_input is None:
+            return
+        records = 0
+        for channel, blob in state.replay():
+            values, timestamps = decode_records(blob)
+            records += len(values)
+            self.records_in += len(values)
+            chain_input.records(channel, values, timestamps)
+        self._log.info(
+            "inflight_records_replayed",
+            checkpoint_id=state.checkpoint_id,
+            records=records,
+            buffers=state.buffer_count,
+            bytes=state.size_bytes,
+            channels=sorted(state.channels),
         )
 
     def _restore_keyed(self, handles: list[KeyedStateHandle], *, adopt: bool) -> int:
@@ -552,8 +643,10 @@ class Task:
             case CheckpointAborted(checkpoint_id=checkpoint_id):
                 self.chain.notify_checkpoint_aborted(checkpoint_id)
                 self._unconfirmed.discard(checkpoint_id)
+
                 if self._aligner is not None:
                     self._apply(self._aligner.abort(checkpoint_id))
+                self._drop_unaligned(checkpoint_id)  # e.g. its capture complete, its upload not yet
             case Cancel():
                 raise Cancelled()
             case _:
@@ -671,6 +764,9 @@ class Task:
             self.records_in += len(buffer.values)
             self.metrics.bytes_in.inc(buffer.size_bytes)
             chain_input.records(received.channel, buffer.values, buffer.timestamps)
+            capture = self._capture
+            if capture is not None:
+                capture.add(received.channel, received.message.records)
         if buffer.event is not None:
             self._on_event(received.channel, buffer.event)
 
@@ -736,10 +832,11 @@ class Task:
                 case ba.UnblockChannels(channels=channels):
                     gate.unblock(channels)
                 case ba.TriggerSnapshot(checkpoint_id=checkpoint_id, kind=kind):
-                    if action.capture_inflight:
-                        self._unsupported(action, checkpoint_id)
                     timestamp = self._barrier_times.pop(checkpoint_id, time.time())
                     alignment_s = action.alignment_duration
+                    if action.capture_inflight:
+                        self._capture = InflightCapture(checkpoint_id)
+                        self._unaligned_acks[checkpoint_id] = _UnalignedAck()
                     self._checkpoint(
                         CheckpointRequest(checkpoint_id, timestamp, kind),
                         alignment_s=alignment_s,
@@ -750,29 +847,82 @@ class Task:
                         w.broadcast_event(cancel_barrier_message(checkpoint_id))
                 case ba.AbortedCheckpoint(checkpoint_id=checkpoint_id, reason=reason):
                     self._barrier_times.pop(checkpoint_id, None)
+                    self._drop_unaligned(checkpoint_id)
                     self._log.info("checkpoint_alignment_aborted", checkpoint_id=checkpoint_id, reason=reason.value)
                     if reason is not ba.AbortReason.ABORTED_BY_JOBMANAGER:
                         self._callbacks.on_decline(self.address, checkpoint_id, reason.value)
-                case ba.StartCapture(checkpoint_id=checkpoint_id) | ba.StopCapture(checkpoint_id=checkpoint_id):
-                    self._unsupported(action, checkpoint_id)
+                case ba.StartCapture(channel=channel, checkpoint_id=checkpoint_id):
+                    self._capture_of(checkpoint_id).start(channel)
+                case ba.StopCapture(channel=channel, checkpoint_id=checkpoint_id):
+                    self._capture_of(checkpoint_id).stop(channel)
                 case ba.InflightCaptureComplete(checkpoint_id=checkpoint_id):
-                    self._unsupported(action, checkpoint_id)
+                    self._complete_capture(checkpoint_id)
                 case ba.AllChannelsEnded():
                     self._input_ended = True
                 case _:
                     assert_never(action)
 
-    def _unsupported(self, action: ba.Action, checkpoint_id: CheckpointId) -> None:
-        raise UnsupportedCheckpointAction(
-            f"task {self.address}: checkpoint {checkpoint_id} needs {type(action).__name__} "
-            f"({action}), which this TaskManager cannot carry out: unaligned checkpoints "
-            "(in-flight record capture) are not supported; use checkpointing.mode exactly_once or at_least_once"
+    def _capture_of(self, checkpoint_id: CheckpointId) -> InflightCapture:
+        capture = self._capture
+        if capture is None or capture.checkpoint_id != checkpoint_id:
+            raise ba.InputProtocolError(
+                f"task {self.address}: the aligner named checkpoint {checkpoint_id}'s in-flight capture, but "
+                f"the capture under way is {capture.checkpoint_id if capture is not None else 'none'}"
+            )
+        return capture
+
+    def _complete_capture(self, checkpoint_id: CheckpointId) -> None:
+        """Every barrier of the unaligned checkpoint arrived: its in-flight records join its operator
+        state; the ack goes out once the snapshot's upload is done too."""
+        state = self._capture_of(checkpoint_id).complete()
+        self._capture = None
+        join = self._unaligned_acks.pop(checkpoint_id, None)
+        self._log.info(
+            "inflight_capture_complete",
+            checkpoint_id=checkpoint_id,
+            buffers=state.buffer_count,
+            inflight_bytes=state.size_bytes,
+            channels=sorted(state.channels),
+        )
+        if join is None:  # aborted meanwhile
+            return
+        ack = join.inflight_done(encode_inflight(state))
+        if ack is not None:
+            self._send_ack(ack)
+
+    def _drop_unaligned(self, checkpoint_id: CheckpointId) -> None:
+        """The checkpoint was given up: its capture and its half-joined ack go."""
+        if self._capture is not None and self._capture.checkpoint_id == checkpoint_id:
+            self._capture = None
+        join = self._unaligned_acks.pop(checkpoint_id, None)
+        if join is not None:
+            join.drop()
+
+    def _deliver_ack(self, ack: CheckpointAck, join: _UnalignedAck | None) -> None:
+        """The snapshot half is done (any thread): send it, or for an unaligned checkpoint hand it to
+        its join (taken when the snapshot began), which sends it once the in-flight capture is complete
+        as well, and never if the checkpoint was given up meanwhile."""
+        if join is not None:
+            ack_now = join.snapshot_done(ack)
+            if ack_now is None:
+                return
+            ack = ack_now
+        self._send_ack(ack)
+
+    def _send_ack(self, ack: CheckpointAck) -> None:
+        self._callbacks.on_checkpoint(self.address, ack)
+        self._log.info(
+            "checkpoint_acknowledged",
+            checkpoint_id=ack.snapshot.checkpoint_id,
+            sync_s=round(ack.sync_s, 4),
+            inflight_bytes=len(ack.snapshot.operator_states.get(INFLIGHT_STATE_NAME, b"")),
         )
 
     def _checkpoint(self, request: CheckpointRequest, alignment_s: float, start_delay_s: float) -> None:
         """Snapshot every operator (sinks pre-commit, keyed operators flush their caches), forward the
         barrier, take the RocksDB snapshot; its upload runs in the background and the ack follows it."""
         cid = request.checkpoint_id
+        join = self._unaligned_acks.get(cid)  # an unaligned checkpoint's: the ack also waits for its capture
         started = time.perf_counter()
         states = self.chain.snapshot(cid)
         for net in self._network_outputs:
@@ -786,10 +936,7 @@ class Task:
         self._log.info("checkpoint_barrier_forwarded", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
         if not ranges or self.keyed_state is None:
             snapshot = ChainSnapshot(self.address, cid, states, self.layout, None, request.kind)
-            self._callbacks.on_checkpoint(
-                self.address, CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0)
-            )
-            self._log.info("checkpoint_acknowledged", checkpoint_id=cid, sync_s=round(operators_s, 4))
+            self._deliver_ack(CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0), join)
             return
         future = self.keyed_state.snapshotter.begin(
             JobId(self.address.job_id), cid, ranges, request.kind.value, attempt=self.address.attempt
@@ -817,11 +964,11 @@ class Task:
                 async_s=round(result.async_duration_s, 4),
             )
             snapshot = ChainSnapshot(self.address, cid, states, self.layout, result.handle, request.kind)
-            self._callbacks.on_checkpoint(
-                self.address,
+            self._deliver_ack(
                 CheckpointAck(
                     snapshot, alignment_s, start_delay_s, operators_s + result.sync_duration_s, result.async_duration_s
                 ),
+                join,
             )
 
         future.add_done_callback(uploaded)

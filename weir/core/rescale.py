@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.ids import KeyGroup
 from weir.core.keygroups import KeyGroupRange
-from weir.core.task_state import TaskStateDocument
+from weir.core.task_state import INFLIGHT_REDISTRIBUTION_REFUSED, INFLIGHT_STATE_NAME, TaskStateDocument
 
 
 class StateAssignmentError(JobDefinitionError):
@@ -110,6 +110,12 @@ def check_state_assignment(
     - keyed state written with another max parallelism (its key groups do not map onto the new ones);
     - a vertex whose subtasks are missing from the checkpoint (its key groups would not add up).
     """
+    inflight = sorted(f"{d.vertex_uid}#{d.subtask}" for d in documents if INFLIGHT_STATE_NAME in d.operator_state_uids)
+    if inflight:
+        raise StateAssignmentError(
+            f"{where} is an unaligned checkpoint with records in flight at subtask(s) {', '.join(inflight)}: "
+            f"{INFLIGHT_REDISTRIBUTION_REFUSED}"
+        )
     new_uids = set(new_operator_uids)
     keyed = set(keyed_operator_uids)
     lost = sorted({uid for d in documents for uid in stateful_operator_uids(d)} - new_uids)

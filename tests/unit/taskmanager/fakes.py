@@ -11,6 +11,7 @@ from typing import Any
 
 from operators.base import SourceOperator, StreamOperator
 from operators.keyed import KeyedOperator, ReduceOperator
+from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.network import InputGate, RecordWriter, read_buffer
 from taskmanager.partitioners import RebalancePartitioner
 from taskmanager.snapshots import TaskKeyedState
@@ -198,6 +199,7 @@ def make_task(
     keyed_operator: Callable[[], KeyedOperator] | None = None,
     restore: Restore | None = None,
     restore_checkpoint_id: int = 0,
+    alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
 ) -> Harness:
     """``open_keyed_state``: "op" is a keyed operator (``keyed_operator``, default a reduce) with that
     state backend; ``restore``: what the task restores before it opens its chain."""
@@ -236,6 +238,7 @@ def make_task(
         taskmanager_id="tm-test",
         restore=restore,
         restore_checkpoint_id=restore_checkpoint_id,
+        alignment=alignment,
         open_keyed_state=open_keyed_state,
     )
     return Harness(journal, task, gate, out, acks)

@@ -9,19 +9,23 @@ from typing import Any, get_args
 import pytest
 
 from taskmanager import barrier_aligner as ba
+from taskmanager.inflight import INFLIGHT_STATE_NAME, InflightState, decode_inflight, encode_inflight
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import (
     barrier_message,
     cancel_barrier_message,
+    decode_records,
     encode_records,
     end_of_stream_message,
     watermark_message,
 )
-from taskmanager.task import UnsupportedCheckpointAction
+from taskmanager.task import ChainRestore, InheritedRestore, _UnalignedAck
 from tests.unit.taskmanager.fakes import Harness, make_task
 from weir.core.checkpointing import CheckpointKind
-from weir.core.ids import ChannelIndex, CheckpointId
+from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup
+from weir.core.keygroups import KeyGroupRange
 from weir.core.states import TaskState
+from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
 from weir.core.watermarks import MAX_WATERMARK
 from weir.wire import taskmanager_pb2
 
@@ -151,7 +155,7 @@ CARRIED_OUT: list[tuple[ba.Action, str]] = [
     (ba.AbortedCheckpoint(CID, ba.AbortReason.ABORTED_BY_JOBMANAGER), "not declined"),
     (ba.AllChannelsEnded(), "input ended"),
 ]
-REFUSED: list[ba.Action] = [
+UNALIGNED_ACTIONS: list[ba.Action] = [  # carried out in the unaligned tests below
     _trigger(capture_inflight=True),
     ba.StartCapture(ChannelIndex(0), CID),
     ba.StopCapture(ChannelIndex(0), CID),
@@ -159,8 +163,8 @@ REFUSED: list[ba.Action] = [
 ]
 
 
-def test_every_action_class_of_the_aligner_is_carried_out_or_refused() -> None:
-    covered = {type(a) for a, _ in CARRIED_OUT} | {type(a) for a in REFUSED}
+def test_every_action_class_of_the_aligner_is_carried_out() -> None:
+    covered = {type(a) for a, _ in CARRIED_OUT} | {type(a) for a in UNALIGNED_ACTIONS}
     assert covered == set(get_args(ba.Action))
 
 
@@ -190,12 +194,139 @@ def test_an_aligner_action_is_carried_out(action: ba.Action, effect: str) -> Non
             assert h.task._input_ended  # noqa: SLF001
 
 
-@pytest.mark.parametrize("action", REFUSED, ids=[type(a).__name__ for a in REFUSED])
-def test_an_unaligned_checkpoint_action_fails_the_task_with_a_clear_error(action: ba.Action) -> None:
+def test_the_unaligned_actions_capture_and_acknowledge_with_the_inflight_records() -> None:
     h = make_task("op", channels=2)
-    with pytest.raises(UnsupportedCheckpointAction, match=r"checkpoint 7 needs \w+ .*unaligned checkpoints"):
-        h.task._apply([action])  # noqa: SLF001
-    assert not h.acks and h.out.stream() == []
+    h.task._apply([_trigger(capture_inflight=True), ba.StartCapture(ChannelIndex(1), CID)])  # noqa: SLF001
+    assert h.out.stream()[0].startswith("Barrier:7:") and not h.acks  # forwarded at once, not acknowledged
+    capture = h.task._capture  # noqa: SLF001
+    assert capture is not None
+    capture.add(ChannelIndex(1), b"blob")
+    h.task._apply([ba.StopCapture(ChannelIndex(1), CID), ba.InflightCaptureComplete(CID)])  # noqa: SLF001
+    (ack,) = h.acks
+    inflight = decode_inflight(ack.snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
+    assert inflight == InflightState(CID, {ChannelIndex(1): (b"blob",)})
+    assert ack.snapshot.operator_states["op"] == b"op@7"
+
+
+def test_a_capture_of_another_checkpoint_is_a_protocol_error() -> None:
+    h = make_task("op", channels=2)
+    with pytest.raises(ba.InputProtocolError, match="in-flight capture"):
+        h.task._apply([ba.StartCapture(ChannelIndex(0), CID)])  # noqa: SLF001
+
+
+def test_an_unaligned_ack_joins_its_snapshot_and_its_capture_in_either_order() -> None:
+    h = make_task("op", channels=2)
+    h.task._apply([_trigger()])  # noqa: SLF001
+    (ack,) = h.acks
+    for first_snapshot in (True, False):
+        join = _UnalignedAck()
+        first = join.snapshot_done(ack) if first_snapshot else join.inflight_done(b"i")
+        second = join.inflight_done(b"i") if first_snapshot else join.snapshot_done(ack)
+        assert first is None and second is not None
+        assert second.snapshot.operator_states == {**ack.snapshot.operator_states, INFLIGHT_STATE_NAME: b"i"}
+        assert join.snapshot_done(ack) is None  # sent once
+    dropped = _UnalignedAck()
+    dropped.drop()
+    dropped.snapshot_done(ack)
+    assert dropped.inflight_done(b"i") is None
+
+
+def _values(h: Harness) -> list[str]:
+    return [e for e in h.out.stream() if e.startswith("r:") or e.startswith("Barrier:")]
+
+
+def test_an_unaligned_barrier_overtakes_and_the_records_behind_it_are_captured() -> None:
+    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    assert h.gate is not None
+    try:
+        h.gate.push(0, data(1))
+        h.gate.push(0, barrier_message(1, time.time(), CHECKPOINT))
+        h.task.start()
+        h.journal.wait_for(lambda: any(e.startswith("Barrier:1:") for e in h.out.stream()))
+        h.gate.push(0, data(2))  # after channel 0's barrier: not the checkpoint's
+        h.gate.push(1, data(3, 4))  # in flight on channel 1: processed now and captured
+        time.sleep(0.1)
+        assert not h.acks  # channel 1's barrier is still to come
+        h.gate.push(1, barrier_message(1, time.time(), CHECKPOINT))
+        h.gate.push(1, data(5))
+        h.journal.wait_for(lambda: ("ack", 1) in h.journal.of("task"))
+        states = h.acks[0].snapshot.operator_states
+        assert states["op"] == b"op@1" and states["sink"] == b"sink@1"
+        inflight = decode_inflight(states[INFLIGHT_STATE_NAME], "test")
+        assert list(inflight.channels) == [1]
+        assert [v for _, blob in inflight.replay() for v in decode_records(blob)[0]] == [3, 4]
+        h.gate.push(0, end_of_stream_message())
+        h.gate.push(1, end_of_stream_message())
+        h.task.notify_checkpoint_complete(1)
+        h.wait_for_state(TaskState.FINISHED)
+        stream = _values(h)
+        assert stream[:2] == ["r:1", stream[1]] and stream[1].startswith("Barrier:1:")
+        assert sorted(stream[2:]) == ["r:2", "r:3", "r:4", "r:5"]
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def test_an_aborted_unaligned_checkpoint_drops_its_capture_and_is_never_acknowledged() -> None:
+    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    assert h.gate is not None
+    try:
+        h.gate.push(0, barrier_message(1, time.time(), CHECKPOINT))
+        h.task.start()
+        h.journal.wait_for(lambda: any(e.startswith("Barrier:1:") for e in h.out.stream()))
+        h.task.notify_checkpoint_aborted(1)
+        h.journal.wait_for(lambda: ("aborted", 1) in h.journal.of("op"))
+        h.gate.push(1, data(3))
+        h.gate.push(1, barrier_message(1, time.time(), CHECKPOINT))
+        h.gate.push(0, end_of_stream_message())
+        h.gate.push(1, end_of_stream_message())
+        h.wait_for_state(TaskState.FINISHED)
+        assert not h.acks and h.task._capture is None  # noqa: SLF001
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def test_a_restore_replays_the_inflight_records_in_channel_order_before_any_new_input() -> None:
+    inflight = InflightState(
+        CheckpointId(4),
+        {ChannelIndex(1): (encode_records([7, 8], [None, None]),), ChannelIndex(0): (encode_records([6], [None]),)},
+    )
+    restore = ChainRestore(4, InlineOperatorState({"op": b"op@4", INFLIGHT_STATE_NAME: encode_inflight(inflight)}))
+    h = make_task("op", channels=2, restore=restore, restore_checkpoint_id=4)
+    assert h.gate is not None
+    try:
+        h.gate.push(0, data(1))
+        h.gate.push(1, data(2))
+        h.gate.push(0, end_of_stream_message())
+        h.gate.push(1, end_of_stream_message())
+        h.task.start()
+        h.wait_for_state(TaskState.FINISHED)
+        assert ("restore", b"op@4") in h.journal.of("op")
+        assert not any(e[0] == "restore" and e[1] != b"op@4" for e in h.journal.of("op"))
+        assert _values(h)[:3] == ["r:6", "r:7", "r:8"]
+        assert sorted(_values(h)[3:]) == ["r:1", "r:2"]
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def test_inherited_inflight_state_fails_the_task_with_the_documented_limit() -> None:
+    document = TaskStateDocument(
+        job_id="old",
+        vertex_uid="op",
+        subtask=0,
+        attempt=1,
+        checkpoint_id=CheckpointId(4),
+        layout=SubtaskLayout(1, 128, KeyGroupRange(KeyGroup(0), KeyGroup(127)), ("op", "sink"), ()),
+        operator_state=InlineOperatorState({INFLIGHT_STATE_NAME: b"{}"}),
+    )
+    h = make_task("op", channels=2, restore=InheritedRestore(4, (document,)), restore_checkpoint_id=4)
+    assert h.gate is not None
+    h.task.start()
+    h.wait_for_state(TaskState.FAILED)
+    assert "unaligned in-flight state cannot be redistributed yet" in str(h.task.failure)
+    assert h.task.failure is not None and not h.task.failure.retriable
 
 
 # A record's path --------------------------------------------------------------------------------

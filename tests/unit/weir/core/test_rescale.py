@@ -149,3 +149,11 @@ def test_a_checkpoint_missing_a_subtask_is_refused() -> None:
     docs = [d for d in old_job() if (d.vertex_uid, d.subtask) != ("win", 1)]
     with pytest.raises(SerializationError, match=r"vertex 'win' ran 3 subtask\(s\), the checkpoint holds .* \[0, 2\]"):
         check(docs, {"src", "win", "sink"})
+
+
+def test_an_unaligned_checkpoint_with_records_in_flight_is_refused_even_when_allowed() -> None:
+    docs = old_job()
+    docs[4] = document("win", 1, 3, ("win", "sink"), keyed=("win",), states={"win": b"wm", "__inflight__": b"{}"})
+    for allow in (False, True):
+        with pytest.raises(StateAssignmentError, match=r"win#1: unaligned in-flight state cannot be redistributed yet"):
+            check(docs, {"src", "win", "sink"}, allow=allow)
