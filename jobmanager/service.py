@@ -121,6 +121,8 @@ def checkpoint_ack(m: jobmanager_pb2.AcknowledgeCheckpointRequest) -> Checkpoint
             state_size_bytes=m.state_size_bytes,
             sync_duration_s=m.sync_duration_s,
             async_duration_s=m.async_duration_s,
+            unaligned=m.unaligned,
+            inflight_bytes=m.inflight_bytes,
         ),
     )
 
@@ -191,6 +193,8 @@ def _checkpoint_to_proto(
             alignment_duration_s=t.alignment_duration_s,
             start_delay_s=t.start_delay_s,
             state_size_bytes=t.state_size_bytes,
+            unaligned=t.unaligned,
+            inflight_bytes=t.inflight_bytes,
         )
 
 

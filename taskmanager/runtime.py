@@ -41,6 +41,7 @@ from weir.core.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from weir.core.paths import CheckpointPaths
 from weir.core.states import TaskState
 from weir.core.task_state import (
+    INFLIGHT_STATE_NAME,
     INLINE_STATE_LIMIT_BYTES,
     InlineOperatorState,
     OperatorStateHandle,
@@ -510,6 +511,8 @@ class TaskManagerRuntime:
             objects=objects,
             sync_duration_s=ack.sync_s,
             async_duration_s=ack.async_s + write_s,
+            unaligned=INFLIGHT_STATE_NAME in snapshot.operator_states,
+            inflight_bytes=len(snapshot.operator_states.get(INFLIGHT_STATE_NAME, b"")),
         )
         too_large = oversized_ack_reason(request.ByteSize(), MAX_MESSAGE_BYTES, snapshot.checkpoint_id)
         if too_large is not None:

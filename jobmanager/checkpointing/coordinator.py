@@ -146,6 +146,8 @@ class TaskCheckpointStats:
     state_size_bytes: int
     sync_duration_s: float
     async_duration_s: float
+    unaligned: bool = False
+    inflight_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -197,6 +199,8 @@ def _task_stats(pending: PendingCheckpoint) -> tuple[TaskCheckpointStats, ...]:
                 state_size_bytes=m.state_size_bytes,
                 sync_duration_s=m.sync_duration_s,
                 async_duration_s=m.async_duration_s,
+                unaligned=m.unaligned,
+                inflight_bytes=m.inflight_bytes,
             )
         )
     return tuple(out)

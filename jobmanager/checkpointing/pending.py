@@ -118,6 +118,8 @@ class TaskAckMetrics:
     state_size_bytes: int = 0
     sync_duration_s: float = 0.0
     async_duration_s: float = 0.0
+    unaligned: bool = False  # the task persisted in-flight records
+    inflight_bytes: int = 0
 
 
 @dataclass(frozen=True)

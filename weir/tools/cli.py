@@ -439,13 +439,17 @@ def checkpoints(
         if checkpoint is not None:
             raise CommandLineError(f"job {job_id} has no checkpoint {checkpoint}")
         return
-    tasks = _table("task", "alignment", "start delay", "state size", title=f"checkpoint {detail.checkpoint_id}: tasks")
+    title = f"checkpoint {detail.checkpoint_id}: tasks" + (
+        f" (unaligned, {_size(detail.inflight_bytes)} in flight)" if detail.unaligned else ""
+    )
+    tasks = _table("task", "alignment", "start delay", "state size", "in flight", title=title)
     for task in sorted(detail.tasks, key=lambda t: (t.vertex_uid, t.subtask)):
         tasks.add_row(
             escape(task.name),
             _seconds(task.alignment_duration_s),
             _seconds(task.start_delay_s),
             _size(task.state_size_bytes),
+            _size(task.inflight_bytes) if task.unaligned else "-",
         )
     console.print(tasks)
 

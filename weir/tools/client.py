@@ -115,6 +115,8 @@ class TaskCheckpointStats:
     alignment_duration_s: float
     start_delay_s: float
     state_size_bytes: int
+    unaligned: bool = False  # the task persisted in-flight records (checkpointing.unaligned)
+    inflight_bytes: int = 0
 
     @property
     def name(self) -> str:
@@ -132,6 +134,15 @@ class CheckpointInfo:
     failure: str
     tasks: tuple[TaskCheckpointStats, ...]
     external_path: str = ""  # set while retained: what `weir run --from-checkpoint` takes
+
+    @property
+    def unaligned(self) -> bool:
+        """Some task persisted in-flight records in it (an unaligned checkpoint)."""
+        return any(t.unaligned for t in self.tasks)
+
+    @property
+    def inflight_bytes(self) -> int:
+        return sum(t.inflight_bytes for t in self.tasks)
 
 
 @dataclass(frozen=True)
@@ -341,6 +352,8 @@ def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
                 alignment_duration_s=t.alignment_duration_s,
                 start_delay_s=t.start_delay_s,
                 state_size_bytes=t.state_size_bytes,
+                unaligned=t.unaligned,
+                inflight_bytes=t.inflight_bytes,
             )
             for t in m.tasks
         ),

@@ -10,7 +10,9 @@ import pytest
 from rocksdict import AccessType, Options, Rdict
 
 from connectors.object_storage import FileCheckpointStorage
-from taskmanager.network import barrier_message, encode_records, end_of_stream_message
+from taskmanager.barrier_aligner import AlignmentMode
+from taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight
+from taskmanager.network import barrier_message, decode_records, encode_records, end_of_stream_message
 from taskmanager.snapshots import KeyedStateHandle, TaskKeyedState
 from tests.unit.taskmanager.fakes import make_task
 from weir.core.checkpointing import CheckpointKind
@@ -170,3 +172,34 @@ def test_a_keyed_task_snapshots_its_own_database_and_deletes_it_when_it_finishes
     h.wait_for_state(TaskState.FINISHED)
     h.task.join(10)
     assert not state.directory.exists()
+
+
+def test_a_keyed_unaligned_checkpoint_acknowledges_once_both_its_upload_and_its_capture_are_done(
+    open_state: OpenState,
+) -> None:
+    h = make_task(
+        "op", channels=2, open_keyed_state=lambda: open_state("job-a/op-0-1"), alignment=AlignmentMode.UNALIGNED
+    )
+    gate = h.gate
+    assert gate is not None
+    try:
+        gate.push(0, data(1, 2))
+        gate.push(0, barrier_message(1, time.time(), CheckpointKind.CHECKPOINT))
+        h.task.start()
+        h.journal.wait_for(lambda: any(e.startswith("Barrier:1:") for e in h.out.stream()))
+        time.sleep(0.3)  # the keyed upload is done by now; channel 1 still owes its barrier
+        assert not h.acks
+        gate.push(1, data(3))
+        gate.push(1, barrier_message(1, time.time(), CheckpointKind.CHECKPOINT))
+        h.journal.wait_for(lambda: ("ack", 1) in h.journal.of("task"))
+        snapshot = h.acks[0].snapshot
+        assert snapshot.keyed_state is not None
+        inflight = decode_inflight(snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
+        assert [decode_records(b)[0] for _, b in inflight.replay()] == [[3]]
+        gate.push(0, end_of_stream_message())
+        gate.push(1, end_of_stream_message())
+        h.task.notify_checkpoint_complete(1)
+        h.wait_for_state(TaskState.FINISHED)
+    finally:
+        h.task.cancel()
+        h.task.join(10)
