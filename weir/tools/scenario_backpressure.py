@@ -7,8 +7,8 @@
    at most ``sink.records_per_second`` results per second per subtask, slower than the input needs;
    samples, every half second, the source topic's end offsets and the records the source read (the
    source lag = end offset - position), and once the run is over the checkpoint history
-   (``weir checkpoints``), each retained checkpoint's persisted in-flight state (read from the
-   checkpoint storage: ``weir checkpoints`` does not report it yet) and the sink's committed output,
+   (``weir checkpoints``: duration, alignment, start delay, in-flight bytes persisted), each retained
+   checkpoint's ``__inflight__`` state read back from the checkpoint storage, and the sink's committed output,
    each result stamped with the time the sink wrote it;
 3. prints per mode the checkpoint duration over time, the record latency (written - window end), the
    measured input rate, sink rate and source-lag growth beside the formula
@@ -140,7 +140,9 @@ class CheckpointPoint:
     start_delay_s: float
     slowest_task: str  # the task whose barrier came last (longest start delay)
     size_bytes: int
-    inflight_bytes: int | None  # persisted in-flight state, summed over tasks; None: not read
+    inflight_bytes: int | None  # persisted in-flight state as the runtime reports it, summed over tasks
+    inflight_stored: int | None = None  # the __inflight__ state found in the storage; None: not read
+    unaligned: bool = False  # some task reported it persisted in-flight records
 
 
 @dataclass(frozen=True)
@@ -432,7 +434,9 @@ def _checkpoint_point(c: CheckpointInfo, submitted_wall: float, endpoints: Endpo
         start_delay_s=max((t.start_delay_s for t in c.tasks), default=0.0),
         slowest_task=max(c.tasks, key=lambda t: t.start_delay_s).name if c.tasks else "",
         size_bytes=c.size_bytes,
-        inflight_bytes=read_inflight_bytes(c.external_path, endpoints) if c.external_path else None,
+        inflight_bytes=c.inflight_bytes,
+        inflight_stored=read_inflight_bytes(c.external_path, endpoints) if c.external_path else None,
+        unaligned=c.unaligned,
     )
 
 
@@ -503,7 +507,10 @@ def _mib(n: int) -> str:
 
 
 def _inflight(c: CheckpointPoint) -> str:
-    return "-" if c.inflight_bytes is None else _mib(c.inflight_bytes) if c.inflight_bytes else "0"
+    def size(n: int | None) -> str:
+        return "-" if n is None else _mib(n) if n else "0"
+
+    return f"{size(c.inflight_bytes)} / {size(c.inflight_stored)}"
 
 
 def print_outcome(console: Console, outcome: Outcome) -> None:
@@ -519,12 +526,13 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
             )
             continue
         table = Table(
-            "checkpoint", "triggered at", "status", "duration", "max alignment", "max start delay (task)", "size",
-            "in-flight persisted",
+            "checkpoint", "triggered at", "status", "kind", "duration", "max alignment", "max start delay (task)",
+            "size", "in flight: reported / in storage",
         )  # fmt: skip
         for c in run.checkpoints:
             table.add_row(
-                str(c.checkpoint_id), f"{c.t:6.1f}s", c.status, f"{c.duration_s:.2f}s", f"{c.alignment_s:.2f}s",
+                str(c.checkpoint_id), f"{c.t:6.1f}s", c.status, "unaligned" if c.unaligned else "aligned",
+                f"{c.duration_s:.2f}s", f"{c.alignment_s:.2f}s",
                 f"{c.start_delay_s:.2f}s ({c.slowest_task})", _mib(c.size_bytes), _inflight(c),
             )  # fmt: skip
         console.print(table)
@@ -569,8 +577,9 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
         highlight=False,
     )
     console.print(
-        "in-flight bytes: not reported by the runtime yet (weir checkpoints has no such field); the figures "
-        "above are the __inflight__ operator state of each retained checkpoint, read from the checkpoint storage",
+        "in-flight bytes: as the runtime reports them per checkpoint (weir checkpoints), beside the __inflight__ "
+        "operator state of each retained checkpoint read back from the checkpoint storage; kind: unaligned when "
+        "a task reported persisting in-flight records",
         soft_wrap=True,
         highlight=False,
     )
