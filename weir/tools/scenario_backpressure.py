@@ -506,6 +506,12 @@ def _mib(n: int) -> str:
     return f"{n / 1024 / 1024:.2f} MiB" if n >= 1024 * 1024 else f"{n / 1024:.1f} KiB"
 
 
+def _kind(c: CheckpointPoint) -> str:
+    if c.unaligned:
+        return "unaligned"
+    return "aligned" if c.status == CheckpointStatus.COMPLETED.value else "-"
+
+
 def _inflight(c: CheckpointPoint) -> str:
     def size(n: int | None) -> str:
         return "-" if n is None else _mib(n) if n else "0"
@@ -531,7 +537,7 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
         )  # fmt: skip
         for c in run.checkpoints:
             table.add_row(
-                str(c.checkpoint_id), f"{c.t:6.1f}s", c.status, "unaligned" if c.unaligned else "aligned",
+                str(c.checkpoint_id), f"{c.t:6.1f}s", c.status, _kind(c),
                 f"{c.duration_s:.2f}s", f"{c.alignment_s:.2f}s",
                 f"{c.start_delay_s:.2f}s ({c.slowest_task})", _mib(c.size_bytes), _inflight(c),
             )  # fmt: skip
