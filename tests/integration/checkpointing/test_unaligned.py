@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -76,3 +77,31 @@ def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
     assert sum(c.inflight_bytes for c in completed) > 0, "no checkpoint captured a record in flight"
     sources = [t for c in completed for t in c.tasks if t.vertex_uid == "events-source"]
     assert sources and not any(t.unaligned for t in sources)  # a source has no input to capture
+
+
+def test_a_two_input_operator_does_not_align_in_unaligned_mode(weir_cluster: WeirCluster, tmp_path: Path) -> None:
+    """The two-input example's barriers arrive late on its slow input (test_alignment: it waits when
+    aligned); unaligned, it snapshots on the first barrier and its checkpoints say so."""
+    job_id = weir_cluster.submit(
+        "examples/two_inputs.py",
+        {
+            "checkpointing.interval": "500ms",
+            "checkpointing.unaligned": "true",
+            "orders.rate": "3000",
+            "payments.rate": "30",
+            "output": str(tmp_path / "out"),
+        },
+        parallelism=2,
+    )
+    deadline = time.monotonic() + 120
+    completed = []
+    while time.monotonic() < deadline:
+        completed = [c for c in weir_cluster.client.list_checkpoints(job_id) if c.status == "COMPLETED"]
+        if len(completed) >= 4:
+            break
+        time.sleep(0.2)
+    weir_cluster.client.cancel_job(job_id)
+    assert len(completed) >= 4, "unaligned checkpoints did not complete"
+    match_stats = [t for c in completed for t in c.tasks if t.vertex_uid == "match"]
+    assert match_stats and all(t.unaligned and t.alignment_duration_s == 0.0 for t in match_stats), match_stats
+    assert weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=60).summary.status == "CANCELED"
