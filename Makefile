@@ -8,7 +8,8 @@ GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
 INFRA := deploy/local/infra.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
-        lint demo scenario-upgrade cluster-up cluster-down bench bench-quick bench-exchange bench-state bench-deps clean
+        lint demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
+        bench-backpressure bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -50,6 +51,9 @@ demo: setup infra-up ## run the keyed aggregation demo end to end
 scenario-upgrade: setup infra-up ## the seed's upgrade scenario: v1 -> stop with savepoint -> v2 at another parallelism, checked
 	$(PY) -m weir.tools.scenario_upgrade
 
+scenario-backpressure: setup infra-up ## the seed's backpressure scenario: a slow sink, aligned then unaligned checkpoints, measured
+	$(PY) -m weir.tools.scenario_backpressure $(SCENARIO_ARGS)
+
 cluster-up: setup ## JobManager + 3 TaskManagers as local processes
 	$(VENV)/bin/weir cluster up
 
@@ -71,9 +75,13 @@ bench-quick: setup bench-deps ## the keyed benchmark, short: 200k events, 1 run 
 bench-state: setup bench-deps ## checkpoint and restore curves over 100k/1M/5M keys
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
 
-bench: setup bench-deps ## the keyed benchmark vs Quix Streams and the raw limit (2M events, 3 runs), then bench-state (long)
+bench-backpressure: setup bench-deps ## checkpoint duration aligned vs unaligned under a slow sink; unaligned's throughput cost
+	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)
+
+bench: setup bench-deps ## the keyed benchmark vs Quix Streams and the raw limit (2M events, 3 runs), then bench-state and bench-backpressure (long)
 	$(PY) -m bench.run $(BENCH_ARGS)
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
+	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) weir/wire/*_pb2*.py *.egg-info .pytest_cache
