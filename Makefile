@@ -60,7 +60,8 @@ $(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
 	$(VENV)/bin/pip install -q -e '.[bench]'
 	touch $@
 
-bench-deps: $(VENV)/.bench-installed
+bench-deps: $(VENV)/.bench-installed ## the bench extra, and the Flink contender built (first time) into $$WEIR_CACHE_DIR/bench/flink
+	bench/flink/build.sh
 
 bench-exchange: setup bench-deps ## records/s: raw gRPC, one Weir channel, the keyed job on a private cluster
 	$(PY) -m bench.exchange_bench $(BENCH_ARGS)
@@ -71,7 +72,7 @@ bench-quick: setup bench-deps ## the keyed benchmark, short: 200k events, 1 run 
 bench-state: setup bench-deps ## checkpoint and restore curves over 100k/1M/5M keys
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
 
-bench: setup bench-deps ## the keyed benchmark vs Quix Streams and the raw limit (2M events, 3 runs), then bench-state (long)
+bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, Flink and the ceiling (2M events, 3 runs), then bench-state (long)
 	$(PY) -m bench.run $(BENCH_ARGS)
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
 

@@ -1,4 +1,5 @@
-"""The benchmark of the keyed aggregation: Weir against Quix Streams and the raw Python limit.
+"""The benchmark of the keyed aggregation: Weir against Quix Streams, the raw Python limit, Apache Flink
+and the ceiling (a bare consumer reading the input).
 
 ``make bench`` (full) and ``make bench-quick`` run ``.venv/bin/python -m bench.run [--quick]``.
 docs/benchmarks.md says what each figure means and how it is measured; in short:
@@ -39,11 +40,15 @@ from bench import dataset, report
 from bench.contenders import (
     WORKERS,
     Contender,
+    ProcessGroupContender,
     Topics,
     WeirContender,
     WeirRunning,
+    ceiling_contender,
     count_rows,
     describe,
+    flink_available,
+    flink_contender,
     quix_available,
     quix_contender,
     raw_contender,
@@ -70,7 +75,7 @@ from weir.core.config import Endpoints
 from weir.tools.supervisor import kill_process
 
 PHASES: Final = ("throughput", "latency", "checkpoint", "memory", "recovery")
-CONTENDER_KEYS: Final = ("weir", "weir-kafka", "quix", "raw")
+CONTENDER_KEYS: Final = ("weir", "weir-kafka", "quix", "raw", "flink", "ceiling")
 
 
 @dataclass(frozen=True)
@@ -203,7 +208,11 @@ class Runner:
         if observed < 0.9:
             log(f"  progress seen up to {observed:.0%} only: no sustained rate (is the progress counter read?)")
         cpu = sampler.total_cpu_s()
-        check = dataset.check_output(self.endpoints, topics.output, self.plan.events)
+        if reads_only(contender):
+            output = read_check(running.progress(), total)
+        else:
+            check = dataset.check_output(self.endpoints, topics.output, self.plan.events)
+            output = {**asdict(check), "complete": check.complete, "duplicates": check.duplicates}
         figures: dict[str, Any] = {
             "sustained_eps": Progress(tuple(samples)).sustained_rate(total) if observed >= 0.9 else None,
             "progress_observed": observed,
@@ -212,7 +221,7 @@ class Runner:
             "cpu_s": cpu,
             "cpu_s_per_million": cpu / total * 1e6,
             "peak_rss_bytes": sampler.peak_rss_by_process(),
-            "output": {**asdict(check), "complete": check.complete, "duplicates": check.duplicates},
+            "output": output,
             "progress_samples": len(samples),
         }
         if isinstance(contender, WeirContender) and contender.tables:
@@ -225,6 +234,8 @@ class Runner:
 
     def latency(self) -> None:
         for contender in self.contenders:
+            if reads_only(contender):
+                continue  # no output: no latency
             sustained = self.median_rate(contender.key)
             rate = (sustained or DEFAULT_RATE_EPS) / 2
             log(f"latency: {contender.label} at {rate:,.0f} events/s (half of its sustained rate)")
@@ -462,6 +473,21 @@ class Runner:
 # Helpers of the phases ----------------------------------------------------------------------------------
 
 
+def reads_only(contender: Contender) -> bool:
+    """The ceiling: it reads the input and writes nothing."""
+    return isinstance(contender, ProcessGroupContender) and contender.reads_only
+
+
+def read_check(read: int, expected: int) -> dict[str, Any]:
+    """The ceiling's check: every input record read (events and sentinels), none twice."""
+    return {
+        "records_read": read,
+        "expected_records": expected,
+        "complete": read == expected,
+        "duplicates": max(0, read - expected),
+    }
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
     """Poll ``condition`` until true; answers the wall-clock time it became true."""
     deadline = time.monotonic() + timeout_s
@@ -626,11 +652,12 @@ def main(argv: list[str] | None = None) -> int:
         "contenders": {},
         "unavailable": {},
     }
-    quix_problem = quix_available() if "quix" in keys else None
-    if quix_problem is not None:
-        log(f"Quix Streams cannot run here: {quix_problem}")
-        document["unavailable"]["quix"] = quix_problem
-        keys.remove("quix")
+    for key, available, name in (("quix", quix_available, "Quix Streams"), ("flink", flink_available, "Apache Flink")):
+        problem = available() if key in keys else None
+        if problem is not None:
+            log(f"{name} cannot run here: {problem}")
+            document["unavailable"][key] = problem
+            keys.remove(key)
 
     try:
         with private_cluster(env) as cluster:
@@ -644,6 +671,10 @@ def main(argv: list[str] | None = None) -> int:
                     contenders.append(quix_contender(env.endpoints, env.run_root, run_id))
                 elif key == "raw":
                     contenders.append(raw_contender(env.endpoints, env.run_root, run_id))
+                elif key == "flink":
+                    contenders.append(flink_contender(env.endpoints, env.run_root, run_id))
+                elif key == "ceiling":
+                    contenders.append(ceiling_contender(env.endpoints, env.run_root, run_id))
             document["contenders"] = {c.key: describe(c) for c in contenders}
             runner = Runner(plan, args.quick, cluster, contenders)
             try:
