@@ -350,13 +350,19 @@ class ProcessGroupRunning:
         its exact CPU time and peak RSS."""
         for proc in self._procs:
             if proc.pid not in self.reaped:
+                exited = reap(proc)
+                if exited is not None:
+                    self.reaped[proc.pid] = exited
+                    continue
+                # os.kill, not proc.send_signal: that polls first, and a poll() reaps a child that
+                # has just exited without its rusage (wait4 would then find no child)
                 with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)
         for index, proc in enumerate(self._procs):
             result = self.reaped.get(proc.pid) or reap(proc, timeout_s=60)
             if result is None:
                 log(f"{self.key} worker {proc.pid} ignored SIGTERM for 60 s: killing it")
-                proc.kill()
+                os.kill(proc.pid, signal.SIGKILL)  # not proc.kill(): see above
                 result = reap(proc, timeout_s=10)
             if result is not None:
                 self.reaped[proc.pid] = result

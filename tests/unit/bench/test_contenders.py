@@ -136,3 +136,25 @@ def test_ratios_against_flink_and_the_ceiling() -> None:
     assert r["weir_kafka_cpu_vs_flink"] == 0.5
     assert r["weir_kafka_cpu_vs_raw"] == 2.0
     assert r["weir_kafka_cpu_vs_quix"] is None
+
+
+def test_stop_reaps_a_worker_that_exited_just_before_with_its_rusage() -> None:
+    """A worker that exited after the last ``done()``: ``stop`` must not poll it (that would reap it
+    without rusage, and wait4 would then find no child)."""
+    import subprocess
+    import sys
+    import time
+
+    from bench.contenders import ProcessGroupRunning
+    from bench.harness import ProcessSampler
+
+    code = "print('@ready'); print('@progress 5'); print('@done')"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    running = ProcessGroupRunning("t", endpoints(), "g", "in", procs, {}, True, False, True)
+    time.sleep(1.0)  # both have exited, neither is reaped yet
+    sampler = ProcessSampler()
+    running.stop(sampler)
+    assert len(running.reaped) == 2 and all(r.exit_code == 0 for r in running.reaped.values())
+    assert running.progress() == 10
+    assert {u.name for u in sampler.usage.values()} == {"t-0", "t-1"}
+    assert all(u.peak_rss_bytes > 0 for u in sampler.usage.values())
