@@ -57,6 +57,7 @@ from bench.harness import (
     JOBS_DIR,
     RESULTS_DIR,
     BenchCluster,
+    BenchEnvironment,
     BenchError,
     ProcessSampler,
     Progress,
@@ -116,16 +117,29 @@ SLOW_SINK_DELAY_MS: Final = 10
 
 
 class Runner:
-    def __init__(self, plan: Plan, quick: bool, cluster: BenchCluster, contenders: list[Contender]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        quick: bool,
+        env: BenchEnvironment,
+        cluster: BenchCluster | None,
+        contenders: list[Contender],
+    ) -> None:
         self.plan = plan
         self.quick = quick
-        self.cluster = cluster
-        self.env = cluster.env
-        self.endpoints = cluster.env.endpoints
-        self.run_id = cluster.env.run_id
+        self._cluster = cluster
+        self.env = env
+        self.endpoints = env.endpoints
+        self.run_id = env.run_id
         self.contenders = contenders
         self.results: dict[str, Any] = {"throughput": {}, "latency": {}}
         self.input_topic = self.topic("input")
+
+    @property
+    def cluster(self) -> BenchCluster:
+        if self._cluster is None:
+            raise BenchError("this run has no Weir cluster (no Weir contender or Weir phase was chosen)")
+        return self._cluster
 
     def topic(self, name: str) -> str:
         return f"bench-{self.run_id}-{name}"
@@ -473,6 +487,12 @@ class Runner:
 # Helpers of the phases ----------------------------------------------------------------------------------
 
 
+def needs_cluster(contenders: list[str], phases: list[str]) -> bool:
+    """Whether the run starts its private Weir cluster: for a Weir contender, or a phase only Weir
+    runs (checkpoint, memory, recovery). Quix Streams, the raw limit, Flink and the ceiling need none."""
+    return any(k.startswith("weir") for k in contenders) or bool({"checkpoint", "memory", "recovery"} & set(phases))
+
+
 def reads_only(contender: Contender) -> bool:
     """The ceiling: it reads the input and writes nothing."""
     return isinstance(contender, ProcessGroupContender) and contender.reads_only
@@ -660,9 +680,14 @@ def main(argv: list[str] | None = None) -> int:
             keys.remove(key)
 
     try:
-        with private_cluster(env) as cluster:
+        cluster_needed = needs_cluster(keys, phases)
+        if not cluster_needed:
+            log("no Weir contender or Weir-only phase chosen: no Weir cluster for this run")
+        with private_cluster(env) if cluster_needed else contextlib.nullcontext(None) as cluster:
             contenders: list[Contender] = []
             for key in keys:
+                if key in ("weir", "weir-kafka") and cluster is None:
+                    raise BenchError("a Weir contender needs the run's cluster")
                 if key == "weir":
                     contenders.append(WeirContender("weir", "Weir (Kafka + PostgreSQL)", cluster, with_postgres=True))
                 elif key == "weir-kafka":
@@ -676,7 +701,7 @@ def main(argv: list[str] | None = None) -> int:
                 elif key == "ceiling":
                     contenders.append(ceiling_contender(env.endpoints, env.run_root, run_id))
             document["contenders"] = {c.key: describe(c) for c in contenders}
-            runner = Runner(plan, args.quick, cluster, contenders)
+            runner = Runner(plan, args.quick, env, cluster, contenders)
             try:
                 if {"throughput", "memory"} & set(phases):
                     runner.produce_input()

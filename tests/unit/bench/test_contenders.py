@@ -158,3 +158,11 @@ def test_stop_reaps_a_worker_that_exited_just_before_with_its_rusage() -> None:
     assert running.progress() == 10
     assert {u.name for u in sampler.usage.values()} == {"t-0", "t-1"}
     assert all(u.peak_rss_bytes > 0 for u in sampler.usage.values())
+
+
+def test_a_cluster_only_for_weir_contenders_or_weir_phases() -> None:
+    from bench.run import needs_cluster
+
+    assert not needs_cluster(["raw", "flink", "ceiling", "quix"], ["throughput", "latency"])
+    assert needs_cluster(["weir-kafka", "flink"], ["throughput"])
+    assert needs_cluster(["raw"], ["throughput", "recovery"])
