@@ -340,6 +340,11 @@ class ProcessSampler:
         self._stop.set()
         self._thread.join(5)
 
+    def refresh(self) -> None:
+        """Sample every tracked process now (not waiting for the thread's next round)."""
+        for pid in list(self._procs):
+            self._sample_one(pid)
+
     def final(self, name: str, pid: int, cpu_s: float, peak_rss_bytes: int) -> None:
         """Exact totals of an exited child (CPU over its life, peak RSS), from its rusage."""
         with self._lock:

@@ -123,9 +123,9 @@ def markdown(document: dict[str, Any]) -> str:
     latency = document.get("latency", {})
     if throughput or latency:
         lines += [
-            "| contender | sinks | events/s sustained | events/s end to end | CPU s / M events | peak RSS / process "
-            "| p50 latency | p99 latency | output check |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| contender | sinks | events/s sustained | events/s end to end | CPU s / M events "
+            "| CPU s / M, 10-90 % | peak RSS / process | p50 latency | p99 latency | output check |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for key, info in document.get("contenders", {}).items():
             tp = throughput.get(key, {})
@@ -146,6 +146,7 @@ def markdown(document: dict[str, Any]) -> str:
                 f"| {info['label']} | {info['sinks']} | {_fmt(tp.get('median_eps'))} "
                 f"| {_fmt(tp.get('median_wall_eps'))} "
                 f"| {_fmt(tp.get('median_cpu_s_per_million'), '{:.1f}')} "
+                f"| {_fmt(tp.get('median_sustained_cpu_s_per_million'), '{:.1f}')} "
                 f"| {_fmt(peak / 2**20 if peak else None, '{:.0f} MiB')} "
                 f"| {_fmt(lat.get('p50_ms'), '{:,.0f} ms')} | {_fmt(lat.get('p99_ms'), '{:,.0f} ms')} | {check} |"
             )

@@ -194,6 +194,7 @@ class Runner:
             entry["median_eps"] = median([r["sustained_eps"] for r in ok])
             entry["median_wall_eps"] = median([r["wall_eps"] for r in ok])
             entry["median_cpu_s_per_million"] = median([r["cpu_s_per_million"] for r in ok])
+            entry["median_sustained_cpu_s_per_million"] = median([r.get("sustained_cpu_s_per_million") for r in ok])
             entry["peak_rss_max_bytes"] = max((max(r["peak_rss_bytes"].values(), default=0) for r in ok), default=None)
 
     def _throughput_run(self, contender: Contender, topics: Topics, total: int, tag: str) -> dict[str, Any]:
@@ -201,11 +202,15 @@ class Runner:
         started = time.monotonic()
         running = contender.start(topics, bounded=True, tag=tag)
         samples: list[tuple[float, float]] = [(0.0, 0.0)]
+        cpu_marks = CpuMarks(total)
         try:
             while True:
                 sampler.track(running.pids())
                 now = time.monotonic() - started
                 samples.append((now, max(samples[-1][1], running.progress())))
+                if cpu_marks.wants(samples[-1][1]):
+                    sampler.refresh()
+                    cpu_marks.mark(samples[-1][1], sampler.total_cpu_s())
                 if running.done():
                     break
                 if now > self.plan.timeout_s:
@@ -234,6 +239,7 @@ class Runner:
             "wall_eps": total / wall,
             "cpu_s": cpu,
             "cpu_s_per_million": cpu / total * 1e6,
+            "sustained_cpu_s_per_million": cpu_marks.per_million(),
             "peak_rss_bytes": sampler.peak_rss_by_process(),
             "output": output,
             "progress_samples": len(samples),
@@ -485,6 +491,31 @@ class Runner:
 
 
 # Helpers of the phases ----------------------------------------------------------------------------------
+
+
+class CpuMarks:
+    """The contender's CPU seconds when its progress first reached 10 % and 90 % of the input: CPU per
+    event over the sustained part of the run, start-up (a JVM's, a job's deployment) and tail left out."""
+
+    def __init__(self, total: int, low: float = 0.1, high: float = 0.9) -> None:
+        self.total = total
+        self.bounds = (total * low, total * high)
+        self.at: list[tuple[float, float]] = []  # (events consumed, CPU s) at each bound reached
+
+    def wants(self, consumed: float) -> bool:
+        return len(self.at) < 2 and consumed >= self.bounds[len(self.at)]
+
+    def mark(self, consumed: float, cpu_s: float) -> None:
+        self.at.append((consumed, cpu_s))
+        if len(self.at) == 1 and consumed >= self.bounds[1]:
+            self.at.append((consumed, cpu_s))  # both bounds passed between two samples
+
+    def per_million(self) -> float | None:
+        """CPU s per million events between the two marks; None when they were not both seen apart."""
+        if len(self.at) < 2 or self.at[1][0] <= self.at[0][0]:
+            return None
+        (n0, c0), (n1, c1) = self.at
+        return (c1 - c0) / (n1 - n0) * 1e6
 
 
 def needs_cluster(contenders: list[str], phases: list[str]) -> bool:

@@ -166,3 +166,20 @@ def test_a_cluster_only_for_weir_contenders_or_weir_phases() -> None:
     assert not needs_cluster(["raw", "flink", "ceiling", "quix"], ["throughput", "latency"])
     assert needs_cluster(["weir-kafka", "flink"], ["throughput"])
     assert needs_cluster(["raw"], ["throughput", "recovery"])
+
+
+def test_cpu_marks_take_cpu_per_event_between_10_and_90_percent() -> None:
+    from bench.run import CpuMarks
+
+    marks = CpuMarks(1_000_000)
+    assert not marks.wants(50_000)
+    assert marks.wants(100_000)
+    marks.mark(100_000, 20.0)  # a JVM's start-up: 20 CPU s before 10 %
+    assert not marks.wants(500_000)
+    assert marks.wants(900_000)
+    marks.mark(900_000, 24.0)
+    assert not marks.wants(1_000_000)
+    assert marks.per_million() == 5.0  # 4 CPU s over 800k events
+    jumped = CpuMarks(1_000)
+    jumped.mark(1_000, 1.0)  # both bounds between two samples: no figure
+    assert jumped.per_million() is None and not jumped.wants(1_000)
