@@ -7,6 +7,7 @@ import java.util.HashMap;
 import java.util.Map;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.flink.api.common.JobStatus;
+import org.apache.flink.api.common.state.CheckpointListener;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.functions.AggregateFunction;
 import org.apache.flink.api.common.functions.MapFunction;
@@ -46,12 +47,15 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  *
  * <p>{@code --bounded} reads up to the end offsets present at start; the job then fires every window,
  * takes its final checkpoint (which commits the last transaction) and finishes. Progress goes to stdout
- * as {@code @progress <events deserialized>} ten times a second, {@code @ready} once the job runs and
- * {@code @done} once it finished.
+ * as {@code @progress <events deserialized>} ten times a second, {@code @ready} once its first
+ * checkpoint completed (every task runs) and {@code @done} once it finished.
  */
 public final class WindowJob {
   /** Events deserialized by the source subtasks of this JVM (the MiniCluster runs in it). */
   static final AtomicLong CONSUMED = new AtomicLong();
+
+  /** Checkpoints completed in this JVM (one only completes once every task of the job runs). */
+  static final AtomicLong CHECKPOINTS = new AtomicLong();
 
   private WindowJob() {}
 
@@ -140,12 +144,14 @@ public final class WindowJob {
     reporter.start();
 
     JobClient job = env.executeAsync("weir-bench-keyed-aggregation");
-    while (true) {
+    // Ready once a checkpoint completed: Flink triggers one only when every task runs (a RUNNING
+    // job may still be deploying its tasks, opening RocksDB and the Kafka clients).
+    while (CHECKPOINTS.get() == 0) {
       JobStatus status = job.getJobStatus().get();
-      if (status == JobStatus.RUNNING || status.isTerminalState()) {
+      if (status.isTerminalState()) {
         break;
       }
-      Thread.sleep(100);
+      Thread.sleep(50);
     }
     System.out.println("@ready");
     System.out.flush();
@@ -214,11 +220,20 @@ public final class WindowJob {
     }
   }
 
-  /** Only what the window needs crosses the shuffle: (key, value); the event time is the timestamp. */
-  static final class Project implements MapFunction<Tuple3<String, Long, Long>, Tuple2<String, Long>> {
+  /**
+   * Only what the window needs crosses the shuffle: (key, value); the event time is the timestamp.
+   * Also counts completed checkpoints, for {@code @ready}.
+   */
+  static final class Project
+      implements MapFunction<Tuple3<String, Long, Long>, Tuple2<String, Long>>, CheckpointListener {
     @Override
     public Tuple2<String, Long> map(Tuple3<String, Long, Long> event) {
       return Tuple2.of(event.f0, event.f1);
+    }
+
+    @Override
+    public void notifyCheckpointComplete(long checkpointId) {
+      CHECKPOINTS.incrementAndGet();
     }
   }
 
