@@ -60,7 +60,7 @@ $(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
 	$(VENV)/bin/pip install -q -e '.[bench]'
 	touch $@
 
-bench-deps: $(VENV)/.bench-installed ## the bench extra, and the Flink contender built (first time) into $$WEIR_CACHE_DIR/bench/flink
+bench-deps: $(VENV)/.bench-installed ## the bench extra; the Flink contender built (when missing or stale) into the cache, WEIR_CACHE_DIR/bench/flink
 	bench/flink/build.sh
 
 bench-exchange: setup bench-deps ## records/s: raw gRPC, one Weir channel, the keyed job on a private cluster
