@@ -53,7 +53,8 @@ def main() -> int:
         while not stop.wait(0.1):
             print(f"@progress {consumed[0]}", flush=True)
 
-    threading.Thread(target=report, daemon=True).start()
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
     print("@ready", flush=True)
     while consumed[0] < expected and not stop.is_set():
         batch = consumer.consume(num_messages=BATCH, timeout=0.1)
@@ -61,8 +62,10 @@ def main() -> int:
             if msg.error() and msg.error().code() != KafkaError._PARTITION_EOF:
                 raise RuntimeError(f"consuming {args.input}: {msg.error()}")
         consumed[0] += len(batch)
-    print(f"@progress {consumed[0]}", flush=True)
-    print("@done", flush=True)
+    stop.set()
+    reporter.join()  # its lines and the last ones must not interleave
+    sys.stdout.write(f"@progress {consumed[0]}\n@done\n")
+    sys.stdout.flush()
     consumer.close()
     return 0
 

@@ -286,7 +286,8 @@ class ProcessGroupRunning:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("@progress "):
-                self._counts[index] = int(line.split()[1])
+                with contextlib.suppress(ValueError, IndexError):  # a torn line: the next one counts
+                    self._counts[index] = int(line.split()[1])
             elif line.startswith("@ready"):
                 self._ready[index] = True
             elif line.startswith("@done"):
