@@ -64,7 +64,8 @@ $(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
 	$(VENV)/bin/pip install -q -e '.[bench]'
 	touch $@
 
-bench-deps: $(VENV)/.bench-installed
+bench-deps: $(VENV)/.bench-installed ## the bench extra; the Flink contender built (when missing or stale) into the cache, WEIR_CACHE_DIR/bench/flink
+	bench/flink/build.sh
 
 bench-exchange: setup bench-deps ## records/s: raw gRPC, one Weir channel, the keyed job on a private cluster
 	$(PY) -m bench.exchange_bench $(BENCH_ARGS)
@@ -78,7 +79,7 @@ bench-state: setup bench-deps ## checkpoint and restore curves over 100k/1M/5M k
 bench-backpressure: setup bench-deps ## checkpoint duration aligned vs unaligned under a slow sink; unaligned's throughput cost
 	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)
 
-bench: setup bench-deps ## the keyed benchmark vs Quix Streams and the raw limit (2M events, 3 runs), then bench-state and bench-backpressure (long)
+bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, Flink and the ceiling (2M events, 3 runs), then bench-state and bench-backpressure (long)
 	$(PY) -m bench.run $(BENCH_ARGS)
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
 	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)

@@ -6,14 +6,19 @@ that the runner measures every contender the same way.
 
 - Weir: a job submitted to the run's private cluster; its processes are the JobManager and the
   three TaskManagers.
-- Quix Streams and the raw limit: three processes each (``bench/quix_app.py``,
-  ``bench/raw_worker.py``) reporting progress on stdout; their CPU and peak RSS come from
-  ``os.wait4`` when they are reaped.
+- Quix Streams, the raw limit and the ceiling: three processes each (``bench/quix_app.py``,
+  ``bench/raw_worker.py``, ``bench/ceiling_worker.py``) reporting progress on stdout; their CPU and
+  peak RSS come from ``os.wait4`` when they are reaped.
+- Apache Flink: one JVM running the same job on a local MiniCluster at parallelism 3
+  (``bench/flink/``, built by ``bench/flink/build.sh`` into ``$WEIR_CACHE_DIR/bench/flink``); its CPU
+  and peak RSS are the whole JVM's, from ``os.wait4`` too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,6 +37,11 @@ from bench.harness import REPO_ROOT, BenchCluster, BenchError, ProcessSampler, R
 from weir.core.config import Endpoints
 
 WORKERS: Final = 3
+FLINK_MODULE: Final = "flink"  # the Java job of bench/flink/, not a Python module
+FLINK_VERSION: Final = "2.2.1"  # as in bench/flink/pom.xml (a unit test holds the two together)
+FLINK_KAFKA_CONNECTOR: Final = "5.0.0-2.2"
+FLINK_MAIN: Final = "weir.bench.WindowJob"
+FLINK_BUILD: Final = REPO_ROOT / "bench" / "flink" / "build.sh"
 KEYED_AGGREGATION: Final = REPO_ROOT / "examples" / "keyed_aggregation.py"
 SOURCE_UID: Final = "events-source"
 
@@ -177,45 +187,63 @@ def count_rows(endpoints: Endpoints, table: str) -> int:
 class ProcessGroupContender:
     key: str
     label: str
-    module: str  # bench.quix_app or bench.raw_worker
+    module: str  # bench.quix_app, bench.raw_worker, bench.ceiling_worker, or FLINK_MODULE
     sinks: str
     guarantee: str
     endpoints: Endpoints
     work_dir: Path
     run_id: str
+    reads_only: bool = False  # the ceiling: no output, its check is the count of input records read
 
     def start(self, topics: Topics, *, bounded: bool, tag: str) -> ProcessGroupRunning:
         group = f"bench-{self.run_id}-{tag}"
         logs = self.work_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
         procs = []
-        for index in range(WORKERS):
-            argv = [
-                sys.executable,
-                "-m",
-                self.module,
-                "--bootstrap",
-                self.endpoints.kafka_bootstrap,
-                "--input",
-                topics.input,
-                "--output",
-                topics.output,
-                "--group",
-                group,
-            ]
-            if self.module == "bench.raw_worker":
-                argv += ["--index", str(index), "--of", str(WORKERS), "--partitions", str(dataset.PARTITIONS)]
-                if bounded:
-                    argv.append("--bounded")
-            else:
-                argv += ["--state-dir", str(self.work_dir / "quix-state" / tag / str(index))]
+        for index, argv in enumerate(self.argvs(topics, bounded=bounded, tag=tag, group=group)):
             with open(logs / f"{tag}-{index}.log", "ab") as err:
                 procs.append(
                     subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
                 )
         ends = dataset.end_offsets(self.endpoints, topics.input) if bounded else {}
-        uses_group = self.module != "bench.raw_worker"
-        return ProcessGroupRunning(self.key, self.endpoints, group, topics.input, procs, ends, bounded, uses_group)
+        uses_group = self.module == "bench.quix_app"
+        # Flink commits its source offsets to the group after a checkpoint, apart from the sink's
+        # transactions: only its exit (after the final checkpoint) says the output is all committed.
+        done_on_exit = self.module in (FLINK_MODULE, "bench.ceiling_worker")
+        return ProcessGroupRunning(
+            self.key, self.endpoints, group, topics.input, procs, ends, bounded, uses_group, done_on_exit
+        )
+
+    def argvs(self, topics: Topics, *, bounded: bool, tag: str, group: str) -> list[list[str]]:
+        """The command line of each of the contender's processes."""
+        bootstrap = self.endpoints.kafka_bootstrap
+        if self.module == FLINK_MODULE:
+            return [
+                flink_argv(
+                    flink_build_dir(),
+                    bootstrap=bootstrap,
+                    input_topic=topics.input,
+                    output_topic=topics.output,
+                    group=group,
+                    checkpoint_dir=self.work_dir / "flink-checkpoints" / tag,
+                    bounded=bounded,
+                    parallelism=WORKERS,
+                )
+            ]
+        out = []
+        for index in range(WORKERS):
+            argv = [sys.executable, "-m", self.module, "--bootstrap", bootstrap, "--input", topics.input]
+            if self.module != "bench.ceiling_worker":
+                argv += ["--output", topics.output]
+            argv += ["--group", group]
+            if self.module in ("bench.raw_worker", "bench.ceiling_worker"):
+                argv += ["--index", str(index), "--of", str(WORKERS), "--partitions", str(dataset.PARTITIONS)]
+                if bounded and self.module == "bench.raw_worker":
+                    argv.append("--bounded")
+            else:
+                argv += ["--state-dir", str(self.work_dir / "quix-state" / tag / str(index))]
+            out.append(argv)
+        return out
 
 
 class ProcessGroupRunning:
@@ -229,6 +257,7 @@ class ProcessGroupRunning:
         ends: dict[int, int],
         bounded: bool,
         uses_group: bool,
+        done_on_exit: bool = False,
     ) -> None:
         self.key = key
         self._endpoints = endpoints
@@ -241,6 +270,7 @@ class ProcessGroupRunning:
         self._finished = [False] * len(procs)
         self._ready = [False] * len(procs)
         self._uses_group = uses_group
+        self._done_on_exit = done_on_exit
         self._last_offsets_check = 0.0
         self._complete = False
         self.reaped: dict[int, Reaped] = {}
@@ -256,7 +286,8 @@ class ProcessGroupRunning:
         assert proc.stdout is not None
         for line in proc.stdout:
             if line.startswith("@progress "):
-                self._counts[index] = int(line.split()[1])
+                with contextlib.suppress(ValueError, IndexError):  # a torn line: the next one counts
+                    self._counts[index] = int(line.split()[1])
             elif line.startswith("@ready"):
                 self._ready[index] = True
             elif line.startswith("@done"):
@@ -297,8 +328,10 @@ class ProcessGroupRunning:
         if self._complete or not self._bounded:
             return self._complete
         if len(self.reaped) == len(self._procs):
-            self._complete = True  # the raw workers exit after their last commit
+            self._complete = True  # the raw workers exit after their last commit, Flink after its final checkpoint
             return True
+        if self._done_on_exit:
+            return False
         now = time.monotonic()
         if now - self._last_offsets_check < 0.2:
             return False
@@ -318,13 +351,19 @@ class ProcessGroupRunning:
         its exact CPU time and peak RSS."""
         for proc in self._procs:
             if proc.pid not in self.reaped:
+                exited = reap(proc)
+                if exited is not None:
+                    self.reaped[proc.pid] = exited
+                    continue
+                # os.kill, not proc.send_signal: that polls first, and a poll() reaps a child that
+                # has just exited without its rusage (wait4 would then find no child)
                 with contextlib.suppress(ProcessLookupError):
-                    proc.send_signal(signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)
         for index, proc in enumerate(self._procs):
             result = self.reaped.get(proc.pid) or reap(proc, timeout_s=60)
             if result is None:
                 log(f"{self.key} worker {proc.pid} ignored SIGTERM for 60 s: killing it")
-                proc.kill()
+                os.kill(proc.pid, signal.SIGKILL)  # not proc.kill(): see above
                 result = reap(proc, timeout_s=10)
             if result is not None:
                 self.reaped[proc.pid] = result
@@ -357,6 +396,101 @@ def raw_contender(endpoints: Endpoints, work_dir: Path, run_id: str) -> ProcessG
         work_dir=work_dir,
         run_id=run_id,
     )
+
+
+def flink_contender(endpoints: Endpoints, work_dir: Path, run_id: str) -> ProcessGroupContender:
+    return ProcessGroupContender(
+        key="flink",
+        label=f"Apache Flink {FLINK_VERSION}",
+        module=FLINK_MODULE,
+        sinks="Kafka (transactions)",
+        guarantee="exactly-once (checkpoints every 1 s, RocksDB)",
+        endpoints=endpoints,
+        work_dir=work_dir,
+        run_id=run_id,
+    )
+
+
+def ceiling_contender(endpoints: Endpoints, work_dir: Path, run_id: str) -> ProcessGroupContender:
+    return ProcessGroupContender(
+        key="ceiling",
+        label="ceiling (bare consumer)",
+        module="bench.ceiling_worker",
+        sinks="none (reads only)",
+        guarantee="none: reads the input, computes nothing",
+        endpoints=endpoints,
+        work_dir=work_dir,
+        run_id=run_id,
+        reads_only=True,
+    )
+
+
+def cache_dir(environ: dict[str, str] | None = None) -> Path:
+    """``$WEIR_CACHE_DIR``, as deploy/local/lib.sh resolves it (default ~/.cache/weir)."""
+    env = os.environ if environ is None else environ
+    if env.get("WEIR_CACHE_DIR"):
+        return Path(env["WEIR_CACHE_DIR"])
+    base = env.get("XDG_CACHE_HOME") or str(Path(env.get("HOME") or Path.home()) / ".cache")
+    return Path(base) / "weir"
+
+
+def flink_build_dir(environ: dict[str, str] | None = None) -> Path:
+    """Where bench/flink/build.sh puts the job's jar and its lib/."""
+    return cache_dir(environ) / "bench" / "flink"
+
+
+def flink_argv(
+    build_dir: Path,
+    *,
+    bootstrap: str,
+    input_topic: str,
+    output_topic: str,
+    group: str,
+    checkpoint_dir: Path,
+    bounded: bool,
+    parallelism: int,
+    java: str = "java",
+) -> list[str]:
+    """The JVM running the Flink job on its MiniCluster (JVM defaults for the heap, as a user's
+    ``java -cp`` would have them)."""
+    argv = [
+        java,
+        "-cp",
+        f"{build_dir / 'weir-bench-flink.jar'}:{build_dir / 'lib'}/*",
+        FLINK_MAIN,
+        "--bootstrap",
+        bootstrap,
+        "--input",
+        input_topic,
+        "--output",
+        output_topic,
+        "--group",
+        group,
+        "--checkpoint-dir",
+        str(checkpoint_dir),
+        "--parallelism",
+        str(parallelism),
+    ]
+    if bounded:
+        argv.append("--bounded")
+    return argv
+
+
+def flink_available() -> str | None:
+    """None when the Flink job is built (bench/flink/build.sh first, as ``make bench-deps`` does:
+    it builds only when the jar is missing or older than the sources), else the reason it cannot run."""
+    if shutil.which("java") is None:
+        return "java not found (Java 17 is needed for the Flink contender)"
+    built = flink_build_dir()
+    if shutil.which("mvn") is not None:
+        # a no-op when the jar is newer than bench/flink's sources; waits for a build under way
+        result = subprocess.run([str(FLINK_BUILD)], capture_output=True, text=True, timeout=1800, check=False)
+        if result.returncode != 0:
+            lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
+            return f"bench/flink/build.sh failed: {lines[-1] if lines else result.returncode}"
+    if not (built / "weir-bench-flink.jar").is_file() or not (built / "lib" / ".complete").is_file():
+        return f"the Flink job is not built in {built} and mvn is not found (make bench-deps builds it)"
+    return None
 
 
 def quix_available() -> str | None:

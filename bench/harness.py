@@ -172,11 +172,14 @@ class BenchCluster:
     client: JobManagerClient
 
     def process_pids(self) -> dict[str, int]:
-        """The live JobManager and TaskManager processes: name -> pid."""
+        """The live JobManager, TaskManager and supervisor processes: name -> pid (each counted once)."""
         status = local_status(self.env.cluster_dir)
         if status is None:
             return {}
-        return {p.name: p.pid for p in status.processes if p.pid is not None and p.alive}
+        pids = {p.name: p.pid for p in status.processes if p.pid is not None and p.alive}
+        if status.supervisor_alive:
+            pids["supervisor"] = status.supervisor_pid
+        return pids
 
     def wait_all_taskmanagers(self, timeout_s: float = 60.0) -> None:
         deadline = time.monotonic() + timeout_s
@@ -336,6 +339,11 @@ class ProcessSampler:
             self._sample_one(pid)
         self._stop.set()
         self._thread.join(5)
+
+    def refresh(self) -> None:
+        """Sample every tracked process now (not waiting for the thread's next round)."""
+        for pid in list(self._procs):
+            self._sample_one(pid)
 
     def final(self, name: str, pid: int, cpu_s: float, peak_rss_bytes: int) -> None:
         """Exact totals of an exited child (CPU over its life, peak RSS), from its rusage."""

@@ -100,7 +100,8 @@ def main() -> int:
         while not stop.wait(0.1):
             print(f"@progress {consumed[0]}", flush=True)
 
-    threading.Thread(target=report, daemon=True).start()
+    reporter = threading.Thread(target=report, daemon=True)
+    reporter.start()
     print("@ready", flush=True)
     last_commit = time.monotonic()
     loads = json.loads
@@ -139,8 +140,10 @@ def main() -> int:
                 emit_closed(p, sys.maxsize)
             break
     commit(begin_next=False)
-    print(f"@progress {consumed[0]}", flush=True)
-    print("@done", flush=True)
+    stop.set()
+    reporter.join()  # its lines and the last ones must not interleave
+    sys.stdout.write(f"@progress {consumed[0]}\n@done\n")
+    sys.stdout.flush()
     consumer.close()
     return 0
 

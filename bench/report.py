@@ -31,9 +31,17 @@ def _rate(document: dict[str, Any], key: str) -> float | None:
     return document.get("throughput", {}).get(key, {}).get("median_eps")
 
 
+def _cpu(document: dict[str, Any], key: str) -> float | None:
+    return document.get("throughput", {}).get(key, {}).get("median_cpu_s_per_million")
+
+
 def ratios(document: dict[str, Any]) -> dict[str, float | None]:
+    """Throughput ratios (``_vs_``: Weir's events/s over the other's) and CPU-per-event ratios
+    (``_cpu_vs_``: Weir's CPU s per million events over the other's; below 1 is less CPU than it)."""
     weir, weir_pg = _rate(document, WEIR_VS_OTHERS), _rate(document, "weir")
     quix, raw = _rate(document, "quix"), _rate(document, "raw")
+    flink, ceiling = _rate(document, "flink"), _rate(document, "ceiling")
+    weir_cpu = _cpu(document, WEIR_VS_OTHERS)
 
     def ratio(a: float | None, b: float | None) -> float | None:
         return a / b if a and b else None
@@ -43,6 +51,11 @@ def ratios(document: dict[str, Any]) -> dict[str, float | None]:
         "weir_kafka_vs_raw": ratio(weir, raw),
         "weir_kafka_postgres_vs_quix": ratio(weir_pg, quix),
         "weir_kafka_postgres_vs_raw": ratio(weir_pg, raw),
+        "weir_kafka_vs_flink": ratio(weir, flink),
+        "weir_kafka_vs_ceiling": ratio(weir, ceiling),
+        "weir_kafka_cpu_vs_flink": ratio(weir_cpu, _cpu(document, "flink")),
+        "weir_kafka_cpu_vs_raw": ratio(weir_cpu, _cpu(document, "raw")),
+        "weir_kafka_cpu_vs_quix": ratio(weir_cpu, _cpu(document, "quix")),
     }
 
 
@@ -110,9 +123,9 @@ def markdown(document: dict[str, Any]) -> str:
     latency = document.get("latency", {})
     if throughput or latency:
         lines += [
-            "| contender | sinks | events/s sustained | events/s end to end | CPU s / M events | peak RSS / process "
-            "| p50 latency | p99 latency | output check |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| contender | sinks | events/s sustained | events/s end to end | CPU s / M events "
+            "| CPU s / M, 10-90 % | peak RSS / process | p50 latency | p99 latency | output check |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for key, info in document.get("contenders", {}).items():
             tp = throughput.get(key, {})
@@ -133,6 +146,7 @@ def markdown(document: dict[str, Any]) -> str:
                 f"| {info['label']} | {info['sinks']} | {_fmt(tp.get('median_eps'))} "
                 f"| {_fmt(tp.get('median_wall_eps'))} "
                 f"| {_fmt(tp.get('median_cpu_s_per_million'), '{:.1f}')} "
+                f"| {_fmt(tp.get('median_sustained_cpu_s_per_million'), '{:.1f}')} "
                 f"| {_fmt(peak / 2**20 if peak else None, '{:.0f} MiB')} "
                 f"| {_fmt(lat.get('p50_ms'), '{:,.0f} ms')} | {_fmt(lat.get('p99_ms'), '{:,.0f} ms')} | {check} |"
             )
@@ -162,9 +176,16 @@ def markdown(document: dict[str, Any]) -> str:
         f"| Weir (Kafka only) / raw Python limit | {_fmt(r.get('weir_kafka_vs_raw'), '{:.0%}')} |",
         f"| Weir (Kafka + PostgreSQL) / Quix Streams | {_fmt(r.get('weir_kafka_postgres_vs_quix'), '{:.2f}x')} |",
         f"| Weir (Kafka + PostgreSQL) / raw Python limit | {_fmt(r.get('weir_kafka_postgres_vs_raw'), '{:.0%}')} |",
+        f"| Weir (Kafka only) / Apache Flink, events/s | {_fmt(r.get('weir_kafka_vs_flink'), '{:.2f}x')} |",
+        f"| Weir (Kafka only) / ceiling (bare consumer), events/s | {_fmt(r.get('weir_kafka_vs_ceiling'), '{:.0%}')} |",
+        f"| Weir (Kafka only) / Apache Flink, CPU per event | {_fmt(r.get('weir_kafka_cpu_vs_flink'), '{:.2f}x')} |",
+        f"| Weir (Kafka only) / raw Python limit, CPU per event | {_fmt(r.get('weir_kafka_cpu_vs_raw'), '{:.2f}x')} |",
+        f"| Weir (Kafka only) / Quix Streams, CPU per event | {_fmt(r.get('weir_kafka_cpu_vs_quix'), '{:.2f}x')} |",
         "",
-        "Quix Streams' PostgreSQL sink is at-least-once, so the pairs with Quix Streams and the raw limit use "
-        "Weir's keyed aggregation with its Kafka sink only (-D sink.postgres=false).",
+        "Quix Streams' PostgreSQL sink is at-least-once, so the pairs with Quix Streams, the raw limit and "
+        "Apache Flink (Kafka sink only too) use Weir's keyed aggregation with its Kafka sink only "
+        "(-D sink.postgres=false). CPU per event counts each contender's own processes (Flink: its JVM); the "
+        "ceiling's row is what the broker serves a bare Python consumer here, its check the records read.",
         "",
     ]
     checkpoint = document.get("checkpoint") or {}

@@ -1,4 +1,5 @@
-"""The benchmark of the keyed aggregation: Weir against Quix Streams and the raw Python limit.
+"""The benchmark of the keyed aggregation: Weir against Quix Streams, the raw Python limit, Apache Flink
+and the ceiling (a bare consumer reading the input).
 
 ``make bench`` (full) and ``make bench-quick`` run ``.venv/bin/python -m bench.run [--quick]``.
 docs/benchmarks.md says what each figure means and how it is measured; in short:
@@ -39,11 +40,15 @@ from bench import dataset, report
 from bench.contenders import (
     WORKERS,
     Contender,
+    ProcessGroupContender,
     Topics,
     WeirContender,
     WeirRunning,
+    ceiling_contender,
     count_rows,
     describe,
+    flink_available,
+    flink_contender,
     quix_available,
     quix_contender,
     raw_contender,
@@ -52,6 +57,7 @@ from bench.harness import (
     JOBS_DIR,
     RESULTS_DIR,
     BenchCluster,
+    BenchEnvironment,
     BenchError,
     ProcessSampler,
     Progress,
@@ -70,7 +76,7 @@ from weir.core.config import Endpoints
 from weir.tools.supervisor import kill_process
 
 PHASES: Final = ("throughput", "latency", "checkpoint", "memory", "recovery")
-CONTENDER_KEYS: Final = ("weir", "weir-kafka", "quix", "raw")
+CONTENDER_KEYS: Final = ("weir", "weir-kafka", "quix", "raw", "flink", "ceiling")
 
 
 @dataclass(frozen=True)
@@ -111,16 +117,29 @@ SLOW_SINK_DELAY_MS: Final = 10
 
 
 class Runner:
-    def __init__(self, plan: Plan, quick: bool, cluster: BenchCluster, contenders: list[Contender]) -> None:
+    def __init__(
+        self,
+        plan: Plan,
+        quick: bool,
+        env: BenchEnvironment,
+        cluster: BenchCluster | None,
+        contenders: list[Contender],
+    ) -> None:
         self.plan = plan
         self.quick = quick
-        self.cluster = cluster
-        self.env = cluster.env
-        self.endpoints = cluster.env.endpoints
-        self.run_id = cluster.env.run_id
+        self._cluster = cluster
+        self.env = env
+        self.endpoints = env.endpoints
+        self.run_id = env.run_id
         self.contenders = contenders
         self.results: dict[str, Any] = {"throughput": {}, "latency": {}}
         self.input_topic = self.topic("input")
+
+    @property
+    def cluster(self) -> BenchCluster:
+        if self._cluster is None:
+            raise BenchError("this run has no Weir cluster (no Weir contender or Weir phase was chosen)")
+        return self._cluster
 
     def topic(self, name: str) -> str:
         return f"bench-{self.run_id}-{name}"
@@ -175,6 +194,7 @@ class Runner:
             entry["median_eps"] = median([r["sustained_eps"] for r in ok])
             entry["median_wall_eps"] = median([r["wall_eps"] for r in ok])
             entry["median_cpu_s_per_million"] = median([r["cpu_s_per_million"] for r in ok])
+            entry["median_sustained_cpu_s_per_million"] = median([r.get("sustained_cpu_s_per_million") for r in ok])
             entry["peak_rss_max_bytes"] = max((max(r["peak_rss_bytes"].values(), default=0) for r in ok), default=None)
 
     def _throughput_run(self, contender: Contender, topics: Topics, total: int, tag: str) -> dict[str, Any]:
@@ -182,11 +202,15 @@ class Runner:
         started = time.monotonic()
         running = contender.start(topics, bounded=True, tag=tag)
         samples: list[tuple[float, float]] = [(0.0, 0.0)]
+        cpu_marks = CpuMarks(total)
         try:
             while True:
                 sampler.track(running.pids())
                 now = time.monotonic() - started
                 samples.append((now, max(samples[-1][1], running.progress())))
+                if cpu_marks.wants(samples[-1][1]):
+                    sampler.refresh()
+                    cpu_marks.mark(samples[-1][1], sampler.total_cpu_s())
                 if running.done():
                     break
                 if now > self.plan.timeout_s:
@@ -203,7 +227,11 @@ class Runner:
         if observed < 0.9:
             log(f"  progress seen up to {observed:.0%} only: no sustained rate (is the progress counter read?)")
         cpu = sampler.total_cpu_s()
-        check = dataset.check_output(self.endpoints, topics.output, self.plan.events)
+        if reads_only(contender):
+            output = read_check(running.progress(), total)
+        else:
+            check = dataset.check_output(self.endpoints, topics.output, self.plan.events)
+            output = {**asdict(check), "complete": check.complete, "duplicates": check.duplicates}
         figures: dict[str, Any] = {
             "sustained_eps": Progress(tuple(samples)).sustained_rate(total) if observed >= 0.9 else None,
             "progress_observed": observed,
@@ -211,8 +239,9 @@ class Runner:
             "wall_eps": total / wall,
             "cpu_s": cpu,
             "cpu_s_per_million": cpu / total * 1e6,
+            "sustained_cpu_s_per_million": cpu_marks.per_million(),
             "peak_rss_bytes": sampler.peak_rss_by_process(),
-            "output": {**asdict(check), "complete": check.complete, "duplicates": check.duplicates},
+            "output": output,
             "progress_samples": len(samples),
         }
         if isinstance(contender, WeirContender) and contender.tables:
@@ -225,6 +254,8 @@ class Runner:
 
     def latency(self) -> None:
         for contender in self.contenders:
+            if reads_only(contender):
+                continue  # no output: no latency
             sustained = self.median_rate(contender.key)
             rate = (sustained or DEFAULT_RATE_EPS) / 2
             log(f"latency: {contender.label} at {rate:,.0f} events/s (half of its sustained rate)")
@@ -462,6 +493,52 @@ class Runner:
 # Helpers of the phases ----------------------------------------------------------------------------------
 
 
+class CpuMarks:
+    """The contender's CPU seconds when its progress first reached 10 % and 90 % of the input: CPU per
+    event over the sustained part of the run, start-up (a JVM's, a job's deployment) and tail left out."""
+
+    def __init__(self, total: int, low: float = 0.1, high: float = 0.9) -> None:
+        self.total = total
+        self.bounds = (total * low, total * high)
+        self.at: list[tuple[float, float]] = []  # (events consumed, CPU s) at each bound reached
+
+    def wants(self, consumed: float) -> bool:
+        return len(self.at) < 2 and consumed >= self.bounds[len(self.at)]
+
+    def mark(self, consumed: float, cpu_s: float) -> None:
+        self.at.append((consumed, cpu_s))
+        if len(self.at) == 1 and consumed >= self.bounds[1]:
+            self.at.append((consumed, cpu_s))  # both bounds passed between two samples
+
+    def per_million(self) -> float | None:
+        """CPU s per million events between the two marks; None when they were not both seen apart."""
+        if len(self.at) < 2 or self.at[1][0] <= self.at[0][0]:
+            return None
+        (n0, c0), (n1, c1) = self.at
+        return (c1 - c0) / (n1 - n0) * 1e6
+
+
+def needs_cluster(contenders: list[str], phases: list[str]) -> bool:
+    """Whether the run starts its private Weir cluster: for a Weir contender, or a phase only Weir
+    runs (checkpoint, memory, recovery). Quix Streams, the raw limit, Flink and the ceiling need none."""
+    return any(k.startswith("weir") for k in contenders) or bool({"checkpoint", "memory", "recovery"} & set(phases))
+
+
+def reads_only(contender: Contender) -> bool:
+    """The ceiling: it reads the input and writes nothing."""
+    return isinstance(contender, ProcessGroupContender) and contender.reads_only
+
+
+def read_check(read: int, expected: int) -> dict[str, Any]:
+    """The ceiling's check: every input record read (events and sentinels), none twice."""
+    return {
+        "records_read": read,
+        "expected_records": expected,
+        "complete": read == expected,
+        "duplicates": max(0, read - expected),
+    }
+
+
 def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> float:
     """Poll ``condition`` until true; answers the wall-clock time it became true."""
     deadline = time.monotonic() + timeout_s
@@ -626,16 +703,22 @@ def main(argv: list[str] | None = None) -> int:
         "contenders": {},
         "unavailable": {},
     }
-    quix_problem = quix_available() if "quix" in keys else None
-    if quix_problem is not None:
-        log(f"Quix Streams cannot run here: {quix_problem}")
-        document["unavailable"]["quix"] = quix_problem
-        keys.remove("quix")
+    for key, available, name in (("quix", quix_available, "Quix Streams"), ("flink", flink_available, "Apache Flink")):
+        problem = available() if key in keys else None
+        if problem is not None:
+            log(f"{name} cannot run here: {problem}")
+            document["unavailable"][key] = problem
+            keys.remove(key)
 
     try:
-        with private_cluster(env) as cluster:
+        cluster_needed = needs_cluster(keys, phases)
+        if not cluster_needed:
+            log("no Weir contender or Weir-only phase chosen: no Weir cluster for this run")
+        with private_cluster(env) if cluster_needed else contextlib.nullcontext(None) as cluster:
             contenders: list[Contender] = []
             for key in keys:
+                if key in ("weir", "weir-kafka") and cluster is None:
+                    raise BenchError("a Weir contender needs the run's cluster")
                 if key == "weir":
                     contenders.append(WeirContender("weir", "Weir (Kafka + PostgreSQL)", cluster, with_postgres=True))
                 elif key == "weir-kafka":
@@ -644,8 +727,12 @@ def main(argv: list[str] | None = None) -> int:
                     contenders.append(quix_contender(env.endpoints, env.run_root, run_id))
                 elif key == "raw":
                     contenders.append(raw_contender(env.endpoints, env.run_root, run_id))
+                elif key == "flink":
+                    contenders.append(flink_contender(env.endpoints, env.run_root, run_id))
+                elif key == "ceiling":
+                    contenders.append(ceiling_contender(env.endpoints, env.run_root, run_id))
             document["contenders"] = {c.key: describe(c) for c in contenders}
-            runner = Runner(plan, args.quick, cluster, contenders)
+            runner = Runner(plan, args.quick, env, cluster, contenders)
             try:
                 if {"throughput", "memory"} & set(phases):
                     runner.produce_input()

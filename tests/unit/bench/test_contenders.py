@@ -1,0 +1,185 @@
+"""The Flink and ceiling contenders' pure parts: command lines, the build directory, the checks and
+the ratios against them (no services, no JVM)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from bench import report
+from bench.contenders import (
+    FLINK_KAFKA_CONNECTOR,
+    FLINK_MAIN,
+    FLINK_VERSION,
+    ProcessGroupContender,
+    Topics,
+    cache_dir,
+    ceiling_contender,
+    flink_argv,
+    flink_build_dir,
+    flink_contender,
+    raw_contender,
+)
+from bench.harness import REPO_ROOT
+from bench.run import CONTENDER_KEYS, read_check, reads_only
+from weir.core.config import Endpoints
+
+POM = REPO_ROOT / "bench" / "flink" / "pom.xml"
+
+
+def test_cache_dir_resolves_as_deploy_local_does() -> None:
+    assert cache_dir({"WEIR_CACHE_DIR": "/c/w", "HOME": "/h"}) == Path("/c/w")
+    assert cache_dir({"XDG_CACHE_HOME": "/x", "HOME": "/h"}) == Path("/x/weir")
+    assert cache_dir({"HOME": "/h"}) == Path("/h/.cache/weir")
+    assert flink_build_dir({"HOME": "/h"}) == Path("/h/.cache/weir/bench/flink")
+
+
+def test_flink_argv_runs_the_job_from_the_cache_at_parallelism_3() -> None:
+    argv = flink_argv(
+        Path("/c/bench/flink"),
+        bootstrap="127.0.0.1:9092",
+        input_topic="in",
+        output_topic="out",
+        group="g",
+        checkpoint_dir=Path("/tmp/cp"),
+        bounded=True,
+        parallelism=3,
+    )
+    assert argv[:4] == ["java", "-cp", "/c/bench/flink/weir-bench-flink.jar:/c/bench/flink/lib/*", FLINK_MAIN]
+    options = dict(zip(argv[4::2], argv[5::2], strict=False))
+    assert options["--input"] == "in" and options["--output"] == "out" and options["--parallelism"] == "3"
+    assert options["--checkpoint-dir"] == "/tmp/cp"
+    assert argv[-1] == "--bounded"
+    unbounded = flink_argv(
+        Path("/c"), bootstrap="b", input_topic="i", output_topic="o", group="g",
+        checkpoint_dir=Path("/cp"), bounded=False, parallelism=3,
+    )  # fmt: skip
+    assert "--bounded" not in unbounded
+
+
+def test_pom_pins_the_versions_the_label_names() -> None:
+    pom = POM.read_text()
+    assert f"<flink.version>{FLINK_VERSION}</flink.version>" in pom
+    assert f"<flink.kafka.version>{FLINK_KAFKA_CONNECTOR}</flink.kafka.version>" in pom
+    # the connector's release line names the Flink minor it is built against
+    assert FLINK_KAFKA_CONNECTOR.endswith("-" + ".".join(FLINK_VERSION.split(".")[:2]))
+    for artifact in ("flink-streaming-java", "flink-clients", "flink-connector-kafka", "flink-statebackend-rocksdb"):
+        assert re.search(rf"<artifactId>{artifact}</artifactId>", pom), artifact
+    # the build goes out of the repository
+    assert "<directory>${weir.build.dir}</directory>" in pom
+
+
+def test_the_job_keeps_the_benchmark_settings() -> None:
+    java = (REPO_ROOT / "bench" / "flink" / "src" / "main" / "java" / "weir" / "bench" / "WindowJob.java").read_text()
+    for setting in (
+        '"state.backend.type", "rocksdb"',
+        '"execution.checkpointing.interval", "1s"',
+        '"execution.checkpointing.mode", "EXACTLY_ONCE"',
+        "DeliveryGuarantee.EXACTLY_ONCE",
+        "TumblingEventTimeWindows.of(Duration.ofMillis(windowMs))",
+        "setBounded(OffsetsInitializer.latest())",
+        '"isolation.level", "read_committed"',
+    ):
+        assert setting in java, setting
+
+
+def endpoints() -> Endpoints:
+    return Endpoints.from_env()
+
+
+def test_ceiling_workers_read_without_output_by_static_assignment(tmp_path: Path) -> None:
+    ceiling = ceiling_contender(endpoints(), tmp_path, "r1")
+    argvs = ceiling.argvs(Topics("in", "out"), bounded=True, tag="tp1-ceiling", group="g")
+    assert len(argvs) == 3
+    for index, argv in enumerate(argvs):
+        assert argv[1:3] == ["-m", "bench.ceiling_worker"]
+        assert "--output" not in argv
+        options = dict(zip(argv[3::2], argv[4::2], strict=False))
+        assert options["--index"] == str(index) and options["--of"] == "3" and options["--partitions"] == "8"
+    assert reads_only(ceiling)
+    assert not reads_only(raw_contender(endpoints(), tmp_path, "r1"))
+
+
+def test_raw_and_flink_command_lines(tmp_path: Path) -> None:
+    raw = raw_contender(endpoints(), tmp_path, "r1").argvs(Topics("in", "out"), bounded=True, tag="t", group="g")
+    assert all(a[1:3] == ["-m", "bench.raw_worker"] and a[-1] == "--bounded" for a in raw)
+    flink = flink_contender(endpoints(), tmp_path, "r1")
+    assert isinstance(flink, ProcessGroupContender)
+    (argv,) = flink.argvs(Topics("in", "out"), bounded=True, tag="tp1-flink", group="g")
+    assert argv[0] == "java" and FLINK_MAIN in argv
+    assert str(tmp_path / "flink-checkpoints" / "tp1-flink") in argv
+    assert flink.label == f"Apache Flink {FLINK_VERSION}"
+
+
+def test_contender_keys_include_flink_and_the_ceiling() -> None:
+    assert {"flink", "ceiling"} <= set(CONTENDER_KEYS)
+
+
+def test_read_check_is_complete_only_at_the_exact_count() -> None:
+    assert read_check(208, 208) == {"records_read": 208, "expected_records": 208, "complete": True, "duplicates": 0}
+    assert not read_check(207, 208)["complete"]
+    assert read_check(210, 208)["duplicates"] == 2
+
+
+def test_ratios_against_flink_and_the_ceiling() -> None:
+    doc = {
+        "throughput": {
+            "weir-kafka": {"median_eps": 60_000.0, "median_cpu_s_per_million": 4.0},
+            "flink": {"median_eps": 80_000.0, "median_cpu_s_per_million": 8.0},
+            "raw": {"median_eps": 100_000.0, "median_cpu_s_per_million": 2.0},
+            "ceiling": {"median_eps": 120_000.0, "median_cpu_s_per_million": 0.5},
+        }
+    }
+    r = report.ratios(doc)
+    assert r["weir_kafka_vs_flink"] == 0.75
+    assert r["weir_kafka_vs_ceiling"] == 0.5
+    assert r["weir_kafka_cpu_vs_flink"] == 0.5
+    assert r["weir_kafka_cpu_vs_raw"] == 2.0
+    assert r["weir_kafka_cpu_vs_quix"] is None
+
+
+def test_stop_reaps_a_worker_that_exited_just_before_with_its_rusage() -> None:
+    """A worker that exited after the last ``done()``: ``stop`` must not poll it (that would reap it
+    without rusage, and wait4 would then find no child)."""
+    import subprocess
+    import sys
+    import time
+
+    from bench.contenders import ProcessGroupRunning
+    from bench.harness import ProcessSampler
+
+    code = "print('@ready'); print('@progress 5'); print('@done')"
+    procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    running = ProcessGroupRunning("t", endpoints(), "g", "in", procs, {}, True, False, True)
+    time.sleep(1.0)  # both have exited, neither is reaped yet
+    sampler = ProcessSampler()
+    running.stop(sampler)
+    assert len(running.reaped) == 2 and all(r.exit_code == 0 for r in running.reaped.values())
+    assert running.progress() == 10
+    assert {u.name for u in sampler.usage.values()} == {"t-0", "t-1"}
+    assert all(u.peak_rss_bytes > 0 for u in sampler.usage.values())
+
+
+def test_a_cluster_only_for_weir_contenders_or_weir_phases() -> None:
+    from bench.run import needs_cluster
+
+    assert not needs_cluster(["raw", "flink", "ceiling", "quix"], ["throughput", "latency"])
+    assert needs_cluster(["weir-kafka", "flink"], ["throughput"])
+    assert needs_cluster(["raw"], ["throughput", "recovery"])
+
+
+def test_cpu_marks_take_cpu_per_event_between_10_and_90_percent() -> None:
+    from bench.run import CpuMarks
+
+    marks = CpuMarks(1_000_000)
+    assert not marks.wants(50_000)
+    assert marks.wants(100_000)
+    marks.mark(100_000, 20.0)  # a JVM's start-up: 20 CPU s before 10 %
+    assert not marks.wants(500_000)
+    assert marks.wants(900_000)
+    marks.mark(900_000, 24.0)
+    assert not marks.wants(1_000_000)
+    assert marks.per_million() == 5.0  # 4 CPU s over 800k events
+    jumped = CpuMarks(1_000)
+    jumped.mark(1_000, 1.0)  # both bounds between two samples: no figure
+    assert jumped.per_million() is None and not jumped.wants(1_000)
