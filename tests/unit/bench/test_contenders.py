@@ -141,9 +141,9 @@ def test_ratios_against_flink_and_the_ceiling() -> None:
 def test_stop_reaps_a_worker_that_exited_just_before_with_its_rusage() -> None:
     """A worker that exited after the last ``done()``: ``stop`` must not poll it (that would reap it
     without rusage, and wait4 would then find no child)."""
+    import os
     import subprocess
     import sys
-    import time
 
     from bench.contenders import ProcessGroupRunning
     from bench.harness import ProcessSampler
@@ -151,7 +151,8 @@ def test_stop_reaps_a_worker_that_exited_just_before_with_its_rusage() -> None:
     code = "print('@ready'); print('@progress 5'); print('@done')"
     procs = [subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     running = ProcessGroupRunning("t", endpoints(), "g", "in", procs, {}, True, False, True)
-    time.sleep(1.0)  # both have exited, neither is reaped yet
+    for proc in procs:  # wait until both have exited, without reaping them
+        os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
     sampler = ProcessSampler()
     running.stop(sampler)
     assert len(running.reaped) == 2 and all(r.exit_code == 0 for r in running.reaped.values())
