@@ -15,8 +15,10 @@ Modes (Flink's three barrier handlers):
   The snapshot holds every record before barrier N and possibly some after it.
 - ``UNALIGNED``: nothing is blocked; the operator snapshots on the first barrier of N, and the
   records still arriving on each channel until its own barrier N are captured as in-flight state,
-  so that snapshot + captured records hold exactly the records before barrier N. Savepoints stay
-  aligned in this mode, as in Flink: a savepoint must not depend on in-flight data.
+  so that snapshot + captured records hold exactly the records before barrier N. A barrier of this
+  mode is a priority event that overtakes the buffers queued on its channel: those are captured too
+  (CaptureQueued), after what the channel delivered before. Savepoints stay aligned in this mode, as
+  in Flink: a savepoint must not depend on in-flight data.
 
 One checkpoint is pending at a time (the JobManager runs one checkpoint at a time, so a barrier or
 cancellation of a newer checkpoint means the pending one is already dead). Invariants between calls:
@@ -124,6 +126,16 @@ class StopCapture:
 
 
 @dataclass(frozen=True)
+class CaptureQueued:
+    """The channel's barrier arrived ahead of buffers the channel still queues (an unaligned barrier
+    overtook them): those buffers belong to the checkpoint's in-flight state, after what the channel
+    delivered before. The task processes them next, as usual."""
+
+    channel: ChannelIndex
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
 class InflightCaptureComplete:
     """Every channel's in-flight records for the unaligned checkpoint are captured: acknowledge it."""
 
@@ -143,6 +155,7 @@ Action = (
     | AbortedCheckpoint
     | StartCapture
     | StopCapture
+    | CaptureQueued
     | InflightCaptureComplete
     | AllChannelsEnded
 )
@@ -228,10 +241,14 @@ class BarrierAligner:
         kind: CheckpointKind = CheckpointKind.CHECKPOINT,
         *,
         now: float,
+        priority: bool = False,
     ) -> tuple[Action, ...]:
         """Barrier ``checkpoint_id`` read from ``channel`` at time ``now``. A barrier of a newer
-        checkpoint subsumes the pending one; an older or finished one is ignored."""
-        self._check_readable(channel, f"barrier of checkpoint {checkpoint_id}")
+        checkpoint subsumes the pending one; an older or finished one is ignored. ``priority``: it
+        came ahead of the channel's queue (an unaligned barrier), so it may come on a blocked channel."""
+        self._check_readable(
+            channel, f"barrier of checkpoint {checkpoint_id}", blocked_ok=priority and self._is_newer(checkpoint_id)
+        )
         pending = self._pending
         if pending is not None and checkpoint_id == pending.checkpoint_id:
             if channel in pending.arrived:
@@ -296,12 +313,13 @@ class BarrierAligner:
             return self._arrive(_Pending(checkpoint_id, kind, strategy, now, frozenset()), channel, now)
         pending = _Pending(checkpoint_id, kind, strategy, now, frozenset({channel}))
         others = sorted(self._waiting_for(pending))
+        trigger = TriggerSnapshot(checkpoint_id, kind, now, now, capture_inflight=True)
+        queued = CaptureQueued(channel, checkpoint_id)
         if not others:
             self._last_completed = checkpoint_id
-            return (TriggerSnapshot(checkpoint_id, kind, now, now),)
+            return (trigger, queued, InflightCaptureComplete(checkpoint_id))
         self._pending = pending
-        trigger = TriggerSnapshot(checkpoint_id, kind, now, now, capture_inflight=True)
-        return (trigger, *(StartCapture(other, checkpoint_id) for other in others))
+        return (trigger, queued, *(StartCapture(other, checkpoint_id) for other in others))
 
     def _arrive(self, pending: _Pending, channel: ChannelIndex, now: float) -> tuple[Action, ...]:
         self._pending = replace(pending, arrived=pending.arrived | {channel})
@@ -312,7 +330,11 @@ class BarrierAligner:
             case _Strategy.TRACKING:
                 return completed
             case _Strategy.UNALIGNED:
-                return (StopCapture(channel, pending.checkpoint_id), *completed)
+                return (
+                    StopCapture(channel, pending.checkpoint_id),
+                    CaptureQueued(channel, pending.checkpoint_id),
+                    *completed,
+                )
 
     def _complete_if_all_arrived(self, now: float, unblocked: frozenset[ChannelIndex]) -> tuple[Action, ...]:
         """Complete the pending checkpoint if no live channel still owes its barrier. ``unblocked``:
@@ -370,7 +392,10 @@ class BarrierAligner:
         self._latest = checkpoint_id
         self._aborted_ahead = {aborted for aborted in self._aborted_ahead if aborted > checkpoint_id}
 
-    def _check_readable(self, channel: ChannelIndex, event: str) -> None:
+    def _check_readable(self, channel: ChannelIndex, event: str, *, blocked_ok: bool = False) -> None:
+        """``blocked_ok``: a barrier of a newer checkpoint, which may reach a blocked channel as a
+        priority event (the JobManager aborted the aligning checkpoint and started the next one,
+        unaligned, before its abort reached this task)."""
         if channel not in self._channels:
             raise InputProtocolError(
                 f"task {self._task}: {event} on channel {channel}, but the task has "
@@ -378,7 +403,7 @@ class BarrierAligner:
             )
         if channel in self._ended:
             raise InputProtocolError(f"task {self._task}: {event} on channel {channel} after its end of stream")
-        if channel in self.blocked_channels:
+        if channel in self.blocked_channels and not blocked_ok:
             raise InputProtocolError(
                 f"task {self._task}: {event} on channel {channel}, which is blocked while checkpoint "
                 f"{self.pending_checkpoint} aligns; the input loop must not poll a blocked channel"

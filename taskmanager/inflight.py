@@ -1,19 +1,31 @@
-"""The in-flight records of an unaligned checkpoint: captured while it runs, persisted with it, replayed
+"""The in-flight data of an unaligned checkpoint: captured while it runs, persisted with it, replayed
 on restore. Pure: no I/O, no clock.
 
-In unaligned mode (``taskmanager.barrier_aligner``) a task snapshots on the first barrier of a
-checkpoint; the records it then reads on each other channel until that channel's barrier arrives
-were sent before the barrier upstream, so they belong to the checkpoint. The task processes them as
-usual and also appends them, as the received buffers' record blobs (``network.encode_records``), to
-an :class:`InflightCapture`. Once every channel delivered its barrier (or ended), the capture becomes
-an :class:`InflightState`, stored among the task's operator states under :data:`INFLIGHT_STATE_NAME`.
-A restore runs the snapshot's state, then :meth:`InflightState.replay` (channel by channel, each in
-arrival order) into the chain, before any new input: every record then affects the state once.
+In unaligned mode (FLIP-76) a checkpoint's barrier is a priority event: the producing task sends it
+ahead of the buffers its output channels still queue, and the consuming task takes it ahead of the
+buffers its input channel queues (``taskmanager.network``). So the barrier overtakes data that was
+produced before it, and that data is the checkpoint's in-flight state, in two parts:
 
-The stored document, format 1 (``docs/formats.md``)::
+- **input**, per input channel of the consuming task: the buffers it read from a channel after its
+  snapshot (which it took on the first barrier) until that channel's barrier, then the buffers that
+  channel queued ahead of its barrier when the barrier arrived (:class:`InflightCapture`);
+- **output**, per output channel of a task: the buffers queued, not yet sent, when its barrier
+  overtook them.
 
-    {"format": 1, "checkpoint_id": int,
-     "channels": [{"channel": int, "buffers": ["<base64 record blob>", ...]}, ...]}   # by channel
+The task processes and sends those buffers as usual, and also keeps copies in the checkpoint. A
+restore replays the output part into the output channels and the input part into the chain before
+any new input, channel by channel, each in its original order: every record then affects the state
+exactly once. A buffer is kept as its ``DataMessage`` (records and at most one watermark or
+watermark-status event; never a barrier or end of stream), serialized.
+
+The stored document, format 2 (``docs/formats.md``)::
+
+    {"format": 2, "checkpoint_id": int,
+     "input":  [{"channel": int, "buffers": ["<base64 DataMessage>", ...]}, ...],        # by channel
+     "output": [{"output": int, "channel": int, "buffers": ["<base64 DataMessage>", ...]}, ...]}
+
+Format 1 (input record blobs only, ``"channels": [{"channel", "buffers": [<base64 record blob>]}]``)
+is still read.
 """
 
 from __future__ import annotations
@@ -21,14 +33,16 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
-from weir.core.documents import load_versioned, typed
+from taskmanager.network import decode_records
+from weir.core.documents import typed
 from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId
 from weir.core.task_state import INFLIGHT_STATE_NAME
+from weir.wire import taskmanager_pb2
 
 __all__ = [
     "INFLIGHT_FORMAT",
@@ -36,50 +50,100 @@ __all__ = [
     "InflightCapture",
     "InflightCaptureError",
     "InflightState",
+    "OutputChannelKey",
     "decode_inflight",
     "encode_inflight",
+    "persistable",
 ]
 
-INFLIGHT_FORMAT: Final = 1
+INFLIGHT_FORMAT: Final = 2
+_READABLE_FORMATS: Final = (1, 2)
+
+_Event = taskmanager_pb2.EventKind
+_PERSISTED_EVENTS: Final = frozenset(
+    {
+        _Event.EVENT_KIND_UNSPECIFIED,
+        _Event.EVENT_KIND_WATERMARK,
+        _Event.EVENT_KIND_WATERMARK_IDLE,
+        _Event.EVENT_KIND_WATERMARK_ACTIVE,
+    }
+)
+
+OutputChannelKey = tuple[int, int]
+"""(output edge index, channel index) of a task's output channel."""
 
 
 class InflightCaptureError(SerializationError):
-    """In-flight records were captured or completed against the capture protocol (a runtime bug)."""
+    """In-flight data was captured or completed against the capture protocol (a runtime bug)."""
+
+
+def persistable(message: taskmanager_pb2.DataMessage) -> bytes | None:
+    """What of ``message`` an unaligned checkpoint keeps: its records and a watermark event, not a
+    barrier, cancellation marker or end of stream (a checkpoint restored replays no control events).
+    None when nothing is left."""
+    if message.event in _PERSISTED_EVENTS:
+        return message.SerializeToString() if (message.record_count or message.event) else None
+    if not message.record_count:
+        return None
+    kept = taskmanager_pb2.DataMessage(records=message.records, record_count=message.record_count)
+    return kept.SerializeToString()
+
+
+def parse_message(blob: bytes, where: str) -> taskmanager_pb2.DataMessage:
+    """One persisted buffer back as a ``DataMessage``; SerializationError if it is not one."""
+    message = taskmanager_pb2.DataMessage()
+    try:
+        message.ParseFromString(blob)
+    except Exception as exc:  # protobuf's DecodeError
+        raise SerializationError(f"in-flight buffer {where} is not a DataMessage: {exc}") from exc
+    if message.event not in _PERSISTED_EVENTS or message.priority:
+        raise SerializationError(f"in-flight buffer {where} carries a control event ({message.event})")
+    return message
 
 
 @dataclass(frozen=True)
 class InflightState:
-    """The in-flight record blobs of one checkpoint, by input channel, each channel's in arrival order."""
+    """The in-flight buffers of one checkpoint at one task: ``channels`` by input channel, ``outputs``
+    by output channel, each in its order."""
 
     checkpoint_id: CheckpointId
     channels: Mapping[ChannelIndex, tuple[bytes, ...]] = field(default_factory=dict)
+    outputs: Mapping[OutputChannelKey, tuple[bytes, ...]] = field(default_factory=dict)
 
     @property
     def size_bytes(self) -> int:
-        return sum(len(blob) for blobs in self.channels.values() for blob in blobs)
+        return sum(len(b) for blobs in (*self.channels.values(), *self.outputs.values()) for b in blobs)
 
     @property
     def buffer_count(self) -> int:
-        return sum(len(blobs) for blobs in self.channels.values())
+        return sum(len(blobs) for blobs in (*self.channels.values(), *self.outputs.values()))
 
     def replay(self) -> Iterator[tuple[ChannelIndex, bytes]]:
-        """What a restore feeds the chain before any new input: channel by channel, in order."""
+        """The input part, as a restore feeds it to the chain before any new input: by channel, in order."""
         for channel in sorted(self.channels):
             for blob in self.channels[channel]:
                 yield channel, blob
 
+    def replay_outputs(self) -> Iterator[tuple[OutputChannelKey, bytes]]:
+        """The output part, as a restore sends it before anything else: by channel, in order."""
+        for key in sorted(self.outputs):
+            for blob in self.outputs[key]:
+                yield key, blob
+
 
 class InflightCapture:
-    """Collects one unaligned checkpoint's in-flight record blobs while its barriers arrive. Driven by
-    the aligner's StartCapture / StopCapture and the task's reads; :meth:`complete` once every
-    channel stopped. Owned by the task thread."""
+    """Collects one unaligned checkpoint's in-flight buffers at one task while its barriers arrive.
+    Driven by the aligner's StartCapture / StopCapture / CaptureQueued and the task's reads, and by the
+    snapshot's overtaken output buffers; :meth:`complete` once every channel stopped. Owned by the
+    task thread."""
 
-    __slots__ = ("_blobs", "_capturing", "checkpoint_id")
+    __slots__ = ("_blobs", "_capturing", "_outputs", "checkpoint_id")
 
     def __init__(self, checkpoint_id: CheckpointId) -> None:
         self.checkpoint_id = checkpoint_id
         self._capturing: set[ChannelIndex] = set()
         self._blobs: dict[ChannelIndex, list[bytes]] = {}
+        self._outputs: dict[OutputChannelKey, tuple[bytes, ...]] = {}
 
     @property
     def capturing(self) -> frozenset[ChannelIndex]:
@@ -101,10 +165,28 @@ class InflightCapture:
             )
         self._capturing.discard(channel)
 
-    def add(self, channel: ChannelIndex, blob: bytes) -> None:
-        """A record blob read from ``channel``; kept only while the channel captures."""
-        if blob and channel in self._capturing:
-            self._blobs[channel].append(blob)
+    def add(self, channel: ChannelIndex, message: taskmanager_pb2.DataMessage) -> None:
+        """A buffer read from ``channel``; kept only while the channel captures."""
+        if channel in self._capturing:
+            blob = persistable(message)
+            if blob is not None:
+                self._blobs[channel].append(blob)
+
+    def add_queued(self, channel: ChannelIndex, messages: Iterable[taskmanager_pb2.DataMessage]) -> None:
+        """The buffers ``channel`` queued ahead of its barrier, which overtook them: they follow what
+        was captured from the channel before, whether or not it still captures."""
+        if channel in self._capturing:
+            raise InflightCaptureError(
+                f"checkpoint {self.checkpoint_id}: channel {channel}'s queued buffers came while it still captures"
+            )
+        blobs = self._blobs.setdefault(channel, [])
+        blobs.extend(blob for m in messages if (blob := persistable(m)) is not None)
+
+    def add_outputs(self, key: OutputChannelKey, messages: Iterable[taskmanager_pb2.DataMessage]) -> None:
+        """The buffers output channel ``key`` still queued when the barrier overtook them."""
+        if key in self._outputs:
+            raise InflightCaptureError(f"checkpoint {self.checkpoint_id}: output channel {key} captured twice")
+        self._outputs[key] = tuple(blob for m in messages if (blob := persistable(m)) is not None)
 
     def complete(self) -> InflightState:
         if self._capturing:
@@ -113,8 +195,14 @@ class InflightCapture:
                 f"{sorted(self._capturing)} still capture"
             )
         return InflightState(
-            self.checkpoint_id, {channel: tuple(blobs) for channel, blobs in sorted(self._blobs.items()) if blobs}
+            self.checkpoint_id,
+            {channel: tuple(blobs) for channel, blobs in sorted(self._blobs.items()) if blobs},
+            {key: blobs for key, blobs in sorted(self._outputs.items()) if blobs},
         )
+
+
+def _b64(blobs: Iterable[bytes]) -> list[str]:
+    return [base64.b64encode(b).decode("ascii") for b in blobs]
 
 
 def encode_inflight(state: InflightState) -> bytes:
@@ -122,29 +210,56 @@ def encode_inflight(state: InflightState) -> bytes:
         {
             "format": INFLIGHT_FORMAT,
             "checkpoint_id": state.checkpoint_id,
-            "channels": [
-                {"channel": channel, "buffers": [base64.b64encode(b).decode("ascii") for b in state.channels[channel]]}
-                for channel in sorted(state.channels)
+            "input": [{"channel": c, "buffers": _b64(state.channels[c])} for c in sorted(state.channels)],
+            "output": [
+                {"output": key[0], "channel": key[1], "buffers": _b64(state.outputs[key])}
+                for key in sorted(state.outputs)
             ],
         },
         separators=(",", ":"),
     ).encode()
 
 
+def _buffers(entry: Any) -> tuple[bytes, ...]:
+    return tuple(base64.b64decode(typed(b, str), validate=True) for b in typed(entry["buffers"], list))
+
+
+def _from_record_blob(blob: bytes) -> bytes:
+    """A format-1 buffer (a record blob) as a format-2 one (a DataMessage with those records)."""
+    count = len(decode_records(blob)[0])
+    return taskmanager_pb2.DataMessage(records=blob, record_count=count).SerializeToString()
+
+
 def decode_inflight(data: bytes, where: str) -> InflightState:
     """The in-flight state in ``data``; ``where`` names it in errors (the checkpoint and the task)."""
-    document = load_versioned(
-        data, f"in-flight state {where}", INFLIGHT_FORMAT, "restore it with the Weir version that wrote it"
-    )
+    what = f"in-flight state {where}"
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise SerializationError(f"{what} is not a JSON document ({exc})") from exc
+    found = document.get("format") if isinstance(document, dict) else None
+    if found not in _READABLE_FORMATS:
+        raise SerializationError(
+            f"{what} has format {found!r}; this Weir reads formats {list(_READABLE_FORMATS)}: "
+            "restore it with the Weir version that wrote it"
+        )
     try:
         channels: dict[ChannelIndex, tuple[bytes, ...]] = {}
-        for entry in typed(document["channels"], list):
+        outputs: dict[OutputChannelKey, tuple[bytes, ...]] = {}
+        for entry in typed(document["channels" if found == 1 else "input"], list):
             channel = ChannelIndex(typed(entry["channel"], int))
             if channel in channels or channel < 0:
-                raise ValueError(f"channel {channel} is listed twice or negative")
-            channels[channel] = tuple(
-                base64.b64decode(typed(b, str), validate=True) for b in typed(entry["buffers"], list)
-            )
-        return InflightState(CheckpointId(typed(document["checkpoint_id"], int)), channels)
+                raise ValueError(f"input channel {channel} is listed twice or negative")
+            blobs = _buffers(entry)
+            channels[channel] = tuple(_from_record_blob(b) for b in blobs) if found == 1 else blobs
+        for entry in typed(document.get("output", []), list):
+            key = (typed(entry["output"], int), typed(entry["channel"], int))
+            if key in outputs or min(key) < 0:
+                raise ValueError(f"output channel {key} is listed twice or negative")
+            outputs[key] = _buffers(entry)
+        for blobs in (*channels.values(), *outputs.values()):
+            for blob in blobs:
+                parse_message(blob, where)
+        return InflightState(CheckpointId(typed(document["checkpoint_id"], int)), channels, outputs)
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
-        raise SerializationError(f"in-flight state {where} is malformed: {type(exc).__name__}: {exc}") from exc
+        raise SerializationError(f"{what} is malformed: {type(exc).__name__}: {exc}") from exc

@@ -74,6 +74,11 @@ class Mailbox:
             self._mails.append(mail)
             self._condition.notify_all()
 
+    def notify(self) -> None:
+        """From any thread: wake the task to re-check what it waits for (an output became available)."""
+        with self._condition:
+            self._condition.notify_all()
+
     def take(self) -> Mail | None:
         """The next mail, without waiting."""
         with self._condition:

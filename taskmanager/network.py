@@ -14,7 +14,7 @@ import queue
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
 from typing import Any, assert_never
 
@@ -31,6 +31,10 @@ from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 INITIAL_CREDITS = 4
 RECORDS_PER_BUFFER = 1000
+OUTPUT_QUEUE_LIMIT = 2
+"""Buffers an output channel may queue, waiting for credit, before its task stops taking input. The
+consumer's credits (``INITIAL_CREDITS``) keep the wire busy; this only covers the gap between two
+credits. One input buffer may still push a channel past it (its outputs are never split)."""
 
 Event = taskmanager_pb2.EventKind
 
@@ -63,9 +67,12 @@ class Cancelled(Exception):
 
 
 class RemoteOutputChannel:
-    """One producer -> consumer stream. ``send`` blocks while the channel has no credit."""
-
-    _CLOSE = object()
+    """One producer -> consumer stream. ``send`` queues a buffer and never blocks; the stream sends
+    queued buffers one per credit, in order. The task takes no more input while any of its channels
+    queues :data:`OUTPUT_QUEUE_LIMIT` buffers or more (:meth:`available`), so a slow consumer still
+    backpressures its producers, and a backpressured task still handles its mails and priority events
+    (Flink's output availability, FLIP-27/76). A priority event (an unaligned barrier) goes out first,
+    without credit, overtaking the queued buffers (:meth:`send_priority`)."""
 
     def __init__(
         self,
@@ -78,13 +85,19 @@ class RemoteOutputChannel:
         self._cancelled = cancelled
         self._credits = OutputChannelCredits()
         self._cond = threading.Condition()
-        self._outbox: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._queue: deque[taskmanager_pb2.DataMessage] = deque()  # waiting for credit, in order
+        self._priority: deque[taskmanager_pb2.DataMessage] = deque()  # sent first, without credit
+        self._wake: Callable[[], None] = _nothing  # tells the task the channel may have become available
         self._error: str | None = None
-        self._closed = False
-        self.backpressured_s = 0.0  # waits for credit that ended
-        self.blocked_since: float | None = None  # monotonic start of the wait going on, if any
+        self._draining = False  # closed: send what is queued, then end the stream
+        self._abandoned = False  # closed: end the stream at once
         self.buffers_sent = 0
         self.bytes_sent = 0
+
+    def set_wakeup(self, wake: Callable[[], None]) -> None:
+        """``wake`` is called (from the channel's threads, holding no lock of the channel) whenever a
+        queued buffer went out or the channel broke: the task waiting for output availability re-checks."""
+        self._wake = wake
 
     def open(self) -> None:
         self._responses = self._stub.OpenChannel(self._requests())
@@ -94,9 +107,21 @@ class RemoteOutputChannel:
     def _requests(self) -> Iterator[taskmanager_pb2.DataMessage]:
         yield taskmanager_pb2.DataMessage(header=self._header)
         while True:
-            msg = self._outbox.get()
-            if msg is self._CLOSE:
-                return
+            with self._cond:
+                while True:
+                    if self._abandoned or self._error is not None:
+                        return
+                    if self._priority:
+                        msg = self._priority.popleft()
+                        break
+                    if self._queue and self._credits.can_send():
+                        self._credits.on_buffer_sent()
+                        msg = self._queue.popleft()
+                        break
+                    if self._draining and not self._queue:
+                        return
+                    self._cond.wait()
+            self._wake()
             yield msg
 
     def _read_credits(self) -> None:
@@ -110,53 +135,71 @@ class RemoteOutputChannel:
                     self._cond.notify_all()
         except grpc.RpcError as exc:
             with self._cond:
-                if not self._closed:
+                if not (self._draining or self._abandoned):
                     self._error = f"{exc.code().name}: {exc.details()}"
                 self._cond.notify_all()
         else:
             with self._cond:
-                if not self._closed:
+                if not (self._draining or self._abandoned):
                     self._error = "consumer closed the channel"
                 self._cond.notify_all()
+        self._wake()
+
+    def _check_open(self) -> None:
+        if self._error is not None:
+            raise ChannelClosedError(
+                f"channel to {self._header.consumer.vertex_uid}#{self._header.consumer.subtask} broke: {self._error}"
+            )
 
     def send(self, msg: taskmanager_pb2.DataMessage) -> None:
+        """Queue ``msg`` behind the buffers queued before it. Raises ChannelClosedError once the
+        channel broke."""
         with self._cond:
-            if self._error is None and not self._credits.can_send():
-                started = self.blocked_since = time.monotonic()
-                try:
-                    while self._error is None and not self._credits.can_send():
-                        if self._cancelled.is_set():
-                            raise Cancelled()
-                        self._cond.wait(0.1)
-                finally:
-                    self.backpressured_s += time.monotonic() - started
-                    self.blocked_since = None
-            if self._error is not None:
-                raise ChannelClosedError(
-                    f"channel to {self._header.consumer.vertex_uid}#{self._header.consumer.subtask} "
-                    f"broke: {self._error}"
-                )
-            self._credits.on_buffer_sent()
-        self.buffers_sent += 1
-        self.bytes_sent += len(msg.records)
-        self._outbox.put(msg)
+            self._check_open()
+            self._queue.append(msg)
+            self.buffers_sent += 1
+            self.bytes_sent += len(msg.records)
+            self._cond.notify_all()
 
-    def backpressured_total(self) -> float:
-        """Seconds spent waiting for credit, the wait going on included; never decreases. Safe to
-        call from any thread while the task thread is blocked in ``send``."""
+    def send_priority(self, msg: taskmanager_pb2.DataMessage) -> list[taskmanager_pb2.DataMessage]:
+        """Send ``msg`` ahead of every queued buffer, without credit; answers the buffers it overtook
+        (still queued, they go out after it): an unaligned checkpoint persists them."""
+        if msg.record_count:
+            raise ProtocolError("a priority event carries no records")
         with self._cond:
-            since = self.blocked_since
-            ongoing = time.monotonic() - since if since is not None else 0.0
-            return self.backpressured_s + ongoing
+            self._check_open()
+            overtaken = list(self._queue)
+            self._priority.append(msg)
+            self._cond.notify_all()
+            return overtaken
+
+    def available(self) -> bool:
+        """Whether the task may produce more into this channel: it queues fewer than
+        :data:`OUTPUT_QUEUE_LIMIT` buffers (or it broke, which the next send reports)."""
+        return len(self._queue) < OUTPUT_QUEUE_LIMIT or self._error is not None
+
+    @property
+    def queued(self) -> int:
+        """Buffers waiting for credit."""
+        return len(self._queue)
 
     @property
     def credits(self) -> int:
         return self._credits.credits
 
-    def close(self) -> None:
+    def close(self, *, drain: bool = False) -> None:
+        """End the stream: with ``drain`` once the queued buffers went out (a task that finished),
+        else at once (a task cancelled or failed)."""
         with self._cond:
-            self._closed = True
-        self._outbox.put(self._CLOSE)
+            if drain and not self._cancelled.is_set():
+                self._draining = True
+            else:
+                self._abandoned = True
+            self._cond.notify_all()
+
+
+def _nothing() -> None:
+    return None
 
 
 class RecordWriter:
@@ -235,9 +278,25 @@ class RecordWriter:
             self._flush_channel(ch, msg)
         self._last_flush = time.monotonic()
 
-    def close(self) -> None:
+    def available(self) -> bool:
+        """Whether every channel may take more (:meth:`RemoteOutputChannel.available`)."""
+        return all(channel.available() for channel in self.channels)
+
+    def broadcast_priority(self, template: taskmanager_pb2.DataMessage) -> list[list[taskmanager_pb2.DataMessage]]:
+        """Send a priority event (an unaligned barrier) to every channel ahead of what they queue; the
+        records buffered now are queued first. Answers, per channel, the buffers it overtook."""
+        self.flush()
+        overtaken = []
         for channel in self.channels:
-            channel.close()
+            msg = taskmanager_pb2.DataMessage()
+            msg.CopyFrom(template)
+            msg.priority = True
+            overtaken.append(channel.send_priority(msg))
+        return overtaken
+
+    def close(self, *, drain: bool = False) -> None:
+        for channel in self.channels:
+            channel.close(drain=drain)
 
 
 # Consumer side ------------------------------------------------------------------------------------
@@ -258,11 +317,14 @@ class _InputChannel:
 
 @dataclass(frozen=True)
 class ReceivedBuffer:
-    """A buffer the task took from one of its input channels; ``gate``: the head's input it feeds."""
+    """A buffer the task took from one of its input channels; ``gate``: the head's input it feeds.
+    For a priority event, ``overtaken``: the buffers the channel queued ahead of it when it arrived
+    (still queued: the task takes them next, in order)."""
 
     channel: ChannelIndex
     gate: int
     message: taskmanager_pb2.DataMessage
+    overtaken: tuple[taskmanager_pb2.DataMessage, ...] = ()
 
 
 class InputGate:
@@ -283,6 +345,8 @@ class InputGate:
         self._initial_credits = initial_credits
         self._next = 0
         self._failure: str | None = None
+        # Priority events by arrival, each with how many buffers its channel queued ahead of it then.
+        self._priority: deque[tuple[_InputChannel, taskmanager_pb2.DataMessage, int]] = deque()
 
     # Called by the gRPC servicer threads.
 
@@ -297,6 +361,12 @@ class InputGate:
     def push(self, channel: int, msg: taskmanager_pb2.DataMessage) -> None:
         with self._cond:
             ch = self.channels[channel]
+            if msg.priority:  # sent without credit, taken ahead of the queue
+                if msg.record_count or msg.event != Event.EVENT_KIND_BARRIER:
+                    raise ProtocolError(f"input channel {channel}: a priority message must be a bare barrier")
+                self._priority.append((ch, msg, len(ch.buffers)))
+                self._cond.notify()
+                return
             ch.credits.on_buffer_received()
             ch.buffers.append(msg)
             if msg.event == Event.EVENT_KIND_END_OF_STREAM:
@@ -317,11 +387,13 @@ class InputGate:
         return self._cond
 
     def take(self) -> ReceivedBuffer | None:
-        """The next buffer of an unblocked channel, without waiting; None when none is queued.
-        Raises ChannelClosedError once a channel lost its producer before its end of stream."""
+        """The next priority event, else the next buffer of an unblocked channel, without waiting;
+        None when none is queued. Raises ChannelClosedError once a channel lost its producer before
+        its end of stream."""
         with self._cond:
-            if self._failure is not None:
-                raise ChannelClosedError(self._failure)
+            priority = self.take_priority()
+            if priority is not None:
+                return priority
             n = len(self.channels)
             for step in range(n):
                 ch = self.channels[(self._next + step) % n]
@@ -335,6 +407,18 @@ class InputGate:
                         ch.announcements.put(grant)
                     return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg)
             return None
+
+    def take_priority(self) -> ReceivedBuffer | None:
+        """The next priority event, without waiting (a backpressured task takes only these); None
+        when none arrived. Raises ChannelClosedError as :meth:`take` does."""
+        with self._cond:
+            if self._failure is not None:
+                raise ChannelClosedError(self._failure)
+            if not self._priority:
+                return None
+            ch, msg, ahead = self._priority.popleft()
+            overtaken = tuple(ch.buffers[i] for i in range(min(ahead, len(ch.buffers))))
+            return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg, overtaken)
 
     def poll(self, timeout: float) -> tuple[int, int, taskmanager_pb2.DataMessage] | None:
         """The next buffer of an unblocked channel as (channel, gate, message), waiting up to

@@ -26,7 +26,14 @@ from operators.keyed import KeyedOperator
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from taskmanager.chain import ChainInput, OperatorChain
-from taskmanager.inflight import INFLIGHT_STATE_NAME, InflightCapture, InflightState, decode_inflight, encode_inflight
+from taskmanager.inflight import (
+    INFLIGHT_STATE_NAME,
+    InflightCapture,
+    InflightState,
+    decode_inflight,
+    encode_inflight,
+    parse_message,
+)
 from taskmanager.mailbox import (
     Cancel,
     CheckpointAborted,
@@ -50,7 +57,6 @@ from taskmanager.network import (
     WatermarkIdle,
     barrier_message,
     cancel_barrier_message,
-    decode_records,
     end_of_stream_message,
     read_buffer,
     watermark_message,
@@ -81,6 +87,7 @@ from weir.core.watermarks import (
     WatermarkStatus,
 )
 from weir.plan import JobPlan, Vertex
+from weir.wire.taskmanager_pb2 import DataMessage
 
 SOURCE_BATCH = 500
 SOURCE_IDLE_WAIT_MAX_S = 0.05
@@ -330,6 +337,10 @@ class Task:
             graph.max_parallelism, vertex.parallelism, SubtaskIndex(address.subtask)
         )
         self._network_outputs = [NetworkOutput(w) for w in writers]
+        self._alignment = alignment
+        for w in writers:
+            for ch in w.channels:
+                ch.set_wakeup(self._mailbox.notify)
         self.chain = OperatorChain(
             vertex, lambda uid: graph.transformations[uid].factory(), self._network_outputs, self._context_of
         )
@@ -379,6 +390,9 @@ class Task:
         self._time_mark: tuple[float, float, float] | None = None  # (monotonic, idle, backpressured) at the last sync
         self._backpressure_lock = threading.Lock()  # the task thread and the TaskManager's sampler sync it
         self._backpressure_synced = 0.0
+        self._backpressured_s = 0.0  # waits for output availability that ended
+        self._backpressured_since: float | None = None  # monotonic start of the wait going on, if any
+        self._overtaken: tuple[DataMessage, ...] = ()  # what the priority barrier being handled overtook
         self._metrics_removed = False
         self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
 
@@ -435,6 +449,7 @@ class Task:
             self.chain.open()
             self._set_state(TaskState.RUNNING)
             self._time_mark = (time.monotonic(), self._idle_s, self._backpressured_total())
+            self._replay_inflight_outputs()
             source = self.chain.source
             if source is not None:
                 self._run_source(source)
@@ -462,8 +477,8 @@ class Task:
                 self._set_state(TaskState.FAILED, self.failure)
         finally:
             self.chain.close(self._close_failed)
-            for w in self._writers:
-                w.close()
+            for w in self._writers:  # a finished task's last buffers (its end of stream) still go out
+                w.close(drain=self.state is TaskState.FINISHED)
             if self._gate is not None:
                 self._gate.close()
             self._discard_keyed_state()
@@ -534,31 +549,51 @@ class Task:
     def _restored_inflight(self, data: bytes) -> InflightState:
         where = f"of task {self.address} in checkpoint {self._restore_checkpoint_id}"
         state = decode_inflight(data, where)
-        if self._gate is None or any(channel >= len(self._gate.channels) for channel in state.channels):
+        inputs = len(self._gate.channels) if self._gate is not None else 0
+        if any(channel >= inputs for channel in state.channels):
             raise InflightStateNotRedistributable(
                 f"task {self.address}: the in-flight state {where} names input channels {sorted(state.channels)}, "
-                f"this task has {len(self._gate.channels) if self._gate is not None else 0}: "
-                f"{INFLIGHT_REDISTRIBUTION_REFUSED}"
+                f"this task has {inputs}: {INFLIGHT_REDISTRIBUTION_REFUSED}"
+            )
+        outputs = [len(w.channels) for w in self._writers]
+        if any(edge >= len(outputs) or channel >= outputs[edge] for edge, channel in state.outputs):
+            raise InflightStateNotRedistributable(
+                f"task {self.address}: the in-flight state {where} names output channels {sorted(state.outputs)}, "
+                f"this task has {outputs} per output: {INFLIGHT_REDISTRIBUTION_REFUSED}"
             )
         return state
 
-    def _replay_inflight(self) -> None:
-        """The restored in-flight records into the chain, channel by channel, before any new input:
-        they were sent before the checkpoint's barrier but read after the snapshot."""
-        state, chain_input = self._replay, self._input
-        self._replay = None
-        if state is None or chain_input is None:
+    def _replay_inflight_outputs(self) -> None:
+        """The restored output buffers an unaligned barrier overtook, sent before anything else: their
+        consumers read them after replaying their own in-flight input, as they would have."""
+        state = self._replay
+        if state is None or not state.outputs:
             return
-        records = 0
+        where = f"of task {self.address} in checkpoint {state.checkpoint_id}"
+        for (edge, channel), blob in state.replay_outputs():
+            self._writers[edge].channels[channel].send(parse_message(blob, where))
+        self._log.info(
+            "inflight_outputs_replayed",
+            checkpoint_id=state.checkpoint_id,
+            buffers=sum(len(b) for b in state.outputs.values()),
+            channels=[f"{edge}/{channel}" for edge, channel in sorted(state.outputs)],
+        )
+
+    def _replay_inflight(self) -> None:
+        """The restored in-flight input into the chain, channel by channel, before any new input: it
+        was sent before the checkpoint's barrier but read after the snapshot."""
+        state, gate = self._replay, self._gate
+        self._replay = None
+        if state is None or gate is None:
+            return
+        where = f"of task {self.address} in checkpoint {state.checkpoint_id}"
+        before = self.records_in
         for channel, blob in state.replay():
-            values, timestamps = decode_records(blob)
-            records += len(values)
-            self.records_in += len(values)
-            chain_input.records(channel, values, timestamps)
+            self._on_buffer(ReceivedBuffer(channel, gate.channels[channel].gate, parse_message(blob, where)))
         self._log.info(
             "inflight_records_replayed",
             checkpoint_id=state.checkpoint_id,
-            records=records,
+            records=self.records_in - before,
             buffers=state.buffer_count,
             bytes=state.size_bytes,
             channels=sorted(state.channels),
@@ -690,6 +725,9 @@ class Task:
             if self._drained:  # stopping at a drained savepoint: read nothing more
                 self._idle_until(time.monotonic() + SOURCE_IDLE_WAIT_MAX_S)
                 continue
+            if not self._outputs_available():
+                self._await_outputs(self._next_timer(last_sync))
+                continue
             before, read = self.records_emitted(), source.records_polled
             polled = time.monotonic()
             more = source.poll(SOURCE_BATCH)
@@ -727,6 +765,39 @@ class Task:
                 self._sync_metrics()
                 last_sync = time.monotonic()
 
+    def _outputs_available(self) -> bool:
+        """Whether no output channel queues too much to take more input (``network.OUTPUT_QUEUE_LIMIT``)."""
+        return all(w.available() for w in self._writers)
+
+    def _start_backpressure(self, now: float) -> None:
+        with self._backpressure_lock:
+            self._backpressured_since = now
+
+    def _end_backpressure(self, now: float) -> None:
+        with self._backpressure_lock:
+            since, self._backpressured_since = self._backpressured_since, None
+            if since is not None:
+                self._backpressured_s += now - since
+
+    def _await_outputs(self, deadline: float) -> None:
+        """Wait, as backpressured time, until every output is available, a mail comes (handled here)
+        or ``deadline`` (monotonic) passes."""
+        started = time.monotonic()
+        self._start_backpressure(started)
+
+        def available() -> bool | None:
+            return True if self._outputs_available() else None
+
+        item = self._mailbox.wait(available, deadline)
+        self._end_backpressure(time.monotonic())
+        match item:
+            case bool() | None:  # available, or the deadline passed
+                pass
+            case TriggerCheckpoint() | CheckpointComplete() | CheckpointAborted() | Cancel():
+                self._on_mail(item)
+            case _:
+                assert_never(item)
+
     def records_emitted(self) -> int:
         return sum(w.records_out for w in self._writers) + self.records_out
 
@@ -736,11 +807,21 @@ class Task:
         gate = self._gate
         assert gate is not None
         last_sync = time.monotonic()
+
+        def take() -> ReceivedBuffer | None:  # a backpressured task takes only priority events
+            return gate.take() if self._outputs_available() else gate.take_priority()
+
         while not self._input_ended:
             waiting = time.monotonic()
-            item = self._mailbox.wait(gate.take, self._next_timer(last_sync))
+            backpressured = not self._outputs_available()
+            if backpressured:
+                self._start_backpressure(waiting)
+            item = self._mailbox.wait(take, self._next_timer(last_sync))
             now = time.monotonic()
-            self._idle_s += now - waiting
+            if backpressured:
+                self._end_backpressure(now)
+            else:
+                self._idle_s += now - waiting
             match item:
                 case None:  # a buffer timeout or the metrics sync is due
                     pass
@@ -760,17 +841,21 @@ class Task:
         chain_input = self._input
         assert chain_input is not None
         buffer = read_buffer(received.message)
+        capture = self._capture
+        if capture is not None:
+            capture.add(received.channel, received.message)
         if buffer.values:
             self.records_in += len(buffer.values)
             self.metrics.bytes_in.inc(buffer.size_bytes)
             chain_input.records(received.channel, buffer.values, buffer.timestamps)
-            capture = self._capture
-            if capture is not None:
-                capture.add(received.channel, received.message.records)
         if buffer.event is not None:
-            self._on_event(received.channel, buffer.event)
+            self._overtaken = received.overtaken
+            try:
+                self._on_event(received.channel, buffer.event, priority=received.message.priority)
+            finally:
+                self._overtaken = ()
 
-    def _on_event(self, channel: ChannelIndex, event: ChannelEvent) -> None:
+    def _on_event(self, channel: ChannelIndex, event: ChannelEvent, *, priority: bool = False) -> None:
         chain_input, aligner = self._input, self._aligner
         assert chain_input is not None and aligner is not None
         match event:
@@ -784,9 +869,15 @@ class Task:
                 chain_input.end_of_stream(channel)
                 self._apply(aligner.on_end_of_stream(channel, now=time.monotonic()))
             case Barrier(checkpoint_id=checkpoint_id, timestamp=timestamp, kind=kind):
-                self._log.info("checkpoint_barrier_received", checkpoint_id=checkpoint_id, channel=channel)
+                self._log.info(
+                    "checkpoint_barrier_received",
+                    checkpoint_id=checkpoint_id,
+                    channel=channel,
+                    priority=priority,
+                    overtaken_buffers=len(self._overtaken),
+                )
                 self._barrier_times.setdefault(checkpoint_id, timestamp)
-                self._apply(aligner.on_barrier(channel, checkpoint_id, kind, now=time.monotonic()))
+                self._apply(aligner.on_barrier(channel, checkpoint_id, kind, now=time.monotonic(), priority=priority))
             case CancelBarrier(checkpoint_id=checkpoint_id):
                 self._apply(aligner.on_cancellation(channel, checkpoint_id))
             case _:
@@ -855,6 +946,8 @@ class Task:
                     self._capture_of(checkpoint_id).start(channel)
                 case ba.StopCapture(channel=channel, checkpoint_id=checkpoint_id):
                     self._capture_of(checkpoint_id).stop(channel)
+                case ba.CaptureQueued(channel=channel, checkpoint_id=checkpoint_id):
+                    self._capture_of(checkpoint_id).add_queued(channel, self._overtaken)
                 case ba.InflightCaptureComplete(checkpoint_id=checkpoint_id):
                     self._complete_capture(checkpoint_id)
                 case ba.AllChannelsEnded():
@@ -928,8 +1021,18 @@ class Task:
         for net in self._network_outputs:
             net.flush()
         barrier = barrier_message(cid, request.timestamp, request.kind)
-        for w in self._writers:
-            w.broadcast_event(barrier)
+        if self._alignment is AlignmentMode.UNALIGNED and request.kind is CheckpointKind.CHECKPOINT:
+            # The barrier overtakes what the outputs queue; that belongs to the checkpoint (FLIP-76).
+            capture = self._capture if self._capture is not None and self._capture.checkpoint_id == cid else None
+            own = capture if capture is not None else InflightCapture(cid)
+            for edge, w in enumerate(self._writers):
+                for channel, overtaken in enumerate(w.broadcast_priority(barrier)):
+                    own.add_outputs((edge, channel), overtaken)
+            if capture is None:  # a source: no input to capture, its in-flight state is complete
+                states = {**states, INFLIGHT_STATE_NAME: encode_inflight(own.complete())}
+        else:
+            for w in self._writers:
+                w.broadcast_event(barrier)
         self._unconfirmed.add(cid)
         ranges = self._keyed_ranges()
         operators_s = time.perf_counter() - started
@@ -991,7 +1094,11 @@ class Task:
         self._drain_mails()
 
     def _backpressured_total(self) -> float:
-        return sum(ch.backpressured_total() for w in self._writers for ch in w.channels)
+        """Seconds spent waiting for output availability, the wait going on included; never decreases."""
+        with self._backpressure_lock:
+            since = self._backpressured_since
+            ongoing = time.monotonic() - since if since is not None else 0.0
+            return self._backpressured_s + ongoing
 
     def sync_backpressure(self) -> float:
         """Move the time this task waited for credit, a wait still going on included, into

@@ -114,14 +114,23 @@ class FakeChannel:
         self.credits = 4
         self.bytes_sent = 0
         self.closed = False
+        self.overtake: list[taskmanager_pb2.DataMessage] = []  # what a priority event finds queued
 
     def send(self, msg: taskmanager_pb2.DataMessage) -> None:
         self.sent.append(msg)
 
-    def backpressured_total(self) -> float:
-        return 0.0
+    def send_priority(self, msg: taskmanager_pb2.DataMessage) -> list[taskmanager_pb2.DataMessage]:
+        """A priority event: recorded in send order; answers ``overtake`` as the buffers it overtook."""
+        self.sent.append(msg)
+        return list(self.overtake)
 
-    def close(self) -> None:
+    def available(self) -> bool:
+        return True
+
+    def set_wakeup(self, wake: Any) -> None:
+        self.wake = wake
+
+    def close(self, *, drain: bool = False) -> None:
         self.closed = True
 
     def stream(self) -> list[str]:

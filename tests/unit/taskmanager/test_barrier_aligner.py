@@ -15,6 +15,7 @@ from taskmanager.barrier_aligner import (
     AllChannelsEnded,
     BarrierAligner,
     BlockChannel,
+    CaptureQueued,
     CheckpointKind,
     ForwardCancellation,
     InflightCaptureComplete,
@@ -299,22 +300,45 @@ def test_unaligned_snapshots_on_the_first_barrier_and_captures_the_other_channel
     aligner = make_aligner(3, UNALIGNED)
     assert aligner.on_barrier(C1, CP1, now=0.0) == (
         trigger(1, 0.0, 0.0, capture=True),
+        CaptureQueued(C1, CP1),
         StartCapture(C0, CP1),
         StartCapture(C2, CP1),
     )
     assert aligner.blocked_channels == frozenset()
     assert aligner.capturing_channels == {C0, C2}
-    assert aligner.on_barrier(C2, CP1, now=1.0) == (StopCapture(C2, CP1),)
+    assert aligner.on_barrier(C2, CP1, now=1.0) == (StopCapture(C2, CP1), CaptureQueued(C2, CP1))
     assert aligner.capturing_channels == {C0}
-    assert aligner.on_barrier(C0, CP1, now=2.0) == (StopCapture(C0, CP1), InflightCaptureComplete(CP1))
+    assert aligner.on_barrier(C0, CP1, now=2.0) == (
+        StopCapture(C0, CP1),
+        CaptureQueued(C0, CP1),
+        InflightCaptureComplete(CP1),
+    )
     assert aligner.pending_checkpoint is None
     assert aligner.last_completed_checkpoint == CP1
 
 
-def test_unaligned_single_input_has_nothing_in_flight(make_aligner: MakeAligner) -> None:
+def test_unaligned_single_input_keeps_only_what_its_barrier_overtook(make_aligner: MakeAligner) -> None:
     aligner = make_aligner(1, UNALIGNED)
-    assert aligner.on_barrier(C0, CP1, now=0.0) == (trigger(1, 0.0, 0.0),)
+    assert aligner.on_barrier(C0, CP1, now=0.0) == (
+        trigger(1, 0.0, 0.0, capture=True),
+        CaptureQueued(C0, CP1),
+        InflightCaptureComplete(CP1),
+    )
     assert aligner.pending_checkpoint is None
+
+
+def test_a_priority_barrier_of_a_newer_checkpoint_may_arrive_on_a_blocked_channel(make_aligner: MakeAligner) -> None:
+    """A savepoint aligns (aligned even in unaligned mode); the JobManager aborts it and starts the
+    next checkpoint, whose priority barrier overtakes the blocked queue before the abort arrives."""
+    aligner = make_aligner(2, UNALIGNED)
+    assert aligner.on_barrier(C0, CP1, SAVEPOINT, now=0.0) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C0, CP2, now=1.0, priority=True) == (
+        unblock(0),
+        *aborted(1, AbortReason.SUBSUMED),
+        trigger(2, 1.0, 1.0, capture=True),
+        CaptureQueued(C0, CP2),
+        StartCapture(C1, CP2),
+    )
 
 
 def test_unaligned_end_of_stream_stops_the_capture(make_aligner: MakeAligner) -> None:
@@ -341,6 +365,7 @@ def test_unaligned_newer_barrier_restarts_the_capture(make_aligner: MakeAligner)
         StopCapture(C1, CP1),
         *aborted(1, AbortReason.SUBSUMED),
         trigger(2, 1.0, 1.0, capture=True),
+        CaptureQueued(C0, CP2),
         StartCapture(C1, CP2),
     )
 

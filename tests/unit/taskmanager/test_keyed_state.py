@@ -11,8 +11,8 @@ from rocksdict import AccessType, Options, Rdict
 
 from connectors.object_storage import FileCheckpointStorage
 from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight
-from taskmanager.network import barrier_message, decode_records, encode_records, end_of_stream_message
+from taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight, parse_message
+from taskmanager.network import barrier_message, encode_records, end_of_stream_message, read_buffer
 from taskmanager.snapshots import KeyedStateHandle, TaskKeyedState
 from tests.unit.taskmanager.fakes import make_task
 from weir.core.checkpointing import CheckpointKind
@@ -195,7 +195,7 @@ def test_a_keyed_unaligned_checkpoint_acknowledges_once_both_its_upload_and_its_
         snapshot = h.acks[0].snapshot
         assert snapshot.keyed_state is not None
         inflight = decode_inflight(snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
-        assert [decode_records(b)[0] for _, b in inflight.replay()] == [[3]]
+        assert [read_buffer(parse_message(b, "test")).values for _, b in inflight.replay()] == [[3]]
         gate.push(0, end_of_stream_message())
         gate.push(1, end_of_stream_message())
         h.task.notify_checkpoint_complete(1)

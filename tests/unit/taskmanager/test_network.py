@@ -12,17 +12,20 @@ import grpc
 import pytest
 
 from taskmanager.network import (
+    OUTPUT_QUEUE_LIMIT,
     RECORDS_PER_BUFFER,
     ChannelClosedError,
     InputGate,
     RecordWriter,
     RemoteOutputChannel,
+    barrier_message,
     decode_records,
     encode_records,
     end_of_stream_message,
     watermark_message,
 )
 from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
+from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
@@ -188,7 +191,14 @@ class FakeChannel:
         self.sent.append(msg)
         self.bytes_sent += len(msg.records)
 
-    def close(self) -> None:
+    def send_priority(self, msg: taskmanager_pb2.DataMessage) -> list[taskmanager_pb2.DataMessage]:
+        self.sent.append(msg)
+        return []
+
+    def available(self) -> bool:
+        return True
+
+    def close(self, *, drain: bool = False) -> None:
         self.closed = True
 
     def records(self) -> list[Any]:
@@ -315,29 +325,111 @@ def test_a_buffer_of_another_shape_is_a_protocol_error(blob: bytes) -> None:
 # RemoteOutputChannel --------------------------------------------------------------------------------
 
 
-def test_a_wait_for_credit_counts_while_it_goes_on() -> None:
-    """Another thread (the TaskManager's sampler) sees the time a blocked send has waited so far."""
-    with grpc.insecure_channel("127.0.0.1:9") as grpc_channel:  # never opened: send only queues
-        channel = RemoteOutputChannel(grpc_channel, taskmanager_pb2.ChannelHeader(), threading.Event())
-        assert channel.backpressured_total() == 0.0 and channel.blocked_since is None
-        sender = threading.Thread(target=channel.send, args=(data(1),))
-        sender.start()
-        deadline = time.monotonic() + 10
-        while channel.blocked_since is None and time.monotonic() < deadline:
-            time.sleep(0.005)
-        assert channel.blocked_since is not None, "send did not block without credit"
-        time.sleep(0.05)
-        during = channel.backpressured_total()
-        assert during >= 0.05 and channel.backpressured_s == 0.0
-        with channel._cond:  # the consumer grants a credit
-            channel._credits.add_credits(1)
-            channel._cond.notify_all()
-        sender.join(10)
-        assert not sender.is_alive()
-        assert channel.blocked_since is None
-        assert channel.backpressured_s >= during
-        assert channel.backpressured_total() == channel.backpressured_s
-        assert channel.buffers_sent == 1
+def _unopened_channel(grpc_channel: grpc.Channel) -> RemoteOutputChannel:
+    return RemoteOutputChannel(grpc_channel, taskmanager_pb2.ChannelHeader(), threading.Event())
+
+
+class _Wire:
+    """The channel's request stream, read by one thread the way gRPC reads it; what it sent, in order."""
+
+    def __init__(self, channel: RemoteOutputChannel) -> None:
+        self._sent: queue.Queue[Any] = queue.Queue()
+        stream = channel._requests()
+        assert next(stream).HasField("header")
+
+        def read() -> None:
+            for msg in stream:
+                self._sent.put(msg)
+            self._sent.put("end")
+
+        threading.Thread(target=read, daemon=True).start()
+
+    def next(self, timeout: float = 10.0) -> Any:
+        """The next message sent; None if none in ``timeout`` seconds."""
+        try:
+            return self._sent.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+def _grant(channel: RemoteOutputChannel, credits: int) -> None:
+    with channel._cond:  # what the credit reader does when the consumer announces credit
+        channel._credits.add_credits(credits)
+        channel._cond.notify_all()
+
+
+def test_send_queues_without_blocking_and_the_stream_sends_one_buffer_per_credit() -> None:
+    with grpc.insecure_channel("127.0.0.1:9") as grpc_channel:  # never opened: we drive its stream
+        channel = _unopened_channel(grpc_channel)
+        wakes: list[int] = []
+        channel.set_wakeup(lambda: wakes.append(1))
+        wire = _Wire(channel)
+        for i in range(OUTPUT_QUEUE_LIMIT):
+            assert channel.available()
+            channel.send(data(i))  # no credit: it queues, it does not block
+        assert not channel.available() and channel.queued == OUTPUT_QUEUE_LIMIT
+        assert wire.next(timeout=0.2) is None, "a buffer went out without credit"
+        _grant(channel, 1)
+        assert values_of(wire.next()) == [0]
+        assert channel.available() and wakes, "the task was not told the channel became available"
+        _grant(channel, 1)
+        assert values_of(wire.next()) == [1]
+
+
+def test_a_priority_barrier_overtakes_the_queue_without_credit() -> None:
+    with grpc.insecure_channel("127.0.0.1:9") as grpc_channel:
+        channel = _unopened_channel(grpc_channel)
+        wire = _Wire(channel)
+        channel.send(data(1))
+        channel.send(data(2))
+        barrier = barrier_message(5, 0.0, CheckpointKind.CHECKPOINT)
+        barrier.priority = True
+        overtaken = channel.send_priority(barrier)
+        assert [values_of(m) for m in overtaken] == [[1], [2]]
+        first = wire.next()
+        assert first.priority and first.checkpoint_id == 5, "the barrier waited for credit or for the queue"
+        _grant(channel, 2)
+        assert [values_of(wire.next()), values_of(wire.next())] == [[1], [2]]
+        with pytest.raises(ProtocolError, match="no records"):
+            channel.send_priority(data(3))
+
+
+def test_closing_a_finished_channel_drains_it_and_a_cancelled_one_ends_at_once() -> None:
+    with grpc.insecure_channel("127.0.0.1:9") as grpc_channel:
+        finished = _unopened_channel(grpc_channel)
+        wire = _Wire(finished)
+        finished.send(data(1))
+        finished.close(drain=True)
+        assert wire.next(timeout=0.2) is None, "the queued buffer went out without credit"
+        _grant(finished, 1)
+        assert values_of(wire.next()) == [1]
+        assert wire.next() == "end"
+
+        cancelled = _unopened_channel(grpc_channel)
+        wire = _Wire(cancelled)
+        cancelled.send(data(1))
+        cancelled.close()
+        assert wire.next() == "end"
+
+
+def test_a_priority_barrier_is_taken_first_with_what_its_channel_queued_ahead_of_it() -> None:
+    gate = InputGate([0, 0], initial_credits=4)
+    gate.push(0, data(1))
+    gate.push(1, data(10))
+    gate.push(1, data(11))
+    barrier = barrier_message(3, 0.0, CheckpointKind.CHECKPOINT)
+    barrier.priority = True
+    gate.push(1, barrier)
+    gate.push(1, data(12))  # after the barrier: not overtaken
+    assert gate.channels[1].credits.queued == 3, "the priority barrier took a credit"
+    taken = gate.take()
+    assert taken is not None and taken.message.priority and taken.channel == 1
+    assert [values_of(m) for m in taken.overtaken] == [[10], [11]]
+    assert gate.take_priority() is None
+    rest = [gate.take() for _ in range(4)]
+    assert sorted(values_of(r.message)[0] for r in rest if r is not None) == [1, 10, 11, 12]
+    with pytest.raises(ProtocolError, match="bare barrier"):
+        gate.push(0, taskmanager_pb2.DataMessage(priority=True, records=b"x", record_count=1))
 
 
 # Typed buffers and events ---------------------------------------------------------------------------

@@ -9,14 +9,14 @@ from typing import Any, get_args
 import pytest
 
 from taskmanager import barrier_aligner as ba
-from taskmanager.inflight import INFLIGHT_STATE_NAME, InflightState, decode_inflight, encode_inflight
+from taskmanager.inflight import INFLIGHT_STATE_NAME, InflightState, decode_inflight, encode_inflight, parse_message
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import (
     barrier_message,
     cancel_barrier_message,
-    decode_records,
     encode_records,
     end_of_stream_message,
+    read_buffer,
     watermark_message,
 )
 from taskmanager.task import ChainRestore, InheritedRestore, _UnalignedAck
@@ -159,6 +159,7 @@ UNALIGNED_ACTIONS: list[ba.Action] = [  # carried out in the unaligned tests bel
     _trigger(capture_inflight=True),
     ba.StartCapture(ChannelIndex(0), CID),
     ba.StopCapture(ChannelIndex(0), CID),
+    ba.CaptureQueued(ChannelIndex(0), CID),
     ba.InflightCaptureComplete(CID),
 ]
 
@@ -200,11 +201,14 @@ def test_the_unaligned_actions_capture_and_acknowledge_with_the_inflight_records
     assert h.out.stream()[0].startswith("Barrier:7:") and not h.acks  # forwarded at once, not acknowledged
     capture = h.task._capture  # noqa: SLF001
     assert capture is not None
-    capture.add(ChannelIndex(1), b"blob")
-    h.task._apply([ba.StopCapture(ChannelIndex(1), CID), ba.InflightCaptureComplete(CID)])  # noqa: SLF001
+    capture.add(ChannelIndex(1), data(1))
+    h.task._overtaken = (data(2),)  # noqa: SLF001  # what channel 1's barrier overtook
+    h.task._apply(  # noqa: SLF001
+        [ba.StopCapture(ChannelIndex(1), CID), ba.CaptureQueued(ChannelIndex(1), CID), ba.InflightCaptureComplete(CID)]
+    )
     (ack,) = h.acks
     inflight = decode_inflight(ack.snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
-    assert inflight == InflightState(CID, {ChannelIndex(1): (b"blob",)})
+    assert inflight == InflightState(CID, {ChannelIndex(1): (data(1).SerializeToString(), data(2).SerializeToString())})
     assert ack.snapshot.operator_states["op"] == b"op@7"
 
 
@@ -254,7 +258,7 @@ def test_an_unaligned_barrier_overtakes_and_the_records_behind_it_are_captured()
         assert states["op"] == b"op@1" and states["sink"] == b"sink@1"
         inflight = decode_inflight(states[INFLIGHT_STATE_NAME], "test")
         assert list(inflight.channels) == [1]
-        assert [v for _, blob in inflight.replay() for v in decode_records(blob)[0]] == [3, 4]
+        assert [v for _, blob in inflight.replay() for v in read_buffer(parse_message(blob, "test")).values] == [3, 4]
         h.gate.push(0, end_of_stream_message())
         h.gate.push(1, end_of_stream_message())
         h.task.notify_checkpoint_complete(1)
@@ -262,6 +266,47 @@ def test_an_unaligned_barrier_overtakes_and_the_records_behind_it_are_captured()
         stream = _values(h)
         assert stream[:2] == ["r:1", stream[1]] and stream[1].startswith("Barrier:1:")
         assert sorted(stream[2:]) == ["r:2", "r:3", "r:4", "r:5"]
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def _priority_barrier(checkpoint_id: int) -> taskmanager_pb2.DataMessage:
+    barrier = barrier_message(checkpoint_id, time.time(), CHECKPOINT)
+    barrier.priority = True
+    return barrier
+
+
+def test_a_priority_barrier_overtakes_both_queues_and_the_checkpoint_keeps_what_it_overtook() -> None:
+    """FLIP-76: the barrier is taken ahead of the input queue and sent ahead of the output queue; the
+    buffers it overtook on both sides are the checkpoint's in-flight state, and still flow on."""
+    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    assert h.gate is not None
+    h.out.overtake = [data(9)]  # what the output channel still queues when the barrier goes out
+    try:
+        h.gate.push(0, data(1))
+        h.gate.push(0, data(2))
+        h.gate.push(0, _priority_barrier(1))
+        h.task.start()
+        h.journal.wait_for(lambda: any(e.startswith("Barrier:1:") for e in h.out.stream()))
+        h.gate.push(1, data(3))  # in flight on channel 1 until its barrier
+        h.gate.push(1, data(4))
+        h.gate.push(1, _priority_barrier(1))  # may overtake data(4), or come after it was read
+        h.journal.wait_for(lambda: ("ack", 1) in h.journal.of("task"))
+        inflight = decode_inflight(h.acks[0].snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
+        by_channel = {
+            c: [v for b in blobs for v in read_buffer(parse_message(b, "test")).values]
+            for c, blobs in inflight.channels.items()
+        }
+        assert by_channel == {0: [1, 2], 1: [3, 4]}
+        assert inflight.outputs == {(0, 0): (data(9).SerializeToString(),)}
+        assert h.acks[0].snapshot.operator_states["op"] == b"op@1", "the snapshot came after records 1 and 2"
+        assert _values(h)[0].startswith("Barrier:1:"), "the barrier waited behind the queued records"
+        h.gate.push(0, end_of_stream_message())
+        h.gate.push(1, end_of_stream_message())
+        h.task.notify_checkpoint_complete(1)
+        h.wait_for_state(TaskState.FINISHED)
+        assert sorted(_values(h)[1:]) == ["r:1", "r:2", "r:3", "r:4"]
     finally:
         h.task.cancel()
         h.task.join(10)
@@ -290,7 +335,8 @@ def test_an_aborted_unaligned_checkpoint_drops_its_capture_and_is_never_acknowle
 def test_a_restore_replays_the_inflight_records_in_channel_order_before_any_new_input() -> None:
     inflight = InflightState(
         CheckpointId(4),
-        {ChannelIndex(1): (encode_records([7, 8], [None, None]),), ChannelIndex(0): (encode_records([6], [None]),)},
+        {ChannelIndex(1): (data(7, 8).SerializeToString(),), ChannelIndex(0): (data(6).SerializeToString(),)},
+        {(0, 0): (data(5).SerializeToString(),)},  # what the barrier overtook in the output: sent first
     )
     restore = ChainRestore(4, InlineOperatorState({"op": b"op@4", INFLIGHT_STATE_NAME: encode_inflight(inflight)}))
     h = make_task("op", channels=2, restore=restore, restore_checkpoint_id=4)
@@ -304,8 +350,8 @@ def test_a_restore_replays_the_inflight_records_in_channel_order_before_any_new_
         h.wait_for_state(TaskState.FINISHED)
         assert ("restore", b"op@4") in h.journal.of("op")
         assert not any(e[0] == "restore" and e[1] != b"op@4" for e in h.journal.of("op"))
-        assert _values(h)[:3] == ["r:6", "r:7", "r:8"]
-        assert sorted(_values(h)[3:]) == ["r:1", "r:2"]
+        assert _values(h)[:4] == ["r:5", "r:6", "r:7", "r:8"]
+        assert sorted(_values(h)[4:]) == ["r:1", "r:2"]
     finally:
         h.task.cancel()
         h.task.join(10)

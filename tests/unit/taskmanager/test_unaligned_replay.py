@@ -1,13 +1,17 @@
 """Unaligned checkpoints, end to end in a pure model: a task with keyed-sum state driven by the
-BarrierAligner in UNALIGNED mode snapshots on the first barrier and captures the in-flight records of
-the other channels (``taskmanager.inflight``); a restore from the snapshot plus the captured records,
-replayed before any new input, then fed what each channel sent after its barrier, ends in the state
-of a failure-free run. Many seeded interleavings of records, barriers, ends of stream, JobManager
-aborts and failures on 2-4 channels."""
+BarrierAligner in UNALIGNED mode takes each barrier as a priority event ahead of its channel's queue,
+snapshots on the first one and captures the in-flight records: those its barriers overtook and those
+the other channels deliver until their own barrier (``taskmanager.inflight``). A restore from the
+snapshot plus the captured records, replayed before any new input, then fed what each channel sent
+after its barrier, ends in the state of a failure-free run. Many seeded interleavings of deliveries
+and takes of records, barriers, ends of stream, JobManager aborts and failures on 2-4 channels."""
 
 from __future__ import annotations
 
+import base64
+import json
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
@@ -20,10 +24,13 @@ from taskmanager.inflight import (
     InflightState,
     decode_inflight,
     encode_inflight,
+    parse_message,
+    persistable,
 )
-from taskmanager.network import decode_records, encode_records
+from taskmanager.network import encode_records, read_buffer
 from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.wire.taskmanager_pb2 import DataMessage, EventKind
 
 TASK = TaskId(JobId("job"), OperatorUid("sum"), SubtaskIndex(0))
 KEYS = ("a", "b", "c", "d")
@@ -52,9 +59,12 @@ Event = Records | BarrierEvent | End
 State = dict[str, tuple[int, dict[int, tuple[int, ...]]]]
 
 
-def apply_records(state: State, channel: int, blob: bytes) -> None:
-    values, _ = decode_records(blob)
-    for key, amount, seq in values:
+def message_of(records: tuple[tuple[str, int, int], ...]) -> DataMessage:
+    return DataMessage(records=encode_records(list(records), [None] * len(records)), record_count=len(records))
+
+
+def apply_records(state: State, channel: int, message: DataMessage) -> None:
+    for key, amount, seq in read_buffer(message).values:
         total, seqs = state.get(key, (0, {}))
         seqs = dict(seqs)
         seqs[channel] = (*seqs.get(channel, ()), seq)
@@ -98,18 +108,6 @@ def after_barrier(stream: list[Event], checkpoint_id: CheckpointId | None) -> li
     return [End()]
 
 
-def interleave(rng: random.Random, streams: list[list[Event]]) -> list[tuple[int, Event]]:
-    cursors = [0] * len(streams)
-    merged: list[tuple[int, Event]] = []
-    while True:
-        live = [c for c, s in enumerate(streams) if cursors[c] < len(s)]
-        if not live:
-            return merged
-        c = rng.choice(live)
-        merged.append((c, streams[c][cursors[c]]))
-        cursors[c] += 1
-
-
 @dataclass
 class Completed:
     checkpoint_id: CheckpointId
@@ -117,33 +115,55 @@ class Completed:
     inflight: bytes  # the persisted document
 
 
+CREDITS = 3  # buffers an input channel queues at most; a priority barrier takes no credit
+
+
 @dataclass
 class ModelTask:
-    """The input loop of taskmanager.task in miniature: records into the keyed sums, control events
-    into the aligner, its actions carried out as the runtime does."""
+    """The input loop of taskmanager.task in miniature, with its input gate: each channel queues what
+    its upstream sent (up to its credits); a barrier is a priority event, handled on arrival with the
+    buffers it overtook; records go into the keyed sums, control events into the aligner, whose
+    actions are carried out as the runtime does."""
 
     channels: int
     state: State
     aligner: BarrierAligner = field(init=False)
+    queues: list[deque[Event]] = field(init=False)
     capture: InflightCapture | None = None
     snapshot: State | None = None
     completed: list[Completed] = field(default_factory=list)
+    _overtaken: list[DataMessage] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.aligner = BarrierAligner(TASK, self.channels, AlignmentMode.UNALIGNED)
+        self.queues = [deque() for _ in range(self.channels)]
 
-    def feed(self, channel: int, event: Event, now: float) -> None:
-        ch = ChannelIndex(channel)
+    def can_arrive(self, channel: int, event: Event) -> bool:
+        return isinstance(event, BarrierEvent) or len(self.queues[channel]) < CREDITS
+
+    def arrive(self, channel: int, event: Event, now: float) -> None:
+        """The upstream's next event reaches the channel: queued, or (a barrier) handled at once."""
         match event:
-            case Records(records=records):
-                blob = encode_records(list(records), [None] * len(records))
-                apply_records(self.state, channel, blob)
-                if self.capture is not None:
-                    self.capture.add(ch, blob)
             case BarrierEvent(checkpoint_id=cid):
-                self.apply(self.aligner.on_barrier(ch, cid, now=now))
+                self._overtaken = [message_of(e.records) for e in self.queues[channel] if isinstance(e, Records)]
+                self.apply(self.aligner.on_barrier(ChannelIndex(channel), cid, now=now, priority=True))
+                self._overtaken = []
+            case Records() | End():
+                self.queues[channel].append(event)
+
+    def take(self, channel: int, now: float) -> None:
+        """The task takes the head of the channel's queue."""
+        ch = ChannelIndex(channel)
+        match self.queues[channel].popleft():
+            case Records(records=records):
+                message = message_of(records)
+                apply_records(self.state, channel, message)
+                if self.capture is not None:
+                    self.capture.add(ch, message)
             case End():
                 self.apply(self.aligner.on_end_of_stream(ch, now=now))
+            case BarrierEvent():
+                raise AssertionError("a barrier was queued")
 
     def abort(self, checkpoint_id: CheckpointId) -> None:
         self.apply(self.aligner.abort(checkpoint_id))
@@ -152,19 +172,18 @@ class ModelTask:
         for action in actions:
             match action:
                 case ba.TriggerSnapshot(checkpoint_id=cid, capture_inflight=capture):
-                    if capture:
-                        self.snapshot = copy_state(self.state)
-                        self.capture = InflightCapture(cid)
-                    else:  # a single live channel: nothing can be in flight
-                        self.completed.append(
-                            Completed(cid, copy_state(self.state), encode_inflight(InflightState(cid)))
-                        )
+                    assert capture, "an unaligned checkpoint always keeps what its barriers overtook"
+                    self.snapshot = copy_state(self.state)
+                    self.capture = InflightCapture(cid)
                 case ba.StartCapture(channel=channel, checkpoint_id=cid):
                     assert self.capture is not None and self.capture.checkpoint_id == cid
                     self.capture.start(channel)
                 case ba.StopCapture(channel=channel, checkpoint_id=cid):
                     assert self.capture is not None and self.capture.checkpoint_id == cid
                     self.capture.stop(channel)
+                case ba.CaptureQueued(channel=channel, checkpoint_id=cid):
+                    assert self.capture is not None and self.capture.checkpoint_id == cid
+                    self.capture.add_queued(channel, self._overtaken)
                 case ba.InflightCaptureComplete(checkpoint_id=cid):
                     assert self.capture is not None and self.snapshot is not None
                     assert self.capture.checkpoint_id == cid
@@ -186,8 +205,33 @@ def restored_task(channels: int, completed: Completed | None) -> ModelTask:
     inflight = decode_inflight(completed.inflight, f"of checkpoint {completed.checkpoint_id}")
     assert inflight.checkpoint_id == completed.checkpoint_id
     for channel, blob in inflight.replay():
-        apply_records(task.state, channel, blob)
+        apply_records(task.state, channel, parse_message(blob, "test"))
     return task
+
+
+def run(rng: random.Random, task: ModelTask, streams: list[list[Event]], fail_after: int | None) -> bool:
+    """Deliver and take in a random order until every stream is taken (True) or ``fail_after`` steps
+    (False: the task died, its queues are lost). The JobManager now and then aborts the pending one."""
+    cursors = [0] * len(streams)
+    now = 0.0
+    while fail_after is None or now < fail_after:
+        steps = [
+            ("arrive", c) for c, s in enumerate(streams) if cursors[c] < len(s) and task.can_arrive(c, s[cursors[c]])
+        ]
+        steps += [("take", c) for c, q in enumerate(task.queues) if q]
+        if not steps:
+            return True
+        kind, channel = rng.choice(steps)
+        now += 1.0
+        if kind == "arrive":
+            task.arrive(channel, streams[channel][cursors[channel]], now)
+            cursors[channel] += 1
+        else:
+            task.take(channel, now)
+        pending = task.aligner.pending_checkpoint
+        if pending is not None and rng.random() < 0.03:
+            task.abort(pending)
+    return False
 
 
 def failure_free(channels: int, streams: list[list[Event]]) -> State:
@@ -195,7 +239,7 @@ def failure_free(channels: int, streams: list[list[Event]]) -> State:
     for channel, stream in enumerate(streams):
         for event in stream:
             if isinstance(event, Records):
-                apply_records(state, channel, encode_records(list(event.records), [None] * len(event.records)))
+                apply_records(state, channel, message_of(event.records))
     return state
 
 
@@ -209,24 +253,14 @@ def test_restore_from_snapshot_and_inflight_records_equals_a_failure_free_run(se
     latest: Completed | None = None
     failures = rng.randint(0, 3)
     task = restored_task(channels, None)
-    now = 0.0
     while True:
         start = latest.checkpoint_id if latest is not None else None
-        events = interleave(rng, [after_barrier(s, start) for s in streams])
-        fail_at = rng.randint(0, len(events)) if failures else None
-        for i, (channel, event) in enumerate(events):
-            if i == fail_at:
-                break
-            now += 1.0
-            task.feed(channel, event, now)
-            pending = task.aligner.pending_checkpoint
-            if pending is not None and rng.random() < 0.03:  # the JobManager gives up on it
-                task.abort(pending)
-        else:
-            fail_at = None
+        todo = [after_barrier(s, start) for s in streams]
+        fail_after = rng.randint(0, 2 * sum(map(len, todo))) if failures else None
+        finished = run(rng, task, todo, fail_after)
         if task.completed:
             latest = task.completed[-1]
-        if fail_at is None:
+        if finished:
             break
         failures -= 1
         task = restored_task(channels, latest)
@@ -236,22 +270,32 @@ def test_restore_from_snapshot_and_inflight_records_equals_a_failure_free_run(se
 
 def test_the_captured_records_are_those_between_the_first_barrier_and_each_channels_own() -> None:
     task = ModelTask(3, {})
-    rec = [Records(((k, 1, i),)) for i, k in enumerate("abcdef")]
-    task.feed(0, rec[0], 1.0)  # before the checkpoint: in the snapshot
-    task.feed(0, BarrierEvent(CheckpointId(1)), 2.0)  # snapshot here; channels 1 and 2 capture
-    task.feed(0, rec[1], 3.0)  # after channel 0's barrier: not the checkpoint's
-    task.feed(1, rec[2], 4.0)  # in flight on channel 1
-    task.feed(2, rec[3], 5.0)  # in flight on channel 2
-    task.feed(1, rec[4], 6.0)
-    task.feed(1, BarrierEvent(CheckpointId(1)), 7.0)
-    task.feed(1, rec[5], 8.0)  # after channel 1's barrier
+    rec = [Records(((k, 1, i),)) for i, k in enumerate("abcdefg")]
+    task.arrive(0, rec[0], 1.0)
+    task.take(0, 1.0)  # before the checkpoint: in the snapshot
+    task.arrive(0, rec[6], 1.5)  # queued on channel 0 when its barrier arrives: overtaken, in flight
+    task.arrive(0, BarrierEvent(CheckpointId(1)), 2.0)  # snapshot here; channels 1 and 2 capture
+    task.arrive(0, rec[1], 3.0)  # after channel 0's barrier: not the checkpoint's
+    for channel, record in ((1, rec[2]), (2, rec[3]), (1, rec[4])):  # in flight on channels 1 and 2
+        task.arrive(channel, record, 4.0)
+        task.take(channel, 4.0)
+    task.arrive(1, rec[5], 6.0)  # queued on channel 1 ahead of its barrier: in flight too
+    task.arrive(1, BarrierEvent(CheckpointId(1)), 7.0)
     assert not task.completed
-    task.feed(2, End(), 9.0)  # channel 2 ends: the capture is complete
+    task.arrive(2, End(), 9.0)
+    task.take(2, 9.0)  # channel 2 ends: the capture is complete
     (done,) = task.completed
     assert done.state == {"a": (1, {0: (0,)})}
     inflight = decode_inflight(done.inflight, "test")
-    replayed = [(c, decode_records(b)[0]) for c, b in inflight.replay()]
-    assert replayed == [(1, [("c", 1, 2)]), (1, [("e", 1, 4)]), (2, [("d", 1, 3)])]
+    replayed = [(c, read_buffer(parse_message(b, "test")).values) for c, b in inflight.replay()]
+    assert replayed == [
+        (0, [("g", 1, 6)]),
+        (1, [("c", 1, 2)]),
+        (1, [("e", 1, 4)]),
+        (1, [("f", 1, 5)]),
+        (2, [("d", 1, 3)]),
+    ]
+    assert inflight.outputs == {}
 
 
 def test_a_savepoint_stays_aligned_and_captures_nothing() -> None:
@@ -260,16 +304,56 @@ def test_a_savepoint_stays_aligned_and_captures_nothing() -> None:
     assert first == (ba.BlockChannel(ChannelIndex(0)),)
 
 
+WATERMARK = DataMessage(event=EventKind.EVENT_KIND_WATERMARK, watermark=9).SerializeToString()
+
+
+def _blob(*values: int) -> bytes:
+    return message_of(tuple(("k", v, v) for v in values)).SerializeToString()
+
+
 def test_inflight_document_round_trips_and_refuses_another_format() -> None:
-    state = InflightState(CheckpointId(7), {ChannelIndex(2): (b"x", b"yz"), ChannelIndex(0): (b"\x00",)})
+    state = InflightState(
+        CheckpointId(7),
+        {ChannelIndex(2): (_blob(1), _blob(2, 3)), ChannelIndex(0): (_blob(4),)},
+        {
+            (1, 0): (_blob(5),),
+            (0, 2): (DataMessage(event=EventKind.EVENT_KIND_WATERMARK, watermark=9).SerializeToString(),),
+        },
+    )
     decoded = decode_inflight(encode_inflight(state), "test")
     assert decoded == state
-    assert list(decoded.replay()) == [(0, b"\x00"), (2, b"x"), (2, b"yz")]
-    assert decoded.size_bytes == 4 and decoded.buffer_count == 3
+    assert list(decoded.replay()) == [(0, _blob(4)), (2, _blob(1)), (2, _blob(2, 3))]
+    assert [key for key, _ in decoded.replay_outputs()] == [(0, 2), (1, 0)]
+    assert decoded.buffer_count == 5
     with pytest.raises(SerializationError, match="format"):
         decode_inflight(b'{"format": 9}', "test")
     with pytest.raises(SerializationError, match="malformed"):
-        decode_inflight(b'{"format": 1, "checkpoint_id": 1, "channels": [{"channel": 0}]}', "test")
+        decode_inflight(b'{"format": 2, "checkpoint_id": 1, "input": [{"channel": 0}]}', "test")
+    with pytest.raises(SerializationError, match="control event"):
+        barrier = DataMessage(event=EventKind.EVENT_KIND_BARRIER, checkpoint_id=1).SerializeToString()
+        decode_inflight(encode_inflight(InflightState(CheckpointId(1), {ChannelIndex(0): (barrier,)})), "test")
+
+
+def test_a_format_1_document_of_record_blobs_is_still_read() -> None:
+    blob = encode_records([("k", 1, 0), ("k", 2, 1)], [None, None])
+    old = json.dumps(
+        {"format": 1, "checkpoint_id": 3, "channels": [{"channel": 1, "buffers": [base64.b64encode(blob).decode()]}]}
+    ).encode()
+    decoded = decode_inflight(old, "test")
+    ((channel, message),) = list(decoded.replay())
+    assert channel == 1 and read_buffer(parse_message(message, "test")).values == [("k", 1, 0), ("k", 2, 1)]
+
+
+def test_only_records_and_watermarks_are_kept_of_a_buffer() -> None:
+    records = message_of((("k", 1, 0),))
+    with_barrier = DataMessage()
+    with_barrier.CopyFrom(records)
+    with_barrier.event = EventKind.EVENT_KIND_BARRIER
+    assert persistable(with_barrier) == records.SerializeToString()
+    assert persistable(DataMessage(event=EventKind.EVENT_KIND_CANCEL_BARRIER, checkpoint_id=2)) is None
+    assert persistable(DataMessage(event=EventKind.EVENT_KIND_END_OF_STREAM)) is None
+    watermark = DataMessage(event=EventKind.EVENT_KIND_WATERMARK, watermark=5)
+    assert persistable(watermark) == watermark.SerializeToString()
 
 
 def test_capture_protocol_errors() -> None:
@@ -281,7 +365,15 @@ def test_capture_protocol_errors() -> None:
         capture.stop(ChannelIndex(1))
     with pytest.raises(InflightCaptureError):
         capture.complete()
-    capture.add(ChannelIndex(1), b"ignored: channel 1 does not capture")
-    capture.add(ChannelIndex(0), b"kept")
+    with pytest.raises(InflightCaptureError, match="still captures"):
+        capture.add_queued(ChannelIndex(0), [])
+    capture.add(ChannelIndex(1), message_of((("ignored: channel 1 does not capture", 0, 0),)))
+    kept = message_of((("kept", 1, 0),))
+    capture.add(ChannelIndex(0), kept)
     capture.stop(ChannelIndex(0))
-    assert capture.complete() == InflightState(CheckpointId(1), {ChannelIndex(0): (b"kept",)})
+    capture.add_outputs((0, 1), [kept])
+    with pytest.raises(InflightCaptureError, match="twice"):
+        capture.add_outputs((0, 1), [])
+    assert capture.complete() == InflightState(
+        CheckpointId(1), {ChannelIndex(0): (kept.SerializeToString(),)}, {(0, 1): (kept.SerializeToString(),)}
+    )
