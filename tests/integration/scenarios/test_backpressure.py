@@ -77,12 +77,6 @@ def test_unaligned_mode_runs_under_backpressure_without_shortening_latency(outco
     assert len(unaligned.inflight_bytes) == unaligned.completed, report
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the runtime's barriers travel in-band behind the buffers queued in their channel (and wait for "
-    "credit at the sender), so under backpressure an unaligned barrier reaches the task as late as an aligned "
-    "one; Flink's unaligned barriers overtake them (issue 15, item 1)",
-)
 def test_unaligned_checkpoints_are_shorter_than_aligned_ones_under_backpressure(outcome: tuple[Outcome, str]) -> None:
     result, report = outcome
     if not result.runs["unaligned"].available:
