@@ -100,6 +100,7 @@ def deploy_request(deployment: TaskDeployment) -> taskmanager_pb2.DeployTaskRequ
         restore_storage_uri=d.restore_storage_uri,
         checkpointing_mode=checkpointing_mode_to_proto(d.checkpointing_mode),
         buffer_timeout_ms=d.buffer_timeout_ms,
+        aligned_checkpoint_timeout_ms=d.aligned_checkpoint_timeout_ms,
     )
     for i in d.inputs:
         request.inputs.add(

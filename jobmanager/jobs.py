@@ -105,6 +105,7 @@ class TaskDeployment:
     restore_storage_uri: str
     checkpointing_mode: CheckpointingMode
     buffer_timeout_ms: int
+    aligned_checkpoint_timeout_ms: int
     inputs: tuple[InputChannelSpec, ...]
     outputs: tuple[OutputChannelSpec, ...]
 
@@ -229,6 +230,7 @@ class JobMaster:
                     restore_storage_uri=self.restore_storage_uri,
                     checkpointing_mode=self.checkpoint_settings.mode,
                     buffer_timeout_ms=self.execution_settings.buffer_timeout_ms,
+                    aligned_checkpoint_timeout_ms=round(self.checkpoint_settings.aligned_checkpoint_timeout_s * 1000),
                     inputs=tuple(
                         InputChannelSpec(ch.gate, ch.channel, ch.producer_vertex, ch.producer_subtask)
                         for ch in self.plan.input_channels(vertex.uid, s)

@@ -19,6 +19,11 @@ Modes (Flink's three barrier handlers):
   mode is a priority event that overtakes the buffers queued on its channel: those are captured too
   (CaptureQueued), after what the channel delivered before. Savepoints stay aligned in this mode, as
   in Flink: a savepoint must not depend on in-flight data.
+- ``UNALIGNED`` with ``aligned_start`` (Flink's aligned-checkpoint-timeout, FLIP-183): a checkpoint
+  starts aligned on an in-order barrier; the runtime turns a barrier still queued when the timeout
+  has passed into a priority one, and the first priority barrier of an aligning checkpoint switches
+  it to unaligned: the operator snapshots at once, the blocked channels (their barrier came, what
+  follows it is not the checkpoint's) are unblocked, the others capture until their barrier.
 
 One checkpoint is pending at a time (the JobManager runs one checkpoint at a time, so a barrier or
 cancellation of a newer checkpoint means the pending one is already dead). Invariants between calls:
@@ -184,11 +189,12 @@ class _Pending:
 class BarrierAligner:
     """Turns the control events of a task's input channels into checkpoint actions."""
 
-    def __init__(self, task: TaskId, num_channels: int, mode: AlignmentMode) -> None:
+    def __init__(self, task: TaskId, num_channels: int, mode: AlignmentMode, *, aligned_start: bool = False) -> None:
         if num_channels < 1:
             raise ValueError(f"task {task}: a barrier aligner needs at least one input channel")
         self._task = task
         self._mode = mode
+        self._aligned_start = aligned_start and mode is AlignmentMode.UNALIGNED
         self._channels = frozenset(ChannelIndex(i) for i in range(num_channels))
         self._ended: set[ChannelIndex] = set()
         self._latest: CheckpointId | None = None
@@ -255,6 +261,8 @@ class BarrierAligner:
                 raise InputProtocolError(
                     f"task {self._task}: channel {channel} delivered barrier {checkpoint_id} twice"
                 )
+            if priority and pending.strategy is _Strategy.ALIGNED and self._switchable(pending.kind):
+                return self._switch_to_unaligned(pending, channel, now)
             return self._arrive(pending, channel, now)
         if not self._is_newer(checkpoint_id):
             return ()
@@ -263,7 +271,7 @@ class BarrierAligner:
         self._advance_to(checkpoint_id)
         if aborted_by_jobmanager:
             return (*actions, ForwardCancellation(checkpoint_id))
-        return actions + self._start(channel, checkpoint_id, kind, now)
+        return actions + self._start(channel, checkpoint_id, kind, now, priority)
 
     def on_cancellation(self, channel: ChannelIndex, checkpoint_id: CheckpointId) -> tuple[Action, ...]:
         """A cancellation marker: the upstream task gave up on the checkpoint."""
@@ -306,9 +314,11 @@ class BarrierAligner:
     # Transitions.
 
     def _start(
-        self, channel: ChannelIndex, checkpoint_id: CheckpointId, kind: CheckpointKind, now: float
+        self, channel: ChannelIndex, checkpoint_id: CheckpointId, kind: CheckpointKind, now: float, priority: bool
     ) -> tuple[Action, ...]:
         strategy = self._strategy_for(kind)
+        if strategy is _Strategy.UNALIGNED and self._aligned_start and not priority:
+            strategy = _Strategy.ALIGNED  # an in-order barrier: aligned until it times out
         if strategy is not _Strategy.UNALIGNED:
             return self._arrive(_Pending(checkpoint_id, kind, strategy, now, frozenset()), channel, now)
         pending = _Pending(checkpoint_id, kind, strategy, now, frozenset({channel}))
@@ -335,6 +345,24 @@ class BarrierAligner:
                     CaptureQueued(channel, pending.checkpoint_id),
                     *completed,
                 )
+
+    def _switch_to_unaligned(self, pending: _Pending, channel: ChannelIndex, now: float) -> tuple[Action, ...]:
+        """The aligning checkpoint's barrier on ``channel`` timed out into a priority one: snapshot now,
+        release the blocked channels, capture the rest until their barriers."""
+        checkpoint_id = pending.checkpoint_id
+        switched = replace(pending, strategy=_Strategy.UNALIGNED, arrived=pending.arrived | {channel})
+        trigger = TriggerSnapshot(checkpoint_id, pending.kind, pending.started_at, now, capture_inflight=True)
+        actions: tuple[Action, ...] = (trigger,)
+        if pending.arrived:
+            actions += (UnblockChannels(tuple(sorted(pending.arrived))),)
+        actions += (CaptureQueued(channel, checkpoint_id),)
+        waiting = sorted(self._waiting_for(switched))
+        if not waiting:
+            self._pending = None
+            self._last_completed = checkpoint_id
+            return (*actions, InflightCaptureComplete(checkpoint_id))
+        self._pending = switched
+        return actions + tuple(StartCapture(other, checkpoint_id) for other in waiting)
 
     def _complete_if_all_arrived(self, now: float, unblocked: frozenset[ChannelIndex]) -> tuple[Action, ...]:
         """Complete the pending checkpoint if no live channel still owes its barrier. ``unblocked``:
@@ -381,6 +409,9 @@ class BarrierAligner:
                 return _Strategy.TRACKING
             case AlignmentMode.UNALIGNED:
                 return _Strategy.ALIGNED if kind is CheckpointKind.SAVEPOINT else _Strategy.UNALIGNED
+
+    def _switchable(self, kind: CheckpointKind) -> bool:
+        return self._aligned_start and kind is CheckpointKind.CHECKPOINT
 
     def _waiting_for(self, pending: _Pending) -> frozenset[ChannelIndex]:
         return self.live_channels - pending.arrived

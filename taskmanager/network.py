@@ -347,6 +347,8 @@ class InputGate:
         self._failure: str | None = None
         # Priority events by arrival, each with how many buffers its channel queued ahead of it then.
         self._priority: deque[tuple[_InputChannel, taskmanager_pb2.DataMessage, int]] = deque()
+        # In-order checkpoint barriers still queued: checkpoint id -> (its trigger time, how many).
+        self._queued_barriers: dict[int, tuple[float, int]] = {}
 
     # Called by the gRPC servicer threads.
 
@@ -369,6 +371,9 @@ class InputGate:
                 return
             ch.credits.on_buffer_received()
             ch.buffers.append(msg)
+            if msg.event == Event.EVENT_KIND_BARRIER:
+                timestamp, count = self._queued_barriers.get(msg.checkpoint_id, (msg.checkpoint_timestamp, 0))
+                self._queued_barriers[msg.checkpoint_id] = (timestamp, count + 1)
             if msg.event == Event.EVENT_KIND_END_OF_STREAM:
                 ch.eos_received = True
             self._cond.notify()
@@ -402,6 +407,8 @@ class InputGate:
                     msg = ch.buffers.popleft()
                     if msg.event == Event.EVENT_KIND_END_OF_STREAM:
                         ch.ended = True
+                    elif msg.event == Event.EVENT_KIND_BARRIER:
+                        self._barrier_taken(msg.checkpoint_id)
                     grant = ch.credits.on_buffer_consumed()
                     if grant:
                         ch.announcements.put(grant)
@@ -419,6 +426,61 @@ class InputGate:
             ch, msg, ahead = self._priority.popleft()
             overtaken = tuple(ch.buffers[i] for i in range(min(ahead, len(ch.buffers))))
             return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg, overtaken)
+
+    def _barrier_taken(self, checkpoint_id: int) -> None:
+        timestamp, count = self._queued_barriers.get(checkpoint_id, (0.0, 1))
+        if count > 1:
+            self._queued_barriers[checkpoint_id] = (timestamp, count - 1)
+        else:
+            self._queued_barriers.pop(checkpoint_id, None)
+
+    def queued_barrier_times(self) -> dict[int, float]:
+        """The in-order checkpoint barriers still queued: checkpoint id -> its trigger time (epoch s)."""
+        with self._cond:
+            return {cid: timestamp for cid, (timestamp, _) in self._queued_barriers.items()}
+
+    def prioritize(self, checkpoint_id: int) -> int:
+        """Turn the queued in-order barriers of ``checkpoint_id`` into priority events that overtake the
+        buffers ahead of them (the aligned-checkpoint timeout). A barrier's records stay in its place;
+        a bare barrier's slot is freed (its credit goes back). Answers how many were turned."""
+        with self._cond:
+            turned = 0
+            for ch in self.channels:
+                position = next(
+                    (
+                        i
+                        for i, queued in enumerate(ch.buffers)
+                        if queued.event == Event.EVENT_KIND_BARRIER and queued.checkpoint_id == checkpoint_id
+                    ),
+                    None,
+                )
+                if position is None:
+                    continue
+                msg = ch.buffers[position]
+                barrier = taskmanager_pb2.DataMessage(
+                    event=msg.event,
+                    checkpoint_id=msg.checkpoint_id,
+                    checkpoint_kind=msg.checkpoint_kind,
+                    checkpoint_timestamp=msg.checkpoint_timestamp,
+                    priority=True,
+                )
+                if msg.record_count:  # the records before the barrier stay queued, as a buffer of their own
+                    ch.buffers[position] = taskmanager_pb2.DataMessage(
+                        records=msg.records, record_count=msg.record_count
+                    )
+                    ahead = position + 1
+                else:
+                    del ch.buffers[position]
+                    grant = ch.credits.on_buffer_consumed()
+                    if grant:
+                        ch.announcements.put(grant)
+                    ahead = position
+                self._priority.append((ch, barrier, ahead))
+                turned += 1
+            self._queued_barriers.pop(checkpoint_id, None)
+            if turned:
+                self._cond.notify()
+            return turned
 
     def poll(self, timeout: float) -> tuple[int, int, taskmanager_pb2.DataMessage] | None:
         """The next buffer of an unblocked channel as (channel, gate, message), waiting up to

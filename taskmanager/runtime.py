@@ -232,6 +232,7 @@ class TaskManagerRuntime:
             restore=restore,
             restore_checkpoint_id=req.restore_checkpoint_id,
             alignment=alignment_for(checkpointing_mode_from_proto(req.checkpointing_mode)),
+            aligned_checkpoint_timeout_s=req.aligned_checkpoint_timeout_ms / 1000,
             user_code_files=frozenset({req.job_file_name}),
             cancelled=cancelled,
             restore_storage=self._storage_at(req.restore_storage_uri),

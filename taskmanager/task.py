@@ -303,6 +303,7 @@ class Task:
         cancelled: threading.Event | None = None,
         restore_storage: CheckpointStorage | None = None,
         open_keyed_state: Callable[[], TaskKeyedState] | None = None,
+        aligned_checkpoint_timeout_s: float = 0.0,
     ) -> None:
         self.address = address
         self._plan = plan
@@ -338,6 +339,8 @@ class Task:
         )
         self._network_outputs = [NetworkOutput(w) for w in writers]
         self._alignment = alignment
+        # Unaligned mode with checkpointing.aligned-checkpoint-timeout: checkpoints start aligned.
+        self._aligned_timeout_s = aligned_checkpoint_timeout_s if alignment is AlignmentMode.UNALIGNED else 0.0
         for w in writers:
             for ch in w.channels:
                 ch.set_wakeup(self._mailbox.notify)
@@ -373,6 +376,7 @@ class Task:
                 TaskId(JobId(address.job_id), OperatorUid(vertex.uid), SubtaskIndex(address.subtask)),
                 len(gate.channels),
                 alignment,
+                aligned_start=self._aligned_timeout_s > 0,
             )
         self._input_ended = False  # every input channel delivered its end of stream
         self._capture: InflightCapture | None = None  # the in-flight records of the pending unaligned checkpoint
@@ -713,7 +717,29 @@ class Task:
         """When the task must wake without input: the earliest buffer timeout of its outputs, or the
         next metrics sync."""
         deadlines = [d for net in self._network_outputs if (d := net.flush_deadline()) is not None]
+        if self._aligned_timeout_s > 0 and self._gate is not None:
+            queued = self._gate.queued_barrier_times()
+            if queued:  # the aligned-checkpoint timeout of the oldest barrier still queued
+                deadlines.append(time.monotonic() + min(queued.values()) + self._aligned_timeout_s - time.time())
         return min([*deadlines, last_sync + METRICS_SYNC_S])
+
+    def _time_out_alignment(self) -> None:
+        """checkpointing.aligned-checkpoint-timeout: a barrier still queued that long after its
+        checkpoint's trigger becomes a priority one, which overtakes its queue and switches the
+        checkpoint to unaligned (``BarrierAligner``)."""
+        gate = self._gate
+        if self._aligned_timeout_s <= 0 or gate is None:
+            return
+        now = time.time()
+        for checkpoint_id, triggered_at in gate.queued_barrier_times().items():
+            if now - triggered_at >= self._aligned_timeout_s:
+                turned = gate.prioritize(checkpoint_id)
+                self._log.info(
+                    "aligned_checkpoint_timed_out",
+                    checkpoint_id=checkpoint_id,
+                    barriers=turned,
+                    timeout_s=self._aligned_timeout_s,
+                )
 
     # A source task ---------------------------------------------------------------------------------
 
@@ -812,6 +838,7 @@ class Task:
             return gate.take() if self._outputs_available() else gate.take_priority()
 
         while not self._input_ended:
+            self._time_out_alignment()
             waiting = time.monotonic()
             backpressured = not self._outputs_available()
             if backpressured:
@@ -1021,9 +1048,9 @@ class Task:
         for net in self._network_outputs:
             net.flush()
         barrier = barrier_message(cid, request.timestamp, request.kind)
-        if self._alignment is AlignmentMode.UNALIGNED and request.kind is CheckpointKind.CHECKPOINT:
+        capture = self._capture if self._capture is not None and self._capture.checkpoint_id == cid else None
+        if self._unaligned_snapshot(request, capture):
             # The barrier overtakes what the outputs queue; that belongs to the checkpoint (FLIP-76).
-            capture = self._capture if self._capture is not None and self._capture.checkpoint_id == cid else None
             own = capture if capture is not None else InflightCapture(cid)
             for edge, w in enumerate(self._writers):
                 for channel, overtaken in enumerate(w.broadcast_priority(barrier)):
@@ -1075,6 +1102,15 @@ class Task:
             )
 
         future.add_done_callback(uploaded)
+
+    def _unaligned_snapshot(self, request: CheckpointRequest, capture: InflightCapture | None) -> bool:
+        """Whether this snapshot is unaligned, so its barrier goes out as a priority event: in unaligned
+        mode, a checkpoint (not a savepoint) unless it starts aligned (aligned-checkpoint-timeout) and
+        this task did not switch it (it captures nothing in flight: a source, or aligned to the end).
+        An aligned barrier that then waits in a consumer's queue past the timeout is turned there."""
+        if self._alignment is not AlignmentMode.UNALIGNED or request.kind is not CheckpointKind.CHECKPOINT:
+            return False
+        return capture is not None or self._aligned_timeout_s <= 0
 
     def _finish(self) -> None:
         """End of input: wait for the notifications of the checkpoints this task acknowledged (their

@@ -19,6 +19,7 @@ KEYS = frozenset(
         "checkpointing.retained",
         "checkpointing.mode",
         "checkpointing.unaligned",
+        "checkpointing.aligned-checkpoint-timeout",
     }
 )
 
@@ -28,6 +29,10 @@ class CheckpointSettings:
     trigger: CheckpointConfig
     retained: int
     mode: CheckpointingMode
+    aligned_checkpoint_timeout_s: float = 0.0
+    """Unaligned mode only (Flink's ``execution.checkpointing.aligned-checkpoint-timeout``): a checkpoint
+    starts aligned; a barrier still queued this long after the checkpoint's trigger goes on as an
+    unaligned (priority) one. 0: every checkpoint is unaligned from its start."""
 
     @property
     def enabled(self) -> bool:
@@ -55,7 +60,27 @@ def parse_checkpoint_settings(params: Mapping[str, str]) -> CheckpointSettings:
         min_pause_s=parse_duration("checkpointing.min-pause", params.get("checkpointing.min-pause", "0s")),
         max_concurrent=max_concurrent,
     )
-    return CheckpointSettings(trigger=trigger, retained=retained, mode=mode)
+    return CheckpointSettings(
+        trigger=trigger,
+        retained=retained,
+        mode=mode,
+        aligned_checkpoint_timeout_s=_parse_aligned_timeout(params, mode),
+    )
+
+
+def _parse_aligned_timeout(params: Mapping[str, str], mode: CheckpointingMode) -> float:
+    raw = params.get("checkpointing.aligned-checkpoint-timeout")
+    if raw is None:
+        return 0.0
+    if mode is not CheckpointingMode.UNALIGNED:
+        raise ConfigError(
+            "checkpointing.aligned-checkpoint-timeout",
+            "only applies to unaligned checkpoints: set -D checkpointing.unaligned=true as well",
+        )
+    timeout = parse_duration("checkpointing.aligned-checkpoint-timeout", raw)
+    if timeout < 0:
+        raise ConfigError("checkpointing.aligned-checkpoint-timeout", f"must be >= 0, got {raw!r}")
+    return timeout
 
 
 _ALIGNMENT_MODES = (CheckpointingMode.EXACTLY_ONCE, CheckpointingMode.AT_LEAST_ONCE)

@@ -106,3 +106,49 @@ def test_a_two_input_operator_does_not_align_in_unaligned_mode(weir_cluster: Wei
     match_stats = [t for c in completed for t in c.tasks if t.vertex_uid == "match"]
     assert match_stats and all(t.unaligned and t.alignment_duration_s == 0.0 for t in match_stats), match_stats
     assert weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=60).summary.status == "CANCELED"
+
+
+def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kill(
+    weir_cluster: WeirCluster, unique: str
+) -> None:
+    """`-D checkpointing.aligned-checkpoint-timeout`: checkpoints start aligned (the sources' barriers
+    go in order); a barrier that waits in a backpressured window task's queue past the timeout is
+    turned into a priority one there and the checkpoint goes on unaligned. With the source unthrottled
+    the windows are backpressured, so the switch engages; a TaskManager killed mid-run, both sinks exact."""
+    endpoints = weir_cluster.endpoints
+    params = keyed_aggregation_inputs(endpoints, unique, 150_000, records_per_second=0, checkpoint_interval="500ms")
+    params |= {
+        "checkpointing.unaligned": "true",
+        "checkpointing.aligned-checkpoint-timeout": "1ms",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    job_id = weir_cluster.submit("examples/keyed_aggregation.py", params, parallelism=3)
+    victim = "taskmanager-1"
+    wait_until(
+        weir_cluster,
+        job_id,
+        lambda s: (
+            s.summary.status == "RUNNING"
+            and (s.last_completed_checkpoint or 0) >= 1
+            and process_running(weir_cluster, victim)
+        ),
+        "a completed checkpoint",
+    )
+    kill_process(weir_cluster.directory, victim)
+    final = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
+    assert final.summary.status == "FINISHED", final.failure
+    assert final.last_restore_at is not None, "the job never restored after the kill"
+    report = verify_job(JOB, params, job_id=job_id, endpoints=endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+
+    completed = [
+        c
+        for c in weir_cluster.client.list_checkpoints(job_id)
+        if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
+    ]
+    sources = [t for c in completed for t in c.tasks if t.vertex_uid == "events-source"]
+    windows = [t for c in completed for t in c.tasks if t.vertex_uid == "window-count-sum"]
+    assert sources and not any(t.unaligned for t in sources), "a source started a checkpoint unaligned"
+    switched = [t for t in windows if t.unaligned]
+    assert switched, f"no window task switched to unaligned: {windows}"

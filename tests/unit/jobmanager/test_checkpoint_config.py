@@ -41,3 +41,19 @@ def test_unaligned_is_not_a_checkpointing_mode_value_and_the_flag_is_a_boolean()
 def test_the_unaligned_mode_crosses_the_wire() -> None:
     assert checkpointing_mode_to_proto(CheckpointingMode.UNALIGNED) == common_pb2.CHECKPOINTING_MODE_UNALIGNED
     assert checkpointing_mode_from_proto(common_pb2.CHECKPOINTING_MODE_UNALIGNED) is CheckpointingMode.UNALIGNED
+
+
+def test_the_aligned_checkpoint_timeout_needs_unaligned_checkpoints_and_a_duration() -> None:
+    assert parse_checkpoint_settings({}).aligned_checkpoint_timeout_s == 0.0
+    settings = parse_checkpoint_settings(
+        {"checkpointing.unaligned": "true", "checkpointing.aligned-checkpoint-timeout": "5s"}
+    )
+    assert settings.mode is CheckpointingMode.UNALIGNED and settings.aligned_checkpoint_timeout_s == 5.0
+    with pytest.raises(ConfigError, match="checkpointing.unaligned=true"):
+        parse_checkpoint_settings({"checkpointing.aligned-checkpoint-timeout": "5s"})
+    with pytest.raises(ConfigError, match="duration"):
+        parse_checkpoint_settings({"checkpointing.unaligned": "true", "checkpointing.aligned-checkpoint-timeout": "x"})
+    with pytest.raises(ConfigError, match="aligned-checkpoint-timeout"):
+        parse_checkpoint_settings(
+            {"checkpointing.unaligned": "true", "checkpointing.aligned-checkpoint-timeout": "-1s"}
+        )

@@ -26,6 +26,7 @@ DEPLOYMENT = TaskDeployment(
     restore_storage_uri="s3://elsewhere/savepoints/upgrade-1",
     checkpointing_mode=CheckpointingMode.AT_LEAST_ONCE,
     buffer_timeout_ms=0,
+    aligned_checkpoint_timeout_ms=5000,
     inputs=(InputChannelSpec(gate=0, channel=2, producer_vertex="gen", producer_subtask=2),),
     outputs=(OutputChannelSpec(0, 1, "out", 1, "host-b:6124", 0),),
 )
@@ -45,6 +46,7 @@ def test_a_deployment_goes_on_the_wire_field_by_field() -> None:
     assert list(r.inherited_task_states) == [b"doc-a", b"doc-b"]
     assert r.restore_storage_uri == "s3://elsewhere/savepoints/upgrade-1"
     assert r.checkpointing_mode == common_pb2.CHECKPOINTING_MODE_AT_LEAST_ONCE
+    assert r.aligned_checkpoint_timeout_ms == 5000
     assert r.HasField("buffer_timeout_ms") and r.buffer_timeout_ms == 0
     (i,) = r.inputs
     assert (i.gate, i.channel, i.producer.job_id, i.producer.vertex_uid, i.producer.subtask) == (

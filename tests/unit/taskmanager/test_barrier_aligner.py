@@ -380,6 +380,75 @@ def test_unaligned_savepoints_are_aligned(make_aligner: MakeAligner) -> None:
     )
 
 
+# Unaligned with an aligned start (aligned-checkpoint-timeout): aligned until a priority barrier.
+
+
+def timeoutable(num_channels: int) -> BarrierAligner:
+    return BarrierAligner(TASK, num_channels, UNALIGNED, aligned_start=True)
+
+
+def test_an_aligned_start_aligns_in_order_barriers_and_completes_aligned() -> None:
+    aligner = timeoutable(2)
+    assert aligner.on_barrier(C0, CP1, now=0.0) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C1, CP1, now=1.0) == (trigger(1, 0.0, 1.0), unblock(0))
+    assert aligner.capturing_channels == frozenset()
+
+
+def test_a_priority_barrier_switches_an_aligning_checkpoint_to_unaligned() -> None:
+    aligner = timeoutable(3)
+    assert aligner.on_barrier(C0, CP1, now=0.0) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C1, CP1, now=5.0, priority=True) == (
+        trigger(1, 0.0, 5.0, capture=True),  # alignment took 5 s, then the switch
+        unblock(0),  # what channel 0 queues follows its barrier: not the checkpoint's
+        CaptureQueued(C1, CP1),
+        StartCapture(C2, CP1),
+    )
+    assert aligner.blocked_channels == frozenset() and aligner.capturing_channels == {C2}
+    assert aligner.on_barrier(C2, CP1, now=6.0) == (  # in order, after everything it delivered
+        StopCapture(C2, CP1),
+        CaptureQueued(C2, CP1),
+        InflightCaptureComplete(CP1),
+    )
+    assert aligner.last_completed_checkpoint == CP1
+
+
+def test_a_switch_on_the_last_barrier_completes_at_once() -> None:
+    aligner = timeoutable(2)
+    aligner.on_barrier(C0, CP1, now=0.0)
+    assert aligner.on_barrier(C1, CP1, now=5.0, priority=True) == (
+        trigger(1, 0.0, 5.0, capture=True),
+        unblock(0),
+        CaptureQueued(C1, CP1),
+        InflightCaptureComplete(CP1),
+    )
+    assert aligner.pending_checkpoint is None
+
+
+def test_a_first_priority_barrier_starts_unaligned_and_savepoints_never_switch() -> None:
+    aligner = timeoutable(2)
+    assert aligner.on_barrier(C0, CP1, now=0.0, priority=True) == (
+        trigger(1, 0.0, 0.0, capture=True),
+        CaptureQueued(C0, CP1),
+        StartCapture(C1, CP1),
+    )
+    assert aligner.on_barrier(C1, CP1, now=1.0) == (
+        StopCapture(C1, CP1),
+        CaptureQueued(C1, CP1),
+        InflightCaptureComplete(CP1),
+    )
+    assert aligner.on_barrier(C0, CP2, SAVEPOINT, now=2.0) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C1, CP2, SAVEPOINT, now=3.0, priority=True) == (
+        TriggerSnapshot(CP2, SAVEPOINT, 2.0, 3.0),
+        unblock(0),
+    )
+
+
+def test_exactly_once_mode_never_switches() -> None:
+    aligner = BarrierAligner(TASK, 2, EO, aligned_start=True)
+    assert aligner.on_barrier(C0, CP1, now=0.0) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C1, CP1, now=5.0, priority=True) == (trigger(1, 0.0, 5.0), unblock(0))
+
+
 # Randomized, after Flink's AlignedCheckpointsMassiveRandomTest: a fake input gate with K channels,
 # each a queue of sequence-tagged records and checkpoint markers, drained in a random interleaving
 # that never polls a blocked channel.

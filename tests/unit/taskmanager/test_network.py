@@ -475,3 +475,30 @@ def test_a_writer_reports_when_its_buffered_records_are_due() -> None:
     assert writer.buffered() and writer.flush_deadline() >= time.monotonic() + 59.0
     writer.flush()
     assert not writer.buffered()
+
+
+def test_a_timed_out_barrier_is_turned_into_a_priority_one_that_overtakes_its_queue() -> None:
+    gate = InputGate([0, 0], initial_credits=4)
+    gate.push(0, data(1))
+    with_records = barrier_message(7, 100.0, CheckpointKind.CHECKPOINT)
+    with_records.records, with_records.record_count = data(2).records, 1  # records flushed with the barrier
+    gate.push(0, with_records)
+    gate.push(0, data(3))
+    gate.push(1, data(10))
+    gate.push(1, barrier_message(7, 100.0, CheckpointKind.CHECKPOINT))
+    assert gate.queued_barrier_times() == {7: 100.0}
+    assert gate.prioritize(7) == 2
+    assert gate.queued_barrier_times() == {}
+    first, second = gate.take_priority(), gate.take_priority()
+    assert first is not None and second is not None and first.message.priority and second.message.priority
+    assert {
+        first.channel: [values_of(m) for m in first.overtaken],
+        second.channel: [values_of(m) for m in second.overtaken],
+    } == {
+        0: [[1], [2]],  # the barrier's own records stay queued, ahead of it
+        1: [[10]],
+    }
+    assert announced(gate, 1) == [1], "the bare barrier's slot was not given back"
+    rest = [gate.take() for _ in range(4)]
+    assert [values_of(r.message) for r in rest if r is not None and r.channel == 0] == [[1], [2], [3]]
+    assert gate.prioritize(7) == 0
