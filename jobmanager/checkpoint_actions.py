@@ -165,15 +165,21 @@ class CheckpointActionExecutor:
             return
         with self._lock:
             now = self._clock()
-            metrics.checkpoint_completed(job.job_id, completed, now)
+            actions = job.coordinator.checkpoint_persisted(now, completed.checkpoint_id)
+            summary = job.coordinator.latest_completed
+            if summary is None or summary.checkpoint_id != completed.checkpoint_id:
+                raise AssertionError(f"checkpoint {completed.checkpoint_id} persisted but not the latest completed")
+            metrics.checkpoint_completed(job.job_id, summary)
             log.info(
                 "checkpoint_completed",
                 job_id=job.job_id,
                 checkpoint_id=completed.checkpoint_id,
                 duration_s=round(now - completed.trigger_timestamp, 3),
                 size_bytes=completed.total_size_bytes,
+                unaligned=any(t.unaligned for t in summary.tasks),
+                inflight_bytes=sum(t.inflight_bytes for t in summary.tasks),
             )
-            self.execute(job, job.coordinator.checkpoint_persisted(now, completed.checkpoint_id))
+            self.execute(job, actions)
 
     def _place_savepoint(self, job: JobMaster, completed: CompletedCheckpoint) -> str:
         """The savepoint's external path: its folder in the cluster's storage, or a copy of it in the

@@ -6,6 +6,9 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.core.checkpointing import CheckpointStatus
+
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 600.0)
 
 CHECKPOINTS_TRIGGERED = Counter("weir_checkpoints_triggered_total", "Checkpoints triggered", ("job_id",))
@@ -30,6 +33,37 @@ CHECKPOINT_INTERVAL = Gauge(
     "The job's checkpointing.interval (absent when periodic checkpoints are off)",
     ("job_id",),
 )
+LAST_CHECKPOINT_UNALIGNED = Gauge(
+    "weir_last_checkpoint_unaligned",
+    "1 if a task persisted in-flight records in the latest completed checkpoint (unaligned), 0 if all aligned",
+    ("job_id",),
+)
+LAST_CHECKPOINT_INFLIGHT = Gauge(
+    "weir_last_checkpoint_inflight_bytes",
+    "In-flight bytes the tasks persisted in the latest completed checkpoint, summed over its tasks",
+    ("job_id",),
+)
+CHECKPOINTS_UNALIGNED = Counter(
+    "weir_checkpoints_unaligned_total",
+    "Completed checkpoints in which some task persisted in-flight records",
+    ("job_id",),
+)
+_CHECKPOINT_TASK_LABELS = ("job_id", "operator_uid", "subtask")
+LAST_TASK_ALIGNMENT = Gauge(
+    "weir_last_checkpoint_alignment_seconds",
+    "Barrier alignment time of each task in the latest completed checkpoint",
+    _CHECKPOINT_TASK_LABELS,
+)
+LAST_TASK_START_DELAY = Gauge(
+    "weir_last_checkpoint_start_delay_seconds",
+    "Trigger to first barrier at each task in the latest completed checkpoint",
+    _CHECKPOINT_TASK_LABELS,
+)
+LAST_TASK_INFLIGHT = Gauge(
+    "weir_last_checkpoint_task_inflight_bytes",
+    "In-flight bytes each task persisted in the latest completed checkpoint (0: the task aligned)",
+    _CHECKPOINT_TASK_LABELS,
+)
 ALIGNMENT = Histogram(
     "weir_checkpoint_alignment_duration_seconds",
     "Barrier alignment time per task",
@@ -51,14 +85,29 @@ JOB_STATUS = Gauge("weir_job_status", "1 for the job's current status, 0 otherwi
 _STATUSES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELLING", "CANCELED")
 
 
-def checkpoint_completed(job_id: str, completed: Any, now: float) -> None:
-    duration = max(0.0, now - completed.trigger_timestamp)
+def checkpoint_completed(job_id: str, summary: CheckpointSummary) -> None:
+    """Set the latest-checkpoint series from a completed checkpoint's stats (its tasks' acks)."""
+    if summary.status is not CheckpointStatus.COMPLETED or summary.end_timestamp is None:
+        raise ValueError(f"checkpoint {summary.checkpoint_id} is {summary.status.value}, not completed")
+    now = summary.end_timestamp
+    duration = max(0.0, now - summary.trigger_timestamp)
     CHECKPOINTS_COMPLETED.labels(job_id).inc()
     CHECKPOINT_DURATION.labels(job_id).observe(duration)
     LAST_CHECKPOINT_DURATION.labels(job_id).set(duration)
-    LAST_CHECKPOINT_SIZE.labels(job_id).set(completed.total_size_bytes)
-    LAST_CHECKPOINT_ID.labels(job_id).set(completed.checkpoint_id)
+    LAST_CHECKPOINT_SIZE.labels(job_id).set(summary.state_size_bytes)
+    LAST_CHECKPOINT_ID.labels(job_id).set(summary.checkpoint_id)
     LAST_CHECKPOINT_TIMESTAMP.labels(job_id).set(now)
+    unaligned = any(t.unaligned for t in summary.tasks)
+    LAST_CHECKPOINT_UNALIGNED.labels(job_id).set(1 if unaligned else 0)
+    LAST_CHECKPOINT_INFLIGHT.labels(job_id).set(sum(t.inflight_bytes for t in summary.tasks))
+    unaligned_total = CHECKPOINTS_UNALIGNED.labels(job_id)  # 0 until the first unaligned one, not absent
+    if unaligned:
+        unaligned_total.inc()
+    for task in summary.tasks:
+        labels = (job_id, task.task_id.operator_uid, str(task.task_id.subtask))
+        LAST_TASK_ALIGNMENT.labels(*labels).set(task.alignment_duration_s)
+        LAST_TASK_START_DELAY.labels(*labels).set(task.start_delay_s)
+        LAST_TASK_INFLIGHT.labels(*labels).set(task.inflight_bytes)
 
 
 def job_status(job: Any) -> None:

@@ -236,6 +236,10 @@ class CheckpointStatsTracker:
         self._restored_from: CheckpointId | None = None
         self._restored_at: float | None = None
 
+    @property
+    def latest_completed(self) -> CheckpointSummary | None:
+        return self._latest_completed
+
     def on_triggered(self) -> None:
         self._triggered += 1
 
@@ -351,6 +355,11 @@ class CheckpointCoordinator:
 
     def pending(self, checkpoint_id: CheckpointId) -> PendingCheckpoint | None:
         return self._pending.get(checkpoint_id)
+
+    @property
+    def latest_completed(self) -> CheckpointSummary | None:
+        """The stats of the checkpoint ``checkpoint_persisted`` completed last, with its tasks' acks."""
+        return self._stats.latest_completed
 
     def stats(self) -> CheckpointStats:
         return self._stats.snapshot([*self._pending.values(), *(p.pending for p in self._persisting.values())])

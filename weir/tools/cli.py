@@ -133,6 +133,11 @@ def _seconds(s: float) -> str:
     return f"{s * 1000:.0f} ms" if s < 1 else f"{s:.2f} s"
 
 
+def _mode(unaligned: bool) -> str:
+    """A checkpoint, or a task's part in it: unaligned when it persisted in-flight records."""
+    return "unaligned" if unaligned else "aligned"
+
+
 def parse_parameters(items: Sequence[str]) -> dict[str, str]:
     """``-D key=value`` items as a dict; a later key wins."""
     parameters: dict[str, str] = {}
@@ -407,18 +412,21 @@ def checkpoints(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """A job's checkpoints; per-task alignment and start delay of the latest (or --checkpoint) one."""
+    """A job's checkpoints, aligned or unaligned, with the in-flight bytes they persisted; per-task
+    alignment, start delay and in-flight bytes of the latest (or --checkpoint) one."""
     with _client() as client:
         infos = client.list_checkpoints(job_id)
     if json_output:
-        _print_json({"job_id": job_id, "checkpoints": [asdict(c) for c in infos]})
+        documents = [{**asdict(c), "unaligned": c.unaligned, "inflight_bytes": c.inflight_bytes} for c in infos]
+        _print_json({"job_id": job_id, "checkpoints": documents})
         return
     console = _stdout()
     if not infos:
         console.print(f"job {job_id} has no checkpoints yet", soft_wrap=True)
         return
-    table = _table("id", "kind", "status", "triggered", "duration", "size", "failure")
+    table = _table("id", "kind", "status", "triggered", "duration", "size", "mode", "in flight", "failure")
     for info in sorted(infos, key=lambda c: c.checkpoint_id):
+        acked = bool(info.tasks)  # no task acknowledged yet: nothing tells aligned from unaligned
         table.add_row(
             str(info.checkpoint_id),
             info.kind,
@@ -426,6 +434,8 @@ def checkpoints(
             _when(info.trigger_time),
             _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",
             _size(info.size_bytes),
+            _mode(info.unaligned) if acked else "-",
+            _size(info.inflight_bytes) if info.unaligned else "-",
             escape(info.failure),
         )
     console.print(table)
@@ -442,10 +452,11 @@ def checkpoints(
     title = f"checkpoint {detail.checkpoint_id}: tasks" + (
         f" (unaligned, {_size(detail.inflight_bytes)} in flight)" if detail.unaligned else ""
     )
-    tasks = _table("task", "alignment", "start delay", "state size", "in flight", title=title)
+    tasks = _table("task", "mode", "alignment", "start delay", "state size", "in flight", title=title)
     for task in sorted(detail.tasks, key=lambda t: (t.vertex_uid, t.subtask)):
         tasks.add_row(
             escape(task.name),
+            _mode(task.unaligned),
             _seconds(task.alignment_duration_s),
             _seconds(task.start_delay_s),
             _size(task.state_size_bytes),

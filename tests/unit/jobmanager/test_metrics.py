@@ -1,4 +1,5 @@
-"""The JobManager's per-job gauges, refreshed from a real JobMaster (no gRPC, no cluster)."""
+"""The JobManager's per-job gauges, refreshed from a real JobMaster, and the latest checkpoint's
+series, set from the coordinator's stats when a checkpoint completes (no gRPC, no cluster)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,15 @@ import uuid
 from prometheus_client import REGISTRY
 
 from jobmanager import metrics
-from jobmanager.checkpointing.coordinator import default_metadata_key
+from jobmanager.checkpointing.coordinator import CheckpointCoordinator, PersistCheckpoint, default_metadata_key
+from jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
+from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from jobmanager.checkpointing.trigger import CheckpointConfig
 from jobmanager.jobs import JobMaster, JobSubmission
+from jobmanager.messages import CheckpointAck
+from tests.unit.jobmanager.conftest import Harness
 from weir.api import load_job_source
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = textwrap.dedent(
     """
@@ -46,3 +53,122 @@ def test_no_interval_series_when_periodic_checkpoints_are_off() -> None:
     job = master({})
     metrics.job_status(job)
     assert gauge("weir_checkpoint_interval_seconds", job.job_id) is None
+
+
+def unique_job_id() -> str:
+    """Metrics live in the process-wide registry: a job id of its own keeps other tests' values out."""
+    return f"job-{uuid.uuid4().hex[:8]}"
+
+
+def counter(name: str, job_id: str) -> float:
+    value = REGISTRY.get_sample_value(name, {"job_id": job_id})
+    assert value is not None, f"{name} has no series for {job_id}"
+    return value
+
+
+def complete_one(coordinator: CheckpointCoordinator, now: float, acks: dict[TaskId, TaskAckMetrics]) -> CheckpointId:
+    """Trigger a checkpoint, let every task acknowledge it with its metrics, persist it."""
+    trigger = coordinator.trigger_now(now)
+    assert trigger is not None
+    persist: list[PersistCheckpoint] = []
+    for task, ack in acks.items():
+        outcome = coordinator.receive_ack(now + 1.0, trigger.checkpoint_id, task, TaskStateHandle(task), ack)
+        persist += [a for a in outcome.actions if isinstance(a, PersistCheckpoint)]
+    (action,) = persist
+    coordinator.checkpoint_persisted(now + 2.0, action.completed.checkpoint_id)
+    return action.completed.checkpoint_id
+
+
+def test_a_completed_checkpoint_exports_unaligned_inflight_bytes_and_per_task_alignment_and_start_delay() -> None:
+    job_id = JobId(unique_job_id())
+    source = TaskId(job_id, OperatorUid("source"), SubtaskIndex(0))
+    window = TaskId(job_id, OperatorUid("window"), SubtaskIndex(1))
+    coordinator = CheckpointCoordinator(job_id, CheckpointConfig(interval_s=None), InMemoryCompletedCheckpointStore(3))
+    coordinator.start(100.0, (source, window), (source,))
+    acks = {
+        source: TaskAckMetrics(alignment_duration_s=0.0, start_delay_s=0.125),
+        window: TaskAckMetrics(alignment_duration_s=0.75, start_delay_s=0.5, unaligned=True, inflight_bytes=1792),
+    }
+    checkpoint_id = complete_one(coordinator, 100.0, acks)
+    summary = coordinator.latest_completed
+    assert summary is not None and summary.checkpoint_id == checkpoint_id
+
+    metrics.checkpoint_completed(job_id, summary)
+
+    assert gauge("weir_last_completed_checkpoint_id", job_id) == checkpoint_id
+    assert gauge("weir_last_checkpoint_unaligned", job_id) == 1
+    assert gauge("weir_last_checkpoint_inflight_bytes", job_id) == 1792
+    assert counter("weir_checkpoints_unaligned_total", job_id) == 1
+    per_task = {
+        (uid, sub): (
+            gauge("weir_last_checkpoint_alignment_seconds", job_id, operator_uid=uid, subtask=sub),
+            gauge("weir_last_checkpoint_start_delay_seconds", job_id, operator_uid=uid, subtask=sub),
+            gauge("weir_last_checkpoint_task_inflight_bytes", job_id, operator_uid=uid, subtask=sub),
+        )
+        for uid, sub in (("source", "0"), ("window", "1"))
+    }
+    assert per_task == {("source", "0"): (0.0, 0.125, 0.0), ("window", "1"): (0.75, 0.5, 1792.0)}
+
+
+def test_an_aligned_checkpoint_resets_the_latest_series_and_does_not_count_as_unaligned() -> None:
+    job_id = JobId(unique_job_id())
+    source = TaskId(job_id, OperatorUid("source"), SubtaskIndex(0))
+    coordinator = CheckpointCoordinator(job_id, CheckpointConfig(interval_s=None), InMemoryCompletedCheckpointStore(3))
+    coordinator.start(100.0, (source,), (source,))
+    for now, ack in (
+        (100.0, TaskAckMetrics(alignment_duration_s=0.5, unaligned=True, inflight_bytes=64)),
+        (110.0, TaskAckMetrics(alignment_duration_s=0.25, start_delay_s=0.0625)),
+    ):
+        complete_one(coordinator, now, {source: ack})
+        summary = coordinator.latest_completed
+        assert summary is not None
+        metrics.checkpoint_completed(job_id, summary)
+
+    assert gauge("weir_last_checkpoint_unaligned", job_id) == 0
+    assert gauge("weir_last_checkpoint_inflight_bytes", job_id) == 0
+    assert counter("weir_checkpoints_unaligned_total", job_id) == 1
+    assert counter("weir_checkpoints_completed_total", job_id) == 2
+    labels = {"operator_uid": "source", "subtask": "0"}
+    assert gauge("weir_last_checkpoint_alignment_seconds", job_id, **labels) == 0.25
+    assert gauge("weir_last_checkpoint_start_delay_seconds", job_id, **labels) == 0.0625
+
+
+def test_the_unaligned_counter_is_zero_not_absent_after_aligned_checkpoints_only() -> None:
+    job_id = JobId(unique_job_id())
+    source = TaskId(job_id, OperatorUid("source"), SubtaskIndex(0))
+    coordinator = CheckpointCoordinator(job_id, CheckpointConfig(interval_s=None), InMemoryCompletedCheckpointStore(3))
+    coordinator.start(100.0, (source,), (source,))
+    complete_one(coordinator, 100.0, {source: TaskAckMetrics()})
+    summary = coordinator.latest_completed
+    assert summary is not None
+    metrics.checkpoint_completed(job_id, summary)
+    assert counter("weir_checkpoints_unaligned_total", job_id) == 0
+    assert gauge("weir_last_checkpoint_unaligned", job_id) == 0
+
+
+def test_the_jobmanager_sets_the_series_from_the_acks_when_a_checkpoint_completes(harness: Harness) -> None:
+    """Through the JobManager: a task's ack says unaligned, with bytes and timings; once the metadata
+    is written the series show them."""
+    job = harness.job({"checkpointing.interval": "1s"}, job_id=unique_job_id())
+    with harness.jm.lock:
+        harness.jm.executor.execute(
+            job, job.coordinator.start(harness.clock(), job.all_task_ids(), job.source_task_ids())
+        )
+        trigger = job.coordinator.trigger_now(harness.clock())
+        assert trigger is not None
+        harness.jm.executor.execute(job, (trigger,))
+    (task,) = job.all_task_ids()
+    ack_metrics = TaskAckMetrics(alignment_duration_s=0.375, start_delay_s=0.25, unaligned=True, inflight_bytes=4096)
+    harness.jm.acknowledge_checkpoint(
+        CheckpointAck(
+            job.job_id, task.operator_uid, task.subtask, job.attempt, trigger.checkpoint_id, (), b"", ack_metrics
+        )
+    )
+    assert gauge("weir_last_completed_checkpoint_id", job.job_id) == trigger.checkpoint_id
+    assert gauge("weir_last_checkpoint_unaligned", job.job_id) == 1
+    assert gauge("weir_last_checkpoint_inflight_bytes", job.job_id) == 4096
+    assert counter("weir_checkpoints_unaligned_total", job.job_id) == 1
+    labels = {"operator_uid": str(task.operator_uid), "subtask": str(task.subtask)}
+    assert gauge("weir_last_checkpoint_alignment_seconds", job.job_id, **labels) == 0.375
+    assert gauge("weir_last_checkpoint_start_delay_seconds", job.job_id, **labels) == 0.25
+    assert gauge("weir_last_checkpoint_task_inflight_bytes", job.job_id, **labels) == 4096

@@ -326,6 +326,70 @@ def test_checkpoints_lists_the_external_path_of_each_retained_checkpoint(
     assert {c["checkpoint_id"]: c["external_path"] for c in listed} == {8: "", 7: path}
 
 
+def task_stats(
+    vertex: str, subtask: int, alignment_s: float, start_delay_s: float, inflight_bytes: int = 0
+) -> jobmanager_pb2.TaskCheckpointStats:
+    return jobmanager_pb2.TaskCheckpointStats(
+        task=common_pb2.TaskRef(job_id="job-1", vertex_uid=vertex, subtask=subtask),
+        alignment_duration_s=alignment_s,
+        start_delay_s=start_delay_s,
+        state_size_bytes=100,
+        unaligned=inflight_bytes > 0,
+        inflight_bytes=inflight_bytes,
+    )
+
+
+def rows(output: str) -> dict[str, list[str]]:
+    """The table rows of `weir checkpoints`, by their first cell."""
+    cells = [[c.strip() for c in line.strip("│┃ ").split("│")] for line in output.splitlines() if "│" in line]
+    return {r[0]: r[1:] for r in cells if r[0]}
+
+
+def test_checkpoints_show_aligned_or_unaligned_with_inflight_bytes_and_per_task_timings(
+    weir: Weir, fake_jobmanager: FakeJobManager
+) -> None:
+    fake_jobmanager.checkpoints["job-1"] = jobmanager_pb2.ListCheckpointsResponse(
+        checkpoints=[
+            jobmanager_pb2.CheckpointInfo(
+                checkpoint_id=8,
+                status=jobmanager_pb2.CHECKPOINT_STATUS_COMPLETED,
+                kind=common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+                tasks=[task_stats("src", 0, 0.0, 0.002), task_stats("win", 1, 0.004, 0.003)],
+            ),
+            jobmanager_pb2.CheckpointInfo(
+                checkpoint_id=7,
+                status=jobmanager_pb2.CHECKPOINT_STATUS_COMPLETED,
+                kind=common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+                tasks=[task_stats("src", 0, 0.0, 0.005), task_stats("win", 1, 1.5, 0.25, inflight_bytes=1792)],
+            ),
+            jobmanager_pb2.CheckpointInfo(
+                checkpoint_id=9,
+                status=jobmanager_pb2.CHECKPOINT_STATUS_IN_PROGRESS,
+                kind=common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+            ),
+        ]
+    )
+    result = weir("checkpoints", "job-1", "--checkpoint", "7")
+    assert result.exit_code == EXIT_OK, result.stderr
+    listed = rows(result.stdout)
+    # id, kind, status, triggered, duration, size, mode, in flight, failure
+    assert [listed[i][5:7] for i in ("7", "8", "9")] == [["unaligned", "1.8 KiB"], ["aligned", "-"], ["-", "-"]]
+    assert "checkpoint 7: tasks (unaligned, 1.8 KiB in flight)" in result.stdout
+    # task, mode, alignment, start delay, state size, in flight
+    assert listed["src#0"] == ["aligned", "0 ms", "5 ms", "100 B", "-"]
+    assert listed["win#1"] == ["unaligned", "1.50 s", "250 ms", "100 B", "1.8 KiB"]
+    latest = rows(weir("checkpoints", "job-1").stdout)
+    assert latest["win#1"] == ["aligned", "4 ms", "3 ms", "100 B", "-"]
+    documents = json.loads(weir("checkpoints", "job-1", "--json").stdout)["checkpoints"]
+    assert {c["checkpoint_id"]: (c["unaligned"], c["inflight_bytes"]) for c in documents} == {
+        8: (False, 0),
+        7: (True, 1792),
+        9: (False, 0),
+    }
+    (window,) = [t for t in documents[1]["tasks"] if t["vertex_uid"] == "win"]
+    assert (window["unaligned"], window["inflight_bytes"], window["alignment_duration_s"]) == (True, 1792, 1.5)
+
+
 def test_savepoint_prints_the_path_once_it_completed(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
     fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
     result = weir("savepoint", "job-1", "--path", "s3://user/sp")
