@@ -121,6 +121,7 @@ def plan_initial_state(
         graph.max_parallelism,
         allow_non_restored_state=allow_non_restored_state,
         where=where,
+        new_chains={v.uid: v.operator_uids for v in plan.vertices.values()},
     )
     assigned = inherited_documents({v.uid: v.operator_uids for v in plan.vertices.values()}, documents)
     return InitialState(

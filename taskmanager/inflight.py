@@ -21,11 +21,14 @@ watermark-status event; never a barrier or end of stream), serialized.
 The stored document, format 2 (``docs/formats.md``)::
 
     {"format": 2, "checkpoint_id": int,
-     "input":  [{"channel": int, "buffers": ["<base64 DataMessage>", ...]}, ...],        # by channel
+     "input":  [{"channel": int, "gate": int, "producer": str,                         # by channel
+                 "buffers": ["<base64 DataMessage>", ...]}, ...],
      "output": [{"output": int, "channel": int, "buffers": ["<base64 DataMessage>", ...]}, ...]}
 
-Format 1 (input record blobs only, ``"channels": [{"channel", "buffers": [<base64 record blob>]}]``)
-is still read.
+``gate`` and ``producer`` (the head's input index and the producing vertex of the channel) let a
+restore at another parallelism route the records (``taskmanager.task``); a document without them
+restores only at the parallelism that wrote it. Format 1 (input record blobs only,
+``"channels": [{"channel", "buffers": [<base64 record blob>]}]``) is still read.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ __all__ = [
     "InflightCapture",
     "InflightCaptureError",
     "InflightState",
+    "InputOrigin",
     "OutputChannelKey",
     "decode_inflight",
     "encode_inflight",
@@ -71,6 +75,15 @@ _PERSISTED_EVENTS: Final = frozenset(
 
 OutputChannelKey = tuple[int, int]
 """(output edge index, channel index) of a task's output channel."""
+
+
+@dataclass(frozen=True)
+class InputOrigin:
+    """Where an input channel's records come from: the head's input (gate) and the producing vertex,
+    which name the network edge in the job plan."""
+
+    gate: int
+    producer_vertex: str
 
 
 class InflightCaptureError(SerializationError):
@@ -109,6 +122,7 @@ class InflightState:
     checkpoint_id: CheckpointId
     channels: Mapping[ChannelIndex, tuple[bytes, ...]] = field(default_factory=dict)
     outputs: Mapping[OutputChannelKey, tuple[bytes, ...]] = field(default_factory=dict)
+    origins: Mapping[ChannelIndex, InputOrigin] = field(default_factory=dict)  # of the input channels
 
     @property
     def size_bytes(self) -> int:
@@ -137,10 +151,11 @@ class InflightCapture:
     snapshot's overtaken output buffers; :meth:`complete` once every channel stopped. Owned by the
     task thread."""
 
-    __slots__ = ("_blobs", "_capturing", "_outputs", "checkpoint_id")
+    __slots__ = ("_blobs", "_capturing", "_origins", "_outputs", "checkpoint_id")
 
-    def __init__(self, checkpoint_id: CheckpointId) -> None:
+    def __init__(self, checkpoint_id: CheckpointId, origins: Mapping[ChannelIndex, InputOrigin] | None = None) -> None:
         self.checkpoint_id = checkpoint_id
+        self._origins = dict(origins or {})
         self._capturing: set[ChannelIndex] = set()
         self._blobs: dict[ChannelIndex, list[bytes]] = {}
         self._outputs: dict[OutputChannelKey, tuple[bytes, ...]] = {}
@@ -194,10 +209,12 @@ class InflightCapture:
                 f"checkpoint {self.checkpoint_id}: capture completed while channels "
                 f"{sorted(self._capturing)} still capture"
             )
+        channels = {channel: tuple(blobs) for channel, blobs in sorted(self._blobs.items()) if blobs}
         return InflightState(
             self.checkpoint_id,
-            {channel: tuple(blobs) for channel, blobs in sorted(self._blobs.items()) if blobs},
+            channels,
             {key: blobs for key, blobs in sorted(self._outputs.items()) if blobs},
+            {c: self._origins[c] for c in channels if c in self._origins},
         )
 
 
@@ -210,7 +227,7 @@ def encode_inflight(state: InflightState) -> bytes:
         {
             "format": INFLIGHT_FORMAT,
             "checkpoint_id": state.checkpoint_id,
-            "input": [{"channel": c, "buffers": _b64(state.channels[c])} for c in sorted(state.channels)],
+            "input": [_input_entry(state, c) for c in sorted(state.channels)],
             "output": [
                 {"output": key[0], "channel": key[1], "buffers": _b64(state.outputs[key])}
                 for key in sorted(state.outputs)
@@ -218,6 +235,14 @@ def encode_inflight(state: InflightState) -> bytes:
         },
         separators=(",", ":"),
     ).encode()
+
+
+def _input_entry(state: InflightState, channel: ChannelIndex) -> dict[str, Any]:
+    entry: dict[str, Any] = {"channel": channel}
+    origin = state.origins.get(channel)
+    if origin is not None:
+        entry |= {"gate": origin.gate, "producer": origin.producer_vertex}
+    return entry | {"buffers": _b64(state.channels[channel])}
 
 
 def _buffers(entry: Any) -> tuple[bytes, ...]:
@@ -246,12 +271,15 @@ def decode_inflight(data: bytes, where: str) -> InflightState:
     try:
         channels: dict[ChannelIndex, tuple[bytes, ...]] = {}
         outputs: dict[OutputChannelKey, tuple[bytes, ...]] = {}
+        origins: dict[ChannelIndex, InputOrigin] = {}
         for entry in typed(document["channels" if found == 1 else "input"], list):
             channel = ChannelIndex(typed(entry["channel"], int))
             if channel in channels or channel < 0:
                 raise ValueError(f"input channel {channel} is listed twice or negative")
             blobs = _buffers(entry)
             channels[channel] = tuple(_from_record_blob(b) for b in blobs) if found == 1 else blobs
+            if "gate" in entry:
+                origins[channel] = InputOrigin(typed(entry["gate"], int), typed(entry["producer"], str))
         for entry in typed(document.get("output", []), list):
             key = (typed(entry["output"], int), typed(entry["channel"], int))
             if key in outputs or min(key) < 0:
@@ -260,6 +288,6 @@ def decode_inflight(data: bytes, where: str) -> InflightState:
         for blobs in (*channels.values(), *outputs.values()):
             for blob in blobs:
                 parse_message(blob, where)
-        return InflightState(CheckpointId(typed(document["checkpoint_id"], int)), channels, outputs)
+        return InflightState(CheckpointId(typed(document["checkpoint_id"], int)), channels, outputs, origins)
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
         raise SerializationError(f"{what} is malformed: {type(exc).__name__}: {exc}") from exc

@@ -29,7 +29,7 @@ from taskmanager.chain import ChainInput, OperatorChain
 from taskmanager.inflight import (
     INFLIGHT_STATE_NAME,
     InflightCapture,
-    InflightState,
+    InputOrigin,
     decode_inflight,
     encode_inflight,
     parse_message,
@@ -57,6 +57,7 @@ from taskmanager.network import (
     WatermarkIdle,
     barrier_message,
     cancel_barrier_message,
+    encode_records,
     end_of_stream_message,
     read_buffer,
     watermark_message,
@@ -68,7 +69,7 @@ from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, WeirError
 from weir.core.failures import Failure
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask
+from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.metrics import TaskMetrics
 from weir.core.rescale import key_group_sources
 from weir.core.state_schema import StoredSchema, merge_stored_schemas
@@ -86,6 +87,7 @@ from weir.core.watermarks import (
     ReportsWatermarkStatus,
     WatermarkStatus,
 )
+from weir.graph import Partitioning
 from weir.plan import JobPlan, Vertex
 from weir.wire.taskmanager_pb2 import DataMessage
 
@@ -110,6 +112,38 @@ class InflightStateNotRedistributable(WeirError):
 
     retriable = False
     fault = Fault.USER
+
+
+@dataclass(frozen=True)
+class _InflightReplay:
+    """What a restore feeds in before any new input, from an unaligned checkpoint's in-flight state:
+    output buffers sent as they were (``sends``: output, channel, buffer) or, at another parallelism,
+    their records emitted anew (``emits``: output, buffer), then input buffers into the chain by channel."""
+
+    checkpoint_id: CheckpointId
+    sends: tuple[tuple[int, int, DataMessage], ...] = ()
+    emits: tuple[tuple[int, DataMessage], ...] = ()
+    inputs: tuple[tuple[ChannelIndex, DataMessage], ...] = ()
+    redistributed: bool = False
+
+
+def _owned_by(
+    key_selector: Callable[[Any], Any] | None, key_group_of: Callable[[Any], int], owned: KeyGroupRange
+) -> Callable[[Any], bool]:
+    """Whether a record of a keyed edge belongs to the key groups ``owned``."""
+    if key_selector is None:
+        raise SnapshotError("a keyed edge without a key selector")
+    selector = key_selector
+    return lambda value: key_group_of(selector(value)) in owned
+
+
+def _records_where(message: DataMessage, keep: Callable[[Any], bool]) -> DataMessage | None:
+    """A buffer of the records of ``message`` that ``keep`` accepts (no event); None if none."""
+    buffer = read_buffer(message)
+    kept = [(v, t) for v, t in zip(buffer.values, buffer.timestamps, strict=True) if keep(v)]
+    if not kept:
+        return None
+    return DataMessage(records=encode_records([v for v, _ in kept], [t for _, t in kept]), record_count=len(kept))
 
 
 class _UnalignedAck:
@@ -381,7 +415,11 @@ class Task:
         self._input_ended = False  # every input channel delivered its end of stream
         self._capture: InflightCapture | None = None  # the in-flight records of the pending unaligned checkpoint
         self._unaligned_acks: dict[CheckpointId, _UnalignedAck] = {}  # awaiting their snapshot or capture
-        self._replay: InflightState | None = None  # restored in-flight records, fed before any new input
+        self._replay: _InflightReplay | None = None  # restored in-flight data, fed before any new input
+        self._input_origins = {
+            ChannelIndex(c.channel): InputOrigin(c.gate, c.producer_vertex)
+            for c in plan.input_channels(vertex.uid, address.subtask)
+        }
         self._barrier_times: dict[CheckpointId, float] = {}  # the trigger time each pending barrier carries
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
@@ -524,14 +562,7 @@ class Task:
                 state_bytes = sum(len(b) for b in states.values())
                 inherited_from = 0
             case InheritedRestore(documents=documents):
-                inflight_at = [
-                    f"{d.vertex_uid}#{d.subtask}" for d in documents if INFLIGHT_STATE_NAME in d.operator_state_uids
-                ]
-                if inflight_at:
-                    raise InflightStateNotRedistributable(
-                        f"task {self.address}: checkpoint {restore.checkpoint_id} is unaligned with records in "
-                        f"flight at {', '.join(inflight_at)}: {INFLIGHT_REDISTRIBUTION_REFUSED}"
-                    )
+                self._replay = self._redistributed_inflight(documents)
                 check_state_schemas(self.chain.keyed_operators, [d.layout for d in documents])
                 restored_entries = self._restore_keyed(self._inherited_keyed_handles(documents), adopt=False)
                 if self.cancelled.is_set():
@@ -550,7 +581,8 @@ class Task:
             inherited_from_subtasks=inherited_from,
         )
 
-    def _restored_inflight(self, data: bytes) -> InflightState:
+    def _restored_inflight(self, data: bytes) -> _InflightReplay:
+        """This task's own in-flight state (same job, same parallelism), to replay as it was."""
         where = f"of task {self.address} in checkpoint {self._restore_checkpoint_id}"
         state = decode_inflight(data, where)
         inputs = len(self._gate.channels) if self._gate is not None else 0
@@ -565,42 +597,119 @@ class Task:
                 f"task {self.address}: the in-flight state {where} names output channels {sorted(state.outputs)}, "
                 f"this task has {outputs} per output: {INFLIGHT_REDISTRIBUTION_REFUSED}"
             )
-        return state
+        return _InflightReplay(
+            state.checkpoint_id,
+            sends=tuple((edge, ch, parse_message(b, where)) for (edge, ch), b in state.replay_outputs()),
+            inputs=tuple((channel, parse_message(b, where)) for channel, b in state.replay()),
+        )
+
+    def _redistributed_inflight(self, documents: tuple[TaskStateDocument, ...]) -> _InflightReplay | None:
+        """The in-flight state of the old subtasks of this chain, restored at another parallelism or
+        into another job: the input records of a keyed edge go to the subtask owning their key group
+        now (every new subtask filters each old one's); the rest of old subtask j's input, and its
+        output records, go to new subtask j mod parallelism, which emits the output records anew
+        through its partitioners. Watermarks in flight are dropped (the sources emit them again)."""
+        olds = sorted(
+            (d for d in documents if d.vertex_uid == self._vertex.uid and INFLIGHT_STATE_NAME in d.operator_state_uids),
+            key=lambda d: d.subtask,
+        )
+        if not olds:
+            return None
+        channel_of: dict[InputOrigin, ChannelIndex] = {}
+        for channel, origin in sorted(self._input_origins.items()):
+            channel_of.setdefault(origin, channel)
+        edge_of = {InputOrigin(e.input_index, e.producer_vertex): e for e in self._vertex.inputs}
+        key_group_of = KeyEncoder(self._plan.graph.max_parallelism).key_group
+        inputs: list[tuple[ChannelIndex, DataMessage]] = []
+        emits: list[tuple[int, DataMessage]] = []
+        for old in olds:
+            where = f"of task {old.vertex_uid}#{old.subtask} in checkpoint {old.checkpoint_id}"
+            data = read_operator_states(old.operator_state, self._read_stored_state)[INFLIGHT_STATE_NAME]
+            state = decode_inflight(data, where)
+            takes_whole = old.subtask % self._vertex.parallelism == self.address.subtask
+
+            def refuse(why: str, where: str = where) -> InflightStateNotRedistributable:
+                return InflightStateNotRedistributable(
+                    f"task {self.address}: the in-flight state {where} {why}: {INFLIGHT_REDISTRIBUTION_REFUSED}"
+                )
+
+            for channel, blobs in sorted(state.channels.items()):
+                messages = [m for b in blobs if (m := parse_message(b, where)).record_count]
+                origin = state.origins.get(channel)
+                if origin is None:
+                    raise refuse(f"does not say where input channel {channel} comes from (an older format)")
+                edge, new_channel = edge_of.get(origin), channel_of.get(origin)
+                if edge is None or new_channel is None:
+                    raise refuse(
+                        f"has records from {origin.producer_vertex} on input {origin.gate}, which this job lacks"
+                    )
+                match edge.partitioning:
+                    case Partitioning.HASH:
+                        owned = _owned_by(edge.key_selector, key_group_of, self.key_group_range)
+                        for message in messages:
+                            kept = _records_where(message, owned)
+                            if kept is not None:
+                                inputs.append((new_channel, kept))
+                    case Partitioning.FORWARD | Partitioning.REBALANCE:
+                        if takes_whole:
+                            inputs += [(new_channel, m) for m in messages]
+                    case Partitioning.BROADCAST:
+                        if messages:
+                            raise refuse(f"holds records of the broadcast input from {origin.producer_vertex}")
+                    case _:
+                        assert_never(edge.partitioning)
+            if not takes_whole:
+                continue
+            for (edge_index, channel), blobs in sorted(state.outputs.items()):
+                messages = [m for b in blobs if (m := parse_message(b, where)).record_count]
+                if edge_index >= len(self._writers):
+                    raise refuse(f"names output {edge_index}; this task has {len(self._writers)}")
+                if messages and self._vertex.outputs[edge_index].partitioning is Partitioning.BROADCAST:
+                    raise refuse(f"holds records of broadcast output {edge_index} (channel {channel})")
+                emits += [(edge_index, m) for m in messages]
+        return _InflightReplay(olds[0].checkpoint_id, emits=tuple(emits), inputs=tuple(inputs), redistributed=True)
 
     def _replay_inflight_outputs(self) -> None:
-        """The restored output buffers an unaligned barrier overtook, sent before anything else: their
-        consumers read them after replaying their own in-flight input, as they would have."""
-        state = self._replay
-        if state is None or not state.outputs:
+        """The restored output buffers an unaligned barrier overtook, sent before anything else (their
+        consumers read them after replaying their own in-flight input, as they would have); at another
+        parallelism their records are emitted anew through the partitioners."""
+        replay = self._replay
+        if replay is None or not (replay.sends or replay.emits):
             return
-        where = f"of task {self.address} in checkpoint {state.checkpoint_id}"
-        for (edge, channel), blob in state.replay_outputs():
-            self._writers[edge].channels[channel].send(parse_message(blob, where))
+        for edge, channel, message in replay.sends:
+            self._writers[edge].channels[channel].send(message)
+        for edge, message in replay.emits:
+            buffer = read_buffer(message)
+            writer = self._writers[edge]
+            for value, timestamp in zip(buffer.values, buffer.timestamps, strict=True):
+                writer.emit(value, timestamp)
+        for writer in self._writers:
+            writer.flush()
         self._log.info(
             "inflight_outputs_replayed",
-            checkpoint_id=state.checkpoint_id,
-            buffers=sum(len(b) for b in state.outputs.values()),
-            channels=[f"{edge}/{channel}" for edge, channel in sorted(state.outputs)],
+            checkpoint_id=replay.checkpoint_id,
+            buffers_sent=len(replay.sends),
+            buffers_emitted=len(replay.emits),
+            redistributed=replay.redistributed,
         )
 
     def _replay_inflight(self) -> None:
         """The restored in-flight input into the chain, channel by channel, before any new input: it
         was sent before the checkpoint's barrier but read after the snapshot."""
-        state, gate = self._replay, self._gate
+        replay, gate = self._replay, self._gate
         self._replay = None
-        if state is None or gate is None:
+        if replay is None or gate is None:
             return
-        where = f"of task {self.address} in checkpoint {state.checkpoint_id}"
         before = self.records_in
-        for channel, blob in state.replay():
-            self._on_buffer(ReceivedBuffer(channel, gate.channels[channel].gate, parse_message(blob, where)))
+        for channel, message in replay.inputs:
+            self._on_buffer(ReceivedBuffer(channel, gate.channels[channel].gate, message))
         self._log.info(
             "inflight_records_replayed",
-            checkpoint_id=state.checkpoint_id,
+            checkpoint_id=replay.checkpoint_id,
             records=self.records_in - before,
-            buffers=state.buffer_count,
-            bytes=state.size_bytes,
-            channels=sorted(state.channels),
+            buffers=len(replay.inputs),
+            channels=sorted({channel for channel, _ in replay.inputs}),
+            redistributed=replay.redistributed,
         )
 
     def _restore_keyed(self, handles: list[KeyedStateHandle], *, adopt: bool) -> int:
@@ -953,7 +1062,7 @@ class Task:
                     timestamp = self._barrier_times.pop(checkpoint_id, time.time())
                     alignment_s = action.alignment_duration
                     if action.capture_inflight:
-                        self._capture = InflightCapture(checkpoint_id)
+                        self._capture = InflightCapture(checkpoint_id, self._input_origins)
                         self._unaligned_acks[checkpoint_id] = _UnalignedAck()
                     self._checkpoint(
                         CheckpointRequest(checkpoint_id, timestamp, kind),

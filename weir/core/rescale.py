@@ -78,8 +78,9 @@ def _ranges(old_ranges: Mapping[int, KeyGroupRange]) -> str:
 
 def stateful_operator_uids(document: TaskStateDocument) -> frozenset[str]:
     """The operators of an old subtask that hold state in the checkpoint: keyed ones and those with
-    operator state."""
-    return frozenset(document.layout.keyed_operator_uids) | frozenset(document.operator_state_uids)
+    operator state (not the task's in-flight records, which belong to its chain, not an operator)."""
+    operator_states = frozenset(document.operator_state_uids) - {INFLIGHT_STATE_NAME}
+    return frozenset(document.layout.keyed_operator_uids) | operator_states
 
 
 def inherited_documents(
@@ -102,19 +103,30 @@ def check_state_assignment(
     *,
     allow_non_restored_state: bool,
     where: str,
+    new_chains: Mapping[str, Sequence[str]] | None = None,
 ) -> None:
     """Refuse a restore that would lose or misplace state (StateAssignmentError, a user error):
+
+    - unaligned in-flight records of an old task whose operator chain (``new_chains``: the new job's
+      vertices, head uid -> operator uids) the new job does not have (a restore redistributes them
+      only into the same chain);
 
     - an old operator with state that no operator of the new job takes (by uid), unless
       ``allow_non_restored_state`` (Flink's ``--allowNonRestoredState``);
     - keyed state written with another max parallelism (its key groups do not map onto the new ones);
     - a vertex whose subtasks are missing from the checkpoint (its key groups would not add up).
     """
-    inflight = sorted(f"{d.vertex_uid}#{d.subtask}" for d in documents if INFLIGHT_STATE_NAME in d.operator_state_uids)
-    if inflight:
+    chains = dict(new_chains) if new_chains is not None else None
+    misplaced = sorted(
+        f"{d.vertex_uid}#{d.subtask}"
+        for d in documents
+        if INFLIGHT_STATE_NAME in d.operator_state_uids
+        and (chains is None or tuple(chains.get(d.vertex_uid, ())) != tuple(d.layout.operator_uids))
+    )
+    if misplaced:
         raise StateAssignmentError(
-            f"{where} is an unaligned checkpoint with records in flight at subtask(s) {', '.join(inflight)}: "
-            f"{INFLIGHT_REDISTRIBUTION_REFUSED}"
+            f"{where} is an unaligned checkpoint with records in flight at subtask(s) {', '.join(misplaced)}, "
+            f"whose operator chain the new job does not have: {INFLIGHT_REDISTRIBUTION_REFUSED}"
         )
     new_uids = set(new_operator_uids)
     keyed = set(keyed_operator_uids)

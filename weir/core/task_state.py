@@ -49,10 +49,12 @@ from weir.core.state_schema import StoredSchema
 TASK_STATE_FORMAT: Final = 2
 INFLIGHT_STATE_NAME: Final = "__inflight__"
 """The reserved operator-state name under which a task stores the in-flight records of an unaligned
-checkpoint (``taskmanager.inflight``); no operator is restored from it, and a restore into another
-job or at another parallelism refuses it (:data:`INFLIGHT_REDISTRIBUTION_REFUSED`)."""
+checkpoint (``taskmanager.inflight``); no operator is restored from it. A restore into another job
+or at another parallelism redistributes it (the records go where their keys now live) only into the
+same operator chain, and never the data of a broadcast edge (:data:`INFLIGHT_REDISTRIBUTION_REFUSED`)."""
 INFLIGHT_REDISTRIBUTION_REFUSED: Final = (
-    "unaligned in-flight state cannot be redistributed yet: take a savepoint (always aligned) and restore from it"
+    "unaligned in-flight state is restored only into the same operator chain (its channels and outputs), and "
+    "not across a broadcast edge at another parallelism: take a savepoint (always aligned) and restore from it"
 )
 INLINE_STATE_LIMIT_BYTES: Final = 20 * 1024
 """A task's operator state below this many bytes stays in the acknowledgement (Flink's threshold)."""

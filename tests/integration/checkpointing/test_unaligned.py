@@ -13,8 +13,11 @@ from pathlib import Path
 import pytest
 
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
+from tests.integration.checkpointing.test_rescale import events_read, retained, wait_for
 from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs
 from weir.core.checkpointing import CheckpointStatus
+from weir.core.states import JobStatus
+from weir.tools.client import CheckpointInfo, JobDetails
 from weir.tools.supervisor import kill_process
 from weir.tools.verify import verify_job
 
@@ -152,3 +155,41 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
     assert sources and not any(t.unaligned for t in sources), "a source started a checkpoint unaligned"
     switched = [t for t in windows if t.unaligned]
     assert switched, f"no window task switched to unaligned: {windows}"
+
+
+@pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(3, 2), (2, 3)])
+def test_an_unaligned_checkpoint_with_records_in_flight_restores_at_another_parallelism(
+    weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int
+) -> None:
+    """The in-flight records of a retained unaligned checkpoint move with their keys: a keyed edge's
+    input records to the subtask owning their key group now, the output records a barrier overtook
+    emitted anew through the new partitioners. Both sinks exact across the two jobs."""
+    endpoints = weir_cluster.endpoints
+    client = weir_cluster.client
+    events = 150_000
+    params = keyed_aggregation_inputs(endpoints, unique, events, records_per_second=0, checkpoint_interval="300ms")
+    params |= {"checkpointing.unaligned": "true"}
+    old = client.submit_job(JOB, params, old_parallelism)
+
+    def with_records_in_flight() -> object:
+        status = client.job_status(old)
+        found = [c for c in retained(weir_cluster, old) if c.inflight_bytes > 0]
+        return (found and status.summary.status is JobStatus.RUNNING and found[-1]) or (False, status.summary.status)
+
+    chosen = wait_for("a retained unaligned checkpoint with records in flight", with_records_in_flight)
+    assert isinstance(chosen, CheckpointInfo)
+    client.cancel_job(old)
+    wait_for("the first job to be CANCELED", lambda: client.job_status(old).summary.status is JobStatus.CANCELED)
+
+    new = client.submit_job(JOB, params, new_parallelism, from_checkpoint=chosen.external_path)
+    done = wait_for(
+        "the restored job to end", lambda: (s := client.job_status(new)).summary.status.terminal and s, 300.0
+    )
+    assert isinstance(done, JobDetails)
+    assert done.summary.status is JobStatus.FINISHED, done.failure
+    assert events_read(done) > 0, "the restored job replayed and read nothing"
+    # A record replayed into a subtask that does not own its key would reach two sink subtasks (whose
+    # Postgres transactions then lock each other out): the job must not have needed a restart.
+    assert done.summary.restarts == 0, f"the restored job restarted: {done.failure}"
+    report = verify_job(JOB, params, job_id=new, endpoints=endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]

@@ -9,7 +9,14 @@ from typing import Any, get_args
 import pytest
 
 from taskmanager import barrier_aligner as ba
-from taskmanager.inflight import INFLIGHT_STATE_NAME, InflightState, decode_inflight, encode_inflight, parse_message
+from taskmanager.inflight import (
+    INFLIGHT_STATE_NAME,
+    InflightState,
+    InputOrigin,
+    decode_inflight,
+    encode_inflight,
+    parse_message,
+)
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import (
     barrier_message,
@@ -23,7 +30,7 @@ from taskmanager.task import ChainRestore, InheritedRestore, _UnalignedAck
 from tests.unit.taskmanager.fakes import Harness, make_task
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup
-from weir.core.keygroups import KeyGroupRange
+from weir.core.keygroups import KeyEncoder, KeyGroupRange
 from weir.core.states import TaskState
 from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
 from weir.core.watermarks import MAX_WATERMARK
@@ -357,22 +364,64 @@ def test_a_restore_replays_the_inflight_records_in_channel_order_before_any_new_
         h.task.join(10)
 
 
-def test_inherited_inflight_state_fails_the_task_with_the_documented_limit() -> None:
-    document = TaskStateDocument(
+def _old_op_document(subtask: int, inflight: InflightState) -> TaskStateDocument:
+    return TaskStateDocument(
         job_id="old",
         vertex_uid="op",
-        subtask=0,
+        subtask=subtask,
         attempt=1,
         checkpoint_id=CheckpointId(4),
-        layout=SubtaskLayout(1, 128, KeyGroupRange(KeyGroup(0), KeyGroup(127)), ("op", "sink"), ()),
-        operator_state=InlineOperatorState({INFLIGHT_STATE_NAME: b"{}"}),
+        layout=SubtaskLayout(
+            2, 128, KeyGroupRange(KeyGroup(64 * subtask), KeyGroup(64 * subtask + 63)), ("op", "sink"), ()
+        ),
+        operator_state=InlineOperatorState({INFLIGHT_STATE_NAME: encode_inflight(inflight)}),
     )
-    h = make_task("op", channels=2, restore=InheritedRestore(4, (document,)), restore_checkpoint_id=4)
-    assert h.gate is not None
+
+
+def test_inherited_inflight_state_without_channel_origins_fails_the_task_with_the_documented_limit() -> None:
+    old = InflightState(CheckpointId(4), {ChannelIndex(0): (data(1).SerializeToString(),)})  # no origins: older
+    h = make_task("op", channels=2, restore=InheritedRestore(4, (_old_op_document(0, old),)), restore_checkpoint_id=4)
     h.task.start()
     h.wait_for_state(TaskState.FAILED)
-    assert "unaligned in-flight state cannot be redistributed yet" in str(h.task.failure)
+    assert "does not say where input channel 0 comes from" in str(h.task.failure)
+    assert "restored only into the same operator chain" in str(h.task.failure)
     assert h.task.failure is not None and not h.task.failure.retriable
+
+
+def test_inherited_inflight_records_of_a_keyed_edge_go_where_their_key_groups_now_live() -> None:
+    """Two old subtasks of "op" (parallelism 2) in flight: the new subtask keeps the input records of
+    the keyed edge whose key group it owns, from both; it takes old subtask j's output records when
+    j mod its parallelism is its own index, and emits them anew."""
+    src = InputOrigin(0, "src")
+    olds = (
+        _old_op_document(
+            0,
+            InflightState(
+                CheckpointId(4),
+                {ChannelIndex(0): (data(*range(0, 20)).SerializeToString(),)},
+                {},
+                {ChannelIndex(0): src},
+            ),
+        ),
+        _old_op_document(
+            1,
+            InflightState(
+                CheckpointId(4),
+                {ChannelIndex(0): (data(*range(20, 40)).SerializeToString(),)},
+                {(0, 0): (data(100, 101).SerializeToString(),)},
+                {ChannelIndex(0): src},
+            ),
+        ),
+    )
+    h = make_task("op", channels=1)
+    h.task.key_group_range = KeyGroupRange(KeyGroup(0), KeyGroup(63))  # as subtask 0 of 2
+    key_group = KeyEncoder(128).key_group
+    replay = h.task._redistributed_inflight(olds)  # noqa: SLF001
+    assert replay is not None and replay.redistributed
+    replayed = [v for _, m in replay.inputs for v in read_buffer(m).values]
+    assert replayed == [v for v in range(40) if key_group(v) <= 63]
+    assert 0 < len(replayed) < 40
+    assert [v for _, m in replay.emits for v in read_buffer(m).values] == [100, 101]  # 1 mod 1 == 0
 
 
 # A record's path --------------------------------------------------------------------------------

@@ -151,9 +151,22 @@ def test_a_checkpoint_missing_a_subtask_is_refused() -> None:
         check(docs, {"src", "win", "sink"})
 
 
-def test_an_unaligned_checkpoint_with_records_in_flight_is_refused_even_when_allowed() -> None:
+def test_records_in_flight_restore_only_into_the_same_operator_chain_even_when_allowed() -> None:
     docs = old_job()
     docs[4] = document("win", 1, 3, ("win", "sink"), keyed=("win",), states={"win": b"wm", "__inflight__": b"{}"})
+
+    def check_chains(chains: dict[str, tuple[str, ...]], allow: bool = False) -> None:
+        check_state_assignment(
+            docs,
+            {"src", "win", "sink"},
+            {"win"},
+            MAX_PARALLELISM,
+            allow_non_restored_state=allow,
+            where="c",
+            new_chains=chains,
+        )
+
+    check_chains({"src": ("src", "map"), "win": ("win", "sink")})  # in-flight records are no operator's state
     for allow in (False, True):
-        with pytest.raises(StateAssignmentError, match=r"win#1: unaligned in-flight state cannot be redistributed yet"):
-            check(docs, {"src", "win", "sink"}, allow=allow)
+        with pytest.raises(StateAssignmentError, match=r"win#1, whose operator chain the new job does not have"):
+            check_chains({"src": ("src", "map"), "win": ("win",), "sink": ("sink",)}, allow)
