@@ -7,7 +7,6 @@ harmless (same key, same row). The transactional, exactly-once variants build on
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -16,15 +15,14 @@ from typing import Any
 from connectors import kafka, postgres
 from operators.base import StreamOperator
 from operators.transactional_sinks import keep_newest, row_key_indexes, validate_postgres_sink
+from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 
-_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)  # json.dumps with options builds one per call
-
 
 def json_serializer(value: Any) -> bytes:
-    """Compact JSON with sorted keys, UTF-8."""
-    return _JSON.encode(value).encode()
+    """The default: compact JSON with sorted keys, UTF-8 (``weir.core.json_codec``)."""
+    return json_codec.encode(value)
 
 
 class KafkaSinkOperator(StreamOperator):
