@@ -22,6 +22,7 @@ import gc
 import importlib
 import importlib.metadata
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -60,10 +61,8 @@ def results(n: int) -> list[dict[str, Any]]:
     out = []
     for i in range(n):
         start = 1_700_000_000_000 + (i // 1000) * WINDOW_MS
-        out.append(
-            {"key": f"key-{i % 1000:04d}", "window_start": start, "window_end": start + WINDOW_MS, "count": 8,
-             "sum": (i * 7) % 800}
-        )
+        key = f"key-{i % 1000:04d}"
+        out.append({"key": key, "window_start": start, "window_end": start + WINDOW_MS, "count": 8, "sum": i % 800})
     return out
 
 
@@ -178,6 +177,7 @@ def _row(name: str, samples: list[float], events: int, same: bool) -> dict[str, 
     return {
         "name": name,
         "us_per_event": median / events * 1e6,
+        "min_us_per_event": min(samples) / events * 1e6,
         "samples_s": samples,
         "spread_pct": (max(samples) - min(samples)) / median * 100 if median else 0.0,
         "same_values_as_stdlib": same,
@@ -198,22 +198,31 @@ def markdown(document: dict[str, Any]) -> str:
         "# JSON codecs on the benchmark's records (`make bench-json`)",
         "",
         f"{document['events']:,} records per pass, median of {document['repeats']} passes, CPU µs per record "
-        f"(`time.process_time`); Python {document['python']}, commit {document['commit']}.",
+        f"(`time.process_time`); Python {document['python']}, commit {document['commit']}, load average "
+        f"{document['load_average']} at the start. Spread: (max - min) / median over the passes.",
         "",
     ]
-    for way, what in (("decode", "Decode: an input event, bytes → Python values"),
-                      ("encode", "Encode: a window result, dict → compact JSON bytes, sorted keys")):
+    ways = (
+        ("decode", "Decode: an input event, bytes → Python values"),
+        ("encode", "Encode: a window result, dict → compact JSON bytes, sorted keys"),
+    )
+    for way, what in ways:
         rows = document["results"][way]
         base = next((r["us_per_event"] for r in rows if "us_per_event" in r), None)
-        lines += [f"## {what}", "", "| library | µs / record | vs first row | spread | same values as stdlib |",
-                  "| --- | ---: | ---: | ---: | --- |"]
+        lines += [
+            f"## {what}",
+            "",
+            "| library | µs / record (median) | min | vs first row | spread | same values as stdlib |",
+            "| --- | ---: | ---: | ---: | ---: | --- |",
+        ]
         for r in rows:
             if "missing" in r:
-                lines.append(f"| {r['name']} | – | – | – | {r['missing']} |")
+                lines.append(f"| {r['name']} | – | – | – | – | {r['missing']} |")
                 continue
             ratio = f"{base / r['us_per_event']:.2f}x" if base else "–"
             lines.append(
-                f"| {r['name']} | {r['us_per_event']:.3f} | {ratio} | {r['spread_pct']:.0f} % | "
+                f"| {r['name']} | {r['us_per_event']:.3f} | {r['min_us_per_event']:.3f} | {ratio} | "
+                f"{r['spread_pct']:.0f} % | "
                 f"{'yes' if r['same_values_as_stdlib'] else '**no**'} |"
             )
         lines.append("")
@@ -235,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "commit": _commit(),
+        "load_average": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
         "versions": {d: _version(d) for d in ("orjson", "msgspec", "ujson")},
         "results": measure(args.events, args.repeats),
     }
