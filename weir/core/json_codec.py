@@ -22,7 +22,7 @@ raising ``TypeError``: ``bytes`` (base64), sets (sorted arrays), ``datetime``/``
 from __future__ import annotations
 
 import json
-import math
+from math import isfinite as _isfinite
 from typing import Any
 
 import msgspec
@@ -31,6 +31,7 @@ _decode = msgspec.json.Decoder().decode
 _encode = msgspec.json.Encoder(order="sorted").encode
 _DecodeError = msgspec.DecodeError
 _stdlib_loads = json.loads
+_L = ord("l")
 _STDLIB = json.JSONEncoder(separators=(",", ":"), sort_keys=True)  # json.dumps with options builds one per call
 
 
@@ -48,7 +49,9 @@ def encode(value: Any) -> bytes:
         out = _encode(value)
     except (TypeError, ValueError):  # non-str keys, str subclasses, lone surrogates, unsupported types
         return _stdlib_encode(value)
-    if b"null" in out and _has_non_finite(value):  # msgspec writes NaN and ±Infinity as null
+    # msgspec writes NaN and ±Infinity as null. Looking for the byte "l" first (an int: one memchr) is
+    # ~10x cheaper here than looking for b"null", and many records (the benchmark's results) have none.
+    if _L in out and b"null" in out and _has_non_finite(value):
         return _stdlib_encode(value)
     return out
 
@@ -58,10 +61,24 @@ def _stdlib_encode(value: Any) -> bytes:
 
 
 def _has_non_finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return not math.isfinite(value)
-    if isinstance(value, dict):
-        return any(_has_non_finite(v) for v in value.values())
-    if isinstance(value, list | tuple):
-        return any(_has_non_finite(v) for v in value)
+    """Whether a NaN or ±Infinity is anywhere in ``value`` (dicts, lists and tuples walked; a float
+    subclass never gets here: msgspec refuses it, and the stdlib writes it)."""
+    kind = type(value)
+    if kind is float:
+        return not _isfinite(value)
+    if kind is dict or isinstance(value, dict):
+        items: Any = value.values()
+    elif kind is list or kind is tuple or isinstance(value, list | tuple):
+        items = value
+    else:
+        return False
+    for item in items:
+        kind = type(item)
+        if kind is str or kind is int or item is None or kind is bool:
+            continue
+        if kind is float:
+            if not _isfinite(item):
+                return True
+        elif _has_non_finite(item):
+            return True
     return False

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import random
+from collections import OrderedDict
 from typing import Any
 
 import pytest
@@ -133,6 +134,8 @@ def test_encode_writes_utf8_and_sorts_nested_keys() -> None:
     [
         {"v": float("nan")},
         [float("inf"), {"w": -float("inf")}],
+        OrderedDict(label=[1.5, (None, float("nan"))]),  # a dict subclass, nested in a tuple
+        {"label": None, "values": [0.5, 2.5]},  # null, an "l", floats, and nothing non-finite
         {1: "int key", 2: "another"},
         {"s": "\ud800"},  # a lone surrogate: not UTF-8, the stdlib escapes it
         {"none": None, "x": 1.5},  # null without a non-finite float: msgspec's own answer
