@@ -13,10 +13,9 @@ end offsets present at start, fires every window and finishes.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from weir.api import Environment, TumblingEventTimeWindows
+from weir.api import Environment, TumblingEventTimeWindows, json_deserializer
 
 _FIELDS = (("id", str), ("key", str), ("value", int), ("ts", int))
 
@@ -25,7 +24,7 @@ def parse_event(raw: bytes) -> dict[str, Any]:
     """One event, checked: a JSON object with str ``id`` and ``key``, int ``value`` and ``ts``."""
     if raw is None:
         raise ValueError("record has no value")
-    event = json.loads(raw.decode("utf-8"))  # decoding first skips json's encoding detection
+    event = json_deserializer(raw)  # Weir's JSON codec (msgspec); a malformed record raises as json.loads does
     try:  # the common case in one expression; ``type() is`` also refuses bool for int
         if (
             type(event["id"]) is str

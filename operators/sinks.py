@@ -7,24 +7,20 @@ harmless (same key, same row). The transactional, exactly-once variants build on
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from connectors import kafka, postgres
 from operators.base import StreamOperator
 from operators.transactional_sinks import keep_newest, row_key_indexes, validate_postgres_sink
+from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 
-_JSON = json.JSONEncoder(separators=(",", ":"), sort_keys=True)  # json.dumps with options builds one per call
-
-
-def json_serializer(value: Any) -> bytes:
-    """Compact JSON with sorted keys, UTF-8."""
-    return _JSON.encode(value).encode()
+json_serializer: Final = json_codec.encode
+"""The default: compact JSON with sorted keys, UTF-8 (the codec itself: no call between)."""
 
 
 class KafkaSinkOperator(StreamOperator):

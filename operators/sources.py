@@ -22,6 +22,7 @@ from typing import Any, Final, assert_never
 from connectors import kafka
 from operators.base import InheritedState, SourceOperator
 from operators.source_metrics import KafkaSourceLag
+from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.descriptors import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
 from weir.core.documents import load_versioned, typed
@@ -40,8 +41,8 @@ IDLE_SOURCE_WAIT_S = 0.05
 """How long a Kafka source subtask with no partition waits between polls (it only checks control)."""
 
 
-def json_deserializer(raw: bytes) -> Any:
-    return json.loads(raw)
+json_deserializer: Final = json_codec.decode
+"""The default: one JSON document; raises as ``json.loads`` does (the codec itself: no call between)."""
 
 
 class Pacer:
@@ -275,7 +276,7 @@ class KafkaSourceOperator(SourceOperator):
             "value": None if raw is None else raw.decode("utf-8", errors="replace"),
         }
         assert spec.dead_letter_topic is not None
-        self._dlq.produce(spec.dead_letter_topic, key=key, value=json.dumps(envelope).encode())
+        self._dlq.produce(spec.dead_letter_topic, key=key, value=json_codec.encode(envelope))
         self._dlq.poll(0)
         self.dead_lettered += 1
         if self.ctx.metrics is not None:

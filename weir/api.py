@@ -757,6 +757,8 @@ __all__ = [
     "SlidingEventTimeWindows",
     "StateSchema",
     "TumblingEventTimeWindows",
+    "json_deserializer",
+    "json_serializer",
     "load_job_file",
     "load_job_source",
 ]
