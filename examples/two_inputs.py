@@ -2,6 +2,9 @@
 
 Two generator sources at different rates feed one two-input operator, so its barriers arrive at
 different times on its two inputs and it must align them; ``weir checkpoints`` reports the alignment.
+The matches go to a file (``-D output=``, a debugging sink), or with ``-D sink.topic=T`` to the
+exactly-once Kafka sink and, with ``-D sink.table=TABLE`` as well, to the PostgreSQL two-phase sink
+(columns kind, key, id; primary key kind, id), which ``weir verify`` checks.
 """
 
 from __future__ import annotations
@@ -41,4 +44,14 @@ def build(env: Environment) -> None:
         .connect(payments.key_by(lambda e: e["key"]))
         .process(MatchOrdersAndPayments(), uid="match")
     )
-    joined.sink_to_file(p.get_str("output", "/tmp/weir-two-inputs"), uid="file-sink")
+    topic = p.get_str("sink.topic", "")
+    if not topic:
+        joined.sink_to_file(p.get_str("output", "/tmp/weir-two-inputs"), uid="file-sink")
+        return
+    rows = joined.map(
+        lambda m: {"kind": m["kind"], "key": m["key"], "id": m.get("order", m.get("payment"))}, uid="as-row"
+    )
+    rows.sink_to_kafka(topic, uid="kafka-sink", key=lambda r: r["key"])
+    table = p.get_str("sink.table", "")
+    if table:
+        rows.sink_to_postgres(table, uid="postgres-sink", columns=("kind", "key", "id"), key_columns=("kind", "id"))

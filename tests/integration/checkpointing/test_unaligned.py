@@ -10,11 +10,12 @@ import json
 import time
 from pathlib import Path
 
+import psycopg
 import pytest
 
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.checkpointing.test_rescale import events_read, retained, wait_for
-from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs
+from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, keyed_aggregation_inputs
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.states import JobStatus
 from weir.tools.client import CheckpointInfo, JobDetails
@@ -25,6 +26,25 @@ pytestmark = pytest.mark.integration
 
 JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
 EVENTS = 60_000
+
+
+def kill_mid_run_until_finished(cluster: WeirCluster, job_id: str, victim: str, checkpoints: int) -> JobDetails:
+    """SIGKILL ``victim`` once ``checkpoints`` checkpoints completed; the job's status once FINISHED."""
+    wait_until(
+        cluster,
+        job_id,
+        lambda s: (
+            s.summary.status == "RUNNING"
+            and (s.last_completed_checkpoint or 0) >= checkpoints
+            and process_running(cluster, victim)
+        ),
+        f"{checkpoints} completed checkpoint(s)",
+    )
+    kill_process(cluster.directory, victim)
+    final = wait_until(cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
+    assert final.summary.status == "FINISHED", final.failure
+    assert final.last_restore_at is not None, f"the job never restored after killing {victim}"
+    return final
 
 
 def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
@@ -127,21 +147,7 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
         "restart.delay": "1s",
     }
     job_id = weir_cluster.submit("examples/keyed_aggregation.py", params, parallelism=3)
-    victim = "taskmanager-1"
-    wait_until(
-        weir_cluster,
-        job_id,
-        lambda s: (
-            s.summary.status == "RUNNING"
-            and (s.last_completed_checkpoint or 0) >= 1
-            and process_running(weir_cluster, victim)
-        ),
-        "a completed checkpoint",
-    )
-    kill_process(weir_cluster.directory, victim)
-    final = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
-    assert final.summary.status == "FINISHED", final.failure
-    assert final.last_restore_at is not None, "the job never restored after the kill"
+    kill_mid_run_until_finished(weir_cluster, job_id, "taskmanager-1", checkpoints=1)
     report = verify_job(JOB, params, job_id=job_id, endpoints=endpoints)
     assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
 
@@ -193,3 +199,35 @@ def test_an_unaligned_checkpoint_with_records_in_flight_restores_at_another_para
     assert done.summary.restarts == 0, f"the restored job restarted: {done.failure}"
     report = verify_job(JOB, params, job_id=new, endpoints=endpoints)
     assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+
+
+def test_the_two_input_example_in_unaligned_mode_survives_a_taskmanager_kill_with_exact_sinks(
+    weir_cluster: WeirCluster, unique: str
+) -> None:
+    """The two-input operator's inputs differ in rate, so unaligned checkpoints persist records in
+    flight on the slow input's channels; a TaskManager killed mid-run, both sinks exact."""
+    endpoints = weir_cluster.endpoints
+    topic, table = f"two-inputs-{unique}", f"two_inputs_{unique}"
+    create_topics(endpoints, {topic: 2})
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (kind text, key text, id bigint, PRIMARY KEY (kind, id))")
+    params = {
+        "count": "30000",
+        "orders.rate": "3000",
+        "payments.rate": "300",
+        "sink.topic": topic,
+        "sink.table": table,
+        "checkpointing.interval": "500ms",
+        "checkpointing.unaligned": "true",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    job_id = weir_cluster.submit("examples/two_inputs.py", params, parallelism=2)
+    final = kill_mid_run_until_finished(weir_cluster, job_id, "taskmanager-3", checkpoints=2)
+    assert final.summary.restarts >= 1, "the kill did not restart the job"
+    report = verify_job(REPO_ROOT / "examples" / "two_inputs.py", params, job_id=job_id, endpoints=endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+    completed = [c for c in weir_cluster.client.list_checkpoints(job_id) if c.status is CheckpointStatus.COMPLETED]
+    matches = [t for c in completed if c.kind == "CHECKPOINT" for t in c.tasks if t.vertex_uid == "match"]
+    assert matches and all(t.unaligned for t in matches), matches
+    assert sum(t.inflight_bytes for t in matches) > 0, "no checkpoint held records in flight"
