@@ -170,9 +170,7 @@ def measure(events: int, repeats: int) -> dict[str, list[dict[str, Any]]]:
         present = {name: fn for name, fn in found.items() if not isinstance(fn, str)}
         samples = time_passes(present, items, repeats)
         rows[way] = [
-            {"name": name, "missing": fn}
-            if isinstance(fn, str)
-            else _row(name, samples[name], events, check(fn))
+            {"name": name, "missing": fn} if isinstance(fn, str) else _row(name, samples[name], events, check(fn))
             for name, fn in found.items()
         ]
     return rows

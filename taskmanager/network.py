@@ -371,7 +371,7 @@ class InputGate:
                 return
             ch.credits.on_buffer_received()
             ch.buffers.append(msg)
-            if msg.event == Event.EVENT_KIND_BARRIER:
+            if _timeoutable(msg):
                 timestamp, count = self._queued_barriers.get(msg.checkpoint_id, (msg.checkpoint_timestamp, 0))
                 self._queued_barriers[msg.checkpoint_id] = (timestamp, count + 1)
             if msg.event == Event.EVENT_KIND_END_OF_STREAM:
@@ -407,7 +407,7 @@ class InputGate:
                     msg = ch.buffers.popleft()
                     if msg.event == Event.EVENT_KIND_END_OF_STREAM:
                         ch.ended = True
-                    elif msg.event == Event.EVENT_KIND_BARRIER:
+                    elif _timeoutable(msg):
                         self._barrier_taken(msg.checkpoint_id)
                     grant = ch.credits.on_buffer_consumed()
                     if grant:
@@ -450,7 +450,7 @@ class InputGate:
                     (
                         i
                         for i, queued in enumerate(ch.buffers)
-                        if queued.event == Event.EVENT_KIND_BARRIER and queued.checkpoint_id == checkpoint_id
+                        if _timeoutable(queued) and queued.checkpoint_id == checkpoint_id
                     ),
                     None,
                 )
@@ -516,6 +516,12 @@ class InputGate:
     def close(self) -> None:
         for ch in self.channels:
             ch.announcements.put(None)
+
+
+def _timeoutable(msg: taskmanager_pb2.DataMessage) -> bool:
+    """An in-order checkpoint barrier, which the aligned-checkpoint timeout may turn into a priority one
+    (a savepoint's barrier never: a savepoint stays aligned)."""
+    return msg.event == Event.EVENT_KIND_BARRIER and msg.checkpoint_kind != common_pb2.CHECKPOINT_KIND_SAVEPOINT
 
 
 # Events in a channel, read by the consumer ------------------------------------------------------

@@ -861,6 +861,14 @@ class Task:
                 self._idle_until(time.monotonic() + SOURCE_IDLE_WAIT_MAX_S)
                 continue
             if not self._outputs_available():
+                # Backpressured: wait for credit, a mail or a timer; the timers must advance here too,
+                # or their passed deadlines would turn the wait into a spin.
+                now = time.monotonic()
+                for net in self._network_outputs:
+                    net.maybe_flush(now)
+                if now - last_sync > METRICS_SYNC_S:
+                    self._sync_metrics()
+                    last_sync = now
                 self._await_outputs(self._next_timer(last_sync))
                 continue
             before, read = self.records_emitted(), source.records_polled

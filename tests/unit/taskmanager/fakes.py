@@ -115,6 +115,8 @@ class FakeChannel:
         self.bytes_sent = 0
         self.closed = False
         self.overtake: list[taskmanager_pb2.DataMessage] = []  # what a priority event finds queued
+        self.backpressured = False  # True: the consumer grants no credit, the channel is never available
+        self.availability_checks = 0
 
     def send(self, msg: taskmanager_pb2.DataMessage) -> None:
         self.sent.append(msg)
@@ -125,7 +127,8 @@ class FakeChannel:
         return list(self.overtake)
 
     def available(self) -> bool:
-        return True
+        self.availability_checks += 1
+        return not self.backpressured
 
     def set_wakeup(self, wake: Any) -> None:
         self.wake = wake

@@ -502,3 +502,12 @@ def test_a_timed_out_barrier_is_turned_into_a_priority_one_that_overtakes_its_qu
     rest = [gate.take() for _ in range(4)]
     assert [values_of(r.message) for r in rest if r is not None and r.channel == 0] == [[1], [2], [3]]
     assert gate.prioritize(7) == 0
+
+
+def test_a_savepoint_barrier_never_times_out_into_a_priority_one() -> None:
+    gate = InputGate([0], initial_credits=4)
+    gate.push(0, data(1))
+    gate.push(0, barrier_message(8, 100.0, CheckpointKind.SAVEPOINT))
+    assert gate.queued_barrier_times() == {}
+    assert gate.prioritize(8) == 0
+    assert gate.take_priority() is None

@@ -3,6 +3,7 @@ end of stream, and a record's path from the source through the chain into the re
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, get_args
 
@@ -444,3 +445,20 @@ def test_records_flow_from_the_source_through_the_chain_into_the_writer_in_order
     assert stream[1200] == f"WatermarkEvent:{MAX_WATERMARK}" and stream[1201].startswith("Barrier:3:")
     assert stream[1202:] == ["EndOfStream"]
     assert h.journal.of("map")[-1] == ("end_input",) and h.journal.of("source") == [("end_input",)]
+
+
+def test_a_backpressured_source_waits_for_its_output_instead_of_spinning_and_counts_it() -> None:
+    """The source stops polling while its output is unavailable and waits on its mailbox; its timers
+    (buffer timeout, metrics sync) go on, so their deadlines never turn the wait into a busy loop."""
+    h = make_task("src", source_values=list(range(100_000)))
+    h.out.backpressured = True
+    h.task.start()
+    try:
+        h.wait_for_state(TaskState.RUNNING)
+        threading.Event().wait(1.5)  # a window of time to count wake-ups in (not a wait for an event)
+        assert h.out.availability_checks < 200, f"{h.out.availability_checks} availability checks: a busy loop"
+        assert h.task.sync_backpressure() > 1.0, "the wait for output is not counted as backpressured"
+        assert h.task.chain.source.records_polled <= 500  # type: ignore[union-attr]  # one batch, then it waited
+    finally:
+        h.task.cancel()
+        h.task.join(10)

@@ -108,7 +108,7 @@ def same_json(value: Any) -> Any:
 ENCODABLE = [
     {"key": "key-0001", "window_start": 1700000000000, "window_end": 1700000001000, "count": 8, "sum": 328},
     {"b": {"d": [1, 2.5, None, True], "c": "x"}, "a": (1, "two")},
-    {"é": "ü\n\"\\", "emoji": "\U0001f600"},
+    {"é": 'ü\n"\\', "emoji": "\U0001f600"},
     [2**64, -(2**70), 0.1, -0.0, 1e16, 5e-324],
     "plain",
     None,
