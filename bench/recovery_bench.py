@@ -1,0 +1,518 @@
+"""Recovery under load (issue 16, item 4): SIGKILL of a TaskManager to the first committed output
+after the restore, median of several kills, on live input at half the sustained rate.
+
+``make bench-recovery`` (``.venv/bin/python -m bench.recovery_bench [--kills 5] [--rate N] [--quick]``)
+starts a private cluster (bench.harness) and runs examples/keyed_aggregation.py (Kafka sink and
+PostgreSQL two-phase sink, parallelism 3, a checkpoint every ``--interval``) unbounded, on events
+produced live at ``--rate`` events/s by a separate process. The default rate is half of
+:data:`SUSTAINED_EPS`, the figure documented in docs/benchmarks.md for this job; pass ``--rate``
+for another machine.
+
+Per kill: wait until the job is RUNNING with a completed checkpoint since the previous restore and
+committed output arriving, then SIGKILL a TaskManager that hosts tasks (rotating which, by name),
+and measure from the kill:
+
+- **RUNNING again**: the job's status RUNNING with a restore later than the kill (polled every 0.1 s);
+- **first committed output**: the first record of the Kafka sink topic, read ``read_committed``, at an
+  offset beyond the partition's high watermark at the kill (so output written after the kill and
+  committed, never a transaction of before the kill committed late);
+- **first checkpoint after the restore**: its completion (trigger + duration) from ``weir checkpoints``.
+
+The supervisor restarts the killed TaskManager (its restart delay, 2 s) and the next kill waits for
+all three alive. The job runs ``restart.strategy=fixed-delay``, ``restart.delay=100ms`` (the
+default, exponential-delay, backs off 1 s first).
+
+At the end the producer stops, one event per source partition far ahead in event time fires every
+window, the job commits them and is cancelled, and ``weir.tools.verify.verify_job`` compares both
+sinks with reference mode: exact means no duplicates, mismatches, unexpected results or open
+transactions, and missing only the flush events' own windows (never fired).
+
+Results: ``bench/results/recovery.json`` and ``recovery.md``; the target (median kill -> first
+committed output < 3 s) is reported, never asserted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import platform
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from bench.harness import (
+    REPO_ROOT,
+    RESULTS_DIR,
+    BenchCluster,
+    BenchError,
+    ensure_services,
+    log,
+    new_run_id,
+    prepare_environment,
+    private_cluster,
+    remove_checkpoints,
+    remove_run_root,
+)
+
+KEYED_JOB: Final = REPO_ROOT / "examples" / "keyed_aggregation.py"
+# docs/benchmarks.md, `make bench-backpressure`: examples/keyed_aggregation.py -p 3, Kafka sink,
+# checkpoint every 1 s, aligned: 49.3k and 47.2k events/s (median 48.25k).
+SUSTAINED_EPS: Final = 48_000
+TARGET_S: Final = 3.0
+SOURCE_PARTITIONS: Final = 6
+SINK_PARTITIONS: Final = 3
+KEYS: Final = 400
+EVENTS_PER_MS: Final = 10  # weir.tools.events: event time advances 1 ms per 10 events
+FLUSH_AHEAD_MS: Final = 10_000
+TASKMANAGER_NAMES: Final = ("taskmanager-1", "taskmanager-2", "taskmanager-3")
+METRICS: Final = ("kill_to_running_s", "kill_to_first_committed_s", "kill_to_first_checkpoint_s")
+METRIC_LABELS: Final = {
+    "kill_to_running_s": "kill -> job RUNNING again",
+    "kill_to_first_committed_s": "kill -> first committed output (Kafka, read_committed)",
+    "kill_to_first_checkpoint_s": "kill -> first checkpoint completed after the restore",
+}
+
+
+# Pure parts (unit-tested) ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One committed record of the sink topic as the read_committed consumer received it."""
+
+    partition: int
+    offset: int
+    received_at: float  # wall clock, time.time()
+
+
+def first_committed_after(records: Iterable[Seen], end_offsets: Mapping[int, int], after: float) -> float | None:
+    """When the first record beyond ``end_offsets`` (per partition: the high watermark at the kill,
+    the next offset to be written) was received no earlier than ``after``; None if none was."""
+    times = [r.received_at for r in records if r.offset >= end_offsets.get(r.partition, 0) and r.received_at >= after]
+    return min(times) if times else None
+
+
+def summarize(values: Sequence[float | None]) -> dict[str, Any]:
+    present = [v for v in values if v is not None]
+    if not present:
+        return {"n": 0, "median": None, "min": None, "max": None}
+    return {"n": len(present), "median": statistics.median(present), "min": min(present), "max": max(present)}
+
+
+def next_victim(hosts: Iterable[str], kill_number: int) -> str:
+    """The kill_number-th TaskManager in name rotation, or the next one after it that hosts tasks."""
+    hosting = set(hosts)
+    for step in range(len(TASKMANAGER_NAMES)):
+        name = TASKMANAGER_NAMES[(kill_number + step) % len(TASKMANAGER_NAMES)]
+        if name in hosting or not hosting:
+            return name
+    return sorted(hosting)[0]
+
+
+def exactness(sinks: Sequence[Mapping[str, Any]], flush_windows: int) -> bool:
+    """Exact: no duplicates, unexpected, mismatched results or open transactions in any sink, and
+    missing only the flush events' windows (the flush events never have a later watermark)."""
+    return bool(sinks) and all(
+        s["duplicates"] == 0
+        and s["unexpected"] == 0
+        and s["mismatched"] == 0
+        and not s["open_transactions"]
+        and s["missing"] == flush_windows
+        for s in sinks
+    )
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f} s"
+
+
+def render_markdown(document: Mapping[str, Any]) -> str:
+    stats = document["summary"]
+    first = stats["kill_to_first_committed_s"]
+    verdict = "not measured" if first["median"] is None else ("met" if document["target_met"] else "**missed**")
+    lines = [
+        "# Recovery under load (`make bench-recovery`)",
+        "",
+        f"Run {document['run_id']} on {document['host']['machine']} ({document['host']['cpus']} CPUs), "
+        f"commit {document['commit']}, {document['date']}.",
+        "",
+        f"examples/keyed_aggregation.py -p 3 (Kafka + PostgreSQL two-phase sinks), live input at "
+        f"{document['rate_eps']:,} events/s (half of {document['sustained_eps']:,}), checkpoint every "
+        f"{document['checkpoint_interval']}, restart.strategy=fixed-delay, restart.delay="
+        f"{document['restart_delay']}; {len(document['kills'])} SIGKILLs of a TaskManager.",
+        "",
+        "| metric | median | min | max |",
+        "| --- | ---: | ---: | ---: |",
+        *(
+            f"| {METRIC_LABELS[m]} | {_fmt(stats[m]['median'])} | {_fmt(stats[m]['min'])} | {_fmt(stats[m]['max'])} |"
+            for m in METRICS
+        ),
+        "",
+        f"Target: median kill -> first committed output < {TARGET_S:g} s: {verdict}.",
+        "",
+        "| kill | TaskManager | RUNNING again | first committed output | first checkpoint after restore | restarts |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
+        *(
+            f"| {i} | {k['victim']} | {_fmt(k['kill_to_running_s'])} | {_fmt(k['kill_to_first_committed_s'])} "
+            f"| {_fmt(k['kill_to_first_checkpoint_s'])} | {k['restarts']} |"
+            for i, k in enumerate(document["kills"], 1)
+        ),
+        "",
+    ]
+    check = document.get("verify")
+    if check is not None:
+        lines.append(
+            f"Output after the run: {'exact' if check['exact'] else '**not exact**'} "
+            f"({check['events']:,} events; per sink: "
+            + "; ".join(
+                f"{s['uid']} {s['found']:,} found, {s['duplicates']} duplicate(s), {s['missing']} missing "
+                f"(the {check['flush_windows']} flush windows expected), {s['unexpected']} unexpected, "
+                f"{s['mismatched']} mismatched, {len(s['open_transactions'])} open transaction(s)"
+                for s in check["sinks"]
+            )
+            + ")."
+        )
+        lines.append("")
+    return "\n".join(lines)
+
+
+# The live parts ------------------------------------------------------------------------------------
+
+
+def _produce(topic: str, rate: float, start_ms: int, stop: Any, written: Any) -> None:
+    """In a child process: events at ``rate`` events/s until ``stop`` is set; ``written`` answers how many."""
+    from weir.core.config import Endpoints
+    from weir.tools.events import EventSpec, produce_events
+
+    spec = EventSpec(count=10**9, keys=KEYS, start_ms=start_ms, events_per_ms=EVENTS_PER_MS)
+    written.value = produce_events(Endpoints.from_env(), topic, spec, records_per_second=rate, stop=stop)
+
+
+class CommittedWatcher:
+    """A read_committed consumer of the sink topic on a thread, from the start of every partition."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Consumer, TopicPartition
+
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": f"recovery-bench-{topic}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 20,
+                "log_level": 3,
+            }
+        )
+        self._consumer.assign([TopicPartition(topic, p, 0) for p in range(SINK_PARTITIONS)])
+        self._topic = topic
+        self.seen: list[Seen] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="committed-watcher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            batch = self._consumer.consume(1000, timeout=0.05)
+            now = time.time()
+            got = [Seen(m.partition(), m.offset(), now) for m in batch if m.error() is None]
+            with self._lock:
+                self.seen.extend(got)
+
+    def records(self) -> list[Seen]:
+        with self._lock:
+            return list(self.seen)
+
+    def high_watermarks(self) -> dict[int, int]:
+        from confluent_kafka import TopicPartition
+
+        return {
+            p: self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=5, cached=False)[1]
+            for p in range(SINK_PARTITIONS)
+        }
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._consumer.close()
+
+
+@dataclass(frozen=True)
+class Plan:
+    kills: int = 5
+    rate: int = SUSTAINED_EPS // 2
+    interval: str = "1s"
+    restart_delay: str = "100ms"
+    warmup_s: float = 10.0  # before the first kill
+    settle_s: float = 3.0  # after a restore, output flowing, before the next kill
+    recovery_timeout_s: float = 60.0
+
+
+def run(cluster: BenchCluster, run_id: str, plan: Plan) -> dict[str, Any]:
+    import psycopg
+    from confluent_kafka import Producer
+
+    from connectors import kafka
+    from weir.tools.supervisor import kill_process
+    from weir.tools.verify import verify_job
+
+    endpoints = cluster.env.endpoints
+    unique = run_id.replace("-", "_")
+    source, sink, dlq, table = (
+        f"rec-{run_id}-events",
+        f"rec-{run_id}-results",
+        f"rec-{run_id}-dlq",
+        f"window_results_rec_{unique}",
+    )
+    kafka.create_topics(endpoints, {source: SOURCE_PARTITIONS, sink: SINK_PARTITIONS, dlq: 1}, replace=True)
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+        conn.execute(
+            f"CREATE TABLE {table} (key text, window_start bigint, window_end bigint, count bigint, sum bigint, "
+            "PRIMARY KEY (key, window_start))"
+        )
+    params = {
+        "source.topic": source,
+        "sink.topic": sink,
+        "sink.table": table,
+        "source.dlq_topic": dlq,
+        "checkpointing.interval": plan.interval,
+        "restart.strategy": "fixed-delay",
+        "restart.delay": plan.restart_delay,
+    }
+    ctx = multiprocessing.get_context("spawn")
+    stop, written = ctx.Event(), ctx.Value("q", 0)
+    start_ms = int(time.time()) * 1000
+    producer = ctx.Process(target=_produce, args=(source, plan.rate, start_ms, stop, written), daemon=True)
+    watcher = CommittedWatcher(endpoints.kafka_bootstrap, sink)
+    kills: list[dict[str, Any]] = []
+    try:
+        producer.start()
+        log(f"producing {plan.rate:,} events/s into {source}; submitting the keyed aggregation")
+        job_id = cluster.submit(KEYED_JOB, params, parallelism=3)
+        cluster.wait_job(job_id, lambda s: s.summary.status == "RUNNING", 120, "RUNNING")
+        time.sleep(plan.warmup_s)
+        last_restore = 0.0
+        for n in range(plan.kills):
+            kills.append(_one_kill(cluster, watcher, job_id, n, last_restore, plan, kill_process))
+            last_restore = kills[-1]["restore_at"] or time.time()
+        stop.set()
+        producer.join(30)
+        events = int(written.value)
+        flush_ts = start_ms + (events - 1) // EVENTS_PER_MS + FLUSH_AHEAD_MS
+        log(f"producer stopped after {events:,} events; flushing the windows (event time {flush_ts})")
+        flusher = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "log_level": 3})
+        for p in range(SOURCE_PARTITIONS):
+            event = {"id": f"flush-{p}", "key": f"flush-{p}", "value": 0, "ts": flush_ts}
+            flusher.produce(source, json.dumps(event).encode(), key=event["key"].encode(), partition=p)
+        flusher.flush(30)
+        verify = _drain_and_verify(cluster, watcher, job_id, params, events, verify_job)
+    finally:
+        stop.set()
+        if producer.is_alive():
+            producer.join(10)
+        if producer.is_alive():
+            producer.kill()
+        watcher.close()
+    kafka.delete_topics(endpoints, [source, sink, dlq])
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {table}")
+    return {"job_id": job_id, "kills": kills, "verify": verify}
+
+
+def _one_kill(
+    cluster: BenchCluster,
+    watcher: CommittedWatcher,
+    job_id: str,
+    n: int,
+    last_restore: float,
+    plan: Plan,
+    kill_process: Any,
+) -> dict[str, Any]:
+    cluster.wait_all_taskmanagers(120)
+    base = cluster.client.list_checkpoints(job_id)
+    baseline = max((c.checkpoint_id for c in base if c.status.value == "COMPLETED"), default=0)
+    status = cluster.wait_job(
+        job_id,
+        lambda s: (
+            s.summary.status == "RUNNING"
+            and all(t.state is not None and t.state.name == "RUNNING" for t in s.tasks)
+            and (s.last_completed_checkpoint or 0) > baseline
+        ),
+        120,
+        "RUNNING with a new completed checkpoint",
+    )
+    # Output flowing: committed records received in the last seconds.
+    deadline = time.monotonic() + 60
+    while not any(r.received_at > time.time() - plan.settle_s for r in watcher.records()):
+        if time.monotonic() > deadline:
+            raise BenchError("no committed output for 60 s before a kill")
+        time.sleep(0.1)
+    hosts = {t.taskmanager_id for t in status.tasks}
+    victim = next_victim(hosts, n)
+    killed_at = time.time()
+    kill_process(cluster.env.cluster_dir, victim)
+    end_offsets = watcher.high_watermarks()
+    log(f"kill {n + 1}/{plan.kills}: SIGKILL {victim} (hosts {sorted(hosts)}), high watermarks {end_offsets}")
+    running_at: float | None = None
+    restore_at: float | None = None
+    first_committed: float | None = None
+    deadline = time.monotonic() + plan.recovery_timeout_s
+    while time.monotonic() < deadline and (running_at is None or first_committed is None):
+        s = cluster.status(job_id)
+        now = time.time()
+        if s is not None and s.summary.status in ("FAILED", "CANCELED", "FINISHED"):
+            raise BenchError(f"job {job_id} ended {s.summary.status} after the kill: {s.failure}")
+        if (
+            running_at is None
+            and s is not None
+            and (s.last_restore_at or 0) > killed_at
+            and s.summary.status == "RUNNING"
+            and all(t.state is not None and t.state.name == "RUNNING" for t in s.tasks)
+        ):
+            running_at, restore_at = now, s.last_restore_at
+        if first_committed is None:
+            first_committed = first_committed_after(watcher.records(), end_offsets, killed_at)
+        time.sleep(0.05)
+    final = cluster.status(job_id)
+    checkpoints = cluster.client.list_checkpoints(job_id)
+    after = [
+        c.trigger_time + c.duration_s
+        for c in checkpoints
+        if c.status.value == "COMPLETED" and restore_at is not None and c.trigger_time >= restore_at
+    ]
+    first_checkpoint = min(after) if after else None
+    record = {
+        "victim": victim,
+        "killed_at": killed_at,
+        "restore_at": restore_at,
+        "kill_to_restore_scheduled_s": None if restore_at is None else restore_at - killed_at,
+        "kill_to_running_s": None if running_at is None else running_at - killed_at,
+        "kill_to_first_committed_s": None if first_committed is None else first_committed - killed_at,
+        "kill_to_first_checkpoint_s": None if first_checkpoint is None else first_checkpoint - killed_at,
+        "checkpoint_before_kill": status.last_completed_checkpoint,
+        "restarts": (final.summary.restarts if final else 0) - status.summary.restarts,
+        "end_offsets_at_kill": end_offsets,
+    }
+    log(
+        f"  RUNNING again after {_fmt(record['kill_to_running_s'])}, first committed output after "
+        f"{_fmt(record['kill_to_first_committed_s'])}, "
+        f"first checkpoint after {_fmt(record['kill_to_first_checkpoint_s'])}"
+    )
+    return record
+
+
+def _drain_and_verify(
+    cluster: BenchCluster, watcher: CommittedWatcher, job_id: str, params: dict[str, str], events: int, verify_job: Any
+) -> dict[str, Any]:
+    # Every window fired and committed: the committed output stops growing over two checkpoints.
+    previous = -1
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        checkpoint = cluster.wait_job(job_id, lambda s: True, 30, "a status").last_completed_checkpoint or 0
+        wanted = checkpoint + 2
+        cluster.wait_job(job_id, lambda s, w=wanted: (s.last_completed_checkpoint or 0) >= w, 60, "2 checkpoints")
+        count = len(watcher.records())
+        if count == previous:
+            break
+        previous = count
+    cluster.cancel(job_id)
+    log("verifying both sinks against reference mode")
+    report = verify_job(KEYED_JOB, params, job_id=job_id, endpoints=cluster.env.endpoints)
+    sinks = [
+        {
+            "uid": s.uid,
+            "kind": s.kind,
+            "expected": s.expected,
+            "found": s.found,
+            "duplicates": s.duplicates,
+            "missing": s.missing,
+            "unexpected": s.unexpected,
+            "mismatched": s.mismatched,
+            "open_transactions": [str(t) for t in s.open_transactions],
+            "samples": s.samples,
+        }
+        for s in report.sinks
+    ]
+    flush_windows = SOURCE_PARTITIONS
+    return {
+        "events": events,
+        "flush_windows": flush_windows,
+        "exact": exactness(sinks, flush_windows),
+        "sinks": sinks,
+        "warnings": list(report.warnings),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.recovery_bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--kills", type=int, default=None, help="SIGKILLs (default 5; --quick: 2)")
+    parser.add_argument("--rate", type=int, default=None, help=f"input events/s (default {SUSTAINED_EPS // 2:,})")
+    parser.add_argument("--interval", default="1s", help="checkpointing.interval (default 1s)")
+    parser.add_argument("--restart-delay", default="100ms", help="restart.delay, fixed-delay (default 100ms)")
+    parser.add_argument("--quick", action="store_true", help="2 kills, shorter warm-up")
+    parser.add_argument("--keep", action="store_true", help="keep the run's directory (logs)")
+    args = parser.parse_args(argv)
+    plan = Plan(kills=2, warmup_s=5.0) if args.quick else Plan()
+    plan = Plan(
+        kills=args.kills or plan.kills,
+        rate=args.rate or plan.rate,
+        interval=args.interval,
+        restart_delay=args.restart_delay,
+        warmup_s=plan.warmup_s,
+    )
+    run_id = new_run_id()
+    env = prepare_environment(run_id, checkpoints_in_s3=True)
+    ensure_services(env.endpoints)
+    ok = False
+    try:
+        with private_cluster(env) as cluster:
+            cluster.wait_all_taskmanagers()
+            result = run(cluster, run_id, plan)
+        ok = True
+    except BenchError as exc:
+        log(f"error: {exc}")
+        return 1
+    finally:
+        remove_checkpoints(env)
+        remove_run_root(env, keep=args.keep or not ok)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
+    summary = {m: summarize([k[m] for k in result["kills"]]) for m in METRICS}
+    median_first = summary["kill_to_first_committed_s"]["median"]
+    document = {
+        "run_id": run_id,
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "commit": commit.stdout.strip(),
+        "host": {"machine": platform.machine(), "cpus": _cpus(), "python": platform.python_version()},
+        "rate_eps": plan.rate,
+        "sustained_eps": SUSTAINED_EPS,
+        "checkpoint_interval": plan.interval,
+        "restart_delay": plan.restart_delay,
+        "target": f"median kill -> first committed output < {TARGET_S:g} s",
+        "target_met": median_first is not None and median_first < TARGET_S,
+        "summary": summary,
+        **result,
+    }
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / "recovery.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
+    markdown = render_markdown(document)
+    (RESULTS_DIR / "recovery.md").write_text(markdown)
+    print(markdown)
+    return 0
+
+
+def _cpus() -> int:
+    import os
+
+    return os.cpu_count() or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
