@@ -128,6 +128,66 @@ def exactness(sinks: Sequence[Mapping[str, Any]], flush_windows: int) -> bool:
     )
 
 
+PHASES: Final = (
+    ("detected", "failure detected (job_restarting)"),
+    ("scheduled", "last deployment scheduled (job_scheduled)"),
+    ("tasks_restored", "last task restored its state (task_restored)"),
+    ("sinks_recovered", "last sink recovered (kafka/postgres_sink_recovered)"),
+    ("checkpoint_triggered", "first checkpoint triggered"),
+    ("checkpoint_completed", "first checkpoint completed"),
+    ("kafka_committed", "first Kafka sink commit (sink_transaction_committed)"),
+)
+
+
+def parse_log_lines(lines: Iterable[str]) -> list[dict[str, Any]]:
+    """The structured (JSON) lines of a JobManager or TaskManager log, each with ``at`` (epoch s)."""
+    from datetime import datetime
+
+    out = []
+    for line in lines:
+        if not line.startswith("{"):
+            continue
+        try:
+            entry = json.loads(line)
+            entry["at"] = datetime.fromisoformat(entry["timestamp"]).timestamp()
+        except (ValueError, KeyError, TypeError):
+            continue
+        out.append(entry)
+    return out
+
+
+def recovery_phases(entries: Iterable[Mapping[str, Any]], killed_at: float, until: float) -> dict[str, float | None]:
+    """Seconds from the kill to each step of the recovery, from the logs' events in [killed_at, until):
+    detection, the last (re)scheduling and task restore and sink recovery before the first
+    checkpoint after the kill, that checkpoint's trigger and completion, the first Kafka commit after it."""
+    window = sorted((e for e in entries if killed_at <= e["at"] < until), key=lambda e: e["at"])
+
+    def first(event: str, after: float = killed_at, **match: Any) -> float | None:
+        return next((e["at"] for e in window if e["event"] == event and e["at"] >= after and _matches(e, match)), None)
+
+    def last_before(events: tuple[str, ...], before: float | None) -> float | None:
+        times = [e["at"] for e in window if e["event"] in events and (before is None or e["at"] < before)]
+        return max(times) if times else None
+
+    triggered = first("checkpoint_triggered")
+    at = {
+        "detected": first("job_restarting"),
+        "scheduled": last_before(("job_scheduled",), triggered),
+        "tasks_restored": last_before(("task_restored",), triggered),
+        "sinks_recovered": last_before(("kafka_sink_recovered", "postgres_sink_recovered"), triggered),
+        "checkpoint_triggered": triggered,
+        "checkpoint_completed": None if triggered is None else first("checkpoint_completed", triggered),
+        "kafka_committed": None
+        if triggered is None
+        else first("sink_transaction_committed", triggered, operator_uid="kafka-sink"),
+    }
+    return {k: None if v is None else round(v - killed_at, 3) for k, v in at.items()}
+
+
+def _matches(entry: Mapping[str, Any], match: Mapping[str, Any]) -> bool:
+    return all(entry.get(k) == v for k, v in match.items())
+
+
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f} s"
 
@@ -143,7 +203,8 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         f"commit {document['commit']}, {document['date']}.",
         "",
         f"examples/keyed_aggregation.py -p 3 (Kafka + PostgreSQL two-phase sinks), live input at "
-        f"{document['rate_eps']:,} events/s (half of {document['sustained_eps']:,}), checkpoint every "
+        f"{document['rate_eps']:,} events/s (half of {document['sustained_eps']:,}; produced "
+        f"{document.get('produced_eps', 0):,.0f} events/s on average), checkpoint every "
         f"{document['checkpoint_interval']}, restart.strategy=fixed-delay, restart.delay="
         f"{document['restart_delay']}; {len(document['kills'])} SIGKILLs of a TaskManager.",
         "",
@@ -165,6 +226,21 @@ def render_markdown(document: Mapping[str, Any]) -> str:
         ),
         "",
     ]
+    phases = document.get("phases_summary")
+    if phases:
+        lines += [
+            "Where the time goes (from the JobManager and TaskManager logs; seconds after the kill):",
+            "",
+            "| step | median | min | max |",
+            "| --- | ---: | ---: | ---: |",
+            *(
+                f"| {label} | {_fmt(phases[name]['median'])} | {_fmt(phases[name]['min'])} "
+                f"| {_fmt(phases[name]['max'])} |"
+                for name, label in PHASES
+                if name in phases
+            ),
+            "",
+        ]
     check = document.get("verify")
     if check is not None:
         lines.append(
@@ -185,13 +261,34 @@ def render_markdown(document: Mapping[str, Any]) -> str:
 # The live parts ------------------------------------------------------------------------------------
 
 
-def _produce(topic: str, rate: float, start_ms: int, stop: Any, written: Any) -> None:
-    """In a child process: events at ``rate`` events/s until ``stop`` is set; ``written`` answers how many."""
-    from weir.core.config import Endpoints
-    from weir.tools.events import EventSpec, produce_events
+def _produce(bootstrap: str, topic: str, rate: float, start_ms: int, stop: Any, written: Any, elapsed: Any) -> None:
+    """In a child process: weir.tools.events' events (400 keys, 10 per ms of event time) at ``rate``
+    events/s, on schedule, until ``stop`` is set; ``written`` and ``elapsed`` answer how many in how
+    long. Formatted by hand, without a per-record delivery callback: events.produce_events spends
+    enough CPU per event to fall short of the rate on a busy two-core machine."""
+    from confluent_kafka import Producer
 
-    spec = EventSpec(count=10**9, keys=KEYS, start_ms=start_ms, events_per_ms=EVENTS_PER_MS)
-    written.value = produce_events(Endpoints.from_env(), topic, spec, records_per_second=rate, stop=stop)
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "enable.idempotence": True, "log_level": 3})
+    keys = [f"key-{k:04d}" for k in range(KEYS)]
+    encoded = [k.encode() for k in keys]
+    started = time.monotonic()
+    i = 0
+    while not stop.is_set():
+        due = int((time.monotonic() - started) * rate)
+        while i < due:
+            k = i % KEYS
+            value = f'{{"id":"e{i}","key":"{keys[k]}","value":{i % 97},"ts":{start_ms + i // EVENTS_PER_MS}}}'
+            try:
+                producer.produce(topic, value=value.encode(), key=encoded[k])
+            except BufferError:
+                producer.poll(0.01)
+                continue
+            i += 1
+        producer.poll(0.005)
+    elapsed.value = time.monotonic() - started
+    if producer.flush(60):
+        raise RuntimeError(f"events not delivered to {topic}")
+    written.value = i
 
 
 class CommittedWatcher:
@@ -288,9 +385,13 @@ def run(cluster: BenchCluster, run_id: str, plan: Plan) -> dict[str, Any]:
         "restart.delay": plan.restart_delay,
     }
     ctx = multiprocessing.get_context("spawn")
-    stop, written = ctx.Event(), ctx.Value("q", 0)
+    stop, written, elapsed = ctx.Event(), ctx.Value("q", 0), ctx.Value("d", 0.0)
     start_ms = int(time.time()) * 1000
-    producer = ctx.Process(target=_produce, args=(source, plan.rate, start_ms, stop, written), daemon=True)
+    producer = ctx.Process(
+        target=_produce,
+        args=(endpoints.kafka_bootstrap, source, plan.rate, start_ms, stop, written, elapsed),
+        daemon=True,
+    )
     watcher = CommittedWatcher(endpoints.kafka_bootstrap, sink)
     kills: list[dict[str, Any]] = []
     try:
@@ -306,8 +407,12 @@ def run(cluster: BenchCluster, run_id: str, plan: Plan) -> dict[str, Any]:
         stop.set()
         producer.join(30)
         events = int(written.value)
+        produced_eps = events / elapsed.value if elapsed.value else 0.0
         flush_ts = start_ms + (events - 1) // EVENTS_PER_MS + FLUSH_AHEAD_MS
-        log(f"producer stopped after {events:,} events; flushing the windows (event time {flush_ts})")
+        log(
+            f"producer stopped after {events:,} events ({produced_eps:,.0f} events/s); "
+            f"flushing the windows (event time {flush_ts})"
+        )
         flusher = Producer({"bootstrap.servers": endpoints.kafka_bootstrap, "log_level": 3})
         for p in range(SOURCE_PARTITIONS):
             event = {"id": f"flush-{p}", "key": f"flush-{p}", "value": 0, "ts": flush_ts}
@@ -324,7 +429,7 @@ def run(cluster: BenchCluster, run_id: str, plan: Plan) -> dict[str, Any]:
     kafka.delete_topics(endpoints, [source, sink, dlq])
     with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}")
-    return {"job_id": job_id, "kills": kills, "verify": verify}
+    return {"job_id": job_id, "produced_eps": produced_eps, "kills": kills, "verify": verify}
 
 
 def _one_kill(
@@ -451,6 +556,18 @@ def _drain_and_verify(
     }
 
 
+def add_phases(kills: list[dict[str, Any]], cluster_dir: Any) -> None:
+    """Each kill's recovery steps from the cluster's structured logs (kept until the run's directory
+    is removed)."""
+    entries: list[dict[str, Any]] = []
+    for path in sorted(cluster_dir.glob("*.log")):
+        with open(path, errors="replace") as f:
+            entries += parse_log_lines(f)
+    for i, kill in enumerate(kills):
+        until = kills[i + 1]["killed_at"] if i + 1 < len(kills) else kill["killed_at"] + 60
+        kill["phases"] = recovery_phases(entries, kill["killed_at"], until)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.recovery_bench", description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=None, help="SIGKILLs (default 5; --quick: 2)")
@@ -476,6 +593,7 @@ def main(argv: list[str] | None = None) -> int:
         with private_cluster(env) as cluster:
             cluster.wait_all_taskmanagers()
             result = run(cluster, run_id, plan)
+        add_phases(result["kills"], env.cluster_dir)
         ok = True
     except BenchError as exc:
         log(f"error: {exc}")
@@ -485,6 +603,7 @@ def main(argv: list[str] | None = None) -> int:
         remove_run_root(env, keep=args.keep or not ok)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
     summary = {m: summarize([k[m] for k in result["kills"]]) for m in METRICS}
+    phases = {name: summarize([k.get("phases", {}).get(name) for k in result["kills"]]) for name, _ in PHASES}
     median_first = summary["kill_to_first_committed_s"]["median"]
     document = {
         "run_id": run_id,
@@ -498,6 +617,7 @@ def main(argv: list[str] | None = None) -> int:
         "target": f"median kill -> first committed output < {TARGET_S:g} s",
         "target_met": median_first is not None and median_first < TARGET_S,
         "summary": summary,
+        "phases_summary": phases,
         **result,
     }
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)

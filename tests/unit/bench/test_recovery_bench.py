@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from bench.recovery_bench import (
@@ -8,6 +9,8 @@ from bench.recovery_bench import (
     exactness,
     first_committed_after,
     next_victim,
+    parse_log_lines,
+    recovery_phases,
     render_markdown,
     summarize,
 )
@@ -75,6 +78,7 @@ def test_render_markdown_reports_figures_and_the_target() -> None:
         "date": "2026-12-01T00:00:00Z",
         "rate_eps": 24_000,
         "sustained_eps": 48_000,
+        "produced_eps": 23_950.4,
         "checkpoint_interval": "1s",
         "restart_delay": "100ms",
         "summary": {m: summarize([k[m] for k in kills]) for m in METRICS},
@@ -99,7 +103,46 @@ def test_render_markdown_reports_figures_and_the_target() -> None:
     }
     text = render_markdown(document)
     assert "| kill -> first committed output (Kafka, read_committed) | 4.00 s | 3.00 s | 5.00 s |" in text
-    assert "24,000 events/s (half of 48,000)" in text
+    assert "24,000 events/s (half of 48,000; produced 23,950 events/s on average)" in text
     assert "**missed**" in text
     assert "Output after the run: exact" in text
     assert "| 2 | taskmanager-2 | 3.00 s | 4.00 s | 3.90 s | 1 |" in text
+
+
+def _line(second: float, event: str, **fields: Any) -> str:
+    return json.dumps({"event": event, "timestamp": f"2026-12-01T14:00:{second:06.3f}Z", **fields})
+
+
+def test_recovery_phases_from_structured_log_lines() -> None:
+    lines = [
+        "--- weir supervisor: restarting taskmanager-1",
+        _line(9.0, "checkpoint_triggered"),  # before the kill
+        _line(10.1, "job_restarting"),
+        _line(10.4, "job_scheduled"),
+        _line(10.6, "job_scheduled"),  # the dead TaskManager was unreachable: scheduled again
+        _line(11.0, "task_restored"),
+        _line(12.0, "task_restored"),
+        _line(12.2, "postgres_sink_recovered"),
+        _line(12.3, "sink_transaction_committed", operator_uid="postgres-sink"),  # in doubt, before the checkpoint
+        _line(14.0, "kafka_sink_recovered"),
+        _line(15.0, "checkpoint_triggered"),
+        _line(16.0, "checkpoint_completed"),
+        _line(16.1, "sink_transaction_committed", operator_uid="postgres-sink"),
+        _line(16.2, "sink_transaction_committed", operator_uid="kafka-sink"),
+        _line(25.0, "job_restarting"),  # the next kill's
+        "{not json",
+    ]
+    entries = parse_log_lines(lines)
+    assert len(entries) == 14
+    killed_at = entries[0]["at"] + 1.0  # 14:00:10
+    phases = recovery_phases(entries, killed_at, until=killed_at + 12)
+    assert phases == {
+        "detected": 0.1,
+        "scheduled": 0.6,
+        "tasks_restored": 2.0,
+        "sinks_recovered": 4.0,
+        "checkpoint_triggered": 5.0,
+        "checkpoint_completed": 6.0,
+        "kafka_committed": 6.2,
+    }
+    assert recovery_phases(entries, killed_at + 20, until=killed_at + 30)["checkpoint_triggered"] is None
