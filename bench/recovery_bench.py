@@ -133,8 +133,8 @@ PHASES: Final = (
     ("scheduled", "last deployment scheduled (job_scheduled)"),
     ("tasks_restored", "last task restored its state (task_restored)"),
     ("sinks_recovered", "last sink recovered (kafka/postgres_sink_recovered)"),
-    ("checkpoint_triggered", "first checkpoint triggered"),
-    ("checkpoint_completed", "first checkpoint completed"),
+    ("checkpoint_triggered", "first checkpoint after the restore triggered"),
+    ("checkpoint_completed", "that checkpoint completed"),
     ("kafka_committed", "first Kafka sink commit (sink_transaction_committed)"),
 )
 
@@ -169,14 +169,20 @@ def recovery_phases(entries: Iterable[Mapping[str, Any]], killed_at: float, unti
         times = [e["at"] for e in window if e["event"] in events and (before is None or e["at"] < before)]
         return max(times) if times else None
 
-    triggered = first("checkpoint_triggered")
+    # The first checkpoint triggered after the kill that completed (one the failed attempt triggered
+    # before the restart never does).
+    triggers = {e.get("checkpoint_id"): e["at"] for e in window if e["event"] == "checkpoint_triggered"}
+    completed = next(
+        (e for e in window if e["event"] == "checkpoint_completed" and e.get("checkpoint_id") in triggers), None
+    )
+    triggered = None if completed is None else triggers[completed.get("checkpoint_id")]
     at = {
         "detected": first("job_restarting"),
         "scheduled": last_before(("job_scheduled",), triggered),
         "tasks_restored": last_before(("task_restored",), triggered),
         "sinks_recovered": last_before(("kafka_sink_recovered", "postgres_sink_recovered"), triggered),
         "checkpoint_triggered": triggered,
-        "checkpoint_completed": None if triggered is None else first("checkpoint_completed", triggered),
+        "checkpoint_completed": None if completed is None else completed["at"],
         "kafka_committed": None
         if triggered is None
         else first("sink_transaction_committed", triggered, operator_uid="kafka-sink"),
@@ -348,7 +354,8 @@ class Plan:
     interval: str = "1s"
     restart_delay: str = "100ms"
     warmup_s: float = 10.0  # before the first kill
-    settle_s: float = 3.0  # after a restore, output flowing, before the next kill
+    settle_s: float = 3.0  # committed output received within this long before a kill
+    after_restore_s: float = 10.0  # since the previous RUNNING again: the backlog of the outage drained
     recovery_timeout_s: float = 60.0
 
 
@@ -403,7 +410,7 @@ def run(cluster: BenchCluster, run_id: str, plan: Plan) -> dict[str, Any]:
         last_restore = 0.0
         for n in range(plan.kills):
             kills.append(_one_kill(cluster, watcher, job_id, n, last_restore, plan, kill_process))
-            last_restore = kills[-1]["restore_at"] or time.time()
+            last_restore = kills[-1]["running_at"] or time.time()
         stop.set()
         producer.join(30)
         events = int(written.value)
@@ -441,6 +448,8 @@ def _one_kill(
     plan: Plan,
     kill_process: Any,
 ) -> dict[str, Any]:
+    if last_restore:
+        time.sleep(max(0.0, last_restore + plan.after_restore_s - time.time()))
     cluster.wait_all_taskmanagers(120)
     base = cluster.client.list_checkpoints(job_id)
     baseline = max((c.checkpoint_id for c in base if c.status.value == "COMPLETED"), default=0)
@@ -498,6 +507,7 @@ def _one_kill(
         "victim": victim,
         "killed_at": killed_at,
         "restore_at": restore_at,
+        "running_at": running_at,
         "kill_to_restore_scheduled_s": None if restore_at is None else restore_at - killed_at,
         "kill_to_running_s": None if running_at is None else running_at - killed_at,
         "kill_to_first_committed_s": None if first_committed is None else first_committed - killed_at,

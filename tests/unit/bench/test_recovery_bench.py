@@ -116,7 +116,8 @@ def _line(second: float, event: str, **fields: Any) -> str:
 def test_recovery_phases_from_structured_log_lines() -> None:
     lines = [
         "--- weir supervisor: restarting taskmanager-1",
-        _line(9.0, "checkpoint_triggered"),  # before the kill
+        _line(9.0, "checkpoint_triggered", checkpoint_id=4),  # before the kill
+        _line(10.05, "checkpoint_triggered", checkpoint_id=5),  # by the failing attempt: never completes
         _line(10.1, "job_restarting"),
         _line(10.4, "job_scheduled"),
         _line(10.6, "job_scheduled"),  # the dead TaskManager was unreachable: scheduled again
@@ -125,15 +126,15 @@ def test_recovery_phases_from_structured_log_lines() -> None:
         _line(12.2, "postgres_sink_recovered"),
         _line(12.3, "sink_transaction_committed", operator_uid="postgres-sink"),  # in doubt, before the checkpoint
         _line(14.0, "kafka_sink_recovered"),
-        _line(15.0, "checkpoint_triggered"),
-        _line(16.0, "checkpoint_completed"),
+        _line(15.0, "checkpoint_triggered", checkpoint_id=6),
+        _line(16.0, "checkpoint_completed", checkpoint_id=6),
         _line(16.1, "sink_transaction_committed", operator_uid="postgres-sink"),
         _line(16.2, "sink_transaction_committed", operator_uid="kafka-sink"),
         _line(25.0, "job_restarting"),  # the next kill's
         "{not json",
     ]
     entries = parse_log_lines(lines)
-    assert len(entries) == 14
+    assert len(entries) == 15
     killed_at = entries[0]["at"] + 1.0  # 14:00:10
     phases = recovery_phases(entries, killed_at, until=killed_at + 12)
     assert phases == {
