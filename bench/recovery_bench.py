@@ -14,8 +14,11 @@ and measure from the kill:
 
 - **RUNNING again**: the job's status RUNNING with a restore later than the kill (polled every 0.1 s);
 - **first committed output**: the first record of the Kafka sink topic, read ``read_committed``, at an
-  offset beyond the partition's high watermark at the kill (so output written after the kill and
-  committed, never a transaction of before the kill committed late);
+  offset beyond the partition's high watermark when the restore is first seen (the failed attempt's
+  tasks are cancelled by then, so that is the restored attempt's output, committed; a transaction of
+  the failed attempt committed late, or a checkpoint it completed as the TaskManager died, does not
+  count). Beside it, in the JSON only: the first beyond the high watermark at the kill, which such a
+  late commit of records flushed just after the kill can satisfy;
 - **first checkpoint after the restore**: its completion (trigger + duration) from ``weir checkpoints``.
 
 The supervisor restarts the killed TaskManager (its restart delay, 2 s) and the next kill waits for
@@ -477,13 +480,21 @@ def _one_kill(
     log(f"kill {n + 1}/{plan.kills}: SIGKILL {victim} (hosts {sorted(hosts)}), high watermarks {end_offsets}")
     running_at: float | None = None
     restore_at: float | None = None
+    restore_seen_at: float | None = None
+    restore_offsets: dict[int, int] = {}
     first_committed: float | None = None
+    first_late: float | None = None
+    first_checkpoint: float | None = None
     deadline = time.monotonic() + plan.recovery_timeout_s
-    while time.monotonic() < deadline and (running_at is None or first_committed is None):
+    while time.monotonic() < deadline and (running_at is None or first_committed is None or first_checkpoint is None):
         s = cluster.status(job_id)
         now = time.time()
         if s is not None and s.summary.status in ("FAILED", "CANCELED", "FINISHED"):
             raise BenchError(f"job {job_id} ended {s.summary.status} after the kill: {s.failure}")
+        if restore_seen_at is None and s is not None and (s.last_restore_at or 0) > killed_at:
+            # The failed attempt's records are all in the log by now (its tasks are cancelled before
+            # the restore): what lies beyond, once committed, is the restored attempt's output.
+            restore_seen_at, restore_offsets = now, watcher.high_watermarks()
         if (
             running_at is None
             and s is not None
@@ -492,17 +503,20 @@ def _one_kill(
             and all(t.state is not None and t.state.name == "RUNNING" for t in s.tasks)
         ):
             running_at, restore_at = now, s.last_restore_at
-        if first_committed is None:
-            first_committed = first_committed_after(watcher.records(), end_offsets, killed_at)
+        records = watcher.records()
+        if first_late is None:
+            first_late = first_committed_after(records, end_offsets, killed_at)
+        if first_committed is None and restore_seen_at is not None:
+            first_committed = first_committed_after(records, restore_offsets, restore_seen_at)
+        if first_checkpoint is None and running_at is not None:
+            after = [
+                c.trigger_time + c.duration_s
+                for c in cluster.client.list_checkpoints(job_id)
+                if c.status.value == "COMPLETED" and restore_at is not None and c.trigger_time >= restore_at
+            ]
+            first_checkpoint = min(after) if after else None
         time.sleep(0.05)
     final = cluster.status(job_id)
-    checkpoints = cluster.client.list_checkpoints(job_id)
-    after = [
-        c.trigger_time + c.duration_s
-        for c in checkpoints
-        if c.status.value == "COMPLETED" and restore_at is not None and c.trigger_time >= restore_at
-    ]
-    first_checkpoint = min(after) if after else None
     record = {
         "victim": victim,
         "killed_at": killed_at,
@@ -512,9 +526,12 @@ def _one_kill(
         "kill_to_running_s": None if running_at is None else running_at - killed_at,
         "kill_to_first_committed_s": None if first_committed is None else first_committed - killed_at,
         "kill_to_first_checkpoint_s": None if first_checkpoint is None else first_checkpoint - killed_at,
+        "kill_to_first_committed_beyond_kill_offsets_s": None if first_late is None else first_late - killed_at,
+        "kill_to_restore_seen_s": None if restore_seen_at is None else restore_seen_at - killed_at,
         "checkpoint_before_kill": status.last_completed_checkpoint,
         "restarts": (final.summary.restarts if final else 0) - status.summary.restarts,
         "end_offsets_at_kill": end_offsets,
+        "end_offsets_at_restore": restore_offsets,
     }
     log(
         f"  RUNNING again after {_fmt(record['kill_to_running_s'])}, first committed output after "
