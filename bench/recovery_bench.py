@@ -15,10 +15,10 @@ and measure from the kill:
 - **RUNNING again**: the job's status RUNNING with a restore later than the kill (polled every 0.1 s);
 - **first committed output**: the first record of the Kafka sink topic, read ``read_committed``,
   received after the trigger of the first checkpoint after the restore, at an offset beyond the
-  partition's high watermark when the restore is first seen: new output, committed with that
+  partition's last stable offset when the restore is first seen: new output, committed with that
   checkpoint. Beside it: the first record beyond those offsets at all (``..._any_s``), which also
   counts a transaction of the failed attempt the restored sink commits or produces again while it
-  recovers, and (JSON only) the first beyond the high watermark at the kill, which records a
+  recovers, and (JSON only) the first beyond the last stable offset at the kill, which records a
   surviving sink flushed just after the kill and committed with a checkpoint the dead TaskManager had
   acknowledged also satisfy;
 - **first checkpoint after the restore**: its completion (trigger + duration) from ``weir checkpoints``.
@@ -103,8 +103,9 @@ class Seen:
 
 
 def first_committed_after(records: Iterable[Seen], end_offsets: Mapping[int, int], after: float) -> float | None:
-    """When the first record beyond ``end_offsets`` (per partition: the high watermark at the kill,
-    the next offset to be written) was received no earlier than ``after``; None if none was."""
+    """When the first record beyond ``end_offsets`` (per partition: the committed end, the last
+    stable offset a read_committed consumer is given as its high watermark) was received no earlier
+    than ``after``; None if none was."""
     times = [r.received_at for r in records if r.offset >= end_offsets.get(r.partition, 0) and r.received_at >= after]
     return min(times) if times else None
 
@@ -347,6 +348,8 @@ class CommittedWatcher:
             return list(self.seen)
 
     def high_watermarks(self) -> dict[int, int]:
+        """Per partition, as this read_committed consumer sees it: the last stable offset (the end of
+        the committed records; an open transaction's records lie beyond it)."""
         from confluent_kafka import TopicPartition
 
         return {
@@ -487,7 +490,7 @@ def _one_kill(
     killed_at = time.time()
     kill_process(cluster.env.cluster_dir, victim)
     end_offsets = watcher.high_watermarks()
-    log(f"kill {n + 1}/{plan.kills}: SIGKILL {victim} (hosts {sorted(hosts)}), high watermarks {end_offsets}")
+    log(f"kill {n + 1}/{plan.kills}: SIGKILL {victim} (hosts {sorted(hosts)}), last stable offsets {end_offsets}")
     running_at: float | None = None
     restore_at: float | None = None
     restore_seen_at: float | None = None
