@@ -9,7 +9,7 @@ INFRA := deploy/local/infra.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
         lint demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-json bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -79,14 +79,18 @@ bench-state: setup bench-deps ## checkpoint and restore curves over 100k/1M/5M k
 bench-backpressure: setup bench-deps ## checkpoint duration aligned vs unaligned under a slow sink; unaligned's throughput cost
 	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)
 
+bench-recovery: setup bench-deps ## SIGKILL of a TaskManager under load to the first committed output, median of 5 kills
+	$(PY) -m bench.recovery_bench $(RECOVERY_BENCH_ARGS)
+
 bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per event, stdlib vs orjson vs msgspec vs ujson (~30 s)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)
 
-bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, Flink and the ceiling (2M events, 3 runs), then bench-json, bench-state and bench-backpressure (long)
+bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, Flink and the ceiling (2M events, 3 runs), then bench-json, bench-state, bench-backpressure and bench-recovery (long)
 	$(PY) -m bench.run $(BENCH_ARGS)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
 	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)
+	$(PY) -m bench.recovery_bench $(RECOVERY_BENCH_ARGS)
 
 clean:
 	rm -rf $(VENV) weir/wire/*_pb2*.py *.egg-info .pytest_cache
