@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from typing import Any, ClassVar, assert_never
+from typing import Any, assert_never
 
 import grpc
 
@@ -133,8 +133,6 @@ class RemoteOutputChannel:
     backpressures its producers, and a backpressured task still handles its mails and priority events
     (Flink's output availability, FLIP-27/76). A priority event (an unaligned barrier) goes out first,
     without credit, overtaking the queued buffers (:meth:`send_priority`)."""
-
-    local: ClassVar[bool] = False  # its buffers carry encoded records
 
     def __init__(
         self,
@@ -278,8 +276,6 @@ class LocalOutputChannel:
     The consumer's gate may be registered after the producer deployed: the TaskManager connects the
     channel when it registers the gate (:meth:`connect`); the channel breaks if that takes longer than
     ``gate_wait_s``."""
-
-    local: ClassVar[bool] = True  # its buffers carry the records themselves (LocalBuffer)
 
     def __init__(
         self,
