@@ -259,13 +259,8 @@ class TaskManagerRuntime:
         )
         with self._lock:
             self.tasks[addr] = task
-            if gate is not None:
-                self._gates[addr] = gate
-            producers = self._awaiting_gates.pop(addr, [])
-            self._lock.notify_all()
         if gate is not None:
-            for producer in producers:
-                producer.connect(gate)
+            self._register_gate(addr, gate)
         for w in writers:
             for ch in w.channels:
                 ch.open()
@@ -280,6 +275,16 @@ class TaskManagerRuntime:
             local_outputs=sum(isinstance(ch, LocalOutputChannel) for w in writers for ch in w.channels),
         )
         task.start()
+
+    def _register_gate(self, addr: TaskAddress, gate: InputGate) -> None:
+        """Make a deployed task's gate reachable by its producers: remote ones (``open_channel`` waits
+        for it) and local ones (connected now if they opened first)."""
+        with self._lock:
+            self._gates[addr] = gate
+            producers = self._awaiting_gates.pop(addr, [])
+            self._lock.notify_all()
+        for producer in producers:
+            producer.connect(gate)
 
     def _attach_local(self, channel: LocalOutputChannel) -> None:
         """Connect a local output channel to its consumer's gate, now or once the consumer is deployed
