@@ -223,7 +223,7 @@ def test_the_two_input_example_in_unaligned_mode_survives_a_taskmanager_kill_wit
         "restart.delay": "1s",
     }
     job_id = weir_cluster.submit("examples/two_inputs.py", params, parallelism=2)
-    final = kill_mid_run_until_finished(weir_cluster, job_id, "taskmanager-3", checkpoints=2)
+    final = kill_mid_run_until_finished(weir_cluster, job_id, "taskmanager-2", checkpoints=2)
     assert final.summary.restarts >= 1, "the kill did not restart the job"
     report = verify_job(REPO_ROOT / "examples" / "two_inputs.py", params, job_id=job_id, endpoints=endpoints)
     assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
