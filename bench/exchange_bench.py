@@ -9,6 +9,9 @@
     this process with an InputGate registered; in a second process, a RecordWriter emitting records
     one by one into a RemoteOutputChannel; a consumer thread takes buffers off the gate and decodes
     them, so credits flow back as they do to a task (4 credits, 1,000 records per buffer);
+(b2) one Weir local channel (producer and consumer subtask in one TaskManager): in this process, a
+    producer thread's RecordWriter emitting into a LocalOutputChannel, a consumer thread taking
+    buffers off the InputGate (same credits, no gRPC, no encoding);
 (c) the whole keyed job (bench/jobs/generator_keyed.py) on a private local cluster: generator ->
     key_by -> 1 s tumbling count+sum -> discard, parallelism 3, records/s from RUNNING to FINISHED.
 
@@ -52,14 +55,16 @@ from bench.harness import (
     remove_run_root,
 )
 from taskmanager.network import (
-    GRPC_OPTIONS,
     RECORDS_PER_BUFFER,
     InputGate,
+    LocalOutputChannel,
     RecordWriter,
     RemoteOutputChannel,
-    decode_records,
     end_of_stream_message,
+    message_of,
+    read_buffer,
 )
+from weir.core.transport import GRPC_OPTIONS
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 RAW_METHOD: Final = "/weir.bench.Loopback/Stream"
@@ -258,6 +263,64 @@ def weir_channel(n_records: int) -> Figure:
     )
 
 
+def local_channel(n_records: int) -> Figure:
+    """(b2): a producer thread and a consumer thread of one process, as two subtasks of one TaskManager."""
+    from taskmanager.partitioners import create_partitioner
+    from weir.core.ids import SubtaskIndex
+    from weir.graph import Partitioning
+
+    pool = record_pool()
+    gate = InputGate([0])
+    header = taskmanager_pb2.ChannelHeader(
+        producer=_task_ref("producer"), consumer=_task_ref(CONSUMER_UID), consumer_channel=0, attempt=1
+    )
+    output = LocalOutputChannel(header, threading.Event(), lambda ch: ch.connect(gate))
+    available = threading.Condition()
+
+    def wake() -> None:
+        with available:
+            available.notify_all()
+
+    output.set_wakeup(wake)
+    output.open()
+    partitioner = create_partitioner(
+        Partitioning.FORWARD,
+        subtask=SubtaskIndex(0),
+        upstream_parallelism=1,
+        downstream_parallelism=1,
+        max_parallelism=128,
+    )
+    writer = RecordWriter([output], partitioner, None, None, flush_interval_s=0.02)
+
+    def produce() -> None:  # a task's loop: emit while the output is available, else wait for it
+        emit, size = writer.emit, len(pool)
+        for i in range(n_records):
+            if i % RECORDS_PER_BUFFER == 0 and not writer.available():
+                with available:
+                    available.wait_for(writer.available, timeout=10)
+            value, ts = pool[i % size]
+            emit(value, ts)
+        writer.flush()
+        writer.broadcast_event(end_of_stream_message())
+        writer.close(drain=True)
+
+    producer = threading.Thread(target=produce, name="local-producer", daemon=True)
+    producer.start()
+    received, seconds = _consume(gate, timeout_s=300)
+    producer.join(30)
+    gate.close()
+    if received != n_records:
+        raise BenchError(f"the local channel delivered {received} of {n_records} records")
+    counted = received - RECORDS_PER_BUFFER
+    return Figure(
+        "Weir local channel (same TM)",
+        counted,
+        seconds,
+        counted / seconds,
+        "RecordWriter.emit per record -> credits -> InputGate, in memory (two threads of one process)",
+    )
+
+
 def _wait_reader_done(thread_name: str, timeout_s: float) -> None:
     """Wait for the servicer thread reading one channel's requests (named by runtime.open_channel)."""
     deadline = time.monotonic() + timeout_s
@@ -276,11 +339,12 @@ def _consume(gate: InputGate, timeout_s: float) -> tuple[int, float]:
         item = gate.poll(0.5)
         if item is None:
             continue
-        _channel, _gate, msg = item
+        _channel, _gate, buffer = item
+        msg = message_of(buffer)
         if msg.record_count:
             if first_at is None:
                 first_at = time.perf_counter()
-            received += len(decode_records(msg.records)[0])
+            received += len(read_buffer(buffer).values)
         if msg.event == taskmanager_pb2.EVENT_KIND_END_OF_STREAM:
             return received, time.perf_counter() - (first_at or time.perf_counter())
     raise BenchError(f"the Weir channel did not end within {timeout_s:.0f} s ({received} records received)")
@@ -351,7 +415,9 @@ def main(argv: list[str] | None = None) -> int:
     raw_pickled = raw_loopback(sizes.raw_batches, encode_each=True)
     log(f"(b) one Weir channel, {sizes.channel_records:,} records")
     channel = weir_channel(sizes.channel_records)
-    figures = [raw, raw_pickled, channel]
+    log(f"(b2) one Weir local channel, {sizes.channel_records:,} records")
+    local = local_channel(sizes.channel_records)
+    figures = [raw, raw_pickled, channel, local]
     job_detail: dict[str, Any] | None = None
     if not args.skip_job:
         log(f"(c) keyed job on a private cluster, {sizes.job_events:,} events")
@@ -378,6 +444,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": {
             "weir_channel_vs_raw_grpc": channel.records_per_s / raw.records_per_s,
             "weir_channel_vs_raw_grpc_pickled": channel.records_per_s / raw_pickled.records_per_s,
+            "local_channel_vs_weir_channel": local.records_per_s / channel.records_per_s,
             **(
                 {
                     "keyed_job_vs_weir_channel": figures[-1].records_per_s / channel.records_per_s,

@@ -31,6 +31,12 @@ def main() -> None:
     parser.add_argument("--bind", default=os.environ.get("WEIR_TASKMANAGER_BIND", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_PORT", "0")))
     parser.add_argument("--slots", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_SLOTS", "2")))
+    parser.add_argument(
+        "--local-channels",
+        action=argparse.BooleanOptionalAction,
+        default=os.environ.get("WEIR_TASKMANAGER_LOCAL_CHANNELS", "1") != "0",
+        help="hand buffers to consumers in this TaskManager in memory, not over gRPC",
+    )
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_METRICS_PORT", "0")))
     args = parser.parse_args()
 
@@ -42,7 +48,14 @@ def main() -> None:
         futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="tm-grpc"), options=GRPC_OPTIONS
     )
     port = server.add_insecure_port(f"{args.bind}:{args.port}")
-    runtime = TaskManagerRuntime(args.id, f"{args.host}:{port}", endpoints.jobmanager_address, args.slots, run_dir())
+    runtime = TaskManagerRuntime(
+        args.id,
+        f"{args.host}:{port}",
+        endpoints.jobmanager_address,
+        args.slots,
+        run_dir(),
+        local_channels=args.local_channels,
+    )
     taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(TaskManagerServicer(runtime), server)
     server.start()
     if args.metrics_port:

@@ -40,7 +40,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from taskmanager.network import decode_records
+from taskmanager.network import ChannelBuffer, decode_records, encoded, message_of, records_of
 from weir.core.documents import typed
 from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId
@@ -90,16 +90,16 @@ class InflightCaptureError(SerializationError):
     """In-flight data was captured or completed against the capture protocol (a runtime bug)."""
 
 
-def persistable(message: taskmanager_pb2.DataMessage) -> bytes | None:
-    """What of ``message`` an unaligned checkpoint keeps: its records and a watermark event, not a
-    barrier, cancellation marker or end of stream (a checkpoint restored replays no control events).
-    None when nothing is left."""
+def persistable(buffer: ChannelBuffer) -> bytes | None:
+    """What of ``buffer`` an unaligned checkpoint keeps, serialized (a local buffer's records encoded
+    now): its records and a watermark event, not a barrier, cancellation marker or end of stream (a
+    checkpoint restored replays no control events). None when nothing is left."""
+    message = message_of(buffer)
     if message.event in _PERSISTED_EVENTS:
-        return message.SerializeToString() if (message.record_count or message.event) else None
+        return encoded(buffer).SerializeToString() if (message.record_count or message.event) else None
     if not message.record_count:
         return None
-    kept = taskmanager_pb2.DataMessage(records=message.records, record_count=message.record_count)
-    return kept.SerializeToString()
+    return encoded(records_of(buffer)).SerializeToString()
 
 
 def parse_message(blob: bytes, where: str) -> taskmanager_pb2.DataMessage:
@@ -180,14 +180,14 @@ class InflightCapture:
             )
         self._capturing.discard(channel)
 
-    def add(self, channel: ChannelIndex, message: taskmanager_pb2.DataMessage) -> None:
+    def add(self, channel: ChannelIndex, message: ChannelBuffer) -> None:
         """A buffer read from ``channel``; kept only while the channel captures."""
         if channel in self._capturing:
             blob = persistable(message)
             if blob is not None:
                 self._blobs[channel].append(blob)
 
-    def add_queued(self, channel: ChannelIndex, messages: Iterable[taskmanager_pb2.DataMessage]) -> None:
+    def add_queued(self, channel: ChannelIndex, messages: Iterable[ChannelBuffer]) -> None:
         """The buffers ``channel`` queued ahead of its barrier, which overtook them: they follow what
         was captured from the channel before, whether or not it still captures."""
         if channel in self._capturing:
@@ -197,7 +197,7 @@ class InflightCapture:
         blobs = self._blobs.setdefault(channel, [])
         blobs.extend(blob for m in messages if (blob := persistable(m)) is not None)
 
-    def add_outputs(self, key: OutputChannelKey, messages: Iterable[taskmanager_pb2.DataMessage]) -> None:
+    def add_outputs(self, key: OutputChannelKey, messages: Iterable[ChannelBuffer]) -> None:
         """The buffers output channel ``key`` still queued when the barrier overtook them."""
         if key in self._outputs:
             raise InflightCaptureError(f"checkpoint {self.checkpoint_id}: output channel {key} captured twice")

@@ -6,6 +6,15 @@ status idle/active, barrier, end of stream); the consumer answers with credits. 
 sent against a credit, and the consumer grants a credit back only when its task has taken a buffer
 out of the channel's queue, so each channel holds at most ``initial_credits`` buffers: memory is
 bounded and a slow consumer backpressures its producers.
+
+A producer and a consumer subtask in the same TaskManager skip gRPC: a :class:`LocalOutputChannel`
+hands its buffers straight to the consumer's :class:`InputGate`, under the same credits, without a
+thread of its own and without encoding the records (Flink's ``LocalInputChannel``). Its buffers are
+:class:`LocalBuffer` values: the producer's lists of values and timestamps, shared with the consumer.
+So, as between the operators of one chain, a record's value is one object on both sides: an operator
+must not mutate a value it has emitted, nor a value it was given (Flink's contract with object reuse
+enabled). The record writer never touches a list again once it handed it over. Records are encoded
+only when an unaligned checkpoint captures a local buffer (:func:`encoded`).
 """
 
 from __future__ import annotations
@@ -53,6 +62,57 @@ def decode_records(blob: bytes) -> tuple[list[Any], list[int | None]]:
     if not (isinstance(decoded, tuple) and len(decoded) == 2 and len(decoded[0]) == len(decoded[1])):
         raise ProtocolError("a record buffer must hold two lists of equal length (values, timestamps)")
     return decoded  # type: ignore[no-any-return]
+
+
+@dataclass(frozen=True, slots=True)
+class LocalBuffer:
+    """A buffer of a local channel: its records as the producer emitted them, never encoded, and
+    ``message``, which carries the record count and at most one event (its ``records`` field empty)."""
+
+    message: taskmanager_pb2.DataMessage
+    values: list[Any]
+    timestamps: list[int | None]
+
+
+ChannelBuffer = taskmanager_pb2.DataMessage | LocalBuffer
+"""One buffer in a channel: a ``DataMessage`` off the wire (its records encoded) or a local buffer."""
+
+
+def message_of(buffer: ChannelBuffer) -> taskmanager_pb2.DataMessage:
+    """The message of a buffer: its record count, event and priority (a local one without records)."""
+    match buffer:
+        case LocalBuffer(message=message):
+            return message
+        case taskmanager_pb2.DataMessage():
+            return buffer
+        case _:
+            assert_never(buffer)
+
+
+def encoded(buffer: ChannelBuffer) -> taskmanager_pb2.DataMessage:
+    """The buffer as it would go over the wire: a local buffer's records encoded (to persist it)."""
+    match buffer:
+        case LocalBuffer(message=message, values=values, timestamps=timestamps):
+            msg = taskmanager_pb2.DataMessage()
+            msg.CopyFrom(message)
+            if values:
+                msg.records = encode_records(values, timestamps)
+            return msg
+        case taskmanager_pb2.DataMessage():
+            return buffer
+        case _:
+            assert_never(buffer)
+
+
+def records_of(buffer: ChannelBuffer) -> ChannelBuffer:
+    """The buffer's records alone, without its event."""
+    match buffer:
+        case LocalBuffer(message=message, values=values, timestamps=timestamps):
+            return LocalBuffer(taskmanager_pb2.DataMessage(record_count=message.record_count), values, timestamps)
+        case taskmanager_pb2.DataMessage():
+            return taskmanager_pb2.DataMessage(records=buffer.records, record_count=buffer.record_count)
+        case _:
+            assert_never(buffer)
 
 
 class ChannelClosedError(ServiceUnavailableError):
@@ -161,14 +221,14 @@ class RemoteOutputChannel:
             self.bytes_sent += len(msg.records)
             self._cond.notify_all()
 
-    def send_priority(self, msg: taskmanager_pb2.DataMessage) -> list[taskmanager_pb2.DataMessage]:
+    def send_priority(self, msg: taskmanager_pb2.DataMessage) -> list[ChannelBuffer]:
         """Send ``msg`` ahead of every queued buffer, without credit; answers the buffers it overtook
         (still queued, they go out after it): an unaligned checkpoint persists them."""
         if msg.record_count:
             raise ProtocolError("a priority event carries no records")
         with self._cond:
             self._check_open()
-            overtaken = list(self._queue)
+            overtaken: list[ChannelBuffer] = list(self._queue)
             self._priority.append(msg)
             self._cond.notify_all()
             return overtaken
@@ -198,6 +258,210 @@ class RemoteOutputChannel:
             self._cond.notify_all()
 
 
+GATE_WAIT_S = 30.0
+"""How long an output channel waits for its consumer's task to be deployed before it breaks."""
+
+
+class LocalOutputChannel:
+    """One producer -> consumer channel inside one TaskManager: the interface and flow control of
+    :class:`RemoteOutputChannel`, without gRPC, a thread or encoding. ``send`` queues a buffer and
+    never blocks; queued buffers go into the consumer's :class:`InputGate` one per credit, in order,
+    pushed by whichever thread finds one to go: the producer's in ``send``, or the consumer's when it
+    takes a buffer and so grants a credit back (:meth:`InputGate.connect_local`). A priority event goes
+    in first, without credit.
+
+    The channel's own lock is never held while calling into the gate, so the gate's condition may be
+    held while the gate calls the channel back (it is reentrant: the gate pushes into itself then).
+
+    The consumer's gate may be registered after the producer deployed: the TaskManager connects the
+    channel when it registers the gate (:meth:`connect`); the channel breaks if that takes longer than
+    ``gate_wait_s``."""
+
+    def __init__(
+        self,
+        header: taskmanager_pb2.ChannelHeader,
+        cancelled: threading.Event,
+        attach: Callable[[LocalOutputChannel], None],
+        gate_wait_s: float = GATE_WAIT_S,
+    ) -> None:
+        self.header = header
+        self._cancelled = cancelled
+        self._attach = attach
+        self._gate_wait_s = gate_wait_s
+        self._connect_deadline: float | None = None  # set by open
+        self._lock = threading.Lock()
+        self._credits = OutputChannelCredits()
+        self._gate: InputGate | None = None
+        self._channel = header.consumer_channel
+        self._queue: deque[ChannelBuffer] = deque()  # waiting for credit, in order
+        self._priority: deque[ChannelBuffer] = deque()  # pushed first, without credit
+        self._pushing = False  # a thread is pushing buffers into the gate; others leave it to that one
+        self._wake: Callable[[], None] = _nothing
+        self._error: str | None = None
+        self._draining = False
+        self._abandoned = False
+        self._gone_told = False  # the gate was told the producer is gone
+        self.buffers_sent = 0
+        self.bytes_sent = 0  # nothing is encoded: always 0
+
+    def set_wakeup(self, wake: Callable[[], None]) -> None:
+        """``wake`` is called (holding no lock of the channel) whenever a queued buffer went into the
+        gate on the consumer's thread or the channel broke: the task waiting for availability re-checks."""
+        self._wake = wake
+
+    def open(self) -> None:
+        with self._lock:
+            self._connect_deadline = time.monotonic() + self._gate_wait_s
+        self._attach(self)
+
+    def connect(self, gate: InputGate) -> None:
+        """The consumer's gate is there: connect to it (the TaskManager calls this once)."""
+        try:
+            initial = gate.connect_local(self._channel, self._on_credit)
+        except ProtocolError as exc:
+            with self._lock:
+                self._error = str(exc)
+            self._wake()
+            return
+        with self._lock:
+            self._gate = gate
+            if self._error is None and not self._abandoned:
+                self._credits.add_credits(initial)
+        self._push()
+
+    def _on_credit(self, grant: int | None) -> None:
+        """From the gate, on the consumer's thread: ``grant`` credits more, or None once it closed."""
+        with self._lock:
+            if grant is None:
+                if not (self._draining or self._abandoned) and self._error is None:
+                    self._error = "consumer closed the channel"
+                self._gone_told = True  # the gate is gone: nothing more to tell it
+            else:
+                self._credits.add_credits(grant)
+        if self._push() or grant is None:
+            self._wake()
+
+    def _next(self) -> ChannelBuffer | None:
+        """The next buffer to push, with the lock held; None when none may go now."""
+        if self._gate is None or self._abandoned or self._error is not None:
+            return None
+        if self._priority:
+            return self._priority.popleft()
+        if self._queue and self._credits.can_send():
+            self._credits.on_buffer_sent()
+            return self._queue.popleft()
+        return None
+
+    def _push(self) -> bool:
+        """Push what may go now into the gate, unless another thread is at it (it then pushes what
+        this one would have: it checks again before it stops). Answers whether a buffer went."""
+        with self._lock:
+            if self._pushing:
+                return False
+            self._pushing = True
+        pushed = False
+        gone: str | None = None
+        try:
+            while True:
+                with self._lock:
+                    buffer = self._next()
+                    if buffer is None:
+                        self._pushing = False
+                        gone = self._gone_reason()
+                        gate = self._gate
+                        break
+                    gate = self._gate
+                assert gate is not None
+                gate.push(self._channel, buffer)
+                pushed = True
+        except BaseException as exc:
+            with self._lock:
+                self._pushing = False
+                self._error = f"pushing into the input gate failed: {exc}"
+            raise
+        if gone is not None and gate is not None:
+            gate.producer_gone(self._channel, gone)
+        return pushed
+
+    def _gone_reason(self) -> str | None:
+        """Why the producer is gone, once the consumer is to be told (once, with the lock held)."""
+        if self._gone_told or self._gate is None:
+            return None
+        if self._abandoned:
+            reason = "producer closed the channel"
+        elif self._draining and not self._queue and not self._priority:
+            reason = "stream closed"
+        elif self._error is not None:
+            reason = self._error
+        else:
+            return None
+        self._gone_told = True
+        return reason
+
+    def _expire_connect(self) -> None:
+        """With the lock held: break the channel if its consumer's gate did not come in time."""
+        if self._error is None and self._gate is None and self._connect_deadline is not None:
+            if time.monotonic() > self._connect_deadline:
+                consumer = self.header.consumer
+                self._error = f"no task {consumer.vertex_uid}#{consumer.subtask} here after {self._gate_wait_s:g} s"
+
+    def _check_open(self) -> None:
+        """With the lock held: raise ChannelClosedError once the channel broke."""
+        self._expire_connect()
+        if self._error is not None:
+            raise ChannelClosedError(
+                f"channel to {self.header.consumer.vertex_uid}#{self.header.consumer.subtask} broke: {self._error}"
+            )
+
+    def send(self, buffer: ChannelBuffer) -> None:
+        """Queue ``buffer`` behind the buffers queued before it and push what credit allows. The
+        producer must not change its records afterwards. Raises ChannelClosedError once the channel broke."""
+        with self._lock:
+            self._check_open()
+            self._queue.append(buffer)
+            self.buffers_sent += 1
+        self._push()
+
+    def send_priority(self, msg: taskmanager_pb2.DataMessage) -> list[ChannelBuffer]:
+        """Push ``msg`` ahead of every queued buffer, without credit; answers the buffers it overtook
+        (still queued, they go after it): an unaligned checkpoint persists them."""
+        if msg.record_count:
+            raise ProtocolError("a priority event carries no records")
+        with self._lock:
+            self._check_open()
+            overtaken = list(self._queue)
+            self._priority.append(msg)
+        self._push()
+        return overtaken
+
+    def available(self) -> bool:
+        """As :meth:`RemoteOutputChannel.available`; a channel whose consumer did not come in time breaks."""
+        with self._lock:
+            self._expire_connect()
+            return len(self._queue) < OUTPUT_QUEUE_LIMIT or self._error is not None
+
+    @property
+    def queued(self) -> int:
+        return len(self._queue)
+
+    @property
+    def credits(self) -> int:
+        return self._credits.credits
+
+    def close(self, *, drain: bool = False) -> None:
+        """End the channel: with ``drain`` once the queued buffers went in (a task that finished),
+        else at once (a task cancelled or failed); the consumer is then told its producer is gone."""
+        with self._lock:
+            if drain and not self._cancelled.is_set():
+                self._draining = True
+            else:
+                self._abandoned = True
+        self._push()
+
+
+OutputChannel = RemoteOutputChannel | LocalOutputChannel
+
+
 def _nothing() -> None:
     return None
 
@@ -207,7 +471,7 @@ class RecordWriter:
 
     def __init__(
         self,
-        channels: list[RemoteOutputChannel],
+        channels: list[OutputChannel],
         partitioner: Any,
         key_selector: Any,
         key_group_of: Any,
@@ -242,15 +506,19 @@ class RecordWriter:
         self.records_out += 1
 
     def _flush_channel(self, ch: int, event: taskmanager_pb2.DataMessage | None = None) -> None:
-        values = self._values[ch]
+        values, channel = self._values[ch], self.channels[ch]
         msg = event if event is not None else taskmanager_pb2.DataMessage()
         if values:
-            msg.records = encode_records(values, self._timestamps[ch])
+            timestamps = self._timestamps[ch]
             msg.record_count = len(values)
-            self._values[ch] = []
+            self._values[ch] = []  # the lists handed over are never touched again
             self._timestamps[ch] = []
+            if isinstance(channel, LocalOutputChannel):
+                channel.send(LocalBuffer(msg, values, timestamps))
+                return
+            msg.records = encode_records(values, timestamps)
         if msg.record_count or msg.event:
-            self.channels[ch].send(msg)
+            channel.send(msg)
 
     def flush(self) -> None:
         for ch in range(len(self.channels)):
@@ -282,7 +550,7 @@ class RecordWriter:
         """Whether every channel may take more (:meth:`RemoteOutputChannel.available`)."""
         return all(channel.available() for channel in self.channels)
 
-    def broadcast_priority(self, template: taskmanager_pb2.DataMessage) -> list[list[taskmanager_pb2.DataMessage]]:
+    def broadcast_priority(self, template: taskmanager_pb2.DataMessage) -> list[list[ChannelBuffer]]:
         """Send a priority event (an unaligned barrier) to every channel ahead of what they queue; the
         records buffered now are queued first. Answers, per channel, the buffers it overtook."""
         self.flush()
@@ -307,8 +575,9 @@ class _InputChannel:
     index: int
     gate: int
     credits: InputChannelCredits
-    buffers: deque[taskmanager_pb2.DataMessage]
-    announcements: queue.SimpleQueue[int | None]
+    buffers: deque[ChannelBuffer]
+    announcements: queue.SimpleQueue[int | None]  # credit grants to a remote producer; None: closed
+    local_producer: Callable[[int | None], None] | None = None  # credit grants to a local producer, instead
     blocked: bool = False
     ended: bool = False  # the task took the end-of-stream buffer
     eos_received: bool = False  # the end-of-stream buffer arrived (the producer may now hang up)
@@ -323,8 +592,8 @@ class ReceivedBuffer:
 
     channel: ChannelIndex
     gate: int
-    message: taskmanager_pb2.DataMessage
-    overtaken: tuple[taskmanager_pb2.DataMessage, ...] = ()
+    message: ChannelBuffer
+    overtaken: tuple[ChannelBuffer, ...] = ()
 
 
 class InputGate:
@@ -346,7 +615,7 @@ class InputGate:
         self._next = 0
         self._failure: str | None = None
         # Priority events by arrival, each with how many buffers its channel queued ahead of it then.
-        self._priority: deque[tuple[_InputChannel, taskmanager_pb2.DataMessage, int]] = deque()
+        self._priority: deque[tuple[_InputChannel, ChannelBuffer, int]] = deque()
         # In-order checkpoint barriers still queued: checkpoint id -> (its trigger time, how many).
         self._queued_barriers: dict[int, tuple[float, int]] = {}
 
@@ -360,17 +629,33 @@ class InputGate:
             ch.connected = True
             return self._initial_credits
 
-    def push(self, channel: int, msg: taskmanager_pb2.DataMessage) -> None:
+    def connect_local(self, channel: int, grant: Callable[[int | None], None]) -> int:
+        """Connect a producer in this process: its later credits go to ``grant`` (called on the task's
+        thread, maybe with the gate's condition held; None once the gate closed) instead of the
+        announcement queue. Answers the initial credits."""
+        with self._cond:
+            initial = self.connect(channel)
+            self.channels[channel].local_producer = grant
+            return initial
+
+    def _announce(self, ch: _InputChannel, grant: int) -> None:
+        if ch.local_producer is not None:
+            ch.local_producer(grant)
+        else:
+            ch.announcements.put(grant)
+
+    def push(self, channel: int, buffer: ChannelBuffer) -> None:
+        msg = message_of(buffer)
         with self._cond:
             ch = self.channels[channel]
             if msg.priority:  # sent without credit, taken ahead of the queue
                 if msg.record_count or msg.event != Event.EVENT_KIND_BARRIER:
                     raise ProtocolError(f"input channel {channel}: a priority message must be a bare barrier")
-                self._priority.append((ch, msg, len(ch.buffers)))
+                self._priority.append((ch, buffer, len(ch.buffers)))
                 self._cond.notify()
                 return
             ch.credits.on_buffer_received()
-            ch.buffers.append(msg)
+            ch.buffers.append(buffer)
             if _timeoutable(msg):
                 timestamp, count = self._queued_barriers.get(msg.checkpoint_id, (msg.checkpoint_timestamp, 0))
                 self._queued_barriers[msg.checkpoint_id] = (timestamp, count + 1)
@@ -404,15 +689,16 @@ class InputGate:
                 ch = self.channels[(self._next + step) % n]
                 if ch.buffers and not ch.blocked:
                     self._next = (ch.index + 1) % n
-                    msg = ch.buffers.popleft()
+                    buffer = ch.buffers.popleft()
+                    msg = message_of(buffer)
                     if msg.event == Event.EVENT_KIND_END_OF_STREAM:
                         ch.ended = True
                     elif _timeoutable(msg):
                         self._barrier_taken(msg.checkpoint_id)
                     grant = ch.credits.on_buffer_consumed()
                     if grant:
-                        ch.announcements.put(grant)
-                    return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg)
+                        self._announce(ch, grant)
+                    return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, buffer)
             return None
 
     def take_priority(self) -> ReceivedBuffer | None:
@@ -449,14 +735,14 @@ class InputGate:
                 position = next(
                     (
                         i
-                        for i, queued in enumerate(ch.buffers)
+                        for i, queued in enumerate(map(message_of, ch.buffers))
                         if _timeoutable(queued) and queued.checkpoint_id == checkpoint_id
                     ),
                     None,
                 )
                 if position is None:
                     continue
-                msg = ch.buffers[position]
+                msg = message_of(ch.buffers[position])
                 barrier = taskmanager_pb2.DataMessage(
                     event=msg.event,
                     checkpoint_id=msg.checkpoint_id,
@@ -465,15 +751,13 @@ class InputGate:
                     priority=True,
                 )
                 if msg.record_count:  # the records before the barrier stay queued, as a buffer of their own
-                    ch.buffers[position] = taskmanager_pb2.DataMessage(
-                        records=msg.records, record_count=msg.record_count
-                    )
+                    ch.buffers[position] = records_of(ch.buffers[position])
                     ahead = position + 1
                 else:
                     del ch.buffers[position]
                     grant = ch.credits.on_buffer_consumed()
                     if grant:
-                        ch.announcements.put(grant)
+                        self._announce(ch, grant)
                     ahead = position
                 self._priority.append((ch, barrier, ahead))
                 turned += 1
@@ -482,7 +766,7 @@ class InputGate:
                 self._cond.notify()
             return turned
 
-    def poll(self, timeout: float) -> tuple[int, int, taskmanager_pb2.DataMessage] | None:
+    def poll(self, timeout: float) -> tuple[int, int, ChannelBuffer] | None:
         """The next buffer of an unblocked channel as (channel, gate, message), waiting up to
         ``timeout``; None on timeout. (A task waits through its mailbox instead.)"""
         deadline = time.monotonic() + timeout
@@ -514,8 +798,12 @@ class InputGate:
         return len(self.channels) * self._initial_credits
 
     def close(self) -> None:
+        """The task is done with its input: its producers are told (their channels end)."""
         for ch in self.channels:
-            ch.announcements.put(None)
+            if ch.local_producer is not None:
+                ch.local_producer(None)
+            else:
+                ch.announcements.put(None)
 
 
 def _timeoutable(msg: taskmanager_pb2.DataMessage) -> bool:
@@ -570,14 +858,21 @@ class Buffer:
 
     values: list[Any]
     timestamps: list[int | None]
-    size_bytes: int  # of the encoded records
+    size_bytes: int  # of the encoded records (0 for a local buffer: they were never encoded)
     event: ChannelEvent | None
 
 
-def read_buffer(msg: taskmanager_pb2.DataMessage) -> Buffer:
-    """Decode a received buffer. Raises ProtocolError for records of another shape or an unknown event."""
-    values, timestamps = decode_records(msg.records) if msg.record_count else ([], [])
-    return Buffer(values, timestamps, len(msg.records), _read_event(msg))
+def read_buffer(buffer: ChannelBuffer) -> Buffer:
+    """Decode a received buffer (a local one's records as they are). Raises ProtocolError for records
+    of another shape or an unknown event."""
+    match buffer:
+        case LocalBuffer(message=msg, values=values, timestamps=timestamps):
+            return Buffer(values, timestamps, 0, _read_event(msg))
+        case taskmanager_pb2.DataMessage():
+            values, timestamps = decode_records(buffer.records) if buffer.record_count else ([], [])
+            return Buffer(values, timestamps, len(buffer.records), _read_event(buffer))
+        case _:
+            assert_never(buffer)
 
 
 def _read_event(msg: taskmanager_pb2.DataMessage) -> ChannelEvent | None:

@@ -20,7 +20,14 @@ import structlog
 from connectors.object_storage import CheckpointStorage, open_storage
 from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.mailbox import CheckpointRequest
-from taskmanager.network import InputGate, RecordWriter, RemoteOutputChannel
+from taskmanager.network import (
+    GATE_WAIT_S,
+    InputGate,
+    LocalOutputChannel,
+    OutputChannel,
+    RecordWriter,
+    RemoteOutputChannel,
+)
 from taskmanager.partitioners import create_partitioner
 from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document, relative_handle
 from taskmanager.task import ChainRestore, CheckpointAck, InheritedRestore, Restore, Task, TaskAddress, TaskCallbacks
@@ -58,7 +65,6 @@ from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanag
 
 log = structlog.get_logger("weir.taskmanager")
 
-GATE_WAIT_S = 30.0
 BACKPRESSURE_SAMPLE_S = 0.5
 ACK_HEADROOM_BYTES: Final = 64 * 1024
 """Room left below the gRPC message limit for the acknowledgement's own fields."""
@@ -119,10 +125,19 @@ def oversized_ack_reason(size_bytes: int, limit_bytes: int, checkpoint_id: int) 
 
 class TaskManagerRuntime:
     def __init__(
-        self, taskmanager_id: str, advertised_address: str, jobmanager_address: str, slots: int, run_dir: Path
+        self,
+        taskmanager_id: str,
+        advertised_address: str,
+        jobmanager_address: str,
+        slots: int,
+        run_dir: Path,
+        *,
+        local_channels: bool = True,
     ) -> None:
         self.id = taskmanager_id
         self.address = advertised_address
+        # A producer whose consumer runs here hands it buffers in memory (network.LocalOutputChannel).
+        self.local_channels = local_channels
         self.slots = slots
         self.incarnation = uuid.uuid4().hex  # this process: a restart registers as a new incarnation
         self._run_dir = run_dir / taskmanager_id
@@ -137,6 +152,7 @@ class TaskManagerRuntime:
         self._state_writes = ThreadPoolExecutor(4, thread_name_prefix="operator-state-write")
         self.tasks: dict[TaskAddress, Task] = {}
         self._gates: dict[TaskAddress, InputGate] = {}
+        self._awaiting_gates: dict[TaskAddress, list[LocalOutputChannel]] = {}  # local producers, by consumer
         self._lock = threading.Condition()
         self._channels: dict[str, grpc.Channel] = {}
         self._jobs: dict[str, tuple[Any, JobPlan]] = {}
@@ -187,7 +203,7 @@ class TaskManagerRuntime:
         buffer_timeout_s = (req.buffer_timeout_ms if req.HasField("buffer_timeout_ms") else 100) / 1000
         for edge_index, edge in enumerate(vertex.outputs):
             specs = sorted((s for s in req.outputs if s.output == edge_index), key=lambda s: s.channel)
-            channels = []
+            channels: list[OutputChannel] = []
             for spec in specs:
                 header = taskmanager_pb2.ChannelHeader(
                     producer=req.task,
@@ -195,7 +211,10 @@ class TaskManagerRuntime:
                     consumer_channel=spec.consumer_channel,
                     attempt=req.attempt,
                 )
-                channels.append(RemoteOutputChannel(self._grpc_channel(spec.consumer_address), header, cancelled))
+                if self.local_channels and spec.consumer_address == self.address:
+                    channels.append(LocalOutputChannel(header, cancelled, self._attach_local))
+                else:
+                    channels.append(RemoteOutputChannel(self._grpc_channel(spec.consumer_address), header, cancelled))
             consumer = plan.vertices[edge.consumer_vertex]
             partitioner = create_partitioner(
                 edge.partitioning,
@@ -240,9 +259,8 @@ class TaskManagerRuntime:
         )
         with self._lock:
             self.tasks[addr] = task
-            if gate is not None:
-                self._gates[addr] = gate
-            self._lock.notify_all()
+        if gate is not None:
+            self._register_gate(addr, gate)
         for w in writers:
             for ch in w.channels:
                 ch.open()
@@ -254,8 +272,31 @@ class TaskManagerRuntime:
             attempt=addr.attempt,
             inputs=len(inputs),
             outputs=sum(len(w.channels) for w in writers),
+            local_outputs=sum(isinstance(ch, LocalOutputChannel) for w in writers for ch in w.channels),
         )
         task.start()
+
+    def _register_gate(self, addr: TaskAddress, gate: InputGate) -> None:
+        """Make a deployed task's gate reachable by its producers: remote ones (``open_channel`` waits
+        for it) and local ones (connected now if they opened first)."""
+        with self._lock:
+            self._gates[addr] = gate
+            producers = self._awaiting_gates.pop(addr, [])
+            self._lock.notify_all()
+        for producer in producers:
+            producer.connect(gate)
+
+    def _attach_local(self, channel: LocalOutputChannel) -> None:
+        """Connect a local output channel to its consumer's gate, now or once the consumer is deployed
+        (as ``open_channel`` waits for a remote producer's consumer)."""
+        header = channel.header
+        addr = TaskAddress(header.consumer.job_id, header.consumer.vertex_uid, header.consumer.subtask, header.attempt)
+        with self._lock:
+            gate = self._gates.get(addr)
+            if gate is None:
+                self._awaiting_gates.setdefault(addr, []).append(channel)
+                return
+        channel.connect(gate)
 
     def _storage_at(self, uri: str) -> CheckpointStorage:
         """The storage restored state is read from: this TaskManager's own, or the one at ``uri``."""
@@ -323,6 +364,8 @@ class TaskManagerRuntime:
             for t in doomed:
                 self.tasks.pop(t.address, None)
                 self._gates.pop(t.address, None)
+            for a in [a for a in self._awaiting_gates if a.job_id == job_id and matches(a.attempt)]:
+                del self._awaiting_gates[a]
             self._count_running_tasks()
 
     def _forget_finished(self, job_id: str) -> None:

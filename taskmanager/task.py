@@ -47,6 +47,7 @@ from taskmanager.network import (
     Barrier,
     CancelBarrier,
     Cancelled,
+    ChannelBuffer,
     ChannelEvent,
     EndOfStream,
     InputGate,
@@ -59,6 +60,7 @@ from taskmanager.network import (
     cancel_barrier_message,
     encode_records,
     end_of_stream_message,
+    message_of,
     read_buffer,
     watermark_message,
     watermark_status_message,
@@ -434,7 +436,7 @@ class Task:
         self._backpressure_synced = 0.0
         self._backpressured_s = 0.0  # waits for output availability that ended
         self._backpressured_since: float | None = None  # monotonic start of the wait going on, if any
-        self._overtaken: tuple[DataMessage, ...] = ()  # what the priority barrier being handled overtook
+        self._overtaken: tuple[ChannelBuffer, ...] = ()  # what the priority barrier being handled overtook
         self._metrics_removed = False
         self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
 
@@ -995,7 +997,7 @@ class Task:
         if buffer.event is not None:
             self._overtaken = received.overtaken
             try:
-                self._on_event(received.channel, buffer.event, priority=received.message.priority)
+                self._on_event(received.channel, buffer.event, priority=message_of(received.message).priority)
             finally:
                 self._overtaken = ()
 

@@ -14,6 +14,7 @@ import pytest
 from taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
     RECORDS_PER_BUFFER,
+    ChannelBuffer,
     ChannelClosedError,
     InputGate,
     RecordWriter,
@@ -22,6 +23,8 @@ from taskmanager.network import (
     decode_records,
     encode_records,
     end_of_stream_message,
+    message_of,
+    read_buffer,
     watermark_message,
 )
 from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
@@ -41,8 +44,8 @@ def data(*values: Any) -> taskmanager_pb2.DataMessage:
     )
 
 
-def values_of(msg: taskmanager_pb2.DataMessage) -> list[Any]:
-    return decode_records(msg.records)[0]
+def values_of(buffer: ChannelBuffer) -> list[Any]:
+    return read_buffer(buffer).values
 
 
 def announced(gate: InputGate, channel: int) -> list[int | None]:
@@ -134,7 +137,7 @@ def test_end_of_stream_marks_the_channel_ended_when_taken() -> None:
     gate.poll(0)
     assert not channel.ended
     _, _, msg = gate.poll(0)  # type: ignore[misc]
-    assert msg.event == Event.EVENT_KIND_END_OF_STREAM
+    assert message_of(msg).event == Event.EVENT_KIND_END_OF_STREAM
     assert channel.ended and not gate.channels[1].ended
 
 
@@ -144,7 +147,7 @@ def test_producer_gone_after_end_of_stream_is_not_a_failure() -> None:
     gate.push(0, end_of_stream_message())
     gate.producer_gone(0, "stream closed")
     assert values_of(gate.poll(0)[2]) == ["x"]  # type: ignore[index]
-    assert gate.poll(0)[2].event == Event.EVENT_KIND_END_OF_STREAM  # type: ignore[index]
+    assert message_of(gate.poll(0)[2]).event == Event.EVENT_KIND_END_OF_STREAM  # type: ignore[index]
     assert gate.poll(0) is None
 
 
@@ -423,7 +426,7 @@ def test_a_priority_barrier_is_taken_first_with_what_its_channel_queued_ahead_of
     gate.push(1, data(12))  # after the barrier: not overtaken
     assert gate.channels[1].credits.queued == 3, "the priority barrier took a credit"
     taken = gate.take()
-    assert taken is not None and taken.message.priority and taken.channel == 1
+    assert taken is not None and message_of(taken.message).priority and taken.channel == 1
     assert [values_of(m) for m in taken.overtaken] == [[10], [11]]
     assert gate.take_priority() is None
     rest = [gate.take() for _ in range(4)]
@@ -490,7 +493,8 @@ def test_a_timed_out_barrier_is_turned_into_a_priority_one_that_overtakes_its_qu
     assert gate.prioritize(7) == 2
     assert gate.queued_barrier_times() == {}
     first, second = gate.take_priority(), gate.take_priority()
-    assert first is not None and second is not None and first.message.priority and second.message.priority
+    assert first is not None and second is not None
+    assert message_of(first.message).priority and message_of(second.message).priority
     assert {
         first.channel: [values_of(m) for m in first.overtaken],
         second.channel: [values_of(m) for m in second.overtaken],

@@ -4,6 +4,7 @@ and an acknowledgement too large for a control message becoming a decline with i
 from __future__ import annotations
 
 import queue
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,13 @@ import pytest
 
 from connectors.object_storage import FileCheckpointStorage
 from taskmanager.barrier_aligner import AlignmentMode
+from taskmanager.network import (
+    ChannelClosedError,
+    InputGate,
+    LocalOutputChannel,
+    end_of_stream_message,
+    message_of,
+)
 from taskmanager.runtime import (
     AckReport,
     DeclineReport,
@@ -206,3 +214,40 @@ def test_a_keyed_state_handle_travels_in_the_document_and_comes_back_equal(
     restore = runtime._restore_of(address, deploy)  # noqa: SLF001
     assert restore is not None and restore.keyed_state == keyed
     assert isinstance(restore, ChainRestore) and restore.layout == layout(64, 127)  # its state schemas with it
+
+
+# Local channels -------------------------------------------------------------------------------------
+
+
+def _local_channel(runtime: TaskManagerRuntime, consumer: TaskAddress) -> LocalOutputChannel:
+    header = taskmanager_pb2.ChannelHeader(consumer_channel=0, attempt=consumer.attempt)
+    header.consumer.job_id, header.consumer.vertex_uid = consumer.job_id, consumer.vertex_uid
+    header.consumer.subtask = consumer.subtask
+    return LocalOutputChannel(header, threading.Event(), runtime._attach_local)
+
+
+def test_a_local_producer_opened_before_its_consumer_is_connected_once_the_consumer_registers(
+    runtime: TaskManagerRuntime,
+) -> None:
+    consumer = TaskAddress("job", "sink", 0, 1)
+    channel = _local_channel(runtime, consumer)
+    channel.open()
+    channel.send(end_of_stream_message())
+    assert channel.queued == 1 and channel.credits == 0, "it had no gate to go to"
+    gate = InputGate([0])
+    runtime._register_gate(consumer, gate)
+    taken = gate.take()
+    assert taken is not None and message_of(taken.message).event == taskmanager_pb2.EVENT_KIND_END_OF_STREAM
+    later = _local_channel(runtime, TaskAddress("job", "sink", 0, 1))
+    later.open()  # the gate is there: connected at once (a second producer of channel 0 is refused)
+    with pytest.raises(ChannelClosedError, match="already connected"):
+        later.send(end_of_stream_message())
+
+
+def test_cancelling_an_attempt_forgets_its_local_producers_waiting_for_a_consumer(
+    runtime: TaskManagerRuntime,
+) -> None:
+    _local_channel(runtime, TaskAddress("job", "sink", 0, 1)).open()
+    _local_channel(runtime, TaskAddress("job", "sink", 0, 2)).open()
+    runtime.cancel_attempt("job", 1, wait_s=0.0)
+    assert list(runtime._awaiting_gates) == [TaskAddress("job", "sink", 0, 2)]
