@@ -53,12 +53,24 @@ ready() {
 
 health() { pid_alive prometheus && ready; }
 
+# The --config.file of the running Prometheus (empty when it cannot be read).
+running_config() {
+  tr '\0' '\n' <"/proc/$(cat "$(svc_pidfile prometheus)")/cmdline" 2>/dev/null | sed -n 's/^--config.file=//p'
+}
+
 start() {
   install
   if pid_alive prometheus; then   # ours is running: healthy now, or still starting
-    wait_until prometheus 60 ready
-    info "prometheus: already up at $WEIR_PROMETHEUS_URL"
-    return 0
+    local config; config="$(running_config)"
+    if [[ -n "$config" && "$config" != "$PROM_CONFIG" ]]; then
+      # Started from another checkout: it watches that checkout's scrape targets, not these.
+      info "prometheus: the running one reads $config; restarting it with $PROM_CONFIG"
+      stop_pid prometheus
+    else
+      wait_until prometheus 60 ready
+      info "prometheus: already up at $WEIR_PROMETHEUS_URL"
+      return 0
+    fi
   fi
   rm -f "$(svc_pidfile prometheus)"
   require_port_free prometheus "$WEIR_PROMETHEUS_PORT"
