@@ -67,7 +67,10 @@ class TaskReports:
                 self._executor.trigger_final_checkpoint(job, now)
                 return
             if report.state is TaskState.RUNNING and job.all_running() and not coordinator.is_running:
-                self._executor.execute(job, coordinator.start(now, job.all_task_ids(), job.source_task_ids()))
+                restored = job.restore_checkpoint_id > 0
+                self._executor.execute(
+                    job, coordinator.start(now, job.all_task_ids(), job.source_task_ids(), restored=restored)
+                )
             elif report.state is TaskState.FINISHED and coordinator.is_running:
                 # A finished task takes no part in later checkpoints: stop periodic checkpoints here.
                 task = f"{report.vertex_uid}#{report.subtask}"

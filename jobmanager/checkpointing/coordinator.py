@@ -311,6 +311,7 @@ class CheckpointCoordinator:
         self._tasks: frozenset[TaskId] = frozenset()
         self._sources: tuple[TaskId, ...] = ()
         self._schedule_origin = 0.0
+        self._restored = False
         self._last_periodic_trigger_at: float | None = None
         self._last_end_at: float | None = None
 
@@ -366,8 +367,11 @@ class CheckpointCoordinator:
 
     # -- lifecycle ----------------------------------------------------------------------------------
 
-    def start(self, now: float, tasks: Iterable[TaskId], source_tasks: Iterable[TaskId]) -> tuple[Action, ...]:
-        """The job's tasks are running: periodic checkpoints start one interval from ``now``."""
+    def start(
+        self, now: float, tasks: Iterable[TaskId], source_tasks: Iterable[TaskId], *, restored: bool = False
+    ) -> tuple[Action, ...]:
+        """The job's tasks are running: periodic checkpoints start one interval from ``now``, or at
+        ``now`` when the tasks ``restored`` state (``TriggerState.restored``)."""
         task_set = frozenset(tasks)
         sources = tuple(sorted(set(source_tasks)))
         if not sources:
@@ -380,6 +384,7 @@ class CheckpointCoordinator:
         self._sources = sources
         self._running = True
         self._schedule_origin = now
+        self._restored = restored
         return actions
 
     def stop(self, now: float, reason: str) -> tuple[Action, ...]:
@@ -474,6 +479,7 @@ class CheckpointCoordinator:
             schedule_origin=self._schedule_origin,
             last_periodic_trigger_at=self._last_periodic_trigger_at,
             last_end_at=self._last_end_at,
+            restored=self._restored,
         )
 
     def _in_flight(self) -> list[PendingCheckpoint]:

@@ -129,7 +129,10 @@ class TriggerState:
 
     ``in_flight`` counts checkpoints and savepoints triggered and not yet completed (persisted) or
     aborted. ``schedule_origin`` is when the job last started running; ``last_end_at`` when the last
-    checkpoint completed or was aborted.
+    checkpoint completed or was aborted. ``restored``: the tasks started from restored state (a
+    restart, or a job started from a checkpoint or savepoint), so the first periodic checkpoint is
+    due at once: the exactly-once sinks commit the restored run's output with it, and waiting one
+    interval would only delay that output.
     """
 
     running: bool
@@ -138,6 +141,7 @@ class TriggerState:
     schedule_origin: float
     last_periodic_trigger_at: float | None = None
     last_end_at: float | None = None
+    restored: bool = False
 
 
 class CheckpointTriggerDecider:
@@ -171,9 +175,11 @@ class CheckpointTriggerDecider:
     def due_at(self, state: TriggerState, interval_s: float) -> float:
         """The earliest time the schedule and the minimum pause allow the next periodic checkpoint."""
         base = state.schedule_origin
-        if state.last_periodic_trigger_at is not None:
-            base = max(base, state.last_periodic_trigger_at)
-        due = base + interval_s
+        last = state.last_periodic_trigger_at
+        if state.restored and (last is None or last < base):
+            due = base  # the first checkpoint since a restore: as soon as every task runs
+        else:
+            due = (base if last is None else max(base, last)) + interval_s
         if state.last_end_at is not None:
             due = max(due, state.last_end_at + self._config.min_pause_s)
         return due

@@ -873,3 +873,14 @@ def test_random_protocol_runs_keep_the_invariants(seed: int) -> None:
     assert stats.triggered == len(sim.triggered)
     assert stats.completed == len(sim.completed_order)
     assert stats.completed + stats.failed == len(sim.ended)
+
+
+def test_after_a_restore_the_first_checkpoint_is_triggered_as_soon_as_every_task_runs() -> None:
+    coord = coordinator(start_at=None)
+    coord.load_completed([stored(3)])
+    coord.restore_latest(0.0)
+    coord.start(50.0, TASKS, SOURCES, restored=True)
+    assert trigger(coord, 50.0) == 4, "the restored run's output waits for this checkpoint"
+    fresh = coordinator(start_at=None)
+    fresh.start(50.0, TASKS, SOURCES)
+    assert of(TriggerBarriers, fresh.tick(50.0)) == [], "a fresh start waits one interval"

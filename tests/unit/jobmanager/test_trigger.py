@@ -51,6 +51,16 @@ def test_a_restart_moves_the_schedule_origin_past_old_triggers() -> None:
     assert d.decide(101.0, state(schedule_origin=100.0, last_periodic_trigger_at=95.0)) == TriggerLater(110.0)
 
 
+def test_the_first_checkpoint_since_a_restore_is_due_as_soon_as_every_task_runs() -> None:
+    d = decider(min_pause_s=2.0)
+    restarted = state(schedule_origin=100.0, last_periodic_trigger_at=95.0, restored=True)
+    assert d.decide(100.0, restarted) == TriggerNow(CheckpointId(1)), "the restored output waits for it"
+    assert d.decide(100.0, state(schedule_origin=100.0, restored=True, last_end_at=99.0)) == TriggerLater(101.0)
+    after_it = state(schedule_origin=100.0, last_periodic_trigger_at=100.5, restored=True)
+    assert d.decide(101.0, after_it) == TriggerLater(110.5), "later ones keep the interval"
+    assert d.decide(101.0, state(schedule_origin=100.0, last_periodic_trigger_at=95.0)) == TriggerLater(110.0)
+
+
 def test_decide_does_not_take_the_id() -> None:
     counter = CheckpointIdCounter(first=5)
     d = CheckpointTriggerDecider(CheckpointConfig(interval_s=1.0), counter)
