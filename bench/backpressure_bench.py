@@ -26,8 +26,6 @@ from __future__ import annotations
 
 import argparse
 import io
-import json
-import platform
 import statistics
 import subprocess
 import sys
@@ -39,15 +37,16 @@ from rich.console import Console
 
 from bench.harness import (
     REPO_ROOT,
-    RESULTS_DIR,
     BenchCluster,
     BenchError,
     ProcessSampler,
     ensure_services,
+    host_summary,
     log,
     new_run_id,
     prepare_environment,
     private_cluster,
+    publish_results,
     remove_checkpoints,
     remove_run_root,
 )
@@ -277,23 +276,13 @@ def main(argv: list[str] | None = None) -> int:
         "run_id": run_id,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.stdout.strip(),
-        "host": {"machine": platform.machine(), "cpus": _cpus(), "python": platform.python_version()},
+        "host": host_summary(),
         "plan": asdict(plan),
         "backpressure": backpressure,
         "throughput": throughput,
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "backpressure.json").write_text(json.dumps(document, indent=2) + "\n")
-    markdown = render_markdown(document)
-    (RESULTS_DIR / "backpressure.md").write_text(markdown)
-    print(markdown)
+    publish_results("backpressure", document, render_markdown)
     return 0
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
 
 
 if __name__ == "__main__":

@@ -465,3 +465,20 @@ class Progress:
         if t_low is None or t_high is None or t_high <= t_low:
             return None
         return total * (high - low) / (t_high - t_low)
+
+
+def host_summary() -> dict[str, Any]:
+    """The machine a result was measured on, as the results' ``host`` field."""
+    import platform
+
+    return {"machine": platform.machine(), "cpus": os.cpu_count() or 0, "python": platform.python_version()}
+
+
+def publish_results(name: str, document: dict[str, Any], render_markdown: Callable[[dict[str, Any]], str]) -> None:
+    """Write ``bench/results/NAME.json`` and ``NAME.md`` (rendered from the document) and print the
+    markdown."""
+    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
+    markdown = render_markdown(document)
+    (RESULTS_DIR / f"{name}.md").write_text(markdown)
+    print(markdown)

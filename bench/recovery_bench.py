@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
-import platform
 import statistics
 import subprocess
 import sys
@@ -53,14 +52,15 @@ from typing import Any, Final
 
 from bench.harness import (
     REPO_ROOT,
-    RESULTS_DIR,
     BenchCluster,
     BenchError,
     ensure_services,
+    host_summary,
     log,
     new_run_id,
     prepare_environment,
     private_cluster,
+    publish_results,
     remove_checkpoints,
     remove_run_root,
 )
@@ -657,7 +657,7 @@ def main(argv: list[str] | None = None) -> int:
         "run_id": run_id,
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.stdout.strip(),
-        "host": {"machine": platform.machine(), "cpus": _cpus(), "python": platform.python_version()},
+        "host": host_summary(),
         "rate_eps": plan.rate,
         "sustained_eps": SUSTAINED_EPS,
         "checkpoint_interval": plan.interval,
@@ -668,18 +668,8 @@ def main(argv: list[str] | None = None) -> int:
         "phases_summary": phases,
         **result,
     }
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / "recovery.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
-    markdown = render_markdown(document)
-    (RESULTS_DIR / "recovery.md").write_text(markdown)
-    print(markdown)
+    publish_results("recovery", document, render_markdown)
     return 0
-
-
-def _cpus() -> int:
-    import os
-
-    return os.cpu_count() or 0
 
 
 if __name__ == "__main__":

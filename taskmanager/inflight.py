@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from taskmanager.network import ChannelBuffer, decode_records, encoded, message_of, records_of
-from weir.core.documents import typed
+from weir.core.documents import load_versioned, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId
 from weir.core.task_state import INFLIGHT_STATE_NAME
@@ -258,16 +258,8 @@ def _from_record_blob(blob: bytes) -> bytes:
 def decode_inflight(data: bytes, where: str) -> InflightState:
     """The in-flight state in ``data``; ``where`` names it in errors (the checkpoint and the task)."""
     what = f"in-flight state {where}"
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise SerializationError(f"{what} is not a JSON document ({exc})") from exc
-    found = document.get("format") if isinstance(document, dict) else None
-    if found not in _READABLE_FORMATS:
-        raise SerializationError(
-            f"{what} has format {found!r}; this Weir reads formats {list(_READABLE_FORMATS)}: "
-            "restore it with the Weir version that wrote it"
-        )
+    document = load_versioned(data, what, _READABLE_FORMATS, "restore it with the Weir version that wrote it")
+    found = document["format"]
     try:
         channels: dict[ChannelIndex, tuple[bytes, ...]] = {}
         outputs: dict[OutputChannelKey, tuple[bytes, ...]] = {}

@@ -11,9 +11,9 @@ from weir.core.errors import SerializationError
 _T = TypeVar("_T")
 
 
-def load_versioned(data: bytes, what: str, expected_format: int, remedy: str) -> dict[str, Any]:
-    """The JSON object in ``data`` if its ``format`` is ``expected_format``; else a SerializationError
-    that names ``what`` and tells the reader ``remedy``."""
+def load_versioned(data: bytes, what: str, expected_format: int | tuple[int, ...], remedy: str) -> dict[str, Any]:
+    """The JSON object in ``data`` if its ``format`` is ``expected_format`` (or one of them); else a
+    SerializationError that names ``what`` and tells the reader ``remedy``."""
     try:
         document = json.loads(data)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
@@ -21,8 +21,10 @@ def load_versioned(data: bytes, what: str, expected_format: int, remedy: str) ->
     if not isinstance(document, dict):
         raise SerializationError(f"{what} is not a JSON object: it has format {type(document).__name__!r}")
     found = document.get("format")
-    if found != expected_format:
-        raise SerializationError(f"{what} has format {found!r}; this Weir reads format {expected_format}: {remedy}")
+    readable = expected_format if isinstance(expected_format, tuple) else (expected_format,)
+    if found not in readable:
+        formats = "format " + str(readable[0]) if len(readable) == 1 else f"formats {list(readable)}"
+        raise SerializationError(f"{what} has format {found!r}; this Weir reads {formats}: {remedy}")
     return document
 
 
