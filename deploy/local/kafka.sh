@@ -4,7 +4,8 @@
 #   install  resolve the pinned jars (kafka/pom.xml) into $WEIR_CACHE_DIR/kafka/<version>/libs; idempotent
 #   start    install if needed, format storage once, start, wait until it answers requests; idempotent
 #   stop     stop our broker by its pid;  status  print up/down;  health  exit 0 iff it answers requests
-# WEIR_KAFKA_START_TIMEOUT (default 90) bounds the wait for a healthy broker, in seconds.
+# WEIR_KAFKA_START_TIMEOUT (default 300) bounds the wait for a healthy broker, in seconds: a broker
+# that was killed recovers every partition log first, which takes minutes with thousands of them.
 # Topics are NOT auto-created (auto.create.topics.enable=false): Weir creates its topics explicitly.
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
@@ -14,7 +15,7 @@ KAFKA_HOME="$WEIR_CACHE_DIR/kafka/$KAFKA_VERSION"
 KAFKA_RUN="$(svc_dir kafka)"
 KAFKA_CONF="$KAFKA_RUN/server.properties"
 KAFKA_BROKER_PROPS="$KAFKA_FILES/broker.properties"   # shared with docker-compose.yml
-START_TIMEOUT="${WEIR_KAFKA_START_TIMEOUT:-90}"
+START_TIMEOUT="${WEIR_KAFKA_START_TIMEOUT:-300}"
 CLUSTER_ID="d2Vpci1sb2NhbC1rYWZrYQ"   # base64url of "weir-local-kafka": fixed, so data dirs stay valid
 JVM=(java -Xms256m -Xmx512m -XX:+UseG1GC -Djava.awt.headless=true
      "-Dlog4j2.configurationFile=$KAFKA_FILES/log4j2.properties" -cp "$KAFKA_HOME/libs/*")
