@@ -32,8 +32,11 @@ from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import TimeWindow, cleanup_time, is_window_late, window_fires
 
 _BOUNDS = struct.Struct(">qq")
-_FIRE = 0
-_CLEANUP = 1
+FIRE_TIMER: Final = 0
+CLEANUP_TIMER: Final = 1
+"""The kinds of a window timer ``(time, kind, key group, state key)``: fire the window, or drop its state."""
+_FIRE = FIRE_TIMER
+_CLEANUP = CLEANUP_TIMER
 WINDOW_STATE: Final = "win"
 """The name of the keyed state holding the accumulators (what a job's ``state_version`` versions)."""
 _STATE = WINDOW_STATE

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any, assert_never
 
+import pyarrow as pa
 import structlog
 
 from connectors.object_storage import CheckpointStorage
@@ -58,6 +59,7 @@ from taskmanager.network import (
     WatermarkIdle,
     barrier_message,
     cancel_barrier_message,
+    encode_into,
     encode_records,
     end_of_stream_message,
     message_of,
@@ -67,6 +69,7 @@ from taskmanager.network import (
 )
 from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
 from weir.core.checkpointing import CheckpointKind
+from weir.core.columnar import BatchKeys, FieldKey, is_batch
 from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, WeirError
 from weir.core.failures import Failure
@@ -129,20 +132,49 @@ class _InflightReplay:
     redistributed: bool = False
 
 
+@dataclass(frozen=True)
+class _KeyGroupFilter:
+    """Which records (or rows of a record batch) of a keyed edge belong to the key groups ``owned``."""
+
+    key_selector: Callable[[Any], Any]
+    key_group_of: Callable[[Any], int]
+    owned: KeyGroupRange
+    max_parallelism: int
+
+    def record(self, value: Any) -> bool:
+        return self.key_group_of(self.key_selector(value)) in self.owned
+
+    def rows(self, batch: Any) -> Any:
+        if not isinstance(self.key_selector, FieldKey):
+            raise SnapshotError(f"a columnar keyed edge keyed by {self.key_selector!r}, not by a field")
+        groups = BatchKeys(self.key_selector.field, self.max_parallelism).key_groups(batch)
+        return (groups >= self.owned.start) & (groups <= self.owned.end)
+
+
 def _owned_by(
-    key_selector: Callable[[Any], Any] | None, key_group_of: Callable[[Any], int], owned: KeyGroupRange
-) -> Callable[[Any], bool]:
+    key_selector: Callable[[Any], Any] | None,
+    key_group_of: Callable[[Any], int],
+    owned: KeyGroupRange,
+    max_parallelism: int,
+) -> _KeyGroupFilter:
     """Whether a record of a keyed edge belongs to the key groups ``owned``."""
     if key_selector is None:
         raise SnapshotError("a keyed edge without a key selector")
-    selector = key_selector
-    return lambda value: key_group_of(selector(value)) in owned
+    return _KeyGroupFilter(key_selector, key_group_of, owned, max_parallelism)
 
 
-def _records_where(message: DataMessage, keep: Callable[[Any], bool]) -> DataMessage | None:
+def _records_where(message: DataMessage, keep: _KeyGroupFilter) -> DataMessage | None:
     """A buffer of the records of ``message`` that ``keep`` accepts (no event); None if none."""
     buffer = read_buffer(message)
-    kept = [(v, t) for v, t in zip(buffer.values, buffer.timestamps, strict=True) if keep(v)]
+    if buffer.values and is_batch(buffer.values[0]):
+        batches = [b.filter(pa.array(keep.rows(b))) for b in buffer.values]
+        batches = [b for b in batches if b.num_rows]
+        if not batches:
+            return None
+        msg = DataMessage()
+        encode_into(msg, batches, [None] * len(batches))
+        return msg
+    kept = [(v, t) for v, t in zip(buffer.values, buffer.timestamps, strict=True) if keep.record(v)]
     if not kept:
         return None
     return DataMessage(records=encode_records([v for v, _ in kept], [t for _, t in kept]), record_count=len(kept))
@@ -647,7 +679,9 @@ class Task:
                     )
                 match edge.partitioning:
                     case Partitioning.HASH:
-                        owned = _owned_by(edge.key_selector, key_group_of, self.key_group_range)
+                        owned = _owned_by(
+                            edge.key_selector, key_group_of, self.key_group_range, self._plan.graph.max_parallelism
+                        )
                         for message in messages:
                             kept = _records_where(message, owned)
                             if kept is not None:
@@ -991,7 +1025,7 @@ class Task:
         if capture is not None:
             capture.add(received.channel, received.message)
         if buffer.values:
-            self.records_in += len(buffer.values)
+            self.records_in += message_of(received.message).record_count
             self.metrics.bytes_in.inc(buffer.size_bytes)
             chain_input.records(received.channel, buffer.values, buffer.timestamps)
         if buffer.event is not None:

@@ -25,6 +25,7 @@ from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
 from operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator
+from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 from operators.keyed import REDUCE_STATE, KeyedProcessOperator, ReduceOperator
 from operators.sinks import (
@@ -42,6 +43,7 @@ from operators.transactional_sinks import (
     row_key_indexes,
 )
 from operators.windows import WINDOW_STATE, WindowAggregateOperator
+from weir.core.columnar import Aggregate, BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.descriptors import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
     GeneratorSourceSpec,
@@ -60,7 +62,31 @@ ACC = TypeVar("ACC")
 
 DEFAULT_MAX_PARALLELISM = 128
 
+__all__ = [
+    "AggregateFunction",
+    "CoProcessFunction",
+    "ColumnarStream",
+    "Count",
+    "DataStream",
+    "Environment",
+    "FieldKey",
+    "KeyedProcessFunction",
+    "KeyedStream",
+    "Max",
+    "Mean",
+    "Min",
+    "Schema",
+    "SlidingEventTimeWindows",
+    "StateSchema",
+    "Sum",
+    "TumblingEventTimeWindows",
+    "json_deserializer",
+    "json_serializer",
+]
+
 WindowAssigner = TumblingEventTimeWindows | SlidingEventTimeWindows
+KeySelector = Callable[[Any], Any] | str
+"""A key: a function of the record, or a field name (``record[name]``; on a columnar stream, its column)."""
 KafkaDelivery = Literal["exactly_once", "at_least_once"]
 PostgresDelivery = Literal["two_phase", "upsert"]
 
@@ -145,8 +171,14 @@ class Environment:
         idle_timeout_ms: int | None = None,
         parallelism: int | None = None,
         name: str | None = None,
+        schema: Schema | Mapping[str, type] | None = None,
+        timestamp_field: str | None = None,
     ) -> DataStream:
         """A replayable Kafka source: partitions spread over subtasks, offsets kept in checkpoints.
+
+        With ``schema`` (field name -> str, int, float or bool) and ``timestamp_field`` (an int field,
+        epoch ms), the source is columnar: each poll's JSON records are decoded in one call into an
+        Arrow record batch (``weir.core.columnar``), and the stream is a :class:`ColumnarStream`.
 
         A record the deserializer or the timestamp function rejects goes to ``dead_letter_topic``
         with the reason (or fails the job when no dead-letter topic is given).
@@ -162,6 +194,19 @@ class Environment:
                 f"got {idle_timeout_ms!r}"
             )
 
+        columns: Schema | None = None
+        if schema is not None:
+            columns = schema if isinstance(schema, Schema) else Schema.of(schema)
+            if deserializer is not None or timestamp is not None:
+                raise JobDefinitionError(
+                    f"kafka source {uid!r}: a columnar source (schema=) decodes JSON by its schema and takes "
+                    "its event time from timestamp_field; leave deserializer and timestamp out"
+                )
+            if timestamp_field is None:
+                raise JobDefinitionError(f"kafka source {uid!r}: a columnar source needs timestamp_field")
+            columns.decoder(timestamp_field)  # an unknown or non-int timestamp field fails here
+        elif timestamp_field is not None:
+            raise JobDefinitionError(f"kafka source {uid!r}: timestamp_field needs a schema (the columnar source)")
         spec = KafkaSourceSpec(
             topic=topic,
             bounded=bounded,
@@ -171,8 +216,18 @@ class Environment:
             dead_letter_topic=dead_letter_topic,
             records_per_second=records_per_second,
             idle_timeout_ms=idle_timeout_ms,
+            schema=columns,
+            timestamp_field=timestamp_field,
         )
-        return self._source(uid, name or f"kafka:{topic}", lambda: KafkaSourceOperator(spec), parallelism, spec)
+        stream = self._source(
+            uid,
+            name or f"kafka:{topic}",
+            lambda: KafkaSourceOperator(spec),
+            parallelism,
+            spec,
+            columnar=columns is not None,
+        )
+        return ColumnarStream(self, stream._t, columns) if columns is not None else stream
 
     def from_generator(
         self,
@@ -203,7 +258,14 @@ class Environment:
         return self.from_generator(values.__getitem__, uid=uid, count=len(values), **kwargs)
 
     def _source(
-        self, uid: str, name: str, factory: Callable[[], Any], parallelism: int | None, spec: Any = None
+        self,
+        uid: str,
+        name: str,
+        factory: Callable[[], Any],
+        parallelism: int | None,
+        spec: Any = None,
+        *,
+        columnar: bool = False,
     ) -> DataStream:
         t = self.graph.add(
             Transformation(
@@ -213,6 +275,7 @@ class Environment:
                 factory=factory,
                 parallelism=parallelism,
                 source_spec=spec,
+                columnar=columnar,
             )
         )
         return DataStream(self, t)
@@ -247,7 +310,12 @@ class DataStream:
         key_selector: Callable[[Any], Any] | None = None,
         inputs: tuple[DataStream, ...] = (),
         sink_spec: SinkSpec | None = None,
+        *,
+        columnar_input: bool = False,
     ) -> Transformation:
+        """Add an operator fed by ``inputs`` (default: this stream). Unless it takes record batches
+        (``columnar_input``), a columnar input reaches it as records (:meth:`ColumnarStream.records`)."""
+        upstreams = tuple(u if columnar_input else u._as_records() for u in (inputs or (self,)))
         t = self._env.graph.add(
             Transformation(
                 uid=uid,
@@ -259,7 +327,7 @@ class DataStream:
                 sink_spec=sink_spec,
             )
         )
-        for index, upstream in enumerate(inputs or (self,)):
+        for index, upstream in enumerate(upstreams):
             partitioning = upstream._partitioning
             if partitioning is Partitioning.FORWARD and (
                 (parallelism or self._env.graph.default_parallelism)
@@ -309,8 +377,13 @@ class DataStream:
             self._add(uid, name or "flat_map", OperatorKind.ONE_INPUT, lambda: FlatMapOperator(fn), parallelism),
         )
 
-    def key_by(self, key_selector: Callable[[Any], Any]) -> KeyedStream:
-        return KeyedStream(self._env, self._t, key_selector)
+    def _as_records(self) -> DataStream:
+        """This stream as one of records (a columnar stream converts its batches)."""
+        return self
+
+    def key_by(self, key_selector: KeySelector) -> KeyedStream:
+        """Partition by key: a function of the record, or a field name (``record[name]``)."""
+        return KeyedStream(self._env, self._t, _key_selector(key_selector))
 
     def rebalance(self) -> DataStream:
         return DataStream(self._env, self._t, Partitioning.REBALANCE)
@@ -547,7 +620,7 @@ class WindowedStream:
 
     def aggregate(
         self,
-        fn: AggregateFunction[Any, Any],
+        fn: AggregateFunction[Any, Any] | Mapping[str, Aggregate],
         *,
         uid: str,
         name: str | None = None,
@@ -567,6 +640,14 @@ class WindowedStream:
         ks = keyed._key_selector
         assert ks is not None
         assigner, lateness = self._assigner, self._lateness
+        if isinstance(fn, Mapping):  # built-in aggregates by result name
+            fn = BuiltinAggregates(fn, ks.field if isinstance(ks, FieldKey) else "key")
+            if isinstance(keyed, ColumnarKeyedStream):
+                return keyed._columnar_window(fn, assigner, lateness, uid, name, parallelism, state_version, migrate)
+        elif isinstance(keyed, ColumnarKeyedStream):  # a function of records: the records' window
+            return WindowedStream(keyed._records_keyed(), assigner, lateness).aggregate(
+                fn, uid=uid, name=name, parallelism=parallelism, state_version=state_version, migrate=migrate
+            )
         schema = _state_schema(uid, WINDOW_STATE, fn, state_version, migrate)
         return DataStream(
             keyed._env,
@@ -577,6 +658,105 @@ class WindowedStream:
                 lambda: WindowAggregateOperator(fn, ks, assigner, lateness, schema),
                 parallelism,
                 key_selector=ks,
+            ),
+        )
+
+
+class ColumnarStream(DataStream):
+    """A stream of Arrow record batches with declared fields (a columnar source's output).
+
+    ``key_by("field")`` and a window ``.aggregate`` of built-in aggregates (``{"count": Count(),
+    "sum": Sum("value")}``) stay columnar: batches are hash-partitioned on arrays, exchanged as Arrow
+    IPC and aggregated vectorized. Everything else (``map``, ``filter``, sinks, a key function, an
+    AggregateFunction, ``process``) takes records: the batches are turned into dicts (one per row,
+    stamped with the event time) by an operator chained to this one, ``<uid>-records``."""
+
+    def __init__(
+        self,
+        env: Environment,
+        transformation: Transformation,
+        schema: Schema,
+        partitioning: Partitioning = Partitioning.FORWARD,
+        key_selector: Callable[[Any], Any] | None = None,
+    ) -> None:
+        super().__init__(env, transformation, partitioning, key_selector)
+        self.schema = schema
+
+    def records(self) -> DataStream:
+        """The stream as records (dicts), converted once per columnar operator."""
+        records_uid = f"{self.uid}-records"
+        graph = self._env.graph
+        if records_uid not in graph.transformations:
+            DataStream._add(
+                self,
+                records_uid,
+                "to-records",
+                OperatorKind.ONE_INPUT,
+                ToRecordsOperator,
+                self._t.parallelism,
+                columnar_input=True,
+            )
+        return DataStream(self._env, graph.transformations[records_uid])
+
+    def _as_records(self) -> DataStream:
+        return self.records()
+
+    def key_by(self, key_selector: KeySelector) -> KeyedStream:
+        if isinstance(key_selector, str):
+            self.schema.kind_of(key_selector)  # an unknown field fails at build time
+            return ColumnarKeyedStream(self._env, self._t, self.schema, FieldKey(key_selector))
+        return self.records().key_by(key_selector)
+
+
+class ColumnarKeyedStream(KeyedStream):
+    """A columnar stream keyed by a field: batches are hash-partitioned by key group on arrays."""
+
+    def __init__(self, env: Environment, transformation: Transformation, schema: Schema, key: FieldKey) -> None:
+        super().__init__(env, transformation, key)
+        self.schema = schema
+        self._field_key = key
+
+    def _columnar(self) -> ColumnarStream:
+        return ColumnarStream(self._env, self._t, self.schema)
+
+    def _records_keyed(self) -> KeyedStream:
+        """The same partitioning over records: converted before the exchange, keyed by the field."""
+        return self._columnar().records().key_by(self._field_key)
+
+    def _as_records(self) -> DataStream:
+        return self._records_keyed()
+
+    def reduce(self, fn: Callable[[Any, Any], Any], **kwargs: Any) -> DataStream:
+        return self._records_keyed().reduce(fn, **kwargs)
+
+    def process(self, fn: KeyedProcessFunction, **kwargs: Any) -> DataStream:
+        return self._records_keyed().process(fn, **kwargs)
+
+    def _columnar_window(
+        self,
+        fn: BuiltinAggregates,
+        assigner: WindowAssigner,
+        lateness: int,
+        uid: str,
+        name: str | None,
+        parallelism: int | None,
+        state_version: int | None,
+        migrate: Migrate | None,
+    ) -> DataStream:
+        for field in fn.fields():
+            self.schema.kind_of(field)  # an unknown field fails at build time
+        schema = _state_schema(uid, WINDOW_STATE, fn, state_version, migrate)
+        key_field = self._field_key.field
+        return DataStream(
+            self._env,
+            self._add(
+                uid,
+                name or "window-aggregate",
+                OperatorKind.ONE_INPUT,
+                lambda: ColumnarWindowAggregateOperator(fn, key_field, assigner, lateness, schema),
+                parallelism,
+                key_selector=self._field_key,
+                columnar_input=True,
             ),
         )
 
@@ -634,6 +814,14 @@ class CoProcessFunction:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _key_selector(key: KeySelector) -> Callable[[Any], Any]:
+    if isinstance(key, str):
+        return FieldKey(key)
+    if not callable(key):
+        raise JobDefinitionError(f"key_by takes a function of the record or a field name, not {key!r}")
+    return key
 
 
 def _state_schema(uid: str, name: str, fn: Any, version: int | None, migrate: Migrate | None) -> StateSchema:

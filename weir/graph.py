@@ -52,6 +52,7 @@ class Transformation:
     chainable: bool = True
     source_spec: SourceSpec | None = None  # sources: what the JobManager needs to know (weir.core.descriptors)
     sink_spec: SinkSpec | None = None  # sinks: the system, target and delivery (weir.core.descriptors)
+    columnar: bool = False  # emits record batches (weir.core.columnar), not one value per record
 
 
 @dataclass

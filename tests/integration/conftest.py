@@ -62,6 +62,17 @@ def unique() -> str:
     return uuid.uuid4().hex[:8]
 
 
+RECORD_PATHS = ("records", "columnar")
+"""The two paths of examples/keyed_aggregation.py (``-D columnar=``): tests of the operators the
+columnar path covers run on both."""
+
+
+def path_parameters(path: str) -> dict[str, str]:
+    """The -D parameters that put examples/keyed_aggregation.py on ``path``."""
+    assert path in RECORD_PATHS, path
+    return {"columnar": "true" if path == "columnar" else "false"}
+
+
 def create_window_table(endpoints: Endpoints, table: str) -> None:
     with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
         conn.execute(f"DROP TABLE IF EXISTS {table}")

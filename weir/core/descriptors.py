@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from weir.core.columnar import Schema
 from weir.core.errors import JobDefinitionError
 
 DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 900_000
@@ -38,6 +39,8 @@ class KafkaSourceSpec:
     dead_letter_topic: str | None
     records_per_second: float | None = None  # throttle (tests and demos); None: as fast as possible
     idle_timeout_ms: int | None = None  # a partition without records this long stops holding the watermark
+    schema: Schema | None = None  # columnar: each poll decoded into one record batch of these fields
+    timestamp_field: str | None = None  # columnar: the int field that is the event time
 
 
 @dataclass(frozen=True)

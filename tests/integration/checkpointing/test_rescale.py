@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs
+from tests.integration.conftest import RECORD_PATHS, REPO_ROOT, WeirCluster, keyed_aggregation_inputs, path_parameters
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.states import JobStatus
 from weir.tools.client import CheckpointInfo, JobDetails
@@ -46,13 +46,18 @@ def retained(cluster: WeirCluster, job_id: str) -> list[CheckpointInfo]:
     )
 
 
-@pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(3, 2), (2, 3), (3, 1)])
+@pytest.mark.parametrize(
+    ("old_parallelism", "new_parallelism", "path"),
+    [(3, 2, "records"), (2, 3, "records"), (3, 1, "records"), (3, 2, "columnar"), (2, 3, "columnar")],
+)
 def test_a_retained_checkpoint_restores_at_another_parallelism_with_exact_sinks(
-    weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int
+    weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int, path: str
 ) -> None:
+    assert path in RECORD_PATHS
     endpoints = weir_cluster.endpoints
     client = weir_cluster.client
     params = keyed_aggregation_inputs(endpoints, unique, EVENTS, records_per_second=3000, checkpoint_interval="500ms")
+    params |= path_parameters(path)
 
     old = client.submit_job(JOB, params, old_parallelism)
     wait_for(

@@ -18,7 +18,7 @@ import psycopg
 import pytest
 
 from connectors.object_storage import copy_folder, open_storage
-from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs
+from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs, path_parameters
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.errors import JobDefinitionError, WeirError
 from weir.core.paths import locate_state
@@ -55,9 +55,12 @@ def events_read(status: JobDetails) -> int:
     return sum(t.records_in_all_attempts for t in status.tasks if t.vertex_uid != "events-source")
 
 
-def start_job(cluster: WeirCluster, unique: str, parallelism: int) -> tuple[str, dict[str, str]]:
+def start_job(
+    cluster: WeirCluster, unique: str, parallelism: int, extra: dict[str, str] | None = None
+) -> tuple[str, dict[str, str]]:
     endpoints = cluster.endpoints
     params = keyed_aggregation_inputs(endpoints, unique, EVENTS, records_per_second=3000, checkpoint_interval="1s")
+    params |= extra or {}
     job_id = cluster.client.submit_job(JOB, params, parallelism)
     wait_for(
         "the first job to be part of the way through its input",
@@ -114,6 +117,19 @@ def test_stop_with_savepoint_then_resume_keeps_both_sinks_exact(
         for obj in task["objects"]:
             assert obj["key"] in objects and not obj["reused"], f"{obj['key']} is not in the savepoint's folder"
     resume_and_verify(weir_cluster, params, path, new_parallelism)
+
+
+@pytest.mark.parametrize(
+    ("first", "then"), [("records", "columnar"), ("columnar", "records"), ("columnar", "columnar")]
+)
+def test_a_savepoint_of_one_record_path_resumes_on_the_other(
+    weir_cluster: WeirCluster, unique: str, first: str, then: str
+) -> None:
+    """The columnar window keeps the per-record window's state layout ((key, (count, sum)) per key and
+    window): a savepoint taken on one path resumes on the other, at another parallelism, both sinks exact."""
+    old, params = start_job(weir_cluster, unique, 2, path_parameters(first))
+    path = stop_with_savepoint(weir_cluster, old)
+    resume_and_verify(weir_cluster, params | path_parameters(then), path, 3)
 
 
 def test_a_savepoint_copied_to_another_prefix_still_restores(

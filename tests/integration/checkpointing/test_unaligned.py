@@ -15,7 +15,14 @@ import pytest
 
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.checkpointing.test_rescale import events_read, retained, wait_for
-from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, keyed_aggregation_inputs
+from tests.integration.conftest import (
+    RECORD_PATHS,
+    REPO_ROOT,
+    WeirCluster,
+    create_topics,
+    keyed_aggregation_inputs,
+    path_parameters,
+)
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.states import JobStatus, TaskState
 from weir.tools.client import CheckpointInfo, JobDetails
@@ -56,11 +63,13 @@ def kill_mid_run_until_finished(cluster: WeirCluster, job_id: str, victim: str |
     return final
 
 
+@pytest.mark.parametrize("path", RECORD_PATHS)
 def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
-    weir_cluster: WeirCluster, unique: str
+    weir_cluster: WeirCluster, unique: str, path: str
 ) -> None:
     endpoints = weir_cluster.endpoints
     params = keyed_aggregation_inputs(endpoints, unique, EVENTS, records_per_second=4000, checkpoint_interval="500ms")
+    params |= path_parameters(path)
     params |= {"checkpointing.unaligned": "true", "restart.strategy": "fixed-delay", "restart.delay": "1s"}
     job_id = weir_cluster.submit("examples/keyed_aggregation.py", params, parallelism=3)
 
@@ -172,9 +181,11 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
     assert switched, f"no window task switched to unaligned: {windows}"
 
 
-@pytest.mark.parametrize(("old_parallelism", "new_parallelism"), [(3, 2), (2, 3)])
+@pytest.mark.parametrize(
+    ("old_parallelism", "new_parallelism", "path"), [(3, 2, "records"), (2, 3, "records"), (3, 2, "columnar")]
+)
 def test_an_unaligned_checkpoint_with_records_in_flight_restores_at_another_parallelism(
-    weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int
+    weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int, path: str
 ) -> None:
     """The in-flight records of a retained unaligned checkpoint move with their keys: a keyed edge's
     input records to the subtask owning their key group now, the output records a barrier overtook
@@ -183,7 +194,7 @@ def test_an_unaligned_checkpoint_with_records_in_flight_restores_at_another_para
     client = weir_cluster.client
     events = 150_000
     params = keyed_aggregation_inputs(endpoints, unique, events, records_per_second=0, checkpoint_interval="300ms")
-    params |= {"checkpointing.unaligned": "true"}
+    params |= {"checkpointing.unaligned": "true"} | path_parameters(path)
     old = client.submit_job(JOB, params, old_parallelism)
 
     def with_records_in_flight() -> object:

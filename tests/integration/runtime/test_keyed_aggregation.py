@@ -8,7 +8,7 @@ import psycopg
 import pytest
 
 from connectors import kafka
-from tests.integration.conftest import WeirCluster, create_topics, create_window_table
+from tests.integration.conftest import RECORD_PATHS, WeirCluster, create_topics, create_window_table, path_parameters
 from weir.tools.events import EventSpec, events, produce_events
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,8 @@ def reference(spec: EventSpec) -> dict[tuple[str, int], tuple[int, int]]:
     return result
 
 
-def test_100k_events_over_1k_keys_match_reference(weir_cluster: WeirCluster, unique: str) -> None:
+@pytest.mark.parametrize("path", RECORD_PATHS)
+def test_100k_events_over_1k_keys_match_reference(weir_cluster: WeirCluster, unique: str, path: str) -> None:
     endpoints = weir_cluster.endpoints
     source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
     create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
@@ -44,6 +45,7 @@ def test_100k_events_over_1k_keys_match_reference(weir_cluster: WeirCluster, uni
             "sink.table": table,
             "source.dlq_topic": dlq,
             "source.bounded": "true",
+            **path_parameters(path),
         },
     )
     status = weir_cluster.wait_for(job_id)

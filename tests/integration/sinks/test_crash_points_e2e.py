@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from connectors import kafka
-from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
+from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, produce_events
@@ -28,8 +28,15 @@ CRASH_POINTS = [
 ]
 
 
-@pytest.mark.parametrize("crash_cluster", CRASH_POINTS, indirect=True)
-def test_crash_point_recovers_to_exact_sinks(crash_cluster: tuple[Endpoints, JobManagerClient], unique: str) -> None:
+@pytest.mark.parametrize(
+    ("crash_cluster", "path"),
+    [(point, "records") for point in CRASH_POINTS]
+    + [(point, "columnar") for point in ("after_pre_commit@taskmanager-2:3", "between_sink_commits@taskmanager-2:3")],
+    indirect=["crash_cluster"],
+)
+def test_crash_point_recovers_to_exact_sinks(
+    crash_cluster: tuple[Endpoints, JobManagerClient], unique: str, path: str
+) -> None:
     endpoints, client = crash_cluster
     source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
     create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
@@ -45,6 +52,7 @@ def test_crash_point_recovers_to_exact_sinks(crash_cluster: tuple[Endpoints, Job
         "checkpointing.interval": "1s",
         "restart.strategy": "fixed-delay",
         "restart.delay": "1s",
+        **path_parameters(path),
     }
     job_id = client.submit_job(JOB, params, 3)
     deadline = time.monotonic() + 240
