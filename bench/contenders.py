@@ -78,6 +78,7 @@ class WeirContender:
     label: str
     cluster: BenchCluster
     with_postgres: bool
+    columnar: bool = False  # -D columnar=true: the job's columnar path (Arrow batches, built-in aggregates)
     sinks: str = ""
     guarantee: str = "exactly-once (checkpoints every 1 s)"
     tables: list[str] = field(default_factory=list)
@@ -102,6 +103,8 @@ class WeirContender:
             "checkpointing.interval": "1s",
             **(extra or {}),
         }
+        if self.columnar:
+            params["columnar"] = "true"
         if not self.with_postgres:
             params["sink.postgres"] = "false"
         else:

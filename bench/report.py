@@ -10,6 +10,7 @@ from typing import Any
 # The fair pairs: Quix Streams and the raw limit write to Kafka only, so Weir's Kafka-only variant is
 # the one compared with them; the variant with PostgreSQL is shown beside it.
 WEIR_VS_OTHERS = "weir-kafka"
+WEIR_COLUMNAR = "weir-columnar"  # the same job on its columnar path (-D columnar=true), Kafka only
 
 
 def write(document: dict[str, Any], directory: Path) -> None:
@@ -56,6 +57,12 @@ def ratios(document: dict[str, Any]) -> dict[str, float | None]:
         "weir_kafka_cpu_vs_flink": ratio(weir_cpu, _cpu(document, "flink")),
         "weir_kafka_cpu_vs_raw": ratio(weir_cpu, _cpu(document, "raw")),
         "weir_kafka_cpu_vs_quix": ratio(weir_cpu, _cpu(document, "quix")),
+        "weir_columnar_vs_flink": ratio(_rate(document, WEIR_COLUMNAR), flink),
+        "weir_columnar_vs_ceiling": ratio(_rate(document, WEIR_COLUMNAR), ceiling),
+        "weir_columnar_vs_weir_kafka": ratio(_rate(document, WEIR_COLUMNAR), weir),
+        "weir_columnar_cpu_vs_flink": ratio(_cpu(document, WEIR_COLUMNAR), _cpu(document, "flink")),
+        "weir_columnar_cpu_vs_raw": ratio(_cpu(document, WEIR_COLUMNAR), _cpu(document, "raw")),
+        "weir_columnar_cpu_vs_weir_kafka": ratio(_cpu(document, WEIR_COLUMNAR), weir_cpu),
     }
 
 
@@ -90,6 +97,40 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
             "value": (f"{memory['max_growth_bytes'] / 2**20:+.1f} MiB" if "max_growth_bytes" in memory else None),
             "result": ("pass" if memory.get("flat") else "miss") if "max_growth_bytes" in memory else "not measured",
         },
+    ]
+    # Issue 16's targets, on Weir's columnar path where it ran, else its per-record path.
+    variant = "columnar" if _rate(document, WEIR_COLUMNAR) else "kafka"
+    label = "Weir columnar (Kafka only)" if variant == "columnar" else "Weir (Kafka only)"
+    out += [
+        _target(
+            f"{label} CPU per event <= 0.5x Flink's",
+            r.get(f"weir_{variant}_cpu_vs_flink"),
+            "<= 0.5x",
+            lambda v: v <= 0.5,
+            "{:.2f}x",
+        ),
+        _target(
+            f"{label} CPU per event <= 1.0x the raw Python limit's",
+            r.get(f"weir_{variant}_cpu_vs_raw"),
+            "<= 1.0x",
+            lambda v: v <= 1.0,
+            "{:.2f}x",
+        ),
+        _target(
+            f"{label} throughput >= 90% of the ceiling",
+            r.get(f"weir_{variant}_vs_ceiling"),
+            ">= 90%",
+            lambda v: v >= 0.9,
+            "{:.0%}",
+        ),
+        _target(
+            f"{label} throughput >= Flink's",
+            r.get(f"weir_{variant}_vs_flink"),
+            ">= 1.0x",
+            lambda v: v >= 1.0,
+            "{:.2f}x",
+        ),
+        _target("recovery after SIGKILL < 3 s", recovery.get("recovery_s"), "< 3 s", lambda v: v < 3.0, "{:.2f} s"),
     ]
     if checkpoint.get("keys") and checkpoint["keys"] < 1_000_000:
         out[2]["note"] = "fewer keys than the 1M of the target (quick run)"
@@ -181,6 +222,13 @@ def markdown(document: dict[str, Any]) -> str:
         f"| Weir (Kafka only) / Apache Flink, CPU per event | {_fmt(r.get('weir_kafka_cpu_vs_flink'), '{:.2f}x')} |",
         f"| Weir (Kafka only) / raw Python limit, CPU per event | {_fmt(r.get('weir_kafka_cpu_vs_raw'), '{:.2f}x')} |",
         f"| Weir (Kafka only) / Quix Streams, CPU per event | {_fmt(r.get('weir_kafka_cpu_vs_quix'), '{:.2f}x')} |",
+        f"| Weir columnar / Weir (Kafka only), events/s | {_fmt(r.get('weir_columnar_vs_weir_kafka'), '{:.2f}x')} |",
+        f"| Weir columnar / Weir (Kafka only), CPU per event "
+        f"| {_fmt(r.get('weir_columnar_cpu_vs_weir_kafka'), '{:.2f}x')} |",
+        f"| Weir columnar / Apache Flink, events/s | {_fmt(r.get('weir_columnar_vs_flink'), '{:.2f}x')} |",
+        f"| Weir columnar / ceiling (bare consumer), events/s | {_fmt(r.get('weir_columnar_vs_ceiling'), '{:.0%}')} |",
+        f"| Weir columnar / Apache Flink, CPU per event | {_fmt(r.get('weir_columnar_cpu_vs_flink'), '{:.2f}x')} |",
+        f"| Weir columnar / raw Python limit, CPU per event | {_fmt(r.get('weir_columnar_cpu_vs_raw'), '{:.2f}x')} |",
         "",
         "Quix Streams' PostgreSQL sink is at-least-once, so the pairs with Quix Streams, the raw limit and "
         "Apache Flink (Kafka sink only too) use Weir's keyed aggregation with its Kafka sink only "

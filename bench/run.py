@@ -76,7 +76,7 @@ from weir.core.config import Endpoints
 from weir.tools.supervisor import kill_process
 
 PHASES: Final = ("throughput", "latency", "checkpoint", "memory", "recovery")
-CONTENDER_KEYS: Final = ("weir", "weir-kafka", "quix", "raw", "flink", "ceiling")
+CONTENDER_KEYS: Final = ("weir", "weir-kafka", "weir-columnar", "quix", "raw", "flink", "ceiling")
 
 
 @dataclass(frozen=True)
@@ -717,12 +717,18 @@ def main(argv: list[str] | None = None) -> int:
         with private_cluster(env) if cluster_needed else contextlib.nullcontext(None) as cluster:
             contenders: list[Contender] = []
             for key in keys:
-                if key in ("weir", "weir-kafka") and cluster is None:
+                if key.startswith("weir") and cluster is None:
                     raise BenchError("a Weir contender needs the run's cluster")
                 if key == "weir":
                     contenders.append(WeirContender("weir", "Weir (Kafka + PostgreSQL)", cluster, with_postgres=True))
                 elif key == "weir-kafka":
                     contenders.append(WeirContender("weir-kafka", "Weir (Kafka only)", cluster, with_postgres=False))
+                elif key == "weir-columnar":
+                    contenders.append(
+                        WeirContender(
+                            "weir-columnar", "Weir columnar (Kafka only)", cluster, with_postgres=False, columnar=True
+                        )
+                    )
                 elif key == "quix":
                     contenders.append(quix_contender(env.endpoints, env.run_root, run_id))
                 elif key == "raw":

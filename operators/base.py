@@ -140,6 +140,10 @@ class SourceOperator(StreamOperator):
     """Records taken from the input so far, counted per poll: a poll that read none waited for input
     (the task counts its time as idle)."""
 
+    poll_records: int | None = None
+    """How many records the task asks for per poll; None: the task's default. A columnar source asks
+    for more, so that each record batch spreads its fixed costs over more rows."""
+
     def poll(self, max_records: int) -> bool:
         """Emit up to ``max_records`` records; return False once a bounded source is exhausted."""
         raise NotImplementedError

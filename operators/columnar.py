@@ -22,9 +22,10 @@ from typing import Any, Final
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from operators.base import StreamOperator
-from operators.windows import CLEANUP_TIMER, FIRE_TIMER, WINDOW_STATE, WindowAggregateOperator
+from operators.windows import CLEANUP_TIMER, WINDOW_STATE, WindowAggregateOperator
 from weir.core.columnar import (
     BatchKeys,
     BuiltinAggregates,
@@ -71,14 +72,14 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         self._pending: list[pa.Table] = []
         self._pending_rows = 0
         self._pending_first_fire: int | None = None  # the lowest last timestamp of a pending window
+        # The windows the grouping created, by the watermark that fires them: one timer per window and
+        # time instead of one heap entry per key (restored windows are on the per-key heap, as ever).
+        self._fire_groups: dict[int, list[tuple[int, bytes]]] = {}
         self._group_aggregations = [
             ([], "count_all") if field is None else (field, op) for field, op in aggregates.partials
         ]
+        self._sum_fields = sorted({f for f, op in aggregates.partials if op == "sum" and f is not None})
         self._partial_columns = ["count_all" if field is None else f"{field}_{op}" for field, op in aggregates.partials]
-
-    def open(self) -> None:
-        super().open()
-        self._batch_keys = BatchKeys(self._key_field, self.ctx.max_parallelism)
 
     # Batches in ----------------------------------------------------------------------------------
 
@@ -89,8 +90,18 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         if value.num_rows == 0:
             return
         timestamps = batch_timestamps(value)
-        for starts, rows in self._windows_of(timestamps):
-            self._take(value if rows is None else value.take(pa.array(rows)), starts)
+        late_firings: list[tuple[int, int, int]] = []  # (row, window index, window start)
+        for k, (starts, rows) in enumerate(self._windows_of(timestamps)):
+            part = value if rows is None else value.take(pa.array(rows))
+            for position, start in self._take(part, starts):
+                late_firings.append((position if rows is None else int(rows[position]), k, start))
+        if late_firings:  # the rare late firing, per record in row order, then window order (as assign)
+            late_firings.sort()
+            rows_late = sorted({row for row, _k, _s in late_firings})
+            records, _stamps = records_of(value.take(pa.array(rows_late)))
+            record_of = dict(zip(rows_late, records, strict=True))
+            for row, _k, start in late_firings:
+                self._fire_late(record_of[row], start)
 
     def _windows_of(self, timestamps: np.ndarray) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """For each window a row belongs to (one for tumbling windows, up to size/slide for sliding
@@ -111,9 +122,10 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
     def _window_size(self) -> int:
         return self._assigner.size_ms  # type: ignore[no-any-return]
 
-    def _take(self, batch: pa.RecordBatch, starts: np.ndarray) -> None:
-        """Rows of ``batch`` for the windows starting at ``starts``: late ones dropped, ones whose
-        window already fired (within the allowed lateness) at once per record, the rest pending."""
+    def _take(self, batch: pa.RecordBatch, starts: np.ndarray) -> list[tuple[int, int]]:
+        """Rows of ``batch`` for the windows starting at ``starts``: late ones dropped, the rest
+        pending, except those whose window already fired (within the allowed lateness), answered as
+        (row, window start) for a late firing each."""
         last = starts + (self._window_size() - 1)
         watermark: Any = self._watermark
         if self._inherited_watermarks:
@@ -129,14 +141,13 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             if self.ctx.metrics is not None:
                 self.ctx.metrics.late_dropped.inc(dropped)
         refire = fired & ~late
-        if refire.any():  # the rare late firing: each such row as a record, into this one window
+        late_firings: list[tuple[int, int]] = []
+        if refire.any():
             rows = np.flatnonzero(refire)
-            records, _stamps = records_of(batch.take(pa.array(rows)))
-            for record, start in zip(records, starts[rows].tolist(), strict=True):
-                self._fire_late(record, start)
+            late_firings = list(zip(rows.tolist(), starts[rows].tolist(), strict=True))
         keep = ~fired
         if not keep.any():
-            return
+            return late_firings
         if not keep.all():
             rows_kept = np.flatnonzero(keep)
             batch, starts, last = batch.take(pa.array(rows_kept)), starts[rows_kept], last[rows_kept]
@@ -150,6 +161,7 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             self._pending_first_fire = first
         if self._pending_rows >= COMPACT_ROWS:
             self._compact()
+        return late_firings
 
     def _fire_late(self, record: Any, start: int) -> None:
         """One row for window ``[start, start + size)``, which already fired: added and fired again."""
@@ -173,27 +185,69 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             return
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending, self._pending_rows, self._pending_first_fire = [], 0, None
+        table = self._widen_sums(table)
         grouped = table.group_by([_KEY, _START], use_threads=False).aggregate(self._group_aggregations)
         keys = grouped.column(_KEY).to_pylist()
         starts = grouped.column(_START).to_pylist()
-        partials = list(zip(*(grouped.column(c).to_pylist() for c in self._partial_columns), strict=True))
+        partials = list(zip(*(_python_values(grouped.column(c)) for c in self._partial_columns), strict=True))
         size, store, merge, encode = self._window_size(), self.store, self._aggregates.merge, self._batch_keys.encode
-        timers, push, create = self._timers, heapq.heappush, self._aggregates.create
+        groups, pack = self._fire_groups, _BOUNDS.pack
         for key, start, partial in zip(keys, starts, partials, strict=True):
             _kb, kg, prefix = encode(key)
-            sk = prefix + _BOUNDS.pack(start, start + size)
+            sk = prefix + pack(start, start + size)
             entry = store.get(WINDOW_STATE, kg, sk)
             if entry is None:
-                acc = merge(create(), partial)
-                push(timers, (start + size - 1, FIRE_TIMER, kg, sk))  # pending windows have not fired
+                acc = partial  # a new window's accumulator is its first partial aggregate
+                fires = start + size - 1  # pending windows have not fired
+                group = groups.get(fires)
+                if group is None:
+                    group = groups[fires] = []
+                group.append((kg, sk))
             else:
                 acc = merge(entry[1], partial)
             store.put(WINDOW_STATE, kg, sk, (key, acc))
 
+    def _widen_sums(self, table: pa.Table) -> pa.Table:
+        """An int64 column summed where a group's sum could leave int64 (largest |value| times the
+        rows) is summed as decimal128 instead: a sum is exact, as the per-record Python int sum is."""
+        for field in self._sum_fields:
+            column = table.column(field)
+            if not pa.types.is_integer(column.type) or not table.num_rows:
+                continue
+            low, high = pc.min_max(column).values()
+            largest = max(abs(low.as_py() or 0), abs(high.as_py() or 0))
+            if largest * table.num_rows >= 2**63:
+                table = table.set_column(table.schema.get_field_index(field), field, column.cast(pa.decimal128(38, 0)))
+        return table
+
     def process_watermark(self, watermark: int) -> None:
         if self._pending_first_fire is not None and watermark >= self._pending_first_fire:
             self._compact()
-        super().process_watermark(watermark)
+        if watermark > self._watermark and self._fire_groups:
+            for fires in sorted(t for t in self._fire_groups if t <= watermark):
+                self._fire_group(self._fire_groups.pop(fires), watermark)
+        super().process_watermark(watermark)  # per-key timers (restored, late firings, cleanups)
+
+    def _fire_group(self, windows: list[tuple[int, bytes]], watermark: int) -> None:
+        """Fire the windows of one timer: emit each result, then drop its state, or keep it for late
+        rows until the allowed lateness passes."""
+        store, emit, lateness = self.store, self._emit, self._lateness
+        unpack, offset = _BOUNDS.unpack_from, _BOUNDS.size
+        for kg, sk in windows:
+            entry = store.get(WINDOW_STATE, kg, sk)
+            if entry is None:
+                continue
+            start, end = unpack(sk, len(sk) - offset)
+            emit(entry[0], start, end, entry[1])
+            if lateness > 0 and end - 1 + lateness > watermark:
+                heapq.heappush(self._timers, (end - 1 + lateness, CLEANUP_TIMER, kg, sk))
+            else:
+                store.delete(WINDOW_STATE, kg, sk)
+
+    def open(self) -> None:
+        super().open()
+        self._batch_keys = BatchKeys(self._key_field, self.ctx.max_parallelism)
+        self._fire_groups = {}
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         self._compact()
@@ -202,3 +256,11 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
     def end_input(self) -> None:
         self._compact()
         super().end_input()
+
+
+def _python_values(column: pa.ChunkedArray) -> list[Any]:
+    """A result column as Python values; a decimal sum (of ints) as ints."""
+    values = column.to_pylist()
+    if pa.types.is_decimal(column.type):
+        return [None if v is None else int(v) for v in values]
+    return values

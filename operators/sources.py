@@ -38,6 +38,9 @@ from weir.core.watermarks import (
 
 SOURCE_STATE_FORMAT: Final = 1
 
+COLUMNAR_POLL_RECORDS: Final = 2000
+"""Records a columnar Kafka source asks for per poll: one record batch of up to this many rows."""
+
 IDLE_SOURCE_WAIT_S = 0.05
 """How long a Kafka source subtask with no partition waits between polls (it only checks control)."""
 
@@ -91,6 +94,8 @@ class KafkaSourceOperator(SourceOperator):
         self._lag: KafkaSourceLag | None = None
         self.dead_lettered = 0
         self._decoder = spec.schema.decoder(spec.timestamp_field) if spec.schema is not None else None
+        if self._decoder is not None:
+            self.poll_records = COLUMNAR_POLL_RECORDS
 
     def restore_state(self, data: bytes) -> None:
         self._next_offsets, self._end_offsets = decode_kafka_source_state(data)

@@ -76,7 +76,10 @@ class KeyedStateStore:
     The cache is addressed by ``(name, key group, key)`` tuples, so a hit costs no byte building; the
     RocksDB key (:meth:`full_key`) is only built on a miss and when a dirty entry is written. While
     ``cache_is_complete`` (the store started on an empty key range and never evicted), a miss is an
-    absent entry: a new key or window costs no database read.
+    absent entry: a new key or window costs no database read. An entry put where the database has
+    none (known from the complete cache, or from the ``get`` just before) and deleted again before the
+    next flush (a window that opened and fired within one checkpoint interval) never reaches the
+    database at all.
     """
 
     def __init__(self, backend: StateBackend, uid: str, cache_limit: int) -> None:
@@ -85,6 +88,8 @@ class KeyedStateStore:
         self._uid_prefix = uid.encode("utf-8") + b"\x00"
         self._cache: dict[tuple[str, int, bytes], Any] = {}
         self._dirty: set[tuple[str, int, bytes]] = set()
+        self._fresh: set[tuple[str, int, bytes]] = set()  # put since the last flush, absent from the database
+        self._absent: tuple[str, int, bytes] | None = None  # the last address get() found in no tier
         self._cache_limit = cache_limit
         self.uid = uid
         self.cache_is_complete = False
@@ -101,6 +106,7 @@ class KeyedStateStore:
             return None
         raw = self._db.get(self.full_key(name, key_group, key))
         if raw is None:
+            self._absent = address
             return None
         value = pickle.loads(raw)
         self._cache[address] = value
@@ -110,6 +116,8 @@ class KeyedStateStore:
 
     def put(self, name: str, key_group: int, key: bytes, value: Any) -> None:
         address = (name, key_group, key)
+        if address not in self._cache and (self.cache_is_complete or address == self._absent):
+            self._fresh.add(address)
         self._cache[address] = value
         self._dirty.add(address)
         if len(self._cache) > self._cache_limit:
@@ -117,6 +125,11 @@ class KeyedStateStore:
 
     def delete(self, name: str, key_group: int, key: bytes) -> None:
         address = (name, key_group, key)
+        if address in self._fresh:  # never written: nothing to delete in the database
+            self._fresh.discard(address)
+            self._dirty.discard(address)
+            del self._cache[address]
+            return
         self._cache[address] = _DELETED
         self._dirty.add(address)
         if len(self._cache) > self._cache_limit:
@@ -129,6 +142,8 @@ class KeyedStateStore:
 
     def flush(self) -> int:
         """Write every dirty entry in one WriteBatch; returns how many were written."""
+        self._fresh.clear()
+        self._absent = None
         if not self._dirty:
             return 0
         batch = WriteBatch(raw_mode=True)
@@ -159,4 +174,5 @@ class KeyedStateStore:
         """Drop this operator's state for key groups first..last (before a restore)."""
         self._cache.clear()
         self._dirty.clear()
+        self._fresh.clear()
         self._backend.delete_prefix_range(*key_group_range_bounds(self.uid, first, last))

@@ -909,7 +909,7 @@ class Task:
                 continue
             before, read = self.records_emitted(), source.records_polled
             polled = time.monotonic()
-            more = source.poll(SOURCE_BATCH)
+            more = source.poll(source.poll_records or SOURCE_BATCH)
             now = time.monotonic()
             if source.records_polled == read:  # the poll waited for input that did not come
                 self._idle_s += now - polled

@@ -62,27 +62,6 @@ ACC = TypeVar("ACC")
 
 DEFAULT_MAX_PARALLELISM = 128
 
-__all__ = [
-    "AggregateFunction",
-    "CoProcessFunction",
-    "ColumnarStream",
-    "Count",
-    "DataStream",
-    "Environment",
-    "FieldKey",
-    "KeyedProcessFunction",
-    "KeyedStream",
-    "Max",
-    "Mean",
-    "Min",
-    "Schema",
-    "SlidingEventTimeWindows",
-    "StateSchema",
-    "Sum",
-    "TumblingEventTimeWindows",
-    "json_deserializer",
-    "json_serializer",
-]
 
 WindowAssigner = TumblingEventTimeWindows | SlidingEventTimeWindows
 KeySelector = Callable[[Any], Any] | str
@@ -152,6 +131,7 @@ class Environment:
         max_parallelism: int = DEFAULT_MAX_PARALLELISM,
     ) -> None:
         self.params = Parameters(parameters)
+        self.records_operators: dict[str, Transformation] = {}  # <uid>-records of each columnar operator
         self.graph = LogicalGraph(job_name=job_name, default_parallelism=parallelism, max_parallelism=max_parallelism)
 
     def set_max_parallelism(self, max_parallelism: int) -> None:
@@ -686,8 +666,14 @@ class ColumnarStream(DataStream):
         """The stream as records (dicts), converted once per columnar operator."""
         records_uid = f"{self.uid}-records"
         graph = self._env.graph
-        if records_uid not in graph.transformations:
-            DataStream._add(
+        made = self._env.records_operators
+        if records_uid not in made:
+            if records_uid in graph.transformations:
+                raise JobDefinitionError(
+                    f"operator uid {records_uid!r} is taken: it names the operator that turns the batches of "
+                    f"columnar operator {self.uid!r} into records; give the other operator another uid"
+                )
+            made[records_uid] = DataStream._add(
                 self,
                 records_uid,
                 "to-records",
@@ -696,10 +682,16 @@ class ColumnarStream(DataStream):
                 self._t.parallelism,
                 columnar_input=True,
             )
-        return DataStream(self._env, graph.transformations[records_uid])
+        return DataStream(self._env, made[records_uid])
 
     def _as_records(self) -> DataStream:
         return self.records()
+
+    def rebalance(self) -> DataStream:
+        return self.records().rebalance()
+
+    def broadcast(self) -> DataStream:
+        return self.records().broadcast()
 
     def key_by(self, key_selector: KeySelector) -> KeyedStream:
         if isinstance(key_selector, str):
@@ -725,6 +717,15 @@ class ColumnarKeyedStream(KeyedStream):
 
     def _as_records(self) -> DataStream:
         return self._records_keyed()
+
+    def key_by(self, key_selector: KeySelector) -> KeyedStream:
+        return self._columnar().key_by(key_selector)
+
+    def rebalance(self) -> DataStream:
+        return self._columnar().rebalance()
+
+    def broadcast(self) -> DataStream:
+        return self._columnar().broadcast()
 
     def reduce(self, fn: Callable[[Any, Any], Any], **kwargs: Any) -> DataStream:
         return self._records_keyed().reduce(fn, **kwargs)
@@ -935,15 +936,24 @@ __all__ = [
     "AggregateFunction",
     "CoProcessFunction",
     "Collector",
+    "ColumnarKeyedStream",
+    "ColumnarStream",
+    "Count",
     "DataStream",
     "Environment",
+    "FieldKey",
     "KeyedProcessFunction",
     "KeyedStream",
     "LoadedJob",
+    "Max",
+    "Mean",
+    "Min",
     "NonRetriableError",
     "Parameters",
+    "Schema",
     "SlidingEventTimeWindows",
     "StateSchema",
+    "Sum",
     "TumblingEventTimeWindows",
     "json_deserializer",
     "json_serializer",

@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from operator import add as _add
+from typing import Annotated, Any, Final
 
 import msgspec
 import numpy as np
@@ -36,6 +37,8 @@ from weir.core.keygroups import KeyEncoder
 
 TIMESTAMP_METADATA: Final = b"weir.timestamp"
 """The schema metadata key naming a batch's event-time column."""
+
+_INT64: Final = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 _ARROW_TYPES: Final[Mapping[type, pa.DataType]] = {
     str: pa.string(),
@@ -103,8 +106,12 @@ class BatchDecoder:
         self.schema = schema
         self.arrow_schema = schema.arrow_schema(timestamp_field)
         self.timestamp_field = timestamp_field
-        record = msgspec.defstruct("Record", list(schema.fields))
-        self._many = msgspec.json.Decoder(list[record]).decode
+        # An int field is an Arrow int64: a larger int is refused as that record's error, not later.
+        fields = [(name, _INT64 if kind is int else kind) for name, kind in schema.fields]
+        record = msgspec.defstruct("Record", fields)
+        # Each raw record in a list of its own ([[r1],[r2],...]): a raw record that is not one JSON
+        # object (a fragment, or two objects) cannot pass as records of its neighbours.
+        self._many = msgspec.json.Decoder(list[tuple[record]]).decode
         self._one = msgspec.json.Decoder(record).decode
         self._names = schema.names
         self._timestamp_index = schema.names.index(timestamp_field) if timestamp_field else None
@@ -114,9 +121,12 @@ class BatchDecoder:
         each one that does not."""
         if None not in raws:
             try:
-                return self._many(b"[" + b",".join(raws) + b"]"), []  # type: ignore[arg-type]
+                wrapped = self._many(b"[[" + b"],[".join(raws) + b"]]")  # type: ignore[arg-type]
             except (msgspec.DecodeError, UnicodeDecodeError):
                 pass
+            else:
+                if len(wrapped) == len(raws):
+                    return [w[0] for w in wrapped], []
         good: list[Any] = []
         bad: list[tuple[int, str]] = []
         one = self._one
@@ -356,6 +366,8 @@ class BuiltinAggregates:
         self.partials: tuple[Partial, ...] = tuple(partials)
         self._index = {p: i for i, p in enumerate(self.partials)}
         self._ops = tuple(op for _f, op in self.partials)
+        self._empty = tuple(0 if op in ("count", "sum") else None for op in self._ops)
+        self._additive = all(op in ("count", "sum") for op in self._ops)
         self._fields = tuple(f for f, _op in self.partials)
         self._results: tuple[tuple[str, Callable[[tuple[Any, ...]], Any]], ...] = tuple(
             (name, self._result_of(aggregate)) for name, aggregate in self.aggregates.items()
@@ -375,12 +387,14 @@ class BuiltinAggregates:
                 return lambda acc: acc[i]
 
     def create(self) -> tuple[Any, ...]:
-        return tuple(0 if op in ("count", "sum") else None for op in self._ops)
+        return self._empty
 
     def add(self, acc: tuple[Any, ...], record: Any) -> tuple[Any, ...]:
         return self.merge(acc, tuple(1 if f is None else record[f] for f in self._fields))
 
     def merge(self, acc: tuple[Any, ...], partial: Sequence[Any]) -> tuple[Any, ...]:
+        if self._additive:
+            return tuple(map(_add, acc, partial))
         merged = []
         for op, a, b in zip(self._ops, acc, partial, strict=True):
             if op == "count" or op == "sum":

@@ -171,3 +171,32 @@ def test_eviction_ends_cache_completeness_and_keeps_every_value(state_backend: S
         store.put("v", i % 128, str(i).encode(), i)
     assert not store.cache_is_complete  # evicted past 10 entries: misses go to the database again
     assert [store.get("v", i % 128, str(i).encode()) for i in range(25)] == list(range(25))
+
+
+def test_a_put_where_the_database_has_nothing_and_its_delete_write_nothing(state_backend: StateBackend) -> None:
+    """A window opened and fired between two checkpoints: neither its entry nor its deletion is
+    written, on a complete cache and after a read that found nothing."""
+    for store in (state_backend.keyed_store("op", key_groups=(0, 3)), state_backend.keyed_store("op2")):
+        assert store.get("v", 1, b"new") is None  # the complete cache, or a database read, says absent
+        store.put("v", 1, b"new", "x")
+        store.put("v", 1, b"new", "y")
+        store.delete("v", 1, b"new")
+        assert store.get("v", 1, b"new") is None
+        assert store.flush() == 0
+
+
+def test_an_entry_flushed_before_its_delete_is_deleted_in_the_database(state_backend: StateBackend) -> None:
+    store = state_backend.keyed_store("op", key_groups=(0, 3))
+    store.put("v", 1, b"k", "x")
+    assert store.flush() == 1
+    store.delete("v", 1, b"k")
+    assert store.flush() == 1
+    assert fresh_view(state_backend).get("v", 1, b"k") is None
+    old = state_backend.keyed_store("op3")
+    old.put("v", 1, b"k", "stored")
+    old.flush()
+    restored = state_backend.keyed_store("op3")  # over existing entries: put without a read first
+    restored.put("v", 1, b"k", "updated")
+    restored.delete("v", 1, b"k")
+    assert restored.flush() == 1  # the stored entry must be deleted
+    assert fresh_view(state_backend, "op3").get("v", 1, b"k") is None

@@ -1,0 +1,166 @@
+"""The Kafka source's columnar poll (``schema=``): one record batch per poll, a malformed record
+dead-lettered alone with its offset, each partition's watermark from its latest event time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from operators import sources
+from operators.sources import KafkaSourceOperator
+from tests.unit.conftest import StartOperator
+from weir.core.columnar import Schema, timestamp_field_of
+from weir.core.descriptors import KafkaSourceSpec
+
+
+@dataclass(frozen=True)
+class Message:
+    _partition: int
+    _offset: int
+    _value: bytes | None
+
+    def error(self) -> None:
+        return None
+
+    def partition(self) -> int:
+        return self._partition
+
+    def offset(self) -> int:
+        return self._offset
+
+    def key(self) -> bytes:
+        return b"k"
+
+    def value(self) -> bytes | None:
+        return self._value
+
+    def timestamp(self) -> tuple[int, int]:
+        return (1, 0)
+
+
+@dataclass
+class Consumer:
+    queued: list[Message] = field(default_factory=list)
+    offsets: dict[int, int] = field(default_factory=dict)
+
+    def add(self, partition: int, value: bytes | None) -> None:
+        offset = self.offsets.get(partition, 0)
+        self.offsets[partition] = offset + 1
+        self.queued.append(Message(partition, offset, value))
+
+    def assign(self, next_offsets: dict[int, int | None]) -> None:
+        return None
+
+    def consume(self, max_messages: int, timeout_s: float) -> list[Message]:
+        out, self.queued = self.queued[:max_messages], self.queued[max_messages:]
+        return out
+
+    @staticmethod
+    def is_end_of_partition(error: object) -> bool:
+        return False
+
+    def close(self) -> None:
+        return None
+
+
+@dataclass
+class DeadLetters:
+    produced: list[tuple[str, bytes | None, dict[str, Any]]] = field(default_factory=list)
+
+    def produce(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self.produced.append((topic, key, json.loads(value)))
+
+    def poll(self, _timeout: float) -> int:
+        return 0
+
+    def flush(self, _timeout: float) -> int:
+        return 0
+
+
+@pytest.fixture
+def kafka(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], tuple[Consumer, DeadLetters]]:
+    consumer, dlq = Consumer(), DeadLetters()
+
+    def with_partitions(partitions: int) -> tuple[Consumer, DeadLetters]:
+        monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
+        monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: partitions)
+        monkeypatch.setattr(sources.kafka, "PartitionReader", lambda _endpoints, _topic, **_kw: consumer)
+        monkeypatch.setattr(sources.kafka, "producer", lambda _endpoints, **_kw: dlq)
+        return consumer, dlq
+
+    return with_partitions
+
+
+def columnar_spec() -> KafkaSourceSpec:
+    return KafkaSourceSpec(
+        topic="events",
+        bounded=False,
+        deserializer=None,  # type: ignore[arg-type]
+        timestamp=None,
+        max_out_of_orderness_ms=0,
+        dead_letter_topic="events-dlq",
+        schema=Schema.of({"key": str, "value": int, "ts": int}),
+        timestamp_field="ts",
+    )
+
+
+def event(key: str, value: Any, ts: int) -> bytes:
+    return json.dumps({"key": key, "value": value, "ts": ts}).encode()
+
+
+def test_a_poll_is_one_batch_and_a_malformed_record_is_dead_lettered_alone(
+    start_operator: StartOperator, kafka: Callable[[int], tuple[Consumer, DeadLetters]]
+) -> None:
+    consumer, dlq = kafka(2)
+    source = KafkaSourceOperator(columnar_spec())
+    out = start_operator(source, uid="events-source")
+    consumer.add(0, event("a", 1, 100))
+    consumer.add(1, event("b", 2, 50))
+    consumer.add(0, b'{"key": "c", "value": 3')  # truncated
+    consumer.add(1, event("d", True, 60))  # bool is not an int
+    consumer.add(0, event("e", 5, 120))
+    consumer.add(1, None)
+    assert source.poll(100) is True
+    (emitted,) = out.records
+    batch, timestamp = emitted
+    assert timestamp is None and timestamp_field_of(batch) == "ts"
+    assert batch.to_pylist() == [  # partition by partition, in offset order
+        {"key": "a", "value": 1, "ts": 100},
+        {"key": "e", "value": 5, "ts": 120},
+        {"key": "b", "value": 2, "ts": 50},
+    ]
+    letters = sorted((d["partition"], d["offset"], d["reason"].split(":")[0]) for _t, _k, d in dlq.produced)
+    assert letters == [(0, 1, "JSONDecodeError"), (1, 1, "ValueError"), (1, 2, "ValueError")]
+    assert {topic for topic, _k, _d in dlq.produced} == {"events-dlq"}
+    assert source.dead_lettered == 3
+    assert out.watermarks == [49]  # the lower partition's latest event time, minus 1
+    state = json.loads(source.snapshot_state(1) or b"{}")
+    assert state["next_offsets"] == {"0": 3, "1": 3}
+
+
+def test_a_poll_of_only_malformed_records_emits_no_batch(
+    start_operator: StartOperator, kafka: Callable[[int], tuple[Consumer, DeadLetters]]
+) -> None:
+    consumer, dlq = kafka(1)
+    source = KafkaSourceOperator(columnar_spec())
+    out = start_operator(source, uid="events-source")
+    consumer.add(0, b"not json")
+    source.poll(10)
+    assert out.records == [] and len(dlq.produced) == 1
+
+
+def test_an_int_beyond_int64_is_dead_lettered_not_fatal(
+    start_operator: StartOperator, kafka: Callable[[int], tuple[Consumer, DeadLetters]]
+) -> None:
+    consumer, dlq = kafka(1)
+    source = KafkaSourceOperator(columnar_spec())
+    out = start_operator(source, uid="events-source")
+    consumer.add(0, event("a", 2**63, 1))
+    consumer.add(0, event("b", 1, 2))
+    source.poll(10)
+    assert [r["key"] for r in out.records[0][0].to_pylist()] == ["b"]
+    assert len(dlq.produced) == 1
