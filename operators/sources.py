@@ -208,6 +208,8 @@ class KafkaSourceOperator(SourceOperator):
                     continue
                 raise ServiceUnavailableError(f"kafka source {spec.topic}[{partition}]: {err}")
             offset = msg.offset()
+            if ends is not None and offset >= ends.get(partition, 0):
+                continue  # past a bounded partition's end (appended after it was fixed, same poll)
             next_offsets[partition] = offset + 1
             raw = msg.value()
             try:

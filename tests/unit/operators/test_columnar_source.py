@@ -164,3 +164,38 @@ def test_an_int_beyond_int64_is_dead_lettered_not_fatal(
     source.poll(10)
     assert [r["key"] for r in out.records[0][0].to_pylist()] == ["b"]
     assert len(dlq.produced) == 1
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+def test_a_bounded_source_stops_at_its_end_offset_within_a_poll(
+    start_operator: StartOperator, kafka: Callable[[int], tuple[Consumer, DeadLetters]], columnar: bool
+) -> None:
+    """Records appended after the end offset was fixed arrive in the same poll: neither path emits
+    them, and the position stays at the end (the reference run reads up to the same offset)."""
+    consumer, _dlq = kafka(1)
+    consumer.end_offset = lambda _partition: 2  # type: ignore[attr-defined]
+    consumer.unassign = lambda _partition: None  # type: ignore[attr-defined]
+    spec = columnar_spec()
+    if not columnar:
+        spec = KafkaSourceSpec(
+            topic="events",
+            bounded=True,
+            deserializer=json.loads,
+            timestamp=lambda e: e["ts"],
+            max_out_of_orderness_ms=0,
+            dead_letter_topic="events-dlq",
+        )
+    else:
+        spec = KafkaSourceSpec(**{**spec.__dict__, "bounded": True})
+    source = KafkaSourceOperator(spec)
+    out = start_operator(source, uid="events-source")
+    for i in range(4):
+        consumer.add(0, event(f"k{i}", i, 10 + i))
+    source.poll(10)
+    if columnar:
+        keys = [r["key"] for batch, _ts in out.records for r in batch.to_pylist()]
+    else:
+        keys = [r["key"] for r, _ts in out.records]
+    assert keys == ["k0", "k1"]
+    assert json.loads(source.snapshot_state(1) or b"{}")["next_offsets"] == {"0": 2}
+    assert source.poll(10) is False  # the only partition is done
