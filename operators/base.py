@@ -90,6 +90,13 @@ class StreamOperator:
     def process_watermark(self, watermark: int) -> None:
         self.output.emit_watermark(watermark)
 
+    def on_processing_time(self, now_ms: int) -> None:
+        """The wall time (epoch ms) reached ``now_ms``: fire what waits for it (a processing-time window)."""
+
+    def next_processing_time(self) -> int | None:
+        """The wall time (epoch ms) the operator next waits for; None: none."""
+        return None
+
     def end_input(self) -> None:
         """All inputs ended (a bounded job reached its end): flush what is buffered."""
 

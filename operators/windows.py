@@ -1,9 +1,24 @@
-"""Keyed event-time windows with incremental aggregation and allowed lateness.
+"""Keyed windows with incremental aggregation and allowed lateness: event-time windows that fire by
+the watermark (tumbling, sliding and merging session windows) and processing-time windows that fire
+by the wall time.
 
 Each (key, window) accumulator is one RocksDB entry. Event-time timers live in a heap rebuilt from
 that state on restore: a window fires when the watermark reaches its last timestamp and its state is
 dropped when the watermark passes the end plus the allowed lateness. A value for a window that has
 fired but is not yet cleaned up updates it and fires it again (a late firing), as in Flink.
+
+Session windows (``EventTimeSessionWindows``) merge: a value's window ``[ts, ts + gap)`` and every
+session of its key it overlaps or touches become one window, whose accumulator is the ``merge`` of
+theirs (in window order) plus the value; the absorbed windows' entries are deleted (their timers find
+no state and do nothing). A merged window is only checked for lateness as a whole (a value whose own
+window would be late still joins a session that is not), and one that has already fired fires again at
+once. The sessions of each key are kept in memory beside the timers and, like them, rebuilt from the
+state on restore, so the state layout is the same for every window kind.
+
+What is kept per window and what a firing emits (:class:`ProcessResult`, :class:`ProcessElements`):
+the accumulator of an AggregateFunction (``.aggregate``), the reduced value (:class:`ReduceAggregate`,
+``.reduce``) or every element (:class:`ElementList`, ``.process``); emitted is the function's result,
+or what a ProcessWindowFunction makes of it and the window's metadata.
 
 The accumulators are the keyed state ``win``, each entry ``(key, accumulator)``; its schema (version,
 migration) is the job's (``state_schema``), and a migration rewrites the accumulator, never the key.
@@ -11,7 +26,7 @@ migration) is the job's (``state_schema``), and a migration rewrites the accumul
 The operator state is the watermark the subtask had reached: ``{"format": 1, "watermark": int}``.
 Restored into a job at another parallelism, each key group's timers are rebuilt against the
 watermark of the old subtask that owned it (what fired there stays fired), and the subtask goes on
-from the lowest of them.
+from the lowest of them. Processing-time windows restored fire at the first wall time past their end.
 """
 
 from __future__ import annotations
@@ -19,17 +34,30 @@ from __future__ import annotations
 import heapq
 import json
 import struct
+import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from dataclasses import dataclass
+from functools import reduce
+from typing import Any, Final, assert_never
 
 from operators.base import InheritedState
+from operators.basic import _TimestampedCollector
 from operators.keyed import KeyedOperator
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
-from weir.core.windows import TimeWindow, cleanup_time, is_window_late, window_fires
+from weir.core.windows import (
+    EventTimeSessionWindows,
+    TimeWindow,
+    TumblingProcessingTimeWindows,
+    WindowContext,
+    cleanup_time,
+    is_window_late,
+    merge_window,
+    window_fires,
+)
 
 _BOUNDS = struct.Struct(">qq")
 FIRE_TIMER: Final = 0
@@ -43,7 +71,93 @@ _STATE = WINDOW_STATE
 WINDOW_STATE_FORMAT: Final = 1
 
 
+def wall_clock_ms() -> int:
+    """The wall time in epoch milliseconds: the default clock of processing-time windows."""
+    return time.time_ns() // 1_000_000
+
+
+# What a window keeps ------------------------------------------------------------------------------
+
+
+class _Empty:
+    """The accumulator of a reduce before its first value (never stored: a value follows at once)."""
+
+    __slots__ = ()
+
+
+_EMPTY: Final = _Empty()
+
+
+class ReduceAggregate:
+    """A reduce function as an aggregate: the accumulator is the reduced value itself, so two merge by
+    reducing them too."""
+
+    __slots__ = ("_fn",)
+
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        self._fn = fn
+
+    def create(self) -> Any:
+        return _EMPTY
+
+    def add(self, acc: Any, value: Any) -> Any:
+        return value if acc is _EMPTY else self._fn(acc, value)
+
+    def merge(self, a: Any, b: Any) -> Any:
+        return self._fn(a, b)
+
+    def result(self, key: Any, window_start: int, window_end: int, acc: Any) -> Any:
+        return acc
+
+
+class ElementList:
+    """Every element of the window, in arrival order (a merged session's: its windows' in window
+    order); the result is a tuple, so that a function may keep or sort it without touching state."""
+
+    __slots__ = ()
+
+    def create(self) -> list[Any]:
+        return []
+
+    def add(self, acc: list[Any], value: Any) -> list[Any]:
+        acc.append(value)
+        return acc
+
+    def merge(self, a: list[Any], b: list[Any]) -> list[Any]:
+        return a + b
+
+    def result(self, key: Any, window_start: int, window_end: int, acc: list[Any]) -> tuple[Any, ...]:
+        return tuple(acc)
+
+
+# What a firing emits ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessResult:
+    """A ProcessWindowFunction given the aggregate's one result (Flink's ``aggregate(agg, fn)``)."""
+
+    function: Any
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessElements:
+    """A ProcessWindowFunction given the window's elements (the aggregate must be :class:`ElementList`)."""
+
+    function: Any
+
+
+WindowFunction = ProcessResult | ProcessElements
+"""What turns a fired window into output; none: the aggregate's result is emitted as it is."""
+
+
 class WindowAggregateOperator(KeyedOperator):
+    """Windows of each key (``assigner``), each aggregated by ``fn`` (create, add, result; ``merge``
+    too for session windows), fired as ``window_function`` says (none: ``fn.result`` is emitted).
+
+    ``clock``: the wall time in epoch ms, by which processing-time windows assign values (default:
+    :func:`wall_clock_ms`); the task fires them through :meth:`on_processing_time`."""
+
     def __init__(
         self,
         fn: Any,
@@ -51,22 +165,38 @@ class WindowAggregateOperator(KeyedOperator):
         assigner: Any,
         allowed_lateness_ms: int,
         state_schema: StateSchema | None = None,
+        *,
+        window_function: WindowFunction | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
         super().__init__(key_selector, [state_schema or StateSchema(_STATE)])
         if self.state_schemas()[0].name != _STATE:
             raise ValueError(f"a window's state is named {_STATE!r}, not {self.state_schemas()[0].name!r}")
+        self._merging = isinstance(assigner, EventTimeSessionWindows)
+        if self._merging and not callable(getattr(fn, "merge", None)):
+            raise JobDefinitionError(
+                f"session windows ({assigner!r}) merge accumulators: {type(fn).__name__} needs a merge(a, b) method"
+            )
+        if isinstance(window_function, ProcessElements) and not isinstance(fn, ElementList):
+            raise ValueError("a ProcessWindowFunction of the elements needs the ElementList aggregate")
+        self._processing_time = isinstance(assigner, TumblingProcessingTimeWindows)
         self._fn = fn
         self._assigner = assigner
-        self._lateness = allowed_lateness_ms
+        self._lateness = 0 if self._processing_time else allowed_lateness_ms
+        self._window_function = window_function
+        self._clock = clock
         self._watermark = MIN_WATERMARK
         self._inherited_watermarks: list[tuple[KeyGroupRange, int]] = []  # restored at another parallelism
         self._timers: list[tuple[int, int, int, bytes]] = []
+        self._processing_timers: list[tuple[int, int, bytes]] = []  # (last timestamp, key group, state key)
+        self._sessions: dict[bytes, list[TimeWindow]] = {}  # key prefix -> its session windows
         self.late_records_dropped = 0
         self._bounds_of: TimeWindow | None = None
         self._bounds = b""
 
     def open(self) -> None:
         super().open()
+        self._out = _TimestampedCollector(self.output.emit)
         self._rebuild_timers()
 
     def migrate_value(self, schema: StateSchema, stored_version: int, value: Any) -> Any:
@@ -81,7 +211,12 @@ class WindowAggregateOperator(KeyedOperator):
             self._bounds_of, self._bounds = window, _BOUNDS.pack(window.start, window.end)
         return self.current_key_prefix + self._bounds
 
+    # Values in -----------------------------------------------------------------------------------
+
     def process(self, value: Any, timestamp: int | None) -> None:
+        if self._processing_time:
+            self._process_in_processing_time(value)
+            return
         if timestamp is None:
             raise JobDefinitionError(
                 f"window operator {self.ctx.uid!r} received a record without a timestamp: give the source "
@@ -92,11 +227,12 @@ class WindowAggregateOperator(KeyedOperator):
         store, fn, wm, lateness = self.store, self._fn, self._watermark, self._lateness
         if self._inherited_watermarks:  # until the watermark passes every old subtask's
             wm = max(wm, self._fired_through(kg))
+        if self._merging:
+            self._add_to_session(value, timestamp, wm)
+            return
         for window in self._assigner.assign(timestamp):
             if is_window_late(window, wm, lateness):
-                self.late_records_dropped += 1
-                if self.ctx.metrics is not None:  # rare: counted per record
-                    self.ctx.metrics.late_dropped.inc()
+                self._drop_late(value, timestamp, window)
                 continue
             sk = self._state_key(window)
             entry = store.get(_STATE, kg, sk)
@@ -115,14 +251,87 @@ class WindowAggregateOperator(KeyedOperator):
             if fired:
                 self._emit(key, window.start, window.end, acc)
 
+    def _drop_late(self, value: Any, timestamp: int, window: TimeWindow) -> None:
+        """``value`` (at ``timestamp``) came after the lateness allowance of ``window``: it is dropped
+        and counted. The one place a late value leaves the operator (where a side output would take it)."""
+        self.late_records_dropped += 1
+        if self.ctx.metrics is not None:  # rare: counted per record
+            self.ctx.metrics.late_dropped.inc()
+
+    def _add_to_session(self, value: Any, timestamp: int, wm: int) -> None:
+        """Add ``value`` to the session of the current key it opens, extends or bridges (the key's
+        watermark is ``wm``): the absorbed windows' accumulators are merged into the new window's."""
+        prefix, kg, key = self.current_key_prefix, self.current_key_group, self.current_key
+        sessions = self._sessions.get(prefix, [])
+        (own,) = self._assigner.assign(timestamp)
+        window, absorbed = merge_window(sessions, own)
+        if is_window_late(window, wm, self._lateness):
+            self._drop_late(value, timestamp, window)
+            return
+        store, fn, pack = self.store, self._fn, _BOUNDS.pack
+        accumulators = []
+        for merged in absorbed:
+            sk = prefix + pack(merged.start, merged.end)
+            accumulators.append(store.get(_STATE, kg, sk)[1])
+            if merged != window:
+                store.delete(_STATE, kg, sk)  # its timers find no state
+        acc = fn.add(reduce(fn.merge, accumulators) if accumulators else fn.create(), value)
+        sk = prefix + pack(window.start, window.end)
+        store.put(_STATE, kg, sk, (key, acc))
+        fired = window_fires(window, wm)
+        if window not in absorbed:  # new bounds: the timer of a window kept as it was stays valid
+            self._sessions[prefix] = [w for w in sessions if w not in absorbed] + [window]
+            heapq.heappush(
+                self._timers,
+                (cleanup_time(window, self._lateness), _CLEANUP, kg, sk)
+                if fired
+                else (window.max_timestamp, _FIRE, kg, sk),
+            )
+        if fired:
+            self._emit(key, window.start, window.end, acc)
+
+    def _process_in_processing_time(self, value: Any) -> None:
+        """Add ``value`` to the window of the wall time now; a new window's timer is its last millisecond."""
+        self.set_current_key(value)
+        kg, key, store, fn = self.current_key_group, self.current_key, self.store, self._fn
+        for window in self._assigner.assign(self._clock()):
+            sk = self._state_key(window)
+            entry = store.get(_STATE, kg, sk)
+            if entry is None:
+                acc = fn.add(fn.create(), value)
+                heapq.heappush(self._processing_timers, (window.max_timestamp, kg, sk))
+            else:
+                acc = fn.add(entry[1], value)
+            store.put(_STATE, kg, sk, (key, acc))
+
+    # Firing --------------------------------------------------------------------------------------
+
     def _emit(self, key: Any, start: int, end: int, acc: Any) -> None:
         """The window's result, stamped with the window's last timestamp."""
-        self.output.emit(self._fn.result(key, start, end, acc), end - 1)
+        result = self._fn.result(key, start, end, acc)
+        match self._window_function:
+            case None:
+                self.output.emit(result, end - 1)
+            case ProcessResult(function):
+                self._process_window(function, key, start, end, (result,))
+            case ProcessElements(function):
+                self._process_window(function, key, start, end, result)
+            case unreachable:
+                assert_never(unreachable)
+
+    def _process_window(self, function: Any, key: Any, start: int, end: int, elements: Sequence[Any]) -> None:
+        context = WindowContext(TimeWindow(start, end), self._watermark, self._clock())
+        out = self._out
+        out.timestamp = end - 1
+        function.process(key, context, elements, out)
 
     def process_watermark(self, watermark: int) -> None:
         if watermark <= self._watermark:
             return
         self._watermark = watermark
+        if self._processing_time:  # these windows wait for the wall time
+            self.output.emit_watermark(watermark)
+            return
         if self._inherited_watermarks and watermark >= max(w for _r, w in self._inherited_watermarks):
             self._inherited_watermarks = []
         timers, store = self._timers, self.store
@@ -138,7 +347,38 @@ class WindowAggregateOperator(KeyedOperator):
                     heapq.heappush(timers, (end - 1 + self._lateness, _CLEANUP, kg, sk))
                     continue
             store.delete(_STATE, kg, sk)
+            if self._merging:
+                self._forget_session(sk, TimeWindow(start, end))
         self.output.emit_watermark(watermark)
+
+    def _forget_session(self, sk: bytes, window: TimeWindow) -> None:
+        """A session window's state was dropped: it is no longer one of its key's sessions."""
+        prefix = sk[: len(sk) - _BOUNDS.size]
+        sessions = self._sessions.get(prefix)
+        if sessions is None or window not in sessions:
+            return
+        sessions.remove(window)
+        if not sessions:
+            del self._sessions[prefix]
+
+    def on_processing_time(self, now_ms: int) -> None:
+        """The wall time is ``now_ms``: fire (and drop) every processing-time window that ended by then."""
+        timers, store = self._processing_timers, self.store
+        while timers and timers[0][0] <= now_ms:
+            _, kg, sk = heapq.heappop(timers)
+            entry = store.get(_STATE, kg, sk)
+            if entry is None:
+                continue
+            start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
+            self._emit(entry[0], start, end, entry[1])
+            store.delete(_STATE, kg, sk)
+
+    def next_processing_time(self) -> int | None:
+        """The wall time at which the next processing-time window fires (None: no window is open)."""
+        timers = self._processing_timers
+        return timers[0][0] if timers else None
+
+    # Snapshots and restores -------------------------------------------------------------------------
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         self.store.flush()
@@ -165,16 +405,23 @@ class WindowAggregateOperator(KeyedOperator):
         return self._watermark
 
     def _rebuild_timers(self) -> None:
-        self._timers = []
+        """The timers (and the sessions of each key) of the windows in the restored state."""
+        self._timers, self._processing_timers, self._sessions = [], [], {}
         for kg in self.ctx.key_group_range:
             fired_through = self._fired_through(kg)
             for sk, _entry in self.store.items(_STATE, kg):
-                _start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
+                start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
+                if self._processing_time:
+                    self._processing_timers.append((end - 1, kg, sk))
+                    continue
+                if self._merging:
+                    self._sessions.setdefault(sk[: len(sk) - _BOUNDS.size], []).append(TimeWindow(start, end))
                 if end - 1 <= fired_through:
                     self._timers.append((end - 1 + self._lateness, _CLEANUP, kg, sk))
                 else:
                     self._timers.append((end - 1, _FIRE, kg, sk))
         heapq.heapify(self._timers)
+        heapq.heapify(self._processing_timers)
 
 
 def decode_window_state(data: bytes) -> int:

@@ -2,13 +2,38 @@
 
 Timestamps are integer milliseconds. A window covers ``[start, end)``; its last timestamp is
 ``end - 1``. Window starts follow Flink's ``TimeWindow.getWindowStartWithOffset`` and are aligned to
-the epoch plus ``offset_ms``, for negative timestamps too.
+the epoch plus ``offset_ms``, for negative timestamps too. Every duration (a size, slide, offset, gap
+or allowed lateness) is an int of milliseconds or a :class:`datetime.timedelta` (:func:`to_millis`).
+
+Session windows (:class:`EventTimeSessionWindows`) merge: each element opens ``[ts, ts + gap)`` and
+the windows of a key that overlap or touch become one (:func:`merge_window`), as Flink's
+``MergingWindowAssigner``. Processing-time windows (:class:`TumblingProcessingTimeWindows`) are
+assigned by the wall time an element arrives at, not by its timestamp.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Protocol
+
+_MILLISECOND = timedelta(milliseconds=1)
+
+
+def to_millis(duration: int | timedelta, what: str) -> int:
+    """``duration`` in whole milliseconds: an int as it is, a timedelta converted exactly.
+
+    Raises TypeError for anything else (a bool or float too) and ValueError for a timedelta that is
+    not a whole number of milliseconds."""
+    if isinstance(duration, timedelta):
+        millis, rest = divmod(duration, _MILLISECOND)
+        if rest:
+            raise ValueError(f"{what} must be a whole number of milliseconds, got {duration!r}")
+        return int(millis)
+    if type(duration) is not int:
+        raise TypeError(f"{what} must be an int of milliseconds or a datetime.timedelta, got {duration!r}")
+    return duration
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -23,8 +48,28 @@ class TimeWindow:
         """The last timestamp inside the window."""
         return self.end - 1
 
+    def intersects(self, other: TimeWindow) -> bool:
+        """Whether the two windows overlap or touch (Flink's ``TimeWindow.intersects``): such session
+        windows merge."""
+        return self.start <= other.end and other.start <= self.end
+
+    def cover(self, other: TimeWindow) -> TimeWindow:
+        """The smallest window containing both."""
+        return TimeWindow(min(self.start, other.start), max(self.end, other.end))
+
     def __str__(self) -> str:
         return f"[{self.start}, {self.end})"
+
+
+def merge_window(windows: Sequence[TimeWindow], new: TimeWindow) -> tuple[TimeWindow, tuple[TimeWindow, ...]]:
+    """Add ``new`` to a key's session windows ``windows`` (disjoint and not touching): the window it
+    becomes and the windows of ``windows`` it absorbs (by start; empty when it merges with none). The
+    result equals one of the absorbed windows when ``new`` falls inside it."""
+    merged = new
+    absorbed = tuple(sorted(w for w in windows if w.intersects(new)))
+    for window in absorbed:
+        merged = merged.cover(window)
+    return merged, absorbed
 
 
 def window_start(timestamp_ms: int, offset_ms: int, size_ms: int) -> int:
@@ -61,7 +106,9 @@ class TumblingEventTimeWindows:
 
     __slots__ = ("_last", "offset_ms", "size_ms")
 
-    def __init__(self, size_ms: int, offset_ms: int = 0) -> None:
+    def __init__(self, size_ms: int | timedelta, offset_ms: int | timedelta = 0) -> None:
+        size_ms = to_millis(size_ms, "tumbling window size")
+        offset_ms = to_millis(offset_ms, "tumbling window offset")
         if size_ms <= 0:
             raise ValueError(f"tumbling window size must be > 0 ms, got {size_ms}")
         if abs(offset_ms) >= size_ms:
@@ -98,7 +145,10 @@ class SlidingEventTimeWindows:
 
     __slots__ = ("_last", "_last_start", "_reusable", "offset_ms", "size_ms", "slide_ms")
 
-    def __init__(self, size_ms: int, slide_ms: int, offset_ms: int = 0) -> None:
+    def __init__(self, size_ms: int | timedelta, slide_ms: int | timedelta, offset_ms: int | timedelta = 0) -> None:
+        size_ms = to_millis(size_ms, "sliding window size")
+        slide_ms = to_millis(slide_ms, "sliding window slide")
+        offset_ms = to_millis(offset_ms, "sliding window offset")
         if size_ms <= 0 or slide_ms <= 0:
             raise ValueError(f"sliding window size and slide must be > 0 ms, got size {size_ms} and slide {slide_ms}")
         if abs(offset_ms) >= slide_ms:
@@ -133,3 +183,73 @@ class SlidingEventTimeWindows:
 
     def __repr__(self) -> str:
         return f"SlidingEventTimeWindows(size_ms={self.size_ms}, slide_ms={self.slide_ms}, offset_ms={self.offset_ms})"
+
+
+class EventTimeSessionWindows:
+    """Session windows: each element opens ``[ts, ts + gap)``; a key's windows that overlap or touch
+    merge into one (:func:`merge_window`), so a session ends after ``gap_ms`` without elements."""
+
+    __slots__ = ("gap_ms",)
+
+    def __init__(self, gap_ms: int | timedelta) -> None:
+        gap_ms = to_millis(gap_ms, "session gap")
+        if gap_ms <= 0:
+            raise ValueError(f"session gap must be > 0 ms, got {gap_ms}")
+        self.gap_ms = gap_ms
+
+    @classmethod
+    def with_gap(cls, gap: int | timedelta) -> EventTimeSessionWindows:
+        """Flink's ``EventTimeSessionWindows.withGap``."""
+        return cls(gap)
+
+    def assign(self, timestamp_ms: int) -> tuple[TimeWindow, ...]:
+        """The element's own window, before any merge."""
+        return (TimeWindow(timestamp_ms, timestamp_ms + self.gap_ms),)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, EventTimeSessionWindows):
+            return NotImplemented
+        return self.gap_ms == other.gap_ms
+
+    def __hash__(self) -> int:
+        return hash((EventTimeSessionWindows, self.gap_ms))
+
+    def __repr__(self) -> str:
+        return f"EventTimeSessionWindows(gap_ms={self.gap_ms})"
+
+
+class TumblingProcessingTimeWindows:
+    """Fixed-size, non-overlapping windows of wall time: an element belongs to the window containing
+    the moment it arrives; the window fires when the wall time passes its last millisecond. There is
+    no lateness: processing time never goes back."""
+
+    __slots__ = ("_event_time", "offset_ms", "size_ms")
+
+    def __init__(self, size_ms: int | timedelta, offset_ms: int | timedelta = 0) -> None:
+        self._event_time = TumblingEventTimeWindows(size_ms, offset_ms)  # the same arithmetic, checks too
+        self.size_ms = self._event_time.size_ms
+        self.offset_ms = self._event_time.offset_ms
+
+    def assign(self, now_ms: int) -> tuple[TimeWindow, ...]:
+        """The one window containing wall time ``now_ms``."""
+        return self._event_time.assign(now_ms)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, TumblingProcessingTimeWindows):
+            return NotImplemented
+        return (self.size_ms, self.offset_ms) == (other.size_ms, other.offset_ms)
+
+    def __hash__(self) -> int:
+        return hash((TumblingProcessingTimeWindows, self.size_ms, self.offset_ms))
+
+    def __repr__(self) -> str:
+        return f"TumblingProcessingTimeWindows(size_ms={self.size_ms}, offset_ms={self.offset_ms})"
+
+
+@dataclass(frozen=True, slots=True)
+class WindowContext:
+    """What a ProcessWindowFunction is told about the window it processes."""
+
+    window: TimeWindow
+    current_watermark: int
+    current_processing_time: int
