@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import hashlib
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import partial
 from pathlib import Path
 from types import ModuleType
@@ -42,7 +43,14 @@ from operators.transactional_sinks import (
     TwoPhasePostgresSinkOperator,
     row_key_indexes,
 )
-from operators.windows import WINDOW_STATE, WindowAggregateOperator
+from operators.windows import (
+    WINDOW_STATE,
+    ElementList,
+    ProcessElements,
+    ProcessResult,
+    ReduceAggregate,
+    WindowAggregateOperator,
+)
 from weir.core.columnar import Aggregate, BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.descriptors import (
     DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -54,7 +62,15 @@ from weir.core.descriptors import (
 )
 from weir.core.errors import JobDefinitionError, NonRetriableError
 from weir.core.state_schema import Migrate, StateSchema
-from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.core.windows import (
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowContext,
+    to_millis,
+)
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 
 T = TypeVar("T")
@@ -63,7 +79,11 @@ ACC = TypeVar("ACC")
 DEFAULT_MAX_PARALLELISM = 128
 
 
-WindowAssigner = TumblingEventTimeWindows | SlidingEventTimeWindows
+WindowAssigner = (
+    TumblingEventTimeWindows | SlidingEventTimeWindows | EventTimeSessionWindows | TumblingProcessingTimeWindows
+)
+Duration = int | timedelta
+"""A window duration: an int of milliseconds or a :class:`datetime.timedelta` (whole milliseconds)."""
 KeySelector = Callable[[Any], Any] | str
 """A key: a function of the record, or a field name (``record[name]``; on a columnar stream, its column)."""
 KafkaDelivery = Literal["exactly_once", "at_least_once"]
@@ -116,6 +136,7 @@ class AggregateFunction(Protocol[T, ACC]):
     def add(self, acc: ACC, value: T) -> ACC: ...
     def result(self, key: Any, window_start: int, window_end: int, acc: ACC) -> Any: ...
 
+    # Optional: ``merge(a, b) -> acc``, the accumulator of two windows' values (session windows need it).
     # Optional: the accumulator's version (default 1) and ``migrate(stored_version, acc) -> acc``,
     # read when ``.aggregate`` is given neither ``state_version`` nor ``migrate``.
 
@@ -586,17 +607,30 @@ class KeyedStream(DataStream):
             ),
         )
 
-    def window(self, assigner: WindowAssigner, *, allowed_lateness_ms: int = 0) -> WindowedStream:
+    def window(self, assigner: WindowAssigner, *, allowed_lateness_ms: Duration = 0) -> WindowedStream:
+        """Group each key's values into the windows of ``assigner``; ``allowed_lateness_ms`` (int ms
+        or timedelta) keeps an event-time window's state that long after it fired, for late values."""
         return WindowedStream(self, assigner, allowed_lateness_ms)
 
 
 class WindowedStream:
-    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness_ms: int) -> None:
-        if allowed_lateness_ms < 0:
+    """A keyed stream grouped into windows; ``aggregate``, ``reduce`` or ``process`` says what each
+    window emits when it fires (Flink's WindowedStream)."""
+
+    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness_ms: Duration) -> None:
+        try:
+            lateness = to_millis(allowed_lateness_ms, "allowed_lateness_ms")
+        except (TypeError, ValueError) as exc:
+            raise JobDefinitionError(str(exc)) from None
+        if lateness < 0:
             raise JobDefinitionError("allowed_lateness_ms must be >= 0")
         self._keyed = keyed
         self._assigner = assigner
-        self._lateness = allowed_lateness_ms
+        self._lateness = lateness
+
+    def allowed_lateness(self, lateness: Duration) -> WindowedStream:
+        """The same windows with ``lateness`` (int ms or timedelta) allowed (Flink's ``allowedLateness``)."""
+        return WindowedStream(self._keyed, self._assigner, lateness)
 
     def aggregate(
         self,
@@ -607,14 +641,19 @@ class WindowedStream:
         parallelism: int | None = None,
         state_version: int | None = None,
         migrate: Migrate | None = None,
+        window_function: ProcessWindowFunction | None = None,
     ) -> DataStream:
         """Aggregate each key's window incrementally; emit ``fn.result`` when the watermark passes
-        the window's end (and again for each late value within the allowed lateness).
+        the window's end (and again for each late value within the allowed lateness). With
+        ``window_function``, its ``process(key, context, (result,), out)`` emits instead (Flink's
+        ``aggregate(agg, windowFunction)``): the one result and the window's metadata.
 
         ``state_version`` (default 1; or ``fn.state_version``) versions the accumulators in snapshots.
         Raise it when the accumulator's shape changes, and give ``migrate(stored_version, acc) -> acc``
         (or ``fn.migrate``): a restore of an older version rewrites every accumulator through it once;
-        without it, or restoring a newer version than declared, the job fails at restore."""
+        without it, or restoring a newer version than declared, the job fails at restore.
+
+        Session windows merge accumulators: ``fn`` needs ``merge(a, b) -> acc``."""
 
         keyed = self._keyed
         ks = keyed._key_selector
@@ -622,20 +661,122 @@ class WindowedStream:
         assigner, lateness = self._assigner, self._lateness
         if isinstance(fn, Mapping):  # built-in aggregates by result name
             fn = BuiltinAggregates(fn, ks.field if isinstance(ks, FieldKey) else "key")
-            if isinstance(keyed, ColumnarKeyedStream):
+            if (
+                isinstance(keyed, ColumnarKeyedStream)
+                and window_function is None
+                and isinstance(assigner, TumblingEventTimeWindows | SlidingEventTimeWindows)
+            ):  # vectorized: event-time windows that do not merge
                 return keyed._columnar_window(fn, assigner, lateness, uid, name, parallelism, state_version, migrate)
-        elif isinstance(keyed, ColumnarKeyedStream):  # a function of records: the records' window
+        if isinstance(keyed, ColumnarKeyedStream):  # anything else is the records' window
             return WindowedStream(keyed._records_keyed(), assigner, lateness).aggregate(
+                fn,
+                uid=uid,
+                name=name,
+                parallelism=parallelism,
+                state_version=state_version,
+                migrate=migrate,
+                window_function=window_function,
+            )
+        return self._window(
+            uid,
+            name or "window-aggregate",
+            parallelism,
+            fn,
+            _state_schema(uid, WINDOW_STATE, fn, state_version, migrate),
+            None if window_function is None else ProcessResult(_window_function(uid, window_function)),
+        )
+
+    def reduce(
+        self,
+        fn: Callable[[Any, Any], Any],
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        state_version: int | None = None,
+        migrate: Migrate | None = None,
+        window_function: ProcessWindowFunction | None = None,
+    ) -> DataStream:
+        """Reduce each key's window incrementally with ``fn(a, b) -> value`` (of the values' type); emit
+        the reduced value when the window fires, or what ``window_function`` makes of it
+        (``process(key, context, (reduced,), out)``). The state is the reduced value (what
+        ``state_version``/``migrate`` version); session windows merge two by ``fn`` too."""
+
+        if not callable(fn):
+            raise JobDefinitionError(f"operator {uid!r}: reduce takes a function of two values, not {fn!r}")
+        if isinstance(self._keyed, ColumnarKeyedStream):
+            return WindowedStream(self._keyed._records_keyed(), self._assigner, self._lateness).reduce(
+                fn,
+                uid=uid,
+                name=name,
+                parallelism=parallelism,
+                state_version=state_version,
+                migrate=migrate,
+                window_function=window_function,
+            )
+        return self._window(
+            uid,
+            name or "window-reduce",
+            parallelism,
+            ReduceAggregate(fn),
+            _state_schema(uid, WINDOW_STATE, fn, state_version, migrate),
+            None if window_function is None else ProcessResult(_window_function(uid, window_function)),
+        )
+
+    def process(
+        self,
+        fn: ProcessWindowFunction,
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        state_version: int | None = None,
+        migrate: Migrate | None = None,
+    ) -> DataStream:
+        """Keep every value of each key's window (a list in state) and call
+        ``fn.process(key, context, elements, out)`` when it fires: ``elements`` in arrival order,
+        ``context.window`` and ``context.current_watermark``; ``out.collect(value)`` emits (stamped with
+        the window's last timestamp). ``state_version``/``migrate`` version the list of a window."""
+
+        if isinstance(self._keyed, ColumnarKeyedStream):
+            return WindowedStream(self._keyed._records_keyed(), self._assigner, self._lateness).process(
                 fn, uid=uid, name=name, parallelism=parallelism, state_version=state_version, migrate=migrate
             )
-        schema = _state_schema(uid, WINDOW_STATE, fn, state_version, migrate)
+        return self._window(
+            uid,
+            name or "window-process",
+            parallelism,
+            ElementList(),
+            _state_schema(uid, WINDOW_STATE, fn, state_version, migrate),
+            ProcessElements(_window_function(uid, fn)),
+        )
+
+    def _window(
+        self,
+        uid: str,
+        name: str,
+        parallelism: int | None,
+        fn: Any,
+        schema: StateSchema,
+        window_function: ProcessResult | ProcessElements | None,
+    ) -> DataStream:
+        """The window operator over records, checked at build time."""
+        keyed = self._keyed
+        ks = keyed._key_selector
+        assert ks is not None
+        assigner, lateness = self._assigner, self._lateness
+        if isinstance(assigner, EventTimeSessionWindows) and not callable(getattr(fn, "merge", None)):
+            raise JobDefinitionError(
+                f"operator {uid!r}: session windows ({assigner!r}) merge the accumulators of the windows they "
+                f"join, and {type(fn).__name__} has no merge(a, b) method: give it one"
+            )
         return DataStream(
             keyed._env,
             keyed._add(
                 uid,
-                name or "window-aggregate",
+                name,
                 OperatorKind.ONE_INPUT,
-                lambda: WindowAggregateOperator(fn, ks, assigner, lateness, schema),
+                lambda: WindowAggregateOperator(fn, ks, assigner, lateness, schema, window_function=window_function),
                 parallelism,
                 key_selector=ks,
             ),
@@ -736,7 +877,7 @@ class ColumnarKeyedStream(KeyedStream):
     def _columnar_window(
         self,
         fn: BuiltinAggregates,
-        assigner: WindowAssigner,
+        assigner: TumblingEventTimeWindows | SlidingEventTimeWindows,
         lateness: int,
         uid: str,
         name: str | None,
@@ -803,6 +944,19 @@ class KeyedProcessFunction:
         raise NotImplementedError("a KeyedProcessFunction must override process_element")
 
 
+class ProcessWindowFunction:
+    """What a window emits when it fires, from all of it: override ``process``.
+
+    ``elements`` is every value of the window (``.process``), or the one aggregate or reduced value
+    (``.aggregate(..., window_function=)``, ``.reduce(..., window_function=)``); ``context`` is a
+    :class:`WindowContext` (``window.start``, ``window.end``, ``current_watermark``,
+    ``current_processing_time``); ``out.collect(value)`` emits, stamped with the window's last
+    timestamp unless given another."""
+
+    def process(self, key: Any, context: WindowContext, elements: Sequence[Any], out: Collector) -> None:
+        raise NotImplementedError("a ProcessWindowFunction must override process")
+
+
 class CoProcessFunction:
     """Two inputs: ``process_element1`` for the first stream, ``process_element2`` for the second."""
 
@@ -815,6 +969,16 @@ class CoProcessFunction:
 
 def _identity(value: Any) -> Any:
     return value
+
+
+def _window_function(uid: str, fn: Any) -> Any:
+    """A ProcessWindowFunction, checked at build time: an object with a ``process`` method."""
+    if not callable(getattr(fn, "process", None)):
+        raise JobDefinitionError(
+            f"operator {uid!r}: a window function is a ProcessWindowFunction with process(key, context, elements, "
+            f"out), not {fn!r}"
+        )
+    return fn
 
 
 def _key_selector(key: KeySelector) -> Callable[[Any], Any]:
@@ -940,7 +1104,9 @@ __all__ = [
     "ColumnarStream",
     "Count",
     "DataStream",
+    "Duration",
     "Environment",
+    "EventTimeSessionWindows",
     "FieldKey",
     "KeyedProcessFunction",
     "KeyedStream",
@@ -950,11 +1116,16 @@ __all__ = [
     "Min",
     "NonRetriableError",
     "Parameters",
+    "ProcessWindowFunction",
     "Schema",
     "SlidingEventTimeWindows",
     "StateSchema",
     "Sum",
+    "TimeWindow",
     "TumblingEventTimeWindows",
+    "TumblingProcessingTimeWindows",
+    "WindowContext",
+    "WindowedStream",
     "json_deserializer",
     "json_serializer",
     "load_job_file",
