@@ -90,6 +90,15 @@ class StreamOperator:
     def process_watermark(self, watermark: int) -> None:
         self.output.emit_watermark(watermark)
 
+    def next_processing_time(self) -> int | None:
+        """The earliest processing time (epoch ms) at which the task must call
+        :meth:`on_processing_time`; None: no processing-time timer. The task waits no longer than that."""
+        return None
+
+    def on_processing_time(self, now_ms: int) -> None:
+        """The wall clock reached ``now_ms`` (epoch ms), at or past :meth:`next_processing_time`:
+        fire the processing-time timers due by then."""
+
     def end_input(self) -> None:
         """All inputs ended (a bounded job reached its end): flush what is buffered."""
 
