@@ -90,12 +90,14 @@ class StreamOperator:
     def process_watermark(self, watermark: int) -> None:
         self.output.emit_watermark(watermark)
 
-    def on_processing_time(self, now_ms: int) -> None:
-        """The wall time (epoch ms) reached ``now_ms``: fire what waits for it (a processing-time window)."""
-
     def next_processing_time(self) -> int | None:
-        """The wall time (epoch ms) the operator next waits for; None: none."""
+        """The earliest processing time (epoch ms) at which the task must call
+        :meth:`on_processing_time`; None: no processing-time timer. The task waits no longer than that."""
         return None
+
+    def on_processing_time(self, now_ms: int) -> None:
+        """The wall clock reached ``now_ms`` (epoch ms), at or past :meth:`next_processing_time`:
+        fire the processing-time timers due by then."""
 
     def end_input(self) -> None:
         """All inputs ended (a bounded job reached its end): flush what is buffered."""

@@ -1,16 +1,44 @@
-"""Keyed operators: state per key in RocksDB, addressed by the key's key group."""
+"""Keyed operators: state per key in RocksDB, addressed by the key's key group; the
+KeyedProcessFunction's operator with its timers (``operators.timers``) and state kinds
+(``operators.process_state``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar, assert_never
 
 from operators.base import StreamOperator
 from operators.basic import _TimestampedCollector
-from weir.core.keygroups import KeyEncoder, key_to_bytes
+from operators.process_state import (
+    AggregatingState,
+    KeyedState,
+    ListState,
+    MapEntry,
+    MapState,
+    ReducingState,
+    Ttl,
+    TtlValue,
+    ValueState,
+    drop_expired,
+)
+from operators.timers import TIMER_STATES, TimerQueue
+from weir.core.errors import JobDefinitionError
+from weir.core.keygroups import KeyEncoder
+from weir.core.process_functions import (
+    Clock,
+    Millis,
+    ReduceFunction,
+    StateAggregateFunction,
+    StateTtlConfig,
+    TimeDomain,
+    to_millis,
+    wall_clock_ms,
+)
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
+from weir.core.watermarks import MIN_WATERMARK
 
 REDUCE_STATE = "reduce"
+S = TypeVar("S", bound=KeyedState)
 
 
 class KeyedOperator(StreamOperator):
@@ -90,7 +118,11 @@ class KeyedOperator(StreamOperator):
         self._migrations = {}
 
     def set_current_key(self, value: Any) -> None:
-        key = self._key_selector(value)
+        """Make the key of record ``value`` the current key."""
+        self.switch_to_key(self._key_selector(value))
+
+    def switch_to_key(self, key: Any) -> None:
+        """Make ``key`` the current key (a timer's key, when it fires)."""
         self.current_key = key
         self.current_key_bytes, self.current_key_group, self.current_key_prefix = self._keys.encode(key)
 
@@ -123,86 +155,217 @@ class ReduceOperator(KeyedOperator):
         self.output.emit(result, timestamp)
 
 
-class ValueState:
-    """One value per key (the operator's current key)."""
+class TimerService:
+    """``ctx.timer_service()``: the timers of the current key, the watermark and the processing time.
 
-    __slots__ = ("_name", "_op")
+    A timer is one per key, time and domain: registering it again changes nothing, deleting one that
+    does not exist does nothing. Times are epoch milliseconds (an int, or a ``timedelta`` since the
+    epoch). An event-time timer fires once the watermark reaches its time, a processing-time timer
+    once the wall clock does; one whose time has passed already fires at the next watermark (event
+    time) or as soon as the task gets to it (processing time)."""
 
-    def __init__(self, op: KeyedOperator, name: str) -> None:
+    __slots__ = ("_op",)
+
+    def __init__(self, op: KeyedProcessOperator) -> None:
         self._op = op
-        self._name = name
 
-    def value(self) -> Any:
+    def register_event_time_timer(self, time: Millis) -> None:
         op = self._op
-        return op.store.get(self._name, op.current_key_group, op.current_key_bytes)
+        op.event_timers.register(
+            op.current_key, op.current_key_group, op.current_key_prefix, to_millis(time, "a timer's time")
+        )
 
-    def update(self, value: Any) -> None:
+    def delete_event_time_timer(self, time: Millis) -> None:
         op = self._op
-        op.store.put(self._name, op.current_key_group, op.current_key_bytes, value)
+        op.event_timers.delete(op.current_key_group, op.current_key_prefix, to_millis(time, "a timer's time"))
 
-    def clear(self) -> None:
+    def register_processing_time_timer(self, time: Millis) -> None:
         op = self._op
-        op.store.delete(self._name, op.current_key_group, op.current_key_bytes)
+        op.processing_timers.register(
+            op.current_key, op.current_key_group, op.current_key_prefix, to_millis(time, "a timer's time")
+        )
 
-
-class MapState:
-    """A dictionary per key; each entry is its own RocksDB value."""
-
-    __slots__ = ("_name", "_op")
-
-    def __init__(self, op: KeyedOperator, name: str) -> None:
-        self._op = op
-        self._name = name
-
-    def _key(self, user_key: Any) -> bytes:
-        return self._op.current_key_prefix + key_to_bytes(user_key)
-
-    def get(self, user_key: Any) -> Any:
+    def delete_processing_time_timer(self, time: Millis) -> None:
         op = self._op
-        return op.store.get(self._name, op.current_key_group, self._key(user_key))
+        op.processing_timers.delete(op.current_key_group, op.current_key_prefix, to_millis(time, "a timer's time"))
 
-    def put(self, user_key: Any, value: Any) -> None:
-        op = self._op
-        op.store.put(self._name, op.current_key_group, self._key(user_key), value)
+    def current_watermark(self) -> int:
+        """The last watermark the operator received (MIN_WATERMARK before the first)."""
+        return self._op.watermark
 
-    def remove(self, user_key: Any) -> None:
-        op = self._op
-        op.store.delete(self._name, op.current_key_group, self._key(user_key))
+    def current_processing_time(self) -> int:
+        """The processing time now, in epoch ms (the operator's clock)."""
+        return self._op.clock()
 
 
 class KeyedProcessContext:
-    """What a KeyedProcessFunction sees: the current key, its timestamp, and its state."""
+    """What a KeyedProcessFunction sees in ``process_element`` (and ``open``): the current key, the
+    record's timestamp (``timestamp``, None for a record without one), the timer service and the
+    key's state of every kind.
 
-    def __init__(self, op: KeyedOperator) -> None:
+    A state is named once per kind: asking for a name as another kind, or with another TTL, raises
+    JobDefinitionError. ``ttl`` (a :class:`StateTtlConfig`) makes the state's values expire."""
+
+    def __init__(self, op: KeyedProcessOperator) -> None:
         self._op = op
+        self._timers = TimerService(op)
         self.timestamp: int | None = None
 
     @property
     def key(self) -> Any:
         return self._op.current_key
 
-    def value_state(self, name: str) -> ValueState:
-        return ValueState(self._op, name)
+    def timer_service(self) -> TimerService:
+        return self._timers
 
-    def map_state(self, name: str) -> MapState:
-        return MapState(self._op, name)
+    def value_state(self, name: str, ttl: StateTtlConfig | None = None) -> ValueState:
+        return self._op.state(name, ValueState, ttl, lambda t: ValueState(self._op, name, t))
+
+    def list_state(self, name: str, ttl: StateTtlConfig | None = None) -> ListState:
+        return self._op.state(name, ListState, ttl, lambda t: ListState(self._op, name, t))
+
+    def map_state(self, name: str, ttl: StateTtlConfig | None = None) -> MapState:
+        return self._op.state(name, MapState, ttl, lambda t: MapState(self._op, name, t))
+
+    def reducing_state(self, name: str, reduce: ReduceFunction, ttl: StateTtlConfig | None = None) -> ReducingState:
+        """Values folded with ``reduce(accumulated, value)``; the first function given for a name is kept."""
+        return self._op.state(name, ReducingState, ttl, lambda t: ReducingState(self._op, name, t, reduce))
+
+    def aggregating_state(
+        self, name: str, aggregate: StateAggregateFunction, ttl: StateTtlConfig | None = None
+    ) -> AggregatingState:
+        """Values added into ``aggregate``'s accumulator; the first function given for a name is kept."""
+        return self._op.state(name, AggregatingState, ttl, lambda t: AggregatingState(self._op, name, t, aggregate))
+
+
+class OnTimerContext(KeyedProcessContext):
+    """What a KeyedProcessFunction sees in ``on_timer``: the timer's key as the current key, its
+    time as ``timestamp``, and which kind of timer fired (:meth:`time_domain`)."""
+
+    def __init__(self, op: KeyedProcessOperator) -> None:
+        super().__init__(op)
+        self.domain = TimeDomain.EVENT_TIME
+
+    def time_domain(self) -> TimeDomain:
+        return self.domain
 
 
 class KeyedProcessOperator(KeyedOperator):
-    def __init__(self, fn: Any, key_selector: Callable[[Any], Any], state_schemas: Iterable[StateSchema] = ()) -> None:
+    """Runs a KeyedProcessFunction: ``process_element(value, ctx, out)`` per record and
+    ``on_timer(timestamp, ctx, out)`` per timer that fires.
+
+    Event-time timers due at a watermark fire in time order before the watermark is forwarded, their
+    output stamped with the timer's time; processing-time timers fire when the task calls
+    :meth:`on_processing_time`, their output without a timestamp (as in Flink). ``clock`` is the
+    processing time (epoch ms) the timer service and the states' TTL read."""
+
+    def __init__(
+        self,
+        fn: Any,
+        key_selector: Callable[[Any], Any],
+        state_schemas: Iterable[StateSchema] = (),
+        clock: Clock = wall_clock_ms,
+    ) -> None:
         super().__init__(key_selector, state_schemas)
+        reserved = TIMER_STATES & set(self._state_schemas)
+        if reserved:
+            raise JobDefinitionError(f"state names {sorted(reserved)} are reserved for timers")
         self._fn = fn
+        self.clock = clock
+        self.watermark = MIN_WATERMARK
+        self._states: dict[str, KeyedState] = {}
 
     def open(self) -> None:
         super().open()
+        self.event_timers = TimerQueue(self.store, TimeDomain.EVENT_TIME)
+        self.processing_timers = TimerQueue(self.store, TimeDomain.PROCESSING_TIME)
+        self.event_timers.rebuild(self.ctx.key_group_range)
+        self.processing_timers.rebuild(self.ctx.key_group_range)
         self._process_ctx = KeyedProcessContext(self)
+        self._timer_ctx = OnTimerContext(self)
         self._out = _TimestampedCollector(self.output.emit)
+        self._on_timer = getattr(self._fn, "on_timer", None)
         open_fn = getattr(self._fn, "open", None)
         if callable(open_fn):
             open_fn(self._process_ctx)
+
+    def state(
+        self,
+        name: str,
+        kind: type[S],
+        ttl: StateTtlConfig | None,
+        build: Callable[[Ttl | None], S],
+    ) -> S:
+        """State ``name`` as ``kind``, built on first use; the same name asked as another kind or
+        with another TTL is a JobDefinitionError."""
+        known = self._states.get(name)
+        if known is None:
+            if not isinstance(name, str) or not name or "\x00" in name:
+                raise JobDefinitionError(f"a state name must be a non-empty string without NUL, got {name!r}")
+            if name in TIMER_STATES:
+                raise JobDefinitionError(f"state name {name!r} is reserved for timers")
+            if ttl is not None and not isinstance(ttl, StateTtlConfig):
+                raise JobDefinitionError(f"state {name!r}: ttl must be a StateTtlConfig, got {ttl!r}")
+            built = build(None if ttl is None else Ttl(ttl, self.clock))
+            self._states[name] = built
+            return built
+        known_ttl = None if known.ttl is None else known.ttl.config
+        if type(known) is not kind or known_ttl != ttl:
+            raise JobDefinitionError(
+                f"operator {self.ctx.uid!r}: state {name!r} is a {type(known).__name__} with ttl {known_ttl}, "
+                f"asked for as a {kind.__name__} with ttl {ttl}: give each state one kind and one ttl"
+            )
+        assert isinstance(known, kind)
+        return known
+
+    def migrate_value(self, schema: StateSchema, stored_version: int, value: Any) -> Any:
+        """The user's value is migrated inside its TTL wrapper and its map entry."""
+        match value:
+            case TtlValue(value=inner, last_access_ms=last_access):
+                return TtlValue(self.migrate_value(schema, stored_version, inner), last_access)
+            case MapEntry(key=user_key, value=inner):
+                return MapEntry(user_key, super().migrate_value(schema, stored_version, inner))
+            case _:
+                return super().migrate_value(schema, stored_version, value)
 
     def process(self, value: Any, timestamp: int | None) -> None:
         self.set_current_key(value)
         self._process_ctx.timestamp = timestamp
         self._out.timestamp = timestamp
         self._fn.process_element(value, self._process_ctx, self._out)
+
+    def process_watermark(self, watermark: int) -> None:
+        if watermark > self.watermark:
+            self.watermark = watermark
+            self._fire(self.event_timers, watermark)
+        self.output.emit_watermark(watermark)
+
+    def next_processing_time(self) -> int | None:
+        return self.processing_timers.next_time()
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._fire(self.processing_timers, now_ms)
+
+    def _fire(self, timers: TimerQueue, time: int) -> None:
+        """Fire the timers of ``timers`` due at ``time``, in time order."""
+        ctx, out, on_timer = self._timer_ctx, self._out, self._on_timer
+        ctx.domain = timers.domain
+        for when, key in timers.pop_due(time):
+            self.switch_to_key(key)
+            ctx.timestamp = when
+            match timers.domain:
+                case TimeDomain.EVENT_TIME:
+                    out.timestamp = when
+                case TimeDomain.PROCESSING_TIME:
+                    out.timestamp = None
+                case _:
+                    assert_never(timers.domain)
+            if on_timer is not None:
+                on_timer(when, ctx, out)
+
+    def snapshot_state(self, checkpoint_id: int) -> bytes | None:
+        """Remove the expired values of every state with a TTL, then flush the store."""
+        for name, state in self._states.items():
+            if state.ttl is not None:
+                drop_expired(self.store, name, self.ctx.key_group_range, state.ttl)
+        return super().snapshot_state(checkpoint_id)

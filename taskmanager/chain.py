@@ -147,6 +147,18 @@ class OperatorChain:
                 states[uid] = blob
         return states
 
+    def next_processing_time(self) -> int | None:
+        """The earliest processing-time timer (epoch ms) of any operator; None: none has one."""
+        times = [t for op in self.operators if (t := op.next_processing_time()) is not None]
+        return min(times) if times else None
+
+    def on_processing_time(self, now_ms: int) -> None:
+        """The wall clock reached ``now_ms``: every operator with a timer due by then fires it."""
+        for op in self.operators:
+            due = op.next_processing_time()
+            if due is not None and due <= now_ms:
+                op.on_processing_time(now_ms)
+
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         for op in self.operators:
             op.notify_checkpoint_complete(checkpoint_id)

@@ -160,11 +160,12 @@ class KeyedStateStore:
         self._backend.write(batch)
         return written
 
-    def items(self, name: str, key_group: int) -> Iterator[tuple[bytes, Any]]:
-        """Every (key, value) of state ``name`` in one key group, after flushing the cache."""
+    def items(self, name: str, key_group: int, prefix: bytes = b"") -> Iterator[tuple[bytes, Any]]:
+        """Every (key, value) of state ``name`` in one key group whose key starts with ``prefix``,
+        after flushing the cache."""
         self.flush()
-        prefix = b"".join((self._uid_prefix, key_group.to_bytes(2, "big"), name.encode("utf-8"), b"\x00"))
-        n = len(prefix)
+        n = len(self.full_key(name, key_group, b""))
+        prefix = self.full_key(name, key_group, prefix)
         for full, raw in self._db.items(from_key=prefix):
             if not full.startswith(prefix):
                 break

@@ -76,6 +76,7 @@ from weir.core.failures import Failure
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.metrics import TaskMetrics
+from weir.core.process_functions import Clock, wall_clock_ms
 from weir.core.rescale import key_group_sources
 from weir.core.state_schema import StoredSchema, merge_stored_schemas
 from weir.core.states import TaskState
@@ -372,8 +373,10 @@ class Task:
         restore_storage: CheckpointStorage | None = None,
         open_keyed_state: Callable[[], TaskKeyedState] | None = None,
         aligned_checkpoint_timeout_s: float = 0.0,
+        clock: Clock = wall_clock_ms,
     ) -> None:
         self.address = address
+        self._clock = clock  # processing time (epoch ms): when the chain's processing-time timers are due
         self._plan = plan
         self._vertex = vertex
         self._job_name = job_name
@@ -859,14 +862,23 @@ class Task:
             self._on_mail(mail)
 
     def _next_timer(self, last_sync: float) -> float:
-        """When the task must wake without input: the earliest buffer timeout of its outputs, or the
-        next metrics sync."""
+        """When the task must wake without input: the earliest buffer timeout of its outputs, the
+        chain's next processing-time timer, or the next metrics sync."""
         deadlines = [d for net in self._network_outputs if (d := net.flush_deadline()) is not None]
+        processing = self.chain.next_processing_time()
+        if processing is not None:
+            deadlines.append(time.monotonic() + (processing - self._clock()) / 1000.0)
         if self._aligned_timeout_s > 0 and self._gate is not None:
             queued = self._gate.queued_barrier_times()
             if queued:  # the aligned-checkpoint timeout of the oldest barrier still queued
                 deadlines.append(time.monotonic() + min(queued.values()) + self._aligned_timeout_s - time.time())
         return min([*deadlines, last_sync + METRICS_SYNC_S])
+
+    def _fire_processing_timers(self) -> None:
+        """Fire the chain's processing-time timers the clock has passed (overdue ones after a restore too)."""
+        due = self.chain.next_processing_time()
+        if due is not None and due <= (now := self._clock()):
+            self.chain.on_processing_time(now)
 
     def _time_out_alignment(self) -> None:
         """checkpointing.aligned-checkpoint-timeout: a barrier still queued that long after its
@@ -915,6 +927,7 @@ class Task:
                 self._idle_s += now - polled
             if status_of is not None:
                 self._announce_watermark_status(status_of())
+            self._fire_processing_timers()
             for net in self._network_outputs:
                 net.maybe_flush(now)
             if now - last_sync > METRICS_SYNC_S:
@@ -1011,6 +1024,7 @@ class Task:
                     self._on_mail(item)
                 case _:
                     assert_never(item)
+            self._fire_processing_timers()
             for net in self._network_outputs:
                 net.maybe_flush(now)
             if now - last_sync >= METRICS_SYNC_S:

@@ -28,7 +28,15 @@ from typing import Any, Literal, Protocol, TypeVar
 from operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator
 from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from operators.keyed import REDUCE_STATE, KeyedProcessOperator, ReduceOperator
+from operators.keyed import (
+    REDUCE_STATE,
+    KeyedProcessContext,
+    KeyedProcessOperator,
+    OnTimerContext,
+    ReduceOperator,
+    TimerService,
+)
+from operators.process_state import AggregatingState, ListState, MapState, ReducingState, ValueState
 from operators.sinks import (
     FileSinkOperator,
     FunctionSinkOperator,
@@ -61,6 +69,7 @@ from weir.core.descriptors import (
     SinkSystem,
 )
 from weir.core.errors import JobDefinitionError, NonRetriableError
+from weir.core.process_functions import StateAggregateFunction, StateTtlConfig, TimeDomain, TtlUpdateType
 from weir.core.state_schema import Migrate, StateSchema
 from weir.core.windows import (
     EventTimeSessionWindows,
@@ -588,9 +597,11 @@ class KeyedStream(DataStream):
         parallelism: int | None = None,
         state_schemas: Iterable[StateSchema] | None = None,
     ) -> DataStream:
-        """Run ``fn`` per record with its key's state. ``state_schemas`` (or ``fn.state_schemas``):
-        a :class:`StateSchema` per state name the function versions (a ValueState's value, each
-        MapState entry's value); a state not declared is version 1."""
+        """Run ``fn`` (a :class:`KeyedProcessFunction`) per record with its key's state and timers.
+        ``state_schemas`` (or ``fn.state_schemas``): a :class:`StateSchema` per state name the
+        function versions; ``migrate`` is given what one key's state holds (a ValueState's value, a
+        ListState's list, each MapState entry's value, a Reducing/AggregatingState's accumulator). A
+        state not declared is version 1."""
 
         assert self._key_selector is not None
         ks = self._key_selector
@@ -935,13 +946,26 @@ class Collector(Protocol):
 
 
 class KeyedProcessFunction:
-    """Per-key processing with state: override ``process_element``; use ``ctx.value_state(name)``.
+    """Per-key processing with state and timers (Flink's KeyedProcessFunction): override
+    ``process_element``, and ``on_timer`` to act when a timer fires.
+
+    ``ctx`` (a :class:`KeyedProcessContext`) has the current key (``ctx.key``), the record's
+    timestamp (``ctx.timestamp``), the key's state of each kind (``ctx.value_state(name)``,
+    ``list_state``, ``map_state``, ``reducing_state(name, fn)``, ``aggregating_state(name, agg)``
+    with a :class:`StateAggregateFunction`), each with an optional ``ttl=StateTtlConfig(...)``, and
+    ``ctx.timer_service()`` (a :class:`TimerService`) to register and delete event-time and
+    processing-time timers, in epoch ms or as a ``timedelta`` since the epoch.
 
     ``state_schemas`` (optional, or ``.process(..., state_schemas=...)``): a :class:`StateSchema` per
     state whose values are versioned, e.g. ``StateSchema("count", version=2, migrate=fn)``."""
 
-    def process_element(self, value: Any, ctx: Any, out: Collector) -> None:
+    def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         raise NotImplementedError("a KeyedProcessFunction must override process_element")
+
+    def on_timer(self, timestamp: int, ctx: OnTimerContext, out: Collector) -> None:
+        """A timer of ``ctx.key`` at ``timestamp`` fired, of domain ``ctx.time_domain()``
+        (:class:`TimeDomain`). What ``out`` collects is stamped with ``timestamp`` for an event-time
+        timer and has no timestamp for a processing-time one (unless given)."""
 
 
 class ProcessWindowFunction:
@@ -1098,6 +1122,7 @@ def load_job_file(path: str | Path, parameters: Mapping[str, str] | None = None,
 
 __all__ = [
     "AggregateFunction",
+    "AggregatingState",
     "CoProcessFunction",
     "Collector",
     "ColumnarKeyedStream",
@@ -1108,22 +1133,33 @@ __all__ = [
     "Environment",
     "EventTimeSessionWindows",
     "FieldKey",
+    "KeyedProcessContext",
     "KeyedProcessFunction",
     "KeyedStream",
+    "ListState",
     "LoadedJob",
+    "MapState",
     "Max",
     "Mean",
     "Min",
     "NonRetriableError",
+    "OnTimerContext",
     "Parameters",
     "ProcessWindowFunction",
+    "ReducingState",
     "Schema",
     "SlidingEventTimeWindows",
+    "StateAggregateFunction",
     "StateSchema",
+    "StateTtlConfig",
     "Sum",
+    "TimeDomain",
     "TimeWindow",
+    "TimerService",
+    "TtlUpdateType",
     "TumblingEventTimeWindows",
     "TumblingProcessingTimeWindows",
+    "ValueState",
     "WindowContext",
     "WindowedStream",
     "json_deserializer",

@@ -18,6 +18,7 @@ from taskmanager.snapshots import TaskKeyedState
 from taskmanager.task import CheckpointAck, Restore, Task, TaskAddress, TaskCallbacks
 from weir.core.failures import Failure
 from weir.core.ids import SubtaskIndex
+from weir.core.process_functions import Clock, wall_clock_ms
 from weir.core.states import TaskState
 from weir.core.watermarks import MAX_WATERMARK
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
@@ -212,9 +213,11 @@ def make_task(
     restore: Restore | None = None,
     restore_checkpoint_id: int = 0,
     alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
+    clock: Clock = wall_clock_ms,
 ) -> Harness:
     """``open_keyed_state``: "op" is a keyed operator (``keyed_operator``, default a reduce) with that
-    state backend; ``restore``: what the task restores before it opens its chain."""
+    state backend; ``restore``: what the task restores before it opens its chain; ``clock``: the
+    task's processing time."""
     journal = Journal()
     graph = three_vertex_graph(
         journal, source_values, keyed=open_keyed_state is not None, keyed_operator=keyed_operator
@@ -252,5 +255,6 @@ def make_task(
         restore_checkpoint_id=restore_checkpoint_id,
         alignment=alignment,
         open_keyed_state=open_keyed_state,
+        clock=clock,
     )
     return Harness(journal, task, gate, out, acks)

@@ -349,3 +349,24 @@ def test_process_state_schemas_are_checked_at_build_time() -> None:
         keyed.process(KeyedProcessFunction(), uid="p", state_schemas=[StateSchema("n"), StateSchema("n")])
     with pytest.raises(JobDefinitionError, match="operator 'p': state_schemas holds 2, not a StateSchema"):
         keyed.process(KeyedProcessFunction(), uid="p", state_schemas=[2])  # type: ignore[list-item]
+
+
+def test_the_process_function_names_are_exported() -> None:
+    import weir.api as api
+
+    for name in (
+        "TimeDomain",
+        "StateTtlConfig",
+        "TtlUpdateType",
+        "TimerService",
+        "KeyedProcessContext",
+        "OnTimerContext",
+        "ValueState",
+        "ListState",
+        "MapState",
+        "ReducingState",
+        "AggregatingState",
+        "StateAggregateFunction",
+    ):
+        assert name in api.__all__ and hasattr(api, name), name
+    assert api.KeyedProcessFunction().on_timer(1, None, None) is None  # type: ignore[arg-type,func-returns-value]

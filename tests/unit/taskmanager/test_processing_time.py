@@ -1,0 +1,122 @@
+"""A Task fires its chain's processing-time timers by its (injected) clock: a due timer fires without
+more input, one not yet due waits, and the task's wait ends no later than the next timer."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from connectors.object_storage import FileCheckpointStorage
+from operators.base import StreamOperator
+from operators.keyed import KeyedProcessOperator
+from taskmanager.chain import OperatorChain
+from taskmanager.network import encode_records
+from taskmanager.snapshots import TaskKeyedState
+from tests.unit.taskmanager.fakes import Harness, make_task
+from weir.core.ids import TaskManagerId
+from weir.core.paths import CheckpointPaths
+from weir.plan import Vertex
+from weir.wire import taskmanager_pb2
+
+
+class FakeClock:
+    def __init__(self, now: int) -> None:
+        self.now = now
+
+    def __call__(self) -> int:
+        return self.now
+
+
+class TimerAt:
+    """Record ``v`` registers a processing-time timer at ``v`` and emits ``("seen", v)``; a timer
+    emits ``("timer", time)``."""
+
+    def process_element(self, value: int, ctx: Any, out: Any) -> None:
+        ctx.timer_service().register_processing_time_timer(value)
+        out.collect(("seen", value))
+
+    def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
+        out.collect(("timer", timestamp))
+
+
+def data(*values: int) -> taskmanager_pb2.DataMessage:
+    return taskmanager_pb2.DataMessage(
+        records=encode_records(list(values), [None] * len(values)), record_count=len(values)
+    )
+
+
+@pytest.fixture
+def timer_task(tmp_path: Path) -> Iterator[tuple[Harness, FakeClock]]:
+    clock = FakeClock(1_000)
+    storage = FileCheckpointStorage(tmp_path / "storage")
+    state = TaskKeyedState(tmp_path / "tm" / "op", storage, CheckpointPaths(), TaskManagerId("tm-1"))
+    h = make_task(
+        "op",
+        channels=1,
+        open_keyed_state=lambda: state,
+        keyed_operator=lambda: KeyedProcessOperator(TimerAt(), lambda v: v, clock=clock),
+        clock=clock,
+    )
+    h.task.start()
+    yield h, clock
+    h.task.cancel()
+    h.task.join(10)
+    state.discard()
+
+
+def sink_records(h: Harness) -> list[Any]:
+    return [e[1] for e in h.journal.of("sink") if e[0] == "record"]
+
+
+def test_a_due_processing_time_timer_fires_without_more_input(timer_task: tuple[Harness, FakeClock]) -> None:
+    h, _clock = timer_task
+    assert h.gate is not None
+    h.gate.push(0, data(1_000))
+    h.journal.wait_for(lambda: ("timer", 1_000) in sink_records(h))
+    assert sink_records(h) == [("seen", 1_000), ("timer", 1_000)]
+
+
+def test_a_timer_not_yet_due_waits_for_the_clock(timer_task: tuple[Harness, FakeClock]) -> None:
+    h, clock = timer_task
+    assert h.gate is not None
+    h.gate.push(0, data(5_000))
+    h.journal.wait_for(lambda: ("seen", 5_000) in sink_records(h))
+    # The wait of the task ends when the timer is due (4 s of the clock from now), not later.
+    deadline = h.task._next_timer(last_sync=time.monotonic() + 3_600)
+    assert 3.5 < deadline - time.monotonic() <= 4.0
+    clock.now = 5_000
+    h.gate.push(0, data(9_000))  # wakes the task; the timer is due by now
+    h.journal.wait_for(lambda: ("timer", 5_000) in sink_records(h))
+    assert sink_records(h) == [("seen", 5_000), ("seen", 9_000), ("timer", 5_000)]
+
+
+class Due(StreamOperator):
+    """A chained operator with one processing-time timer at ``at``; remembers the times it was told."""
+
+    def __init__(self, at: int | None) -> None:
+        self.at = at
+        self.told: list[int] = []
+
+    def next_processing_time(self) -> int | None:
+        return self.at
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self.told.append(now_ms)
+        self.at = None
+
+
+def test_the_chain_tells_only_the_operators_whose_timer_is_due() -> None:
+    ops = {"a": Due(30), "b": Due(10), "c": Due(None)}
+    vertex = Vertex(uid="a", operator_uids=["a", "b", "c"], parallelism=1, chained={"a": ["b"], "b": ["c"]})
+    chain = OperatorChain(vertex, ops.__getitem__, [], lambda uid: None)  # type: ignore[arg-type,return-value]
+    assert chain.next_processing_time() == 10
+    chain.on_processing_time(20)
+    assert (ops["a"].told, ops["b"].told, ops["c"].told) == ([], [20], [])
+    assert chain.next_processing_time() == 30
+    chain.on_processing_time(30)
+    assert ops["a"].told == [30]
+    assert chain.next_processing_time() is None
