@@ -11,6 +11,7 @@ import random
 import pytest
 
 from weir.core import nexmark as nx
+from weir.core import serde
 from weir.core.nexmark import Auction, Bid, NexmarkConfig, Person
 
 N = 10_000
@@ -184,3 +185,8 @@ def test_a_config_refuses_meaningless_values() -> None:
         NexmarkConfig(events_per_second=0)
     with pytest.raises(ValueError, match="event number"):
         nx.event(-1)
+
+
+def test_events_cross_the_data_plane(events: list[nx.Event]) -> None:
+    """Records between TaskManagers are pickled (weir.core.serde)."""
+    assert [serde.loads_value(serde.dumps_value(e)) for e in events[:50]] == events[:50]
