@@ -1,0 +1,178 @@
+"""The Nexmark queries in plain Python: what each query outputs for a finite list of events.
+
+Each function takes the events in stream order (``weir.core.nexmark`` values) and returns the
+query's result as a list of dicts, named as the output columns of the query's SQL in the
+nexmark/nexmark repository (``nexmark-flink/src/main/resources/queries/q*.sql``), timestamps as epoch
+ms. q0-q2 are per-record and ordered as their input; the others are multisets (compare them with
+:func:`multiset`): a join's or a window's result as it stands once every input was read and every
+window closed, with no late events (the generator's event time is monotone).
+
+Windows are aligned to the epoch, as Flink's TUMBLE and HOP: ``[start, start + size)``.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from weir.core.nexmark import Auction, Bid, Event, Person
+
+Row = dict[str, Any]
+
+
+def multiset(rows: Iterable[Mapping[str, Any]]) -> collections.Counter[tuple[tuple[str, Any], ...]]:
+    """Rows as a multiset (order and dict key order ignored), to compare a query's output."""
+    return collections.Counter(tuple(sorted(row.items())) for row in rows)
+
+
+def bids(events: Iterable[Event]) -> list[Bid]:
+    return [e for e in events if type(e) is Bid]
+
+
+def q0(events: Sequence[Event]) -> list[Row]:
+    """Pass-through: every bid's ``auction, bidder, price, dateTime, extra``."""
+    return [
+        {"auction": b.auction, "bidder": b.bidder, "price": b.price, "dateTime": b.date_time, "extra": b.extra}
+        for b in bids(events)
+    ]
+
+
+def euros(price_cents: int) -> float:
+    """``0.908 * price`` as the reference's DECIMAL(23, 3): exact to 3 decimals, no rounding to an
+    integer. ``price * 908 / 1000`` is the double nearest that decimal (Python's int true division
+    rounds correctly), which JSON writes as the decimal itself; ``price * 0.908`` would not be."""
+    return price_cents * 908 / 1000
+
+
+def q1(events: Sequence[Event]) -> list[Row]:
+    """Currency conversion: every bid with its price in euros (:func:`euros`)."""
+    return [
+        {"auction": b.auction, "bidder": b.bidder, "price": euros(b.price), "dateTime": b.date_time, "extra": b.extra}
+        for b in bids(events)
+    ]
+
+
+def q2(events: Sequence[Event], modulus: int = 123) -> list[Row]:
+    """Selection: ``auction, price`` of the bids on auctions whose id is a multiple of 123."""
+    return [{"auction": b.auction, "price": b.price} for b in bids(events) if b.auction % modulus == 0]
+
+
+Q3_STATES = frozenset({"OR", "ID", "CA"})
+Q3_CATEGORY = 10
+
+
+def q3(events: Sequence[Event]) -> list[Row]:
+    """Local item suggestion: ``name, city, state, id`` for each auction of category 10 joined with
+    its seller when the seller lives in OR, ID or CA (an inner join on ``seller = person.id``, over
+    the whole stream: a person after its auctions joins too)."""
+    people = {e.id: e for e in events if type(e) is Person and e.state in Q3_STATES}
+    return [
+        {"name": p.name, "city": p.city, "state": p.state, "id": a.id}
+        for a in events
+        if type(a) is Auction and a.category == Q3_CATEGORY and (p := people.get(a.seller)) is not None
+    ]
+
+
+def q4(events: Sequence[Event]) -> list[Row]:
+    """Average closing price per category: ``id`` (the category) and ``final``, the average over the
+    category's auctions of each auction's highest bid between its opening and its expiry (both
+    inclusive: SQL's BETWEEN). An auction without such a bid has no closing price and does not count.
+    The average is of BIGINTs, so an integer truncated as Flink's AVG of BIGINT is."""
+    auctions = {e.id: e for e in events if type(e) is Auction}
+    highest: dict[int, int] = {}
+    for b in bids(events):
+        a = auctions.get(b.auction)
+        if a is not None and a.date_time <= b.date_time <= a.expires:
+            highest[a.id] = max(highest.get(a.id, b.price), b.price)
+    totals: dict[int, list[int]] = {}
+    for auction_id, price in highest.items():
+        total = totals.setdefault(auctions[auction_id].category, [0, 0])
+        total[0] += price
+        total[1] += 1
+    return [{"id": category, "final": s // c} for category, (s, c) in sorted(totals.items())]  # prices > 0
+
+
+def hop_windows(timestamp: int, size_ms: int, slide_ms: int) -> list[int]:
+    """The starts of the sliding windows ``[start, start + size)`` containing ``timestamp``."""
+    last = timestamp - timestamp % slide_ms
+    return list(range(last, timestamp - size_ms, -slide_ms))[::-1]
+
+
+def q5(events: Sequence[Event], size_ms: int = 10_000, slide_ms: int = 2_000) -> list[Row]:
+    """Hot items: per sliding window (10 s every 2 s) the auction(s) with the most bids:
+    ``auction, num``; ties all appear."""
+    counts: dict[int, collections.Counter[int]] = collections.defaultdict(collections.Counter)
+    for b in bids(events):
+        for start in hop_windows(b.date_time, size_ms, slide_ms):
+            counts[start][b.auction] += 1
+    out: list[Row] = []
+    for start in sorted(counts):
+        most = max(counts[start].values())
+        out.extend({"auction": a, "num": n} for a, n in sorted(counts[start].items()) if n >= most)
+    return out
+
+
+def q7(events: Sequence[Event], size_ms: int = 10_000) -> list[Row]:
+    """Highest bid: per tumbling window of 10 s its highest price, and every bid of that price with a
+    time between the window's end - 10 s and its end, both inclusive (the query's BETWEEN: a bid at
+    exactly the end, in the next window, matches too): ``auction, price, bidder, dateTime, extra``.
+
+    The reference SQL selects ``auction, price, bidder`` into columns ``auction, bidder, price``;
+    here the values keep their own names."""
+    all_bids = bids(events)
+    highest: dict[int, int] = {}
+    for b in all_bids:
+        end = b.date_time - b.date_time % size_ms + size_ms
+        highest[end] = max(highest.get(end, b.price), b.price)
+    out: list[Row] = []
+    for end, price in sorted(highest.items()):
+        out.extend(
+            {"auction": b.auction, "price": b.price, "bidder": b.bidder, "dateTime": b.date_time, "extra": b.extra}
+            for b in all_bids
+            if b.price == price and end - size_ms <= b.date_time <= end
+        )
+    return out
+
+
+def q8(events: Sequence[Event], size_ms: int = 10_000) -> list[Row]:
+    """Monitor new users: ``id, name, stime`` for each person who, in the same tumbling window of
+    10 s (starting at ``stime``), registered and opened an auction as seller; once per window."""
+    people: set[tuple[int, str, int]] = set()
+    sellers: set[tuple[int, int]] = set()
+    for e in events:
+        start = e.date_time - e.date_time % size_ms
+        if type(e) is Person:
+            people.add((e.id, e.name, start))
+        elif type(e) is Auction:
+            sellers.add((e.seller, start))
+    return [
+        {"id": pid, "name": name, "stime": start}
+        for pid, name, start in sorted(people, key=lambda p: (p[2], p[0], p[1]))
+        if (pid, start) in sellers
+    ]
+
+
+def q11(events: Sequence[Event], gap_ms: int = 10_000) -> list[Row]:
+    """User sessions: per bidder and session window (a new session when a bid comes more than 10 s
+    after the bidder's previous one; Flink merges windows that touch), ``bidder, bid_count,
+    starttime, endtime``: the first bid's time and the last bid's time + 10 s."""
+    times: dict[int, list[int]] = collections.defaultdict(list)
+    for b in bids(events):
+        times[b.bidder].append(b.date_time)
+    out: list[Row] = []
+    for bidder in sorted(times):
+        ordered = sorted(times[bidder])
+        start = last = ordered[0]
+        count = 0
+        for t in ordered:
+            if t - last > gap_ms:
+                out.append({"bidder": bidder, "bid_count": count, "starttime": start, "endtime": last + gap_ms})
+                start, count = t, 0
+            last = t
+            count += 1
+        out.append({"bidder": bidder, "bid_count": count, "starttime": start, "endtime": last + gap_ms})
+    return out
+
+
+QUERIES = {"q0": q0, "q1": q1, "q2": q2, "q3": q3, "q4": q4, "q5": q5, "q7": q7, "q8": q8, "q11": q11}
