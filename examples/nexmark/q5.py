@@ -1,0 +1,114 @@
+"""Nexmark q5, hot items: per sliding window of 10 s every 2 s, the auction(s) with the most bids,
+``auction, num``; every auction tied for the most appears.
+
+Two window stages: bids are counted per auction and sliding window (a count emitted when the
+watermark passes the window's end, stamped with its last millisecond), then the counts of one
+window, keyed by its start and grouped by a tumbling window of the slide (which holds that one
+window's counts alone), give its maximum and the auctions that reach it.
+
+Parameters as ``q0.py`` (``-D source=generator|kafka``, ``-D sink=kafka|file``); the sink topic is
+``nexmark-q5``. ``weir.tools.nexmark_reference.q5`` is what the job must output (a multiset).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from weir.api import (
+    Collector,
+    DataStream,
+    Environment,
+    ProcessWindowFunction,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+    WindowContext,
+)
+from weir.core import nexmark
+from weir.core.nexmark import Bid, NexmarkConfig
+
+QUERY = "q5"
+SIZE_MS = 10_000
+SLIDE_MS = 2_000
+
+OUT_OF_ORDERNESS_MS = 4_000
+"""The Nexmark DDL's ``WATERMARK FOR dateTime AS dateTime - INTERVAL '4' SECOND``. Not 0: a watermark
+right behind the latest event closes a window as soon as an event at its end is read, before the
+other events of that same millisecond, which may belong to the window's result (q7's BETWEEN, q11's
+touching sessions)."""
+
+
+class CountBids:
+    """Bids per auction and window: ``auction, num, starttime, endtime``."""
+
+    def create(self) -> int:
+        return 0
+
+    def add(self, count: int, bid: Bid) -> int:
+        return count + 1
+
+    def result(self, auction: int, start: int, end: int, count: int) -> dict[str, Any]:
+        return {"auction": auction, "num": count, "starttime": start, "endtime": end}
+
+
+class HottestAuctions(ProcessWindowFunction):
+    """The counts of one sliding window: those equal to the largest, as ``auction, num``."""
+
+    def process(self, start: int, context: WindowContext, counts: Sequence[dict[str, Any]], out: Collector) -> None:
+        most = max(c["num"] for c in counts)
+        for c in counts:
+            if c["num"] == most:
+                out.collect({"auction": c["auction"], "num": c["num"]})
+
+
+def build(env: Environment) -> None:
+    bids = events(env).filter(nexmark.is_bid, uid="bids")
+    counts = (
+        bids.key_by(lambda bid: bid.auction)
+        .window(SlidingEventTimeWindows(SIZE_MS, SLIDE_MS))
+        .aggregate(CountBids(), uid=f"{QUERY}-count")
+    )
+    hottest = (
+        counts.key_by(lambda count: count["starttime"])
+        .window(TumblingEventTimeWindows(SLIDE_MS))
+        .process(HottestAuctions(), uid=f"{QUERY}-hottest")
+    )
+    sink(env, hottest)
+
+
+def events(env: Environment) -> DataStream:
+    """The Nexmark events, from the generator or a Kafka topic (``-D source=``), with watermarks
+    ``-D source.max_out_of_orderness_ms=`` behind the latest event (:data:`OUT_OF_ORDERNESS_MS`)."""
+    p = env.params
+    source = p.get_str("source", "generator")
+    delay = p.get_int("source.max_out_of_orderness_ms", OUT_OF_ORDERNESS_MS)
+    if source == "kafka":
+        return env.from_kafka(
+            p.get_str("source.topic", "nexmark"),
+            uid="nexmark-source",
+            bounded=p.get_bool("source.bounded", False),
+            deserializer=nexmark.decode_event,
+            timestamp=nexmark.event_time,
+            max_out_of_orderness_ms=delay,
+            dead_letter_topic=p.get_str("source.dlq_topic", "nexmark-dlq"),
+        )
+    if source != "generator":
+        raise ValueError(f"-D source= is generator or kafka, not {source!r}")
+    config = NexmarkConfig(events_per_second=p.get_int("events_per_second", 10_000), seed=p.get_int("seed", 0))
+    return env.from_generator(
+        lambda n: nexmark.event(n, config),
+        uid="nexmark-source",
+        count=p.get_int("events", 1_000_000) or None,
+        timestamp=nexmark.event_time,
+        max_out_of_orderness_ms=delay,
+        records_per_second=p.get_int("source.records_per_second", 0) or None,
+    )
+
+
+def sink(env: Environment, results: DataStream) -> None:
+    """To a Kafka topic or a file (``-D sink=``)."""
+    p = env.params
+    if p.get_str("sink", "kafka") == "file":
+        results.sink_to_file(p.get_str("sink.path", f"nexmark-{QUERY}.jsonl"), uid="file-sink")
+    else:
+        results.sink_to_kafka(p.get_str("sink.topic", f"nexmark-{QUERY}"), uid="kafka-sink")
