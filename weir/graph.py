@@ -81,10 +81,10 @@ class LogicalGraph:
 
     def connect(self, edge: Edge) -> None:
         if edge.side_output is not None:
-            self._check_side_output(edge.source_uid, edge.side_output)
+            self.check_side_output(edge.source_uid, edge.side_output)
         self.edges.append(edge)
 
-    def _check_side_output(self, uid: str, tag: OutputTag) -> None:
+    def check_side_output(self, uid: str, tag: OutputTag) -> None:
         """A side output's name means one thing per operator: every tag of that name taken from
         ``uid`` or declared by it has the same ``value_type``. A tag the operator never emits is
         allowed (its stream stays empty), as in Flink."""
