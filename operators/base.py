@@ -14,6 +14,7 @@ import structlog
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroupRange
+from weir.core.process_functions import OutputTag
 
 
 class StateNotRedistributableError(JobDefinitionError):
@@ -36,6 +37,37 @@ class Output(Protocol):
 
     def emit(self, value: Any, timestamp: int | None) -> None: ...
     def emit_watermark(self, watermark: int) -> None: ...
+
+
+class SideOutputs:
+    """Where an operator's side outputs go, by tag name (the chain binds them, as it binds the main
+    output): a value emitted to a tag nothing takes is dropped, as in Flink."""
+
+    __slots__ = ("_by_name",)
+
+    def __init__(self, by_name: Mapping[str, Output] | None = None) -> None:
+        self._by_name = dict(by_name or {})
+
+    def emit(self, tag: OutputTag, value: Any, timestamp: int | None) -> None:
+        """``value`` (at ``timestamp``) to side output ``tag``."""
+        out = self._by_name.get(tag.name)
+        if out is not None:
+            out.emit(value, timestamp)
+
+    def takes(self, tag: OutputTag) -> bool:
+        """Whether anything takes side output ``tag`` (else what is emitted to it is dropped)."""
+        return tag.name in self._by_name
+
+
+NO_SIDE_OUTPUTS: SideOutputs = SideOutputs()
+"""The side outputs of an operator none of whose side outputs is taken."""
+
+
+def check_output_tag(uid: str, tag: Any) -> OutputTag:
+    """``tag`` as given to ``ctx.output``: an OutputTag, else a JobDefinitionError."""
+    if not isinstance(tag, OutputTag):
+        raise JobDefinitionError(f"operator {uid!r}: ctx.output takes an OutputTag and a value, got tag {tag!r}")
+    return tag
 
 
 class DeadLetters(Protocol):
@@ -68,10 +100,14 @@ class StreamOperator:
 
     ctx: OperatorContext
     output: Output
+    side_outputs: SideOutputs = NO_SIDE_OUTPUTS
 
-    def setup(self, ctx: OperatorContext, output: Output) -> None:
+    def setup(self, ctx: OperatorContext, output: Output, side_outputs: SideOutputs = NO_SIDE_OUTPUTS) -> None:
+        """Bind the operator to where it runs: ``output`` takes its records and watermarks (a
+        watermark reaches its side outputs' consumers too), ``side_outputs`` what it emits by tag."""
         self.ctx = ctx
         self.output = output
+        self.side_outputs = side_outputs
 
     def validate_at_submit(self, endpoints: Endpoints) -> None:
         """Called by the JobManager on an operator built only for this, before any task starts: check

@@ -1,11 +1,13 @@
-"""Stateless operators: map, filter, flat_map, and the two-input co-process."""
+"""Stateless operators: map, filter, flat_map, the non-keyed process function and the two-input
+co-process."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from operators.base import StreamOperator
+from operators.base import StreamOperator, check_output_tag
+from weir.core.process_functions import OutputTag
 
 
 class MapOperator(StreamOperator):
@@ -46,6 +48,43 @@ class _TimestampedCollector:
 
     def collect(self, value: Any, timestamp: int | None = None) -> None:
         self._emit(value, self.timestamp if timestamp is None else timestamp)
+
+
+class ProcessContext:
+    """What a ProcessFunction sees in ``process_element`` (and ``open``): the record's timestamp
+    (``timestamp``, None for a record without one) and its side outputs (:meth:`output`)."""
+
+    __slots__ = ("_op", "timestamp")
+
+    def __init__(self, op: ProcessOperator) -> None:
+        self._op = op
+        self.timestamp: int | None = None
+
+    def output(self, tag: OutputTag, value: Any) -> None:
+        """Emit ``value`` to side output ``tag``, with the record's timestamp (dropped when nothing
+        takes that side output)."""
+        op = self._op
+        op.side_outputs.emit(check_output_tag(op.ctx.uid, tag), value, self.timestamp)
+
+
+class ProcessOperator(StreamOperator):
+    """Runs a ProcessFunction on a stream that is not keyed: ``process_element(value, ctx, out)``
+    per record (no state, no timers: those need a key)."""
+
+    def __init__(self, fn: Any) -> None:
+        self._fn = fn
+
+    def open(self) -> None:
+        self._ctx = ProcessContext(self)
+        self._out = _TimestampedCollector(self.output.emit)
+        open_fn = getattr(self._fn, "open", None)
+        if callable(open_fn):
+            open_fn(self._ctx)
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        self._ctx.timestamp = timestamp
+        self._out.timestamp = timestamp
+        self._fn.process_element(value, self._ctx, self._out)
 
 
 class CoProcessOperator(StreamOperator):

@@ -34,6 +34,7 @@ from weir.core.columnar import (
     is_batch,
     records_of,
 )
+from weir.core.process_functions import OutputTag
 from weir.core.state_schema import StateSchema
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 
@@ -65,8 +66,11 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         assigner: TumblingEventTimeWindows | SlidingEventTimeWindows,
         allowed_lateness_ms: int,
         state_schema: StateSchema | None = None,
+        late_data: OutputTag | None = None,
     ) -> None:
-        super().__init__(aggregates, FieldKey(key_field), assigner, allowed_lateness_ms, state_schema)
+        super().__init__(
+            aggregates, FieldKey(key_field), assigner, allowed_lateness_ms, state_schema, late_data=late_data
+        )
         self._aggregates = aggregates
         self._key_field = key_field
         self._pending: list[pa.Table] = []
@@ -91,10 +95,14 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             return
         timestamps = batch_timestamps(value)
         late_firings: list[tuple[int, int, int]] = []  # (row, window index, window start)
+        late_rows: np.ndarray | None = None  # rows late for every window they belong to
         for k, (starts, rows) in enumerate(self._windows_of(timestamps)):
             part = value if rows is None else value.take(pa.array(rows))
-            for position, start in self._take(part, starts):
+            firings, late = self._take(part, starts)
+            for position, start in firings:
                 late_firings.append((position if rows is None else int(rows[position]), k, start))
+            if k == 0 and self._late_data is not None and late.any():  # a row's latest window comes first
+                late_rows = np.flatnonzero(late) if rows is None else rows[late]
         if late_firings:  # the rare late firing, per record in row order, then window order (as assign)
             late_firings.sort()
             rows_late = sorted({row for row, _k, _s in late_firings})
@@ -102,10 +110,22 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             record_of = dict(zip(rows_late, records, strict=True))
             for row, _k, start in late_firings:
                 self._fire_late(record_of[row], start)
+        if late_rows is not None:
+            self._late_rows(value, late_rows)
+
+    def _late_rows(self, batch: pa.RecordBatch, rows: np.ndarray) -> None:
+        """Rows of ``batch`` dropped from every window they belong to, as records to the late-data
+        side output (each with its own timestamp)."""
+        assert self._late_data is not None
+        records, stamps = records_of(batch.take(pa.array(rows)))
+        emit, tag = self.side_outputs.emit, self._late_data
+        for record, ts in zip(records, stamps, strict=True):
+            emit(tag, record, ts)
 
     def _windows_of(self, timestamps: np.ndarray) -> list[tuple[np.ndarray, np.ndarray | None]]:
         """For each window a row belongs to (one for tumbling windows, up to size/slide for sliding
-        ones): the window starts and the rows (None: all of them, in order)."""
+        ones): the window starts and the rows (None: all of them, in order). The first entry is every
+        row's latest window, so a row late for it is late for all of its windows."""
         assigner = self._assigner
         if isinstance(assigner, TumblingEventTimeWindows):
             return [(timestamps - (timestamps - assigner.offset_ms) % assigner.size_ms, None)]
@@ -122,10 +142,10 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
     def _window_size(self) -> int:
         return self._assigner.size_ms  # type: ignore[no-any-return]
 
-    def _take(self, batch: pa.RecordBatch, starts: np.ndarray) -> list[tuple[int, int]]:
-        """Rows of ``batch`` for the windows starting at ``starts``: late ones dropped, the rest
-        pending, except those whose window already fired (within the allowed lateness), answered as
-        (row, window start) for a late firing each."""
+    def _take(self, batch: pa.RecordBatch, starts: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
+        """Rows of ``batch`` for the windows starting at ``starts``: late ones dropped (answered as a
+        mask over the rows), the rest pending, except those whose window already fired (within the
+        allowed lateness), answered as (row, window start) for a late firing each."""
         last = starts + (self._window_size() - 1)
         watermark: Any = self._watermark
         if self._inherited_watermarks:
@@ -147,7 +167,7 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             late_firings = list(zip(rows.tolist(), starts[rows].tolist(), strict=True))
         keep = ~fired
         if not keep.any():
-            return late_firings
+            return late_firings, late
         if not keep.all():
             rows_kept = np.flatnonzero(keep)
             batch, starts, last = batch.take(pa.array(rows_kept)), starts[rows_kept], last[rows_kept]
@@ -161,7 +181,7 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             self._pending_first_fire = first
         if self._pending_rows >= COMPACT_ROWS:
             self._compact()
-        return late_firings
+        return late_firings, late
 
     def _fire_late(self, record: Any, start: int) -> None:
         """One row for window ``[start, start + size)``, which already fired: added and fired again."""

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, assert_never
 
-from operators.base import StreamOperator
+from operators.base import StreamOperator, check_output_tag
 from operators.basic import _TimestampedCollector
 from operators.process_state import (
     AggregatingState,
@@ -27,6 +27,7 @@ from weir.core.keygroups import KeyEncoder
 from weir.core.process_functions import (
     Clock,
     Millis,
+    OutputTag,
     ReduceFunction,
     StateAggregateFunction,
     StateTtlConfig,
@@ -200,8 +201,8 @@ class TimerService:
 
 class KeyedProcessContext:
     """What a KeyedProcessFunction sees in ``process_element`` (and ``open``): the current key, the
-    record's timestamp (``timestamp``, None for a record without one), the timer service and the
-    key's state of every kind.
+    record's timestamp (``timestamp``, None for a record without one), the timer service, the key's
+    state of every kind and the operator's side outputs (:meth:`output`).
 
     A state is named once per kind: asking for a name as another kind, or with another TTL, raises
     JobDefinitionError. ``ttl`` (a :class:`StateTtlConfig`) makes the state's values expire."""
@@ -217,6 +218,13 @@ class KeyedProcessContext:
 
     def timer_service(self) -> TimerService:
         return self._timers
+
+    def output(self, tag: OutputTag, value: Any) -> None:
+        """Emit ``value`` to side output ``tag``, stamped as ``out.collect`` stamps (the record's
+        timestamp; in ``on_timer`` an event-time timer's time, none for a processing-time timer);
+        dropped when nothing takes that side output."""
+        op = self._op
+        op.side_outputs.emit(check_output_tag(op.ctx.uid, tag), value, op.current_timestamp)
 
     def value_state(self, name: str, ttl: StateTtlConfig | None = None) -> ValueState:
         return self._op.state(name, ValueState, ttl, lambda t: ValueState(self._op, name, t))
@@ -327,6 +335,11 @@ class KeyedProcessOperator(KeyedOperator):
                 return MapEntry(user_key, super().migrate_value(schema, stored_version, inner))
             case _:
                 return super().migrate_value(schema, stored_version, value)
+
+    @property
+    def current_timestamp(self) -> int | None:
+        """What the function's output is stamped with now (the record's or the timer's timestamp)."""
+        return self._out.timestamp
 
     def process(self, value: Any, timestamp: int | None) -> None:
         self.set_current_key(value)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from connectors import kafka, postgres
-from operators.base import InheritedState, OperatorContext, Output, StreamOperator
+from operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES, EpochRecords, EpochSpill, StreamedList, dumps_streaming
 from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
 from weir.core.config import Endpoints, run_dir
@@ -297,8 +297,8 @@ class _TransactionalSink(StreamOperator, abc.ABC):
     _ledger: TwoPhaseCommitLedger
     _metrics: SinkMetrics
 
-    def setup(self, ctx: OperatorContext, output: Output) -> None:
-        super().setup(ctx, output)
+    def setup(self, ctx: OperatorContext, output: Output, side_outputs: SideOutputs = NO_SIDE_OUTPUTS) -> None:
+        super().setup(ctx, output, side_outputs)
         self._task = TaskId(JobId(ctx.job_id), OperatorUid(ctx.uid), SubtaskIndex(ctx.subtask))
         self._ledger = TwoPhaseCommitLedger(self._task)
         labels = getattr(ctx.metrics, "labels", None)
@@ -502,8 +502,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     def transactional_id(self) -> str:
         return transactional_id(self._task)
 
-    def setup(self, ctx: OperatorContext, output: Output) -> None:
-        super().setup(ctx, output)
+    def setup(self, ctx: OperatorContext, output: Output, side_outputs: SideOutputs = NO_SIDE_OUTPUTS) -> None:
+        super().setup(ctx, output, side_outputs)
         self._marker_key = marker_key(self._task)
         self._marker_topic = self._marker_topic_override or marker_topic_name(ctx.job_id, ctx.uid)
         self._marker_partition = ctx.subtask

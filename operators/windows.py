@@ -46,6 +46,7 @@ from operators.keyed import KeyedOperator
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.keygroups import KeyGroupRange
+from weir.core.process_functions import OutputTag
 from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import (
@@ -156,7 +157,11 @@ class WindowAggregateOperator(KeyedOperator):
     too for session windows), fired as ``window_function`` says (none: ``fn.result`` is emitted).
 
     ``clock``: the wall time in epoch ms, by which processing-time windows assign values (default:
-    :func:`wall_clock_ms`); the task fires them through :meth:`on_processing_time`."""
+    :func:`wall_clock_ms`); the task fires them through :meth:`on_processing_time`.
+
+    ``late_data`` (Flink's ``sideOutputLateData``): an element dropped as late (too late for every
+    window it belongs to) goes to that side output, with its own timestamp; it is counted as dropped
+    all the same."""
 
     def __init__(
         self,
@@ -168,6 +173,7 @@ class WindowAggregateOperator(KeyedOperator):
         *,
         window_function: WindowFunction | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        late_data: OutputTag | None = None,
     ) -> None:
         super().__init__(key_selector, [state_schema or StateSchema(_STATE)])
         if self.state_schemas()[0].name != _STATE:
@@ -185,6 +191,7 @@ class WindowAggregateOperator(KeyedOperator):
         self._lateness = 0 if self._processing_time else allowed_lateness_ms
         self._window_function = window_function
         self._clock = clock
+        self._late_data = late_data
         self._watermark = MIN_WATERMARK
         self._inherited_watermarks: list[tuple[KeyGroupRange, int]] = []  # restored at another parallelism
         self._timers: list[tuple[int, int, int, bytes]] = []
@@ -230,8 +237,11 @@ class WindowAggregateOperator(KeyedOperator):
         if self._merging:
             self._add_to_session(value, timestamp, wm)
             return
-        for window in self._assigner.assign(timestamp):
+        windows = self._assigner.assign(timestamp)
+        late = 0
+        for window in windows:
             if is_window_late(window, wm, lateness):
+                late += 1
                 self._drop_late(value, timestamp, window)
                 continue
             sk = self._state_key(window)
@@ -250,13 +260,21 @@ class WindowAggregateOperator(KeyedOperator):
             store.put(_STATE, kg, sk, (key, acc))
             if fired:
                 self._emit(key, window.start, window.end, acc)
+        if late and late == len(windows):
+            self._late_element(value, timestamp)
 
     def _drop_late(self, value: Any, timestamp: int, window: TimeWindow) -> None:
         """``value`` (at ``timestamp``) came after the lateness allowance of ``window``: it is dropped
-        and counted. The one place a late value leaves the operator (where a side output would take it)."""
+        from it and counted."""
         self.late_records_dropped += 1
         if self.ctx.metrics is not None:  # rare: counted per record
             self.ctx.metrics.late_dropped.inc()
+
+    def _late_element(self, value: Any, timestamp: int) -> None:
+        """``value`` was dropped from every window it belongs to: it goes to the late-data side
+        output, if there is one (once, however many sliding windows dropped it, as in Flink)."""
+        if self._late_data is not None:
+            self.side_outputs.emit(self._late_data, value, timestamp)
 
     def _add_to_session(self, value: Any, timestamp: int, wm: int) -> None:
         """Add ``value`` to the session of the current key it opens, extends or bridges (the key's
@@ -267,6 +285,7 @@ class WindowAggregateOperator(KeyedOperator):
         window, absorbed = merge_window(sessions, own)
         if is_window_late(window, wm, self._lateness):
             self._drop_late(value, timestamp, window)
+            self._late_element(value, timestamp)
             return
         store, fn, pack = self.store, self._fn, _BOUNDS.pack
         accumulators = []

@@ -2,8 +2,10 @@
 
 A record's path through a subtask reads in order: the head (a source, or the input gate through
 :class:`ChainInput`) -> the chained operators -> an :class:`EdgeOutput` per network edge (a record
-writer in a cluster, a direct call into the next chain in the reference run). Everything is bound
-when the chain is built; nothing is rebound while it runs.
+writer in a cluster, a direct call into the next chain in the reference run). An operator's side
+outputs (``ctx.output(tag, value)``) go to the chained operators and edges that take that tag only;
+its watermarks go to all of them. Everything is bound when the chain is built; nothing is rebound
+while it runs.
 
 The cluster's Task and ``weir.tools.reference`` both drive this class, so chain wiring, watermark
 handling into the head, end of input and snapshots are one code path.
@@ -14,9 +16,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from operators.base import ChainOutput, InheritedState, OperatorContext, Output, SourceOperator, StreamOperator
+from operators.base import (
+    NO_SIDE_OUTPUTS,
+    ChainOutput,
+    InheritedState,
+    OperatorContext,
+    Output,
+    SideOutputs,
+    SourceOperator,
+    StreamOperator,
+)
 from operators.keyed import KeyedOperator
 from weir.core.ids import ChannelIndex
+from weir.core.process_functions import OutputTag
 from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
 from weir.plan import Vertex
 
@@ -45,6 +57,21 @@ class FanOut:
     def emit_watermark(self, watermark: int) -> None:
         for o in self._outputs:
             o.emit_watermark(watermark)
+
+
+class MainOutput:
+    """The output of an operator some of whose side outputs are taken: records go to the consumers
+    of its main output, watermarks to every consumer, main and side (as in Flink)."""
+
+    __slots__ = ("emit", "emit_watermark")
+
+    def __init__(self, main: Output, every: Output) -> None:
+        self.emit: Callable[[Any, int | None], None] = main.emit
+        self.emit_watermark: Callable[[int], None] = every.emit_watermark
+
+
+def _one_output(outputs: Sequence[Output]) -> Output:
+    return outputs[0] if len(outputs) == 1 else FanOut(outputs)
 
 
 class SourceWatermarkTap:
@@ -90,12 +117,28 @@ class OperatorChain:
         self.edge_outputs = tuple(edge_outputs)
         self.source_tap: SourceWatermarkTap | None = None
         for uid, op in self.by_uid.items():
-            outs: list[Output] = [ChainOutput(self.by_uid[s]) for s in vertex.chained.get(uid, [])]
-            outs += [edge_outputs[i] for i, edge in enumerate(vertex.outputs) if edge.producer_operator == uid]
-            output: Output = outs[0] if len(outs) == 1 else FanOut(outs)
+            # Chained successors first, then edges; each takes the main output or a tag's.
+            targets: list[tuple[OutputTag | None, Output]] = [
+                (vertex.chained_side_outputs.get(s), ChainOutput(self.by_uid[s])) for s in vertex.chained.get(uid, [])
+            ]
+            targets += [
+                (edge.side_output, out)
+                for out, edge in zip(edge_outputs, vertex.outputs, strict=True)
+                if edge.producer_operator == uid
+            ]
+            main = [out for tag, out in targets if tag is None]
+            output = _one_output(main)
+            side_outputs = NO_SIDE_OUTPUTS
+            if len(main) < len(targets):
+                sides: dict[str, list[Output]] = {}
+                for tag, out in targets:
+                    if tag is not None:
+                        sides.setdefault(tag.name, []).append(out)
+                side_outputs = SideOutputs({name: _one_output(outs) for name, outs in sides.items()})
+                output = MainOutput(output, _one_output([out for _tag, out in targets]))
             if op is self.head and isinstance(op, SourceOperator):
                 output = self.source_tap = SourceWatermarkTap(output)
-            op.setup(context_of(uid), output)
+            op.setup(context_of(uid), output, side_outputs)
 
     @property
     def source(self) -> SourceOperator | None:

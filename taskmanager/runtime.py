@@ -230,7 +230,7 @@ class TaskManagerRuntime:
                     edge.key_selector if edge.key_selector is not None and len(channels) > 1 else None,
                     KeyEncoder(graph.max_parallelism).key_group,
                     flush_interval_s=buffer_timeout_s,
-                    columnar=graph.transformations[edge.producer_operator].columnar,
+                    columnar=edge.side_output is None and graph.transformations[edge.producer_operator].columnar,
                     max_parallelism=graph.max_parallelism,
                 )
             )

@@ -25,7 +25,14 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
-from operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator
+from operators.basic import (
+    CoProcessOperator,
+    FilterOperator,
+    FlatMapOperator,
+    MapOperator,
+    ProcessContext,
+    ProcessOperator,
+)
 from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 from operators.keyed import (
@@ -69,7 +76,13 @@ from weir.core.descriptors import (
     SinkSystem,
 )
 from weir.core.errors import JobDefinitionError, NonRetriableError
-from weir.core.process_functions import StateAggregateFunction, StateTtlConfig, TimeDomain, TtlUpdateType
+from weir.core.process_functions import (
+    OutputTag,
+    StateAggregateFunction,
+    StateTtlConfig,
+    TimeDomain,
+    TtlUpdateType,
+)
 from weir.core.state_schema import Migrate, StateSchema
 from weir.core.windows import (
     EventTimeSessionWindows,
@@ -292,7 +305,8 @@ class Environment:
 
 
 class DataStream:
-    """A stream of values produced by one operator."""
+    """A stream of values produced by one operator: its main output, or one of its side outputs
+    (``side_output``, see :meth:`get_side_output`)."""
 
     def __init__(
         self,
@@ -300,11 +314,31 @@ class DataStream:
         transformation: Transformation,
         partitioning: Partitioning = Partitioning.FORWARD,
         key_selector: Callable[[Any], Any] | None = None,
+        side_output: OutputTag | None = None,
     ) -> None:
         self._env = env
         self._t = transformation
         self._partitioning = partitioning
         self._key_selector = key_selector
+        self._side_output = side_output
+
+    def get_side_output(self, tag: OutputTag) -> DataStream:
+        """The stream of what this stream's operator emits to side output ``tag`` (``ctx.output(tag,
+        value)`` of a process function, a window's late data): operators connect to it as to any
+        stream (chained when forward at the same parallelism). A tag the operator never emits is
+        allowed (the stream stays empty); one name taken with two ``value_type``s is a
+        JobDefinitionError."""
+        if not isinstance(tag, OutputTag):
+            raise JobDefinitionError(f"operator {self.uid!r}: get_side_output takes an OutputTag, got {tag!r}")
+        if self._side_output is not None:
+            raise JobDefinitionError(
+                f"operator {self.uid!r}: side output {self._side_output.name!r} has no side outputs of its own: "
+                "ask the operator's main stream for its side outputs"
+            )
+        if self._t.kind is OperatorKind.SINK:
+            raise JobDefinitionError(f"operator {self.uid!r} is a sink: it has no side outputs")
+        self._env.graph.check_side_output(self.uid, tag)
+        return DataStream(self._env, self._t, side_output=tag)
 
     @property
     def uid(self) -> str:
@@ -322,6 +356,7 @@ class DataStream:
         sink_spec: SinkSpec | None = None,
         *,
         columnar_input: bool = False,
+        side_outputs: tuple[OutputTag, ...] = (),
     ) -> Transformation:
         """Add an operator fed by ``inputs`` (default: this stream). Unless it takes record batches
         (``columnar_input``), a columnar input reaches it as records (:meth:`ColumnarStream.records`)."""
@@ -335,6 +370,7 @@ class DataStream:
                 parallelism=parallelism,
                 key_selector=key_selector,
                 sink_spec=sink_spec,
+                side_outputs=side_outputs,
             )
         )
         for index, upstream in enumerate(upstreams):
@@ -351,6 +387,7 @@ class DataStream:
                     partitioning=partitioning,
                     input_index=index if kind is OperatorKind.TWO_INPUT else 0,
                     key_selector=upstream._key_selector,
+                    side_output=upstream._side_output,
                 )
             )
         return t
@@ -387,19 +424,35 @@ class DataStream:
             self._add(uid, name or "flat_map", OperatorKind.ONE_INPUT, lambda: FlatMapOperator(fn), parallelism),
         )
 
+    def process(
+        self, fn: ProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
+    ) -> DataStream:
+        """Run ``fn`` (a :class:`ProcessFunction`) per record: ``process_element(value, ctx, out)``
+        with the record's timestamp (``ctx.timestamp``) and side outputs (``ctx.output(tag, value)``).
+        State and timers need a key: ``key_by(...).process(KeyedProcessFunction)``."""
+
+        if not callable(getattr(fn, "process_element", None)):
+            raise JobDefinitionError(
+                f"operator {uid!r}: process takes a ProcessFunction with process_element(value, ctx, out), not {fn!r}"
+            )
+        return DataStream(
+            self._env,
+            self._add(uid, name or "process", OperatorKind.ONE_INPUT, lambda: ProcessOperator(fn), parallelism),
+        )
+
     def _as_records(self) -> DataStream:
         """This stream as one of records (a columnar stream converts its batches)."""
         return self
 
     def key_by(self, key_selector: KeySelector) -> KeyedStream:
         """Partition by key: a function of the record, or a field name (``record[name]``)."""
-        return KeyedStream(self._env, self._t, _key_selector(key_selector))
+        return KeyedStream(self._env, self._t, _key_selector(key_selector), self._side_output)
 
     def rebalance(self) -> DataStream:
-        return DataStream(self._env, self._t, Partitioning.REBALANCE)
+        return DataStream(self._env, self._t, Partitioning.REBALANCE, side_output=self._side_output)
 
     def broadcast(self) -> DataStream:
-        return DataStream(self._env, self._t, Partitioning.BROADCAST)
+        return DataStream(self._env, self._t, Partitioning.BROADCAST, side_output=self._side_output)
 
     def union(self, *others: DataStream, uid: str, parallelism: int | None = None) -> DataStream:
         """Merge streams of the same type into one (an identity operator with several inputs)."""
@@ -555,8 +608,14 @@ class DataStream:
 class KeyedStream(DataStream):
     """A stream partitioned by key: each key's values reach one subtask, in order per input."""
 
-    def __init__(self, env: Environment, transformation: Transformation, key_selector: Callable[[Any], Any]) -> None:
-        super().__init__(env, transformation, Partitioning.HASH, key_selector)
+    def __init__(
+        self,
+        env: Environment,
+        transformation: Transformation,
+        key_selector: Callable[[Any], Any],
+        side_output: OutputTag | None = None,
+    ) -> None:
+        super().__init__(env, transformation, Partitioning.HASH, key_selector, side_output)
 
     def reduce(
         self,
@@ -588,7 +647,7 @@ class KeyedStream(DataStream):
             ),
         )
 
-    def process(
+    def process(  # type: ignore[override]  # a keyed stream runs a KeyedProcessFunction
         self,
         fn: KeyedProcessFunction,
         *,
@@ -628,20 +687,42 @@ class WindowedStream:
     """A keyed stream grouped into windows; ``aggregate``, ``reduce`` or ``process`` says what each
     window emits when it fires (Flink's WindowedStream)."""
 
-    def __init__(self, keyed: KeyedStream, assigner: WindowAssigner, allowed_lateness_ms: Duration) -> None:
+    def __init__(
+        self,
+        keyed: KeyedStream,
+        assigner: WindowAssigner,
+        allowed_lateness_ms: Duration,
+        late_data: OutputTag | None = None,
+    ) -> None:
         try:
             lateness = to_millis(allowed_lateness_ms, "allowed_lateness_ms")
         except (TypeError, ValueError) as exc:
             raise JobDefinitionError(str(exc)) from None
         if lateness < 0:
             raise JobDefinitionError("allowed_lateness_ms must be >= 0")
+        if late_data is not None and not isinstance(late_data, OutputTag):
+            raise JobDefinitionError(f"side_output_late_data takes an OutputTag, got {late_data!r}")
         self._keyed = keyed
         self._assigner = assigner
         self._lateness = lateness
+        self._late_data = late_data
 
     def allowed_lateness(self, lateness: Duration) -> WindowedStream:
         """The same windows with ``lateness`` (int ms or timedelta) allowed (Flink's ``allowedLateness``)."""
-        return WindowedStream(self._keyed, self._assigner, lateness)
+        return WindowedStream(self._keyed, self._assigner, lateness, self._late_data)
+
+    def side_output_late_data(self, tag: OutputTag) -> WindowedStream:
+        """The same windows, with the elements dropped as late (past the allowed lateness of every
+        window they belong to) sent to side output ``tag`` with their own timestamps (Flink's
+        ``sideOutputLateData``): ``.get_side_output(tag)`` on the window's result stream reads them.
+        They are still counted as dropped late records."""
+        return WindowedStream(self._keyed, self._assigner, self._lateness, tag)
+
+    def _of_records(self) -> WindowedStream:
+        """The same windows over the records of a columnar keyed stream."""
+        keyed = self._keyed
+        assert isinstance(keyed, ColumnarKeyedStream)
+        return WindowedStream(keyed._records_keyed(), self._assigner, self._lateness, self._late_data)
 
     def aggregate(
         self,
@@ -677,9 +758,11 @@ class WindowedStream:
                 and window_function is None
                 and isinstance(assigner, TumblingEventTimeWindows | SlidingEventTimeWindows)
             ):  # vectorized: event-time windows that do not merge
-                return keyed._columnar_window(fn, assigner, lateness, uid, name, parallelism, state_version, migrate)
+                return keyed._columnar_window(
+                    fn, assigner, lateness, uid, name, parallelism, state_version, migrate, self._late_data
+                )
         if isinstance(keyed, ColumnarKeyedStream):  # anything else is the records' window
-            return WindowedStream(keyed._records_keyed(), assigner, lateness).aggregate(
+            return self._of_records().aggregate(
                 fn,
                 uid=uid,
                 name=name,
@@ -716,7 +799,7 @@ class WindowedStream:
         if not callable(fn):
             raise JobDefinitionError(f"operator {uid!r}: reduce takes a function of two values, not {fn!r}")
         if isinstance(self._keyed, ColumnarKeyedStream):
-            return WindowedStream(self._keyed._records_keyed(), self._assigner, self._lateness).reduce(
+            return self._of_records().reduce(
                 fn,
                 uid=uid,
                 name=name,
@@ -750,7 +833,7 @@ class WindowedStream:
         the window's last timestamp). ``state_version``/``migrate`` version the list of a window."""
 
         if isinstance(self._keyed, ColumnarKeyedStream):
-            return WindowedStream(self._keyed._records_keyed(), self._assigner, self._lateness).process(
+            return self._of_records().process(
                 fn, uid=uid, name=name, parallelism=parallelism, state_version=state_version, migrate=migrate
             )
         return self._window(
@@ -775,7 +858,7 @@ class WindowedStream:
         keyed = self._keyed
         ks = keyed._key_selector
         assert ks is not None
-        assigner, lateness = self._assigner, self._lateness
+        assigner, lateness, late_data = self._assigner, self._lateness, self._late_data
         if isinstance(assigner, EventTimeSessionWindows) and not callable(getattr(fn, "merge", None)):
             raise JobDefinitionError(
                 f"operator {uid!r}: session windows ({assigner!r}) merge the accumulators of the windows they "
@@ -787,9 +870,12 @@ class WindowedStream:
                 uid,
                 name,
                 OperatorKind.ONE_INPUT,
-                lambda: WindowAggregateOperator(fn, ks, assigner, lateness, schema, window_function=window_function),
+                lambda: WindowAggregateOperator(
+                    fn, ks, assigner, lateness, schema, window_function=window_function, late_data=late_data
+                ),
                 parallelism,
                 key_selector=ks,
+                side_outputs=() if late_data is None else (late_data,),
             ),
         )
 
@@ -895,6 +981,7 @@ class ColumnarKeyedStream(KeyedStream):
         parallelism: int | None,
         state_version: int | None,
         migrate: Migrate | None,
+        late_data: OutputTag | None = None,
     ) -> DataStream:
         for field in fn.fields():
             self.schema.kind_of(field)  # an unknown field fails at build time
@@ -906,10 +993,11 @@ class ColumnarKeyedStream(KeyedStream):
                 uid,
                 name or "window-aggregate",
                 OperatorKind.ONE_INPUT,
-                lambda: ColumnarWindowAggregateOperator(fn, key_field, assigner, lateness, schema),
+                lambda: ColumnarWindowAggregateOperator(fn, key_field, assigner, lateness, schema, late_data=late_data),
                 parallelism,
                 key_selector=self._field_key,
                 columnar_input=True,
+                side_outputs=() if late_data is None else (late_data,),
             ),
         )
 
@@ -954,7 +1042,9 @@ class KeyedProcessFunction:
     ``list_state``, ``map_state``, ``reducing_state(name, fn)``, ``aggregating_state(name, agg)``
     with a :class:`StateAggregateFunction`), each with an optional ``ttl=StateTtlConfig(...)``, and
     ``ctx.timer_service()`` (a :class:`TimerService`) to register and delete event-time and
-    processing-time timers, in epoch ms or as a ``timedelta`` since the epoch.
+    processing-time timers, in epoch ms or as a ``timedelta`` since the epoch; ``ctx.output(tag,
+    value)`` emits to side output ``tag`` (an :class:`OutputTag`, read with
+    ``stream.get_side_output(tag)``), stamped as ``out.collect`` stamps.
 
     ``state_schemas`` (optional, or ``.process(..., state_schemas=...)``): a :class:`StateSchema` per
     state whose values are versioned, e.g. ``StateSchema("count", version=2, migrate=fn)``."""
@@ -966,6 +1056,16 @@ class KeyedProcessFunction:
         """A timer of ``ctx.key`` at ``timestamp`` fired, of domain ``ctx.time_domain()``
         (:class:`TimeDomain`). What ``out`` collects is stamped with ``timestamp`` for an event-time
         timer and has no timestamp for a processing-time one (unless given)."""
+
+
+class ProcessFunction:
+    """Per-record processing on a stream that is not keyed (Flink's ProcessFunction): override
+    ``process_element``. ``ctx`` (a :class:`ProcessContext`) has the record's timestamp
+    (``ctx.timestamp``) and ``ctx.output(tag, value)`` to emit to side output ``tag`` (an
+    :class:`OutputTag`; read with ``stream.get_side_output(tag)``), stamped with that timestamp."""
+
+    def process_element(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
+        raise NotImplementedError("a ProcessFunction must override process_element")
 
 
 class ProcessWindowFunction:
@@ -1144,7 +1244,10 @@ __all__ = [
     "Min",
     "NonRetriableError",
     "OnTimerContext",
+    "OutputTag",
     "Parameters",
+    "ProcessContext",
+    "ProcessFunction",
     "ProcessWindowFunction",
     "ReducingState",
     "Schema",

@@ -13,6 +13,7 @@ from typing import Any
 
 from weir.core.descriptors import SinkSpec, SourceSpec
 from weir.core.errors import JobDefinitionError
+from weir.core.process_functions import OutputTag
 
 
 class Partitioning(enum.Enum):
@@ -31,11 +32,15 @@ class OperatorKind(enum.Enum):
 
 @dataclass(frozen=True)
 class Edge:
+    """``target_uid``'s input ``input_index`` takes an output of ``source_uid``: its main output, or
+    the side output ``side_output``."""
+
     source_uid: str
     target_uid: str
     partitioning: Partitioning
     input_index: int = 0
     key_selector: Callable[[Any], Any] | None = None
+    side_output: OutputTag | None = None
 
 
 @dataclass
@@ -53,6 +58,7 @@ class Transformation:
     source_spec: SourceSpec | None = None  # sources: what the JobManager needs to know (weir.core.descriptors)
     sink_spec: SinkSpec | None = None  # sinks: the system, target and delivery (weir.core.descriptors)
     columnar: bool = False  # emits record batches (weir.core.columnar), not one value per record
+    side_outputs: tuple[OutputTag, ...] = ()  # the side outputs it declares (a window's late data)
 
 
 @dataclass
@@ -74,7 +80,23 @@ class LogicalGraph:
         return transformation
 
     def connect(self, edge: Edge) -> None:
+        if edge.side_output is not None:
+            self.check_side_output(edge.source_uid, edge.side_output)
         self.edges.append(edge)
+
+    def check_side_output(self, uid: str, tag: OutputTag) -> None:
+        """A side output's name means one thing per operator: every tag of that name taken from
+        ``uid`` or declared by it has the same ``value_type``. A tag the operator never emits is
+        allowed (its stream stays empty), as in Flink."""
+        known = [e.side_output for e in self.outputs_of(uid) if e.side_output is not None]
+        known += self.transformations[uid].side_outputs if uid in self.transformations else ()
+        for other in known:
+            if other.name == tag.name and other.value_type is not tag.value_type:
+                raise JobDefinitionError(
+                    f"operator {uid!r}: side output {tag.name!r} is taken as {_type_name(tag)} and as "
+                    f"{_type_name(other)}: a side output's name means one thing per operator; give the "
+                    "other side output another name"
+                )
 
     def inputs_of(self, uid: str) -> list[Edge]:
         return sorted((e for e in self.edges if e.target_uid == uid), key=lambda e: e.input_index)
@@ -122,3 +144,7 @@ class LogicalGraph:
                     f"forward edge {e.source_uid!r} -> {e.target_uid!r} joins different parallelisms; "
                     "use rebalance() or key_by()"
                 )
+
+
+def _type_name(tag: OutputTag) -> str:
+    return "values of any type" if tag.value_type is None else f"values of type {tag.value_type.__qualname__}"

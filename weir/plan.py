@@ -1,8 +1,9 @@
 """From the logical graph to the physical plan: operator chains (vertices) and their channels.
 
 An operator is chained to its input when the edge is FORWARD, both sides have the same parallelism
-and it has exactly one input; a chain is a tree rooted at its head, and every subtask of a vertex
-runs the whole tree in one thread. Edges between vertices cross the network.
+and it has exactly one input (the main output of its predecessor or one of its side outputs); a
+chain is a tree rooted at its head, and every subtask of a vertex runs the whole tree in one thread.
+Edges between vertices cross the network.
 
 The JobManager and every TaskManager compute the same plan from the same job file, so the channel
 numbering below is the contract between producer and consumer.
@@ -14,12 +15,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir.core.process_functions import OutputTag
 from weir.graph import LogicalGraph, OperatorKind, Partitioning
 
 
 @dataclass(frozen=True, eq=False)
 class NetworkEdge:
-    """An edge between two vertices: from an operator inside the producer vertex to a vertex's head."""
+    """An edge between two vertices: from an operator inside the producer vertex (its main output,
+    or its side output ``side_output``) to a vertex's head."""
 
     producer_vertex: str
     producer_operator: str
@@ -27,6 +30,7 @@ class NetworkEdge:
     partitioning: Partitioning
     input_index: int
     key_selector: Callable[[Any], Any] | None
+    side_output: OutputTag | None = None
 
 
 @dataclass
@@ -35,6 +39,9 @@ class Vertex:
     operator_uids: list[str]  # topological order, head first
     parallelism: int
     chained: dict[str, list[str]] = field(default_factory=dict)  # operator -> chained successors
+    # A chained successor that takes a side output of its predecessor -> that side output (one not
+    # named takes the main output).
+    chained_side_outputs: dict[str, OutputTag] = field(default_factory=dict)
     inputs: list[NetworkEdge] = field(default_factory=list)
     outputs: list[NetworkEdge] = field(default_factory=list)
 
@@ -133,6 +140,8 @@ def build_plan(graph: LogicalGraph) -> JobPlan:
             vertex = vertices[head]
             vertex.operator_uids.append(t.uid)
             vertex.chained.setdefault(chain_to, []).append(t.uid)
+            if inputs[0].side_output is not None:
+                vertex.chained_side_outputs[t.uid] = inputs[0].side_output
             head_of[t.uid] = head
         else:
             vertices[t.uid] = Vertex(uid=t.uid, operator_uids=[t.uid], parallelism=parallelism)
@@ -148,6 +157,7 @@ def build_plan(graph: LogicalGraph) -> JobPlan:
             partitioning=e.partitioning,
             input_index=e.input_index,
             key_selector=e.key_selector,
+            side_output=e.side_output,
         )
         vertices[producer_head].outputs.append(net)
         vertices[consumer_head].inputs.append(net)

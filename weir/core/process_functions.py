@@ -1,6 +1,6 @@
-"""Values of the keyed process-function API (Flink's KeyedProcessFunction): the time domain a timer
-fires in, the time-to-live of a state, durations given as milliseconds or ``timedelta``, and the
-processing-time clock.
+"""Values of the process-function API (Flink's ProcessFunction and KeyedProcessFunction): the time
+domain a timer fires in, the time-to-live of a state, the tag of a side output, durations given as
+milliseconds or ``timedelta``, and the processing-time clock.
 
 Time is epoch milliseconds throughout: event time as the records' timestamps and the watermarks,
 processing time as the wall clock (:func:`wall_clock_ms`, injectable as a :data:`Clock`).
@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Protocol, TypeVar
 
@@ -49,6 +49,28 @@ class TimeDomain(enum.Enum):
 
     EVENT_TIME = "event_time"
     PROCESSING_TIME = "processing_time"
+
+
+@dataclass(frozen=True)
+class OutputTag:
+    """A side output of an operator (Flink's ``OutputTag``): a function emits to it with
+    ``ctx.output(tag, value)``, a window sends its late elements to it (``side_output_late_data``),
+    and ``stream.get_side_output(tag)`` is the stream of what the operator emitted to it.
+
+    The name is the tag's identity: two tags of one name are equal, whatever their ``value_type``,
+    as in Flink. ``value_type`` (optional) says what the side output carries; it is not checked per
+    value, but one operator's side output of a name must be asked for with one ``value_type``."""
+
+    name: str
+    value_type: type | None = field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name:
+            raise JobDefinitionError(f"an OutputTag's name must be a non-empty str, got {self.name!r}")
+        if self.value_type is not None and not isinstance(self.value_type, type):
+            raise JobDefinitionError(
+                f"OutputTag {self.name!r}: value_type must be a type or None, got {self.value_type!r}"
+            )
 
 
 class TtlUpdateType(enum.Enum):
