@@ -1,6 +1,6 @@
 """Keyed operators: state per key in RocksDB, addressed by the key's key group; the
 KeyedProcessFunction's operator with its timers (``operators.timers``) and state kinds
-(``operators.process_state``)."""
+(``operators.process_state``), and the KeyedCoProcessFunction's, the same over two keyed inputs."""
 
 from __future__ import annotations
 
