@@ -1,6 +1,6 @@
 """Keyed operators: state per key in RocksDB, addressed by the key's key group; the
 KeyedProcessFunction's operator with its timers (``operators.timers``) and state kinds
-(``operators.process_state``)."""
+(``operators.process_state``), and the KeyedCoProcessFunction's, the same over two keyed inputs."""
 
 from __future__ import annotations
 
@@ -382,3 +382,41 @@ class KeyedProcessOperator(KeyedOperator):
             if state.ttl is not None:
                 drop_expired(self.store, name, self.ctx.key_group_range, state.ttl)
         return super().snapshot_state(checkpoint_id)
+
+
+class KeyedCoProcessOperator(KeyedProcessOperator):
+    """Runs a KeyedCoProcessFunction over two keyed inputs (Flink's KeyedCoProcessOperator):
+    ``process_element1(value, ctx, out)`` per record of the first input, ``process_element2`` per
+    record of the second, ``on_timer(timestamp, ctx, out)`` per timer that fires.
+
+    ``key_selectors`` are the keys of the first and the second input. Both inputs share the state,
+    the timers and the key encoding of :class:`KeyedProcessOperator`: a key is one key whichever
+    input it comes from, so equal keys of both inputs reach the same key group (and subtask), and
+    one input's record sees what the other input's records of its key stored. The watermark is the
+    minimum of both inputs' (the task's input valve combines them before :meth:`process_watermark`)."""
+
+    def __init__(
+        self,
+        fn: Any,
+        key_selectors: tuple[Callable[[Any], Any], Callable[[Any], Any]],
+        state_schemas: Iterable[StateSchema] = (),
+        clock: Clock = wall_clock_ms,
+    ) -> None:
+        first, second = key_selectors
+        super().__init__(fn, first, state_schemas, clock)
+        self._key_selectors = (first, second)
+
+    def open(self) -> None:
+        super().open()
+        self._elements = (self._fn.process_element1, self._fn.process_element2)
+
+    def process_input(self, input_index: int, value: Any, timestamp: int | None) -> None:
+        if input_index not in (0, 1):
+            raise ValueError(f"a two-input operator has inputs 0 and 1, not {input_index}")
+        self.switch_to_key(self._key_selectors[input_index](value))
+        self._process_ctx.timestamp = timestamp
+        self._out.timestamp = timestamp
+        self._elements[input_index](value, self._process_ctx, self._out)
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        self.process_input(0, value, timestamp)

@@ -15,6 +15,7 @@ savepoints, so it must not change between versions of a job.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -35,8 +36,10 @@ from operators.basic import (
 )
 from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+from operators.joins import IntervalJoinOperator, JoinContext, WindowJoinOperator
 from operators.keyed import (
     REDUCE_STATE,
+    KeyedCoProcessOperator,
     KeyedProcessContext,
     KeyedProcessOperator,
     OnTimerContext,
@@ -472,6 +475,10 @@ class DataStream:
     def connect(self, other: DataStream) -> ConnectedStreams:
         return ConnectedStreams(self, other)
 
+    def join(self, other: DataStream) -> JoinedStreams:
+        """A window join with ``other``: ``.where(key).equal_to(other_key).window(assigner).apply(fn)``."""
+        return JoinedStreams(self, other)
+
     # Sinks -----------------------------------------------------------------------------------------
 
     def sink_to_kafka(
@@ -681,6 +688,13 @@ class KeyedStream(DataStream):
         """Group each key's values into the windows of ``assigner``; ``allowed_lateness_ms`` (int ms
         or timedelta) keeps an event-time window's state that long after it fired, for late values."""
         return WindowedStream(self, assigner, allowed_lateness_ms)
+
+    def interval_join(self, other: KeyedStream) -> IntervalJoin:
+        """An interval join with keyed stream ``other``: ``.between(lower, upper).process(fn)``
+        pairs each record at ``t`` with ``other``'s records of the same key at ``[t + lower, t + upper]``."""
+        if not isinstance(other, KeyedStream):
+            raise JobDefinitionError(f"interval_join takes a keyed stream (key_by), not {other!r}")
+        return IntervalJoin(self, other)
 
 
 class WindowedStream:
@@ -1009,10 +1023,28 @@ class ConnectedStreams:
         self._first = first
         self._second = second
 
-    def process(
-        self, fn: CoProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
-    ) -> DataStream:
+    def key_by(self, first_key: KeySelector, second_key: KeySelector) -> ConnectedStreams:
+        """Both streams keyed, the first by ``first_key``, the second by ``second_key``: records whose
+        keys are equal values reach the same subtask and share their key's state and timers."""
+        return ConnectedStreams(self._first.key_by(first_key), self._second.key_by(second_key))
 
+    def process(
+        self,
+        fn: CoProcessFunction | KeyedCoProcessFunction,
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        state_schemas: Iterable[StateSchema] | None = None,
+    ) -> DataStream:
+        """Run ``fn`` over both streams: a :class:`CoProcessFunction` without state, or (both
+        streams keyed) a :class:`KeyedCoProcessFunction` with its key's state and timers;
+        ``state_schemas`` as for :meth:`KeyedStream.process`."""
+
+        if isinstance(fn, KeyedCoProcessFunction):
+            return self._keyed_process(fn, uid, name, parallelism, state_schemas)
+        if state_schemas is not None:
+            raise JobDefinitionError(f"operator {uid!r}: state_schemas needs a KeyedCoProcessFunction")
         first = self._first
         key_selector = first._key_selector if first._partitioning is Partitioning.HASH else None
         return DataStream(
@@ -1026,6 +1058,26 @@ class ConnectedStreams:
                 key_selector=key_selector,
                 inputs=(first, self._second),
             ),
+        )
+
+    def _keyed_process(
+        self,
+        fn: KeyedCoProcessFunction,
+        uid: str,
+        name: str | None,
+        parallelism: int | None,
+        state_schemas: Iterable[StateSchema] | None,
+    ) -> DataStream:
+        keys = _two_keys(uid, self._first, self._second)
+        schemas = _process_state_schemas(uid, fn, state_schemas)
+        return _keyed_two_input(
+            self._first,
+            self._second,
+            uid,
+            name or "keyed-co-process",
+            parallelism,
+            keys,
+            lambda: KeyedCoProcessOperator(fn, keys, schemas),
         )
 
 
@@ -1167,6 +1219,237 @@ def _spill_directory(uid: str, given: str | Path | None) -> Path | None:
     return path
 
 
+# Keyed two-input functions and joins ----------------------------------------------------------------
+
+
+class KeyedCoProcessFunction:
+    """Two keyed inputs with state and timers (Flink's KeyedCoProcessFunction): override
+    ``process_element1`` (a record of the first stream) and ``process_element2`` (of the second),
+    and ``on_timer`` to act when a timer fires.
+
+    ``ctx`` is the :class:`KeyedProcessContext` of a :class:`KeyedProcessFunction`: the current key
+    (``ctx.key``, the same value for both streams' records of a key), the record's timestamp, the
+    key's state of every kind (shared by both inputs) and ``ctx.timer_service()``. Built by
+    ``a.connect(b).key_by(key_a, key_b).process(fn, uid=...)`` or
+    ``a.key_by(key_a).connect(b.key_by(key_b)).process(fn, uid=...)``; ``state_schemas`` as there."""
+
+    def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        raise NotImplementedError("a KeyedCoProcessFunction must override process_element1")
+
+    def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        raise NotImplementedError("a KeyedCoProcessFunction must override process_element2")
+
+    def on_timer(self, timestamp: int, ctx: OnTimerContext, out: Collector) -> None:
+        """A timer of ``ctx.key`` fired (see :meth:`KeyedProcessFunction.on_timer`)."""
+
+
+class ProcessJoinFunction:
+    """What an interval join emits for one pair (Flink's ProcessJoinFunction): override
+    ``process_element``. ``ctx`` (a :class:`JoinContext`) has ``left_timestamp``,
+    ``right_timestamp`` and ``timestamp`` (the later one, what ``out.collect`` stamps by default)."""
+
+    def process_element(self, left: Any, right: Any, ctx: JoinContext, out: Collector) -> None:
+        raise NotImplementedError("a ProcessJoinFunction must override process_element")
+
+
+JoinFunction = Callable[[Any, Any], Any]
+"""A window join's ``fn(first, second) -> value`` (or an object with such a ``join`` method)."""
+
+
+@dataclass(frozen=True)
+class JoinedStreams:
+    """``a.join(b)``: say each stream's key (``where``, ``equal_to``), then the windows (Flink's JoinedStreams)."""
+
+    first: DataStream
+    second: DataStream
+
+    def where(self, key: KeySelector) -> JoinWhere:
+        """The first stream's key."""
+        return JoinWhere(self.first, self.second, _key_selector(key))
+
+
+@dataclass(frozen=True)
+class JoinWhere:
+    """``a.join(b).where(key)``: the second stream's key next."""
+
+    first: DataStream
+    second: DataStream
+    first_key: Callable[[Any], Any]
+
+    def equal_to(self, key: KeySelector) -> JoinEqualTo:
+        """The second stream's key: records join where the two keys are equal values."""
+        return JoinEqualTo(self.first, self.second, self.first_key, _key_selector(key))
+
+
+@dataclass(frozen=True)
+class JoinEqualTo:
+    """Both keys said: the event-time windows the join pairs records in."""
+
+    first: DataStream
+    second: DataStream
+    first_key: Callable[[Any], Any]
+    second_key: Callable[[Any], Any]
+
+    def window(self, assigner: TumblingEventTimeWindows | SlidingEventTimeWindows) -> WindowedJoin:
+        if not isinstance(assigner, TumblingEventTimeWindows | SlidingEventTimeWindows):
+            raise JobDefinitionError(f"a window join takes tumbling or sliding event-time windows, not {assigner!r}")
+        return WindowedJoin(self.first, self.second, self.first_key, self.second_key, assigner)
+
+
+@dataclass(frozen=True)
+class WindowedJoin:
+    """A window join ready to run: ``apply(fn, uid=...)``."""
+
+    first: DataStream
+    second: DataStream
+    first_key: Callable[[Any], Any]
+    second_key: Callable[[Any], Any]
+    assigner: TumblingEventTimeWindows | SlidingEventTimeWindows
+
+    def apply(
+        self, fn: JoinFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
+    ) -> DataStream:
+        """For each window and key, ``fn(x, y)`` for every pair of an ``x`` of the first stream and a
+        ``y`` of the second in it (first stream outer, each in arrival order), emitted when the
+        watermark reaches the window's last timestamp, stamped with it. A record whose windows have
+        all fired is dropped (late)."""
+        join = getattr(fn, "join", None)
+        join = join if callable(join) else fn
+        if not callable(join):
+            raise JobDefinitionError(f"operator {uid!r}: a window join takes fn(first, second), not {fn!r}")
+        keys = (self.first_key, self.second_key)
+        assigner = self.assigner
+        return _keyed_two_input(
+            self.first.key_by(self.first_key),
+            self.second.key_by(self.second_key),
+            uid,
+            name or "window-join",
+            parallelism,
+            keys,
+            lambda: WindowJoinOperator(join, assigner, keys),
+        )
+
+
+@dataclass(frozen=True)
+class IntervalJoin:
+    """``a.key_by(ka).interval_join(b.key_by(kb))``: the interval next (``between``)."""
+
+    first: KeyedStream
+    second: KeyedStream
+
+    def between(self, lower: Duration, upper: Duration) -> IntervalJoined:
+        """Pair a first-stream record at ``t`` with the second stream's at ``[t + lower, t + upper]``
+        (ms or timedelta, negative allowed; both bounds inclusive unless made exclusive)."""
+        lower_ms, upper_ms = (
+            _millis("an interval join's lower bound", lower),
+            _millis("an interval join's upper bound", upper),
+        )
+        if lower_ms > upper_ms:
+            raise JobDefinitionError(
+                f"an interval join's lower bound {lower_ms} ms is above its upper bound {upper_ms} ms"
+            )
+        return IntervalJoined(self.first, self.second, lower_ms, upper_ms)
+
+
+@dataclass(frozen=True)
+class IntervalJoined:
+    """An interval join ready to run: ``process(fn, uid=...)``, bounds optionally exclusive."""
+
+    first: KeyedStream
+    second: KeyedStream
+    lower_ms: int
+    upper_ms: int
+    lower_is_exclusive: bool = False
+    upper_is_exclusive: bool = False
+
+    def lower_exclusive(self) -> IntervalJoined:
+        """The lower bound excluded: ``t + lower < t2``."""
+        return dataclasses.replace(self, lower_is_exclusive=True)
+
+    def upper_exclusive(self) -> IntervalJoined:
+        """The upper bound excluded: ``t2 < t + upper``."""
+        return dataclasses.replace(self, upper_is_exclusive=True)
+
+    def process(
+        self,
+        fn: ProcessJoinFunction | JoinFunction,
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+    ) -> DataStream:
+        """``fn.process_element(left, right, ctx, out)`` (a :class:`ProcessJoinFunction`), or
+        ``fn(left, right) -> value`` emitted as is, for every pair, as soon as the later of the two
+        arrives, stamped with the later timestamp. A record at or behind the watermark is dropped
+        (late); each record's state is dropped once the watermark passes what could still match it."""
+        lower = self.lower_ms + (1 if self.lower_is_exclusive else 0)
+        upper = self.upper_ms - (1 if self.upper_is_exclusive else 0)
+        if lower > upper:
+            raise JobDefinitionError(
+                f"operator {uid!r}: the interval join's bounds {self.lower_ms}..{self.upper_ms} ms with the exclusive "
+                "bound(s) left out match nothing"
+            )
+        process_element = getattr(fn, "process_element", None)
+        if callable(process_element):
+            process: Callable[[Any, Any, JoinContext, Collector], None] = process_element
+        elif callable(fn):
+            process = partial(_emit_joined, fn)
+        else:
+            raise JobDefinitionError(
+                f"operator {uid!r}: an interval join takes a ProcessJoinFunction or fn(left, right), not {fn!r}"
+            )
+        keys = _two_keys(uid, self.first, self.second)
+        return _keyed_two_input(
+            self.first,
+            self.second,
+            uid,
+            name or "interval-join",
+            parallelism,
+            keys,
+            lambda: IntervalJoinOperator(process, lower, upper, keys),
+        )
+
+
+def _emit_joined(fn: JoinFunction, left: Any, right: Any, _ctx: JoinContext, out: Collector) -> None:
+    out.collect(fn(left, right))
+
+
+def _millis(what: str, value: Duration) -> int:
+    try:
+        return to_millis(value, what)
+    except (TypeError, ValueError) as exc:
+        raise JobDefinitionError(str(exc)) from None
+
+
+def _two_keys(uid: str, first: DataStream, second: DataStream) -> tuple[Callable[[Any], Any], Callable[[Any], Any]]:
+    """The keys of two keyed streams, or a JobDefinitionError naming the operator."""
+    if not isinstance(first, KeyedStream) or not isinstance(second, KeyedStream):
+        raise JobDefinitionError(
+            f"operator {uid!r}: a keyed two-input operator needs both streams keyed: "
+            "a.connect(b).key_by(key_a, key_b) or a.key_by(key_a).connect(b.key_by(key_b))"
+        )
+    assert first._key_selector is not None and second._key_selector is not None
+    return first._key_selector, second._key_selector
+
+
+def _keyed_two_input(
+    first: DataStream,
+    second: DataStream,
+    uid: str,
+    name: str,
+    parallelism: int | None,
+    keys: tuple[Callable[[Any], Any], Callable[[Any], Any]],
+    factory: Callable[[], Any],
+) -> DataStream:
+    """A keyed two-input operator fed by both streams, each hash-partitioned by its own key."""
+    return DataStream(
+        first._env,
+        first._add(
+            uid, name, OperatorKind.TWO_INPUT, factory, parallelism, key_selector=keys[0], inputs=(first, second)
+        ),
+    )
+
+
 # Loading job files ---------------------------------------------------------------------------------
 
 
@@ -1227,12 +1510,21 @@ __all__ = [
     "Collector",
     "ColumnarKeyedStream",
     "ColumnarStream",
+    "ConnectedStreams",
     "Count",
     "DataStream",
     "Duration",
     "Environment",
     "EventTimeSessionWindows",
     "FieldKey",
+    "IntervalJoin",
+    "IntervalJoined",
+    "JoinContext",
+    "JoinEqualTo",
+    "JoinFunction",
+    "JoinWhere",
+    "JoinedStreams",
+    "KeyedCoProcessFunction",
     "KeyedProcessContext",
     "KeyedProcessFunction",
     "KeyedStream",
@@ -1248,6 +1540,7 @@ __all__ = [
     "Parameters",
     "ProcessContext",
     "ProcessFunction",
+    "ProcessJoinFunction",
     "ProcessWindowFunction",
     "ReducingState",
     "Schema",
@@ -1264,6 +1557,7 @@ __all__ = [
     "TumblingProcessingTimeWindows",
     "ValueState",
     "WindowContext",
+    "WindowedJoin",
     "WindowedStream",
     "json_deserializer",
     "json_serializer",

@@ -32,7 +32,7 @@ and how soon watermarks travel (here after every record; in a cluster once per p
 flush) decide whether its window already fired. A source's ``idle_timeout_ms`` is not applied here
 (every partition ends, which frees the watermark as idleness would); in a cluster a partition that
 resumes after going idle may be behind the watermark, and its records late. The run counts the
-records each window operator dropped as late (``late_records``); when that is not zero, a correct
+records each window or join operator dropped as late (``late_records``); when that is not zero, a correct
 cluster run may differ. Allowed lateness and out-of-orderness are the job's own.
 """
 
@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from operators.base import OperatorContext, StreamOperator
+from operators.joins import IntervalJoinOperator, WindowJoinOperator
 from operators.sinks import (
     FileSinkOperator,
     KafkaSinkOperator,
@@ -492,7 +493,9 @@ class _Run:
             sinks=self._sinks,
             sources=self._source_summaries(operators),
             late_records={
-                uid: op.late_records_dropped for uid, op in operators.items() if isinstance(op, WindowAggregateOperator)
+                uid: op.late_records_dropped
+                for uid, op in operators.items()
+                if isinstance(op, WindowAggregateOperator | WindowJoinOperator | IntervalJoinOperator)
             },
         )
 
