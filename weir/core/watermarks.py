@@ -107,9 +107,9 @@ class WatermarkTracker:
         return all(status is _ENDED for status in self._status)
 
     def add_channel(self) -> ChannelIndex:
-        """One more input channel, active at MIN_WATERMARK (it holds the combined watermark where it
-        is until it advances; the combined watermark never goes back)."""
-        self._watermarks.append(MIN_WATERMARK)
+        """One more input channel, active at the combined watermark: it holds it there until its own
+        watermark passes it (the combined watermark never goes back)."""
+        self._watermarks.append(self._combined)
         self._status.append(_ACTIVE)
         return ChannelIndex(len(self._status) - 1)
 
