@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -107,17 +107,53 @@ def consumer(endpoints: Endpoints, **overrides: object) -> Consumer:
     return Consumer(client_config(endpoints, **base))
 
 
-class PartitionReader:
-    """A source subtask's reader of explicit partitions of one topic, from explicit offsets (no
-    consumer-group commits), read_committed. Messages come back as the client gives them
-    (``value()``, ``key()``, ``partition()``, ``offset()``, ``timestamp()``, ``error()``); an error
-    that only says a partition's end was reached is told apart by ``is_end_of_partition``."""
+CommitErrorHandler = Callable[[str], None]
+"""Told why an asynchronous offset commit failed (one line)."""
 
-    def __init__(self, endpoints: Endpoints, topic: str, *, group_id: str, fetch_wait_max_ms: int = 50) -> None:
+
+class PartitionReader:
+    """A source subtask's reader of explicit partitions of one topic, from explicit offsets,
+    read_committed. Messages come back as the client gives them (``value()``, ``key()``,
+    ``partition()``, ``offset()``, ``timestamp()``, ``headers()``, ``error()``); an error that only
+    says a partition's end was reached is told apart by ``is_end_of_partition``.
+
+    Positions are never read back from the consumer group for recovery; ``commit`` only publishes
+    them (for lag monitoring and ``Committed`` starts), asynchronously: a failure goes to
+    ``on_commit_error`` when the next ``consume`` serves the callback."""
+
+    def __init__(
+        self,
+        endpoints: Endpoints,
+        topic: str,
+        *,
+        group_id: str,
+        fetch_wait_max_ms: int = 50,
+        properties: Mapping[str, str] | None = None,
+        on_commit_error: CommitErrorHandler | None = None,
+    ) -> None:
         self.topic = topic
-        self._consumer = consumer(
-            endpoints, group_id=group_id, isolation_level="read_committed", fetch_wait_max_ms=fetch_wait_max_ms
+        self._on_commit_error = on_commit_error
+        config: dict[str, object] = {"fetch.wait.max.ms": fetch_wait_max_ms, **(properties or {})}
+        config.update({"group.id": group_id, "isolation.level": "read_committed", "on_commit": self._committed})
+        self._consumer = Consumer(
+            client_config(endpoints, enable_auto_commit=False, auto_offset_reset="earliest", enable_partition_eof=True)
+            | config
         )
+
+    def _committed(self, err: Any, partitions: list[TopicPartition]) -> None:
+        failed = [f"[{tp.partition}]: {tp.error}" for tp in partitions or [] if tp.error is not None]
+        if (err is not None or failed) and self._on_commit_error is not None:
+            self._on_commit_error(f"{err if err is not None else ''} {' '.join(failed)}".strip())
+
+    def partition_count(self, timeout_s: float = 10.0) -> int:
+        """The topic's partition count as the cluster metadata says now."""
+        try:
+            metadata = self._consumer.list_topics(topic=self.topic, timeout=timeout_s).topics.get(self.topic)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(f"kafka: no metadata for topic {self.topic!r}: {exc}") from exc
+        if metadata is None or metadata.error is not None:
+            raise ServiceUnavailableError(f"kafka: topic {self.topic!r} does not exist")
+        return len(metadata.partitions)
 
     def end_offset(self, partition: int, timeout_s: float = 30.0) -> int:
         """The partition's high watermark, asked of the broker."""
@@ -126,6 +162,34 @@ class PartitionReader:
         except KafkaException as exc:
             raise ServiceUnavailableError(f"kafka: no end offset for {self.topic}[{partition}]: {exc}") from exc
         return int(high)
+
+    def offsets_for_time(self, partitions: Iterable[int], timestamp_ms: int, timeout_s: float = 30.0) -> dict[int, int]:
+        """Per partition the first offset whose record's timestamp is at or after ``timestamp_ms``;
+        the partition's end offset when it has none."""
+        request = [TopicPartition(self.topic, p, timestamp_ms) for p in partitions]
+        if not request:
+            return {}
+        try:
+            answered = self._consumer.offsets_for_times(request, timeout=timeout_s)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(f"kafka: offsets for time {timestamp_ms} of {self.topic!r}: {exc}") from exc
+        out: dict[int, int] = {}
+        for tp in answered:
+            if tp.error is not None:
+                raise ServiceUnavailableError(f"kafka: offset for time of {self.topic}[{tp.partition}]: {tp.error}")
+            out[tp.partition] = int(tp.offset) if tp.offset >= 0 else self.end_offset(tp.partition, timeout_s)
+        return out
+
+    def committed(self, partitions: Iterable[int], timeout_s: float = 30.0) -> dict[int, int | None]:
+        """The consumer group's committed offset of each partition (None: nothing committed)."""
+        request = [TopicPartition(self.topic, p) for p in partitions]
+        if not request:
+            return {}
+        try:
+            answered = self._consumer.committed(request, timeout=timeout_s)
+        except KafkaException as exc:
+            raise ServiceUnavailableError(f"kafka: committed offsets of {self.topic!r}: {exc}") from exc
+        return {tp.partition: (int(tp.offset) if tp.offset >= 0 else None) for tp in answered}
 
     def cached_high_watermark(self, partition: int) -> int:
         """The high watermark of the last fetch response (no broker request); negative while unknown."""
@@ -136,16 +200,33 @@ class PartitionReader:
         return int(high)
 
     def assign(self, next_offsets: Mapping[int, int | None]) -> None:
-        """Read these partitions, each from its next offset (None: from the beginning)."""
-        self._consumer.assign(
-            [
-                TopicPartition(self.topic, p, OFFSET_BEGINNING if offset is None else offset)
-                for p, offset in next_offsets.items()
-            ]
-        )
+        """Read these partitions (only these), each from its next offset (None: from the beginning)."""
+        self._consumer.assign(self._positions(next_offsets))
+
+    def add(self, next_offsets: Mapping[int, int | None]) -> None:
+        """Also read these partitions, each from its next offset (None: from the beginning)."""
+        self._consumer.incremental_assign(self._positions(next_offsets))
+
+    def _positions(self, next_offsets: Mapping[int, int | None]) -> list[TopicPartition]:
+        return [
+            TopicPartition(self.topic, p, OFFSET_BEGINNING if offset is None else offset)
+            for p, offset in next_offsets.items()
+        ]
 
     def unassign(self, partition: int) -> None:
         self._consumer.incremental_unassign([TopicPartition(self.topic, partition)])
+
+    def commit(self, next_offsets: Mapping[int, int]) -> None:
+        """Commit these positions (next offset per partition) to the group, without waiting."""
+        if not next_offsets:
+            return
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(self.topic, p, o) for p, o in next_offsets.items()], asynchronous=True
+            )
+        except KafkaException as exc:
+            if self._on_commit_error is not None:
+                self._on_commit_error(str(exc))
 
     def consume(self, max_messages: int, timeout_s: float) -> list[Any]:
         return self._consumer.consume(num_messages=max_messages, timeout=timeout_s)  # type: ignore[no-any-return]
@@ -156,6 +237,24 @@ class PartitionReader:
 
     def close(self) -> None:
         self._consumer.close()
+
+
+def committed_offsets(endpoints: Endpoints, group_id: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+    """The offsets ``group_id`` has committed for ``topic``, by partition (uncommitted ones left out),
+    read through the admin API."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    client = admin(endpoints)
+    request = ConsumerGroupTopicPartitions(
+        group_id, [TopicPartition(topic, p) for p in range(partition_count(endpoints, topic, timeout_s))]
+    )
+    try:
+        answer = client.list_consumer_group_offsets([request], request_timeout=timeout_s)[group_id].result(
+            timeout=timeout_s
+        )
+    except KafkaException as exc:
+        raise ServiceUnavailableError(f"kafka: committed offsets of group {group_id!r}: {exc}") from exc
+    return {tp.partition: int(tp.offset) for tp in answer.topic_partitions if tp.offset >= 0}
 
 
 def read_all(

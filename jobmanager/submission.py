@@ -1,4 +1,5 @@
-"""Accepting a job: load its file, fix the end offsets of its bounded Kafka sources, check it
+"""Accepting a job: load its file, fix the start offsets of its Kafka sources (unless they start at
+the beginning) and the end offsets of its bounded ones, check it
 (``jobmanager.submit_checks``), take over the state of another job's retained checkpoint when it
 starts from one (``jobmanager.restoring``), place its first attempt and deploy it.
 
@@ -31,9 +32,10 @@ from jobmanager.restoring import (
     read_retained_state,
 )
 from jobmanager.submit_checks import check_job_at_submit
+from operators.sources import decide_start_offsets, encode_start_offsets
 from weir.api import load_job_source
 from weir.core.config import Endpoints
-from weir.core.descriptors import KafkaSourceSpec, end_offsets_parameter
+from weir.core.descriptors import KafkaSourceSpec, OffsetReset, end_offsets_parameter, start_offsets_parameter
 from weir.core.paths import CheckpointPaths
 from weir.graph import LogicalGraph
 
@@ -41,6 +43,10 @@ log = structlog.get_logger("weir.jobmanager")
 
 EndOffsetsReader = Callable[[str], Mapping[int, int]]
 """The end offset (high watermark) of every partition of a Kafka topic now."""
+
+StartOffsetsReader = Callable[[KafkaSourceSpec, str], Mapping[int, int | None]]
+"""Where each partition of a Kafka source's topic starts now (None: at its beginning), by its
+``starting_offsets``, given the consumer group its positions are committed to."""
 
 SubmitCheck = Callable[[LogicalGraph, CheckpointSettings, float], None]
 """Refuse a job that cannot run (raises JobDefinitionError or ServiceUnavailableError)."""
@@ -85,6 +91,31 @@ def kafka_end_offsets(topic: str) -> Mapping[int, int]:
     return kafka.end_offsets(Endpoints.from_env(), topic)
 
 
+def kafka_start_offsets(spec: KafkaSourceSpec, group_id: str) -> Mapping[int, int | None]:
+    reader = kafka.PartitionReader(
+        Endpoints.from_env(), spec.topic, group_id=group_id, properties=dict(spec.properties)
+    )
+    try:
+        return decide_start_offsets(spec.starting_offsets, range(reader.partition_count()), reader)
+    finally:
+        reader.close()
+
+
+def fixed_source_starts(graph: LogicalGraph, job_name: str, read_start_offsets: StartOffsetsReader) -> dict[str, str]:
+    """Kafka sources that do not start at the beginning start where ``starting_offsets`` says at
+    submit, in every attempt: a failover before the first checkpoint does not move a LATEST start past
+    records written since the job started. One internal job parameter per source, partition to
+    offset (null: the beginning); a partition it does not name was created later and is read from
+    its beginning (``operators.sources``)."""
+    fixed: dict[str, str] = {}
+    for t in graph.transformations.values():
+        spec = t.source_spec
+        if isinstance(spec, KafkaSourceSpec) and spec.starting_offsets is not OffsetReset.EARLIEST:
+            starts = read_start_offsets(spec, spec.group_id_for(job_name, t.uid))
+            fixed[start_offsets_parameter(t.uid)] = encode_start_offsets(starts)
+    return fixed
+
+
 def check_at_submit(graph: LogicalGraph, settings: CheckpointSettings, restart_allowance_s: float) -> None:
     check_job_at_submit(graph, settings, restart_allowance_s, Endpoints.from_env())
 
@@ -112,6 +143,7 @@ class JobSubmitter:
         *,
         storage: CheckpointStorage | None = None,
         read_end_offsets: EndOffsetsReader = kafka_end_offsets,
+        read_start_offsets: StartOffsetsReader = kafka_start_offsets,
         check: SubmitCheck = check_at_submit,
         resolve_inherited: ResolveInherited = resolve_inherited,
     ) -> None:
@@ -125,6 +157,7 @@ class JobSubmitter:
         self._lock = lock
         self._clock = clock
         self._read_end_offsets = read_end_offsets
+        self._read_start_offsets = read_start_offsets
         self._check = check
 
     def submit(self, request: SubmitRequest) -> str:
@@ -134,12 +167,17 @@ class JobSubmitter:
             request.job_source, request.job_file_name, dict(request.parameters), parallelism, request.job_name or None
         )
         restored_from = request.from_checkpoint
+        job_name = request.job_name or loaded.graph.job_name
+        fixed = {
+            **fixed_source_starts(loaded.graph, job_name, self._read_start_offsets),
+            **fixed_source_ends(loaded.graph, self._read_end_offsets),
+        }
         submission = JobSubmission(
             job_id=new_job_id(),
-            job_name=request.job_name or loaded.graph.job_name,
+            job_name=job_name,
             job_file_name=request.job_file_name,
             job_source=request.job_source,
-            parameters={**request.parameters, **fixed_source_ends(loaded.graph, self._read_end_offsets)},
+            parameters={**request.parameters, **fixed},
             parallelism=parallelism,
             submitted_at=self._clock(),
             restored_from=restored_from,

@@ -1,7 +1,8 @@
 """Replayable sources: Kafka partitions read from explicit offsets, and a deterministic generator.
 
 A source's position (next offset per partition, next index) is its operator state: a checkpoint
-holds it and a restore seeks to it. Consumer-group offset commits are never used. The state is a
+holds it and a restore seeks to it. Positions are committed to the consumer group when a checkpoint
+completes (for monitoring and ``Committed`` starts), never read back for recovery. The state is a
 small versioned JSON document (``docs/formats.md``)::
 
     Kafka:     {"format": 1, "next_offsets": {"<partition>": offset}, "end_offsets": null | {...}}
@@ -9,15 +10,15 @@ small versioned JSON document (``docs/formats.md``)::
 
 Restored into a job at another parallelism, a Kafka source subtask takes the positions of the
 partitions the new assignment gives it from the union of every old subtask's positions; a partition
-no old subtask read starts from the beginning.
+no old subtask read starts where the source's ``starting_offsets`` say (docs/kafka-source.md).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final, assert_never
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final, Protocol, assert_never
 
 from connectors import kafka
 from operators.base import InheritedState, SourceOperator
@@ -25,7 +26,18 @@ from operators.source_metrics import KafkaSourceLag
 from weir.core import json_codec
 from weir.core.columnar import BatchDecoder
 from weir.core.config import Endpoints
-from weir.core.descriptors import GeneratorSourceSpec, KafkaSourceSpec, end_offsets_parameter
+from weir.core.descriptors import (
+    Committed,
+    GeneratorSourceSpec,
+    KafkaRecord,
+    KafkaSourceSpec,
+    OffsetReset,
+    StartingOffsets,
+    Timestamp,
+    TimestampType,
+    end_offsets_parameter,
+    start_offsets_parameter,
+)
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError, ServiceUnavailableError
 from weir.core.watermarks import (
@@ -75,6 +87,92 @@ class Pacer:
         return max(0.0, self._started + (self._taken + 1) * self._interval - self._clock())
 
 
+# Start positions ---------------------------------------------------------------------------------
+
+
+class StartOffsetLookup(Protocol):
+    """What deciding start positions asks of Kafka (a PartitionReader)."""
+
+    def end_offset(self, partition: int) -> int: ...
+    def offsets_for_time(self, partitions: Iterable[int], timestamp_ms: int) -> dict[int, int]: ...
+    def committed(self, partitions: Iterable[int]) -> dict[int, int | None]: ...
+
+
+def decide_start_offsets(
+    starting: StartingOffsets, partitions: Sequence[int], lookup: StartOffsetLookup
+) -> dict[int, int | None]:
+    """Where each partition starts (None: at its beginning), by the source's ``starting_offsets``."""
+    match starting:
+        case OffsetReset.EARLIEST:
+            return dict.fromkeys(partitions, None)
+        case OffsetReset.LATEST:
+            return {p: lookup.end_offset(p) for p in partitions}
+        case Timestamp(ms=ms):
+            found = lookup.offsets_for_time(partitions, ms)
+            return {p: found[p] if p in found else lookup.end_offset(p) for p in partitions}
+        case Committed(reset=reset):
+            committed = lookup.committed(partitions)
+            missing = [p for p in partitions if committed.get(p) is None]
+            fallback = decide_start_offsets(reset, missing, lookup)
+            return {p: committed[p] if p not in fallback else fallback[p] for p in partitions}
+        case _:
+            assert_never(starting)
+
+
+def encode_start_offsets(starts: Mapping[int, int | None]) -> str:
+    """The JobManager's fixed start positions of a source, as a job parameter."""
+    return json.dumps({str(p): starts[p] for p in sorted(starts)}, separators=(",", ":"))
+
+
+def decode_start_offsets(text: str) -> dict[int, int | None]:
+    try:
+        return {int(p): (None if o is None else typed(o, int)) for p, o in typed(json.loads(text), dict).items()}
+    except (TypeError, ValueError) as exc:
+        raise SerializationError(f"kafka source start offsets parameter is malformed: {exc}") from exc
+
+
+class CheckpointPositions:
+    """The positions each checkpoint's snapshot held, until it completes (commit them) or aborts.
+
+    A completed checkpoint's positions cover every earlier one: those are dropped unsent."""
+
+    def __init__(self) -> None:
+        self._by_checkpoint: dict[int, dict[int, int]] = {}
+
+    def taken(self, checkpoint_id: int, next_offsets: Mapping[int, int]) -> None:
+        self._by_checkpoint[checkpoint_id] = dict(next_offsets)
+
+    def completed(self, checkpoint_id: int) -> dict[int, int] | None:
+        """The positions to commit for this completed checkpoint (None: its snapshot is not here)."""
+        positions = self._by_checkpoint.pop(checkpoint_id, None)
+        for earlier in [c for c in self._by_checkpoint if c < checkpoint_id]:
+            del self._by_checkpoint[earlier]
+        return positions
+
+    def aborted(self, checkpoint_id: int) -> None:
+        self._by_checkpoint.pop(checkpoint_id, None)
+
+    @property
+    def pending(self) -> list[int]:
+        return sorted(self._by_checkpoint)
+
+
+def kafka_record(topic: str, msg: Any) -> KafkaRecord:
+    """A consumed message as the value a ``record_deserializer`` takes."""
+    kind, ts = msg.timestamp()
+    headers = msg.headers()
+    return KafkaRecord(
+        topic=topic,
+        partition=msg.partition(),
+        offset=msg.offset(),
+        key=msg.key(),
+        value=msg.value(),
+        timestamp=ts,
+        timestamp_type=TimestampType(kind),
+        headers=tuple(headers) if headers else (),
+    )
+
+
 class KafkaSourceOperator(SourceOperator):
     """Reads the partitions p with p % parallelism == subtask, from the restored offsets or the start.
 
@@ -82,6 +180,13 @@ class KafkaSourceOperator(SourceOperator):
     with ``idle_timeout_ms`` a partition without records for that long (``clock``: monotonic seconds)
     stops holding it back, and the subtask reports IDLE (``watermark_status``) once every partition
     it reads is idle, or at once when it has none and the source is unbounded.
+
+    Partitions without a restored position start where the JobManager fixed them at submit (by
+    ``starting_offsets``; decided here at open when it did not), and that position goes into the
+    state. With ``partition_discovery_interval_ms`` an unbounded source looks for new partitions on
+    its poll loop and reads its own from their beginning. With ``commit_offsets_on_checkpoint`` a
+    completed checkpoint's positions are committed to the consumer group (asynchronously; a failure
+    is logged).
     """
 
     def __init__(self, spec: KafkaSourceSpec, clock: Callable[[], float] = time.monotonic) -> None:
@@ -93,6 +198,11 @@ class KafkaSourceOperator(SourceOperator):
         self._dlq: Any = None
         self._lag: KafkaSourceLag | None = None
         self.dead_lettered = 0
+        self._checkpoint_positions = CheckpointPositions()
+        interval = spec.partition_discovery_interval_ms
+        self._discovery_interval_s = None if spec.bounded or interval is None else interval / 1000.0
+        self._next_discovery = 0.0
+        self._known_partitions = 0
         self._decoder = spec.schema.decoder(spec.timestamp_field) if spec.schema is not None else None
         if self._decoder is not None:
             self.poll_records = COLUMNAR_POLL_RECORDS
@@ -109,6 +219,8 @@ class KafkaSourceOperator(SourceOperator):
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         if self._dlq is not None:
             self._dlq.flush(30)  # dead letters of records before the barrier are durable with it
+        if self._spec.commit_offsets_on_checkpoint:
+            self._checkpoint_positions.taken(checkpoint_id, self._next_offsets)
         return encode_kafka_source_state(self._next_offsets, self._end_offsets)
 
     def open(self) -> None:
@@ -116,7 +228,15 @@ class KafkaSourceOperator(SourceOperator):
         endpoints = Endpoints.from_env()
         partitions = kafka.partition_count(endpoints, spec.topic)
         mine = [p for p in range(partitions) if p % ctx.parallelism == ctx.subtask]
-        self._consumer = kafka.PartitionReader(endpoints, spec.topic, group_id=f"weir-{ctx.job_id}-{ctx.uid}")
+        self._known_partitions = partitions
+        self._consumer = kafka.PartitionReader(
+            endpoints,
+            spec.topic,
+            group_id=spec.group_id_for(ctx.job_name, ctx.uid),
+            properties=dict(spec.properties),
+            on_commit_error=self._commit_failed,
+        )
+        self._place_unrestored([p for p in mine if p not in self._next_offsets])
         if spec.bounded:
             # The end of a bounded source is fixed once, by the JobManager at submit (kept in the job
             # record, so it survives every recovery); without it, the ends present now. A restored end
@@ -144,6 +264,8 @@ class KafkaSourceOperator(SourceOperator):
                     self._lag.finished(p)
         self._dlq = kafka.producer(endpoints, linger_ms=20) if spec.dead_letter_topic else None
         self._pacer = Pacer(spec.records_per_second, ctx.parallelism)
+        if self._discovery_interval_s is not None:
+            self._next_discovery = self._clock() + self._discovery_interval_s
         ctx.log.info(
             "kafka_source_opened",
             topic=spec.topic,
@@ -151,7 +273,61 @@ class KafkaSourceOperator(SourceOperator):
             restored=self._restored,
             offsets=self._next_offsets,
             end_offsets=self._end_offsets,
+            starting_offsets=str(spec.starting_offsets),
         )
+
+    def _place_unrestored(self, partitions: list[int]) -> None:
+        """Give the partitions without a restored position theirs: the JobManager's fixed start (a
+        partition it did not know of was created later: its beginning), else decided now from
+        ``starting_offsets``; after a restore, a partition missing from the state is one created
+        later, read from its beginning. A start at the beginning is left out of the positions."""
+        if not partitions:
+            return
+        fixed = self.ctx.parameters.get(start_offsets_parameter(self.ctx.uid))
+        if fixed is not None:
+            known = decode_start_offsets(fixed)
+            starts = {p: known.get(p) for p in partitions}
+        elif self._restored:
+            starts = dict.fromkeys(partitions, None)
+        else:
+            starts = decide_start_offsets(self._spec.starting_offsets, partitions, self._consumer)
+        for p, offset in starts.items():
+            if offset is not None:
+                self._next_offsets[p] = offset
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        """Commit the positions of the completed checkpoint's snapshot to the consumer group."""
+        positions = self._checkpoint_positions.completed(checkpoint_id)
+        consumer = getattr(self, "_consumer", None)
+        if positions and consumer is not None:
+            consumer.commit(positions)
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._checkpoint_positions.aborted(checkpoint_id)
+
+    def _commit_failed(self, reason: str) -> None:
+        self.ctx.log.warning("kafka_offset_commit_failed", topic=self._spec.topic, uid=self.ctx.uid, reason=reason)
+
+    def _discover_partitions(self) -> None:
+        """Look for partitions added to the topic; read this subtask's new ones from their beginning
+        (offset 0: below the log start, the consumer resets to the earliest offset)."""
+        assert self._discovery_interval_s is not None
+        self._next_discovery = self._clock() + self._discovery_interval_s
+        count = self._consumer.partition_count()
+        if count <= self._known_partitions:
+            return
+        ctx = self.ctx
+        found = [p for p in range(self._known_partitions, count) if p % ctx.parallelism == ctx.subtask]
+        self._known_partitions = count
+        if not found:
+            return
+        now = self._clock()
+        for p in found:
+            self._next_offsets.setdefault(p, 0)
+            self._active.add(p)
+            self._partition_watermarks.add(p, now)
+        self._consumer.add({p: self._next_offsets[p] for p in found})
+        ctx.log.info("kafka_partitions_discovered", topic=self._spec.topic, partitions=found, partition_count=count)
 
     def _cached_high_watermark(self, partition: int) -> int:
         """The partition's high watermark as librdkafka's last fetch response gave it (no broker
@@ -169,7 +345,11 @@ class KafkaSourceOperator(SourceOperator):
         return self._partition_watermarks.status()
 
     def poll(self, max_records: int) -> bool:
+        if self._discovery_interval_s is not None and self._clock() >= self._next_discovery:
+            self._discover_partitions()
         if not self._active:
+            if self._discovery_interval_s is not None:
+                return True  # a partition may yet be added for this subtask
             if not self._spec.bounded and self._spec.idle_timeout_ms is not None:
                 # Unbounded with no partition here: stay (idle) instead of ending, as in Flink.
                 return True
@@ -194,6 +374,7 @@ class KafkaSourceOperator(SourceOperator):
         """Each message as one record."""
         spec, emit = self._spec, self.output.emit
         deserialize, timestamp_of = spec.deserializer, spec.timestamp
+        record_deserialize, topic = spec.record_deserializer, spec.topic
         partition_watermarks = self._partition_watermarks
         watermarks, seen = partition_watermarks.generators, partition_watermarks.seen
         next_offsets = self._next_offsets
@@ -213,7 +394,7 @@ class KafkaSourceOperator(SourceOperator):
             next_offsets[partition] = offset + 1
             raw = msg.value()
             try:
-                value = deserialize(raw)
+                value = deserialize(raw) if record_deserialize is None else record_deserialize(kafka_record(topic, msg))
                 ts = timestamp_of(value) if timestamp_of is not None else msg.timestamp()[1]
                 if not isinstance(ts, int):
                     raise TypeError(f"timestamp must be an int (epoch ms), got {type(ts).__name__}")

@@ -71,12 +71,22 @@ from operators.windows import (
 )
 from weir.core.columnar import Aggregate, BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.descriptors import (
+    COMMITTED,
     DEFAULT_TRANSACTION_TIMEOUT_MS,
+    EARLIEST,
+    LATEST,
+    Committed,
     GeneratorSourceSpec,
+    KafkaRecord,
     KafkaSourceSpec,
+    OffsetReset,
     SinkDelivery,
     SinkSpec,
     SinkSystem,
+    StartingOffsets,
+    Timestamp,
+    TimestampType,
+    validate_consumer_properties,
 )
 from weir.core.errors import JobDefinitionError, NonRetriableError
 from weir.core.process_functions import (
@@ -199,8 +209,23 @@ class Environment:
         name: str | None = None,
         schema: Schema | Mapping[str, type] | None = None,
         timestamp_field: str | None = None,
+        starting_offsets: StartingOffsets = EARLIEST,
+        properties: Mapping[str, str] | None = None,
+        record_deserializer: Callable[[KafkaRecord], Any] | None = None,
+        partition_discovery_interval_ms: int | None = None,
+        commit_offsets_on_checkpoint: bool = True,
+        group_id: str | None = None,
     ) -> DataStream:
         """A replayable Kafka source: partitions spread over subtasks, offsets kept in checkpoints.
+
+        The Kafka options (docs/kafka-source.md): ``starting_offsets`` (EARLIEST, LATEST,
+        ``Timestamp(ms)``, COMMITTED or ``Committed(OffsetReset.LATEST)``) for partitions without a
+        restored position, fixed once at submit; ``properties`` passed through to the consumer
+        (security, client.id, fetch settings; not those Weir sets itself); ``record_deserializer``
+        taking the whole :class:`KafkaRecord` instead of ``deserializer``'s value bytes;
+        ``partition_discovery_interval_ms`` (unbounded only) to read partitions added while the job
+        runs; ``commit_offsets_on_checkpoint`` to commit a completed checkpoint's positions to the
+        consumer group ``group_id`` (default ``weir-<job name>-<uid>``), never read back for recovery.
 
         With ``schema`` (field name -> str, int, float or bool) and ``timestamp_field`` (an int field,
         epoch ms), the source is columnar: each poll's JSON records are decoded in one call into an
@@ -220,13 +245,47 @@ class Environment:
                 f"got {idle_timeout_ms!r}"
             )
 
+        if not isinstance(starting_offsets, OffsetReset | Timestamp | Committed):
+            raise JobDefinitionError(
+                f"kafka source {uid!r}: starting_offsets must be EARLIEST, LATEST, Timestamp(ms) or Committed(...), "
+                f"got {starting_offsets!r}"
+            )
+        if isinstance(starting_offsets, Timestamp) and (
+            type(starting_offsets.ms) is not int or starting_offsets.ms < 0
+        ):
+            raise JobDefinitionError(
+                f"kafka source {uid!r}: Timestamp(ms) takes epoch milliseconds (an int >= 0), "
+                f"got {starting_offsets.ms!r}"
+            )
+        if partition_discovery_interval_ms is not None:
+            if type(partition_discovery_interval_ms) is not int or partition_discovery_interval_ms <= 0:
+                raise JobDefinitionError(
+                    f"kafka source {uid!r}: partition_discovery_interval_ms must be a positive int (milliseconds) "
+                    f"or None, got {partition_discovery_interval_ms!r}"
+                )
+            if bounded:
+                raise JobDefinitionError(
+                    f"kafka source {uid!r}: a bounded source reads the partitions present at submit; leave "
+                    "partition_discovery_interval_ms out"
+                )
+        if group_id is not None and (not isinstance(group_id, str) or not group_id):
+            raise JobDefinitionError(f"kafka source {uid!r}: group_id must be a non-empty string, got {group_id!r}")
+        try:
+            consumer_properties = validate_consumer_properties(properties or {})
+        except JobDefinitionError as exc:
+            raise JobDefinitionError(f"kafka source {uid!r}: {exc}") from exc
+        if record_deserializer is not None and deserializer is not None:
+            raise JobDefinitionError(
+                f"kafka source {uid!r}: give deserializer (value bytes) or record_deserializer (the whole record), "
+                "not both"
+            )
         columns: Schema | None = None
         if schema is not None:
             columns = schema if isinstance(schema, Schema) else Schema.of(schema)
-            if deserializer is not None or timestamp is not None:
+            if deserializer is not None or timestamp is not None or record_deserializer is not None:
                 raise JobDefinitionError(
                     f"kafka source {uid!r}: a columnar source (schema=) decodes JSON by its schema and takes "
-                    "its event time from timestamp_field; leave deserializer and timestamp out"
+                    "its event time from timestamp_field; leave deserializer, record_deserializer and timestamp out"
                 )
             if timestamp_field is None:
                 raise JobDefinitionError(f"kafka source {uid!r}: a columnar source needs timestamp_field")
@@ -244,6 +303,12 @@ class Environment:
             idle_timeout_ms=idle_timeout_ms,
             schema=columns,
             timestamp_field=timestamp_field,
+            starting_offsets=starting_offsets,
+            properties=consumer_properties,
+            record_deserializer=record_deserializer,
+            partition_discovery_interval_ms=partition_discovery_interval_ms,
+            commit_offsets_on_checkpoint=commit_offsets_on_checkpoint,
+            group_id=group_id,
         )
         stream = self._source(
             uid,
@@ -1504,6 +1569,14 @@ def load_job_file(path: str | Path, parameters: Mapping[str, str] | None = None,
 
 
 __all__ = [
+    "COMMITTED",
+    "EARLIEST",
+    "LATEST",
+    "Committed",
+    "KafkaRecord",
+    "OffsetReset",
+    "Timestamp",
+    "TimestampType",
     "AggregateFunction",
     "AggregatingState",
     "CoProcessFunction",

@@ -10,7 +10,7 @@ runner reads the same input. Nothing here imports an operator, a connector or a 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -26,7 +26,96 @@ def end_offsets_parameter(source_uid: str) -> str:
     return f"weir.internal.end_offsets.{source_uid}"
 
 
+def start_offsets_parameter(source_uid: str) -> str:
+    """The parameter under which the JobManager fixes a Kafka source's start offsets at submit."""
+    return f"weir.internal.start_offsets.{source_uid}"
+
+
 # Sources -------------------------------------------------------------------------------------------
+
+
+class OffsetReset(enum.Enum):
+    """Where a partition starts when nothing else says: its first record, or after its last one."""
+
+    EARLIEST = "earliest"
+    LATEST = "latest"
+
+
+@dataclass(frozen=True)
+class Timestamp:
+    """Start each partition at its first record with a timestamp at or after ``ms`` (epoch ms); a
+    partition with none starts at its end."""
+
+    ms: int
+
+
+@dataclass(frozen=True)
+class Committed:
+    """Start each partition at the consumer group's committed offset, or by ``reset`` without one."""
+
+    reset: OffsetReset = OffsetReset.EARLIEST
+
+
+StartingOffsets = OffsetReset | Timestamp | Committed
+"""Where a Kafka source starts the partitions it has no restored position for."""
+
+EARLIEST: Final = OffsetReset.EARLIEST
+LATEST: Final = OffsetReset.LATEST
+COMMITTED: Final = Committed()
+
+
+class TimestampType(enum.Enum):
+    """What a Kafka record's timestamp means (the broker's timestamp type)."""
+
+    NOT_AVAILABLE = 0
+    CREATE_TIME = 1
+    LOG_APPEND_TIME = 2
+
+
+@dataclass(frozen=True)
+class KafkaRecord:
+    """One Kafka record as a ``record_deserializer`` sees it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int  # epoch ms
+    timestamp_type: TimestampType
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+RESERVED_CONSUMER_PROPERTIES: Final[Mapping[str, str]] = {
+    "bootstrap.servers": "Weir connects to the broker of its endpoints (WEIR_KAFKA_BOOTSTRAP)",
+    "group.id": "give group_id= instead",
+    "enable.auto.commit": "Weir commits positions itself when a checkpoint completes (commit_offsets_on_checkpoint=)",
+    "enable.auto.offset.store": "Weir commits positions itself when a checkpoint completes",
+    "isolation.level": "a Weir source reads read_committed",
+    "auto.offset.reset": "give starting_offsets= instead",
+    "enable.partition.eof": "a bounded source relies on end-of-partition events",
+}
+"""Consumer settings Weir sets itself, with what to do instead."""
+
+
+def validate_consumer_properties(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
+    """The user's consumer properties as sorted pairs; JobDefinitionError for a non-string one or
+    one that would override a setting Weir relies on."""
+    for key, value in properties.items():
+        if not isinstance(key, str) or not isinstance(value, str):
+            raise JobDefinitionError(f"kafka consumer property {key!r}: keys and values must be strings, got {value!r}")
+        reason = RESERVED_CONSUMER_PROPERTIES.get(key.strip().lower())
+        if reason is not None:
+            raise JobDefinitionError(
+                f"kafka consumer property {key!r} is set by Weir and cannot be overridden: {reason}"
+            )
+    return tuple(sorted(properties.items()))
+
+
+def default_group_id(job_name: str, source_uid: str) -> str:
+    """The consumer group a Kafka source commits its positions to unless it names one: stable over
+    resubmissions of the job."""
+    return f"weir-{job_name}-{source_uid}"
 
 
 @dataclass(frozen=True)
@@ -41,6 +130,15 @@ class KafkaSourceSpec:
     idle_timeout_ms: int | None = None  # a partition without records this long stops holding the watermark
     schema: Schema | None = None  # columnar: each poll decoded into one record batch of these fields
     timestamp_field: str | None = None  # columnar: the int field that is the event time
+    starting_offsets: StartingOffsets = OffsetReset.EARLIEST  # partitions without a restored position
+    properties: tuple[tuple[str, str], ...] = ()  # passed through to the consumer (validated)
+    record_deserializer: Callable[[KafkaRecord], Any] | None = None  # instead of deserializer: the whole record
+    partition_discovery_interval_ms: int | None = None  # unbounded: look for new partitions this often
+    commit_offsets_on_checkpoint: bool = True  # commit a completed checkpoint's positions to the group
+    group_id: str | None = None  # None: default_group_id(job name, uid)
+
+    def group_id_for(self, job_name: str, source_uid: str) -> str:
+        return self.group_id if self.group_id is not None else default_group_id(job_name, source_uid)
 
 
 @dataclass(frozen=True)

@@ -106,6 +106,13 @@ class WatermarkTracker:
     def all_ended(self) -> bool:
         return all(status is _ENDED for status in self._status)
 
+    def add_channel(self) -> ChannelIndex:
+        """One more input channel, active at the combined watermark: it holds it there until its own
+        watermark passes it (the combined watermark never goes back)."""
+        self._watermarks.append(self._combined)
+        self._status.append(_ACTIVE)
+        return ChannelIndex(len(self._status) - 1)
+
     def channel_status(self, channel: ChannelIndex) -> ChannelStatus:
         self._check(channel)
         return self._status[channel]
@@ -221,7 +228,16 @@ class PartitionWatermarks:
     per poll :meth:`advance`.
     """
 
-    __slots__ = ("_emitted", "_idle_timeout_s", "_index", "_last_record", "_tracker", "generators", "seen")
+    __slots__ = (
+        "_emitted",
+        "_idle_timeout_s",
+        "_index",
+        "_last_record",
+        "_max_out_of_orderness_ms",
+        "_tracker",
+        "generators",
+        "seen",
+    )
 
     def __init__(
         self,
@@ -234,6 +250,7 @@ class PartitionWatermarks:
         if idle_timeout_ms is not None and idle_timeout_ms <= 0:
             raise ValueError(f"idle timeout must be a positive number of ms, got {idle_timeout_ms}")
         self._idle_timeout_s = None if idle_timeout_ms is None else idle_timeout_ms / 1000.0
+        self._max_out_of_orderness_ms = max_out_of_orderness_ms
         self._index = {p: ChannelIndex(i) for i, p in enumerate(partitions)}
         self._tracker = WatermarkTracker(len(partitions)) if partitions else None
         self._last_record = dict.fromkeys(partitions, now)
@@ -257,6 +274,19 @@ class PartitionWatermarks:
     def partition_status(self, partition: int) -> ChannelStatus:
         assert self._tracker is not None, "no partitions"
         return self._tracker.channel_status(self._index[partition])
+
+    def add(self, partition: int, now: float) -> None:
+        """A partition found after the start (partition discovery): it holds the watermark until its
+        first records, or goes idle after the idle timeout from ``now``."""
+        if partition in self._index:
+            return
+        if self._tracker is None:
+            self._tracker = WatermarkTracker(1)
+            self._index[partition] = ChannelIndex(0)
+        else:
+            self._index[partition] = self._tracker.add_channel()
+        self._last_record[partition] = now
+        self.generators[partition] = BoundedOutOfOrdernessWatermarks(self._max_out_of_orderness_ms)
 
     def end(self, partition: int) -> None:
         """``partition`` reached its end (a bounded source): it counts as MAX_WATERMARK."""

@@ -344,6 +344,9 @@ class _ReplayedMessage:
     def timestamp(self) -> tuple[int, int]:
         return (1, self.record.timestamp)  # TIMESTAMP_CREATE_TIME
 
+    def headers(self) -> None:
+        return None
+
 
 class _ReplayConsumer:
     """Stands in for the source's consumer: hands out the records read up front one at a time, taking
@@ -387,7 +390,13 @@ class _ReplayKafkaSource(KafkaSourceOperator):
     def __init__(self, spec: KafkaSourceSpec, records: Sequence[KafkaRecord]) -> None:
         # No idleness: it depends on wall time, and here every partition ends (which frees the
         # watermark as an idle partition would, without making the run depend on timing).
-        super().__init__(dataclasses.replace(spec, idle_timeout_ms=None))
+        # No partition discovery and no group commits either: the input is read up front, nothing is
+        # committed anywhere. Every record read is replayed (starting_offsets is not applied).
+        super().__init__(
+            dataclasses.replace(
+                spec, idle_timeout_ms=None, partition_discovery_interval_ms=None, commit_offsets_on_checkpoint=False
+            )
+        )
         self._records = records
         self.records_read = len(records)
 
