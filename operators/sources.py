@@ -383,11 +383,8 @@ class KafkaSourceOperator(SourceOperator):
             err = msg.error()
             partition = msg.partition()
             if err is not None:
-                if self._consumer.is_end_of_partition(err):
-                    next_offsets[partition] = max(next_offsets.get(partition, 0), msg.offset())
-                    self._check_done(partition)
-                    continue
-                raise ServiceUnavailableError(f"kafka source {spec.topic}[{partition}]: {err}")
+                self._partition_event(msg, partition, err)
+                continue
             offset = msg.offset()
             if ends is not None and offset >= ends.get(partition, 0):
                 continue  # past a bounded partition's end (appended after it was fixed, same poll)
@@ -408,22 +405,27 @@ class KafkaSourceOperator(SourceOperator):
             if ends is not None and offset + 1 >= ends.get(partition, 0):
                 self._check_done(partition)
 
+    def _partition_event(self, msg: Any, partition: int, err: Any) -> None:
+        """A message carrying an error: the end of its partition (the position moves there), or a
+        broker error, which fails the task (retriable)."""
+        if self._consumer.is_end_of_partition(err):
+            self._next_offsets[partition] = max(self._next_offsets.get(partition, 0), msg.offset())
+            self._check_done(partition)
+            return
+        raise ServiceUnavailableError(f"kafka source {self._spec.topic}[{partition}]: {err}")
+
     def _emit_batch(self, messages: list[Any], decoder: BatchDecoder) -> None:
         """The messages as one record batch (the columnar path): decoded per partition in one call,
         a malformed record dead-lettered alone, each partition's watermark advanced by its latest
         event time. A bounded partition's records past its end offset are left out."""
-        spec = self._spec
         next_offsets, ends = self._next_offsets, self._end_offsets
         by_partition: dict[int, list[Any]] = {}
         for msg in messages:
             err = msg.error()
             partition = msg.partition()
             if err is not None:
-                if self._consumer.is_end_of_partition(err):
-                    next_offsets[partition] = max(next_offsets.get(partition, 0), msg.offset())
-                    self._check_done(partition)
-                    continue
-                raise ServiceUnavailableError(f"kafka source {spec.topic}[{partition}]: {err}")
+                self._partition_event(msg, partition, err)
+                continue
             group = by_partition.get(partition)
             if group is None:
                 group = by_partition[partition] = []
