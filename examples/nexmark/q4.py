@@ -93,8 +93,8 @@ class ClosingPrice(KeyedCoProcessFunction):
 
 
 class AveragePrice(KeyedProcessFunction):
-    """Per category (the key): ``sum`` and ``count`` of its closing prices; ``final`` at the end of
-    event time, or at every closing with ``updates``."""
+    """Per category (the key): ``sum`` and ``count`` of its closing prices and ``latest``, the time of
+    the last closing; ``final`` at the end of event time, or at every closing with ``updates``."""
 
     def __init__(self, updates: bool) -> None:
         self.updates = updates
@@ -105,11 +105,17 @@ class AveragePrice(KeyedProcessFunction):
         count.update((count.value() or 0) + 1)
         if self.updates:
             out.collect({"id": ctx.key, "final": total.value() // count.value()})
-        else:
-            ctx.timer_service().register_event_time_timer(MAX_WATERMARK)
+            return
+        latest = ctx.value_state("latest")
+        if ctx.timestamp is not None and ctx.timestamp > (latest.value() or 0):
+            latest.update(ctx.timestamp)
+        ctx.timer_service().register_event_time_timer(MAX_WATERMARK)
 
     def on_timer(self, timestamp: int, ctx: OnTimerContext, out: Collector) -> None:
-        out.collect({"id": ctx.key, "final": ctx.value_state("sum").value() // ctx.value_state("count").value()})
+        """The end of event time: ``final``, stamped with the category's latest closing (not the
+        end-of-input watermark's time, which a Kafka sink would write as the record's timestamp)."""
+        final = ctx.value_state("sum").value() // ctx.value_state("count").value()
+        out.collect({"id": ctx.key, "final": final}, ctx.value_state("latest").value())
 
 
 def build(env: Environment) -> None:

@@ -122,6 +122,18 @@ def test_q4_a_bid_read_before_its_auction_counts_when_within_its_lifetime() -> N
     assert ref.multiset(_run("q4", evs)) == ref.multiset(expected)
 
 
+def test_q4_stamps_each_category_with_its_latest_closing(events: list[nx.Event]) -> None:
+    """Not the end-of-input watermark's time: a Kafka sink writes the stamp as the record's timestamp."""
+    capture = run_reference(EXAMPLES / "q4.py", PARAMS, kafka_input=_no_kafka).sinks["kafka-sink"]
+    auctions = {e.id: e for e in events if isinstance(e, nx.Auction)}
+    closings: dict[int, int] = {}
+    for b in ref.bids(events):
+        a = auctions.get(b.auction)
+        if a is not None and a.date_time <= b.date_time <= a.expires:
+            closings[a.category] = max(closings.get(a.category, 0), a.expires)
+    assert {row["id"]: t for row, t in zip(capture.values, capture.timestamps, strict=True)} == closings
+
+
 def test_q4_updates_emits_the_running_average_whose_last_row_is_the_result(events: list[nx.Event]) -> None:
     rows = run_reference(EXAMPLES / "q4.py", {**PARAMS, "q4.updates": "true"}, kafka_input=_no_kafka)["kafka-sink"]
     expected = ref.q4(events)
