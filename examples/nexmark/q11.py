@@ -68,6 +68,7 @@ def events(env: Environment) -> DataStream:
             timestamp=nexmark.event_time,
             max_out_of_orderness_ms=delay,
             dead_letter_topic=p.get_str("source.dlq_topic", "nexmark-dlq"),
+            records_per_second=p.get_int("source.records_per_second", 0) or None,
         )
     if source != "generator":
         raise ValueError(f"-D source= is generator or kafka, not {source!r}")
