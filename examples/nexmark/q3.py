@@ -17,9 +17,10 @@ Parameters as ``q0.py`` (``-D source=generator|kafka``, ``-D sink=kafka|file``);
 
 from __future__ import annotations
 
-from weir.api import Collector, DataStream, Environment, KeyedCoProcessFunction, KeyedProcessContext
+from weir.api import Collector, Environment, KeyedCoProcessFunction, KeyedProcessContext
 from weir.core import nexmark
-from weir.core.nexmark import Auction, NexmarkConfig, Person
+from weir.core.nexmark import Auction, Person
+from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q3"
 STATES = frozenset({"OR", "ID", "CA"})
@@ -59,49 +60,10 @@ class LocalItems(KeyedCoProcessFunction):
 
 
 def build(env: Environment) -> None:
-    stream = events(env)
+    stream = events(env, OUT_OF_ORDERNESS_MS)
     people = stream.filter(nexmark.is_person, uid="people")
     auctions = stream.filter(lambda e: nexmark.is_auction(e) and e.category == CATEGORY, uid="auctions")
     joined = (
         people.connect(auctions).key_by(lambda p: p.id, lambda a: a.seller).process(LocalItems(), uid=f"{QUERY}-join")
     )
-    sink(env, joined)
-
-
-def events(env: Environment) -> DataStream:
-    """The Nexmark events, from the generator or a Kafka topic (``-D source=``), with watermarks
-    ``-D source.max_out_of_orderness_ms=`` behind the latest event (:data:`OUT_OF_ORDERNESS_MS`)."""
-    p = env.params
-    source = p.get_str("source", "generator")
-    delay = p.get_int("source.max_out_of_orderness_ms", OUT_OF_ORDERNESS_MS)
-    if source == "kafka":
-        return env.from_kafka(
-            p.get_str("source.topic", "nexmark"),
-            uid="nexmark-source",
-            bounded=p.get_bool("source.bounded", False),
-            deserializer=nexmark.decode_event,
-            timestamp=nexmark.event_time,
-            max_out_of_orderness_ms=delay,
-            dead_letter_topic=p.get_str("source.dlq_topic", "nexmark-dlq"),
-            records_per_second=p.get_int("source.records_per_second", 0) or None,
-        )
-    if source != "generator":
-        raise ValueError(f"-D source= is generator or kafka, not {source!r}")
-    config = NexmarkConfig(events_per_second=p.get_int("events_per_second", 10_000), seed=p.get_int("seed", 0))
-    return env.from_generator(
-        lambda n: nexmark.event(n, config),
-        uid="nexmark-source",
-        count=p.get_int("events", 1_000_000) or None,
-        timestamp=nexmark.event_time,
-        max_out_of_orderness_ms=delay,
-        records_per_second=p.get_int("source.records_per_second", 0) or None,
-    )
-
-
-def sink(env: Environment, results: DataStream) -> None:
-    """To a Kafka topic or a file (``-D sink=``)."""
-    p = env.params
-    if p.get_str("sink", "kafka") == "file":
-        results.sink_to_file(p.get_str("sink.path", f"nexmark-{QUERY}.jsonl"), uid="file-sink")
-    else:
-        results.sink_to_kafka(p.get_str("sink.topic", f"nexmark-{QUERY}"), uid="kafka-sink")
+    sink(env, joined, QUERY)

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from weir.api import (
     Collector,
-    DataStream,
     Environment,
     KeyedCoProcessFunction,
     KeyedProcessContext,
@@ -30,8 +29,9 @@ from weir.api import (
     OnTimerContext,
 )
 from weir.core import nexmark
-from weir.core.nexmark import Auction, Bid, NexmarkConfig
+from weir.core.nexmark import Auction, Bid
 from weir.core.watermarks import MAX_WATERMARK
+from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q4"
 
@@ -119,7 +119,7 @@ class AveragePrice(KeyedProcessFunction):
 
 
 def build(env: Environment) -> None:
-    stream = events(env)
+    stream = events(env, OUT_OF_ORDERNESS_MS)
     auctions = stream.filter(nexmark.is_auction, uid="auctions")
     bids = stream.filter(nexmark.is_bid, uid="bids")
     closings = (
@@ -129,43 +129,4 @@ def build(env: Environment) -> None:
     )
     updates = env.params.get_bool("q4.updates", False)
     averages = closings.key_by(lambda c: c[0]).process(AveragePrice(updates), uid=f"{QUERY}-average")
-    sink(env, averages)
-
-
-def events(env: Environment) -> DataStream:
-    """The Nexmark events, from the generator or a Kafka topic (``-D source=``), with watermarks
-    ``-D source.max_out_of_orderness_ms=`` behind the latest event (:data:`OUT_OF_ORDERNESS_MS`)."""
-    p = env.params
-    source = p.get_str("source", "generator")
-    delay = p.get_int("source.max_out_of_orderness_ms", OUT_OF_ORDERNESS_MS)
-    if source == "kafka":
-        return env.from_kafka(
-            p.get_str("source.topic", "nexmark"),
-            uid="nexmark-source",
-            bounded=p.get_bool("source.bounded", False),
-            deserializer=nexmark.decode_event,
-            timestamp=nexmark.event_time,
-            max_out_of_orderness_ms=delay,
-            dead_letter_topic=p.get_str("source.dlq_topic", "nexmark-dlq"),
-            records_per_second=p.get_int("source.records_per_second", 0) or None,
-        )
-    if source != "generator":
-        raise ValueError(f"-D source= is generator or kafka, not {source!r}")
-    config = NexmarkConfig(events_per_second=p.get_int("events_per_second", 10_000), seed=p.get_int("seed", 0))
-    return env.from_generator(
-        lambda n: nexmark.event(n, config),
-        uid="nexmark-source",
-        count=p.get_int("events", 1_000_000) or None,
-        timestamp=nexmark.event_time,
-        max_out_of_orderness_ms=delay,
-        records_per_second=p.get_int("source.records_per_second", 0) or None,
-    )
-
-
-def sink(env: Environment, results: DataStream) -> None:
-    """To a Kafka topic or a file (``-D sink=``)."""
-    p = env.params
-    if p.get_str("sink", "kafka") == "file":
-        results.sink_to_file(p.get_str("sink.path", f"nexmark-{QUERY}.jsonl"), uid="file-sink")
-    else:
-        results.sink_to_kafka(p.get_str("sink.topic", f"nexmark-{QUERY}"), uid="kafka-sink")
+    sink(env, averages, QUERY)

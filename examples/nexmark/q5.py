@@ -17,7 +17,6 @@ from typing import Any
 
 from weir.api import (
     Collector,
-    DataStream,
     Environment,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
@@ -25,7 +24,8 @@ from weir.api import (
     WindowContext,
 )
 from weir.core import nexmark
-from weir.core.nexmark import Bid, NexmarkConfig
+from weir.core.nexmark import Bid
+from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q5"
 SIZE_MS = 10_000
@@ -62,7 +62,7 @@ class HottestAuctions(ProcessWindowFunction):
 
 
 def build(env: Environment) -> None:
-    bids = events(env).filter(nexmark.is_bid, uid="bids")
+    bids = events(env, OUT_OF_ORDERNESS_MS).filter(nexmark.is_bid, uid="bids")
     counts = (
         bids.key_by(lambda bid: bid.auction)
         .window(SlidingEventTimeWindows(SIZE_MS, SLIDE_MS))
@@ -73,43 +73,4 @@ def build(env: Environment) -> None:
         .window(TumblingEventTimeWindows(SLIDE_MS))
         .process(HottestAuctions(), uid=f"{QUERY}-hottest")
     )
-    sink(env, hottest)
-
-
-def events(env: Environment) -> DataStream:
-    """The Nexmark events, from the generator or a Kafka topic (``-D source=``), with watermarks
-    ``-D source.max_out_of_orderness_ms=`` behind the latest event (:data:`OUT_OF_ORDERNESS_MS`)."""
-    p = env.params
-    source = p.get_str("source", "generator")
-    delay = p.get_int("source.max_out_of_orderness_ms", OUT_OF_ORDERNESS_MS)
-    if source == "kafka":
-        return env.from_kafka(
-            p.get_str("source.topic", "nexmark"),
-            uid="nexmark-source",
-            bounded=p.get_bool("source.bounded", False),
-            deserializer=nexmark.decode_event,
-            timestamp=nexmark.event_time,
-            max_out_of_orderness_ms=delay,
-            dead_letter_topic=p.get_str("source.dlq_topic", "nexmark-dlq"),
-            records_per_second=p.get_int("source.records_per_second", 0) or None,
-        )
-    if source != "generator":
-        raise ValueError(f"-D source= is generator or kafka, not {source!r}")
-    config = NexmarkConfig(events_per_second=p.get_int("events_per_second", 10_000), seed=p.get_int("seed", 0))
-    return env.from_generator(
-        lambda n: nexmark.event(n, config),
-        uid="nexmark-source",
-        count=p.get_int("events", 1_000_000) or None,
-        timestamp=nexmark.event_time,
-        max_out_of_orderness_ms=delay,
-        records_per_second=p.get_int("source.records_per_second", 0) or None,
-    )
-
-
-def sink(env: Environment, results: DataStream) -> None:
-    """To a Kafka topic or a file (``-D sink=``)."""
-    p = env.params
-    if p.get_str("sink", "kafka") == "file":
-        results.sink_to_file(p.get_str("sink.path", f"nexmark-{QUERY}.jsonl"), uid="file-sink")
-    else:
-        results.sink_to_kafka(p.get_str("sink.topic", f"nexmark-{QUERY}"), uid="kafka-sink")
+    sink(env, hottest, QUERY)
