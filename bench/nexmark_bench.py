@@ -28,6 +28,7 @@ import argparse
 import contextlib
 import functools
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -342,8 +343,17 @@ def run_weir(cluster: BenchCluster, query: str, input_topic: str, output_topic: 
 
 
 def flink_sql_argv(
-    build_dir: Path, *, query: str, bootstrap: str, topic: str, output: str, group: str, checkpoint_dir: Path
+    build_dir: Path,
+    *,
+    query: str,
+    bootstrap: str,
+    topic: str,
+    output: str,
+    group: str,
+    checkpoint_dir: Path,
+    rest_port: int,
 ) -> list[str]:
+    """The JVM of one query (its REST port: NexmarkSql polls it for every task RUNNING)."""
     return [
         "java",
         "-cp",
@@ -363,7 +373,15 @@ def flink_sql_argv(
         str(checkpoint_dir),
         "--parallelism",
         str(PARALLELISM),
+        "--rest-port",
+        str(rest_port),
     ]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def parse_marker(line: str) -> tuple[str, int] | None:
@@ -392,6 +410,7 @@ def run_flink(
         output=output_topic,
         group=f"{output_topic}-group",
         checkpoint_dir=checkpoints,
+        rest_port=free_port(),
     )
     sampler = ProcessSampler().start()
     marks: dict[str, float] = {}

@@ -7,12 +7,14 @@ from typing import Any
 
 from bench.nexmark_bench import (
     FLINK_SQL_DIR,
+    FLINK_SQL_MAIN,
     add_ratios,
     bids_among,
     check_outputs,
     expected_count,
     figures,
     flink_queries,
+    flink_sql_argv,
     parse_marker,
     present_queries,
     reference_counts,
@@ -143,3 +145,28 @@ def test_render_markdown_has_a_row_per_query_with_ratios_and_checks() -> None:
     assert "q5, flink: boom" in text
     assert "9.5 s" in text
     assert "without a Weir job file: q3" in text
+
+
+def test_flink_sql_argv_runs_the_query_main_with_its_rest_port(tmp_path: Path) -> None:
+    argv = flink_sql_argv(
+        tmp_path,
+        query="q5",
+        bootstrap="b:9092",
+        topic="in",
+        output="out",
+        group="g",
+        checkpoint_dir=tmp_path / "ck",
+        rest_port=38181,
+    )
+    assert argv[:4] == ["java", "-cp", f"{tmp_path / 'weir-bench-flink.jar'}:{tmp_path / 'lib'}/*", FLINK_SQL_MAIN]
+    flags = dict(zip(argv[4::2], argv[5::2], strict=True))
+    assert flags == {
+        "--query": "q5",
+        "--bootstrap": "b:9092",
+        "--topic": "in",
+        "--output": "out",
+        "--group": "g",
+        "--checkpoint-dir": str(tmp_path / "ck"),
+        "--parallelism": "3",
+        "--rest-port": "38181",
+    }

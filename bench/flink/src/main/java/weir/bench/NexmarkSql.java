@@ -2,6 +2,8 @@ package weir.bench;
 
 import java.io.IOException;
 import java.io.InputStream;
+import java.net.HttpURLConnection;
+import java.net.URL;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
 import java.util.HashMap;
@@ -10,6 +12,8 @@ import java.util.Map;
 import org.apache.flink.api.common.JobStatus;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.table.api.EnvironmentSettings;
 import org.apache.flink.table.api.TableResult;
@@ -28,7 +32,8 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
  * The scan is bounded ({@code scan.bounded.mode = latest-offset}); RocksDB state, a checkpoint every
  * second, parallelism 3 (as WindowJob).
  *
- * <p>stdout: {@code @running <epoch ms>} once the job is RUNNING, {@code @done <epoch ms>} once it
+ * <p>stdout: {@code @running <epoch ms>} once every task is RUNNING ({@code --rest-port}: the
+ * MiniCluster's REST API is polled for it; without it, once the job is RUNNING), {@code @done <epoch ms>} once it
  * finished; the JVM then waits for stdin to close (so its CPU time can be read) and exits.
  */
 public final class NexmarkSql {
@@ -54,11 +59,12 @@ public final class NexmarkSql {
     String group = args.get("group");
     String checkpointDir = args.get("checkpoint-dir");
     int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "3"));
+    String restPort = args.getOrDefault("rest-port", "0");
     if (query == null || bootstrap == null || topic == null || output == null || group == null
         || checkpointDir == null) {
       System.err.println(
           "usage: NexmarkSql --query qN --bootstrap B --topic T --output T --group G --checkpoint-dir DIR"
-              + " [--parallelism 3]");
+              + " [--parallelism 3] [--rest-port P]");
       System.exit(2);
     }
     String insertSql = resource("/nexmark/" + query + ".sql");
@@ -72,7 +78,9 @@ public final class NexmarkSql {
     conf.setString("execution.checkpointing.mode", "EXACTLY_ONCE");
     conf.setString("parallelism.default", Integer.toString(parallelism));
     conf.setString("taskmanager.numberOfTaskSlots", Integer.toString(parallelism));
-    conf.setString("rest.port", "0");
+    conf.setString("rest.port", restPort);
+    conf.setString("rest.address", "127.0.0.1");
+    conf.setString("web.refresh-interval", "20"); // the REST job details are cached this long (default 3 s)
     conf.setString("table.local-time-zone", "UTC");
     conf.setString("restart-strategy.type", "none"); // a failure ends the run, with its cause
     StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
@@ -126,9 +134,10 @@ public final class NexmarkSql {
       throw new IllegalStateException(query + ".sql has no INSERT statement");
     }
     JobClient job = result.getJobClient().get();
-    while (true) {
-      JobStatus status = job.getJobStatus().get();
-      if (status == JobStatus.RUNNING || status.isGloballyTerminalState()) {
+    // "running" as bench/nexmark_bench.py takes it for Weir: every task RUNNING (deployed, state
+    // initialized), read from the MiniCluster's REST API when its port is known, else the job's status
+    while (!allTasksRunning(job, restPort, parallelism)) {
+      if (job.getJobStatus().get().isGloballyTerminalState()) {
         break;
       }
       Thread.sleep(10);
@@ -141,6 +150,31 @@ public final class NexmarkSql {
     InputStream in = System.in;
     while (in.read() != -1) {
       // wait for the benchmark to read this JVM's CPU time and close stdin
+    }
+  }
+
+  private static boolean allTasksRunning(JobClient job, String restPort, int parallelism) throws Exception {
+    if ("0".equals(restPort)) {
+      return job.getJobStatus().get() == JobStatus.RUNNING;
+    }
+    HttpURLConnection connection =
+        (HttpURLConnection) new URL("http://127.0.0.1:" + restPort + "/jobs/" + job.getJobID()).openConnection();
+    connection.setConnectTimeout(1000);
+    connection.setReadTimeout(1000);
+    try (InputStream in = connection.getInputStream()) {
+      JsonNode details = new ObjectMapper().readTree(in);
+      JsonNode vertices = details.path("vertices");
+      if (!vertices.isArray() || vertices.size() == 0) {
+        return false;
+      }
+      for (JsonNode vertex : vertices) {
+        if (vertex.path("tasks").path("RUNNING").asInt() != vertex.path("parallelism").asInt()) {
+          return false;
+        }
+      }
+      return true;
+    } catch (IOException e) {
+      return false; // the REST endpoint not up yet
     }
   }
 
