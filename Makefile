@@ -9,7 +9,7 @@ INFRA := deploy/local/infra.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
         lint demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -84,6 +84,9 @@ bench-recovery: setup bench-deps ## SIGKILL of a TaskManager under load to the f
 
 bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per event, stdlib vs orjson vs msgspec vs ujson (~30 s)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)
+
+bench-nexmark: setup bench-deps ## Nexmark queries on Weir vs Flink SQL: events/s, CPU s / M events, ratios (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2)
+	$(PY) -m bench.nexmark_bench $(NEXMARK_BENCH_ARGS)
 
 bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, Flink and the ceiling (2M events, 3 runs), then bench-json, bench-state, bench-backpressure and bench-recovery (long)
 	$(PY) -m bench.run $(BENCH_ARGS)

@@ -1,0 +1,230 @@
+package weir.bench;
+
+import java.io.IOException;
+import java.io.InputStream;
+import java.net.HttpURLConnection;
+import java.net.URL;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import org.apache.flink.api.common.JobStatus;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.core.execution.JobClient;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.table.api.EnvironmentSettings;
+import org.apache.flink.table.api.TableResult;
+import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
+
+/**
+ * The Apache Flink contender of bench/nexmark_bench.py: one Nexmark query in Flink SQL on a local
+ * MiniCluster in this JVM.
+ *
+ * <p>The input is the Kafka topic weir.tools.nexmark_load wrote: flat JSON events with an {@code
+ * event_type} (0 person, 1 auction, 2 bid) and the reference's field names, times in epoch
+ * milliseconds. One Kafka table holds every field; the views {@code person}, {@code auction} and
+ * {@code bid} are those of the reference's ddl_views.sql, with {@code dateTime} the rowtime (watermark
+ * 4 s behind, the reference's DDL). The query is the reference's qN.sql (resources nexmark/qN.sql)
+ * with a Kafka sink (exactly-once, transactions) instead of blackhole, so its output can be counted.
+ * The scan is bounded ({@code scan.bounded.mode = latest-offset}); RocksDB state, a checkpoint every
+ * second, parallelism 3 (as WindowJob).
+ *
+ * <p>stdout: {@code @running <epoch ms>} once every task is RUNNING ({@code --rest-port}: the
+ * MiniCluster's REST API is polled for it; without it, once the job is RUNNING), {@code @done <epoch ms>} once it
+ * finished; the JVM then waits for stdin to close (so its CPU time can be read) and exits.
+ */
+public final class NexmarkSql {
+  private NexmarkSql() {}
+
+  public static void main(String[] argv) {
+    int code = 0;
+    try {
+      run(argv);
+    } catch (Throwable e) { // the MiniCluster's threads would keep a failed JVM alive
+      e.printStackTrace();
+      code = 1;
+    }
+    System.exit(code);
+  }
+
+  private static void run(String[] argv) throws Exception {
+    Map<String, String> args = parseArgs(argv);
+    String query = args.get("query");
+    String bootstrap = args.get("bootstrap");
+    String topic = args.get("topic");
+    String output = args.get("output");
+    String group = args.get("group");
+    String checkpointDir = args.get("checkpoint-dir");
+    int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "3"));
+    String restPort = args.getOrDefault("rest-port", "0");
+    if (query == null || bootstrap == null || topic == null || output == null || group == null
+        || checkpointDir == null) {
+      System.err.println(
+          "usage: NexmarkSql --query qN --bootstrap B --topic T --output T --group G --checkpoint-dir DIR"
+              + " [--parallelism 3] [--rest-port P]");
+      System.exit(2);
+    }
+    String insertSql = resource("/nexmark/" + query + ".sql");
+
+    Configuration conf = new Configuration();
+    conf.setString("state.backend.type", "rocksdb");
+    conf.setString("execution.checkpointing.incremental", "true");
+    conf.setString("execution.checkpointing.storage", "filesystem");
+    conf.setString("execution.checkpointing.dir", "file://" + checkpointDir);
+    conf.setString("execution.checkpointing.interval", "1s");
+    conf.setString("execution.checkpointing.mode", "EXACTLY_ONCE");
+    conf.setString("parallelism.default", Integer.toString(parallelism));
+    conf.setString("taskmanager.numberOfTaskSlots", Integer.toString(parallelism));
+    conf.setString("rest.port", restPort);
+    conf.setString("rest.address", "127.0.0.1");
+    conf.setString("web.refresh-interval", "20"); // the REST job details are cached this long (default 3 s)
+    conf.setString("table.local-time-zone", "UTC");
+    conf.setString("restart-strategy.type", "none"); // a failure ends the run, with its cause
+    StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
+    StreamTableEnvironment tables =
+        StreamTableEnvironment.create(env, EnvironmentSettings.newInstance().inStreamingMode().withConfiguration(conf).build());
+
+    tables.executeSql(
+        "CREATE TABLE events (\n"
+            + "  event_type INT,\n"
+            + "  id BIGINT, name STRING, emailAddress STRING, creditCard STRING, city STRING, state STRING,\n"
+            + "  itemName STRING, description STRING, initialBid BIGINT, reserve BIGINT, expires BIGINT,\n"
+            + "  seller BIGINT, category BIGINT,\n"
+            + "  auction BIGINT, bidder BIGINT, price BIGINT, channel STRING, url STRING,\n"
+            + "  `dateTime` BIGINT, extra STRING,\n"
+            + "  rowtime AS CAST(TO_TIMESTAMP_LTZ(`dateTime`, 3) AS TIMESTAMP(3)),\n"
+            + "  WATERMARK FOR rowtime AS rowtime - INTERVAL '4' SECOND\n"
+            + ") WITH (\n"
+            + "  'connector' = 'kafka',\n"
+            + "  'topic' = '" + topic + "',\n"
+            + "  'properties.bootstrap.servers' = '" + bootstrap + "',\n"
+            + "  'properties.group.id' = '" + group + "',\n"
+            + "  'properties.isolation.level' = 'read_committed',\n"
+            + "  'scan.startup.mode' = 'earliest-offset',\n"
+            + "  'scan.bounded.mode' = 'latest-offset',\n"
+            + "  'format' = 'json'\n"
+            + ")");
+    tables.executeSql(
+        "CREATE VIEW person AS SELECT id, name, emailAddress, creditCard, city, state,"
+            + " rowtime AS `dateTime`, extra FROM events WHERE event_type = 0");
+    tables.executeSql(
+        "CREATE VIEW auction AS SELECT id, itemName, description, initialBid, reserve, rowtime AS `dateTime`,"
+            + " CAST(TO_TIMESTAMP_LTZ(expires, 3) AS TIMESTAMP(3)) AS expires, seller, category, extra"
+            + " FROM events WHERE event_type = 1");
+    tables.executeSql(
+        "CREATE VIEW bid AS SELECT auction, bidder, price, channel, url, rowtime AS `dateTime`, extra"
+            + " FROM events WHERE event_type = 2");
+
+    String sink =
+        "'connector' = 'kafka', 'topic' = '" + output + "', 'properties.bootstrap.servers' = '" + bootstrap
+            + "', 'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once',"
+            + " 'sink.transactional-id-prefix' = '" + group + "', 'properties.transaction.timeout.ms' = '60000',"
+            + " 'properties.linger.ms' = '5'";
+    String upsertSink =
+        "'connector' = 'upsert-kafka', 'topic' = '" + output + "', 'properties.bootstrap.servers' = '"
+            + bootstrap + "', 'key.format' = 'json', 'value.format' = 'json'";
+    TableResult result = null;
+    for (String statement : statements(insertSql.replace("${SINK}", sink).replace("${UPSERT_SINK}", upsertSink))) {
+      result = tables.executeSql(statement);
+    }
+    if (result == null || result.getJobClient().isEmpty()) {
+      throw new IllegalStateException(query + ".sql has no INSERT statement");
+    }
+    JobClient job = result.getJobClient().get();
+    // "running" as bench/nexmark_bench.py takes it for Weir: every task RUNNING (deployed, state
+    // initialized), read from the MiniCluster's REST API when its port is known, else the job's status
+    while (!allTasksRunning(job, restPort, parallelism)) {
+      if (job.getJobStatus().get().isGloballyTerminalState()) {
+        break;
+      }
+      Thread.sleep(10);
+    }
+    System.out.println("@running " + System.currentTimeMillis());
+    System.out.flush();
+    job.getJobExecutionResult().get(); // throws when the job failed
+    System.out.println("@done " + System.currentTimeMillis());
+    System.out.flush();
+    InputStream in = System.in;
+    while (in.read() != -1) {
+      // wait for the benchmark to read this JVM's CPU time and close stdin
+    }
+  }
+
+  private static boolean allTasksRunning(JobClient job, String restPort, int parallelism) throws Exception {
+    if ("0".equals(restPort)) {
+      return job.getJobStatus().get() == JobStatus.RUNNING;
+    }
+    HttpURLConnection connection =
+        (HttpURLConnection) new URL("http://127.0.0.1:" + restPort + "/jobs/" + job.getJobID()).openConnection();
+    connection.setConnectTimeout(1000);
+    connection.setReadTimeout(1000);
+    try (InputStream in = connection.getInputStream()) {
+      JsonNode details = new ObjectMapper().readTree(in);
+      JsonNode vertices = details.path("vertices");
+      if (!vertices.isArray() || vertices.size() == 0) {
+        return false;
+      }
+      for (JsonNode vertex : vertices) {
+        if (vertex.path("tasks").path("RUNNING").asInt() != vertex.path("parallelism").asInt()) {
+          return false;
+        }
+      }
+      return true;
+    } catch (IOException e) {
+      return false; // the REST endpoint not up yet
+    }
+  }
+
+  /** The statements of a .sql resource: comment lines dropped, split at a ';' ending a line. */
+  static List<String> statements(String sql) {
+    StringBuilder current = new StringBuilder();
+    List<String> out = new ArrayList<>();
+    for (String line : sql.split("\n")) {
+      if (line.strip().startsWith("--")) {
+        continue;
+      }
+      String stripped = line.stripTrailing();
+      if (stripped.endsWith(";")) {
+        current.append(stripped, 0, stripped.length() - 1);
+        if (!current.toString().isBlank()) {
+          out.add(current.toString());
+        }
+        current.setLength(0);
+      } else {
+        current.append(line).append('\n');
+      }
+    }
+    if (!current.toString().isBlank()) {
+      out.add(current.toString());
+    }
+    return out;
+  }
+
+  private static String resource(String name) throws IOException {
+    try (InputStream in = NexmarkSql.class.getResourceAsStream(name)) {
+      if (in == null) {
+        throw new IllegalArgumentException("no Flink SQL for this query: " + name);
+      }
+      return new String(in.readAllBytes(), StandardCharsets.UTF_8);
+    }
+  }
+
+  private static Map<String, String> parseArgs(String[] argv) {
+    Map<String, String> out = new HashMap<>();
+    for (int i = 0; i < argv.length; i++) {
+      if (!argv[i].startsWith("--")) {
+        throw new IllegalArgumentException("unexpected argument " + argv[i]);
+      }
+      String key = argv[i].substring(2);
+      if (i + 1 < argv.length && !argv[i + 1].startsWith("--")) {
+        out.put(key, argv[++i]);
+      } else {
+        out.put(key, "");
+      }
+    }
+    return out;
+  }
+}
