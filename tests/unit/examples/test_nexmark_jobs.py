@@ -4,18 +4,16 @@ the generator and from a topic loaded by weir.tools.nexmark_load (injected: no b
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
+from tests.unit.examples.nexmark_inputs import EXAMPLES, loaded_topic, no_kafka
 from weir.core import json_codec
 from weir.core import nexmark as nx
 from weir.core.errors import JobDefinitionError
 from weir.tools import nexmark_reference as ref
-from weir.tools.nexmark_load import records
-from weir.tools.reference import KafkaInput, KafkaRecord, ReferenceModeError, run_reference
+from weir.tools.reference import KafkaRecord, ReferenceModeError, run_reference
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "nexmark"
 EVENTS = 5_000  # 4,600 bids; q2 keeps those on auctions 1107, 1230, ...
 QUERIES = {"q0": ref.q0, "q1": ref.q1, "q2": ref.q2}
 
@@ -27,7 +25,7 @@ def events() -> list[nx.Event]:
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_the_generator_job_outputs_the_reference(query: str, events: list[nx.Event]) -> None:
-    result = run_reference(EXAMPLES / f"{query}.py", {"events": str(EVENTS)}, kafka_input=_no_kafka)
+    result = run_reference(EXAMPLES / f"{query}.py", {"events": str(EVENTS)}, kafka_input=no_kafka)
     expected = QUERIES[query](events)
     assert expected
     assert result["kafka-sink"] == expected
@@ -38,7 +36,7 @@ def test_the_generator_job_outputs_the_reference(query: str, events: list[nx.Eve
 
 
 def test_q1_writes_euros_as_the_exact_decimal(events: list[nx.Event]) -> None:
-    result = run_reference(EXAMPLES / "q1.py", {"events": "500"}, kafka_input=_no_kafka)
+    result = run_reference(EXAMPLES / "q1.py", {"events": "500"}, kafka_input=no_kafka)
     written = [json.loads(v, parse_float=str)["price"] for v in result.sinks["kafka-sink"].serialized_values()]
     cents = [b.price for b in ref.bids(events[:500])]
     assert written == [_decimal(c * 908) for c in cents]
@@ -46,14 +44,16 @@ def test_q1_writes_euros_as_the_exact_decimal(events: list[nx.Event]) -> None:
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_the_kafka_job_outputs_the_reference(query: str, events: list[nx.Event]) -> None:
-    topic = _loaded_topic(partitions=1)
+    topic = loaded_topic(EVENTS, 1, nx.DEFAULT_CONFIG)
     result = run_reference(EXAMPLES / f"{query}.py", {"source": "kafka", "source.bounded": "true"}, kafka_input=topic)
     assert result["kafka-sink"] == QUERIES[query](events)
     assert result.dead_lettered == 0
 
 
 def test_the_kafka_job_over_partitions_outputs_the_reference_multiset(events: list[nx.Event]) -> None:
-    result = run_reference(EXAMPLES / "q2.py", {"source": "kafka"}, kafka_input=_loaded_topic(partitions=3))
+    result = run_reference(
+        EXAMPLES / "q2.py", {"source": "kafka"}, kafka_input=loaded_topic(EVENTS, 3, nx.DEFAULT_CONFIG)
+    )
     assert ref.multiset(result["kafka-sink"]) == ref.multiset(ref.q2(events))
 
 
@@ -82,23 +82,6 @@ def test_an_unknown_source_is_refused() -> None:
 def test_an_unbounded_generator_cannot_run_in_reference_mode() -> None:
     with pytest.raises(ReferenceModeError, match="count"):
         run_reference(EXAMPLES / "q0.py", {"events": "0"})
-
-
-def _loaded_topic(partitions: int) -> KafkaInput:
-    by_partition: dict[int, list[KafkaRecord]] = {}
-    for r in records(0, EVENTS, partitions, nx.DEFAULT_CONFIG):
-        offsets = by_partition.setdefault(r.partition, [])
-        offsets.append(KafkaRecord(r.partition, len(offsets), r.key, r.value, 0))
-
-    def read(topic: str) -> list[KafkaRecord]:
-        assert topic == "nexmark"
-        return [record for p in sorted(by_partition) for record in by_partition[p]]
-
-    return read
-
-
-def _no_kafka(topic: str) -> list[KafkaRecord]:
-    raise AssertionError(f"the job read Kafka topic {topic!r}")
 
 
 def _decimal(thousandths: int) -> str:

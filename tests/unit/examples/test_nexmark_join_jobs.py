@@ -6,16 +6,13 @@ auctions in a window, window boundaries)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
+from tests.unit.examples.nexmark_inputs import EXAMPLES, loaded_topic, no_kafka, run_on_topic
 from weir.core import nexmark as nx
 from weir.tools import nexmark_reference as ref
-from weir.tools.nexmark_load import records
-from weir.tools.reference import KafkaInput, KafkaRecord, run_reference
+from weir.tools.reference import run_reference
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "nexmark"
 EVENTS = 5_000
 CONFIG = nx.NexmarkConfig(events_per_second=50)  # 100 s of event time: 10 tumbling windows
 PARAMS = {"events": str(EVENTS), "events_per_second": str(CONFIG.events_per_second)}
@@ -29,7 +26,7 @@ def events() -> list[nx.Event]:
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_the_generator_job_outputs_the_reference(query: str, events: list[nx.Event]) -> None:
-    result = run_reference(EXAMPLES / f"{query}.py", PARAMS, kafka_input=_no_kafka)
+    result = run_reference(EXAMPLES / f"{query}.py", PARAMS, kafka_input=no_kafka)
     expected = QUERIES[query](events)
     assert len(expected) >= 5
     assert ref.multiset(result["kafka-sink"]) == ref.multiset(expected)
@@ -40,7 +37,7 @@ def test_the_generator_job_outputs_the_reference(query: str, events: list[nx.Eve
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_the_kafka_job_over_partitions_outputs_the_reference(query: str, events: list[nx.Event]) -> None:
-    result = run_reference(EXAMPLES / f"{query}.py", {"source": "kafka"}, kafka_input=_loaded_topic(3))
+    result = run_reference(EXAMPLES / f"{query}.py", {"source": "kafka"}, kafka_input=loaded_topic(EVENTS, 3, CONFIG))
     assert ref.multiset(result["kafka-sink"]) == ref.multiset(QUERIES[query](events))
     assert result.dead_lettered == 0
 
@@ -50,7 +47,7 @@ def test_the_default_rate_over_more_events(query: str) -> None:
     """10,000 events per second of event time (the generator's default): many auctions in flight at
     once, 20 s of event time; q4's auctions expire within it."""
     count = 20_000
-    result = run_reference(EXAMPLES / f"{query}.py", {"events": str(count)}, kafka_input=_no_kafka)
+    result = run_reference(EXAMPLES / f"{query}.py", {"events": str(count)}, kafka_input=no_kafka)
     expected = QUERIES[query]([nx.event(n) for n in range(count)])
     assert expected
     assert ref.multiset(result["kafka-sink"]) == ref.multiset(expected)
@@ -124,7 +121,7 @@ def test_q4_a_bid_read_before_its_auction_counts_when_within_its_lifetime() -> N
 
 def test_q4_stamps_each_category_with_its_latest_closing(events: list[nx.Event]) -> None:
     """Not the end-of-input watermark's time: a Kafka sink writes the stamp as the record's timestamp."""
-    capture = run_reference(EXAMPLES / "q4.py", PARAMS, kafka_input=_no_kafka).sinks["kafka-sink"]
+    capture = run_reference(EXAMPLES / "q4.py", PARAMS, kafka_input=no_kafka).sinks["kafka-sink"]
     auctions = {e.id: e for e in events if isinstance(e, nx.Auction)}
     closings: dict[int, int] = {}
     for b in ref.bids(events):
@@ -135,7 +132,7 @@ def test_q4_stamps_each_category_with_its_latest_closing(events: list[nx.Event])
 
 
 def test_q4_updates_emits_the_running_average_whose_last_row_is_the_result(events: list[nx.Event]) -> None:
-    rows = run_reference(EXAMPLES / "q4.py", {**PARAMS, "q4.updates": "true"}, kafka_input=_no_kafka)["kafka-sink"]
+    rows = run_reference(EXAMPLES / "q4.py", {**PARAMS, "q4.updates": "true"}, kafka_input=no_kafka)["kafka-sink"]
     expected = ref.q4(events)
     assert len(rows) > len(expected)
     last = {r["id"]: r for r in rows}  # one subtask per category: its updates in order
@@ -202,28 +199,6 @@ def _bid(auction: int, *, t: int, price: int, bidder: int = 1) -> nx.Bid:
 
 def _run(query: str, events: list[nx.Event], params: dict[str, str] | None = None) -> list[dict[str, object]]:
     """The job's output for ``events`` read in this order from a one-partition topic."""
-
-    def topic(name: str) -> list[KafkaRecord]:
-        return [KafkaRecord(0, offset, None, nx.encode_event(e), 0) for offset, e in enumerate(events)]
-
-    result = run_reference(EXAMPLES / f"{query}.py", {"source": "kafka", **(params or {})}, kafka_input=topic)
-    assert result.dead_lettered == 0
+    result = run_on_topic(query, events, params)
     assert not any(result.late_records.values())
     return result["kafka-sink"]
-
-
-def _loaded_topic(partitions: int) -> KafkaInput:
-    by_partition: dict[int, list[KafkaRecord]] = {}
-    for r in records(0, EVENTS, partitions, CONFIG):
-        offsets = by_partition.setdefault(r.partition, [])
-        offsets.append(KafkaRecord(r.partition, len(offsets), r.key, r.value, 0))
-
-    def read(topic: str) -> list[KafkaRecord]:
-        assert topic == "nexmark"
-        return [record for p in sorted(by_partition) for record in by_partition[p]]
-
-    return read
-
-
-def _no_kafka(topic: str) -> list[KafkaRecord]:
-    raise AssertionError(f"the job read Kafka topic {topic!r}")

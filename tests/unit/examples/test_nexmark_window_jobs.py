@@ -6,16 +6,14 @@ weir.tools.nexmark_load over partitions (injected: no broker), and from crafted 
 from __future__ import annotations
 
 from collections import Counter
-from pathlib import Path
 
 import pytest
 
+from tests.unit.examples.nexmark_inputs import EXAMPLES, loaded_topic, no_kafka, run_on_topic
 from weir.core import nexmark as nx
 from weir.tools import nexmark_reference as ref
-from weir.tools.nexmark_load import records
-from weir.tools.reference import KafkaInput, KafkaRecord, run_reference
+from weir.tools.reference import run_reference
 
-EXAMPLES = Path(__file__).resolve().parents[3] / "examples" / "nexmark"
 EVENTS = 5_000
 CONFIG = nx.NexmarkConfig(events_per_second=50)  # 100 s of event time: 54 sliding, 10 tumbling windows
 PARAMS = {"events": str(EVENTS), "events_per_second": str(CONFIG.events_per_second)}
@@ -29,7 +27,7 @@ def events() -> list[nx.Event]:
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_the_generator_job_outputs_the_reference(query: str, events: list[nx.Event]) -> None:
-    result = run_reference(EXAMPLES / f"{query}.py", PARAMS, kafka_input=_no_kafka)
+    result = run_reference(EXAMPLES / f"{query}.py", PARAMS, kafka_input=no_kafka)
     expected = QUERIES[query](events)
     assert len(expected) >= 10
     assert ref.multiset(result["kafka-sink"]) == ref.multiset(expected)
@@ -40,7 +38,7 @@ def test_the_generator_job_outputs_the_reference(query: str, events: list[nx.Eve
 
 @pytest.mark.parametrize("query", sorted(QUERIES))
 def test_the_kafka_job_over_partitions_outputs_the_reference(query: str, events: list[nx.Event]) -> None:
-    result = run_reference(EXAMPLES / f"{query}.py", {"source": "kafka"}, kafka_input=_loaded_topic(3))
+    result = run_reference(EXAMPLES / f"{query}.py", {"source": "kafka"}, kafka_input=loaded_topic(EVENTS, 3, CONFIG))
     assert ref.multiset(result["kafka-sink"]) == ref.multiset(QUERIES[query](events))
     assert result.dead_lettered == 0
 
@@ -134,27 +132,5 @@ def _bid(t: int, *, auction: int = 1, bidder: int = 1, price: int = 10) -> nx.Bi
 
 def _run(query: str, events: list[nx.Event], params: dict[str, str] | None = None) -> list[dict[str, object]]:
     """The job's output for ``events`` read in this order from a one-partition topic."""
-
-    def topic(name: str) -> list[KafkaRecord]:
-        return [KafkaRecord(0, offset, None, nx.encode_event(e), 0) for offset, e in enumerate(events)]
-
-    result = run_reference(EXAMPLES / f"{query}.py", {"source": "kafka", **(params or {})}, kafka_input=topic)
-    assert result.dead_lettered == 0
+    result = run_on_topic(query, events, params)
     return result["kafka-sink"]
-
-
-def _loaded_topic(partitions: int) -> KafkaInput:
-    by_partition: dict[int, list[KafkaRecord]] = {}
-    for r in records(0, EVENTS, partitions, CONFIG):
-        offsets = by_partition.setdefault(r.partition, [])
-        offsets.append(KafkaRecord(r.partition, len(offsets), r.key, r.value, 0))
-
-    def read(topic: str) -> list[KafkaRecord]:
-        assert topic == "nexmark"
-        return [record for p in sorted(by_partition) for record in by_partition[p]]
-
-    return read
-
-
-def _no_kafka(topic: str) -> list[KafkaRecord]:
-    raise AssertionError(f"the job read Kafka topic {topic!r}")
