@@ -75,8 +75,16 @@ wait_until() {
 start_daemon() {
   local service="$1"; shift
   mkdir -p "$(svc_dir "$service")"
-  # fd 9 is the start lock of the calling script: the daemon must not inherit (and hold) it.
-  nohup setsid "$@" >>"$(svc_log "$service")" 2>&1 </dev/null 9>&- &
+  # The daemon inherits no descriptor but its log and /dev/null: not the start lock of the calling
+  # script (fd 9), nor a lock or pipe of whatever ran the script (`flock LOCK make test` would
+  # otherwise leave the lock held by the daemon for as long as it runs).
+  (
+    for fd in /proc/self/fd/*; do
+      fd="${fd##*/}"
+      if (( fd > 2 )); then eval "exec ${fd}>&-" 2>/dev/null || true; fi
+    done
+    exec nohup setsid "$@"
+  ) >>"$(svc_log "$service")" 2>&1 </dev/null &
   echo $! >"$(svc_pidfile "$service")"
 }
 
