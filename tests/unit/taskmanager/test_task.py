@@ -257,7 +257,7 @@ def test_an_unaligned_barrier_overtakes_and_the_records_behind_it_are_captured()
         h.journal.wait_for(lambda: any(e.startswith("Barrier:1:") for e in h.out.stream()))
         h.gate.push(0, data(2))  # after channel 0's barrier: not the checkpoint's
         h.gate.push(1, data(3, 4))  # in flight on channel 1: processed now and captured
-        time.sleep(0.1)
+        h.journal.wait_for(lambda: ("sink", "record", 4) in h.journal.entries)
         assert not h.acks  # channel 1's barrier is still to come
         h.gate.push(1, barrier_message(1, time.time(), CHECKPOINT))
         h.gate.push(1, data(5))
