@@ -206,9 +206,7 @@ class _Pending:
     arrivals: tuple[BarrierArrival, ...]  # the arrived channels' barriers, in order
 
     def arrive(self, channel: ChannelIndex, now: float) -> _Pending:
-        return replace(
-            self, arrived=self.arrived | {channel}, arrivals=(*self.arrivals, BarrierArrival(channel, now))
-        )
+        return replace(self, arrived=self.arrived | {channel}, arrivals=(*self.arrivals, BarrierArrival(channel, now)))
 
 
 class BarrierAligner:
