@@ -467,15 +467,12 @@ class Task:
         self._capture: InflightCapture | None = None  # the in-flight records of the pending unaligned checkpoint
         self._unaligned_acks: dict[CheckpointId, _UnalignedAck] = {}  # awaiting their snapshot or capture
         self._replay: _InflightReplay | None = None  # restored in-flight data, fed before any new input
-        self._input_origins = {
-            ChannelIndex(c.channel): InputOrigin(c.gate, c.producer_vertex)
-            for c in plan.input_channels(vertex.uid, address.subtask)
+        input_channels = plan.input_channels(vertex.uid, address.subtask)
+        self._input_origins = {ChannelIndex(c.channel): InputOrigin(c.gate, c.producer_vertex) for c in input_channels}
+        self._upstream = {  # each input channel's producer subtask, for the checkpoint timeline
+            ChannelIndex(c.channel): (c.producer_vertex, c.producer_subtask) for c in input_channels
         }
         self._barrier_times: dict[CheckpointId, float] = {}  # the trigger time each pending barrier carries
-        self._upstream = {  # each input channel's producer subtask, for the checkpoint timeline
-            ChannelIndex(c.channel): (c.producer_vertex, c.producer_subtask)
-            for c in plan.input_channels(vertex.uid, address.subtask)
-        }
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
         self._final_completed = False
