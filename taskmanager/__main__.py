@@ -12,6 +12,7 @@ import grpc
 import structlog
 from prometheus_client import start_http_server
 
+from taskmanager.identity import advertised_host, default_taskmanager_id
 from taskmanager.runtime import TaskManagerRuntime
 from taskmanager.service import TaskManagerServicer
 from weir.core import logs
@@ -22,11 +23,14 @@ from weir.wire import taskmanager_pb2_grpc
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m taskmanager")
-    parser.add_argument("--id", default=os.environ.get("WEIR_TASKMANAGER_ID", "taskmanager-1"))
+    parser.add_argument(
+        "--id", default=os.environ.get("WEIR_TASKMANAGER_ID") or None, help="default: the host name (a container's own)"
+    )
     parser.add_argument(
         "--host",
-        default=os.environ.get("WEIR_TASKMANAGER_HOST", "127.0.0.1"),
-        help="address other processes reach this TaskManager at",
+        default=os.environ.get("WEIR_TASKMANAGER_HOST") or None,
+        help="address other processes reach this TaskManager at; default: the bind address, or with --bind 0.0.0.0 "
+        "the address the host name resolves to",
     )
     parser.add_argument("--bind", default=os.environ.get("WEIR_TASKMANAGER_BIND", "127.0.0.1"))
     parser.add_argument("--port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_PORT", "0")))
@@ -39,6 +43,8 @@ def main() -> None:
     )
     parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_METRICS_PORT", "0")))
     args = parser.parse_args()
+    args.id = args.id or default_taskmanager_id()
+    host = advertised_host(args.bind, args.host)
 
     os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process
     logs.configure(args.id)
@@ -50,7 +56,7 @@ def main() -> None:
     port = server.add_insecure_port(f"{args.bind}:{args.port}")
     runtime = TaskManagerRuntime(
         args.id,
-        f"{args.host}:{port}",
+        f"{host}:{port}",
         endpoints.jobmanager_address,
         args.slots,
         run_dir(),
@@ -63,6 +69,7 @@ def main() -> None:
     log.info(
         "taskmanager_started",
         taskmanager_id=args.id,
+        address=f"{host}:{port}",
         port=port,
         metrics_port=args.metrics_port,
         slots=args.slots,
