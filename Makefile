@@ -7,7 +7,7 @@ PROTOS := $(wildcard proto/weir/wire/*.proto)
 GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
 INFRA := deploy/local/infra.sh
 
-.PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
+.PHONY: help setup proto infra-up infra-down infra-status tools test test-unit test-integration \
         lint demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
@@ -35,10 +35,14 @@ infra-down: ## stop the local services
 infra-status: ## print the endpoints (NAME=value) and each service's state
 	@$(INFRA) status
 
-test: setup infra-up ## unit + integration tests against the real local services
+# Exit 3: the Go module proxy cannot be reached; the tests that need a tool then skip, saying so.
+tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.cache/weir/tools (first use)
+	deploy/local/tools.sh install || [ $$? -eq 3 ]
+
+test: setup infra-up tools ## unit + integration tests against the real local services
 	$(PY) -m pytest -q
 
-test-unit: setup ## unit tests only, no services
+test-unit: setup tools ## unit tests only, no services
 	$(PY) -m pytest -q -m "not integration"
 
 lint: setup

@@ -18,6 +18,7 @@ SERVICE=tools
 TOOLS_DIR="$WEIR_CACHE_DIR/tools"
 TOOLS_BUILD_TIMEOUT="${WEIR_TOOLS_BUILD_TIMEOUT:-1800}"
 EXIT_PROXY_UNREACHABLE=3
+info() { echo "weir tools: $*" >&2; }
 
 # NAME -> module, version, package inside the module (relative to the module root)
 declare -A TOOL_MODULE=(

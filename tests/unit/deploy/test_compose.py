@@ -322,7 +322,7 @@ def test_kafka_broker_settings_equal_the_local_mode(svc: dict[str, Any]) -> None
 
 def test_kafka_kraft_identity_and_listeners(compose: dict[str, Any], svc: dict[str, Any]) -> None:
     kafka = svc["kafka"]
-    env = env_of(kafka)
+    env = {name: interpolate(value) for name, value in env_of(kafka).items()}
     local = kafka_sh_properties()
     version = re.search(r"<kafka.version>(.+)</kafka.version>", KAFKA_POM.read_text(encoding="utf-8"))
     assert version and kafka["image"] == f"apache/kafka:{version.group(1)}", "the local mode's Kafka version"
@@ -692,6 +692,9 @@ def test_dockerignore_keeps_the_sources() -> None:
 
 # The compose CLI, built from the Go module proxy -----------------------------------------------------
 
+# `make test` builds the tools first (`make tools`); run alone, the first test may build it (minutes).
+BUILDS_A_TOOL = pytest.mark.timeout(2400)
+
 
 @pytest.fixture(scope="module")
 def compose_cli() -> list[str]:
@@ -719,6 +722,7 @@ def compose_config(cli: list[str], environ: dict[str, str] | None = None) -> dic
     return json.loads(result.stdout)
 
 
+@BUILDS_A_TOOL
 def test_docker_compose_config_accepts_the_file(compose_cli: list[str]) -> None:
     result = subprocess.run(
         [*compose_cli, "-f", str(COMPOSE_FILE), "config", "--quiet"],
@@ -731,6 +735,7 @@ def test_docker_compose_config_accepts_the_file(compose_cli: list[str]) -> None:
     assert not result.stderr.strip(), f"warnings: {result.stderr}"
 
 
+@BUILDS_A_TOOL
 def test_the_resolved_model_is_the_one_these_tests_read(compose_cli: list[str], svc: dict[str, Any]) -> None:
     resolved = compose_config(compose_cli)["services"]
     assert set(resolved) == set(svc)
@@ -748,6 +753,7 @@ def test_the_resolved_model_is_the_one_these_tests_read(compose_cli: list[str], 
     assert "EXTERNAL://localhost:19092" in kafka_env["KAFKA_ADVERTISED_LISTENERS"]
 
 
+@BUILDS_A_TOOL
 def test_publish_address_and_scale_are_settings(compose_cli: list[str]) -> None:
     resolved = compose_config(
         compose_cli, {"WEIR_PUBLISH_ADDRESS": "0.0.0.0", "WEIR_KAFKA_ADVERTISED_HOST": "weir.example"}

@@ -30,6 +30,9 @@ from tests.unit.deploy.test_compose import (
     host_of,
 )
 
+# `make test` builds kustomize first (`make tools`); run alone, the first test may build it (a minute or two).
+pytestmark = pytest.mark.timeout(2400)
+
 REPO = Path(__file__).resolve().parents[3]
 KUBERNETES = REPO / "deploy/kubernetes"
 OVERLAY = KUBERNETES / "overlays/dev"
