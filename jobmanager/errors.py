@@ -11,8 +11,11 @@ __all__ = [
     "ConfigError",
     "Fault",
     "JobManagerError",
+    "JobManagerNotReadyError",
     "SavepointRejectedError",
     "TaskManagerCallError",
+    "UnknownCheckpointError",
+    "UnknownVertexError",
 ]
 
 
@@ -43,6 +46,38 @@ class SavepointRejectedError(JobManagerError):
     fault: Fault = Fault.USER
     retriable: ClassVar[bool] = True
     grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class UnknownCheckpointError(JobManagerError):
+    """The job has no checkpoint of this id in the JobManager's statistics or among its retained ones."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "NOT_FOUND"
+
+    def __init__(self, job_id: str, checkpoint_id: int) -> None:
+        super().__init__(f"job {job_id} has no checkpoint {checkpoint_id} (the checkpoint list shows the known ones)")
+        self.job_id = job_id
+        self.checkpoint_id = checkpoint_id
+
+
+class UnknownVertexError(JobManagerError):
+    """The job has no vertex (chain of operators) of this id; its plan lists them."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "NOT_FOUND"
+
+    def __init__(self, job_id: str, vertex_uid: str) -> None:
+        super().__init__(f"job {job_id} has no vertex {vertex_uid!r} (its plan lists the vertices)")
+        self.job_id = job_id
+        self.vertex_uid = vertex_uid
+
+
+class JobManagerNotReadyError(JobManagerError):
+    """The JobManager is still taking over its jobs from checkpoint storage, or stopping; try again."""
+
+    fault: Fault = Fault.INTERNAL
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "UNAVAILABLE"
 
 
 class CheckpointProtocolError(JobManagerError):
