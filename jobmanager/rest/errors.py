@@ -5,6 +5,7 @@ the job's state does not allow, 503 while the JobManager is not ready. Every err
 
 from __future__ import annotations
 
+import traceback
 from typing import Final
 
 import structlog
@@ -80,5 +81,10 @@ def install(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("rest_request_failed", path=request.url.path, error=f"{type(exc).__name__}: {exc}")
+        log.error(
+            "rest_request_failed",
+            path=request.url.path,
+            error=f"{type(exc).__name__}: {exc}",
+            traceback="".join(traceback.format_exception(exc, limit=8)),
+        )
         return error_response(500, f"the JobManager failed to answer: {type(exc).__name__}: {exc}")
