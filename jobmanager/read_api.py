@@ -155,7 +155,7 @@ class ReadApi:
         paths.update(savepoint_paths)  # where each savepoint was put, also after a checkpoint replaced it
         restored = None
         if stats.restored_from is not None and stats.restored_at is not None:
-            kinds = {c.checkpoint_id: c.kind for c in (*retained, *history)}
+            kinds = {c.checkpoint_id: c.kind for c in retained} | {c.checkpoint_id: c.kind for c in history}
             restored = RestoredCheckpointView(
                 stats.restored_from, stats.restored_at, kinds.get(stats.restored_from, CheckpointKind.CHECKPOINT)
             )

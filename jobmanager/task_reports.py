@@ -58,14 +58,14 @@ class TaskReports:
                 now,
             )
             if reason is not None:
-                task = job.tasks[(report.vertex_uid, report.subtask)]
+                failed = job.tasks[(report.vertex_uid, report.subtask)]
                 cause = ExceptionEntry(
-                    task.failure or reason,
+                    failed.failure or reason,
                     now,
                     report.attempt,
                     report.vertex_uid,
                     report.subtask,
-                    task.taskmanager_id or None,
+                    failed.taskmanager_id or None,
                 )
                 self._failover.fail_over(job, reason, now, cause=cause)
                 return

@@ -53,6 +53,11 @@ class Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True)
 
 
+def _api(name: str) -> Any:
+    """A field the API spells ``name`` (kebab-case or camelCase), built in Python by its own name."""
+    return Field(validation_alias=name, serialization_alias=name)
+
+
 def ms(seconds: float) -> int:
     """Epoch seconds (or a duration in seconds) as the API's milliseconds."""
     return round(seconds * 1000)
@@ -96,13 +101,13 @@ def health(status: HealthStatus, cluster: ClusterView | None, jobs: Sequence[Job
 
 class Overview(Model):
     taskmanagers: int
-    slots_total: int = Field(alias="slots-total")
-    slots_available: int = Field(alias="slots-available")
-    jobs_running: int = Field(alias="jobs-running")  # every job that has not ended (Flink counts so)
-    jobs_finished: int = Field(alias="jobs-finished")
-    jobs_cancelled: int = Field(alias="jobs-cancelled")
-    jobs_failed: int = Field(alias="jobs-failed")
-    weir_version: str = Field(alias="weir-version")
+    slots_total: int = _api("slots-total")
+    slots_available: int = _api("slots-available")
+    jobs_running: int = _api("jobs-running")  # every job that has not ended (Flink counts so)
+    jobs_finished: int = _api("jobs-finished")
+    jobs_cancelled: int = _api("jobs-cancelled")
+    jobs_failed: int = _api("jobs-failed")
+    weir_version: str = _api("weir-version")
 
 
 def overview(cluster: ClusterView, jobs: Sequence[JobSummaryView]) -> Overview:
@@ -131,9 +136,9 @@ class PlacedTask(Model):
 class TaskManagerInfo(Model):
     id: str
     path: str  # the address of its gRPC service
-    slots_number: int = Field(alias="slotsNumber")
-    free_slots: int = Field(alias="freeSlots")
-    time_since_last_heartbeat: int = Field(alias="timeSinceLastHeartbeat")  # ms
+    slots_number: int = _api("slotsNumber")
+    free_slots: int = _api("freeSlots")
+    time_since_last_heartbeat: int = _api("timeSinceLastHeartbeat")  # ms
     alive: bool
     tasks: list[PlacedTask]
 
@@ -184,7 +189,7 @@ class JobListEntry(Model):
     id: str
     name: str
     status: JobStatus
-    start_time: int = Field(alias="start-time")
+    start_time: int = _api("start-time")
     parallelism: int
     restarts: int
 
@@ -210,8 +215,8 @@ def jobs(summaries: Iterable[JobSummaryView]) -> Jobs:
 
 
 class VertexMetrics(Model):
-    read_records: int = Field(alias="read-records")
-    write_records: int = Field(alias="write-records")
+    read_records: int = _api("read-records")
+    write_records: int = _api("write-records")
 
 
 class SubtaskInfo(Model):
@@ -219,11 +224,11 @@ class SubtaskInfo(Model):
     status: TaskState | None  # None: not reported yet
     taskmanager_id: str | None
     attempt: int
-    read_records: int = Field(alias="read-records")
-    write_records: int = Field(alias="write-records")
-    busy_ratio: Ratio | None = Field(alias="busyRatio")  # over its last heartbeat interval; None: not measured
-    back_pressured_ratio: Ratio | None = Field(alias="backPressuredRatio")
-    idle_ratio: Ratio | None = Field(alias="idleRatio")
+    read_records: int = _api("read-records")
+    write_records: int = _api("write-records")
+    busy_ratio: Ratio | None = _api("busyRatio")  # over its last heartbeat interval; None: not measured
+    back_pressured_ratio: Ratio | None = _api("backPressuredRatio")
+    idle_ratio: Ratio | None = _api("idleRatio")
     watermark: int | None  # its current input watermark, ms
     watermark_lag: int | None  # now - watermark, ms
 
@@ -241,8 +246,8 @@ class JobDetails(Model):
     jid: str
     name: str
     state: JobStatus
-    start_time: int = Field(alias="start-time")
-    end_time: int = Field(alias="end-time")  # -1: not ended (Flink's spelling)
+    start_time: int = _api("start-time")
+    end_time: int = _api("end-time")  # -1: not ended (Flink's spelling)
     duration: int
     now: int
     parallelism: int
@@ -250,7 +255,7 @@ class JobDetails(Model):
     last_completed_checkpoint: int | None
     failure: FailureInfo | None
     vertices: list[VertexInfo]
-    status_counts: dict[TaskState, int] = Field(alias="status-counts")
+    status_counts: dict[TaskState, int] = _api("status-counts")
 
 
 def vertex_status(states: Iterable[TaskState | None]) -> TaskState | None:
@@ -379,12 +384,12 @@ def job_plan(plan: JobPlanView) -> JobPlan:
 
 
 class ExceptionInfo(Model):
-    exception_name: str = Field(alias="exceptionName")  # the failure's type
+    exception_name: str = _api("exceptionName")  # the failure's type
     message: str
     fault: FaultName
     retriable: bool
     timestamp: int
-    task_name: str | None = Field(alias="taskName")  # the vertex's operator names
+    task_name: str | None = _api("taskName")  # the vertex's operator names
     vertex_id: str | None
     subtask: int | None
     attempt: int
@@ -397,7 +402,7 @@ class ExceptionHistoryInfo(Model):
 
 
 class JobExceptions(Model):
-    exception_history: ExceptionHistoryInfo = Field(alias="exceptionHistory")
+    exception_history: ExceptionHistoryInfo = _api("exceptionHistory")
 
 
 def job_exceptions(history: ExceptionHistory, plan: JobPlanView, max_exceptions: int) -> JobExceptions:
@@ -599,7 +604,9 @@ def checkpoint_details(
     """One checkpoint with a line per subtask of the job (``tasks``): the acknowledged ones with their
     statistics, the others PENDING (COMPLETED without statistics for a checkpoint this JobManager
     only read back from storage)."""
-    acked = {(t.task_id.operator_uid, t.task_id.subtask): _acknowledged(t) for t in summary.tasks}
+    acked: dict[tuple[str, int], SubtaskCheckpoint] = {
+        (t.task_id.operator_uid, t.task_id.subtask): _acknowledged(t) for t in summary.tasks
+    }
     missing = SubtaskCheckpointStatus.COMPLETED if summary.status is CheckpointStatus.COMPLETED else None
     subtasks = [
         acked.get(task)
@@ -642,16 +649,16 @@ def backpressure_level(ratio: float) -> BackpressureLevel:
 
 class SubtaskBackpressure(Model):
     subtask: int
-    backpressure_level: BackpressureLevel = Field(alias="backpressureLevel")
+    backpressure_level: BackpressureLevel = _api("backpressureLevel")
     ratio: Ratio | None  # backpressured share of its last heartbeat interval; None: not measured yet
-    busy_ratio: Ratio | None = Field(alias="busyRatio")
-    idle_ratio: Ratio | None = Field(alias="idleRatio")
+    busy_ratio: Ratio | None = _api("busyRatio")
+    idle_ratio: Ratio | None = _api("idleRatio")
 
 
 class VertexBackpressure(Model):
     status: Literal["ok"]
-    backpressure_level: BackpressureLevel = Field(alias="backpressureLevel")  # the worst subtask's
-    end_timestamp: int = Field(alias="end-timestamp")  # when the newest measurement reached the JobManager
+    backpressure_level: BackpressureLevel = _api("backpressureLevel")  # the worst subtask's
+    end_timestamp: int = _api("end-timestamp")  # when the newest measurement reached the JobManager
     subtasks: list[SubtaskBackpressure]
 
 
@@ -699,7 +706,7 @@ class SavepointRequest(Model):
 
 
 class SavepointTriggered(Model):
-    request_id: str = Field(alias="request-id")  # the savepoint's checkpoint id
+    request_id: str = _api("request-id")  # the savepoint's checkpoint id
 
 
 class CancelMode(enum.StrEnum):
