@@ -28,12 +28,16 @@ PARALLELISM = 2
 DEADLINE_S = 90.0
 POLL_S = 0.2
 GRPC_SERVICE = "weir.wire.JobManagerService"
+TASKMANAGER_IDS = tuple(f"taskmanager-{n}" for n in range(1, TASKMANAGERS + 1))
 
 T = TypeVar("T")
 
 
-def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = DEADLINE_S) -> T:
-    """Poll ``probe`` until it answers something true; fail after ``timeout_s``."""
+def eventually(
+    probe: Callable[[], T | None], what: str, timeout_s: float = DEADLINE_S, context: list[Any] | None = None
+) -> T:
+    """Poll ``probe`` until it answers something true; fail after ``timeout_s`` (showing ``context``,
+    what the probe last saw)."""
     deadline = time.monotonic() + timeout_s
     last: Any = None
     while time.monotonic() < deadline:
@@ -44,7 +48,7 @@ def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = DEAD
         if value:
             return value
         time.sleep(POLL_S)  # poll interval of a wait with a deadline
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last!r})")
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last!r}; saw {context})")
 
 
 @dataclass
@@ -116,7 +120,7 @@ def rest(weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_healthz_answers_ok_with_the_live_taskmanagers(rest: RestJob) -> None:
     health = rest.get("/healthz")
-    assert health["status"] == "ok" and health["taskmanagers"] == len(TASKMANAGERS)
+    assert health["status"] == "ok" and health["taskmanagers"] == TASKMANAGERS
     assert health["jobs_running"] >= 1
 
 
@@ -134,14 +138,14 @@ def test_grpc_health_answers_serving_for_the_server_and_the_jobmanager_service(r
 
 def test_overview_counts_the_cluster_and_its_jobs(rest: RestJob) -> None:
     overview = rest.get("/overview")
-    assert overview["taskmanagers"] == len(TASKMANAGERS)
+    assert overview["taskmanagers"] == TASKMANAGERS
     assert overview["slots-total"] >= overview["slots-available"] + PARALLELISM
     assert overview["jobs-running"] >= 1 and isinstance(overview["weir-version"], str)
 
 
 def test_taskmanagers_list_the_job_s_running_tasks(rest: RestJob) -> None:
     taskmanagers = rest.get("/taskmanagers")["taskmanagers"]
-    assert sorted(tm["id"] for tm in taskmanagers) == sorted(TASKMANAGERS)
+    assert sorted(tm["id"] for tm in taskmanagers) == sorted(TASKMANAGER_IDS)
     assert all(tm["alive"] and tm["timeSinceLastHeartbeat"] < 6_000 for tm in taskmanagers)
     tasks = sorted(
         (t["vertex_id"], t["subtask"], t["attempt"], t["status"])
@@ -162,13 +166,17 @@ def test_jobs_list_the_job(rest: RestJob) -> None:
 
 
 def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob) -> None:
+    seen: list[Any] = []
+
     def measured() -> dict[str, Any] | None:
         details = rest.get(f"/jobs/{rest.job_id}")
+        seen[:] = [details]
         subtasks = [s for v in details["vertices"] for s in v["subtasks"]]
         ready = all(s["busyRatio"] is not None and s["watermark"] is not None for s in subtasks)
-        return details if ready and all(s["read-records"] > 0 for s in subtasks) else None
+        flowing = all(v["metrics"]["write-records"] + v["metrics"]["read-records"] > 0 for v in details["vertices"])
+        return details if ready and flowing else None
 
-    details = eventually(measured, "every subtask's ratios, watermark and records")
+    details = eventually(measured, "every subtask's ratios, watermark and records", context=seen)
     assert details["jid"] == rest.job_id and details["end-time"] == -1 and details["restarts"] == 1
     assert details["last_completed_checkpoint"] >= 1
     numbers, fail_once = details["vertices"]
@@ -178,7 +186,7 @@ def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob
         assert vertex["status"] == "RUNNING"
         assert vertex["metrics"]["read-records"] == sum(s["read-records"] for s in vertex["subtasks"])
         for s in vertex["subtasks"]:
-            assert s["status"] == "RUNNING" and s["attempt"] == 2 and s["taskmanager_id"] in TASKMANAGERS
+            assert s["status"] == "RUNNING" and s["attempt"] == 2 and s["taskmanager_id"] in TASKMANAGER_IDS
             total = s["busyRatio"] + s["backPressuredRatio"] + s["idleRatio"]
             assert abs(total - 1.0) < 1e-6, s
             assert s["watermark_lag"] == details["now"] - s["watermark"]
@@ -221,7 +229,7 @@ def test_the_exception_history_has_the_failure_with_its_typed_cause_and_task(res
     assert "failure requested by the test" in failure["message"]
     assert failure["vertex_id"] == "fail-once" and failure["subtask"] in range(PARALLELISM)
     assert failure["taskName"].startswith("map -> file-sink:") and failure["attempt"] == 1
-    assert failure["taskmanager_id"] in TASKMANAGERS
+    assert failure["taskmanager_id"] in TASKMANAGER_IDS
     assert abs(failure["timestamp"] - time.time() * 1000) < 300_000
     history = rest.get(f"/jobs/{rest.job_id}/exceptions?maxExceptions=1")["exceptionHistory"]
     assert len(history["entries"]) == 1 and history["truncated"] is False

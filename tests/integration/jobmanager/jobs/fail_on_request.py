@@ -21,7 +21,7 @@ class RequestedFailure(RuntimeError):
 
 def build(env: Environment) -> None:
     p = env.params
-    request, done = Path(p.get_str("fail_request")), Path(p.get_str("fail_done"))
+    request, done = Path(p.get_str("fail_request", "")), Path(p.get_str("fail_done", ""))
 
     def fail_once(record: dict[str, Any]) -> dict[str, Any]:
         if request.exists() and not done.exists():
@@ -30,9 +30,11 @@ def build(env: Environment) -> None:
         return record
 
     numbers = env.from_generator(
-        lambda i: {"i": i, "key": i % 16, "ts": int(time.time() * 1000)},
+        lambda i: {"i": i, "key": f"k{i % 500}", "ts": int(time.time() * 1000)},
         uid="numbers",
         timestamp=lambda record: record["ts"],
         records_per_second=p.get_int("rate", 200),
     )
-    numbers.key_by(lambda r: r["key"]).map(fail_once, uid="fail-once").sink_to_file(p.get_str("output"), uid="file")
+    numbers.key_by(lambda r: r["key"]).map(fail_once, uid="fail-once").sink_to_file(
+        p.get_str("output", "/tmp/weir-fail-on-request"), uid="file"
+    )
