@@ -196,6 +196,7 @@ def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None
             int(LOCAL["WEIR_JOBMANAGER_PORT"]),
             port_of(endpoints.jobmanager_address),
             endpoints.jobmanager_metrics_port,
+            endpoints.jobmanager_rest_port,
         },
     }
     for n, name in enumerate(TASKMANAGERS, start=1):
@@ -238,6 +239,7 @@ def test_weir_environment_is_the_local_one_with_container_hosts(compose: dict[st
         # Everything but the host (scheme, user, password, path) is the local mode's.
         assert without_host(env[name]) == without_host(local), name
     assert env["WEIR_JOBMANAGER_METRICS_PORT"] == LOCAL["WEIR_JOBMANAGER_METRICS_PORT"]
+    assert env["WEIR_JOBMANAGER_REST_PORT"] == LOCAL["WEIR_JOBMANAGER_REST_PORT"]
     assert env["WEIR_TASKMANAGER_METRICS_BASE_PORT"] == LOCAL["WEIR_TASKMANAGER_METRICS_BASE_PORT"]
     assert env["WEIR_CHECKPOINT_DIR"].startswith(f"s3://{LOCAL['WEIR_S3_BUCKET']}/"), env["WEIR_CHECKPOINT_DIR"]
     assert env["WEIR_LOG_FORMAT"] == "json"
