@@ -36,8 +36,10 @@ from weir.core.codec import (
     job_status_to_proto,
     optional_failure_from_proto,
     optional_timeline_from_proto,
+    task_ratios_from_proto,
     task_state_from_proto,
     task_state_to_proto,
+    task_watermark_from_proto,
     timeline_to_proto,
 )
 from weir.core.errors import (
@@ -100,7 +102,16 @@ def heartbeat_from_proto(m: jobmanager_pb2.HeartbeatRequest) -> Heartbeat:
     return Heartbeat(
         taskmanager_id=m.taskmanager_id,
         running_tasks=tuple(
-            TaskProgress(p.task.job_id, p.task.vertex_uid, p.task.subtask, p.attempt, p.records_in, p.records_out)
+            TaskProgress(
+                p.task.job_id,
+                p.task.vertex_uid,
+                p.task.subtask,
+                p.attempt,
+                p.records_in,
+                p.records_out,
+                ratios=task_ratios_from_proto(p),
+                watermark=task_watermark_from_proto(p),
+            )
             for p in m.running_tasks
         ),
     )

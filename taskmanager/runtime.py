@@ -37,6 +37,7 @@ from weir.core.codec import (
     checkpoint_kind_from_proto,
     checkpointing_mode_from_proto,
     failure_to_proto,
+    set_task_load,
     task_state_to_proto,
     timeline_to_proto,
 )
@@ -68,6 +69,7 @@ log = structlog.get_logger("weir.taskmanager")
 
 BACKPRESSURE_SAMPLE_S = 0.5
 ACK_HEADROOM_BYTES: Final = 64 * 1024
+_REPORTED_STATES: Final = (TaskState.DEPLOYING, TaskState.RUNNING)  # a heartbeat carries these tasks
 """Room left below the gRPC message limit for the acknowledgement's own fields."""
 
 
@@ -672,6 +674,18 @@ class TaskManagerRuntime:
         log.info("registered_with_jobmanager", taskmanager_id=self.id, address=self.address, slots=self.slots)
         return response.heartbeat_interval_s or 1.0
 
+    def _progress(self, address: TaskAddress, task: Task) -> jobmanager_pb2.TaskProgress:
+        """A running task's heartbeat entry: its counters, its time shares since the last heartbeat
+        and its input watermark."""
+        progress = jobmanager_pb2.TaskProgress(
+            task=self._task_ref(address),
+            attempt=address.attempt,
+            records_in=task.records_in,
+            records_out=task.records_emitted(),
+        )
+        set_task_load(progress, task.time_ratios(), task.input_watermark())
+        return progress
+
     def heartbeat_loop(self, metrics_port: int) -> None:
         interval = 1.0
         registered = False
@@ -681,16 +695,7 @@ class TaskManagerRuntime:
                     interval = self.register(metrics_port)
                     registered = True
                 with self._lock:
-                    running = [
-                        jobmanager_pb2.TaskProgress(
-                            task=self._task_ref(a),
-                            attempt=a.attempt,
-                            records_in=t.records_in,
-                            records_out=t.records_emitted(),
-                        )
-                        for a, t in self.tasks.items()
-                        if t.state in (TaskState.DEPLOYING, TaskState.RUNNING)
-                    ]
+                    running = [self._progress(a, t) for a, t in self.tasks.items() if t.state in _REPORTED_STATES]
                 response = self.jobmanager.Heartbeat(
                     jobmanager_pb2.HeartbeatRequest(taskmanager_id=self.id, running_tasks=running), timeout=5
                 )

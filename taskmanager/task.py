@@ -87,6 +87,7 @@ from weir.core.task_state import (
     TaskStateDocument,
     read_operator_states,
 )
+from weir.core.task_time import TimeRatios, TimeTotals, ratios_between
 from weir.core.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -486,6 +487,10 @@ class Task:
         self._backpressure_synced = 0.0
         self._backpressured_s = 0.0  # waits for output availability that ended
         self._backpressured_since: float | None = None  # monotonic start of the wait going on, if any
+        # The same as of the last sync, as one value (other threads read it), and as of the last heartbeat.
+        self._time_totals = TimeTotals()
+        self._heartbeat_totals = TimeTotals()  # the heartbeat's thread only
+        self._heartbeat_ratios: TimeRatios | None = None
         self._overtaken: tuple[ChannelBuffer, ...] = ()  # what the priority barrier being handled overtook
         self._metrics_removed = False
         self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
@@ -1113,19 +1118,21 @@ class Task:
         message = watermark_status_message(status)
         for w in self._writers:
             w.broadcast_event(message)
-        watermark: int | None
-        if self._input is not None:
-            watermark = self._input.tracker.current
-        else:
-            tap = self.chain.source_tap
-            watermark = tap.watermark if tap is not None else None
         match status:
             case WatermarkStatus.IDLE:
-                self._log.info("subtask_idle", watermark=exported_watermark(watermark))
+                self._log.info("subtask_idle", watermark=self.input_watermark())
             case WatermarkStatus.ACTIVE:
-                self._log.info("subtask_active", watermark=exported_watermark(watermark))
+                self._log.info("subtask_active", watermark=self.input_watermark())
             case _:
                 assert_never(status)
+
+    def input_watermark(self) -> int | None:
+        """The task's current input watermark (a source's: the one it emits), in ms; None before the
+        first one and at the end of input. Any thread may ask."""
+        if self._input is not None:
+            return exported_watermark(self._input.tracker.current)
+        tap = self.chain.source_tap
+        return exported_watermark(tap.watermark) if tap is not None else None
 
     def _apply(self, actions: Iterable[ba.Action]) -> None:
         """Carry out what the barrier aligner decided, every action in order."""
@@ -1364,6 +1371,17 @@ class Task:
                 self._backpressure_synced = total
         return total
 
+    def time_ratios(self) -> TimeRatios | None:
+        """The shares of busy, backpressured and idle time since the previous call (the heartbeat's
+        thread calls it once per heartbeat), measured at the task's metrics syncs; the previous shares
+        when no sync came in between, None before the first."""
+        totals = self._time_totals
+        ratios = ratios_between(self._heartbeat_totals, totals)
+        if ratios is None:
+            return self._heartbeat_ratios
+        self._heartbeat_totals, self._heartbeat_ratios = totals, ratios
+        return ratios
+
     def _sync_metrics(self) -> None:
         """Move the task's plain counters into its Prometheus metrics (twice a second, not per record)."""
         m = self.metrics
@@ -1373,6 +1391,7 @@ class Task:
             since, idle, waited = self._time_mark
             self._busy_s += max(0.0, (now - since) - (self._idle_s - idle) - (backpressured - waited))
             self._time_mark = (now, self._idle_s, backpressured)
+            self._time_totals = TimeTotals(self._busy_s, backpressured, self._idle_s)
         channels = [ch for w in self._writers for ch in w.channels]
         totals = {
             "records_in": float(self.records_in),

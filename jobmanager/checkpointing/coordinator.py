@@ -186,6 +186,7 @@ class CheckpointStats:
     restored_from: CheckpointId | None
     restored_at: float | None
     history: tuple[CheckpointSummary, ...]
+    restores: int = 0  # how many times the job's tasks were deployed to restore a checkpoint (this JobManager)
 
 
 def _task_stats(pending: PendingCheckpoint) -> tuple[TaskCheckpointStats, ...]:
@@ -240,6 +241,7 @@ class CheckpointStatsTracker:
         self._latest_failed: CheckpointSummary | None = None
         self._restored_from: CheckpointId | None = None
         self._restored_at: float | None = None
+        self._restores = 0
 
     @property
     def latest_completed(self) -> CheckpointSummary | None:
@@ -263,6 +265,8 @@ class CheckpointStatsTracker:
     def on_restored(self, checkpoint_id: CheckpointId | None, now: float) -> None:
         self._restored_from = checkpoint_id
         self._restored_at = now
+        if checkpoint_id is not None:
+            self._restores += 1
 
     def snapshot(self, in_flight: Iterable[PendingCheckpoint]) -> CheckpointStats:
         live = sorted(in_flight, key=lambda p: p.checkpoint_id, reverse=True)
@@ -277,6 +281,7 @@ class CheckpointStatsTracker:
             restored_from=self._restored_from,
             restored_at=self._restored_at,
             history=current + tuple(self._history),
+            restores=self._restores,
         )
 
 

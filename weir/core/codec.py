@@ -19,6 +19,7 @@ from weir.core.checkpointing import (
 from weir.core.errors import Fault, ProtocolError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
 from weir.wire import common_pb2, jobmanager_pb2
 
 _V = TypeVar("_V")
@@ -66,6 +67,32 @@ def optional_failure_from_proto(owner: object, field: str) -> Failure | None:
     if not owner.HasField(field):  # type: ignore[attr-defined]
         return None
     return failure_from_proto(getattr(owner, field))
+
+
+# A running task's load on the heartbeat ------------------------------------------------------------
+
+
+def set_task_load(progress: jobmanager_pb2.TaskProgress, ratios: TimeRatios | None, watermark_ms: int | None) -> None:
+    """Put a task's time shares and input watermark on its heartbeat entry (unset when unknown)."""
+    if ratios is not None:
+        progress.busy_ratio = ratios.busy
+        progress.backpressured_ratio = ratios.backpressured
+        progress.idle_ratio = ratios.idle
+    if watermark_ms is not None:
+        progress.input_watermark_ms = watermark_ms
+
+
+def task_ratios_from_proto(progress: jobmanager_pb2.TaskProgress) -> TimeRatios | None:
+    """The time shares on a heartbeat entry; None unless all three are set."""
+    if not (
+        progress.HasField("busy_ratio") and progress.HasField("backpressured_ratio") and progress.HasField("idle_ratio")
+    ):
+        return None
+    return TimeRatios(progress.busy_ratio, progress.backpressured_ratio, progress.idle_ratio)
+
+
+def task_watermark_from_proto(progress: jobmanager_pb2.TaskProgress) -> int | None:
+    return progress.input_watermark_ms if progress.HasField("input_watermark_ms") else None
 
 
 # Checkpointing mode --------------------------------------------------------------------------------

@@ -47,6 +47,7 @@ class Endpoints:
     prometheus_url: str
     jobmanager_address: str
     jobmanager_metrics_port: int
+    jobmanager_rest_port: int  # the REST API and web UI
     taskmanager_metrics_base_port: int
 
     @classmethod
@@ -62,6 +63,7 @@ class Endpoints:
             prometheus_url=env["WEIR_PROMETHEUS_URL"],
             jobmanager_address=env["WEIR_JOBMANAGER_ADDRESS"],
             jobmanager_metrics_port=int(env["WEIR_JOBMANAGER_METRICS_PORT"]),
+            jobmanager_rest_port=int(env["WEIR_JOBMANAGER_REST_PORT"]),
             taskmanager_metrics_base_port=int(env["WEIR_TASKMANAGER_METRICS_BASE_PORT"]),
         )
 

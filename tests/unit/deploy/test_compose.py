@@ -231,7 +231,7 @@ def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None
             int(LOCAL["WEIR_JOBMANAGER_PORT"]),
             port_of(endpoints.jobmanager_address),
             endpoints.jobmanager_metrics_port,
-            int(LOCAL["WEIR_JOBMANAGER_REST_PORT"]),
+            endpoints.jobmanager_rest_port,
         },
     }
     for name, ports in expected.items():
