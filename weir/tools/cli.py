@@ -29,6 +29,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
+import weir
 from weir.core.config import Endpoints
 from weir.core.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
 from weir.core.failures import Failure
@@ -152,8 +153,20 @@ def parse_parameters(items: Sequence[str]) -> dict[str, str]:
 # Root --------------------------------------------------------------------------------------------
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        _stdout().print(f"weir {weir.__version__}", soft_wrap=True)
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback(invoke_without_command=True)
-def _root(ctx: typer.Context) -> None:
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print Weir's version and exit."),
+    ] = False,
+) -> None:
     if ctx.invoked_subcommand is None:
         _stdout().print(ctx.get_help())
 

@@ -472,3 +472,12 @@ def test_the_installed_entry_point_prints_one_line(tmp_path: Path) -> None:
         [str(weir_bin), "run", str(tmp_path / "job.py"), "-D", "novalue"], capture_output=True, text=True, timeout=30
     )
     assert (completed.returncode, completed.stderr) == (EXIT_USAGE, "weir: error: -D 'novalue': expected key=value\n")
+
+
+def test_version_prints_the_installed_distributions_version(weir: Weir) -> None:
+    from importlib import metadata
+
+    result = weir("--version")
+    assert result.exit_code == EXIT_OK
+    assert result.stdout == f"weir {metadata.version('weir')}\n"
+    assert result.stderr == ""
