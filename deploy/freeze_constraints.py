@@ -49,10 +49,13 @@ def _pins(roots: list[tuple[Requirement, frozenset[str]]]) -> dict[str, str]:
 
 def main() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-    roots = [(Requirement(r), frozenset()) for r in project["project"]["dependencies"]]
-    roots += [(Requirement(r), frozenset()) for extra in EXTRAS for r in project["project"]["optional-dependencies"][extra]]
-    roots += [(Requirement(r), frozenset()) for r in project["build-system"]["requires"]]
-    pins = _pins(roots)
+    extras = project["project"]["optional-dependencies"]
+    requirements = [
+        *project["project"]["dependencies"],
+        *(r for extra in EXTRAS for r in extras[extra]),
+        *project["build-system"]["requires"],
+    ]
+    pins = _pins([(Requirement(r), frozenset()) for r in requirements])
     pins.pop("weir", None)
     body = "".join(f"{name}=={version}\n" for name, version in sorted(pins.items()))
     (ROOT / "constraints.txt").write_text(HEADER + body, encoding="utf-8")

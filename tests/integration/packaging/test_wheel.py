@@ -77,7 +77,9 @@ def _free_port_run(length: int) -> int:
     raise AssertionError("no run of free ports found")
 
 
-def _with_wheelhouse(argv: list[str], requirements: list[str], *, wheelhouse: Path, constraints: Path, cwd: Path) -> str:
+def _with_wheelhouse(
+    argv: list[str], requirements: list[str], *, wheelhouse: Path, constraints: Path, cwd: Path
+) -> str:
     """Run ``argv`` with pip finding packages in the wheelhouse only; when that fails, download
     ``requirements`` (at the constrained versions) into it and run once more."""
     offline = _clean_environment(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse))
