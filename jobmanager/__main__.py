@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import threading
 from concurrent import futures
@@ -16,16 +15,24 @@ from connectors.object_storage import open_storage
 from jobmanager.manager import JobManager
 from jobmanager.service import JobManagerServicer
 from weir.core import logs
-from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.config import (
+    Endpoints,
+    JobManagerSettings,
+    check_environment,
+    checkpoint_dir,
+    exit_on_configuration_error,
+)
 from weir.core.transport import GRPC_OPTIONS
 from weir.wire import jobmanager_pb2_grpc
 
 
 def main() -> None:
+    with exit_on_configuration_error("jobmanager"):
+        check_environment()
     endpoints = Endpoints.from_env()
     default_port = int(endpoints.jobmanager_address.rsplit(":", 1)[1])
     parser = argparse.ArgumentParser(prog="python -m jobmanager")
-    parser.add_argument("--bind", default=os.environ.get("WEIR_JOBMANAGER_BIND", "127.0.0.1"))
+    parser.add_argument("--bind", default=JobManagerSettings.from_env().jobmanager_bind)
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=endpoints.jobmanager_metrics_port)
     args = parser.parse_args()
