@@ -152,7 +152,8 @@ def describe_errors(error: ValidationError, environ: Mapping[str, str]) -> str:
         if environ.get(name):
             explicit.append(f"{name}={environ[name]!r}: {message}")
         else:
-            derived.append(f"{name}={item.get('input')!r} (the default of weir/core/endpoints.env, expanded): {message}")
+            value = item.get("input")
+            derived.append(f"{name}={value!r} (the default of weir/core/endpoints.env, expanded): {message}")
     return BAD_CONFIGURATION + "; ".join(explicit or derived)
 
 
@@ -209,7 +210,9 @@ class Endpoints(WeirSettings):
     s3_access_key: str = Field(min_length=1, description="S3 access key id.")
     s3_secret_key: str = Field(min_length=1, repr=False, description="S3 secret access key.")
     prometheus_url: str = Field(
-        min_length=1, description="The Prometheus that the tests and benchmarks query.", json_schema_extra={"type_doc": "URL"}
+        min_length=1,
+        description="The Prometheus that the tests and benchmarks query.",
+        json_schema_extra={"type_doc": "URL"},
     )
     jobmanager_address: str = Field(
         description="Where clients and TaskManagers reach the JobManager.", json_schema_extra={"type_doc": "host:port"}

@@ -135,7 +135,9 @@ BAD_VALUES = [
 ]
 
 
-@pytest.mark.parametrize(("settings", "name", "value", "why"), BAD_VALUES, ids=[f"{n}={v}" for _, n, v, _ in BAD_VALUES])
+@pytest.mark.parametrize(
+    ("settings", "name", "value", "why"), BAD_VALUES, ids=[f"{n}={v}" for _, n, v, _ in BAD_VALUES]
+)
 def test_a_bad_value_is_one_line_naming_the_variable(settings: type, name: str, value: str, why: str) -> None:
     with pytest.raises(ConfigurationError) as raised:
         settings.from_env({name: value})
