@@ -36,6 +36,17 @@ and why, e.g. `weir: error: bad configuration: WEIR_JOBMANAGER_PORT='abc': Input
 integer, unable to parse string as an integer`. Command-line options of the processes win over these
 variables. A job's own settings are `-D` parameters (README, "Configuration").
 """
+SCRIPT_VARIABLES: Final = (
+    "WEIR_KAFKA_START_TIMEOUT",
+    "WEIR_S3_START_TIMEOUT",
+    "WEIR_S3_BUILD_TIMEOUT",
+    "WEIR_S3_SERVER_VERSION",
+    "WEIR_S3_REGION",
+    "WEIR_S3_SIDECAR",
+    "WEIR_PG_BIN",
+)
+"""Read by the service scripts of ``deploy/local`` only, never by a Weir process: named, not tabled."""
+
 
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
@@ -82,7 +93,12 @@ def _default(settings: type[WeirSettings], name: str, field: FieldInfo) -> str:
 
 
 def render() -> str:
-    parts = [HEADER]
+    scripts = ", ".join(f"`{name}`" for name in SCRIPT_VARIABLES)
+    parts = [
+        HEADER,
+        "\nThe service scripts of `deploy/local` also read variables of their own, which no Weir process\n"
+        f"reads: {scripts} (see each script's header).\n",
+    ]
     for settings in SETTINGS:
         about = inspect.cleandoc(settings.__doc__ or "").replace("``", "`")
         parts.append(f"\n## {settings.title}\n\n{about}\n\n")

@@ -29,6 +29,7 @@ from weir.core.config import (
     run_dir,
 )
 from weir.core.errors import ConfigurationError, Fault, WeirError
+from weir.tools.config_doc import SCRIPT_VARIABLES
 
 REPO = Path(__file__).resolve().parents[4]
 ALL_NAMES = {env_name(field) for settings in SETTINGS for field in settings.model_fields}
@@ -174,8 +175,11 @@ def test_every_weir_variable_the_code_names_is_a_settings_field() -> None:
                 continue
             for name in re.findall(r"\bWEIR_[A-Z0-9_]*[A-Z0-9]\b", path.read_text(encoding="utf-8")):
                 named.setdefault(name, str(path.relative_to(REPO)))
-    unknown = {name: where for name, where in named.items() if name not in ALL_NAMES}
+    unknown = {name: where for name, where in named.items() if name not in ALL_NAMES | set(SCRIPT_VARIABLES)}
     assert not unknown, f"WEIR_* names with no settings field: {unknown}"
+    scripts = "".join(p.read_text(encoding="utf-8") for p in (REPO / "deploy/local").glob("*.sh"))
+    for name in SCRIPT_VARIABLES:
+        assert f"${{{name}" in scripts, f"{name} is named as a deploy/local variable but no script reads it"
 
 
 def _entry_point(module: str, **env: str) -> subprocess.CompletedProcess[str]:

@@ -481,3 +481,12 @@ def test_version_prints_the_installed_distributions_version(weir: Weir) -> None:
     assert result.exit_code == EXIT_OK
     assert result.stdout == f"weir {metadata.version('weir')}\n"
     assert result.stderr == ""
+
+
+def test_a_bad_weir_variable_is_one_line_and_exit_2(weir: Weir, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", "jobmanager")
+    assert_error(
+        weir("list"),
+        EXIT_USAGE,
+        "bad configuration: WEIR_JOBMANAGER_ADDRESS='jobmanager': expected host:port with a port in 1..65535",
+    )
