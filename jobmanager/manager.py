@@ -20,6 +20,7 @@ from jobmanager.jobs import JobMaster
 from jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
+    CheckpointDetailView,
     CheckpointsView,
     ClusterView,
     Heartbeat,
@@ -170,6 +171,9 @@ class JobManager:
 
     def list_checkpoints(self, job_id: str) -> CheckpointsView:
         return self.reads.list_checkpoints(job_id)
+
+    def checkpoint_detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetailView:
+        return self.reads.checkpoint_detail(job_id, checkpoint_id)
 
     def cluster_status(self) -> ClusterView:
         return self.reads.cluster_status()

@@ -127,6 +127,17 @@ class CheckpointsView:
 
 
 @dataclass(frozen=True)
+class CheckpointDetailView:
+    """One checkpoint with every subtask's stats and timeline (``weir checkpoints JOB --detail CID``):
+    ``checkpoint.tasks`` acknowledged it, ``checkpoint.pending_tasks`` did not (yet). A retained
+    checkpoint that a restarted JobManager read from storage has no per-subtask stats."""
+
+    job_id: str
+    checkpoint: CheckpointSummary
+    external_path: str | None  # while retained, or a savepoint's
+
+
+@dataclass(frozen=True)
 class TaskManagerView:
     taskmanager_id: str
     address: str

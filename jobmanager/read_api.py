@@ -10,6 +10,7 @@ from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import (
+    CheckpointDetailView,
     CheckpointsView,
     ClusterView,
     JobStatusView,
@@ -19,7 +20,7 @@ from jobmanager.messages import (
 )
 from jobmanager.registry import TaskManagerRegistry
 from weir.core.checkpointing import CheckpointStatus
-from weir.core.errors import UnknownJobError
+from weir.core.errors import UnknownCheckpointError, UnknownJobError
 from weir.core.paths import external_path
 
 
@@ -110,6 +111,15 @@ class ReadApi:
         paths = {c.checkpoint_id: external_path(self._storage_uri, c.metadata_key) for c in retained}
         paths.update(savepoint_paths)  # where each savepoint was put, also after a checkpoint replaced it
         return CheckpointsView(job_id=job_id, checkpoints=history, external_paths=paths)
+
+    def checkpoint_detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetailView:
+        """One checkpoint of the job (in progress, recent, or retained) with its subtasks' stats and
+        timelines; UnknownCheckpointError if it is none of those."""
+        view = self.list_checkpoints(job_id)
+        found = next((c for c in view.checkpoints if c.checkpoint_id == checkpoint_id), None)
+        if found is None:
+            raise UnknownCheckpointError(job_id, checkpoint_id)
+        return CheckpointDetailView(job_id, found, view.external_paths.get(found.checkpoint_id))
 
     def cluster_status(self) -> ClusterView:
         now = self._clock()

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Final, assert_never
 
@@ -38,6 +38,7 @@ from weir.core.codec import (
     checkpointing_mode_from_proto,
     failure_to_proto,
     task_state_to_proto,
+    timeline_to_proto,
 )
 from weir.core.config import checkpoint_dir
 from weir.core.errors import ProtocolError, WeirError
@@ -516,6 +517,8 @@ class TaskManagerRuntime:
             return
         write_s = time.perf_counter() - started
         log.info("operator_state_written", task=str(addr), checkpoint_id=cid, key=key, bytes=len(blob))
+        if ack.timeline is not None:  # the asynchronous part ends with this write
+            ack = replace(ack, timeline=replace(ack.timeline, async_end_at=max(ack.timeline.async_end_at, time.time())))
         self._acknowledge(addr, ack, handle, write_s=write_s)
 
     def _acknowledge(
@@ -560,6 +563,8 @@ class TaskManagerRuntime:
             unaligned=INFLIGHT_STATE_NAME in snapshot.operator_states,
             inflight_bytes=len(snapshot.operator_states.get(INFLIGHT_STATE_NAME, b"")),
         )
+        if ack.timeline is not None:
+            request.timeline.CopyFrom(timeline_to_proto(ack.timeline))
         too_large = oversized_ack_reason(request.ByteSize(), MAX_MESSAGE_BYTES, snapshot.checkpoint_id)
         if too_large is not None:
             log.warning(

@@ -41,6 +41,7 @@ from weir.core.errors import (
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.tools import supervisor
+from weir.tools.checkpoint_timeline import render_checkpoint_detail
 from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
 
 if TYPE_CHECKING:
@@ -429,10 +430,23 @@ def checkpoints(
     checkpoint: Annotated[
         int | None, typer.Option("--checkpoint", "-c", help="Show per-task stats of this checkpoint.")
     ] = None,
+    detail: Annotated[
+        int | None,
+        typer.Option(
+            "--detail",
+            metavar="CID",
+            help="Show this checkpoint's timeline: per subtask, its first barrier, each input channel's "
+            "barrier, the ends of alignment, of the sync and async parts and the ack, in ms after the trigger.",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """A job's checkpoints, aligned or unaligned, with the in-flight bytes they persisted; per-task
-    alignment, start delay and in-flight bytes of the latest (or --checkpoint) one."""
+    alignment, start delay and in-flight bytes of the latest (or --checkpoint) one; with --detail,
+    one checkpoint's timeline."""
+    if detail is not None:
+        _checkpoint_detail(job_id, detail, json_output)
+        return
     with _client() as client:
         infos = client.list_checkpoints(job_id)
     if json_output:
@@ -482,6 +496,17 @@ def checkpoints(
             _size(task.inflight_bytes) if task.unaligned else "-",
         )
     console.print(tasks)
+
+
+def _checkpoint_detail(job_id: str, checkpoint_id: int, json_output: bool) -> None:
+    with _client() as client:
+        found = client.checkpoint_detail(job_id, checkpoint_id)
+    if json_output:
+        _print_json({"job_id": job_id, **asdict(found)})
+        return
+    console = _stdout()
+    for line in render_checkpoint_detail(found, job_id):
+        console.print(escape(line), soft_wrap=True)
 
 
 @app.command()
