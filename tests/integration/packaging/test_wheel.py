@@ -9,6 +9,7 @@ The cluster uses free ports and a private run directory, so it runs beside the s
 
 from __future__ import annotations
 
+import email.parser
 import json
 import os
 import socket
@@ -91,6 +92,14 @@ def _with_wheelhouse(
     return _run(argv, env=offline, cwd=cwd)
 
 
+def _requirements_of(wheel: Path) -> list[str]:
+    """The wheel's runtime requirements (``Requires-Dist`` without extras), as pip requirement strings."""
+    with zipfile.ZipFile(wheel) as whl:
+        (metadata,) = (name for name in whl.namelist() if name.endswith(".dist-info/METADATA"))
+        headers = email.parser.Parser().parsestr(whl.read(metadata).decode("utf-8"), headersonly=True)
+    return [r for r in headers.get_all("Requires-Dist") or [] if "extra ==" not in r]
+
+
 @pytest.fixture(scope="module")
 def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A clean checkout of HEAD: ``git archive``, so nothing generated or ignored comes along."""
@@ -136,7 +145,7 @@ def venv(
     install = [sys.executable, "-m", "pip", "--python", str(root / "bin/python"), "install", "-q", "--no-compile"]
     _with_wheelhouse(
         [*install, "-c", str(constraints), str(wheel)],
-        [str(wheel)],
+        _requirements_of(wheel),  # not the wheel itself: a copy of it in the wheelhouse would outlive this build
         wheelhouse=wheelhouse,
         constraints=constraints,
         cwd=root.parent,
