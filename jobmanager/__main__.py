@@ -8,7 +8,6 @@ answers SERVING from then on and NOT_SERVING once the process stops.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import threading
 from concurrent import futures
@@ -24,7 +23,13 @@ from jobmanager.rest.app import create_app
 from jobmanager.rest.server import RestServer
 from jobmanager.service import JobManagerServicer
 from weir.core import logs
-from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.config import (
+    Endpoints,
+    JobManagerSettings,
+    check_environment,
+    checkpoint_dir,
+    exit_on_configuration_error,
+)
 from weir.core.transport import GRPC_OPTIONS
 from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
@@ -32,10 +37,12 @@ SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].f
 
 
 def main() -> None:
+    with exit_on_configuration_error("jobmanager"):
+        check_environment()
     endpoints = Endpoints.from_env()
     default_port = int(endpoints.jobmanager_address.rsplit(":", 1)[1])
     parser = argparse.ArgumentParser(prog="python -m jobmanager")
-    parser.add_argument("--bind", default=os.environ.get("WEIR_JOBMANAGER_BIND", "127.0.0.1"))
+    parser.add_argument("--bind", default=JobManagerSettings.from_env().jobmanager_bind)
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=endpoints.jobmanager_metrics_port)
     parser.add_argument(

@@ -115,6 +115,12 @@ class CommandLineError(WeirError):
     fault: Fault = Fault.USER
 
 
+class ConfigurationError(WeirError):
+    """A ``WEIR_*`` variable holds a value Weir cannot use; the message names it and why: fix it, restart."""
+
+    fault: Fault = Fault.USER
+
+
 class ClusterError(WeirError):
     """The local cluster could not be started, stopped or inspected; the message names the logs to read."""
 

@@ -29,8 +29,15 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from weir.core.config import Endpoints
-from weir.core.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
+import weir
+from weir.core.config import Diagnostics, Endpoints, check_environment
+from weir.core.errors import (
+    ClusterUnavailableError,
+    CommandLineError,
+    ConfigurationError,
+    ServiceUnavailableError,
+    WeirError,
+)
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.tools import supervisor
@@ -153,8 +160,20 @@ def parse_parameters(items: Sequence[str]) -> dict[str, str]:
 # Root --------------------------------------------------------------------------------------------
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        _stdout().print(f"weir {weir.__version__}", soft_wrap=True)
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback(invoke_without_command=True)
-def _root(ctx: typer.Context) -> None:
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print Weir's version and exit."),
+    ] = False,
+) -> None:
     if ctx.invoked_subcommand is None:
         _stdout().print(ctx.get_help())
 
@@ -915,12 +934,19 @@ def exit_code_for(error: WeirError) -> int:
     return EXIT_USAGE if error.fault == "user" else EXIT_FAILURE
 
 
+def _debug() -> bool:
+    try:
+        return Diagnostics.from_env().debug
+    except ConfigurationError:
+        return False  # run_cli reported it
+
+
 @contextmanager
 def _debug_traceback() -> Iterator[None]:
     try:
         yield
     except BaseException:
-        if os.environ.get("WEIR_DEBUG"):
+        if _debug():
             traceback.print_exc()
         raise
 
@@ -929,6 +955,7 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     """Run one command and answer its exit code; errors become one ``weir: error:`` line on stderr."""
     command = typer.main.get_command(app)
     try:
+        check_environment()  # a bad WEIR_* variable: one line, exit 2, before any command runs
         with _debug_traceback():
             result: Any = command.main(
                 args=list(argv) if argv is not None else None, prog_name="weir", standalone_mode=False

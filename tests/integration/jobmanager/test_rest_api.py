@@ -269,7 +269,19 @@ def test_a_checkpoint_s_details_have_a_line_per_subtask(rest: RestJob) -> None:
     for line in lines.values():
         assert line["status"] == "COMPLETED" and line["ack_timestamp"] >= details["trigger_timestamp"]
         assert line["alignment_duration"] >= 0 and line["state_size"] >= 0
-        assert "timeline" in line
+        timeline = line["timeline"]
+        assert timeline["trigger_timestamp"] == details["trigger_timestamp"]
+        assert timeline["ack_timestamp"] == line["ack_timestamp"]
+        upstream = line["vertex_id"] == "fail-once"
+        # a source has no input channels; the keyed map reads one per upstream subtask
+        assert len(timeline["channels"]) == (PARALLELISM if upstream else 0)
+        assert sorted(c["upstream_subtask"] for c in timeline["channels"]) == (
+            list(range(PARALLELISM)) if upstream else []
+        )
+        marks = [timeline["first_barrier_timestamp"], timeline["alignment_end_timestamp"]]
+        marks += [timeline["sync_end_timestamp"], timeline["async_end_timestamp"]]
+        assert all(m is not None for m in marks), timeline
+        assert marks == sorted(marks), timeline
 
 
 def test_a_checkpoint_id_that_is_no_integer_is_a_bad_request_and_an_unknown_one_not_found(rest: RestJob) -> None:

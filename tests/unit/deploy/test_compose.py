@@ -10,7 +10,7 @@ compared with the local mode's own sources, read where the local mode reads them
 * deploy/prometheus/prometheus-local.yml, used by deploy/local/prometheus.sh;
 * ``weir.tools.supervisor.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
 * jobmanager/__main__.py and taskmanager/__main__.py: the flags the processes accept;
-* the Makefile's protoc command and pyproject.toml's package list, for deploy/Dockerfile;
+* pyproject.toml's package list and the build hook's files, for deploy/Dockerfile;
 * deploy/local/s3.sh: the S3 server and version the local mode runs.
 
 Where the compose CLI can be built (deploy/local/tools.sh, from the Go module proxy), ``docker-compose
@@ -656,11 +656,16 @@ def test_dockerfile_builds_a_wheel_of_every_package_with_the_build_hook(svc: dic
     for package in sorted({*packages, "proto"}):
         assert f"COPY {package} ./{package}" in copies, f"the image's build lacks {package}"
     top_level = copies[0].split()[1:-1]
-    for needed in ("pyproject.toml", "constraints.txt", "README.md", "LICENSE"):
+    for needed in (
+        "pyproject.toml",
+        "setup.py",
+        "build_hooks.py",
+        "MANIFEST.in",
+        "constraints.txt",
+        "README.md",
+        "LICENSE",
+    ):
         assert needed in top_level, f"the build stage lacks {needed}"
-    for build_file in ("setup.py", "build_hooks.py"):
-        if (REPO / build_file).exists():
-            assert build_file in top_level, f"the build hook needs {build_file}"
     assert any("pip wheel" in line and "constraints.txt" in line for line in stages["build"])
     assert not any("grpc_tools.protoc" in line for line in stages["build"]), "the build hook generates the code"
 

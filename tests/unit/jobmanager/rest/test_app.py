@@ -13,6 +13,7 @@ from jobmanager.checkpointing.pending import TaskAckMetrics
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 from tests.unit.jobmanager.conftest import Harness, MakeHarness
+from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.errors import Fault
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
@@ -294,8 +295,20 @@ def test_a_savepoint_is_triggered_listed_in_progress_then_completed_with_its_det
         ("gen", 0, "PENDING", None)
     ]
     harness.clock.advance(0.25)
+    recorded = SubtaskCheckpointTimeline(
+        first_barrier_at=100.02,
+        channels=(ChannelBarrierTime(0, "up", 1, 100.025), ChannelBarrierTime(1, "up", 0, None)),
+        alignment_end_at=100.03,
+        sync_end_at=100.06,
+        async_end_at=100.16,
+    )
     metrics = TaskAckMetrics(
-        alignment_duration_s=0.01, start_delay_s=0.02, state_size_bytes=64, sync_duration_s=0.03, async_duration_s=0.1
+        alignment_duration_s=0.01,
+        start_delay_s=0.02,
+        state_size_bytes=64,
+        sync_duration_s=0.03,
+        async_duration_s=0.1,
+        timeline=recorded,
     )
     harness.jm.acknowledge_checkpoint(
         CheckpointAck(job.job_id, "gen", 0, job.attempt, CheckpointId(savepoint_id), (), b"{}", metrics)
@@ -326,7 +339,18 @@ def test_a_savepoint_is_triggered_listed_in_progress_then_completed_with_its_det
             "state_size": 64,
             "unaligned": False,
             "inflight_size": 0,
-            "timeline": None,
+            "timeline": {
+                "trigger_timestamp": 100_000,
+                "first_barrier_timestamp": 100_020,
+                "channels": [
+                    {"channel": 0, "upstream_vertex": "up", "upstream_subtask": 1, "barrier_timestamp": 100_025},
+                    {"channel": 1, "upstream_vertex": "up", "upstream_subtask": 0, "barrier_timestamp": None},
+                ],
+                "alignment_end_timestamp": 100_030,
+                "sync_end_timestamp": 100_060,
+                "async_end_timestamp": 100_160,
+                "ack_timestamp": 100_250,
+            },
         }
     ]
 

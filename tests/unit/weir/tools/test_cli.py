@@ -495,6 +495,24 @@ def test_the_installed_entry_point_prints_one_line(tmp_path: Path) -> None:
     assert (completed.returncode, completed.stderr) == (EXIT_USAGE, "weir: error: -D 'novalue': expected key=value\n")
 
 
+def test_version_prints_the_installed_distributions_version(weir: Weir) -> None:
+    from importlib import metadata
+
+    result = weir("--version")
+    assert result.exit_code == EXIT_OK
+    assert result.stdout == f"weir {metadata.version('weir')}\n"
+    assert result.stderr == ""
+
+
+def test_a_bad_weir_variable_is_one_line_and_exit_2(weir: Weir, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", "jobmanager")
+    assert_error(
+        weir("list"),
+        EXIT_USAGE,
+        "bad configuration: WEIR_JOBMANAGER_ADDRESS='jobmanager': expected host:port with a port in 1..65535",
+    )
+
+
 def test_checkpoints_detail_prints_each_subtasks_timeline(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
     trigger = 1_700_000_000.0
     window = task_stats("win", 1, 0.2, 0.01)
