@@ -4,7 +4,6 @@ it creates what is missing, fills the input topic once, and a second run changes
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import replace
 
 import psycopg
 import pytest
@@ -19,7 +18,7 @@ pytestmark = pytest.mark.integration
 
 @pytest.fixture
 def inputs(services: Endpoints, unique: str) -> Iterator[tuple[Endpoints, Inputs]]:
-    endpoints = replace(services, s3_bucket=f"prepare-{unique}")
+    endpoints = services.model_copy(update={"s3_bucket": f"prepare-{unique}"})
     chosen = Inputs(
         {f"events-{unique}": 3, f"results-{unique}": 2}, f"results_{unique}", TABLE_DEFINITION, f"events-{unique}"
     )
