@@ -695,6 +695,7 @@ class TaskManagerRuntime:
     def heartbeat_loop(self, metrics_port: int) -> None:
         interval = 1.0
         registered = False
+        refused: grpc.StatusCode | None = None
         while not self._stopping.is_set():
             try:
                 if not registered:
@@ -715,6 +716,10 @@ class TaskManagerRuntime:
             except grpc.RpcError as exc:
                 if registered:
                     log.warning("jobmanager_unreachable", code=exc.code().name)
+                elif exc.code() != refused:  # once per cause: e.g. a certificate or token the JobManager refuses
+                    refused = exc.code()
+                    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+                    log.warning("jobmanager_registration_failed", code=refused.name, details=details)
                 registered = registered and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             self._stopping.wait(interval)
 
