@@ -10,14 +10,13 @@ from __future__ import annotations
 import argparse
 import signal
 import threading
-from concurrent import futures
 
-import grpc
 import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from connectors.object_storage import open_storage
+from jobmanager.gateway import GrpcTaskManagerGateway
 from jobmanager.manager import JobManager
 from jobmanager.rest.app import create_app
 from jobmanager.rest.server import RestServer
@@ -30,7 +29,8 @@ from weir.core.config import (
     checkpoint_dir,
     exit_on_configuration_error,
 )
-from weir.core.transport import GRPC_OPTIONS
+from weir.core.grpc_security import add_port, new_server
+from weir.core.transport_security import TransportSecurity
 from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
 SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].full_name
@@ -49,20 +49,29 @@ def main() -> None:
         "--rest-port", type=int, default=endpoints.jobmanager_rest_port, help="the REST API and web UI; 0: none"
     )
     args = parser.parse_args()
+    with exit_on_configuration_error("jobmanager"):
+        security = TransportSecurity.from_env()
+        security.check_bind(args.bind, args.port, "WEIR_JOBMANAGER_BIND")
+        if args.rest_port:
+            security.check_bind(args.bind, args.rest_port, "WEIR_JOBMANAGER_BIND")
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
     storage = open_storage(checkpoint_dir(), endpoints)
-    jm = JobManager(storage)
-    rest = RestServer(create_app(jm), args.bind, args.rest_port) if args.rest_port else None
+    jm = JobManager(storage, gateway=GrpcTaskManagerGateway(security))
+    rest = (
+        RestServer(create_app(jm, token=security.token), args.bind, args.rest_port, security)
+        if args.rest_port
+        else None
+    )
     if rest is not None:
         rest.start()
     recovered = jm.recover_jobs()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="jm-grpc"), options=GRPC_OPTIONS)
+    server = new_server(security, max_workers=32, thread_name_prefix="jm-grpc")
     jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(jm), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    server.add_insecure_port(f"{args.bind}:{args.port}")
+    add_port(server, f"{args.bind}:{args.port}", security)
     server.start()
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
@@ -75,6 +84,9 @@ def main() -> None:
         metrics_port=args.metrics_port,
         rest_port=rest.port if rest is not None else None,
         checkpoints=storage.uri,
+        tls=security.server_tls is not None,
+        client_certificates=security.server_tls is not None and security.server_tls.requires_client_certificate,
+        token=security.token is not None,
         recovered_jobs=recovered,
     )
 

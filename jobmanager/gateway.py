@@ -17,8 +17,9 @@ from jobmanager.errors import TaskManagerCallError
 from jobmanager.jobs import TaskDeployment
 from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
+from weir.core.grpc_security import open_channel
 from weir.core.ids import TaskId
-from weir.core.transport import GRPC_OPTIONS
+from weir.core.transport_security import TransportSecurity
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 DEPLOY_TIMEOUT_S: Final = 30.0
@@ -123,12 +124,14 @@ class GrpcTaskManagerGateway:
     """One channel per registered TaskManager address, opened anew at each registration; an address
     nobody registered gets a channel of its own per call."""
 
-    def __init__(self) -> None:
+    def __init__(self, security: TransportSecurity | None = None) -> None:
+        """``security``: how to reach the TaskManagers (default: from the environment)."""
+        self._security = security if security is not None else TransportSecurity.from_env()
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
 
     def connect(self, address: str) -> None:
-        channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        channel = open_channel(address, self._security)
         with self._lock:
             self._channels[address] = channel
 
@@ -183,7 +186,7 @@ class GrpcTaskManagerGateway:
     def _channel(self, address: str) -> grpc.Channel:
         with self._lock:
             channel = self._channels.get(address)
-        return channel if channel is not None else grpc.insecure_channel(address, options=GRPC_OPTIONS)
+        return channel if channel is not None else open_channel(address, self._security)
 
     def _call(self, address: str, call: _StubCall[_Response]) -> _Response:
         stub = taskmanager_pb2_grpc.TaskManagerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]  # generated

@@ -6,9 +6,7 @@ import argparse
 import os
 import signal
 import threading
-from concurrent import futures
 
-import grpc
 import structlog
 from prometheus_client import start_http_server
 
@@ -17,7 +15,8 @@ from taskmanager.runtime import TaskManagerRuntime
 from taskmanager.service import TaskManagerServicer
 from weir.core import logs
 from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
-from weir.core.transport import GRPC_OPTIONS
+from weir.core.grpc_security import add_port, new_server
+from weir.core.transport_security import TransportSecurity
 from weir.wire import taskmanager_pb2_grpc
 
 
@@ -46,15 +45,16 @@ def main() -> None:
     args = parser.parse_args()
     args.id = args.id or default_taskmanager_id()
     host = advertised_host(args.bind, args.host)
+    with exit_on_configuration_error("taskmanager"):
+        security = TransportSecurity.from_env()
+        security.check_bind(args.bind, args.port, "WEIR_TASKMANAGER_BIND")
 
     os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process
     logs.configure(args.id)
     log = structlog.get_logger("weir.taskmanager")
     endpoints = Endpoints.from_env()
-    server = grpc.server(
-        futures.ThreadPoolExecutor(max_workers=256, thread_name_prefix="tm-grpc"), options=GRPC_OPTIONS
-    )
-    port = server.add_insecure_port(f"{args.bind}:{args.port}")
+    server = new_server(security, max_workers=256, thread_name_prefix="tm-grpc")
+    port = add_port(server, f"{args.bind}:{args.port}", security)
     runtime = TaskManagerRuntime(
         args.id,
         f"{host}:{port}",
@@ -62,6 +62,7 @@ def main() -> None:
         args.slots,
         run_dir(),
         local_channels=args.local_channels,
+        security=security,
     )
     taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(TaskManagerServicer(runtime), server)
     server.start()
@@ -75,6 +76,8 @@ def main() -> None:
         metrics_port=args.metrics_port,
         slots=args.slots,
         jobmanager=endpoints.jobmanager_address,
+        tls=security.server_tls is not None,
+        token=security.token is not None,
     )
 
     stop = threading.Event()

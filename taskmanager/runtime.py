@@ -44,6 +44,7 @@ from weir.core.codec import (
 from weir.core.config import checkpoint_dir
 from weir.core.errors import ProtocolError, WeirError
 from weir.core.failures import Failure
+from weir.core.grpc_security import open_channel
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyEncoder
 from weir.core.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
@@ -61,7 +62,8 @@ from weir.core.task_state import (
     pack_operator_states,
     relative_operator_state,
 )
-from weir.core.transport import GRPC_OPTIONS, MAX_MESSAGE_BYTES
+from weir.core.transport import MAX_MESSAGE_BYTES
+from weir.core.transport_security import TransportSecurity
 from weir.plan import JobPlan, build_plan
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
@@ -136,8 +138,12 @@ class TaskManagerRuntime:
         run_dir: Path,
         *,
         local_channels: bool = True,
+        security: TransportSecurity | None = None,
     ) -> None:
+        """``security``: how this TaskManager reaches the JobManager and its peers (default: from the
+        environment)."""
         self.id = taskmanager_id
+        self._security = security if security is not None else TransportSecurity.from_env()
         self.address = advertised_address
         # A producer whose consumer runs here hands it buffers in memory (network.LocalOutputChannel).
         self.local_channels = local_channels
@@ -159,7 +165,7 @@ class TaskManagerRuntime:
         self._lock = threading.Condition()
         self._channels: dict[str, grpc.Channel] = {}
         self._jobs: dict[str, tuple[Any, JobPlan]] = {}
-        self._jm_channel = grpc.insecure_channel(jobmanager_address, options=GRPC_OPTIONS)
+        self._jm_channel = open_channel(jobmanager_address, self._security)
         self.jobmanager = jobmanager_pb2_grpc.JobManagerServiceStub(self._jm_channel)
         self._reports: queue.SimpleQueue[Report] = queue.SimpleQueue()
         self._stopping = threading.Event()
@@ -189,7 +195,7 @@ class TaskManagerRuntime:
         with self._lock:
             channel = self._channels.get(address)
             if channel is None:
-                channel = grpc.insecure_channel(address, options=GRPC_OPTIONS)
+                channel = open_channel(address, self._security)
                 self._channels[address] = channel
             return channel
 
@@ -689,6 +695,7 @@ class TaskManagerRuntime:
     def heartbeat_loop(self, metrics_port: int) -> None:
         interval = 1.0
         registered = False
+        refused: grpc.StatusCode | None = None
         while not self._stopping.is_set():
             try:
                 if not registered:
@@ -709,6 +716,10 @@ class TaskManagerRuntime:
             except grpc.RpcError as exc:
                 if registered:
                     log.warning("jobmanager_unreachable", code=exc.code().name)
+                elif exc.code() != refused:  # once per cause: e.g. a certificate or token the JobManager refuses
+                    refused = exc.code()
+                    details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+                    log.warning("jobmanager_registration_failed", code=refused.name, details=details)
                 registered = registered and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
             self._stopping.wait(interval)
 

@@ -1,15 +1,20 @@
 """The REST API's routes (``docs/rest-api.md``): thin, as the gRPC servicer. Each reads through the
 ``JobManager`` facade (which takes its lock), converts the views in ``jobmanager.rest.views`` and lets
-``jobmanager.rest.errors`` answer every error. ``/`` and ``/web/...`` serve the web UI's files."""
+``jobmanager.rest.errors`` answer every error. ``/`` and ``/web/...`` serve the web UI's files.
+
+With a token configured every API route requires ``Authorization: Bearer <token>`` (401 otherwise);
+``/healthz`` (for probes), ``/openapi.json`` and the web UI's files stay open."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Annotated, Any, Final, assert_never
 
+import structlog
 from fastapi import APIRouter, Depends, FastAPI, Query
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
@@ -17,9 +22,14 @@ from jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from jobmanager.manager import JobManager
 from jobmanager.rest import errors, views
 from weir import __version__
+from weir.core.errors import AuthenticationError
+from weir.core.transport_security import authorize, refusal_message
+
+log = structlog.get_logger("weir.jobmanager")
 
 WEB_DIR: Final = Path(__file__).with_name("web")
 DEFAULT_MAX_EXCEPTIONS: Final = 20
+BEARER: Final = HTTPBearer(auto_error=False, description="The cluster's token (WEIR_AUTH_TOKEN), when it has one.")
 
 _ERROR: Final = {"model": views.ErrorBody}
 NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {404: {**_ERROR, "description": "Unknown job"}}
@@ -27,7 +37,8 @@ BAD_REQUEST: Final[dict[int | str, dict[str, Any]]] = {400: {**_ERROR, "descript
 CONFLICT: Final[dict[int | str, dict[str, Any]]] = {409: {**_ERROR, "description": "Not possible in the job's state"}}
 
 
-def create_app(manager: JobManager) -> FastAPI:
+def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
+    """``token``: the bearer token every API route requires (None: none)."""
     app = FastAPI(
         title="Weir JobManager",
         version=__version__,
@@ -43,9 +54,19 @@ def create_app(manager: JobManager) -> FastAPI:
             what = "stopping" if manager.stopping else "still taking over its jobs from checkpoint storage"
             raise JobManagerNotReadyError(f"the JobManager is {what}; try again shortly")
 
+    def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
+        header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
+        decision = authorize(header, token)
+        if not decision.allowed:
+            log.warning("rest_request_unauthenticated", decision=decision.value)
+            raise AuthenticationError(refusal_message(decision))
+
     api = APIRouter(
-        dependencies=[Depends(require_ready)],
-        responses={503: {**_ERROR, "description": "The JobManager is not ready"}},
+        dependencies=[Depends(require_token), Depends(require_ready)],
+        responses={
+            401: {**_ERROR, "description": "No bearer token, or not the cluster's"},
+            503: {**_ERROR, "description": "The JobManager is not ready"},
+        },
     )
 
     @app.get(

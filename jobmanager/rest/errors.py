@@ -21,6 +21,7 @@ from jobmanager.errors import (
     UnknownVertexError,
 )
 from weir.core.errors import (
+    AuthenticationError,
     JobDefinitionError,
     NotEnoughSlotsError,
     ServiceUnavailableError,
@@ -32,6 +33,7 @@ from weir.core.errors import (
 log = structlog.get_logger("weir.jobmanager")
 
 _STATUS_OF: Final[dict[type[WeirError], int]] = {
+    AuthenticationError: 401,
     UnknownJobError: 404,
     UnknownCheckpointError: 404,
     UnknownVertexError: 404,
@@ -69,7 +71,10 @@ def install(app: FastAPI) -> None:
         status = http_status(exc)
         if status == 500:
             log.error("rest_request_failed", path=request.url.path, error=str(exc), fault=exc.fault.value)
-        return error_response(status, str(exc))
+        response = error_response(status, str(exc))
+        if status == 401:
+            response.headers["WWW-Authenticate"] = "Bearer"
+        return response
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request: Request, exc: RequestValidationError) -> JSONResponse:

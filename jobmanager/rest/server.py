@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ssl
 import threading
 import time
 from typing import Final
@@ -11,6 +12,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from jobmanager.errors import ConfigError
+from weir.core.transport_security import TransportSecurity
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -19,15 +21,23 @@ STOP_TIMEOUT_S: Final = 5.0
 
 
 class RestServer:
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
-        """``port`` 0 takes a free one (``port`` answers which, once started)."""
+    def __init__(self, app: FastAPI, host: str, port: int, security: TransportSecurity | None = None) -> None:
+        """``port`` 0 takes a free one (``port`` answers which, once started). HTTPS when ``security``
+        has a server certificate; a client certificate is required when it names a client CA (the
+        bearer token is checked by the app, ``create_app(token=...)``)."""
         self._host = host
         self._requested_port = port
+        tls = security.server_tls if security is not None else None
+        client_ca = tls.client_ca_file if tls is not None else None
         self._server = uvicorn.Server(
             uvicorn.Config(
                 app,
                 host=host,
                 port=port,
+                ssl_certfile=str(tls.certificate_file) if tls is not None else None,
+                ssl_keyfile=str(tls.key_file) if tls is not None else None,
+                ssl_ca_certs=str(client_ca) if client_ca is not None else None,
+                ssl_cert_reqs=ssl.CERT_REQUIRED if client_ca is not None else ssl.CERT_NONE,
                 lifespan="off",
                 log_config=None,  # uvicorn's own loggers stay quiet; the JobManager logs with structlog
                 access_log=False,
@@ -49,7 +59,7 @@ class RestServer:
                 f"the REST API could not listen on {self._host}:{self._requested_port}: is the port taken? "
                 "Free it, set WEIR_JOBMANAGER_REST_PORT, or start the JobManager with --rest-port 0 (no REST API)",
             )
-        log.info("rest_server_started", host=self._host, port=self.port)
+        log.info("rest_server_started", host=self._host, port=self.port, tls=self._server.config.is_ssl)
 
     @property
     def port(self) -> int:

@@ -5,6 +5,7 @@
   ``${NAME}`` refers to a variable defined above it; a variable set in the environment wins.
 - :class:`Directories`: where a process keeps its cache, its run files and its checkpoints.
 - :class:`JobManagerSettings`, :class:`TaskManagerSettings`: the defaults of the processes' options.
+- :class:`SecuritySettings`: the bearer token and the TLS files of every gRPC service and the REST API.
 - :class:`Diagnostics`: logs and tracebacks; :class:`CrashPointSettings`: fault injection for tests.
 
 Each class is read with ``from_env()`` (the process environment, or a mapping given for a test); a
@@ -27,7 +28,7 @@ from pathlib import Path
 from string import Template
 from typing import Annotated, Any, ClassVar, Final, Self
 
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
@@ -151,6 +152,8 @@ def describe_errors(error: ValidationError, environ: Mapping[str, str]) -> str:
         message = str(item["msg"]).removeprefix("Value error, ")
         if environ.get(name):
             explicit.append(f"{name}={environ[name]!r}: {message}")
+        elif item.get("input") is None:  # a variable that must be set since another one is
+            explicit.append(f"{name} is unset: {message}")
         else:
             value = item.get("input")
             derived.append(f"{name}={value!r} (the default of weir/core/endpoints.env, expanded): {message}")
@@ -342,6 +345,79 @@ class TaskManagerSettings(WeirSettings):
     taskmanager_metrics_port: PortOrZero = Field(default=0, description="Port of its Prometheus metrics (0: none).")
 
 
+# Security --------------------------------------------------------------------------------------------
+
+_PEM: Final = {"type_doc": "path of a PEM file"}
+
+
+class SecuritySettings(WeirSettings):
+    """Authentication and TLS of every gRPC service (the JobManager's, the TaskManagers' control and
+    data plane) and of the REST API, and of every client of them (README, "Security"). A process that
+    binds a non-loopback address refuses to start without a token. A client speaks TLS when
+    `WEIR_TLS_CA_FILE` or `WEIR_TLS_CERT_FILE` is set; a server when `WEIR_TLS_CERT_FILE` is set."""
+
+    title: ClassVar[str] = "Security: authentication and TLS"
+
+    auth_token: SecretStr | None = Field(
+        default=None,
+        description="The bearer token every call carries and every server requires (`authorization: Bearer ...`).",
+        json_schema_extra={"type_doc": "secret string"},
+    )
+    auth_token_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="A file holding the token (a mounted secret), instead of `WEIR_AUTH_TOKEN`.",
+    )
+    tls_cert_file: Path | None = Field(
+        default=None,
+        description="This process's certificate chain: served by its servers, shown by its clients when asked.",
+        json_schema_extra=_PEM,
+    )
+    tls_key_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="The private key of `WEIR_TLS_CERT_FILE`.",
+        json_schema_extra=_PEM,
+    )
+    tls_ca_file: Path | None = Field(
+        default=None,
+        description="The CA certificates clients trust for the servers' certificates (unset: the system's).",
+        json_schema_extra=_PEM,
+    )
+    tls_client_ca_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="Servers require a client certificate signed by one of these CAs (mutual TLS).",
+        json_schema_extra=_PEM,
+    )
+    tls_server_name: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The name clients check the servers' certificates against, instead of the host they dial.",
+    )
+
+    @field_validator("auth_token_file")
+    @classmethod
+    def _one_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("auth_token") is not None:
+            raise ValueError("set WEIR_AUTH_TOKEN or WEIR_AUTH_TOKEN_FILE, not both")
+        return value
+
+    @field_validator("tls_key_file")
+    @classmethod
+    def _key_with_certificate(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if (value is None) != (info.data.get("tls_cert_file") is None):
+            raise ValueError("WEIR_TLS_CERT_FILE and WEIR_TLS_KEY_FILE go together")
+        return value
+
+    @field_validator("tls_client_ca_file")
+    @classmethod
+    def _client_ca_with_certificate(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("tls_cert_file") is None:
+            raise ValueError("mutual TLS needs the servers' own certificate: set WEIR_TLS_CERT_FILE too")
+        return value
+
+
 # Diagnostics -----------------------------------------------------------------------------------------
 
 
@@ -401,6 +477,7 @@ SETTINGS: Final[tuple[type[WeirSettings], ...]] = (
     Directories,
     JobManagerSettings,
     TaskManagerSettings,
+    SecuritySettings,
     Diagnostics,
     CrashPointSettings,
 )

@@ -60,6 +60,13 @@ class ServiceUnavailableError(WeirError):
     retriable: ClassVar[bool] = True
 
 
+class AuthenticationError(WeirError):
+    """A Weir service refused the caller's bearer token (none, or not the cluster's): set
+    ``WEIR_AUTH_TOKEN`` or ``WEIR_AUTH_TOKEN_FILE`` as the cluster's."""
+
+    fault: Fault = Fault.USER
+
+
 class ClusterUnavailableError(WeirError):
     """No JobManager answers at the configured address, or no local cluster runs; start it and retry."""
 

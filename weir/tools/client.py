@@ -26,6 +26,7 @@ from weir.core.codec import (
     task_state_from_proto,
 )
 from weir.core.errors import (
+    AuthenticationError,
     ClusterUnavailableError,
     Fault,
     JobDefinitionError,
@@ -36,8 +37,10 @@ from weir.core.errors import (
     WeirError,
 )
 from weir.core.failures import Failure
+from weir.core.grpc_security import open_channel
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.states import JobStatus, TaskState
+from weir.core.transport_security import TransportSecurity
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 CALL_TIMEOUT_S: Final = 10.0
@@ -183,10 +186,15 @@ class ClusterStatus:
 class JobManagerClient:
     """A blocking client of one JobManager. Use it as a context manager, or call :meth:`close`."""
 
-    def __init__(self, address: str, *, timeout_s: float = CALL_TIMEOUT_S) -> None:
+    def __init__(
+        self, address: str, *, timeout_s: float = CALL_TIMEOUT_S, security: TransportSecurity | None = None
+    ) -> None:
+        """``security``: token and TLS of the calls (default: from ``WEIR_AUTH_*``, ``WEIR_TLS_*``)."""
         self.address = address
         self._timeout_s = timeout_s
-        self._channel = grpc.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        self._channel = open_channel(
+            address, security if security is not None else TransportSecurity.from_env(), _CHANNEL_OPTIONS
+        )
         self._stub = jobmanager_pb2_grpc.JobManagerServiceStub(self._channel)
 
     def __enter__(self) -> JobManagerClient:
@@ -320,6 +328,8 @@ class JobManagerClient:
     def _error(self, exc: grpc.RpcError, job_id: str | None, checkpoint_id: int | None = None) -> WeirError:
         code: grpc.StatusCode = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
         details = " ".join(str(exc.details() if isinstance(exc, grpc.Call) else exc).split())
+        if code is grpc.StatusCode.UNAUTHENTICATED:
+            return AuthenticationError(f"the JobManager at {self.address} refused the call: {details}")
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return ClusterUnavailableError(f"no JobManager at {self.address}: start the cluster with `weir cluster up`")
         if code is grpc.StatusCode.NOT_FOUND and job_id is not None and checkpoint_id is not None:

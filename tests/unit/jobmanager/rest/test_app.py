@@ -70,6 +70,30 @@ def errors_of(response: Any, status: int) -> list[str]:
     return list(body["errors"])
 
 
+# The bearer token -----------------------------------------------------------------------------------
+
+
+def test_with_a_token_every_api_route_answers_401_without_it_or_with_a_wrong_one(harness: Harness) -> None:
+    with TestClient(create_app(harness.jm, token="s3cret")) as client:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "Basic s3cret"}):
+            for path in ("/overview", "/jobs", "/taskmanagers", "/jobs/nope"):
+                response = client.get(path, headers=headers)
+                assert "WEIR_AUTH_TOKEN" in errors_of(response, 401)[0]
+                assert response.headers["www-authenticate"] == "Bearer"
+            assert client.patch("/jobs/nope", headers=headers).status_code == 401
+        assert client.get("/jobs", headers={"Authorization": "Bearer s3cret"}).status_code == 200
+        assert client.get("/jobs/nope", headers={"Authorization": "Bearer s3cret"}).status_code == 404
+        assert client.get("/healthz").status_code == 200  # probes carry no token
+        assert client.get("/openapi.json").status_code == 200
+
+
+def test_the_token_is_checked_before_readiness(make_harness: MakeHarness) -> None:
+    h = make_harness()
+    with TestClient(create_app(h.jm, token="s3cret")) as client:
+        errors_of(client.get("/jobs"), 401)
+        errors_of(client.get("/jobs", headers={"Authorization": "Bearer s3cret"}), 503)
+
+
 # Health and readiness ------------------------------------------------------------------------------
 
 
