@@ -6,8 +6,9 @@ PY := $(VENV)/bin/python
 PROTOS := $(wildcard proto/weir/wire/*.proto)
 GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
 INFRA := deploy/local/infra.sh
+BROWSER := deploy/local/browser.sh
 
-.PHONY: help setup proto infra-up infra-down infra-status test test-unit test-integration \
+.PHONY: help setup proto infra-up infra-down infra-status browser test test-unit test-integration \
         lint demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
@@ -32,10 +33,13 @@ infra-up: ## install (first use) and start Kafka, PostgreSQL, the S3 server and 
 infra-down: ## stop the local services
 	$(INFRA) down
 
+browser: ## install Debian's chromium for the web UI's browser test (only when /usr/bin/chromium is missing)
+	$(BROWSER) install
+
 infra-status: ## print the endpoints (NAME=value) and each service's state
 	@$(INFRA) status
 
-test: setup infra-up ## unit + integration tests against the real local services
+test: setup infra-up browser ## unit + integration tests against the real local services
 	$(PY) -m pytest -q
 
 test-unit: setup ## unit tests only, no services

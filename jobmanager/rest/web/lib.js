@@ -125,7 +125,8 @@ export function maxOf(values) {
 
 /** A status badge; its colour comes from the status name (app.css .status-*). */
 export function statusBadge(status, testid) {
-  const name = String(status ?? "UNKNOWN");
+  if (status === null || status === undefined) return h("span", { class: "badge", "data-testid": testid }, "not reported");
+  const name = String(status);
   return h("span", { class: `badge status-${name.toLowerCase()}`, "data-testid": testid }, name);
 }
 

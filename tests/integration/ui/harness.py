@@ -4,6 +4,7 @@ shaped as the REST contract (docs/ui.md), for the cases a live cluster does not 
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -195,10 +196,13 @@ def create_app() -> Starlette:
 
 
 @contextmanager
-def serve(port: int) -> Iterator[str]:
-    """The harness on 127.0.0.1:``port`` in a thread; answers its base URL."""
-    server = uvicorn.Server(uvicorn.Config(create_app(), host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="ui-harness", daemon=True)
+def serve() -> Iterator[str]:
+    """The harness on 127.0.0.1 (a free port) in a thread; answers its base URL."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="ui-harness", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10.0
     while not server.started:
@@ -210,3 +214,4 @@ def serve(port: int) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+        sock.close()
