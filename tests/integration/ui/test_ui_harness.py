@@ -54,7 +54,9 @@ def test_job_graph_draws_vertices_edges_and_live_figures(browser: BrowserPage, b
     expect(nodes).to_have_count(3)
     edges = page.get_by_test_id("graph-edge")
     expect(edges).to_have_count(2)
-    expect(page.locator(f'[data-testid="graph-edge"][data-target="{AGG}"]')).to_have_attribute("data-ship-strategy", "HASH")
+    expect(page.locator(f'[data-testid="graph-edge"][data-target="{AGG}"]')).to_have_attribute(
+        "data-ship-strategy", "HASH"
+    )
     expect(page.locator(f'[data-testid="graph-edge"][data-target="{DLQ}"]')).to_contain_text("REBALANCE [malformed]")
     source = page.locator(f'[data-testid="graph-node"][data-vertex-id="{SRC}"]')
     agg = page.locator(f'[data-testid="graph-node"][data-vertex-id="{AGG}"]')
@@ -101,9 +103,7 @@ def test_checkpoints_history_and_timeline(browser: BrowserPage, base_url: str) -
     kinds = derived.locator('[data-testid="timeline-segment"]').evaluate_all("els => els.map(e => e.dataset.kind)")
     assert kinds == ["start_delay", "alignment", "sync", "async", "ack"]  # 13 + 20 + 4 + 50 ms, acked at 92 ms
     # every recorded segment is a bar with a width
-    widths = page.locator('[data-testid="timeline-segment"]').evaluate_all(
-        "els => els.map(e => e.getBBox().width)"
-    )
+    widths = page.locator('[data-testid="timeline-segment"]').evaluate_all("els => els.map(e => e.getBBox().width)")
     assert len(widths) >= 20 and all(w >= 1 for w in widths), widths
     expect(page.get_by_test_id("slowest-channel")).to_contain_text(
         "window-aggregate -> kafka-sink subtask 0, channel 1 from kafka-source -> parse subtask 1"
