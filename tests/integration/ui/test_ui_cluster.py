@@ -138,7 +138,7 @@ def test_job_graph_renders_with_live_counts(browser: BrowserPage, ui: Ui, screen
     expect(node.get_by_test_id("node-parallelism")).to_have_text("P=3")
     # live: a count above zero and, from the second poll on, a rate
     expect(node.get_by_test_id("node-records-in")).to_have_text(
-        re.compile(r"^[1-9][\d,]* · \d[\d.]*k?/s$"), timeout=20_000
+        re.compile(r"^[1-9][\d,]*\s+·\s+\d[\d.]*k?/s$"), timeout=20_000
     )
     expect(node.get_by_test_id("node-ratios")).to_have_text(re.compile(r"^\d+% / \d+%$"), timeout=20_000)
     expect(node).to_have_attribute("data-backpressure", re.compile("^(ok|low|high)$"))
