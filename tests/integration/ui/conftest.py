@@ -87,10 +87,10 @@ class Screenshots:
     directory: Path
     publish: bool
 
-    def take(self, page: Page, name: str) -> Path:
+    def take(self, page: Page, name: str, *, full_page: bool = True) -> Path:
         assert name in SCREENSHOTS, name
         path = self.directory / f"{name}.png"
-        page.screenshot(path=str(path), full_page=True)
+        page.screenshot(path=str(path), full_page=full_page)
         if self.publish:
             DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(path, DOCS_IMAGES / path.name)
