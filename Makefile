@@ -3,29 +3,29 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
-PROTOS := $(wildcard proto/weir/wire/*.proto)
-GENERATED := $(patsubst proto/weir/wire/%.proto,weir/wire/%_pb2.py,$(PROTOS))
 INFRA := deploy/local/infra.sh
 BROWSER := deploy/local/browser.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status browser test test-unit test-integration \
-        lint demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
+        lint constraints demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-$(VENV)/.installed: pyproject.toml
+# The editable install runs the build hook (build_hooks.py), which generates weir/wire/*_pb2* from proto/.
+$(VENV)/.installed: pyproject.toml constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
 	touch $@
 
-setup: $(VENV)/.installed proto ## create .venv, install Weir with dev extras, generate gRPC code
+setup: $(VENV)/.installed proto ## create .venv, install Weir with dev extras (versions from constraints.txt), generate gRPC code
 
-weir/wire/%_pb2.py: proto/weir/wire/%.proto | $(VENV)/.installed
-	$(PY) -m grpc_tools.protoc -I proto --python_out=. --grpc_python_out=. --pyi_out=. $<
+proto: | $(VENV)/.installed ## (re)generate weir/wire/*_pb2*.py from proto/ after a .proto changed (the build hook's generator)
+	$(PY) build_hooks.py
 
-proto: $(GENERATED) ## generate weir/wire/*_pb2*.py from proto/
+constraints: | $(VENV)/.installed ## rewrite constraints.txt from the versions installed in .venv
+	$(PY) deploy/freeze_constraints.py
 
 infra-up: ## install (first use) and start Kafka, PostgreSQL, the S3 server and Prometheus
 	$(INFRA) up
@@ -65,7 +65,7 @@ cluster-down:
 	$(VENV)/bin/weir cluster down
 
 $(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
-	$(VENV)/bin/pip install -q -e '.[bench]'
+	$(VENV)/bin/pip install -q -c constraints.txt -e '.[bench]'
 	touch $@
 
 bench-deps: $(VENV)/.bench-installed ## the bench extra; the Flink contender built (when missing or stale) into the cache, WEIR_CACHE_DIR/bench/flink
@@ -100,4 +100,4 @@ bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, F
 	$(PY) -m bench.recovery_bench $(RECOVERY_BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) weir/wire/*_pb2*.py *.egg-info .pytest_cache
+	rm -rf $(VENV) weir/wire/*_pb2*.py weir/wire/*_pb2*.pyi *.egg-info build dist .pytest_cache

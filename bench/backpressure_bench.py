@@ -257,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = replace(plan, runs=args.runs or plan.runs, events=args.events or plan.events)
     run_id = new_run_id()
     env = prepare_environment(run_id, checkpoints_in_s3=True)
-    ensure_services(env.endpoints)
+    ensure_services(env.endpoints, env.services_run_dir)
     ok = False
     try:
         with private_cluster(env) as cluster:

@@ -21,7 +21,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -37,7 +37,7 @@ JOBS_DIR: Final = REPO_ROOT / "bench" / "jobs"
 WEIR_CLI: Final = str(Path(sys.executable).with_name("weir"))
 PRIVATE_PORTS_HINT: Final = (
     "WEIR_JOBMANAGER_ADDRESS=127.0.0.1:36123 WEIR_JOBMANAGER_METRICS_PORT=39249 "
-    "WEIR_TASKMANAGER_METRICS_BASE_PORT=39250"
+    "WEIR_JOBMANAGER_REST_PORT=38081 WEIR_TASKMANAGER_METRICS_BASE_PORT=39250"
 )
 POLL_S: Final = 0.1
 
@@ -64,6 +64,7 @@ class BenchEnvironment:
     run_root: Path  # the private WEIR_RUN_DIR of this run's cluster
     endpoints: Endpoints
     checkpoint_uri: str
+    services_run_dir: Path  # the WEIR_RUN_DIR before this run: where the shared services live
 
     @property
     def cluster_dir(self) -> Path:
@@ -74,12 +75,29 @@ def prepare_environment(run_id: str, *, checkpoints_in_s3: bool) -> BenchEnviron
     """Point ``WEIR_RUN_DIR`` (inherited by the cluster's processes) at a private directory and, when
     asked and none is configured, checkpoints at a private prefix of the S3 bucket."""
     endpoints = Endpoints.from_env()
-    root = run_dir() / f"bench-{run_id}"
+    services_run_dir = run_dir()
+    root = services_run_dir / f"bench-{run_id}"
     root.mkdir(parents=True, exist_ok=True)
     os.environ["WEIR_RUN_DIR"] = str(root)
     if checkpoints_in_s3 and not os.environ.get("WEIR_CHECKPOINT_DIR"):
         os.environ["WEIR_CHECKPOINT_DIR"] = f"s3://{endpoints.s3_bucket}/bench-{run_id}"
-    return BenchEnvironment(run_id=run_id, run_root=root, endpoints=endpoints, checkpoint_uri=checkpoint_dir())
+    return BenchEnvironment(
+        run_id=run_id,
+        run_root=root,
+        endpoints=endpoints,
+        checkpoint_uri=checkpoint_dir(),
+        services_run_dir=services_run_dir,
+    )
+
+
+def services_environment(environ: Mapping[str, str], services_run_dir: Path | None) -> dict[str, str]:
+    """The environment ``deploy/local/infra.sh up`` runs in: the shared services' run directory, never
+    a run's private one (a service started there would outlive the directory, which the run deletes,
+    and keep its port)."""
+    env = dict(environ)
+    if services_run_dir is not None:
+        env["WEIR_RUN_DIR"] = str(services_run_dir)
+    return env
 
 
 def services_down(endpoints: Endpoints) -> list[str]:
@@ -105,14 +123,19 @@ def services_down(endpoints: Endpoints) -> list[str]:
     return down
 
 
-def ensure_services(endpoints: Endpoints) -> None:
-    """Start (``deploy/local/infra.sh up``) the needed services that do not answer; leave running ones be
-    (they answer whichever run directory their pid files are in)."""
+def ensure_services(endpoints: Endpoints, services_run_dir: Path | None = None) -> None:
+    """Start (``deploy/local/infra.sh up``) the needed services that do not answer, in
+    ``services_run_dir`` (a :class:`BenchEnvironment`'s: the shared one; None: the current
+    ``WEIR_RUN_DIR``); leave running ones be (they answer whichever run directory their pid files are in)."""
     down = services_down(endpoints)
     if not down:
         return
     log(f"starting {', '.join(down)} (deploy/local/infra.sh up)")
-    started = subprocess.run([str(REPO_ROOT / "deploy" / "local" / "infra.sh"), "up", *down], check=False)
+    started = subprocess.run(
+        [str(REPO_ROOT / "deploy" / "local" / "infra.sh"), "up", *down],
+        check=False,
+        env=services_environment(os.environ, services_run_dir),
+    )
     if started.returncode != 0:
         raise BenchError(f"could not start {', '.join(down)}: see the line above")
 

@@ -526,7 +526,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     run_id = new_run_id()
     env = prepare_environment(run_id, checkpoints_in_s3=True)
-    ensure_services(env.endpoints)
+    ensure_services(env.endpoints, env.services_run_dir)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
     document: dict[str, Any] = {
         "benchmark": "nexmark",

@@ -635,7 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run_id = new_run_id()
     env = prepare_environment(run_id, checkpoints_in_s3=True)
-    ensure_services(env.endpoints)
+    ensure_services(env.endpoints, env.services_run_dir)
     ok = False
     try:
         with private_cluster(env) as cluster:

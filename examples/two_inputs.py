@@ -11,16 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from weir.api import Collector, CoProcessFunction, Environment
+from weir.api import Collector, CoProcessFunction, Environment, ProcessContext
 
 
 class MatchOrdersAndPayments(CoProcessFunction):
     """Tags each value with its input; a keyed join would keep state, this shows the two inputs."""
 
-    def process_element1(self, value: Any, out: Collector) -> None:
+    def process_element1(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
         out.collect({"kind": "order", **value})
 
-    def process_element2(self, value: Any, out: Collector) -> None:
+    def process_element2(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
         out.collect({"kind": "payment", **value})
 
 

@@ -1,44 +1,71 @@
-"""``python -m jobmanager``: the JobManager process."""
+"""``python -m jobmanager``: the JobManager process.
+
+Start-up: the REST API first (``/healthz`` answers 503 ``starting`` while the jobs are taken over
+from checkpoint storage), then the recovery, then the gRPC server, whose ``grpc.health.v1.Health``
+answers SERVING from then on and NOT_SERVING once the process stops.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import threading
 from concurrent import futures
 
 import grpc
 import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
 from connectors.object_storage import open_storage
 from jobmanager.manager import JobManager
+from jobmanager.rest.app import create_app
+from jobmanager.rest.server import RestServer
 from jobmanager.service import JobManagerServicer
 from weir.core import logs
-from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.config import (
+    Endpoints,
+    JobManagerSettings,
+    check_environment,
+    checkpoint_dir,
+    exit_on_configuration_error,
+)
 from weir.core.transport import GRPC_OPTIONS
-from weir.wire import jobmanager_pb2_grpc
+from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
+
+SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].full_name
 
 
 def main() -> None:
+    with exit_on_configuration_error("jobmanager"):
+        check_environment()
     endpoints = Endpoints.from_env()
     default_port = int(endpoints.jobmanager_address.rsplit(":", 1)[1])
     parser = argparse.ArgumentParser(prog="python -m jobmanager")
-    parser.add_argument("--bind", default=os.environ.get("WEIR_JOBMANAGER_BIND", "127.0.0.1"))
+    parser.add_argument("--bind", default=JobManagerSettings.from_env().jobmanager_bind)
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=endpoints.jobmanager_metrics_port)
+    parser.add_argument(
+        "--rest-port", type=int, default=endpoints.jobmanager_rest_port, help="the REST API and web UI; 0: none"
+    )
     args = parser.parse_args()
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
     storage = open_storage(checkpoint_dir(), endpoints)
     jm = JobManager(storage)
+    rest = RestServer(create_app(jm), args.bind, args.rest_port) if args.rest_port else None
+    if rest is not None:
+        rest.start()
     recovered = jm.recover_jobs()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=32, thread_name_prefix="jm-grpc"), options=GRPC_OPTIONS)
     jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(jm), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     server.add_insecure_port(f"{args.bind}:{args.port}")
     server.start()
+    for service in ("", SERVICE_NAME):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     if args.metrics_port:
         start_http_server(args.metrics_port, addr=args.bind)
     jm.start()
@@ -46,6 +73,7 @@ def main() -> None:
         "jobmanager_started",
         port=args.port,
         metrics_port=args.metrics_port,
+        rest_port=rest.port if rest is not None else None,
         checkpoints=storage.uri,
         recovered_jobs=recovered,
     )
@@ -55,7 +83,10 @@ def main() -> None:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     stop.wait()
     log.info("jobmanager_stopping")
+    health_servicer.enter_graceful_shutdown()  # every service NOT_SERVING from now on
     jm.stop()
+    if rest is not None:
+        rest.stop()
     server.stop(grace=2).wait()
 
 

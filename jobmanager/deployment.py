@@ -17,6 +17,7 @@ import structlog
 from jobmanager import metrics
 from jobmanager.checkpointing import coordinator as cc
 from jobmanager.errors import JobManagerError, TaskManagerCallError
+from jobmanager.exception_history import ExceptionEntry
 from jobmanager.failover import Failover
 from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import DeployCommand, JobMaster
@@ -137,7 +138,13 @@ class Deployer:
                         # The TaskManager is gone (it re-registers when it comes back): schedule the
                         # restart on the others rather than on it again.
                         self._failover.taskmanagers_lost_at(address, "unreachable at deployment")
-                    self._failover.fail_over(job, reason, self._clock())
+                    now = self._clock()
+                    task = job.tasks.get((deployment.vertex_uid, deployment.subtask))
+                    placed_on = task.taskmanager_id if task is not None else ""
+                    cause = ExceptionEntry(
+                        reason, now, deployment.attempt, deployment.vertex_uid, deployment.subtask, placed_on or None
+                    )
+                    self._failover.fail_over(job, reason, now, cause=cause)
                 return
 
     def _reachable(self, address: str) -> bool:

@@ -11,8 +11,10 @@ __all__ = [
     "ConfigError",
     "Fault",
     "JobManagerError",
+    "JobManagerNotReadyError",
     "SavepointRejectedError",
     "TaskManagerCallError",
+    "UnknownVertexError",
 ]
 
 
@@ -43,6 +45,26 @@ class SavepointRejectedError(JobManagerError):
     fault: Fault = Fault.USER
     retriable: ClassVar[bool] = True
     grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class UnknownVertexError(JobManagerError):
+    """The job has no vertex (chain of operators) of this id; its plan lists them."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "NOT_FOUND"
+
+    def __init__(self, job_id: str, vertex_uid: str) -> None:
+        super().__init__(f"job {job_id} has no vertex {vertex_uid!r} (its plan lists the vertices)")
+        self.job_id = job_id
+        self.vertex_uid = vertex_uid
+
+
+class JobManagerNotReadyError(JobManagerError):
+    """The JobManager is still taking over its jobs from checkpoint storage, or stopping; try again."""
+
+    fault: Fault = Fault.INTERNAL
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "UNAVAILABLE"
 
 
 class CheckpointProtocolError(JobManagerError):

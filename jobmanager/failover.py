@@ -21,6 +21,7 @@ from jobmanager.checkpoint_actions import CheckpointActionExecutor
 from jobmanager.checkpointing.store import CompletedCheckpoint
 from jobmanager.ending import ResolutionReport, resolve_sink_transactions
 from jobmanager.errors import TaskManagerCallError
+from jobmanager.exception_history import ExceptionEntry
 from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import JobMaster
 from jobmanager.record_store import JobRecordStore
@@ -76,22 +77,27 @@ class Failover:
         now = self._clock()
         for job in self._jobs.values():
             if job.status is JobStatus.RUNNING and tm.taskmanager_id in job.taskmanagers_in_use():
-                self.fail_over(job, Failure.internal(f"TaskManager {tm.taskmanager_id} lost ({why})"), now)
+                failure = Failure.internal(f"TaskManager {tm.taskmanager_id} lost ({why})")
+                cause = ExceptionEntry(failure, now, job.attempt, taskmanager_id=tm.taskmanager_id)
+                self.fail_over(job, failure, now, cause=cause)
 
     def taskmanagers_lost_at(self, address: str, why: str) -> None:
         for tm in self._registry.alive_at(address):
             self.taskmanager_lost(tm, why)
 
-    def fail_over(self, job: JobMaster, failure: Failure, now: float) -> None:
+    def fail_over(self, job: JobMaster, failure: Failure, now: float, *, cause: ExceptionEntry | None = None) -> None:
+        """Restart the job or fail it for good; ``cause`` is what the exception history keeps of the
+        failure (the failed task's own failure, the lost TaskManager), else ``failure`` alone. The
+        record is saved at once, so a JobManager that takes over keeps the history too."""
         if job.status is not JobStatus.RUNNING:
             return
         attempt = job.attempt
         sources = job.source_task_ids()
         self._executor.execute(job, job.coordinator.task_failed(now, sources[0], failure.message))
-        job.fail_over(failure, now)
+        job.fail_over(failure, now, cause=cause)
         metrics.job_status(job)
+        self._records.save(job)
         if job.status.terminal:  # FAILED: the restart strategy gave up
-            self._records.save(job)
             self._io.submit(self.end_job, job, attempt)
         else:
             self._io.submit(self.cancel_tasks, job, attempt)

@@ -16,7 +16,9 @@ import structlog
 from jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
 from jobmanager.checkpointing.coordinator import CheckpointCoordinator
 from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from jobmanager.exception_history import ExceptionEntry, ExceptionHistory
 from jobmanager.execution import ExecutionSettings, parse_execution_settings
+from jobmanager.messages import TaskProgress
 from jobmanager.records import JobSubmission
 from jobmanager.restart import GiveUp, RestartStrategy, parse_restart_strategy
 from jobmanager.restoring import InitialState
@@ -26,6 +28,7 @@ from weir.core.checkpointing import CheckpointingMode
 from weir.core.failures import Failure
 from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
 from weir.plan import JobPlan, build_plan
 
 log = structlog.get_logger("weir.jobmanager")
@@ -58,6 +61,11 @@ class TaskRecord:
     records_in: int = 0
     records_out: int = 0
     records_in_earlier_attempts: int = 0
+    attempt: int = 0  # the attempt it was last deployed with (0: never)
+    # The current attempt's load, from its latest heartbeat (at ``progress_at``): None until one came.
+    ratios: TimeRatios | None = None
+    watermark: int | None = None  # ms
+    progress_at: float | None = None
 
     @property
     def records_in_all_attempts(self) -> int:
@@ -151,6 +159,7 @@ class JobMaster:
     record_saved_at: float = 0.0
     transactions_resolved: bool = False  # an ended job's sink transactions were committed or rolled back
     resolution_error: str = ""  # why they could not be (they stay prepared; weir verify lists them)
+    exceptions: ExceptionHistory = field(default_factory=ExceptionHistory)  # the failures that failed it over
 
     @classmethod
     def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:
@@ -210,10 +219,12 @@ class JobMaster:
                 tm = placement[(vertex.uid, s)]
                 record = self.tasks[(vertex.uid, s)]
                 record.taskmanager_id = tm
+                record.attempt = self.attempt
                 record.state = TaskState.DEPLOYING
                 record.failure = None
                 record.records_in_earlier_attempts += record.records_in
                 record.records_in = record.records_out = 0
+                record.ratios = record.watermark = record.progress_at = None
                 deployment = TaskDeployment(
                     job_id=sub.job_id,
                     vertex_uid=vertex.uid,
@@ -325,17 +336,27 @@ class JobMaster:
             log.info("job_finished", job_id=self.job_id, attempt=self.attempt)
         return None
 
-    def on_progress(self, vertex_uid: str, subtask: int, attempt: int, records_in: int, records_out: int) -> None:
-        record = self.tasks.get((vertex_uid, subtask))
-        if record is not None and attempt == self.attempt:
-            record.records_in = max(record.records_in, records_in)
-            record.records_out = max(record.records_out, records_out)
+    def on_progress(self, progress: TaskProgress, now: float) -> None:
+        """A heartbeat's news of a running task of the current attempt: its counters (which never go
+        back), its time shares and input watermark (the latest win; kept while a heartbeat has none)."""
+        record = self.tasks.get((progress.vertex_uid, progress.subtask))
+        if record is None or progress.attempt != self.attempt:
+            return
+        record.records_in = max(record.records_in, progress.records_in)
+        record.records_out = max(record.records_out, progress.records_out)
+        if progress.ratios is not None:
+            record.ratios = progress.ratios
+            record.progress_at = now
+        if progress.watermark is not None:
+            record.watermark = progress.watermark
 
-    def fail_over(self, failure: Failure, now: float) -> None:
+    def fail_over(self, failure: Failure, now: float, *, cause: ExceptionEntry | None = None) -> None:
         """A task or TaskManager failed: restart after the strategy's delay, or fail the job (at once
-        when the failure is not retriable)."""
+        when the failure is not retriable). The failure goes into the exception history as ``cause``
+        (the task, TaskManager and failure it came from), else as the job's failure alone."""
         if self.status not in (JobStatus.RUNNING, JobStatus.CREATED):
             return
+        self.exceptions = self.exceptions.add(cause or ExceptionEntry(failure, now, self.attempt))
         reason = failure.message
         decision = self.restart_strategy.on_failure(now, failure)
         self.failure = failure

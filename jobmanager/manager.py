@@ -14,16 +14,19 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 from connectors.object_storage import CheckpointStorage
 from jobmanager.checkpoint_actions import CheckpointActionExecutor
 from jobmanager.deployment import Deployer
+from jobmanager.exception_history import ExceptionHistory
 from jobmanager.failover import Failover, ResolveTransactions, resolve_job_transactions
 from jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
+    CheckpointDetailView,
     CheckpointsView,
     ClusterView,
     Heartbeat,
     HeartbeatAnswer,
+    JobPlanView,
     JobStatusView,
     JobSummaryView,
     TaskStateReport,
@@ -73,6 +76,7 @@ class JobManager:
         self.paths = CheckpointPaths()
         self._io = io if io is not None else ThreadPoolExecutor(max_workers=IO_WORKERS, thread_name_prefix="jm-io")
         self._stopping = threading.Event()
+        self._recovered = threading.Event()  # recover_jobs is done: the JobManager answers for its jobs
         gateway = gateway if gateway is not None else GrpcTaskManagerGateway()
         lock = self.lock
         self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
@@ -126,6 +130,15 @@ class JobManager:
         self._io.shutdown(wait=False, cancel_futures=True)
 
     @property
+    def ready(self) -> bool:
+        """Its jobs are recovered and it is not stopping: it answers for every job it has."""
+        return self._recovered.is_set() and not self._stopping.is_set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
+
+    @property
     def taskmanagers(self) -> dict[str, RegisteredTaskManager]:
         return self.registry.taskmanagers
 
@@ -171,13 +184,26 @@ class JobManager:
     def list_checkpoints(self, job_id: str) -> CheckpointsView:
         return self.reads.list_checkpoints(job_id)
 
+    def checkpoint_detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetailView:
+        return self.reads.checkpoint_detail(job_id, checkpoint_id)
+
     def cluster_status(self) -> ClusterView:
         return self.reads.cluster_status()
+
+    def job_plan(self, job_id: str) -> JobPlanView:
+        return self.reads.job_plan(job_id)
+
+    def exception_history(self, job_id: str) -> ExceptionHistory:
+        return self.reads.exception_history(job_id)
 
     # Recovery and monitoring ----------------------------------------------------------------------
 
     def recover_jobs(self) -> int:
-        return self.recovery.recover_jobs()
+        """Take over the jobs recorded in checkpoint storage; the JobManager is ready after it."""
+        try:
+            return self.recovery.recover_jobs()
+        finally:
+            self._recovered.set()
 
     def tick(self) -> None:
         self.monitor.tick()

@@ -9,16 +9,20 @@ from dataclasses import dataclass, field
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
+from weir.graph import Partitioning
 
 # What TaskManagers report --------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class TaskProgress:
-    """A running task's counters, carried by a heartbeat."""
+    """A running task's counters, carried by a heartbeat, with the shares of its time since the
+    previous heartbeat and its input watermark (ms), None while unknown."""
 
     job_id: str
     vertex_uid: str
@@ -26,6 +30,8 @@ class TaskProgress:
     attempt: int
     records_in: int
     records_out: int
+    ratios: TimeRatios | None = None
+    watermark: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,10 @@ class TaskView:
     records_in: int
     records_out: int
     records_in_all_attempts: int
+    attempt: int = 0  # the job attempt the task belongs to (0: never deployed)
+    ratios: TimeRatios | None = None  # shares of its time over its last heartbeat interval; None: not measured
+    watermark: int | None = None  # its current input watermark, ms; None: none yet
+    progress_at: float | None = None  # when the heartbeat carrying ``ratios`` came
 
 
 @dataclass(frozen=True)
@@ -117,6 +127,60 @@ class JobStatusView:
     failure: Failure | None
     last_completed_checkpoint: int  # 0: none yet
     last_restore_at: float
+    finished_at: float | None = None  # when it ended (FINISHED, CANCELED, FAILED); None: not ended
+    now: float = 0.0  # the JobManager's clock when the view was taken
+
+
+@dataclass(frozen=True)
+class OperatorView:
+    uid: str
+    name: str
+
+
+@dataclass(frozen=True)
+class InputEdgeView:
+    """A network edge into a vertex: from which vertex, partitioned how, from which side output."""
+
+    producer_vertex: str
+    partitioning: Partitioning
+    side_output: str | None  # the tag's name; None: the producer's main output
+
+
+@dataclass(frozen=True)
+class VertexView:
+    uid: str  # its head operator's
+    parallelism: int
+    operators: tuple[OperatorView, ...]  # the chain, head first
+    inputs: tuple[InputEdgeView, ...]
+
+    @property
+    def name(self) -> str:
+        return " -> ".join(o.name for o in self.operators)
+
+
+@dataclass(frozen=True)
+class JobPlanView:
+    job_id: str
+    job_name: str
+    vertices: tuple[VertexView, ...]  # in topological order
+
+
+@dataclass(frozen=True)
+class CheckpointCounts:
+    triggered: int = 0
+    completed: int = 0
+    failed: int = 0
+    in_progress: int = 0
+    restores: int = 0  # deployments that restored a checkpoint
+
+
+@dataclass(frozen=True)
+class RestoredCheckpointView:
+    """The checkpoint the job's current attempt restored."""
+
+    checkpoint_id: CheckpointId
+    restored_at: float
+    kind: CheckpointKind
 
 
 @dataclass(frozen=True)
@@ -124,6 +188,30 @@ class CheckpointsView:
     job_id: str
     checkpoints: tuple[CheckpointSummary, ...]  # newest first
     external_paths: Mapping[CheckpointId, str] = field(default_factory=dict)  # of the retained ones
+    counts: CheckpointCounts = CheckpointCounts()  # since this JobManager took the job
+    restored: RestoredCheckpointView | None = None
+
+
+@dataclass(frozen=True)
+class PlacedTaskView:
+    """A task of a job's current attempt placed on a TaskManager."""
+
+    job_id: str
+    vertex_uid: str
+    subtask: int
+    attempt: int
+    state: TaskState | None  # None: not reported yet
+
+
+@dataclass(frozen=True)
+class CheckpointDetailView:
+    """One checkpoint with every subtask's stats and timeline (``weir checkpoints JOB --detail CID``):
+    ``checkpoint.tasks`` acknowledged it, ``checkpoint.pending_tasks`` did not (yet). A retained
+    checkpoint that a restarted JobManager read from storage has no per-subtask stats."""
+
+    job_id: str
+    checkpoint: CheckpointSummary
+    external_path: str | None  # while retained, or a savepoint's
 
 
 @dataclass(frozen=True)
@@ -134,6 +222,7 @@ class TaskManagerView:
     slots_free: int
     last_heartbeat_age_s: float
     alive: bool
+    tasks: tuple[PlacedTaskView, ...] = ()  # of the jobs that have not ended
 
 
 @dataclass(frozen=True)

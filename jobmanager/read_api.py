@@ -1,5 +1,5 @@
 """What the JobManager answers about its jobs and TaskManagers (``weir status``, ``list``,
-``checkpoints``, ``cluster status``), as plain values (``jobmanager.messages``)."""
+``checkpoints``, ``cluster status``, and the REST API), as plain values (``jobmanager.messages``)."""
 
 from __future__ import annotations
 
@@ -8,18 +8,27 @@ from collections.abc import Callable, Mapping
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.exception_history import ExceptionHistory
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import (
+    CheckpointCounts,
+    CheckpointDetailView,
     CheckpointsView,
     ClusterView,
+    InputEdgeView,
+    JobPlanView,
     JobStatusView,
     JobSummaryView,
+    OperatorView,
+    PlacedTaskView,
+    RestoredCheckpointView,
     TaskManagerView,
     TaskView,
+    VertexView,
 )
 from jobmanager.registry import TaskManagerRegistry
-from weir.core.checkpointing import CheckpointStatus
-from weir.core.errors import UnknownJobError
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
+from weir.core.errors import UnknownCheckpointError, UnknownJobError
 from weir.core.paths import external_path
 
 
@@ -84,13 +93,49 @@ class ReadApi:
                         records_in=t.records_in,
                         records_out=t.records_out,
                         records_in_all_attempts=t.records_in_all_attempts,
+                        attempt=t.attempt,
+                        ratios=t.ratios,
+                        watermark=t.watermark,
+                        progress_at=t.progress_at,
                     )
                     for (uid, s), t in sorted(job.tasks.items())
                 ),
                 failure=job.failure,
                 last_completed_checkpoint=latest.checkpoint_id if latest is not None else 0,
                 last_restore_at=job.last_restore_at,
+                finished_at=job.finished_at if job.status.terminal else None,
+                now=self._clock(),
             )
+
+    def job_plan(self, job_id: str) -> JobPlanView:
+        """The job's vertices (chains of operators) in topological order, with their input edges."""
+        with self._lock:
+            job = self._job(job_id)
+        transformations = job.loaded.graph.transformations  # the plan and graph never change: no lock
+        return JobPlanView(
+            job_id=job.job_id,
+            job_name=job.submission.job_name,
+            vertices=tuple(
+                VertexView(
+                    uid=v.uid,
+                    parallelism=v.parallelism,
+                    operators=tuple(OperatorView(u, transformations[u].name) for u in v.operator_uids),
+                    inputs=tuple(
+                        InputEdgeView(
+                            producer_vertex=e.producer_vertex,
+                            partitioning=e.partitioning,
+                            side_output=e.side_output.name if e.side_output is not None else None,
+                        )
+                        for e in v.inputs
+                    ),
+                )
+                for v in job.plan.vertices.values()
+            ),
+        )
+
+    def exception_history(self, job_id: str) -> ExceptionHistory:
+        with self._lock:
+            return self._job(job_id).exceptions
 
     def list_jobs(self) -> tuple[JobSummaryView, ...]:
         with self._lock:
@@ -109,12 +154,45 @@ class ReadApi:
         history = tuple(sorted(stats.history + recovered, key=lambda c: c.checkpoint_id, reverse=True))
         paths = {c.checkpoint_id: external_path(self._storage_uri, c.metadata_key) for c in retained}
         paths.update(savepoint_paths)  # where each savepoint was put, also after a checkpoint replaced it
-        return CheckpointsView(job_id=job_id, checkpoints=history, external_paths=paths)
+        restored = None
+        if stats.restored_from is not None and stats.restored_at is not None:
+            kinds = {c.checkpoint_id: c.kind for c in retained} | {c.checkpoint_id: c.kind for c in history}
+            restored = RestoredCheckpointView(
+                stats.restored_from, stats.restored_at, kinds.get(stats.restored_from, CheckpointKind.CHECKPOINT)
+            )
+        counts = CheckpointCounts(
+            triggered=stats.triggered,
+            completed=stats.completed,
+            failed=stats.failed,
+            in_progress=stats.in_progress,
+            restores=stats.restores,
+        )
+        return CheckpointsView(
+            job_id=job_id, checkpoints=history, external_paths=paths, counts=counts, restored=restored
+        )
+
+    def checkpoint_detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetailView:
+        """One checkpoint of the job (in progress, recent, or retained) with its subtasks' stats and
+        timelines; UnknownCheckpointError if it is none of those."""
+        view = self.list_checkpoints(job_id)
+        found = next((c for c in view.checkpoints if c.checkpoint_id == checkpoint_id), None)
+        if found is None:
+            raise UnknownCheckpointError(job_id, checkpoint_id)
+        return CheckpointDetailView(job_id, found, view.external_paths.get(found.checkpoint_id))
 
     def cluster_status(self) -> ClusterView:
         now = self._clock()
         with self._lock:
             free = {o.taskmanager_id: o.free_slots for o in self._registry.offers()}
+            placed: dict[str, list[PlacedTaskView]] = {}
+            for job in self._jobs.values():
+                if job.status.terminal:
+                    continue
+                for (uid, s), t in sorted(job.tasks.items()):
+                    if t.taskmanager_id and t.attempt == job.attempt:
+                        placed.setdefault(t.taskmanager_id, []).append(
+                            PlacedTaskView(job.job_id, uid, s, t.attempt, t.state)
+                        )
             return ClusterView(
                 taskmanagers=tuple(
                     TaskManagerView(
@@ -124,6 +202,7 @@ class ReadApi:
                         slots_free=free.get(tm.taskmanager_id, 0),
                         last_heartbeat_age_s=now - tm.last_heartbeat,
                         alive=tm.alive,
+                        tasks=tuple(placed.get(tm.taskmanager_id, ())) if tm.alive else (),
                     )
                     for tm in sorted(self._registry.taskmanagers.values(), key=lambda t: t.taskmanager_id)
                 )

@@ -30,6 +30,7 @@ def record_of(job: JobMaster) -> JobRecord:
         records_in_all_attempts={key: t.records_in_all_attempts for key, t in job.tasks.items()},
         checkpoint_ids_reserved_through=job.coordinator.ids_reserved_through,
         transactions_resolved=job.transactions_resolved,
+        exceptions=job.exceptions,
     )
 
 

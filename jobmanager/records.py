@@ -16,7 +16,13 @@ Format 1::
      "failure": null | {"type", "message", "fault", "retriable"},
      "records_in_all_attempts": [[vertex uid, subtask, count], ...],
      "checkpoint_ids_reserved_through": int,   # no checkpoint id at or below it is handed out again
-     "transactions_resolved": bool}            # an ended job's sink transactions were resolved
+     "transactions_resolved": bool,            # an ended job's sink transactions were resolved
+     "exceptions": [                           # optional (absent: none); the last 100 failures, newest first
+        {"failure": {"type", "message", "fault", "retriable"}, "timestamp": seconds, "attempt": int,
+         "vertex_uid": str | null, "subtask": int | null, "taskmanager_id": str | null}, ...]}
+
+``exceptions`` was added to format 1 as an optional field: an older record has none (an empty
+history) and an older Weir ignores it, so neither reader refuses the other's record.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from weir.core.documents import load_versioned
+from jobmanager.exception_history import ExceptionEntry, ExceptionHistory
+from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus
@@ -55,6 +62,7 @@ class JobRecord:
     records_in_all_attempts: dict[tuple[str, int], int]
     checkpoint_ids_reserved_through: int = 0
     transactions_resolved: bool = False
+    exceptions: ExceptionHistory = ExceptionHistory()
 
     def to_json(self) -> bytes:
         sub = self.submission
@@ -76,6 +84,7 @@ class JobRecord:
             "records_in_all_attempts": [[uid, s, n] for (uid, s), n in sorted(self.records_in_all_attempts.items())],
             "checkpoint_ids_reserved_through": self.checkpoint_ids_reserved_through,
             "transactions_resolved": self.transactions_resolved,
+            "exceptions": [_entry_to_json(e) for e in self.exceptions.entries],
         }
         return json.dumps(document, separators=(",", ":")).encode()
 
@@ -104,6 +113,7 @@ class JobRecord:
                 records_in_all_attempts={(str(u), int(s)): int(n) for u, s, n in document["records_in_all_attempts"]},
                 checkpoint_ids_reserved_through=int(document["checkpoint_ids_reserved_through"]),
                 transactions_resolved=bool(document["transactions_resolved"]),
+                exceptions=ExceptionHistory(tuple(_entry_from_json(e) for e in document.get("exceptions", ()))),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SerializationError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc
@@ -125,4 +135,30 @@ def _failure_from_json(document: dict[str, Any] | None) -> Failure | None:
         return None
     return Failure(
         str(document["type"]), str(document["message"]), Fault(document["fault"]), bool(document["retriable"])
+    )
+
+
+def _entry_to_json(entry: ExceptionEntry) -> dict[str, Any]:
+    return {
+        "failure": _failure_to_json(entry.failure),
+        "timestamp": entry.timestamp,
+        "attempt": entry.attempt,
+        "vertex_uid": entry.vertex_uid,
+        "subtask": entry.subtask,
+        "taskmanager_id": entry.taskmanager_id,
+    }
+
+
+def _entry_from_json(document: dict[str, Any]) -> ExceptionEntry:
+    failure = _failure_from_json(document["failure"])
+    if failure is None:
+        raise TypeError("an exception history entry without a failure")
+    vertex_uid, subtask, taskmanager_id = document["vertex_uid"], document["subtask"], document["taskmanager_id"]
+    return ExceptionEntry(
+        failure=failure,
+        timestamp=number(document["timestamp"]),
+        attempt=typed(document["attempt"], int),
+        vertex_uid=None if vertex_uid is None else typed(vertex_uid, str),
+        subtask=None if subtask is None else typed(subtask, int),
+        taskmanager_id=None if taskmanager_id is None else typed(taskmanager_id, str),
     )

@@ -94,6 +94,7 @@ class JobRecovery:
         job.attempt = record.attempt
         job.failure = record.failure
         job.transactions_resolved = record.transactions_resolved
+        job.exceptions = record.exceptions
         for task_key, total in record.records_in_all_attempts.items():
             if task_key in job.tasks:
                 job.tasks[task_key].records_in_earlier_attempts = total

@@ -82,9 +82,7 @@ class TaskManagerRegistry:
                 # current attempt's tasks on the same TaskManager down with it.
                 cancel.add((progress.job_id, progress.attempt))
                 continue
-            job.on_progress(
-                progress.vertex_uid, progress.subtask, progress.attempt, progress.records_in, progress.records_out
-            )
+            job.on_progress(progress, tm.last_heartbeat)
         return HeartbeatAnswer(
             reregister=False,
             cancel=tuple(JobAttempt(job_id, attempt) for job_id, attempt in sorted(cancel)),

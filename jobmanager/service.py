@@ -7,6 +7,9 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import grpc  # type: ignore[import-untyped]  # no stubs in the environment
+from google.protobuf import any_pb2
+from google.rpc import status_pb2
+from grpc_status import rpc_status
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
@@ -14,6 +17,7 @@ from jobmanager.manager import JobManager
 from jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
+    CheckpointDetailView,
     CheckpointsView,
     ClusterView,
     Heartbeat,
@@ -31,13 +35,18 @@ from weir.core.codec import (
     failure_to_proto,
     job_status_to_proto,
     optional_failure_from_proto,
+    optional_timeline_from_proto,
+    task_ratios_from_proto,
     task_state_from_proto,
     task_state_to_proto,
+    task_watermark_from_proto,
+    timeline_to_proto,
 )
 from weir.core.errors import (
     JobDefinitionError,
     NotEnoughSlotsError,
     ServiceUnavailableError,
+    UnknownCheckpointError,
     UnknownJobError,
     WeirError,
 )
@@ -47,9 +56,17 @@ _Answer = TypeVar("_Answer")
 
 _STATUS_OF: dict[type[WeirError], grpc.StatusCode] = {
     UnknownJobError: grpc.StatusCode.NOT_FOUND,
+    UnknownCheckpointError: grpc.StatusCode.NOT_FOUND,
     NotEnoughSlotsError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     JobDefinitionError: grpc.StatusCode.INVALID_ARGUMENT,
     ServiceUnavailableError: grpc.StatusCode.FAILED_PRECONDITION,  # e.g. the job's input topic is missing
+}
+
+
+# What a NOT_FOUND names, in the status details (``ErrorDetail``): a client tells the cases apart by it.
+_REASON_OF: dict[type[WeirError], jobmanager_pb2.ErrorReason.ValueType] = {
+    UnknownJobError: jobmanager_pb2.ERROR_REASON_UNKNOWN_JOB,
+    UnknownCheckpointError: jobmanager_pb2.ERROR_REASON_UNKNOWN_CHECKPOINT,
 }
 
 
@@ -57,7 +74,13 @@ def _abort(context: grpc.ServicerContext, exc: WeirError) -> None:
     code = next((c for kind, c in _STATUS_OF.items() if isinstance(exc, kind)), None)
     if code is None:
         code = getattr(grpc.StatusCode, getattr(exc, "grpc_code", "INTERNAL"))
-    context.abort(code, str(exc))
+    reason = next((r for kind, r in _REASON_OF.items() if isinstance(exc, kind)), None)
+    if reason is None:
+        context.abort(code, str(exc))
+    detail = any_pb2.Any()
+    detail.Pack(jobmanager_pb2.ErrorDetail(reason=reason))
+    status = status_pb2.Status(code=code.value[0], message=str(exc), details=[detail])
+    context.abort_with_status(rpc_status.to_status(status))
 
 
 # Requests into messages ----------------------------------------------------------------------------
@@ -79,7 +102,16 @@ def heartbeat_from_proto(m: jobmanager_pb2.HeartbeatRequest) -> Heartbeat:
     return Heartbeat(
         taskmanager_id=m.taskmanager_id,
         running_tasks=tuple(
-            TaskProgress(p.task.job_id, p.task.vertex_uid, p.task.subtask, p.attempt, p.records_in, p.records_out)
+            TaskProgress(
+                p.task.job_id,
+                p.task.vertex_uid,
+                p.task.subtask,
+                p.attempt,
+                p.records_in,
+                p.records_out,
+                ratios=task_ratios_from_proto(p),
+                watermark=task_watermark_from_proto(p),
+            )
             for p in m.running_tasks
         ),
     )
@@ -123,6 +155,7 @@ def checkpoint_ack(m: jobmanager_pb2.AcknowledgeCheckpointRequest) -> Checkpoint
             async_duration_s=m.async_duration_s,
             unaligned=m.unaligned,
             inflight_bytes=m.inflight_bytes,
+            timeline=optional_timeline_from_proto(m, "timeline"),
         ),
     )
 
@@ -176,9 +209,14 @@ def job_status_response(view: JobStatusView) -> jobmanager_pb2.GetJobStatusRespo
 
 
 def _checkpoint_to_proto(
-    view: CheckpointsView, summary: CheckpointSummary, info: jobmanager_pb2.CheckpointInfo
+    job_id: str,
+    summary: CheckpointSummary,
+    external_path: str | None,
+    info: jobmanager_pb2.CheckpointInfo,
+    *,
+    timelines: bool = False,
 ) -> None:
-    job_id = view.job_id
+    """``timelines``: with each task's timeline (a checkpoint's detail; the list leaves them out)."""
     info.checkpoint_id = summary.checkpoint_id
     info.status = checkpoint_status_to_proto(summary.status)
     info.trigger_time = summary.trigger_timestamp
@@ -186,22 +224,40 @@ def _checkpoint_to_proto(
     info.size_bytes = summary.state_size_bytes
     info.failure = summary.failure.message if summary.failure is not None else ""
     info.kind = checkpoint_kind_to_proto(summary.kind)
-    info.external_path = view.external_paths.get(summary.checkpoint_id, "")
+    info.external_path = external_path or ""
     for t in summary.tasks:
-        info.tasks.add(
+        task = info.tasks.add(
             task=common_pb2.TaskRef(job_id=job_id, vertex_uid=t.task_id.operator_uid, subtask=t.task_id.subtask),
             alignment_duration_s=t.alignment_duration_s,
             start_delay_s=t.start_delay_s,
             state_size_bytes=t.state_size_bytes,
             unaligned=t.unaligned,
             inflight_bytes=t.inflight_bytes,
+            sync_duration_s=t.sync_duration_s,
+            async_duration_s=t.async_duration_s,
         )
+        if t.acked_at is not None:
+            task.acked_at = t.acked_at
+        if timelines and t.timeline is not None:
+            task.timeline.CopyFrom(timeline_to_proto(t.timeline))
 
 
 def checkpoints_response(view: CheckpointsView) -> jobmanager_pb2.ListCheckpointsResponse:
     response = jobmanager_pb2.ListCheckpointsResponse()
     for summary in view.checkpoints:
-        _checkpoint_to_proto(view, summary, response.checkpoints.add())
+        external = view.external_paths.get(summary.checkpoint_id)
+        _checkpoint_to_proto(view.job_id, summary, external, response.checkpoints.add())
+    return response
+
+
+def checkpoint_detail_response(view: CheckpointDetailView) -> jobmanager_pb2.GetCheckpointDetailResponse:
+    response = jobmanager_pb2.GetCheckpointDetailResponse(
+        pending_tasks=[
+            common_pb2.TaskRef(job_id=view.job_id, vertex_uid=t.operator_uid, subtask=t.subtask)
+            for t in view.checkpoint.pending_tasks
+        ]
+    )
+    _checkpoint_to_proto(view.job_id, view.checkpoint, view.external_path, response.checkpoint, timelines=True)
     return response
 
 
@@ -259,6 +315,11 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
 
     def ListCheckpoints(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         return checkpoints_response(self._call(context, lambda: self._jm.list_checkpoints(request.job_id)))
+
+    def GetCheckpointDetail(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+        return checkpoint_detail_response(
+            self._call(context, lambda: self._jm.checkpoint_detail(request.job_id, request.checkpoint_id))
+        )
 
     def GetClusterStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
         return cluster_response(self._jm.cluster_status())

@@ -12,6 +12,7 @@ import structlog
 from jobmanager import metrics
 from jobmanager.checkpoint_actions import CheckpointActionExecutor
 from jobmanager.checkpointing.pending import TaskStateHandle
+from jobmanager.exception_history import ExceptionEntry
 from jobmanager.failover import Failover
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
@@ -57,7 +58,16 @@ class TaskReports:
                 now,
             )
             if reason is not None:
-                self._failover.fail_over(job, reason, now)
+                failed = job.tasks[(report.vertex_uid, report.subtask)]
+                cause = ExceptionEntry(
+                    failed.failure or reason,
+                    now,
+                    report.attempt,
+                    report.vertex_uid,
+                    report.subtask,
+                    failed.taskmanager_id or None,
+                )
+                self._failover.fail_over(job, reason, now, cause=cause)
                 return
             if report.attempt != job.attempt:
                 return

@@ -51,12 +51,13 @@ class _TimestampedCollector:
 
 
 class ProcessContext:
-    """What a ProcessFunction sees in ``process_element`` (and ``open``): the record's timestamp
-    (``timestamp``, None for a record without one) and its side outputs (:meth:`output`)."""
+    """What a ProcessFunction (or a CoProcessFunction) sees in ``process_element`` (and ``open``):
+    the record's timestamp (``timestamp``, None for a record without one) and its side outputs
+    (:meth:`output`)."""
 
     __slots__ = ("_op", "timestamp")
 
-    def __init__(self, op: ProcessOperator) -> None:
+    def __init__(self, op: StreamOperator) -> None:
         self._op = op
         self.timestamp: int | None = None
 
@@ -88,20 +89,24 @@ class ProcessOperator(StreamOperator):
 
 
 class CoProcessOperator(StreamOperator):
-    """Two inputs, one function object with ``process_element1`` and ``process_element2``."""
+    """Two inputs, one function object with ``process_element1(value, ctx, out)`` and
+    ``process_element2``; ``ctx`` is a :class:`ProcessContext` (timestamp, side outputs)."""
 
     def __init__(self, fn: Any) -> None:
         self._fn = fn
 
     def open(self) -> None:
+        self._ctx = ProcessContext(self)
         self._out = _TimestampedCollector(self.output.emit)
+        self._elements = (self._fn.process_element1, self._fn.process_element2)
+        open_fn = getattr(self._fn, "open", None)
+        if callable(open_fn):
+            open_fn(self._ctx)
 
     def process_input(self, input_index: int, value: Any, timestamp: int | None) -> None:
+        self._ctx.timestamp = timestamp
         self._out.timestamp = timestamp
-        if input_index == 0:
-            self._fn.process_element1(value, self._out)
-        else:
-            self._fn.process_element2(value, self._out)
+        self._elements[input_index](value, self._ctx, self._out)
 
     def process(self, value: Any, timestamp: int | None) -> None:
         self.process_input(0, value, timestamp)

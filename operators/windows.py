@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Final, assert_never
 
-from operators.base import InheritedState
+from operators.base import InheritedState, check_output_tag
 from operators.basic import _TimestampedCollector
 from operators.keyed import KeyedOperator
 from weir.core.documents import load_versioned, typed
@@ -339,10 +339,14 @@ class WindowAggregateOperator(KeyedOperator):
                 assert_never(unreachable)
 
     def _process_window(self, function: Any, key: Any, start: int, end: int, elements: Sequence[Any]) -> None:
-        context = WindowContext(TimeWindow(start, end), self._watermark, self._clock())
+        context = WindowContext(TimeWindow(start, end), self._watermark, self._clock(), self._window_side_output)
         out = self._out
         out.timestamp = end - 1
         function.process(key, context, elements, out)
+
+    def _window_side_output(self, tag: Any, value: Any) -> None:
+        """A ProcessWindowFunction's ``context.output``: stamped as the window's results are."""
+        self.side_outputs.emit(check_output_tag(self.ctx.uid, tag), value, self._out.timestamp)
 
     def process_watermark(self, watermark: int) -> None:
         if watermark <= self._watermark:

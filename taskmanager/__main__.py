@@ -15,29 +15,32 @@ from prometheus_client import start_http_server
 from taskmanager.runtime import TaskManagerRuntime
 from taskmanager.service import TaskManagerServicer
 from weir.core import logs
-from weir.core.config import Endpoints, run_dir
+from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
 from weir.core.transport import GRPC_OPTIONS
 from weir.wire import taskmanager_pb2_grpc
 
 
 def main() -> None:
+    with exit_on_configuration_error("taskmanager"):
+        check_environment()
+    settings = TaskManagerSettings.from_env()
     parser = argparse.ArgumentParser(prog="python -m taskmanager")
-    parser.add_argument("--id", default=os.environ.get("WEIR_TASKMANAGER_ID", "taskmanager-1"))
+    parser.add_argument("--id", default=settings.taskmanager_id or "taskmanager-1")
     parser.add_argument(
         "--host",
-        default=os.environ.get("WEIR_TASKMANAGER_HOST", "127.0.0.1"),
+        default=settings.taskmanager_host,
         help="address other processes reach this TaskManager at",
     )
-    parser.add_argument("--bind", default=os.environ.get("WEIR_TASKMANAGER_BIND", "127.0.0.1"))
-    parser.add_argument("--port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_PORT", "0")))
-    parser.add_argument("--slots", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_SLOTS", "2")))
+    parser.add_argument("--bind", default=settings.taskmanager_bind)
+    parser.add_argument("--port", type=int, default=settings.taskmanager_port)
+    parser.add_argument("--slots", type=int, default=settings.taskmanager_slots)
     parser.add_argument(
         "--local-channels",
         action=argparse.BooleanOptionalAction,
-        default=os.environ.get("WEIR_TASKMANAGER_LOCAL_CHANNELS", "1") != "0",
+        default=settings.taskmanager_local_channels,
         help="hand buffers to consumers in this TaskManager in memory, not over gRPC",
     )
-    parser.add_argument("--metrics-port", type=int, default=int(os.environ.get("WEIR_TASKMANAGER_METRICS_PORT", "0")))
+    parser.add_argument("--metrics-port", type=int, default=settings.taskmanager_metrics_port)
     args = parser.parse_args()
 
     os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process

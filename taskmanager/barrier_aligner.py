@@ -4,7 +4,9 @@ The TaskManager's input loop feeds the aligner the control events it reads from 
 (barriers, cancellation markers, end of stream) and the JobManager's aborts; the aligner answers with
 actions for the loop to carry out, in order: block or unblock a channel, snapshot the operator,
 forward a cancellation marker, give up on a checkpoint, capture a channel's in-flight records. It
-does no I/O and reads no clock: every call that may start or finish a checkpoint takes ``now``.
+does no I/O and reads no clock: every call that may start or finish a checkpoint takes ``now``, and the actions that
+snapshot or complete a checkpoint carry when each barrier arrived (``BarrierArrival``), so the task
+can tell the JobManager where the checkpoint spent its time (``weir checkpoints JOB --detail CID``).
 
 Modes (Flink's three barrier handlers):
 
@@ -38,7 +40,7 @@ cancellation of a newer checkpoint means the pending one is already dead). Invar
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 from weir.core.checkpointing import CheckpointKind
@@ -59,6 +61,14 @@ class AbortReason(Enum):
     """An input channel delivered a cancellation marker for it."""
     ABORTED_BY_JOBMANAGER = "aborted_by_jobmanager"
     """The JobManager aborted it; it already knows, so the task need not decline it."""
+
+
+@dataclass(frozen=True)
+class BarrierArrival:
+    """Barrier N arrived on ``channel`` at ``at`` (the caller's ``now``)."""
+
+    channel: ChannelIndex
+    at: float
 
 
 # Actions, carried out by the input loop in the order given.
@@ -84,6 +94,11 @@ class TriggerSnapshot:
 
     With ``capture_inflight`` the checkpoint also holds the records captured between StartCapture and
     StopCapture; acknowledge it to the JobManager only after InflightCaptureComplete.
+
+    ``alignment_started_at``: the first barrier's arrival; ``triggered_at``: now, the alignment's end;
+    ``barriers``: the arrivals so far, in order (every live channel's unless ``capture_inflight``: then
+    the rest come with InflightCaptureComplete). They are an observation for the checkpoint's
+    timeline, not a decision of the protocol: actions compare equal without them.
     """
 
     checkpoint_id: CheckpointId
@@ -91,6 +106,7 @@ class TriggerSnapshot:
     alignment_started_at: float
     triggered_at: float
     capture_inflight: bool = False
+    barriers: tuple[BarrierArrival, ...] = field(default=(), compare=False)
 
     @property
     def alignment_duration(self) -> float:
@@ -142,9 +158,12 @@ class CaptureQueued:
 
 @dataclass(frozen=True)
 class InflightCaptureComplete:
-    """Every channel's in-flight records for the unaligned checkpoint are captured: acknowledge it."""
+    """Every channel's in-flight records for the unaligned checkpoint are captured: acknowledge it.
+    ``barriers``: every barrier's arrival, in order (a channel that ended instead has none); like
+    TriggerSnapshot's, not compared."""
 
     checkpoint_id: CheckpointId
+    barriers: tuple[BarrierArrival, ...] = field(default=(), compare=False)
 
 
 @dataclass(frozen=True)
@@ -184,6 +203,10 @@ class _Pending:
     strategy: _Strategy
     started_at: float
     arrived: frozenset[ChannelIndex]
+    arrivals: tuple[BarrierArrival, ...]  # the arrived channels' barriers, in order
+
+    def arrive(self, channel: ChannelIndex, now: float) -> _Pending:
+        return replace(self, arrived=self.arrived | {channel}, arrivals=(*self.arrivals, BarrierArrival(channel, now)))
 
 
 class BarrierAligner:
@@ -319,20 +342,21 @@ class BarrierAligner:
         strategy = self._strategy_for(kind)
         if strategy is _Strategy.UNALIGNED and self._aligned_start and not priority:
             strategy = _Strategy.ALIGNED  # an in-order barrier: aligned until it times out
+        fresh = _Pending(checkpoint_id, kind, strategy, now, frozenset(), ())
         if strategy is not _Strategy.UNALIGNED:
-            return self._arrive(_Pending(checkpoint_id, kind, strategy, now, frozenset()), channel, now)
-        pending = _Pending(checkpoint_id, kind, strategy, now, frozenset({channel}))
+            return self._arrive(fresh, channel, now)
+        pending = fresh.arrive(channel, now)
         others = sorted(self._waiting_for(pending))
-        trigger = TriggerSnapshot(checkpoint_id, kind, now, now, capture_inflight=True)
+        trigger = TriggerSnapshot(checkpoint_id, kind, now, now, capture_inflight=True, barriers=pending.arrivals)
         queued = CaptureQueued(channel, checkpoint_id)
         if not others:
             self._last_completed = checkpoint_id
-            return (trigger, queued, InflightCaptureComplete(checkpoint_id))
+            return (trigger, queued, InflightCaptureComplete(checkpoint_id, pending.arrivals))
         self._pending = pending
         return (trigger, queued, *(StartCapture(other, checkpoint_id) for other in others))
 
     def _arrive(self, pending: _Pending, channel: ChannelIndex, now: float) -> tuple[Action, ...]:
-        self._pending = replace(pending, arrived=pending.arrived | {channel})
+        self._pending = pending.arrive(channel, now)
         completed = self._complete_if_all_arrived(now, unblocked=frozenset({channel}))
         match pending.strategy:
             case _Strategy.ALIGNED:
@@ -350,8 +374,10 @@ class BarrierAligner:
         """The aligning checkpoint's barrier on ``channel`` timed out into a priority one: snapshot now,
         release the blocked channels, capture the rest until their barriers."""
         checkpoint_id = pending.checkpoint_id
-        switched = replace(pending, strategy=_Strategy.UNALIGNED, arrived=pending.arrived | {channel})
-        trigger = TriggerSnapshot(checkpoint_id, pending.kind, pending.started_at, now, capture_inflight=True)
+        switched = replace(pending.arrive(channel, now), strategy=_Strategy.UNALIGNED)
+        trigger = TriggerSnapshot(
+            checkpoint_id, pending.kind, pending.started_at, now, capture_inflight=True, barriers=switched.arrivals
+        )
         actions: tuple[Action, ...] = (trigger,)
         if pending.arrived:
             actions += (UnblockChannels(tuple(sorted(pending.arrived))),)
@@ -360,7 +386,7 @@ class BarrierAligner:
         if not waiting:
             self._pending = None
             self._last_completed = checkpoint_id
-            return (*actions, InflightCaptureComplete(checkpoint_id))
+            return (*actions, InflightCaptureComplete(checkpoint_id, switched.arrivals))
         self._pending = switched
         return actions + tuple(StartCapture(other, checkpoint_id) for other in waiting)
 
@@ -374,13 +400,19 @@ class BarrierAligner:
         self._last_completed = pending.checkpoint_id
         match pending.strategy:
             case _Strategy.ALIGNED:
-                trigger = TriggerSnapshot(pending.checkpoint_id, pending.kind, pending.started_at, now)
+                trigger = TriggerSnapshot(
+                    pending.checkpoint_id, pending.kind, pending.started_at, now, barriers=pending.arrivals
+                )
                 blocked = pending.arrived - unblocked
                 return (trigger, UnblockChannels(tuple(sorted(blocked)))) if blocked else (trigger,)
             case _Strategy.TRACKING:
-                return (TriggerSnapshot(pending.checkpoint_id, pending.kind, pending.started_at, now),)
+                return (
+                    TriggerSnapshot(
+                        pending.checkpoint_id, pending.kind, pending.started_at, now, barriers=pending.arrivals
+                    ),
+                )
             case _Strategy.UNALIGNED:
-                return (InflightCaptureComplete(pending.checkpoint_id),)
+                return (InflightCaptureComplete(pending.checkpoint_id, pending.arrivals),)
 
     def _abort_pending(self, reason: AbortReason) -> tuple[Action, ...]:
         pending = self._pending

@@ -10,7 +10,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar, Final, assert_never
 
@@ -37,7 +37,9 @@ from weir.core.codec import (
     checkpoint_kind_from_proto,
     checkpointing_mode_from_proto,
     failure_to_proto,
+    set_task_load,
     task_state_to_proto,
+    timeline_to_proto,
 )
 from weir.core.config import checkpoint_dir
 from weir.core.errors import ProtocolError, WeirError
@@ -67,6 +69,7 @@ log = structlog.get_logger("weir.taskmanager")
 
 BACKPRESSURE_SAMPLE_S = 0.5
 ACK_HEADROOM_BYTES: Final = 64 * 1024
+_REPORTED_STATES: Final = (TaskState.DEPLOYING, TaskState.RUNNING)  # a heartbeat carries these tasks
 """Room left below the gRPC message limit for the acknowledgement's own fields."""
 
 
@@ -516,6 +519,8 @@ class TaskManagerRuntime:
             return
         write_s = time.perf_counter() - started
         log.info("operator_state_written", task=str(addr), checkpoint_id=cid, key=key, bytes=len(blob))
+        if ack.timeline is not None:  # the asynchronous part ends with this write
+            ack = replace(ack, timeline=replace(ack.timeline, async_end_at=max(ack.timeline.async_end_at, time.time())))
         self._acknowledge(addr, ack, handle, write_s=write_s)
 
     def _acknowledge(
@@ -560,6 +565,8 @@ class TaskManagerRuntime:
             unaligned=INFLIGHT_STATE_NAME in snapshot.operator_states,
             inflight_bytes=len(snapshot.operator_states.get(INFLIGHT_STATE_NAME, b"")),
         )
+        if ack.timeline is not None:
+            request.timeline.CopyFrom(timeline_to_proto(ack.timeline))
         too_large = oversized_ack_reason(request.ByteSize(), MAX_MESSAGE_BYTES, snapshot.checkpoint_id)
         if too_large is not None:
             log.warning(
@@ -667,6 +674,18 @@ class TaskManagerRuntime:
         log.info("registered_with_jobmanager", taskmanager_id=self.id, address=self.address, slots=self.slots)
         return response.heartbeat_interval_s or 1.0
 
+    def _progress(self, address: TaskAddress, task: Task) -> jobmanager_pb2.TaskProgress:
+        """A running task's heartbeat entry: its counters, its time shares since the last heartbeat
+        and its input watermark."""
+        progress = jobmanager_pb2.TaskProgress(
+            task=self._task_ref(address),
+            attempt=address.attempt,
+            records_in=task.records_in,
+            records_out=task.records_emitted(),
+        )
+        set_task_load(progress, task.time_ratios(), task.input_watermark())
+        return progress
+
     def heartbeat_loop(self, metrics_port: int) -> None:
         interval = 1.0
         registered = False
@@ -676,16 +695,7 @@ class TaskManagerRuntime:
                     interval = self.register(metrics_port)
                     registered = True
                 with self._lock:
-                    running = [
-                        jobmanager_pb2.TaskProgress(
-                            task=self._task_ref(a),
-                            attempt=a.attempt,
-                            records_in=t.records_in,
-                            records_out=t.records_emitted(),
-                        )
-                        for a, t in self.tasks.items()
-                        if t.state in (TaskState.DEPLOYING, TaskState.RUNNING)
-                    ]
+                    running = [self._progress(a, t) for a, t in self.tasks.items() if t.state in _REPORTED_STATES]
                 response = self.jobmanager.Heartbeat(
                     jobmanager_pb2.HeartbeatRequest(taskmanager_id=self.id, running_tasks=running), timeout=5
                 )

@@ -68,7 +68,7 @@ from taskmanager.network import (
     watermark_status_message,
 )
 from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
-from weir.core.checkpointing import CheckpointKind
+from weir.core.checkpointing import ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.columnar import BatchKeys, FieldKey, is_batch
 from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, WeirError
@@ -87,6 +87,7 @@ from weir.core.task_state import (
     TaskStateDocument,
     read_operator_states,
 )
+from weir.core.task_time import TimeRatios, TimeTotals, ratios_between
 from weir.core.watermarks import (
     MAX_WATERMARK,
     MIN_WATERMARK,
@@ -186,12 +187,13 @@ class _UnalignedAck:
     threads: the snapshot's (after its keyed upload, on the snapshotter's thread) and the in-flight
     capture's (on the task thread, once the last barrier arrived). The ack goes out when both are in."""
 
-    __slots__ = ("_ack", "_dropped", "_inflight", "_lock")
+    __slots__ = ("_ack", "_channels", "_dropped", "_inflight", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ack: CheckpointAck | None = None
         self._inflight: bytes | None = None
+        self._channels: tuple[ChannelBarrierTime, ...] = ()  # every channel's barrier, known at the capture's end
         self._dropped = False
 
     def snapshot_done(self, ack: CheckpointAck) -> CheckpointAck | None:
@@ -199,9 +201,10 @@ class _UnalignedAck:
             self._ack = ack
             return self._ready()
 
-    def inflight_done(self, inflight: bytes) -> CheckpointAck | None:
+    def inflight_done(self, inflight: bytes, channels: tuple[ChannelBarrierTime, ...]) -> CheckpointAck | None:
         with self._lock:
             self._inflight = inflight
+            self._channels = channels
             return self._ready()
 
     def drop(self) -> None:
@@ -214,7 +217,8 @@ class _UnalignedAck:
             return None
         self._dropped = True  # sent once
         states = {**ack.snapshot.operator_states, INFLIGHT_STATE_NAME: inflight}
-        return replace(ack, snapshot=replace(ack.snapshot, operator_states=states))
+        timeline = replace(ack.timeline, channels=self._channels) if ack.timeline is not None else None
+        return replace(ack, snapshot=replace(ack.snapshot, operator_states=states), timeline=timeline)
 
 
 @dataclass(frozen=True)
@@ -274,6 +278,17 @@ class CheckpointAck:
     start_delay_s: float
     sync_s: float
     async_s: float
+    timeline: SubtaskCheckpointTimeline | None = None  # None: not recorded (the task always records it)
+
+
+@dataclass(frozen=True)
+class _BarrierTimes:
+    """When a checkpoint's barriers reached the task, up to its snapshot (epoch seconds): the first
+    barrier (at a source, the trigger), each channel's so far, the alignment's end."""
+
+    first_barrier_at: float
+    alignment_end_at: float
+    barriers: tuple[ba.BarrierArrival, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -453,9 +468,10 @@ class Task:
         self._capture: InflightCapture | None = None  # the in-flight records of the pending unaligned checkpoint
         self._unaligned_acks: dict[CheckpointId, _UnalignedAck] = {}  # awaiting their snapshot or capture
         self._replay: _InflightReplay | None = None  # restored in-flight data, fed before any new input
-        self._input_origins = {
-            ChannelIndex(c.channel): InputOrigin(c.gate, c.producer_vertex)
-            for c in plan.input_channels(vertex.uid, address.subtask)
+        input_channels = plan.input_channels(vertex.uid, address.subtask)
+        self._input_origins = {ChannelIndex(c.channel): InputOrigin(c.gate, c.producer_vertex) for c in input_channels}
+        self._upstream = {  # each input channel's producer subtask, for the checkpoint timeline
+            ChannelIndex(c.channel): (c.producer_vertex, c.producer_subtask) for c in input_channels
         }
         self._barrier_times: dict[CheckpointId, float] = {}  # the trigger time each pending barrier carries
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
@@ -471,6 +487,10 @@ class Task:
         self._backpressure_synced = 0.0
         self._backpressured_s = 0.0  # waits for output availability that ended
         self._backpressured_since: float | None = None  # monotonic start of the wait going on, if any
+        # The same as of the last sync, as one value (other threads read it), and as of the last heartbeat.
+        self._time_totals = TimeTotals()
+        self._heartbeat_totals = TimeTotals()  # the heartbeat's thread only
+        self._heartbeat_ratios: TimeRatios | None = None
         self._overtaken: tuple[ChannelBuffer, ...] = ()  # what the priority barrier being handled overtook
         self._metrics_removed = False
         self._thread = threading.Thread(target=self._run, name=f"task-{address}", daemon=True)
@@ -820,7 +840,13 @@ class Task:
                 self._log.info(
                     "checkpoint_triggered_at_source", checkpoint_id=request.checkpoint_id, final=request.final
                 )
-                self._checkpoint(request, alignment_s=0.0, start_delay_s=max(0.0, time.time() - request.timestamp))
+                now = time.time()
+                self._checkpoint(
+                    request,
+                    alignment_s=0.0,
+                    start_delay_s=max(0.0, now - request.timestamp),
+                    times=_BarrierTimes(first_barrier_at=now, alignment_end_at=now),
+                )
             case CheckpointComplete(checkpoint_id=checkpoint_id):
                 self.chain.notify_checkpoint_complete(checkpoint_id)
                 self._unconfirmed = {c for c in self._unconfirmed if c > checkpoint_id}
@@ -1061,7 +1087,7 @@ class Task:
                 chain_input.active(channel)
             case EndOfStream():
                 chain_input.end_of_stream(channel)
-                self._apply(aligner.on_end_of_stream(channel, now=time.monotonic()))
+                self._apply(aligner.on_end_of_stream(channel, now=time.time()))
             case Barrier(checkpoint_id=checkpoint_id, timestamp=timestamp, kind=kind):
                 self._log.info(
                     "checkpoint_barrier_received",
@@ -1071,7 +1097,7 @@ class Task:
                     overtaken_buffers=len(self._overtaken),
                 )
                 self._barrier_times.setdefault(checkpoint_id, timestamp)
-                self._apply(aligner.on_barrier(channel, checkpoint_id, kind, now=time.monotonic(), priority=priority))
+                self._apply(aligner.on_barrier(channel, checkpoint_id, kind, now=time.time(), priority=priority))
             case CancelBarrier(checkpoint_id=checkpoint_id):
                 self._apply(aligner.on_cancellation(channel, checkpoint_id))
             case _:
@@ -1092,19 +1118,21 @@ class Task:
         message = watermark_status_message(status)
         for w in self._writers:
             w.broadcast_event(message)
-        watermark: int | None
-        if self._input is not None:
-            watermark = self._input.tracker.current
-        else:
-            tap = self.chain.source_tap
-            watermark = tap.watermark if tap is not None else None
         match status:
             case WatermarkStatus.IDLE:
-                self._log.info("subtask_idle", watermark=exported_watermark(watermark))
+                self._log.info("subtask_idle", watermark=self.input_watermark())
             case WatermarkStatus.ACTIVE:
-                self._log.info("subtask_active", watermark=exported_watermark(watermark))
+                self._log.info("subtask_active", watermark=self.input_watermark())
             case _:
                 assert_never(status)
+
+    def input_watermark(self) -> int | None:
+        """The task's current input watermark (a source's: the one it emits), in ms; None before the
+        first one and at the end of input. Any thread may ask."""
+        if self._input is not None:
+            return exported_watermark(self._input.tracker.current)
+        tap = self.chain.source_tap
+        return exported_watermark(tap.watermark) if tap is not None else None
 
     def _apply(self, actions: Iterable[ba.Action]) -> None:
         """Carry out what the barrier aligner decided, every action in order."""
@@ -1126,6 +1154,7 @@ class Task:
                         CheckpointRequest(checkpoint_id, timestamp, kind),
                         alignment_s=alignment_s,
                         start_delay_s=max(0.0, time.time() - timestamp - alignment_s),
+                        times=_BarrierTimes(action.alignment_started_at, action.triggered_at, action.barriers),
                     )
                 case ba.ForwardCancellation(checkpoint_id=checkpoint_id):
                     for w in self._writers:
@@ -1142,8 +1171,8 @@ class Task:
                     self._capture_of(checkpoint_id).stop(channel)
                 case ba.CaptureQueued(channel=channel, checkpoint_id=checkpoint_id):
                     self._capture_of(checkpoint_id).add_queued(channel, self._overtaken)
-                case ba.InflightCaptureComplete(checkpoint_id=checkpoint_id):
-                    self._complete_capture(checkpoint_id)
+                case ba.InflightCaptureComplete(checkpoint_id=checkpoint_id, barriers=barriers):
+                    self._complete_capture(checkpoint_id, barriers)
                 case ba.AllChannelsEnded():
                     self._input_ended = True
                 case _:
@@ -1158,7 +1187,15 @@ class Task:
             )
         return capture
 
-    def _complete_capture(self, checkpoint_id: CheckpointId) -> None:
+    def _channel_times(self, barriers: Iterable[ba.BarrierArrival]) -> tuple[ChannelBarrierTime, ...]:
+        """Every input channel with its barrier's arrival, None for one whose barrier has not come."""
+        arrived = {b.channel: b.at for b in barriers}
+        return tuple(
+            ChannelBarrierTime(channel, vertex, subtask, arrived.get(channel))
+            for channel, (vertex, subtask) in sorted(self._upstream.items())
+        )
+
+    def _complete_capture(self, checkpoint_id: CheckpointId, barriers: tuple[ba.BarrierArrival, ...]) -> None:
         """Every barrier of the unaligned checkpoint arrived: its in-flight records join its operator
         state; the ack goes out once the snapshot's upload is done too."""
         state = self._capture_of(checkpoint_id).complete()
@@ -1173,7 +1210,7 @@ class Task:
         )
         if join is None:  # aborted meanwhile
             return
-        ack = join.inflight_done(encode_inflight(state))
+        ack = join.inflight_done(encode_inflight(state), self._channel_times(barriers))
         if ack is not None:
             self._send_ack(ack)
 
@@ -1205,7 +1242,9 @@ class Task:
             inflight_bytes=len(ack.snapshot.operator_states.get(INFLIGHT_STATE_NAME, b"")),
         )
 
-    def _checkpoint(self, request: CheckpointRequest, alignment_s: float, start_delay_s: float) -> None:
+    def _checkpoint(
+        self, request: CheckpointRequest, alignment_s: float, start_delay_s: float, times: _BarrierTimes
+    ) -> None:
         """Snapshot every operator (sinks pre-commit, keyed operators flush their caches), forward the
         barrier, take the RocksDB snapshot; its upload runs in the background and the ack follows it."""
         cid = request.checkpoint_id
@@ -1231,13 +1270,26 @@ class Task:
         ranges = self._keyed_ranges()
         operators_s = time.perf_counter() - started
         self._log.info("checkpoint_barrier_forwarded", checkpoint_id=cid, alignment_s=round(alignment_s, 4))
+
+        def timeline(sync_end_at: float, async_end_at: float) -> SubtaskCheckpointTimeline:
+            return SubtaskCheckpointTimeline(
+                first_barrier_at=times.first_barrier_at,
+                channels=self._channel_times(times.barriers),
+                alignment_end_at=times.alignment_end_at,
+                sync_end_at=sync_end_at,
+                async_end_at=async_end_at,
+            )
+
         if not ranges or self.keyed_state is None:
             snapshot = ChainSnapshot(self.address, cid, states, self.layout, None, request.kind)
-            self._deliver_ack(CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0), join)
+            done = time.time()
+            ack = CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0, timeline(done, done))
+            self._deliver_ack(ack, join)
             return
         future = self.keyed_state.snapshotter.begin(
             JobId(self.address.job_id), cid, ranges, request.kind.value, attempt=self.address.attempt
         )
+        sync_end_at = time.time()
 
         def uploaded(done: Any) -> None:
             try:
@@ -1263,7 +1315,12 @@ class Task:
             snapshot = ChainSnapshot(self.address, cid, states, self.layout, result.handle, request.kind)
             self._deliver_ack(
                 CheckpointAck(
-                    snapshot, alignment_s, start_delay_s, operators_s + result.sync_duration_s, result.async_duration_s
+                    snapshot,
+                    alignment_s,
+                    start_delay_s,
+                    operators_s + result.sync_duration_s,
+                    result.async_duration_s,
+                    timeline(sync_end_at, max(sync_end_at, time.time())),
                 ),
                 join,
             )
@@ -1314,6 +1371,17 @@ class Task:
                 self._backpressure_synced = total
         return total
 
+    def time_ratios(self) -> TimeRatios | None:
+        """The shares of busy, backpressured and idle time since the previous call (the heartbeat's
+        thread calls it once per heartbeat), measured at the task's metrics syncs; the previous shares
+        when no sync came in between, None before the first."""
+        totals = self._time_totals
+        ratios = ratios_between(self._heartbeat_totals, totals)
+        if ratios is None:
+            return self._heartbeat_ratios
+        self._heartbeat_totals, self._heartbeat_ratios = totals, ratios
+        return ratios
+
     def _sync_metrics(self) -> None:
         """Move the task's plain counters into its Prometheus metrics (twice a second, not per record)."""
         m = self.metrics
@@ -1323,6 +1391,7 @@ class Task:
             since, idle, waited = self._time_mark
             self._busy_s += max(0.0, (now - since) - (self._idle_s - idle) - (backpressured - waited))
             self._time_mark = (now, self._idle_s, backpressured)
+            self._time_totals = TimeTotals(self._busy_s, backpressured, self._idle_s)
         channels = [ch for w in self._writers for ch in w.channels]
         totals = {
             "records_in": float(self.records_in),

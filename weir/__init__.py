@@ -1,3 +1,8 @@
 """Weir: a distributed stream processor on the model of Apache Flink."""
 
-__version__ = "0.1.0"
+from importlib import metadata as _metadata
+
+try:
+    __version__ = _metadata.version("weir")  # one source: pyproject.toml's version, as installed
+except _metadata.PackageNotFoundError:  # a source tree that was never installed (pip install .)
+    __version__ = "0+unknown"

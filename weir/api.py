@@ -1199,12 +1199,15 @@ class ProcessWindowFunction:
 
 
 class CoProcessFunction:
-    """Two inputs: ``process_element1`` for the first stream, ``process_element2`` for the second."""
+    """Two inputs without state: ``process_element1(value, ctx, out)`` for the first stream,
+    ``process_element2`` for the second (Flink's CoProcessFunction). ``ctx`` is a
+    :class:`ProcessContext`: the record's ``timestamp`` and ``ctx.output(tag, value)`` for side
+    outputs. Both pass records through unless overridden."""
 
-    def process_element1(self, value: Any, out: Collector) -> None:
+    def process_element1(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
         out.collect(value)
 
-    def process_element2(self, value: Any, out: Collector) -> None:
+    def process_element2(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
         out.collect(value)
 
 

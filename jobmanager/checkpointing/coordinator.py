@@ -38,7 +38,7 @@ from jobmanager.checkpointing.trigger import (
     TriggerState,
 )
 from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.ids import CheckpointId, JobId, TaskId
 from weir.core.paths import CheckpointPaths
 
@@ -148,11 +148,13 @@ class TaskCheckpointStats:
     async_duration_s: float
     unaligned: bool = False
     inflight_bytes: int = 0
+    timeline: SubtaskCheckpointTimeline | None = None  # the task's; ``acked_at`` ends it on the JobManager
 
 
 @dataclass(frozen=True)
 class CheckpointSummary:
-    """One checkpoint as ``weir checkpoints`` shows it."""
+    """One checkpoint as ``weir checkpoints`` shows it; ``tasks``: those that acknowledged it,
+    ``pending_tasks``: those that had not when it ended (or have not yet)."""
 
     checkpoint_id: CheckpointId
     kind: CheckpointKind
@@ -164,6 +166,7 @@ class CheckpointSummary:
     state_size_bytes: int
     failure: AbortReason | None
     tasks: tuple[TaskCheckpointStats, ...]
+    pending_tasks: tuple[TaskId, ...] = ()
 
     @property
     def duration_s(self) -> float | None:
@@ -183,6 +186,7 @@ class CheckpointStats:
     restored_from: CheckpointId | None
     restored_at: float | None
     history: tuple[CheckpointSummary, ...]
+    restores: int = 0  # how many times the job's tasks were deployed to restore a checkpoint (this JobManager)
 
 
 def _task_stats(pending: PendingCheckpoint) -> tuple[TaskCheckpointStats, ...]:
@@ -201,6 +205,7 @@ def _task_stats(pending: PendingCheckpoint) -> tuple[TaskCheckpointStats, ...]:
                 async_duration_s=m.async_duration_s,
                 unaligned=m.unaligned,
                 inflight_bytes=m.inflight_bytes,
+                timeline=m.timeline,
             )
         )
     return tuple(out)
@@ -220,6 +225,7 @@ def _summarize(
         state_size_bytes=sum(s.size_bytes for s in pending.states.values()),
         failure=failure,
         tasks=_task_stats(pending),
+        pending_tasks=tuple(sorted(pending.not_yet_acknowledged)),
     )
 
 
@@ -235,6 +241,7 @@ class CheckpointStatsTracker:
         self._latest_failed: CheckpointSummary | None = None
         self._restored_from: CheckpointId | None = None
         self._restored_at: float | None = None
+        self._restores = 0
 
     @property
     def latest_completed(self) -> CheckpointSummary | None:
@@ -258,6 +265,8 @@ class CheckpointStatsTracker:
     def on_restored(self, checkpoint_id: CheckpointId | None, now: float) -> None:
         self._restored_from = checkpoint_id
         self._restored_at = now
+        if checkpoint_id is not None:
+            self._restores += 1
 
     def snapshot(self, in_flight: Iterable[PendingCheckpoint]) -> CheckpointStats:
         live = sorted(in_flight, key=lambda p: p.checkpoint_id, reverse=True)
@@ -272,6 +281,7 @@ class CheckpointStatsTracker:
             restored_from=self._restored_from,
             restored_at=self._restored_at,
             history=current + tuple(self._history),
+            restores=self._restores,
         )
 
 

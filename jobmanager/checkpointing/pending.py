@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from jobmanager.errors import CheckpointProtocolError
-from weir.core.checkpointing import CheckpointKind
+from weir.core.checkpointing import CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.ids import CheckpointId, TaskId
 
 
@@ -111,7 +111,8 @@ class TaskStateHandle:
 
 @dataclass(frozen=True)
 class TaskAckMetrics:
-    """What a task reports with its acknowledgement; durations in seconds (as on the wire)."""
+    """What a task reports with its acknowledgement; durations in seconds (as on the wire), and where
+    its part of the checkpoint spent its time (None: the task sent no timeline)."""
 
     alignment_duration_s: float = 0.0
     start_delay_s: float = 0.0
@@ -120,6 +121,7 @@ class TaskAckMetrics:
     async_duration_s: float = 0.0
     unaligned: bool = False  # the task persisted in-flight records
     inflight_bytes: int = 0
+    timeline: SubtaskCheckpointTimeline | None = None
 
 
 @dataclass(frozen=True)

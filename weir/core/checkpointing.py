@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class CheckpointingMode(enum.Enum):
@@ -39,3 +40,37 @@ class CheckpointStatus(enum.StrEnum):
     IN_PROGRESS = "IN_PROGRESS"
     COMPLETED = "COMPLETED"
     FAILED = "FAILED"
+
+
+@dataclass(frozen=True)
+class ChannelBarrierTime:
+    """When checkpoint N's barrier arrived on one input channel of a subtask (epoch seconds, the
+    TaskManager's clock); ``barrier_at`` None: the channel ended before its barrier came."""
+
+    channel: int
+    upstream_vertex: str
+    upstream_subtask: int
+    barrier_at: float | None
+
+
+@dataclass(frozen=True)
+class SubtaskCheckpointTimeline:
+    """Where one subtask spent its part of a checkpoint, as wall-clock times (epoch seconds, the
+    TaskManager's clock), in the order they happen in an aligned checkpoint:
+
+    - ``first_barrier_at``: the first barrier reached the task (at a source: the trigger did);
+    - ``channels``: each input channel's barrier (none at a source); in unaligned mode the barriers
+      after the first come while and after the snapshot is taken;
+    - ``alignment_end_at``: every channel delivered its barrier (aligned, at least once), or the
+      snapshot started (unaligned: on the first barrier);
+    - ``sync_end_at``: the synchronous part of the snapshot is done and the barrier forwarded;
+    - ``async_end_at``: the upload is done (keyed state, operator state written to storage).
+
+    When the acknowledgement reached the JobManager is the JobManager's to record (``acked_at``).
+    """
+
+    first_barrier_at: float
+    channels: tuple[ChannelBarrierTime, ...]
+    alignment_end_at: float
+    sync_end_at: float
+    async_end_at: float

@@ -9,10 +9,17 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TypeVar, assert_never
 
-from weir.core.checkpointing import CheckpointingMode, CheckpointKind, CheckpointStatus
+from weir.core.checkpointing import (
+    ChannelBarrierTime,
+    CheckpointingMode,
+    CheckpointKind,
+    CheckpointStatus,
+    SubtaskCheckpointTimeline,
+)
 from weir.core.errors import Fault, ProtocolError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
 from weir.wire import common_pb2, jobmanager_pb2
 
 _V = TypeVar("_V")
@@ -60,6 +67,32 @@ def optional_failure_from_proto(owner: object, field: str) -> Failure | None:
     if not owner.HasField(field):  # type: ignore[attr-defined]
         return None
     return failure_from_proto(getattr(owner, field))
+
+
+# A running task's load on the heartbeat ------------------------------------------------------------
+
+
+def set_task_load(progress: jobmanager_pb2.TaskProgress, ratios: TimeRatios | None, watermark_ms: int | None) -> None:
+    """Put a task's time shares and input watermark on its heartbeat entry (unset when unknown)."""
+    if ratios is not None:
+        progress.busy_ratio = ratios.busy
+        progress.backpressured_ratio = ratios.backpressured
+        progress.idle_ratio = ratios.idle
+    if watermark_ms is not None:
+        progress.input_watermark_ms = watermark_ms
+
+
+def task_ratios_from_proto(progress: jobmanager_pb2.TaskProgress) -> TimeRatios | None:
+    """The time shares on a heartbeat entry; None unless all three are set."""
+    if not (
+        progress.HasField("busy_ratio") and progress.HasField("backpressured_ratio") and progress.HasField("idle_ratio")
+    ):
+        return None
+    return TimeRatios(progress.busy_ratio, progress.backpressured_ratio, progress.idle_ratio)
+
+
+def task_watermark_from_proto(progress: jobmanager_pb2.TaskProgress) -> int | None:
+    return progress.input_watermark_ms if progress.HasField("input_watermark_ms") else None
 
 
 # Checkpointing mode --------------------------------------------------------------------------------
@@ -193,6 +226,50 @@ def checkpoint_status_from_proto(value: jobmanager_pb2.CheckpointStatus) -> Chec
     return _decode(
         _CHECKPOINT_STATUSES_BACK, value, jobmanager_pb2.CheckpointStatus, "a checkpoint without a known status"
     )
+
+
+# Checkpoint timeline -------------------------------------------------------------------------------
+
+
+def timeline_to_proto(timeline: SubtaskCheckpointTimeline) -> jobmanager_pb2.CheckpointTimeline:
+    message = jobmanager_pb2.CheckpointTimeline(
+        first_barrier_at=timeline.first_barrier_at,
+        alignment_end_at=timeline.alignment_end_at,
+        sync_end_at=timeline.sync_end_at,
+        async_end_at=timeline.async_end_at,
+    )
+    for c in timeline.channels:
+        channel = message.channels.add(
+            channel=c.channel, upstream_vertex=c.upstream_vertex, upstream_subtask=c.upstream_subtask
+        )
+        if c.barrier_at is not None:
+            channel.barrier_at = c.barrier_at
+    return message
+
+
+def timeline_from_proto(message: jobmanager_pb2.CheckpointTimeline) -> SubtaskCheckpointTimeline:
+    return SubtaskCheckpointTimeline(
+        first_barrier_at=message.first_barrier_at,
+        channels=tuple(
+            ChannelBarrierTime(
+                channel=c.channel,
+                upstream_vertex=c.upstream_vertex,
+                upstream_subtask=c.upstream_subtask,
+                barrier_at=c.barrier_at if c.HasField("barrier_at") else None,
+            )
+            for c in message.channels
+        ),
+        alignment_end_at=message.alignment_end_at,
+        sync_end_at=message.sync_end_at,
+        async_end_at=message.async_end_at,
+    )
+
+
+def optional_timeline_from_proto(owner: object, field: str) -> SubtaskCheckpointTimeline | None:
+    """The timeline in ``owner.field``, None when unset (a TaskManager that sends none)."""
+    if not owner.HasField(field):  # type: ignore[attr-defined]
+        return None
+    return timeline_from_proto(getattr(owner, field))
 
 
 def _decode(back: Mapping[int, _V], value: int, enum_type: object, what: str) -> _V:

@@ -1,20 +1,61 @@
-"""Endpoints of the services Weir talks to, read from the environment.
+"""Weir's configuration: every ``WEIR_*`` environment variable, typed, in a few pydantic-settings classes.
 
-The defaults live in ``weir/core/endpoints.env`` (shared with the shell scripts under ``deploy/local``);
-a variable set in the environment wins. ``weir infra`` and ``make infra-status`` print them.
+- :class:`Endpoints`: the services Weir talks to and the ports its processes serve. Their defaults
+  live in ``weir/core/endpoints.env`` (shared with the shell scripts under ``deploy/local``), where
+  ``${NAME}`` refers to a variable defined above it; a variable set in the environment wins.
+- :class:`Directories`: where a process keeps its cache, its run files and its checkpoints.
+- :class:`JobManagerSettings`, :class:`TaskManagerSettings`: the defaults of the processes' options.
+- :class:`Diagnostics`: logs and tracebacks; :class:`CrashPointSettings`: fault injection for tests.
+
+Each class is read with ``from_env()`` (the process environment, or a mapping given for a test); a
+value that does not fit its type raises :class:`~weir.core.errors.ConfigurationError`, one line naming
+each bad variable and why. ``docs/configuration.md`` is generated from these classes
+(``python -m weir.tools.config_doc``).
 """
 
 from __future__ import annotations
 
+import enum
 import os
-from collections.abc import Mapping
-from dataclasses import dataclass
+import sys
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from string import Template
+from typing import Annotated, Any, ClassVar, Final, Self
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+
+from weir.core.errors import ConfigurationError
+
+PREFIX: Final = "WEIR_"
+BAD_CONFIGURATION: Final = "bad configuration: "
+EXIT_CONFIGURATION: Final = 2
+"""The exit code of a process that refuses its configuration (a user error, as the CLI's exit 2)."""
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+PortOrZero = Annotated[int, Field(ge=0, le=65535)]
+"""A port, or 0: pick a free one (a server port) or serve none (a metrics port)."""
+
+_environment: ContextVar[Mapping[str, str] | None] = ContextVar("weir_config_environment", default=None)
 
 
-def _read_defaults() -> list[tuple[str, str]]:
+def _current_environment() -> Mapping[str, str]:
+    env = _environment.get()
+    return os.environ if env is None else env
+
+
+# The defaults file ----------------------------------------------------------------------------------
+
+
+@cache
+def endpoint_defaults() -> tuple[tuple[str, str], ...]:
+    """``(NAME, default)`` in the order of ``weir/core/endpoints.env``, ``${NAME}`` not yet expanded."""
     text = resources.files("weir.core").joinpath("endpoints.env").read_text(encoding="utf-8")
     pairs: list[tuple[str, str]] = []
     for line in text.splitlines():
@@ -23,67 +64,352 @@ def _read_defaults() -> list[tuple[str, str]]:
             continue
         name, _, value = line.partition("=")
         pairs.append((name.strip(), value.strip()))
-    return pairs
+    return tuple(pairs)
 
 
 def resolve_environment(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Every ``WEIR_*`` endpoint variable: the environment's value, else the expanded default."""
+    """Every variable of ``endpoints.env``: the environment's value, else the default with ``${NAME}``
+    expanded against the values resolved above it (as ``deploy/local/lib.sh`` does)."""
     env = os.environ if environ is None else environ
     resolved: dict[str, str] = {}
-    for name, default in _read_defaults():
+    for name, default in endpoint_defaults():
         value = env.get(name)
         resolved[name] = value if value else Template(default).safe_substitute(resolved)
     return resolved
 
 
-@dataclass(frozen=True)
-class Endpoints:
-    kafka_bootstrap: str
-    postgres_dsn: str
-    s3_endpoint: str
-    s3_bucket: str
-    s3_access_key: str
-    s3_secret_key: str
-    prometheus_url: str
-    jobmanager_address: str
-    jobmanager_metrics_port: int
-    taskmanager_metrics_base_port: int
+class _EnvironmentSource(EnvSettingsSource):
+    """pydantic-settings' environment source over the mapping ``from_env`` was given (else os.environ)."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        return {
+            name if self.case_sensitive else name.lower(): value
+            for name, value in _current_environment().items()
+            if value or not self.env_ignore_empty
+        }
+
+
+class _EndpointsFileSource(PydanticBaseSettingsSource):
+    """The defaults of ``weir/core/endpoints.env``, expanded against the environment."""
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return resolve_environment(_current_environment()).get(env_name(field_name)), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        resolved = resolve_environment(_current_environment())
+        names = {env_name(f): f for f in self.settings_cls.model_fields}
+        return {names[name]: value for name, value in resolved.items() if name in names}
+
+
+def env_name(field_name: str) -> str:
+    return PREFIX + field_name.upper()
+
+
+class WeirSettings(BaseSettings):
+    """Base of Weir's settings classes: ``WEIR_<FIELD>`` variables, an empty value counts as unset,
+    values frozen once read."""
+
+    model_config = SettingsConfigDict(env_prefix=PREFIX, env_ignore_empty=True, extra="ignore", frozen=True)
+    title: ClassVar[str] = ""
+    from_endpoints_file: ClassVar[bool] = False
 
     @classmethod
-    def from_env(cls, environ: Mapping[str, str] | None = None) -> Endpoints:
-        env = resolve_environment(environ)
-        return cls(
-            kafka_bootstrap=env["WEIR_KAFKA_BOOTSTRAP"],
-            postgres_dsn=env["WEIR_POSTGRES_DSN"],
-            s3_endpoint=env["WEIR_S3_ENDPOINT"],
-            s3_bucket=env["WEIR_S3_BUCKET"],
-            s3_access_key=env["WEIR_S3_ACCESS_KEY"],
-            s3_secret_key=env["WEIR_S3_SECRET_KEY"],
-            prometheus_url=env["WEIR_PROMETHEUS_URL"],
-            jobmanager_address=env["WEIR_JOBMANAGER_ADDRESS"],
-            jobmanager_metrics_port=int(env["WEIR_JOBMANAGER_METRICS_PORT"]),
-            taskmanager_metrics_base_port=int(env["WEIR_TASKMANAGER_METRICS_BASE_PORT"]),
-        )
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        sources: list[PydanticBaseSettingsSource] = [init_settings, _EnvironmentSource(settings_cls)]
+        if cls.from_endpoints_file:
+            sources.append(_EndpointsFileSource(settings_cls))
+        return tuple(sources)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        """The settings from ``environ`` (default: the process environment); a bad value raises
+        :class:`ConfigurationError` naming every bad variable."""
+        env = os.environ if environ is None else environ
+        token = _environment.set(env)
+        try:
+            return cls()
+        except ValidationError as exc:
+            raise ConfigurationError(describe_errors(exc, env)) from None
+        finally:
+            _environment.reset(token)
+
+
+def describe_errors(error: ValidationError, environ: Mapping[str, str]) -> str:
+    """One line: ``NAME='value': why`` for each bad variable, ``; ``-separated. A bad default expanded
+    from a bad variable (``WEIR_JOBMANAGER_ADDRESS`` from ``WEIR_JOBMANAGER_PORT``) is left out then."""
+    explicit: list[str] = []
+    derived: list[str] = []
+    for item in error.errors(include_url=False):
+        name = env_name(str(item["loc"][0])) if item["loc"] else "?"
+        message = str(item["msg"]).removeprefix("Value error, ")
+        if environ.get(name):
+            explicit.append(f"{name}={environ[name]!r}: {message}")
+        else:
+            value = item.get("input")
+            derived.append(f"{name}={value!r} (the default of weir/core/endpoints.env, expanded): {message}")
+    return BAD_CONFIGURATION + "; ".join(explicit or derived)
+
+
+@contextmanager
+def exit_on_configuration_error(program: str) -> Iterator[None]:
+    """For a process entry point: a :class:`ConfigurationError` becomes ``PROGRAM: error: ...`` on
+    stderr and exit code 2, no traceback."""
+    try:
+        yield
+    except ConfigurationError as exc:
+        sys.stderr.write(f"{program}: error: {exc}\n")
+        raise SystemExit(EXIT_CONFIGURATION) from None
+
+
+# Endpoints -------------------------------------------------------------------------------------------
+
+
+def _host_port(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise ValueError("expected host:port with a port in 1..65535")
+    return value
+
+
+class Endpoints(WeirSettings):
+    """The services Weir talks to and the ports of the local mode; defaults from ``endpoints.env``."""
+
+    title: ClassVar[str] = "Endpoints (defaults in weir/core/endpoints.env, shared with deploy/local)"
+    from_endpoints_file: ClassVar[bool] = True
+
+    kafka_port: Port = Field(description="Port of the local Kafka broker (deploy/local).")
+    kafka_controller_port: Port = Field(description="Port of the local Kafka broker's KRaft controller.")
+    postgres_port: Port = Field(description="Port of the local PostgreSQL server.")
+    s3_port: Port = Field(description="Port of the local S3 server.")
+    prometheus_port: Port = Field(description="Port of the local Prometheus.")
+    jobmanager_port: Port = Field(description="Port of the JobManager's gRPC service.")
+    jobmanager_metrics_port: PortOrZero = Field(description="Port of the JobManager's Prometheus metrics (0: none).")
+    jobmanager_rest_port: PortOrZero = Field(description="Port of the JobManager's REST API (0: none).")
+    taskmanager_metrics_base_port: PortOrZero = Field(
+        description="TaskManager N of the local cluster serves its metrics on this port + N."
+    )
+    kafka_bootstrap: str = Field(
+        min_length=1, description="Kafka bootstrap servers.", json_schema_extra={"type_doc": "host:port[,host:port...]"}
+    )
+    postgres_dsn: str = Field(
+        min_length=1,
+        description="PostgreSQL connection of the PostgreSQL sinks and `weir verify`.",
+        json_schema_extra={"type_doc": "`postgresql://` URI"},
+    )
+    s3_endpoint: str = Field(
+        min_length=1, description="The S3 API (checkpoint storage on `s3://`).", json_schema_extra={"type_doc": "URL"}
+    )
+    s3_bucket: str = Field(min_length=1, description="Bucket of checkpoints and savepoints.")
+    s3_access_key: str = Field(min_length=1, description="S3 access key id.")
+    s3_secret_key: str = Field(min_length=1, repr=False, description="S3 secret access key.")
+    prometheus_url: str = Field(
+        min_length=1,
+        description="The Prometheus that the tests and benchmarks query.",
+        json_schema_extra={"type_doc": "URL"},
+    )
+    jobmanager_address: str = Field(
+        description="Where clients and TaskManagers reach the JobManager.", json_schema_extra={"type_doc": "host:port"}
+    )
+
+    @field_validator("jobmanager_address")
+    @classmethod
+    def _check_address(cls, value: str) -> str:
+        return _host_port(value)
+
+    @field_validator("kafka_bootstrap")
+    @classmethod
+    def _check_bootstrap(cls, value: str) -> str:
+        for server in value.split(","):
+            _host_port(server.strip())
+        return value
+
+    @field_validator("s3_endpoint", "prometheus_url")
+    @classmethod
+    def _check_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http:// or https:// URL")
+        return value
+
+    @field_validator("postgres_dsn")
+    @classmethod
+    def _check_dsn(cls, value: str) -> str:
+        if not value.startswith(("postgresql://", "postgres://")):
+            raise ValueError("expected a postgresql:// connection URI")
+        return value
+
+
+# Directories -----------------------------------------------------------------------------------------
+
+
+class Directories(WeirSettings):
+    """Where a process keeps its files (``cache_dir()``, ``run_dir()``, ``checkpoint_dir()`` apply the defaults)."""
+
+    title: ClassVar[str] = "Directories"
+
+    cache_dir: Path | None = Field(
+        default=None,
+        description="Installed services, the wheelhouse, benchmark tools.",
+        json_schema_extra={"default_doc": "`$XDG_CACHE_HOME/weir`, else `~/.cache/weir`"},
+    )
+    run_dir: Path | None = Field(
+        default=None,
+        description="Logs, pids, local state and the local cluster's files.",
+        json_schema_extra={"default_doc": "`$WEIR_CACHE_DIR/run`"},
+    )
+    checkpoint_dir: str | None = Field(
+        default=None,
+        description="Checkpoint and savepoint storage (`make demo` and the tests use S3).",
+        json_schema_extra={
+            "default_doc": "`file://$WEIR_RUN_DIR/checkpoints`",
+            "type_doc": "`s3://bucket/prefix` or `file:///dir`",
+        },
+    )
+
+    @field_validator("checkpoint_dir")
+    @classmethod
+    def _check_storage(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("s3://", "file://")):
+            raise ValueError("expected s3://bucket/prefix or file:///directory")
+        return value
 
 
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """``$WEIR_CACHE_DIR``, else ``$XDG_CACHE_HOME/weir``, else ``~/.cache/weir`` (as deploy/local/lib.sh)."""
     env = os.environ if environ is None else environ
-    if env.get("WEIR_CACHE_DIR"):
-        return Path(env["WEIR_CACHE_DIR"])
+    explicit = Directories.from_env(env).cache_dir
+    if explicit is not None:
+        return explicit
     xdg = env.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "weir"
 
 
 def run_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Where local processes keep logs, pids and data: ``$WEIR_RUN_DIR``, else ``cache_dir()/run``."""
-    env = os.environ if environ is None else environ
-    return Path(env["WEIR_RUN_DIR"]) if env.get("WEIR_RUN_DIR") else cache_dir(env) / "run"
+    explicit = Directories.from_env(environ).run_dir
+    return explicit if explicit is not None else cache_dir(environ) / "run"
 
 
 def checkpoint_dir(environ: Mapping[str, str] | None = None) -> str:
     """Checkpoint storage URI: ``$WEIR_CHECKPOINT_DIR`` (``s3://bucket/prefix`` or ``file:///dir``), else
     ``file://`` under the run dir (the embedded default)."""
-    env = os.environ if environ is None else environ
-    explicit = env.get("WEIR_CHECKPOINT_DIR")
-    return explicit if explicit else f"file://{run_dir(environ) / 'checkpoints'}"
+    explicit = Directories.from_env(environ).checkpoint_dir
+    return explicit if explicit is not None else f"file://{run_dir(environ) / 'checkpoints'}"
+
+
+# Processes -------------------------------------------------------------------------------------------
+
+
+class JobManagerSettings(WeirSettings):
+    """Defaults of ``python -m jobmanager``'s options (its port comes from the endpoints)."""
+
+    title: ClassVar[str] = "JobManager process"
+
+    jobmanager_bind: str = Field(default="127.0.0.1", min_length=1, description="Address the JobManager binds.")
+
+
+class TaskManagerSettings(WeirSettings):
+    """Defaults of ``python -m taskmanager``'s options; a command-line option wins."""
+
+    title: ClassVar[str] = "TaskManager process"
+
+    taskmanager_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="This TaskManager's id (set by the TaskManager for its own threads; crash point scopes match it).",
+        json_schema_extra={"default_doc": "`taskmanager-1`"},
+    )
+    taskmanager_host: str = Field(
+        default="127.0.0.1", min_length=1, description="Address other processes reach this TaskManager at."
+    )
+    taskmanager_bind: str = Field(default="127.0.0.1", min_length=1, description="Address the TaskManager binds.")
+    taskmanager_port: PortOrZero = Field(default=0, description="Port of the TaskManager's gRPC service (0: any).")
+    taskmanager_slots: int = Field(default=2, ge=1, description="Task slots this TaskManager offers.")
+    taskmanager_local_channels: bool = Field(
+        default=True, description="Hand buffers to consumers in the same TaskManager in memory, not over gRPC."
+    )
+    taskmanager_metrics_port: PortOrZero = Field(default=0, description="Port of its Prometheus metrics (0: none).")
+
+
+# Diagnostics -----------------------------------------------------------------------------------------
+
+
+class LogFormat(enum.StrEnum):
+    JSON = "json"
+    CONSOLE = "console"
+
+
+class LogLevel(enum.StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+    CRITICAL = "CRITICAL"
+
+
+class Diagnostics(WeirSettings):
+    """Logs and tracebacks."""
+
+    title: ClassVar[str] = "Logs and diagnostics"
+
+    log_format: LogFormat | None = Field(
+        default=None,
+        description="`json` (one JSON object a line) or `console`.",
+        json_schema_extra={"default_doc": "`console` on a terminal, else `json`"},
+    )
+    log_level: LogLevel = Field(default=LogLevel.INFO, description="Lowest level logged (any case).")
+    debug: bool = Field(default=False, description="`weir` prints the traceback of an error too.")
+
+    @field_validator("log_format", mode="before")
+    @classmethod
+    def _lower(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _upper(cls, value: Any) -> Any:
+        return value.upper() if isinstance(value, str) else value
+
+
+class CrashPointSettings(WeirSettings):
+    """Fault injection for recovery tests (``weir.core.crashpoints``; README, "Operations")."""
+
+    title: ClassVar[str] = "Crash points (tests)"
+
+    crash_point: str | None = Field(
+        default=None, description="One armed crash point: `name[@taskmanager][#subtask][:count]`."
+    )
+    crash_points: str | None = Field(default=None, description="Armed crash points, comma-separated.")
+    crash_once_dir: Path | None = Field(
+        default=None, description="A point fires once per cluster, not per process: markers in this directory."
+    )
+
+
+SETTINGS: Final[tuple[type[WeirSettings], ...]] = (
+    Endpoints,
+    Directories,
+    JobManagerSettings,
+    TaskManagerSettings,
+    Diagnostics,
+    CrashPointSettings,
+)
+"""Every settings class, in the order of docs/configuration.md."""
+
+
+def check_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Read every settings class once, so that a process refuses a bad variable at start, in one line
+    naming all of them, rather than when some thread first reads it."""
+    problems: list[str] = []
+    for settings in SETTINGS:
+        try:
+            settings.from_env(environ)
+        except ConfigurationError as exc:
+            problems.append(str(exc).removeprefix(BAD_CONFIGURATION))
+    if problems:
+        raise ConfigurationError(BAD_CONFIGURATION + "; ".join(problems))

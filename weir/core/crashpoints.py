@@ -32,11 +32,9 @@ from typing import Any, Final
 
 import structlog
 
-from weir.core.errors import Fault, WeirError
+from weir.core.config import CrashPointSettings, TaskManagerSettings
+from weir.core.errors import ConfigurationError, Fault
 
-ENV_POINT: Final = "WEIR_CRASH_POINT"
-ENV_POINTS: Final = "WEIR_CRASH_POINTS"
-ENV_ONCE_DIR: Final = "WEIR_CRASH_ONCE_DIR"
 EXIT_CODE: Final = 137
 """What a SIGKILLed process reports (128 + 9), so supervisors treat the exit as a crash."""
 
@@ -58,7 +56,7 @@ KNOWN_POINTS: Final = frozenset(
 _SPEC = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)(?:@(?P<tm>[^#:@,]+))?(?:#(?P<subtask>[0-9]+))?(?::(?P<count>[0-9]+))?")
 
 
-class CrashPointSpecError(WeirError):
+class CrashPointSpecError(ConfigurationError):
     """``WEIR_CRASH_POINT(S)`` names an unknown point or is malformed: fix the variable and restart."""
 
     fault: Fault = Fault.USER
@@ -107,17 +105,17 @@ def parse_spec(text: str) -> CrashPointSpec:
 
 def specs_from_env(environ: Mapping[str, str] | None = None) -> tuple[CrashPointSpec, ...]:
     """The points armed by ``WEIR_CRASH_POINT`` and ``WEIR_CRASH_POINTS`` (comma-separated)."""
-    env = os.environ if environ is None else environ
-    texts = [env.get(ENV_POINT, "")] + env.get(ENV_POINTS, "").split(",")
+    settings = CrashPointSettings.from_env(environ)
+    texts = [settings.crash_point or ""] + (settings.crash_points or "").split(",")
     specs = tuple(parse_spec(text) for text in texts if text.strip())
-    once_dir = env.get(ENV_ONCE_DIR)
-    if once_dir:
+    once_dir = settings.crash_once_dir
+    if once_dir is not None:
         specs = tuple(spec for spec in specs if not _fired_marker(once_dir, spec).exists())
     return specs
 
 
-def _fired_marker(once_dir: str, spec: CrashPointSpec) -> Path:
-    return Path(once_dir) / re.sub(r"[^A-Za-z0-9_.-]", "_", str(spec))
+def _fired_marker(once_dir: Path, spec: CrashPointSpec) -> Path:
+    return once_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", str(spec))
 
 
 class CrashPoints:
@@ -161,7 +159,7 @@ def process_name() -> str | None:
     from weir.core.logs import process_name as logged_name
 
     name = logged_name()
-    return str(name) if name else os.environ.get("WEIR_TASKMANAGER_ID")
+    return str(name) if name else TaskManagerSettings.from_env().taskmanager_id
 
 
 def _exit_hard(code: int) -> None:
@@ -206,8 +204,8 @@ def crash_point(name: str, **context: Any) -> None:
     spec = points.visit(name, context)
     if spec is None:
         return
-    once_dir = os.environ.get(ENV_ONCE_DIR)
-    if once_dir:
+    once_dir = CrashPointSettings.from_env().crash_once_dir
+    if once_dir is not None:
         marker = _fired_marker(once_dir, spec)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()

@@ -77,6 +77,21 @@ class UnknownJobError(WeirError):
         self.job_id = job_id
 
 
+class UnknownCheckpointError(WeirError):
+    """The job has no checkpoint with this id in the JobManager's recent history or among its retained
+    checkpoints; ``weir checkpoints JOB_ID`` lists them."""
+
+    fault: Fault = Fault.USER
+
+    def __init__(self, job_id: str, checkpoint_id: int) -> None:
+        super().__init__(
+            f"job {job_id} has no checkpoint {checkpoint_id} (`weir checkpoints {job_id}` lists the recent and "
+            "the retained ones)"
+        )
+        self.job_id = job_id
+        self.checkpoint_id = checkpoint_id
+
+
 class NotEnoughSlotsError(WeirError):
     """The cluster has fewer free task slots than the job needs: lower the parallelism or wait."""
 
@@ -96,6 +111,12 @@ class JobManagerRequestError(WeirError):
 
 class CommandLineError(WeirError):
     """A command-line argument is malformed, e.g. ``-D`` without ``key=value``."""
+
+    fault: Fault = Fault.USER
+
+
+class ConfigurationError(WeirError):
+    """A ``WEIR_*`` variable holds a value Weir cannot use; the message names it and why: fix it, restart."""
 
     fault: Fault = Fault.USER
 

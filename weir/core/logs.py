@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import logging
-import os
 import sys
 from collections.abc import MutableMapping
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
+
+from weir.core.config import Diagnostics, LogFormat
 
 _process: str | None = None
 """This process's name (``jobmanager``, ``taskmanager-2``), set by :func:`configure`. A module value,
@@ -31,7 +32,16 @@ def configure(process: str, level: str | None = None) -> None:
     """Configure structlog once per process; every event carries the process name."""
     global _process
     _process = process
-    json_output = os.environ.get("WEIR_LOG_FORMAT", "").lower() == "json" or not sys.stderr.isatty()
+    settings = Diagnostics.from_env()
+    match settings.log_format:
+        case LogFormat.JSON:
+            json_output = True
+        case LogFormat.CONSOLE:
+            json_output = False
+        case None:
+            json_output = not sys.stderr.isatty()
+        case unreachable:
+            assert_never(unreachable)
     renderer: structlog.typing.Processor = (
         structlog.processors.JSONRenderer() if json_output else structlog.dev.ConsoleRenderer(colors=False)
     )
@@ -45,7 +55,7 @@ def configure(process: str, level: str | None = None) -> None:
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(
-            logging.getLevelName((level or os.environ.get("WEIR_LOG_LEVEL", "INFO")).upper())
+            logging.getLevelName((level or settings.log_level).upper())
         ),
         logger_factory=structlog.PrintLoggerFactory(sys.stderr),
         cache_logger_on_first_use=True,

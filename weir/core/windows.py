@@ -13,10 +13,10 @@ assigned by the wall time an element arrives at, not by its timestamp.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
+from typing import Any, Protocol
 
 _MILLISECOND = timedelta(milliseconds=1)
 
@@ -246,10 +246,21 @@ class TumblingProcessingTimeWindows:
         return f"TumblingProcessingTimeWindows(size_ms={self.size_ms}, offset_ms={self.offset_ms})"
 
 
+def _no_side_outputs(tag: Any, value: Any) -> None:
+    """Where a WindowContext made outside an operator sends side outputs: nowhere."""
+
+
 @dataclass(frozen=True, slots=True)
 class WindowContext:
-    """What a ProcessWindowFunction is told about the window it processes."""
+    """What a ProcessWindowFunction is told about the window it processes, and where its side
+    outputs go (:meth:`output`)."""
 
     window: TimeWindow
     current_watermark: int
     current_processing_time: int
+    side_output: Callable[[Any, Any], None] = field(default=_no_side_outputs, repr=False, compare=False)
+
+    def output(self, tag: Any, value: Any) -> None:
+        """Emit ``value`` to side output ``tag`` (an ``OutputTag``), stamped with the window's last
+        timestamp as its results are; dropped when nothing takes that side output."""
+        self.side_output(tag, value)

@@ -29,11 +29,19 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from weir.core.config import Endpoints
-from weir.core.errors import ClusterUnavailableError, CommandLineError, ServiceUnavailableError, WeirError
+import weir
+from weir.core.config import Diagnostics, Endpoints, check_environment
+from weir.core.errors import (
+    ClusterUnavailableError,
+    CommandLineError,
+    ConfigurationError,
+    ServiceUnavailableError,
+    WeirError,
+)
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.tools import supervisor
+from weir.tools.checkpoint_timeline import render_checkpoint_detail
 from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
 
 if TYPE_CHECKING:
@@ -152,8 +160,20 @@ def parse_parameters(items: Sequence[str]) -> dict[str, str]:
 # Root --------------------------------------------------------------------------------------------
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        _stdout().print(f"weir {weir.__version__}", soft_wrap=True)
+        raise typer.Exit(EXIT_OK)
+
+
 @app.callback(invoke_without_command=True)
-def _root(ctx: typer.Context) -> None:
+def _root(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_print_version, is_eager=True, help="Print Weir's version and exit."),
+    ] = False,
+) -> None:
     if ctx.invoked_subcommand is None:
         _stdout().print(ctx.get_help())
 
@@ -410,10 +430,23 @@ def checkpoints(
     checkpoint: Annotated[
         int | None, typer.Option("--checkpoint", "-c", help="Show per-task stats of this checkpoint.")
     ] = None,
+    detail: Annotated[
+        int | None,
+        typer.Option(
+            "--detail",
+            metavar="CID",
+            help="Show this checkpoint's timeline: per subtask, its first barrier, each input channel's "
+            "barrier, the ends of alignment, of the sync and async parts and the ack, in ms after the trigger.",
+        ),
+    ] = None,
     json_output: JsonOption = False,
 ) -> None:
     """A job's checkpoints, aligned or unaligned, with the in-flight bytes they persisted; per-task
-    alignment, start delay and in-flight bytes of the latest (or --checkpoint) one."""
+    alignment, start delay and in-flight bytes of the latest (or --checkpoint) one; with --detail,
+    one checkpoint's timeline."""
+    if detail is not None:
+        _checkpoint_detail(job_id, detail, json_output)
+        return
     with _client() as client:
         infos = client.list_checkpoints(job_id)
     if json_output:
@@ -463,6 +496,17 @@ def checkpoints(
             _size(task.inflight_bytes) if task.unaligned else "-",
         )
     console.print(tasks)
+
+
+def _checkpoint_detail(job_id: str, checkpoint_id: int, json_output: bool) -> None:
+    with _client() as client:
+        found = client.checkpoint_detail(job_id, checkpoint_id)
+    if json_output:
+        _print_json({"job_id": job_id, **asdict(found)})
+        return
+    console = _stdout()
+    for line in render_checkpoint_detail(found, job_id):
+        console.print(escape(line), soft_wrap=True)
 
 
 @app.command()
@@ -890,12 +934,19 @@ def exit_code_for(error: WeirError) -> int:
     return EXIT_USAGE if error.fault == "user" else EXIT_FAILURE
 
 
+def _debug() -> bool:
+    try:
+        return Diagnostics.from_env().debug
+    except ConfigurationError:
+        return False  # run_cli reported it
+
+
 @contextmanager
 def _debug_traceback() -> Iterator[None]:
     try:
         yield
     except BaseException:
-        if os.environ.get("WEIR_DEBUG"):
+        if _debug():
             traceback.print_exc()
         raise
 
@@ -904,6 +955,7 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     """Run one command and answer its exit code; errors become one ``weir: error:`` line on stderr."""
     command = typer.main.get_command(app)
     try:
+        check_environment()  # a bad WEIR_* variable: one line, exit 2, before any command runs
         with _debug_traceback():
             result: Any = command.main(
                 args=list(argv) if argv is not None else None, prog_name="weir", standalone_mode=False

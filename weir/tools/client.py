@@ -14,13 +14,15 @@ from types import TracebackType
 from typing import Final, TypeVar
 
 import grpc
+from grpc_status import rpc_status
 
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import (
     checkpoint_kind_from_proto,
     checkpoint_status_from_proto,
     job_status_from_proto,
     optional_failure_from_proto,
+    optional_timeline_from_proto,
     task_state_from_proto,
 )
 from weir.core.errors import (
@@ -29,6 +31,7 @@ from weir.core.errors import (
     JobDefinitionError,
     JobManagerRequestError,
     NotEnoughSlotsError,
+    UnknownCheckpointError,
     UnknownJobError,
     WeirError,
 )
@@ -117,6 +120,10 @@ class TaskCheckpointStats:
     state_size_bytes: int
     unaligned: bool = False  # the task persisted in-flight records (checkpointing.unaligned)
     inflight_bytes: int = 0
+    sync_duration_s: float = 0.0
+    async_duration_s: float = 0.0
+    acked_at: float | None = None  # when the acknowledgement reached the JobManager
+    timeline: SubtaskCheckpointTimeline | None = None  # only from checkpoint_detail
 
     @property
     def name(self) -> str:
@@ -143,6 +150,15 @@ class CheckpointInfo:
     @property
     def inflight_bytes(self) -> int:
         return sum(t.inflight_bytes for t in self.tasks)
+
+
+@dataclass(frozen=True)
+class CheckpointDetail:
+    """One checkpoint with every acknowledged subtask's stats and timeline (``checkpoint.tasks``) and
+    the subtasks that had not acknowledged it (``pending``, as (vertex uid, subtask))."""
+
+    checkpoint: CheckpointInfo
+    pending: tuple[tuple[OperatorUid, SubtaskIndex], ...]
 
 
 @dataclass(frozen=True)
@@ -270,6 +286,19 @@ class JobManagerClient:
         )
         return tuple(_checkpoint(c) for c in response.checkpoints)
 
+    def checkpoint_detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetail:
+        """UnknownJobError or UnknownCheckpointError when the JobManager knows neither."""
+        response = self._call(
+            self._stub.GetCheckpointDetail,
+            jobmanager_pb2.GetCheckpointDetailRequest(job_id=job_id, checkpoint_id=checkpoint_id),
+            job_id=job_id,
+            checkpoint_id=checkpoint_id,
+        )
+        return CheckpointDetail(
+            checkpoint=_checkpoint(response.checkpoint),
+            pending=tuple((OperatorUid(t.vertex_uid), SubtaskIndex(t.subtask)) for t in response.pending_tasks),
+        )
+
     def cluster_status(self) -> ClusterStatus:
         response = self._call(self._stub.GetClusterStatus, jobmanager_pb2.GetClusterStatusRequest())
         return ClusterStatus(taskmanagers=tuple(_taskmanager(tm) for tm in response.taskmanagers))
@@ -281,17 +310,21 @@ class JobManagerClient:
         *,
         timeout_s: float | None = None,
         job_id: str | None = None,
+        checkpoint_id: int | None = None,
     ) -> _Response:
         try:
             return method(request, timeout=timeout_s or self._timeout_s)
         except grpc.RpcError as exc:
-            raise self._error(exc, job_id) from None
+            raise self._error(exc, job_id, checkpoint_id) from None
 
-    def _error(self, exc: grpc.RpcError, job_id: str | None) -> WeirError:
+    def _error(self, exc: grpc.RpcError, job_id: str | None, checkpoint_id: int | None = None) -> WeirError:
         code: grpc.StatusCode = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
         details = " ".join(str(exc.details() if isinstance(exc, grpc.Call) else exc).split())
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return ClusterUnavailableError(f"no JobManager at {self.address}: start the cluster with `weir cluster up`")
+        if code is grpc.StatusCode.NOT_FOUND and job_id is not None and checkpoint_id is not None:
+            if _reason(exc) == jobmanager_pb2.ERROR_REASON_UNKNOWN_CHECKPOINT:
+                return UnknownCheckpointError(job_id, checkpoint_id)
         if code is grpc.StatusCode.NOT_FOUND:
             return (
                 UnknownJobError(job_id)
@@ -309,6 +342,17 @@ class JobManagerClient:
         return JobManagerRequestError(
             f"the JobManager at {self.address} answered {code.name}: {details or 'no details'}", code=code.name
         )
+
+
+def _reason(exc: grpc.RpcError) -> jobmanager_pb2.ErrorReason.ValueType:
+    """The ``ErrorDetail`` reason in the call's status details; UNSPECIFIED when it carries none."""
+    status = rpc_status.from_call(exc) if isinstance(exc, grpc.Call) else None
+    for detail in status.details if status is not None else ():
+        if detail.Is(jobmanager_pb2.ErrorDetail.DESCRIPTOR):
+            unpacked = jobmanager_pb2.ErrorDetail()
+            detail.Unpack(unpacked)
+            return unpacked.reason
+    return jobmanager_pb2.ERROR_REASON_UNSPECIFIED
 
 
 def _summary(m: jobmanager_pb2.JobSummary) -> JobSummary:
@@ -354,6 +398,10 @@ def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
                 state_size_bytes=t.state_size_bytes,
                 unaligned=t.unaligned,
                 inflight_bytes=t.inflight_bytes,
+                sync_duration_s=t.sync_duration_s,
+                async_duration_s=t.async_duration_s,
+                acked_at=t.acked_at if t.HasField("acked_at") else None,
+                timeline=optional_timeline_from_proto(t, "timeline"),
             )
             for t in m.tasks
         ),
@@ -376,6 +424,7 @@ __all__ = [
     "CALL_TIMEOUT_S",
     "SUBMIT_TIMEOUT_S",
     "TERMINAL_JOB_STATUSES",
+    "CheckpointDetail",
     "CheckpointInfo",
     "ClusterStatus",
     "JobManagerClient",

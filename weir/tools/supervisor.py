@@ -94,6 +94,8 @@ def default_children(
         str(jobmanager_port(endpoints)),
         "--metrics-port",
         str(endpoints.jobmanager_metrics_port),
+        "--rest-port",
+        str(endpoints.jobmanager_rest_port),
     ]
     specs = [ChildSpec("jobmanager", (python, "-m", "jobmanager", *jobmanager_args))]
     for n in range(1, taskmanagers + 1):
@@ -642,6 +644,7 @@ def _require_ports_free(endpoints: Endpoints) -> None:
     ports = {
         "jobmanager": (jobmanager_port(endpoints), "WEIR_JOBMANAGER_ADDRESS"),
         "jobmanager metrics": (endpoints.jobmanager_metrics_port, "WEIR_JOBMANAGER_METRICS_PORT"),
+        "jobmanager REST API": (endpoints.jobmanager_rest_port, "WEIR_JOBMANAGER_REST_PORT"),
         **{
             f"taskmanager-{n} metrics": (
                 endpoints.taskmanager_metrics_base_port + n,

@@ -25,6 +25,7 @@ def cluster_without_restarts(
 ) -> Iterator[tuple[Path, Endpoints, JobManagerClient]]:
     monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", "127.0.0.1:26323")
     monkeypatch.setenv("WEIR_JOBMANAGER_METRICS_PORT", "29449")
+    monkeypatch.setenv("WEIR_JOBMANAGER_REST_PORT", "28281")
     monkeypatch.setenv("WEIR_TASKMANAGER_METRICS_BASE_PORT", "29450")
     monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/no-restart-{tmp_path.name}")

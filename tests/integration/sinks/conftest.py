@@ -234,6 +234,7 @@ def _endpoint_env(endpoints: Endpoints) -> dict[str, str]:
 PRIVATE_PORTS = {
     "WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:26223",
     "WEIR_JOBMANAGER_METRICS_PORT": "29349",
+    "WEIR_JOBMANAGER_REST_PORT": "28181",
     "WEIR_TASKMANAGER_METRICS_BASE_PORT": "29350",
 }
 

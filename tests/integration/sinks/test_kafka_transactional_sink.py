@@ -395,7 +395,7 @@ def test_validate_at_submit_names_a_missing_output_topic_and_creates_nothing(kaf
     assert kafka.topic_partition_count(kafka_job.endpoints, missing) is None
     assert kafka.topic_partition_count(kafka_job.endpoints, kafka_job.markers_in) is None
 
-    unreachable = dataclasses.replace(kafka_job.endpoints, kafka_bootstrap="127.0.0.1:1")
+    unreachable = kafka_job.endpoints.model_copy(update={"kafka_bootstrap": "127.0.0.1:1"})
     with pytest.raises(ServiceUnavailableError, match="no answer from 127.0.0.1:1"):  # both ask the same way
         sinks[0].validate_at_submit(unreachable)
 

@@ -640,7 +640,7 @@ def test_validate_at_submit_checks_prepared_transactions_for_the_two_phase_sink_
 def test_validate_at_submit_with_postgres_down_names_the_dsn_without_its_password(
     postgres_case: PostgresSinkCase,
 ) -> None:
-    down = dataclasses.replace(postgres_case.endpoints, postgres_dsn="postgresql://weir:s3cret@127.0.0.1:1/weir")
+    down = postgres_case.endpoints.model_copy(update={"postgres_dsn": "postgresql://weir:s3cret@127.0.0.1:1/weir"})
     for sink in (
         TwoPhasePostgresSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple),
         PostgresUpsertSinkOperator(postgres_case.table, COLUMNS, ("id",), tuple),

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
+from bench import harness
 from bench.harness import ProcessSampler, ProcessUsage, Progress, median, percentile
 from bench.run import memory_verdict
 
@@ -49,3 +53,18 @@ def test_memory_growing_past_the_allowance_is_not_flat() -> None:
     assert verdict["flat"] is False
     assert verdict["taskmanagers"]["taskmanager-1"]["flat"] is True
     assert verdict["taskmanagers"]["taskmanager-2"]["flat"] is False
+
+
+def test_services_started_by_a_run_live_in_the_shared_run_directory_not_the_runs_own(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A service started in the run's private directory outlived it (the run deletes it) and kept its
+    # port: the next test session's S3 could not start.
+    monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "shared"))
+    monkeypatch.delenv("WEIR_CHECKPOINT_DIR", raising=False)
+    env = harness.prepare_environment("r1", checkpoints_in_s3=False)
+    assert env.run_root == tmp_path / "shared" / "bench-r1"
+    assert os.environ["WEIR_RUN_DIR"] == str(env.run_root)  # the cluster's processes inherit the private one
+    started_in = harness.services_environment(os.environ, env.services_run_dir)
+    assert started_in["WEIR_RUN_DIR"] == str(tmp_path / "shared")
+    assert harness.services_environment({"A": "1"}, None) == {"A": "1"}

@@ -10,7 +10,7 @@ compared with the local mode's own sources, read where the local mode reads them
 * deploy/prometheus/prometheus-local.yml, used by deploy/local/prometheus.sh;
 * ``weir.tools.supervisor.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
 * jobmanager/__main__.py and taskmanager/__main__.py: the flags the processes accept;
-* the Makefile's protoc command and pyproject.toml's package list, for deploy/Dockerfile.
+* pyproject.toml's package list and the build hook's files, for deploy/Dockerfile.
 """
 
 from __future__ import annotations
@@ -196,6 +196,7 @@ def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None
             int(LOCAL["WEIR_JOBMANAGER_PORT"]),
             port_of(endpoints.jobmanager_address),
             endpoints.jobmanager_metrics_port,
+            endpoints.jobmanager_rest_port,
         },
     }
     for n, name in enumerate(TASKMANAGERS, start=1):
@@ -238,6 +239,7 @@ def test_weir_environment_is_the_local_one_with_container_hosts(compose: dict[st
         # Everything but the host (scheme, user, password, path) is the local mode's.
         assert without_host(env[name]) == without_host(local), name
     assert env["WEIR_JOBMANAGER_METRICS_PORT"] == LOCAL["WEIR_JOBMANAGER_METRICS_PORT"]
+    assert env["WEIR_JOBMANAGER_REST_PORT"] == LOCAL["WEIR_JOBMANAGER_REST_PORT"]
     assert env["WEIR_TASKMANAGER_METRICS_BASE_PORT"] == LOCAL["WEIR_TASKMANAGER_METRICS_BASE_PORT"]
     assert env["WEIR_CHECKPOINT_DIR"].startswith(f"s3://{LOCAL['WEIR_S3_BUCKET']}/"), env["WEIR_CHECKPOINT_DIR"]
     assert env["WEIR_LOG_FORMAT"] == "json"
@@ -523,7 +525,7 @@ def test_grafana_provisioning_agrees_with_compose(svc: dict[str, Any]) -> None:
 # The image ------------------------------------------------------------------------------------------
 
 
-def test_dockerfile_copies_every_package_and_generates_the_grpc_code(svc: dict[str, Any]) -> None:
+def test_dockerfile_copies_every_package_and_installs_through_the_build_hook(svc: dict[str, Any]) -> None:
     text = DOCKERFILE.read_text(encoding="utf-8")
     build = svc["jobmanager"]["build"]
     assert (REPO / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
@@ -533,15 +535,10 @@ def test_dockerfile_copies_every_package_and_generates_the_grpc_code(svc: dict[s
     for package in sorted(packages):
         assert re.search(rf"^COPY {package} \./{package}$", text, re.M), f"the image lacks the package {package}"
     assert re.search(r"^COPY proto \./proto$", text, re.M)
-    protoc = re.search(r"python -m grpc_tools\.protoc (.+?\.proto)", text)
-    assert protoc, "the image must generate weir/wire/*_pb2*.py from proto/"
-    make = re.search(r"-m grpc_tools\.protoc (.+) \$<", (REPO / "Makefile").read_text(encoding="utf-8"))
-    assert make
-    docker_args = protoc.group(1).split()
-    assert set(docker_args[:-1]) == set(make.group(1).split()), "same protoc options as `make proto`"
-    assert sorted((REPO / "proto").glob(docker_args[-1].removeprefix("proto/"))) == sorted(
-        (REPO / "proto/weir/wire").glob("*.proto")
-    )
+    copied = {name for line in re.findall(r"^COPY (.+) \./$", text, re.M) for name in line.split()}
+    assert copied >= {"pyproject.toml", "setup.py", "build_hooks.py", "constraints.txt"}, "the build hook's files"
+    assert re.search(r"pip install .*-c constraints\.txt \.$", text, re.M), "the tested versions, by the build hook"
+    assert "grpc_tools.protoc" not in text, "one generator: the build hook (build_hooks.py), not a protoc of its own"
     assert not re.search(r"^ENTRYPOINT", text, re.M), "compose runs `python -m ...` as the command"
 
 

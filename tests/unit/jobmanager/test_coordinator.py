@@ -34,6 +34,7 @@ from jobmanager.checkpointing.pending import (
 from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from jobmanager.checkpointing.trigger import CheckpointConfig
 from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
+from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = JobId("job-1")
@@ -884,3 +885,38 @@ def test_after_a_restore_the_first_checkpoint_is_triggered_as_soon_as_every_task
     fresh = coordinator(start_at=None)
     fresh.start(50.0, TASKS, SOURCES)
     assert of(TriggerBarriers, fresh.tick(50.0)) == [], "a fresh start waits one interval"
+
+
+# ---------------------------------------------------------------------------------------------------
+# The checkpoint timeline in the stats
+
+
+def _timeline(at: float) -> SubtaskCheckpointTimeline:
+    return SubtaskCheckpointTimeline(at, (ChannelBarrierTime(0, "source", 0, at),), at, at + 0.1, at + 0.2)
+
+
+def test_the_stats_keep_each_tasks_timeline_with_its_ack_time_through_completion_and_failure() -> None:
+    coord = coordinator()
+    cid = trigger(coord, 10.0)
+    timelines = {t: _timeline(10.0 + i) for i, t in enumerate(TASKS)}
+    for i, t in enumerate(TASKS[:-1]):
+        coord.receive_ack(11.0 + i, cid, t, handle(t), TaskAckMetrics(timeline=timelines[t]))
+    (in_progress,) = coord.stats().history
+    assert in_progress.pending_tasks == (TASKS[-1],)
+    assert {s.task_id: (s.timeline, s.acked_at) for s in in_progress.tasks} == {
+        t: (timelines[t], 11.0 + i) for i, t in enumerate(TASKS[:-1])
+    }
+    last = TASKS[-1]
+    coord.receive_ack(20.0, cid, last, handle(last), TaskAckMetrics(timeline=timelines[last]))
+    coord.checkpoint_persisted(21.0, cid)
+    (completed,) = coord.stats().history
+    assert completed.status is CheckpointStatus.COMPLETED and completed.pending_tasks == ()
+    assert {s.task_id: s.timeline for s in completed.tasks} == timelines
+
+    failing = trigger(coord, 40.0)
+    coord.receive_ack(41.0, failing, SOURCES[0], handle(SOURCES[0]), TaskAckMetrics(timeline=_timeline(40.5)))
+    coord.receive_decline(42.0, failing, SOURCES[1], "busy")
+    failed = coord.stats().history[0]
+    assert failed.status is CheckpointStatus.FAILED
+    assert [(s.task_id, s.timeline) for s in failed.tasks] == [(SOURCES[0], _timeline(40.5))]
+    assert set(failed.pending_tasks) == set(TASKS) - {SOURCES[0]}

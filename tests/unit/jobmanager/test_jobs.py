@@ -11,11 +11,13 @@ from jobmanager.checkpointing.coordinator import default_metadata_key
 from jobmanager.errors import ConfigError
 from jobmanager.gateway import deploy_request
 from jobmanager.jobs import DeployCommand, JobMaster, JobSubmission
+from jobmanager.messages import TaskProgress
 from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
 from weir.core.errors import Fault, NotEnoughSlotsError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
 from weir.wire import common_pb2, taskmanager_pb2
 
 FINISHED = TaskState.FINISHED
@@ -336,18 +338,59 @@ def test_resolution_runs_as_a_newer_attempt(make_master: MakeMaster) -> None:
     assert report(master, "sum", 0, CANCELED, attempt=1) is None  # the cancelled attempt's reports are old now
 
 
+def progress(
+    master: JobMaster,
+    *,
+    attempt: int | None = None,
+    records_in: int = 0,
+    records_out: int = 0,
+    ratios: TimeRatios | None = None,
+    watermark: int | None = None,
+) -> TaskProgress:
+    """A heartbeat's entry for subtask sum#0 (of the current attempt unless ``attempt``)."""
+    return TaskProgress(
+        master.job_id,
+        "sum",
+        0,
+        master.attempt if attempt is None else attempt,
+        records_in,
+        records_out,
+        ratios=ratios,
+        watermark=watermark,
+    )
+
+
+def test_a_heartbeat_s_load_is_kept_until_a_newer_one_and_forgotten_by_a_new_attempt(make_master: MakeMaster) -> None:
+    master = make_master()
+    master.schedule(OFFERS, ADDRESSES, 0.0)
+    record = master.tasks[("sum", 0)]
+    assert (record.ratios, record.watermark, record.progress_at) == (None, None, None)
+    first = TimeRatios(busy=0.25, backpressured=0.5, idle=0.25)
+    master.on_progress(progress(master, ratios=first, watermark=1_000), now=1.0)
+    master.on_progress(progress(master), now=2.0)  # nothing measured in that interval: the last stay
+    assert (record.ratios, record.watermark, record.progress_at) == (first, 1_000, 1.0)
+    second = TimeRatios(busy=1.0, backpressured=0.0, idle=0.0)
+    master.on_progress(progress(master, ratios=second, watermark=2_000), now=3.0)
+    assert (record.ratios, record.watermark, record.progress_at) == (second, 2_000, 3.0)
+    master.on_progress(progress(master, attempt=master.attempt - 1, ratios=first, watermark=5), now=4.0)
+    assert record.ratios == second  # an older attempt's heartbeat does not count
+    master.fail_over(boom(), now=5.0)
+    master.schedule(OFFERS, ADDRESSES, 10.0)
+    assert (record.ratios, record.watermark, record.progress_at, record.attempt) == (None, None, None, 2)
+
+
 def test_records_in_accumulate_over_attempts(make_master: MakeMaster) -> None:
     master = make_master()
     master.schedule(OFFERS, ADDRESSES, 0.0)
     report(master, "sum", 0, RUNNING, records_in=10, records_out=10)
-    master.on_progress("sum", 0, master.attempt, records_in=40, records_out=35)
-    master.on_progress("sum", 0, master.attempt, records_in=30, records_out=30)  # counters never go back
+    master.on_progress(progress(master, records_in=40, records_out=35), now=0.5)
+    master.on_progress(progress(master, records_in=30, records_out=30), now=0.6)  # counters never go back
     record = master.tasks[("sum", 0)]
     assert (record.records_in, record.records_out, record.records_in_all_attempts) == (40, 35, 40)
     master.fail_over(boom(), now=1.0)
     master.schedule(OFFERS, ADDRESSES, 10.0)
     assert (record.records_in, record.records_out, record.records_in_all_attempts) == (0, 0, 40)
-    master.on_progress("sum", 0, 1, records_in=1000, records_out=0)  # the old attempt no longer counts
+    master.on_progress(progress(master, attempt=1, records_in=1000), now=11.0)  # the old attempt no longer counts
     report(master, "sum", 0, RUNNING, records_in=15)
     assert record.records_in_all_attempts == 55
     master.fail_over(boom(), now=20.0)

@@ -5,10 +5,12 @@ from __future__ import annotations
 import pytest
 
 from jobmanager.messages import JobStatusView, JobSummaryView, TaskView
-from jobmanager.service import job_status_response, task_state_report
+from jobmanager.service import heartbeat_from_proto, job_status_response, task_state_report
+from weir.core.codec import set_task_load
 from weir.core.errors import ProtocolError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
 from weir.wire import common_pb2, jobmanager_pb2
 
 
@@ -47,3 +49,19 @@ def test_a_job_status_goes_out_with_protobuf_enums() -> None:
     assert response.summary.status == jobmanager_pb2.JOB_STATUS_RESTARTING
     assert [t.state for t in response.tasks] == [common_pb2.TASK_STATE_RUNNING, common_pb2.TASK_STATE_UNSPECIFIED]
     assert not response.HasField("failure") and response.tasks[1].failure.message == "x"
+
+
+def test_a_heartbeat_carries_each_task_s_time_shares_and_watermark_when_known() -> None:
+    measured = jobmanager_pb2.TaskProgress(
+        task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=0), attempt=2, records_in=5, records_out=4
+    )
+    set_task_load(measured, TimeRatios(busy=0.5, backpressured=0.25, idle=0.25), 1_764_000_000_000)
+    fresh = jobmanager_pb2.TaskProgress(task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=1), attempt=2)
+    set_task_load(fresh, None, None)
+    heartbeat = heartbeat_from_proto(
+        jobmanager_pb2.HeartbeatRequest(taskmanager_id="tm-a", running_tasks=[measured, fresh])
+    )
+    first, second = heartbeat.running_tasks
+    assert (first.vertex_uid, first.subtask, first.attempt, first.records_in, first.records_out) == ("gen", 0, 2, 5, 4)
+    assert first.ratios == TimeRatios(0.5, 0.25, 0.25) and first.watermark == 1_764_000_000_000
+    assert second.ratios is None and second.watermark is None  # unset on the wire, not zero

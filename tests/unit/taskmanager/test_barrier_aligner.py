@@ -14,6 +14,7 @@ from taskmanager.barrier_aligner import (
     AlignmentMode,
     AllChannelsEnded,
     BarrierAligner,
+    BarrierArrival,
     BlockChannel,
     CaptureQueued,
     CheckpointKind,
@@ -347,6 +348,81 @@ def test_unaligned_end_of_stream_stops_the_capture(make_aligner: MakeAligner) ->
     assert aligner.on_end_of_stream(C1, now=1.0) == (StopCapture(C1, CP1), InflightCaptureComplete(CP1))
 
 
+# Barrier arrival times (the checkpoint's timeline).
+
+
+def arrivals(*pairs: tuple[int, float]) -> tuple[BarrierArrival, ...]:
+    return tuple(BarrierArrival(ChannelIndex(c), at) for c, at in pairs)
+
+
+def snapshot_of(actions: tuple[Action, ...]) -> TriggerSnapshot:
+    found = [a for a in actions if isinstance(a, TriggerSnapshot)]
+    assert len(found) == 1, actions
+    return found[0]
+
+
+def capture_complete_of(actions: tuple[Action, ...]) -> InflightCaptureComplete:
+    found = [a for a in actions if isinstance(a, InflightCaptureComplete)]
+    assert len(found) == 1, actions
+    return found[0]
+
+
+@pytest.mark.parametrize("mode", [EO, ALO])
+def test_the_snapshot_carries_each_channels_barrier_time(make_aligner: MakeAligner, mode: AlignmentMode) -> None:
+    aligner = make_aligner(3, mode)
+    aligner.on_barrier(C2, CP1, now=10.0)
+    aligner.on_barrier(C0, CP1, now=10.5)
+    snapshot = snapshot_of(aligner.on_barrier(C1, CP1, now=12.25))
+    assert snapshot.barriers == arrivals((2, 10.0), (0, 10.5), (1, 12.25))
+    assert (snapshot.alignment_started_at, snapshot.triggered_at) == (10.0, 12.25)
+
+
+def test_a_channel_that_ends_before_its_barrier_has_no_barrier_time(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3)
+    aligner.on_barrier(C0, CP1, now=1.0)
+    aligner.on_barrier(C2, CP1, now=2.0)
+    snapshot = snapshot_of(aligner.on_end_of_stream(C1, now=5.0))
+    assert snapshot.barriers == arrivals((0, 1.0), (2, 2.0))
+    assert snapshot.triggered_at == 5.0  # the alignment ended with the channel
+
+
+def test_a_subsumed_checkpoints_barriers_do_not_leak_into_the_next(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2)
+    aligner.on_barrier(C0, CP1, now=1.0)
+    aligner.abort(CP1)  # the blocked channel is released
+    aligner.on_barrier(C1, CP2, now=3.0)
+    snapshot = snapshot_of(aligner.on_barrier(C0, CP2, now=4.0))
+    assert snapshot.barriers == arrivals((1, 3.0), (0, 4.0))
+
+
+def test_unaligned_barriers_after_the_snapshot_come_with_the_capture_complete(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(3, UNALIGNED)
+    snapshot = snapshot_of(aligner.on_barrier(C1, CP1, now=1.0, priority=True))
+    assert snapshot.barriers == arrivals((1, 1.0))
+    assert (snapshot.alignment_started_at, snapshot.triggered_at) == (1.0, 1.0)  # the snapshot starts at once
+    assert aligner.on_barrier(C0, CP1, now=3.0, priority=True) == (StopCapture(C0, CP1), CaptureQueued(C0, CP1))
+    complete = capture_complete_of(aligner.on_barrier(C2, CP1, now=7.5, priority=True))
+    assert complete.barriers == arrivals((1, 1.0), (0, 3.0), (2, 7.5))
+
+
+def test_unaligned_a_channel_ending_instead_of_its_barrier_is_left_out(make_aligner: MakeAligner) -> None:
+    aligner = make_aligner(2, UNALIGNED)
+    aligner.on_barrier(C0, CP1, now=1.0)
+    complete = capture_complete_of(aligner.on_end_of_stream(C1, now=2.0))
+    assert complete.barriers == arrivals((0, 1.0))
+
+
+def test_a_timed_out_alignment_keeps_the_blocked_channels_barrier_times() -> None:
+    aligner = BarrierAligner(TASK, 3, UNALIGNED, aligned_start=True)
+    assert aligner.on_barrier(C0, CP1, now=1.0) == (BlockChannel(C0),)
+    snapshot = snapshot_of(aligner.on_barrier(C1, CP1, now=4.0, priority=True))
+    assert snapshot.capture_inflight
+    assert snapshot.barriers == arrivals((0, 1.0), (1, 4.0))
+    assert (snapshot.alignment_started_at, snapshot.triggered_at) == (1.0, 4.0)
+    complete = capture_complete_of(aligner.on_barrier(C2, CP1, now=6.0))
+    assert complete.barriers == arrivals((0, 1.0), (1, 4.0), (2, 6.0))
+
+
 def test_unaligned_cancellation_stops_every_capture(make_aligner: MakeAligner) -> None:
     aligner = make_aligner(3, UNALIGNED)
     aligner.on_barrier(C0, CP1, now=0.0)
@@ -551,6 +627,7 @@ class Operator:
     aborted: list[CheckpointId] = field(default_factory=list)
     forwarded: set[CheckpointId] = field(default_factory=set)
     aborted_by_jobmanager: set[CheckpointId] = field(default_factory=set)
+    barrier_reads: dict[CheckpointId, list[BarrierArrival]] = field(default_factory=dict)  # as the loop read them
     ended: int = 0
 
     def read_record(self, channel: ChannelIndex) -> None:
@@ -575,6 +652,10 @@ class Operator:
             case TriggerSnapshot(checkpoint_id, kind, started_at, triggered_at, capture_inflight):
                 assert kind is self.gate.kinds[checkpoint_id]
                 assert triggered_at >= started_at
+                reads = tuple(self.barrier_reads[checkpoint_id])
+                assert action.barriers == reads  # every barrier of it read so far, when it was read
+                assert started_at == reads[0].at
+                assert triggered_at == reads[-1].at or not capture_inflight and triggered_at > reads[-1].at
                 before = self.gate.records_before(checkpoint_id)
                 if capture_inflight:
                     assert self.mode is UNALIGNED
@@ -592,6 +673,7 @@ class Operator:
                 assert self.capturing.pop(channel) == checkpoint_id
             case InflightCaptureComplete(checkpoint_id):
                 assert checkpoint_id not in self.capturing.values()
+                assert action.barriers == tuple(self.barrier_reads[checkpoint_id])
                 snapshot = self.unaligned_snapshots.pop(checkpoint_id)
                 with_inflight = tuple(
                     seen + self.captured[checkpoint_id, ChannelIndex(channel)] for channel, seen in enumerate(snapshot)
@@ -643,6 +725,7 @@ def drain(gate: Gate, mode: AlignmentMode, rng: random.Random) -> Operator:
             case Record():
                 operator.read_record(channel)
             case Barrier(checkpoint_id):
+                operator.barrier_reads.setdefault(checkpoint_id, []).append(BarrierArrival(channel, now))
                 operator.apply(aligner.on_barrier(channel, checkpoint_id, gate.kinds[checkpoint_id], now=now))
             case Cancel(checkpoint_id):
                 operator.apply(aligner.on_cancellation(channel, checkpoint_id))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,8 +30,8 @@ from taskmanager.runtime import (
 )
 from taskmanager.snapshots import KeyedStateHandle, SnapshotFile
 from taskmanager.task import ChainRestore, ChainSnapshot, CheckpointAck, TaskAddress
-from weir.core.checkpointing import CheckpointingMode
-from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
+from weir.core.checkpointing import ChannelBarrierTime, CheckpointingMode, SubtaskCheckpointTimeline
+from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto, timeline_from_proto
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
@@ -251,3 +252,33 @@ def test_cancelling_an_attempt_forgets_its_local_producers_waiting_for_a_consume
     _local_channel(runtime, TaskAddress("job", "sink", 0, 2)).open()
     runtime.cancel_attempt("job", 1, wait_s=0.0)
     assert list(runtime._awaiting_gates) == [TaskAddress("job", "sink", 0, 2)]
+
+
+TIMELINE = SubtaskCheckpointTimeline(
+    first_barrier_at=100.0,
+    channels=(ChannelBarrierTime(0, "map", 0, 100.0), ChannelBarrierTime(1, "map", 1, None)),
+    alignment_end_at=100.5,
+    sync_end_at=100.75,
+    async_end_at=101.0,
+)
+
+
+def test_the_ack_carries_the_tasks_timeline(runtime: TaskManagerRuntime, sent: SentReports) -> None:
+    address = TaskAddress("job-1", "sink", 0, 1)
+    snapshot = ChainSnapshot(address, 3, {"sink": b"txn"}, layout(0, 127))
+    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0, TIMELINE))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport)
+    assert timeline_from_proto(ack.request.timeline) == TIMELINE
+
+
+def test_the_async_part_ends_when_the_operator_state_is_written(runtime: TaskManagerRuntime, sent: SentReports) -> None:
+    address = TaskAddress("job-1", "sink", 0, 1)
+    snapshot = ChainSnapshot(address, 3, {"sink": b"row-" * 10_000}, layout(0, 127))
+    before = time.time()
+    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0, TIMELINE))  # noqa: SLF001
+    ack = sent.next()
+    assert isinstance(ack, AckReport) and list(ack.request.objects)  # written to the storage
+    timeline = timeline_from_proto(ack.request.timeline)
+    assert timeline.async_end_at >= before
+    assert timeline.channels == TIMELINE.channels and timeline.sync_end_at == TIMELINE.sync_end_at

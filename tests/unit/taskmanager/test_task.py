@@ -27,7 +27,7 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.task import ChainRestore, InheritedRestore, _UnalignedAck
+from taskmanager.task import ChainRestore, InheritedRestore, _BarrierTimes, _UnalignedAck
 from tests.unit.taskmanager.fakes import Harness, make_task
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup
@@ -232,15 +232,73 @@ def test_an_unaligned_ack_joins_its_snapshot_and_its_capture_in_either_order() -
     (ack,) = h.acks
     for first_snapshot in (True, False):
         join = _UnalignedAck()
-        first = join.snapshot_done(ack) if first_snapshot else join.inflight_done(b"i")
-        second = join.inflight_done(b"i") if first_snapshot else join.snapshot_done(ack)
+        first = join.snapshot_done(ack) if first_snapshot else join.inflight_done(b"i", ())
+        second = join.inflight_done(b"i", ()) if first_snapshot else join.snapshot_done(ack)
         assert first is None and second is not None
         assert second.snapshot.operator_states == {**ack.snapshot.operator_states, INFLIGHT_STATE_NAME: b"i"}
         assert join.snapshot_done(ack) is None  # sent once
     dropped = _UnalignedAck()
     dropped.drop()
     dropped.snapshot_done(ack)
-    assert dropped.inflight_done(b"i") is None
+    assert dropped.inflight_done(b"i", ()) is None
+
+
+# The checkpoint timeline ------------------------------------------------------------------------
+
+
+def test_an_aligned_ack_carries_the_timeline_of_its_barrier_and_snapshot(op_task: Any) -> None:
+    h = op_task(1)
+    before = time.time()
+    h.gate.push(0, data(1))
+    h.gate.push(0, barrier_message(3, before, CHECKPOINT))
+    h.task.start()
+    h.journal.wait_for(lambda: ("ack", 3) in h.journal.of("task"))
+    after = time.time()
+    timeline = h.acks[0].timeline
+    assert timeline is not None
+    (channel,) = timeline.channels
+    assert (channel.channel, channel.upstream_vertex, channel.upstream_subtask) == (0, "src", 0)
+    assert channel.barrier_at is not None
+    assert before <= timeline.first_barrier_at == channel.barrier_at == timeline.alignment_end_at
+    assert timeline.alignment_end_at <= timeline.sync_end_at <= timeline.async_end_at <= after
+
+
+def test_a_source_ack_has_a_timeline_without_channels() -> None:
+    h = make_task("src", source_values=[])
+    before = time.time()
+    h.task._checkpoint(  # noqa: SLF001
+        CheckpointRequest(CID, before, CHECKPOINT),
+        alignment_s=0.0,
+        start_delay_s=0.0,
+        times=_BarrierTimes(first_barrier_at=before, alignment_end_at=before),
+    )
+    (ack,) = h.acks
+    assert ack.timeline is not None and ack.timeline.channels == ()
+    assert before == ack.timeline.first_barrier_at <= ack.timeline.sync_end_at <= ack.timeline.async_end_at
+
+
+def test_an_unaligned_ack_carries_the_barriers_that_came_after_its_snapshot() -> None:
+    h = make_task("op", channels=1, alignment=ba.AlignmentMode.UNALIGNED)
+    first = ba.BarrierArrival(ChannelIndex(0), 10.0)
+    trigger = ba.TriggerSnapshot(CID, CHECKPOINT, 10.0, 10.0, capture_inflight=True, barriers=(first,))
+    h.task._apply([trigger, ba.StartCapture(ChannelIndex(0), CID)])  # noqa: SLF001
+    assert not h.acks
+    h.task._apply(  # noqa: SLF001
+        [ba.StopCapture(ChannelIndex(0), CID), ba.InflightCaptureComplete(CID, barriers=(first,))]
+    )
+    (ack,) = h.acks
+    assert ack.timeline is not None
+    assert [(c.channel, c.barrier_at) for c in ack.timeline.channels] == [(0, 10.0)]
+    assert (ack.timeline.first_barrier_at, ack.timeline.alignment_end_at) == (10.0, 10.0)
+
+
+def test_a_channel_without_a_barrier_has_none_in_the_timeline() -> None:
+    h = make_task("op", channels=1)
+    h.task._apply([ba.TriggerSnapshot(CID, CHECKPOINT, 1.0, 2.0, barriers=())])  # noqa: SLF001  # channel 0 ended
+    (ack,) = h.acks
+    assert ack.timeline is not None
+    assert [(c.channel, c.barrier_at) for c in ack.timeline.channels] == [(0, None)]
+    assert (ack.timeline.first_barrier_at, ack.timeline.alignment_end_at) == (1.0, 2.0)
 
 
 def _values(h: Harness) -> list[str]:

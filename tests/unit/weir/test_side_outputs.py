@@ -138,3 +138,52 @@ def test_a_reference_run_sends_late_window_data_to_its_side_output() -> None:
     assert result["late"] == [("a", 4, 8), ("b", 16, 12)]
     assert sorted(result["sums"]) == [("a", 1, 5), ("a", 2, 25), ("b", 8, 30)]
     assert result.late_records == {"window": 2}
+
+
+CO_AND_WINDOW_JOB = """
+from weir.api import (CoProcessFunction, Environment, OutputTag, ProcessWindowFunction,
+                      TumblingEventTimeWindows)
+
+REJECTED = OutputTag("rejected")
+BIG = OutputTag("big")
+
+
+class Admit(CoProcessFunction):
+    def process_element1(self, value, ctx, out):
+        if value < 0:
+            ctx.output(REJECTED, ("first", value, ctx.timestamp))
+        else:
+            out.collect(value)
+
+    def process_element2(self, value, ctx, out):
+        if value < 0:
+            ctx.output(REJECTED, ("second", value, ctx.timestamp))
+        else:
+            out.collect(value)
+
+
+class Totals(ProcessWindowFunction):
+    def process(self, key, context, elements, out):
+        total = sum(elements)
+        if total > 10:
+            context.output(BIG, (key, context.window.start, total))
+        out.collect((key, context.window.start, total))
+
+
+def build(env: Environment) -> None:
+    first = env.from_collection([1, -2, 3, 9], uid="first", timestamp=lambda v: abs(v))
+    second = env.from_collection([-4, 5], uid="second", timestamp=lambda v: 10 + abs(v))
+    admitted = first.connect(second).process(Admit(), uid="admit")
+    admitted.get_side_output(REJECTED).sink(lambda v: None, uid="rejected")
+    totals = admitted.key_by(lambda v: v % 2).window(TumblingEventTimeWindows(10)).process(Totals(), uid="totals")
+    totals.sink(lambda v: None, uid="totals-out")
+    totals.map(lambda v: v, uid="stamped").sink(lambda v: None, uid="totals-copy")
+    totals.get_side_output(BIG).sink(lambda v: None, uid="big")
+"""
+
+
+def test_a_co_process_function_and_a_window_process_function_emit_side_outputs() -> None:
+    result = run_reference_source(CO_AND_WINDOW_JOB)
+    assert sorted(result["rejected"]) == [("first", -2, 2), ("second", -4, 14)]
+    assert sorted(result["totals-out"]) == [(1, 0, 13), (1, 10, 5)]
+    assert result["big"] == [(1, 0, 13)]

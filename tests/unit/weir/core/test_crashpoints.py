@@ -162,5 +162,5 @@ def test_once_dir_disarms_a_point_that_already_fired(tmp_path) -> None:  # type:
     env = {"WEIR_CRASH_POINT": "after_pre_commit@taskmanager-2", "WEIR_CRASH_ONCE_DIR": str(tmp_path)}
     (spec,) = crashpoints.specs_from_env(env)
     assert crashpoints.specs_from_env(env) == (spec,)
-    crashpoints._fired_marker(str(tmp_path), spec).touch()
+    crashpoints._fired_marker(tmp_path, spec).touch()
     assert crashpoints.specs_from_env(env) == ()

@@ -17,8 +17,12 @@ from pathlib import Path
 
 import grpc
 import pytest
+from google.protobuf import any_pb2
+from google.rpc import status_pb2
+from grpc_status import rpc_status
 
-from weir.core.codec import job_status_to_proto
+from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
+from weir.core.codec import job_status_to_proto, timeline_to_proto
 from weir.core.errors import CommandLineError
 from weir.core.states import JobStatus
 from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, parse_parameters, run_cli
@@ -68,6 +72,23 @@ class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
     submitted: list[jobmanager_pb2.SubmitJobRequest] = field(default_factory=list)
     checkpoints: dict[str, jobmanager_pb2.ListCheckpointsResponse] = field(default_factory=dict)
     savepoints: list[jobmanager_pb2.TriggerSavepointRequest] = field(default_factory=list)
+    details: dict[tuple[str, int], jobmanager_pb2.GetCheckpointDetailResponse] = field(default_factory=dict)
+
+    def GetCheckpointDetail(  # noqa: N802
+        self, request: jobmanager_pb2.GetCheckpointDetailRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.GetCheckpointDetailResponse:
+        """NOT_FOUND with the reason in its status details, as the JobManager's servicer answers."""
+        found = self.details.get((request.job_id, request.checkpoint_id))
+        if found is None:
+            known = any(job == request.job_id for job, _ in self.details)
+            reason = (
+                jobmanager_pb2.ERROR_REASON_UNKNOWN_CHECKPOINT if known else jobmanager_pb2.ERROR_REASON_UNKNOWN_JOB
+            )
+            detail = any_pb2.Any()
+            detail.Pack(jobmanager_pb2.ErrorDetail(reason=reason))
+            status = status_pb2.Status(code=grpc.StatusCode.NOT_FOUND.value[0], message="not found", details=[detail])
+            context.abort_with_status(rpc_status.to_status(status))
+        return found
 
     def TriggerSavepoint(  # noqa: N802
         self, request: jobmanager_pb2.TriggerSavepointRequest, context: grpc.ServicerContext
@@ -472,3 +493,80 @@ def test_the_installed_entry_point_prints_one_line(tmp_path: Path) -> None:
         [str(weir_bin), "run", str(tmp_path / "job.py"), "-D", "novalue"], capture_output=True, text=True, timeout=30
     )
     assert (completed.returncode, completed.stderr) == (EXIT_USAGE, "weir: error: -D 'novalue': expected key=value\n")
+
+
+def test_version_prints_the_installed_distributions_version(weir: Weir) -> None:
+    from importlib import metadata
+
+    result = weir("--version")
+    assert result.exit_code == EXIT_OK
+    assert result.stdout == f"weir {metadata.version('weir')}\n"
+    assert result.stderr == ""
+
+
+def test_a_bad_weir_variable_is_one_line_and_exit_2(weir: Weir, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", "jobmanager")
+    assert_error(
+        weir("list"),
+        EXIT_USAGE,
+        "bad configuration: WEIR_JOBMANAGER_ADDRESS='jobmanager': expected host:port with a port in 1..65535",
+    )
+
+
+def test_checkpoints_detail_prints_each_subtasks_timeline(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    trigger = 1_700_000_000.0
+    window = task_stats("win", 1, 0.2, 0.01)
+    window.acked_at = trigger + 0.5
+    window.timeline.CopyFrom(
+        timeline_to_proto(
+            SubtaskCheckpointTimeline(
+                first_barrier_at=trigger + 0.01,
+                channels=(
+                    ChannelBarrierTime(0, "src", 0, trigger + 0.01),
+                    ChannelBarrierTime(1, "src", 1, trigger + 0.2),
+                ),
+                alignment_end_at=trigger + 0.2,
+                sync_end_at=trigger + 0.25,
+                async_end_at=trigger + 0.45,
+            )
+        )
+    )
+    fake_jobmanager.details["job-1", 7] = jobmanager_pb2.GetCheckpointDetailResponse(
+        checkpoint=jobmanager_pb2.CheckpointInfo(
+            checkpoint_id=7,
+            status=jobmanager_pb2.CHECKPOINT_STATUS_COMPLETED,
+            kind=common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+            trigger_time=trigger,
+            duration_s=0.5,
+            tasks=[window],
+        ),
+        pending_tasks=[common_pb2.TaskRef(job_id="job-1", vertex_uid="sink", subtask=0)],
+    )
+    result = weir("checkpoints", "job-1", "--detail", "7")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert result.stdout.startswith("checkpoint 7 of job job-1: COMPLETED, aligned")
+    (line,) = [row for row in result.stdout.splitlines() if row.startswith("win#1")]
+    assert line.split()[1:6] == ["10", "200", "250", "450", "500"]
+    assert "slowest" in next(row for row in result.stdout.splitlines() if "ch 1 src#1" in row)
+    assert "not acknowledged: sink#0" in result.stdout
+    document = json.loads(weir("checkpoints", "job-1", "--detail", "7", "--json").stdout)
+    (task,) = document["checkpoint"]["tasks"]
+    assert task["timeline"]["channels"][1] == {
+        "channel": 1,
+        "upstream_vertex": "src",
+        "upstream_subtask": 1,
+        "barrier_at": trigger + 0.2,
+    }
+    assert document["pending"] == [["sink", 0]]
+
+
+def test_checkpoints_detail_of_an_unknown_checkpoint_or_job_is_exit_2(
+    weir: Weir, fake_jobmanager: FakeJobManager
+) -> None:
+    fake_jobmanager.details["job-1", 7] = jobmanager_pb2.GetCheckpointDetailResponse()
+    assert_error(
+        weir("checkpoints", "job-1", "--detail", "8"),
+        EXIT_USAGE,
+        "job job-1 has no checkpoint 8 (`weir checkpoints job-1` lists the recent and the retained ones)",
+    )
+    assert_error(weir("checkpoints", "job-2", "--detail", "8"), EXIT_USAGE, "unknown job job-2")

@@ -82,10 +82,11 @@ def test_child_spec_round_trips_through_its_command_line_form() -> None:
 
 def test_default_children_command_lines() -> None:
     endpoints = Endpoints.from_env({"WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:7000", "WEIR_JOBMANAGER_METRICS_PORT": "7001",
+                                    "WEIR_JOBMANAGER_REST_PORT": "7002",
                                     "WEIR_TASKMANAGER_METRICS_BASE_PORT": "7010"})  # fmt: skip
     specs = cluster.default_children(endpoints, python="py")
     assert [s.argv for s in specs] == [
-        ("py", "-m", "jobmanager", "--port", "7000", "--metrics-port", "7001"),
+        ("py", "-m", "jobmanager", "--port", "7000", "--metrics-port", "7001", "--rest-port", "7002"),
         ("py", "-m", "taskmanager", "--id", "taskmanager-1", "--metrics-port", "7011"),
         ("py", "-m", "taskmanager", "--id", "taskmanager-2", "--metrics-port", "7012"),
         ("py", "-m", "taskmanager", "--id", "taskmanager-3", "--metrics-port", "7013"),

@@ -1,0 +1,1 @@
+"""The JobManager's REST API and web UI (FastAPI, served by uvicorn in the JobManager process)."""

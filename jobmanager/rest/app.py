@@ -1,0 +1,169 @@
+"""The REST API's routes (``docs/rest-api.md``): thin, as the gRPC servicer. Each reads through the
+``JobManager`` facade (which takes its lock), converts the views in ``jobmanager.rest.views`` and lets
+``jobmanager.rest.errors`` answer every error. ``/`` and ``/web/...`` serve the web UI's files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any, Final, assert_never
+
+from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import FileResponse, JSONResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
+from jobmanager.manager import JobManager
+from jobmanager.rest import errors, views
+from weir import __version__
+
+WEB_DIR: Final = Path(__file__).with_name("web")
+DEFAULT_MAX_EXCEPTIONS: Final = 20
+
+_ERROR: Final = {"model": views.ErrorBody}
+NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {404: {**_ERROR, "description": "Unknown job"}}
+BAD_REQUEST: Final[dict[int | str, dict[str, Any]]] = {400: {**_ERROR, "description": "Malformed request"}}
+CONFLICT: Final[dict[int | str, dict[str, Any]]] = {409: {**_ERROR, "description": "Not possible in the job's state"}}
+
+
+def create_app(manager: JobManager) -> FastAPI:
+    app = FastAPI(
+        title="Weir JobManager",
+        version=__version__,
+        description="Jobs, checkpoints, exceptions and TaskManagers of a Weir cluster (docs/rest-api.md).",
+        openapi_url="/openapi.json",
+        docs_url=None,  # Swagger UI and ReDoc load their assets from a CDN; the API serves nothing remote
+        redoc_url=None,
+    )
+    errors.install(app)
+
+    def require_ready() -> None:
+        if not manager.ready:
+            what = "stopping" if manager.stopping else "still taking over its jobs from checkpoint storage"
+            raise JobManagerNotReadyError(f"the JobManager is {what}; try again shortly")
+
+    api = APIRouter(
+        dependencies=[Depends(require_ready)],
+        responses={503: {**_ERROR, "description": "The JobManager is not ready"}},
+    )
+
+    @app.get(
+        "/healthz",
+        response_model_exclude_none=True,
+        responses={503: {"model": views.Health, "description": "Starting or stopping"}},
+    )
+    def healthz() -> views.Health:
+        """For probes: 200 once the JobManager has taken over its jobs, 503 before and while it stops."""
+        if not manager.ready:
+            status = views.HealthStatus.STOPPING if manager.stopping else views.HealthStatus.STARTING
+            body = views.health(status, None, ()).model_dump(mode="json", by_alias=True, exclude_none=True)
+            return JSONResponse(body, status_code=503)  # type: ignore[return-value]  # documented above
+        return views.health(views.HealthStatus.OK, manager.cluster_status(), manager.list_jobs())
+
+    @api.get("/overview")
+    def overview() -> views.Overview:
+        return views.overview(manager.cluster_status(), manager.list_jobs())
+
+    @api.get("/taskmanagers")
+    def taskmanagers() -> views.TaskManagers:
+        return views.taskmanagers(manager.cluster_status())
+
+    @api.get("/jobs")
+    def jobs() -> views.Jobs:
+        return views.jobs(manager.list_jobs())
+
+    @api.get("/jobs/{job_id}", responses=NOT_FOUND)
+    def job(job_id: str) -> views.JobDetails:
+        return views.job_details(manager.job_status(job_id), manager.job_plan(job_id))
+
+    @api.patch("/jobs/{job_id}", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
+    def cancel(job_id: str, mode: views.CancelMode = views.CancelMode.CANCEL) -> views.Accepted:
+        """Cancel the job (Flink's ``?mode=cancel``); its status shows when it is CANCELED."""
+        match mode:
+            case views.CancelMode.CANCEL:
+                manager.cancel(job_id)
+            case _:
+                assert_never(mode)
+        return views.Accepted()
+
+    @api.get("/jobs/{job_id}/plan", responses=NOT_FOUND)
+    def plan(job_id: str) -> views.JobPlan:
+        return views.job_plan(manager.job_plan(job_id))
+
+    @api.get("/jobs/{job_id}/exceptions", responses={**NOT_FOUND, **BAD_REQUEST})
+    def exceptions(
+        job_id: str,
+        max_exceptions: Annotated[int, Query(alias="maxExceptions", ge=1, le=1000)] = DEFAULT_MAX_EXCEPTIONS,
+    ) -> views.JobExceptions:
+        """The job's last failures, newest first (the last 100 are kept, also across JobManager restarts)."""
+        return views.job_exceptions(manager.exception_history(job_id), manager.job_plan(job_id), max_exceptions)
+
+    @api.get("/jobs/{job_id}/checkpoints", responses=NOT_FOUND)
+    def checkpoints(job_id: str) -> views.Checkpoints:
+        return views.checkpoints(manager.list_checkpoints(job_id))
+
+    @api.get(
+        "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",
+        responses={404: {**_ERROR, "description": "Unknown job or checkpoint"}, **BAD_REQUEST},
+    )
+    def checkpoint_details(job_id: str, checkpoint_id: int) -> views.CheckpointDetails:
+        detail = manager.checkpoint_detail(job_id, checkpoint_id)
+        tasks = [(t.vertex_uid, t.subtask) for t in manager.job_status(job_id).tasks]
+        return views.checkpoint_details(detail, tasks)
+
+    @api.get(
+        "/jobs/{job_id}/vertices/{vertex_id}/backpressure",
+        responses={404: {**_ERROR, "description": "Unknown job or vertex"}},
+    )
+    def backpressure(job_id: str, vertex_id: str) -> views.VertexBackpressure:
+        """Each subtask's backpressured, busy and idle shares over its last heartbeat interval."""
+        if vertex_id not in {v.uid for v in manager.job_plan(job_id).vertices}:
+            raise UnknownVertexError(job_id, vertex_id)
+        return views.vertex_backpressure(manager.job_status(job_id), vertex_id)
+
+    @api.post("/jobs/{job_id}/savepoints", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
+    def savepoint(job_id: str, request: views.SavepointRequest | None = None) -> views.SavepointTriggered:
+        """Start a savepoint (with ``cancel-job``: stop the job at it); its outcome shows in the checkpoints."""
+        body = request if request is not None else views.SavepointRequest()
+        savepoint_id = manager.trigger_savepoint(
+            job_id, body.target_directory or "", stop=body.cancel_job, drain=body.drain
+        )
+        return views.SavepointTriggered(request_id=str(savepoint_id))
+
+    app.include_router(api)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> FileResponse:
+        page = WEB_DIR / "index.html"
+        if not page.is_file():
+            raise HTTPException(404, f"the web UI is not installed ({page} is missing)")
+        return FileResponse(page)
+
+    app.mount("/web", StaticFiles(directory=WEB_DIR, check_dir=False), name="web")
+    _document_errors_as_400(app)
+    return app
+
+
+def _document_errors_as_400(app: FastAPI) -> None:
+    """FastAPI documents a malformed request as 422; this API answers 400 (``errors.install``), as
+    documented on each route, so the generated 422 responses and their schemas go."""
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(
+                title=app.title,
+                version=app.version,
+                openapi_version=app.openapi_version,
+                description=app.description,
+                routes=app.routes,
+            )
+            for operations in schema.get("paths", {}).values():
+                for operation in operations.values():
+                    operation.get("responses", {}).pop("422", None)
+            for name in ("HTTPValidationError", "ValidationError"):
+                schema.get("components", {}).get("schemas", {}).pop(name, None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,0 +1,744 @@
+"""The REST API's response models (pydantic: they are the OpenAPI schema) and the one conversion of
+the JobManager's read views (``jobmanager.messages``) into them.
+
+Field names are Flink's where Flink has the concept (kebab-case or camelCase as Flink spells them),
+snake_case for Weir's own. Times are epoch milliseconds, durations milliseconds, sizes bytes. Enums
+go out by their names (``USER``, ``HASH``, ``SAVEPOINT``).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
+
+from jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
+from jobmanager.exception_history import ExceptionHistory
+from jobmanager.messages import (
+    CheckpointDetailView,
+    CheckpointsView,
+    ClusterView,
+    JobPlanView,
+    JobStatusView,
+    JobSummaryView,
+    TaskView,
+    VertexView,
+)
+from weir import __version__
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
+from weir.core.errors import Fault
+from weir.core.failures import Failure
+from weir.core.ids import CheckpointId
+from weir.core.states import JobStatus, TaskState
+from weir.graph import Partitioning
+
+
+def _names(enum_type: type[enum.Enum]) -> WithJsonSchema:
+    return WithJsonSchema({"type": "string", "enum": [m.name for m in enum_type]})
+
+
+_BY_NAME = PlainSerializer(lambda member: member.name, return_type=str)
+
+FaultName = Annotated[Fault, _BY_NAME, _names(Fault)]
+CheckpointKindName = Annotated[CheckpointKind, _BY_NAME, _names(CheckpointKind)]
+PartitioningName = Annotated[Partitioning, _BY_NAME, _names(Partitioning)]
+Ratio = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Model(BaseModel):
+    """Frozen; built in Python by field name, written out by alias (the API's spelling)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", validate_by_name=True, validate_by_alias=True)
+
+
+def _api(name: str) -> Any:
+    """A field the API spells ``name`` (kebab-case or camelCase), built in Python by its own name."""
+    return Field(validation_alias=name, serialization_alias=name)
+
+
+def ms(seconds: float) -> int:
+    """Epoch seconds (or a duration in seconds) as the API's milliseconds."""
+    return round(seconds * 1000)
+
+
+def _optional_ms(seconds: float | None) -> int | None:
+    return None if seconds is None else ms(seconds)
+
+
+# Errors and health ---------------------------------------------------------------------------------
+
+
+class ErrorBody(Model):
+    errors: list[str]
+
+
+class HealthStatus(enum.StrEnum):
+    OK = "ok"
+    STARTING = "starting"  # the JobManager is still taking over its jobs from checkpoint storage
+    STOPPING = "stopping"
+
+
+class Health(Model):
+    status: HealthStatus
+    taskmanagers: int | None = None  # alive ones
+    jobs_running: int | None = None
+
+
+def health(status: HealthStatus, cluster: ClusterView | None, jobs: Sequence[JobSummaryView]) -> Health:
+    if status is not HealthStatus.OK or cluster is None:
+        return Health(status=status)
+    return Health(
+        status=status,
+        taskmanagers=sum(1 for tm in cluster.taskmanagers if tm.alive),
+        jobs_running=sum(1 for j in jobs if j.status is JobStatus.RUNNING),
+    )
+
+
+# Overview and TaskManagers -------------------------------------------------------------------------
+
+
+class Overview(Model):
+    taskmanagers: int
+    slots_total: int = _api("slots-total")
+    slots_available: int = _api("slots-available")
+    jobs_running: int = _api("jobs-running")  # every job that has not ended (Flink counts so)
+    jobs_finished: int = _api("jobs-finished")
+    jobs_cancelled: int = _api("jobs-cancelled")
+    jobs_failed: int = _api("jobs-failed")
+    weir_version: str = _api("weir-version")
+
+
+def overview(cluster: ClusterView, jobs: Sequence[JobSummaryView]) -> Overview:
+    alive = [tm for tm in cluster.taskmanagers if tm.alive]
+    statuses = Counter(j.status for j in jobs)
+    return Overview(
+        taskmanagers=len(alive),
+        slots_total=sum(tm.slots_total for tm in alive),
+        slots_available=sum(tm.slots_free for tm in alive),
+        jobs_running=sum(n for status, n in statuses.items() if not status.terminal),
+        jobs_finished=statuses[JobStatus.FINISHED],
+        jobs_cancelled=statuses[JobStatus.CANCELED],
+        jobs_failed=statuses[JobStatus.FAILED],
+        weir_version=__version__,
+    )
+
+
+class PlacedTask(Model):
+    job_id: str
+    vertex_id: str
+    subtask: int
+    attempt: int
+    status: TaskState | None  # None: deployed, not reported yet
+
+
+class TaskManagerInfo(Model):
+    id: str
+    path: str  # the address of its gRPC service
+    slots_number: int = _api("slotsNumber")
+    free_slots: int = _api("freeSlots")
+    time_since_last_heartbeat: int = _api("timeSinceLastHeartbeat")  # ms
+    alive: bool
+    tasks: list[PlacedTask]
+
+
+class TaskManagers(Model):
+    taskmanagers: list[TaskManagerInfo]
+
+
+def taskmanagers(cluster: ClusterView) -> TaskManagers:
+    return TaskManagers(
+        taskmanagers=[
+            TaskManagerInfo(
+                id=tm.taskmanager_id,
+                path=tm.address,
+                slots_number=tm.slots_total,
+                free_slots=tm.slots_free,
+                time_since_last_heartbeat=ms(tm.last_heartbeat_age_s),
+                alive=tm.alive,
+                tasks=[
+                    PlacedTask(
+                        job_id=t.job_id, vertex_id=t.vertex_uid, subtask=t.subtask, attempt=t.attempt, status=t.state
+                    )
+                    for t in tm.tasks
+                ],
+            )
+            for tm in cluster.taskmanagers
+        ]
+    )
+
+
+# Jobs ----------------------------------------------------------------------------------------------
+
+
+class FailureInfo(Model):
+    type: str
+    message: str
+    fault: FaultName
+    retriable: bool
+
+
+def failure_info(failure: Failure | None) -> FailureInfo | None:
+    if failure is None:
+        return None
+    return FailureInfo(type=failure.type, message=failure.message, fault=failure.fault, retriable=failure.retriable)
+
+
+class JobListEntry(Model):
+    id: str
+    name: str
+    status: JobStatus
+    start_time: int = _api("start-time")
+    parallelism: int
+    restarts: int
+
+
+class Jobs(Model):
+    jobs: list[JobListEntry]  # newest first
+
+
+def jobs(summaries: Iterable[JobSummaryView]) -> Jobs:
+    return Jobs(
+        jobs=[
+            JobListEntry(
+                id=j.job_id,
+                name=j.job_name,
+                status=j.status,
+                start_time=ms(j.submitted_at),
+                parallelism=j.parallelism,
+                restarts=j.restarts,
+            )
+            for j in sorted(summaries, key=lambda j: (j.submitted_at, j.job_id), reverse=True)
+        ]
+    )
+
+
+class VertexMetrics(Model):
+    read_records: int = _api("read-records")
+    write_records: int = _api("write-records")
+
+
+class SubtaskInfo(Model):
+    subtask: int
+    status: TaskState | None  # None: not reported yet
+    taskmanager_id: str | None
+    attempt: int
+    read_records: int = _api("read-records")
+    write_records: int = _api("write-records")
+    busy_ratio: Ratio | None = _api("busyRatio")  # over its last heartbeat interval; None: not measured
+    back_pressured_ratio: Ratio | None = _api("backPressuredRatio")
+    idle_ratio: Ratio | None = _api("idleRatio")
+    watermark: int | None  # its current input watermark, ms
+    watermark_lag: int | None  # now - watermark, ms
+
+
+class VertexInfo(Model):
+    id: str
+    name: str
+    parallelism: int
+    status: TaskState | None
+    metrics: VertexMetrics
+    subtasks: list[SubtaskInfo]
+
+
+class JobDetails(Model):
+    jid: str
+    name: str
+    state: JobStatus
+    start_time: int = _api("start-time")
+    end_time: int = _api("end-time")  # -1: not ended (Flink's spelling)
+    duration: int
+    now: int
+    parallelism: int
+    restarts: int
+    last_completed_checkpoint: int | None
+    failure: FailureInfo | None
+    vertices: list[VertexInfo]
+    status_counts: dict[TaskState, int] = _api("status-counts")
+
+
+def vertex_status(states: Iterable[TaskState | None]) -> TaskState | None:
+    """One status for a vertex's subtasks, as Flink aggregates them: any FAILED, else any CANCELED,
+    else any RUNNING, else any DEPLOYING, else FINISHED when all are; else None (not all reported)."""
+    seen = list(states)
+    for state in (TaskState.FAILED, TaskState.CANCELED, TaskState.RUNNING, TaskState.DEPLOYING):
+        if state in seen:
+            return state
+    if seen and all(s is TaskState.FINISHED for s in seen):
+        return TaskState.FINISHED
+    return None
+
+
+def _subtask(task: TaskView, now_ms: int) -> SubtaskInfo:
+    ratios = task.ratios
+    return SubtaskInfo(
+        subtask=task.subtask,
+        status=task.state,
+        taskmanager_id=task.taskmanager_id or None,
+        attempt=task.attempt,
+        read_records=task.records_in,
+        write_records=task.records_out,
+        busy_ratio=ratios.busy if ratios is not None else None,
+        back_pressured_ratio=ratios.backpressured if ratios is not None else None,
+        idle_ratio=ratios.idle if ratios is not None else None,
+        watermark=task.watermark,
+        watermark_lag=now_ms - task.watermark if task.watermark is not None else None,
+    )
+
+
+def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
+    summary = status.summary
+    now_ms = ms(status.now)
+    start = ms(summary.submitted_at)
+    end = _optional_ms(status.finished_at)
+    by_vertex: dict[str, list[TaskView]] = {}
+    for task in status.tasks:
+        by_vertex.setdefault(task.vertex_uid, []).append(task)
+    vertices = []
+    for vertex in plan.vertices:
+        tasks = sorted(by_vertex.get(vertex.uid, ()), key=lambda t: t.subtask)
+        vertices.append(
+            VertexInfo(
+                id=vertex.uid,
+                name=vertex.name,
+                parallelism=vertex.parallelism,
+                status=vertex_status(t.state for t in tasks),
+                metrics=VertexMetrics(
+                    read_records=sum(t.records_in for t in tasks), write_records=sum(t.records_out for t in tasks)
+                ),
+                subtasks=[_subtask(t, now_ms) for t in tasks],
+            )
+        )
+    counts = Counter(t.state for t in status.tasks if t.state is not None)
+    return JobDetails(
+        jid=summary.job_id,
+        name=summary.job_name,
+        state=summary.status,
+        start_time=start,
+        end_time=end if end is not None else -1,
+        duration=max(0, (end if end is not None else now_ms) - start),
+        now=now_ms,
+        parallelism=summary.parallelism,
+        restarts=summary.restarts,
+        last_completed_checkpoint=status.last_completed_checkpoint or None,
+        failure=failure_info(status.failure),
+        vertices=vertices,
+        status_counts={state: counts[state] for state in TaskState if counts[state]},
+    )
+
+
+# Plan ----------------------------------------------------------------------------------------------
+
+
+class PlanOperator(Model):
+    uid: str
+    name: str
+
+
+class PlanInput(Model):
+    num: int
+    id: str  # the producer vertex
+    ship_strategy: PartitioningName
+    side_output: str | None  # the side output's tag name; None: the producer's main output
+
+
+class PlanNode(Model):
+    id: str
+    parallelism: int
+    operator: str  # the head operator's name
+    description: str  # the chain's operator names, joined by ' -> '
+    operators: list[PlanOperator]  # the chain, head first
+    inputs: list[PlanInput]
+
+
+class Plan(Model):
+    jid: str
+    name: str
+    nodes: list[PlanNode]  # in topological order
+
+
+class JobPlan(Model):
+    plan: Plan
+
+
+def _node(vertex: VertexView) -> PlanNode:
+    return PlanNode(
+        id=vertex.uid,
+        parallelism=vertex.parallelism,
+        operator=vertex.operators[0].name if vertex.operators else "",
+        description=vertex.name,
+        operators=[PlanOperator(uid=o.uid, name=o.name) for o in vertex.operators],
+        inputs=[
+            PlanInput(num=n, id=e.producer_vertex, ship_strategy=e.partitioning, side_output=e.side_output)
+            for n, e in enumerate(vertex.inputs)
+        ],
+    )
+
+
+def job_plan(plan: JobPlanView) -> JobPlan:
+    return JobPlan(plan=Plan(jid=plan.job_id, name=plan.job_name, nodes=[_node(v) for v in plan.vertices]))
+
+
+# Exceptions ----------------------------------------------------------------------------------------
+
+
+class ExceptionInfo(Model):
+    exception_name: str = _api("exceptionName")  # the failure's type
+    message: str
+    fault: FaultName
+    retriable: bool
+    timestamp: int
+    task_name: str | None = _api("taskName")  # the vertex's operator names
+    vertex_id: str | None
+    subtask: int | None
+    attempt: int
+    taskmanager_id: str | None
+
+
+class ExceptionHistoryInfo(Model):
+    entries: list[ExceptionInfo]  # newest first
+    truncated: bool  # older entries were left out (maxExceptions)
+
+
+class JobExceptions(Model):
+    exception_history: ExceptionHistoryInfo = _api("exceptionHistory")
+
+
+def job_exceptions(history: ExceptionHistory, plan: JobPlanView, max_exceptions: int) -> JobExceptions:
+    names = {v.uid: v.name for v in plan.vertices}
+    entries, truncated = history.latest(max_exceptions)
+    return JobExceptions(
+        exception_history=ExceptionHistoryInfo(
+            entries=[
+                ExceptionInfo(
+                    exception_name=e.failure.type,
+                    message=e.failure.message,
+                    fault=e.failure.fault,
+                    retriable=e.failure.retriable,
+                    timestamp=ms(e.timestamp),
+                    task_name=names.get(e.vertex_uid) if e.vertex_uid is not None else None,
+                    vertex_id=e.vertex_uid,
+                    subtask=e.subtask,
+                    attempt=e.attempt,
+                    taskmanager_id=e.taskmanager_id,
+                )
+                for e in entries
+            ],
+            truncated=truncated,
+        )
+    )
+
+
+# Checkpoints ---------------------------------------------------------------------------------------
+
+
+class Checkpoint(Model):
+    id: int
+    status: CheckpointStatus
+    is_savepoint: bool
+    checkpoint_type: CheckpointKindName
+    unaligned: bool  # a task persisted in-flight records
+    trigger_timestamp: int
+    latest_ack_timestamp: int | None
+    end_to_end_duration: int | None  # trigger to completion or failure; None: in progress
+    state_size: int
+    num_subtasks: int
+    num_acknowledged_subtasks: int
+    failure_message: str | None
+    external_path: str | None  # while retained (or a savepoint's copy): weir run --from-checkpoint takes it
+
+
+class CheckpointCountsInfo(Model):
+    restored: int  # how many times the job restored a checkpoint (since this JobManager took it)
+    total: int  # triggered
+    in_progress: int
+    completed: int
+    failed: int
+
+
+class RestoredInfo(Model):
+    id: int
+    restore_timestamp: int
+    is_savepoint: bool
+
+
+class LatestCheckpoints(Model):
+    completed: Checkpoint | None  # the newest completed checkpoint (not a savepoint)
+    savepoint: Checkpoint | None  # the newest completed savepoint
+    failed: Checkpoint | None
+    restored: RestoredInfo | None  # what the job's current attempt restored
+
+
+class Checkpoints(Model):
+    counts: CheckpointCountsInfo
+    latest: LatestCheckpoints
+    history: list[Checkpoint]  # newest first
+
+
+def _checkpoint_fields(summary: CheckpointSummary, external_paths: Mapping[CheckpointId, str]) -> dict[str, Any]:
+    acks = [t.acked_at for t in summary.tasks if t.acked_at is not None]
+    return {
+        "id": summary.checkpoint_id,
+        "status": summary.status,
+        "is_savepoint": summary.kind is CheckpointKind.SAVEPOINT,
+        "checkpoint_type": summary.kind,
+        "unaligned": any(t.unaligned for t in summary.tasks),
+        "trigger_timestamp": ms(summary.trigger_timestamp),
+        "latest_ack_timestamp": ms(max(acks)) if acks else None,
+        "end_to_end_duration": _optional_ms(summary.duration_s),
+        "state_size": summary.state_size_bytes,
+        "num_subtasks": summary.total_tasks,
+        "num_acknowledged_subtasks": summary.acknowledged,
+        "failure_message": str(summary.failure) if summary.failure is not None else None,
+        "external_path": external_paths.get(summary.checkpoint_id),
+    }
+
+
+def checkpoint(summary: CheckpointSummary, external_paths: Mapping[CheckpointId, str]) -> Checkpoint:
+    return Checkpoint(**_checkpoint_fields(summary, external_paths))
+
+
+def _first(
+    history: Sequence[CheckpointSummary], status: CheckpointStatus, kind: CheckpointKind | None = None
+) -> CheckpointSummary | None:
+    return next((c for c in history if c.status is status and (kind is None or c.kind is kind)), None)
+
+
+def checkpoints(view: CheckpointsView) -> Checkpoints:
+    history = view.checkpoints
+    paths = view.external_paths
+
+    def latest(summary: CheckpointSummary | None) -> Checkpoint | None:
+        return checkpoint(summary, paths) if summary is not None else None
+
+    restored = view.restored
+    counts = view.counts
+    return Checkpoints(
+        counts=CheckpointCountsInfo(
+            restored=counts.restores,
+            total=counts.triggered,
+            in_progress=counts.in_progress,
+            completed=counts.completed,
+            failed=counts.failed,
+        ),
+        latest=LatestCheckpoints(
+            completed=latest(_first(history, CheckpointStatus.COMPLETED, CheckpointKind.CHECKPOINT)),
+            savepoint=latest(_first(history, CheckpointStatus.COMPLETED, CheckpointKind.SAVEPOINT)),
+            failed=latest(_first(history, CheckpointStatus.FAILED)),
+            restored=RestoredInfo(
+                id=restored.checkpoint_id,
+                restore_timestamp=ms(restored.restored_at),
+                is_savepoint=restored.kind is CheckpointKind.SAVEPOINT,
+            )
+            if restored is not None
+            else None,
+        ),
+        history=[checkpoint(c, paths) for c in history],
+    )
+
+
+class SubtaskCheckpointStatus(enum.StrEnum):
+    COMPLETED = "COMPLETED"  # acknowledged
+    PENDING = "PENDING"
+
+
+class TimelineChannel(Model):
+    channel: int
+    upstream_vertex: str
+    upstream_subtask: int
+    barrier_timestamp: int | None  # when the barrier arrived on this input channel
+
+
+class Timeline(Model):
+    """Where one subtask's part of a checkpoint spent its time (all epoch ms)."""
+
+    trigger_timestamp: int  # the coordinator triggered the checkpoint
+    first_barrier_timestamp: int | None  # the first barrier (or the trigger, at a source) reached the task
+    channels: list[TimelineChannel]  # none at a source
+    alignment_end_timestamp: int | None  # barrier on every channel (aligned) / snapshot started (unaligned)
+    sync_end_timestamp: int | None  # the synchronous part of the snapshot done
+    async_end_timestamp: int | None  # the upload done
+    ack_timestamp: int | None  # the acknowledgement reached the JobManager
+
+
+class SubtaskCheckpoint(Model):
+    vertex_id: str
+    subtask: int
+    status: SubtaskCheckpointStatus
+    ack_timestamp: int | None
+    alignment_duration: int
+    start_delay: int
+    sync_duration: int
+    async_duration: int
+    state_size: int
+    unaligned: bool
+    inflight_size: int
+    timeline: Timeline | None
+
+
+class CheckpointDetails(Checkpoint):
+    subtasks: list[SubtaskCheckpoint]
+
+
+def timeline(stats: TaskCheckpointStats, trigger_timestamp: float) -> Timeline | None:
+    """A subtask's checkpoint timeline in epoch ms: its TaskManager's times, framed by the
+    JobManager's trigger and the acknowledgement's arrival."""
+    recorded = stats.timeline
+    if recorded is None:
+        return None
+    return Timeline(
+        trigger_timestamp=ms(trigger_timestamp),
+        first_barrier_timestamp=ms(recorded.first_barrier_at),
+        channels=[
+            TimelineChannel(
+                channel=c.channel,
+                upstream_vertex=c.upstream_vertex,
+                upstream_subtask=c.upstream_subtask,
+                barrier_timestamp=_optional_ms(c.barrier_at),
+            )
+            for c in recorded.channels
+        ],
+        alignment_end_timestamp=ms(recorded.alignment_end_at),
+        sync_end_timestamp=ms(recorded.sync_end_at),
+        async_end_timestamp=ms(recorded.async_end_at),
+        ack_timestamp=_optional_ms(stats.acked_at),
+    )
+
+
+def _acknowledged(stats: TaskCheckpointStats, trigger_timestamp: float) -> SubtaskCheckpoint:
+    return SubtaskCheckpoint(
+        vertex_id=stats.task_id.operator_uid,
+        subtask=stats.task_id.subtask,
+        status=SubtaskCheckpointStatus.COMPLETED,
+        ack_timestamp=_optional_ms(stats.acked_at),
+        alignment_duration=ms(stats.alignment_duration_s),
+        start_delay=ms(stats.start_delay_s),
+        sync_duration=ms(stats.sync_duration_s),
+        async_duration=ms(stats.async_duration_s),
+        state_size=stats.state_size_bytes,
+        unaligned=stats.unaligned,
+        inflight_size=stats.inflight_bytes,
+        timeline=timeline(stats, trigger_timestamp),
+    )
+
+
+def checkpoint_details(detail: CheckpointDetailView, tasks: Iterable[tuple[str, int]]) -> CheckpointDetails:
+    """One checkpoint with a line per subtask of the job (``tasks``) and of the checkpoint: the
+    acknowledged ones with their statistics and timelines, the others PENDING (COMPLETED without
+    statistics for a checkpoint this JobManager only read back from storage)."""
+    summary = detail.checkpoint
+    external_paths = {} if detail.external_path is None else {summary.checkpoint_id: detail.external_path}
+    acked: dict[tuple[str, int], SubtaskCheckpoint] = {
+        (t.task_id.operator_uid, t.task_id.subtask): _acknowledged(t, summary.trigger_timestamp) for t in summary.tasks
+    }
+    tasks = [*tasks, *((t.operator_uid, t.subtask) for t in summary.pending_tasks)]
+    missing = SubtaskCheckpointStatus.COMPLETED if summary.status is CheckpointStatus.COMPLETED else None
+    subtasks = [
+        acked.get(task)
+        or SubtaskCheckpoint(
+            vertex_id=task[0],
+            subtask=task[1],
+            status=missing or SubtaskCheckpointStatus.PENDING,
+            ack_timestamp=None,
+            alignment_duration=0,
+            start_delay=0,
+            sync_duration=0,
+            async_duration=0,
+            state_size=0,
+            unaligned=False,
+            inflight_size=0,
+            timeline=None,
+        )
+        for task in sorted(set(tasks) | set(acked))
+    ]
+    return CheckpointDetails(**_checkpoint_fields(summary, external_paths), subtasks=subtasks)
+
+
+# Backpressure --------------------------------------------------------------------------------------
+
+
+class BackpressureLevel(enum.StrEnum):
+    OK = "ok"
+    LOW = "low"
+    HIGH = "high"
+
+
+def backpressure_level(ratio: float) -> BackpressureLevel:
+    """Flink's thresholds: up to 10% of the time backpressured is ok, up to 50% low, above high."""
+    if ratio <= 0.10:
+        return BackpressureLevel.OK
+    if ratio <= 0.5:
+        return BackpressureLevel.LOW
+    return BackpressureLevel.HIGH
+
+
+class SubtaskBackpressure(Model):
+    subtask: int
+    backpressure_level: BackpressureLevel = _api("backpressureLevel")
+    ratio: Ratio | None  # backpressured share of its last heartbeat interval; None: not measured yet
+    busy_ratio: Ratio | None = _api("busyRatio")
+    idle_ratio: Ratio | None = _api("idleRatio")
+
+
+class VertexBackpressure(Model):
+    status: Literal["ok"]
+    backpressure_level: BackpressureLevel = _api("backpressureLevel")  # the worst subtask's
+    end_timestamp: int = _api("end-timestamp")  # when the newest measurement reached the JobManager
+    subtasks: list[SubtaskBackpressure]
+
+
+def vertex_backpressure(status: JobStatusView, vertex_uid: str) -> VertexBackpressure:
+    tasks = sorted((t for t in status.tasks if t.vertex_uid == vertex_uid), key=lambda t: t.subtask)
+    subtasks = []
+    for t in tasks:
+        r = t.ratios
+        subtasks.append(
+            SubtaskBackpressure(
+                subtask=t.subtask,
+                backpressure_level=backpressure_level(r.backpressured if r is not None else 0.0),
+                ratio=r.backpressured if r is not None else None,
+                busy_ratio=r.busy if r is not None else None,
+                idle_ratio=r.idle if r is not None else None,
+            )
+        )
+    worst = max((s.ratio for s in subtasks if s.ratio is not None), default=0.0)
+    measured = [t.progress_at for t in tasks if t.progress_at is not None]
+    return VertexBackpressure(
+        status="ok",
+        backpressure_level=backpressure_level(worst),
+        end_timestamp=ms(max(measured)) if measured else ms(status.now),
+        subtasks=subtasks,
+    )
+
+
+# Requests ------------------------------------------------------------------------------------------
+
+
+class SavepointRequest(Model):
+    """``POST /jobs/{id}/savepoints``; strict: a string is no boolean."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True)
+
+    target_directory: str | None = Field(default=None, alias="target-directory", min_length=1)
+    cancel_job: bool = Field(default=False, alias="cancel-job")  # stop the job once the savepoint completed
+    drain: bool = False  # with cancel-job: advance event time to the end first
+
+    @model_validator(mode="after")
+    def _drain_only_when_stopping(self) -> SavepointRequest:
+        if self.drain and not self.cancel_job:
+            raise ValueError("drain needs cancel-job: only a job that stops is drained")
+        return self
+
+
+class SavepointTriggered(Model):
+    request_id: str = _api("request-id")  # the savepoint's checkpoint id
+
+
+class CancelMode(enum.StrEnum):
+    CANCEL = "cancel"
+
+
+class Accepted(Model):
+    pass

@@ -1,0 +1,376 @@
+"""The JobManager's REST API and gRPC health checking against the session's cluster: every path with
+one running job (two vertices behind a hash edge, checkpoints every second, one failure the test asks
+for), the errors (404, 400, 409), a savepoint, the exception history across a JobManager restart
+(the process killed and started again by the supervisor), and cancel. The tests share the job and
+run in file order: the restart and the cancel come last."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import grpc
+import httpx
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from openapi_spec_validator import validate
+
+from tests.integration.conftest import REPO_ROOT, WeirCluster
+from weir.tools.supervisor import TASKMANAGERS, kill_process
+
+pytestmark = pytest.mark.integration
+
+JOB = REPO_ROOT / "tests" / "integration" / "jobmanager" / "jobs" / "fail_on_request.py"
+PARALLELISM = 2
+DEADLINE_S = 90.0
+POLL_S = 0.2
+GRPC_SERVICE = "weir.wire.JobManagerService"
+TASKMANAGER_IDS = tuple(f"taskmanager-{n}" for n in range(1, TASKMANAGERS + 1))
+
+T = TypeVar("T")
+
+
+def eventually(
+    probe: Callable[[], T | None], what: str, timeout_s: float = DEADLINE_S, context: list[Any] | None = None
+) -> T:
+    """Poll ``probe`` until it answers something true; fail after ``timeout_s`` (showing ``context``,
+    what the probe last saw)."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+        except (httpx.TransportError, KeyError) as exc:  # the JobManager restarting, a field not there yet
+            value, last = None, exc
+        if value:
+            return value
+        time.sleep(POLL_S)  # poll interval of a wait with a deadline
+    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last!r}; saw {context})")
+
+
+@dataclass
+class RestJob:
+    cluster: WeirCluster
+    http: httpx.Client
+    job_id: str
+    fail_request: Path
+
+    def get(self, path: str) -> Any:
+        response = self.http.get(path)
+        assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text}"
+        return response.json()
+
+    def errors(self, response: httpx.Response, status: int) -> list[str]:
+        assert response.status_code == status, f"{response.request.url}: {response.status_code} {response.text}"
+        body = response.json()
+        assert set(body) == {"errors"} and body["errors"], body
+        return list(body["errors"])
+
+    def completed_checkpoints(self) -> list[dict[str, Any]]:
+        history = self.get(f"/jobs/{self.job_id}/checkpoints")["history"]
+        return [c for c in history if c["status"] == "COMPLETED" and not c["is_savepoint"]]
+
+
+def grpc_health(address: str, service: str) -> int:
+    with grpc.insecure_channel(address) as channel:
+        return (
+            health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(service=service), timeout=5).status
+        )
+
+
+@pytest.fixture(scope="module")
+def rest(weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestJob]:
+    """The job, RUNNING in its second attempt after the failure the test asked for once its first
+    attempt completed a checkpoint (so the second restored it)."""
+    directory = tmp_path_factory.mktemp("rest-job")
+    fail_request = directory / "fail-request"
+    params = {
+        "fail_request": str(fail_request),
+        "fail_done": str(directory / "fail-done"),
+        "output": str(directory / "out"),
+        "checkpointing.interval": "1s",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    job_id = weir_cluster.submit(str(JOB), params, parallelism=PARALLELISM)
+    base = f"http://127.0.0.1:{weir_cluster.endpoints.jobmanager_rest_port}"
+    with httpx.Client(base_url=base, timeout=10.0) as http:
+        job = RestJob(weir_cluster, http, job_id, fail_request)
+        eventually(job.completed_checkpoints, "a completed checkpoint of the first attempt")
+        fail_request.touch()
+        eventually(lambda: job.get(f"/jobs/{job_id}/exceptions")["exceptionHistory"]["entries"], "the failure")
+        eventually(
+            lambda: (
+                job.get(f"/jobs/{job_id}")["state"] == "RUNNING"
+                and job.get(f"/jobs/{job_id}")["status-counts"] == {"RUNNING": 2 * PARALLELISM}
+            ),
+            "the second attempt running",
+        )
+        try:
+            yield job
+        finally:
+            weir_cluster.client.cancel_job(job_id)
+
+
+# Health --------------------------------------------------------------------------------------------
+
+
+def test_healthz_answers_ok_with_the_live_taskmanagers(rest: RestJob) -> None:
+    health = rest.get("/healthz")
+    assert health["status"] == "ok" and health["taskmanagers"] == TASKMANAGERS
+    assert health["jobs_running"] >= 1
+
+
+def test_grpc_health_answers_serving_for_the_server_and_the_jobmanager_service(rest: RestJob) -> None:
+    address = rest.cluster.endpoints.jobmanager_address
+    assert grpc_health(address, "") == health_pb2.HealthCheckResponse.SERVING
+    assert grpc_health(address, GRPC_SERVICE) == health_pb2.HealthCheckResponse.SERVING
+    with pytest.raises(grpc.RpcError) as unknown:
+        grpc_health(address, "weir.wire.NoSuchService")
+    assert unknown.value.code() is grpc.StatusCode.NOT_FOUND
+
+
+# The cluster ---------------------------------------------------------------------------------------
+
+
+def test_overview_counts_the_cluster_and_its_jobs(rest: RestJob) -> None:
+    overview = rest.get("/overview")
+    assert overview["taskmanagers"] == TASKMANAGERS
+    assert overview["slots-total"] >= overview["slots-available"] + PARALLELISM
+    assert overview["jobs-running"] >= 1 and isinstance(overview["weir-version"], str)
+
+
+def test_taskmanagers_list_the_job_s_running_tasks(rest: RestJob) -> None:
+    taskmanagers = rest.get("/taskmanagers")["taskmanagers"]
+    assert sorted(tm["id"] for tm in taskmanagers) == sorted(TASKMANAGER_IDS)
+    assert all(tm["alive"] and tm["timeSinceLastHeartbeat"] < 6_000 for tm in taskmanagers)
+    tasks = sorted(
+        (t["vertex_id"], t["subtask"], t["attempt"], t["status"])
+        for tm in taskmanagers
+        for t in tm["tasks"]
+        if t["job_id"] == rest.job_id
+    )
+    assert tasks == sorted((v, s, 2, "RUNNING") for v in ("numbers", "fail-once") for s in range(PARALLELISM))
+
+
+# The job -------------------------------------------------------------------------------------------
+
+
+def test_jobs_list_the_job(rest: RestJob) -> None:
+    (entry,) = [j for j in rest.get("/jobs")["jobs"] if j["id"] == rest.job_id]
+    assert entry["status"] == "RUNNING" and entry["parallelism"] == PARALLELISM and entry["restarts"] == 1
+    assert abs(entry["start-time"] - time.time() * 1000) < 600_000
+
+
+def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob) -> None:
+    seen: list[Any] = []
+
+    def measured() -> dict[str, Any] | None:
+        details = rest.get(f"/jobs/{rest.job_id}")
+        seen[:] = [details]
+        subtasks = [s for v in details["vertices"] for s in v["subtasks"]]
+        ready = all(s["busyRatio"] is not None and s["watermark"] is not None for s in subtasks)
+        flowing = all(v["metrics"]["write-records"] + v["metrics"]["read-records"] > 0 for v in details["vertices"])
+        return details if ready and flowing else None
+
+    details = eventually(measured, "every subtask's ratios, watermark and records", context=seen)
+    assert details["jid"] == rest.job_id and details["end-time"] == -1 and details["restarts"] == 1
+    assert details["last_completed_checkpoint"] >= 1
+    numbers, fail_once = details["vertices"]
+    assert (numbers["id"], numbers["name"], numbers["parallelism"]) == ("numbers", "generator", PARALLELISM)
+    assert fail_once["id"] == "fail-once" and fail_once["name"].startswith("map -> file-sink:")
+    for vertex in (numbers, fail_once):
+        assert vertex["status"] == "RUNNING"
+        assert vertex["metrics"]["read-records"] == sum(s["read-records"] for s in vertex["subtasks"])
+        for s in vertex["subtasks"]:
+            assert s["status"] == "RUNNING" and s["attempt"] == 2 and s["taskmanager_id"] in TASKMANAGER_IDS
+            total = s["busyRatio"] + s["backPressuredRatio"] + s["idleRatio"]
+            assert abs(total - 1.0) < 1e-6, s
+            assert s["watermark_lag"] == details["now"] - s["watermark"]
+            assert 0 <= s["watermark_lag"] < 60_000, s  # the generators stamp wall-clock time
+    assert details["status-counts"] == {"RUNNING": 2 * PARALLELISM}
+
+
+def test_the_plan_shows_the_chains_and_the_hash_edge(rest: RestJob) -> None:
+    plan = rest.get(f"/jobs/{rest.job_id}/plan")["plan"]
+    assert plan["jid"] == rest.job_id
+    numbers, fail_once = plan["nodes"]
+    assert (numbers["id"], numbers["operator"], numbers["inputs"]) == ("numbers", "generator", [])
+    assert [o["uid"] for o in fail_once["operators"]] == ["fail-once", "file"]
+    assert fail_once["inputs"] == [{"num": 0, "id": "numbers", "ship_strategy": "HASH", "side_output": None}]
+
+
+def test_backpressure_per_subtask_of_each_vertex(rest: RestJob) -> None:
+    for vertex in ("numbers", "fail-once"):
+        answer = rest.get(f"/jobs/{rest.job_id}/vertices/{vertex}/backpressure")
+        assert answer["status"] == "ok" and answer["backpressureLevel"] in ("ok", "low", "high")
+        assert abs(answer["end-timestamp"] - time.time() * 1000) < 30_000
+        assert [s["subtask"] for s in answer["subtasks"]] == list(range(PARALLELISM))
+        for s in answer["subtasks"]:
+            assert s["ratio"] is not None and 0.0 <= s["ratio"] <= 1.0 and s["busyRatio"] is not None
+    assert "no vertex 'file'" in rest.errors(rest.http.get(f"/jobs/{rest.job_id}/vertices/file/backpressure"), 404)[0]
+
+
+# Exceptions ----------------------------------------------------------------------------------------
+
+
+def the_failure(rest: RestJob) -> dict[str, Any]:
+    entries = rest.get(f"/jobs/{rest.job_id}/exceptions")["exceptionHistory"]["entries"]
+    (failure,) = [e for e in entries if e["exceptionName"] == "RequestedFailure"]
+    return dict(failure)
+
+
+def test_the_exception_history_has_the_failure_with_its_typed_cause_and_task(rest: RestJob) -> None:
+    failure = the_failure(rest)
+    assert failure["fault"] == "USER" and failure["retriable"] is True
+    assert "failure requested by the test" in failure["message"]
+    assert failure["vertex_id"] == "fail-once" and failure["subtask"] in range(PARALLELISM)
+    assert failure["taskName"].startswith("map -> file-sink:") and failure["attempt"] == 1
+    assert failure["taskmanager_id"] in TASKMANAGER_IDS
+    assert abs(failure["timestamp"] - time.time() * 1000) < 300_000
+    history = rest.get(f"/jobs/{rest.job_id}/exceptions?maxExceptions=1")["exceptionHistory"]
+    assert len(history["entries"]) == 1 and history["truncated"] is False
+
+
+@pytest.mark.parametrize("bad", ["0", "1001", "x"])
+def test_a_bad_max_exceptions_is_a_bad_request(rest: RestJob, bad: str) -> None:
+    rest.errors(rest.http.get(f"/jobs/{rest.job_id}/exceptions", params={"maxExceptions": bad}), 400)
+
+
+# Checkpoints ---------------------------------------------------------------------------------------
+
+
+def test_checkpoints_count_list_and_name_the_restored_one(rest: RestJob) -> None:
+    listing = rest.get(f"/jobs/{rest.job_id}/checkpoints")
+    counts = listing["counts"]
+    assert counts["completed"] >= 1 and counts["total"] >= counts["completed"] + counts["failed"]
+    assert counts["restored"] == 1
+    ids = [c["id"] for c in listing["history"]]
+    assert ids == sorted(ids, reverse=True)
+    latest = listing["latest"]
+    assert latest["completed"] is not None and latest["completed"]["status"] == "COMPLETED"
+    restored = latest["restored"]
+    assert restored is not None and restored["is_savepoint"] is False and restored["id"] >= 1
+    completed = latest["completed"]
+    assert completed["num_acknowledged_subtasks"] == completed["num_subtasks"] == 2 * PARALLELISM
+    assert completed["end_to_end_duration"] >= 0 and completed["external_path"]
+    assert completed["checkpoint_type"] == "CHECKPOINT"
+
+
+def test_a_checkpoint_s_details_have_a_line_per_subtask(rest: RestJob) -> None:
+    checkpoint = rest.completed_checkpoints()[0]
+    details = rest.get(f"/jobs/{rest.job_id}/checkpoints/details/{checkpoint['id']}")
+    assert details["id"] == checkpoint["id"] and details["status"] == "COMPLETED"
+    lines = {(s["vertex_id"], s["subtask"]): s for s in details["subtasks"]}
+    assert set(lines) == {(v, s) for v in ("numbers", "fail-once") for s in range(PARALLELISM)}
+    for line in lines.values():
+        assert line["status"] == "COMPLETED" and line["ack_timestamp"] >= details["trigger_timestamp"]
+        assert line["alignment_duration"] >= 0 and line["state_size"] >= 0
+        timeline = line["timeline"]
+        assert timeline["trigger_timestamp"] == details["trigger_timestamp"]
+        assert timeline["ack_timestamp"] == line["ack_timestamp"]
+        upstream = line["vertex_id"] == "fail-once"
+        # a source has no input channels; the keyed map reads one per upstream subtask
+        assert len(timeline["channels"]) == (PARALLELISM if upstream else 0)
+        assert sorted(c["upstream_subtask"] for c in timeline["channels"]) == (
+            list(range(PARALLELISM)) if upstream else []
+        )
+        marks = [timeline["first_barrier_timestamp"], timeline["alignment_end_timestamp"]]
+        marks += [timeline["sync_end_timestamp"], timeline["async_end_timestamp"]]
+        assert all(m is not None for m in marks), timeline
+        assert marks == sorted(marks), timeline
+
+
+def test_a_checkpoint_id_that_is_no_integer_is_a_bad_request_and_an_unknown_one_not_found(rest: RestJob) -> None:
+    rest.errors(rest.http.get(f"/jobs/{rest.job_id}/checkpoints/details/latest"), 400)
+    assert (
+        "no checkpoint 99999999"
+        in rest.errors(rest.http.get(f"/jobs/{rest.job_id}/checkpoints/details/99999999"), 404)[0]
+    )
+
+
+def test_a_savepoint_is_triggered_and_completes(rest: RestJob) -> None:
+    response = rest.http.post(f"/jobs/{rest.job_id}/savepoints", json={"cancel-job": False})
+    assert response.status_code == 202, response.text
+    savepoint_id = int(response.json()["request-id"])
+
+    def completed() -> dict[str, Any] | None:
+        history = rest.get(f"/jobs/{rest.job_id}/checkpoints")["history"]
+        found = [c for c in history if c["id"] == savepoint_id and c["status"] == "COMPLETED"]
+        return found[0] if found else None
+
+    savepoint = eventually(completed, f"savepoint {savepoint_id} completed")
+    assert savepoint["is_savepoint"] and savepoint["checkpoint_type"] == "SAVEPOINT" and savepoint["external_path"]
+    assert rest.get(f"/jobs/{rest.job_id}/checkpoints")["latest"]["savepoint"]["id"] >= savepoint_id
+
+
+@pytest.mark.parametrize("body", [{"cancel-job": "no"}, {"drain": True}, {"target": "s3://x"}])
+def test_a_bad_savepoint_body_is_a_bad_request(rest: RestJob, body: dict[str, Any]) -> None:
+    rest.errors(rest.http.post(f"/jobs/{rest.job_id}/savepoints", json=body), 400)
+
+
+# Errors and the document ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/jobs/{job}",
+        "/jobs/{job}/plan",
+        "/jobs/{job}/exceptions",
+        "/jobs/{job}/checkpoints",
+        "/jobs/{job}/checkpoints/details/1",
+        "/jobs/{job}/vertices/numbers/backpressure",
+    ],
+)
+def test_an_unknown_job_is_not_found(rest: RestJob, path: str) -> None:
+    assert rest.errors(rest.http.get(path.format(job="0123456789abcdef")), 404) == ["unknown job 0123456789abcdef"]
+
+
+def test_an_unknown_job_cannot_be_cancelled_or_savepointed(rest: RestJob) -> None:
+    rest.errors(rest.http.patch("/jobs/0123456789abcdef"), 404)
+    rest.errors(rest.http.post("/jobs/0123456789abcdef/savepoints", json={}), 404)
+    rest.errors(rest.http.patch(f"/jobs/{rest.job_id}", params={"mode": "stop"}), 400)
+
+
+def test_the_openapi_document_is_valid(rest: RestJob) -> None:
+    document = rest.get("/openapi.json")
+    validate(document)
+    assert "/jobs/{job_id}/checkpoints/details/{checkpoint_id}" in document["paths"]
+
+
+def test_the_web_ui_is_served(rest: RestJob) -> None:
+    response = rest.http.get("/")
+    assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+
+
+# A JobManager restart, then cancel (last: they change the job) -------------------------------------
+
+
+def test_the_exception_history_survives_a_jobmanager_restart(rest: RestJob) -> None:
+    before = the_failure(rest)
+    kill_process(rest.cluster.directory, "jobmanager")  # the supervisor starts it again
+    address = rest.cluster.endpoints.jobmanager_address
+
+    def serving_again() -> bool:
+        try:
+            return grpc_health(address, GRPC_SERVICE) == health_pb2.HealthCheckResponse.SERVING
+        except grpc.RpcError:
+            return False
+
+    eventually(lambda: rest.http.get("/healthz").status_code == 200, "the restarted JobManager's /healthz")
+    assert eventually(serving_again, "the restarted JobManager's gRPC health")
+    assert the_failure(rest) == before
+    eventually(lambda: rest.get(f"/jobs/{rest.job_id}")["state"] == "RUNNING", "the job taken over and running")
+
+
+def test_cancel_answers_202_and_a_savepoint_of_the_cancelled_job_is_a_conflict(rest: RestJob) -> None:
+    response = rest.http.patch(f"/jobs/{rest.job_id}")
+    assert (response.status_code, response.json()) == (202, {})
+    eventually(lambda: rest.get(f"/jobs/{rest.job_id}")["state"] == "CANCELED", "the job CANCELED")
+    details = rest.get(f"/jobs/{rest.job_id}")
+    assert details["end-time"] >= details["start-time"] and details["duration"] >= 0
+    assert "RUNNING job" in rest.errors(rest.http.post(f"/jobs/{rest.job_id}/savepoints", json={}), 409)[0]

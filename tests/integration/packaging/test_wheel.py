@@ -1,0 +1,225 @@
+"""Weir as a user installs it: an sdist and a wheel built from a clean checkout of HEAD (no Makefile, no
+generated code in the tree), installed into a fresh virtual environment, running a local cluster and a
+bounded job from that environment alone.
+
+Every package comes from a wheelhouse in Weir's cache (``$WEIR_CACHE_DIR/wheelhouse``), filled from
+PyPI at the versions of ``constraints.txt`` when it lacks one; a warm run needs no network (~1 min).
+The cluster uses free ports and a private run directory, so it runs beside the session's cluster.
+"""
+
+from __future__ import annotations
+
+import email.parser
+import json
+import os
+import socket
+import subprocess
+import sys
+import tarfile
+import zipfile
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from weir.core.config import cache_dir
+
+pytestmark = pytest.mark.integration
+
+REPO = Path(__file__).resolve().parents[3]
+BUILD_REQUIREMENTS = ("setuptools>=77", "grpcio-tools==1.85.1")
+WIRE_MODULES = ("common_pb2", "common_pb2_grpc", "jobmanager_pb2", "jobmanager_pb2_grpc", "taskmanager_pb2")
+JOB = """
+from weir.api import Environment
+
+
+def build(env: Environment) -> None:
+    path = env.params.get_str("out", "")
+    numbers = env.from_collection(list(range(1000)), uid="numbers")
+    numbers.key_by(lambda n: n % 7).map(lambda n: {"n": n, "square": n * n}, uid="square").sink_to_file(path, uid="out")
+"""
+
+
+def _run(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float = 600) -> str:
+    result = subprocess.run(
+        argv, env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    assert result.returncode == 0, f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+    return result.stdout
+
+
+def _clean_environment(**extra: str) -> dict[str, str]:
+    """This process's environment without anything that would let the repository's code in."""
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
+    env.update(extra)
+    return env
+
+
+def _free_port_run(length: int) -> int:
+    """A port ``p`` with ``p .. p+length-1`` all free on 127.0.0.1 now."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = int(probe.getsockname()[1])
+        if base + length > 65535:
+            continue
+        sockets: list[socket.socket] = []
+        try:
+            for port in range(base, base + length):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+        return base
+    raise AssertionError("no run of free ports found")
+
+
+def _with_wheelhouse(
+    argv: list[str], requirements: list[str], *, wheelhouse: Path, constraints: Path, cwd: Path
+) -> str:
+    """Run ``argv`` with pip finding packages in the wheelhouse only; when that fails, download
+    ``requirements`` (at the constrained versions) into it and run once more."""
+    offline = _clean_environment(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse))
+    first = subprocess.run(argv, env=offline, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    if first.returncode == 0:
+        return first.stdout
+    download = [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheelhouse), "-c", str(constraints)]
+    _run([*download, *requirements], env=os.environ, cwd=cwd)
+    return _run(argv, env=offline, cwd=cwd)
+
+
+def _requirements_of(wheel: Path) -> list[str]:
+    """The wheel's runtime requirements (``Requires-Dist`` without extras), as pip requirement strings."""
+    with zipfile.ZipFile(wheel) as whl:
+        (metadata,) = (name for name in whl.namelist() if name.endswith(".dist-info/METADATA"))
+        headers = email.parser.Parser().parsestr(whl.read(metadata).decode("utf-8"), headersonly=True)
+    return [r for r in headers.get_all("Requires-Dist") or [] if "extra ==" not in r]
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A clean checkout of HEAD: ``git archive``, so nothing generated or ignored comes along."""
+    work = tmp_path_factory.mktemp("checkout")
+    archive = work / "head.tar"
+    _run(["git", "-C", str(REPO), "archive", "--format=tar", "-o", str(archive), "HEAD"], env=os.environ, cwd=work)
+    root = work / "weir"
+    with tarfile.open(archive) as tar:
+        tar.extractall(root, filter="data")
+    assert not list((root / "weir/wire").glob("*_pb2*")), "a clean checkout has no generated code"
+    return root
+
+
+@pytest.fixture(scope="module")
+def wheelhouse() -> Path:
+    path = cache_dir() / "wheelhouse"
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="module")
+def built(source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The sdist, and the wheel built from it (``python -m build``, isolated build environments)."""
+    dist = tmp_path_factory.mktemp("dist")
+    build = [sys.executable, "-m", "build", "--outdir", str(dist), str(source)]
+    _with_wheelhouse(
+        build, list(BUILD_REQUIREMENTS), wheelhouse=wheelhouse, constraints=source / "constraints.txt", cwd=dist
+    )
+    (sdist,) = dist.glob("weir-*.tar.gz")
+    (wheel,) = dist.glob("weir-*.whl")
+    return sdist, wheel
+
+
+@pytest.fixture(scope="module")
+def venv(
+    built: tuple[Path, Path], source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A fresh virtual environment (no system site-packages) with the wheel and its dependencies."""
+    _, wheel = built
+    root = tmp_path_factory.mktemp("venv") / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(root)], env=_clean_environment(), cwd=root.parent)
+    constraints = source / "constraints.txt"
+    install = [sys.executable, "-m", "pip", "--python", str(root / "bin/python"), "install", "-q", "--no-compile"]
+    _with_wheelhouse(
+        [*install, "-c", str(constraints), str(wheel)],
+        _requirements_of(wheel),  # not the wheel itself: a copy of it in the wheelhouse would outlive this build
+        wheelhouse=wheelhouse,
+        constraints=constraints,
+        cwd=root.parent,
+    )
+    return root
+
+
+def test_the_sdist_carries_the_protos_and_the_build_hook(built: tuple[Path, Path]) -> None:
+    sdist, wheel = built
+    with tarfile.open(sdist) as tar:
+        names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
+    protos = {p.relative_to(REPO).as_posix() for p in (REPO / "proto/weir/wire").glob("*.proto")}
+    assert protos and protos <= names
+    assert {"build_hooks.py", "setup.py", "LICENSE", "constraints.txt", "weir/core/endpoints.env"} <= names
+    assert not any("_pb2" in name for name in names), "generated code is made by the build, not shipped in the sdist"
+    with zipfile.ZipFile(wheel) as whl:
+        members = set(whl.namelist())
+    for module in WIRE_MODULES:
+        assert f"weir/wire/{module}.py" in members
+    assert "weir/wire/common_pb2.pyi" in members
+    assert any(name.endswith(".dist-info/licenses/LICENSE") for name in members)
+
+
+def test_the_installed_package_imports_its_own_wire_modules(venv: Path, tmp_path: Path) -> None:
+    probe = (
+        "import importlib, json; "
+        f"print(json.dumps({{m: importlib.import_module('weir.wire.' + m).__file__ for m in {WIRE_MODULES!r}}}))"
+    )
+    files = json.loads(_run([str(venv / "bin/python"), "-c", probe], env=_clean_environment(), cwd=tmp_path))
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    for module, file in files.items():
+        assert Path(file).is_relative_to(site), f"weir.wire.{module} came from {file}, not the installed wheel"
+
+
+def test_weir_version_names_the_projects_version(venv: Path, tmp_path: Path) -> None:
+    import tomllib
+
+    version = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]["version"]
+    out = _run([str(venv / "bin/weir"), "--version"], env=_clean_environment(), cwd=tmp_path)
+    assert out == f"weir {version}\n"
+
+
+@pytest.fixture
+def installed_cluster(venv: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """``weir cluster up`` from the virtual environment, on free ports, with file checkpoints."""
+    jobmanager, metrics = _free_port_run(2), _free_port_run(4)
+    env = _clean_environment(
+        WEIR_RUN_DIR=str(tmp_path / "run"),
+        WEIR_JOBMANAGER_ADDRESS=f"127.0.0.1:{jobmanager}",
+        WEIR_JOBMANAGER_METRICS_PORT=str(jobmanager + 1),
+        WEIR_TASKMANAGER_METRICS_BASE_PORT=str(metrics - 1),  # TaskManager N serves base + N
+    )
+    env.pop("WEIR_CHECKPOINT_DIR", None)
+    _run([str(venv / "bin/weir"), "cluster", "up", "--timeout", "60"], env=env, cwd=tmp_path)
+    try:
+        yield env
+    finally:
+        _run([str(venv / "bin/weir"), "cluster", "down"], env=env, cwd=tmp_path)
+
+
+def test_a_bounded_job_runs_on_a_cluster_of_the_installed_package(
+    venv: Path, installed_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    job = tmp_path / "squares.py"
+    job.write_text(JOB, encoding="utf-8")
+    out = tmp_path / "out" / "squares"
+    stdout = _run(
+        [str(venv / "bin/weir"), "run", str(job), "-p", "2", "-D", f"out={out}", "--json"],
+        env=installed_cluster,
+        cwd=tmp_path,
+        timeout=180,
+    )
+    status = json.loads(stdout)
+    assert status["summary"]["status"] == "FINISHED", status
+    lines = [json.loads(line) for f in sorted(out.parent.glob("squares.*")) for line in f.read_text().splitlines()]
+    assert sorted(r["n"] for r in lines) == list(range(1000))
+    assert all(r["square"] == r["n"] ** 2 for r in lines)

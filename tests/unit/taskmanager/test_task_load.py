@@ -1,0 +1,83 @@
+"""What a task's heartbeat entry reports of it: the shares of its time (busy, backpressured, idle)
+since the previous heartbeat, and its current input watermark."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TypeVar
+
+from taskmanager.network import end_of_stream_message, watermark_message
+from taskmanager.task import Task
+from tests.unit.taskmanager.fakes import make_task
+from weir.core.states import TaskState
+from weir.core.task_time import TimeRatios
+
+T = TypeVar("T")
+
+
+def eventually(condition: Callable[[], T | None], what: str, timeout_s: float = 10.0) -> T:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out after {timeout_s} s waiting for {what}"
+        time.sleep(0.02)  # poll interval of a wait with a deadline
+
+
+def shares(task: Task, accept: Callable[[TimeRatios], bool]) -> Callable[[], TimeRatios | None]:
+    def measured() -> TimeRatios | None:
+        ratios = task.time_ratios()  # as the heartbeat asks: the shares since the previous call
+        return ratios if ratios is not None and accept(ratios) else None
+
+    return measured
+
+
+def test_a_task_waiting_for_input_is_idle_and_reports_its_input_watermark() -> None:
+    h = make_task("op", 2)
+    assert h.task.time_ratios() is None and h.task.input_watermark() is None  # nothing measured yet
+    h.gate.push(0, watermark_message(10))
+    h.gate.push(1, watermark_message(20))
+    h.task.start()
+    try:
+        h.wait_for_state(TaskState.RUNNING)
+        eventually(lambda: h.task.input_watermark() == 10, "the minimum over the channels")
+        ratios = eventually(shares(h.task, lambda r: r.idle > 0.9), "an idle interval")
+        assert abs(ratios.busy + ratios.backpressured + ratios.idle - 1.0) < 1e-9
+        assert ratios.backpressured == 0.0
+        h.gate.push(0, end_of_stream_message())
+        h.gate.push(1, end_of_stream_message())
+        h.wait_for_state(TaskState.FINISHED)
+        assert h.task.input_watermark() is None  # the end of input (MAX_WATERMARK) is no time
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def test_a_source_whose_output_is_unavailable_is_backpressured() -> None:
+    h = make_task("src", source_values=list(range(100_000)))
+    h.out.backpressured = True
+    h.task.start()
+    try:
+        h.wait_for_state(TaskState.RUNNING)
+        ratios = eventually(shares(h.task, lambda r: r.backpressured > 0.9), "a backpressured interval")
+        assert ratios.idle < 0.1
+        h.out.backpressured = False  # credit again: it reads and sends, so busy time shows
+        eventually(shares(h.task, lambda r: r.busy > 0.0 and r.backpressured < 0.9), "an interval with work")
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def test_without_a_sync_in_between_a_heartbeat_gets_the_previous_shares() -> None:
+    h = make_task("op", 1)
+    h.task.start()
+    try:
+        h.wait_for_state(TaskState.RUNNING)
+        eventually(h.task.time_ratios, "a first interval")
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+    last = h.task.time_ratios()  # the task ended: it syncs no more
+    assert last is not None and h.task.time_ratios() == last
