@@ -1,12 +1,23 @@
 """The web UI's assets are all served by the JobManager itself: index.html and the modules it loads
-reference only local files (no CDN: machines running Weir often have no internet), and every file
-they reference exists."""
+reference only local files (no CDN: machines running Weir often have no internet), every file they
+reference exists, and the JobManager's REST app serves each of them with its media type."""
 
 from __future__ import annotations
 
 import re
+import warnings
+from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
+
+import pytest
+
+from jobmanager.rest.app import create_app
+from tests.unit.jobmanager.conftest import MakeHarness
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
+    from fastapi.testclient import TestClient
 
 WEB = Path(__file__).resolve().parents[4] / "jobmanager" / "rest" / "web"
 SVG_NAMESPACE = "http://www.w3.org/2000/svg"  # an XML namespace name, never fetched
@@ -25,9 +36,9 @@ class References(HTMLParser):
                 self.refs.append(value)
 
 
-def index_references() -> list[str]:
+def index_references(html: str | None = None) -> list[str]:
     parser = References()
-    parser.feed((WEB / "index.html").read_text())
+    parser.feed((WEB / "index.html").read_text() if html is None else html)
     return parser.refs
 
 
@@ -66,3 +77,37 @@ def test_stylesheet_loads_nothing_remote() -> None:
     assert "@import" not in css
     assert not re.search(r"url\(\s*['\"]?(?:https?:)?//", css)
     assert not URL.search(css)
+
+
+@pytest.fixture
+def client(make_harness: MakeHarness) -> Iterator[TestClient]:
+    harness = make_harness()
+    harness.jm.recover_jobs()
+    with TestClient(create_app(harness.jm)) as client:
+        yield client
+
+
+MEDIA_TYPES = {".js": "text/javascript", ".css": "text/css", ".html": "text/html"}
+
+
+def test_the_served_page_and_every_asset_it_loads_come_from_the_jobmanager(client: TestClient) -> None:
+    page = client.get("/")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html"), page.text[:300]
+    assert not URL.search(page.text), "the served index.html names a remote URL"
+    # what the page loads, then what each module imports, fetched from the app as a browser would
+    todo = [r for r in index_references(page.text) if not r.startswith(("#", "data:"))]
+    fetched: set[str] = set()
+    while todo:
+        ref = todo.pop()
+        path = "/" + ref.lstrip("/")
+        if path in fetched:
+            continue
+        fetched.add(path)
+        response = client.get(path)
+        assert response.status_code == 200, f"{path}: {response.status_code}"
+        media = MEDIA_TYPES[Path(path).suffix]
+        assert response.headers["content-type"].startswith(media), (path, response.headers["content-type"])
+        if path.endswith(".js"):
+            base = path.rsplit("/", 1)[0]
+            todo += [f"{base}/{spec[2:]}" for spec in IMPORT.findall(response.text)]
+    assert fetched >= {f"/web/{m.name}" for m in WEB.glob("*.js")} | {"/web/app.css"}, fetched
