@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 INFRA := deploy/local/infra.sh
 BROWSER := deploy/local/browser.sh
 
-.PHONY: help setup proto infra-up infra-down infra-status browser test test-unit test-integration \
+.PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
@@ -39,10 +39,14 @@ browser: ## install Debian's chromium for the web UI's browser test (only when /
 infra-status: ## print the endpoints (NAME=value) and each service's state
 	@$(INFRA) status
 
-test: setup infra-up browser ## unit + integration tests against the real local services
+# Exit 3: the Go module proxy cannot be reached; the tests that need a tool then skip, saying so.
+tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.cache/weir/tools (first use)
+	deploy/local/tools.sh install || [ $$? -eq 3 ]
+
+test: setup infra-up browser tools ## unit + integration tests against the real local services
 	$(PY) -m pytest -q
 
-test-unit: setup ## unit tests only, no services
+test-unit: setup tools ## unit tests only, no services
 	$(PY) -m pytest -q -m "not integration"
 
 lint: setup

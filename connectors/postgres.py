@@ -63,6 +63,15 @@ def replace_table(endpoints: Endpoints, table: str, definition: str) -> None:
         conn.execute(sql.SQL("CREATE TABLE {} (" + definition + ")").format(sql.Identifier(table)))
 
 
+def create_table_if_missing(endpoints: Endpoints, table: str, definition: str) -> bool:
+    """``CREATE TABLE table (definition)`` unless it exists (an existing table is kept as it is, rows
+    and all); True when it was created. Safe to run again (the compose init step)."""
+    with connect(endpoints, autocommit=True) as conn:
+        existed = conn.execute("SELECT to_regclass(quote_ident(%s)) IS NOT NULL", (table,)).fetchone()
+        _create_table_once(conn, table, definition)
+    return not (existed and existed[0])
+
+
 def require_table(
     conn: psycopg.Connection[Any], table: str, columns: Sequence[str], key_columns: Sequence[str]
 ) -> None:

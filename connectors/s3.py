@@ -10,8 +10,10 @@ from typing import Any
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
 
 from weir.core.config import Endpoints
+from weir.core.errors import ServiceUnavailableError
 
 
 def client(endpoints: Endpoints) -> Any:
@@ -31,3 +33,27 @@ def client(endpoints: Endpoints) -> Any:
             read_timeout=60,
         ),
     )
+
+
+def ensure_bucket(endpoints: Endpoints, bucket: str) -> bool:
+    """Create ``bucket`` unless it exists; True when it was created. Safe to run again."""
+    s3 = client(endpoints)
+    try:
+        try:
+            s3.head_bucket(Bucket=bucket)
+            return False
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket", "NotFound"):
+                raise
+        try:
+            s3.create_bucket(Bucket=bucket)
+        except ClientError as exc:  # created meanwhile by another client
+            if exc.response.get("Error", {}).get("Code") not in ("BucketAlreadyOwnedByYou", "BucketAlreadyExists"):
+                raise
+            return False
+    except (ClientError, BotoCoreError) as exc:
+        raise ServiceUnavailableError(
+            f"s3: cannot create the bucket {bucket} at {endpoints.s3_endpoint}: {exc}; "
+            "check that the S3 server answers and WEIR_S3_ACCESS_KEY / WEIR_S3_SECRET_KEY"
+        ) from exc
+    return True

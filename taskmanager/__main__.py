@@ -12,6 +12,7 @@ import grpc
 import structlog
 from prometheus_client import start_http_server
 
+from taskmanager.identity import advertised_host, default_taskmanager_id
 from taskmanager.runtime import TaskManagerRuntime
 from taskmanager.service import TaskManagerServicer
 from weir.core import logs
@@ -25,11 +26,12 @@ def main() -> None:
         check_environment()
     settings = TaskManagerSettings.from_env()
     parser = argparse.ArgumentParser(prog="python -m taskmanager")
-    parser.add_argument("--id", default=settings.taskmanager_id or "taskmanager-1")
+    parser.add_argument("--id", default=settings.taskmanager_id, help="default: the host name (a container's own)")
     parser.add_argument(
         "--host",
         default=settings.taskmanager_host,
-        help="address other processes reach this TaskManager at",
+        help="address other processes reach this TaskManager at; default: the bind address, or with --bind 0.0.0.0 "
+        "the address the host name resolves to",
     )
     parser.add_argument("--bind", default=settings.taskmanager_bind)
     parser.add_argument("--port", type=int, default=settings.taskmanager_port)
@@ -42,6 +44,8 @@ def main() -> None:
     )
     parser.add_argument("--metrics-port", type=int, default=settings.taskmanager_metrics_port)
     args = parser.parse_args()
+    args.id = args.id or default_taskmanager_id()
+    host = advertised_host(args.bind, args.host)
 
     os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process
     logs.configure(args.id)
@@ -53,7 +57,7 @@ def main() -> None:
     port = server.add_insecure_port(f"{args.bind}:{args.port}")
     runtime = TaskManagerRuntime(
         args.id,
-        f"{args.host}:{port}",
+        f"{host}:{port}",
         endpoints.jobmanager_address,
         args.slots,
         run_dir(),
@@ -66,6 +70,7 @@ def main() -> None:
     log.info(
         "taskmanager_started",
         taskmanager_id=args.id,
+        address=f"{host}:{port}",
         port=port,
         metrics_port=args.metrics_port,
         slots=args.slots,

@@ -323,10 +323,15 @@ class TaskManagerSettings(WeirSettings):
         default=None,
         min_length=1,
         description="This TaskManager's id (set by the TaskManager for its own threads; crash point scopes match it).",
-        json_schema_extra={"default_doc": "`taskmanager-1`"},
+        json_schema_extra={"default_doc": "the host name (in a container: its own)"},
     )
-    taskmanager_host: str = Field(
-        default="127.0.0.1", min_length=1, description="Address other processes reach this TaskManager at."
+    taskmanager_host: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Address other processes reach this TaskManager at.",
+        json_schema_extra={
+            "default_doc": "the bind address; bound to every interface (`0.0.0.0`): what the host name resolves to"
+        },
     )
     taskmanager_bind: str = Field(default="127.0.0.1", min_length=1, description="Address the TaskManager binds.")
     taskmanager_port: PortOrZero = Field(default=0, description="Port of the TaskManager's gRPC service (0: any).")

@@ -34,6 +34,11 @@ TABLE_DEFINITION = (
 console = Console()
 
 
+def demo_events() -> EventSpec:
+    """The demo's input: 200k events over 1000 keys, every 20,000th malformed (the dead-letter topic)."""
+    return EventSpec(count=200_000, keys=1000, malformed_every=20_000)
+
+
 def main() -> int:
     try:
         return _demo()
@@ -47,7 +52,7 @@ def _demo() -> int:
     start_local_cluster(console, endpoints)
 
     recreate_inputs(endpoints, TOPICS, TABLE, TABLE_DEFINITION)
-    spec = EventSpec(count=200_000, keys=1000, malformed_every=20_000)
+    spec = demo_events()
     with Progress(
         TextColumn("producing events"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
     ) as progress:

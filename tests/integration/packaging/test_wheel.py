@@ -191,11 +191,12 @@ def test_weir_version_names_the_projects_version(venv: Path, tmp_path: Path) -> 
 @pytest.fixture
 def installed_cluster(venv: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
     """``weir cluster up`` from the virtual environment, on free ports, with file checkpoints."""
-    jobmanager, metrics = _free_port_run(2), _free_port_run(4)
+    jobmanager, metrics = _free_port_run(3), _free_port_run(4)
     env = _clean_environment(
         WEIR_RUN_DIR=str(tmp_path / "run"),
         WEIR_JOBMANAGER_ADDRESS=f"127.0.0.1:{jobmanager}",
         WEIR_JOBMANAGER_METRICS_PORT=str(jobmanager + 1),
+        WEIR_JOBMANAGER_REST_PORT=str(jobmanager + 2),
         WEIR_TASKMANAGER_METRICS_BASE_PORT=str(metrics - 1),  # TaskManager N serves base + N
     )
     env.pop("WEIR_CHECKPOINT_DIR", None)

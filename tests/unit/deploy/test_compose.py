@@ -10,11 +10,18 @@ compared with the local mode's own sources, read where the local mode reads them
 * deploy/prometheus/prometheus-local.yml, used by deploy/local/prometheus.sh;
 * ``weir.tools.supervisor.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
 * jobmanager/__main__.py and taskmanager/__main__.py: the flags the processes accept;
-* pyproject.toml's package list and the build hook's files, for deploy/Dockerfile.
+* pyproject.toml's package list and the build hook's files, for deploy/Dockerfile;
+* deploy/local/s3.sh: the S3 server and version the local mode runs.
+
+Where the compose CLI can be built (deploy/local/tools.sh, from the Go module proxy), ``docker-compose
+config`` also validates the file and the tests read its resolved model: interpolation, anchors and merges
+as Docker Compose itself applies them.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shlex
 import shutil
@@ -41,10 +48,15 @@ PROMETHEUS_LOCAL = REPO / "deploy/prometheus/prometheus-local.yml"
 PROMETHEUS_COMPOSE = REPO / "deploy/prometheus/prometheus-compose.yml"
 GRAFANA_PROVISIONING = REPO / "deploy/grafana/provisioning"
 
-TASKMANAGERS = ("taskmanager-1", "taskmanager-2", "taskmanager-3")
-WEIR_SERVICES = ("jobmanager", *TASKMANAGERS)
-REQUIRED_SERVICES = ("kafka", "postgres", "minio", "minio-init", "prometheus", "grafana", *WEIR_SERVICES)
+S3_SH = REPO / "deploy/local/s3.sh"
+TOOLS_SH = REPO / "deploy/local/tools.sh"
+
+WEIR_SERVICES = ("jobmanager", "taskmanager")
+INIT = "weir-init"
+REQUIRED_SERVICES = ("kafka", "postgres", "s3", "prometheus", "grafana", INIT, *WEIR_SERVICES)
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
+PUBLISH_DEFAULT = "127.0.0.1"
+EXIT_PROXY_UNREACHABLE = 3  # deploy/local/tools.sh install
 
 LOCAL = resolve_environment({})  # the local mode's defaults, whatever this shell exports
 
@@ -110,6 +122,17 @@ def command_of(service: dict[str, Any]) -> list[str]:
     return shlex.split(cmd) if isinstance(cmd, str) else [str(c) for c in cmd]
 
 
+def interpolate(value: str, environ: dict[str, str] | None = None) -> str:
+    """Compose's ``${NAME:-default}`` / ``${NAME}`` with the given environment (none: the defaults)."""
+    env = environ or {}
+
+    def one(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        return env.get(name) or (default if default is not None else "")
+
+    return re.sub(r"\$\{([A-Z0-9_]+)(?::-([^}]*))?\}", one, value)
+
+
 def published_ports(service: dict[str, Any]) -> dict[int, int]:
     """host port -> container port of a service's ``ports`` (short or long syntax)."""
     mapping: dict[int, int] = {}
@@ -121,6 +144,18 @@ def published_ports(service: dict[str, Any]) -> dict[int, int]:
         assert len(parts) in (2, 3), f"port {entry!r} should publish host:container explicitly"
         mapping[int(parts[-2])] = int(parts[-1])
     return mapping
+
+
+def host_ips(service: dict[str, Any], environ: dict[str, str] | None = None) -> set[str]:
+    """The host addresses a service's ports are published on (``""``: every interface)."""
+    ips = set()
+    for entry in service.get("ports") or []:
+        if isinstance(entry, dict):
+            ips.add(interpolate(str(entry.get("host_ip", "")), environ))
+        else:
+            parts = interpolate(str(entry), environ).split("/")[0].split(":")
+            ips.add(parts[0] if len(parts) == 3 else "")
+    return ips
 
 
 def depends_on(service: dict[str, Any]) -> dict[str, str]:
@@ -190,7 +225,7 @@ def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None
     expected = {
         "kafka": {int(LOCAL["WEIR_KAFKA_PORT"]), port_of(endpoints.kafka_bootstrap)},
         "postgres": {int(LOCAL["WEIR_POSTGRES_PORT"]), port_of(endpoints.postgres_dsn)},
-        "minio": {int(LOCAL["WEIR_S3_PORT"]), port_of(endpoints.s3_endpoint)},
+        "s3": {int(LOCAL["WEIR_S3_PORT"]), port_of(endpoints.s3_endpoint)},
         "prometheus": {int(LOCAL["WEIR_PROMETHEUS_PORT"]), port_of(endpoints.prometheus_url)},
         "jobmanager": {
             int(LOCAL["WEIR_JOBMANAGER_PORT"]),
@@ -199,22 +234,33 @@ def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None
             endpoints.jobmanager_rest_port,
         },
     }
-    for n, name in enumerate(TASKMANAGERS, start=1):
-        expected[name] = {endpoints.taskmanager_metrics_base_port + n}
     for name, ports in expected.items():
         published = published_ports(svc[name])
         for port in ports:
             # The same port inside and outside: the processes' flags and configs name one number.
             assert published.get(port) == port, f"{name} should publish {port}:{port}, publishes {published}"
+    # A scaled service cannot publish fixed host ports: Prometheus scrapes the TaskManagers inside.
+    assert not published_ports(svc["taskmanager"]), "the taskmanager service scales: no fixed host ports"
     if LOCAL["WEIR_KAFKA_CONTROLLER_PORT"]:
         assert int(LOCAL["WEIR_KAFKA_CONTROLLER_PORT"]) not in published_ports(svc["kafka"]), (
             "the KRaft controller listener is internal to the kafka container"
         )
 
 
+def test_ports_are_published_on_the_loopback_unless_configured(svc: dict[str, Any]) -> None:
+    for name, service in svc.items():
+        if service.get("ports"):
+            assert host_ips(service) == {PUBLISH_DEFAULT}, f"{name} publishes on {host_ips(service)}"
+            assert host_ips(service, {"WEIR_PUBLISH_ADDRESS": "0.0.0.0"}) == {"0.0.0.0"}, name
+
+
 def test_weir_processes_share_one_environment(compose: dict[str, Any], svc: dict[str, Any]) -> None:
     anchor = {k: str(v) for k, v in compose["x-weir-env"].items()}
-    for name in WEIR_SERVICES:
+    endpoints, credentials = compose["x-weir-endpoints"], compose["x-weir-credentials"]
+    assert anchor == {k: str(v) for k, v in {**endpoints, **credentials}.items()}
+    assert not set(endpoints) & set(credentials)
+    assert set(credentials) == {"WEIR_S3_ACCESS_KEY", "WEIR_S3_SECRET_KEY", "WEIR_POSTGRES_DSN"}
+    for name in (*WEIR_SERVICES, INIT):
         assert env_of(svc[name]) == anchor, f"{name} should use the x-weir-env block unchanged"
 
 
@@ -225,7 +271,7 @@ def test_weir_environment_is_the_local_one_with_container_hosts(compose: dict[st
     hosts = {
         "WEIR_KAFKA_BOOTSTRAP": "kafka",
         "WEIR_POSTGRES_DSN": "postgres",
-        "WEIR_S3_ENDPOINT": "minio",
+        "WEIR_S3_ENDPOINT": "s3",
         "WEIR_PROMETHEUS_URL": "prometheus",
         "WEIR_JOBMANAGER_ADDRESS": "jobmanager",
     }
@@ -276,7 +322,7 @@ def test_kafka_broker_settings_equal_the_local_mode(svc: dict[str, Any]) -> None
 
 def test_kafka_kraft_identity_and_listeners(compose: dict[str, Any], svc: dict[str, Any]) -> None:
     kafka = svc["kafka"]
-    env = env_of(kafka)
+    env = {name: interpolate(value) for name, value in env_of(kafka).items()}
     local = kafka_sh_properties()
     version = re.search(r"<kafka.version>(.+)</kafka.version>", KAFKA_POM.read_text(encoding="utf-8"))
     assert version and kafka["image"] == f"apache/kafka:{version.group(1)}", "the local mode's Kafka version"
@@ -345,33 +391,49 @@ def test_postgres_settings_equal_the_local_mode(svc: dict[str, Any]) -> None:
     assert any(t == "/var/lib/postgresql/data" for _, t in volume_mounts(pg))
 
 
-# S3 (MinIO) ---------------------------------------------------------------------------------------
+# S3 ------------------------------------------------------------------------------------------------
 
 
-def test_minio_credentials_port_and_bucket_equal_the_local_mode(svc: dict[str, Any]) -> None:
-    minio = svc["minio"]
-    env = env_of(minio)
-    assert env["MINIO_ROOT_USER"] == LOCAL["WEIR_S3_ACCESS_KEY"]
-    assert env["MINIO_ROOT_PASSWORD"] == LOCAL["WEIR_S3_SECRET_KEY"]
-    cmd = command_of(minio)
-    assert cmd[:2] == ["server", "/data"]
-    assert port_of(flags(cmd[2:])["--address"].replace(":", "localhost:", 1)) == int(LOCAL["WEIR_S3_PORT"])
-    assert ("minio-data", "/data") in volume_mounts(minio)
+def _local_s3_server() -> tuple[str, str]:
+    """(module, version) of the local mode's S3 server (deploy/local/s3.sh)."""
+    text = S3_SH.read_text(encoding="utf-8")
+    module = re.search(r"^S3_MODULE=(\S+)$", text, re.M)
+    version = re.search(r'^S3_VERSION="\$\{WEIR_S3_SERVER_VERSION:-(v[^}]+)\}"$', text, re.M)
+    assert module and version
+    return module.group(1), version.group(1)
 
-    init = svc["minio-init"]
-    assert init["image"].startswith("minio/mc")
-    assert depends_on(init) == {"minio": "service_healthy"}
+
+def test_s3_is_the_local_modes_server_with_its_keys_port_and_region(svc: dict[str, Any]) -> None:
+    s3 = svc["s3"]
+    module, version = _local_s3_server()
+    assert module == "github.com/versity/versitygw"
+    assert s3["image"] == f"versity/versitygw:{version}", "the official image of the local mode's version"
+    env = env_of(s3)
+    assert (env["ROOT_ACCESS_KEY"], env["ROOT_SECRET_KEY"]) == (
+        LOCAL["WEIR_S3_ACCESS_KEY"],
+        LOCAL["WEIR_S3_SECRET_KEY"],
+    )
+    cmd = command_of(s3)
+    assert cmd[-2:] == ["posix", "/data"], cmd
+    options = flags([c for c in cmd[:-2] if c != "--quiet"])
+    assert port_of("x" + options["--port"]) == int(LOCAL["WEIR_S3_PORT"])
+    assert options["--region"] == "us-east-1"
+    assert ("s3-data", "/data") in volume_mounts(s3)
+    health = " ".join(s3["healthcheck"]["test"])
+    assert f"http://127.0.0.1:{LOCAL['WEIR_S3_PORT']}{options['--health']}" in health
+
+
+def test_the_init_step_prepares_the_example_and_runs_once(svc: dict[str, Any]) -> None:
+    from weir.tools.prepare import DEMO_INPUTS
+
+    init = svc[INIT]
+    assert init["image"] == svc["jobmanager"]["image"] and init.get("build") == svc["jobmanager"]["build"]
+    cmd = command_of(init)
+    assert cmd[:3] == ["python", "-m", "weir.tools.prepare"], cmd
+    assert int(flags(cmd[3:])["--events"]) > 0, "the demo's input, so the first weir run has events"
     assert str(init.get("restart")) == "no"
-    init_cmd = command_of(init)
-    assert init_cmd[0] == "mb" and "--ignore-existing" in init_cmd
-    alias, _, bucket = init_cmd[-1].partition("/")
-    assert bucket == LOCAL["WEIR_S3_BUCKET"]
-    target = urlsplit(env_of(init)[f"MC_HOST_{alias}"])
-    assert (target.username, target.password) == (LOCAL["WEIR_S3_ACCESS_KEY"], LOCAL["WEIR_S3_SECRET_KEY"])
-    assert (target.hostname, target.port) == ("minio", int(LOCAL["WEIR_S3_PORT"]))
-    # The healthcheck's alias points at this server with the same keys.
-    alias_url = urlsplit(env["MC_HOST_local"])
-    assert alias_url.port == int(LOCAL["WEIR_S3_PORT"]) and alias_url.password == LOCAL["WEIR_S3_SECRET_KEY"]
+    assert depends_on(init) == {"kafka": "service_healthy", "postgres": "service_healthy", "s3": "service_healthy"}
+    assert DEMO_INPUTS.input_topic in DEMO_INPUTS.topics
 
 
 # The Weir processes ---------------------------------------------------------------------------------
@@ -382,76 +444,107 @@ def _accepted_flags(module: str) -> set[str]:
     return set(re.findall(r'add_argument\(\s*"(--[a-z-]+)"', source))
 
 
+# The command-line flags only a container needs on top of the local mode's: listen on every interface,
+# and (TaskManagers) a fixed gRPC port, which the image exposes and the Kubernetes manifests declare.
+TASKMANAGER_PORT = 16124
+
+
 def test_weir_commands_use_the_local_mode_flags_and_ports(svc: dict[str, Any]) -> None:
     from weir.tools.supervisor import default_children
 
-    children = default_children(Endpoints.from_env({}), taskmanagers=len(TASKMANAGERS), python="python")
-    assert {child.name for child in children} == set(WEIR_SERVICES)
-    for child in children:
-        local = list(child.argv)
-        cmd = command_of(svc[child.name])
-        assert cmd[:3] == local[:3] == ["python", "-m", local[2]], (cmd, local)
+    endpoints = Endpoints.from_env({})
+    children = {child.name: list(child.argv) for child in default_children(endpoints, taskmanagers=1, python="python")}
+    local_for = {"jobmanager": children["jobmanager"], "taskmanager": children["taskmanager-1"]}
+    for name, local in local_for.items():
+        cmd = command_of(svc[name])
+        assert cmd[:3] == local[:3] == ["python", "-m", name], (cmd, local)
         compose_flags, local_flags = flags(cmd[3:]), flags(local[3:])
-        assert set(compose_flags) <= _accepted_flags(local[2]), f"{child.name}: unknown flags in {cmd}"
-        for flag, value in local_flags.items():
-            assert compose_flags.get(flag) == value, f"{child.name}: local mode runs {flag} {value}, compose {cmd}"
-        # Only what a container needs on top: listen on all interfaces, and be reached by its name.
+        assert set(compose_flags) <= _accepted_flags(name), f"{name}: unknown flags in {cmd}"
         extra = {f: v for f, v in compose_flags.items() if f not in local_flags}
-        expected = {"--bind": "0.0.0.0"}
-        if local[2] == "taskmanager":
-            expected["--host"] = child.name
+        if name == "taskmanager":
+            # One command for every replica: the id and the advertised address come from the host
+            # name (taskmanager/identity.py), the metrics port is taskmanager-1's.
+            assert local_flags.pop("--id") == "taskmanager-1"
+            assert "--id" not in compose_flags and "--host" not in compose_flags, cmd
+            assert extra == {"--bind": "0.0.0.0", "--port": str(TASKMANAGER_PORT)}, f"{name}: extra flags {extra}"
         else:
             extra.pop("--port", None)
-        assert extra == expected, f"{child.name}: extra flags {extra}"
-        assert svc[child.name].get("hostname", child.name) == child.name
-        assert svc[child.name]["image"] == svc["jobmanager"]["image"]
-        assert svc[child.name].get("build") == svc["jobmanager"]["build"]
+            assert extra == {"--bind": "0.0.0.0"}, f"{name}: extra flags {extra}"
+        for flag, value in local_flags.items():
+            assert compose_flags.get(flag) == value, f"{name}: local mode runs {flag} {value}, compose {cmd}"
+        assert svc[name]["image"] == svc["jobmanager"]["image"]
+        assert svc[name].get("build") == svc["jobmanager"]["build"]
+
+
+def test_the_taskmanager_service_scales(svc: dict[str, Any]) -> None:
+    tm = svc["taskmanager"]
+    assert "container_name" not in tm and "hostname" not in tm, "each replica has its own name"
+    assert int(tm["deploy"]["replicas"]) == 3, "three TaskManagers by default, as the local mode"
+    assert not [s for s in svc if s.startswith("taskmanager-")], "one service, scaled; no copies"
+    run_dir = {t: src for src, t in volume_mounts(tm)}.get(tm["environment"]["WEIR_RUN_DIR"])
+    assert run_dir is None, "a named volume would be shared by every replica; the image's VOLUME is each one's"
 
 
 def test_restart_policies(svc: dict[str, Any]) -> None:
     for name in WEIR_SERVICES:
-        assert svc[name].get("restart") in ("unless-stopped", "always"), f"{name} should come back when killed"
+        assert svc[name].get("restart") in ("unless-stopped", "always"), f"{name} should come back when it crashes"
 
 
-def test_healthchecks(svc: dict[str, Any]) -> None:
-    for name in ("kafka", "postgres", "minio", "jobmanager"):
-        test = svc[name].get("healthcheck", {}).get("test")
+def test_every_long_running_service_has_a_healthcheck(svc: dict[str, Any]) -> None:
+    for name, service in svc.items():
+        if name == INIT:
+            continue  # runs once; its successful exit is what the others wait for
+        test = service.get("healthcheck", {}).get("test")
         assert test and test[0] in ("CMD", "CMD-SHELL"), f"{name} needs a healthcheck"
     assert LOCAL["WEIR_KAFKA_PORT"] in " ".join(svc["kafka"]["healthcheck"]["test"])
     assert LOCAL["WEIR_POSTGRES_PORT"] in svc["postgres"]["healthcheck"]["test"]
-    assert LOCAL["WEIR_JOBMANAGER_PORT"] in " ".join(svc["jobmanager"]["healthcheck"]["test"])
+    assert health_url(svc["jobmanager"]) == f"http://127.0.0.1:{LOCAL['WEIR_JOBMANAGER_REST_PORT']}/healthz"
+    metrics_port = flags(command_of(svc["taskmanager"])[3:])["--metrics-port"]
+    assert health_url(svc["taskmanager"]) == f"http://127.0.0.1:{metrics_port}/metrics"
+
+
+def health_url(service: dict[str, Any]) -> str:
+    """The URL a Weir service's healthcheck probes (``python -m weir.tools.probe URL``)."""
+    test = service["healthcheck"]["test"]
+    assert test[:4] == ["CMD", "python", "-m", "weir.tools.probe"] and len(test) == 5, test
+    return str(test[4])
 
 
 def test_depends_on_conditions_name_existing_services(svc: dict[str, Any]) -> None:
     for name, service in svc.items():
         for dep, condition in depends_on(service).items():
             assert dep in svc, f"{name} depends on {dep}, which is no service"
-            assert condition in CONDITIONS, f"{name} -> {dep}: unknown condition {condition}"
+            assert condition in ("service_healthy", "service_completed_successfully"), (
+                f"{name} -> {dep}: {condition}; wait for health or completion, not a mere start"
+            )
             if condition == "service_healthy":
                 assert "healthcheck" in svc[dep], f"{name} waits for {dep} to be healthy, but it has no healthcheck"
             if condition == "service_completed_successfully":
                 assert str(svc[dep].get("restart", "no")) == "no", f"{dep} must run once"
     for name in WEIR_SERVICES:
         deps = depends_on(svc[name])
-        for infra in ("kafka", "postgres", "minio"):
+        for infra in ("kafka", "postgres", "s3"):
             assert deps.get(infra) == "service_healthy", f"{name} should wait for {infra}"
-        assert deps.get("minio-init") == "service_completed_successfully", f"{name} should wait for the bucket"
-    for name in TASKMANAGERS:
-        assert depends_on(svc[name]).get("jobmanager") in ("service_started", "service_healthy")
+        assert deps.get(INIT) == "service_completed_successfully", f"{name} should wait for the bucket and topics"
+    assert depends_on(svc["taskmanager"]).get("jobmanager") == "service_healthy"
+    assert depends_on(svc["grafana"]).get("prometheus") == "service_healthy"
 
 
 def test_volumes_are_declared_and_bind_mounts_exist(compose: dict[str, Any], svc: dict[str, Any]) -> None:
     declared = set(compose.get("volumes") or {})
+    used = set()
     for name, service in svc.items():
         for source, _target in volume_mounts(service):
             if source.startswith((".", "/")):
                 assert (REPO / source).exists(), f"{name} mounts {source}, which is not in the repo"
             else:
                 assert source in declared, f"{name} uses the volume {source}, not declared at the top level"
+                used.add(source)
+    assert used == declared, f"declared but unused: {declared - used}"
     run_dir = compose["x-weir-env"]["WEIR_RUN_DIR"]
     assert f"WEIR_RUN_DIR={run_dir}" in DOCKERFILE.read_text(encoding="utf-8")
-    sources = [dict((t, s) for s, t in volume_mounts(svc[name])).get(run_dir) for name in WEIR_SERVICES]
-    assert None not in sources and len(set(sources)) == len(sources), "one named run-dir volume per Weir process"
+    assert re.search(rf"^VOLUME {run_dir}$", DOCKERFILE.read_text(encoding="utf-8"), re.M)
+    assert dict((t, s) for s, t in volume_mounts(svc["jobmanager"])).get(run_dir) == "jobmanager-data"
 
 
 # Prometheus and Grafana -----------------------------------------------------------------------------
@@ -470,14 +563,25 @@ def test_prometheus_configs_agree() -> None:
         ], name
     local_targets, container_targets = static_targets(local), static_targets(container)
     for name, targets in local_targets.items():
+        if name == "weir-taskmanager":
+            continue  # compose's TaskManagers are a scaled service, found by DNS (next test)
         assert sorted(port_of(t) for t in container_targets[name]) == sorted(port_of(t) for t in targets), name
 
 
 def test_prometheus_scrapes_the_ports_the_processes_serve(svc: dict[str, Any]) -> None:
-    targets = static_targets(_load_yaml(PROMETHEUS_COMPOSE))
-    scraped = {(host_of(t), port_of(t)) for job in ("weir-jobmanager", "weir-taskmanager") for t in targets[job]}
-    served = {(name, int(flags(command_of(svc[name])[3:])["--metrics-port"])) for name in WEIR_SERVICES}
-    assert scraped == served
+    config = _load_yaml(PROMETHEUS_COMPOSE)
+    targets = static_targets(config)
+    metrics_port = {name: int(flags(command_of(svc[name])[3:])["--metrics-port"]) for name in WEIR_SERVICES}
+    assert {(host_of(t), port_of(t)) for t in targets["weir-jobmanager"]} == {
+        ("jobmanager", metrics_port["jobmanager"])
+    }
+    job = next(j for j in config["scrape_configs"] if j["job_name"] == "weir-taskmanager")
+    assert "static_configs" not in job
+    assert job["dns_sd_configs"] == [
+        {"names": ["taskmanager"], "type": "A", "port": metrics_port["taskmanager"], "refresh_interval": "5s"}
+    ]
+    local_ports = sorted(port_of(t) for t in static_targets(_load_yaml(PROMETHEUS_LOCAL))["weir-taskmanager"])
+    assert metrics_port["taskmanager"] == local_ports[0], "taskmanager-1's metrics port of the local mode"
     assert {port_of(t) for t in targets["prometheus"]} == {int(LOCAL["WEIR_PROMETHEUS_PORT"])}
 
 
@@ -520,26 +624,67 @@ def test_grafana_provisioning_agrees_with_compose(svc: dict[str, Any]) -> None:
     env = env_of(grafana)
     assert env["GF_AUTH_ANONYMOUS_ENABLED"] == "true" and env["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
     assert published_ports(grafana) == {3000: 3000}
+    assert "wget" in grafana["healthcheck"]["test"] and "/api/health" in " ".join(grafana["healthcheck"]["test"])
 
 
 # The image ------------------------------------------------------------------------------------------
 
 
-def test_dockerfile_copies_every_package_and_installs_through_the_build_hook(svc: dict[str, Any]) -> None:
-    text = DOCKERFILE.read_text(encoding="utf-8")
+def dockerfile_stages() -> dict[str, list[str]]:
+    """Stage name -> its instructions (continuation lines joined), in order."""
+    stages: dict[str, list[str]] = {}
+    current: list[str] = []
+    for line in DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("FROM "):
+            current = stages.setdefault(line.split()[-1], [])
+        current.append(line)
+    return stages
+
+
+def test_dockerfile_builds_a_wheel_of_every_package_with_the_build_hook(svc: dict[str, Any]) -> None:
     build = svc["jobmanager"]["build"]
     assert (REPO / build["context"] / build["dockerfile"]).resolve() == DOCKERFILE
+    stages = dockerfile_stages()
+    assert list(stages) == ["build", "runtime"]
+    copies = [line for line in stages["build"] if line.startswith("COPY ")]
     pyproject = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert packages >= {"weir", "jobmanager", "taskmanager", "connectors"}
-    for package in sorted(packages):
-        assert re.search(rf"^COPY {package} \./{package}$", text, re.M), f"the image lacks the package {package}"
-    assert re.search(r"^COPY proto \./proto$", text, re.M)
-    copied = {name for line in re.findall(r"^COPY (.+) \./$", text, re.M) for name in line.split()}
-    assert copied >= {"pyproject.toml", "setup.py", "build_hooks.py", "constraints.txt"}, "the build hook's files"
-    assert re.search(r"pip install .*-c constraints\.txt \.$", text, re.M), "the tested versions, by the build hook"
-    assert "grpc_tools.protoc" not in text, "one generator: the build hook (build_hooks.py), not a protoc of its own"
-    assert not re.search(r"^ENTRYPOINT", text, re.M), "compose runs `python -m ...` as the command"
+    for package in sorted({*packages, "proto"}):
+        assert f"COPY {package} ./{package}" in copies, f"the image's build lacks {package}"
+    top_level = copies[0].split()[1:-1]
+    for needed in (
+        "pyproject.toml",
+        "setup.py",
+        "build_hooks.py",
+        "MANIFEST.in",
+        "constraints.txt",
+        "README.md",
+        "LICENSE",
+    ):
+        assert needed in top_level, f"the build stage lacks {needed}"
+    assert any("pip wheel" in line and "constraints.txt" in line for line in stages["build"])
+    assert not any("grpc_tools.protoc" in line for line in stages["build"]), "the build hook generates the code"
+
+
+def test_the_runtime_stage_caches_dependencies_and_runs_as_weir() -> None:
+    runtime = dockerfile_stages()["runtime"]
+    first_copy = next(i for i, line in enumerate(runtime) if line.startswith("COPY "))
+    assert runtime[first_copy] == "COPY pyproject.toml constraints.txt ./", "only what decides the dependencies"
+    deps = next(i for i, line in enumerate(runtime) if line.startswith("RUN ") and "-c constraints.txt" in line)
+    wheel = next(i for i, line in enumerate(runtime) if line.startswith("COPY --from=build"))
+    assert first_copy < deps < wheel, "dependencies installed before the sources' wheel arrives"
+    assert "pip install --no-deps" in runtime[wheel + 1]
+    assert re.search(r"\['project'\]\['dependencies'\]", runtime[deps]), "the runtime dependencies, not the extras"
+    user = [line for line in runtime if line.startswith("USER ")]
+    assert user == ["USER 10001:10001"], "numeric, so Kubernetes' runAsNonRoot can check it"
+    assert runtime.index(user[0]) > wheel
+    assert not [line for line in runtime if line.startswith("ENTRYPOINT")], "compose runs `python -m ...`"
+    exposed = {int(p) for line in runtime if line.startswith("EXPOSE ") for p in line.split()[1:]}
+    assert exposed == {16123, 18081, 19249, TASKMANAGER_PORT, 19251}
 
 
 def test_dockerignore_keeps_the_sources() -> None:
@@ -550,24 +695,74 @@ def test_dockerignore_keeps_the_sources() -> None:
         assert needed not in ignored and f"/{needed}" not in ignored
 
 
-# The compose CLI, where there is one ----------------------------------------------------------------
+# The compose CLI, built from the Go module proxy -----------------------------------------------------
+
+# `make test` builds the tools first (`make tools`); run alone, the first test may build it (minutes).
+BUILDS_A_TOOL = pytest.mark.timeout(2400)
 
 
-def _compose_cli() -> list[str] | None:
-    if shutil.which("docker"):
-        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True, timeout=60)
-        if probe.returncode == 0:
-            return ["docker", "compose"]
-    if shutil.which("docker-compose"):
-        return ["docker-compose"]
-    return None
+@pytest.fixture(scope="module")
+def compose_cli() -> list[str]:
+    """``docker-compose`` as deploy/local/tools.sh builds it (once, into the shared cache)."""
+    result = subprocess.run([str(TOOLS_SH), "install", "docker-compose"], capture_output=True, text=True, timeout=2400)
+    if result.returncode == EXIT_PROXY_UNREACHABLE:
+        pytest.skip(f"docker-compose could not be built: {result.stderr.strip()}")
+    assert result.returncode == 0, result.stderr
+    path = subprocess.run([str(TOOLS_SH), "path", "docker-compose"], capture_output=True, text=True, check=True)
+    return [path.stdout.strip()]
 
 
-def test_docker_compose_config_accepts_the_file() -> None:
-    cli = _compose_cli()
-    if cli is None:
-        pytest.skip("no compose CLI: the docker CLI has no compose plugin and there is no docker-compose")
+def compose_config(cli: list[str], environ: dict[str, str] | None = None) -> dict[str, Any]:
+    """The file as Docker Compose resolves it: interpolated, anchors and merges applied, long syntax."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("WEIR_", "COMPOSE_"))} | (environ or {})
     result = subprocess.run(
-        [*cli, "-f", str(COMPOSE_FILE), "config", "--quiet"], capture_output=True, text=True, timeout=120, cwd=REPO
+        [*cli, "-f", str(COMPOSE_FILE), "config", "--format", "json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+        env=env,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+    return json.loads(result.stdout)
+
+
+@BUILDS_A_TOOL
+def test_docker_compose_config_accepts_the_file(compose_cli: list[str]) -> None:
+    result = subprocess.run(
+        [*compose_cli, "-f", str(COMPOSE_FILE), "config", "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=REPO,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert not result.stderr.strip(), f"warnings: {result.stderr}"
+
+
+@BUILDS_A_TOOL
+def test_the_resolved_model_is_the_one_these_tests_read(compose_cli: list[str], svc: dict[str, Any]) -> None:
+    resolved = compose_config(compose_cli)["services"]
+    assert set(resolved) == set(svc)
+    for name in WEIR_SERVICES + (INIT,):
+        assert resolved[name]["environment"] == env_of(svc[name]), f"{name}: the merged x-weir-env"
+        assert resolved[name]["command"] == command_of(svc[name])
+        assert resolved[name]["image"] == "weir:local"
+    for name, service in resolved.items():
+        published = {(p["host_ip"], int(p["published"]), p["target"]) for p in service.get("ports", [])}
+        assert published == {(PUBLISH_DEFAULT, h, c) for h, c in published_ports(svc[name]).items()}, name
+        deps = {dep: spec["condition"] for dep, spec in service.get("depends_on", {}).items()}
+        assert deps == depends_on(svc[name]), name
+    assert resolved["taskmanager"]["deploy"]["replicas"] == 3
+    kafka_env = resolved["kafka"]["environment"]
+    assert "EXTERNAL://localhost:19092" in kafka_env["KAFKA_ADVERTISED_LISTENERS"]
+
+
+@BUILDS_A_TOOL
+def test_publish_address_and_scale_are_settings(compose_cli: list[str]) -> None:
+    resolved = compose_config(
+        compose_cli, {"WEIR_PUBLISH_ADDRESS": "0.0.0.0", "WEIR_KAFKA_ADVERTISED_HOST": "weir.example"}
+    )["services"]
+    for name, service in resolved.items():
+        assert {p["host_ip"] for p in service.get("ports", [])} <= {"0.0.0.0"}, name
+    assert "EXTERNAL://weir.example:19092" in resolved["kafka"]["environment"]["KAFKA_ADVERTISED_LISTENERS"]

@@ -1,0 +1,240 @@
+"""deploy/kubernetes/ renders with kustomize and agrees with docker-compose.yml.
+
+The manifests are rendered by the pinned kustomize that deploy/local/tools.sh builds from the Go module
+proxy (no cluster needed), then compared with the compose file: the same image, the same commands and
+container ports, the same WEIR_* variables (with the same values for Weir's own settings), probes on
+the endpoints compose's healthchecks use, and what Kubernetes adds: a StatefulSet of TaskManagers
+behind a headless Service, resources, a non-root security context, Kafka, PostgreSQL and S3 as
+external services.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+import yaml
+
+from tests.unit.deploy.test_compose import (
+    COMPOSE_FILE,
+    EXIT_PROXY_UNREACHABLE,
+    TOOLS_SH,
+    command_of,
+    env_of,
+    flags,
+    health_url,
+    host_of,
+)
+
+# `make test` builds kustomize first (`make tools`); run alone, the first test may build it (a minute or two).
+pytestmark = pytest.mark.timeout(2400)
+
+REPO = Path(__file__).resolve().parents[3]
+KUBERNETES = REPO / "deploy/kubernetes"
+OVERLAY = KUBERNETES / "overlays/dev"
+BASE = KUBERNETES / "base"
+WEIR_PODS = {"jobmanager": "Deployment", "taskmanager": "StatefulSet"}
+EXTERNAL = {"kafka": "WEIR_KAFKA_BOOTSTRAP", "postgres": "WEIR_POSTGRES_DSN", "s3": "WEIR_S3_ENDPOINT"}
+# Settings of Weir's own: the same value in both (the endpoints of external services may differ).
+SAME_VALUE = (
+    "WEIR_S3_BUCKET",
+    "WEIR_JOBMANAGER_ADDRESS",
+    "WEIR_JOBMANAGER_METRICS_PORT",
+    "WEIR_JOBMANAGER_REST_PORT",
+    "WEIR_TASKMANAGER_METRICS_BASE_PORT",
+    "WEIR_CHECKPOINT_DIR",
+    "WEIR_LOG_FORMAT",
+    "WEIR_RUN_DIR",
+)
+
+
+@pytest.fixture(scope="module")
+def kustomize() -> str:
+    result = subprocess.run([str(TOOLS_SH), "install", "kustomize"], capture_output=True, text=True, timeout=2400)
+    if result.returncode == EXIT_PROXY_UNREACHABLE:
+        pytest.skip(f"kustomize could not be built: {result.stderr.strip()}")
+    assert result.returncode == 0, result.stderr
+    path = subprocess.run([str(TOOLS_SH), "path", "kustomize"], capture_output=True, text=True, check=True)
+    return path.stdout.strip()
+
+
+def render(kustomize: str, directory: Path) -> list[dict[str, Any]]:
+    result = subprocess.run([kustomize, "build", str(directory)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    return [doc for doc in yaml.safe_load_all(result.stdout) if doc]
+
+
+@pytest.fixture(scope="module")
+def objects(kustomize: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> object of the dev overlay; generated names lose their hash suffix."""
+    rendered = {}
+    for obj in render(kustomize, OVERLAY):
+        name = obj["metadata"]["name"]
+        if obj["kind"] in ("ConfigMap", "Secret"):
+            name = name.rsplit("-", 1)[0]
+        rendered[(obj["kind"], name)] = obj
+    return rendered
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    with COMPOSE_FILE.open(encoding="utf-8") as f:
+        return yaml.safe_load(f)
+
+
+def container(objects: dict[tuple[str, str], Any], name: str) -> dict[str, Any]:
+    pod = objects[(WEIR_PODS[name], name)]["spec"]["template"]["spec"]
+    (only,) = pod["containers"]
+    return dict(only)
+
+
+def pod_env(objects: dict[tuple[str, str], Any], name: str) -> dict[str, str]:
+    """The WEIR_* variables a Weir container gets: its envFrom ConfigMap and Secret, then its env."""
+    env: dict[str, str] = {}
+    for source in container(objects, name).get("envFrom", []):
+        if "configMapRef" in source:
+            env.update(objects[("ConfigMap", source["configMapRef"]["name"].rsplit("-", 1)[0])]["data"])
+        if "secretRef" in source:
+            data = objects[("Secret", source["secretRef"]["name"].rsplit("-", 1)[0])]["data"]
+            env.update({k: base64.b64decode(v).decode() for k, v in data.items()})
+    env.update({e["name"]: e.get("value", "") for e in container(objects, name).get("env", [])})
+    return env
+
+
+def named_ports(c: dict[str, Any]) -> dict[str, int]:
+    return {p["name"]: int(p["containerPort"]) for p in c["ports"]}
+
+
+def probe_port(c: dict[str, Any], probe: dict[str, Any]) -> int:
+    port = probe["port"]
+    return named_ports(c)[port] if isinstance(port, str) else int(port)
+
+
+def probe_endpoint(c: dict[str, Any], probe: dict[str, Any]) -> str:
+    match probe:
+        case {"httpGet": http}:
+            return f"http://127.0.0.1:{probe_port(c, http)}{http['path']}"
+        case {"tcpSocket": tcp}:
+            return f"tcp://127.0.0.1:{probe_port(c, tcp)}"
+        case {"grpc": grpc}:
+            return f"grpc://127.0.0.1:{probe_port(c, grpc)}"
+    raise AssertionError(f"unknown probe {probe}")
+
+
+def test_base_and_overlay_render(kustomize: str) -> None:
+    base = {(o["kind"], o["metadata"]["name"]) for o in render(kustomize, BASE)}
+    assert ("Deployment", "jobmanager") in base and ("StatefulSet", "taskmanager") in base
+    assert not any(kind == "Secret" for kind, _ in base), "the base brings no credentials"
+
+
+def test_the_same_image_and_commands_as_compose(objects: dict[tuple[str, str], Any], compose: dict[str, Any]) -> None:
+    for name in WEIR_PODS:
+        c = container(objects, name)
+        assert c["image"] == compose["services"][name]["image"] == "weir:local"
+        assert c["command"] == command_of(compose["services"][name]), name
+        assert c.get("imagePullPolicy") == "IfNotPresent"
+
+
+def test_container_ports_are_the_ports_the_commands_serve(objects: dict[tuple[str, str], Any]) -> None:
+    jm = named_ports(container(objects, "jobmanager"))
+    jm_flags = flags(container(objects, "jobmanager")["command"][3:])
+    assert jm == {
+        "grpc": int(jm_flags["--port"]),
+        "rest": int(jm_flags["--rest-port"]),
+        "metrics": int(jm_flags["--metrics-port"]),
+    }
+    tm = named_ports(container(objects, "taskmanager"))
+    tm_flags = flags(container(objects, "taskmanager")["command"][3:])
+    assert tm == {"data": int(tm_flags["--port"]), "metrics": int(tm_flags["--metrics-port"])}
+    assert "--id" not in tm_flags and "--host" not in tm_flags, "the id and address come from the pod's host name"
+
+
+def test_the_same_weir_variables_as_compose(objects: dict[tuple[str, str], Any], compose: dict[str, Any]) -> None:
+    compose_env = env_of(compose["services"]["jobmanager"])
+    for name in WEIR_PODS:
+        env = pod_env(objects, name)
+        assert set(env) == set(compose_env), f"{name}: {set(env) ^ set(compose_env)}"
+        for var in SAME_VALUE:
+            assert env[var] == compose_env[var], f"{name}: {var}={env[var]}, compose {compose_env[var]}"
+    # The split is compose's: credentials in the Secret, the rest in the ConfigMap.
+    secret = objects[("Secret", "weir-credentials")]["data"]
+    assert set(secret) == set(compose["x-weir-credentials"])
+    assert set(objects[("ConfigMap", "weir-endpoints")]["data"]) == set(compose["x-weir-endpoints"])
+
+
+def test_external_services_are_named_by_the_endpoints(objects: dict[tuple[str, str], Any]) -> None:
+    env = pod_env(objects, "jobmanager")
+    for service, var in EXTERNAL.items():
+        value = env[var]
+        assert host_of(value if "://" in value else f"tcp://{value}") == service, f"{var}={value}"
+        spec = objects[("Service", service)]["spec"]
+        assert spec["type"] == "ExternalName" and spec["externalName"].endswith(".svc.cluster.local"), spec
+    assert urlsplit(env["WEIR_POSTGRES_DSN"]).password, "the DSN, with its password, is in the Secret"
+    address = env["WEIR_JOBMANAGER_ADDRESS"]
+    assert address.split(":")[0] == "jobmanager" and ("Service", "jobmanager") in objects
+
+
+def test_probes_use_compose_healthcheck_endpoints(objects: dict[tuple[str, str], Any], compose: dict[str, Any]) -> None:
+    for name in WEIR_PODS:
+        c = container(objects, name)
+        assert probe_endpoint(c, c["livenessProbe"]) == health_url(compose["services"][name]), name
+        assert "readinessProbe" in c, name
+    jm = container(objects, "jobmanager")
+    assert probe_endpoint(jm, jm["startupProbe"]) == health_url(compose["services"]["jobmanager"])
+    assert probe_endpoint(jm, jm["readinessProbe"]) == f"grpc://127.0.0.1:{named_ports(jm)['grpc']}"
+    tm = container(objects, "taskmanager")
+    assert probe_endpoint(tm, tm["readinessProbe"]) == f"tcp://127.0.0.1:{named_ports(tm)['data']}"
+
+
+def test_services_expose_the_container_ports(objects: dict[tuple[str, str], Any]) -> None:
+    for name, kind in WEIR_PODS.items():
+        service = objects[("Service", name)]["spec"]
+        ports = {p["name"]: (p["port"], p["targetPort"]) for p in service["ports"]}
+        assert ports == {n: (port, n) for n, port in named_ports(container(objects, name)).items()}, name
+        labels = objects[(kind, name)]["spec"]["template"]["metadata"]["labels"]
+        assert service["selector"].items() <= labels.items(), name
+    headless = objects[("Service", "taskmanager")]["spec"]
+    assert headless["clusterIP"] == "None" and headless["publishNotReadyAddresses"] is True
+    statefulset = objects[("StatefulSet", "taskmanager")]["spec"]
+    assert statefulset["serviceName"] == "taskmanager" and statefulset["replicas"] == 3
+    assert compose_replicas() == statefulset["replicas"]
+
+
+def compose_replicas() -> int:
+    with COMPOSE_FILE.open(encoding="utf-8") as f:
+        return int(yaml.safe_load(f)["services"]["taskmanager"]["deploy"]["replicas"])
+
+
+def test_one_jobmanager_replaced_before_the_next_starts(objects: dict[tuple[str, str], Any]) -> None:
+    spec = objects[("Deployment", "jobmanager")]["spec"]
+    assert spec["replicas"] == 1 and spec["strategy"] == {"type": "Recreate"}
+
+
+def test_pods_run_as_the_images_user_without_privileges(objects: dict[tuple[str, str], Any]) -> None:
+    dockerfile = (REPO / "deploy/Dockerfile").read_text(encoding="utf-8")
+    for name, kind in WEIR_PODS.items():
+        pod = objects[(kind, name)]["spec"]["template"]["spec"]
+        ctx = pod["securityContext"]
+        assert ctx["runAsNonRoot"] is True
+        assert f"USER {ctx['runAsUser']}:{ctx['runAsGroup']}" in dockerfile
+        c = container(objects, name)
+        assert c["securityContext"]["allowPrivilegeEscalation"] is False
+        assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        assert {pod_env(objects, name)["WEIR_RUN_DIR"], "/tmp"} <= mounts, "writable run dir and /tmp"
+        # A Service named jobmanager would otherwise set JOBMANAGER_* variables in every pod.
+        assert pod["enableServiceLinks"] is False
+        resources = c["resources"]
+        assert {"cpu", "memory"} <= set(resources["requests"]) and {"cpu", "memory"} <= set(resources["limits"])
+
+
+def test_everything_lands_in_the_overlays_namespace(objects: dict[tuple[str, str], Any]) -> None:
+    assert ("Namespace", "weir") in objects
+    for (kind, name), obj in objects.items():
+        if kind != "Namespace":
+            assert obj["metadata"].get("namespace") == "weir", (kind, name)
