@@ -4,8 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INFRA := deploy/local/infra.sh
+BROWSER := deploy/local/browser.sh
 
-.PHONY: help setup proto infra-up infra-down infra-status tools test test-unit test-integration \
+.PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
@@ -32,6 +33,9 @@ infra-up: ## install (first use) and start Kafka, PostgreSQL, the S3 server and 
 infra-down: ## stop the local services
 	$(INFRA) down
 
+browser: ## install Debian's chromium for the web UI's browser test (only when /usr/bin/chromium is missing)
+	$(BROWSER) install
+
 infra-status: ## print the endpoints (NAME=value) and each service's state
 	@$(INFRA) status
 
@@ -39,7 +43,7 @@ infra-status: ## print the endpoints (NAME=value) and each service's state
 tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.cache/weir/tools (first use)
 	deploy/local/tools.sh install || [ $$? -eq 3 ]
 
-test: setup infra-up tools ## unit + integration tests against the real local services
+test: setup infra-up browser tools ## unit + integration tests against the real local services
 	$(PY) -m pytest -q
 
 test-unit: setup tools ## unit tests only, no services
