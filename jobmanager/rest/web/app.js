@@ -22,6 +22,8 @@ import {
   getJSON,
   h,
   statusBadge,
+  storedToken,
+  storeToken,
 } from "./lib.js";
 import { renderLegend, renderTimeline, timelineRows } from "./timeline.js";
 
@@ -32,6 +34,7 @@ const state = {
   timer: null,
   key: null, // JSON of the data last rendered: an unchanged answer is not drawn again
   paused: false,
+  needsToken: false, // the API answered 401: polling waits for the user's token
   plans: new Map(), // job id -> plan (a job's plan never changes)
   samples: new Map(), // job id -> {now, counts: Map(vertex id -> {read, write})}, for rates
 };
@@ -663,8 +666,35 @@ function showError(error) {
   }
   const text = error instanceof ApiError ? error.message : `the page failed: ${error?.stack ?? error}`;
   banner.replaceChildren(h("strong", null, "Error: "), text);
+  if (error instanceof ApiError && error.status === 401) banner.append(tokenForm());
   banner.hidden = false;
   if (!(error instanceof ApiError)) console.error(error);
+}
+
+/** The cluster asks for its bearer token (401): a field to give it, kept for this tab only. */
+function tokenForm() {
+  const input = h("input", {
+    type: "password",
+    autocomplete: "off",
+    placeholder: "WEIR_AUTH_TOKEN",
+    "aria-label": "the cluster's token",
+    "data-testid": "token-input",
+  });
+  const form = h(
+    "form",
+    { class: "token-form", "data-testid": "token-form" },
+    h("span", null, storedToken() ? "That token was refused. Token:" : "This cluster needs its token:"),
+    input,
+    h("button", { type: "submit", "data-testid": "token-submit" }, "Use token"),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    storeToken(input.value.trim());
+    state.needsToken = false;
+    state.key = null;
+    refresh();
+  });
+  return form;
 }
 
 function setIndicator(kind, text) {
@@ -695,6 +725,7 @@ async function refresh() {
     setIndicator(state.paused ? "paused" : "ok", `${state.paused ? "paused" : "live"} · ${fmtClock(Date.now())}`);
   } catch (error) {
     if (gen !== state.gen) return;
+    state.needsToken = error instanceof ApiError && error.status === 401; // polling waits for the token
     showError(error);
     setIndicator("error", `error · ${fmtClock(Date.now())}`);
     if (state.key === null) {
@@ -704,7 +735,7 @@ async function refresh() {
       main().dataset.view = route.view;
     }
   } finally {
-    if (gen === state.gen && !state.paused) state.timer = setTimeout(refresh, POLL_MS);
+    if (gen === state.gen && !state.paused && !state.needsToken) state.timer = setTimeout(refresh, POLL_MS);
   }
 }
 

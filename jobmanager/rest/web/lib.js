@@ -142,11 +142,28 @@ export class ApiError extends Error {
   }
 }
 
-/** GET a path of the REST API (relative to the page, so a path prefix in front of Weir works). */
+const TOKEN_KEY = "weir-token";
+
+/** The cluster's bearer token the user gave this tab (WEIR_AUTH_TOKEN), or null. */
+export function storedToken() {
+  return sessionStorage.getItem(TOKEN_KEY);
+}
+
+/** Keep ``token`` for this tab's API calls (an empty one forgets it). */
+export function storeToken(token) {
+  if (token) sessionStorage.setItem(TOKEN_KEY, token);
+  else sessionStorage.removeItem(TOKEN_KEY);
+}
+
+/** GET a path of the REST API (relative to the page, so a path prefix in front of Weir works),
+ * with the tab's bearer token when it has one. */
 export async function getJSON(path) {
   let response;
+  const headers = { Accept: "application/json" };
+  const token = storedToken();
+  if (token) headers.Authorization = `Bearer ${token}`;
   try {
-    response = await fetch(path.replace(/^\//, ""), { cache: "no-store", headers: { Accept: "application/json" } });
+    response = await fetch(path.replace(/^\//, ""), { cache: "no-store", headers });
   } catch (error) {
     throw new ApiError(path, 0, [String(error?.message ?? error)]);
   }

@@ -14,6 +14,8 @@ from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
@@ -294,7 +296,9 @@ def _errors(status: int, message: str) -> JSONResponse:
     return JSONResponse({"errors": [message]}, status_code=status)
 
 
-def create_app() -> Starlette:
+def create_app(token: str | None = None) -> Starlette:
+    """``token``: every API route answers 401 without ``Authorization: Bearer <token>``, as the
+    JobManager's does when it has one (the page and its assets stay open)."""
     counter = {"n": 0}
 
     def job(request: Request) -> JSONResponse:
@@ -360,16 +364,28 @@ def create_app() -> Starlette:
         Route("/jobs/{jid}/checkpoints/details/{cid}", details),
         Route("/jobs/{jid}/exceptions", only_job(EXCEPTIONS)),
     ]
-    return Starlette(routes=routes)
+    if token is None:
+        return Starlette(routes=routes)
+
+    async def require_token(request: Request, call_next: Any) -> Any:
+        if request.url.path == "/" or request.url.path.startswith("/web/"):
+            return await call_next(request)
+        if request.headers.get("authorization") != f"Bearer {token}":
+            response = _errors(401, "this cluster needs its bearer token (WEIR_AUTH_TOKEN)")
+            response.headers["WWW-Authenticate"] = "Bearer"
+            return response
+        return await call_next(request)
+
+    return Starlette(routes=routes, middleware=[Middleware(BaseHTTPMiddleware, dispatch=require_token)])
 
 
 @contextmanager
-def serve() -> Iterator[str]:
+def serve(token: str | None = None) -> Iterator[str]:
     """The harness on 127.0.0.1 (a free port) in a thread; answers its base URL."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(), log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(create_app(token), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="ui-harness", daemon=True)
     thread.start()
     deadline = time.monotonic() + 10.0

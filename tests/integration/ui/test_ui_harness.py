@@ -152,3 +152,22 @@ def test_an_api_error_is_shown(browser: BrowserPage, base_url: str) -> None:
     expect(banner).to_be_hidden()
     expect(page.get_by_test_id("job-row")).to_have_count(1)
     assert browser.page_errors == []
+
+
+def test_a_cluster_with_a_token_asks_for_it_and_the_page_then_loads(browser: BrowserPage) -> None:
+    with serve(token="s3cret") as url:
+        page = browser.page
+        page.goto(url)
+        banner = page.get_by_test_id("api-error")
+        expect(banner).to_contain_text("HTTP 401")
+        expect(page.get_by_test_id("refresh-indicator")).to_have_attribute("data-state", "error")
+        page.get_by_test_id("token-input").fill("wrong")
+        page.get_by_test_id("token-submit").click()
+        expect(banner).to_contain_text("That token was refused")
+        page.get_by_test_id("token-input").fill("s3cret")
+        page.get_by_test_id("token-submit").click()
+        expect(page.get_by_test_id("job-row")).to_have_count(1)
+        expect(banner).to_be_hidden()
+        page.reload()  # the token is kept for the tab
+        expect(page.get_by_test_id("job-row")).to_have_count(1)
+        expect(page.get_by_test_id("refresh-indicator")).to_have_attribute("data-state", re.compile("ok|loading"))
