@@ -6,7 +6,7 @@ import os
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import psycopg
@@ -14,6 +14,7 @@ import pytest
 
 from connectors import kafka
 from weir.core.config import Endpoints
+from weir.core.errors import WeirError
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.supervisor import start_cluster, stop_cluster
@@ -21,14 +22,37 @@ from weir.tools.supervisor import start_cluster, stop_cluster
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+TASKMANAGERS = 3
+REGISTERED_WITHIN_S = 90.0
+
+
 @dataclass
 class WeirCluster:
     endpoints: Endpoints
     directory: Path
     client: JobManagerClient
+    submitted: list[str] = field(default_factory=list)  # every job submitted through submit, in order
 
     def submit(self, job_file: str, parameters: dict[str, str], parallelism: int = 3) -> str:
-        return self.client.submit_job(REPO_ROOT / job_file, parameters, parallelism)
+        """Submit once every TaskManager is registered: a test before this one may have killed the
+        JobManager or a TaskManager of the session's cluster, which the supervisor restarts."""
+        self.wait_for_taskmanagers()
+        job_id = self.client.submit_job(REPO_ROOT / job_file, parameters, parallelism)
+        self.submitted.append(job_id)
+        return job_id
+
+    def wait_for_taskmanagers(self, timeout_s: float = REGISTERED_WITHIN_S) -> None:
+        deadline = time.monotonic() + timeout_s
+        alive = -1
+        while time.monotonic() < deadline:
+            try:
+                alive = len(self.client.cluster_status().alive_taskmanagers)
+            except WeirError:
+                alive = -1  # the JobManager is starting again
+            if alive == TASKMANAGERS:
+                return
+            time.sleep(0.2)
+        raise AssertionError(f"{alive} of {TASKMANAGERS} TaskManagers registered after {timeout_s:g} s")
 
     def wait_for(self, job_id: str, statuses: tuple[str, ...] = ("FINISHED",), timeout_s: float = 300.0) -> JobDetails:
         """Poll the job until it reaches one of ``statuses`` (or any terminal status)."""
@@ -55,6 +79,24 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
     finally:
         client.close()
         stop_cluster(directory)
+
+
+@pytest.fixture(autouse=True)
+def cancel_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Cancel what a test submitted and left running (it failed half way, say), so that its slots
+    do not fail the tests after it. Jobs of module-scoped fixtures are theirs to cancel."""
+    if "weir_cluster" not in request.fixturenames:
+        yield
+        return
+    cluster: WeirCluster = request.getfixturevalue("weir_cluster")
+    before = len(cluster.submitted)
+    yield
+    for job_id in cluster.submitted[before:]:
+        try:
+            if cluster.client.job_status(job_id).summary.status not in ("FINISHED", "FAILED", "CANCELED"):
+                cluster.client.cancel_job(job_id)
+        except WeirError:
+            pass  # gone, or the JobManager is down: nothing holds slots for it then
 
 
 @pytest.fixture

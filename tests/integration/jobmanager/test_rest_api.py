@@ -365,6 +365,7 @@ def test_the_exception_history_survives_a_jobmanager_restart(rest: RestJob) -> N
     assert eventually(serving_again, "the restarted JobManager's gRPC health")
     assert the_failure(rest) == before
     eventually(lambda: rest.get(f"/jobs/{rest.job_id}")["state"] == "RUNNING", "the job taken over and running")
+    rest.cluster.wait_for_taskmanagers()  # every TaskManager back, for the tests after this one
 
 
 def test_cancel_answers_202_and_a_savepoint_of_the_cancelled_job_is_a_conflict(rest: RestJob) -> None:

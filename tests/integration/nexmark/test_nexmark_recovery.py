@@ -45,7 +45,6 @@ def test_a_taskmanager_kill_mid_run_leaves_the_committed_output_exact(
     expected = ref.multiset(getattr(ref, query)([nx.event(n, CONFIG) for n in range(EVENTS)]))
     assert sum(expected.values()) >= (5 if query == "q4" else 20)  # q4: a row per category
 
-    started = time.monotonic()
     job_id = weir_cluster.submit(
         f"examples/nexmark/{query}.py",
         {
@@ -92,4 +91,3 @@ def test_a_taskmanager_kill_mid_run_leaves_the_committed_output_exact(
 
     committed = [json.loads(value) for _, _, _, value in kafka.read_all(endpoints, sink) if value is not None]
     assert ref.multiset(committed) == expected
-    assert time.monotonic() - started < 60
