@@ -11,7 +11,9 @@ compared with the local mode's own sources, read where the local mode reads them
 * ``weir.tools.supervisor.default_children``: the commands ``weir cluster up`` runs the Weir processes with;
 * jobmanager/__main__.py and taskmanager/__main__.py: the flags the processes accept;
 * pyproject.toml's package list and the build hook's files, for deploy/Dockerfile;
-* deploy/local/s3.sh: the S3 server and version the local mode runs.
+* deploy/local/s3.sh: the S3 server and version the local mode runs;
+* weir.core.config.SecuritySettings and weir.tools.dev_credentials: the TLS and token variables and the
+  files the ``weir-credentials`` step writes.
 
 Where the compose CLI can be built (deploy/local/tools.sh, from the Go module proxy), ``docker-compose
 config`` also validates the file and the tests read its resolved model: interpolation, anchors and merges
@@ -34,7 +36,8 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from weir.core.config import Endpoints, resolve_environment
+from weir.core.config import Endpoints, SecuritySettings, env_name, resolve_environment
+from weir.tools import dev_credentials
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -53,7 +56,9 @@ TOOLS_SH = REPO / "deploy/local/tools.sh"
 
 WEIR_SERVICES = ("jobmanager", "taskmanager")
 INIT = "weir-init"
-REQUIRED_SERVICES = ("kafka", "postgres", "s3", "prometheus", "grafana", INIT, *WEIR_SERVICES)
+CREDENTIALS = "weir-credentials"
+REQUIRED_SERVICES = ("kafka", "postgres", "s3", "prometheus", "grafana", CREDENTIALS, INIT, *WEIR_SERVICES)
+RUN_ONCE = (CREDENTIALS, INIT)
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 PUBLISH_DEFAULT = "127.0.0.1"
 EXIT_PROXY_UNREACHABLE = 3  # deploy/local/tools.sh install
@@ -257,8 +262,9 @@ def test_ports_are_published_on_the_loopback_unless_configured(svc: dict[str, An
 def test_weir_processes_share_one_environment(compose: dict[str, Any], svc: dict[str, Any]) -> None:
     anchor = {k: str(v) for k, v in compose["x-weir-env"].items()}
     endpoints, credentials = compose["x-weir-endpoints"], compose["x-weir-credentials"]
-    assert anchor == {k: str(v) for k, v in {**endpoints, **credentials}.items()}
-    assert not set(endpoints) & set(credentials)
+    security = compose["x-weir-security"]
+    assert anchor == {k: str(v) for k, v in {**endpoints, **credentials, **security}.items()}
+    assert not set(endpoints) & set(credentials) and not (set(endpoints) | set(credentials)) & set(security)
     assert set(credentials) == {"WEIR_S3_ACCESS_KEY", "WEIR_S3_SECRET_KEY", "WEIR_POSTGRES_DSN"}
     for name in (*WEIR_SERVICES, INIT):
         assert env_of(svc[name]) == anchor, f"{name} should use the x-weir-env block unchanged"
@@ -432,8 +438,60 @@ def test_the_init_step_prepares_the_example_and_runs_once(svc: dict[str, Any]) -
     assert cmd[:3] == ["python", "-m", "weir.tools.prepare"], cmd
     assert int(flags(cmd[3:])["--events"]) > 0, "the demo's input, so the first weir run has events"
     assert str(init.get("restart")) == "no"
-    assert depends_on(init) == {"kafka": "service_healthy", "postgres": "service_healthy", "s3": "service_healthy"}
+    assert depends_on(init) == {
+        "kafka": "service_healthy",
+        "postgres": "service_healthy",
+        "s3": "service_healthy",
+        CREDENTIALS: "service_completed_successfully",
+    }
     assert DEMO_INPUTS.input_topic in DEMO_INPUTS.topics
+
+
+# Authentication and TLS -------------------------------------------------------------------------------
+
+CREDENTIALS_DIR = "/etc/weir/credentials"
+# What each variable names among the files weir.tools.dev_credentials writes.
+SECURITY_FILES = {
+    "WEIR_AUTH_TOKEN_FILE": dev_credentials.TOKEN,
+    "WEIR_TLS_CERT_FILE": dev_credentials.CERTIFICATE,
+    "WEIR_TLS_KEY_FILE": dev_credentials.KEY,
+    "WEIR_TLS_CA_FILE": dev_credentials.CA_CERTIFICATE,
+}
+
+
+def credential_mounts(service: dict[str, Any]) -> list[dict[str, Any]]:
+    return [v for v in service.get("volumes") or [] if isinstance(v, dict) and v.get("target") == CREDENTIALS_DIR]
+
+
+def test_every_weir_process_has_the_token_and_tls_of_the_generated_files(compose: dict[str, Any]) -> None:
+    security = {k: str(v) for k, v in compose["x-weir-security"].items()}
+    assert set(security) <= {env_name(f) for f in SecuritySettings.model_fields}, "SecuritySettings' variables"
+    assert security == {
+        **{name: f"{CREDENTIALS_DIR}/{file}" for name, file in SECURITY_FILES.items()},
+        "WEIR_TLS_SERVER_NAME": dev_credentials.CLUSTER_NAME,
+    }
+    # Client certificates are not required (WEIR_TLS_CLIENT_CA_FILE unset), as in Kubernetes, whose
+    # httpGet probes cannot show one.
+    assert "WEIR_TLS_CLIENT_CA_FILE" not in security
+    assert dev_credentials.CLUSTER_NAME in dev_credentials.DEFAULT_NAMES
+    assert {"127.0.0.1", "localhost", "jobmanager"} <= set(dev_credentials.DEFAULT_NAMES), "probe, host, containers"
+
+
+def test_credentials_are_generated_once_into_a_volume_every_weir_process_reads(svc: dict[str, Any]) -> None:
+    step = svc[CREDENTIALS]
+    assert step["image"] == svc["jobmanager"]["image"] and step.get("build") == svc["jobmanager"]["build"]
+    assert command_of(step) == ["python", "-m", "weir.tools.dev_credentials", CREDENTIALS_DIR]
+    assert str(step.get("restart")) == "no" and not depends_on(step)
+    (writable,) = credential_mounts(step)
+    assert writable["type"] == "volume" and writable["read_only"] is False
+    for name in (*WEIR_SERVICES, INIT):
+        (mount,) = credential_mounts(svc[name])
+        assert mount["source"] == writable["source"] and mount["read_only"] is True, name
+        assert depends_on(svc[name]).get(CREDENTIALS) == "service_completed_successfully", name
+    # A new named volume takes the owner of the image's directory: the image's user can write it.
+    dockerfile = DOCKERFILE.read_text(encoding="utf-8")
+    assert re.search(rf"mkdir -p [^\n]*{CREDENTIALS_DIR}", dockerfile)
+    assert re.search(rf"chown weir:weir [^\n]*{CREDENTIALS_DIR}", dockerfile)
 
 
 # The Weir processes ---------------------------------------------------------------------------------
@@ -492,13 +550,15 @@ def test_restart_policies(svc: dict[str, Any]) -> None:
 
 def test_every_long_running_service_has_a_healthcheck(svc: dict[str, Any]) -> None:
     for name, service in svc.items():
-        if name == INIT:
+        if name in RUN_ONCE:
             continue  # runs once; its successful exit is what the others wait for
         test = service.get("healthcheck", {}).get("test")
         assert test and test[0] in ("CMD", "CMD-SHELL"), f"{name} needs a healthcheck"
     assert LOCAL["WEIR_KAFKA_PORT"] in " ".join(svc["kafka"]["healthcheck"]["test"])
     assert LOCAL["WEIR_POSTGRES_PORT"] in svc["postgres"]["healthcheck"]["test"]
-    assert health_url(svc["jobmanager"]) == f"http://127.0.0.1:{LOCAL['WEIR_JOBMANAGER_REST_PORT']}/healthz"
+    # The REST API serves HTTPS with WEIR_TLS_CERT_FILE set; the metrics endpoints stay plain HTTP.
+    assert "WEIR_TLS_CERT_FILE" in env_of(svc["jobmanager"])
+    assert health_url(svc["jobmanager"]) == f"https://127.0.0.1:{LOCAL['WEIR_JOBMANAGER_REST_PORT']}/healthz"
     metrics_port = flags(command_of(svc["taskmanager"])[3:])["--metrics-port"]
     assert health_url(svc["taskmanager"]) == f"http://127.0.0.1:{metrics_port}/metrics"
 
@@ -748,6 +808,10 @@ def test_the_resolved_model_is_the_one_these_tests_read(compose_cli: list[str], 
         assert resolved[name]["environment"] == env_of(svc[name]), f"{name}: the merged x-weir-env"
         assert resolved[name]["command"] == command_of(svc[name])
         assert resolved[name]["image"] == "weir:local"
+        (mount,) = (v for v in resolved[name]["volumes"] if v["target"] == CREDENTIALS_DIR)
+        assert mount["source"] == CREDENTIALS and mount["read_only"] is True, name
+    (mount,) = resolved[CREDENTIALS]["volumes"]
+    assert mount["target"] == CREDENTIALS_DIR and not mount.get("read_only"), "the step writes the volume"
     for name, service in resolved.items():
         published = {(p["host_ip"], int(p["published"]), p["target"]) for p in service.get("ports", [])}
         assert published == {(PUBLISH_DEFAULT, h, c) for h, c in published_ports(svc[name]).items()}, name

@@ -5,12 +5,14 @@ proxy (no cluster needed), then compared with the compose file: the same image, 
 container ports, the same WEIR_* variables (with the same values for Weir's own settings), probes on
 the endpoints compose's healthchecks use, and what Kubernetes adds: a StatefulSet of TaskManagers
 behind a headless Service, resources, a non-root security context, Kafka, PostgreSQL and S3 as
-external services.
+external services. The dev overlay reads its TLS files and token from a git-ignored directory: the
+tests render a copy of deploy/kubernetes with that directory made by weir.tools.dev_credentials.
 """
 
 from __future__ import annotations
 
 import base64
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,6 +20,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
+from cryptography import x509
 
 from tests.unit.deploy.test_compose import (
     COMPOSE_FILE,
@@ -29,6 +32,7 @@ from tests.unit.deploy.test_compose import (
     health_url,
     host_of,
 )
+from weir.tools import dev_credentials
 
 # `make test` builds kustomize first (`make tools`); run alone, the first test may build it (a minute or two).
 pytestmark = pytest.mark.timeout(2400)
@@ -49,7 +53,18 @@ SAME_VALUE = (
     "WEIR_CHECKPOINT_DIR",
     "WEIR_LOG_FORMAT",
     "WEIR_RUN_DIR",
+    "WEIR_AUTH_TOKEN_FILE",
+    "WEIR_TLS_CERT_FILE",
+    "WEIR_TLS_KEY_FILE",
+    "WEIR_TLS_CA_FILE",
+    "WEIR_TLS_SERVER_NAME",
 )
+AUTH_FILES = {
+    dev_credentials.TOKEN,
+    dev_credentials.CERTIFICATE,
+    dev_credentials.KEY,
+    dev_credentials.CA_CERTIFICATE,
+}
 
 
 @pytest.fixture(scope="module")
@@ -69,10 +84,19 @@ def render(kustomize: str, directory: Path) -> list[dict[str, Any]]:
 
 
 @pytest.fixture(scope="module")
-def objects(kustomize: str) -> dict[tuple[str, str], dict[str, Any]]:
+def dev_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of deploy/kubernetes whose dev overlay has its credentials, as a user makes them."""
+    copy = tmp_path_factory.mktemp("kubernetes") / "kubernetes"
+    shutil.copytree(KUBERNETES, copy, ignore=shutil.ignore_patterns("credentials"))
+    dev_credentials.generate(copy / OVERLAY.relative_to(KUBERNETES) / "credentials")
+    return copy
+
+
+@pytest.fixture(scope="module")
+def objects(kustomize: str, dev_copy: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(kind, name) -> object of the dev overlay; generated names lose their hash suffix."""
     rendered = {}
-    for obj in render(kustomize, OVERLAY):
+    for obj in render(kustomize, dev_copy / OVERLAY.relative_to(KUBERNETES)):
         name = obj["metadata"]["name"]
         if obj["kind"] in ("ConfigMap", "Secret"):
             name = name.rsplit("-", 1)[0]
@@ -117,7 +141,7 @@ def probe_port(c: dict[str, Any], probe: dict[str, Any]) -> int:
 def probe_endpoint(c: dict[str, Any], probe: dict[str, Any]) -> str:
     match probe:
         case {"httpGet": http}:
-            return f"http://127.0.0.1:{probe_port(c, http)}{http['path']}"
+            return f"{http.get('scheme', 'HTTP').lower()}://127.0.0.1:{probe_port(c, http)}{http['path']}"
         case {"tcpSocket": tcp}:
             return f"tcp://127.0.0.1:{probe_port(c, tcp)}"
         case {"grpc": grpc}:
@@ -164,6 +188,33 @@ def test_the_same_weir_variables_as_compose(objects: dict[tuple[str, str], Any],
     secret = objects[("Secret", "weir-credentials")]["data"]
     assert set(secret) == set(compose["x-weir-credentials"])
     assert set(objects[("ConfigMap", "weir-endpoints")]["data"]) == set(compose["x-weir-endpoints"])
+    assert objects[("ConfigMap", "weir-security")]["data"] == compose["x-weir-security"]
+
+
+def test_the_token_and_tls_files_are_a_secret_mounted_where_the_variables_say(
+    objects: dict[tuple[str, str], Any], dev_copy: Path
+) -> None:
+    secret = objects[("Secret", "weir-auth")]
+    files = {k: base64.b64decode(v) for k, v in secret["data"].items()}
+    assert set(files) == AUTH_FILES, "the CA's key stays on the machine that made it"
+    made = dev_credentials.DevCredentials(dev_copy / OVERLAY.relative_to(KUBERNETES) / "credentials")
+    assert files[dev_credentials.TOKEN] == made.token.read_bytes()
+    certificate = x509.load_pem_x509_certificate(files[dev_credentials.CERTIFICATE])
+    certificate.verify_directly_issued_by(x509.load_pem_x509_certificate(files[dev_credentials.CA_CERTIFICATE]))
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    for name in WEIR_PODS:
+        env = pod_env(objects, name)
+        assert env["WEIR_TLS_SERVER_NAME"] in names.get_values_for_type(x509.DNSName)
+        assert "WEIR_TLS_CLIENT_CA_FILE" not in env, "the kubelet's HTTPS probes show no client certificate"
+        directories = {str(Path(env[var]).parent) for var in SAME_VALUE if var.endswith("_FILE")}
+        assert {Path(env[var]).name for var in SAME_VALUE if var.endswith("_FILE")} == AUTH_FILES
+        (directory,) = directories
+        pod = objects[(WEIR_PODS[name], name)]["spec"]["template"]["spec"]
+        (mount,) = (m for m in container(objects, name)["volumeMounts"] if m["mountPath"] == directory)
+        assert mount.get("readOnly") is True, name
+        (volume,) = (v for v in pod["volumes"] if v["name"] == mount["name"])
+        assert volume["secret"]["secretName"] == secret["metadata"]["name"], "the generated Secret, with its hash"
+        assert volume["secret"]["defaultMode"] & 0o007 == 0, "not readable by others"
 
 
 def test_external_services_are_named_by_the_endpoints(objects: dict[tuple[str, str], Any]) -> None:
@@ -185,7 +236,8 @@ def test_probes_use_compose_healthcheck_endpoints(objects: dict[tuple[str, str],
         assert "readinessProbe" in c, name
     jm = container(objects, "jobmanager")
     assert probe_endpoint(jm, jm["startupProbe"]) == health_url(compose["services"]["jobmanager"])
-    assert probe_endpoint(jm, jm["readinessProbe"]) == f"grpc://127.0.0.1:{named_ports(jm)['grpc']}"
+    # A grpc probe cannot speak TLS: the port accepting connections says gRPC serves.
+    assert probe_endpoint(jm, jm["readinessProbe"]) == f"tcp://127.0.0.1:{named_ports(jm)['grpc']}"
     tm = container(objects, "taskmanager")
     assert probe_endpoint(tm, tm["readinessProbe"]) == f"tcp://127.0.0.1:{named_ports(tm)['data']}"
 
