@@ -157,7 +157,9 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
     turned into a priority one there and the checkpoint goes on unaligned. With the source unthrottled
     the windows are backpressured, so the switch engages; a TaskManager killed mid-run, both sinks exact."""
     endpoints = weir_cluster.endpoints
-    params = keyed_aggregation_inputs(endpoints, unique, 150_000, records_per_second=0, checkpoint_interval="500ms")
+    # Unthrottled, 150,000 events were all read a moment after the first checkpoint on an idle
+    # machine: the kill then came after the TaskManager's tasks had finished, and nothing restored.
+    params = keyed_aggregation_inputs(endpoints, unique, 600_000, records_per_second=0, checkpoint_interval="500ms")
     params |= {
         "checkpointing.unaligned": "true",
         "checkpointing.aligned-checkpoint-timeout": "1ms",
