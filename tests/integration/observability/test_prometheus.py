@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from tests.observability import (
     PROMETHEUS_LOCAL,
@@ -96,14 +97,7 @@ class Prometheus:
 
 def poll(what: str, deadline_s: float, check: Callable[[], T | None]) -> T:
     """``check()`` every POLL_S until it answers something else than None; fail after the deadline."""
-    deadline = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {deadline_s:g} s waiting for {what}")
-        time.sleep(POLL_S)
+    return polling.poll(what, deadline_s, check, POLL_S)
 
 
 # Fixtures -----------------------------------------------------------------------------------------

@@ -22,13 +22,13 @@ import pytest
 
 from connectors import kafka
 from tests.certificates import CertificateAuthority, Issued, tls_environment
-from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
+from tests.integration.conftest import REPO_ROOT, keyed_aggregation_inputs, path_parameters
 from tests.integration.runtime.test_keyed_aggregation import reference
 from weir.core.config import Endpoints
 from weir.core.grpc_security import open_channel
 from weir.core.transport_security import TransportSecurity
 from weir.tools.client import JobManagerClient
-from weir.tools.events import EventSpec, produce_events
+from weir.tools.events import EventSpec
 from weir.tools.supervisor import start_cluster, stop_cluster
 from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2, taskmanager_pb2_grpc
 
@@ -87,21 +87,10 @@ def secure_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory
 
 def test_a_keyed_job_runs_across_three_taskmanagers_with_tls_and_token(secure_cluster: SecureCluster) -> None:
     endpoints = secure_cluster.endpoints
-    unique = uuid.uuid4().hex[:8]
-    source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
-    create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
-    create_window_table(endpoints, table)
-    spec = EventSpec(count=EVENTS, keys=400)
-    produce_events(endpoints, source, spec)
-    parameters = {
-        "source.topic": source,
-        "sink.topic": sink,
-        "sink.table": table,
-        "source.dlq_topic": dlq,
-        "source.bounded": "true",
-        "checkpointing.interval": "2s",
-        **path_parameters("records"),
-    }
+    parameters = keyed_aggregation_inputs(
+        endpoints, uuid.uuid4().hex[:8], EVENTS, records_per_second=0, checkpoint_interval="2s"
+    ) | path_parameters("records")
+    sink, spec = parameters["sink.topic"], EventSpec(count=EVENTS, keys=400)
     with JobManagerClient(endpoints.jobmanager_address) as client:  # security from the environment
         assert len(client.cluster_status().alive_taskmanagers) == 3
         job_id = client.submit_job(REPO_ROOT / "examples/keyed_aggregation.py", parameters, 3)

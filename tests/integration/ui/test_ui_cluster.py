@@ -11,34 +11,23 @@ import re
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
+from tests.integration.polling import poll
 from tests.integration.ui.conftest import BrowserPage, Screenshots
 from weir.tools.events import EventSpec, produce_events
 
 pytestmark = pytest.mark.integration
 
-T = TypeVar("T")
 EVENTS = 300_000
 RATE = 2_000  # records/s over all source subtasks: the job runs ~150 s, longer than this module
 LOOP_JOB = "tests/integration/observability/jobs/restart_loop.py"
-
-
-def poll(what: str, deadline_s: float, check: Callable[[], T | None]) -> T:
-    deadline = time.monotonic() + deadline_s
-    while True:
-        result = check()
-        if result is not None:
-            return result
-        if time.monotonic() >= deadline:
-            pytest.fail(f"timed out after {deadline_s:g} s waiting for {what}")
-        time.sleep(0.5)
 
 
 @dataclass(frozen=True)
