@@ -813,6 +813,46 @@ def _operator_state_text(state: dict[str, Any]) -> str:
 # The local cluster -------------------------------------------------------------------------------
 
 
+# Scenarios ---------------------------------------------------------------------------------------
+
+
+def _scenario_names() -> str:
+    from weir.tools.scenarios import SCENARIOS
+
+    return ", ".join(s.name for s in SCENARIOS)
+
+
+@app.command(
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
+    add_help_option=False,
+)
+def scenario(
+    ctx: typer.Context,
+    name: Annotated[
+        str | None,
+        typer.Argument(metavar="NAME", help="keyed-aggregation, barriers, two-phase-commit, recovery, upgrade, "
+        "backpressure; none: list them."),
+    ] = None,
+) -> int:
+    """Run one of the design card's scenarios on the local cluster against the real services: it prints
+    what it did, the evidence it measured and the card's outcome as PASS/FAIL; exit 1 on FAIL.
+    Arguments after NAME go to the scenario (`weir scenario NAME --help`)."""
+    from weir.tools.scenarios import SCENARIOS, run_scenario
+
+    if name is None or name in ("--help", "-h"):
+        out = _stdout()
+        out.print("weir scenario NAME [ARGS]: the design card's scenarios (`weir scenario NAME --help` for ARGS)")
+        table = Table("name", "shows")
+        for s in SCENARIOS:
+            table.add_row(s.name, s.summary)
+        out.print(table)
+        return EXIT_OK
+    try:
+        return run_scenario(name, ctx.args)
+    except KeyError:
+        raise typer.BadParameter(f"unknown scenario {name!r}; the scenarios are {_scenario_names()}") from None
+
+
 @cluster_app.command("up")
 def cluster_up(
     no_restart: Annotated[bool, typer.Option("--no-restart", help="Leave a process that exits dead.")] = False,
