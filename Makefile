@@ -7,7 +7,8 @@ INFRA := deploy/local/infra.sh
 BROWSER := deploy/local/browser.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
-        lint constraints demo scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
+        lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
+        scenario-recovery scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
 help:
@@ -56,11 +57,30 @@ lint: setup
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.tools.demo
 
+# The design card's scenarios (weir scenario NAME; `weir scenario` lists them). SCENARIO_ARGS go to the
+# scenario, e.g. make scenario-recovery SCENARIO_ARGS="--events 20000".
+SCENARIOS := keyed-aggregation barriers two-phase-commit recovery upgrade backpressure
+
+scenario-keyed-aggregation: setup infra-up ## the keyed window job: state and both sinks equal a reference
+	$(PY) -m weir.tools.cli scenario keyed-aggregation $(SCENARIO_ARGS)
+
+scenario-barriers: setup infra-up ## a two-input job: barrier arrival and hold per channel, the snapshot's cut, visibility vs recovery point
+	$(PY) -m weir.tools.cli scenario barriers $(SCENARIO_ARGS)
+
+scenario-two-phase-commit: setup infra-up ## the open Kafka transaction and the prepared PostgreSQL one, then both committed
+	$(PY) -m weir.tools.cli scenario two-phase-commit $(SCENARIO_ARGS)
+
+scenario-recovery: setup infra-up ## a TaskManager killed after pre-commit: aborted output, replay counted, effects once, sinks reconciled
+	$(PY) -m weir.tools.cli scenario recovery $(SCENARIO_ARGS)
+
 scenario-upgrade: setup infra-up ## the seed's upgrade scenario: v1 -> stop with savepoint -> v2 at another parallelism, checked
-	$(PY) -m weir.tools.scenario_upgrade
+	$(PY) -m weir.tools.cli scenario upgrade $(SCENARIO_ARGS)
 
 scenario-backpressure: setup infra-up ## the seed's backpressure scenario: a slow sink, aligned then unaligned checkpoints, measured
-	$(PY) -m weir.tools.scenario_backpressure $(SCENARIO_ARGS)
+	$(PY) -m weir.tools.cli scenario backpressure $(SCENARIO_ARGS)
+
+scenarios: setup infra-up ## every scenario above, one after the other (~15 min); exit 1 if any FAILed
+	@rc=0; for s in $(SCENARIOS); do $(PY) -m weir.tools.cli scenario $$s || rc=1; done; exit $$rc
 
 cluster-up: setup ## JobManager + 3 TaskManagers as local processes
 	$(VENV)/bin/weir cluster up
