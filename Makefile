@@ -8,7 +8,7 @@ BROWSER := deploy/local/browser.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
-        scenario-recovery scenario-upgrade scenario-backpressure cluster-up cluster-down bench bench-quick bench-exchange bench-state \
+        scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
 
 help:
@@ -81,6 +81,9 @@ scenario-backpressure: setup infra-up ## the seed's backpressure scenario: a slo
 
 scenarios: setup infra-up ## every scenario above, one after the other (~15 min); exit 1 if any FAILed
 	@rc=0; for s in $(SCENARIOS); do $(PY) -m weir.tools.cli scenario $$s || rc=1; done; exit $$rc
+
+chaos: setup infra-up ## faults of TaskManagers, the JobManager, Kafka, PostgreSQL and S3 at random (~12 min); CHAOS_ARGS="--seed 7 --faults 12"
+	$(PY) -m tests.chaos.driver $(CHAOS_ARGS)
 
 cluster-up: setup ## JobManager + 3 TaskManagers as local processes
 	$(VENV)/bin/weir cluster up

@@ -704,6 +704,13 @@ def _any_alive(pids: Sequence[int]) -> bool:
 
 def kill_process(directory: Path, name: str) -> int:
     """SIGKILL one child (and its process group), as ``docker kill``; answers the killed pid."""
+    return signal_process(directory, name, signal.SIGKILL)
+
+
+def signal_process(directory: Path, name: str, sig: signal.Signals) -> int:
+    """Send ``sig`` to one child's process group: SIGKILL as ``docker kill``, SIGSTOP and SIGCONT as
+    ``docker pause`` and ``unpause`` (a paused TaskManager is a partitioned zombie: alive, silent).
+    Answers the child's pid."""
     status = local_status(directory)
     if status is None or not status.supervisor_alive:
         raise ClusterUnavailableError(f"no local cluster runs in {directory}: start it with `weir cluster up`")
@@ -713,7 +720,7 @@ def kill_process(directory: Path, name: str) -> int:
         raise UnknownProcessError(f"unknown process {name!r}: valid names are {', '.join(names)}")
     if process.pid is None or not process.alive:
         raise ClusterError(f"{name} is not running ({process.status}); see {process.log}", fault="user")
-    _signal_group(process.pid, signal.SIGKILL)
+    _signal_group(process.pid, sig)
     return process.pid
 
 
