@@ -160,6 +160,10 @@ class JobMaster:
     transactions_resolved: bool = False  # an ended job's sink transactions were committed or rolled back
     resolution_error: str = ""  # why they could not be (they stay prepared; weir verify lists them)
     exceptions: ExceptionHistory = field(default_factory=ExceptionHistory)  # the failures that failed it over
+    # Restarts before this JobManager took the job over (its job record). The restart strategy itself
+    # starts over with a new JobManager, as Flink's does: its budget (restart.max-attempts, ...) is per
+    # JobManager; the count reported is the job's since it was submitted.
+    restarts_under_earlier_jobmanagers: int = 0
 
     @classmethod
     def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:
@@ -431,7 +435,8 @@ class JobMaster:
 
     @property
     def restarts(self) -> int:
-        return self.restart_strategy.restart_count
+        """Restarts since submission, under every JobManager that ran the job."""
+        return self.restarts_under_earlier_jobmanagers + self.restart_strategy.restart_count
 
 
 def new_job_id() -> str:

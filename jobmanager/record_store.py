@@ -31,6 +31,7 @@ def record_of(job: JobMaster) -> JobRecord:
         checkpoint_ids_reserved_through=job.coordinator.ids_reserved_through,
         transactions_resolved=job.transactions_resolved,
         exceptions=job.exceptions,
+        restarts=job.restarts,
     )
 
 

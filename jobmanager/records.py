@@ -17,12 +17,15 @@ Format 1::
      "records_in_all_attempts": [[vertex uid, subtask, count], ...],
      "checkpoint_ids_reserved_through": int,   # no checkpoint id at or below it is handed out again
      "transactions_resolved": bool,            # an ended job's sink transactions were resolved
+     "restarts": int,                          # optional (absent: 0); restarts since submission, over
+                                               # every JobManager that ran the job
      "exceptions": [                           # optional (absent: none); the last 100 failures, newest first
         {"failure": {"type", "message", "fault", "retriable"}, "timestamp": seconds, "attempt": int,
          "vertex_uid": str | null, "subtask": int | null, "taskmanager_id": str | null}, ...]}
 
-``exceptions`` was added to format 1 as an optional field: an older record has none (an empty
-history) and an older Weir ignores it, so neither reader refuses the other's record.
+``exceptions`` and ``restarts`` were added to format 1 as optional fields: an older record has none
+(an empty history, 0 restarts) and an older Weir ignores them, so neither reader refuses the other's
+record.
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class JobRecord:
     checkpoint_ids_reserved_through: int = 0
     transactions_resolved: bool = False
     exceptions: ExceptionHistory = ExceptionHistory()
+    restarts: int = 0
 
     def to_json(self) -> bytes:
         sub = self.submission
@@ -85,6 +89,7 @@ class JobRecord:
             "checkpoint_ids_reserved_through": self.checkpoint_ids_reserved_through,
             "transactions_resolved": self.transactions_resolved,
             "exceptions": [_entry_to_json(e) for e in self.exceptions.entries],
+            "restarts": self.restarts,
         }
         return json.dumps(document, separators=(",", ":")).encode()
 
@@ -114,6 +119,7 @@ class JobRecord:
                 checkpoint_ids_reserved_through=int(document["checkpoint_ids_reserved_through"]),
                 transactions_resolved=bool(document["transactions_resolved"]),
                 exceptions=ExceptionHistory(tuple(_entry_from_json(e) for e in document.get("exceptions", ()))),
+                restarts=int(document.get("restarts", 0)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SerializationError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc

@@ -95,6 +95,7 @@ class JobRecovery:
         job.failure = record.failure
         job.transactions_resolved = record.transactions_resolved
         job.exceptions = record.exceptions
+        job.restarts_under_earlier_jobmanagers = record.restarts
         for task_key, total in record.records_in_all_attempts.items():
             if task_key in job.tasks:
                 job.tasks[task_key].records_in_earlier_attempts = total

@@ -96,7 +96,7 @@ class ChaosConfig:
             "checkpointing.interval": self.checkpoint_interval,
             "restart.strategy": "fixed-delay",
             "restart.delay": "1s",
-            "restart.max-attempts": "0",
+            "restart.max-attempts": "unlimited",
         }
 
 
@@ -360,7 +360,8 @@ def _check(
         replayed = sum(t.records_in_all_attempts - t.records_in for t in sources)
         report.measured("records replayed (read again after restores)", f"{replayed:,}")
     report.measured("checkpoints completed", monitor.checkpoints[-1][1] if monitor.checkpoints else 0)
-    report.verify("the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}")
+    failure = f": {final.failure}" if final is not None and final.failure is not None else ""
+    report.verify("the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}{failure}")
     report.verify(
         "the job recovered after every fault (a checkpoint completed after it)",
         all(s is not None for _, s in recoveries) and bool(recoveries),
@@ -403,6 +404,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--faults", type=int, default=defaults.faults)
     parser.add_argument("--kinds", default="all", help="comma-separated: " + ",".join(k.value for k in FaultKind))
     parser.add_argument("--gap", type=float, default=defaults.min_gap_s, help="seconds between faults")
+    parser.add_argument(
+        "--services-run-dir",
+        type=Path,
+        default=None,
+        help="where deploy/local/infra.sh keeps the services' pid files [default: WEIR_RUN_DIR]",
+    )
     args = parser.parse_args(argv)
     try:
         kinds = parse_kinds(args.kinds)
@@ -420,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     console = Console()
     endpoints = s3_endpoints()
-    services_run_dir = run_dir()
+    services_run_dir = args.services_run_dir or run_dir()
     start_local_cluster(console, endpoints)
     try:
         run = run_chaos(endpoints, config, console, directory=cluster_dir(), services_run_dir=services_run_dir)

@@ -31,6 +31,7 @@ def test_a_record_reads_back_as_written() -> None:
         records_in_all_attempts={("sum", 0): 10, ("gen", 2): 7},
         checkpoint_ids_reserved_through=200,
         transactions_resolved=False,
+        restarts=3,
     )
     data = record.to_json()
     assert json.loads(data)["format"] == 1
@@ -58,3 +59,9 @@ def test_a_record_with_an_unknown_status_is_malformed() -> None:
 def test_a_record_that_cannot_be_read_is_a_clear_error(data: bytes, message: str) -> None:
     with pytest.raises(SerializationError, match=message):
         JobRecord.from_json(data, where="job record job-1/_job")
+
+
+def test_a_record_without_restarts_an_older_weir_wrote_reads_as_none() -> None:
+    document = json.loads(JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}, restarts=5).to_json())
+    del document["restarts"]
+    assert JobRecord.from_json(json.dumps(document).encode()).restarts == 0

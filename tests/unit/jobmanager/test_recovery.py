@@ -115,3 +115,17 @@ def test_the_uploads_of_a_checkpoint_the_dead_jobmanager_never_completed_are_del
     assert paths.job_record(job_id) in left and paths.metadata(job_id, CheckpointId(pending_id)) in left
     recovered = second.jm.jobs["job-1"].coordinator.store.latest()
     assert recovered is not None and recovered.checkpoint_id == pending_id
+
+
+def test_a_recovered_job_reports_the_restarts_it_had_under_the_jobmanager_before(make_harness: MakeHarness) -> None:
+    """Found by the chaos run: a TaskManager paused past the heartbeat timeout restarted the job, the
+    JobManager was then killed, and the job it took over reported 0 restarts ("since it was submitted")."""
+    first = make_harness()
+    job = first.job({"restart.strategy": "fixed-delay", "restart.delay": "1s"})
+    job.fail_over(Failure.internal("TaskManager lost"), first.clock())
+    assert job.restarts == 1 and first.jm.records.save(job).result()
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 1
+    recovered = second.jm.jobs["job-1"]
+    assert recovered.restarts == 1
+    assert recovered.restart_strategy.restart_count == 0  # its budget starts over, as Flink's does
