@@ -531,48 +531,52 @@ def _run_job(
             f"submitted job {job}: {JOB_FILE.name} -p {config.parallelism} "
             + " ".join(f"-D {k}={v}" for k, v in params.items()),
         )
-        wait_for_job(client, job, lambda s: s.summary.status == JobStatus.RUNNING, config.timeout_s, "RUNNING")
-        produced = produce_events(endpoints, config.source_topic, spec, records_per_second=config.events_per_second)
-        _step(
-            console,
-            report,
-            f"produced {produced:,} events at {config.events_per_second:,}/s ({config.keys} keys, every "
-            f"{config.malformed_every}th malformed: {malformed}) as live input while the job ran",
-        )
-        status = wait_for_job(
-            client,
-            job,
-            lambda s: _window_vertex(s)[0] >= well_formed,
-            config.timeout_s,
-            f"{well_formed:,} events into the windows",
-        )
-        after = status.last_completed_checkpoint or 0
-        status = wait_for_job(
-            client,
-            job,
-            lambda s: (s.last_completed_checkpoint or 0) > after,
-            config.timeout_s,
-            f"a checkpoint after {after}",
-        )
-        checkpoint_after_input = status.last_completed_checkpoint or 0
-        _step(
-            console,
-            report,
-            f"the windows took in all {well_formed:,} well-formed events; checkpoint {checkpoint_after_input} "
-            "completed after that",
-        )
-        savepoint_id = client.trigger_savepoint(job, savepoint_dir, stop=True)
-        info = client.wait_for_savepoint(job, savepoint_id, config.timeout_s)
-        status = wait_for_job(client, job, lambda s: s.summary.status.terminal, config.timeout_s, "its end")
-        if status.summary.status is not JobStatus.FINISHED:
-            raise ScenarioError(f"job {job} is {status.summary.status} after its savepoint: {status.failure}")
-        _step(
-            console,
-            report,
-            f"stopped it with savepoint {savepoint_id} (`weir stop {job} --savepoint-path {savepoint_dir}`): "
-            f"{info.external_path}; job {status.summary.status.value}",
-        )
-        history = {int(c.checkpoint_id): c.status for c in client.list_checkpoints(job)}
+        try:
+            wait_for_job(client, job, lambda s: s.summary.status == JobStatus.RUNNING, config.timeout_s, "RUNNING")
+            produced = produce_events(endpoints, config.source_topic, spec, records_per_second=config.events_per_second)
+            _step(
+                console,
+                report,
+                f"produced {produced:,} events at {config.events_per_second:,}/s ({config.keys} keys, every "
+                f"{config.malformed_every}th malformed: {malformed}) as live input while the job ran",
+            )
+            status = wait_for_job(
+                client,
+                job,
+                lambda s: _window_vertex(s)[0] >= well_formed,
+                config.timeout_s,
+                f"{well_formed:,} events into the windows",
+            )
+            after = status.last_completed_checkpoint or 0
+            status = wait_for_job(
+                client,
+                job,
+                lambda s: (s.last_completed_checkpoint or 0) > after,
+                config.timeout_s,
+                f"a checkpoint after {after}",
+            )
+            checkpoint_after_input = status.last_completed_checkpoint or 0
+            _step(
+                console,
+                report,
+                f"the windows took in all {well_formed:,} well-formed events; checkpoint {checkpoint_after_input} "
+                "completed after that",
+            )
+            savepoint_id = client.trigger_savepoint(job, savepoint_dir, stop=True)
+            info = client.wait_for_savepoint(job, savepoint_id, config.timeout_s)
+            status = wait_for_job(client, job, lambda s: s.summary.status.terminal, config.timeout_s, "its end")
+            if status.summary.status is not JobStatus.FINISHED:
+                raise ScenarioError(f"job {job} is {status.summary.status} after its savepoint: {status.failure}")
+            _step(
+                console,
+                report,
+                f"stopped it with savepoint {savepoint_id} (`weir stop {job} --savepoint-path {savepoint_dir}`): "
+                f"{info.external_path}; job {status.summary.status.value}",
+            )
+            history = {int(c.checkpoint_id): c.status for c in client.list_checkpoints(job)}
+        except BaseException:
+            _cancel_unless_ended(client, job)
+            raise
     records_in, all_attempts = _window_vertex(status)
     return JobRun(
         job_id=job,
@@ -585,6 +589,16 @@ def _run_job(
         records_in_all_attempts=all_attempts,
         restarts=status.summary.restarts,
     )
+
+
+def _cancel_unless_ended(client: JobManagerClient, job: str) -> None:
+    """The scenario failed with its job still running: cancel it (a cluster shared with others keeps no
+    stray job); the failure that got here is the one to report."""
+    try:
+        if not client.job_status(job).summary.status.terminal:
+            client.cancel_job(job)
+    except WeirError:
+        pass
 
 
 def read_input(endpoints: Endpoints, topic: str) -> list[InputRecord]:
