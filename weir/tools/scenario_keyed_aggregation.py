@@ -29,9 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
@@ -446,6 +448,7 @@ class JobRun:
 def run_keyed_aggregation_scenario(endpoints: Endpoints, config: ScenarioConfig, console: Console) -> ScenarioReport:
     """Everything but starting the cluster: inputs, the job on live input, stop with savepoint, the checks."""
     report = ScenarioReport("keyed-aggregation", OUTCOME)
+    began = time.monotonic()
     savepoint_dir = config.savepoint_dir or f"s3://{endpoints.s3_bucket}/scenario-keyed-aggregation/savepoints"
     recreate_inputs(
         endpoints,
@@ -502,6 +505,7 @@ def run_keyed_aggregation_scenario(endpoints: Endpoints, config: ScenarioConfig,
     for place in (state, *sinks):
         for line in place.samples:
             console.print(f"  {place.place}: {line}", soft_wrap=True, markup=False, highlight=False)
+    report.measured("duration", f"{time.monotonic() - began:.1f} s")
     return report
 
 
@@ -661,7 +665,8 @@ def _evidence(
     m("windows open at the savepoint (reference)", f"{len(split.open):,}")
     m(
         "window watermarks in the savepoint",
-        ", ".join(f"#{w.subtask} key groups {w.key_groups}: {w.watermark}" for w in cut.window_watermarks),
+        ", ".join(f"#{w.subtask} key groups {w.key_groups}: {_clock(w.watermark)}" for w in cut.window_watermarks)
+        + " (a window fired when its last millisecond <= its subtask's watermark)",
     )
     m(f"keyed state entries of {WINDOW_UID!r} ({WINDOW_STATE_NAME!r})", f"{len(entries):,}")
     for s in sinks:
@@ -677,8 +682,14 @@ def _evidence(
         f"{run.checkpoints_completed} (of the {len(run.history)} the history lists, savepoint included)",
     )
     m("first checkpoint completed after all input was in the windows", run.checkpoint_after_input)
-    m("savepoint", f"{run.savepoint_id}: {run.savepoint_path}")
+    m("savepoint id", run.savepoint_id)
+    m("savepoint", run.savepoint_path)
     m("job", run.job_id)
+
+
+def _clock(ms: int) -> str:
+    """An event time (epoch ms) as UTC clock time, with its value."""
+    return f"{datetime.fromtimestamp(ms / 1000, UTC).strftime('%H:%M:%S.%f')[:-3]} UTC ({ms})"
 
 
 def _comparison_table(split: Split, state: Comparison, sinks: Sequence[Comparison]) -> Table:

@@ -61,5 +61,6 @@ def test_the_keyed_aggregation_state_and_both_sinks_equal_the_reference(weir_clu
     assert number(report, f"records in kafka {config.sink_topic}") == fired
     assert number(report, f"records in postgres {config.table}") == fired
     assert number(report, "checkpoints completed before the savepoint") >= 1
-    assert evidence(report, "savepoint").split(": ", 1)[1].startswith(f"{config.savepoint_dir}/savepoint-")
+    assert evidence(report, "savepoint").startswith(f"{config.savepoint_dir}/savepoint-")
+    assert evidence(report, "savepoint").endswith(f"-{evidence(report, 'savepoint id')}/")
     assert len(report.checks) >= 15
