@@ -91,10 +91,12 @@ def print_report(console: Console, report: ScenarioReport) -> None:
         console.print(table)
     if report.evidence:
         evidence = Table("evidence", "measured", title="evidence", title_justify="left")
+        evidence.columns[1].overflow = "fold"
         for e in report.evidence:
             evidence.add_row(e.label, e.value)
         console.print(evidence)
     checks = Table("", "statement", "numbers", title="checked outcome", title_justify="left")
+    checks.columns[2].overflow = "fold"
     for c in report.checks:
         checks.add_row(f"[green]{PASS}[/]" if c.passed else f"[red]{FAIL}[/]", c.statement, c.numbers)
     console.print(checks)
