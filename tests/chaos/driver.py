@@ -117,7 +117,9 @@ def produce_input(endpoints: Endpoints, topic: str, events: int, keys: int) -> N
         if err is not None:
             errors.append(str(err))
 
-    base_ts = 1_700_000_000_000
+    # Event time near now: the Kafka sink stamps its records with it, and the output topic's retention
+    # (7 days by default) deletes segments of older timestamps, as it would a real job's.
+    base_ts = int(time.time() * 1000) - events
     for i in range(events):
         key = f"k{i % keys}"
         value = json.dumps({"key": key, "seq": i // keys + 1, "ts": base_ts + i}).encode()
