@@ -235,6 +235,7 @@ class HoldCheck:
     checked: int  # (record, inspected checkpoint) pairs
     violations: tuple[str, ...]
     held: tuple[float, ...]  # waits (processed - created, s) of post-barrier records created before the alignment ended
+    held_by_channel: Mapping[tuple[int, int, str], int] = field(default_factory=dict)  # (checkpoint, subtask, input)
 
     @property
     def held_records(self) -> int:
@@ -247,6 +248,7 @@ def check_holds(inspected: Sequence[InspectedCheckpoint], records: Iterable[Outp
     checked = 0
     violations: list[str] = []
     held: list[float] = []
+    held_by_channel: dict[tuple[int, int, str], int] = defaultdict(int)
     records = list(records)
     for cp in inspected:
         for r in records:
@@ -270,7 +272,8 @@ def check_holds(inspected: Sequence[InspectedCheckpoint], records: Iterable[Outp
                     )
                 elif r.created_s < subtask.alignment_end_at and r.seq < _next_position(cp, r.input_name, inspected):
                     held.append(r.processed_s - r.created_s)
-    return HoldCheck(checked, tuple(violations), tuple(held))
+                    held_by_channel[(cp.cut.checkpoint_id, subtask.subtask, r.input_name)] += 1
+    return HoldCheck(checked, tuple(violations), tuple(held), dict(held_by_channel))
 
 
 def _next_position(cp: InspectedCheckpoint, input_name: str, inspected: Sequence[InspectedCheckpoint]) -> int:
@@ -617,7 +620,8 @@ def build_report(run: BarriersRun) -> ScenarioReport:
         f"{', '.join(str(s.checkpoint_id) for s in run.states)} the keyed state of {OPERATOR_UID!r} "
         "(RocksDB snapshots downloaded and scanned)"
     )
-    report.tables.append(barrier_table(run))
+    hold = check_holds(run.inspected, run.records)
+    report.tables.append(barrier_table(run, hold))
     report.tables.append(state_table(run))
 
     completed = [c for c in run.checkpoints if c.status is CheckpointStatus.COMPLETED]
@@ -653,7 +657,6 @@ def build_report(run: BarriersRun) -> ScenarioReport:
         f"{subtasks} subtask timelines of {len(run.inspected)} checkpoints; "
         f"incomplete: {', '.join(incomplete) or 'none'}",
     )
-    hold = check_holds(run.inspected, run.records)
     longest = max(holds, default=0.0) * 1000
     report.measured("longest hold of an already-barriered channel", f"{longest:,.0f} ms")
     report.measured(
@@ -747,10 +750,11 @@ def _ms_after(at: float | None, trigger: float) -> str:
     return "-" if at is None else f"{(at - trigger) * 1000:,.0f}"
 
 
-def barrier_table(run: BarriersRun) -> Table:
+def barrier_table(run: BarriersRun, hold: HoldCheck) -> Table:
     table = Table(
         "checkpoint", "subtask", "channel (upstream)", "barrier arrived (ms after trigger)",
-        "held until alignment end (ms)", "alignment end (ms)", "snapshot done (ms)",
+        "held until alignment end (ms)", "records behind the barrier, created before the alignment end",
+        "alignment end (ms)", "snapshot done (ms)",
         title=f"barriers per channel of {OPERATOR_UID!r} (TaskManager clock; held = alignment end - barrier)",
         title_justify="left",
     )  # fmt: skip
@@ -765,6 +769,7 @@ def barrier_table(run: BarriersRun) -> Table:
                     f"{c.channel} ({c.upstream})",
                     _ms_after(c.barrier_at, trigger),
                     "-" if held is None else f"{held * 1000:,.1f}",
+                    f"{hold.held_by_channel.get((cp.cut.checkpoint_id, s.subtask, c.input_name), 0):,}",
                     _ms_after(s.alignment_end_at, trigger) if n == 0 else "",
                     _ms_after(s.sync_end_at, trigger) if n == 0 else "",
                 )
