@@ -613,7 +613,11 @@ def build_report(run: BarriersRun) -> ScenarioReport:
         f"two-input operator {OPERATOR_UID!r} at parallelism {config.parallelism}, aligned checkpoints every "
         f"{config.checkpoint_interval_s:g}s, exactly-once Kafka sink on {config.sink_topic!r} (job {run.job_id})"
     )
-    report.step("watched the output topic with a read_uncommitted and a read_committed consumer")
+    report.step(
+        "watched the output topic with a read_uncommitted and a read_committed consumer, each noting when it "
+        "first saw each record (created_ms, processed_ms and the barrier times are the TaskManagers' clocks, "
+        "completion the JobManager's, first seen this process's: one host, one clock)"
+    )
     report.step(
         f"read {len(run.cuts)} completed checkpoints back: each one's source positions (checkpoint storage) and "
         f"timeline per channel of {OPERATOR_UID!r} (weir checkpoints --detail), and for checkpoints "
@@ -705,6 +709,15 @@ def build_report(run: BarriersRun) -> ScenarioReport:
         "checkpoint completion (trigger -> metadata written)",
         distribution(durations) + f", interval {interval_ms:,.0f} ms",
     )
+    if run.cuts:
+        start = min(c.trigger_time for c in run.cuts)
+        report.measured(
+            "checkpoints: triggered -> completed (s after the first trigger)",
+            ", ".join(
+                f"{c.checkpoint_id}: {c.trigger_time - start:.2f} -> {c.completed_at - start:.2f}"
+                for c in sorted(run.cuts, key=lambda c: c.checkpoint_id)
+            ),
+        )
     report.measured(
         "read_uncommitted visibility: first seen - created (processing latency)", distribution(v.uncommitted_latency_s)
     )
