@@ -234,7 +234,9 @@ class HoldCheck:
 
     checked: int  # (record, inspected checkpoint) pairs
     violations: tuple[str, ...]
-    held: tuple[float, ...]  # waits (processed - created, s) of post-barrier records created before the alignment ended
+    # waits (processed - created, s) of the records after barrier N on a held channel, created before the
+    # alignment ended: they were held back (in the channel, or behind it in the sender's buffers)
+    held: tuple[float, ...]
     held_by_channel: Mapping[tuple[int, int, str], int] = field(default_factory=dict)  # (checkpoint, subtask, input)
 
     @property
@@ -270,7 +272,11 @@ def check_holds(inspected: Sequence[InspectedCheckpoint], records: Iterable[Outp
                     violations.append(
                         f"{where} is after the barrier but was processed {early:.1f} ms before the alignment ended"
                     )
-                elif r.created_s < subtask.alignment_end_at and r.seq < _next_position(cp, r.input_name, inspected):
+                elif (
+                    subtask.alignment_end_at - channel.barrier_at > CLOCK_TOLERANCE_S  # the channel was held
+                    and r.created_s < subtask.alignment_end_at
+                    and r.seq < _next_position(cp, r.input_name, inspected)
+                ):
                     held.append(r.processed_s - r.created_s)
                     held_by_channel[(cp.cut.checkpoint_id, subtask.subtask, r.input_name)] += 1
     return HoldCheck(checked, tuple(violations), tuple(held), dict(held_by_channel))
@@ -664,7 +670,7 @@ def build_report(run: BarriersRun) -> ScenarioReport:
     longest = max(holds, default=0.0) * 1000
     report.measured("longest hold of an already-barriered channel", f"{longest:,.0f} ms")
     report.measured(
-        "post-barrier records created before the alignment ended (waited behind the barrier): processed - created",
+        "records held: after barrier N on a held channel, created before the alignment ended; processed - created",
         f"{hold.held_records:,} records; {distribution(hold.held)}",
     )
     report.verify(
@@ -766,7 +772,7 @@ def _ms_after(at: float | None, trigger: float) -> str:
 def barrier_table(run: BarriersRun, hold: HoldCheck) -> Table:
     table = Table(
         "checkpoint", "subtask", "channel (upstream)", "barrier arrived (ms after trigger)",
-        "held until alignment end (ms)", "records behind the barrier, created before the alignment end",
+        "held until alignment end (ms)", "records held (after the barrier, created before the alignment end)",
         "alignment end (ms)", "snapshot done (ms)",
         title=f"barriers per channel of {OPERATOR_UID!r} (TaskManager clock; held = alignment end - barrier)",
         title_justify="left",

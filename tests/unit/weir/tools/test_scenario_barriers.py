@@ -3,6 +3,7 @@ every check, and each kind of wrong evidence fails the check about it."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import replace
 
@@ -284,3 +285,13 @@ def test_the_expectation_equals_counting_record_by_record(keys: int) -> None:
             count, _ = counted.get((f"k{seq % keys}", name), (0, -1))
             counted[(f"k{seq % keys}", name)] = (count + 1, seq)
     assert expected_state(positions, keys) == counted
+
+
+def test_only_records_on_a_held_channel_count_as_held() -> None:
+    run = _run()
+    hold = check_holds(run.inspected, run.records)
+    assert hold.held_records > 0 and not hold.violations
+    assert {name for _cp, _subtask, name in hold.held_by_channel} == {"orders"}  # payments' barrier came last
+    # per checkpoint the orders records created from its trigger (the cut) until the alignment's end (trigger
+    # + 10 ms + 200 ms): one every 25 ms, 9 of them; every key lives on one subtask or the other
+    assert hold.held_records == 3 * math.ceil(RATES["orders"] * (0.01 + PAYMENTS_LATE_S)) == 27
