@@ -9,24 +9,65 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
+import structlog
 from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from tenacity import RetryCallState, Retrying, retry_if_exception, stop_after_delay, wait_exponential
 
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError, ServiceUnavailableError
 
+RECONNECT_WAIT_MAX_S = 2.0
 
-def connect(endpoints: Endpoints, autocommit: bool = False, *, read_only: bool = False) -> psycopg.Connection[Any]:
-    """A new session; ``read_only``: PostgreSQL refuses every write in it (submit-time checks)."""
+
+def connect(
+    endpoints: Endpoints, autocommit: bool = False, *, read_only: bool = False, retry_for_s: float = 0.0
+) -> psycopg.Connection[Any]:
+    """A new session; ``read_only``: PostgreSQL refuses every write in it (submit-time checks).
+
+    ``retry_for_s``: while the server cannot be reached or is starting up (a restart), try again with
+    exponential back-off (0.2 s doubling to 2 s) for up to that long before giving up; opening a
+    session is safe to repeat. Refusals that another try cannot change (a wrong password, a missing
+    database) fail at once. 0: one try."""
     dsn = endpoints.postgres_dsn
     conninfo = make_conninfo(dsn, options="-c default_transaction_read_only=on") if read_only else dsn
+    retrying = Retrying(
+        stop=stop_after_delay(retry_for_s),
+        wait=wait_exponential(multiplier=0.2, max=RECONNECT_WAIT_MAX_S),
+        retry=retry_if_exception(_worth_another_try),
+        before_sleep=lambda state: _log_retry(state, endpoints),
+        reraise=True,
+    )
     try:
-        return psycopg.connect(conninfo, autocommit=autocommit, connect_timeout=10)
+        for attempt in retrying:
+            with attempt:
+                return psycopg.connect(conninfo, autocommit=autocommit, connect_timeout=10)
     except psycopg.OperationalError as exc:
         raise ServiceUnavailableError(
             f"postgres: cannot connect to {redacted_dsn(endpoints.postgres_dsn)}: {str(exc).strip()}; "
             "start PostgreSQL or fix WEIR_POSTGRES_DSN"
         ) from exc
+    raise AssertionError("unreachable: Retrying returns or raises")
+
+
+def _worth_another_try(exc: BaseException) -> bool:
+    """Unreachable (no SQLSTATE: refused, reset, timed out), starting up or shutting down (57P0x),
+    or a connection failure (08xxx); not an authentication or configuration refusal."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return state is None or state.startswith(("57P", "08"))
+
+
+def _log_retry(state: RetryCallState, endpoints: Endpoints) -> None:
+    exc = state.outcome.exception() if state.outcome is not None else None
+    structlog.get_logger("weir.connectors.postgres").warning(
+        "postgres_connect_retry",
+        dsn=redacted_dsn(endpoints.postgres_dsn),
+        attempt=state.attempt_number,
+        wait_s=round(state.upcoming_sleep, 2),
+        error=str(exc).strip() if exc is not None else "",
+    )
 
 
 def redacted_dsn(dsn: str) -> str:

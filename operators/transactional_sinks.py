@@ -59,6 +59,8 @@ _TOPIC_UNSAFE: Final = re.compile(r"[^a-zA-Z0-9._-]")
 DEFAULT_COMMIT_TIMEOUT_S: Final = 60.0
 DEFAULT_RECOVERY_TIMEOUT_S: Final = 120.0
 DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
+RECONNECT_WINDOW_S: Final = 30.0
+"""How long a PostgreSQL sink subtask opening (after a restart) waits for an unreachable server."""
 DEFAULT_CLAIM_TIMEOUT_S: Final = 30.0
 SNAPSHOT_FORMAT: Final = 1
 _POLL_EVERY: Final = 500  # records produced between two polls for delivery reports (flush serves the rest)
@@ -979,7 +981,10 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         self._restored = SinkSnapshot.from_bytes(data)
 
     def open(self) -> None:
-        conn = postgres.connect(self._endpoints, autocommit=True)
+        # A restarted or restarting server is waited for (with back-off) rather than failing the task
+        # at once: every restart that finds it still down is one more failover, and a fixed-delay
+        # strategy would spin through its attempts while the server comes up.
+        conn = postgres.connect(self._endpoints, autocommit=True, retry_for_s=RECONNECT_WINDOW_S)
         self._conn = conn
         postgres.require_table(conn, self._table, self._columns, self._key_columns)
         postgres.check_prepared_transactions(
