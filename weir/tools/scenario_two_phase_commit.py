@@ -35,7 +35,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
@@ -779,12 +779,12 @@ def _wait_completed(client: JobManagerClient, job_id: str, checkpoint_id: int, t
     return found[0]
 
 
-def _wait(condition: Any, timeout_s: float, what: str) -> None:
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         if time.monotonic() > deadline:
             raise ScenarioError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(POLL_S if timeout_s > 1 else 0.005)
+        time.sleep(POLL_S)
 
 
 # The report ----------------------------------------------------------------------------------------
