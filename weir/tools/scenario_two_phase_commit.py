@@ -40,7 +40,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
-from psycopg import sql
 from rich.console import Console
 from rich.table import Table
 
@@ -449,28 +448,37 @@ class _Watcher:
 
 
 class _ConsumerWatch(_Watcher):
-    """A consumer at one isolation level on the output topic (and optionally the marker topic)."""
+    """A consumer at one isolation level on the output topic (and the marker topic, if given), in a group
+    of its own from the earliest offsets; ``ready`` once it holds every partition of its topics."""
 
-    def __init__(self, endpoints: Endpoints, isolation: str, topic: str, partitions: int, markers: str | None) -> None:
+    def __init__(
+        self, endpoints: Endpoints, isolation: str, topics: Sequence[str], partitions: int, group: str
+    ) -> None:
         super().__init__(f"scenario-{isolation}")
-        self._endpoints, self._isolation, self._topic, self._partitions = endpoints, isolation, topic, partitions
-        self._marker_topic = markers
+        self._endpoints, self._isolation, self._topics = endpoints, isolation, tuple(topics)
+        self._topic = topics[0]
+        self._partitions = partitions + len(topics) - 1  # a marker topic has one partition (parallelism 1)
+        self._group = group
         self._lock = threading.Lock()
         self._arrivals: list[Arrival] = []
         self._markers: list[tuple[float, CommitMarker]] = []
+        self.ready = threading.Event()
 
     def watch(self, stop: threading.Event) -> None:
-        from confluent_kafka import TopicPartition  # type: ignore[import-untyped]
-
-        reader = kafka.consumer(self._endpoints, isolation_level=self._isolation, enable_partition_eof=False)
+        reader = kafka.consumer(
+            self._endpoints,
+            group_id=self._group,
+            isolation_level=self._isolation,
+            enable_partition_eof=False,
+            fetch_wait_max_ms=10,
+        )
         try:
-            assignment = [TopicPartition(self._topic, p, 0) for p in range(self._partitions)]
-            if self._marker_topic is not None:
-                assignment.append(TopicPartition(self._marker_topic, SUBTASK, 0))
-            reader.assign(assignment)
+            reader.subscribe(list(self._topics))
             while not stop.is_set():
                 messages = reader.consume(num_messages=1000, timeout=0.01)
                 now = time.time()
+                if not self.ready.is_set() and len(reader.assignment()) >= self._partitions:
+                    self.ready.set()
                 with self._lock:
                     for m in messages:
                         if m.error():
@@ -504,10 +512,7 @@ class _PreparedWatch(_Watcher):
     def __init__(self, endpoints: Endpoints, job_id: str, table: str, pause_s: float) -> None:
         super().__init__("scenario-pg-prepared")
         self._endpoints, self._job_id, self._pause_s = endpoints, job_id, pause_s
-        self._visible = sql.SQL(
-            "SELECT (SELECT count(*) FROM {table}), (SELECT coalesce(json_object_agg(checkpoint_id, rows), '{{}}') "
-            "FROM {proofs} WHERE job_id = %s AND operator_uid = %s)"
-        ).format(table=sql.Identifier(table), proofs=sql.Identifier(postgres.COMMIT_PROOF_TABLE))
+        self._table = table
         self._lock = threading.Lock()
         self._sightings: dict[str, PreparedSighting] = {}
         self.polls = 0
@@ -544,8 +549,9 @@ class _PreparedWatch(_Watcher):
             self._sightings[gid] = PreparedSighting(gid, int(txn.checkpoint_id), int(txn.subtask), now, visible, still)
 
     def _read(self, conn: Any) -> Visible:
-        row = conn.execute(self._visible, (self._job_id, POSTGRES_SINK_UID)).fetchone()
-        return Visible(time.time(), int(row[0]), {int(cp): int(n) for cp, n in (row[1] or {}).items()})
+        at = time.time()
+        ids, proofs = table_snapshot(conn, self._table, self._job_id)
+        return Visible(at, len(ids), proofs)
 
     def sightings(self) -> dict[int, PreparedSighting]:
         with self._lock:
@@ -598,12 +604,19 @@ def _observe(
     wait_for_job(client, job_id, lambda s: s.summary.status == JobStatus.RUNNING, config.timeout_s, "RUNNING")
     markers = marker_topic_name(job_id, KAFKA_SINK_UID)
     _wait(lambda: kafka.topic_partition_count(endpoints, markers) is not None, config.timeout_s, f"topic {markers}")
-    uncommitted = _ConsumerWatch(endpoints, "read_uncommitted", config.sink_topic, config.partitions, markers)
-    committed = _ConsumerWatch(endpoints, "read_committed", config.sink_topic, config.partitions, None)
+    topics = (config.sink_topic, markers)
+    uncommitted = _ConsumerWatch(endpoints, "read_uncommitted", topics, config.partitions, f"tpc-u-{job_id}")
+    committed = _ConsumerWatch(endpoints, "read_committed", topics[:1], config.partitions, f"tpc-c-{job_id}")
     prepared = _PreparedWatch(endpoints, job_id, config.table, config.prepared_poll_s)
     watchers = (uncommitted, committed, prepared)
     for w in watchers:
         w.start()
+    try:
+        _wait(lambda: uncommitted.ready.is_set() and committed.ready.is_set(), 30.0, "the consumers' partitions")
+    except ScenarioError:
+        for w in watchers:
+            w.stop()
+        raise
     started = time.time()
     report.step(
         "started the watchers: a read_uncommitted consumer (output and marker topic), a read_committed consumer "
@@ -616,13 +629,8 @@ def _observe(
             for n in range(first, last + 1):
                 previous = _wait_completed(client, job_id, n - 1, config.timeout_s)
                 assert previous.completed is not None
-                _wait(
-                    lambda at=previous.completed + config.mid_interval * config.checkpoint_interval_s: (
-                        time.time() >= at
-                    ),
-                    config.timeout_s,
-                    f"the middle of interval {n}",
-                )
+                middle = previous.completed + config.mid_interval * config.checkpoint_interval_s
+                _wait(_reached(middle), config.timeout_s, f"the middle of interval {n}")
                 run.reads[n], run.event_ids[n] = _read_open_transaction(
                     endpoints, config, client, job_id, n, uncommitted, committed, conn
                 )
@@ -672,7 +680,7 @@ def _read_open_transaction(
         seen = within(uncommitted.arrivals())
     hidden = len(within(committed.arrivals()))
     ids = [a.event_id for a in seen if a.event_id is not None]
-    in_table = rows_with_ids(conn, config.table, ids)
+    in_table = len(table_snapshot(conn, config.table, job_id)[0] & set(ids))
     done = any(
         c.checkpoint_id >= checkpoint_id and c.status is CheckpointStatus.COMPLETED
         for c in client.list_checkpoints(job_id)
@@ -701,14 +709,7 @@ def _epochs(
     u_arrivals, c_arrivals = uncommitted.arrivals(), committed.arrivals()
     out: list[Epoch] = []
     with postgres.connect(endpoints, autocommit=True) as conn:
-        proofs = {
-            int(cp): int(n)
-            for job, _uid, subtask, cp, n, _at in postgres.sink_commit_rows(
-                conn, postgres.COMMIT_PROOF_TABLE, [POSTGRES_SINK_UID]
-            )
-            or []
-            if job == job_id and subtask == SUBTASK
-        }
+        in_table, proofs = table_snapshot(conn, config.table, job_id)
         for n in checkpoints:
             ranges = epoch_range(run.reads[n], run.reads[n + 1])
             c_in = tuple(a for a in c_arrivals if in_ranges(ranges, a.partition, a.offset))
@@ -723,19 +724,22 @@ def _epochs(
                     marker_seen_uncommitted=flushed.get(n),
                     postgres_proof_rows=proofs.get(n),
                     prepared=sightings.get(n),
-                    kafka_events_in_postgres=rows_with_ids(conn, config.table, ids),
+                    kafka_events_in_postgres=len(in_table & set(ids)),
                 )
             )
     return out
 
 
-def rows_with_ids(conn: Any, table: str, ids: Sequence[int]) -> int:
-    """How many of these event ids the table shows this session."""
-    row = conn.execute(
-        sql.SQL("SELECT count(*) FROM {} WHERE id = ANY(%s)").format(sql.Identifier(table)), (list(ids),)
-    ).fetchone()
-    assert row is not None
-    return int(row[0])
+def table_snapshot(conn: Any, table: str, job_id: str) -> tuple[set[int], dict[int, int]]:
+    """In one snapshot (a repeatable-read transaction): the event ids the table shows, and the
+    PostgreSQL sink's proof rows of the job (checkpoint id -> rows)."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        ids = {int(row[0]) for row in postgres.fetch_rows(conn, table, ("id",))}
+        rows = postgres.sink_commit_rows(conn, postgres.COMMIT_PROOF_TABLE, [POSTGRES_SINK_UID]) or []
+    finally:
+        conn.execute("COMMIT")
+    return ids, {int(cp): int(n) for job, _uid, subtask, cp, n, _at in rows if job == job_id and subtask == SUBTASK}
 
 
 def _times(c: CheckpointInfo) -> CheckpointTimes:
@@ -777,6 +781,11 @@ def _wait_completed(client: JobManagerClient, job_id: str, checkpoint_id: int, t
 
     _wait(completed, timeout_s, f"checkpoint {checkpoint_id} to complete")
     return found[0]
+
+
+def _reached(at: float) -> Callable[[], bool]:
+    """Whether the wall clock has reached ``at``."""
+    return lambda: time.time() >= at
 
 
 def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
