@@ -154,7 +154,7 @@ class PreparedSighting:
     subtask: int
     first_seen: float
     while_prepared: Visible  # read right after it was first seen
-    still_prepared_after_read: bool  # the gid was still there after that read (the read saw the prepared state)
+    prepared_at_snapshot: bool  # the gid was still prepared once that read's snapshot was taken
     gone_at: float | None = None
     after_commit: Visible | None = None  # read right after it left
 
@@ -299,7 +299,7 @@ def _hidden_while_prepared(e: Epoch) -> bool:
     p = e.prepared
     return (
         p is not None
-        and p.still_prepared_after_read
+        and p.prepared_at_snapshot
         and e.checkpoint_id not in p.while_prepared.proofs
         and p.while_prepared.rows == committed_before(p.while_prepared.proofs, e.checkpoint_id)
     )
@@ -312,7 +312,7 @@ def _hidden_numbers(e: Epoch) -> str:
     return (
         f"cp {e.checkpoint_id}: table {v.rows:,} rows = proofs before {committed_before(v.proofs, e.checkpoint_id):,}, "
         f"proof of {e.checkpoint_id} {'present!' if e.checkpoint_id in v.proofs else 'absent'}, "
-        f"{'still prepared after the read' if p.still_prepared_after_read else 'gone before the read ended'}"
+        f"{'gid still prepared at the snapshot' if p.prepared_at_snapshot else 'gid gone by the snapshot: proves nothing'}"
     )
 
 
@@ -530,7 +530,9 @@ class _PreparedWatch(_Watcher):
                 for gid, s in list(self._sightings.items()):
                     if s.gone_at is None and gid not in gids:
                         with self._lock:
-                            self._sightings[gid] = replace(s, gone_at=now, after_commit=self._read(conn))
+                            self._sightings[gid] = replace(
+                                s, gone_at=now, after_commit=self._read(conn, s.checkpoint_id)[0]
+                            )
                 stop.wait(self._pause_s)
 
     def _prepared(self, conn: Any) -> set[str]:
@@ -543,15 +545,15 @@ class _PreparedWatch(_Watcher):
     def _first_seen(self, conn: Any, gid: str, now: float) -> None:
         txn = sink_transaction(gid, POSTGRES_SINK_UID, self._job_id)
         assert txn is not None
-        visible = self._read(conn)
-        still = gid in self._prepared(conn)
+        visible, prepared = self._read(conn, int(txn.checkpoint_id))
+        still = gid in prepared
         with self._lock:
             self._sightings[gid] = PreparedSighting(gid, int(txn.checkpoint_id), int(txn.subtask), now, visible, still)
 
-    def _read(self, conn: Any) -> Visible:
+    def _read(self, conn: Any, checkpoint_id: int) -> tuple[Visible, frozenset[str]]:
         at = time.time()
-        ids, proofs = table_snapshot(conn, self._table, self._job_id)
-        return Visible(at, len(ids), proofs)
+        snapshot = table_snapshot(conn, self._table, self._job_id, checkpoint_id)
+        return Visible(at, len(snapshot.ids), snapshot.proofs), snapshot.prepared
 
     def sightings(self) -> dict[int, PreparedSighting]:
         with self._lock:
@@ -680,7 +682,7 @@ def _read_open_transaction(
         seen = within(uncommitted.arrivals())
     hidden = len(within(committed.arrivals()))
     ids = [a.event_id for a in seen if a.event_id is not None]
-    in_table = len(table_snapshot(conn, config.table, job_id)[0] & set(ids))
+    in_table = len(table_snapshot(conn, config.table, job_id, 0).ids & set(ids))
     done = any(
         c.checkpoint_id >= checkpoint_id and c.status is CheckpointStatus.COMPLETED
         for c in client.list_checkpoints(job_id)
@@ -709,7 +711,8 @@ def _epochs(
     u_arrivals, c_arrivals = uncommitted.arrivals(), committed.arrivals()
     out: list[Epoch] = []
     with postgres.connect(endpoints, autocommit=True) as conn:
-        in_table, proofs = table_snapshot(conn, config.table, job_id)
+        final = table_snapshot(conn, config.table, job_id, max(checkpoints, default=0))
+        in_table, proofs = final.ids, final.proofs
         for n in checkpoints:
             ranges = epoch_range(run.reads[n], run.reads[n + 1])
             c_in = tuple(a for a in c_arrivals if in_ranges(ranges, a.partition, a.offset))
@@ -730,16 +733,32 @@ def _epochs(
     return out
 
 
-def table_snapshot(conn: Any, table: str, job_id: str) -> tuple[set[int], dict[int, int]]:
-    """In one snapshot (a repeatable-read transaction): the event ids the table shows, and the
-    PostgreSQL sink's proof rows of the job (checkpoint id -> rows)."""
+@dataclass(frozen=True)
+class TableSnapshot:
+    """What one snapshot of another session shows."""
+
+    ids: frozenset[int]  # the event ids in the table
+    proofs: Mapping[int, int]  # the PostgreSQL sink's proof rows of the job: checkpoint id -> rows
+    prepared: frozenset[str]  # gids prepared when (or after) the snapshot was taken
+
+
+def table_snapshot(conn: Any, table: str, job_id: str, through_checkpoint: int) -> TableSnapshot:
+    """One repeatable-read transaction: its snapshot is taken at its first statement, which then lists
+    pg_prepared_xacts (not MVCC: the live list), so a gid listed was still prepared after the snapshot
+    was taken and its commit cannot be in it. Then the table's ids and the proof rows of checkpoints
+    1..``through_checkpoint`` (by primary key: fast, the read runs inside a prepare -> commit window)."""
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
     try:
-        ids = {int(row[0]) for row in postgres.fetch_rows(conn, table, ("id",))}
-        rows = postgres.sink_commit_rows(conn, postgres.COMMIT_PROOF_TABLE, [POSTGRES_SINK_UID]) or []
+        prepared = frozenset(gid for gid, _at, _db in postgres.prepared_transactions(conn))
+        ids = frozenset(int(row[0]) for row in postgres.fetch_rows(conn, table, ("id",)))
+        proofs = {
+            cp: rows
+            for cp in range(1, through_checkpoint + 1)
+            if (rows := postgres.committed_rows(conn, job_id, POSTGRES_SINK_UID, SUBTASK, cp)) is not None
+        }
     finally:
         conn.execute("COMMIT")
-    return ids, {int(cp): int(n) for job, _uid, subtask, cp, n, _at in rows if job == job_id and subtask == SUBTASK}
+    return TableSnapshot(ids, proofs, prepared)
 
 
 def _times(c: CheckpointInfo) -> CheckpointTimes:

@@ -53,7 +53,7 @@ def sighting(**changes: object) -> PreparedSighting:
         subtask=0,
         first_seen=100.03,
         while_prepared=Visible(100.031, 7, {1: 3, 2: 4}),
-        still_prepared_after_read=True,
+        prepared_at_snapshot=True,
         gone_at=100.07,
         after_commit=Visible(100.071, 12, {1: 3, 2: 4, CP: 5}),
     )
@@ -156,7 +156,7 @@ def test_a_prepared_transaction_whose_rows_are_visible_fails() -> None:
     assert any("sees none of its rows" in s for s in failed(epoch(prepared=leaked)))
     early_proof = sighting(while_prepared=Visible(100.031, 7, {1: 3, 2: 4, CP: 5}))
     assert any("sees none of its rows" in s for s in failed(epoch(prepared=early_proof)))
-    unconfirmed = sighting(still_prepared_after_read=False)
+    unconfirmed = sighting(prepared_at_snapshot=False)
     assert any("sees none of its rows" in s for s in failed(epoch(prepared=unconfirmed)))
 
 
