@@ -312,7 +312,11 @@ def _hidden_numbers(e: Epoch) -> str:
     return (
         f"cp {e.checkpoint_id}: table {v.rows:,} rows = proofs before {committed_before(v.proofs, e.checkpoint_id):,}, "
         f"proof of {e.checkpoint_id} {'present!' if e.checkpoint_id in v.proofs else 'absent'}, "
-        f"{'gid still prepared at the snapshot' if p.prepared_at_snapshot else 'gid gone by the snapshot: proves nothing'}"
+        + (
+            "gid still prepared at the snapshot"
+            if p.prepared_at_snapshot
+            else "gid gone by the snapshot: proves nothing"
+        )
     )
 
 
