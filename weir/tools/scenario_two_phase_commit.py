@@ -1,0 +1,937 @@
+"""``weir scenario two-phase-commit``: within checkpoint intervals, each sink's transaction as the outside
+world sees it (open or prepared), then committed once its checkpoint completed; each sink's own proof.
+
+The job (examples/two_sinks.py, parallelism 1) sends every event of a live generator, unchanged, to
+the transactional Kafka sink (topic, one Kafka transaction per checkpoint epoch) and to the two-phase
+PostgreSQL sink (table keyed by the event id, one prepared transaction per epoch), with a long
+checkpoint interval. While it runs, watchers record when each thing became visible:
+
+- a read_uncommitted and a read_committed consumer on the output topic (from offset 0), and a
+  read_uncommitted one on the Kafka sink's marker topic: when each record reached each of them;
+- a dedicated PostgreSQL session polling ``pg_prepared_xacts`` every millisecond: when each of the
+  job's gids appeared and left, and, in one snapshot right after it appeared (and again after it
+  left), the rows the table shows and the sink's proof rows;
+- in the middle of interval N (checkpoint N-1 completed, barrier N not yet there): the output topic's
+  last stable offset (LSO) and high watermark per partition. LSO < high watermark is the open
+  transaction; its range [LSO, high watermark) is read from both consumers and the events in it are
+  looked up in the table.
+
+The epoch of checkpoint N on the output topic is [LSO in interval N, LSO in interval N+1) per
+partition (one producer: a transaction's records are contiguous). The checks compare what each
+watcher saw against the checkpoint times the JobManager reports and against the sinks' own proofs
+(the commit marker of checkpoint N in the marker topic, the row of checkpoint N in
+``weir_sink_commits``). The two sinks commit one after the other, never as one atomic transaction:
+the timeline shows each sink's commit at its own instant.
+
+The prepare -> commit window of the PostgreSQL sink is short (the JobManager persists the checkpoint
+and notifies: some tens of ms here); the poller catches it from its own session without widening it,
+and the run fails when it caught no prepared transaction in any observed checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Final
+
+from rich.console import Console
+from rich.table import Table
+
+from connectors import kafka, postgres
+from operators.transactional_sinks import CommitMarker, marker_topic_name
+from weir.core.checkpointing import CheckpointStatus
+from weir.core.config import Endpoints
+from weir.core.errors import WeirError
+from weir.core.states import JobStatus
+from weir.tools.client import CheckpointInfo, JobManagerClient
+from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
+from weir.tools.scenario_report import ScenarioReport, exit_code, print_report
+from weir.tools.verify import CommitProof, SubtaskCommit, reconcile, sink_transaction
+
+JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "two_sinks.py"
+KAFKA_SINK_UID: Final = "kafka-sink"
+POSTGRES_SINK_UID: Final = "postgres-sink"
+SUBTASK: Final = 0  # the job runs at parallelism 1: one transaction per sink at a time
+TABLE_DEFINITION: Final = "id bigint PRIMARY KEY, key text NOT NULL, value bigint NOT NULL"
+OUTCOME: Final = (
+    "Kafka output can participate via connector transactions; a database sink may be idempotent or "
+    "transactional under a separate contract. Writing both does not create one cross-system atomic commit. "
+    "Every sink reports its own checkpoint/idempotency proof; reconciliation handles partial cross-sink success."
+)
+WIDE: Final = 150
+POLL_S: Final = 0.05
+
+Ranges = Mapping[int, tuple[int, int]]  # partition -> [start, end) offsets
+
+
+class ScenarioError(WeirError):
+    """The scenario could not be run to its end (the job failed, a watcher failed, no checkpoint came)."""
+
+
+@dataclass(frozen=True)
+class ScenarioConfig:
+    events_per_second: int = 200
+    checkpoint_interval_s: float = 5.0
+    checkpoints: int = 3  # consecutive checkpoints observed in full
+    partitions: int = 3
+    sink_topic: str = "tpc-results"
+    table: str = "tpc_results"
+    prepared_poll_s: float = 0.001  # the pg_prepared_xacts poller's pause between two looks
+    mid_interval: float = 0.4  # where in interval N the open transaction is read (share of the interval)
+    timeout_s: float = 120.0
+
+    def parameters(self) -> dict[str, str]:
+        return {
+            "source.rate": str(self.events_per_second),
+            "sink.topic": self.sink_topic,
+            "sink.table": self.table,
+            "checkpointing.interval": f"{round(self.checkpoint_interval_s * 1000)}ms",
+        }
+
+
+# What the watchers saw (values) ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Arrival:
+    """A record as one consumer received it."""
+
+    partition: int
+    offset: int
+    at: float  # wall clock, s
+    event_id: int | None  # the event's id (output topic), None for anything else
+
+
+@dataclass(frozen=True)
+class CheckpointTimes:
+    checkpoint_id: int
+    triggered: float
+    completed: float | None  # None: not completed (yet, or failed)
+
+
+@dataclass(frozen=True)
+class OpenTransactionRead:
+    """The output topic in the middle of interval N: its open transaction and who could read it."""
+
+    checkpoint_id: int  # N: the checkpoint whose barrier closes this transaction
+    at: float
+    offsets: Ranges  # partition -> (last stable offset, high watermark)
+    read_uncommitted: int  # records of [LSO, high watermark) the read_uncommitted consumer has received
+    read_committed: int  # ... the read_committed consumer has received
+    in_postgres: int  # of the events in that range, rows the table shows to another session
+    completed_by_then: bool  # checkpoint N had completed when these reads were done
+
+    @property
+    def open_records(self) -> int:
+        return sum(max(0, hw - lso) for lso, hw in self.offsets.values())
+
+    @property
+    def open_partitions(self) -> tuple[int, ...]:
+        return tuple(p for p, (lso, hw) in sorted(self.offsets.items()) if lso < hw)
+
+
+@dataclass(frozen=True)
+class Visible:
+    """What a session outside the sink saw in one snapshot: the table's rows and the sink's proof rows."""
+
+    at: float
+    rows: int
+    proofs: Mapping[int, int]  # checkpoint id -> rows, from weir_sink_commits (this job, the sink)
+
+
+@dataclass(frozen=True)
+class PreparedSighting:
+    """One gid of the job's PostgreSQL sink in pg_prepared_xacts, from the poller's session."""
+
+    gid: str
+    checkpoint_id: int  # as the gid names it
+    subtask: int
+    first_seen: float
+    while_prepared: Visible  # read right after it was first seen
+    prepared_at_snapshot: bool  # the gid was still prepared once that read's snapshot was taken
+    gone_at: float | None = None
+    after_commit: Visible | None = None  # read right after it left
+
+
+@dataclass(frozen=True)
+class Epoch:
+    """Checkpoint N's epoch as the watchers saw it, in both sinks."""
+
+    times: CheckpointTimes
+    kafka_range: Ranges
+    uncommitted: tuple[Arrival, ...]  # received by the read_uncommitted consumer, within the range
+    committed: tuple[Arrival, ...]  # received by the read_committed consumer, within the range
+    marker: CommitMarker | None  # the Kafka sink's proof (committed marker of this checkpoint)
+    marker_seen_uncommitted: float | None  # when its marker (flushed at pre-commit) reached read_uncommitted
+    postgres_proof_rows: int | None  # the PostgreSQL sink's proof (weir_sink_commits row)
+    prepared: PreparedSighting | None
+    kafka_events_in_postgres: int  # of the events the Kafka epoch holds, rows the table shows at the end
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.times.checkpoint_id
+
+    @property
+    def first_uncommitted(self) -> float | None:
+        return min((a.at for a in self.uncommitted), default=None)
+
+    @property
+    def kafka_commit_visible(self) -> float | None:
+        return min((a.at for a in self.committed), default=None)
+
+    @property
+    def postgres_commit_visible(self) -> float | None:
+        p = self.prepared
+        return (
+            None
+            if p is None or p.after_commit is None or self.checkpoint_id not in p.after_commit.proofs
+            else (p.after_commit.at)
+        )
+
+    def seen_before_completion(self, arrivals: Iterable[Arrival]) -> int:
+        done = self.times.completed
+        return sum(1 for a in arrivals if done is None or a.at < done)
+
+
+def in_ranges(ranges: Ranges, partition: int, offset: int) -> bool:
+    start, end = ranges.get(partition, (0, 0))
+    return start <= offset < end
+
+
+def epoch_range(this_interval: OpenTransactionRead, next_interval: OpenTransactionRead) -> Ranges:
+    """Checkpoint N's records on the output topic: from the LSO in interval N (the first offset of its
+    transaction, or where it would begin) to the LSO in interval N+1 (past its commit marker)."""
+    return {p: (lso, next_interval.offsets.get(p, (lso, lso))[0]) for p, (lso, _hw) in this_interval.offsets.items()}
+
+
+def committed_before(proofs: Mapping[int, int], checkpoint_id: int) -> int:
+    """Rows the sink had committed before checkpoint ``checkpoint_id``, by its own proof rows."""
+    return sum(rows for cp, rows in proofs.items() if cp < checkpoint_id)
+
+
+# The checks (pure) -----------------------------------------------------------------------------------
+
+
+def check_open_transactions(report: ScenarioReport, reads: Sequence[OpenTransactionRead]) -> None:
+    ok = bool(reads) and all(
+        r.open_records > 0
+        and r.read_uncommitted == r.open_records
+        and r.read_committed == 0
+        and not r.completed_by_then
+        for r in reads
+    )
+    report.verify(
+        "during interval N the Kafka transaction of checkpoint N is open: read_uncommitted sees its records, "
+        "read_committed does not (same offsets, checkpoint N not completed yet)",
+        ok,
+        "; ".join(
+            f"cp {r.checkpoint_id}: [LSO, HW) holds {r.open_records} on partitions {list(r.open_partitions)}, "
+            f"read_uncommitted {r.read_uncommitted}, read_committed {r.read_committed}"
+            + (" (checkpoint had completed!)" if r.completed_by_then else "")
+            for r in reads
+        )
+        or "no interval read",
+    )
+    report.verify(
+        "the same events are not in PostgreSQL for another session (the sink holds them until the barrier)",
+        bool(reads) and all(r.in_postgres == 0 and r.open_records > 0 for r in reads),
+        "; ".join(f"cp {r.checkpoint_id}: {r.in_postgres} of {r.open_records} events in the table" for r in reads)
+        or "no interval read",
+    )
+
+
+def check_prepared(report: ScenarioReport, epochs: Sequence[Epoch], job_id: str) -> None:
+    caught = [e for e in epochs if e.prepared is not None]
+    report.verify(
+        "the PostgreSQL transaction of checkpoint N was seen prepared in pg_prepared_xacts (in at least one "
+        "observed checkpoint), its gid naming job, sink, subtask 0 and checkpoint N",
+        bool(caught)
+        and all(
+            (txn := sink_transaction(e.prepared.gid, POSTGRES_SINK_UID, job_id)) is not None
+            and (txn.subtask, txn.checkpoint_id) == (SUBTASK, e.checkpoint_id)
+            for e in caught
+            if e.prepared is not None
+        ),
+        f"caught in {len(caught)} of {len(epochs)} checkpoints: "
+        + (", ".join(e.prepared.gid for e in caught if e.prepared is not None) or "none"),
+    )
+    ordered = [e for e in caught if _prepared_in_order(e)]
+    report.verify(
+        "it was prepared after checkpoint N was triggered and left pg_prepared_xacts only after it completed",
+        bool(caught) and len(ordered) == len(caught),
+        "; ".join(_prepared_window(e) for e in caught) or "none caught",
+    )
+    hidden = [e for e in caught if _hidden_while_prepared(e)]
+    report.verify(
+        "while prepared, another session sees none of its rows: the table shows exactly the rows the proofs "
+        "of earlier checkpoints count, and no proof row of checkpoint N",
+        bool(caught) and len(hidden) == len(caught),
+        "; ".join(_hidden_numbers(e) for e in caught) or "none caught",
+    )
+
+
+def _prepared_in_order(e: Epoch) -> bool:
+    p, t = e.prepared, e.times
+    return (
+        p is not None
+        and t.completed is not None
+        and p.gone_at is not None
+        and t.triggered <= p.first_seen
+        and p.gone_at >= t.completed
+    )
+
+
+def _prepared_window(e: Epoch) -> str:
+    p, t = e.prepared, e.times
+    assert p is not None
+    gone = "never" if p.gone_at is None else f"{_ms(p.gone_at - t.triggered)}"
+    done = "never" if t.completed is None else f"{_ms(t.completed - t.triggered)}"
+    return f"cp {e.checkpoint_id}: prepared seen at +{_ms(p.first_seen - t.triggered)}, completed +{done}, gone +{gone}"
+
+
+def _hidden_while_prepared(e: Epoch) -> bool:
+    p = e.prepared
+    return (
+        p is not None
+        and p.prepared_at_snapshot
+        and e.checkpoint_id not in p.while_prepared.proofs
+        and p.while_prepared.rows == committed_before(p.while_prepared.proofs, e.checkpoint_id)
+    )
+
+
+def _hidden_numbers(e: Epoch) -> str:
+    p = e.prepared
+    assert p is not None
+    v = p.while_prepared
+    return (
+        f"cp {e.checkpoint_id}: table {v.rows:,} rows = proofs before {committed_before(v.proofs, e.checkpoint_id):,}, "
+        f"proof of {e.checkpoint_id} {'present!' if e.checkpoint_id in v.proofs else 'absent'}, "
+        + (
+            "gid still prepared at the snapshot"
+            if p.prepared_at_snapshot
+            else "gid gone by the snapshot: proves nothing"
+        )
+    )
+
+
+def check_committed(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
+    kafka_ok = bool(epochs) and all(
+        e.committed
+        and len(e.committed) == len(e.uncommitted)
+        and e.seen_before_completion(e.committed) == 0
+        and e.seen_before_completion(e.uncommitted) > 0
+        for e in epochs
+    )
+    report.verify(
+        "after checkpoint N completed, read_committed sees the epoch's records (all the read_uncommitted consumer "
+        "saw), none before the completion",
+        kafka_ok,
+        "; ".join(
+            f"cp {e.checkpoint_id}: read_uncommitted {len(e.uncommitted)} ({e.seen_before_completion(e.uncommitted)} "
+            f"before completion), read_committed {len(e.committed)} ({e.seen_before_completion(e.committed)} before)"
+            for e in epochs
+        )
+        or "no checkpoint observed",
+    )
+    caught = [e for e in epochs if e.prepared is not None]
+    pg_ok = bool(caught) and all(_postgres_committed(e) for e in caught)
+    report.verify(
+        "after it completed, the prepared transaction committed: its gid left pg_prepared_xacts and its rows and "
+        "proof row became visible together",
+        pg_ok,
+        "; ".join(_postgres_commit_numbers(e) for e in caught) or "none caught",
+    )
+
+
+def _postgres_committed(e: Epoch) -> bool:
+    p = e.prepared
+    if p is None or p.after_commit is None or e.postgres_proof_rows is None:
+        return False
+    grown = p.after_commit.rows - p.while_prepared.rows
+    return e.checkpoint_id in p.after_commit.proofs and grown == p.after_commit.proofs[e.checkpoint_id] > 0
+
+
+def _postgres_commit_numbers(e: Epoch) -> str:
+    p = e.prepared
+    assert p is not None
+    if p.after_commit is None:
+        return f"cp {e.checkpoint_id}: never left pg_prepared_xacts"
+    proof = p.after_commit.proofs.get(e.checkpoint_id)
+    return (
+        f"cp {e.checkpoint_id}: table {p.while_prepared.rows:,} -> {p.after_commit.rows:,} rows "
+        f"(+{p.after_commit.rows - p.while_prepared.rows:,}), proof row {proof if proof is not None else 'absent'}"
+    )
+
+
+def check_proofs(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
+    report.verify(
+        "the Kafka sink's own proof: the commit marker of checkpoint N counts the records read_committed "
+        "shows for that epoch",
+        bool(epochs) and all(e.marker is not None and e.marker.records == len(e.committed) > 0 for e in epochs),
+        "; ".join(
+            f"cp {e.checkpoint_id}: marker {e.marker.records if e.marker is not None else 'absent'} = "
+            f"read_committed {len(e.committed)}"
+            for e in epochs
+        )
+        or "no checkpoint observed",
+    )
+    caught = [e for e in epochs if e.prepared is not None]
+    report.verify(
+        "the PostgreSQL sink's own proof: its weir_sink_commits row of checkpoint N counts the rows that "
+        "became visible with the commit",
+        bool(caught) and all(_postgres_committed(e) and _proof_matches_growth(e) for e in caught),
+        "; ".join(f"cp {e.checkpoint_id}: proof {e.postgres_proof_rows} = rows added {_growth(e)}" for e in caught)
+        or "none caught",
+    )
+    report.verify(
+        "both sinks committed the same events for checkpoint N, in two separate commits: the proofs agree and "
+        "the table holds every event of the Kafka epoch",
+        bool(epochs)
+        and all(
+            e.marker is not None
+            and e.postgres_proof_rows == e.marker.records
+            and e.kafka_events_in_postgres == len(e.committed)
+            for e in epochs
+        ),
+        "; ".join(
+            f"cp {e.checkpoint_id}: marker {e.marker.records if e.marker else 'absent'}, proof row "
+            f"{e.postgres_proof_rows}, {e.kafka_events_in_postgres} of {len(e.committed)} Kafka events in the table"
+            for e in epochs
+        )
+        or "no checkpoint observed",
+    )
+
+
+def _growth(e: Epoch) -> int | None:
+    p = e.prepared
+    return None if p is None or p.after_commit is None else p.after_commit.rows - p.while_prepared.rows
+
+
+def _proof_matches_growth(e: Epoch) -> bool:
+    return e.postgres_proof_rows is not None and e.postgres_proof_rows == _growth(e)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:,.0f} ms"
+
+
+# The watchers (threads) ------------------------------------------------------------------------------
+
+
+class _Watcher:
+    """A thread that records until stopped; its failure is raised by ``stop``."""
+
+    def __init__(self, name: str) -> None:
+        self._stop = threading.Event()
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            self.watch(self._stop)
+        except BaseException as exc:  # raised in the scenario's thread by stop()
+            self._error = exc
+
+    def watch(self, stop: threading.Event) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+        if self._error is not None:
+            raise ScenarioError(f"watcher {self._thread.name} failed: {self._error}") from self._error
+
+
+class _ConsumerWatch(_Watcher):
+    """A consumer at one isolation level on the output topic (and the marker topic, if given), in a group
+    of its own from the earliest offsets; ``ready`` once it holds every partition of its topics."""
+
+    def __init__(
+        self, endpoints: Endpoints, isolation: str, topics: Sequence[str], partitions: int, group: str
+    ) -> None:
+        super().__init__(f"scenario-{isolation}")
+        self._endpoints, self._isolation, self._topics = endpoints, isolation, tuple(topics)
+        self._topic = topics[0]
+        self._partitions = partitions + len(topics) - 1  # a marker topic has one partition (parallelism 1)
+        self._group = group
+        self._lock = threading.Lock()
+        self._arrivals: list[Arrival] = []
+        self._markers: list[tuple[float, CommitMarker]] = []
+        self.ready = threading.Event()
+
+    def watch(self, stop: threading.Event) -> None:
+        reader = kafka.consumer(
+            self._endpoints,
+            group_id=self._group,
+            isolation_level=self._isolation,
+            enable_partition_eof=False,
+            fetch_wait_max_ms=10,
+        )
+        try:
+            reader.subscribe(list(self._topics))
+            while not stop.is_set():
+                messages = reader.consume(num_messages=1000, timeout=0.01)
+                now = time.time()
+                if not self.ready.is_set() and len(reader.assignment()) >= self._partitions:
+                    self.ready.set()
+                with self._lock:
+                    for m in messages:
+                        if m.error():
+                            raise ScenarioError(f"{self._isolation} consumer: {m.error()}")
+                        if m.topic() == self._topic:
+                            self._arrivals.append(Arrival(m.partition(), m.offset(), now, _event_id(m.value())))
+                        elif (marker := CommitMarker.parse(m.value())) is not None:
+                            self._markers.append((now, marker))
+        finally:
+            reader.close()
+
+    def arrivals(self) -> list[Arrival]:
+        with self._lock:
+            return list(self._arrivals)
+
+    def markers(self) -> list[tuple[float, CommitMarker]]:
+        with self._lock:
+            return list(self._markers)
+
+
+def _event_id(value: bytes | None) -> int | None:
+    try:
+        return int(json.loads(value or b"")["id"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+class _PreparedWatch(_Watcher):
+    """A dedicated session polling pg_prepared_xacts for the job's PostgreSQL sink."""
+
+    def __init__(self, endpoints: Endpoints, job_id: str, table: str, pause_s: float) -> None:
+        super().__init__("scenario-pg-prepared")
+        self._endpoints, self._job_id, self._pause_s = endpoints, job_id, pause_s
+        self._table = table
+        self._lock = threading.Lock()
+        self._sightings: dict[str, PreparedSighting] = {}
+        self.polls = 0
+
+    def watch(self, stop: threading.Event) -> None:
+        with postgres.connect(self._endpoints, autocommit=True) as conn:
+            postgres.ensure_commit_proof_table(conn)
+            while not stop.is_set():
+                gids = self._prepared(conn)
+                now = time.time()
+                self.polls += 1
+                for gid in gids:
+                    if gid not in self._sightings:
+                        self._first_seen(conn, gid, now)
+                for gid, s in list(self._sightings.items()):
+                    if s.gone_at is None and gid not in gids:
+                        with self._lock:
+                            self._sightings[gid] = replace(
+                                s, gone_at=now, after_commit=self._read(conn, s.checkpoint_id)[0]
+                            )
+                stop.wait(self._pause_s)
+
+    def _prepared(self, conn: Any) -> set[str]:
+        return {
+            gid
+            for gid, _at, _db in postgres.prepared_transactions(conn)
+            if sink_transaction(gid, POSTGRES_SINK_UID, self._job_id) is not None
+        }
+
+    def _first_seen(self, conn: Any, gid: str, now: float) -> None:
+        txn = sink_transaction(gid, POSTGRES_SINK_UID, self._job_id)
+        assert txn is not None
+        visible, prepared = self._read(conn, int(txn.checkpoint_id))
+        still = gid in prepared
+        with self._lock:
+            self._sightings[gid] = PreparedSighting(gid, int(txn.checkpoint_id), int(txn.subtask), now, visible, still)
+
+    def _read(self, conn: Any, checkpoint_id: int) -> tuple[Visible, frozenset[str]]:
+        at = time.time()
+        snapshot = table_snapshot(conn, self._table, self._job_id, checkpoint_id)
+        return Visible(at, len(snapshot.ids), snapshot.proofs), snapshot.prepared
+
+    def sightings(self) -> dict[int, PreparedSighting]:
+        with self._lock:
+            return {s.checkpoint_id: s for s in self._sightings.values()}
+
+
+# Running it ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """What the scenario's own thread collects."""
+
+    job_id: str = ""
+    reads: dict[int, OpenTransactionRead] = field(default_factory=dict)
+
+
+def run_two_phase_commit_scenario(endpoints: Endpoints, config: ScenarioConfig, console: Console) -> ScenarioReport:
+    """Everything but starting the cluster: the topic and table, the job, the watchers, the checks."""
+    report = ScenarioReport("two-phase-commit", OUTCOME)
+    recreate_inputs(endpoints, {config.sink_topic: config.partitions}, config.table, TABLE_DEFINITION)
+    report.step(
+        f"recreated topic {config.sink_topic} ({config.partitions} partitions) and table {config.table} "
+        f"({TABLE_DEFINITION})"
+    )
+    run = _Run()
+    with JobManagerClient(endpoints.jobmanager_address) as client:
+        params = config.parameters()
+        run.job_id = client.submit_job(JOB_FILE, params, 1)
+        report.step(
+            f"submitted {JOB_FILE.name} as job {run.job_id} at parallelism 1 ("
+            + ", ".join(f"{k}={v}" for k, v in params.items())
+            + "): every event to the Kafka sink and the PostgreSQL sink"
+        )
+        console.print(f"job {run.job_id} submitted; watching {config.checkpoints} checkpoints", soft_wrap=True)
+        try:
+            epochs, prepared_watch = _observe(endpoints, config, client, run, report)
+        finally:
+            client.cancel_job(run.job_id)
+    report.step(f"cancelled job {run.job_id}")
+    _report_epochs(report, config, run, epochs, prepared_watch)
+    return report
+
+
+def _observe(
+    endpoints: Endpoints, config: ScenarioConfig, client: JobManagerClient, run: _Run, report: ScenarioReport
+) -> tuple[list[Epoch], _PreparedWatch]:
+    job_id = run.job_id
+    wait_for_job(client, job_id, lambda s: s.summary.status == JobStatus.RUNNING, config.timeout_s, "RUNNING")
+    markers = marker_topic_name(job_id, KAFKA_SINK_UID)
+    _wait(lambda: kafka.topic_partition_count(endpoints, markers) is not None, config.timeout_s, f"topic {markers}")
+    topics = (config.sink_topic, markers)
+    uncommitted = _ConsumerWatch(endpoints, "read_uncommitted", topics, config.partitions, f"tpc-u-{job_id}")
+    committed = _ConsumerWatch(endpoints, "read_committed", topics[:1], config.partitions, f"tpc-c-{job_id}")
+    prepared = _PreparedWatch(endpoints, job_id, config.table, config.prepared_poll_s)
+    watchers = (uncommitted, committed, prepared)
+    for w in watchers:
+        w.start()
+    try:
+        _wait(lambda: uncommitted.ready.is_set() and committed.ready.is_set(), 30.0, "the consumers' partitions")
+    except ScenarioError:
+        for w in watchers:
+            w.stop()
+        raise
+    started = time.time()
+    report.step(
+        "started the watchers: a read_uncommitted consumer (output and marker topic), a read_committed consumer "
+        "(output topic), a session of its own polling pg_prepared_xacts "
+        f"({config.prepared_poll_s * 1000:g} ms between polls)"
+    )
+    try:
+        first = _first_checkpoint_after(client, job_id, started, config.timeout_s)
+        last = first + config.checkpoints  # interval `last` is read for the end of the last epoch's range
+        with postgres.connect(endpoints, autocommit=True) as conn:
+            for n in range(first, last + 1):
+                previous = _wait_completed(client, job_id, n - 1, config.timeout_s)
+                assert previous.completed is not None
+                middle = previous.completed + config.mid_interval * config.checkpoint_interval_s
+                _wait(_reached(middle), config.timeout_s, f"the middle of interval {n}")
+                run.reads[n] = _read_open_transaction(
+                    endpoints, config, client, job_id, n, uncommitted, committed, conn
+                )
+        resolved = time.monotonic() + 5.0 + config.checkpoint_interval_s  # one still prepared then fails a check
+        while time.monotonic() < resolved and any(
+            s.gone_at is None for cp, s in prepared.sightings().items() if first <= cp < last
+        ):
+            time.sleep(POLL_S)
+    finally:
+        for w in watchers:
+            w.stop()
+    elapsed = time.time() - started
+    report.step(
+        f"read the open transaction in the middle of intervals {first}..{last}; observed checkpoints "
+        f"{first}..{last - 1} in full; stopped the watchers ({prepared.polls:,} pg_prepared_xacts polls in "
+        f"{elapsed:.1f} s: one every {elapsed / max(1, prepared.polls) * 1000:.1f} ms)"
+    )
+    times = {int(c.checkpoint_id): _times(c) for c in client.list_checkpoints(job_id)}
+    epochs = _epochs(endpoints, config, job_id, range(first, last), times, run, uncommitted, committed, prepared)
+    return epochs, prepared
+
+
+def _read_open_transaction(
+    endpoints: Endpoints,
+    config: ScenarioConfig,
+    client: JobManagerClient,
+    job_id: str,
+    checkpoint_id: int,
+    uncommitted: _ConsumerWatch,
+    committed: _ConsumerWatch,
+    conn: Any,
+) -> OpenTransactionRead:
+    """In interval N: the open transaction's range, what each consumer holds of it, the table's share."""
+    at = time.time()
+    offsets = {
+        p: (lso, hw)
+        for p, (_low, lso, hw) in kafka.partition_offsets(endpoints, config.sink_topic, config.partitions).items()
+    }
+    total = sum(max(0, hw - lso) for lso, hw in offsets.values())
+
+    def within(arrivals: Iterable[Arrival]) -> list[Arrival]:
+        return [a for a in arrivals if in_ranges(offsets, a.partition, a.offset)]
+
+    deadline = time.monotonic() + 5.0
+    seen = within(uncommitted.arrivals())
+    while len(seen) < total and time.monotonic() < deadline:
+        time.sleep(0.01)
+        seen = within(uncommitted.arrivals())
+    hidden = len(within(committed.arrivals()))
+    ids = [a.event_id for a in seen if a.event_id is not None]
+    in_table = len(table_snapshot(conn, config.table, job_id, 0).ids & set(ids))
+    done = any(
+        c.checkpoint_id >= checkpoint_id and c.status is CheckpointStatus.COMPLETED
+        for c in client.list_checkpoints(job_id)
+    )
+    return OpenTransactionRead(checkpoint_id, at, offsets, len(seen), hidden, in_table, done)
+
+
+def _epochs(
+    endpoints: Endpoints,
+    config: ScenarioConfig,
+    job_id: str,
+    checkpoints: Iterable[int],
+    times: Mapping[int, CheckpointTimes],
+    run: _Run,
+    uncommitted: _ConsumerWatch,
+    committed: _ConsumerWatch,
+    prepared: _PreparedWatch,
+) -> list[Epoch]:
+    markers = {
+        m.checkpoint_id: m
+        for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, marker_topic_name(job_id, KAFKA_SINK_UID))
+        if (m := CommitMarker.parse(value)) is not None and m.job_id == job_id and m.subtask == SUBTASK
+    }
+    flushed = {m.checkpoint_id: at for at, m in reversed(uncommitted.markers()) if m.job_id == job_id}
+    sightings = prepared.sightings()
+    u_arrivals, c_arrivals = uncommitted.arrivals(), committed.arrivals()
+    out: list[Epoch] = []
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        final = table_snapshot(conn, config.table, job_id, max(checkpoints, default=0))
+        in_table, proofs = final.ids, final.proofs
+        for n in checkpoints:
+            ranges = epoch_range(run.reads[n], run.reads[n + 1])
+            c_in = tuple(a for a in c_arrivals if in_ranges(ranges, a.partition, a.offset))
+            ids = [a.event_id for a in c_in if a.event_id is not None]
+            out.append(
+                Epoch(
+                    times=times.get(n, CheckpointTimes(n, 0.0, None)),
+                    kafka_range=ranges,
+                    uncommitted=tuple(a for a in u_arrivals if in_ranges(ranges, a.partition, a.offset)),
+                    committed=c_in,
+                    marker=markers.get(n),
+                    marker_seen_uncommitted=flushed.get(n),
+                    postgres_proof_rows=proofs.get(n),
+                    prepared=sightings.get(n),
+                    kafka_events_in_postgres=len(in_table & set(ids)),
+                )
+            )
+    return out
+
+
+@dataclass(frozen=True)
+class TableSnapshot:
+    """What one snapshot of another session shows."""
+
+    ids: frozenset[int]  # the event ids in the table
+    proofs: Mapping[int, int]  # the PostgreSQL sink's proof rows of the job: checkpoint id -> rows
+    prepared: frozenset[str]  # gids prepared when (or after) the snapshot was taken
+
+
+def table_snapshot(conn: Any, table: str, job_id: str, through_checkpoint: int) -> TableSnapshot:
+    """One repeatable-read transaction: its snapshot is taken at its first statement, which then lists
+    pg_prepared_xacts (not MVCC: the live list), so a gid listed was still prepared after the snapshot
+    was taken and its commit cannot be in it. Then the table's ids and the proof rows of checkpoints
+    1..``through_checkpoint`` (by primary key: fast, the read runs inside a prepare -> commit window)."""
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+    try:
+        prepared = frozenset(gid for gid, _at, _db in postgres.prepared_transactions(conn))
+        ids = frozenset(int(row[0]) for row in postgres.fetch_rows(conn, table, ("id",)))
+        proofs = {
+            cp: rows
+            for cp in range(1, through_checkpoint + 1)
+            if (rows := postgres.committed_rows(conn, job_id, POSTGRES_SINK_UID, SUBTASK, cp)) is not None
+        }
+    finally:
+        conn.execute("COMMIT")
+    return TableSnapshot(ids, proofs, prepared)
+
+
+def _times(c: CheckpointInfo) -> CheckpointTimes:
+    done = c.trigger_time + c.duration_s if c.status is CheckpointStatus.COMPLETED else None
+    return CheckpointTimes(int(c.checkpoint_id), c.trigger_time, done)
+
+
+def _first_checkpoint_after(client: JobManagerClient, job_id: str, started: float, timeout_s: float) -> int:
+    """The first checkpoint whose preceding checkpoint completed after the watchers started: its whole
+    epoch is seen by them."""
+    found: list[int] = []
+
+    def completed_after() -> bool:
+        done = [
+            int(c.checkpoint_id)
+            for c in client.list_checkpoints(job_id)
+            if c.status is CheckpointStatus.COMPLETED and c.trigger_time + c.duration_s > started + 0.2
+        ]
+        found[:] = [min(done)] if done else []
+        return bool(done)
+
+    _wait(completed_after, timeout_s, "a checkpoint to complete after the watchers started")
+    return found[0] + 1
+
+
+def _wait_completed(client: JobManagerClient, job_id: str, checkpoint_id: int, timeout_s: float) -> CheckpointTimes:
+    found: list[CheckpointTimes] = []
+
+    def completed() -> bool:
+        status = client.job_status(job_id).summary.status
+        if status.terminal:
+            raise ScenarioError(f"job {job_id} ended {status} while the scenario watched it")
+        found[:] = [
+            _times(c)
+            for c in client.list_checkpoints(job_id)
+            if c.checkpoint_id == checkpoint_id and c.status is CheckpointStatus.COMPLETED
+        ]
+        return bool(found)
+
+    _wait(completed, timeout_s, f"checkpoint {checkpoint_id} to complete")
+    return found[0]
+
+
+def _reached(at: float) -> Callable[[], bool]:
+    """Whether the wall clock has reached ``at``."""
+    return lambda: time.time() >= at
+
+
+def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise ScenarioError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+# The report ----------------------------------------------------------------------------------------
+
+
+def _report_epochs(
+    report: ScenarioReport, config: ScenarioConfig, run: _Run, epochs: Sequence[Epoch], prepared: _PreparedWatch
+) -> None:
+    reads = [run.reads[e.checkpoint_id] for e in epochs]
+    report.tables.append(_timeline(epochs))
+    for r in reads:
+        report.measured(
+            f"interval {r.checkpoint_id}: open transaction (LSO, HW) per partition",
+            ", ".join(f"p{p} {lso}..{hw}" for p, (lso, hw) in sorted(r.offsets.items())),
+        )
+    windows = [
+        e.prepared.gone_at - e.prepared.first_seen
+        for e in epochs
+        if e.prepared is not None and e.prepared.gone_at is not None
+    ]
+    report.measured(
+        "prepared state seen for (first seen -> gone)", ", ".join(_ms(w) for w in windows) or "never caught"
+    )
+    report.measured("pg_prepared_xacts polls", f"{prepared.polls:,}")
+    for e in epochs:
+        k, p = e.kafka_commit_visible, e.postgres_commit_visible
+        if k is not None and p is not None:
+            first, second = ("Kafka", "PostgreSQL") if k <= p else ("PostgreSQL", "Kafka")
+            report.measured(
+                f"checkpoint {e.checkpoint_id}: partial cross-sink success",
+                f"{first} committed {_ms(abs(p - k))} before {second} (two commits, not one atomic commit)",
+            )
+    kafka_proof = CommitProof(
+        f"kafka topic {marker_topic_name(run.job_id, KAFKA_SINK_UID)}",
+        run.job_id,
+        tuple(SubtaskCommit(SUBTASK, e.checkpoint_id, e.marker.records) for e in epochs[-1:] if e.marker is not None),
+    )
+    pg_proof = CommitProof(
+        f"postgres table {postgres.COMMIT_PROOF_TABLE}",
+        run.job_id,
+        tuple(
+            SubtaskCommit(SUBTASK, e.checkpoint_id, e.postgres_proof_rows)
+            for e in epochs[-1:]
+            if e.postgres_proof_rows is not None
+        ),
+    )
+    for line in reconcile([(KAFKA_SINK_UID, kafka_proof), (POSTGRES_SINK_UID, pg_proof)]):
+        report.measured(f"reconciliation of the proofs through checkpoint {epochs[-1].checkpoint_id}", line)
+    check_open_transactions(report, reads)
+    check_prepared(report, epochs, run.job_id)
+    check_committed(report, epochs)
+    check_proofs(report, epochs)
+
+
+def _timeline(epochs: Sequence[Epoch]) -> Table:
+    table = Table(
+        "checkpoint",
+        "records",
+        "first record uncommitted",
+        "triggered",
+        "Kafka pre-commit (marker) seen",
+        "PG prepared seen",
+        "completed",
+        "Kafka commit visible",
+        "PG commit visible",
+        title="timeline per checkpoint (ms after the checkpoint was triggered)",
+        title_justify="left",
+    )
+    for e in epochs:
+        t0 = e.times.triggered
+
+        def rel(at: float | None, t0: float = t0) -> str:
+            return "-" if at is None else f"{(at - t0) * 1000:+,.0f}"
+
+        table.add_row(
+            str(e.checkpoint_id),
+            str(len(e.committed)),
+            rel(e.first_uncommitted),
+            "0",
+            rel(e.marker_seen_uncommitted),
+            rel(e.prepared.first_seen if e.prepared is not None else None),
+            rel(e.times.completed),
+            rel(e.kafka_commit_visible),
+            rel(e.postgres_commit_visible),
+        )
+    return table
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    defaults = ScenarioConfig()
+    parser = argparse.ArgumentParser(prog="weir scenario two-phase-commit", description=(__doc__ or "").split("\n")[0])
+    parser.add_argument("--events-per-second", type=int, default=defaults.events_per_second)
+    parser.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval_s, help="seconds")
+    parser.add_argument("--checkpoints", type=int, default=defaults.checkpoints, help="checkpoints observed in full")
+    args = parser.parse_args(argv)
+    config = replace(
+        defaults,
+        events_per_second=args.events_per_second,
+        checkpoint_interval_s=args.checkpoint_interval,
+        checkpoints=args.checkpoints,
+    )
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, WIDE)
+    endpoints = s3_endpoints()
+    try:
+        start_local_cluster(console, endpoints)
+        report = run_two_phase_commit_scenario(endpoints, config, console)
+    except WeirError as exc:
+        console.print(f"[bold red]scenario two-phase-commit: {exc}[/]", soft_wrap=True)
+        return 1
+    print_report(console, report)
+    return exit_code(report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
