@@ -16,6 +16,7 @@ no old subtask read starts where the source's ``starting_offsets`` say (docs/kaf
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, assert_never
@@ -40,6 +41,7 @@ from weir.core.descriptors import (
 )
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError, ServiceUnavailableError
+from weir.core.rejections import SourcePosition
 from weir.core.watermarks import (
     MAX_WATERMARK,
     BoundedOutOfOrdernessWatermarks,
@@ -405,6 +407,18 @@ class KafkaSourceOperator(SourceOperator):
             if ends is not None and offset + 1 >= ends.get(partition, 0):
                 self._check_done(partition)
 
+    def position_in_flight(self) -> SourcePosition | None:
+        """The topic, partition and offset of the record being emitted now, read from the frame of
+        :meth:`_emit_records` on the stack (its loop keeps them in locals), so a record that passes
+        costs nothing. None outside that loop: a record batch (columnar) carries many positions."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is _EMIT_RECORDS_CODE and frame.f_locals.get("self") is self:
+                local = frame.f_locals
+                return SourcePosition(self._spec.topic, local["partition"], local["offset"])
+            frame = frame.f_back
+        return None
+
     def _partition_event(self, msg: Any, partition: int, err: Any) -> None:
         """A message carrying an error: the end of its partition (the position moves there), or a
         broker error, which fails the task (retriable)."""
@@ -540,6 +554,9 @@ class KafkaSourceOperator(SourceOperator):
             consumer.close()
         if getattr(self, "_dlq", None) is not None:
             self._dlq.flush(10)
+
+
+_EMIT_RECORDS_CODE: Final = KafkaSourceOperator._emit_records.__code__
 
 
 class GeneratorSourceOperator(SourceOperator):

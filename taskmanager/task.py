@@ -24,6 +24,7 @@ import structlog
 from connectors.object_storage import CheckpointStorage
 from operators.base import InheritedState, OperatorContext, SourceOperator
 from operators.keyed import KeyedOperator
+from operators.rejections import KafkaDeadLetters, RecordRejections
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from taskmanager.chain import ChainInput, OperatorChain
@@ -77,6 +78,7 @@ from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, Subtas
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.metrics import TaskMetrics
 from weir.core.process_functions import Clock, wall_clock_ms
+from weir.core.rejections import SourcePosition
 from weir.core.rescale import key_group_sources
 from weir.core.state_schema import StoredSchema, merge_stored_schemas
 from weir.core.states import TaskState
@@ -424,6 +426,15 @@ class Task:
             graph.max_parallelism, vertex.parallelism, SubtaskIndex(address.subtask)
         )
         self._network_outputs = [NetworkOutput(w) for w in writers]
+        # Records its user functions raise on: failed with the record named, or dead-lettered.
+        self.rejections = RecordRejections(
+            address.job_id,
+            address.subtask,
+            KafkaDeadLetters(),
+            self._log,
+            position_in_flight=self._position_in_flight,
+            metric_labels=(address.job_id, taskmanager_id),
+        )
         self._alignment = alignment
         # Unaligned mode with checkpointing.aligned-checkpoint-timeout: checkpoints start aligned.
         self._aligned_timeout_s = aligned_checkpoint_timeout_s if alignment is AlignmentMode.UNALIGNED else 0.0
@@ -510,7 +521,14 @@ class Task:
             state=None,  # the task's keyed state backend, bound once the chain is built
             log=self._log.bind(operator_uid=uid),
             metrics=self.metrics,
+            rejections=self.rejections,
         )
+
+    def _position_in_flight(self) -> SourcePosition | None:
+        """Where the record a chained operator rejects was read: known from the chain's own Kafka
+        source while it emits the record; None across a network exchange."""
+        source = self.chain.source
+        return source.position_in_flight() if source is not None else None
 
     # Control, from other threads: mails -----------------------------------------------------------
 
@@ -581,10 +599,17 @@ class Task:
             if self._gate is not None:
                 self._gate.close()
             self._discard_keyed_state()
+            self._close_rejections()
             self._sync_metrics()
             with self._backpressure_lock:  # this attempt's series go; a sampler must not bring them back
                 self._metrics_removed = True
                 self.metrics.remove()
+
+    def _close_rejections(self) -> None:
+        try:
+            self.rejections.close()
+        except Exception as exc:  # a dead-letter producer failing to close must not hide the task's outcome
+            self._log.warning("dead_letter_close_failed", error=str(exc))
 
     def _close_failed(self, uid: str, exc: Exception) -> None:
         self._log.warning("operator_close_failed", operator_uid=uid, error=str(exc))
