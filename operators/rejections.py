@@ -156,6 +156,11 @@ class RecordRejections:
         self.failed = 0
         self.dead_lettered = 0
 
+    def locate_with(self, position_in_flight: Callable[[], SourcePosition | None]) -> None:
+        """Where the positions of rejected records come from: the task binds its chain's source once
+        the chain is built (before it runs)."""
+        self._position_in_flight = position_in_flight
+
     def reject(
         self,
         operator_uid: str,

@@ -391,6 +391,7 @@ class Task:
         open_keyed_state: Callable[[], TaskKeyedState] | None = None,
         aligned_checkpoint_timeout_s: float = 0.0,
         clock: Clock = wall_clock_ms,
+        rejections: RecordRejections | None = None,
     ) -> None:
         self.address = address
         self._clock = clock  # processing time (epoch ms): when the chain's processing-time timers are due
@@ -426,15 +427,18 @@ class Task:
             graph.max_parallelism, vertex.parallelism, SubtaskIndex(address.subtask)
         )
         self._network_outputs = [NetworkOutput(w) for w in writers]
-        # Records its user functions raise on: failed with the record named, or dead-lettered.
-        self.rejections = RecordRejections(
-            address.job_id,
-            address.subtask,
-            KafkaDeadLetters(),
-            self._log,
-            position_in_flight=self._position_in_flight,
-            metric_labels=(address.job_id, taskmanager_id),
-        )
+        # Records its user functions raise on: failed with the record named, or dead-lettered (its
+        # record writers' key selectors report to the same one).
+        if rejections is None:
+            rejections = RecordRejections(
+                address.job_id,
+                address.subtask,
+                KafkaDeadLetters(),
+                self._log,
+                metric_labels=(address.job_id, taskmanager_id),
+            )
+        self.rejections = rejections
+        rejections.locate_with(self._position_in_flight)
         self._alignment = alignment
         # Unaligned mode with checkpointing.aligned-checkpoint-timeout: checkpoints start aligned.
         self._aligned_timeout_s = aligned_checkpoint_timeout_s if alignment is AlignmentMode.UNALIGNED else 0.0

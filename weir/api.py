@@ -448,6 +448,7 @@ class DataStream:
         *,
         columnar_input: bool = False,
         side_outputs: tuple[OutputTag, ...] = (),
+        on_error: Callable[[], OnRecordError] | None = None,
     ) -> Transformation:
         """Add an operator fed by ``inputs`` (default: this stream). Unless it takes record batches
         (``columnar_input``), a columnar input reaches it as records (:meth:`ColumnarStream.records`)."""
@@ -462,6 +463,7 @@ class DataStream:
                 key_selector=key_selector,
                 sink_spec=sink_spec,
                 side_outputs=side_outputs,
+                on_error=on_error,
             )
         )
         for index, upstream in enumerate(upstreams):
@@ -788,6 +790,7 @@ class KeyedStream(DataStream):
                 lambda: ReduceOperator(fn, ks, schema, on_error=env.record_error_handling(on_error)),
                 parallelism,
                 key_selector=ks,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -820,6 +823,7 @@ class KeyedStream(DataStream):
                 lambda: KeyedProcessOperator(fn, ks, schemas, on_error=env.record_error_handling(on_error)),
                 parallelism,
                 key_selector=ks,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -1052,6 +1056,7 @@ class WindowedStream:
                 parallelism,
                 key_selector=ks,
                 side_outputs=() if late_data is None else (late_data,),
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
