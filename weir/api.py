@@ -238,6 +238,7 @@ class Environment:
         partition_discovery_interval_ms: int | None = None,
         commit_offsets_on_checkpoint: bool = True,
         group_id: str | None = None,
+        max_record_bytes: int | None = None,
     ) -> DataStream:
         """A replayable Kafka source: partitions spread over subtasks, offsets kept in checkpoints.
 
@@ -255,7 +256,9 @@ class Environment:
         Arrow record batch (``weir.core.columnar``), and the stream is a :class:`ColumnarStream`.
 
         A record the deserializer or the timestamp function rejects goes to ``dead_letter_topic``
-        with the reason (or fails the job when no dead-letter topic is given).
+        with the reason (or fails the job when no dead-letter topic is given); so does, with
+        ``max_record_bytes``, a record whose value is longer than that (its dead letter carries the
+        value's first 512 KiB, ``value_truncated`` true).
 
         ``idle_timeout_ms`` (Flink's ``withIdleness``): a partition without records for that long
         (wall time) no longer holds the watermark back, until its next record; a subtask whose
@@ -291,6 +294,10 @@ class Environment:
                     f"kafka source {uid!r}: a bounded source reads the partitions present at submit; leave "
                     "partition_discovery_interval_ms out"
                 )
+        if max_record_bytes is not None and (type(max_record_bytes) is not int or max_record_bytes <= 0):
+            raise JobDefinitionError(
+                f"kafka source {uid!r}: max_record_bytes must be a positive int or None, got {max_record_bytes!r}"
+            )
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise JobDefinitionError(f"kafka source {uid!r}: group_id must be a non-empty string, got {group_id!r}")
         try:
@@ -332,6 +339,7 @@ class Environment:
             partition_discovery_interval_ms=partition_discovery_interval_ms,
             commit_offsets_on_checkpoint=commit_offsets_on_checkpoint,
             group_id=group_id,
+            max_record_bytes=max_record_bytes,
         )
         stream = self._source(
             uid,
