@@ -72,7 +72,7 @@ from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedStat
 from weir.core.checkpointing import ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.columnar import BatchKeys, FieldKey, is_batch
 from weir.core.crashpoints import crash_point
-from weir.core.errors import Fault, WeirError
+from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.failures import Failure
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
@@ -562,7 +562,12 @@ class Task:
             if self.cancelled.is_set():
                 raise Cancelled()
             if self._restore is not None:
-                self._restore_state(self._restore)
+                try:
+                    self._restore_state(self._restore)
+                except SerializationError as exc:  # damaged, or written by another Weir: a restart cannot help
+                    raise SerializationError(
+                        f"task {self.address} cannot restore checkpoint {self._restore_checkpoint_id}: {exc}"
+                    ) from exc
             # A cancelled attempt must not reach its operators' open(): a sink's recovery there would
             # resolve transactions that by now belong to a newer attempt.
             if self.cancelled.is_set():
