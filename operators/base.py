@@ -11,10 +11,12 @@ from typing import Any, Protocol
 
 import structlog
 
+from operators.rejections import CapturedDeadLetters, RecordRejections, rejected_by_function
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
+from weir.core.rejections import FAIL, NO_KEY, OnRecordError, SourcePosition
 
 
 class StateNotRedistributableError(JobDefinitionError):
@@ -93,6 +95,7 @@ class OperatorContext:
     dead_letters: DeadLetters | None = None
     log: Any = field(default_factory=lambda: structlog.get_logger("weir.operator"))
     metrics: Any = None  # weir.core.metrics.TaskMetrics
+    rejections: RecordRejections | None = None  # None: rejected records are kept in memory (a reference run)
 
 
 class StreamOperator:
@@ -101,6 +104,8 @@ class StreamOperator:
     ctx: OperatorContext
     output: Output
     side_outputs: SideOutputs = NO_SIDE_OUTPUTS
+    on_error: OnRecordError = FAIL
+    """What happens to a record this operator's user function raises on (see :meth:`reject`)."""
 
     def setup(self, ctx: OperatorContext, output: Output, side_outputs: SideOutputs = NO_SIDE_OUTPUTS) -> None:
         """Bind the operator to where it runs: ``output`` takes its records and watermarks (a
@@ -177,6 +182,19 @@ class StreamOperator:
     def close(self) -> None:
         """Release resources; called on finish, cancel and failure."""
 
+    def reject(self, function: Any, exc: Exception, value: Any, timestamp: int | None, key: Any = NO_KEY) -> None:
+        """Called in the ``except`` around ``function`` (the operator's user function) when it raised
+        ``exc`` on record ``value``: by :attr:`on_error`, raise a UserFunctionError that names the
+        record (fail), or send the record to the dead-letter topic and return (the operator then
+        drops it). An exception that only passed up through the function (from an operator chained
+        after it, a sink, the network) is raised again as it is."""
+        if not rejected_by_function(exc, self, StreamOperator):
+            raise exc
+        ctx = self.ctx
+        if ctx.rejections is None:
+            ctx.rejections = RecordRejections(ctx.job_id, ctx.subtask, CapturedDeadLetters(), ctx.log)
+        ctx.rejections.reject(ctx.uid, self.on_error, function, exc, value, timestamp, key)
+
 
 class SourceOperator(StreamOperator):
     """A source: the task calls ``poll`` in a loop and checks for barriers between calls."""
@@ -196,6 +214,11 @@ class SourceOperator(StreamOperator):
     def idle_wait_s(self) -> float:
         """How long the task may wait before the next poll when the last one emitted nothing."""
         return 0.0
+
+    def position_in_flight(self) -> SourcePosition | None:
+        """Where the record this source is emitting now was read, asked by an operator chained to it
+        while the emit is on the stack (on the exception path only); None: this source cannot say."""
+        return None
 
 
 class ChainOutput:

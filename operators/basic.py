@@ -8,33 +8,57 @@ from typing import Any
 
 from operators.base import StreamOperator, check_output_tag
 from weir.core.process_functions import OutputTag
+from weir.core.rejections import FAIL, OnRecordError
+
+# Each operator calls its user function inside ``try``: free until it raises; ``reject`` then fails
+# the task with the record named, or dead-letters the record (``on_error``) and the operator drops it.
 
 
 class MapOperator(StreamOperator):
-    def __init__(self, fn: Callable[[Any], Any]) -> None:
+    def __init__(self, fn: Callable[[Any], Any], on_error: OnRecordError = FAIL) -> None:
         self._fn = fn
+        self.on_error = on_error
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        self.output.emit(self._fn(value), timestamp)
+        try:
+            result = self._fn(value)
+        except Exception as exc:
+            self.reject(self._fn, exc, value, timestamp)
+            return
+        self.output.emit(result, timestamp)
 
 
 class FilterOperator(StreamOperator):
-    def __init__(self, fn: Callable[[Any], bool]) -> None:
+    def __init__(self, fn: Callable[[Any], bool], on_error: OnRecordError = FAIL) -> None:
         self._fn = fn
+        self.on_error = on_error
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        if self._fn(value):
+        try:
+            keep = self._fn(value)
+        except Exception as exc:
+            self.reject(self._fn, exc, value, timestamp)
+            return
+        if keep:
             self.output.emit(value, timestamp)
 
 
 class FlatMapOperator(StreamOperator):
-    def __init__(self, fn: Callable[[Any], Iterable[Any]]) -> None:
+    """What the function returns may be lazy (a generator): its items are emitted as it yields them,
+    so an exception from emitting one (downstream) passes through here untouched (``reject``). Items
+    emitted before the function raised stay emitted, as in Flink."""
+
+    def __init__(self, fn: Callable[[Any], Iterable[Any]], on_error: OnRecordError = FAIL) -> None:
         self._fn = fn
+        self.on_error = on_error
 
     def process(self, value: Any, timestamp: int | None) -> None:
         emit = self.output.emit
-        for item in self._fn(value):
-            emit(item, timestamp)
+        try:
+            for item in self._fn(value):
+                emit(item, timestamp)
+        except Exception as exc:
+            self.reject(self._fn, exc, value, timestamp)
 
 
 class _TimestampedCollector:
@@ -72,12 +96,14 @@ class ProcessOperator(StreamOperator):
     """Runs a ProcessFunction on a stream that is not keyed: ``process_element(value, ctx, out)``
     per record (no state, no timers: those need a key)."""
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, on_error: OnRecordError = FAIL) -> None:
         self._fn = fn
+        self.on_error = on_error
 
     def open(self) -> None:
         self._ctx = ProcessContext(self)
         self._out = _TimestampedCollector(self.output.emit)
+        self._process_element = self._fn.process_element
         open_fn = getattr(self._fn, "open", None)
         if callable(open_fn):
             open_fn(self._ctx)
@@ -85,15 +111,19 @@ class ProcessOperator(StreamOperator):
     def process(self, value: Any, timestamp: int | None) -> None:
         self._ctx.timestamp = timestamp
         self._out.timestamp = timestamp
-        self._fn.process_element(value, self._ctx, self._out)
+        try:
+            self._process_element(value, self._ctx, self._out)
+        except Exception as exc:
+            self.reject(self._process_element, exc, value, timestamp)
 
 
 class CoProcessOperator(StreamOperator):
     """Two inputs, one function object with ``process_element1(value, ctx, out)`` and
     ``process_element2``; ``ctx`` is a :class:`ProcessContext` (timestamp, side outputs)."""
 
-    def __init__(self, fn: Any) -> None:
+    def __init__(self, fn: Any, on_error: OnRecordError = FAIL) -> None:
         self._fn = fn
+        self.on_error = on_error
 
     def open(self) -> None:
         self._ctx = ProcessContext(self)
@@ -106,7 +136,11 @@ class CoProcessOperator(StreamOperator):
     def process_input(self, input_index: int, value: Any, timestamp: int | None) -> None:
         self._ctx.timestamp = timestamp
         self._out.timestamp = timestamp
-        self._elements[input_index](value, self._ctx, self._out)
+        process_element = self._elements[input_index]
+        try:
+            process_element(value, self._ctx, self._out)
+        except Exception as exc:
+            self.reject(process_element, exc, value, timestamp)
 
     def process(self, value: Any, timestamp: int | None) -> None:
         self.process_input(0, value, timestamp)

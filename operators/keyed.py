@@ -35,6 +35,7 @@ from weir.core.process_functions import (
     to_millis,
     wall_clock_ms,
 )
+from weir.core.rejections import FAIL, OnRecordError
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
 from weir.core.watermarks import MIN_WATERMARK
 
@@ -141,17 +142,31 @@ class ReduceOperator(KeyedOperator):
         fn: Callable[[Any, Any], Any],
         key_selector: Callable[[Any], Any],
         state_schema: StateSchema | None = None,
+        *,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         super().__init__(key_selector, [state_schema or StateSchema(REDUCE_STATE)])
+        self.on_error = on_error
         if self.state_schemas()[0].name != REDUCE_STATE:
             raise ValueError(f"a reduce's state is named {REDUCE_STATE!r}, not {self.state_schemas()[0].name!r}")
         self._fn = fn
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        self.set_current_key(value)
+        try:
+            self.set_current_key(value)
+        except Exception as exc:
+            self.reject(self._key_selector, exc, value, timestamp)
+            return
         kg, kb = self.current_key_group, self.current_key_bytes
         previous = self.store.get(REDUCE_STATE, kg, kb)
-        result = value if previous is None else self._fn(previous, value)
+        if previous is None:
+            result = value
+        else:
+            try:
+                result = self._fn(previous, value)
+            except Exception as exc:
+                self.reject(self._fn, exc, value, timestamp, self.current_key)
+                return
         self.store.put(REDUCE_STATE, kg, kb, result)
         self.output.emit(result, timestamp)
 
@@ -273,8 +288,11 @@ class KeyedProcessOperator(KeyedOperator):
         key_selector: Callable[[Any], Any],
         state_schemas: Iterable[StateSchema] = (),
         clock: Clock = wall_clock_ms,
+        *,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         super().__init__(key_selector, state_schemas)
+        self.on_error = on_error
         reserved = TIMER_STATES & set(self._state_schemas)
         if reserved:
             raise JobDefinitionError(f"state names {sorted(reserved)} are reserved for timers")
@@ -342,10 +360,17 @@ class KeyedProcessOperator(KeyedOperator):
         return self._out.timestamp
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        self.set_current_key(value)
+        try:
+            self.set_current_key(value)
+        except Exception as exc:
+            self.reject(self._key_selector, exc, value, timestamp)
+            return
         self._process_ctx.timestamp = timestamp
         self._out.timestamp = timestamp
-        self._fn.process_element(value, self._process_ctx, self._out)
+        try:
+            self._fn.process_element(value, self._process_ctx, self._out)
+        except Exception as exc:  # state it wrote before raising stays written, as in Flink
+            self.reject(self._fn.process_element, exc, value, timestamp, self.current_key)
 
     def process_watermark(self, watermark: int) -> None:
         if watermark > self.watermark:

@@ -16,6 +16,7 @@ no old subtask read starts where the source's ``starting_offsets`` say (docs/kaf
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, assert_never
@@ -40,6 +41,7 @@ from weir.core.descriptors import (
 )
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError, ServiceUnavailableError
+from weir.core.rejections import DEAD_LETTER_VALUE_BYTES, SourcePosition, truncate_utf8
 from weir.core.watermarks import (
     MAX_WATERMARK,
     BoundedOutOfOrdernessWatermarks,
@@ -204,6 +206,14 @@ class KafkaSourceOperator(SourceOperator):
         self._next_discovery = 0.0
         self._known_partitions = 0
         self._decoder = spec.schema.decoder(spec.timestamp_field) if spec.schema is not None else None
+        # With max_record_bytes the deserializer checks the size first (no cost without it).
+        self._deserialize, self._record_deserialize = spec.deserializer, spec.record_deserializer
+        limit = spec.max_record_bytes
+        if limit is not None:
+            if self._record_deserialize is None:
+                self._deserialize = _size_checked(spec.deserializer, limit, _value_size)
+            else:
+                self._record_deserialize = _size_checked(self._record_deserialize, limit, _record_size)
         if self._decoder is not None:
             self.poll_records = COLUMNAR_POLL_RECORDS
 
@@ -373,8 +383,8 @@ class KafkaSourceOperator(SourceOperator):
     def _emit_records(self, messages: list[Any]) -> None:
         """Each message as one record."""
         spec, emit = self._spec, self.output.emit
-        deserialize, timestamp_of = spec.deserializer, spec.timestamp
-        record_deserialize, topic = spec.record_deserializer, spec.topic
+        deserialize, timestamp_of = self._deserialize, spec.timestamp
+        record_deserialize, topic = self._record_deserialize, spec.topic
         partition_watermarks = self._partition_watermarks
         watermarks, seen = partition_watermarks.generators, partition_watermarks.seen
         next_offsets = self._next_offsets
@@ -404,6 +414,18 @@ class KafkaSourceOperator(SourceOperator):
             emit(value, ts)
             if ends is not None and offset + 1 >= ends.get(partition, 0):
                 self._check_done(partition)
+
+    def position_in_flight(self) -> SourcePosition | None:
+        """The topic, partition and offset of the record being emitted now, read from the frame of
+        :meth:`_emit_records` on the stack (its loop keeps them in locals), so a record that passes
+        costs nothing. None outside that loop: a record batch (columnar) carries many positions."""
+        frame = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code is _EMIT_RECORDS_CODE and frame.f_locals.get("self") is self:
+                local = frame.f_locals
+                return SourcePosition(self._spec.topic, local["partition"], local["offset"])
+            frame = frame.f_back
+        return None
 
     def _partition_event(self, msg: Any, partition: int, err: Any) -> None:
         """A message carrying an error: the end of its partition (the position moves there), or a
@@ -440,6 +462,12 @@ class KafkaSourceOperator(SourceOperator):
                     if not group:
                         continue
             next_offsets[partition] = group[-1].offset() + 1
+            limit = self._spec.max_record_bytes
+            if limit is not None:
+                group = self._without_oversized(group, partition, limit)
+                if not group:
+                    self._check_done(partition)
+                    continue
             records, bad = decoder.decode([m.value() for m in group])
             for index, reason in bad:
                 msg = group[index]
@@ -458,6 +486,18 @@ class KafkaSourceOperator(SourceOperator):
             self._check_done(partition)
         if columns is not None:
             self.output.emit(decoder.batch(columns), None)
+
+    def _without_oversized(self, group: list[Any], partition: int, limit: int) -> list[Any]:
+        """The messages of ``group`` within ``limit`` bytes; the others are dead-lettered."""
+        kept = []
+        for msg in group:
+            size = _value_size(msg.value())
+            if size > limit:
+                reason = f"{OversizedRecordError.__name__}: {_oversized(size, limit)}"
+                self._dead_letter(msg.value(), msg.key(), reason, partition, msg.offset())
+            else:
+                kept.append(msg)
+        return kept
 
     def idle_wait_s(self) -> float:
         if not self._active:
@@ -514,6 +554,11 @@ class KafkaSourceOperator(SourceOperator):
                 f"kafka source {self.ctx.uid!r}: malformed record at {origin}: {reason} "
                 "(give the source a dead_letter_topic to keep running)"
             )
+        value, cut = (
+            (None, False)
+            if raw is None
+            else truncate_utf8(raw.decode("utf-8", errors="replace"), DEAD_LETTER_VALUE_BYTES)
+        )
         envelope = {
             "reason": reason,
             "topic": spec.topic,
@@ -521,7 +566,8 @@ class KafkaSourceOperator(SourceOperator):
             "offset": offset,
             "job_id": self.ctx.job_id,
             "operator_uid": self.ctx.uid,
-            "value": None if raw is None else raw.decode("utf-8", errors="replace"),
+            "value": value,
+            "value_truncated": cut,  # an oversized record's dead letter carries its first bytes
         }
         assert spec.dead_letter_topic is not None
         self._dlq.produce(spec.dead_letter_topic, key=key, value=json_codec.encode(envelope))
@@ -540,6 +586,37 @@ class KafkaSourceOperator(SourceOperator):
             consumer.close()
         if getattr(self, "_dlq", None) is not None:
             self._dlq.flush(10)
+
+
+_EMIT_RECORDS_CODE: Final = KafkaSourceOperator._emit_records.__code__
+
+
+class OversizedRecordError(ValueError):
+    """A Kafka record's value is longer than the source's ``max_record_bytes``."""
+
+
+def _oversized(size: int, limit: int) -> str:
+    return f"record value of {size} bytes is over the source's max_record_bytes of {limit}"
+
+
+def _value_size(raw: bytes | None) -> int:
+    return 0 if raw is None else len(raw)
+
+
+def _record_size(record: KafkaRecord) -> int:
+    return _value_size(record.value)
+
+
+def _size_checked(deserialize: Callable[[Any], Any], limit: int, size_of: Callable[[Any], int]) -> Callable[[Any], Any]:
+    """``deserialize`` that first refuses an input of more than ``limit`` bytes (OversizedRecordError)."""
+
+    def checked(data: Any) -> Any:
+        size = size_of(data)
+        if size > limit:
+            raise OversizedRecordError(_oversized(size, limit))
+        return deserialize(data)
+
+    return checked
 
 
 class GeneratorSourceOperator(SourceOperator):

@@ -47,6 +47,7 @@ from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
+from weir.core.rejections import FAIL, OnRecordError
 from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import (
@@ -174,8 +175,10 @@ class WindowAggregateOperator(KeyedOperator):
         window_function: WindowFunction | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         late_data: OutputTag | None = None,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         super().__init__(key_selector, [state_schema or StateSchema(_STATE)])
+        self.on_error = on_error
         if self.state_schemas()[0].name != _STATE:
             raise ValueError(f"a window's state is named {_STATE!r}, not {self.state_schemas()[0].name!r}")
         self._merging = isinstance(assigner, EventTimeSessionWindows)
@@ -222,14 +225,18 @@ class WindowAggregateOperator(KeyedOperator):
 
     def process(self, value: Any, timestamp: int | None) -> None:
         if self._processing_time:
-            self._process_in_processing_time(value)
+            self._process_in_processing_time(value, timestamp)
             return
         if timestamp is None:
             raise JobDefinitionError(
                 f"window operator {self.ctx.uid!r} received a record without a timestamp: give the source "
                 "a timestamp function"
             )
-        self.set_current_key(value)
+        try:
+            self.set_current_key(value)
+        except Exception as exc:
+            self.reject(self._key_selector, exc, value, timestamp)
+            return
         kg, key = self.current_key_group, self.current_key
         store, fn, wm, lateness = self.store, self._fn, self._watermark, self._lateness
         if self._inherited_watermarks:  # until the watermark passes every old subtask's
@@ -247,16 +254,18 @@ class WindowAggregateOperator(KeyedOperator):
             sk = self._state_key(window)
             entry = store.get(_STATE, kg, sk)
             fired = window_fires(window, wm)
+            try:
+                acc = fn.add(fn.create(), value) if entry is None else fn.add(entry[1], value)
+            except Exception as exc:  # windows before this one (sliding) keep the record, as in Flink
+                self.reject(fn.add, exc, value, timestamp, key)
+                return
             if entry is None:
-                acc = fn.add(fn.create(), value)
                 heapq.heappush(
                     self._timers,
                     (cleanup_time(window, lateness), _CLEANUP, kg, sk)
                     if fired
                     else (window.max_timestamp, _FIRE, kg, sk),
                 )
-            else:
-                acc = fn.add(entry[1], value)
             store.put(_STATE, kg, sk, (key, acc))
             if fired:
                 self._emit(key, window.start, window.end, acc)
@@ -309,18 +318,24 @@ class WindowAggregateOperator(KeyedOperator):
         if fired:
             self._emit(key, window.start, window.end, acc)
 
-    def _process_in_processing_time(self, value: Any) -> None:
+    def _process_in_processing_time(self, value: Any, timestamp: int | None) -> None:
         """Add ``value`` to the window of the wall time now; a new window's timer is its last millisecond."""
-        self.set_current_key(value)
+        try:
+            self.set_current_key(value)
+        except Exception as exc:
+            self.reject(self._key_selector, exc, value, timestamp)
+            return
         kg, key, store, fn = self.current_key_group, self.current_key, self.store, self._fn
         for window in self._assigner.assign(self._clock()):
             sk = self._state_key(window)
             entry = store.get(_STATE, kg, sk)
+            try:
+                acc = fn.add(fn.create(), value) if entry is None else fn.add(entry[1], value)
+            except Exception as exc:  # windows before this one (sliding) keep the record, as in Flink
+                self.reject(fn.add, exc, value, timestamp, key)
+                return
             if entry is None:
-                acc = fn.add(fn.create(), value)
                 heapq.heappush(self._processing_timers, (window.max_timestamp, kg, sk))
-            else:
-                acc = fn.add(entry[1], value)
             store.put(_STATE, kg, sk, (key, acc))
 
     # Firing --------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from operators.base import (
     StreamOperator,
 )
 from operators.keyed import KeyedOperator
+from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex
 from weir.core.process_functions import OutputTag
 from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
@@ -152,11 +153,15 @@ class OperatorChain:
     # Lifecycle, in the order a subtask runs it.
 
     def restore(self, operator_states: Mapping[str, bytes]) -> None:
-        """Each operator's own state from a checkpoint (keyed state is restored into the backend)."""
+        """Each operator's own state from a checkpoint (keyed state is restored into the backend); a
+        state that cannot be read is a SerializationError naming the operator."""
         for uid, op in self.by_uid.items():
             blob = operator_states.get(uid)
             if blob is not None:
-                op.restore_state(blob)
+                try:
+                    op.restore_state(blob)
+                except SerializationError as exc:
+                    raise SerializationError(f"operator {uid!r} ({type(op).__name__}): {exc}") from exc
 
     def restore_inherited(self, states: Mapping[str, Sequence[InheritedState]]) -> None:
         """Each operator's share of a retained checkpoint of another job (``weir.core.rescale``): every

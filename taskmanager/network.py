@@ -25,7 +25,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass
-from typing import Any, assert_never
+from typing import Any, Protocol, assert_never
 
 import grpc
 
@@ -498,6 +498,13 @@ def _nothing() -> None:
     return None
 
 
+class KeyRejected(Protocol):
+    """Told that the key selector of a keyed edge raised ``exc`` on record ``value``: raises (the task
+    fails with the record named) or dead-letters the record and returns (the writer drops it)."""
+
+    def __call__(self, exc: Exception, value: Any, timestamp: int | None) -> None: ...
+
+
 class RecordWriter:
     """The records of one output edge, partitioned and batched per channel."""
 
@@ -511,10 +518,12 @@ class RecordWriter:
         *,
         columnar: bool = False,
         max_parallelism: int = 0,
+        key_rejected: KeyRejected | None = None,
     ) -> None:
         self.channels = channels
         self._partitioner = partitioner
         self._key_selector = key_selector
+        self._key_rejected = key_rejected  # None: a key selector raising fails the task as it is
         self._key_group_of = key_group_of
         self._values: list[list[Any]] = [[] for _ in channels]
         self._timestamps: list[list[int | None]] = [[] for _ in channels]
@@ -555,7 +564,15 @@ class RecordWriter:
             if len(values) >= RECORDS_PER_BUFFER:
                 self._flush_channel(0)
         else:
-            kg = self._key_group_of(self._key_selector(value)) if self._key_selector is not None else None
+            kg = None
+            if self._key_selector is not None:
+                try:
+                    kg = self._key_group_of(self._key_selector(value))
+                except Exception as exc:
+                    if self._key_rejected is None:
+                        raise
+                    self._key_rejected(exc, value, timestamp)  # raises with the record named, or dead-letters it
+                    return
             for ch in self._partitioner.select_channels(kg):
                 values = self._values[ch]
                 values.append(value)

@@ -11,6 +11,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar, Final, assert_never
 
@@ -18,11 +19,13 @@ import grpc
 import structlog
 
 from connectors.object_storage import CheckpointStorage, open_storage
+from operators.rejections import KafkaDeadLetters, RecordRejections
 from taskmanager.barrier_aligner import AlignmentMode
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import (
     GATE_WAIT_S,
     InputGate,
+    KeyRejected,
     LocalOutputChannel,
     OutputChannel,
     RecordWriter,
@@ -49,6 +52,7 @@ from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskMa
 from weir.core.keygroups import KeyEncoder
 from weir.core.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from weir.core.paths import CheckpointPaths
+from weir.core.rejections import FAIL
 from weir.core.states import TaskState
 from weir.core.task_state import (
     INFLIGHT_STATE_NAME,
@@ -64,7 +68,8 @@ from weir.core.task_state import (
 )
 from weir.core.transport import MAX_MESSAGE_BYTES
 from weir.core.transport_security import TransportSecurity
-from weir.plan import JobPlan, build_plan
+from weir.graph import LogicalGraph
+from weir.plan import JobPlan, NetworkEdge, build_plan
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
 log = structlog.get_logger("weir.taskmanager")
@@ -114,6 +119,14 @@ def alignment_for(mode: CheckpointingMode) -> AlignmentMode:
             return AlignmentMode.UNALIGNED
         case _:
             assert_never(mode)
+
+
+def key_rejected(rejections: RecordRejections, graph: LogicalGraph, edge: NetworkEdge) -> KeyRejected:
+    """What a keyed edge's record writer does when the key selector raises: the keyed operator the
+    edge feeds (its head) handles the record as its ``on_error`` says (default: fail)."""
+    consumer = graph.transformations[edge.consumer_vertex]
+    handling = consumer.on_error() if consumer.on_error is not None else FAIL
+    return partial(rejections.reject, consumer.uid, handling, edge.key_selector)
 
 
 def oversized_ack_reason(size_bytes: int, limit_bytes: int, checkpoint_id: int) -> str | None:
@@ -210,6 +223,13 @@ class TaskManagerRuntime:
         cancelled = threading.Event()
         # Set by the JobManager from execution.buffer-timeout; an older JobManager leaves it out.
         buffer_timeout_s = (req.buffer_timeout_ms if req.HasField("buffer_timeout_ms") else 100) / 1000
+        rejections = RecordRejections(
+            addr.job_id,
+            addr.subtask,
+            KafkaDeadLetters(),
+            log.bind(job_id=addr.job_id, task=addr.vertex_uid, subtask=addr.subtask, attempt=addr.attempt),
+            metric_labels=(addr.job_id, self.id),
+        )
         for edge_index, edge in enumerate(vertex.outputs):
             specs = sorted((s for s in req.outputs if s.output == edge_index), key=lambda s: s.channel)
             channels: list[OutputChannel] = []
@@ -232,15 +252,17 @@ class TaskManagerRuntime:
                 downstream_parallelism=consumer.parallelism,
                 max_parallelism=graph.max_parallelism,
             )
+            key_selector = edge.key_selector if edge.key_selector is not None and len(channels) > 1 else None
             writers.append(
                 RecordWriter(
                     channels,
                     partitioner,
-                    edge.key_selector if edge.key_selector is not None and len(channels) > 1 else None,
+                    key_selector,
                     KeyEncoder(graph.max_parallelism).key_group,
                     flush_interval_s=buffer_timeout_s,
                     columnar=edge.side_output is None and graph.transformations[edge.producer_operator].columnar,
                     max_parallelism=graph.max_parallelism,
+                    key_rejected=None if key_selector is None else key_rejected(rejections, graph, edge),
                 )
             )
         restore = self._restore_of(addr, req)
@@ -267,6 +289,7 @@ class TaskManagerRuntime:
             cancelled=cancelled,
             restore_storage=self._storage_at(req.restore_storage_uri),
             open_keyed_state=lambda: self._open_keyed_state(addr),
+            rejections=rejections,
         )
         with self._lock:
             self.tasks[addr] = task

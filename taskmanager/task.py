@@ -24,6 +24,7 @@ import structlog
 from connectors.object_storage import CheckpointStorage
 from operators.base import InheritedState, OperatorContext, SourceOperator
 from operators.keyed import KeyedOperator
+from operators.rejections import KafkaDeadLetters, RecordRejections
 from taskmanager import barrier_aligner as ba
 from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from taskmanager.chain import ChainInput, OperatorChain
@@ -71,12 +72,13 @@ from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedStat
 from weir.core.checkpointing import ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.columnar import BatchKeys, FieldKey, is_batch
 from weir.core.crashpoints import crash_point
-from weir.core.errors import Fault, WeirError
+from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.failures import Failure
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.metrics import TaskMetrics
 from weir.core.process_functions import Clock, wall_clock_ms
+from weir.core.rejections import SourcePosition
 from weir.core.rescale import key_group_sources
 from weir.core.state_schema import StoredSchema, merge_stored_schemas
 from weir.core.states import TaskState
@@ -389,6 +391,7 @@ class Task:
         open_keyed_state: Callable[[], TaskKeyedState] | None = None,
         aligned_checkpoint_timeout_s: float = 0.0,
         clock: Clock = wall_clock_ms,
+        rejections: RecordRejections | None = None,
     ) -> None:
         self.address = address
         self._clock = clock  # processing time (epoch ms): when the chain's processing-time timers are due
@@ -424,6 +427,18 @@ class Task:
             graph.max_parallelism, vertex.parallelism, SubtaskIndex(address.subtask)
         )
         self._network_outputs = [NetworkOutput(w) for w in writers]
+        # Records its user functions raise on: failed with the record named, or dead-lettered (its
+        # record writers' key selectors report to the same one).
+        if rejections is None:
+            rejections = RecordRejections(
+                address.job_id,
+                address.subtask,
+                KafkaDeadLetters(),
+                self._log,
+                metric_labels=(address.job_id, taskmanager_id),
+            )
+        self.rejections = rejections
+        rejections.locate_with(self._position_in_flight)
         self._alignment = alignment
         # Unaligned mode with checkpointing.aligned-checkpoint-timeout: checkpoints start aligned.
         self._aligned_timeout_s = aligned_checkpoint_timeout_s if alignment is AlignmentMode.UNALIGNED else 0.0
@@ -510,7 +525,14 @@ class Task:
             state=None,  # the task's keyed state backend, bound once the chain is built
             log=self._log.bind(operator_uid=uid),
             metrics=self.metrics,
+            rejections=self.rejections,
         )
+
+    def _position_in_flight(self) -> SourcePosition | None:
+        """Where the record a chained operator rejects was read: known from the chain's own Kafka
+        source while it emits the record; None across a network exchange."""
+        source = self.chain.source
+        return source.position_in_flight() if source is not None else None
 
     # Control, from other threads: mails -----------------------------------------------------------
 
@@ -540,7 +562,12 @@ class Task:
             if self.cancelled.is_set():
                 raise Cancelled()
             if self._restore is not None:
-                self._restore_state(self._restore)
+                try:
+                    self._restore_state(self._restore)
+                except SerializationError as exc:  # damaged, or written by another Weir: a restart cannot help
+                    raise SerializationError(
+                        f"task {self.address} cannot restore checkpoint {self._restore_checkpoint_id}: {exc}"
+                    ) from exc
             # A cancelled attempt must not reach its operators' open(): a sink's recovery there would
             # resolve transactions that by now belong to a newer attempt.
             if self.cancelled.is_set():
@@ -581,10 +608,17 @@ class Task:
             if self._gate is not None:
                 self._gate.close()
             self._discard_keyed_state()
+            self._close_rejections()
             self._sync_metrics()
             with self._backpressure_lock:  # this attempt's series go; a sampler must not bring them back
                 self._metrics_removed = True
                 self.metrics.remove()
+
+    def _close_rejections(self) -> None:
+        try:
+            self.rejections.close()
+        except Exception as exc:  # a dead-letter producer failing to close must not hide the task's outcome
+            self._log.warning("dead_letter_close_failed", error=str(exc))
 
     def _close_failed(self, uid: str, exc: Exception) -> None:
         self._log.warning("operator_close_failed", operator_uid=uid, error=str(exc))

@@ -96,6 +96,7 @@ from weir.core.process_functions import (
     TimeDomain,
     TtlUpdateType,
 )
+from weir.core.rejections import FAIL, DeadLetterOnError, FailOnError, OnRecordError
 from weir.core.state_schema import Migrate, StateSchema
 from weir.core.windows import (
     EventTimeSessionWindows,
@@ -188,10 +189,32 @@ class Environment:
     ) -> None:
         self.params = Parameters(parameters)
         self.records_operators: dict[str, Transformation] = {}  # <uid>-records of each columnar operator
+        self._on_record_error: OnRecordError = FAIL
         self.graph = LogicalGraph(job_name=job_name, default_parallelism=parallelism, max_parallelism=max_parallelism)
 
     def set_max_parallelism(self, max_parallelism: int) -> None:
         self.graph.max_parallelism = max_parallelism
+
+    def on_record_error(self, handling: OnRecordError) -> None:
+        """What every operator does with a record its user function raises on, unless the operator
+        is given its own ``on_error`` (Kafka Streams' ``processing.exception.handler``):
+
+        - ``FailOnError()`` (the default): the task fails with the record named (operator, function,
+          exception, record, key, timestamp, and its topic/partition/offset when the operator is
+          chained to its Kafka source); the restart strategy restarts the job from its last
+          checkpoint, so the record is tried again; once the restarts are spent the job is FAILED;
+        - ``DeadLetterOnError(topic)``: the record goes to Kafka topic ``topic`` as a JSON envelope
+          (the Kafka source's for malformed records, with the reason, operator, function and
+          position), counted in ``weir_rejected_records_total``, and the job goes on without it."""
+        if not isinstance(handling, FailOnError | DeadLetterOnError):
+            raise JobDefinitionError(
+                f"on_record_error takes FailOnError() or DeadLetterOnError(topic), not {handling!r}"
+            )
+        self._on_record_error = handling
+
+    def record_error_handling(self, given: OnRecordError | None) -> OnRecordError:
+        """An operator's handling of rejected records: its own, else the job's (:meth:`on_record_error`)."""
+        return self._on_record_error if given is None else given
 
     def from_kafka(
         self,
@@ -215,6 +238,7 @@ class Environment:
         partition_discovery_interval_ms: int | None = None,
         commit_offsets_on_checkpoint: bool = True,
         group_id: str | None = None,
+        max_record_bytes: int | None = None,
     ) -> DataStream:
         """A replayable Kafka source: partitions spread over subtasks, offsets kept in checkpoints.
 
@@ -232,7 +256,9 @@ class Environment:
         Arrow record batch (``weir.core.columnar``), and the stream is a :class:`ColumnarStream`.
 
         A record the deserializer or the timestamp function rejects goes to ``dead_letter_topic``
-        with the reason (or fails the job when no dead-letter topic is given).
+        with the reason (or fails the job when no dead-letter topic is given); so does, with
+        ``max_record_bytes``, a record whose value is longer than that (its dead letter carries the
+        value's first 512 KiB, ``value_truncated`` true).
 
         ``idle_timeout_ms`` (Flink's ``withIdleness``): a partition without records for that long
         (wall time) no longer holds the watermark back, until its next record; a subtask whose
@@ -268,6 +294,10 @@ class Environment:
                     f"kafka source {uid!r}: a bounded source reads the partitions present at submit; leave "
                     "partition_discovery_interval_ms out"
                 )
+        if max_record_bytes is not None and (type(max_record_bytes) is not int or max_record_bytes <= 0):
+            raise JobDefinitionError(
+                f"kafka source {uid!r}: max_record_bytes must be a positive int or None, got {max_record_bytes!r}"
+            )
         if group_id is not None and (not isinstance(group_id, str) or not group_id):
             raise JobDefinitionError(f"kafka source {uid!r}: group_id must be a non-empty string, got {group_id!r}")
         try:
@@ -309,6 +339,7 @@ class Environment:
             partition_discovery_interval_ms=partition_discovery_interval_ms,
             commit_offsets_on_checkpoint=commit_offsets_on_checkpoint,
             group_id=group_id,
+            max_record_bytes=max_record_bytes,
         )
         stream = self._source(
             uid,
@@ -425,6 +456,7 @@ class DataStream:
         *,
         columnar_input: bool = False,
         side_outputs: tuple[OutputTag, ...] = (),
+        on_error: Callable[[], OnRecordError] | None = None,
     ) -> Transformation:
         """Add an operator fed by ``inputs`` (default: this stream). Unless it takes record batches
         (``columnar_input``), a columnar input reaches it as records (:meth:`ColumnarStream.records`)."""
@@ -439,6 +471,7 @@ class DataStream:
                 key_selector=key_selector,
                 sink_spec=sink_spec,
                 side_outputs=side_outputs,
+                on_error=on_error,
             )
         )
         for index, upstream in enumerate(upstreams):
@@ -461,21 +494,48 @@ class DataStream:
         return t
 
     def map(
-        self, fn: Callable[[Any], Any], *, uid: str, name: str | None = None, parallelism: int | None = None
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
-
+        """``fn(value)`` per record. ``on_error`` (here and on every operator with a user function):
+        what to do with a record ``fn`` raises on, ``FailOnError()`` or ``DeadLetterOnError(topic)``;
+        None: the job's (:meth:`Environment.on_record_error`)."""
+        env, on_error = self._env, _record_error_handling(uid, on_error)
         return DataStream(
-            self._env,
-            self._add(uid, name or "map", OperatorKind.ONE_INPUT, lambda: MapOperator(fn), parallelism),
+            env,
+            self._add(
+                uid,
+                name or "map",
+                OperatorKind.ONE_INPUT,
+                lambda: MapOperator(fn, env.record_error_handling(on_error)),
+                parallelism,
+            ),
         )
 
     def filter(
-        self, fn: Callable[[Any], bool], *, uid: str, name: str | None = None, parallelism: int | None = None
+        self,
+        fn: Callable[[Any], bool],
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
-
+        env, on_error = self._env, _record_error_handling(uid, on_error)
         return DataStream(
-            self._env,
-            self._add(uid, name or "filter", OperatorKind.ONE_INPUT, lambda: FilterOperator(fn), parallelism),
+            env,
+            self._add(
+                uid,
+                name or "filter",
+                OperatorKind.ONE_INPUT,
+                lambda: FilterOperator(fn, env.record_error_handling(on_error)),
+                parallelism,
+            ),
         )
 
     def flat_map(
@@ -485,15 +545,28 @@ class DataStream:
         uid: str,
         name: str | None = None,
         parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
-
+        env, on_error = self._env, _record_error_handling(uid, on_error)
         return DataStream(
-            self._env,
-            self._add(uid, name or "flat_map", OperatorKind.ONE_INPUT, lambda: FlatMapOperator(fn), parallelism),
+            env,
+            self._add(
+                uid,
+                name or "flat_map",
+                OperatorKind.ONE_INPUT,
+                lambda: FlatMapOperator(fn, env.record_error_handling(on_error)),
+                parallelism,
+            ),
         )
 
     def process(
-        self, fn: ProcessFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
+        self,
+        fn: ProcessFunction,
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """Run ``fn`` (a :class:`ProcessFunction`) per record: ``process_element(value, ctx, out)``
         with the record's timestamp (``ctx.timestamp``) and side outputs (``ctx.output(tag, value)``).
@@ -503,9 +576,16 @@ class DataStream:
             raise JobDefinitionError(
                 f"operator {uid!r}: process takes a ProcessFunction with process_element(value, ctx, out), not {fn!r}"
             )
+        env, on_error = self._env, _record_error_handling(uid, on_error)
         return DataStream(
-            self._env,
-            self._add(uid, name or "process", OperatorKind.ONE_INPUT, lambda: ProcessOperator(fn), parallelism),
+            env,
+            self._add(
+                uid,
+                name or "process",
+                OperatorKind.ONE_INPUT,
+                lambda: ProcessOperator(fn, env.record_error_handling(on_error)),
+                parallelism,
+            ),
         )
 
     def _as_records(self) -> DataStream:
@@ -698,6 +778,7 @@ class KeyedStream(DataStream):
         parallelism: int | None = None,
         state_version: int | None = None,
         migrate: Migrate | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """Emit the running reduction of each key after every value (state kept in RocksDB).
 
@@ -707,15 +788,17 @@ class KeyedStream(DataStream):
         assert self._key_selector is not None
         ks = self._key_selector
         schema = _state_schema(uid, REDUCE_STATE, fn, state_version, migrate)
+        env, on_error = self._env, _record_error_handling(uid, on_error)
         return DataStream(
-            self._env,
+            env,
             self._add(
                 uid,
                 name or "reduce",
                 OperatorKind.ONE_INPUT,
-                lambda: ReduceOperator(fn, ks, schema),
+                lambda: ReduceOperator(fn, ks, schema, on_error=env.record_error_handling(on_error)),
                 parallelism,
                 key_selector=ks,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -727,6 +810,7 @@ class KeyedStream(DataStream):
         name: str | None = None,
         parallelism: int | None = None,
         state_schemas: Iterable[StateSchema] | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """Run ``fn`` (a :class:`KeyedProcessFunction`) per record with its key's state and timers.
         ``state_schemas`` (or ``fn.state_schemas``): a :class:`StateSchema` per state name the
@@ -737,15 +821,17 @@ class KeyedStream(DataStream):
         assert self._key_selector is not None
         ks = self._key_selector
         schemas = _process_state_schemas(uid, fn, state_schemas)
+        env, on_error = self._env, _record_error_handling(uid, on_error)
         return DataStream(
-            self._env,
+            env,
             self._add(
                 uid,
                 name or "process",
                 OperatorKind.ONE_INPUT,
-                lambda: KeyedProcessOperator(fn, ks, schemas),
+                lambda: KeyedProcessOperator(fn, ks, schemas, on_error=env.record_error_handling(on_error)),
                 parallelism,
                 key_selector=ks,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -813,6 +899,7 @@ class WindowedStream:
         state_version: int | None = None,
         migrate: Migrate | None = None,
         window_function: ProcessWindowFunction | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """Aggregate each key's window incrementally; emit ``fn.result`` when the watermark passes
         the window's end (and again for each late value within the allowed lateness). With
@@ -849,6 +936,7 @@ class WindowedStream:
                 state_version=state_version,
                 migrate=migrate,
                 window_function=window_function,
+                on_error=on_error,
             )
         return self._window(
             uid,
@@ -857,6 +945,7 @@ class WindowedStream:
             fn,
             _state_schema(uid, WINDOW_STATE, fn, state_version, migrate),
             None if window_function is None else ProcessResult(_window_function(uid, window_function)),
+            on_error,
         )
 
     def reduce(
@@ -869,6 +958,7 @@ class WindowedStream:
         state_version: int | None = None,
         migrate: Migrate | None = None,
         window_function: ProcessWindowFunction | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """Reduce each key's window incrementally with ``fn(a, b) -> value`` (of the values' type); emit
         the reduced value when the window fires, or what ``window_function`` makes of it
@@ -886,6 +976,7 @@ class WindowedStream:
                 state_version=state_version,
                 migrate=migrate,
                 window_function=window_function,
+                on_error=on_error,
             )
         return self._window(
             uid,
@@ -894,6 +985,7 @@ class WindowedStream:
             ReduceAggregate(fn),
             _state_schema(uid, WINDOW_STATE, fn, state_version, migrate),
             None if window_function is None else ProcessResult(_window_function(uid, window_function)),
+            on_error,
         )
 
     def process(
@@ -905,6 +997,7 @@ class WindowedStream:
         parallelism: int | None = None,
         state_version: int | None = None,
         migrate: Migrate | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """Keep every value of each key's window (a list in state) and call
         ``fn.process(key, context, elements, out)`` when it fires: ``elements`` in arrival order,
@@ -913,7 +1006,13 @@ class WindowedStream:
 
         if isinstance(self._keyed, ColumnarKeyedStream):
             return self._of_records().process(
-                fn, uid=uid, name=name, parallelism=parallelism, state_version=state_version, migrate=migrate
+                fn,
+                uid=uid,
+                name=name,
+                parallelism=parallelism,
+                state_version=state_version,
+                migrate=migrate,
+                on_error=on_error,
             )
         return self._window(
             uid,
@@ -922,6 +1021,7 @@ class WindowedStream:
             ElementList(),
             _state_schema(uid, WINDOW_STATE, fn, state_version, migrate),
             ProcessElements(_window_function(uid, fn)),
+            on_error,
         )
 
     def _window(
@@ -932,6 +1032,7 @@ class WindowedStream:
         fn: Any,
         schema: StateSchema,
         window_function: ProcessResult | ProcessElements | None,
+        on_error: OnRecordError | None,
     ) -> DataStream:
         """The window operator over records, checked at build time."""
         keyed = self._keyed
@@ -943,18 +1044,27 @@ class WindowedStream:
                 f"operator {uid!r}: session windows ({assigner!r}) merge the accumulators of the windows they "
                 f"join, and {type(fn).__name__} has no merge(a, b) method: give it one"
             )
+        env, on_error = keyed._env, _record_error_handling(uid, on_error)
         return DataStream(
-            keyed._env,
+            env,
             keyed._add(
                 uid,
                 name,
                 OperatorKind.ONE_INPUT,
                 lambda: WindowAggregateOperator(
-                    fn, ks, assigner, lateness, schema, window_function=window_function, late_data=late_data
+                    fn,
+                    ks,
+                    assigner,
+                    lateness,
+                    schema,
+                    window_function=window_function,
+                    late_data=late_data,
+                    on_error=env.record_error_handling(on_error),
                 ),
                 parallelism,
                 key_selector=ks,
                 side_outputs=() if late_data is None else (late_data,),
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -1209,6 +1319,15 @@ class CoProcessFunction:
 
     def process_element2(self, value: Any, ctx: ProcessContext, out: Collector) -> None:
         out.collect(value)
+
+
+def _record_error_handling(uid: str, given: OnRecordError | None) -> OnRecordError | None:
+    """An operator's ``on_error`` as given: None, ``FailOnError()`` or ``DeadLetterOnError(topic)``."""
+    if given is None or isinstance(given, FailOnError | DeadLetterOnError):
+        return given
+    raise JobDefinitionError(
+        f"operator {uid!r}: on_error takes FailOnError() or DeadLetterOnError(topic), not {given!r}"
+    )
 
 
 def _identity(value: Any) -> Any:
@@ -1573,6 +1692,9 @@ def load_job_file(path: str | Path, parameters: Mapping[str, str] | None = None,
 
 __all__ = [
     "COMMITTED",
+    "DeadLetterOnError",
+    "FailOnError",
+    "OnRecordError",
     "EARLIEST",
     "LATEST",
     "Committed",

@@ -14,6 +14,7 @@ from typing import Any
 from weir.core.descriptors import SinkSpec, SourceSpec
 from weir.core.errors import JobDefinitionError
 from weir.core.process_functions import OutputTag
+from weir.core.rejections import OnRecordError
 
 
 class Partitioning(enum.Enum):
@@ -59,6 +60,9 @@ class Transformation:
     sink_spec: SinkSpec | None = None  # sinks: the system, target and delivery (weir.core.descriptors)
     columnar: bool = False  # emits record batches (weir.core.columnar), not one value per record
     side_outputs: tuple[OutputTag, ...] = ()  # the side outputs it declares (a window's late data)
+    # Keyed operators: how a record their key selector raises on is handled where the key is taken (the
+    # producer's record writer); called when the job runs (the operator's own ``on_error``, else the job's).
+    on_error: Callable[[], OnRecordError] | None = None
 
 
 @dataclass

@@ -136,6 +136,7 @@ class KafkaSourceSpec:
     partition_discovery_interval_ms: int | None = None  # unbounded: look for new partitions this often
     commit_offsets_on_checkpoint: bool = True  # commit a completed checkpoint's positions to the group
     group_id: str | None = None  # None: default_group_id(job name, uid)
+    max_record_bytes: int | None = None  # a record value longer than this is dead-lettered; None: no limit
 
     def group_id_for(self, job_name: str, source_uid: str) -> str:
         return self.group_id if self.group_id is not None else default_group_id(job_name, source_uid)

@@ -13,6 +13,7 @@ from collections.abc import Collection
 from dataclasses import dataclass
 
 from weir.core.errors import Fault, WeirError
+from weir.core.rejections import UserFunctionError
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,8 @@ class Failure:
     def from_exception(cls, exc: BaseException, user_code_files: Collection[str] = ()) -> Failure:
         """Classify ``exc``:
 
+        - a ``UserFunctionError`` (a user function raised on a record) keeps its cause's type, is the
+          user's, and is retriable unless the cause is a programming error or a ``WeirError`` that is not;
         - a ``WeirError`` says itself whose fault it is and whether a retry can help;
         - an ``OSError`` (a connection refused or reset, a timeout) is an external system's, retriable;
         - any other exception raised in or through the job's own code (a frame of one of
@@ -45,6 +48,13 @@ class Failure:
         """
         type_name = type(exc).__name__
         message = str(exc) or type_name
+        if isinstance(exc, UserFunctionError):
+            cause = exc.__cause__
+            if isinstance(cause, WeirError):
+                retriable = cause.retriable
+            else:
+                retriable = not isinstance(cause, PROGRAMMING_ERRORS)
+            return cls(exc.rejected.error_type, message, Fault.USER, retriable)
         if isinstance(exc, WeirError):
             return cls(type_name, message, exc.fault, exc.retriable)
         if isinstance(exc, OSError):

@@ -63,6 +63,7 @@ from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import ChannelIndex
 from weir.core.keygroups import KeyGroup, KeyGroupRange
+from weir.core.rejections import UserFunctionError
 from weir.core.watermarks import PartitionWatermarks
 from weir.graph import LogicalGraph, OperatorKind, Transformation
 from weir.plan import JobPlan, NetworkEdge, build_plan
@@ -602,6 +603,10 @@ def _guard(job_name: str, step: str, fn: Callable[..., Any], *args: Any) -> Any:
     job (records flow synchronously downstream, so the step names the source that was emitting)."""
     try:
         return fn(*args)
+    except UserFunctionError as exc:  # the record is named: the operator, function, exception, record
+        raise ReferenceModeError(
+            f"reference run of job {job_name!r} failed {step}: {exc.rejected.error_type}: {exc}"
+        ) from exc
     except WeirError:
         raise
     except Exception as exc:

@@ -1,0 +1,224 @@
+"""What a task does with a record one of its user functions raised on: fail with the record named,
+or send it to the job's dead-letter topic and go on (``weir.core.rejections`` has the values).
+
+An operator calls its function inside ``try`` (free in CPython until something raises) and hands
+the exception to :meth:`StreamOperator.reject <operators.base.StreamOperator.reject>`, which asks
+:func:`rejected_by_function` whether the function itself raised (not a chained operator, a sink or
+the network below it, whose errors pass on as they are) and then :class:`RecordRejections`. Only that
+path names the record, looks up its source position and talks to Kafka.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from types import TracebackType
+from typing import Any, Protocol, assert_never
+
+from prometheus_client import Counter
+
+from connectors import kafka
+from weir.core import json_codec
+from weir.core.config import Endpoints
+from weir.core.errors import NonRetriableError, ServiceUnavailableError, WeirError
+from weir.core.metrics import TASK_LABELS
+from weir.core.rejections import (
+    NO_KEY,
+    DeadLetterOnError,
+    FailOnError,
+    OnRecordError,
+    RejectedRecord,
+    SourcePosition,
+    UserFunctionError,
+)
+
+REJECTED_RECORDS = Counter(
+    "weir_rejected_records_total",
+    "Records a user function raised on, by the operator and what was done with them (failed, dead_lettered)",
+    (*TASK_LABELS, "handling"),
+)
+
+DEAD_LETTER_DELIVERY_TIMEOUT_S = 30.0
+
+_RUNTIME_MODULES = ("taskmanager.", "connectors.")
+
+
+def rejected_by_function(exc: BaseException, operator: object, operator_type: type) -> bool:
+    """Whether ``exc``, caught by ``operator`` around its user function, was raised by that function
+    on the record, rather than passed up through it: a record already rejected downstream (a
+    :class:`UserFunctionError`), an error Weir raised on purpose (a ``WeirError`` other than the job's
+    own ``NonRetriableError``), or one raised below a chained operator (``operator_type``: another
+    operator of the chain, a sink) or in the runtime (the network output, the state backend)."""
+    if isinstance(exc, UserFunctionError):
+        return False
+    if isinstance(exc, WeirError) and not isinstance(exc, NonRetriableError):
+        return False
+    tb: TracebackType | None = exc.__traceback__
+    if tb is not None:
+        tb = tb.tb_next  # the operator's own frame caught it
+    while tb is not None:
+        frame = tb.tb_frame
+        owner = frame.f_locals.get("self")
+        if owner is not operator and isinstance(owner, operator_type):
+            return False
+        if str(frame.f_globals.get("__name__", "")).startswith(_RUNTIME_MODULES):
+            return False
+        tb = tb.tb_next
+    return True
+
+
+def record_text(value: Any) -> str:
+    """A rejected record as a dead letter carries it: its JSON when it has one, else its repr."""
+    try:
+        return json_codec.encode(value).decode("utf-8")
+    except Exception:  # not JSON-encodable: a dead letter still says what the record was
+        try:
+            return repr(value)
+        except Exception as exc:
+            return f"<{type(value).__name__}: repr raised {type(exc).__name__}>"
+
+
+class DeadLetterSink(Protocol):
+    """Where dead letters go: ``send`` returns once the letter is durable (or raises)."""
+
+    def send(self, topic: str, key: bytes | None, envelope: bytes) -> None: ...
+    def close(self) -> None: ...
+
+
+class KafkaDeadLetters:
+    """Dead letters to Kafka, each one confirmed by the broker before the task goes on (so it is
+    durable before any later checkpoint covers the record). The producer opens with the first letter."""
+
+    def __init__(self, endpoints_of: Callable[[], Endpoints] = Endpoints.from_env) -> None:
+        self._endpoints_of = endpoints_of
+        self._producer: Any = None
+
+    def send(self, topic: str, key: bytes | None, envelope: bytes) -> None:
+        if self._producer is None:
+            self._producer = kafka.producer(self._endpoints_of(), linger_ms=0)
+        errors: list[str] = []
+
+        def delivered(err: Any, _msg: Any) -> None:
+            if err is not None:
+                errors.append(str(err))
+
+        self._producer.produce(topic, key=key, value=envelope, on_delivery=delivered)
+        left = self._producer.flush(DEAD_LETTER_DELIVERY_TIMEOUT_S)
+        if errors or left:
+            why = errors[0] if errors else f"not acknowledged within {DEAD_LETTER_DELIVERY_TIMEOUT_S:g}s"
+            raise ServiceUnavailableError(f"dead letter to Kafka topic {topic!r} not delivered: {why}")
+
+    def close(self) -> None:
+        if self._producer is not None:
+            self._producer.flush(DEAD_LETTER_DELIVERY_TIMEOUT_S)
+            self._producer = None
+
+
+class CapturedDeadLetters:
+    """Keeps the dead letters instead of sending them (the reference run, tests)."""
+
+    def __init__(self) -> None:
+        self.letters: list[tuple[str, bytes | None, dict[str, Any]]] = []
+        self._lock = threading.Lock()
+
+    def send(self, topic: str, key: bytes | None, envelope: bytes) -> None:
+        with self._lock:
+            self.letters.append((topic, key, json_codec.decode(envelope)))
+
+    def close(self) -> None:
+        return None
+
+
+def _position_not_known() -> SourcePosition | None:
+    return None
+
+
+class RecordRejections:
+    """One task's handling of rejected records: names them, fails or dead-letters them, counts them
+    (``weir_rejected_records_total``) and logs each one (``record_rejected``)."""
+
+    def __init__(
+        self,
+        job_id: str,
+        subtask: int,
+        sink: DeadLetterSink,
+        log: Any,
+        *,
+        position_in_flight: Callable[[], SourcePosition | None] = _position_not_known,
+        metric_labels: tuple[str, str] | None = None,
+    ) -> None:
+        self._job_id = job_id
+        self._subtask = subtask
+        self._sink = sink
+        self._log = log
+        self._position_in_flight = position_in_flight
+        self._metric_labels = metric_labels  # (job_id, taskmanager); None: not counted
+        self.failed = 0
+        self.dead_lettered = 0
+
+    def locate_with(self, position_in_flight: Callable[[], SourcePosition | None]) -> None:
+        """Where the positions of rejected records come from: the task binds its chain's source once
+        the chain is built (before it runs)."""
+        self._position_in_flight = position_in_flight
+
+    def reject(
+        self,
+        operator_uid: str,
+        on_error: OnRecordError,
+        function: Any,
+        exc: Exception,
+        value: Any,
+        timestamp: int | None,
+        key: Any = NO_KEY,
+    ) -> None:
+        """``function`` of operator ``operator_uid`` raised ``exc`` on ``value``: raise a
+        UserFunctionError naming the record, or dead-letter it and return."""
+        rejected = RejectedRecord.of(
+            operator_uid=operator_uid,
+            subtask=self._subtask,
+            function=function,
+            exc=exc,
+            value=value,
+            timestamp=timestamp,
+            key=key,
+            position=self._position_in_flight(),
+        )
+        match on_error:
+            case FailOnError():
+                self.failed += 1
+                self._count(operator_uid, "failed")
+                self._log.error("record_rejected", handling="failed", **_log_fields(rejected))
+                raise UserFunctionError(rejected) from exc
+            case DeadLetterOnError(topic=topic):
+                envelope, cut = rejected.envelope(self._job_id, record_text(value))
+                key_bytes = None if rejected.key is None else rejected.key.encode("utf-8")
+                self._sink.send(topic, key_bytes, json_codec.encode(envelope))
+                self.dead_lettered += 1
+                self._count(operator_uid, "dead_lettered")
+                self._log.warning(
+                    "record_rejected", handling="dead_lettered", dlq=topic, value_truncated=cut, **_log_fields(rejected)
+                )
+            case _:
+                assert_never(on_error)
+
+    def close(self) -> None:
+        self._sink.close()
+
+    def _count(self, operator_uid: str, handling: str) -> None:
+        if self._metric_labels is None:
+            return
+        job_id, taskmanager = self._metric_labels
+        REJECTED_RECORDS.labels(job_id, operator_uid, str(self._subtask), taskmanager, handling).inc()
+
+
+def _log_fields(rejected: RejectedRecord) -> dict[str, Any]:
+    position = rejected.position
+    return {
+        "operator_uid": rejected.operator_uid,
+        "function": rejected.function,
+        "reason": rejected.reason,
+        "record": rejected.record,
+        "key": rejected.key,
+        "timestamp": rejected.timestamp,
+        "origin": None if position is None else str(position),
+    }
