@@ -35,6 +35,7 @@ Formulas (:func:`compute_plan`):
 from __future__ import annotations
 
 import enum
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -310,14 +311,23 @@ def vector_sum(answer: Mapping[str, Any], expr: str) -> float | None:
     return sum(values) if values else None
 
 
+_REGEX_SPECIAL: Final = re.compile(r"([\\.+*?()|\[\]{}^$])")
+
+
+def _regex_literal(value: str) -> str:
+    """``value`` as an RE2 literal inside a PromQL string: each metacharacter backslashed, and each
+    backslash doubled for the string (``a.b`` becomes ``a\\\\.b``); ``-`` is left as it is."""
+    return _REGEX_SPECIAL.sub(r"\\\1", value).replace("\\", "\\\\")
+
+
 def label_matcher(values: Mapping[str, str] | None = None, **labels: str | list[str]) -> str:
     """``{a="x",b=~"y|z"}``: a list becomes an anchored alternation of its (regex-escaped) items."""
     parts: list[str] = []
     for name, value in {**(values or {}), **labels}.items():
         if isinstance(value, list):
-            parts.append(f'{name}=~"{"|".join(re.escape(v) for v in value)}"')
+            parts.append(f'{name}=~"{"|".join(_regex_literal(v) for v in value)}"')
         else:
-            parts.append(f'{name}="{value}"')
+            parts.append(f"{name}={json.dumps(value)}")  # a Go string literal: quotes and backslashes escaped
     return "{" + ",".join(parts) + "}"
 
 
