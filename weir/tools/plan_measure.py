@@ -7,7 +7,9 @@ sources and sinks from the JobManager's REST plan, the checkpoint interval from
 (``JobManagerClient.list_checkpoints``), the restart delay from the job's restart strategy (its
 ``restart.*`` parameters, read from the job record in checkpoint storage). Failure detection is not
 measurable from a healthy job: its default is the JobManager's heartbeat timeout, the time a lost
-TaskManager goes unnoticed (a failing task reports at once).
+TaskManager goes unnoticed (a failing task reports at once). A job that keeps up takes in what it is
+offered: its measured sink rate is then the input rate, not its capacity, and the plan says so (from
+the sources' ``weir_backpressured_seconds_total``: at capacity they wait for credit).
 
 A savepoint or retained checkpoint: one keyed operator's entries, read with
 ``weir.tools.savepoint_inspect``. An entry's key is the record key, or, for the states whose layout
@@ -189,6 +191,7 @@ def job_parameters(job_id: str, endpoints: Endpoints) -> Mapping[str, str]:
 class Measured:
     figures: Mapping[str, Figure]
     hints: Mapping[str, str] = field(default_factory=dict)  # field -> why it was not measured
+    source_backpressured_ratio: float | None = None  # share of the sources' time waiting for credit
 
 
 def rate_queries(job_id: str, topology: JobTopology, window_s: float) -> dict[str, str]:
@@ -229,6 +232,10 @@ def measure_job(
                 figures[name] = Figure(value, Origin.MEASURED, expr)
         if not topology.sources:
             hints["input_records_per_s"] = "the job's plan has no source vertex"
+        backpressured: float | None = None
+        if topology.sources:
+            where = label_matcher(job_id=job_id, operator_uid=list(topology.sources))
+            backpressured = prometheus.instant(f"avg(rate(weir_backpressured_seconds_total{where}[{window_s:g}s]))")
         interval_expr = f"weir_checkpoint_interval_seconds{label_matcher(job_id=job_id)}"
         interval = prometheus.instant(interval_expr)
         if interval is not None:
@@ -252,7 +259,25 @@ def measure_job(
             hints["restart_delay_s"] = "restart.strategy is none: the job does not restart after a failure"
         else:
             figures["restart_delay_s"] = restart
-    return Measured(figures, hints)
+    return Measured(figures, hints, backpressured)
+
+
+BACKPRESSURED_AT_CAPACITY: Final = 0.5
+
+
+def sink_rate_note(backpressured_ratio: float | None) -> str:
+    """What a measured sink rate means: the pipeline's capacity only when its sources wait for it."""
+    if backpressured_ratio is not None and backpressured_ratio >= BACKPRESSURED_AT_CAPACITY:
+        return (
+            f"the sources waited for credit {backpressured_ratio:.0%} of the time: the job runs at capacity, "
+            "the measured sink rate is its sustainable rate"
+        )
+    share = "an unknown share" if backpressured_ratio is None else f"{backpressured_ratio:.0%}"
+    return (
+        f"the sources waited for credit {share} of the time: the job keeps up, so the measured sink rate is "
+        "the input rate it was offered, a lower bound of the sustainable rate; catch-up and recovery figures "
+        "from it are upper bounds (give --sink-rate from a run at capacity)"
+    )
 
 
 def default_figures() -> dict[str, Figure]:
@@ -358,7 +383,7 @@ def measure_savepoint(
 class PlanRun:
     resolved: ResolvedInputs
     plan: Plan
-    notes: tuple[str, ...]  # why a measurement is missing where a flag or default took its place
+    notes: tuple[str, ...]  # what a measurement means, and why one is missing where a flag or default stood in
 
 
 def make_plan(
@@ -373,6 +398,7 @@ def make_plan(
     """Measure what ``job_id`` and ``savepoint_path`` tell, let the flags override it, compute the plan."""
     measured: dict[str, Figure] = {}
     hints: dict[str, str] = {}
+    notes: list[str] = []
     if job_id is not None or savepoint_path is not None:
         endpoints = endpoints or Endpoints.from_env()
     if job_id is not None:
@@ -381,8 +407,10 @@ def make_plan(
             job = measure_job(job_id, endpoints, client, window_s=window_s)
         measured.update(job.figures)
         hints.update(job.hints)
+        if "sink_records_per_s" in job.figures and flags.get("sink_records_per_s") is None:
+            notes.append("--sink-rate: " + sink_rate_note(job.source_backpressured_ratio))
     if savepoint_path is not None:
         measured.update(measure_savepoint(savepoint_path, operator_uid, endpoints).figures())
     resolved = resolve_inputs(flags, measured, default_figures(), hints=hints)
-    notes = tuple(f"{FLAGS[name]}: {hint}" for name, hint in hints.items() if resolved.figures.get(name) is not None)
-    return PlanRun(resolved, compute_plan(resolved.inputs), notes)
+    notes += [f"{FLAGS[name]}: {hint}" for name, hint in hints.items() if resolved.figures.get(name) is not None]
+    return PlanRun(resolved, compute_plan(resolved.inputs), tuple(notes))

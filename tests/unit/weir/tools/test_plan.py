@@ -35,6 +35,7 @@ from weir.tools.plan_measure import (
     rate_queries,
     record_key,
     restart_delay_from_parameters,
+    sink_rate_note,
     topology_from_plan,
 )
 
@@ -343,3 +344,9 @@ def test_the_savepoint_measure_divides_entries_by_keys() -> None:
     assert figures["aggregates_per_key"].value == 2.5
     assert figures["bytes_per_aggregate"].value == 50.0
     assert all(f.origin is Origin.MEASURED for f in figures.values())
+
+
+def test_a_measured_sink_rate_is_the_capacity_only_under_backpressure() -> None:
+    assert "sustainable rate" in sink_rate_note(0.8) and "80%" in sink_rate_note(0.8)
+    assert "lower bound" in sink_rate_note(0.1) and "10%" in sink_rate_note(0.1)
+    assert "lower bound" in sink_rate_note(None)
