@@ -275,8 +275,9 @@ def sink_rate_note(backpressured_ratio: float | None) -> str:
     share = "an unknown share" if backpressured_ratio is None else f"{backpressured_ratio:.0%}"
     return (
         f"the sources waited for credit {share} of the time: the job keeps up, so the measured sink rate is "
-        "the input rate it was offered, a lower bound of the sustainable rate; catch-up and recovery figures "
-        "from it are upper bounds (give --sink-rate from a run at capacity)"
+        "the input rate it was offered, a lower bound of the sustainable rate (the measured backlog growth is "
+        "sampling noise around 0); catch-up and recovery figures from it are upper bounds, 'never' included "
+        "(give --sink-rate from a run at capacity)"
     )
 
 
