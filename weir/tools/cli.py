@@ -900,12 +900,12 @@ def plan_command(
         return
     console = _stdout()
     inputs = _table("input", "value", "from", "how", title="inputs")
-    for row in formulas.input_rows(run.resolved):
-        inputs.add_row(*(escape(c) for c in row))
+    for input_row in formulas.input_rows(run.resolved):
+        inputs.add_row(*(escape(c) for c in input_row))
     console.print(inputs)
     results = _table("figure", "value", "formula", title="plan")
-    for row in formulas.result_rows(run.plan):
-        results.add_row(*(escape(c) for c in row))
+    for result_row in formulas.result_rows(run.plan):
+        results.add_row(*(escape(c) for c in result_row))
     console.print(results)
     for note in run.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True)
