@@ -810,6 +810,110 @@ def _operator_state_text(state: dict[str, Any]) -> str:
     return f"opaque {state['size_bytes']} bytes"
 
 
+# Planning ----------------------------------------------------------------------------------------
+
+
+def _rate_option(flag: str, help_text: str) -> Any:
+    return typer.Option(flag, min=0.0, help=help_text)
+
+
+@app.command("plan")
+def plan_command(
+    job_id: Annotated[
+        str | None, typer.Option("--job", metavar="JOB_ID", help="Measure the inputs of this running job.")
+    ] = None,
+    savepoint: Annotated[
+        str | None,
+        typer.Option(
+            "--savepoint",
+            metavar="PATH",
+            help="Measure keys, aggregates per key and bytes per aggregate from a savepoint or retained checkpoint.",
+        ),
+    ] = None,
+    operator: Annotated[
+        str | None, typer.Option("--operator", metavar="UID", help="The keyed operator --savepoint measures.")
+    ] = None,
+    window_s: Annotated[
+        float, typer.Option("--window", min=1.0, help="Seconds over which --job measures the rates (PromQL rate).")
+    ] = 30.0,
+    input_rate: Annotated[
+        float | None, _rate_option("--input-rate", "Input records/s arriving at the sources.")
+    ] = None,
+    sink_rate: Annotated[
+        float | None, _rate_option("--sink-rate", "Sustainable sink records/s (in input records).")
+    ] = None,
+    checkpoint_interval: Annotated[
+        float | None, _rate_option("--checkpoint-interval", "Seconds between checkpoint triggers.")
+    ] = None,
+    checkpoint_duration: Annotated[
+        float | None, _rate_option("--checkpoint-duration", "Seconds from a checkpoint's trigger to its completion.")
+    ] = None,
+    failure_detection: Annotated[
+        float | None, _rate_option("--failure-detection", "Seconds until a failure is noticed.")
+    ] = None,
+    restart_delay: Annotated[
+        float | None, _rate_option("--restart-delay", "Seconds the restart strategy waits before restarting.")
+    ] = None,
+    active_keys: Annotated[float | None, _rate_option("--active-keys", "Keys with state.")] = None,
+    aggregates_per_key: Annotated[
+        float | None, _rate_option("--aggregates-per-key", "Aggregates (windows, entries) retained per key.")
+    ] = None,
+    bytes_per_aggregate: Annotated[
+        float | None, _rate_option("--bytes-per-aggregate", "Serialized bytes of one aggregate.")
+    ] = None,
+    restore_rate: Annotated[
+        float | None, _rate_option("--restore-rate", "Bytes/s a restore downloads (optional; else not counted).")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """The design card's formulas: backlog growth, replay work after a failure, recovery time bound,
+    state size. Inputs as flags, or measured (--job, --savepoint); a flag overrides a measurement.
+    Dimensional formulas, not an SLA or a benchmark (docs/plan.md)."""
+    from weir.tools import plan as formulas
+    from weir.tools.plan_measure import make_plan
+
+    flags = {
+        "input_records_per_s": input_rate,
+        "sink_records_per_s": sink_rate,
+        "checkpoint_interval_s": checkpoint_interval,
+        "checkpoint_duration_s": checkpoint_duration,
+        "failure_detection_s": failure_detection,
+        "restart_delay_s": restart_delay,
+        "active_keys": active_keys,
+        "aggregates_per_key": aggregates_per_key,
+        "bytes_per_aggregate": bytes_per_aggregate,
+        "restore_bytes_per_s": restore_rate,
+    }
+    with _storage_answers():
+        run = make_plan(flags, job_id=job_id, savepoint_path=savepoint, operator_uid=operator, window_s=window_s)
+    if json_output:
+        _print_json(
+            {
+                "sources": {
+                    name: {"value": f.value, "origin": f.origin.value, "how": f.how}
+                    for name, f in run.resolved.figures.items()
+                },
+                "notes": list(run.notes),
+                **run.plan.to_json(),
+            }
+        )
+        return
+    console = _stdout()
+    inputs = _table("input", "value", "from", "how", title="inputs")
+    for input_row in formulas.input_rows(run.resolved):
+        inputs.add_row(*(escape(c) for c in input_row))
+    console.print(inputs)
+    results = _table("figure", "value", "formula", title="plan")
+    for result_row in formulas.result_rows(run.plan):
+        results.add_row(*(escape(c) for c in result_row))
+    console.print(results)
+    for note in run.notes:
+        console.print(f"note: {escape(note)}", soft_wrap=True)
+    console.print("assumptions:", soft_wrap=True)
+    for assumption in run.plan.assumptions:
+        console.print(f"  - {escape(assumption)}", soft_wrap=True)
+
+
 # The local cluster -------------------------------------------------------------------------------
 
 
