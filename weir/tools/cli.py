@@ -934,8 +934,10 @@ def scenario(
     ctx: typer.Context,
     name: Annotated[
         str | None,
-        typer.Argument(metavar="NAME", help="keyed-aggregation, barriers, two-phase-commit, recovery, upgrade, "
-        "backpressure; none: list them."),
+        typer.Argument(
+            metavar="NAME",
+            help="keyed-aggregation, barriers, two-phase-commit, recovery, upgrade, backpressure; none: list them.",
+        ),
     ] = None,
 ) -> int:
     """Run one of the design card's scenarios on the local cluster against the real services: it prints

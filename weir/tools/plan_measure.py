@@ -27,8 +27,9 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
+
+import httpx
 
 from connectors.object_storage import open_storage
 from jobmanager.records import JobRecord
@@ -68,9 +69,6 @@ from weir.tools.savepoint_inspect import (
     scan_entries,
 )
 
-if TYPE_CHECKING:
-    import httpx
-
 DEFAULT_WINDOW_S: Final = 30.0
 RECENT_CHECKPOINTS: Final = 10
 HTTP_TIMEOUT_S: Final = 10.0
@@ -85,18 +83,6 @@ class MeasurementError(WeirError):
 
 
 # A running job ------------------------------------------------------------------------------------
-
-
-def _httpx() -> ModuleType:
-    """httpx, which only ``--job`` needs (a dev dependency of Weir's: flags and ``--savepoint`` work without)."""
-    try:
-        import httpx
-    except ImportError as exc:
-        raise MeasurementError(
-            "weir plan --job needs the httpx package (pip install httpx); give the inputs as flags instead",
-            fault=Fault.USER,
-        ) from exc
-    return httpx
 
 
 @dataclass(frozen=True)
@@ -162,13 +148,12 @@ class Prometheus:
         try:
             response = self._http.get(f"{self.url}/api/v1/query", params={"query": expr})
             answer = response.json()
-        except (_httpx().HTTPError, ValueError) as exc:
+        except (httpx.HTTPError, ValueError) as exc:
             raise MeasurementError(f"Prometheus at {self.url} did not answer {expr!r}: {exc}") from exc
         return vector_sum(answer, expr)
 
 
 def _rest_client(endpoints: Endpoints, security: TransportSecurity) -> httpx.Client:
-    httpx = _httpx()
     host = endpoints.jobmanager_address.rpartition(":")[0]
     headers = {"Authorization": f"Bearer {security.token}"} if security.token else {}
     tls = security.client_tls
@@ -188,7 +173,7 @@ def job_topology(job_id: str, endpoints: Endpoints, security: TransportSecurity 
     with _rest_client(endpoints, security or TransportSecurity.from_env()) as http:
         try:
             response = http.get(f"/jobs/{job_id}/plan")
-        except _httpx().HTTPError as exc:
+        except httpx.HTTPError as exc:
             raise MeasurementError(f"the JobManager's REST API did not answer: {exc}") from exc
         if response.status_code != 200:
             raise MeasurementError(f"the JobManager's REST API answered {response.status_code} for job {job_id}'s plan")
@@ -236,7 +221,7 @@ def measure_job(
     client.job_status(job_id)  # UnknownJobError for a job the JobManager does not know
     topology = job_topology(job_id, endpoints)
     own_http = http is None
-    prom_http = http if http is not None else _httpx().Client(timeout=HTTP_TIMEOUT_S)
+    prom_http = http if http is not None else httpx.Client(timeout=HTTP_TIMEOUT_S)
     try:
         prometheus = Prometheus(endpoints.prometheus_url, prom_http)
         for name, expr in rate_queries(job_id, topology, window_s).items():
