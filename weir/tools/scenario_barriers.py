@@ -91,7 +91,10 @@ class BarriersConfig:
     payments_pause_every: int = 20
     parallelism: int = 2  # of the two-input operator (and its chained sink)
     partitions: int = 2
-    checkpoint_interval_s: float = 3.0
+    # Not a multiple of the payments source's 400 ms cycle (20 records at 50/s, paced from its start):
+    # with a multiple, every trigger found the source at the same phase of its cycle, all of them
+    # paused or none, and a run could show no hold at all (it did, under load).
+    checkpoint_interval_s: float = 3.1
     checkpoints: int = 6  # run until this many completed
     inspected: int = 3  # the last ones: keyed state read back (every completed checkpoint's timeline is)
     min_hold_ms: float = 20.0  # some channel must be held this long, or the run did not exercise alignment
@@ -830,7 +833,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     config = replace(
         defaults,
-        checkpoint_interval_s=2.0 if args.small else args.checkpoint_interval,
+        checkpoint_interval_s=2.3 if args.small else args.checkpoint_interval,
         checkpoints=4 if args.small else args.checkpoints,
         inspected=2 if args.small else args.inspected,
         orders_rate=args.orders_rate,
