@@ -48,7 +48,6 @@ SCRIPT_VARIABLES: Final = (
 """Read by the service scripts of ``deploy/local`` only, never by a Weir process: named, not tabled."""
 
 
-
 def _extra(field: FieldInfo) -> dict[str, Any]:
     return field.json_schema_extra if isinstance(field.json_schema_extra, dict) else {}
 

@@ -59,10 +59,10 @@ from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.keygroups import KeyGroupRange, key_group_for_key
 from weir.tools.client import CheckpointInfo, JobManagerClient
-from weir.tools.drive import s3_endpoints, start_local_cluster, wait_for_job
+from weir.tools.drive import wait_for_job
 from weir.tools.savepoint_inspect import LoadedSavepoint, decode_operator_state, dump_operator, load_savepoint
 from weir.tools.scenario_backpressure import percentile
-from weir.tools.scenario_report import ScenarioReport, exit_code, print_report
+from weir.tools.scenario_report import ScenarioReport, run_on_local_cluster
 
 JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "two_input_counts.py"
 INPUTS: Final = ("orders", "payments")  # the job's source uids, its ValueState names and the records' "input"
@@ -843,19 +843,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     if config.inspected < 1 or config.inspected > config.checkpoints:
         parser.error("--inspected must be between 1 and --checkpoints")
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, WIDE)
-    endpoints = s3_endpoints()
-    console.rule("[bold]Weir scenario: aligned checkpoint barriers on a two-input job")
-    try:
-        start_local_cluster(console, endpoints)
-        report = run_barriers_scenario(endpoints, config, console)
-    except WeirError as exc:
-        console.print(f"[bold red]scenario barriers: {exc}[/]", soft_wrap=True)
-        return 1
-    print_report(console, report)
-    return exit_code(report)
+    return run_on_local_cluster(
+        "barriers",
+        "aligned checkpoint barriers on a two-input job",
+        lambda endpoints, console: run_barriers_scenario(endpoints, config, console),
+    )
 
 
 if __name__ == "__main__":

@@ -49,10 +49,10 @@ from weir.core.keygroups import key_group_for_key
 from weir.core.states import JobStatus
 from weir.core.windows import window_start
 from weir.tools.client import JobDetails, JobManagerClient
-from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
+from weir.tools.drive import recreate_inputs, wait_for_job
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.savepoint_inspect import WINDOW_STATE_NAME, dump_operator
-from weir.tools.scenario_report import ScenarioReport, exit_code, print_report
+from weir.tools.scenario_report import ScenarioReport, run_on_local_cluster
 from weir.tools.scenario_upgrade import SavepointCut, read_savepoint
 from weir.tools.verify import COMMIT_PROOF_TABLE, ProofEntry, SubtaskCommit, VerifyReport, last_commits, verify_job
 
@@ -843,19 +843,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parallelism=args.parallelism,
         savepoint_dir=args.savepoint_path,
     )
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, WIDE)
-    endpoints = s3_endpoints()
-    console.rule("[bold]Weir scenario: keyed aggregation, state and both sinks against a reference")
-    try:
-        start_local_cluster(console, endpoints)
-        report = run_keyed_aggregation_scenario(endpoints, config, console)
-    except WeirError as exc:
-        console.print(f"[bold red]scenario keyed-aggregation: {exc}[/]", soft_wrap=True)
-        return 1
-    print_report(console, report)
-    return exit_code(report)
+    return run_on_local_cluster(
+        "keyed-aggregation",
+        "keyed aggregation, state and both sinks against a reference",
+        lambda endpoints, console: run_keyed_aggregation_scenario(endpoints, config, console),
+    )
 
 
 if __name__ == "__main__":

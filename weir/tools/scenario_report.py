@@ -8,14 +8,19 @@ scenario that proves nothing has not passed).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
 from rich.console import Console
 from rich.table import Table
 
+from weir.core.config import Endpoints
+from weir.core.errors import WeirError
+from weir.tools.drive import s3_endpoints, start_local_cluster
+
 PASS: Final = "PASS"
+WIDE: Final = 150  # columns when the output is not a terminal (a log, a pipe)
 FAIL: Final = "FAIL"
 
 
@@ -109,3 +114,22 @@ def print_report(console: Console, report: ScenarioReport) -> None:
 def summary_lines(report: ScenarioReport) -> Sequence[str]:
     """The checked outcome as plain lines (for notes and logs): ``PASS statement (numbers)``."""
     return [f"{c.verdict} {c.statement} ({c.numbers})" for c in report.checks]
+
+
+def run_on_local_cluster(name: str, title: str, run: Callable[[Endpoints, Console], ScenarioReport]) -> int:
+    """What a scenario's ``main`` does once its arguments are parsed: start the local cluster (or use
+    the one up) with checkpoints in the S3 bucket, run, print the report; the exit status (1 on a
+    FAIL, or when the run could not be carried to its end)."""
+    console = Console()
+    if not console.is_terminal:
+        console.width = max(console.width, WIDE)
+    endpoints = s3_endpoints()
+    console.rule(f"[bold]Weir scenario: {title}")
+    try:
+        start_local_cluster(console, endpoints)
+        report = run(endpoints, console)
+    except WeirError as exc:
+        console.print(f"[bold red]scenario {name}: {exc}[/]", soft_wrap=True)
+        return 1
+    print_report(console, report)
+    return exit_code(report)

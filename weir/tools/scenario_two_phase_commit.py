@@ -50,8 +50,8 @@ from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.states import JobStatus
 from weir.tools.client import CheckpointInfo, JobManagerClient
-from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
-from weir.tools.scenario_report import ScenarioReport, exit_code, print_report
+from weir.tools.drive import recreate_inputs, wait_for_job
+from weir.tools.scenario_report import ScenarioReport, run_on_local_cluster
 from weir.tools.verify import CommitProof, SubtaskCommit, reconcile, sink_transaction
 
 JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "two_sinks.py"
@@ -919,18 +919,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoints=args.checkpoints,
     )
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, WIDE)
-    endpoints = s3_endpoints()
-    try:
-        start_local_cluster(console, endpoints)
-        report = run_two_phase_commit_scenario(endpoints, config, console)
-    except WeirError as exc:
-        console.print(f"[bold red]scenario two-phase-commit: {exc}[/]", soft_wrap=True)
-        return 1
-    print_report(console, report)
-    return exit_code(report)
+    return run_on_local_cluster(
+        "two-phase-commit",
+        "two-phase commit: the open Kafka transaction, the prepared PostgreSQL one, both committed",
+        lambda endpoints, console: run_two_phase_commit_scenario(endpoints, config, console),
+    )
 
 
 if __name__ == "__main__":
