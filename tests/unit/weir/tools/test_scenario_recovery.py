@@ -30,7 +30,7 @@ from weir.tools.scenario_recovery import (
     replayed_records,
     window_of,
 )
-from weir.tools.verify import CommitProof, ProofEntry, SinkReport, SubtaskCommit, VerifyReport
+from weir.tools.verify import CommitProof, ProofEntry, SinkKindName, SinkReport, SubtaskCommit, VerifyReport
 
 JOB = "job1"
 
@@ -145,7 +145,7 @@ def test_the_killed_subtasks_transaction_must_follow_its_checkpoint() -> None:
     assert not kill(CheckpointStatus.FAILED, committed=False, prepared_after=True).resolved_as_checkpoint_says
 
 
-def sink_report(uid: str, kind: str, last: int, duplicates: int = 0) -> SinkReport:
+def sink_report(uid: str, kind: SinkKindName, last: int, duplicates: int = 0) -> SinkReport:
     return SinkReport(
         uid,
         kind,
@@ -159,7 +159,7 @@ def sink_report(uid: str, kind: str, last: int, duplicates: int = 0) -> SinkRepo
         {},
         proof((0, last)),
         (),
-        "m",  # type: ignore[arg-type]
+        "m",
     )
 
 
@@ -212,3 +212,8 @@ def test_each_check_fails_when_its_measurement_does() -> None:
     assert len(failed(replace(o, kill=wrong))) == 1
     not_prepared = replace(o.kill, prepared_at_kill={0: (4,)})
     assert len(failed(replace(o, kill=not_prepared))) == 1
+
+
+def test_proofs_are_settled_once_no_kafka_subtask_reads_behind_its_postgres_subtask() -> None:
+    assert ProofSnapshot(proof((0, 7), (1, 7)), proof((0, 7), (1, 6)), {}).settled
+    assert not ProofSnapshot(proof((0, 6), (1, 7)), proof((0, 7), (1, 7)), {}).settled  # markers not landed yet
