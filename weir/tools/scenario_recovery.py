@@ -445,12 +445,15 @@ def _checkpoint_completed(probe: Probe, checkpoint_id: int) -> bool:
 
 class _SessionEnder:
     """One poll of the prepared transactions: end the owning session of each PostgreSQL-sink subtask
-    that has just prepared an epoch after ``last``; done once every owner was ended."""
+    that has just prepared an epoch after ``last``; done once every owner was ended, or ``rest_s``
+    after the first (the subtasks prepare at the same barrier: one that has not by then prepared
+    nothing, or its checkpoint is over)."""
 
-    def __init__(self, probe: Probe, last: int, owners: Mapping[int, int]) -> None:
-        self._probe, self._last, self._owners = probe, last, owners
+    def __init__(self, probe: Probe, last: int, owners: Mapping[int, int], rest_s: float = 2.0) -> None:
+        self._probe, self._last, self._owners, self._rest_s = probe, last, owners, rest_s
         self.ended: dict[int, int] = {}  # subtask -> ended backend pid
         self.epochs: dict[int, int] = {}  # subtask -> the epoch it had prepared
+        self._first_at: float | None = None
 
     def __call__(self) -> bool:
         for subtask, prepared in self._probe.prepared().items():
@@ -458,7 +461,10 @@ class _SessionEnder:
             if new and subtask not in self.ended and subtask in self._owners:
                 self._probe.end_session(self._owners[subtask])
                 self.ended[subtask], self.epochs[subtask] = self._owners[subtask], new[0]
-        return bool(self._owners) and len(self.ended) >= len(self._owners)
+                self._first_at = self._first_at or time.monotonic()
+        if self._owners and len(self.ended) >= len(self._owners):
+            return True
+        return self._first_at is not None and time.monotonic() - self._first_at >= self._rest_s
 
 
 def _settled_snapshot(probe: Probe) -> ProofSnapshot | None:
