@@ -38,6 +38,7 @@ the behind sink committed the checkpoint and the final reconciliation finds ever
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -254,8 +255,9 @@ def committed_checkpoints(entries: Iterable[ProofEntry], job_id: str, operator_u
 
 @dataclass(frozen=True)
 class ProofSnapshot:
-    """Both sinks' commit proofs and the PostgreSQL sink's prepared transactions, read at one moment
-    (PostgreSQL, then Kafka, then PostgreSQL again: the same answer twice brackets the Kafka read)."""
+    """Both sinks' commit proofs and the PostgreSQL sink's prepared transactions, read at one moment:
+    PostgreSQL, then Kafka, then PostgreSQL again. The first PostgreSQL read is kept; ``stable`` when
+    the second one answered the same, so that it held all through the Kafka read."""
 
     kafka: CommitProof
     postgres: CommitProof
@@ -370,9 +372,9 @@ class Probe:
                 self.job_id,
                 KAFKA_SINK_UID,
             ),
-            proof_of(f"postgres table {COMMIT_PROOF_TABLE}", after[0], self.job_id, POSTGRES_SINK_UID),
-            after[1],
-            tuple(after[0]),
+            proof_of(f"postgres table {COMMIT_PROOF_TABLE}", before[0], self.job_id, POSTGRES_SINK_UID),
+            before[1],
+            tuple(before[0]),
             stable,
         )
 
@@ -710,6 +712,10 @@ def run_recovery(endpoints: Endpoints, config: RecoveryConfig, console: Console)
             with postgres.connect(endpoints, autocommit=True) as conn:
                 row = conn.execute(f'SELECT coalesce(sum(count), 0) FROM "{config.table}"').fetchone()
             table_count = int(row[0]) if row else 0
+        except BaseException:
+            with contextlib.suppress(WeirError):  # leave no job of a broken run holding slots
+                client.cancel_job(job_id)
+            raise
         finally:
             probe.close()
     uncommitted = [(p, o, v) for p, o, _k, v in kafka.read_all(endpoints, config.sink_topic, "read_uncommitted")]
