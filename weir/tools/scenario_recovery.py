@@ -402,9 +402,6 @@ class Probe:
         offsets = kafka.partition_offsets(self.endpoints, self.config.sink_topic, self.config.sink_partitions)
         return {p: hw - lso for p, (_low, lso, hw) in offsets.items() if lso < hw}
 
-    def status(self) -> JobDetails:
-        return self.client.job_status(self.job_id)
-
 
 def _entry_key(e: ProofEntry) -> tuple[str, str, int, int]:
     return (e.job_id, e.operator_uid, e.subtask, e.checkpoint_id)
@@ -425,12 +422,14 @@ def _poll(condition: Callable[[], Any], timeout_s: float, interval_s: float) -> 
 def _running_after(probe: Probe, since: float, what: str, timeout_s: float) -> JobDetails:
     """The job RUNNING again after a restore later than ``since``, with a checkpoint completed after
     the restore (every task has opened its sinks, resolved the restored transactions, run a cycle)."""
-    first: dict[str, int] = {}
+    restored: int | None = None  # the last completed checkpoint when the restored job was first seen running
 
     def ready(s: JobDetails) -> bool:
+        nonlocal restored
         if s.summary.status is not JobStatus.RUNNING or s.last_restore_at is None or s.last_restore_at <= since:
             return False
-        restored = first.setdefault("restored", s.last_completed_checkpoint or 0)
+        if restored is None:
+            restored = s.last_completed_checkpoint or 0
         return (s.last_completed_checkpoint or 0) > restored
 
     return wait_for_job(probe.client, probe.job_id, ready, timeout_s, what)
@@ -448,8 +447,8 @@ def _checkpoint_completed(probe: Probe, checkpoint_id: int) -> bool:
 class _SessionEnder:
     """One poll of the prepared transactions: end the owning session of each PostgreSQL-sink subtask
     that has just prepared an epoch after ``last``; done once every owner was ended, or ``rest_s``
-    after the first (the subtasks prepare at the same barrier: one that has not by then prepared
-    nothing, or its checkpoint is over)."""
+    after the first (the subtasks prepare at the same barrier: one that has not prepared by then has
+    nothing to prepare at it, or the checkpoint is over)."""
 
     def __init__(self, probe: Probe, last: int, owners: Mapping[int, int], rest_s: float = 2.0) -> None:
         self._probe, self._last, self._owners, self._rest_s = probe, last, owners, rest_s
