@@ -105,7 +105,7 @@ class RecoveryConfig:
     parallelism: int = 3
     window_ms: int = 500
     checkpoint_interval: str = "1s"
-    restart_delay: str = "2s"
+    restart_delay: str = "4s"  # the time there is to read the proofs between a failure and the restore
     partitions: int = 3  # one per source subtask: a subtask reading two drains one before the other, and its
     # watermark (their minimum) would hold the windows back until then
     sink_partitions: int = 3
@@ -285,13 +285,27 @@ class ProofSnapshot:
         kafka_last = {c.subtask: c.checkpoint_id for c in self.kafka.subtasks}
         return all(kafka_last.get(c.subtask, -1) >= c.checkpoint_id for c in self.postgres.subtasks)
 
+    def behind(self, checkpoint_id: int) -> dict[int, tuple[int, ...]]:
+        """The PostgreSQL-sink subtasks whose proof is below ``checkpoint_id`` while they hold prepared
+        a transaction that can cover it: an epoch after their last commit, at or before the checkpoint
+        (an epoch is named by the checkpoint it expects; after a restore it may be pre-committed at a
+        later one)."""
+        last = {c.subtask: c.checkpoint_id for c in self.postgres.subtasks}
+        out: dict[int, tuple[int, ...]] = {}
+        for subtask, epochs in self.prepared.items():
+            done = last.get(subtask, 0)
+            covering = tuple(e for e in epochs if done < e <= checkpoint_id)
+            if done < checkpoint_id and covering:
+                out[subtask] = covering
+        return out
+
     def partial(self) -> int | None:
         """The checkpoint the Kafka sink committed and the PostgreSQL sink has only prepared (every
         PostgreSQL subtask behind it, at least one of them holding it prepared); None otherwise."""
         k, p = self.kafka_last, self.postgres_last
         if not self.stable or k is None or p is None or k <= p:
             return None
-        return k if any(k in epochs for epochs in self.prepared.values()) else None
+        return k if self.behind(k) else None
 
 
 # The cluster's processes -------------------------------------------------------------------------------
@@ -350,8 +364,12 @@ class Probe:
         ]
 
     def postgres_entries(self) -> list[ProofEntry]:
-        rows = postgres.sink_commit_rows(self.conn, COMMIT_PROOF_TABLE, [POSTGRES_SINK_UID]) or []
-        return [ProofEntry(job, uid, int(s), int(cp), int(n or 0), 0) for job, uid, s, cp, n, _at in rows]
+        """The PostgreSQL sink's commit proof rows of this job (``weir_sink_commits``)."""
+        rows = self.conn.execute(
+            f"SELECT subtask, checkpoint_id, rows FROM {COMMIT_PROOF_TABLE} WHERE job_id = %s AND operator_uid = %s",
+            (self.job_id, POSTGRES_SINK_UID),
+        ).fetchall()
+        return [ProofEntry(self.job_id, POSTGRES_SINK_UID, int(s), int(cp), int(n or 0), 0) for s, cp, n in rows]
 
     def kafka_entries(self) -> list[ProofEntry]:
         topic = marker_topic_name(self.job_id, KAFKA_SINK_UID)
@@ -440,6 +458,11 @@ def _new_epoch(probe: Probe, subtask: int, last: int) -> int | None:
     return next((e for e in probe.prepared().get(subtask, ()) if e > last), None)
 
 
+def _newest_checkpoint(probe: Probe) -> int:
+    """The checkpoint triggered last (0: none yet)."""
+    return max((c.checkpoint_id for c in probe.client.list_checkpoints(probe.job_id)), default=0)
+
+
 def _checkpoint_completed(probe: Probe, checkpoint_id: int) -> bool:
     return probe.checkpoint_status(checkpoint_id) is CheckpointStatus.COMPLETED
 
@@ -453,7 +476,6 @@ class _SessionEnder:
     def __init__(self, probe: Probe, last: int, owners: Mapping[int, int], rest_s: float = 2.0) -> None:
         self._probe, self._last, self._owners, self._rest_s = probe, last, owners, rest_s
         self.ended: dict[int, int] = {}  # subtask -> ended backend pid
-        self.epochs: dict[int, int] = {}  # subtask -> the epoch it had prepared
         self._first_at: float | None = None
 
     def __call__(self) -> bool:
@@ -461,7 +483,7 @@ class _SessionEnder:
             new = [e for e in prepared if e > self._last]
             if new and subtask not in self.ended and subtask in self._owners:
                 self._probe.end_session(self._owners[subtask])
-                self.ended[subtask], self.epochs[subtask] = self._owners[subtask], new[0]
+                self.ended[subtask] = self._owners[subtask]
                 self._first_at = self._first_at or time.monotonic()
         if self._owners and len(self.ended) >= len(self._owners):
             return True
@@ -473,13 +495,29 @@ def _settled_snapshot(probe: Probe) -> ProofSnapshot | None:
     return snapshot if snapshot.settled else None
 
 
-def _partial_snapshot(probe: Probe, checkpoint: int) -> tuple[ProofSnapshot, list[str]] | None:
-    """The proofs now, if they show ``checkpoint`` committed by the Kafka sink and only prepared by the
-    PostgreSQL sink (with the prepared gids)."""
-    snapshot = probe.snapshot()
-    if snapshot.partial() == checkpoint:
-        return snapshot, probe.prepared_gids()
-    return None
+def _completed_after(probe: Probe, last: int) -> int | None:
+    """The first checkpoint after ``last`` that completed at the JobManager, if one has."""
+    done = [
+        c.checkpoint_id
+        for c in probe.client.list_checkpoints(probe.job_id)
+        if c.checkpoint_id > last and c.status is CheckpointStatus.COMPLETED
+    ]
+    return min(done, default=None)
+
+
+class _Capture:
+    """One read of the proofs: answers them (with the prepared gids) when they show ``checkpoint``
+    committed by the Kafka sink and only prepared by the PostgreSQL sink; keeps the last read."""
+
+    def __init__(self, probe: Probe, checkpoint: int) -> None:
+        self._probe, self._checkpoint = probe, checkpoint
+        self.last: ProofSnapshot | None = None
+
+    def __call__(self) -> tuple[ProofSnapshot, list[str]] | None:
+        self.last = snapshot = self._probe.snapshot()
+        if snapshot.partial() == self._checkpoint:
+            return snapshot, self._probe.prepared_gids()
+        return None
 
 
 # Step 3: SIGKILL after pre-commit ------------------------------------------------------------------------
@@ -490,12 +528,13 @@ class KillOutcome:
     taskmanager: str
     pid: int
     subtask: int
-    checkpoint_id: int  # the epoch the frozen subtask had prepared
+    epoch: int  # the epoch (transaction) the frozen subtask had prepared
+    checkpoint_id: int  # the checkpoint in flight at the freeze, whose barrier made it prepare
     prepared_at_kill: Mapping[int, tuple[int, ...]]  # the sink's prepared epochs while frozen
     open_partitions_at_kill: Mapping[int, int]  # results partitions -> records in open transactions
     completed_while_frozen: bool
     checkpoint_final_status: CheckpointStatus | None = None
-    committed_after: bool = False  # the subtask's proof shows the epoch committed after the restore
+    committed_after: bool = False  # the subtask's proof shows the checkpoint committed after the restore
     prepared_after: bool = False  # still prepared after the restore
     killed_at: float = 0.0
     attempts: int = 1
@@ -535,31 +574,36 @@ def kill_after_pre_commit(probe: Probe, steps: list[str], console: Console) -> K
                 signal_taskmanager(taskmanager, signal.SIGCONT)
                 frozen = False
                 continue
+            checkpoint = _newest_checkpoint(probe)
             steps.append(
-                f"{POSTGRES_SINK_UID}#{subtask} (on {taskmanager}, pid {pid}) prepared the transaction of checkpoint "
-                f"{epoch} (pg_prepared_xacts): {taskmanager} frozen at once (SIGSTOP)"
+                f"{POSTGRES_SINK_UID}#{subtask} (on {taskmanager}, pid {pid}) prepared its transaction (epoch {epoch}) "
+                f"at the barrier of checkpoint {checkpoint} (pg_prepared_xacts): {taskmanager} frozen at once (SIGSTOP)"
             )
             open_partitions = probe.open_partitions()
-            completed = _poll(partial(_checkpoint_completed, probe, epoch), config.freeze_s, 0.05)
+            completed = _poll(partial(_checkpoint_completed, probe, checkpoint), config.freeze_s, 0.05)
             killed_at = time.time()
         finally:
             if frozen:
                 kill_process(cluster_dir(), taskmanager)  # SIGKILL ends a stopped process too
         steps.append(
-            f"checkpoint {epoch} {'completed' if completed else 'did not complete'} at the JobManager while "
+            f"checkpoint {checkpoint} {'completed' if completed else 'did not complete'} at the JobManager while "
             f"{taskmanager} was frozen ({config.freeze_s:g} s): "
             + ("its acknowledgement had left" if completed else "its acknowledgement had not left")
             + f"; {taskmanager} SIGKILLed (pid {pid})"
         )
-        console.print(f"[red]SIGKILL {taskmanager}[/] (pid {pid}) with checkpoint {epoch} prepared", highlight=False)
+        console.print(
+            f"[red]SIGKILL {taskmanager}[/] (pid {pid}) with checkpoint {checkpoint} prepared", highlight=False
+        )
         _running_after(probe, killed_at, f"the restore after killing {taskmanager}", config.timeout_s)
-        final_status = probe.checkpoint_status(epoch)
-        committed = epoch in committed_checkpoints(probe.postgres_entries(), probe.job_id, POSTGRES_SINK_UID, subtask)
+        final_status = probe.checkpoint_status(checkpoint)
+        entries = probe.postgres_entries()
+        committed = checkpoint in committed_checkpoints(entries, probe.job_id, POSTGRES_SINK_UID, subtask)
         return KillOutcome(
             taskmanager,
             pid,
             subtask,
             epoch,
+            checkpoint,
             prepared,
             open_partitions,
             bool(completed),
@@ -590,20 +634,20 @@ class PartialOutcome:
     @property
     def behind_subtasks(self) -> tuple[int, ...]:
         """The PostgreSQL-sink subtasks that held the checkpoint prepared, not committed."""
-        return tuple(s for s, epochs in self.during.prepared.items() if self.checkpoint_id in epochs)
+        return tuple(self.during.behind(self.checkpoint_id))
 
     @property
     def caught_up(self) -> bool:
-        """After the restore every behind subtask committed the checkpoint and none holds it prepared."""
+        """After the restore every behind subtask committed the checkpoint and no longer holds the
+        transaction it had prepared for it."""
+        behind = self.during.behind(self.checkpoint_id)
+        job_id = self.during.postgres.job_id or ""
         committed = all(
-            self.checkpoint_id
-            in committed_checkpoints(
-                self.after.postgres_entries, self.during.postgres.job_id or "", POSTGRES_SINK_UID, s
-            )
-            for s in self.behind_subtasks
+            self.checkpoint_id in committed_checkpoints(self.after.postgres_entries, job_id, POSTGRES_SINK_UID, s)
+            for s in behind
         )
-        still = any(self.checkpoint_id in epochs for epochs in self.after.prepared.values())
-        return bool(self.behind_subtasks) and committed and not still
+        still = any(set(epochs) & set(self.after.prepared.get(s, ())) for s, epochs in behind.items())
+        return bool(behind) and committed and not still
 
 
 def partial_commit(probe: Probe, steps: list[str], console: Console, since: float) -> PartialOutcome:
@@ -619,12 +663,23 @@ def partial_commit(probe: Probe, steps: list[str], console: Console, since: floa
             raise RecoveryScenarioError(
                 f"no {POSTGRES_SINK_UID} subtask prepared a transaction after checkpoint {last}"
             )
-        checkpoint = max(ender.epochs.values())
-        found = _poll(partial(_partial_snapshot, probe, checkpoint), config.capture_s, 0.05)
-        if found is None:
+        checkpoint = _poll(partial(_completed_after, probe, last), config.capture_s, 0.02)
+        capture = _Capture(probe, checkpoint) if checkpoint is not None else None
+        found = _poll(capture, config.capture_s, 0.02) if capture is not None else None
+        if capture is None or found is None:
+            seen = capture.last if capture is not None else None
             console.print(
-                f"attempt {attempt}: no moment with {KAFKA_SINK_UID} at {checkpoint} and {POSTGRES_SINK_UID} behind "
-                f"(sessions ended of subtasks {sorted(ended)}; a commit was faster than the poll); again"
+                f"attempt {attempt}: no moment with {KAFKA_SINK_UID} at checkpoint {checkpoint} and "
+                f"{POSTGRES_SINK_UID} behind (sessions ended of subtasks {sorted(ended)}; last proofs read: "
+                + (
+                    f"{KAFKA_SINK_UID} {seen.kafka_last}, {POSTGRES_SINK_UID} {seen.postgres_last}, prepared "
+                    f"{dict(seen.prepared)}, stable {seen.stable}"
+                    if seen is not None
+                    else "none"
+                )
+                + "); again",
+                soft_wrap=True,
+                highlight=False,
             )
             since = failed_at
             continue
@@ -771,7 +826,7 @@ def build_report(config: RecoveryConfig, o: RecoveryOutcome) -> ScenarioReport:
         f"finally {k.checkpoint_final_status.name if k.checkpoint_final_status else 'unknown'}",
     )
     report.measured(
-        f"{POSTGRES_SINK_UID}#{k.subtask} epoch {k.checkpoint_id} after the restore",
+        f"{POSTGRES_SINK_UID}#{k.subtask} checkpoint {k.checkpoint_id} (epoch {k.epoch}) after the restore",
         ("committed" if k.committed_after else "not committed")
         + (", still prepared" if k.prepared_after else ", not prepared"),
     )
@@ -808,16 +863,16 @@ def build_report(config: RecoveryConfig, o: RecoveryOutcome) -> ScenarioReport:
     report.verify(
         "a TaskManager was SIGKILLed after pre-commit: its PostgreSQL sink subtask held the checkpoint's "
         "transaction prepared at the kill",
-        k.checkpoint_id in k.prepared_at_kill.get(k.subtask, ()),
-        f"{k.taskmanager} killed; {POSTGRES_SINK_UID}#{k.subtask} prepared "
-        f"{list(k.prepared_at_kill.get(k.subtask, ()))} ∋ {k.checkpoint_id}",
+        k.epoch in k.prepared_at_kill.get(k.subtask, ()),
+        f"{k.taskmanager} killed in checkpoint {k.checkpoint_id}; {POSTGRES_SINK_UID}#{k.subtask} prepared epochs "
+        f"{list(k.prepared_at_kill.get(k.subtask, ()))} ∋ {k.epoch}",
     )
     final_name = k.checkpoint_final_status.name if k.checkpoint_final_status else "unknown"
     report.verify(
         "recovery resolved that prepared transaction as the checkpoint's outcome says (committed if it "
         "completed, rolled back if not)",
         k.resolved_as_checkpoint_says,
-        f"checkpoint {k.checkpoint_id} {final_name}; epoch {'committed' if k.committed_after else 'not committed'}, "
+        f"checkpoint {k.checkpoint_id} {final_name}; {'committed' if k.committed_after else 'not committed'}, "
         f"{'still prepared' if k.prepared_after else 'not prepared'}",
     )
     report.verify(
@@ -851,8 +906,9 @@ def build_report(config: RecoveryConfig, o: RecoveryOutcome) -> ScenarioReport:
     )
     report.verify(
         "the job restarted after each induced failure and finished",
-        o.final.summary.status is JobStatus.FINISHED and o.final.summary.restarts >= 2,
-        f"{o.final.summary.status.name}, restarts {o.final.summary.restarts} ≥ 2 (SIGKILL, failed PostgreSQL commit)",
+        o.final.summary.status is JobStatus.FINISHED and o.final.summary.restarts >= 1 + p.attempts,
+        f"{o.final.summary.status.name}, restarts {o.final.summary.restarts} ≥ {1 + p.attempts} (1 SIGKILL, "
+        f"{p.attempts} failed PostgreSQL commit{'s' if p.attempts > 1 else ''})",
     )
     report.verify(
         f"partial cross-sink success: {KAFKA_SINK_UID} committed checkpoint N, {POSTGRES_SINK_UID} not yet "

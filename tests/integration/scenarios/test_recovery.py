@@ -45,7 +45,7 @@ def test_recovery_replays_records_yet_effects_happen_once_and_the_behind_sink_ca
     assert report.ok, text
 
     kill = outcome.kill
-    assert kill.checkpoint_id in kill.prepared_at_kill[config.killed_subtask], text
+    assert kill.epoch in kill.prepared_at_kill[config.killed_subtask], text
     assert not kill.prepared_after, text
     assert kill.committed_after == (kill.checkpoint_final_status is CheckpointStatus.COMPLETED), text
 
@@ -61,4 +61,4 @@ def test_recovery_replays_records_yet_effects_happen_once_and_the_behind_sink_ca
     assert all(POSTGRES_SINK_UID in gid for gid in partial.prepared_during), text
 
     assert outcome.verify.ok, text
-    assert outcome.final.summary.restarts >= 2, text
+    assert outcome.final.summary.restarts >= 1 + partial.attempts, text  # the SIGKILL, each failed commit

@@ -121,6 +121,14 @@ def test_a_partial_commit_is_kafka_ahead_with_that_checkpoint_prepared_in_postgr
     assert ProofSnapshot(proof((0, 8)), proof((0, 7)), {0: (8,)}, stable=False).partial() is None  # moved
 
 
+def test_after_a_restore_an_epoch_named_earlier_can_hold_the_checkpoint_prepared() -> None:
+    # restored from 3, the first epoch is named 4; checkpoint 4 never reached the sink: pre-committed at 5
+    during = ProofSnapshot(proof((0, 5)), proof((0, 3)), {0: (4,)})
+    assert during.behind(5) == {0: (4,)}
+    assert during.partial() == 5
+    assert ProofSnapshot(proof((0, 5)), proof((0, 3)), {0: (6,)}).partial() is None  # a later epoch: not N's
+
+
 def test_the_behind_sink_caught_up_once_it_committed_the_checkpoint_in_every_behind_subtask() -> None:
     during = ProofSnapshot(proof((0, 8)), proof((0, 7), (1, 7)), {0: (8,), 1: (8,)}, pg_entries((0, 7), (1, 7)))
     after = ProofSnapshot(proof((0, 9)), proof((0, 8), (1, 8)), {}, pg_entries((0, 7), (1, 7), (0, 8), (1, 8)))
@@ -134,7 +142,7 @@ def test_the_behind_sink_caught_up_once_it_committed_the_checkpoint_in_every_beh
 
 
 def kill(status: CheckpointStatus, committed: bool, prepared_after: bool = False) -> KillOutcome:
-    return KillOutcome("taskmanager-2", 42, 0, 5, {0: (5,)}, {1: 3}, False, status, committed, prepared_after)
+    return KillOutcome("taskmanager-2", 42, 0, 5, 5, {0: (5,)}, {1: 3}, False, status, committed, prepared_after)
 
 
 def test_the_killed_subtasks_transaction_must_follow_its_checkpoint() -> None:
