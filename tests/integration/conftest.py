@@ -129,14 +129,22 @@ def create_topics(endpoints: Endpoints, topics: dict[str, int]) -> None:
 
 
 def keyed_aggregation_inputs(
-    endpoints: Endpoints, unique: str, events: int, *, records_per_second: int, checkpoint_interval: str
+    endpoints: Endpoints,
+    unique: str,
+    events: int,
+    *,
+    records_per_second: int,
+    checkpoint_interval: str,
+    spec: EventSpec | None = None,
 ) -> dict[str, str]:
     """Topics, table and bounded input of one run of examples/keyed_aggregation.py (6 source
-    partitions, 400 keys); answers its -D parameters."""
+    partitions, 400 keys, or ``spec``: a test computing a reference from the events must pass the
+    spec it computes from, since a spec's event time starts at the second it was made); answers its
+    -D parameters."""
     source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
     create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
     create_window_table(endpoints, table)
-    produce_events(endpoints, source, EventSpec(count=events, keys=400))
+    produce_events(endpoints, source, spec if spec is not None else EventSpec(count=events, keys=400))
     return {
         "source.topic": source,
         "sink.topic": sink,

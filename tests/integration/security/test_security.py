@@ -87,10 +87,13 @@ def secure_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory
 
 def test_a_keyed_job_runs_across_three_taskmanagers_with_tls_and_token(secure_cluster: SecureCluster) -> None:
     endpoints = secure_cluster.endpoints
+    # The reference is computed from the very spec the events were produced by: another spec made a
+    # second later starts its event time a second later (a failure of make test on a busy machine).
+    spec = EventSpec(count=EVENTS, keys=400)
     parameters = keyed_aggregation_inputs(
-        endpoints, uuid.uuid4().hex[:8], EVENTS, records_per_second=0, checkpoint_interval="2s"
+        endpoints, uuid.uuid4().hex[:8], EVENTS, records_per_second=0, checkpoint_interval="2s", spec=spec
     ) | path_parameters("records")
-    sink, spec = parameters["sink.topic"], EventSpec(count=EVENTS, keys=400)
+    sink = parameters["sink.topic"]
     with JobManagerClient(endpoints.jobmanager_address) as client:  # security from the environment
         assert len(client.cluster_status().alive_taskmanagers) == 3
         job_id = client.submit_job(REPO_ROOT / "examples/keyed_aggregation.py", parameters, 3)
