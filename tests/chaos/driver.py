@@ -201,7 +201,6 @@ class Monitor:
     job_id: str
     last: JobDetails | None = None
     checkpoints: list[tuple[float, int]] = field(default_factory=list)  # (time, last completed) on change
-    unreachable_s: float = 0.0
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def run(self) -> None:
@@ -210,7 +209,7 @@ class Monitor:
             try:
                 status = self.client.job_status(self.job_id)
             except WeirError:
-                self.unreachable_s += POLL_S
+                pass  # the JobManager is restarting: poll again
             else:
                 self.last = status
                 cp = int(status.last_completed_checkpoint or 0)

@@ -73,7 +73,6 @@ OUTCOME: Final = (
     "that business output waited one checkpoint interval to become visible."
 )
 CLOCK_TOLERANCE_S: Final = 0.005  # the JobManager's durations are rounded to the millisecond
-WIDE: Final = 150
 
 
 class ScenarioError(WeirError):

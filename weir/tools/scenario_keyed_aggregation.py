@@ -68,7 +68,6 @@ OUTCOME: Final = (
     "the stateful keyed window job: its state and both sinks equal a reference computed from the input; "
     "exactly-once means each logical event affects managed state once"
 )
-WIDE: Final = 150
 SAMPLES: Final = 5
 
 WindowKey = tuple[str, int]  # (key, window start)

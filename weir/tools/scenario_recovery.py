@@ -63,7 +63,7 @@ from weir.core.states import JobStatus
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
 from weir.tools.events import EventSpec, produce_events
-from weir.tools.scenario_report import ScenarioReport, exit_code, print_report
+from weir.tools.scenario_report import WIDE, ScenarioReport, exit_code, print_report
 from weir.tools.supervisor import cluster_dir, kill_process, local_status
 from weir.tools.verify import (
     COMMIT_PROOF_TABLE,
@@ -90,7 +90,6 @@ OUTCOME: Final = (
     "partial cross-sink success."
 )
 PREPARED_POLL_S: Final = 0.002  # the poll interval of pg_prepared_xacts while waiting for a pre-commit
-WIDE: Final = 150
 
 
 class RecoveryScenarioError(WeirError):

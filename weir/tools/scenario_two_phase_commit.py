@@ -64,7 +64,6 @@ OUTCOME: Final = (
     "transactional under a separate contract. Writing both does not create one cross-system atomic commit. "
     "Every sink reports its own checkpoint/idempotency proof; reconciliation handles partial cross-sink success."
 )
-WIDE: Final = 150
 POLL_S: Final = 0.05
 
 Ranges = Mapping[int, tuple[int, int]]  # partition -> [start, end) offsets
