@@ -26,10 +26,13 @@ from weir.core.rejections import (
     NO_KEY,
     DeadLetterOnError,
     FailOnError,
+    Firing,
     OnRecordError,
     RejectedRecord,
     SourcePosition,
+    TimerFiring,
     UserFunctionError,
+    WindowFiring,
 )
 
 REJECTED_RECORDS = Counter(
@@ -65,6 +68,18 @@ def rejected_by_function(exc: BaseException, operator: object, operator_type: ty
             return False
         tb = tb.tb_next
     return True
+
+
+def letter_text(value: Any, firing: Firing | None) -> str | None:
+    """What a dead letter carries as its ``value``: the record's text; a window firing's, the text of
+    what its function was given; a timer firing carries none."""
+    match firing:
+        case None | WindowFiring():
+            return record_text(value)
+        case TimerFiring():
+            return None
+        case _:
+            assert_never(firing)
 
 
 def record_text(value: Any) -> str:
@@ -170,9 +185,15 @@ class RecordRejections:
         value: Any,
         timestamp: int | None,
         key: Any = NO_KEY,
+        *,
+        firing: Firing | None = None,
     ) -> None:
         """``function`` of operator ``operator_uid`` raised ``exc`` on ``value``: raise a
-        UserFunctionError naming the record, or dead-letter it and return."""
+        UserFunctionError naming the record, or dead-letter it and return.
+
+        ``firing``: the function raised on a timer or window firing, not on a record (``value`` is
+        what the firing gave it, ``timestamp`` None): it is named as that firing, with no source
+        position (whatever record the source read last is not what the function raised on)."""
         rejected = RejectedRecord.of(
             operator_uid=operator_uid,
             subtask=self._subtask,
@@ -181,7 +202,8 @@ class RecordRejections:
             value=value,
             timestamp=timestamp,
             key=key,
-            position=self._position_in_flight(),
+            position=None if firing is not None else self._position_in_flight(),
+            firing=firing,
         )
         match on_error:
             case FailOnError():
@@ -190,7 +212,7 @@ class RecordRejections:
                 self._log.error("record_rejected", handling="failed", **_log_fields(rejected))
                 raise UserFunctionError(rejected) from exc
             case DeadLetterOnError(topic=topic):
-                envelope, cut = rejected.envelope(self._job_id, record_text(value))
+                envelope, cut = rejected.envelope(self._job_id, letter_text(value, firing))
                 key_bytes = None if rejected.key is None else rejected.key.encode("utf-8")
                 self._sink.send(topic, key_bytes, json_codec.encode(envelope))
                 self.dead_lettered += 1
@@ -221,4 +243,5 @@ def _log_fields(rejected: RejectedRecord) -> dict[str, Any]:
         "key": rejected.key,
         "timestamp": rejected.timestamp,
         "origin": None if position is None else str(position),
+        "firing": None if rejected.firing is None else rejected.firing.fields(),
     }
