@@ -20,7 +20,7 @@ from prometheus_client import Counter
 from connectors import kafka
 from weir.core import json_codec
 from weir.core.config import Endpoints
-from weir.core.errors import NonRetriableError, ServiceUnavailableError, WeirError
+from weir.core.errors import JobDefinitionError, NonRetriableError, ServiceUnavailableError, WeirError
 from weir.core.metrics import TASK_LABELS
 from weir.core.rejections import (
     NO_KEY,
@@ -102,13 +102,24 @@ class DeadLetterSink(Protocol):
 
 class KafkaDeadLetters:
     """Dead letters to Kafka, each one confirmed by the broker before the task goes on (so it is
-    durable before any later checkpoint covers the record). The producer opens with the first letter."""
+    durable before any later checkpoint covers the record). The producer opens with the first letter;
+    the first letter to a topic first looks the topic up: one that does not exist (deleted since the
+    job was submitted) is a JobDefinitionError naming it, not a delivery that times out."""
 
     def __init__(self, endpoints_of: Callable[[], Endpoints] = Endpoints.from_env) -> None:
         self._endpoints_of = endpoints_of
         self._producer: Any = None
+        self._topics_found: set[str] = set()
 
     def send(self, topic: str, key: bytes | None, envelope: bytes) -> None:
+        if topic not in self._topics_found:
+            endpoints = self._endpoints_of()
+            if kafka.topic_partition_count(endpoints, topic) is None:
+                raise JobDefinitionError(
+                    f"dead-letter topic {topic!r} does not exist at {endpoints.kafka_bootstrap}: create it, then "
+                    "run the job again"
+                )
+            self._topics_found.add(topic)
         if self._producer is None:
             self._producer = kafka.producer(self._endpoints_of(), linger_ms=0)
         errors: list[str] = []
@@ -214,7 +225,13 @@ class RecordRejections:
             case DeadLetterOnError(topic=topic):
                 envelope, cut = rejected.envelope(self._job_id, letter_text(value, firing))
                 key_bytes = None if rejected.key is None else rejected.key.encode("utf-8")
-                self._sink.send(topic, key_bytes, json_codec.encode(envelope))
+                try:
+                    self._sink.send(topic, key_bytes, json_codec.encode(envelope))
+                except JobDefinitionError as error:  # the topic is missing: the job cannot go on as it says
+                    raise JobDefinitionError(
+                        f"operator {operator_uid!r} (subtask {self._subtask}) could not dead-letter a rejected "
+                        f"record: {error} (the record: {rejected.describe()})"
+                    ) from error
                 self.dead_lettered += 1
                 self._count(operator_uid, "dead_lettered")
                 self._log.warning(

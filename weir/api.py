@@ -514,6 +514,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: MapOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -535,6 +536,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: FilterOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -556,6 +558,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: FlatMapOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -585,6 +588,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: ProcessOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
