@@ -16,7 +16,13 @@ from operators.rejections import CapturedDeadLetters, RecordRejections
 from operators.windows import ElementList, ProcessElements, ProcessResult, WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from tests.unit.operators.test_rejections import DLQ, start_with_letters
-from weir.api import Environment, EventTimeSessionWindows, KeyedCoProcessFunction, TumblingEventTimeWindows
+from weir.api import (
+    CoProcessFunction,
+    Environment,
+    EventTimeSessionWindows,
+    KeyedCoProcessFunction,
+    TumblingEventTimeWindows,
+)
 from weir.core.process_functions import TimeDomain
 from weir.core.rejections import (
     FAIL,
@@ -166,6 +172,14 @@ def test_an_interval_join_of_a_plain_function_names_that_function(start_operator
     assert raised.value.rejected.function.endswith("<locals>.ratio")
 
 
+class Plain(CoProcessFunction):
+    def process_element1(self, value: Any, ctx: Any, out: Any) -> None:
+        out.collect(value)
+
+    def process_element2(self, value: Any, ctx: Any, out: Any) -> None:
+        out.collect(value)
+
+
 def test_the_two_input_builders_take_on_error_and_default_to_the_job_s() -> None:
     env = Environment("job")
     a = env.from_collection([], uid="a")
@@ -177,11 +191,13 @@ def test_the_two_input_builders_take_on_error_and_default_to_the_job_s() -> None
         lambda x, y: x, uid="wjoin"
     ).print(uid="o3")
     a.key_by(by_key).interval_join(b.key_by(by_key)).between(-1, 1).process(lambda x, y: x, uid="ijoin").print(uid="o4")
+    a.connect(b).process(Plain(), uid="co-plain", on_error=own).print(uid="o5")
     env.on_record_error(DLQ)
     graph = env.graph.transformations
-    handling = {uid: graph[uid].factory().on_error for uid in ("co", "co-own", "wjoin", "ijoin")}
-    assert handling == {"co": DLQ, "co-own": own, "wjoin": DLQ, "ijoin": DLQ}
-    edge_handling = {uid: graph[uid].on_error() for uid in ("co", "co-own", "wjoin", "ijoin")}  # type: ignore[misc]
+    uids = ("co", "co-own", "wjoin", "ijoin", "co-plain")
+    handling = {uid: graph[uid].factory().on_error for uid in uids}
+    assert handling == {"co": DLQ, "co-own": own, "wjoin": DLQ, "ijoin": DLQ, "co-plain": own}
+    edge_handling = {uid: graph[uid].on_error() for uid in uids}  # type: ignore[misc]
     assert edge_handling == handling  # where the record writers take the keys
 
 
