@@ -421,11 +421,11 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
 
     ``key_selectors`` are the keys of the first and the second input; a record either key selector
     or ``process_element1/2`` raises on is handled by ``on_error`` (as a one-input operator's). Both
-    inputs share the state,
-    the timers and the key encoding of :class:`KeyedProcessOperator`: a key is one key whichever
-    input it comes from, so equal keys of both inputs reach the same key group (and subtask), and
-    one input's record sees what the other input's records of its key stored. The watermark is the
-    minimum of both inputs' (the task's input valve combines them before :meth:`process_watermark`)."""
+    inputs share the state, the timers and the key encoding of :class:`KeyedProcessOperator`: a key
+    is one key whichever input it comes from, so equal keys of both inputs reach the same key group
+    (and subtask), and one input's record sees what the other input's records of its key stored. The
+    watermark is the minimum of both inputs' (the task's input valve combines them before
+    :meth:`process_watermark`)."""
 
     def __init__(
         self,
