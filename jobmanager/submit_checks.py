@@ -7,6 +7,8 @@ Each refusal is one line that says what to change; the job is not started (``wei
   says ``delivery="at_least_once"`` (Kafka) or ``delivery="upsert"`` (PostgreSQL);
 - a Kafka transaction timeout that cannot cover a checkpoint interval plus a restart;
 - a Kafka source whose topic does not exist;
+- an operator's dead-letter topic (``DeadLetterOnError(topic)``: its own ``on_error`` or the
+  job's ``on_record_error``) that does not exist;
 - whatever a source or sink checks about its external system (``validate_at_submit``: the sink's
   topic, the PostgreSQL table with its columns and key constraint).
 """
@@ -19,6 +21,7 @@ from weir.core.checkpointing import CheckpointingMode
 from weir.core.config import Endpoints
 from weir.core.descriptors import KafkaSourceSpec, SinkSystem, is_bounded, validate_transaction_timeout
 from weir.core.errors import JobDefinitionError
+from weir.core.rejections import DeadLetterOnError
 from weir.graph import LogicalGraph, OperatorKind
 
 
@@ -59,6 +62,18 @@ def check_job_rules(graph: LogicalGraph, settings: CheckpointSettings, restart_a
             raise JobDefinitionError(f"kafka sink {t.uid!r}: {exc}") from exc
 
 
+def dead_letter_topics(graph: LogicalGraph) -> dict[str, tuple[str, ...]]:
+    """Each Kafka topic the job's operators send records their functions raise on to, with the uids
+    of those operators (``DeadLetterOnError``, their own or the job's), in graph order. (A Kafka
+    source's ``dead_letter_topic`` for malformed records is not among them.)"""
+    topics: dict[str, list[str]] = {}
+    for t in graph.transformations.values():
+        handling = t.on_error() if t.on_error is not None else None
+        if isinstance(handling, DeadLetterOnError):
+            topics.setdefault(handling.topic, []).append(t.uid)
+    return {topic: tuple(uids) for topic, uids in topics.items()}
+
+
 def check_job_at_submit(
     graph: LogicalGraph, settings: CheckpointSettings, restart_allowance_s: float, endpoints: Endpoints
 ) -> None:
@@ -70,6 +85,12 @@ def check_job_at_submit(
             raise JobDefinitionError(
                 f"kafka source {transformation.uid!r}: topic {spec.topic!r} does not exist at "
                 f"{endpoints.kafka_bootstrap}; create it before the job runs"
+            )
+    for topic, uids in dead_letter_topics(graph).items():
+        if kafka.topic_partition_count(endpoints, topic) is None:
+            raise JobDefinitionError(
+                f"dead-letter topic {topic!r} of {', '.join(map(repr, uids))} does not exist at "
+                f"{endpoints.kafka_bootstrap}: a rejected record could not be kept; create it before the job runs"
             )
     for transformation in graph.transformations.values():
         if transformation.kind not in (OperatorKind.SOURCE, OperatorKind.SINK):

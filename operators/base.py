@@ -16,7 +16,7 @@ from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
-from weir.core.rejections import FAIL, NO_KEY, OnRecordError, SourcePosition
+from weir.core.rejections import FAIL, NO_KEY, Firing, OnRecordError, SourcePosition
 
 
 class StateNotRedistributableError(JobDefinitionError):
@@ -182,18 +182,28 @@ class StreamOperator:
     def close(self) -> None:
         """Release resources; called on finish, cancel and failure."""
 
-    def reject(self, function: Any, exc: Exception, value: Any, timestamp: int | None, key: Any = NO_KEY) -> None:
+    def reject(
+        self,
+        function: Any,
+        exc: Exception,
+        value: Any,
+        timestamp: int | None,
+        key: Any = NO_KEY,
+        *,
+        firing: Firing | None = None,
+    ) -> None:
         """Called in the ``except`` around ``function`` (the operator's user function) when it raised
         ``exc`` on record ``value``: by :attr:`on_error`, raise a UserFunctionError that names the
         record (fail), or send the record to the dead-letter topic and return (the operator then
         drops it). An exception that only passed up through the function (from an operator chained
-        after it, a sink, the network) is raised again as it is."""
+        after it, a sink, the network) is raised again as it is. ``firing``: the function raised on a
+        timer or window firing, not a record (``value``: what the firing gave it; no timestamp)."""
         if not rejected_by_function(exc, self, StreamOperator):
             raise exc
         ctx = self.ctx
         if ctx.rejections is None:
             ctx.rejections = RecordRejections(ctx.job_id, ctx.subtask, CapturedDeadLetters(), ctx.log)
-        ctx.rejections.reject(ctx.uid, self.on_error, function, exc, value, timestamp, key)
+        ctx.rejections.reject(ctx.uid, self.on_error, function, exc, value, timestamp, key, firing=firing)
 
 
 class SourceOperator(StreamOperator):

@@ -22,6 +22,13 @@ after a restore, records count as late again only from the first watermark on.
   record's bucket is dropped by an event-time timer once the watermark passes the last time an
   arriving record of the other side could match it: ``t + max(upper, 0)`` for the first side,
   ``t + max(-lower, 0)`` for the second.
+
+A raising join function is handled by the operator's ``on_error`` (``StreamOperator.reject``), as
+are the key selectors and the process functions of the other operators. In a window join the pair
+``[x, y]`` it raised on is rejected as part of the window's firing (the key and the window; no
+source position): dead-lettered, the window's other pairs are still joined. In an interval join the
+arriving record is rejected (the pairs emitted before stay emitted) and is not buffered, so it pairs
+with nothing later.
 """
 
 from __future__ import annotations
@@ -35,6 +42,7 @@ from operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimer
 from operators.process_state import MapState, ValueState
 from weir.core.errors import JobDefinitionError
 from weir.core.process_functions import Clock, wall_clock_ms
+from weir.core.rejections import FAIL, Firing, OnRecordError, WindowFiring
 from weir.core.windows import TimeWindow, is_window_late
 
 LEFT_BUFFER: Final = "join.left"
@@ -55,7 +63,17 @@ class Collector(Protocol):
 class NonMergingAssigner(Protocol):
     """A window assigner whose windows never merge (tumbling, sliding event-time windows)."""
 
+    size_ms: int
+
     def assign(self, timestamp_ms: int) -> tuple[TimeWindow, ...]: ...
+
+
+class Reject(Protocol):
+    """The operator's ``reject`` (``StreamOperator.reject``): the join function raised."""
+
+    def __call__(
+        self, function: Any, exc: Exception, value: Any, timestamp: int | None, key: Any, *, firing: Firing | None
+    ) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +93,23 @@ ProcessJoin = Callable[[Any, Any, JoinContext, Collector], None]
 """An interval join's ``process_element(left, right, ctx, out)``: what one pair emits."""
 
 
+class EmitJoined:
+    """An interval join's ``fn(left, right) -> value`` as a :data:`ProcessJoin`: the value is emitted."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any, Any], Any]) -> None:
+        self.fn = fn
+
+    def __call__(self, left: Any, right: Any, ctx: JoinContext, out: Collector) -> None:
+        out.collect(self.fn(left, right))
+
+
+def _user_function(process: ProcessJoin) -> Any:
+    """The function a rejection names: the user's, not the wrapper that emits its value."""
+    return process.fn if isinstance(process, EmitJoined) else process
+
+
 def _event_time(op_kind: str, uid: str, timestamp: int | None) -> int:
     if timestamp is None:
         raise JobDefinitionError(
@@ -86,8 +121,11 @@ def _event_time(op_kind: str, uid: str, timestamp: int | None) -> int:
 class _WindowJoin:
     """The keyed two-input function of a window join (see the module docstring)."""
 
-    def __init__(self, uid: Callable[[], str], join: Callable[[Any, Any], Any], assigner: NonMergingAssigner) -> None:
+    def __init__(
+        self, uid: Callable[[], str], reject: Reject, join: Callable[[Any, Any], Any], assigner: NonMergingAssigner
+    ) -> None:
         self._uid = uid
+        self._reject = reject
         self._join = join
         self._assigner = assigner
         self.late_records_dropped = 0
@@ -127,17 +165,27 @@ class _WindowJoin:
             join = self._join
             for x in lefts:
                 for y in rights:
-                    out.collect(join(x, y))
+                    try:
+                        joined = join(x, y)
+                    except Exception as exc:
+                        firing = WindowFiring(end - self._assigner.size_ms, end)
+                        self._reject(join, exc, [x, y], None, ctx.key, firing=firing)
+                        continue
+                    out.collect(joined)
 
 
 class _IntervalJoin:
     """The keyed two-input function of an interval join (see the module docstring)."""
 
-    def __init__(self, uid: Callable[[], str], process: ProcessJoin, lower_ms: int, upper_ms: int) -> None:
+    def __init__(
+        self, uid: Callable[[], str], reject: Reject, process: ProcessJoin, lower_ms: int, upper_ms: int
+    ) -> None:
         if lower_ms > upper_ms:
             raise JobDefinitionError(f"an interval join's lower bound {lower_ms} is above its upper bound {upper_ms}")
         self._uid = uid
+        self._reject = reject
         self._process = process
+        self._named = _user_function(process)
         self._lower = lower_ms
         self._upper = upper_ms
         self._keep = (max(upper_ms, 0), max(-lower_ms, 0))  # how long past its time each side's record may match
@@ -159,7 +207,6 @@ class _IntervalJoin:
         if timestamp <= timers.current_watermark():
             self.late_records_dropped += 1
             return
-        self._buffer(side, timestamp, value)
         if side == 0:
             first, last = timestamp + self._lower, timestamp + self._upper
         else:
@@ -177,8 +224,13 @@ class _IntervalJoin:
                     pair = JoinContext(other_time, timestamp)
                     left, right = other_value, value
                 out.timestamp = pair.timestamp
-                process(left, right, pair, out)
+                try:
+                    process(left, right, pair, out)
+                except Exception as exc:  # the record is not buffered: it pairs with nothing later
+                    self._reject(self._named, exc, value, timestamp, ctx.key, firing=None)
+                    return
         out.timestamp = timestamp
+        self._buffer(side, timestamp, value)
         timers.register_event_time_timer(timestamp + self._keep[side])
 
     def _buffer(self, side: int, timestamp: int, value: Any) -> None:
@@ -223,9 +275,11 @@ class WindowJoinOperator(KeyedCoProcessOperator):
         assigner: NonMergingAssigner,
         key_selectors: KeySelectors,
         clock: Clock = wall_clock_ms,
+        *,
+        on_error: OnRecordError = FAIL,
     ) -> None:
-        self._join = _WindowJoin(self._uid, join, assigner)
-        super().__init__(self._join, key_selectors, clock=clock)
+        self._join = _WindowJoin(self._uid, self.reject, join, assigner)
+        super().__init__(self._join, key_selectors, clock=clock, on_error=on_error)
 
     def _uid(self) -> str:
         return self.ctx.uid
@@ -248,9 +302,11 @@ class IntervalJoinOperator(KeyedCoProcessOperator):
         upper_ms: int,
         key_selectors: KeySelectors,
         clock: Clock = wall_clock_ms,
+        *,
+        on_error: OnRecordError = FAIL,
     ) -> None:
-        self._join = _IntervalJoin(self._uid, process, lower_ms, upper_ms)
-        super().__init__(self._join, key_selectors, clock=clock)
+        self._join = _IntervalJoin(self._uid, self.reject, process, lower_ms, upper_ms)
+        super().__init__(self._join, key_selectors, clock=clock, on_error=on_error)
 
     def _uid(self) -> str:
         return self.ctx.uid

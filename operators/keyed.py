@@ -35,7 +35,7 @@ from weir.core.process_functions import (
     to_millis,
     wall_clock_ms,
 )
-from weir.core.rejections import FAIL, OnRecordError
+from weir.core.rejections import FAIL, OnRecordError, TimerFiring
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
 from weir.core.watermarks import MIN_WATERMARK
 
@@ -385,7 +385,9 @@ class KeyedProcessOperator(KeyedOperator):
         self._fire(self.processing_timers, now_ms)
 
     def _fire(self, timers: TimerQueue, time: int) -> None:
-        """Fire the timers of ``timers`` due at ``time``, in time order."""
+        """Fire the timers of ``timers`` due at ``time``, in time order. A timer whose ``on_timer``
+        raises is handled by :attr:`on_error` as a :class:`TimerFiring` (its key, time and domain;
+        no source position): dead-lettered, the next timers fire."""
         ctx, out, on_timer = self._timer_ctx, self._out, self._on_timer
         ctx.domain = timers.domain
         for when, key in timers.pop_due(time):
@@ -399,7 +401,10 @@ class KeyedProcessOperator(KeyedOperator):
                 case _:
                     assert_never(timers.domain)
             if on_timer is not None:
-                on_timer(when, ctx, out)
+                try:
+                    on_timer(when, ctx, out)
+                except Exception as exc:  # state it wrote before raising stays written, as in Flink
+                    self.reject(on_timer, exc, None, None, key, firing=TimerFiring(when, timers.domain))
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         """Remove the expired values of every state with a TTL, then flush the store."""
@@ -414,11 +419,13 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
     ``process_element1(value, ctx, out)`` per record of the first input, ``process_element2`` per
     record of the second, ``on_timer(timestamp, ctx, out)`` per timer that fires.
 
-    ``key_selectors`` are the keys of the first and the second input. Both inputs share the state,
-    the timers and the key encoding of :class:`KeyedProcessOperator`: a key is one key whichever
-    input it comes from, so equal keys of both inputs reach the same key group (and subtask), and
-    one input's record sees what the other input's records of its key stored. The watermark is the
-    minimum of both inputs' (the task's input valve combines them before :meth:`process_watermark`)."""
+    ``key_selectors`` are the keys of the first and the second input; a record either key selector
+    or ``process_element1/2`` raises on is handled by ``on_error`` (as a one-input operator's). Both
+    inputs share the state, the timers and the key encoding of :class:`KeyedProcessOperator`: a key
+    is one key whichever input it comes from, so equal keys of both inputs reach the same key group
+    (and subtask), and one input's record sees what the other input's records of its key stored. The
+    watermark is the minimum of both inputs' (the task's input valve combines them before
+    :meth:`process_watermark`)."""
 
     def __init__(
         self,
@@ -426,9 +433,11 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
         key_selectors: tuple[Callable[[Any], Any], Callable[[Any], Any]],
         state_schemas: Iterable[StateSchema] = (),
         clock: Clock = wall_clock_ms,
+        *,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         first, second = key_selectors
-        super().__init__(fn, first, state_schemas, clock)
+        super().__init__(fn, first, state_schemas, clock, on_error=on_error)
         self._key_selectors = (first, second)
 
     def open(self) -> None:
@@ -438,10 +447,19 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
     def process_input(self, input_index: int, value: Any, timestamp: int | None) -> None:
         if input_index not in (0, 1):
             raise ValueError(f"a two-input operator has inputs 0 and 1, not {input_index}")
-        self.switch_to_key(self._key_selectors[input_index](value))
+        key_selector = self._key_selectors[input_index]
+        try:
+            self.switch_to_key(key_selector(value))
+        except Exception as exc:
+            self.reject(key_selector, exc, value, timestamp)
+            return
         self._process_ctx.timestamp = timestamp
         self._out.timestamp = timestamp
-        self._elements[input_index](value, self._process_ctx, self._out)
+        process_element = self._elements[input_index]
+        try:
+            process_element(value, self._process_ctx, self._out)
+        except Exception as exc:  # state it wrote before raising stays written, as in Flink
+            self.reject(process_element, exc, value, timestamp, self.current_key)
 
     def process(self, value: Any, timestamp: int | None) -> None:
         self.process_input(0, value, timestamp)

@@ -20,16 +20,19 @@ from prometheus_client import Counter
 from connectors import kafka
 from weir.core import json_codec
 from weir.core.config import Endpoints
-from weir.core.errors import NonRetriableError, ServiceUnavailableError, WeirError
+from weir.core.errors import JobDefinitionError, NonRetriableError, ServiceUnavailableError, WeirError
 from weir.core.metrics import TASK_LABELS
 from weir.core.rejections import (
     NO_KEY,
     DeadLetterOnError,
     FailOnError,
+    Firing,
     OnRecordError,
     RejectedRecord,
     SourcePosition,
+    TimerFiring,
     UserFunctionError,
+    WindowFiring,
 )
 
 REJECTED_RECORDS = Counter(
@@ -67,6 +70,18 @@ def rejected_by_function(exc: BaseException, operator: object, operator_type: ty
     return True
 
 
+def letter_text(value: Any, firing: Firing | None) -> str | None:
+    """What a dead letter carries as its ``value``: the record's text; a window firing's, the text of
+    what its function was given; a timer firing carries none."""
+    match firing:
+        case None | WindowFiring():
+            return record_text(value)
+        case TimerFiring():
+            return None
+        case _:
+            assert_never(firing)
+
+
 def record_text(value: Any) -> str:
     """A rejected record as a dead letter carries it: its JSON when it has one, else its repr."""
     try:
@@ -87,13 +102,24 @@ class DeadLetterSink(Protocol):
 
 class KafkaDeadLetters:
     """Dead letters to Kafka, each one confirmed by the broker before the task goes on (so it is
-    durable before any later checkpoint covers the record). The producer opens with the first letter."""
+    durable before any later checkpoint covers the record). The producer opens with the first letter;
+    the first letter to a topic first looks the topic up: one that does not exist (deleted since the
+    job was submitted) is a JobDefinitionError naming it, not a delivery that times out."""
 
     def __init__(self, endpoints_of: Callable[[], Endpoints] = Endpoints.from_env) -> None:
         self._endpoints_of = endpoints_of
         self._producer: Any = None
+        self._topics_found: set[str] = set()
 
     def send(self, topic: str, key: bytes | None, envelope: bytes) -> None:
+        if topic not in self._topics_found:
+            endpoints = self._endpoints_of()
+            if kafka.topic_partition_count(endpoints, topic) is None:
+                raise JobDefinitionError(
+                    f"dead-letter topic {topic!r} does not exist at {endpoints.kafka_bootstrap}: create it, then "
+                    "run the job again"
+                )
+            self._topics_found.add(topic)
         if self._producer is None:
             self._producer = kafka.producer(self._endpoints_of(), linger_ms=0)
         errors: list[str] = []
@@ -170,9 +196,15 @@ class RecordRejections:
         value: Any,
         timestamp: int | None,
         key: Any = NO_KEY,
+        *,
+        firing: Firing | None = None,
     ) -> None:
         """``function`` of operator ``operator_uid`` raised ``exc`` on ``value``: raise a
-        UserFunctionError naming the record, or dead-letter it and return."""
+        UserFunctionError naming the record, or dead-letter it and return.
+
+        ``firing``: the function raised on a timer or window firing, not on a record (``value`` is
+        what the firing gave it, ``timestamp`` None): it is named as that firing, with no source
+        position (whatever record the source read last is not what the function raised on)."""
         rejected = RejectedRecord.of(
             operator_uid=operator_uid,
             subtask=self._subtask,
@@ -181,7 +213,8 @@ class RecordRejections:
             value=value,
             timestamp=timestamp,
             key=key,
-            position=self._position_in_flight(),
+            position=None if firing is not None else self._position_in_flight(),
+            firing=firing,
         )
         match on_error:
             case FailOnError():
@@ -190,9 +223,15 @@ class RecordRejections:
                 self._log.error("record_rejected", handling="failed", **_log_fields(rejected))
                 raise UserFunctionError(rejected) from exc
             case DeadLetterOnError(topic=topic):
-                envelope, cut = rejected.envelope(self._job_id, record_text(value))
+                envelope, cut = rejected.envelope(self._job_id, letter_text(value, firing))
                 key_bytes = None if rejected.key is None else rejected.key.encode("utf-8")
-                self._sink.send(topic, key_bytes, json_codec.encode(envelope))
+                try:
+                    self._sink.send(topic, key_bytes, json_codec.encode(envelope))
+                except JobDefinitionError as error:  # the topic is missing: the job cannot go on as it says
+                    raise JobDefinitionError(
+                        f"operator {operator_uid!r} (subtask {self._subtask}) could not dead-letter a rejected "
+                        f"record: {error} (the record: {rejected.describe()})"
+                    ) from error
                 self.dead_lettered += 1
                 self._count(operator_uid, "dead_lettered")
                 self._log.warning(
@@ -221,4 +260,5 @@ def _log_fields(rejected: RejectedRecord) -> dict[str, Any]:
         "key": rejected.key,
         "timestamp": rejected.timestamp,
         "origin": None if position is None else str(position),
+        "firing": None if rejected.firing is None else rejected.firing.fields(),
     }

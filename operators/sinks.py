@@ -14,10 +14,17 @@ from typing import Any, Final
 
 from connectors import kafka, postgres
 from operators.base import StreamOperator
-from operators.transactional_sinks import keep_newest, row_key_indexes, validate_postgres_sink
+from operators.transactional_sinks import (
+    encode_for_kafka,
+    keep_newest,
+    row_for_postgres,
+    row_key_indexes,
+    validate_postgres_sink,
+)
 from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
+from weir.core.rejections import FAIL, OnRecordError
 
 json_serializer: Final = json_codec.encode
 """The default: compact JSON with sorted keys, UTF-8 (the codec itself: no call between)."""
@@ -25,11 +32,16 @@ json_serializer: Final = json_codec.encode
 
 class KafkaSinkOperator(StreamOperator):
     def __init__(
-        self, topic: str, serializer: Callable[[Any], bytes], key: Callable[[Any], bytes | str | None] | None
+        self,
+        topic: str,
+        serializer: Callable[[Any], bytes],
+        key: Callable[[Any], bytes | str | None] | None,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         self._topic = topic
         self._serializer = serializer
         self._key = key
+        self.on_error = on_error
         self._errors: list[str] = []
 
     def validate_at_submit(self, endpoints: Endpoints) -> None:
@@ -46,12 +58,15 @@ class KafkaSinkOperator(StreamOperator):
             self._errors.append(str(err))
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        key = self._key(value) if self._key is not None else None
+        encoded = encode_for_kafka(self, self._serializer, self._key, value, timestamp)
+        if encoded is None:
+            return
+        key, data = encoded
         while True:
             try:
                 self._producer.produce(
                     self._topic,
-                    value=self._serializer(value),
+                    value=data,
                     key=key,
                     timestamp=timestamp or 0,
                     on_delivery=self._on_delivery,
@@ -97,11 +112,13 @@ class PostgresUpsertSinkOperator(StreamOperator):
         batch_size: int = 2000,
         *,
         version_column: str | None = None,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         self._table = table
         self._columns = tuple(columns)
         self._key_columns = tuple(key_columns)
         self._to_row = to_row
+        self.on_error = on_error
         self._batch_size = batch_size
         self._version_column = version_column
         self._key_index, self._version_index = row_key_indexes(table, columns, key_columns, version_column)
@@ -119,7 +136,9 @@ class PostgresUpsertSinkOperator(StreamOperator):
         self._statement = postgres.upsert_statement(self._table, self._columns, self._key_columns, self._version_column)
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        row = self._to_row(value)
+        row = row_for_postgres(self, self._to_row, len(self._columns), value, timestamp)
+        if row is None:
+            return
         # last write per key wins in a batch (with a version column: the newest version)
         keep_newest(self._rows, tuple(row[i] for i in self._key_index), row, self._version_index)
         if len(self._rows) >= self._batch_size:

@@ -41,6 +41,7 @@ from weir.core.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS
 from weir.core.errors import Fault, JobDefinitionError, SerializationError, ServiceUnavailableError, WeirError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.metrics import SinkMetrics
+from weir.core.rejections import FAIL, OnRecordError
 from weir.core.serde import loads_value
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
@@ -468,6 +469,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         recovery_timeout_s: float = DEFAULT_RECOVERY_TIMEOUT_S,
         epoch_memory_bytes: int = DEFAULT_EPOCH_MEMORY_BYTES,
         spill_directory: Path | None = None,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         """``marker_topic`` overrides the sink's own marker topic (tests; subtask i still writes to
         partition i). ``marker_replication_factor`` applies when the sink creates its marker topic:
@@ -486,6 +488,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._topic = topic
         self._serializer = serializer
         self._key = key
+        self.on_error = on_error
         self.transaction_timeout_ms = transaction_timeout_ms
         self._marker_topic_override = marker_topic
         self.marker_replication_factor = marker_replication_factor
@@ -749,8 +752,11 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         return epoch
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        key = self._key(value) if self._key is not None else None
-        record: Record = (key.encode() if isinstance(key, str) else key, self._serializer(value), timestamp)
+        encoded = encode_for_kafka(self, self._serializer, self._key, value, timestamp)
+        if encoded is None:
+            return
+        key, data = encoded
+        record: Record = (key.encode() if isinstance(key, str) else key, data, timestamp)
         epoch = self._current if self._current is not None else self._begin_epoch()
         epoch.items.append(record)
         if timestamp is not None:
@@ -954,11 +960,13 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         version_column: str | None = None,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
         claim_timeout_s: float = DEFAULT_CLAIM_TIMEOUT_S,
+        on_error: OnRecordError = FAIL,
     ) -> None:
         self._table = table
         self._columns = tuple(columns)
         self._key_columns = tuple(key_columns)
         self._to_row = to_row
+        self.on_error = on_error
         self._version_column = version_column
         self._lock_timeout_s = lock_timeout_s
         self._claim_timeout_s = claim_timeout_s
@@ -1142,7 +1150,9 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         return epoch
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        row = self._to_row(value)
+        row = row_for_postgres(self, self._to_row, len(self._columns), value, timestamp)
+        if row is None:
+            return
         epoch = self._current if self._current is not None else self._begin_epoch()
         keep_newest(epoch.items, self._row_key(row), row, self._version_index)
         if timestamp is not None:
@@ -1219,6 +1229,44 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
     def close(self) -> None:
         self._release()  # a prepared transaction outlives the session; an unprepared one rolls back
         super().close()
+
+
+def encode_for_kafka(
+    sink: StreamOperator,
+    serializer: Callable[[Any], bytes],
+    key: Callable[[Any], bytes | str | None] | None,
+    value: Any,
+    timestamp: int | None,
+) -> tuple[bytes | str | None, bytes] | None:
+    """A Kafka sink's record, by its user functions: the key (``key``, else None) and the value
+    bytes (``serializer``). None: one of them raised and ``sink.reject`` dead-lettered the record
+    (else it raised). Only these calls are inside ``try``: the producer's own errors pass up as they are."""
+    try:
+        record_key = key(value) if key is not None else None
+    except Exception as exc:
+        sink.reject(key, exc, value, timestamp)
+        return None
+    try:
+        return record_key, serializer(value)
+    except Exception as exc:
+        sink.reject(serializer, exc, value, timestamp)
+        return None
+
+
+def row_for_postgres(
+    sink: StreamOperator, to_row: Callable[[Any], tuple[Any, ...]], width: int, value: Any, timestamp: int | None
+) -> tuple[Any, ...] | None:
+    """A PostgreSQL sink's row of ``value`` by its ``to_row``, which must give ``width`` values (one per
+    column). None: ``to_row`` raised (or gave another number of values) and ``sink.reject``
+    dead-lettered the record (else it raised). PostgreSQL's own errors are not caught here."""
+    try:
+        row = tuple(to_row(value))
+        if len(row) != width:
+            raise TypeError(f"the row has {len(row)} values for {width} columns")
+    except Exception as exc:
+        sink.reject(to_row, exc, value, timestamp)
+        return None
+    return row
 
 
 def row_key_indexes(

@@ -47,7 +47,7 @@ from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
-from weir.core.rejections import FAIL, OnRecordError
+from weir.core.rejections import FAIL, OnRecordError, WindowFiring
 from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import (
@@ -297,13 +297,19 @@ class WindowAggregateOperator(KeyedOperator):
             self._late_element(value, timestamp)
             return
         store, fn, pack = self.store, self._fn, _BOUNDS.pack
-        accumulators = []
-        for merged in absorbed:
-            sk = prefix + pack(merged.start, merged.end)
-            accumulators.append(store.get(_STATE, kg, sk)[1])
+        absorbed_keys = [prefix + pack(merged.start, merged.end) for merged in absorbed]
+        accumulators = [store.get(_STATE, kg, sk)[1] for sk in absorbed_keys]
+        function = fn.merge if accumulators else fn.create
+        try:  # a record rejected here leaves the sessions as they were
+            merged_acc = reduce(function, accumulators) if accumulators else fn.create()
+            function = fn.add
+            acc = function(merged_acc, value)
+        except Exception as exc:
+            self.reject(function, exc, value, timestamp, key)
+            return
+        for merged, sk in zip(absorbed, absorbed_keys, strict=True):
             if merged != window:
                 store.delete(_STATE, kg, sk)  # its timers find no state
-        acc = fn.add(reduce(fn.merge, accumulators) if accumulators else fn.create(), value)
         sk = prefix + pack(window.start, window.end)
         store.put(_STATE, kg, sk, (key, acc))
         fired = window_fires(window, wm)
@@ -341,8 +347,14 @@ class WindowAggregateOperator(KeyedOperator):
     # Firing --------------------------------------------------------------------------------------
 
     def _emit(self, key: Any, start: int, end: int, acc: Any) -> None:
-        """The window's result, stamped with the window's last timestamp."""
-        result = self._fn.result(key, start, end, acc)
+        """The window's result, stamped with the window's last timestamp. A result (or window)
+        function that raises is handled by :attr:`on_error` as the window's firing (key, bounds, what
+        the function was given; no source position): dead-lettered, the window emits nothing."""
+        try:
+            result = self._fn.result(key, start, end, acc)
+        except Exception as exc:
+            self.reject(self._fn.result, exc, acc, None, key, firing=WindowFiring(start, end))
+            return
         match self._window_function:
             case None:
                 self.output.emit(result, end - 1)
@@ -357,7 +369,10 @@ class WindowAggregateOperator(KeyedOperator):
         context = WindowContext(TimeWindow(start, end), self._watermark, self._clock(), self._window_side_output)
         out = self._out
         out.timestamp = end - 1
-        function.process(key, context, elements, out)
+        try:
+            function.process(key, context, elements, out)
+        except Exception as exc:  # what it emitted before raising stays emitted, as in Flink
+            self.reject(function.process, exc, list(elements), None, key, firing=WindowFiring(start, end))
 
     def _window_side_output(self, tag: Any, value: Any) -> None:
         """A ProcessWindowFunction's ``context.output``: stamped as the window's results are."""

@@ -36,7 +36,7 @@ from operators.basic import (
 )
 from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
 from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from operators.joins import IntervalJoinOperator, JoinContext, WindowJoinOperator
+from operators.joins import EmitJoined, IntervalJoinOperator, JoinContext, ProcessJoin, WindowJoinOperator
 from operators.keyed import (
     REDUCE_STATE,
     KeyedCoProcessOperator,
@@ -514,6 +514,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: MapOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -535,6 +536,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: FilterOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -556,6 +558,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: FlatMapOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -585,6 +588,7 @@ class DataStream:
                 OperatorKind.ONE_INPUT,
                 lambda: ProcessOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -639,6 +643,7 @@ class DataStream:
         marker_replication_factor: int | None = None,
         epoch_memory_bytes: int | None = None,
         spill_directory: str | Path | None = None,
+        on_error: OnRecordError | None = None,
     ) -> None:
         """Write each value to ``topic``. ``exactly_once`` (the default): one Kafka transaction per
         checkpoint, committed when the checkpoint completes, so read_committed consumers see each value
@@ -649,10 +654,13 @@ class DataStream:
         bounds the not yet committed records a sink subtask holds in memory, all its epochs together;
         past it an epoch's records go to a file of its own under ``spill_directory`` (an absolute path
         on each TaskManager; default ``epoch-spill/`` in the run directory), removed once it commits.
-        ``at_least_once``: flushed at every checkpoint, duplicates after a failure. See docs/sinks.md."""
+        ``at_least_once``: flushed at every checkpoint, duplicates after a failure. See docs/sinks.md.
+        ``on_error`` as for :meth:`map`: a record ``serializer`` or ``key`` raises on (Kafka's own
+        errors are never the record's: they fail the task as they are)."""
 
         ser = serializer or json_serializer
-        factory: Callable[[], Any]
+        env, on_error = self._env, _record_error_handling(uid, on_error)
+        build: Callable[..., Any]
         spec: SinkSpec
         if delivery == "exactly_once":
             timeout_ms = DEFAULT_TRANSACTION_TIMEOUT_MS if transaction_timeout_ms is None else transaction_timeout_ms
@@ -664,7 +672,7 @@ class DataStream:
                     f"{marker_replication_factor}; leave it unset for min(3, brokers)"
                 )
             memory_bytes = _epoch_memory_bytes(uid, epoch_memory_bytes)
-            factory = partial(
+            build = partial(
                 TransactionalKafkaSinkOperator,
                 topic,
                 ser,
@@ -690,13 +698,21 @@ class DataStream:
             ):
                 if given is not None:
                     raise JobDefinitionError(f"kafka sink {uid!r}: {name} applies to delivery='exactly_once' only")
-            factory = partial(KafkaSinkOperator, topic, ser, key)
+            build = partial(KafkaSinkOperator, topic, ser, key)
             spec = SinkSpec(SinkSystem.KAFKA, topic, SinkDelivery.AT_LEAST_ONCE)
         else:
             raise JobDefinitionError(
                 f"kafka sink {uid!r}: delivery must be 'exactly_once' or 'at_least_once', got {delivery!r}"
             )
-        self._add(uid, f"kafka-sink:{topic}", OperatorKind.SINK, factory, parallelism, sink_spec=spec)
+        self._add(
+            uid,
+            f"kafka-sink:{topic}",
+            OperatorKind.SINK,
+            lambda: build(on_error=env.record_error_handling(on_error)),
+            parallelism,
+            sink_spec=spec,
+            on_error=partial(env.record_error_handling, on_error),
+        )
 
     def sink_to_postgres(
         self,
@@ -709,24 +725,28 @@ class DataStream:
         parallelism: int | None = None,
         delivery: PostgresDelivery = "two_phase",
         version_column: str | None = None,
+        on_error: OnRecordError | None = None,
     ) -> None:
         """Upsert each value into ``table`` by its key columns. ``two_phase`` (the default): one
         prepared transaction per checkpoint, committed when the checkpoint completes (exactly once; the
         server needs ``max_prepared_transactions`` > 0, and rows of one key must always reach the same
         sink subtask: key the stream by the table's key, or use parallelism 1). ``upsert``: batches
         committed as they fill, replays rewrite the same rows (idempotent, at-least-once). With
-        ``version_column`` a row never overwrites a stored row of a higher version. See docs/sinks.md."""
+        ``version_column`` a row never overwrites a stored row of a higher version. See docs/sinks.md.
+        ``on_error`` as for :meth:`map`: a record ``row`` raises on, or turns into another number of
+        values than ``columns`` (PostgreSQL's own errors are never the record's)."""
 
-        to_row = row or (lambda v: tuple(v[c] for c in columns))
+        to_row = row or ColumnValues(columns)
         row_key_indexes(table, columns, key_columns, version_column)  # fail at build time, not at deploy
-        factory: Callable[[], Any]
+        env, on_error = self._env, _record_error_handling(uid, on_error)
+        build: Callable[..., Any]
         if delivery == "two_phase":
-            factory = partial(
+            build = partial(
                 TwoPhasePostgresSinkOperator, table, columns, key_columns, to_row, version_column=version_column
             )
             spec = SinkSpec(SinkSystem.POSTGRES, table, SinkDelivery.EXACTLY_ONCE)
         elif delivery == "upsert":
-            factory = partial(
+            build = partial(
                 PostgresUpsertSinkOperator, table, columns, key_columns, to_row, version_column=version_column
             )
             spec = SinkSpec(SinkSystem.POSTGRES, table, SinkDelivery.AT_LEAST_ONCE)
@@ -734,7 +754,15 @@ class DataStream:
             raise JobDefinitionError(
                 f"postgres sink {uid!r}: delivery must be 'two_phase' or 'upsert', got {delivery!r}"
             )
-        self._add(uid, f"postgres-sink:{table}", OperatorKind.SINK, factory, parallelism, sink_spec=spec)
+        self._add(
+            uid,
+            f"postgres-sink:{table}",
+            OperatorKind.SINK,
+            lambda: build(on_error=env.record_error_handling(on_error)),
+            parallelism,
+            sink_spec=spec,
+            on_error=partial(env.record_error_handling, on_error),
+        )
 
     def sink(self, fn: Callable[[Any], None], *, uid: str, parallelism: int | None = None) -> None:
         """Call ``fn(value)`` for every value (Flink's SinkFunction): at-least-once, no transaction."""
@@ -1211,27 +1239,31 @@ class ConnectedStreams:
         name: str | None = None,
         parallelism: int | None = None,
         state_schemas: Iterable[StateSchema] | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """Run ``fn`` over both streams: a :class:`CoProcessFunction` without state, or (both
         streams keyed) a :class:`KeyedCoProcessFunction` with its key's state and timers;
-        ``state_schemas`` as for :meth:`KeyedStream.process`."""
+        ``state_schemas`` as for :meth:`KeyedStream.process`; ``on_error`` as for :meth:`DataStream.map`
+        (``process_element1/2``, ``on_timer`` and the key selectors)."""
 
+        env, on_error = self._first._env, _record_error_handling(uid, on_error)
         if isinstance(fn, KeyedCoProcessFunction):
-            return self._keyed_process(fn, uid, name, parallelism, state_schemas)
+            return self._keyed_process(fn, uid, name, parallelism, state_schemas, on_error)
         if state_schemas is not None:
             raise JobDefinitionError(f"operator {uid!r}: state_schemas needs a KeyedCoProcessFunction")
         first = self._first
         key_selector = first._key_selector if first._partitioning is Partitioning.HASH else None
         return DataStream(
-            first._env,
+            env,
             first._add(
                 uid,
                 name or "co-process",
                 OperatorKind.TWO_INPUT,
-                lambda: CoProcessOperator(fn),
+                lambda: CoProcessOperator(fn, env.record_error_handling(on_error)),
                 parallelism,
                 key_selector=key_selector,
                 inputs=(first, self._second),
+                on_error=partial(env.record_error_handling, on_error),
             ),
         )
 
@@ -1242,9 +1274,11 @@ class ConnectedStreams:
         name: str | None,
         parallelism: int | None,
         state_schemas: Iterable[StateSchema] | None,
+        on_error: OnRecordError | None,
     ) -> DataStream:
         keys = _two_keys(uid, self._first, self._second)
         schemas = _process_state_schemas(uid, fn, state_schemas)
+        env = self._first._env
         return _keyed_two_input(
             self._first,
             self._second,
@@ -1252,7 +1286,8 @@ class ConnectedStreams:
             name or "keyed-co-process",
             parallelism,
             keys,
-            lambda: KeyedCoProcessOperator(fn, keys, schemas),
+            lambda: KeyedCoProcessOperator(fn, keys, schemas, on_error=env.record_error_handling(on_error)),
+            on_error,
         )
 
 
@@ -1328,6 +1363,18 @@ def _record_error_handling(uid: str, given: OnRecordError | None) -> OnRecordErr
     raise JobDefinitionError(
         f"operator {uid!r}: on_error takes FailOnError() or DeadLetterOnError(topic), not {given!r}"
     )
+
+
+class ColumnValues:
+    """A PostgreSQL sink's default ``row``: the value's items named by the columns, in their order."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: Sequence[str]) -> None:
+        self.columns = tuple(columns)
+
+    def __call__(self, value: Any) -> tuple[Any, ...]:
+        return tuple(value[c] for c in self.columns)
 
 
 def _identity(value: Any) -> Any:
@@ -1494,18 +1541,27 @@ class WindowedJoin:
     assigner: TumblingEventTimeWindows | SlidingEventTimeWindows
 
     def apply(
-        self, fn: JoinFunction, *, uid: str, name: str | None = None, parallelism: int | None = None
+        self,
+        fn: JoinFunction,
+        *,
+        uid: str,
+        name: str | None = None,
+        parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """For each window and key, ``fn(x, y)`` for every pair of an ``x`` of the first stream and a
         ``y`` of the second in it (first stream outer, each in arrival order), emitted when the
         watermark reaches the window's last timestamp, stamped with it. A record whose windows have
-        all fired is dropped (late)."""
+        all fired is dropped (late). ``on_error`` as for :meth:`DataStream.map`: a pair ``fn`` raises
+        on is rejected with its window (dead-lettered: the window's other pairs are joined), a record
+        a key selector raises on as a record."""
         join = getattr(fn, "join", None)
         join = join if callable(join) else fn
         if not callable(join):
             raise JobDefinitionError(f"operator {uid!r}: a window join takes fn(first, second), not {fn!r}")
         keys = (self.first_key, self.second_key)
         assigner = self.assigner
+        env, on_error = self.first._env, _record_error_handling(uid, on_error)
         return _keyed_two_input(
             self.first.key_by(self.first_key),
             self.second.key_by(self.second_key),
@@ -1513,7 +1569,8 @@ class WindowedJoin:
             name or "window-join",
             parallelism,
             keys,
-            lambda: WindowJoinOperator(join, assigner, keys),
+            lambda: WindowJoinOperator(join, assigner, keys, on_error=env.record_error_handling(on_error)),
+            on_error,
         )
 
 
@@ -1564,11 +1621,14 @@ class IntervalJoined:
         uid: str,
         name: str | None = None,
         parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
     ) -> DataStream:
         """``fn.process_element(left, right, ctx, out)`` (a :class:`ProcessJoinFunction`), or
         ``fn(left, right) -> value`` emitted as is, for every pair, as soon as the later of the two
         arrives, stamped with the later timestamp. A record at or behind the watermark is dropped
-        (late); each record's state is dropped once the watermark passes what could still match it."""
+        (late); each record's state is dropped once the watermark passes what could still match it.
+        ``on_error`` as for :meth:`DataStream.map`: the arriving record ``fn`` (or a key selector)
+        raises on is rejected; dead-lettered, it is not kept to pair with later records."""
         lower = self.lower_ms + (1 if self.lower_is_exclusive else 0)
         upper = self.upper_ms - (1 if self.upper_is_exclusive else 0)
         if lower > upper:
@@ -1578,14 +1638,15 @@ class IntervalJoined:
             )
         process_element = getattr(fn, "process_element", None)
         if callable(process_element):
-            process: Callable[[Any, Any, JoinContext, Collector], None] = process_element
+            process: ProcessJoin = process_element
         elif callable(fn):
-            process = partial(_emit_joined, fn)
+            process = EmitJoined(fn)
         else:
             raise JobDefinitionError(
                 f"operator {uid!r}: an interval join takes a ProcessJoinFunction or fn(left, right), not {fn!r}"
             )
         keys = _two_keys(uid, self.first, self.second)
+        env, on_error = self.first._env, _record_error_handling(uid, on_error)
         return _keyed_two_input(
             self.first,
             self.second,
@@ -1593,12 +1654,9 @@ class IntervalJoined:
             name or "interval-join",
             parallelism,
             keys,
-            lambda: IntervalJoinOperator(process, lower, upper, keys),
+            lambda: IntervalJoinOperator(process, lower, upper, keys, on_error=env.record_error_handling(on_error)),
+            on_error,
         )
-
-
-def _emit_joined(fn: JoinFunction, left: Any, right: Any, _ctx: JoinContext, out: Collector) -> None:
-    out.collect(fn(left, right))
 
 
 def _millis(what: str, value: Duration) -> int:
@@ -1627,12 +1685,22 @@ def _keyed_two_input(
     parallelism: int | None,
     keys: tuple[Callable[[Any], Any], Callable[[Any], Any]],
     factory: Callable[[], Any],
+    on_error: OnRecordError | None,
 ) -> DataStream:
-    """A keyed two-input operator fed by both streams, each hash-partitioned by its own key."""
+    """A keyed two-input operator fed by both streams, each hash-partitioned by its own key; a record
+    either key selector raises on where the key is taken is handled by ``on_error`` (else the job's)."""
+    env = first._env
     return DataStream(
-        first._env,
+        env,
         first._add(
-            uid, name, OperatorKind.TWO_INPUT, factory, parallelism, key_selector=keys[0], inputs=(first, second)
+            uid,
+            name,
+            OperatorKind.TWO_INPUT,
+            factory,
+            parallelism,
+            key_selector=keys[0],
+            inputs=(first, second),
+            on_error=partial(env.record_error_handling, on_error),
         ),
     )
 

@@ -60,8 +60,9 @@ class Transformation:
     sink_spec: SinkSpec | None = None  # sinks: the system, target and delivery (weir.core.descriptors)
     columnar: bool = False  # emits record batches (weir.core.columnar), not one value per record
     side_outputs: tuple[OutputTag, ...] = ()  # the side outputs it declares (a window's late data)
-    # Keyed operators: how a record their key selector raises on is handled where the key is taken (the
-    # producer's record writer); called when the job runs (the operator's own ``on_error``, else the job's).
+    # Operators with a user function: how a record it raises on is handled (the operator's own ``on_error``,
+    # else the job's), read when the job runs: where a keyed edge into it takes the key (the producer's record
+    # writer), and at submit (a dead-letter topic must exist). None: the operator calls no user function.
     on_error: Callable[[], OnRecordError] | None = None
 
 

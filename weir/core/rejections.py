@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import reprlib
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
 from weir.core.errors import Fault, WeirError
+from weir.core.process_functions import TimeDomain
 
 RECORD_REPR_CHARS: Final = 300
 """The longest repr of a record or a key a failure message carries (the dead letter carries it whole)."""
@@ -69,6 +70,46 @@ POSITION_NOT_KNOWN: Final = (
     "it crossed a network exchange or came in a record batch)"
 )
 
+
+@dataclass(frozen=True)
+class TimerFiring:
+    """A timer that fired (``on_timer`` raised): not a record, so it has no source position."""
+
+    time: int
+    domain: TimeDomain
+
+    def describe(self) -> str:
+        match self.domain:
+            case TimeDomain.EVENT_TIME:
+                return f"the event-time timer at {self.time}"
+            case TimeDomain.PROCESSING_TIME:
+                return f"the processing-time timer at {self.time}"
+            case _:
+                assert_never(self.domain)
+
+    def fields(self) -> dict[str, Any]:
+        return {"kind": "timer", "time": self.time, "domain": self.domain.value}
+
+
+@dataclass(frozen=True)
+class WindowFiring:
+    """A window that fired (its result or window function raised): not a record, no source position."""
+
+    start: int
+    end: int
+
+    def describe(self) -> str:
+        return f"the firing of window [{self.start}, {self.end})"
+
+    def fields(self) -> dict[str, Any]:
+        return {"kind": "window", "start": self.start, "end": self.end}
+
+
+Firing = TimerFiring | WindowFiring
+"""What a user function raised on that is not a record: a timer or a window firing."""
+
+FIRING_HAS_NO_POSITION: Final = "no source position (a firing is not a record read from a source)"
+
 NO_KEY: Final = object()
 """The key of a record rejected by an operator that is not keyed (or before its key was known)."""
 
@@ -78,7 +119,10 @@ class RejectedRecord:
     """One record a user function raised on, as the failure and the dead letter name it.
 
     ``record`` and ``key`` are bounded reprs (``key`` None: the operator is not keyed);
-    ``position`` is None when the task does not know where the record was read."""
+    ``position`` is None when the task does not know where the record was read. ``firing`` is set
+    when the function raised on a timer or window firing rather than on a record: then ``record`` is
+    what the firing handed the function (a window's accumulator or elements; None for a timer), and
+    there is no position and no record timestamp."""
 
     operator_uid: str
     subtask: int
@@ -89,6 +133,11 @@ class RejectedRecord:
     key: str | None
     timestamp: int | None
     position: SourcePosition | None
+    firing: Firing | None = None
+
+    def __post_init__(self) -> None:
+        if self.firing is not None and (self.position is not None or self.timestamp is not None):
+            raise ValueError("a firing is not a record: it has no source position and no record timestamp")
 
     @classmethod
     def of(
@@ -102,6 +151,7 @@ class RejectedRecord:
         timestamp: int | None,
         key: Any = NO_KEY,
         position: SourcePosition | None,
+        firing: Firing | None = None,
     ) -> RejectedRecord:
         return cls(
             operator_uid=operator_uid,
@@ -113,6 +163,7 @@ class RejectedRecord:
             key=None if key is NO_KEY else bounded_repr(key),
             timestamp=timestamp,
             position=position,
+            firing=firing,
         )
 
     @property
@@ -122,19 +173,33 @@ class RejectedRecord:
 
     def describe(self) -> str:
         """One line for the failure: which operator and function, the exception, the record."""
-        where = f"from {self.position}" if self.position is not None else POSITION_NOT_KNOWN
         key = "" if self.key is None else f", key {self.key}"
+        if self.firing is not None:
+            match self.firing:
+                case TimerFiring():
+                    given = ""
+                case WindowFiring():
+                    given = f" (given {self.record})"
+                case _:
+                    assert_never(self.firing)
+            return (
+                f"operator {self.operator_uid!r} (subtask {self.subtask}): {self.function} raised {self.reason} "
+                f"on {self.firing.describe()}{key}{given}, {FIRING_HAS_NO_POSITION}"
+            )
+        where = f"from {self.position}" if self.position is not None else POSITION_NOT_KNOWN
         return (
             f"operator {self.operator_uid!r} (subtask {self.subtask}): {self.function} raised {self.reason} "
             f"on record {self.record}{key}, timestamp {self.timestamp}, {where}"
         )
 
-    def envelope(self, job_id: str, value: str) -> tuple[dict[str, Any], bool]:
+    def envelope(self, job_id: str, value: str | None) -> tuple[dict[str, Any], bool]:
         """The dead letter: the Kafka source's envelope for a malformed record (reason, topic,
         partition, offset, job_id, operator_uid, value; topic/partition/offset None when not known),
-        with the function, subtask, key and timestamp added. ``value`` is the record's text, cut at
-        :data:`DEAD_LETTER_VALUE_BYTES`; the second item says whether it was cut."""
-        text, cut = truncate_utf8(value, DEAD_LETTER_VALUE_BYTES)
+        with the function, subtask, key, timestamp and ``firing`` added (None for a record; for a timer
+        ``{"kind": "timer", "time", "domain"}``, for a window ``{"kind": "window", "start", "end"}``).
+        ``value`` is the record's text (a window's: what its function was given; a timer's: None), cut
+        at :data:`DEAD_LETTER_VALUE_BYTES`; the second item says whether it was cut."""
+        text, cut = (None, False) if value is None else truncate_utf8(value, DEAD_LETTER_VALUE_BYTES)
         position = self.position
         envelope: dict[str, Any] = {
             "reason": self.reason,
@@ -149,6 +214,7 @@ class RejectedRecord:
             "key": self.key,
             "timestamp": self.timestamp,
             "value_truncated": cut,
+            "firing": None if self.firing is None else self.firing.fields(),
         }
         return envelope, cut
 

@@ -132,3 +132,59 @@ def test_a_poison_record_goes_to_the_dead_letter_topic_and_the_job_finishes(
     assert letter["operator_uid"] == "parse" and letter["job_id"] == job_id
     assert json.loads(letter["value"]) == {"key": f"k{POISON_SEQ % 5}", "seq": POISON_SEQ}
     assert letter["value_truncated"] is False
+
+
+WINDOW_JOB = "tests/integration/runtime/jobs/poison_window.py"
+WINDOW_MS = 200
+BASE_MS = 1_700_000_000_000  # the job's event time of seq 0 (jobs/poison_window.py)
+
+
+def test_a_window_whose_result_raises_is_dead_lettered_as_its_firing_and_the_job_finishes(
+    weir_cluster: WeirCluster, unique: str
+) -> None:
+    endpoints = weir_cluster.endpoints
+    source, sink, dlq = f"poison-win-in-{unique}", f"poison-win-out-{unique}", f"poison-win-dlq-{unique}"
+    create_topics(endpoints, {source: PARTITIONS, sink: 1, dlq: 1})
+    produce_sequence(endpoints, source)
+    job_id = weir_cluster.submit(
+        WINDOW_JOB,
+        {
+            "source.topic": source,
+            "sink.topic": sink,
+            "dlq.topic": dlq,
+            "poison.seq": str(POISON_SEQ),
+            "window.size_ms": str(WINDOW_MS),
+            "checkpointing.interval": "1s",
+            "restart.strategy": "none",  # a restart here would be a failure of the test
+        },
+        parallelism=PARTITIONS,
+    )
+    status = weir_cluster.wait_for(job_id, ("FINISHED",), timeout_s=60)
+    assert status.summary.status == "FINISHED", status.failure
+
+    windows: dict[tuple[str, int], list[int]] = {}
+    for seq in range(RECORDS):
+        start = BASE_MS + (10 * seq) // WINDOW_MS * WINDOW_MS
+        windows.setdefault((f"k{seq % 5}", start), []).append(seq)
+    poison_window = (f"k{POISON_SEQ % 5}", BASE_MS + (10 * POISON_SEQ) // WINDOW_MS * WINDOW_MS)
+    expected = Counter(
+        json.dumps({"key": key, "start": start, "count": len(seqs), "sum": sum(seqs)}, sort_keys=True)
+        for (key, start), seqs in windows.items()
+        if (key, start) != poison_window
+    )
+    results = Counter(
+        json.dumps(json.loads(v), sort_keys=True) for _p, _o, _k, v in kafka.read_all(endpoints, sink, "read_committed")
+    )
+    assert results == expected, (sorted((results - expected).elements()), sorted((expected - results).elements()))
+
+    letters = [json.loads(v) for _p, _o, _k, v in kafka.read_all(endpoints, dlq, "read_committed")]
+    assert len(letters) == 1, letters
+    (letter,) = letters
+    key, start = poison_window
+    assert letter["reason"] == f"ValueError: window of {key} at {start} holds poison seq {POISON_SEQ}"
+    assert letter["firing"] == {"kind": "window", "start": start, "end": start + WINDOW_MS}
+    assert (letter["topic"], letter["partition"], letter["offset"], letter["timestamp"]) == (None, None, None, None)
+    assert letter["operator_uid"] == "window-sum" and letter["job_id"] == job_id and letter["key"] == repr(key)
+    assert letter["function"] == "PoisonResult.result"
+    seqs = windows[poison_window]
+    assert json.loads(letter["value"]) == {"count": len(seqs), "sum": sum(seqs), "poison": True}

@@ -1,13 +1,16 @@
 """Submit-time rules over a job's descriptors (no external system): exactly-once sinks that could
-never commit, Kafka transaction timeouts."""
+never commit, Kafka transaction timeouts; the dead-letter topics a job's operators need (Kafka
+faked)."""
 
 from __future__ import annotations
 
 import pytest
 
+from connectors import kafka
 from jobmanager.checkpointing.config import parse_checkpoint_settings
-from jobmanager.submit_checks import check_job_rules, job_is_bounded
-from weir.api import Environment
+from jobmanager.submit_checks import check_job_at_submit, check_job_rules, dead_letter_topics, job_is_bounded
+from weir.api import DeadLetterOnError, Environment, FailOnError
+from weir.core.config import Endpoints
 from weir.core.descriptors import validate_transaction_timeout
 from weir.core.errors import JobDefinitionError
 
@@ -74,3 +77,47 @@ def test_exactly_once_sinks_are_refused_under_at_least_once_checkpoints(mode: st
     with pytest.raises(JobDefinitionError, match="cannot run with checkpointing.mode=at_least_once"):
         check_job_rules(unbounded_job("exactly_once").graph, settings, restart_allowance_s=10)
     check_job_rules(unbounded_job("at_least_once").graph, settings, restart_allowance_s=10)
+
+
+# Dead-letter topics -----------------------------------------------------------------------------
+
+
+def dead_lettering_job() -> Environment:
+    env = Environment("j", parallelism=1)
+    numbers = env.from_kafka("events", uid="src", dead_letter_topic="malformed")
+    parsed = numbers.map(lambda v: v, uid="parse").filter(bool, uid="keep", on_error=FailOnError())
+    parsed.key_by(lambda v: v).reduce(lambda a, b: b, uid="latest", on_error=DeadLetterOnError("latest-dlq")).print(
+        uid="out"
+    )
+    parsed.sink_to_kafka("out", uid="sink", delivery="at_least_once")
+    env.on_record_error(DeadLetterOnError("job-dlq"))  # the operators without their own read it at submit
+    return env
+
+
+def test_the_dead_letter_topics_are_the_operators_on_error_topics_with_who_sends_there() -> None:
+    assert dead_letter_topics(dead_lettering_job().graph) == {"job-dlq": ("parse", "sink"), "latest-dlq": ("latest",)}
+
+
+def test_a_missing_dead_letter_topic_refuses_the_job_at_submit_naming_topic_and_operators(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    existing = {"events", "malformed", "out", "latest-dlq"}
+    looked_up: list[str] = []
+
+    def partition_count(_endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> int | None:
+        looked_up.append(topic)
+        return 1 if topic in existing else None
+
+    monkeypatch.setattr(kafka, "topic_partition_count", partition_count)
+    monkeypatch.setattr(kafka, "require_topic", lambda _endpoints, _topic: None)
+    settings = parse_checkpoint_settings({"checkpointing.interval": "10s"})
+    endpoints = Endpoints.from_env()
+    with pytest.raises(JobDefinitionError) as raised:
+        check_job_at_submit(dead_lettering_job().graph, settings, 10, endpoints)
+    assert str(raised.value) == (
+        f"dead-letter topic 'job-dlq' of 'parse', 'sink' does not exist at {endpoints.kafka_bootstrap}: a rejected "
+        "record could not be kept; create it before the job runs"
+    )
+    existing.add("job-dlq")
+    check_job_at_submit(dead_lettering_job().graph, settings, 10, endpoints)
+    assert {"job-dlq", "latest-dlq"} <= set(looked_up)

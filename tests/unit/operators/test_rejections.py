@@ -15,7 +15,13 @@ from structlog.testing import capture_logs
 from operators.base import ChainOutput, StreamOperator
 from operators.basic import FilterOperator, FlatMapOperator, MapOperator, ProcessOperator
 from operators.keyed import KeyedProcessOperator, ReduceOperator
-from operators.rejections import REJECTED_RECORDS, CapturedDeadLetters, RecordRejections, rejected_by_function
+from operators.rejections import (
+    REJECTED_RECORDS,
+    CapturedDeadLetters,
+    KafkaDeadLetters,
+    RecordRejections,
+    rejected_by_function,
+)
 from operators.sources import KafkaSourceOperator
 from operators.windows import WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
@@ -275,3 +281,54 @@ def test_an_on_error_that_is_not_a_handling_is_refused_at_build() -> None:
         env.from_collection([1], uid="numbers").map(poison, uid="a", on_error="dead-letter")  # type: ignore[arg-type]
     with pytest.raises(JobDefinitionError, match="on_record_error takes"):
         env.on_record_error("fail")  # type: ignore[arg-type]
+
+
+class RecordingProducer:
+    """What KafkaDeadLetters calls on its producer: every letter is acknowledged at once."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bytes]] = []
+
+    def produce(self, topic: str, *, key: bytes | None, value: bytes, on_delivery: Any) -> None:
+        self.sent.append((topic, value))
+        on_delivery(None, None)
+
+    def flush(self, timeout: float) -> int:
+        return 0
+
+
+def test_a_dead_letter_topic_that_does_not_exist_fails_the_job_naming_topic_operator_and_record(
+    make_context: MakeContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from connectors import kafka
+    from weir.core.config import Endpoints
+    from weir.core.failures import Failure
+
+    existing: set[str] = set()
+    lookups: list[str] = []
+
+    def partition_count(_endpoints: Any, topic: str, timeout_s: float = 10.0) -> int | None:
+        lookups.append(topic)
+        return 1 if topic in existing else None
+
+    producer = RecordingProducer()
+    monkeypatch.setattr(kafka, "topic_partition_count", partition_count)
+    monkeypatch.setattr(kafka, "producer", lambda _endpoints, **_options: producer)
+    ctx = make_context("parse")
+    ctx.rejections = RecordRejections(ctx.job_id, ctx.subtask, KafkaDeadLetters(), ctx.log)
+    op = MapOperator(poison, DLQ)
+    op.setup(ctx, CollectingOutput())
+    with pytest.raises(JobDefinitionError) as raised:
+        op.process(3, 1000)
+    bootstrap = Endpoints.from_env().kafka_bootstrap
+    assert str(raised.value).startswith(
+        "operator 'parse' (subtask 0) could not dead-letter a rejected record: dead-letter topic 'events-dlq' does "
+        f"not exist at {bootstrap}: create it, then run the job again (the record: operator 'parse'"
+    )
+    assert not producer.sent
+    failure = Failure.from_exception(raised.value)
+    assert failure.retriable is False and failure.fault.value == "user"  # a restart cannot help
+    existing.add("events-dlq")
+    op.process(3, 1001)
+    op.process(3, 1002)
+    assert len(producer.sent) == 2 and lookups == ["events-dlq", "events-dlq"]  # found once, then not asked again

@@ -3,20 +3,25 @@ absence), its dead-letter envelope (the Kafka source's format), and the Failure 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
 
 from weir.core.errors import Fault, NonRetriableError
 from weir.core.failures import Failure
+from weir.core.process_functions import TimeDomain
 from weir.core.rejections import (
     DEAD_LETTER_VALUE_BYTES,
+    FIRING_HAS_NO_POSITION,
     POSITION_NOT_KNOWN,
     RECORD_REPR_CHARS,
     DeadLetterOnError,
     RejectedRecord,
     SourcePosition,
+    TimerFiring,
     UserFunctionError,
+    WindowFiring,
     bounded_repr,
     function_name,
     truncate_utf8,
@@ -116,6 +121,7 @@ def test_the_envelope_is_the_source_s_with_the_function_subtask_key_and_timestam
         "key": "'k1'",
         "timestamp": 1_700_000_000_123,
         "value_truncated": False,
+        "firing": None,
     }
 
 
@@ -167,3 +173,49 @@ def test_whether_a_rejected_record_restarts_the_job_is_the_cause_s(cause: Except
     failure = Failure.from_exception(raised_from(cause))
     assert failure.fault is Fault.USER and failure.retriable is retriable
     assert failure.type == type(cause).__name__
+
+
+def fired(exc: BaseException, firing: TimerFiring | WindowFiring, value: Any = None) -> RejectedRecord:
+    return RejectedRecord.of(
+        operator_uid="alarms",
+        subtask=2,
+        function=Enrich().process_element,
+        exc=exc,
+        value=value,
+        timestamp=None,
+        key="k1",
+        position=None,
+        firing=firing,
+    )
+
+
+def test_a_timer_firing_is_named_by_its_key_time_and_domain_and_says_it_has_no_position() -> None:
+    r = fired(RuntimeError("boom"), TimerFiring(1_000, TimeDomain.PROCESSING_TIME))
+    assert r.describe() == (
+        "operator 'alarms' (subtask 2): Enrich.process_element raised RuntimeError: boom on the "
+        f"processing-time timer at 1000, key 'k1', {FIRING_HAS_NO_POSITION}"
+    )
+    assert POSITION_NOT_KNOWN not in r.describe() and "@" not in r.describe()
+
+
+def test_a_window_firing_is_named_by_its_bounds_and_what_its_function_was_given() -> None:
+    r = fired(ValueError("bad"), WindowFiring(0, 60_000), value=[3, 4])
+    assert "on the firing of window [0, 60000), key 'k1' (given [3, 4]), no source position" in r.describe()
+
+
+def test_the_envelope_of_a_firing_says_which_firing_with_no_position_and_no_timestamp() -> None:
+    timer, _cut = fired(RuntimeError("boom"), TimerFiring(1_000, TimeDomain.EVENT_TIME)).envelope("job-1", None)
+    assert timer["firing"] == {"kind": "timer", "time": 1_000, "domain": "event_time"}
+    assert (timer["topic"], timer["partition"], timer["offset"], timer["timestamp"], timer["value"]) == (None,) * 5
+    assert SOURCE_ENVELOPE_KEYS <= set(timer)
+    window, _cut = fired(ValueError("bad"), WindowFiring(0, 60_000), value=[3]).envelope("job-1", "[3]")
+    assert window["firing"] == {"kind": "window", "start": 0, "end": 60_000} and window["value"] == "[3]"
+
+
+def test_a_firing_cannot_be_given_a_source_position_or_a_record_timestamp() -> None:
+    firing = TimerFiring(5, TimeDomain.EVENT_TIME)
+    base = fired(ValueError("x"), firing)
+    with pytest.raises(ValueError, match="a firing is not a record"):
+        dataclasses.replace(base, position=SourcePosition("events", 0, 1))
+    with pytest.raises(ValueError, match="a firing is not a record"):
+        dataclasses.replace(base, timestamp=5)
