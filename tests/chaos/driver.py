@@ -383,7 +383,11 @@ def _check(
             f"{processed - config.events:,} ({processed:,} processed over all attempts for {config.events:,} events)",
         )
     report.measured("checkpoints completed", monitor.checkpoints[-1][1] if monitor.checkpoints else 0)
-    failure = f": {final.failure}" if final is not None and final.failure is not None else ""
+    failure = ""
+    if final is not None and final.failure is not None:
+        failure = (
+            f" (its last failure on the way: {final.failure})" if status == JobStatus.FINISHED else f": {final.failure}"
+        )
     report.verify("the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}{failure}")
     report.verify(
         "the job recovered after every fault (a checkpoint completed after it)",
