@@ -10,6 +10,7 @@ duration is the fault itself; whatever waits for an effect polls a condition wit
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -28,6 +29,7 @@ SLOW_PERIOD_S = 0.5  # a slowed server runs SLOW_RUNNING of every period, stoppe
 SLOW_RUNNING = 0.2
 LOCAL_DISK_SIZE = "1g"  # each TaskManager's tmpfs: room for its RocksDB files (WALs are preallocated)
 FILLER_NAME = ".chaos-filler"
+FILL_CHUNKS = (64 * 2**20, 2**20, 4096)
 
 
 class FaultError(Exception):
@@ -99,23 +101,21 @@ class LocalDisks:
         subprocess.run(["umount", "-l", str(self.directory(taskmanager))], capture_output=True)
 
     def fill(self, taskmanager: str) -> int:
-        """Take every free byte of the TaskManager's tmpfs; returns how many were taken."""
+        """Take every free byte of the TaskManager's tmpfs (it may be writing meanwhile): allocate in
+        ever smaller chunks until not even a page is left; returns how many bytes were taken."""
         filler = self.directory(taskmanager) / FILLER_NAME
-        stats = os.statvfs(filler.parent)
-        free = stats.f_bavail * stats.f_frsize
         taken = 0
         fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            if free:
-                os.posix_fallocate(fd, 0, free)
-                taken = free
-            os.lseek(fd, taken, os.SEEK_SET)
-            chunk = b"\0" * 4096
-            try:  # what fallocate's rounding left
-                while written := os.write(fd, chunk):
-                    taken += written
-            except OSError:
-                pass
+            for chunk in FILL_CHUNKS:
+                while True:
+                    try:
+                        os.posix_fallocate(fd, taken, chunk)
+                    except OSError as exc:
+                        if exc.errno != errno.ENOSPC:
+                            raise
+                        break
+                    taken += chunk
         finally:
             os.close(fd)
         return taken
