@@ -18,6 +18,10 @@ from weir.core.errors import ServiceUnavailableError
 
 pytestmark = pytest.mark.integration
 
+# Read at collection, before the session's cluster fixture points WEIR_RUN_DIR at its own directory:
+# the services' pid files stay where deploy/local/infra.sh started them.
+BROKER_PID_FILE = run_dir() / "kafka" / "kafka.pid"
+
 
 def test_a_flush_the_broker_never_acknowledges_fails_on_the_stall_and_the_next_producer_fences_it(
     services: Endpoints, unique: str
@@ -31,7 +35,7 @@ def test_a_flush_the_broker_never_acknowledges_fails_on_the_stall_and_the_next_p
     first.produce(topic, b"before", b"k")
     first.flush(30)  # the partition is in the transaction: the broker knows it
 
-    pid = int((run_dir() / "kafka" / "kafka.pid").read_text().strip())
+    pid = int(BROKER_PID_FILE.read_text().strip())
     os.kill(pid, signal.SIGSTOP)
     try:
         for i in range(20):
