@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 import zlib
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -419,6 +420,27 @@ def end_offsets(endpoints: Endpoints, topic: str, timeout_s: float = 30.0) -> di
 # Transactions (exactly-once sinks) ------------------------------------------------------------------
 
 
+FLUSH_SLICE_S = 0.5  # a flush waits in slices of this, checking its progress in between
+FLUSH_STALL_S = 15.0  # no record acknowledged for this long while some are pending: the flush fails
+CLIENT_ERRORS_KEPT = 8
+
+
+@dataclass
+class FlushProgress:
+    """Whether a flush still gets records acknowledged: pure, for its clock-driven tests."""
+
+    pending: int
+    since: float  # when ``pending`` last fell (or the flush began)
+    stall_s: float
+
+    def stalled(self, pending: int, now: float) -> bool:
+        """Record ``pending`` at ``now``; True when it has not fallen for ``stall_s``."""
+        if pending < self.pending:
+            self.pending, self.since = pending, now
+            return False
+        return now - self.since >= self.stall_s
+
+
 @dataclass
 class Delivery:
     """Where one produced record landed; filled in by the delivery report during ``flush``."""
@@ -440,9 +462,16 @@ class TransactionalProducer:
         self._endpoints = endpoints
         config = client_config(endpoints, linger_ms=5, **overrides)
         config.update({"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms})
+        config["error_cb"] = self._on_client_error
         self._transaction_timeout_ms = transaction_timeout_ms
+        self._client_errors: deque[KafkaError] = deque(maxlen=CLIENT_ERRORS_KEPT)
         self._producer = Producer(config)
         self._errors: list[str] = []
+
+    def _on_client_error(self, error: KafkaError) -> None:
+        """librdkafka's client-level errors (brokers down, a fatal producer error); kept for the
+        flush's failure message, and a fatal one ends the flush at once."""
+        self._client_errors.append(error)
 
     def _fail(self, action: str, exc: KafkaException) -> ServiceUnavailableError:
         return ServiceUnavailableError(
@@ -514,14 +543,45 @@ class TransactionalProducer:
     def poll(self) -> None:
         self._producer.poll(0)
 
-    def flush(self, timeout_s: float) -> None:
-        """Wait until every queued record of the transaction is acknowledged (the pre-commit)."""
-        remaining = self._producer.flush(timeout_s)
-        if remaining or self._errors:
-            raise ServiceUnavailableError(
-                f"kafka transactional producer {self.transactional_id!r}: {remaining} record(s) not acknowledged "
-                f"within {timeout_s:.0f}s, delivery errors: {self._errors[:3]}"
-            )
+    def flush(self, timeout_s: float, stall_s: float = FLUSH_STALL_S) -> None:
+        """Wait until every queued record of the transaction is acknowledged (the pre-commit).
+
+        Fails (retriable) when a record's delivery failed, when the client reports a fatal error,
+        when ``timeout_s`` is over, or as soon as no record was acknowledged for ``stall_s`` while
+        some are pending: after a broker restart librdkafka can keep records unacknowledged with no
+        error until the transaction times out, and a new producer (the task's restart) gets them
+        through at once."""
+        clock = time.monotonic
+        deadline = clock() + timeout_s
+        progress = FlushProgress(len(self._producer), clock(), stall_s)
+        while True:
+            pending = self._producer.flush(max(0.0, min(FLUSH_SLICE_S, deadline - clock())))
+            now = clock()
+            fatal = [e for e in self._client_errors if e.fatal()]
+            if fatal:
+                raise ServiceUnavailableError(
+                    f"kafka transactional producer {self.transactional_id!r}: fatal client error while "
+                    f"flushing: {fatal[-1].str()}"
+                )
+            if self._errors or (pending and now >= deadline):
+                raise ServiceUnavailableError(
+                    f"kafka transactional producer {self.transactional_id!r}: {pending} record(s) not "
+                    f"acknowledged within {timeout_s:.0f}s, delivery errors: {self._errors[:3]}"
+                    f"{self._client_errors_text()}"
+                )
+            if not pending:
+                return
+            if progress.stalled(pending, now):
+                raise ServiceUnavailableError(
+                    f"kafka transactional producer {self.transactional_id!r}: no record acknowledged for "
+                    f"{stall_s:.0f}s, {pending} pending{self._client_errors_text()}; the task restarts "
+                    "with a new producer"
+                )
+
+    def _client_errors_text(self) -> str:
+        if not self._client_errors:
+            return ""
+        return "; client errors: " + ", ".join(e.str() for e in list(self._client_errors)[-3:])
 
     def commit(self, timeout_s: float) -> None:
         """Commit the open transaction; a retriable error is retried within ``timeout_s``. A transaction

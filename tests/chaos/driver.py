@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from jobmanager.registry import HEARTBEAT_TIMEOUT_S
-from tests.chaos.faults import Injected, Injector
+from tests.chaos.faults import FaultError, Injected, Injector, LocalDisks
 from tests.chaos.schedule import ALL_KINDS, Fault, FaultKind, make_schedule, parse_kinds
 from tests.chaos.semantics import Output, SinkCheck, check_sink
 from weir.core.config import Endpoints, run_dir
@@ -292,7 +292,25 @@ def run_chaos(
         f"({config.partitions} partitions)"
     )
     console.print(f"schedule (seed {config.seed}):\n  " + "\n  ".join(f.describe() for f in schedule))
-    injector = Injector(directory, services_run_dir)
+    local_disks = LocalDisks(run_dir()) if any(f.kind is FaultKind.FILL_DISK for f in schedule) else None
+    if local_disks is not None:
+        local_disks.mount()
+        report.step(
+            f"mounted a {local_disks.size} tmpfs over each TaskManager's local directory under {local_disks.run_dir} "
+            "(the fill-disk fault fills one)"
+        )
+    try:
+        _run_schedule(run, endpoints, names, console, Injector(directory, services_run_dir, local_disks))
+    finally:
+        if local_disks is not None:
+            local_disks.unmount()
+    return run
+
+
+def _run_schedule(
+    run: ChaosRun, endpoints: Endpoints, names: dict[str, str], console: Console, injector: Injector
+) -> None:
+    config, schedule, report = run.config, run.schedule, run.report
     parameters = config.parameters(names)
     with JobManagerClient(endpoints.jobmanager_address) as client:
         run.job_id = client.submit_job(JOB_FILE, parameters, config.parallelism)
@@ -336,7 +354,6 @@ def run_chaos(
             monitor.stop()
             watcher.join(timeout=10)
         _check(run, monitor, endpoints, names, parameters)
-    return run
 
 
 def _check(
@@ -366,7 +383,11 @@ def _check(
             f"{processed - config.events:,} ({processed:,} processed over all attempts for {config.events:,} events)",
         )
     report.measured("checkpoints completed", monitor.checkpoints[-1][1] if monitor.checkpoints else 0)
-    failure = f": {final.failure}" if final is not None and final.failure is not None else ""
+    failure = ""
+    if final is not None and final.failure is not None:
+        failure = (
+            f" (its last failure on the way: {final.failure})" if status == JobStatus.FINISHED else f": {final.failure}"
+        )
     report.verify("the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}{failure}")
     report.verify(
         "the job recovered after every fault (a checkpoint completed after it)",
@@ -421,6 +442,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         kinds = parse_kinds(args.kinds)
     except ValueError as exc:
         parser.error(str(exc))
+    console = Console()
+    if FaultKind.FILL_DISK in kinds and (why := LocalDisks.unavailable()) is not None:
+        if args.kinds.strip() not in ("", "all"):
+            parser.error(f"fill-disk cannot run here: {why}")
+        kinds = tuple(k for k in kinds if k is not FaultKind.FILL_DISK)
+        console.print(f"[yellow]fill-disk left out: no tmpfs can be mounted here ({why})[/]")
     config = replace(
         defaults,
         events=args.events,
@@ -431,13 +458,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         kinds=kinds,
         min_gap_s=args.gap,
     )
-    console = Console()
     endpoints = s3_endpoints()
     services_run_dir = args.services_run_dir or run_dir()
     start_local_cluster(console, endpoints)
     try:
         run = run_chaos(endpoints, config, console, directory=cluster_dir(), services_run_dir=services_run_dir)
-    except (WeirError, RuntimeError, ValueError) as exc:
+    except (WeirError, FaultError, RuntimeError, ValueError) as exc:
         console.print(f"[bold red]chaos: {exc}[/]", soft_wrap=True)
         return 1
     print_report(console, run.report)

@@ -21,6 +21,8 @@ class FaultKind(enum.Enum):
     RESTART_POSTGRES = "restart-postgres"  # connections lost; prepared transactions survive
     RESTART_S3 = "restart-s3"  # the checkpoint storage stopped and started
     PAUSE_S3 = "pause-s3"  # the S3 server SIGSTOPped for a while: uploads hang, then go on
+    SLOW_S3 = "slow-s3"  # the S3 server let run a fifth of the time for a while: every upload slow
+    FILL_DISK = "fill-disk"  # a TaskManager's local disk (its RocksDB databases) full for a while
 
 
 ALL_KINDS: Final = tuple(FaultKind)
@@ -41,7 +43,7 @@ class Fault:
 
 def target_of(kind: FaultKind, rng: random.Random) -> str:
     match kind:
-        case FaultKind.KILL_TASKMANAGER | FaultKind.PAUSE_TASKMANAGER:
+        case FaultKind.KILL_TASKMANAGER | FaultKind.PAUSE_TASKMANAGER | FaultKind.FILL_DISK:
             return rng.choice(TASKMANAGERS)
         case FaultKind.KILL_JOBMANAGER:
             return "jobmanager"
@@ -49,7 +51,7 @@ def target_of(kind: FaultKind, rng: random.Random) -> str:
             return "kafka"
         case FaultKind.RESTART_POSTGRES:
             return "postgres"
-        case FaultKind.RESTART_S3 | FaultKind.PAUSE_S3:
+        case FaultKind.RESTART_S3 | FaultKind.PAUSE_S3 | FaultKind.SLOW_S3:
             return "s3"
         case _ as unreachable:
             assert_never(unreachable)
@@ -65,6 +67,10 @@ def duration_of(kind: FaultKind, rng: random.Random, heartbeat_timeout_s: float)
             return round(rng.uniform(1.0, 5.0), 1)  # down this long between stop and start
         case FaultKind.PAUSE_S3:
             return round(rng.uniform(3.0, 12.0), 1)
+        case FaultKind.SLOW_S3:  # several checkpoints' uploads at a fifth of the speed
+            return round(rng.uniform(8.0, 20.0), 1)
+        case FaultKind.FILL_DISK:
+            return round(rng.uniform(5.0, 15.0), 1)
         case _ as unreachable:
             assert_never(unreachable)
 

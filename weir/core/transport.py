@@ -6,6 +6,9 @@ from typing import Final
 
 MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
 """The largest gRPC message Weir sends or accepts (control and data plane)."""
+RECONNECT_BACKOFF_MIN_MS: Final = 200
+RECONNECT_BACKOFF_MAX_MS: Final = 2_000
+
 GRPC_OPTIONS: Final = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -17,4 +20,10 @@ GRPC_OPTIONS: Final = [
     # the server answers GOAWAY "too_many_pings" and idle data-plane streams break.
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),
+    # Client side: reconnect to a restarted peer within a second or two. gRPC's default backoff grows
+    # 1.6x per failed attempt up to 120 s, so a TaskManager that tried through a JobManager's restart
+    # found it again only 10-17 s after it was up (the chaos run's kill-jobmanager recoveries).
+    ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MIN_MS),
+    ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MIN_MS),
+    ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),
 ]

@@ -1,7 +1,8 @@
 """The short chaos run of `make test` (`make chaos` runs the long one): a few faults of each layer —
 a TaskManager killed, a TaskManager paused past the heartbeat timeout, the PostgreSQL server and the
-Kafka broker restarted, the S3 server paused — during a sequence-numbered job; at the end every key's
-sequence is exact in both sinks, weir verify is exact, nothing is left prepared, the job FINISHED."""
+Kafka broker restarted, the S3 server paused and slowed, a TaskManager's local disk full (where a
+tmpfs can be mounted) — during a sequence-numbered job; at the end every key's sequence is exact in
+both sinks, weir verify is exact, nothing is left prepared, the job FINISHED."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from tests.chaos.driver import ChaosConfig, run_chaos
+from tests.chaos.faults import LocalDisks
 from tests.chaos.schedule import FaultKind
 from tests.integration.conftest import WeirCluster
 from weir.core.config import run_dir
@@ -29,7 +31,8 @@ KINDS = (
     FaultKind.RESTART_POSTGRES,
     FaultKind.RESTART_KAFKA,
     FaultKind.PAUSE_S3,
-)
+    FaultKind.SLOW_S3,
+) + ((FaultKind.FILL_DISK,) if LocalDisks.unavailable() is None else ())
 
 
 def test_a_short_chaos_run_keeps_every_sequence_exact(weir_cluster: WeirCluster, unique: str) -> None:

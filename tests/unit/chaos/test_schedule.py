@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import assert_never
+
 import pytest
 
 from tests.chaos.driver import expected_last_seq
@@ -50,6 +52,12 @@ def test_targets_and_durations_fit_each_kind() -> None:
                 assert f.target in ("kafka", "postgres") and 1.0 <= f.duration_s <= 5.0
             case FaultKind.RESTART_S3 | FaultKind.PAUSE_S3:
                 assert f.target == "s3" and f.duration_s >= 1.0
+            case FaultKind.SLOW_S3:
+                assert f.target == "s3" and 8.0 <= f.duration_s <= 20.0
+            case FaultKind.FILL_DISK:
+                assert f.target in TASKMANAGERS and 5.0 <= f.duration_s <= 15.0
+            case _ as unreachable:
+                assert_never(unreachable)
 
 
 def test_a_schedule_that_cannot_fit_is_refused_with_the_numbers() -> None:
