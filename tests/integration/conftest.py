@@ -8,6 +8,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -105,6 +106,18 @@ def unique() -> str:
 
 
 RECORD_PATHS = ("records", "columnar")
+
+LONG = pytest.mark.long
+"""A test `make test` leaves out (`make test-long` runs them, `make test-all` everything): each one
+covers what a test of `make test` covers too, along another axis (the other record path, another
+parallelism pair, another Nexmark query) or at the size of a card scenario."""
+
+
+def long_variant(*values: object) -> Any:
+    """One parameter set of a parametrized test, marked ``long``."""
+    return pytest.param(*values, marks=LONG)
+
+
 """The two paths of examples/keyed_aggregation.py (``-D columnar=``): tests of the operators the
 columnar path covers run on both."""
 

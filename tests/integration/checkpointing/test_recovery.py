@@ -10,7 +10,13 @@ import psycopg
 import pytest
 
 from connectors import kafka
-from tests.integration.conftest import RECORD_PATHS, WeirCluster, create_topics, create_window_table, path_parameters
+from tests.integration.conftest import (
+    WeirCluster,
+    create_topics,
+    create_window_table,
+    long_variant,
+    path_parameters,
+)
 from weir.core.errors import ClusterUnavailableError
 from weir.tools.client import JobDetails
 from weir.tools.events import EventSpec, events, produce_events
@@ -56,7 +62,7 @@ def process_running(cluster: WeirCluster, name: str) -> bool:
     return status is not None and any(p.name == name and p.alive for p in status.processes)
 
 
-@pytest.mark.parametrize("path", RECORD_PATHS)
+@pytest.mark.parametrize("path", ["columnar", long_variant("records")])
 def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCluster, unique: str, path: str) -> None:
     endpoints = weir_cluster.endpoints
     source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"

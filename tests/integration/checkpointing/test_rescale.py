@@ -11,7 +11,14 @@ import time
 import psycopg
 import pytest
 
-from tests.integration.conftest import RECORD_PATHS, REPO_ROOT, WeirCluster, keyed_aggregation_inputs, path_parameters
+from tests.integration.conftest import (
+    RECORD_PATHS,
+    REPO_ROOT,
+    WeirCluster,
+    keyed_aggregation_inputs,
+    long_variant,
+    path_parameters,
+)
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.states import JobStatus
 from weir.tools.client import CheckpointInfo, JobDetails
@@ -48,7 +55,13 @@ def retained(cluster: WeirCluster, job_id: str) -> list[CheckpointInfo]:
 
 @pytest.mark.parametrize(
     ("old_parallelism", "new_parallelism", "path"),
-    [(3, 2, "records"), (2, 3, "records"), (3, 1, "records"), (3, 2, "columnar"), (2, 3, "columnar")],
+    [
+        (3, 2, "records"),
+        long_variant(2, 3, "records"),
+        long_variant(3, 1, "records"),
+        long_variant(3, 2, "columnar"),
+        (2, 3, "columnar"),
+    ],
 )
 def test_a_retained_checkpoint_restores_at_another_parallelism_with_exact_sinks(
     weir_cluster: WeirCluster, unique: str, old_parallelism: int, new_parallelism: int, path: str

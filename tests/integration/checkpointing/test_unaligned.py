@@ -16,11 +16,11 @@ import pytest
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.checkpointing.test_rescale import events_read, retained, wait_for
 from tests.integration.conftest import (
-    RECORD_PATHS,
     REPO_ROOT,
     WeirCluster,
     create_topics,
     keyed_aggregation_inputs,
+    long_variant,
     path_parameters,
 )
 from weir.core.checkpointing import CheckpointStatus
@@ -63,7 +63,7 @@ def kill_mid_run_until_finished(cluster: WeirCluster, job_id: str, victim: str |
     return final
 
 
-@pytest.mark.parametrize("path", RECORD_PATHS)
+@pytest.mark.parametrize("path", ["records", long_variant("columnar")])
 def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
     weir_cluster: WeirCluster, unique: str, path: str
 ) -> None:

@@ -41,9 +41,7 @@ def build(env: Environment) -> None:
 
 
 def _run(argv: list[str], *, env: Mapping[str, str], cwd: Path, timeout: float = 600) -> str:
-    result = subprocess.run(
-        argv, env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    result = subprocess.run(argv, env=dict(env), cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
     assert result.returncode == 0, f"{' '.join(argv)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
     return result.stdout
 
@@ -134,9 +132,7 @@ def built(source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFacto
 
 
 @pytest.fixture(scope="module")
-def venv(
-    built: tuple[Path, Path], source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Path:
+def venv(built: tuple[Path, Path], source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh virtual environment (no system site-packages) with the wheel and its dependencies."""
     _, wheel = built
     root = tmp_path_factory.mktemp("venv") / "venv"

@@ -15,7 +15,7 @@ from tests.integration.conftest import WeirCluster
 from weir.core.errors import WeirError
 from weir.tools.scenario_backpressure import BackpressureConfig, Outcome, print_outcome, run_backpressure_scenario
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
 
 # One channel from the source to the window (parallelism 1): its queue holds ~5,000 records, which a
 # sink of 40 results/s (x 18.75 events each = 750 events/s) drains in ~7 s, so the aligned barriers

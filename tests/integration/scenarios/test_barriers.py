@@ -24,7 +24,7 @@ from weir.tools.scenario_barriers import (
 )
 from weir.tools.scenario_report import print_report
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
 
 
 def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visibility(

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from connectors import kafka
-from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
+from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, long_variant, path_parameters
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, produce_events
@@ -31,7 +31,10 @@ CRASH_POINTS = [
 @pytest.mark.parametrize(
     ("crash_cluster", "path"),
     [(point, "records") for point in CRASH_POINTS]
-    + [(point, "columnar") for point in ("after_pre_commit@taskmanager-2:3", "between_sink_commits@taskmanager-2:3")],
+    + [
+        long_variant(point, "columnar")
+        for point in ("after_pre_commit@taskmanager-2:3", "between_sink_commits@taskmanager-2:3")
+    ],
     indirect=["crash_cluster"],
 )
 def test_crash_point_recovers_to_exact_sinks(
