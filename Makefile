@@ -88,7 +88,7 @@ scenario-backpressure: setup infra-up ## the seed's backpressure scenario: a slo
 scenarios: setup infra-up ## every scenario above, one after the other (~15 min); exit 1 if any FAILed
 	@rc=0; for s in $(SCENARIOS); do $(PY) -m weir.tools.cli scenario $$s || rc=1; done; exit $$rc
 
-chaos: setup infra-up ## faults of TaskManagers, the JobManager, Kafka, PostgreSQL and S3 at random (~12 min); CHAOS_ARGS="--seed 7 --faults 12"
+chaos: setup infra-up ## faults of TaskManagers, the JobManager, Kafka, PostgreSQL, S3 and a local disk at random (~12 min); CHAOS_ARGS="--seed 7 --faults 12"
 	$(PY) -m tests.chaos.driver $(CHAOS_ARGS)
 
 cluster-up: setup ## JobManager + 3 TaskManagers as local processes
