@@ -88,6 +88,7 @@ def main() -> None:
         client_certificates=security.server_tls is not None and security.server_tls.requires_client_certificate,
         token=security.token is not None,
         recovered_jobs=recovered,
+        ended_jobs_loading=jm.recovery.history_pending(),
     )
 
     stop = threading.Event()

@@ -11,9 +11,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Executor, ThreadPoolExecutor
 
+import structlog
+
 from connectors.object_storage import CheckpointStorage
 from jobmanager.checkpoint_actions import CheckpointActionExecutor
 from jobmanager.deployment import Deployer
+from jobmanager.errors import JobManagerNotReadyError
 from jobmanager.exception_history import ExceptionHistory
 from jobmanager.failover import Failover, ResolveTransactions, resolve_job_transactions
 from jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
@@ -51,6 +54,8 @@ from jobmanager.task_reports import TaskReports
 from weir.core.ids import CheckpointId
 from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
+
+log = structlog.get_logger("weir.jobmanager")
 
 IO_WORKERS = 8
 
@@ -121,9 +126,11 @@ class JobManager:
         self._monitor_thread = threading.Thread(
             target=self.monitor.run, args=(self._stopping,), name="jm-monitor", daemon=True
         )
+        self._history_thread = threading.Thread(target=self.recover_history, name="jm-history", daemon=True)
 
     def start(self) -> None:
         self._monitor_thread.start()
+        self._history_thread.start()
 
     def stop(self) -> None:
         self._stopping.set()
@@ -170,30 +177,37 @@ class JobManager:
         return self.submitter.submit(request)
 
     def cancel(self, job_id: str) -> JobStatus:
+        self._not_loading(job_id)
         return self.failover.cancel(job_id)
 
     def trigger_savepoint(self, job_id: str, target_directory: str, *, stop: bool, drain: bool) -> CheckpointId:
+        self._not_loading(job_id)
         return self.savepoints.trigger(job_id, target_directory, stop=stop, drain=drain)
 
     def job_status(self, job_id: str) -> JobStatusView:
+        self._not_loading(job_id)
         return self.reads.job_status(job_id)
 
     def list_jobs(self) -> tuple[JobSummaryView, ...]:
         return self.reads.list_jobs()
 
     def list_checkpoints(self, job_id: str) -> CheckpointsView:
+        self._not_loading(job_id)
         return self.reads.list_checkpoints(job_id)
 
     def checkpoint_detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetailView:
+        self._not_loading(job_id)
         return self.reads.checkpoint_detail(job_id, checkpoint_id)
 
     def cluster_status(self) -> ClusterView:
         return self.reads.cluster_status()
 
     def job_plan(self, job_id: str) -> JobPlanView:
+        self._not_loading(job_id)
         return self.reads.job_plan(job_id)
 
     def exception_history(self, job_id: str) -> ExceptionHistory:
+        self._not_loading(job_id)
         return self.reads.exception_history(job_id)
 
     # Recovery and monitoring ----------------------------------------------------------------------
@@ -204,6 +218,18 @@ class JobManager:
             return self.recovery.recover_jobs()
         finally:
             self._recovered.set()
+
+    def recover_history(self) -> int:
+        """Load the ended jobs ``recover_jobs`` left for later (``start`` runs it in the background)."""
+        loaded = self.recovery.recover_history()
+        log.info("job_history_loaded", jobs=loaded)
+        return loaded
+
+    def _not_loading(self, job_id: str) -> None:
+        if self.recovery.is_loading(job_id):
+            raise JobManagerNotReadyError(
+                f"the JobManager is still loading ended job {job_id} from checkpoint storage; try again shortly"
+            )
 
     def tick(self) -> None:
         self.monitor.tick()

@@ -1,6 +1,13 @@
 """A restarted JobManager takes its jobs over from their durable records (``jobmanager.records``)
 and their checkpoints' metadata: running ones restart, a cancelling one finishes cancelling, an
-ended one whose transactions were not resolved gets them resolved."""
+ended one whose transactions were not resolved gets them resolved.
+
+Only those need the JobManager before it serves (``recover_jobs``). The other ended jobs are history
+(their status, checkpoints and exceptions for ``weir list``, the REST API and restores from their
+retained checkpoints): ``recover_history`` loads them after it started, so that a checkpoint storage
+holding hundreds of ended jobs does not hold up the running ones (each costs an exec of its job file,
+listings and orphan collection: ~0.1 s, 15 s for the ~130 of a test machine's storage). Until then a
+question about one of them is answered "not ready, try again" (``is_loading``), never "unknown job"."""
 
 from __future__ import annotations
 
@@ -31,6 +38,15 @@ from weir.core.states import JobStatus
 log = structlog.get_logger("weir.jobmanager")
 
 
+def needs_takeover(record: JobRecord) -> bool:
+    """Whether the JobManager must take the job over before it serves: it is not ended (it restarts,
+    or finishes cancelling), or it ended without the transactions of its last attempt resolved."""
+    status = record.status
+    if not status.terminal:
+        return True
+    return status is not JobStatus.FINISHED and not record.transactions_resolved
+
+
 class JobRecovery:
     def __init__(
         self,
@@ -53,29 +69,62 @@ class JobRecovery:
         self._io = io
         self._lock = lock
         self._clock = clock
+        self._history: list[JobRecord] = []  # read by recover_jobs, loaded by recover_history
+        self._loading: set[str] = set()  # their job ids, until each is loaded (or found unloadable)
 
     def recover_jobs(self) -> int:
-        """Reload every job from its record and its checkpoints' metadata. A record that cannot be
-        read is reported and left alone, never deleted. Answers how many jobs were recovered."""
-        recovered = 0
+        """Read every job record; reload the jobs that need this JobManager (not ended, or ended with
+        transactions to resolve) from their records and their checkpoints' metadata, and keep the
+        other ended ones for :meth:`recover_history`. A record that cannot be read is reported and
+        left alone, never deleted. Answers how many jobs were recovered."""
         now = self._clock()
+        live: list[JobRecord] = []
         for key in self._records.keys():
             try:
                 record = self._records.load(key)
             except WeirError as exc:
                 log.error("job_not_recovered", record=key, error=str(exc))
                 continue
+            (live if needs_takeover(record) else self._history).append(record)
+        with self._lock:
+            self._loading = {r.submission.job_id for r in self._history}
+        return sum(self._recover_one(record, now) for record in live)
+
+    def recover_history(self) -> int:
+        """Load the ended jobs ``recover_jobs`` left for later; answers how many were loaded."""
+        now = self._clock()
+        loaded = 0
+        while True:
+            with self._lock:
+                if not self._history:
+                    return loaded
+                record = self._history.pop(0)
             try:
-                if self._recover(record, now):
-                    recovered += 1
-            except Exception as exc:  # one unreadable job must not keep the JobManager from starting
-                log.error(
-                    "job_not_recovered",
-                    job_id=record.submission.job_id,
-                    error=f"{type(exc).__name__}: {exc}",
-                    action="left as it is in checkpoint storage",
-                )
-        return recovered
+                loaded += self._recover_one(record, now)
+            finally:
+                with self._lock:
+                    self._loading.discard(record.submission.job_id)
+
+    def history_pending(self) -> int:
+        with self._lock:
+            return len(self._loading)
+
+    def is_loading(self, job_id: str) -> bool:
+        """Whether ``job_id`` is an ended job whose history is not loaded yet."""
+        with self._lock:
+            return job_id in self._loading
+
+    def _recover_one(self, record: JobRecord, now: float) -> bool:
+        try:
+            return self._recover(record, now)
+        except Exception as exc:  # one unreadable job must not keep the JobManager from starting
+            log.error(
+                "job_not_recovered",
+                job_id=record.submission.job_id,
+                error=f"{type(exc).__name__}: {exc}",
+                action="left as it is in checkpoint storage",
+            )
+            return False
 
     def _recover(self, record: JobRecord, now: float) -> bool:
         submission = record.submission

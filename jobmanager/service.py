@@ -13,6 +13,7 @@ from grpc_status import rpc_status
 
 from jobmanager.checkpointing.coordinator import CheckpointSummary
 from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from jobmanager.errors import JobManagerNotReadyError
 from jobmanager.manager import JobManager
 from jobmanager.messages import (
     CheckpointAck,
@@ -67,6 +68,7 @@ _STATUS_OF: dict[type[WeirError], grpc.StatusCode] = {
 _REASON_OF: dict[type[WeirError], jobmanager_pb2.ErrorReason.ValueType] = {
     UnknownJobError: jobmanager_pb2.ERROR_REASON_UNKNOWN_JOB,
     UnknownCheckpointError: jobmanager_pb2.ERROR_REASON_UNKNOWN_CHECKPOINT,
+    JobManagerNotReadyError: jobmanager_pb2.ERROR_REASON_NOT_READY,  # UNAVAILABLE, yet it answered
 }
 
 

@@ -330,6 +330,8 @@ class JobManagerClient:
         details = " ".join(str(exc.details() if isinstance(exc, grpc.Call) else exc).split())
         if code is grpc.StatusCode.UNAUTHENTICATED:
             return AuthenticationError(f"the JobManager at {self.address} refused the call: {details}")
+        if code is grpc.StatusCode.UNAVAILABLE and _reason(exc) == jobmanager_pb2.ERROR_REASON_NOT_READY:
+            return ClusterUnavailableError(f"the JobManager at {self.address}: {details}")
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             return ClusterUnavailableError(f"no JobManager at {self.address}: start the cluster with `weir cluster up`")
         if code is grpc.StatusCode.NOT_FOUND and job_id is not None and checkpoint_id is not None:

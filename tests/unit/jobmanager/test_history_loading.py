@@ -1,0 +1,56 @@
+"""A JobManager that serves before its ended jobs' history is loaded says so over the wire: the
+client hears "still loading, try again", not "no JobManager" and not "unknown job"."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+from jobmanager.manager import JobManager
+from jobmanager.service import JobManagerServicer
+from tests.unit.jobmanager.conftest import MakeHarness
+from weir.core.errors import ClusterUnavailableError, UnknownJobError
+from weir.core.states import JobStatus
+from weir.tools.client import JobManagerClient
+from weir.wire import jobmanager_pb2_grpc
+
+
+def _serve(jm: JobManager) -> Iterator[JobManagerClient]:
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(jm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with JobManagerClient(f"127.0.0.1:{port}") as client:
+            yield client
+    finally:
+        server.stop(None)
+
+
+@pytest.fixture
+def restarted(make_harness: MakeHarness) -> Iterator[tuple[JobManager, JobManagerClient]]:
+    """A JobManager restarted over a storage holding one FINISHED job, serving before its history."""
+    first = make_harness()
+    job = first.job()
+    job.status = JobStatus.FINISHED
+    assert first.jm.records.save(job).result()
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 0
+    for client in _serve(second.jm):
+        yield second.jm, client
+
+
+def test_an_ended_job_not_loaded_yet_is_not_ready_and_then_answers(
+    restarted: tuple[JobManager, JobManagerClient],
+) -> None:
+    jm, client = restarted
+    with pytest.raises(ClusterUnavailableError, match="still loading ended job job-1") as not_ready:
+        client.job_status("job-1")
+    assert "start the cluster" not in str(not_ready.value)
+    with pytest.raises(UnknownJobError):
+        client.job_status("job-2")
+    assert jm.recover_history() == 1
+    assert client.job_status("job-1").summary.status is JobStatus.FINISHED
