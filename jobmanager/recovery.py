@@ -12,6 +12,7 @@ question about one of them is answered "not ready, try again" (``is_loading``), 
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Callable, MutableMapping
 from concurrent.futures import Executor
 
@@ -69,7 +70,7 @@ class JobRecovery:
         self._io = io
         self._lock = lock
         self._clock = clock
-        self._history: list[JobRecord] = []  # read by recover_jobs, loaded by recover_history
+        self._history: deque[JobRecord] = deque()  # read by recover_jobs, loaded by recover_history
         self._loading: set[str] = set()  # their job ids, until each is loaded (or found unloadable)
 
     def recover_jobs(self) -> int:
@@ -98,7 +99,7 @@ class JobRecovery:
             with self._lock:
                 if not self._history:
                     return loaded
-                record = self._history.pop(0)
+                record = self._history.popleft()
             try:
                 loaded += self._recover_one(record, now)
             finally:

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import textwrap
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from concurrent.futures import Executor, Future
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar
 
+import grpc
 import pytest
 
 from connectors.object_storage import FileCheckpointStorage
@@ -19,10 +22,13 @@ from jobmanager.errors import TaskManagerCallError
 from jobmanager.jobs import JobMaster, JobSubmission, TaskDeployment
 from jobmanager.manager import JobManager
 from jobmanager.scheduler import SlotOffer
+from jobmanager.service import JobManagerServicer
 from weir.api import load_job_source
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import TaskId
 from weir.graph import LogicalGraph
+from weir.tools.client import JobManagerClient
+from weir.wire import jobmanager_pb2_grpc
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -191,3 +197,17 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
 @pytest.fixture
 def harness(make_harness: MakeHarness) -> Harness:
     return make_harness()
+
+
+@contextmanager
+def served(jm: JobManager) -> Iterator[JobManagerClient]:
+    """``jm``'s servicer on a real gRPC server on a free local port, and a client of it."""
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(jm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with JobManagerClient(f"127.0.0.1:{port}") as client:
+            yield client
+    finally:
+        server.stop(None)

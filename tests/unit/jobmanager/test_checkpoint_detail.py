@@ -4,23 +4,21 @@ coordinator's stats and the read API to the gRPC answer and the client, with the
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 
-import grpc
 import pytest
 
 from jobmanager.checkpointing import coordinator as cc
 from jobmanager.checkpointing.pending import TaskAckMetrics
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import CheckpointAck
-from jobmanager.service import JobManagerServicer, checkpoint_ack, checkpoint_detail_response, checkpoints_response
-from tests.unit.jobmanager.conftest import Harness
+from jobmanager.service import checkpoint_ack, checkpoint_detail_response, checkpoints_response
+from tests.unit.jobmanager.conftest import Harness, served
 from weir.core.checkpointing import ChannelBarrierTime, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import timeline_from_proto, timeline_to_proto
 from weir.core.errors import UnknownCheckpointError, UnknownJobError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.tools.client import JobManagerClient, _checkpoint
-from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
+from weir.wire import common_pb2, jobmanager_pb2
 
 TIMELINE = SubtaskCheckpointTimeline(
     first_barrier_at=100.25,
@@ -110,29 +108,21 @@ def test_an_unknown_checkpoint_or_job_is_named(harness: Harness) -> None:
 
 
 @pytest.fixture
-def served(harness: Harness) -> Iterator[JobManagerClient]:
-    """The servicer on a real gRPC server on a free local port, and a client of it."""
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(harness.jm), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        with JobManagerClient(f"127.0.0.1:{port}") as client:
-            yield client
-    finally:
-        server.stop(None)
+def client(harness: Harness) -> Iterator[JobManagerClient]:
+    with served(harness.jm) as client:
+        yield client
 
 
 def test_the_client_gets_the_detail_and_tells_an_unknown_checkpoint_from_an_unknown_job(
-    harness: Harness, served: JobManagerClient
+    harness: Harness, client: JobManagerClient
 ) -> None:
     job, cid = _started(harness)
     harness.jm.acknowledge_checkpoint(_ack(job, cid))
-    detail = served.checkpoint_detail(job.job_id, cid)
+    detail = client.checkpoint_detail(job.job_id, cid)
     assert detail.checkpoint.checkpoint_id == cid and detail.pending == ()
     (task,) = detail.checkpoint.tasks
     assert (task.vertex_uid, task.subtask, task.timeline) == ("gen", 0, TIMELINE)
     with pytest.raises(UnknownCheckpointError):
-        served.checkpoint_detail(job.job_id, cid + 40)
+        client.checkpoint_detail(job.job_id, cid + 40)
     with pytest.raises(UnknownJobError):
-        served.checkpoint_detail("nope", cid)
+        client.checkpoint_detail("nope", cid)

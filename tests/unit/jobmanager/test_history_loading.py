@@ -4,30 +4,14 @@ client hears "still loading, try again", not "no JobManager" and not "unknown jo
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 
-import grpc
 import pytest
 
 from jobmanager.manager import JobManager
-from jobmanager.service import JobManagerServicer
-from tests.unit.jobmanager.conftest import MakeHarness
+from tests.unit.jobmanager.conftest import MakeHarness, served
 from weir.core.errors import ClusterUnavailableError, UnknownJobError
 from weir.core.states import JobStatus
 from weir.tools.client import JobManagerClient
-from weir.wire import jobmanager_pb2_grpc
-
-
-def _serve(jm: JobManager) -> Iterator[JobManagerClient]:
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(jm), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        with JobManagerClient(f"127.0.0.1:{port}") as client:
-            yield client
-    finally:
-        server.stop(None)
 
 
 @pytest.fixture
@@ -39,7 +23,7 @@ def restarted(make_harness: MakeHarness) -> Iterator[tuple[JobManager, JobManage
     assert first.jm.records.save(job).result()
     second = make_harness(first.storage)
     assert second.jm.recover_jobs() == 0
-    for client in _serve(second.jm):
+    with served(second.jm) as client:
         yield second.jm, client
 
 
