@@ -592,7 +592,7 @@ class TaskManagerRuntime:
             sync_duration_s=ack.sync_s,
             async_duration_s=ack.async_s + write_s,
             unaligned=INFLIGHT_STATE_NAME in snapshot.operator_states,
-            inflight_bytes=len(snapshot.operator_states.get(INFLIGHT_STATE_NAME, b"")),
+            inflight_bytes=ack.inflight_bytes,
         )
         if ack.timeline is not None:
             request.timeline.CopyFrom(timeline_to_proto(ack.timeline))

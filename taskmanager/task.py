@@ -189,12 +189,13 @@ class _UnalignedAck:
     threads: the snapshot's (after its keyed upload, on the snapshotter's thread) and the in-flight
     capture's (on the task thread, once the last barrier arrived). The ack goes out when both are in."""
 
-    __slots__ = ("_ack", "_channels", "_dropped", "_inflight", "_lock")
+    __slots__ = ("_ack", "_buffer_bytes", "_channels", "_dropped", "_inflight", "_lock")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._ack: CheckpointAck | None = None
         self._inflight: bytes | None = None
+        self._buffer_bytes = 0
         self._channels: tuple[ChannelBarrierTime, ...] = ()  # every channel's barrier, known at the capture's end
         self._dropped = False
 
@@ -203,9 +204,12 @@ class _UnalignedAck:
             self._ack = ack
             return self._ready()
 
-    def inflight_done(self, inflight: bytes, channels: tuple[ChannelBarrierTime, ...]) -> CheckpointAck | None:
+    def inflight_done(
+        self, inflight: bytes, buffer_bytes: int, channels: tuple[ChannelBarrierTime, ...]
+    ) -> CheckpointAck | None:
         with self._lock:
             self._inflight = inflight
+            self._buffer_bytes = buffer_bytes
             self._channels = channels
             return self._ready()
 
@@ -220,7 +224,12 @@ class _UnalignedAck:
         self._dropped = True  # sent once
         states = {**ack.snapshot.operator_states, INFLIGHT_STATE_NAME: inflight}
         timeline = replace(ack.timeline, channels=self._channels) if ack.timeline is not None else None
-        return replace(ack, snapshot=replace(ack.snapshot, operator_states=states), timeline=timeline)
+        return replace(
+            ack,
+            snapshot=replace(ack.snapshot, operator_states=states),
+            timeline=timeline,
+            inflight_bytes=self._buffer_bytes,
+        )
 
 
 @dataclass(frozen=True)
@@ -281,6 +290,7 @@ class CheckpointAck:
     sync_s: float
     async_s: float
     timeline: SubtaskCheckpointTimeline | None = None  # None: not recorded (the task always records it)
+    inflight_bytes: int = 0  # of the in-flight buffers an unaligned checkpoint persisted (not their document)
 
 
 @dataclass(frozen=True)
@@ -1244,7 +1254,7 @@ class Task:
         )
         if join is None:  # aborted meanwhile
             return
-        ack = join.inflight_done(encode_inflight(state), self._channel_times(barriers))
+        ack = join.inflight_done(encode_inflight(state), state.size_bytes, self._channel_times(barriers))
         if ack is not None:
             self._send_ack(ack)
 
@@ -1273,7 +1283,7 @@ class Task:
             "checkpoint_acknowledged",
             checkpoint_id=ack.snapshot.checkpoint_id,
             sync_s=round(ack.sync_s, 4),
-            inflight_bytes=len(ack.snapshot.operator_states.get(INFLIGHT_STATE_NAME, b"")),
+            inflight_bytes=ack.inflight_bytes,
         )
 
     def _checkpoint(

@@ -583,9 +583,10 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
         highlight=False,
     )
     console.print(
-        "in-flight bytes: as the runtime reports them per checkpoint (weir checkpoints), beside the __inflight__ "
-        "operator state of each retained checkpoint read back from the checkpoint storage; kind: unaligned when "
-        "a task reported persisting in-flight records",
+        "in-flight bytes: the overtaken records' buffers as the runtime reports them per checkpoint (weir "
+        "checkpoints), beside the size of the __inflight__ operator state (with its framing) of each retained "
+        "checkpoint read back from the checkpoint storage; kind: unaligned when a task reported persisting "
+        "in-flight records",
         soft_wrap=True,
         highlight=False,
     )

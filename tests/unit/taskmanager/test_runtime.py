@@ -165,8 +165,8 @@ def test_an_ack_with_inflight_records_says_it_is_unaligned_and_their_size(
     runtime: TaskManagerRuntime, sent: SentReports
 ) -> None:
     address = TaskAddress("job-1", "sink", 0, 1)
-    snapshot = ChainSnapshot(address, 3, {"sink": b"txn", "__inflight__": b"12345"}, layout(0, 127))
-    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
+    snapshot = ChainSnapshot(address, 3, {"sink": b"txn", "__inflight__": b"<document>"}, layout(0, 127))
+    runtime._on_checkpoint(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0, inflight_bytes=5))  # noqa: SLF001
     ack = sent.next()
     assert isinstance(ack, AckReport) and ack.request.unaligned and ack.request.inflight_bytes == 5
     plain = ChainSnapshot(address, 4, {"sink": b"txn"}, layout(0, 127))

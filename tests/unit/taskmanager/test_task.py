@@ -218,6 +218,20 @@ def test_the_unaligned_actions_capture_and_acknowledge_with_the_inflight_records
     inflight = decode_inflight(ack.snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
     assert inflight == InflightState(CID, {ChannelIndex(1): (data(1).SerializeToString(), data(2).SerializeToString())})
     assert ack.snapshot.operator_states["op"] == b"op@7"
+    assert ack.inflight_bytes == len(data(1).SerializeToString()) + len(data(2).SerializeToString())
+
+
+def test_an_unaligned_checkpoint_that_overtook_nothing_reports_no_bytes_in_flight() -> None:
+    """Its in-flight document is stored all the same (a restore reads it), but the bytes in flight
+    the checkpoint statistics and metrics show are the buffers': an empty capture's document was
+    reported as 53 bytes in flight, and a checkpoint taken after the sources had read everything
+    looked like one holding records."""
+    h = make_task("op", channels=1, alignment=ba.AlignmentMode.UNALIGNED)
+    h.task._apply([_trigger(capture_inflight=True), ba.StartCapture(ChannelIndex(0), CID)])  # noqa: SLF001
+    h.task._apply([ba.StopCapture(ChannelIndex(0), CID), ba.InflightCaptureComplete(CID)])  # noqa: SLF001
+    (ack,) = h.acks
+    assert decode_inflight(ack.snapshot.operator_states[INFLIGHT_STATE_NAME], "test") == InflightState(CID)
+    assert ack.inflight_bytes == 0
 
 
 def test_a_capture_of_another_checkpoint_is_a_protocol_error() -> None:
@@ -232,15 +246,16 @@ def test_an_unaligned_ack_joins_its_snapshot_and_its_capture_in_either_order() -
     (ack,) = h.acks
     for first_snapshot in (True, False):
         join = _UnalignedAck()
-        first = join.snapshot_done(ack) if first_snapshot else join.inflight_done(b"i", ())
-        second = join.inflight_done(b"i", ()) if first_snapshot else join.snapshot_done(ack)
+        first = join.snapshot_done(ack) if first_snapshot else join.inflight_done(b"i", 7, ())
+        second = join.inflight_done(b"i", 7, ()) if first_snapshot else join.snapshot_done(ack)
         assert first is None and second is not None
         assert second.snapshot.operator_states == {**ack.snapshot.operator_states, INFLIGHT_STATE_NAME: b"i"}
+        assert second.inflight_bytes == 7
         assert join.snapshot_done(ack) is None  # sent once
     dropped = _UnalignedAck()
     dropped.drop()
     dropped.snapshot_done(ack)
-    assert dropped.inflight_done(b"i", ()) is None
+    assert dropped.inflight_done(b"i", 7, ()) is None
 
 
 # The checkpoint timeline ------------------------------------------------------------------------
