@@ -26,6 +26,7 @@ from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import JobMaster
 from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import TaskManagerRegistry
+from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, TaskId
 from weir.core.paths import external_path, metadata_folder
@@ -94,9 +95,7 @@ class CheckpointActionExecutor:
             return
         trigger = job.coordinator.trigger_now(now)
         if trigger is not None:
-            job.final_checkpoint_id = trigger.checkpoint_id
-            log.info("final_checkpoint_triggered", job_id=job.job_id, checkpoint_id=trigger.checkpoint_id)
-            self.execute(job, (trigger,))
+            self.execute(job, (trigger,))  # _trigger_barriers marks it final
 
     def _trigger_barriers(self, job: JobMaster, action: cc.TriggerBarriers) -> None:
         if action.reserve_ids_through is not None and not self._records.save(job).result():
@@ -108,6 +107,12 @@ class CheckpointActionExecutor:
                 ),
             )
             return
+        if action.kind is CheckpointKind.CHECKPOINT and job.needs_final_checkpoint():
+            # Every bounded source ended and waits for a final checkpoint: this one is it, whether it
+            # came from the interval or from trigger_final_checkpoint (with a periodic checkpoint
+            # always in flight, the latter would never get its turn).
+            job.final_checkpoint_id = action.checkpoint_id
+            log.info("final_checkpoint_triggered", job_id=job.job_id, checkpoint_id=action.checkpoint_id)
         metrics.CHECKPOINTS_TRIGGERED.labels(job.job_id).inc()
         log.info("checkpoint_triggered", job_id=job.job_id, checkpoint_id=action.checkpoint_id, kind=action.kind.value)
         self._io.submit(self._trigger, job, job.attempt, action)

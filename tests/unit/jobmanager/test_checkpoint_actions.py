@@ -6,9 +6,10 @@ from jobmanager.checkpointing import coordinator as cc
 from jobmanager.checkpointing.metadata import decode_metadata
 from jobmanager.checkpointing.pending import TaskAckMetrics
 from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck, CheckpointDecline
+from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.checkpointing import CheckpointKind
+from weir.core.states import JobStatus, TaskState
 
 
 def started(harness: Harness) -> tuple[JobMaster, cc.TriggerBarriers]:
@@ -78,3 +79,30 @@ def test_delete_objects_removes_metadata_and_objects(harness: Harness) -> None:
         )
     assert [k for k, _ in harness.storage.list("job-1/checkpoints")] == []
     assert [k for k, _ in harness.storage.list("job-1/shared")] == []
+
+
+def test_the_first_checkpoint_triggered_after_every_source_ended_is_their_final_one(harness: Harness) -> None:
+    """A bounded source that read everything waits for a final checkpoint before it ends its stream.
+    With a periodic checkpoint always in flight (an interval shorter than a checkpoint's duration),
+    the extra final checkpoint could never be triggered (one at a time), the periodic ones went out
+    with ``final=False``, and the job never finished (an unaligned restore of 150,000 events ran on
+    for 1,490 checkpoints). The next checkpoint triggered after the sources ended is the final one."""
+    job, in_flight = started(harness)
+    job.status = JobStatus.RUNNING
+    harness.jm.report_task_state(TaskStateReport("job-1", "gen", 0, job.attempt, TaskState.RUNNING, None, 0, 0, True))
+    assert job.final_checkpoint_id is None, "a final checkpoint went out while another was in flight"
+    harness.jm.acknowledge_checkpoint(ack(job, in_flight.checkpoint_id))
+    harness.clock.advance(1.5)
+    with harness.jm.lock:
+        actions = job.coordinator.tick(harness.clock())
+        (periodic,) = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
+        harness.jm.executor.execute(job, actions)
+    assert job.final_checkpoint_id == periodic.checkpoint_id
+    assert harness.gateway.named("trigger")[-1] == (
+        TM_A,
+        "job-1/gen#0",
+        1,
+        periodic.checkpoint_id,
+        CheckpointKind.CHECKPOINT,
+        True,
+    )
