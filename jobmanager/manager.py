@@ -14,12 +14,12 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 import structlog
 
 from connectors.object_storage import CheckpointStorage
-from jobmanager.checkpoint_actions import CheckpointActionExecutor
 from jobmanager.deployment import Deployer
 from jobmanager.errors import JobManagerNotReadyError
 from jobmanager.exception_history import ExceptionHistory
-from jobmanager.failover import Failover, ResolveTransactions, resolve_job_transactions
+from jobmanager.failover import Failover
 from jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
+from jobmanager.job_actions import JobActionExecutor, ResolveTransactions, resolve_job_transactions
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import (
     CheckpointAck,
@@ -86,21 +86,12 @@ class JobManager:
         lock = self.lock
         self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
         self.records = JobRecordStore(storage, self.paths, clock)
-        self.executor = CheckpointActionExecutor(self.registry, gateway, storage, self.records, self._io, lock, clock)
-        self.failover = Failover(
-            self.jobs,
-            self.registry,
-            gateway,
-            self.executor,
-            self.records,
-            self._io,
-            lock,
-            self._stopping,
-            clock,
-            resolve=resolve,
+        self.executor = JobActionExecutor(
+            self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve
         )
+        self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock)
         self.deployer = Deployer(
-            self.registry, gateway, self.failover, self.records, self._io, lock, clock, storage.uri
+            self.registry, gateway, self.failover, self.executor, self.records, self._io, lock, clock, storage.uri
         )
         self.submitter = JobSubmitter(
             self.jobs,
@@ -113,12 +104,9 @@ class JobManager:
             check=check,
             resolve_inherited=resolve_inherited,
         )
-        self.reports = TaskReports(self.jobs, self.executor, self.failover, self.records, lock, clock)
-        self.recovery = JobRecovery(
-            self.jobs, self.records, storage, self.paths, self.executor, self.failover, self._io, lock, clock
-        )
+        self.reports = TaskReports(self.jobs, self.executor, self.failover, lock, clock)
+        self.recovery = JobRecovery(self.jobs, self.records, storage, self.paths, self.executor, lock, clock)
         self.savepoints = SavepointTrigger(self.jobs, self.executor, lock, clock)
-        self.executor.on_stop = lambda job: self.failover.cancel(job.job_id)
         self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)
         self.monitor = Monitor(
             self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock

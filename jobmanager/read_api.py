@@ -16,6 +16,7 @@ from jobmanager.messages import (
     CheckpointsView,
     ClusterView,
     InputEdgeView,
+    JobEndView,
     JobPlanView,
     JobStatusView,
     JobSummaryView,
@@ -57,6 +58,26 @@ def summary_of(job: JobMaster) -> JobSummaryView:
         submitted_at=sub.submitted_at,
         parallelism=sub.parallelism,
         restarts=job.restarts,
+    )
+
+
+def end_view(job: JobMaster) -> JobEndView | None:
+    end = job.lifecycle.recorded_end()
+    if end is None:
+        return None
+    resolution = end.resolution
+    decided = resolution is not None or end.ended
+    return JobEndView(
+        outcome=end.outcome,
+        ended=end.ended,
+        at=end.at,
+        nothing_to_resolve=end.ended and resolution is None,
+        resolution_decided=decided,
+        as_of_checkpoint=resolution.as_of if resolution is not None else None,
+        attempts=resolution.attempts if resolution is not None else 0,
+        resolved=resolution is not None and resolution.resolved,
+        error=resolution.error if resolution is not None else "",
+        retry_at=resolution.retry_at if resolution is not None else None,
     )
 
 
@@ -105,6 +126,7 @@ class ReadApi:
                 last_restore_at=job.last_restore_at,
                 finished_at=job.finished_at if job.status.terminal else None,
                 now=self._clock(),
+                end=end_view(job),
             )
 
     def job_plan(self, job_id: str) -> JobPlanView:

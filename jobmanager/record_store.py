@@ -29,9 +29,10 @@ def record_of(job: JobMaster) -> JobRecord:
         failure=job.failure,
         records_in_all_attempts={key: t.records_in_all_attempts for key, t in job.tasks.items()},
         checkpoint_ids_reserved_through=job.coordinator.ids_reserved_through,
-        transactions_resolved=job.transactions_resolved,
+        transactions_resolved=(resolution := job.lifecycle.resolution) is not None and resolution.resolved,
         exceptions=job.exceptions,
         restarts=job.restarts,
+        end=job.lifecycle.recorded_end(),
     )
 
 

@@ -195,6 +195,22 @@ def job_status_response(view: JobStatusView) -> jobmanager_pb2.GetJobStatusRespo
     )
     if view.failure is not None:
         response.failure.CopyFrom(failure_to_proto(view.failure))
+    if view.end is not None:
+        end = view.end
+        response.end.CopyFrom(
+            jobmanager_pb2.JobEnd(
+                outcome=job_status_to_proto(end.outcome),
+                ended=end.ended,
+                at=end.at,
+                nothing_to_resolve=end.nothing_to_resolve,
+                resolution_decided=end.resolution_decided,
+                as_of_checkpoint=end.as_of_checkpoint,
+                attempts=end.attempts,
+                resolved=end.resolved,
+                error=end.error,
+                retry_at=end.retry_at,
+            )
+        )
     for t in view.tasks:
         task = response.tasks.add(
             task=common_pb2.TaskRef(job_id=view.summary.job_id, vertex_uid=t.vertex_uid, subtask=t.subtask),

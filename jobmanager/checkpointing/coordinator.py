@@ -66,6 +66,10 @@ class TriggerBarriers:
     reserve_ids_through: CheckpointId | None = None
     """Persist this id reservation before any barrier goes out (then ``ids_reserved`` or, if it
     failed, ``id_reservation_failed``); None: the id was reserved before."""
+    final: bool = False
+    """The job's final checkpoint: every source ended (set by ``jobmanager.lifecycle``)."""
+    drain: bool = False
+    """A stop-with-savepoint --drain: the sources emit the end of event time first (set by the lifecycle)."""
 
 
 @dataclass(frozen=True)
@@ -413,8 +417,10 @@ class CheckpointCoordinator:
 
     # -- triggering ---------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> tuple[Action, ...]:
-        """Abort expired checkpoints, then trigger a periodic checkpoint if one is due."""
+    def tick(self, now: float, *, periodic: bool = True) -> tuple[Action, ...]:
+        """Abort expired checkpoints, then trigger a periodic checkpoint if one is due and ``periodic``
+        (the job's lifecycle turns periodic triggers off while a stop-with-savepoint is under way and
+        once the final checkpoint completed, as Flink stops its checkpoint scheduler)."""
         actions: list[Action] = []
         for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
             if now >= pending.deadline(self._config.timeout_s):
@@ -424,6 +430,8 @@ class CheckpointCoordinator:
                     f"{self._config.timeout_s:g}s",
                 )
                 actions.extend(self._abort(now, pending, reason))
+        if not periodic:
+            return tuple(actions)
         decision = self._decider.decide(now, self._trigger_state())
         if isinstance(decision, TriggerNow):
             actions.append(self._trigger(now, CheckpointKind.CHECKPOINT))

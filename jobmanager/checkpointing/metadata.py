@@ -1,6 +1,6 @@
 """A completed checkpoint's ``_metadata`` object, as versioned JSON (``docs/formats.md``).
 
-Written last, in one PUT, once every task acknowledged (``CheckpointActionExecutor._persist``); read
+Written last, in one PUT, once every task acknowledged (``JobActionExecutor._persist``); read
 back by a JobManager that takes a job over. Each task's ``state_handle`` is its task-state document
 (``weir.core.task_state``) kept as opaque bytes; the JobManager reads only the object keys listed
 beside it, which retention and deletion count. Format 1::

@@ -21,6 +21,7 @@ from jobmanager.messages import (
     CheckpointDetailView,
     CheckpointsView,
     ClusterView,
+    JobEndView,
     JobPlanView,
     JobStatusView,
     JobSummaryView,
@@ -243,6 +244,21 @@ class VertexInfo(Model):
     subtasks: list[SubtaskInfo]
 
 
+class JobEndInfo(Model):
+    """Weir's own: an ending or ended job and the resolution of its sinks' transactions."""
+
+    outcome: JobStatus
+    ended: bool  # false: still ending (its tasks stopping, its sinks being resolved)
+    at: int  # ms: since when it is ending, or when it ended
+    nothing_to_resolve: bool  # every task FINISHED: the sinks committed through the final checkpoint
+    resolution_decided: bool  # false: waits for a checkpoint being persisted
+    as_of_checkpoint: int | None
+    attempts: int
+    resolved: bool
+    error: str
+    retry_at: int | None  # ms: when the resolution is tried again
+
+
 class JobDetails(Model):
     jid: str
     name: str
@@ -257,6 +273,7 @@ class JobDetails(Model):
     failure: FailureInfo | None
     vertices: list[VertexInfo]
     status_counts: dict[TaskState, int] = _api("status-counts")
+    end: JobEndInfo | None = None  # None: neither ending nor ended
 
 
 def vertex_status(states: Iterable[TaskState | None]) -> TaskState | None:
@@ -326,6 +343,22 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         failure=failure_info(status.failure),
         vertices=vertices,
         status_counts={state: counts[state] for state in TaskState if counts[state]},
+        end=_end_info(status.end) if status.end is not None else None,
+    )
+
+
+def _end_info(end: JobEndView) -> JobEndInfo:
+    return JobEndInfo(
+        outcome=end.outcome,
+        ended=end.ended,
+        at=ms(end.at),
+        nothing_to_resolve=end.nothing_to_resolve,
+        resolution_decided=end.resolution_decided,
+        as_of_checkpoint=end.as_of_checkpoint,
+        attempts=end.attempts,
+        resolved=end.resolved,
+        error=end.error,
+        retry_at=_optional_ms(end.retry_at),
     )
 
 

@@ -53,10 +53,10 @@ def _started(harness: Harness) -> tuple[JobMaster, CheckpointId]:
     job = harness.job({"checkpointing.interval": "1s"})
     with harness.jm.lock:
         harness.jm.executor.execute(
-            job, job.coordinator.start(harness.clock(), job.all_task_ids(), job.source_task_ids())
+            job, job.lifecycle.tasks_running(harness.clock(), job.all_task_ids(), restored=False)
         )
         harness.clock.advance(1.5)
-        actions = job.coordinator.tick(harness.clock())
+        actions = job.lifecycle.tick(harness.clock())
         (trigger,) = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
         harness.jm.executor.execute(job, actions)
     return job, trigger.checkpoint_id

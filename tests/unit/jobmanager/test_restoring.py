@@ -114,12 +114,12 @@ def test_a_restarted_jobmanager_restores_the_new_job_from_the_retained_checkpoin
 
 def test_checkpoints_recovered_from_storage_are_listed_with_their_external_path(make_harness: MakeHarness) -> None:
     first = make_harness()
-    old = first.job(job_id=OLD)
-    old.status = JobStatus.CANCELED
-    assert first.jm.records.save(old).result()
+    first.job(job_id=OLD)
+    first.jm.cancel(OLD)
+    first.jm.records.flush()
     path, _ = retained_checkpoint(first)
     second = make_harness(first.storage)
-    assert second.jm.recover_jobs() == 1
+    assert second.jm.recover_jobs() == 0 and second.jm.recover_history() == 1  # ended and resolved: history
     view = second.jm.list_checkpoints(OLD)
     assert [(c.checkpoint_id, c.status.value) for c in view.checkpoints] == [(3, "COMPLETED")]
     assert view.external_paths == {3: path}

@@ -125,7 +125,7 @@ def test_healthz_counts_live_taskmanagers_and_running_jobs(harness: Harness, cli
 def test_overview_counts_slots_of_live_taskmanagers_and_jobs_by_status(harness: Harness, client: TestClient) -> None:
     harness.job()
     ended = harness.job(job_id="job-2")
-    ended.status = JobStatus.FAILED
+    harness.fail(ended)
     assert client.get("/overview").json() == {
         "taskmanagers": 1,
         "slots-total": 4,

@@ -1,41 +1,50 @@
-"""Carries out the checkpoint coordinator's actions (``jobmanager.checkpointing.coordinator``).
+"""Carries out a job's lifecycle and checkpoint actions (``jobmanager.lifecycle``,
+``jobmanager.checkpointing.coordinator``).
 
-The coordinator decides; this executor does the I/O: it reserves checkpoint ids in the job record
+The lifecycle decides; this executor does the I/O: it reserves checkpoint ids in the job record
 before a barrier carries one, asks the source tasks to inject barriers, writes a completed
-checkpoint's metadata (last, one PUT), notifies the tasks, deletes subsumed objects. ``execute`` is
-called with the JobManager's lock held; every call to a TaskManager or to storage runs on a worker
-thread, which takes the lock again to hand the outcome back to the coordinator.
+checkpoint's metadata (last, one PUT), notifies the tasks, deletes subsumed objects, stops a failed
+attempt's tasks, resolves an ended job's sink transactions, and writes the job record when its
+status changes. ``execute`` is called with the JobManager's lock held; every call to a TaskManager,
+to storage or to an external system runs on a worker thread, which takes the lock again to hand the
+outcome back to the lifecycle.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterable
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import assert_never
 
 import structlog
 
 from connectors.object_storage import CheckpointStorage, copy_folder, open_storage
+from jobmanager import lifecycle as lc
 from jobmanager import metrics
 from jobmanager.checkpointing import coordinator as cc
 from jobmanager.checkpointing.metadata import encode_metadata
 from jobmanager.checkpointing.store import CompletedCheckpoint
+from jobmanager.ending import ResolutionReport, resolve_sink_transactions
 from jobmanager.errors import TaskManagerCallError
 from jobmanager.gateway import TaskManagerGateway
 from jobmanager.jobs import JobMaster
 from jobmanager.record_store import JobRecordStore
 from jobmanager.registry import TaskManagerRegistry
-from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, TaskId
 from weir.core.paths import external_path, metadata_folder
-from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 
+ResolveTransactions = Callable[[JobMaster, int, CompletedCheckpoint | None], ResolutionReport]
 
-class CheckpointActionExecutor:
+
+def resolve_job_transactions(job: JobMaster, attempt: int, latest: CompletedCheckpoint | None) -> ResolutionReport:
+    return resolve_sink_transactions(job.loaded.graph, job.plan, job.submission, attempt, latest)
+
+
+class JobActionExecutor:
     def __init__(
         self,
         registry: TaskManagerRegistry,
@@ -45,6 +54,8 @@ class CheckpointActionExecutor:
         io: Executor,
         lock: threading.RLock,
         clock: Callable[[], float],
+        *,
+        resolve: ResolveTransactions = resolve_job_transactions,
     ) -> None:
         self._registry = registry
         self._gateway = gateway
@@ -53,11 +64,11 @@ class CheckpointActionExecutor:
         self._io = io
         self._lock = lock
         self._clock = clock
-        self.on_stop: Callable[[JobMaster], None] = lambda job: None
-        """Ends a job whose stop-with-savepoint completed (set by the JobManager to cancel it)."""
+        self._resolve = resolve
+        self._notified: dict[str, Future[None]] = {}  # job id -> its latest completion notices
 
-    def execute(self, job: JobMaster, actions: Iterable[cc.Action]) -> None:
-        """Carry out the coordinator's decisions; I/O runs on worker threads, never under the lock."""
+    def execute(self, job: JobMaster, actions: Iterable[lc.Action]) -> None:
+        """Carry out the lifecycle's decisions in order; I/O runs on worker threads, never under the lock."""
         for action in actions:
             match action:
                 case cc.TriggerBarriers():
@@ -65,20 +76,8 @@ class CheckpointActionExecutor:
                 case cc.PersistCheckpoint(completed=completed):
                     self._io.submit(self._persist, job, completed)
                 case cc.NotifyComplete(checkpoint_id=checkpoint_id, tasks=tasks):
-                    stop = checkpoint_id == job.stop_savepoint_id
-                    if stop:
-                        job.stopped_with_savepoint = True
-                        log.info("job_stopping_at_savepoint", job_id=job.job_id, checkpoint_id=checkpoint_id)
-                    # The sinks commit through it on this notification; a stopped job then ends (its end
-                    # resolves as of this savepoint whatever a sink did not commit yet).
-                    self._notify(
-                        job, checkpoint_id, tasks, complete=True, then=(lambda: self.on_stop(job)) if stop else None
-                    )
+                    self._notified[job.job_id] = self._notify(job, checkpoint_id, tasks, complete=True)
                 case cc.NotifyAborted(checkpoint_id=checkpoint_id, tasks=tasks, reason=reason):
-                    if checkpoint_id == job.final_checkpoint_id:
-                        job.final_checkpoint_id = None  # the final checkpoint failed: trigger another
-                    if checkpoint_id == job.stop_savepoint_id:
-                        job.stop_savepoint_id = None  # the savepoint failed: the job keeps running
                     metrics.CHECKPOINTS_FAILED.labels(job.job_id).inc()
                     log.warning(
                         "checkpoint_aborted", job_id=job.job_id, checkpoint_id=checkpoint_id, reason=reason.message
@@ -86,35 +85,61 @@ class CheckpointActionExecutor:
                     self._notify(job, checkpoint_id, tasks, complete=False, reason=reason.message)
                 case cc.DeleteObjects():
                     self._io.submit(self._delete, action)
+                case lc.CancelTasks(attempt=attempt):
+                    job.tasks_stopped()
+                    self._io.submit(self.cancel_tasks, job, attempt)
+                case lc.ResolveSinks():
+                    job.tasks_stopped()
+                    saved = self._records.save(job)  # with the resolution's attempt: it fences every earlier one
+                    # After the completion notices sent before it: the tasks commit through them first,
+                    # as they would have without the end (the resolution commits what they did not).
+                    notified = self._notified.pop(job.job_id, None)
+                    if notified is None:
+                        self._io.submit(self._resolve_end, job, action, saved)
+                    else:
+                        notified.add_done_callback(
+                            lambda _sent, job=job, action=action, saved=saved: self._io.submit(
+                                self._resolve_end, job, action, saved
+                            )
+                        )
+                case lc.StatusChanged(before=before, after=after, reason=reason):
+                    log.info(
+                        "job_status_changed",
+                        job_id=job.job_id,
+                        attempt=job.attempt,
+                        before=before.value,
+                        status=after.value,
+                        reason=reason,
+                    )
+                    metrics.job_status(job)
+                    self._records.save(job)
+                case lc.SaveRecord():
+                    metrics.job_status(job)
+                    self._records.save(job)
                 case _:
                     assert_never(action)
 
-    def trigger_final_checkpoint(self, job: JobMaster, now: float) -> None:
-        """Once every bounded source has ended, one more checkpoint lets the sinks commit the rest."""
-        if job.status is not JobStatus.RUNNING or not job.needs_final_checkpoint():
-            return
-        trigger = job.coordinator.trigger_now(now)
-        if trigger is not None:
-            self.execute(job, (trigger,))  # _trigger_barriers marks it final
+    # Checkpoints ----------------------------------------------------------------------------------
 
     def _trigger_barriers(self, job: JobMaster, action: cc.TriggerBarriers) -> None:
         if action.reserve_ids_through is not None and not self._records.save(job).result():
             # No barrier may carry an id a JobManager taking over could hand out again.
             self.execute(
                 job,
-                job.coordinator.id_reservation_failed(
+                job.lifecycle.id_reservation_failed(
                     self._clock(), action.checkpoint_id, "the job record could not be written"
                 ),
             )
             return
-        if action.kind is CheckpointKind.CHECKPOINT and job.needs_final_checkpoint():
-            # Every bounded source ended and waits for a final checkpoint: this one is it, whether it
-            # came from the interval or from trigger_final_checkpoint (with a periodic checkpoint
-            # always in flight, the latter would never get its turn).
-            job.final_checkpoint_id = action.checkpoint_id
-            log.info("final_checkpoint_triggered", job_id=job.job_id, checkpoint_id=action.checkpoint_id)
         metrics.CHECKPOINTS_TRIGGERED.labels(job.job_id).inc()
-        log.info("checkpoint_triggered", job_id=job.job_id, checkpoint_id=action.checkpoint_id, kind=action.kind.value)
+        log.info(
+            "checkpoint_triggered",
+            job_id=job.job_id,
+            checkpoint_id=action.checkpoint_id,
+            kind=action.kind.value,
+            final=action.final,
+            drain=action.drain,
+        )
         self._io.submit(self._trigger, job, job.attempt, action)
 
     def _trigger(self, job: JobMaster, attempt: int, action: cc.TriggerBarriers) -> None:
@@ -131,8 +156,8 @@ class CheckpointActionExecutor:
                         action.checkpoint_id,
                         action.timestamp,
                         action.kind,
-                        final=action.checkpoint_id == job.final_checkpoint_id,
-                        drain=action.checkpoint_id == job.drain_savepoint_id,
+                        final=action.final,
+                        drain=action.drain,
                     )
                 except TaskManagerCallError as exc:
                     log.warning("trigger_failed", job_id=job.job_id, task=str(task), code=exc.code)
@@ -141,7 +166,7 @@ class CheckpointActionExecutor:
                     if job.attempt == attempt:
                         self.execute(
                             job,
-                            job.coordinator.receive_decline(
+                            job.lifecycle.receive_decline(
                                 self._clock(), action.checkpoint_id, task, "source task did not accept the trigger"
                             ),
                         )
@@ -149,7 +174,7 @@ class CheckpointActionExecutor:
 
     def _persist(self, job: JobMaster, completed: CompletedCheckpoint) -> None:
         """Write the metadata (last, atomically: one PUT), copy a savepoint to where it was asked for,
-        then let the coordinator notify the tasks."""
+        then let the lifecycle complete the checkpoint."""
         try:
             self._storage.put_bytes(completed.metadata_key, encode_metadata(completed))
             if completed.is_savepoint:
@@ -165,12 +190,12 @@ class CheckpointActionExecutor:
             )
             with self._lock:
                 self.execute(
-                    job, job.coordinator.checkpoint_persist_failed(self._clock(), completed.checkpoint_id, str(exc))
+                    job, job.lifecycle.checkpoint_persist_failed(self._clock(), completed.checkpoint_id, str(exc))
                 )
             return
         with self._lock:
             now = self._clock()
-            actions = job.coordinator.checkpoint_persisted(now, completed.checkpoint_id)
+            actions = job.lifecycle.checkpoint_persisted(now, completed.checkpoint_id)
             summary = job.coordinator.latest_completed
             if summary is None or summary.checkpoint_id != completed.checkpoint_id:
                 raise AssertionError(f"checkpoint {completed.checkpoint_id} persisted but not the latest completed")
@@ -207,8 +232,7 @@ class CheckpointActionExecutor:
         *,
         complete: bool,
         reason: str = "",
-        then: Callable[[], None] | None = None,
-    ) -> None:
+    ) -> Future[None]:
         taskmanager_ids = {job.taskmanager_of(t) for t in tasks if (t.operator_uid, t.subtask) in job.tasks}
         addresses = [tm.address for tm_id in taskmanager_ids if (tm := self._registry.live(tm_id)) is not None]
         attempt = job.attempt
@@ -222,10 +246,8 @@ class CheckpointActionExecutor:
                         self._gateway.notify_checkpoint_aborted(address, job.job_id, attempt, checkpoint_id, reason)
                 except TaskManagerCallError as exc:
                     log.warning("notify_failed", job_id=job.job_id, checkpoint_id=checkpoint_id, code=exc.code)
-            if then is not None:
-                then()
 
-        self._io.submit(send)
+        return self._io.submit(send)
 
     def _delete(self, action: cc.DeleteObjects) -> None:
         try:
@@ -233,3 +255,56 @@ class CheckpointActionExecutor:
             self._storage.delete(action.object_keys)
         except WeirError as exc:
             log.warning("checkpoint_cleanup_failed", error=str(exc), objects=len(action.object_keys))
+
+    # Tasks and the end ----------------------------------------------------------------------------
+
+    def cancel_tasks(self, job: JobMaster, attempt: int, *, job_ended: bool = False) -> None:
+        """Stop the job's tasks of attempts up to ``attempt`` on every TaskManager that may run one."""
+        with self._lock:
+            targets = [
+                tm
+                for tm in self._registry.taskmanagers.values()
+                if tm.alive and (job_ended or tm.taskmanager_id in job.slots)
+            ]
+        for tm in targets:
+            try:
+                self._gateway.cancel_job_tasks(tm.address, job.job_id, attempt, job_ended=job_ended)
+            except TaskManagerCallError as exc:
+                log.warning("cancel_failed", job_id=job.job_id, taskmanager_id=tm.taskmanager_id, code=exc.code)
+
+    def _resolve_end(self, job: JobMaster, action: lc.ResolveSinks, saved: Future[bool]) -> None:
+        """Stop every task of the job, then resolve its sinks' transactions as of the action's
+        checkpoint (commit what it pre-committed, roll back or abort the rest) as the resolution's
+        attempt, above every attempt that ran; hand the outcome to the lifecycle."""
+        as_of = action.as_of.checkpoint_id if action.as_of is not None else None
+        error = ""
+        if not saved.result():
+            error = "the job record with the resolution's attempt could not be written"
+        else:
+            self.cancel_tasks(job, action.resolution_attempt, job_ended=True)
+            try:
+                report = self._resolve(job, action.resolution_attempt, action.as_of)
+            except WeirError as exc:
+                error = str(exc)
+            else:
+                log.info(
+                    "job_transactions_resolved",
+                    job_id=job.job_id,
+                    attempt=action.resolution_attempt,
+                    checkpoint_id=as_of,
+                    sink_subtasks=report.sink_subtasks,
+                )
+        with self._lock:
+            now = self._clock()
+            if error:
+                log.warning(
+                    "job_transactions_not_resolved",
+                    job_id=job.job_id,
+                    attempt=action.resolution_attempt,
+                    checkpoint_id=as_of,
+                    error=error,
+                    action="retried with back-off",
+                )
+                self.execute(job, job.lifecycle.resolution_failed(now, error))
+            else:
+                self.execute(job, job.lifecycle.resolution_succeeded(now))
