@@ -66,6 +66,7 @@ class JobActionExecutor:
         self._clock = clock
         self._resolve = resolve
         self._notified: dict[str, Future[None]] = {}  # job id -> its latest completion notices
+        self._saved: dict[str, Future[bool]] = {}  # job id -> its latest record write the lifecycle asked for
 
     def execute(self, job: JobMaster, actions: Iterable[lc.Action]) -> None:
         """Carry out the lifecycle's decisions in order; I/O runs on worker threads, never under the lock."""
@@ -112,10 +113,10 @@ class JobActionExecutor:
                         reason=reason,
                     )
                     metrics.job_status(job)
-                    self._records.save(job)
+                    self._saved[job.job_id] = self._records.save(job)
                 case lc.SaveRecord():
                     metrics.job_status(job)
-                    self._records.save(job)
+                    self._saved[job.job_id] = self._records.save(job)
                 case _:
                     assert_never(action)
 
@@ -140,9 +141,22 @@ class JobActionExecutor:
             final=action.final,
             drain=action.drain,
         )
-        self._io.submit(self._trigger, job, job.attempt, action)
+        self._io.submit(self._trigger, job, job.attempt, action, self._saved.pop(job.job_id, None))
 
-    def _trigger(self, job: JobMaster, attempt: int, action: cc.TriggerBarriers) -> None:
+    def _trigger(
+        self, job: JobMaster, attempt: int, action: cc.TriggerBarriers, saved: Future[bool] | None
+    ) -> None:
+        """Ask the source tasks to inject the barrier, once the record the lifecycle wrote before it
+        (a stop's) is durable; a source that does not take it declines the checkpoint."""
+        if saved is not None and not saved.result():
+            with self._lock:
+                if job.attempt == attempt:
+                    reason = "the job record could not be written before the barrier"
+                    decline = job.lifecycle.receive_decline(
+                        self._clock(), action.checkpoint_id, action.source_tasks[0], reason
+                    )
+                    self.execute(job, decline)
+            return
         for task in action.source_tasks:
             with self._lock:
                 tm = self._registry.live(job.taskmanager_of(task))

@@ -29,8 +29,10 @@ every step of seeded random runs):
 - The end of a job is resolved as of the latest *completed* checkpoint, and only once no checkpoint
   is being persisted: a checkpoint whose metadata write is under way may still complete, and its
   sinks' pre-committed transactions must then be committed, not rolled back.
-- Nothing is triggered once a stop's savepoint was triggered (until it fails) nor after the final
-  checkpoint completed: the sinks never commit past the savepoint the job stops at.
+- Nothing is triggered once a stop's savepoint was triggered (until it fails), nor beside or after the
+  final checkpoint: the sinks never commit past the savepoint the job stops at, and nothing is
+  pre-committed after the final checkpoint that no checkpoint would complete. A savepoint is refused
+  once every source ended.
 - The first checkpoint triggered after every source ended is the final one (``final``); its
   barriers are aligned on the TaskManagers, so everything the sinks write lies inside it.
 - A stop whose savepoint fails leaves the job as it was: running and reading; with ``--drain`` the
@@ -397,25 +399,28 @@ class JobLifecycle:
             raise SavepointRejectedError(
                 f"job {self._job_id} is already stopping with savepoint {state.stop.savepoint_id}", fault="user"
             )
-        if state.final_completed:
+        if self._all_sources_ended(state):
             raise SavepointRejectedError(
-                f"job {self._job_id} read all its input and is finishing: its final checkpoint completed",
-                fault="user",
+                f"job {self._job_id} read all its input and is finishing with its final checkpoint", fault="user"
             )
         if drain and not stop:
             raise SavepointRejectedError(f"job {self._job_id}: --drain applies to a stop-with-savepoint only")
         trigger = self._coordinator.trigger_savepoint(now)
-        if stop:
-            self._state = replace(state, stop=StopRequest(trigger.checkpoint_id, drain))
-        return trigger.checkpoint_id, self._absorb(now, (replace(trigger, drain=drain),))
+        if not stop:
+            return trigger.checkpoint_id, self._absorb(now, (trigger,))
+        self._state = replace(state, stop=StopRequest(trigger.checkpoint_id, drain))
+        # The stop is in the job record before its barrier goes out: a JobManager taking over ends the
+        # job at the savepoint if it completed, rather than restart from it.
+        return trigger.checkpoint_id, (SaveRecord(), *self._absorb(now, (replace(trigger, drain=drain),)))
 
     # -- checkpoint events --------------------------------------------------------------------------
 
     def tick(self, now: float) -> tuple[Action, ...]:
         """Expire checkpoints; trigger a periodic (or the final) checkpoint when due; retry a resolution."""
         match self._state:
-            case Running(stop=stop, final_completed=final_completed):
-                periodic = stop is None and not final_completed
+            case Running(stop=stop, final_checkpoint=final, final_completed=final_completed):
+                # After every source ended the final checkpoint is the only one (sinks write nothing after it).
+                periodic = stop is None and final is None and not final_completed
                 actions = self._absorb(now, self._coordinator.tick(now, periodic=periodic))
                 return (*actions, *self._trigger_final(now))
             case Ending() | Ended():
@@ -502,11 +507,19 @@ class JobLifecycle:
     # -- a JobManager taking over -------------------------------------------------------------------
 
     def take_over(
-        self, now: float, status: JobStatus, attempt: int, end: RecordedEnd | None, restart_at: float
+        self,
+        now: float,
+        status: JobStatus,
+        attempt: int,
+        end: RecordedEnd | None,
+        restart_at: float,
+        stop: StopRequest | None = None,
     ) -> None:
         """Continue the job as its record left it (the coordinator was loaded with its checkpoints):
         a running one restarts at ``restart_at``, an ending one resolves its sinks again, an ended one
-        whose end is unresolved retries it; a resolution that was under way is tried again."""
+        whose end is unresolved retries it; a resolution that was under way is tried again. A running
+        one whose stop's savepoint completed (its metadata written before the JobManager died) ends
+        FINISHED as of it: restarting from a drained savepoint would go on from windows fired early."""
         self._attempt = attempt
         if end is not None:
             resolution = end.resolution
@@ -521,6 +534,10 @@ class JobLifecycle:
             self._state = Ending(JobStatus.CANCELED, attempt, now)
         elif status.terminal:
             self._state = Ended(status, now)
+        elif stop is not None and (latest := self._coordinator.store.latest()) is not None and (
+            latest.checkpoint_id == stop.savepoint_id
+        ):
+            self._state = Ending(JobStatus.FINISHED, attempt, now)
         else:
             self._state = Restarting(attempt, restart_at)
 

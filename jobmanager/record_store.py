@@ -33,6 +33,7 @@ def record_of(job: JobMaster) -> JobRecord:
         exceptions=job.exceptions,
         restarts=job.restarts,
         end=job.lifecycle.recorded_end(),
+        stop=job.lifecycle.stop_request,
     )
 
 

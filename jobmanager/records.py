@@ -29,9 +29,10 @@ Format 1::
         "resolution": null | {                 # null: nothing to resolve (every task FINISHED), or not
                                                # decided yet (ending, a checkpoint was being persisted)
            "as_of": int | null,                # the checkpoint the sinks are resolved as of (null: none)
-           "attempts": int, "resolved": bool, "error": str}}}
+           "attempts": int, "resolved": bool, "error": str}},
+     "stop": null | {"savepoint_id": int, "drain": bool}}   # optional (absent: none); a weir stop under way
 
-``exceptions``, ``restarts`` and ``end`` were added to format 1 as optional fields: an older record
+``exceptions``, ``restarts``, ``end`` and ``stop`` were added to format 1 as optional fields: an older record
 has none (an empty history, 0 restarts, an end told by ``status`` and ``transactions_resolved``) and
 an older Weir ignores them, so neither reader refuses the other's record. ``transactions_resolved``
 is still written (true once the end is resolved) for an older reader.
@@ -45,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from jobmanager.exception_history import ExceptionEntry, ExceptionHistory
-from jobmanager.lifecycle import RecordedEnd, Resolution
+from jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
@@ -79,6 +80,7 @@ class JobRecord:
     exceptions: ExceptionHistory = ExceptionHistory()
     restarts: int = 0
     end: RecordedEnd | None = None
+    stop: StopRequest | None = None
 
     def to_json(self) -> bytes:
         sub = self.submission
@@ -103,6 +105,11 @@ class JobRecord:
             "exceptions": [_entry_to_json(e) for e in self.exceptions.entries],
             "restarts": self.restarts,
             **({"end": _end_to_json(self.end)} if self.end is not None else {}),
+            **(
+                {"stop": {"savepoint_id": self.stop.savepoint_id, "drain": self.stop.drain}}
+                if self.stop is not None
+                else {}
+            ),
         }
         return json.dumps(document, separators=(",", ":")).encode()
 
@@ -134,6 +141,7 @@ class JobRecord:
                 exceptions=ExceptionHistory(tuple(_entry_from_json(e) for e in document.get("exceptions", ()))),
                 restarts=int(document.get("restarts", 0)),
                 end=_end_from_json(document["end"]) if document.get("end") is not None else None,
+                stop=_stop_from_json(document["stop"]) if document.get("stop") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SerializationError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc
@@ -219,3 +227,7 @@ def _end_from_json(document: dict[str, Any]) -> RecordedEnd:
             error=typed(resolution["error"], str),
         ),
     )
+
+
+def _stop_from_json(document: dict[str, Any]) -> StopRequest:
+    return StopRequest(CheckpointId(typed(document["savepoint_id"], int)), typed(document["drain"], bool))

@@ -190,7 +190,9 @@ class JobRecovery:
         collect_orphans(self._storage, self._paths, job.coordinator)  # nothing is in flight yet
         # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them, and
         # the restart waits half a heartbeat timeout for that.
-        job.lifecycle.take_over(now, record.status, record.attempt, record.end, now + HEARTBEAT_TIMEOUT_S / 2)
+        job.lifecycle.take_over(
+            now, record.status, record.attempt, record.end, now + HEARTBEAT_TIMEOUT_S / 2, record.stop
+        )
         if record.end is None and record.status.terminal and needs_takeover(record):
             job.lifecycle.legacy_unresolved(now)
         with self._lock:

@@ -90,8 +90,9 @@ class InlineExecutor(Executor):
         self._held_name = name
 
     @property
-    def held(self) -> int:
-        return len(self._held)
+    def held(self) -> tuple[tuple[Any, ...], ...]:
+        """The arguments of the calls held so far, in order."""
+        return tuple(args for _future, _fn, args, _kwargs in self._held)
 
     def release(self) -> None:
         """Run what was held, in order; calls of that name run at once from now on."""

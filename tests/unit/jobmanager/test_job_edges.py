@@ -5,6 +5,7 @@ defect it was written for on the code before the lifecycle (``jobmanager.lifecyc
 
 from __future__ import annotations
 
+from jobmanager.checkpointing.metadata import encode_metadata
 from jobmanager.checkpointing.pending import TaskAckMetrics
 from jobmanager.jobs import JobMaster
 from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
@@ -188,3 +189,23 @@ def test_once_the_final_checkpoint_completed_nothing_more_is_triggered(harness: 
     assert triggers(harness) == [final]
     report(harness, job, TaskState.FINISHED)
     assert job.status is JobStatus.FINISHED and harness.resolver.as_of == []  # nothing to resolve
+
+
+def test_a_jobmanager_taking_over_after_a_stop_s_savepoint_was_written_ends_the_job_at_it(
+    make_harness: MakeHarness,
+) -> None:
+    """The JobManager died between writing the stop's savepoint and ending the job: the one taking over
+    restarted it from that savepoint, which --drain had taken after every window fired early."""
+    first = make_harness()
+    job = running(first)
+    savepoint = first.jm.trigger_savepoint(job.job_id, "", stop=True, drain=True)
+    first.io.hold("_persist")
+    ack(first, job, savepoint)
+    ((_job, completed),) = first.io.held
+    first.storage.put_bytes(completed.metadata_key, encode_metadata(completed))  # then the JobManager dies
+    first.jm.records.flush()
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 1
+    recovered = second.jm.jobs[job.job_id]
+    assert recovered.status is JobStatus.FINISHED, f"{recovered.status.value} after taking the stop over"
+    assert second.resolver.as_of == [savepoint]
