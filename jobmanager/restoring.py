@@ -122,6 +122,8 @@ def plan_initial_state(
         allow_non_restored_state=allow_non_restored_state,
         where=where,
         new_chains={v.uid: v.operator_uids for v in plan.vertices.values()},
+        new_outputs={v.uid: [e.target for e in v.outputs] for v in plan.vertices.values()},
+        read_object=retained.storage.get_bytes,
     )
     assigned = inherited_documents({v.uid: v.operator_uids for v in plan.vertices.values()}, documents)
     return InitialState(

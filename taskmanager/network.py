@@ -19,6 +19,7 @@ only when an unaligned checkpoint captures a local buffer (:func:`encoded`).
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -647,25 +648,46 @@ class RecordWriter:
 # Consumer side ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """A buffer in an input channel's queue, with its arrival number on the channel (0, 1, ...): a
+    priority event is ahead of exactly the queued buffers numbered below its mark, whatever is taken
+    from or deleted in the queue meanwhile; a count of the buffers ahead would go stale. Flink's
+    ``RemoteInputChannel`` does the same: it keeps the sequence number of the last barrier and its
+    in-flight buffers are those queued with a lower one."""
+
+    arrival: int
+    buffer: ChannelBuffer
+
+
 @dataclass
 class _InputChannel:
     index: int
     gate: int
     credits: InputChannelCredits
-    buffers: deque[ChannelBuffer]
+    buffers: deque[_Queued]
     announcements: queue.SimpleQueue[int | None]  # credit grants to a remote producer; None: closed
     local_producer: Callable[[int | None], None] | None = None  # credit grants to a local producer, instead
     blocked: bool = False
     ended: bool = False  # the task took the end-of-stream buffer
     eos_received: bool = False  # the end-of-stream buffer arrived (the producer may now hang up)
     connected: bool = False
+    arrivals: int = 0  # buffers ever queued: the arrival number of the next one
+
+    def queue(self, buffer: ChannelBuffer) -> None:
+        self.buffers.append(_Queued(self.arrivals, buffer))
+        self.arrivals += 1
+
+    def ahead_of(self, mark: int) -> tuple[ChannelBuffer, ...]:
+        """The queued buffers that arrived before ``mark``, in order."""
+        return tuple(q.buffer for q in itertools.takewhile(lambda q: q.arrival < mark, self.buffers))
 
 
 @dataclass(frozen=True)
 class ReceivedBuffer:
     """A buffer the task took from one of its input channels; ``gate``: the head's input it feeds.
-    For a priority event, ``overtaken``: the buffers the channel queued ahead of it when it arrived
-    (still queued: the task takes them next, in order)."""
+    For a priority event, ``overtaken``: the buffers that arrived on its channel before it and are
+    still queued (the task takes them next, in order)."""
 
     channel: ChannelIndex
     gate: int
@@ -691,7 +713,8 @@ class InputGate:
         self._initial_credits = initial_credits
         self._next = 0
         self._failure: str | None = None
-        # Priority events by arrival, each with how many buffers its channel queued ahead of it then.
+        # Priority events by arrival, each with its mark: the arrival number its channel's next buffer
+        # had then, so the buffers it overtook are those still queued with a lower one.
         self._priority: deque[tuple[_InputChannel, ChannelBuffer, int]] = deque()
         # In-order checkpoint barriers still queued: checkpoint id -> (its trigger time, how many).
         self._queued_barriers: dict[int, tuple[float, int]] = {}
@@ -728,11 +751,11 @@ class InputGate:
             if msg.priority:  # sent without credit, taken ahead of the queue
                 if msg.record_count or msg.event != Event.EVENT_KIND_BARRIER:
                     raise ProtocolError(f"input channel {channel}: a priority message must be a bare barrier")
-                self._priority.append((ch, buffer, len(ch.buffers)))
+                self._priority.append((ch, buffer, ch.arrivals))
                 self._cond.notify()
                 return
             ch.credits.on_buffer_received()
-            ch.buffers.append(buffer)
+            ch.queue(buffer)
             if _timeoutable(msg):
                 timestamp, count = self._queued_barriers.get(msg.checkpoint_id, (msg.checkpoint_timestamp, 0))
                 self._queued_barriers[msg.checkpoint_id] = (timestamp, count + 1)
@@ -766,7 +789,7 @@ class InputGate:
                 ch = self.channels[(self._next + step) % n]
                 if ch.buffers and not ch.blocked:
                     self._next = (ch.index + 1) % n
-                    buffer = ch.buffers.popleft()
+                    buffer = ch.buffers.popleft().buffer
                     msg = message_of(buffer)
                     if msg.event == Event.EVENT_KIND_END_OF_STREAM:
                         ch.ended = True
@@ -786,9 +809,16 @@ class InputGate:
                 raise ChannelClosedError(self._failure)
             if not self._priority:
                 return None
-            ch, msg, ahead = self._priority.popleft()
-            overtaken = tuple(ch.buffers[i] for i in range(min(ahead, len(ch.buffers))))
-            return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg, overtaken)
+            return self._received_priority(*self._priority.popleft())
+
+    def pending_priority(self) -> tuple[ReceivedBuffer, ...]:
+        """The priority events not taken yet, each with what it overtook, in the order
+        :meth:`take_priority` hands them out; nothing is taken."""
+        with self._cond:
+            return tuple(self._received_priority(*entry) for entry in self._priority)
+
+    def _received_priority(self, ch: _InputChannel, msg: ChannelBuffer, mark: int) -> ReceivedBuffer:
+        return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg, ch.ahead_of(mark))
 
     def _barrier_taken(self, checkpoint_id: int) -> None:
         timestamp, count = self._queued_barriers.get(checkpoint_id, (0.0, 1))
@@ -812,14 +842,15 @@ class InputGate:
                 position = next(
                     (
                         i
-                        for i, queued in enumerate(map(message_of, ch.buffers))
+                        for i, queued in enumerate(message_of(q.buffer) for q in ch.buffers)
                         if _timeoutable(queued) and queued.checkpoint_id == checkpoint_id
                     ),
                     None,
                 )
                 if position is None:
                     continue
-                msg = message_of(ch.buffers[position])
+                slot = ch.buffers[position]
+                msg = message_of(slot.buffer)
                 barrier = taskmanager_pb2.DataMessage(
                     event=msg.event,
                     checkpoint_id=msg.checkpoint_id,
@@ -828,15 +859,15 @@ class InputGate:
                     priority=True,
                 )
                 if msg.record_count:  # the records before the barrier stay queued, as a buffer of their own
-                    ch.buffers[position] = records_of(ch.buffers[position])
-                    ahead = position + 1
+                    ch.buffers[position] = _Queued(slot.arrival, records_of(slot.buffer))
+                    mark = slot.arrival + 1
                 else:
                     del ch.buffers[position]
                     grant = ch.credits.on_buffer_consumed()
                     if grant:
                         self._announce(ch, grant)
-                    ahead = position
-                self._priority.append((ch, barrier, ahead))
+                    mark = slot.arrival
+                self._priority.append((ch, barrier, mark))
                 turned += 1
             self._queued_barriers.pop(checkpoint_id, None)
             if turned:

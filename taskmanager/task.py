@@ -31,7 +31,9 @@ from taskmanager.chain import ChainInput, OperatorChain
 from taskmanager.inflight import (
     INFLIGHT_STATE_NAME,
     InflightCapture,
+    InflightState,
     InputOrigin,
+    OutputTarget,
     decode_inflight,
     encode_inflight,
     parse_message,
@@ -116,8 +118,9 @@ class CheckpointNotificationTimeout(WeirError):
 
 
 class InflightStateNotRedistributable(WeirError):
-    """A restore into another job or at another parallelism met the in-flight records of an unaligned
-    checkpoint, which are not redistributed yet (a documented limit): restore from a savepoint."""
+    """A restore met in-flight records of an unaligned checkpoint that it cannot place (documented
+    limits: another operator chain, a broadcast edge at another parallelism, output buffers named by
+    index only in a task that now has several outputs): restore from a savepoint."""
 
     retriable = False
     fault = Fault.USER
@@ -495,6 +498,7 @@ class Task:
         self._replay: _InflightReplay | None = None  # restored in-flight data, fed before any new input
         input_channels = plan.input_channels(vertex.uid, address.subtask)
         self._input_origins = {ChannelIndex(c.channel): InputOrigin(c.gate, c.producer_vertex) for c in input_channels}
+        self._output_targets = {index: edge.target for index, edge in enumerate(vertex.outputs)}  # as writers
         self._upstream = {  # each input channel's producer subtask, for the checkpoint timeline
             ChannelIndex(c.channel): (c.producer_vertex, c.producer_subtask) for c in input_channels
         }
@@ -683,7 +687,10 @@ class Task:
         )
 
     def _restored_inflight(self, data: bytes) -> _InflightReplay:
-        """This task's own in-flight state (same job, same parallelism), to replay as it was."""
+        """This task's own in-flight state (same job, same parallelism), to replay as it was: each
+        output's buffers into the output of the edge they name, or, in a document that names none
+        (format 2), into the output of their index, which this job's plan, the one that wrote them,
+        gives the same edge."""
         where = f"of task {self.address} in checkpoint {self._restore_checkpoint_id}"
         state = decode_inflight(data, where)
         inputs = len(self._gate.channels) if self._gate is not None else 0
@@ -693,23 +700,44 @@ class Task:
                 f"this task has {inputs}: {INFLIGHT_REDISTRIBUTION_REFUSED}"
             )
         outputs = [len(w.channels) for w in self._writers]
-        if any(edge >= len(outputs) or channel >= outputs[edge] for edge, channel in state.outputs):
+        routed = {
+            edge: self._output_index(state.targets[edge]) if state.targets_named else edge for edge, _ in state.outputs
+        }
+        misplaced = sorted(
+            (edge, channel)
+            for edge, channel in state.outputs
+            if (new := routed[edge]) is None or new >= len(outputs) or channel >= outputs[new]
+        )
+        if misplaced:
+            named = ", ".join(str(state.targets[edge]) for edge in sorted({e for e, _ in misplaced}))
             raise InflightStateNotRedistributable(
-                f"task {self.address}: the in-flight state {where} names output channels {sorted(state.outputs)}, "
-                f"this task has {outputs} per output: {INFLIGHT_REDISTRIBUTION_REFUSED}"
+                f"task {self.address}: the in-flight state {where} names output channels {misplaced} "
+                f"({named or 'by index only'}), this task has {outputs} per output "
+                f"({', '.join(map(str, self._output_targets.values()))}): {INFLIGHT_REDISTRIBUTION_REFUSED}"
             )
         return _InflightReplay(
             state.checkpoint_id,
-            sends=tuple((edge, ch, parse_message(b, where)) for (edge, ch), b in state.replay_outputs()),
+            sends=tuple(
+                (edge, channel, parse_message(b, where))
+                for (old, channel), b in state.replay_outputs()
+                if (edge := routed[old]) is not None
+            ),
             inputs=tuple((channel, parse_message(b, where)) for channel, b in state.replay()),
         )
+
+    def _output_index(self, target: OutputTarget) -> int | None:
+        """The index of this task's output that is the edge ``target`` names; None if it has none."""
+        return next((index for index, mine in self._output_targets.items() if mine == target), None)
 
     def _redistributed_inflight(self, documents: tuple[TaskStateDocument, ...]) -> _InflightReplay | None:
         """The in-flight state of the old subtasks of this chain, restored at another parallelism or
         into another job: the input records of a keyed edge go to the subtask owning their key group
         now (every new subtask filters each old one's); the rest of old subtask j's input, and its
         output records, go to new subtask j mod parallelism, which emits the output records anew
-        through its partitioners. Watermarks in flight are dropped (the sources emit them again)."""
+        through the partitioner of the output whose edge they were queued on (by consumer, never by
+        position: the new job may connect its outputs in another order). Output records of an edge
+        the new job lacks are dropped with a warning (the JobManager allowed it: non-restored state).
+        Watermarks in flight are dropped (the sources emit them again)."""
         olds = sorted(
             (d for d in documents if d.vertex_uid == self._vertex.uid and INFLIGHT_STATE_NAME in d.operator_state_uids),
             key=lambda d: d.subtask,
@@ -717,8 +745,8 @@ class Task:
         if not olds:
             return None
         channel_of: dict[InputOrigin, ChannelIndex] = {}
-        for channel, origin in sorted(self._input_origins.items()):
-            channel_of.setdefault(origin, channel)
+        for own_channel, own_origin in sorted(self._input_origins.items()):
+            channel_of.setdefault(own_origin, own_channel)
         edge_of = {InputOrigin(e.input_index, e.producer_vertex): e for e in self._vertex.inputs}
         key_group_of = KeyEncoder(self._plan.graph.max_parallelism).key_group
         inputs: list[tuple[ChannelIndex, DataMessage]] = []
@@ -763,14 +791,43 @@ class Task:
                         assert_never(edge.partitioning)
             if not takes_whole:
                 continue
-            for (edge_index, channel), blobs in sorted(state.outputs.items()):
+            for (old_edge, old_channel), blobs in sorted(state.outputs.items()):
                 messages = [m for b in blobs if (m := parse_message(b, where)).record_count]
-                if edge_index >= len(self._writers):
-                    raise refuse(f"names output {edge_index}; this task has {len(self._writers)}")
-                if messages and self._vertex.outputs[edge_index].partitioning is Partitioning.BROADCAST:
-                    raise refuse(f"holds records of broadcast output {edge_index} (channel {channel})")
-                emits += [(edge_index, m) for m in messages]
+                if not messages:
+                    continue
+                output = self._inherited_output(state, old_edge, where)
+                if output is None:  # the JobManager let it through: --allow-non-restored-state
+                    self._log.warning(
+                        "inflight_records_dropped",
+                        checkpoint_id=old.checkpoint_id,
+                        old_subtask=old.subtask,
+                        consumer=state.targets[old_edge].consumer,
+                        edge=str(state.targets[old_edge]),
+                        records=sum(m.record_count for m in messages),
+                        reason="their consumer is not connected to this task in the new job, and the restore "
+                        "allows non-restored state",
+                    )
+                    continue
+                if self._vertex.outputs[output].partitioning is Partitioning.BROADCAST:
+                    raise refuse(f"holds records of broadcast output {old_edge} (channel {old_channel})")
+                emits += [(output, m) for m in messages]
         return _InflightReplay(olds[0].checkpoint_id, emits=tuple(emits), inputs=tuple(inputs), redistributed=True)
+
+    def _inherited_output(self, state: InflightState, old_edge: int, where: str) -> int | None:
+        """The output of this task that the old task's output ``old_edge`` is now: the one of the edge it
+        names (None: this job does not connect it). A document that names none (format 2) says only the
+        index, which means the same edge in another job only when this task has that one output."""
+        if state.targets_named:
+            return self._output_index(state.targets[old_edge])
+        if old_edge == 0 and len(self._writers) == 1:
+            return 0
+        outputs = f"{len(self._writers)} output" + ("" if len(self._writers) == 1 else "s")
+        raise InflightStateNotRedistributable(
+            f"task {self.address}: the in-flight state {where} holds output buffers named by output index only "
+            f"(written before output buffers named their consumer), and {self._vertex.uid} has {outputs} in this "
+            f"job, so which consumer output {old_edge} was queued for is unknown: take a savepoint of the old job "
+            "(always aligned) and restore from it"
+        )
 
     def _replay_inflight_outputs(self) -> None:
         """The restored output buffers an unaligned barrier overtook, sent before anything else (their
@@ -1192,7 +1249,7 @@ class Task:
                     timestamp = self._barrier_times.pop(checkpoint_id, time.time())
                     alignment_s = action.alignment_duration
                     if action.capture_inflight:
-                        self._capture = InflightCapture(checkpoint_id, self._input_origins)
+                        self._capture = InflightCapture(checkpoint_id, self._input_origins, self._output_targets)
                         self._unaligned_acks[checkpoint_id] = _UnalignedAck()
                     self._checkpoint(
                         CheckpointRequest(checkpoint_id, timestamp, kind),
@@ -1301,7 +1358,7 @@ class Task:
         capture = self._capture if self._capture is not None and self._capture.checkpoint_id == cid else None
         if self._unaligned_snapshot(request, capture):
             # The barrier overtakes what the outputs queue; that belongs to the checkpoint (FLIP-76).
-            own = capture if capture is not None else InflightCapture(cid)
+            own = capture if capture is not None else InflightCapture(cid, targets=self._output_targets)
             for edge, w in enumerate(self._writers):
                 for channel, overtaken in enumerate(w.broadcast_priority(barrier)):
                     own.add_outputs((edge, channel), overtaken)

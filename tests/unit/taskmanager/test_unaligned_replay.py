@@ -22,6 +22,7 @@ from taskmanager.inflight import (
     InflightCapture,
     InflightCaptureError,
     InflightState,
+    OutputTarget,
     decode_inflight,
     encode_inflight,
     parse_message,
@@ -351,9 +352,10 @@ def test_inflight_document_round_trips_and_refuses_another_format() -> None:
             (1, 0): (_blob(5),),
             (0, 2): (DataMessage(event=EventKind.EVENT_KIND_WATERMARK, watermark=9).SerializeToString(),),
         },
+        targets={0: OutputTarget("sum", 1, "map"), 1: OutputTarget("late", 0, "win", "late-events")},
     )
     decoded = decode_inflight(encode_inflight(state), "test")
-    assert decoded == state
+    assert decoded == state and decoded.targets_named
     assert list(decoded.replay()) == [(0, _blob(4)), (2, _blob(1)), (2, _blob(2, 3))]
     assert [key for key, _ in decoded.replay_outputs()] == [(0, 2), (1, 0)]
     assert decoded.buffer_count == 5
@@ -389,7 +391,8 @@ def test_only_records_and_watermarks_are_kept_of_a_buffer() -> None:
 
 
 def test_capture_protocol_errors() -> None:
-    capture = InflightCapture(CheckpointId(1))
+    target = OutputTarget("sink", 0, "sum")
+    capture = InflightCapture(CheckpointId(1), targets={0: target})
     capture.start(ChannelIndex(0))
     with pytest.raises(InflightCaptureError):
         capture.start(ChannelIndex(0))
@@ -406,6 +409,11 @@ def test_capture_protocol_errors() -> None:
     capture.add_outputs((0, 1), [kept])
     with pytest.raises(InflightCaptureError, match="twice"):
         capture.add_outputs((0, 1), [])
+    with pytest.raises(InflightCaptureError, match="output 1 names no edge"):
+        capture.add_outputs((1, 0), [kept])
     assert capture.complete() == InflightState(
-        CheckpointId(1), {ChannelIndex(0): (kept.SerializeToString(),)}, {(0, 1): (kept.SerializeToString(),)}
+        CheckpointId(1),
+        {ChannelIndex(0): (kept.SerializeToString(),)},
+        {(0, 1): (kept.SerializeToString(),)},
+        targets={0: target},
     )
