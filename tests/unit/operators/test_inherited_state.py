@@ -6,6 +6,7 @@ per old key-group range, per-subtask state refused when it cannot be split."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 
@@ -274,6 +275,29 @@ def test_a_position_of_a_partition_the_topic_does_not_show_is_kept_by_its_owner_
     topic.visible_partitions = None
     states = next_generation(topic, make_context, states, 3)
     assert_each_partition_in_its_owners_snapshot(states, {0: 110, 1: 111, 2: 107, 3: 108})
+
+
+def test_partition_discovery_resumes_a_kept_position_where_the_state_left_it(
+    make_context: MakeContext, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A position kept for a partition the topic did not show at open is where discovery resumes it."""
+    topic = FakeTopic([1000] * 4)
+    topic.serve(monkeypatch)
+    topic.visible_partitions = 2
+    now = [1000.0]
+    source = KafkaSourceOperator(
+        replace(kafka_spec(bounded=False), partition_discovery_interval_ms=100), clock=lambda: now[0]
+    )
+    source.setup(make_context("events-source", subtask=0, parallelism=2), CollectingOutput())
+    source.restore_inherited_state(first_generation(4, 1))
+    source.open()
+    reader = topic.readers[-1]
+    assert reader.assigned_from == {0: 100}
+    topic.visible_partitions = None
+    now[0] += 1.0
+    reader.budget = {}
+    source.poll(10)
+    assert reader.assigned_from == {0: 100, 2: 102}
 
 
 def test_a_partition_missing_from_the_inherited_state_is_read_from_its_beginning(
