@@ -45,6 +45,7 @@ EXPECTED_ALERTS = {
     "WeirSustainedBackpressure",
     "WeirGrowingLag",
     "WeirStuckPreparedTransaction",
+    "WeirJobEndUnresolved",
 }
 GRID_WIDTH = 24
 
