@@ -31,8 +31,13 @@ from typing import Any, Protocol, assert_never
 import grpc
 
 from taskmanager.credit import InputChannelCredits, OutputChannelCredits
-from weir.core.checkpointing import CheckpointKind
-from weir.core.codec import checkpoint_kind_from_proto, checkpoint_kind_to_proto
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.codec import (
+    barrier_alignment_from_proto,
+    barrier_alignment_to_proto,
+    checkpoint_kind_from_proto,
+    checkpoint_kind_to_proto,
+)
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, decode_ipc, encode_ipc, is_batch, split_by_channel
 from weir.core.errors import ProtocolError, ServiceUnavailableError
 from weir.core.ids import ChannelIndex, CheckpointId
@@ -630,7 +635,12 @@ class RecordWriter:
 
     def broadcast_priority(self, template: taskmanager_pb2.DataMessage) -> list[list[ChannelBuffer]]:
         """Send a priority event (an unaligned barrier) to every channel ahead of what they queue; the
-        records buffered now are queued first. Answers, per channel, the buffers it overtook."""
+        records buffered now are queued first. Answers, per channel, the buffers it overtook. A forced
+        aligned barrier (a final checkpoint's) must go in order: refused."""
+        if template.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED:
+            raise ProtocolError(
+                f"barrier {template.checkpoint_id} is forced aligned: it must not overtake the records before it"
+            )
         self.flush()
         overtaken = []
         for channel in self.channels:
@@ -857,6 +867,7 @@ class InputGate:
                     checkpoint_kind=msg.checkpoint_kind,
                     checkpoint_timestamp=msg.checkpoint_timestamp,
                     priority=True,
+                    barrier_alignment=msg.barrier_alignment,
                 )
                 if msg.record_count:  # the records before the barrier stay queued, as a buffer of their own
                     ch.buffers[position] = _Queued(slot.arrival, records_of(slot.buffer))
@@ -916,8 +927,13 @@ class InputGate:
 
 def _timeoutable(msg: taskmanager_pb2.DataMessage) -> bool:
     """An in-order checkpoint barrier, which the aligned-checkpoint timeout may turn into a priority one
-    (a savepoint's barrier never: a savepoint stays aligned)."""
-    return msg.event == Event.EVENT_KIND_BARRIER and msg.checkpoint_kind != common_pb2.CHECKPOINT_KIND_SAVEPOINT
+    (a savepoint's barrier never: a savepoint stays aligned; nor a forced aligned one, a final
+    checkpoint's, which must not overtake the records before it)."""
+    return (
+        msg.event == Event.EVENT_KIND_BARRIER
+        and msg.checkpoint_kind != common_pb2.CHECKPOINT_KIND_SAVEPOINT
+        and msg.barrier_alignment != common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED
+    )
 
 
 # Events in a channel, read by the consumer ------------------------------------------------------
@@ -948,6 +964,7 @@ class Barrier:
     checkpoint_id: CheckpointId
     timestamp: float
     kind: CheckpointKind
+    alignment: BarrierAlignment = BarrierAlignment.BY_MODE
 
 
 @dataclass(frozen=True)
@@ -997,7 +1014,8 @@ def _read_event(msg: taskmanager_pb2.DataMessage) -> ChannelEvent | None:
             return EndOfStream()
         case Event.EVENT_KIND_BARRIER:
             kind = checkpoint_kind_from_proto(msg.checkpoint_kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
-            return Barrier(CheckpointId(msg.checkpoint_id), msg.checkpoint_timestamp, kind)
+            alignment = barrier_alignment_from_proto(msg.barrier_alignment)
+            return Barrier(CheckpointId(msg.checkpoint_id), msg.checkpoint_timestamp, kind, alignment)
         case Event.EVENT_KIND_CANCEL_BARRIER:
             return CancelBarrier(CheckpointId(msg.checkpoint_id))
         case _:
@@ -1007,12 +1025,20 @@ def _read_event(msg: taskmanager_pb2.DataMessage) -> ChannelEvent | None:
 # Events in a channel, sent by the producer -------------------------------------------------------
 
 
-def barrier_message(checkpoint_id: int, timestamp: float, kind: CheckpointKind) -> taskmanager_pb2.DataMessage:
+def barrier_message(
+    checkpoint_id: int,
+    timestamp: float,
+    kind: CheckpointKind,
+    alignment: BarrierAlignment = BarrierAlignment.BY_MODE,
+) -> taskmanager_pb2.DataMessage:
+    """A checkpoint barrier; ``alignment`` FORCED_ALIGNED (a final checkpoint's) tells every task
+    downstream to align it in any mode and never to take it ahead of its queue."""
     return taskmanager_pb2.DataMessage(
         event=Event.EVENT_KIND_BARRIER,
         checkpoint_id=checkpoint_id,
         checkpoint_timestamp=timestamp,
         checkpoint_kind=checkpoint_kind_to_proto(kind),
+        barrier_alignment=barrier_alignment_to_proto(alignment),
     )
 
 

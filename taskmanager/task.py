@@ -71,7 +71,7 @@ from taskmanager.network import (
     watermark_status_message,
 )
 from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
-from weir.core.checkpointing import ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
+from weir.core.checkpointing import BarrierAlignment, ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.columnar import BatchKeys, FieldKey, is_batch
 from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, SerializationError, WeirError
@@ -355,6 +355,13 @@ class NetworkOutput:
             self.writer.flush()
 
 
+def barrier_alignment_of(request: CheckpointRequest) -> BarrierAlignment:
+    """The alignment of the barrier a source sends for a triggered checkpoint: a final checkpoint's
+    is forced aligned in every mode (FLIP-147), so that every record before it reaches the sinks
+    before they pre-commit at it and nothing lies in flight behind it; any other as the mode says."""
+    return BarrierAlignment.FORCED_ALIGNED if request.final else BarrierAlignment.BY_MODE
+
+
 def exported_watermark(watermark: int | None) -> int | None:
     """The watermark the gauge may show: never MIN or MAX (the end of input), which would break
     ``now - watermark`` on the dashboards; the gauge keeps the last finite value instead."""
@@ -506,6 +513,10 @@ class Task:
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
         self._final_completed = False
+        # A final checkpoint's barrier went out: no record follows it, and no processing-time timer
+        # fires any more (Flink quiesces the processing-time service before the final checkpoint):
+        # what it emitted would reach the sinks after they pre-committed at the final checkpoint.
+        self._final_barrier_sent = False
         self._synced: dict[str, float] = {}
         # Time accounting, moved into the counters by _sync_metrics: idle = waiting for input or for a
         # mail; backpressured = waiting for credit (the channels measure it); busy = the rest.
@@ -947,6 +958,7 @@ class Task:
                     alignment_s=0.0,
                     start_delay_s=max(0.0, now - request.timestamp),
                     times=_BarrierTimes(first_barrier_at=now, alignment_end_at=now),
+                    alignment=barrier_alignment_of(request),
                 )
             case CheckpointComplete(checkpoint_id=checkpoint_id):
                 self.chain.notify_checkpoint_complete(checkpoint_id)
@@ -992,7 +1004,7 @@ class Task:
         """When the task must wake without input: the earliest buffer timeout of its outputs, the
         chain's next processing-time timer, or the next metrics sync."""
         deadlines = [d for net in self._network_outputs if (d := net.flush_deadline()) is not None]
-        processing = self.chain.next_processing_time()
+        processing = None if self._final_barrier_sent else self.chain.next_processing_time()
         if processing is not None:
             deadlines.append(time.monotonic() + (processing - self._clock()) / 1000.0)
         if self._aligned_timeout_s > 0 and self._gate is not None:
@@ -1002,7 +1014,10 @@ class Task:
         return min([*deadlines, last_sync + METRICS_SYNC_S])
 
     def _fire_processing_timers(self) -> None:
-        """Fire the chain's processing-time timers the clock has passed (overdue ones after a restore too)."""
+        """Fire the chain's processing-time timers the clock has passed (overdue ones after a restore too);
+        none once a final checkpoint's barrier went out."""
+        if self._final_barrier_sent:
+            return
         due = self.chain.next_processing_time()
         if due is not None and due <= (now := self._clock()):
             self.chain.on_processing_time(now)
@@ -1195,10 +1210,15 @@ class Task:
                     checkpoint_id=checkpoint_id,
                     channel=channel,
                     priority=priority,
+                    alignment=event.alignment.value,
                     overtaken_buffers=len(self._overtaken),
                 )
                 self._barrier_times.setdefault(checkpoint_id, timestamp)
-                self._apply(aligner.on_barrier(channel, checkpoint_id, kind, now=time.time(), priority=priority))
+                self._apply(
+                    aligner.on_barrier(
+                        channel, checkpoint_id, kind, now=time.time(), priority=priority, alignment=event.alignment
+                    )
+                )
             case CancelBarrier(checkpoint_id=checkpoint_id):
                 self._apply(aligner.on_cancellation(channel, checkpoint_id))
             case _:
@@ -1256,6 +1276,7 @@ class Task:
                         alignment_s=alignment_s,
                         start_delay_s=max(0.0, time.time() - timestamp - alignment_s),
                         times=_BarrierTimes(action.alignment_started_at, action.triggered_at, action.barriers),
+                        alignment=action.alignment,
                     )
                 case ba.ForwardCancellation(checkpoint_id=checkpoint_id):
                     for w in self._writers:
@@ -1344,19 +1365,27 @@ class Task:
         )
 
     def _checkpoint(
-        self, request: CheckpointRequest, alignment_s: float, start_delay_s: float, times: _BarrierTimes
+        self,
+        request: CheckpointRequest,
+        alignment_s: float,
+        start_delay_s: float,
+        times: _BarrierTimes,
+        alignment: BarrierAlignment,
     ) -> None:
         """Snapshot every operator (sinks pre-commit, keyed operators flush their caches), forward the
-        barrier, take the RocksDB snapshot; its upload runs in the background and the ack follows it."""
+        barrier with ``alignment``, take the RocksDB snapshot; its upload runs in the background and
+        the ack follows it."""
         cid = request.checkpoint_id
         join = self._unaligned_acks.get(cid)  # an unaligned checkpoint's: the ack also waits for its capture
         started = time.perf_counter()
         states = self.chain.snapshot(cid)
         for net in self._network_outputs:
             net.flush()
-        barrier = barrier_message(cid, request.timestamp, request.kind)
+        barrier = barrier_message(cid, request.timestamp, request.kind, alignment)
         capture = self._capture if self._capture is not None and self._capture.checkpoint_id == cid else None
-        if self._unaligned_snapshot(request, capture):
+        if alignment is BarrierAlignment.FORCED_ALIGNED:
+            self._final_barrier_sent = True
+        if self._unaligned_snapshot(request, capture, alignment):
             # The barrier overtakes what the outputs queue; that belongs to the checkpoint (FLIP-76).
             own = capture if capture is not None else InflightCapture(cid, targets=self._output_targets)
             for edge, w in enumerate(self._writers):
@@ -1428,14 +1457,28 @@ class Task:
 
         future.add_done_callback(uploaded)
 
-    def _unaligned_snapshot(self, request: CheckpointRequest, capture: InflightCapture | None) -> bool:
+    def _unaligned_snapshot(
+        self, request: CheckpointRequest, capture: InflightCapture | None, alignment: BarrierAlignment
+    ) -> bool:
         """Whether this snapshot is unaligned, so its barrier goes out as a priority event: in unaligned
-        mode, a checkpoint (not a savepoint) unless it starts aligned (aligned-checkpoint-timeout) and
-        this task did not switch it (it captures nothing in flight: a source, or aligned to the end).
-        An aligned barrier that then waits in a consumer's queue past the timeout is turned there."""
+        mode, a checkpoint (not a savepoint, not a forced aligned final checkpoint) unless it starts
+        aligned (aligned-checkpoint-timeout) and this task did not switch it (it captures nothing in
+        flight: a source, or aligned to the end). An aligned barrier that then waits in a consumer's
+        queue past the timeout is turned there (never a forced aligned one)."""
         if self._alignment is not AlignmentMode.UNALIGNED or request.kind is not CheckpointKind.CHECKPOINT:
             return False
-        return capture is not None or self._aligned_timeout_s <= 0
+        match alignment:
+            case BarrierAlignment.FORCED_ALIGNED:
+                if capture is not None:
+                    raise ba.InputProtocolError(
+                        f"task {self.address}: checkpoint {request.checkpoint_id} is forced aligned but captured "
+                        "records in flight"
+                    )
+                return False
+            case BarrierAlignment.BY_MODE:
+                return capture is not None or self._aligned_timeout_s <= 0
+            case _:
+                assert_never(alignment)
 
     def _finish(self) -> None:
         """End of input: wait for the notifications of the checkpoints this task acknowledged (their

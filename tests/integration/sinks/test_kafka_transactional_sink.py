@@ -20,6 +20,7 @@ from operators.transactional_sinks import (
     MARKER_TOPIC_CONFIG,
     CommitMarker,
     CommitMarkerLostError,
+    EndOfInputNotCheckpointedError,
     MarkerTopicError,
     SinkSnapshot,
     TransactionalKafkaSinkOperator,
@@ -215,15 +216,23 @@ def test_recovery_from_a_checkpoint_with_two_pending_epochs(kafka_case: KafkaSin
     assert committed_markers(kafka_case) == [(1, 2), (2, 3)]
 
 
-def test_end_of_input_commits_what_is_left(kafka_case: KafkaSinkCase) -> None:
+def test_end_of_input_commits_nothing_and_refuses_records_no_checkpoint_covers(kafka_case: KafkaSinkCase) -> None:
+    """Everything a sink commits lies in a checkpoint: a bounded job's records are committed through
+    its final checkpoint, never at the end of input (a failover before FINISHED would restore that
+    checkpoint and write them again). A record after the last checkpoint is refused, and the open
+    transaction holding it is aborted when the task closes the sink."""
     sink = kafka_case.sink()
     sink.open()
     feed(sink, 1, 2)
     sink.snapshot_state(1)
+    sink.notify_checkpoint_complete(1)
+    sink.end_input()  # everything committed through checkpoint 1: nothing to do
     feed(sink, 3, 3)
-    sink.end_input()
+    with pytest.raises(EndOfInputNotCheckpointedError, match="1 record\\(s\\) no checkpoint covers"):
+        sink.end_input()
     sink.close()
-    assert kafka_case.values("read_committed") == values(1, 3)
+    assert kafka_case.values("read_committed") == values(1, 2)
+    assert committed_markers(kafka_case) == [(1, 2)]
 
 
 # The marker topic: kept for ever, one per sink, one partition per subtask -------------------------

@@ -140,6 +140,21 @@ def test_commit_and_close_remove_the_files(tmp_path: Path) -> None:
     assert not directory.exists() and files(tmp_path) == []
 
 
+def test_the_spill_says_which_epochs_it_still_holds(tmp_path: Path) -> None:
+    """What a sink checks at its end of input: every epoch it opened was committed (discarded)."""
+    store = spill(tmp_path, 2 * (RECORD_OVERHEAD_BYTES + 100))
+    in_memory, on_disk = store.epoch(cp(3)), store.epoch(cp(4))
+    in_memory.append(record(0))
+    for i in range(5):
+        on_disk.append(record(i))
+    assert on_disk.spilled and not in_memory.spilled
+    assert store.held_epochs() == {cp(3): 1, cp(4): 5}
+    on_disk.discard()
+    assert store.held_epochs() == {cp(3): 1}
+    in_memory.discard()
+    assert store.held_epochs() == {}
+
+
 def test_an_epoch_is_never_opened_twice(tmp_path: Path) -> None:
     store = spill(tmp_path, 0)
     store.epoch(cp(1))

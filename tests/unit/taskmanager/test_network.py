@@ -16,6 +16,7 @@ import pytest
 from taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
     RECORDS_PER_BUFFER,
+    Barrier,
     ChannelBuffer,
     ChannelClosedError,
     InputGate,
@@ -30,12 +31,12 @@ from taskmanager.network import (
     watermark_message,
 )
 from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from weir.core.checkpointing import CheckpointKind
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
 from weir.core.serde import dumps_value
-from weir.wire import taskmanager_pb2
+from weir.wire import common_pb2, taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind
 
@@ -497,6 +498,7 @@ def test_a_timed_out_barrier_is_turned_into_a_priority_one_that_overtakes_its_qu
     first, second = gate.take_priority(), gate.take_priority()
     assert first is not None and second is not None
     assert message_of(first.message).priority and message_of(second.message).priority
+    assert read_buffer(first.message).event == Barrier(7, 100.0, CheckpointKind.CHECKPOINT, BarrierAlignment.BY_MODE)  # type: ignore[arg-type]
     assert {
         first.channel: [values_of(m) for m in first.overtaken],
         second.channel: [values_of(m) for m in second.overtaken],
@@ -508,6 +510,50 @@ def test_a_timed_out_barrier_is_turned_into_a_priority_one_that_overtakes_its_qu
     rest = [gate.take() for _ in range(4)]
     assert [values_of(r.message) for r in rest if r is not None and r.channel == 0] == [[1], [2], [3]]
     assert gate.prioritize(7) == 0
+
+
+def test_a_barrier_carries_its_alignment_and_one_that_does_not_say_is_refused() -> None:
+    forced = barrier_message(3, 1.5, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED)
+    assert forced.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED
+    event = read_buffer(forced).event
+    assert event == Barrier(3, 1.5, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED)  # type: ignore[arg-type]
+    assert read_buffer(barrier_message(3, 1.5, CheckpointKind.CHECKPOINT)).event == Barrier(
+        3,  # type: ignore[arg-type]
+        1.5,
+        CheckpointKind.CHECKPOINT,
+        BarrierAlignment.BY_MODE,
+    )
+    unspecified = barrier_message(3, 1.5, CheckpointKind.CHECKPOINT)
+    unspecified.ClearField("barrier_alignment")
+    with pytest.raises(ProtocolError, match="BARRIER_ALIGNMENT_UNSPECIFIED"):
+        read_buffer(unspecified)
+
+
+def test_a_forced_aligned_barrier_never_times_out_into_a_priority_one() -> None:
+    """A final checkpoint's barrier waits in its queue whatever the aligned-checkpoint timeout says:
+    the task asks the gate for the queued barriers to turn, and it is never among them."""
+    gate = InputGate([0, 0], initial_credits=4)
+    gate.push(0, data(1))
+    gate.push(0, barrier_message(9, 100.0, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED))
+    gate.push(1, barrier_message(10, 101.0, CheckpointKind.CHECKPOINT))
+    assert gate.queued_barrier_times() == {10: 101.0}
+    assert gate.prioritize(9) == 0
+    assert gate.take_priority() is None
+    taken = [gate.take() for _ in range(3)]
+    assert [read_buffer(t.message).event for t in taken if t is not None and t.channel == 0] == [
+        None,
+        Barrier(9, 100.0, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED),  # type: ignore[arg-type]
+    ]
+
+
+def test_a_writer_refuses_to_send_a_forced_aligned_barrier_as_a_priority_event() -> None:
+    channel = FakeChannel()
+    writer = writer_for([channel], RebalancePartitioner(SubtaskIndex(0), 1))
+    writer.emit("x", None)
+    forced = barrier_message(4, 0.0, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED)
+    with pytest.raises(ProtocolError, match="forced aligned"):
+        writer.broadcast_priority(forced)
+    assert channel.sent == [], "nothing went out"
 
 
 def test_a_savepoint_barrier_never_times_out_into_a_priority_one() -> None:

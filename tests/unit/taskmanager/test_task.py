@@ -27,6 +27,7 @@ from taskmanager.inflight import (
 )
 from taskmanager.mailbox import CheckpointRequest
 from taskmanager.network import (
+    Barrier,
     barrier_message,
     cancel_barrier_message,
     encode_records,
@@ -44,7 +45,7 @@ from taskmanager.task import (
     _UnalignedAck,
 )
 from tests.unit.taskmanager.fakes import FakeChannel, Harness, Journal, ListSource, Recording, make_task, writer_to
-from weir.core.checkpointing import CheckpointKind
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup, SubtaskIndex
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.states import TaskState
@@ -52,7 +53,7 @@ from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDo
 from weir.core.watermarks import MAX_WATERMARK
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 from weir.plan import build_plan
-from weir.wire import taskmanager_pb2
+from weir.wire import common_pb2, taskmanager_pb2
 
 CHECKPOINT = CheckpointKind.CHECKPOINT
 
@@ -303,6 +304,7 @@ def test_a_source_ack_has_a_timeline_without_channels() -> None:
         alignment_s=0.0,
         start_delay_s=0.0,
         times=_BarrierTimes(first_barrier_at=before, alignment_end_at=before),
+        alignment=BarrierAlignment.BY_MODE,
     )
     (ack,) = h.acks
     assert ack.timeline is not None and ack.timeline.channels == ()
@@ -426,6 +428,92 @@ def test_an_aborted_unaligned_checkpoint_drops_its_capture_and_is_never_acknowle
         h.gate.push(1, end_of_stream_message())
         h.wait_for_state(TaskState.FINISHED)
         assert not h.acks and h.task._capture is None  # noqa: SLF001
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+# The final checkpoint: forced aligned in every mode (FLIP-147) ---------------------------------------
+
+
+def _barriers(h: Harness) -> list[taskmanager_pb2.DataMessage]:
+    return [m for m in h.out.sent if m.event == taskmanager_pb2.EVENT_KIND_BARRIER]
+
+
+@pytest.mark.parametrize("timeout", [False, True])
+def test_a_source_sends_the_final_barrier_in_order_and_forced_aligned_in_unaligned_mode(timeout: bool) -> None:
+    """Its output still queues a buffer when the final checkpoint is triggered: the barrier waits
+    behind it (an unaligned one would overtake it into the checkpoint's in-flight state, and the
+    sink would pre-commit before those records reached it)."""
+    h = make_task("src", source_values=[1, 2, 3], alignment=ba.AlignmentMode.UNALIGNED)
+    h.task._aligned_timeout_s = 0.001 if timeout else 0.0  # noqa: SLF001  # aligned-checkpoint timeout or not
+    h.out.overtake = [data(9)]  # what the output channel queues, waiting for credit
+    h.task.start()
+    try:
+        h.journal.wait_for(lambda: ("input_ended",) in h.journal.of("task"))
+        h.task.trigger_checkpoint(CheckpointRequest(CheckpointId(3), time.time(), CHECKPOINT, final=True))
+        h.journal.wait_for(lambda: ("ack", 3) in h.journal.of("task"))
+        (barrier,) = _barriers(h)
+        assert not barrier.priority, "the final barrier overtook what the output queued"
+        assert read_buffer(barrier).event == Barrier(  # type: ignore[arg-type]
+            3, barrier.checkpoint_timestamp, CHECKPOINT, BarrierAlignment.FORCED_ALIGNED
+        )
+        assert INFLIGHT_STATE_NAME not in h.acks[0].snapshot.operator_states
+        assert h.acks[0].inflight_bytes == 0
+        h.task.notify_checkpoint_complete(3)
+        h.wait_for_state(TaskState.FINISHED)
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def test_a_periodic_checkpoint_of_a_source_in_unaligned_mode_still_overtakes() -> None:
+    h = make_task("src", source_values=[1], alignment=ba.AlignmentMode.UNALIGNED)
+    h.out.overtake = [data(9)]
+    h.task._checkpoint(  # noqa: SLF001
+        CheckpointRequest(CID, time.time(), CHECKPOINT),
+        alignment_s=0.0,
+        start_delay_s=0.0,
+        times=_BarrierTimes(first_barrier_at=0.0, alignment_end_at=0.0),
+        alignment=BarrierAlignment.BY_MODE,
+    )
+    (barrier,) = _barriers(h)
+    assert barrier.priority and barrier.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_BY_MODE
+    inflight = decode_inflight(h.acks[0].snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
+    assert inflight.outputs == {(0, 0): (data(9).SerializeToString(),)}
+
+
+def test_a_task_aligns_a_forced_aligned_barrier_in_unaligned_mode_and_forwards_it_in_order() -> None:
+    """Both channels queue records ahead of the final barrier: the snapshot comes after all of them,
+    nothing is captured in flight, and the barrier goes on in order and forced aligned."""
+    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    assert h.gate is not None
+    h.out.overtake = [data(9)]
+    forced = BarrierAlignment.FORCED_ALIGNED
+    try:
+        h.gate.push(0, data(1))
+        h.gate.push(0, barrier_message(4, time.time(), CHECKPOINT, forced))
+        h.task.start()
+        h.journal.wait_for(lambda: ("sink", "record", 1) in h.journal.entries)
+        h.gate.push(1, data(2, 3))
+        h.gate.push(1, barrier_message(4, time.time(), CHECKPOINT, forced))
+        h.journal.wait_for(lambda: ("ack", 4) in h.journal.of("task"))
+        (ack,) = h.acks
+        assert INFLIGHT_STATE_NAME not in ack.snapshot.operator_states and ack.inflight_bytes == 0
+        assert [e for e in h.journal.of("sink") if e[0] in ("record", "snapshot")] == [
+            ("record", 1),
+            ("record", 2),
+            ("record", 3),
+            ("snapshot", 4),
+        ]
+        (barrier,) = _barriers(h)
+        assert not barrier.priority and barrier.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED
+        stream = _values(h)
+        assert stream[:3] == ["r:1", "r:2", "r:3"] and stream[3].startswith("Barrier:4:"), stream
+        h.gate.push(0, end_of_stream_message())
+        h.gate.push(1, end_of_stream_message())
+        h.task.notify_checkpoint_complete(4)
+        h.wait_for_state(TaskState.FINISHED)
     finally:
         h.task.cancel()
         h.task.join(10)
