@@ -588,16 +588,24 @@ class JobLifecycle:
         if latest is not None and latest.checkpoint_id != resolution.as_of:
             # Only a taken-over record's legacy resolution has no checkpoint: use the latest.
             resolution = replace(resolution, as_of=latest.checkpoint_id)
-        self._state = replace(self._state, resolution=resolution)  # type: ignore[arg-type]
+        self._set_resolution(resolution)
         return self._run_resolution(latest)
 
     def _run_resolution(self, latest: CompletedCheckpoint | None) -> tuple[Action, ...]:
         resolution = self.resolution
         assert resolution is not None
         self._attempt += 1
-        running = replace(resolution, attempts=resolution.attempts + 1, running=True, retry_at=None)
-        self._state = replace(self._state, resolution=running)  # type: ignore[arg-type]
+        self._set_resolution(replace(resolution, attempts=resolution.attempts + 1, running=True, retry_at=None))
         return (ResolveSinks(latest, self._attempt),)
+
+    def _set_resolution(self, resolution: Resolution) -> None:
+        match self._state:
+            case Ending() | Ended():
+                self._state = replace(self._state, resolution=resolution)
+            case Created() | Running() | Restarting():
+                raise CheckpointProtocolError(f"job {self._job_id}: a resolution while {self.status.value}")
+            case _:
+                assert_never(self._state)
 
     def _trigger_final(self, now: float) -> tuple[Action, ...]:
         """Every source ended and no final checkpoint is under way: trigger one now if nothing is in
