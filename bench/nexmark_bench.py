@@ -289,7 +289,7 @@ def chart(document: dict[str, Any], path: Path) -> None:
 
 def count_output(endpoints: Any, topic: str) -> int:
     from bench import dataset
-    from connectors import kafka
+    from weir.connectors import kafka
 
     dataset.wait_output_settled(endpoints, topic)
     return len(kafka.read_committed_records(endpoints, topic, timeout_s=300))
@@ -469,7 +469,7 @@ def flink_ready() -> tuple[Path | None, str | None]:
 
 def load_events(endpoints: Any, topic: str, events: int) -> float:
     from bench import dataset
-    from connectors import kafka
+    from weir.connectors import kafka
     from weir.tools import nexmark_load
 
     dataset.create_topics(endpoints, {topic: PARTITIONS})

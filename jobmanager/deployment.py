@@ -14,16 +14,16 @@ from typing import Final, assert_never
 
 import structlog
 
-from jobmanager import metrics
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.errors import JobManagerError, TaskManagerCallError
-from jobmanager.exception_history import ExceptionEntry
-from jobmanager.failover import Failover
-from jobmanager.gateway import TaskManagerGateway
-from jobmanager.job_actions import JobActionExecutor
-from jobmanager.jobs import DeployCommand, JobMaster
-from jobmanager.record_store import JobRecordStore
-from jobmanager.registry import TaskManagerRegistry
+from weir.jobmanager import metrics
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.errors import JobManagerError, TaskManagerCallError
+from weir.jobmanager.exception_history import ExceptionEntry
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.gateway import TaskManagerGateway
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import DeployCommand, JobMaster
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.registry import TaskManagerRegistry
 from weir.core.failures import Failure
 from weir.core.paths import metadata_folder
 from weir.core.states import JobStatus

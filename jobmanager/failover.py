@@ -1,6 +1,6 @@
 """Failures and cancels reach the job's lifecycle: a lost TaskManager or a failed task fails the
 job over (its lifecycle asks the restart strategy: restart, or fail it for good), ``weir cancel``
-ends it; the executor carries out what the lifecycle decides (``jobmanager.job_actions``).
+ends it; the executor carries out what the lifecycle decides (``weir.jobmanager.job_actions``).
 
 ``fail_over`` and ``taskmanager_lost`` are called with the JobManager's lock held; ``cancel`` takes it.
 """
@@ -10,10 +10,10 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
-from jobmanager.exception_history import ExceptionEntry
-from jobmanager.job_actions import JobActionExecutor
-from jobmanager.jobs import JobMaster
-from jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
+from weir.jobmanager.exception_history import ExceptionEntry
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
 from weir.core.errors import UnknownJobError
 from weir.core.failures import Failure
 from weir.core.ids import TaskId

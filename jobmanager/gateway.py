@@ -13,8 +13,8 @@ from typing import Final, Protocol, TypeVar
 
 import grpc  # type: ignore[import-untyped]  # no stubs in the environment
 
-from jobmanager.errors import TaskManagerCallError
-from jobmanager.jobs import TaskDeployment
+from weir.jobmanager.errors import TaskManagerCallError
+from weir.jobmanager.jobs import TaskDeployment
 from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
 from weir.core.grpc_security import open_channel

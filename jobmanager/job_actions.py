@@ -1,5 +1,5 @@
-"""Carries out a job's lifecycle and checkpoint actions (``jobmanager.lifecycle``,
-``jobmanager.checkpointing.coordinator``).
+"""Carries out a job's lifecycle and checkpoint actions (``weir.jobmanager.lifecycle``,
+``weir.jobmanager.checkpointing.coordinator``).
 
 The lifecycle decides; this executor does the I/O: it reserves checkpoint ids in the job record
 before a barrier carries one, asks the source tasks to inject barriers, writes a completed
@@ -19,18 +19,18 @@ from typing import assert_never
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage, copy_folder, open_storage
-from jobmanager import lifecycle as lc
-from jobmanager import metrics
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.checkpointing.metadata import encode_metadata
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.ending import ResolutionReport, resolve_sink_transactions
-from jobmanager.errors import TaskManagerCallError
-from jobmanager.gateway import TaskManagerGateway
-from jobmanager.jobs import JobMaster
-from jobmanager.record_store import JobRecordStore
-from jobmanager.registry import TaskManagerRegistry
+from weir.connectors.object_storage import CheckpointStorage, copy_folder, open_storage
+from weir.jobmanager import lifecycle as lc
+from weir.jobmanager import metrics
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.ending import ResolutionReport, resolve_sink_transactions
+from weir.jobmanager.errors import TaskManagerCallError
+from weir.jobmanager.gateway import TaskManagerGateway
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.registry import TaskManagerRegistry
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, TaskId
 from weir.core.paths import external_path, metadata_folder

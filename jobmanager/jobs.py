@@ -14,17 +14,17 @@ from typing import assert_never
 
 import structlog
 
-from jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
-from jobmanager.checkpointing.coordinator import CheckpointCoordinator
-from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
-from jobmanager.exception_history import ExceptionEntry, ExceptionHistory
-from jobmanager.execution import ExecutionSettings, parse_execution_settings
-from jobmanager.lifecycle import Action, Created, Ended, Ending, JobLifecycle, Restarting, Running
-from jobmanager.messages import TaskProgress
-from jobmanager.records import JobSubmission
-from jobmanager.restart import RestartStrategy, parse_restart_strategy
-from jobmanager.restoring import InitialState
-from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
+from weir.jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
+from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
+from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
+from weir.jobmanager.execution import ExecutionSettings, parse_execution_settings
+from weir.jobmanager.lifecycle import Action, Created, Ended, Ending, JobLifecycle, Restarting, Running
+from weir.jobmanager.messages import TaskProgress
+from weir.jobmanager.records import JobSubmission
+from weir.jobmanager.restart import RestartStrategy, parse_restart_strategy
+from weir.jobmanager.restoring import InitialState
+from weir.jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.failures import Failure
@@ -131,7 +131,7 @@ class DeployCommand:
 @dataclass
 class JobMaster:
     """A job in the JobManager: its plan, its tasks' records, and its lifecycle (which decides; see
-    ``jobmanager.lifecycle``). The methods here keep the books the lifecycle's decisions are about
+    ``weir.jobmanager.lifecycle``). The methods here keep the books the lifecycle's decisions are about
     (placement, task states and counters, failures) and never decide a transition themselves."""
 
     submission: JobSubmission

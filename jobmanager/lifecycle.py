@@ -1,12 +1,12 @@
 """A job's life in the JobManager, as a pure, typed state machine beside the checkpoint coordinator.
 
-The coordinator (``jobmanager.checkpointing.coordinator``) decides about checkpoints; this machine
+The coordinator (``weir.jobmanager.checkpointing.coordinator``) decides about checkpoints; this machine
 decides about the job around them, at the edges where the two meet: the end of input and the final
 checkpoint, stop with a savepoint (with and without ``--drain``) and a savepoint that fails, cancel,
 a task failure and the restart strategy's answer, the end-of-job resolution of the sinks'
 transactions, and a JobManager taking a job over from its record. Every coordinator call goes
 through it, so it sees each checkpoint's outcome and adds its own decisions to the coordinator's
-actions. It does no I/O, holds no lock and reads no clock: the executor (``jobmanager.job_actions``)
+actions. It does no I/O, holds no lock and reads no clock: the executor (``weir.jobmanager.job_actions``)
 calls it under the JobManager's lock with ``now`` and carries out the actions it answers, in order,
 matched exhaustively.
 
@@ -49,11 +49,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Final, assert_never
 
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from jobmanager.restart import GiveUp, RestartAfter, RestartStrategy
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
+from weir.jobmanager.restart import GiveUp, RestartAfter, RestartStrategy
 from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, JobId, TaskId
@@ -80,7 +80,7 @@ class StopRequest:
 @dataclass(frozen=True)
 class Resolution:
     """The end-of-job resolution of the sinks' transactions: commit what ``as_of`` pre-committed,
-    roll back or abort everything else (``jobmanager.ending``)."""
+    roll back or abort everything else (``weir.jobmanager.ending``)."""
 
     as_of: CheckpointId | None  # the latest completed checkpoint when it was decided (None: none)
     attempts: int = 0  # resolutions tried so far
@@ -179,7 +179,7 @@ class AckOutcome:
 
 @dataclass(frozen=True)
 class RecordedEnd:
-    """What the job record keeps of an end (``jobmanager.records``), for a JobManager taking over."""
+    """What the job record keeps of an end (``weir.jobmanager.records``), for a JobManager taking over."""
 
     outcome: JobStatus
     ended: bool  # Ended (else Ending)

@@ -1,4 +1,4 @@
-"""``JobManager``: the parts of the JobManager composed for the servicer and ``python -m jobmanager``.
+"""``JobManager``: the parts of the JobManager composed for the servicer and ``python -m weir.jobmanager``.
 
 One lock serialises the servicer's calls, the monitor thread and the workers handing outcomes back;
 I/O (TaskManager calls, storage, Kafka, transaction resolution) runs on worker threads without it.
@@ -13,15 +13,15 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from jobmanager.deployment import Deployer
-from jobmanager.errors import JobManagerNotReadyError
-from jobmanager.exception_history import ExceptionHistory
-from jobmanager.failover import Failover
-from jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
-from jobmanager.job_actions import JobActionExecutor, ResolveTransactions, resolve_job_transactions
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import (
+from weir.connectors.object_storage import CheckpointStorage
+from weir.jobmanager.deployment import Deployer
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.exception_history import ExceptionHistory
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
+from weir.jobmanager.job_actions import JobActionExecutor, ResolveTransactions, resolve_job_transactions
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
     CheckpointDetailView,
@@ -34,13 +34,13 @@ from jobmanager.messages import (
     JobSummaryView,
     TaskStateReport,
 )
-from jobmanager.monitor import Monitor
-from jobmanager.read_api import ReadApi
-from jobmanager.record_store import JobRecordStore
-from jobmanager.recovery import JobRecovery
-from jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
-from jobmanager.savepoints import SavepointTrigger
-from jobmanager.submission import (
+from weir.jobmanager.monitor import Monitor
+from weir.jobmanager.read_api import ReadApi
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.recovery import JobRecovery
+from weir.jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
+from weir.jobmanager.savepoints import SavepointTrigger
+from weir.jobmanager.submission import (
     EndOffsetsReader,
     JobSubmitter,
     ResolveInherited,
@@ -50,7 +50,7 @@ from jobmanager.submission import (
     kafka_end_offsets,
     resolve_inherited,
 )
-from jobmanager.task_reports import TaskReports
+from weir.jobmanager.task_reports import TaskReports
 from weir.core.ids import CheckpointId
 from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
@@ -122,7 +122,7 @@ class TaskView:
 
 @dataclass(frozen=True)
 class JobEndView:
-    """An ending or ended job and its sinks' resolution (``jobmanager.lifecycle.RecordedEnd``)."""
+    """An ending or ended job and its sinks' resolution (``weir.jobmanager.lifecycle.RecordedEnd``)."""
 
     outcome: JobStatus
     ended: bool

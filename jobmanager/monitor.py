@@ -11,14 +11,14 @@ from typing import Final
 
 import structlog
 
-from jobmanager import metrics
-from jobmanager.deployment import Deployer
-from jobmanager.errors import JobManagerError
-from jobmanager.failover import Failover
-from jobmanager.job_actions import JobActionExecutor
-from jobmanager.jobs import DeployCommand, JobMaster
-from jobmanager.record_store import JobRecordStore
-from jobmanager.registry import TaskManagerRegistry
+from weir.jobmanager import metrics
+from weir.jobmanager.deployment import Deployer
+from weir.jobmanager.errors import JobManagerError
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import DeployCommand, JobMaster
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.registry import TaskManagerRegistry
 from weir.core.errors import NotEnoughSlotsError
 from weir.core.states import JobStatus
 

@@ -1,16 +1,16 @@
 """What the JobManager answers about its jobs and TaskManagers (``weir status``, ``list``,
-``checkpoints``, ``cluster status``, and the REST API), as plain values (``jobmanager.messages``)."""
+``checkpoints``, ``cluster status``, and the REST API), as plain values (``weir.jobmanager.messages``)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.exception_history import ExceptionHistory
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import (
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.exception_history import ExceptionHistory
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import (
     CheckpointCounts,
     CheckpointDetailView,
     CheckpointsView,
@@ -27,7 +27,7 @@ from jobmanager.messages import (
     TaskView,
     VertexView,
 )
-from jobmanager.registry import TaskManagerRegistry
+from weir.jobmanager.registry import TaskManagerRegistry
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.errors import UnknownCheckpointError, UnknownJobError
 from weir.core.paths import external_path

@@ -1,4 +1,4 @@
-"""Job records in checkpoint storage (the format is ``jobmanager.records``): written in order on one
+"""Job records in checkpoint storage (the format is ``weir.jobmanager.records``): written in order on one
 thread, listed and read back by the recovery of a restarted JobManager."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from jobmanager.jobs import JobMaster
-from jobmanager.records import JobRecord
+from weir.connectors.object_storage import CheckpointStorage
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.records import JobRecord
 from weir.core.errors import WeirError
 from weir.core.ids import JobId
 from weir.core.paths import CheckpointPaths

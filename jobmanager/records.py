@@ -45,8 +45,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from jobmanager.exception_history import ExceptionEntry, ExceptionHistory
-from jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
+from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
+from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure

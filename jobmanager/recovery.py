@@ -1,4 +1,4 @@
-"""A restarted JobManager takes its jobs over from their durable records (``jobmanager.records``)
+"""A restarted JobManager takes its jobs over from their durable records (``weir.jobmanager.records``)
 and their checkpoints' metadata: running ones restart, a cancelling one finishes cancelling, an
 ended one whose transactions were not resolved gets them resolved.
 
@@ -17,16 +17,16 @@ from collections.abc import Callable, MutableMapping
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from jobmanager.checkpointing.metadata import decode_metadata
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.job_actions import JobActionExecutor
-from jobmanager.jobs import JobMaster
-from jobmanager.orphans import collect_orphans
-from jobmanager.record_store import JobRecordStore
-from jobmanager.records import JobRecord
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
-from jobmanager.restoring import plan_initial_state, read_retained_state
+from weir.connectors.object_storage import CheckpointStorage
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.orphans import collect_orphans
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.records import JobRecord
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.jobmanager.restoring import plan_initial_state, read_retained_state
 from weir.api import load_job_source
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import WeirError

@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
 
-from jobmanager.errors import ConfigError
+from weir.jobmanager.errors import ConfigError
 from weir.core.failures import Failure
 
 

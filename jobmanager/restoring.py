@@ -6,7 +6,7 @@ path names (its own checkpoint storage or any other, ``weir.core.paths.locate_st
 that the new job can take its state (``weir.core.rescale.check_state_assignment``), and works out which
 old subtasks' task-state documents each new vertex inherits. Before the job is accepted, the old job's
 transactional sink subtasks (every one of them, also those a smaller parallelism no longer has) are
-resolved as of the checkpoint (``jobmanager.ending.resolve_inherited_transactions``): what the
+resolved as of the checkpoint (``weir.jobmanager.ending.resolve_inherited_transactions``): what the
 checkpoint pre-committed is committed, everything else of them aborted or rolled back. The new job's
 sinks then start with no transactions of their own, and its sources from the checkpoint's positions,
 so the output stays exactly once across the two jobs.
@@ -23,9 +23,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from connectors.object_storage import CheckpointStorage, open_storage
-from jobmanager.checkpointing.metadata import decode_metadata
-from jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.connectors.object_storage import CheckpointStorage, open_storage
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.paths import locate_state
 from weir.core.rescale import check_state_assignment, inherited_documents

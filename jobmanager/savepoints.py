@@ -10,7 +10,7 @@ cluster's checkpoint storage, it is copied, when asked, to a new folder
 ``savepoints.dir`` parameter, Flink's ``execution.checkpointing.savepoint-dir``). A stop-with-savepoint
 ends the job once the savepoint completed, and nothing is triggered after it meanwhile; its end
 resolves every sink as of the savepoint, so nothing stays prepared or open, and the job ends
-FINISHED. A stop whose savepoint fails leaves the job running (``jobmanager.lifecycle``).
+FINISHED. A stop whose savepoint fails leaves the job running (``weir.jobmanager.lifecycle``).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typing import Final
 
 import structlog
 
-from jobmanager.job_actions import JobActionExecutor
-from jobmanager.jobs import JobMaster
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
 from weir.core.errors import UnknownJobError
 from weir.core.ids import CheckpointId
 

@@ -1,4 +1,4 @@
-"""The JobManager's gRPC servicer: thin. It converts requests into ``jobmanager.messages`` values,
+"""The JobManager's gRPC servicer: thin. It converts requests into ``weir.jobmanager.messages`` values,
 calls the ``JobManager``, converts the answers back and maps WeirError onto gRPC status codes."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ from google.protobuf import any_pb2
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from jobmanager.errors import JobManagerNotReadyError
-from jobmanager.manager import JobManager
-from jobmanager.messages import (
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
     CheckpointDetailView,
@@ -28,8 +28,8 @@ from jobmanager.messages import (
     TaskProgress,
     TaskStateReport,
 )
-from jobmanager.registry import HEARTBEAT_INTERVAL_S
-from jobmanager.submission import SubmitRequest
+from weir.jobmanager.registry import HEARTBEAT_INTERVAL_S
+from weir.jobmanager.submission import SubmitRequest
 from weir.core.codec import (
     checkpoint_kind_to_proto,
     checkpoint_status_to_proto,

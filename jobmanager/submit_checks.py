@@ -15,8 +15,8 @@ Each refusal is one line that says what to change; the job is not started (``wei
 
 from __future__ import annotations
 
-from connectors import kafka
-from jobmanager.checkpointing.config import CheckpointSettings
+from weir.connectors import kafka
+from weir.jobmanager.checkpointing.config import CheckpointSettings
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.config import Endpoints
 from weir.core.descriptors import KafkaSourceSpec, SinkSystem, is_bounded, validate_transaction_timeout

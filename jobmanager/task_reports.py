@@ -10,13 +10,13 @@ from typing import assert_never
 
 import structlog
 
-from jobmanager import metrics
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.exception_history import ExceptionEntry
-from jobmanager.failover import Failover
-from jobmanager.job_actions import JobActionExecutor
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
+from weir.jobmanager import metrics
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.exception_history import ExceptionEntry
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from operators.base import StreamOperator, check_output_tag
+from weir.operators.base import StreamOperator, check_output_tag
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, OnRecordError
 

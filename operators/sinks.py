@@ -12,9 +12,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from connectors import kafka, postgres
-from operators.base import StreamOperator
-from operators.transactional_sinks import (
+from weir.connectors import kafka, postgres
+from weir.operators.base import StreamOperator
+from weir.operators.transactional_sinks import (
     encode_for_kafka,
     keep_newest,
     row_for_postgres,

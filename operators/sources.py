@@ -25,9 +25,9 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, assert_never
 
-from connectors import kafka
-from operators.base import InheritedState, SourceOperator
-from operators.source_metrics import KafkaSourceLag
+from weir.connectors import kafka
+from weir.operators.base import InheritedState, SourceOperator
+from weir.operators.source_metrics import KafkaSourceLag
 from weir.core import json_codec
 from weir.core.columnar import BatchDecoder
 from weir.core.config import Endpoints

@@ -17,7 +17,7 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from operators.process_state import StateStore
+from weir.operators.process_state import StateStore
 from weir.core.process_functions import TimeDomain
 
 EVENT_TIMERS: Final = "timers.event_time"

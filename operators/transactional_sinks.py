@@ -1,6 +1,6 @@
 """Exactly-once sinks: a transactional Kafka sink and a two-phase-commit PostgreSQL sink.
 
-Both keep their bookkeeping in a :class:`~operators.twophase.TwoPhaseCommitLedger`: one transaction
+Both keep their bookkeeping in a :class:`~weir.operators.twophase.TwoPhaseCommitLedger`: one transaction
 per checkpoint epoch, pre-committed at the checkpoint's barrier, committed when a checkpoint at or after
 it completes, and re-resolved on recovery from the restored snapshot. Each sink proves its own commits
 in the transaction it commits (a marker record in ``weir-sink-commits``, a row in ``weir_sink_commits``);
@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Final
 
-from connectors import kafka, postgres
-from operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
-from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES, EpochRecords, EpochSpill, StreamedList, dumps_streaming
-from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
+from weir.connectors import kafka, postgres
+from weir.operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
+from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES, EpochRecords, EpochSpill, StreamedList, dumps_streaming
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
 from weir.core.config import Endpoints, run_dir
 from weir.core.crashpoints import (
     AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
@@ -405,7 +405,7 @@ class _TransactionalSink(StreamOperator, abc.ABC):
     def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
         """A sink inherits no transactions: those in the checkpoint belong to the old job's subtasks,
         and the JobManager resolved them as of the checkpoint (committed what it covers, aborted or
-        rolled back the rest) before this job started (``jobmanager.restoring``)."""
+        rolled back the rest) before this job started (``weir.jobmanager.restoring``)."""
         if states:
             self.ctx.log.info(
                 "sink_state_not_inherited",

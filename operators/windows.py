@@ -40,9 +40,9 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Final, assert_never
 
-from operators.base import InheritedState, check_output_tag
-from operators.basic import _TimestampedCollector
-from operators.keyed import KeyedOperator
+from weir.operators.base import InheritedState, check_output_tag
+from weir.operators.basic import _TimestampedCollector
+from weir.operators.keyed import KeyedOperator
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.keygroups import KeyGroupRange

@@ -3,7 +3,7 @@ on restore. Pure: no I/O, no clock.
 
 In unaligned mode (FLIP-76) a checkpoint's barrier is a priority event: the producing task sends it
 ahead of the buffers its output channels still queue, and the consuming task takes it ahead of the
-buffers its input channel queues (``taskmanager.network``). So the barrier overtakes data that was
+buffers its input channel queues (``weir.taskmanager.network``). So the barrier overtakes data that was
 produced before it, and that data is the checkpoint's in-flight state, in two parts:
 
 - **input**, per input channel of the consuming task: the buffers it read from a channel after its
@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from taskmanager.network import ChannelBuffer, decode_records, encoded, message_of, records_of
+from weir.taskmanager.network import ChannelBuffer, decode_records, encoded, message_of, records_of
 from weir.core import inflight_state
 from weir.core.errors import ProtocolError, SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId

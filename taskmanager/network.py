@@ -30,7 +30,7 @@ from typing import Any, Protocol, assert_never
 
 import grpc
 
-from taskmanager.credit import InputChannelCredits, OutputChannelCredits
+from weir.taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.codec import (
     barrier_alignment_from_proto,

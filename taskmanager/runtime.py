@@ -18,11 +18,11 @@ from typing import Any, ClassVar, Final, assert_never
 import grpc
 import structlog
 
-from connectors.object_storage import CheckpointStorage, open_storage
-from operators.rejections import KafkaDeadLetters, RecordRejections
-from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.mailbox import CheckpointRequest
-from taskmanager.network import (
+from weir.connectors.object_storage import CheckpointStorage, open_storage
+from weir.operators.rejections import KafkaDeadLetters, RecordRejections
+from weir.taskmanager.barrier_aligner import AlignmentMode
+from weir.taskmanager.mailbox import CheckpointRequest
+from weir.taskmanager.network import (
     GATE_WAIT_S,
     InputGate,
     KeyRejected,
@@ -31,9 +31,9 @@ from taskmanager.network import (
     RecordWriter,
     RemoteOutputChannel,
 )
-from taskmanager.partitioners import create_partitioner
-from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document, relative_handle
-from taskmanager.task import ChainRestore, CheckpointAck, InheritedRestore, Restore, Task, TaskAddress, TaskCallbacks
+from weir.taskmanager.partitioners import create_partitioner
+from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document, relative_handle
+from weir.taskmanager.task import ChainRestore, CheckpointAck, InheritedRestore, Restore, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
 from weir.core.checkpointing import CheckpointingMode, CheckpointKind
 from weir.core.codec import (

@@ -5,7 +5,7 @@ notifications and cancellation are all handled on it, so operators never need lo
 one mailbox: control mails and, for a task with inputs, the buffers of its input gate wake it
 through the same signal (Flink's MailboxProcessor).
 
-A record's path: source or input gate -> :class:`~taskmanager.chain.OperatorChain` -> a
+A record's path: source or input gate -> :class:`~weir.taskmanager.chain.OperatorChain` -> a
 :class:`NetworkOutput` per edge -> its RecordWriter -> channels to the consumers' input gates.
 """
 
@@ -21,14 +21,14 @@ from typing import Any, assert_never
 import pyarrow as pa
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from operators.base import InheritedState, OperatorContext, SourceOperator
-from operators.keyed import KeyedOperator
-from operators.rejections import KafkaDeadLetters, RecordRejections
-from taskmanager import barrier_aligner as ba
-from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
-from taskmanager.chain import ChainInput, OperatorChain
-from taskmanager.inflight import (
+from weir.connectors.object_storage import CheckpointStorage
+from weir.operators.base import InheritedState, OperatorContext, SourceOperator
+from weir.operators.keyed import KeyedOperator
+from weir.operators.rejections import KafkaDeadLetters, RecordRejections
+from weir.taskmanager import barrier_aligner as ba
+from weir.taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
+from weir.taskmanager.chain import ChainInput, OperatorChain
+from weir.taskmanager.inflight import (
     INFLIGHT_STATE_NAME,
     InflightCapture,
     InflightState,
@@ -38,7 +38,7 @@ from taskmanager.inflight import (
     encode_inflight,
     parse_message,
 )
-from taskmanager.mailbox import (
+from weir.taskmanager.mailbox import (
     Cancel,
     CheckpointAborted,
     CheckpointComplete,
@@ -47,7 +47,7 @@ from taskmanager.mailbox import (
     Mailbox,
     TriggerCheckpoint,
 )
-from taskmanager.network import (
+from weir.taskmanager.network import (
     Barrier,
     CancelBarrier,
     Cancelled,
@@ -70,7 +70,7 @@ from taskmanager.network import (
     watermark_message,
     watermark_status_message,
 )
-from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
+from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
 from weir.core.checkpointing import BarrierAlignment, ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.columnar import BatchKeys, FieldKey, is_batch
 from weir.core.crashpoints import crash_point

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

@@ -26,7 +26,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
-from operators.basic import (
+from weir.operators.basic import (
     CoProcessOperator,
     FilterOperator,
     FlatMapOperator,
@@ -34,10 +34,10 @@ from operators.basic import (
     ProcessContext,
     ProcessOperator,
 )
-from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
-from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from operators.joins import EmitJoined, IntervalJoinOperator, JoinContext, ProcessJoin, WindowJoinOperator
-from operators.keyed import (
+from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+from weir.operators.joins import EmitJoined, IntervalJoinOperator, JoinContext, ProcessJoin, WindowJoinOperator
+from weir.operators.keyed import (
     REDUCE_STATE,
     KeyedCoProcessOperator,
     KeyedProcessContext,
@@ -46,8 +46,8 @@ from operators.keyed import (
     ReduceOperator,
     TimerService,
 )
-from operators.process_state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from operators.sinks import (
+from weir.operators.process_state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from weir.operators.sinks import (
     FileSinkOperator,
     FunctionSinkOperator,
     KafkaSinkOperator,
@@ -55,13 +55,13 @@ from operators.sinks import (
     PrintSinkOperator,
     json_serializer,
 )
-from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, json_deserializer
-from operators.transactional_sinks import (
+from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, json_deserializer
+from weir.operators.transactional_sinks import (
     TransactionalKafkaSinkOperator,
     TwoPhasePostgresSinkOperator,
     row_key_indexes,
 )
-from operators.windows import (
+from weir.operators.windows import (
     WINDOW_STATE,
     ElementList,
     ProcessElements,

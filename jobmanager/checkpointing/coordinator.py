@@ -18,8 +18,8 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from jobmanager.checkpointing.orphans import Orphans, StoredObject, find_orphans
-from jobmanager.checkpointing.pending import (
+from weir.jobmanager.checkpointing.orphans import Orphans, StoredObject, find_orphans
+from weir.jobmanager.checkpointing.pending import (
     AbortReason,
     AckResult,
     CheckpointKind,
@@ -28,8 +28,8 @@ from jobmanager.checkpointing.pending import (
     TaskAckMetrics,
     TaskStateHandle,
 )
-from jobmanager.checkpointing.store import CompletedCheckpoint, CompletedCheckpointStore
-from jobmanager.checkpointing.trigger import (
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, CompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import (
     CheckpointConfig,
     CheckpointIdCounter,
     CheckpointTriggerDecider,
@@ -37,7 +37,7 @@ from jobmanager.checkpointing.trigger import (
     TriggerNow,
     TriggerState,
 )
-from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
+from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
 from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.ids import CheckpointId, JobId, TaskId
 from weir.core.paths import CheckpointPaths
@@ -67,7 +67,7 @@ class TriggerBarriers:
     """Persist this id reservation before any barrier goes out (then ``ids_reserved`` or, if it
     failed, ``id_reservation_failed``); None: the id was reserved before."""
     final: bool = False
-    """The job's final checkpoint: every source ended (set by ``jobmanager.lifecycle``)."""
+    """The job's final checkpoint: every source ended (set by ``weir.jobmanager.lifecycle``)."""
     drain: bool = False
     """A stop-with-savepoint --drain: the sources emit the end of event time first (set by the lifecycle)."""
 
@@ -661,7 +661,7 @@ class CheckpointCoordinator:
 
     def find_orphans(self, paths: CheckpointPaths, listing: Iterable[StoredObject]) -> Orphans:
         """Which objects of this job's folder (``listing``) nothing retained or in flight needs:
-        uploads of checkpoints that never completed (see ``jobmanager.checkpointing.orphans``)."""
+        uploads of checkpoints that never completed (see ``weir.jobmanager.checkpointing.orphans``)."""
         in_flight = (*self._pending, *self._persisting)
         return find_orphans(paths, self._job_id, listing, self._store.all(), in_flight, self._live_keys())
 

@@ -25,9 +25,9 @@ import binascii
 import json
 from typing import Any, Final, TypeVar
 
-from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.errors import CheckpointProtocolError
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.errors import CheckpointProtocolError
 from weir.core.checkpointing import CheckpointKind
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import SerializationError

@@ -12,7 +12,7 @@ import enum
 import math
 from dataclasses import dataclass
 
-from jobmanager.errors import CheckpointProtocolError, ConfigError
+from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 from weir.core.ids import CheckpointId
 
 

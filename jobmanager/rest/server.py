@@ -11,7 +11,7 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
-from jobmanager.errors import ConfigError
+from weir.jobmanager.errors import ConfigError
 from weir.core.transport_security import TransportSecurity
 
 log = structlog.get_logger("weir.jobmanager")

@@ -1,5 +1,5 @@
 """The REST API's response models (pydantic: they are the OpenAPI schema) and the one conversion of
-the JobManager's read views (``jobmanager.messages``) into them.
+the JobManager's read views (``weir.jobmanager.messages``) into them.
 
 Field names are Flink's where Flink has the concept (kebab-case or camelCase as Flink spells them),
 snake_case for Weir's own. Times are epoch milliseconds, durations milliseconds, sizes bytes. Enums
@@ -15,9 +15,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
-from jobmanager.exception_history import ExceptionHistory
-from jobmanager.messages import (
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
+from weir.jobmanager.exception_history import ExceptionHistory
+from weir.jobmanager.messages import (
     CheckpointDetailView,
     CheckpointsView,
     ClusterView,

@@ -39,7 +39,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from tests.chaos.faults import FaultError, Injected, Injector, LocalDisks
 from tests.chaos.schedule import ALL_KINDS, Fault, FaultKind, make_schedule, parse_kinds
 from tests.chaos.semantics import Output, SinkCheck, check_sink

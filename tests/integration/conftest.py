@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.tools.client import JobDetails, JobManagerClient

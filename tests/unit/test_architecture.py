@@ -3,13 +3,14 @@ added upward import breaks them (so the check can fail)."""
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("weir", "connectors", "operators", "taskmanager", "jobmanager")
+PACKAGES = ("weir", "connectors", "operators", "taskmanager", "jobmanager")  # weir links to the other four
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 
 
@@ -35,7 +36,25 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     for package in PACKAGES:
         shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
     ids = tmp_path / "weir" / "core" / "ids.py"
-    ids.write_text(ids.read_text() + "\nimport jobmanager.service  # an upward import\n")
+    ids.write_text(ids.read_text() + "\nimport weir.jobmanager.service  # an upward import\n")
     result = lint_imports(tmp_path)
     assert result.returncode != 0
-    assert "weir.core.ids -> jobmanager.service" in result.stdout
+    assert "weir.core.ids -> weir.jobmanager.service" in result.stdout
+
+
+FORMER_ROOTS = re.compile(r"^\s*(?:from|import)\s+(jobmanager|taskmanager|operators|connectors)\b", re.M)
+
+
+def test_everything_imports_under_the_one_root() -> None:
+    """jobmanager, taskmanager, operators and connectors are packages of weir (weir/<name> links to the
+    folder): importing one as a top-level package would load a second copy of its modules."""
+    files = subprocess.run(
+        ["git", "ls-files", "*.py"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+    ).stdout.split()
+    offenders = [f for f in files if FORMER_ROOTS.search((REPO_ROOT / f).read_text(encoding="utf-8"))]
+    assert not offenders, f"imports of a former top-level package in {offenders}"
+    for name in ("jobmanager", "taskmanager", "operators", "connectors"):
+        link = REPO_ROOT / "weir" / name
+        assert link.is_symlink() and link.resolve() == (REPO_ROOT / name).resolve(), name
+        result = subprocess.run([sys.executable, "-c", f"import {name}"], cwd=REPO_ROOT, capture_output=True, text=True)
+        assert result.returncode != 0 and f"import weir.{name}, not {name}" in result.stderr

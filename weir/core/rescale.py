@@ -6,13 +6,13 @@ subtasks' state each new subtask takes (Flink's ``StateAssignmentOperation``), a
 - **Operator state** (source positions, a window operator's watermark) is redistributed as a union:
   every new subtask of a vertex is handed the states of every old subtask that ran one of its
   operators, with each old subtask's layout, and each operator keeps what is its own
-  (``operators.base.InheritedState``).
+  (``weir.operators.base.InheritedState``).
 - **In-flight records** of an unaligned checkpoint are redistributed only into the same operator
   chain: an input channel's by the edge it belongs to, an output's by the edge it was queued on,
   named by consumer, never by position (``weir.core.inflight_state``). Output records queued for a
   consumer the new job no longer connects are refused like an operator's lost state.
 - **Transactional sinks** do not inherit: their transactions belong to the old job's subtasks, which
-  the JobManager resolves as of the checkpoint before the new job starts (``jobmanager.restoring``).
+  the JobManager resolves as of the checkpoint before the new job starts (``weir.jobmanager.restoring``).
 
 A new job's operators are matched to the old ones by operator uid, so a job's operators need stable
 uids to carry their state across versions (``.uid(...)`` in the job API).

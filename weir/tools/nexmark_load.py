@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core import nexmark
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError

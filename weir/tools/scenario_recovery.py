@@ -54,8 +54,8 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from connectors import kafka, postgres
-from operators.transactional_sinks import CommitMarker, marker_topic_name
+from weir.connectors import kafka, postgres
+from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError

@@ -40,9 +40,9 @@ from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import unquote
 
-from connectors import kafka, postgres
-from operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
-from operators.twophase import TransactionId
+from weir.connectors import kafka, postgres
+from weir.operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
+from weir.operators.twophase import TransactionId
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import JobId, OperatorUid

@@ -9,7 +9,7 @@ import time
 import psycopg
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from tests.integration.conftest import (
     WeirCluster,
     create_topics,

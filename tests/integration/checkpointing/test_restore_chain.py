@@ -15,8 +15,8 @@ from collections.abc import Callable
 
 import pytest
 
-from connectors import kafka
-from operators.sources import decode_kafka_source_state
+from weir.connectors import kafka
+from weir.operators.sources import decode_kafka_source_state
 from tests.integration.checkpointing.test_rescale import events_read, retained
 from tests.integration.checkpointing.test_savepoints import prepared_of, stop_with_savepoint, wait_for
 from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs

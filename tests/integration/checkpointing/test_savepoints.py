@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors.object_storage import copy_folder, open_storage
+from weir.connectors.object_storage import copy_folder, open_storage
 from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs, path_parameters
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.errors import JobDefinitionError, WeirError

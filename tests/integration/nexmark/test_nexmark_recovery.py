@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.conftest import WeirCluster, create_topics, long_variant
 from weir.core import nexmark as nx

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics
 from weir.core.config import Endpoints
 

@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics
 from weir.core.config import Endpoints
 from weir.core.errors import Fault

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
 from tests.integration.runtime.test_keyed_aggregation import reference
 from tests.integration.security.test_security import _wait

@@ -20,9 +20,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors import kafka, postgres
-from operators.base import OperatorContext, StreamOperator
-from operators.transactional_sinks import (
+from weir.connectors import kafka, postgres
+from weir.operators.base import OperatorContext, StreamOperator
+from weir.operators.transactional_sinks import (
     CommitMarker,
     TransactionalKafkaSinkOperator,
     TwoPhasePostgresSinkOperator,

@@ -20,11 +20,11 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka
-from connectors.object_storage import open_storage
-from jobmanager.checkpointing.metadata import decode_metadata
-from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from operators.transactional_sinks import marker_topic_name
+from weir.connectors import kafka
+from weir.connectors.object_storage import open_storage
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+from weir.operators.transactional_sinks import marker_topic_name
 from tests.integration.conftest import REPO_ROOT, create_topics
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError

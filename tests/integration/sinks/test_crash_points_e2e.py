@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, long_variant, path_parameters
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient

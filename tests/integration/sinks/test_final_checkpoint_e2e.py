@@ -29,8 +29,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors import kafka, postgres
-from operators.transactional_sinks import CommitMarker, marker_topic_name
+from weir.connectors import kafka, postgres
+from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
 from tests.integration.conftest import REPO_ROOT, create_topics
 from tests.integration.sinks.jobs.slow_two_sinks import event
 from weir.core.checkpointing import CheckpointStatus

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from connectors import kafka
-from operators.transactional_sinks import (
+from weir.connectors import kafka
+from weir.operators.transactional_sinks import (
     MARKER_TOPIC_CONFIG,
     CommitMarker,
     CommitMarkerLostError,
@@ -388,7 +388,7 @@ def test_one_subtasks_open_transaction_does_not_hold_up_another_subtasks_recover
 
 
 def test_validate_at_submit_names_a_missing_output_topic_and_creates_nothing(kafka_job: KafkaSinkCase) -> None:
-    from operators.sinks import KafkaSinkOperator
+    from weir.operators.sinks import KafkaSinkOperator
 
     missing = f"{kafka_job.topic}-missing"
     sinks = [

@@ -14,15 +14,15 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
-from connectors import postgres
-from operators.sinks import PostgresUpsertSinkOperator
-from operators.transactional_sinks import (
+from weir.connectors import postgres
+from weir.operators.sinks import PostgresUpsertSinkOperator
+from weir.operators.transactional_sinks import (
     SinkFencedError,
     SinkTransactionLostError,
     TwoPhasePostgresSinkOperator,
     gid_prefix,
 )
-from operators.twophase import TransactionId
+from weir.operators.twophase import TransactionId
 from tests.integration.sinks.conftest import (
     TASKMANAGER,
     NoOutput,

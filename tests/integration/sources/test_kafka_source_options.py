@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka
-from jobmanager.submission import kafka_start_offsets
-from operators.base import OperatorContext
-from operators.sources import KafkaSourceOperator, encode_start_offsets
+from weir.connectors import kafka
+from weir.jobmanager.submission import kafka_start_offsets
+from weir.operators.base import OperatorContext
+from weir.operators.sources import KafkaSourceOperator, encode_start_offsets
 from weir.core.config import Endpoints
 from weir.core.descriptors import (
     LATEST,

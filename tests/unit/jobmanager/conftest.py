@@ -16,15 +16,15 @@ from typing import Any, ParamSpec, TypeVar
 import grpc
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.ending import ResolutionReport
-from jobmanager.errors import TaskManagerCallError
-from jobmanager.jobs import JobMaster, JobSubmission, TaskDeployment
-from jobmanager.manager import JobManager
-from jobmanager.messages import TaskStateReport
-from jobmanager.scheduler import SlotOffer
-from jobmanager.service import JobManagerServicer
+from weir.connectors.object_storage import FileCheckpointStorage
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.ending import ResolutionReport
+from weir.jobmanager.errors import TaskManagerCallError
+from weir.jobmanager.jobs import JobMaster, JobSubmission, TaskDeployment
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.messages import TaskStateReport
+from weir.jobmanager.scheduler import SlotOffer
+from weir.jobmanager.service import JobManagerServicer
 from weir.api import load_job_source
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import Fault

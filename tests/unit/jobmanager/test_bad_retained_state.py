@@ -8,9 +8,9 @@ import json
 
 import pytest
 
-from jobmanager.checkpointing.metadata import encode_metadata
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from tests.unit.jobmanager.conftest import Harness
 from tests.unit.jobmanager.test_restoring import OLD, retained_checkpoint, submit
 from weir.core.errors import SerializationError

@@ -7,11 +7,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.checkpointing.pending import TaskAckMetrics
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck
-from jobmanager.service import checkpoint_ack, checkpoint_detail_response, checkpoints_response
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck
+from weir.jobmanager.service import checkpoint_ack, checkpoint_detail_response, checkpoints_response
 from tests.unit.jobmanager.conftest import Harness, served
 from weir.core.checkpointing import ChannelBarrierTime, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import timeline_from_proto, timeline_to_proto

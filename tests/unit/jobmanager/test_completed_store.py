@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
-from jobmanager.errors import CheckpointProtocolError, ConfigError
+from weir.jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
+from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = JobId("job")

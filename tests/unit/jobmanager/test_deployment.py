@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from jobmanager.failover import Failover
-from jobmanager.jobs import JobMaster
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.jobs import JobMaster
 from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.states import JobStatus, TaskState
 

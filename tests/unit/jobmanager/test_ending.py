@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.ending import sink_state
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.ending import sink_state
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.task_state import (

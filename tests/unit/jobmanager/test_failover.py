@@ -3,8 +3,8 @@ tasks, resolve transactions, and an end whose resolution fails (retried, recorde
 
 from __future__ import annotations
 
-from jobmanager.lifecycle import RESOLUTION_DEADLINE_S
-from jobmanager.recovery import needs_takeover
+from weir.jobmanager.lifecycle import RESOLUTION_DEADLINE_S
+from weir.jobmanager.recovery import needs_takeover
 from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.errors import ServiceUnavailableError
 from weir.core.failures import Failure

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.errors import TaskManagerCallError
-from jobmanager.gateway import GrpcTaskManagerGateway, deploy_request
-from jobmanager.jobs import InputChannelSpec, OutputChannelSpec, TaskDeployment
+from weir.jobmanager.errors import TaskManagerCallError
+from weir.jobmanager.gateway import GrpcTaskManagerGateway, deploy_request
+from weir.jobmanager.jobs import InputChannelSpec, OutputChannelSpec, TaskDeployment
 from weir.core.checkpointing import CheckpointingMode
 from weir.wire import common_pb2
 

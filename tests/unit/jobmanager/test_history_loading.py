@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobmanager.manager import JobManager
+from weir.jobmanager.manager import JobManager
 from tests.unit.jobmanager.conftest import MakeHarness, served
 from weir.core.errors import ClusterUnavailableError, UnknownJobError
 from weir.core.states import JobStatus

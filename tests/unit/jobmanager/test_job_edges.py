@@ -1,15 +1,15 @@
 """The edges of a job's life through the JobManager: where the end of input, a stop, a drain, a cancel
 and a checkpoint being persisted meet. Each test drives the JobManager only through what its
 servicer and monitor call (task reports, acks, declines, ticks, cancel, savepoints), so it shows the
-defect it was written for on the code before the lifecycle (``jobmanager.lifecycle``) too."""
+defect it was written for on the code before the lifecycle (``weir.jobmanager.lifecycle``) too."""
 
 from __future__ import annotations
 
-from jobmanager.checkpointing.metadata import encode_metadata
-from jobmanager.checkpointing.pending import TaskAckMetrics
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
-from jobmanager.recovery import needs_takeover
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
+from weir.jobmanager.recovery import needs_takeover
 from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError

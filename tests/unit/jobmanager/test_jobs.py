@@ -8,13 +8,13 @@ from collections.abc import Callable
 
 import pytest
 
-from jobmanager.checkpointing.coordinator import default_metadata_key
-from jobmanager.errors import ConfigError
-from jobmanager.gateway import deploy_request
-from jobmanager.jobs import DeployCommand, JobMaster, JobSubmission, TaskRecord
-from jobmanager.lifecycle import Action
-from jobmanager.messages import TaskProgress
-from jobmanager.scheduler import SlotOffer
+from weir.jobmanager.checkpointing.coordinator import default_metadata_key
+from weir.jobmanager.errors import ConfigError
+from weir.jobmanager.gateway import deploy_request
+from weir.jobmanager.jobs import DeployCommand, JobMaster, JobSubmission, TaskRecord
+from weir.jobmanager.lifecycle import Action
+from weir.jobmanager.messages import TaskProgress
+from weir.jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
 from weir.core.errors import Fault, NotEnoughSlotsError
 from weir.core.failures import Failure

@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig, CheckpointIdCounter
-from jobmanager.errors import SavepointRejectedError
-from jobmanager.lifecycle import (
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig, CheckpointIdCounter
+from weir.jobmanager.errors import SavepointRejectedError
+from weir.jobmanager.lifecycle import (
     CancelTasks,
     Created,
     Ended,
@@ -48,7 +48,7 @@ from jobmanager.lifecycle import (
     StatusChanged,
     StopRequest,
 )
-from jobmanager.restart import parse_restart_strategy
+from weir.jobmanager.restart import parse_restart_strategy
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.states import JobStatus

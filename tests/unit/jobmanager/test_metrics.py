@@ -8,18 +8,18 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from jobmanager import metrics
-from jobmanager.checkpointing.coordinator import (
+from weir.jobmanager import metrics
+from weir.jobmanager.checkpointing.coordinator import (
     CheckpointCoordinator,
     PersistCheckpoint,
     TriggerBarriers,
     default_metadata_key,
 )
-from jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
-from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from jobmanager.jobs import JobMaster, JobSubmission
-from jobmanager.messages import CheckpointAck
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
+from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.jobmanager.jobs import JobMaster, JobSubmission
+from weir.jobmanager.messages import CheckpointAck
 from tests.unit.jobmanager.conftest import Harness
 from weir.api import load_job_source
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.pending import (
+from weir.jobmanager.checkpointing.pending import (
     AbortReason,
     AckResult,
     CheckpointKind,
@@ -15,7 +15,7 @@ from jobmanager.checkpointing.pending import (
     TaskAckMetrics,
     TaskStateHandle,
 )
-from jobmanager.errors import CheckpointProtocolError
+from weir.jobmanager.errors import CheckpointProtocolError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 SRC = TaskId(JobId("job"), OperatorUid("source"), SubtaskIndex(0))

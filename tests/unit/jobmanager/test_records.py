@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
-from jobmanager.records import JobRecord, JobSubmission
+from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
+from weir.jobmanager.records import JobRecord, JobSubmission
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId

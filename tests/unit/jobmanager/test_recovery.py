@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from jobmanager.errors import JobManagerNotReadyError
-from jobmanager.messages import CheckpointAck
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.messages import CheckpointAck
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from tests.unit.jobmanager.conftest import MakeHarness
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError, UnknownJobError

@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from jobmanager.errors import ConfigError
-from jobmanager.restart import (
+from weir.jobmanager.errors import ConfigError
+from weir.jobmanager.restart import (
     ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,

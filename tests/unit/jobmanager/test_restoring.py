@@ -8,11 +8,11 @@ import json
 
 import pytest
 
-from jobmanager.checkpointing.metadata import encode_metadata
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.restoring import CheckpointNotFoundError, SourceJobRunningError
-from jobmanager.submission import SubmitRequest
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.restoring import CheckpointNotFoundError, SourceJobRunningError
+from weir.jobmanager.submission import SubmitRequest
 from tests.unit.jobmanager.conftest import JOB, Harness, MakeHarness
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId
 from weir.core.inflight_state import InflightState, OutputTarget, encode_inflight

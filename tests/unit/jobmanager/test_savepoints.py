@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from jobmanager.errors import SavepointRejectedError
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import SavepointRejectedError
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck
 from tests.unit.jobmanager.conftest import Harness
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.ids import CheckpointId, TaskManagerId

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 
-from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
+from weir.jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.core.errors import NotEnoughSlotsError
 
 

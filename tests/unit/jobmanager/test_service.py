@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.jobs import JobMaster, JobSubmission
-from jobmanager.manager import JobManager
-from jobmanager.messages import Heartbeat, TaskProgress
-from jobmanager.records import JobRecord
-from jobmanager.scheduler import SlotOffer
+from weir.connectors.object_storage import FileCheckpointStorage
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.jobs import JobMaster, JobSubmission
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.messages import Heartbeat, TaskProgress
+from weir.jobmanager.records import JobRecord
+from weir.jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
 from weir.core.failures import Failure
 from weir.core.states import JobStatus

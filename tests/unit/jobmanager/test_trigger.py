@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from jobmanager.checkpointing.trigger import (
+from weir.jobmanager.checkpointing.trigger import (
     Blocked,
     BlockReason,
     CheckpointConfig,
@@ -16,7 +16,7 @@ from jobmanager.checkpointing.trigger import (
     TriggerNow,
     TriggerState,
 )
-from jobmanager.errors import CheckpointProtocolError, ConfigError
+from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 from weir.core.ids import CheckpointId
 
 

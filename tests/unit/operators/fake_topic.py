@@ -1,6 +1,6 @@
 """An in-memory Kafka topic for the source's unit tests: each partition's records (offset = index),
 the consumer group's committed offsets as commits leave them, and one reader per source subtask,
-standing in for ``connectors.kafka.PartitionReader`` (never a broker: unit tests need none)."""
+standing in for ``weir.connectors.kafka.PartitionReader`` (never a broker: unit tests need none)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from operators import sources
+from weir.operators import sources
 
 
 @dataclass(frozen=True)

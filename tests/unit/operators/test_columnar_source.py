@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from operators import sources
-from operators.sources import KafkaSourceOperator
+from weir.operators import sources
+from weir.operators.sources import KafkaSourceOperator
 from tests.unit.conftest import StartOperator
 from weir.core.columnar import Schema, timestamp_field_of
 from weir.core.descriptors import KafkaSourceSpec

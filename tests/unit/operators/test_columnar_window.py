@@ -15,10 +15,10 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import operators.columnar as columnar_ops
-from operators.base import InheritedState
-from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
-from operators.windows import WINDOW_STATE, WindowAggregateOperator
+import weir.operators.columnar as columnar_ops
+from weir.operators.base import InheritedState
+from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+from weir.operators.windows import WINDOW_STATE, WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, StartOperator
 from weir.core.columnar import BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.ids import SubtaskIndex

@@ -13,7 +13,7 @@ import pytest
 import structlog
 import structlog.testing
 
-from operators.epoch_spill import (
+from weir.operators.epoch_spill import (
     FRAME,
     RECORD_OVERHEAD_BYTES,
     SPILL_FILE_MAGIC,
@@ -26,8 +26,8 @@ from operators.epoch_spill import (
     record_memory_bytes,
     subtask_digest,
 )
-from operators.transactional_sinks import SinkSnapshot
-from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
+from weir.operators.transactional_sinks import SinkSnapshot
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from operators.joins import IntervalJoinOperator, JoinContext, WindowJoinOperator
-from operators.keyed import KeyedCoProcessOperator, KeyedProcessOperator
-from operators.rejections import CapturedDeadLetters, RecordRejections
-from operators.windows import ElementList, ProcessElements, ProcessResult, WindowAggregateOperator
+from weir.operators.joins import IntervalJoinOperator, JoinContext, WindowJoinOperator
+from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessOperator
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections
+from weir.operators.windows import ElementList, ProcessElements, ProcessResult, WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from tests.unit.operators.test_rejections import DLQ, start_with_letters
 from weir.api import (

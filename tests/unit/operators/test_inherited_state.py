@@ -10,9 +10,9 @@ from dataclasses import replace
 
 import pytest
 
-from operators import sources
-from operators.base import InheritedState, StateNotRedistributableError
-from operators.sources import (
+from weir.operators import sources
+from weir.operators.base import InheritedState, StateNotRedistributableError
+from weir.operators.sources import (
     GeneratorSourceOperator,
     KafkaSourceOperator,
     decode_kafka_source_state,
@@ -20,7 +20,7 @@ from operators.sources import (
     encode_start_offsets,
     merge_kafka_source_states,
 )
-from operators.windows import WindowAggregateOperator
+from weir.operators.windows import WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from tests.unit.operators.fake_topic import FakeTopic
 from weir.core.descriptors import (

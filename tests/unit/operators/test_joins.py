@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from operators.joins import (
+from weir.operators.joins import (
     LEFT_BUFFER,
     LEFT_TIMES,
     RIGHT_BUFFER,
@@ -21,8 +21,8 @@ from operators.joins import (
     JoinContext,
     WindowJoinOperator,
 )
-from operators.keyed import KeyedCoProcessOperator
-from operators.timers import EVENT_TIMERS
+from weir.operators.keyed import KeyedCoProcessOperator
+from weir.operators.timers import EVENT_TIMERS
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import Collector, SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.core.errors import JobDefinitionError

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from jobmanager.submission import fixed_source_starts
-from operators import sources
-from operators.sources import (
+from weir.jobmanager.submission import fixed_source_starts
+from weir.operators import sources
+from weir.operators.sources import (
     CheckpointPositions,
     KafkaSourceOperator,
     decide_start_offsets,

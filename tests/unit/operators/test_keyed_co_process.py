@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
+from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import Collector, KeyedCoProcessFunction
 from weir.core.ids import SubtaskIndex

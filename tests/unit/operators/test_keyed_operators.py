@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.keyed import KeyedProcessContext, KeyedProcessOperator, ReduceOperator
+from weir.operators.keyed import KeyedProcessContext, KeyedProcessOperator, ReduceOperator
 from tests.unit.conftest import StartOperator
 from weir.api import Collector, KeyedProcessFunction
 from weir.core.keygroups import key_group_for_key, key_to_bytes

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from operators import sources
-from operators.sources import KafkaSourceOperator
+from weir.operators import sources
+from weir.operators.sources import KafkaSourceOperator
 from tests.unit.conftest import StartOperator
 from tests.unit.operators.test_sources import FakeConsumer, FakeMessage, kafka_spec
 from tests.unit.operators.test_sources import fake_kafka as fake_kafka  # the fixture

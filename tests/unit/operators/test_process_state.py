@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from operators.keyed import KeyedProcessContext, KeyedProcessOperator
-from operators.process_state import MapEntry, TtlValue
+from weir.operators.keyed import KeyedProcessContext, KeyedProcessOperator
+from weir.operators.process_state import MapEntry, TtlValue
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import StateTtlConfig, TtlUpdateType
 from weir.core.errors import JobDefinitionError

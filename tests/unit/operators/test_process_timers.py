@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from operators.keyed import KeyedProcessOperator, OnTimerContext
-from operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
+from weir.operators.keyed import KeyedProcessOperator, OnTimerContext
+from weir.operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import Collector, KeyedProcessFunction, StateSchema, TimeDomain
 from weir.core.errors import JobDefinitionError

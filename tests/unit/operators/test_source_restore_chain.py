@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from operators.base import InheritedState, OperatorContext
-from operators.sources import KafkaSourceOperator, decode_kafka_source_state, encode_start_offsets
+from weir.operators.base import InheritedState, OperatorContext
+from weir.operators.sources import KafkaSourceOperator, decode_kafka_source_state, encode_start_offsets
 from tests.unit.conftest import CollectingOutput
 from tests.unit.operators.fake_topic import FakeTopic, FakeTopicReader
 from weir.core.descriptors import (

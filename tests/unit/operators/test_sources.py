@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from operators import sources
-from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
+from weir.operators import sources
+from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
 from tests.unit.conftest import CollectingOutput, StartOperator
 from weir.api import Environment, GeneratorSourceSpec, KafkaSourceSpec
 from weir.core.errors import JobDefinitionError

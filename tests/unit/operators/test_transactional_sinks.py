@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from connectors import postgres
-from operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
-from operators.transactional_sinks import (
+from weir.connectors import postgres
+from weir.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
+from weir.operators.transactional_sinks import (
     CommitMarker,
     Deadline,
     EndOfInputNotCheckpointedError,
@@ -24,7 +24,7 @@ from operators.transactional_sinks import (
     row_key_indexes,
     sink_fenced_error,
 )
-from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
 from tests.unit.conftest import CollectingOutput, MakeContext
 from weir.api import Environment
 from weir.core.errors import Fault, JobDefinitionError, SerializationError
@@ -228,7 +228,7 @@ def test_dsns_in_messages_carry_no_password(dsn: str, shown: str) -> None:
 
 
 def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
-    from operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
+    from weir.operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
 
     name = marker_topic_name("3f2a9c0d1e2b4a5f", "kafka-sink")
     assert name.startswith("weir-sink-commits.kafka-sink.3f2a9c0d1e2b4a5f.")
@@ -245,7 +245,7 @@ def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
 
 
 def test_the_marker_replication_factor_defaults_to_min_3_brokers_and_must_fit() -> None:
-    from operators.transactional_sinks import marker_replication_factor
+    from weir.operators.transactional_sinks import marker_replication_factor
 
     assert [marker_replication_factor(None, brokers) for brokers in (1, 2, 3, 5)] == [1, 2, 3, 3]
     assert marker_replication_factor(2, 3) == 2
@@ -264,7 +264,7 @@ def test_marker_replication_factor_is_an_exactly_once_sink_argument() -> None:
 
 
 def test_epoch_memory_bytes_and_spill_directory_reach_the_operator_and_its_spec(tmp_path: Path) -> None:
-    from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+    from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 
     env = Environment("j")
     source = env.from_collection([1], uid="src")
@@ -288,7 +288,7 @@ def test_epoch_memory_bytes_and_spill_directory_reach_the_operator_and_its_spec(
 def test_the_bound_set_through_the_api_is_the_one_the_sink_spills_at(tmp_path: Path) -> None:
     """Through the factory as a task builds it: each 1 KiB record counts 1184 bytes, so with a
     3000-byte bound the third record moves the epoch to a file in the given directory."""
-    from operators.base import OperatorContext
+    from weir.operators.base import OperatorContext
     from weir.core.keygroups import KeyGroupRange
     from weir.core.metrics import TaskMetrics
 
@@ -351,7 +351,7 @@ def test_a_snapshot_names_where_its_marker_floor_is_and_an_older_one_reads_witho
 
 
 class InMemoryTransactions:
-    """A transactional producer's contract (``connectors.kafka.TransactionalProducer``) in memory:
+    """A transactional producer's contract (``weir.connectors.kafka.TransactionalProducer``) in memory:
     records go into the open transaction, a commit makes them visible, an abort drops them."""
 
     def __init__(self) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from operators.twophase import (
+from weir.operators.twophase import (
     MAX_GID_LENGTH,
     CommitTxn,
     LedgerSnapshot,

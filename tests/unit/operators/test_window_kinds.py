@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from operators.base import InheritedState, StreamOperator
-from operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
+from weir.operators.base import InheritedState, StreamOperator
+from weir.operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.core.errors import JobDefinitionError
 from weir.core.ids import SubtaskIndex

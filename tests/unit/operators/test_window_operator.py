@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from operators.windows import WindowAggregateOperator
+from weir.operators.windows import WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.core.errors import JobDefinitionError
 from weir.core.metrics import TaskMetrics

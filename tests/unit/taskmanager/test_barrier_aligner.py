@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from taskmanager.barrier_aligner import (
+from weir.taskmanager.barrier_aligner import (
     AbortedCheckpoint,
     AbortReason,
     Action,

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.base import OperatorContext, StreamOperator
-from taskmanager.chain import ChainInput, OperatorChain
+from weir.operators.base import OperatorContext, StreamOperator
+from weir.taskmanager.chain import ChainInput, OperatorChain
 from tests.unit.taskmanager.fakes import Journal, three_vertex_graph
 from weir.core.ids import ChannelIndex
 from weir.core.keygroups import KeyGroup, KeyGroupRange

@@ -10,8 +10,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from taskmanager import network
-from taskmanager.network import (
+from weir.taskmanager import network
+from weir.taskmanager.network import (
     COLUMNAR_ROWS_PER_BUFFER,
     LocalBuffer,
     LocalOutputChannel,
@@ -22,7 +22,7 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
+from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
 from tests.unit.taskmanager.fakes import FakeChannel
 from weir.core.columnar import FieldKey, Schema, encode_ipc, is_batch
 from weir.core.errors import ProtocolError

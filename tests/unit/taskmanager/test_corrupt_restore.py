@@ -8,8 +8,8 @@ import json
 
 import pytest
 
-from operators.base import OperatorContext, StreamOperator
-from taskmanager.chain import OperatorChain
+from weir.operators.base import OperatorContext, StreamOperator
+from weir.taskmanager.chain import OperatorChain
 from weir.api import Environment, TumblingEventTimeWindows
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure

@@ -5,7 +5,7 @@ from collections import deque
 
 import pytest
 
-from taskmanager.credit import InputChannelCredits, OutputChannelCredits
+from weir.taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.core.errors import ProtocolError
 
 

@@ -17,14 +17,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.base import StreamOperator
-from operators.sources import GeneratorSourceOperator
-from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight
-from taskmanager.mailbox import CheckpointRequest
-from taskmanager.network import RECORDS_PER_BUFFER, InputGate, LocalOutputChannel, RecordWriter
-from taskmanager.partitioners import RebalancePartitioner
-from taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
+from weir.operators.base import StreamOperator
+from weir.operators.sources import GeneratorSourceOperator
+from weir.taskmanager.barrier_aligner import AlignmentMode
+from weir.taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight
+from weir.taskmanager.mailbox import CheckpointRequest
+from weir.taskmanager.network import RECORDS_PER_BUFFER, InputGate, LocalOutputChannel, RecordWriter
+from weir.taskmanager.partitioners import RebalancePartitioner
+from weir.taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.core.checkpointing import CheckpointKind
 from weir.core.descriptors import GeneratorSourceSpec
 from weir.core.failures import Failure

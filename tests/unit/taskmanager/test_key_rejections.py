@@ -8,10 +8,10 @@ from typing import Any
 import pytest
 import structlog
 
-from operators.rejections import CapturedDeadLetters, RecordRejections
-from taskmanager.network import RecordWriter
-from taskmanager.partitioners import KeyGroupPartitioner
-from taskmanager.runtime import key_rejected
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections
+from weir.taskmanager.network import RecordWriter
+from weir.taskmanager.partitioners import KeyGroupPartitioner
+from weir.taskmanager.runtime import key_rejected
 from tests.unit.taskmanager.test_network import FakeChannel, writer_for
 from weir.api import Environment
 from weir.core.keygroups import KeyEncoder

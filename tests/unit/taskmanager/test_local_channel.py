@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from taskmanager.inflight import persistable
-from taskmanager.network import (
+from weir.taskmanager.inflight import persistable
+from weir.taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
     ChannelBuffer,
     ChannelClosedError,
@@ -25,7 +25,7 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.partitioners import RebalancePartitioner
+from weir.taskmanager.partitioners import RebalancePartitioner
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex

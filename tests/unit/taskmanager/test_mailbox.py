@@ -6,8 +6,8 @@ import threading
 import time
 from typing import Any
 
-from taskmanager.mailbox import Cancel, CheckpointComplete, Mailbox
-from taskmanager.network import InputGate, ReceivedBuffer, watermark_message
+from weir.taskmanager.mailbox import Cancel, CheckpointComplete, Mailbox
+from weir.taskmanager.network import InputGate, ReceivedBuffer, watermark_message
 from weir.core.ids import CheckpointId
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import grpc
 import pytest
 
-from taskmanager.network import (
+from weir.taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
     RECORDS_PER_BUFFER,
     Barrier,
@@ -30,7 +30,7 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
+from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
 from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex
@@ -442,7 +442,7 @@ def test_a_priority_barrier_is_taken_first_with_what_its_channel_queued_ahead_of
 
 
 def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
-    from taskmanager.network import (
+    from weir.taskmanager.network import (
         Barrier,
         CancelBarrier,
         EndOfStream,

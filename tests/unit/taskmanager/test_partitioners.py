@@ -4,7 +4,7 @@ from collections import Counter
 
 import pytest
 
-from taskmanager.partitioners import (
+from weir.taskmanager.partitioners import (
     BroadcastPartitioner,
     ForwardPartitioner,
     KeyGroupPartitioner,

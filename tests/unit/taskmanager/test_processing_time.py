@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from operators.base import StreamOperator
-from operators.keyed import KeyedProcessOperator
-from taskmanager.chain import OperatorChain
-from taskmanager.network import barrier_message, encode_records
-from taskmanager.snapshots import TaskKeyedState
+from weir.connectors.object_storage import FileCheckpointStorage
+from weir.operators.base import StreamOperator
+from weir.operators.keyed import KeyedProcessOperator
+from weir.taskmanager.chain import OperatorChain
+from weir.taskmanager.network import barrier_message, encode_records
+from weir.taskmanager.snapshots import TaskKeyedState
 from tests.unit.taskmanager.fakes import Harness, make_task
 from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.ids import TaskManagerId

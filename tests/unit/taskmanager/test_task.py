@@ -15,8 +15,8 @@ from typing import Any, get_args
 import pytest
 import structlog
 
-from taskmanager import barrier_aligner as ba
-from taskmanager.inflight import (
+from weir.taskmanager import barrier_aligner as ba
+from weir.taskmanager.inflight import (
     INFLIGHT_STATE_NAME,
     InflightState,
     InputOrigin,
@@ -25,8 +25,8 @@ from taskmanager.inflight import (
     encode_inflight,
     parse_message,
 )
-from taskmanager.mailbox import CheckpointRequest
-from taskmanager.network import (
+from weir.taskmanager.mailbox import CheckpointRequest
+from weir.taskmanager.network import (
     Barrier,
     barrier_message,
     cancel_barrier_message,
@@ -35,7 +35,7 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.task import (
+from weir.taskmanager.task import (
     ChainRestore,
     InheritedRestore,
     Task,

@@ -1,7 +1,7 @@
 """Unaligned checkpoints, end to end in a pure model: a task with keyed-sum state driven by the
 BarrierAligner in UNALIGNED mode takes each barrier as a priority event ahead of its channel's queue,
 snapshots on the first one and captures the in-flight records: those its barriers overtook and those
-the other channels deliver until their own barrier (``taskmanager.inflight``). A restore from the
+the other channels deliver until their own barrier (``weir.taskmanager.inflight``). A restore from the
 snapshot plus the captured records, replayed before any new input, then fed what each channel sent
 after its barrier, ends in the state of a failure-free run. Many seeded interleavings of deliveries
 and takes of records, barriers, ends of stream, JobManager aborts and failures on 2-4 channels."""
@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from taskmanager import barrier_aligner as ba
-from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
-from taskmanager.inflight import (
+from weir.taskmanager import barrier_aligner as ba
+from weir.taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
+from weir.taskmanager.inflight import (
     InflightCapture,
     InflightCaptureError,
     InflightState,
@@ -28,7 +28,7 @@ from taskmanager.inflight import (
     parse_message,
     persistable,
 )
-from taskmanager.network import encode_records, read_buffer
+from weir.taskmanager.network import encode_records, read_buffer
 from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.wire.taskmanager_pb2 import DataMessage, EventKind
@@ -121,7 +121,7 @@ CREDITS = 3  # buffers an input channel queues at most; a priority barrier takes
 
 @dataclass
 class ModelTask:
-    """The input loop of taskmanager.task in miniature, with its input gate: each channel queues what
+    """The input loop of weir.taskmanager.task in miniature, with its input gate: each channel queues what
     its upstream sent (up to its credits); a barrier is a priority event, handled on arrival with the
     buffers it overtook; records go into the keyed sums, control events into the aligner, whose
     actions are carried out as the runtime does."""

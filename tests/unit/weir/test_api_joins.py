@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from operators.joins import IntervalJoinOperator, WindowJoinOperator
-from operators.keyed import KeyedCoProcessOperator
+from weir.operators.joins import IntervalJoinOperator, WindowJoinOperator
+from weir.operators.keyed import KeyedCoProcessOperator
 from weir.api import (
     CoProcessFunction,
     Environment,

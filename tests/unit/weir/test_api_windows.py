@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
+from weir.operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
 from weir.api import (
     Environment,
     EventTimeSessionWindows,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 import weir.api
-from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
-from operators.windows import WindowAggregateOperator
+from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+from weir.operators.windows import WindowAggregateOperator
 from tests.unit.conftest import StartOperator
 from weir.api import (
     ColumnarStream,

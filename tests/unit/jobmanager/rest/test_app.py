@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from jobmanager.checkpointing.pending import TaskAckMetrics
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 from tests.unit.jobmanager.conftest import Harness, MakeHarness
 from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.errors import Fault
@@ -26,7 +26,7 @@ with warnings.catch_warnings():
 
 from openapi_spec_validator import validate
 
-from jobmanager.rest.app import create_app
+from weir.jobmanager.rest.app import create_app
 
 JOB_PATHS = (
     "/jobs/{job}",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.rest.views import BackpressureLevel, backpressure_level, ms, vertex_status
+from weir.jobmanager.rest.views import BackpressureLevel, backpressure_level, ms, vertex_status
 from weir.core.states import TaskState
 
 DEPLOYING, RUNNING, FINISHED, CANCELED, FAILED = (

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from jobmanager.rest.app import create_app
+from weir.jobmanager.rest.app import create_app
 from tests.unit.jobmanager.conftest import MakeHarness
 
 with warnings.catch_warnings():

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from examples.keyed_aggregation import parse_event
-from operators.sinks import json_serializer
-from operators.sources import json_deserializer
+from weir.operators.sinks import json_serializer
+from weir.operators.sources import json_deserializer
 from weir.core import json_codec
 
 VALID = [

@@ -6,7 +6,7 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from taskmanager.task import exported_watermark
+from weir.taskmanager.task import exported_watermark
 from weir.core.metrics import SinkMetrics, TaskMetrics
 from weir.core.watermarks import MAX_WATERMARK, MIN_WATERMARK
 

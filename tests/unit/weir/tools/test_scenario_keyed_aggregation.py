@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from operators.transactional_sinks import CommitMarker
+from weir.operators.transactional_sinks import CommitMarker
 from weir.api import load_job_file
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.keygroups import key_group_for_key

@@ -7,8 +7,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from operators.transactional_sinks import CommitMarker
-from operators.twophase import TransactionId
+from weir.operators.transactional_sinks import CommitMarker
+from weir.operators.twophase import TransactionId
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.core.states import JobStatus

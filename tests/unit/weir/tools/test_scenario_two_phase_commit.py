@@ -7,8 +7,8 @@ from dataclasses import replace
 
 import pytest
 
-from operators.transactional_sinks import CommitMarker
-from operators.twophase import TransactionId
+from weir.operators.transactional_sinks import CommitMarker
+from weir.operators.twophase import TransactionId
 from weir.api import load_job_file
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.tools.scenario_report import ScenarioReport
