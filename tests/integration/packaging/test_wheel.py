@@ -195,8 +195,10 @@ def test_weir_lives_beside_distributions_named_operators_and_connectors(
             f'[project]\nname = "{name}"\nversion = "9.9"\n[build-system]\nrequires = ["setuptools"]\n'
             'build-backend = "setuptools.build_meta"\n'
         )
-        install = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q"]
-        _run([*install, "--no-index", "--no-build-isolation", str(project)], env=_clean_environment(), cwd=tmp_path)
+        wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation"]
+        _run([*wheel, "-w", str(tmp_path / "wheels"), str(project)], env=_clean_environment(), cwd=tmp_path)
+    install = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-index"]
+    _run([*install, *map(str, (tmp_path / "wheels").glob("*.whl"))], env=_clean_environment(), cwd=tmp_path)
     probe = (
         "import operators, connectors, weir.operators.windows, weir.connectors.kafka; "
         "print(operators.WHO, '|', connectors.WHO, '|', weir.operators.windows.__name__)"
