@@ -54,6 +54,7 @@ from bench.harness import (
     private_cluster,
     remove_run_root,
 )
+from weir.core.transport import GRPC_OPTIONS
 from weir.taskmanager.network import (
     RECORDS_PER_BUFFER,
     InputGate,
@@ -64,7 +65,6 @@ from weir.taskmanager.network import (
     message_of,
     read_buffer,
 )
-from weir.core.transport import GRPC_OPTIONS
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 RAW_METHOD: Final = "/weir.bench.Loopback/Stream"
@@ -181,9 +181,9 @@ def _task_ref(vertex_uid: str) -> common_pb2.TaskRef:
 
 def _channel_producer(address: str, n_records: int, done: multiprocessing.connection.Connection) -> None:
     """The producing TaskManager's side: a RecordWriter over one RemoteOutputChannel."""
-    from weir.taskmanager.partitioners import create_partitioner
     from weir.core.ids import SubtaskIndex
     from weir.graph import Partitioning
+    from weir.taskmanager.partitioners import create_partitioner
 
     pool = record_pool()
     header = taskmanager_pb2.ChannelHeader(
@@ -265,9 +265,9 @@ def weir_channel(n_records: int) -> Figure:
 
 def local_channel(n_records: int) -> Figure:
     """(b2): a producer thread and a consumer thread of one process, as two subtasks of one TaskManager."""
-    from weir.taskmanager.partitioners import create_partitioner
     from weir.core.ids import SubtaskIndex
     from weir.graph import Partitioning
+    from weir.taskmanager.partitioners import create_partitioner
 
     pool = record_pool()
     gate = InputGate([0])

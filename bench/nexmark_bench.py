@@ -114,7 +114,7 @@ def bids_among(events: int) -> int:
 
 def reference_counts(events: int, queries: Sequence[str]) -> dict[str, int]:
     """Rows of each query's plain-Python reference over events 0..events-1 (the loaded ones)."""
-    from weir.core import nexmark
+    from weir import nexmark
     from weir.tools import nexmark_reference
 
     stream = [nexmark.event(n) for n in range(events)]

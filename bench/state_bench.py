@@ -42,13 +42,13 @@ from typing import Any, Final
 from bench import state_report
 from bench.harness import REPO_ROOT, RESULTS_DIR, BenchError, log, new_run_id
 from weir.connectors.object_storage import CheckpointStorage, FileCheckpointStorage, open_storage
-from weir.taskmanager.snapshots import KeyedStateHandle, RestoreResult, SnapshotResult, TaskKeyedState
-from weir.taskmanager.state import KeyedStateStore, StateBackend
 from weir.core import logs
 from weir.core.config import Endpoints, run_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyGroupRange, key_group_for, key_group_range_for_subtask
 from weir.core.paths import CheckpointPaths
+from weir.taskmanager.snapshots import KeyedStateHandle, RestoreResult, SnapshotResult, TaskKeyedState
+from weir.taskmanager.state import KeyedStateStore, StateBackend
 
 NAMESPACE: Final = "agg"  # the keyed operator's state namespace (its uid), in keys and in ranges
 STATE_NAME: Final = "count"

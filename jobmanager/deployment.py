@@ -14,6 +14,9 @@ from typing import Final, assert_never
 
 import structlog
 
+from weir.core.failures import Failure
+from weir.core.paths import metadata_folder
+from weir.core.states import JobStatus
 from weir.jobmanager import metrics
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.errors import JobManagerError, TaskManagerCallError
@@ -24,9 +27,6 @@ from weir.jobmanager.job_actions import JobActionExecutor
 from weir.jobmanager.jobs import DeployCommand, JobMaster
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.registry import TaskManagerRegistry
-from weir.core.failures import Failure
-from weir.core.paths import metadata_folder
-from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

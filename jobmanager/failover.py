@@ -10,14 +10,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
-from weir.jobmanager.exception_history import ExceptionEntry
-from weir.jobmanager.job_actions import JobActionExecutor
-from weir.jobmanager.jobs import JobMaster
-from weir.jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
 from weir.core.errors import UnknownJobError
 from weir.core.failures import Failure
 from weir.core.ids import TaskId
 from weir.core.states import JobStatus
+from weir.jobmanager.exception_history import ExceptionEntry
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
 
 
 class Failover:

@@ -20,6 +20,9 @@ from typing import assert_never
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage, copy_folder, open_storage
+from weir.core.errors import WeirError
+from weir.core.ids import CheckpointId, TaskId
+from weir.core.paths import external_path, metadata_folder
 from weir.jobmanager import lifecycle as lc
 from weir.jobmanager import metrics
 from weir.jobmanager.checkpointing import coordinator as cc
@@ -31,9 +34,6 @@ from weir.jobmanager.gateway import TaskManagerGateway
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.registry import TaskManagerRegistry
-from weir.core.errors import WeirError
-from weir.core.ids import CheckpointId, TaskId
-from weir.core.paths import external_path, metadata_folder
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -14,6 +14,12 @@ from typing import assert_never
 
 import structlog
 
+from weir.api import LoadedJob
+from weir.core.checkpointing import CheckpointingMode
+from weir.core.failures import Failure
+from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
 from weir.jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
 from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
 from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
@@ -25,12 +31,6 @@ from weir.jobmanager.records import JobSubmission
 from weir.jobmanager.restart import RestartStrategy, parse_restart_strategy
 from weir.jobmanager.restoring import InitialState
 from weir.jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
-from weir.api import LoadedJob
-from weir.core.checkpointing import CheckpointingMode
-from weir.core.failures import Failure
-from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.core.states import JobStatus, TaskState
-from weir.core.task_time import TimeRatios
 from weir.plan import JobPlan, build_plan
 
 log = structlog.get_logger("weir.jobmanager")

@@ -49,15 +49,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Final, assert_never
 
+from weir.core.checkpointing import CheckpointKind
+from weir.core.failures import Failure
+from weir.core.ids import CheckpointId, JobId, TaskId
+from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
 from weir.jobmanager.restart import GiveUp, RestartAfter, RestartStrategy
-from weir.core.checkpointing import CheckpointKind
-from weir.core.failures import Failure
-from weir.core.ids import CheckpointId, JobId, TaskId
-from weir.core.states import JobStatus
 
 RESOLUTION_DEADLINE_S: Final = 300.0
 """How long an ending job waits for its sinks' resolution before it is reported ended (unresolved,

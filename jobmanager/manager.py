@@ -14,6 +14,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage
+from weir.core.ids import CheckpointId
+from weir.core.paths import CheckpointPaths
+from weir.core.states import JobStatus
 from weir.jobmanager.deployment import Deployer
 from weir.jobmanager.errors import JobManagerNotReadyError
 from weir.jobmanager.exception_history import ExceptionHistory
@@ -51,9 +54,6 @@ from weir.jobmanager.submission import (
     resolve_inherited,
 )
 from weir.jobmanager.task_reports import TaskReports
-from weir.core.ids import CheckpointId
-from weir.core.paths import CheckpointPaths
-from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
-from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
 from weir.graph import Partitioning
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 
 # What TaskManagers report --------------------------------------------------------------------------
 

@@ -6,8 +6,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
 from weir.core.checkpointing import CheckpointStatus
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
 
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 600.0)
 

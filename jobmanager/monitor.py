@@ -11,6 +11,8 @@ from typing import Final
 
 import structlog
 
+from weir.core.errors import NotEnoughSlotsError
+from weir.core.states import JobStatus
 from weir.jobmanager import metrics
 from weir.jobmanager.deployment import Deployer
 from weir.jobmanager.errors import JobManagerError
@@ -19,8 +21,6 @@ from weir.jobmanager.job_actions import JobActionExecutor
 from weir.jobmanager.jobs import DeployCommand, JobMaster
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.registry import TaskManagerRegistry
-from weir.core.errors import NotEnoughSlotsError
-from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -6,6 +6,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Mapping
 
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
+from weir.core.errors import UnknownCheckpointError, UnknownJobError
+from weir.core.paths import external_path
 from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.exception_history import ExceptionHistory
@@ -28,9 +31,6 @@ from weir.jobmanager.messages import (
     VertexView,
 )
 from weir.jobmanager.registry import TaskManagerRegistry
-from weir.core.checkpointing import CheckpointKind, CheckpointStatus
-from weir.core.errors import UnknownCheckpointError, UnknownJobError
-from weir.core.paths import external_path
 
 
 def retained_summary(checkpoint: CompletedCheckpoint) -> CheckpointSummary:

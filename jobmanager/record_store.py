@@ -9,11 +9,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage
-from weir.jobmanager.jobs import JobMaster
-from weir.jobmanager.records import JobRecord
 from weir.core.errors import WeirError
 from weir.core.ids import JobId
 from weir.core.paths import CheckpointPaths
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.records import JobRecord
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -45,13 +45,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
-from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus
+from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
+from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
 
 RECORD_FORMAT: Final = 1
 

@@ -17,7 +17,13 @@ from collections.abc import Callable, MutableMapping
 
 import structlog
 
+from weir.api import load_job_source
 from weir.connectors.object_storage import CheckpointStorage
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import WeirError
+from weir.core.ids import CheckpointId, JobId
+from weir.core.paths import CheckpointPaths
+from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.job_actions import JobActionExecutor
@@ -27,12 +33,6 @@ from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.records import JobRecord
 from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from weir.jobmanager.restoring import plan_initial_state, read_retained_state
-from weir.api import load_job_source
-from weir.core.checkpointing import CheckpointKind
-from weir.core.errors import WeirError
-from weir.core.ids import CheckpointId, JobId
-from weir.core.paths import CheckpointPaths
-from weir.core.states import JobStatus
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import Final
 
 from weir.connectors.object_storage import CheckpointStorage, open_storage
-from weir.jobmanager.checkpointing.metadata import decode_metadata
-from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.paths import locate_state
 from weir.core.rescale import check_state_assignment, inherited_documents
 from weir.core.task_state import TaskStateDocument, decode_task_state
 from weir.graph import LogicalGraph
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.plan import JobPlan
 
 TAKEOVER_ATTEMPT: Final = 1 << 40

@@ -21,10 +21,10 @@ from typing import Final
 
 import structlog
 
-from weir.jobmanager.job_actions import JobActionExecutor
-from weir.jobmanager.jobs import JobMaster
 from weir.core.errors import UnknownJobError
 from weir.core.ids import CheckpointId
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -11,25 +11,6 @@ from google.protobuf import any_pb2
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
-from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
-from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from weir.jobmanager.errors import JobManagerNotReadyError
-from weir.jobmanager.manager import JobManager
-from weir.jobmanager.messages import (
-    CheckpointAck,
-    CheckpointDecline,
-    CheckpointDetailView,
-    CheckpointsView,
-    ClusterView,
-    Heartbeat,
-    HeartbeatAnswer,
-    JobStatusView,
-    JobSummaryView,
-    TaskProgress,
-    TaskStateReport,
-)
-from weir.jobmanager.registry import HEARTBEAT_INTERVAL_S
-from weir.jobmanager.submission import SubmitRequest
 from weir.core.codec import (
     checkpoint_kind_to_proto,
     checkpoint_status_to_proto,
@@ -51,6 +32,25 @@ from weir.core.errors import (
     UnknownJobError,
     WeirError,
 )
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.messages import (
+    CheckpointAck,
+    CheckpointDecline,
+    CheckpointDetailView,
+    CheckpointsView,
+    ClusterView,
+    Heartbeat,
+    HeartbeatAnswer,
+    JobStatusView,
+    JobSummaryView,
+    TaskProgress,
+    TaskStateReport,
+)
+from weir.jobmanager.registry import HEARTBEAT_INTERVAL_S
+from weir.jobmanager.submission import SubmitRequest
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 _Answer = TypeVar("_Answer")

@@ -16,8 +16,13 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from weir.api import load_job_source
 from weir.connectors import kafka
 from weir.connectors.object_storage import CheckpointStorage, open_storage
+from weir.core.config import Endpoints
+from weir.core.descriptors import KafkaSourceSpec, OffsetReset, end_offsets_parameter, start_offsets_parameter
+from weir.core.paths import CheckpointPaths
+from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.config import CheckpointSettings
 from weir.jobmanager.deployment import Deployer
 from weir.jobmanager.ending import resolve_inherited_transactions
@@ -33,11 +38,6 @@ from weir.jobmanager.restoring import (
 )
 from weir.jobmanager.submit_checks import check_job_at_submit
 from weir.operators.sources import decide_start_offsets, encode_start_offsets
-from weir.api import load_job_source
-from weir.core.config import Endpoints
-from weir.core.descriptors import KafkaSourceSpec, OffsetReset, end_offsets_parameter, start_offsets_parameter
-from weir.core.paths import CheckpointPaths
-from weir.graph import LogicalGraph
 
 log = structlog.get_logger("weir.jobmanager")
 

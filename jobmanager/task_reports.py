@@ -10,6 +10,9 @@ from typing import assert_never
 
 import structlog
 
+from weir.core.failures import Failure
+from weir.core.ids import CheckpointId
+from weir.core.states import JobStatus, TaskState
 from weir.jobmanager import metrics
 from weir.jobmanager.checkpointing.pending import TaskStateHandle
 from weir.jobmanager.exception_history import ExceptionEntry
@@ -17,9 +20,6 @@ from weir.jobmanager.failover import Failover
 from weir.jobmanager.job_actions import JobActionExecutor
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
-from weir.core.failures import Failure
-from weir.core.ids import CheckpointId
-from weir.core.states import JobStatus, TaskState
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -11,12 +11,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from weir.operators.rejections import CapturedDeadLetters, RecordRejections, rejected_by_function
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, NO_KEY, Firing, OnRecordError, SourcePosition
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections, rejected_by_function
 
 
 class StateNotRedistributableError(JobDefinitionError):

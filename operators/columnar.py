@@ -24,8 +24,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from weir.operators.base import StreamOperator
-from weir.operators.windows import CLEANUP_TIMER, WINDOW_STATE, WindowAggregateOperator
 from weir.core.columnar import (
     BatchKeys,
     BuiltinAggregates,
@@ -37,6 +35,8 @@ from weir.core.columnar import (
 from weir.core.process_functions import OutputTag
 from weir.core.state_schema import StateSchema
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.operators.base import StreamOperator
+from weir.operators.windows import CLEANUP_TIMER, WINDOW_STATE, WindowAggregateOperator
 
 COMPACT_ROWS: Final = 65_536
 """On-time rows a columnar window keeps before grouping them (bounds its memory between firings)."""

@@ -38,12 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
-from weir.operators.process_state import MapState, ValueState
 from weir.core.errors import JobDefinitionError
 from weir.core.process_functions import Clock, wall_clock_ms
 from weir.core.rejections import FAIL, Firing, OnRecordError, WindowFiring
 from weir.core.windows import TimeWindow, is_window_late
+from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
+from weir.operators.process_state import MapState, ValueState
 
 LEFT_BUFFER: Final = "join.left"
 RIGHT_BUFFER: Final = "join.right"

@@ -26,8 +26,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, assert_never
 
 from weir.connectors import kafka
-from weir.operators.base import InheritedState, SourceOperator
-from weir.operators.source_metrics import KafkaSourceLag
 from weir.core import json_codec
 from weir.core.columnar import BatchDecoder
 from weir.core.config import Endpoints
@@ -53,6 +51,8 @@ from weir.core.watermarks import (
     PartitionWatermarks,
     WatermarkStatus,
 )
+from weir.operators.base import InheritedState, SourceOperator
+from weir.operators.source_metrics import KafkaSourceLag
 
 SOURCE_STATE_FORMAT: Final = 1
 

@@ -27,9 +27,6 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from weir.connectors import kafka, postgres
-from weir.operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
-from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES, EpochRecords, EpochSpill, StreamedList, dumps_streaming
-from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
 from weir.core.config import Endpoints, run_dir
 from weir.core.crashpoints import (
     AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
@@ -44,6 +41,15 @@ from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.metrics import SinkMetrics
 from weir.core.rejections import FAIL, OnRecordError
 from weir.core.serde import loads_value
+from weir.operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
+from weir.operators.epoch_spill import (
+    DEFAULT_EPOCH_MEMORY_BYTES,
+    EpochRecords,
+    EpochSpill,
+    StreamedList,
+    dumps_streaming,
+)
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
 """The prefix of every Kafka sink's marker topic (``marker_topic_name``). Before each sink had its own,

@@ -16,6 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
+from weir.core.errors import SerializationError
+from weir.core.ids import ChannelIndex
+from weir.core.process_functions import OutputTag
+from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
 from weir.operators.base import (
     NO_SIDE_OUTPUTS,
     ChainOutput,
@@ -27,10 +31,6 @@ from weir.operators.base import (
     StreamOperator,
 )
 from weir.operators.keyed import KeyedOperator
-from weir.core.errors import SerializationError
-from weir.core.ids import ChannelIndex
-from weir.core.process_functions import OutputTag
-from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
 from weir.plan import Vertex
 
 

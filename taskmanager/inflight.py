@@ -29,7 +29,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from weir.taskmanager.network import ChannelBuffer, decode_records, encoded, message_of, records_of
 from weir.core import inflight_state
 from weir.core.errors import ProtocolError, SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId
@@ -44,6 +43,7 @@ from weir.core.inflight_state import (
     parse_message,
 )
 from weir.core.task_state import INFLIGHT_STATE_NAME
+from weir.taskmanager.network import ChannelBuffer, decode_records, encoded, message_of, records_of
 
 __all__ = [
     "INFLIGHT_FORMAT",

@@ -30,7 +30,6 @@ from typing import Any, Protocol, assert_never
 
 import grpc
 
-from weir.taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.codec import (
     barrier_alignment_from_proto,
@@ -43,6 +42,7 @@ from weir.core.errors import ProtocolError, ServiceUnavailableError
 from weir.core.ids import ChannelIndex, CheckpointId
 from weir.core.serde import dumps_value, loads_value
 from weir.core.watermarks import WatermarkStatus
+from weir.taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 INITIAL_CREDITS = 4

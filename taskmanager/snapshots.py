@@ -44,11 +44,11 @@ import structlog
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
 from weir.connectors.object_storage import CheckpointStorage
-from weir.taskmanager.state import StateBackend, key_group_range_bounds
 from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
+from weir.taskmanager.state import StateBackend, key_group_range_bounds
 
 KeyRanges = Sequence[tuple[OperatorUid, KeyGroupRange]]
 

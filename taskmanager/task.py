@@ -22,9 +22,38 @@ import pyarrow as pa
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage
+from weir.core.checkpointing import BarrierAlignment, ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
+from weir.core.columnar import BatchKeys, FieldKey, is_batch
+from weir.core.crashpoints import crash_point
+from weir.core.errors import Fault, SerializationError, WeirError
+from weir.core.failures import Failure
+from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
+from weir.core.metrics import TaskMetrics
+from weir.core.process_functions import Clock, wall_clock_ms
+from weir.core.rejections import SourcePosition
+from weir.core.rescale import key_group_sources
+from weir.core.state_schema import StoredSchema, merge_stored_schemas
+from weir.core.states import TaskState
+from weir.core.task_state import (
+    INFLIGHT_REDISTRIBUTION_REFUSED,
+    OperatorStateHandle,
+    SubtaskLayout,
+    TaskStateDocument,
+    read_operator_states,
+)
+from weir.core.task_time import TimeRatios, TimeTotals, ratios_between
+from weir.core.watermarks import (
+    MAX_WATERMARK,
+    MIN_WATERMARK,
+    ReportsWatermarkStatus,
+    WatermarkStatus,
+)
+from weir.graph import Partitioning
 from weir.operators.base import InheritedState, OperatorContext, SourceOperator
 from weir.operators.keyed import KeyedOperator
 from weir.operators.rejections import KafkaDeadLetters, RecordRejections
+from weir.plan import JobPlan, Vertex
 from weir.taskmanager import barrier_aligner as ba
 from weir.taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from weir.taskmanager.chain import ChainInput, OperatorChain
@@ -71,35 +100,6 @@ from weir.taskmanager.network import (
     watermark_status_message,
 )
 from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
-from weir.core.checkpointing import BarrierAlignment, ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
-from weir.core.columnar import BatchKeys, FieldKey, is_batch
-from weir.core.crashpoints import crash_point
-from weir.core.errors import Fault, SerializationError, WeirError
-from weir.core.failures import Failure
-from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
-from weir.core.metrics import TaskMetrics
-from weir.core.process_functions import Clock, wall_clock_ms
-from weir.core.rejections import SourcePosition
-from weir.core.rescale import key_group_sources
-from weir.core.state_schema import StoredSchema, merge_stored_schemas
-from weir.core.states import TaskState
-from weir.core.task_state import (
-    INFLIGHT_REDISTRIBUTION_REFUSED,
-    OperatorStateHandle,
-    SubtaskLayout,
-    TaskStateDocument,
-    read_operator_states,
-)
-from weir.core.task_time import TimeRatios, TimeTotals, ratios_between
-from weir.core.watermarks import (
-    MAX_WATERMARK,
-    MIN_WATERMARK,
-    ReportsWatermarkStatus,
-    WatermarkStatus,
-)
-from weir.graph import Partitioning
-from weir.plan import JobPlan, Vertex
 from weir.wire.taskmanager_pb2 import DataMessage
 
 SOURCE_BATCH = 500

@@ -26,6 +26,45 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
+from weir.core.columnar import Aggregate, BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
+from weir.core.descriptors import (
+    COMMITTED,
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    EARLIEST,
+    LATEST,
+    Committed,
+    GeneratorSourceSpec,
+    KafkaRecord,
+    KafkaSourceSpec,
+    OffsetReset,
+    SinkDelivery,
+    SinkSpec,
+    SinkSystem,
+    StartingOffsets,
+    Timestamp,
+    TimestampType,
+    validate_consumer_properties,
+)
+from weir.core.errors import JobDefinitionError, NonRetriableError
+from weir.core.process_functions import (
+    OutputTag,
+    StateAggregateFunction,
+    StateTtlConfig,
+    TimeDomain,
+    TtlUpdateType,
+)
+from weir.core.rejections import FAIL, DeadLetterOnError, FailOnError, OnRecordError
+from weir.core.state_schema import Migrate, StateSchema
+from weir.core.windows import (
+    EventTimeSessionWindows,
+    SlidingEventTimeWindows,
+    TimeWindow,
+    TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
+    WindowContext,
+    to_millis,
+)
+from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 from weir.operators.basic import (
     CoProcessOperator,
     FilterOperator,
@@ -69,45 +108,6 @@ from weir.operators.windows import (
     ReduceAggregate,
     WindowAggregateOperator,
 )
-from weir.core.columnar import Aggregate, BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
-from weir.core.descriptors import (
-    COMMITTED,
-    DEFAULT_TRANSACTION_TIMEOUT_MS,
-    EARLIEST,
-    LATEST,
-    Committed,
-    GeneratorSourceSpec,
-    KafkaRecord,
-    KafkaSourceSpec,
-    OffsetReset,
-    SinkDelivery,
-    SinkSpec,
-    SinkSystem,
-    StartingOffsets,
-    Timestamp,
-    TimestampType,
-    validate_consumer_properties,
-)
-from weir.core.errors import JobDefinitionError, NonRetriableError
-from weir.core.process_functions import (
-    OutputTag,
-    StateAggregateFunction,
-    StateTtlConfig,
-    TimeDomain,
-    TtlUpdateType,
-)
-from weir.core.rejections import FAIL, DeadLetterOnError, FailOnError, OnRecordError
-from weir.core.state_schema import Migrate, StateSchema
-from weir.core.windows import (
-    EventTimeSessionWindows,
-    SlidingEventTimeWindows,
-    TimeWindow,
-    TumblingEventTimeWindows,
-    TumblingProcessingTimeWindows,
-    WindowContext,
-    to_millis,
-)
-from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 
 T = TypeVar("T")
 ACC = TypeVar("ACC")

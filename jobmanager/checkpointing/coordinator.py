@@ -18,6 +18,9 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
+from weir.core.ids import CheckpointId, JobId, TaskId
+from weir.core.paths import CheckpointPaths
 from weir.jobmanager.checkpointing.orphans import Orphans, StoredObject, find_orphans
 from weir.jobmanager.checkpointing.pending import (
     AbortReason,
@@ -38,9 +41,6 @@ from weir.jobmanager.checkpointing.trigger import (
     TriggerState,
 )
 from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
-from weir.core.ids import CheckpointId, JobId, TaskId
-from weir.core.paths import CheckpointPaths
 
 MetadataKeyFn = Callable[[JobId, CheckpointId, CheckpointKind], str]
 

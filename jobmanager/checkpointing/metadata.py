@@ -25,14 +25,14 @@ import binascii
 import json
 from typing import Any, Final, TypeVar
 
-from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.jobmanager.errors import CheckpointProtocolError
 from weir.core.checkpointing import CheckpointKind
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.paths import metadata_folder
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.errors import CheckpointProtocolError
 
 METADATA_FORMAT: Final = 1
 

@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.core.ids import CheckpointId, JobId
 from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 
 
 @dataclass(frozen=True)

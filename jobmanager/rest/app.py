@@ -18,12 +18,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
-from weir.jobmanager.manager import JobManager
-from weir.jobmanager.rest import errors, views
 from weir import __version__
 from weir.core.errors import AuthenticationError
 from weir.core.transport_security import authorize, refusal_message
+from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.rest import errors, views
 
 log = structlog.get_logger("weir.jobmanager")
 

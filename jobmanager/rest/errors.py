@@ -14,12 +14,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from weir.jobmanager.errors import (
-    ConfigError,
-    JobManagerNotReadyError,
-    SavepointRejectedError,
-    UnknownVertexError,
-)
 from weir.core.errors import (
     AuthenticationError,
     JobDefinitionError,
@@ -28,6 +22,12 @@ from weir.core.errors import (
     UnknownCheckpointError,
     UnknownJobError,
     WeirError,
+)
+from weir.jobmanager.errors import (
+    ConfigError,
+    JobManagerNotReadyError,
+    SavepointRejectedError,
+    UnknownVertexError,
 )
 
 log = structlog.get_logger("weir.jobmanager")

@@ -15,6 +15,13 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 
+from weir import __version__
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
+from weir.core.errors import Fault
+from weir.core.failures import Failure
+from weir.core.ids import CheckpointId
+from weir.core.states import JobStatus, TaskState
+from weir.graph import Partitioning
 from weir.jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
 from weir.jobmanager.exception_history import ExceptionHistory
 from weir.jobmanager.messages import (
@@ -28,13 +35,6 @@ from weir.jobmanager.messages import (
     TaskView,
     VertexView,
 )
-from weir import __version__
-from weir.core.checkpointing import CheckpointKind, CheckpointStatus
-from weir.core.errors import Fault
-from weir.core.failures import Failure
-from weir.core.ids import CheckpointId
-from weir.core.states import JobStatus, TaskState
-from weir.graph import Partitioning
 
 
 def _names(enum_type: type[enum.Enum]) -> WithJsonSchema:

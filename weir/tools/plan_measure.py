@@ -32,6 +32,12 @@ from typing import Any, Final
 import httpx
 
 from weir.connectors.object_storage import open_storage
+from weir.core.checkpointing import CheckpointStatus
+from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.errors import Fault, WeirError
+from weir.core.ids import JobId
+from weir.core.paths import CheckpointPaths
+from weir.core.transport_security import TransportSecurity
 from weir.jobmanager.records import JobRecord
 from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from weir.jobmanager.restart import (
@@ -43,12 +49,6 @@ from weir.jobmanager.restart import (
     parse_restart_strategy,
 )
 from weir.operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
-from weir.core.checkpointing import CheckpointStatus
-from weir.core.config import Endpoints, checkpoint_dir
-from weir.core.errors import Fault, WeirError
-from weir.core.ids import JobId
-from weir.core.paths import CheckpointPaths
-from weir.core.transport_security import TransportSecurity
 from weir.tools.client import CheckpointInfo, JobManagerClient
 from weir.tools.plan import (
     FLAGS,

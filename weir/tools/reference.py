@@ -46,6 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from weir.api import GeneratorSourceSpec, KafkaSourceSpec, LoadedJob, load_job_file, load_job_source
+from weir.core.config import Endpoints
+from weir.core.errors import Fault, WeirError
+from weir.core.ids import ChannelIndex
+from weir.core.keygroups import KeyGroup, KeyGroupRange
+from weir.core.rejections import UserFunctionError
+from weir.core.watermarks import PartitionWatermarks
+from weir.graph import LogicalGraph, OperatorKind, Transformation
 from weir.operators.base import OperatorContext, StreamOperator
 from weir.operators.joins import IntervalJoinOperator, WindowJoinOperator
 from weir.operators.sinks import (
@@ -56,17 +64,9 @@ from weir.operators.sinks import (
 )
 from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
 from weir.operators.windows import WindowAggregateOperator
+from weir.plan import JobPlan, NetworkEdge, build_plan
 from weir.taskmanager.chain import ChainInput, OperatorChain
 from weir.taskmanager.state import StateBackend
-from weir.api import GeneratorSourceSpec, KafkaSourceSpec, LoadedJob, load_job_file, load_job_source
-from weir.core.config import Endpoints
-from weir.core.errors import Fault, WeirError
-from weir.core.ids import ChannelIndex
-from weir.core.keygroups import KeyGroup, KeyGroupRange
-from weir.core.rejections import UserFunctionError
-from weir.core.watermarks import PartitionWatermarks
-from weir.graph import LogicalGraph, OperatorKind, Transformation
-from weir.plan import JobPlan, NetworkEdge, build_plan
 
 REFERENCE_JOB_ID = "reference"
 SOURCE_BATCH = 1

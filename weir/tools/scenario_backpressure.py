@@ -47,12 +47,12 @@ from rich.table import Table
 
 from weir.connectors import kafka
 from weir.connectors.object_storage import open_storage
-from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.paths import locate_state
 from weir.core.task_state import decode_task_state, read_operator_states
+from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.tools.client import CheckpointInfo, JobDetails, JobManagerClient
 from weir.tools.drive import s3_endpoints, start_local_cluster
 from weir.tools.events import EventSpec, produce_events

@@ -101,7 +101,8 @@ def default_children(
     for n in range(1, taskmanagers + 1):
         name = f"taskmanager-{n}"
         metrics_port = endpoints.taskmanager_metrics_base_port + n
-        specs.append(ChildSpec(name, (python, "-m", "weir.taskmanager", "--id", name, "--metrics-port", str(metrics_port))))
+        argv = (python, "-m", "weir.taskmanager", "--id", name, "--metrics-port", str(metrics_port))
+        specs.append(ChildSpec(name, argv))
     return tuple(specs)
 
 

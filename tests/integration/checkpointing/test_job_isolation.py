@@ -24,19 +24,19 @@ from typing import Any, TypeVar
 import pytest
 from rocksdict import AccessType, Options, Rdict
 
+from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from weir.connectors import kafka
 from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
-from weir.jobmanager.checkpointing.metadata import decode_metadata
-from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, keyed_state_from_document
-from weir.taskmanager.state import StateBackend
-from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import checkpoint_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask
 from weir.core.paths import CheckpointPaths
 from weir.core.task_state import StoredOperatorState, decode_task_state
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, keyed_state_from_document
+from weir.taskmanager.state import StateBackend
 from weir.tools.client import JobDetails
 
 pytestmark = pytest.mark.integration

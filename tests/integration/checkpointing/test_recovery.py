@@ -9,7 +9,6 @@ import time
 import psycopg
 import pytest
 
-from weir.connectors import kafka
 from tests.integration.conftest import (
     WeirCluster,
     create_topics,
@@ -17,6 +16,7 @@ from tests.integration.conftest import (
     long_variant,
     path_parameters,
 )
+from weir.connectors import kafka
 from weir.core.errors import ClusterUnavailableError
 from weir.tools.client import JobDetails
 from weir.tools.events import EventSpec, events, produce_events

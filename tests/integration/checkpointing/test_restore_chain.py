@@ -15,15 +15,15 @@ from collections.abc import Callable
 
 import pytest
 
-from weir.connectors import kafka
-from weir.operators.sources import decode_kafka_source_state
 from tests.integration.checkpointing.test_rescale import events_read, retained
 from tests.integration.checkpointing.test_savepoints import prepared_of, stop_with_savepoint, wait_for
 from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs
 from tests.integration.polling import poll
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.descriptors import default_group_id
 from weir.core.states import JobStatus
+from weir.operators.sources import decode_kafka_source_state
 from weir.tools.client import JobDetails
 from weir.tools.savepoint_inspect import load_savepoint
 from weir.tools.verify import verify_job

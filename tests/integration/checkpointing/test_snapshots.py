@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 
 from weir.connectors.object_storage import CheckpointStorage, S3CheckpointStorage
+from weir.core.config import Endpoints
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask, key_to_bytes
+from weir.core.paths import CheckpointPaths
 from weir.jobmanager.checkpointing.coordinator import (
     Action,
     CheckpointCoordinator,
@@ -31,10 +35,6 @@ from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCom
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotResult
 from weir.taskmanager.state import KeyedStateStore, StateBackend
-from weir.core.config import Endpoints
-from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask, key_to_bytes
-from weir.core.paths import CheckpointPaths
 
 pytestmark = pytest.mark.integration
 

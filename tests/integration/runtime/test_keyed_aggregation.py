@@ -7,8 +7,8 @@ import json
 import psycopg
 import pytest
 
-from weir.connectors import kafka
 from tests.integration.conftest import RECORD_PATHS, WeirCluster, create_topics, create_window_table, path_parameters
+from weir.connectors import kafka
 from weir.tools.events import EventSpec, events, produce_events
 
 pytestmark = pytest.mark.integration

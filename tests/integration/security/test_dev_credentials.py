@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from weir.connectors import kafka
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
 from tests.integration.runtime.test_keyed_aggregation import reference
 from tests.integration.security.test_security import _wait
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import AuthenticationError
 from weir.core.transport_security import TransportSecurity

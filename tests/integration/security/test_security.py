@@ -20,10 +20,10 @@ import grpc
 import httpx
 import pytest
 
-from weir.connectors import kafka
 from tests.certificates import CertificateAuthority, Issued, tls_environment
 from tests.integration.conftest import REPO_ROOT, keyed_aggregation_inputs, path_parameters
 from tests.integration.runtime.test_keyed_aggregation import reference
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.grpc_security import open_channel
 from weir.core.transport_security import TransportSecurity

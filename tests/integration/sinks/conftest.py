@@ -21,6 +21,10 @@ import psycopg
 import pytest
 
 from weir.connectors import kafka, postgres
+from weir.core.config import Endpoints
+from weir.core.keygroups import KeyGroupRange
+from weir.core.metrics import TaskMetrics
+from weir.core.serde import dumps_value
 from weir.operators.base import OperatorContext, StreamOperator
 from weir.operators.transactional_sinks import (
     CommitMarker,
@@ -28,10 +32,6 @@ from weir.operators.transactional_sinks import (
     TwoPhasePostgresSinkOperator,
     marker_topic_name,
 )
-from weir.core.config import Endpoints
-from weir.core.keygroups import KeyGroupRange
-from weir.core.metrics import TaskMetrics
-from weir.core.serde import dumps_value
 from weir.tools.client import JobManagerClient
 from weir.tools.supervisor import start_cluster, stop_cluster
 

@@ -29,12 +29,12 @@ from typing import Any
 import psycopg
 import pytest
 
-from weir.connectors import kafka, postgres
-from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
 from tests.integration.conftest import REPO_ROOT, create_topics
 from tests.integration.sinks.jobs.slow_two_sinks import event
+from weir.connectors import kafka, postgres
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
+from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
 from weir.tools.client import CheckpointInfo, JobDetails, JobManagerClient
 from weir.tools.verify import verify_job
 

@@ -15,7 +15,11 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from tests.integration.sinks.conftest import TASKMANAGER, KafkaSinkCase, run_until_crash
 from weir.connectors import kafka
+from weir.core.crashpoints import EXIT_CODE
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.operators.transactional_sinks import (
     MARKER_TOPIC_CONFIG,
     CommitMarker,
@@ -27,10 +31,6 @@ from weir.operators.transactional_sinks import (
     marker_key,
     transactional_id,
 )
-from tests.integration.sinks.conftest import TASKMANAGER, KafkaSinkCase, run_until_crash
-from weir.core.crashpoints import EXIT_CODE
-from weir.core.errors import JobDefinitionError, ServiceUnavailableError
-from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 
 pytestmark = pytest.mark.integration
 

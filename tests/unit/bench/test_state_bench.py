@@ -22,8 +22,8 @@ from bench.state_bench import (
     value_of,
 )
 from weir.connectors.object_storage import FileCheckpointStorage
-from weir.taskmanager.state import StateBackend
 from weir.core.keygroups import key_group_for
+from weir.taskmanager.state import StateBackend
 
 KEYS = 2000
 

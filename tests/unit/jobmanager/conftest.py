@@ -16,7 +16,14 @@ from typing import Any, ParamSpec, TypeVar
 import grpc
 import pytest
 
+from weir.api import load_job_source
 from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import Fault
+from weir.core.failures import Failure
+from weir.core.ids import TaskId
+from weir.core.states import TaskState
+from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.ending import ResolutionReport
 from weir.jobmanager.errors import TaskManagerCallError
@@ -25,13 +32,6 @@ from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import TaskStateReport
 from weir.jobmanager.scheduler import SlotOffer
 from weir.jobmanager.service import JobManagerServicer
-from weir.api import load_job_source
-from weir.core.checkpointing import CheckpointKind
-from weir.core.errors import Fault
-from weir.core.failures import Failure
-from weir.core.ids import TaskId
-from weir.core.states import TaskState
-from weir.graph import LogicalGraph
 from weir.tools.client import JobManagerClient
 from weir.wire import jobmanager_pb2_grpc
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
+from tests.unit.jobmanager.conftest import TM_A, Harness
+from weir.core.checkpointing import CheckpointKind
+from weir.core.states import TaskState
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.lifecycle import Running
 from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
-from tests.unit.jobmanager.conftest import TM_A, Harness
-from weir.core.checkpointing import CheckpointKind
-from weir.core.states import TaskState
 
 
 def started(harness: Harness) -> tuple[JobMaster, cc.TriggerBarriers]:

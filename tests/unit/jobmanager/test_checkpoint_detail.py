@@ -7,16 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from weir.jobmanager.checkpointing import coordinator as cc
-from weir.jobmanager.checkpointing.pending import TaskAckMetrics
-from weir.jobmanager.jobs import JobMaster
-from weir.jobmanager.messages import CheckpointAck
-from weir.jobmanager.service import checkpoint_ack, checkpoint_detail_response, checkpoints_response
 from tests.unit.jobmanager.conftest import Harness, served
 from weir.core.checkpointing import ChannelBarrierTime, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import timeline_from_proto, timeline_to_proto
 from weir.core.errors import UnknownCheckpointError, UnknownJobError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck
+from weir.jobmanager.service import checkpoint_ack, checkpoint_detail_response, checkpoints_response
 from weir.tools.client import JobManagerClient, _checkpoint
 from weir.wire import common_pb2, jobmanager_pb2
 

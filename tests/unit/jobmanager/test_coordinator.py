@@ -9,6 +9,8 @@ from typing import TypeVar
 
 import pytest
 
+from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.jobmanager.checkpointing.coordinator import (
     AckOutcome,
     Action,
@@ -34,8 +36,6 @@ from weir.jobmanager.checkpointing.pending import (
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = JobId("job-1")
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from weir.jobmanager.failover import Failover
-from weir.jobmanager.jobs import JobMaster
 from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.states import JobStatus, TaskState
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.jobs import JobMaster
 
 
 def written(value: bool) -> Future[bool]:

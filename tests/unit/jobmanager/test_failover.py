@@ -3,12 +3,12 @@ tasks, resolve transactions, and an end whose resolution fails (retried, recorde
 
 from __future__ import annotations
 
-from weir.jobmanager.lifecycle import RESOLUTION_DEADLINE_S
-from weir.jobmanager.recovery import needs_takeover
 from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.errors import ServiceUnavailableError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus
+from weir.jobmanager.lifecycle import RESOLUTION_DEADLINE_S
+from weir.jobmanager.recovery import needs_takeover
 
 
 def test_a_retriable_failure_restarts_the_job_and_cancels_the_failed_attempt(harness: Harness) -> None:

@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from weir.jobmanager.manager import JobManager
 from tests.unit.jobmanager.conftest import MakeHarness, served
 from weir.core.errors import ClusterUnavailableError, UnknownJobError
 from weir.core.states import JobStatus
+from weir.jobmanager.manager import JobManager
 from weir.tools.client import JobManagerClient
 
 

@@ -5,15 +5,15 @@ defect it was written for on the code before the lifecycle (``weir.jobmanager.li
 
 from __future__ import annotations
 
+from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import ServiceUnavailableError
+from weir.core.states import JobStatus, TaskState
 from weir.jobmanager.checkpointing.metadata import encode_metadata
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 from weir.jobmanager.recovery import needs_takeover
-from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
-from weir.core.checkpointing import CheckpointKind
-from weir.core.errors import ServiceUnavailableError
-from weir.core.states import JobStatus, TaskState
 
 EVERY_SECOND = {"checkpointing.interval": "1s", "restart.strategy": "fixed-delay", "restart.delay": "1s"}
 

@@ -8,6 +8,11 @@ from collections.abc import Callable
 
 import pytest
 
+from weir.api import load_job_source
+from weir.core.errors import Fault, NotEnoughSlotsError
+from weir.core.failures import Failure
+from weir.core.states import JobStatus, TaskState
+from weir.core.task_time import TimeRatios
 from weir.jobmanager.checkpointing.coordinator import default_metadata_key
 from weir.jobmanager.errors import ConfigError
 from weir.jobmanager.gateway import deploy_request
@@ -15,11 +20,6 @@ from weir.jobmanager.jobs import DeployCommand, JobMaster, JobSubmission, TaskRe
 from weir.jobmanager.lifecycle import Action
 from weir.jobmanager.messages import TaskProgress
 from weir.jobmanager.scheduler import SlotOffer
-from weir.api import load_job_source
-from weir.core.errors import Fault, NotEnoughSlotsError
-from weir.core.failures import Failure
-from weir.core.states import JobStatus, TaskState
-from weir.core.task_time import TimeRatios
 from weir.wire import common_pb2, taskmanager_pb2
 
 FINISHED = TaskState.FINISHED

@@ -30,6 +30,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from weir.core.failures import Failure
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.pending import TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
@@ -49,9 +52,6 @@ from weir.jobmanager.lifecycle import (
     StopRequest,
 )
 from weir.jobmanager.restart import parse_restart_strategy
-from weir.core.failures import Failure
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.core.states import JobStatus
 
 JOB = JobId("job-m")
 SOURCES = tuple(TaskId(JOB, OperatorUid("src"), SubtaskIndex(i)) for i in range(2))

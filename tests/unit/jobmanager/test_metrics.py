@@ -8,6 +8,9 @@ import uuid
 
 from prometheus_client import REGISTRY
 
+from tests.unit.jobmanager.conftest import Harness
+from weir.api import load_job_source
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.jobmanager import metrics
 from weir.jobmanager.checkpointing.coordinator import (
     CheckpointCoordinator,
@@ -20,9 +23,6 @@ from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.jobmanager.jobs import JobMaster, JobSubmission
 from weir.jobmanager.messages import CheckpointAck
-from tests.unit.jobmanager.conftest import Harness
-from weir.api import load_job_source
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = textwrap.dedent(
     """

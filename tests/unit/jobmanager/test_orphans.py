@@ -8,15 +8,15 @@ from pathlib import Path
 import structlog.testing
 
 from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.checkpointing import CheckpointKind
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.paths import CheckpointPaths
 from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
 from weir.jobmanager.checkpointing.orphans import Kept, Orphans, StoredObject, find_orphans
 from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.jobmanager.orphans import collect_orphans
-from weir.core.checkpointing import CheckpointKind
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.core.paths import CheckpointPaths
 
 JOB = JobId("job-1")
 TM = TaskManagerId("tm-a")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.jobmanager.checkpointing.pending import (
     AbortReason,
     AckResult,
@@ -16,7 +17,6 @@ from weir.jobmanager.checkpointing.pending import (
     TaskStateHandle,
 )
 from weir.jobmanager.errors import CheckpointProtocolError
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 SRC = TaskId(JobId("job"), OperatorUid("source"), SubtaskIndex(0))
 SINK = TaskId(JobId("job"), OperatorUid("sink"), SubtaskIndex(0))

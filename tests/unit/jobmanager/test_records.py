@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
-from weir.jobmanager.records import JobRecord, JobSubmission
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus
+from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
+from weir.jobmanager.records import JobRecord, JobSubmission
 
 SUBMISSION = JobSubmission(
     job_id="job-1",

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from weir.jobmanager.errors import JobManagerNotReadyError
-from weir.jobmanager.messages import CheckpointAck
-from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from tests.unit.jobmanager.conftest import MakeHarness
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError, UnknownJobError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.messages import CheckpointAck
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 
 
 def test_a_running_job_restarts_once_the_old_attempt_s_tasks_were_told_to_stop(make_harness: MakeHarness) -> None:

@@ -6,6 +6,8 @@ import random
 
 import pytest
 
+from weir.core.errors import Fault
+from weir.core.failures import Failure
 from weir.jobmanager.errors import ConfigError
 from weir.jobmanager.restart import (
     ExponentialDelayRestartStrategy,
@@ -17,8 +19,6 @@ from weir.jobmanager.restart import (
     parse_duration,
     parse_restart_strategy,
 )
-from weir.core.errors import Fault
-from weir.core.failures import Failure
 
 CAUSE = Failure("TaskFailure", "boom", Fault.INTERNAL, retriable=True)
 

@@ -8,11 +8,6 @@ import json
 
 import pytest
 
-from weir.jobmanager.checkpointing.metadata import encode_metadata
-from weir.jobmanager.checkpointing.pending import TaskStateHandle
-from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.jobmanager.restoring import CheckpointNotFoundError, SourceJobRunningError
-from weir.jobmanager.submission import SubmitRequest
 from tests.unit.jobmanager.conftest import JOB, Harness, MakeHarness
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId
 from weir.core.inflight_state import InflightState, OutputTarget, encode_inflight
@@ -28,6 +23,11 @@ from weir.core.task_state import (
     encode_task_state,
     pack_operator_states,
 )
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.restoring import CheckpointNotFoundError, SourceJobRunningError
+from weir.jobmanager.submission import SubmitRequest
 from weir.wire.taskmanager_pb2 import DataMessage
 
 OLD = JobId("old-job")

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import pytest
 
-from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from weir.jobmanager.errors import SavepointRejectedError
-from weir.jobmanager.jobs import JobMaster
-from weir.jobmanager.messages import CheckpointAck
 from tests.unit.jobmanager.conftest import Harness
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import SavepointRejectedError
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck
 
 
 def running_job(h: Harness) -> JobMaster:

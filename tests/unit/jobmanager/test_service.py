@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from weir.api import load_job_source
 from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.failures import Failure
+from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.jobs import JobMaster, JobSubmission
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import Heartbeat, TaskProgress
 from weir.jobmanager.records import JobRecord
 from weir.jobmanager.scheduler import SlotOffer
-from weir.api import load_job_source
-from weir.core.failures import Failure
-from weir.core.states import JobStatus
 
 JOB = textwrap.dedent(
     """

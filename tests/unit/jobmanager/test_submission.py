@@ -7,12 +7,12 @@ import textwrap
 
 import pytest
 
-from weir.jobmanager.submission import SubmitRequest, fixed_source_ends
 from tests.unit.jobmanager.conftest import JOB, TM_A, Harness
 from weir.api import load_job_source
 from weir.core.descriptors import end_offsets_parameter
 from weir.core.errors import JobDefinitionError
 from weir.core.states import JobStatus
+from weir.jobmanager.submission import SubmitRequest, fixed_source_ends
 
 KAFKA_JOB = textwrap.dedent(
     """

@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from weir.core.ids import CheckpointId
 from weir.jobmanager.checkpointing.trigger import (
     Blocked,
     BlockReason,
@@ -17,7 +18,6 @@ from weir.jobmanager.checkpointing.trigger import (
     TriggerState,
 )
 from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
-from weir.core.ids import CheckpointId
 
 
 def decider(**config: float | int | None) -> CheckpointTriggerDecider:

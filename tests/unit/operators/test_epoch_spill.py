@@ -13,6 +13,7 @@ import pytest
 import structlog
 import structlog.testing
 
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.operators.epoch_spill import (
     FRAME,
     RECORD_OVERHEAD_BYTES,
@@ -28,7 +29,6 @@ from weir.operators.epoch_spill import (
 )
 from weir.operators.transactional_sinks import SinkSnapshot
 from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
 LOG = structlog.get_logger("test")

@@ -10,17 +10,6 @@ from dataclasses import replace
 
 import pytest
 
-from weir.operators import sources
-from weir.operators.base import InheritedState, StateNotRedistributableError
-from weir.operators.sources import (
-    GeneratorSourceOperator,
-    KafkaSourceOperator,
-    decode_kafka_source_state,
-    encode_kafka_source_state,
-    encode_start_offsets,
-    merge_kafka_source_states,
-)
-from weir.operators.windows import WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from tests.unit.operators.fake_topic import FakeTopic
 from weir.core.descriptors import (
@@ -35,6 +24,17 @@ from weir.core.errors import SerializationError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
 from weir.core.windows import TumblingEventTimeWindows
+from weir.operators import sources
+from weir.operators.base import InheritedState, StateNotRedistributableError
+from weir.operators.sources import (
+    GeneratorSourceOperator,
+    KafkaSourceOperator,
+    decode_kafka_source_state,
+    encode_kafka_source_state,
+    encode_start_offsets,
+    merge_kafka_source_states,
+)
+from weir.operators.windows import WindowAggregateOperator
 
 MAX_PARALLELISM = 128
 

@@ -12,6 +12,11 @@ from typing import Any
 
 import pytest
 
+from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
+from weir.api import Collector, SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.core.errors import JobDefinitionError
+from weir.core.ids import SubtaskIndex
+from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
 from weir.operators.joins import (
     LEFT_BUFFER,
     LEFT_TIMES,
@@ -23,11 +28,6 @@ from weir.operators.joins import (
 )
 from weir.operators.keyed import KeyedCoProcessOperator
 from weir.operators.timers import EVENT_TIMERS
-from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
-from weir.api import Collector, SlidingEventTimeWindows, TumblingEventTimeWindows
-from weir.core.errors import JobDefinitionError
-from weir.core.ids import SubtaskIndex
-from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
 
 BOUND = 20
 """How far out of order the random inputs are: the watermark trails the newest timestamp by BOUND + 1."""

@@ -10,6 +10,10 @@ from typing import Any
 
 import pytest
 
+from tests.unit.conftest import StartOperator
+from weir.api import COMMITTED, EARLIEST, LATEST, Committed, Environment, KafkaRecord, OffsetReset, Timestamp
+from weir.core.descriptors import KafkaSourceSpec, TimestampType, start_offsets_parameter
+from weir.core.errors import JobDefinitionError
 from weir.jobmanager.submission import fixed_source_starts
 from weir.operators import sources
 from weir.operators.sources import (
@@ -19,10 +23,6 @@ from weir.operators.sources import (
     decode_start_offsets,
     encode_start_offsets,
 )
-from tests.unit.conftest import StartOperator
-from weir.api import COMMITTED, EARLIEST, LATEST, Committed, Environment, KafkaRecord, OffsetReset, Timestamp
-from weir.core.descriptors import KafkaSourceSpec, TimestampType, start_offsets_parameter
-from weir.core.errors import JobDefinitionError
 
 
 class FakeClock:

@@ -12,6 +12,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
+from tests.unit.operators.test_sources import FakeConsumer, kafka_spec
+from tests.unit.operators.test_sources import fake_kafka as fake_kafka  # the fixture
+from weir.api import Environment
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.rejections import FAIL, DeadLetterOnError, FailOnError, SourcePosition, UserFunctionError
+from weir.core.windows import TumblingEventTimeWindows
 from weir.operators.base import ChainOutput, StreamOperator
 from weir.operators.basic import FilterOperator, FlatMapOperator, MapOperator, ProcessOperator
 from weir.operators.keyed import KeyedProcessOperator, ReduceOperator
@@ -24,13 +31,6 @@ from weir.operators.rejections import (
 )
 from weir.operators.sources import KafkaSourceOperator
 from weir.operators.windows import WindowAggregateOperator
-from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
-from tests.unit.operators.test_sources import FakeConsumer, kafka_spec
-from tests.unit.operators.test_sources import fake_kafka as fake_kafka  # the fixture
-from weir.api import Environment
-from weir.core.errors import JobDefinitionError, ServiceUnavailableError
-from weir.core.rejections import FAIL, DeadLetterOnError, FailOnError, SourcePosition, UserFunctionError
-from weir.core.windows import TumblingEventTimeWindows
 
 DLQ = DeadLetterOnError("events-dlq")
 

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from weir.operators.rejections import CapturedDeadLetters, RecordRejections
-from weir.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
-from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 from tests.unit.conftest import CollectingOutput, MakeContext
 from tests.unit.operators.test_rejections import DLQ
 from weir.api import Environment
 from weir.core import json_codec
 from weir.core.errors import ServiceUnavailableError
 from weir.core.rejections import FAIL, OnRecordError, UserFunctionError
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections
+from weir.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
+from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 
 
 class FakeProducer:

@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from weir.operators.base import InheritedState, OperatorContext
-from weir.operators.sources import KafkaSourceOperator, decode_kafka_source_state, encode_start_offsets
 from tests.unit.conftest import CollectingOutput
 from tests.unit.operators.fake_topic import FakeTopic, FakeTopicReader
 from weir.core.descriptors import (
@@ -48,6 +46,8 @@ from weir.core.task_state import (
     encode_task_state,
     read_operator_states,
 )
+from weir.operators.base import InheritedState, OperatorContext
+from weir.operators.sources import KafkaSourceOperator, decode_kafka_source_state, encode_start_offsets
 
 MAX_PARALLELISM = 16
 MOST_SUBTASKS = 5

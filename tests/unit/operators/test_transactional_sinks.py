@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
+from tests.unit.conftest import CollectingOutput, MakeContext
+from weir.api import Environment
 from weir.connectors import postgres
+from weir.core.errors import Fault, JobDefinitionError, SerializationError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
+from weir.core.serde import dumps_value
 from weir.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
 from weir.operators.transactional_sinks import (
     CommitMarker,
@@ -25,12 +31,6 @@ from weir.operators.transactional_sinks import (
     sink_fenced_error,
 )
 from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
-from tests.unit.conftest import CollectingOutput, MakeContext
-from weir.api import Environment
-from weir.core.errors import Fault, JobDefinitionError, SerializationError
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.core.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
-from weir.core.serde import dumps_value
 
 TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
 
@@ -288,9 +288,9 @@ def test_epoch_memory_bytes_and_spill_directory_reach_the_operator_and_its_spec(
 def test_the_bound_set_through_the_api_is_the_one_the_sink_spills_at(tmp_path: Path) -> None:
     """Through the factory as a task builds it: each 1 KiB record counts 1184 bytes, so with a
     3000-byte bound the third record moves the epoch to a file in the given directory."""
-    from weir.operators.base import OperatorContext
     from weir.core.keygroups import KeyGroupRange
     from weir.core.metrics import TaskMetrics
+    from weir.operators.base import OperatorContext
 
     env = Environment("j")
     env.from_collection([1], uid="src").sink_to_kafka(

@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from weir.core.checkpointing import BarrierAlignment
+from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.taskmanager.barrier_aligner import (
     AbortedCheckpoint,
     AbortReason,
@@ -26,8 +28,6 @@ from weir.taskmanager.barrier_aligner import (
     TriggerSnapshot,
     UnblockChannels,
 )
-from weir.core.checkpointing import BarrierAlignment
-from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 TASK = TaskId(JobId("job"), OperatorUid("join"), SubtaskIndex(0))
 EO = AlignmentMode.EXACTLY_ONCE

@@ -10,6 +10,11 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from tests.unit.taskmanager.fakes import FakeChannel
+from weir.core.columnar import FieldKey, Schema, encode_ipc, is_batch
+from weir.core.errors import ProtocolError
+from weir.core.ids import SubtaskIndex
+from weir.core.keygroups import KeyEncoder
 from weir.taskmanager import network
 from weir.taskmanager.network import (
     COLUMNAR_ROWS_PER_BUFFER,
@@ -23,11 +28,6 @@ from weir.taskmanager.network import (
     watermark_message,
 )
 from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from tests.unit.taskmanager.fakes import FakeChannel
-from weir.core.columnar import FieldKey, Schema, encode_ipc, is_batch
-from weir.core.errors import ProtocolError
-from weir.core.ids import SubtaskIndex
-from weir.core.keygroups import KeyEncoder
 from weir.wire import taskmanager_pb2
 
 MAX_PARALLELISM = 128

@@ -17,14 +17,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from weir.operators.base import StreamOperator
-from weir.operators.sources import GeneratorSourceOperator
-from weir.taskmanager.barrier_aligner import AlignmentMode
-from weir.taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight
-from weir.taskmanager.mailbox import CheckpointRequest
-from weir.taskmanager.network import RECORDS_PER_BUFFER, InputGate, LocalOutputChannel, RecordWriter
-from weir.taskmanager.partitioners import RebalancePartitioner
-from weir.taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.core.checkpointing import CheckpointKind
 from weir.core.descriptors import GeneratorSourceSpec
 from weir.core.failures import Failure
@@ -32,7 +24,15 @@ from weir.core.ids import CheckpointId, SubtaskIndex
 from weir.core.states import TaskState
 from weir.core.task_state import InlineOperatorState
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
+from weir.operators.base import StreamOperator
+from weir.operators.sources import GeneratorSourceOperator
 from weir.plan import JobPlan, build_plan
+from weir.taskmanager.barrier_aligner import AlignmentMode
+from weir.taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight
+from weir.taskmanager.mailbox import CheckpointRequest
+from weir.taskmanager.network import RECORDS_PER_BUFFER, InputGate, LocalOutputChannel, RecordWriter
+from weir.taskmanager.partitioners import RebalancePartitioner
+from weir.taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
 from weir.wire import common_pb2, taskmanager_pb2
 
 RECORDS = 5 * RECORDS_PER_BUFFER + RECORDS_PER_BUFFER // 2

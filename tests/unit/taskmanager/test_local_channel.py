@@ -8,6 +8,9 @@ from typing import Any
 
 import pytest
 
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import ProtocolError
+from weir.core.ids import SubtaskIndex
 from weir.taskmanager.inflight import persistable
 from weir.taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
@@ -26,9 +29,6 @@ from weir.taskmanager.network import (
     watermark_message,
 )
 from weir.taskmanager.partitioners import RebalancePartitioner
-from weir.core.checkpointing import CheckpointKind
-from weir.core.errors import ProtocolError
-from weir.core.ids import SubtaskIndex
 from weir.wire import taskmanager_pb2
 
 

@@ -13,6 +13,11 @@ from typing import Any
 import grpc
 import pytest
 
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.errors import ProtocolError
+from weir.core.ids import SubtaskIndex
+from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
+from weir.core.serde import dumps_value
 from weir.taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
     RECORDS_PER_BUFFER,
@@ -31,11 +36,6 @@ from weir.taskmanager.network import (
     watermark_message,
 )
 from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from weir.core.checkpointing import BarrierAlignment, CheckpointKind
-from weir.core.errors import ProtocolError
-from weir.core.ids import SubtaskIndex
-from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
-from weir.core.serde import dumps_value
 from weir.wire import common_pb2, taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind
@@ -442,6 +442,8 @@ def test_a_priority_barrier_is_taken_first_with_what_its_channel_queued_ahead_of
 
 
 def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
+    from weir.core.checkpointing import CheckpointKind
+    from weir.core.watermarks import WatermarkStatus
     from weir.taskmanager.network import (
         Barrier,
         CancelBarrier,
@@ -454,8 +456,6 @@ def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
         read_buffer,
         watermark_status_message,
     )
-    from weir.core.checkpointing import CheckpointKind
-    from weir.core.watermarks import WatermarkStatus
 
     msg = data("a", "b")
     msg.MergeFrom(barrier_message(4, 12.5, CheckpointKind.SAVEPOINT))

@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from weir.connectors.object_storage import FileCheckpointStorage
-from weir.operators.base import StreamOperator
-from weir.operators.keyed import KeyedProcessOperator
-from weir.taskmanager.chain import OperatorChain
-from weir.taskmanager.network import barrier_message, encode_records
-from weir.taskmanager.snapshots import TaskKeyedState
 from tests.unit.taskmanager.fakes import Harness, make_task
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.ids import TaskManagerId
 from weir.core.paths import CheckpointPaths
 from weir.core.states import TaskState
+from weir.operators.base import StreamOperator
+from weir.operators.keyed import KeyedProcessOperator
 from weir.plan import Vertex
+from weir.taskmanager.chain import OperatorChain
+from weir.taskmanager.network import barrier_message, encode_records
+from weir.taskmanager.snapshots import TaskKeyedState
 from weir.wire import taskmanager_pb2
 
 

@@ -12,6 +12,21 @@ from pathlib import Path
 import pytest
 
 from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.checkpointing import ChannelBarrierTime, CheckpointingMode, SubtaskCheckpointTimeline
+from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto, timeline_from_proto
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
+from weir.core.keygroups import KeyGroupRange
+from weir.core.paths import CheckpointPaths
+from weir.core.task_state import (
+    INLINE_STATE_LIMIT_BYTES,
+    InlineOperatorState,
+    OperatorStateSlice,
+    StoredOperatorState,
+    SubtaskLayout,
+    decode_task_state,
+    read_operator_states,
+)
+from weir.core.transport import MAX_MESSAGE_BYTES
 from weir.taskmanager.barrier_aligner import AlignmentMode
 from weir.taskmanager.network import (
     ChannelClosedError,
@@ -30,21 +45,6 @@ from weir.taskmanager.runtime import (
 )
 from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotFile
 from weir.taskmanager.task import ChainRestore, ChainSnapshot, CheckpointAck, TaskAddress
-from weir.core.checkpointing import ChannelBarrierTime, CheckpointingMode, SubtaskCheckpointTimeline
-from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto, timeline_from_proto
-from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
-from weir.core.keygroups import KeyGroupRange
-from weir.core.paths import CheckpointPaths
-from weir.core.task_state import (
-    INLINE_STATE_LIMIT_BYTES,
-    InlineOperatorState,
-    OperatorStateSlice,
-    StoredOperatorState,
-    SubtaskLayout,
-    decode_task_state,
-    read_operator_states,
-)
-from weir.core.transport import MAX_MESSAGE_BYTES
 from weir.wire import taskmanager_pb2
 
 

@@ -16,6 +16,9 @@ from pathlib import Path
 import pytest
 
 from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.keygroups import KeyGroupRange
+from weir.core.paths import CheckpointPaths
 from weir.jobmanager.checkpointing.coordinator import (
     Action,
     CheckpointCoordinator,
@@ -30,9 +33,6 @@ from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
 from weir.taskmanager.state import StateBackend
-from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.core.keygroups import KeyGroupRange
-from weir.core.paths import CheckpointPaths
 
 
 def job_namespace(job: JobId, uid: str) -> str:

@@ -15,6 +15,15 @@ from typing import Any, get_args
 import pytest
 import structlog
 
+from tests.unit.taskmanager.fakes import FakeChannel, Harness, Journal, ListSource, Recording, make_task, writer_to
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup, SubtaskIndex
+from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
+from weir.core.states import TaskState
+from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
+from weir.core.watermarks import MAX_WATERMARK
+from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
+from weir.plan import build_plan
 from weir.taskmanager import barrier_aligner as ba
 from weir.taskmanager.inflight import (
     INFLIGHT_STATE_NAME,
@@ -44,15 +53,6 @@ from weir.taskmanager.task import (
     _BarrierTimes,
     _UnalignedAck,
 )
-from tests.unit.taskmanager.fakes import FakeChannel, Harness, Journal, ListSource, Recording, make_task, writer_to
-from weir.core.checkpointing import BarrierAlignment, CheckpointKind
-from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup, SubtaskIndex
-from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
-from weir.core.states import TaskState
-from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
-from weir.core.watermarks import MAX_WATERMARK
-from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
-from weir.plan import build_plan
 from weir.wire import common_pb2, taskmanager_pb2
 
 CHECKPOINT = CheckpointKind.CHECKPOINT

@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from weir.core.errors import SerializationError
+from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.taskmanager import barrier_aligner as ba
 from weir.taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
 from weir.taskmanager.inflight import (
@@ -29,8 +31,6 @@ from weir.taskmanager.inflight import (
     persistable,
 )
 from weir.taskmanager.network import encode_records, read_buffer
-from weir.core.errors import SerializationError
-from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.wire.taskmanager_pb2 import DataMessage, EventKind
 
 TASK = TaskId(JobId("job"), OperatorUid("sum"), SubtaskIndex(0))

@@ -9,9 +9,6 @@ from typing import Any
 
 import pytest
 
-from weir.jobmanager.checkpointing.pending import TaskAckMetrics
-from weir.jobmanager.jobs import JobMaster
-from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 from tests.unit.jobmanager.conftest import Harness, MakeHarness
 from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.errors import Fault
@@ -19,6 +16,9 @@ from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
