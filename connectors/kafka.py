@@ -230,7 +230,7 @@ class PartitionReader:
                 self._on_commit_error(str(exc))
 
     def consume(self, max_messages: int, timeout_s: float) -> list[Any]:
-        return self._consumer.consume(num_messages=max_messages, timeout=timeout_s)  # type: ignore[no-any-return]
+        return self._consumer.consume(num_messages=max_messages, timeout=timeout_s)
 
     @staticmethod
     def is_end_of_partition(error: Any) -> bool:

@@ -219,7 +219,7 @@ def sink_commit_rows(
     statement = sql.SQL("SELECT {} FROM {} WHERE operator_uid = ANY(%s)").format(
         sql.SQL(", ").join(map(sql.Identifier, columns)), sql.Identifier(table)
     )
-    return [tuple(row) for row in conn.execute(statement, (list(operator_uids),)).fetchall()]  # type: ignore[misc]
+    return [tuple(row) for row in conn.execute(statement, (list(operator_uids),)).fetchall()]
 
 
 # Two-phase commit (the exactly-once sink) ---------------------------------------------------------

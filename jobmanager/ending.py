@@ -21,6 +21,7 @@ import structlog
 
 from weir.connectors.object_storage import open_storage
 from weir.core.config import checkpoint_dir
+from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.paths import metadata_folder
 from weir.core.task_state import TaskStateDocument, decode_task_state, read_operator_states
@@ -190,7 +191,9 @@ def _resolve(
             parallelism=part.parallelism,
             max_parallelism=graph.max_parallelism,
             attempt=attempt,
-            key_group_range=key_group_range_for_subtask(graph.max_parallelism, part.parallelism, part.subtask),
+            key_group_range=key_group_range_for_subtask(
+                graph.max_parallelism, part.parallelism, SubtaskIndex(part.subtask)
+            ),
             parameters=parameters,
             state=None,
             log=log.bind(job_id=job_id, operator_uid=part.operator_uid, subtask=part.subtask, attempt=attempt),

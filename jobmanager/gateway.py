@@ -11,7 +11,7 @@ import queue
 import threading
 from typing import Final, Protocol, TypeVar
 
-import grpc  # type: ignore[import-untyped]  # no stubs in the environment
+import grpc
 
 from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
@@ -189,7 +189,7 @@ class GrpcTaskManagerGateway:
         return channel if channel is not None else open_channel(address, self._security)
 
     def _call(self, address: str, call: _StubCall[_Response]) -> _Response:
-        stub = taskmanager_pb2_grpc.TaskManagerServiceStub(self._channel(address))  # type: ignore[no-untyped-call]  # generated
+        stub = taskmanager_pb2_grpc.TaskManagerServiceStub(self._channel(address))
         try:
             return call(stub)
         except grpc.RpcError as exc:

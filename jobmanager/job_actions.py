@@ -98,11 +98,7 @@ class JobActionExecutor:
                     if notified is None:
                         self._io.submit(self._resolve_end, job, action, saved)
                     else:
-                        notified.add_done_callback(
-                            lambda _sent, job=job, action=action, saved=saved: self._io.submit(
-                                self._resolve_end, job, action, saved
-                            )
-                        )
+                        notified.add_done_callback(self._resolve_after(job, action, saved))
                 case lc.StatusChanged(before=before, after=after, reason=reason):
                     log.info(
                         "job_status_changed",
@@ -286,6 +282,16 @@ class JobActionExecutor:
                 self._gateway.cancel_job_tasks(tm.address, job.job_id, attempt, job_ended=job_ended)
             except TaskManagerCallError as exc:
                 log.warning("cancel_failed", job_id=job.job_id, taskmanager_id=tm.taskmanager_id, code=exc.code)
+
+    def _resolve_after(
+        self, job: JobMaster, action: lc.ResolveSinks, saved: Future[bool]
+    ) -> Callable[[Future[None]], None]:
+        """The end's resolution, to run once the completion notices went out."""
+
+        def resolve(_notified: Future[None]) -> None:
+            self._io.submit(self._resolve_end, job, action, saved)
+
+        return resolve
 
     def _resolve_end(self, job: JobMaster, action: lc.ResolveSinks, saved: Future[bool]) -> None:
         """Stop every task of the job, then resolve its sinks' transactions as of the action's

@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.errors import UnknownCheckpointError, UnknownJobError
+from weir.core.ids import CheckpointId
 from weir.core.paths import external_path
 from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
@@ -175,7 +176,8 @@ class ReadApi:
         recovered = tuple(retained_summary(c) for c in reversed(retained) if c.checkpoint_id not in seen)
         history = tuple(sorted(stats.history + recovered, key=lambda c: c.checkpoint_id, reverse=True))
         paths = {c.checkpoint_id: external_path(self._storage_uri, c.metadata_key) for c in retained}
-        paths.update(savepoint_paths)  # where each savepoint was put, also after a checkpoint replaced it
+        # Where each savepoint was put, also after a checkpoint replaced it.
+        paths.update({CheckpointId(cid): path for cid, path in savepoint_paths.items()})
         restored = None
         if stats.restored_from is not None and stats.restored_at is not None:
             kinds = {c.checkpoint_id: c.kind for c in retained} | {c.checkpoint_id: c.kind for c in history}

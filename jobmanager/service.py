@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
-import grpc  # type: ignore[import-untyped]  # no stubs in the environment
+import grpc
 from google.protobuf import any_pb2
 from google.rpc import status_pb2
 from grpc_status import rpc_status
@@ -65,7 +65,7 @@ _STATUS_OF: dict[type[WeirError], grpc.StatusCode] = {
 
 
 # What a NOT_FOUND names, in the status details (``ErrorDetail``): a client tells the cases apart by it.
-_REASON_OF: dict[type[WeirError], jobmanager_pb2.ErrorReason.ValueType] = {
+_REASON_OF: dict[type[WeirError], jobmanager_pb2.ErrorReason] = {
     UnknownJobError: jobmanager_pb2.ERROR_REASON_UNKNOWN_JOB,
     UnknownCheckpointError: jobmanager_pb2.ERROR_REASON_UNKNOWN_CHECKPOINT,
     JobManagerNotReadyError: jobmanager_pb2.ERROR_REASON_NOT_READY,  # UNAVAILABLE, yet it answered
@@ -308,21 +308,31 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
             _abort(context, exc)
             raise  # context.abort raises; never reached
 
-    def SubmitJob(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def SubmitJob(  # noqa: N802
+        self, request: jobmanager_pb2.SubmitJobRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.SubmitJobResponse:
         job_id = self._call(context, lambda: self._jm.submit(submit_request(request)))
         return jobmanager_pb2.SubmitJobResponse(job_id=job_id)
 
-    def ListJobs(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def ListJobs(  # noqa: N802
+        self, request: jobmanager_pb2.ListJobsRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.ListJobsResponse:
         return jobmanager_pb2.ListJobsResponse(jobs=[summary_to_proto(s) for s in self._jm.list_jobs()])
 
-    def GetJobStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def GetJobStatus(  # noqa: N802
+        self, request: jobmanager_pb2.GetJobStatusRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.GetJobStatusResponse:
         return job_status_response(self._call(context, lambda: self._jm.job_status(request.job_id)))
 
-    def CancelJob(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def CancelJob(  # noqa: N802
+        self, request: jobmanager_pb2.CancelJobRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.CancelJobResponse:
         status = self._call(context, lambda: self._jm.cancel(request.job_id))
         return jobmanager_pb2.CancelJobResponse(status=job_status_to_proto(status))
 
-    def TriggerSavepoint(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def TriggerSavepoint(  # noqa: N802
+        self, request: jobmanager_pb2.TriggerSavepointRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.TriggerSavepointResponse:
         savepoint_id = self._call(
             context,
             lambda: self._jm.trigger_savepoint(
@@ -331,34 +341,50 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
         )
         return jobmanager_pb2.TriggerSavepointResponse(savepoint_id=savepoint_id)
 
-    def ListCheckpoints(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def ListCheckpoints(  # noqa: N802
+        self, request: jobmanager_pb2.ListCheckpointsRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.ListCheckpointsResponse:
         return checkpoints_response(self._call(context, lambda: self._jm.list_checkpoints(request.job_id)))
 
-    def GetCheckpointDetail(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def GetCheckpointDetail(  # noqa: N802
+        self, request: jobmanager_pb2.GetCheckpointDetailRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.GetCheckpointDetailResponse:
         return checkpoint_detail_response(
             self._call(context, lambda: self._jm.checkpoint_detail(request.job_id, request.checkpoint_id))
         )
 
-    def GetClusterStatus(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def GetClusterStatus(  # noqa: N802
+        self, request: jobmanager_pb2.GetClusterStatusRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.GetClusterStatusResponse:
         return cluster_response(self._jm.cluster_status())
 
-    def RegisterTaskManager(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def RegisterTaskManager(  # noqa: N802
+        self, request: jobmanager_pb2.RegisterTaskManagerRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.RegisterTaskManagerResponse:
         self._jm.register_taskmanager(
             request.taskmanager_id, request.address, request.slots, request.metrics_port, request.incarnation
         )
         return jobmanager_pb2.RegisterTaskManagerResponse(heartbeat_interval_s=HEARTBEAT_INTERVAL_S)
 
-    def Heartbeat(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def Heartbeat(  # noqa: N802
+        self, request: jobmanager_pb2.HeartbeatRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.HeartbeatResponse:
         return heartbeat_answer_to_proto(self._jm.heartbeat(heartbeat_from_proto(request)))
 
-    def ReportTaskState(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def ReportTaskState(  # noqa: N802
+        self, request: jobmanager_pb2.ReportTaskStateRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.ReportTaskStateResponse:
         self._call(context, lambda: self._jm.report_task_state(task_state_report(request)))
         return jobmanager_pb2.ReportTaskStateResponse()
 
-    def AcknowledgeCheckpoint(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def AcknowledgeCheckpoint(  # noqa: N802
+        self, request: jobmanager_pb2.AcknowledgeCheckpointRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.AcknowledgeCheckpointResponse:
         self._call(context, lambda: self._jm.acknowledge_checkpoint(checkpoint_ack(request)))
         return jobmanager_pb2.AcknowledgeCheckpointResponse()
 
-    def DeclineCheckpoint(self, request, context):  # type: ignore[no-untyped-def]  # noqa: N802
+    def DeclineCheckpoint(  # noqa: N802
+        self, request: jobmanager_pb2.DeclineCheckpointRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.DeclineCheckpointResponse:
         self._call(context, lambda: self._jm.decline_checkpoint(checkpoint_decline(request)))
         return jobmanager_pb2.DeclineCheckpointResponse()

@@ -500,7 +500,7 @@ def from_dict(record: Mapping[str, Any]) -> Event:
         if type(value) is not wanted:
             raise ValueError(f"Nexmark {cls.__name__.lower()} field {name!r} must be {wanted.__name__}, not {value!r}")
         values[attribute] = value
-    return cls(**values)  # type: ignore[no-any-return]
+    return cls(**values)
 
 
 def event_json(n: int, config: NexmarkConfig = DEFAULT_CONFIG) -> bytes:

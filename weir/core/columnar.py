@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import add as _add
+from types import GenericAlias
 from typing import Annotated, Any, Final
 
 import msgspec
@@ -111,7 +112,7 @@ class BatchDecoder:
         record = msgspec.defstruct("Record", fields)
         # Each raw record in a list of its own ([[r1],[r2],...]): a raw record that is not one JSON
         # object (a fragment, or two objects) cannot pass as records of its neighbours.
-        self._many = msgspec.json.Decoder(list[tuple[record]]).decode
+        self._many = msgspec.json.Decoder(GenericAlias(list, GenericAlias(tuple, record))).decode
         self._one = msgspec.json.Decoder(record).decode
         self._names = schema.names
         self._timestamp_index = schema.names.index(timestamp_field) if timestamp_field else None

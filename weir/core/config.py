@@ -30,6 +30,7 @@ from typing import Annotated, Any, ClassVar, Final, Self
 
 from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
+from pydantic.json_schema import JsonDict
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from weir.core.errors import ConfigurationError
@@ -347,7 +348,7 @@ class TaskManagerSettings(WeirSettings):
 
 # Security --------------------------------------------------------------------------------------------
 
-_PEM: Final = {"type_doc": "path of a PEM file"}
+_PEM: Final[JsonDict] = {"type_doc": "path of a PEM file"}
 
 
 class SecuritySettings(WeirSettings):

@@ -47,7 +47,9 @@ def new_server(
     security: TransportSecurity, *, max_workers: int, thread_name_prefix: str, options: Options = GRPC_OPTIONS
 ) -> grpc.Server:
     """A server whose calls (but health checks) need the token when one is configured."""
-    interceptors = [] if security.token is None else [TokenServerInterceptor(security.token)]
+    interceptors: list[grpc.ServerInterceptor] = (
+        [] if security.token is None else [TokenServerInterceptor(security.token)]
+    )
     return grpc.server(
         ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
         interceptors=interceptors,
@@ -125,7 +127,7 @@ def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHan
 class _CallDetails(NamedTuple):
     method: str
     timeout: float | None
-    metadata: Sequence[tuple[str, str | bytes]] | None
+    metadata: tuple[tuple[str, str | bytes], ...] | None  # as grpc.ClientCallDetails has it
     credentials: grpc.CallCredentials | None
     wait_for_ready: bool | None
     compression: grpc.Compression | None
@@ -150,7 +152,7 @@ class _TokenClientInterceptor(
         return "TokenClientInterceptor(token=<hidden>)"
 
     def _with_token(self, details: grpc.ClientCallDetails) -> _ClientCallDetails:
-        metadata = [*(details.metadata or ()), (AUTHORIZATION, self._authorization)]
+        metadata = (*(details.metadata or ()), (AUTHORIZATION, self._authorization))
         return _ClientCallDetails(
             details.method,
             details.timeout,

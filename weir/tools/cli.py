@@ -479,16 +479,16 @@ def checkpoints(
         console.print("retained (weir run JOB.py --from-checkpoint PATH):", soft_wrap=True)
         for info in retained:
             console.print(f"  {info.checkpoint_id}  {escape(info.external_path)}", soft_wrap=True)
-    detail = _pick_checkpoint(infos, checkpoint)
-    if detail is None:
+    picked = _pick_checkpoint(infos, checkpoint)
+    if picked is None:
         if checkpoint is not None:
             raise CommandLineError(f"job {job_id} has no checkpoint {checkpoint}")
         return
-    title = f"checkpoint {detail.checkpoint_id}: tasks" + (
-        f" (unaligned, {_size(detail.inflight_bytes)} in flight)" if detail.unaligned else ""
+    title = f"checkpoint {picked.checkpoint_id}: tasks" + (
+        f" (unaligned, {_size(picked.inflight_bytes)} in flight)" if picked.unaligned else ""
     )
     tasks = _table("task", "mode", "alignment", "start delay", "state size", "in flight", title=title)
-    for task in sorted(detail.tasks, key=lambda t: (t.vertex_uid, t.subtask)):
+    for task in sorted(picked.tasks, key=lambda t: (t.vertex_uid, t.subtask)):
         tasks.add_row(
             escape(task.name),
             _mode(task.unaligned),

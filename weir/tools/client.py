@@ -7,13 +7,14 @@ with a one-line message; no ``_pb2`` object and no ``grpc.RpcError`` leaves this
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Final, TypeVar
 
 import grpc
+from google.protobuf import any_pb2
 from grpc_status import rpc_status
 
 from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
@@ -392,13 +393,13 @@ class JobManagerClient:
         )
 
 
-def _reason(exc: grpc.RpcError) -> jobmanager_pb2.ErrorReason.ValueType:
+def _reason(exc: grpc.RpcError) -> jobmanager_pb2.ErrorReason:
     """The ``ErrorDetail`` reason in the call's status details; UNSPECIFIED when it carries none."""
     status = rpc_status.from_call(exc) if isinstance(exc, grpc.Call) else None
-    for detail in status.details if status is not None else ():
-        if detail.Is(jobmanager_pb2.ErrorDetail.DESCRIPTOR):
-            unpacked = jobmanager_pb2.ErrorDetail()
-            detail.Unpack(unpacked)
+    details: Sequence[any_pb2.Any] = status.details if status is not None else ()
+    for detail in details:
+        unpacked = jobmanager_pb2.ErrorDetail()
+        if detail.Unpack(unpacked):  # False: a detail of another type
             return unpacked.reason
     return jobmanager_pb2.ERROR_REASON_UNSPECIFIED
 

@@ -86,6 +86,7 @@ def _demo() -> int:
             f"SELECT key, window_start, window_end, count, sum FROM {TABLE} ORDER BY sum DESC, key LIMIT 5"
         ).fetchall()
         total = conn.execute(f"SELECT count(*), sum(count) FROM {TABLE}").fetchone()
+    assert total is not None  # an aggregate always has one row
     table = Table("key", "window_start", "window_end", "count", "sum", title=f"top windows in {TABLE}")
     for row in rows:
         table.add_row(*map(str, row))

@@ -553,7 +553,7 @@ class _Run:
             self._sinks[uid] = capture
             return _CaptureSink(capture)
         if t.kind is not OperatorKind.SOURCE:
-            return op  # type: ignore[no-any-return]
+            return op
         declared = getattr(t, "source_spec", None) or getattr(op, "_spec", None)
         if isinstance(op, KafkaSourceOperator) and isinstance(declared, KafkaSourceSpec):
             return _ReplayKafkaSource(declared, self._reader(declared.topic))
