@@ -43,7 +43,8 @@ from bench import state_report
 from bench.harness import REPO_ROOT, RESULTS_DIR, BenchError, log, new_run_id
 from weir.connectors.object_storage import CheckpointStorage, FileCheckpointStorage, open_storage
 from weir.taskmanager.snapshots import KeyedStateHandle, RestoreResult, SnapshotResult, TaskKeyedState
-from weir.taskmanager.state import KeyedStateStore, StateBackend
+from weir.taskmanager.state import RocksDBKeyedStateStore as KeyedStateStore
+from weir.taskmanager.state import RocksDBStateBackend as StateBackend
 from weir.core import logs
 from weir.core.config import Endpoints, run_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId

@@ -1,4 +1,5 @@
-"""Keyed operators: state per key in RocksDB, addressed by the key's key group; the
+"""Keyed operators: state per key in the subtask's ``KeyedStateBackend`` (``weir.core.state_backend``),
+addressed by the key's key group and laid out by ``weir.core.state_layout``; the
 KeyedProcessFunction's operator with its timers (``weir.operators.timers``) and state kinds
 (``weir.operators.process_state``), and the KeyedCoProcessFunction's, the same over two keyed inputs."""
 
@@ -7,6 +8,24 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, assert_never
 
+from weir.core.errors import JobDefinitionError, WeirError
+from weir.core.keygroups import KeyEncoder
+from weir.core.process_functions import (
+    Clock,
+    Millis,
+    OutputTag,
+    ReduceFunction,
+    StateAggregateFunction,
+    StateTtlConfig,
+    TimeDomain,
+    to_millis,
+    wall_clock_ms,
+)
+from weir.core.rejections import FAIL, OnRecordError, TimerFiring
+from weir.core.state_backend import KeyedStateStore
+from weir.core.state_layout import REDUCE_STATE, TIMER_STATES
+from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
+from weir.core.watermarks import MIN_WATERMARK
 from weir.operators.base import StreamOperator, check_output_tag
 from weir.operators.basic import _TimestampedCollector
 from weir.operators.process_state import (
@@ -21,25 +40,8 @@ from weir.operators.process_state import (
     ValueState,
     drop_expired,
 )
-from weir.operators.timers import TIMER_STATES, TimerQueue
-from weir.core.errors import JobDefinitionError
-from weir.core.keygroups import KeyEncoder
-from weir.core.process_functions import (
-    Clock,
-    Millis,
-    OutputTag,
-    ReduceFunction,
-    StateAggregateFunction,
-    StateTtlConfig,
-    TimeDomain,
-    to_millis,
-    wall_clock_ms,
-)
-from weir.core.rejections import FAIL, OnRecordError, TimerFiring
-from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
-from weir.core.watermarks import MIN_WATERMARK
+from weir.operators.timers import TimerQueue
 
-REDUCE_STATE = "reduce"
 S = TypeVar("S", bound=KeyedState)
 
 
@@ -60,9 +62,16 @@ class KeyedOperator(StreamOperator):
         self.current_key_group = 0
         self.current_key_prefix = b""  # the key bytes, length-prefixed: the start of composite state keys
 
+    store: KeyedStateStore
+    """This operator's state in the subtask, from :meth:`open` on."""
+
     def open(self) -> None:
-        key_groups = self.ctx.key_group_range
-        self.store = self.ctx.state.keyed_store(self.ctx.uid, key_groups=(key_groups.start, key_groups.end))
+        backend = self.ctx.state
+        if backend is None:
+            raise WeirError(
+                f"keyed operator {self.ctx.uid!r} (subtask {self.ctx.subtask}) was given no keyed state backend"
+            )
+        self.store = backend.keyed_store(self.ctx.uid, key_groups=self.ctx.key_group_range)
         self._keys = KeyEncoder(self.ctx.max_parallelism)
         if self._migrations:
             self._migrate_restored_state()

@@ -13,7 +13,7 @@ from weir.core.process_functions import StateTtlConfig
 from weir.core.windows import TumblingEventTimeWindows
 from weir.operators.keyed import KeyedProcessContext, KeyedProcessOperator, ReduceOperator
 from weir.operators.windows import WindowAggregateOperator
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 
 NOW_MS = 1_700_000_000_000
 
@@ -86,16 +86,19 @@ class Reads:
         out.collect(("timer", ctx.key, timestamp))
 
 
-def raw_entries(backend: StateBackend) -> dict[bytes, bytes]:
+def raw_entries(backend: RocksDBStateBackend) -> dict[bytes, bytes]:
     return dict(backend.db.items())
 
 
-def write_raw(backend: StateBackend, entries: dict[bytes, bytes]) -> None:
+def write_raw(backend: RocksDBStateBackend, entries: dict[bytes, bytes]) -> None:
     for key, value in entries.items():
         backend.db[key] = value
 
 
-def test_the_operators_write_the_pinned_bytes(state_backend: StateBackend, start_operator: StartOperator) -> None:
+def test_the_operators_write_the_pinned_bytes(
+    state_backend: RocksDBStateBackend,
+    start_operator: StartOperator,
+) -> None:
     window = WindowAggregateOperator(Sum(), lambda v: v[0], TumblingEventTimeWindows(10), 0)
     start_operator(window, uid="w")
     window.process(("alice", 7), 12)
@@ -111,7 +114,7 @@ def test_the_operators_write_the_pinned_bytes(state_backend: StateBackend, start
     assert raw_entries(state_backend) == WINDOW_ENTRIES | REDUCE_ENTRIES | PROCESS_ENTRIES
 
 
-def test_a_window_reads_the_pinned_bytes(state_backend: StateBackend, start_operator: StartOperator) -> None:
+def test_a_window_reads_the_pinned_bytes(state_backend: RocksDBStateBackend, start_operator: StartOperator) -> None:
     write_raw(state_backend, WINDOW_ENTRIES)
     window = WindowAggregateOperator(Sum(), lambda v: v[0], TumblingEventTimeWindows(10), 0)
     out = start_operator(window, uid="w")
@@ -122,7 +125,7 @@ def test_a_window_reads_the_pinned_bytes(state_backend: StateBackend, start_oper
     assert raw_entries(state_backend) == {}  # fired and dropped
 
 
-def test_a_reduce_reads_the_pinned_bytes(state_backend: StateBackend, start_operator: StartOperator) -> None:
+def test_a_reduce_reads_the_pinned_bytes(state_backend: RocksDBStateBackend, start_operator: StartOperator) -> None:
     write_raw(state_backend, REDUCE_ENTRIES)
     reduce = ReduceOperator(lambda a, b: a + b, lambda v: v)
     out = start_operator(reduce, uid="r")
@@ -131,7 +134,7 @@ def test_a_reduce_reads_the_pinned_bytes(state_backend: StateBackend, start_oper
 
 
 def test_a_process_function_reads_the_pinned_bytes(
-    state_backend: StateBackend, start_operator: StartOperator
+    state_backend: RocksDBStateBackend, start_operator: StartOperator
 ) -> None:
     write_raw(state_backend, PROCESS_ENTRIES)
     process = KeyedProcessOperator(Reads(), lambda v: v[0], clock=lambda: NOW_MS + 1_000)

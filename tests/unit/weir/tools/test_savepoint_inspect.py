@@ -2,7 +2,7 @@
 
 The checkpoint is built by the real code, no cluster: a Kafka source's state
 (``encode_kafka_source_state``), a real ``WindowAggregateOperator`` writing its "win" state through
-``KeyedStateStore`` into a task's own RocksDB, snapshotted by ``TaskKeyedState``'s snapshotter into a
+``RocksDBKeyedStateStore`` into a task's own RocksDB, snapshotted by ``TaskKeyedState``'s snapshotter into a
 ``FileCheckpointStorage`` (shared SSTs, private db files), a transactional sink's ``SinkSnapshot``
 (one subtask's large enough to be stored as an object), task-state documents and ``_metadata``
 encoded as the TaskManager and the JobManager encode them. A savepoint-style copy (every key relative
@@ -23,22 +23,14 @@ from typing import Any
 
 import pytest
 
-from weir.connectors.object_storage import FileCheckpointStorage
-from weir.jobmanager.checkpointing.metadata import encode_metadata
-from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.operators.base import OperatorContext
-from weir.operators.sources import encode_kafka_source_state
-from weir.operators.transactional_sinks import SinkSnapshot
-from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
-from weir.operators.windows import WindowAggregateOperator
-from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from tests.unit.conftest import CollectingOutput
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask, key_to_bytes
 from weir.core.paths import CheckpointPaths, external_path
+from weir.core.state_layout import describe_state_key, read_key
 from weir.core.task_state import (
     INLINE_STATE_LIMIT_BYTES,
     InlineOperatorState,
@@ -51,8 +43,17 @@ from weir.core.task_state import (
     pack_operator_states,
 )
 from weir.core.windows import TumblingEventTimeWindows
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.operators.base import OperatorContext
+from weir.operators.sources import encode_kafka_source_state
+from weir.operators.transactional_sinks import SinkSnapshot
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
+from weir.operators.windows import WindowAggregateOperator
+from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, run_cli
-from weir.tools.savepoint_inspect import decode_operator_state, read_key, read_state_key
+from weir.tools.savepoint_inspect import decode_operator_state
 
 JOB = JobId("job-a")
 CHECKPOINT = CheckpointId(7)
@@ -564,7 +565,7 @@ def test_keys_are_read_back_from_their_encoding() -> None:
     map_key = len(b"k").to_bytes(4, "big") + b"k" + key_to_bytes(12)
     assert read_key(map_key) == {"key": "k", "user_key": 12}
     window = len(b"u").to_bytes(4, "big") + b"u" + (10).to_bytes(8, "big") + (20).to_bytes(8, "big")
-    assert read_state_key("win", window) == {"key": "u", "window": [10, 20]}
+    assert describe_state_key("win", window) == {"key": "u", "window": [10, 20]}
 
 
 def test_operator_states_are_decoded_by_the_first_decoder_that_reads_them() -> None:
