@@ -28,7 +28,7 @@ def lint_imports(root: Path) -> subprocess.CompletedProcess[str]:
 def test_the_contracts_hold() -> None:
     result = lint_imports(REPO_ROOT)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "Contracts: 3 kept, 0 broken." in result.stdout
+    assert "Contracts: 4 kept, 0 broken." in result.stdout
 
 
 def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
@@ -40,6 +40,18 @@ def test_an_upward_import_breaks_the_layers(tmp_path: Path) -> None:
     result = lint_imports(tmp_path)
     assert result.returncode != 0
     assert "weir.core.ids -> weir.jobmanager.service" in result.stdout
+
+
+def test_rocksdb_outside_the_state_backend_breaks_a_contract(tmp_path: Path) -> None:
+    """Only weir.taskmanager.state and .snapshots talk to RocksDB; the savepoint tools read through them."""
+    shutil.copy(REPO_ROOT / "pyproject.toml", tmp_path / "pyproject.toml")
+    for package in PACKAGES:
+        shutil.copytree(REPO_ROOT / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
+    inspector = tmp_path / "weir" / "tools" / "savepoint_inspect.py"
+    inspector.write_text(inspector.read_text() + "\nimport rocksdict  # the database, not the state backend\n")
+    result = lint_imports(tmp_path)
+    assert result.returncode != 0
+    assert "weir.tools.savepoint_inspect -> rocksdict" in result.stdout
 
 
 FORMER_ROOTS = re.compile(r"^\s*(?:from|import)\s+(jobmanager|taskmanager|operators|connectors)\b", re.M)
