@@ -41,7 +41,7 @@ from functools import reduce
 from typing import Any, Final, assert_never
 
 from weir.core.documents import load_versioned, typed
-from weir.core.errors import JobDefinitionError, SerializationError
+from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, OnRecordError, WindowFiring
@@ -292,7 +292,7 @@ class WindowAggregateOperator(KeyedOperator):
             return
         store, fn = self.store, self._fn
         absorbed_keys = [window_key(prefix, merged.start, merged.end) for merged in absorbed]
-        accumulators = [store.get(_STATE, kg, sk)[1] for sk in absorbed_keys]
+        accumulators = [self._session_entry(kg, sk)[1] for sk in absorbed_keys]
         function = fn.merge if accumulators else fn.create
         try:  # a record rejected here leaves the sessions as they were
             merged_acc = reduce(function, accumulators) if accumulators else fn.create()
@@ -317,6 +317,16 @@ class WindowAggregateOperator(KeyedOperator):
             )
         if fired:
             self._emit(key, window.start, window.end, acc)
+
+    def _session_entry(self, key_group: int, state_key: bytes) -> tuple[Any, Any]:
+        """The ``(key, accumulator)`` of a session of the current key: kept until its cleanup, which
+        also forgets the session."""
+        entry = self.store.get(_STATE, key_group, state_key)
+        if entry is None:
+            raise WeirError(
+                f"window operator {self.ctx.uid!r}: a session window of key {self.current_key!r} lost its state"
+            )
+        return entry
 
     def _process_in_processing_time(self, value: Any, timestamp: int | None) -> None:
         """Add ``value`` to the window of the wall time now; a new window's timer is its last millisecond."""

@@ -174,7 +174,8 @@ class RocksDBKeyedStateStore:
         self.flush()
         n = len(self.full_key(name, key_group, b""))
         prefix = self.full_key(name, key_group, prefix)
-        for full, raw in self._db.items(from_key=prefix):
+        stored: Iterable[tuple[Any, Any]] = self._db.items(from_key=prefix)  # raw mode: bytes
+        for full, raw in stored:
             if not full.startswith(prefix):
                 break
             yield full[n:], load_value(raw)
@@ -201,7 +202,7 @@ class ReadOnlyState:
         read = ReadOptions()
         read.set_iterate_upper_bound(end)
         operator = operator_prefix(uid)
-        pairs: Iterable[tuple[bytes, bytes]] = (
+        pairs: Iterable[tuple[Any, Any]] = (  # raw mode: bytes
             self._db.items(from_key=start, read_opt=read)
             if values
             else ((k, b"") for k in self._db.keys(from_key=start, read_opt=read))
