@@ -181,10 +181,14 @@ class RocksDBKeyedStateStore:
             yield full[n:], load_value(raw)
 
     def clear_key_groups(self, key_groups: KeyGroupRange) -> None:
-        """Drop this operator's state in ``key_groups`` (before a restore)."""
-        self._cache.clear()
-        self._dirty.clear()
-        self._fresh.clear()
+        """Drop this operator's state in ``key_groups``, cached and stored; what the cache holds of
+        other key groups (written or not) stays, and a complete cache stays complete."""
+        for address in [a for a in self._cache if a[1] in key_groups]:
+            del self._cache[address]
+        self._dirty = {a for a in self._dirty if a[1] not in key_groups}
+        self._fresh = {a for a in self._fresh if a[1] not in key_groups}
+        if self._absent is not None and self._absent[1] in key_groups:
+            self._absent = None
         self._backend.delete_prefix_range(*key_group_range_bounds(self.uid, key_groups.start, key_groups.end))
 
 

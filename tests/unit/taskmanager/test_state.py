@@ -105,6 +105,28 @@ def test_clear_key_groups_drops_only_that_range_of_this_operator(state_backend: 
     assert [kg for kg in range(6) if list(other_op.items("s", kg))] == list(range(6))
 
 
+def test_clear_key_groups_keeps_what_the_cache_holds_of_other_key_groups(state_backend: RocksDBStateBackend) -> None:
+    """An unflushed write outside the cleared range survives it, and a store whose cache is complete
+    still reads what it holds there (it used to drop its whole cache and answer None)."""
+    store = state_backend.keyed_store("op", key_groups=groups(0, 5))
+    assert store.cache_is_complete
+    store.put("s", 1, b"flushed", "in the database")
+    store.flush()
+    store.put("s", 1, b"dirty", "in the cache only")
+    store.put("s", 3, b"dirty", "cleared")
+    store.clear_key_groups(groups(3, 4))
+    assert store.get("s", 1, b"flushed") == "in the database"
+    assert store.get("s", 1, b"dirty") == "in the cache only"
+    assert store.get("s", 3, b"dirty") is None
+    store.flush()
+    view = fresh_view(state_backend)
+    assert (view.get("s", 1, b"flushed"), view.get("s", 1, b"dirty"), view.get("s", 3, b"dirty")) == (
+        "in the database",
+        "in the cache only",
+        None,
+    )
+
+
 def test_the_cache_is_flushed_when_it_outgrows_its_limit(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op", cache_limit=3)
     for i in range(3):
