@@ -2,11 +2,12 @@
 
 The checkpoint is built by the real code, no cluster: a Kafka source's state
 (``encode_kafka_source_state``), a real ``WindowAggregateOperator`` writing its "win" state through
-``RocksDBKeyedStateStore`` into a task's own RocksDB, snapshotted by ``TaskKeyedState``'s snapshotter into a
-``FileCheckpointStorage`` (shared SSTs, private db files), a transactional sink's ``SinkSnapshot``
-(one subtask's large enough to be stored as an object), task-state documents and ``_metadata``
-encoded as the TaskManager and the JobManager encode them. A savepoint-style copy (every key relative
-to its folder) proves a relocated savepoint still reads.
+the ``KeyedStateBackend`` into a task's own RocksDB, snapshotted by ``TaskKeyedState``'s snapshotter
+into a ``FileCheckpointStorage`` (shared SSTs, private db files), a transactional sink's
+``SinkSnapshot`` (one subtask's large enough to be stored as an object), task-state documents and
+``_metadata`` encoded as the TaskManager and the JobManager encode them. A savepoint-style copy (every
+key relative to its folder) proves a relocated savepoint still reads. Every entry is decoded through
+``weir.core.state_layout``: a kind of state added there alone is read too.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from weir.core.errors import ServiceUnavailableError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask, key_to_bytes
 from weir.core.paths import CheckpointPaths, external_path
-from weir.core.state_layout import describe_state_key, read_key
+from weir.core.state_layout import STATE_KINDS, PrefixedKey, StateKind, describe_state_key, key_prefix, read_key
 from weir.core.task_state import (
     INLINE_STATE_LIMIT_BYTES,
     InlineOperatorState,
@@ -63,6 +64,8 @@ WATERMARK = 9  # fires (and drops) the windows [0, 10); [10, 20) and [20, 30) st
 NEXT_OFFSETS = [{0: 120, 2: 98}, {1: 77, 3: 0}]
 END_OFFSETS = [{0: 200, 2: 200}, {1: 200, 3: 200}]
 MARKER_TOPIC = "weir-sink-commits.kafka-sink.job-a.0123456789"
+SEQUENCES = "dedupe.sequences"
+"""A state of a kind the layout does not know (yet): the key prefix, then a 4-byte sequence number."""
 
 
 class Sum:
@@ -175,6 +178,7 @@ def build_checkpoint(root: Path) -> Built:
     for k in range(1, 6):
         store.put("seen", key_group_for_key(k, 128), key_to_bytes(k), {k, -k})
         store.put("last", key_group_for_key(("a", k), 128), key_to_bytes(("a", k)), {"n": k})
+        store.put(SEQUENCES, key_group_for_key(k, 128), key_prefix(key_to_bytes(k)) + (k * 10).to_bytes(4, "big"), k)
     store.flush()
     add_task(DEDUPE, 0, 1, (DEDUPE, "print"), {}, keyed, (DEDUPE,))
     keyed.discard()
@@ -353,7 +357,8 @@ def test_info_keyed_counts_each_states_entries_and_key_groups(weir: Weir, built:
             "win": {"entries": len(mine), "key_groups": ranges({k[0] for k in mine})}
         }
     dedupe = operators[DEDUPE]["subtasks"][0]["keyed_state"]["states"]
-    assert set(dedupe) == {"seen", "last"} and dedupe["seen"]["entries"] == 5 and dedupe["last"]["entries"] == 5
+    assert set(dedupe) == {"seen", "last", SEQUENCES}
+    assert dedupe["seen"]["entries"] == dedupe["last"]["entries"] == dedupe[SEQUENCES]["entries"] == 5
 
     text = weir("savepoint", "info", built.path, "--keyed").stdout
     assert "seen: 5 entries in key groups" in text and "win: " in text and "--keyed)" not in text
@@ -417,6 +422,21 @@ def test_unknown_uid_and_state_are_user_errors(weir: Weir, built: Built) -> None
     assert_error(
         weir("savepoint", "dump", built.path, "--uid", "print"), EXIT_USAGE, "has neither keyed nor operator state"
     )
+
+
+def test_a_state_kind_added_to_the_layout_alone_is_read_by_the_inspector(
+    weir: Weir, built: Built, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inspector restates no layout: a new kind of state, with its own key layout, is one entry
+    of ``state_layout.STATE_KINDS``, and ``dump`` reads it without a change of its own."""
+    guessed = weir("savepoint", "dump", built.path, "--uid", DEDUPE, "--state", SEQUENCES).lines()
+    assert sorted((line["key"]["key"], line["key"]["user_key"]["hex"]) for line in guessed) == [
+        (k, (k * 10).to_bytes(4, "big").hex()) for k in range(1, 6)
+    ]
+    sequence = PrefixedKey("sequence", 4, lambda rest: int.from_bytes(rest, "big"))
+    monkeypatch.setitem(STATE_KINDS, SEQUENCES, StateKind(SEQUENCES, sequence, "the record"))
+    lines = weir("savepoint", "dump", built.path, "--uid", DEDUPE, "--state", SEQUENCES).lines()
+    assert {line["value"]: line["key"] for line in lines} == {k: {"key": k, "sequence": k * 10} for k in range(1, 6)}
 
 
 # errors -------------------------------------------------------------------------------------------
