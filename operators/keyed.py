@@ -23,7 +23,7 @@ from weir.core.process_functions import (
 )
 from weir.core.rejections import FAIL, OnRecordError, TimerFiring
 from weir.core.state_backend import KeyedStateStore
-from weir.core.state_layout import REDUCE_STATE, TIMER_STATES
+from weir.core.state_layout import REDUCE_STATE, TIMER_STATES, is_state_name
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
 from weir.core.watermarks import MIN_WATERMARK
 from weir.operators.base import StreamOperator, check_output_tag
@@ -335,7 +335,7 @@ class KeyedProcessOperator(KeyedOperator):
         with another TTL is a JobDefinitionError."""
         known = self._states.get(name)
         if known is None:
-            if not isinstance(name, str) or not name or "\x00" in name:
+            if not is_state_name(name):
                 raise JobDefinitionError(f"a state name must be a non-empty string without NUL, got {name!r}")
             if name in TIMER_STATES:
                 raise JobDefinitionError(f"state name {name!r} is reserved for timers")

@@ -72,12 +72,18 @@ JOIN_RIGHT_TIMES: Final = "join.right-times"
 # Entry keys ----------------------------------------------------------------------------------------
 
 _SEPARATOR: Final = b"\x00"
+"""Ends the operator uid and the state name in an entry key: neither may contain it."""
 KEY_GROUP_BYTES: Final = 2
 _LENGTH: Final = struct.Struct(">I")
 _BOUNDS: Final = struct.Struct(">qq")
 _TIME: Final = struct.Struct(">q")
 WINDOW_BOUNDS_BYTES: Final = _BOUNDS.size
 TIMER_TIME_BYTES: Final = _TIME.size
+
+
+def is_state_name(name: object) -> bool:
+    """Whether ``name`` can name a state: a non-empty string without the separator of an entry key."""
+    return isinstance(name, str) and bool(name) and _SEPARATOR.decode() not in name
 
 
 def operator_prefix(uid: str) -> bytes:
@@ -219,6 +225,10 @@ def load_value(data: bytes) -> Any:
 # Reading state keys back ----------------------------------------------------------------------------
 
 
+_INT_KEY_BYTES: Final = 8
+"""How ``key_to_bytes`` encodes an int key of 64 bits."""
+
+
 def read_key(key: bytes) -> Any:
     """A best-effort reading of bytes made by ``key_to_bytes`` (and of a MapState's state keys):
     printable UTF-8 as a string, 8 bytes as an int, length-prefixed parts as a list (a tuple key), a
@@ -230,7 +240,7 @@ def read_key(key: bytes) -> Any:
         text = None
     if text is not None and text.isprintable():
         return text
-    if len(key) == _TIME.size:
+    if len(key) == _INT_KEY_BYTES:
         return int.from_bytes(key, "big", signed=True)
     parts = _length_prefixed(key)
     if parts is not None:

@@ -29,6 +29,7 @@ from weir.core.state_layout import (
     describe_state_key,
     dump_value,
     entry_key,
+    is_state_name,
     key_group_range_bounds,
     key_prefix,
     load_value,
@@ -82,6 +83,11 @@ def test_the_names_of_the_runtimes_states_are_pinned() -> None:
         JOIN_RIGHT_TIMES,
     }
     assert all(kind.name == name for name, kind in STATE_KINDS.items())
+
+
+def test_a_state_name_cannot_hold_the_separator_that_ends_it() -> None:
+    assert all(is_state_name(n) for n in ("win", "join.left-times", "ü", " "))
+    assert not any(is_state_name(n) for n in ("", "a\x00b", None, 5, b"win"))
 
 
 def test_the_layout_builds_the_pinned_bytes() -> None:
