@@ -36,7 +36,7 @@ also reads values pickled before Weir had one import root (``weir.core.serde.unp
 
 Readers go through :func:`state_kind`: each state name the runtime writes has a :class:`StateKind`
 whose key layout (:class:`KeyLayout`) tells a dump what follows the record key; a state the table
-does not name (a process function's own) is read by guessing (:func:`read_key`). A new kind of state
+does not name (a process function's own) is read by guessing (:func:`guess_state_key`). A new kind of state
 is one more entry of :data:`STATE_KINDS` (with its key layout), and every reader reads it.
 """
 
@@ -77,8 +77,6 @@ KEY_GROUP_BYTES: Final = 2
 _LENGTH: Final = struct.Struct(">I")
 _BOUNDS: Final = struct.Struct(">qq")
 _TIME: Final = struct.Struct(">q")
-WINDOW_BOUNDS_BYTES: Final = _BOUNDS.size
-TIMER_TIME_BYTES: Final = _TIME.size
 
 
 def is_state_name(name: object) -> bool:
@@ -118,11 +116,12 @@ def parse_entry(operator: bytes, full: bytes, value: bytes) -> KeyedEntry:
     """The entry at RocksDB key ``full`` of the operator whose :func:`operator_prefix` is
     ``operator``. Raises SerializationError for a key that is not one of its entries."""
     start = len(operator) + KEY_GROUP_BYTES
+    uid = operator[: -len(_SEPARATOR)].decode("utf-8", "replace")
     if not full.startswith(operator) or len(full) < start:
-        raise SerializationError(f"RocksDB key {full!r} is not an entry of operator {operator[:-1]!r}")
+        raise SerializationError(f"RocksDB key {full!r} is not an entry of operator {uid}")
     name, separator, state_key = full[start:].partition(_SEPARATOR)
     if not separator:
-        raise SerializationError(f"RocksDB key {full!r} of operator {operator[:-1]!r} has no state name")
+        raise SerializationError(f"RocksDB key {full!r} of operator {uid} has no state name")
     key_group = KeyGroup(int.from_bytes(full[len(operator) : start], "big"))
     return KeyedEntry(key_group, name.decode("utf-8", "replace"), state_key, value)
 
@@ -230,9 +229,8 @@ _INT_KEY_BYTES: Final = 8
 
 
 def read_key(key: bytes) -> Any:
-    """A best-effort reading of bytes made by ``key_to_bytes`` (and of a MapState's state keys):
-    printable UTF-8 as a string, 8 bytes as an int, length-prefixed parts as a list (a tuple key), a
-    length-prefixed key and more as ``{"key", "user_key"}``, anything else as ``{"hex"}``. Not
+    """A best-effort reading of a key's bytes (``key_to_bytes``): printable UTF-8 as a string, 8 bytes
+    as an int, length-prefixed parts as a list (a tuple key), anything else as ``{"hex"}``. Not
     reversible in general: different keys may encode alike."""
     try:
         text = key.decode("utf-8")
@@ -245,10 +243,20 @@ def read_key(key: bytes) -> Any:
     parts = _length_prefixed(key)
     if parts is not None:
         return [read_key(p) for p in parts]
-    split = split_key_prefix(key)
+    return {"hex": key.hex()}
+
+
+def guess_state_key(state_key: bytes) -> Any:
+    """A reading of the state key of a state the layout does not name (a process function's own): a
+    key prefix followed by more is taken for a MapState entry's (``{"key", "user_key"}``), anything
+    else for a plain key (:func:`read_key`)."""
+    plain = read_key(state_key)
+    if not isinstance(plain, dict):
+        return plain
+    split = split_key_prefix(state_key)
     if split is not None and split[1]:
         return {"key": read_key(split[0]), "user_key": read_key(split[1])}
-    return {"hex": key.hex()}
+    return plain
 
 
 def _length_prefixed(data: bytes) -> list[bytes] | None:
@@ -331,14 +339,14 @@ MAP_ENTRY_KEY: Final = PrefixedKey("user_key", None, read_key)
 @dataclass(frozen=True)
 class GuessedKey:
     """A state the runtime does not name (a process function's own): a plain key or a MapState
-    entry's, which the bytes alone do not always tell apart; read by :func:`read_key`'s guess. The
-    record key is taken to be the whole state key."""
+    entry's, which the bytes alone do not always tell apart (:func:`guess_state_key`). The record
+    key is taken to be the whole state key."""
 
     def record_key(self, state_key: bytes) -> bytes | None:
         return state_key
 
     def describe(self, state_key: bytes) -> Any | None:
-        return read_key(state_key)
+        return guess_state_key(state_key)
 
 
 GUESSED_KEY: Final = GuessedKey()
@@ -381,9 +389,9 @@ def state_kind(name: str) -> StateKind:
 
 def describe_state_key(state: str, state_key: bytes) -> Any:
     """A JSON reading of an entry's state key, by its state's kind; a key that does not fit its
-    kind's layout (a process function may name a state ``win``) is guessed at (:func:`read_key`)."""
+    kind's layout (a process function may name a state ``win``) is guessed at (:func:`guess_state_key`)."""
     described = state_kind(state).key.describe(state_key)
-    return read_key(state_key) if described is None else described
+    return guess_state_key(state_key) if described is None else described
 
 
 def record_key_of(state: str, state_key: bytes) -> bytes:

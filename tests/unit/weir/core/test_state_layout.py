@@ -29,6 +29,7 @@ from weir.core.state_layout import (
     describe_state_key,
     dump_value,
     entry_key,
+    guess_state_key,
     is_state_name,
     key_group_range_bounds,
     key_prefix,
@@ -139,7 +140,7 @@ def test_entry_keys_round_trip() -> None:
 
 
 def test_a_key_that_is_not_an_operators_entry_is_refused() -> None:
-    with pytest.raises(SerializationError, match="is not an entry of operator b'op'"):
+    with pytest.raises(SerializationError, match="is not an entry of operator op$"):
         parse_entry(operator_prefix("op"), b"other\x00\x00\x01win\x00k", b"")
     with pytest.raises(SerializationError, match="has no state name"):
         parse_entry(operator_prefix("op"), b"op\x00\x00\x01win-without-end", b"")
@@ -267,3 +268,13 @@ def test_keys_are_read_back_from_their_encoding() -> None:
     assert read_key(key_to_bytes({"a": [1, 2]})) == '{"a":[1,2]}'
     assert read_key(b"\x00\x01") == {"hex": "0001"}
     assert read_key(b"") == ""
+    assert read_key(prefixed("k") + key_to_bytes(12)) == {"hex": (prefixed("k") + key_to_bytes(12)).hex()}
+
+
+def test_a_process_functions_state_key_is_guessed_plain_or_map_entry() -> None:
+    assert guess_state_key(key_to_bytes("user-1")) == "user-1"
+    assert guess_state_key(key_to_bytes(("a", 3))) == ["a", 3]
+    assert guess_state_key(prefixed("k") + key_to_bytes(12)) == {"key": "k", "user_key": 12}
+    assert guess_state_key(prefixed("k") + key_to_bytes("x")) == {"key": "k", "user_key": "x"}
+    assert guess_state_key(b"\x00\x01") == {"hex": "0001"}
+    assert describe_state_key("my-map", prefixed("k") + key_to_bytes(12)) == {"key": "k", "user_key": 12}

@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import pickle
 import shutil
 from collections import defaultdict
 from collections.abc import Callable
@@ -28,10 +29,10 @@ from tests.unit.conftest import CollectingOutput
 from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask, key_to_bytes
 from weir.core.paths import CheckpointPaths, external_path
-from weir.core.state_layout import STATE_KINDS, PrefixedKey, StateKind, describe_state_key, key_prefix, read_key
+from weir.core.state_layout import STATE_KINDS, KeyedEntry, PrefixedKey, StateKind, key_prefix
 from weir.core.task_state import (
     INLINE_STATE_LIMIT_BYTES,
     InlineOperatorState,
@@ -54,7 +55,7 @@ from weir.operators.twophase import LedgerSnapshot, PendingTransaction, Transact
 from weir.operators.windows import WindowAggregateOperator
 from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, run_cli
-from weir.tools.savepoint_inspect import decode_operator_state
+from weir.tools.savepoint_inspect import decode_operator_state, entry_to_json
 
 JOB = JobId("job-a")
 CHECKPOINT = CheckpointId(7)
@@ -576,16 +577,32 @@ def test_the_savepoint_group_routes_a_job_id_to_trigger(
 # decoding -----------------------------------------------------------------------------------------
 
 
-def test_keys_are_read_back_from_their_encoding() -> None:
-    assert read_key(key_to_bytes("user-1")) == "user-1"
-    assert read_key(key_to_bytes(-5)) == -5
-    assert read_key(key_to_bytes(("a", 3))) == ["a", 3]
-    assert read_key(key_to_bytes({"a": [1, 2]})) == '{"a":[1,2]}'
-    assert read_key(b"\x00\x01") == {"hex": "0001"}
-    map_key = len(b"k").to_bytes(4, "big") + b"k" + key_to_bytes(12)
-    assert read_key(map_key) == {"key": "k", "user_key": 12}
-    window = len(b"u").to_bytes(4, "big") + b"u" + (10).to_bytes(8, "big") + (20).to_bytes(8, "big")
-    assert describe_state_key("win", window) == {"key": "u", "window": [10, 20]}
+def test_a_dump_line_reads_each_entry_through_the_layout() -> None:
+    """Entries as the operators write them (tests/unit/operators/test_state_bytes.py pins their
+    bytes) as dump lines: the key read by its state's kind, the exact key bytes, the value unpickled."""
+    alice = key_prefix(key_to_bytes("alice"))
+    window_key = alice + (10).to_bytes(8, "big") + (20).to_bytes(8, "big")
+    k = key_prefix(key_to_bytes("k"))
+    timer_key = k + (1000).to_bytes(8, "big")
+    cases = [
+        (
+            KeyedEntry(KeyGroup(71), "win", window_key, pickle.dumps(("alice", 7), 5)),
+            {"key": "alice", "window": [10, 20]},
+        ),
+        (KeyedEntry(KeyGroup(93), "timers.event_time", timer_key, pickle.dumps(("k",), 5)), {"key": "k", "time": 1000}),
+        (KeyedEntry(KeyGroup(93), "seen", k + key_to_bytes(12), pickle.dumps(12, 5)), {"key": "k", "user_key": 12}),
+        (KeyedEntry(KeyGroup(102), "reduce", key_to_bytes(5), pickle.dumps(5, 5)), 5),
+    ]
+    for entry, key in cases:
+        value = pickle.loads(entry.value)
+        line = entry_to_json(entry)
+        assert line == {
+            "key_group": entry.key_group,
+            "state": entry.state,
+            "key": key,
+            "key_hex": entry.key.hex(),
+            "value": value,
+        }
 
 
 def test_operator_states_are_decoded_by_the_first_decoder_that_reads_them() -> None:
