@@ -53,6 +53,9 @@ class KeyedOperator(StreamOperator):
     named is version 1 pickle. They travel with every snapshot; a restore of older versions is told
     (:meth:`migrate_from`) and the restored values are migrated once, when the operator opens."""
 
+    store: KeyedStateStore
+    """This operator's state in the subtask, from :meth:`open` on."""
+
     def __init__(self, key_selector: Callable[[Any], Any], state_schemas: Iterable[StateSchema] = ()) -> None:
         self._key_selector = key_selector
         self._state_schemas = {s.name: s for s in state_schemas}
@@ -61,9 +64,6 @@ class KeyedOperator(StreamOperator):
         self.current_key_bytes = b""
         self.current_key_group = 0
         self.current_key_prefix = b""  # the key bytes, length-prefixed: the start of composite state keys
-
-    store: KeyedStateStore
-    """This operator's state in the subtask, from :meth:`open` on."""
 
     def open(self) -> None:
         backend = self.ctx.state
