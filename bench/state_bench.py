@@ -48,7 +48,8 @@ from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskInd
 from weir.core.keygroups import KeyGroupRange, key_group_for, key_group_range_for_subtask
 from weir.core.paths import CheckpointPaths
 from weir.taskmanager.snapshots import KeyedStateHandle, RestoreResult, SnapshotResult, TaskKeyedState
-from weir.taskmanager.state import KeyedStateStore, StateBackend
+from weir.taskmanager.state import RocksDBKeyedStateStore as KeyedStateStore
+from weir.taskmanager.state import RocksDBStateBackend as StateBackend
 
 NAMESPACE: Final = "agg"  # the keyed operator's state namespace (its uid), in keys and in ranges
 STATE_NAME: Final = "count"

@@ -16,6 +16,7 @@ from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, NO_KEY, Firing, OnRecordError, SourcePosition
+from weir.core.state_backend import KeyedStateBackend
 from weir.operators.rejections import CapturedDeadLetters, RecordRejections, rejected_by_function
 
 
@@ -91,7 +92,8 @@ class OperatorContext:
     attempt: int
     key_group_range: KeyGroupRange
     parameters: Mapping[str, str]
-    state: Any  # weir.taskmanager.state.StateBackend
+    state: KeyedStateBackend | None
+    """The subtask's keyed state (the task binds it once the chain is built); None where no operator is keyed."""
     dead_letters: DeadLetters | None = None
     log: Any = field(default_factory=lambda: structlog.get_logger("weir.operator"))
     metrics: Any = None  # weir.core.metrics.TaskMetrics

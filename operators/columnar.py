@@ -17,7 +17,6 @@
 from __future__ import annotations
 
 import heapq
-import struct
 from typing import Any, Final
 
 import numpy as np
@@ -33,15 +32,15 @@ from weir.core.columnar import (
     records_of,
 )
 from weir.core.process_functions import OutputTag
+from weir.core.state_layout import WINDOW_STATE, window_bounds, window_key
 from weir.core.state_schema import StateSchema
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.operators.base import StreamOperator
-from weir.operators.windows import CLEANUP_TIMER, WINDOW_STATE, WindowAggregateOperator
+from weir.operators.windows import CLEANUP_TIMER, WindowAggregateOperator
 
 COMPACT_ROWS: Final = 65_536
 """On-time rows a columnar window keeps before grouping them (bounds its memory between firings)."""
 
-_BOUNDS = struct.Struct(">qq")
 _KEY, _START = "__key", "__window_start"
 
 
@@ -187,7 +186,7 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         """One row for window ``[start, start + size)``, which already fired: added and fired again."""
         self.set_current_key(record)
         kg, key, fn, size = self.current_key_group, self.current_key, self._aggregates, self._window_size()
-        sk = self.current_key_prefix + _BOUNDS.pack(start, start + size)
+        sk = window_key(self.current_key_prefix, start, start + size)
         entry = self.store.get(WINDOW_STATE, kg, sk)
         if entry is None:
             acc = fn.add(fn.create(), record)
@@ -211,10 +210,10 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         starts = grouped.column(_START).to_pylist()
         partials = list(zip(*(_python_values(grouped.column(c)) for c in self._partial_columns), strict=True))
         size, store, merge, encode = self._window_size(), self.store, self._aggregates.merge, self._batch_keys.encode
-        groups, pack = self._fire_groups, _BOUNDS.pack
+        groups = self._fire_groups
         for key, start, partial in zip(keys, starts, partials, strict=True):
             _kb, kg, prefix = encode(key)
-            sk = prefix + pack(start, start + size)
+            sk = window_key(prefix, start, start + size)
             entry = store.get(WINDOW_STATE, kg, sk)
             if entry is None:
                 acc = partial  # a new window's accumulator is its first partial aggregate
@@ -252,12 +251,11 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         """Fire the windows of one timer: emit each result, then drop its state, or keep it for late
         rows until the allowed lateness passes."""
         store, emit, lateness = self.store, self._emit, self._lateness
-        unpack, offset = _BOUNDS.unpack_from, _BOUNDS.size
         for kg, sk in windows:
             entry = store.get(WINDOW_STATE, kg, sk)
             if entry is None:
                 continue
-            start, end = unpack(sk, len(sk) - offset)
+            start, end = window_bounds(sk)
             emit(entry[0], start, end, entry[1])
             if lateness > 0 and end - 1 + lateness > watermark:
                 heapq.heappush(self._timers, (end - 1 + lateness, CLEANUP_TIMER, kg, sk))

@@ -36,20 +36,15 @@ from __future__ import annotations
 import bisect
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Protocol
 
 from weir.core.errors import JobDefinitionError
 from weir.core.process_functions import Clock, wall_clock_ms
 from weir.core.rejections import FAIL, Firing, OnRecordError, WindowFiring
+from weir.core.state_layout import JOIN_LEFT_BUFFER, JOIN_LEFT_TIMES, JOIN_RIGHT_BUFFER, JOIN_RIGHT_TIMES
 from weir.core.windows import TimeWindow, is_window_late
 from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
 from weir.operators.process_state import MapState, ValueState
-
-LEFT_BUFFER: Final = "join.left"
-RIGHT_BUFFER: Final = "join.right"
-LEFT_TIMES: Final = "join.left-times"
-RIGHT_TIMES: Final = "join.right-times"
-"""The keyed state names of the joins' buffers (and of the interval join's timestamp indexes)."""
 
 KeySelectors = tuple[Callable[[Any], Any], Callable[[Any], Any]]
 
@@ -131,7 +126,7 @@ class _WindowJoin:
         self.late_records_dropped = 0
 
     def open(self, ctx: KeyedProcessContext) -> None:
-        self._buffers: tuple[MapState, MapState] = (ctx.map_state(LEFT_BUFFER), ctx.map_state(RIGHT_BUFFER))
+        self._buffers: tuple[MapState, MapState] = (ctx.map_state(JOIN_LEFT_BUFFER), ctx.map_state(JOIN_RIGHT_BUFFER))
 
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         self._add(0, value, ctx)
@@ -192,8 +187,11 @@ class _IntervalJoin:
         self.late_records_dropped = 0
 
     def open(self, ctx: KeyedProcessContext) -> None:
-        self._buffers: tuple[MapState, MapState] = (ctx.map_state(LEFT_BUFFER), ctx.map_state(RIGHT_BUFFER))
-        self._times: tuple[ValueState, ValueState] = (ctx.value_state(LEFT_TIMES), ctx.value_state(RIGHT_TIMES))
+        self._buffers: tuple[MapState, MapState] = (ctx.map_state(JOIN_LEFT_BUFFER), ctx.map_state(JOIN_RIGHT_BUFFER))
+        self._times: tuple[ValueState, ValueState] = (
+            ctx.value_state(JOIN_LEFT_TIMES),
+            ctx.value_state(JOIN_RIGHT_TIMES),
+        )
 
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         self._element(0, value, ctx, out)

@@ -1,4 +1,5 @@
-"""Keyed operators: state per key in RocksDB, addressed by the key's key group; the
+"""Keyed operators: state per key in the subtask's ``KeyedStateBackend`` (``weir.core.state_backend``),
+addressed by the key's key group and laid out by ``weir.core.state_layout``; the
 KeyedProcessFunction's operator with its timers (``weir.operators.timers``) and state kinds
 (``weir.operators.process_state``), and the KeyedCoProcessFunction's, the same over two keyed inputs."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, assert_never
 
-from weir.core.errors import JobDefinitionError
+from weir.core.errors import JobDefinitionError, WeirError
 from weir.core.keygroups import KeyEncoder
 from weir.core.process_functions import (
     Clock,
@@ -21,6 +22,8 @@ from weir.core.process_functions import (
     wall_clock_ms,
 )
 from weir.core.rejections import FAIL, OnRecordError, TimerFiring
+from weir.core.state_backend import KeyedStateStore
+from weir.core.state_layout import REDUCE_STATE, TIMER_STATES, is_state_name
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
 from weir.core.watermarks import MIN_WATERMARK
 from weir.operators.base import StreamOperator, check_output_tag
@@ -37,9 +40,8 @@ from weir.operators.process_state import (
     ValueState,
     drop_expired,
 )
-from weir.operators.timers import TIMER_STATES, TimerQueue
+from weir.operators.timers import TimerQueue
 
-REDUCE_STATE = "reduce"
 S = TypeVar("S", bound=KeyedState)
 
 
@@ -51,6 +53,9 @@ class KeyedOperator(StreamOperator):
     named is version 1 pickle. They travel with every snapshot; a restore of older versions is told
     (:meth:`migrate_from`) and the restored values are migrated once, when the operator opens."""
 
+    store: KeyedStateStore
+    """This operator's state in the subtask, from :meth:`open` on."""
+
     def __init__(self, key_selector: Callable[[Any], Any], state_schemas: Iterable[StateSchema] = ()) -> None:
         self._key_selector = key_selector
         self._state_schemas = {s.name: s for s in state_schemas}
@@ -61,8 +66,12 @@ class KeyedOperator(StreamOperator):
         self.current_key_prefix = b""  # the key bytes, length-prefixed: the start of composite state keys
 
     def open(self) -> None:
-        key_groups = self.ctx.key_group_range
-        self.store = self.ctx.state.keyed_store(self.ctx.uid, key_groups=(key_groups.start, key_groups.end))
+        backend = self.ctx.state
+        if backend is None:
+            raise WeirError(
+                f"keyed operator {self.ctx.uid!r} (subtask {self.ctx.subtask}) was given no keyed state backend"
+            )
+        self.store = backend.keyed_store(self.ctx.uid, key_groups=self.ctx.key_group_range)
         self._keys = KeyEncoder(self.ctx.max_parallelism)
         if self._migrations:
             self._migrate_restored_state()
@@ -326,7 +335,7 @@ class KeyedProcessOperator(KeyedOperator):
         with another TTL is a JobDefinitionError."""
         known = self._states.get(name)
         if known is None:
-            if not isinstance(name, str) or not name or "\x00" in name:
+            if not is_state_name(name):
                 raise JobDefinitionError(f"a state name must be a non-empty string without NUL, got {name!r}")
             if name in TIMER_STATES:
                 raise JobDefinitionError(f"state name {name!r} is reserved for timers")

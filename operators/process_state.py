@@ -1,23 +1,28 @@
 """The keyed state kinds of a KeyedProcessFunction (Flink's ValueState, ListState, MapState,
 ReducingState, AggregatingState), each scoped to the operator's current key and kept in its
-``KeyedStateStore`` under the state's name, with an optional time to live.
+``KeyedStateStore`` (``weir.core.state_backend``) under the state's name, with an optional time
+to live.
 
-What one key's state stores at its address ``(name, key group, key bytes)``:
+What one key's state stores at its address ``(name, key group, state key)``, laid out by
+``weir.core.state_layout``:
 
 - ValueState: the value; ListState: the list; ReducingState: the reduced value; AggregatingState:
-  the accumulator;
-- MapState: one address per entry, ``(name, key group, length-prefixed key bytes + entry key bytes)``,
-  holding a :class:`MapEntry` (the entry's key is kept, so the map can be iterated).
+  the accumulator; each at the key's bytes;
+- MapState: one address per entry (``state_layout.map_entry_key``: the key prefix, then the entry
+  key's bytes), holding a :class:`MapEntry` (the entry's key is kept, so the map can be iterated).
 
 With a :class:`~weir.core.process_functions.StateTtlConfig`, what is stored is wrapped in a
 :class:`TtlValue` with the processing time it was last written (or read, ``ON_READ_AND_WRITE``). A
 value stored without a TTL and read with one never expires until it is written again; one stored
 with a TTL and read without one is visible.
+
+:class:`TtlValue` and :class:`MapEntry` are part of the stored bytes (a pickle names a class by its
+module and name): they stay here, as they are.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -29,21 +34,14 @@ from weir.core.process_functions import (
     StateTtlConfig,
     TtlUpdateType,
 )
-
-
-class StateStore(Protocol):
-    """The part of ``weir.taskmanager.state.KeyedStateStore`` the state kinds use."""
-
-    def get(self, name: str, key_group: int, key: bytes) -> Any | None: ...
-    def put(self, name: str, key_group: int, key: bytes, value: Any) -> None: ...
-    def delete(self, name: str, key_group: int, key: bytes) -> None: ...
-    def items(self, name: str, key_group: int, prefix: bytes = b"") -> Iterator[tuple[bytes, Any]]: ...
+from weir.core.state_backend import KeyedStateStore
+from weir.core.state_layout import map_entry_key
 
 
 class KeyScope(Protocol):
     """Whose state is accessed: the keyed operator, with its store and current key."""
 
-    store: StateStore
+    store: KeyedStateStore
     current_key_group: int
     current_key_bytes: bytes
     current_key_prefix: bytes
@@ -84,7 +82,7 @@ class Ttl:
         return self._clock()
 
 
-def drop_expired(store: StateStore, name: str, key_groups: Iterable[int], ttl: Ttl) -> int:
+def drop_expired(store: KeyedStateStore, name: str, key_groups: Iterable[int], ttl: Ttl) -> int:
     """Remove every expired value of state ``name`` in ``key_groups`` (the cleanup a snapshot runs);
     returns how many were removed."""
     now, removed = ttl.now(), 0
@@ -198,7 +196,7 @@ class MapState(KeyedState):
     __slots__ = ()
 
     def _entry_key(self, user_key: Any) -> bytes:
-        return self._scope.current_key_prefix + key_to_bytes(user_key)
+        return map_entry_key(self._scope.current_key_prefix, key_to_bytes(user_key))
 
     def get(self, user_key: Any) -> Any:
         """The value of entry ``user_key``; None when there is none."""

@@ -1,9 +1,9 @@
 """Keyed timers of a process function (Flink's InternalTimerService): one timer per key and time
 in each time domain, kept as keyed state and queued in a heap.
 
-A timer is an entry of keyed state :data:`EVENT_TIMERS` or :data:`PROCESSING_TIMERS` at
-``(state, key group, length-prefixed key bytes + time as 8 signed big-endian bytes)`` holding the
-key as a 1-tuple (so that a None key is told from a deleted timer). Checkpoints, restores and
+A timer is an entry of keyed state ``timers.event_time`` or ``timers.processing_time`` at
+``(state, key group, state_layout.timer_key(key prefix, time))`` holding the key as a 1-tuple (so
+that a None key is told from a deleted timer); ``weir.core.state_layout`` owns those bytes. Checkpoints, restores and
 rescaling by key group carry timers like any other keyed state. The heap of ``(time, key group,
 state key)`` is rebuilt from that state when the operator opens, from its own key groups only.
 Deleting a timer deletes its state entry; its heap entry is dropped when it comes up (a timer
@@ -13,19 +13,12 @@ fires only if its entry is still there).
 from __future__ import annotations
 
 import heapq
-import struct
 from collections.abc import Iterable, Iterator
-from typing import Any, Final
+from typing import Any, assert_never
 
 from weir.core.process_functions import TimeDomain
-from weir.operators.process_state import StateStore
-
-EVENT_TIMERS: Final = "timers.event_time"
-PROCESSING_TIMERS: Final = "timers.processing_time"
-"""The keyed state names of the timers: reserved, no process function's state may take them."""
-TIMER_STATES: Final = frozenset({EVENT_TIMERS, PROCESSING_TIMERS})
-
-_TIME = struct.Struct(">q")
+from weir.core.state_backend import KeyedStateStore
+from weir.core.state_layout import EVENT_TIMERS, PROCESSING_TIMERS, timer_key, timer_time
 
 
 def timer_state(domain: TimeDomain) -> str:
@@ -34,12 +27,14 @@ def timer_state(domain: TimeDomain) -> str:
             return EVENT_TIMERS
         case TimeDomain.PROCESSING_TIME:
             return PROCESSING_TIMERS
+        case unreachable:
+            assert_never(unreachable)
 
 
 class TimerQueue:
     """The timers of one time domain of one keyed operator subtask."""
 
-    def __init__(self, store: StateStore, domain: TimeDomain) -> None:
+    def __init__(self, store: KeyedStateStore, domain: TimeDomain) -> None:
         self._store = store
         self.domain = domain
         self._name = timer_state(domain)
@@ -51,7 +46,7 @@ class TimerQueue:
         heap: list[tuple[int, int, bytes]] = []
         for kg in key_groups:
             for sk, _key in self._store.items(self._name, kg):
-                heap.append((_TIME.unpack_from(sk, len(sk) - _TIME.size)[0], kg, sk))
+                heap.append((timer_time(sk), kg, sk))
         heapq.heapify(heap)
         self._heap = heap
         self._queued = {(kg, sk) for _t, kg, sk in heap}
@@ -59,7 +54,7 @@ class TimerQueue:
     def register(self, key: Any, key_group: int, key_prefix: bytes, time: int) -> None:
         """A timer at ``time`` for ``key`` (whose key group and length-prefixed bytes are given);
         registering one that exists changes nothing."""
-        sk = key_prefix + _TIME.pack(time)
+        sk = timer_key(key_prefix, time)
         self._store.put(self._name, key_group, sk, (key,))
         if (key_group, sk) not in self._queued:
             self._queued.add((key_group, sk))
@@ -67,7 +62,7 @@ class TimerQueue:
 
     def delete(self, key_group: int, key_prefix: bytes, time: int) -> None:
         """Remove the timer at ``time`` of the key, if it has one."""
-        self._store.delete(self._name, key_group, key_prefix + _TIME.pack(time))
+        self._store.delete(self._name, key_group, timer_key(key_prefix, time))
 
     def next_time(self) -> int | None:
         """The earliest queued time (a deleted timer's too, until it comes up); None: no timer."""

@@ -20,7 +20,8 @@ the accumulator of an AggregateFunction (``.aggregate``), the reduced value (:cl
 ``.reduce``) or every element (:class:`ElementList`, ``.process``); emitted is the function's result,
 or what a ProcessWindowFunction makes of it and the window's metadata.
 
-The accumulators are the keyed state ``win``, each entry ``(key, accumulator)``; its schema (version,
+The accumulators are the keyed state ``win``, each entry ``(key, accumulator)`` at the window's state
+key (``weir.core.state_layout.window_key``: the key, then the window's bounds); its schema (version,
 migration) is the job's (``state_schema``), and a migration rewrites the accumulator, never the key.
 
 The operator state is the watermark the subtask had reached: ``{"format": 1, "watermark": int}``.
@@ -33,7 +34,6 @@ from __future__ import annotations
 
 import heapq
 import json
-import struct
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,10 +41,11 @@ from functools import reduce
 from typing import Any, Final, assert_never
 
 from weir.core.documents import load_versioned, typed
-from weir.core.errors import JobDefinitionError, SerializationError
+from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, OnRecordError, WindowFiring
+from weir.core.state_layout import WINDOW_STATE, WindowKeys, window_bounds, window_key, window_key_prefix
 from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import (
@@ -61,14 +62,11 @@ from weir.operators.base import InheritedState, check_output_tag
 from weir.operators.basic import _TimestampedCollector
 from weir.operators.keyed import KeyedOperator
 
-_BOUNDS = struct.Struct(">qq")
 FIRE_TIMER: Final = 0
 CLEANUP_TIMER: Final = 1
 """The kinds of a window timer ``(time, kind, key group, state key)``: fire the window, or drop its state."""
 _FIRE = FIRE_TIMER
 _CLEANUP = CLEANUP_TIMER
-WINDOW_STATE: Final = "win"
-"""The name of the keyed state holding the accumulators (what a job's ``state_version`` versions)."""
 _STATE = WINDOW_STATE
 WINDOW_STATE_FORMAT: Final = 1
 
@@ -201,8 +199,7 @@ class WindowAggregateOperator(KeyedOperator):
         self._processing_timers: list[tuple[int, int, bytes]] = []  # (last timestamp, key group, state key)
         self._sessions: dict[bytes, list[TimeWindow]] = {}  # key prefix -> its session windows
         self.late_records_dropped = 0
-        self._bounds_of: TimeWindow | None = None
-        self._bounds = b""
+        self._window_keys = WindowKeys()
 
     def open(self) -> None:
         super().open()
@@ -215,11 +212,8 @@ class WindowAggregateOperator(KeyedOperator):
         return key, super().migrate_value(schema, stored_version, acc)
 
     def _state_key(self, window: TimeWindow) -> bytes:
-        """The current key (length-prefixed) and the window's bounds; the bounds of the last window
-        are kept, as consecutive records mostly fall into the same one."""
-        if window is not self._bounds_of:
-            self._bounds_of, self._bounds = window, _BOUNDS.pack(window.start, window.end)
-        return self.current_key_prefix + self._bounds
+        """The state key of ``window`` of the current key."""
+        return self._window_keys.key(self.current_key_prefix, window.start, window.end)
 
     # Values in -----------------------------------------------------------------------------------
 
@@ -296,9 +290,9 @@ class WindowAggregateOperator(KeyedOperator):
             self._drop_late(value, timestamp, window)
             self._late_element(value, timestamp)
             return
-        store, fn, pack = self.store, self._fn, _BOUNDS.pack
-        absorbed_keys = [prefix + pack(merged.start, merged.end) for merged in absorbed]
-        accumulators = [store.get(_STATE, kg, sk)[1] for sk in absorbed_keys]
+        store, fn = self.store, self._fn
+        absorbed_keys = [window_key(prefix, merged.start, merged.end) for merged in absorbed]
+        accumulators = [self._session_entry(kg, sk)[1] for sk in absorbed_keys]
         function = fn.merge if accumulators else fn.create
         try:  # a record rejected here leaves the sessions as they were
             merged_acc = reduce(function, accumulators) if accumulators else fn.create()
@@ -310,7 +304,7 @@ class WindowAggregateOperator(KeyedOperator):
         for merged, sk in zip(absorbed, absorbed_keys, strict=True):
             if merged != window:
                 store.delete(_STATE, kg, sk)  # its timers find no state
-        sk = prefix + pack(window.start, window.end)
+        sk = window_key(prefix, window.start, window.end)
         store.put(_STATE, kg, sk, (key, acc))
         fired = window_fires(window, wm)
         if window not in absorbed:  # new bounds: the timer of a window kept as it was stays valid
@@ -323,6 +317,16 @@ class WindowAggregateOperator(KeyedOperator):
             )
         if fired:
             self._emit(key, window.start, window.end, acc)
+
+    def _session_entry(self, key_group: int, state_key: bytes) -> tuple[Any, Any]:
+        """The ``(key, accumulator)`` of a session of the current key: kept until its cleanup, which
+        also forgets the session."""
+        entry = self.store.get(_STATE, key_group, state_key)
+        if entry is None:
+            raise WeirError(
+                f"window operator {self.ctx.uid!r}: a session window of key {self.current_key!r} lost its state"
+            )
+        return entry
 
     def _process_in_processing_time(self, value: Any, timestamp: int | None) -> None:
         """Add ``value`` to the window of the wall time now; a new window's timer is its last millisecond."""
@@ -393,7 +397,7 @@ class WindowAggregateOperator(KeyedOperator):
             entry = store.get(_STATE, kg, sk)
             if entry is None:
                 continue
-            start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
+            start, end = window_bounds(sk)
             if kind == _FIRE:
                 self._emit(entry[0], start, end, entry[1])
                 if self._lateness > 0 and end - 1 + self._lateness > watermark:
@@ -406,7 +410,7 @@ class WindowAggregateOperator(KeyedOperator):
 
     def _forget_session(self, sk: bytes, window: TimeWindow) -> None:
         """A session window's state was dropped: it is no longer one of its key's sessions."""
-        prefix = sk[: len(sk) - _BOUNDS.size]
+        prefix = window_key_prefix(sk)
         sessions = self._sessions.get(prefix)
         if sessions is None or window not in sessions:
             return
@@ -422,7 +426,7 @@ class WindowAggregateOperator(KeyedOperator):
             entry = store.get(_STATE, kg, sk)
             if entry is None:
                 continue
-            start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
+            start, end = window_bounds(sk)
             self._emit(entry[0], start, end, entry[1])
             store.delete(_STATE, kg, sk)
 
@@ -463,12 +467,12 @@ class WindowAggregateOperator(KeyedOperator):
         for kg in self.ctx.key_group_range:
             fired_through = self._fired_through(kg)
             for sk, _entry in self.store.items(_STATE, kg):
-                start, end = _BOUNDS.unpack_from(sk, len(sk) - _BOUNDS.size)
+                start, end = window_bounds(sk)
                 if self._processing_time:
                     self._processing_timers.append((end - 1, kg, sk))
                     continue
                 if self._merging:
-                    self._sessions.setdefault(sk[: len(sk) - _BOUNDS.size], []).append(TimeWindow(start, end))
+                    self._sessions.setdefault(window_key_prefix(sk), []).append(TimeWindow(start, end))
                 if end - 1 <= fired_through:
                     self._timers.append((end - 1 + self._lateness, _CLEANUP, kg, sk))
                 else:

@@ -25,7 +25,6 @@ every checkpoint.
 
 from __future__ import annotations
 
-import enum
 import hashlib
 import itertools
 import os
@@ -44,11 +43,13 @@ import structlog
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
 from weir.connectors.object_storage import CheckpointStorage
+from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
-from weir.taskmanager.state import StateBackend, key_group_range_bounds
+from weir.core.state_layout import key_group_range_bounds
+from weir.taskmanager.state import RocksDBStateBackend
 
 KeyRanges = Sequence[tuple[OperatorUid, KeyGroupRange]]
 
@@ -232,7 +233,7 @@ class _LocalSnapshot:
 
     job_id: JobId
     checkpoint_id: CheckpointId
-    kind: str | enum.Enum
+    kind: CheckpointKind
     index: int
     path: Path
     sequence: int
@@ -293,7 +294,7 @@ class _UploadPlan:
 
 
 class RocksDBSnapshotter:
-    """Snapshots and restores the keyed state of one ``StateBackend`` (one task attempt's database).
+    """Snapshots and restores the keyed state of one ``RocksDBStateBackend`` (one task attempt's database).
 
     Thread-safe: task threads call ``begin`` and ``restore`` concurrently; uploads and downloads run on
     ``transfer_threads`` background threads; notifications and ``forget_job`` come from RPC threads.
@@ -334,7 +335,7 @@ class RocksDBSnapshotter:
 
     def __init__(
         self,
-        state_backend: StateBackend,
+        state_backend: RocksDBStateBackend,
         storage: CheckpointStorage,
         paths: CheckpointPaths,
         taskmanager_id: TaskManagerId,
@@ -436,7 +437,7 @@ class RocksDBSnapshotter:
         that finishes later records nothing). Idempotent.
 
         Call it once no subtask of the job runs or restores on this database. The job's keys in the
-        database are not the snapshotter's (``StateBackend``); it owns no per-job directory.
+        database are not the snapshotter's (``RocksDBStateBackend``); it owns no per-job directory.
         """
         with self._lock:
             book = self._books.pop(job_id, None)
@@ -479,7 +480,7 @@ class RocksDBSnapshotter:
         job_id: JobId,
         checkpoint_id: CheckpointId,
         ranges: KeyRanges,
-        kind: str | enum.Enum = "checkpoint",
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT,
         *,
         attempt: int | None = None,
     ) -> Future[SnapshotResult]:
@@ -519,7 +520,9 @@ class RocksDBSnapshotter:
         """``begin`` and wait for the upload."""
         return self.begin(job_id, checkpoint_id, ranges, attempt=attempt).result(timeout).handle
 
-    def _take_local_snapshot(self, job_id: JobId, checkpoint_id: CheckpointId, kind: str | enum.Enum) -> _LocalSnapshot:
+    def _take_local_snapshot(
+        self, job_id: JobId, checkpoint_id: CheckpointId, kind: CheckpointKind
+    ) -> _LocalSnapshot:
         db = self._backend.db
         with self._backend.lock:  # no batch lands between the flush and the checkpoint
             db.flush()
@@ -560,7 +563,7 @@ class RocksDBSnapshotter:
         reused: list[SnapshotFile] = []
         waiting: list[Future[SnapshotFile]] = []
         started_here: list[Future[SnapshotFile]] = []
-        savepoint = _is_savepoint(local.kind)
+        savepoint = local.kind is CheckpointKind.SAVEPOINT
         with self._lock:
             book = self._book_for(job, attempt)
             current = book is not None and book.is_open(checkpoint)
@@ -870,10 +873,6 @@ class RocksDBSnapshotter:
         shutil.rmtree(self._restore_root, ignore_errors=True)
 
 
-def _is_savepoint(kind: str | enum.Enum) -> bool:
-    return (kind.value if isinstance(kind, enum.Enum) else kind) == "savepoint"
-
-
 def _range_bounds(uid: OperatorUid, key_groups: KeyGroupRange) -> tuple[bytes, bytes]:
     return key_group_range_bounds(uid, key_groups.start, key_groups.end)
 
@@ -908,7 +907,7 @@ class TaskKeyedState:
     ) -> None:
         shutil.rmtree(directory, ignore_errors=True)  # a fresh database: state returns only by a restore
         self.directory = directory
-        self.backend = StateBackend(directory / "state.db")
+        self.backend = RocksDBStateBackend(directory / "state.db")
         self.snapshotter = RocksDBSnapshotter(
             self.backend,
             storage,

@@ -1,30 +1,40 @@
-"""Keyed state in RocksDB (rocksdict), one database per task attempt with keyed operators.
+"""Keyed state in RocksDB (rocksdict), one database per task attempt with keyed operators: the
+implementation of ``weir.core.state_backend.KeyedStateBackend`` (Flink's ``RocksDBKeyedStateBackend``).
 
-A state entry is addressed by operator uid + key group + state name + key (+ a namespace such as a
-window), so a subtask's state is a set of contiguous key ranges: ``uid\\0 | key group (2 bytes)``.
-RocksDB point writes cost ~5 us here, so each operator writes through a cache flushed as one
-WriteBatch when it grows and always before a snapshot.
+The bytes of every entry are ``weir.core.state_layout``'s: an entry is addressed by operator uid +
+key group + state name + state key, so a subtask's state is a set of contiguous key ranges, and a
+value is a pickle. RocksDB point writes cost ~5 us here, so each operator writes through a cache
+flushed as one WriteBatch when it grows and always before a snapshot. This module and
+``weir.taskmanager.snapshots`` are the only ones that talk to RocksDB (an import-linter contract):
+``weir savepoint`` reads a downloaded snapshot through :class:`ReadOnlyState`.
 """
 
 from __future__ import annotations
 
-import pickle
 import shutil
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rocksdict import Options, Rdict, WriteBatch
+from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
 
-from weir.core.serde import unpickle
+from weir.core.keygroups import KeyGroupRange
+from weir.core.state_layout import (
+    KeyedEntry,
+    dump_value,
+    entry_key,
+    key_group_range_bounds,
+    load_value,
+    operator_prefix,
+    parse_entry,
+)
 
 _DELETED = object()
 _MISSING = object()
-_PICKLE = pickle.HIGHEST_PROTOCOL
 
 
-class StateBackend:
+class RocksDBStateBackend:
     """One RocksDB database: the keyed state of one task attempt (``weir.taskmanager.snapshots.TaskKeyedState``)."""
 
     def __init__(self, path: Path) -> None:
@@ -36,13 +46,14 @@ class StateBackend:
         self.lock = threading.Lock()  # serialises WriteBatch writes and checkpoints across threads
 
     def keyed_store(
-        self, uid: str, cache_limit: int = 50_000, key_groups: tuple[int, int] | None = None
-    ) -> KeyedStateStore:
-        """The state of operator ``uid``; given its subtask's key groups (first, last), a store that
-        finds none of its entries in the database can answer cache misses without reading it."""
-        store = KeyedStateStore(self, uid, cache_limit)
-        if key_groups is not None and self.range_is_empty(*key_group_range_bounds(uid, *key_groups)):
-            store.cache_is_complete = True
+        self, uid: str, *, key_groups: KeyGroupRange | None = None, cache_limit: int = 50_000
+    ) -> RocksDBKeyedStateStore:
+        """The state of operator ``uid``; given its subtask's key groups, a store that finds none of
+        its entries in the database can answer cache misses without reading it."""
+        store = RocksDBKeyedStateStore(self, uid, cache_limit)
+        if key_groups is not None:
+            bounds = key_group_range_bounds(uid, key_groups.start, key_groups.end)
+            store.cache_is_complete = self.range_is_empty(*bounds)
         return store
 
     def range_is_empty(self, start: bytes, end: bytes) -> bool:
@@ -66,14 +77,9 @@ class StateBackend:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
-def key_group_range_bounds(namespace: str, first: int, last: int) -> tuple[bytes, bytes]:
-    """The RocksDB key range [start, end) of one operator's state in key groups first..last."""
-    prefix = namespace.encode("utf-8") + b"\x00"
-    return prefix + first.to_bytes(2, "big"), prefix + (last + 1).to_bytes(2, "big")
-
-
-class KeyedStateStore:
-    """One operator's keyed state within one subtask, with a write-back cache.
+class RocksDBKeyedStateStore:
+    """One operator's keyed state within one subtask, with a write-back cache (a
+    ``weir.core.state_backend.KeyedStateStore``).
 
     The cache is addressed by ``(name, key group, key)`` tuples, so a hit costs no byte building; the
     RocksDB key (:meth:`full_key`) is only built on a miss and when a dirty entry is written. While
@@ -84,10 +90,10 @@ class KeyedStateStore:
     database at all.
     """
 
-    def __init__(self, backend: StateBackend, uid: str, cache_limit: int) -> None:
+    def __init__(self, backend: RocksDBStateBackend, uid: str, cache_limit: int) -> None:
         self._backend = backend
         self._db = backend.db
-        self._uid_prefix = uid.encode("utf-8") + b"\x00"
+        self._operator = operator_prefix(uid)
         self._cache: dict[tuple[str, int, bytes], Any] = {}
         self._dirty: set[tuple[str, int, bytes]] = set()
         self._fresh: set[tuple[str, int, bytes]] = set()  # put since the last flush, absent from the database
@@ -97,7 +103,7 @@ class KeyedStateStore:
         self.cache_is_complete = False
 
     def full_key(self, name: str, key_group: int, key: bytes) -> bytes:
-        return b"".join((self._uid_prefix, key_group.to_bytes(2, "big"), name.encode("utf-8"), b"\x00", key))
+        return entry_key(self._operator, key_group, name, key)
 
     def get(self, name: str, key_group: int, key: bytes) -> Any | None:
         address = (name, key_group, key)
@@ -110,7 +116,7 @@ class KeyedStateStore:
         if raw is None:
             self._absent = address
             return None
-        value = unpickle(raw)
+        value = load_value(raw)
         self._cache[address] = value
         if len(self._cache) > self._cache_limit:
             self._flush_and_evict()
@@ -156,7 +162,7 @@ class KeyedStateStore:
                 batch.delete(full_key(*address))
                 del cache[address]
             else:
-                batch.put(full_key(*address), pickle.dumps(value, _PICKLE))
+                batch.put(full_key(*address), dump_value(value))
         written = len(self._dirty)
         self._dirty.clear()
         self._backend.write(batch)
@@ -168,14 +174,51 @@ class KeyedStateStore:
         self.flush()
         n = len(self.full_key(name, key_group, b""))
         prefix = self.full_key(name, key_group, prefix)
-        for full, raw in self._db.items(from_key=prefix):
+        stored: Iterable[tuple[Any, Any]] = self._db.items(from_key=prefix)  # raw mode: bytes
+        for full, raw in stored:
             if not full.startswith(prefix):
                 break
-            yield full[n:], unpickle(raw)
+            yield full[n:], load_value(raw)
 
-    def clear_key_groups(self, first: int, last: int) -> None:
-        """Drop this operator's state for key groups first..last (before a restore)."""
-        self._cache.clear()
-        self._dirty.clear()
-        self._fresh.clear()
-        self._backend.delete_prefix_range(*key_group_range_bounds(self.uid, first, last))
+    def clear_key_groups(self, key_groups: KeyGroupRange) -> None:
+        """Drop this operator's state in ``key_groups``, cached and stored; what the cache holds of
+        other key groups (written or not) stays, and a complete cache stays complete."""
+        for address in [a for a in self._cache if a[1] in key_groups]:
+            del self._cache[address]
+        self._dirty = {a for a in self._dirty if a[1] not in key_groups}
+        self._fresh = {a for a in self._fresh if a[1] not in key_groups}
+        if self._absent is not None and self._absent[1] in key_groups:
+            self._absent = None
+        self._backend.delete_prefix_range(*key_group_range_bounds(self.uid, key_groups.start, key_groups.end))
+
+
+class ReadOnlyState:
+    """A RocksDB snapshot (a checkpoint's files, downloaded) opened read-only: what ``weir savepoint``
+    scans, entry by entry, decoded by ``weir.core.state_layout``. Close it (or use it in a ``with``)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._db = Rdict(str(directory), Options(raw_mode=True), access_type=AccessType.read_only())
+
+    def entries(self, uid: str, key_groups: KeyGroupRange, *, values: bool = True) -> Iterator[KeyedEntry]:
+        """Every entry of operator ``uid`` in ``key_groups``, in key order (values empty unless
+        ``values``). Raises SerializationError for a key that is not one of the operator's entries."""
+        start, end = key_group_range_bounds(uid, key_groups.start, key_groups.end)
+        read = ReadOptions()
+        read.set_iterate_upper_bound(end)
+        operator = operator_prefix(uid)
+        pairs: Iterable[tuple[Any, Any]] = (  # raw mode: bytes
+            self._db.items(from_key=start, read_opt=read)
+            if values
+            else ((k, b"") for k in self._db.keys(from_key=start, read_opt=read))
+        )
+        for full, raw in pairs:
+            yield parse_entry(operator, full, raw)
+
+    def close(self) -> None:
+        self._db.close()
+
+    def __enter__(self) -> ReadOnlyState:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

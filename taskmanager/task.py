@@ -1417,7 +1417,7 @@ class Task:
             self._deliver_ack(ack, join)
             return
         future = self.keyed_state.snapshotter.begin(
-            JobId(self.address.job_id), cid, ranges, request.kind.value, attempt=self.address.attempt
+            JobId(self.address.job_id), cid, ranges, request.kind, attempt=self.address.attempt
         )
         sync_end_at = time.time()
 

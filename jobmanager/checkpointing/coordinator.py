@@ -43,12 +43,13 @@ from weir.jobmanager.checkpointing.trigger import (
 from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
 
 MetadataKeyFn = Callable[[JobId, CheckpointId, CheckpointKind], str]
+_ROOT_PATHS = CheckpointPaths()
 
 
 def default_metadata_key(job_id: JobId, checkpoint_id: CheckpointId, kind: CheckpointKind) -> str:
-    """``<job>/checkpoints/chk-<zero-padded id>/_metadata`` (``savepoints/sp-...`` for savepoints)."""
-    folder = "savepoints/sp" if kind is CheckpointKind.SAVEPOINT else "checkpoints/chk"
-    return f"{job_id}/{folder}-{checkpoint_id:020d}/_metadata"
+    """``<job>/checkpoints/chk-<zero-padded id>/_metadata`` (``savepoints/sp-...`` for savepoints), as
+    ``weir.core.paths`` names it at the storage's root."""
+    return _ROOT_PATHS.metadata(job_id, checkpoint_id, kind)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, JobId
 from weir.core.paths import CheckpointPaths
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
@@ -92,7 +93,7 @@ def find_orphans(
     kept_checkpoints = tuple(retained)
     protected = {c.metadata_key for c in kept_checkpoints} | set(live_keys)
     protected.update(key for c in kept_checkpoints for key in c.object_keys)
-    retained_folders = {(c.kind.value, c.checkpoint_id) for c in kept_checkpoints}
+    retained_folders = {(c.kind, c.checkpoint_id) for c in kept_checkpoints}
     in_flight_ids = frozenset(in_flight)
     job_dir = paths.job_dir(job_id)
     job_record = paths.job_record(job_id)
@@ -100,11 +101,13 @@ def find_orphans(
     completed_savepoints: set[CheckpointId] = set()
     for listed_object in listed:
         parsed = paths.parse_checkpoint_object(listed_object.key)
-        if parsed is not None and parsed.job_id == job_id and parsed.kind == "savepoint" and parsed.is_metadata:
+        if parsed is None or parsed.job_id != job_id:
+            continue
+        if parsed.kind is CheckpointKind.SAVEPOINT and parsed.is_metadata:
             completed_savepoints.add(parsed.checkpoint_id)
     # A savepoint whose references are unknown may reuse any SST uploaded up to its own id.
     unknown_references_through = max(
-        (i for i in completed_savepoints if ("savepoint", i) not in retained_folders), default=None
+        (i for i in completed_savepoints if (CheckpointKind.SAVEPOINT, i) not in retained_folders), default=None
     )
 
     def kept_because(key: str) -> Kept | None:
@@ -120,7 +123,7 @@ def find_orphans(
                 return Kept.RETAINED
             if in_folder.checkpoint_id in in_flight_ids:
                 return Kept.IN_FLIGHT
-            if in_folder.kind == "savepoint" and in_folder.checkpoint_id in completed_savepoints:
+            if in_folder.kind is CheckpointKind.SAVEPOINT and in_folder.checkpoint_id in completed_savepoints:
                 return Kept.SAVEPOINT
             return None
         shared = paths.parse_shared_sst(key)

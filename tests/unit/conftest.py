@@ -13,7 +13,7 @@ import pytest
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
 from weir.operators.base import OperatorContext, StreamOperator
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 
 
 @dataclass
@@ -42,8 +42,8 @@ class CollectingOutput:
 
 
 @pytest.fixture
-def state_backend(tmp_path: Path) -> Iterator[StateBackend]:
-    backend = StateBackend(tmp_path / "rocksdb")
+def state_backend(tmp_path: Path) -> Iterator[RocksDBStateBackend]:
+    backend = RocksDBStateBackend(tmp_path / "rocksdb")
     yield backend
     backend.close()
 
@@ -52,7 +52,7 @@ MakeContext = Callable[..., OperatorContext]
 
 
 @pytest.fixture
-def make_context(state_backend: StateBackend) -> MakeContext:
+def make_context(state_backend: RocksDBStateBackend) -> MakeContext:
     """An OperatorContext for subtask ``subtask`` of ``parallelism`` over the test's state backend."""
 
     def make(

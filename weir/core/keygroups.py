@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from weir.core.errors import JobDefinitionError
 from weir.core.ids import KeyGroup, SubtaskIndex
+from weir.core.state_layout import key_prefix
 
 MAX_PARALLELISM_UPPER_BOUND = 1 << 15
 """Largest allowed max parallelism (as in Flink): key groups must fit in 15 bits."""
@@ -86,10 +87,11 @@ def key_group_for_key(key: object, max_parallelism: int) -> KeyGroup:
 
 class KeyEncoder:
     """A key's bytes (:func:`key_to_bytes`), key group and length-prefixed bytes (the start of
-    composite state keys), remembered for ``str``, ``int`` and ``bytes`` keys: a key seen before costs
-    one dict lookup instead of encoding and hashing. Up to ``memo_limit`` keys are kept, then all are
-    forgotten at once. Other keys are encoded every time: equal values of different types (``1``,
-    ``1.0``, ``True``) encode differently but would share one dict entry.
+    composite state keys, ``weir.core.state_layout.key_prefix``), remembered for ``str``, ``int``
+    and ``bytes`` keys: a key seen before costs one dict lookup instead of encoding and hashing. Up
+    to ``memo_limit`` keys are kept, then all are forgotten at once. Other keys are encoded every
+    time: equal values of different types (``1``, ``1.0``, ``True``) encode differently but would
+    share one dict entry.
     """
 
     __slots__ = ("_max_parallelism", "_memo", "_memo_limit")
@@ -118,7 +120,7 @@ class KeyEncoder:
 
     def _encode(self, key: object) -> tuple[bytes, KeyGroup, bytes]:
         kb = key_to_bytes(key)
-        return kb, key_group_for(kb, self._max_parallelism), len(kb).to_bytes(4, "big") + kb
+        return kb, key_group_for(kb, self._max_parallelism), key_prefix(kb)
 
 
 def key_to_bytes(key: object) -> bytes:

@@ -20,15 +20,12 @@ Folder methods return keys ending in ``/``, ready to use as listing prefixes.
 
 from __future__ import annotations
 
-import enum
 import re
 from collections.abc import Callable
-from typing import Literal, NamedTuple
+from typing import NamedTuple, assert_never
 
+from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
-
-Kind = Literal["checkpoint", "savepoint"]
-"""The value of ``weir.jobmanager.checkpointing.pending.CheckpointKind``; either form is accepted."""
 
 METADATA_FILE = "_metadata"
 JOB_RECORD_FILE = "_job"
@@ -36,18 +33,18 @@ JOB_RECORD_FILE = "_job"
 _ID_DIGITS = 20  # every non-negative int64 fits
 _SUBTASK_DIGITS = 5  # max parallelism is 32768
 _SNAPSHOT_DIGITS = 6
-_FOLDERS: dict[str, tuple[str, str]] = {"checkpoint": ("checkpoints", "chk"), "savepoint": ("savepoints", "sp")}
-_METADATA_RE = re.compile(r"(?P<job>[^/]+)/(?P<folder>checkpoints/chk|savepoints/sp)-(?P<id>\d{20})/_metadata")
-_CHECKPOINT_OBJECT_RE = re.compile(
-    r"(?P<job>[^/]+)/(?P<folder>checkpoints/chk|savepoints/sp)-(?P<id>\d{20})/(?P<name>[^/].*)"
-)
+_CHECKPOINTS, _CHECKPOINT_STEM = "checkpoints", "chk"
+_SAVEPOINTS, _SAVEPOINT_STEM = "savepoints", "sp"
+_KIND_FOLDER = rf"(?P<folder>{_CHECKPOINTS}/{_CHECKPOINT_STEM}|{_SAVEPOINTS}/{_SAVEPOINT_STEM})"
+_METADATA_RE = re.compile(rf"(?P<job>[^/]+)/{_KIND_FOLDER}-(?P<id>\d{{20}})/_metadata")
+_CHECKPOINT_OBJECT_RE = re.compile(rf"(?P<job>[^/]+)/{_KIND_FOLDER}-(?P<id>\d{{20}})/(?P<name>[^/].*)")
 _SHARED_RE = re.compile(r"(?P<job>[^/]+)/shared/(?P<tm>[^/]+)/(?P<db>[^/]+)/(?P<id>\d{20})-(?P<file>[^/]+)")
 
 
 class MetadataKey(NamedTuple):
     job_id: JobId
     checkpoint_id: CheckpointId
-    kind: Kind
+    kind: CheckpointKind
 
 
 class CheckpointObjectKey(NamedTuple):
@@ -55,7 +52,7 @@ class CheckpointObjectKey(NamedTuple):
 
     job_id: JobId
     checkpoint_id: CheckpointId
-    kind: Kind
+    kind: CheckpointKind
     name: str
 
     @property
@@ -71,11 +68,21 @@ class SharedSstKey(NamedTuple):
     file_name: str
 
 
-def _kind(kind: str | enum.Enum) -> Kind:
-    value = kind.value if isinstance(kind, enum.Enum) else kind
-    if value not in _FOLDERS:
-        raise ValueError(f"checkpoint kind must be 'checkpoint' or 'savepoint', got {kind!r}")
-    return value  # type: ignore[return-value]
+def _folders(kind: CheckpointKind) -> tuple[str, str]:
+    """The folder of a kind's folders in a job's, and the stem of each one's name: the object names
+    are where a CheckpointKind becomes text."""
+    match kind:
+        case CheckpointKind.CHECKPOINT:
+            return _CHECKPOINTS, _CHECKPOINT_STEM
+        case CheckpointKind.SAVEPOINT:
+            return _SAVEPOINTS, _SAVEPOINT_STEM
+        case unreachable:
+            assert_never(unreachable)
+
+
+def _kind_of(folder: str) -> CheckpointKind:
+    """The kind of a folder matched by ``_KIND_FOLDER``."""
+    return CheckpointKind.SAVEPOINT if folder == f"{_SAVEPOINTS}/{_SAVEPOINT_STEM}" else CheckpointKind.CHECKPOINT
 
 
 def _segment(what: str, value: str) -> str:
@@ -109,21 +116,25 @@ class CheckpointPaths:
         """The submitted job, written at submission so that a restarted JobManager can recover it."""
         return self.job_dir(job_id) + JOB_RECORD_FILE
 
-    def checkpoints_dir(self, job_id: JobId, kind: str | enum.Enum = "checkpoint") -> str:
+    def checkpoints_dir(self, job_id: JobId, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> str:
         """The folder holding every checkpoint (or savepoint) folder of a job: list it on recovery."""
-        return self.job_dir(job_id) + _FOLDERS[_kind(kind)][0] + "/"
+        return self.job_dir(job_id) + _folders(kind)[0] + "/"
 
-    def checkpoint_dir(self, job_id: JobId, checkpoint_id: CheckpointId, kind: str | enum.Enum = "checkpoint") -> str:
-        folder, stem = _FOLDERS[_kind(kind)]
+    def checkpoint_dir(
+        self, job_id: JobId, checkpoint_id: CheckpointId, kind: CheckpointKind = CheckpointKind.CHECKPOINT
+    ) -> str:
+        folder, stem = _folders(kind)
         return f"{self.job_dir(job_id)}{folder}/{stem}-{_checkpoint_id(checkpoint_id)}/"
 
-    def metadata(self, job_id: JobId, checkpoint_id: CheckpointId, kind: str | enum.Enum = "checkpoint") -> str:
+    def metadata(
+        self, job_id: JobId, checkpoint_id: CheckpointId, kind: CheckpointKind = CheckpointKind.CHECKPOINT
+    ) -> str:
         return self.checkpoint_dir(job_id, checkpoint_id, kind) + METADATA_FILE
 
-    def metadata_key_fn(self) -> Callable[[JobId, CheckpointId, enum.Enum], str]:
+    def metadata_key_fn(self) -> Callable[[JobId, CheckpointId, CheckpointKind], str]:
         """``metadata`` with the signature ``CheckpointCoordinator(metadata_key=...)`` expects."""
 
-        def metadata_key(job_id: JobId, checkpoint_id: CheckpointId, kind: enum.Enum) -> str:
+        def metadata_key(job_id: JobId, checkpoint_id: CheckpointId, kind: CheckpointKind) -> str:
             return self.metadata(job_id, checkpoint_id, kind)
 
         return metadata_key
@@ -134,7 +145,7 @@ class CheckpointPaths:
         checkpoint_id: CheckpointId,
         vertex_uid: OperatorUid,
         subtask: SubtaskIndex,
-        kind: str | enum.Enum = "checkpoint",
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT,
     ) -> str:
         """A task's operator states (``weir.core.task_state``), one object per subtask, when they are too
         large to stay inline in its acknowledgement."""
@@ -170,7 +181,7 @@ class CheckpointPaths:
         db_incarnation: str,
         snapshot_index: int,
         file_name: str,
-        kind: str | enum.Enum = "checkpoint",
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT,
     ) -> str:
         """A private file (MANIFEST, CURRENT, OPTIONS, WAL) of one local RocksDB snapshot."""
         if not 0 <= snapshot_index < 10**_SNAPSHOT_DIGITS:
@@ -192,8 +203,7 @@ class CheckpointPaths:
         match = _METADATA_RE.fullmatch(relative) if relative is not None else None
         if match is None:
             return None
-        kind: Kind = "savepoint" if match["folder"] == "savepoints/sp" else "checkpoint"
-        return MetadataKey(JobId(match["job"]), CheckpointId(int(match["id"])), kind)
+        return MetadataKey(JobId(match["job"]), CheckpointId(int(match["id"])), _kind_of(match["folder"]))
 
     def parse_checkpoint_object(self, key: str) -> CheckpointObjectKey | None:
         """The checkpoint folder a key lies in (metadata, inline task state, private db files); ``None``
@@ -202,8 +212,9 @@ class CheckpointPaths:
         match = _CHECKPOINT_OBJECT_RE.fullmatch(relative) if relative is not None else None
         if match is None:
             return None
-        kind: Kind = "savepoint" if match["folder"] == "savepoints/sp" else "checkpoint"
-        return CheckpointObjectKey(JobId(match["job"]), CheckpointId(int(match["id"])), kind, match["name"])
+        return CheckpointObjectKey(
+            JobId(match["job"]), CheckpointId(int(match["id"])), _kind_of(match["folder"]), match["name"]
+        )
 
     def parse_shared_sst(self, key: str) -> SharedSstKey | None:
         """The parts of a shared SST key; ``None`` for any other key."""
@@ -250,7 +261,9 @@ def metadata_key_of(storage_uri: str, path: str) -> str | None:
     return relative
 
 
-_CHECKPOINT_FOLDER_RE = re.compile(r"(?P<root>.*?)/?(?P<folder>[^/]+/checkpoints/chk-\d{20})/?(?:_metadata)?")
+_CHECKPOINT_FOLDER_RE = re.compile(
+    rf"(?P<root>.*?)/?(?P<folder>[^/]+/{_CHECKPOINTS}/{_CHECKPOINT_STEM}-\d{{20}})/?(?:{METADATA_FILE})?"
+)
 
 
 class StateLocation(NamedTuple):

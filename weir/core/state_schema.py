@@ -4,7 +4,8 @@ and whether a job's declared schema can read what a restored snapshot holds (Fli
 
 A keyed operator declares a :class:`StateSchema` per state (a window operator's accumulators are
 the state ``win``, a reduce's running value ``reduce``, a KeyedProcessFunction's states their own
-names). Every snapshot records them as :class:`StoredSchema` in the task-state document's layout
+names; ``weir.core.state_layout`` names the runtime's and lays every state's bytes out). Every
+snapshot records them as :class:`StoredSchema` in the task-state document's layout
 (``weir.core.task_state``). On restore the two are compared per state (:func:`check_compatible`):
 
 - same serializer, same version: **compatible**, the values are read as they are;
@@ -26,10 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from weir.core.errors import JobDefinitionError
+from weir.core.state_layout import is_state_name
 
 PICKLE: Final = "pickle"
 SERIALIZERS: Final = frozenset({PICKLE})
-"""The serializers the keyed state backend can write and read (``weir.taskmanager.state``)."""
+"""The serializers keyed state can be written and read with (``weir.core.state_layout.dump_value``)."""
 
 Migrate = Callable[[int, Any], Any]
 """``migrate(stored_version, value)``: a value written at ``stored_version`` as the declared version's."""
@@ -76,7 +78,7 @@ class StateSchema:
 
 def schema_problem(schema: StateSchema) -> str | None:
     """Why ``schema`` cannot be declared (None: it can): checked when the job is built."""
-    if not isinstance(schema.name, str) or not schema.name or "\x00" in schema.name:
+    if not is_state_name(schema.name):
         return f"a state name must be a non-empty string without NUL, got {schema.name!r}"
     what = f"state {schema.name!r}"
     if schema.serializer not in SERIALIZERS:

@@ -12,9 +12,10 @@ offered: its measured sink rate is then the input rate, not its capacity, and th
 the sources' ``weir_backpressured_seconds_total``: at capacity they wait for credit).
 
 A savepoint or retained checkpoint: one keyed operator's entries, read with
-``weir.tools.savepoint_inspect``. An entry's key is the record key, or, for the states whose layout
-is known (the window operator's ``win``, the timers), the length-prefixed record key followed by the
-window's bounds or the timer's time: those count once per record key. Active keys = distinct record
+``weir.tools.savepoint_inspect``. An entry's state key is the record key, or, for the states whose
+layout ``weir.core.state_layout`` knows (the window operator's ``win``, the timers, the joins'
+buffers), the length-prefixed record key followed by more (the window's bounds, the timer's time, a
+map entry's key): those count once per record key. Active keys = distinct record
 keys; aggregates per key = entries / active keys; bytes per aggregate = the mean serialized entry
 (RocksDB key + value bytes, before RocksDB's compression and overheads).
 """
@@ -37,6 +38,7 @@ from weir.core.config import Endpoints, checkpoint_dir
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import JobId
 from weir.core.paths import CheckpointPaths
+from weir.core.state_layout import entry_key, operator_prefix, record_key_of
 from weir.core.transport_security import TransportSecurity
 from weir.jobmanager.records import JobRecord
 from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
@@ -48,7 +50,6 @@ from weir.jobmanager.restart import (
     RestartStrategy,
     parse_restart_strategy,
 )
-from weir.operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
 from weir.tools.client import CheckpointInfo, JobManagerClient
 from weir.tools.plan import (
     FLAGS,
@@ -62,7 +63,6 @@ from weir.tools.plan import (
     vector_sum,
 )
 from weir.tools.savepoint_inspect import (
-    WINDOW_STATE_NAME,
     UnknownOperatorError,
     load_savepoint,
     open_keyed_snapshot,
@@ -72,8 +72,6 @@ from weir.tools.savepoint_inspect import (
 DEFAULT_WINDOW_S: Final = 30.0
 RECENT_CHECKPOINTS: Final = 10
 HTTP_TIMEOUT_S: Final = 10.0
-PREFIXED_STATES: Final = frozenset({WINDOW_STATE_NAME, EVENT_TIMERS, PROCESSING_TIMERS})
-"""States whose entry key is the length-prefixed record key followed by more (window bounds, time)."""
 
 
 class MeasurementError(WeirError):
@@ -295,12 +293,8 @@ def default_figures() -> dict[str, Figure]:
 
 
 def record_key(state: str, key: bytes) -> bytes:
-    """The record key of an entry: the length-prefixed part of a window or timer state's key, else the key."""
-    if state in PREFIXED_STATES and len(key) >= 4:
-        n = int.from_bytes(key[:4], "big")
-        if 4 + n <= len(key):
-            return key[4 : 4 + n]
-    return key
+    """The record key of an entry (``weir.core.state_layout.record_key_of``)."""
+    return record_key_of(state, key)
 
 
 @dataclass(frozen=True)
@@ -358,7 +352,7 @@ def measure_savepoint(
     entries = 0
     serialized = 0
     by_state: dict[str, int] = {}
-    overhead = len(operator_uid.encode()) + 1 + 2 + 1  # uid \0, key group, the state name's \0
+    operator = operator_prefix(operator_uid)
     with tempfile.TemporaryDirectory(prefix="weir-plan-", dir=work_dir) as scratch:
         directory = Path(scratch)
         for task in sp.tasks:
@@ -372,7 +366,8 @@ def measure_savepoint(
                     for entry in scan_entries(db, operator_uid, key_groups, values=True):
                         keys.add(record_key(entry.state, entry.key))
                         entries += 1
-                        serialized += overhead + len(entry.state.encode()) + len(entry.key) + len(entry.value)
+                        stored_key = entry_key(operator, entry.key_group, entry.state, entry.key)
+                        serialized += len(stored_key) + len(entry.value)
                         by_state[entry.state] = by_state.get(entry.state, 0) + 1
     return KeyedStateMeasure(path, operator_uid, len(keys), entries, serialized, by_state)
 

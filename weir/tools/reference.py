@@ -66,7 +66,7 @@ from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator,
 from weir.operators.windows import WindowAggregateOperator
 from weir.plan import JobPlan, NetworkEdge, build_plan
 from weir.taskmanager.chain import ChainInput, OperatorChain
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 
 REFERENCE_JOB_ID = "reference"
 SOURCE_BATCH = 1
@@ -229,7 +229,7 @@ def run_loaded(
     """Run a loaded job's graph in reference mode (``parameters``: what its operators' context shows)."""
     reader = kafka_input or _kafka_reader(endpoints or Endpoints.from_env())
     with tempfile.TemporaryDirectory(prefix="weir-reference-") as tmp:
-        backend = StateBackend(Path(tmp) / "state")
+        backend = RocksDBStateBackend(Path(tmp) / "state")
         try:
             return _Run(job.graph, dict(parameters or {}), backend, reader).execute()
         finally:
@@ -475,7 +475,7 @@ class _LocalChannel:
 
 class _Run:
     def __init__(
-        self, graph: LogicalGraph, parameters: dict[str, str], backend: StateBackend, reader: KafkaInput
+        self, graph: LogicalGraph, parameters: dict[str, str], backend: RocksDBStateBackend, reader: KafkaInput
     ) -> None:
         self._graph = graph
         self._parameters = parameters

@@ -11,12 +11,13 @@ operator, transactional sinks), anything else is reported as opaque bytes.
 
 Keyed state is read only when asked for (``info --keyed``, ``dump``): the files of each RocksDB
 snapshot handle are downloaded into a temporary directory, checked against their sizes, opened
-read-only with rocksdict, and scanned over the handle's ``(operator uid, key groups)`` ranges. An
-entry's RocksDB key is ``uid \\0 | key group (2 bytes) | state name \\0 | key`` and its value a pickle
-(``weir.taskmanager.state``); the key bytes are an operator's own encoding (``weir.core.keygroups.key_to_bytes``,
-length-prefixed with a window's bounds for window state), which is not reversible in general: a dump
-gives the exact bytes (``key_hex``) and a best-effort reading (``key``). Values are unpickled, as a
-restore does: inspect only checkpoints you would restore from.
+read-only (``weir.taskmanager.state.ReadOnlyState``), and scanned over the handle's ``(operator uid,
+key groups)`` ranges. Every entry is decoded by ``weir.core.state_layout``, which owns the bytes:
+the key group and state name of each RocksDB key, the state key by its state's kind (a window's
+bounds, a timer's time, a map entry's key; a state the layout does not name is guessed at), and the
+value (a pickle). A record key's bytes (``weir.core.keygroups.key_to_bytes``) are not reversible in
+general: a dump gives the exact bytes (``key_hex``) and a best-effort reading (``key``). Values are
+unpickled, as a restore does: inspect only checkpoints you would restore from.
 
 Errors: a path with no ``_metadata`` or an unknown operator uid is the user's (exit 2,
 ``SavepointNotFoundError``, ``UnknownOperatorError``); metadata, task state or objects that are
@@ -27,7 +28,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import struct
 import tempfile
 import uuid
 from collections import defaultdict
@@ -38,15 +38,13 @@ from pathlib import Path
 from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions
-
 from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
 from weir.core.config import Endpoints
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import METADATA_FILE, locate_state
-from weir.core.serde import unpickle
+from weir.core.state_layout import KeyedEntry, describe_state_key, load_value
 from weir.core.task_state import (
     TASK_STATE_FORMAT,
     InlineOperatorState,
@@ -62,13 +60,7 @@ from weir.operators.sources import SOURCE_STATE_FORMAT, decode_kafka_source_stat
 from weir.operators.transactional_sinks import SinkSnapshot
 from weir.operators.windows import decode_window_state
 from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotFile, keyed_state_from_document
-from weir.taskmanager.state import key_group_range_bounds
-
-WINDOW_STATE_NAME: Final = "win"
-"""The keyed state name of ``weir.operators.windows.WindowAggregateOperator``: key = the current key
-(4-byte length + bytes) and the window's bounds (two big-endian int64), value = (key, accumulator)."""
-_WINDOW_BOUNDS: Final = struct.Struct(">qq")
-_U32: Final = struct.Struct(">I")
+from weir.taskmanager.state import ReadOnlyState
 
 
 class SavepointNotFoundError(WeirError):
@@ -251,14 +243,6 @@ def decode_operator_state(data: bytes) -> dict[str, Any]:
 # Keyed state: download, open, scan ----------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class KeyedEntry:
-    key_group: int
-    state: str
-    key: bytes
-    value: bytes  # the pickle, as stored
-
-
 def _snapshot_identity(handle: KeyedStateHandle) -> tuple[str, str, int, int]:
     return handle.taskmanager_id, handle.db_incarnation, handle.checkpoint_id, handle.snapshot_index
 
@@ -266,7 +250,7 @@ def _snapshot_identity(handle: KeyedStateHandle) -> tuple[str, str, int, int]:
 @contextmanager
 def open_keyed_snapshot(
     storage: CheckpointStorage, handle: KeyedStateHandle, work_dir: Path, where: str
-) -> Iterator[Rdict]:
+) -> Iterator[ReadOnlyState]:
     """The handle's RocksDB snapshot, downloaded under ``work_dir`` and opened read-only; deleted on exit."""
     directory = work_dir / uuid.uuid4().hex
     directory.mkdir(parents=True)
@@ -274,7 +258,7 @@ def open_keyed_snapshot(
         for f in (*handle.sst_files, *handle.db_files):
             _download(storage, f, directory, where)
         try:
-            db = Rdict(str(directory), Options(raw_mode=True), access_type=AccessType.read_only())
+            db = ReadOnlyState(directory)
         except Exception as exc:
             raise DamagedStateError(
                 f"{where}: the RocksDB snapshot {handle.snapshot_index} of {handle.taskmanager_id} "
@@ -302,22 +286,11 @@ def _download(storage: CheckpointStorage, f: SnapshotFile, directory: Path, wher
         )
 
 
-def scan_entries(db: Rdict, uid: str, key_groups: KeyGroupRange, *, values: bool = True) -> Iterator[KeyedEntry]:
+def scan_entries(
+    db: ReadOnlyState, uid: str, key_groups: KeyGroupRange, *, values: bool = True
+) -> Iterator[KeyedEntry]:
     """Every entry of operator ``uid`` in ``key_groups``, in key order (values empty unless ``values``)."""
-    start, end = key_group_range_bounds(uid, key_groups.start, key_groups.end)
-    read = ReadOptions()
-    read.set_iterate_upper_bound(end)
-    skip = len(uid.encode("utf-8")) + 1
-    pairs: Iterable[tuple[Any, Any]] = (
-        db.items(from_key=start, read_opt=read)
-        if values
-        else ((k, b"") for k in db.keys(from_key=start, read_opt=read))
-    )
-    for full, raw in pairs:
-        name, sep, key = full[skip + 2 :].partition(b"\x00")
-        if not sep:
-            raise SerializationError(f"RocksDB key {full!r} of operator {uid} has no state name")
-        yield KeyedEntry(int.from_bytes(full[skip : skip + 2], "big"), name.decode("utf-8", "replace"), key, raw)
+    return db.entries(uid, key_groups, values=values)
 
 
 def _compress(key_groups: Iterable[int]) -> list[tuple[int, int]]:
@@ -330,54 +303,7 @@ def _compress(key_groups: Iterable[int]) -> list[tuple[int, int]]:
     return ranges
 
 
-# Keys and values as JSON --------------------------------------------------------------------------
-
-
-def read_key(key: bytes) -> Any:
-    """A best-effort reading of bytes made by ``key_to_bytes`` (and of MapState's composite keys):
-    printable UTF-8 as a string, 8 bytes as an int, length-prefixed parts as a list (a tuple key), a
-    length-prefixed key and more as ``{"key", "user_key"}``, anything else as ``{"hex"}``."""
-    try:
-        text = key.decode("utf-8")
-    except UnicodeDecodeError:
-        text = None
-    if text is not None and text.isprintable():
-        return text
-    if len(key) == 8:
-        return int.from_bytes(key, "big", signed=True)
-    parts = _length_prefixed(key)
-    if parts is not None:
-        return [read_key(p) for p in parts]
-    if len(key) > 4:
-        (n,) = _U32.unpack_from(key)
-        if 4 + n < len(key):
-            return {"key": read_key(key[4 : 4 + n]), "user_key": read_key(key[4 + n :])}
-    return {"hex": key.hex()}
-
-
-def _length_prefixed(data: bytes) -> list[bytes] | None:
-    parts: list[bytes] = []
-    offset = 0
-    while offset < len(data):
-        if offset + 4 > len(data):
-            return None
-        (n,) = _U32.unpack_from(data, offset)
-        offset += 4
-        if offset + n > len(data):
-            return None
-        parts.append(data[offset : offset + n])
-        offset += n
-    return parts or None
-
-
-def read_state_key(state: str, key: bytes) -> Any:
-    """``read_key``, but a window operator's key as ``{"key", "window": [start, end]}``."""
-    if state == WINDOW_STATE_NAME and len(key) >= 4 + _WINDOW_BOUNDS.size:
-        (n,) = _U32.unpack_from(key)
-        if 4 + n + _WINDOW_BOUNDS.size == len(key):
-            start, end = _WINDOW_BOUNDS.unpack_from(key, 4 + n)
-            return {"key": read_key(key[4 : 4 + n]), "window": [start, end]}
-    return read_key(key)
+# Entries as JSON --------------------------------------------------------------------------------
 
 
 def entry_to_json(entry: KeyedEntry) -> dict[str, Any]:
@@ -386,11 +312,11 @@ def entry_to_json(entry: KeyedEntry) -> dict[str, Any]:
     line: dict[str, Any] = {
         "key_group": entry.key_group,
         "state": entry.state,
-        "key": read_state_key(entry.state, entry.key),
+        "key": describe_state_key(entry.state, entry.key),
         "key_hex": entry.key.hex(),
     }
     try:
-        value = unpickle(entry.value)
+        value = load_value(entry.value)
     except Exception as exc:  # e.g. a class of the job file, not importable here
         line["value_error"] = f"does not unpickle ({len(entry.value)} bytes): {type(exc).__name__}: {exc}"
         return line
@@ -614,7 +540,7 @@ def _scan_keyed_stats(sp: LoadedSavepoint, work_dir: Path | None) -> dict[tuple[
     return out
 
 
-def _scan(db: Rdict, uid: str, ranges: KeyGroupRange, where: str, *, values: bool) -> Iterator[KeyedEntry]:
+def _scan(db: ReadOnlyState, uid: str, ranges: KeyGroupRange, where: str, *, values: bool) -> Iterator[KeyedEntry]:
     try:
         yield from scan_entries(db, uid, ranges, values=values)
     except SerializationError as exc:

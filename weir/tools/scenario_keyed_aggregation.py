@@ -45,13 +45,14 @@ from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.keygroups import key_group_for_key
+from weir.core.state_layout import WINDOW_STATE
 from weir.core.states import JobStatus
 from weir.core.windows import window_start
 from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.drive import recreate_inputs, wait_for_job
 from weir.tools.events import EventSpec, produce_events
-from weir.tools.savepoint_inspect import WINDOW_STATE_NAME, dump_operator
+from weir.tools.savepoint_inspect import dump_operator
 from weir.tools.scenario_report import ScenarioReport, run_on_local_cluster
 from weir.tools.scenario_upgrade import SavepointCut, read_savepoint
 from weir.tools.verify import COMMIT_PROOF_TABLE, ProofEntry, SubtaskCommit, VerifyReport, last_commits, verify_job
@@ -667,7 +668,7 @@ def _evidence(
         ", ".join(f"#{w.subtask} key groups {w.key_groups}: {_clock(w.watermark)}" for w in cut.window_watermarks)
         + " (a window fired when its last millisecond <= its subtask's watermark)",
     )
-    m(f"keyed state entries of {WINDOW_UID!r} ({WINDOW_STATE_NAME!r})", f"{len(entries):,}")
+    m(f"keyed state entries of {WINDOW_UID!r} ({WINDOW_STATE!r})", f"{len(entries):,}")
     for s in sinks:
         m(f"records in {s.place}", f"{s.found:,}")
     m("dead-letter records", f"{dlq.records:,}")

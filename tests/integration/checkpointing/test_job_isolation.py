@@ -36,7 +36,7 @@ from weir.core.task_state import StoredOperatorState, decode_task_state
 from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, keyed_state_from_document
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 from weir.tools.client import JobDetails
 
 pytestmark = pytest.mark.integration
@@ -273,7 +273,7 @@ def window_accumulators(job: Job, handle: KeyedStateHandle, entries: dict[bytes,
 
 def restored(storage: CheckpointStorage, handle: KeyedStateHandle, root: Path) -> dict[bytes, bytes]:
     """What a fresh database holds after restoring ``handle`` over every key group (the product path)."""
-    backend = StateBackend(root / "state.db")
+    backend = RocksDBStateBackend(root / "state.db")
     snapshotter = RocksDBSnapshotter(backend, storage, CheckpointPaths(), TaskManagerId("test-restore"), work_dir=root)
     try:
         uid = handle.ranges[0][0]

@@ -21,7 +21,7 @@ from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCom
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.jobmanager.orphans import collect_orphans
 from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 
 pytestmark = pytest.mark.integration
 
@@ -40,7 +40,7 @@ def storage(services: Endpoints) -> Iterator[CheckpointStorage]:
 
 
 def snapshot_after_writes(
-    backend: StateBackend, snapshotter: RocksDBSnapshotter, checkpoint_id: int, users: range
+    backend: RocksDBStateBackend, snapshotter: RocksDBSnapshotter, checkpoint_id: int, users: range
 ) -> KeyedStateHandle:
     store = backend.keyed_store(COUNTS)
     for i in users:
@@ -52,7 +52,7 @@ def snapshot_after_writes(
 def test_a_crashed_checkpoint_s_real_uploads_are_deleted_and_the_retained_one_s_stay(
     tmp_path: Path, storage: CheckpointStorage
 ) -> None:
-    backend = StateBackend(tmp_path / "db")
+    backend = RocksDBStateBackend(tmp_path / "db")
     snapshotter = RocksDBSnapshotter(backend, storage, PATHS, TaskManagerId("tm-0"))
     try:
         first = snapshot_after_writes(backend, snapshotter, 1, range(0, 500))

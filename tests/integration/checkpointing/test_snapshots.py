@@ -34,7 +34,7 @@ from weir.jobmanager.checkpointing.pending import AckResult, StateObject, TaskAc
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotResult
-from weir.taskmanager.state import KeyedStateStore, StateBackend
+from weir.taskmanager.state import RocksDBKeyedStateStore, RocksDBStateBackend
 
 pytestmark = pytest.mark.integration
 
@@ -62,10 +62,10 @@ class TaskManagerDouble:
     """One TaskManager's database and snapshotter running subtask ``subtask`` of the keyed vertex."""
 
     task: TaskId
-    backend: StateBackend
+    backend: RocksDBStateBackend
     snapshotter: RocksDBSnapshotter
     ranges: list[tuple[OperatorUid, KeyGroupRange]]
-    stores: dict[OperatorUid, KeyedStateStore] = field(default_factory=dict)
+    stores: dict[OperatorUid, RocksDBKeyedStateStore] = field(default_factory=dict)
 
     def owns(self, key_group: int) -> bool:
         return key_group in self.ranges[0][1]
@@ -78,7 +78,7 @@ class TaskManagerDouble:
 
 def start_taskmanager(root: Path, storage: CheckpointStorage, subtask: int, parallelism: int) -> TaskManagerDouble:
     name = TaskManagerId(f"tm-{subtask}")
-    backend = StateBackend(root / name / "db")
+    backend = RocksDBStateBackend(root / name / "db")
     snapshotter = RocksDBSnapshotter(backend, storage, CheckpointPaths(), name)
     key_groups = key_group_range_for_subtask(MAX_PARALLELISM, parallelism, SubtaskIndex(subtask))
     tm = TaskManagerDouble(
@@ -133,7 +133,7 @@ def write_users(model: Model, tms: list[TaskManagerDouble], users: range, versio
         model.put(tms, SUMS, "total", f"user-{i}", {"sum": i * 1.5 * version, "n": version})
 
 
-def database_content(backend: StateBackend) -> dict[bytes, bytes]:
+def database_content(backend: RocksDBStateBackend) -> dict[bytes, bytes]:
     content: dict[bytes, bytes] = {}
     for key, value in backend.db.items():
         assert isinstance(key, bytes) and isinstance(value, bytes)
@@ -224,7 +224,7 @@ def restore_fresh(
 ) -> tuple[dict[bytes, bytes], int, int]:
     """Restore into a new TaskManager's empty database: its content, handles used, bytes downloaded."""
     name = TaskManagerId(f"restored-{uuid.uuid4().hex[:8]}")
-    backend = StateBackend(root / name / "db")
+    backend = RocksDBStateBackend(root / name / "db")
     snapshotter = RocksDBSnapshotter(backend, storage, CheckpointPaths(), name)
     try:
         result = snapshotter.restore(handles, ranges)
@@ -356,7 +356,7 @@ def test_subtasks_of_one_taskmanager_share_a_local_snapshot_only_when_nothing_wa
     tmp_path: Path, storage: CheckpointStorage
 ) -> None:
     gated = GatedStorage(storage)
-    backend = StateBackend(tmp_path / "tm" / "db")
+    backend = RocksDBStateBackend(tmp_path / "tm" / "db")
     snapshotter = RocksDBSnapshotter(backend, gated, CheckpointPaths(), TaskManagerId("tm"))
     store = backend.keyed_store(COUNTS)
     left, right = [(COUNTS, kgr(0, 63))], [(COUNTS, kgr(64, 127))]

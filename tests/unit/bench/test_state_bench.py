@@ -23,12 +23,12 @@ from bench.state_bench import (
 )
 from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.keygroups import key_group_for
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 
 KEYS = 2000
 
 
-def stored(backend: StateBackend, first: int, last: int) -> dict[bytes, object]:
+def stored(backend: RocksDBStateBackend, first: int, last: int) -> dict[bytes, object]:
     store = backend.keyed_store(NAMESPACE)
     return {key: value for group in range(first, last + 1) for key, value in store.items(STATE_NAME, group)}
 
@@ -47,7 +47,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> tuple[SizeFigures, dic
     root = tmp_path_factory.mktemp("state-bench")
     matches: dict[tuple[str, int], bool] = {}
 
-    def verify(figures: RestoreFigures, backend: StateBackend) -> None:
+    def verify(figures: RestoreFigures, backend: RocksDBStateBackend) -> None:
         first, last = figures.key_groups
         matches[(figures.label, figures.subtask)] = stored(backend, first, last) == written(first, last)
 

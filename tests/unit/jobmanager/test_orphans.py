@@ -191,7 +191,8 @@ def test_random_layouts_never_lose_what_is_retained_in_flight_or_unknown() -> No
             shared_sst = PATHS.parse_shared_sst(key)
             if folder is not None:
                 i = folder.checkpoint_id
-                keep = i in retained_ids or i in in_flight or (i in unknown_savepoints and folder.kind == "savepoint")
+                unknown_savepoint = i in unknown_savepoints and folder.kind is CheckpointKind.SAVEPOINT
+                keep = i in retained_ids or i in in_flight or unknown_savepoint
             elif shared_sst is not None:
                 keep = shared_sst.checkpoint_id in in_flight or shared_sst.checkpoint_id <= reuse_bound
             else:

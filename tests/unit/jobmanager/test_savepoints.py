@@ -27,7 +27,9 @@ def running_job(h: Harness) -> JobMaster:
 def acknowledge_savepoint(h: Harness, job: JobMaster, savepoint_id: int) -> StateObject:
     """The one task uploads a file into the savepoint's folder and acknowledges."""
     cid = CheckpointId(savepoint_id)
-    key = h.jm.paths.db_file(job.coordinator.job_id, cid, TaskManagerId("tm-a"), "db1", 0, "000007.sst", "savepoint")
+    key = h.jm.paths.db_file(
+        job.coordinator.job_id, cid, TaskManagerId("tm-a"), "db1", 0, "000007.sst", CheckpointKind.SAVEPOINT
+    )
     h.storage.put_bytes(key, b"s" * 64)
     obj = StateObject(key, 64)
     h.jm.acknowledge_checkpoint(CheckpointAck(job.job_id, "gen", 0, job.attempt, cid, (obj,), b"{}", TaskAckMetrics()))

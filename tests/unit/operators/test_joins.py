@@ -17,17 +17,23 @@ from weir.api import Collector, SlidingEventTimeWindows, TumblingEventTimeWindow
 from weir.core.errors import JobDefinitionError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
-from weir.operators.joins import (
-    LEFT_BUFFER,
-    LEFT_TIMES,
-    RIGHT_BUFFER,
-    RIGHT_TIMES,
-    IntervalJoinOperator,
-    JoinContext,
-    WindowJoinOperator,
+from weir.core.state_layout import (
+    EVENT_TIMERS,
 )
+from weir.core.state_layout import (
+    JOIN_LEFT_BUFFER as LEFT_BUFFER,
+)
+from weir.core.state_layout import (
+    JOIN_LEFT_TIMES as LEFT_TIMES,
+)
+from weir.core.state_layout import (
+    JOIN_RIGHT_BUFFER as RIGHT_BUFFER,
+)
+from weir.core.state_layout import (
+    JOIN_RIGHT_TIMES as RIGHT_TIMES,
+)
+from weir.operators.joins import IntervalJoinOperator, JoinContext, WindowJoinOperator
 from weir.operators.keyed import KeyedCoProcessOperator
-from weir.operators.timers import EVENT_TIMERS
 
 BOUND = 20
 """How far out of order the random inputs are: the watermark trails the newest timestamp by BOUND + 1."""

@@ -16,7 +16,7 @@ from weir.core.windows import TumblingEventTimeWindows
 from weir.operators.base import StreamOperator
 from weir.operators.keyed import KeyedOperator, KeyedProcessOperator, ReduceOperator
 from weir.operators.windows import WindowAggregateOperator
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 
 UID = "window-count-sum"
 
@@ -85,13 +85,13 @@ def write_version_1(make_context: MakeContext) -> bytes:
     return op.snapshot_state(1) or b""
 
 
-def stored_accumulators(backend: StateBackend, uid: str = UID) -> list[Any]:
+def stored_accumulators(backend: RocksDBStateBackend, uid: str = UID) -> list[Any]:
     store = backend.keyed_store(uid)
     return sorted(entry for kg in range(128) for _key, entry in store.items("win", kg))
 
 
 def test_window_accumulators_written_at_version_1_are_migrated_to_version_2_at_open(
-    make_context: MakeContext, state_backend: StateBackend
+    make_context: MakeContext, state_backend: RocksDBStateBackend
 ) -> None:
     watermark_state = write_version_1(make_context)
     op = windows(CountSumMax(), StateSchema("win", version=2, migrate=add_max))
@@ -108,7 +108,10 @@ def test_window_accumulators_written_at_version_1_are_migrated_to_version_2_at_o
     assert sorted(output.values) == [("a", 0, 3, 9, 3), ("a", 10, 1, 7, None), ("b", 0, 1, 4, None)]
 
 
-def test_a_document_without_schemas_counts_as_version_1(make_context: MakeContext, state_backend: StateBackend) -> None:
+def test_a_document_without_schemas_counts_as_version_1(
+    make_context: MakeContext,
+    state_backend: RocksDBStateBackend,
+) -> None:
     write_version_1(make_context)
     restore(windows(CountSumMax(), StateSchema("win", version=2, migrate=add_max)), make_context, {})
     assert len(stored_accumulators(state_backend)) == 3
@@ -138,7 +141,10 @@ def test_an_older_version_than_the_snapshots_is_refused(make_context: MakeContex
         op.migrate_from({"win": StoredSchema("win", "pickle", 2)})
 
 
-def test_the_same_version_restores_the_values_untouched(make_context: MakeContext, state_backend: StateBackend) -> None:
+def test_the_same_version_restores_the_values_untouched(
+    make_context: MakeContext,
+    state_backend: RocksDBStateBackend,
+) -> None:
     write_version_1(make_context)
     restore(windows(CountSum()), make_context, {"win": StoredSchema("win")})
     assert stored_accumulators(state_backend) == [("a", (1, 7)), ("a", (2, 6)), ("b", (1, 4))]

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
@@ -32,7 +33,7 @@ from weir.jobmanager.checkpointing.pending import AckResult, FailureKind, StateO
 from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
-from weir.taskmanager.state import StateBackend
+from weir.taskmanager.state import RocksDBStateBackend
 
 
 def job_namespace(job: JobId, uid: str) -> str:
@@ -70,7 +71,7 @@ class GatedStorage(FileCheckpointStorage):
 @dataclass
 class TaskManagerDouble:
     name: str
-    backend: StateBackend
+    backend: RocksDBStateBackend
     snapshotter: RocksDBSnapshotter
 
     def write(self, first: int, count: int, job: JobId = JOB) -> None:
@@ -102,7 +103,7 @@ def make_tm(tmp_path: Path, storage: GatedStorage) -> Iterator[MakeTaskManager]:
     made: list[TaskManagerDouble] = []
 
     def make(name: str) -> TaskManagerDouble:
-        backend = StateBackend(tmp_path / name / "state.db")
+        backend = RocksDBStateBackend(tmp_path / name / "state.db")
         snapshotter = RocksDBSnapshotter(
             backend, storage, CheckpointPaths(), TaskManagerId(name), work_dir=tmp_path / name / "snapshots"
         )
@@ -166,7 +167,9 @@ class JobManagerLoop:
     def snapshot(self, checkpoint_id: CheckpointId) -> KeyedStateHandle:
         tm = self.placement[KEYED]
         assert tm is not None
-        future = tm.snapshotter.begin(JOB, checkpoint_id, ranges_of(JOB), "checkpoint", **self._attempt())
+        future = tm.snapshotter.begin(
+            JOB, checkpoint_id, ranges_of(JOB), CheckpointKind.CHECKPOINT, **self._attempt()
+        )
         return future.result(WAIT_S).handle
 
     def _attempt(self) -> dict[str, int]:

@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from weir.taskmanager.state import KeyedStateStore, StateBackend
+from weir.core.ids import KeyGroup
+from weir.core.keygroups import KeyGroupRange
+from weir.taskmanager.state import RocksDBKeyedStateStore, RocksDBStateBackend
 
 
-def fresh_view(backend: StateBackend, uid: str = "op") -> KeyedStateStore:
+def groups(first: int, last: int) -> KeyGroupRange:
+    return KeyGroupRange(KeyGroup(first), KeyGroup(last))
+
+
+def fresh_view(backend: RocksDBStateBackend, uid: str = "op") -> RocksDBKeyedStateStore:
     """A second store over the same database: it sees only what was flushed."""
     return backend.keyed_store(uid)
 
 
-def test_writes_stay_in_the_cache_until_flushed(state_backend: StateBackend) -> None:
+def test_writes_stay_in_the_cache_until_flushed(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op")
     store.put("count", 3, b"k1", 10)
     store.put("count", 3, b"k2", {"nested": [1, 2]})
@@ -27,7 +33,7 @@ def test_writes_stay_in_the_cache_until_flushed(state_backend: StateBackend) -> 
     assert view.get("other", 3, b"k1") is None  # another state name
 
 
-def test_overwrites_flush_the_latest_value(state_backend: StateBackend) -> None:
+def test_overwrites_flush_the_latest_value(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op")
     for value in range(5):
         store.put("v", 0, b"k", value)
@@ -35,7 +41,7 @@ def test_overwrites_flush_the_latest_value(state_backend: StateBackend) -> None:
     assert fresh_view(state_backend).get("v", 0, b"k") == 4
 
 
-def test_deletes_are_written_back_too(state_backend: StateBackend) -> None:
+def test_deletes_are_written_back_too(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op")
     store.put("v", 1, b"a", "A")
     store.put("v", 1, b"b", "B")
@@ -49,7 +55,7 @@ def test_deletes_are_written_back_too(state_backend: StateBackend) -> None:
     assert store.get("v", 1, b"a") is None
 
 
-def test_a_put_deleted_before_the_flush_never_reaches_the_database(state_backend: StateBackend) -> None:
+def test_a_put_deleted_before_the_flush_never_reaches_the_database(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op")
     store.put("v", 1, b"a", "A")
     store.delete("v", 1, b"a")
@@ -57,7 +63,7 @@ def test_a_put_deleted_before_the_flush_never_reaches_the_database(state_backend
     assert list(fresh_view(state_backend).items("v", 1)) == []
 
 
-def test_none_is_a_value_and_does_not_resurrect_the_old_one(state_backend: StateBackend) -> None:
+def test_none_is_a_value_and_does_not_resurrect_the_old_one(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op")
     store.put("v", 2, b"k", "old")
     store.flush()
@@ -68,7 +74,7 @@ def test_none_is_a_value_and_does_not_resurrect_the_old_one(state_backend: State
     assert list(fresh_view(state_backend).items("v", 2)) == [(b"k", None)]
 
 
-def test_items_are_one_key_group_sorted_by_key_after_a_flush(state_backend: StateBackend) -> None:
+def test_items_are_one_key_group_sorted_by_key_after_a_flush(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op")
     other_op = state_backend.keyed_store("op2")
     for key in (b"m", b"a", b"z", b"\x00", b"ab"):
@@ -84,7 +90,7 @@ def test_items_are_one_key_group_sorted_by_key_after_a_flush(state_backend: Stat
     assert list(store.items("window", 5)) == [(b"a", "other state")]
 
 
-def test_clear_key_groups_drops_only_that_range_of_this_operator(state_backend: StateBackend) -> None:
+def test_clear_key_groups_drops_only_that_range_of_this_operator(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op")
     other_op = state_backend.keyed_store("op2")
     for kg in range(6):
@@ -93,13 +99,35 @@ def test_clear_key_groups_drops_only_that_range_of_this_operator(state_backend: 
     store.flush()
     other_op.flush()
     store.put("s", 2, b"unflushed", "gone too")
-    store.clear_key_groups(1, 3)
+    store.clear_key_groups(groups(1, 3))
     assert [kg for kg in range(6) if list(store.items("s", kg))] == [0, 4, 5]
     assert store.get("s", 2, b"unflushed") is None
     assert [kg for kg in range(6) if list(other_op.items("s", kg))] == list(range(6))
 
 
-def test_the_cache_is_flushed_when_it_outgrows_its_limit(state_backend: StateBackend) -> None:
+def test_clear_key_groups_keeps_what_the_cache_holds_of_other_key_groups(state_backend: RocksDBStateBackend) -> None:
+    """An unflushed write outside the cleared range survives it, and a store whose cache is complete
+    still reads what it holds there (it used to drop its whole cache and answer None)."""
+    store = state_backend.keyed_store("op", key_groups=groups(0, 5))
+    assert store.cache_is_complete
+    store.put("s", 1, b"flushed", "in the database")
+    store.flush()
+    store.put("s", 1, b"dirty", "in the cache only")
+    store.put("s", 3, b"dirty", "cleared")
+    store.clear_key_groups(groups(3, 4))
+    assert store.get("s", 1, b"flushed") == "in the database"
+    assert store.get("s", 1, b"dirty") == "in the cache only"
+    assert store.get("s", 3, b"dirty") is None
+    store.flush()
+    view = fresh_view(state_backend)
+    assert (view.get("s", 1, b"flushed"), view.get("s", 1, b"dirty"), view.get("s", 3, b"dirty")) == (
+        "in the database",
+        "in the cache only",
+        None,
+    )
+
+
+def test_the_cache_is_flushed_when_it_outgrows_its_limit(state_backend: RocksDBStateBackend) -> None:
     store = state_backend.keyed_store("op", cache_limit=3)
     for i in range(3):
         store.put("s", 0, bytes([i]), i)
@@ -109,7 +137,7 @@ def test_the_cache_is_flushed_when_it_outgrows_its_limit(state_backend: StateBac
     assert [store.get("s", 0, bytes([i])) for i in range(4)] == [0, 1, 2, 3]
 
 
-def test_reads_fill_the_cache_within_its_limit(state_backend: StateBackend) -> None:
+def test_reads_fill_the_cache_within_its_limit(state_backend: RocksDBStateBackend) -> None:
     writer = state_backend.keyed_store("op")
     for i in range(10):
         writer.put("s", 0, bytes([i]), i)
@@ -122,23 +150,25 @@ def test_reads_fill_the_cache_within_its_limit(state_backend: StateBackend) -> N
 
 
 def test_state_survives_reopening_the_database(tmp_path: Path) -> None:
-    backend = StateBackend(tmp_path / "db")
+    backend = RocksDBStateBackend(tmp_path / "db")
     store = backend.keyed_store("op")
     store.put("s", 9, b"k", [1, 2, 3])
     store.flush()
     backend.close()
-    reopened = StateBackend(tmp_path / "db")
+    reopened = RocksDBStateBackend(tmp_path / "db")
     try:
         assert reopened.keyed_store("op").get("s", 9, b"k") == [1, 2, 3]
     finally:
         reopened.close()
 
 
-def test_a_store_starting_on_an_empty_key_range_answers_misses_from_its_cache(state_backend: StateBackend) -> None:
+def test_a_store_starting_on_an_empty_key_range_answers_misses_from_its_cache(
+    state_backend: RocksDBStateBackend,
+) -> None:
     other = state_backend.keyed_store("op")
     other.put("v", 9, b"k", "another subtask's")  # key group 9: outside the range below
     other.flush()
-    store = state_backend.keyed_store("op", key_groups=(0, 8))
+    store = state_backend.keyed_store("op", key_groups=groups(0, 8))
     assert store.cache_is_complete
     reads: list[bytes] = []
     real_db = state_backend.db
@@ -155,17 +185,17 @@ def test_a_store_starting_on_an_empty_key_range_answers_misses_from_its_cache(st
     assert reads == []  # neither the miss nor the hit read the database
 
 
-def test_a_store_over_existing_entries_reads_them(state_backend: StateBackend) -> None:
+def test_a_store_over_existing_entries_reads_them(state_backend: RocksDBStateBackend) -> None:
     writer = state_backend.keyed_store("op")
     writer.put("v", 5, b"k", "restored")
     writer.flush()
-    store = state_backend.keyed_store("op", key_groups=(0, 8))
+    store = state_backend.keyed_store("op", key_groups=groups(0, 8))
     assert not store.cache_is_complete
     assert store.get("v", 5, b"k") == "restored"
 
 
-def test_eviction_ends_cache_completeness_and_keeps_every_value(state_backend: StateBackend) -> None:
-    store = state_backend.keyed_store("op", cache_limit=10, key_groups=(0, 127))
+def test_eviction_ends_cache_completeness_and_keeps_every_value(state_backend: RocksDBStateBackend) -> None:
+    store = state_backend.keyed_store("op", cache_limit=10, key_groups=groups(0, 127))
     assert store.cache_is_complete
     for i in range(25):
         store.put("v", i % 128, str(i).encode(), i)
@@ -173,10 +203,12 @@ def test_eviction_ends_cache_completeness_and_keeps_every_value(state_backend: S
     assert [store.get("v", i % 128, str(i).encode()) for i in range(25)] == list(range(25))
 
 
-def test_a_put_where_the_database_has_nothing_and_its_delete_write_nothing(state_backend: StateBackend) -> None:
+def test_a_put_where_the_database_has_nothing_and_its_delete_write_nothing(
+    state_backend: RocksDBStateBackend,
+) -> None:
     """A window opened and fired between two checkpoints: neither its entry nor its deletion is
     written, on a complete cache and after a read that found nothing."""
-    for store in (state_backend.keyed_store("op", key_groups=(0, 3)), state_backend.keyed_store("op2")):
+    for store in (state_backend.keyed_store("op", key_groups=groups(0, 3)), state_backend.keyed_store("op2")):
         assert store.get("v", 1, b"new") is None  # the complete cache, or a database read, says absent
         store.put("v", 1, b"new", "x")
         store.put("v", 1, b"new", "y")
@@ -185,8 +217,8 @@ def test_a_put_where_the_database_has_nothing_and_its_delete_write_nothing(state
         assert store.flush() == 0
 
 
-def test_an_entry_flushed_before_its_delete_is_deleted_in_the_database(state_backend: StateBackend) -> None:
-    store = state_backend.keyed_store("op", key_groups=(0, 3))
+def test_an_entry_flushed_before_its_delete_is_deleted_in_the_database(state_backend: RocksDBStateBackend) -> None:
+    store = state_backend.keyed_store("op", key_groups=groups(0, 3))
     store.put("v", 1, b"k", "x")
     assert store.flush() == 1
     store.delete("v", 1, b"k")

@@ -44,7 +44,7 @@ def test_metadata_keys_parse_back(kind: CheckpointKind) -> None:
     paths = CheckpointPaths("root")
     for checkpoint_id in (0, 1, 42, 2**63 - 1):
         key = paths.metadata_key_fn()(JOB, CheckpointId(checkpoint_id), kind)
-        assert paths.parse_metadata_key(key) == MetadataKey(JOB, CheckpointId(checkpoint_id), kind.value)
+        assert paths.parse_metadata_key(key) == MetadataKey(JOB, CheckpointId(checkpoint_id), kind)
 
 
 def test_other_keys_do_not_parse_as_metadata() -> None:
@@ -107,5 +107,14 @@ def test_out_of_range_numbers_are_rejected() -> None:
         paths.metadata(JOB, CheckpointId(10**20))
     with pytest.raises(ValueError):
         paths.task_state(JOB, CheckpointId(1), OperatorUid("op"), SubtaskIndex(100_000))
-    with pytest.raises(ValueError):
-        paths.metadata(JOB, CheckpointId(1), "incremental")
+
+
+def test_a_kind_is_a_checkpoint_kind_never_its_text() -> None:
+    """The folder names are where a CheckpointKind becomes text; inside, only the enum names a kind."""
+    paths = CheckpointPaths()
+    for text in ("checkpoint", "savepoint", "incremental"):
+        with pytest.raises(AssertionError):
+            paths.metadata(JOB, CheckpointId(1), text)  # type: ignore[arg-type]
+    key = paths.db_file(JOB, CheckpointId(2), TM, "db", 0, "CURRENT", CheckpointKind.SAVEPOINT)
+    parsed = paths.parse_checkpoint_object(key)
+    assert parsed is not None and parsed.kind is CheckpointKind.SAVEPOINT

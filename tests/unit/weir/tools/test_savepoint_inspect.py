@@ -2,11 +2,12 @@
 
 The checkpoint is built by the real code, no cluster: a Kafka source's state
 (``encode_kafka_source_state``), a real ``WindowAggregateOperator`` writing its "win" state through
-``KeyedStateStore`` into a task's own RocksDB, snapshotted by ``TaskKeyedState``'s snapshotter into a
-``FileCheckpointStorage`` (shared SSTs, private db files), a transactional sink's ``SinkSnapshot``
-(one subtask's large enough to be stored as an object), task-state documents and ``_metadata``
-encoded as the TaskManager and the JobManager encode them. A savepoint-style copy (every key relative
-to its folder) proves a relocated savepoint still reads.
+the ``KeyedStateBackend`` into a task's own RocksDB, snapshotted by ``TaskKeyedState``'s snapshotter
+into a ``FileCheckpointStorage`` (shared SSTs, private db files), a transactional sink's
+``SinkSnapshot`` (one subtask's large enough to be stored as an object), task-state documents and
+``_metadata`` encoded as the TaskManager and the JobManager encode them. A savepoint-style copy (every
+key relative to its folder) proves a relocated savepoint still reads. Every entry is decoded through
+``weir.core.state_layout``: a kind of state added there alone is read too.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import base64
 import dataclasses
 import json
+import pickle
 import shutil
 from collections import defaultdict
 from collections.abc import Callable
@@ -27,9 +29,10 @@ from tests.unit.conftest import CollectingOutput
 from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask, key_to_bytes
 from weir.core.paths import CheckpointPaths, external_path
+from weir.core.state_layout import STATE_KINDS, KeyedEntry, PrefixedKey, StateKind, key_prefix
 from weir.core.task_state import (
     INLINE_STATE_LIMIT_BYTES,
     InlineOperatorState,
@@ -52,7 +55,7 @@ from weir.operators.twophase import LedgerSnapshot, PendingTransaction, Transact
 from weir.operators.windows import WindowAggregateOperator
 from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, run_cli
-from weir.tools.savepoint_inspect import decode_operator_state, read_key, read_state_key
+from weir.tools.savepoint_inspect import decode_operator_state, entry_to_json
 
 JOB = JobId("job-a")
 CHECKPOINT = CheckpointId(7)
@@ -62,6 +65,8 @@ WATERMARK = 9  # fires (and drops) the windows [0, 10); [10, 20) and [20, 30) st
 NEXT_OFFSETS = [{0: 120, 2: 98}, {1: 77, 3: 0}]
 END_OFFSETS = [{0: 200, 2: 200}, {1: 200, 3: 200}]
 MARKER_TOPIC = "weir-sink-commits.kafka-sink.job-a.0123456789"
+SEQUENCES = "dedupe.sequences"
+"""A state of a kind the layout does not know (yet): the key prefix, then a 4-byte sequence number."""
 
 
 class Sum:
@@ -174,6 +179,7 @@ def build_checkpoint(root: Path) -> Built:
     for k in range(1, 6):
         store.put("seen", key_group_for_key(k, 128), key_to_bytes(k), {k, -k})
         store.put("last", key_group_for_key(("a", k), 128), key_to_bytes(("a", k)), {"n": k})
+        store.put(SEQUENCES, key_group_for_key(k, 128), key_prefix(key_to_bytes(k)) + (k * 10).to_bytes(4, "big"), k)
     store.flush()
     add_task(DEDUPE, 0, 1, (DEDUPE, "print"), {}, keyed, (DEDUPE,))
     keyed.discard()
@@ -352,7 +358,8 @@ def test_info_keyed_counts_each_states_entries_and_key_groups(weir: Weir, built:
             "win": {"entries": len(mine), "key_groups": ranges({k[0] for k in mine})}
         }
     dedupe = operators[DEDUPE]["subtasks"][0]["keyed_state"]["states"]
-    assert set(dedupe) == {"seen", "last"} and dedupe["seen"]["entries"] == 5 and dedupe["last"]["entries"] == 5
+    assert set(dedupe) == {"seen", "last", SEQUENCES}
+    assert dedupe["seen"]["entries"] == dedupe["last"]["entries"] == dedupe[SEQUENCES]["entries"] == 5
 
     text = weir("savepoint", "info", built.path, "--keyed").stdout
     assert "seen: 5 entries in key groups" in text and "win: " in text and "--keyed)" not in text
@@ -416,6 +423,21 @@ def test_unknown_uid_and_state_are_user_errors(weir: Weir, built: Built) -> None
     assert_error(
         weir("savepoint", "dump", built.path, "--uid", "print"), EXIT_USAGE, "has neither keyed nor operator state"
     )
+
+
+def test_a_state_kind_added_to_the_layout_alone_is_read_by_the_inspector(
+    weir: Weir, built: Built, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The inspector restates no layout: a new kind of state, with its own key layout, is one entry
+    of ``state_layout.STATE_KINDS``, and ``dump`` reads it without a change of its own."""
+    guessed = weir("savepoint", "dump", built.path, "--uid", DEDUPE, "--state", SEQUENCES).lines()
+    assert sorted((line["key"]["key"], line["key"]["user_key"]["hex"]) for line in guessed) == [
+        (k, (k * 10).to_bytes(4, "big").hex()) for k in range(1, 6)
+    ]
+    sequence = PrefixedKey("sequence", 4, lambda rest: int.from_bytes(rest, "big"))
+    monkeypatch.setitem(STATE_KINDS, SEQUENCES, StateKind(SEQUENCES, sequence, "the record"))
+    lines = weir("savepoint", "dump", built.path, "--uid", DEDUPE, "--state", SEQUENCES).lines()
+    assert {line["value"]: line["key"] for line in lines} == {k: {"key": k, "sequence": k * 10} for k in range(1, 6)}
 
 
 # errors -------------------------------------------------------------------------------------------
@@ -555,16 +577,32 @@ def test_the_savepoint_group_routes_a_job_id_to_trigger(
 # decoding -----------------------------------------------------------------------------------------
 
 
-def test_keys_are_read_back_from_their_encoding() -> None:
-    assert read_key(key_to_bytes("user-1")) == "user-1"
-    assert read_key(key_to_bytes(-5)) == -5
-    assert read_key(key_to_bytes(("a", 3))) == ["a", 3]
-    assert read_key(key_to_bytes({"a": [1, 2]})) == '{"a":[1,2]}'
-    assert read_key(b"\x00\x01") == {"hex": "0001"}
-    map_key = len(b"k").to_bytes(4, "big") + b"k" + key_to_bytes(12)
-    assert read_key(map_key) == {"key": "k", "user_key": 12}
-    window = len(b"u").to_bytes(4, "big") + b"u" + (10).to_bytes(8, "big") + (20).to_bytes(8, "big")
-    assert read_state_key("win", window) == {"key": "u", "window": [10, 20]}
+def test_a_dump_line_reads_each_entry_through_the_layout() -> None:
+    """Entries as the operators write them (tests/unit/operators/test_state_bytes.py pins their
+    bytes) as dump lines: the key read by its state's kind, the exact key bytes, the value unpickled."""
+    alice = key_prefix(key_to_bytes("alice"))
+    window_key = alice + (10).to_bytes(8, "big") + (20).to_bytes(8, "big")
+    k = key_prefix(key_to_bytes("k"))
+    timer_key = k + (1000).to_bytes(8, "big")
+    cases = [
+        (
+            KeyedEntry(KeyGroup(71), "win", window_key, pickle.dumps(("alice", 7), 5)),
+            {"key": "alice", "window": [10, 20]},
+        ),
+        (KeyedEntry(KeyGroup(93), "timers.event_time", timer_key, pickle.dumps(("k",), 5)), {"key": "k", "time": 1000}),
+        (KeyedEntry(KeyGroup(93), "seen", k + key_to_bytes(12), pickle.dumps(12, 5)), {"key": "k", "user_key": 12}),
+        (KeyedEntry(KeyGroup(102), "reduce", key_to_bytes(5), pickle.dumps(5, 5)), 5),
+    ]
+    for entry, key in cases:
+        value = pickle.loads(entry.value)
+        line = entry_to_json(entry)
+        assert line == {
+            "key_group": entry.key_group,
+            "state": entry.state,
+            "key": key,
+            "key_hex": entry.key.hex(),
+            "value": value,
+        }
 
 
 def test_operator_states_are_decoded_by_the_first_decoder_that_reads_them() -> None:
