@@ -49,8 +49,10 @@ class WithOnError:
 
 @dataclass(frozen=True)
 class WithoutOnError:
-    """An operator no ``on_error`` applies to: a source (its malformed records go to its own
-    dead-letter option), the conversion of record batches, a union, print, a file or function sink."""
+    """An operator that never rejects a record, so no ``on_error`` applies to it: a source (its
+    malformed records go to its own ``dead_letter_topic``), the conversion of record batches, a union,
+    the columnar window of built-in aggregates, print, a file or function sink (whose function fails
+    the task as it raises)."""
 
     build: Callable[[], StreamOperator]
 

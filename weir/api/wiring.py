@@ -103,8 +103,8 @@ class GraphBuilder:
             case WithoutOnError(build):
                 if on_error is not None:
                     raise JobDefinitionError(
-                        f"operator {uid!r} ({name}) takes no on_error: no record of its is handed to a user "
-                        "function it could reject"
+                        f"operator {uid!r} ({name}) takes no on_error: it never rejects a record, so there is "
+                        "nothing for on_error to handle"
                     )
                 create, handling = build, None
             case _:
