@@ -2,24 +2,26 @@
 
 A job file defines ``build(env)``::
 
-    from weir.api import Environment, KafkaSink, KafkaSource
+    from weir.api import Count, Environment, KafkaSink, KafkaSource, TumblingEventTimeWindows
 
     def build(env: Environment) -> None:
         events = env.from_kafka("events", uid="events-source", timestamp=lambda e: e["ts"])
-        events.key_by(lambda e: e["key"]).window(TumblingEventTimeWindows(1000)).aggregate(
-            Count(), uid="window-count").sink_to_kafka("window-results", uid="kafka-sink")
+        counts = events.key_by("key").window(TumblingEventTimeWindows(1000)).aggregate({"n": Count()}, uid="counts")
+        counts.sink_to_kafka("window-results", uid="kafka-sink")
 
-or, with the connectors' builders (Flink's ``KafkaSource.builder()`` and ``env.fromSource``)::
+or, with the connectors' builders (Flink's ``KafkaSource.builder()``, ``env.fromSource``, ``sinkTo``)::
 
         source = KafkaSource.builder().topic("events").timestamp(lambda e: e["ts"]).build()
-        sink = KafkaSink.builder().topic("window-results").build()
-        env.from_source(source, uid="events-source")...sink_to(sink, uid="kafka-sink")
+        events = env.from_source(source, uid="events-source")
+        ...
+        counts.sink_to(KafkaSink.builder().topic("window-results").build(), uid="kafka-sink")
 
 Every operator takes a stable, user-given ``uid``: it names the operator's state in checkpoints and
 savepoints, so it must not change between versions of a job.
 
-The modules: ``environment`` (the sources), ``streams`` and ``columnar`` (the operators), one module
-per connector that owns its builder and the checks of its options (``kafka_source``, ``kafka_sink``,
+The modules: ``environment`` (the sources), ``streams``, ``stream_sinks`` and ``columnar`` (the
+operators, each built by ``factories`` from arguments ``checks`` checked), one module per connector
+that owns its builder and the checks of its options (``kafka_source``, ``kafka_sink``,
 ``postgres_sink``, ``generator_source``, ``local_sinks``), ``connector`` (what ``from_source`` and
 ``sink_to`` take), ``wiring`` (the one path by which everything enters the graph), ``functions`` (what
 a job implements) and ``loading`` (job files). Everything a job uses is importable from ``weir.api``.
