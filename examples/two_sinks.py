@@ -12,22 +12,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from weir.api import Environment
+from weir.api import Environment, GeneratorSource, KafkaSink, PostgresSink
 
 
 def event(i: int) -> dict[str, Any]:
     return {"id": i, "key": f"k{i % 100}", "value": i % 97}
 
 
+def event_key(e: dict[str, Any]) -> str:
+    return str(e["key"])
+
+
 def build(env: Environment) -> None:
+    """With the connectors' builders (Flink's ``KafkaSink.builder()``); ``from_generator``,
+    ``sink_to_kafka`` and ``sink_to_postgres`` with the same options make the same job."""
     p = env.params
-    events = env.from_generator(
-        event,
-        uid="events",
-        count=p.get_int("source.count", 0) or None,
-        records_per_second=p.get_int("source.rate", 200),
+    source = GeneratorSource(
+        event, count=p.get_int("source.count", 0) or None, records_per_second=p.get_int("source.rate", 200)
     )
-    events.sink_to_kafka(p.get_str("sink.topic", "tpc-results"), uid="kafka-sink", key=lambda e: e["key"])
-    events.sink_to_postgres(
-        p.get_str("sink.table", "tpc_results"), uid="postgres-sink", columns=("id", "key", "value"), key_columns=("id",)
+    events = env.from_source(source, uid="events")
+    events.sink_to(
+        KafkaSink.builder().topic(p.get_str("sink.topic", "tpc-results")).key(event_key).build(), uid="kafka-sink"
     )
+    rows = (
+        PostgresSink.builder()
+        .table(p.get_str("sink.table", "tpc_results"))
+        .columns(("id", "key", "value"))
+        .key_columns(("id",))
+        .build()
+    )
+    events.sink_to(rows, uid="postgres-sink")

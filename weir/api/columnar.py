@@ -1,0 +1,148 @@
+"""The columnar streams: Arrow record batches with declared fields, from a columnar source
+(``KafkaSource.builder().schema(...).timestamp_field(...)``, or ``env.from_kafka(..., schema=...)``).
+
+``key_by("field")`` and a window ``.aggregate`` of built-in aggregates (``{"count": Count(), "sum":
+Sum("value")}``) over event-time windows that do not merge stay columnar: batches are hash-partitioned
+on arrays, exchanged as Arrow IPC and aggregated vectorized. Everything else (``map``, ``filter``,
+sinks, a key function, an AggregateFunction, ``process``) takes records: the batches are turned into
+dicts (one per row, stamped with the event time) by an operator chained to the columnar one,
+``<uid>-records``, made once per columnar operator.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from weir.api.checks import KeySelector
+from weir.api.connector import WithoutOnError
+from weir.api.functions import KeyedProcessFunction
+from weir.api.streams import DataStream, KeyedStream
+from weir.api.wiring import GraphBuilder
+from weir.core.columnar import BuiltinAggregates, FieldKey, Schema
+from weir.core.errors import JobDefinitionError
+from weir.core.process_functions import OutputTag
+from weir.core.rejections import OnRecordError
+from weir.core.state_schema import StateSchema
+from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.graph import Partitioning, Transformation
+from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+
+
+class ColumnarStream(DataStream):
+    """A stream of Arrow record batches with declared fields (a columnar source's output)."""
+
+    def __init__(
+        self,
+        graph: GraphBuilder,
+        transformation: Transformation,
+        schema: Schema,
+        partitioning: Partitioning = Partitioning.FORWARD,
+        key_selector: Callable[[Any], Any] | None = None,
+    ) -> None:
+        super().__init__(graph, transformation, partitioning, key_selector)
+        self.schema = schema
+
+    def records(self) -> DataStream:
+        """The stream as records (dicts), converted once per columnar operator."""
+        records_uid = f"{self.uid}-records"
+        made = self._graph.records_operators
+        if records_uid not in made:
+            if records_uid in self._graph.graph.transformations:
+                raise JobDefinitionError(
+                    f"operator uid {records_uid!r} is taken: it names the operator that turns the batches of "
+                    f"columnar operator {self.uid!r} into records; give the other operator another uid"
+                )
+            made[records_uid] = self._add(
+                WithoutOnError(ToRecordsOperator),
+                uid=records_uid,
+                name="to-records",
+                parallelism=self._t.parallelism,
+                columnar_input=True,
+            )._t
+        return DataStream(self._graph, made[records_uid])
+
+    def _as_records(self) -> DataStream:
+        return self.records()
+
+    def rebalance(self) -> DataStream:
+        return self.records().rebalance()
+
+    def broadcast(self) -> DataStream:
+        return self.records().broadcast()
+
+    def key_by(self, key: KeySelector) -> KeyedStream:
+        if isinstance(key, str):
+            self.schema.kind_of(key)  # an unknown field fails at build time
+            return ColumnarKeyedStream(self._graph, self._t, self.schema, FieldKey(key))
+        return self.records().key_by(key)
+
+
+class ColumnarKeyedStream(KeyedStream):
+    """A columnar stream keyed by a field: batches are hash-partitioned by key group on arrays."""
+
+    def __init__(self, graph: GraphBuilder, transformation: Transformation, schema: Schema, key: FieldKey) -> None:
+        super().__init__(graph, transformation, key)
+        self.schema = schema
+        self._field_key = key
+
+    def _columnar(self) -> ColumnarStream:
+        return ColumnarStream(self._graph, self._t, self.schema)
+
+    def _records_keyed(self) -> KeyedStream:
+        """The same partitioning over records: converted before the exchange, keyed by the field."""
+        return self._columnar().records().key_by(self._field_key)
+
+    def _as_records(self) -> DataStream:
+        return self._records_keyed()
+
+    def _records_for_window(self) -> KeyedStream:
+        return self._records_keyed()
+
+    def key_by(self, key: KeySelector) -> KeyedStream:
+        return self._columnar().key_by(key)
+
+    def rebalance(self) -> DataStream:
+        return self._columnar().rebalance()
+
+    def broadcast(self) -> DataStream:
+        return self._columnar().broadcast()
+
+    def reduce(self, fn: Callable[[Any, Any], Any], **kwargs: Any) -> DataStream:
+        return self._records_keyed().reduce(fn, **kwargs)
+
+    def process(self, fn: KeyedProcessFunction, **kwargs: Any) -> DataStream:  # type: ignore[override]
+        return self._records_keyed().process(fn, **kwargs)
+
+    def _vectorized_window(
+        self,
+        fn: BuiltinAggregates,
+        schema: StateSchema,
+        assigner: TumblingEventTimeWindows | SlidingEventTimeWindows,
+        lateness: int,
+        late_data: OutputTag | None,
+        *,
+        uid: str,
+        name: str,
+        parallelism: int | None,
+        on_error: OnRecordError | None,
+    ) -> DataStream | None:
+        for field in fn.fields():
+            self.schema.kind_of(field)  # an unknown field fails at build time
+        key_field = self._field_key.field
+        operator = WithoutOnError(
+            lambda: ColumnarWindowAggregateOperator(fn, key_field, assigner, lateness, schema, late_data=late_data)
+        )
+        return self._add(
+            operator,
+            uid=uid,
+            name=name,
+            parallelism=parallelism,
+            on_error=on_error,
+            key_selector=self._field_key,
+            columnar_input=True,
+            side_outputs=() if late_data is None else (late_data,),
+        )
+
+
+__all__ = ["ColumnarKeyedStream", "ColumnarStream"]
