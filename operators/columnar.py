@@ -139,7 +139,7 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         return out
 
     def _window_size(self) -> int:
-        return self._assigner.size_ms  # type: ignore[no-any-return]
+        return self._assigner.size_ms
 
     def _take(self, batch: pa.RecordBatch, starts: np.ndarray) -> tuple[list[tuple[int, int]], np.ndarray]:
         """Rows of ``batch`` for the windows starting at ``starts``: late ones dropped (answered as a

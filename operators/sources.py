@@ -23,6 +23,7 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import FrameType
 from typing import Any, Final, Protocol, assert_never
 
 from weir.connectors import kafka
@@ -471,7 +472,7 @@ class KafkaSourceOperator(SourceOperator):
         """The topic, partition and offset of the record being emitted now, read from the frame of
         :meth:`_emit_records` on the stack (its loop keeps them in locals), so a record that passes
         costs nothing. None outside that loop: a record batch (columnar) carries many positions."""
-        frame = sys._getframe(1)
+        frame: FrameType | None = sys._getframe(1)
         while frame is not None:
             if frame.f_code is _EMIT_RECORDS_CODE and frame.f_locals.get("self") is self:
                 local = frame.f_locals

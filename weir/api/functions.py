@@ -12,7 +12,7 @@ from weir.operators.basic import ProcessContext
 from weir.operators.joins import JoinContext
 from weir.operators.keyed import KeyedProcessContext, OnTimerContext
 
-T = TypeVar("T")
+T = TypeVar("T", contravariant=True)  # an aggregate only takes values in
 ACC = TypeVar("ACC")
 
 

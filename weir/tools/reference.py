@@ -411,7 +411,8 @@ class _ReplayKafkaSource(KafkaSourceOperator):
         self._active = set(by_partition)
         self._partition_watermarks = PartitionWatermarks(sorted(by_partition), spec.max_out_of_orderness_ms, None, 0.0)
         self._emitted_watermark = self._partition_watermarks.current
-        self._consumer = _ReplayConsumer(by_partition)
+        # The read loop calls consume, unassign, is_end_of_partition and close, which the replay has.
+        self._consumer = _ReplayConsumer(by_partition)  # type: ignore[assignment]
         self._dlq = _DeadLetterCapture() if spec.dead_letter_topic else None
         self._pacer = Pacer(None, 1)  # no rate limit: the input is all there
 
