@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
@@ -19,6 +20,7 @@ from weir.core.errors import WeirError
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.supervisor import start_cluster, stop_cluster
+from weir.tools.verify import VerifyReport, verify_job
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -98,6 +100,24 @@ def cancel_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
                 cluster.client.cancel_job(job_id)
         except WeirError:
             pass  # gone, or the JobManager is down: nothing holds slots for it then
+
+
+def assert_sinks_exact(
+    job_file: str | Path,
+    parameters: dict[str, str],
+    job_id: str,
+    endpoints: Endpoints,
+    earlier_job_ids: tuple[str, ...] = (),
+) -> VerifyReport:
+    """Both sinks of a bounded job that FINISHED hold exactly what its reference run writes: Kafka
+    read_committed as a multiset of whole records, PostgreSQL's rows, each sink's commit proofs
+    counting what it committed (a row committed twice, which the upsert hides, shows there), and no
+    transaction left prepared or open (``weir.tools.verify.verify_job``)."""
+    path = job_file if isinstance(job_file, Path) else REPO_ROOT / job_file
+    report = verify_job(path, parameters, job_id=job_id, earlier_job_ids=earlier_job_ids, endpoints=endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+    assert report.sinks, "the job has no Kafka or PostgreSQL sink to verify"
+    return report
 
 
 @pytest.fixture

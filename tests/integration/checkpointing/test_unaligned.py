@@ -226,7 +226,7 @@ def test_an_unaligned_checkpoint_with_records_in_flight_restores_at_another_para
     # A record replayed into a subtask that does not own its key would reach two sink subtasks (whose
     # Postgres transactions then lock each other out): the job must not have needed a restart.
     assert done.summary.restarts == 0, f"the restored job restarted: {done.failure}"
-    report = verify_job(JOB, params, job_id=new, endpoints=endpoints)
+    report = verify_job(JOB, params, job_id=new, earlier_job_ids=(old,), endpoints=endpoints)
     assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
 
 
