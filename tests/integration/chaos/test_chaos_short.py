@@ -1,8 +1,9 @@
 """The short chaos run of `make test` (`make chaos` runs the long one): a few faults of each layer —
 a TaskManager killed, a TaskManager paused past the heartbeat timeout, the PostgreSQL server and the
 Kafka broker restarted, the S3 server paused and slowed, a TaskManager's local disk full (a tmpfs: a
-machine that cannot mount one fails the test, it does not leave the fault out) — during a sequence-numbered job; at the end every key's sequence is exact in
-both sinks, weir verify is exact, nothing is left prepared, the job FINISHED."""
+machine that cannot mount one fails the test, it does not leave the fault out) — during a
+sequence-numbered job; at the end every key's sequence is exact in both sinks, weir verify is exact,
+nothing is left prepared, the job FINISHED."""
 
 from __future__ import annotations
 
