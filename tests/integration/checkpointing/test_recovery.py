@@ -12,7 +12,6 @@ from tests.integration.conftest import (
     assert_sinks_exact,
     create_topics,
     create_window_table,
-    long_variant,
     path_parameters,
 )
 from weir.core.errors import ClusterUnavailableError
@@ -49,7 +48,7 @@ def process_running(cluster: WeirCluster, name: str) -> bool:
     return status is not None and any(p.name == name and p.alive for p in status.processes)
 
 
-@pytest.mark.parametrize("path", ["columnar", long_variant("records")])
+@pytest.mark.parametrize("path", ["columnar", "records"])
 def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCluster, unique: str, path: str) -> None:
     endpoints = weir_cluster.endpoints
     source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"

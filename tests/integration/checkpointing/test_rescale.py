@@ -15,7 +15,6 @@ from tests.integration.conftest import (
     REPO_ROOT,
     WeirCluster,
     keyed_aggregation_inputs,
-    long_variant,
     path_parameters,
 )
 from weir.core.checkpointing import CheckpointStatus
@@ -56,9 +55,9 @@ def retained(cluster: WeirCluster, job_id: str) -> list[CheckpointInfo]:
     ("old_parallelism", "new_parallelism", "path"),
     [
         (3, 2, "records"),
-        long_variant(2, 3, "records"),
-        long_variant(3, 1, "records"),
-        long_variant(3, 2, "columnar"),
+        (2, 3, "records"),
+        (3, 1, "records"),
+        (3, 2, "columnar"),
         (2, 3, "columnar"),
     ],
 )

@@ -20,7 +20,6 @@ from tests.integration.conftest import (
     WeirCluster,
     create_topics,
     keyed_aggregation_inputs,
-    long_variant,
     path_parameters,
 )
 from weir.core.checkpointing import CheckpointStatus
@@ -63,7 +62,7 @@ def kill_mid_run_until_finished(cluster: WeirCluster, job_id: str, victim: str |
     return final
 
 
-@pytest.mark.parametrize("path", ["records", long_variant("columnar")])
+@pytest.mark.parametrize("path", ["records", "columnar"])
 def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
     weir_cluster: WeirCluster, unique: str, path: str
 ) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from connectors import kafka
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
-from tests.integration.conftest import WeirCluster, create_topics, long_variant
+from tests.integration.conftest import WeirCluster, create_topics
 from weir.core import nexmark as nx
 from weir.tools import nexmark_reference as ref
 from weir.tools.nexmark_load import load
@@ -30,7 +30,7 @@ SINK_TOPIC_CONFIG = {"retention.ms": "-1"}
 RECORDS_PER_SECOND = 2_000  # ~15 s of reading: the kill lands mid-run
 
 
-@pytest.mark.parametrize("query", ["q5", long_variant("q4"), long_variant("q8")])
+@pytest.mark.parametrize("query", ["q5", "q4", "q8"])
 def test_a_taskmanager_kill_mid_run_leaves_the_committed_output_exact(
     weir_cluster: WeirCluster, unique: str, query: str
 ) -> None:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from connectors import kafka
-from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, long_variant, path_parameters
+from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, produce_events
@@ -32,7 +32,7 @@ CRASH_POINTS = [
     ("crash_cluster", "path"),
     [(point, "records") for point in CRASH_POINTS]
     + [
-        long_variant(point, "columnar")
+        (point, "columnar")
         for point in ("after_pre_commit@taskmanager-2:3", "between_sink_commits@taskmanager-2:3")
     ],
     indirect=["crash_cluster"],

@@ -487,8 +487,7 @@ def test_cluster_kill_without_a_cluster_is_exit_3(weir: Weir, tmp_path: Path, mo
 
 def test_the_installed_entry_point_prints_one_line(tmp_path: Path) -> None:
     weir_bin = Path(sys.executable).parent / "weir"
-    if not weir_bin.exists():
-        pytest.skip("the weir entry point is not installed in this environment")
+    assert weir_bin.exists(), f"the weir entry point is not installed beside {sys.executable}: run `make setup`"
     completed = subprocess.run(
         [str(weir_bin), "run", str(tmp_path / "job.py"), "-D", "novalue"], capture_output=True, text=True, timeout=30
     )
