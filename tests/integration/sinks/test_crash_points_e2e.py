@@ -31,10 +31,7 @@ CRASH_POINTS = [
 @pytest.mark.parametrize(
     ("crash_cluster", "path"),
     [(point, "records") for point in CRASH_POINTS]
-    + [
-        (point, "columnar")
-        for point in ("after_pre_commit@taskmanager-2:3", "between_sink_commits@taskmanager-2:3")
-    ],
+    + [(point, "columnar") for point in ("after_pre_commit@taskmanager-2:3", "between_sink_commits@taskmanager-2:3")],
     indirect=["crash_cluster"],
 )
 def test_crash_point_recovers_to_exact_sinks(
