@@ -14,8 +14,10 @@ import psycopg
 import pytest
 
 from connectors import kafka
+from tests.conftest import SESSION_TOPICS
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
+from weir.core.states import JobStatus
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.supervisor import start_cluster, stop_cluster
@@ -85,9 +87,9 @@ class WeirCluster:
         except WeirError:
             return set()
 
-    def cancel_jobs_except(self, keep: set[str], timeout_s: float = 60.0) -> list[str]:
-        """Cancel every job that has not ended and is not in ``keep``, and wait until each ended, so
-        that its slots are free for the next test; answers the jobs cancelled."""
+    def cancel_jobs_except(self, keep: set[str], timeout_s: float = 30.0) -> list[str]:
+        """Cancel every job that has not ended and is not in ``keep``, and wait until each is being
+        cancelled or ended (its tasks go, and with them their slots); answers the jobs cancelled."""
         leftover = sorted(self.running_jobs() - keep)
         for job_id in leftover:
             try:
@@ -95,9 +97,16 @@ class WeirCluster:
             except WeirError:
                 pass  # ended meanwhile, or the JobManager is down: nothing holds slots for it then
         deadline = time.monotonic() + timeout_s
-        while leftover and time.monotonic() < deadline and self.running_jobs() & set(leftover):
+        while leftover and time.monotonic() < deadline and self._not_cancelling(leftover):
             time.sleep(0.2)
         return leftover
+
+    def _not_cancelling(self, job_ids: list[str]) -> bool:
+        try:
+            jobs = {j.job_id: j.status for j in self.client.list_jobs()}
+        except WeirError:
+            return False  # the JobManager is down: nothing runs
+        return any(jobs.get(j) in (JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING) for j in job_ids)
 
 
 _SESSION_CLUSTER: list[WeirCluster] = []  # the session's cluster once started, for the module teardown
@@ -118,6 +127,10 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
     try:
         yield cluster
     finally:
+        try:  # the marker topics of jobs submitted another way (the CLI) are the session's too
+            SESSION_TOPICS.job_ids.update(j.job_id for j in client.list_jobs())
+        except WeirError:
+            pass
         _SESSION_CLUSTER.clear()
         client.close()
         stop_cluster(directory)
