@@ -50,7 +50,7 @@ from bench.harness import (
     remove_checkpoints,
     remove_run_root,
 )
-from connectors import kafka
+from weir.connectors import kafka
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.scenario_backpressure import BackpressureConfig, measure, run_mode
 

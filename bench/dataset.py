@@ -21,7 +21,7 @@ from typing import Any, Final
 from confluent_kafka import OFFSET_BEGINNING, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 
 PARTITIONS: Final = 8

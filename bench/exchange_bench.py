@@ -54,7 +54,8 @@ from bench.harness import (
     private_cluster,
     remove_run_root,
 )
-from taskmanager.network import (
+from weir.core.transport import GRPC_OPTIONS
+from weir.taskmanager.network import (
     RECORDS_PER_BUFFER,
     InputGate,
     LocalOutputChannel,
@@ -64,7 +65,6 @@ from taskmanager.network import (
     message_of,
     read_buffer,
 )
-from weir.core.transport import GRPC_OPTIONS
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 RAW_METHOD: Final = "/weir.bench.Loopback/Stream"
@@ -181,9 +181,9 @@ def _task_ref(vertex_uid: str) -> common_pb2.TaskRef:
 
 def _channel_producer(address: str, n_records: int, done: multiprocessing.connection.Connection) -> None:
     """The producing TaskManager's side: a RecordWriter over one RemoteOutputChannel."""
-    from taskmanager.partitioners import create_partitioner
     from weir.core.ids import SubtaskIndex
     from weir.graph import Partitioning
+    from weir.taskmanager.partitioners import create_partitioner
 
     pool = record_pool()
     header = taskmanager_pb2.ChannelHeader(
@@ -214,9 +214,9 @@ def _channel_producer(address: str, n_records: int, done: multiprocessing.connec
 
 
 def weir_channel(n_records: int) -> Figure:
-    from taskmanager.runtime import TaskManagerRuntime
-    from taskmanager.service import TaskManagerServicer
-    from taskmanager.task import TaskAddress
+    from weir.taskmanager.runtime import TaskManagerRuntime
+    from weir.taskmanager.service import TaskManagerServicer
+    from weir.taskmanager.task import TaskAddress
 
     with tempfile.TemporaryDirectory(prefix="weir-exchange-") as tmp:
         os.environ["WEIR_CHECKPOINT_DIR"] = f"file://{tmp}/checkpoints"
@@ -265,9 +265,9 @@ def weir_channel(n_records: int) -> Figure:
 
 def local_channel(n_records: int) -> Figure:
     """(b2): a producer thread and a consumer thread of one process, as two subtasks of one TaskManager."""
-    from taskmanager.partitioners import create_partitioner
     from weir.core.ids import SubtaskIndex
     from weir.graph import Partitioning
+    from weir.taskmanager.partitioners import create_partitioner
 
     pool = record_pool()
     gate = InputGate([0])

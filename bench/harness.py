@@ -105,7 +105,7 @@ def services_down(endpoints: Endpoints) -> list[str]:
     import psycopg
     from confluent_kafka.admin import AdminClient
 
-    from connectors import s3
+    from weir.connectors import s3
 
     down = []
     try:
@@ -144,7 +144,7 @@ def remove_checkpoints(env: BenchEnvironment) -> None:
     """Delete the run's checkpoint objects (only a prefix this run named after itself)."""
     if env.run_id not in env.checkpoint_uri:
         return  # configured by the user: not ours to delete
-    from connectors.object_storage import open_storage
+    from weir.connectors.object_storage import open_storage
 
     storage = open_storage(env.checkpoint_uri, env.endpoints)
     storage.delete(key for key, _size in storage.list(""))

@@ -114,7 +114,7 @@ def bids_among(events: int) -> int:
 
 def reference_counts(events: int, queries: Sequence[str]) -> dict[str, int]:
     """Rows of each query's plain-Python reference over events 0..events-1 (the loaded ones)."""
-    from weir.core import nexmark
+    from weir import nexmark
     from weir.tools import nexmark_reference
 
     stream = [nexmark.event(n) for n in range(events)]
@@ -289,7 +289,7 @@ def chart(document: dict[str, Any], path: Path) -> None:
 
 def count_output(endpoints: Any, topic: str) -> int:
     from bench import dataset
-    from connectors import kafka
+    from weir.connectors import kafka
 
     dataset.wait_output_settled(endpoints, topic)
     return len(kafka.read_committed_records(endpoints, topic, timeout_s=300))
@@ -469,7 +469,7 @@ def flink_ready() -> tuple[Path | None, str | None]:
 
 def load_events(endpoints: Any, topic: str, events: int) -> float:
     from bench import dataset
-    from connectors import kafka
+    from weir.connectors import kafka
     from weir.tools import nexmark_load
 
     dataset.create_topics(endpoints, {topic: PARTITIONS})

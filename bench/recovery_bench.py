@@ -379,7 +379,7 @@ def run(cluster: BenchCluster, run_id: str, plan: Plan) -> dict[str, Any]:
     import psycopg
     from confluent_kafka import Producer
 
-    from connectors import kafka
+    from weir.connectors import kafka
     from weir.tools.supervisor import kill_process
     from weir.tools.verify import verify_job
 

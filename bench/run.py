@@ -550,7 +550,7 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> fl
 
 
 def produce_keys(endpoints: Any, topic: str, indexes: range) -> None:
-    from connectors import kafka
+    from weir.connectors import kafka
 
     producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000)
     for n, i in enumerate(indexes):
@@ -792,7 +792,7 @@ def cleanup(runner: Runner, contenders: list[Contender]) -> None:
 
 
 def delete_groups(endpoints: Any, marker: str) -> None:
-    from connectors import kafka
+    from weir.connectors import kafka
 
     client = kafka.admin(endpoints)
     listed = client.list_consumer_groups().result(timeout=10)

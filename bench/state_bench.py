@@ -1,7 +1,7 @@
 """Checkpoint and restore of keyed state as curves over state size (issue 13).
 
 ``make bench-state`` (``.venv/bin/python -m bench.state_bench [--quick] [--sizes 100000,1000000]``) drives
-the TaskManager's own snapshot code (``taskmanager.snapshots.TaskKeyedState``: one RocksDB per subtask,
+the TaskManager's own snapshot code (``weir.taskmanager.snapshots.TaskKeyedState``: one RocksDB per subtask,
 incremental uploads) against the real checkpoint storage, without a cluster. For each size N:
 
 1. one subtask owning all 128 key groups writes N keys (16 bytes, 32-byte values) through a
@@ -41,14 +41,14 @@ from typing import Any, Final
 
 from bench import state_report
 from bench.harness import REPO_ROOT, RESULTS_DIR, BenchError, log, new_run_id
-from connectors.object_storage import CheckpointStorage, FileCheckpointStorage, open_storage
-from taskmanager.snapshots import KeyedStateHandle, RestoreResult, SnapshotResult, TaskKeyedState
-from taskmanager.state import KeyedStateStore, StateBackend
+from weir.connectors.object_storage import CheckpointStorage, FileCheckpointStorage, open_storage
 from weir.core import logs
 from weir.core.config import Endpoints, run_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyGroupRange, key_group_for, key_group_range_for_subtask
 from weir.core.paths import CheckpointPaths
+from weir.taskmanager.snapshots import KeyedStateHandle, RestoreResult, SnapshotResult, TaskKeyedState
+from weir.taskmanager.state import KeyedStateStore, StateBackend
 
 NAMESPACE: Final = "agg"  # the keyed operator's state namespace (its uid), in keys and in ranges
 STATE_NAME: Final = "count"
@@ -420,7 +420,7 @@ def measure_size(
 
 def ensure_s3(endpoints: Endpoints) -> None:
     """Start the local S3 server (``deploy/local/infra.sh up s3``) unless the bucket answers."""
-    from connectors import s3
+    from weir.connectors import s3
 
     try:
         s3.client(endpoints).head_bucket(Bucket=endpoints.s3_bucket)

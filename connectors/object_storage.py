@@ -21,7 +21,7 @@ from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
-from connectors import s3
+from weir.connectors import s3
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, ServiceUnavailableError, WeirError
 

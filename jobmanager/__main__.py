@@ -1,4 +1,4 @@
-"""``python -m jobmanager``: the JobManager process.
+"""``python -m weir.jobmanager``: the JobManager process.
 
 Start-up: the REST API first (``/healthz`` answers 503 ``starting`` while the jobs are taken over
 from checkpoint storage), then the recovery, then the gRPC server, whose ``grpc.health.v1.Health``
@@ -15,12 +15,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from prometheus_client import start_http_server
 
-from connectors.object_storage import open_storage
-from jobmanager.gateway import GrpcTaskManagerGateway
-from jobmanager.manager import JobManager
-from jobmanager.rest.app import create_app
-from jobmanager.rest.server import RestServer
-from jobmanager.service import JobManagerServicer
+from weir.connectors.object_storage import open_storage
 from weir.core import logs
 from weir.core.config import (
     Endpoints,
@@ -31,6 +26,11 @@ from weir.core.config import (
 )
 from weir.core.grpc_security import add_port, new_server
 from weir.core.transport_security import TransportSecurity
+from weir.jobmanager.gateway import GrpcTaskManagerGateway
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.rest.app import create_app
+from weir.jobmanager.rest.server import RestServer
+from weir.jobmanager.service import JobManagerServicer
 from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
 SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].full_name
@@ -41,7 +41,7 @@ def main() -> None:
         check_environment()
     endpoints = Endpoints.from_env()
     default_port = int(endpoints.jobmanager_address.rsplit(":", 1)[1])
-    parser = argparse.ArgumentParser(prog="python -m jobmanager")
+    parser = argparse.ArgumentParser(prog="python -m weir.jobmanager")
     parser.add_argument("--bind", default=JobManagerSettings.from_env().jobmanager_bind)
     parser.add_argument("--port", type=int, default=default_port)
     parser.add_argument("--metrics-port", type=int, default=endpoints.jobmanager_metrics_port)

@@ -14,18 +14,19 @@ from typing import Final, assert_never
 
 import structlog
 
-from jobmanager import metrics
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.errors import JobManagerError, TaskManagerCallError
-from jobmanager.exception_history import ExceptionEntry
-from jobmanager.failover import Failover
-from jobmanager.gateway import TaskManagerGateway
-from jobmanager.jobs import DeployCommand, JobMaster
-from jobmanager.record_store import JobRecordStore
-from jobmanager.registry import TaskManagerRegistry
 from weir.core.failures import Failure
 from weir.core.paths import metadata_folder
 from weir.core.states import JobStatus
+from weir.jobmanager import metrics
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.errors import JobManagerError, TaskManagerCallError
+from weir.jobmanager.exception_history import ExceptionEntry
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.gateway import TaskManagerGateway
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import DeployCommand, JobMaster
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.registry import TaskManagerRegistry
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -39,6 +40,7 @@ class Deployer:
         registry: TaskManagerRegistry,
         gateway: TaskManagerGateway,
         failover: Failover,
+        executor: JobActionExecutor,
         records: JobRecordStore,
         io: Executor,
         lock: threading.RLock,
@@ -50,6 +52,7 @@ class Deployer:
         self._registry = registry
         self._gateway = gateway
         self._failover = failover
+        self._executor = executor
         self._records = records
         self._io = io
         self._lock = lock
@@ -60,7 +63,7 @@ class Deployer:
         deployment and the write of the job record that carries its attempt number, which must be
         durable before any task of the attempt is deployed. Raises NotEnoughSlotsError, and
         JobManagerError while a checkpoint is still being persisted."""
-        decision = job.coordinator.restore_latest(now)
+        decision = job.lifecycle.restore_decision(now)
         match decision:
             case cc.WaitForPersist(checkpoint_ids=ids):
                 raise JobManagerError(f"checkpoints {ids} are still being persisted")
@@ -98,7 +101,8 @@ class Deployer:
                 pass
             case _:
                 assert_never(decision)
-        command = job.schedule(self._registry.offers(), self._registry.addresses(), now)
+        command, actions = job.schedule(self._registry.offers(), self._registry.addresses(), now)
+        self._executor.execute(job, actions)  # the new attempt's status; writes the job record first
         return command, self._records.save(job)
 
     def start(self, job: JobMaster, command: DeployCommand, saved: Future[bool]) -> None:
@@ -110,16 +114,19 @@ class Deployer:
             # A JobManager taking over must know this attempt number, or it would deploy it again.
             with self._lock:
                 if job.attempt == command.attempt and job.status is JobStatus.RUNNING:
-                    job.replace(
-                        "the job record with the new attempt could not be written",
-                        self._clock() + RECORD_RETRY_DELAY_S,
-                    )
+                    now = self._clock()
+                    why = "the job record with the new attempt could not be written"
+                    self._executor.execute(job, job.lifecycle.replace(now, now + RECORD_RETRY_DELAY_S, why))
+                    job.tasks_stopped()
             return
         unreachable = [a for a in {a for a, _ in command.requests} if not self._reachable(a)]
         if unreachable:
             with self._lock:
                 if job.attempt == command.attempt and job.status is JobStatus.RUNNING:
-                    job.replace(f"TaskManager(s) at {', '.join(sorted(unreachable))} unreachable", self._clock())
+                    now = self._clock()
+                    why = f"TaskManager(s) at {', '.join(sorted(unreachable))} unreachable"
+                    self._executor.execute(job, job.lifecycle.replace(now, now, why))
+                    job.tasks_stopped()
                 for address in sorted(unreachable):
                     self._failover.taskmanagers_lost_at(address, "unreachable before deployment")
             return

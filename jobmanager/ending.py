@@ -19,16 +19,16 @@ from typing import Any
 
 import structlog
 
-from connectors.object_storage import open_storage
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.records import JobSubmission
-from operators.base import OperatorContext
-from operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
+from weir.connectors.object_storage import open_storage
 from weir.core.config import checkpoint_dir
 from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.paths import metadata_folder
 from weir.core.task_state import TaskStateDocument, decode_task_state, read_operator_states
 from weir.graph import LogicalGraph
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.records import JobSubmission
+from weir.operators.base import OperatorContext
+from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 from weir.plan import JobPlan
 
 log = structlog.get_logger("weir.jobmanager")

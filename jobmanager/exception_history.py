@@ -1,7 +1,7 @@
 """A job's exception history: the last failures that failed it over, newest first (Flink's
 ``/jobs/:jobid/exceptions``), each with its typed cause, the task and TaskManager it came from, the
 attempt it ended and when. A plain bounded value: kept in the job's durable record
-(``jobmanager.records``), so a JobManager that takes the job over shows the same history.
+(``weir.jobmanager.records``), so a JobManager that takes the job over shows the same history.
 """
 
 from __future__ import annotations

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from jobmanager.errors import ConfigError
-from jobmanager.restart import parse_duration
+from weir.jobmanager.errors import ConfigError
+from weir.jobmanager.restart import parse_duration
 
 BUFFER_TIMEOUT: Final = "execution.buffer-timeout"
 DEFAULT_BUFFER_TIMEOUT_S: Final = 0.1

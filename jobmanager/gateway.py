@@ -13,13 +13,13 @@ from typing import Final, Protocol, TypeVar
 
 import grpc  # type: ignore[import-untyped]  # no stubs in the environment
 
-from jobmanager.errors import TaskManagerCallError
-from jobmanager.jobs import TaskDeployment
 from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
 from weir.core.grpc_security import open_channel
 from weir.core.ids import TaskId
 from weir.core.transport_security import TransportSecurity
+from weir.jobmanager.errors import TaskManagerCallError
+from weir.jobmanager.jobs import TaskDeployment
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 DEPLOY_TIMEOUT_S: Final = 30.0

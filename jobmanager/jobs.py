@@ -10,25 +10,27 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import assert_never
 
 import structlog
 
-from jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
-from jobmanager.checkpointing.coordinator import CheckpointCoordinator
-from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
-from jobmanager.exception_history import ExceptionEntry, ExceptionHistory
-from jobmanager.execution import ExecutionSettings, parse_execution_settings
-from jobmanager.messages import TaskProgress
-from jobmanager.records import JobSubmission
-from jobmanager.restart import GiveUp, RestartStrategy, parse_restart_strategy
-from jobmanager.restoring import InitialState
-from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.api import LoadedJob
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.failures import Failure
 from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
+from weir.jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
+from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
+from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
+from weir.jobmanager.execution import ExecutionSettings, parse_execution_settings
+from weir.jobmanager.lifecycle import Action, Created, Ended, Ending, JobLifecycle, Restarting, Running
+from weir.jobmanager.messages import TaskProgress
+from weir.jobmanager.records import JobSubmission
+from weir.jobmanager.restart import RestartStrategy, parse_restart_strategy
+from weir.jobmanager.restoring import InitialState
+from weir.jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.plan import JobPlan, build_plan
 
 log = structlog.get_logger("weir.jobmanager")
@@ -128,37 +130,28 @@ class DeployCommand:
 
 @dataclass
 class JobMaster:
+    """A job in the JobManager: its plan, its tasks' records, and its lifecycle (which decides; see
+    ``weir.jobmanager.lifecycle``). The methods here keep the books the lifecycle's decisions are about
+    (placement, task states and counters, failures) and never decide a transition themselves."""
+
     submission: JobSubmission
     loaded: LoadedJob
     plan: JobPlan
-    restart_strategy: RestartStrategy
     checkpoint_settings: CheckpointSettings
-    coordinator: CheckpointCoordinator
+    lifecycle: JobLifecycle
     execution_settings: ExecutionSettings = field(default_factory=ExecutionSettings)
-    status: JobStatus = JobStatus.CREATED
-    attempt: int = 0
     tasks: dict[tuple[str, int], TaskRecord] = field(default_factory=dict)
     slots: list[str] = field(default_factory=list)
     failure: Failure | None = None
-    restart_at: float | None = None
     restore: dict[tuple[str, int], bytes] = field(default_factory=dict)  # task-state documents by task
     initial_state: InitialState | None = None  # another job's retained checkpoint it starts from
     inherited: dict[str, tuple[bytes, ...]] = field(default_factory=dict)  # its documents by vertex, when used
     restore_storage_uri: str = ""  # where the restored state's keys are ("": the cluster's checkpoint storage)
     savepoint_targets: dict[int, str] = field(default_factory=dict)  # savepoint id -> folder URI to copy it to
     savepoint_paths: dict[int, str] = field(default_factory=dict)  # completed savepoint id -> its external path
-    stop_savepoint_id: int | None = None  # weir stop: the savepoint the job stops at once it completes
-    drain_savepoint_id: int | None = None  # weir stop --drain: its barrier follows the end of event time
-    stopped_with_savepoint: bool = False  # that savepoint completed: the job ends FINISHED
     restore_checkpoint_id: int = 0
     last_restore_at: float = 0.0
-    finished_at: float | None = None
-    cancel_requested_at: float | None = None
-    sources_ended: set[tuple[str, int]] = field(default_factory=set)  # bounded sources awaiting a final checkpoint
-    final_checkpoint_id: int | None = None
     record_saved_at: float = 0.0
-    transactions_resolved: bool = False  # an ended job's sink transactions were committed or rolled back
-    resolution_error: str = ""  # why they could not be (they stay prepared; weir verify lists them)
     exceptions: ExceptionHistory = field(default_factory=ExceptionHistory)  # the failures that failed it over
     # Restarts before this JobManager took the job over (its job record). The restart strategy itself
     # starts over with a new JobManager, as Flink's does: its budget (restart.max-attempts, ...) is per
@@ -167,22 +160,30 @@ class JobMaster:
 
     @classmethod
     def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:
-        """Build the job's plan and its coordinator; invalid settings raise ConfigError (a user error)."""
+        """Build the job's plan, its coordinator and lifecycle; invalid settings raise ConfigError (a
+        user error)."""
         plan = build_plan(loaded.graph)
         settings = parse_checkpoint_settings(submission.parameters)
+        job_id = JobId(submission.job_id)
+        coordinator = CheckpointCoordinator(
+            job_id,
+            settings.trigger,
+            InMemoryCompletedCheckpointStore(max_retained=settings.retained),
+            metadata_key=metadata_key,
+        )
+        sources = [
+            TaskId(job_id, OperatorUid(v.uid), SubtaskIndex(s))
+            for v in plan.vertices.values()
+            if v.is_source
+            for s in range(v.parallelism)
+        ]
         master = cls(
             submission=submission,
             loaded=loaded,
             plan=plan,
-            restart_strategy=parse_restart_strategy(submission.parameters),
             checkpoint_settings=settings,
+            lifecycle=JobLifecycle(job_id, coordinator, parse_restart_strategy(submission.parameters), sources),
             execution_settings=parse_execution_settings(submission.parameters),
-            coordinator=CheckpointCoordinator(
-                JobId(submission.job_id),
-                settings.trigger,
-                InMemoryCompletedCheckpointStore(max_retained=settings.retained),
-                metadata_key=metadata_key,
-            ),
         )
         for v in plan.vertices.values():
             names = " -> ".join(loaded.graph.transformations[u].name for u in v.operator_uids)
@@ -195,6 +196,37 @@ class JobMaster:
         return self.submission.job_id
 
     @property
+    def status(self) -> JobStatus:
+        return self.lifecycle.status
+
+    @property
+    def attempt(self) -> int:
+        """The highest attempt used: by a deployment, or by the end's resolution (which fences them all)."""
+        return self.lifecycle.attempt
+
+    @property
+    def coordinator(self) -> CheckpointCoordinator:
+        """The checkpoint coordinator, for reads; every change goes through ``lifecycle``."""
+        return self.lifecycle.coordinator
+
+    @property
+    def restart_strategy(self) -> RestartStrategy:
+        return self.lifecycle.restart_strategy
+
+    @property
+    def finished_at(self) -> float | None:
+        """When the job ended (FINISHED, CANCELED, FAILED); None while it has not."""
+        match self.lifecycle.state:
+            case Ended(at=at):
+                return at
+            case Ending(outcome=JobStatus.FAILED, since=since):
+                return since
+            case Created() | Running() | Restarting() | Ending():
+                return None
+            case state:
+                assert_never(state)
+
+    @property
     def slots_needed(self) -> int:
         return self.plan.max_parallelism_over_vertices
 
@@ -205,16 +237,15 @@ class JobMaster:
 
     # Deployment -----------------------------------------------------------------------------------
 
-    def schedule(self, offers: list[SlotOffer], addresses: dict[str, str], now: float) -> DeployCommand:
-        """Place every subtask and build the deploy requests of a new attempt (raises NotEnoughSlotsError)."""
+    def schedule(
+        self, offers: list[SlotOffer], addresses: dict[str, str], now: float
+    ) -> tuple[DeployCommand, tuple[Action, ...]]:
+        """Place every subtask and build the deploy requests of a new attempt (raises
+        NotEnoughSlotsError); answers them with the lifecycle's actions for the new attempt."""
         slots = assign_slots(offers, self.slots_needed)
         placement = place_subtasks({v.uid: v.parallelism for v in self.plan.vertices.values()}, slots)
         self.slots = slots
-        self.attempt += 1
-        self.sources_ended = set()
-        self.final_checkpoint_id = None
-        self.status = JobStatus.RUNNING
-        self.restart_at = None
+        attempt, actions = self.lifecycle.deploying(now)
         sub = self.submission
         requests: list[tuple[str, TaskDeployment]] = []
         # Consumers first, so that their input gates exist when producers connect.
@@ -223,7 +254,7 @@ class JobMaster:
                 tm = placement[(vertex.uid, s)]
                 record = self.tasks[(vertex.uid, s)]
                 record.taskmanager_id = tm
-                record.attempt = self.attempt
+                record.attempt = attempt
                 record.state = TaskState.DEPLOYING
                 record.failure = None
                 record.records_in_earlier_attempts += record.records_in
@@ -233,7 +264,7 @@ class JobMaster:
                     job_id=sub.job_id,
                     vertex_uid=vertex.uid,
                     subtask=s,
-                    attempt=self.attempt,
+                    attempt=attempt,
                     job_name=sub.job_name,
                     job_source=sub.job_source,
                     job_file_name=sub.job_file_name,
@@ -266,11 +297,11 @@ class JobMaster:
         log.info(
             "job_scheduled",
             job_id=sub.job_id,
-            attempt=self.attempt,
+            attempt=attempt,
             slots=slots,
             restore_checkpoint_id=self.restore_checkpoint_id or None,
         )
-        return DeployCommand(self.attempt, tuple(requests))
+        return DeployCommand(attempt, tuple(requests)), actions
 
     def task_id(self, vertex_uid: str, subtask: int) -> TaskId:
         return TaskId(JobId(self.job_id), OperatorUid(vertex_uid), SubtaskIndex(subtask))
@@ -281,13 +312,11 @@ class JobMaster:
     def source_task_ids(self) -> list[TaskId]:
         return [self.task_id(uid, s) for uid, s in self.tasks if self.plan.vertices[uid].is_source]
 
-    def needs_final_checkpoint(self) -> bool:
-        """Every source read all its bounded input and no final checkpoint is under way."""
-        sources = {(t.operator_uid, t.subtask) for t in self.source_task_ids()}
-        return bool(sources) and sources <= self.sources_ended and self.final_checkpoint_id is None
-
     def all_running(self) -> bool:
         return all(t.state is TaskState.RUNNING for t in self.tasks.values())
+
+    def all_finished(self) -> bool:
+        return all(t.state is TaskState.FINISHED for t in self.tasks.values())
 
     def taskmanager_of(self, task: TaskId) -> str:
         return self.tasks[(task.operator_uid, task.subtask)].taskmanager_id
@@ -297,7 +326,7 @@ class JobMaster:
 
     # Task events ----------------------------------------------------------------------------------
 
-    def on_task_state(
+    def record_task_state(
         self,
         vertex_uid: str,
         subtask: int,
@@ -306,11 +335,9 @@ class JobMaster:
         failure: Failure | None,
         records_in: int,
         records_out: int,
-        now: float,
-    ) -> Failure | None:
-        """Apply a task's report of the current attempt; answers the failure when the job must fail
-        over: the task FAILED, or it was CANCELED while the job runs (nobody asked it to stop, so
-        its part of the job is missing and no checkpoint could complete again)."""
+    ) -> TaskRecord | None:
+        """Keep a task's report of the current attempt (None: of another attempt, or of a task the job
+        does not have, or the job ended; the lifecycle then hears nothing of it)."""
         if attempt != self.attempt or self.status.terminal:
             return None
         record = self.tasks.get((vertex_uid, subtask))
@@ -319,26 +346,11 @@ class JobMaster:
         record.state = state
         record.records_in = max(record.records_in, records_in)
         record.records_out = max(record.records_out, records_out)
-        if self.status is not JobStatus.RUNNING:
-            return None  # cancelling or restarting: the tasks end because they were told to
         if state is TaskState.FAILED:
-            cause = failure or Failure.internal("the task reported FAILED without a failure")
-            record.failure = cause
-            return Failure(
-                cause.type, f"task {vertex_uid}#{subtask} failed: {cause.message}", cause.fault, cause.retriable
-            )
-        if state is TaskState.CANCELED:
+            record.failure = failure or Failure.internal("the task reported FAILED without a failure")
+        elif state is TaskState.CANCELED and self.status is JobStatus.RUNNING:
             record.failure = Failure.internal("cancelled while the job was running")
-            return Failure.internal(f"task {vertex_uid}#{subtask} was cancelled while the job was running")
-        if (
-            state is TaskState.FINISHED
-            and self.status is JobStatus.RUNNING
-            and all(t.state is TaskState.FINISHED for t in self.tasks.values())
-        ):
-            self.status = JobStatus.FINISHED
-            self.finished_at = now
-            log.info("job_finished", job_id=self.job_id, attempt=self.attempt)
-        return None
+        return record
 
     def on_progress(self, progress: TaskProgress, now: float) -> None:
         """A heartbeat's news of a running task of the current attempt: its counters (which never go
@@ -354,84 +366,17 @@ class JobMaster:
         if progress.watermark is not None:
             record.watermark = progress.watermark
 
-    def fail_over(self, failure: Failure, now: float, *, cause: ExceptionEntry | None = None) -> None:
-        """A task or TaskManager failed: restart after the strategy's delay, or fail the job (at once
-        when the failure is not retriable). The failure goes into the exception history as ``cause``
-        (the task, TaskManager and failure it came from), else as the job's failure alone."""
-        if self.status not in (JobStatus.RUNNING, JobStatus.CREATED):
-            return
+    def record_failure(self, failure: Failure, now: float, *, cause: ExceptionEntry | None = None) -> None:
+        """A failure that fails the job over: keep it in the exception history as ``cause`` (the task,
+        TaskManager and failure it came from), else as the job's failure alone."""
         self.exceptions = self.exceptions.add(cause or ExceptionEntry(failure, now, self.attempt))
-        reason = failure.message
-        decision = self.restart_strategy.on_failure(now, failure)
         self.failure = failure
+
+    def tasks_stopped(self) -> None:
+        """The tasks of the attempt are being stopped (a failover, cancel or the end): none still runs."""
         for t in self.tasks.values():
             if _still_running(t.state):
                 t.state = TaskState.CANCELED
-        if isinstance(decision, GiveUp):
-            self.status = JobStatus.FAILED
-            self.finished_at = now
-            log.error(
-                "job_failed",
-                job_id=self.job_id,
-                attempt=self.attempt,
-                reason=reason,
-                fault=failure.fault.value,
-                retriable=failure.retriable,
-                gave_up=decision.reason,
-            )
-            return
-        self.status = JobStatus.RESTARTING
-        self.restart_at = now + decision.delay_s
-        log.warning(
-            "job_restarting",
-            job_id=self.job_id,
-            attempt=self.attempt,
-            reason=reason,
-            delay_s=round(decision.delay_s, 3),
-            restart=decision.attempt,
-        )
-
-    def replace(self, reason: str, now: float) -> None:
-        """Place the attempt again at once, without counting a restart: it never ran (a TaskManager
-        it was placed on turned out to be gone before anything was deployed)."""
-        self.status = JobStatus.RESTARTING
-        self.restart_at = now
-        for t in self.tasks.values():
-            if _still_running(t.state):
-                t.state = TaskState.CANCELED
-        log.info("job_replaced", job_id=self.job_id, attempt=self.attempt, reason=reason)
-
-    def cancel(self, now: float) -> bool:
-        """Start cancelling (the JobManager then stops the tasks and resolves the sinks' transactions,
-        and calls ``cancelled``); False when the job had already ended."""
-        if self.status.terminal or self.status is JobStatus.CANCELLING:
-            return False
-        self.status = JobStatus.CANCELLING
-        self.cancel_requested_at = now
-        self.restart_at = None
-        for t in self.tasks.values():
-            if _still_running(t.state):
-                t.state = TaskState.CANCELED
-        return True
-
-    def cancelled(self, now: float) -> None:
-        """The tasks are stopped and the transactions resolved: the job is CANCELED, or FINISHED when
-        it was stopped with a savepoint (``weir stop``, as Flink's stop-with-savepoint)."""
-        if self.status is JobStatus.CANCELLING:
-            self.status = JobStatus.FINISHED if self.stopped_with_savepoint else JobStatus.CANCELED
-            self.finished_at = now
-            log.info(
-                "job_stopped_with_savepoint" if self.stopped_with_savepoint else "job_cancelled",
-                job_id=self.job_id,
-                attempt=self.attempt,
-                savepoint_id=self.stop_savepoint_id,
-            )
-
-    def next_attempt_for_resolution(self) -> int:
-        """The attempt number the end-of-job transaction resolution runs as: above every attempt that
-        ran, so the sinks' fencing stops anything an earlier attempt still does."""
-        self.attempt += 1
-        return self.attempt
 
     @property
     def restarts(self) -> int:

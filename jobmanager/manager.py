@@ -1,4 +1,4 @@
-"""``JobManager``: the parts of the JobManager composed for the servicer and ``python -m jobmanager``.
+"""``JobManager``: the parts of the JobManager composed for the servicer and ``python -m weir.jobmanager``.
 
 One lock serialises the servicer's calls, the monitor thread and the workers handing outcomes back;
 I/O (TaskManager calls, storage, Kafka, transaction resolution) runs on worker threads without it.
@@ -13,15 +13,18 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from jobmanager.checkpoint_actions import CheckpointActionExecutor
-from jobmanager.deployment import Deployer
-from jobmanager.errors import JobManagerNotReadyError
-from jobmanager.exception_history import ExceptionHistory
-from jobmanager.failover import Failover, ResolveTransactions, resolve_job_transactions
-from jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import (
+from weir.connectors.object_storage import CheckpointStorage
+from weir.core.ids import CheckpointId
+from weir.core.paths import CheckpointPaths
+from weir.core.states import JobStatus
+from weir.jobmanager.deployment import Deployer
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.exception_history import ExceptionHistory
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
+from weir.jobmanager.job_actions import JobActionExecutor, ResolveTransactions, resolve_job_transactions
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
     CheckpointDetailView,
@@ -34,13 +37,13 @@ from jobmanager.messages import (
     JobSummaryView,
     TaskStateReport,
 )
-from jobmanager.monitor import Monitor
-from jobmanager.read_api import ReadApi
-from jobmanager.record_store import JobRecordStore
-from jobmanager.recovery import JobRecovery
-from jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
-from jobmanager.savepoints import SavepointTrigger
-from jobmanager.submission import (
+from weir.jobmanager.monitor import Monitor
+from weir.jobmanager.read_api import ReadApi
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.recovery import JobRecovery
+from weir.jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
+from weir.jobmanager.savepoints import SavepointTrigger
+from weir.jobmanager.submission import (
     EndOffsetsReader,
     JobSubmitter,
     ResolveInherited,
@@ -50,10 +53,7 @@ from jobmanager.submission import (
     kafka_end_offsets,
     resolve_inherited,
 )
-from jobmanager.task_reports import TaskReports
-from weir.core.ids import CheckpointId
-from weir.core.paths import CheckpointPaths
-from weir.core.states import JobStatus
+from weir.jobmanager.task_reports import TaskReports
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -86,21 +86,12 @@ class JobManager:
         lock = self.lock
         self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
         self.records = JobRecordStore(storage, self.paths, clock)
-        self.executor = CheckpointActionExecutor(self.registry, gateway, storage, self.records, self._io, lock, clock)
-        self.failover = Failover(
-            self.jobs,
-            self.registry,
-            gateway,
-            self.executor,
-            self.records,
-            self._io,
-            lock,
-            self._stopping,
-            clock,
-            resolve=resolve,
+        self.executor = JobActionExecutor(
+            self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve
         )
+        self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock)
         self.deployer = Deployer(
-            self.registry, gateway, self.failover, self.records, self._io, lock, clock, storage.uri
+            self.registry, gateway, self.failover, self.executor, self.records, self._io, lock, clock, storage.uri
         )
         self.submitter = JobSubmitter(
             self.jobs,
@@ -113,12 +104,9 @@ class JobManager:
             check=check,
             resolve_inherited=resolve_inherited,
         )
-        self.reports = TaskReports(self.jobs, self.executor, self.failover, self.records, lock, clock)
-        self.recovery = JobRecovery(
-            self.jobs, self.records, storage, self.paths, self.executor, self.failover, self._io, lock, clock
-        )
+        self.reports = TaskReports(self.jobs, self.executor, self.failover, lock, clock)
+        self.recovery = JobRecovery(self.jobs, self.records, storage, self.paths, self.executor, lock, clock)
         self.savepoints = SavepointTrigger(self.jobs, self.executor, lock, clock)
-        self.executor.on_stop = lambda job: self.failover.cancel(job.job_id)
         self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)
         self.monitor = Monitor(
             self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock

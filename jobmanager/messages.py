@@ -7,14 +7,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
 from weir.graph import Partitioning
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 
 # What TaskManagers report --------------------------------------------------------------------------
 
@@ -121,6 +121,22 @@ class TaskView:
 
 
 @dataclass(frozen=True)
+class JobEndView:
+    """An ending or ended job and its sinks' resolution (``weir.jobmanager.lifecycle.RecordedEnd``)."""
+
+    outcome: JobStatus
+    ended: bool
+    at: float
+    nothing_to_resolve: bool  # every task FINISHED
+    resolution_decided: bool  # False: waits for a checkpoint being persisted
+    as_of_checkpoint: int | None
+    attempts: int
+    resolved: bool
+    error: str
+    retry_at: float | None
+
+
+@dataclass(frozen=True)
 class JobStatusView:
     summary: JobSummaryView
     tasks: tuple[TaskView, ...]
@@ -129,6 +145,7 @@ class JobStatusView:
     last_restore_at: float
     finished_at: float | None = None  # when it ended (FINISHED, CANCELED, FAILED); None: not ended
     now: float = 0.0  # the JobManager's clock when the view was taken
+    end: JobEndView | None = None  # None: neither ending nor ended
 
 
 @dataclass(frozen=True)

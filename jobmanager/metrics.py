@@ -6,8 +6,8 @@ from typing import Any
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary
 from weir.core.checkpointing import CheckpointStatus
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
 
 _DURATION_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 600.0)
 
@@ -81,6 +81,14 @@ RESTORES = Counter("weir_job_restores_total", "Restores of the job from a comple
 LAST_RESTORE_TIMESTAMP = Gauge("weir_job_last_restore_timestamp_seconds", "When the job was last restored", ("job_id",))
 LAST_RESTART_TIMESTAMP = Gauge("weir_job_last_restart_timestamp_seconds", "When the job last restarted", ("job_id",))
 JOB_STATUS = Gauge("weir_job_status", "1 for the job's current status, 0 otherwise", ("job_id", "status"))
+END_UNRESOLVED = Gauge(
+    "weir_job_end_unresolved",
+    "1 while an ending or ended job's sink transactions are not resolved (retried; see weir status)",
+    ("job_id",),
+)
+END_RESOLUTION_ATTEMPTS = Gauge(
+    "weir_job_end_resolution_attempts", "End-of-job resolutions of the sinks' transactions tried", ("job_id",)
+)
 
 _STATUSES = ("CREATED", "RUNNING", "RESTARTING", "FINISHED", "FAILED", "CANCELLING", "CANCELED")
 
@@ -122,6 +130,9 @@ def job_status(job: Any) -> None:
     if job.last_restore_at:
         LAST_RESTORE_TIMESTAMP.labels(job_id).set(job.last_restore_at)
     CHECKPOINTS_IN_PROGRESS.labels(job_id).set(job.coordinator.in_flight_count)
+    END_UNRESOLVED.labels(job_id).set(1 if job.lifecycle.unresolved_end else 0)
+    resolution = job.lifecycle.resolution
+    END_RESOLUTION_ATTEMPTS.labels(job_id).set(resolution.attempts if resolution is not None else 0)
     interval_s = job.checkpoint_settings.trigger.interval_s
     if interval_s is not None:
         CHECKPOINT_INTERVAL.labels(job_id).set(interval_s)

@@ -1,5 +1,6 @@
 """The JobManager's periodic duties, one ``tick`` at a time: declare silent TaskManagers lost,
-restart jobs whose restart delay is over, drive the checkpoint coordinators, refresh job records."""
+restart jobs whose restart delay is over, tick each job's lifecycle (its checkpoints' triggers and
+timeouts, the final checkpoint, an end's resolution retried), refresh job records."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ from typing import Final
 
 import structlog
 
-from jobmanager import metrics
-from jobmanager.checkpoint_actions import CheckpointActionExecutor
-from jobmanager.deployment import Deployer
-from jobmanager.errors import JobManagerError
-from jobmanager.failover import Failover
-from jobmanager.jobs import DeployCommand, JobMaster
-from jobmanager.record_store import JobRecordStore
-from jobmanager.registry import TaskManagerRegistry
 from weir.core.errors import NotEnoughSlotsError
 from weir.core.states import JobStatus
+from weir.jobmanager import metrics
+from weir.jobmanager.deployment import Deployer
+from weir.jobmanager.errors import JobManagerError
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import DeployCommand, JobMaster
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.registry import TaskManagerRegistry
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -35,7 +36,7 @@ class Monitor:
         registry: TaskManagerRegistry,
         failover: Failover,
         deployer: Deployer,
-        executor: CheckpointActionExecutor,
+        executor: JobActionExecutor,
         records: JobRecordStore,
         lock: threading.RLock,
         clock: Callable[[], float],
@@ -63,15 +64,15 @@ class Monitor:
             for tm, why in self._registry.silent(now):
                 self._failover.taskmanager_lost(tm, why)
             for job in self._jobs.values():
-                if job.status is JobStatus.RESTARTING and job.restart_at is not None and now >= job.restart_at:
+                if job.lifecycle.restart_due(now):
                     try:
                         deploys.append((job, *self._deployer.schedule(job, now)))
                     except (JobManagerError, NotEnoughSlotsError) as exc:
-                        job.restart_at = now + RESTART_RETRY_S  # wait for slots (a TaskManager may come back)
+                        # Wait for slots (a TaskManager may come back) or for a persist to end.
+                        self._executor.execute(job, job.lifecycle.restart_later(now + RESTART_RETRY_S))
                         log.warning("restart_waiting", job_id=job.job_id, reason=str(exc))
-                elif job.status is JobStatus.RUNNING and job.coordinator.is_running:
-                    self._executor.execute(job, job.coordinator.tick(now))
-                    self._executor.trigger_final_checkpoint(job, now)
+                else:
+                    self._executor.execute(job, job.lifecycle.tick(now))
                 if job.status is JobStatus.RUNNING and now - job.record_saved_at > RECORD_REFRESH_S:
                     self._records.save(job)  # keeps the progress counters for a restarted JobManager
                 metrics.job_status(job)

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from jobmanager.checkpointing.coordinator import CheckpointCoordinator
-from jobmanager.checkpointing.orphans import Kept, Orphans, StoredObject
+from weir.connectors.object_storage import CheckpointStorage
 from weir.core.errors import WeirError
 from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
+from weir.jobmanager.checkpointing.orphans import Kept, Orphans, StoredObject
 
 log = structlog.get_logger("weir.jobmanager")
 

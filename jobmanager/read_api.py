@@ -1,21 +1,25 @@
 """What the JobManager answers about its jobs and TaskManagers (``weir status``, ``list``,
-``checkpoints``, ``cluster status``, and the REST API), as plain values (``jobmanager.messages``)."""
+``checkpoints``, ``cluster status``, and the REST API), as plain values (``weir.jobmanager.messages``)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.exception_history import ExceptionHistory
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import (
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
+from weir.core.errors import UnknownCheckpointError, UnknownJobError
+from weir.core.paths import external_path
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.exception_history import ExceptionHistory
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import (
     CheckpointCounts,
     CheckpointDetailView,
     CheckpointsView,
     ClusterView,
     InputEdgeView,
+    JobEndView,
     JobPlanView,
     JobStatusView,
     JobSummaryView,
@@ -26,10 +30,7 @@ from jobmanager.messages import (
     TaskView,
     VertexView,
 )
-from jobmanager.registry import TaskManagerRegistry
-from weir.core.checkpointing import CheckpointKind, CheckpointStatus
-from weir.core.errors import UnknownCheckpointError, UnknownJobError
-from weir.core.paths import external_path
+from weir.jobmanager.registry import TaskManagerRegistry
 
 
 def retained_summary(checkpoint: CompletedCheckpoint) -> CheckpointSummary:
@@ -57,6 +58,26 @@ def summary_of(job: JobMaster) -> JobSummaryView:
         submitted_at=sub.submitted_at,
         parallelism=sub.parallelism,
         restarts=job.restarts,
+    )
+
+
+def end_view(job: JobMaster) -> JobEndView | None:
+    end = job.lifecycle.recorded_end()
+    if end is None:
+        return None
+    resolution = end.resolution
+    decided = resolution is not None or end.ended
+    return JobEndView(
+        outcome=end.outcome,
+        ended=end.ended,
+        at=end.at,
+        nothing_to_resolve=end.ended and resolution is None,
+        resolution_decided=decided,
+        as_of_checkpoint=resolution.as_of if resolution is not None else None,
+        attempts=resolution.attempts if resolution is not None else 0,
+        resolved=resolution is not None and resolution.resolved,
+        error=resolution.error if resolution is not None else "",
+        retry_at=resolution.retry_at if resolution is not None else None,
     )
 
 
@@ -105,6 +126,7 @@ class ReadApi:
                 last_restore_at=job.last_restore_at,
                 finished_at=job.finished_at if job.status.terminal else None,
                 now=self._clock(),
+                end=end_view(job),
             )
 
     def job_plan(self, job_id: str) -> JobPlanView:

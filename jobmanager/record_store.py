@@ -1,4 +1,4 @@
-"""Job records in checkpoint storage (the format is ``jobmanager.records``): written in order on one
+"""Job records in checkpoint storage (the format is ``weir.jobmanager.records``): written in order on one
 thread, listed and read back by the recovery of a restarted JobManager."""
 
 from __future__ import annotations
@@ -8,12 +8,12 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from jobmanager.jobs import JobMaster
-from jobmanager.records import JobRecord
+from weir.connectors.object_storage import CheckpointStorage
 from weir.core.errors import WeirError
 from weir.core.ids import JobId
 from weir.core.paths import CheckpointPaths
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.records import JobRecord
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -29,9 +29,11 @@ def record_of(job: JobMaster) -> JobRecord:
         failure=job.failure,
         records_in_all_attempts={key: t.records_in_all_attempts for key, t in job.tasks.items()},
         checkpoint_ids_reserved_through=job.coordinator.ids_reserved_through,
-        transactions_resolved=job.transactions_resolved,
+        transactions_resolved=(resolution := job.lifecycle.resolution) is not None and resolution.resolved,
         exceptions=job.exceptions,
         restarts=job.restarts,
+        end=job.lifecycle.recorded_end(),
+        stop=job.lifecycle.stop_request,
     )
 
 

@@ -21,11 +21,21 @@ Format 1::
                                                # every JobManager that ran the job
      "exceptions": [                           # optional (absent: none); the last 100 failures, newest first
         {"failure": {"type", "message", "fault", "retriable"}, "timestamp": seconds, "attempt": int,
-         "vertex_uid": str | null, "subtask": int | null, "taskmanager_id": str | null}, ...]}
+         "vertex_uid": str | null, "subtask": int | null, "taskmanager_id": str | null}, ...],
+     "end": null | {                           # optional (absent: none); the job is ending or ended
+        "outcome": "CANCELED" | "FAILED" | "FINISHED",
+        "ended": bool,                         # false: still ending (tasks stopping, sinks resolving)
+        "at": seconds,                         # since when it is ending, or when it ended
+        "resolution": null | {                 # null: nothing to resolve (every task FINISHED), or not
+                                               # decided yet (ending, a checkpoint was being persisted)
+           "as_of": int | null,                # the checkpoint the sinks are resolved as of (null: none)
+           "attempts": int, "resolved": bool, "error": str}},
+     "stop": null | {"savepoint_id": int, "drain": bool}}   # optional (absent: none); a weir stop under way
 
-``exceptions`` and ``restarts`` were added to format 1 as optional fields: an older record has none
-(an empty history, 0 restarts) and an older Weir ignores them, so neither reader refuses the other's
-record.
+``exceptions``, ``restarts``, ``end`` and ``stop`` were added to format 1 as optional fields: an older record
+has none (an empty history, 0 restarts, an end told by ``status`` and ``transactions_resolved``) and
+an older Weir ignores them, so neither reader refuses the other's record. ``transactions_resolved``
+is still written (true once the end is resolved) for an older reader.
 """
 
 from __future__ import annotations
@@ -35,11 +45,13 @@ import json
 from dataclasses import dataclass
 from typing import Any, Final
 
-from jobmanager.exception_history import ExceptionEntry, ExceptionHistory
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
+from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus
+from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
+from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
 
 RECORD_FORMAT: Final = 1
 
@@ -67,6 +79,8 @@ class JobRecord:
     transactions_resolved: bool = False
     exceptions: ExceptionHistory = ExceptionHistory()
     restarts: int = 0
+    end: RecordedEnd | None = None
+    stop: StopRequest | None = None
 
     def to_json(self) -> bytes:
         sub = self.submission
@@ -90,6 +104,12 @@ class JobRecord:
             "transactions_resolved": self.transactions_resolved,
             "exceptions": [_entry_to_json(e) for e in self.exceptions.entries],
             "restarts": self.restarts,
+            **({"end": _end_to_json(self.end)} if self.end is not None else {}),
+            **(
+                {"stop": {"savepoint_id": self.stop.savepoint_id, "drain": self.stop.drain}}
+                if self.stop is not None
+                else {}
+            ),
         }
         return json.dumps(document, separators=(",", ":")).encode()
 
@@ -120,6 +140,8 @@ class JobRecord:
                 transactions_resolved=bool(document["transactions_resolved"]),
                 exceptions=ExceptionHistory(tuple(_entry_from_json(e) for e in document.get("exceptions", ()))),
                 restarts=int(document.get("restarts", 0)),
+                end=_end_from_json(document["end"]) if document.get("end") is not None else None,
+                stop=_stop_from_json(document["stop"]) if document.get("stop") is not None else None,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SerializationError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc
@@ -168,3 +190,44 @@ def _entry_from_json(document: dict[str, Any]) -> ExceptionEntry:
         subtask=None if subtask is None else typed(subtask, int),
         taskmanager_id=None if taskmanager_id is None else typed(taskmanager_id, str),
     )
+
+
+def _end_to_json(end: RecordedEnd) -> dict[str, Any]:
+    resolution = end.resolution
+    return {
+        "outcome": end.outcome.value,
+        "ended": end.ended,
+        "at": end.at,
+        "resolution": None
+        if resolution is None
+        else {
+            "as_of": resolution.as_of,
+            "attempts": resolution.attempts,
+            "resolved": resolution.resolved,
+            "error": resolution.error,
+        },
+    }
+
+
+def _end_from_json(document: dict[str, Any]) -> RecordedEnd:
+    outcome = JobStatus(document["outcome"])
+    if outcome not in (JobStatus.CANCELED, JobStatus.FAILED, JobStatus.FINISHED):
+        raise ValueError(f"an end's outcome must be CANCELED, FAILED or FINISHED, not {outcome.value}")
+    resolution = document["resolution"]
+    return RecordedEnd(
+        outcome=outcome,
+        ended=typed(document["ended"], bool),
+        at=number(document["at"]),
+        resolution=None
+        if resolution is None
+        else Resolution(
+            as_of=None if resolution["as_of"] is None else CheckpointId(typed(resolution["as_of"], int)),
+            attempts=typed(resolution["attempts"], int),
+            resolved=typed(resolution["resolved"], bool),
+            error=typed(resolution["error"], str),
+        ),
+    )
+
+
+def _stop_from_json(document: dict[str, Any]) -> StopRequest:
+    return StopRequest(CheckpointId(typed(document["savepoint_id"], int)), typed(document["drain"], bool))

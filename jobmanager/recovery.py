@@ -1,4 +1,4 @@
-"""A restarted JobManager takes its jobs over from their durable records (``jobmanager.records``)
+"""A restarted JobManager takes its jobs over from their durable records (``weir.jobmanager.records``)
 and their checkpoints' metadata: running ones restart, a cancelling one finishes cancelling, an
 ended one whose transactions were not resolved gets them resolved.
 
@@ -14,38 +14,40 @@ from __future__ import annotations
 import threading
 from collections import deque
 from collections.abc import Callable, MutableMapping
-from concurrent.futures import Executor
 
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from jobmanager.checkpoint_actions import CheckpointActionExecutor
-from jobmanager.checkpointing.metadata import decode_metadata
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.failover import Failover
-from jobmanager.jobs import JobMaster
-from jobmanager.orphans import collect_orphans
-from jobmanager.record_store import JobRecordStore
-from jobmanager.records import JobRecord
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
-from jobmanager.restoring import plan_initial_state, read_retained_state
 from weir.api import load_job_source
+from weir.connectors.object_storage import CheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, JobId
 from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.orphans import collect_orphans
+from weir.jobmanager.record_store import JobRecordStore
+from weir.jobmanager.records import JobRecord
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.jobmanager.restoring import plan_initial_state, read_retained_state
 
 log = structlog.get_logger("weir.jobmanager")
 
 
 def needs_takeover(record: JobRecord) -> bool:
     """Whether the JobManager must take the job over before it serves: it is not ended (it restarts,
-    or finishes cancelling), or it ended without the transactions of its last attempt resolved."""
+    or finishes ending), or it ended with its sinks' transactions unresolved (their resolution is
+    retried). A record without an end (an older Weir's) ended unresolved unless it FINISHED."""
     status = record.status
     if not status.terminal:
         return True
-    return status is not JobStatus.FINISHED and not record.transactions_resolved
+    end = record.end
+    if end is None:
+        return status is not JobStatus.FINISHED and not record.transactions_resolved
+    return not end.ended or (end.resolution is not None and not end.resolution.resolved)
 
 
 class JobRecovery:
@@ -55,9 +57,7 @@ class JobRecovery:
         records: JobRecordStore,
         storage: CheckpointStorage,
         paths: CheckpointPaths,
-        executor: CheckpointActionExecutor,
-        failover: Failover,
-        io: Executor,
+        executor: JobActionExecutor,
         lock: threading.RLock,
         clock: Callable[[], float],
     ) -> None:
@@ -66,8 +66,6 @@ class JobRecovery:
         self._storage = storage
         self._paths = paths
         self._executor = executor
-        self._failover = failover
-        self._io = io
         self._lock = lock
         self._clock = clock
         self._history: deque[JobRecord] = deque()  # read by recover_jobs, loaded by recover_history
@@ -141,15 +139,12 @@ class JobRecovery:
             log.error("job_not_recovered", job_id=submission.job_id, error=str(exc))
             return False
         job = JobMaster.create(submission, loaded, self._paths.metadata_key_fn())
-        job.attempt = record.attempt
         job.failure = record.failure
-        job.transactions_resolved = record.transactions_resolved
         job.exceptions = record.exceptions
         job.restarts_under_earlier_jobmanagers = record.restarts
         for task_key, total in record.records_in_all_attempts.items():
             if task_key in job.tasks:
                 job.tasks[task_key].records_in_earlier_attempts = total
-        status = record.status
         checkpoints: list[CompletedCheckpoint] = []
         highest = record.checkpoint_ids_reserved_through
         job_key = JobId(submission.job_id)
@@ -193,23 +188,17 @@ class JobRecovery:
         actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
         self._executor.execute(job, actions)
         collect_orphans(self._storage, self._paths, job.coordinator)  # nothing is in flight yet
-        end_attempt: int | None = None
-        if status is JobStatus.CANCELLING:
-            job.status = JobStatus.CANCELLING  # finish cancelling; never restart a cancelled job
-            job.cancel_requested_at = now
-            end_attempt = job.attempt
-        elif status.terminal:
-            job.status = status
-            if status is not JobStatus.FINISHED and not job.transactions_resolved:
-                end_attempt = job.attempt
-        else:
-            # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them.
-            job.status = JobStatus.RESTARTING
-            job.restart_at = now + HEARTBEAT_TIMEOUT_S / 2
+        # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them, and
+        # the restart waits half a heartbeat timeout for that.
+        job.lifecycle.take_over(
+            now, record.status, record.attempt, record.end, now + HEARTBEAT_TIMEOUT_S / 2, record.stop
+        )
+        if record.end is None and record.status.terminal and needs_takeover(record):
+            job.lifecycle.legacy_unresolved(now)
         with self._lock:
             self._jobs[submission.job_id] = job
-        if end_attempt is not None:
-            self._io.submit(self._failover.end_job, job, end_attempt)
+            # An ending job's, or an ended one's unresolved, sinks are resolved at once.
+            self._executor.execute(job, job.lifecycle.tick(now))
         log.info(
             "job_recovered",
             job_id=submission.job_id,

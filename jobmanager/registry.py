@@ -15,11 +15,11 @@ from typing import Final
 
 import structlog
 
-from jobmanager.gateway import TaskManagerGateway
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import Heartbeat, HeartbeatAnswer, JobAttempt
-from jobmanager.scheduler import SlotOffer
 from weir.core.states import JobStatus
+from weir.jobmanager.gateway import TaskManagerGateway
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import Heartbeat, HeartbeatAnswer, JobAttempt
+from weir.jobmanager.scheduler import SlotOffer
 
 log = structlog.get_logger("weir.jobmanager")
 

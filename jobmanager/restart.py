@@ -16,8 +16,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar, Protocol, TypeVar
 
-from jobmanager.errors import ConfigError
 from weir.core.failures import Failure
+from weir.jobmanager.errors import ConfigError
 
 
 class RandomSource(Protocol):

@@ -6,7 +6,7 @@ path names (its own checkpoint storage or any other, ``weir.core.paths.locate_st
 that the new job can take its state (``weir.core.rescale.check_state_assignment``), and works out which
 old subtasks' task-state documents each new vertex inherits. Before the job is accepted, the old job's
 transactional sink subtasks (every one of them, also those a smaller parallelism no longer has) are
-resolved as of the checkpoint (``jobmanager.ending.resolve_inherited_transactions``): what the
+resolved as of the checkpoint (``weir.jobmanager.ending.resolve_inherited_transactions``): what the
 checkpoint pre-committed is committed, everything else of them aborted or rolled back. The new job's
 sinks then start with no transactions of their own, and its sources from the checkpoint's positions,
 so the output stays exactly once across the two jobs.
@@ -23,14 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
-from connectors.object_storage import CheckpointStorage, open_storage
-from jobmanager.checkpointing.metadata import decode_metadata
-from jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.connectors.object_storage import CheckpointStorage, open_storage
 from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.paths import locate_state
 from weir.core.rescale import check_state_assignment, inherited_documents
 from weir.core.task_state import TaskStateDocument, decode_task_state
 from weir.graph import LogicalGraph
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.plan import JobPlan
 
 TAKEOVER_ATTEMPT: Final = 1 << 40
@@ -122,6 +122,8 @@ def plan_initial_state(
         allow_non_restored_state=allow_non_restored_state,
         where=where,
         new_chains={v.uid: v.operator_uids for v in plan.vertices.values()},
+        new_outputs={v.uid: [e.target for e in v.outputs] for v in plan.vertices.values()},
+        read_object=retained.storage.get_bytes,
     )
     assigned = inherited_documents({v.uid: v.operator_uids for v in plan.vertices.values()}, documents)
     return InitialState(

@@ -8,8 +8,9 @@ The JobManager never deletes a completed savepoint. Written to ``<job>/savepoint
 cluster's checkpoint storage, it is copied, when asked, to a new folder
 ``<target directory>/savepoint-<job id>-<id>/`` (``target_directory``, else the job's
 ``savepoints.dir`` parameter, Flink's ``execution.checkpointing.savepoint-dir``). A stop-with-savepoint
-cancels the job once the savepoint completed; its end resolves every sink as of the savepoint, so
-nothing stays prepared or open, and the job ends FINISHED.
+ends the job once the savepoint completed, and nothing is triggered after it meanwhile; its end
+resolves every sink as of the savepoint, so nothing stays prepared or open, and the job ends
+FINISHED. A stop whose savepoint fails leaves the job running (``weir.jobmanager.lifecycle``).
 """
 
 from __future__ import annotations
@@ -20,12 +21,10 @@ from typing import Final
 
 import structlog
 
-from jobmanager.checkpoint_actions import CheckpointActionExecutor
-from jobmanager.errors import SavepointRejectedError
-from jobmanager.jobs import JobMaster
 from weir.core.errors import UnknownJobError
 from weir.core.ids import CheckpointId
-from weir.core.states import JobStatus
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -41,7 +40,7 @@ class SavepointTrigger:
     def __init__(
         self,
         jobs: Mapping[str, JobMaster],
-        executor: CheckpointActionExecutor,
+        executor: JobActionExecutor,
         lock: threading.RLock,
         clock: Callable[[], float],
     ) -> None:
@@ -51,37 +50,23 @@ class SavepointTrigger:
         self._clock = clock
 
     def trigger(self, job_id: str, target_directory: str, *, stop: bool, drain: bool) -> CheckpointId:
-        """Start a savepoint of a running job; answers its id. SavepointRejectedError when the job is
-        not running or a savepoint or stop is already under way."""
+        """Start a savepoint of a running job; answers its id. SavepointRejectedError when the job
+        cannot take one now (not running, a stop already under way, finishing); the lifecycle decides."""
         with self._lock:
             job = self._jobs.get(job_id)
             if job is None:
                 raise UnknownJobError(job_id)
-            if job.status is not JobStatus.RUNNING:
-                raise SavepointRejectedError(
-                    f"job {job_id} is {job.status.value}: a savepoint needs a RUNNING job", fault="user"
-                )
-            if job.stop_savepoint_id is not None:
-                raise SavepointRejectedError(
-                    f"job {job_id} is already stopping with savepoint {job.stop_savepoint_id}", fault="user"
-                )
-            trigger = job.coordinator.trigger_savepoint(self._clock())
+            checkpoint_id, actions = job.lifecycle.trigger_savepoint(self._clock(), stop=stop, drain=drain)
             directory = target_directory or job.submission.parameters.get(SAVEPOINTS_DIR_PARAMETER, "")
             if directory:
-                job.savepoint_targets[trigger.checkpoint_id] = savepoint_folder(
-                    directory, job_id, trigger.checkpoint_id
-                )
-            if stop:
-                job.stop_savepoint_id = trigger.checkpoint_id
-            if drain:
-                job.drain_savepoint_id = trigger.checkpoint_id
+                job.savepoint_targets[checkpoint_id] = savepoint_folder(directory, job_id, checkpoint_id)
             log.info(
                 "savepoint_requested",
                 job_id=job_id,
-                checkpoint_id=trigger.checkpoint_id,
-                target=job.savepoint_targets.get(trigger.checkpoint_id),
+                checkpoint_id=checkpoint_id,
+                target=job.savepoint_targets.get(checkpoint_id),
                 stop=stop,
                 drain=drain,
             )
-            self._executor.execute(job, (trigger,))
-            return trigger.checkpoint_id
+            self._executor.execute(job, actions)
+            return checkpoint_id

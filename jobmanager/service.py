@@ -1,4 +1,4 @@
-"""The JobManager's gRPC servicer: thin. It converts requests into ``jobmanager.messages`` values,
+"""The JobManager's gRPC servicer: thin. It converts requests into ``weir.jobmanager.messages`` values,
 calls the ``JobManager``, converts the answers back and maps WeirError onto gRPC status codes."""
 
 from __future__ import annotations
@@ -11,25 +11,6 @@ from google.protobuf import any_pb2
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from jobmanager.errors import JobManagerNotReadyError
-from jobmanager.manager import JobManager
-from jobmanager.messages import (
-    CheckpointAck,
-    CheckpointDecline,
-    CheckpointDetailView,
-    CheckpointsView,
-    ClusterView,
-    Heartbeat,
-    HeartbeatAnswer,
-    JobStatusView,
-    JobSummaryView,
-    TaskProgress,
-    TaskStateReport,
-)
-from jobmanager.registry import HEARTBEAT_INTERVAL_S
-from jobmanager.submission import SubmitRequest
 from weir.core.codec import (
     checkpoint_kind_to_proto,
     checkpoint_status_to_proto,
@@ -51,6 +32,25 @@ from weir.core.errors import (
     UnknownJobError,
     WeirError,
 )
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.messages import (
+    CheckpointAck,
+    CheckpointDecline,
+    CheckpointDetailView,
+    CheckpointsView,
+    ClusterView,
+    Heartbeat,
+    HeartbeatAnswer,
+    JobStatusView,
+    JobSummaryView,
+    TaskProgress,
+    TaskStateReport,
+)
+from weir.jobmanager.registry import HEARTBEAT_INTERVAL_S
+from weir.jobmanager.submission import SubmitRequest
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 _Answer = TypeVar("_Answer")
@@ -195,6 +195,22 @@ def job_status_response(view: JobStatusView) -> jobmanager_pb2.GetJobStatusRespo
     )
     if view.failure is not None:
         response.failure.CopyFrom(failure_to_proto(view.failure))
+    if view.end is not None:
+        end = view.end
+        response.end.CopyFrom(
+            jobmanager_pb2.JobEnd(
+                outcome=job_status_to_proto(end.outcome),
+                ended=end.ended,
+                at=end.at,
+                nothing_to_resolve=end.nothing_to_resolve,
+                resolution_decided=end.resolution_decided,
+                as_of_checkpoint=end.as_of_checkpoint,
+                attempts=end.attempts,
+                resolved=end.resolved,
+                error=end.error,
+                retry_at=end.retry_at,
+            )
+        )
     for t in view.tasks:
         task = response.tasks.add(
             task=common_pb2.TaskRef(job_id=view.summary.job_id, vertex_uid=t.vertex_uid, subtask=t.subtask),

@@ -1,7 +1,7 @@
 """Accepting a job: load its file, fix the start offsets of its Kafka sources (unless they start at
 the beginning) and the end offsets of its bounded ones, check it
-(``jobmanager.submit_checks``), take over the state of another job's retained checkpoint when it
-starts from one (``jobmanager.restoring``), place its first attempt and deploy it.
+(``weir.jobmanager.submit_checks``), take over the state of another job's retained checkpoint when it
+starts from one (``weir.jobmanager.restoring``), place its first attempt and deploy it.
 
 Everything before the placement runs without the JobManager's lock (loading a job and asking Kafka
 take time); a refused job raises the WeirError the servicer maps onto a status code.
@@ -16,14 +16,19 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from connectors import kafka
-from connectors.object_storage import CheckpointStorage, open_storage
-from jobmanager.checkpointing.config import CheckpointSettings
-from jobmanager.deployment import Deployer
-from jobmanager.ending import resolve_inherited_transactions
-from jobmanager.jobs import JobMaster, JobSubmission, new_job_id
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
-from jobmanager.restoring import (
+from weir.api import load_job_source
+from weir.connectors import kafka
+from weir.connectors.object_storage import CheckpointStorage, open_storage
+from weir.core.config import Endpoints
+from weir.core.descriptors import KafkaSourceSpec, OffsetReset, end_offsets_parameter, start_offsets_parameter
+from weir.core.paths import CheckpointPaths
+from weir.graph import LogicalGraph
+from weir.jobmanager.checkpointing.config import CheckpointSettings
+from weir.jobmanager.deployment import Deployer
+from weir.jobmanager.ending import resolve_inherited_transactions
+from weir.jobmanager.jobs import JobMaster, JobSubmission, new_job_id
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.jobmanager.restoring import (
     TAKEOVER_ATTEMPT,
     CheckpointNotFoundError,
     InitialState,
@@ -31,13 +36,8 @@ from jobmanager.restoring import (
     plan_initial_state,
     read_retained_state,
 )
-from jobmanager.submit_checks import check_job_at_submit
-from operators.sources import decide_start_offsets, encode_start_offsets
-from weir.api import load_job_source
-from weir.core.config import Endpoints
-from weir.core.descriptors import KafkaSourceSpec, OffsetReset, end_offsets_parameter, start_offsets_parameter
-from weir.core.paths import CheckpointPaths
-from weir.graph import LogicalGraph
+from weir.jobmanager.submit_checks import check_job_at_submit
+from weir.operators.sources import decide_start_offsets, encode_start_offsets
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -106,7 +106,7 @@ def fixed_source_starts(graph: LogicalGraph, job_name: str, read_start_offsets: 
     submit, in every attempt: a failover before the first checkpoint does not move a LATEST start past
     records written since the job started. One internal job parameter per source, partition to
     offset (null: the beginning); a partition it does not name was created later and is read from
-    its beginning (``operators.sources``)."""
+    its beginning (``weir.operators.sources``)."""
     fixed: dict[str, str] = {}
     for t in graph.transformations.values():
         spec = t.source_spec
@@ -123,7 +123,7 @@ def check_at_submit(graph: LogicalGraph, settings: CheckpointSettings, restart_a
 def fixed_source_ends(graph: LogicalGraph, read_end_offsets: EndOffsetsReader) -> dict[str, str]:
     """Bounded Kafka sources end at the offsets present at submit, in every attempt (as Flink's
     enumerator fixes stopping offsets): they travel as internal job parameters, one JSON object of
-    partition to offset per source (read by ``operators.sources``)."""
+    partition to offset per source (read by ``weir.operators.sources``)."""
     fixed: dict[str, str] = {}
     for t in graph.transformations.values():
         spec = t.source_spec
@@ -217,7 +217,7 @@ class JobSubmitter:
         )
 
     def _take_over(self, master: JobMaster, initial: InitialState, path: str) -> None:
-        """Resolve the old job's sink transactions as of the checkpoint (``jobmanager.restoring``),
+        """Resolve the old job's sink transactions as of the checkpoint (``weir.jobmanager.restoring``),
         unless that job still runs here."""
         checkpoint = initial.checkpoint
         with self._lock:

@@ -15,14 +15,14 @@ Each refusal is one line that says what to change; the job is not started (``wei
 
 from __future__ import annotations
 
-from connectors import kafka
-from jobmanager.checkpointing.config import CheckpointSettings
+from weir.connectors import kafka
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.config import Endpoints
 from weir.core.descriptors import KafkaSourceSpec, SinkSystem, is_bounded, validate_transaction_timeout
 from weir.core.errors import JobDefinitionError
 from weir.core.rejections import DeadLetterOnError
 from weir.graph import LogicalGraph, OperatorKind
+from weir.jobmanager.checkpointing.config import CheckpointSettings
 
 
 def job_is_bounded(graph: LogicalGraph) -> bool:

@@ -6,19 +6,20 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping
+from typing import assert_never
 
 import structlog
 
-from jobmanager import metrics
-from jobmanager.checkpoint_actions import CheckpointActionExecutor
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.exception_history import ExceptionEntry
-from jobmanager.failover import Failover
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
-from jobmanager.record_store import JobRecordStore
+from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
-from weir.core.states import TaskState
+from weir.core.states import JobStatus, TaskState
+from weir.jobmanager import metrics
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.exception_history import ExceptionEntry
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -27,27 +28,28 @@ class TaskReports:
     def __init__(
         self,
         jobs: Mapping[str, JobMaster],
-        executor: CheckpointActionExecutor,
+        executor: JobActionExecutor,
         failover: Failover,
-        records: JobRecordStore,
         lock: threading.RLock,
         clock: Callable[[], float],
     ) -> None:
         self._jobs = jobs
         self._executor = executor
         self._failover = failover
-        self._records = records
         self._lock = lock
         self._clock = clock
 
     def task_state(self, report: TaskStateReport) -> None:
+        """A task's report of the current attempt: it failed (or was cancelled while the job runs:
+        nobody asked it to stop, so its part of the job is missing and no checkpoint could complete
+        again), it runs, its bounded input ended, or it finished; the lifecycle decides what follows."""
         with self._lock:
             job = self._jobs.get(report.job_id)
             if job is None:
                 return
             now = self._clock()
-            before = job.status
-            reason = job.on_task_state(
+            running = job.status is JobStatus.RUNNING
+            record = job.record_task_state(
                 report.vertex_uid,
                 report.subtask,
                 report.attempt,
@@ -55,39 +57,41 @@ class TaskReports:
                 report.failure,
                 report.records_in,
                 report.records_out,
-                now,
             )
-            if reason is not None:
-                failed = job.tasks[(report.vertex_uid, report.subtask)]
-                cause = ExceptionEntry(
-                    failed.failure or reason,
-                    now,
-                    report.attempt,
-                    report.vertex_uid,
-                    report.subtask,
-                    failed.taskmanager_id or None,
-                )
-                self._failover.fail_over(job, reason, now, cause=cause)
-                return
-            if report.attempt != job.attempt:
-                return
-            coordinator = job.coordinator
-            if report.input_ended:
-                job.sources_ended.add((report.vertex_uid, report.subtask))
-                self._executor.trigger_final_checkpoint(job, now)
-                return
-            if report.state is TaskState.RUNNING and job.all_running() and not coordinator.is_running:
-                restored = job.restore_checkpoint_id > 0
-                self._executor.execute(
-                    job, coordinator.start(now, job.all_task_ids(), job.source_task_ids(), restored=restored)
-                )
-            elif report.state is TaskState.FINISHED and coordinator.is_running:
-                # A finished task takes no part in later checkpoints: stop periodic checkpoints here.
-                task = f"{report.vertex_uid}#{report.subtask}"
-                self._executor.execute(job, coordinator.stop(now, f"task {task} finished"))
-            if job.status is not before and job.status.terminal:
-                self._records.save(job)
-                metrics.job_status(job)
+            if record is None or not running:
+                return  # another attempt's, or the job is not running: its tasks end because they were told to
+            task = job.task_id(report.vertex_uid, report.subtask)
+            name = f"{report.vertex_uid}#{report.subtask}"
+            match report.state:
+                case TaskState.FAILED | TaskState.CANCELED:
+                    cause_failure = record.failure or Failure.internal(f"task {name} reported {report.state.value}")
+                    failure = Failure(
+                        cause_failure.type,
+                        f"task {name} failed: {cause_failure.message}"
+                        if report.state is TaskState.FAILED
+                        else f"task {name} was cancelled while the job was running",
+                        cause_failure.fault,
+                        cause_failure.retriable,
+                    )
+                    placed_on = record.taskmanager_id or None
+                    cause = ExceptionEntry(
+                        cause_failure, now, report.attempt, report.vertex_uid, report.subtask, placed_on
+                    )
+                    self._failover.fail_over(job, failure, now, cause=cause, task=task)
+                case TaskState.RUNNING if report.input_ended:
+                    self._executor.execute(job, job.lifecycle.source_ended(now, task))
+                case TaskState.RUNNING:
+                    if job.all_running():
+                        restored = job.restore_checkpoint_id > 0
+                        actions = job.lifecycle.tasks_running(now, job.all_task_ids(), restored=restored)
+                        self._executor.execute(job, actions)
+                case TaskState.FINISHED:
+                    actions = job.lifecycle.task_finished(now, task, all_finished=job.all_finished())
+                    self._executor.execute(job, actions)
+                case TaskState.DEPLOYING:
+                    pass
+                case _:
+                    assert_never(report.state)
 
     def checkpoint_acknowledged(self, ack: CheckpointAck) -> None:
         with self._lock:
@@ -96,7 +100,7 @@ class TaskReports:
                 return
             task = job.task_id(ack.vertex_uid, ack.subtask)
             handle = TaskStateHandle(task_id=task, objects=ack.objects, inline_payload=ack.inline_payload)
-            outcome = job.coordinator.receive_ack(
+            outcome = job.lifecycle.receive_ack(
                 self._clock(), CheckpointId(ack.checkpoint_id), task, handle, ack.metrics
             )
             metrics.ALIGNMENT.labels(job.job_id, ack.vertex_uid).observe(ack.metrics.alignment_duration_s)
@@ -118,7 +122,7 @@ class TaskReports:
             )
             self._executor.execute(
                 job,
-                job.coordinator.receive_decline(
+                job.lifecycle.receive_decline(
                     self._clock(), CheckpointId(decline.checkpoint_id), task, decline.reason
                 ),
             )

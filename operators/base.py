@@ -11,12 +11,12 @@ from typing import Any, Protocol
 
 import structlog
 
-from operators.rejections import CapturedDeadLetters, RecordRejections, rejected_by_function
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, NO_KEY, Firing, OnRecordError, SourcePosition
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections, rejected_by_function
 
 
 class StateNotRedistributableError(JobDefinitionError):
@@ -91,7 +91,7 @@ class OperatorContext:
     attempt: int
     key_group_range: KeyGroupRange
     parameters: Mapping[str, str]
-    state: Any  # taskmanager.state.StateBackend
+    state: Any  # weir.taskmanager.state.StateBackend
     dead_letters: DeadLetters | None = None
     log: Any = field(default_factory=lambda: structlog.get_logger("weir.operator"))
     metrics: Any = None  # weir.core.metrics.TaskMetrics

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from operators.base import StreamOperator, check_output_tag
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, OnRecordError
+from weir.operators.base import StreamOperator, check_output_tag
 
 # Each operator calls its user function inside ``try``: free until it raises; ``reject`` then fails
 # the task with the record named, or dead-letters the record (``on_error``) and the operator drops it.

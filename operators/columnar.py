@@ -2,7 +2,7 @@
 
 - :class:`ToRecordsOperator` turns each batch into its records (dicts, stamped with the batch's
   event-time column), where a columnar stream meets a per-record operator.
-- :class:`ColumnarWindowAggregateOperator` is the window operator of ``operators.windows`` with
+- :class:`ColumnarWindowAggregateOperator` is the window operator of ``weir.operators.windows`` with
   built-in aggregates (:class:`~weir.core.columnar.BuiltinAggregates`), fed batches: each batch's
   rows are assigned to windows and checked for lateness on arrays, and the on-time rows wait, as
   they came, until a watermark is about to fire a window they belong to, a checkpoint, the end of
@@ -24,8 +24,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from operators.base import StreamOperator
-from operators.windows import CLEANUP_TIMER, WINDOW_STATE, WindowAggregateOperator
 from weir.core.columnar import (
     BatchKeys,
     BuiltinAggregates,
@@ -37,6 +35,8 @@ from weir.core.columnar import (
 from weir.core.process_functions import OutputTag
 from weir.core.state_schema import StateSchema
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.operators.base import StreamOperator
+from weir.operators.windows import CLEANUP_TIMER, WINDOW_STATE, WindowAggregateOperator
 
 COMPACT_ROWS: Final = 65_536
 """On-time rows a columnar window keeps before grouping them (bounds its memory between firings)."""

@@ -147,6 +147,11 @@ class EpochSpill:
         """This instance's spill directory, once an epoch spilled."""
         return self._directory
 
+    def held_epochs(self) -> dict[CheckpointId, int]:
+        """The epochs opened here and not discarded yet (not committed), with their record counts, in
+        memory or on disk: at a bounded job's end of input the sink finds none (or fails)."""
+        return {epoch: len(records) for epoch, records in sorted(self._epochs.items())}
+
     def epoch(self, epoch: CheckpointId) -> EpochRecords:
         """An empty record store for a new epoch (epochs never repeat within a sink instance)."""
         if epoch in self._epochs:

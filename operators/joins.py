@@ -1,5 +1,5 @@
 """Joins of two keyed streams (Flink's window join and interval join), each a keyed two-input
-function run by :class:`~operators.keyed.KeyedCoProcessOperator`: its keyed state kinds hold the
+function run by :class:`~weir.operators.keyed.KeyedCoProcessOperator`: its keyed state kinds hold the
 buffered records, its event-time timers fire windows and drop what can no longer match, so both are
 checkpointed, restored and rescaled by key group like any keyed process function.
 
@@ -38,12 +38,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
-from operators.process_state import MapState, ValueState
 from weir.core.errors import JobDefinitionError
 from weir.core.process_functions import Clock, wall_clock_ms
 from weir.core.rejections import FAIL, Firing, OnRecordError, WindowFiring
 from weir.core.windows import TimeWindow, is_window_late
+from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
+from weir.operators.process_state import MapState, ValueState
 
 LEFT_BUFFER: Final = "join.left"
 RIGHT_BUFFER: Final = "join.right"

@@ -1,27 +1,12 @@
 """Keyed operators: state per key in RocksDB, addressed by the key's key group; the
-KeyedProcessFunction's operator with its timers (``operators.timers``) and state kinds
-(``operators.process_state``), and the KeyedCoProcessFunction's, the same over two keyed inputs."""
+KeyedProcessFunction's operator with its timers (``weir.operators.timers``) and state kinds
+(``weir.operators.process_state``), and the KeyedCoProcessFunction's, the same over two keyed inputs."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, assert_never
 
-from operators.base import StreamOperator, check_output_tag
-from operators.basic import _TimestampedCollector
-from operators.process_state import (
-    AggregatingState,
-    KeyedState,
-    ListState,
-    MapEntry,
-    MapState,
-    ReducingState,
-    Ttl,
-    TtlValue,
-    ValueState,
-    drop_expired,
-)
-from operators.timers import TIMER_STATES, TimerQueue
 from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyEncoder
 from weir.core.process_functions import (
@@ -38,6 +23,21 @@ from weir.core.process_functions import (
 from weir.core.rejections import FAIL, OnRecordError, TimerFiring
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
 from weir.core.watermarks import MIN_WATERMARK
+from weir.operators.base import StreamOperator, check_output_tag
+from weir.operators.basic import _TimestampedCollector
+from weir.operators.process_state import (
+    AggregatingState,
+    KeyedState,
+    ListState,
+    MapEntry,
+    MapState,
+    ReducingState,
+    Ttl,
+    TtlValue,
+    ValueState,
+    drop_expired,
+)
+from weir.operators.timers import TIMER_STATES, TimerQueue
 
 REDUCE_STATE = "reduce"
 S = TypeVar("S", bound=KeyedState)

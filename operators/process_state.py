@@ -32,7 +32,7 @@ from weir.core.process_functions import (
 
 
 class StateStore(Protocol):
-    """The part of ``taskmanager.state.KeyedStateStore`` the state kinds use."""
+    """The part of ``weir.taskmanager.state.KeyedStateStore`` the state kinds use."""
 
     def get(self, name: str, key_group: int, key: bytes) -> Any | None: ...
     def put(self, name: str, key_group: int, key: bytes, value: Any) -> None: ...

@@ -2,7 +2,7 @@
 or send it to the job's dead-letter topic and go on (``weir.core.rejections`` has the values).
 
 An operator calls its function inside ``try`` (free in CPython until something raises) and hands
-the exception to :meth:`StreamOperator.reject <operators.base.StreamOperator.reject>`, which asks
+the exception to :meth:`StreamOperator.reject <weir.operators.base.StreamOperator.reject>`, which asks
 :func:`rejected_by_function` whether the function itself raised (not a chained operator, a sink or
 the network below it, whose errors pass on as they are) and then :class:`RecordRejections`. Only that
 path names the record, looks up its source position and talks to Kafka.
@@ -17,7 +17,7 @@ from typing import Any, Protocol, assert_never
 
 from prometheus_client import Counter
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError, NonRetriableError, ServiceUnavailableError, WeirError
@@ -43,7 +43,7 @@ REJECTED_RECORDS = Counter(
 
 DEAD_LETTER_DELIVERY_TIMEOUT_S = 30.0
 
-_RUNTIME_MODULES = ("taskmanager.", "connectors.")
+_RUNTIME_MODULES = ("weir.taskmanager.", "weir.connectors.")
 
 
 def rejected_by_function(exc: BaseException, operator: object, operator_type: type) -> bool:

@@ -12,19 +12,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from connectors import kafka, postgres
-from operators.base import StreamOperator
-from operators.transactional_sinks import (
+from weir.connectors import kafka, postgres
+from weir.core import json_codec
+from weir.core.config import Endpoints
+from weir.core.errors import ServiceUnavailableError
+from weir.core.rejections import FAIL, OnRecordError
+from weir.operators.base import StreamOperator
+from weir.operators.transactional_sinks import (
     encode_for_kafka,
     keep_newest,
     row_for_postgres,
     row_key_indexes,
     validate_postgres_sink,
 )
-from weir.core import json_codec
-from weir.core.config import Endpoints
-from weir.core.errors import ServiceUnavailableError
-from weir.core.rejections import FAIL, OnRecordError
 
 json_serializer: Final = json_codec.encode
 """The default: compact JSON with sorted keys, UTF-8 (the codec itself: no call between)."""

@@ -8,9 +8,13 @@ small versioned JSON document (``docs/formats.md``)::
     Kafka:     {"format": 1, "next_offsets": {"<partition>": offset}, "end_offsets": null | {...}}
     generator: {"format": 1, "next_k": int}
 
-Restored into a job at another parallelism, a Kafka source subtask takes the positions of the
-partitions the new assignment gives it from the union of every old subtask's positions; a partition
-no old subtask read starts where the source's ``starting_offsets`` say (docs/kafka-source.md).
+A Kafka source's partitions are dealt round-robin (:func:`kafka_partition_owner`), and each
+partition's position lives in the state of its owner alone: a subtask keeps, snapshots and commits
+only the positions of the partitions it reads. Restored into another job, at the same or another
+parallelism, each new subtask takes its own partitions' positions from the union of every old
+subtask's, each partition's taken from its old owner; a partition without a position there is read
+from its beginning (docs/kafka-source.md). So the union of a generation's snapshots is the previous
+generation's positions plus what it read, every partition once, through any number of restores.
 """
 
 from __future__ import annotations
@@ -21,9 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final, Protocol, assert_never
 
-from connectors import kafka
-from operators.base import InheritedState, SourceOperator
-from operators.source_metrics import KafkaSourceLag
+from weir.connectors import kafka
 from weir.core import json_codec
 from weir.core.columnar import BatchDecoder
 from weir.core.config import Endpoints
@@ -49,6 +51,8 @@ from weir.core.watermarks import (
     PartitionWatermarks,
     WatermarkStatus,
 )
+from weir.operators.base import InheritedState, SourceOperator
+from weir.operators.source_metrics import KafkaSourceLag
 
 SOURCE_STATE_FORMAT: Final = 1
 
@@ -159,6 +163,18 @@ class CheckpointPositions:
         return sorted(self._by_checkpoint)
 
 
+def kafka_partition_owner(partition: int, parallelism: int) -> int:
+    """The subtask that reads ``partition`` at ``parallelism``: partitions are dealt round-robin (as
+    Flink's ``KafkaSourceEnumerator.getSplitOwner``, without its topic hash: a source reads one
+    topic). A partition's position lives in its owner's state alone, and only its owner commits it."""
+    return partition % parallelism
+
+
+def owned_offsets(offsets: Mapping[int, int], subtask: int, parallelism: int) -> dict[int, int]:
+    """The entries of ``offsets`` (by partition) of the partitions ``subtask`` owns at ``parallelism``."""
+    return {p: o for p, o in offsets.items() if kafka_partition_owner(p, parallelism) == subtask}
+
+
 def kafka_record(topic: str, msg: Any) -> KafkaRecord:
     """A consumed message as the value a ``record_deserializer`` takes."""
     kind, ts = msg.timestamp()
@@ -176,7 +192,8 @@ def kafka_record(topic: str, msg: Any) -> KafkaRecord:
 
 
 class KafkaSourceOperator(SourceOperator):
-    """Reads the partitions p with p % parallelism == subtask, from the restored offsets or the start.
+    """Reads the partitions p with p % parallelism == subtask (:func:`kafka_partition_owner`), from the
+    restored offsets or the start; its state holds the positions of those partitions and no other.
 
     Its watermark is the combination of per-partition watermarks (:class:`PartitionWatermarks`);
     with ``idle_timeout_ms`` a partition without records for that long (``clock``: monotonic seconds)
@@ -185,10 +202,15 @@ class KafkaSourceOperator(SourceOperator):
 
     Partitions without a restored position start where the JobManager fixed them at submit (by
     ``starting_offsets``; decided here at open when it did not), and that position goes into the
-    state. With ``partition_discovery_interval_ms`` an unbounded source looks for new partitions on
-    its poll loop and reads its own from their beginning. With ``commit_offsets_on_checkpoint`` a
-    completed checkpoint's positions are committed to the consumer group (asynchronously; a failure
-    is logged).
+    state; after a restore, a partition without a restored position is read from its beginning.
+    With ``partition_discovery_interval_ms`` an unbounded source looks for new partitions on its poll
+    loop and reads its own from their beginning. With ``commit_offsets_on_checkpoint`` a completed
+    checkpoint's positions of the partitions this subtask reads are committed to the consumer group
+    (asynchronously; a failure is logged).
+
+    A restored position of a partition this subtask owns but the topic does not show now (fewer
+    partitions than the state knows: a topic being recreated) stays in its state, unread and
+    uncommitted, so that it is neither lost nor held twice.
     """
 
     def __init__(self, spec: KafkaSourceSpec, clock: Callable[[], float] = time.monotonic) -> None:
@@ -197,6 +219,7 @@ class KafkaSourceOperator(SourceOperator):
         self._next_offsets: dict[int, int] = {}
         self._end_offsets: dict[int, int] | None = None
         self._restored = False
+        self._reading: set[int] = set()  # the partitions of the topic this subtask reads (opened, discovered)
         self._dlq: Any = None
         self._lag: KafkaSourceLag | None = None
         self.dead_lettered = 0
@@ -218,27 +241,42 @@ class KafkaSourceOperator(SourceOperator):
             self.poll_records = COLUMNAR_POLL_RECORDS
 
     def restore_state(self, data: bytes) -> None:
-        self._next_offsets, self._end_offsets = decode_kafka_source_state(data)
-        self._restored = True
+        """This subtask's own state (a restart of the job, same parallelism), of the partitions it
+        owns: an entry for another partition is a stale copy (see :func:`inherited_kafka_source_state`)."""
+        self._keep_own(*decode_kafka_source_state(data))
 
     def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
-        """Every old subtask's positions, merged: ``open`` keeps those of the partitions it reads now."""
-        self._next_offsets, self._end_offsets = merge_kafka_source_states([s.data for s in states])
+        """The positions of the partitions this subtask owns at its parallelism, each taken from the
+        old subtask that read it (:func:`inherited_kafka_source_state`); the others stay with the new
+        subtasks that own them. No state (the old job had no source of this uid): a new source, which
+        starts where its ``starting_offsets`` say."""
+        if not states:
+            return
+        self._keep_own(*inherited_kafka_source_state(states))
+
+    def _keep_own(self, next_offsets: Mapping[int, int], end_offsets: Mapping[int, int] | None) -> None:
+        subtask, parallelism = self.ctx.subtask, self.ctx.parallelism
+        self._next_offsets = owned_offsets(next_offsets, subtask, parallelism)
+        self._end_offsets = None if end_offsets is None else owned_offsets(end_offsets, subtask, parallelism)
         self._restored = True
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         if self._dlq is not None:
             self._dlq.flush(30)  # dead letters of records before the barrier are durable with it
         if self._spec.commit_offsets_on_checkpoint:
-            self._checkpoint_positions.taken(checkpoint_id, self._next_offsets)
+            reading = self._reading
+            self._checkpoint_positions.taken(
+                checkpoint_id, {p: o for p, o in self._next_offsets.items() if p in reading}
+            )
         return encode_kafka_source_state(self._next_offsets, self._end_offsets)
 
     def open(self) -> None:
         spec, ctx = self._spec, self.ctx
         endpoints = Endpoints.from_env()
         partitions = kafka.partition_count(endpoints, spec.topic)
-        mine = [p for p in range(partitions) if p % ctx.parallelism == ctx.subtask]
+        mine = [p for p in range(partitions) if kafka_partition_owner(p, ctx.parallelism) == ctx.subtask]
         self._known_partitions = partitions
+        self._reading = set(mine)
         self._consumer = kafka.PartitionReader(
             endpoints,
             spec.topic,
@@ -285,20 +323,31 @@ class KafkaSourceOperator(SourceOperator):
             end_offsets=self._end_offsets,
             starting_offsets=str(spec.starting_offsets),
         )
+        unseen = sorted(p for p in self._next_offsets if p >= partitions)
+        if unseen:
+            ctx.log.warning(
+                "kafka_source_positions_kept_unread",
+                topic=spec.topic,
+                partitions=unseen,
+                partition_count=partitions,
+                reason="the topic shows fewer partitions than the restored state: their positions stay in the state",
+            )
 
     def _place_unrestored(self, partitions: list[int]) -> None:
-        """Give the partitions without a restored position theirs: the JobManager's fixed start (a
-        partition it did not know of was created later: its beginning), else decided now from
-        ``starting_offsets``; after a restore, a partition missing from the state is one created
-        later, read from its beginning. A start at the beginning is left out of the positions."""
-        if not partitions:
+        """Give the partitions without a restored position theirs. After a restore (a restart, or a
+        new job from another's checkpoint) there is none to give: such a partition was never read
+        past its beginning, or was created since, and is read from its beginning whatever the new
+        job's ``starting_offsets`` (Flink reads a partition discovered after a restore from its
+        earliest offset); starting it at a LATEST fixed at the new job's submit would skip records.
+        Otherwise: the JobManager's fixed start (a partition it did not know of was created later:
+        its beginning), else decided now from ``starting_offsets``. A start at the beginning is left
+        out of the positions."""
+        if not partitions or self._restored:
             return
         fixed = self.ctx.parameters.get(start_offsets_parameter(self.ctx.uid))
         if fixed is not None:
             known = decode_start_offsets(fixed)
             starts = {p: known.get(p) for p in partitions}
-        elif self._restored:
-            starts = dict.fromkeys(partitions, None)
         else:
             starts = decide_start_offsets(self._spec.starting_offsets, partitions, self._consumer)
         for p, offset in starts.items():
@@ -327,13 +376,16 @@ class KafkaSourceOperator(SourceOperator):
         if count <= self._known_partitions:
             return
         ctx = self.ctx
-        found = [p for p in range(self._known_partitions, count) if p % ctx.parallelism == ctx.subtask]
+        found = [
+            p for p in range(self._known_partitions, count) if kafka_partition_owner(p, ctx.parallelism) == ctx.subtask
+        ]
         self._known_partitions = count
         if not found:
             return
         now = self._clock()
+        self._reading.update(found)
         for p in found:
-            self._next_offsets.setdefault(p, 0)
+            self._next_offsets.setdefault(p, 0)  # a position kept while the topic did not show it stays
             self._active.add(p)
             self._partition_watermarks.add(p, now)
         self._consumer.add({p: self._next_offsets[p] for p in found})
@@ -681,6 +733,9 @@ class GeneratorSourceOperator(SourceOperator):
 
 # Kafka source state --------------------------------------------------------------------------------
 
+KafkaSourcePositions = tuple[dict[int, int], dict[int, int] | None]
+"""(next offset by partition, end offset by partition or None for an unbounded source)."""
+
 
 def encode_kafka_source_state(next_offsets: Mapping[int, int], end_offsets: Mapping[int, int] | None) -> bytes:
     def partitions(offsets: Mapping[int, int]) -> dict[str, int]:
@@ -696,7 +751,7 @@ def encode_kafka_source_state(next_offsets: Mapping[int, int], end_offsets: Mapp
     ).encode()
 
 
-def decode_kafka_source_state(data: bytes) -> tuple[dict[int, int], dict[int, int] | None]:
+def decode_kafka_source_state(data: bytes) -> KafkaSourcePositions:
     """(next offset by partition, end offset by partition or None for an unbounded source)."""
     what = "kafka source state"
     document = load_versioned(data, what, SOURCE_STATE_FORMAT, "restore it with the Weir version that wrote it")
@@ -711,11 +766,33 @@ def _offsets(value: Any) -> dict[int, int]:
     return {int(typed(p, str)): typed(o, int) for p, o in typed(value, dict).items()}
 
 
-def merge_kafka_source_states(states: Sequence[bytes]) -> tuple[dict[int, int], dict[int, int] | None]:
+def merge_kafka_source_states(states: Sequence[bytes]) -> KafkaSourcePositions:
     """The union of several subtasks' positions (each partition was read by one of them). Raises
     SerializationError when two claim one partition at different offsets, or bounded and unbounded
     states are mixed."""
-    decoded = [decode_kafka_source_state(data) for data in states]
+    return _union([decode_kafka_source_state(data) for data in states])
+
+
+def inherited_kafka_source_state(states: Sequence[InheritedState]) -> KafkaSourcePositions:
+    """The positions (and a bounded source's ends) of a whole old job: each partition's from the
+    old subtask that owned it at the old parallelism (:func:`kafka_partition_owner`), so that each
+    partition has one, as each of Flink's Kafka splits lives in exactly one reader's state. An entry
+    an old subtask holds for a partition it did not own is a stale copy and is left out (checkpoints
+    taken by subtasks that kept every inherited position, then read only their own, hold them).
+    Raises SerializationError when bounded and unbounded states are mixed."""
+    owned: list[KafkaSourcePositions] = []
+    for state in states:
+        nexts, ends = decode_kafka_source_state(state.data)
+        owned.append(
+            (
+                owned_offsets(nexts, state.subtask, state.parallelism),
+                None if ends is None else owned_offsets(ends, state.subtask, state.parallelism),
+            )
+        )
+    return _union(owned)
+
+
+def _union(decoded: Sequence[KafkaSourcePositions]) -> KafkaSourcePositions:
     bounded = {ends is not None for _nexts, ends in decoded}
     if len(bounded) > 1:
         raise SerializationError("kafka source state: bounded and unbounded subtask states are mixed")

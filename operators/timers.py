@@ -17,8 +17,8 @@ import struct
 from collections.abc import Iterable, Iterator
 from typing import Any, Final
 
-from operators.process_state import StateStore
 from weir.core.process_functions import TimeDomain
+from weir.operators.process_state import StateStore
 
 EVENT_TIMERS: Final = "timers.event_time"
 PROCESSING_TIMERS: Final = "timers.processing_time"

@@ -1,6 +1,6 @@
 """Exactly-once sinks: a transactional Kafka sink and a two-phase-commit PostgreSQL sink.
 
-Both keep their bookkeeping in a :class:`~operators.twophase.TwoPhaseCommitLedger`: one transaction
+Both keep their bookkeeping in a :class:`~weir.operators.twophase.TwoPhaseCommitLedger`: one transaction
 per checkpoint epoch, pre-committed at the checkpoint's barrier, committed when a checkpoint at or after
 it completes, and re-resolved on recovery from the restored snapshot. Each sink proves its own commits
 in the transaction it commits (a marker record in ``weir-sink-commits``, a row in ``weir_sink_commits``);
@@ -24,16 +24,14 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
-from connectors import kafka, postgres
-from operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
-from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES, EpochRecords, EpochSpill, StreamedList, dumps_streaming
-from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
+from weir.connectors import kafka, postgres
 from weir.core.config import Endpoints, run_dir
 from weir.core.crashpoints import (
     AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
     AFTER_PRE_COMMIT,
+    AFTER_SINK_END_OF_INPUT,
     BETWEEN_SINK_COMMITS,
     crash_point,
 )
@@ -43,6 +41,15 @@ from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.metrics import SinkMetrics
 from weir.core.rejections import FAIL, OnRecordError
 from weir.core.serde import loads_value
+from weir.operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
+from weir.operators.epoch_spill import (
+    DEFAULT_EPOCH_MEMORY_BYTES,
+    EpochRecords,
+    EpochSpill,
+    StreamedList,
+    dumps_streaming,
+)
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
 """The prefix of every Kafka sink's marker topic (``marker_topic_name``). Before each sink had its own,
@@ -90,6 +97,15 @@ class MarkerTopicError(WeirError):
     not change them: it must not produce markers that may age out."""
 
     fault: Fault = Fault.EXTERNAL
+
+
+class EndOfInputNotCheckpointedError(WeirError):
+    """A transactional sink reached its end of input holding output that no checkpoint its task
+    acknowledged covers. Weir's protocol rules this out (the final checkpoint's barrier is forced
+    aligned and follows every record; the task waits for its notification before the end of input),
+    so this is a bug in Weir, not the job's: a restart cannot be trusted to mend it."""
+
+    fault: Fault = Fault.INTERNAL
 
 
 class Deadline:
@@ -278,6 +294,20 @@ class SinkSnapshot:
 # Common parts -------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class UncommittedEpoch:
+    """Output a sink still holds uncommitted: epoch ``epoch``'s records, pre-committed at checkpoint
+    ``pre_committed_at`` (None: still open, its barrier never came)."""
+
+    epoch: CheckpointId
+    records: int
+    pre_committed_at: CheckpointId | None
+
+    def __str__(self) -> str:
+        state = "open" if self.pre_committed_at is None else f"pre-committed at checkpoint {self.pre_committed_at}"
+        return f"epoch {self.epoch}: {self.records} record(s), {state}"
+
+
 @dataclass
 class _Epoch:
     """The output of one ledger transaction, from its first record to its commit: Kafka records in
@@ -299,6 +329,7 @@ class _TransactionalSink(StreamOperator, abc.ABC):
 
     _ledger: TwoPhaseCommitLedger
     _metrics: SinkMetrics
+    _kind: ClassVar[str]  # the external system, for messages: kafka or postgres
 
     def setup(self, ctx: OperatorContext, output: Output, side_outputs: SideOutputs = NO_SIDE_OUTPUTS) -> None:
         super().setup(ctx, output, side_outputs)
@@ -380,7 +411,7 @@ class _TransactionalSink(StreamOperator, abc.ABC):
     def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
         """A sink inherits no transactions: those in the checkpoint belong to the old job's subtasks,
         and the JobManager resolved them as of the checkpoint (committed what it covers, aborted or
-        rolled back the rest) before this job started (``jobmanager.restoring``)."""
+        rolled back the rest) before this job started (``weir.jobmanager.restoring``)."""
         if states:
             self.ctx.log.info(
                 "sink_state_not_inherited",
@@ -396,13 +427,58 @@ class _TransactionalSink(StreamOperator, abc.ABC):
         self._ledger.on_checkpoint_aborted(CheckpointId(checkpoint_id))
 
     def end_input(self) -> None:
-        """A bounded input ended: pre-commit the last epoch and commit everything now, since no
-        checkpoint completes in this task after its end of input."""
+        """A bounded input ended. Nothing is committed here: everything this sink wrote lies in
+        checkpoints its task acknowledged and was committed on their notifications, which the task
+        waits for before its end of input (Flink's final checkpoint, FLIP-147). The final checkpoint's
+        barrier is forced aligned and follows every record, so no record reaches the sink after it.
+        A commit now would lie outside every checkpoint: a failover before the job FINISHED restores
+        the final checkpoint and writes those records again (Kafka), or the next attempt's checkpoint
+        id collides with the one made up for them (PostgreSQL). Output left here fails the task."""
+        left = self._uncommitted()
+        if left:
+            raise self._not_checkpointed(left)
+        crash_point(AFTER_SINK_END_OF_INPUT, **self._context(checkpoint_id=self._ledger.last_completed))
+
+    def _uncommitted(self) -> list[UncommittedEpoch]:
+        """The output this sink holds uncommitted: its pending epochs, oldest first, then the open one."""
+        left = [
+            UncommittedEpoch(epoch.txn.checkpoint_id, epoch.size, epoch.checkpoint_id)
+            for epoch in self._pending.values()
+        ]
         if self._current is not None:
-            self._pre_commit(self._current.txn.checkpoint_id)
-        if self._pending:
-            last = max(epoch.checkpoint_id or 0 for epoch in self._pending.values())
-            self._commit_through(CheckpointId(last), crash_points=False)
+            left.append(UncommittedEpoch(self._current.txn.checkpoint_id, self._current.size, None))
+        return left
+
+    def _not_checkpointed(self, left: Sequence[UncommittedEpoch]) -> EndOfInputNotCheckpointedError:
+        task, ledger = self._task, self._ledger
+        records = sum(epoch.records for epoch in left)
+        pre_committed, completed = ledger.last_pre_commit, ledger.last_completed
+        last = (
+            "no checkpoint yet"
+            if pre_committed is None
+            else f"last checkpoint {pre_committed} (last committed: {completed if completed is not None else 'none'})"
+        )
+        self.ctx.log.error(
+            "sink_end_of_input_not_checkpointed",
+            records=records,
+            epochs=[str(epoch) for epoch in left],
+            last_checkpoint=pre_committed,
+            last_committed_checkpoint=completed,
+            **self._sink_transactions(),
+        )
+        return EndOfInputNotCheckpointedError(
+            f"{self._kind} sink {task.operator_uid!r} of job {task.job_id} subtask {task.subtask} (attempt "
+            f"{self.ctx.attempt}): end of input with {records} record(s) no checkpoint covers "
+            f"({'; '.join(str(epoch) for epoch in left)}); {last}. Every record must be pre-committed at a "
+            "checkpoint the task acknowledged, the final one at the latest, and committed on its notification "
+            "before the end of input; committing them now would put them outside every checkpoint, so none of "
+            "them is committed and the task fails. This is a bug in Weir: report it with this task's log"
+        )
+
+    @abc.abstractmethod
+    def _sink_transactions(self) -> dict[str, Any]:
+        """How the external system names this sink subtask's transactions, for the logs."""
+        ...
 
     def _commit_through(self, checkpoint_id: CheckpointId, crash_points: bool) -> None:
         commits = self._ledger.on_checkpoint_complete(checkpoint_id)
@@ -455,6 +531,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     Each sink of a job has its own marker topic (``marker_topic_name``), kept for ever, and each
     subtask its own partition of it (partition = subtask index), which only its own transactional
     producer writes to: a subtask's recovery waits on no other subtask's or job's transaction."""
+
+    _kind = "kafka"
 
     def __init__(
         self,
@@ -870,7 +948,17 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         since = self._in_kafka_since
         return 0.0 if since is None else time.monotonic() - since
 
+    def _uncommitted(self) -> list[UncommittedEpoch]:
+        """Also the epochs the spill still holds: an epoch's records stay there until it commits."""
+        left = super()._uncommitted()
+        known = {epoch.epoch for epoch in left}
+        spilled = self._spill.held_epochs()
+        return left + [UncommittedEpoch(epoch, n, None) for epoch, n in spilled.items() if epoch not in known]
+
     def _transaction_name(self, epoch: _Epoch) -> dict[str, Any]:
+        return self._sink_transactions()
+
+    def _sink_transactions(self) -> dict[str, Any]:
         return {"transactional_id": self.transactional_id}
 
     def _in_external_system(self, epoch: _Epoch) -> bool:
@@ -949,6 +1037,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
     claim ends an older attempt's session; an older attempt's claim fails (``SinkFencedError``). So an
     attempt that was cancelled but still runs can neither roll back nor commit nor prepare anything of
     the attempt that replaced it."""
+
+    _kind = "postgres"
 
     def __init__(
         self,
@@ -1222,6 +1312,9 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
 
     def _transaction_name(self, epoch: _Epoch) -> dict[str, Any]:
         return {"gid": epoch.txn.gid}
+
+    def _sink_transactions(self) -> dict[str, Any]:
+        return {"gid_prefix": gid_prefix(self._task)}
 
     def _in_external_system(self, epoch: _Epoch) -> bool:
         return self._prepared is epoch

@@ -256,6 +256,16 @@ class TwoPhaseCommitLedger:
     def pending(self) -> tuple[PendingTransaction, ...]:
         return tuple(PendingTransaction(entry.checkpoint_id, txn) for txn, entry in self._pending.items())
 
+    @property
+    def last_pre_commit(self) -> CheckpointId | None:
+        """The last checkpoint whose barrier reached the sink (or the restored one)."""
+        return self._last_pre_commit
+
+    @property
+    def last_completed(self) -> CheckpointId | None:
+        """The last checkpoint whose completion committed through the ledger (or the restored one)."""
+        return self._last_completed
+
     def status(self, txn: TransactionId) -> TxnStatus | None:
         entry = self._pending.get(txn)
         return entry.status if entry is not None else None

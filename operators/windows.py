@@ -40,9 +40,6 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, Final, assert_never
 
-from operators.base import InheritedState, check_output_tag
-from operators.basic import _TimestampedCollector
-from operators.keyed import KeyedOperator
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.keygroups import KeyGroupRange
@@ -60,6 +57,9 @@ from weir.core.windows import (
     merge_window,
     window_fires,
 )
+from weir.operators.base import InheritedState, check_output_tag
+from weir.operators.basic import _TimestampedCollector
+from weir.operators.keyed import KeyedOperator
 
 _BOUNDS = struct.Struct(">qq")
 FIRE_TIMER: Final = 0

@@ -1,4 +1,4 @@
-"""``python -m taskmanager --id taskmanager-1``: one TaskManager process."""
+"""``python -m weir.taskmanager --id taskmanager-1``: one TaskManager process."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ import threading
 import structlog
 from prometheus_client import start_http_server
 
-from taskmanager.identity import advertised_host, default_taskmanager_id
-from taskmanager.runtime import TaskManagerRuntime
-from taskmanager.service import TaskManagerServicer
 from weir.core import logs
 from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
 from weir.core.grpc_security import add_port, new_server
 from weir.core.transport_security import TransportSecurity
+from weir.taskmanager.identity import advertised_host, default_taskmanager_id
+from weir.taskmanager.runtime import TaskManagerRuntime
+from weir.taskmanager.service import TaskManagerServicer
 from weir.wire import taskmanager_pb2_grpc
 
 
@@ -24,7 +24,7 @@ def main() -> None:
     with exit_on_configuration_error("taskmanager"):
         check_environment()
     settings = TaskManagerSettings.from_env()
-    parser = argparse.ArgumentParser(prog="python -m taskmanager")
+    parser = argparse.ArgumentParser(prog="python -m weir.taskmanager")
     parser.add_argument("--id", default=settings.taskmanager_id, help="default: the host name (a container's own)")
     parser.add_argument(
         "--host",

@@ -20,12 +20,20 @@ Modes (Flink's three barrier handlers):
   so that snapshot + captured records hold exactly the records before barrier N. A barrier of this
   mode is a priority event that overtakes the buffers queued on its channel: those are captured too
   (CaptureQueued), after what the channel delivered before. Savepoints stay aligned in this mode, as
-  in Flink: a savepoint must not depend on in-flight data.
+  in Flink: a savepoint must not depend on in-flight data. So does a barrier that says it is forced
+  aligned (``BarrierAlignment.FORCED_ALIGNED``, Flink's ``FORCED_ALIGNED``): a bounded job's final
+  checkpoint (FLIP-147), after which the sinks commit and the job ends, so that no record lies in
+  flight behind it for a sink to write into an epoch no checkpoint covers. Such a barrier never comes
+  as a priority event (its producer sends it in order, the gate never times it out into one).
 - ``UNALIGNED`` with ``aligned_start`` (Flink's aligned-checkpoint-timeout, FLIP-183): a checkpoint
   starts aligned on an in-order barrier; the runtime turns a barrier still queued when the timeout
   has passed into a priority one, and the first priority barrier of an aligning checkpoint switches
   it to unaligned: the operator snapshots at once, the blocked channels (their barrier came, what
-  follows it is not the checkpoint's) are unblocked, the others capture until their barrier.
+  follows it is not the checkpoint's) are unblocked, the others capture until their barrier. A
+  savepoint or a forced aligned checkpoint never switches.
+
+The first barrier of a checkpoint decides how this task aligns it (the JobManager triggers every
+source of a checkpoint alike, and each task forwards the alignment it was given with ``TriggerSnapshot``).
 
 One checkpoint is pending at a time (the JobManager runs one checkpoint at a time, so a barrier or
 cancellation of a newer checkpoint means the pending one is already dead). Invariants between calls:
@@ -42,8 +50,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from enum import Enum
+from typing import assert_never
 
-from weir.core.checkpointing import CheckpointKind
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.errors import ProtocolError
 from weir.core.ids import ChannelIndex, CheckpointId, TaskId
 
@@ -95,6 +104,7 @@ class TriggerSnapshot:
     With ``capture_inflight`` the checkpoint also holds the records captured between StartCapture and
     StopCapture; acknowledge it to the JobManager only after InflightCaptureComplete.
 
+    ``alignment``: the barrier's, which the task forwards (a forced aligned barrier stays one downstream).
     ``alignment_started_at``: the first barrier's arrival; ``triggered_at``: now, the alignment's end;
     ``barriers``: the arrivals so far, in order (every live channel's unless ``capture_inflight``: then
     the rest come with InflightCaptureComplete). They are an observation for the checkpoint's
@@ -106,6 +116,7 @@ class TriggerSnapshot:
     alignment_started_at: float
     triggered_at: float
     capture_inflight: bool = False
+    alignment: BarrierAlignment = BarrierAlignment.BY_MODE
     barriers: tuple[BarrierArrival, ...] = field(default=(), compare=False)
 
     @property
@@ -200,6 +211,7 @@ class _Strategy(Enum):
 class _Pending:
     checkpoint_id: CheckpointId
     kind: CheckpointKind
+    alignment: BarrierAlignment
     strategy: _Strategy
     started_at: float
     arrived: frozenset[ChannelIndex]
@@ -271,10 +283,18 @@ class BarrierAligner:
         *,
         now: float,
         priority: bool = False,
+        alignment: BarrierAlignment = BarrierAlignment.BY_MODE,
     ) -> tuple[Action, ...]:
         """Barrier ``checkpoint_id`` read from ``channel`` at time ``now``. A barrier of a newer
         checkpoint subsumes the pending one; an older or finished one is ignored. ``priority``: it
-        came ahead of the channel's queue (an unaligned barrier), so it may come on a blocked channel."""
+        came ahead of the channel's queue (an unaligned barrier), so it may come on a blocked channel.
+        ``alignment``: what the barrier says of its alignment; a forced aligned one must not come as a
+        priority event (the records it overtook would land after an aligned snapshot)."""
+        if priority and alignment is BarrierAlignment.FORCED_ALIGNED:
+            raise InputProtocolError(
+                f"task {self._task}: barrier {checkpoint_id} on channel {channel} is forced aligned but came as a "
+                "priority event, ahead of records its snapshot must hold"
+            )
         self._check_readable(
             channel, f"barrier of checkpoint {checkpoint_id}", blocked_ok=priority and self._is_newer(checkpoint_id)
         )
@@ -284,7 +304,7 @@ class BarrierAligner:
                 raise InputProtocolError(
                     f"task {self._task}: channel {channel} delivered barrier {checkpoint_id} twice"
                 )
-            if priority and pending.strategy is _Strategy.ALIGNED and self._switchable(pending.kind):
+            if priority and pending.strategy is _Strategy.ALIGNED and self._switchable(pending):
                 return self._switch_to_unaligned(pending, channel, now)
             return self._arrive(pending, channel, now)
         if not self._is_newer(checkpoint_id):
@@ -294,7 +314,7 @@ class BarrierAligner:
         self._advance_to(checkpoint_id)
         if aborted_by_jobmanager:
             return (*actions, ForwardCancellation(checkpoint_id))
-        return actions + self._start(channel, checkpoint_id, kind, now, priority)
+        return actions + self._start(channel, checkpoint_id, kind, alignment, now, priority)
 
     def on_cancellation(self, channel: ChannelIndex, checkpoint_id: CheckpointId) -> tuple[Action, ...]:
         """A cancellation marker: the upstream task gave up on the checkpoint."""
@@ -337,17 +357,25 @@ class BarrierAligner:
     # Transitions.
 
     def _start(
-        self, channel: ChannelIndex, checkpoint_id: CheckpointId, kind: CheckpointKind, now: float, priority: bool
+        self,
+        channel: ChannelIndex,
+        checkpoint_id: CheckpointId,
+        kind: CheckpointKind,
+        alignment: BarrierAlignment,
+        now: float,
+        priority: bool,
     ) -> tuple[Action, ...]:
-        strategy = self._strategy_for(kind)
+        strategy = self._strategy_for(kind, alignment)
         if strategy is _Strategy.UNALIGNED and self._aligned_start and not priority:
             strategy = _Strategy.ALIGNED  # an in-order barrier: aligned until it times out
-        fresh = _Pending(checkpoint_id, kind, strategy, now, frozenset(), ())
+        fresh = _Pending(checkpoint_id, kind, alignment, strategy, now, frozenset(), ())
         if strategy is not _Strategy.UNALIGNED:
             return self._arrive(fresh, channel, now)
         pending = fresh.arrive(channel, now)
         others = sorted(self._waiting_for(pending))
-        trigger = TriggerSnapshot(checkpoint_id, kind, now, now, capture_inflight=True, barriers=pending.arrivals)
+        trigger = TriggerSnapshot(
+            checkpoint_id, kind, now, now, capture_inflight=True, alignment=alignment, barriers=pending.arrivals
+        )
         queued = CaptureQueued(channel, checkpoint_id)
         if not others:
             self._last_completed = checkpoint_id
@@ -376,7 +404,13 @@ class BarrierAligner:
         checkpoint_id = pending.checkpoint_id
         switched = replace(pending.arrive(channel, now), strategy=_Strategy.UNALIGNED)
         trigger = TriggerSnapshot(
-            checkpoint_id, pending.kind, pending.started_at, now, capture_inflight=True, barriers=switched.arrivals
+            checkpoint_id,
+            pending.kind,
+            pending.started_at,
+            now,
+            capture_inflight=True,
+            alignment=pending.alignment,
+            barriers=switched.arrivals,
         )
         actions: tuple[Action, ...] = (trigger,)
         if pending.arrived:
@@ -400,19 +434,25 @@ class BarrierAligner:
         self._last_completed = pending.checkpoint_id
         match pending.strategy:
             case _Strategy.ALIGNED:
-                trigger = TriggerSnapshot(
-                    pending.checkpoint_id, pending.kind, pending.started_at, now, barriers=pending.arrivals
-                )
+                trigger = self._aligned_trigger(pending, now)
                 blocked = pending.arrived - unblocked
                 return (trigger, UnblockChannels(tuple(sorted(blocked)))) if blocked else (trigger,)
             case _Strategy.TRACKING:
-                return (
-                    TriggerSnapshot(
-                        pending.checkpoint_id, pending.kind, pending.started_at, now, barriers=pending.arrivals
-                    ),
-                )
+                return (self._aligned_trigger(pending, now),)
             case _Strategy.UNALIGNED:
                 return (InflightCaptureComplete(pending.checkpoint_id, pending.arrivals),)
+
+    @staticmethod
+    def _aligned_trigger(pending: _Pending, now: float) -> TriggerSnapshot:
+        """The snapshot of a checkpoint whose every barrier is in (aligned or tracked)."""
+        return TriggerSnapshot(
+            pending.checkpoint_id,
+            pending.kind,
+            pending.started_at,
+            now,
+            alignment=pending.alignment,
+            barriers=pending.arrivals,
+        )
 
     def _abort_pending(self, reason: AbortReason) -> tuple[Action, ...]:
         pending = self._pending
@@ -433,17 +473,29 @@ class BarrierAligner:
 
     # Helpers.
 
-    def _strategy_for(self, kind: CheckpointKind) -> _Strategy:
+    def _strategy_for(self, kind: CheckpointKind, alignment: BarrierAlignment) -> _Strategy:
         match self._mode:
             case AlignmentMode.EXACTLY_ONCE:
                 return _Strategy.ALIGNED
             case AlignmentMode.AT_LEAST_ONCE:
                 return _Strategy.TRACKING
             case AlignmentMode.UNALIGNED:
-                return _Strategy.ALIGNED if kind is CheckpointKind.SAVEPOINT else _Strategy.UNALIGNED
+                return _Strategy.UNALIGNED if self._may_be_unaligned(kind, alignment) else _Strategy.ALIGNED
 
-    def _switchable(self, kind: CheckpointKind) -> bool:
-        return self._aligned_start and kind is CheckpointKind.CHECKPOINT
+    @staticmethod
+    def _may_be_unaligned(kind: CheckpointKind, alignment: BarrierAlignment) -> bool:
+        """In unaligned mode: a checkpoint, unless its barrier is forced aligned; never a savepoint."""
+        match alignment:
+            case BarrierAlignment.BY_MODE:
+                return kind is CheckpointKind.CHECKPOINT
+            case BarrierAlignment.FORCED_ALIGNED:
+                return False
+            case _:
+                assert_never(alignment)
+
+    def _switchable(self, pending: _Pending) -> bool:
+        """Whether a priority barrier (the aligned-checkpoint timeout) may switch it to unaligned."""
+        return self._aligned_start and self._may_be_unaligned(pending.kind, pending.alignment)
 
     def _waiting_for(self, pending: _Pending) -> frozenset[ChannelIndex]:
         return self.live_channels - pending.arrived

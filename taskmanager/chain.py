@@ -16,7 +16,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Protocol
 
-from operators.base import (
+from weir.core.errors import SerializationError
+from weir.core.ids import ChannelIndex
+from weir.core.process_functions import OutputTag
+from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
+from weir.operators.base import (
     NO_SIDE_OUTPUTS,
     ChainOutput,
     InheritedState,
@@ -26,11 +30,7 @@ from operators.base import (
     SourceOperator,
     StreamOperator,
 )
-from operators.keyed import KeyedOperator
-from weir.core.errors import SerializationError
-from weir.core.ids import ChannelIndex
-from weir.core.process_functions import OutputTag
-from weir.core.watermarks import StatusWatermarkValve, ValveOutput, WatermarkStatus, WatermarkTracker
+from weir.operators.keyed import KeyedOperator
 from weir.plan import Vertex
 
 

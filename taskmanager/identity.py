@@ -3,7 +3,7 @@
 In a container the answer comes from the host name: a scaled compose service or a StatefulSet gives
 each replica its own (the container's id, the pod's name), and the host name resolves to the
 replica's own address on the network (``/etc/hosts``, written by Docker and by the kubelet). So one
-command line serves every replica: ``python -m taskmanager --bind 0.0.0.0``.
+command line serves every replica: ``python -m weir.taskmanager --bind 0.0.0.0``.
 """
 
 from __future__ import annotations

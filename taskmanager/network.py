@@ -19,6 +19,7 @@ only when an unaligned checkpoint captures a local buffer (:func:`encoded`).
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
 import time
@@ -29,14 +30,19 @@ from typing import Any, Protocol, assert_never
 
 import grpc
 
-from taskmanager.credit import InputChannelCredits, OutputChannelCredits
-from weir.core.checkpointing import CheckpointKind
-from weir.core.codec import checkpoint_kind_from_proto, checkpoint_kind_to_proto
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.codec import (
+    barrier_alignment_from_proto,
+    barrier_alignment_to_proto,
+    checkpoint_kind_from_proto,
+    checkpoint_kind_to_proto,
+)
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, decode_ipc, encode_ipc, is_batch, split_by_channel
 from weir.core.errors import ProtocolError, ServiceUnavailableError
 from weir.core.ids import ChannelIndex, CheckpointId
 from weir.core.serde import dumps_value, loads_value
 from weir.core.watermarks import WatermarkStatus
+from weir.taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 INITIAL_CREDITS = 4
@@ -629,7 +635,12 @@ class RecordWriter:
 
     def broadcast_priority(self, template: taskmanager_pb2.DataMessage) -> list[list[ChannelBuffer]]:
         """Send a priority event (an unaligned barrier) to every channel ahead of what they queue; the
-        records buffered now are queued first. Answers, per channel, the buffers it overtook."""
+        records buffered now are queued first. Answers, per channel, the buffers it overtook. A forced
+        aligned barrier (a final checkpoint's) must go in order: refused."""
+        if template.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED:
+            raise ProtocolError(
+                f"barrier {template.checkpoint_id} is forced aligned: it must not overtake the records before it"
+            )
         self.flush()
         overtaken = []
         for channel in self.channels:
@@ -647,25 +658,46 @@ class RecordWriter:
 # Consumer side ------------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Queued:
+    """A buffer in an input channel's queue, with its arrival number on the channel (0, 1, ...): a
+    priority event is ahead of exactly the queued buffers numbered below its mark, whatever is taken
+    from or deleted in the queue meanwhile; a count of the buffers ahead would go stale. Flink's
+    ``RemoteInputChannel`` does the same: it keeps the sequence number of the last barrier and its
+    in-flight buffers are those queued with a lower one."""
+
+    arrival: int
+    buffer: ChannelBuffer
+
+
 @dataclass
 class _InputChannel:
     index: int
     gate: int
     credits: InputChannelCredits
-    buffers: deque[ChannelBuffer]
+    buffers: deque[_Queued]
     announcements: queue.SimpleQueue[int | None]  # credit grants to a remote producer; None: closed
     local_producer: Callable[[int | None], None] | None = None  # credit grants to a local producer, instead
     blocked: bool = False
     ended: bool = False  # the task took the end-of-stream buffer
     eos_received: bool = False  # the end-of-stream buffer arrived (the producer may now hang up)
     connected: bool = False
+    arrivals: int = 0  # buffers ever queued: the arrival number of the next one
+
+    def queue(self, buffer: ChannelBuffer) -> None:
+        self.buffers.append(_Queued(self.arrivals, buffer))
+        self.arrivals += 1
+
+    def ahead_of(self, mark: int) -> tuple[ChannelBuffer, ...]:
+        """The queued buffers that arrived before ``mark``, in order."""
+        return tuple(q.buffer for q in itertools.takewhile(lambda q: q.arrival < mark, self.buffers))
 
 
 @dataclass(frozen=True)
 class ReceivedBuffer:
     """A buffer the task took from one of its input channels; ``gate``: the head's input it feeds.
-    For a priority event, ``overtaken``: the buffers the channel queued ahead of it when it arrived
-    (still queued: the task takes them next, in order)."""
+    For a priority event, ``overtaken``: the buffers that arrived on its channel before it and are
+    still queued (the task takes them next, in order)."""
 
     channel: ChannelIndex
     gate: int
@@ -691,7 +723,8 @@ class InputGate:
         self._initial_credits = initial_credits
         self._next = 0
         self._failure: str | None = None
-        # Priority events by arrival, each with how many buffers its channel queued ahead of it then.
+        # Priority events by arrival, each with its mark: the arrival number its channel's next buffer
+        # had then, so the buffers it overtook are those still queued with a lower one.
         self._priority: deque[tuple[_InputChannel, ChannelBuffer, int]] = deque()
         # In-order checkpoint barriers still queued: checkpoint id -> (its trigger time, how many).
         self._queued_barriers: dict[int, tuple[float, int]] = {}
@@ -728,11 +761,11 @@ class InputGate:
             if msg.priority:  # sent without credit, taken ahead of the queue
                 if msg.record_count or msg.event != Event.EVENT_KIND_BARRIER:
                     raise ProtocolError(f"input channel {channel}: a priority message must be a bare barrier")
-                self._priority.append((ch, buffer, len(ch.buffers)))
+                self._priority.append((ch, buffer, ch.arrivals))
                 self._cond.notify()
                 return
             ch.credits.on_buffer_received()
-            ch.buffers.append(buffer)
+            ch.queue(buffer)
             if _timeoutable(msg):
                 timestamp, count = self._queued_barriers.get(msg.checkpoint_id, (msg.checkpoint_timestamp, 0))
                 self._queued_barriers[msg.checkpoint_id] = (timestamp, count + 1)
@@ -766,7 +799,7 @@ class InputGate:
                 ch = self.channels[(self._next + step) % n]
                 if ch.buffers and not ch.blocked:
                     self._next = (ch.index + 1) % n
-                    buffer = ch.buffers.popleft()
+                    buffer = ch.buffers.popleft().buffer
                     msg = message_of(buffer)
                     if msg.event == Event.EVENT_KIND_END_OF_STREAM:
                         ch.ended = True
@@ -786,9 +819,16 @@ class InputGate:
                 raise ChannelClosedError(self._failure)
             if not self._priority:
                 return None
-            ch, msg, ahead = self._priority.popleft()
-            overtaken = tuple(ch.buffers[i] for i in range(min(ahead, len(ch.buffers))))
-            return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg, overtaken)
+            return self._received_priority(*self._priority.popleft())
+
+    def pending_priority(self) -> tuple[ReceivedBuffer, ...]:
+        """The priority events not taken yet, each with what it overtook, in the order
+        :meth:`take_priority` hands them out; nothing is taken."""
+        with self._cond:
+            return tuple(self._received_priority(*entry) for entry in self._priority)
+
+    def _received_priority(self, ch: _InputChannel, msg: ChannelBuffer, mark: int) -> ReceivedBuffer:
+        return ReceivedBuffer(ChannelIndex(ch.index), ch.gate, msg, ch.ahead_of(mark))
 
     def _barrier_taken(self, checkpoint_id: int) -> None:
         timestamp, count = self._queued_barriers.get(checkpoint_id, (0.0, 1))
@@ -812,31 +852,33 @@ class InputGate:
                 position = next(
                     (
                         i
-                        for i, queued in enumerate(map(message_of, ch.buffers))
+                        for i, queued in enumerate(message_of(q.buffer) for q in ch.buffers)
                         if _timeoutable(queued) and queued.checkpoint_id == checkpoint_id
                     ),
                     None,
                 )
                 if position is None:
                     continue
-                msg = message_of(ch.buffers[position])
+                slot = ch.buffers[position]
+                msg = message_of(slot.buffer)
                 barrier = taskmanager_pb2.DataMessage(
                     event=msg.event,
                     checkpoint_id=msg.checkpoint_id,
                     checkpoint_kind=msg.checkpoint_kind,
                     checkpoint_timestamp=msg.checkpoint_timestamp,
                     priority=True,
+                    barrier_alignment=msg.barrier_alignment,
                 )
                 if msg.record_count:  # the records before the barrier stay queued, as a buffer of their own
-                    ch.buffers[position] = records_of(ch.buffers[position])
-                    ahead = position + 1
+                    ch.buffers[position] = _Queued(slot.arrival, records_of(slot.buffer))
+                    mark = slot.arrival + 1
                 else:
                     del ch.buffers[position]
                     grant = ch.credits.on_buffer_consumed()
                     if grant:
                         self._announce(ch, grant)
-                    ahead = position
-                self._priority.append((ch, barrier, ahead))
+                    mark = slot.arrival
+                self._priority.append((ch, barrier, mark))
                 turned += 1
             self._queued_barriers.pop(checkpoint_id, None)
             if turned:
@@ -885,8 +927,13 @@ class InputGate:
 
 def _timeoutable(msg: taskmanager_pb2.DataMessage) -> bool:
     """An in-order checkpoint barrier, which the aligned-checkpoint timeout may turn into a priority one
-    (a savepoint's barrier never: a savepoint stays aligned)."""
-    return msg.event == Event.EVENT_KIND_BARRIER and msg.checkpoint_kind != common_pb2.CHECKPOINT_KIND_SAVEPOINT
+    (a savepoint's barrier never: a savepoint stays aligned; nor a forced aligned one, a final
+    checkpoint's, which must not overtake the records before it)."""
+    return (
+        msg.event == Event.EVENT_KIND_BARRIER
+        and msg.checkpoint_kind != common_pb2.CHECKPOINT_KIND_SAVEPOINT
+        and msg.barrier_alignment != common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED
+    )
 
 
 # Events in a channel, read by the consumer ------------------------------------------------------
@@ -917,6 +964,7 @@ class Barrier:
     checkpoint_id: CheckpointId
     timestamp: float
     kind: CheckpointKind
+    alignment: BarrierAlignment = BarrierAlignment.BY_MODE
 
 
 @dataclass(frozen=True)
@@ -966,7 +1014,8 @@ def _read_event(msg: taskmanager_pb2.DataMessage) -> ChannelEvent | None:
             return EndOfStream()
         case Event.EVENT_KIND_BARRIER:
             kind = checkpoint_kind_from_proto(msg.checkpoint_kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
-            return Barrier(CheckpointId(msg.checkpoint_id), msg.checkpoint_timestamp, kind)
+            alignment = barrier_alignment_from_proto(msg.barrier_alignment)
+            return Barrier(CheckpointId(msg.checkpoint_id), msg.checkpoint_timestamp, kind, alignment)
         case Event.EVENT_KIND_CANCEL_BARRIER:
             return CancelBarrier(CheckpointId(msg.checkpoint_id))
         case _:
@@ -976,12 +1025,20 @@ def _read_event(msg: taskmanager_pb2.DataMessage) -> ChannelEvent | None:
 # Events in a channel, sent by the producer -------------------------------------------------------
 
 
-def barrier_message(checkpoint_id: int, timestamp: float, kind: CheckpointKind) -> taskmanager_pb2.DataMessage:
+def barrier_message(
+    checkpoint_id: int,
+    timestamp: float,
+    kind: CheckpointKind,
+    alignment: BarrierAlignment = BarrierAlignment.BY_MODE,
+) -> taskmanager_pb2.DataMessage:
+    """A checkpoint barrier; ``alignment`` FORCED_ALIGNED (a final checkpoint's) tells every task
+    downstream to align it in any mode and never to take it ahead of its queue."""
     return taskmanager_pb2.DataMessage(
         event=Event.EVENT_KIND_BARRIER,
         checkpoint_id=checkpoint_id,
         checkpoint_timestamp=timestamp,
         checkpoint_kind=checkpoint_kind_to_proto(kind),
+        barrier_alignment=barrier_alignment_to_proto(alignment),
     )
 
 

@@ -18,23 +18,8 @@ from typing import Any, ClassVar, Final, assert_never
 import grpc
 import structlog
 
-from connectors.object_storage import CheckpointStorage, open_storage
-from operators.rejections import KafkaDeadLetters, RecordRejections
-from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.mailbox import CheckpointRequest
-from taskmanager.network import (
-    GATE_WAIT_S,
-    InputGate,
-    KeyRejected,
-    LocalOutputChannel,
-    OutputChannel,
-    RecordWriter,
-    RemoteOutputChannel,
-)
-from taskmanager.partitioners import create_partitioner
-from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document, relative_handle
-from taskmanager.task import ChainRestore, CheckpointAck, InheritedRestore, Restore, Task, TaskAddress, TaskCallbacks
 from weir.api import load_job_source
+from weir.connectors.object_storage import CheckpointStorage, open_storage
 from weir.core.checkpointing import CheckpointingMode, CheckpointKind
 from weir.core.codec import (
     checkpoint_kind_from_proto,
@@ -69,7 +54,35 @@ from weir.core.task_state import (
 from weir.core.transport import MAX_MESSAGE_BYTES
 from weir.core.transport_security import TransportSecurity
 from weir.graph import LogicalGraph
+from weir.operators.rejections import KafkaDeadLetters, RecordRejections
 from weir.plan import JobPlan, NetworkEdge, build_plan
+from weir.taskmanager.barrier_aligner import AlignmentMode
+from weir.taskmanager.mailbox import CheckpointRequest
+from weir.taskmanager.network import (
+    GATE_WAIT_S,
+    InputGate,
+    KeyRejected,
+    LocalOutputChannel,
+    OutputChannel,
+    RecordWriter,
+    RemoteOutputChannel,
+)
+from weir.taskmanager.partitioners import create_partitioner
+from weir.taskmanager.snapshots import (
+    TaskKeyedState,
+    keyed_state_from_document,
+    keyed_state_to_document,
+    relative_handle,
+)
+from weir.taskmanager.task import (
+    ChainRestore,
+    CheckpointAck,
+    InheritedRestore,
+    Restore,
+    Task,
+    TaskAddress,
+    TaskCallbacks,
+)
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
 log = structlog.get_logger("weir.taskmanager")

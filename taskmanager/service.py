@@ -6,8 +6,8 @@ from collections.abc import Iterator
 
 import grpc
 
-from taskmanager.runtime import TaskManagerRuntime
 from weir.core.errors import JobDefinitionError, ProtocolError, WeirError
+from weir.taskmanager.runtime import TaskManagerRuntime
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
 

@@ -43,12 +43,12 @@ from typing import Any, TypeVar
 import structlog
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch
 
-from connectors.object_storage import CheckpointStorage
-from taskmanager.state import StateBackend, key_group_range_bounds
+from weir.connectors.object_storage import CheckpointStorage
 from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
+from weir.taskmanager.state import StateBackend, key_group_range_bounds
 
 KeyRanges = Sequence[tuple[OperatorUid, KeyGroupRange]]
 
@@ -68,7 +68,7 @@ class SnapshotFile:
     """One uploaded file of a snapshot: its object key, size, and its name in the RocksDB directory.
 
     ``reused``: uploaded for an earlier, completed checkpoint. The fields match
-    ``jobmanager.checkpointing.pending.StateObject`` (key, size_bytes, reused).
+    ``weir.jobmanager.checkpointing.pending.StateObject`` (key, size_bytes, reused).
     """
 
     key: str

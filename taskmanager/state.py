@@ -17,13 +17,15 @@ from typing import Any
 
 from rocksdict import Options, Rdict, WriteBatch
 
+from weir.core.serde import unpickle
+
 _DELETED = object()
 _MISSING = object()
 _PICKLE = pickle.HIGHEST_PROTOCOL
 
 
 class StateBackend:
-    """One RocksDB database: the keyed state of one task attempt (``taskmanager.snapshots.TaskKeyedState``)."""
+    """One RocksDB database: the keyed state of one task attempt (``weir.taskmanager.snapshots.TaskKeyedState``)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -108,7 +110,7 @@ class KeyedStateStore:
         if raw is None:
             self._absent = address
             return None
-        value = pickle.loads(raw)
+        value = unpickle(raw)
         self._cache[address] = value
         if len(self._cache) > self._cache_limit:
             self._flush_and_evict()
@@ -169,7 +171,7 @@ class KeyedStateStore:
         for full, raw in self._db.items(from_key=prefix):
             if not full.startswith(prefix):
                 break
-            yield full[n:], pickle.loads(raw)
+            yield full[n:], unpickle(raw)
 
     def clear_key_groups(self, first: int, last: int) -> None:
         """Drop this operator's state for key groups first..last (before a restore)."""

@@ -5,7 +5,7 @@ notifications and cancellation are all handled on it, so operators never need lo
 one mailbox: control mails and, for a task with inputs, the buffers of its input gate wake it
 through the same signal (Flink's MailboxProcessor).
 
-A record's path: source or input gate -> :class:`~taskmanager.chain.OperatorChain` -> a
+A record's path: source or input gate -> :class:`~weir.taskmanager.chain.OperatorChain` -> a
 :class:`NetworkOutput` per edge -> its RecordWriter -> channels to the consumers' input gates.
 """
 
@@ -21,55 +21,8 @@ from typing import Any, assert_never
 import pyarrow as pa
 import structlog
 
-from connectors.object_storage import CheckpointStorage
-from operators.base import InheritedState, OperatorContext, SourceOperator
-from operators.keyed import KeyedOperator
-from operators.rejections import KafkaDeadLetters, RecordRejections
-from taskmanager import barrier_aligner as ba
-from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
-from taskmanager.chain import ChainInput, OperatorChain
-from taskmanager.inflight import (
-    INFLIGHT_STATE_NAME,
-    InflightCapture,
-    InputOrigin,
-    decode_inflight,
-    encode_inflight,
-    parse_message,
-)
-from taskmanager.mailbox import (
-    Cancel,
-    CheckpointAborted,
-    CheckpointComplete,
-    CheckpointRequest,
-    Mail,
-    Mailbox,
-    TriggerCheckpoint,
-)
-from taskmanager.network import (
-    Barrier,
-    CancelBarrier,
-    Cancelled,
-    ChannelBuffer,
-    ChannelEvent,
-    EndOfStream,
-    InputGate,
-    ReceivedBuffer,
-    RecordWriter,
-    WatermarkActive,
-    WatermarkEvent,
-    WatermarkIdle,
-    barrier_message,
-    cancel_barrier_message,
-    encode_into,
-    encode_records,
-    end_of_stream_message,
-    message_of,
-    read_buffer,
-    watermark_message,
-    watermark_status_message,
-)
-from taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
-from weir.core.checkpointing import ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
+from weir.connectors.object_storage import CheckpointStorage
+from weir.core.checkpointing import BarrierAlignment, ChannelBarrierTime, CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.columnar import BatchKeys, FieldKey, is_batch
 from weir.core.crashpoints import crash_point
 from weir.core.errors import Fault, SerializationError, WeirError
@@ -97,7 +50,56 @@ from weir.core.watermarks import (
     WatermarkStatus,
 )
 from weir.graph import Partitioning
+from weir.operators.base import InheritedState, OperatorContext, SourceOperator
+from weir.operators.keyed import KeyedOperator
+from weir.operators.rejections import KafkaDeadLetters, RecordRejections
 from weir.plan import JobPlan, Vertex
+from weir.taskmanager import barrier_aligner as ba
+from weir.taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
+from weir.taskmanager.chain import ChainInput, OperatorChain
+from weir.taskmanager.inflight import (
+    INFLIGHT_STATE_NAME,
+    InflightCapture,
+    InflightState,
+    InputOrigin,
+    OutputTarget,
+    decode_inflight,
+    encode_inflight,
+    parse_message,
+)
+from weir.taskmanager.mailbox import (
+    Cancel,
+    CheckpointAborted,
+    CheckpointComplete,
+    CheckpointRequest,
+    Mail,
+    Mailbox,
+    TriggerCheckpoint,
+)
+from weir.taskmanager.network import (
+    Barrier,
+    CancelBarrier,
+    Cancelled,
+    ChannelBuffer,
+    ChannelEvent,
+    EndOfStream,
+    InputGate,
+    ReceivedBuffer,
+    RecordWriter,
+    WatermarkActive,
+    WatermarkEvent,
+    WatermarkIdle,
+    barrier_message,
+    cancel_barrier_message,
+    encode_into,
+    encode_records,
+    end_of_stream_message,
+    message_of,
+    read_buffer,
+    watermark_message,
+    watermark_status_message,
+)
+from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotError, TaskKeyedState, keyed_state_from_document
 from weir.wire.taskmanager_pb2 import DataMessage
 
 SOURCE_BATCH = 500
@@ -116,8 +118,9 @@ class CheckpointNotificationTimeout(WeirError):
 
 
 class InflightStateNotRedistributable(WeirError):
-    """A restore into another job or at another parallelism met the in-flight records of an unaligned
-    checkpoint, which are not redistributed yet (a documented limit): restore from a savepoint."""
+    """A restore met in-flight records of an unaligned checkpoint that it cannot place (documented
+    limits: another operator chain, a broadcast edge at another parallelism, output buffers named by
+    index only in a task that now has several outputs): restore from a savepoint."""
 
     retriable = False
     fault = Fault.USER
@@ -352,6 +355,13 @@ class NetworkOutput:
             self.writer.flush()
 
 
+def barrier_alignment_of(request: CheckpointRequest) -> BarrierAlignment:
+    """The alignment of the barrier a source sends for a triggered checkpoint: a final checkpoint's
+    is forced aligned in every mode (FLIP-147), so that every record before it reaches the sinks
+    before they pre-commit at it and nothing lies in flight behind it; any other as the mode says."""
+    return BarrierAlignment.FORCED_ALIGNED if request.final else BarrierAlignment.BY_MODE
+
+
 def exported_watermark(watermark: int | None) -> int | None:
     """The watermark the gauge may show: never MIN or MAX (the end of input), which would break
     ``now - watermark`` on the dashboards; the gauge keeps the last finite value instead."""
@@ -495,6 +505,7 @@ class Task:
         self._replay: _InflightReplay | None = None  # restored in-flight data, fed before any new input
         input_channels = plan.input_channels(vertex.uid, address.subtask)
         self._input_origins = {ChannelIndex(c.channel): InputOrigin(c.gate, c.producer_vertex) for c in input_channels}
+        self._output_targets = {index: edge.target for index, edge in enumerate(vertex.outputs)}  # as writers
         self._upstream = {  # each input channel's producer subtask, for the checkpoint timeline
             ChannelIndex(c.channel): (c.producer_vertex, c.producer_subtask) for c in input_channels
         }
@@ -502,6 +513,10 @@ class Task:
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
         self._final_completed = False
+        # A final checkpoint's barrier went out: no record follows it, and no processing-time timer
+        # fires any more (Flink quiesces the processing-time service before the final checkpoint):
+        # what it emitted would reach the sinks after they pre-committed at the final checkpoint.
+        self._final_barrier_sent = False
         self._synced: dict[str, float] = {}
         # Time accounting, moved into the counters by _sync_metrics: idle = waiting for input or for a
         # mail; backpressured = waiting for credit (the channels measure it); busy = the rest.
@@ -683,7 +698,10 @@ class Task:
         )
 
     def _restored_inflight(self, data: bytes) -> _InflightReplay:
-        """This task's own in-flight state (same job, same parallelism), to replay as it was."""
+        """This task's own in-flight state (same job, same parallelism), to replay as it was: each
+        output's buffers into the output of the edge they name, or, in a document that names none
+        (format 2), into the output of their index, which this job's plan, the one that wrote them,
+        gives the same edge."""
         where = f"of task {self.address} in checkpoint {self._restore_checkpoint_id}"
         state = decode_inflight(data, where)
         inputs = len(self._gate.channels) if self._gate is not None else 0
@@ -693,23 +711,44 @@ class Task:
                 f"this task has {inputs}: {INFLIGHT_REDISTRIBUTION_REFUSED}"
             )
         outputs = [len(w.channels) for w in self._writers]
-        if any(edge >= len(outputs) or channel >= outputs[edge] for edge, channel in state.outputs):
+        routed = {
+            edge: self._output_index(state.targets[edge]) if state.targets_named else edge for edge, _ in state.outputs
+        }
+        misplaced = sorted(
+            (edge, channel)
+            for edge, channel in state.outputs
+            if (new := routed[edge]) is None or new >= len(outputs) or channel >= outputs[new]
+        )
+        if misplaced:
+            named = ", ".join(str(state.targets[edge]) for edge in sorted({e for e, _ in misplaced}))
             raise InflightStateNotRedistributable(
-                f"task {self.address}: the in-flight state {where} names output channels {sorted(state.outputs)}, "
-                f"this task has {outputs} per output: {INFLIGHT_REDISTRIBUTION_REFUSED}"
+                f"task {self.address}: the in-flight state {where} names output channels {misplaced} "
+                f"({named or 'by index only'}), this task has {outputs} per output "
+                f"({', '.join(map(str, self._output_targets.values()))}): {INFLIGHT_REDISTRIBUTION_REFUSED}"
             )
         return _InflightReplay(
             state.checkpoint_id,
-            sends=tuple((edge, ch, parse_message(b, where)) for (edge, ch), b in state.replay_outputs()),
+            sends=tuple(
+                (edge, channel, parse_message(b, where))
+                for (old, channel), b in state.replay_outputs()
+                if (edge := routed[old]) is not None
+            ),
             inputs=tuple((channel, parse_message(b, where)) for channel, b in state.replay()),
         )
+
+    def _output_index(self, target: OutputTarget) -> int | None:
+        """The index of this task's output that is the edge ``target`` names; None if it has none."""
+        return next((index for index, mine in self._output_targets.items() if mine == target), None)
 
     def _redistributed_inflight(self, documents: tuple[TaskStateDocument, ...]) -> _InflightReplay | None:
         """The in-flight state of the old subtasks of this chain, restored at another parallelism or
         into another job: the input records of a keyed edge go to the subtask owning their key group
         now (every new subtask filters each old one's); the rest of old subtask j's input, and its
         output records, go to new subtask j mod parallelism, which emits the output records anew
-        through its partitioners. Watermarks in flight are dropped (the sources emit them again)."""
+        through the partitioner of the output whose edge they were queued on (by consumer, never by
+        position: the new job may connect its outputs in another order). Output records of an edge
+        the new job lacks are dropped with a warning (the JobManager allowed it: non-restored state).
+        Watermarks in flight are dropped (the sources emit them again)."""
         olds = sorted(
             (d for d in documents if d.vertex_uid == self._vertex.uid and INFLIGHT_STATE_NAME in d.operator_state_uids),
             key=lambda d: d.subtask,
@@ -717,8 +756,8 @@ class Task:
         if not olds:
             return None
         channel_of: dict[InputOrigin, ChannelIndex] = {}
-        for channel, origin in sorted(self._input_origins.items()):
-            channel_of.setdefault(origin, channel)
+        for own_channel, own_origin in sorted(self._input_origins.items()):
+            channel_of.setdefault(own_origin, own_channel)
         edge_of = {InputOrigin(e.input_index, e.producer_vertex): e for e in self._vertex.inputs}
         key_group_of = KeyEncoder(self._plan.graph.max_parallelism).key_group
         inputs: list[tuple[ChannelIndex, DataMessage]] = []
@@ -763,14 +802,43 @@ class Task:
                         assert_never(edge.partitioning)
             if not takes_whole:
                 continue
-            for (edge_index, channel), blobs in sorted(state.outputs.items()):
+            for (old_edge, old_channel), blobs in sorted(state.outputs.items()):
                 messages = [m for b in blobs if (m := parse_message(b, where)).record_count]
-                if edge_index >= len(self._writers):
-                    raise refuse(f"names output {edge_index}; this task has {len(self._writers)}")
-                if messages and self._vertex.outputs[edge_index].partitioning is Partitioning.BROADCAST:
-                    raise refuse(f"holds records of broadcast output {edge_index} (channel {channel})")
-                emits += [(edge_index, m) for m in messages]
+                if not messages:
+                    continue
+                output = self._inherited_output(state, old_edge, where)
+                if output is None:  # the JobManager let it through: --allow-non-restored-state
+                    self._log.warning(
+                        "inflight_records_dropped",
+                        checkpoint_id=old.checkpoint_id,
+                        old_subtask=old.subtask,
+                        consumer=state.targets[old_edge].consumer,
+                        edge=str(state.targets[old_edge]),
+                        records=sum(m.record_count for m in messages),
+                        reason="their consumer is not connected to this task in the new job, and the restore "
+                        "allows non-restored state",
+                    )
+                    continue
+                if self._vertex.outputs[output].partitioning is Partitioning.BROADCAST:
+                    raise refuse(f"holds records of broadcast output {old_edge} (channel {old_channel})")
+                emits += [(output, m) for m in messages]
         return _InflightReplay(olds[0].checkpoint_id, emits=tuple(emits), inputs=tuple(inputs), redistributed=True)
+
+    def _inherited_output(self, state: InflightState, old_edge: int, where: str) -> int | None:
+        """The output of this task that the old task's output ``old_edge`` is now: the one of the edge it
+        names (None: this job does not connect it). A document that names none (format 2) says only the
+        index, which means the same edge in another job only when this task has that one output."""
+        if state.targets_named:
+            return self._output_index(state.targets[old_edge])
+        if old_edge == 0 and len(self._writers) == 1:
+            return 0
+        outputs = f"{len(self._writers)} output" + ("" if len(self._writers) == 1 else "s")
+        raise InflightStateNotRedistributable(
+            f"task {self.address}: the in-flight state {where} holds output buffers named by output index only "
+            f"(written before output buffers named their consumer), and {self._vertex.uid} has {outputs} in this "
+            f"job, so which consumer output {old_edge} was queued for is unknown: take a savepoint of the old job "
+            "(always aligned) and restore from it"
+        )
 
     def _replay_inflight_outputs(self) -> None:
         """The restored output buffers an unaligned barrier overtook, sent before anything else (their
@@ -890,6 +958,7 @@ class Task:
                     alignment_s=0.0,
                     start_delay_s=max(0.0, now - request.timestamp),
                     times=_BarrierTimes(first_barrier_at=now, alignment_end_at=now),
+                    alignment=barrier_alignment_of(request),
                 )
             case CheckpointComplete(checkpoint_id=checkpoint_id):
                 self.chain.notify_checkpoint_complete(checkpoint_id)
@@ -935,7 +1004,7 @@ class Task:
         """When the task must wake without input: the earliest buffer timeout of its outputs, the
         chain's next processing-time timer, or the next metrics sync."""
         deadlines = [d for net in self._network_outputs if (d := net.flush_deadline()) is not None]
-        processing = self.chain.next_processing_time()
+        processing = None if self._final_barrier_sent else self.chain.next_processing_time()
         if processing is not None:
             deadlines.append(time.monotonic() + (processing - self._clock()) / 1000.0)
         if self._aligned_timeout_s > 0 and self._gate is not None:
@@ -945,7 +1014,10 @@ class Task:
         return min([*deadlines, last_sync + METRICS_SYNC_S])
 
     def _fire_processing_timers(self) -> None:
-        """Fire the chain's processing-time timers the clock has passed (overdue ones after a restore too)."""
+        """Fire the chain's processing-time timers the clock has passed (overdue ones after a restore too);
+        none once a final checkpoint's barrier went out."""
+        if self._final_barrier_sent:
+            return
         due = self.chain.next_processing_time()
         if due is not None and due <= (now := self._clock()):
             self.chain.on_processing_time(now)
@@ -1138,10 +1210,15 @@ class Task:
                     checkpoint_id=checkpoint_id,
                     channel=channel,
                     priority=priority,
+                    alignment=event.alignment.value,
                     overtaken_buffers=len(self._overtaken),
                 )
                 self._barrier_times.setdefault(checkpoint_id, timestamp)
-                self._apply(aligner.on_barrier(channel, checkpoint_id, kind, now=time.time(), priority=priority))
+                self._apply(
+                    aligner.on_barrier(
+                        channel, checkpoint_id, kind, now=time.time(), priority=priority, alignment=event.alignment
+                    )
+                )
             case CancelBarrier(checkpoint_id=checkpoint_id):
                 self._apply(aligner.on_cancellation(channel, checkpoint_id))
             case _:
@@ -1192,13 +1269,14 @@ class Task:
                     timestamp = self._barrier_times.pop(checkpoint_id, time.time())
                     alignment_s = action.alignment_duration
                     if action.capture_inflight:
-                        self._capture = InflightCapture(checkpoint_id, self._input_origins)
+                        self._capture = InflightCapture(checkpoint_id, self._input_origins, self._output_targets)
                         self._unaligned_acks[checkpoint_id] = _UnalignedAck()
                     self._checkpoint(
                         CheckpointRequest(checkpoint_id, timestamp, kind),
                         alignment_s=alignment_s,
                         start_delay_s=max(0.0, time.time() - timestamp - alignment_s),
                         times=_BarrierTimes(action.alignment_started_at, action.triggered_at, action.barriers),
+                        alignment=action.alignment,
                     )
                 case ba.ForwardCancellation(checkpoint_id=checkpoint_id):
                     for w in self._writers:
@@ -1287,21 +1365,29 @@ class Task:
         )
 
     def _checkpoint(
-        self, request: CheckpointRequest, alignment_s: float, start_delay_s: float, times: _BarrierTimes
+        self,
+        request: CheckpointRequest,
+        alignment_s: float,
+        start_delay_s: float,
+        times: _BarrierTimes,
+        alignment: BarrierAlignment,
     ) -> None:
         """Snapshot every operator (sinks pre-commit, keyed operators flush their caches), forward the
-        barrier, take the RocksDB snapshot; its upload runs in the background and the ack follows it."""
+        barrier with ``alignment``, take the RocksDB snapshot; its upload runs in the background and
+        the ack follows it."""
         cid = request.checkpoint_id
         join = self._unaligned_acks.get(cid)  # an unaligned checkpoint's: the ack also waits for its capture
         started = time.perf_counter()
         states = self.chain.snapshot(cid)
         for net in self._network_outputs:
             net.flush()
-        barrier = barrier_message(cid, request.timestamp, request.kind)
+        barrier = barrier_message(cid, request.timestamp, request.kind, alignment)
         capture = self._capture if self._capture is not None and self._capture.checkpoint_id == cid else None
-        if self._unaligned_snapshot(request, capture):
+        if alignment is BarrierAlignment.FORCED_ALIGNED:
+            self._final_barrier_sent = True
+        if self._unaligned_snapshot(request, capture, alignment):
             # The barrier overtakes what the outputs queue; that belongs to the checkpoint (FLIP-76).
-            own = capture if capture is not None else InflightCapture(cid)
+            own = capture if capture is not None else InflightCapture(cid, targets=self._output_targets)
             for edge, w in enumerate(self._writers):
                 for channel, overtaken in enumerate(w.broadcast_priority(barrier)):
                     own.add_outputs((edge, channel), overtaken)
@@ -1371,14 +1457,28 @@ class Task:
 
         future.add_done_callback(uploaded)
 
-    def _unaligned_snapshot(self, request: CheckpointRequest, capture: InflightCapture | None) -> bool:
+    def _unaligned_snapshot(
+        self, request: CheckpointRequest, capture: InflightCapture | None, alignment: BarrierAlignment
+    ) -> bool:
         """Whether this snapshot is unaligned, so its barrier goes out as a priority event: in unaligned
-        mode, a checkpoint (not a savepoint) unless it starts aligned (aligned-checkpoint-timeout) and
-        this task did not switch it (it captures nothing in flight: a source, or aligned to the end).
-        An aligned barrier that then waits in a consumer's queue past the timeout is turned there."""
+        mode, a checkpoint (not a savepoint, not a forced aligned final checkpoint) unless it starts
+        aligned (aligned-checkpoint-timeout) and this task did not switch it (it captures nothing in
+        flight: a source, or aligned to the end). An aligned barrier that then waits in a consumer's
+        queue past the timeout is turned there (never a forced aligned one)."""
         if self._alignment is not AlignmentMode.UNALIGNED or request.kind is not CheckpointKind.CHECKPOINT:
             return False
-        return capture is not None or self._aligned_timeout_s <= 0
+        match alignment:
+            case BarrierAlignment.FORCED_ALIGNED:
+                if capture is not None:
+                    raise ba.InputProtocolError(
+                        f"task {self.address}: checkpoint {request.checkpoint_id} is forced aligned but captured "
+                        "records in flight"
+                    )
+                return False
+            case BarrierAlignment.BY_MODE:
+                return capture is not None or self._aligned_timeout_s <= 0
+            case _:
+                assert_never(alignment)
 
     def _finish(self) -> None:
         """End of input: wait for the notifications of the checkpoints this task acknowledged (their

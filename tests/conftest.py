@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
 

@@ -26,49 +26,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Literal, Protocol, TypeVar
 
-from operators.basic import (
-    CoProcessOperator,
-    FilterOperator,
-    FlatMapOperator,
-    MapOperator,
-    ProcessContext,
-    ProcessOperator,
-)
-from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
-from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from operators.joins import EmitJoined, IntervalJoinOperator, JoinContext, ProcessJoin, WindowJoinOperator
-from operators.keyed import (
-    REDUCE_STATE,
-    KeyedCoProcessOperator,
-    KeyedProcessContext,
-    KeyedProcessOperator,
-    OnTimerContext,
-    ReduceOperator,
-    TimerService,
-)
-from operators.process_state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from operators.sinks import (
-    FileSinkOperator,
-    FunctionSinkOperator,
-    KafkaSinkOperator,
-    PostgresUpsertSinkOperator,
-    PrintSinkOperator,
-    json_serializer,
-)
-from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, json_deserializer
-from operators.transactional_sinks import (
-    TransactionalKafkaSinkOperator,
-    TwoPhasePostgresSinkOperator,
-    row_key_indexes,
-)
-from operators.windows import (
-    WINDOW_STATE,
-    ElementList,
-    ProcessElements,
-    ProcessResult,
-    ReduceAggregate,
-    WindowAggregateOperator,
-)
 from weir.core.columnar import Aggregate, BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.descriptors import (
     COMMITTED,
@@ -108,6 +65,49 @@ from weir.core.windows import (
     to_millis,
 )
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
+from weir.operators.basic import (
+    CoProcessOperator,
+    FilterOperator,
+    FlatMapOperator,
+    MapOperator,
+    ProcessContext,
+    ProcessOperator,
+)
+from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+from weir.operators.joins import EmitJoined, IntervalJoinOperator, JoinContext, ProcessJoin, WindowJoinOperator
+from weir.operators.keyed import (
+    REDUCE_STATE,
+    KeyedCoProcessOperator,
+    KeyedProcessContext,
+    KeyedProcessOperator,
+    OnTimerContext,
+    ReduceOperator,
+    TimerService,
+)
+from weir.operators.process_state import AggregatingState, ListState, MapState, ReducingState, ValueState
+from weir.operators.sinks import (
+    FileSinkOperator,
+    FunctionSinkOperator,
+    KafkaSinkOperator,
+    PostgresUpsertSinkOperator,
+    PrintSinkOperator,
+    json_serializer,
+)
+from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, json_deserializer
+from weir.operators.transactional_sinks import (
+    TransactionalKafkaSinkOperator,
+    TwoPhasePostgresSinkOperator,
+    row_key_indexes,
+)
+from weir.operators.windows import (
+    WINDOW_STATE,
+    ElementList,
+    ProcessElements,
+    ProcessResult,
+    ReduceAggregate,
+    WindowAggregateOperator,
+)
 
 T = TypeVar("T")
 ACC = TypeVar("ACC")

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir.core.inflight_state import OutputTarget
 from weir.core.process_functions import OutputTag
 from weir.graph import LogicalGraph, OperatorKind, Partitioning
 
@@ -31,6 +32,13 @@ class NetworkEdge:
     input_index: int
     key_selector: Callable[[Any], Any] | None
     side_output: OutputTag | None = None
+
+    @property
+    def target(self) -> OutputTarget:
+        """The edge as its producer's unaligned checkpoint names it: unlike its index among the
+        producer's outputs, the same in another job (``weir.core.inflight_state``)."""
+        side_output = self.side_output.name if self.side_output is not None else None
+        return OutputTarget(self.consumer_vertex, self.input_index, self.producer_operator, side_output)
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Input, ``-D source=``:
 
-- ``generator`` (default): the Nexmark generator in the job (``weir.core.nexmark``), ``-D events=``
+- ``generator`` (default): the Nexmark generator in the job (``weir.nexmark``), ``-D events=``
   events (default 1,000,000; 0: unbounded), ``-D events_per_second=`` of event time (10,000),
   ``-D seed=`` (0), ``-D source.records_per_second=`` to pace it in wall time (default: as fast as
   it goes);
@@ -19,9 +19,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from weir import nexmark
 from weir.api import Environment
-from weir.core import nexmark
-from weir.core.nexmark import Bid
+from weir.nexmark import Bid
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q0"

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from weir import nexmark
 from weir.api import Environment
-from weir.core import nexmark
-from weir.core.nexmark import Bid
+from weir.nexmark import Bid
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q1"

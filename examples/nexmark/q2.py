@@ -7,7 +7,7 @@ Parameters as ``q0.py`` (``-D source=generator|kafka``, ``-D sink=kafka|file``);
 from __future__ import annotations
 
 from weir.api import Environment
-from weir.core.nexmark import Bid, Event
+from weir.nexmark import Bid, Event
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q2"

@@ -17,9 +17,9 @@ Parameters as ``q0.py`` (``-D source=generator|kafka``, ``-D sink=kafka|file``);
 
 from __future__ import annotations
 
+from weir import nexmark
 from weir.api import Collector, Environment, KeyedCoProcessFunction, KeyedProcessContext
-from weir.core import nexmark
-from weir.core.nexmark import Auction, Person
+from weir.nexmark import Auction, Person
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q3"

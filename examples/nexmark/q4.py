@@ -20,6 +20,7 @@ Parameters as ``q0.py`` (``-D source=generator|kafka``, ``-D sink=kafka|file``);
 
 from __future__ import annotations
 
+from weir import nexmark
 from weir.api import (
     Collector,
     Environment,
@@ -28,9 +29,8 @@ from weir.api import (
     KeyedProcessFunction,
     OnTimerContext,
 )
-from weir.core import nexmark
-from weir.core.nexmark import Auction, Bid
 from weir.core.watermarks import MAX_WATERMARK
+from weir.nexmark import Auction, Bid
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q4"

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from weir import nexmark
 from weir.api import (
     Collector,
     Environment,
@@ -23,8 +24,7 @@ from weir.api import (
     TumblingEventTimeWindows,
     WindowContext,
 )
-from weir.core import nexmark
-from weir.core.nexmark import Bid
+from weir.nexmark import Bid
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q5"

@@ -18,9 +18,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from weir import nexmark
 from weir.api import Collector, Environment, KeyedProcessContext, KeyedProcessFunction, OnTimerContext
-from weir.core import nexmark
-from weir.core.nexmark import Bid
+from weir.nexmark import Bid
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q7"

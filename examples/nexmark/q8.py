@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from weir import nexmark
 from weir.api import Environment, TumblingEventTimeWindows
-from weir.core import nexmark
-from weir.core.nexmark import Auction, Person
+from weir.nexmark import Auction, Person
 from weir.tools.nexmark_jobs import events, sink
 
 QUERY = "q8"

@@ -1,6 +1,6 @@
 """Checkpoint protocol of the JobManager as pure state machines: trigger, pending, store, coordinator."""
 
-from jobmanager.checkpointing.coordinator import (
+from weir.jobmanager.checkpointing.coordinator import (
     AckOutcome,
     Action,
     CheckpointCoordinator,
@@ -19,7 +19,7 @@ from jobmanager.checkpointing.coordinator import (
     WaitForPersist,
     default_metadata_key,
 )
-from jobmanager.checkpointing.pending import (
+from weir.jobmanager.checkpointing.pending import (
     AbortReason,
     AckResult,
     CheckpointKind,
@@ -30,13 +30,13 @@ from jobmanager.checkpointing.pending import (
     TaskAckMetrics,
     TaskStateHandle,
 )
-from jobmanager.checkpointing.store import (
+from weir.jobmanager.checkpointing.store import (
     CompletedCheckpoint,
     CompletedCheckpointStore,
     InMemoryCompletedCheckpointStore,
     StoreAddResult,
 )
-from jobmanager.checkpointing.trigger import (
+from weir.jobmanager.checkpointing.trigger import (
     Blocked,
     BlockReason,
     CheckpointConfig,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from jobmanager.errors import ConfigError
-from jobmanager.restart import parse_duration
 from weir.core.checkpointing import CheckpointingMode
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.jobmanager.errors import ConfigError
+from weir.jobmanager.restart import parse_duration
 
 KEYS = frozenset(
     {

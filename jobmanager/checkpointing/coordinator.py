@@ -18,8 +18,11 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from jobmanager.checkpointing.orphans import Orphans, StoredObject, find_orphans
-from jobmanager.checkpointing.pending import (
+from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
+from weir.core.ids import CheckpointId, JobId, TaskId
+from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.orphans import Orphans, StoredObject, find_orphans
+from weir.jobmanager.checkpointing.pending import (
     AbortReason,
     AckResult,
     CheckpointKind,
@@ -28,8 +31,8 @@ from jobmanager.checkpointing.pending import (
     TaskAckMetrics,
     TaskStateHandle,
 )
-from jobmanager.checkpointing.store import CompletedCheckpoint, CompletedCheckpointStore
-from jobmanager.checkpointing.trigger import (
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, CompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import (
     CheckpointConfig,
     CheckpointIdCounter,
     CheckpointTriggerDecider,
@@ -37,10 +40,7 @@ from jobmanager.checkpointing.trigger import (
     TriggerNow,
     TriggerState,
 )
-from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
-from weir.core.ids import CheckpointId, JobId, TaskId
-from weir.core.paths import CheckpointPaths
+from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
 
 MetadataKeyFn = Callable[[JobId, CheckpointId, CheckpointKind], str]
 
@@ -66,6 +66,10 @@ class TriggerBarriers:
     reserve_ids_through: CheckpointId | None = None
     """Persist this id reservation before any barrier goes out (then ``ids_reserved`` or, if it
     failed, ``id_reservation_failed``); None: the id was reserved before."""
+    final: bool = False
+    """The job's final checkpoint: every source ended (set by ``weir.jobmanager.lifecycle``)."""
+    drain: bool = False
+    """A stop-with-savepoint --drain: the sources emit the end of event time first (set by the lifecycle)."""
 
 
 @dataclass(frozen=True)
@@ -413,8 +417,10 @@ class CheckpointCoordinator:
 
     # -- triggering ---------------------------------------------------------------------------------
 
-    def tick(self, now: float) -> tuple[Action, ...]:
-        """Abort expired checkpoints, then trigger a periodic checkpoint if one is due."""
+    def tick(self, now: float, *, periodic: bool = True) -> tuple[Action, ...]:
+        """Abort expired checkpoints, then trigger a periodic checkpoint if one is due and ``periodic``
+        (the job's lifecycle turns periodic triggers off while a stop-with-savepoint is under way and
+        once the final checkpoint completed, as Flink stops its checkpoint scheduler)."""
         actions: list[Action] = []
         for pending in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
             if now >= pending.deadline(self._config.timeout_s):
@@ -424,6 +430,8 @@ class CheckpointCoordinator:
                     f"{self._config.timeout_s:g}s",
                 )
                 actions.extend(self._abort(now, pending, reason))
+        if not periodic:
+            return tuple(actions)
         decision = self._decider.decide(now, self._trigger_state())
         if isinstance(decision, TriggerNow):
             actions.append(self._trigger(now, CheckpointKind.CHECKPOINT))
@@ -653,7 +661,7 @@ class CheckpointCoordinator:
 
     def find_orphans(self, paths: CheckpointPaths, listing: Iterable[StoredObject]) -> Orphans:
         """Which objects of this job's folder (``listing``) nothing retained or in flight needs:
-        uploads of checkpoints that never completed (see ``jobmanager.checkpointing.orphans``)."""
+        uploads of checkpoints that never completed (see ``weir.jobmanager.checkpointing.orphans``)."""
         in_flight = (*self._pending, *self._persisting)
         return find_orphans(paths, self._job_id, listing, self._store.all(), in_flight, self._live_keys())
 

@@ -1,6 +1,6 @@
 """A completed checkpoint's ``_metadata`` object, as versioned JSON (``docs/formats.md``).
 
-Written last, in one PUT, once every task acknowledged (``CheckpointActionExecutor._persist``); read
+Written last, in one PUT, once every task acknowledged (``JobActionExecutor._persist``); read
 back by a JobManager that takes a job over. Each task's ``state_handle`` is its task-state document
 (``weir.core.task_state``) kept as opaque bytes; the JobManager reads only the object keys listed
 beside it, which retention and deletion count. Format 1::
@@ -25,14 +25,14 @@ import binascii
 import json
 from typing import Any, Final, TypeVar
 
-from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.errors import CheckpointProtocolError
 from weir.core.checkpointing import CheckpointKind
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.paths import metadata_folder
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.errors import CheckpointProtocolError
 
 METADATA_FORMAT: Final = 1
 

@@ -3,7 +3,7 @@
 A TaskManager uploads a snapshot's files before it acknowledges the checkpoint. When the checkpoint
 never completes (the JobManager died, an acknowledgement was lost, the checkpoint expired before the
 late ack came) nothing references those files and the coordinator never hears of them.
-``find_orphans`` decides from a listing of the job's folder which keys go; ``jobmanager.orphans``
+``find_orphans`` decides from a listing of the job's folder which keys go; ``weir.jobmanager.orphans``
 lists, deletes and logs. The decision keeps:
 
 * the job record, and every key outside Weir's layout (left alone, never guessed at);
@@ -23,9 +23,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.core.ids import CheckpointId, JobId
 from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 
 
 @dataclass(frozen=True)

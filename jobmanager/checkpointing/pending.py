@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 
-from jobmanager.errors import CheckpointProtocolError
 from weir.core.checkpointing import CheckpointKind, SubtaskCheckpointTimeline
 from weir.core.ids import CheckpointId, TaskId
+from weir.jobmanager.errors import CheckpointProtocolError
 
 
 class AckResult(enum.Enum):

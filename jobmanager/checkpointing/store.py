@@ -16,9 +16,9 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from jobmanager.checkpointing.pending import CheckpointKind, TaskStateHandle
-from jobmanager.errors import CheckpointProtocolError, ConfigError
 from weir.core.ids import CheckpointId, JobId, TaskId
+from weir.jobmanager.checkpointing.pending import CheckpointKind, TaskStateHandle
+from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 
 
 @dataclass(frozen=True)

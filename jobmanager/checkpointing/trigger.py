@@ -12,8 +12,8 @@ import enum
 import math
 from dataclasses import dataclass
 
-from jobmanager.errors import CheckpointProtocolError, ConfigError
 from weir.core.ids import CheckpointId
+from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 
 
 @dataclass(frozen=True)

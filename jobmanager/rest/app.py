@@ -1,6 +1,6 @@
 """The REST API's routes (``docs/rest-api.md``): thin, as the gRPC servicer. Each reads through the
-``JobManager`` facade (which takes its lock), converts the views in ``jobmanager.rest.views`` and lets
-``jobmanager.rest.errors`` answer every error. ``/`` and ``/web/...`` serve the web UI's files.
+``JobManager`` facade (which takes its lock), converts the views in ``weir.jobmanager.rest.views`` and lets
+``weir.jobmanager.rest.errors`` answer every error. ``/`` and ``/web/...`` serve the web UI's files.
 
 With a token configured every API route requires ``Authorization: Bearer <token>`` (401 otherwise);
 ``/healthz`` (for probes), ``/openapi.json`` and the web UI's files stay open."""
@@ -18,12 +18,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
-from jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
-from jobmanager.manager import JobManager
-from jobmanager.rest import errors, views
 from weir import __version__
 from weir.core.errors import AuthenticationError
 from weir.core.transport_security import authorize, refusal_message
+from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.rest import errors, views
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -1,4 +1,4 @@
-"""The one mapping of Weir's errors onto HTTP answers, as ``jobmanager.service`` maps them onto gRPC
+"""The one mapping of Weir's errors onto HTTP answers, as ``weir.jobmanager.service`` maps them onto gRPC
 status codes: 404 for an unknown job, checkpoint or vertex, 400 for bad input, 409 for an operation
 the job's state does not allow, 503 while the JobManager is not ready. Every error answers
 ``{"errors": ["message"]}`` (Flink's shape)."""
@@ -14,12 +14,6 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException
 
-from jobmanager.errors import (
-    ConfigError,
-    JobManagerNotReadyError,
-    SavepointRejectedError,
-    UnknownVertexError,
-)
 from weir.core.errors import (
     AuthenticationError,
     JobDefinitionError,
@@ -28,6 +22,12 @@ from weir.core.errors import (
     UnknownCheckpointError,
     UnknownJobError,
     WeirError,
+)
+from weir.jobmanager.errors import (
+    ConfigError,
+    JobManagerNotReadyError,
+    SavepointRejectedError,
+    UnknownVertexError,
 )
 
 log = structlog.get_logger("weir.jobmanager")

@@ -11,8 +11,8 @@ import structlog
 import uvicorn
 from fastapi import FastAPI
 
-from jobmanager.errors import ConfigError
 from weir.core.transport_security import TransportSecurity
+from weir.jobmanager.errors import ConfigError
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -1,5 +1,5 @@
 """The REST API's response models (pydantic: they are the OpenAPI schema) and the one conversion of
-the JobManager's read views (``jobmanager.messages``) into them.
+the JobManager's read views (``weir.jobmanager.messages``) into them.
 
 Field names are Flink's where Flink has the concept (kebab-case or camelCase as Flink spells them),
 snake_case for Weir's own. Times are epoch milliseconds, durations milliseconds, sizes bytes. Enums
@@ -15,18 +15,6 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
-from jobmanager.exception_history import ExceptionHistory
-from jobmanager.messages import (
-    CheckpointDetailView,
-    CheckpointsView,
-    ClusterView,
-    JobPlanView,
-    JobStatusView,
-    JobSummaryView,
-    TaskView,
-    VertexView,
-)
 from weir import __version__
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.errors import Fault
@@ -34,6 +22,19 @@ from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.graph import Partitioning
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
+from weir.jobmanager.exception_history import ExceptionHistory
+from weir.jobmanager.messages import (
+    CheckpointDetailView,
+    CheckpointsView,
+    ClusterView,
+    JobEndView,
+    JobPlanView,
+    JobStatusView,
+    JobSummaryView,
+    TaskView,
+    VertexView,
+)
 
 
 def _names(enum_type: type[enum.Enum]) -> WithJsonSchema:
@@ -243,6 +244,21 @@ class VertexInfo(Model):
     subtasks: list[SubtaskInfo]
 
 
+class JobEndInfo(Model):
+    """Weir's own: an ending or ended job and the resolution of its sinks' transactions."""
+
+    outcome: JobStatus
+    ended: bool  # false: still ending (its tasks stopping, its sinks being resolved)
+    at: int  # ms: since when it is ending, or when it ended
+    nothing_to_resolve: bool  # every task FINISHED: the sinks committed through the final checkpoint
+    resolution_decided: bool  # false: waits for a checkpoint being persisted
+    as_of_checkpoint: int | None
+    attempts: int
+    resolved: bool
+    error: str
+    retry_at: int | None  # ms: when the resolution is tried again
+
+
 class JobDetails(Model):
     jid: str
     name: str
@@ -257,6 +273,7 @@ class JobDetails(Model):
     failure: FailureInfo | None
     vertices: list[VertexInfo]
     status_counts: dict[TaskState, int] = _api("status-counts")
+    end: JobEndInfo | None = None  # None: neither ending nor ended
 
 
 def vertex_status(states: Iterable[TaskState | None]) -> TaskState | None:
@@ -326,6 +343,22 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         failure=failure_info(status.failure),
         vertices=vertices,
         status_counts={state: counts[state] for state in TaskState if counts[state]},
+        end=_end_info(status.end) if status.end is not None else None,
+    )
+
+
+def _end_info(end: JobEndView) -> JobEndInfo:
+    return JobEndInfo(
+        outcome=end.outcome,
+        ended=end.ended,
+        at=ms(end.at),
+        nothing_to_resolve=end.nothing_to_resolve,
+        resolution_decided=end.resolution_decided,
+        as_of_checkpoint=end.as_of_checkpoint,
+        attempts=end.attempts,
+        resolved=end.resolved,
+        error=end.error,
+        retry_at=_optional_ms(end.retry_at),
     )
 
 

@@ -40,13 +40,13 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from rich.console import Console
 from rich.table import Table
 
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from tests.chaos.faults import FaultError, Injected, Injector, LocalDisks
 from tests.chaos.schedule import ALL_KINDS, Fault, FaultKind, make_schedule, parse_kinds
 from tests.chaos.semantics import Output, SinkCheck, check_sink
 from weir.core.config import Endpoints, run_dir
 from weir.core.errors import WeirError
 from weir.core.states import JobStatus
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster
 from weir.tools.scenario_report import ScenarioReport, exit_code, print_report

@@ -13,8 +13,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from connectors import kafka
 from tests.conftest import SESSION_TOPICS
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.states import JobStatus

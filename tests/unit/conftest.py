@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from operators.base import OperatorContext, StreamOperator
-from taskmanager.state import StateBackend
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
+from weir.operators.base import OperatorContext, StreamOperator
+from weir.taskmanager.state import StateBackend
 
 
 @dataclass

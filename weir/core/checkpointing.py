@@ -36,6 +36,22 @@ class CheckpointKind(enum.Enum):
     SAVEPOINT = "savepoint"
 
 
+class BarrierAlignment(enum.Enum):
+    """How the tasks a checkpoint barrier reaches align it, carried by the barrier (Flink's
+    ``CheckpointOptions.AlignmentType``).
+
+    BY_MODE follows the job's checkpointing mode: in unaligned mode a checkpoint's barrier overtakes
+    the buffers queued ahead of it (or the aligned-checkpoint timeout turns it into one that does) and
+    the records it overtook become the checkpoint's in-flight state. FORCED_ALIGNED (Flink's
+    ``FORCED_ALIGNED``, never timeoutable) is aligned in every mode: a bounded job's final checkpoint
+    (FLIP-147), whose barrier is the last thing its sources send before their end of stream. Aligned,
+    every record reaches the sinks before they pre-commit at it, so nothing lies in flight behind it
+    for a sink to write into an epoch no checkpoint covers."""
+
+    BY_MODE = "by_mode"
+    FORCED_ALIGNED = "forced_aligned"
+
+
 class CheckpointStatus(enum.StrEnum):
     IN_PROGRESS = "IN_PROGRESS"
     COMPLETED = "COMPLETED"

@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import TypeVar, assert_never
 
 from weir.core.checkpointing import (
+    BarrierAlignment,
     ChannelBarrierTime,
     CheckpointingMode,
     CheckpointKind,
@@ -144,6 +145,32 @@ def checkpoint_kind_from_proto(value: common_pb2.CheckpointKind.ValueType) -> Ch
         return CheckpointKind.SAVEPOINT
     raise ProtocolError(
         f"a barrier or trigger without a known checkpoint kind ({common_pb2.CheckpointKind.Name(value)})"
+    )
+
+
+# Barrier alignment ---------------------------------------------------------------------------------
+
+
+def barrier_alignment_to_proto(alignment: BarrierAlignment) -> common_pb2.BarrierAlignment.ValueType:
+    match alignment:
+        case BarrierAlignment.BY_MODE:
+            return common_pb2.BARRIER_ALIGNMENT_BY_MODE
+        case BarrierAlignment.FORCED_ALIGNED:
+            return common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED
+        case _:
+            assert_never(alignment)
+
+
+def barrier_alignment_from_proto(value: common_pb2.BarrierAlignment.ValueType) -> BarrierAlignment:
+    """Refuses UNSPECIFIED: a barrier that does not say how it aligns must not be taken as one that may
+    overtake records (a final checkpoint's would leave records outside every checkpoint)."""
+    if value == common_pb2.BARRIER_ALIGNMENT_BY_MODE:
+        return BarrierAlignment.BY_MODE
+    if value == common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED:
+        return BarrierAlignment.FORCED_ALIGNED
+    raise ProtocolError(
+        f"a barrier without a known alignment ({common_pb2.BarrierAlignment.Name(value)}): the producing "
+        "TaskManager runs another version"
     )
 
 

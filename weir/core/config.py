@@ -310,7 +310,7 @@ def checkpoint_dir(environ: Mapping[str, str] | None = None) -> str:
 
 
 class JobManagerSettings(WeirSettings):
-    """Defaults of ``python -m jobmanager``'s options (its port comes from the endpoints)."""
+    """Defaults of ``python -m weir.jobmanager``'s options (its port comes from the endpoints)."""
 
     title: ClassVar[str] = "JobManager process"
 
@@ -318,7 +318,7 @@ class JobManagerSettings(WeirSettings):
 
 
 class TaskManagerSettings(WeirSettings):
-    """Defaults of ``python -m taskmanager``'s options; a command-line option wins."""
+    """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins."""
 
     title: ClassVar[str] = "TaskManager process"
 

@@ -48,9 +48,18 @@ BETWEEN_SINK_COMMITS: Final = "between_sink_commits"
 committed the checkpoint, the PostgreSQL sink has not."""
 DURING_SNAPSHOT_UPLOAD: Final = "during_snapshot_upload"
 """While a TaskManager uploads a keyed-state snapshot (call site: ``taskmanager/snapshots.py``)."""
+AFTER_SINK_END_OF_INPUT: Final = "after_sink_end_of_input"
+"""A transactional sink of a bounded job ended its input (everything it wrote was committed through the
+final checkpoint), before its task reports FINISHED: the job fails over and restores the final checkpoint."""
 
 KNOWN_POINTS: Final = frozenset(
-    {AFTER_PRE_COMMIT, AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT, BETWEEN_SINK_COMMITS, DURING_SNAPSHOT_UPLOAD}
+    {
+        AFTER_PRE_COMMIT,
+        AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
+        BETWEEN_SINK_COMMITS,
+        DURING_SNAPSHOT_UPLOAD,
+        AFTER_SINK_END_OF_INPUT,
+    }
 )
 
 _SPEC = re.compile(r"(?P<name>[a-z_][a-z0-9_]*)(?:@(?P<tm>[^#:@,]+))?(?:#(?P<subtask>[0-9]+))?(?::(?P<count>[0-9]+))?")

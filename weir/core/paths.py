@@ -28,7 +28,7 @@ from typing import Literal, NamedTuple
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
 
 Kind = Literal["checkpoint", "savepoint"]
-"""The value of ``jobmanager.checkpointing.pending.CheckpointKind``; either form is accepted."""
+"""The value of ``weir.jobmanager.checkpointing.pending.CheckpointKind``; either form is accepted."""
 
 METADATA_FILE = "_metadata"
 JOB_RECORD_FILE = "_job"

@@ -10,7 +10,7 @@ its function raises on a record (Kafka Streams' processing exception handler):
 - :class:`DeadLetterOnError`: the record goes to a dead-letter Kafka topic in the envelope the Kafka
   source uses for malformed records (:meth:`RejectedRecord.envelope`), and the job goes on.
 
-Everything here is a plain value: the runtime side (``operators.rejections``) builds a
+Everything here is a plain value: the runtime side (``weir.operators.rejections``) builds a
 :class:`RejectedRecord` only on the exception path, so a record that passes costs nothing.
 """
 

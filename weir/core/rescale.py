@@ -6,9 +6,13 @@ subtasks' state each new subtask takes (Flink's ``StateAssignmentOperation``), a
 - **Operator state** (source positions, a window operator's watermark) is redistributed as a union:
   every new subtask of a vertex is handed the states of every old subtask that ran one of its
   operators, with each old subtask's layout, and each operator keeps what is its own
-  (``operators.base.InheritedState``).
+  (``weir.operators.base.InheritedState``).
+- **In-flight records** of an unaligned checkpoint are redistributed only into the same operator
+  chain: an input channel's by the edge it belongs to, an output's by the edge it was queued on,
+  named by consumer, never by position (``weir.core.inflight_state``). Output records queued for a
+  consumer the new job no longer connects are refused like an operator's lost state.
 - **Transactional sinks** do not inherit: their transactions belong to the old job's subtasks, which
-  the JobManager resolves as of the checkpoint before the new job starts (``jobmanager.restoring``).
+  the JobManager resolves as of the checkpoint before the new job starts (``weir.jobmanager.restoring``).
 
 A new job's operators are matched to the old ones by operator uid, so a job's operators need stable
 uids to carry their state across versions (``.uid(...)`` in the job API).
@@ -16,13 +20,19 @@ uids to carry their state across versions (``.uid(...)`` in the job API).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.ids import KeyGroup
+from weir.core.inflight_state import OutputTarget, queued_output_targets
 from weir.core.keygroups import KeyGroupRange
-from weir.core.task_state import INFLIGHT_REDISTRIBUTION_REFUSED, INFLIGHT_STATE_NAME, TaskStateDocument
+from weir.core.task_state import (
+    INFLIGHT_REDISTRIBUTION_REFUSED,
+    INFLIGHT_STATE_NAME,
+    TaskStateDocument,
+    read_operator_states,
+)
 
 
 class StateAssignmentError(JobDefinitionError):
@@ -104,13 +114,19 @@ def check_state_assignment(
     allow_non_restored_state: bool,
     where: str,
     new_chains: Mapping[str, Sequence[str]] | None = None,
+    new_outputs: Mapping[str, Sequence[OutputTarget]] | None = None,
+    read_object: Callable[[str], bytes] | None = None,
 ) -> None:
     """Refuse a restore that would lose or misplace state (StateAssignmentError, a user error):
 
     - unaligned in-flight records of an old task whose operator chain (``new_chains``: the new job's
       vertices, head uid -> operator uids) the new job does not have (a restore redistributes them
       only into the same chain);
-
+    - with ``new_outputs`` (the new job's vertices, head uid -> the edges of its outputs, read through
+      ``read_object`` when stored in checkpoint storage): in-flight output records whose document
+      names no consumer (format 2) unless the new vertex has the one output they can only mean; and,
+      unless ``allow_non_restored_state``, in-flight output records queued for an edge the new vertex
+      does not have (its consumer is gone, or fed another way);
     - an old operator with state that no operator of the new job takes (by uid), unless
       ``allow_non_restored_state`` (Flink's ``--allowNonRestoredState``);
     - keyed state written with another max parallelism (its key groups do not map onto the new ones);
@@ -127,6 +143,10 @@ def check_state_assignment(
         raise StateAssignmentError(
             f"{where} is an unaligned checkpoint with records in flight at subtask(s) {', '.join(misplaced)}, "
             f"whose operator chain the new job does not have: {INFLIGHT_REDISTRIBUTION_REFUSED}"
+        )
+    if new_outputs is not None:
+        _check_inflight_outputs(
+            documents, new_outputs, read_object, allow_non_restored_state=allow_non_restored_state, where=where
         )
     new_uids = set(new_operator_uids)
     keyed = set(keyed_operator_uids)
@@ -156,4 +176,44 @@ def check_state_assignment(
                 f"{where}: the keyed state of {', '.join(moved)} is split into {layout.max_parallelism} key groups "
                 f"(its max parallelism), the new job has max parallelism {max_parallelism}: key groups cannot be "
                 f"remapped; set the new job's max parallelism to {layout.max_parallelism}"
+            )
+
+
+def _check_inflight_outputs(
+    documents: Sequence[TaskStateDocument],
+    new_outputs: Mapping[str, Sequence[OutputTarget]],
+    read_object: Callable[[str], bytes] | None,
+    *,
+    allow_non_restored_state: bool,
+    where: str,
+) -> None:
+    """The in-flight output records of each old subtask against its vertex's outputs in the new job."""
+
+    def read(key: str) -> bytes:
+        if read_object is None:
+            raise SerializationError(f"{where}: an in-flight state is stored in {key}, which was not given to read")
+        return read_object(key)
+
+    for d in sorted(documents, key=lambda d: (d.vertex_uid, d.subtask)):
+        if INFLIGHT_STATE_NAME not in d.operator_state_uids:
+            continue
+        task = f"{d.vertex_uid}#{d.subtask}"
+        data = read_operator_states(d.operator_state, read)[INFLIGHT_STATE_NAME]
+        queued = queued_output_targets(data, f"of task {task} in {where}")
+        outputs = tuple(new_outputs.get(d.vertex_uid, ()))
+        unnamed = sorted(edge for edge, target in queued.items() if target is None)
+        if unnamed and (len(outputs) != 1 or unnamed != [0]):
+            count = f"{len(outputs)} output" + ("" if len(outputs) == 1 else "s")
+            raise StateAssignmentError(
+                f"{where} holds records in flight at subtask {task} in output(s) {unnamed}, named by index only "
+                f"(written before output buffers named their consumer), and {d.vertex_uid} has {count} in the new "
+                "job, so which consumer they were queued for is unknown: take a savepoint of the old job (always "
+                "aligned) and restore from it"
+            )
+        vanished = sorted({str(t) for t in queued.values() if t is not None and t not in outputs})
+        if vanished and not allow_non_restored_state:
+            raise StateAssignmentError(
+                f"{where} holds records in flight at subtask {task} queued for {'; '.join(vanished)}, an edge the "
+                f"new job does not have (matched by producing operator, consumer and input): connect that consumer "
+                "as it was, or pass --allow-non-restored-state to drop those records"
             )

@@ -29,7 +29,7 @@ from weir.core.errors import JobDefinitionError
 
 PICKLE: Final = "pickle"
 SERIALIZERS: Final = frozenset({PICKLE})
-"""The serializers the keyed state backend can write and read (``taskmanager.state``)."""
+"""The serializers the keyed state backend can write and read (``weir.taskmanager.state``)."""
 
 Migrate = Callable[[int, Any], Any]
 """``migrate(stored_version, value)``: a value written at ``stored_version`` as the declared version's."""

@@ -21,7 +21,7 @@ subtasks), so neither imports the other. Format 2 (``docs/formats.md``)::
      "operator_state": {"inline": {"<operator uid>": "<base64>"}}
                      | {"object": {"key", "size_bytes",
                                    "slices": [{"operator_uid", "offset", "length"}]}},
-     "keyed_state": null | {...}}     # the RocksDB snapshot handle, taskmanager.snapshots' own format
+     "keyed_state": null | {...}}     # the RocksDB snapshot handle, weir.taskmanager.snapshots' own format
 
 ``layout.state_schemas`` (optional: absent, every state is version 1 of ``pickle``) records the schema
 each keyed operator declared for each of its states (``weir.core.state_schema``), so that a restore
@@ -49,7 +49,7 @@ from weir.core.state_schema import StoredSchema
 TASK_STATE_FORMAT: Final = 2
 INFLIGHT_STATE_NAME: Final = "__inflight__"
 """The reserved operator-state name under which a task stores the in-flight records of an unaligned
-checkpoint (``taskmanager.inflight``); no operator is restored from it. A restore into another job
+checkpoint (``weir.taskmanager.inflight``); no operator is restored from it. A restore into another job
 or at another parallelism redistributes it (the records go where their keys now live) only into the
 same operator chain, and never the data of a broadcast edge (:data:`INFLIGHT_REDISTRIBUTION_REFUSED`)."""
 INFLIGHT_REDISTRIBUTION_REFUSED: Final = (

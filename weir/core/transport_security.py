@@ -1,6 +1,6 @@
 """Settings -> what secures a connection: the bearer token, the TLS material of servers and clients,
 the token check and the rule that a non-loopback bind needs a token. Pure: no gRPC, no HTTP; the
-gRPC adapter is :mod:`weir.core.grpc_security`, the REST API's check is in ``jobmanager.rest``.
+gRPC adapter is :mod:`weir.core.grpc_security`, the REST API's check is in ``weir.jobmanager.rest``.
 
 The token is compared per call or per stream (a data-plane channel is one stream), never per record.
 """

@@ -339,6 +339,8 @@ def _summary_lines(summary: JobSummary, status: JobDetails) -> Iterator[str]:
     )
     if status.failure is not None:
         yield f"failure: {escape(describe_failure(status.failure))}"
+    if status.end is not None:
+        yield f"end: {escape(status.end.describe())}"
 
 
 @app.command()

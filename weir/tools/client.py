@@ -98,12 +98,47 @@ class TaskStatus:
 
 
 @dataclass(frozen=True)
+class JobEnd:
+    """An ending or ended job and the resolution of its sinks' transactions."""
+
+    outcome: JobStatus
+    ended: bool
+    at: float
+    nothing_to_resolve: bool  # every task FINISHED: the sinks committed through the final checkpoint
+    resolution_decided: bool  # False: waits for a checkpoint being persisted
+    as_of_checkpoint: CheckpointId | None
+    attempts: int
+    resolved: bool
+    error: str
+    retry_at: float | None
+
+    @property
+    def unresolved(self) -> bool:
+        return not self.nothing_to_resolve and not self.resolved
+
+    def describe(self) -> str:
+        """One line: how the end's resolution stands."""
+        if self.nothing_to_resolve:
+            return "nothing to resolve: every task finished and committed through the final checkpoint"
+        if not self.resolution_decided:
+            return "waiting for a checkpoint being persisted before resolving the sinks"
+        as_of = f"checkpoint {self.as_of_checkpoint}" if self.as_of_checkpoint is not None else "no checkpoint"
+        if self.resolved:
+            return f"sinks resolved as of {as_of}"
+        state = f"sinks NOT resolved as of {as_of} after {self.attempts} attempt(s)"
+        if self.error:
+            state += f": {self.error}"
+        return state + (" (retried)" if self.retry_at is not None or self.attempts == 0 else " (resolving)")
+
+
+@dataclass(frozen=True)
 class JobDetails:
     summary: JobSummary
     tasks: tuple[TaskStatus, ...]
     failure: Failure | None
     last_completed_checkpoint: CheckpointId | None
     last_restore_at: float | None
+    end: JobEnd | None = None  # None: neither ending nor ended
 
     @property
     def records_in(self) -> int:
@@ -250,6 +285,7 @@ class JobManagerClient:
             if response.last_completed_checkpoint
             else None,
             last_restore_at=response.last_restore_at or None,
+            end=_end(response.end) if response.HasField("end") else None,
         )
 
     def trigger_savepoint(
@@ -365,6 +401,21 @@ def _reason(exc: grpc.RpcError) -> jobmanager_pb2.ErrorReason.ValueType:
             detail.Unpack(unpacked)
             return unpacked.reason
     return jobmanager_pb2.ERROR_REASON_UNSPECIFIED
+
+
+def _end(m: jobmanager_pb2.JobEnd) -> JobEnd:
+    return JobEnd(
+        outcome=job_status_from_proto(m.outcome),
+        ended=m.ended,
+        at=m.at,
+        nothing_to_resolve=m.nothing_to_resolve,
+        resolution_decided=m.resolution_decided,
+        as_of_checkpoint=CheckpointId(m.as_of_checkpoint) if m.HasField("as_of_checkpoint") else None,
+        attempts=m.attempts,
+        resolved=m.resolved,
+        error=m.error,
+        retry_at=m.retry_at if m.HasField("retry_at") else None,
+    )
 
 
 def _summary(m: jobmanager_pb2.JobSummary) -> JobSummary:

@@ -30,7 +30,7 @@ takes its default. The endpoints' defaults (the local mode) live in one file,
 `${NAME}` in a default is the value of a variable above it, so `WEIR_KAFKA_PORT=29092` alone moves
 `WEIR_KAFKA_BOOTSTRAP` too. `make infra-status` prints the endpoints in force.
 
-Every value is checked when a process starts (`weir`, `python -m jobmanager`, `python -m taskmanager`):
+Every value is checked when a process starts (`weir`, `python -m weir.jobmanager`, `python -m weir.taskmanager`):
 a value that does not fit ends the process with exit code 2 and one line naming each bad variable
 and why, e.g. `weir: error: bad configuration: WEIR_JOBMANAGER_PORT='abc': Input should be a valid
 integer, unable to parse string as an integer`. Command-line options of the processes win over these

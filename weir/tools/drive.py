@@ -10,7 +10,7 @@ from collections.abc import Callable, Mapping
 
 from rich.console import Console
 
-from connectors import kafka, postgres
+from weir.connectors import kafka, postgres
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.tools.client import JobDetails, JobManagerClient

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 

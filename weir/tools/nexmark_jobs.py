@@ -2,7 +2,7 @@
 
 Input, ``-D source=``:
 
-- ``generator`` (default): the Nexmark generator in the job (``weir.core.nexmark``), ``-D events=``
+- ``generator`` (default): the Nexmark generator in the job (``weir.nexmark``), ``-D events=``
   events (default 1,000,000; 0: unbounded), ``-D events_per_second=`` of event time (10,000),
   ``-D seed=`` (0);
 - ``kafka``: topic ``-D source.topic=`` (``nexmark``), loaded by ``python -m weir.tools.nexmark_load``;
@@ -20,9 +20,9 @@ Output, ``-D sink=``: ``kafka`` (default, topic ``-D sink.topic=``, ``nexmark-<q
 
 from __future__ import annotations
 
+from weir import nexmark
 from weir.api import DataStream, Environment
-from weir.core import nexmark
-from weir.core.nexmark import NexmarkConfig
+from weir.nexmark import NexmarkConfig
 
 
 def events(env: Environment, out_of_orderness_ms: int = 0) -> DataStream:

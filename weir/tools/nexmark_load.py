@@ -1,6 +1,6 @@
 """Load Nexmark events into a Kafka topic: ``python -m weir.tools.nexmark_load --topic T --events N``.
 
-Event ``n`` (``weir.core.nexmark.event_json(n)``) goes to partition ``n % P`` with the key ``n`` in
+Event ``n`` (``weir.nexmark.event_json(n)``) goes to partition ``n % P`` with the key ``n`` in
 ASCII digits: the reference's round-robin partitioning, made deterministic, so a load of the same
 events is the same records in the same partitions and each partition's event time is monotone (a
 Kafka source's per-partition watermarks need no out-of-orderness allowance). The topic is created
@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from connectors import kafka
-from weir.core import nexmark
+from weir import nexmark
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
-from weir.core.nexmark import NexmarkConfig
+from weir.nexmark import NexmarkConfig
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,6 @@
 """The Nexmark queries in plain Python: what each query outputs for a finite list of events.
 
-Each function takes the events in stream order (``weir.core.nexmark`` values) and returns the
+Each function takes the events in stream order (``weir.nexmark`` values) and returns the
 query's result as a list of dicts, named as the output columns of the query's SQL in the
 nexmark/nexmark repository (``nexmark-flink/src/main/resources/queries/q*.sql``), timestamps as epoch
 ms. q0-q2 are per-record and ordered as their input; the others are multisets (compare them with
@@ -16,7 +16,7 @@ import collections
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from weir.core.nexmark import Auction, Bid, Event, Person
+from weir.nexmark import Auction, Bid, Event, Person
 
 Row = dict[str, Any]
 

@@ -31,10 +31,16 @@ from typing import Any, Final
 
 import httpx
 
-from connectors.object_storage import open_storage
-from jobmanager.records import JobRecord
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
-from jobmanager.restart import (
+from weir.connectors.object_storage import open_storage
+from weir.core.checkpointing import CheckpointStatus
+from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.errors import Fault, WeirError
+from weir.core.ids import JobId
+from weir.core.paths import CheckpointPaths
+from weir.core.transport_security import TransportSecurity
+from weir.jobmanager.records import JobRecord
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.jobmanager.restart import (
     ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,
@@ -42,13 +48,7 @@ from jobmanager.restart import (
     RestartStrategy,
     parse_restart_strategy,
 )
-from operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
-from weir.core.checkpointing import CheckpointStatus
-from weir.core.config import Endpoints, checkpoint_dir
-from weir.core.errors import Fault, WeirError
-from weir.core.ids import JobId
-from weir.core.paths import CheckpointPaths
-from weir.core.transport_security import TransportSecurity
+from weir.operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
 from weir.tools.client import CheckpointInfo, JobManagerClient
 from weir.tools.plan import (
     FLAGS,

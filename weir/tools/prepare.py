@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from connectors import kafka, postgres, s3
+from weir.connectors import kafka, postgres, s3
 from weir.core import logs
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError

@@ -5,8 +5,8 @@ The graph runs at parallelism 1, in one thread, with no network and no checkpoin
 every operator, built by the job's own factories (the runtime operators of ``operators``),
 owning every key group ``0..max_parallelism-1``, with keyed state in a temporary RocksDB backend that
 is deleted afterwards. The job's plan is driven as a cluster's subtasks drive it, by the same code:
-each vertex is a :class:`~taskmanager.chain.OperatorChain` (chain wiring, end of input), fed through
-a :class:`~taskmanager.chain.ChainInput` (each edge one input channel: watermarks, idleness, end of
+each vertex is a :class:`~weir.taskmanager.chain.OperatorChain` (chain wiring, end of input), fed through
+a :class:`~weir.taskmanager.chain.ChainInput` (each edge one input channel: watermarks, idleness, end of
 stream); only the network between chains is replaced by a direct call.
 
 Input is always bounded, whatever the job's ``bounded`` flag says:
@@ -46,18 +46,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from operators.base import OperatorContext, StreamOperator
-from operators.joins import IntervalJoinOperator, WindowJoinOperator
-from operators.sinks import (
-    FileSinkOperator,
-    KafkaSinkOperator,
-    PostgresUpsertSinkOperator,
-    PrintSinkOperator,
-)
-from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
-from operators.windows import WindowAggregateOperator
-from taskmanager.chain import ChainInput, OperatorChain
-from taskmanager.state import StateBackend
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, LoadedJob, load_job_file, load_job_source
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
@@ -66,7 +54,19 @@ from weir.core.keygroups import KeyGroup, KeyGroupRange
 from weir.core.rejections import UserFunctionError
 from weir.core.watermarks import PartitionWatermarks
 from weir.graph import LogicalGraph, OperatorKind, Transformation
+from weir.operators.base import OperatorContext, StreamOperator
+from weir.operators.joins import IntervalJoinOperator, WindowJoinOperator
+from weir.operators.sinks import (
+    FileSinkOperator,
+    KafkaSinkOperator,
+    PostgresUpsertSinkOperator,
+    PrintSinkOperator,
+)
+from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
+from weir.operators.windows import WindowAggregateOperator
 from weir.plan import JobPlan, NetworkEdge, build_plan
+from weir.taskmanager.chain import ChainInput, OperatorChain
+from weir.taskmanager.state import StateBackend
 
 REFERENCE_JOB_ID = "reference"
 SOURCE_BATCH = 1
@@ -624,7 +624,7 @@ def _call_user(uid: str, what: str, fn: Callable[[Any], Any], value: Any) -> Any
 
 
 def _kafka_reader(endpoints: Endpoints) -> KafkaInput:
-    from connectors import kafka
+    from weir.connectors import kafka
 
     def read(topic: str) -> list[KafkaRecord]:
         if kafka.topic_partition_count(endpoints, topic) is None:

@@ -5,7 +5,7 @@ No cluster is involved, only the checkpoint storage. The path is a folder URI (`
 tells the storage root its keys are relative to (a checkpoint folder's: the storage root above
 ``<job>/checkpoints/chk-<id>/``; any other folder is a savepoint, whose keys are relative to itself,
 docs/formats.md). The metadata, every task-state document and each operator's state bytes are read
-the way a restore reads them (``jobmanager.checkpointing.metadata``, ``weir.core.task_state``); known
+the way a restore reads them (``weir.jobmanager.checkpointing.metadata``, ``weir.core.task_state``); known
 operator states are decoded by trying each known decoder (Kafka and generator sources, window
 operator, transactional sinks), anything else is reported as opaque bytes.
 
@@ -13,7 +13,7 @@ Keyed state is read only when asked for (``info --keyed``, ``dump``): the files 
 snapshot handle are downloaded into a temporary directory, checked against their sizes, opened
 read-only with rocksdict, and scanned over the handle's ``(operator uid, key groups)`` ranges. An
 entry's RocksDB key is ``uid \\0 | key group (2 bytes) | state name \\0 | key`` and its value a pickle
-(``taskmanager.state``); the key bytes are an operator's own encoding (``weir.core.keygroups.key_to_bytes``,
+(``weir.taskmanager.state``); the key bytes are an operator's own encoding (``weir.core.keygroups.key_to_bytes``,
 length-prefixed with a window's bounds for window state), which is not reversible in general: a dump
 gives the exact bytes (``key_hex``) and a best-effort reading (``key``). Values are unpickled, as a
 restore does: inspect only checkpoints you would restore from.
@@ -26,7 +26,6 @@ missing, truncated or do not parse make ``DamagedStateError`` (exit 1).
 from __future__ import annotations
 
 import json
-import pickle
 import shutil
 import struct
 import tempfile
@@ -41,20 +40,13 @@ from urllib.parse import unquote, urlparse
 
 from rocksdict import AccessType, Options, Rdict, ReadOptions
 
-from connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
-from jobmanager.checkpointing.metadata import METADATA_FORMAT, decode_metadata
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from operators.sources import SOURCE_STATE_FORMAT, decode_kafka_source_state
-from operators.transactional_sinks import SinkSnapshot
-from operators.windows import decode_window_state
-from taskmanager.snapshots import KeyedStateHandle, SnapshotFile, keyed_state_from_document
-from taskmanager.state import key_group_range_bounds
+from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
 from weir.core.config import Endpoints
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import METADATA_FILE, locate_state
+from weir.core.serde import unpickle
 from weir.core.task_state import (
     TASK_STATE_FORMAT,
     InlineOperatorState,
@@ -63,9 +55,17 @@ from weir.core.task_state import (
     decode_task_state,
     read_operator_states,
 )
+from weir.jobmanager.checkpointing.metadata import METADATA_FORMAT, decode_metadata
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.operators.sources import SOURCE_STATE_FORMAT, decode_kafka_source_state
+from weir.operators.transactional_sinks import SinkSnapshot
+from weir.operators.windows import decode_window_state
+from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotFile, keyed_state_from_document
+from weir.taskmanager.state import key_group_range_bounds
 
 WINDOW_STATE_NAME: Final = "win"
-"""The keyed state name of ``operators.windows.WindowAggregateOperator``: key = the current key
+"""The keyed state name of ``weir.operators.windows.WindowAggregateOperator``: key = the current key
 (4-byte length + bytes) and the window's bounds (two big-endian int64), value = (key, accumulator)."""
 _WINDOW_BOUNDS: Final = struct.Struct(">qq")
 _U32: Final = struct.Struct(">I")
@@ -201,7 +201,7 @@ def _window(data: bytes) -> dict[str, Any]:
 
 
 def _generator_source(data: bytes) -> dict[str, Any]:
-    # As operators.sources.GeneratorSourceOperator.restore_state reads it.
+    # As weir.operators.sources.GeneratorSourceOperator.restore_state reads it.
     document = load_versioned(data, "generator source state", SOURCE_STATE_FORMAT, "")
     try:
         return {"kind": "generator-source", "next_k": typed(document["next_k"], int)}
@@ -390,7 +390,7 @@ def entry_to_json(entry: KeyedEntry) -> dict[str, Any]:
         "key_hex": entry.key.hex(),
     }
     try:
-        value = pickle.loads(entry.value)
+        value = unpickle(entry.value)
     except Exception as exc:  # e.g. a class of the job file, not importable here
         line["value_error"] = f"does not unpickle ({len(entry.value)} bytes): {type(exc).__name__}: {exc}"
         return line

@@ -45,14 +45,14 @@ from typing import Final
 from rich.console import Console
 from rich.table import Table
 
-from connectors import kafka
-from connectors.object_storage import open_storage
-from jobmanager.checkpointing.metadata import decode_metadata
+from weir.connectors import kafka
+from weir.connectors.object_storage import open_storage
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.paths import locate_state
 from weir.core.task_state import decode_task_state, read_operator_states
+from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.tools.client import CheckpointInfo, JobDetails, JobManagerClient
 from weir.tools.drive import s3_endpoints, start_local_cluster
 from weir.tools.events import EventSpec, produce_events
@@ -60,7 +60,7 @@ from weir.tools.events import EventSpec, produce_events
 JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "slow_sink_aggregation.py"
 SOURCE_UID: Final = "events-source"
 INFLIGHT_STATE_NAME: Final = (
-    "__inflight__"  # taskmanager.inflight's operator-state name (tools never import taskmanager)
+    "__inflight__"  # weir.taskmanager.inflight's operator-state name (tools never import taskmanager)
 )
 SAMPLE_S: Final = 0.5
 WIDE: Final = 150

@@ -53,7 +53,7 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError

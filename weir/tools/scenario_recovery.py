@@ -54,12 +54,12 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from connectors import kafka, postgres
-from operators.transactional_sinks import CommitMarker, marker_topic_name
+from weir.connectors import kafka, postgres
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.states import JobStatus
+from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
 from weir.tools.events import EventSpec, produce_events

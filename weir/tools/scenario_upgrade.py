@@ -53,17 +53,17 @@ from typing import Any, Final
 from rich.console import Console
 from rich.table import Table
 
-from connectors import kafka, postgres
-from connectors.object_storage import open_storage
-from jobmanager.checkpointing.metadata import decode_metadata
-from operators.sources import merge_kafka_source_states
-from operators.windows import decode_window_state
+from weir.connectors import kafka, postgres
+from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.keygroups import KeyGroupRange, key_group_for_key
 from weir.core.paths import locate_state
 from weir.core.task_state import decode_task_state, read_operator_states
 from weir.core.windows import window_start
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.operators.sources import merge_kafka_source_states
+from weir.operators.windows import decode_window_state
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
 from weir.tools.events import EventSpec, produce_events

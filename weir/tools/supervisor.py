@@ -97,11 +97,12 @@ def default_children(
         "--rest-port",
         str(endpoints.jobmanager_rest_port),
     ]
-    specs = [ChildSpec("jobmanager", (python, "-m", "jobmanager", *jobmanager_args))]
+    specs = [ChildSpec("jobmanager", (python, "-m", "weir.jobmanager", *jobmanager_args))]
     for n in range(1, taskmanagers + 1):
         name = f"taskmanager-{n}"
         metrics_port = endpoints.taskmanager_metrics_base_port + n
-        specs.append(ChildSpec(name, (python, "-m", "taskmanager", "--id", name, "--metrics-port", str(metrics_port))))
+        argv = (python, "-m", "weir.taskmanager", "--id", name, "--metrics-port", str(metrics_port))
+        specs.append(ChildSpec(name, argv))
     return tuple(specs)
 
 

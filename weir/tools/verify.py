@@ -49,12 +49,12 @@ from pathlib import Path
 from typing import Any, Literal, assert_never
 from urllib.parse import unquote
 
-from connectors import kafka, postgres
-from operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
-from operators.twophase import TransactionId
+from weir.connectors import kafka, postgres
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import JobId, OperatorUid
+from weir.operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
+from weir.operators.twophase import TransactionId
 from weir.tools.reference import ReferenceResult, SinkCapture, run_reference
 
 COMMIT_PROOF_TOPIC = COMMIT_MARKER_TOPIC  # the shared marker topic of older runs, and the marker topics' prefix

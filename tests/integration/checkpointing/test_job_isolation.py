@@ -24,19 +24,19 @@ from typing import Any, TypeVar
 import pytest
 from rocksdict import AccessType, Options, Rdict
 
-from connectors import kafka
-from connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
-from jobmanager.checkpointing.metadata import decode_metadata
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, keyed_state_from_document
-from taskmanager.state import StateBackend
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
+from weir.connectors import kafka
+from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import checkpoint_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask
 from weir.core.paths import CheckpointPaths
 from weir.core.task_state import StoredOperatorState, decode_task_state
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, keyed_state_from_document
+from weir.taskmanager.state import StateBackend
 from weir.tools.client import JobDetails
 
 pytestmark = pytest.mark.integration
@@ -50,7 +50,7 @@ EVENTS = 65_000  # 10 events per ms of event time: 6.5 windows, the last one sta
 RECORDS_PER_SECOND = "6000"  # ~11 s of input per job, checkpoints every second meanwhile
 PATHS = CheckpointPaths()
 DEADLINE_S = 120.0
-_BOUNDS = struct.Struct(">qq")  # operators.windows: a window entry's key ends with its bounds
+_BOUNDS = struct.Struct(">qq")  # weir.operators.windows: a window entry's key ends with its bounds
 
 T = TypeVar("T")
 

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import CheckpointStorage, S3CheckpointStorage
-from jobmanager.checkpointing.coordinator import CheckpointCoordinator
-from jobmanager.checkpointing.orphans import Kept
-from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from jobmanager.orphans import collect_orphans
-from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
-from taskmanager.state import StateBackend
+from weir.connectors.object_storage import CheckpointStorage, S3CheckpointStorage
 from weir.core.config import Endpoints
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
 from weir.core.keygroups import KeyGroupRange, key_to_bytes
 from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
+from weir.jobmanager.checkpointing.orphans import Kept
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.jobmanager.orphans import collect_orphans
+from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
+from weir.taskmanager.state import StateBackend
 
 pytestmark = pytest.mark.integration
 

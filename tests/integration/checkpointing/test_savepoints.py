@@ -17,8 +17,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors.object_storage import copy_folder, open_storage
 from tests.integration.conftest import REPO_ROOT, WeirCluster, keyed_aggregation_inputs, path_parameters
+from weir.connectors.object_storage import copy_folder, open_storage
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.errors import JobDefinitionError, WeirError
 from weir.core.paths import locate_state

@@ -16,8 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import CheckpointStorage, S3CheckpointStorage
-from jobmanager.checkpointing.coordinator import (
+from weir.connectors.object_storage import CheckpointStorage, S3CheckpointStorage
+from weir.core.config import Endpoints
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask, key_to_bytes
+from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.coordinator import (
     Action,
     CheckpointCoordinator,
     DeleteObjects,
@@ -26,15 +30,11 @@ from jobmanager.checkpointing.coordinator import (
     PersistCheckpoint,
     TriggerBarriers,
 )
-from jobmanager.checkpointing.pending import AckResult, StateObject, TaskAckMetrics, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotResult
-from taskmanager.state import KeyedStateStore, StateBackend
-from weir.core.config import Endpoints
-from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask, key_to_bytes
-from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.pending import AckResult, StateObject, TaskAckMetrics, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotResult
+from weir.taskmanager.state import KeyedStateStore, StateBackend
 
 pytestmark = pytest.mark.integration
 

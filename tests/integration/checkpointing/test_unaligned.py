@@ -34,6 +34,15 @@ JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
 EVENTS = 60_000
 
 
+def split_off_the_final(completed: list[CheckpointInfo]) -> list[CheckpointInfo]:
+    """The completed checkpoints before the last one, which is the bounded job's final checkpoint:
+    forced aligned even in unaligned mode (its barrier never overtakes records), so it holds nothing
+    in flight and none of its tasks is unaligned."""
+    *earlier, final = sorted(completed, key=lambda c: c.checkpoint_id)
+    assert not final.unaligned and final.inflight_bytes == 0, f"the final checkpoint was unaligned: {final}"
+    return earlier
+
+
 def kill_mid_run_until_finished(cluster: WeirCluster, job_id: str, victim: str | None, checkpoints: int) -> JobDetails:
     """SIGKILL ``victim`` (None: the TaskManager of the job's first running task) once ``checkpoints``
     checkpoints completed; the job's status once FINISHED."""
@@ -102,12 +111,14 @@ def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
     report = verify_job(JOB, params, job_id=job_id, endpoints=endpoints)
     assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
 
-    completed = [
-        c
-        for c in weir_cluster.client.list_checkpoints(job_id)
-        if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
-    ]
-    assert completed, "no checkpoint completed"
+    completed = split_off_the_final(
+        [
+            c
+            for c in weir_cluster.client.list_checkpoints(job_id)
+            if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
+        ]
+    )
+    assert completed, "no checkpoint completed before the final one"
     windows = [t for c in completed for t in c.tasks if t.vertex_uid == "window-count-sum"]
     # Unaligned: a window task snapshots on its first barrier, so it never waits for alignment, and
     # each of its acks says it persisted in-flight records (some of them non-empty).
@@ -255,7 +266,13 @@ def test_the_two_input_example_in_unaligned_mode_survives_a_taskmanager_kill_wit
     assert final.summary.restarts >= 1, "the kill did not restart the job"
     report = verify_job(REPO_ROOT / "examples" / "two_inputs.py", params, job_id=job_id, endpoints=endpoints)
     assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
-    completed = [c for c in weir_cluster.client.list_checkpoints(job_id) if c.status is CheckpointStatus.COMPLETED]
-    matches = [t for c in completed if c.kind == "CHECKPOINT" for t in c.tasks if t.vertex_uid == "match"]
+    completed = split_off_the_final(
+        [
+            c
+            for c in weir_cluster.client.list_checkpoints(job_id)
+            if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
+        ]
+    )
+    matches = [t for c in completed for t in c.tasks if t.vertex_uid == "match"]
     assert matches and all(t.unaligned for t in matches), matches
     assert sum(t.inflight_bytes for t in matches) > 0, "no checkpoint held records in flight"

@@ -6,7 +6,7 @@ import uuid
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from connectors import kafka, s3
+from weir.connectors import kafka, s3
 from weir.core.config import Endpoints
 from weir.tools.demo import TABLE_DEFINITION
 from weir.tools.prepare import DEMO_INPUTS, Inputs, prepare

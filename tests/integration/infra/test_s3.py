@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from boto3.s3.transfer import TransferConfig
 
-from connectors import s3
-from connectors.object_storage import open_storage
+from weir.connectors import s3
+from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 

@@ -9,8 +9,8 @@ import time
 import psycopg
 import pytest
 
-from connectors import kafka
 from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, create_window_table
+from weir.connectors import kafka
 from weir.tools.cli import EXIT_USAGE, run_cli
 from weir.tools.events import EventSpec, produce_events
 

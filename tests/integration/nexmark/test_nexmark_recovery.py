@@ -13,10 +13,10 @@ import time
 
 import pytest
 
-from connectors import kafka
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.conftest import WeirCluster, assert_sinks_exact, create_topics
-from weir.core import nexmark as nx
+from weir import nexmark as nx
+from weir.connectors import kafka
 from weir.tools import nexmark_reference as ref
 from weir.tools.nexmark_load import load
 from weir.tools.supervisor import kill_process

@@ -126,8 +126,8 @@ def built(source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFacto
     _with_wheelhouse(
         build, list(BUILD_REQUIREMENTS), wheelhouse=wheelhouse, constraints=source / "constraints.txt", cwd=dist
     )
-    (sdist,) = dist.glob("weir-*.tar.gz")
-    (wheel,) = dist.glob("weir-*.whl")
+    (sdist,) = dist.glob("weir_streaming-*.tar.gz")
+    (wheel,) = dist.glob("weir_streaming-*.whl")
     return sdist, wheel
 
 
@@ -163,6 +163,51 @@ def test_the_sdist_carries_the_protos_and_the_build_hook(built: tuple[Path, Path
         assert f"weir/wire/{module}.py" in members
     assert "weir/wire/common_pb2.pyi" in members
     assert any(name.endswith(".dist-info/licenses/LICENSE") for name in members)
+
+
+def test_the_wheel_installs_one_import_package_named_weir(built: tuple[Path, Path]) -> None:
+    """jobmanager, taskmanager, operators and connectors are weir.* (other distributions on PyPI
+    install top-level packages of those names); the distribution is weir-streaming ("weir" on PyPI
+    is another project), the command weir."""
+    _, wheel = built
+    with zipfile.ZipFile(wheel) as whl:
+        names = whl.namelist()
+    top_level = {name.split("/")[0] for name in names if not name.split("/")[0].endswith((".dist-info", ".data"))}
+    assert top_level == {"weir"}, top_level
+    for package in ("jobmanager", "taskmanager", "operators", "connectors"):
+        assert f"weir/{package}/__init__.py" in names, f"weir.{package} is not in the wheel"
+    (metadata,) = (name for name in names if name.endswith(".dist-info/METADATA"))
+    with zipfile.ZipFile(wheel) as whl:
+        headers = email.parser.Parser().parsestr(whl.read(metadata).decode("utf-8"), headersonly=True)
+    assert headers["Name"] == "weir-streaming"
+
+
+def test_weir_lives_beside_distributions_named_operators_and_connectors(
+    venv: Path, tmp_path: Path, wheelhouse: Path
+) -> None:
+    """Two distributions whose top-level packages are named like Weir's folders, installed into the
+    same environment: each imports as itself, and Weir's packages are still Weir's."""
+    for name in ("operators", "connectors"):
+        project = tmp_path / f"other-{name}"
+        (project / name).mkdir(parents=True)
+        (project / name / "__init__.py").write_text(f"WHO = 'the {name} distribution'\n")
+        (project / "pyproject.toml").write_text(
+            f'[project]\nname = "{name}"\nversion = "9.9"\n[build-system]\nrequires = ["setuptools"]\n'
+            'build-backend = "setuptools.build_meta"\n'
+        )
+        wheel = [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-index", "--no-build-isolation"]
+        _run([*wheel, "-w", str(tmp_path / "wheels"), str(project)], env=_clean_environment(), cwd=tmp_path)
+    install = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-index"]
+    _run([*install, *map(str, (tmp_path / "wheels").glob("*.whl"))], env=_clean_environment(), cwd=tmp_path)
+    probe = (
+        "import operators, connectors, weir.operators.windows, weir.connectors.kafka; "
+        "print(operators.WHO, '|', connectors.WHO, '|', weir.operators.windows.__name__)"
+    )
+    out = _run([str(venv / "bin/python"), "-c", probe], env=_clean_environment(), cwd=tmp_path)
+    assert out.strip() == "the operators distribution | the connectors distribution | weir.operators.windows"
+    assert _run([str(venv / "bin/weir"), "--version"], env=_clean_environment(), cwd=tmp_path).startswith("weir ")
+    uninstall = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "uninstall", "-q", "-y"]
+    _run([*uninstall, "operators", "connectors"], env=_clean_environment(), cwd=tmp_path)
 
 
 def test_the_installed_package_imports_its_own_wire_modules(venv: Path, tmp_path: Path) -> None:

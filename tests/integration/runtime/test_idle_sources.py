@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration

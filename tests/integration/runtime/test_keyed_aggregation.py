@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 
-from connectors import kafka
 from tests.integration.conftest import (
     RECORD_PATHS,
     WeirCluster,
@@ -16,6 +15,7 @@ from tests.integration.conftest import (
     create_window_table,
     path_parameters,
 )
+from weir.connectors import kafka
 from weir.tools.events import EventSpec, events, produce_events
 
 pytestmark = pytest.mark.integration

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from connectors import kafka
 from tests.integration.conftest import WeirCluster, create_topics
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import Fault
 

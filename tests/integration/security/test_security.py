@@ -146,7 +146,7 @@ def test_a_taskmanager_with_a_certificate_of_another_ca_cannot_join(
     log = tmp_path / "intruder.log"
     with log.open("w") as output:
         intruder = subprocess.Popen(
-            [sys.executable, "-m", "taskmanager", "--id", "intruder", "--metrics-port", "0"],
+            [sys.executable, "-m", "weir.taskmanager", "--id", "intruder", "--metrics-port", "0"],
             cwd=REPO_ROOT,
             env=env,
             stdout=output,
@@ -165,8 +165,8 @@ def test_a_taskmanager_with_a_certificate_of_another_ca_cannot_join(
 @pytest.mark.parametrize(
     "argv",
     [
-        ["-m", "jobmanager", "--bind", "0.0.0.0", "--port", "26599", "--rest-port", "0", "--metrics-port", "0"],
-        ["-m", "taskmanager", "--bind", "0.0.0.0", "--port", "26598"],
+        ["-m", "weir.jobmanager", "--bind", "0.0.0.0", "--port", "26599", "--rest-port", "0", "--metrics-port", "0"],
+        ["-m", "weir.taskmanager", "--bind", "0.0.0.0", "--port", "26598"],
     ],
     ids=["jobmanager", "taskmanager"],
 )

@@ -20,18 +20,18 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors import kafka, postgres
-from operators.base import OperatorContext, StreamOperator
-from operators.transactional_sinks import (
+from weir.connectors import kafka, postgres
+from weir.core.config import Endpoints
+from weir.core.keygroups import KeyGroupRange
+from weir.core.metrics import TaskMetrics
+from weir.core.serde import dumps_value
+from weir.operators.base import OperatorContext, StreamOperator
+from weir.operators.transactional_sinks import (
     CommitMarker,
     TransactionalKafkaSinkOperator,
     TwoPhasePostgresSinkOperator,
     marker_topic_name,
 )
-from weir.core.config import Endpoints
-from weir.core.keygroups import KeyGroupRange
-from weir.core.metrics import TaskMetrics
-from weir.core.serde import dumps_value
 from weir.tools.client import JobManagerClient
 from weir.tools.supervisor import start_cluster, stop_cluster
 
@@ -231,12 +231,25 @@ def _endpoint_env(endpoints: Endpoints) -> dict[str, str]:
 
 # A private cluster per test: its processes carry the armed crash point (``request.param``) in their
 # environment, and fire it once per cluster (a marker file in $WEIR_CRASH_ONCE_DIR).
-PRIVATE_PORTS = {
-    "WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:26223",
-    "WEIR_JOBMANAGER_METRICS_PORT": "29349",
-    "WEIR_JOBMANAGER_REST_PORT": "28181",
-    "WEIR_TASKMANAGER_METRICS_BASE_PORT": "29350",
-}
+PRIVATE_PORT_SHIFT = 100
+
+
+def private_ports(endpoints: Endpoints) -> dict[str, str]:
+    """The ports of a private cluster: the session's (``WEIR_JOBMANAGER_*``, ``WEIR_TASKMANAGER_*``)
+    shifted by ``PRIVATE_PORT_SHIFT``, so that it runs beside the session's cluster, and sessions
+    given different port sets keep their private clusters apart too."""
+
+    def shifted(port: int) -> str:
+        return str(port + PRIVATE_PORT_SHIFT) if port else "0"
+
+    host, _, port = endpoints.jobmanager_address.rpartition(":")
+    return {
+        "WEIR_JOBMANAGER_PORT": shifted(int(port)),
+        "WEIR_JOBMANAGER_ADDRESS": f"{host}:{shifted(int(port))}",
+        "WEIR_JOBMANAGER_METRICS_PORT": shifted(endpoints.jobmanager_metrics_port),
+        "WEIR_JOBMANAGER_REST_PORT": shifted(endpoints.jobmanager_rest_port),
+        "WEIR_TASKMANAGER_METRICS_BASE_PORT": shifted(endpoints.taskmanager_metrics_base_port),
+    }
 
 
 @pytest.fixture
@@ -244,7 +257,7 @@ def crash_cluster(
     request: pytest.FixtureRequest, services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Endpoints, JobManagerClient]]:
     spec: str = request.param
-    for name, value in PRIVATE_PORTS.items():
+    for name, value in private_ports(services).items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/crash-{tmp_path.name}")

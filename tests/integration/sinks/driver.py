@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from operators.base import StreamOperator
 from tests.integration.sinks.conftest import KafkaSinkCase, PostgresSinkCase
 from weir.core.config import Endpoints
 from weir.core.serde import loads_value
+from weir.operators.base import StreamOperator
 
 
 def build(arguments: dict[str, Any]) -> StreamOperator:

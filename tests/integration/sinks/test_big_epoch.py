@@ -20,17 +20,17 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka
-from connectors.object_storage import open_storage
-from jobmanager.checkpointing.metadata import decode_metadata
-from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from operators.transactional_sinks import marker_topic_name
 from tests.integration.conftest import REPO_ROOT, create_topics
+from weir.connectors import kafka
+from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 from weir.core.ids import JobId
 from weir.core.paths import CheckpointPaths
 from weir.core.task_state import StoredOperatorState, decode_task_state
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+from weir.operators.transactional_sinks import marker_topic_name
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.supervisor import read_state
 from weir.tools.verify import verify_job

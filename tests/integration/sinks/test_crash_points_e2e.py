@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors import kafka
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, produce_events

@@ -12,7 +12,7 @@ import signal
 
 import pytest
 
-from connectors import kafka
+from weir.connectors import kafka
 from weir.core.config import Endpoints, run_dir
 from weir.core.errors import ServiceUnavailableError
 

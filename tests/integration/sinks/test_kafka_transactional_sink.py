@@ -15,21 +15,22 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from connectors import kafka
-from operators.transactional_sinks import (
+from tests.integration.sinks.conftest import TASKMANAGER, KafkaSinkCase, run_until_crash
+from weir.connectors import kafka
+from weir.core.crashpoints import EXIT_CODE
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.operators.transactional_sinks import (
     MARKER_TOPIC_CONFIG,
     CommitMarker,
     CommitMarkerLostError,
+    EndOfInputNotCheckpointedError,
     MarkerTopicError,
     SinkSnapshot,
     TransactionalKafkaSinkOperator,
     marker_key,
     transactional_id,
 )
-from tests.integration.sinks.conftest import TASKMANAGER, KafkaSinkCase, run_until_crash
-from weir.core.crashpoints import EXIT_CODE
-from weir.core.errors import JobDefinitionError, ServiceUnavailableError
-from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 
 pytestmark = pytest.mark.integration
 
@@ -215,15 +216,23 @@ def test_recovery_from_a_checkpoint_with_two_pending_epochs(kafka_case: KafkaSin
     assert committed_markers(kafka_case) == [(1, 2), (2, 3)]
 
 
-def test_end_of_input_commits_what_is_left(kafka_case: KafkaSinkCase) -> None:
+def test_end_of_input_commits_nothing_and_refuses_records_no_checkpoint_covers(kafka_case: KafkaSinkCase) -> None:
+    """Everything a sink commits lies in a checkpoint: a bounded job's records are committed through
+    its final checkpoint, never at the end of input (a failover before FINISHED would restore that
+    checkpoint and write them again). A record after the last checkpoint is refused, and the open
+    transaction holding it is aborted when the task closes the sink."""
     sink = kafka_case.sink()
     sink.open()
     feed(sink, 1, 2)
     sink.snapshot_state(1)
+    sink.notify_checkpoint_complete(1)
+    sink.end_input()  # everything committed through checkpoint 1: nothing to do
     feed(sink, 3, 3)
-    sink.end_input()
+    with pytest.raises(EndOfInputNotCheckpointedError, match="1 record\\(s\\) no checkpoint covers"):
+        sink.end_input()
     sink.close()
-    assert kafka_case.values("read_committed") == values(1, 3)
+    assert kafka_case.values("read_committed") == values(1, 2)
+    assert committed_markers(kafka_case) == [(1, 2)]
 
 
 # The marker topic: kept for ever, one per sink, one partition per subtask -------------------------
@@ -379,7 +388,7 @@ def test_one_subtasks_open_transaction_does_not_hold_up_another_subtasks_recover
 
 
 def test_validate_at_submit_names_a_missing_output_topic_and_creates_nothing(kafka_job: KafkaSinkCase) -> None:
-    from operators.sinks import KafkaSinkOperator
+    from weir.operators.sinks import KafkaSinkOperator
 
     missing = f"{kafka_job.topic}-missing"
     sinks = [

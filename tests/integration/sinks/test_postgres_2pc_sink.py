@@ -14,15 +14,6 @@ import psycopg
 import pytest
 from prometheus_client import REGISTRY
 
-from connectors import postgres
-from operators.sinks import PostgresUpsertSinkOperator
-from operators.transactional_sinks import (
-    SinkFencedError,
-    SinkTransactionLostError,
-    TwoPhasePostgresSinkOperator,
-    gid_prefix,
-)
-from operators.twophase import TransactionId
 from tests.integration.sinks.conftest import (
     TASKMANAGER,
     NoOutput,
@@ -32,10 +23,19 @@ from tests.integration.sinks.conftest import (
     run_until_crash,
     set_up,
 )
+from weir.connectors import postgres
 from weir.core.config import Endpoints
 from weir.core.crashpoints import EXIT_CODE
 from weir.core.errors import JobDefinitionError, ServiceUnavailableError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.operators.sinks import PostgresUpsertSinkOperator
+from weir.operators.transactional_sinks import (
+    SinkFencedError,
+    SinkTransactionLostError,
+    TwoPhasePostgresSinkOperator,
+    gid_prefix,
+)
+from weir.operators.twophase import TransactionId
 
 pytestmark = pytest.mark.integration
 

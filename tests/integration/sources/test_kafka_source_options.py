@@ -13,10 +13,7 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka
-from jobmanager.submission import kafka_start_offsets
-from operators.base import OperatorContext
-from operators.sources import KafkaSourceOperator, encode_start_offsets
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.descriptors import (
     LATEST,
@@ -28,6 +25,9 @@ from weir.core.descriptors import (
     start_offsets_parameter,
 )
 from weir.core.keygroups import KeyGroupRange
+from weir.jobmanager.submission import kafka_start_offsets
+from weir.operators.base import OperatorContext
+from weir.operators.sources import KafkaSourceOperator, encode_start_offsets
 
 pytestmark = pytest.mark.integration
 

@@ -17,13 +17,13 @@ import psycopg
 import pytest
 from confluent_kafka import Producer
 
-from connectors import kafka
-from operators.sinks import json_serializer
-from operators.transactional_sinks import MARKER_TOPIC_CONFIG, marker_topic_name
-from operators.twophase import TransactionId
 from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
+from weir.operators.sinks import json_serializer
+from weir.operators.transactional_sinks import MARKER_TOPIC_CONFIG, marker_topic_name
+from weir.operators.twophase import TransactionId
 from weir.tools.cli import EXIT_FAILURE, EXIT_OK, run_cli
 from weir.tools.events import EventSpec, events, produce_events
 

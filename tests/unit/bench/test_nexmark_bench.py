@@ -21,7 +21,7 @@ from bench.nexmark_bench import (
     render_markdown,
     select_queries,
 )
-from weir.core import nexmark
+from weir import nexmark
 
 
 def _touch(directory: Path, *names: str) -> None:

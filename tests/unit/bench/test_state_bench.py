@@ -21,9 +21,9 @@ from bench.state_bench import (
     measure_size,
     value_of,
 )
-from connectors.object_storage import FileCheckpointStorage
-from taskmanager.state import StateBackend
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.keygroups import key_group_for
+from weir.taskmanager.state import StateBackend
 
 KEYS = 2000
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import (
+from weir.connectors.object_storage import (
     FileCheckpointStorage,
     ObjectNotFoundError,
     S3CheckpointStorage,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from connectors.kafka import FlushProgress
+from weir.connectors.kafka import FlushProgress
 
 
 def test_pending_records_that_never_fall_stall_after_the_window() -> None:

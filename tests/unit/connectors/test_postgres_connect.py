@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from connectors import postgres
+from weir.connectors import postgres
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 

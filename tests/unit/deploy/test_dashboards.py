@@ -37,7 +37,7 @@ from tests.observability import (
 )
 
 ALERTS_TEST = Path(__file__).with_name("weir_alerts_test.yml")
-METRIC_MODULES = ("weir.core.metrics", "operators.source_metrics", "jobmanager.metrics")
+METRIC_MODULES = ("weir.core.metrics", "weir.operators.source_metrics", "weir.jobmanager.metrics")
 PROCESS_METRICS = {"process_resident_memory_bytes", "process_cpu_seconds_total"}  # prometheus-client's own
 EXPECTED_ALERTS = {
     "WeirCheckpointsFailing",
@@ -45,6 +45,7 @@ EXPECTED_ALERTS = {
     "WeirSustainedBackpressure",
     "WeirGrowingLag",
     "WeirStuckPreparedTransaction",
+    "WeirJobEndUnresolved",
 }
 GRID_WIDTH = 24
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from weir.core import nexmark as nx
+from weir import nexmark as nx
 from weir.tools.nexmark_load import records
 from weir.tools.reference import KafkaInput, KafkaRecord, run_reference
 

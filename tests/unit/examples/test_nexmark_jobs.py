@@ -8,8 +8,8 @@ import json
 import pytest
 
 from tests.unit.examples.nexmark_inputs import EXAMPLES, loaded_topic, no_kafka
+from weir import nexmark as nx
 from weir.core import json_codec
-from weir.core import nexmark as nx
 from weir.core.errors import JobDefinitionError
 from weir.tools import nexmark_reference as ref
 from weir.tools.reference import KafkaRecord, ReferenceModeError, run_reference

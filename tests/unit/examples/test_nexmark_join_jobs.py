@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.examples.nexmark_inputs import EXAMPLES, loaded_topic, no_kafka, run_on_topic
-from weir.core import nexmark as nx
+from weir import nexmark as nx
 from weir.tools import nexmark_reference as ref
 from weir.tools.reference import run_reference
 

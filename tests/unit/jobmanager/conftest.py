@@ -4,6 +4,7 @@ inline instead of on worker threads, storage in a local directory."""
 from __future__ import annotations
 
 import textwrap
+from collections import deque
 from collections.abc import Callable, Iterator
 from concurrent import futures
 from concurrent.futures import Executor, Future
@@ -15,18 +16,22 @@ from typing import Any, ParamSpec, TypeVar
 import grpc
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.ending import ResolutionReport
-from jobmanager.errors import TaskManagerCallError
-from jobmanager.jobs import JobMaster, JobSubmission, TaskDeployment
-from jobmanager.manager import JobManager
-from jobmanager.scheduler import SlotOffer
-from jobmanager.service import JobManagerServicer
 from weir.api import load_job_source
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import Fault
+from weir.core.failures import Failure
 from weir.core.ids import TaskId
+from weir.core.states import TaskState
 from weir.graph import LogicalGraph
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.ending import ResolutionReport
+from weir.jobmanager.errors import TaskManagerCallError
+from weir.jobmanager.jobs import JobMaster, JobSubmission, TaskDeployment
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.messages import TaskStateReport
+from weir.jobmanager.scheduler import SlotOffer
+from weir.jobmanager.service import JobManagerServicer
 from weir.tools.client import JobManagerClient
 from weir.wire import jobmanager_pb2_grpc
 
@@ -58,15 +63,42 @@ class FakeClock:
 
 
 class InlineExecutor(Executor):
-    """Runs submitted work at once on the caller's thread: a test sees its effects on return."""
+    """Runs submitted work at once on the caller's thread: a test sees its effects on return. A test
+    can ``hold`` the calls of one name (a slow metadata write: ``_persist``); they wait, in order,
+    until ``release``, while everything else still runs at once (as on a pool of threads)."""
+
+    def __init__(self) -> None:
+        self._held_name: str | None = None
+        self._held: deque[tuple[Future[Any], Callable[..., Any], tuple[Any, ...], dict[str, Any]]] = deque()
 
     def submit(self, fn: Callable[P, R], /, *args: P.args, **kwargs: P.kwargs) -> Future[R]:
         future: Future[R] = Future()
+        if self._held_name is not None and getattr(fn, "__name__", "") == self._held_name:
+            self._held.append((future, fn, args, kwargs))
+            return future
+        self._run(future, fn, args, kwargs)
+        return future
+
+    @staticmethod
+    def _run(future: Future[Any], fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         try:
             future.set_result(fn(*args, **kwargs))
         except BaseException as exc:  # noqa: BLE001 - handed to the future, as a pool would
             future.set_exception(exc)
-        return future
+
+    def hold(self, name: str) -> None:
+        self._held_name = name
+
+    @property
+    def held(self) -> tuple[tuple[Any, ...], ...]:
+        """The arguments of the calls held so far, in order."""
+        return tuple(args for _future, _fn, args, _kwargs in self._held)
+
+    def release(self) -> None:
+        """Run what was held, in order; calls of that name run at once from now on."""
+        self._held_name = None
+        while self._held:
+            self._run(*self._held.popleft())
 
 
 @dataclass
@@ -132,8 +164,10 @@ class FakeResolver:
 
     resolved: list[tuple[str, int]] = field(default_factory=list)
     error: Exception | None = None
+    as_of: list[int | None] = field(default_factory=list)  # the checkpoint of every resolution tried
 
     def __call__(self, job: JobMaster, attempt: int, latest: CompletedCheckpoint | None) -> ResolutionReport:
+        self.as_of.append(latest.checkpoint_id if latest is not None else None)
         if self.error is not None:
             raise self.error
         self.resolved.append((job.job_id, attempt))
@@ -149,6 +183,7 @@ class Harness:
     resolver: FakeResolver
     checked: list[LogicalGraph]
     end_offsets: dict[str, dict[int, int]]
+    io: InlineExecutor
 
     def job(self, parameters: dict[str, str] | None = None, job_id: str = "job-1") -> JobMaster:
         """A job placed on tm-a (attempt 1), as if its deployment went out."""
@@ -157,8 +192,23 @@ class Harness:
         submission = JobSubmission(job_id, "j", "j.py", JOB, params, 1, 0.0)
         job = JobMaster.create(submission, loaded, self.jm.paths.metadata_key_fn())
         self.jm.jobs[job_id] = job
-        job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_A}, self.clock())
+        _command, actions = job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_A}, self.clock())
+        with self.jm.lock:
+            self.jm.executor.execute(job, actions)
         return job
+
+    def finish(self, job: JobMaster) -> None:
+        """Every task of the job reports FINISHED (after its final checkpoint)."""
+        for vertex, subtask in list(job.tasks):
+            self.jm.report_task_state(
+                TaskStateReport(job.job_id, vertex, subtask, job.attempt, TaskState.FINISHED, None, 0, 0, False)
+            )
+
+    def fail(self, job: JobMaster, message: str = "boom", *, retriable: bool = False) -> None:
+        """The job's task failed (not retriable by default: the restart strategy gives up, the job FAILS)."""
+        failure = Failure("RuntimeError", message, Fault.INTERNAL, retriable)
+        with self.jm.lock:
+            self.jm.failover.fail_over(job, failure, self.clock())
 
 
 MakeHarness = Callable[..., Harness]
@@ -175,6 +225,7 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
         resolver = FakeResolver()
         checked: list[LogicalGraph] = []
         end_offsets: dict[str, dict[int, int]] = {}
+        io = InlineExecutor()
         jm = JobManager(
             storage,
             clock,
@@ -182,12 +233,12 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
             read_end_offsets=lambda topic: end_offsets[topic],
             check=lambda graph, settings, allowance: checked.append(graph),
             resolve=resolver,
-            io=InlineExecutor(),
+            io=io,
         )
         made.append(jm)
         for tm in taskmanagers:
             jm.register_taskmanager(tm, f"{tm}:6124", 4, 0, incarnation="first")
-        return Harness(jm, gateway, clock, storage, resolver, checked, end_offsets)
+        return Harness(jm, gateway, clock, storage, resolver, checked, end_offsets, io)
 
     yield make
     for jm in made:

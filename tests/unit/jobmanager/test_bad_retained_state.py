@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from jobmanager.checkpointing.metadata import encode_metadata
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
 from tests.unit.jobmanager.conftest import Harness
 from tests.unit.jobmanager.test_restoring import OLD, retained_checkpoint, submit
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 
 
 def metadata_key(h: Harness) -> str:

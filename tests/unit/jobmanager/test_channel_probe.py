@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 import pytest
 
-from jobmanager.gateway import channel_connects
+from weir.jobmanager.gateway import channel_connects
 
 
 # grpc's connectivity poller thread outlives an unsubscribe by up to 0.2 s; closing the test's channel

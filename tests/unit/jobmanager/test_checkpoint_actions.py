@@ -2,24 +2,25 @@
 
 from __future__ import annotations
 
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.checkpointing.metadata import decode_metadata
-from jobmanager.checkpointing.pending import TaskAckMetrics
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.checkpointing import CheckpointKind
-from weir.core.states import JobStatus, TaskState
+from weir.core.states import TaskState
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.lifecycle import Running
+from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 
 
 def started(harness: Harness) -> tuple[JobMaster, cc.TriggerBarriers]:
     job = harness.job({"checkpointing.interval": "1s"})
     with harness.jm.lock:
         harness.jm.executor.execute(
-            job, job.coordinator.start(harness.clock(), job.all_task_ids(), job.source_task_ids())
+            job, job.lifecycle.tasks_running(harness.clock(), job.all_task_ids(), restored=False)
         )
         harness.clock.advance(1.5)
-        actions = job.coordinator.tick(harness.clock())
+        actions = job.lifecycle.tick(harness.clock())
         (trigger,) = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
         harness.jm.executor.execute(job, actions)
     return job, trigger
@@ -88,16 +89,17 @@ def test_the_first_checkpoint_triggered_after_every_source_ended_is_their_final_
     with ``final=False``, and the job never finished (an unaligned restore of 150,000 events ran on
     for 1,490 checkpoints). The next checkpoint triggered after the sources ended is the final one."""
     job, in_flight = started(harness)
-    job.status = JobStatus.RUNNING
     harness.jm.report_task_state(TaskStateReport("job-1", "gen", 0, job.attempt, TaskState.RUNNING, None, 0, 0, True))
-    assert job.final_checkpoint_id is None, "a final checkpoint went out while another was in flight"
+    state = job.lifecycle.state
+    assert isinstance(state, Running) and state.final_checkpoint is None, "a final one went out beside another"
     harness.jm.acknowledge_checkpoint(ack(job, in_flight.checkpoint_id))
     harness.clock.advance(1.5)
     with harness.jm.lock:
-        actions = job.coordinator.tick(harness.clock())
+        actions = job.lifecycle.tick(harness.clock())
         (periodic,) = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
         harness.jm.executor.execute(job, actions)
-    assert job.final_checkpoint_id == periodic.checkpoint_id
+    state = job.lifecycle.state
+    assert isinstance(state, Running) and state.final_checkpoint == periodic.checkpoint_id and periodic.final
     assert harness.gateway.named("trigger")[-1] == (
         TM_A,
         "job-1/gen#0",

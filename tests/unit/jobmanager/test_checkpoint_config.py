@@ -2,10 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.config import parse_checkpoint_settings
-from jobmanager.errors import ConfigError
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto
+from weir.jobmanager.checkpointing.config import parse_checkpoint_settings
+from weir.jobmanager.errors import ConfigError
 from weir.wire import common_pb2
 
 

@@ -7,16 +7,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.checkpointing.pending import TaskAckMetrics
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck
-from jobmanager.service import checkpoint_ack, checkpoint_detail_response, checkpoints_response
 from tests.unit.jobmanager.conftest import Harness, served
 from weir.core.checkpointing import ChannelBarrierTime, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import timeline_from_proto, timeline_to_proto
 from weir.core.errors import UnknownCheckpointError, UnknownJobError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck
+from weir.jobmanager.service import checkpoint_ack, checkpoint_detail_response, checkpoints_response
 from weir.tools.client import JobManagerClient, _checkpoint
 from weir.wire import common_pb2, jobmanager_pb2
 
@@ -53,10 +53,10 @@ def _started(harness: Harness) -> tuple[JobMaster, CheckpointId]:
     job = harness.job({"checkpointing.interval": "1s"})
     with harness.jm.lock:
         harness.jm.executor.execute(
-            job, job.coordinator.start(harness.clock(), job.all_task_ids(), job.source_task_ids())
+            job, job.lifecycle.tasks_running(harness.clock(), job.all_task_ids(), restored=False)
         )
         harness.clock.advance(1.5)
-        actions = job.coordinator.tick(harness.clock())
+        actions = job.lifecycle.tick(harness.clock())
         (trigger,) = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
         harness.jm.executor.execute(job, actions)
     return job, trigger.checkpoint_id

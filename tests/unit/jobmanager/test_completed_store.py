@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
-from jobmanager.errors import CheckpointProtocolError, ConfigError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing.pending import CheckpointKind, StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
+from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 
 JOB = JobId("job")
 T0 = TaskId(JOB, OperatorUid("op"), SubtaskIndex(0))

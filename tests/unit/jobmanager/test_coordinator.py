@@ -9,7 +9,9 @@ from typing import TypeVar
 
 import pytest
 
-from jobmanager.checkpointing.coordinator import (
+from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing.coordinator import (
     AckOutcome,
     Action,
     CheckpointCoordinator,
@@ -23,7 +25,7 @@ from jobmanager.checkpointing.coordinator import (
     TriggerBarriers,
     WaitForPersist,
 )
-from jobmanager.checkpointing.pending import (
+from weir.jobmanager.checkpointing.pending import (
     AckResult,
     CheckpointKind,
     FailureKind,
@@ -31,11 +33,9 @@ from jobmanager.checkpointing.pending import (
     TaskAckMetrics,
     TaskStateHandle,
 )
-from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
-from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
 
 JOB = JobId("job-1")
 

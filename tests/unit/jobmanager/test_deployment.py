@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 
-from jobmanager.failover import Failover
 from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.states import JobStatus, TaskState
+from weir.jobmanager.failover import Failover
+from weir.jobmanager.jobs import JobMaster
 
 
 def written(value: bool) -> Future[bool]:
@@ -15,9 +16,15 @@ def written(value: bool) -> Future[bool]:
     return future
 
 
+def placed_again(harness: Harness, job: JobMaster) -> None:
+    """The harness's attempt never ran: the job waits to be placed again (as after a lost TaskManager)."""
+    with harness.jm.lock:
+        harness.jm.executor.execute(job, job.lifecycle.replace(harness.clock(), harness.clock(), "test"))
+
+
 def test_an_attempt_is_deployed_once_its_record_is_written(harness: Harness) -> None:
     job = harness.job()
-    job.replace("test", harness.clock())
+    placed_again(harness, job)
     with harness.jm.lock:
         command, saved = harness.jm.deployer.schedule(job, harness.clock())
     assert command.attempt == 2 and saved.result()
@@ -27,20 +34,22 @@ def test_an_attempt_is_deployed_once_its_record_is_written(harness: Harness) -> 
 
 def test_an_attempt_whose_record_was_not_written_is_placed_again_later(harness: Harness) -> None:
     job = harness.job()
-    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    placed_again(harness, job)
+    command, _actions = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
     harness.jm.deployer.deploy(job, command, written(False))
     assert harness.gateway.named("deploy") == []
-    assert job.status is JobStatus.RESTARTING and job.restart_at == harness.clock() + 1.0
+    assert job.status is JobStatus.RESTARTING and job.lifecycle.restart_at == harness.clock() + 1.0
 
 
 def test_an_unreachable_taskmanager_is_lost_and_the_attempt_placed_again_at_once(harness: Harness) -> None:
     job = harness.job()
     harness.gateway.unreachable.add(TM_A)
-    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    placed_again(harness, job)
+    command, _actions = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
     harness.jm.deployer.deploy(job, command, written(True))
     assert harness.gateway.named("deploy") == []
     assert not harness.jm.taskmanagers["tm-a"].alive
-    assert job.status is JobStatus.RESTARTING and job.restart_at == harness.clock()
+    assert job.status is JobStatus.RESTARTING and job.lifecycle.restart_at == harness.clock()
     assert job.restarts == 0  # never ran: no restart counted
     assert all(t.state is TaskState.CANCELED for t in job.tasks.values())
 
@@ -48,7 +57,8 @@ def test_an_unreachable_taskmanager_is_lost_and_the_attempt_placed_again_at_once
 def test_a_deploy_the_taskmanager_refuses_as_unavailable_fails_the_job_over(harness: Harness) -> None:
     job = harness.job()
     harness.gateway.failing[TM_A] = "UNAVAILABLE"
-    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    placed_again(harness, job)
+    command, _actions = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
     harness.jm.deployer.deploy(job, command, written(True))
     assert not harness.jm.taskmanagers["tm-a"].alive
     assert job.status is JobStatus.RESTARTING
@@ -59,7 +69,8 @@ def test_a_deploy_the_taskmanager_refuses_as_unavailable_fails_the_job_over(harn
 def test_a_deploy_that_fails_otherwise_fails_the_job_over_with_the_call_s_error(harness: Harness) -> None:
     job = harness.job()
     harness.gateway.failing[TM_A] = "INTERNAL"
-    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    placed_again(harness, job)
+    command, _actions = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
     harness.jm.deployer.deploy(job, command, written(True))
     assert harness.jm.taskmanagers["tm-a"].alive
     assert job.status is JobStatus.RESTARTING
@@ -68,7 +79,8 @@ def test_a_deploy_that_fails_otherwise_fails_the_job_over_with_the_call_s_error(
 
 def test_a_deploy_of_a_superseded_attempt_stops(harness: Harness) -> None:
     job = harness.job()
-    command = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
+    placed_again(harness, job)
+    command, _actions = job.schedule(harness.jm.registry.offers(), harness.jm.registry.addresses(), harness.clock())
     failover: Failover = harness.jm.failover
     with harness.jm.lock:
         failover.cancel(job.job_id)

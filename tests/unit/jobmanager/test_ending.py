@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from jobmanager.checkpointing.pending import TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.ending import sink_state
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.task_state import (
@@ -15,6 +12,9 @@ from weir.core.task_state import (
     encode_task_state,
     pack_operator_states,
 )
+from weir.jobmanager.checkpointing.pending import TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.ending import sink_state
 
 JOB = JobId("job-1")
 

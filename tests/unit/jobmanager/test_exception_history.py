@@ -7,13 +7,13 @@ import json
 
 import pytest
 
-from jobmanager.exception_history import HISTORY_SIZE, ExceptionEntry, ExceptionHistory
-from jobmanager.messages import TaskStateReport
-from jobmanager.records import JobRecord, JobSubmission
 from tests.unit.jobmanager.conftest import MakeHarness
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
+from weir.jobmanager.exception_history import HISTORY_SIZE, ExceptionEntry, ExceptionHistory
+from weir.jobmanager.messages import TaskStateReport
+from weir.jobmanager.records import JobRecord, JobSubmission
 
 
 def entry(n: int) -> ExceptionEntry:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.errors import TaskManagerCallError
-from jobmanager.gateway import GrpcTaskManagerGateway, deploy_request
-from jobmanager.jobs import InputChannelSpec, OutputChannelSpec, TaskDeployment
 from weir.core.checkpointing import CheckpointingMode
+from weir.jobmanager.errors import TaskManagerCallError
+from weir.jobmanager.gateway import GrpcTaskManagerGateway, deploy_request
+from weir.jobmanager.jobs import InputChannelSpec, OutputChannelSpec, TaskDeployment
 from weir.wire import common_pb2
 
 DEPLOYMENT = TaskDeployment(

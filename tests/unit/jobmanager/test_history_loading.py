@@ -7,10 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from jobmanager.manager import JobManager
 from tests.unit.jobmanager.conftest import MakeHarness, served
 from weir.core.errors import ClusterUnavailableError, UnknownJobError
 from weir.core.states import JobStatus
+from weir.jobmanager.manager import JobManager
 from weir.tools.client import JobManagerClient
 
 
@@ -18,9 +18,8 @@ from weir.tools.client import JobManagerClient
 def restarted(make_harness: MakeHarness) -> Iterator[tuple[JobManager, JobManagerClient]]:
     """A JobManager restarted over a storage holding one FINISHED job, serving before its history."""
     first = make_harness()
-    job = first.job()
-    job.status = JobStatus.FINISHED
-    assert first.jm.records.save(job).result()
+    first.finish(first.job())
+    first.jm.records.flush()
     second = make_harness(first.storage)
     assert second.jm.recover_jobs() == 0
     with served(second.jm) as client:

@@ -1,4 +1,5 @@
-"""JobMaster: deployment requests, task state reports, fail-over, finish and cancel, driven as a plain object."""
+"""JobMaster: deployment requests and the books of task reports and failures, driven as a plain object
+(the decisions about them are the lifecycle's: test_lifecycle.py)."""
 
 from __future__ import annotations
 
@@ -7,17 +8,18 @@ from collections.abc import Callable
 
 import pytest
 
-from jobmanager.checkpointing.coordinator import default_metadata_key
-from jobmanager.errors import ConfigError
-from jobmanager.gateway import deploy_request
-from jobmanager.jobs import DeployCommand, JobMaster, JobSubmission
-from jobmanager.messages import TaskProgress
-from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
 from weir.core.errors import Fault, NotEnoughSlotsError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
+from weir.jobmanager.checkpointing.coordinator import default_metadata_key
+from weir.jobmanager.errors import ConfigError
+from weir.jobmanager.gateway import deploy_request
+from weir.jobmanager.jobs import DeployCommand, JobMaster, JobSubmission, TaskRecord
+from weir.jobmanager.lifecycle import Action
+from weir.jobmanager.messages import TaskProgress
+from weir.jobmanager.scheduler import SlotOffer
 from weir.wire import common_pb2, taskmanager_pb2
 
 FINISHED = TaskState.FINISHED
@@ -72,15 +74,27 @@ def wire(command: DeployCommand) -> list[tuple[str, taskmanager_pb2.DeployTaskRe
     return [(address, deploy_request(d)) for address, d in command.requests]
 
 
-def report(master: JobMaster, vertex: str, subtask: int, state: TaskState, **kwargs: object) -> Failure | None:
-    fields: dict[str, object] = {"failure": None, "records_in": 0, "records_out": 0, "now": 200.0, **kwargs}
+def schedule(master: JobMaster, now: float = 0.0, offers: list[SlotOffer] = OFFERS) -> DeployCommand:
+    """Place a new attempt (its lifecycle actions are the executor's business, not these tests')."""
+    command, _actions = master.schedule(offers, ADDRESSES, now)
+    return command
+
+
+def report(master: JobMaster, vertex: str, subtask: int, state: TaskState, **kwargs: object) -> TaskRecord | None:
+    fields: dict[str, object] = {"failure": None, "records_in": 0, "records_out": 0, **kwargs}
     attempt = fields.pop("attempt", master.attempt)
-    return master.on_task_state(vertex, subtask, attempt, state, **fields)  # type: ignore[arg-type]
+    return master.record_task_state(vertex, subtask, attempt, state, **fields)  # type: ignore[arg-type]
 
 
-def report_all(master: JobMaster, state: TaskState, now: float = 200.0) -> None:
+def report_all(master: JobMaster, state: TaskState) -> None:
     for vertex, subtask in list(master.tasks):
-        report(master, vertex, subtask, state, now=now)
+        report(master, vertex, subtask, state)
+
+
+def fail_over(master: JobMaster, failure: Failure, now: float) -> tuple[Action, ...]:
+    """As ``Failover.fail_over`` does it: keep the failure, let the lifecycle decide."""
+    master.record_failure(failure, now)
+    return master.lifecycle.task_failed(now, None, failure)
 
 
 def test_create_builds_one_task_record_per_subtask(make_master: MakeMaster) -> None:
@@ -110,14 +124,14 @@ def test_every_deploy_request_carries_the_buffer_timeout(
     make_master: MakeMaster, given: str | None, expected_ms: int
 ) -> None:
     master = make_master({} if given is None else {"execution.buffer-timeout": given})
-    requests = [r for _, r in wire(master.schedule(OFFERS, ADDRESSES, now=150.0))]
+    requests = [r for _, r in wire(schedule(master, 150.0))]
     assert len(requests) == 5
     assert all(r.HasField("buffer_timeout_ms") and r.buffer_timeout_ms == expected_ms for r in requests)
 
 
 def test_schedule_places_subtasks_and_deploys_consumers_first(make_master: MakeMaster) -> None:
     master = make_master({"checkpointing.interval": "1s", "restart.strategy": "none"})
-    command = master.schedule(OFFERS, ADDRESSES, now=150.0)
+    command = schedule(master, 150.0)
     assert command.attempt == master.attempt == 1
     assert master.status is JobStatus.RUNNING
     assert master.slots == ["tm-a", "tm-b", "tm-a"]
@@ -152,7 +166,7 @@ def test_schedule_places_subtasks_and_deploys_consumers_first(make_master: MakeM
 
 def test_deploy_requests_carry_matching_channel_specs(make_master: MakeMaster) -> None:
     master = make_master()
-    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in wire(master.schedule(OFFERS, ADDRESSES, 0.0))}
+    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in wire(schedule(master))}
     sum1 = requests[("sum", 1)]
     assert [(i.gate, i.channel, i.producer.vertex_uid, i.producer.subtask) for i in sum1.inputs] == [
         (0, 0, "gen", 0),
@@ -182,7 +196,7 @@ def test_schedule_passes_the_restore_handles(make_master: MakeMaster) -> None:
     master = make_master()
     master.restore = {("sum", 1): b"handle-sum-1"}
     master.restore_checkpoint_id = 7
-    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in wire(master.schedule(OFFERS, ADDRESSES, 0.0))}
+    requests = {(r.task.vertex_uid, r.task.subtask): r for _, r in wire(schedule(master))}
     assert requests[("sum", 1)].restore_state_handle == b"handle-sum-1"
     assert requests[("sum", 0)].restore_state_handle == b""
     assert {r.restore_checkpoint_id for r in requests.values()} == {7}
@@ -191,42 +205,39 @@ def test_schedule_passes_the_restore_handles(make_master: MakeMaster) -> None:
 def test_not_enough_slots_leaves_the_job_unscheduled(make_master: MakeMaster) -> None:
     master = make_master()
     with pytest.raises(NotEnoughSlotsError, match="needs 3"):
-        master.schedule([SlotOffer("tm-a", 2)], ADDRESSES, 0.0)
+        schedule(master, offers=[SlotOffer("tm-a", 2)])
     assert master.status is JobStatus.CREATED and master.attempt == 0
 
 
-def test_job_finishes_when_every_task_finished(make_master: MakeMaster) -> None:
+def test_task_reports_are_kept_and_the_last_finished_one_is_the_all_finished_one(make_master: MakeMaster) -> None:
     master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
+    schedule(master)
     report_all(master, RUNNING)
     assert master.all_running()
     keys = list(master.tasks)
     for vertex, subtask in keys[:-1]:
-        assert report(master, vertex, subtask, FINISHED, now=300.0) is None
-    assert master.status is JobStatus.RUNNING and master.finished_at is None
-    report(master, *keys[-1], FINISHED, now=301.0)
-    assert master.status is JobStatus.FINISHED and master.finished_at == 301.0
-    assert master.slots_used_on("tm-a") == 0
-    # A terminal job ignores later reports.
-    assert report(master, "sum", 0, FAILED, failure=boom("late")) is None
-    assert master.status is JobStatus.FINISHED
+        assert report(master, vertex, subtask, FINISHED) is not None
+        assert not master.all_finished()
+    report(master, *keys[-1], FINISHED, records_in=7)
+    assert master.all_finished() and master.tasks[keys[-1]].records_in == 7
 
 
-def test_failed_task_returns_the_failure_reason(make_master: MakeMaster) -> None:
+def test_a_failed_task_keeps_its_failure_and_one_cancelled_while_running_gets_one(make_master: MakeMaster) -> None:
     master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
+    schedule(master)
     cause = Failure("ValueError", "boom", Fault.USER, retriable=False)
-    reason = report(master, "sum", 1, FAILED, failure=cause)
-    assert reason == Failure("ValueError", "task sum#1 failed: boom", Fault.USER, retriable=False)
-    assert master.tasks[("sum", 1)].failure == cause
-    assert master.status is JobStatus.RUNNING  # the caller decides to fail over
+    record = report(master, "sum", 1, FAILED, failure=cause)
+    assert record is not None and record.failure == cause
+    assert master.status is JobStatus.RUNNING  # the lifecycle decides, not the report
+    cancelled = report(master, "sum", 0, CANCELED)
+    assert cancelled is not None and cancelled.failure == Failure.internal("cancelled while the job was running")
 
 
 def test_reports_of_an_older_attempt_are_ignored(make_master: MakeMaster) -> None:
     master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
-    master.fail_over(boom("tm lost"), now=10.0)
-    master.schedule(OFFERS, ADDRESSES, 20.0)
+    schedule(master)
+    fail_over(master, boom("tm lost"), now=10.0)
+    schedule(master, 20.0)
     assert master.attempt == 2
     assert report(master, "sum", 0, FAILED, failure=boom("old"), attempt=1) is None
     assert report(master, "gen", 0, FINISHED, attempt=1, records_in=99) is None
@@ -236,106 +247,31 @@ def test_reports_of_an_older_attempt_are_ignored(make_master: MakeMaster) -> Non
     assert report(master, "nope", 0, RUNNING) is None  # an unknown task is ignored too
 
 
-def test_fail_over_schedules_a_restart_after_the_strategy_delay(make_master: MakeMaster) -> None:
+def test_a_failure_is_kept_in_the_history_and_a_restart_places_a_fresh_attempt(make_master: MakeMaster) -> None:
     master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
+    schedule(master)
     report(master, "gen", 0, FINISHED)
     report(master, "sum", 0, RUNNING)
-    master.fail_over(boom("task sum#1 failed: boom"), now=50.0)
-    assert master.status is JobStatus.RESTARTING
-    assert master.restart_at == pytest.approx(55.0)
+    fail_over(master, boom("task sum#1 failed: boom"), now=50.0)
+    master.tasks_stopped()
+    assert master.status is JobStatus.RESTARTING and master.lifecycle.restart_at == pytest.approx(55.0)
     assert master.failure == boom("task sum#1 failed: boom")
+    assert [e.failure for e in master.exceptions.entries] == [boom("task sum#1 failed: boom")]
     assert master.restarts == 1
     assert master.tasks[("gen", 0)].state == FINISHED
     assert master.tasks[("sum", 0)].state == CANCELED
     assert master.slots_used_on("tm-a") == 0
-    master.fail_over(boom("again"), now=51.0)  # only a running job fails over
-    assert master.restarts == 1 and master.restart_at == pytest.approx(55.0)
-    master.schedule(OFFERS, ADDRESSES, 55.0)
-    assert master.status is JobStatus.RUNNING and master.attempt == 2 and master.restart_at is None
+    schedule(master, 55.0)
+    assert master.status is JobStatus.RUNNING and master.attempt == 2 and master.lifecycle.restart_at is None
     assert all(t.state == DEPLOYING and t.failure is None for t in master.tasks.values())
 
 
-def test_fail_over_fails_the_job_when_the_strategy_gives_up(make_master: MakeMaster) -> None:
+def test_a_job_the_strategy_gives_up_on_is_failed_from_then_on(make_master: MakeMaster) -> None:
     master = make_master({"restart.strategy": "none"})
-    master.schedule(OFFERS, ADDRESSES, 0.0)
-    master.fail_over(boom("task gen#0 failed: kafka down"), now=60.0)
-    assert master.status is JobStatus.FAILED
-    assert master.failure == boom("task gen#0 failed: kafka down")
-    assert master.finished_at == 60.0 and master.restart_at is None
-    assert all(t.state == CANCELED for t in master.tasks.values())
-
-
-def test_cancel_of_a_running_job_ends_only_when_the_jobmanager_says_so(make_master: MakeMaster) -> None:
-    """Task reports do not end a cancel: the JobManager first stops the tasks and resolves the sinks'
-    transactions, then calls ``cancelled``."""
-    master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
-    report_all(master, RUNNING)
-    assert master.cancel(now=70.0)
-    assert master.status is JobStatus.CANCELLING
-    assert not master.cancel(now=70.5)  # a second cancel changes nothing
-    for vertex, subtask in list(master.tasks):
-        assert report(master, vertex, subtask, CANCELED, now=71.0) is None
-    assert master.status is JobStatus.CANCELLING
-    master.cancelled(now=72.0)
-    assert master.status is JobStatus.CANCELED and master.finished_at == 72.0
-
-
-@pytest.mark.parametrize("last_state", [FINISHED, FAILED], ids=["finished", "failed"])
-def test_a_task_ending_on_its_own_while_cancelling_is_no_failure(
-    make_master: MakeMaster, last_state: TaskState
-) -> None:
-    master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
-    report_all(master, RUNNING)
-    master.cancel(now=70.0)
-    assert report(master, "sum", 0, last_state, failure=boom("x"), now=72.0) is None
-    assert master.status is JobStatus.CANCELLING
-
-
-def test_cancel_before_running_or_while_restarting_still_resolves(make_master: MakeMaster) -> None:
-    """A restarting job may hold prepared transactions of its failed attempt: it is cancelled the same way."""
-    created = make_master()
-    assert created.cancel(now=1.0) and created.status is JobStatus.CANCELLING
-    restarting = make_master()
-    restarting.schedule(OFFERS, ADDRESSES, 0.0)
-    restarting.fail_over(boom(), now=2.0)
-    assert restarting.cancel(now=3.0)
-    assert restarting.status is JobStatus.CANCELLING and restarting.restart_at is None
-    restarting.cancelled(now=4.0)
-    assert restarting.status is JobStatus.CANCELED and restarting.finished_at == 4.0
-    assert not restarting.cancel(now=5.0)  # terminal: nothing changes
-    assert restarting.finished_at == 4.0
-
-
-def test_a_current_attempt_task_cancelled_while_the_job_runs_fails_the_job_over(make_master: MakeMaster) -> None:
-    """Nobody asked it to stop: the job would stay RUNNING with a task missing and never checkpoint again."""
-    master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
-    report_all(master, RUNNING)
-    reason = report(master, "sum", 1, CANCELED)
-    assert reason is not None and reason.retriable
-    assert "task sum#1 was cancelled while the job was running" in reason.message
-    master.fail_over(reason, now=201.0)
-    assert master.status is JobStatus.RESTARTING
-
-
-def test_a_non_retriable_failure_fails_the_job_at_once(make_master: MakeMaster) -> None:
-    master = make_master({"restart.strategy": "exponential-delay"})
-    master.schedule(OFFERS, ADDRESSES, 0.0)
-    report_all(master, RUNNING)
-    reason = report(master, "sum", 0, FAILED, failure=Failure("JobDefinitionError", "no table", Fault.USER, False))
-    assert reason is not None and not reason.retriable
-    master.fail_over(reason, now=201.0)
-    assert master.status is JobStatus.FAILED and master.restarts == 0
-
-
-def test_resolution_runs_as_a_newer_attempt(make_master: MakeMaster) -> None:
-    master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
-    assert master.next_attempt_for_resolution() == 2 == master.attempt
-    assert report(master, "sum", 0, CANCELED, attempt=1) is None  # the cancelled attempt's reports are old now
+    schedule(master)
+    fail_over(master, boom("task gen#0 failed: kafka down"), now=60.0)
+    assert master.status is JobStatus.FAILED and master.finished_at == 60.0
+    assert report(master, "sum", 0, RUNNING) is None  # a terminal job ignores reports
 
 
 def progress(
@@ -362,7 +298,7 @@ def progress(
 
 def test_a_heartbeat_s_load_is_kept_until_a_newer_one_and_forgotten_by_a_new_attempt(make_master: MakeMaster) -> None:
     master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
+    schedule(master)
     record = master.tasks[("sum", 0)]
     assert (record.ratios, record.watermark, record.progress_at) == (None, None, None)
     first = TimeRatios(busy=0.25, backpressured=0.5, idle=0.25)
@@ -374,27 +310,27 @@ def test_a_heartbeat_s_load_is_kept_until_a_newer_one_and_forgotten_by_a_new_att
     assert (record.ratios, record.watermark, record.progress_at) == (second, 2_000, 3.0)
     master.on_progress(progress(master, attempt=master.attempt - 1, ratios=first, watermark=5), now=4.0)
     assert record.ratios == second  # an older attempt's heartbeat does not count
-    master.fail_over(boom(), now=5.0)
-    master.schedule(OFFERS, ADDRESSES, 10.0)
+    fail_over(master, boom(), now=5.0)
+    schedule(master, 10.0)
     assert (record.ratios, record.watermark, record.progress_at, record.attempt) == (None, None, None, 2)
 
 
 def test_records_in_accumulate_over_attempts(make_master: MakeMaster) -> None:
     master = make_master()
-    master.schedule(OFFERS, ADDRESSES, 0.0)
+    schedule(master)
     report(master, "sum", 0, RUNNING, records_in=10, records_out=10)
     master.on_progress(progress(master, records_in=40, records_out=35), now=0.5)
     master.on_progress(progress(master, records_in=30, records_out=30), now=0.6)  # counters never go back
     record = master.tasks[("sum", 0)]
     assert (record.records_in, record.records_out, record.records_in_all_attempts) == (40, 35, 40)
-    master.fail_over(boom(), now=1.0)
-    master.schedule(OFFERS, ADDRESSES, 10.0)
+    fail_over(master, boom(), now=1.0)
+    schedule(master, 10.0)
     assert (record.records_in, record.records_out, record.records_in_all_attempts) == (0, 0, 40)
     master.on_progress(progress(master, attempt=1, records_in=1000), now=11.0)  # the old attempt no longer counts
     report(master, "sum", 0, RUNNING, records_in=15)
     assert record.records_in_all_attempts == 55
-    master.fail_over(boom(), now=20.0)
-    master.schedule(OFFERS, ADDRESSES, 30.0)
+    fail_over(master, boom(), now=20.0)
+    schedule(master, 30.0)
     report(master, "sum", 0, FINISHED, records_in=5)
     assert record.records_in_all_attempts == 60
 
@@ -414,11 +350,11 @@ def test_every_deploy_request_carries_the_parsed_checkpointing_mode(
 ) -> None:
     """The TaskManagers once compared the raw -D text: 'EXACTLY_ONCE' ran without alignment."""
     master = make_master({} if given is None else {"checkpointing.mode": given})
-    requests = [r for _, r in wire(master.schedule(OFFERS, ADDRESSES, now=150.0))]
+    requests = [r for _, r in wire(schedule(master, 150.0))]
     assert {r.checkpointing_mode for r in requests} == {expected}
 
 
 def test_checkpointing_unaligned_reaches_every_deploy_request(make_master: MakeMaster) -> None:
     master = make_master({"checkpointing.unaligned": "true"})
-    requests = [r for _, r in wire(master.schedule(OFFERS, ADDRESSES, now=150.0))]
+    requests = [r for _, r in wire(schedule(master, 150.0))]
     assert {r.checkpointing_mode for r in requests} == {common_pb2.CHECKPOINTING_MODE_UNALIGNED}

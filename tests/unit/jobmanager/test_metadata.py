@@ -7,13 +7,13 @@ import pickle
 
 import pytest
 
-from jobmanager.checkpointing.metadata import decode_metadata, encode_metadata
-from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from jobmanager.errors import CheckpointProtocolError
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing.metadata import decode_metadata, encode_metadata
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.errors import CheckpointProtocolError
 
 FOLDER = "job-1/savepoints/sp-00000000000000000007/"
 KEY = FOLDER + "_metadata"

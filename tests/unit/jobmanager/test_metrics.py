@@ -8,16 +8,21 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from jobmanager import metrics
-from jobmanager.checkpointing.coordinator import CheckpointCoordinator, PersistCheckpoint, default_metadata_key
-from jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
-from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from jobmanager.jobs import JobMaster, JobSubmission
-from jobmanager.messages import CheckpointAck
 from tests.unit.jobmanager.conftest import Harness
 from weir.api import load_job_source
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager import metrics
+from weir.jobmanager.checkpointing.coordinator import (
+    CheckpointCoordinator,
+    PersistCheckpoint,
+    TriggerBarriers,
+    default_metadata_key,
+)
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
+from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.jobmanager.jobs import JobMaster, JobSubmission
+from weir.jobmanager.messages import CheckpointAck
 
 JOB = textwrap.dedent(
     """
@@ -152,11 +157,12 @@ def test_the_jobmanager_sets_the_series_from_the_acks_when_a_checkpoint_complete
     job = harness.job({"checkpointing.interval": "1s"}, job_id=unique_job_id())
     with harness.jm.lock:
         harness.jm.executor.execute(
-            job, job.coordinator.start(harness.clock(), job.all_task_ids(), job.source_task_ids())
+            job, job.lifecycle.tasks_running(harness.clock(), job.all_task_ids(), restored=False)
         )
-        trigger = job.coordinator.trigger_now(harness.clock())
-        assert trigger is not None
-        harness.jm.executor.execute(job, (trigger,))
+        harness.clock.advance(1.5)
+        actions = job.lifecycle.tick(harness.clock())
+        (trigger,) = [a for a in actions if isinstance(a, TriggerBarriers)]
+        harness.jm.executor.execute(job, actions)
     (task,) = job.all_task_ids()
     ack_metrics = TaskAckMetrics(alignment_duration_s=0.375, start_delay_s=0.25, unaligned=True, inflight_bytes=4096)
     harness.jm.acknowledge_checkpoint(

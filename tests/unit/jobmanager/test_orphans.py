@@ -7,16 +7,16 @@ from pathlib import Path
 
 import structlog.testing
 
-from connectors.object_storage import FileCheckpointStorage
-from jobmanager.checkpointing.coordinator import CheckpointCoordinator
-from jobmanager.checkpointing.orphans import Kept, Orphans, StoredObject, find_orphans
-from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from jobmanager.orphans import collect_orphans
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
 from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
+from weir.jobmanager.checkpointing.orphans import Kept, Orphans, StoredObject, find_orphans
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.jobmanager.orphans import collect_orphans
 
 JOB = JobId("job-1")
 TM = TaskManagerId("tm-a")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.pending import (
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing.pending import (
     AbortReason,
     AckResult,
     CheckpointKind,
@@ -15,8 +16,7 @@ from jobmanager.checkpointing.pending import (
     TaskAckMetrics,
     TaskStateHandle,
 )
-from jobmanager.errors import CheckpointProtocolError
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.errors import CheckpointProtocolError
 
 SRC = TaskId(JobId("job"), OperatorUid("source"), SubtaskIndex(0))
 SINK = TaskId(JobId("job"), OperatorUid("sink"), SubtaskIndex(0))

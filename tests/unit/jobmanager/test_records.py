@@ -6,10 +6,12 @@ import json
 
 import pytest
 
-from jobmanager.records import JobRecord, JobSubmission
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
+from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus
+from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
+from weir.jobmanager.records import JobRecord, JobSubmission
 
 SUBMISSION = JobSubmission(
     job_id="job-1",
@@ -65,3 +67,35 @@ def test_a_record_without_restarts_an_older_weir_wrote_reads_as_none() -> None:
     document = json.loads(JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}, restarts=5).to_json())
     del document["restarts"]
     assert JobRecord.from_json(json.dumps(document).encode()).restarts == 0
+
+
+@pytest.mark.parametrize(
+    "end",
+    [
+        RecordedEnd(JobStatus.CANCELED, False, 12.5, None),
+        RecordedEnd(JobStatus.FINISHED, True, 13.0, None),
+        RecordedEnd(JobStatus.FAILED, True, 14.0, Resolution(CheckpointId(7), attempts=3, error="postgres is down")),
+        RecordedEnd(JobStatus.FINISHED, True, 15.0, Resolution(None, attempts=1, resolved=True)),
+    ],
+)
+def test_an_end_and_a_stop_read_back_as_written(end: RecordedEnd) -> None:
+    """What a JobManager taking over needs of an ending or ended job and of a stop under way; the parts
+    of a resolution that only live in one JobManager (running, when to retry) are not kept."""
+    stop = StopRequest(CheckpointId(9), drain=True)
+    record = JobRecord(SUBMISSION, 4, JobStatus.CANCELLING, None, {}, end=end, stop=stop)
+    read = JobRecord.from_json(record.to_json())
+    assert read.end == end and read.stop == stop
+
+
+def test_a_record_of_an_older_weir_has_no_end_and_no_stop() -> None:
+    document = json.loads(JobRecord(SUBMISSION, 1, JobStatus.FAILED, None, {}).to_json())
+    assert "end" not in document and "stop" not in document
+    read = JobRecord.from_json(json.dumps(document).encode())
+    assert read.end is None and read.stop is None and not read.transactions_resolved
+
+
+def test_an_end_with_an_outcome_that_is_no_end_is_malformed() -> None:
+    document = json.loads(JobRecord(SUBMISSION, 1, JobStatus.FAILED, None, {}).to_json())
+    document["end"] = {"outcome": "RUNNING", "ended": True, "at": 1.0, "resolution": None}
+    with pytest.raises(SerializationError, match="outcome must be CANCELED, FAILED or FINISHED"):
+        JobRecord.from_json(json.dumps(document).encode())

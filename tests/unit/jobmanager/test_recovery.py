@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from jobmanager.errors import JobManagerNotReadyError
-from jobmanager.messages import CheckpointAck
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from tests.unit.jobmanager.conftest import MakeHarness
 from weir.core.checkpointing import CheckpointKind
-from weir.core.errors import UnknownJobError
+from weir.core.errors import ServiceUnavailableError, UnknownJobError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import JobManagerNotReadyError
+from weir.jobmanager.messages import CheckpointAck
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 
 
 def test_a_running_job_restarts_once_the_old_attempt_s_tasks_were_told_to_stop(make_harness: MakeHarness) -> None:
@@ -24,27 +24,30 @@ def test_a_running_job_restarts_once_the_old_attempt_s_tasks_were_told_to_stop(m
     assert second.jm.recover_jobs() == 1
     recovered = second.jm.jobs["job-1"]
     assert recovered.status is JobStatus.RESTARTING and recovered.attempt == job.attempt
-    assert recovered.restart_at == second.clock() + HEARTBEAT_TIMEOUT_S / 2
+    assert recovered.lifecycle.restart_at == second.clock() + HEARTBEAT_TIMEOUT_S / 2
     assert second.resolver.resolved == []
 
 
 def test_a_failed_job_whose_transactions_were_not_resolved_gets_them_resolved(make_harness: MakeHarness) -> None:
     first = make_harness()
     job = first.job({"restart.strategy": "none"})
-    job.fail_over(Failure.internal("boom"), first.clock())  # the JobManager dies before it resolves them
-    assert job.status is JobStatus.FAILED and first.jm.records.save(job).result()
+    first.resolver.error = ServiceUnavailableError("postgres is down")  # then the JobManager dies
+    first.fail(job)
+    first.jm.records.flush()
+    assert job.status is JobStatus.FAILED and job.lifecycle.unresolved_end
     second = make_harness(first.storage)
     assert second.jm.recover_jobs() == 1
-    recovered = second.jm.jobs["job-1"]
-    assert recovered.status is JobStatus.FAILED and recovered.transactions_resolved
+    recovered = second.jm.jobs["job-1"]  # its resolution is retried at once
     assert second.resolver.resolved == [("job-1", job.attempt + 1)]
+    assert recovered.status is JobStatus.FAILED and not recovered.lifecycle.unresolved_end
 
 
 def test_a_finished_job_is_only_listed_once_the_history_is_loaded(make_harness: MakeHarness) -> None:
     first = make_harness()
     job = first.job()
-    job.status = JobStatus.FINISHED
-    assert first.jm.records.save(job).result()
+    first.finish(job)
+    first.jm.records.flush()
+    assert job.status is JobStatus.FINISHED
     second = make_harness(first.storage)
     assert second.jm.recover_jobs() == 0  # history: not before the JobManager serves
     assert "job-1" not in second.jm.jobs
@@ -63,7 +66,17 @@ def test_the_jobs_that_need_the_jobmanager_are_taken_over_before_it_serves_and_h
     """A checkpoint storage of a long-lived cluster holds many ended jobs: the JobManager killed in a
     chaos run spent 15 s loading ~130 of them before it restarted the one running job."""
     first = make_harness()
-    statuses = {
+    down = ServiceUnavailableError("postgres is down")
+    first.job(job_id="running")
+    first.resolver.error = down
+    first.jm.cancel(first.job(job_id="cancelling").job_id)
+    first.fail(first.job({"restart.strategy": "none"}, job_id="failed-unresolved"))
+    first.resolver.error = None
+    first.fail(first.job({"restart.strategy": "none"}, job_id="failed-resolved"))
+    first.finish(first.job(job_id="finished"))
+    first.jm.cancel(first.job(job_id="canceled").job_id)
+    statuses = {job_id: job.status for job_id, job in first.jm.jobs.items()}
+    assert statuses == {
         "running": JobStatus.RUNNING,
         "cancelling": JobStatus.CANCELLING,
         "failed-unresolved": JobStatus.FAILED,
@@ -71,16 +84,16 @@ def test_the_jobs_that_need_the_jobmanager_are_taken_over_before_it_serves_and_h
         "finished": JobStatus.FINISHED,
         "canceled": JobStatus.CANCELED,
     }
-    for name, status in statuses.items():
-        job = first.job(job_id=name)
-        job.status = status
-        job.transactions_resolved = name != "failed-unresolved"
-        assert first.jm.records.save(job).result()
+    first.jm.records.flush()
     second = make_harness(first.storage)
     assert second.jm.recover_jobs() == 3
     assert sorted(second.jm.jobs) == ["cancelling", "failed-unresolved", "running"]
     assert second.jm.recover_history() == 3
-    assert sorted(second.jm.jobs) == sorted(statuses)
+    assert {job_id: job.status for job_id, job in second.jm.jobs.items()} == {
+        **statuses,
+        "running": JobStatus.RESTARTING,  # restarted once its old attempt's tasks were told to stop
+        "cancelling": JobStatus.CANCELED,  # its resolution ran at once
+    }
     assert second.jm.recover_history() == 0
 
 
@@ -129,9 +142,9 @@ def test_the_uploads_of_a_checkpoint_the_dead_jobmanager_never_completed_are_del
         return StateObject(key, 100)
 
     with first.jm.lock:
-        first.jm.executor.execute(job, job.coordinator.start(first.clock(), job.all_task_ids(), job.source_task_ids()))
+        first.jm.executor.execute(job, job.lifecycle.tasks_running(first.clock(), job.all_task_ids(), restored=False))
         first.clock.advance(1.5)
-        first.jm.executor.execute(job, job.coordinator.tick(first.clock()))
+        first.jm.executor.execute(job, job.lifecycle.tick(first.clock()))
     (pending_id,) = job.coordinator.pending_ids
     retained = (upload(pending_id, "a.sst", shared=True), upload(pending_id, "MANIFEST", shared=False))
     first.jm.acknowledge_checkpoint(
@@ -140,7 +153,7 @@ def test_the_uploads_of_a_checkpoint_the_dead_jobmanager_never_completed_are_del
     assert job.coordinator.store.latest() is not None
     with first.jm.lock:
         first.clock.advance(1.0)
-        first.jm.executor.execute(job, job.coordinator.tick(first.clock()))
+        first.jm.executor.execute(job, job.lifecycle.tick(first.clock()))
     (crashed_id,) = job.coordinator.pending_ids
     crashed = (upload(crashed_id, "b.sst", shared=True), upload(crashed_id, "MANIFEST", shared=False))
     assert first.jm.records.save(job).result()  # then the JobManager dies
@@ -160,7 +173,8 @@ def test_a_recovered_job_reports_the_restarts_it_had_under_the_jobmanager_before
     JobManager was then killed, and the job it took over reported 0 restarts ("since it was submitted")."""
     first = make_harness()
     job = first.job({"restart.strategy": "fixed-delay", "restart.delay": "1s"})
-    job.fail_over(Failure.internal("TaskManager lost"), first.clock())
+    with first.jm.lock:
+        first.jm.failover.fail_over(job, Failure.internal("TaskManager lost"), first.clock())
     assert job.restarts == 1 and first.jm.records.save(job).result()
     second = make_harness(first.storage)
     assert second.jm.recover_jobs() == 1

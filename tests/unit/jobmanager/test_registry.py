@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import Heartbeat, JobAttempt, TaskProgress
-from jobmanager.registry import HEARTBEAT_TIMEOUT_S, RegisteredTaskManager, TaskManagerRegistry
-from jobmanager.scheduler import SlotOffer
 from tests.unit.jobmanager.conftest import FakeClock, FakeGateway, Harness
 from weir.core.states import JobStatus
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import Heartbeat, JobAttempt, TaskProgress
+from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S, RegisteredTaskManager, TaskManagerRegistry
+from weir.jobmanager.scheduler import SlotOffer
 
 
 def registry(jobs: dict[str, JobMaster] | None = None) -> tuple[TaskManagerRegistry, list[tuple[str, str]], FakeClock]:

@@ -6,8 +6,10 @@ import random
 
 import pytest
 
-from jobmanager.errors import ConfigError
-from jobmanager.restart import (
+from weir.core.errors import Fault
+from weir.core.failures import Failure
+from weir.jobmanager.errors import ConfigError
+from weir.jobmanager.restart import (
     ExponentialDelayRestartStrategy,
     FailureRateRestartStrategy,
     FixedDelayRestartStrategy,
@@ -17,8 +19,6 @@ from jobmanager.restart import (
     parse_duration,
     parse_restart_strategy,
 )
-from weir.core.errors import Fault
-from weir.core.failures import Failure
 
 CAUSE = Failure("TaskFailure", "boom", Fault.INTERNAL, retriable=True)
 

@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from jobmanager.errors import SavepointRejectedError
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck
 from tests.unit.jobmanager.conftest import Harness
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
+from weir.jobmanager.errors import SavepointRejectedError
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck
 
 
 def running_job(h: Harness) -> JobMaster:
     job = h.job({"checkpointing.interval": "1h", "restart.strategy": "none"})
     with h.jm.lock:
-        h.jm.executor.execute(job, job.coordinator.start(h.clock(), job.all_task_ids(), job.source_task_ids()))
+        h.jm.executor.execute(job, job.lifecycle.tasks_running(h.clock(), job.all_task_ids(), restored=False))
     return job
 
 
@@ -72,7 +72,7 @@ def test_a_savepoint_that_cannot_be_copied_fails_and_the_job_keeps_running(harne
     blocker.write_text("not a directory")
     savepoint_id = harness.jm.trigger_savepoint(job.job_id, blocker.as_uri(), stop=True, drain=False)
     acknowledge_savepoint(harness, job, savepoint_id)
-    assert job.status is JobStatus.RUNNING and job.stop_savepoint_id is None
+    assert job.status is JobStatus.RUNNING and job.lifecycle.stop_request is None
     (summary,) = [c for c in harness.jm.list_checkpoints(job.job_id).checkpoints if c.checkpoint_id == savepoint_id]
     assert summary.status is CheckpointStatus.FAILED and summary.failure is not None
     assert harness.resolver.resolved == []

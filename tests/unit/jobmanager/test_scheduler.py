@@ -6,8 +6,8 @@ from collections import Counter
 
 import pytest
 
-from jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 from weir.core.errors import NotEnoughSlotsError
+from weir.jobmanager.scheduler import SlotOffer, assign_slots, place_subtasks
 
 
 def test_slots_spread_over_taskmanagers_before_reusing_one() -> None:

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from jobmanager.checkpointing import coordinator as cc
-from jobmanager.jobs import JobMaster, JobSubmission
-from jobmanager.manager import JobManager
-from jobmanager.messages import Heartbeat, TaskProgress
-from jobmanager.records import JobRecord
-from jobmanager.scheduler import SlotOffer
 from weir.api import load_job_source
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.failures import Failure
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing import coordinator as cc
+from weir.jobmanager.jobs import JobMaster, JobSubmission
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.messages import Heartbeat, TaskProgress
+from weir.jobmanager.records import JobRecord
+from weir.jobmanager.scheduler import SlotOffer
 
 JOB = textwrap.dedent(
     """
@@ -68,7 +68,8 @@ def wait_for(condition, timeout_s: float = 10.0) -> None:  # type: ignore[no-unt
 
 def test_a_heartbeat_cancels_only_the_stale_attempt(jm: JobManager) -> None:
     job = running_job(jm)
-    job.fail_over(Failure.internal("lost"), 2.0)
+    with jm.lock:
+        jm.failover.fail_over(job, Failure.internal("lost"), 2.0)
     job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_ADDRESS}, 3.0)
     assert job.attempt == 2
     response = jm.heartbeat(Heartbeat("tm-a", (progress(1), progress(2))))
@@ -77,7 +78,7 @@ def test_a_heartbeat_cancels_only_the_stale_attempt(jm: JobManager) -> None:
 
 def test_a_heartbeat_cancels_tasks_of_unknown_and_ended_jobs(jm: JobManager) -> None:
     job = running_job(jm)
-    job.cancel(5.0)
+    job.lifecycle.cancel(5.0)  # ending: its tasks are to stop
     stranger = TaskProgress("ghost", "x", 0, 3, records_in=0, records_out=0)
     response = jm.heartbeat(Heartbeat("tm-a", (progress(1), stranger)))
     assert sorted((c.job_id, c.attempt) for c in response.cancel) == [("ghost", 3), ("job-1", 1)]
@@ -101,17 +102,17 @@ def test_checkpoint_ids_are_not_reused_by_a_jobmanager_that_takes_over(storage: 
     first = JobManager(storage)
     first.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
     job = running_job(first, {"checkpointing.interval": "1s"})
-    job.coordinator.start(10.0, job.all_task_ids(), job.source_task_ids())
+    job.lifecycle.tasks_running(10.0, job.all_task_ids(), restored=False)
     handed: list[int] = []
     with first.lock:  # the servicer holds it when it executes actions
         for now in (11.0, 12.0, 13.0):
-            actions = job.coordinator.tick(now)
+            actions = job.lifecycle.tick(now)
             triggers = [a for a in actions if isinstance(a, cc.TriggerBarriers)]
             handed += [t.checkpoint_id for t in triggers]
             first.executor.execute(job, actions)
             for t in triggers:  # never acknowledged: no metadata is ever written
                 first.executor.execute(
-                    job, job.coordinator.receive_decline(now, t.checkpoint_id, job.source_task_ids()[0], "x")
+                    job, job.lifecycle.receive_decline(now, t.checkpoint_id, job.source_task_ids()[0], "x")
                 )
     first.stop()
     assert handed == [1, 2, 3]
@@ -121,8 +122,10 @@ def test_checkpoint_ids_are_not_reused_by_a_jobmanager_that_takes_over(storage: 
     try:
         assert second.recover_jobs() == 1
         recovered = second.jobs["job-1"]
-        recovered.coordinator.start(20.0, recovered.all_task_ids(), recovered.source_task_ids())
-        (trigger,) = [a for a in recovered.coordinator.tick(21.5) if isinstance(a, cc.TriggerBarriers)]
+        second.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
+        recovered.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_ADDRESS}, 20.0)
+        recovered.lifecycle.tasks_running(20.0, recovered.all_task_ids(), restored=False)
+        (trigger,) = [a for a in recovered.lifecycle.tick(21.5) if isinstance(a, cc.TriggerBarriers)]
         assert trigger.checkpoint_id > max(handed)
     finally:
         second.stop()
@@ -133,8 +136,8 @@ def test_a_recovered_jobmanager_finishes_cancelling_instead_of_restarting(storag
     first.register_taskmanager("tm-a", TM_ADDRESS, 4, 0, incarnation="first")
     job = running_job(first)
     with first.lock:
-        job.cancel(5.0)
-        assert first.records.save(job).result()  # the JobManager dies right after this
+        job.lifecycle.cancel(5.0)  # decided; the JobManager dies before it carries anything out
+        assert first.records.save(job).result()
     first.stop()
     second = JobManager(storage)
     try:
@@ -142,7 +145,7 @@ def test_a_recovered_jobmanager_finishes_cancelling_instead_of_restarting(storag
         recovered = second.jobs["job-1"]
         assert recovered.status in (JobStatus.CANCELLING, JobStatus.CANCELED)
         wait_for(lambda: recovered.status is JobStatus.CANCELED)
-        assert recovered.transactions_resolved
+        assert not recovered.lifecycle.unresolved_end
         assert recovered.attempt > 1  # the resolution ran as a newer attempt than every one deployed
         key = second.paths.job_record(recovered.coordinator.job_id)
         wait_for(lambda: JobRecord.from_json(storage.get_bytes(key)).status is JobStatus.CANCELED)
@@ -154,7 +157,7 @@ def test_a_recovered_jobmanager_finishes_cancelling_instead_of_restarting(storag
 def test_the_attempt_is_in_the_job_record_before_its_deployment(jm: JobManager, storage: FileCheckpointStorage) -> None:
     job = running_job(jm)
     with jm.lock:
-        job.fail_over(Failure.internal("lost"), 2.0)
+        jm.failover.fail_over(job, Failure.internal("lost"), 2.0)
         command, saved = jm.deployer.schedule(job, 4.0)
     assert saved.result()
     record = JobRecord.from_json(storage.get_bytes(jm.paths.job_record(job.coordinator.job_id)))

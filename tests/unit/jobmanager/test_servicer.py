@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.messages import JobStatusView, JobSummaryView, TaskView
-from jobmanager.service import heartbeat_from_proto, job_status_response, task_state_report
 from weir.core.codec import set_task_load
 from weir.core.errors import ProtocolError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
+from weir.jobmanager.messages import JobStatusView, JobSummaryView, TaskView
+from weir.jobmanager.service import heartbeat_from_proto, job_status_response, task_state_report
 from weir.wire import common_pb2, jobmanager_pb2
 
 

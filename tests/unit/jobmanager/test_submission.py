@@ -7,12 +7,12 @@ import textwrap
 
 import pytest
 
-from jobmanager.submission import SubmitRequest, fixed_source_ends
 from tests.unit.jobmanager.conftest import JOB, TM_A, Harness
 from weir.api import load_job_source
 from weir.core.descriptors import end_offsets_parameter
 from weir.core.errors import JobDefinitionError
 from weir.core.states import JobStatus
+from weir.jobmanager.submission import SubmitRequest, fixed_source_ends
 
 KAFKA_JOB = textwrap.dedent(
     """
@@ -37,7 +37,7 @@ def test_only_bounded_kafka_sources_get_fixed_end_offsets() -> None:
     fixed = fixed_source_ends(graph, ends)
     assert asked == ["numbers"]
     assert fixed == {end_offsets_parameter("bounded"): json.dumps({0: 5, 1: 9})}
-    assert json.loads(fixed[end_offsets_parameter("bounded")]) == {"0": 5, "1": 9}  # as operators.sources reads it
+    assert json.loads(fixed[end_offsets_parameter("bounded")]) == {"0": 5, "1": 9}  # as weir.operators.sources reads it
 
 
 def test_a_submitted_job_is_checked_recorded_and_deployed(harness: Harness) -> None:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from connectors import kafka
-from jobmanager.checkpointing.config import parse_checkpoint_settings
-from jobmanager.submit_checks import check_job_at_submit, check_job_rules, dead_letter_topics, job_is_bounded
 from weir.api import DeadLetterOnError, Environment, FailOnError
+from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.descriptors import validate_transaction_timeout
 from weir.core.errors import JobDefinitionError
+from weir.jobmanager.checkpointing.config import parse_checkpoint_settings
+from weir.jobmanager.submit_checks import check_job_at_submit, check_job_rules, dead_letter_topics, job_is_bounded
 
 # transaction.timeout.ms -------------------------------------------------------------------------
 

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from jobmanager.checkpointing.trigger import (
+from weir.core.ids import CheckpointId
+from weir.jobmanager.checkpointing.trigger import (
     Blocked,
     BlockReason,
     CheckpointConfig,
@@ -16,8 +17,7 @@ from jobmanager.checkpointing.trigger import (
     TriggerNow,
     TriggerState,
 )
-from jobmanager.errors import CheckpointProtocolError, ConfigError
-from weir.core.ids import CheckpointId
+from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 
 
 def decider(**config: float | int | None) -> CheckpointTriggerDecider:

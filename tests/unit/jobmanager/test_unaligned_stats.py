@@ -3,11 +3,11 @@ in-flight records and how many bytes, through the JobManager to `weir checkpoint
 
 from __future__ import annotations
 
-from jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
-from jobmanager.messages import CheckpointsView
-from jobmanager.service import checkpoint_ack, checkpoints_response
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
+from weir.jobmanager.messages import CheckpointsView
+from weir.jobmanager.service import checkpoint_ack, checkpoints_response
 from weir.tools.client import _checkpoint
 from weir.wire import common_pb2, jobmanager_pb2
 

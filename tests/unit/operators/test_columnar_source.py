@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from operators import sources
-from operators.sources import KafkaSourceOperator
 from tests.unit.conftest import StartOperator
 from weir.core.columnar import Schema, timestamp_field_of
 from weir.core.descriptors import KafkaSourceSpec
+from weir.operators import sources
+from weir.operators.sources import KafkaSourceOperator
 
 
 @dataclass(frozen=True)

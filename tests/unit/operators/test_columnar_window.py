@@ -15,16 +15,16 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-import operators.columnar as columnar_ops
-from operators.base import InheritedState
-from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
-from operators.windows import WINDOW_STATE, WindowAggregateOperator
+import weir.operators.columnar as columnar_ops
 from tests.unit.conftest import CollectingOutput, StartOperator
 from weir.core.columnar import BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
 from weir.core.watermarks import MAX_WATERMARK
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.operators.base import InheritedState
+from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+from weir.operators.windows import WINDOW_STATE, WindowAggregateOperator
 
 MAX_PARALLELISM = 128
 SCHEMA = Schema.of({"key": str, "value": int, "ts": int})

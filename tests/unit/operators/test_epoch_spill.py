@@ -13,7 +13,8 @@ import pytest
 import structlog
 import structlog.testing
 
-from operators.epoch_spill import (
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.operators.epoch_spill import (
     FRAME,
     RECORD_OVERHEAD_BYTES,
     SPILL_FILE_MAGIC,
@@ -26,9 +27,8 @@ from operators.epoch_spill import (
     record_memory_bytes,
     subtask_digest,
 )
-from operators.transactional_sinks import SinkSnapshot
-from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.operators.transactional_sinks import SinkSnapshot
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
 
 TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
 LOG = structlog.get_logger("test")
@@ -138,6 +138,21 @@ def test_commit_and_close_remove_the_files(tmp_path: Path) -> None:
     assert directory is not None
     store.close()
     assert not directory.exists() and files(tmp_path) == []
+
+
+def test_the_spill_says_which_epochs_it_still_holds(tmp_path: Path) -> None:
+    """What a sink checks at its end of input: every epoch it opened was committed (discarded)."""
+    store = spill(tmp_path, 2 * (RECORD_OVERHEAD_BYTES + 100))
+    in_memory, on_disk = store.epoch(cp(3)), store.epoch(cp(4))
+    in_memory.append(record(0))
+    for i in range(5):
+        on_disk.append(record(i))
+    assert on_disk.spilled and not in_memory.spilled
+    assert store.held_epochs() == {cp(3): 1, cp(4): 5}
+    on_disk.discard()
+    assert store.held_epochs() == {cp(3): 1}
+    in_memory.discard()
+    assert store.held_epochs() == {}
 
 
 def test_an_epoch_is_never_opened_twice(tmp_path: Path) -> None:

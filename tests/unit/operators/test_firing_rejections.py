@@ -10,10 +10,6 @@ from typing import Any
 
 import pytest
 
-from operators.joins import IntervalJoinOperator, JoinContext, WindowJoinOperator
-from operators.keyed import KeyedCoProcessOperator, KeyedProcessOperator
-from operators.rejections import CapturedDeadLetters, RecordRejections
-from operators.windows import ElementList, ProcessElements, ProcessResult, WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from tests.unit.operators.test_rejections import DLQ, start_with_letters
 from weir.api import (
@@ -34,6 +30,10 @@ from weir.core.rejections import (
     WindowFiring,
 )
 from weir.core.windows import TumblingProcessingTimeWindows
+from weir.operators.joins import IntervalJoinOperator, JoinContext, WindowJoinOperator
+from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessOperator
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections
+from weir.operators.windows import ElementList, ProcessElements, ProcessResult, WindowAggregateOperator
 
 LAST_READ = SourcePosition("events", 0, 99)
 """Where the source says its last record was read: a firing must not claim it."""

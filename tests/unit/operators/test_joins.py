@@ -12,7 +12,12 @@ from typing import Any
 
 import pytest
 
-from operators.joins import (
+from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
+from weir.api import Collector, SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.core.errors import JobDefinitionError
+from weir.core.ids import SubtaskIndex
+from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
+from weir.operators.joins import (
     LEFT_BUFFER,
     LEFT_TIMES,
     RIGHT_BUFFER,
@@ -21,13 +26,8 @@ from operators.joins import (
     JoinContext,
     WindowJoinOperator,
 )
-from operators.keyed import KeyedCoProcessOperator
-from operators.timers import EVENT_TIMERS
-from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
-from weir.api import Collector, SlidingEventTimeWindows, TumblingEventTimeWindows
-from weir.core.errors import JobDefinitionError
-from weir.core.ids import SubtaskIndex
-from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
+from weir.operators.keyed import KeyedCoProcessOperator
+from weir.operators.timers import EVENT_TIMERS
 
 BOUND = 20
 """How far out of order the random inputs are: the watermark trails the newest timestamp by BOUND + 1."""

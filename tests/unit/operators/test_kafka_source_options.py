@@ -10,19 +10,19 @@ from typing import Any
 
 import pytest
 
-from jobmanager.submission import fixed_source_starts
-from operators import sources
-from operators.sources import (
+from tests.unit.conftest import StartOperator
+from weir.api import COMMITTED, EARLIEST, LATEST, Committed, Environment, KafkaRecord, OffsetReset, Timestamp
+from weir.core.descriptors import KafkaSourceSpec, TimestampType, start_offsets_parameter
+from weir.core.errors import JobDefinitionError
+from weir.jobmanager.submission import fixed_source_starts
+from weir.operators import sources
+from weir.operators.sources import (
     CheckpointPositions,
     KafkaSourceOperator,
     decide_start_offsets,
     decode_start_offsets,
     encode_start_offsets,
 )
-from tests.unit.conftest import StartOperator
-from weir.api import COMMITTED, EARLIEST, LATEST, Committed, Environment, KafkaRecord, OffsetReset, Timestamp
-from weir.core.descriptors import KafkaSourceSpec, TimestampType, start_offsets_parameter
-from weir.core.errors import JobDefinitionError
 
 
 class FakeClock:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import Collector, KeyedCoProcessFunction
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
+from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessContext, OnTimerContext
 
 
 class OrderPayments(KeyedCoProcessFunction):

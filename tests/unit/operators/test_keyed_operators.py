@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.keyed import KeyedProcessContext, KeyedProcessOperator, ReduceOperator
 from tests.unit.conftest import StartOperator
 from weir.api import Collector, KeyedProcessFunction
 from weir.core.keygroups import key_group_for_key, key_to_bytes
+from weir.operators.keyed import KeyedProcessContext, KeyedProcessOperator, ReduceOperator
 
 
 def add(a: tuple[str, int], b: tuple[str, int]) -> tuple[str, int]:

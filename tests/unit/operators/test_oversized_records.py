@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 
-from operators import sources
-from operators.sources import KafkaSourceOperator
 from tests.unit.conftest import StartOperator
 from tests.unit.operators.test_sources import FakeConsumer, FakeMessage, kafka_spec
 from tests.unit.operators.test_sources import fake_kafka as fake_kafka  # the fixture
@@ -20,6 +18,8 @@ from weir.api import Environment
 from weir.core.columnar import Schema
 from weir.core.errors import JobDefinitionError
 from weir.core.rejections import DEAD_LETTER_VALUE_BYTES
+from weir.operators import sources
+from weir.operators.sources import KafkaSourceOperator
 
 LIMIT = 1000
 

@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from operators.keyed import KeyedProcessContext, KeyedProcessOperator
-from operators.process_state import MapEntry, TtlValue
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import StateTtlConfig, TtlUpdateType
 from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import key_group_for_key
 from weir.core.state_schema import StateSchema, StoredSchema
+from weir.operators.keyed import KeyedProcessContext, KeyedProcessOperator
+from weir.operators.process_state import MapEntry, TtlValue
 
 
 class FakeClock:

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from operators.keyed import KeyedProcessOperator, OnTimerContext
-from operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import Collector, KeyedProcessFunction, StateSchema, TimeDomain
 from weir.core.errors import JobDefinitionError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
 from weir.core.watermarks import MIN_WATERMARK
+from weir.operators.keyed import KeyedProcessOperator, OnTimerContext
+from weir.operators.timers import EVENT_TIMERS, PROCESSING_TIMERS
 
 
 class FakeClock:

@@ -12,18 +12,6 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from operators.base import ChainOutput, StreamOperator
-from operators.basic import FilterOperator, FlatMapOperator, MapOperator, ProcessOperator
-from operators.keyed import KeyedProcessOperator, ReduceOperator
-from operators.rejections import (
-    REJECTED_RECORDS,
-    CapturedDeadLetters,
-    KafkaDeadLetters,
-    RecordRejections,
-    rejected_by_function,
-)
-from operators.sources import KafkaSourceOperator
-from operators.windows import WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from tests.unit.operators.test_sources import FakeConsumer, kafka_spec
 from tests.unit.operators.test_sources import fake_kafka as fake_kafka  # the fixture
@@ -31,6 +19,18 @@ from weir.api import Environment
 from weir.core.errors import JobDefinitionError, ServiceUnavailableError
 from weir.core.rejections import FAIL, DeadLetterOnError, FailOnError, SourcePosition, UserFunctionError
 from weir.core.windows import TumblingEventTimeWindows
+from weir.operators.base import ChainOutput, StreamOperator
+from weir.operators.basic import FilterOperator, FlatMapOperator, MapOperator, ProcessOperator
+from weir.operators.keyed import KeyedProcessOperator, ReduceOperator
+from weir.operators.rejections import (
+    REJECTED_RECORDS,
+    CapturedDeadLetters,
+    KafkaDeadLetters,
+    RecordRejections,
+    rejected_by_function,
+)
+from weir.operators.sources import KafkaSourceOperator
+from weir.operators.windows import WindowAggregateOperator
 
 DLQ = DeadLetterOnError("events-dlq")
 
@@ -300,7 +300,7 @@ class RecordingProducer:
 def test_a_dead_letter_topic_that_does_not_exist_fails_the_job_naming_topic_operator_and_record(
     make_context: MakeContext, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from connectors import kafka
+    from weir.connectors import kafka
     from weir.core.config import Endpoints
     from weir.core.failures import Failure
 

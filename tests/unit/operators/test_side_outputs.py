@@ -10,11 +10,6 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from operators.base import SideOutputs, StreamOperator
-from operators.basic import ProcessOperator
-from operators.columnar import ColumnarWindowAggregateOperator
-from operators.keyed import KeyedProcessOperator
-from operators.windows import WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext
 from weir.api import Collector, KeyedProcessFunction, OutputTag, ProcessFunction
 from weir.core.columnar import BuiltinAggregates, Count, Schema, Sum
@@ -24,6 +19,11 @@ from weir.core.windows import (
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
 )
+from weir.operators.base import SideOutputs, StreamOperator
+from weir.operators.basic import ProcessOperator
+from weir.operators.columnar import ColumnarWindowAggregateOperator
+from weir.operators.keyed import KeyedProcessOperator
+from weir.operators.windows import WindowAggregateOperator
 
 LATE = OutputTag("late")
 SIDE = OutputTag("side")

@@ -9,15 +9,15 @@ from typing import Any
 
 import pytest
 
-from operators.rejections import CapturedDeadLetters, RecordRejections
-from operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
-from operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 from tests.unit.conftest import CollectingOutput, MakeContext
 from tests.unit.operators.test_rejections import DLQ
 from weir.api import Environment
 from weir.core import json_codec
 from weir.core.errors import ServiceUnavailableError
 from weir.core.rejections import FAIL, OnRecordError, UserFunctionError
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections
+from weir.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
+from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 
 
 class FakeProducer:
@@ -92,8 +92,8 @@ def test_the_producer_s_own_error_passes_up_and_is_never_dead_lettered(make_cont
 
 
 def connector_serializer() -> Any:
-    """A serializer whose work is done in a ``connectors`` module (a schema registry client, say)."""
-    namespace: dict[str, Any] = {"__name__": "connectors.registry"}
+    """A serializer whose work is done in a ``weir.connectors`` module (a schema registry client, say)."""
+    namespace: dict[str, Any] = {"__name__": "weir.connectors.registry"}
     exec("def lookup(value):\n    raise ConnectionError('registry down')\n", namespace)
     lookup = namespace["lookup"]
 

@@ -6,7 +6,7 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from operators.source_metrics import KafkaSourceLag, partition_lag, record_lag
+from weir.operators.source_metrics import KafkaSourceLag, partition_lag, record_lag
 
 TOPIC = "events"
 

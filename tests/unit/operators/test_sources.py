@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from operators import sources
-from operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
 from tests.unit.conftest import CollectingOutput, StartOperator
 from weir.api import Environment, GeneratorSourceSpec, KafkaSourceSpec
 from weir.core.errors import JobDefinitionError
 from weir.core.watermarks import MAX_WATERMARK, WatermarkStatus
+from weir.operators import sources
+from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator, Pacer
 from weir.tools.reference import KafkaRecord, run_reference_source
 
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import pytest
 
-from operators.base import StreamOperator
-from operators.keyed import KeyedOperator, KeyedProcessOperator, ReduceOperator
-from operators.windows import WindowAggregateOperator
-from taskmanager.state import StateBackend
 from tests.unit.conftest import CollectingOutput, MakeContext
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema
 from weir.core.watermarks import MAX_WATERMARK
 from weir.core.windows import TumblingEventTimeWindows
+from weir.operators.base import StreamOperator
+from weir.operators.keyed import KeyedOperator, KeyedProcessOperator, ReduceOperator
+from weir.operators.windows import WindowAggregateOperator
+from weir.taskmanager.state import StateBackend
 
 UID = "window-count-sum"
 

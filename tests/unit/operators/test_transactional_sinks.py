@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 from prometheus_client import CollectorRegistry, Histogram
 
-from connectors import postgres
-from operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
-from operators.transactional_sinks import (
+from tests.unit.conftest import CollectingOutput, MakeContext
+from weir.api import Environment
+from weir.connectors import postgres
+from weir.core.errors import Fault, JobDefinitionError, SerializationError
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
+from weir.core.serde import dumps_value
+from weir.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
+from weir.operators.transactional_sinks import (
     CommitMarker,
     Deadline,
+    EndOfInputNotCheckpointedError,
     SinkFencedError,
     SinkSnapshot,
     TransactionalKafkaSinkOperator,
@@ -22,12 +30,7 @@ from operators.transactional_sinks import (
     row_key_indexes,
     sink_fenced_error,
 )
-from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
-from weir.api import Environment
-from weir.core.errors import JobDefinitionError, SerializationError
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.core.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
-from weir.core.serde import dumps_value
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
 
 TASK = TaskId(JobId("job-1"), OperatorUid("sink"), SubtaskIndex(0))
 
@@ -225,7 +228,7 @@ def test_dsns_in_messages_carry_no_password(dsn: str, shown: str) -> None:
 
 
 def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
-    from operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
+    from weir.operators.transactional_sinks import MAX_TOPIC_NAME, marker_topic_name, marker_topic_prefix
 
     name = marker_topic_name("3f2a9c0d1e2b4a5f", "kafka-sink")
     assert name.startswith("weir-sink-commits.kafka-sink.3f2a9c0d1e2b4a5f.")
@@ -242,7 +245,7 @@ def test_each_sink_of_each_job_has_its_own_marker_topic() -> None:
 
 
 def test_the_marker_replication_factor_defaults_to_min_3_brokers_and_must_fit() -> None:
-    from operators.transactional_sinks import marker_replication_factor
+    from weir.operators.transactional_sinks import marker_replication_factor
 
     assert [marker_replication_factor(None, brokers) for brokers in (1, 2, 3, 5)] == [1, 2, 3, 3]
     assert marker_replication_factor(2, 3) == 2
@@ -261,7 +264,7 @@ def test_marker_replication_factor_is_an_exactly_once_sink_argument() -> None:
 
 
 def test_epoch_memory_bytes_and_spill_directory_reach_the_operator_and_its_spec(tmp_path: Path) -> None:
-    from operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
+    from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 
     env = Environment("j")
     source = env.from_collection([1], uid="src")
@@ -285,9 +288,9 @@ def test_epoch_memory_bytes_and_spill_directory_reach_the_operator_and_its_spec(
 def test_the_bound_set_through_the_api_is_the_one_the_sink_spills_at(tmp_path: Path) -> None:
     """Through the factory as a task builds it: each 1 KiB record counts 1184 bytes, so with a
     3000-byte bound the third record moves the epoch to a file in the given directory."""
-    from operators.base import OperatorContext
     from weir.core.keygroups import KeyGroupRange
     from weir.core.metrics import TaskMetrics
+    from weir.operators.base import OperatorContext
 
     env = Environment("j")
     env.from_collection([1], uid="src").sink_to_kafka(
@@ -342,3 +345,147 @@ def test_a_snapshot_names_where_its_marker_floor_is_and_an_older_one_reads_witho
     older = dumps_value({"format": 1, "ledger": ledger.to_bytes(), "epochs": [(4, [])], "marker_floor": 17})
     restored = SinkSnapshot.from_bytes(older)
     assert (restored.marker_floor, restored.marker_topic, restored.marker_partition) == (17, None, None)
+
+
+# End of input: everything was committed through checkpoints, or the task fails ---------------------
+
+
+class InMemoryTransactions:
+    """A transactional producer's contract (``weir.connectors.kafka.TransactionalProducer``) in memory:
+    records go into the open transaction, a commit makes them visible, an abort drops them."""
+
+    def __init__(self) -> None:
+        self.open: list[tuple[str, bytes]] | None = None
+        self.committed: list[tuple[str, bytes]] = []
+        self.calls: list[str] = []
+        self._offset = 0
+
+    def begin(self) -> None:
+        assert self.open is None, "a transaction is already open"
+        self.calls.append("begin")
+        self.open = []
+
+    def produce(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None = None,
+        timestamp: int | None = None,
+        partition: int | None = None,
+        delivery: Any = None,
+    ) -> None:
+        assert self.open is not None, "produce outside a transaction"
+        self.open.append((topic, value))
+        if delivery is not None:
+            delivery.partition, delivery.offset = partition or 0, self._offset
+            self._offset += 1
+
+    def poll(self) -> None:
+        pass
+
+    def flush(self, timeout_s: float) -> None:
+        self.calls.append("flush")
+
+    def commit(self, timeout_s: float) -> None:
+        assert self.open is not None
+        self.calls.append("commit")
+        self.committed += self.open
+        self.open = None
+
+    def abort(self, timeout_s: float) -> None:
+        self.calls.append("abort")
+        self.open = None
+
+    def close(self) -> None:
+        pass
+
+    def values(self, topic: str = "out") -> list[bytes]:
+        return [value for t, value in self.committed if t == topic]
+
+
+def kafka_sink(
+    make_context: MakeContext, tmp_path: Path, producer: InMemoryTransactions
+) -> TransactionalKafkaSinkOperator:
+    """An exactly-once Kafka sink over ``producer`` whose every record goes to its spill file (not
+    opened: that would connect)."""
+    sink = TransactionalKafkaSinkOperator(
+        "out", lambda v: str(v).encode(), None, epoch_memory_bytes=0, spill_directory=tmp_path / "spill"
+    )
+    sink.setup(make_context("sink"), CollectingOutput())
+    sink._producer = producer  # type: ignore[assignment]  # noqa: SLF001
+    return sink
+
+
+def test_a_kafka_sink_with_records_after_its_last_checkpoint_at_end_of_input_commits_none_of_them(
+    make_context: MakeContext, tmp_path: Path
+) -> None:
+    """Records written after the last checkpoint's barrier: committing them at the end of input put
+    them outside every checkpoint, and a restore of that checkpoint wrote them again (duplicates)."""
+    producer = InMemoryTransactions()
+    sink = kafka_sink(make_context, tmp_path, producer)
+    for i in range(3):
+        sink.process(i, 100 + i)
+    sink.snapshot_state(1)
+    sink.notify_checkpoint_complete(1)
+    assert producer.values() == [b"0", b"1", b"2"]
+    sink.process(3, 103)
+    sink.process(4, 104)
+    directory = sink._spill.directory  # noqa: SLF001
+    assert directory is not None and any(directory.iterdir()), "the open epoch is on disk"
+    with pytest.raises(EndOfInputNotCheckpointedError) as raised:
+        sink.end_input()
+    error = raised.value
+    assert error.fault is Fault.INTERNAL and not error.retriable
+    message = str(error)
+    for part in ("job job-1", "'sink'", "subtask 0", "2 record(s)", "epoch 2: 2 record(s), open", "checkpoint 1"):
+        assert part in message, (part, message)
+    assert producer.values() == [b"0", b"1", b"2"] and producer.calls[-1] != "commit"
+    sink.close()
+    assert producer.calls[-1] == "abort" and producer.values() == [b"0", b"1", b"2"]
+    assert not directory.exists(), "the spill of the uncommitted epoch outlived the sink"
+
+
+def test_a_kafka_sink_with_an_epoch_pre_committed_but_not_committed_at_end_of_input_commits_nothing(
+    make_context: MakeContext, tmp_path: Path
+) -> None:
+    """Its checkpoint's notification never came (the task waits for it before its end of input):
+    whether the checkpoint completed is the JobManager's to say, not the sink's."""
+    producer = InMemoryTransactions()
+    sink = kafka_sink(make_context, tmp_path, producer)
+    sink.process(7, None)
+    sink.snapshot_state(4)
+    with pytest.raises(EndOfInputNotCheckpointedError, match="epoch 1: 1 record\\(s\\), pre-committed at checkpoint 4"):
+        sink.end_input()
+    assert producer.values() == []
+    sink.close()
+
+
+def test_a_kafka_sink_whose_every_epoch_committed_ends_its_input_without_a_call(
+    make_context: MakeContext, tmp_path: Path
+) -> None:
+    producer = InMemoryTransactions()
+    sink = kafka_sink(make_context, tmp_path, producer)
+    sink.process(1, None)
+    sink.snapshot_state(1)
+    sink.notify_checkpoint_complete(1)
+    sink.snapshot_state(2)  # the final checkpoint: nothing after the last one
+    sink.notify_checkpoint_complete(2)
+    calls = list(producer.calls)
+    sink.end_input()
+    assert producer.calls == calls and producer.values() == [b"1"]
+    assert sink._spill.held_epochs() == {}  # noqa: SLF001
+    sink.close()
+
+
+def test_a_postgres_sink_with_rows_left_at_end_of_input_writes_none_of_them(make_context: MakeContext) -> None:
+    """It used to prepare and commit them under the next epoch's id, a checkpoint id not issued yet,
+    which the restarted attempt's own checkpoint then collided with in the proof table."""
+    sink = TwoPhasePostgresSinkOperator("totals", ("id", "total"), ("id",), lambda v: (v, v * 10))
+    sink.setup(make_context("pg-sink"), CollectingOutput())
+    sink.process(1, None)
+    sink.process(2, None)
+    with pytest.raises(EndOfInputNotCheckpointedError) as raised:
+        sink.end_input()  # not opened: any statement would fail on the missing session
+    message = str(raised.value)
+    for part in ("postgres sink 'pg-sink'", "job job-1", "subtask 0", "2 record(s)", "no checkpoint yet"):
+        assert part in message, (part, message)

@@ -6,7 +6,8 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from operators.twophase import (
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.operators.twophase import (
     MAX_GID_LENGTH,
     CommitTxn,
     LedgerSnapshot,
@@ -19,7 +20,6 @@ from operators.twophase import (
     TxnStatus,
     plan_recovery,
 )
-from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 JOB = JobId("job-7")
 SINK = OperatorUid("orders-sink")

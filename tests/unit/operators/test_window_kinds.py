@@ -11,8 +11,6 @@ from typing import Any
 
 import pytest
 
-from operators.base import InheritedState, StreamOperator
-from operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.core.errors import JobDefinitionError
 from weir.core.ids import SubtaskIndex
@@ -26,6 +24,8 @@ from weir.core.windows import (
     TumblingProcessingTimeWindows,
     WindowContext,
 )
+from weir.operators.base import InheritedState, StreamOperator
+from weir.operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
 
 Value = tuple[str, int]
 Event = tuple[str, Any, int]  # ("record", value, ts) or ("watermark", None, watermark)

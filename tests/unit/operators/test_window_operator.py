@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from operators.windows import WindowAggregateOperator
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.core.errors import JobDefinitionError
 from weir.core.metrics import TaskMetrics
 from weir.core.watermarks import MAX_WATERMARK
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.operators.windows import WindowAggregateOperator
 
 Result = tuple[str, int, int, int]  # key, window start, window end, sum
 

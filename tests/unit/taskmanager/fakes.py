@@ -9,20 +9,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from operators.base import SourceOperator, StreamOperator
-from operators.keyed import KeyedOperator, ReduceOperator
-from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.network import InputGate, RecordWriter, read_buffer
-from taskmanager.partitioners import RebalancePartitioner
-from taskmanager.snapshots import TaskKeyedState
-from taskmanager.task import CheckpointAck, Restore, Task, TaskAddress, TaskCallbacks
 from weir.core.failures import Failure
 from weir.core.ids import SubtaskIndex
 from weir.core.process_functions import Clock, wall_clock_ms
 from weir.core.states import TaskState
 from weir.core.watermarks import MAX_WATERMARK
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
+from weir.operators.base import SourceOperator, StreamOperator
+from weir.operators.keyed import KeyedOperator, ReduceOperator
 from weir.plan import build_plan
+from weir.taskmanager.barrier_aligner import AlignmentMode
+from weir.taskmanager.network import InputGate, RecordWriter, read_buffer
+from weir.taskmanager.partitioners import RebalancePartitioner
+from weir.taskmanager.snapshots import TaskKeyedState
+from weir.taskmanager.task import CheckpointAck, Restore, Task, TaskAddress, TaskCallbacks
 from weir.wire import taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind

@@ -7,7 +7,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from taskmanager.barrier_aligner import (
+from weir.core.checkpointing import BarrierAlignment
+from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.taskmanager.barrier_aligner import (
     AbortedCheckpoint,
     AbortReason,
     Action,
@@ -26,7 +28,6 @@ from taskmanager.barrier_aligner import (
     TriggerSnapshot,
     UnblockChannels,
 )
-from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 
 TASK = TaskId(JobId("job"), OperatorUid("join"), SubtaskIndex(0))
 EO = AlignmentMode.EXACTLY_ONCE
@@ -34,6 +35,7 @@ ALO = AlignmentMode.AT_LEAST_ONCE
 UNALIGNED = AlignmentMode.UNALIGNED
 SAVEPOINT = CheckpointKind.SAVEPOINT
 CHECKPOINT = CheckpointKind.CHECKPOINT
+FORCED = BarrierAlignment.FORCED_ALIGNED
 
 C0, C1, C2 = ChannelIndex(0), ChannelIndex(1), ChannelIndex(2)
 CP1, CP2, CP3, CP5 = CheckpointId(1), CheckpointId(2), CheckpointId(3), CheckpointId(5)
@@ -456,6 +458,68 @@ def test_unaligned_savepoints_are_aligned(make_aligner: MakeAligner) -> None:
     )
 
 
+# A final checkpoint's barrier is forced aligned (Flink's FORCED_ALIGNED): aligned in every mode.
+
+
+def final_trigger(checkpoint: int, started: float, at: float) -> TriggerSnapshot:
+    return TriggerSnapshot(CheckpointId(checkpoint), CHECKPOINT, started, at, alignment=FORCED)
+
+
+@pytest.mark.parametrize("aligned_start", [False, True])
+def test_unaligned_mode_aligns_a_forced_aligned_barrier_and_captures_nothing(aligned_start: bool) -> None:
+    """A bounded job's final checkpoint: blocked channels, no capture, the snapshot once every
+    barrier is in, and the snapshot says the barrier it forwards is forced aligned too."""
+    aligner = BarrierAligner(TASK, 3, UNALIGNED, aligned_start=aligned_start)
+    assert aligner.on_barrier(C1, CP1, now=0.0, alignment=FORCED) == (BlockChannel(C1),)
+    assert aligner.capturing_channels == frozenset() and aligner.blocked_channels == {C1}
+    assert aligner.on_barrier(C0, CP1, now=1.0, alignment=FORCED) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C2, CP1, now=2.0, alignment=FORCED) == (final_trigger(1, 0.0, 2.0), unblock(0, 1))
+    assert aligner.pending_checkpoint is None and aligner.last_completed_checkpoint == CP1
+
+
+@pytest.mark.parametrize("aligned_start", [False, True])
+def test_a_forced_aligned_single_input_snapshots_on_its_barrier_without_capture(aligned_start: bool) -> None:
+    aligner = BarrierAligner(TASK, 1, UNALIGNED, aligned_start=aligned_start)
+    assert aligner.on_barrier(C0, CP1, now=3.0, alignment=FORCED) == (final_trigger(1, 3.0, 3.0),)
+
+
+def test_a_forced_aligned_checkpoint_is_never_switched_to_unaligned() -> None:
+    """The aligned-checkpoint timeout never turns a final barrier (the gate never prioritizes one):
+    should another barrier of the checkpoint come as a priority one, the checkpoint stays aligned."""
+    aligner = timeoutable(3)
+    assert aligner.on_barrier(C0, CP1, now=0.0, alignment=FORCED) == (BlockChannel(C0),)
+    assert aligner.on_barrier(C1, CP1, now=5.0, priority=True) == (BlockChannel(C1),)
+    assert aligner.capturing_channels == frozenset()
+    assert aligner.on_barrier(C2, CP1, now=6.0, alignment=FORCED) == (final_trigger(1, 0.0, 6.0), unblock(0, 1))
+
+
+@pytest.mark.parametrize("aligned_start", [False, True])
+def test_a_forced_aligned_barrier_that_comes_as_a_priority_event_is_a_protocol_error(aligned_start: bool) -> None:
+    """It would have overtaken records the aligned snapshot must hold."""
+    aligner = BarrierAligner(TASK, 2, UNALIGNED, aligned_start=aligned_start)
+    with pytest.raises(InputProtocolError, match="forced aligned"):
+        aligner.on_barrier(C0, CP1, now=0.0, priority=True, alignment=FORCED)
+
+
+@pytest.mark.parametrize(("mode", "first"), [(EO, (BlockChannel(C0),)), (ALO, ())])
+def test_other_modes_carry_the_forced_alignment_to_the_snapshot(
+    make_aligner: MakeAligner, mode: AlignmentMode, first: tuple[Action, ...]
+) -> None:
+    aligner = make_aligner(2, mode)
+    assert aligner.on_barrier(C0, CP1, now=0.0, alignment=FORCED) == first
+    actions = aligner.on_barrier(C1, CP1, now=1.0, alignment=FORCED)
+    assert snapshot_of(actions) == final_trigger(1, 0.0, 1.0)
+
+
+def test_a_forced_aligned_checkpoint_after_unaligned_ones_aligns() -> None:
+    aligner = BarrierAligner(TASK, 2, UNALIGNED)
+    aligner.on_barrier(C0, CP1, now=0.0, priority=True)
+    aligner.on_barrier(C1, CP1, now=1.0, priority=True)
+    assert aligner.last_completed_checkpoint == CP1
+    assert aligner.on_barrier(C1, CP2, now=2.0, alignment=FORCED) == (BlockChannel(C1),)
+    assert aligner.on_end_of_stream(C0, now=3.0) == (final_trigger(2, 2.0, 3.0), unblock(1))
+
+
 # Unaligned with an aligned start (aligned-checkpoint-timeout): aligned until a priority barrier.
 
 
@@ -527,7 +591,9 @@ def test_exactly_once_mode_never_switches() -> None:
 
 # Randomized, after Flink's AlignedCheckpointsMassiveRandomTest: a fake input gate with K channels,
 # each a queue of sequence-tagged records and checkpoint markers, drained in a random interleaving
-# that never polls a blocked channel.
+# that never polls a blocked channel. In unaligned mode a barrier the gate may prioritize (a
+# checkpoint's, not a savepoint's nor a forced aligned one's) is sometimes taken ahead of the records
+# queued before it, as the producer's priority send or the aligned-checkpoint timeout would.
 
 
 @dataclass(frozen=True)
@@ -557,6 +623,11 @@ Event = Record | Barrier | Cancel | End
 class Gate:
     channels: tuple[tuple[Event, ...], ...]
     kinds: dict[CheckpointId, CheckpointKind]
+    alignments: dict[CheckpointId, BarrierAlignment]
+
+    def prioritizable(self, checkpoint_id: CheckpointId) -> bool:
+        """Whether the gate may take this checkpoint's barriers ahead of their queue."""
+        return self.kinds[checkpoint_id] is CHECKPOINT and self.alignments[checkpoint_id] is BarrierAlignment.BY_MODE
 
     def records_before(self, checkpoint_id: CheckpointId) -> tuple[int, ...]:
         """Per channel, the records before its first marker of this checkpoint or a later one."""
@@ -590,6 +661,9 @@ def random_gate(rng: random.Random) -> Gate:
     num_checkpoints = rng.randint(1, 6)
     ids = [CheckpointId(n) for n in range(1, num_checkpoints + 1)]
     kinds = {n: SAVEPOINT if rng.random() < 0.15 else CHECKPOINT for n in ids}
+    alignments = {
+        n: FORCED if kinds[n] is CHECKPOINT and rng.random() < 0.25 else BarrierAlignment.BY_MODE for n in ids
+    }
     cancelled_upstream = {n for n in ids if rng.random() < 0.2}
     channels = []
     for _ in range(rng.randint(1, 6)):
@@ -609,7 +683,7 @@ def random_gate(rng: random.Random) -> Gate:
             seq += 1
         events.append(End())
         channels.append(tuple(events))
-    return Gate(tuple(channels), kinds)
+    return Gate(tuple(channels), kinds, alignments)
 
 
 @dataclass
@@ -628,6 +702,8 @@ class Operator:
     forwarded: set[CheckpointId] = field(default_factory=set)
     aborted_by_jobmanager: set[CheckpointId] = field(default_factory=set)
     barrier_reads: dict[CheckpointId, list[BarrierArrival]] = field(default_factory=dict)  # as the loop read them
+    overtaken: tuple[ChannelIndex, int] | None = None  # the priority barrier being handled: its channel, records
+    forced_completed: int = 0
     ended: int = 0
 
     def read_record(self, channel: ChannelIndex) -> None:
@@ -649,8 +725,12 @@ class Operator:
             case UnblockChannels(channels):
                 assert set(channels) <= self.blocked
                 self.blocked -= set(channels)
-            case TriggerSnapshot(checkpoint_id, kind, started_at, triggered_at, capture_inflight):
+            case TriggerSnapshot(checkpoint_id, kind, started_at, triggered_at, capture_inflight, alignment):
                 assert kind is self.gate.kinds[checkpoint_id]
+                assert alignment is self.gate.alignments[checkpoint_id]
+                if alignment is FORCED:
+                    assert not capture_inflight, "a forced aligned checkpoint captured records in flight"
+                    self.forced_completed += 1
                 assert triggered_at >= started_at
                 reads = tuple(self.barrier_reads[checkpoint_id])
                 assert action.barriers == reads  # every barrier of it read so far, when it was read
@@ -671,6 +751,12 @@ class Operator:
                 self.capturing[channel] = checkpoint_id
             case StopCapture(channel, checkpoint_id):
                 assert self.capturing.pop(channel) == checkpoint_id
+            case CaptureQueued(channel, checkpoint_id):
+                assert channel not in self.capturing
+                if self.overtaken is not None:  # what the priority barrier overtook is the checkpoint's
+                    overtaken_channel, records = self.overtaken
+                    assert overtaken_channel == channel
+                    self.captured[checkpoint_id, channel] += records
             case InflightCaptureComplete(checkpoint_id):
                 assert checkpoint_id not in self.capturing.values()
                 assert action.barriers == tuple(self.barrier_reads[checkpoint_id])
@@ -699,10 +785,24 @@ class Operator:
         self.completed.append(checkpoint_id)
 
 
-def drain(gate: Gate, mode: AlignmentMode, rng: random.Random) -> Operator:
-    aligner = BarrierAligner(TASK, len(gate.channels), mode)
+def priority_barrier(gate: Gate, queue: list[Event]) -> int | None:
+    """Where the next marker of this channel's queue is, if it is a barrier the gate may take ahead
+    of the records queued before it."""
+    for index, event in enumerate(queue):
+        match event:
+            case Record():
+                continue
+            case Barrier(checkpoint_id) if gate.prioritizable(checkpoint_id):
+                return index
+            case _:
+                return None
+    return None
+
+
+def drain(gate: Gate, mode: AlignmentMode, rng: random.Random, *, aligned_start: bool = False) -> Operator:
+    aligner = BarrierAligner(TASK, len(gate.channels), mode, aligned_start=aligned_start)
     operator = Operator(gate, mode, consumed=[0] * len(gate.channels))
-    positions = [0] * len(gate.channels)
+    queues = [list(events) for events in gate.channels]
     now = 0.0
     while True:
         now += 1.0
@@ -711,22 +811,35 @@ def drain(gate: Gate, mode: AlignmentMode, rng: random.Random) -> Operator:
             if checkpoint_id not in operator.completed:
                 operator.aborted_by_jobmanager.add(checkpoint_id)
             operator.apply(aligner.abort(checkpoint_id))
+        if mode is UNALIGNED and rng.random() < 0.3:
+            ahead = [(c, at) for c, queue in enumerate(queues) if (at := priority_barrier(gate, queue)) is not None]
+            if ahead:  # a priority barrier: taken before the records queued ahead of it, even on a blocked channel
+                c, at = rng.choice(ahead)
+                channel = ChannelIndex(c)
+                barrier = queues[c].pop(at)
+                assert isinstance(barrier, Barrier)
+                checkpoint_id = barrier.checkpoint_id
+                operator.barrier_reads.setdefault(checkpoint_id, []).append(BarrierArrival(channel, now))
+                operator.overtaken = (channel, at)
+                operator.apply(
+                    aligner.on_barrier(channel, checkpoint_id, gate.kinds[checkpoint_id], now=now, priority=True)
+                )
+                operator.overtaken = None
+                continue
         readable = [
-            ChannelIndex(channel)
-            for channel, events in enumerate(gate.channels)
-            if positions[channel] < len(events) and channel not in operator.blocked
+            ChannelIndex(channel) for channel, queue in enumerate(queues) if queue and channel not in operator.blocked
         ]
         if not readable:
             break
         channel = rng.choice(readable)
-        event = gate.channels[channel][positions[channel]]
-        positions[channel] += 1
+        event = queues[channel].pop(0)
         match event:
             case Record():
                 operator.read_record(channel)
             case Barrier(checkpoint_id):
                 operator.barrier_reads.setdefault(checkpoint_id, []).append(BarrierArrival(channel, now))
-                operator.apply(aligner.on_barrier(channel, checkpoint_id, gate.kinds[checkpoint_id], now=now))
+                kind, alignment = gate.kinds[checkpoint_id], gate.alignments[checkpoint_id]
+                operator.apply(aligner.on_barrier(channel, checkpoint_id, kind, now=now, alignment=alignment))
             case Cancel(checkpoint_id):
                 operator.apply(aligner.on_cancellation(channel, checkpoint_id))
             case End():
@@ -737,9 +850,10 @@ def drain(gate: Gate, mode: AlignmentMode, rng: random.Random) -> Operator:
             assert not operator.blocked
         if mode is UNALIGNED and operator.blocked:
             pending = aligner.pending_checkpoint
-            assert pending is not None and gate.kinds[pending] is SAVEPOINT
+            assert pending is not None
+            assert aligned_start or not gate.prioritizable(pending), "unaligned mode blocked a channel"
 
-    assert positions == [len(events) for events in gate.channels], "the gate did not drain: deadlock"
+    assert not any(queues), "the gate did not drain: deadlock"
     assert aligner.pending_checkpoint is None
     assert operator.ended == 1
     assert not operator.capturing
@@ -747,14 +861,15 @@ def drain(gate: Gate, mode: AlignmentMode, rng: random.Random) -> Operator:
     return operator
 
 
-@pytest.mark.parametrize("mode", [EO, ALO, UNALIGNED])
-def test_massive_random_interleavings(mode: AlignmentMode) -> None:
-    completions = 0
+@pytest.mark.parametrize(("mode", "aligned_start"), [(EO, False), (ALO, False), (UNALIGNED, False), (UNALIGNED, True)])
+def test_massive_random_interleavings(mode: AlignmentMode, aligned_start: bool) -> None:
+    completions = forced = 0
     for seed in range(700):
-        rng = random.Random(f"{mode.value}-{seed}")
+        rng = random.Random(f"{mode.value}-{aligned_start}-{seed}" if aligned_start else f"{mode.value}-{seed}")
         gate = random_gate(rng)
-        operator = drain(gate, mode, rng)
+        operator = drain(gate, mode, rng, aligned_start=aligned_start)
         completions += len(operator.completed)
+        forced += operator.forced_completed
         if mode is not EO:
             continue
         for checkpoint_id in gate.kinds:
@@ -768,3 +883,4 @@ def test_massive_random_interleavings(mode: AlignmentMode) -> None:
             if undisturbed:
                 assert checkpoint_id in operator.completed, (seed, checkpoint_id)
     assert completions > 700
+    assert forced > 100, "too few forced aligned checkpoints completed to show they stay aligned"

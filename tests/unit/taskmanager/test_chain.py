@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.base import OperatorContext, StreamOperator
-from taskmanager.chain import ChainInput, OperatorChain
 from tests.unit.taskmanager.fakes import Journal, three_vertex_graph
 from weir.core.ids import ChannelIndex
 from weir.core.keygroups import KeyGroup, KeyGroupRange
 from weir.core.watermarks import MAX_WATERMARK, WatermarkStatus
+from weir.operators.base import OperatorContext, StreamOperator
 from weir.plan import build_plan
+from weir.taskmanager.chain import ChainInput, OperatorChain
 
 
 class Edge:

@@ -10,8 +10,13 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from taskmanager import network
-from taskmanager.network import (
+from tests.unit.taskmanager.fakes import FakeChannel
+from weir.core.columnar import FieldKey, Schema, encode_ipc, is_batch
+from weir.core.errors import ProtocolError
+from weir.core.ids import SubtaskIndex
+from weir.core.keygroups import KeyEncoder
+from weir.taskmanager import network
+from weir.taskmanager.network import (
     COLUMNAR_ROWS_PER_BUFFER,
     LocalBuffer,
     LocalOutputChannel,
@@ -22,12 +27,7 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from tests.unit.taskmanager.fakes import FakeChannel
-from weir.core.columnar import FieldKey, Schema, encode_ipc, is_batch
-from weir.core.errors import ProtocolError
-from weir.core.ids import SubtaskIndex
-from weir.core.keygroups import KeyEncoder
+from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
 from weir.wire import taskmanager_pb2
 
 MAX_PARALLELISM = 128

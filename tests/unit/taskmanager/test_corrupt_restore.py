@@ -8,13 +8,13 @@ import json
 
 import pytest
 
-from operators.base import OperatorContext, StreamOperator
-from taskmanager.chain import OperatorChain
 from weir.api import Environment, TumblingEventTimeWindows
 from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.keygroups import KeyGroup, KeyGroupRange
+from weir.operators.base import OperatorContext, StreamOperator
 from weir.plan import build_plan
+from weir.taskmanager.chain import OperatorChain
 
 
 class Count:

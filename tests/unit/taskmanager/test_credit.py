@@ -5,8 +5,8 @@ from collections import deque
 
 import pytest
 
-from taskmanager.credit import InputChannelCredits, OutputChannelCredits
 from weir.core.errors import ProtocolError
+from weir.taskmanager.credit import InputChannelCredits, OutputChannelCredits
 
 
 def test_receiver_grants_credit_as_buffers_are_consumed() -> None:

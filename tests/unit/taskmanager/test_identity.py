@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from taskmanager.identity import advertised_host, default_taskmanager_id
+from weir.taskmanager.identity import advertised_host, default_taskmanager_id
 
 HOSTS = {"3f2a9c1be07d": "172.18.0.7", "taskmanager-2": "10.244.1.12"}
 

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 import structlog
 
-from operators.rejections import CapturedDeadLetters, RecordRejections
-from taskmanager.network import RecordWriter
-from taskmanager.partitioners import KeyGroupPartitioner
-from taskmanager.runtime import key_rejected
 from tests.unit.taskmanager.test_network import FakeChannel, writer_for
 from weir.api import Environment
 from weir.core.keygroups import KeyEncoder
 from weir.core.rejections import DeadLetterOnError, OnRecordError, SourcePosition, UserFunctionError
+from weir.operators.rejections import CapturedDeadLetters, RecordRejections
 from weir.plan import build_plan
+from weir.taskmanager.network import RecordWriter
+from weir.taskmanager.partitioners import KeyGroupPartitioner
+from weir.taskmanager.runtime import key_rejected
 
 
 def keyed_job(on_error: OnRecordError | None, job_default: OnRecordError | None = None) -> Any:

@@ -9,17 +9,17 @@ from pathlib import Path
 import pytest
 from rocksdict import AccessType, Options, Rdict
 
-from connectors.object_storage import FileCheckpointStorage
-from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight, parse_message
-from taskmanager.network import barrier_message, encode_records, end_of_stream_message, read_buffer
-from taskmanager.snapshots import KeyedStateHandle, TaskKeyedState
 from tests.unit.taskmanager.fakes import make_task
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
 from weir.core.states import TaskState
+from weir.taskmanager.barrier_aligner import AlignmentMode
+from weir.taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight, parse_message
+from weir.taskmanager.network import barrier_message, encode_records, end_of_stream_message, read_buffer
+from weir.taskmanager.snapshots import KeyedStateHandle, TaskKeyedState
 from weir.wire import taskmanager_pb2
 
 

@@ -8,8 +8,11 @@ from typing import Any
 
 import pytest
 
-from taskmanager.inflight import persistable
-from taskmanager.network import (
+from weir.core.checkpointing import CheckpointKind
+from weir.core.errors import ProtocolError
+from weir.core.ids import SubtaskIndex
+from weir.taskmanager.inflight import persistable
+from weir.taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
     ChannelBuffer,
     ChannelClosedError,
@@ -25,10 +28,7 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.partitioners import RebalancePartitioner
-from weir.core.checkpointing import CheckpointKind
-from weir.core.errors import ProtocolError
-from weir.core.ids import SubtaskIndex
+from weir.taskmanager.partitioners import RebalancePartitioner
 from weir.wire import taskmanager_pb2
 
 

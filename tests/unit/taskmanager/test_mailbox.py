@@ -6,9 +6,9 @@ import threading
 import time
 from typing import Any
 
-from taskmanager.mailbox import Cancel, CheckpointComplete, Mailbox
-from taskmanager.network import InputGate, ReceivedBuffer, watermark_message
 from weir.core.ids import CheckpointId
+from weir.taskmanager.mailbox import Cancel, CheckpointComplete, Mailbox
+from weir.taskmanager.network import InputGate, ReceivedBuffer, watermark_message
 
 
 def wait_in_thread(mailbox: Mailbox, take_input: Any) -> tuple[threading.Thread, list[Any]]:

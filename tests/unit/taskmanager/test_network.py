@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import queue
+import random
 import threading
 import time
 from collections import defaultdict
+from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 import pytest
 
-from taskmanager.network import (
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.errors import ProtocolError
+from weir.core.ids import SubtaskIndex
+from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
+from weir.core.serde import dumps_value
+from weir.taskmanager.network import (
     OUTPUT_QUEUE_LIMIT,
     RECORDS_PER_BUFFER,
+    Barrier,
     ChannelBuffer,
     ChannelClosedError,
     InputGate,
@@ -27,13 +35,8 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
-from weir.core.checkpointing import CheckpointKind
-from weir.core.errors import ProtocolError
-from weir.core.ids import SubtaskIndex
-from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
-from weir.core.serde import dumps_value
-from weir.wire import taskmanager_pb2
+from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
+from weir.wire import common_pb2, taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind
 
@@ -439,7 +442,9 @@ def test_a_priority_barrier_is_taken_first_with_what_its_channel_queued_ahead_of
 
 
 def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
-    from taskmanager.network import (
+    from weir.core.checkpointing import CheckpointKind
+    from weir.core.watermarks import WatermarkStatus
+    from weir.taskmanager.network import (
         Barrier,
         CancelBarrier,
         EndOfStream,
@@ -451,8 +456,6 @@ def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
         read_buffer,
         watermark_status_message,
     )
-    from weir.core.checkpointing import CheckpointKind
-    from weir.core.watermarks import WatermarkStatus
 
     msg = data("a", "b")
     msg.MergeFrom(barrier_message(4, 12.5, CheckpointKind.SAVEPOINT))
@@ -495,6 +498,7 @@ def test_a_timed_out_barrier_is_turned_into_a_priority_one_that_overtakes_its_qu
     first, second = gate.take_priority(), gate.take_priority()
     assert first is not None and second is not None
     assert message_of(first.message).priority and message_of(second.message).priority
+    assert read_buffer(first.message).event == Barrier(7, 100.0, CheckpointKind.CHECKPOINT, BarrierAlignment.BY_MODE)  # type: ignore[arg-type]
     assert {
         first.channel: [values_of(m) for m in first.overtaken],
         second.channel: [values_of(m) for m in second.overtaken],
@@ -508,6 +512,50 @@ def test_a_timed_out_barrier_is_turned_into_a_priority_one_that_overtakes_its_qu
     assert gate.prioritize(7) == 0
 
 
+def test_a_barrier_carries_its_alignment_and_one_that_does_not_say_is_refused() -> None:
+    forced = barrier_message(3, 1.5, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED)
+    assert forced.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED
+    event = read_buffer(forced).event
+    assert event == Barrier(3, 1.5, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED)  # type: ignore[arg-type]
+    assert read_buffer(barrier_message(3, 1.5, CheckpointKind.CHECKPOINT)).event == Barrier(
+        3,  # type: ignore[arg-type]
+        1.5,
+        CheckpointKind.CHECKPOINT,
+        BarrierAlignment.BY_MODE,
+    )
+    unspecified = barrier_message(3, 1.5, CheckpointKind.CHECKPOINT)
+    unspecified.ClearField("barrier_alignment")
+    with pytest.raises(ProtocolError, match="BARRIER_ALIGNMENT_UNSPECIFIED"):
+        read_buffer(unspecified)
+
+
+def test_a_forced_aligned_barrier_never_times_out_into_a_priority_one() -> None:
+    """A final checkpoint's barrier waits in its queue whatever the aligned-checkpoint timeout says:
+    the task asks the gate for the queued barriers to turn, and it is never among them."""
+    gate = InputGate([0, 0], initial_credits=4)
+    gate.push(0, data(1))
+    gate.push(0, barrier_message(9, 100.0, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED))
+    gate.push(1, barrier_message(10, 101.0, CheckpointKind.CHECKPOINT))
+    assert gate.queued_barrier_times() == {10: 101.0}
+    assert gate.prioritize(9) == 0
+    assert gate.take_priority() is None
+    taken = [gate.take() for _ in range(3)]
+    assert [read_buffer(t.message).event for t in taken if t is not None and t.channel == 0] == [
+        None,
+        Barrier(9, 100.0, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED),  # type: ignore[arg-type]
+    ]
+
+
+def test_a_writer_refuses_to_send_a_forced_aligned_barrier_as_a_priority_event() -> None:
+    channel = FakeChannel()
+    writer = writer_for([channel], RebalancePartitioner(SubtaskIndex(0), 1))
+    writer.emit("x", None)
+    forced = barrier_message(4, 0.0, CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED)
+    with pytest.raises(ProtocolError, match="forced aligned"):
+        writer.broadcast_priority(forced)
+    assert channel.sent == [], "nothing went out"
+
+
 def test_a_savepoint_barrier_never_times_out_into_a_priority_one() -> None:
     gate = InputGate([0], initial_credits=4)
     gate.push(0, data(1))
@@ -515,3 +563,180 @@ def test_a_savepoint_barrier_never_times_out_into_a_priority_one() -> None:
     assert gate.queued_barrier_times() == {}
     assert gate.prioritize(8) == 0
     assert gate.take_priority() is None
+
+
+def test_a_pending_priority_barrier_keeps_its_place_when_an_earlier_barrier_times_out_before_it() -> None:
+    """Barrier 6 overtakes b1, barrier 5 and b2 on arrival; then barrier 5 times out and its slot goes.
+    Barrier 6 overtook b1 and b2 only: q1 came after it, and must not be handed to the checkpoint."""
+    gate = InputGate([0], initial_credits=8)
+    gate.push(0, data("b1"))
+    gate.push(0, barrier_message(5, 100.0, CheckpointKind.CHECKPOINT))
+    gate.push(0, data("b2"))
+    gate.push(0, _priority(6))
+    gate.push(0, data("q1"))
+    assert gate.prioritize(5) == 1
+    first, second = gate.take_priority(), gate.take_priority()
+    assert first is not None and message_of(first.message).checkpoint_id == 6
+    assert [values_of(m) for m in first.overtaken] == [["b1"], ["b2"]]
+    assert second is not None and message_of(second.message).checkpoint_id == 5
+    assert [values_of(m) for m in second.overtaken] == [["b1"]]
+
+
+def _priority(checkpoint_id: int) -> taskmanager_pb2.DataMessage:
+    barrier = barrier_message(checkpoint_id, float(checkpoint_id), CheckpointKind.CHECKPOINT)
+    barrier.priority = True
+    return barrier
+
+
+# A buffer as the gate model sees it: (values, event kind, checkpoint id).
+Described = tuple[tuple[Any, ...], int, int]
+
+
+def _described(buffer: ChannelBuffer) -> Described:
+    msg = message_of(buffer)
+    return tuple(values_of(buffer)), msg.event, msg.checkpoint_id
+
+
+@dataclass
+class _Queued:
+    """A buffer of the model's channel queue: when it arrived, and what it is."""
+
+    arrived_at: int
+    what: Described
+
+
+@dataclass
+class _PendingPriority:
+    """A priority event of the model: its channel, checkpoint, and the arrival time before which the
+    channel's buffers are ahead of it."""
+
+    channel: int
+    checkpoint_id: int
+    boundary: int
+
+
+@dataclass
+class _GateModel:
+    """What an InputGate should answer, from arrival times alone: a priority event overtakes exactly
+    the buffers that arrived on its channel before it and are still queued."""
+
+    queues: list[list[_Queued]]
+    pending: list[_PendingPriority] = field(default_factory=list)
+    blocked: set[int] = field(default_factory=set)
+    clock: int = 0
+
+    def tick(self) -> int:
+        self.clock += 2
+        return self.clock
+
+    def overtaken(self, event: _PendingPriority) -> list[Described]:
+        return [q.what for q in self.queues[event.channel] if q.arrived_at < event.boundary]
+
+    def queued_barriers(self) -> set[int]:
+        return {q.what[2] for queue in self.queues for q in queue if q.what[1] == Event.EVENT_KIND_BARRIER}
+
+
+def _check_gate(gate: InputGate, model: _GateModel, step: str) -> None:
+    pending = gate.pending_priority()
+    assert [(p.channel, message_of(p.message).checkpoint_id) for p in pending] == [
+        (e.channel, e.checkpoint_id) for e in model.pending
+    ], step
+    for received, event in zip(pending, model.pending, strict=True):
+        assert [_described(b) for b in received.overtaken] == model.overtaken(event), step
+    assert gate.queued_buffers() == sum(len(q) for q in model.queues), step
+    assert set(gate.queued_barrier_times()) == model.queued_barriers(), step
+
+
+_GATE_ACTIONS = (
+    *("data",) * 3,
+    *("with_records", "barrier", "priority", "prioritize"),
+    *("take", "take", "take_priority", "block", "unblock", "next_checkpoint"),
+)
+
+
+def _random_gate_run(rng: random.Random) -> int:
+    """One seeded interleaving of pushes (records, records with a barrier, bare in-order barriers,
+    priority barriers), timeouts, blocks, takes and priority takes, checked after every step; answers
+    how many priority events were taken with something overtaken."""
+    channels, credits = rng.randint(1, 3), rng.randint(2, 5)
+    gate = InputGate([0] * channels, initial_credits=credits)
+    model = _GateModel([[] for _ in range(channels)])
+    value = iter(range(10**6))
+    checkpoint = iter(range(1, 10**6))
+    aligned = next(checkpoint)  # the in-order barriers' checkpoint, shared by the channels
+    sent_barrier = [0] * channels
+    overtook = 0
+    for step in range(rng.randint(20, 120)):
+        channel = rng.randrange(channels)
+        room = len(model.queues[channel]) < credits
+        action = rng.choice(_GATE_ACTIONS)
+        if action in ("data", "with_records", "barrier") and not room:
+            action = "take"
+        if action in ("with_records", "barrier") and sent_barrier[channel] == aligned:
+            action = "data"  # a channel carries one barrier per checkpoint
+        match action:
+            case "data" | "with_records" | "barrier":
+                msg = data(next(value)) if action != "barrier" else taskmanager_pb2.DataMessage()
+                if action != "data":
+                    msg.MergeFrom(barrier_message(aligned, float(aligned), CheckpointKind.CHECKPOINT))
+                    sent_barrier[channel] = aligned
+                gate.push(channel, msg)
+                model.queues[channel].append(_Queued(model.tick(), _described(msg)))
+            case "priority":
+                cid = next(checkpoint)
+                gate.push(channel, _priority(cid))
+                model.pending.append(_PendingPriority(channel, cid, model.tick()))
+            case "prioritize":
+                cid = rng.choice(sorted(model.queued_barriers() | {aligned}))
+                turned = 0
+                for c, queue in enumerate(model.queues):
+                    at = next((i for i, q in enumerate(queue) if q.what[1:] == (Event.EVENT_KIND_BARRIER, cid)), None)
+                    if at is None:
+                        continue
+                    barrier = queue[at]
+                    if barrier.what[0]:  # its records stay queued, ahead of it
+                        queue[at] = _Queued(barrier.arrived_at, (barrier.what[0], Event.EVENT_KIND_UNSPECIFIED, 0))
+                        model.pending.append(_PendingPriority(c, cid, barrier.arrived_at + 1))
+                    else:
+                        del queue[at]
+                        model.pending.append(_PendingPriority(c, cid, barrier.arrived_at))
+                    turned += 1
+                assert gate.prioritize(cid) == turned, step
+            case "take":
+                taken = gate.take()
+                if model.pending:
+                    event = model.pending.pop(0)
+                    assert taken is not None and message_of(taken.message).priority, step
+                    overtook += bool(taken.overtaken)
+                elif taken is None:
+                    assert all(not q or c in model.blocked for c, q in enumerate(model.queues)), step
+                else:
+                    assert taken.channel not in model.blocked, step
+                    assert _described(taken.message) == model.queues[taken.channel].pop(0).what, step
+            case "take_priority":
+                taken = gate.take_priority()
+                assert (taken is None) == (not model.pending), step
+                if taken is not None:
+                    event = model.pending.pop(0)
+                    assert (taken.channel, message_of(taken.message).checkpoint_id) == (
+                        event.channel,
+                        event.checkpoint_id,
+                    ), step
+                    overtook += bool(taken.overtaken)
+            case "block":
+                gate.block(channel)
+                model.blocked.add(channel)
+            case "unblock":
+                gate.unblock([channel])
+                model.blocked.discard(channel)
+            case "next_checkpoint":
+                aligned = next(checkpoint)
+            case _:
+                raise AssertionError(action)
+        _check_gate(gate, model, f"step {step}: {action} on channel {channel}")
+    return overtook
+
+
+def test_what_a_priority_event_overtook_stays_true_over_random_interleavings() -> None:
+    overtook = sum(_random_gate_run(random.Random(f"gate-{seed}")) for seed in range(400))
+    assert overtook > 400, "the runs hardly ever took a priority event that overtook something"

@@ -4,7 +4,9 @@ from collections import Counter
 
 import pytest
 
-from taskmanager.partitioners import (
+from weir.core.ids import KeyGroup, SubtaskIndex
+from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
+from weir.taskmanager.partitioners import (
     BroadcastPartitioner,
     ForwardPartitioner,
     KeyGroupPartitioner,
@@ -13,8 +15,6 @@ from taskmanager.partitioners import (
     RebalancePartitioner,
     create_partitioner,
 )
-from weir.core.ids import KeyGroup, SubtaskIndex
-from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
 
 
 def test_forward_sends_to_own_subtask() -> None:

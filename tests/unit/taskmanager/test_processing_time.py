@@ -10,16 +10,18 @@ from typing import Any
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from operators.base import StreamOperator
-from operators.keyed import KeyedProcessOperator
-from taskmanager.chain import OperatorChain
-from taskmanager.network import encode_records
-from taskmanager.snapshots import TaskKeyedState
 from tests.unit.taskmanager.fakes import Harness, make_task
+from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
 from weir.core.ids import TaskManagerId
 from weir.core.paths import CheckpointPaths
+from weir.core.states import TaskState
+from weir.operators.base import StreamOperator
+from weir.operators.keyed import KeyedProcessOperator
 from weir.plan import Vertex
+from weir.taskmanager.chain import OperatorChain
+from weir.taskmanager.network import barrier_message, encode_records
+from weir.taskmanager.snapshots import TaskKeyedState
 from weir.wire import taskmanager_pb2
 
 
@@ -92,6 +94,24 @@ def test_a_timer_not_yet_due_waits_for_the_clock(timer_task: tuple[Harness, Fake
     h.gate.push(0, data(9_000))  # wakes the task; the timer is due by now
     h.journal.wait_for(lambda: ("timer", 5_000) in sink_records(h))
     assert sink_records(h) == [("seen", 5_000), ("seen", 9_000), ("timer", 5_000)]
+
+
+def test_no_processing_time_timer_fires_once_the_final_barrier_passed(timer_task: tuple[Harness, FakeClock]) -> None:
+    """Flink quiesces the processing-time service when it finishes the operators, before the final
+    checkpoint: a timer firing after the final barrier would send its output to the sinks after they
+    pre-committed at it, outside every checkpoint. The timer due then never fires."""
+    h, clock = timer_task
+    assert h.gate is not None
+    h.gate.push(0, data(5_000))
+    h.journal.wait_for(lambda: ("seen", 5_000) in sink_records(h))
+    h.gate.push(0, barrier_message(1, time.time(), CheckpointKind.CHECKPOINT, BarrierAlignment.FORCED_ALIGNED))
+    h.journal.wait_for(lambda: ("ack", 1) in h.journal.of("task"))
+    clock.now = 5_000
+    assert h.task._next_timer(last_sync=time.monotonic() + 3_600) > time.monotonic() + 60  # noqa: SLF001
+    h.task.notify_checkpoint_complete(1)
+    h.gate.push(0, taskmanager_pb2.DataMessage(event=taskmanager_pb2.EVENT_KIND_END_OF_STREAM))
+    h.wait_for_state(TaskState.FINISHED)
+    assert sink_records(h) == [("seen", 5_000)]
 
 
 class Due(StreamOperator):

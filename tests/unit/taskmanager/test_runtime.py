@@ -11,25 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from taskmanager.barrier_aligner import AlignmentMode
-from taskmanager.network import (
-    ChannelClosedError,
-    InputGate,
-    LocalOutputChannel,
-    end_of_stream_message,
-    message_of,
-)
-from taskmanager.runtime import (
-    AckReport,
-    DeclineReport,
-    Report,
-    TaskManagerRuntime,
-    alignment_for,
-    oversized_ack_reason,
-)
-from taskmanager.snapshots import KeyedStateHandle, SnapshotFile
-from taskmanager.task import ChainRestore, ChainSnapshot, CheckpointAck, TaskAddress
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import ChannelBarrierTime, CheckpointingMode, SubtaskCheckpointTimeline
 from weir.core.codec import checkpointing_mode_from_proto, checkpointing_mode_to_proto, timeline_from_proto
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
@@ -45,6 +27,24 @@ from weir.core.task_state import (
     read_operator_states,
 )
 from weir.core.transport import MAX_MESSAGE_BYTES
+from weir.taskmanager.barrier_aligner import AlignmentMode
+from weir.taskmanager.network import (
+    ChannelClosedError,
+    InputGate,
+    LocalOutputChannel,
+    end_of_stream_message,
+    message_of,
+)
+from weir.taskmanager.runtime import (
+    AckReport,
+    DeclineReport,
+    Report,
+    TaskManagerRuntime,
+    alignment_for,
+    oversized_ack_reason,
+)
+from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotFile
+from weir.taskmanager.task import ChainRestore, ChainSnapshot, CheckpointAck, TaskAddress
 from weir.wire import taskmanager_pb2
 
 
@@ -112,7 +112,7 @@ def test_an_oversized_acknowledgement_is_sent_as_a_decline_with_its_reason(
     """It used to be handed to gRPC, refused as too large and dropped: the checkpoint timed out."""
     address = TaskAddress("job-1", "sink", 0, 1)
     limit = 70_000  # room for 6 KB after the headroom: below the inline limit, so the state stays inline
-    monkeypatch.setattr("taskmanager.runtime.MAX_MESSAGE_BYTES", limit)
+    monkeypatch.setattr("weir.taskmanager.runtime.MAX_MESSAGE_BYTES", limit)
     large = ChainSnapshot(address, 5, {"sink": b"x" * (INLINE_STATE_LIMIT_BYTES - 1)}, layout(0, 127))
     runtime._on_checkpoint(address, CheckpointAck(large, 0.0, 0.0, 0.0, 0.0))  # noqa: SLF001
     decline = sent.next()

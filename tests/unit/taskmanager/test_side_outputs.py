@@ -6,13 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from operators.base import NO_SIDE_OUTPUTS, OperatorContext, StreamOperator
-from taskmanager.chain import OperatorChain
 from tests.unit.taskmanager.fakes import Journal, Recording
 from weir.core.keygroups import KeyGroup, KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
+from weir.operators.base import NO_SIDE_OUTPUTS, OperatorContext, StreamOperator
 from weir.plan import build_plan
+from weir.taskmanager.chain import OperatorChain
 
 ODD = OutputTag("odd")
 UNTAKEN = OutputTag("untaken")

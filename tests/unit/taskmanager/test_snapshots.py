@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from jobmanager.checkpointing.coordinator import (
+from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.keygroups import KeyGroupRange
+from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.coordinator import (
     Action,
     CheckpointCoordinator,
     DeleteObjects,
@@ -25,14 +28,11 @@ from jobmanager.checkpointing.coordinator import (
     PersistCheckpoint,
     TriggerBarriers,
 )
-from jobmanager.checkpointing.pending import AckResult, FailureKind, StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
-from jobmanager.checkpointing.trigger import CheckpointConfig
-from taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
-from taskmanager.state import StateBackend
-from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
-from weir.core.keygroups import KeyGroupRange
-from weir.core.paths import CheckpointPaths
+from weir.jobmanager.checkpointing.pending import AckResult, FailureKind, StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.trigger import CheckpointConfig
+from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter
+from weir.taskmanager.state import StateBackend
 
 
 def job_namespace(job: JobId, uid: str) -> str:

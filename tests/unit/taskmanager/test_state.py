@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from taskmanager.state import KeyedStateStore, StateBackend
+from weir.taskmanager.state import KeyedStateStore, StateBackend
 
 
 def fresh_view(backend: StateBackend, uid: str = "op") -> KeyedStateStore:

@@ -11,12 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from operators.keyed import KeyedOperator, ReduceOperator
-from taskmanager.network import barrier_message, encode_records, end_of_stream_message
-from taskmanager.snapshots import TaskKeyedState, keyed_state_to_document
-from taskmanager.task import ChainRestore, InheritedRestore
 from tests.unit.taskmanager.fakes import Harness, make_task
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.paths import CheckpointPaths
@@ -28,6 +24,10 @@ from weir.core.task_state import (
     decode_task_state,
     encode_task_state,
 )
+from weir.operators.keyed import KeyedOperator, ReduceOperator
+from weir.taskmanager.network import barrier_message, encode_records, end_of_stream_message
+from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_to_document
+from weir.taskmanager.task import ChainRestore, InheritedRestore
 from weir.wire import taskmanager_pb2
 
 OpenState = Callable[[str], TaskKeyedState]

@@ -3,23 +3,40 @@ end of stream, and a record's path from the source through the chain into the re
 
 from __future__ import annotations
 
+import base64
+import functools
+import json
 import threading
 import time
+import uuid
+from dataclasses import dataclass
 from typing import Any, get_args
 
 import pytest
+import structlog
 
-from taskmanager import barrier_aligner as ba
-from taskmanager.inflight import (
+from tests.unit.taskmanager.fakes import FakeChannel, Harness, Journal, ListSource, Recording, make_task, writer_to
+from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup, SubtaskIndex
+from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
+from weir.core.states import TaskState
+from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
+from weir.core.watermarks import MAX_WATERMARK
+from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
+from weir.plan import build_plan
+from weir.taskmanager import barrier_aligner as ba
+from weir.taskmanager.inflight import (
     INFLIGHT_STATE_NAME,
     InflightState,
     InputOrigin,
+    OutputTarget,
     decode_inflight,
     encode_inflight,
     parse_message,
 )
-from taskmanager.mailbox import CheckpointRequest
-from taskmanager.network import (
+from weir.taskmanager.mailbox import CheckpointRequest
+from weir.taskmanager.network import (
+    Barrier,
     barrier_message,
     cancel_barrier_message,
     encode_records,
@@ -27,15 +44,16 @@ from taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from taskmanager.task import ChainRestore, InheritedRestore, _BarrierTimes, _UnalignedAck
-from tests.unit.taskmanager.fakes import Harness, make_task
-from weir.core.checkpointing import CheckpointKind
-from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup
-from weir.core.keygroups import KeyEncoder, KeyGroupRange
-from weir.core.states import TaskState
-from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
-from weir.core.watermarks import MAX_WATERMARK
-from weir.wire import taskmanager_pb2
+from weir.taskmanager.task import (
+    ChainRestore,
+    InheritedRestore,
+    Task,
+    TaskAddress,
+    TaskCallbacks,
+    _BarrierTimes,
+    _UnalignedAck,
+)
+from weir.wire import common_pb2, taskmanager_pb2
 
 CHECKPOINT = CheckpointKind.CHECKPOINT
 
@@ -286,6 +304,7 @@ def test_a_source_ack_has_a_timeline_without_channels() -> None:
         alignment_s=0.0,
         start_delay_s=0.0,
         times=_BarrierTimes(first_barrier_at=before, alignment_end_at=before),
+        alignment=BarrierAlignment.BY_MODE,
     )
     (ack,) = h.acks
     assert ack.timeline is not None and ack.timeline.channels == ()
@@ -381,6 +400,7 @@ def test_a_priority_barrier_overtakes_both_queues_and_the_checkpoint_keeps_what_
         }
         assert by_channel == {0: [1, 2], 1: [3, 4]}
         assert inflight.outputs == {(0, 0): (data(9).SerializeToString(),)}
+        assert inflight.targets == {0: OutputTarget("down", 0, "op")}, "the buffers name the consumer they were for"
         assert h.acks[0].snapshot.operator_states["op"] == b"op@1", "the snapshot came after records 1 and 2"
         assert _values(h)[0].startswith("Barrier:1:"), "the barrier waited behind the queued records"
         h.gate.push(0, end_of_stream_message())
@@ -413,11 +433,98 @@ def test_an_aborted_unaligned_checkpoint_drops_its_capture_and_is_never_acknowle
         h.task.join(10)
 
 
+# The final checkpoint: forced aligned in every mode (FLIP-147) ---------------------------------------
+
+
+def _barriers(h: Harness) -> list[taskmanager_pb2.DataMessage]:
+    return [m for m in h.out.sent if m.event == taskmanager_pb2.EVENT_KIND_BARRIER]
+
+
+@pytest.mark.parametrize("timeout", [False, True])
+def test_a_source_sends_the_final_barrier_in_order_and_forced_aligned_in_unaligned_mode(timeout: bool) -> None:
+    """Its output still queues a buffer when the final checkpoint is triggered: the barrier waits
+    behind it (an unaligned one would overtake it into the checkpoint's in-flight state, and the
+    sink would pre-commit before those records reached it)."""
+    h = make_task("src", source_values=[1, 2, 3], alignment=ba.AlignmentMode.UNALIGNED)
+    h.task._aligned_timeout_s = 0.001 if timeout else 0.0  # noqa: SLF001  # aligned-checkpoint timeout or not
+    h.out.overtake = [data(9)]  # what the output channel queues, waiting for credit
+    h.task.start()
+    try:
+        h.journal.wait_for(lambda: ("input_ended",) in h.journal.of("task"))
+        h.task.trigger_checkpoint(CheckpointRequest(CheckpointId(3), time.time(), CHECKPOINT, final=True))
+        h.journal.wait_for(lambda: ("ack", 3) in h.journal.of("task"))
+        (barrier,) = _barriers(h)
+        assert not barrier.priority, "the final barrier overtook what the output queued"
+        assert read_buffer(barrier).event == Barrier(  # type: ignore[arg-type]
+            3, barrier.checkpoint_timestamp, CHECKPOINT, BarrierAlignment.FORCED_ALIGNED
+        )
+        assert INFLIGHT_STATE_NAME not in h.acks[0].snapshot.operator_states
+        assert h.acks[0].inflight_bytes == 0
+        h.task.notify_checkpoint_complete(3)
+        h.wait_for_state(TaskState.FINISHED)
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
+def test_a_periodic_checkpoint_of_a_source_in_unaligned_mode_still_overtakes() -> None:
+    h = make_task("src", source_values=[1], alignment=ba.AlignmentMode.UNALIGNED)
+    h.out.overtake = [data(9)]
+    h.task._checkpoint(  # noqa: SLF001
+        CheckpointRequest(CID, time.time(), CHECKPOINT),
+        alignment_s=0.0,
+        start_delay_s=0.0,
+        times=_BarrierTimes(first_barrier_at=0.0, alignment_end_at=0.0),
+        alignment=BarrierAlignment.BY_MODE,
+    )
+    (barrier,) = _barriers(h)
+    assert barrier.priority and barrier.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_BY_MODE
+    inflight = decode_inflight(h.acks[0].snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
+    assert inflight.outputs == {(0, 0): (data(9).SerializeToString(),)}
+
+
+def test_a_task_aligns_a_forced_aligned_barrier_in_unaligned_mode_and_forwards_it_in_order() -> None:
+    """Both channels queue records ahead of the final barrier: the snapshot comes after all of them,
+    nothing is captured in flight, and the barrier goes on in order and forced aligned."""
+    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    assert h.gate is not None
+    h.out.overtake = [data(9)]
+    forced = BarrierAlignment.FORCED_ALIGNED
+    try:
+        h.gate.push(0, data(1))
+        h.gate.push(0, barrier_message(4, time.time(), CHECKPOINT, forced))
+        h.task.start()
+        h.journal.wait_for(lambda: ("sink", "record", 1) in h.journal.entries)
+        h.gate.push(1, data(2, 3))
+        h.gate.push(1, barrier_message(4, time.time(), CHECKPOINT, forced))
+        h.journal.wait_for(lambda: ("ack", 4) in h.journal.of("task"))
+        (ack,) = h.acks
+        assert INFLIGHT_STATE_NAME not in ack.snapshot.operator_states and ack.inflight_bytes == 0
+        assert [e for e in h.journal.of("sink") if e[0] in ("record", "snapshot")] == [
+            ("record", 1),
+            ("record", 2),
+            ("record", 3),
+            ("snapshot", 4),
+        ]
+        (barrier,) = _barriers(h)
+        assert not barrier.priority and barrier.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_FORCED_ALIGNED
+        stream = _values(h)
+        assert stream[:3] == ["r:1", "r:2", "r:3"] and stream[3].startswith("Barrier:4:"), stream
+        h.gate.push(0, end_of_stream_message())
+        h.gate.push(1, end_of_stream_message())
+        h.task.notify_checkpoint_complete(4)
+        h.wait_for_state(TaskState.FINISHED)
+    finally:
+        h.task.cancel()
+        h.task.join(10)
+
+
 def test_a_restore_replays_the_inflight_records_in_channel_order_before_any_new_input() -> None:
     inflight = InflightState(
         CheckpointId(4),
         {ChannelIndex(1): (data(7, 8).SerializeToString(),), ChannelIndex(0): (data(6).SerializeToString(),)},
         {(0, 0): (data(5).SerializeToString(),)},  # what the barrier overtook in the output: sent first
+        targets={0: OutputTarget("down", 0, "op")},
     )
     restore = ChainRestore(4, InlineOperatorState({"op": b"op@4", INFLIGHT_STATE_NAME: encode_inflight(inflight)}))
     h = make_task("op", channels=2, restore=restore, restore_checkpoint_id=4)
@@ -484,6 +591,7 @@ def test_inherited_inflight_records_of_a_keyed_edge_go_where_their_key_groups_no
                 {ChannelIndex(0): (data(*range(20, 40)).SerializeToString(),)},
                 {(0, 0): (data(100, 101).SerializeToString(),)},
                 {ChannelIndex(0): src},
+                {0: OutputTarget("down", 0, "op")},
             ),
         ),
     )
@@ -496,6 +604,174 @@ def test_inherited_inflight_records_of_a_keyed_edge_go_where_their_key_groups_no
     assert replayed == [v for v in range(40) if key_group(v) <= 63]
     assert 0 < len(replayed) < 40
     assert [v for _, m in replay.emits for v in read_buffer(m).values] == [100, 101]  # 1 mod 1 == 0
+
+
+# In-flight output records, routed by the consumer they were queued for -----------------------------
+
+TOTALS = OutputTarget("totals", 0, "src")
+ARCHIVE = OutputTarget("archive", 0, "src")
+
+
+def _fan_out_graph(journal: Journal, consumers: tuple[str, ...]) -> LogicalGraph:
+    """An empty source whose vertex sends to each of ``consumers`` (sinks), edges in that order."""
+    graph = LogicalGraph("fan-out", 1, 128)
+    graph.add(Transformation("src", "src", OperatorKind.SOURCE, lambda: ListSource(journal, [])))
+    for name in consumers:
+        graph.add(Transformation(name, name, OperatorKind.SINK, functools.partial(Recording, journal, name)))
+        graph.connect(Edge("src", name, Partitioning.REBALANCE))
+    return graph
+
+
+@dataclass
+class _FanOut:
+    """A source task of :func:`_fan_out_graph` with one fake channel per consumer vertex."""
+
+    task: Task
+    journal: Journal
+    channels: dict[str, FakeChannel]
+
+    def records(self) -> dict[str, list[str]]:
+        return {name: [e for e in ch.stream() if e.startswith("r:")] for name, ch in self.channels.items()}
+
+    def run_until_input_ended(self) -> None:
+        self.task.start()
+        try:
+            self.journal.wait_for(lambda: ("input_ended",) in self.journal.of("task"))
+        finally:
+            self.task.cancel()
+            self.task.join(10)
+
+    def run_until_failed(self) -> str:
+        self.task.start()
+        try:
+            self.journal.wait_for(lambda: self.task.state is TaskState.FAILED)
+        finally:
+            self.task.cancel()
+            self.task.join(10)
+        return str(self.task.failure)
+
+
+def _fan_out_task(consumers: tuple[str, ...], restore: ChainRestore | InheritedRestore) -> _FanOut:
+    journal = Journal()
+    plan = build_plan(_fan_out_graph(journal, consumers))
+    vertex = plan.vertices["src"]
+    channels = {edge.consumer_vertex: FakeChannel() for edge in vertex.outputs}
+    task = Task(
+        address=TaskAddress(f"new-{uuid.uuid4().hex[:8]}", "src", 0, 1),
+        plan=plan,
+        vertex=vertex,
+        job_name="fan-out",
+        parameters={},
+        writers=[writer_to(channels[edge.consumer_vertex]) for edge in vertex.outputs],
+        gate=None,
+        callbacks=TaskCallbacks(
+            lambda _a, state, failure: journal.add("task", "state", state, failure),
+            lambda _a, ack: journal.add("task", "ack", ack.snapshot.checkpoint_id),
+            lambda _a, cid, reason: journal.add("task", "decline", cid, reason),
+            lambda _a: journal.add("task", "input_ended"),
+        ),
+        taskmanager_id="tm-test",
+        restore=restore,
+        restore_checkpoint_id=7,
+    )
+    return _FanOut(task, journal, channels)
+
+
+def _old_src_document(subtask: int, parallelism: int, inflight: bytes) -> TaskStateDocument:
+    return TaskStateDocument(
+        job_id="old",
+        vertex_uid="src",
+        subtask=subtask,
+        attempt=1,
+        checkpoint_id=CheckpointId(7),
+        layout=SubtaskLayout(
+            parallelism, 128, key_group_range_for_subtask(128, parallelism, SubtaskIndex(subtask)), ("src",), ()
+        ),
+        operator_state=InlineOperatorState({INFLIGHT_STATE_NAME: inflight}),
+    )
+
+
+def _format_2(outputs: dict[tuple[int, int], list[taskmanager_pb2.DataMessage]]) -> bytes:
+    """An in-flight document as Weir wrote it before output buffers named their consumer."""
+    entries = [
+        {"output": edge, "channel": channel, "buffers": [base64.b64encode(m.SerializeToString()).decode() for m in ms]}
+        for (edge, channel), ms in sorted(outputs.items())
+    ]
+    return json.dumps({"format": 2, "checkpoint_id": 7, "input": [], "output": entries}).encode()
+
+
+def _queued(targets: dict[int, OutputTarget], outputs: dict[int, taskmanager_pb2.DataMessage]) -> bytes:
+    """An in-flight document of the source: ``outputs`` queued on channel 0 of each output edge."""
+    return encode_inflight(
+        InflightState(
+            CheckpointId(7), {}, {(e, 0): (m.SerializeToString(),) for e, m in outputs.items()}, targets=targets
+        )
+    )
+
+
+def test_inherited_inflight_output_records_go_to_the_consumer_they_were_queued_for() -> None:
+    """The old job sent to totals then archive; the new one sends to audit, archive, totals (audit added
+    before the others): each in-flight record goes out to the consumer it was queued for, none to audit."""
+    old = _queued({0: TOTALS, 1: ARCHIVE}, {0: data("t1", "t2"), 1: data("a1")})
+    run = _fan_out_task(("audit", "archive", "totals"), InheritedRestore(7, (_old_src_document(0, 1, old),)))
+    run.run_until_input_ended()
+    assert run.records() == {"audit": [], "archive": ["r:a1"], "totals": ["r:t1", "r:t2"]}
+
+
+def test_inflight_output_records_restored_at_another_parallelism_go_to_their_consumer() -> None:
+    """Two old subtasks (parallelism 2), one with records for totals, one for archive, restored into
+    one new subtask whose edges are in another order: each is emitted anew into its own consumer."""
+    olds = (
+        _old_src_document(0, 2, _queued({0: TOTALS, 1: ARCHIVE}, {0: data("t1")})),
+        _old_src_document(1, 2, _queued({0: TOTALS, 1: ARCHIVE}, {1: data("a1", "a2")})),
+    )
+    run = _fan_out_task(("archive", "audit", "totals"), InheritedRestore(7, olds))
+    replay = run.task._redistributed_inflight(olds)  # noqa: SLF001
+    assert replay is not None
+    assert [(edge, read_buffer(m).values) for edge, m in replay.emits] == [(2, ["t1"]), (0, ["a1", "a2"])]
+    run.run_until_input_ended()
+    assert run.records() == {"archive": ["r:a1", "r:a2"], "audit": [], "totals": ["r:t1"]}
+
+
+def test_a_same_job_restore_reads_the_old_output_format_by_output_index() -> None:
+    """After a failover the plan is the one that wrote the checkpoint: output index i is still edge i."""
+    old = _format_2({(0, 0): [data("t1")], (1, 0): [data("a1")]})
+    run = _fan_out_task(("totals", "archive"), ChainRestore(7, InlineOperatorState({INFLIGHT_STATE_NAME: old})))
+    run.run_until_input_ended()
+    assert run.records() == {"totals": ["r:t1"], "archive": ["r:a1"]}
+
+
+def test_an_inherited_restore_reads_the_old_output_format_into_a_task_with_one_output() -> None:
+    run = _fan_out_task(("totals",), InheritedRestore(7, (_old_src_document(0, 1, _format_2({(0, 0): [data("t1")]})),)))
+    run.run_until_input_ended()
+    assert run.records() == {"totals": ["r:t1"]}
+
+
+def test_an_inherited_restore_refuses_the_old_output_format_when_the_task_has_several_outputs() -> None:
+    """Which consumer output 0 meant is unknown once another job connected another consumer first: the
+    task fails with one line naming the checkpoint, the task and what to do, and sends nothing."""
+    old = _format_2({(0, 0): [data("t1")]})
+    run = _fan_out_task(("audit", "totals"), InheritedRestore(7, (_old_src_document(0, 1, old),)))
+    message = run.run_until_failed()
+    assert "\n" not in message
+    assert "checkpoint 7" in message and "src#0" in message and "2 outputs" in message
+    assert "savepoint" in message
+    assert run.task.failure is not None and not run.task.failure.retriable
+    assert run.records() == {"audit": [], "totals": []}
+
+
+def test_inflight_output_records_of_a_consumer_the_new_job_lacks_are_dropped_loudly() -> None:
+    """The JobManager lets such a restore through only with --allow-non-restored-state: the task drops
+    the records of the vanished consumer with a warning that counts them, and sends them nowhere else."""
+    old = _queued({0: TOTALS, 1: ARCHIVE}, {0: data("t1", "t2"), 1: data("a1")})
+    with structlog.testing.capture_logs() as logs:
+        run = _fan_out_task(("audit", "archive"), InheritedRestore(7, (_old_src_document(0, 1, old),)))
+        run.run_until_input_ended()
+    assert run.records() == {"audit": [], "archive": ["r:a1"]}
+    dropped = [e for e in logs if e["event"] == "inflight_records_dropped"]
+    assert [(e["log_level"], e["consumer"], e["records"], e["checkpoint_id"]) for e in dropped] == [
+        ("warning", "totals", 2, 7)
+    ]
 
 
 # A record's path --------------------------------------------------------------------------------

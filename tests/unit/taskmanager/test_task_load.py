@@ -7,11 +7,11 @@ import time
 from collections.abc import Callable
 from typing import TypeVar
 
-from taskmanager.network import end_of_stream_message, watermark_message
-from taskmanager.task import Task
 from tests.unit.taskmanager.fakes import make_task
 from weir.core.states import TaskState
 from weir.core.task_time import TimeRatios
+from weir.taskmanager.network import end_of_stream_message, watermark_message
+from weir.taskmanager.task import Task
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """Unaligned checkpoints, end to end in a pure model: a task with keyed-sum state driven by the
 BarrierAligner in UNALIGNED mode takes each barrier as a priority event ahead of its channel's queue,
 snapshots on the first one and captures the in-flight records: those its barriers overtook and those
-the other channels deliver until their own barrier (``taskmanager.inflight``). A restore from the
+the other channels deliver until their own barrier (``weir.taskmanager.inflight``). A restore from the
 snapshot plus the captured records, replayed before any new input, then fed what each channel sent
 after its barrier, ends in the state of a failure-free run. Many seeded interleavings of deliveries
 and takes of records, barriers, ends of stream, JobManager aborts and failures on 2-4 channels."""
@@ -16,20 +16,21 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from taskmanager import barrier_aligner as ba
-from taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
-from taskmanager.inflight import (
+from weir.core.errors import SerializationError
+from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.taskmanager import barrier_aligner as ba
+from weir.taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
+from weir.taskmanager.inflight import (
     InflightCapture,
     InflightCaptureError,
     InflightState,
+    OutputTarget,
     decode_inflight,
     encode_inflight,
     parse_message,
     persistable,
 )
-from taskmanager.network import encode_records, read_buffer
-from weir.core.errors import SerializationError
-from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.taskmanager.network import encode_records, read_buffer
 from weir.wire.taskmanager_pb2 import DataMessage, EventKind
 
 TASK = TaskId(JobId("job"), OperatorUid("sum"), SubtaskIndex(0))
@@ -120,7 +121,7 @@ CREDITS = 3  # buffers an input channel queues at most; a priority barrier takes
 
 @dataclass
 class ModelTask:
-    """The input loop of taskmanager.task in miniature, with its input gate: each channel queues what
+    """The input loop of weir.taskmanager.task in miniature, with its input gate: each channel queues what
     its upstream sent (up to its credits); a barrier is a priority event, handled on arrival with the
     buffers it overtook; records go into the keyed sums, control events into the aligner, whose
     actions are carried out as the runtime does."""
@@ -351,9 +352,10 @@ def test_inflight_document_round_trips_and_refuses_another_format() -> None:
             (1, 0): (_blob(5),),
             (0, 2): (DataMessage(event=EventKind.EVENT_KIND_WATERMARK, watermark=9).SerializeToString(),),
         },
+        targets={0: OutputTarget("sum", 1, "map"), 1: OutputTarget("late", 0, "win", "late-events")},
     )
     decoded = decode_inflight(encode_inflight(state), "test")
-    assert decoded == state
+    assert decoded == state and decoded.targets_named
     assert list(decoded.replay()) == [(0, _blob(4)), (2, _blob(1)), (2, _blob(2, 3))]
     assert [key for key, _ in decoded.replay_outputs()] == [(0, 2), (1, 0)]
     assert decoded.buffer_count == 5
@@ -389,7 +391,8 @@ def test_only_records_and_watermarks_are_kept_of_a_buffer() -> None:
 
 
 def test_capture_protocol_errors() -> None:
-    capture = InflightCapture(CheckpointId(1))
+    target = OutputTarget("sink", 0, "sum")
+    capture = InflightCapture(CheckpointId(1), targets={0: target})
     capture.start(ChannelIndex(0))
     with pytest.raises(InflightCaptureError):
         capture.start(ChannelIndex(0))
@@ -406,6 +409,11 @@ def test_capture_protocol_errors() -> None:
     capture.add_outputs((0, 1), [kept])
     with pytest.raises(InflightCaptureError, match="twice"):
         capture.add_outputs((0, 1), [])
+    with pytest.raises(InflightCaptureError, match="output 1 names no edge"):
+        capture.add_outputs((1, 0), [kept])
     assert capture.complete() == InflightState(
-        CheckpointId(1), {ChannelIndex(0): (kept.SerializeToString(),)}, {(0, 1): (kept.SerializeToString(),)}
+        CheckpointId(1),
+        {ChannelIndex(0): (kept.SerializeToString(),)},
+        {(0, 1): (kept.SerializeToString(),)},
+        targets={0: target},
     )

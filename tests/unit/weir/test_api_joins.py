@@ -10,8 +10,6 @@ from typing import Any
 
 import pytest
 
-from operators.joins import IntervalJoinOperator, WindowJoinOperator
-from operators.keyed import KeyedCoProcessOperator
 from weir.api import (
     CoProcessFunction,
     Environment,
@@ -21,6 +19,8 @@ from weir.api import (
 )
 from weir.core.errors import JobDefinitionError
 from weir.graph import OperatorKind, Partitioning
+from weir.operators.joins import IntervalJoinOperator, WindowJoinOperator
+from weir.operators.keyed import KeyedCoProcessOperator
 from weir.tools.reference import run_reference_source
 
 

@@ -7,7 +7,6 @@ from typing import Any
 
 import pytest
 
-from operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
 from weir.api import (
     Environment,
     EventTimeSessionWindows,
@@ -18,6 +17,7 @@ from weir.api import (
     WindowContext,
 )
 from weir.core.errors import JobDefinitionError
+from weir.operators.windows import ElementList, ProcessElements, ProcessResult, ReduceAggregate, WindowAggregateOperator
 
 
 class Sum:

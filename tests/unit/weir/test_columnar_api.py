@@ -10,8 +10,6 @@ from typing import Any
 import pytest
 
 import weir.api
-from operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
-from operators.windows import WindowAggregateOperator
 from tests.unit.conftest import StartOperator
 from weir.api import (
     ColumnarStream,
@@ -32,6 +30,8 @@ from weir.core.columnar import BuiltinAggregates
 from weir.core.errors import JobDefinitionError
 from weir.core.watermarks import MAX_WATERMARK
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning
+from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+from weir.operators.windows import WindowAggregateOperator
 
 FIELDS = {"id": str, "key": str, "value": int, "ts": int}
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "keyed_aggregation.py"

@@ -9,9 +9,6 @@ from typing import Any
 
 import pytest
 
-from jobmanager.checkpointing.pending import TaskAckMetrics
-from jobmanager.jobs import JobMaster
-from jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 from tests.unit.jobmanager.conftest import Harness, MakeHarness
 from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.errors import Fault
@@ -19,6 +16,9 @@ from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
@@ -26,7 +26,7 @@ with warnings.catch_warnings():
 
 from openapi_spec_validator import validate
 
-from jobmanager.rest.app import create_app
+from weir.jobmanager.rest.app import create_app
 
 JOB_PATHS = (
     "/jobs/{job}",
@@ -125,7 +125,7 @@ def test_healthz_counts_live_taskmanagers_and_running_jobs(harness: Harness, cli
 def test_overview_counts_slots_of_live_taskmanagers_and_jobs_by_status(harness: Harness, client: TestClient) -> None:
     harness.job()
     ended = harness.job(job_id="job-2")
-    ended.status = JobStatus.FAILED
+    harness.fail(ended)
     assert client.get("/overview").json() == {
         "taskmanagers": 1,
         "slots-total": 4,

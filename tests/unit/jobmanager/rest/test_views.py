@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from jobmanager.rest.views import BackpressureLevel, backpressure_level, ms, vertex_status
 from weir.core.states import TaskState
+from weir.jobmanager.rest.views import BackpressureLevel, backpressure_level, ms, vertex_status
 
 DEPLOYING, RUNNING, FINISHED, CANCELED, FAILED = (
     TaskState.DEPLOYING,

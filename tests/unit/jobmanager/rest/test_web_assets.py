@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from jobmanager.rest.app import create_app
 from tests.unit.jobmanager.conftest import MakeHarness
+from weir.jobmanager.rest.app import create_app
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it

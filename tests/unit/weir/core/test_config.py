@@ -193,10 +193,10 @@ def _entry_point(module: str, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("module", "name", "value"),
     [
-        ("jobmanager", "WEIR_JOBMANAGER_PORT", "abc"),
-        ("jobmanager", "WEIR_CHECKPOINT_DIR", "/no/scheme"),
-        ("taskmanager", "WEIR_TASKMANAGER_SLOTS", "two"),
-        ("taskmanager", "WEIR_LOG_LEVEL", "loud"),
+        ("weir.jobmanager", "WEIR_JOBMANAGER_PORT", "abc"),
+        ("weir.jobmanager", "WEIR_CHECKPOINT_DIR", "/no/scheme"),
+        ("weir.taskmanager", "WEIR_TASKMANAGER_SLOTS", "two"),
+        ("weir.taskmanager", "WEIR_LOG_LEVEL", "loud"),
     ],
 )
 def test_a_process_refuses_a_bad_value_with_one_line_and_exit_2(module: str, name: str, value: str) -> None:
@@ -204,10 +204,11 @@ def test_a_process_refuses_a_bad_value_with_one_line_and_exit_2(module: str, nam
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr
     (line,) = result.stderr.splitlines()
-    assert line.startswith(f"{module}: error: bad configuration: {name}={value!r}: ")
+    role = module.rpartition(".")[2]  # the process's name: jobmanager, taskmanager
+    assert line.startswith(f"{role}: error: bad configuration: {name}={value!r}: ")
 
 
 def test_a_process_with_good_values_starts_its_option_parsing() -> None:
-    result = _entry_point("taskmanager", WEIR_TASKMANAGER_SLOTS="3")
+    result = _entry_point("weir.taskmanager", WEIR_TASKMANAGER_SLOTS="3")
     assert result.returncode == 0, result.stderr
     assert "--slots" in result.stdout

@@ -113,3 +113,13 @@ def test_checkpoint_kinds_and_task_states_cross_the_wire_and_unspecified_is_refu
         checkpoint_kind_from_proto(common_pb2.CHECKPOINT_KIND_UNSPECIFIED)
     with pytest.raises(ProtocolError):
         task_state_from_proto(common_pb2.TASK_STATE_UNSPECIFIED)
+
+
+def test_barrier_alignments_cross_the_wire_and_unspecified_is_refused() -> None:
+    from weir.core.checkpointing import BarrierAlignment
+    from weir.core.codec import barrier_alignment_from_proto, barrier_alignment_to_proto
+
+    for alignment in BarrierAlignment:
+        assert barrier_alignment_from_proto(barrier_alignment_to_proto(alignment)) is alignment
+    with pytest.raises(ProtocolError, match="alignment"):
+        barrier_alignment_from_proto(common_pb2.BARRIER_ALIGNMENT_UNSPECIFIED)

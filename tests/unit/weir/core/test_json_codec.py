@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from examples.keyed_aggregation import parse_event
-from operators.sinks import json_serializer
-from operators.sources import json_deserializer
 from weir.core import json_codec
+from weir.operators.sinks import json_serializer
+from weir.operators.sources import json_deserializer
 
 VALID = [
     b'{"id":"e1","key":"key-0001","value":42,"ts":1700000000000}',

@@ -6,9 +6,9 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from taskmanager.task import exported_watermark
 from weir.core.metrics import SinkMetrics, TaskMetrics
 from weir.core.watermarks import MAX_WATERMARK, MIN_WATERMARK
+from weir.taskmanager.task import exported_watermark
 
 LABELS = ("job_id", "operator_uid", "subtask", "taskmanager")
 

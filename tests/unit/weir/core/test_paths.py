@@ -6,10 +6,10 @@ import random
 
 import pytest
 
-from jobmanager.checkpointing.coordinator import default_metadata_key
-from jobmanager.checkpointing.pending import CheckpointKind
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.paths import CheckpointPaths, MetadataKey, SharedSstKey
+from weir.jobmanager.checkpointing.coordinator import default_metadata_key
+from weir.jobmanager.checkpointing.pending import CheckpointKind
 
 JOB = JobId("job-7")
 TM = TaskManagerId("tm-1")

@@ -3,12 +3,16 @@ parallelism, and the checks that refuse a restore that would lose or misplace st
 
 from __future__ import annotations
 
+import base64
 import itertools
+import json
+from dataclasses import replace
 
 import pytest
 
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, KeyGroup, SubtaskIndex
+from weir.core.inflight_state import InflightState, OutputTarget, encode_inflight
 from weir.core.keygroups import KeyGroupRange, key_group_range_for_subtask, subtask_for_key_group
 from weir.core.rescale import (
     StateAssignmentError,
@@ -17,7 +21,14 @@ from weir.core.rescale import (
     key_group_sources,
     stateful_operator_uids,
 )
-from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument
+from weir.core.task_state import (
+    InlineOperatorState,
+    StoredOperatorState,
+    SubtaskLayout,
+    TaskStateDocument,
+    pack_operator_states,
+)
+from weir.wire.taskmanager_pb2 import DataMessage
 
 MAX_PARALLELISM = 128
 
@@ -170,3 +181,84 @@ def test_records_in_flight_restore_only_into_the_same_operator_chain_even_when_a
     for allow in (False, True):
         with pytest.raises(StateAssignmentError, match=r"win#1, whose operator chain the new job does not have"):
             check_chains({"src": ("src", "map"), "win": ("win",), "sink": ("sink",)}, allow)
+
+
+# Records an unaligned checkpoint holds in flight in a task's output, by the consumer they were for.
+
+TOTALS = OutputTarget("totals", 0, "src")
+ARCHIVE = OutputTarget("archive", 0, "src")
+
+
+def _queued_for(targets: dict[int, OutputTarget], edges: tuple[int, ...]) -> bytes:
+    """The source's in-flight document with one buffer queued on channel 0 of each of ``edges``."""
+    buffer = DataMessage(records=b"x", record_count=1).SerializeToString()
+    return encode_inflight(InflightState(CheckpointId(7), {}, {(e, 0): (buffer,) for e in edges}, targets=targets))
+
+
+def _format_2_queued(edges: tuple[int, ...]) -> bytes:
+    """The same in the format written before output buffers named their consumer."""
+    buffer = base64.b64encode(DataMessage(records=b"x", record_count=1).SerializeToString()).decode()
+    output = [{"output": e, "channel": 0, "buffers": [buffer]} for e in edges]
+    return json.dumps({"format": 2, "checkpoint_id": 7, "input": [], "output": output}).encode()
+
+
+def _check_outputs(
+    inflight: bytes | StoredOperatorState,
+    new_outputs: tuple[OutputTarget, ...],
+    *,
+    allow: bool = False,
+    objects: dict[str, bytes] | None = None,
+) -> None:
+    """Restore a source subtask holding ``inflight`` into a job whose source sends to ``new_outputs``."""
+    doc = document("src", 0, 1, ("src",))
+    state = InlineOperatorState({"__inflight__": inflight}) if isinstance(inflight, bytes) else inflight
+    check_state_assignment(
+        [replace(doc, operator_state=state)],
+        {"src", *(t.consumer for t in new_outputs)},
+        (),
+        MAX_PARALLELISM,
+        allow_non_restored_state=allow,
+        where="checkpoint 7 of job old-job",
+        new_chains={"src": ("src",), **{t.consumer: (t.consumer,) for t in new_outputs}},
+        new_outputs={"src": new_outputs, **{t.consumer: () for t in new_outputs}},
+        read_object=(objects or {}).__getitem__,
+    )
+
+
+def test_inflight_output_records_pass_when_their_consumer_is_still_connected_wherever_it_now_is() -> None:
+    audit = OutputTarget("audit", 0, "src")
+    _check_outputs(_queued_for({0: TOTALS, 1: ARCHIVE}, (0, 1)), (audit, ARCHIVE, TOTALS))
+
+
+def test_inflight_output_records_for_a_consumer_the_new_job_lacks_are_refused_unless_allowed() -> None:
+    old = _queued_for({0: TOTALS, 1: ARCHIVE}, (0,))
+    other_input = OutputTarget("totals", 1, "src")  # the consumer now takes this edge on its second input
+    for outputs in ((ARCHIVE,), (ARCHIVE, other_input)):
+        with pytest.raises(StateAssignmentError) as refused:
+            _check_outputs(old, outputs)
+        message = str(refused.value)
+        assert "\n" not in message
+        assert "checkpoint 7 of job old-job" in message and "src#0" in message and "totals" in message
+        assert "--allow-non-restored-state" in message
+        _check_outputs(old, outputs, allow=True)
+    _check_outputs(_queued_for({0: TOTALS, 1: ARCHIVE}, (1,)), (ARCHIVE,))  # nothing was queued for totals
+
+
+def test_inflight_state_stored_in_an_object_is_read_for_the_check() -> None:
+    old = _queued_for({0: TOTALS}, (0,))
+    stored, blob = pack_operator_states({"__inflight__": old}, "chk-7/tasks/src/00000")
+    with pytest.raises(StateAssignmentError, match="totals"):
+        _check_outputs(stored, (ARCHIVE,), objects={"chk-7/tasks/src/00000": blob})
+
+
+def test_the_old_inflight_output_format_is_read_only_into_a_task_with_that_one_output() -> None:
+    _check_outputs(_format_2_queued((0,)), (TOTALS,))
+    _check_outputs(_format_2_queued(()), (OutputTarget("audit", 0, "src"), TOTALS))  # no output buffers at all
+    for edges, outputs in (((0,), (OutputTarget("audit", 0, "src"), TOTALS)), ((1,), (TOTALS,))):
+        for allow in (False, True):
+            with pytest.raises(StateAssignmentError) as refused:
+                _check_outputs(_format_2_queued(edges), outputs, allow=allow)
+            message = str(refused.value)
+            assert "\n" not in message
+            assert "checkpoint 7 of job old-job" in message and "src#0" in message
+            assert "savepoint" in message

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from weir.core import nexmark as nx
+from weir import nexmark as nx
 from weir.core.errors import ServiceUnavailableError
 from weir.tools import nexmark_load
 from weir.tools.nexmark_load import NexmarkRecord

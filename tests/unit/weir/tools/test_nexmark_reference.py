@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from weir.core import nexmark as nx
-from weir.core.nexmark import Auction, Bid, Person
+from weir import nexmark as nx
+from weir.nexmark import Auction, Bid, Person
 from weir.tools import nexmark_reference as ref
 from weir.tools.nexmark_reference import multiset
 

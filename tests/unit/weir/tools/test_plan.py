@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from jobmanager.restart import parse_restart_strategy
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.ids import CheckpointId
+from weir.jobmanager.restart import parse_restart_strategy
 from weir.tools.cli import run_cli
 from weir.tools.client import CheckpointInfo
 from weir.tools.plan import (

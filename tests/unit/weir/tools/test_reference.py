@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from connectors import kafka, postgres
-from operators.sinks import json_serializer
+from weir.connectors import kafka, postgres
 from weir.core.errors import JobDefinitionError
+from weir.operators.sinks import json_serializer
 from weir.tools.reference import KafkaRecord, ReferenceModeError, run_reference, run_reference_source
 
 WINDOW_JOB = """
@@ -284,9 +284,9 @@ def build(env):
 def test_the_reference_run_and_a_cluster_task_drive_the_same_operator_chain(monkeypatch: pytest.MonkeyPatch) -> None:
     """A change to OperatorChain's end of input is seen by a reference run and by a TaskManager's Task
     alike: both end each vertex's chain through it, so the two cannot drift."""
-    from taskmanager.chain import OperatorChain
     from tests.unit.taskmanager.fakes import make_task
     from weir.core.states import TaskState
+    from weir.taskmanager.chain import OperatorChain
 
     ended: list[str] = []
     end_input = OperatorChain.end_input
@@ -308,7 +308,7 @@ def build(env):
 
     harness = make_task("op", channels=1)
     assert harness.gate is not None
-    from taskmanager.network import end_of_stream_message
+    from weir.taskmanager.network import end_of_stream_message
 
     harness.gate.push(0, end_of_stream_message())
     harness.task.start()

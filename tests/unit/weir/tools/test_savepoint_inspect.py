@@ -23,17 +23,8 @@ from typing import Any
 
 import pytest
 
-from connectors.object_storage import FileCheckpointStorage
-from jobmanager.checkpointing.metadata import encode_metadata
-from jobmanager.checkpointing.pending import StateObject, TaskStateHandle
-from jobmanager.checkpointing.store import CompletedCheckpoint
-from operators.base import OperatorContext
-from operators.sources import encode_kafka_source_state
-from operators.transactional_sinks import SinkSnapshot
-from operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
-from operators.windows import WindowAggregateOperator
-from taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from tests.unit.conftest import CollectingOutput
+from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
@@ -51,6 +42,15 @@ from weir.core.task_state import (
     pack_operator_states,
 )
 from weir.core.windows import TumblingEventTimeWindows
+from weir.jobmanager.checkpointing.metadata import encode_metadata
+from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.operators.base import OperatorContext
+from weir.operators.sources import encode_kafka_source_state
+from weir.operators.transactional_sinks import SinkSnapshot
+from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
+from weir.operators.windows import WindowAggregateOperator
+from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, run_cli
 from weir.tools.savepoint_inspect import decode_operator_state, read_key, read_state_key
 

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 
-from operators.transactional_sinks import CommitMarker
 from weir.api import load_job_file
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.keygroups import key_group_for_key
+from weir.operators.transactional_sinks import CommitMarker
 from weir.tools.events import EventSpec, events
 from weir.tools.scenario_keyed_aggregation import (
     JOB_FILE,

@@ -7,10 +7,10 @@ from dataclasses import replace
 
 import pytest
 
-from operators.transactional_sinks import CommitMarker
-from operators.twophase import TransactionId
 from weir.api import load_job_file
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
+from weir.operators.transactional_sinks import CommitMarker
+from weir.operators.twophase import TransactionId
 from weir.tools.scenario_report import ScenarioReport
 from weir.tools.scenario_two_phase_commit import (
     JOB_FILE,

@@ -86,10 +86,10 @@ def test_default_children_command_lines() -> None:
                                     "WEIR_TASKMANAGER_METRICS_BASE_PORT": "7010"})  # fmt: skip
     specs = cluster.default_children(endpoints, python="py")
     assert [s.argv for s in specs] == [
-        ("py", "-m", "jobmanager", "--port", "7000", "--metrics-port", "7001", "--rest-port", "7002"),
-        ("py", "-m", "taskmanager", "--id", "taskmanager-1", "--metrics-port", "7011"),
-        ("py", "-m", "taskmanager", "--id", "taskmanager-2", "--metrics-port", "7012"),
-        ("py", "-m", "taskmanager", "--id", "taskmanager-3", "--metrics-port", "7013"),
+        ("py", "-m", "weir.jobmanager", "--port", "7000", "--metrics-port", "7001", "--rest-port", "7002"),
+        ("py", "-m", "weir.taskmanager", "--id", "taskmanager-1", "--metrics-port", "7011"),
+        ("py", "-m", "weir.taskmanager", "--id", "taskmanager-2", "--metrics-port", "7012"),
+        ("py", "-m", "weir.taskmanager", "--id", "taskmanager-3", "--metrics-port", "7013"),
     ]
 
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from operators.twophase import TransactionId
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
+from weir.operators.twophase import TransactionId
 from weir.tools.cli import EXIT_OK, EXIT_USAGE, run_cli
 from weir.tools.verify import (
     CommitProof,

@@ -11,9 +11,9 @@ import random
 
 import pytest
 
-from weir.core import nexmark as nx
+from weir import nexmark as nx
 from weir.core import serde
-from weir.core.nexmark import Auction, Bid, NexmarkConfig, Person
+from weir.nexmark import Auction, Bid, NexmarkConfig, Person
 
 N = 10_000
 

@@ -212,7 +212,7 @@ def event_timestamp(n: int, config: NexmarkConfig = DEFAULT_CONFIG) -> int:
 
 _MASK64: Final = (1 << 64) - 1
 _WORDS: Final = struct.Struct("<8Q")
-_EVENT_DOMAIN: Final = b"weir.core.nexmark event"
+_EVENT_DOMAIN: Final = b"weir.core.nexmark event"  # the stream's key: unchanged since the module moved
 _CHANNEL_DOMAIN: Final = b"weir.core.nexmark channel"
 
 
