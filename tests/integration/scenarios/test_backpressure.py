@@ -27,7 +27,7 @@ CONFIG = BackpressureConfig(
     sink_records_per_second=40,
     parallelism=1,
     partitions=2,
-    run_s=28.0,
+    run_s=20.0,
     warmup_fraction=0.4,
     timeout_s=60.0,
 )
