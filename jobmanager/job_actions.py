@@ -76,14 +76,14 @@ class JobActionExecutor:
                     self._trigger_barriers(job, action)
                 case cc.PersistCheckpoint(completed=completed):
                     self._io.submit(self._persist, job, completed)
-                case cc.NotifyComplete(checkpoint_id=checkpoint_id, tasks=tasks):
-                    self._notified[job.job_id] = self._notify(job, checkpoint_id, tasks, complete=True)
-                case cc.NotifyAborted(checkpoint_id=checkpoint_id, tasks=tasks, reason=reason):
+                case cc.NotifyComplete(checkpoint_id=checkpoint_id, tasks=tasks, attempt=attempt):
+                    self._notified[job.job_id] = self._notify(job, checkpoint_id, tasks, attempt, complete=True)
+                case cc.NotifyAborted(checkpoint_id=checkpoint_id, tasks=tasks, reason=reason, attempt=attempt):
                     metrics.CHECKPOINTS_FAILED.labels(job.job_id).inc()
                     log.warning(
                         "checkpoint_aborted", job_id=job.job_id, checkpoint_id=checkpoint_id, reason=reason.message
                     )
-                    self._notify(job, checkpoint_id, tasks, complete=False, reason=reason.message)
+                    self._notify(job, checkpoint_id, tasks, attempt, complete=False, reason=reason.message)
                 case cc.DeleteObjects():
                     self._io.submit(self._delete, action)
                 case lc.CancelTasks(attempt=attempt):
@@ -243,13 +243,14 @@ class JobActionExecutor:
         job: JobMaster,
         checkpoint_id: CheckpointId,
         tasks: tuple[TaskId, ...],
+        attempt: int,
         *,
         complete: bool,
         reason: str = "",
     ) -> Future[None]:
+        """Tell the TaskManagers running ``tasks`` as ``attempt`` how the checkpoint ended."""
         taskmanager_ids = {job.taskmanager_of(t) for t in tasks if (t.operator_uid, t.subtask) in job.tasks}
         addresses = [tm.address for tm_id in taskmanager_ids if (tm := self._registry.live(tm_id)) is not None]
-        attempt = job.attempt
 
         def send() -> None:
             for address in addresses:

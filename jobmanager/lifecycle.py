@@ -228,6 +228,7 @@ class JobLifecycle:
         self._resolution_deadline_s = resolution_deadline_s
         self._state: LifecycleState = Created()
         self._attempt = 0  # the highest attempt used: deployments and resolutions
+        self._deployed = 0  # the attempt the tasks were last deployed as (a resolution's attempt is above it)
 
     # -- read-only views ----------------------------------------------------------------------------
 
@@ -309,6 +310,7 @@ class JobLifecycle:
             raise CheckpointProtocolError(f"job {self._job_id}: cannot deploy an attempt while {self.status.value}")
         before = self.status
         self._attempt += 1
+        self._deployed = self._attempt
         self._state = Running(self._attempt)
         return self._attempt, (StatusChanged(before, JobStatus.RUNNING, f"attempt {self._attempt} deployed"),)
 
@@ -520,7 +522,7 @@ class JobLifecycle:
         whose end is unresolved retries it; a resolution that was under way is tried again. A running
         one whose stop's savepoint completed (its metadata written before the JobManager died) ends
         FINISHED as of it: restarting from a drained savepoint would go on from windows fired early."""
-        self._attempt = attempt
+        self._attempt = self._deployed = attempt
         if end is not None:
             resolution = end.resolution
             if resolution is not None and not resolution.resolved:
@@ -629,10 +631,11 @@ class JobLifecycle:
                 case cc.TriggerBarriers():
                     out.append(self._mark_final(action))
                 case cc.NotifyComplete(checkpoint_id=checkpoint_id):
-                    out.append(action)
+                    # To the tasks as they run: the end's resolution may take a newer attempt meanwhile.
+                    out.append(replace(action, attempt=self._deployed))
                     out.extend(self._completed(now, checkpoint_id))
                 case cc.NotifyAborted(checkpoint_id=checkpoint_id, reason=reason):
-                    out.append(action)
+                    out.append(replace(action, attempt=self._deployed))
                     out.extend(self._aborted(now, checkpoint_id, reason.message))
                 case cc.PersistCheckpoint() | cc.DeleteObjects():
                     out.append(action)

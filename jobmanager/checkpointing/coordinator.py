@@ -86,6 +86,8 @@ class NotifyComplete:
     checkpoint_id: CheckpointId
     tasks: tuple[TaskId, ...]
     kind: CheckpointKind
+    attempt: int = 0
+    """The deployment attempt the tasks run as (set by ``weir.jobmanager.lifecycle``)."""
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,8 @@ class NotifyAborted:
     tasks: tuple[TaskId, ...]
     reason: AbortReason
     kind: CheckpointKind
+    attempt: int = 0
+    """The deployment attempt the tasks run as (set by ``weir.jobmanager.lifecycle``)."""
 
 
 @dataclass(frozen=True)

@@ -209,3 +209,16 @@ def test_a_jobmanager_taking_over_after_a_stop_s_savepoint_was_written_ends_the_
     recovered = second.jm.jobs[job.job_id]
     assert recovered.status is JobStatus.FINISHED, f"{recovered.status.value} after taking the stop over"
     assert second.resolver.as_of == [savepoint]
+
+
+def test_a_stop_s_savepoint_is_announced_to_the_tasks_as_they_run_before_the_end_fences_them(
+    harness: Harness,
+) -> None:
+    """The end's resolution takes an attempt above the tasks' at once; the savepoint's completion
+    notice must still go to the tasks' attempt, or its sources never commit their positions to the
+    consumer group (found by the three-generation restore test)."""
+    job = running(harness)
+    savepoint = harness.jm.trigger_savepoint(job.job_id, "", stop=True, drain=False)
+    ack(harness, job, savepoint)
+    assert job.attempt == 2, "the resolution ran as a newer attempt"
+    assert harness.gateway.named("complete") == [(TM_A, job.job_id, 1, savepoint)]
