@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 INFRA := deploy/local/infra.sh
 BROWSER := deploy/local/browser.sh
 
-.PHONY: help setup proto infra-up infra-down infra-status browser tools test test-long test-all test-unit test-integration \
+.PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
         bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
@@ -40,18 +40,14 @@ browser: ## install Debian's chromium for the web UI's browser test (only when /
 infra-status: ## print the endpoints (NAME=value) and each service's state
 	@$(INFRA) status
 
-# Exit 3: the Go module proxy cannot be reached; the tests that need a tool then skip, saying so.
+# Exit 3: the Go module proxy cannot be reached; the rest of make test still runs, and the tests that
+# need a tool fail, saying so (a test never skips for a missing tool).
 tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.cache/weir/tools (first use)
 	deploy/local/tools.sh install || [ $$? -eq 3 ]
 
-test: setup infra-up browser tools ## unit + integration tests against the real local services (~25 min; what CI runs)
-	$(PY) -m pytest -q -m "not long"
-
-test-long: setup infra-up browser tools ## the tests make test leaves out: other record paths, parallelisms, Nexmark queries, the scenarios at test size (~10 min)
-	$(PY) -m pytest -q -m long
-
-test-all: setup infra-up browser tools ## make test and make test-long in one session (~35 min)
-	$(PY) -m pytest -q
+# Every test, the scenarios at test size among them (there is no separate long suite); the slowest 30 listed.
+test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (<25 min; what CI runs)
+	$(PY) -m pytest -q --durations=30
 
 test-unit: setup tools ## unit tests only, no services
 	$(PY) -m pytest -q -m "not integration"

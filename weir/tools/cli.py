@@ -521,6 +521,13 @@ def verify(
         str | None,
         typer.Option("--job-id", help="Whose commit proofs and transactions to check (default: the latest)."),
     ] = None,
+    earlier_job_id: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--earlier-job-id",
+            help="A job whose output the sinks hold too: --job-id restored from it (repeatable; needs --job-id).",
+        ),
+    ] = None,
     commit_topic: Annotated[
         str | None,
         typer.Option(
@@ -540,7 +547,14 @@ def verify(
 
     parameters = parse_parameters(define or [])
     try:
-        report = verify_job(job_file, parameters, job_id=job_id, commit_topic=commit_topic, commit_table=commit_table)
+        report = verify_job(
+            job_file,
+            parameters,
+            job_id=job_id,
+            earlier_job_ids=tuple(earlier_job_id or ()),
+            commit_topic=commit_topic,
+            commit_table=commit_table,
+        )
     except ServiceUnavailableError as exc:
         _error_line(str(exc))
         raise typer.Exit(EXIT_NO_CLUSTER) from None

@@ -99,6 +99,11 @@ class BarriersConfig:
     min_hold_ms: float = 20.0  # some channel must be held this long, or the run did not exercise alignment
     sink_topic: str = "barriers-output"
     timeout_s: float = 180.0
+    # Forced holds instead of hoped-for ones: with a gate directory (on the TaskManagers' host), each
+    # checkpoint's payments barrier is held back until the orders source acknowledged it, plus
+    # forced_hold_ms (see force_holds); payments_pause_ms can then be 0.
+    gate: Path | None = None
+    forced_hold_ms: float = 150.0
 
     def parameters(self) -> dict[str, str]:
         return {
@@ -111,7 +116,7 @@ class BarriersConfig:
             "checkpointing.interval": f"{round(self.checkpoint_interval_s * 1000)}ms",
             "checkpointing.retained": "1000",  # every checkpoint stays readable
             "restart.strategy": "none",  # a restart would replay: this scenario is about one clean run
-        }
+        } | ({"payments.gate": str(self.gate)} if self.gate is not None else {})
 
 
 # What was measured -----------------------------------------------------------------------------------
@@ -583,6 +588,8 @@ def _measure(
     committed: _Watcher,
     console: Console,
 ) -> None:
+    if config.gate is not None:
+        force_holds(client, run.job_id, config.gate, config, console)
     status = wait_for_job(
         client,
         run.job_id,
@@ -607,6 +614,53 @@ def _measure(
         if time.monotonic() > deadline:
             raise ScenarioError(f"read_committed saw {committed.seen():,} records of the {want:,} checkpointed")
         time.sleep(0.1)
+
+
+def force_holds(client: JobManagerClient, job_id: str, gate: Path, config: BarriersConfig, console: Console) -> None:
+    """Until ``config.checkpoints`` completed: close the payments source's gate, wait until it waits
+    and a checkpoint is pending on it alone of the sources (the orders source acknowledged, so its
+    barrier is on its way to the two-input operator), keep the gate closed ``forced_hold_ms`` more,
+    open it. Every such checkpoint's orders channels are held at least that long less the orders
+    barrier's transit, so the run exercises alignment by construction, not by the timing of triggers."""
+    closed, waiting = gate / "closed", gate / "waiting"
+    deadline = time.monotonic() + config.timeout_s
+    completed = 0
+
+    def poll(what: str) -> None:
+        if time.monotonic() > deadline:
+            closed.unlink(missing_ok=True)
+            raise ScenarioError(f"forcing alignment holds: timed out waiting for {what}")
+        time.sleep(0.005)
+
+    while completed < config.checkpoints:
+        waiting.unlink(missing_ok=True)
+        closed.touch()
+        try:
+            while not waiting.exists():
+                poll("the payments source to wait at its gate")
+            held = None
+            while held is None:
+                for info in client.list_checkpoints(job_id):
+                    if info.status is not CheckpointStatus.IN_PROGRESS:
+                        continue
+                    pending = set(client.checkpoint_detail(job_id, info.checkpoint_id).pending)
+                    if (INPUTS[1], 0) in pending and (INPUTS[0], 0) not in pending:
+                        held = info.checkpoint_id
+                        break
+                else:
+                    poll("a checkpoint the orders source acknowledged while payments waits")
+            time.sleep(config.forced_hold_ms / 1000)  # the hold itself, not a wait for a condition
+        finally:
+            closed.unlink(missing_ok=True)
+        console.print(f"checkpoint {held}: payments barrier held back {config.forced_hold_ms:g} ms after orders acked")
+        while True:
+            status = client.job_status(job_id)
+            if status.summary.is_terminal:
+                raise ScenarioError(f"the job ended {status.summary.status} while alignment holds were forced")
+            if (status.last_completed_checkpoint or 0) >= held:
+                completed = status.last_completed_checkpoint or 0
+                break
+            poll(f"checkpoint {held} to complete")
 
 
 # The report ----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from tests.integration.conftest import WeirCluster
 from weir.core.errors import WeirError
 from weir.tools.scenario_backpressure import BackpressureConfig, Outcome, print_outcome, run_backpressure_scenario
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
+pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 # One channel from the source to the window (parallelism 1): its queue holds ~5,000 records, which a
 # sink of 40 results/s (x 18.75 events each = 750 events/s) drains in ~7 s, so the aligned barriers
@@ -27,7 +27,7 @@ CONFIG = BackpressureConfig(
     sink_records_per_second=40,
     parallelism=1,
     partitions=2,
-    run_s=28.0,
+    run_s=20.0,
     warmup_fraction=0.4,
     timeout_s=60.0,
 )
@@ -65,8 +65,7 @@ def test_under_a_slow_sink_the_backlog_grows_as_input_minus_sink_and_aligned_bar
 def test_unaligned_mode_runs_under_backpressure_without_shortening_latency(outcome: tuple[Outcome, str]) -> None:
     result, report = outcome
     run = result.runs["unaligned"]
-    if not run.available:
-        pytest.skip(f"unaligned checkpoints are not functional in this runtime: {run.unavailable}")
+    assert run.available, f"unaligned checkpoints are not functional in this runtime: {run.unavailable}"
     aligned, unaligned = result.measured["aligned"], result.measured["unaligned"]
     assert unaligned.completed >= 1 and unaligned.failed == 0, report
     assert unaligned.sink_results_rate == pytest.approx(aligned.sink_results_rate, rel=0.15), report
@@ -79,8 +78,8 @@ def test_unaligned_mode_runs_under_backpressure_without_shortening_latency(outco
 
 def test_unaligned_checkpoints_are_shorter_than_aligned_ones_under_backpressure(outcome: tuple[Outcome, str]) -> None:
     result, report = outcome
-    if not result.runs["unaligned"].available:
-        pytest.skip("unaligned checkpoints are not functional in this runtime")
+    run = result.runs["unaligned"]
+    assert run.available, f"unaligned checkpoints are not functional in this runtime: {run.unavailable}"
     aligned, unaligned = result.measured["aligned"], result.measured["unaligned"]
     assert unaligned.duration_last_s < CONFIG.unaligned_factor * aligned.duration_last_s, report
     assert not result.problems, report

@@ -6,6 +6,7 @@ read_uncommitted long before the checkpoint that lets read_committed see it comp
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import pytest
 from rich.console import Console
@@ -24,14 +25,20 @@ from weir.tools.scenario_barriers import (
 )
 from weir.tools.scenario_report import print_report
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
+pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
 def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visibility(
-    weir_cluster: WeirCluster, unique: str
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
 ) -> None:
     config = BarriersConfig(
-        checkpoint_interval_s=2.3,  # off the payments source's 400 ms cycle: triggers meet it at changing phases
+        # The holds are forced: the payments source waits at a gate across each checkpoint's trigger
+        # until the orders source acknowledged it, plus forced_hold_ms (no pauses left to chance).
+        payments_pause_ms=0,
+        gate=tmp_path,
+        forced_hold_ms=150.0,
+        min_hold_ms=50.0,
+        checkpoint_interval_s=1.5,
         checkpoints=4,
         inspected=2,
         sink_topic=f"barriers-output-{unique}",
@@ -57,6 +64,8 @@ def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visib
             assert s.alignment_end_at == pytest.approx(max(c.barrier_at or 0.0 for c in s.channels), abs=0.05), text
     hold = check_holds(run.inspected, run.records)
     assert hold.held_records > 0 and not hold.violations, text
+    longest = max(h for cp in run.inspected for s in cp.subtasks for c in s.channels if (h := s.held_s(c)) is not None)
+    assert longest * 1000 >= config.min_hold_ms, text  # the forced hold, seen in the timeline
 
     # the snapshots: every inspected one exact, per input and per key
     assert len(run.states) == config.inspected, text

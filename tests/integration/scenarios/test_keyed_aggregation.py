@@ -14,7 +14,7 @@ from weir.core.errors import WeirError
 from weir.tools.scenario_keyed_aggregation import ScenarioConfig, run_keyed_aggregation_scenario
 from weir.tools.scenario_report import ScenarioReport, print_report
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
+pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
 def evidence(report: ScenarioReport, label: str) -> str:

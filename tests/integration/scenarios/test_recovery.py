@@ -23,7 +23,7 @@ from weir.tools.scenario_recovery import (
 )
 from weir.tools.scenario_report import print_report
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
+pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
 def test_recovery_replays_records_yet_effects_happen_once_and_the_behind_sink_catches_up(

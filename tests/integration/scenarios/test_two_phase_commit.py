@@ -16,7 +16,7 @@ from weir.core.errors import WeirError
 from weir.tools.scenario_report import print_report, summary_lines
 from weir.tools.scenario_two_phase_commit import ScenarioConfig, run_two_phase_commit_scenario
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
+pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 CHECKPOINTS = 3
 

@@ -14,7 +14,7 @@ from tests.integration.conftest import WeirCluster
 from weir.core.errors import WeirError
 from weir.tools.scenario_upgrade import ScenarioConfig, print_outcome, run_upgrade_scenario
 
-pytestmark = [pytest.mark.integration, pytest.mark.long]  # make test-long; make scenarios runs them full size
+pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
 def test_the_upgrade_scenario_is_exact_and_both_versions_produce_results(

@@ -664,7 +664,7 @@ def test_prometheus_service_runs_the_compose_config(svc: dict[str, Any]) -> None
 def test_promtool_accepts_the_compose_config() -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
+        pytest.fail("promtool is not installed: `make infra-up` installs it (Debian package prometheus)")
     result = subprocess.run(
         [promtool, "check", "config", str(PROMETHEUS_COMPOSE)], capture_output=True, text=True, timeout=60
     )
@@ -769,7 +769,7 @@ def compose_cli() -> list[str]:
     """``docker-compose`` as deploy/local/tools.sh builds it (once, into the shared cache)."""
     result = subprocess.run([str(TOOLS_SH), "install", "docker-compose"], capture_output=True, text=True, timeout=2400)
     if result.returncode == EXIT_PROXY_UNREACHABLE:
-        pytest.skip(f"docker-compose could not be built: {result.stderr.strip()}")
+        pytest.fail(f"docker-compose could not be built (`make tools`): {result.stderr.strip()}")
     assert result.returncode == 0, result.stderr
     path = subprocess.run([str(TOOLS_SH), "path", "docker-compose"], capture_output=True, text=True, check=True)
     return [path.stdout.strip()]

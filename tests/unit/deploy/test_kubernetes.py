@@ -71,7 +71,7 @@ AUTH_FILES = {
 def kustomize() -> str:
     result = subprocess.run([str(TOOLS_SH), "install", "kustomize"], capture_output=True, text=True, timeout=2400)
     if result.returncode == EXIT_PROXY_UNREACHABLE:
-        pytest.skip(f"kustomize could not be built: {result.stderr.strip()}")
+        pytest.fail(f"kustomize could not be built (`make tools`): {result.stderr.strip()}")
     assert result.returncode == 0, result.stderr
     path = subprocess.run([str(TOOLS_SH), "path", "kustomize"], capture_output=True, text=True, check=True)
     return path.stdout.strip()

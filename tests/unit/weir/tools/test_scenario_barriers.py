@@ -3,16 +3,22 @@ every check, and each kind of wrong evidence fails the check about it."""
 
 from __future__ import annotations
 
+import io
 import math
+import threading
+import time
 from collections import defaultdict
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 from weir.core.checkpointing import CheckpointStatus
-from weir.core.ids import CheckpointId, SubtaskIndex
+from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
-from weir.tools.client import CheckpointInfo
+from weir.core.states import JobStatus
+from weir.tools.client import CheckpointDetail, CheckpointInfo, JobDetails, JobSummary
 from weir.tools.scenario_barriers import (
     BarriersConfig,
     BarriersRun,
@@ -20,12 +26,14 @@ from weir.tools.scenario_barriers import (
     CheckpointCut,
     InspectedCheckpoint,
     OutputRecord,
+    ScenarioError,
     SubtaskAlignment,
     build_report,
     check_holds,
     compare_state,
     covering,
     expected_state,
+    force_holds,
     measure_visibility,
 )
 from weir.tools.scenario_report import ScenarioReport
@@ -295,3 +303,92 @@ def test_only_records_on_a_held_channel_count_as_held() -> None:
     # per checkpoint the orders records created from its trigger (the cut) until the alignment's end (trigger
     # + 10 ms + 200 ms): one every 25 ms, 9 of them; every key lives on one subtask or the other
     assert hold.held_records == 3 * math.ceil(RATES["orders"] * (0.01 + PAYMENTS_LATE_S)) == 27
+
+
+# Forced holds: the gate across a trigger ----------------------------------------------------------
+
+
+def _in_progress(checkpoint_id: int) -> CheckpointInfo:
+    return CheckpointInfo(CheckpointId(checkpoint_id), CheckpointStatus.IN_PROGRESS, "CHECKPOINT", 0.0, 0.0, 0, "", ())
+
+
+class GatedJob:
+    """A job's checkpoints as force_holds sees them through the client, its payments source (a thread)
+    waiting at the gate. Each client call is a step: a checkpoint is triggered when none is in
+    progress; the orders source acknowledges it at the next step; the payments source only once the
+    gate is open; the two-input subtasks then complete it."""
+
+    def __init__(self, gate: Path) -> None:
+        self.closed, self.waiting = gate / "closed", gate / "waiting"
+        self.checkpoint = 0
+        self.pending: set[tuple[str, int]] = set()
+        self.completed = 0
+        self.orders_acked_at: float | None = None
+        self.held_s: dict[int, float] = {}  # checkpoint -> from the orders ack to its payments barrier
+        self.stopped = threading.Event()
+        threading.Thread(target=self._source, daemon=True).start()
+
+    def _source(self) -> None:
+        """The payments source: at its next record it finds the gate closed and waits, saying so."""
+        while not self.stopped.wait(0.001):
+            if self.closed.exists() and not self.waiting.exists():
+                self.waiting.touch()
+
+    def _step(self) -> None:
+        if not self.pending:
+            self.checkpoint += 1
+            self.pending = {("orders", 0), ("payments", 0), ("counts", 0), ("counts", 1)}
+        elif ("orders", 0) in self.pending:
+            self.pending.discard(("orders", 0))
+            self.orders_acked_at = time.monotonic()
+        elif ("payments", 0) in self.pending:
+            if not self.closed.exists():
+                self.pending.discard(("payments", 0))
+                assert self.orders_acked_at is not None
+                self.held_s[self.checkpoint] = time.monotonic() - self.orders_acked_at
+        else:
+            self.pending.clear()
+            self.completed = self.checkpoint
+
+    def list_checkpoints(self, job_id: str) -> tuple[CheckpointInfo, ...]:
+        self._step()
+        return (_in_progress(self.checkpoint),) if self.pending else ()
+
+    def checkpoint_detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetail:
+        pending = tuple((OperatorUid(v), SubtaskIndex(s)) for v, s in sorted(self.pending))
+        return CheckpointDetail(_in_progress(checkpoint_id), pending)
+
+    def job_status(self, job_id: str) -> JobDetails:
+        self._step()
+        summary = JobSummary(JobId(job_id), "two_input_counts", JobStatus.RUNNING, 0.0, 2, 0)
+        return JobDetails(summary, (), None, CheckpointId(self.completed) if self.completed else None, None)
+
+
+def test_forced_holds_keep_the_payments_barrier_back_past_the_orders_ack_for_each_checkpoint(tmp_path: Path) -> None:
+    job = GatedJob(tmp_path)
+    config = replace(CONFIG, gate=tmp_path, checkpoints=3, forced_hold_ms=30.0, timeout_s=10.0)
+
+    try:
+        force_holds(job, "job", tmp_path, config, Console(file=io.StringIO()))  # type: ignore[arg-type]
+    finally:
+        job.stopped.set()
+
+    assert job.completed >= 3
+    assert len(job.held_s) >= 3 and all(held >= 0.030 for held in job.held_s.values()), job.held_s
+    assert not (tmp_path / "closed").exists()  # the source runs on
+
+
+def test_forced_holds_open_the_gate_and_fail_when_no_checkpoint_comes(tmp_path: Path) -> None:
+    class NoTrigger(GatedJob):
+        def list_checkpoints(self, job_id: str) -> tuple[CheckpointInfo, ...]:
+            return ()
+
+    job = NoTrigger(tmp_path)
+    config = replace(CONFIG, gate=tmp_path, checkpoints=1, timeout_s=0.2)
+
+    try:
+        with pytest.raises(ScenarioError, match="a checkpoint the orders source acknowledged while payments waits"):
+            force_holds(job, "job", tmp_path, config, Console(file=io.StringIO()))  # type: ignore[arg-type]
+    finally:
+        job.stopped.set()
+    assert not (tmp_path / "closed").exists()
