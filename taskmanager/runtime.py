@@ -28,7 +28,7 @@ from weir.core.config import checkpoint_dir
 from weir.core.errors import ProtocolError
 from weir.core.failures import Failure
 from weir.core.grpc_security import open_channel
-from weir.core.ids import CheckpointId, JobId, TaskManagerId
+from weir.core.ids import CheckpointId, JobId, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyEncoder
 from weir.core.metrics import STATE_SIZE_BYTES, TASKS_RUNNING
 from weir.core.paths import CheckpointPaths
@@ -196,7 +196,7 @@ class TaskManagerRuntime:
             consumer = plan.vertices[edge.consumer_vertex]
             partitioner = create_partitioner(
                 edge.partitioning,
-                subtask=req.task.subtask,
+                subtask=SubtaskIndex(req.task.subtask),
                 upstream_parallelism=vertex.parallelism,
                 downstream_parallelism=consumer.parallelism,
                 max_parallelism=graph.max_parallelism,

@@ -68,7 +68,7 @@ def decode_records(blob: bytes) -> tuple[list[Any], list[int | None]]:
     decoded = loads_value(blob)
     if not (isinstance(decoded, tuple) and len(decoded) == 2 and len(decoded[0]) == len(decoded[1])):
         raise ProtocolError("a record buffer must hold two lists of equal length (values, timestamps)")
-    return decoded  # type: ignore[no-any-return]
+    return decoded
 
 
 @dataclass(frozen=True, slots=True)

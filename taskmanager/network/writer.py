@@ -68,7 +68,8 @@ class RecordWriter:
         self._single_channel = len(channels) == 1 and key_selector is None  # no partitioning to do
         self._rows = [0] * len(channels)
         if columnar:  # the edge carries record batches: partitioned on arrays, buffered by rows
-            self.emit = self._emit_batch  # type: ignore[method-assign]
+            # The columnar path takes record batches, not records: bound once, at construction.
+            self.emit = self._emit_batch  # type: ignore[method-assign,assignment]
             if key_selector is not None:
                 if not isinstance(key_selector, FieldKey):
                     raise ValueError(f"a columnar edge is keyed by a field name, not by {key_selector!r}")
