@@ -52,9 +52,10 @@ test: setup infra-up browser tools ## unit + integration tests against the real 
 test-unit: setup tools ## unit tests only, no services
 	$(PY) -m pytest -q -m "not integration"
 
-lint: setup
-	$(VENV)/bin/ruff check weir jobmanager taskmanager connectors operators tests examples
+lint: setup ## ruff, the import-linter contracts and mypy (pyproject.toml); tests/unit/test_lint.py runs the same in make test
+	$(VENV)/bin/ruff check weir jobmanager taskmanager connectors operators tests examples bench
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.tools.demo
