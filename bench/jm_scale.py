@@ -72,10 +72,11 @@ RESULT_NAME: Final = "jm_scale"
 VERTICES: Final = 5
 KEYED_VERTICES: Final = ("aggregate", "window")  # the vertices with RocksDB state (SST files)
 VERTEX_UIDS: Final = ("source", "parse", "aggregate", "window", "sink")
-SUBTASK_POINTS: Final = (10, 50, 100, 250, 500, 1000)
+SUBTASK_POINTS: Final = (10, 50, 100, 250, 500, 1000, 2000)  # 2000: past the brief, to see what breaks next
 TASKMANAGER_POINTS: Final = (1, 10, 50, 100)
 TM_SWEEP_SUBTASKS: Final = 500
-GRPC_POINTS: Final = ((100, 10), (500, 50), (1000, 100))
+MAX_TASKMANAGERS: Final = 100
+GRPC_POINTS: Final = ((100, 10), (500, 50), (1000, 100), (2000, 100))
 QUICK_SUBTASK_POINTS: Final = (10, 100, 500)
 QUICK_TASKMANAGER_POINTS: Final = (1, 50)
 QUICK_GRPC_POINTS: Final = ((500, 50),)
@@ -83,6 +84,8 @@ QUICK_GRPC_POINTS: Final = ((500, 50),)
 HEARTBEAT_TIMEOUT_S: Final = 6.0  # weir.jobmanager.registry.HEARTBEAT_TIMEOUT_S (checked at run time)
 TICK_INTERVAL_S: Final = 0.2  # weir.jobmanager.monitor.TICK_INTERVAL_S (checked at run time)
 ONE_CORE: Final = 1.0
+HEARTBEAT_INTERVAL_S: Final = 1.0  # weir.jobmanager.registry.HEARTBEAT_INTERVAL_S (checked at run time)
+IDLE_WINDOW_S: Final = 2.0
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -120,6 +123,17 @@ def job_source(max_parallelism: int) -> bytes:
 def slots_per_taskmanager(parallelism: int, taskmanagers: int) -> int:
     """Slots each TaskManager offers so that the job (slot sharing: P slots) fits exactly."""
     return max(1, math.ceil(parallelism / taskmanagers))
+
+
+def taskmanagers_for(subtasks: int) -> int:
+    """The TaskManagers of the size sweep: ten subtasks each, at most ``MAX_TASKMANAGERS``."""
+    return max(1, min(MAX_TASKMANAGERS, subtasks // 10))
+
+
+def heartbeat_cpu(idle_cpu_per_s: float, empty_cpu_per_s: float, taskmanagers: int, interval_s: float) -> float:
+    """CPU seconds per heartbeat over gRPC: what the TaskManagers' idle heartbeats add to the JobManager
+    alone, over the heartbeats per second."""
+    return max(0.0, idle_cpu_per_s - empty_cpu_per_s) * interval_s / taskmanagers
 
 
 def heartbeat_offsets(taskmanagers: int, interval_s: float) -> list[float]:
@@ -761,8 +775,9 @@ def run_in_process_point(plan: PointPlan, storage: Any, log_path: Path) -> dict[
     from weir.jobmanager.record_store import record_of
     from weir.jobmanager.submission import SubmitRequest
 
-    if (registry_module.HEARTBEAT_TIMEOUT_S, monitor_module.TICK_INTERVAL_S) != (HEARTBEAT_TIMEOUT_S, TICK_INTERVAL_S):
-        raise RuntimeError("bench/jm_scale.py's copies of HEARTBEAT_TIMEOUT_S / TICK_INTERVAL_S are stale")
+    copies = (registry_module.HEARTBEAT_TIMEOUT_S, registry_module.HEARTBEAT_INTERVAL_S, monitor_module.TICK_INTERVAL_S)
+    if copies != (HEARTBEAT_TIMEOUT_S, HEARTBEAT_INTERVAL_S, TICK_INTERVAL_S):
+        raise RuntimeError("bench/jm_scale.py's copies of the JobManager's heartbeat and tick constants are stale")
     parallelism = parallelism_for(plan.subtasks)
     slots = slots_per_taskmanager(parallelism, plan.taskmanagers)
     sim = InProcessCluster(
@@ -1081,6 +1096,9 @@ def run_grpc_point(
     try:
         if not _wait(lambda: _answers(stub), time.time() + 30, 0.1):
             raise RuntimeError(f"the JobManager did not answer on port {port}; see {point_dir / 'jobmanager.log'}")
+        cpu0, t0 = process_cpu(jm_proc.pid), time.time()
+        time.sleep(IDLE_WINDOW_S)  # the measurement window itself: the JobManager alone, no TaskManager
+        point["empty_jm_cpu_per_s"] = (process_cpu(jm_proc.pid) - cpu0) / (time.time() - t0)
         per_process = [len(range(i, taskmanagers, processes)) for i in range(min(processes, taskmanagers))]
         first = 0
         for i, count in enumerate(per_process):
@@ -1119,10 +1137,13 @@ def run_grpc_point(
             line = sim.stdout.readline()
             if not line.startswith("ready"):
                 raise RuntimeError(f"a simulator process did not start: {line!r}; see {point_dir}")
-        # Idle heartbeats first: the cost of the heartbeats alone, no job yet.
+        # Idle heartbeats first (no job yet), against the JobManager alone measured before.
         cpu0, t0 = process_cpu(jm_proc.pid), time.time()
-        time.sleep(3.0)
+        time.sleep(IDLE_WINDOW_S)  # the measurement window itself
         point["idle_jm_cpu_per_s"] = (process_cpu(jm_proc.pid) - cpu0) / (time.time() - t0)
+        point["heartbeat_grpc_cpu_s"] = heartbeat_cpu(
+            point["idle_jm_cpu_per_s"], point["empty_jm_cpu_per_s"], taskmanagers, HEARTBEAT_INTERVAL_S
+        )
         source = job_source(max(128, parallelism))
         submit_at = time.time()
         response = stub.SubmitJob(
@@ -1145,12 +1166,13 @@ def run_grpc_point(
         if not _wait(all_running, submit_at + deploy_timeout_s, 0.1):
             point["error"] = f"not every task RUNNING within {deploy_timeout_s:g} s"
         else:
-            _wait(lambda: False, time.time() + 1.0)  # the first checkpoint is due an interval after RUNNING
+            time.sleep(interval_s)  # the first checkpoint is due an interval after RUNNING: the window starts there
             cpu0, t0 = process_cpu(jm_proc.pid), time.time()
             time.sleep(window_s)
             point["window_s"] = time.time() - t0
             point["jm_cpu_per_s"] = (process_cpu(jm_proc.pid) - cpu0) / point["window_s"]
             point["window_from"] = t0
+            point["window_to"] = time.time()
         cluster = stub.GetClusterStatus(jobmanager_pb2.GetClusterStatusRequest(), timeout=30)
         point["taskmanagers_lost"] = sum(1 for tm in cluster.taskmanagers if not tm.alive)
         status = stub.GetJobStatus(jobmanager_pb2.GetJobStatusRequest(job_id=job_id), timeout=30)
@@ -1219,10 +1241,13 @@ def _merge_sim_reports(point: dict[str, Any], reports: Sequence[Mapping[str, Any
     if running and submit_at is not None and not point.get("error"):
         point["deploy_s"] = max(running) - submit_at
     trips = round_trips(checkpoints, lambda c: notified.get(c, set()) >= hosting)
+    window_to = point.get("window_to", float("inf"))
     if window_from is not None:
-        trips = [t for t in trips if (checkpoints[t["checkpoint_id"]].first_trigger or 0) >= window_from]
+        trips = [t for t in trips if window_from <= (checkpoints[t["checkpoint_id"]].first_trigger or 0) <= window_to]
         point["checkpoints_completed"] = len(trips)
-    point["checkpoints_aborted"] = sum(1 for t in checkpoints.values() if t.aborted)
+        point["checkpoints_aborted"] = sum(
+            1 for t in checkpoints.values() if t.aborted and window_from <= (t.first_trigger or 0) <= window_to
+        )
     point["round_trip_s"] = distribution([t["round_trip_s"] for t in trips])
     for part in ("trigger_fanout_s", "acks_s", "complete_and_notify_s"):
         point[part] = distribution([t[part] for t in trips])
@@ -1230,6 +1255,7 @@ def _merge_sim_reports(point: dict[str, Any], reports: Sequence[Mapping[str, Any
     point["ack_wall_s"] = distribution(ack_wall)
     point["sim_errors"] = sum(int(r.get("errors", 0)) for r in reports)
     point.pop("window_from", None)
+    point.pop("window_to", None)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1259,7 +1285,7 @@ def _row(point: Mapping[str, Any], interval_s: float, ack_delay_s: float) -> str
         _fmt(point.get("schedule_s")),
         _fmt(rt.get("p50")),
         _fmt(rt.get("max")),
-        f"{point['jm_cpu_per_s']:.2f}" if point.get("jm_cpu_per_s") is not None else "-",
+        f"{point['jm_cpu_per_s']:.3f}" if point.get("jm_cpu_per_s") is not None else "-",
         _fmt((point.get("heartbeat_cpu_s") or {}).get("mean"), "ms"),
         _fmt(hb.get("max"), "ms"),
         _fmt((point.get("ack_cpu_s") or {}).get("mean"), "ms"),
@@ -1318,7 +1344,7 @@ def render_markdown(document: Mapping[str, Any], before: Mapping[str, Any] | Non
     by_subtasks = [p for p in points if p["sweep"] == "subtasks"]
     by_tms = [p for p in points if p["sweep"] == "taskmanagers"]
     lines += [
-        "## Against the job's size (in-process, 10 subtasks per TaskManager)",
+        f"## Against the job's size (in-process, ten subtasks per TaskManager, at most {MAX_TASKMANAGERS})",
         "",
         _TABLE_HEAD,
         *(_row(p, interval, ack_delay) for p in by_subtasks),
@@ -1357,8 +1383,8 @@ def render_markdown(document: Mapping[str, Any], before: Mapping[str, Any] | Non
     else:
         lines += [
             "| subtasks | TMs | deploy | round trip p50 | round trip max | JM process CPU (cores) "
-            "| idle (heartbeats only) | heartbeat call max | checkpoints | what breaks |",
-            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| idle, heartbeats only (cores) | CPU / idle heartbeat | heartbeat call max | checkpoints | what breaks |",
+            "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for p in grpc_points:
             rt = p.get("round_trip_s") or {}
@@ -1366,8 +1392,9 @@ def render_markdown(document: Mapping[str, Any], before: Mapping[str, Any] | Non
             idle = p.get("idle_jm_cpu_per_s")
             lines.append(
                 f"| {p['subtasks']} | {p['taskmanagers']} | {_fmt(p.get('deploy_s'))} | {_fmt(rt.get('p50'))} "
-                f"| {_fmt(rt.get('max'))} | {f'{cpu:.2f}' if cpu is not None else '-'} "
+                f"| {_fmt(rt.get('max'))} | {f'{cpu:.3f}' if cpu is not None else '-'} "
                 f"| {f'{idle:.3f}' if idle is not None else '-'} "
+                f"| {_fmt(p.get('heartbeat_grpc_cpu_s'), 'ms')} "
                 f"| {_fmt((p.get('heartbeat_wall_s') or {}).get('max'), 'ms')} "
                 f"| {p.get('checkpoints_completed', '-')} | "
                 + ("; ".join(symptoms(p, interval, ack_delay)) or "keeps up")
@@ -1527,7 +1554,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--deploy-timeout", type=float, default=60.0)
     parser.add_argument("--storage", choices=("file", "s3"), default="file")
     parser.add_argument("--label", default="", help="'before': write jm_scale-before.json (the run before a fix)")
+    parser.add_argument("--render", action="store_true", help="only regenerate the documents from jm_scale.json")
     args = parser.parse_args(argv)
+    if args.render:
+        document = json.loads((RESULTS_DIR / f"{RESULT_NAME}.json").read_text())
+        document["findings"] = findings(document)
+        publish(document, before_run=False)
+        return 0
 
     run_id = time.strftime("%Y%m%d-%H%M%S")
     state = StateModel()
@@ -1536,7 +1569,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log_file = _configure_logs(workdir / "jobmanager-in-process.log")
     subtask_points = QUICK_SUBTASK_POINTS if args.quick else SUBTASK_POINTS
     tm_points = QUICK_TASKMANAGER_POINTS if args.quick else TASKMANAGER_POINTS
-    plans = [("subtasks", n, max(1, n // 10)) for n in subtask_points]
+    plans = [("subtasks", n, taskmanagers_for(n)) for n in subtask_points]
     plans += [("taskmanagers", TM_SWEEP_SUBTASKS, t) for t in tm_points]
     points = []
     for sweep, n, tms in plans:

@@ -13,6 +13,7 @@ from bench.jm_scale import (
     ack_due,
     distribution,
     first_break,
+    heartbeat_cpu,
     heartbeat_offsets,
     job_source,
     parallelism_for,
@@ -22,6 +23,7 @@ from bench.jm_scale import (
     round_trips,
     slots_per_taskmanager,
     symptoms,
+    taskmanagers_for,
 )
 from weir.api import load_job_source
 from weir.core.paths import CheckpointPaths
@@ -59,6 +61,15 @@ def test_slots_make_the_job_fit_exactly_on_the_taskmanagers() -> None:
     assert slots_per_taskmanager(100, 1) == 100
     assert slots_per_taskmanager(2, 100) == 1
     assert slots_per_taskmanager(100, 50) * 50 >= 100
+
+
+def test_the_size_sweep_runs_ten_subtasks_per_taskmanager_up_to_a_hundred() -> None:
+    assert [taskmanagers_for(n) for n in (10, 50, 1000, 2000, 5)] == [1, 5, 100, 100, 1]
+
+
+def test_a_heartbeat_costs_what_idle_taskmanagers_add_per_heartbeat() -> None:
+    assert heartbeat_cpu(0.06, 0.01, 100, 1.0) == pytest.approx(0.0005)
+    assert heartbeat_cpu(0.01, 0.02, 10, 1.0) == 0.0  # noise below the JobManager alone
 
 
 def test_heartbeats_are_spread_over_the_interval() -> None:
