@@ -47,6 +47,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import signal
 import socket
 import statistics
@@ -250,7 +251,11 @@ class CheckpointTimes:
     last_ack: float | None = None
     first_complete: float | None = None
     last_complete: float | None = None
-    aborted: bool = False
+    aborted_at: float | None = None  # when the first TaskManager was told it was aborted
+
+    @property
+    def aborted(self) -> bool:
+        return self.aborted_at is not None
 
     def merge(self, other: CheckpointTimes) -> CheckpointTimes:
         """The same checkpoint seen by two simulator processes."""
@@ -264,7 +269,7 @@ class CheckpointTimes:
             pick(self.last_ack, other.last_ack, max),
             pick(self.first_complete, other.first_complete, min),
             pick(self.last_complete, other.last_complete, max),
-            self.aborted or other.aborted,
+            pick(self.aborted_at, other.aborted_at, min),
         )
 
 
@@ -678,7 +683,8 @@ class InProcessCluster:
     ) -> None:
         def book() -> None:
             with self.lock:
-                self.checkpoints.setdefault(checkpoint_id, CheckpointTimes()).aborted = True
+                times = self.checkpoints.setdefault(checkpoint_id, CheckpointTimes())
+                times.aborted_at = times.aborted_at or time.time()
                 tm = self.tm_at[address]
                 for t in self.tasks.values():
                     if t.taskmanager == tm:
@@ -759,8 +765,13 @@ def _open_storage(kind: str, root: Path, run_id: str) -> Any:
         return FileCheckpointStorage(root)
     from weir.core.config import Endpoints
 
-    bucket = os.environ.get("WEIR_S3_BUCKET", "weir-checkpoints")
-    return open_storage(f"s3://{bucket}/bench-jm-scale-{run_id}", Endpoints.from_env())
+    endpoints = Endpoints.from_env()
+    return open_storage(f"s3://{endpoints.s3_bucket}/bench-jm-scale-{run_id}/{root.name}", endpoints)
+
+
+def _remove_all(storage: Any) -> None:
+    """Delete every object a point wrote (metadata, job records): the run leaves only its logs."""
+    storage.delete([key for key, _size in storage.list("")])
 
 
 def run_in_process_point(plan: PointPlan, storage: Any, log_path: Path) -> dict[str, Any]:
@@ -908,7 +919,9 @@ def run_in_process_point(plan: PointPlan, storage: Any, log_path: Path) -> dict[
             trips = [t for t in round_trips(checkpoints, lambda c: c in done) if t["checkpoint_id"] > 0]
             window_trips = [t for t in trips if (checkpoints[t["checkpoint_id"]].first_trigger or 0) >= window_start]
             point["checkpoints_completed"] = len(done) - completed0
-            point["checkpoints_aborted"] = sum(1 for t in checkpoints.values() if t.aborted)
+            point["checkpoints_aborted"] = sum(
+                1 for t in checkpoints.values() if t.aborted_at is not None and t.aborted_at >= window_start
+            )
             point["round_trip_s"] = distribution([t["round_trip_s"] for t in window_trips])
             for part in ("trigger_fanout_s", "acks_s", "complete_and_notify_s"):
                 point[part] = distribution([t[part] for t in window_trips])
@@ -1190,6 +1203,7 @@ def run_grpc_point(
             jm_proc.kill()
             jm_proc.wait()
         jm_log.close()
+        shutil.rmtree(point_dir / "checkpoints", ignore_errors=True)
     _merge_sim_reports(point, [r for r in reports if r is not None], submit_at=locals().get("submit_at"))
     return point
 
@@ -1246,7 +1260,7 @@ def _merge_sim_reports(point: dict[str, Any], reports: Sequence[Mapping[str, Any
         trips = [t for t in trips if window_from <= (checkpoints[t["checkpoint_id"]].first_trigger or 0) <= window_to]
         point["checkpoints_completed"] = len(trips)
         point["checkpoints_aborted"] = sum(
-            1 for t in checkpoints.values() if t.aborted and window_from <= (t.first_trigger or 0) <= window_to
+            1 for t in checkpoints.values() if t.aborted_at is not None and window_from <= t.aborted_at <= window_to
         )
     point["round_trip_s"] = distribution([t["round_trip_s"] for t in trips])
     for part in ("trigger_fanout_s", "acks_s", "complete_and_notify_s"):
@@ -1355,8 +1369,8 @@ def render_markdown(document: Mapping[str, Any], before: Mapping[str, Any] | Non
         *(_row(p, interval, ack_delay) for p in by_tms),
         "",
     ]
-    if document.get("curve_png"):
-        lines += [f"![round trip and CPU against subtasks]({document['curve_png']})", ""]
+    if document.get("curve_svg"):
+        lines += [f"![round trip and CPU against subtasks]({document['curve_svg']})", ""]
     lines += ["## One heartbeat, by the tasks it carries (in-process, CPU per call)", ""]
     lines += ["| tasks in the heartbeat | CPU per heartbeat | per task |", "| ---: | ---: | ---: |"]
     for h in document["heartbeat_cost"]:
@@ -1403,11 +1417,35 @@ def render_markdown(document: Mapping[str, Any], before: Mapping[str, Any] | Non
         lines.append("")
     lines += ["## What breaks first", ""]
     lines += _breaks(document, interval, ack_delay)
+    lines += ["", "## Where the time goes", ""]
+    for paragraph in document.get("findings", []):
+        lines += [paragraph, ""]
     if before is not None:
-        lines += ["", "## Before and after the fixes", ""]
+        lines += ["## Before and after the fixes", ""]
         lines += _comparison(before, document)
-    lines.append("")
+    lines += ["## What would lift the next limits", "", *NEXT_LIMITS, ""]
     return "\n".join(lines)
+
+
+NEXT_LIMITS: Final = (
+    "Each of these is larger than a fix and is left as a proposal:",
+    "",
+    "- **Trigger and notice fan-out in parallel.** The executor asks each source task to inject the barrier "
+    "with one blocking call after the other on one I/O thread, and notifies each TaskManager the same way; "
+    "over gRPC the fan-out grows with the sources (see above). Sending the calls at once (gRPC futures, "
+    "one batch per TaskManager as Flink's `TaskExecutorGateway` calls are asynchronous) would take the fan-out "
+    "to about one round trip.",
+    "- **Deployment without the channel lists, and off the lock.** Every deployment request lists all P "
+    "input and P output channels of an all-to-all edge, although each TaskManager computes the same plan "
+    "from the job file; Flink caches and compresses these descriptors for large jobs (its "
+    "`ShuffleDescriptor` groups). The requests are also built with the JobManager's lock held and sent one "
+    "at a time; built from a snapshot of the placement after the lock and sent per TaskManager in parallel, "
+    "neither would hold heartbeats back.",
+    "- **One Python process, one core.** Over gRPC most of the JobManager's CPU is gRPC and protobuf in "
+    "Python (compare the two CPU columns at the same size): the servicer's threads, the monitor and the I/O "
+    "workers share one GIL. Past about one core a larger job needs its acknowledgements batched per "
+    "TaskManager (one call for all its tasks of a checkpoint), or a JobManager per job.",
+)
 
 
 def _load(values: Sequence[float]) -> str:
@@ -1432,72 +1470,149 @@ def _breaks(document: Mapping[str, Any], interval: float, ack_delay: float) -> l
                 + "; ".join(found["symptoms"])
                 + "."
             )
-    out += ["", *document.get("findings", [])]
     return out
 
 
+def _cell(point: Mapping[str, Any] | None, key: str, sub: str | None = None, unit: str = "s") -> str:
+    if point is None:
+        return "-"
+    if point.get("error") and point.get(key) is None:
+        return "did not finish"
+    value = point.get(key) if sub is None else (point.get(key) or {}).get(sub)
+    if value is None:
+        return "-"
+    return f"{value:.3f}" if unit == "cores" else _fmt(value, unit)
+
+
 def _comparison(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The run before the fixes beside this one, point by point, and what broke first in each."""
+    interval, ack_delay = after["settings"]["interval_s"], after["settings"]["ack_delay_s"]
     lines = [
-        f"Before: commit {before['commit']} (load average {_load(before['load_average_at_start'])}); "
-        f"after: commit {after['commit']}.",
+        f"Before: commit {before['commit']} (load average {_load(before['load_average_at_start'])} at its start); "
+        f"after: this run. The fixes: the checkpoint coordinator looked up every live object key for each "
+        "acknowledgement (a checkpoint's acknowledgements were quadratic in its tasks), and the plan renumbered a "
+        "consumer's input channels for each output channel (placing an all-to-all job was cubic in its "
+        "parallelism, with the lock held). Both are now linear.",
         "",
-        "| subtasks | TMs | placing under the lock, before -> after | round trip p50, before -> after "
-        "| JM CPU (cores), before -> after | CPU / ack, before -> after |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    old = {(p["subtasks"], p["taskmanagers"]): p for p in before["in_process"]}
-    for p in after["in_process"]:
-        b = old.get((p["subtasks"], p["taskmanagers"]))
-        if b is None:
+    for name, key in (("in-process", "in_process"), ("over gRPC", "grpc")):
+        for label, document in (("before", before), ("after", after)):
+            points = document.get(key) or []
+            if not points:
+                continue
+            found = first_break(points, interval, ack_delay)
+            lines.append(
+                f"- {name}, {label}: "
+                + (
+                    f"first broke at {found['subtasks']} subtasks on {found['taskmanagers']} TaskManagers: "
+                    + "; ".join(found["symptoms"])
+                    if found is not None
+                    else "nothing broke"
+                )
+                + "."
+            )
+    lines.append("")
+    columns = (
+        ("deploy", "deploy_s", None, "s"),
+        ("placing under the lock", "schedule_s", None, "s"),
+        ("round trip p50", "round_trip_s", "p50", "s"),
+        ("JM CPU (cores)", "jm_cpu_per_s", None, "cores"),
+        ("CPU / ack", "ack_cpu_s", "mean", "ms"),
+        ("heartbeat call max", "heartbeat_wall_s", "max", "ms"),
+    )
+    for name, key in (("In-process", "in_process"), ("Over gRPC", "grpc")):
+        old = {(p["subtasks"], p["taskmanagers"]): p for p in before.get(key) or []}
+        rows = [p for p in after.get(key) or [] if (p["subtasks"], p["taskmanagers"]) in old]
+        if not rows:
             continue
-
-        def pair(
-            key: str,
-            sub: str | None = None,
-            unit: str = "s",
-            point_b: Mapping[str, Any] = b,
-            point_a: Mapping[str, Any] = p,
-        ) -> str:
-            x = point_b.get(key) if sub is None else (point_b.get(key) or {}).get(sub)
-            y = point_a.get(key) if sub is None else (point_a.get(key) or {}).get(sub)
-            if unit == "cores":
-                return f"{x:.2f} -> {y:.2f}" if x is not None and y is not None else f"{x} -> {y}"
-            return f"{_fmt(x, unit)} -> {_fmt(y, unit)}"
-
-        lines.append(
-            f"| {p['subtasks']} | {p['taskmanagers']} | {pair('schedule_s')} | {pair('round_trip_s', 'p50')} "
-            f"| {pair('jm_cpu_per_s', unit='cores')} | {pair('ack_cpu_s', 'mean', 'ms')} |"
-        )
+        shown = [c for c in columns if any(p.get(c[1]) is not None for p in rows)]
+        lines += [
+            f"{name}, before -> after:",
+            "",
+            "| subtasks | TMs | " + " | ".join(c[0] for c in shown) + " |",
+            "| ---: | ---: | " + " | ".join("---:" for _ in shown) + " |",
+        ]
+        for p in rows:
+            b = old[(p["subtasks"], p["taskmanagers"])]
+            cells = [f"{_cell(b, k, sub, unit)} -> {_cell(p, k, sub, unit)}" for _, k, sub, unit in shown]
+            lines.append(f"| {p['subtasks']} | {p['taskmanagers']} | " + " | ".join(cells) + " |")
+        lines.append("")
     return lines
 
 
-def render_chart(document: Mapping[str, Any], path: Path) -> bool:
-    """Round trip and JobManager CPU against subtasks (matplotlib, when installed)."""
-    try:
-        import matplotlib
+def _polyline(points: Sequence[tuple[float, float]], color: str, dashed: bool = False) -> str:
+    coordinates = " ".join(f"{x:.1f},{y:.1f}" for x, y in points)
+    dash = ' stroke-dasharray="5,4"' if dashed else ""
+    marks = "".join(f'<circle cx="{x:.1f}" cy="{y:.1f}" r="3" fill="{color}"/>' for x, y in points)
+    return f'<polyline points="{coordinates}" fill="none" stroke="{color}" stroke-width="2"{dash}/>{marks}'
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        return False
-    points = [p for p in document["in_process"] if p["sweep"] == "subtasks" and not p.get("error")]
-    if not points:
-        return False
-    xs = [p["subtasks"] for p in points]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
-    left.plot(xs, [(p.get("round_trip_s") or {}).get("p50") or float("nan") for p in points], "o-", label="p50")
-    left.plot(xs, [(p.get("round_trip_s") or {}).get("max") or float("nan") for p in points], "x--", label="max")
-    left.set_xlabel("subtasks (TaskManagers = subtasks / 10)")
-    left.set_ylabel("checkpoint round trip (s)")
-    left.legend()
-    right.plot(xs, [p.get("jm_cpu_per_s") or float("nan") for p in points], "o-")
-    right.set_xlabel("subtasks")
-    right.set_ylabel("JobManager CPU (cores)")
-    fig.suptitle(f"One JobManager, in-process simulation (commit {document['commit']})")
-    fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-    return True
+
+def render_chart(document: Mapping[str, Any]) -> str:
+    """An SVG of two panels against subtasks (log scale): the checkpoint round trip (median) and the
+    JobManager's CPU, in-process and over gRPC, with the checkpoint interval drawn in. Plain SVG, so
+    that the chart needs nothing installed."""
+    series = {
+        "in-process": [p for p in document["in_process"] if p["sweep"] == "subtasks" and not p.get("error")],
+        "over gRPC": [p for p in document.get("grpc") or [] if not p.get("error")],
+    }
+    colors = {"in-process": "#1f77b4", "over gRPC": "#d62728"}
+    xs = sorted({p["subtasks"] for points in series.values() for p in points})
+    if not xs:
+        return ""
+    width, height, left, top, plot_w, plot_h = 900, 370, 60, 40, 340, 240
+    x_lo, x_hi = math.log10(min(xs)), math.log10(max(xs))
+
+    def x_of(panel: int, subtasks: float) -> float:
+        span = (math.log10(subtasks) - x_lo) / (x_hi - x_lo) if x_hi > x_lo else 0.5
+        return left + panel * (plot_w + 100) + span * plot_w
+
+    panels = (
+        ("checkpoint round trip, median (s)", lambda p: (p.get("round_trip_s") or {}).get("p50")),
+        ("JobManager CPU (cores)", lambda p: p.get("jm_cpu_per_s")),
+    )
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" font-family="sans-serif" '
+        'font-size="12">',
+        f'<rect width="{width}" height="{height}" fill="white"/>',
+        f'<text x="{left}" y="20" font-size="14">One JobManager against subtasks (TaskManagers: subtasks / 10, '
+        f"at most {MAX_TASKMANAGERS}), commit {document['commit']}</text>",
+    ]
+    interval = document["settings"]["interval_s"]
+    for panel, (title, value) in enumerate(panels):
+        values = [v for points in series.values() for p in points if (v := value(p)) is not None]
+        top_value = max([*values, interval if panel == 0 else 0.0, 1e-9]) * 1.1
+        x0 = left + panel * (plot_w + 100)
+
+        def y_of(v: float, top_value: float = top_value) -> float:
+            return top + plot_h - v / top_value * plot_h
+
+        parts.append(f'<rect x="{x0}" y="{top}" width="{plot_w}" height="{plot_h}" fill="none" stroke="#888"/>')
+        parts.append(f'<text x="{x0}" y="{top - 6}">{title}</text>')
+        for fraction in (0.0, 0.5, 1.0):
+            v = top_value * fraction
+            parts.append(f'<text x="{x0 - 6}" y="{y_of(v) + 4:.1f}" text-anchor="end">{v:.2f}</text>')
+        for x in xs:
+            parts.append(f'<text x="{x_of(panel, x):.1f}" y="{top + plot_h + 16}" text-anchor="middle">{x}</text>')
+        parts.append(f'<text x="{x0 + plot_w / 2}" y="{top + plot_h + 34}" text-anchor="middle">subtasks</text>')
+        if panel == 0:
+            y = y_of(interval)
+            parts.append(
+                f'<line x1="{x0}" y1="{y:.1f}" x2="{x0 + plot_w}" y2="{y:.1f}" stroke="#999" stroke-dasharray="2,3"/>'
+            )
+            parts.append(f'<text x="{x0 + plot_w - 4}" y="{y - 4:.1f}" text-anchor="end">interval</text>')
+        for name, points in series.items():
+            line = [(x_of(panel, p["subtasks"]), y_of(v)) for p in points if (v := value(p)) is not None]
+            if line:
+                parts.append(_polyline(line, colors[name], dashed=name != "in-process"))
+    for n, name in enumerate(series):
+        y = height - 10
+        x = left + n * 160
+        parts.append(
+            f'<line x1="{x}" y1="{y - 4}" x2="{x + 24}" y2="{y - 4}" stroke="{colors[name]}" stroke-width="2"/>'
+        )
+        parts.append(f'<text x="{x + 30}" y="{y}">{name}</text>')
+    parts.append("</svg>")
+    return "\n".join(parts) + "\n"
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1517,29 +1632,100 @@ def _host() -> dict[str, Any]:
     return {"machine": platform.machine(), "cpus": os.cpu_count() or 0, "python": platform.python_version()}
 
 
+def _largest(points: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    done = [p for p in points if not p.get("error")]
+    return max(done, key=lambda p: (p["subtasks"], p["taskmanagers"])) if done else None
+
+
+def _p50(point: Mapping[str, Any], key: str) -> float | None:
+    value = (point.get(key) or {}).get("p50")
+    return float(value) if value is not None else None
+
+
 def findings(document: Mapping[str, Any]) -> list[str]:
-    """Sentences read off the figures (which part dominates where), for the document."""
-    out = []
-    points = [p for p in document["in_process"] if p["sweep"] == "subtasks" and not p.get("error")]
-    if points:
-        largest = max(points, key=lambda p: p["subtasks"])
-        parts = {k: (largest.get(k) or {}).get("p50") for k in ("trigger_fanout_s", "acks_s", "complete_and_notify_s")}
-        if all(v is not None for v in parts.values()):
+    """Paragraphs read off the figures: where the time and the CPU go at the largest points, in-process
+    and over gRPC, and what a heartbeat, a deployment and a checkpoint's metadata cost."""
+    out: list[str] = []
+    ack_delay = document["settings"]["ack_delay_s"]
+    size_sweep = [p for p in document["in_process"] if p["sweep"] == "subtasks"]
+    largest = _largest(size_sweep)
+    if largest is not None:
+        parts = [_p50(largest, k) for k in ("trigger_fanout_s", "acks_s", "complete_and_notify_s")]
+        if all(v is not None for v in parts):
+            fanout, acks, complete = (float(v or 0.0) for v in parts)
             out.append(
-                f"At {largest['subtasks']} subtasks a checkpoint's round trip splits into the trigger fan-out "
-                f"(one call per source task, in turn) {parts['trigger_fanout_s']:.3f} s, the acknowledgements "
-                f"after the last trigger {parts['acks_s']:.3f} s (of which {document['settings']['ack_delay_s']:g} s "
-                f"is the simulated snapshot), and the completion (metadata written, every TaskManager notified "
-                f"in turn) {parts['complete_and_notify_s']:.3f} s (medians)."
+                f"**In-process, {largest['subtasks']} subtasks on {largest['taskmanagers']} TaskManagers.** A "
+                f"checkpoint's round trip (median {_p50(largest, 'round_trip_s') or 0.0:.3f} s) splits into the "
+                f"trigger fan-out {fanout:.3f} s (one gateway call per source task, in turn), the "
+                f"acknowledgements after the last trigger {acks:.3f} s (of which {ack_delay:g} s is the "
+                f"simulated snapshot) and the completion {complete:.3f} s (the metadata of "
+                f"{largest.get('metadata_bytes', 0) / 1e6:.1f} MB encoded in "
+                f"{(largest.get('metadata_encode_s') or 0.0) * 1000:.0f} ms and written, then every TaskManager "
+                "notified in turn)."
             )
         split = largest.get("jm_cpu_split_per_s")
         if split:
             out.append(
-                f"The JobManager's {largest['jm_cpu_per_s']:.2f} cores at {largest['subtasks']} subtasks: "
-                f"{split['jobmanager_threads']:.2f} on its own threads (monitor, I/O workers, record writer) "
-                f"and {split['in_taskmanager_calls']:.2f} inside the TaskManagers' calls (heartbeats, reports, "
-                "acknowledgements)."
+                f"Its JobManager uses {largest['jm_cpu_per_s']:.3f} cores: {split['jobmanager_threads']:.3f} on "
+                f"its own threads (monitor, I/O workers, record writer) and {split['in_taskmanager_calls']:.3f} "
+                f"inside the TaskManagers' calls; one acknowledgement costs "
+                f"{((largest.get('ack_cpu_s') or {}).get('mean') or 0.0) * 1e6:.0f} µs of CPU. Placing the job "
+                f"(every channel of every subtask and {largest.get('deploy_request_bytes', 0) / 1e6:.1f} MB of "
+                f"deployment requests, {largest.get('deploy_request_bytes', 0) / largest['subtasks'] / 1e3:.1f} kB "
+                f"each: an all-to-all job's requests list P input and P output channels) holds the lock "
+                f"{largest.get('schedule_s') or 0.0:.2f} s."
             )
+    grpc_points = document.get("grpc") or []
+    g = _largest(grpc_points)
+    if g is not None:
+        parallelism = g["parallelism"]
+        fanout, acks, complete = (_p50(g, k) or 0.0 for k in ("trigger_fanout_s", "acks_s", "complete_and_notify_s"))
+        same = next(
+            (
+                p
+                for p in document["in_process"]
+                if (p["subtasks"], p["taskmanagers"]) == (g["subtasks"], g["taskmanagers"]) and not p.get("error")
+            ),
+            None,
+        )
+        ratio = (
+            f" ({g['jm_cpu_per_s'] / same['jm_cpu_per_s']:.0f} times the in-process figure: the rest is gRPC, "
+            "protobuf and the servicer, in Python)"
+            if same is not None and same.get("jm_cpu_per_s") and g.get("jm_cpu_per_s")
+            else ""
+        )
+        submit = g.get("submit_s") or 0.0
+        deploy = g.get("deploy_s")
+        out.append(
+            f"**Over gRPC, {g['subtasks']} subtasks on {g['taskmanagers']} TaskManagers.** The round trip "
+            f"(median {_p50(g, 'round_trip_s') or 0.0:.3f} s) splits into the trigger fan-out {fanout:.3f} s "
+            f"({fanout / parallelism * 1000:.2f} ms per source, one blocking call after the other on one I/O "
+            f"thread), the acknowledgements {acks:.3f} s ({g['subtasks']} calls into the servicer, whose median "
+            f"call waited {(_p50(g, 'ack_wall_s') or 0.0) * 1000:.0f} ms) and the completion and notices "
+            f"{complete:.3f} s ({g['taskmanagers']} notices in turn). The JobManager process uses "
+            f"{g.get('jm_cpu_per_s') or 0.0:.3f} cores{ratio}."
+            + (
+                f" Deploying takes {deploy:.2f} s: {submit:.2f} s to accept and place the job, then "
+                f"{(deploy - submit) / g['subtasks'] * 1000:.1f} ms per task, one DeployTask call after the other."
+                if deploy is not None
+                else ""
+            )
+        )
+    hb = {h["tasks"]: h for h in document.get("heartbeat_cost", [])}
+    grpc_hb = [p["heartbeat_grpc_cpu_s"] for p in grpc_points if p.get("heartbeat_grpc_cpu_s")]
+    if 0 in hb and grpc_hb:
+        per_task = [h["cpu_us_per_task"] for h in hb.values() if h["cpu_us_per_task"]]
+        most = max(p["taskmanagers"] for p in grpc_points)
+        out.append(
+            f"**Heartbeats.** Handling one costs the JobManager {hb[0]['cpu_us']:.1f} µs"
+            + (f" plus {statistics.median(per_task):.1f} µs per task it reports" if per_task else "")
+            + " (in-process); over gRPC an idle "
+            f"heartbeat costs {statistics.median(grpc_hb) * 1000:.2f} ms of the JobManager process's CPU, so "
+            f"{most} TaskManagers heartbeating every second take "
+            f"{most * statistics.median(grpc_hb) / HEARTBEAT_INTERVAL_S:.3f} cores. A heartbeat is a risk only "
+            "when it waits for the lock (the *heartbeat call max* column) towards the "
+            f"{HEARTBEAT_TIMEOUT_S:g} s heartbeat timeout."
+        )
     return out
 
 
@@ -1582,6 +1768,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             storage,
             workdir / "jobmanager-in-process.log",
         )
+        _remove_all(storage)
         point["sweep"] = sweep
         points.append(point)
         _log("  " + _summary(point))
@@ -1642,12 +1829,14 @@ def publish(document: dict[str, Any], *, before_run: bool) -> None:
         return
     before_path = RESULTS_DIR / f"{RESULT_NAME}-before.json"
     before = json.loads(before_path.read_text()) if before_path.exists() else None
-    if render_chart(document, RESULTS_DIR / f"{RESULT_NAME}.png"):
-        document["curve_png"] = f"../bench/results/{RESULT_NAME}.png"
+    chart = render_chart(document)
+    if chart:
+        (RESULTS_DIR / f"{RESULT_NAME}.svg").write_text(chart)
+        document["curve_svg"] = f"../bench/results/{RESULT_NAME}.svg"
     (RESULTS_DIR / f"{RESULT_NAME}.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     markdown = render_markdown(document, before)
-    (RESULTS_DIR / f"{RESULT_NAME}.md").write_text(markdown)
     DOC_PATH.write_text(markdown)
+    (RESULTS_DIR / f"{RESULT_NAME}.md").write_text(markdown.replace("../bench/results/", ""))
     print(markdown)
 
 

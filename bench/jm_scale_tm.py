@@ -178,7 +178,8 @@ class SimTaskManager(taskmanager_pb2_grpc.TaskManagerServiceServicer):
     async def NotifyCheckpointAborted(  # noqa: N802
         self, request: Any, context: Any
     ) -> taskmanager_pb2.NotifyCheckpointAbortedResponse:
-        self.process.books.times(request.checkpoint_id).aborted = True
+        times = self.process.books.times(request.checkpoint_id)
+        times.aborted_at = times.aborted_at or time.time()
         for t in self.tasks.values():
             t.pending_ssts.pop(request.checkpoint_id, None)
         return taskmanager_pb2.NotifyCheckpointAbortedResponse()

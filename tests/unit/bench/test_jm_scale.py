@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from typing import Any
+from xml.etree import ElementTree
 
 import pytest
 
@@ -12,6 +13,7 @@ from bench.jm_scale import (
     _merge_sim_reports,
     ack_due,
     distribution,
+    findings,
     first_break,
     heartbeat_cpu,
     heartbeat_offsets,
@@ -19,6 +21,7 @@ from bench.jm_scale import (
     parallelism_for,
     percentile,
     proc_cpu_seconds,
+    render_chart,
     render_markdown,
     round_trips,
     slots_per_taskmanager,
@@ -124,7 +127,7 @@ def test_round_trips_keep_completed_checkpoints_notified_everywhere() -> None:
     checkpoints = {
         1: done,
         2: CheckpointTimes(11.0, 11.1, 11.3, None, None),  # never completed
-        3: CheckpointTimes(12.0, 12.1, 12.2, 12.3, 12.4, aborted=True),
+        3: CheckpointTimes(12.0, 12.1, 12.2, 12.3, 12.4, aborted_at=12.35),
         4: CheckpointTimes(13.0, 13.0, 13.2, 13.3, 13.5),  # not every TaskManager notified
     }
     trips = round_trips(checkpoints, lambda c: c != 4)
@@ -137,10 +140,11 @@ def test_round_trips_keep_completed_checkpoints_notified_everywhere() -> None:
 
 def test_two_processes_views_of_a_checkpoint_merge_to_the_widest_span() -> None:
     a = CheckpointTimes(10.0, 10.2, 10.5, 10.6, 10.7)
-    b = CheckpointTimes(10.1, 10.3, 10.4, 10.55, 10.9, aborted=False)
-    assert a.merge(b) == CheckpointTimes(10.0, 10.3, 10.5, 10.55, 10.9, False)
+    b = CheckpointTimes(10.1, 10.3, 10.4, 10.55, 10.9)
+    assert a.merge(b) == CheckpointTimes(10.0, 10.3, 10.5, 10.55, 10.9)
     assert CheckpointTimes().merge(a) == a
-    assert a.merge(CheckpointTimes(aborted=True)).aborted
+    assert not a.merge(b).aborted
+    assert a.merge(CheckpointTimes(aborted_at=10.8)).merge(CheckpointTimes(aborted_at=10.7)).aborted_at == 10.7
 
 
 def _report(tm: str, first_trigger: float, last_complete: float, notified: list[str]) -> dict[str, Any]:
@@ -152,7 +156,7 @@ def _report(tm: str, first_trigger: float, last_complete: float, notified: list[
                 "last_ack": first_trigger + 0.2,
                 "first_complete": last_complete - 0.01,
                 "last_complete": last_complete,
-                "aborted": False,
+                "aborted_at": None,
             }
         },
         "notified": {"5": notified},
@@ -269,4 +273,63 @@ def test_the_document_renders_every_section_from_the_results() -> None:
     assert "a finding" in text
     assert "Before and after" not in text
     compared = render_markdown(after, _document("0ld0ld0", 17.0))
-    assert "| 100 | 10 | 17.00 s -> 0.10 s |" in compared
+    assert "| 100 | 10 | 1.00 s -> 1.00 s | 17.00 s -> 0.10 s |" in compared
+    assert "- in-process, before: first broke at 100 subtasks on 10 TaskManagers: placing the job held" in compared
+    assert "- in-process, after: nothing broke." in compared
+
+
+def test_aborts_count_only_inside_the_window() -> None:
+    early = _report("tm-0", 100.0, 100.5, ["tm-0"])
+    early["checkpoints"]["6"] = dict(early["checkpoints"]["5"], aborted_at=100.9)
+    early["checkpoints"]["7"] = dict(early["checkpoints"]["5"], aborted_at=103.0)  # the cancel, after the window
+    point: dict[str, Any] = {"window_from": 99.0, "window_to": 102.0}
+    _merge_sim_reports(point, [early], 90.0)
+    assert point["checkpoints_aborted"] == 1
+    assert point["round_trip_s"]["n"] == 1
+
+
+def test_findings_split_the_largest_points_from_their_figures() -> None:
+    document = _document("abc1234", 0.1)
+    in_process = document["in_process"][0]
+    in_process.update(
+        subtasks=1000,
+        taskmanagers=100,
+        jm_cpu_per_s=0.1,
+        trigger_fanout_s={"p50": 0.002},
+        acks_s={"p50": 0.1},
+        complete_and_notify_s={"p50": 0.05},
+        deploy_request_bytes=14_000_000,
+        jm_cpu_split_per_s={"jobmanager_threads": 0.06, "in_taskmanager_calls": 0.04},
+    )
+    document["grpc"] = [
+        _healthy(
+            subtasks=1000,
+            taskmanagers=100,
+            parallelism=200,
+            jm_cpu_per_s=0.5,
+            trigger_fanout_s={"p50": 0.2},
+            acks_s={"p50": 0.3},
+            complete_and_notify_s={"p50": 0.1},
+            ack_wall_s={"p50": 0.02},
+            submit_s=1.0,
+            deploy_s=4.0,
+            heartbeat_grpc_cpu_s=0.0007,
+        )
+    ]
+    text = " ".join(findings(document))
+    assert "the trigger fan-out 0.200 s (1.00 ms per source" in text
+    assert "(5 times the in-process figure" in text
+    assert "then 3.0 ms per task" in text
+    assert "100 TaskManagers heartbeating every second take 0.070 cores" in text
+    assert "14.0 kB each" in text
+
+
+def test_the_chart_is_plain_svg_with_a_line_per_series_and_panel() -> None:
+    document = _document("abc1234", 0.1)
+    document["in_process"].append(_healthy(sweep="subtasks", subtasks=1000, taskmanagers=100, jm_cpu_per_s=0.2))
+    document["grpc"] = [_healthy(subtasks=1000, taskmanagers=100, jm_cpu_per_s=0.5, round_trip_s={"p50": 0.6})]
+    svg = ElementTree.fromstring(render_chart(document))
+    lines = svg.findall("{http://www.w3.org/2000/svg}polyline")
+    assert len(lines) == 4  # two panels x (in-process, over gRPC)
+    assert "commit abc1234" in "".join(svg.itertext())
+    assert render_chart(document | {"in_process": [], "grpc": []}) == ""
