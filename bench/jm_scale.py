@@ -380,6 +380,7 @@ class CpuMeter:
 
 @dataclass
 class SimTask:
+    job_id: str  # from its deployment, as a TaskManager knows it
     vertex: str
     subtask: int
     attempt: int
@@ -448,7 +449,6 @@ class InProcessCluster:
         self.heartbeats = 0
         self.acks = 0
         self.errors: list[str] = []
-        self.job_id = ""
 
     # -- the lanes ----------------------------------------------------------------------------------
 
@@ -519,7 +519,7 @@ class InProcessCluster:
                 t.records += 1000
             progress = tuple(
                 TaskProgress(
-                    self.job_id,
+                    t.job_id,
                     t.vertex,
                     t.subtask,
                     t.attempt,
@@ -535,12 +535,12 @@ class InProcessCluster:
             self.heartbeats += 1
         self._at(tm, time.time() + self.heartbeat_interval_s, lambda: self._heartbeat(tm))
 
-    def _report(self, key: tuple[str, int], attempt: int, state_name: str) -> None:
+    def _report(self, job_id: str, key: tuple[str, int], attempt: int, state_name: str) -> None:
         from weir.core.states import TaskState
         from weir.jobmanager.messages import TaskStateReport
 
         state = TaskState[state_name]
-        report = TaskStateReport(self.job_id, key[0], key[1], attempt, state, None, 0, 0, False)
+        report = TaskStateReport(job_id, key[0], key[1], attempt, state, None, 0, 0, False)
         self._call("report_task_state", self.jm.report_task_state, report)
         if state is TaskState.RUNNING:
             with self.lock:
@@ -554,10 +554,11 @@ class InProcessCluster:
             task = self.tasks.get(key)
             if task is None or task.attempt != attempt:
                 return
-            objects = self.state.objects(self.job_id, key[0], key[1], checkpoint_id, task.completed_ssts)
+            job_id = task.job_id
+            objects = self.state.objects(job_id, key[0], key[1], checkpoint_id, task.completed_ssts)
             task.pending_ssts[checkpoint_id] = StateModel.ssts(objects)
         ack = CheckpointAck(
-            job_id=self.job_id,
+            job_id=job_id,
             vertex_uid=key[0],
             subtask=key[1],
             attempt=attempt,
@@ -608,11 +609,14 @@ class InProcessCluster:
                 self.first_deploy_call = self.first_deploy_call or now
                 self.last_deploy_call = now
                 self.job_attempt = deployment.attempt
-                self.tasks[key] = SimTask(deployment.vertex_uid, deployment.subtask, deployment.attempt, tm, address)
+                self.tasks[key] = SimTask(
+                    deployment.job_id, deployment.vertex_uid, deployment.subtask, deployment.attempt, tm, address
+                )
                 if deployment.vertex_uid == VERTEX_UIDS[0]:
                     self.sources.add(key)
-            self._at(tm, now, lambda: self._report(key, deployment.attempt, "DEPLOYING"))
-            self._at(tm, now + 0.001, lambda: self._report(key, deployment.attempt, "RUNNING"))
+            job_id, attempt = deployment.job_id, deployment.attempt
+            self._at(tm, now, lambda: self._report(job_id, key, attempt, "DEPLOYING"))
+            self._at(tm, now + 0.001, lambda: self._report(job_id, key, attempt, "RUNNING"))
 
         self._gateway(book)
 
@@ -853,11 +857,17 @@ def run_in_process_point(plan: PointPlan, storage: Any, log_path: Path) -> dict[
         job_id = jm.submit(request)
         submit_cpu = time.thread_time() - cpu0
         submitted_at = time.time()
-        sim.job_id = job_id
         point["submit_s"] = submitted_at - submit_at
         point["submit_cpu_s"] = submit_cpu
         deadline = submit_at + plan.deploy_timeout_s
-        deployed = _wait(lambda: sim.all_running(plan.subtasks), deadline)
+
+        def every_task_running() -> bool:
+            if not sim.all_running(plan.subtasks):
+                return False
+            with jm.lock:  # the JobManager's view: reports of an attempt it failed over do not count
+                return bool(jm.jobs[job_id].all_running())
+
+        deployed = _wait(every_task_running, deadline)
         with sim.lock:
             last_running = max(sim.running_reported.values(), default=None)
         point["schedule_s"] = max(schedules) if schedules else None
@@ -951,11 +961,11 @@ def run_in_process_point(plan: PointPlan, storage: Any, log_path: Path) -> dict[
         if sim.errors:
             point["simulator_errors"] = sim.errors[:5]
         with jm.lock:
-            job = jm.jobs.get(sim.job_id)
+            job = jm.jobs.get(job_id)
             status = job.status if job is not None else None
         if status is JobStatus.RUNNING:
-            jm.cancel(sim.job_id)
-            _wait(lambda: jm.jobs[sim.job_id].status.terminal, time.time() + 10)
+            jm.cancel(job_id)
+            _wait(lambda: jm.jobs[job_id].status.terminal, time.time() + 10)
     finally:
         sim.stop()
         jm.stop()
@@ -987,7 +997,6 @@ def heartbeat_cost(tasks_per_heartbeat: Sequence[int], calls: int = 2000) -> lis
             job_id = jm.submit(
                 SubmitRequest("hb", "jm_scale_job.py", job_source(max(128, parallelism)), {}, parallelism)
             )
-            sim.job_id = job_id
             expected = parallelism * VERTICES
             _wait(lambda sim=sim, expected=expected: sim.all_running(expected), time.time() + 30)
             with jm.lock:
@@ -1741,6 +1750,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--storage", choices=("file", "s3"), default="file")
     parser.add_argument("--label", default="", help="'before': write jm_scale-before.json (the run before a fix)")
     parser.add_argument("--render", action="store_true", help="only regenerate the documents from jm_scale.json")
+    parser.add_argument(
+        "--note", default="", help="what the commit does not say (e.g. fixes reverted for a before run)"
+    )
     args = parser.parse_args(argv)
     if args.render:
         document = json.loads((RESULTS_DIR / f"{RESULT_NAME}.json").read_text())
@@ -1778,7 +1790,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     grpc_points: list[dict[str, Any]] = []
     document: dict[str, Any] = {
         "run_id": run_id,
-        "commit": _commit(),
+        "commit": _commit() + (f" ({args.note})" if args.note else ""),
         "host": _host(),
         "settings": {
             "interval_s": args.interval,
