@@ -47,6 +47,7 @@ import json
 import math
 import os
 import platform
+import re
 import shutil
 import signal
 import socket
@@ -298,12 +299,23 @@ def round_trips(
     return out
 
 
+_GRPC_STATUS = re.compile(r'status = StatusCode\.(\w+)\s+details = "([^"]*)"')
+
+
+def error_line(error: str) -> str:
+    """A point's error on one line: a gRPC error as its status code and details."""
+    match = _GRPC_STATUS.search(error)
+    if match is not None:
+        return f"{match[1]}: {match[2]}"
+    return error.strip().splitlines()[0] if error.strip() else error
+
+
 def symptoms(point: Mapping[str, Any], interval_s: float, ack_delay_s: float) -> list[str]:
     """What is breaking at this point, most severe first (empty: it keeps up). A point the run could
     not finish (``error``) breaks by definition."""
     found: list[str] = []
     if point.get("error"):
-        found.append(f"did not finish: {point['error']}")
+        found.append(f"did not finish: {error_line(point['error'])}")
     if point.get("taskmanagers_lost", 0):
         found.append(f"{point['taskmanagers_lost']} TaskManager(s) declared lost (heartbeat timeout)")
     if point.get("restarts", 0):
@@ -1200,6 +1212,10 @@ def run_grpc_point(
         status = stub.GetJobStatus(jobmanager_pb2.GetJobStatusRequest(job_id=job_id), timeout=30)
         point["restarts"] = status.summary.restarts
         stub.CancelJob(jobmanager_pb2.CancelJobRequest(job_id=job_id), timeout=30)
+    except grpc.RpcError as exc:  # a point that breaks is a result
+        code = exc.code().name if isinstance(exc, grpc.Call) else "UNKNOWN"
+        details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
+        point["error"] = f"{code}: {details} (a call to the JobManager)"
     except Exception as exc:  # a point that breaks is a result
         point["error"] = f"{type(exc).__name__}: {exc}"
     finally:

@@ -13,6 +13,7 @@ from bench.jm_scale import (
     _merge_sim_reports,
     ack_due,
     distribution,
+    error_line,
     findings,
     first_break,
     heartbeat_cpu,
@@ -333,3 +334,13 @@ def test_the_chart_is_plain_svg_with_a_line_per_series_and_panel() -> None:
     assert len(lines) == 4  # two panels x (in-process, over gRPC)
     assert "commit abc1234" in "".join(svg.itertext())
     assert render_chart(document | {"in_process": [], "grpc": []}) == ""
+
+
+def test_an_error_is_shown_on_one_line() -> None:
+    grpc_error = (
+        "_InactiveRpcError: <_InactiveRpcError of RPC that terminated with:\n\tstatus = StatusCode.DEADLINE_EXCEEDED"
+        '\n\tdetails = "Deadline Exceeded"\n\tdebug_error_string = "x"\n>'
+    )
+    assert error_line(grpc_error) == "DEADLINE_EXCEEDED: Deadline Exceeded"
+    assert error_line("not every task RUNNING within 60 s") == "not every task RUNNING within 60 s"
+    assert error_line("first\nsecond") == "first"
