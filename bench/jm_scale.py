@@ -1305,6 +1305,8 @@ def _fmt(value: float | None, unit: str = "s", digits: int = 3) -> str:
     if value is None:
         return "-"
     if unit == "ms":
+        if value * 1000 < 0.01:
+            return "< 0.01 ms"
         return f"{value * 1000:.{digits}g} ms" if value * 1000 < 100 else f"{value * 1000:,.0f} ms"
     if unit == "µs":
         return f"{value:,.0f} µs"
