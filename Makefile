@@ -9,7 +9,7 @@ BROWSER := deploy/local/browser.sh
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-nexmark bench-jm-scale bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -121,6 +121,9 @@ bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per eve
 
 bench-nexmark: setup bench-deps ## Nexmark queries on Weir vs Flink SQL: events/s, CPU s / M events, ratios (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2)
 	$(PY) -m bench.nexmark_bench $(NEXMARK_BENCH_ARGS)
+
+bench-jm-scale: setup $(VENV)/.bench-installed ## one JobManager against simulated TaskManagers: deployment, checkpoint round trip, CPU, heartbeats up to 1,000 subtasks / 100 TaskManagers (~5 min; JM_SCALE_ARGS=--quick); writes docs/benchmarks-jm-scale.md
+	$(PY) -m bench.jm_scale $(JM_SCALE_ARGS)
 
 bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, Flink and the ceiling (2M events, 3 runs), then bench-json, bench-state, bench-backpressure and bench-recovery (long)
 	$(PY) -m bench.run $(BENCH_ARGS)
