@@ -73,10 +73,9 @@ INFLIGHT_STATE_NAME: Final = (
 SAMPLE_S: Final = 0.5
 MODES: Final = ("aligned", "unaligned")
 OUTCOME: Final = (
-    "under backpressure an aligned barrier waits behind the records queued in the channels, so aligned "
-    "checkpoints slow down; unaligned barriers overtake them, so unaligned checkpoints do not; neither mode "
-    "changes the rate the sink drains the backlog: record latency stays, and the backlog grows at input rate - "
-    "sustainable sink rate"
+    "Slow downstream work delays aligned barriers. Unaligned checkpoints can capture in-flight data and shorten "
+    "checkpoint completion, but do not remove processing latency. Backlog growth = input records/s - sustainable "
+    "sink records/s; unaligned checkpoints do not change that sign."
 )
 
 
@@ -434,8 +433,11 @@ def check(config: BackpressureConfig, run: BackpressureRun) -> Report:
         if r.available:
             report.table(_checkpoint_table(r))
         else:
-            report.measured(f"{mode} mode", f"unavailable in this runtime: the job failed on its first unaligned "
-                            f"checkpoint: {r.unavailable}; only the aligned half is judged")  # fmt: skip
+            report.measured(
+                f"{mode} mode",
+                f"unavailable in this runtime: the job failed on its first unaligned "
+                f"checkpoint: {r.unavailable}; only the aligned half is judged",
+            )
     if measured:
         report.table(_modes_table(config, measured))
     report.measured(
@@ -548,14 +550,32 @@ def _inflight(c: CheckpointPoint) -> str:
 def _checkpoint_table(run: ModeRun) -> Table:
     return Table(
         f"{run.mode}: checkpoint duration over time (job {run.job_id})",
-        ("checkpoint", "triggered at", "status", "kind", "duration", "max alignment", "max start delay (task)",
-         "size", "in flight: reported / in storage"),
+        (
+            "checkpoint",
+            "triggered at",
+            "status",
+            "kind",
+            "duration",
+            "max alignment",
+            "max start delay (task)",
+            "size",
+            "in flight: reported / in storage",
+        ),
         tuple(
-            (str(c.checkpoint_id), f"{c.t:6.1f}s", c.status, _kind(c), f"{c.duration_s:.2f}s", f"{c.alignment_s:.2f}s",
-             f"{c.start_delay_s:.2f}s ({c.slowest_task})", _mib(c.size_bytes), _inflight(c))
+            (
+                str(c.checkpoint_id),
+                f"{c.t:6.1f}s",
+                c.status,
+                _kind(c),
+                f"{c.duration_s:.2f}s",
+                f"{c.alignment_s:.2f}s",
+                f"{c.start_delay_s:.2f}s ({c.slowest_task})",
+                _mib(c.size_bytes),
+                _inflight(c),
+            )
             for c in run.checkpoints
         ),
-    )  # fmt: skip
+    )
 
 
 def _modes_table(config: BackpressureConfig, measured: Mapping[str, Measurement]) -> Table:

@@ -472,8 +472,13 @@ def seen(arrivals: Iterable[Arrival]) -> Seen:
     records: dict[tuple[str, int], Mapping[str, Any]] = {}
     duplicates = 0
     for a in arrivals:
-        record = json.loads(a.value or b"")
-        key = (str(record["input"]), int(record["seq"]))
+        try:
+            record = json.loads(a.value or b"")
+            key = (str(record["input"]), int(record["seq"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ScenarioError(
+                f"{a.topic} partition {a.partition} offset {a.offset} is no counts record: {exc}"
+            ) from exc
         if key in first:
             duplicates += 1
             continue
@@ -742,11 +747,14 @@ def check(config: BarriersConfig, run: BarriersRun) -> Report:
             for s in states
         ),
         checkpoints=tuple(
-            {"checkpoint": s.checkpoint_id, **{f"{i}_counted": s.totals.get(i, 0) for i in INPUTS},
-             **{f"{i}_position": s.positions.get(i, 0) for i in INPUTS}}
+            {
+                "checkpoint": s.checkpoint_id,
+                **{f"{i}_counted": s.totals.get(i, 0) for i in INPUTS},
+                **{f"{i}_position": s.positions.get(i, 0) for i in INPUTS},
+            }
             for s in states
         ),
-    )  # fmt: skip
+    )
     mismatched = [m for s in states for m in s.mismatched]
     compared = sum(s.compared for s in states)
     report.verify(
@@ -843,30 +851,43 @@ def barrier_table(run: BarriersRun, hold: HoldCheck) -> Table:
         for s in cp.subtasks:
             for n, c in enumerate(sorted(s.channels, key=lambda c: c.barrier_at or 0.0)):
                 held = s.held_s(c)
-                rows.append((
-                    str(cp.cut.checkpoint_id) if n == 0 else "",
-                    f"{OPERATOR_UID}#{s.subtask}" if n == 0 else "",
-                    f"{c.channel} ({c.upstream})",
-                    _ms_after(c.barrier_at, trigger),
-                    "-" if held is None else f"{held * 1000:,.1f}",
-                    f"{hold.held_by_channel.get((cp.cut.checkpoint_id, s.subtask, c.input_name), 0):,}",
-                    _ms_after(s.alignment_end_at, trigger) if n == 0 else "",
-                    _ms_after(s.sync_end_at, trigger) if n == 0 else "",
-                ))  # fmt: skip
+                rows.append(
+                    (
+                        str(cp.cut.checkpoint_id) if n == 0 else "",
+                        f"{OPERATOR_UID}#{s.subtask}" if n == 0 else "",
+                        f"{c.channel} ({c.upstream})",
+                        _ms_after(c.barrier_at, trigger),
+                        "-" if held is None else f"{held * 1000:,.1f}",
+                        f"{hold.held_by_channel.get((cp.cut.checkpoint_id, s.subtask, c.input_name), 0):,}",
+                        _ms_after(s.alignment_end_at, trigger) if n == 0 else "",
+                        _ms_after(s.sync_end_at, trigger) if n == 0 else "",
+                    )
+                )
     return Table(
         f"barriers per channel of {OPERATOR_UID!r} (TaskManager clock; held = alignment end - barrier)",
-        ("checkpoint", "subtask", "channel (upstream)", "barrier arrived (ms after trigger)",
-         "held until alignment end (ms)", "records held (after the barrier, created before the alignment end)",
-         "alignment end (ms)", "snapshot done (ms)"),
+        (
+            "checkpoint",
+            "subtask",
+            "channel (upstream)",
+            "barrier arrived (ms after trigger)",
+            "held until alignment end (ms)",
+            "records held (after the barrier, created before the alignment end)",
+            "alignment end (ms)",
+            "snapshot done (ms)",
+        ),
         tuple(rows),
-    )  # fmt: skip
+    )
 
 
 def state_table(states: Sequence[StateComparison]) -> Table:
     return Table(
         "the snapshot against the source positions",
-        ("checkpoint", *(f"{i}: source position" for i in INPUTS), *(f"{i}: Σ counts in state" for i in INPUTS),
-         "(key, input) entries = expected"),
+        (
+            "checkpoint",
+            *(f"{i}: source position" for i in INPUTS),
+            *(f"{i}: Σ counts in state" for i in INPUTS),
+            "(key, input) entries = expected",
+        ),
         tuple(
             (
                 str(s.checkpoint_id),
@@ -876,7 +897,7 @@ def state_table(states: Sequence[StateComparison]) -> Table:
             )
             for s in states
         ),
-    )  # fmt: skip
+    )
 
 
 # The command ----------------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import enum
 import json
+import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -33,6 +34,7 @@ from pathlib import Path
 from typing import Any, Final, Generic, TypeAlias, TypeVar
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table as RichTable
 
 from weir.core.config import Endpoints
@@ -83,6 +85,13 @@ class CheckResult:
     @property
     def verdict(self) -> Verdict:
         return Verdict.PASS if self.passed else Verdict.FAIL
+
+    def number(self, name: str) -> int | float:
+        """The measured number ``name``; TypeError when that figure is not one (a reader's mistake)."""
+        value = self.numbers[name]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise TypeError(f"check {self.name}: {name} is {value!r}, not a number")
+        return value
 
 
 @dataclass(frozen=True)
@@ -149,7 +158,13 @@ class Report:
             "verdict": self.verdict.value,
             "error": self.error or None,
             "checks": [
-                {"name": c.name, "statement": c.statement, "passed": c.passed, "numbers": c.numbers, "detail": c.detail}
+                {
+                    "name": c.name,
+                    "statement": c.statement,
+                    "passed": c.passed,
+                    "numbers": _json_figure(c.numbers),
+                    "detail": c.detail,
+                }
                 for c in self.checks
             ],
             "steps": list(self.steps),
@@ -159,6 +174,20 @@ class Report:
             ],
             "notes": list(self.notes),
         }
+
+
+def _json_figure(value: Figure) -> Any:
+    """A figure as JSON has it: tuples become lists, a number that is not finite (no value measured:
+    a percentile of nothing) becomes null."""
+    match value:
+        case float() if not math.isfinite(value):
+            return None
+        case tuple():
+            return [_json_figure(v) for v in value]
+        case Mapping():
+            return {k: _json_figure(v) for k, v in value.items()}
+        case _:
+            return value
 
 
 class ReportBuilder:
@@ -230,8 +259,8 @@ def render_text(console: Console, report: Report) -> None:
         checks.add_row(f"[{colour}]{c.verdict.value}[/]", c.name, c.statement, c.detail)
     console.print(checks)
     if report.error:
-        console.print(f"[bold red]{Verdict.FAIL.value}[/]: the run could not be carried to its end: {report.error}",
-                      soft_wrap=True, highlight=False)  # fmt: skip
+        broken = f"the run could not be carried to its end: {report.error}"
+        console.print(f"[bold red]{Verdict.FAIL.value}[/]: {escape(broken)}", soft_wrap=True, highlight=False)
     elif not report.checks:
         console.print(f"[red]{Verdict.FAIL.value}[/]: the run checked nothing")
     verdict = (
@@ -333,7 +362,7 @@ def run_main(scenario: Scenario[Any, Any], argv: Sequence[str]) -> int:
     except WeirError as exc:
         report = Report(scenario.name, scenario.outcome, error=str(exc))
     if args.json:
-        sys.stdout.write(json.dumps(report.to_json(), indent=2) + "\n")
+        sys.stdout.write(json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n")
     else:
         render_text(console, report)
     return report.exit_code

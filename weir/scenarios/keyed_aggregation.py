@@ -423,8 +423,9 @@ def _read_proofs(endpoints: Endpoints, job_id: str) -> dict[str, tuple[ProofEntr
     """Every commit of each sink in this job, from where the sinks write their proofs (as ``weir
     verify`` reads them): the Kafka sink's marker topic, the PostgreSQL sink's rows in its proof table."""
     topic = marker_topic_name(job_id, KAFKA_SINK_UID)
-    markers = marker_entries(((v, 0) for _p, _o, _k, v, _ts in kafka.read_committed_records(endpoints, topic)),
-                             KAFKA_SINK_UID)  # fmt: skip
+    markers = marker_entries(
+        ((v, 0) for _p, _o, _k, v, _ts in kafka.read_committed_records(endpoints, topic)), KAFKA_SINK_UID
+    )
     with postgres.connect(endpoints, autocommit=True) as conn:
         rows = postgres.sink_commit_rows(conn, COMMIT_PROOF_TABLE, [POSTGRES_SINK_UID]) or []
     return {KAFKA_SINK_UID: tuple(markers), POSTGRES_SINK_UID: tuple(postgres_proof_entries(rows))}
@@ -567,8 +568,9 @@ def check(config: KeyedAggregationConfig, run: KeyedAggregationRun) -> Report:
             f"{len(r.open_transactions)} ({r.open_transaction_method})",
             open_transactions=len(r.open_transactions),
         )
-    summaries = {uid: summarize_proof(uid, run.proofs.get(uid, ()), job.job_id, job.savepoint_id, job.history)
-                 for uid in SINKS}  # fmt: skip
+    summaries = {
+        uid: summarize_proof(uid, run.proofs.get(uid, ()), job.job_id, job.savepoint_id, job.history) for uid in SINKS
+    }
     for uid, p in summaries.items():
         found = sinks[uid].found
         last = max((c.checkpoint_id for c in p.last), default=None)
@@ -665,10 +667,12 @@ def _comparison_table(
         ("holds", *("fired windows" for _ in sinks), "open windows"),
         ("expected (reference)", *(f"{len(split.fired):,}" for _ in sinks), f"{len(split.open):,}"),
         ("found", *(f"{p.found:,}" for p in places)),
-        *((label, *(str(getattr(p, label)) for p in places)) for label in ("duplicates", "missing", "unexpected",
-                                                                              "mismatched")),
+        *(
+            (label, *(str(getattr(p, label)) for p in places))
+            for label in ("duplicates", "missing", "unexpected", "mismatched")
+        ),
         ("Σ count", *(f"{counted(p):,}" for p in places)),
-    ]  # fmt: skip
+    ]
     return Table("each place against the reference", ("", *(p.place for p in places)), tuple(rows))
 
 

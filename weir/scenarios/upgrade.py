@@ -88,9 +88,9 @@ TABLE_DEFINITION: Final = (
     "v smallint NOT NULL, PRIMARY KEY (key, window_start)"
 )
 OUTCOME: Final = (
-    "a savepoint-based version upgrade: v1 stopped with a savepoint, v2 (a changed aggregate whose state "
-    "is migrated, a new filter) resumed from it at another parallelism; every window has exactly one result "
-    "in each sink, from v1 before the cut and from v2 after it, and nothing stays prepared or open"
+    "Savepoints with stable operator IDs support controlled upgrades; stable operator IDs and tested state "
+    "schema compatibility for upgrades. Operations distinguish checkpoint health, record latency and savepoint "
+    "compatibility."
 )
 
 Result = dict[str, Any]  # a window's result as a sink holds it
@@ -481,12 +481,20 @@ def check(config: UpgradeConfig, run: UpgradeRun) -> Report:
     exercised = (
         ("v1-fired-windows", "v1 fired windows before the savepoint (committed with it)", e.count(1), "v1_windows"),
         ("v2-produced-windows", "v2 produced windows", e.count(2), "v2_windows"),
-        ("windows-migrated", "windows open at the cut went on in v2 from v1's migrated accumulators", e.migrated,
-         "migrated"),
-        ("v2-read-after-cut", "v1 stopped before the end of the input: v2 read the rest", e.events_after,
-         "events_after"),
+        (
+            "windows-migrated",
+            "windows open at the cut went on in v2 from v1's migrated accumulators",
+            e.migrated,
+            "migrated",
+        ),
+        (
+            "v2-read-after-cut",
+            "v1 stopped before the end of the input: v2 read the rest",
+            e.events_after,
+            "events_after",
+        ),
         ("v2-filter-dropped", "v2's new filter dropped events", e.filtered, "filtered"),
-    )  # fmt: skip
+    )
     for name, statement, n, label in exercised:
         v(name, f"the run exercised the upgrade: {statement}", n > 0, f"{n:,} > 0", **{label: n})
     return report.build()
@@ -508,8 +516,7 @@ def _outcome_table(e: Expectation, sinks: Sequence[SinkCheck]) -> Table:
         rows.append((label, "0", *(f"{getattr(s.comparison, attr):,}" for s in sinks)))
     rows.append(("keys with v2 before v1", "0", *(f"{s.interleaved:,}" for s in sinks)))
     rows.append(("open / prepared transactions", "0", *(f"{len(s.open_transactions):,}" for s in sinks)))
-    return Table("outcome: one result per window in each sink", ("", "expected", *(s.sink for s in sinks)),
-                 tuple(rows))  # fmt: skip
+    return Table("outcome: one result per window in each sink", ("", "expected", *(s.sink for s in sinks)), tuple(rows))
 
 
 # The command ----------------------------------------------------------------------------------------------

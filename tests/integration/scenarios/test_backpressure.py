@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import replace
-from typing import Any
 
 import pytest
 
@@ -43,10 +42,6 @@ def outcome(weir_cluster: WeirCluster) -> Outcome:
     return run, report, text
 
 
-def _numbers(report: Report, name: str) -> dict[str, Any]:
-    return dict(report.check(name).numbers)
-
-
 def test_under_a_slow_sink_the_backlog_grows_as_input_minus_sink_and_aligned_barriers_are_late(
     outcome: Outcome,
 ) -> None:
@@ -58,9 +53,9 @@ def test_under_a_slow_sink_the_backlog_grows_as_input_minus_sink_and_aligned_bar
     configured_sink = CONFIG.sink_records_per_second * CONFIG.parallelism
     assert aligned.sink_results_rate == pytest.approx(configured_sink, rel=0.15), text
     assert aligned.input_rate == pytest.approx(CONFIG.events_per_second, rel=0.1), text
-    lag = _numbers(report, "lag-follows-formula:aligned")
-    assert lag["lag_growth"] > 0.3 * lag["input_rate"], text  # the backlog grows
-    assert abs(lag["lag_growth"] - lag["formula_growth"]) <= 0.25 * lag["input_rate"], text
+    lag = report.check("lag-follows-formula:aligned")
+    assert lag.number("lag_growth") > 0.3 * lag.number("input_rate"), text  # the backlog grows
+    assert abs(lag.number("lag_growth") - lag.number("formula_growth")) <= 0.25 * lag.number("input_rate"), text
     # the barrier waits behind the queue the slow sink drains: seconds, beyond the interval
     assert aligned.duration_max_s > 2 * CONFIG.checkpoint_interval_s, text
     assert aligned.latency_p50_s > 1.0, text  # records wait in the backlog too
@@ -75,8 +70,8 @@ def test_unaligned_mode_runs_under_backpressure_without_shortening_latency(outco
     aligned, unaligned = measured["aligned"], measured["unaligned"]
     assert unaligned.completed >= 1 and unaligned.failed == 0, text
     assert unaligned.sink_results_rate == pytest.approx(aligned.sink_results_rate, rel=0.15), text
-    lag = _numbers(report, "lag-follows-formula:unaligned")
-    assert abs(lag["lag_growth"] - lag["formula_growth"]) <= 0.25 * lag["input_rate"], text
+    lag = report.check("lag-follows-formula:unaligned")
+    assert abs(lag.number("lag_growth") - lag.number("formula_growth")) <= 0.25 * lag.number("input_rate"), text
     assert report.check("unaligned-latency-not-lower").passed, text  # not shortened by the mode
     # every completed checkpoint's in-flight state was read back from the storage (with a single input
     # channel here, and barriers that do not overtake queued buffers, there is nothing to persist: 0)
@@ -88,6 +83,6 @@ def test_unaligned_checkpoints_are_shorter_than_aligned_ones_under_backpressure(
     assert run.runs["unaligned"].available, (
         f"unaligned checkpoints are not functional: {run.runs['unaligned'].unavailable}"
     )
-    shorter = _numbers(report, "unaligned-shorter")
-    assert shorter["unaligned_s"] < CONFIG.unaligned_factor * shorter["aligned_s"], text
+    shorter = report.check("unaligned-shorter")
+    assert shorter.number("unaligned_s") < CONFIG.unaligned_factor * shorter.number("aligned_s"), text
     assert report.ok, text

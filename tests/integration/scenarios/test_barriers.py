@@ -42,9 +42,9 @@ def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visib
         for s in cp.subtasks:
             assert sorted(c.input_name for c in s.channels) == sorted(INPUTS), text
             assert s.alignment_end_at == pytest.approx(max(c.barrier_at or 0.0 for c in s.channels), abs=0.05), text
-    held = report.check("alignment-exercised").numbers
-    assert held["longest_hold_ms"] >= config.min_hold_ms and held["held_records"] > 0, text  # the forced hold
-    assert report.check("barriers-divide-events").numbers["violations"] == 0
+    held = report.check("alignment-exercised")
+    assert held.number("longest_hold_ms") >= config.min_hold_ms and held.number("held_records") > 0, text  # forced
+    assert report.check("barriers-divide-events").number("violations") == 0
 
     # the snapshots: every inspected one exact, per input and per key
     snapshots = report.check("snapshot-totals").numbers["checkpoints"]
@@ -53,12 +53,13 @@ def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visib
         assert isinstance(snapshot, dict)
         for i in INPUTS:
             assert snapshot[f"{i}_counted"] == snapshot[f"{i}_position"] > 0, text
-    assert report.check("snapshot-per-key").numbers["mismatched"] == 0
+    assert report.check("snapshot-per-key").number("mismatched") == 0
 
     # visibility: committed only after completion, uncommitted far earlier
-    committed = report.check("committed-exactly-once").numbers
-    assert committed["covered"] == committed["expected"] and committed["missing"] == committed["duplicates"] == 0
-    after = report.check("committed-after-completion").numbers
-    assert after["early"] == 0 and after["min_after_completion_s"] >= -0.005, text
-    latency = report.check("processing-did-not-wait").numbers
-    assert latency["uncommitted_p50_s"] < latency["committed_p50_s"], text
+    committed = report.check("committed-exactly-once")
+    assert committed.number("covered") == committed.number("expected") > 0, text
+    assert committed.number("missing") == committed.number("duplicates") == 0, text
+    after = report.check("committed-after-completion")
+    assert after.number("early") == 0 and after.number("min_after_completion_s") >= -0.005, text
+    latency = report.check("processing-did-not-wait")
+    assert latency.number("uncommitted_p50_s") < latency.number("committed_p50_s"), text

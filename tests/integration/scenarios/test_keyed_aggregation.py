@@ -31,16 +31,17 @@ def test_the_keyed_aggregation_state_and_both_sinks_equal_the_reference(
     assert len(report.checks) == 19, text
 
     assert report.check("input-read-back").numbers == {"read": config.events, "produced": config.events}
-    dead = report.check("dead-letters-once").numbers
-    assert dead["dead_letters"] == dead["malformed"] == config.events // config.malformed_every
-    split = report.check("windows-fired-and-open").numbers
-    fired, still_open = split["fired"], split["open"]
-    assert isinstance(fired, int) and isinstance(still_open, int) and fired > 0 and still_open > 0, text
-    assert report.check("state-holds-open-windows").numbers["found"] == still_open
+    dead = report.check("dead-letters-once")
+    assert dead.number("dead_letters") == dead.number("malformed") == config.events // config.malformed_every
+    split = report.check("windows-fired-and-open")
+    fired, still_open = split.number("fired"), split.number("open")
+    assert fired > 0 and still_open > 0, text
+    assert report.check("state-holds-open-windows").number("found") == still_open
     for uid in (KAFKA_SINK_UID, POSTGRES_SINK_UID):
-        assert report.check(f"sink-holds-fired-windows:{uid}").numbers["found"] == fired
-        assert report.check(f"sink-and-state-cover-input:{uid}").numbers["windows"] == fired + still_open
-        assert report.check(f"each-event-counted-once:{uid}").numbers["well_formed"] == config.events - config.malformed
+        assert report.check(f"sink-holds-fired-windows:{uid}").number("found") == fired
+        assert report.check(f"sink-and-state-cover-input:{uid}").number("windows") == fired + still_open
+        well_formed = report.check(f"each-event-counted-once:{uid}").number("well_formed")
+        assert well_formed == config.events - config.malformed
     assert run.job.checkpoints_completed >= 1
     assert run.job.savepoint_path.startswith(f"{config.savepoint_dir}/savepoint-{run.job.job_id}-")
     assert run.job.savepoint_path.endswith(f"-{run.job.savepoint_id}/")

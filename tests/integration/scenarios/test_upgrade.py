@@ -32,17 +32,17 @@ def test_the_upgrade_scenario_is_exact_and_both_versions_produce_results(
     assert report.ok, text
     assert len(report.checks) == 11, text
 
-    v1 = report.check("v1-fired-windows").numbers["v1_windows"]
-    v2 = report.check("v2-produced-windows").numbers["v2_windows"]
-    migrated, filtered = report.check("windows-migrated").numbers, report.check("v2-filter-dropped").numbers
-    assert migrated["migrated"] > 0 and filtered["filtered"] > 0, text
+    v1 = report.check("v1-fired-windows").number("v1_windows")
+    v2 = report.check("v2-produced-windows").number("v2_windows")
+    migrated, filtered = report.check("windows-migrated"), report.check("v2-filter-dropped")
+    assert migrated.number("migrated") > 0 and filtered.number("filtered") > 0, text
     expectation = expected_results(run.records, run.cut, config.job.window_ms)
     assert expectation.late == 0, text
     assert expectation.events_before + expectation.events_after == config.events
     for uid in (KAFKA_SINK_UID, POSTGRES_SINK_UID):
-        sink = report.check(f"sink-exact:{uid}").numbers
-        assert (sink["v1"], sink["v2"]) == (v1, v2), text
-        assert sink["found"] == sink["expected"] == len(expectation.results), text
+        sink = report.check(f"sink-exact:{uid}")
+        assert (sink.number("v1"), sink.number("v2")) == (v1, v2), text
+        assert sink.number("found") == sink.number("expected") == len(expectation.results), text
     assert run.cut.path.startswith(f"{config.savepoint_dir}/savepoint-{run.v1_job}-")
     assert [w.subtask for w in run.cut.window_watermarks] == [0, 1]  # v1 ran at parallelism 2
     assert run.cut.window_state_schemas == ("win v1 (pickle)",)

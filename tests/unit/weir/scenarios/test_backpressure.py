@@ -60,8 +60,8 @@ def test_a_backpressured_run_measures_rates_and_the_formula() -> None:
     assert m.lag_growth == pytest.approx(1000, rel=0.01)
     assert m.formula_growth == pytest.approx(1000, rel=0.05)
     assert (m.completed, m.duration_first_s, m.duration_last_s, m.duration_max_s) == (6, 1.5, 9, 9)
-    report = check(CONFIG, BackpressureRun({"aligned": _run("aligned", input_rate=2000, read_rate=1000, sink_rate=1000,
-                                                             durations=[1, 2, 4, 8, 9, 9])}))  # fmt: skip
+    run = _run("aligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[1, 2, 4, 8, 9, 9])
+    report = check(CONFIG, BackpressureRun({"aligned": run}))
     assert report.ok, report.failed
     assert [c.name for c in report.checks] == [
         "checkpoints-completed:aligned",

@@ -47,8 +47,8 @@ def test_each_scenarios_jobs_load_with_the_parameters_it_gives_them(scenario: Sc
 
 def test_the_shared_keyed_job_has_the_uids_and_parameters_the_scenarios_read() -> None:
     job = KeyedJob.named("t-1", window_ms=500, bounded=True, records_per_second=10, restart_delay="2s")
-    assert (job.source_topic, job.sink_topic, job.dlq_topic, job.table) == ("t-1-events", "t-1-results", "t-1-dlq",
-                                                                          "t_1_results")  # fmt: skip
+    topics = (job.source_topic, job.sink_topic, job.dlq_topic, job.table)
+    assert topics == ("t-1-events", "t-1-results", "t-1-dlq", "t_1_results")
     params = job.parameters()
     assert params["window.size_ms"] == "500" and params["source.bounded"] == "true"
     assert params["source.records_per_second"] == "10"
@@ -105,6 +105,10 @@ def test_a_report_passes_only_when_it_checked_something_and_every_check_passed()
     assert not report.ok and report.exit_code == 1 and report.verdict is Verdict.FAIL
     assert [c.name for c in report.failed] == ["no-duplicate"]
     assert report.check("state-exact").numbers == {"state": 12, "reference": 12}
+    assert report.check("state-exact").number("state") == 12
+    builder.verify("flags", "flags are no numbers", True, "", caught_up=True, gids=("g",))
+    with pytest.raises(TypeError, match="caught_up is True, not a number"):
+        builder.build().check("flags").number("caught_up")
     with pytest.raises(KeyError, match="no check 'missing'"):
         report.check("missing")
     with pytest.raises(ValueError, match="made twice"):
@@ -138,7 +142,8 @@ def test_the_text_shows_every_check_with_its_verdict_and_numbers() -> None:
 def test_the_json_document_holds_every_check_with_its_numbers() -> None:
     builder = ReportBuilder("demo", "the card's outcome")
     builder.verify("per-epoch", "each epoch seen", True, "2 epochs", epochs=({"checkpoint": 3, "records": 5},))
-    document = json.loads(json.dumps(builder.build().to_json()))
+    builder.verify("latency", "latency measured", True, "none", p50_s=float("nan"), max_s=float("inf"))
+    document = json.loads(json.dumps(builder.build().to_json(), allow_nan=False))
     assert (document["format"], document["version"], document["verdict"]) == ("weir.scenario-report", 1, "PASS")
     assert document["checks"] == [
         {
@@ -147,5 +152,12 @@ def test_the_json_document_holds_every_check_with_its_numbers() -> None:
             "passed": True,
             "numbers": {"epochs": [{"checkpoint": 3, "records": 5}]},
             "detail": "2 epochs",
-        }
+        },
+        {
+            "name": "latency",
+            "statement": "latency measured",
+            "passed": True,
+            "numbers": {"p50_s": None, "max_s": None},  # nothing measured is null, not NaN
+            "detail": "none",
+        },
     ]

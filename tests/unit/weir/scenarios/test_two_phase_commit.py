@@ -107,17 +107,19 @@ def test_a_consistent_run_passes_every_check() -> None:
     assert failed(epoch()) == []
     assert len(verdicts(epoch())) == 10
     report = check(TwoPhaseCommitConfig(), TwoPhaseCommitRun(JOB, {CP: read()}, (epoch(),), polls=100))
-    (interval,) = report.check("open-kafka-transaction").numbers["intervals"]  # type: ignore[misc]
-    assert interval == {
-        "checkpoint": CP,
-        "open_records": 4,
-        "open_partitions": (0,),
-        "read_uncommitted": 4,
-        "read_committed": 0,
-        "completed_by_then": False,
-    }
-    (proof,) = report.check("kafka-proof").numbers["epochs"]  # type: ignore[misc]
-    assert proof == {"checkpoint": CP, "marker_records": 5, "read_committed": 5}
+    assert report.check("open-kafka-transaction").numbers["intervals"] == (
+        {
+            "checkpoint": CP,
+            "open_records": 4,
+            "open_partitions": (0,),
+            "read_uncommitted": 4,
+            "read_committed": 0,
+            "completed_by_then": False,
+        },
+    )
+    assert report.check("kafka-proof").numbers["epochs"] == (
+        {"checkpoint": CP, "marker_records": 5, "read_committed": 5},
+    )
 
 
 def test_a_gid_of_another_subtask_or_job_is_not_the_checkpoints_transaction() -> None:
