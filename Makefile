@@ -60,8 +60,9 @@ lint: setup ## ruff, the import-linter contracts and mypy (pyproject.toml); test
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.tools.demo
 
-# The design card's scenarios (weir scenario NAME; `weir scenario` lists them). SCENARIO_ARGS go to the
-# scenario, e.g. make scenario-recovery SCENARIO_ARGS="--events 20000".
+# The design card's scenarios (weir scenario NAME; `weir scenario` lists them; the code is weir/scenarios/).
+# SCENARIO_ARGS go to the scenario, e.g. make scenario-recovery SCENARIO_ARGS="--events 20000", or
+# SCENARIO_ARGS=--json for the report as one JSON document.
 SCENARIOS := keyed-aggregation barriers two-phase-commit recovery upgrade backpressure
 
 scenario-keyed-aggregation: setup infra-up ## the keyed window job: state and both sinks equal a reference
