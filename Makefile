@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INFRA := deploy/local/infra.sh
+# Every target here works with the local services: the local mode (the local S3 server and its development
+# keys are the S3 defaults; README, "Configuration"). `make ... WEIR_LOCAL_MODE=false` turns it off.
+export WEIR_LOCAL_MODE ?= true
 BROWSER := deploy/local/browser.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \

@@ -57,7 +57,8 @@ def main() -> None:
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
-    storage = open_storage(checkpoint_dir(), endpoints)
+    with exit_on_configuration_error("jobmanager"):  # e.g. S3 without credentials: one line, what was tried
+        storage = open_storage(checkpoint_dir(), endpoints)
     jm = JobManager(storage, gateway=GrpcTaskManagerGateway(security))
     rest = (
         RestServer(create_app(jm, token=security.token), args.bind, args.rest_port, security)

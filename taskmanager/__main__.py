@@ -55,15 +55,16 @@ def main() -> None:
     endpoints = Endpoints.from_env()
     server = new_server(security, max_workers=256, thread_name_prefix="tm-grpc")
     port = add_port(server, f"{args.bind}:{args.port}", security)
-    runtime = TaskManagerRuntime(
-        args.id,
-        f"{host}:{port}",
-        endpoints.jobmanager_address,
-        args.slots,
-        run_dir(),
-        local_channels=args.local_channels,
-        security=security,
-    )
+    with exit_on_configuration_error("taskmanager"):  # e.g. S3 without credentials: one line, what was tried
+        runtime = TaskManagerRuntime(
+            args.id,
+            f"{host}:{port}",
+            endpoints.jobmanager_address,
+            args.slots,
+            run_dir(),
+            local_channels=args.local_channels,
+            security=security,
+        )
     taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(TaskManagerServicer(runtime), server)
     server.start()
     if args.metrics_port:

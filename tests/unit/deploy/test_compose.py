@@ -226,7 +226,8 @@ def test_every_required_service_exists(svc: dict[str, Any]) -> None:
 
 
 def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None:
-    endpoints = Endpoints.from_env({})
+    endpoints = Endpoints.from_env({"WEIR_LOCAL_MODE": "true"})
+    assert endpoints.s3_endpoint is not None
     expected = {
         "kafka": {int(LOCAL["WEIR_KAFKA_PORT"]), port_of(endpoints.kafka_bootstrap)},
         "postgres": {int(LOCAL["WEIR_POSTGRES_PORT"]), port_of(endpoints.postgres_dsn)},
@@ -427,6 +428,16 @@ def test_s3_is_the_local_modes_server_with_its_keys_port_and_region(svc: dict[st
     assert ("s3-data", "/data") in volume_mounts(s3)
     health = " ".join(s3["healthcheck"]["test"])
     assert f"http://127.0.0.1:{LOCAL['WEIR_S3_PORT']}{options['--health']}" in health
+
+
+def test_weir_processes_sign_for_the_s3_servers_region_path_style(compose: dict[str, Any], svc: dict[str, Any]) -> None:
+    """Not in the local mode, the containers name every S3 setting the local mode would default: the
+    server's region, path-style addressing (the host name s3 has no bucket subdomains), the keys."""
+    env = {k: str(v) for k, v in compose["x-weir-env"].items()}
+    options = flags([c for c in command_of(svc["s3"])[:-2] if c != "--quiet"])
+    assert env["WEIR_S3_REGION"] == options["--region"] == LOCAL["WEIR_S3_REGION"]
+    assert env["WEIR_S3_ADDRESSING_STYLE"] == LOCAL["WEIR_S3_ADDRESSING_STYLE"] == "path"
+    assert "WEIR_LOCAL_MODE" not in env, "a container is no local mode: its S3 settings are all given"
 
 
 def test_the_init_step_prepares_the_example_and_runs_once(svc: dict[str, Any]) -> None:
