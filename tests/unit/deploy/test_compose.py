@@ -730,29 +730,28 @@ def test_dockerfile_builds_a_wheel_of_every_package_with_the_build_hook(svc: dic
     for package in sorted({*packages, *linked, "proto"}):
         assert f"COPY {package} ./{package}" in copies, f"the image's build lacks {package}"
     top_level = copies[0].split()[1:-1]
-    for needed in (
-        "pyproject.toml",
-        "setup.py",
-        "build_hooks.py",
-        "MANIFEST.in",
-        "constraints.txt",
-        "README.md",
-        "LICENSE",
-    ):
+    for needed in ("pyproject.toml", "setup.py", "build_hooks.py", "MANIFEST.in", "README.md", "LICENSE"):
         assert needed in top_level, f"the build stage lacks {needed}"
-    assert any("pip wheel" in line and "constraints.txt" in line for line in stages["build"])
+    assert "COPY requirements ./requirements" in copies, "the lock files"
+    (build,) = [line for line in stages["build"] if "pip wheel" in line]
+    # The build backend's requirements exactly as locked, hashes checked, then no isolated (unlocked) build env.
+    assert "pip install --require-hashes --no-deps -r requirements/build.lock" in build
+    assert "--no-build-isolation" in build.split("pip wheel", 1)[1]
     assert not any("grpc_tools.protoc" in line for line in stages["build"]), "the build hook generates the code"
 
 
 def test_the_runtime_stage_caches_dependencies_and_runs_as_weir() -> None:
     runtime = dockerfile_stages()["runtime"]
     first_copy = next(i for i, line in enumerate(runtime) if line.startswith("COPY "))
-    assert runtime[first_copy] == "COPY pyproject.toml constraints.txt ./", "only what decides the dependencies"
-    deps = next(i for i, line in enumerate(runtime) if line.startswith("RUN ") and "-c constraints.txt" in line)
+    assert runtime[first_copy] == "COPY requirements/server.lock ./requirements/server.lock", (
+        "only what decides the dependencies"
+    )
+    deps = next(i for i, line in enumerate(runtime) if line.startswith("RUN ") and "server.lock" in line)
     wheel = next(i for i, line in enumerate(runtime) if line.startswith("COPY --from=build"))
     assert first_copy < deps < wheel, "dependencies installed before the sources' wheel arrives"
-    assert "pip install --no-deps" in runtime[wheel + 1]
-    assert re.search(r"\['project'\]\['dependencies'\]", runtime[deps]), "the runtime dependencies, not the extras"
+    # The server extra's lock, every file's hash checked, and nothing pip would resolve on its own.
+    assert runtime[deps] == "RUN pip install --require-hashes --no-deps -r requirements/server.lock"
+    assert "pip install --no-deps" in runtime[wheel + 1] and "pip check" in runtime[wheel + 1]
     user = [line for line in runtime if line.startswith("USER ")]
     assert user == ["USER 10001:10001"], "numeric, so Kubernetes' runAsNonRoot can check it"
     assert runtime.index(user[0]) > wheel
