@@ -12,6 +12,7 @@ Payload checksums only where the API requires them, which every S3-compatible se
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Mapping
 from typing import Any, Final
 
@@ -30,19 +31,40 @@ class NoCredentialsError(ConfigurationError):
     the chain tried; give the process an identity or set the keys."""
 
 
+_SessionKey = tuple[str | None, str | None, str | None]
+_sessions: dict[_SessionKey, boto3.session.Session] = {}
+_sessions_lock = threading.Lock()  # a boto3 session is not thread-safe; its clients are
+
+
 def session(endpoints: Endpoints) -> boto3.session.Session:
-    """A session of its own (boto3's default session is shared and not thread-safe): the static keys
-    when the settings have them, else boto3's default credential chain; the region of the settings,
-    else boto3's."""
+    """The process's session for these credentials and region: the static keys when the settings have
+    them, else boto3's default credential chain; the region of the settings, else boto3's.
+
+    One per process and key, as boto3's default session: the chain runs once (an instance role's or a web
+    identity's credentials are then refreshed by botocore before they expire, not fetched anew for every
+    storage opened), and the service models are loaded once."""
     secret = endpoints.s3_secret_key
-    if endpoints.s3_access_key is not None and secret is not None:
-        return boto3.session.Session(
-            aws_access_key_id=endpoints.s3_access_key,
-            aws_secret_access_key=secret.get_secret_value(),
-            region_name=endpoints.s3_region,
-            botocore_session=botocore.session.Session(),
-        )
-    return boto3.session.Session(region_name=endpoints.s3_region, botocore_session=botocore.session.Session())
+    key: _SessionKey = (
+        endpoints.s3_access_key,
+        secret.get_secret_value() if secret is not None else None,
+        endpoints.s3_region,
+    )
+    with _sessions_lock:
+        found = _sessions.get(key)
+        if found is None:
+            found = _sessions[key] = boto3.session.Session(
+                aws_access_key_id=key[0],
+                aws_secret_access_key=key[1],
+                region_name=key[2],
+                botocore_session=botocore.session.Session(),
+            )
+        return found
+
+
+def forget_sessions() -> None:
+    """Drop the sessions: the next client runs boto3's chain again (tests that change the AWS_* environment)."""
+    with _sessions_lock:
+        _sessions.clear()
 
 
 def client_config(endpoints: Endpoints) -> Config:
@@ -76,8 +98,10 @@ def connect(endpoints: Endpoints) -> tuple[Any, str]:
     line naming what was tried, rather than on its first checkpoint. Refreshable ones (a web identity,
     a role) are refreshed by botocore as they near their expiry."""
     s = session(endpoints)
-    source = credentials(s, endpoints).method
-    return s.client("s3", endpoint_url=endpoints.s3_endpoint, config=client_config(endpoints)), source
+    with _sessions_lock:
+        source = credentials(s, endpoints).method
+        made = s.client("s3", endpoint_url=endpoints.s3_endpoint, config=client_config(endpoints))
+    return made, source
 
 
 def client(endpoints: Endpoints) -> Any:

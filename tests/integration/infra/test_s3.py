@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import os
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,7 @@ def test_a_transfer_to_a_bucket_that_does_not_exist_is_a_service_error(services:
 
 
 @pytest.fixture
-def profile_only(services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def profile_only(services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, str]]:
     """The S3 server's keys in a profile of temporary shared credentials and config files, and nowhere
     else: no AWS_* or WEIR_S3_* key variable, no local mode, an empty home. Answers the WEIR_* settings
     of a process outside the local mode that talks to this server."""
@@ -99,7 +100,9 @@ def profile_only(services: Endpoints, tmp_path: Path, monkeypatch: pytest.Monkey
     monkeypatch.setenv("AWS_PROFILE", "weir-it")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     assert services.s3_endpoint is not None
-    return {"WEIR_S3_ENDPOINT": services.s3_endpoint, "WEIR_S3_ADDRESSING_STYLE": "path"}
+    s3.forget_sessions()  # the process keeps a session per credentials and region: none of an earlier test
+    yield {"WEIR_S3_ENDPOINT": services.s3_endpoint, "WEIR_S3_ADDRESSING_STYLE": "path"}
+    s3.forget_sessions()
 
 
 def test_a_checkpoint_object_through_credentials_from_a_profile_alone(
@@ -121,6 +124,7 @@ def test_a_checkpoint_object_through_credentials_from_a_profile_alone(
     assert not storage.exists(key)
 
     monkeypatch.setenv("AWS_PROFILE", "weir-it-wrong")  # the server refuses a wrong secret: the message says whose
+    s3.forget_sessions()
     refused = open_storage(f"s3://{services.s3_bucket}/it-profile", endpoints)
     with pytest.raises(ServiceUnavailableError, match="refused .* for the credentials from shared-credentials-file"):
         refused.put_bytes(key, document)

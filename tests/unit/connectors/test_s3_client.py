@@ -31,9 +31,10 @@ REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(autouse=True)
-def aws_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def aws_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """No AWS variable of the machine's, an empty home (no ~/.aws), no instance metadata, and an STS
-    endpoint on a closed loopback port (a web identity must never reach AWS from a test)."""
+    endpoint on a closed loopback port (a web identity must never reach AWS from a test); no session
+    of another test (the process keeps one per credentials and region)."""
     for name in list(os.environ):
         if name.startswith("AWS_") and name != "AWS_CA_BUNDLE":
             monkeypatch.delenv(name)
@@ -42,7 +43,9 @@ def aws_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     monkeypatch.setenv("AWS_ENDPOINT_URL_STS", "http://127.0.0.1:9")
-    return home
+    s3.forget_sessions()
+    yield home
+    s3.forget_sessions()
 
 
 def _endpoints(**variables: str) -> Endpoints:
@@ -231,6 +234,21 @@ def test_container_credentials(container_endpoint: str, monkeypatch: pytest.Monk
     assert source == "container-role"
     assert _signer_credentials(client).access_key == "ASIACONTAINER"
     assert _ContainerCredentials.requests == ["pod-identity-token"]
+
+
+def test_the_process_keeps_one_session_per_credentials_and_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    """boto3's chain runs once: a role's credentials are refreshed by botocore, not fetched for every
+    storage opened; another key or region is another session."""
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAFROMENV")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret-from-env")
+    endpoints = _endpoints(WEIR_S3_REGION="eu-west-1")
+    first, second = s3.client(endpoints), s3.client(endpoints)
+    assert first is not second, "a client per storage"
+    assert _signer_credentials(first) is _signer_credentials(second), "one resolution of the chain"
+    assert s3.session(endpoints) is s3.session(_endpoints(WEIR_S3_REGION="eu-west-1", WEIR_S3_ENDPOINT="http://x:1"))
+    assert s3.session(endpoints) is not s3.session(_endpoints(WEIR_S3_REGION="eu-central-1"))
+    static = _endpoints(WEIR_S3_ACCESS_KEY="AKIASTATIC", WEIR_S3_SECRET_KEY="static-secret")
+    assert s3.session(static) is not s3.session(_endpoints())
 
 
 # Nothing falls back to the development keys ---------------------------------------------------------
