@@ -39,6 +39,7 @@ from weir.core.errors import (
     ServiceUnavailableError,
     WeirError,
 )
+from weir.core.extras import MissingServerExtraError, require_server, server_module_of
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.tools import supervisor
@@ -971,6 +972,7 @@ def cluster_up(
     ] = supervisor.DEFAULT_START_TIMEOUT_S,
 ) -> None:
     """Start the JobManager and 3 TaskManagers; return once every TaskManager is registered."""
+    require_server("weir cluster up (the JobManager and the TaskManagers run from this environment)")
     directory = supervisor.cluster_dir()
     endpoints = Endpoints.from_env()
     with _stderr().status("starting the local cluster"):
@@ -1120,6 +1122,14 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
         code = exc.code().name if isinstance(exc, grpc.Call) else "UNKNOWN"
         _error_line(f"a JobManager call failed with {code}")
         return EXIT_FAILURE
+    except ModuleNotFoundError as exc:  # a command of the server install, run where only the client is
+        module = server_module_of(exc)
+        if module is None:
+            _error_line(f"{type(exc).__name__}: {exc} (set WEIR_DEBUG=1 for the traceback)")
+            return EXIT_FAILURE
+        name = next((a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("-")), "")
+        _error_line(str(MissingServerExtraError(f"weir {name}".strip(), module)))
+        return EXIT_USAGE
     except Exception as exc:
         _error_line(f"{type(exc).__name__}: {exc} (set WEIR_DEBUG=1 for the traceback)")
         return EXIT_FAILURE
