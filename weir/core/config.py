@@ -456,7 +456,7 @@ _PEM: Final[JsonDict] = {"type_doc": "path of a PEM file"}
 
 class SecuritySettings(WeirSettings):
     """Authentication and TLS of every gRPC service (the JobManager's, the TaskManagers' control and
-    data plane) and of the REST API, and of every client of them (README, "Security"). A process that
+    data plane) and of the REST API, and of every client of them (docs/security.md). A process that
     binds a non-loopback address refuses to start without a token. A client speaks TLS when
     `WEIR_TLS_CA_FILE` or `WEIR_TLS_CERT_FILE` is set; a server when `WEIR_TLS_CERT_FILE` is set."""
 
@@ -563,7 +563,7 @@ class Diagnostics(WeirSettings):
 
 
 class CrashPointSettings(WeirSettings):
-    """Fault injection for recovery tests (``weir.core.crashpoints``; README, "Operations")."""
+    """Fault injection for recovery tests (``weir.core.crashpoints``; docs/operations.md, "Crash points")."""
 
     title: ClassVar[str] = "Crash points (tests)"
 
