@@ -884,7 +884,7 @@ def plan_command(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """The design card's formulas: backlog growth, replay work after a failure, recovery time bound,
+    """Backlog growth, replay work after a failure, recovery time bound,
     state size. Inputs as flags, or measured (--job, --savepoint); a flag overrides a measurement.
     Dimensional formulas, not an SLA or a benchmark (docs/plan.md)."""
     from weir.tools import plan as formulas
@@ -952,8 +952,8 @@ def scenario(
         ),
     ] = None,
 ) -> int:
-    """Run one of the design card's scenarios on the local cluster against the real services: it prints
-    what it did, the evidence it measured and the card's outcome as PASS/FAIL (`--json`: one JSON
+    """Run one of the end-to-end scenarios on the local cluster against the real services: it prints
+    what it did, the evidence it measured and its outcome as PASS/FAIL (`--json`: one JSON
     document); exit 1 on FAIL. Arguments after NAME go to the scenario (`weir scenario NAME --help`)."""
     # The scenarios are harness code above the tools (weir.scenarios, which drives the cluster through
     # this package's client): the CLI launches them as a program rather than importing them.
