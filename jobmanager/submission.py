@@ -16,11 +16,15 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from weir.api import load_job_source
+from weir.api.artifacts import check_size
+from weir.api.job_code import JobCode, PreparedArtifact, SourceCode, check_distributions, load_job, prepare_artifact
+from weir.api.load_check import check_job_loads
 from weir.connectors import kafka
 from weir.connectors.object_storage import CheckpointStorage, open_storage
-from weir.core.config import Endpoints
+from weir.core.config import Endpoints, PythonJobSettings
 from weir.core.descriptors import KafkaSourceSpec, OffsetReset, end_offsets_parameter, start_offsets_parameter
+from weir.core.errors import JobDefinitionError
+from weir.core.ids import JobId
 from weir.core.paths import CheckpointPaths
 from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.config import CheckpointSettings
@@ -85,6 +89,7 @@ class SubmitRequest:
     parallelism: int = 0  # 0: the job's own default (1)
     from_checkpoint: str = ""  # the external path of another job's retained checkpoint to start from
     allow_non_restored_state: bool = False
+    job_artifact: bytes = b""  # weir run --py-files ...: the job's artifact (weir.api.artifacts); job_source empty
 
 
 def kafka_end_offsets(topic: str) -> Mapping[int, int]:
@@ -163,9 +168,17 @@ class JobSubmitter:
     def submit(self, request: SubmitRequest) -> str:
         """Accept the job and start deploying it; answers its id."""
         parallelism = request.parallelism or 1
-        loaded = load_job_source(
-            request.job_source, request.job_file_name, dict(request.parameters), parallelism, request.job_name or None
+        code = self._job_code(request)
+        # User code runs first in a child process with a deadline: a build(env) that hangs, calls
+        # sys.exit() or raises a BaseException is refused in one line and this process is untouched.
+        check_job_loads(
+            code,
+            request.parameters,
+            parallelism,
+            request.job_name or None,
+            PythonJobSettings.from_env().job_load_timeout,
         )
+        loaded = load_job(code, dict(request.parameters), parallelism, request.job_name or None)
         restored_from = request.from_checkpoint
         job_name = request.job_name or loaded.graph.job_name
         fixed = {
@@ -181,6 +194,7 @@ class JobSubmitter:
             parallelism=parallelism,
             submitted_at=self._clock(),
             restored_from=restored_from,
+            artifact_id=code.artifact_id if isinstance(code, PreparedArtifact) else "",
         )
         master = JobMaster.create(submission, loaded, self._paths.metadata_key_fn())
         # A savepoint or checkpoint that is not there, or whose state the job cannot take: refused first.
@@ -193,6 +207,10 @@ class JobSubmitter:
         if initial is not None:
             self._take_over(master, initial, request.from_checkpoint)
             master.initial_state = initial
+        if request.job_artifact:  # beside the record, before it: whoever reads the record finds it
+            if self._storage is None:
+                raise JobDefinitionError("this JobManager has no checkpoint storage to keep the job's artifact in")
+            self._storage.put_bytes(self._paths.job_artifact(JobId(submission.job_id)), request.job_artifact)
         with self._lock:
             command, saved = self._deployer.schedule(master, self._clock())
             self._jobs[submission.job_id] = master
@@ -206,6 +224,17 @@ class JobSubmitter:
         )
         self._deployer.start(master, command, saved)
         return submission.job_id
+
+    def _job_code(self, request: SubmitRequest) -> JobCode:
+        """The job's code: its one file, or its artifact unpacked and its requirements installed here
+        (refused if a package version conflicts with one this JobManager holds)."""
+        if not request.job_artifact:
+            return SourceCode(request.job_file_name, request.job_source)
+        settings = PythonJobSettings.from_env()
+        check_size(len(request.job_artifact), settings.job_artifact_max_bytes, request.job_file_name)
+        prepared = prepare_artifact(request.job_artifact, timeout_s=settings.job_load_timeout)
+        check_distributions(prepared)
+        return prepared
 
     def _initial_state(self, master: JobMaster, request: SubmitRequest) -> InitialState:
         """Read the retained checkpoint or savepoint and assign its state to the new job."""

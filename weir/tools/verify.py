@@ -49,13 +49,14 @@ from pathlib import Path
 from typing import Any, Literal, assert_never
 from urllib.parse import unquote
 
+from weir.api import LoadedJob
 from weir.connectors import kafka, postgres
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import JobId, OperatorUid
 from weir.operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
 from weir.operators.twophase import TransactionId
-from weir.tools.reference import ReferenceResult, SinkCapture, run_reference
+from weir.tools.reference import ReferenceResult, SinkCapture, run_loaded, run_reference
 
 COMMIT_PROOF_TOPIC = COMMIT_MARKER_TOPIC  # the shared marker topic of older runs, and the marker topics' prefix
 COMMIT_PROOF_TABLE = postgres.COMMIT_PROOF_TABLE
@@ -446,6 +447,7 @@ def verify_job(
     commit_topic: str | None = None,
     commit_table: str | None = None,
     open_transaction_grace_s: float = OPEN_TRANSACTION_GRACE_S,
+    loaded: LoadedJob | None = None,
 ) -> VerifyReport:
     """Run the job in reference mode, read its sinks, commit proofs and open transactions; report.
     The proofs are read from ``commit_topic``/``commit_table`` (default: where the sinks write them:
@@ -454,7 +456,12 @@ def verify_job(
     (their proofs count, their prepared transactions are left behind too)."""
     endpoints = endpoints or Endpoints.from_env()
     commit_table = commit_table or COMMIT_PROOF_TABLE
-    reference = run_reference(job_file, parameters, endpoints=endpoints)
+    # ``loaded``: the job already loaded (one of many files, from its artifact); else the job file.
+    reference = (
+        run_loaded(loaded, parameters, endpoints=endpoints)
+        if loaded is not None
+        else run_reference(job_file, parameters, endpoints=endpoints)
+    )
     kafka_sinks = [c for c in reference.sinks.values() if c.description.kind == "kafka"]
     postgres_sinks = [c for c in reference.sinks.values() if c.description.kind == "postgres"]
     skipped = tuple(

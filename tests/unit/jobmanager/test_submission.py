@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import textwrap
+import threading
 
 import pytest
 
@@ -61,4 +62,39 @@ def test_a_refused_job_is_neither_kept_nor_deployed(harness: Harness) -> None:
     harness.jm.submitter._check = refuse  # noqa: SLF001 - the check is injected at construction
     with pytest.raises(JobDefinitionError, match="no table"):
         harness.jm.submit(SubmitRequest("j", "j.py", JOB))
+    assert harness.jm.jobs == {} and harness.gateway.named("deploy") == []
+
+
+UNLOADABLE = {
+    "hang": ("import time\n\ndef build(env):\n    time.sleep(3600)\n", "build(env) did not return within 2 s"),
+    "exit": ("import sys\n\ndef build(env):\n    sys.exit()\n", "build(env) called sys.exit(None)"),
+    "base": (
+        "class Stop(BaseException):\n    pass\n\ndef build(env):\n    raise Stop('no more')\n",
+        "build(env) failed: Stop: no more",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(UNLOADABLE))
+def test_a_job_that_hangs_exits_or_raises_a_base_exception_is_refused_within_the_deadline(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch, case: str
+) -> None:
+    """The JobManager loads a submitted job in a child process with a deadline: its servicer thread
+    neither hangs nor dies, and the job is neither kept nor deployed."""
+    monkeypatch.setenv("WEIR_JOB_LOAD_TIMEOUT", "2")
+    source, reason = UNLOADABLE[case]
+    outcome: list[BaseException | str] = []
+
+    def submit() -> None:
+        try:
+            outcome.append(harness.jm.submit(SubmitRequest("", f"{case}.py", source.encode())))
+        except BaseException as exc:  # noqa: BLE001 - what escapes the submission is the point
+            outcome.append(exc)
+
+    worker = threading.Thread(target=submit, daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), f"submitting {case}.py did not return within 30 s"
+    assert len(outcome) == 1 and isinstance(outcome[0], JobDefinitionError), outcome
+    assert str(outcome[0]) == f"job file {case}.py: {reason}"
     assert harness.jm.jobs == {} and harness.gateway.named("deploy") == []
