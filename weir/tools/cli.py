@@ -513,7 +513,10 @@ def checkpoints(
     with _client() as client:
         infos = client.list_checkpoints(job_id)
     if json_output:
-        documents = [{**asdict(c), "unaligned": c.unaligned, "inflight_bytes": c.inflight_bytes} for c in infos]
+        documents = [
+            {**asdict(c), "kind": c.kind.name, "unaligned": c.unaligned, "inflight_bytes": c.inflight_bytes}
+            for c in infos
+        ]
         _print_json({"job_id": job_id, "checkpoints": documents})
         return
     console = _stdout()
@@ -525,7 +528,7 @@ def checkpoints(
         acked = bool(info.tasks)  # no task acknowledged yet: nothing tells aligned from unaligned
         table.add_row(
             str(info.checkpoint_id),
-            info.kind,
+            info.kind.name,
             info.status,
             _when(info.trigger_time),
             _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",

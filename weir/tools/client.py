@@ -18,7 +18,7 @@ from google.protobuf import any_pb2
 from grpc_status import rpc_status
 
 from weir.api.artifacts import JobArtifact
-from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import (
     checkpoint_kind_from_proto,
     checkpoint_status_from_proto,
@@ -174,7 +174,7 @@ class TaskCheckpointStats:
 class CheckpointInfo:
     checkpoint_id: CheckpointId
     status: CheckpointStatus
-    kind: str  # CHECKPOINT, SAVEPOINT
+    kind: CheckpointKind
     trigger_time: float
     duration_s: float
     size_bytes: int
@@ -457,7 +457,7 @@ def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
     return CheckpointInfo(
         checkpoint_id=CheckpointId(m.checkpoint_id),
         status=checkpoint_status_from_proto(m.status),
-        kind=checkpoint_kind_from_proto(m.kind).name,
+        kind=checkpoint_kind_from_proto(m.kind),
         trigger_time=m.trigger_time,
         duration_s=m.duration_s,
         size_bytes=m.size_bytes,
