@@ -77,7 +77,7 @@ def test_settings_librdkafka_refuses_are_the_jobs_error_without_a_secret(monkeyp
         kafka.producer(bad)
     assert str(raised.value) == (
         'kafka: the client settings for broker:9093 are refused: Invalid value "bogus" for configuration property '
-        '"security.protocol" (check the job\'s -D kafka.* parameters and the connector\'s properties=)'
+        "\"security.protocol\" (check the job's -D kafka.* parameters and the connector's properties=)"
     )
 
     def echoing(config: dict[str, Any]) -> Producer:
