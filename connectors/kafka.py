@@ -58,6 +58,7 @@ when it found no answer at all within its time, as the reason why."""
 
 
 def cluster_config(target: KafkaTarget) -> KafkaClientConfig:
+    """The target as a client configuration (the endpoints: their broker, no setting of its own)."""
     match target:
         case KafkaClientConfig():
             return target
@@ -216,9 +217,17 @@ def _list_topics(
             return client.list_topics(topic=topic, timeout=max(0.1, min(slice_s, remaining)))
         except KafkaException as exc:
             slice_s *= 2  # a large cluster's metadata may take longer than the first slice
+            _serve_error_callbacks(client)
             if errors.refusal(final=False) is not None or time.monotonic() >= deadline:
                 what = "no metadata" if topic is None else f"no metadata for topic {topic!r}"
                 raise unreachable(target, errors, f"{what} within {timeout_s:g}s", exc) from None
+
+
+def _serve_error_callbacks(client: AdminClient | Consumer) -> None:
+    """Have ``error_cb`` told what the client saw: confluent-kafka calls it from ``poll`` only. A
+    consumer's poll could hand out a record, so a consumer is left to its own ``consume``."""
+    if isinstance(client, AdminClient):
+        client.poll(0)
 
 
 def partition_count(target: KafkaTarget, topic: str, timeout_s: float = 10.0) -> int:

@@ -21,6 +21,7 @@ from weir.connectors import kafka
 from weir.connectors.object_storage import CheckpointStorage, open_storage
 from weir.core.config import Endpoints
 from weir.core.descriptors import KafkaSourceSpec, OffsetReset, end_offsets_parameter, start_offsets_parameter
+from weir.core.errors import JobDefinitionError
 from weir.core.kafka_config import KafkaClientConfig, kafka_client_config
 from weir.core.paths import CheckpointPaths
 from weir.graph import LogicalGraph
@@ -93,9 +94,10 @@ def kafka_end_offsets(cluster: KafkaClientConfig, topic: str) -> Mapping[int, in
 
 
 def kafka_start_offsets(cluster: KafkaClientConfig, spec: KafkaSourceSpec, group_id: str) -> Mapping[int, int | None]:
+    partitions = kafka.partition_count(cluster, spec.topic)  # a refused login: one line naming the broker's error
     reader = kafka.PartitionReader(cluster, spec.topic, group_id=group_id)
     try:
-        return decide_start_offsets(spec.starting_offsets, range(reader.partition_count()), reader)
+        return decide_start_offsets(spec.starting_offsets, range(partitions), reader)
     finally:
         reader.close()
 
@@ -113,7 +115,10 @@ def fixed_source_starts(
     for t in graph.transformations.values():
         spec = t.source_spec
         if isinstance(spec, KafkaSourceSpec) and spec.starting_offsets is not OffsetReset.EARLIEST:
-            starts = read_start_offsets(cluster.merged(spec.properties), spec, spec.group_id_for(job_name, t.uid))
+            try:
+                starts = read_start_offsets(cluster.merged(spec.properties), spec, spec.group_id_for(job_name, t.uid))
+            except JobDefinitionError as exc:  # the cluster refuses the source's settings
+                raise JobDefinitionError(f"kafka source {t.uid!r}: {exc}") from None
             fixed[start_offsets_parameter(t.uid)] = encode_start_offsets(starts)
     return fixed
 
@@ -134,9 +139,11 @@ def fixed_source_ends(
     for t in graph.transformations.values():
         spec = t.source_spec
         if isinstance(spec, KafkaSourceSpec) and spec.bounded:
-            fixed[end_offsets_parameter(t.uid)] = json.dumps(
-                dict(read_end_offsets(cluster.merged(spec.properties), spec.topic))
-            )
+            try:
+                ends = read_end_offsets(cluster.merged(spec.properties), spec.topic)
+            except JobDefinitionError as exc:  # the cluster refuses the source's settings
+                raise JobDefinitionError(f"kafka source {t.uid!r}: {exc}") from None
+            fixed[end_offsets_parameter(t.uid)] = json.dumps(dict(ends))
     return fixed
 
 
