@@ -140,12 +140,12 @@ def refused_error(target: KafkaTarget, error: KafkaError) -> JobDefinitionError:
 
 
 def unreachable(target: KafkaTarget, errors: ClientErrors, what: str, exc: object) -> WeirError:
-    """Why a request failed: the cluster refusing the configuration (the job's to fix, not retriable),
-    or Kafka not answering (retriable)."""
+    """Why a request (``what`` went wrong) failed: the cluster refusing the configuration (the job's
+    to fix, not retriable), or Kafka not answering (retriable)."""
     refusal = errors.refusal()
     if refusal is not None:
         return refused_error(target, refusal)
-    return ServiceUnavailableError(f"kafka: {what} at {bootstrap_of(target)}: {exc}")
+    return ServiceUnavailableError(f"kafka: {what}: {exc}")
 
 
 def admin(target: KafkaTarget) -> AdminClient:
@@ -219,8 +219,10 @@ def _list_topics(
             slice_s *= 2  # a large cluster's metadata may take longer than the first slice
             _serve_error_callbacks(client)
             if errors.refusal(final=False) is not None or time.monotonic() >= deadline:
-                what = "no metadata" if topic is None else f"no metadata for topic {topic!r}"
-                raise unreachable(target, errors, f"{what} within {timeout_s:g}s", exc) from None
+                what = "no answer" if topic is None else f"no metadata for topic {topic!r}"
+                raise unreachable(
+                    target, errors, f"{what} from {bootstrap_of(target)} within {timeout_s}s", exc
+                ) from None
 
 
 def _serve_error_callbacks(client: AdminClient | Consumer) -> None:

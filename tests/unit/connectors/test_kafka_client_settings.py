@@ -102,13 +102,13 @@ def test_a_refused_login_ends_a_request_at_once_a_tls_failure_only_when_nothing_
 def test_a_refusal_names_the_brokers_error_and_the_settings_as_given() -> None:
     errors = kafka.ClientErrors()
     errors(KafkaError(KafkaError._AUTHENTICATION, "SASL authentication error: Authentication failed"))
-    failure = kafka.unreachable(SECURED, errors, "no metadata within 10s", "timed out")
+    failure = kafka.unreachable(SECURED, errors, "no answer from broker:9093 within 10.0s", "timed out")
     assert isinstance(failure, JobDefinitionError) and not failure.retriable and failure.fault.value == "user"
     assert str(failure) == (
         "kafka at broker:9093 refused the client's login: SASL authentication error: Authentication failed (with "
         "sasl.mechanism=SCRAM-SHA-512, sasl.password=${env:WEIR_TEST_KAFKA_PASSWORD}, sasl.username=weir, "
         "security.protocol=SASL_SSL; check the job's -D kafka.* parameters and the connector's properties=)"
     )
-    outage = kafka.unreachable(SECURED, kafka.ClientErrors(), "no metadata within 10s", "timed out")
+    outage = kafka.unreachable(SECURED, kafka.ClientErrors(), "no answer from broker:9093 within 10.0s", "timed out")
     assert isinstance(outage, ServiceUnavailableError) and outage.retriable
-    assert str(outage) == "kafka: no metadata within 10s at broker:9093: timed out"
+    assert str(outage) == "kafka: no answer from broker:9093 within 10.0s: timed out"
