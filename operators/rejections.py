@@ -17,7 +17,6 @@ from typing import Any, Protocol, assert_never
 
 from prometheus_client import Counter
 
-from weir.connectors import kafka
 from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError, NonRetriableError, ServiceUnavailableError, WeirError
@@ -120,6 +119,9 @@ class KafkaDeadLetters:
         self._topics_found: set[str] = set()
 
     def send(self, topic: str, key: bytes | None, envelope: bytes) -> None:
+        # Kafka's client is the server install's: the job API imports this module on a client too.
+        from weir.connectors import kafka
+
         if self._cluster is None:
             self._cluster = kafka_client_config(self._endpoints_of(), self._parameters)
         cluster = self._cluster

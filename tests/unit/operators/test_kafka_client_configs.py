@@ -20,7 +20,7 @@ from weir.core.descriptors import KafkaSourceSpec
 from weir.core.kafka_config import KafkaClientConfig
 from weir.jobmanager.ending import resolve_sink_transactions
 from weir.jobmanager.records import JobSubmission
-from weir.operators import rejections, sinks, sources, transactional_sinks
+from weir.operators import sinks, sources, transactional_sinks
 from weir.operators.rejections import KafkaDeadLetters
 from weir.operators.sinks import KafkaSinkOperator
 from weir.operators.sources import KafkaSourceOperator
@@ -130,8 +130,8 @@ def test_the_end_of_job_resolution_builds_the_sinks_with_the_jobs_settings(monke
 
 def test_the_operators_dead_letters_go_to_the_jobs_cluster_with_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     recorder = Recorder()
-    monkeypatch.setattr(rejections.kafka, "topic_partition_count", recorder("topic lookup", answer=1))
-    monkeypatch.setattr(rejections.kafka, "producer", recorder("producer", stop=True))
+    monkeypatch.setattr(kafka, "topic_partition_count", recorder("topic lookup", answer=1))
+    monkeypatch.setattr(kafka, "producer", recorder("producer", stop=True))
     letters = KafkaDeadLetters(PARAMETERS)
     with pytest.raises(Reached):
         letters.send("parse-dlq", None, b"{}")
