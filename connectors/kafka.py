@@ -98,9 +98,12 @@ class ClientErrors:
 
     def __init__(self, kept: int = 8) -> None:
         self.errors: deque[KafkaError] = deque(maxlen=kept)
+        self.last_cause: KafkaError | None = None
 
     def __call__(self, error: KafkaError) -> None:
         self.errors.append(error)
+        if error.code() != KafkaError._ALL_BROKERS_DOWN:  # a summary of the others, no cause of its own
+            self.last_cause = error
 
     def refusal(self, *, final: bool = True) -> KafkaError | None:
         """The latest error that says the cluster refuses this client's configuration; before a
@@ -141,11 +144,14 @@ def refused_error(target: KafkaTarget, error: KafkaError) -> JobDefinitionError:
 
 def unreachable(target: KafkaTarget, errors: ClientErrors, what: str, exc: object) -> WeirError:
     """Why a request (``what`` went wrong) failed: the cluster refusing the configuration (the job's
-    to fix, not retriable), or Kafka not answering (retriable)."""
+    to fix, not retriable), or Kafka not answering (retriable), with what the client saw last (a
+    broker that closes a TLS connection with an alert, as one requiring a client certificate does
+    under TLS 1.3, is a transport error to librdkafka: only its text says why)."""
     refusal = errors.refusal()
     if refusal is not None:
         return refused_error(target, refusal)
-    return ServiceUnavailableError(f"kafka: {what}: {exc}")
+    seen = "" if errors.last_cause is None else f" (the client's last error: {errors.last_cause.str()})"
+    return ServiceUnavailableError(f"kafka: {what}: {exc}{seen}")
 
 
 def admin(target: KafkaTarget) -> AdminClient:

@@ -139,10 +139,13 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
 
 @pytest.fixture(scope="session")
 def secured_kafka(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
-    """A second Kafka broker that clients reach over SASL_SSL only (SCRAM-SHA-512, a certificate of a
-    CA made for it), started once per session with its own ports and directory and polled ready with
-    a deadline (``tests/integration/secured_kafka.py``); stopped, its data gone, when the session ends."""
-    secured = start_secured_kafka(tmp_path_factory.mktemp("secured-kafka"), f"scram-{uuid.uuid4().hex}")
+    """A second Kafka broker that clients reach over SASL_SSL (SCRAM-SHA-512) or SSL with a client
+    certificate only (certificates of a CA made for it), started once per session with its own ports
+    and directory and polled ready with a deadline (``tests/integration/secured_kafka.py``); stopped
+    when the session ends."""
+    secured = start_secured_kafka(
+        tmp_path_factory.mktemp("secured-kafka"), f"scram-{uuid.uuid4().hex}", f"key-{uuid.uuid4().hex}"
+    )
     try:
         yield secured
     finally:

@@ -112,3 +112,25 @@ def test_a_refusal_names_the_brokers_error_and_the_settings_as_given() -> None:
     outage = kafka.unreachable(SECURED, kafka.ClientErrors(), "no answer from broker:9093 within 10.0s", "timed out")
     assert isinstance(outage, ServiceUnavailableError) and outage.retriable
     assert str(outage) == "kafka: no answer from broker:9093 within 10.0s: timed out"
+
+
+def test_no_answer_names_the_clients_last_error_such_as_a_broker_refusing_the_certificate() -> None:
+    """A broker that requires a client certificate and gets none answers TLS 1.3's handshake, then
+    closes the connection with an alert: librdkafka reports a transport error, not a refusal, so the
+    request ends in no answer; the message says what the client saw (the summary of brokers down is
+    no cause and is passed over)."""
+    errors = kafka.ClientErrors()
+    alert = (
+        "ssl://127.0.0.1:9094/bootstrap: Receive failed: error:0A000412:SSL routines::sslv3 alert bad certificate: "
+        "SSL alert number 42 (after 12ms in state APIVERSION_QUERY)"
+    )
+    errors(KafkaError(KafkaError._TRANSPORT, alert))
+    errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    outage = kafka.unreachable(SECURED, errors, "no answer from broker:9093 within 10.0s", "timed out")
+    assert isinstance(outage, ServiceUnavailableError) and outage.retriable
+    assert str(outage) == (
+        f"kafka: no answer from broker:9093 within 10.0s: timed out (the client's last error: {alert})"
+    )
+    only_down = kafka.ClientErrors()
+    only_down(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert str(kafka.unreachable(SECURED, only_down, "no answer", "timed out")) == "kafka: no answer: timed out"
