@@ -98,12 +98,17 @@ class ClientErrors:
 
     def __init__(self, kept: int = 8) -> None:
         self.errors: deque[KafkaError] = deque(maxlen=kept)
-        self.last_cause: KafkaError | None = None
 
     def __call__(self, error: KafkaError) -> None:
-        self.errors.append(error)
-        if error.code() != KafkaError._ALL_BROKERS_DOWN:  # a summary of the others, no cause of its own
-            self.last_cause = error
+        # 'brokers are down' summarizes the others, many to one failed connection: kept, they would
+        # push the cause out.
+        if error.code() != KafkaError._ALL_BROKERS_DOWN:
+            self.errors.append(error)
+
+    @property
+    def last_cause(self) -> KafkaError | None:
+        """The latest error the client reported (a summary of brokers down aside)."""
+        return self.errors[-1] if self.errors else None
 
     def refusal(self, *, final: bool = True) -> KafkaError | None:
         """The latest error that says the cluster refuses this client's configuration; before a

@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.certificates import CertificateAuthority
 from tests.integration.conftest import REPO_ROOT, WeirCluster, assert_sinks_exact, create_window_table
 from tests.integration.secured_kafka import LISTENERS, Listener, SecuredKafka
 from weir.connectors import kafka
@@ -235,6 +236,28 @@ def test_a_missing_client_certificate_is_one_line_at_submit_naming_the_tls_hands
     assert "(the client's last error: ssl://" in lines[0], lines[0]
     assert "alert bad certificate" in lines[0] or "alert certificate required" in lines[0], lines[0]
     assert {j.job_id for j in weir_cluster.client.list_jobs()} == before  # nothing started
+
+
+def test_a_ca_that_did_not_sign_the_brokers_certificate_is_one_line_at_submit_naming_the_handshake(
+    weir_cluster: WeirCluster,
+    secured_kafka: SecuredKafka,
+    unique: str,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    prepare_inputs(weir_cluster, secured_kafka, unique)
+    other = CertificateAuthority.create(tmp_path, "another-ca")
+    params = {**job_parameters(secured_kafka, unique), "kafka.ssl.ca.location": str(other.certificate_file)}
+    before = {j.job_id for j in weir_cluster.client.list_jobs()}
+    code, err = weir_run(params, capsys)
+    assert code == EXIT_USAGE, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith(
+        f"weir: error: kafka source 'events-source': kafka at {secured_kafka.bootstrap} failed the TLS handshake: "
+    ), lines[0]
+    assert "certificate verify failed" in lines[0] and f"ssl.ca.location={other.certificate_file}" in lines[0]
+    assert {j.job_id for j in weir_cluster.client.list_jobs()} == before
 
 
 def test_a_wrong_client_key_password_is_one_line_at_submit_without_the_password(

@@ -134,3 +134,15 @@ def test_no_answer_names_the_clients_last_error_such_as_a_broker_refusing_the_ce
     only_down = kafka.ClientErrors()
     only_down(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
     assert str(kafka.unreachable(SECURED, only_down, "no answer", "timed out")) == "kafka: no answer: timed out"
+
+
+def test_a_tls_failure_is_still_the_reason_after_the_brokers_down_summaries_that_follow_it() -> None:
+    """librdkafka follows each failed connection with 'brokers are down' summaries, many to one
+    (seen against a broker whose certificate the client's CA did not sign): they must not push the
+    handshake failure out of the errors kept."""
+    errors = kafka.ClientErrors()
+    errors(KafkaError(KafkaError._SSL, "SSL handshake failed: certificate verify failed"))
+    errors(KafkaError(KafkaError._TRANSPORT, "certificate verify failed"))
+    for _ in range(20):
+        errors(KafkaError(KafkaError._ALL_BROKERS_DOWN, "1/1 brokers are down"))
+    assert errors.refusal() is not None and errors.refusal().code() == KafkaError._SSL  # type: ignore[union-attr]
