@@ -187,7 +187,7 @@ class TaskManagerRuntime:
         rejections = RecordRejections(
             addr.job_id,
             addr.subtask,
-            KafkaDeadLetters(),
+            KafkaDeadLetters(dict(req.parameters)),
             log.bind(job_id=addr.job_id, task=addr.vertex_uid, subtask=addr.subtask, attempt=addr.attempt),
             metric_labels=(addr.job_id, self.id),
         )

@@ -52,6 +52,15 @@ SCRIPT_VARIABLES: Final = (
 
 JOB_SETTINGS: Final[tuple[tuple[str, str, str], ...]] = (
     (
+        "`kafka.<librdkafka key>`",
+        "none",
+        (
+            "a setting of every Kafka client of the job (`kafka.bootstrap.servers` over `WEIR_KAFKA_BOOTSTRAP`, "
+            "`kafka.security.protocol`, `kafka.sasl.*`, `kafka.ssl.*`, ...); a secret only as `${env:NAME}` or "
+            "`${file:/path}` ([kafka-security.md](kafka-security.md))"
+        ),
+    ),
+    (
         "`checkpointing.interval`",
         "off",
         (
