@@ -343,6 +343,11 @@ class TaskManagerSettings(WeirSettings):
     taskmanager_local_channels: bool = Field(
         default=True, description="Hand buffers to consumers in the same TaskManager in memory, not over gRPC."
     )
+    taskmanager_slot_processes: bool = Field(
+        default=True,
+        description="Run each slot's tasks in a worker process of its own, so that N slots use N cores "
+        "(`false`: every task in the TaskManager's process; docs/configuration.md, \"Slot processes\").",
+    )
     taskmanager_metrics_port: PortOrZero = Field(default=0, description="Port of its Prometheus metrics (0: none).")
 
 
