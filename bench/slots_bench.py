@@ -14,7 +14,7 @@ Each round runs every configuration once, in an order reversed every other round
 ...), so that a drift of the shared machine's load spreads over all of them; the figures are the
 medians over ``--rounds``. Per run: records/s at the source between 10% and 90% of the events
 (start-up and tail excluded), from the TaskManager's /metrics scraped every 0.25 s; the CPU of the
-TaskManager and its workers over that window (psutil, the process tree), as cores used and CPU
+TaskManager and its workers over that window (/proc, the process tree), as cores used and CPU
 seconds per million records; the peak RSS of the TaskManager and of each worker; the workers' start
 (from the TaskManager's log: started -> ready). The machine is shared: the load average is recorded
 before every run, and ``--max-load`` waits (at most ``--load-wait`` s) for a quieter moment first.
@@ -30,10 +30,13 @@ import os
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench.harness import (
     JOBS_DIR,
@@ -47,7 +50,6 @@ from bench.harness import (
     prepare_environment,
     publish_results,
     remove_run_root,
-    scrape_counter,
 )
 from weir.core.errors import WeirError
 from weir.tools.client import JobManagerClient
@@ -155,24 +157,37 @@ def taskmanager_pid(cluster_dir: Path) -> int:
     raise BenchError(f"no {TASKMANAGER} in {cluster_dir / 'state.json'}")
 
 
-def tree_cpu_and_rss(root: Any) -> tuple[float, dict[int, int]]:
-    """CPU seconds of ``root`` and its descendants, and each one's RSS by pid."""
-    import psutil
+TICKS: Final = os.sysconf("SC_CLK_TCK")
+PAGE: Final = os.sysconf("SC_PAGE_SIZE")
 
+
+def _stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command name (field 3, the state, first)."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return text.rpartition(")")[2].split()
+
+
+def tree_cpu_and_rss(root: int) -> tuple[float, dict[int, int]]:
+    """CPU seconds of ``root`` and its children (its slot workers; the children it reaped included),
+    and each one's RSS by pid, from /proc."""
     cpu = 0.0
     rss: dict[int, int] = {}
-    try:
-        processes = [root, *root.children(recursive=True)]
-    except psutil.NoSuchProcess:
-        return 0.0, {}
-    for proc in processes:
-        try:
-            with proc.oneshot():
-                times = proc.cpu_times()
-                cpu += times.user + times.system + times.children_user + times.children_system
-                rss[proc.pid] = proc.memory_info().rss
-        except psutil.NoSuchProcess:
+    pids = [root]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != root:
+            fields = _stat(int(entry.name))
+            if fields is not None and int(fields[1]) == root:
+                pids.append(int(entry.name))
+    for pid in pids:
+        fields = _stat(pid)
+        if fields is None:
             continue
+        # utime, stime, cutime, cstime are fields 14-17 of stat (11-14 here); rss (pages) field 24 (21).
+        cpu += sum(int(v) for v in fields[11:15]) / TICKS
+        rss[pid] = int(fields[21]) * PAGE
     return cpu, rss
 
 
@@ -200,6 +215,27 @@ def worker_ready_seconds(log_file: Path) -> list[float]:
     return ready
 
 
+def source_records(url: str, job_id: str) -> float | None:
+    """Records out of the job's source subtasks from the TaskManager's /metrics; None when it did
+    not answer within 5 s."""
+    try:
+        with urllib.request.urlopen(url, timeout=5.0) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            labels = sample.labels
+            if (
+                sample.name == "weir_records_out_total"
+                and labels.get("job_id") == job_id
+                and labels.get("operator_uid") == SOURCE_UID
+            ):
+                total += sample.value
+    return total
+
+
 def interpolate(samples: Sequence[tuple[float, float]], t: float) -> float | None:
     previous: tuple[float, float] | None = None
     for ts, value in samples:
@@ -213,8 +249,6 @@ def interpolate(samples: Sequence[tuple[float, float]], t: float) -> float | Non
 
 
 def run_once(config: Config, round_no: int, args: argparse.Namespace, env: Any, index: int) -> Run:
-    import psutil
-
     wait_for_load(args.max_load, args.load_wait)
     load = os.getloadavg()
     cluster_dir = env.run_root / f"cluster-{index}"
@@ -227,9 +261,9 @@ def run_once(config: Config, round_no: int, args: argparse.Namespace, env: Any, 
         children=children(config, sys.executable, env.endpoints),
     )
     try:
-        tm = psutil.Process(taskmanager_pid(cluster_dir))
+        tm = taskmanager_pid(cluster_dir)
         _, idle = tree_cpu_and_rss(tm)
-        worker_idle = [rss for pid, rss in idle.items() if pid != tm.pid]
+        worker_idle = [rss for pid, rss in idle.items() if pid != tm]
         url = f"http://127.0.0.1:{env.endpoints.taskmanager_metrics_base_port + 1}/metrics"
         parameters = {"events": str(args.events), "work": str(args.work)}
         with JobManagerClient(env.endpoints.jobmanager_address) as client:
@@ -259,7 +293,9 @@ def run_once(config: Config, round_no: int, args: argparse.Namespace, env: Any, 
                 cpu.append((sampled, total_cpu))
                 for pid, value in rss.items():
                     peak[pid] = max(peak.get(pid, 0), value)
-                records.append((sampled, scrape_counter(url, "weir_records_out_total", job_id, SOURCE_UID)))
+                count = source_records(url, job_id)
+                if count is not None:  # a scrape that failed (a loaded machine) is left out, not a zero
+                    records.append((sampled, count))
                 time.sleep(POLL_S)
             finished = time.monotonic()
     finally:
@@ -282,8 +318,8 @@ def run_once(config: Config, round_no: int, args: argparse.Namespace, env: Any, 
         cores=cores,
         cpu_s_per_million=cpu_per_million,
         seconds_running_to_finished=finished - (running_at or finished),
-        taskmanager_peak_rss_bytes=peak.get(tm.pid, 0),
-        worker_peak_rss_bytes=sorted((v for pid, v in peak.items() if pid != tm.pid), reverse=True),
+        taskmanager_peak_rss_bytes=peak.get(tm, 0),
+        worker_peak_rss_bytes=sorted((v for pid, v in peak.items() if pid != tm), reverse=True),
         worker_idle_rss_bytes=worker_idle,
         worker_ready_s=ready,
     )

@@ -9,6 +9,7 @@ import grpc
 
 from weir.core.errors import JobDefinitionError, ProtocolError, WeirError
 from weir.taskmanager.runtime import TaskManagerRuntime
+from weir.taskmanager.slot_link import SlotWorkerError
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
 
@@ -25,11 +26,10 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except ProtocolError as exc:
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except SlotWorkerError as exc:  # its message names the error the worker raised
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except WeirError as exc:  # e.g. a restore handle that cannot be read: said, not UNKNOWN
-            # A slot worker's refusal names the error it raised there (its type_name).
-            context.abort(
-                grpc.StatusCode.FAILED_PRECONDITION, f"{getattr(exc, 'type_name', type(exc).__name__)}: {exc}"
-            )
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
         return taskmanager_pb2.DeployTaskResponse()
 
     def CancelJobTasks(

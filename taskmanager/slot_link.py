@@ -29,9 +29,9 @@ CALL_TIMEOUT_S: Final = 30.0
 
 
 class SlotWorkerError(WeirError):
-    """A slot worker refused a call (``type_name``: the class of the error it raised there), or
-    cannot be reached: it exited, or it did not answer in time. Retriable: a fail-over deploys the
-    tasks again, in a new worker when this one is gone."""
+    """A slot worker refused a call (``type_name``: the class of the error it raised there, which
+    the message starts with), or cannot be reached: it exited, or it did not answer in time.
+    Retriable: a fail-over deploys the tasks again, in a new worker when this one is gone."""
 
     retriable = True
 
@@ -143,7 +143,7 @@ def error_of(refusal: Refusal) -> WeirError:
         return JobDefinitionError(refusal.message)
     if refusal.type_name == ProtocolError.__name__:
         return ProtocolError(refusal.message)
-    return SlotWorkerError(refusal.message, type_name=refusal.type_name)
+    return SlotWorkerError(f"{refusal.type_name}: {refusal.message}", type_name=refusal.type_name)
 
 
 class ControlLink:

@@ -168,7 +168,8 @@ class SlotProcesses:
         self._table = SlotTable(slots)
         self._lock = threading.RLock()
         self._workers: dict[WorkerId, WorkerProcess] = {}  # started, ready or not, until gone
-        self._starting: set[WorkerId] = set()
+        self._starting: dict[WorkerId, SlotKey | None] = {}  # queued or launched, not ready yet
+        self._changed = threading.Condition(self._lock)  # a worker got ready or went
         self._pending: dict[SlotKey, Future[WorkerProcess]] = {}
         self._ids = itertools.count(1)
         self._data_channels: dict[WorkerId, grpc.Channel] = {}
@@ -193,7 +194,7 @@ class SlotProcesses:
     def _start(self, key: SlotKey | None) -> Future[WorkerProcess]:
         """Queue a worker's start (called with the lock held); the future holds it once it is ready."""
         worker = WorkerId(next(self._ids))
-        self._starting.add(worker)
+        self._starting[worker] = key
         future: Future[WorkerProcess] = Future()
         self._start_futures[worker] = future
         self._spawns.put((worker, key))
@@ -214,7 +215,8 @@ class SlotProcesses:
                 process = self._launch(worker, key)
             except OSError as exc:
                 with self._lock:
-                    self._starting.discard(worker)
+                    self._starting.pop(worker, None)
+                    self._changed.notify_all()
                 log.error("slot_worker_start_failed", taskmanager_id=self.id, worker=worker, error=str(exc))
                 future.set_exception(SlotWorkerError(f"slot worker {worker} of {self.id} could not start: {exc}"))
                 continue
@@ -273,11 +275,12 @@ class SlotProcesses:
             case Ready(data_address=data_address):
                 process.data_address = data_address
                 with self._lock:
-                    self._starting.discard(process.id)
+                    self._starting.pop(process.id, None)
                     self._table.add_spare(process.id)
                     key = process.started_for
                     if key is not None and self._table.worker_of_key(key) is None:
                         self._table.bind(process.id, key)
+                    self._changed.notify_all()
                 log.info(
                     "slot_worker_ready",
                     taskmanager_id=self.id,
@@ -312,8 +315,9 @@ class SlotProcesses:
             expected = process.retiring or self._stopping.is_set()
             lost = self._table.remove(process.id)
             self._workers.pop(process.id, None)
-            self._starting.discard(process.id)
+            self._starting.pop(process.id, None)
             channel = self._data_channels.pop(process.id, None)
+            self._changed.notify_all()
         if channel is not None:
             channel.close()
         returncode = _reap(process.process, EXIT_WAIT_S)
@@ -387,6 +391,13 @@ class SlotProcesses:
                     case UseWorker(worker=worker):
                         return self._workers[worker]
                     case StartWorker(retire=retiring):
+                        if any(for_key is None for for_key in self._starting.values()):
+                            # A spare is on its way (the TaskManager just started, or replaces one):
+                            # take it rather than start one more than there are slots.
+                            self._changed.wait(max(0.0, deadline - time.monotonic()))
+                            if time.monotonic() >= deadline:
+                                raise SlotWorkerError(f"no slot worker of {self.id} ready for {_key_text(key)} in time")
+                            continue
                         future = self._pending.get(key)
                         if future is None:
                             log.info("slot_placed", taskmanager_id=self.id, slot=_key_text(key), on=describe(placement))
@@ -409,6 +420,17 @@ class SlotProcesses:
     def _ready_workers(self) -> list[WorkerProcess]:
         with self._lock:
             return [self._workers[w] for w in self._table.workers() if w in self._workers]
+
+    def pid_of(self, task: TaskAddress) -> int | None:
+        """The pid of the worker running ``task`` (None: no worker here runs it)."""
+        with self._lock:
+            worker = self._table.worker_of(task)
+            process = self._workers.get(worker) if worker is not None else None
+            return process.pid if process is not None else None
+
+    def ready_workers(self) -> int:
+        with self._lock:
+            return len(self._table.workers())
 
     def worker_pids(self) -> list[int]:
         with self._lock:
