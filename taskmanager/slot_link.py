@@ -13,6 +13,8 @@ TaskManager whose worker is gone fails the worker's tasks (``slot_processes``).
 from __future__ import annotations
 
 import itertools
+import os
+import socket
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future
@@ -226,6 +228,11 @@ class ControlLink:
             pending, self._pending = self._pending, {}
         for future in pending.values():
             future.set_exception(LinkClosedError(f"{self.name}: {reason}"))
+        try:  # a shutdown, not only a close: it wakes a read blocked on the socket, here and at the peer
+            with socket.socket(fileno=os.dup(self._connection.fileno())) as sock:
+                sock.shutdown(socket.SHUT_RDWR)
+        except (OSError, ValueError):
+            pass
         try:
             self._connection.close()
         except OSError:

@@ -90,6 +90,7 @@ PROGRESS_WAIT_S: Final = 1.0
 METRICS_WAIT_S: Final = 2.0
 STOP_WAIT_S: Final = 15.0
 EXIT_WAIT_S: Final = 5.0
+FIRST_REAP_S: Final = 1.0
 OPEN_CHANNEL_METHOD: Final = "/weir.wire.TaskManagerService/OpenChannel"
 MAX_UNIX_SOCKET_PATH: Final = 100  # sun_path holds 108 bytes
 
@@ -320,7 +321,9 @@ class SlotProcesses:
             self._changed.notify_all()
         if channel is not None:
             channel.close()
-        returncode = _reap(process.process, EXIT_WAIT_S)
+        # Its link ended because it exited: the exit status is there at once (a short wait names it,
+        # its tasks' failures must not wait for more).
+        returncode = _reap(process.process, FIRST_REAP_S)
         if not process.ready.done():
             process.ready.set_exception(
                 SlotWorkerError(
@@ -349,6 +352,9 @@ class SlotProcesses:
             )
             request.failure.CopyFrom(failure_to_proto(failure))
             self._reports.put(StateReport(request))
+        if returncode is None and _reap(process.process, EXIT_WAIT_S) is None:
+            process.process.kill()  # its link is gone, so it is of no use: it must not linger
+            _reap(process.process, EXIT_WAIT_S)
         self._fill_spares()
 
     def _retire(self, process: WorkerProcess) -> None:
