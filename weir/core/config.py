@@ -319,7 +319,15 @@ class JobManagerSettings(WeirSettings):
 
 
 class TaskManagerSettings(WeirSettings):
-    """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins."""
+    """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins.
+
+    Slot processes (``WEIR_TASKMANAGER_SLOT_PROCESSES``, ``--[no-]slot-processes``): a Python process
+    runs on one core at a time (its interpreter lock), so by default a TaskManager runs each job slot's
+    tasks in a slot worker process of its own and N slots use N cores; the TaskManager process keeps
+    the registration, the heartbeats, the gRPC service and the data-plane address (README,
+    "Architecture"). ``false`` runs every task in the TaskManager's process, as threads sharing one
+    core: one process less per slot (memory) and channels between its slots in memory. The default
+    follows ``make bench-slots`` (``bench/results/slots.md``): 1 vs 2 slots on one TaskManager."""
 
     title: ClassVar[str] = "TaskManager process"
 
@@ -346,7 +354,7 @@ class TaskManagerSettings(WeirSettings):
     taskmanager_slot_processes: bool = Field(
         default=True,
         description="Run each slot's tasks in a worker process of its own, so that N slots use N cores "
-        "(`false`: every task in the TaskManager's process; docs/configuration.md, \"Slot processes\").",
+        "(`false`: every task in the TaskManager's process; see above).",
     )
     taskmanager_metrics_port: PortOrZero = Field(default=0, description="Port of its Prometheus metrics (0: none).")
 
