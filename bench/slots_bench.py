@@ -327,6 +327,88 @@ def run_once(config: Config, round_no: int, args: argparse.Namespace, env: Any, 
     return run
 
 
+def channel_figures(n_records: int, repeats: int) -> dict[str, Any]:
+    """Records/s through one channel between two subtasks of one TaskManager, three ways: in memory
+    (one process: slot processes off, or one slot worker), over a slot worker's Unix socket (two slot
+    workers), over TCP loopback (what a remote TaskManager's producer uses); median of ``repeats``.
+    The producer runs in a process of its own (``bench.exchange_bench``'s)."""
+    from bench.exchange_bench import local_channel
+
+    figures: dict[str, list[float]] = {"in memory": [], "unix socket": [], "tcp loopback": []}
+    for _ in range(repeats):
+        figures["in memory"].append(local_channel(n_records).records_per_s)
+        figures["unix socket"].append(socket_channel(n_records, unix=True))
+        figures["tcp loopback"].append(socket_channel(n_records, unix=False))
+    return {name: median(values) for name, values in figures.items()}
+
+
+def socket_channel(n_records: int, *, unix: bool) -> float:
+    """One remote channel into a TaskHost's gate served on a Unix socket or TCP loopback: records/s."""
+    import multiprocessing
+    import tempfile
+
+    from bench.exchange_bench import CONSUMER_UID, JOB_ID, _channel_producer, _consume, _spawn, _wait_reader_done
+    from weir.connectors.object_storage import open_storage
+    from weir.core.grpc_security import new_server
+    from weir.core.transport_security import TransportSecurity
+    from weir.taskmanager.network.gate import InputGate
+    from weir.taskmanager.network.writer import RECORDS_PER_BUFFER
+    from weir.taskmanager.task_host import TaskHost
+    from weir.taskmanager.task_types import TaskAddress
+    from weir.wire import taskmanager_pb2_grpc
+
+    class Channels(taskmanager_pb2_grpc.TaskManagerServiceServicer):
+        def __init__(self, host: TaskHost) -> None:
+            self.host = host
+
+        def OpenChannel(self, request_iterator: Any, context: Any) -> Any:  # noqa: N802
+            return self.host.channels.open_channel(request_iterator)
+
+    with tempfile.TemporaryDirectory(prefix="weir-slots-") as tmp:
+        server = new_server(TransportSecurity(), max_workers=16, thread_name_prefix="bench-grpc")
+        if unix:
+            address = f"unix:{tmp}/consumer.sock"
+            server.add_insecure_port(address)
+        else:
+            address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+        host = TaskHost(
+            "bench-consumer",
+            address,
+            Path(tmp),
+            _NoReports(),
+            storage=open_storage(f"file://{tmp}/checkpoints"),
+            security=TransportSecurity(),
+        )
+        taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(Channels(host), server)
+        server.start()
+        gate = InputGate([0])
+        consumer = TaskAddress(JOB_ID, CONSUMER_UID, 0, 1)
+        host.channels.register(consumer, gate)
+        parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
+        producer = _spawn(_channel_producer, address, n_records, child_end)
+        try:
+            received, seconds = _consume(gate, timeout_s=300)
+            parent_end.send("end of stream taken")
+            _wait_reader_done(f"channel-in-{consumer}-0", timeout_s=10)
+            gate.close()
+            parent_end.send("credit stream closed")
+            producer.join(30)
+        finally:
+            gate.close()
+            if producer.is_alive():
+                producer.terminate()
+            server.stop(grace=1).wait()
+            host.stop()
+    if received != n_records:
+        raise BenchError(f"the channel delivered {received} of {n_records} records")
+    return (received - RECORDS_PER_BUFFER) / seconds
+
+
+class _NoReports:
+    def put(self, report: object) -> None:
+        pass
+
+
 def summarize(runs: list[Run]) -> dict[str, Any]:
     by_config: dict[str, dict[str, Any]] = {}
     for config in CONFIGS:
@@ -403,6 +485,20 @@ def render_markdown(document: dict[str, Any]) -> str:
         f"- 2 slots: slot processes vs one process: {_fmt(ratios['two_slots_slot_processes_vs_one_process'], '.2f')}x",
         f"- 1 slot: slot processes vs one process: {_fmt(ratios['one_slot_slot_processes_vs_one_process'], '.2f')}x",
         "",
+    ]
+    channels = document.get("channel_records_per_s")
+    if channels:
+        lines += [
+            "One channel between two subtasks of one TaskManager (records/s, median; a producer process "
+            "emitting record by record into a RecordWriter, a consumer taking buffers off the InputGate):",
+            "",
+            "| in memory (one process) | Unix socket (two slot workers) | TCP loopback (another TaskManager) |",
+            "| ---: | ---: | ---: |",
+            f"| {_fmt(channels['in memory'], ',.0f')} | {_fmt(channels['unix socket'], ',.0f')} | "
+            f"{_fmt(channels['tcp loopback'], ',.0f')} |",
+            "",
+        ]
+    lines += [
         "| round | configuration | load avg (1/5/15 min) | records/s | cores |",
         "| ---: | --- | --- | ---: | ---: |",
     ]
@@ -427,9 +523,15 @@ def main(argv: list[str] | None = None) -> int:
         "--configs", default="all", help="comma-separated indices of the configurations (0-3), default all"
     )
     parser.add_argument("--keep", action="store_true", help="keep the run's logs and state")
+    parser.add_argument("--channel-records", type=int, default=500_000, help="0: no channel figures")
     args = parser.parse_args(argv)
     configs = CONFIGS if args.configs == "all" else tuple(CONFIGS[int(i)] for i in args.configs.split(","))
 
+    channels: dict[str, Any] | None = None
+    if args.channel_records:
+        log(f"one channel between two subtasks of a TaskManager, {args.channel_records:,} records, 3 ways")
+        channels = channel_figures(args.channel_records, args.rounds)
+        log("  " + ", ".join(f"{name} {rate or 0:,.0f} records/s" for name, rate in channels.items()))
     env = prepare_environment(new_run_id(), checkpoints_in_s3=False)
     runs: list[Run] = []
     failed = True
@@ -453,6 +555,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "load_average_at_end": os.getloadavg(),
         "summary": summarize(runs),
+        "channel_records_per_s": channels,
         "runs": [asdict(r) for r in runs],
     }
     publish_results("slots", document, render_markdown)
