@@ -246,6 +246,9 @@ class SlotProcesses:
         ]
         try:
             popen = subprocess.Popen(argv, pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL)
+        except OSError:
+            ours.close()
+            raise
         finally:
             theirs.close()
         link = ControlLink(Connection(ours.detach()), f"slot worker {worker} (pid {popen.pid}) of {self.id}")

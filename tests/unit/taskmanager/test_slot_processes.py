@@ -212,3 +212,38 @@ def test_a_worker_exits_when_its_taskmanager_is_killed(env: Path) -> None:
         parent.kill()
         parent.wait(10)
     wait_until(lambda: not pid_alive(worker), f"worker {worker} gone after its TaskManager")
+
+
+def _open_sockets() -> int:
+    """The sockets this process holds open (a descriptor closed while listed is not one)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith("socket:")
+        except FileNotFoundError:
+            continue
+    return count
+
+
+def test_a_worker_that_cannot_start_fails_its_deployment_and_keeps_no_socket(env: Path) -> None:
+    """A worker whose interpreter cannot be run: the deployment fails naming why, and the TaskManager's
+    end of each would-be worker's control link is closed (a TaskManager that keeps failing to start
+    workers must not run out of descriptors)."""
+    before = _open_sockets()
+    workers = SlotProcesses(
+        "tm-broken",
+        "127.0.0.1:1",
+        env / "run" / "tm-broken",
+        1,
+        Reports(),
+        security=TransportSecurity(),
+        python=str(env / "no-such-python"),
+    )
+    try:
+        task = TaskAddress("job-broken", "numbers", 0, 1)
+        with pytest.raises(SlotWorkerError, match="could not start"):
+            workers.deploy(deploy_request(task))
+        assert workers.worker_pids() == []
+        assert _open_sockets() == before
+    finally:
+        workers.stop()
