@@ -1,6 +1,10 @@
-"""Slot workers on the session's cluster (TaskManagers run each slot's tasks in a process of its own,
-the default): a job runs exactly once in them, a killed worker fails its job over and the job
-recovers exactly once while its TaskManager stays up, and a killed TaskManager leaves no worker."""
+"""Slot workers on the session's cluster (TaskManagers run each slot's tasks in a process of its own):
+a job runs exactly once in them, a killed worker fails its job over and the job recovers exactly once
+while its TaskManager stays up, and a killed TaskManager leaves no worker.
+
+Slot processes are off by default (``WEIR_TASKMANAGER_SLOT_PROCESSES``): unless the session runs with
+them on, this module restarts the session's cluster with ``--slot-processes`` on its TaskManagers and
+restores it as it was afterwards, so that ``make test`` covers both modes."""
 
 from __future__ import annotations
 
@@ -8,21 +12,52 @@ import json
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.integration.conftest import WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
+from weir.core.config import TaskManagerSettings
 from weir.core.states import JobStatus
 from weir.tools.client import JobDetails
-from weir.tools.supervisor import local_status, pid_alive
+from weir.tools.supervisor import ChildSpec, default_children, local_status, pid_alive, start_cluster, stop_cluster
 
 pytestmark = pytest.mark.integration
 
 JOB = "examples/keyed_aggregation.py"
 WORKER_MODULE = "weir.taskmanager.slot_worker"
+
+
+def with_slot_processes(spec: ChildSpec) -> ChildSpec:
+    if not spec.name.startswith("taskmanager"):
+        return spec
+    return ChildSpec(spec.name, (*spec.argv, "--slot-processes"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def slot_processes_on(weir_cluster: WeirCluster) -> Iterator[None]:
+    """The session's cluster with slot processes for this module's tests (see the module)."""
+    if TaskManagerSettings.from_env().taskmanager_slot_processes:
+        yield
+        return
+    restart_cluster(weir_cluster, tuple(with_slot_processes(c) for c in default_children(weir_cluster.endpoints)))
+    try:
+        yield
+    finally:
+        restart_cluster(weir_cluster, default_children(weir_cluster.endpoints))
+
+
+def restart_cluster(cluster: WeirCluster, children: tuple[ChildSpec, ...]) -> None:
+    """Stop the session's cluster once no job runs on it (a restarted JobManager recovers the jobs
+    that had not ended) and start it again in its directory with ``children``."""
+    cluster.cancel_jobs_except(set())
+    wait_until("every job of the session's cluster ended", lambda: not cluster.running_jobs(), 60)
+    stop_cluster(cluster.directory)
+    start_cluster(
+        cluster.directory, cluster.endpoints, restart=True, restart_delay_s=1.0, timeout_s=90, children=children
+    )
 
 
 def wait_until(what: str, condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
