@@ -12,7 +12,7 @@ BROWSER := deploy/local/browser.sh
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-nexmark bench-jm-scale bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-nexmark bench-jm-scale bench-slots bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -124,6 +124,9 @@ bench-backpressure: setup bench-deps ## checkpoint duration aligned vs unaligned
 
 bench-recovery: setup bench-deps ## SIGKILL of a TaskManager under load to the first committed output, median of 5 kills
 	$(PY) -m bench.recovery_bench $(RECOVERY_BENCH_ARGS)
+
+bench-slots: setup ## one TaskManager, 1 vs 2 slots, slot processes on and off, on a CPU-bound job: records/s, cores, the ratio (~8 min)
+	$(PY) -m bench.slots_bench $(SLOTS_BENCH_ARGS)
 
 bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per event, stdlib vs orjson vs msgspec vs ujson (~30 s)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)

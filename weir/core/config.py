@@ -272,7 +272,10 @@ class Endpoints(WeirSettings):
         min_length=1,
         description="The S3 API (checkpoint storage on `s3://`): an S3-compatible server's URL; unset: AWS's "
         "endpoint for the region.",
-        json_schema_extra={"type_doc": "URL", "default_doc": _LOCAL_S3_DEFAULT.format("http://127.0.0.1:${WEIR_S3_PORT}")},
+        json_schema_extra={
+            "type_doc": "URL",
+            "default_doc": _LOCAL_S3_DEFAULT.format("http://127.0.0.1:${WEIR_S3_PORT}"),
+        },
     )
     s3_region: str | None = Field(
         default=None,
@@ -422,7 +425,17 @@ class JobManagerSettings(WeirSettings):
 
 
 class TaskManagerSettings(WeirSettings):
-    """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins."""
+    """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins.
+
+    Slot processes (``WEIR_TASKMANAGER_SLOT_PROCESSES``, ``--[no-]slot-processes``): a Python process
+    runs on one core at a time (its interpreter lock), so with ``true`` a TaskManager runs each job
+    slot's tasks (one job's, Flink's slot sharing) in a slot worker process of its own and N slots use
+    N cores; the TaskManager process keeps the registration, the heartbeats, the gRPC service and the
+    data-plane address (README, "Architecture"). ``false``, the default for now, runs every task in the
+    TaskManager's process, as threads sharing one core: one process less per slot (memory) and
+    channels between its slots in memory. The default stays off until the whole test suite has run
+    with slot processes on (``WEIR_TASKMANAGER_SLOT_PROCESSES=true make test``); the figure it is
+    chosen on is ``make bench-slots`` (``bench/results/slots.md``): 1 vs 2 slots on one TaskManager."""
 
     title: ClassVar[str] = "TaskManager process"
 
@@ -445,6 +458,11 @@ class TaskManagerSettings(WeirSettings):
     taskmanager_slots: int = Field(default=2, ge=1, description="Task slots this TaskManager offers.")
     taskmanager_local_channels: bool = Field(
         default=True, description="Hand buffers to consumers in the same TaskManager in memory, not over gRPC."
+    )
+    taskmanager_slot_processes: bool = Field(
+        default=False,
+        description="Run each slot's tasks in a worker process of its own, so that N slots use N cores "
+        "(`false`: every task in the TaskManager's process, one core; see above).",
     )
     taskmanager_metrics_port: PortOrZero = Field(default=0, description="Port of its Prometheus metrics (0: none).")
 
