@@ -12,6 +12,7 @@ __all__ = [
     "Fault",
     "JobManagerError",
     "JobManagerNotReadyError",
+    "SavepointDisposalError",
     "SavepointRejectedError",
     "TaskManagerCallError",
     "UnknownVertexError",
@@ -45,6 +46,13 @@ class SavepointRejectedError(JobManagerError):
     fault: Fault = Fault.USER
     retriable: ClassVar[bool] = True
     grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class SavepointDisposalError(JobManagerError):
+    """A path given to dispose of is no savepoint (none there, or a checkpoint's); nothing is deleted."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "INVALID_ARGUMENT"
 
 
 class UnknownVertexError(JobManagerError):
