@@ -9,9 +9,11 @@ incremental uploads) against the real checkpoint storage, without a cluster. For
 2. checkpoint 1 (first: every file uploaded), completed; 1 % of the keys updated, checkpoint 2
    (incremental), completed; 10 % updated, checkpoint 3 (not with ``--quick``);
 3. restores of the latest checkpoint, each into a fresh database as a redeployed subtask: at the same
-   parallelism (1 -> 1: one handle, the whole range, opened as the database), after which 1 % of the
-   keys change and the restored subtask checkpoints (its upload: only what changed, the restored SSTs
-   reused), and rescaled to 2 (1 -> 2: each subtask half the range of the one handle, opened and the
+   parallelism (1 -> 1: one handle, the whole range, opened as the database), after which the restored
+   subtask checkpoints unchanged (every restored SST reused: only the small private files uploaded),
+   then after 1 % of the keys changed (beside the same change checkpointed by the writer itself, before
+   it was discarded: what the database uploads for it without a restore, its compactions included),
+   and rescaled to 2 (1 -> 2: each subtask half the range of the one handle, opened and the
    other half range-deleted); the two rescaled subtasks then checkpoint (a first checkpoint of their
    new databases) and that is restored into 1 subtask (2 -> 1: one handle opened, the other copied)
    and into subtask 1 of 3 (2 -> 3: key groups 43..85, a third of each handle: both copied).
@@ -63,7 +65,9 @@ FULL_SIZES: Final = (100_000, 1_000_000, 5_000_000)
 QUICK_SIZES: Final = (100_000, 1_000_000)
 UPDATES: Final = (0.01, 0.10)  # fractions of the keys changed before checkpoints 2, 3, ...
 AFTER_RESTORE_UPDATE: Final = 0.01  # of the keys changed after the 1 -> 1 restore, before its next checkpoint
+UNCHANGED_AFTER_RESTORE_LABEL: Final = "unchanged after restore 1->1"
 AFTER_RESTORE_LABEL: Final = "1% after restore 1->1"
+CONTROL_LABEL: Final = "1% more without a restore"
 QUICK_UPDATES: Final = (0.01,)
 RESTORE_REPEATS: Final = 3  # a restore is repeatable (a fresh database each time); checkpoints are a sequence
 SNAPSHOT_TIMEOUT_S: Final = 1800.0
@@ -407,12 +411,22 @@ def measure_size(
                 checkpoint_id += 1
                 latest, figures = bench.snapshot(writer, checkpoint_id, f"incremental {fraction:.0%}", changed)
                 checkpoints.append(figures)
+            # The control: the writer's own next checkpoint after the change the restored subtask makes below
+            # (what the same database uploads for it without a restore, compactions included).
+            after_change = updated_indexes(keys, AFTER_RESTORE_UPDATE)
+            changed = bench.write(writer, after_change, len(updates) + 1)
+            _control, figures = bench.snapshot(writer, checkpoint_id + 1, CONTROL_LABEL, changed)
+            checkpoints.append(figures)
             bench.discard(writer)
 
             same, restored = bench.restore("p1-0", [latest], 1, 1, 0, 2, restore_repeats)
             restores.append(same)
-            # The restored subtask's first checkpoint after 1 % of the keys changed: the restored SSTs reused.
-            changed = bench.write(restored, updated_indexes(keys, AFTER_RESTORE_UPDATE), len(updates) + 1)
+            # The restored subtask's first checkpoints: unchanged (every restored SST reused), then after the
+            # control's change (reused what no compaction rewrote).
+            checkpoint_id += 1
+            _handle, figures = bench.snapshot(restored, checkpoint_id, UNCHANGED_AFTER_RESTORE_LABEL, 0)
+            checkpoints.append(figures)
+            changed = bench.write(restored, after_change, len(updates) + 1)
             checkpoint_id += 1
             _handle, figures = bench.snapshot(restored, checkpoint_id, AFTER_RESTORE_LABEL, changed)
             checkpoints.append(figures)

@@ -10,9 +10,11 @@ import pytest
 from bench import state_report
 from bench.state_bench import (
     AFTER_RESTORE_LABEL,
+    CONTROL_LABEL,
     MAX_PARALLELISM,
     NAMESPACE,
     STATE_NAME,
+    UNCHANGED_AFTER_RESTORE_LABEL,
     UPDATES,
     RestoreFigures,
     SizeFigures,
@@ -83,7 +85,7 @@ def test_incremental_checkpoints_reuse_the_first_ones_files(
     measured: tuple[SizeFigures, dict[tuple[str, int], bool], Path],
 ) -> None:
     figures, _matches, _root = measured
-    first, *incremental = [c for c in figures.checkpoints if c.subtask == "writer"]
+    first, *incremental, _control = [c for c in figures.checkpoints if c.subtask == "writer"]
     assert [c.label for c in incremental] == ["incremental 1%", "incremental 10%"]
     assert first.reused_files == 0 and first.uploaded_bytes == first.size_bytes
     for c in incremental:
@@ -94,10 +96,14 @@ def test_the_first_checkpoint_after_a_restore_reuses_the_restored_files(
     measured: tuple[SizeFigures, dict[tuple[str, int], bool], Path],
 ) -> None:
     figures, _matches, _root = measured
-    restored_state = [c for c in figures.checkpoints if c.subtask == "writer"][-1].size_bytes
+    restored_state = [c for c in figures.checkpoints if c.subtask == "writer"][-2].size_bytes
+    (unchanged,) = [c for c in figures.checkpoints if c.label == UNCHANGED_AFTER_RESTORE_LABEL]
     (after,) = [c for c in figures.checkpoints if c.label == AFTER_RESTORE_LABEL]
-    assert after.reused_files > 0
-    assert after.uploaded_bytes < restored_state / 4 < after.size_bytes
+    (control,) = [c for c in figures.checkpoints if c.label == CONTROL_LABEL]
+    # Unchanged: every restored SST reused, only the snapshot's small private files uploaded.
+    assert unchanged.reused_files > 0 and unchanged.uploaded_bytes < restored_state / 10
+    assert after.reused_files > 0 and after.uploaded_bytes < restored_state / 4
+    assert after.changed_keys == control.changed_keys
 
 
 def test_the_run_leaves_no_object_and_no_database(
@@ -143,7 +149,7 @@ def test_targets_pass_or_miss_at_1m_keys() -> None:
         "keys": 1_000_000,
         "checkpoints": [
             {"label": "incremental 1%", "usage": usage(0.4)},
-            {"label": "1% after restore 1->1", "uploaded_bytes": 5, "size_bytes": 100, "usage": usage(0.2)},
+            {"label": "unchanged after restore 1->1", "uploaded_bytes": 5, "size_bytes": 1000, "usage": usage(0.2)},
         ],
         "restores": [{"label": "1->1", "usage": usage(0.8)}, {"label": "2->1", "usage": usage(6.5)}],
     }
@@ -154,5 +160,5 @@ def test_targets_pass_or_miss_at_1m_keys() -> None:
         (0.8, "pass"),
         (3.5, "miss"),
         (6.5, "miss"),
-        (0.05, "pass"),
+        (0.005, "pass"),
     ]
