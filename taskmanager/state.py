@@ -179,8 +179,10 @@ class RocksDBStateBackend:
             self.db.write(batch, options)
 
     def live_sst_bytes(self) -> int:
-        """Total size of the database's live SST files (the state size metric)."""
-        value = self.db.property_int_value("rocksdb.live-sst-files-size")
+        """Total size of the database's live SST files (the state size metric; any thread: not while
+        a restore replaces the database)."""
+        with self.lock:
+            value = self.db.property_int_value("rocksdb.live-sst-files-size")
         return int(value or 0)
 
     def close(self) -> None:
