@@ -1,15 +1,15 @@
 """Incremental snapshots of one RocksDB database to the checkpoint storage, after Flink's
-``RocksIncrementalSnapshotStrategy``: what to upload, what to reuse, and what to remember of it.
+``RocksIncrementalSnapshotStrategy``: the local RocksDB checkpoint and its uploads.
 
 A snapshot has a synchronous part on the task thread (flush the memtable, create a RocksDB checkpoint:
 hard links, milliseconds) and an asynchronous part on a background thread (upload the files). SST files
 are immutable and their names unique within one database, so an SST that the latest completed
-checkpoint already references is not uploaded again: the handle lists it as ``reused``. Only files of a
-checkpoint the task was told completed (or of the one its attempt restored, adopted as the database:
-Flink's ``RocksDBIncrementalRestoreOperation`` hands the restored SSTs to the snapshot strategy as
-``restoredSstFiles`` for the same reason) are reused, which is the JobManager's contract for reused
-keys; an SST still uploading for a checkpoint in flight is uploaded again under the new checkpoint's
-key (keys carry the uploading checkpoint id, see ``weir.core.paths``).
+checkpoint already references is not uploaded again: the handle lists it as ``reused``. Which SSTs may
+be reused, and what is remembered of each upload for that, is ``weir.taskmanager.snapshot_bookkeeping``'s
+(only files of a checkpoint the task was told completed, or of the one its attempt restored and adopted
+as the database, are: the JobManager's contract for reused keys); an SST still uploading for a
+checkpoint in flight is uploaded again under the new checkpoint's key (keys carry the uploading
+checkpoint id, see ``weir.core.paths``).
 """
 
 from __future__ import annotations
@@ -19,18 +19,17 @@ import os
 import shutil
 import threading
 import time
-from collections.abc import Iterable
 from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage
 from weir.core.checkpointing import CheckpointKind
-from weir.core.ids import CheckpointId, JobId, OperatorUid, TaskManagerId
+from weir.core.ids import CheckpointId, JobId, OperatorUid
 from weir.core.keygroups import KeyGroupRange
-from weir.core.paths import CheckpointPaths
+from weir.taskmanager.snapshot_bookkeeping import ReuseBookkeeping, SnapshotBookkeeping, UploadPlan
 from weir.taskmanager.snapshot_handles import KeyedStateHandle, KeyRanges, SnapshotError, SnapshotFile
 from weir.taskmanager.state import RocksDBStateBackend
 
@@ -48,23 +47,6 @@ class SnapshotResult:
     uploaded_files: int
 
 
-@dataclass(frozen=True)
-class SnapshotBookkeeping:
-    """What the snapshotter remembers of one job (``RocksDBSnapshotter.bookkeeping``), for tests and logs.
-
-    ``reusable`` are the SSTs the next snapshot of a later checkpoint may list as reused (before the
-    check against ``open_checkpoints``); ``open_checkpoints`` were snapshotted here and neither
-    completed nor aborted as far as this TaskManager was told.
-    """
-
-    job_id: JobId
-    attempt: int | None
-    confirmed_checkpoint_id: CheckpointId | None
-    reusable: tuple[SnapshotFile, ...]
-    open_checkpoints: tuple[CheckpointId, ...]
-    local_snapshots: int
-
-
 @dataclass
 class _LocalSnapshot:
     """A RocksDB checkpoint directory on local disk, used by ``refs`` subtask snapshots."""
@@ -79,114 +61,26 @@ class _LocalSnapshot:
     refs: int = 1
 
 
-@dataclass
-class _JobBook:
-    """The upload bookkeeping of one attempt of one job; a new attempt gets a new book, never a cleared one,
-    so that a snapshot of an earlier attempt still uploading records nothing into the new one."""
-
-    attempt: int | None
-    # The latest checkpoint known to be completed (or the restored one) and its SSTs by file name.
-    confirmed_id: CheckpointId | None = None
-    confirmed: dict[str, SnapshotFile] = field(default_factory=dict)
-    # Open checkpoints (snapshotted here, not yet completed or aborted): the SST keys their snapshots on
-    # this TaskManager reference, recorded when each snapshot chose what to reuse (on the task thread).
-    referenced: dict[CheckpointId, set[str]] = field(default_factory=dict)
-    reusing: set[CheckpointId] = field(default_factory=set)  # open checkpoints that reused an SST here
-    aborted: set[CheckpointId] = field(default_factory=set)  # aborted after the confirmed one
-    # Uploads started per checkpoint, by object key: subtasks of one checkpoint upload a file once.
-    uploads: dict[CheckpointId, dict[str, Future[SnapshotFile]]] = field(default_factory=dict)
-    # SSTs referenced by the finished snapshots of a checkpoint, by file name: confirmed on completion.
-    snapshotted: dict[CheckpointId, dict[str, SnapshotFile]] = field(default_factory=dict)
-    snapshots_began: bool = False  # from then on a restored handle is no longer adopted
-    # Savepoints snapshotted here: self-contained, they neither reuse nor become reusable.
-    savepoints: set[CheckpointId] = field(default_factory=set)
-
-    def is_open(self, checkpoint_id: CheckpointId) -> bool:
-        newer = self.confirmed_id is None or checkpoint_id > self.confirmed_id
-        return newer and checkpoint_id not in self.aborted
-
-    def reusable(self, checkpoint_id: CheckpointId) -> dict[str, SnapshotFile]:
-        """The confirmed SSTs a snapshot of ``checkpoint_id`` may reuse: those every open checkpoint
-        between the confirmed one and this one references too (see the class docstring)."""
-        if not self.confirmed:
-            return {}
-        between = [keys for cid, keys in self.referenced.items() if self.is_open(cid) and cid < checkpoint_id]
-        return {name: f for name, f in self.confirmed.items() if all(f.key in keys for keys in between)}
-
-    def drop_through(self, checkpoint_id: CheckpointId) -> None:
-        for table in (self.referenced, self.uploads, self.snapshotted):
-            for cid in [c for c in table if c <= checkpoint_id]:
-                del table[cid]
-        self.reusing = {c for c in self.reusing if c > checkpoint_id}
-        self.aborted = {c for c in self.aborted if c > checkpoint_id}
-
-
-@dataclass(frozen=True)
-class _UploadPlan:
-    """The asynchronous part of one subtask snapshot, decided on the task thread."""
-
-    book: _JobBook | None  # None: the snapshot belongs to no current attempt and records nothing
-    reused: tuple[SnapshotFile, ...]
-    waiting: tuple[Future[SnapshotFile], ...]
-    started_here: tuple[Future[SnapshotFile], ...]
-
-
 class IncrementalSnapshots:
-    """Snapshots one ``RocksDBStateBackend`` and uploads what the checkpoint storage lacks; remembers,
-    per job and attempt, which uploaded SSTs a later snapshot may reuse.
+    """Snapshots one ``RocksDBStateBackend`` and uploads what the checkpoint storage lacks, as ``reuse``
+    (the database's ``ReuseBookkeeping``) decides on the task thread and records once uploaded.
 
     Thread-safe: task threads call ``begin``; uploads run on the ``transfers`` executor (shared with
-    the restores' downloads); notifications and ``forget_job`` come from RPC threads.
-
-    **Never reuse a key the JobManager may have deleted.** The coordinator deletes an uploaded object
-    only once no retained checkpoint and no acknowledged in-flight checkpoint references it
-    (``CheckpointCoordinator._release``): after a completion subsumes older checkpoints, after an abort
-    (the aborted checkpoint's objects that nothing retained references) and after a failed persist. The
-    latest completed checkpoint is always retained. So a key is safe to reuse while some checkpoint that
-    references it is certainly retained. The snapshotter keeps, per job and attempt:
-
-    * ``confirmed``: the SSTs of the latest checkpoint it was told completed (or, at the start of an
-      attempt, of the restored checkpoint: the JobManager retains it, see ``start_attempt``). That
-      checkpoint stays retained until a newer one completes, and within one attempt no checkpoint
-      completes without the acknowledgements of this TaskManager's subtasks: a newer completed one is
-      one of the *open* checkpoints, snapshotted here and not yet reported completed or aborted
-      (notifications are best effort: late, reordered or lost).
-    * A snapshot of checkpoint ``n`` reuses a confirmed SST only if every open checkpoint between the
-      confirmed one and ``n`` references the same key: whichever of them completed, the key is in a
-      retained checkpoint. A subtask snapshots its checkpoints in id order and chooses what to reuse on
-      the task thread (``begin``), so an open checkpoint that may complete has recorded its keys first.
-    * Across attempts none of this holds (the job may have completed checkpoints on other TaskManagers,
-      subsuming everything uploaded here): ``start_attempt`` starts from nothing but the restored
-      checkpoint's own files, and snapshots of an earlier attempt still uploading reuse nothing and
-      record nothing.
-    * Keys first uploaded for a checkpoint carry its id and are only confirmed once it completed; an
-      aborted checkpoint's uploads are never reused (the coordinator deletes them).
-
-    **An abort that may have released state** resets ``confirmed``: an abort's ``DeleteObjects`` holds
-    the aborted checkpoint's new uploads (never reused) and the keys no retained checkpoint references.
-    A confirmed key can be among those only if the confirmed checkpoint is no longer retained, which is
-    what the coordinator's ``released_state`` abort reports, and such an abort can only be of a
-    checkpoint whose snapshots here reused SSTs. So an aborted checkpoint that reused SSTs on this
-    TaskManager drops ``confirmed`` (the next snapshot uploads its SSTs again, the next completion
-    confirms again); one that reused nothing drops only its own uploads. That is what ends a loop of
-    ``released_state`` aborts whatever made the bookkeeping stale.
+    the restores' downloads), the rest of a snapshot on a thread of its own; ``forget_job`` comes
+    from RPC threads.
     """
 
     def __init__(
         self,
         state_backend: RocksDBStateBackend,
+        reuse: ReuseBookkeeping,
         storage: CheckpointStorage,
-        paths: CheckpointPaths,
-        taskmanager_id: TaskManagerId,
-        db_incarnation: str,
         work_dir: Path,
         transfers: Executor,
     ) -> None:
         self._backend = state_backend
+        self._reuse = reuse
         self._storage = storage
-        self._paths = paths
-        self.taskmanager_id = taskmanager_id
-        self.db_incarnation = db_incarnation
         self._snapshot_root = work_dir / "local"
         shutil.rmtree(self._snapshot_root, ignore_errors=True)
         self._snapshot_root.mkdir(parents=True)
@@ -194,106 +88,18 @@ class IncrementalSnapshots:
         self._lock = threading.Lock()
         self._indexes = itertools.count()
         self._local: dict[tuple[JobId, CheckpointId], _LocalSnapshot] = {}
-        self._books: dict[JobId, _JobBook] = {}
 
         self._transfers = transfers
         self._async = ThreadPoolExecutor(4, thread_name_prefix="snapshot-async")
 
-    # -- attempts and jobs --------------------------------------------------------------------------
-
-    def start_attempt(self, job_id: JobId, attempt: int, restored: Iterable[KeyedStateHandle] = ()) -> None:
-        """Attempt ``attempt`` of the job is being deployed here: call it for every subtask deployed,
-        before its restore, with the keyed state handle(s) it restores from (none on a fresh start).
-
-        The first call of a newer attempt drops everything remembered of the job's uploads: the job may
-        have completed checkpoints elsewhere meanwhile, subsuming (and deleting) what was uploaded here.
-        The restored checkpoint is retained by the JobManager until a checkpoint of this attempt
-        completes, so the SSTs its handles list that are files of the live database may be reused:
-        those of a handle of this database incarnation here, those of a snapshot the restore adopted
-        as the database (``adopt_restored_database``). Later calls for the same attempt add their
-        handles until the attempt's first snapshot; calls for an earlier attempt are ignored. Idempotent.
-        """
-        with self._lock:
-            book = self._book_for(job_id, attempt)
-            if book is None:
-                log.info("snapshot_attempt_stale", job_id=job_id, attempt=attempt, current=self._books[job_id].attempt)
-                return
-            adopted = self._adopt_restored(book, job_id, restored)
-        if adopted:
-            log.info(
-                "snapshot_restored_files_adopted",
-                job_id=job_id,
-                attempt=attempt,
-                checkpoint_id=book.confirmed_id,
-                files=adopted,
-            )
-
-    def _book_for(self, job_id: JobId, attempt: int | None) -> _JobBook | None:
-        """The job's book for ``attempt`` (None: any), started if the attempt is new; None if it is older."""
-        book = self._books.get(job_id)
-        if book is not None and (attempt is None or book.attempt == attempt):
-            return book
-        if book is not None and book.attempt is not None and attempt is not None and attempt < book.attempt:
-            return None
-        fresh = _JobBook(attempt)
-        self._books[job_id] = fresh
-        log.info(
-            "snapshot_attempt_started",
-            job_id=job_id,
-            attempt=attempt,
-            previous_attempt=book.attempt if book is not None else None,
-            dropped_reusable=len(book.confirmed) if book is not None else 0,
-        )
-        return fresh
-
-    def _adopt_restored(self, book: _JobBook, job_id: JobId, handles: Iterable[KeyedStateHandle]) -> int:
-        """The restored handles' SSTs that are files of the live database already: those of this
-        database incarnation (a database that outlived an attempt)."""
-        adopted = 0
-        for handle in handles:
-            if handle.taskmanager_id != self.taskmanager_id or handle.db_incarnation != self.db_incarnation:
-                continue  # files of another database: none of them is in the live one
-            adopted += self._confirm_restored(book, job_id, handle)
-        return adopted
-
-    def adopt_restored_database(self, job_id: JobId, attempt: int | None, handle: KeyedStateHandle) -> None:
-        """The restore opened ``handle``'s snapshot as the live database (``RocksDBStateBackend.adopt``):
-        its SSTs are files of the live database under the same names, and the JobManager retains the
-        restored checkpoint until one of this attempt completes, so the next snapshot reuses the keys
-        of those that are this job's shared SSTs instead of uploading them again (whatever TaskManager
-        uploaded them). Call it after ``start_attempt`` and before the attempt's first snapshot."""
-        with self._lock:
-            book = self._book_for(job_id, attempt)
-            if book is None:
-                return
-            adopted = self._confirm_restored(book, job_id, handle)
-        log.info(
-            "snapshot_restored_files_adopted",
-            job_id=job_id,
-            attempt=attempt,
-            checkpoint_id=handle.checkpoint_id,
-            files=adopted,
-            of=len(handle.sst_files),
-        )
-
-    def _confirm_restored(self, book: _JobBook, job_id: JobId, handle: KeyedStateHandle) -> int:
-        if book.snapshots_began or (book.confirmed_id is not None and book.confirmed_id != handle.checkpoint_id):
-            return 0
-        adopted = 0
-        for f in handle.sst_files:
-            key = self._paths.parse_shared_sst(f.key)
-            if key is not None and key.job_id == job_id and key.file_name == f.file_name:
-                book.confirmed_id = handle.checkpoint_id
-                book.confirmed[f.file_name] = replace(f, reused=False)
-                adopted += 1
-        return adopted
+    # -- jobs ---------------------------------------------------------------------------------------
 
     def forget_job(self, job_id: JobId) -> None:
         """The job ended (or none of its subtasks runs here any more): drop its bookkeeping and its
         local snapshots (each once its running upload, if any, is over: an upload that finishes later
         records nothing). Idempotent."""
+        book = self._reuse.forget_job(job_id)
         with self._lock:
-            book = self._books.pop(job_id, None)
             local = [k for k in self._local if k[0] == job_id]
             for k in local:
                 del self._local[k]  # deleted by ``_release`` when its last user is done
@@ -308,17 +114,8 @@ class IncrementalSnapshots:
     def bookkeeping(self, job_id: JobId) -> SnapshotBookkeeping | None:
         """What is remembered of the job's uploads; None once forgotten (or never snapshotted)."""
         with self._lock:
-            book = self._books.get(job_id)
-            if book is None:
-                return None
-            return SnapshotBookkeeping(
-                job_id=job_id,
-                attempt=book.attempt,
-                confirmed_checkpoint_id=book.confirmed_id,
-                reusable=tuple(sorted(book.confirmed.values(), key=lambda f: f.file_name)),
-                open_checkpoints=tuple(sorted(c for c in book.referenced if book.is_open(c))),
-                local_snapshots=sum(1 for k in self._local if k[0] == job_id),
-            )
+            local_snapshots = sum(1 for k in self._local if k[0] == job_id)
+        return self._reuse.bookkeeping(job_id, local_snapshots)
 
     # -- snapshots ----------------------------------------------------------------------------------
 
@@ -399,60 +196,20 @@ class IncrementalSnapshots:
                 del self._local[(local.job_id, local.checkpoint_id)]
         shutil.rmtree(local.path, ignore_errors=True)
 
-    def _plan_uploads(self, local: _LocalSnapshot, attempt: int | None) -> _UploadPlan:
+    def _plan_uploads(self, local: _LocalSnapshot, attempt: int | None) -> UploadPlan:
         """Choose what to reuse and start the uploads; on the task thread, so in barrier order."""
-        job, checkpoint = local.job_id, local.checkpoint_id
-        reused: list[SnapshotFile] = []
-        waiting: list[Future[SnapshotFile]] = []
-        started_here: list[Future[SnapshotFile]] = []
-        savepoint = local.kind is CheckpointKind.SAVEPOINT
-        with self._lock:
-            book = self._book_for(job, attempt)
-            current = book is not None and book.is_open(checkpoint)
-            if book is not None:
-                book.snapshots_began = True
-                if savepoint:
-                    book.savepoints.add(checkpoint)
-            reusable = book.reusable(checkpoint) if current and book is not None and not savepoint else {}
-            uploads = book.uploads.setdefault(checkpoint, {}) if current and book is not None else {}
-            sst_keys: set[str] = set()
-            for name, size in sorted(local.files.items()):
-                if name.endswith(".sst") and not savepoint:
-                    known = reusable.get(name)
-                    if known is not None and known.size_bytes == size:
-                        reused.append(replace(known, reused=True))
-                        sst_keys.add(known.key)
-                        continue
-                    key = self._paths.shared_sst(job, self.taskmanager_id, self.db_incarnation, checkpoint, name)
-                    sst_keys.add(key)
-                else:
-                    key = self._paths.db_file(
-                        job, checkpoint, self.taskmanager_id, self.db_incarnation, local.index, name, local.kind
-                    )
-                future = uploads.get(key)
-                if future is None:
-                    future = self._transfers.submit(self._upload, key, local.path / name, name, size)
-                    uploads[key] = future
-                    started_here.append(future)
-                waiting.append(future)
-            if current and book is not None and not savepoint:
-                book.referenced.setdefault(checkpoint, set()).update(sst_keys)
-                if reused:
-                    book.reusing.add(checkpoint)
-        if book is None or not current:
-            log.info(
-                "snapshot_outside_attempt",
-                job_id=job,
-                checkpoint_id=checkpoint,
-                attempt=attempt,
-                reason="earlier attempt" if book is None else "checkpoint already completed or aborted",
-            )
-        return _UploadPlan(book if current else None, tuple(reused), tuple(waiting), tuple(started_here))
+
+        def start_upload(key: str, name: str, size: int) -> Future[SnapshotFile]:
+            return self._transfers.submit(self._upload, key, local.path / name, name, size)
+
+        return self._reuse.plan_uploads(
+            local.job_id, local.checkpoint_id, local.kind, local.index, local.files, attempt, start_upload
+        )
 
     def _finish_snapshot(
         self,
         local: _LocalSnapshot,
-        plan: _UploadPlan,
+        plan: UploadPlan,
         ranges: tuple[tuple[OperatorUid, KeyGroupRange], ...],
         sync_duration: float,
     ) -> SnapshotResult:
@@ -467,23 +224,15 @@ class IncrementalSnapshots:
 
         sst = sorted([*plan.reused, *(f for f in uploaded if f.file_name.endswith(".sst"))], key=lambda f: f.file_name)
         handle = KeyedStateHandle(
-            taskmanager_id=self.taskmanager_id,
-            db_incarnation=self.db_incarnation,
+            taskmanager_id=self._reuse.taskmanager_id,
+            db_incarnation=self._reuse.db_incarnation,
             checkpoint_id=checkpoint,
             snapshot_index=local.index,
             sst_files=tuple(sst),
             db_files=tuple(f for f in uploaded if not f.file_name.endswith(".sst")),
             ranges=ranges,
         )
-        with self._lock:
-            book = plan.book
-            if (
-                book is not None
-                and self._books.get(job) is book
-                and book.is_open(checkpoint)
-                and checkpoint not in book.savepoints
-            ):
-                book.snapshotted.setdefault(checkpoint, {}).update((f.file_name, replace(f, reused=False)) for f in sst)
+        self._reuse.record_snapshotted(job, checkpoint, plan, sst)
         own = [f.result() for f in plan.started_here]
         return SnapshotResult(
             handle=handle,
@@ -496,77 +245,6 @@ class IncrementalSnapshots:
     def _upload(self, key: str, path: Path, file_name: str, size: int) -> SnapshotFile:
         self._storage.put_file(key, path)
         return SnapshotFile(key, size, False, file_name)
-
-    # -- notifications ------------------------------------------------------------------------------
-
-    def _notified_book(self, job_id: JobId, attempt: int | None) -> _JobBook | None:
-        book = self._books.get(job_id)
-        if book is None or attempt is None or book.attempt is None or attempt == book.attempt:
-            return book
-        if attempt < book.attempt:
-            return None  # about a checkpoint of an earlier attempt: nothing of it is remembered
-        return self._book_for(job_id, attempt)  # a newer attempt than any deployed here: start it
-
-    def notify_checkpoint_complete(
-        self, job_id: JobId, checkpoint_id: CheckpointId, *, attempt: int | None = None
-    ) -> None:
-        """The checkpoint completed: its SSTs become the ones later snapshots reuse (idempotent).
-
-        ``attempt``: the attempt the JobManager completed it in; a notification of an earlier attempt
-        is ignored. If no snapshot of it was taken here (none recorded), what was confirmed before may
-        be subsumed: nothing is reused until the next completion of a checkpoint snapshotted here.
-        """
-        with self._lock:
-            book = self._notified_book(job_id, attempt)
-            if book is None or (book.confirmed_id is not None and checkpoint_id <= book.confirmed_id):
-                return
-            if checkpoint_id in book.savepoints:
-                book.savepoints.discard(checkpoint_id)  # its files are the user's: nothing to reuse
-                book.uploads.pop(checkpoint_id, None)
-                return
-            files = book.snapshotted.get(checkpoint_id)
-            dropped = len(book.confirmed) if files is None else 0
-            book.confirmed = dict(files) if files is not None else {}
-            book.confirmed_id = checkpoint_id
-            book.drop_through(checkpoint_id)
-        if dropped:
-            log.warning(
-                "snapshot_reuse_reset",
-                job_id=job_id,
-                checkpoint_id=checkpoint_id,
-                reason="completed without a snapshot recorded here",
-                dropped_files=dropped,
-            )
-
-    def notify_checkpoint_aborted(
-        self, job_id: JobId, checkpoint_id: CheckpointId, *, attempt: int | None = None
-    ) -> None:
-        """The checkpoint was aborted: the JobManager may delete its uploads, so they are never reused;
-        if its snapshots here reused SSTs, the abort may have released state (see the class docstring)
-        and nothing confirmed is reused any more until the next completion. Idempotent."""
-        with self._lock:
-            book = self._notified_book(job_id, attempt)
-            if book is None or not book.is_open(checkpoint_id):
-                return
-            book.aborted.add(checkpoint_id)
-            book.uploads.pop(checkpoint_id, None)
-            book.snapshotted.pop(checkpoint_id, None)
-            book.referenced.pop(checkpoint_id, None)
-            released = checkpoint_id in book.reusing
-            book.reusing.discard(checkpoint_id)
-            dropped = len(book.confirmed) if released else 0
-            confirmed_id = book.confirmed_id
-            if released:
-                book.confirmed = {}
-        if dropped:
-            log.warning(
-                "snapshot_reuse_reset",
-                job_id=job_id,
-                checkpoint_id=checkpoint_id,
-                reason="aborted after reusing SSTs: the JobManager may have released them",
-                confirmed_checkpoint_id=confirmed_id,
-                dropped_files=dropped,
-            )
 
     def drain(self) -> None:
         """Wait for the snapshots finishing (their uploads with them); no snapshot may begin after."""

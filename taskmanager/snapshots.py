@@ -4,8 +4,10 @@ restores from it, each done by a collaborator of :class:`RocksDBSnapshotter` (as
 ``RocksDBIncrementalRestoreOperation``):
 
 - ``weir.taskmanager.snapshot_uploads``: incremental snapshots (a RocksDB checkpoint on the task thread,
-  uploads on background threads, SSTs of a completed checkpoint reused) and the bookkeeping that keeps a
-  reused key one the JobManager has not deleted;
+  uploads on background threads, SSTs of a completed checkpoint reused);
+- ``weir.taskmanager.snapshot_bookkeeping``: what is remembered of the uploads per job and attempt, and
+  each snapshot's choice of what to reuse from it, that keeps a reused key one the JobManager has not
+  deleted;
 - ``weir.taskmanager.snapshot_restore`` with ``weir.taskmanager.restore_plan``: a restore downloads
   only the snapshots holding some of the wanted key groups and *adopts* the one the subtask owns most
   of (whole, at the same parallelism) as its database, with no entry copied, range-deleting the key
@@ -35,6 +37,7 @@ from weir.connectors.object_storage import CheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.ids import CheckpointId, JobId, TaskManagerId
 from weir.core.paths import CheckpointPaths
+from weir.taskmanager.snapshot_bookkeeping import ReuseBookkeeping, SnapshotBookkeeping
 from weir.taskmanager.snapshot_handles import (
     KeyedStateHandle,
     KeyRanges,
@@ -46,7 +49,7 @@ from weir.taskmanager.snapshot_handles import (
     relative_handle,
 )
 from weir.taskmanager.snapshot_restore import KeyedStateRestore, RestoreResult, SnapshotDownloads
-from weir.taskmanager.snapshot_uploads import IncrementalSnapshots, SnapshotBookkeeping, SnapshotResult
+from weir.taskmanager.snapshot_uploads import IncrementalSnapshots, SnapshotResult
 from weir.taskmanager.state import RocksDBStateBackend
 
 __all__ = [
@@ -73,7 +76,7 @@ class RocksDBSnapshotter:
 
     Thread-safe: task threads call ``begin`` and ``restore``; uploads and downloads run on
     ``transfer_threads`` background threads; notifications and ``forget_job`` come from RPC threads.
-    What a snapshot may reuse is the subject of ``IncrementalSnapshots``' docstring.
+    What a snapshot may reuse is the subject of ``weir.taskmanager.snapshot_bookkeeping``'s docstring.
     """
 
     def __init__(
@@ -96,17 +99,16 @@ class RocksDBSnapshotter:
         # hard links and renames.
         self.work_dir = work_dir or state_backend.path.with_name(state_backend.path.name + ".snapshots")
         self._transfers = ThreadPoolExecutor(transfer_threads, thread_name_prefix="snapshot-transfer")
-        self._uploads = IncrementalSnapshots(
-            state_backend, storage, paths, taskmanager_id, self.db_incarnation, self.work_dir, self._transfers
-        )
+        self._reuse = ReuseBookkeeping(paths, taskmanager_id, self.db_incarnation)
+        self._uploads = IncrementalSnapshots(state_backend, self._reuse, storage, self.work_dir, self._transfers)
         self._downloads = SnapshotDownloads(storage, self.work_dir, self._transfers)
         self._restores = KeyedStateRestore(state_backend, self._downloads)
 
     # -- attempts and jobs --------------------------------------------------------------------------
 
     def start_attempt(self, job_id: JobId, attempt: int, restored: Iterable[KeyedStateHandle] = ()) -> None:
-        """See ``IncrementalSnapshots.start_attempt``: call it before the attempt's restore."""
-        self._uploads.start_attempt(job_id, attempt, restored)
+        """See ``ReuseBookkeeping.start_attempt``: call it before the attempt's restore."""
+        self._reuse.start_attempt(job_id, attempt, restored)
 
     def forget_job(self, job_id: JobId) -> None:
         """The job ended (or none of its subtasks runs here any more): drop its bookkeeping, its local
@@ -150,12 +152,12 @@ class RocksDBSnapshotter:
     def notify_checkpoint_complete(
         self, job_id: JobId, checkpoint_id: CheckpointId, *, attempt: int | None = None
     ) -> None:
-        self._uploads.notify_checkpoint_complete(job_id, checkpoint_id, attempt=attempt)
+        self._reuse.notify_checkpoint_complete(job_id, checkpoint_id, attempt=attempt)
 
     def notify_checkpoint_aborted(
         self, job_id: JobId, checkpoint_id: CheckpointId, *, attempt: int | None = None
     ) -> None:
-        self._uploads.notify_checkpoint_aborted(job_id, checkpoint_id, attempt=attempt)
+        self._reuse.notify_checkpoint_aborted(job_id, checkpoint_id, attempt=attempt)
 
     # -- restore ------------------------------------------------------------------------------------
 
@@ -183,7 +185,7 @@ class RocksDBSnapshotter:
         result = self._restores.restore(handles, ranges, source)
         adopted = result.adopted
         if job_id is not None and adopted is not None and source is self._storage:
-            self._uploads.adopt_restored_database(job_id, attempt, adopted)
+            self._reuse.adopt_restored_database(job_id, attempt, adopted)
         return result
 
     def clear_restore_cache(self) -> None:
