@@ -12,6 +12,7 @@ TARGET_INCREMENTAL_S: Final = 1.0
 TARGET_RESTORE_S: Final = 5.0  # at another parallelism (2 -> 1)
 TARGET_SAME_RESTORE_S: Final = ((1_000_000, 1.0), (5_000_000, 3.0))  # keys, seconds: same parallelism (1 -> 1)
 TARGET_AFTER_RESTORE_SHARE: Final = 0.01  # of the state an unchanged checkpoint after a restore uploads
+TARGET_AFTER_RESTORE_KEYS: Final = (1_000_000, 5_000_000)  # the sizes that share is checked at
 INCREMENTAL: Final = "incremental 1%"
 AFTER_RESTORE: Final = "unchanged after restore 1->1"
 RESTORE_CURVES: Final = (
@@ -89,16 +90,19 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
             TARGET_RESTORE_S,
         )
     )
-    after = checkpoint(size, AFTER_RESTORE) if size else None
-    found.append(
-        _target(
-            "first checkpoint after the 1 -> 1 restore of 1M keys, unchanged: share of the state uploaded",
-            f"< {TARGET_AFTER_RESTORE_SHARE:.0%}",
-            after["uploaded_bytes"] / after["size_bytes"] if after and after["size_bytes"] else None,
-            TARGET_AFTER_RESTORE_SHARE,
-            unit="",
+    for keys in TARGET_AFTER_RESTORE_KEYS:
+        at = _size(document, keys)
+        after = checkpoint(at, AFTER_RESTORE) if at else None
+        found.append(
+            _target(
+                f"first checkpoint after the 1 -> 1 restore of {_keys_label(keys)} keys, unchanged: "
+                "share of the state uploaded",
+                f"< {TARGET_AFTER_RESTORE_SHARE:.0%}",
+                after["uploaded_bytes"] / after["size_bytes"] if after and after["size_bytes"] else None,
+                TARGET_AFTER_RESTORE_SHARE,
+                unit="",
+            )
         )
-    )
     return found
 
 
