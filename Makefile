@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INFRA := deploy/local/infra.sh
 # Every target here works with the local services: the local mode (the local S3 server and its development
-# keys are the S3 defaults; README, "Configuration"). `make ... WEIR_LOCAL_MODE=false` turns it off.
+# keys are the S3 defaults; docs/configuration.md). `make ... WEIR_LOCAL_MODE=false` turns it off.
 export WEIR_LOCAL_MODE ?= true
 BROWSER := deploy/local/browser.sh
 
@@ -68,7 +68,7 @@ lint: setup ## ruff, the import-linter contracts and mypy (pyproject.toml); test
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.tools.demo
 
-# The design card's scenarios (weir scenario NAME; `weir scenario` lists them; the code is weir/scenarios/).
+# The end-to-end scenarios (weir scenario NAME; `weir scenario` lists them; the code is weir/scenarios/).
 # SCENARIO_ARGS go to the scenario, e.g. make scenario-recovery SCENARIO_ARGS="--events 20000", or
 # SCENARIO_ARGS=--json for the report as one JSON document.
 SCENARIOS := keyed-aggregation barriers two-phase-commit recovery upgrade backpressure

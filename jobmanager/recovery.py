@@ -17,9 +17,10 @@ from collections.abc import Callable, MutableMapping
 
 import structlog
 
-from weir.api import load_job_source
+from weir.api.job_code import JobCode, SourceCode, load_job, prepare_artifact
 from weir.connectors.object_storage import CheckpointStorage
 from weir.core.checkpointing import CheckpointKind
+from weir.core.config import PythonJobSettings
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, JobId
 from weir.core.paths import CheckpointPaths
@@ -127,13 +128,13 @@ class JobRecovery:
     def _recover(self, record: JobRecord, now: float) -> bool:
         submission = record.submission
         try:
-            loaded = load_job_source(
-                submission.job_source,
-                submission.job_file_name,
-                submission.parameters,
-                submission.parallelism,
-                submission.job_name,
-            )
+            code: JobCode = SourceCode(submission.job_file_name, submission.job_source)
+            if submission.artifact_id:  # the job's files come back from storage, checked against their hash
+                data = self._storage.get_bytes(self._paths.job_artifact(JobId(submission.job_id)))
+                code = prepare_artifact(
+                    data, expected_id=submission.artifact_id, timeout_s=PythonJobSettings.from_env().job_load_timeout
+                )
+            loaded = load_job(code, submission.parameters, submission.parallelism, submission.job_name)
         except WeirError as exc:
             log.error("job_not_recovered", job_id=submission.job_id, error=str(exc))
             return False

@@ -93,6 +93,7 @@ def submit_request(m: jobmanager_pb2.SubmitJobRequest) -> SubmitRequest:
         job_name=m.job_name,
         job_file_name=m.job_file_name,
         job_source=m.job_source,
+        job_artifact=m.job_artifact,
         parameters=dict(m.parameters),
         parallelism=m.parallelism,
         from_checkpoint=m.from_checkpoint,

@@ -15,7 +15,7 @@ from typing import Any, Final
 import grpc
 import structlog
 
-from weir.api import load_job_source
+from weir.api.job_code import JobCode, SourceCode, load_job, prepare_artifact
 from weir.connectors.object_storage import CheckpointStorage, open_storage
 from weir.core.codec import (
     checkpoint_kind_from_proto,
@@ -24,7 +24,7 @@ from weir.core.codec import (
     set_task_load,
     task_state_to_proto,
 )
-from weir.core.config import checkpoint_dir
+from weir.core.config import PythonJobSettings, checkpoint_dir
 from weir.core.errors import ProtocolError
 from weir.core.failures import Failure
 from weir.core.grpc_security import open_channel
@@ -126,6 +126,7 @@ class TaskManagerRuntime:
         self._lock = threading.Condition()
         self._channels: dict[str, grpc.Channel] = {}
         self._jobs: dict[str, tuple[Any, JobPlan]] = {}
+        self._artifact_files: dict[str, frozenset[str]] = {}  # artifact id -> its modules' file names
         self._jm_channel = open_channel(jobmanager_address, self._security)
         self.jobmanager = jobmanager_pb2_grpc.JobManagerServiceStub(self._jm_channel)
         self._stopping = threading.Event()
@@ -142,13 +143,24 @@ class TaskManagerRuntime:
 
     def _load(self, req: taskmanager_pb2.DeployTaskRequest) -> tuple[Any, JobPlan]:
         key = hashlib.sha256(
-            req.job_source + repr(sorted(req.parameters.items())).encode() + str(req.parallelism).encode()
+            (req.artifact_id.encode() or req.job_source)
+            + repr(sorted(req.parameters.items())).encode()
+            + str(req.parallelism).encode()
         ).hexdigest()
         cached = self._jobs.get(key)
         if cached is None:
-            loaded = load_job_source(
-                req.job_source, req.job_file_name, dict(req.parameters), req.parallelism, req.job_name
-            )
+            code: JobCode = SourceCode(req.job_file_name, req.job_source)
+            if req.artifact_id:  # read by its hash from beside the job record, unpacked into the cache once
+                data = self._storage.get_bytes(self._paths.job_artifact(JobId(req.task.job_id)))
+                prepared = prepare_artifact(
+                    data, expected_id=req.artifact_id, timeout_s=PythonJobSettings.from_env().job_load_timeout
+                )
+                # An exception raised through any of the job's modules is the user's (Failure.from_exception).
+                self._artifact_files[req.artifact_id] = frozenset(
+                    str(p) for p in prepared.directory.rglob("*.py")
+                ) | {prepared.manifest.entry_name}
+                code = prepared
+            loaded = load_job(code, dict(req.parameters), req.parallelism, req.job_name)
             cached = (loaded, build_plan(loaded.graph))
             self._jobs[key] = cached
         return cached
@@ -175,7 +187,7 @@ class TaskManagerRuntime:
         rejections = RecordRejections(
             addr.job_id,
             addr.subtask,
-            KafkaDeadLetters(),
+            KafkaDeadLetters(dict(req.parameters)),
             log.bind(job_id=addr.job_id, task=addr.vertex_uid, subtask=addr.subtask, attempt=addr.attempt),
             metric_labels=(addr.job_id, self.id),
         )
@@ -234,7 +246,7 @@ class TaskManagerRuntime:
             restore_checkpoint_id=req.restore_checkpoint_id,
             mode=checkpointing_mode_from_proto(req.checkpointing_mode),
             aligned_checkpoint_timeout_s=req.aligned_checkpoint_timeout_ms / 1000,
-            user_code_files=frozenset({req.job_file_name}),
+            user_code_files=frozenset({req.job_file_name}) | self._artifact_files.get(req.artifact_id, frozenset()),
             cancelled=cancelled,
             restore_storage=self._storage_at(req.restore_storage_uri),
             open_keyed_state=lambda: self._open_keyed_state(addr),

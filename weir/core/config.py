@@ -449,6 +449,27 @@ class TaskManagerSettings(WeirSettings):
     taskmanager_metrics_port: PortOrZero = Field(default=0, description="Port of its Prometheus metrics (0: none).")
 
 
+class PythonJobSettings(WeirSettings):
+    """How a job's Python code is loaded (``weir run``, the JobManager at submit, the TaskManagers;
+    docs/jobs.md, "Jobs of many files")."""
+
+    title: ClassVar[str] = "Python jobs"
+
+    job_load_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a job's import and build(env) may take at submit (in a child process) before "
+        "it is refused; also bounds installing its requirements.",
+        json_schema_extra={"type_doc": "seconds (a number above 0)"},
+    )
+    job_artifact_max_bytes: int = Field(
+        default=48 * 1024 * 1024,
+        ge=1,
+        description="The largest job artifact (--py-files, --py-requirements and their wheels, zipped) a "
+        "client sends and a JobManager accepts.",
+    )
+
+
 # Security --------------------------------------------------------------------------------------------
 
 _PEM: Final[JsonDict] = {"type_doc": "path of a PEM file"}
@@ -456,7 +477,7 @@ _PEM: Final[JsonDict] = {"type_doc": "path of a PEM file"}
 
 class SecuritySettings(WeirSettings):
     """Authentication and TLS of every gRPC service (the JobManager's, the TaskManagers' control and
-    data plane) and of the REST API, and of every client of them (README, "Security"). A process that
+    data plane) and of the REST API, and of every client of them (docs/security.md). A process that
     binds a non-loopback address refuses to start without a token. A client speaks TLS when
     `WEIR_TLS_CA_FILE` or `WEIR_TLS_CERT_FILE` is set; a server when `WEIR_TLS_CERT_FILE` is set."""
 
@@ -563,7 +584,7 @@ class Diagnostics(WeirSettings):
 
 
 class CrashPointSettings(WeirSettings):
-    """Fault injection for recovery tests (``weir.core.crashpoints``; README, "Operations")."""
+    """Fault injection for recovery tests (``weir.core.crashpoints``; docs/operations.md, "Crash points")."""
 
     title: ClassVar[str] = "Crash points (tests)"
 
@@ -581,6 +602,7 @@ SETTINGS: Final[tuple[type[WeirSettings], ...]] = (
     Directories,
     JobManagerSettings,
     TaskManagerSettings,
+    PythonJobSettings,
     SecuritySettings,
     Diagnostics,
     CrashPointSettings,

@@ -197,7 +197,38 @@ def _savepoint_root(ctx: typer.Context) -> None:
 
 @app.command()
 def run(
-    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="A job file defining build(env).")],
+    job_file: Annotated[
+        Path | None, typer.Argument(metavar="[JOB.py]", help="A job file defining build(env) (or --py-module).")
+    ] = None,
+    py_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--py-files",
+            "-pyfs",
+            metavar="DIR|FILE.py|ZIP|WHEEL",
+            help="Ship these with the job (repeatable, or comma-separated): a directory or .zip is an import "
+            "root, a .py file a module, a .whl is installed. As Flink's -pyfs.",
+        ),
+    ] = None,
+    py_requirements: Annotated[
+        str | None,
+        typer.Option(
+            "--py-requirements",
+            "-pyreq",
+            metavar="requirements.txt[#WHEEL_DIR]",
+            help="Install these requirements for the job, offline, from the wheels shipped with it (--py-files "
+            "wheels, and those of WHEEL_DIR). As Flink's -pyreq.",
+        ),
+    ] = None,
+    py_module: Annotated[
+        str | None,
+        typer.Option(
+            "--py-module",
+            "-pym",
+            metavar="package.module",
+            help="The job's module (defining build(env)) among --py-files, in place of JOB.py. As Flink's -pym.",
+        ),
+    ] = None,
     parallelism: Annotated[
         int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
     ] = None,
@@ -226,18 +257,46 @@ def run(
     json_output: JsonOption = False,
 ) -> None:
     """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1)."""
-    from weir.api import load_job_file
+    from weir.api.artifacts import build_artifact
+    from weir.api.job_code import JobCode, SourceCode, prepare_artifact
+    from weir.api.load_check import check_job_loads
+    from weir.core.config import PythonJobSettings
+    from weir.core.errors import JobDefinitionError
 
     parameters = parse_parameters(define or [])
-    loaded = load_job_file(job_file, parameters, parallelism or 1)  # fail fast, before the cluster is asked
+    settings = PythonJobSettings.from_env()
+    shipped = [Path(p) for given in py_files or [] for p in given.split(",") if p]
+    artifact = None
+    code: JobCode
+    if shipped or py_requirements or py_module:
+        artifact = build_artifact(
+            job_file=job_file,
+            py_module=py_module,
+            py_files=shipped,
+            requirements=py_requirements,
+            max_bytes=settings.job_artifact_max_bytes,
+        )
+        code = prepare_artifact(artifact.data, timeout_s=settings.job_load_timeout)
+    elif job_file is None:
+        raise JobDefinitionError("give a job file, or --py-module package.module with --py-files")
+    else:
+        try:
+            source = job_file.read_bytes()
+        except OSError as exc:
+            message = "does not exist" if not job_file.exists() else f"cannot be read: {exc.strerror}"
+            raise JobDefinitionError(f"job file {job_file} {message}") from exc
+        code = SourceCode(str(job_file), source)
+    # Fail fast, before the cluster is asked: loaded in a child process with a deadline.
+    checked = check_job_loads(code, parameters, parallelism or 1, None, settings.job_load_timeout)
     with _client() as client:
         job_id = client.submit_job(
             job_file,
             parameters,
             parallelism,
-            job_name=loaded.graph.job_name,
+            job_name=checked.job_name,
             from_checkpoint=from_checkpoint,
             allow_non_restored_state=allow_non_restored_state,
+            artifact=artifact,
         )
         if detach:
             if json_output:
@@ -454,7 +513,10 @@ def checkpoints(
     with _client() as client:
         infos = client.list_checkpoints(job_id)
     if json_output:
-        documents = [{**asdict(c), "unaligned": c.unaligned, "inflight_bytes": c.inflight_bytes} for c in infos]
+        documents = [
+            {**asdict(c), "kind": c.kind.name, "unaligned": c.unaligned, "inflight_bytes": c.inflight_bytes}
+            for c in infos
+        ]
         _print_json({"job_id": job_id, "checkpoints": documents})
         return
     console = _stdout()
@@ -466,7 +528,7 @@ def checkpoints(
         acked = bool(info.tasks)  # no task acknowledged yet: nothing tells aligned from unaligned
         table.add_row(
             str(info.checkpoint_id),
-            info.kind,
+            info.kind.name,
             info.status,
             _when(info.trigger_time),
             _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",
@@ -884,7 +946,7 @@ def plan_command(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """The design card's formulas: backlog growth, replay work after a failure, recovery time bound,
+    """Backlog growth, replay work after a failure, recovery time bound,
     state size. Inputs as flags, or measured (--job, --savepoint); a flag overrides a measurement.
     Dimensional formulas, not an SLA or a benchmark (docs/plan.md)."""
     from weir.tools import plan as formulas
@@ -952,8 +1014,8 @@ def scenario(
         ),
     ] = None,
 ) -> int:
-    """Run one of the design card's scenarios on the local cluster against the real services: it prints
-    what it did, the evidence it measured and the card's outcome as PASS/FAIL (`--json`: one JSON
+    """Run one of the end-to-end scenarios on the local cluster against the real services: it prints
+    what it did, the evidence it measured and its outcome as PASS/FAIL (`--json`: one JSON
     document); exit 1 on FAIL. Arguments after NAME go to the scenario (`weir scenario NAME --help`)."""
     # The scenarios are harness code above the tools (weir.scenarios, which drives the cluster through
     # this package's client): the CLI launches them as a program rather than importing them.

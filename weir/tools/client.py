@@ -17,7 +17,8 @@ import grpc
 from google.protobuf import any_pb2
 from grpc_status import rpc_status
 
-from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
+from weir.api.artifacts import JobArtifact
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import (
     checkpoint_kind_from_proto,
     checkpoint_status_from_proto,
@@ -173,7 +174,7 @@ class TaskCheckpointStats:
 class CheckpointInfo:
     checkpoint_id: CheckpointId
     status: CheckpointStatus
-    kind: str  # CHECKPOINT, SAVEPOINT
+    kind: CheckpointKind
     trigger_time: float
     duration_s: float
     size_bytes: int
@@ -246,24 +247,32 @@ class JobManagerClient:
 
     def submit_job(
         self,
-        job_file: Path,
+        job_file: Path | None,
         parameters: Mapping[str, str] | None = None,
         parallelism: int | None = None,
         *,
         job_name: str | None = None,
         from_checkpoint: str | None = None,
         allow_non_restored_state: bool = False,
+        artifact: JobArtifact | None = None,
     ) -> JobId:
-        """Ship the job file's source to the JobManager; ``parallelism`` None keeps the job's default.
+        """Ship the job file's source, or the job's artifact (``weir.api.artifacts``: the job file, if
+        any, is in it), to the JobManager; ``parallelism`` None keeps the job's default.
         ``from_checkpoint``: the external path of a retained checkpoint the job starts from."""
-        try:
-            source = job_file.read_bytes()
-        except OSError as exc:
-            raise JobDefinitionError(f"job file {job_file} cannot be read: {exc.strerror}") from exc
+        source = b""
+        if artifact is None:
+            if job_file is None:
+                raise JobDefinitionError("a job without an artifact needs its job file")
+            try:
+                source = job_file.read_bytes()
+            except OSError as exc:
+                raise JobDefinitionError(f"job file {job_file} cannot be read: {exc.strerror}") from exc
+        file_name = job_file.name if job_file is not None else artifact.manifest.entry_name if artifact else ""
         request = jobmanager_pb2.SubmitJobRequest(
-            job_name=job_name or job_file.stem,
-            job_file_name=job_file.name,
+            job_name=job_name or (job_file.stem if job_file is not None else ""),
+            job_file_name=file_name,
             job_source=source,
+            job_artifact=artifact.data if artifact is not None else b"",
             parameters=dict(parameters or {}),
             parallelism=parallelism or 0,
             from_checkpoint=from_checkpoint or "",
@@ -448,7 +457,7 @@ def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
     return CheckpointInfo(
         checkpoint_id=CheckpointId(m.checkpoint_id),
         status=checkpoint_status_from_proto(m.status),
-        kind=checkpoint_kind_from_proto(m.kind).name,
+        kind=checkpoint_kind_from_proto(m.kind),
         trigger_time=m.trigger_time,
         duration_s=m.duration_s,
         size_bytes=m.size_bytes,
