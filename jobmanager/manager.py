@@ -89,7 +89,7 @@ class JobManager:
         self.executor = JobActionExecutor(
             self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve
         )
-        self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock)
+        self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock, gateway=gateway, io=self._io)
         self.deployer = Deployer(
             self.registry, gateway, self.failover, self.executor, self.records, self._io, lock, clock, storage.uri
         )

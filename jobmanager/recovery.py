@@ -32,7 +32,6 @@ from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.orphans import collect_orphans
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.records import JobRecord
-from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from weir.jobmanager.restoring import plan_initial_state, read_retained_state
 
 log = structlog.get_logger("weir.jobmanager")
@@ -189,11 +188,13 @@ class JobRecovery:
         actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
         self._executor.execute(job, actions)
         collect_orphans(self._storage, self._paths, job.coordinator)  # nothing is in flight yet
-        # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them, and
-        # the restart waits half a heartbeat timeout for that.
-        job.lifecycle.take_over(
-            now, record.status, record.attempt, record.end, now + HEARTBEAT_TIMEOUT_S / 2, record.stop
-        )
+        # A running job restarts at once: the restart waits only for the TaskManagers' slots. Each live
+        # TaskManager registers within a heartbeat interval of this JobManager serving, and the answer
+        # to its first heartbeat cancels the previous attempt's tasks there. One still running
+        # meanwhile is fenced from the sinks by the new attempt (a newer Kafka producer epoch, the
+        # PostgreSQL sink's owner claim), as on every failover, where cancelling the old attempt and
+        # deploying the new one race as well.
+        job.lifecycle.take_over(now, record.status, record.attempt, record.end, now, record.stop)
         if record.end is None and record.status.terminal and needs_takeover(record):
             job.lifecycle.legacy_unresolved(now)
         with self._lock:

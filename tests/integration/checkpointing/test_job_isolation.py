@@ -282,7 +282,7 @@ def restored(storage: CheckpointStorage, handle: KeyedStateHandle, root: Path) -
         for key, value in backend.db.items():
             assert isinstance(key, bytes) and isinstance(value, bytes)
             content[key] = value
-        assert result.entries == len(content) and result.handles_used == 1
+        assert result.adopted == handle and result.copied_entries == 0 and result.handles_used == 1
         return content
     finally:
         snapshotter.close()
