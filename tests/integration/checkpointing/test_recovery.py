@@ -112,8 +112,9 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
     # twice after a restore is a failure here, in Kafka and in the upserted table alike.
     assert_sinks_exact("examples/keyed_aggregation.py", params, job_id, endpoints)
 
-    window_tasks = [t for t in final.tasks if t.vertex_uid == "window-count-sum"]
-    replayed = sum(t.records_in_all_attempts for t in window_tasks)
-    # Records between the restored checkpoint and each crash ran again (the window tasks saw more
-    # records than the input has), yet the sinks hold each result once.
-    assert replayed > spec.count, (replayed, restored_from)
+    # Each kill was followed by a restore (waited for above: restored_from). That records were replayed
+    # and their output thrown away is the recovery scenario's check (it kills after a pre-commit:
+    # tests/integration/scenarios/test_recovery.py); the counts kept over attempts (records in,
+    # restarts) are no witness here: across a JobManager takeover they lack what happened since the
+    # job record was last saved (docs/operations.md).
+    assert len(restored_from) == len(victims), (restored_from, victims, final.summary)
