@@ -12,6 +12,7 @@ __all__ = [
     "Fault",
     "JobManagerError",
     "JobManagerNotReadyError",
+    "CheckpointRejectedError",
     "SavepointRejectedError",
     "TaskManagerCallError",
     "UnknownVertexError",
@@ -41,6 +42,15 @@ class ConfigError(JobManagerError):
 
 class SavepointRejectedError(JobManagerError):
     """A savepoint cannot start now (job not running, another savepoint in progress). Try again later."""
+
+    fault: Fault = Fault.USER
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class CheckpointRejectedError(JobManagerError):
+    """A checkpoint on request (``weir checkpoint``) cannot start now (job not running, another
+    checkpoint in flight) or not at all (a full one). The user's; retriable when it is about now."""
 
     fault: Fault = Fault.USER
     retriable: ClassVar[bool] = True
