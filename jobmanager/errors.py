@@ -13,6 +13,7 @@ __all__ = [
     "JobManagerError",
     "JobManagerNotReadyError",
     "SavepointDisposalError",
+    "CheckpointRejectedError",
     "SavepointRejectedError",
     "TaskManagerCallError",
     "UnknownVertexError",
@@ -53,6 +54,15 @@ class SavepointDisposalError(JobManagerError):
 
     fault: Fault = Fault.USER
     grpc_code: ClassVar[str] = "INVALID_ARGUMENT"
+
+
+class CheckpointRejectedError(JobManagerError):
+    """A checkpoint on request (``weir checkpoint``) cannot start now (job not running, another
+    checkpoint in flight) or not at all (a full one). The user's; retriable when it is about now."""
+
+    fault: Fault = Fault.USER
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
 
 
 class UnknownVertexError(JobManagerError):

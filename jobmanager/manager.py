@@ -172,6 +172,10 @@ class JobManager:
         self._not_loading(job_id)
         return self.savepoints.trigger(job_id, target_directory, stop=stop, drain=drain)
 
+    def trigger_checkpoint(self, job_id: str, *, full: bool) -> CheckpointId:
+        self._not_loading(job_id)
+        return self.savepoints.trigger_checkpoint(job_id, full=full)
+
     def job_status(self, job_id: str) -> JobStatusView:
         self._not_loading(job_id)
         return self.reads.job_status(job_id)

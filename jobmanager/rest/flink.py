@@ -152,7 +152,8 @@ class TriggerResponse(Model):
 
 def dispose_savepoint(path: str) -> int:
     """Delete a savepoint folder (Flink's ``flink savepoint -d``): every object under it, the
-    ``_metadata`` last, so a disposal cut short leaves a folder that still says what it was. Answers how
+    ``_metadata`` first, as ``weir savepoint --dispose`` does, so a disposal cut short leaves no folder
+    that a restore would take for a savepoint and find incomplete. Answers how
     many objects went. Only a savepoint: its files are its own (docs/formats.md), where a retained
     checkpoint shares files with the job's later checkpoints, so a checkpoint folder is refused."""
     given = f"file://{path}" if path.startswith("/") else path
@@ -173,8 +174,8 @@ def dispose_savepoint(path: str) -> int:
     if kind is not CheckpointKind.SAVEPOINT:
         raise SavepointDisposalError(f"{path} holds a {kind.value}, not a savepoint")
     keys = [key for key, _ in storage.list("") if key != METADATA_FILE]
+    storage.delete([METADATA_FILE])  # first: a disposal cut short leaves no folder taken for a savepoint
     storage.delete(keys)
-    storage.delete([METADATA_FILE])
     return len(keys) + 1
 
 

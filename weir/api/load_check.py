@@ -26,6 +26,7 @@ from typing import Any, Final, assert_never
 from weir.api.artifacts import MANIFEST, manifest_from_document
 from weir.api.job_code import JobCode, PreparedArtifact, SourceCode, load_job
 from weir.core.errors import JobDefinitionError
+from weir.plan import build_plan, plan_document
 
 _LOADING: Final = "loading"
 _BUILDING: Final = "building"
@@ -45,6 +46,7 @@ def _next(lines: queue.Queue[str | None], timeout_s: float) -> str | None | obje
 @dataclass(frozen=True)
 class LoadCheck:
     job_name: str  # the name the job's graph has (its own, or the one asked for)
+    plan: dict[str, Any]  # weir.plan.plan_document of its graph: what `weir info` prints
 
 
 def _request(code: JobCode, parameters: Mapping[str, str], parallelism: int, job_name: str | None) -> dict[str, Any]:
@@ -138,7 +140,7 @@ def check_job_loads(
     answer = json.loads(results[-1])
     if "error" in answer:
         raise JobDefinitionError(str(answer["error"]))
-    return LoadCheck(job_name=str(answer["job_name"]))
+    return LoadCheck(job_name=str(answer["job_name"]), plan=dict(answer["plan"]))
 
 
 def _code_of(request: Mapping[str, Any]) -> JobCode:
@@ -169,12 +171,13 @@ def main() -> None:
             request["job_name"],
             on_build=building,
         )
+        plan = plan_document(build_plan(loaded.graph))
     except JobDefinitionError as exc:
-        result: dict[str, str] = {"error": str(exc)}
+        result: dict[str, Any] = {"error": str(exc)}
     except Exception as exc:  # the graph's validation, the artifact's folder: still one line
         result = {"error": f"job {request.get('file_name', request.get('artifact_id'))}: {type(exc).__name__}: {exc}"}
     else:
-        result = {"job_name": loaded.graph.job_name}
+        result = {"job_name": loaded.graph.job_name, "plan": plan}
     answer.write(json.dumps(result) + "\n")
     answer.flush()
     os._exit(0)  # no atexit handler or thread of the job's may hold the answer back

@@ -56,6 +56,12 @@ class SavepointFailedError(WeirError):
     fault: Fault = Fault.EXTERNAL
 
 
+class CheckpointFailedError(WeirError):
+    """A checkpoint was triggered on request but did not complete (the job keeps running)."""
+
+    fault: Fault = Fault.EXTERNAL
+
+
 TERMINAL_JOB_STATUSES: Final = frozenset(s.value for s in JobStatus if s.terminal)
 
 # Reconnect quickly once a JobManager comes up: the CLI polls a starting cluster.
@@ -329,6 +335,33 @@ class JobManagerClient:
                 )
             time.sleep(SAVEPOINT_POLL_S)
 
+    def trigger_checkpoint(self, job_id: str, *, full: bool = False) -> CheckpointId:
+        """Start a checkpoint now (``weir checkpoint``, Flink's ``flink checkpoint``); answers its id.
+        ``full``: a checkpoint that reuses no file of an earlier one."""
+        response = self._call(
+            self._stub.TriggerJobCheckpoint,
+            jobmanager_pb2.TriggerJobCheckpointRequest(job_id=job_id, full=full),
+            job_id=job_id,
+        )
+        return CheckpointId(response.checkpoint_id)
+
+    def wait_for_checkpoint(self, job_id: str, checkpoint_id: int, timeout_s: float) -> CheckpointInfo:
+        """Poll until the checkpoint completed (answers it) or failed (CheckpointFailedError with the
+        reason); CheckpointFailedError too after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [c for c in self.list_checkpoints(job_id) if c.checkpoint_id == checkpoint_id]
+            if found and found[0].status is CheckpointStatus.COMPLETED:
+                return found[0]
+            if found and found[0].status is CheckpointStatus.FAILED:
+                raise CheckpointFailedError(f"checkpoint {checkpoint_id} of job {job_id} failed: {found[0].failure}")
+            if time.monotonic() > deadline:
+                raise CheckpointFailedError(
+                    f"checkpoint {checkpoint_id} of job {job_id} did not complete within {timeout_s:g}s; "
+                    f"see `weir checkpoints {job_id}`"
+                )
+            time.sleep(SAVEPOINT_POLL_S)
+
     def cancel_job(self, job_id: str) -> JobStatus:
         """Cancel a job; answers the job's status after the request (e.g. CANCELING or CANCELED)."""
         response = self._call(self._stub.CancelJob, jobmanager_pb2.CancelJobRequest(job_id=job_id), job_id=job_id)
@@ -498,6 +531,7 @@ __all__ = [
     "SUBMIT_TIMEOUT_S",
     "TERMINAL_JOB_STATUSES",
     "CheckpointDetail",
+    "CheckpointFailedError",
     "CheckpointInfo",
     "ClusterStatus",
     "JobManagerClient",
