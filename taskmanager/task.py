@@ -518,6 +518,7 @@ class Task:
         # what it emitted would reach the sinks after they pre-committed at the final checkpoint.
         self._final_barrier_sent = False
         self._synced: dict[str, float] = {}
+        self._source: SourceOperator | None = None  # a source task's source: its records read are a metric
         # Time accounting, moved into the counters by _sync_metrics: idle = waiting for input or for a
         # mail; backpressured = waiting for credit (the channels measure it); busy = the rest.
         self._idle_s = 0.0
@@ -1043,6 +1044,7 @@ class Task:
     # A source task ---------------------------------------------------------------------------------
 
     def _run_source(self, source: SourceOperator) -> None:
+        self._source = source
         last_sync = time.monotonic()
         status_of = source.watermark_status if isinstance(source, ReportsWatermarkStatus) else None
         while True:
@@ -1540,6 +1542,7 @@ class Task:
         totals = {
             "records_in": float(self.records_in),
             "records_out": float(sum(w.records_out for w in self._writers)),
+            "source_records_read": float(self._source.records_polled) if self._source is not None else 0.0,
             "bytes_out": float(sum(ch.bytes_sent for ch in channels)),
             "busy": self._busy_s,
             "idle": self._idle_s,
