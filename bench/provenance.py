@@ -137,9 +137,9 @@ def _loads(values: Sequence[float] | None) -> str:
 
 
 def commit_label(block: Mapping[str, Any] | None) -> str:
-    """``abc1234`` or ``abc1234 + uncommitted changes``; ``commit not recorded`` for older files."""
+    """``abc1234`` or ``abc1234 + uncommitted changes``; ``not recorded`` for older files."""
     if not block or not block.get("commit_short"):
-        return "commit not recorded"
+        return "not recorded"
     dirty = block.get("dirty")
     suffix = " + uncommitted changes" if dirty else ("" if dirty is False else " (tree state not recorded)")
     return f"`{block['commit_short']}`{suffix}"

@@ -50,6 +50,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from bench import provenance
 from bench.harness import (
     REPO_ROOT,
     BenchCluster,
@@ -216,6 +217,8 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     verdict = "not measured" if first["median"] is None else ("met" if document["target_met"] else "**missed**")
     lines = [
         "# Recovery under load (`make bench-recovery`)",
+        "",
+        provenance.markdown_line(document.get("provenance")),
         "",
         f"Run {document['run_id']} on {document['host']['machine']} ({document['host']['cpus']} CPUs), "
         f"commit {document['commit']}, {document['date']}.",
@@ -488,7 +491,7 @@ def _one_kill(
     hosts = {t.taskmanager_id for t in status.tasks}
     victim = next_victim(hosts, n)
     killed_at = time.time()
-    kill_process(cluster.env.cluster_dir, victim)
+    kill_process(cluster.directory, victim)
     end_offsets = watcher.high_watermarks()
     log(f"kill {n + 1}/{plan.kills}: SIGKILL {victim} (hosts {sorted(hosts)}), last stable offsets {end_offsets}")
     running_at: float | None = None
@@ -634,6 +637,7 @@ def main(argv: list[str] | None = None) -> int:
         warmup_s=plan.warmup_s,
     )
     run_id = new_run_id()
+    block = provenance.collect(REPO_ROOT)
     env = prepare_environment(run_id, checkpoints_in_s3=True)
     ensure_services(env.endpoints, env.services_run_dir)
     ok = False
@@ -641,7 +645,7 @@ def main(argv: list[str] | None = None) -> int:
         with private_cluster(env) as cluster:
             cluster.wait_all_taskmanagers()
             result = run(cluster, run_id, plan)
-        add_phases(result["kills"], env.cluster_dir)
+        add_phases(result["kills"], cluster.directory)
         ok = True
     except BenchError as exc:
         log(f"error: {exc}")
@@ -655,6 +659,7 @@ def main(argv: list[str] | None = None) -> int:
     median_first = summary["kill_to_first_committed_s"]["median"]
     document = {
         "run_id": run_id,
+        "provenance": provenance.finish(block),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.stdout.strip(),
         "host": host_summary(),

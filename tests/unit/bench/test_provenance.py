@@ -102,5 +102,5 @@ def test_the_markdown_line_names_commit_machine_dates_and_load() -> None:
     ):
         assert part in line
     assert provenance.commit_label({**block, "dirty": False}) == "`abc1234`"
-    assert provenance.commit_label(None) == "commit not recorded"
+    assert provenance.commit_label(None) == "not recorded"
     assert "not recorded" in provenance.markdown_line(None)
