@@ -178,6 +178,15 @@ def window(samples: Sequence[Sample], total: float, low: float, high: float) -> 
 
 
 STEADY: Final = (0.1, 0.9)
+MIN_PROGRESS_STEPS: Final = 3
+"""Progress values the samples must show strictly inside the 10-90 % window: a counter that moved
+only once or twice in it (a TaskManager's metrics move twice a second) would make the window's
+ends an interpolation, not a measurement."""
+
+
+def progress_steps(samples: Sequence[Sample], low: float, high: float) -> int:
+    """Distinct progress values strictly between ``low`` and ``high`` events."""
+    return len({s.consumed for s in samples if low < s.consumed < high})
 
 
 @dataclass(frozen=True)
@@ -201,8 +210,12 @@ class SteadyState:
 
 
 def steady_state(samples: Sequence[Sample], total: float) -> SteadyState | None:
-    """The steady state of a run over ``total`` input events, from its samples."""
+    """The steady state of a run over ``total`` input events, from its samples; None when the
+    progress moved fewer than :data:`MIN_PROGRESS_STEPS` times inside the window (a run too short
+    for its progress counter)."""
     low, high = STEADY
+    if progress_steps(samples, total * low, total * high) < MIN_PROGRESS_STEPS:
+        return None
     whole = window(samples, total, low, high)
     if whole is None:
         return None

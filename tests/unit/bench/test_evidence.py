@@ -138,6 +138,14 @@ def test_crossings_are_interpolated_between_samples() -> None:
     assert crossing(samples, 301.0) is None
 
 
+def test_no_steady_state_from_a_counter_that_moved_only_twice_in_the_window() -> None:
+    # a short run: the progress counter (updated twice a second) jumped 0 -> 40 % -> 80 % -> done
+    samples = [Sample(0.0, 0.0, 0.0), Sample(0.5, 400.0, 1.0), Sample(1.0, 800.0, 2.0), Sample(1.5, 1000.0, 3.0)]
+    assert steady_state(samples, 1_000) is None
+    samples.insert(3, Sample(1.2, 850.0, 2.5))  # a third step inside 10-90 %: measured
+    assert steady_state(samples, 1_000) is not None
+
+
 def test_no_steady_state_when_progress_never_reaches_90_percent() -> None:
     samples = [Sample(0.0, 0.0, 0.0), Sample(1.0, 50.0, 1.0)]
     assert steady_state(samples, 100) is None
