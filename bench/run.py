@@ -216,10 +216,12 @@ class Runner:
                 entry = self.results["throughput"].setdefault(contender.key, {"runs": []})
                 entry["runs"].append(figures)
                 if "error" not in figures:
+                    steady, steady_cpu = figures["sustained_eps"], figures["sustained_cpu_s_per_million"]
                     log(
-                        f"  {figures['sustained_eps'] or 0:,.0f} events/s sustained, wall {figures['wall_s']:.1f} s, "
-                        f"{figures['cpu_s_per_million']:.1f} CPU s/M ({figures['sustained_cpu_s_per_million'] or 0:.1f}"
-                        f" at 10-90 %), output {figures['output']['summary']}"
+                        f"  {'-' if steady is None else f'{steady:,.0f}'} events/s at 10-90 %, wall "
+                        f"{figures['wall_s']:.1f} s, {figures['cpu_s_per_million']:.1f} CPU s/M "
+                        f"({'-' if steady_cpu is None else f'{steady_cpu:.1f}'} at 10-90 %), output "
+                        f"{figures['output']['summary']}"
                     )
         for entry in self.results["throughput"].values():
             report.summarize_throughput(entry)
