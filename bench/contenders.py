@@ -19,6 +19,7 @@ that the runner measures every contender the same way.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -473,9 +474,23 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(base) / "weir"
 
 
-def flink_build_dir(environ: dict[str, str] | None = None) -> Path:
-    """Where bench/flink/build.sh puts the job's jar and its lib/."""
-    return cache_dir(environ) / "bench" / "flink"
+FLINK_SOURCES: Final = REPO_ROOT / "bench" / "flink"
+
+
+def flink_sources_hash(sources: Path = FLINK_SOURCES) -> str:
+    """The version of bench/flink's sources, as bench/flink/build.sh names its build folder: 12 hex
+    digits of the sha256 of ``<sha256 of the file>  <path>`` lines (sha256sum's), one per file of
+    pom.xml and src/, sorted bytewise."""
+    files = [sources / "pom.xml", *(p for p in (sources / "src").rglob("*") if p.is_file())]
+    relative = sorted((p.relative_to(sources).as_posix() for p in files), key=lambda r: r.encode())
+    listing = "".join(f"{hashlib.sha256((sources / r).read_bytes()).hexdigest()}  {r}\n" for r in relative)
+    return hashlib.sha256(listing.encode()).hexdigest()[:12]
+
+
+def flink_build_dir(environ: dict[str, str] | None = None, sources: Path = FLINK_SOURCES) -> Path:
+    """Where bench/flink/build.sh puts the job's jar, its lib/ and plugins/: a folder per version of
+    the sources, so that two checkouts on one machine do not overwrite each other's build."""
+    return cache_dir(environ) / "bench" / "flink" / flink_sources_hash(sources)
 
 
 def flink_checkpoint_uri(run_checkpoints: str, work_dir: Path, tag: str) -> str:

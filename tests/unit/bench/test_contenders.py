@@ -33,7 +33,27 @@ def test_cache_dir_resolves_as_deploy_local_does() -> None:
     assert cache_dir({"WEIR_CACHE_DIR": "/c/w", "HOME": "/h"}) == Path("/c/w")
     assert cache_dir({"XDG_CACHE_HOME": "/x", "HOME": "/h"}) == Path("/x/weir")
     assert cache_dir({"HOME": "/h"}) == Path("/h/.cache/weir")
-    assert flink_build_dir({"HOME": "/h"}) == Path("/h/.cache/weir/bench/flink")
+    assert flink_build_dir({"HOME": "/h"}).parent == Path("/h/.cache/weir/bench/flink")
+
+
+def test_the_build_folder_is_named_by_the_sources_as_build_sh_names_it(tmp_path: Path) -> None:
+    """Checkouts of another version of bench/flink on the same machine rebuilt the shared jar under a
+    running benchmark (its Flink runs then failed with the old command line): a folder per version."""
+    import subprocess
+
+    printed = subprocess.run(
+        [str(REPO_ROOT / "bench" / "flink" / "build.sh"), "--print-dir"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "WEIR_CACHE_DIR": str(tmp_path)},
+    ).stdout.strip()
+    assert Path(printed) == flink_build_dir({"WEIR_CACHE_DIR": str(tmp_path)})
+    other = tmp_path / "other"
+    (other / "src" / "main").mkdir(parents=True)
+    (other / "pom.xml").write_text((REPO_ROOT / "bench" / "flink" / "pom.xml").read_text())
+    (other / "src" / "main" / "X.java").write_text("class X {}")
+    assert flink_build_dir({"WEIR_CACHE_DIR": "/c"}, other) != flink_build_dir({"WEIR_CACHE_DIR": "/c"})
 
 
 def test_flink_argv_runs_the_job_from_the_cache_at_parallelism_3() -> None:
