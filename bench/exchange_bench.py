@@ -57,16 +57,10 @@ from bench.harness import (
     remove_run_root,
 )
 from weir.core.transport import GRPC_OPTIONS
-from weir.taskmanager.network import (
-    RECORDS_PER_BUFFER,
-    InputGate,
-    LocalOutputChannel,
-    RecordWriter,
-    RemoteOutputChannel,
-    end_of_stream_message,
-    message_of,
-    read_buffer,
-)
+from weir.taskmanager.network.codec import end_of_stream_message, message_of, read_buffer
+from weir.taskmanager.network.gate import InputGate
+from weir.taskmanager.network.output_channels import LocalOutputChannel, RemoteOutputChannel
+from weir.taskmanager.network.writer import RECORDS_PER_BUFFER, RecordWriter
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 RAW_METHOD: Final = "/weir.bench.Loopback/Stream"
@@ -218,7 +212,7 @@ def _channel_producer(address: str, n_records: int, done: multiprocessing.connec
 def weir_channel(n_records: int) -> Figure:
     from weir.taskmanager.runtime import TaskManagerRuntime
     from weir.taskmanager.service import TaskManagerServicer
-    from weir.taskmanager.task import TaskAddress
+    from weir.taskmanager.task_types import TaskAddress
 
     with tempfile.TemporaryDirectory(prefix="weir-exchange-") as tmp:
         os.environ["WEIR_CHECKPOINT_DIR"] = f"file://{tmp}/checkpoints"
@@ -233,9 +227,7 @@ def weir_channel(n_records: int) -> Figure:
         gate = InputGate([0])
         # What deploy() does for a task with inputs, without deploying one: make the gate reachable.
         address = TaskAddress(JOB_ID, CONSUMER_UID, 0, 1)
-        with runtime._lock:
-            runtime._gates[address] = gate
-            runtime._lock.notify_all()
+        runtime.channels.register(address, gate)
         parent_end, child_end = multiprocessing.get_context("spawn").Pipe()
         producer = _spawn(_channel_producer, f"127.0.0.1:{port}", n_records, child_end)
         try:

@@ -11,11 +11,17 @@ The keyed two-input operator ``counts`` keeps per key one ValueState per input, 
 ``payments``: ``(records counted, last seq)``. Each record goes on, with its count and the time the
 operator processed it (``processed_ms``; ``created_ms`` is when its source generated it), to the
 exactly-once Kafka sink on ``-D sink.topic`` (keyed by key).
+
+``-D payments.gate=DIR`` (a directory on the TaskManagers' host) lets a driver hold the payments source
+at will: while ``DIR/closed`` exists the source waits before its next record (and says so by creating
+``DIR/waiting``), so a checkpoint triggered meanwhile finds it blocked and its barrier comes when the
+driver removes ``closed`` (``weir scenario barriers`` forces its alignment holds so in its tests).
 """
 
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from weir.api import Collector, Environment, KeyedCoProcessFunction, KeyedProcessContext
@@ -44,11 +50,23 @@ class CountPerInput(KeyedCoProcessFunction):
         out.collect({**value, "count": count + 1, "processed_ms": now_ms()})
 
 
+def wait_at_gate(gate: Path) -> None:
+    """Wait while ``gate/closed`` exists, having said so in ``gate/waiting``: the source task takes no
+    trigger meanwhile."""
+    closed = gate / "closed"
+    if not closed.exists():
+        return
+    (gate / "waiting").touch()
+    while closed.exists():
+        time.sleep(0.002)
+
+
 def build(env: Environment) -> None:
     p = env.params
     keys = p.get_int("keys", 20)
     pause_s = p.get_int("payments.pause_ms", 350) / 1000.0
     pause_every = max(1, p.get_int("payments.pause_every", 20))
+    gate = Path(p.get_str("payments.gate", "")) if p.get_str("payments.gate", "") else None
 
     def order(i: int) -> dict[str, Any]:
         return {"input": ORDERS, "seq": i, "key": f"k{i % keys}", "created_ms": now_ms()}
@@ -56,6 +74,8 @@ def build(env: Environment) -> None:
     def payment(i: int) -> dict[str, Any]:
         if pause_s and i % pause_every == 0:
             time.sleep(pause_s)  # the slow upstream: the source task takes no trigger meanwhile
+        if gate is not None:
+            wait_at_gate(gate)
         return {"input": PAYMENTS, "seq": i, "key": f"k{i % keys}", "created_ms": now_ms()}
 
     orders = env.from_generator(order, uid=ORDERS, records_per_second=p.get_int("orders.rate", 1000), parallelism=1)

@@ -8,7 +8,8 @@ does no I/O and reads no clock: every call that may start or finish a checkpoint
 snapshot or complete a checkpoint carry when each barrier arrived (``BarrierArrival``), so the task
 can tell the JobManager where the checkpoint spent its time (``weir checkpoints JOB --detail CID``).
 
-Modes (Flink's three barrier handlers):
+Modes (``weir.core.checkpointing.CheckpointingMode``, the job's ``checkpointing.mode`` as the JobManager
+settled it and deployed it; Flink's three barrier handlers):
 
 - ``EXACTLY_ONCE``: aligned. A channel that delivered barrier N is blocked until every live channel
   has delivered N; then the operator snapshots and all channels are unblocked. The snapshot holds
@@ -52,15 +53,9 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import assert_never
 
-from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.checkpointing import BarrierAlignment, CheckpointingMode, CheckpointKind
 from weir.core.errors import ProtocolError
 from weir.core.ids import ChannelIndex, CheckpointId, TaskId
-
-
-class AlignmentMode(Enum):
-    EXACTLY_ONCE = "exactly_once"
-    AT_LEAST_ONCE = "at_least_once"
-    UNALIGNED = "unaligned"
 
 
 class AbortReason(Enum):
@@ -224,12 +219,14 @@ class _Pending:
 class BarrierAligner:
     """Turns the control events of a task's input channels into checkpoint actions."""
 
-    def __init__(self, task: TaskId, num_channels: int, mode: AlignmentMode, *, aligned_start: bool = False) -> None:
+    def __init__(
+        self, task: TaskId, num_channels: int, mode: CheckpointingMode, *, aligned_start: bool = False
+    ) -> None:
         if num_channels < 1:
             raise ValueError(f"task {task}: a barrier aligner needs at least one input channel")
         self._task = task
         self._mode = mode
-        self._aligned_start = aligned_start and mode is AlignmentMode.UNALIGNED
+        self._aligned_start = aligned_start and mode is CheckpointingMode.UNALIGNED
         self._channels = frozenset(ChannelIndex(i) for i in range(num_channels))
         self._ended: set[ChannelIndex] = set()
         self._latest: CheckpointId | None = None
@@ -240,7 +237,7 @@ class BarrierAligner:
     # Observers.
 
     @property
-    def mode(self) -> AlignmentMode:
+    def mode(self) -> CheckpointingMode:
         return self._mode
 
     @property
@@ -475,12 +472,14 @@ class BarrierAligner:
 
     def _strategy_for(self, kind: CheckpointKind, alignment: BarrierAlignment) -> _Strategy:
         match self._mode:
-            case AlignmentMode.EXACTLY_ONCE:
+            case CheckpointingMode.EXACTLY_ONCE:
                 return _Strategy.ALIGNED
-            case AlignmentMode.AT_LEAST_ONCE:
+            case CheckpointingMode.AT_LEAST_ONCE:
                 return _Strategy.TRACKING
-            case AlignmentMode.UNALIGNED:
+            case CheckpointingMode.UNALIGNED:
                 return _Strategy.UNALIGNED if self._may_be_unaligned(kind, alignment) else _Strategy.ALIGNED
+            case _:
+                assert_never(self._mode)
 
     @staticmethod
     def _may_be_unaligned(kind: CheckpointKind, alignment: BarrierAlignment) -> bool:

@@ -43,7 +43,7 @@ from weir.core.inflight_state import (
     parse_message,
 )
 from weir.core.task_state import INFLIGHT_STATE_NAME
-from weir.taskmanager.network import ChannelBuffer, decode_records, encoded, message_of, records_of
+from weir.taskmanager.network.codec import ChannelBuffer, decode_records, encoded, message_of, records_of
 
 __all__ = [
     "INFLIGHT_FORMAT",

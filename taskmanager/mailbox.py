@@ -84,20 +84,28 @@ class Mailbox:
         with self._condition:
             return self._mails.popleft() if self._mails else None
 
-    def wait(self, take_input: Callable[[], Input | None], deadline: float | None) -> Mail | Input | None:
+    def wait(
+        self, take_input: Callable[[], Input | None], deadline: float | Callable[[], float | None] | None
+    ) -> Mail | Input | None:
         """The next mail, else the next input ``take_input`` answers (it is called with the shared
-        condition held), waiting until one comes; None once ``deadline`` (monotonic) passed."""
+        condition held), waiting until one comes; None once ``deadline`` (monotonic) passed. A
+        callable ``deadline`` is asked (with the condition held) only when the wait would block, once:
+        a task that has input ready does not compute when it would otherwise wake."""
         with self._condition:
+            ask = deadline if callable(deadline) else None
+            until = None if callable(deadline) else deadline
             while True:
                 if self._mails:
                     return self._mails.popleft()
                 item = take_input()
                 if item is not None:
                     return item
-                if deadline is None:
+                if ask is not None:
+                    until, ask = ask(), None
+                if until is None:
                     self._condition.wait()
                     continue
-                remaining = deadline - time.monotonic()
+                remaining = until - time.monotonic()
                 if remaining <= 0:
                     return None
                 self._condition.wait(remaining)

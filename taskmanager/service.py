@@ -54,4 +54,4 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
     def OpenChannel(
         self, request_iterator: Iterator[taskmanager_pb2.DataMessage], context: grpc.ServicerContext
     ) -> Iterator[taskmanager_pb2.CreditMessage]:  # noqa: N802,E501
-        return self._runtime.open_channel(request_iterator)
+        return self._runtime.channels.open_channel(request_iterator)

@@ -2,16 +2,71 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from weir.connectors import kafka
-from weir.core.config import Endpoints
+from weir.core.config import LOCAL_MODE, Endpoints
+from weir.tools.client import JobManagerClient
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The tests run in the local mode (the local S3 server and its development keys; `make` sets the same),
+# and no test asks the instance metadata service of whatever machine runs them for credentials.
+os.environ.setdefault(LOCAL_MODE, "true")
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+
+@dataclass
+class SessionTopics:
+    """The Kafka topics this test session made: those this process created (``connectors.kafka``'s
+    create functions, recorded) and those its jobs' sinks created (named after the job id: the marker
+    topics). Other test sessions share the broker and run meanwhile: only these are this session's to
+    delete."""
+
+    created: set[str] = field(default_factory=set)
+    job_ids: set[str] = field(default_factory=set)
+
+    def owns(self, topic: str) -> bool:
+        return topic in self.created or any(job_id in topic for job_id in self.job_ids)
+
+
+SESSION_TOPICS = SessionTopics()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def record_session_topics() -> Iterator[SessionTopics]:
+    """Record every topic this process creates and every job it submits, for ``services``' cleanup."""
+    patch = pytest.MonkeyPatch()
+    create_topics, create_topic = kafka.create_topics, kafka.create_topic
+    submit_job = JobManagerClient.submit_job
+
+    def recording_create_topics(endpoints: Endpoints, topics: Mapping[str, int], *args: Any, **kwargs: Any) -> None:
+        SESSION_TOPICS.created.update(topics)
+        create_topics(endpoints, topics, *args, **kwargs)
+
+    def recording_create_topic(endpoints: Endpoints, topic: str, *args: Any, **kwargs: Any) -> Any:
+        SESSION_TOPICS.created.add(topic)
+        return create_topic(endpoints, topic, *args, **kwargs)
+
+    def recording_submit_job(self: JobManagerClient, *args: Any, **kwargs: Any) -> str:
+        job_id = submit_job(self, *args, **kwargs)
+        SESSION_TOPICS.job_ids.add(job_id)
+        return job_id
+
+    patch.setattr(kafka, "create_topics", recording_create_topics)
+    patch.setattr(kafka, "create_topic", recording_create_topic)
+    patch.setattr(JobManagerClient, "submit_job", recording_submit_job)
+    try:
+        yield SESSION_TOPICS
+    finally:
+        patch.undo()
 
 
 @pytest.fixture(scope="session")
@@ -25,7 +80,9 @@ def services(endpoints: Endpoints) -> Iterator[Endpoints]:
 
     The topics the session creates (its own and those its jobs create) are deleted when it ends:
     the local Kafka outlives sessions, and a broker holding thousands of partitions from earlier
-    sessions takes minutes to start after an unclean shutdown."""
+    sessions takes minutes to start after an unclean shutdown. Only this session's (``SessionTopics``):
+    another session running meanwhile creates topics too, and deleting those failed its jobs (their
+    sinks' topics gone, their cancel stuck resolving transactions on them)."""
     result = subprocess.run(
         [str(REPO_ROOT / "deploy/local/infra.sh"), "up"], capture_output=True, text=True, timeout=1800
     )
@@ -34,8 +91,8 @@ def services(endpoints: Endpoints) -> Iterator[Endpoints]:
     _roll_back_leftover_transactions(endpoints)
     topics_before = set(kafka.list_topic_names(endpoints, timeout_s=30.0))
     yield endpoints
-    created = sorted(set(kafka.list_topic_names(endpoints, timeout_s=30.0)) - topics_before)
-    kafka.delete_topics(endpoints, created, timeout_s=120.0)
+    created = set(kafka.list_topic_names(endpoints, timeout_s=30.0)) - topics_before
+    kafka.delete_topics(endpoints, sorted(t for t in created if SESSION_TOPICS.owns(t)), timeout_s=120.0)
 
 
 def _roll_back_leftover_transactions(endpoints: Endpoints) -> None:

@@ -13,8 +13,9 @@ processes and of Kafka, PostgreSQL and S3, and at the end the invariant, checked
 5. waits for the job to FINISH (a deadline: a job still running then is stuck, and fails the run);
 6. checks, reading Kafka (read_committed) and PostgreSQL directly: per key the sequence in each sink
    has no gap and no repeat and every output's ``prev`` is ``seq - 1`` (the keyed state advanced by
-   exactly one); PostgreSQL's commit proofs count each row once (an upsert cannot hide a repeat);
-   ``weir verify`` is exact; nothing of the job is left prepared or open.
+   exactly one); ``weir verify`` (``verify_job``) is exact for each sink: the multiset of whole records,
+   the commit proofs counting each row once (an upsert cannot hide a repeat), nothing of the job left
+   prepared or open.
 
 Printed: the faults by kind, each fault's recovery time, the job's restarts, the records replayed
 (read again after restores), the checks as PASS/FAIL. Exit 1 on any FAIL.
@@ -37,7 +38,6 @@ from typing import Any, Final
 import psycopg
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from rich.console import Console
-from rich.table import Table
 
 from tests.chaos.faults import FaultError, Injected, Injector, LocalDisks
 from tests.chaos.schedule import ALL_KINDS, Fault, FaultKind, make_schedule, parse_kinds
@@ -46,9 +46,9 @@ from weir.core.config import Endpoints, run_dir
 from weir.core.errors import WeirError
 from weir.core.states import JobStatus
 from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.scenarios.framework import ReportBuilder, Table, render_text
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster
-from weir.tools.scenario_report import ScenarioReport, exit_code, print_report
 from weir.tools.supervisor import cluster_dir
 from weir.tools.verify import verify_job
 
@@ -178,21 +178,6 @@ def read_postgres_outputs(endpoints: Endpoints, table: str) -> list[Output]:
     return [Output(k, s, p) for k, s, p in rows]
 
 
-def postgres_proof_rows(endpoints: Endpoints, job_id: str) -> int:
-    """The rows the PostgreSQL sink's commit proofs say it committed, over all its checkpoints."""
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        row = conn.execute(
-            "SELECT coalesce(sum(rows), 0) FROM weir_sink_commits WHERE job_id = %s AND operator_uid = %s",
-            (job_id, POSTGRES_SINK_UID),
-        ).fetchone()
-    return int(row[0]) if row else 0
-
-
-def prepared_of(endpoints: Endpoints, job_id: str) -> list[str]:
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        return [g for (g,) in conn.execute("SELECT gid FROM pg_prepared_xacts").fetchall() if job_id in g]
-
-
 @dataclass
 class Monitor:
     """Polls the job in the background: its status, last completed checkpoint and restarts."""
@@ -256,7 +241,7 @@ class ChaosRun:
     job_id: str = ""
     injected: list[Injected] = field(default_factory=list)
     skipped: list[Fault] = field(default_factory=list)  # the job finished before their time
-    report: ScenarioReport = field(default_factory=lambda: ScenarioReport("chaos", OUTCOME))
+    report: ReportBuilder = field(default_factory=lambda: ReportBuilder("chaos", OUTCOME))
 
 
 OUTCOME: Final = (
@@ -367,10 +352,16 @@ def _check(
     if run.skipped:
         report.measured("faults not injected (the job had finished)", len(run.skipped))
     recoveries = [(i, monitor.recovered_after(i)) for i in run.injected]
-    table = Table("fault", "how", "recovered after (s)", title="faults and recovery", title_justify="left")
-    for injected, seconds in recoveries:
-        table.add_row(injected.fault.describe(), injected.detail, "never" if seconds is None else f"{seconds:.1f}")
-    report.tables.append(table)
+    report.table(
+        Table(
+            "faults and recovery",
+            ("fault", "how", "recovered after (s)"),
+            tuple(
+                (injected.fault.describe(), injected.detail, "never" if seconds is None else f"{seconds:.1f}")
+                for injected, seconds in recoveries
+            ),
+        )
+    )
     restarts = final.summary.restarts if final is not None else 0
     report.measured("job restarts", restarts)
     if final is not None:
@@ -388,8 +379,11 @@ def _check(
         failure = (
             f" (its last failure on the way: {final.failure})" if status == JobStatus.FINISHED else f": {final.failure}"
         )
-    report.verify("the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}{failure}")
     report.verify(
+        "job-finished", "the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}{failure}"
+    )
+    report.verify(
+        "recovered-after-every-fault",
         "the job recovered after every fault (a checkpoint completed after it)",
         all(s is not None for _, s in recoveries) and bool(recoveries),
         f"{sum(s is not None for _, s in recoveries)} of {len(recoveries)} faults",
@@ -401,24 +395,30 @@ def _check(
     ]
     for c in checks:
         report.verify(
+            f"sequences-exact:{c.sink}",
             f"{c.sink}: per key seq 1..N, no gap, no repeat, every prev = seq - 1",
             c.exact,
             c.summary() + ("; e.g. " + "; ".join(c.samples) if c.samples else ""),
         )
-    proof_rows = postgres_proof_rows(endpoints, run.job_id)
-    report.verify(
-        "postgres: the commit proofs count each row once (no repeat hidden by the upsert)",
-        proof_rows == config.events,
-        f"proofs {proof_rows:,} rows, input {config.events:,}",
-    )
+    # One helper for every exactness check: both sinks as multisets of whole records against the
+    # reference run, each sink's commit proofs counting what it committed (a PostgreSQL row committed
+    # twice, hidden by the upsert, shows there), nothing of the job left prepared or open.
     verified = verify_job(JOB_FILE, parameters, job_id=run.job_id, endpoints=endpoints)
+    for sink in verified.sinks:
+        report.verify(
+            f"verify-exact:{sink.uid}",
+            f"weir verify: {sink.uid} ({sink.kind}) exact: multiset of whole records, commit proofs, "
+            "no transaction left prepared or open",
+            sink.ok,
+            (", ".join(sink.problems()) or f"{sink.found:,} records, proofs count {sink.proof_records}")
+            + (f"; e.g. {next(iter(sink.samples.values()))[0]}" if sink.samples else ""),
+        )
     report.verify(
-        "weir verify is exact",
-        verified.ok,
-        "; ".join(verified.discrepancies()) or "; ".join(verified.reconciliation),
+        "verify-read-both-sinks",
+        "weir verify read both sinks back",
+        {s.kind for s in verified.sinks} == {"kafka", "postgres"},
+        ", ".join(f"{s.uid} ({s.kind})" for s in verified.sinks) or "no sink",
     )
-    prepared = prepared_of(endpoints, run.job_id)
-    report.verify("nothing of the job is left prepared in PostgreSQL", not prepared, f"{len(prepared)} prepared")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -466,8 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WeirError, FaultError, RuntimeError, ValueError) as exc:
         console.print(f"[bold red]chaos: {exc}[/]", soft_wrap=True)
         return 1
-    print_report(console, run.report)
-    return exit_code(run.report)
+    report = run.report.build()
+    render_text(console, report)
+    return report.exit_code
 
 
 if __name__ == "__main__":

@@ -2,23 +2,26 @@
 
 from __future__ import annotations
 
+import json
 import os
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
 
+from tests.conftest import SESSION_TOPICS
 from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
+from weir.core.states import JobStatus
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.supervisor import start_cluster, stop_cluster
+from weir.tools.verify import VerifyReport, verify_job
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -33,6 +36,7 @@ class WeirCluster:
     directory: Path
     client: JobManagerClient
     submitted: list[str] = field(default_factory=list)  # every job submitted through submit, in order
+    broken: str | None = None  # why the cluster could not be reached: every later test fails with it at once
 
     def submit(self, job_file: str, parameters: dict[str, str], parallelism: int = 3) -> str:
         """Submit once every TaskManager is registered: a test before this one may have killed the
@@ -43,17 +47,27 @@ class WeirCluster:
         return job_id
 
     def wait_for_taskmanagers(self, timeout_s: float = REGISTERED_WITHIN_S) -> None:
+        """Every TaskManager registered with a JobManager that answers; after ``timeout_s`` the
+        cluster is broken for the rest of the session (the supervisor restarts what a test killed
+        within seconds: one that did not come back in ``timeout_s`` will not)."""
+        if self.broken is not None:
+            pytest.fail(self.broken, pytrace=False)
         deadline = time.monotonic() + timeout_s
         alive = -1
+        error = ""
         while time.monotonic() < deadline:
             try:
                 alive = len(self.client.cluster_status().alive_taskmanagers)
-            except WeirError:
-                alive = -1  # the JobManager is starting again
+            except WeirError as exc:
+                alive, error = -1, f" ({exc})"  # the JobManager is starting again
             if alive == TASKMANAGERS:
                 return
             time.sleep(0.2)
-        raise AssertionError(f"{alive} of {TASKMANAGERS} TaskManagers registered after {timeout_s:g} s")
+        self.broken = (
+            f"the session's Weir cluster is broken: {max(alive, 0)} of {TASKMANAGERS} TaskManagers registered "
+            f"after {timeout_s:g} s{error}; see the supervisor's logs in {self.directory}"
+        )
+        pytest.fail(self.broken, pytrace=False)
 
     def wait_for(self, job_id: str, statuses: tuple[str, ...] = ("FINISHED",), timeout_s: float = 300.0) -> JobDetails:
         """Poll the job until it reaches one of ``statuses`` (or any terminal status)."""
@@ -66,38 +80,104 @@ class WeirCluster:
             time.sleep(0.2)
         return status
 
+    def running_jobs(self) -> set[str]:
+        """The jobs the JobManager knows that have not ended (empty when it does not answer)."""
+        try:
+            return {j.job_id for j in self.client.list_jobs() if not j.is_terminal}
+        except WeirError:
+            return set()
+
+    def cancel_jobs_except(self, keep: set[str], timeout_s: float = 30.0) -> list[str]:
+        """Cancel every job that has not ended and is not in ``keep``, and wait until each is being
+        cancelled or ended (its tasks go, and with them their slots); answers the jobs cancelled."""
+        leftover = sorted(self.running_jobs() - keep)
+        for job_id in leftover:
+            try:
+                self.client.cancel_job(job_id)
+            except WeirError:
+                pass  # ended meanwhile, or the JobManager is down: nothing holds slots for it then
+        deadline = time.monotonic() + timeout_s
+        while leftover and time.monotonic() < deadline and self._not_cancelling(leftover):
+            time.sleep(0.2)
+        return leftover
+
+    def _not_cancelling(self, job_ids: list[str]) -> bool:
+        try:
+            jobs = {j.job_id: j.status for j in self.client.list_jobs()}
+        except WeirError:
+            return False  # the JobManager is down: nothing runs
+        return any(jobs.get(j) in (JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING) for j in job_ids)
+
+
+_SESSION_CLUSTER: list[WeirCluster] = []  # the session's cluster once started, for the module teardown
+
 
 @pytest.fixture(scope="session")
 def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WeirCluster]:
+    """Started once; a failure to start fails every test that uses it at once (pytest keeps the
+    fixture's error), and a cluster that stops answering later is marked broken (``wait_for_taskmanagers``)."""
     run_dir = tmp_path_factory.mktemp("weir-run")
     os.environ["WEIR_RUN_DIR"] = str(run_dir)
     os.environ.setdefault("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/test-{uuid.uuid4().hex[:8]}")
     directory = run_dir / "cluster"
     start_cluster(directory, services, restart=True, restart_delay_s=1.0, timeout_s=90)
     client = JobManagerClient(services.jobmanager_address)
+    cluster = WeirCluster(services, directory, client)
+    _SESSION_CLUSTER.append(cluster)
     try:
-        yield WeirCluster(services, directory, client)
+        yield cluster
     finally:
+        try:  # the marker topics of jobs submitted another way (the CLI) are the session's too
+            SESSION_TOPICS.job_ids.update(j.job_id for j in client.list_jobs())
+        except WeirError:
+            pass
+        _SESSION_CLUSTER.clear()
         client.close()
         stop_cluster(directory)
 
 
 @pytest.fixture(autouse=True)
 def cancel_leftover_jobs(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Cancel what a test submitted and left running (it failed half way, say), so that its slots
-    do not fail the tests after it. Jobs of module-scoped fixtures are theirs to cancel."""
+    """Before a test of the session's cluster: the cluster answers with every TaskManager (or the test
+    fails at once with why it does not). After it: every job it left running is cancelled, however it
+    was submitted (``WeirCluster.submit``, the client, the CLI, a scenario), so that its slots do not
+    fail the tests after it. Jobs of module-scoped fixtures started before the test are left to the
+    module's teardown (``cancel_module_leftover_jobs``)."""
     if "weir_cluster" not in request.fixturenames:
         yield
         return
     cluster: WeirCluster = request.getfixturevalue("weir_cluster")
-    before = len(cluster.submitted)
+    cluster.wait_for_taskmanagers()
+    before = cluster.running_jobs()
     yield
-    for job_id in cluster.submitted[before:]:
-        try:
-            if cluster.client.job_status(job_id).summary.status not in ("FINISHED", "FAILED", "CANCELED"):
-                cluster.client.cancel_job(job_id)
-        except WeirError:
-            pass  # gone, or the JobManager is down: nothing holds slots for it then
+    cluster.cancel_jobs_except(before)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def cancel_module_leftover_jobs() -> Iterator[None]:
+    """After a module's fixtures ended: cancel every job still running on the session's cluster (a
+    module-scoped fixture's job its teardown left behind)."""
+    yield
+    if _SESSION_CLUSTER and _SESSION_CLUSTER[0].broken is None:
+        _SESSION_CLUSTER[0].cancel_jobs_except(set())
+
+
+def assert_sinks_exact(
+    job_file: str | Path,
+    parameters: dict[str, str],
+    job_id: str,
+    endpoints: Endpoints,
+    earlier_job_ids: tuple[str, ...] = (),
+) -> VerifyReport:
+    """Both sinks of a bounded job that FINISHED hold exactly what its reference run writes: Kafka
+    read_committed as a multiset of whole records, PostgreSQL's rows, each sink's commit proofs
+    counting what it committed (a row committed twice, which the upsert hides, shows there), and no
+    transaction left prepared or open (``weir.tools.verify.verify_job``)."""
+    path = job_file if isinstance(job_file, Path) else REPO_ROOT / job_file
+    report = verify_job(path, parameters, job_id=job_id, earlier_job_ids=earlier_job_ids, endpoints=endpoints)
+    assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+    assert report.sinks, "the job has no Kafka or PostgreSQL sink to verify"
+    return report
 
 
 @pytest.fixture
@@ -106,17 +186,6 @@ def unique() -> str:
 
 
 RECORD_PATHS = ("records", "columnar")
-
-LONG = pytest.mark.long
-"""A test `make test` leaves out (`make test-long` runs them, `make test-all` everything): each one
-covers what a test of `make test` covers too, along another axis (the other record path, another
-parallelism pair, another Nexmark query) or at the size of a card scenario."""
-
-
-def long_variant(*values: object) -> Any:
-    """One parameter set of a parametrized test, marked ``long``."""
-    return pytest.param(*values, marks=LONG)
-
 
 """The two paths of examples/keyed_aggregation.py (``-D columnar=``): tests of the operators the
 columnar path covers run on both."""

@@ -15,6 +15,9 @@ class CheckpointingMode(enum.Enum):
     UNALIGNED (``checkpointing.unaligned=true``, Flink's ``execution.checkpointing.unaligned.enabled``)
     is exactly once without blocking: a task snapshots on the first barrier and persists the records
     still in flight on its other channels until their barriers arrive; a restore replays them.
+
+    One enum end to end: the JobManager settles it from the job's parameters, the deploy request
+    carries it (``weir.core.codec`` converts at the wire), and each task's barrier aligner runs it.
     """
 
     EXACTLY_ONCE = "exactly_once"

@@ -7,7 +7,7 @@ new enum value fails loudly (``assert_never``) instead of falling through.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TypeVar, assert_never
+from typing import Any, TypeVar, assert_never
 
 from weir.core.checkpointing import (
     BarrierAlignment,
@@ -28,7 +28,7 @@ _V = TypeVar("_V")
 # Fault ---------------------------------------------------------------------------------------------
 
 
-def fault_to_proto(fault: Fault) -> common_pb2.Fault.ValueType:
+def fault_to_proto(fault: Fault) -> common_pb2.Fault:
     match fault:
         case Fault.USER:
             return common_pb2.FAULT_USER
@@ -40,7 +40,7 @@ def fault_to_proto(fault: Fault) -> common_pb2.Fault.ValueType:
             assert_never(fault)
 
 
-def fault_from_proto(value: common_pb2.Fault.ValueType) -> Fault:
+def fault_from_proto(value: common_pb2.Fault) -> Fault:
     if value == common_pb2.FAULT_USER:
         return Fault.USER
     if value == common_pb2.FAULT_EXTERNAL:
@@ -99,7 +99,7 @@ def task_watermark_from_proto(progress: jobmanager_pb2.TaskProgress) -> int | No
 # Checkpointing mode --------------------------------------------------------------------------------
 
 
-def checkpointing_mode_to_proto(mode: CheckpointingMode) -> common_pb2.CheckpointingMode.ValueType:
+def checkpointing_mode_to_proto(mode: CheckpointingMode) -> common_pb2.CheckpointingMode:
     match mode:
         case CheckpointingMode.EXACTLY_ONCE:
             return common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE
@@ -111,7 +111,7 @@ def checkpointing_mode_to_proto(mode: CheckpointingMode) -> common_pb2.Checkpoin
             assert_never(mode)
 
 
-def checkpointing_mode_from_proto(value: common_pb2.CheckpointingMode.ValueType) -> CheckpointingMode:
+def checkpointing_mode_from_proto(value: common_pb2.CheckpointingMode) -> CheckpointingMode:
     """Refuses UNSPECIFIED: a deployment that does not say its mode must not default to one."""
     if value == common_pb2.CHECKPOINTING_MODE_EXACTLY_ONCE:
         return CheckpointingMode.EXACTLY_ONCE
@@ -128,7 +128,7 @@ def checkpointing_mode_from_proto(value: common_pb2.CheckpointingMode.ValueType)
 # Checkpoint kind -----------------------------------------------------------------------------------
 
 
-def checkpoint_kind_to_proto(kind: CheckpointKind) -> common_pb2.CheckpointKind.ValueType:
+def checkpoint_kind_to_proto(kind: CheckpointKind) -> common_pb2.CheckpointKind:
     match kind:
         case CheckpointKind.CHECKPOINT:
             return common_pb2.CHECKPOINT_KIND_CHECKPOINT
@@ -138,7 +138,7 @@ def checkpoint_kind_to_proto(kind: CheckpointKind) -> common_pb2.CheckpointKind.
             assert_never(kind)
 
 
-def checkpoint_kind_from_proto(value: common_pb2.CheckpointKind.ValueType) -> CheckpointKind:
+def checkpoint_kind_from_proto(value: common_pb2.CheckpointKind) -> CheckpointKind:
     if value == common_pb2.CHECKPOINT_KIND_CHECKPOINT:
         return CheckpointKind.CHECKPOINT
     if value == common_pb2.CHECKPOINT_KIND_SAVEPOINT:
@@ -151,7 +151,7 @@ def checkpoint_kind_from_proto(value: common_pb2.CheckpointKind.ValueType) -> Ch
 # Barrier alignment ---------------------------------------------------------------------------------
 
 
-def barrier_alignment_to_proto(alignment: BarrierAlignment) -> common_pb2.BarrierAlignment.ValueType:
+def barrier_alignment_to_proto(alignment: BarrierAlignment) -> common_pb2.BarrierAlignment:
     match alignment:
         case BarrierAlignment.BY_MODE:
             return common_pb2.BARRIER_ALIGNMENT_BY_MODE
@@ -161,7 +161,7 @@ def barrier_alignment_to_proto(alignment: BarrierAlignment) -> common_pb2.Barrie
             assert_never(alignment)
 
 
-def barrier_alignment_from_proto(value: common_pb2.BarrierAlignment.ValueType) -> BarrierAlignment:
+def barrier_alignment_from_proto(value: common_pb2.BarrierAlignment) -> BarrierAlignment:
     """Refuses UNSPECIFIED: a barrier that does not say how it aligns must not be taken as one that may
     overtake records (a final checkpoint's would leave records outside every checkpoint)."""
     if value == common_pb2.BARRIER_ALIGNMENT_BY_MODE:
@@ -176,7 +176,7 @@ def barrier_alignment_from_proto(value: common_pb2.BarrierAlignment.ValueType) -
 
 # Task state ----------------------------------------------------------------------------------------
 
-_TASK_STATES: dict[TaskState, common_pb2.TaskState.ValueType] = {
+_TASK_STATES: dict[TaskState, common_pb2.TaskState] = {
     TaskState.DEPLOYING: common_pb2.TASK_STATE_DEPLOYING,
     TaskState.RUNNING: common_pb2.TASK_STATE_RUNNING,
     TaskState.FINISHED: common_pb2.TASK_STATE_FINISHED,
@@ -186,11 +186,11 @@ _TASK_STATES: dict[TaskState, common_pb2.TaskState.ValueType] = {
 _TASK_STATES_BACK = {wire: state for state, wire in _TASK_STATES.items()}
 
 
-def task_state_to_proto(state: TaskState) -> common_pb2.TaskState.ValueType:
+def task_state_to_proto(state: TaskState) -> common_pb2.TaskState:
     return _TASK_STATES[state]
 
 
-def task_state_from_proto(value: common_pb2.TaskState.ValueType) -> TaskState:
+def task_state_from_proto(value: common_pb2.TaskState) -> TaskState:
     state = _TASK_STATES_BACK.get(value)
     if state is None:
         raise ProtocolError(f"a task report without a known state ({common_pb2.TaskState.Name(value)})")
@@ -299,7 +299,7 @@ def optional_timeline_from_proto(owner: object, field: str) -> SubtaskCheckpoint
     return timeline_from_proto(getattr(owner, field))
 
 
-def _decode(back: Mapping[int, _V], value: int, enum_type: object, what: str) -> _V:
+def _decode(back: Mapping[Any, _V], value: int, enum_type: object, what: str) -> _V:
     """The domain value of a wire enum value; ProtocolError (the peer runs another version) if none."""
     found = back.get(value)
     if found is None:

@@ -2,7 +2,7 @@
 operator-state name ``__inflight__`` (:data:`weir.core.task_state.INFLIGHT_STATE_NAME`). Pure: no I/O.
 
 Both processes read it through this module: the TaskManager replays it on restore
-(``weir.taskmanager.inflight`` captures the buffers, ``weir.taskmanager.task`` replays them); the JobManager
+(``weir.taskmanager.inflight`` captures the buffers, ``weir.taskmanager.restorer`` replays them); the JobManager
 checks, before a new job starts from another job's retained checkpoint, that every consumer its
 output buffers were queued for is still connected (``weir.core.rescale``), as Flink's
 ``StateAssignmentOperation`` checks the state of every operator before a restore.

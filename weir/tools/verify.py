@@ -9,7 +9,15 @@ now. Each Kafka and PostgreSQL sink is then read and compared:
 - PostgreSQL, compared by the sink's key columns against the rows its upserts leave (the last row per
   key): keys absent from the table are *missing*, keys the job never wrote are *unexpected*, keys
   whose other columns differ are *mismatched* (and a key found twice, possible only without a primary
-  key, is a *duplicate*).
+  key, is a *duplicate*). An upsert hides a row committed twice, so the commit proofs count them: the
+  rows the proofs say were committed, summed over the job's checkpoints, must equal the rows the
+  reference writes when it writes each key once (a surplus is that many *duplicates*), and lie between
+  the keys and the writes otherwise (an epoch keeps one row per key).
+- Kafka's commit proofs must count exactly the committed records the topic holds.
+
+A sink with expected output and no commit proof of the job is a discrepancy. The proofs are summed over
+``job_id`` and ``earlier_job_ids``: the jobs whose output the sinks hold (a job restored from another
+one's savepoint or checkpoint continues its output).
 
 Each sink's own commit proof says which checkpoint it committed last, per subtask: the Kafka sinks'
 marker records in each sink's own marker topic (``weir-sink-commits.{uid}.{job}.{hash}``, see
@@ -23,8 +31,9 @@ reads the input as it is now); for an unbounded job, the windows it has not fire
 missing, and the report warns about it.
 
 Transactions left behind are discrepancies: PostgreSQL transactions still prepared whose gid names
-the sink (``pg_prepared_xacts``), and Kafka partitions of a sink topic whose last stable offset is
-below the high watermark (an open transaction: see :data:`KAFKA_OPEN_TRANSACTION_METHOD`).
+the sink in one of the jobs (``pg_prepared_xacts``), and Kafka partitions of a sink topic whose last
+stable offset is below the high watermark (an open transaction: see
+:data:`KAFKA_OPEN_TRANSACTION_METHOD`).
 """
 
 from __future__ import annotations
@@ -33,11 +42,11 @@ import json
 import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, assert_never
 from urllib.parse import unquote
 
 from weir.connectors import kafka, postgres
@@ -118,6 +127,8 @@ class SinkReport:
     commit_proof: CommitProof
     open_transactions: tuple[OpenTransaction, ...]
     open_transaction_method: str
+    proof_records: int | None = None  # records (rows) the commit proofs count over the job's checkpoints
+    proof_problems: tuple[str, ...] = ()  # the proofs against the output: see check_proof_records
 
     def problems(self) -> list[str]:
         out = [
@@ -136,7 +147,7 @@ class SinkReport:
             out.append(f"{prepared} prepared transaction{'s' if prepared > 1 else ''}")
         if opened:
             out.append(f"{opened} partition{'s' if opened > 1 else ''} with an open transaction")
-        return out
+        return out + list(self.proof_problems)
 
     @property
     def ok(self) -> bool:
@@ -208,6 +219,8 @@ def _sink_json(s: SinkReport) -> dict[str, Any]:
             "last_committed_checkpoint": proof.last_committed_checkpoint,
             "subtasks": [vars(c) for c in proof.subtasks],
             "missing_reason": proof.missing_reason,
+            "records": s.proof_records,
+            "problems": list(s.proof_problems),
         },
         "open_transactions": {
             "method": s.open_transaction_method,
@@ -305,6 +318,61 @@ def _sample(samples: dict[str, list[str]], kind: str, text: str) -> None:
 
 
 @dataclass(frozen=True)
+class ProofCount:
+    """The commit proofs' record count against a sink's output: ``hidden_duplicates`` rows committed
+    more than once (PostgreSQL: the upsert left one), ``problems`` one line per discrepancy."""
+
+    hidden_duplicates: int = 0
+    problems: tuple[str, ...] = ()
+
+
+def check_proof_records(
+    kind: SinkKindName, proof_records: int | None, *, found: int, writes: int, keys: int
+) -> ProofCount:
+    """What the commit proofs count (``proof_records``; None: the job left no proof) against the output.
+
+    Kafka: ``found`` committed records in the topic, each committed with its subtask's marker: the
+    markers must count exactly those. PostgreSQL: the reference writes ``writes`` rows over ``keys``
+    keys. Each epoch commits one row per key, so when every key is written once the proofs must count
+    ``writes`` rows, and a surplus is rows committed again in a later epoch (a replay's duplicate, which
+    the upsert hid); when keys are rewritten, the count lies between ``keys`` and ``writes``."""
+    if proof_records is None:
+        return ProofCount(problems=("no commit proof",) if writes or found else ())
+    match kind:
+        case "kafka":
+            if proof_records != found:
+                return ProofCount(
+                    problems=(f"commit proofs count {proof_records} records, the topic holds {found} committed",)
+                )
+            return ProofCount()
+        case "postgres":
+            if writes == keys:
+                if proof_records > writes:
+                    return ProofCount(hidden_duplicates=proof_records - writes)
+                if proof_records < writes:
+                    return ProofCount(
+                        problems=(f"commit proofs count {proof_records} rows, the reference writes {writes}",)
+                    )
+                return ProofCount()
+            if not keys <= proof_records <= writes:
+                return ProofCount(
+                    problems=(
+                        f"commit proofs count {proof_records} rows, the reference writes {writes} rows "
+                        f"over {keys} keys",
+                    )
+                )
+            return ProofCount()
+        case _:
+            assert_never(kind)
+
+
+def committed_by_proofs(entries: Iterable[ProofEntry], job_ids: Sequence[str], operator_uid: str) -> int | None:
+    """The records (rows) one sink's commit proofs count over every checkpoint of these jobs; None: no proof."""
+    counted = [e.records for e in entries if e.job_id in job_ids and e.operator_uid == operator_uid]
+    return sum(counted) if counted else None
+
+
+@dataclass(frozen=True)
 class ProofEntry:
     """One commit of one sink subtask, as its commit proof records it."""
 
@@ -373,6 +441,7 @@ def verify_job(
     parameters: Mapping[str, str] | None = None,
     *,
     job_id: str | None = None,
+    earlier_job_ids: Sequence[str] = (),
     endpoints: Endpoints | None = None,
     commit_topic: str | None = None,
     commit_table: str | None = None,
@@ -380,7 +449,9 @@ def verify_job(
 ) -> VerifyReport:
     """Run the job in reference mode, read its sinks, commit proofs and open transactions; report.
     The proofs are read from ``commit_topic``/``commit_table`` (default: where the sinks write them:
-    each Kafka sink's own marker topics, and the shared topic of older runs if it exists)."""
+    each Kafka sink's own marker topics, and the shared topic of older runs if it exists).
+    ``earlier_job_ids``: the jobs whose output the sinks hold before ``job_id`` restored from them
+    (their proofs count, their prepared transactions are left behind too)."""
     endpoints = endpoints or Endpoints.from_env()
     commit_table = commit_table or COMMIT_PROOF_TABLE
     reference = run_reference(job_file, parameters, endpoints=endpoints)
@@ -392,7 +463,11 @@ def verify_job(
         if c.description.kind not in ("kafka", "postgres")
     )
 
-    kafka_proof_topics = _kafka_proof_topics(endpoints, commit_topic, [c.uid for c in kafka_sinks], job_id)
+    if earlier_job_ids and job_id is None:
+        raise VerifyError("earlier job ids need the job id of the run that restored from them")
+    kafka_proof_topics = _kafka_proof_topics(
+        endpoints, commit_topic, [c.uid for c in kafka_sinks], None if job_id is None else (job_id, *earlier_job_ids)
+    )
     kafka_proofs = _kafka_proofs(endpoints, kafka_proof_topics, open_transaction_grace_s)
     conn = postgres.connect(endpoints, autocommit=True) if postgres_sinks else None
     try:
@@ -403,18 +478,21 @@ def verify_job(
         if job_id is None:
             job_id = latest_job_id([*kafka_proofs, *pg_proofs])
             job_id_from = "latest in commit proofs" if job_id is not None else "none"
+        jobs = () if job_id is None else (job_id, *earlier_job_ids)
         reports: list[SinkReport] = []
         for capture in kafka_sinks:
-            topics = _job_topics(kafka_proof_topics[capture.uid], commit_topic, capture.uid, job_id)
+            topics = _job_topics(kafka_proof_topics[capture.uid], commit_topic, capture.uid, jobs)
             missing = None if topics else _no_marker_topic(commit_topic, capture.uid, job_id)
             proof = _proof(_topics_source(topics, commit_topic), kafka_proofs, missing, job_id, capture.uid)
-            reports.append(_verify_kafka_sink(endpoints, capture, proof, open_transaction_grace_s))
+            counted = committed_by_proofs(kafka_proofs, jobs, capture.uid)
+            reports.append(_verify_kafka_sink(endpoints, capture, proof, counted, open_transaction_grace_s))
         prepared = postgres.prepared_transactions(conn) if conn is not None else []
         for capture in postgres_sinks:
             assert conn is not None
             proof = _proof(f"postgres table {commit_table}", pg_proofs, pg_proof_missing, job_id, capture.uid)
-            reports.append(_verify_postgres_sink(conn, capture, proof, prepared, job_id))
-        foreign = _foreign_prepared(prepared, [c.uid for c in postgres_sinks], job_id)
+            counted = committed_by_proofs(pg_proofs, jobs, capture.uid)
+            reports.append(_verify_postgres_sink(conn, capture, proof, counted, prepared, jobs))
+        foreign = _foreign_prepared(prepared, [c.uid for c in postgres_sinks], jobs)
     finally:
         if conn is not None:
             conn.close()
@@ -458,10 +536,10 @@ def _warnings(reference: ReferenceResult) -> list[str]:
 
 
 def _kafka_proof_topics(
-    endpoints: Endpoints, commit_topic: str | None, uids: Sequence[str], job_id: str | None
+    endpoints: Endpoints, commit_topic: str | None, uids: Sequence[str], job_ids: Sequence[str] | None
 ) -> dict[str, list[str]]:
     """Per Kafka sink uid, the existing topics that may hold its commit markers: ``commit_topic`` when
-    given; else the sink's marker topic in ``job_id`` (in every job when no job id is given: the
+    given; else the sink's marker topics in ``job_ids`` (in every job when no job id is given: the
     markers tell the latest) and the shared topic of older runs."""
     if not uids:
         return {}
@@ -472,19 +550,20 @@ def _kafka_proof_topics(
     legacy = [COMMIT_PROOF_TOPIC] if kafka.topic_partition_count(endpoints, COMMIT_PROOF_TOPIC) is not None else []
     found: dict[str, list[str]] = {}
     for uid in uids:
-        if job_id is not None:
-            own = [name for name in marker_topics if name == marker_topic_name(job_id, uid)]
+        if job_ids is not None:
+            own = [name for name in marker_topics if name in {marker_topic_name(j, uid) for j in job_ids}]
         else:
             own = [name for name in marker_topics if name.startswith(marker_topic_prefix(uid))]
         found[uid] = own + legacy
     return found
 
 
-def _job_topics(topics: Sequence[str], commit_topic: str | None, uid: str, job_id: str | None) -> list[str]:
-    """Of the topics read for a sink, those that can hold its markers in ``job_id``."""
-    if commit_topic is not None or job_id is None:
+def _job_topics(topics: Sequence[str], commit_topic: str | None, uid: str, job_ids: Sequence[str]) -> list[str]:
+    """Of the topics read for a sink, those that can hold its markers in ``job_ids`` (all: none known)."""
+    if commit_topic is not None or not job_ids:
         return list(topics)
-    return [name for name in topics if name in (marker_topic_name(job_id, uid), COMMIT_PROOF_TOPIC)]
+    own = {marker_topic_name(j, uid) for j in job_ids}
+    return [name for name in topics if name in own or name == COMMIT_PROOF_TOPIC]
 
 
 def _no_marker_topic(commit_topic: str | None, uid: str, job_id: str | None) -> str:
@@ -560,7 +639,9 @@ def _proof(source: str, entries: list[ProofEntry], missing: str | None, job_id: 
     return CommitProof(source, job_id, commits)
 
 
-def _verify_kafka_sink(endpoints: Endpoints, capture: SinkCapture, proof: CommitProof, grace_s: float) -> SinkReport:
+def _verify_kafka_sink(
+    endpoints: Endpoints, capture: SinkCapture, proof: CommitProof, counted: int | None, grace_s: float
+) -> SinkReport:
     topic = capture.description.target
     assert topic is not None
     partitions = kafka.topic_partition_count(endpoints, topic)
@@ -568,8 +649,10 @@ def _verify_kafka_sink(endpoints: Endpoints, capture: SinkCapture, proof: Commit
         raise VerifyError(f"kafka sink {capture.uid!r}: topic {topic!r} does not exist (check the job's parameters)")
     open_txns = open_kafka_transactions(endpoints, topic, partitions, grace_s)
     found = [value for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, topic)]
-    comparison = compare_records(capture.serialized_values(), found)
-    return _report(capture, "kafka", topic, comparison, proof, open_txns, KAFKA_OPEN_TRANSACTION_METHOD)
+    expected = capture.serialized_values()
+    comparison = compare_records(expected, found)
+    count = check_proof_records("kafka", counted, found=len(found), writes=len(expected), keys=len(expected))
+    return _report(capture, "kafka", topic, comparison, proof, open_txns, KAFKA_OPEN_TRANSACTION_METHOD, counted, count)
 
 
 def _settle(endpoints: Endpoints, topic: str, partitions: int, grace_s: float) -> dict[int, tuple[int, int]]:
@@ -604,8 +687,9 @@ def _verify_postgres_sink(
     conn: Any,
     capture: SinkCapture,
     proof: CommitProof,
+    counted: int | None,
     prepared: Sequence[tuple[str, Any, str]],
-    job_id: str | None,
+    job_ids: Sequence[str],
 ) -> SinkReport:
     d = capture.description
     table = d.target
@@ -618,24 +702,37 @@ def _verify_postgres_sink(
         raise VerifyError(f"postgres sink {capture.uid!r}: table {table!r} has no column(s) {absent}")
     rows = postgres.fetch_rows(conn, table, d.columns)
     key_index = [d.columns.index(c) for c in d.key_columns]
-    comparison = compare_rows(capture.final_rows(), rows, key_index)
+    final_rows = capture.final_rows()
+    comparison = compare_rows(final_rows, rows, key_index)
+    count = check_proof_records("postgres", counted, found=len(rows), writes=len(capture.rows()), keys=len(final_rows))
+    if count.hidden_duplicates:
+        samples = dict(comparison.samples)
+        _sample(
+            samples,
+            "duplicates",
+            f"the commit proofs count {counted} rows committed, the reference writes {len(capture.rows())} "
+            f"(one per key): {count.hidden_duplicates} committed again, hidden by the upsert",
+        )
+        comparison = replace(comparison, duplicates=comparison.duplicates + count.hidden_duplicates, samples=samples)
     open_txns = tuple(
         OpenTransaction("prepared", f"prepared transaction {gid} (database {database}, since {at})", gid=gid)
         for gid, at, database in prepared
-        if sink_transaction(gid, capture.uid, job_id) is not None
+        if any(sink_transaction(gid, capture.uid, j) is not None for j in (job_ids or (None,)))
     )
-    return _report(capture, "postgres", table, comparison, proof, open_txns, POSTGRES_PREPARED_METHOD)
+    return _report(capture, "postgres", table, comparison, proof, open_txns, POSTGRES_PREPARED_METHOD, counted, count)
 
 
-def _foreign_prepared(prepared: Sequence[tuple[str, Any, str]], uids: Sequence[str], job_id: str | None) -> list[str]:
+def _foreign_prepared(
+    prepared: Sequence[tuple[str, Any, str]], uids: Sequence[str], job_ids: Sequence[str]
+) -> list[str]:
     """Prepared transactions of the same sink uids in other jobs: not this run's, but they hold locks."""
-    if job_id is None:
+    if not job_ids:
         return []
     return [
         f"prepared transaction {gid} belongs to sink {uid!r} of another job: roll it back if that job is gone"
         for gid, _at, _db in prepared
         for uid in uids
-        if sink_transaction(gid, uid, job_id) is None and sink_transaction(gid, uid, None) is not None
+        if all(sink_transaction(gid, uid, j) is None for j in job_ids) and sink_transaction(gid, uid, None) is not None
     ]
 
 
@@ -647,6 +744,8 @@ def _report(
     proof: CommitProof,
     open_txns: tuple[OpenTransaction, ...],
     method: str,
+    counted: int | None,
+    count: ProofCount,
 ) -> SinkReport:
     return SinkReport(
         uid=capture.uid,
@@ -662,4 +761,6 @@ def _report(
         commit_proof=proof,
         open_transactions=open_txns,
         open_transaction_method=method,
+        proof_records=counted,
+        proof_problems=count.problems,
     )

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import WeirCluster
-from weir.taskmanager.network import INITIAL_CREDITS, RECORDS_PER_BUFFER
+from weir.taskmanager.network.gate import INITIAL_CREDITS
+from weir.taskmanager.network.writer import RECORDS_PER_BUFFER
 from weir.tools.supervisor import local_status
 
 pytestmark = pytest.mark.integration

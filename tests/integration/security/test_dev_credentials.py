@@ -5,16 +5,19 @@ passes, and a client without the token is refused."""
 
 from __future__ import annotations
 
-import json
 import uuid
 from collections.abc import Iterator
 
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, create_topics, create_window_table, path_parameters
-from tests.integration.runtime.test_keyed_aggregation import reference
+from tests.integration.conftest import (
+    REPO_ROOT,
+    assert_sinks_exact,
+    create_topics,
+    create_window_table,
+    path_parameters,
+)
 from tests.integration.security.test_security import _wait
-from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import AuthenticationError
 from weir.core.transport_security import TransportSecurity
@@ -81,10 +84,7 @@ def test_a_job_runs_with_the_generated_credentials(dev_cluster: tuple[Endpoints,
         job_id = client.submit_job(REPO_ROOT / "examples/keyed_aggregation.py", parameters, 3)
         status = _wait(lambda: client.job_status(job_id), lambda s: s.summary.status in ("FINISHED", "FAILED"))
         assert status.summary.status == "FINISHED", status
-    found = [json.loads(v) for _, _, _, v in kafka.read_all(endpoints, sink, "read_committed")]
-    by_window = {(r["key"], r["window_start"]): (r["count"], r["sum"]) for r in found}
-    assert len(found) == len(by_window), "duplicate window results"
-    assert by_window == reference(spec)
+    assert_sinks_exact("examples/keyed_aggregation.py", parameters, job_id, endpoints)  # both sinks, whole records
 
 
 def test_composes_https_healthcheck_passes(dev_cluster: tuple[Endpoints, DevCredentials]) -> None:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, create_topics
+from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, create_topics
 from weir.connectors import kafka
 from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
@@ -33,7 +33,6 @@ from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 from weir.operators.transactional_sinks import marker_topic_name
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.supervisor import read_state
-from weir.tools.verify import verify_job
 
 pytestmark = pytest.mark.integration
 
@@ -202,8 +201,7 @@ def test_an_epoch_above_64_mib_is_checkpointed_to_storage_and_recovered_exactly(
         left = sorted(str(p.relative_to(spill_root)) for p in spill_root.rglob("*")) if spill_root.exists() else []
         assert left == [], f"spill files left after the job finished: {left}"
 
-        report = verify_job(JOB, params, job_id=job_id, endpoints=endpoints)
-        assert report.ok, json.dumps(report.to_json(), indent=1)[:4000]
+        report = assert_sinks_exact(JOB, params, job_id, endpoints)
         (sink_report,) = report.to_json()["sinks"]
         exact = {k: sink_report[k] for k in ("expected", "found", "duplicates", "missing", "unexpected", "mismatched")}
         assert exact == {

@@ -204,7 +204,7 @@ def test_verify_finds_a_correct_output_clean_then_reports_each_discrepancy(
 
     # Inject one discrepancy of each kind.
     duplicate = results[len(results) // 2]
-    plain = kafka.producer(services)
+    plain = kafka.producer(services)  # outside a transaction: no commit marker counts it
     plain.produce(names.sink, key=duplicate["key"].encode(), value=json_serializer(duplicate))
     assert plain.flush(30) == 0
     deleted = results[0]
@@ -212,6 +212,17 @@ def test_verify_finds_a_correct_output_clean_then_reports_each_discrepancy(
         conn.execute(
             f"DELETE FROM {names.table} WHERE key = %s AND window_start = %s",
             (deleted["key"], deleted["window_start"]),
+        )
+    rewritten = results[1]  # committed again in a later checkpoint, as a replay would: the upsert hides it
+    with psycopg.connect(services.postgres_dsn) as conn:
+        conn.execute(
+            f"UPDATE {names.table} SET count = %s WHERE key = %s AND window_start = %s",
+            (rewritten["count"], rewritten["key"], rewritten["window_start"]),
+        )
+        conn.execute(
+            f"INSERT INTO {names.commit_table} (job_id, operator_uid, subtask, checkpoint_id, rows) "
+            "VALUES (%s, 'postgres-sink', 0, %s, 1)",
+            (names.job_id, POSTGRES_CHECKPOINT + 1),
         )
     gid = TransactionId(JobId(names.job_id), OperatorUid("postgres-sink"), SubtaskIndex(1), CheckpointId(3)).gid
     open_txn: Producer | None = None
@@ -234,7 +245,8 @@ def test_verify_finds_a_correct_output_clean_then_reports_each_discrepancy(
         assert broken.exit_code == EXIT_FAILURE
         assert broken.stderr == (
             "weir: error: verify found discrepancies: kafka-sink: 1 duplicate, 1 partition with an open "
-            "transaction; postgres-sink: 1 missing, 1 prepared transaction\n"
+            f"transaction, commit proofs count {len(results)} records, the topic holds {len(results) + 1} "
+            "committed; postgres-sink: 1 duplicate, 1 missing, 1 prepared transaction\n"
         )
         assert broken.report["ok"] is False
         k = broken.sink("kafka-sink")
@@ -256,6 +268,8 @@ def test_verify_finds_a_correct_output_clean_then_reports_each_discrepancy(
             0,
             0,
         )
+        assert p["duplicates"] == 1 and p["commit_proof"]["records"] == len(results) + 1
+        assert "1 committed again, hidden by the upsert" in p["samples"]["duplicates"][0]
         [prepared] = p["open_transactions"]["transactions"]
         assert (prepared["kind"], prepared["gid"]) == ("prepared", gid)
     finally:

@@ -53,7 +53,7 @@ GRID_WIDTH = 24
 def promtool() -> str:
     path = shutil.which("promtool")
     if path is None:
-        pytest.skip("promtool is not installed (Debian package prometheus)")
+        pytest.fail("promtool is not installed: `make infra-up` installs it (Debian package prometheus)")
     return path
 
 

@@ -46,6 +46,8 @@ EXTERNAL = {"kafka": "WEIR_KAFKA_BOOTSTRAP", "postgres": "WEIR_POSTGRES_DSN", "s
 # Settings of Weir's own: the same value in both (the endpoints of external services may differ).
 SAME_VALUE = (
     "WEIR_S3_BUCKET",
+    "WEIR_S3_REGION",
+    "WEIR_S3_ADDRESSING_STYLE",
     "WEIR_JOBMANAGER_ADDRESS",
     "WEIR_JOBMANAGER_METRICS_PORT",
     "WEIR_JOBMANAGER_REST_PORT",
@@ -71,7 +73,7 @@ AUTH_FILES = {
 def kustomize() -> str:
     result = subprocess.run([str(TOOLS_SH), "install", "kustomize"], capture_output=True, text=True, timeout=2400)
     if result.returncode == EXIT_PROXY_UNREACHABLE:
-        pytest.skip(f"kustomize could not be built: {result.stderr.strip()}")
+        pytest.fail(f"kustomize could not be built (`make tools`): {result.stderr.strip()}")
     assert result.returncode == 0, result.stderr
     path = subprocess.run([str(TOOLS_SH), "path", "kustomize"], capture_output=True, text=True, check=True)
     return path.stdout.strip()

@@ -7,13 +7,11 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 LIB = Path(__file__).resolve().parents[3] / "deploy" / "local" / "lib.sh"
 
 
-@pytest.mark.skipif(shutil.which("flock") is None, reason="no flock(1)")
 def test_a_daemon_holds_no_descriptor_of_the_script_that_started_it(tmp_path: Path) -> None:
+    assert shutil.which("flock") is not None, "flock(1) is not installed (Debian package util-linux)"
     lock = tmp_path / "outer.lock"
     script = f"""
 set -e

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from weir.core.checkpointing import CheckpointingMode
 from weir.core.failures import Failure
 from weir.core.ids import SubtaskIndex
 from weir.core.process_functions import Clock, wall_clock_ms
@@ -18,11 +19,13 @@ from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transform
 from weir.operators.base import SourceOperator, StreamOperator
 from weir.operators.keyed import KeyedOperator, ReduceOperator
 from weir.plan import build_plan
-from weir.taskmanager.barrier_aligner import AlignmentMode
-from weir.taskmanager.network import InputGate, RecordWriter, read_buffer
+from weir.taskmanager.network.codec import read_buffer
+from weir.taskmanager.network.gate import InputGate
+from weir.taskmanager.network.writer import RecordWriter
 from weir.taskmanager.partitioners import RebalancePartitioner
 from weir.taskmanager.snapshots import TaskKeyedState
-from weir.taskmanager.task import CheckpointAck, Restore, Task, TaskAddress, TaskCallbacks
+from weir.taskmanager.task import Task
+from weir.taskmanager.task_types import CheckpointAck, Restore, TaskAddress, TaskCallbacks
 from weir.wire import taskmanager_pb2
 
 Event = taskmanager_pb2.EventKind
@@ -212,7 +215,8 @@ def make_task(
     keyed_operator: Callable[[], KeyedOperator] | None = None,
     restore: Restore | None = None,
     restore_checkpoint_id: int = 0,
-    alignment: AlignmentMode = AlignmentMode.EXACTLY_ONCE,
+    mode: CheckpointingMode = CheckpointingMode.EXACTLY_ONCE,
+    aligned_checkpoint_timeout_s: float = 0.0,
     clock: Clock = wall_clock_ms,
 ) -> Harness:
     """``open_keyed_state``: "op" is a keyed operator (``keyed_operator``, default a reduce) with that
@@ -253,7 +257,8 @@ def make_task(
         taskmanager_id="tm-test",
         restore=restore,
         restore_checkpoint_id=restore_checkpoint_id,
-        alignment=alignment,
+        mode=mode,
+        aligned_checkpoint_timeout_s=aligned_checkpoint_timeout_s,
         open_keyed_state=open_keyed_state,
         clock=clock,
     )

@@ -7,13 +7,12 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from weir.core.checkpointing import BarrierAlignment
+from weir.core.checkpointing import BarrierAlignment, CheckpointingMode
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.taskmanager.barrier_aligner import (
     AbortedCheckpoint,
     AbortReason,
     Action,
-    AlignmentMode,
     AllChannelsEnded,
     BarrierAligner,
     BarrierArrival,
@@ -30,9 +29,9 @@ from weir.taskmanager.barrier_aligner import (
 )
 
 TASK = TaskId(JobId("job"), OperatorUid("join"), SubtaskIndex(0))
-EO = AlignmentMode.EXACTLY_ONCE
-ALO = AlignmentMode.AT_LEAST_ONCE
-UNALIGNED = AlignmentMode.UNALIGNED
+EO = CheckpointingMode.EXACTLY_ONCE
+ALO = CheckpointingMode.AT_LEAST_ONCE
+UNALIGNED = CheckpointingMode.UNALIGNED
 SAVEPOINT = CheckpointKind.SAVEPOINT
 CHECKPOINT = CheckpointKind.CHECKPOINT
 FORCED = BarrierAlignment.FORCED_ALIGNED
@@ -45,7 +44,7 @@ MakeAligner = Callable[..., BarrierAligner]
 
 @pytest.fixture
 def make_aligner() -> MakeAligner:
-    def make(num_channels: int = 3, mode: AlignmentMode = EO) -> BarrierAligner:
+    def make(num_channels: int = 3, mode: CheckpointingMode = EO) -> BarrierAligner:
         return BarrierAligner(TASK, num_channels, mode)
 
     return make
@@ -370,7 +369,7 @@ def capture_complete_of(actions: tuple[Action, ...]) -> InflightCaptureComplete:
 
 
 @pytest.mark.parametrize("mode", [EO, ALO])
-def test_the_snapshot_carries_each_channels_barrier_time(make_aligner: MakeAligner, mode: AlignmentMode) -> None:
+def test_the_snapshot_carries_each_channels_barrier_time(make_aligner: MakeAligner, mode: CheckpointingMode) -> None:
     aligner = make_aligner(3, mode)
     aligner.on_barrier(C2, CP1, now=10.0)
     aligner.on_barrier(C0, CP1, now=10.5)
@@ -503,7 +502,7 @@ def test_a_forced_aligned_barrier_that_comes_as_a_priority_event_is_a_protocol_e
 
 @pytest.mark.parametrize(("mode", "first"), [(EO, (BlockChannel(C0),)), (ALO, ())])
 def test_other_modes_carry_the_forced_alignment_to_the_snapshot(
-    make_aligner: MakeAligner, mode: AlignmentMode, first: tuple[Action, ...]
+    make_aligner: MakeAligner, mode: CheckpointingMode, first: tuple[Action, ...]
 ) -> None:
     aligner = make_aligner(2, mode)
     assert aligner.on_barrier(C0, CP1, now=0.0, alignment=FORCED) == first
@@ -691,7 +690,7 @@ class Operator:
     """What the input loop and the operator do with the aligner's actions, with checks."""
 
     gate: Gate
-    mode: AlignmentMode
+    mode: CheckpointingMode
     consumed: list[int]
     blocked: set[ChannelIndex] = field(default_factory=set)
     capturing: dict[ChannelIndex, CheckpointId] = field(default_factory=dict)
@@ -799,7 +798,7 @@ def priority_barrier(gate: Gate, queue: list[Event]) -> int | None:
     return None
 
 
-def drain(gate: Gate, mode: AlignmentMode, rng: random.Random, *, aligned_start: bool = False) -> Operator:
+def drain(gate: Gate, mode: CheckpointingMode, rng: random.Random, *, aligned_start: bool = False) -> Operator:
     aligner = BarrierAligner(TASK, len(gate.channels), mode, aligned_start=aligned_start)
     operator = Operator(gate, mode, consumed=[0] * len(gate.channels))
     queues = [list(events) for events in gate.channels]
@@ -862,7 +861,7 @@ def drain(gate: Gate, mode: AlignmentMode, rng: random.Random, *, aligned_start:
 
 
 @pytest.mark.parametrize(("mode", "aligned_start"), [(EO, False), (ALO, False), (UNALIGNED, False), (UNALIGNED, True)])
-def test_massive_random_interleavings(mode: AlignmentMode, aligned_start: bool) -> None:
+def test_massive_random_interleavings(mode: CheckpointingMode, aligned_start: bool) -> None:
     completions = forced = 0
     for seed in range(700):
         rng = random.Random(f"{mode.value}-{aligned_start}-{seed}" if aligned_start else f"{mode.value}-{seed}")

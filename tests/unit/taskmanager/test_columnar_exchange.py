@@ -15,18 +15,17 @@ from weir.core.columnar import FieldKey, Schema, encode_ipc, is_batch
 from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import KeyEncoder
-from weir.taskmanager import network
-from weir.taskmanager.network import (
-    COLUMNAR_ROWS_PER_BUFFER,
+from weir.taskmanager.network import writer as record_writer
+from weir.taskmanager.network.codec import (
     LocalBuffer,
-    LocalOutputChannel,
-    RecordWriter,
     decode_message_records,
     encode_into,
     encode_records,
     read_buffer,
     watermark_message,
 )
+from weir.taskmanager.network.output_channels import LocalOutputChannel
+from weir.taskmanager.network.writer import COLUMNAR_ROWS_PER_BUFFER, RecordWriter
 from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
 from weir.wire import taskmanager_pb2
 
@@ -126,7 +125,7 @@ def test_a_channel_sends_a_buffer_once_it_holds_the_rows_per_buffer() -> None:
 
 
 def test_a_smaller_rows_per_buffer_is_honoured_per_channel(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(network, "COLUMNAR_ROWS_PER_BUFFER", 10)
+    monkeypatch.setattr(record_writer, "COLUMNAR_ROWS_PER_BUFFER", 10)
     channels = [FakeChannel() for _ in range(3)]
     writer = columnar_writer(channels, BroadcastPartitioner(3))
     for i in range(7):

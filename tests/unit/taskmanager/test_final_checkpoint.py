@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from weir.core.checkpointing import CheckpointKind
+from weir.core.checkpointing import CheckpointingMode, CheckpointKind
 from weir.core.descriptors import GeneratorSourceSpec
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, SubtaskIndex
@@ -27,12 +27,14 @@ from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transform
 from weir.operators.base import StreamOperator
 from weir.operators.sources import GeneratorSourceOperator
 from weir.plan import JobPlan, build_plan
-from weir.taskmanager.barrier_aligner import AlignmentMode
 from weir.taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight
 from weir.taskmanager.mailbox import CheckpointRequest
-from weir.taskmanager.network import RECORDS_PER_BUFFER, InputGate, LocalOutputChannel, RecordWriter
+from weir.taskmanager.network.gate import InputGate
+from weir.taskmanager.network.output_channels import LocalOutputChannel
+from weir.taskmanager.network.writer import RECORDS_PER_BUFFER, RecordWriter
 from weir.taskmanager.partitioners import RebalancePartitioner
-from weir.taskmanager.task import ChainRestore, CheckpointAck, Task, TaskAddress, TaskCallbacks
+from weir.taskmanager.task import Task
+from weir.taskmanager.task_types import ChainRestore, CheckpointAck, TaskAddress, TaskCallbacks
 from weir.wire import common_pb2, taskmanager_pb2
 
 RECORDS = 5 * RECORDS_PER_BUFFER + RECORDS_PER_BUFFER // 2
@@ -164,7 +166,7 @@ def deploy(
             taskmanager_id="tm-test",
             restore=restore[vertex] if restore else None,
             restore_checkpoint_id=restore[vertex].checkpoint_id if restore else 0,
-            alignment=AlignmentMode.UNALIGNED,
+            mode=CheckpointingMode.UNALIGNED,
             cancelled=cancelled if vertex == "src" else None,
         )
         for vertex, writers, vertex_gate in (("src", [writer], None), ("sink", [], gate))

@@ -14,7 +14,7 @@ from weir.core.keygroups import KeyEncoder
 from weir.core.rejections import DeadLetterOnError, OnRecordError, SourcePosition, UserFunctionError
 from weir.operators.rejections import CapturedDeadLetters, RecordRejections
 from weir.plan import build_plan
-from weir.taskmanager.network import RecordWriter
+from weir.taskmanager.network.writer import RecordWriter
 from weir.taskmanager.partitioners import KeyGroupPartitioner
 from weir.taskmanager.runtime import key_rejected
 

@@ -11,14 +11,13 @@ from rocksdict import AccessType, Options, Rdict
 
 from tests.unit.taskmanager.fakes import make_task
 from weir.connectors.object_storage import FileCheckpointStorage
-from weir.core.checkpointing import CheckpointKind
+from weir.core.checkpointing import CheckpointingMode, CheckpointKind
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
 from weir.core.states import TaskState
-from weir.taskmanager.barrier_aligner import AlignmentMode
 from weir.taskmanager.inflight import INFLIGHT_STATE_NAME, decode_inflight, parse_message
-from weir.taskmanager.network import barrier_message, encode_records, end_of_stream_message, read_buffer
+from weir.taskmanager.network.codec import barrier_message, encode_records, end_of_stream_message, read_buffer
 from weir.taskmanager.snapshots import KeyedStateHandle, TaskKeyedState
 from weir.wire import taskmanager_pb2
 
@@ -178,7 +177,7 @@ def test_a_keyed_unaligned_checkpoint_acknowledges_once_both_its_upload_and_its_
     open_state: OpenState,
 ) -> None:
     h = make_task(
-        "op", channels=2, open_keyed_state=lambda: open_state("job-a/op-0-1"), alignment=AlignmentMode.UNALIGNED
+        "op", channels=2, open_keyed_state=lambda: open_state("job-a/op-0-1"), mode=CheckpointingMode.UNALIGNED
     )
     gate = h.gate
     assert gate is not None

@@ -12,14 +12,10 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex
 from weir.taskmanager.inflight import persistable
-from weir.taskmanager.network import (
-    OUTPUT_QUEUE_LIMIT,
+from weir.taskmanager.network.codec import (
     ChannelBuffer,
     ChannelClosedError,
-    InputGate,
     LocalBuffer,
-    LocalOutputChannel,
-    RecordWriter,
     barrier_message,
     encode_records,
     encoded,
@@ -28,6 +24,9 @@ from weir.taskmanager.network import (
     read_buffer,
     watermark_message,
 )
+from weir.taskmanager.network.gate import InputGate
+from weir.taskmanager.network.output_channels import OUTPUT_QUEUE_LIMIT, LocalOutputChannel
+from weir.taskmanager.network.writer import RecordWriter
 from weir.taskmanager.partitioners import RebalancePartitioner
 from weir.wire import taskmanager_pb2
 

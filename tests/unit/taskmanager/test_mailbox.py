@@ -8,7 +8,8 @@ from typing import Any
 
 from weir.core.ids import CheckpointId
 from weir.taskmanager.mailbox import Cancel, CheckpointComplete, Mailbox
-from weir.taskmanager.network import InputGate, ReceivedBuffer, watermark_message
+from weir.taskmanager.network.codec import watermark_message
+from weir.taskmanager.network.gate import InputGate, ReceivedBuffer
 
 
 def wait_in_thread(mailbox: Mailbox, take_input: Any) -> tuple[threading.Thread, list[Any]]:

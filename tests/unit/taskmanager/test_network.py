@@ -18,15 +18,10 @@ from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
 from weir.core.serde import dumps_value
-from weir.taskmanager.network import (
-    OUTPUT_QUEUE_LIMIT,
-    RECORDS_PER_BUFFER,
+from weir.taskmanager.network.codec import (
     Barrier,
     ChannelBuffer,
     ChannelClosedError,
-    InputGate,
-    RecordWriter,
-    RemoteOutputChannel,
     barrier_message,
     decode_records,
     encode_records,
@@ -35,6 +30,9 @@ from weir.taskmanager.network import (
     read_buffer,
     watermark_message,
 )
+from weir.taskmanager.network.gate import InputGate
+from weir.taskmanager.network.output_channels import OUTPUT_QUEUE_LIMIT, RemoteOutputChannel
+from weir.taskmanager.network.writer import RECORDS_PER_BUFFER, RecordWriter
 from weir.taskmanager.partitioners import BroadcastPartitioner, KeyGroupPartitioner, RebalancePartitioner
 from weir.wire import common_pb2, taskmanager_pb2
 
@@ -444,7 +442,7 @@ def test_a_priority_barrier_is_taken_first_with_what_its_channel_queued_ahead_of
 def test_a_received_buffer_reads_as_its_records_and_a_typed_event() -> None:
     from weir.core.checkpointing import CheckpointKind
     from weir.core.watermarks import WatermarkStatus
-    from weir.taskmanager.network import (
+    from weir.taskmanager.network.codec import (
         Barrier,
         CancelBarrier,
         EndOfStream,

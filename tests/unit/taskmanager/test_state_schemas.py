@@ -25,9 +25,9 @@ from weir.core.task_state import (
     encode_task_state,
 )
 from weir.operators.keyed import KeyedOperator, ReduceOperator
-from weir.taskmanager.network import barrier_message, encode_records, end_of_stream_message
+from weir.taskmanager.network.codec import barrier_message, encode_records, end_of_stream_message
 from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_to_document
-from weir.taskmanager.task import ChainRestore, InheritedRestore
+from weir.taskmanager.task_types import ChainRestore, InheritedRestore
 from weir.wire import taskmanager_pb2
 
 OpenState = Callable[[str], TaskKeyedState]

@@ -16,7 +16,7 @@ import pytest
 import structlog
 
 from tests.unit.taskmanager.fakes import FakeChannel, Harness, Journal, ListSource, Recording, make_task, writer_to
-from weir.core.checkpointing import BarrierAlignment, CheckpointKind
+from weir.core.checkpointing import BarrierAlignment, CheckpointingMode, CheckpointKind
 from weir.core.ids import ChannelIndex, CheckpointId, KeyGroup, SubtaskIndex
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.states import TaskState
@@ -25,6 +25,7 @@ from weir.core.watermarks import MAX_WATERMARK
 from weir.graph import Edge, LogicalGraph, OperatorKind, Partitioning, Transformation
 from weir.plan import build_plan
 from weir.taskmanager import barrier_aligner as ba
+from weir.taskmanager.checkpointer import UnalignedAck
 from weir.taskmanager.inflight import (
     INFLIGHT_STATE_NAME,
     InflightState,
@@ -35,7 +36,7 @@ from weir.taskmanager.inflight import (
     parse_message,
 )
 from weir.taskmanager.mailbox import CheckpointRequest
-from weir.taskmanager.network import (
+from weir.taskmanager.network.codec import (
     Barrier,
     barrier_message,
     cancel_barrier_message,
@@ -44,15 +45,8 @@ from weir.taskmanager.network import (
     read_buffer,
     watermark_message,
 )
-from weir.taskmanager.task import (
-    ChainRestore,
-    InheritedRestore,
-    Task,
-    TaskAddress,
-    TaskCallbacks,
-    _BarrierTimes,
-    _UnalignedAck,
-)
+from weir.taskmanager.task import Task
+from weir.taskmanager.task_types import ChainRestore, InheritedRestore, TaskAddress, TaskCallbacks
 from weir.wire import common_pb2, taskmanager_pb2
 
 CHECKPOINT = CheckpointKind.CHECKPOINT
@@ -200,7 +194,7 @@ def test_an_aligner_action_is_carried_out(action: ba.Action, effect: str) -> Non
     h = make_task("op", channels=2)
     if isinstance(action, ba.UnblockChannels):
         h.gate.block(1)
-    h.task._apply([action])  # noqa: SLF001
+    h.task.input.apply([action])
     channel = h.gate.channels[1]
     task_journal = h.journal.of("task")
     match effect:
@@ -218,19 +212,19 @@ def test_an_aligner_action_is_carried_out(action: ba.Action, effect: str) -> Non
         case "not declined":
             assert task_journal == []
         case "input ended":
-            assert h.task._input_ended  # noqa: SLF001
+            assert h.task.input.ended
 
 
 def test_the_unaligned_actions_capture_and_acknowledge_with_the_inflight_records() -> None:
     h = make_task("op", channels=2)
-    h.task._apply([_trigger(capture_inflight=True), ba.StartCapture(ChannelIndex(1), CID)])  # noqa: SLF001
+    h.task.input.apply([_trigger(capture_inflight=True), ba.StartCapture(ChannelIndex(1), CID)])
     assert h.out.stream()[0].startswith("Barrier:7:") and not h.acks  # forwarded at once, not acknowledged
-    capture = h.task._capture  # noqa: SLF001
+    capture = h.task.checkpointer.capture
     assert capture is not None
     capture.add(ChannelIndex(1), data(1))
-    h.task._overtaken = (data(2),)  # noqa: SLF001  # what channel 1's barrier overtook
-    h.task._apply(  # noqa: SLF001
-        [ba.StopCapture(ChannelIndex(1), CID), ba.CaptureQueued(ChannelIndex(1), CID), ba.InflightCaptureComplete(CID)]
+    h.task.input.apply(
+        [ba.StopCapture(ChannelIndex(1), CID), ba.CaptureQueued(ChannelIndex(1), CID), ba.InflightCaptureComplete(CID)],
+        overtaken=(data(2),),  # what channel 1's barrier overtook
     )
     (ack,) = h.acks
     inflight = decode_inflight(ack.snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
@@ -244,9 +238,9 @@ def test_an_unaligned_checkpoint_that_overtook_nothing_reports_no_bytes_in_fligh
     the checkpoint statistics and metrics show are the buffers': an empty capture's document was
     reported as 53 bytes in flight, and a checkpoint taken after the sources had read everything
     looked like one holding records."""
-    h = make_task("op", channels=1, alignment=ba.AlignmentMode.UNALIGNED)
-    h.task._apply([_trigger(capture_inflight=True), ba.StartCapture(ChannelIndex(0), CID)])  # noqa: SLF001
-    h.task._apply([ba.StopCapture(ChannelIndex(0), CID), ba.InflightCaptureComplete(CID)])  # noqa: SLF001
+    h = make_task("op", channels=1, mode=CheckpointingMode.UNALIGNED)
+    h.task.input.apply([_trigger(capture_inflight=True), ba.StartCapture(ChannelIndex(0), CID)])
+    h.task.input.apply([ba.StopCapture(ChannelIndex(0), CID), ba.InflightCaptureComplete(CID)])
     (ack,) = h.acks
     assert decode_inflight(ack.snapshot.operator_states[INFLIGHT_STATE_NAME], "test") == InflightState(CID)
     assert ack.inflight_bytes == 0
@@ -255,22 +249,22 @@ def test_an_unaligned_checkpoint_that_overtook_nothing_reports_no_bytes_in_fligh
 def test_a_capture_of_another_checkpoint_is_a_protocol_error() -> None:
     h = make_task("op", channels=2)
     with pytest.raises(ba.InputProtocolError, match="in-flight capture"):
-        h.task._apply([ba.StartCapture(ChannelIndex(0), CID)])  # noqa: SLF001
+        h.task.input.apply([ba.StartCapture(ChannelIndex(0), CID)])
 
 
 def test_an_unaligned_ack_joins_its_snapshot_and_its_capture_in_either_order() -> None:
     h = make_task("op", channels=2)
-    h.task._apply([_trigger()])  # noqa: SLF001
+    h.task.input.apply([_trigger()])
     (ack,) = h.acks
     for first_snapshot in (True, False):
-        join = _UnalignedAck()
+        join = UnalignedAck()
         first = join.snapshot_done(ack) if first_snapshot else join.inflight_done(b"i", 7, ())
         second = join.inflight_done(b"i", 7, ()) if first_snapshot else join.snapshot_done(ack)
         assert first is None and second is not None
         assert second.snapshot.operator_states == {**ack.snapshot.operator_states, INFLIGHT_STATE_NAME: b"i"}
         assert second.inflight_bytes == 7
         assert join.snapshot_done(ack) is None  # sent once
-    dropped = _UnalignedAck()
+    dropped = UnalignedAck()
     dropped.drop()
     dropped.snapshot_done(ack)
     assert dropped.inflight_done(b"i", 7, ()) is None
@@ -299,25 +293,20 @@ def test_an_aligned_ack_carries_the_timeline_of_its_barrier_and_snapshot(op_task
 def test_a_source_ack_has_a_timeline_without_channels() -> None:
     h = make_task("src", source_values=[])
     before = time.time()
-    h.task._checkpoint(  # noqa: SLF001
-        CheckpointRequest(CID, before, CHECKPOINT),
-        alignment_s=0.0,
-        start_delay_s=0.0,
-        times=_BarrierTimes(first_barrier_at=before, alignment_end_at=before),
-        alignment=BarrierAlignment.BY_MODE,
-    )
+    h.task.checkpointer.trigger(CheckpointRequest(CID, before, CHECKPOINT))
     (ack,) = h.acks
     assert ack.timeline is not None and ack.timeline.channels == ()
-    assert before == ack.timeline.first_barrier_at <= ack.timeline.sync_end_at <= ack.timeline.async_end_at
+    assert before <= ack.timeline.first_barrier_at == ack.timeline.alignment_end_at
+    assert ack.timeline.alignment_end_at <= ack.timeline.sync_end_at <= ack.timeline.async_end_at
 
 
 def test_an_unaligned_ack_carries_the_barriers_that_came_after_its_snapshot() -> None:
-    h = make_task("op", channels=1, alignment=ba.AlignmentMode.UNALIGNED)
+    h = make_task("op", channels=1, mode=CheckpointingMode.UNALIGNED)
     first = ba.BarrierArrival(ChannelIndex(0), 10.0)
     trigger = ba.TriggerSnapshot(CID, CHECKPOINT, 10.0, 10.0, capture_inflight=True, barriers=(first,))
-    h.task._apply([trigger, ba.StartCapture(ChannelIndex(0), CID)])  # noqa: SLF001
+    h.task.input.apply([trigger, ba.StartCapture(ChannelIndex(0), CID)])
     assert not h.acks
-    h.task._apply(  # noqa: SLF001
+    h.task.input.apply(
         [ba.StopCapture(ChannelIndex(0), CID), ba.InflightCaptureComplete(CID, barriers=(first,))]
     )
     (ack,) = h.acks
@@ -328,7 +317,7 @@ def test_an_unaligned_ack_carries_the_barriers_that_came_after_its_snapshot() ->
 
 def test_a_channel_without_a_barrier_has_none_in_the_timeline() -> None:
     h = make_task("op", channels=1)
-    h.task._apply([ba.TriggerSnapshot(CID, CHECKPOINT, 1.0, 2.0, barriers=())])  # noqa: SLF001  # channel 0 ended
+    h.task.input.apply([ba.TriggerSnapshot(CID, CHECKPOINT, 1.0, 2.0, barriers=())])  # channel 0 ended
     (ack,) = h.acks
     assert ack.timeline is not None
     assert [(c.channel, c.barrier_at) for c in ack.timeline.channels] == [(0, None)]
@@ -340,7 +329,7 @@ def _values(h: Harness) -> list[str]:
 
 
 def test_an_unaligned_barrier_overtakes_and_the_records_behind_it_are_captured() -> None:
-    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    h = make_task("op", channels=2, mode=CheckpointingMode.UNALIGNED)
     assert h.gate is not None
     try:
         h.gate.push(0, data(1))
@@ -380,7 +369,7 @@ def _priority_barrier(checkpoint_id: int) -> taskmanager_pb2.DataMessage:
 def test_a_priority_barrier_overtakes_both_queues_and_the_checkpoint_keeps_what_it_overtook() -> None:
     """FLIP-76: the barrier is taken ahead of the input queue and sent ahead of the output queue; the
     buffers it overtook on both sides are the checkpoint's in-flight state, and still flow on."""
-    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    h = make_task("op", channels=2, mode=CheckpointingMode.UNALIGNED)
     assert h.gate is not None
     h.out.overtake = [data(9)]  # what the output channel still queues when the barrier goes out
     try:
@@ -414,7 +403,7 @@ def test_a_priority_barrier_overtakes_both_queues_and_the_checkpoint_keeps_what_
 
 
 def test_an_aborted_unaligned_checkpoint_drops_its_capture_and_is_never_acknowledged() -> None:
-    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    h = make_task("op", channels=2, mode=CheckpointingMode.UNALIGNED)
     assert h.gate is not None
     try:
         h.gate.push(0, barrier_message(1, time.time(), CHECKPOINT))
@@ -427,7 +416,7 @@ def test_an_aborted_unaligned_checkpoint_drops_its_capture_and_is_never_acknowle
         h.gate.push(0, end_of_stream_message())
         h.gate.push(1, end_of_stream_message())
         h.wait_for_state(TaskState.FINISHED)
-        assert not h.acks and h.task._capture is None  # noqa: SLF001
+        assert not h.acks and h.task.checkpointer.capture is None
     finally:
         h.task.cancel()
         h.task.join(10)
@@ -445,8 +434,12 @@ def test_a_source_sends_the_final_barrier_in_order_and_forced_aligned_in_unalign
     """Its output still queues a buffer when the final checkpoint is triggered: the barrier waits
     behind it (an unaligned one would overtake it into the checkpoint's in-flight state, and the
     sink would pre-commit before those records reached it)."""
-    h = make_task("src", source_values=[1, 2, 3], alignment=ba.AlignmentMode.UNALIGNED)
-    h.task._aligned_timeout_s = 0.001 if timeout else 0.0  # noqa: SLF001  # aligned-checkpoint timeout or not
+    h = make_task(
+        "src",
+        source_values=[1, 2, 3],
+        mode=CheckpointingMode.UNALIGNED,
+        aligned_checkpoint_timeout_s=0.001 if timeout else 0.0,  # aligned-checkpoint timeout or not
+    )
     h.out.overtake = [data(9)]  # what the output channel queues, waiting for credit
     h.task.start()
     try:
@@ -468,15 +461,9 @@ def test_a_source_sends_the_final_barrier_in_order_and_forced_aligned_in_unalign
 
 
 def test_a_periodic_checkpoint_of_a_source_in_unaligned_mode_still_overtakes() -> None:
-    h = make_task("src", source_values=[1], alignment=ba.AlignmentMode.UNALIGNED)
+    h = make_task("src", source_values=[1], mode=CheckpointingMode.UNALIGNED)
     h.out.overtake = [data(9)]
-    h.task._checkpoint(  # noqa: SLF001
-        CheckpointRequest(CID, time.time(), CHECKPOINT),
-        alignment_s=0.0,
-        start_delay_s=0.0,
-        times=_BarrierTimes(first_barrier_at=0.0, alignment_end_at=0.0),
-        alignment=BarrierAlignment.BY_MODE,
-    )
+    h.task.checkpointer.trigger(CheckpointRequest(CID, time.time(), CHECKPOINT))
     (barrier,) = _barriers(h)
     assert barrier.priority and barrier.barrier_alignment == common_pb2.BARRIER_ALIGNMENT_BY_MODE
     inflight = decode_inflight(h.acks[0].snapshot.operator_states[INFLIGHT_STATE_NAME], "test")
@@ -486,7 +473,7 @@ def test_a_periodic_checkpoint_of_a_source_in_unaligned_mode_still_overtakes() -
 def test_a_task_aligns_a_forced_aligned_barrier_in_unaligned_mode_and_forwards_it_in_order() -> None:
     """Both channels queue records ahead of the final barrier: the snapshot comes after all of them,
     nothing is captured in flight, and the barrier goes on in order and forced aligned."""
-    h = make_task("op", channels=2, alignment=ba.AlignmentMode.UNALIGNED)
+    h = make_task("op", channels=2, mode=CheckpointingMode.UNALIGNED)
     assert h.gate is not None
     h.out.overtake = [data(9)]
     forced = BarrierAlignment.FORCED_ALIGNED
@@ -598,7 +585,7 @@ def test_inherited_inflight_records_of_a_keyed_edge_go_where_their_key_groups_no
     h = make_task("op", channels=1)
     h.task.key_group_range = KeyGroupRange(KeyGroup(0), KeyGroup(63))  # as subtask 0 of 2
     key_group = KeyEncoder(128).key_group
-    replay = h.task._redistributed_inflight(olds)  # noqa: SLF001
+    replay = h.task.restorer().redistributed_inflight(olds)
     assert replay is not None and replay.redistributed
     replayed = [v for _, m in replay.inputs for v in read_buffer(m).values]
     assert replayed == [v for v in range(40) if key_group(v) <= 63]
@@ -726,7 +713,7 @@ def test_inflight_output_records_restored_at_another_parallelism_go_to_their_con
         _old_src_document(1, 2, _queued({0: TOTALS, 1: ARCHIVE}, {1: data("a1", "a2")})),
     )
     run = _fan_out_task(("archive", "audit", "totals"), InheritedRestore(7, olds))
-    replay = run.task._redistributed_inflight(olds)  # noqa: SLF001
+    replay = run.task.restorer().redistributed_inflight(olds)
     assert replay is not None
     assert [(edge, read_buffer(m).values) for edge, m in replay.emits] == [(2, ["t1"]), (0, ["a1", "a2"])]
     run.run_until_input_ended()

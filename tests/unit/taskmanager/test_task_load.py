@@ -10,7 +10,7 @@ from typing import TypeVar
 from tests.unit.taskmanager.fakes import make_task
 from weir.core.states import TaskState
 from weir.core.task_time import TimeRatios
-from weir.taskmanager.network import end_of_stream_message, watermark_message
+from weir.taskmanager.network.codec import end_of_stream_message, watermark_message
 from weir.taskmanager.task import Task
 
 T = TypeVar("T")

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from weir.core.checkpointing import CheckpointingMode
 from weir.core.errors import SerializationError
 from weir.core.ids import ChannelIndex, CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.taskmanager import barrier_aligner as ba
-from weir.taskmanager.barrier_aligner import AlignmentMode, BarrierAligner
+from weir.taskmanager.barrier_aligner import BarrierAligner
 from weir.taskmanager.inflight import (
     InflightCapture,
     InflightCaptureError,
@@ -30,7 +31,7 @@ from weir.taskmanager.inflight import (
     parse_message,
     persistable,
 )
-from weir.taskmanager.network import encode_records, read_buffer
+from weir.taskmanager.network.codec import encode_records, read_buffer
 from weir.wire.taskmanager_pb2 import DataMessage, EventKind
 
 TASK = TaskId(JobId("job"), OperatorUid("sum"), SubtaskIndex(0))
@@ -137,7 +138,9 @@ class ModelTask:
     _overtaken: list[DataMessage] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.aligner = BarrierAligner(TASK, self.channels, AlignmentMode.UNALIGNED, aligned_start=self.aligned_start)
+        self.aligner = BarrierAligner(
+            TASK, self.channels, CheckpointingMode.UNALIGNED, aligned_start=self.aligned_start
+        )
         self.queues = [deque() for _ in range(self.channels)]
 
     def can_arrive(self, channel: int, event: Event) -> bool:
@@ -332,7 +335,7 @@ def test_the_captured_records_are_those_between_the_first_barrier_and_each_chann
 
 
 def test_a_savepoint_stays_aligned_and_captures_nothing() -> None:
-    aligner = BarrierAligner(TASK, 2, AlignmentMode.UNALIGNED)
+    aligner = BarrierAligner(TASK, 2, CheckpointingMode.UNALIGNED)
     first = aligner.on_barrier(ChannelIndex(0), CheckpointId(1), ba.CheckpointKind.SAVEPOINT, now=1.0)
     assert first == (ba.BlockChannel(ChannelIndex(0)),)
 

@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 
 from weir.core.metrics import SinkMetrics, TaskMetrics
 from weir.core.watermarks import MAX_WATERMARK, MIN_WATERMARK
-from weir.taskmanager.task import exported_watermark
+from weir.taskmanager.task_metrics import exported_watermark
 
 LABELS = ("job_id", "operator_uid", "subtask", "taskmanager")
 

@@ -308,7 +308,7 @@ def build(env):
 
     harness = make_task("op", channels=1)
     assert harness.gate is not None
-    from weir.taskmanager.network import end_of_stream_message
+    from weir.taskmanager.network.codec import end_of_stream_message
 
     harness.gate.push(0, end_of_stream_message())
     harness.task.start()

@@ -13,8 +13,12 @@ from weir.operators.twophase import TransactionId
 from weir.tools.cli import EXIT_OK, EXIT_USAGE, run_cli
 from weir.tools.verify import (
     CommitProof,
+    ProofCount,
     ProofEntry,
+    SinkReport,
     SubtaskCommit,
+    check_proof_records,
+    committed_by_proofs,
     compare_records,
     compare_rows,
     last_commits,
@@ -54,6 +58,122 @@ def test_a_key_found_twice_is_a_duplicate_row() -> None:
     c = compare_rows({("k",): ("k", 1)}, [("k", 1), ("k", 1)], key_index=[0])
 
     assert (c.duplicates, c.missing, c.mismatched) == (1, 0, 0)
+
+
+RESULTS = [b'{"key":"k1","count":3}', b'{"key":"k2","count":5}', b'{"key":"k3","count":1}']
+
+
+def test_a_duplicated_record_is_reported() -> None:
+    c = compare_records(RESULTS, [*RESULTS, RESULTS[1]])
+
+    assert (c.duplicates, c.missing, c.unexpected) == (1, 0, 0)
+    assert c.samples["duplicates"] == ['{"key":"k2","count":5} found 2x, expected 1x']
+
+
+def test_a_missing_record_is_reported() -> None:
+    c = compare_records(RESULTS, RESULTS[:2])
+
+    assert (c.duplicates, c.missing, c.unexpected) == (0, 1, 0)
+    assert c.samples["missing"] == ['{"key":"k3","count":1}']
+
+
+def test_a_changed_record_is_reported_as_the_expected_one_missing_and_the_found_one_unexpected() -> None:
+    c = compare_records(RESULTS, [RESULTS[0], b'{"key":"k2","count":6}', RESULTS[2]])
+
+    assert (c.duplicates, c.missing, c.unexpected) == (0, 1, 1)
+    assert c.samples == {"unexpected": ['{"key":"k2","count":6}'], "missing": ['{"key":"k2","count":5}']}
+
+
+def test_a_record_that_replaces_a_duplicate_keeps_the_counts_but_not_the_multiset() -> None:
+    """Two records of one window instead of one of each: the count of records is right, a set of them
+    hides the duplicate, the multiset does not."""
+    found = [RESULTS[0], RESULTS[0], RESULTS[2]]
+
+    c = compare_records(RESULTS, found)
+
+    assert len(found) == len(RESULTS) and set(found) < set(RESULTS)
+    assert (c.duplicates, c.missing, c.unexpected) == (1, 1, 0)
+
+
+def test_rows_changed_or_missing_are_reported() -> None:
+    expected = {("k1",): ("k1", 3), ("k2",): ("k2", 5), ("k3",): ("k3", 1)}
+
+    c = compare_rows(expected, [("k1", 3), ("k2", 6)], key_index=[0])
+
+    assert (c.duplicates, c.missing, c.unexpected, c.mismatched) == (0, 1, 0, 1)
+
+
+def test_a_row_committed_twice_is_a_duplicate_the_commit_proofs_show_though_the_upsert_hid_it() -> None:
+    """Three window results, one per key: the table holds three rows either way, the proofs count four."""
+    assert check_proof_records("postgres", 4, found=3, writes=3, keys=3) == ProofCount(hidden_duplicates=1)
+    assert check_proof_records("postgres", 3, found=3, writes=3, keys=3) == ProofCount()
+
+
+def test_proofs_counting_fewer_rows_than_written_are_a_discrepancy() -> None:
+    assert check_proof_records("postgres", 2, found=3, writes=3, keys=3).problems == (
+        "commit proofs count 2 rows, the reference writes 3",
+    )
+
+
+def test_rewritten_keys_bound_the_proof_count_between_keys_and_writes() -> None:
+    """A key written in several epochs commits once per epoch, once per key within one."""
+    assert check_proof_records("postgres", 4, found=2, writes=5, keys=2) == ProofCount()
+    assert check_proof_records("postgres", 6, found=2, writes=5, keys=2).problems == (
+        "commit proofs count 6 rows, the reference writes 5 rows over 2 keys",
+    )
+    assert check_proof_records("postgres", 1, found=2, writes=5, keys=2).problems == (
+        "commit proofs count 1 rows, the reference writes 5 rows over 2 keys",
+    )
+
+
+def test_kafka_proofs_must_count_the_committed_records() -> None:
+    assert check_proof_records("kafka", 3, found=3, writes=3, keys=3) == ProofCount()
+    assert check_proof_records("kafka", 3, found=4, writes=3, keys=3).problems == (
+        "commit proofs count 3 records, the topic holds 4 committed",
+    )
+
+
+def test_output_without_a_commit_proof_is_a_discrepancy() -> None:
+    for kind in ("kafka", "postgres"):
+        assert check_proof_records(kind, None, found=3, writes=3, keys=3).problems == ("no commit proof",)  # type: ignore[arg-type]
+        assert check_proof_records(kind, None, found=0, writes=0, keys=0) == ProofCount()  # type: ignore[arg-type]
+
+
+def test_proofs_are_summed_over_the_job_and_the_jobs_it_restored_from() -> None:
+    entries = [
+        ProofEntry("old", "sink", 0, 3, 10, 1),
+        ProofEntry("old", "sink", 1, 3, 5, 1),
+        ProofEntry("new", "sink", 0, 1, 7, 2),
+        ProofEntry("new", "other", 0, 1, 100, 2),
+        ProofEntry("unrelated", "sink", 0, 9, 1000, 3),
+    ]
+
+    assert committed_by_proofs(entries, ("new",), "sink") == 7
+    assert committed_by_proofs(entries, ("new", "old"), "sink") == 22
+    assert committed_by_proofs(entries, ("none",), "sink") is None
+
+
+def test_a_proof_problem_fails_the_sink() -> None:
+    report = SinkReport(
+        uid="postgres-sink",
+        kind="postgres",
+        target="t",
+        expected=3,
+        found=3,
+        duplicates=0,
+        missing=0,
+        unexpected=0,
+        mismatched=0,
+        samples={},
+        commit_proof=CommitProof("table", "j"),
+        open_transactions=(),
+        open_transaction_method="",
+        proof_records=None,
+        proof_problems=("no commit proof",),
+    )
+
+    assert not report.ok
+    assert report.problems() == ["no commit proof"]
 
 
 def entry(job: str, uid: str, subtask: int, checkpoint: int, at: int) -> ProofEntry:
