@@ -503,16 +503,16 @@ def flink_checkpoint_uri(run_checkpoints: str, work_dir: Path, tag: str) -> str:
 
 def flink_environment(build_dir: Path, endpoints: Endpoints, base: dict[str, str] | None = None) -> dict[str, str]:
     """The JVM's environment: Flink's plugins folder (the S3 file system) and the S3 server's address
-    and keys (read by weir.bench.BenchConf; in the environment, not on the command line)."""
+    and static keys as Weir has them (read by weir.bench.BenchConf; in the environment, not on the
+    command line). What Weir leaves unset (outside the local mode: AWS's endpoint, boto3's credential
+    chain) is not set for the JVM either: its S3 plugin takes the AWS chain of the environment."""
     environ = dict(os.environ if base is None else base)
-    environ.update(
-        {
-            "FLINK_PLUGINS_DIR": str(build_dir / "plugins"),
-            "WEIR_S3_ENDPOINT": endpoints.s3_endpoint,
-            "WEIR_S3_ACCESS_KEY": endpoints.s3_access_key,
-            "WEIR_S3_SECRET_KEY": endpoints.s3_secret_key,
-        }
-    )
+    environ["FLINK_PLUGINS_DIR"] = str(build_dir / "plugins")
+    if endpoints.s3_endpoint is not None:
+        environ["WEIR_S3_ENDPOINT"] = endpoints.s3_endpoint
+    if endpoints.s3_access_key is not None and endpoints.s3_secret_key is not None:
+        environ["WEIR_S3_ACCESS_KEY"] = endpoints.s3_access_key
+        environ["WEIR_S3_SECRET_KEY"] = endpoints.s3_secret_key.get_secret_value()
     return environ
 
 

@@ -84,16 +84,28 @@ def test_flink_checkpoints_where_weir_does_with_the_s3_plugin_and_keys_off_the_c
         "s3://weir-checkpoints/bench-r1/flink/tp2-flink"
     )
     assert flink_checkpoint_uri("", Path("/w"), "t") == "file:///w/flink-checkpoints/t"
-    e = endpoints()
+    e = Endpoints.from_env({"WEIR_LOCAL_MODE": "true", "WEIR_S3_PORT": "19000"})  # the local S3 server's keys
     environ = flink_environment(Path("/c/bench/flink"), e, base={"PATH": "/bin"})
-    assert environ["FLINK_PLUGINS_DIR"] == "/c/bench/flink/plugins"
-    assert environ["WEIR_S3_ENDPOINT"] == e.s3_endpoint
-    assert environ["WEIR_S3_SECRET_KEY"] == e.s3_secret_key
-    assert environ["PATH"] == "/bin"
+    assert environ == {
+        "PATH": "/bin",
+        "FLINK_PLUGINS_DIR": "/c/bench/flink/plugins",
+        "WEIR_S3_ENDPOINT": "http://127.0.0.1:19000",
+        "WEIR_S3_ACCESS_KEY": "weiradmin",
+        "WEIR_S3_SECRET_KEY": "weiradmin-secret",  # the secret's value, not its masked form
+    }
     argv = flink_contender(e, Path("/w"), "r1", "s3://b/bench-r1").argvs(
         Topics("in", "out"), bounded=True, tag="t", group="g"
     )[0]
-    assert e.s3_secret_key not in argv
+    assert not any("weiradmin-secret" in arg for arg in argv)
+
+
+def test_flink_without_static_s3_keys_is_given_none_and_keeps_the_environment_s_own() -> None:
+    """Outside the local mode Weir takes boto3's credential chain: the JVM gets no WEIR_S3_* of ours
+    (BenchConf then leaves the S3 plugin to its own chain), and an inherited AWS_* stays."""
+    e = Endpoints.from_env({"WEIR_LOCAL_MODE": "false"})
+    assert e.s3_endpoint is None and e.s3_access_key is None
+    environ = flink_environment(Path("/c"), e, base={"PATH": "/bin", "AWS_PROFILE": "bench"})
+    assert environ == {"PATH": "/bin", "AWS_PROFILE": "bench", "FLINK_PLUGINS_DIR": "/c/plugins"}
 
 
 def test_pom_pins_the_versions_the_label_names() -> None:
