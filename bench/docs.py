@@ -162,6 +162,13 @@ def demote(markdown: str) -> str:
     return "\n".join(out).strip("\n")
 
 
+def without_provenance(markdown: str, document: Mapping[str, Any]) -> str:
+    """The renderer's Markdown without its own provenance paragraph (``Run ... Commit ...``): the
+    block's opening line (:func:`source_line`) says it."""
+    lines = [provenance.markdown_line(document.get("provenance")), provenance.markdown_line(None)]
+    return "\n".join(line for line in markdown.split("\n") if not any(own in line for own in lines))
+
+
 def render_block(relative: str, repo: Path = REPO_ROOT) -> str:
     """The block's body for one results file (a missing or unreadable file says so)."""
     name = Path(relative).name
@@ -173,7 +180,7 @@ def render_block(relative: str, repo: Path = REPO_ROOT) -> str:
         return f"`{relative}` is not there: run its benchmark to fill this block."
     document = json.loads(path.read_text())
     try:
-        body = demote(renderer(document).replace(provenance.markdown_line(None), ""))
+        body = demote(without_provenance(renderer(document), document))
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         body = (
             f"`{relative}` is in a format the current renderer cannot read ({type(exc).__name__}: {exc}); "

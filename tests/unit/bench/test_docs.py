@@ -121,3 +121,22 @@ def test_the_repositorys_page_is_what_its_results_files_say() -> None:
     page = docs.DOC.read_text()
     assert docs.BEGIN.search(page), "docs/benchmarks.md has no generated block"
     assert docs.regenerate(page) == page
+
+
+def test_the_results_files_own_provenance_line_is_not_repeated_under_the_blocks_opening(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A renderer opens its Markdown with the run and the provenance line; the block's opening line
+    says the same, so the block carries it once."""
+    from bench import provenance
+
+    document = _exchange(100.0)
+
+    def with_provenance(doc: dict[str, Any]) -> str:
+        line = f"Run `r1` (quick run). {provenance.markdown_line(doc['provenance'])}"
+        return f"# Title\n\n{line}\n\n| table |\n"
+
+    monkeypatch.setitem(docs.RENDERERS, "exchange.json", with_provenance)  # type: ignore[index]
+    block = docs.render_block("bench/results/exchange.json", _repo(tmp_path, document))
+    assert block.count("Commit `abc1234`") == 1, block
+    assert block.startswith("**From `bench/results/exchange.json`**") and block.endswith("| table |")
