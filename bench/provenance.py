@@ -22,8 +22,9 @@ RESULTS_FORMAT: Final = 2
 """Version of the results files' shared layout (``provenance`` block, runs with their spread);
 files without ``results_format`` are version 1 (docs/benchmarks.md, "Results files")."""
 
-OUTPUT_PATHS: Final = ("bench/results/",)
-"""Paths the benchmarks write themselves: not counted as uncommitted changes of the code measured."""
+OUTPUT_PATHS: Final = ("bench/results/", "docs/benchmarks.md", "docs/benchmarks-jm-scale.md")
+"""Paths the benchmarks write themselves (their results, and the pages generated from them by the
+bench targets): not counted as uncommitted changes of the code measured."""
 
 
 def parse_cpu_model(cpuinfo: str) -> str | None:
@@ -68,7 +69,7 @@ def _run(argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedPr
 
 
 def git_state(repo: Path) -> dict[str, Any]:
-    """The commit checked out in ``repo`` and the uncommitted changes beside it (bench/results/
+    """The commit checked out in ``repo`` and the uncommitted changes beside it (:data:`OUTPUT_PATHS`
     excluded: the benchmarks write there)."""
     head = _run(["git", "rev-parse", "HEAD"], repo)
     status = _run(["git", "status", "--porcelain", "--untracked-files=all"], repo)
