@@ -65,6 +65,16 @@ class Spread:
         return {"median": self.median, "min": self.low, "max": self.high, "runs": self.runs}
 
 
+def spread_label(value: Mapping[str, Any], runs: int | None, fmt: str = "{:,.0f}") -> str:
+    """``median (min-max)`` of a spread as the results files keep it (:meth:`Spread.as_dict`), with
+    ``k of n runs`` when the value exists in fewer of the contender's ``runs`` than were made (a
+    steady state in a run too short for it): a median of one run is not shown as one of three."""
+    parts = [] if value["runs"] == 1 else [f"{fmt.format(value['min'])}-{fmt.format(value['max'])}"]
+    if runs is not None and value["runs"] < runs:
+        parts.append(f"{value['runs']} of {runs} runs")
+    return fmt.format(value["median"]) + (f" ({'; '.join(parts)})" if parts else "")
+
+
 def spread(values: Iterable[float | None]) -> Spread | None:
     """Median, min and max of the values present; None when there is none."""
     present = [float(v) for v in values if v is not None]

@@ -67,6 +67,7 @@ from bench.evidence import (
     figure_of,
     final_table,
     run_order,
+    spread_label,
     steady_state,
     with_notes,
 )
@@ -366,9 +367,7 @@ def _spread(figure: dict[str, Any] | None, name: str, fmt: str = "{:,.0f}") -> s
     value = figure.get(name)
     if not value:
         return "–"
-    if value["runs"] == 1:
-        return fmt.format(value["median"])
-    return f"{fmt.format(value['median'])} ({fmt.format(value['min'])}-{fmt.format(value['max'])})"
+    return spread_label(value, figure.get("runs"), fmt)
 
 
 def _warmup(runs: Sequence[dict[str, Any]]) -> str:

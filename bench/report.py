@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import provenance
-from bench.evidence import RunOutcome, figure_of
+from bench.evidence import RunOutcome, figure_of, spread_label
 
 # The fair pairs: Quix Streams and the raw limit write to Kafka only, so Weir's Kafka-only variant is
 # the one compared with them; the variant with PostgreSQL is shown beside it.
@@ -199,9 +199,7 @@ def spread_text(figure: dict[str, Any] | None, name: str, fmt: str = "{:,.0f}") 
     value = figure.get(name)
     if not value:
         return "-"
-    if value["runs"] == 1:
-        return fmt.format(value["median"])
-    return f"{fmt.format(value['median'])} ({fmt.format(value['min'])}-{fmt.format(value['max'])})"
+    return spread_label(value, figure.get("runs"), fmt)
 
 
 def _warmup(runs: list[dict[str, Any]]) -> str:

@@ -316,3 +316,9 @@ def test_parse_marker() -> None:
     assert parse_marker("@job 00482a4d729ccd9a993b6443f8ab1c59") == ("job", "00482a4d729ccd9a993b6443f8ab1c59")
     assert parse_marker("@progress 5") is None
     assert parse_marker("some log line") is None
+
+
+def test_a_nexmark_figure_measured_in_fewer_runs_than_were_made_says_in_how_many() -> None:
+    one = {"median": 5.0, "min": 5.0, "max": 5.0, "runs": 1}
+    assert nb._spread({"ok": True, "runs": 3, "x": one}, "x") == "5 (1 of 3 runs)"
+    assert nb._spread({"ok": True, "runs": 1, "x": one}, "x") == "5"

@@ -127,3 +127,14 @@ def test_issue_16_targets_judge_the_columnar_path_where_it_ran() -> None:
     doc["ratios"] = report.ratios(doc)
     names = [t["target"] for t in report.targets(doc)]
     assert "Weir (Kafka only) CPU per event <= 0.5x Flink's" in names
+
+
+def test_a_figure_measured_in_fewer_runs_than_were_made_says_in_how_many() -> None:
+    """A steady state exists only in runs whose progress moved often enough: a median of 1 of 3
+    runs is not shown as if it were of all 3."""
+    one = {"median": 5.0, "min": 5.0, "max": 5.0, "runs": 1}
+    two = {"median": 5.0, "min": 4.0, "max": 6.0, "runs": 2}
+    assert report.spread_text({"ok": True, "runs": 3, "x": one}, "x") == "5 (1 of 3 runs)"
+    assert report.spread_text({"ok": True, "runs": 3, "x": two}, "x") == "5 (4-6; 2 of 3 runs)"
+    assert report.spread_text({"ok": True, "runs": 1, "x": one}, "x") == "5"
+    assert report.spread_text({"ok": True, "runs": 2, "x": two}, "x") == "5 (4-6)"
