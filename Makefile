@@ -12,7 +12,7 @@ BROWSER := deploy/local/browser.sh
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-nexmark bench-jm-scale bench-slots bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-nexmark bench-jm-scale bench-docs bench-slots bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -112,27 +112,37 @@ bench-deps: $(VENV)/.bench-installed ## the bench extra; the Flink contender bui
 
 bench-exchange: setup bench-deps ## records/s: raw gRPC, one Weir channel, the keyed job on a private cluster
 	$(PY) -m bench.exchange_bench $(BENCH_ARGS)
+	$(PY) -m bench.docs
 
-bench-quick: setup bench-deps ## the keyed benchmark, short: 200k events, 1 run (docs/benchmarks.md)
+bench-quick: setup bench-deps ## the keyed benchmark, short: 200k events, 3 runs per contender, rotated order (docs/benchmarks.md)
 	$(PY) -m bench.run --quick $(BENCH_ARGS)
+	$(PY) -m bench.docs
 
 bench-state: setup bench-deps ## checkpoint and restore curves over 100k/1M/5M keys
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
+	$(PY) -m bench.docs
 
 bench-backpressure: setup bench-deps ## checkpoint duration aligned vs unaligned under a slow sink; unaligned's throughput cost
 	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)
+	$(PY) -m bench.docs
 
 bench-recovery: setup bench-deps ## SIGKILL of a TaskManager under load to the first committed output, median of 5 kills
 	$(PY) -m bench.recovery_bench $(RECOVERY_BENCH_ARGS)
+	$(PY) -m bench.docs
 
 bench-slots: setup ## one TaskManager, 1 vs 2 slots, slot processes on and off, on a CPU-bound job: records/s, cores, the ratio (~8 min)
 	$(PY) -m bench.slots_bench $(SLOTS_BENCH_ARGS)
 
 bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per event, stdlib vs orjson vs msgspec vs ujson (~30 s)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)
+	$(PY) -m bench.docs
 
-bench-nexmark: setup bench-deps ## Nexmark queries on Weir vs Flink SQL: events/s, CPU s / M events, ratios (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2)
+bench-nexmark: setup bench-deps ## Nexmark on Weir vs Flink SQL as the reference configures it: 3 runs per query and side (ABBA), medians and spread, outputs checked record for record (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2)
 	$(PY) -m bench.nexmark_bench $(NEXMARK_BENCH_ARGS)
+	$(PY) -m bench.docs
+
+bench-docs: setup ## docs/benchmarks.md's results blocks regenerated from bench/results/*.json (the bench targets run it)
+	$(PY) -m bench.docs
 
 bench-jm-scale: setup $(VENV)/.bench-installed ## one JobManager against simulated TaskManagers: deployment, checkpoint round trip, CPU, heartbeats up to 1,000 subtasks / 100 TaskManagers (~5 min; JM_SCALE_ARGS=--quick); writes docs/benchmarks-jm-scale.md
 	$(PY) -m bench.jm_scale $(JM_SCALE_ARGS)
@@ -143,6 +153,7 @@ bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, F
 	$(PY) -m bench.state_bench $(STATE_BENCH_ARGS)
 	$(PY) -m bench.backpressure_bench $(BACKPRESSURE_BENCH_ARGS)
 	$(PY) -m bench.recovery_bench $(RECOVERY_BENCH_ARGS)
+	$(PY) -m bench.docs
 
 clean:
 	rm -rf $(VENV) weir/wire/*_pb2*.py weir/wire/*_pb2*.pyi *.egg-info build dist .pytest_cache

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from rich.console import Console
 
+from bench import provenance
 from bench.harness import (
     REPO_ROOT,
     BenchCluster,
@@ -197,6 +198,8 @@ def render_markdown(document: dict[str, Any]) -> str:
     lines = [
         "# Unaligned vs aligned checkpoints (`make bench-backpressure`)",
         "",
+        provenance.markdown_line(document.get("provenance")),
+        "",
         f"Run {document['run_id']} on {document['host']['machine']} ({document['host']['cpus']} CPUs), "
         f"commit {document['commit']}, {document['date']}.",
         "",
@@ -256,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = QUICK if args.quick else Plan()
     plan = replace(plan, runs=args.runs or plan.runs, events=args.events or plan.events)
     run_id = new_run_id()
+    block = provenance.collect(REPO_ROOT)
     env = prepare_environment(run_id, checkpoints_in_s3=True)
     ensure_services(env.endpoints, env.services_run_dir)
     ok = False
@@ -274,6 +278,7 @@ def main(argv: list[str] | None = None) -> int:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
     document = {
         "run_id": run_id,
+        "provenance": provenance.finish(block),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.stdout.strip(),
         "host": host_summary(),

@@ -4,19 +4,22 @@ A contender answers, while it runs: how many input events it has consumed (``pro
 its output is complete (``done``, bounded runs), and which processes are its own (``pids``), so
 that the runner measures every contender the same way.
 
-- Weir: a job submitted to the run's private cluster; its processes are the JobManager and the
-  three TaskManagers.
+- Weir: a private cluster started for the run (JobManager, three TaskManagers, their supervisor)
+  and the job submitted to it; its processes are the cluster's, counted from their start, as a
+  JVM's start-up is in Flink's CPU. The cluster is stopped when the run stops.
 - Quix Streams, the raw limit and the ceiling: three processes each (``bench/quix_app.py``,
   ``bench/raw_worker.py``, ``bench/ceiling_worker.py``) reporting progress on stdout; their CPU and
   peak RSS come from ``os.wait4`` when they are reaped.
 - Apache Flink: one JVM running the same job on a local MiniCluster at parallelism 3
   (``bench/flink/``, built by ``bench/flink/build.sh`` into ``$WEIR_CACHE_DIR/bench/flink``); its CPU
-  and peak RSS are the whole JVM's, from ``os.wait4`` too.
+  and peak RSS are the whole JVM's, from ``os.wait4`` too. Its checkpoints go to the S3 server,
+  under the run's checkpoint prefix, as Weir's do (Flink's S3 plugin, ``flink_environment``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import signal
@@ -33,7 +36,17 @@ import psycopg.sql
 from confluent_kafka import KafkaException
 
 from bench import dataset
-from bench.harness import REPO_ROOT, BenchCluster, BenchError, ProcessSampler, Reaped, log, reap
+from bench.harness import (
+    REPO_ROOT,
+    BenchCluster,
+    BenchEnvironment,
+    BenchError,
+    ProcessSampler,
+    Reaped,
+    log,
+    reap,
+    start_private_cluster,
+)
 from weir.core.config import Endpoints
 
 WORKERS: Final = 3
@@ -76,7 +89,7 @@ class Contender(Protocol):
 class WeirContender:
     key: str
     label: str
-    cluster: BenchCluster
+    env: BenchEnvironment
     with_postgres: bool
     columnar: bool = False  # -D columnar=true: the job's columnar path (Arrow batches, built-in aggregates)
     sinks: str = ""
@@ -92,7 +105,8 @@ class WeirContender:
         return KEYED_AGGREGATION  # the Kafka-only variant is the same job with -D sink.postgres=false
 
     def start(self, topics: Topics, *, bounded: bool, tag: str, extra: dict[str, str] | None = None) -> WeirRunning:
-        endpoints = self.cluster.env.endpoints
+        """A fresh cluster (``cluster-<tag>``) and the job on it; stopping the run stops the cluster."""
+        endpoints = self.env.endpoints
         dlq = f"{topics.input}-dlq-{tag}"
         dataset.create_topics(endpoints, {dlq: 1})
         params = {
@@ -108,27 +122,35 @@ class WeirContender:
         if not self.with_postgres:
             params["sink.postgres"] = "false"
         else:
-            table = f"bench_{self.cluster.env.run_id}_{tag}".replace("-", "_")
+            table = f"bench_{self.env.run_id}_{tag}".replace("-", "_")
             create_window_table(endpoints, table)
             self.tables.append(table)
             params["sink.table"] = table
-        job_id = self.cluster.submit(self.job_file, params, WORKERS)
+        cluster = start_private_cluster(self.env, f"cluster-{tag}", quiet=True)
+        try:
+            job_id = cluster.submit(self.job_file, params, WORKERS)
+        except Exception:
+            cluster.stop()
+            raise
         self.job_ids.append(job_id)
-        return WeirRunning(self.cluster, job_id)
+        return WeirRunning(cluster, job_id)
 
     def cleanup(self) -> None:
-        drop_tables(self.cluster.env.endpoints, self.tables, self.job_ids)
+        drop_tables(self.env.endpoints, self.tables, self.job_ids)
         self.tables.clear()
 
 
 @dataclass
 class WeirRunning:
+    """A Weir job on the cluster started for it."""
+
     cluster: BenchCluster
     job_id: str
     _finished: bool = False
+    _stopped: bool = False
 
     def progress(self) -> int:
-        return self.cluster.source_records_out(self.job_id, SOURCE_UID)
+        return self.cluster.source_records_read(self.job_id, SOURCE_UID)
 
     def done(self) -> bool:
         if not self._finished:
@@ -147,8 +169,15 @@ class WeirRunning:
         return self.cluster.process_pids()
 
     def stop(self, sampler: ProcessSampler) -> None:
-        if not self._finished:
-            self.cluster.cancel(self.job_id)
+        """Cancel the job if it still runs, then stop its cluster (once)."""
+        if self._stopped:
+            return
+        self._stopped = True
+        try:
+            if not self._finished:
+                self.cluster.cancel(self.job_id)
+        finally:
+            self.cluster.stop()
 
 
 def create_window_table(endpoints: Endpoints, table: str) -> None:
@@ -177,10 +206,13 @@ def drop_tables(endpoints: Endpoints, tables: list[str], job_ids: list[str]) -> 
                 log(f"table {table} is still locked by another transaction: not dropped")
 
 
-def count_rows(endpoints: Endpoints, table: str) -> int:
+def table_results(endpoints: Endpoints, table: str) -> list[dataset.WindowResult]:
+    """The window results the PostgreSQL sink committed, as whole records (the sentinels' left out)."""
     with psycopg.connect(endpoints.postgres_dsn) as conn:
-        row = conn.execute(f"SELECT count(*) FROM {table} WHERE key LIKE 'key-%'").fetchone()
-    return int(row[0]) if row else 0
+        rows = conn.execute(
+            f"SELECT key, window_start, window_end, count, sum FROM {table} WHERE key NOT LIKE 'end-%'"
+        ).fetchall()
+    return [(str(k), int(ws), int(we), int(c), int(t)) for k, ws, we, c, t in rows]
 
 
 # Quix Streams and the raw limit: three processes each --------------------------------------------------------
@@ -197,16 +229,20 @@ class ProcessGroupContender:
     work_dir: Path
     run_id: str
     reads_only: bool = False  # the ceiling: no output, its check is the count of input records read
+    checkpoint_uri: str = ""  # Flink: the run's checkpoint prefix (s3://bucket/bench-<run id>), as Weir's
 
     def start(self, topics: Topics, *, bounded: bool, tag: str) -> ProcessGroupRunning:
         group = f"bench-{self.run_id}-{tag}"
         logs = self.work_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
+        environ = flink_environment(flink_build_dir(), self.endpoints) if self.module == FLINK_MODULE else None
         procs = []
         for index, argv in enumerate(self.argvs(topics, bounded=bounded, tag=tag, group=group)):
             with open(logs / f"{tag}-{index}.log", "ab") as err:
                 procs.append(
-                    subprocess.Popen(argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1)
+                    subprocess.Popen(
+                        argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=err, text=True, bufsize=1, env=environ
+                    )
                 )
         ends = dataset.end_offsets(self.endpoints, topics.input) if bounded else {}
         uses_group = self.module == "bench.quix_app"
@@ -228,7 +264,7 @@ class ProcessGroupContender:
                     input_topic=topics.input,
                     output_topic=topics.output,
                     group=group,
-                    checkpoint_dir=self.work_dir / "flink-checkpoints" / tag,
+                    checkpoint_uri=flink_checkpoint_uri(self.checkpoint_uri, self.work_dir, tag),
                     bounded=bounded,
                     parallelism=WORKERS,
                 )
@@ -401,16 +437,17 @@ def raw_contender(endpoints: Endpoints, work_dir: Path, run_id: str) -> ProcessG
     )
 
 
-def flink_contender(endpoints: Endpoints, work_dir: Path, run_id: str) -> ProcessGroupContender:
+def flink_contender(endpoints: Endpoints, work_dir: Path, run_id: str, checkpoint_uri: str) -> ProcessGroupContender:
     return ProcessGroupContender(
         key="flink",
         label=f"Apache Flink {FLINK_VERSION}",
         module=FLINK_MODULE,
         sinks="Kafka (transactions)",
-        guarantee="exactly-once (checkpoints every 1 s, RocksDB)",
+        guarantee="exactly-once (checkpoints every 1 s, RocksDB, on the S3 server)",
         endpoints=endpoints,
         work_dir=work_dir,
         run_id=run_id,
+        checkpoint_uri=checkpoint_uri,
     )
 
 
@@ -437,9 +474,46 @@ def cache_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(base) / "weir"
 
 
-def flink_build_dir(environ: dict[str, str] | None = None) -> Path:
-    """Where bench/flink/build.sh puts the job's jar and its lib/."""
-    return cache_dir(environ) / "bench" / "flink"
+FLINK_SOURCES: Final = REPO_ROOT / "bench" / "flink"
+
+
+def flink_sources_hash(sources: Path = FLINK_SOURCES) -> str:
+    """The version of bench/flink's sources, as bench/flink/build.sh names its build folder: 12 hex
+    digits of the sha256 of ``<sha256 of the file>  <path>`` lines (sha256sum's), one per file of
+    pom.xml and src/, sorted bytewise."""
+    files = [sources / "pom.xml", *(p for p in (sources / "src").rglob("*") if p.is_file())]
+    relative = sorted((p.relative_to(sources).as_posix() for p in files), key=lambda r: r.encode())
+    listing = "".join(f"{hashlib.sha256((sources / r).read_bytes()).hexdigest()}  {r}\n" for r in relative)
+    return hashlib.sha256(listing.encode()).hexdigest()[:12]
+
+
+def flink_build_dir(environ: dict[str, str] | None = None, sources: Path = FLINK_SOURCES) -> Path:
+    """Where bench/flink/build.sh puts the job's jar, its lib/ and plugins/: a folder per version of
+    the sources, so that two checkouts on one machine do not overwrite each other's build."""
+    return cache_dir(environ) / "bench" / "flink" / flink_sources_hash(sources)
+
+
+def flink_checkpoint_uri(run_checkpoints: str, work_dir: Path, tag: str) -> str:
+    """Where a Flink run checkpoints: under the run's checkpoint prefix (the S3 server Weir's
+    checkpoints go to, deleted with the run's), else a local directory of the run."""
+    if run_checkpoints:
+        return f"{run_checkpoints.rstrip('/')}/flink/{tag}"
+    return f"file://{work_dir / 'flink-checkpoints' / tag}"
+
+
+def flink_environment(build_dir: Path, endpoints: Endpoints, base: dict[str, str] | None = None) -> dict[str, str]:
+    """The JVM's environment: Flink's plugins folder (the S3 file system) and the S3 server's address
+    and static keys as Weir has them (read by weir.bench.BenchConf; in the environment, not on the
+    command line). What Weir leaves unset (outside the local mode: AWS's endpoint, boto3's credential
+    chain) is not set for the JVM either: its S3 plugin takes the AWS chain of the environment."""
+    environ = dict(os.environ if base is None else base)
+    environ["FLINK_PLUGINS_DIR"] = str(build_dir / "plugins")
+    if endpoints.s3_endpoint is not None:
+        environ["WEIR_S3_ENDPOINT"] = endpoints.s3_endpoint
+    if endpoints.s3_access_key is not None and endpoints.s3_secret_key is not None:
+        environ["WEIR_S3_ACCESS_KEY"] = endpoints.s3_access_key
+        environ["WEIR_S3_SECRET_KEY"] = endpoints.s3_secret_key.get_secret_value()
+    return environ
 
 
 def flink_argv(
@@ -449,7 +523,7 @@ def flink_argv(
     input_topic: str,
     output_topic: str,
     group: str,
-    checkpoint_dir: Path,
+    checkpoint_uri: str,
     bounded: bool,
     parallelism: int,
     java: str = "java",
@@ -469,8 +543,8 @@ def flink_argv(
         output_topic,
         "--group",
         group,
-        "--checkpoint-dir",
-        str(checkpoint_dir),
+        "--checkpoint-uri",
+        checkpoint_uri,
         "--parallelism",
         str(parallelism),
     ]
@@ -491,7 +565,8 @@ def flink_available() -> str | None:
         if result.returncode != 0:
             lines = (result.stderr.strip() or result.stdout.strip()).splitlines()
             return f"bench/flink/build.sh failed: {lines[-1] if lines else result.returncode}"
-    if not (built / "weir-bench-flink.jar").is_file() or not (built / "lib" / ".complete").is_file():
+    complete = all((built / part).is_file() for part in ("weir-bench-flink.jar", "lib/.complete", "plugins/.complete"))
+    if not complete:
         return f"the Flink job is not built in {built} and mvn is not found (make bench-deps builds it)"
     return None
 

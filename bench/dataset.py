@@ -15,7 +15,6 @@ import json
 import multiprocessing.connection
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Final
 
 from confluent_kafka import OFFSET_BEGINNING, ConsumerGroupTopicPartitions, KafkaError, TopicPartition
@@ -175,23 +174,8 @@ def wait_output_settled(endpoints: Endpoints, topic: str, timeout_s: float = 30.
 # Output --------------------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class OutputCheck:
-    """What a contender's committed output holds, against what the input implies."""
-
-    records: int
-    distinct_windows: int
-    counted_events: int  # sum of counts over distinct (key, window) of the real keys
-    expected_windows: int
-    expected_events: int
-
-    @property
-    def complete(self) -> bool:
-        return self.distinct_windows == self.expected_windows and self.counted_events == self.expected_events
-
-    @property
-    def duplicates(self) -> int:
-        return self.records - self.distinct_windows
+WindowResult = tuple[str, int, int, int, int]
+"""One window result as a whole record: (key, window_start, window_end, count, sum)."""
 
 
 def expected_windows(events: int) -> int:
@@ -205,23 +189,55 @@ def expected_windows(events: int) -> int:
     return total
 
 
-def check_output(endpoints: Endpoints, topic: str, events: int) -> OutputCheck:
-    wait_output_settled(endpoints, topic)
-    latest: dict[tuple[str, int], int] = {}
-    records = 0
-    for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, topic, timeout_s=300):
-        result = json.loads(value or b"{}")
-        if not str(result.get("key", "")).startswith("key-"):
-            continue  # the sentinels' windows
-        records += 1
-        latest[(result["key"], int(result["window_start"]))] = int(result["count"])
-    return OutputCheck(
-        records=records,
-        distinct_windows=len(latest),
-        counted_events=sum(latest.values()),
-        expected_windows=expected_windows(events),
-        expected_events=events,
+def expected_results(events: int) -> list[WindowResult]:
+    """Every window result the input implies, as whole records (count and sum): the reference each
+    contender's output is compared with. From the event formula of :func:`event_bytes`, without
+    the sentinels' windows."""
+    acc: dict[tuple[int, int], list[int]] = {}
+    for i in range(events):
+        p, j = i % PARTITIONS, i // PARTITIONS
+        key_index = (j % KEYS_PER_PARTITION) * PARTITIONS + p
+        window_start = START_MS + j - j % WINDOW_MS
+        entry = acc.get((key_index, window_start))
+        if entry is None:
+            acc[(key_index, window_start)] = [1, i % 97]
+        else:
+            entry[0] += 1
+            entry[1] += i % 97
+    return [(f"key-{k:04d}", w, w + WINDOW_MS, c, s) for (k, w), (c, s) in acc.items()]
+
+
+def result_record(result: dict[str, Any]) -> WindowResult:
+    """A contender's result record (JSON object) as a whole record; a missing field raises KeyError."""
+    return (
+        str(result["key"]),
+        int(result["window_start"]),
+        int(result["window_end"]),
+        int(result["count"]),
+        int(result["sum"]),
     )
+
+
+def read_results(endpoints: Endpoints, topic: str) -> list[WindowResult]:
+    """The committed window results of ``topic`` (read_committed, once no transaction is open), the
+    sentinels' windows left out; a record that is not a result becomes a record that matches none."""
+    wait_output_settled(endpoints, topic)
+    out: list[WindowResult] = []
+    for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, topic, timeout_s=300):
+        try:
+            result = json.loads(value or b"{}")
+            if str(result.get("key", "")).startswith("end-"):
+                continue  # the sentinels' windows
+            out.append(result_record(result))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            out.append(("<not a result>", 0, 0, 0, len(value or b"")))
+    return out
+
+
+def result_identity(record: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A window result's identity, (key, window_start): a record with another count or sum is a
+    changed record, not a missing and an unexpected one."""
+    return record[:2]
 
 
 # Paced production and output visibility (each in its own process) -------------------------------------

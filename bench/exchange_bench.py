@@ -43,8 +43,10 @@ from typing import Any, Final
 
 import grpc
 
+from bench import provenance
 from bench.harness import (
     JOBS_DIR,
+    REPO_ROOT,
     RESULTS_DIR,
     BenchError,
     ProcessSampler,
@@ -400,6 +402,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output", type=Path, default=RESULTS_DIR / "exchange.json")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
+    block = provenance.collect(REPO_ROOT, java=None)
 
     log(f"(a) raw gRPC loopback, {sizes.raw_batches:,} batches of {RECORDS_PER_BUFFER:,}")
     raw = raw_loopback(sizes.raw_batches, encode_each=False)
@@ -428,6 +431,7 @@ def main(argv: list[str] | None = None) -> int:
     document = {
         "benchmark": "exchange",
         "quick": args.quick,
+        "provenance": provenance.finish(block),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "host": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
         "load_average_at_end": os.getloadavg(),

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from bench.evidence import LoadCheck, wait_for_quiet
 from weir.core.config import Endpoints, checkpoint_dir, run_dir
 from weir.core.errors import ClusterError, WeirError
 from weir.tools.client import JobDetails, JobManagerClient
@@ -65,10 +66,6 @@ class BenchEnvironment:
     endpoints: Endpoints
     checkpoint_uri: str
     services_run_dir: Path  # the WEIR_RUN_DIR before this run: where the shared services live
-
-    @property
-    def cluster_dir(self) -> Path:
-        return self.run_root / "cluster"
 
 
 def prepare_environment(run_id: str, *, checkpoints_in_s3: bool) -> BenchEnvironment:
@@ -151,25 +148,32 @@ def remove_checkpoints(env: BenchEnvironment) -> None:
 
 
 @contextlib.contextmanager
-def private_cluster(env: BenchEnvironment) -> Iterator[BenchCluster]:
-    """A JobManager and three TaskManagers for this run, stopped after (their files stay: see
-    :func:`remove_run_root`)."""
+def private_cluster(env: BenchEnvironment, name: str = "cluster", *, quiet: bool = False) -> Iterator[BenchCluster]:
+    """A JobManager and three TaskManagers for this run in ``run_root/name``, stopped after (their
+    files stay: see :func:`remove_run_root`). A contender's run starts its own (``name`` after the
+    run), so that the cluster's start-up is in that run's CPU as a JVM's start-up is in Flink's."""
+    cluster = start_private_cluster(env, name, quiet=quiet)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+def start_private_cluster(env: BenchEnvironment, name: str = "cluster", *, quiet: bool = False) -> BenchCluster:
+    """Start the cluster of :func:`private_cluster`; the caller stops it (``BenchCluster.stop``)."""
     if _cluster_answers(env.endpoints):
         raise BenchError(
             f"a JobManager already answers at {env.endpoints.jobmanager_address}: the benchmark starts its "
             f"own cluster; stop that one or run on free ports: {PRIVATE_PORTS_HINT} make ..."
         )
-    log(f"starting a private cluster in {env.cluster_dir} (JobManager {env.endpoints.jobmanager_address})")
+    directory = env.run_root / name
+    if not quiet:
+        log(f"starting a private cluster in {directory} (JobManager {env.endpoints.jobmanager_address})")
     try:
-        start_cluster(env.cluster_dir, env.endpoints, timeout_s=120)
+        start_cluster(directory, env.endpoints, timeout_s=120)
     except ClusterError as exc:
         raise BenchError(f"the benchmark cluster did not start: {exc} (free ports: {PRIVATE_PORTS_HINT})") from exc
-    client = JobManagerClient(env.endpoints.jobmanager_address)
-    try:
-        yield BenchCluster(env, client)
-    finally:
-        client.close()
-        stop_cluster(env.cluster_dir)
+    return BenchCluster(env, JobManagerClient(env.endpoints.jobmanager_address), directory)
 
 
 def remove_run_root(env: BenchEnvironment, *, keep: bool) -> None:
@@ -193,10 +197,15 @@ def _cluster_answers(endpoints: Endpoints) -> bool:
 class BenchCluster:
     env: BenchEnvironment
     client: JobManagerClient
+    directory: Path  # the supervisor's directory: state, logs
+
+    def stop(self) -> None:
+        self.client.close()
+        stop_cluster(self.directory)
 
     def process_pids(self) -> dict[str, int]:
         """The live JobManager, TaskManager and supervisor processes: name -> pid (each counted once)."""
-        status = local_status(self.env.cluster_dir)
+        status = local_status(self.directory)
         if status is None:
             return {}
         pids = {p.name: p.pid for p in status.processes if p.pid is not None and p.alive}
@@ -268,14 +277,21 @@ class BenchCluster:
         return list(json.loads(out.stdout)["checkpoints"])
 
     def source_records_out(self, job_id: str, source_uid: str) -> int:
-        """Records the job's source subtasks have emitted, summed over the TaskManagers' metrics
-        (updated twice a second, finer than the JobManager's heartbeat-borne counts)."""
+        """Records the job's source subtasks have sent to other tasks, summed over the TaskManagers'
+        metrics (updated twice a second, finer than the JobManager's heartbeat-borne counts)."""
+        return self._task_counter(job_id, source_uid, "weir_records_out_total")
+
+    def source_records_read(self, job_id: str, source_uid: str) -> int:
+        """Records the job's source subtasks have read (``weir_source_records_read_total``), summed
+        over the TaskManagers: a job's progress through its input, also when the whole job is chained
+        into its source's tasks and sends nothing to another task."""
+        return self._task_counter(job_id, source_uid, "weir_source_records_read_total")
+
+    def _task_counter(self, job_id: str, operator_uid: str, metric: str) -> int:
         total = 0
         base = self.env.endpoints.taskmanager_metrics_base_port
         for n in range(1, TASKMANAGERS + 1):
-            total += int(
-                scrape_counter(f"http://127.0.0.1:{base + n}/metrics", "weir_records_out_total", job_id, source_uid)
-            )
+            total += int(scrape_counter(f"http://127.0.0.1:{base + n}/metrics", metric, job_id, operator_uid))
         return total
 
 
@@ -302,6 +318,37 @@ def scrape_counter(url: str, metric: str, job: str, operator_uid: str) -> float:
     return total
 
 
+def s3_server_pid(endpoints: Endpoints, services_run_dir: Path | None = None) -> int | None:
+    """The local S3 server's pid: from its pid file (``$WEIR_RUN_DIR/s3/s3.pid`` of the shared
+    services), else the process listening on the S3 port; None when it does not run on this machine.
+    Its CPU during a contender's run is counted to that contender (checkpoints are written there)."""
+    pid_file = (services_run_dir or run_dir()) / "s3" / "s3.pid"
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        pid = int(pid_file.read_text().split()[0])
+        if Path(f"/proc/{pid}").exists():
+            return pid
+    import psutil
+
+    port = endpoints.s3_port
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port and conn.pid:
+                return int(conn.pid)
+    return None
+
+
+def load_gate(deadline_s: float) -> LoadCheck:
+    """Before a run: wait (up to ``deadline_s``) for the 1-minute load average to fall to the core
+    count (:func:`bench.evidence.wait_for_quiet`); logged when it waited or gave up."""
+    cores = os.cpu_count() or 1
+    check = wait_for_quiet(cores, deadline_s, load_1m=lambda: os.getloadavg()[0])
+    if check.under_load:
+        log(f"  load average {check.load_1m:.1f} > {cores} cores after {check.waited_s:.0f} s: run marked under load")
+    elif check.waited_s > 0:
+        log(f"  waited {check.waited_s:.0f} s for the load average to fall to {check.load_1m:.1f}")
+    return check
+
+
 # Process sampling -----------------------------------------------------------------------------------
 
 
@@ -319,38 +366,80 @@ class ProcessUsage:
         return self.cpu_last_s - self.cpu_start_s
 
 
-class ProcessSampler:
-    """Samples CPU time and RSS of named processes every ``interval_s`` on a thread.
+@dataclass(frozen=True)
+class ProcStat:
+    """What /proc/<pid>/stat says of a process: CPU seconds (user + system) so far, resident memory,
+    its start time (clock ticks after boot: a pid reused by another process has another), and
+    whether it is a zombie (exited, not yet reaped: its CPU is final)."""
 
-    CPU is counted from the first sample of each process (processes already running, like a
-    cluster's, contribute only what they spend while sampled); a process that exits keeps its last
-    sample, or the exact figures :meth:`final` is given (from ``os.wait4``).
+    cpu_s: float
+    rss_bytes: int
+    start_ticks: int
+    zombie: bool
+
+
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+_PAGE_BYTES: Final = os.sysconf("SC_PAGE_SIZE")
+
+
+def parse_proc_stat(text: str) -> ProcStat:
+    """Fields of ``/proc/<pid>/stat`` (proc(5)): after the ``(comm)`` come state (3), utime (14),
+    stime (15), starttime (22) and rss in pages (24)."""
+    fields = text.rpartition(")")[2].split()
+    return ProcStat(
+        cpu_s=(int(fields[11]) + int(fields[12])) / _CLOCK_TICKS,
+        rss_bytes=int(fields[21]) * _PAGE_BYTES,
+        start_ticks=int(fields[19]),
+        zombie=fields[0] in ("Z", "X"),
+    )
+
+
+def read_proc_stat(pid: int) -> ProcStat | None:
+    """The process's /proc stat, None when it is gone (Linux: the benchmarks run there)."""
+    try:
+        return parse_proc_stat(Path(f"/proc/{pid}/stat").read_text())
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class ProcessSampler:
+    """Samples CPU time and RSS of named processes (from /proc) every ``interval_s`` on a thread.
+
+    CPU is counted from the first sample of each process (processes already running, like the S3
+    server, contribute only what they spend while sampled), or from its start when it is added
+    ``from_birth`` (a process the measured run started: its start-up counts); a process that exits
+    keeps its last sample, or the exact figures :meth:`final` is given (from ``os.wait4``).
     """
 
     def __init__(self, interval_s: float = 0.25, keep_series: bool = False) -> None:
         self._interval_s = interval_s
         self._keep_series = keep_series
-        self._procs: dict[int, tuple[str, Any]] = {}  # pid -> (name, psutil.Process)
+        self._procs: dict[int, tuple[str, int]] = {}  # pid -> (name, start time in ticks)
+        self._from_birth: set[int] = set()
         self.usage: dict[int, ProcessUsage] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="process-sampler", daemon=True)
         self._started_at = time.monotonic()
 
-    def add(self, name: str, pid: int) -> None:
-        import psutil  # a bench extra: imported where used, so the pure helpers here import without it
-
+    def add(self, name: str, pid: int, *, from_birth: bool = False) -> None:
+        """Sample ``pid`` from now on. ``from_birth``: count its CPU since it started (a process the
+        measured run started, e.g. a cluster's), not only from this first sample."""
+        stat = read_proc_stat(pid)
+        if stat is None:
+            return
         with self._lock:
-            try:
-                self._procs[pid] = (name, psutil.Process(pid))
-            except psutil.NoSuchProcess:
-                return
+            if pid in self.usage or pid in self._procs:
+                return  # seen before (and perhaps gone): counted once
+            self._procs[pid] = (name, stat.start_ticks)
+            if from_birth:
+                self._from_birth.add(pid)
         self._sample_one(pid)
 
-    def track(self, pids: dict[str, int]) -> None:
+    def track(self, pids: dict[str, int], *, from_birth: bool = False) -> None:
         for name, pid in pids.items():
             if pid not in self._procs:
-                self.add(name, pid)
+                self.add(name, pid, from_birth=from_birth)
 
     def start(self) -> ProcessSampler:
         self._started_at = time.monotonic()
@@ -361,7 +450,8 @@ class ProcessSampler:
         for pid in list(self._procs):
             self._sample_one(pid)
         self._stop.set()
-        self._thread.join(5)
+        if self._thread.is_alive():
+            self._thread.join(5)
 
     def refresh(self) -> None:
         """Sample every tracked process now (not waiting for the thread's next round)."""
@@ -385,32 +475,38 @@ class ProcessSampler:
                 self._sample_one(pid)
 
     def _sample_one(self, pid: int) -> None:
-        import psutil
-
         with self._lock:
             entry = self._procs.get(pid)
             if entry is None:
                 return
-            name, proc = entry
-            try:
-                with proc.oneshot():
-                    times = proc.cpu_times()
-                    cpu = times.user + times.system
-                    rss = proc.memory_info().rss
-            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+            name, start_ticks = entry
+            stat = read_proc_stat(pid)
+            if stat is None or stat.start_ticks != start_ticks:  # gone, or the pid reused
                 self._procs.pop(pid, None)
                 return
             usage = self.usage.get(pid)
             if usage is None:
-                usage = self.usage[pid] = ProcessUsage(name, pid, cpu, cpu, rss)
-            usage.cpu_last_s = max(usage.cpu_last_s, cpu)
-            usage.peak_rss_bytes = max(usage.peak_rss_bytes, rss)
+                start = 0.0 if pid in self._from_birth else stat.cpu_s
+                usage = self.usage[pid] = ProcessUsage(name, pid, start, stat.cpu_s, stat.rss_bytes)
+            usage.cpu_last_s = max(usage.cpu_last_s, stat.cpu_s)
+            if stat.zombie:  # exited: its CPU is final, its memory gone
+                self._procs.pop(pid, None)
+                return
+            usage.peak_rss_bytes = max(usage.peak_rss_bytes, stat.rss_bytes)
             if self._keep_series:
-                usage.rss_series.append((time.monotonic() - self._started_at, rss))
+                usage.rss_series.append((time.monotonic() - self._started_at, stat.rss_bytes))
 
     def total_cpu_s(self) -> float:
         with self._lock:
             return sum(u.cpu_s for u in self.usage.values())
+
+    def cpu_by_name(self) -> dict[str, float]:
+        """CPU seconds per process name (a restarted process's lives added up)."""
+        out: dict[str, float] = {}
+        with self._lock:
+            for u in self.usage.values():
+                out[u.name] = out.get(u.name, 0.0) + u.cpu_s
+        return out
 
     def peak_rss_by_process(self) -> dict[str, int]:
         """Peak RSS per process name (a restarted process keeps the larger of its lives)."""
@@ -463,33 +559,6 @@ def median(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-@dataclass(frozen=True)
-class Progress:
-    """(monotonic time, events consumed) samples of one run."""
-
-    samples: tuple[tuple[float, float], ...]
-
-    def time_at(self, count: float) -> float | None:
-        """When the count first reached ``count``, interpolated between samples."""
-        previous: tuple[float, float] | None = None
-        for t, c in self.samples:
-            if c >= count:
-                if previous is None or c == previous[1]:
-                    return t
-                t0, c0 = previous
-                return t0 + (t - t0) * (count - c0) / (c - c0)
-            previous = (t, c)
-        return None
-
-    def sustained_rate(self, total: int, low: float = 0.1, high: float = 0.9) -> float | None:
-        """Events per second between ``low`` and ``high`` of ``total`` consumed (start-up and the
-        tail excluded)."""
-        t_low, t_high = self.time_at(total * low), self.time_at(total * high)
-        if t_low is None or t_high is None or t_high <= t_low:
-            return None
-        return total * (high - low) / (t_high - t_low)
-
-
 def host_summary() -> dict[str, Any]:
     """The machine a result was measured on, as the results' ``host`` field."""
     import platform
@@ -497,11 +566,16 @@ def host_summary() -> dict[str, Any]:
     return {"machine": platform.machine(), "cpus": os.cpu_count() or 0, "python": platform.python_version()}
 
 
-def publish_results(name: str, document: dict[str, Any], render_markdown: Callable[[dict[str, Any]], str]) -> None:
+def publish_results(
+    name: str,
+    document: dict[str, Any],
+    render_markdown: Callable[[dict[str, Any]], str],
+    directory: Path = RESULTS_DIR,
+) -> None:
     """Write ``bench/results/NAME.json`` and ``NAME.md`` (rendered from the document) and print the
     markdown."""
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    (RESULTS_DIR / f"{name}.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / f"{name}.json").write_text(json.dumps(document, indent=2, default=str) + "\n")
     markdown = render_markdown(document)
-    (RESULTS_DIR / f"{name}.md").write_text(markdown)
+    (directory / f"{name}.md").write_text(markdown)
     print(markdown)

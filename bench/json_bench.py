@@ -32,6 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from bench import provenance
 from bench.dataset import WINDOW_MS, event_bytes
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -201,6 +202,8 @@ def markdown(document: dict[str, Any]) -> str:
     lines = [
         "# JSON codecs on the benchmark's records (`make bench-json`)",
         "",
+        provenance.markdown_line(document.get("provenance")),
+        "",
         f"{document['events']:,} records per pass, median of {document['repeats']} passes, CPU µs per record "
         f"(`time.process_time`); Python {document['python']}, commit {document['commit']}, load average "
         f"{document['load_average']} at the start. Spread: (max - min) / median over the passes.",
@@ -241,8 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    block = provenance.collect(REPO_ROOT, java=None)
 
     document = {
+        "benchmark": "json",
         "events": args.events,
         "repeats": args.repeats,
         "python": platform.python_version(),
@@ -252,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         "versions": {d: _version(d) for d in ("orjson", "msgspec", "ujson")},
         "results": measure(args.events, args.repeats),
     }
+    document["provenance"] = provenance.finish(block)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "json.json").write_text(json.dumps(document, indent=2) + "\n")
     text = markdown(document)

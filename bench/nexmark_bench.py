@@ -1,58 +1,93 @@
-"""Nexmark on Weir and on Apache Flink: each query on both, the same events from the same topic, one run.
+"""Nexmark on Weir and on Apache Flink: each query on both, the same events from the same topic,
+every figure the median of repeated runs with its spread, every output checked record for record.
 
-``make bench-nexmark`` runs ``python -m bench.nexmark_bench [--quick] [--events N] [--queries q0,q1]``:
+``make bench-nexmark`` runs ``python -m bench.nexmark_bench [--quick] [--events N] [--queries q0,q1]
+[--runs 3] [--event-rate 10000000] [--checkpoint-interval 180s] [--load-wait S]``:
 
 1. N Nexmark events (``weir.tools.nexmark_load``, default 1,000,000; ``--quick`` 100,000) into one
-   8-partition topic, once; every query of both contenders reads it from the start (bounded);
-2. per query, Weir: ``examples/nexmark/qN.py`` on a private cluster (JobManager + 3 TaskManagers,
-   ``-p 3``, a checkpoint every second, exactly-once Kafka sink,
-   ``-D source=kafka -D source.bounded=true``); Flink: the reference's ``qN.sql`` in Flink SQL
-   (``weir.bench.NexmarkSql`` of bench/flink/, a MiniCluster in one JVM, parallelism 3, RocksDB, a
-   checkpoint every second, exactly-once Kafka sink);
-3. figures: events/s (N over the time from the job running to the job finished) and CPU seconds per
-   million events over the same span, of each contender's own processes (Weir's JobManager and
-   TaskManagers; Flink's JVM, whose whole-life CPU, start-up and SQL planning included, is recorded
-   too); Weir / Flink ratios;
-4. the committed output of each is counted and checked: against the plain-Python reference
-   (``weir.tools.nexmark_reference``) when N is at most ``--reference-events``, else q0 and q1
-   against the number of bids; and Weir against Flink.
+   8-partition topic, once, at the Nexmark suite's event-time rate (10M events per second of event
+   time, its ``nexmark.workload.suite.100m.tps``); every run of both contenders reads it from the
+   start (bounded);
+2. runs: ``--runs`` (3) rounds; in each, every query, the two contenders in an order that
+   alternates from query to query and from round to round (ABBA); before each run the load gate
+   waits for the 1-minute load average to fall to the core count, else marks the run under load;
+3. per run, Weir: a fresh private cluster (JobManager, 3 TaskManagers; its start-up is in the run,
+   as Flink's JVM start-up is) running ``examples/nexmark/qN.py`` at ``-p 3``, exactly-once Kafka
+   sink, a checkpoint every ``--checkpoint-interval`` to the S3 server; Flink: a fresh JVM running
+   the reference's ``qN.sql`` as the reference configures Flink (``weir.bench.NexmarkSql``:
+   RocksDB, incremental checkpoints at the same interval on the same S3 server, mini-batch 2 s /
+   50,000 rows, split distinct aggregates, parallelism 3, exactly-once Kafka sink). An updating
+   query (q4) is the same program on both sides: Weir's job emits the running result at every
+   change (``-D q4.updates=true``) keyed by the row's key, as Flink's upsert-kafka sink does;
+4. figures, each the median (min-max) over the runs: events/s and CPU seconds per million events
+   over the whole run (launch to job finished) and over 10-90 % of the input (per-process CPU
+   samples every 0.2 s against the records the source read: Weir's
+   ``weir_source_records_read_total``, Flink's ``numRecordsOut`` of its source from the REST API),
+   the S3 server's CPU during the run counted to the contender; a warm-up ratio (CPU per
+   event over 10-50 % of the input / over 50-90 %) shows whether the JVM's JIT is noise in the
+   steady state; Weir / Flink ratios of the medians;
+5. output: each run's committed output decoded into whole records and compared with the
+   plain-Python reference (``weir.tools.nexmark_reference``) over the same events as a multiset
+   (an updating query as its final table: upserts applied in order); a mismatch fails that
+   contender's figure for the query.
 
 A query is in the run when its Weir job file exists (``examples/nexmark/qN.py``); its Flink side
-when ``bench/flink/src/main/resources/nexmark/qN.sql`` does. Results:
-``bench/results/nexmark.json``, ``nexmark.md`` and ``nexmark.png``.
+when ``bench/flink/src/main/resources/nexmark/qN.sql`` does. Results: ``bench/results/nexmark.json``,
+``nexmark.md`` and ``nexmark.png``, with the provenance block (``bench/provenance.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import functools
+import datetime
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
 from pathlib import Path
 from typing import Any, Final
 
+from bench import provenance
+from bench.evidence import (
+    RecordDiff,
+    RunOutcome,
+    Sample,
+    Upsert,
+    compare_records,
+    figure_of,
+    final_table,
+    run_order,
+    spread_label,
+    steady_state,
+    with_notes,
+)
 from bench.harness import (
     REPO_ROOT,
     RESULTS_DIR,
-    BenchCluster,
+    BenchEnvironment,
     BenchError,
     ProcessSampler,
     ensure_services,
-    host_summary,
+    load_gate,
     log,
     new_run_id,
     prepare_environment,
-    private_cluster,
     publish_results,
     reap,
     remove_checkpoints,
     remove_run_root,
+    s3_server_pid,
+    start_private_cluster,
 )
 
 QUERY_ORDER: Final = ("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11")
@@ -64,11 +99,19 @@ PARTITIONS: Final = 8
 PARALLELISM: Final = 3
 FULL_EVENTS: Final = 1_000_000
 QUICK_EVENTS: Final = 100_000
-REFERENCE_EVENTS: Final = 200_000
-UPDATING: Final = frozenset({"q4"})
-"""Queries whose Flink result is an update stream (upsert-kafka): its record count is the updates, not
-the rows, and is not compared."""
+RUNS: Final = 3
+EVENT_RATE: Final = 10_000_000
+"""Events per second of event time: the Nexmark suite's (nexmark.yaml, ``nexmark.workload.suite.100m.tps``)."""
+CHECKPOINT_INTERVAL: Final = "180s"
+"""The reference's ``execution.checkpointing.interval: 180000``, given to both contenders."""
+LOAD_WAIT_S: Final = 180.0
+QUICK_LOAD_WAIT_S: Final = 60.0
+SIDES: Final = ("weir", "flink")
 JOB_TIMEOUT_S: Final = 900.0
+SAMPLE_S: Final = 0.2
+S3_SERVER: Final = "s3-server"
+WEIR_SOURCE_UID: Final = "nexmark-source"
+FIGURES: Final = ("steady_eps", "steady_cpu_s_per_million", "whole_eps", "whole_cpu_s_per_million", "s3_cpu_s")
 
 
 # Query selection (pure) ----------------------------------------------------------------------------------
@@ -103,74 +146,211 @@ def select_queries(
     return sorted(chosen, key=query_key), skipped
 
 
-# Output checks (pure) ------------------------------------------------------------------------------------
-
-
-def bids_among(events: int) -> int:
-    """Bids among events 0..events-1: of every 50 event ids the first 4 are a person and 3 auctions."""
-    full, rest = divmod(events, 50)
-    return full * 46 + max(0, rest - 4)
-
-
-def reference_counts(events: int, queries: Sequence[str]) -> dict[str, int]:
-    """Rows of each query's plain-Python reference over events 0..events-1 (the loaded ones)."""
-    from weir import nexmark
-    from weir.tools import nexmark_reference
-
-    stream = [nexmark.event(n) for n in range(events)]
-    return {q: len(nexmark_reference.QUERIES[q](stream)) for q in queries if q in nexmark_reference.QUERIES}
-
-
-def expected_count(query: str, events: int, reference: dict[str, int]) -> int | None:
-    """What a query must output over ``events`` events, when known."""
-    if query in reference:
-        return reference[query]
-    if query in ("q0", "q1"):
-        return bids_among(events)
-    return None
-
-
-def check_outputs(query: str, expected: int | None, weir: int | None, flink: int | None) -> dict[str, Any]:
-    """Each contender's output count against the expected count and against the other's."""
-    out: dict[str, Any] = {"expected": expected, "weir": weir, "flink": flink}
-
-    def verdict(count: int | None) -> str:
-        if count is None:
-            return "not measured"
-        if expected is None:
-            return "no reference"
-        return "ok" if count == expected else f"{'short' if count < expected else 'over'} by {abs(count - expected):,}"
-
-    out["weir_check"] = verdict(weir)
-    out["flink_check"] = "updates (not compared)" if query in UPDATING and flink is not None else verdict(flink)
-    if weir is not None and flink is not None and query not in UPDATING:
-        out["weir_equals_flink"] = weir == flink
-    else:
-        out["weir_equals_flink"] = None
+def schedule(queries: Sequence[str], runs: int, sides: Sequence[str] = SIDES) -> list[tuple[int, str, str]]:
+    """(round, query, side) in the order they run: round after round, every query in each, its
+    sides in an order alternating with the query and the round (two sides: ABBA)."""
+    out = []
+    for round_ in range(1, runs + 1):
+        for index, query in enumerate(queries):
+            for side in run_order(list(sides), round_ - 1 + index):
+                out.append((round_, query, side))
     return out
 
 
+# Records of each query (pure) ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuerySpec:
+    """A query's output as whole records: its columns and their kinds (``int``, ``str``, ``ts``:
+    epoch ms, ``dec3``: a decimal of 3 places), the columns that identify a row (a mismatching
+    record with the same identity is reported as changed: a bid's identity includes its random
+    ``extra``, as a hot bidder bids on a hot auction many times in one millisecond at the suite's
+    event rate), and, for an updating query, its key."""
+
+    columns: tuple[tuple[str, str], ...]
+    identity: tuple[str, ...] = ()
+    upsert_key: tuple[str, ...] = ()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _kind in self.columns)
+
+
+SPECS: Final = {
+    "q0": QuerySpec(
+        (("auction", "int"), ("bidder", "int"), ("price", "int"), ("dateTime", "ts"), ("extra", "str")),
+        ("auction", "bidder", "dateTime", "extra"),
+    ),
+    "q1": QuerySpec(
+        (("auction", "int"), ("bidder", "int"), ("price", "dec3"), ("dateTime", "ts"), ("extra", "str")),
+        ("auction", "bidder", "dateTime", "extra"),
+    ),
+    "q2": QuerySpec((("auction", "int"), ("price", "int"))),
+    "q3": QuerySpec((("name", "str"), ("city", "str"), ("state", "str"), ("id", "int")), ("id",)),
+    "q4": QuerySpec((("id", "int"), ("final", "int")), ("id",), upsert_key=("id",)),
+    "q5": QuerySpec((("auction", "int"), ("num", "int")), ("auction",)),
+    "q7": QuerySpec(
+        (("auction", "int"), ("price", "int"), ("bidder", "int"), ("dateTime", "ts"), ("extra", "str")),
+        ("auction", "bidder", "dateTime", "extra"),
+    ),
+    "q8": QuerySpec((("id", "int"), ("name", "str"), ("stime", "ts")), ("id", "stime")),
+    "q11": QuerySpec(
+        (("bidder", "int"), ("bid_count", "int"), ("starttime", "ts"), ("endtime", "ts")), ("bidder", "starttime")
+    ),
+}
+UPDATING: Final = frozenset(q for q, spec in SPECS.items() if spec.upsert_key)
+WEIR_EXTRA_PARAMS: Final = {"q4": {"q4.updates": "true"}}
+"""Weir's q4 emits its running result at every change, Flink SQL's updating stream (same program)."""
+
+_THOUSANDTH: Final = Decimal("0.001")
+
+
+def epoch_ms(value: Any) -> int:
+    """Epoch milliseconds from Weir's integer or Flink's JSON ``TIMESTAMP(3)`` text (SQL or ISO
+    form, UTC: the job's ``table.local-time-zone``)."""
+    if isinstance(value, int):
+        return value
+    if isinstance(value, Decimal) and value == value.to_integral_value():
+        return int(value)
+    if isinstance(value, str):
+        text = value.strip().replace("T", " ").removesuffix("Z")
+        parsed = datetime.datetime.fromisoformat(text).replace(tzinfo=datetime.UTC)
+        return round(parsed.timestamp() * 1000)
+    raise ValueError(f"not a timestamp: {value!r}")
+
+
+def canonical(kind: str, value: Any) -> Any:
+    """One value in the form both contenders' outputs and the reference are compared in."""
+    if kind == "int":
+        if isinstance(value, bool) or not isinstance(value, int | Decimal):
+            raise ValueError(f"not an integer: {value!r}")
+        return int(value)
+    if kind == "str":
+        if not isinstance(value, str):
+            raise ValueError(f"not a string: {value!r}")
+        return value
+    if kind == "ts":
+        return epoch_ms(value)
+    if kind == "dec3":
+        return Decimal(str(value)).quantize(_THOUSANDTH)
+    raise ValueError(f"unknown column kind {kind!r}")
+
+
+def record_of(spec: QuerySpec, row: dict[str, Any]) -> tuple[Any, ...]:
+    """A row (a reference dict, or a decoded output record) as a whole record in column order; a
+    missing column or a value of the wrong kind raises ValueError or KeyError."""
+    return tuple(canonical(kind, row[name]) for name, kind in spec.columns)
+
+
+def decode(value: bytes | None) -> Any:
+    """An output record's JSON, floats kept exact (``Decimal``)."""
+    return json.loads(value or b"null", parse_float=Decimal)
+
+
+NOT_A_RECORD: Final = "<not a record of the query>"
+
+
+def output_record(spec: QuerySpec, value: bytes | None) -> tuple[Any, ...]:
+    """A committed output record as a whole record; one that is not a row of the query becomes a
+    record that matches nothing (reported as unexpected, with its bytes)."""
+    try:
+        row = decode(value)
+        if not isinstance(row, dict):
+            raise ValueError("not a JSON object")
+        return record_of(spec, row)
+    except (ValueError, KeyError, TypeError, ArithmeticError):
+        return (NOT_A_RECORD, (value or b"")[:200].decode(errors="replace"))
+
+
+def identity_of(spec: QuerySpec) -> Callable[[tuple[Any, ...]], Any] | None:
+    if not spec.identity:
+        return None
+    positions = [spec.names.index(name) for name in spec.identity]
+    return lambda record: tuple(record[i] for i in positions) if record and record[0] != NOT_A_RECORD else record
+
+
+def expected_records(query: str, reference_rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
+    spec = SPECS[query]
+    return [record_of(spec, row) for row in reference_rows]
+
+
+def check_output(
+    query: str, expected: Sequence[tuple[Any, ...]], records: Sequence[tuple[int, int, bytes | None, bytes | None]]
+) -> RecordDiff:
+    """A run's committed output ``(partition, offset, key, value)`` against the reference's records:
+    as a multiset; an updating query as its final table (upserts applied in partition-offset order;
+    a tombstone deletes the row its key names)."""
+    spec = SPECS[query]
+    identity = identity_of(spec)
+    if not spec.upsert_key:
+        return compare_records(expected, [output_record(spec, value) for _p, _o, _k, value in records], identity)
+    key_positions = [spec.names.index(name) for name in spec.upsert_key]
+    upserts = []
+    broken: list[tuple[Any, ...]] = []
+    for partition, offset, key, value in records:
+        if value is None:
+            try:
+                row_key = decode(key)
+                upserts.append(
+                    Upsert(
+                        tuple(canonical(dict(spec.columns)[k], row_key[k]) for k in spec.upsert_key),
+                        None,
+                        partition,
+                        offset,
+                    )
+                )
+            except (ValueError, KeyError, TypeError):
+                broken.append((NOT_A_RECORD, f"tombstone with key {key!r}"))
+            continue
+        record = output_record(spec, value)
+        if record[0] == NOT_A_RECORD:
+            broken.append(record)
+            continue
+        upserts.append(Upsert(tuple(record[i] for i in key_positions), record, partition, offset))
+    table = final_table(upserts)
+    return with_notes(compare_records(expected, [*table.rows, *broken], identity), table.notes)
+
+
 # Figures and the report (pure) ------------------------------------------------------------------------------
-
-
-def figures(events: int, running_s: float, cpu_s: float) -> dict[str, Any]:
-    return {
-        "seconds": running_s,
-        "events_per_s": events / running_s if running_s > 0 else None,
-        "cpu_s": cpu_s,
-        "cpu_s_per_million": cpu_s / events * 1e6 if events else None,
-    }
 
 
 def ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a and b else None
 
 
-def add_ratios(entry: dict[str, Any]) -> dict[str, Any]:
-    weir, flink = entry.get("weir") or {}, entry.get("flink") or {}
+def summarize(entry: dict[str, Any]) -> dict[str, Any]:
+    """A query's figures: per side the spread of each value over its runs (failed when a run failed
+    or its output mismatched), and the Weir / Flink ratios of the medians."""
+    for side in SIDES:
+        runs = entry.get("runs", {}).get(side, [])
+        if not runs:
+            continue
+        outcomes = [
+            RunOutcome(
+                values={name: r.get(name) for name in FIGURES},
+                output_ok=bool((r.get("check") or {}).get("ok")),
+                error=r.get("error"),
+                under_load=bool((r.get("load") or {}).get("under_load")),
+            )
+            for r in runs
+        ]
+        entry.setdefault("figures", {})[side] = figure_of(outcomes, FIGURES).as_dict()
+    figures = entry.get("figures", {})
+
+    def median(side: str, name: str) -> float | None:
+        value = (figures.get(side) or {}).get(name)
+        return value["median"] if value else None
+
     entry["ratios"] = {
-        "events_per_s_weir_vs_flink": ratio(weir.get("events_per_s"), flink.get("events_per_s")),
-        "cpu_per_event_weir_vs_flink": ratio(weir.get("cpu_s_per_million"), flink.get("cpu_s_per_million")),
+        "steady_eps_weir_vs_flink": ratio(median("weir", "steady_eps"), median("flink", "steady_eps")),
+        "steady_cpu_weir_vs_flink": ratio(
+            median("weir", "steady_cpu_s_per_million"), median("flink", "steady_cpu_s_per_million")
+        ),
+        "whole_eps_weir_vs_flink": ratio(median("weir", "whole_eps"), median("flink", "whole_eps")),
+        "whole_cpu_weir_vs_flink": ratio(
+            median("weir", "whole_cpu_s_per_million"), median("flink", "whole_cpu_s_per_million")
+        ),
     }
     return entry
 
@@ -179,71 +359,119 @@ def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "–" if value is None else fmt.format(value)
 
 
-def _count(check: dict[str, Any], side: str) -> str:
-    count = check.get(side)
-    if count is None:
+def _spread(figure: dict[str, Any] | None, name: str, fmt: str = "{:,.0f}") -> str:
+    if not figure:
         return "–"
-    return f"{count:,} ({check.get(f'{side}_check')})"
+    if not figure.get("ok"):
+        return "**failed**"
+    value = figure.get(name)
+    if not value:
+        return "–"
+    return spread_label(value, figure.get("runs"), fmt)
+
+
+def _warmup(runs: Sequence[dict[str, Any]]) -> str:
+    ratios = sorted(x for r in runs if (x := (r.get("steady_state") or {}).get("warmup_ratio")) is not None)
+    return "–" if not ratios else f"{ratios[len(ratios) // 2]:.2f}"
+
+
+def _check(runs: Sequence[dict[str, Any]]) -> str:
+    if not runs:
+        return "–"
+    failed = [
+        f"run {r.get('round', n)}: {r['error'] if 'error' in r else (r.get('check') or {}).get('summary', '?')}"
+        for n, r in enumerate(runs, start=1)
+        if "error" in r or not (r.get("check") or {}).get("ok")
+    ]
+    if not failed:
+        records = (runs[0].get("check") or {}).get("actual_records")
+        return f"ok ({len(runs)}/{len(runs)}; {_num(records)} records)"
+    return "**FAILED** " + "; ".join(text[:200] for text in failed)
 
 
 def render_markdown(document: dict[str, Any]) -> str:
+    """The results file's Markdown; a file of format 1 (one run per query, counts checked, no
+    ``runs``) is refused with ValueError: its figures are not of this form."""
+    if any("runs" not in entry for entry in document.get("queries", {}).values()):
+        raise ValueError("results format 1 (one run per query, output counts only)")
     kind = "quick run" if document.get("quick") else "full run"
+    config = document.get("config", {})
     lines = [
         "# Nexmark: Weir vs Apache Flink",
         "",
-        f"Run `{document['run_id']}` ({kind}) at `{document.get('commit', '?')}`, {document.get('measured_at', '')}; "
-        f"{document['events']:,} events in {document['partitions']} partitions, parallelism {document['parallelism']}, "
-        f"a checkpoint every second, exactly-once Kafka sinks on both sides. Host: "
-        f"{document.get('host', {}).get('cpus', '?')} CPUs; load average at start / end "
-        f"{_loads(document.get('load_average_at_start'))} / {_loads(document.get('load_average_at_end'))}.",
+        f"Run `{document['run_id']}` ({kind}). " + provenance.markdown_line(document.get("provenance")),
         "",
-        "events/s: input events over the time from the job running to the job finished; CPU s / M: CPU "
-        "seconds per million input events over that span, of Weir's JobManager + TaskManagers and of "
-        "Flink's JVM. Ratios are Weir / Flink (events/s above 1: Weir faster; CPU below 1: Weir cheaper).",
+        f"{document['events']:,} events in {document['partitions']} partitions at {config.get('event_rate', 0):,} "
+        f"events/s of event time; parallelism {document['parallelism']} on both sides; exactly-once Kafka sinks on "
+        f"both; a checkpoint every {config.get('checkpoint_interval', '?')} on both, to the same S3 server; "
+        f"Flink as the Nexmark reference configures it (mini-batch {config.get('flink_mini_batch', '?')}, RocksDB "
+        f"incremental). {config.get('runs', '?')} run(s) per query and contender, the order alternating "
+        f"(ABBA); the load gate waited up to {config.get('load_wait_s', '?')} s before each run. Each figure: the "
+        "median of the runs (min-max); a run whose output does not match the reference record for record "
+        "fails its contender's figure.",
         "",
-        "| query | Weir events/s | Flink events/s | ratio | Weir CPU s / M | Flink CPU s / M | ratio "
-        "| Weir output | Flink output | expected | Weir = Flink |",
-        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- | ---: | --- |",
+        "Steady state, 10-90 % of the input (CPU sampled per process; the S3 server's CPU counted in):",
+        "",
+        "| query | Weir events/s | Flink events/s | Weir / Flink | Weir CPU s / M | Flink CPU s / M | Weir / Flink "
+        "| warm-up ratio (Weir, Flink) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
-    for query, entry in document.get("queries", {}).items():
-        weir, flink = entry.get("weir") or {}, entry.get("flink") or {}
-        r, check = entry.get("ratios", {}), entry.get("check", {})
-        same = {True: "yes", False: "**no**", None: "–"}[check.get("weir_equals_flink")]
+    queries = document.get("queries", {})
+    for query, entry in queries.items():
+        figures, r = entry.get("figures", {}), entry.get("ratios", {})
+        runs = entry.get("runs", {})
         lines.append(
-            f"| {query} | {_num(weir.get('events_per_s'))} | {_num(flink.get('events_per_s'))} "
-            f"| {_num(r.get('events_per_s_weir_vs_flink'), '{:.2f}x')} "
-            f"| {_num(weir.get('cpu_s_per_million'), '{:.1f}')} | {_num(flink.get('cpu_s_per_million'), '{:.1f}')} "
-            f"| {_num(r.get('cpu_per_event_weir_vs_flink'), '{:.2f}x')} "
-            f"| {_count(check, 'weir')} | {_count(check, 'flink')} | {_num(check.get('expected'))} | {same} |"
+            f"| {query} | {_spread(figures.get('weir'), 'steady_eps')} | {_spread(figures.get('flink'), 'steady_eps')} "
+            f"| {_num(r.get('steady_eps_weir_vs_flink'), '{:.2f}x')} "
+            f"| {_spread(figures.get('weir'), 'steady_cpu_s_per_million', '{:.1f}')} "
+            f"| {_spread(figures.get('flink'), 'steady_cpu_s_per_million', '{:.1f}')} "
+            f"| {_num(r.get('steady_cpu_weir_vs_flink'), '{:.2f}x')} "
+            f"| {_warmup(runs.get('weir', []))}, {_warmup(runs.get('flink', []))} |"
         )
+    lines += [
+        "",
+        "Whole run, launch to job finished (Weir's cluster start-up and Flink's JVM start-up and SQL planning "
+        "included):",
+        "",
+        "| query | Weir events/s | Flink events/s | Weir / Flink | Weir CPU s / M | Flink CPU s / M | Weir / Flink "
+        "| S3 server CPU s (Weir, Flink) |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
+    for query, entry in queries.items():
+        figures, r = entry.get("figures", {}), entry.get("ratios", {})
+        lines.append(
+            f"| {query} | {_spread(figures.get('weir'), 'whole_eps')} | {_spread(figures.get('flink'), 'whole_eps')} "
+            f"| {_num(r.get('whole_eps_weir_vs_flink'), '{:.2f}x')} "
+            f"| {_spread(figures.get('weir'), 'whole_cpu_s_per_million', '{:.1f}')} "
+            f"| {_spread(figures.get('flink'), 'whole_cpu_s_per_million', '{:.1f}')} "
+            f"| {_num(r.get('whole_cpu_weir_vs_flink'), '{:.2f}x')} "
+            f"| {_spread(figures.get('weir'), 's3_cpu_s', '{:.2f}')}, "
+            f"{_spread(figures.get('flink'), 's3_cpu_s', '{:.2f}')} |"
+        )
+    lines += [
+        "",
+        "Output, each run against the plain-Python reference, record for record:",
+        "",
+        "| query | Weir | Flink | runs under load (Weir, Flink) |",
+        "| --- | --- | --- | ---: |",
+    ]
+    for query, entry in queries.items():
+        runs, figures = entry.get("runs", {}), entry.get("figures", {})
+        under = ", ".join(str((figures.get(side) or {}).get("runs_under_load", "–")) for side in SIDES)
+        lines.append(f"| {query} | {_check(runs.get('weir', []))} | {_check(runs.get('flink', []))} | {under} |")
     notes = []
-    for query, entry in document.get("queries", {}).items():
-        for side in ("weir", "flink"):
-            error = (entry.get(side) or {}).get("error")
-            if error:
-                notes.append(f"- {query}, {side}: {error}")
-        whole = (entry.get("flink") or {}).get("jvm_cpu_s_whole")
-        if whole is not None:
-            notes.append(
-                f"- {query}: Flink JVM CPU over its whole life (start-up, SQL planning) {whole:.1f} s; "
-                f"job running {entry['flink'].get('seconds', 0):.1f} s"
-            )
     if document.get("flink_unavailable"):
         notes.append(f"- Flink not run: {document['flink_unavailable']}")
     if document.get("skipped"):
         notes.append(f"- requested but without a Weir job file: {', '.join(document['skipped'])}")
-    reference = document.get("reference_events")
-    notes.append(
-        f"- expected counts: the plain-Python reference over the same {reference:,} events"
-        if reference
-        else "- expected counts: q0 and q1 the number of bids; the other queries compared Weir against Flink only"
-    )
-    lines += ["", "Notes:", "", *notes, ""]
+    for query in queries:
+        if query in UPDATING:
+            notes.append(
+                f"- {query} is an updating query: both sides write an upsert stream keyed by the row's key "
+                "(Weir's job with -D q4.updates=true); compared as the final table, upserts applied in order."
+            )
+    lines += ["", "Notes:", "", *notes, ""] if notes else [""]
     return "\n".join(lines)
-
-
-def _loads(loads: Sequence[float] | None) -> str:
-    return "?" if not loads else " ".join(f"{x:.1f}" for x in loads)
 
 
 def chart(document: dict[str, Any], path: Path) -> None:
@@ -256,29 +484,38 @@ def chart(document: dict[str, Any], path: Path) -> None:
     queries = list(document.get("queries", {}))
     entries = [document["queries"][q] for q in queries]
 
-    def values(side: str, key: str) -> list[float]:
-        return [((e.get(side) or {}).get(key) or 0.0) for e in entries]
+    def values(side: str, key: str) -> tuple[list[float], list[list[float]]]:
+        medians, errors = [], [[], []]
+        for e in entries:
+            figure = (e.get("figures") or {}).get(side) or {}
+            value = figure.get(key) if figure.get("ok") else None
+            m = value["median"] if value else 0.0
+            medians.append(m)
+            errors[0].append(m - value["min"] if value else 0.0)
+            errors[1].append(value["max"] - m if value else 0.0)
+        return medians, errors
 
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.38
     xs = range(len(queries))
-    for axis, key, ylabel, title, fmt in (
-        (left, "events_per_s", "events/s (running to finished)", "Throughput, exactly-once", "{:,.0f}"),
-        (right, "cpu_s_per_million", "CPU s per million events", "CPU per event", "{:.1f}"),
+    for axis, key, ylabel, title in (
+        (left, "steady_eps", "events/s, 10-90 % of the input", "Throughput, exactly-once (median, min-max)"),
+        (right, "steady_cpu_s_per_million", "CPU s per million events, 10-90 %", "CPU per event"),
     ):
-        weir, flink = values("weir", key), values("flink", key)
-        axis.bar([x - width / 2 for x in xs], weir, width, label="Weir", color="#1f6fb2")
-        axis.bar([x + width / 2 for x in xs], flink, width, label="Apache Flink (SQL)", color="#999999")
-        for x, (w, f) in enumerate(zip(weir, flink, strict=True)):
-            axis.annotate(fmt.format(w), (x - width / 2, w), ha="center", va="bottom", fontsize=7)
-            axis.annotate(fmt.format(f), (x + width / 2, f), ha="center", va="bottom", fontsize=7)
+        weir, weir_err = values("weir", key)
+        flink, flink_err = values("flink", key)
+        axis.bar([x - width / 2 for x in xs], weir, width, yerr=weir_err, label="Weir", color="#1f6fb2")
+        axis.bar([x + width / 2 for x in xs], flink, width, yerr=flink_err, label="Apache Flink (SQL)", color="#999999")
         axis.set_xticks(list(xs), queries)
         axis.set_ylabel(ylabel)
-        axis.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}" if key == "events_per_s" else "{x:,.1f}"))
+        axis.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}" if key == "steady_eps" else "{x:,.1f}"))
         axis.set_title(title)
         axis.legend(fontsize=8)
     kind = "quick run" if document.get("quick") else "full run"
-    fig.suptitle(f"Nexmark, Weir vs Flink ({kind} {document['run_id']}, {document['events']:,} events)", fontsize=10)
+    commit = provenance.commit_label(document.get("provenance")).replace("`", "")
+    fig.suptitle(
+        f"Nexmark, Weir vs Flink ({kind} {document['run_id']}, {document['events']:,} events, {commit})", fontsize=10
+    )
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -287,58 +524,122 @@ def chart(document: dict[str, Any], path: Path) -> None:
 # Running the contenders ------------------------------------------------------------------------------------
 
 
-def count_output(endpoints: Any, topic: str) -> int:
+def read_output(endpoints: Any, topic: str) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Every committed record of ``topic``, once no transaction is open on it."""
     from bench import dataset
     from weir.connectors import kafka
 
     dataset.wait_output_settled(endpoints, topic)
-    return len(kafka.read_committed_records(endpoints, topic, timeout_s=300))
+    return [(p, o, k, v) for p, o, k, v, _ts in kafka.read_committed_records(endpoints, topic, timeout_s=300)]
 
 
-def run_weir(cluster: BenchCluster, query: str, input_topic: str, output_topic: str, events: int) -> dict[str, Any]:
+@dataclass
+class RunContext:
+    """What every run of the benchmark shares."""
+
+    env: BenchEnvironment
+    input_topic: str
+    events: int
+    checkpoint_interval: str
+    s3_pid: int | None
+    flink_build: Path | None
+    mini_batch: bool = True
+
+
+def _measure(
+    sampler: ProcessSampler,
+    progress: Callable[[], float],
+    finished: Callable[[], bool],
+    started: float,
+    what: str,
+) -> tuple[list[Sample], float, float]:
+    """Sample progress and CPU until ``finished()``: the samples, the wall time, the CPU at the end."""
+    samples = [Sample(0.0, 0.0, 0.0)]
+    deadline = started + JOB_TIMEOUT_S
+    while True:
+        sampler.refresh()
+        now = time.monotonic()
+        samples.append(Sample(now - started, max(samples[-1].consumed, progress()), sampler.total_cpu_s()))
+        if finished():
+            break
+        if now > deadline:
+            raise BenchError(f"{what} did not finish in {JOB_TIMEOUT_S:.0f} s")
+        time.sleep(SAMPLE_S)
+    sampler.refresh()
+    wall = time.monotonic() - started
+    cpu = sampler.total_cpu_s()
+    return samples, wall, cpu
+
+
+def _figures(events: int, samples: list[Sample], wall: float, cpu: float, sampler: ProcessSampler) -> dict[str, Any]:
+    observed = samples[-1].consumed / events if events else 0.0
+    samples = [*samples, Sample(wall, float(events), cpu)]  # finished: every event was read
+    steady = steady_state(samples, events) if observed >= 0.9 else None
+    by_process = sampler.cpu_by_name()
+    return {
+        "whole_s": wall,
+        "whole_eps": events / wall if wall > 0 else None,
+        "whole_cpu_s": cpu,
+        "whole_cpu_s_per_million": cpu / events * 1e6 if events else None,
+        "steady_eps": steady.window.events_per_s if steady else None,
+        "steady_cpu_s_per_million": steady.window.cpu_s_per_million if steady else None,
+        "steady_state": steady.as_dict() if steady else None,
+        "progress_observed": observed,
+        "s3_cpu_s": by_process.get(S3_SERVER),
+        "cpu_s_by_process": by_process,
+        "peak_rss_bytes": {k: v for k, v in sampler.peak_rss_by_process().items() if k != S3_SERVER},
+        "samples": len(samples),
+    }
+
+
+def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[str, Any]:
+    """A fresh cluster, the query's job on it, measured from the cluster's start to FINISHED."""
     from bench import dataset
 
-    endpoints = cluster.env.endpoints
+    endpoints = ctx.env.endpoints
     dlq = f"{output_topic}-dlq"
     dataset.create_topics(endpoints, {output_topic: PARTITIONS, dlq: 1})
     params = {
         "source": "kafka",
-        "source.topic": input_topic,
+        "source.topic": ctx.input_topic,
         "source.bounded": "true",
         "source.dlq_topic": dlq,
         "sink": "kafka",
         "sink.topic": output_topic,
-        "checkpointing.interval": "1s",
+        "checkpointing.interval": ctx.checkpoint_interval,
+        **WEIR_EXTRA_PARAMS.get(query, {}),
     }
-    sampler = ProcessSampler().start()
-    sampler.track(cluster.process_pids())
-    submitted = time.monotonic()
-    job_id = cluster.submit(EXAMPLES_DIR / f"{query}.py", params, PARALLELISM)
-    marks: dict[str, float] = {}
-
-    def on_poll(status: Any) -> None:
-        if "running" not in marks and status.tasks and all(t.state == "RUNNING" for t in status.tasks):
-            sampler.refresh()
-            marks["running"] = time.monotonic()
-            marks["cpu_running"] = sampler.total_cpu_s()
-
+    sampler = ProcessSampler()
+    if ctx.s3_pid is not None:
+        sampler.add(S3_SERVER, ctx.s3_pid)
+    started = time.monotonic()
+    cluster = start_private_cluster(ctx.env, f"cluster-{tag}", quiet=True)
     try:
-        cluster.wait_job(job_id, lambda s: s.summary.status == "FINISHED", JOB_TIMEOUT_S, "FINISHED", on_poll)
-    except BenchError:
-        cluster.cancel(job_id)
+        sampler.track(cluster.process_pids(), from_birth=True)
+        job_id = cluster.submit(EXAMPLES_DIR / f"{query}.py", params, PARALLELISM)
+        marks: dict[str, float] = {}
+
+        def finished() -> bool:
+            """The job's status at every sample, as Flink's end is read from its stdout at once."""
+            now = time.monotonic()
+            status = cluster.status(job_id)
+            if status is None:
+                return False
+            if status.summary.status in ("FAILED", "CANCELED"):
+                raise BenchError(f"Weir {query} job {job_id} {status.summary.status}: {status.failure}")
+            if "running" not in marks and status.tasks and all(t.state == "RUNNING" for t in status.tasks):
+                marks["running"] = now - started
+            return status.summary.status == "FINISHED"
+
+        samples, wall, cpu = _measure(
+            sampler, lambda: cluster.source_records_read(job_id, WEIR_SOURCE_UID), finished, started, f"Weir {query}"
+        )
+    except BaseException:
+        cluster.stop()
         raise
-    finally:
-        sampler.stop()
-    finished = time.monotonic()
-    running = marks.get("running", submitted)
-    out = figures(events, finished - running, sampler.total_cpu_s() - marks.get("cpu_running", 0.0))
-    out.update(
-        job_id=job_id,
-        submit_to_running_s=running - submitted,
-        cluster_cpu_s_submit_to_finished=sampler.total_cpu_s(),
-        peak_rss_bytes=sampler.peak_rss_by_process(),
-        output_records=count_output(endpoints, output_topic),
-    )
+    cluster.stop()
+    out = _figures(ctx.events, samples, wall, cpu, sampler)
+    out.update(job_id=job_id, launch_to_running_s=marks.get("running"))
     return out
 
 
@@ -350,10 +651,13 @@ def flink_sql_argv(
     topic: str,
     output: str,
     group: str,
-    checkpoint_dir: Path,
+    checkpoint_uri: str,
+    checkpoint_interval: str,
     rest_port: int,
+    mini_batch: bool = True,
 ) -> list[str]:
-    """The JVM of one query (its REST port: NexmarkSql polls it for every task RUNNING)."""
+    """The JVM of one query (its REST port: NexmarkSql polls it for every task RUNNING, the benchmark
+    for the source's progress)."""
     return [
         "java",
         "-cp",
@@ -369,8 +673,12 @@ def flink_sql_argv(
         output,
         "--group",
         group,
-        "--checkpoint-dir",
-        str(checkpoint_dir),
+        "--checkpoint-uri",
+        checkpoint_uri,
+        "--checkpoint-interval",
+        checkpoint_interval,
+        "--mini-batch",
+        "true" if mini_batch else "false",
         "--parallelism",
         str(PARALLELISM),
         "--rest-port",
@@ -384,42 +692,93 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def parse_marker(line: str) -> tuple[str, int] | None:
-    """``@running <ms>`` / ``@done <ms>`` of NexmarkSql's stdout, else None."""
+def parse_marker(line: str) -> tuple[str, str] | None:
+    """``@job <id>``, ``@running <ms>`` or ``@done <ms>`` of NexmarkSql's stdout, else None."""
     parts = line.split()
-    if len(parts) == 2 and parts[0] in ("@running", "@done") and parts[1].isdigit():
-        return parts[0][1:], int(parts[1])
+    if len(parts) == 2 and parts[0] in ("@job", "@running", "@done"):
+        return parts[0][1:], parts[1]
     return None
 
 
-def run_flink(
-    build_dir: Path, env: Any, query: str, input_topic: str, output_topic: str, events: int, work_dir: Path
-) -> dict[str, Any]:
-    from bench import dataset
+SOURCE_RECORDS_OUT: Final = re.compile(r"^Source__events.*\.numRecordsOut$")
 
-    endpoints = env.endpoints
+
+class FlinkProgress:
+    """Records the Flink job's source has emitted, from the MiniCluster's REST API: the metric
+    ``Source__events[N].numRecordsOut`` of the source's vertex, summed over its subtasks (fetched
+    from the tasks every 500 ms: ``metrics.fetcher.update-interval``)."""
+
+    def __init__(self, rest_port: int) -> None:
+        self._base = f"http://127.0.0.1:{rest_port}"
+        self.job_id: str | None = None
+        self._vertex: str | None = None
+        self._metric: str | None = None
+        self._last = 0.0
+
+    def _get(self, path: str) -> Any:
+        with urllib.request.urlopen(self._base + path, timeout=1.0) as response:
+            return json.loads(response.read())
+
+    def __call__(self) -> float:
+        if self.job_id is None:
+            return self._last
+        try:
+            if self._vertex is None:
+                vertices = self._get(f"/jobs/{self.job_id}").get("vertices", [])
+                self._vertex = next((v["id"] for v in vertices if v["name"].startswith("Source: events")), None)
+            if self._vertex is not None and self._metric is None:
+                names = [m["id"] for m in self._get(f"/jobs/{self.job_id}/vertices/{self._vertex}/subtasks/metrics")]
+                self._metric = next((n for n in names if SOURCE_RECORDS_OUT.match(n)), None)
+            if self._metric is not None:
+                query = urllib.parse.urlencode({"get": self._metric, "agg": "sum"})
+                values = self._get(f"/jobs/{self.job_id}/vertices/{self._vertex}/subtasks/metrics?{query}")
+                if values:
+                    self._last = max(self._last, float(values[0]["sum"]))
+        except (OSError, ValueError, KeyError, StopIteration):
+            pass  # not up yet, or gone once the job finished: the last value stands
+        return self._last
+
+
+def run_flink(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[str, Any]:
+    """A fresh JVM running the query, measured from its launch to the job finished."""
+    from bench import dataset
+    from bench.contenders import flink_checkpoint_uri, flink_environment
+
+    assert ctx.flink_build is not None
+    endpoints = ctx.env.endpoints
     dataset.create_topics(endpoints, {output_topic: PARTITIONS})
-    checkpoints = work_dir / f"flink-{query}-checkpoints"
-    checkpoints.mkdir(parents=True, exist_ok=True)
-    log_path = work_dir / f"flink-{query}.log"
+    log_path = ctx.env.run_root / f"flink-{tag}.log"
+    rest_port = free_port()
     argv = flink_sql_argv(
-        build_dir,
+        ctx.flink_build,
         query=query,
         bootstrap=endpoints.kafka_bootstrap,
-        topic=input_topic,
+        topic=ctx.input_topic,
         output=output_topic,
         group=f"{output_topic}-group",
-        checkpoint_dir=checkpoints,
-        rest_port=free_port(),
+        checkpoint_uri=flink_checkpoint_uri(ctx.env.checkpoint_uri, ctx.env.run_root, tag),
+        checkpoint_interval=ctx.checkpoint_interval,
+        rest_port=rest_port,
+        mini_batch=ctx.mini_batch,
     )
-    sampler = ProcessSampler().start()
+    sampler = ProcessSampler()
+    if ctx.s3_pid is not None:
+        sampler.add(S3_SERVER, ctx.s3_pid)
+    progress = FlinkProgress(rest_port)
     marks: dict[str, float] = {}
-    events_seen = threading.Event()
+    ended = threading.Event()
+    started = time.monotonic()
     with log_path.open("w") as log_file:
         proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log_file, text=True, cwd=work_dir
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log_file,
+            text=True,
+            cwd=ctx.env.run_root,
+            env=flink_environment(ctx.flink_build, endpoints),
         )
-        sampler.add("flink-jvm", proc.pid)
+        sampler.add("flink-jvm", proc.pid, from_birth=True)
 
         def read() -> None:
             assert proc.stdout is not None
@@ -428,18 +787,17 @@ def run_flink(
                 if marker is None:
                     log_file.write(line)
                     continue
-                sampler.refresh()
-                marks[marker[0]] = time.monotonic()
-                marks[f"cpu_{marker[0]}"] = sampler.total_cpu_s()
-                if marker[0] == "done":
-                    events_seen.set()
-            events_seen.set()
+                name, value = marker
+                if name == "job":
+                    progress.job_id = value
+                else:
+                    marks[name] = time.monotonic() - started
+            ended.set()
 
-        reader = threading.Thread(target=read, name=f"flink-{query}-stdout", daemon=True)
+        reader = threading.Thread(target=read, name=f"flink-{tag}-stdout", daemon=True)
         reader.start()
         try:
-            if not events_seen.wait(JOB_TIMEOUT_S):
-                raise BenchError(f"Flink {query} did not finish in {JOB_TIMEOUT_S:.0f} s (log: {log_path})")
+            samples, wall, cpu = _measure(sampler, progress, lambda: "done" in marks or ended.is_set(), started, tag)
             if "done" not in marks:
                 raise BenchError(f"Flink {query} exited without finishing the job (log: {log_path})")
         finally:
@@ -450,12 +808,11 @@ def run_flink(
             if reaped is None:
                 proc.kill()
                 reaped = reap(proc, 10.0)
-            sampler.stop()
-    out = figures(events, marks["done"] - marks["running"], marks["cpu_done"] - marks["cpu_running"])
+    out = _figures(ctx.events, samples, wall, cpu, sampler)
     out.update(
-        jvm_cpu_s_whole=reaped.cpu_s if reaped else None,
-        peak_rss_bytes={"flink-jvm": reaped.peak_rss_bytes} if reaped else sampler.peak_rss_by_process(),
-        output_records=count_output(endpoints, output_topic),
+        launch_to_running_s=marks.get("running"),
+        jvm_cpu_s_whole_life=reaped.cpu_s if reaped else None,
+        jvm_peak_rss_bytes=reaped.peak_rss_bytes if reaped else None,
     )
     return out
 
@@ -467,78 +824,122 @@ def flink_ready() -> tuple[Path | None, str | None]:
     return (None, reason) if reason else (flink_build_dir(), None)
 
 
-def load_events(endpoints: Any, topic: str, events: int) -> float:
+def load_events(endpoints: Any, topic: str, events: int, event_rate: int) -> float:
     from bench import dataset
+    from weir import nexmark
     from weir.connectors import kafka
     from weir.tools import nexmark_load
 
     dataset.create_topics(endpoints, {topic: PARTITIONS})
     producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
     started = time.monotonic()
-    nexmark_load.load(producer, topic, PARTITIONS, events)
+    nexmark_load.load(producer, topic, PARTITIONS, events, config=nexmark.NexmarkConfig(events_per_second=event_rate))
     return time.monotonic() - started
 
 
-def measure(
-    label: str, queries_out: dict[str, Any], query: str, side: str, run: Callable[[], dict[str, Any]]
-) -> dict[str, Any] | None:
-    log(f"{query}: {label}")
+def reference_records(events: int, event_rate: int, queries: Sequence[str]) -> dict[str, list[tuple[Any, ...]]]:
+    """Each query's expected output over events 0..events-1 at ``event_rate``, as whole records."""
+    from weir import nexmark
+    from weir.tools import nexmark_reference
+
+    config = nexmark.NexmarkConfig(events_per_second=event_rate)
+    stream = [nexmark.event(n, config) for n in range(events)]
+    return {q: expected_records(q, nexmark_reference.QUERIES[q](stream)) for q in queries}
+
+
+def one_run(
+    ctx: RunContext, round_: int, query: str, side: str, expected: Sequence[tuple[Any, ...]], load_wait_s: float
+) -> dict[str, Any]:
+    """One measured run: the load gate, the run, its output checked."""
+    tag = f"r{round_}-{side}-{query}"
+    output_topic = f"bench-{ctx.env.run_id}-{tag}"
+    gate = load_gate(load_wait_s)
+    load_before = list(os.getloadavg())
+    log(f"round {round_}, {query}: {'Weir' if side == 'weir' else 'Flink SQL'}")
     try:
-        result = run()
+        result = (run_weir if side == "weir" else run_flink)(ctx, query, output_topic, tag)
+        diff = check_output(query, expected, read_output(ctx.env.endpoints, output_topic))
+        result["check"] = diff.as_dict()
+        log(
+            f"  {_num(result['steady_eps'])} events/s at 10-90 % ({_num(result['whole_eps'])} whole run), "
+            f"{_num(result['steady_cpu_s_per_million'], '{:.1f}')} CPU s / M "
+            f"({_num(result['whole_cpu_s_per_million'], '{:.1f}')}); output {diff.summary()}"
+        )
     except BenchError as exc:
         log(f"  failed: {exc}")
-        queries_out.setdefault(query, {})[side] = {"error": str(exc)}
-        return None
-    queries_out.setdefault(query, {})[side] = result
-    log(
-        f"  {result['events_per_s'] or 0:,.0f} events/s, {result['cpu_s_per_million'] or 0:.1f} CPU s / M, "
-        f"{result['output_records']:,} output records"
-    )
+        result = {"error": str(exc)}
+    result.update(round=round_, load={**gate.as_dict(), "before": load_before, "after": list(os.getloadavg())})
     return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from bench import dataset
+
     parser = argparse.ArgumentParser(prog="python -m bench.nexmark_bench", description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help=f"{QUICK_EVENTS:,} events, q0-q2")
     parser.add_argument("--events", type=int, help=f"events to load (default {FULL_EVENTS:,}; quick {QUICK_EVENTS:,})")
     parser.add_argument("--queries", help="comma-separated, e.g. q0,q1 (default: every query with a job file)")
     parser.add_argument("--contenders", default="weir,flink", help="weir,flink (default both)")
+    parser.add_argument("--runs", type=int, default=RUNS, help=f"runs per query and contender (default {RUNS})")
     parser.add_argument(
-        "--reference-events",
-        type=int,
-        default=REFERENCE_EVENTS,
-        help=f"check against the plain-Python reference when events <= this (default {REFERENCE_EVENTS:,})",
+        "--event-rate", type=int, default=EVENT_RATE, help=f"events per second of event time (default {EVENT_RATE:,})"
     )
+    parser.add_argument(
+        "--checkpoint-interval",
+        default=CHECKPOINT_INTERVAL,
+        help=f"both contenders' checkpoint interval (default {CHECKPOINT_INTERVAL}, the reference's)",
+    )
+    parser.add_argument("--no-mini-batch", action="store_true", help="Flink without the reference's mini-batch")
+    parser.add_argument(
+        "--load-wait",
+        type=float,
+        help=f"seconds the load gate waits before each run (default {LOAD_WAIT_S:.0f}; quick {QUICK_LOAD_WAIT_S:.0f})",
+    )
+    parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where nexmark.{json,md,png} go")
     args = parser.parse_args(argv)
     events = args.events or (QUICK_EVENTS if args.quick else FULL_EVENTS)
-    contenders = {c.strip() for c in args.contenders.split(",") if c.strip()}
+    load_wait_s = args.load_wait if args.load_wait is not None else (QUICK_LOAD_WAIT_S if args.quick else LOAD_WAIT_S)
+    contenders = [c.strip() for c in args.contenders.split(",") if c.strip()]
+    unknown = sorted(set(contenders) - set(SIDES))
+    if unknown or args.runs < 1:
+        parser.error(f"--contenders takes weir and flink (not {', '.join(unknown)}); --runs at least 1")
     queries, skipped = select_queries(
         args.queries.split(",") if args.queries else None, quick=args.quick, present=present_queries()
     )
     if not queries:
         raise BenchError(f"no query to run (skipped, no job file: {skipped})")
+    without_spec = [q for q in queries if q not in SPECS]
+    if without_spec:
+        raise BenchError(f"no output columns known for {', '.join(without_spec)} (bench/nexmark_bench.py SPECS)")
     with_flink_sql = flink_queries()
     build_dir, flink_unavailable = (None, "not asked (--contenders)")
     if "flink" in contenders:
         build_dir, flink_unavailable = flink_ready()
         if flink_unavailable:
             log(f"Flink not run: {flink_unavailable}")
+            contenders.remove("flink")
+    if args.runs < 3:
+        log(f"{args.runs} run(s) per query and contender: no median of 3 (the results say so)")
 
     run_id = new_run_id()
     env = prepare_environment(run_id, checkpoints_in_s3=True)
     ensure_services(env.endpoints, env.services_run_dir)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=REPO_ROOT)
     document: dict[str, Any] = {
         "benchmark": "nexmark",
         "run_id": run_id,
         "quick": args.quick,
-        "commit": commit.stdout.strip() or None,
-        "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
-        "host": host_summary(),
-        "load_average_at_start": os.getloadavg(),
+        "provenance": provenance.collect(REPO_ROOT),
         "events": events,
         "partitions": PARTITIONS,
         "parallelism": PARALLELISM,
+        "config": {
+            "runs": args.runs,
+            "event_rate": args.event_rate,
+            "checkpoint_interval": args.checkpoint_interval,
+            "flink_mini_batch": "off" if args.no_mini_batch else "2 s / 50,000 rows",
+            "load_wait_s": load_wait_s,
+            "contenders": contenders,
+        },
         "selected": queries,
         "skipped": skipped,
         "flink_unavailable": flink_unavailable,
@@ -546,57 +947,46 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     input_topic = f"bench-{run_id}-nexmark"
     failed = False
-    from bench import dataset
-
     try:
-        log(f"loading {events:,} Nexmark events into {input_topic}")
-        document["load_s"] = load_events(env.endpoints, input_topic, events)
-        log(f"  loaded in {document['load_s']:.1f} s")
-        results: dict[str, Any] = document["queries"]
-        with contextlib.ExitStack() as stack:
-            cluster = stack.enter_context(private_cluster(env)) if "weir" in contenders else None
-            if cluster is not None:
-                cluster.wait_all_taskmanagers()
-            for query in queries:  # Weir then Flink per query: each pair measured minutes apart at most
-                if cluster is not None:
-                    weir_run = functools.partial(
-                        run_weir, cluster, query, input_topic, f"bench-{run_id}-weir-{query}", events
-                    )
-                    failed = measure("Weir", results, query, "weir", weir_run) is None or failed
-                if build_dir is None:
-                    continue
-                if query not in with_flink_sql:
-                    results.setdefault(query, {})["flink"] = {"error": f"no Flink SQL for {query}"}
-                    continue
-                flink_run = functools.partial(
-                    run_flink, build_dir, env, query, input_topic, f"bench-{run_id}-flink-{query}", events, env.run_root
-                )
-                failed = measure("Flink SQL", results, query, "flink", flink_run) is None or failed
-        reference: dict[str, int] = {}
-        if events <= args.reference_events:
-            log(f"reference counts over {events:,} events (plain Python)")
-            reference = reference_counts(events, queries)
-            document["reference_events"] = events
-        for query in queries:
-            entry = results.setdefault(query, {})
-            entry["check"] = check_outputs(
-                query,
-                expected_count(query, events, reference),
-                (entry.get("weir") or {}).get("output_records"),
-                (entry.get("flink") or {}).get("output_records"),
-            )
-            add_ratios(entry)
-        results_order = {q: results[q] for q in queries if q in results}
-        document["queries"] = results_order
-        document["load_average_at_end"] = os.getloadavg()
+        log(f"loading {events:,} Nexmark events ({args.event_rate:,} events/s of event time) into {input_topic}")
+        document["load_s"] = load_events(env.endpoints, input_topic, events, args.event_rate)
+        log(f"  loaded in {document['load_s']:.1f} s; the reference's output over them (plain Python)")
+        started = time.monotonic()
+        expected = reference_records(events, args.event_rate, queries)
+        document["reference_s"] = time.monotonic() - started
+        document["reference_records"] = {q: len(rows) for q, rows in expected.items()}
+        ctx = RunContext(
+            env=env,
+            input_topic=input_topic,
+            events=events,
+            checkpoint_interval=args.checkpoint_interval,
+            s3_pid=s3_server_pid(env.endpoints, env.services_run_dir),
+            flink_build=build_dir,
+            mini_batch=not args.no_mini_batch,
+        )
+        document["s3_server_pid_found"] = ctx.s3_pid is not None
+        results: dict[str, Any] = {q: {"runs": {side: [] for side in contenders}} for q in queries}
+        for round_, query, side in schedule(queries, args.runs, contenders):
+            if side == "flink" and query not in with_flink_sql:
+                results[query]["runs"][side].append({"error": f"no Flink SQL for {query}", "round": round_})
+                continue
+            result = one_run(ctx, round_, query, side, expected[query], load_wait_s)
+            failed = failed or "error" in result
+            results[query]["runs"][side].append(result)
+            with contextlib.suppress(Exception):  # the run's topics, as it goes: 920k records a q0 run
+                dataset.delete_topics_containing(env.endpoints, f"{run_id}-r{round_}-{side}-{query}")
+        for entry in results.values():
+            summarize(entry)
+        document["queries"] = results
     finally:
         with contextlib.suppress(Exception):
             dataset.delete_topics_containing(env.endpoints, run_id)
         with contextlib.suppress(Exception):
             remove_checkpoints(env)
         remove_run_root(env, keep=failed)
-    publish_results("nexmark", document, render_markdown)
-    chart(document, RESULTS_DIR / "nexmark.png")
+        provenance.finish(document["provenance"])
+    publish_results("nexmark", document, render_markdown, args.results)
+    chart(document, args.results / "nexmark.png")
     return 0
 
 

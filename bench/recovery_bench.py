@@ -52,6 +52,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from bench import provenance
 from bench.harness import (
     REPO_ROOT,
     BenchCluster,
@@ -228,6 +229,8 @@ def render_markdown(document: Mapping[str, Any]) -> str:
     verdict = "not measured" if first["median"] is None else ("met" if document["target_met"] else "**missed**")
     lines = [
         "# Recovery under load (`make bench-recovery`)",
+        "",
+        provenance.markdown_line(document.get("provenance")),
         "",
         f"Run {document['run_id']} on {document['host']['machine']} ({document['host']['cpus']} CPUs), "
         f"commit {document['commit']}, {document['date']}; load average (1, 5, 15 min) at the start "
@@ -533,7 +536,7 @@ def _one_kill(
     hosts = {t.taskmanager_id for t in status.tasks}
     victim = next_victim(hosts, n)
     killed_at = time.time()
-    kill_process(cluster.env.cluster_dir, victim)
+    kill_process(cluster.directory, victim)
     end_offsets = watcher.high_watermarks()
     log(f"kill {n + 1}/{plan.kills}: SIGKILL {victim} (hosts {sorted(hosts)}), last stable offsets {end_offsets}")
     running_at: float | None = None
@@ -617,7 +620,7 @@ def _kill_jobmanager(
     time.sleep(max(0.0, last_restore + plan.after_restore_s - time.time()))
     cluster.wait_job(job_id, _all_running, 120, "RUNNING before a JobManager kill")
     killed_at = time.time()
-    kill_process(cluster.env.cluster_dir, "jobmanager")
+    kill_process(cluster.directory, "jobmanager")
     log(f"JobManager kill {n + 1}/{plan.jobmanager_kills}: SIGKILL jobmanager")
     running_at: float | None = None
     deadline = time.monotonic() + plan.recovery_timeout_s
@@ -727,6 +730,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     run_id = new_run_id()
     load_at_start = os.getloadavg()
+    block = provenance.collect(REPO_ROOT)
     env = prepare_environment(run_id, checkpoints_in_s3=True)
     ensure_services(env.endpoints, env.services_run_dir)
     ok = False
@@ -734,8 +738,8 @@ def main(argv: list[str] | None = None) -> int:
         with private_cluster(env) as cluster:
             cluster.wait_all_taskmanagers()
             result = run(cluster, run_id, plan)
-        add_phases(result["kills"], env.cluster_dir)
-        add_jobmanager_phases(result["jobmanager_kills"], env.cluster_dir)
+        add_phases(result["kills"], cluster.directory)
+        add_jobmanager_phases(result["jobmanager_kills"], cluster.directory)
         ok = True
     except BenchError as exc:
         log(f"error: {exc}")
@@ -753,6 +757,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     document = {
         "run_id": run_id,
+        "provenance": provenance.finish(block),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "commit": commit.stdout.strip(),
         "host": host_summary(),

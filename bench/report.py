@@ -7,10 +7,53 @@ import json
 from pathlib import Path
 from typing import Any
 
+from bench import provenance
+from bench.evidence import RunOutcome, figure_of, spread_label
+
 # The fair pairs: Quix Streams and the raw limit write to Kafka only, so Weir's Kafka-only variant is
 # the one compared with them; the variant with PostgreSQL is shown beside it.
 WEIR_VS_OTHERS = "weir-kafka"
 WEIR_COLUMNAR = "weir-columnar"  # the same job on its columnar path (-D columnar=true), Kafka only
+
+
+FIGURES = ("sustained_eps", "wall_eps", "cpu_s_per_million", "sustained_cpu_s_per_million", "s3_cpu_s")
+"""The per-run values each contender's figure is the median (min, max) of."""
+
+
+def output_ok(output: dict[str, Any]) -> bool:
+    """A run's output check: ``ok`` (record for record), or format 1's ``complete`` (counts only)."""
+    return bool(output.get("ok", output.get("complete", False)))
+
+
+def summarize_throughput(entry: dict[str, Any]) -> dict[str, Any]:
+    """A contender's figure over its runs (``figure``: each value's median, min and max, or the runs
+    that failed it), and the medians the ratios and targets read (None when the figure failed).
+    A results file of format 1 (before record-for-record checks) has its runs judged by their
+    ``complete`` flag, which counted windows and events only: :func:`_check_text` says so."""
+    runs = entry.get("runs", [])
+    outcomes = [
+        RunOutcome(
+            values={name: r.get(name) for name in FIGURES},
+            output_ok=output_ok(r.get("output") or {}),
+            error=r.get("error"),
+            under_load=bool((r.get("load") or {}).get("under_load")),
+        )
+        for r in runs
+    ]
+    figure = figure_of(outcomes, FIGURES)
+    entry["figure"] = figure.as_dict()
+
+    def med(name: str) -> float | None:
+        spread = figure.spreads.get(name)
+        return spread.median if spread is not None else None
+
+    entry["median_eps"] = med("sustained_eps")
+    entry["median_wall_eps"] = med("wall_eps")
+    entry["median_cpu_s_per_million"] = med("cpu_s_per_million")
+    entry["median_sustained_cpu_s_per_million"] = med("sustained_cpu_s_per_million")
+    ok_runs = [r for r in runs if "error" not in r]
+    entry["peak_rss_max_bytes"] = max((max(r["peak_rss_bytes"].values(), default=0) for r in ok_runs), default=None)
+    return entry
 
 
 def write(document: dict[str, Any], directory: Path) -> None:
@@ -147,15 +190,77 @@ def _fmt(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "-" if value is None else fmt.format(value)
 
 
+def spread_text(figure: dict[str, Any] | None, name: str, fmt: str = "{:,.0f}") -> str:
+    """``median (min-max)`` of a figure's value; the failure when the figure failed."""
+    if not figure:
+        return "-"
+    if not figure.get("ok"):
+        return "**failed**"
+    value = figure.get(name)
+    if not value:
+        return "-"
+    return spread_label(value, figure.get("runs"), fmt)
+
+
+def _warmup(runs: list[dict[str, Any]]) -> str:
+    ratios = sorted((r.get("steady_state") or {}).get("warmup_ratio") for r in runs if r.get("steady_state"))
+    ratios = [x for x in ratios if x is not None]
+    return "-" if not ratios else f"{ratios[len(ratios) // 2]:.2f}"
+
+
+def _mismatch(output: dict[str, Any]) -> str:
+    """What a failed output check found: its summary, or format 1's window and event counts."""
+    if "summary" in output:
+        return str(output["summary"])
+    if "distinct_windows" in output:
+        return (
+            f"{output['distinct_windows']:,} of {output.get('expected_windows', 0):,} windows, "
+            f"{output.get('counted_events', 0):,} of {output.get('expected_events', 0):,} events counted, "
+            f"{output.get('duplicates', 0):,} duplicates"
+        )
+    return "output check failed"
+
+
+def _check_text(entry: dict[str, Any]) -> str:
+    runs = entry.get("runs", [])
+    figure = entry.get("figure") or {}
+    if not runs:
+        return "-"
+    counts_only = any("complete" in (r.get("output") or {}) and "ok" not in r["output"] for r in runs)
+    if figure.get("ok"):
+        if counts_only:
+            return f"complete in {len(runs)} of {len(runs)} runs (results format 1: windows and counts, no sums)"
+        return f"ok in {len(runs)} of {len(runs)} runs"
+    reasons = []
+    for n, r in enumerate(runs, start=1):
+        if "error" in r:
+            reasons.append(f"run {n}: {r['error'][:160]}")
+        elif not output_ok(r.get("output") or {}):
+            reasons.append(f"run {n}: {_mismatch(r.get('output') or {})[:240]}")
+    return "**FAILED**: " + "; ".join(reasons)
+
+
 def markdown(document: dict[str, Any]) -> str:
     plan = document["plan"]
+    if "provenance" in document:
+        method = (
+            f"Throughput: {plan['runs']} run(s) per contender, the order rotated from run to run (two contenders: "
+            "ABBA); each figure is the median of the runs with (min-max); a run whose output mismatched fails its "
+            f"contender's figure. Before each run the load gate waited up to {plan.get('load_wait_s', '?')} s for "
+            "the 1-minute load average to fall to the core count."
+        )
+    else:
+        method = (
+            f"Throughput: {plan['runs']} run(s) per contender (results format 1: every run in the same order, no "
+            "load gate, outputs checked by windows and counts; the figures here are the median (min-max) of its runs)."
+        )
     lines = [
         f"# Benchmark results ({'quick' if document['quick'] else 'full'} run {document['run_id']})",
         "",
-        f"Measured {document['measured_at']} on {document['host']['cpus']} CPUs, Python "
-        f"{document['host']['python']}; load average at start {_load(document.get('load_average_at_start'))}, "
-        f"at end {_load(document.get('load_average_at_end'))}. Data set: {plan['events']:,} events over 1,000 keys "
-        f"in 8 partitions; throughput: median of {plan['runs']} run(s). Definitions: docs/benchmarks.md.",
+        provenance.markdown_line(document.get("provenance")),
+        "",
+        f"Data set: {plan['events']:,} events over 1,000 keys in 8 partitions. {method} Definitions: "
+        "docs/benchmarks.md.",
         "",
     ]
     for key, reason in document.get("unavailable", {}).items():
@@ -164,34 +269,45 @@ def markdown(document: dict[str, Any]) -> str:
     latency = document.get("latency", {})
     if throughput or latency:
         lines += [
-            "| contender | sinks | events/s sustained | events/s end to end | CPU s / M events "
-            "| CPU s / M, 10-90 % | peak RSS / process | p50 latency | p99 latency | output check |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
+            "| contender | sinks | events/s, 10-90 % | events/s, whole run | CPU s / M, whole run "
+            "| CPU s / M, 10-90 % | S3 server CPU s | warm-up ratio | peak RSS / process | p50 latency "
+            "| p99 latency | runs (under load) | output, record for record |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |",
         ]
         for key, info in document.get("contenders", {}).items():
             tp = throughput.get(key, {})
+            if tp.get("runs") and "figure" not in tp:
+                tp = summarize_throughput(dict(tp))  # a format-1 file: the figure from its runs
             lat = latency.get(key, {})
-            runs = [r for r in tp.get("runs", []) if "error" not in r]
-            errors = [r["error"] for r in tp.get("runs", []) if "error" in r] + (
-                [lat["error"]] if "error" in lat else []
-            )
-            check = "-"
-            if runs:
-                complete = all(r["output"]["complete"] for r in runs)
-                dupes = sum(r["output"]["duplicates"] for r in runs)
-                check = ("complete" if complete else "INCOMPLETE") + (f", {dupes} duplicates" if dupes else "")
-            if errors:
-                check += f" (errors: {'; '.join(e[:80] for e in errors)})"
+            figure = tp.get("figure")
+            runs = tp.get("runs", [])
             peak = tp.get("peak_rss_max_bytes")
+            check = _check_text(tp)
+            if "error" in lat:
+                check += f" (latency: {lat['error'][:80]})"
+            under = (figure or {}).get("runs_under_load", 0)
             lines.append(
-                f"| {info['label']} | {info['sinks']} | {_fmt(tp.get('median_eps'))} "
-                f"| {_fmt(tp.get('median_wall_eps'))} "
-                f"| {_fmt(tp.get('median_cpu_s_per_million'), '{:.1f}')} "
-                f"| {_fmt(tp.get('median_sustained_cpu_s_per_million'), '{:.1f}')} "
+                f"| {info['label']} | {info['sinks']} | {spread_text(figure, 'sustained_eps')} "
+                f"| {spread_text(figure, 'wall_eps')} "
+                f"| {spread_text(figure, 'cpu_s_per_million', '{:.1f}')} "
+                f"| {spread_text(figure, 'sustained_cpu_s_per_million', '{:.1f}')} "
+                f"| {spread_text(figure, 's3_cpu_s', '{:.2f}')} | {_warmup(runs)} "
                 f"| {_fmt(peak / 2**20 if peak else None, '{:.0f} MiB')} "
-                f"| {_fmt(lat.get('p50_ms'), '{:,.0f} ms')} | {_fmt(lat.get('p99_ms'), '{:,.0f} ms')} | {check} |"
+                f"| {_fmt(lat.get('p50_ms'), '{:,.0f} ms')} | {_fmt(lat.get('p99_ms'), '{:,.0f} ms')} "
+                f"| {len(runs)} ({under}) | {check} |"
             )
-        lines += [""]
+        lines += [
+            "",
+            "Whole run: from the launch (Weir: its cluster's start; the others: their processes' start, Flink's "
+            "JVM included) until the output is committed. 10-90 %: between 10 % and 90 % of the input consumed, "
+            "from CPU samples of every process of the contender taken every 0.1 s. CPU counts the S3 server's "
+            "CPU during the run (its own column too: checkpoints go there). Warm-up ratio: CPU per event over "
+            "10-50 % of the input / over 50-90 % (median of the runs; above 1: still warming up).",
+            "",
+        ]
+        orders = _orders(throughput)
+        if orders:
+            lines += ["Order of the runs: " + "; ".join(orders) + ".", ""]
         labels = {k: info["label"] for k, info in document.get("contenders", {}).items()}
         rates = [
             f"{labels.get(k, k)} {_fmt(v['rate_eps'])} events/s (achieved {_fmt(v.get('achieved_rate_eps'))}"
@@ -311,8 +427,14 @@ def markdown(document: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _load(value: Any) -> str:
-    return "-" if not value else " / ".join(f"{v:.2f}" for v in value)
+def _orders(throughput: dict[str, Any]) -> list[str]:
+    """Per run, the contenders in the order they ran (from each run's ``run`` and ``position``)."""
+    by_run: dict[int, list[tuple[int, str]]] = {}
+    for key, entry in throughput.items():
+        for r in entry.get("runs", []):
+            if "run" in r and "position" in r:
+                by_run.setdefault(r["run"], []).append((r["position"], key))
+    return [f"run {n}: {', '.join(k for _p, k in sorted(by_run[n]))}" for n in sorted(by_run)]
 
 
 def chart(document: dict[str, Any], path: Path) -> None:

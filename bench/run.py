@@ -6,9 +6,14 @@ docs/benchmarks.md says what each figure means and how it is measured; in short:
 
 1. the data set: N JSON events over 1,000 keys in an 8-partition topic, event time advancing 1 ms per
    event in each partition, produced once per run: every contender reads the same bytes;
-2. throughput: each contender at exactly-once reads the topic to its end (bounded); sustained
-   events/s between 10 % and 90 % of the input consumed, CPU seconds per million events over the
-   contender's processes, peak RSS per process; the committed output is checked against the input;
+2. throughput: each contender at exactly-once reads the topic to its end (bounded), every run in
+   a rotated order (two contenders: ABBA), each run behind the load gate (the 1-minute load
+   average at most the core count, else the run is marked under load); events/s and CPU seconds
+   per million events over the whole run (start-up included: Weir's cluster is started for the
+   run, as Flink's JVM is) and between 10 % and 90 % of the input consumed, the S3 server's CPU
+   counted to the contender it checkpoints for, peak RSS per process; the committed output is
+   compared with the input's window results record for record (counts and sums); each figure is
+   the median of the runs with their min and max, and a mismatching run fails the figure;
 3. latency: each contender unbounded on a fresh topic fed at half its sustained rate; p50/p99 of
    (visible to a read_committed consumer) - (broker append time of the window's last event);
 4. checkpoints of a Weir job holding 1M keys (first, then incremental after 1 % of keys changed);
@@ -16,7 +21,8 @@ docs/benchmarks.md says what each figure means and how it is measured; in short:
 6. recovery: SIGKILL a TaskManager, time until the first output committed after the restore (median
    of one kill per throughput run).
 
-Results: ``bench/results/results.json``, ``results.md`` and ``chart.png``. Targets are reported as
+Results: ``bench/results/results.json``, ``results.md`` and ``chart.png``, with the provenance block
+(commit, tree state, machine, load, dates: ``bench/provenance.py``). Targets are reported as
 pass/miss, never asserted. Topics, tables, consumer groups and checkpoint objects carry the run id
 and are deleted at the end.
 """
@@ -28,7 +34,6 @@ import contextlib
 import math
 import multiprocessing
 import os
-import platform
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -36,7 +41,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from bench import dataset, report
+from bench import dataset, provenance, report
 from bench.contenders import (
     WORKERS,
     Contender,
@@ -45,31 +50,33 @@ from bench.contenders import (
     WeirContender,
     WeirRunning,
     ceiling_contender,
-    count_rows,
     describe,
     flink_available,
     flink_contender,
     quix_available,
     quix_contender,
     raw_contender,
+    table_results,
 )
+from bench.evidence import Sample, compare_records, run_order, steady_state
 from bench.harness import (
     JOBS_DIR,
+    REPO_ROOT,
     RESULTS_DIR,
     BenchCluster,
     BenchEnvironment,
     BenchError,
     ProcessSampler,
-    Progress,
     ensure_services,
+    load_gate,
     log,
-    median,
     new_run_id,
     percentile,
     prepare_environment,
     private_cluster,
     remove_checkpoints,
     remove_run_root,
+    s3_server_pid,
     scrape_counter,
 )
 from weir.core.config import Endpoints
@@ -89,6 +96,7 @@ class Plan:
     memory_s: float
     recovery_after_kill_s: float
     timeout_s: float  # per throughput run
+    load_wait_s: float  # the load gate's deadline before each throughput run
 
 
 FULL = Plan(
@@ -100,46 +108,54 @@ FULL = Plan(
     memory_s=60,
     recovery_after_kill_s=30,
     timeout_s=1800,
+    load_wait_s=180,
 )
 QUICK = Plan(
     events=200_000,
-    runs=1,
+    runs=3,
     latency_s=10,
     latency_warmup_s=4,
     state_keys=200_000,
     memory_s=20,
     recovery_after_kill_s=20,
     timeout_s=600,
+    load_wait_s=60,
 )
 DEFAULT_RATE_EPS: Final = 10_000.0  # when a phase needs a contender's rate and throughput was not measured
 LATENCY_DRAIN_S: Final = 4.0  # after the producer stops: one checkpoint interval and a commit, with margin
 SLOW_SINK_DELAY_MS: Final = 10
+S3_SERVER: Final = "s3-server"  # the sampler's name for the S3 server's process
 
 
 class Runner:
-    def __init__(
-        self,
-        plan: Plan,
-        quick: bool,
-        env: BenchEnvironment,
-        cluster: BenchCluster | None,
-        contenders: list[Contender],
-    ) -> None:
+    def __init__(self, plan: Plan, quick: bool, env: BenchEnvironment, contenders: list[Contender]) -> None:
         self.plan = plan
         self.quick = quick
-        self._cluster = cluster
+        self._cluster: BenchCluster | None = None
         self.env = env
         self.endpoints = env.endpoints
         self.run_id = env.run_id
         self.contenders = contenders
         self.results: dict[str, Any] = {"throughput": {}, "latency": {}}
         self.input_topic = self.topic("input")
+        self.s3_pid = s3_server_pid(env.endpoints, env.services_run_dir)
 
     @property
     def cluster(self) -> BenchCluster:
+        """The cluster of the Weir-only phase running now (checkpoint, memory)."""
         if self._cluster is None:
-            raise BenchError("this run has no Weir cluster (no Weir contender or Weir phase was chosen)")
+            raise BenchError("no Weir cluster is up for this phase")
         return self._cluster
+
+    @contextlib.contextmanager
+    def phase_cluster(self, name: str) -> Iterator[BenchCluster]:
+        """A cluster of its own for a Weir-only phase (contender runs start theirs)."""
+        with private_cluster(self.env, f"cluster-{name}") as cluster:
+            self._cluster = cluster
+            try:
+                yield cluster
+            finally:
+                self._cluster = None
 
     def topic(self, name: str) -> str:
         return f"bench-{self.run_id}-{name}"
@@ -150,6 +166,12 @@ class Runner:
 
     def median_rate(self, key: str) -> float | None:
         return self.results["throughput"].get(key, {}).get("median_eps")
+
+    def median_rate_any(self, key: str) -> float | None:
+        """The median sustained rate of the runs, even of a failed figure: for pacing a later phase."""
+        runs = self.results["throughput"].get(key, {}).get("runs", [])
+        rates = sorted(r["sustained_eps"] for r in runs if r.get("sustained_eps"))
+        return rates[len(rates) // 2] if rates else None
 
     # The data set ----------------------------------------------------------------------------------------
 
@@ -170,47 +192,58 @@ class Runner:
 
     def throughput(self) -> None:
         total = self.plan.events + dataset.PARTITIONS
+        expected = dataset.expected_results(self.plan.events)
         for run in range(1, self.plan.runs + 1):
-            for contender in self.contenders:
+            order = run_order(self.contenders, run - 1)
+            log(f"throughput run {run}/{self.plan.runs}, in this order: {', '.join(c.key for c in order)}")
+            for position, contender in enumerate(order, start=1):
                 tag = f"tp{run}-{contender.key}"
                 output = self.topic(f"{tag}-out")
                 dataset.create_topics(self.endpoints, {output: dataset.PARTITIONS})
                 log(f"throughput run {run}/{self.plan.runs}: {contender.label}")
+                gate = load_gate(self.plan.load_wait_s)
+                load_before = list(os.getloadavg())
                 try:
-                    figures = self._throughput_run(contender, Topics(self.input_topic, output), total, tag)
+                    figures = self._throughput_run(contender, Topics(self.input_topic, output), total, tag, expected)
                 except BenchError as exc:
                     log(f"  failed: {exc}")
                     figures = {"error": str(exc)}
+                figures.update(
+                    run=run,
+                    position=position,
+                    load={**gate.as_dict(), "before": load_before, "after": list(os.getloadavg())},
+                )
                 entry = self.results["throughput"].setdefault(contender.key, {"runs": []})
                 entry["runs"].append(figures)
                 if "error" not in figures:
+                    steady, steady_cpu = figures["sustained_eps"], figures["sustained_cpu_s_per_million"]
                     log(
-                        f"  {figures['sustained_eps'] or 0:,.0f} events/s sustained, wall {figures['wall_s']:.1f} s, "
-                        f"{figures['cpu_s_per_million']:.1f} CPU s/M, output "
-                        f"{'complete' if figures['output']['complete'] else 'INCOMPLETE'}"
+                        f"  {'-' if steady is None else f'{steady:,.0f}'} events/s at 10-90 %, wall "
+                        f"{figures['wall_s']:.1f} s, {figures['cpu_s_per_million']:.1f} CPU s/M "
+                        f"({'-' if steady_cpu is None else f'{steady_cpu:.1f}'} at 10-90 %), output "
+                        f"{figures['output']['summary']}"
                     )
         for entry in self.results["throughput"].values():
-            ok = [r for r in entry["runs"] if "error" not in r]
-            entry["median_eps"] = median([r["sustained_eps"] for r in ok])
-            entry["median_wall_eps"] = median([r["wall_eps"] for r in ok])
-            entry["median_cpu_s_per_million"] = median([r["cpu_s_per_million"] for r in ok])
-            entry["median_sustained_cpu_s_per_million"] = median([r.get("sustained_cpu_s_per_million") for r in ok])
-            entry["peak_rss_max_bytes"] = max((max(r["peak_rss_bytes"].values(), default=0) for r in ok), default=None)
+            report.summarize_throughput(entry)
 
-    def _throughput_run(self, contender: Contender, topics: Topics, total: int, tag: str) -> dict[str, Any]:
-        sampler = ProcessSampler().start()
+    def _throughput_run(
+        self, contender: Contender, topics: Topics, total: int, tag: str, expected: list[dataset.WindowResult]
+    ) -> dict[str, Any]:
+        """One run: launch (Weir: its cluster's start), read to the end, CPU sampled every 0.1 s over
+        the contender's processes (from their start) and the S3 server (from the launch)."""
+        sampler = ProcessSampler()
+        if self.s3_pid is not None:
+            sampler.add(S3_SERVER, self.s3_pid)
         started = time.monotonic()
         running = contender.start(topics, bounded=True, tag=tag)
-        samples: list[tuple[float, float]] = [(0.0, 0.0)]
-        cpu_marks = CpuMarks(total)
+        launched_s = time.monotonic() - started
+        samples: list[Sample] = [Sample(0.0, 0.0, 0.0)]
         try:
             while True:
-                sampler.track(running.pids())
+                sampler.track(running.pids(), from_birth=True)
+                sampler.refresh()
                 now = time.monotonic() - started
-                samples.append((now, max(samples[-1][1], running.progress())))
-                if cpu_marks.wants(samples[-1][1]):
-                    sampler.refresh()
-                    cpu_marks.mark(samples[-1][1], sampler.total_cpu_s())
+                samples.append(Sample(now, max(samples[-1].consumed, running.progress()), sampler.total_cpu_s()))
                 if running.done():
                     break
                 if now > self.plan.timeout_s:
@@ -219,33 +252,46 @@ class Runner:
                     )
                 time.sleep(0.1)
             wall = time.monotonic() - started
-            observed = samples[-1][1] / total  # what the progress counter showed before the end
-            samples.append((wall, float(total)))  # done: every event was consumed by now at the latest
+            observed = samples[-1].consumed / total  # what the progress counter showed before the end
+            sampler.refresh()
+            samples.append(Sample(wall, float(total), sampler.total_cpu_s()))  # done: every event consumed
         finally:
-            running.stop(sampler)
-            sampler.stop()
+            running.stop(sampler)  # a worker group's exact whole-life CPU (wait4) replaces its samples
         if observed < 0.9:
-            log(f"  progress seen up to {observed:.0%} only: no sustained rate (is the progress counter read?)")
+            log(f"  progress seen up to {observed:.0%} only: no steady state (is the progress counter read?)")
+        steady = steady_state(samples, total) if observed >= 0.9 else None
         cpu = sampler.total_cpu_s()
+        by_process = sampler.cpu_by_name()
         if reads_only(contender):
             output = read_check(running.progress(), total)
         else:
-            check = dataset.check_output(self.endpoints, topics.output, self.plan.events)
-            output = {**asdict(check), "complete": check.complete, "duplicates": check.duplicates}
+            diff = compare_records(
+                expected, dataset.read_results(self.endpoints, topics.output), dataset.result_identity
+            )
+            output = diff.as_dict()
+            if isinstance(contender, WeirContender) and contender.tables:
+                table = compare_records(
+                    expected, table_results(self.endpoints, contender.tables[-1]), dataset.result_identity
+                )
+                output = {**output, "ok": output["ok"] and table.ok, "postgres": table.as_dict()}
+                if not table.ok:
+                    output["summary"] += f"; PostgreSQL table: {table.summary()}"
         figures: dict[str, Any] = {
-            "sustained_eps": Progress(tuple(samples)).sustained_rate(total) if observed >= 0.9 else None,
+            "sustained_eps": steady.window.events_per_s if steady else None,
+            "sustained_cpu_s_per_million": steady.window.cpu_s_per_million if steady else None,
+            "steady_state": steady.as_dict() if steady else None,
             "progress_observed": observed,
+            "launch_s": launched_s,
             "wall_s": wall,
             "wall_eps": total / wall,
             "cpu_s": cpu,
             "cpu_s_per_million": cpu / total * 1e6,
-            "sustained_cpu_s_per_million": cpu_marks.per_million(),
-            "peak_rss_bytes": sampler.peak_rss_by_process(),
+            "s3_cpu_s": by_process.get(S3_SERVER),
+            "cpu_s_by_process": by_process,
+            "peak_rss_bytes": {k: v for k, v in sampler.peak_rss_by_process().items() if k != S3_SERVER},
             "output": output,
             "progress_samples": len(samples),
         }
-        if isinstance(contender, WeirContender) and contender.tables:
-            figures["postgres_rows"] = count_rows(self.endpoints, contender.tables[-1])
         if isinstance(running, WeirRunning):
             figures["job_id"] = running.job_id
         return figures
@@ -256,7 +302,7 @@ class Runner:
         for contender in self.contenders:
             if reads_only(contender):
                 continue  # no output: no latency
-            sustained = self.median_rate(contender.key)
+            sustained = self.median_rate_any(contender.key)
             rate = (sustained or DEFAULT_RATE_EPS) / 2
             log(f"latency: {contender.label} at {rate:,.0f} events/s (half of its sustained rate)")
             try:
@@ -309,11 +355,15 @@ class Runner:
     # Checkpoints with many keys ---------------------------------------------------------------------------
 
     def checkpoint(self) -> None:
+        with self.phase_cluster("checkpoint"):
+            self._checkpoint()
+
+    def _checkpoint(self) -> None:
         keys = self.plan.state_keys
         topic = self.topic("state")
         dataset.create_topics(self.endpoints, {topic: dataset.PARTITIONS})
         produce_keys(self.endpoints, topic, range(keys))
-        rate = self.median_rate("weir-kafka") or self.median_rate("weir") or DEFAULT_RATE_EPS
+        rate = self.median_rate_any("weir-kafka") or self.median_rate_any("weir") or DEFAULT_RATE_EPS
         interval_s = int(min(300, max(10, math.ceil(2 * keys / rate) + 5)))
         log(f"checkpoint: {keys:,} keys, first checkpoint after {interval_s} s (loading takes ~{keys / rate:.0f} s)")
         job_id = self.cluster.submit(
@@ -379,6 +429,10 @@ class Runner:
     # Memory under a slow sink ---------------------------------------------------------------------------
 
     def memory(self) -> None:
+        with self.phase_cluster("memory"):
+            self._memory()
+
+    def _memory(self) -> None:
         log(f"memory: slow sink ({SLOW_SINK_DELAY_MS} ms per window result) for {self.plan.memory_s:.0f} s")
         sampler = ProcessSampler(interval_s=0.5, keep_series=True)
         sampler.track({k: v for k, v in self.cluster.process_pids().items() if k.startswith("taskmanager")})
@@ -398,9 +452,9 @@ class Runner:
             )
             started = time.monotonic()
             time.sleep(self.plan.memory_s / 2)
-            consumed_half = self.cluster.source_records_out(job_id, "events-source")
+            consumed_half = self.cluster.source_records_read(job_id, "events-source")
             time.sleep(self.plan.memory_s / 2)
-            consumed_total = self.cluster.source_records_out(job_id, "events-source")
+            consumed_total = self.cluster.source_records_read(job_id, "events-source")
             second_half_s = time.monotonic() - started - self.plan.memory_s / 2
         finally:
             self.cluster.cancel(job_id)
@@ -423,7 +477,7 @@ class Runner:
         weir = self.weir("weir") or self.weir("weir-kafka")
         if weir is None:
             return
-        rate = (self.median_rate(weir.key) or DEFAULT_RATE_EPS) / 2
+        rate = (self.median_rate_any(weir.key) or DEFAULT_RATE_EPS) / 2
         kills = [self._recovery_kill(weir, rate, n) for n in range(1, self.plan.runs + 1)]
         measured = sorted((k for k in kills if k["recovery_s"] is not None), key=lambda k: k["recovery_s"])
         chosen = measured[(len(measured) - 1) // 2] if measured else kills[-1]
@@ -455,14 +509,15 @@ class Runner:
         return rec
 
     def _recovery_run(self, running: WeirRunning) -> dict[str, Any]:
-        status = self.cluster.wait_job(
+        cluster = running.cluster  # the run's own, started with the job
+        status = cluster.wait_job(
             running.job_id, lambda s: (s.last_completed_checkpoint or 0) >= 3, 120, "3 completed checkpoints"
         )
         hosts = sorted({t.taskmanager_id for t in status.tasks if "sink" in t.operator_names})
         victim = "taskmanager-2" if "taskmanager-2" in hosts or not hosts else hosts[0]
         killed_at = time.time()
-        kill_process(self.env.cluster_dir, victim)
-        restored = self.cluster.wait_job(
+        kill_process(cluster.directory, victim)
+        restored = cluster.wait_job(
             running.job_id,
             lambda s: (s.last_restore_at or 0) > killed_at,
             60,
@@ -470,15 +525,15 @@ class Runner:
         )
         restore_at = restored.last_restore_at or killed_at
         checkpoint_at_restore = restored.last_completed_checkpoint or 0
-        self.cluster.wait_job(
+        cluster.wait_job(
             running.job_id,
             lambda s: (s.last_completed_checkpoint or 0) > checkpoint_at_restore,
             self.plan.recovery_after_kill_s + 30,
             "a checkpoint after the restore",
         )
         time.sleep(LATENCY_DRAIN_S)
-        self.cluster.wait_all_taskmanagers()
-        final = self.cluster.wait_job(running.job_id, lambda s: True, 30, "a status")
+        cluster.wait_all_taskmanagers()
+        final = cluster.wait_job(running.job_id, lambda s: True, 30, "a status")
         return {
             "killed": victim,
             "killed_at": killed_at,
@@ -493,49 +548,20 @@ class Runner:
 # Helpers of the phases ----------------------------------------------------------------------------------
 
 
-class CpuMarks:
-    """The contender's CPU seconds when its progress first reached 10 % and 90 % of the input: CPU per
-    event over the sustained part of the run, start-up (a JVM's, a job's deployment) and tail left out."""
-
-    def __init__(self, total: int, low: float = 0.1, high: float = 0.9) -> None:
-        self.total = total
-        self.bounds = (total * low, total * high)
-        self.at: list[tuple[float, float]] = []  # (events consumed, CPU s) at each bound reached
-
-    def wants(self, consumed: float) -> bool:
-        return len(self.at) < 2 and consumed >= self.bounds[len(self.at)]
-
-    def mark(self, consumed: float, cpu_s: float) -> None:
-        self.at.append((consumed, cpu_s))
-        if len(self.at) == 1 and consumed >= self.bounds[1]:
-            self.at.append((consumed, cpu_s))  # both bounds passed between two samples
-
-    def per_million(self) -> float | None:
-        """CPU s per million events between the two marks; None when they were not both seen apart."""
-        if len(self.at) < 2 or self.at[1][0] <= self.at[0][0]:
-            return None
-        (n0, c0), (n1, c1) = self.at
-        return (c1 - c0) / (n1 - n0) * 1e6
-
-
-def needs_cluster(contenders: list[str], phases: list[str]) -> bool:
-    """Whether the run starts its private Weir cluster: for a Weir contender, or a phase only Weir
-    runs (checkpoint, memory, recovery). Quix Streams, the raw limit, Flink and the ceiling need none."""
-    return any(k.startswith("weir") for k in contenders) or bool({"checkpoint", "memory", "recovery"} & set(phases))
-
-
 def reads_only(contender: Contender) -> bool:
     """The ceiling: it reads the input and writes nothing."""
     return isinstance(contender, ProcessGroupContender) and contender.reads_only
 
 
 def read_check(read: int, expected: int) -> dict[str, Any]:
-    """The ceiling's check: every input record read (events and sentinels), none twice."""
+    """The ceiling's check: every input record read (events and sentinels), none twice (it reads
+    only: its count is all there is to check)."""
+    ok = read == expected
     return {
+        "ok": ok,
         "records_read": read,
         "expected_records": expected,
-        "complete": read == expected,
-        "duplicates": max(0, read - expected),
+        "summary": f"{read:,} of {expected:,} records read" + ("" if ok else " (**not all**)"),
     }
 
 
@@ -661,12 +687,18 @@ def memory_verdict(sampler: ProcessSampler, consumed: int, elapsed_s: float, exh
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="200k events, 1 run, short phases")
+    parser.add_argument("--quick", action="store_true", help="200k events, 3 runs, short phases")
     parser.add_argument("--only", default=",".join(PHASES), help=f"phases to run, of {', '.join(PHASES)}")
     parser.add_argument("--contenders", default=",".join(CONTENDER_KEYS), help=f"of {', '.join(CONTENDER_KEYS)}")
     parser.add_argument("--events", type=int, help="override the data set size")
     parser.add_argument("--runs", type=int, help="override the number of throughput runs")
     parser.add_argument("--state-keys", type=int, help="override the keys of the checkpoint phase")
+    parser.add_argument(
+        "--load-wait",
+        type=float,
+        help="seconds the load gate waits before each throughput run for the load average to fall to the "
+        "core count (default: full 180, quick 60); past it the run is marked under load",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS_DIR, help="where results.{json,md} and chart.png go")
     args = parser.parse_args(argv)
     phases = [p for p in args.only.split(",") if p]
@@ -682,8 +714,11 @@ def main(argv: list[str] | None = None) -> int:
             **({"events": args.events} if args.events else {}),
             **({"runs": args.runs} if args.runs else {}),
             **({"state_keys": args.state_keys} if args.state_keys else {}),
+            **({"load_wait_s": args.load_wait} if args.load_wait is not None else {}),
         }
     )
+    if plan.runs < 3:
+        log(f"{plan.runs} run(s): no median of 3, the spread says little (the results say so too)")
 
     run_id = new_run_id()
     ensure_services(Endpoints.from_env())
@@ -693,11 +728,10 @@ def main(argv: list[str] | None = None) -> int:
         f"checkpoints {env.checkpoint_uri}"
     )
     document: dict[str, Any] = {
+        "benchmark": "keyed",
         "run_id": run_id,
         "quick": args.quick,
-        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "host": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform()},
-        "load_average_at_start": os.getloadavg(),
+        "provenance": provenance.collect(REPO_ROOT),
         "plan": asdict(plan),
         "phases": phases,
         "contenders": {},
@@ -711,52 +745,47 @@ def main(argv: list[str] | None = None) -> int:
             keys.remove(key)
 
     try:
-        cluster_needed = needs_cluster(keys, phases)
-        if not cluster_needed:
-            log("no Weir contender or Weir-only phase chosen: no Weir cluster for this run")
-        with private_cluster(env) if cluster_needed else contextlib.nullcontext(None) as cluster:
-            contenders: list[Contender] = []
-            for key in keys:
-                if key.startswith("weir") and cluster is None:
-                    raise BenchError("a Weir contender needs the run's cluster")
-                if key == "weir":
-                    contenders.append(WeirContender("weir", "Weir (Kafka + PostgreSQL)", cluster, with_postgres=True))
-                elif key == "weir-kafka":
-                    contenders.append(WeirContender("weir-kafka", "Weir (Kafka only)", cluster, with_postgres=False))
-                elif key == "weir-columnar":
-                    contenders.append(
-                        WeirContender(
-                            "weir-columnar", "Weir columnar (Kafka only)", cluster, with_postgres=False, columnar=True
-                        )
+        contenders: list[Contender] = []
+        for key in keys:
+            if key == "weir":
+                contenders.append(WeirContender("weir", "Weir (Kafka + PostgreSQL)", env, with_postgres=True))
+            elif key == "weir-kafka":
+                contenders.append(WeirContender("weir-kafka", "Weir (Kafka only)", env, with_postgres=False))
+            elif key == "weir-columnar":
+                contenders.append(
+                    WeirContender(
+                        "weir-columnar", "Weir columnar (Kafka only)", env, with_postgres=False, columnar=True
                     )
-                elif key == "quix":
-                    contenders.append(quix_contender(env.endpoints, env.run_root, run_id))
-                elif key == "raw":
-                    contenders.append(raw_contender(env.endpoints, env.run_root, run_id))
-                elif key == "flink":
-                    contenders.append(flink_contender(env.endpoints, env.run_root, run_id))
-                elif key == "ceiling":
-                    contenders.append(ceiling_contender(env.endpoints, env.run_root, run_id))
-            document["contenders"] = {c.key: describe(c) for c in contenders}
-            runner = Runner(plan, args.quick, env, cluster, contenders)
-            try:
-                if {"throughput", "memory"} & set(phases):
-                    runner.produce_input()
-                for phase in PHASES:
-                    if phase in phases:
-                        try:
-                            getattr(runner, phase)()
-                        except BenchError as exc:
-                            log(f"{phase} failed: {exc}")
-                            runner.results[phase] = {"error": str(exc)}
-            finally:
-                document.update(runner.results)
-                cleanup(runner, contenders)
+                )
+            elif key == "quix":
+                contenders.append(quix_contender(env.endpoints, env.run_root, run_id))
+            elif key == "raw":
+                contenders.append(raw_contender(env.endpoints, env.run_root, run_id))
+            elif key == "flink":
+                contenders.append(flink_contender(env.endpoints, env.run_root, run_id, env.checkpoint_uri))
+            elif key == "ceiling":
+                contenders.append(ceiling_contender(env.endpoints, env.run_root, run_id))
+        document["contenders"] = {c.key: describe(c) for c in contenders}
+        runner = Runner(plan, args.quick, env, contenders)
+        document["s3_server_pid_found"] = runner.s3_pid is not None
+        try:
+            if {"throughput", "memory"} & set(phases):
+                runner.produce_input()
+            for phase in PHASES:
+                if phase in phases:
+                    try:
+                        getattr(runner, phase)()
+                    except BenchError as exc:
+                        log(f"{phase} failed: {exc}")
+                        runner.results[phase] = {"error": str(exc)}
+        finally:
+            document.update(runner.results)
+            cleanup(runner, contenders)
     finally:
         with contextlib.suppress(Exception):
             remove_checkpoints(env)
         remove_run_root(env, keep=_has_errors(document))
-    document["load_average_at_end"] = os.getloadavg()
+    provenance.finish(document["provenance"])
     report.write(document, args.results)
     log(f"wrote {args.results / 'results.md'}, results.json, chart.png")
     print((args.results / "results.md").read_text())

@@ -42,7 +42,6 @@ from bench.harness import (
     JOBS_DIR,
     REPO_ROOT,
     BenchError,
-    Progress,
     host_summary,
     log,
     median,
@@ -148,6 +147,32 @@ def wait_for_load(max_load: float | None, wait_s: float) -> None:
     if load > max_load:
         log(f"load average {load:.2f} still above {max_load} after {wait_s:.0f} s: measuring anyway")
 
+
+
+@dataclass(frozen=True)
+class Progress:
+    """(monotonic time, records the source emitted) samples of one run."""
+
+    samples: tuple[tuple[float, float], ...]
+
+    def time_at(self, count: float) -> float | None:
+        """When the count first reached ``count``, interpolated between samples."""
+        previous: tuple[float, float] | None = None
+        for t, c in self.samples:
+            if c >= count:
+                if previous is None or c == previous[1]:
+                    return t
+                t0, c0 = previous
+                return t0 + (t - t0) * (count - c0) / (c - c0)
+            previous = (t, c)
+        return None
+
+    def sustained_rate(self, total: int, low: float = 0.1, high: float = 0.9) -> float | None:
+        """Records per second between ``low`` and ``high`` of ``total`` (start-up and the tail excluded)."""
+        t_low, t_high = self.time_at(total * low), self.time_at(total * high)
+        if t_low is None or t_high is None or t_high <= t_low:
+            return None
+        return total * (high - low) / (t_high - t_low)
 
 def taskmanager_pid(cluster_dir: Path) -> int:
     state = json.loads((cluster_dir / "state.json").read_text())

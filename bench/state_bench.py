@@ -44,7 +44,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Final
 
-from bench import state_report
+from bench import provenance, state_report
 from bench.harness import REPO_ROOT, RESULTS_DIR, BenchError, log, new_run_id
 from weir.connectors.object_storage import CheckpointStorage, FileCheckpointStorage, open_storage
 from weir.core import logs
@@ -556,6 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "state",
         "run_id": run_id,
         "quick": args.quick,
+        "provenance": provenance.collect(REPO_ROOT, java=None),
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         "git": git_commit(),
         "host": host(),
@@ -591,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(storage.root, ignore_errors=True)  # the folders the files were in
         shutil.rmtree(work_dir, ignore_errors=True)
     document["load_average_at_end"] = os.getloadavg()
+    provenance.finish(document["provenance"])
     state_report.write(document, args.results)
     log(f"wrote {args.results / 'state.md'}, state.json, state.png")
     print((args.results / "state.md").read_text())

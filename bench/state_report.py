@@ -7,6 +7,8 @@ import json
 from pathlib import Path
 from typing import Any, Final
 
+from bench import provenance
+
 TARGET_KEYS: Final = 1_000_000
 TARGET_INCREMENTAL_S: Final = 1.0
 TARGET_RESTORE_S: Final = 5.0  # at another parallelism (2 -> 1)
@@ -135,6 +137,8 @@ def markdown(document: dict[str, Any]) -> str:
     lines = [
         f"# State benchmark: checkpoints and restores over state size ({'quick' if document['quick'] else 'full'} "
         f"run {document['run_id']})",
+        "",
+        provenance.markdown_line(document.get("provenance")),
         "",
         f"Measured {document['measured_at']} on {host['cpus']} CPUs ({host.get('cpu_model') or 'unknown model'}, "
         f"{host['memory_bytes'] / 2**30:.0f} GiB), Python {host['python']}, rocksdict {host['rocksdict']}; "

@@ -202,7 +202,13 @@ class Task:
             self.input = InputProcessor(gate, chain_input, aligner, self.checkpointer, self.metrics, self._log)
         self.time = TimeAccount(self.metrics)
         self._metrics_sync = MetricsSync(
-            self.metrics, self.time, self.outputs, gate, lambda: self.records_in, self._source_watermark
+            self.metrics,
+            self.time,
+            self.outputs,
+            gate,
+            lambda: self.records_in,
+            self._source_watermark,
+            self._source_records_read,
         )
         self.timers = ProcessingTimers(self.chain, clock, lambda: self.checkpointer.final_barrier_sent)
         duties: list[Duty] = [self.timers, OutputFlush(self.outputs)]
@@ -280,6 +286,11 @@ class Task:
 
     def records_emitted(self) -> int:
         return self.outputs.records_out
+
+    def _source_records_read(self) -> int:
+        """The records a source task's source read (``weir_source_records_read_total``), 0 elsewhere."""
+        source = self.chain.source
+        return source.records_polled if source is not None else 0
 
     def sync_backpressure(self) -> float:
         """Move the time this task waited for its outputs into ``weir_backpressured_seconds_total``;

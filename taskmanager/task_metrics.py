@@ -125,6 +125,7 @@ class MetricsSync:
         gate: InputGate | None,
         records_in: Callable[[], int],
         source_watermark: Callable[[], int | None],
+        source_records_read: Callable[[], int],
     ) -> None:
         self._metrics = metrics
         self._account = account
@@ -132,6 +133,7 @@ class MetricsSync:
         self._gate = gate
         self._records_in = records_in
         self._source_watermark = source_watermark
+        self._source_records_read = source_records_read  # a source task's: also when the whole job is chained
         self._synced: dict[str, float] = {}
         self._last = time.monotonic()
 
@@ -151,6 +153,7 @@ class MetricsSync:
         totals = {
             "records_in": float(self._records_in()),
             "records_out": float(self._outputs.records_out),
+            "source_records_read": float(self._source_records_read()),
             "bytes_out": float(sum(ch.bytes_sent for ch in channels)),
             "busy": account.busy_s,
             "idle": account.idle_s,

@@ -16,6 +16,11 @@ TASK_LABELS = ("job_id", "operator_uid", "subtask", "taskmanager")
 
 RECORDS_IN = Counter("weir_records_in_total", "Records taken in by a task", TASK_LABELS)
 RECORDS_OUT = Counter("weir_records_out_total", "Records sent out by a task", TASK_LABELS)
+SOURCE_RECORDS_READ = Counter(
+    "weir_source_records_read_total",
+    "Records a source task's source read (Flink's numRecordsIn of a source operator), chained or not",
+    TASK_LABELS,
+)
 BYTES_IN = Counter("weir_bytes_in_total", "Serialized record bytes received by a task", TASK_LABELS)
 BYTES_OUT = Counter("weir_bytes_out_total", "Serialized record bytes sent by a task", TASK_LABELS)
 BACKPRESSURED_SECONDS = Counter(
@@ -73,6 +78,7 @@ class TaskMetrics:
         _claim("task", labels, self)
         self.records_in = RECORDS_IN.labels(*labels)
         self.records_out = RECORDS_OUT.labels(*labels)
+        self.source_records_read = SOURCE_RECORDS_READ.labels(*labels)
         self.bytes_in = BYTES_IN.labels(*labels)
         self.bytes_out = BYTES_OUT.labels(*labels)
         self.backpressured = BACKPRESSURED_SECONDS.labels(*labels)
@@ -92,6 +98,7 @@ class TaskMetrics:
 _TASK_METRICS = (
     RECORDS_IN,
     RECORDS_OUT,
+    SOURCE_RECORDS_READ,
     BYTES_IN,
     BYTES_OUT,
     BACKPRESSURED_SECONDS,

@@ -20,6 +20,9 @@ Output, ``-D sink=``: ``kafka`` (default, topic ``-D sink.topic=``, ``nexmark-<q
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 from weir import nexmark
 from weir.api import DataStream, Environment
 from weir.nexmark import NexmarkConfig
@@ -56,10 +59,14 @@ def events(env: Environment, out_of_orderness_ms: int = 0) -> DataStream:
     )
 
 
-def sink(env: Environment, results: DataStream, query: str) -> None:
-    """To a Kafka topic or a file (``-D sink=``)."""
+def sink(
+    env: Environment, results: DataStream, query: str, key: Callable[[Any], bytes | str | None] | None = None
+) -> None:
+    """To a Kafka topic or a file (``-D sink=``). ``key``: the Kafka record key, for an updating
+    query its row's key, so that each row's updates land in one partition, in order (as Flink's
+    upsert-kafka sink writes them)."""
     p = env.params
     if p.get_str("sink", "kafka") == "file":
         results.sink_to_file(p.get_str("sink.path", f"nexmark-{query}.jsonl"), uid="file-sink")
     else:
-        results.sink_to_kafka(p.get_str("sink.topic", f"nexmark-{query}"), uid="kafka-sink")
+        results.sink_to_kafka(p.get_str("sink.topic", f"nexmark-{query}"), uid="kafka-sink", key=key)

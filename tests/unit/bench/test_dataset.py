@@ -44,6 +44,28 @@ def test_expected_windows_counts_distinct_key_windows(events: int) -> None:
     assert dataset.expected_windows(events) == len(seen)
 
 
+@pytest.mark.parametrize("events", [1, 9, 8_000, 12_345])
+def test_expected_results_are_every_windows_count_and_sum(events: int) -> None:
+    brute: dict[tuple[str, int], list[int]] = {}
+    for i in range(events):
+        _p, _k, value = dataset.event_bytes(i)
+        event = json.loads(value)
+        acc = brute.setdefault((event["key"], event["ts"] - (event["ts"] - START_MS) % WINDOW_MS), [0, 0])
+        acc[0] += 1
+        acc[1] += event["value"]
+    expected = sorted((k, w, w + WINDOW_MS, c, s) for (k, w), (c, s) in brute.items())
+    assert sorted(dataset.expected_results(events)) == expected
+    assert len(expected) == dataset.expected_windows(events)
+
+
+def test_a_result_record_is_the_whole_record() -> None:
+    result = {"key": "key-0001", "window_start": START_MS, "window_end": START_MS + WINDOW_MS, "count": 8, "sum": 9}
+    assert dataset.result_record(result) == ("key-0001", START_MS, START_MS + WINDOW_MS, 8, 9)
+    assert dataset.result_identity(dataset.result_record(result)) == ("key-0001", START_MS)
+    with pytest.raises(KeyError):
+        dataset.result_record({"key": "key-0001", "window_start": START_MS, "count": 8})
+
+
 def test_last_event_of_window_is_the_keys_last_event_in_it() -> None:
     last_j: dict[tuple[str, int], int] = {}
     for i in range(3 * WINDOW_MS * PARTITIONS):

@@ -8,20 +8,39 @@ from pathlib import Path
 import pytest
 
 from bench import harness
-from bench.harness import ProcessSampler, ProcessUsage, Progress, median, percentile
+from bench.harness import ProcessSampler, ProcessUsage, median, percentile
 from bench.run import memory_verdict
 
+BURN = """
+import sys, time
+while time.process_time() < 0.5:
+    pass
+print("burnt", flush=True)
+sys.stdin.read()
+"""
 
-def test_sustained_rate_excludes_start_up_and_tail() -> None:
-    # nothing for 5 s (start-up), then 1,000 events/s, then a slow tail
-    samples = ((0.0, 0.0), (5.0, 0.0), (15.0, 10_000.0), (25.0, 10_500.0))
-    progress = Progress(samples)
-    assert progress.time_at(1_000) == pytest.approx(6.0)
-    assert progress.sustained_rate(10_000, low=0.1, high=0.9) == pytest.approx(1_000.0)
 
+def test_a_process_started_by_the_run_is_counted_from_its_birth() -> None:
+    """Weir's cluster is started inside its run, as Flink's JVM is: the CPU its processes spent
+    before the sampler first saw them (start-up) counts too."""
+    import subprocess
+    import sys
 
-def test_sustained_rate_is_none_when_the_progress_never_gets_there() -> None:
-    assert Progress(((0.0, 0.0), (1.0, 50.0))).sustained_rate(100) is None
+    child = subprocess.Popen([sys.executable, "-c", BURN], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "burnt\n"  # 0.5 CPU s spent by now
+        from_birth, from_now = ProcessSampler(), ProcessSampler()
+        from_birth.add("taskmanager-1", child.pid, from_birth=True)
+        from_now.add("s3-server", child.pid)
+        assert from_birth.total_cpu_s() >= 0.4  # /proc counts in clock ticks
+        assert from_now.total_cpu_s() == 0.0  # counted from its first sample: nothing yet
+        assert from_birth.cpu_by_name() == {"taskmanager-1": from_birth.total_cpu_s()}
+        from_birth.add("taskmanager-1", child.pid, from_birth=True)  # tracked again: still counted once
+        assert len(from_birth.usage) == 1
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(10)
 
 
 def test_percentile_interpolates_and_median_skips_missing() -> None:
@@ -68,3 +87,17 @@ def test_services_started_by_a_run_live_in_the_shared_run_directory_not_the_runs
     started_in = harness.services_environment(os.environ, env.services_run_dir)
     assert started_in["WEIR_RUN_DIR"] == str(tmp_path / "shared")
     assert harness.services_environment({"A": "1"}, None) == {"A": "1"}
+
+
+def test_proc_stat_is_read_past_a_command_name_with_spaces_and_parentheses() -> None:
+    ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
+    # pid (comm) state ppid ... utime(14)=250 stime(15)=50 ... starttime(22)=777 vsize(23) rss(24)=1000
+    rest = ["S", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "250", "50", "0", "0", "20", "0", "1", "0"]
+    rest += ["777", "123456", "1000"]
+    stat = harness.parse_proc_stat("42 (python3 -m (x)) " + " ".join(rest) + " 0 0")
+    assert stat.cpu_s == pytest.approx(300 / ticks)
+    assert stat.start_ticks == 777
+    assert stat.rss_bytes == 1000 * page
+    assert not stat.zombie
+    assert harness.parse_proc_stat("42 (java) Z " + " ".join(rest[1:]) + " 0").zombie
+    assert harness.read_proc_stat(os.getpid()) is not None

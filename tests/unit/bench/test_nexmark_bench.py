@@ -1,27 +1,46 @@
-"""The pure parts of bench/nexmark_bench.py: query selection, output checks, figures, the report."""
+"""The pure parts of bench/nexmark_bench.py: query selection and the run schedule, each query's
+output as whole records (Weir's and Flink's encodings), the record-for-record check (an updating
+query as its final table), the figures and their report."""
 
 from __future__ import annotations
 
+import itertools
+import json
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from bench import nexmark_bench as nb
 from bench.nexmark_bench import (
     FLINK_SQL_DIR,
     FLINK_SQL_MAIN,
-    add_ratios,
-    bids_among,
-    check_outputs,
-    expected_count,
-    figures,
+    SPECS,
+    check_output,
+    epoch_ms,
+    expected_records,
     flink_queries,
     flink_sql_argv,
     parse_marker,
     present_queries,
-    reference_counts,
+    reference_records,
     render_markdown,
+    schedule,
     select_queries,
+    summarize,
 )
 from weir import nexmark
+from weir.tools import nexmark_reference as ref
+from weir.tools.reference import run_reference
+
+CONFIG = nexmark.NexmarkConfig(events_per_second=nb.EVENT_RATE)
+EVENTS = 3_000
+
+
+@pytest.fixture(scope="module")
+def stream() -> list[nexmark.Event]:
+    return [nexmark.event(n, CONFIG) for n in range(EVENTS)]
 
 
 def _touch(directory: Path, *names: str) -> None:
@@ -29,125 +48,225 @@ def _touch(directory: Path, *names: str) -> None:
         (directory / name).write_text("")
 
 
+# Selection and order -------------------------------------------------------------------------------------
+
+
 def test_present_queries_are_the_job_files_in_query_order(tmp_path: Path) -> None:
     _touch(tmp_path, "q11.py", "q2.py", "q0.py", "q3.py", "common.py", "qx.py")
     assert present_queries(tmp_path) == ["q0", "q2", "q3", "q11"]
 
 
-def test_a_query_is_included_once_its_job_file_exists(tmp_path: Path) -> None:
-    _touch(tmp_path, "q0.py", "q1.py")
-    assert select_queries(None, quick=False, present=present_queries(tmp_path)) == (["q0", "q1"], [])
-    _touch(tmp_path, "q8.py")
-    assert select_queries(None, quick=False, present=present_queries(tmp_path)) == (["q0", "q1", "q8"], [])
-
-
-def test_quick_mode_runs_the_stateless_queries_that_exist() -> None:
+def test_quick_mode_runs_the_stateless_queries_and_requested_ones_are_checked() -> None:
     present = ["q0", "q1", "q2", "q5", "q7", "q11"]
     assert select_queries(None, quick=True, present=present) == (["q0", "q1", "q2"], [])
-    assert select_queries(None, quick=True, present=["q0", "q2"]) == (["q0", "q2"], ["q1"])
+    assert select_queries(["q11", "q3", " q0", "q11"], quick=False, present=["q0", "q11"]) == (["q0", "q11"], ["q3"])
 
 
-def test_requested_queries_without_a_job_file_are_skipped_and_reported() -> None:
-    chosen, skipped = select_queries(["q11", "q3", " q0", "q11"], quick=False, present=["q0", "q11"])
-    assert chosen == ["q0", "q11"]
-    assert skipped == ["q3"]
+def test_every_weir_query_has_its_flink_sql_and_its_output_columns() -> None:
+    assert set(present_queries()) <= flink_queries(FLINK_SQL_DIR)
+    assert set(present_queries()) <= set(SPECS)
+    assert set(ref.QUERIES) <= set(SPECS)
 
 
-def test_every_weir_query_of_the_repository_has_its_flink_sql() -> None:
-    sql = flink_queries(FLINK_SQL_DIR)
-    assert set(present_queries()) <= sql
-    assert {"q3", "q4", "q8"} <= sql  # written ahead of their Weir jobs
+def test_the_schedule_alternates_the_contenders_abba_across_queries_and_rounds() -> None:
+    runs = schedule(["q0", "q1"], 2)
+    assert [side[0] for _r, _q, side in runs] == list("wffwfwwf")
+    for (round_, query), group in itertools.groupby(runs, key=lambda x: x[:2]):
+        assert sorted(side for _r, _q, side in group) == ["flink", "weir"], (round_, query)
+    assert [(r, q) for r, q, _s in runs[::2]] == [(1, "q0"), (1, "q1"), (2, "q0"), (2, "q1")]
+    assert schedule(["q0"], 2, ["weir"]) == [(1, "q0", "weir"), (2, "q0", "weir")]
 
 
-def test_bids_among_matches_the_generator() -> None:
-    for events in (0, 3, 4, 5, 50, 53, 54, 55, 1234):
-        assert bids_among(events) == sum(nexmark.is_bid(nexmark.event(n)) for n in range(events))
+# Whole records ------------------------------------------------------------------------------------------
 
 
-def test_reference_counts_of_q0_and_q2() -> None:
-    counts = reference_counts(500, ["q0", "q2", "q99"])
-    assert counts["q0"] == bids_among(500)
-    assert 0 <= counts["q2"] < counts["q0"]
-    assert "q99" not in counts
-
-
-def test_expected_count_prefers_the_reference_then_the_bids() -> None:
-    assert expected_count("q0", 100, {"q0": 7}) == 7
-    assert expected_count("q1", 100, {}) == bids_among(100)
-    assert expected_count("q5", 100, {}) is None
-
-
-def test_check_outputs_against_the_expected_count_and_each_other() -> None:
-    ok = check_outputs("q0", 10, 10, 10)
-    assert (ok["weir_check"], ok["flink_check"], ok["weir_equals_flink"]) == ("ok", "ok", True)
-    short = check_outputs("q2", 10, 8, 12)
-    assert (short["weir_check"], short["flink_check"], short["weir_equals_flink"]) == (
-        "short by 2",
-        "over by 2",
-        False,
+def test_flink_timestamps_and_decimals_are_read_as_the_reference_writes_them() -> None:
+    assert epoch_ms(1_700_000_000_001) == 1_700_000_000_001
+    assert epoch_ms("2023-11-14 22:13:20.001") == 1_700_000_000_001  # Flink JSON, TIMESTAMP(3), SQL form
+    assert epoch_ms("2023-11-14T22:13:20Z") == 1_700_000_000_000
+    spec = SPECS["q1"]
+    weir = nb.output_record(spec, json.dumps({**_q1_row(), "price": 1234 * 908 / 1000}).encode())
+    flink = nb.output_record(
+        spec,
+        b'{"auction":1001,"bidder":1002,"price":1120.472,"dateTime":"2023-11-14 22:13:20.001","extra":"x"}',
     )
-    unknown = check_outputs("q5", None, 5, None)
-    assert (unknown["weir_check"], unknown["flink_check"], unknown["weir_equals_flink"]) == (
-        "no reference",
-        "not measured",
-        None,
-    )
-    updating = check_outputs("q4", 5, 5, 40)
-    assert updating["flink_check"] == "updates (not compared)"
-    assert updating["weir_equals_flink"] is None
+    assert weir == flink
+    assert weir[2] == Decimal("1120.472")
 
 
-def test_figures_and_ratios() -> None:
-    weir = figures(1_000_000, 20.0, 30.0)
-    assert weir["events_per_s"] == 50_000
-    assert weir["cpu_s_per_million"] == 30.0
-    entry = add_ratios({"weir": weir, "flink": figures(1_000_000, 10.0, 60.0)})
-    assert entry["ratios"] == {"events_per_s_weir_vs_flink": 0.5, "cpu_per_event_weir_vs_flink": 0.5}
-    missing = add_ratios({"weir": weir, "flink": {"error": "no Flink SQL for q9"}})
-    assert missing["ratios"]["events_per_s_weir_vs_flink"] is None
+def _q1_row() -> dict[str, Any]:
+    return {"auction": 1001, "bidder": 1002, "price": 0, "dateTime": 1_700_000_000_001, "extra": "x"}
 
 
-def test_parse_marker() -> None:
-    assert parse_marker("@running 1700000000000\n") == ("running", 1700000000000)
-    assert parse_marker("@done 5") == ("done", 5)
-    assert parse_marker("@progress 5") is None
-    assert parse_marker("some log line") is None
+def test_a_record_that_is_not_a_row_of_the_query_matches_nothing() -> None:
+    spec = SPECS["q2"]
+    assert nb.output_record(spec, b'{"auction": 1}')[0] == nb.NOT_A_RECORD  # a column missing
+    assert nb.output_record(spec, b"not json")[0] == nb.NOT_A_RECORD
+    assert nb.output_record(spec, b'{"auction": "1", "price": 2}')[0] == nb.NOT_A_RECORD  # a string id
 
 
-def _document() -> dict[str, Any]:
-    q0 = add_ratios(
-        {"weir": figures(100_000, 2.0, 3.0), "flink": {**figures(100_000, 1.0, 4.0), "jvm_cpu_s_whole": 9.5}}
-    )
-    q0["check"] = check_outputs("q0", 92_000, 92_000, 92_000)
-    q5 = add_ratios({"weir": figures(100_000, 4.0, 5.0), "flink": {"error": "boom"}})
-    q5["check"] = check_outputs("q5", None, 12, None)
+def _weir_output(rows: list[dict[str, Any]]) -> list[tuple[int, int, bytes | None, bytes | None]]:
+    """Rows as Weir's Kafka sink writes them (JSON, epoch ms), spread over 2 partitions."""
+    return [(i % 2, i // 2, None, json.dumps(row).encode()) for i, row in enumerate(rows)]
+
+
+def test_an_exact_output_passes_record_for_record(stream: list[nexmark.Event]) -> None:
+    for query in ("q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11"):
+        rows = ref.QUERIES[query](stream)
+        diff = check_output(query, expected_records(query, rows), _weir_output(list(reversed(rows))))
+        assert diff.ok, (query, diff.summary())
+
+
+def test_a_duplicated_a_missing_and_a_changed_record_fail_the_check(stream: list[nexmark.Event]) -> None:
+    rows = ref.q0(stream)
+    expected = expected_records("q0", rows)
+    changed = {**rows[2], "price": rows[2]["price"] + 1}
+    output = _weir_output([rows[0], rows[0], changed, *rows[3:]])  # rows[1] missing
+    diff = check_output("q0", expected, output)
+    assert not diff.ok
+    assert [record for record, _n in diff.duplicated] == [expected[0]]
+    assert [record for record, _n in diff.missing] == [expected[1]]
+    assert [pair[0] for pair in diff.changed] == [expected[2]]
+    summary = diff.summary()
+    assert "1 duplicated" in summary and "1 missing" in summary and "1 changed" in summary
+
+
+def test_the_same_count_with_another_sum_fails_a_check_that_counts_would_pass(stream: list[nexmark.Event]) -> None:
+    rows = ref.q2(stream)
+    assert len(rows) >= 2
+    expected = expected_records("q2", rows)
+    wrong = [{**rows[0], "price": rows[0]["price"] + 1}, *rows[1:]]
+    diff = check_output("q2", expected, _weir_output(wrong))
+    assert diff.actual == diff.expected  # the old count check passed this
+    assert not diff.ok
+
+
+# An updating query: the final table -------------------------------------------------------------------------
+
+
+def _upsert(partition: int, offset: int, category: int, final: int | None) -> tuple[int, int, bytes, bytes | None]:
+    key = b'{"id":%d}' % category
+    return partition, offset, key, None if final is None else b'{"id":%d,"final":%d}' % (category, final)
+
+
+def test_an_updating_output_is_compared_as_its_final_table() -> None:
+    expected = expected_records("q4", [{"id": 10, "final": 30}, {"id": 11, "final": 7}])
+    updates = [
+        _upsert(0, 0, 10, 10),
+        _upsert(1, 0, 11, 5),
+        _upsert(0, 1, 10, 20),
+        _upsert(1, 1, 12, 1),
+        _upsert(1, 2, 12, None),  # a tombstone: row 12 deleted
+        _upsert(0, 2, 10, 30),
+        _upsert(1, 3, 11, 7),
+    ]
+    assert check_output("q4", expected, updates).ok
+    assert check_output("q4", expected, list(reversed(updates))).ok  # read order does not matter
+    stale = check_output("q4", expected, updates[:-1])
+    assert [(a, b) for a, b in stale.changed] == [((11, 7), (11, 5))]
+
+
+def test_an_updating_key_in_two_partitions_fails_the_check() -> None:
+    expected = expected_records("q4", [{"id": 10, "final": 30}])
+    diff = check_output("q4", expected, [_upsert(0, 0, 10, 20), _upsert(3, 0, 10, 30)])
+    assert not diff.ok and "several partitions" in diff.summary()
+
+
+def test_weirs_q4_in_updates_mode_leaves_the_references_final_table() -> None:
+    """examples/nexmark/q4.py with -D q4.updates=true (what the benchmark runs, Flink SQL's updating
+    program): its updates, keyed by examples' row_key as its Kafka sink keys them, applied in order."""
+    config = nexmark.NexmarkConfig(events_per_second=50)  # 100 s of event time: auctions close during it
+    params = {"events": "5000", "events_per_second": "50", "q4.updates": "true"}
+    result = run_reference(nb.EXAMPLES_DIR / "q4.py", params)
+    updates = result["kafka-sink"]
+    expected_rows = ref.q4([nexmark.event(n, config) for n in range(5000)])
+    assert len(updates) > len(expected_rows)  # an update per closing, not one row per category
+    records = [(0, offset, b'{"id":%d}' % row["id"], json.dumps(row).encode()) for offset, row in enumerate(updates)]
+    assert check_output("q4", expected_records("q4", expected_rows), records).ok
+    assert nb.WEIR_EXTRA_PARAMS["q4"] == {"q4.updates": "true"}
+
+
+def test_the_reference_follows_the_event_time_rate() -> None:
+    expected = reference_records(300, nb.EVENT_RATE, ["q0"])["q0"]
+    stream = [nexmark.event(n, CONFIG) for n in range(300)]
+    assert expected == expected_records("q0", ref.q0(stream))
+    assert max(r[3] for r in expected) - min(r[3] for r in expected) < 1  # 300 events in 30 µs of event time
+
+
+# Figures and the report -------------------------------------------------------------------------------------
+
+
+def _run(eps: float, cpu: float, ok: bool = True, round_: int = 1) -> dict[str, Any]:
     return {
-        "run_id": "r1",
-        "quick": True,
-        "commit": "abc1234",
-        "measured_at": "2026-12-01 18:00 UTC",
-        "host": {"cpus": 2},
-        "load_average_at_start": [1.0, 1.0, 1.0],
-        "load_average_at_end": [2.0, 1.5, 1.0],
-        "events": 100_000,
-        "partitions": 8,
-        "parallelism": 3,
-        "skipped": ["q3"],
-        "flink_unavailable": None,
-        "queries": {"q0": q0, "q5": q5},
+        "round": round_,
+        "steady_eps": eps,
+        "steady_cpu_s_per_million": cpu,
+        "whole_eps": eps / 2,
+        "whole_cpu_s_per_million": cpu * 2,
+        "s3_cpu_s": 0.1,
+        "steady_state": {"warmup_ratio": 1.0},
+        "check": {"ok": ok, "summary": "ok" if ok else "1 missing", "actual_records": 92_000},
+        "load": {"under_load": False},
     }
 
 
-def test_render_markdown_has_a_row_per_query_with_ratios_and_checks() -> None:
+def _entry() -> dict[str, Any]:
+    return summarize(
+        {
+            "runs": {
+                "weir": [_run(50_000, 30.0, round_=1), _run(40_000, 32.0, round_=2), _run(60_000, 28.0, round_=3)],
+                "flink": [_run(100_000, 40.0, round_=1), _run(90_000, 44.0, round_=2), _run(80_000, 42.0, round_=3)],
+            }
+        }
+    )
+
+
+def test_figures_are_medians_with_their_spread_and_ratios_of_the_medians() -> None:
+    entry = _entry()
+    assert entry["figures"]["weir"]["steady_eps"] == {"median": 50_000, "min": 40_000, "max": 60_000, "runs": 3}
+    assert entry["ratios"]["steady_eps_weir_vs_flink"] == pytest.approx(50_000 / 90_000)
+    assert entry["ratios"]["steady_cpu_weir_vs_flink"] == pytest.approx(30.0 / 42.0)
+    assert entry["ratios"]["whole_cpu_weir_vs_flink"] == pytest.approx(60.0 / 84.0)
+
+
+def test_a_mismatching_run_fails_the_contenders_figure_and_its_ratios() -> None:
+    entry = summarize({"runs": {"weir": [_run(50_000, 30.0), _run(99_999, 1.0, ok=False)], "flink": [_run(1, 1)]}})
+    assert entry["figures"]["weir"]["ok"] is False
+    assert entry["figures"]["weir"]["steady_eps"] is None
+    assert entry["ratios"]["steady_eps_weir_vs_flink"] is None
+    failed = summarize({"runs": {"weir": [{"error": "timed out", "round": 1}]}})
+    assert failed["figures"]["weir"]["failed"] == ["run 1: timed out"]
+
+
+def _document() -> dict[str, Any]:
+    broken = summarize({"runs": {"weir": [_run(10.0, 1.0, ok=False)], "flink": [{"error": "boom", "round": 1}]}})
+    return {
+        "run_id": "r1",
+        "quick": True,
+        "provenance": {"commit_short": "abc1234", "dirty": False, "machine": {"cores": 2}},
+        "events": 100_000,
+        "partitions": 8,
+        "parallelism": 3,
+        "config": {"runs": 3, "event_rate": 10_000_000, "checkpoint_interval": "180s", "load_wait_s": 60},
+        "skipped": ["q9"],
+        "flink_unavailable": None,
+        "queries": {"q0": _entry(), "q4": broken},
+    }
+
+
+def test_the_report_shows_spreads_failures_and_provenance() -> None:
     text = render_markdown(_document())
-    assert "| q0 | 50,000 | 100,000 | 0.50x | 30.0 | 40.0 | 0.75x | 92,000 (ok) | 92,000 (ok) | 92,000 | yes |" in text
-    assert "| q5 | 25,000 | – | – | 50.0 | – | – | 12 (no reference) | – | – | – |" in text
-    assert "q5, flink: boom" in text
-    assert "9.5 s" in text
-    assert "without a Weir job file: q3" in text
+    assert "Commit `abc1234`" in text
+    assert "10,000,000 events/s of event time" in text
+    assert "| q0 | 50,000 (40,000-60,000) | 90,000 (80,000-100,000) | 0.56x |" in text
+    assert "| q4 | **failed** | **failed** |" in text
+    assert "ok (3/3; 92,000 records)" in text
+    assert "**FAILED** run 1: 1 missing" in text and "**FAILED** run 1: boom" in text
+    assert "without a Weir job file: q9" in text
+    assert "q4 is an updating query" in text
 
 
-def test_flink_sql_argv_runs_the_query_main_with_its_rest_port(tmp_path: Path) -> None:
+def test_flink_sql_argv_runs_the_query_as_configured(tmp_path: Path) -> None:
     argv = flink_sql_argv(
         tmp_path,
         query="q5",
@@ -155,7 +274,8 @@ def test_flink_sql_argv_runs_the_query_main_with_its_rest_port(tmp_path: Path) -
         topic="in",
         output="out",
         group="g",
-        checkpoint_dir=tmp_path / "ck",
+        checkpoint_uri="s3://bucket/bench-r1/flink/r1-flink-q5",
+        checkpoint_interval="180s",
         rest_port=38181,
     )
     assert argv[:4] == ["java", "-cp", f"{tmp_path / 'weir-bench-flink.jar'}:{tmp_path / 'lib'}/*", FLINK_SQL_MAIN]
@@ -166,7 +286,39 @@ def test_flink_sql_argv_runs_the_query_main_with_its_rest_port(tmp_path: Path) -
         "--topic": "in",
         "--output": "out",
         "--group": "g",
-        "--checkpoint-dir": str(tmp_path / "ck"),
+        "--checkpoint-uri": "s3://bucket/bench-r1/flink/r1-flink-q5",
+        "--checkpoint-interval": "180s",
+        "--mini-batch": "true",
         "--parallelism": "3",
         "--rest-port": "38181",
     }
+
+
+def test_the_flink_sql_job_is_configured_as_the_nexmark_reference() -> None:
+    java = (FLINK_SQL_DIR.parents[1] / "java" / "weir" / "bench" / "NexmarkSql.java").read_text()
+    for setting in (
+        '"table.exec.mini-batch.enabled", "true"',
+        '"table.exec.mini-batch.allow-latency", "2s"',
+        '"table.exec.mini-batch.size", "50000"',
+        '"table.optimizer.distinct-agg.split.enabled", "true"',
+        'args.getOrDefault("checkpoint-interval", "180s")',
+        "'sink.delivery-guarantee' = 'exactly-once'",
+        "BenchConf.checkpointing(conf, checkpointUri, checkpointInterval)",
+    ):
+        assert setting in java, setting
+    upsert = java[java.index("String upsertSink") :]
+    assert "'sink.delivery-guarantee' = 'exactly-once'" in upsert[: upsert.index(";")]
+    assert nb.CHECKPOINT_INTERVAL == "180s" and nb.EVENT_RATE == 10_000_000
+
+
+def test_parse_marker() -> None:
+    assert parse_marker("@running 1700000000000\n") == ("running", "1700000000000")
+    assert parse_marker("@job 00482a4d729ccd9a993b6443f8ab1c59") == ("job", "00482a4d729ccd9a993b6443f8ab1c59")
+    assert parse_marker("@progress 5") is None
+    assert parse_marker("some log line") is None
+
+
+def test_a_nexmark_figure_measured_in_fewer_runs_than_were_made_says_in_how_many() -> None:
+    one = {"median": 5.0, "min": 5.0, "max": 5.0, "runs": 1}
+    assert nb._spread({"ok": True, "runs": 3, "x": one}, "x") == "5 (1 of 3 runs)"
+    assert nb._spread({"ok": True, "runs": 1, "x": one}, "x") == "5"

@@ -59,6 +59,53 @@ def test_markdown_names_every_contender_and_the_targets() -> None:
     assert "2.50x" in text
 
 
+def _run(run: int, position: int, eps: float, ok: bool = True) -> dict[str, Any]:
+    return {
+        "run": run,
+        "position": position,
+        "sustained_eps": eps,
+        "output": {"ok": ok, "summary": "ok" if ok else "1 duplicated (e.g. ('key-0001', 0, 1000, 8, 400) x1)"},
+        "steady_state": {"warmup_ratio": 1.02},
+        "load": {"under_load": run == 2},
+    }
+
+
+def test_markdown_shows_spreads_the_order_a_failed_figure_and_provenance() -> None:
+    good_runs = [_run(1, 1, 50_000.0), _run(2, 2, 40_000.0), _run(3, 1, 60_000.0)]
+    bad_runs = [_run(1, 2, 20_000.0), _run(2, 1, 20_000.0, ok=False), _run(3, 2, 20_000.0)]
+    throughput = {
+        "weir-kafka": {
+            "runs": good_runs,
+            "figure": {
+                "ok": True,
+                "runs": 3,
+                "runs_under_load": 1,
+                "failed": [],
+                "sustained_eps": {"median": 50_000.0, "min": 40_000.0, "max": 60_000.0, "runs": 3},
+            },
+        },
+        "raw": {
+            "runs": bad_runs,
+            "figure": {"ok": False, "runs": 3, "runs_under_load": 1, "failed": ["run 2: output mismatch"]},
+        },
+    }
+    contenders = {k: {"key": k, "label": k, "sinks": "Kafka", "guarantee": "x"} for k in throughput}
+    doc = document(
+        throughput=throughput,
+        contenders=contenders,
+        provenance={"commit_short": "abc1234", "dirty": True, "machine": {"cores": 2}},
+    )
+    doc["plan"]["load_wait_s"] = 60
+    text = report.markdown(doc)
+    assert "Commit `abc1234` + uncommitted changes" in text
+    assert "| weir-kafka | Kafka | 50,000 (40,000-60,000) |" in text
+    assert "| 3 (1) | ok in 3 of 3 runs |" in text
+    assert "| raw | Kafka | **failed** |" in text
+    assert "**FAILED**: run 2: 1 duplicated" in text
+    assert "run 1: weir-kafka, raw; run 2: raw, weir-kafka; run 3: weir-kafka, raw" in text
+    assert "1.02" in text  # the warm-up ratio
+
+
 def test_issue_16_targets_judge_the_columnar_path_where_it_ran() -> None:
     throughput = {
         "weir-kafka": {"median_eps": 60_000.0, "median_cpu_s_per_million": 20.0},
@@ -80,3 +127,14 @@ def test_issue_16_targets_judge_the_columnar_path_where_it_ran() -> None:
     doc["ratios"] = report.ratios(doc)
     names = [t["target"] for t in report.targets(doc)]
     assert "Weir (Kafka only) CPU per event <= 0.5x Flink's" in names
+
+
+def test_a_figure_measured_in_fewer_runs_than_were_made_says_in_how_many() -> None:
+    """A steady state exists only in runs whose progress moved often enough: a median of 1 of 3
+    runs is not shown as if it were of all 3."""
+    one = {"median": 5.0, "min": 5.0, "max": 5.0, "runs": 1}
+    two = {"median": 5.0, "min": 4.0, "max": 6.0, "runs": 2}
+    assert report.spread_text({"ok": True, "runs": 3, "x": one}, "x") == "5 (1 of 3 runs)"
+    assert report.spread_text({"ok": True, "runs": 3, "x": two}, "x") == "5 (4-6; 2 of 3 runs)"
+    assert report.spread_text({"ok": True, "runs": 1, "x": one}, "x") == "5"
+    assert report.spread_text({"ok": True, "runs": 2, "x": two}, "x") == "5 (4-6)"

@@ -115,14 +115,18 @@ def test_the_metrics_sync_is_due_every_interval_at_its_deadline_included() -> No
     try:
         channel = FakeChannel()
         outputs = TaskOutputs([_writer(channel, 3_600.0)])
-        records_in = [0]
-        sync = MetricsSync(metrics, TimeAccount(metrics), outputs, None, lambda: records_in[0], lambda: None)
-        records_in[0] = 7
+        records_in, source_read = [0], [0]
+        sync = MetricsSync(
+            metrics, TimeAccount(metrics), outputs, None, lambda: records_in[0], lambda: None, lambda: source_read[0]
+        )
+        records_in[0], source_read[0] = 7, 5
         deadline = sync.deadline()
         sync.run_due(deadline - 0.001)
         assert _sample("weir_records_in_total", metrics) == 0.0
+        assert _sample("weir_source_records_read_total", metrics) == 0.0
         sync.run_due(deadline)
         assert _sample("weir_records_in_total", metrics) == 7.0
+        assert _sample("weir_source_records_read_total", metrics) == 5.0
         assert sync.deadline() == pytest.approx(deadline + METRICS_SYNC_S)
     finally:
         metrics.remove()

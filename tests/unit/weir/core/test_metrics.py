@@ -26,6 +26,15 @@ def test_remove_drops_the_series_of_an_ended_attempt() -> None:
     metrics.remove()  # twice is harmless
 
 
+def test_a_source_tasks_records_read_is_a_series_of_its_attempt() -> None:
+    metrics = TaskMetrics(f"job-{uuid.uuid4().hex[:8]}", "source", 0, "taskmanager-1")
+    metrics.source_records_read.inc(7)
+    labels = dict(zip(LABELS, metrics.labels, strict=True))
+    assert REGISTRY.get_sample_value("weir_source_records_read_total", labels) == 7
+    metrics.remove()
+    assert REGISTRY.get_sample_value("weir_source_records_read_total", labels) is None
+
+
 def test_an_old_attempt_ending_late_keeps_the_series_of_the_new_one() -> None:
     job_id = f"job-{uuid.uuid4().hex[:8]}"
     old = TaskMetrics(job_id, "map", 0, "taskmanager-1")

@@ -1,8 +1,11 @@
--- Nexmark q7, highest bid (nexmark/nexmark queries/q7.sql; Kafka sink)
+-- Nexmark q7, highest bid (nexmark/nexmark queries/q7.sql; Kafka sink). The reference's sink table
+-- lists (auction, bidder, price, ...) while its SELECT gives (auction, price, bidder, ...): an INSERT
+-- fills columns by position, so its bidder column held the price. Here the sink table's columns are
+-- in the SELECT's order and each value keeps its name; the query is the reference's.
 CREATE TABLE nexmark_q7 (
   auction  BIGINT,
-  bidder  BIGINT,
   price  BIGINT,
+  bidder  BIGINT,
   `dateTime`  TIMESTAMP(3),
   extra  VARCHAR
 ) WITH (${SINK});

@@ -21,22 +21,39 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
 
 /**
  * The Apache Flink contender of bench/nexmark_bench.py: one Nexmark query in Flink SQL on a local
- * MiniCluster in this JVM.
+ * MiniCluster in this JVM, configured as the Nexmark reference configures Flink.
  *
  * <p>The input is the Kafka topic weir.tools.nexmark_load wrote: flat JSON events with an {@code
  * event_type} (0 person, 1 auction, 2 bid) and the reference's field names, times in epoch
  * milliseconds. One Kafka table holds every field; the views {@code person}, {@code auction} and
  * {@code bid} are those of the reference's ddl_views.sql, with {@code dateTime} the rowtime (watermark
  * 4 s behind, the reference's DDL). The query is the reference's qN.sql (resources nexmark/qN.sql)
- * with a Kafka sink (exactly-once, transactions) instead of blackhole, so its output can be counted.
- * The scan is bounded ({@code scan.bounded.mode = latest-offset}); RocksDB state, a checkpoint every
- * second, parallelism 3 (as WindowJob).
+ * with a Kafka sink (exactly-once, transactions) instead of blackhole, so its output can be checked;
+ * an updating query writes to upsert-kafka, exactly-once too. The scan is bounded ({@code
+ * scan.bounded.mode = latest-offset}).
  *
- * <p>stdout: {@code @running <epoch ms>} once every task is RUNNING ({@code --rest-port}: the
- * MiniCluster's REST API is polled for it; without it, once the job is RUNNING), {@code @done <epoch ms>} once it
- * finished; the JVM then waits for stdin to close (so its CPU time can be read) and exits.
+ * <p>The reference's nexmark-flink/src/main/resources/conf/config.yaml, what applies of it: RocksDB
+ * state with incremental checkpoints, exactly-once checkpoints every {@code --checkpoint-interval}
+ * (the reference's 180 s by default; the benchmark gives Weir the same interval), mini-batch
+ * ({@code table.exec.mini-batch.*}: enabled, 2 s, 50,000 rows) and split distinct aggregates. Not
+ * applied: its parallelism of 8 (both contenders run at {@code --parallelism}, 3: Weir's three
+ * TaskManagers), its TaskManager memory (one JVM here, the JVM's default heap), and {@code
+ * checkpoints-after-tasks-finish.enabled: false}, which the reference can set because its sink is a
+ * blackhole: here the final checkpoint commits the sink's last transaction.
+ *
+ * <p>stdout: {@code @job <job id>} once submitted (the benchmark reads the source's progress from the
+ * REST API with it), {@code @running <epoch ms>} once every task is RUNNING ({@code --rest-port}:
+ * the MiniCluster's REST API is polled for it; without it, once the job is RUNNING), {@code @done
+ * <epoch ms>} once it finished; the JVM then waits for stdin to close (so its CPU time can be read)
+ * and exits.
  */
 public final class NexmarkSql {
+  /**
+   * A transaction stays open from one checkpoint to the next: 15 min (the broker's largest by
+   * default, Weir's Kafka sink's default) covers the reference's 3 min interval and a bounded run.
+   */
+  private static final String TRANSACTION_TIMEOUT = "'properties.transaction.timeout.ms' = '900000'";
+
   private NexmarkSql() {}
 
   public static void main(String[] argv) {
@@ -57,32 +74,39 @@ public final class NexmarkSql {
     String topic = args.get("topic");
     String output = args.get("output");
     String group = args.get("group");
-    String checkpointDir = args.get("checkpoint-dir");
+    String checkpointUri = args.get("checkpoint-uri");
+    String checkpointInterval = args.getOrDefault("checkpoint-interval", "180s");
+    boolean miniBatch = !"false".equals(args.getOrDefault("mini-batch", "true"));
     int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "3"));
     String restPort = args.getOrDefault("rest-port", "0");
     if (query == null || bootstrap == null || topic == null || output == null || group == null
-        || checkpointDir == null) {
+        || checkpointUri == null) {
       System.err.println(
-          "usage: NexmarkSql --query qN --bootstrap B --topic T --output T --group G --checkpoint-dir DIR"
-              + " [--parallelism 3] [--rest-port P]");
+          "usage: NexmarkSql --query qN --bootstrap B --topic T --output T --group G --checkpoint-uri URI"
+              + " [--checkpoint-interval 180s] [--mini-batch true] [--parallelism 3] [--rest-port P]");
       System.exit(2);
     }
     String insertSql = resource("/nexmark/" + query + ".sql");
 
     Configuration conf = new Configuration();
-    conf.setString("state.backend.type", "rocksdb");
-    conf.setString("execution.checkpointing.incremental", "true");
-    conf.setString("execution.checkpointing.storage", "filesystem");
-    conf.setString("execution.checkpointing.dir", "file://" + checkpointDir);
-    conf.setString("execution.checkpointing.interval", "1s");
-    conf.setString("execution.checkpointing.mode", "EXACTLY_ONCE");
+    BenchConf.checkpointing(conf, checkpointUri, checkpointInterval);
+    if (miniBatch) { // the reference's config.yaml
+      conf.setString("table.exec.mini-batch.enabled", "true");
+      conf.setString("table.exec.mini-batch.allow-latency", "2s");
+      conf.setString("table.exec.mini-batch.size", "50000");
+      conf.setString("table.optimizer.distinct-agg.split.enabled", "true");
+    }
     conf.setString("parallelism.default", Integer.toString(parallelism));
     conf.setString("taskmanager.numberOfTaskSlots", Integer.toString(parallelism));
     conf.setString("rest.port", restPort);
     conf.setString("rest.address", "127.0.0.1");
     conf.setString("web.refresh-interval", "20"); // the REST job details are cached this long (default 3 s)
+    // the REST API's metrics are fetched from the tasks this often (default 10 s); Weir's TaskManagers
+    // update theirs twice a second, and the benchmark reads the source's progress from both
+    conf.setString("metrics.fetcher.update-interval", "500");
     conf.setString("table.local-time-zone", "UTC");
     conf.setString("restart-strategy.type", "none"); // a failure ends the run, with its cause
+    BenchConf.fileSystems(conf);
     StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
     StreamTableEnvironment tables =
         StreamTableEnvironment.create(env, EnvironmentSettings.newInstance().inStreamingMode().withConfiguration(conf).build());
@@ -121,11 +145,13 @@ public final class NexmarkSql {
     String sink =
         "'connector' = 'kafka', 'topic' = '" + output + "', 'properties.bootstrap.servers' = '" + bootstrap
             + "', 'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once',"
-            + " 'sink.transactional-id-prefix' = '" + group + "', 'properties.transaction.timeout.ms' = '60000',"
-            + " 'properties.linger.ms' = '5'";
+            + " 'sink.transactional-id-prefix' = '" + group + "', " + TRANSACTION_TIMEOUT
+            + ", 'properties.linger.ms' = '5'";
     String upsertSink =
         "'connector' = 'upsert-kafka', 'topic' = '" + output + "', 'properties.bootstrap.servers' = '"
-            + bootstrap + "', 'key.format' = 'json', 'value.format' = 'json'";
+            + bootstrap + "', 'key.format' = 'json', 'value.format' = 'json',"
+            + " 'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = '" + group + "', "
+            + TRANSACTION_TIMEOUT + ", 'properties.linger.ms' = '5'";
     TableResult result = null;
     for (String statement : statements(insertSql.replace("${SINK}", sink).replace("${UPSERT_SINK}", upsertSink))) {
       result = tables.executeSql(statement);
@@ -134,6 +160,8 @@ public final class NexmarkSql {
       throw new IllegalStateException(query + ".sql has no INSERT statement");
     }
     JobClient job = result.getJobClient().get();
+    System.out.println("@job " + job.getJobID());
+    System.out.flush();
     // "running" as bench/nexmark_bench.py takes it for Weir: every task RUNNING (deployed, state
     // initialized), read from the MiniCluster's REST API when its port is known, else the job's status
     while (!allTasksRunning(job, restPort, parallelism)) {

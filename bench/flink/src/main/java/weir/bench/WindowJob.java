@@ -43,7 +43,8 @@ import org.apache.kafka.clients.producer.ProducerRecord;
  * <p>JSON events {"id", "key", "value", "ts"} from Kafka (event time = ts, watermarks per partition,
  * no out-of-orderness), projected to (key, value), keyed by key, tumbling event-time windows of 1 s,
  * count + sum incrementally, results {"key", "window_start", "window_end", "count", "sum"} to Kafka
- * through an exactly-once KafkaSink. RocksDB state, a checkpoint every second, parallelism 3.
+ * through an exactly-once KafkaSink. RocksDB state, a checkpoint every second to {@code
+ * --checkpoint-uri} (the S3 server Weir's checkpoints go to: BenchConf), parallelism 3.
  *
  * <p>{@code --bounded} reads up to the end offsets present at start; the job then fires every window,
  * takes its final checkpoint (which commits the last transaction) and finishes. Progress goes to stdout
@@ -68,24 +69,20 @@ public final class WindowJob {
     boolean bounded = args.containsKey("bounded");
     int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "3"));
     long windowMs = Long.parseLong(args.getOrDefault("window-ms", "1000"));
-    String checkpointDir = args.get("checkpoint-dir");
-    if (bootstrap == null || input == null || output == null || group == null || checkpointDir == null) {
+    String checkpointUri = args.get("checkpoint-uri");
+    if (bootstrap == null || input == null || output == null || group == null || checkpointUri == null) {
       System.err.println(
-          "usage: WindowJob --bootstrap B --input T --output T --group G --checkpoint-dir DIR [--bounded]"
+          "usage: WindowJob --bootstrap B --input T --output T --group G --checkpoint-uri URI [--bounded]"
               + " [--parallelism 3] [--window-ms 1000]");
       System.exit(2);
     }
 
     Configuration conf = new Configuration();
-    conf.setString("state.backend.type", "rocksdb");
-    conf.setString("execution.checkpointing.incremental", "true");
-    conf.setString("execution.checkpointing.storage", "filesystem");
-    conf.setString("execution.checkpointing.dir", "file://" + checkpointDir);
-    conf.setString("execution.checkpointing.interval", "1s");
-    conf.setString("execution.checkpointing.mode", "EXACTLY_ONCE");
+    BenchConf.checkpointing(conf, checkpointUri, "1s");
     conf.setString("parallelism.default", Integer.toString(parallelism));
     conf.setString("taskmanager.numberOfTaskSlots", Integer.toString(parallelism));
     conf.setString("rest.port", "0");
+    BenchConf.fileSystems(conf);
     StreamExecutionEnvironment env = StreamExecutionEnvironment.createLocalEnvironment(parallelism, conf);
 
     KafkaSourceBuilder<Tuple3<String, Long, Long>> source =
