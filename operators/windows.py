@@ -45,7 +45,14 @@ from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, OnRecordError, WindowFiring
-from weir.core.state_layout import WINDOW_STATE, WindowKeys, window_bounds, window_key, window_key_prefix
+from weir.core.state_layout import (
+    WINDOW_STATE,
+    WindowKeys,
+    window_bounds,
+    window_key,
+    window_key_prefix,
+    window_key_suffix,
+)
 from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import (
@@ -200,6 +207,8 @@ class WindowAggregateOperator(KeyedOperator):
         self._sessions: dict[bytes, list[TimeWindow]] = {}  # key prefix -> its session windows
         self.late_records_dropped = 0
         self._window_keys = WindowKeys()
+        self._plan_of: tuple[TimeWindow, ...] = ()  # the assigner's last windows, and their plan
+        self._plan: tuple[tuple[int, int, int, bytes], ...] = ()
 
     def open(self) -> None:
         super().open()
@@ -226,43 +235,42 @@ class WindowAggregateOperator(KeyedOperator):
                 f"window operator {self.ctx.uid!r} received a record without a timestamp: give the source "
                 "a timestamp function"
             )
-        try:
-            self.set_current_key(value)
+        try:  # set_current_key, inline: this runs once per record
+            key = self._key_selector(value)
+            kb, kg, prefix = self._keys.encode(key)
         except Exception as exc:
             self.reject(self._key_selector, exc, value, timestamp)
             return
-        kg, key = self.current_key_group, self.current_key
-        store, fn, wm, lateness = self.store, self._fn, self._watermark, self._lateness
+        self.current_key, self.current_key_bytes, self.current_key_group, self.current_key_prefix = key, kb, kg, prefix
+        wm = self._watermark
         if self._inherited_watermarks:  # until the watermark passes every old subtask's
             wm = max(wm, self._fired_through(kg))
         if self._merging:
             self._add_to_session(value, timestamp, wm)
             return
         windows = self._assigner.assign(timestamp)
+        if windows is not self._plan_of:  # the assigner hands out the same tuple while it holds
+            self._plan_of, self._plan = windows, _window_plan(windows)
+        store, fn, lateness = self.store, self._fn, self._lateness
         late = 0
-        for window in windows:
-            if is_window_late(window, wm, lateness):
+        for start, end, last, bounds in self._plan:
+            if last + lateness <= wm:  # is_window_late
                 late += 1
-                self._drop_late(value, timestamp, window)
+                self._drop_late(value, timestamp, TimeWindow(start, end))
                 continue
-            sk = self._state_key(window)
+            sk = prefix + bounds
             entry = store.get(_STATE, kg, sk)
-            fired = window_fires(window, wm)
             try:
                 acc = fn.add(fn.create(), value) if entry is None else fn.add(entry[1], value)
             except Exception as exc:  # windows before this one (sliding) keep the record, as in Flink
                 self.reject(fn.add, exc, value, timestamp, key)
                 return
+            fired = wm >= last  # window_fires
             if entry is None:
-                heapq.heappush(
-                    self._timers,
-                    (cleanup_time(window, lateness), _CLEANUP, kg, sk)
-                    if fired
-                    else (window.max_timestamp, _FIRE, kg, sk),
-                )
+                heapq.heappush(self._timers, (last + lateness, _CLEANUP, kg, sk) if fired else (last, _FIRE, kg, sk))
             store.put(_STATE, kg, sk, (key, acc))
             if fired:
-                self._emit(key, window.start, window.end, acc)
+                self._emit(key, start, end, acc)
         if late and late == len(windows):
             self._late_element(value, timestamp)
 
@@ -479,6 +487,11 @@ class WindowAggregateOperator(KeyedOperator):
                     self._timers.append((end - 1, _FIRE, kg, sk))
         heapq.heapify(self._timers)
         heapq.heapify(self._processing_timers)
+
+
+def _window_plan(windows: tuple[TimeWindow, ...]) -> tuple[tuple[int, int, int, bytes], ...]:
+    """Per window: start, end, last timestamp and the state key's bounds after the key prefix."""
+    return tuple((w.start, w.end, w.end - 1, window_key_suffix(w.start, w.end)) for w in windows)
 
 
 def decode_window_state(data: bytes) -> int:
