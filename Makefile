@@ -4,29 +4,37 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 INFRA := deploy/local/infra.sh
+# Every target here works with the local services: the local mode (the local S3 server and its development
+# keys are the S3 defaults; README, "Configuration"). `make ... WEIR_LOCAL_MODE=false` turns it off.
+export WEIR_LOCAL_MODE ?= true
 BROWSER := deploy/local/browser.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-nexmark bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-nexmark bench-jm-scale bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
 
-# The editable install runs the build hook (build_hooks.py), which generates weir/wire/*_pb2* from proto/.
-$(VENV)/.installed: pyproject.toml constraints.txt
+# The dependencies exactly as requirements/dev.lock pins them (the server, postgres-binary and dev extras,
+# every file's hash checked), then Weir itself, editable, without them and without build isolation (the
+# lock holds the build backend); `pip check` that the two agree. The editable install runs the build hook
+# (build_hooks.py), which generates weir/wire/*_pb2* from proto/.
+$(VENV)/.installed: pyproject.toml requirements/dev.lock
 	$(PYTHON) -m venv $(VENV)
-	$(VENV)/bin/pip install -q -c constraints.txt -e '.[dev]'
+	$(VENV)/bin/pip install -q --require-hashes --no-deps -r requirements/dev.lock
+	$(VENV)/bin/pip install -q --no-deps --no-build-isolation -e .
+	$(VENV)/bin/pip check
 	touch $@
 
-setup: $(VENV)/.installed proto ## create .venv, install Weir with dev extras (versions from constraints.txt), generate gRPC code
+setup: $(VENV)/.installed proto ## create .venv: Weir with its server and dev extras at the versions of requirements/dev.lock, gRPC code generated
 
 proto: | $(VENV)/.installed ## (re)generate weir/wire/*_pb2*.py from proto/ after a .proto changed (the build hook's generator)
 	$(PY) build_hooks.py
 
-constraints: | $(VENV)/.installed ## rewrite constraints.txt from the versions installed in .venv
-	$(PY) deploy/freeze_constraints.py
+constraints: | $(VENV)/.installed ## regenerate the lock files requirements/*.lock from pyproject.toml (uv pip compile, hashes); UPGRADE=1: the newest versions allowed
+	$(PY) deploy/lock.py $(if $(UPGRADE),--upgrade)
 
 infra-up: ## install (first use) and start Kafka, PostgreSQL, the S3 server and Prometheus
 	$(INFRA) up
@@ -60,8 +68,9 @@ lint: setup ## ruff, the import-linter contracts and mypy (pyproject.toml); test
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.tools.demo
 
-# The design card's scenarios (weir scenario NAME; `weir scenario` lists them). SCENARIO_ARGS go to the
-# scenario, e.g. make scenario-recovery SCENARIO_ARGS="--events 20000".
+# The design card's scenarios (weir scenario NAME; `weir scenario` lists them; the code is weir/scenarios/).
+# SCENARIO_ARGS go to the scenario, e.g. make scenario-recovery SCENARIO_ARGS="--events 20000", or
+# SCENARIO_ARGS=--json for the report as one JSON document.
 SCENARIOS := keyed-aggregation barriers two-phase-commit recovery upgrade backpressure
 
 scenario-keyed-aggregation: setup infra-up ## the keyed window job: state and both sinks equal a reference
@@ -94,8 +103,8 @@ cluster-up: setup ## JobManager + 3 TaskManagers as local processes
 cluster-down:
 	$(VENV)/bin/weir cluster down
 
-$(VENV)/.bench-installed: pyproject.toml $(VENV)/.installed
-	$(VENV)/bin/pip install -q -c constraints.txt -e '.[bench]'
+$(VENV)/.bench-installed: requirements/bench.lock $(VENV)/.installed
+	$(VENV)/bin/pip install -q --require-hashes --no-deps -r requirements/bench.lock
 	touch $@
 
 bench-deps: $(VENV)/.bench-installed ## the bench extra; the Flink contender built (when missing or stale) into the cache, WEIR_CACHE_DIR/bench/flink
@@ -121,6 +130,9 @@ bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per eve
 
 bench-nexmark: setup bench-deps ## Nexmark queries on Weir vs Flink SQL: events/s, CPU s / M events, ratios (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2)
 	$(PY) -m bench.nexmark_bench $(NEXMARK_BENCH_ARGS)
+
+bench-jm-scale: setup $(VENV)/.bench-installed ## one JobManager against simulated TaskManagers: deployment, checkpoint round trip, CPU, heartbeats up to 1,000 subtasks / 100 TaskManagers (~5 min; JM_SCALE_ARGS=--quick); writes docs/benchmarks-jm-scale.md
+	$(PY) -m bench.jm_scale $(JM_SCALE_ARGS)
 
 bench: setup bench-deps ## the keyed benchmark vs Quix Streams, the raw limit, Flink and the ceiling (2M events, 3 runs), then bench-json, bench-state, bench-backpressure and bench-recovery (long)
 	$(PY) -m bench.run $(BENCH_ARGS)

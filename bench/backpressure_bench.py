@@ -7,7 +7,7 @@ cluster (bench.harness) and runs:
 1. **Under backpressure**: examples/slow_sink_aggregation.py (the keyed aggregation into the
    exactly-once Kafka sink, paced to ``sink.records_per_second`` per subtask) on live input faster than
    the sink, once per mode and backlog size, with the scenario's own driver
-   (``weir.tools.scenario_backpressure.run_mode``). The backlog that delays an aligned barrier is the
+   (``weir.scenarios.backpressure.run_mode``). The backlog that delays an aligned barrier is the
    work queued ahead of it in the channels: their records (bounded by the credits, the same in both
    sizes) over the rate at which the slow sink drains them. The two sizes are two sink rates, the
    larger backlog being 2x the smaller in seconds of work. Figures: the median checkpoint duration
@@ -51,8 +51,8 @@ from bench.harness import (
     remove_run_root,
 )
 from weir.connectors import kafka
+from weir.scenarios.backpressure import BackpressureConfig, measure, run_mode
 from weir.tools.events import EventSpec, produce_events
-from weir.tools.scenario_backpressure import BackpressureConfig, measure, run_mode
 
 KEYED_JOB: Final = REPO_ROOT / "examples" / "keyed_aggregation.py"
 MODES: Final = ("aligned", "unaligned")
@@ -108,7 +108,7 @@ def backpressure_phase(cluster: BenchCluster, run_id: str, plan: Plan) -> list[d
                 "sink_events_per_second": m.sink_events_rate,
                 "lag_growth_events_per_second": m.lag_growth,
             }
-            kafka.delete_topics(cluster.env.endpoints, [config.topic(mode, w) for w in ("events", "results", "dlq")])
+            kafka.delete_topics(cluster.env.endpoints, list(config.job(mode).topics(config.partitions)))
         modes = entry["modes"]
         if all("duration_last_third_median_s" in modes.get(m, {}) for m in MODES):
             a, u = modes["aligned"], modes["unaligned"]

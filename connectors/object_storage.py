@@ -30,6 +30,9 @@ _MULTIPART_THRESHOLD = 64 * 1024 * 1024
 _MULTIPART_CHUNK = 16 * 1024 * 1024
 _TEMP_PREFIX = ".tmp-"
 _MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+_REFUSED_CODES = frozenset(
+    {"AccessDenied", "403", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
+)
 
 
 class ObjectNotFoundError(WeirError):
@@ -91,13 +94,14 @@ class CheckpointStorage(abc.ABC):
 
 
 class S3CheckpointStorage(CheckpointStorage):
-    """Objects under ``prefix`` in an S3 bucket (the local S3 server, MinIO or AWS)."""
+    """Objects under ``prefix`` in an S3 bucket (AWS, the local S3 server, MinIO); credentials as
+    :mod:`weir.connectors.s3` finds them (static keys, else boto3's default chain)."""
 
     def __init__(self, endpoints_or_client: Endpoints | Any, bucket: str, prefix: str = "") -> None:
         if isinstance(endpoints_or_client, Endpoints):
-            self._client = s3.client(endpoints_or_client)
+            self._client, self._credentials_from = s3.connect(endpoints_or_client)
         else:
-            self._client = endpoints_or_client
+            self._client, self._credentials_from = endpoints_or_client, "the given client"
         self.bucket = bucket
         self.prefix = "".join(f"{p}/" for p in prefix.split("/") if p)
         self._transfer = TransferConfig(
@@ -113,8 +117,14 @@ class S3CheckpointStorage(CheckpointStorage):
 
     def _error(self, operation: str, key: str, exc: Exception) -> WeirError:
         location = f"s3://{self.bucket}/{self._name(key)}"
-        if isinstance(exc, ClientError) and exc.response.get("Error", {}).get("Code") in _MISSING_CODES:
+        code = exc.response.get("Error", {}).get("Code") if isinstance(exc, ClientError) else None
+        if code in _MISSING_CODES:
             return ObjectNotFoundError(location)
+        if code in _REFUSED_CODES:
+            return ServiceUnavailableError(
+                f"S3 {operation} of {location} was refused ({code}) for the credentials from {self._credentials_from}: "
+                "check that they are valid and may use the bucket (IAM policy, bucket policy), then retry"
+            )
         return ServiceUnavailableError(
             f"S3 {operation} of {location} failed: {exc}; check that the S3 server answers and the bucket "
             "exists, then retry"
@@ -301,7 +311,8 @@ class FileCheckpointStorage(CheckpointStorage):
 def open_storage(uri: str, endpoints: Endpoints | None = None) -> CheckpointStorage:
     """The storage a URI names: ``s3://bucket/prefix``, ``file:///dir`` or a plain directory path.
 
-    S3 credentials and the endpoint come from ``endpoints`` (default: ``Endpoints.from_env()``).
+    The S3 endpoint, region, addressing style and static keys come from ``endpoints`` (default:
+    ``Endpoints.from_env()``); without static keys, credentials come from boto3's default chain.
     """
     parsed = urlparse(uri)
     if parsed.scheme == "s3":

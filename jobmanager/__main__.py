@@ -11,27 +11,31 @@ import argparse
 import signal
 import threading
 
-import structlog
-from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-from prometheus_client import start_http_server
+from weir.core.extras import exit_without_server
 
-from weir.connectors.object_storage import open_storage
-from weir.core import logs
-from weir.core.config import (
-    Endpoints,
-    JobManagerSettings,
-    check_environment,
-    checkpoint_dir,
-    exit_on_configuration_error,
-)
-from weir.core.grpc_security import add_port, new_server
-from weir.core.transport_security import TransportSecurity
-from weir.jobmanager.gateway import GrpcTaskManagerGateway
-from weir.jobmanager.manager import JobManager
-from weir.jobmanager.rest.app import create_app
-from weir.jobmanager.rest.server import RestServer
-from weir.jobmanager.service import JobManagerServicer
-from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
+# A client-only install (no `weir-streaming[server]`) ends here with one line naming the extra.
+with exit_without_server("jobmanager", "the JobManager"):
+    import structlog
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+    from prometheus_client import start_http_server
+
+    from weir.connectors.object_storage import open_storage
+    from weir.core import logs
+    from weir.core.config import (
+        Endpoints,
+        JobManagerSettings,
+        check_environment,
+        checkpoint_dir,
+        exit_on_configuration_error,
+    )
+    from weir.core.grpc_security import add_port, new_server
+    from weir.core.transport_security import TransportSecurity
+    from weir.jobmanager.gateway import GrpcTaskManagerGateway
+    from weir.jobmanager.manager import JobManager
+    from weir.jobmanager.rest.app import create_app
+    from weir.jobmanager.rest.server import RestServer
+    from weir.jobmanager.service import JobManagerServicer
+    from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
 SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].full_name
 
@@ -57,7 +61,8 @@ def main() -> None:
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
-    storage = open_storage(checkpoint_dir(), endpoints)
+    with exit_on_configuration_error("jobmanager"):  # e.g. S3 without credentials: one line, what was tried
+        storage = open_storage(checkpoint_dir(), endpoints)
     jm = JobManager(storage, gateway=GrpcTaskManagerGateway(security))
     rest = (
         RestServer(create_app(jm, token=security.token), args.bind, args.rest_port, security)

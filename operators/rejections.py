@@ -17,7 +17,6 @@ from typing import Any, Protocol, assert_never
 
 from prometheus_client import Counter
 
-from weir.connectors import kafka
 from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError, NonRetriableError, ServiceUnavailableError, WeirError
@@ -112,6 +111,9 @@ class KafkaDeadLetters:
         self._topics_found: set[str] = set()
 
     def send(self, topic: str, key: bytes | None, envelope: bytes) -> None:
+        # Kafka's client is the server install's: the job API imports this module on a client too.
+        from weir.connectors import kafka
+
         if topic not in self._topics_found:
             endpoints = self._endpoints_of()
             if kafka.topic_partition_count(endpoints, topic) is None:

@@ -7,17 +7,21 @@ import os
 import signal
 import threading
 
-import structlog
-from prometheus_client import start_http_server
+from weir.core.extras import exit_without_server
 
-from weir.core import logs
-from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
-from weir.core.grpc_security import add_port, new_server
-from weir.core.transport_security import TransportSecurity
-from weir.taskmanager.identity import advertised_host, default_taskmanager_id
-from weir.taskmanager.runtime import TaskManagerRuntime
-from weir.taskmanager.service import TaskManagerServicer
-from weir.wire import taskmanager_pb2_grpc
+# A client-only install (no `weir-streaming[server]`) ends here with one line naming the extra.
+with exit_without_server("taskmanager", "a TaskManager"):
+    import structlog
+    from prometheus_client import start_http_server
+
+    from weir.core import logs
+    from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
+    from weir.core.grpc_security import add_port, new_server
+    from weir.core.transport_security import TransportSecurity
+    from weir.taskmanager.identity import advertised_host, default_taskmanager_id
+    from weir.taskmanager.runtime import TaskManagerRuntime
+    from weir.taskmanager.service import TaskManagerServicer
+    from weir.wire import taskmanager_pb2_grpc
 
 
 def main() -> None:
@@ -55,15 +59,16 @@ def main() -> None:
     endpoints = Endpoints.from_env()
     server = new_server(security, max_workers=256, thread_name_prefix="tm-grpc")
     port = add_port(server, f"{args.bind}:{args.port}", security)
-    runtime = TaskManagerRuntime(
-        args.id,
-        f"{host}:{port}",
-        endpoints.jobmanager_address,
-        args.slots,
-        run_dir(),
-        local_channels=args.local_channels,
-        security=security,
-    )
+    with exit_on_configuration_error("taskmanager"):  # e.g. S3 without credentials: one line, what was tried
+        runtime = TaskManagerRuntime(
+            args.id,
+            f"{host}:{port}",
+            endpoints.jobmanager_address,
+            args.slots,
+            run_dir(),
+            local_channels=args.local_channels,
+            security=security,
+        )
     taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(TaskManagerServicer(runtime), server)
     server.start()
     if args.metrics_port:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -11,10 +12,15 @@ from typing import Any
 import pytest
 
 from weir.connectors import kafka
-from weir.core.config import Endpoints
+from weir.core.config import LOCAL_MODE, Endpoints
 from weir.tools.client import JobManagerClient
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+# The tests run in the local mode (the local S3 server and its development keys; `make` sets the same),
+# and no test asks the instance metadata service of whatever machine runs them for credentials.
+os.environ.setdefault(LOCAL_MODE, "true")
+os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
 
 
 @dataclass

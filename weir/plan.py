@@ -90,11 +90,19 @@ class JobPlan:
                 return v
         raise KeyError(operator_uid)
 
+    def _input_edges(self, vertex: Vertex) -> list[NetworkEdge]:
+        """A vertex's input edges in channel order: by input index, then producer."""
+        return sorted(vertex.inputs, key=lambda e: (e.input_index, e.producer_vertex))
+
+    def _channels_of(self, edge: NetworkEdge) -> int:
+        """How many channels an edge has into each consumer subtask."""
+        return 1 if edge.partitioning is Partitioning.FORWARD else self.vertices[edge.producer_vertex].parallelism
+
     def input_channels(self, vertex_uid: str, subtask: int) -> list[InputChannel]:
         """Every channel into one subtask, numbered in a stable order."""
         vertex = self.vertices[vertex_uid]
         channels: list[InputChannel] = []
-        for edge in sorted(vertex.inputs, key=lambda e: (e.input_index, e.producer_vertex)):
+        for edge in self._input_edges(vertex):
             producer = self.vertices[edge.producer_vertex]
             if edge.partitioning is Partitioning.FORWARD:
                 producers = [subtask]
@@ -105,18 +113,23 @@ class JobPlan:
         return channels
 
     def output_channels(self, vertex_uid: str, subtask: int) -> list[OutputChannel]:
-        """Every channel out of one subtask, with the consumer-side channel index it lands on."""
+        """Every channel out of one subtask, with the consumer-side channel index it lands on: the
+        edge's first channel on the consumer (the channels of the edges before it in
+        ``input_channels``' order) plus the producer subtask (0 on a FORWARD edge). Computed from the
+        edges alone, so the channels of a whole job cost as many steps as it has channels."""
         vertex = self.vertices[vertex_uid]
         out: list[OutputChannel] = []
         for index, edge in enumerate(vertex.outputs):
             consumer = self.vertices[edge.consumer_vertex]
-            targets = [subtask] if edge.partitioning is Partitioning.FORWARD else range(consumer.parallelism)
+            first = 0
+            for before in self._input_edges(consumer):
+                if before is edge:
+                    break
+                first += self._channels_of(before)
+            forward = edge.partitioning is Partitioning.FORWARD
+            consumer_channel = first + (0 if forward else subtask)
+            targets = [subtask] if forward else range(consumer.parallelism)
             for target in targets:
-                consumer_channel = next(
-                    c.channel
-                    for c in self.input_channels(consumer.uid, target)
-                    if c.edge is edge and c.producer_subtask == subtask
-                )
                 out.append(OutputChannel(index, target, consumer.uid, target, consumer_channel))
         return out
 

@@ -13,7 +13,8 @@
 # and a data directory on a filesystem with user xattrs (versitygw keeps object metadata there;
 # where the filesystem has none, the server exits with "xattr check failed": set WEIR_S3_SIDECAR=1 to
 # keep metadata in $WEIR_RUN_DIR/s3/meta instead, on a fresh data directory: do not switch a used one).
-# Clients: endpoint $WEIR_S3_ENDPOINT, region us-east-1, path-style addressing.
+# Clients: endpoint $WEIR_S3_ENDPOINT, region $WEIR_S3_REGION (the server's too), path-style addressing,
+# the keys WEIR_S3_ACCESS_KEY/WEIR_S3_SECRET_KEY: endpoints.env's, which Weir's processes take in the local mode.
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 SERVICE=s3

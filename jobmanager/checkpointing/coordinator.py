@@ -302,6 +302,7 @@ class CheckpointStatsTracker:
 class _Persisting:
     completed: CompletedCheckpoint
     pending: PendingCheckpoint
+    keys: frozenset[str]  # ``completed.object_keys``, taken once
 
 
 class CheckpointCoordinator:
@@ -529,8 +530,11 @@ class CheckpointCoordinator:
                 # The late snapshot belongs to nothing retained: drop what only it references.
                 return AckOutcome(AckResult.DISCARDED, self._release(state_handle.object_keys))
             return AckOutcome(AckResult.UNKNOWN)
-        if task_id in pending.not_yet_acknowledged:
-            released = sorted(state_handle.reused_keys - self._live_keys())
+        if pending.awaits(task_id):
+            # Only this snapshot's reused keys are looked up, never the set of every live key: one
+            # ack's cost stays that of its own state handle, whatever the job's size (as in Flink's
+            # PendingCheckpoint.acknowledgeTask).
+            released = sorted(k for k in state_handle.reused_keys if not self._is_live(k))
             if released:
                 reason = AbortReason(
                     FailureKind.RELEASED_STATE,
@@ -568,7 +572,7 @@ class CheckpointCoordinator:
             metadata_key=self._metadata_key(self._job_id, pending.checkpoint_id, pending.kind),
             kind=pending.kind,
         )
-        self._persisting[pending.checkpoint_id] = _Persisting(completed, pending)
+        self._persisting[pending.checkpoint_id] = _Persisting(completed, pending, completed.object_keys)
         actions: list[Action] = []
         for older in sorted(self._pending.values(), key=lambda p: p.checkpoint_id):
             if older.checkpoint_id < pending.checkpoint_id:
@@ -646,12 +650,21 @@ class CheckpointCoordinator:
         for p in self._pending.values():
             keys |= p.referenced_keys()
         for entry in self._persisting.values():
-            keys |= entry.completed.object_keys
+            keys |= entry.keys
         return keys
 
     def _live_keys(self) -> set[str]:
         """Keys not deleted: referenced by a retained or in-flight checkpoint, or waiting to be deleted."""
         return self._in_flight_keys() | self._deferred_deletes | self._store.referenced_keys()
+
+    def _is_live(self, key: str) -> bool:
+        """``key in self._live_keys()``, answered without building that set."""
+        return (
+            key in self._deferred_deletes
+            or self._store.is_referenced(key)
+            or any(p.references(key) for p in self._pending.values())
+            or any(key in entry.keys for entry in self._persisting.values())
+        )
 
     def _release(self, candidates: Iterable[str], metadata_keys: Iterable[str] = ()) -> tuple[Action, ...]:
         """Delete the candidate and deferred keys that nothing retained or in flight references."""

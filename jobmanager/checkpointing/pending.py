@@ -150,6 +150,7 @@ class PendingCheckpoint:
             raise CheckpointProtocolError(f"checkpoint {checkpoint_id} has no task to acknowledge it")
         self._not_yet_acked: set[TaskId] = set(self._tasks_to_ack)
         self._states: dict[TaskId, TaskStateHandle] = {}
+        self._referenced: set[str] = set()  # the object keys of ``_states``, kept as acks come in
         self._acks: dict[TaskId, TaskAck] = {}
         self._status = PendingStatus.IN_PROGRESS
         self._abort_reason: AbortReason | None = None
@@ -169,6 +170,10 @@ class PendingCheckpoint:
     @property
     def not_yet_acknowledged(self) -> frozenset[TaskId]:
         return frozenset(self._not_yet_acked)
+
+    def awaits(self, task_id: TaskId) -> bool:
+        """Whether ``task_id`` is still to acknowledge (``not_yet_acknowledged`` without the copy)."""
+        return task_id in self._not_yet_acked
 
     @property
     def acknowledged_count(self) -> int:
@@ -198,7 +203,11 @@ class PendingCheckpoint:
 
     def referenced_keys(self) -> frozenset[str]:
         """Object keys referenced by the state handles received so far."""
-        return frozenset(key for handle in self._states.values() for key in handle.object_keys)
+        return frozenset(self._referenced)
+
+    def references(self, key: str) -> bool:
+        """Whether a state handle received so far references ``key`` (one lookup, not the whole set)."""
+        return key in self._referenced
 
     def deadline(self, timeout_s: float) -> float:
         return self.trigger_timestamp + timeout_s
@@ -224,6 +233,7 @@ class PendingCheckpoint:
             return AckResult.DUPLICATE
         self._not_yet_acked.remove(task_id)
         self._states[task_id] = state_handle
+        self._referenced.update(state_handle.object_keys)
         self._acks[task_id] = TaskAck(metrics if metrics is not None else TaskAckMetrics(), acked_at)
         return AckResult.SUCCESS
 

@@ -38,7 +38,6 @@ from typing import Any, Final
 import psycopg
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from rich.console import Console
-from rich.table import Table
 
 from tests.chaos.faults import FaultError, Injected, Injector, LocalDisks
 from tests.chaos.schedule import ALL_KINDS, Fault, FaultKind, make_schedule, parse_kinds
@@ -47,9 +46,9 @@ from weir.core.config import Endpoints, run_dir
 from weir.core.errors import WeirError
 from weir.core.states import JobStatus
 from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.scenarios.framework import ReportBuilder, Table, render_text
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster
-from weir.tools.scenario_report import ScenarioReport, exit_code, print_report
 from weir.tools.supervisor import cluster_dir
 from weir.tools.verify import verify_job
 
@@ -242,7 +241,7 @@ class ChaosRun:
     job_id: str = ""
     injected: list[Injected] = field(default_factory=list)
     skipped: list[Fault] = field(default_factory=list)  # the job finished before their time
-    report: ScenarioReport = field(default_factory=lambda: ScenarioReport("chaos", OUTCOME))
+    report: ReportBuilder = field(default_factory=lambda: ReportBuilder("chaos", OUTCOME))
 
 
 OUTCOME: Final = (
@@ -353,10 +352,16 @@ def _check(
     if run.skipped:
         report.measured("faults not injected (the job had finished)", len(run.skipped))
     recoveries = [(i, monitor.recovered_after(i)) for i in run.injected]
-    table = Table("fault", "how", "recovered after (s)", title="faults and recovery", title_justify="left")
-    for injected, seconds in recoveries:
-        table.add_row(injected.fault.describe(), injected.detail, "never" if seconds is None else f"{seconds:.1f}")
-    report.tables.append(table)
+    report.table(
+        Table(
+            "faults and recovery",
+            ("fault", "how", "recovered after (s)"),
+            tuple(
+                (injected.fault.describe(), injected.detail, "never" if seconds is None else f"{seconds:.1f}")
+                for injected, seconds in recoveries
+            ),
+        )
+    )
     restarts = final.summary.restarts if final is not None else 0
     report.measured("job restarts", restarts)
     if final is not None:
@@ -374,8 +379,11 @@ def _check(
         failure = (
             f" (its last failure on the way: {final.failure})" if status == JobStatus.FINISHED else f": {final.failure}"
         )
-    report.verify("the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}{failure}")
     report.verify(
+        "job-finished", "the job ends FINISHED, never stuck", status == JobStatus.FINISHED, f"status {status}{failure}"
+    )
+    report.verify(
+        "recovered-after-every-fault",
         "the job recovered after every fault (a checkpoint completed after it)",
         all(s is not None for _, s in recoveries) and bool(recoveries),
         f"{sum(s is not None for _, s in recoveries)} of {len(recoveries)} faults",
@@ -387,6 +395,7 @@ def _check(
     ]
     for c in checks:
         report.verify(
+            f"sequences-exact:{c.sink}",
             f"{c.sink}: per key seq 1..N, no gap, no repeat, every prev = seq - 1",
             c.exact,
             c.summary() + ("; e.g. " + "; ".join(c.samples) if c.samples else ""),
@@ -397,6 +406,7 @@ def _check(
     verified = verify_job(JOB_FILE, parameters, job_id=run.job_id, endpoints=endpoints)
     for sink in verified.sinks:
         report.verify(
+            f"verify-exact:{sink.uid}",
             f"weir verify: {sink.uid} ({sink.kind}) exact: multiset of whole records, commit proofs, "
             "no transaction left prepared or open",
             sink.ok,
@@ -404,6 +414,7 @@ def _check(
             + (f"; e.g. {next(iter(sink.samples.values()))[0]}" if sink.samples else ""),
         )
     report.verify(
+        "verify-read-both-sinks",
         "weir verify read both sinks back",
         {s.kind for s in verified.sinks} == {"kafka", "postgres"},
         ", ".join(f"{s.uid} ({s.kind})" for s in verified.sinks) or "no sink",
@@ -455,8 +466,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (WeirError, FaultError, RuntimeError, ValueError) as exc:
         console.print(f"[bold red]chaos: {exc}[/]", soft_wrap=True)
         return 1
-    print_report(console, run.report)
-    return exit_code(run.report)
+    report = run.report.build()
+    render_text(console, report)
+    return report.exit_code
 
 
 if __name__ == "__main__":

@@ -97,8 +97,20 @@ def test_everything_imports_under_the_one_root() -> None:
             "The benchmark data model (weir.nexmark) is not part of the core",
             "weir.core.windows -> weir.nexmark",
         ),
+        (  # the CLI launches the scenarios as a program: importing them would put the tools under them
+            "tools/cli.py",
+            "import weir.scenarios.registry",
+            "Layers: scenarios > tools",
+            "weir.tools.cli -> weir.scenarios.registry",
+        ),
+        (  # the scenarios reach Kafka through the adapter in connectors/ like everything else
+            "scenarios/driving.py",
+            "import confluent_kafka",
+            "Only the adapters in connectors/ talk to Kafka",
+            "weir.scenarios.driving -> confluent_kafka",
+        ),
     ],
-    ids=["pure-direct", "pure-indirect", "nexmark"],
+    ids=["pure-direct", "pure-indirect", "nexmark", "scenarios-above-tools", "scenarios-through-adapters"],
 )
 def test_each_new_contract_breaks_on_purpose(
     tmp_path: Path, module: str, added: str, contract: str, chain: str

@@ -76,6 +76,8 @@ from weir.core.descriptors import (
     TimestampType,
 )
 from weir.core.errors import JobDefinitionError, NonRetriableError
+from weir.core.json_codec import decode as json_deserializer
+from weir.core.json_codec import encode as json_serializer
 from weir.core.process_functions import (
     OutputTag,
     StateAggregateFunction,
@@ -97,8 +99,6 @@ from weir.operators.basic import ProcessContext
 from weir.operators.joins import JoinContext
 from weir.operators.keyed import KeyedProcessContext, OnTimerContext, TimerService
 from weir.operators.process_state import AggregatingState, ListState, MapState, ReducingState, ValueState
-from weir.operators.sinks import json_serializer
-from weir.operators.sources import json_deserializer
 
 __all__ = [
     "COMMITTED",

@@ -12,7 +12,7 @@ dicts (one per row, stamped with the event time) by an operator chained to the c
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weir.api.checks import KeySelector
 from weir.api.connector import WithoutOnError
@@ -26,7 +26,17 @@ from weir.core.rejections import OnRecordError
 from weir.core.state_schema import StateSchema
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.graph import Partitioning, Transformation
-from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
+
+if TYPE_CHECKING:
+    from weir.operators.columnar import ToRecordsOperator
+
+
+def _to_records() -> ToRecordsOperator:
+    """The operator turning batches into records. It runs in the TaskManager, as every columnar
+    operator: imported there, so that a client builds a columnar job without Arrow (the server install)."""
+    from weir.operators.columnar import ToRecordsOperator
+
+    return ToRecordsOperator()
 
 
 class ColumnarStream(DataStream):
@@ -54,7 +64,7 @@ class ColumnarStream(DataStream):
                     f"columnar operator {self.uid!r} into records; give the other operator another uid"
                 )
             made[records_uid] = self._add(
-                WithoutOnError(ToRecordsOperator),
+                WithoutOnError(_to_records),
                 uid=records_uid,
                 name="to-records",
                 parallelism=self._t.parallelism,
@@ -130,9 +140,13 @@ class ColumnarKeyedStream(KeyedStream):
         for field in fn.fields():
             self.schema.kind_of(field)  # an unknown field fails at build time
         key_field = self._field_key.field
-        operator = WithoutOnError(
-            lambda: ColumnarWindowAggregateOperator(fn, key_field, assigner, lateness, schema, late_data=late_data)
-        )
+
+        def window_operator() -> Any:
+            from weir.operators.columnar import ColumnarWindowAggregateOperator  # in the TaskManager: see _to_records
+
+            return ColumnarWindowAggregateOperator(fn, key_field, assigner, lateness, schema, late_data=late_data)
+
+        operator = WithoutOnError(window_operator)
         return self._add(
             operator,
             uid=uid,

@@ -15,12 +15,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weir.api.connector import Duration, Options, Source
 from weir.core.descriptors import GeneratorSourceSpec
 from weir.core.windows import to_millis
-from weir.operators.sources import GeneratorSourceOperator
+
+if TYPE_CHECKING:
+    from weir.operators.sources import GeneratorSourceOperator
 
 OPTIONS = Options("generator source")
 
@@ -80,6 +82,9 @@ class GeneratorSource(Source):
         return self._spec
 
     def create_operator(self) -> GeneratorSourceOperator:
+        # The operator runs in the TaskManager: imported there, so a client builds the job without the server install.
+        from weir.operators.sources import GeneratorSourceOperator
+
         return GeneratorSourceOperator(self._spec)
 
     def default_name(self) -> str:

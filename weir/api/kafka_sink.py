@@ -23,14 +23,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from weir.api.connector import Duration, OperatorFactory, Options, Sink, WithOnError, required
 from weir.core.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkDelivery, SinkSpec, SinkSystem
+from weir.core.json_codec import encode as json_serializer
 from weir.core.rejections import OnRecordError
 from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
-from weir.operators.sinks import KafkaSinkOperator, json_serializer
-from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator
+
+if TYPE_CHECKING:
+    from weir.operators.sinks import KafkaSinkOperator
+    from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator
 
 KafkaDelivery = Literal["exactly_once", "at_least_once"]
 
@@ -76,6 +79,10 @@ class KafkaSink(Sink):
         return WithOnError(self._create)
 
     def _create(self, on_error: OnRecordError) -> KafkaSinkOperator | TransactionalKafkaSinkOperator:
+        # The operator runs in the TaskManager: imported there, so a client builds the job without the server install.
+        from weir.operators.sinks import KafkaSinkOperator
+        from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator
+
         match self.delivery:
             case "exactly_once":
                 assert self.transaction_timeout_ms is not None and self.epoch_memory_bytes is not None

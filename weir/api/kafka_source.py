@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from weir.api.connector import Duration, Options, Source, checked, required
 from weir.core.columnar import Schema
@@ -39,7 +39,10 @@ from weir.core.descriptors import (
     validate_consumer_properties,
 )
 from weir.core.errors import JobDefinitionError
-from weir.operators.sources import KafkaSourceOperator, json_deserializer
+from weir.core.json_codec import decode as json_deserializer
+
+if TYPE_CHECKING:
+    from weir.operators.sources import KafkaSourceOperator
 
 OPTIONS = Options("kafka source")
 
@@ -59,6 +62,9 @@ class KafkaSource(Source):
         return self.spec
 
     def create_operator(self) -> KafkaSourceOperator:
+        # The operator runs in the TaskManager: imported there, so a client builds the job without the server install.
+        from weir.operators.sources import KafkaSourceOperator
+
         return KafkaSourceOperator(self.spec)
 
     def default_name(self) -> str:
@@ -208,7 +214,7 @@ class KafkaSourceBuilder:
             if s.timestamp_field is None:
                 raise OPTIONS.error("a columnar source needs timestamp_field")
             schema, field = s.schema, s.timestamp_field
-            checked(OPTIONS, "timestamp_field", lambda: schema.decoder(field))  # an int field of the schema
+            checked(OPTIONS, "timestamp_field", lambda: schema.check_timestamp_field(field))  # an int field
         elif s.timestamp_field is not None:
             raise OPTIONS.error("timestamp_field needs a schema (the columnar source)")
         return KafkaSource(

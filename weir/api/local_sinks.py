@@ -19,7 +19,16 @@ from typing import Any
 
 from weir.api.connector import OperatorFactory, Options, Sink, WithoutOnError
 from weir.core.descriptors import SinkDelivery, SinkSpec, SinkSystem
-from weir.operators.sinks import FileSinkOperator, FunctionSinkOperator, PrintSinkOperator, json_serializer
+from weir.core.json_codec import encode as json_serializer
+from weir.operators.base import StreamOperator
+
+
+def _sink_operators() -> Any:
+    """``weir.operators.sinks``, where the operators run: in the TaskManager (the client builds the job
+    without the server install, which that module's Kafka and PostgreSQL sinks need)."""
+    from weir.operators import sinks
+
+    return sinks
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,7 @@ class FileSink(Sink):
 
     def operator(self) -> OperatorFactory:
         path, serializer = str(self.path), self.serializer or json_serializer
-        return WithoutOnError(lambda: FileSinkOperator(path, serializer))
+        return WithoutOnError(lambda: _file_sink(path, serializer))
 
     def default_name(self) -> str:
         return f"file-sink:{self.path}"
@@ -61,7 +70,7 @@ class PrintSink(Sink):
 
     def operator(self) -> OperatorFactory:
         prefix = self.prefix
-        return WithoutOnError(lambda: PrintSinkOperator(prefix))
+        return WithoutOnError(lambda: _print_sink(prefix))
 
     def default_name(self) -> str:
         return "print"
@@ -82,10 +91,25 @@ class FunctionSink(Sink):
 
     def operator(self) -> OperatorFactory:
         fn = self.fn
-        return WithoutOnError(lambda: FunctionSinkOperator(fn))
+        return WithoutOnError(lambda: _function_sink(fn))
 
     def default_name(self) -> str:
         return "sink"
+
+
+def _file_sink(path: str, serializer: Callable[[Any], bytes]) -> StreamOperator:
+    operator: StreamOperator = _sink_operators().FileSinkOperator(path, serializer)
+    return operator
+
+
+def _print_sink(prefix: str) -> StreamOperator:
+    operator: StreamOperator = _sink_operators().PrintSinkOperator(prefix)
+    return operator
+
+
+def _function_sink(fn: Callable[[Any], None]) -> StreamOperator:
+    operator: StreamOperator = _sink_operators().FunctionSinkOperator(fn)
+    return operator
 
 
 __all__ = ["FileSink", "FunctionSink", "PrintSink"]

@@ -21,13 +21,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Literal, assert_never
+from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from weir.api.connector import OperatorFactory, Options, Sink, WithOnError, required
 from weir.core.descriptors import SinkDelivery, SinkSpec, SinkSystem
 from weir.core.rejections import OnRecordError
-from weir.operators.sinks import PostgresUpsertSinkOperator
-from weir.operators.transactional_sinks import TwoPhasePostgresSinkOperator
+
+if TYPE_CHECKING:
+    from weir.operators.sinks import PostgresUpsertSinkOperator
+    from weir.operators.transactional_sinks import TwoPhasePostgresSinkOperator
 
 PostgresDelivery = Literal["two_phase", "upsert"]
 
@@ -74,6 +76,10 @@ class PostgresSink(Sink):
         return WithOnError(self._create)
 
     def _create(self, on_error: OnRecordError) -> TwoPhasePostgresSinkOperator | PostgresUpsertSinkOperator:
+        # The operator runs in the TaskManager: imported there, so a client builds the job without the server install.
+        from weir.operators.sinks import PostgresUpsertSinkOperator
+        from weir.operators.transactional_sinks import TwoPhasePostgresSinkOperator
+
         match self.delivery:
             case "two_phase":
                 sink: type[TwoPhasePostgresSinkOperator | PostgresUpsertSinkOperator] = TwoPhasePostgresSinkOperator

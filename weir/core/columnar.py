@@ -18,6 +18,10 @@ vectorized. What this module holds is shared by the job API, the operators and t
 
 A batch says which column is its event time in its schema metadata (``weir.timestamp``); its
 records carry no separate timestamp.
+
+The declarations (:class:`Schema`, :class:`FieldKey`, the aggregates) need neither Arrow nor numpy:
+the client install (``weir.core.extras``) builds a columnar job's graph without them, and the Arrow
+work, which runs in the TaskManager, starts with :func:`arrow`.
 """
 
 from __future__ import annotations
@@ -29,29 +33,42 @@ from types import GenericAlias
 from typing import Annotated, Any, Final
 
 import msgspec
-import numpy as np
-import pyarrow as pa
 
 from weir.core.errors import JobDefinitionError, SerializationError
+from weir.core.extras import MissingServerExtraError
 from weir.core.ids import KeyGroup
 from weir.core.keygroups import KeyEncoder
+
+try:  # the server install's; the client declares columnar jobs without them (see the module's doc)
+    import numpy as np
+    import pyarrow as pa
+except ModuleNotFoundError as _missing:
+    np = pa = None  # type: ignore[assignment]
+    _MISSING_ARROW: str | None = _missing.name
+else:
+    _MISSING_ARROW = None
 
 TIMESTAMP_METADATA: Final = b"weir.timestamp"
 """The schema metadata key naming a batch's event-time column."""
 
 _INT64: Final = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
-_ARROW_TYPES: Final[Mapping[type, pa.DataType]] = {
-    str: pa.string(),
-    int: pa.int64(),
-    float: pa.float64(),
-    bool: pa.bool_(),
-}
+_ARROW_TYPE_NAMES: Final[Mapping[type, str]] = {str: "string", int: "int64", float: "float64", bool: "bool_"}
+"""A schema field's Python type -> the ``pyarrow`` factory of its Arrow type."""
+
+_RECORD_BATCH: Final[type | None] = pa.RecordBatch if pa is not None else None
+
+
+def arrow() -> Any:
+    """The ``pyarrow`` module, or :class:`MissingServerExtraError` in a client-only install."""
+    if pa is None:
+        raise MissingServerExtraError("the columnar path (Arrow record batches)", _MISSING_ARROW or "pyarrow")
+    return pa
 
 
 def is_batch(value: object) -> bool:
-    """Whether a stream value is a columnar batch."""
-    return type(value) is pa.RecordBatch
+    """Whether a stream value is a columnar batch (never, without Arrow)."""
+    return type(value) is _RECORD_BATCH
 
 
 @dataclass(frozen=True)
@@ -74,7 +91,7 @@ class Schema:
                 raise JobDefinitionError(f"a schema field name must be a non-empty str, got {name!r}")
             if name in seen:
                 raise JobDefinitionError(f"schema field {name!r} is declared twice")
-            if kind not in _ARROW_TYPES:
+            if kind not in _ARROW_TYPE_NAMES:
                 raise JobDefinitionError(f"schema field {name!r}: type {kind!r} is not one of str, int, float, bool")
             seen.add(name)
         return cls(items)
@@ -89,9 +106,16 @@ class Schema:
                 return kind
         raise JobDefinitionError(f"the schema has no field {name!r} (fields: {', '.join(self.names)})")
 
+    def check_timestamp_field(self, timestamp_field: str | None) -> None:
+        """A batch's event time is an int field of the schema (epoch ms), or none."""
+        if timestamp_field is not None and self.kind_of(timestamp_field) is not int:
+            raise JobDefinitionError(f"timestamp field {timestamp_field!r} must be an int field (epoch ms)")
+
     def arrow_schema(self, timestamp_field: str | None) -> pa.Schema:
+        arrow_ = arrow()
         metadata = {TIMESTAMP_METADATA: timestamp_field.encode()} if timestamp_field else None
-        return pa.schema([(name, _ARROW_TYPES[kind]) for name, kind in self.fields], metadata=metadata)
+        fields = [(name, getattr(arrow_, _ARROW_TYPE_NAMES[kind])()) for name, kind in self.fields]
+        return arrow_.schema(fields, metadata=metadata)
 
     def decoder(self, timestamp_field: str | None) -> BatchDecoder:
         return BatchDecoder(self, timestamp_field)
@@ -102,8 +126,7 @@ class BatchDecoder:
     list; when that fails, each record alone, so a malformed one is refused without its neighbours."""
 
     def __init__(self, schema: Schema, timestamp_field: str | None) -> None:
-        if timestamp_field is not None and schema.kind_of(timestamp_field) is not int:
-            raise JobDefinitionError(f"timestamp field {timestamp_field!r} must be an int field (epoch ms)")
+        schema.check_timestamp_field(timestamp_field)
         self.schema = schema
         self.arrow_schema = schema.arrow_schema(timestamp_field)
         self.timestamp_field = timestamp_field

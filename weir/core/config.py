@@ -28,7 +28,7 @@ from pathlib import Path
 from string import Template
 from typing import Annotated, Any, ClassVar, Final, Self
 
-from pydantic import Field, SecretStr, ValidationError, ValidationInfo, field_validator
+from pydantic import Field, SecretStr, TypeAdapter, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonDict
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
@@ -91,14 +91,56 @@ class _EnvironmentSource(EnvSettingsSource):
         }
 
 
+LOCAL_MODE: Final = "WEIR_LOCAL_MODE"
+LOCAL_S3_SERVER: Final = (
+    "WEIR_S3_ENDPOINT",
+    "WEIR_S3_REGION",
+    "WEIR_S3_ADDRESSING_STYLE",
+    "WEIR_S3_ACCESS_KEY",
+    "WEIR_S3_SECRET_KEY",
+)
+"""The defaults of ``endpoints.env`` that describe the local S3 server (deploy/local/s3.sh), its
+development keys among them: a process takes them only in the local mode, and only while
+``WEIR_S3_ENDPOINT`` is unset (the keys of the local server are never sent to another endpoint).
+Elsewhere an unset endpoint is AWS's own and credentials come from boto3's default chain."""
+
+
+def local_mode(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether ``WEIR_LOCAL_MODE`` turns the local mode on (``make``, ``weir cluster up``, the tests
+    and the tools that drive the local cluster set it). A value that is no boolean counts as off here;
+    :class:`Endpoints` refuses it with the usual one line."""
+    value = (os.environ if environ is None else environ).get(LOCAL_MODE)
+    if not value:
+        return False
+    try:
+        return TypeAdapter(bool).validate_python(value)
+    except ValidationError:
+        return False
+
+
+def uses_local_s3_server(environ: Mapping[str, str] | None = None) -> bool:
+    """The local mode, with no S3 endpoint of its own: the local S3 server's defaults apply."""
+    env = os.environ if environ is None else environ
+    return local_mode(env) and not env.get("WEIR_S3_ENDPOINT")
+
+
 class _EndpointsFileSource(PydanticBaseSettingsSource):
-    """The defaults of ``weir/core/endpoints.env``, expanded against the environment."""
+    """The defaults of ``weir/core/endpoints.env``, expanded against the environment; those of the
+    local S3 server (:data:`LOCAL_S3_SERVER`) only where :func:`uses_local_s3_server`."""
+
+    def _defaults(self) -> dict[str, str]:
+        env = _current_environment()
+        resolved = resolve_environment(env)
+        if not uses_local_s3_server(env):
+            for name in LOCAL_S3_SERVER:
+                resolved.pop(name, None)
+        return resolved
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return resolve_environment(_current_environment()).get(env_name(field_name)), field_name, False
+        return self._defaults().get(env_name(field_name)), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        resolved = resolve_environment(_current_environment())
+        resolved = self._defaults()
         names = {env_name(f): f for f in self.settings_cls.model_fields}
         return {names[name]: value for name, value in resolved.items() if name in names}
 
@@ -175,6 +217,17 @@ def exit_on_configuration_error(program: str) -> Iterator[None]:
 # Endpoints -------------------------------------------------------------------------------------------
 
 
+class S3AddressingStyle(enum.StrEnum):
+    """How a request names its bucket: botocore's ``addressing_style``."""
+
+    PATH = "path"
+    VIRTUAL = "virtual"
+    AUTO = "auto"
+
+
+_LOCAL_S3_DEFAULT: Final = "local mode: `{}` (endpoints.env); else unset"
+
+
 def _host_port(value: str) -> str:
     host, sep, port = value.rpartition(":")
     if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
@@ -207,12 +260,50 @@ class Endpoints(WeirSettings):
         description="PostgreSQL connection of the PostgreSQL sinks and `weir verify`.",
         json_schema_extra={"type_doc": "`postgresql://` URI"},
     )
-    s3_endpoint: str = Field(
-        min_length=1, description="The S3 API (checkpoint storage on `s3://`).", json_schema_extra={"type_doc": "URL"}
+    local_mode: bool = Field(
+        default=False,
+        description="The local mode: the local S3 server's endpoint, region, addressing style and development "
+        "keys (endpoints.env) are the S3 defaults while `WEIR_S3_ENDPOINT` is unset. Off, an unset S3 setting "
+        "is AWS's own: its endpoint, boto3's region and credential chain.",
+        json_schema_extra={"default_doc": "`false`; `true` under `make`, `weir cluster up`, the scenarios, the tests"},
+    )
+    s3_endpoint: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The S3 API (checkpoint storage on `s3://`): an S3-compatible server's URL; unset: AWS's "
+        "endpoint for the region.",
+        json_schema_extra={"type_doc": "URL", "default_doc": _LOCAL_S3_DEFAULT.format("http://127.0.0.1:${WEIR_S3_PORT}")},
+    )
+    s3_region: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The S3 region requests are signed for; unset: boto3's (`AWS_DEFAULT_REGION`, the profile's "
+        "`region`), else `us-east-1`.",
+        json_schema_extra={"default_doc": _LOCAL_S3_DEFAULT.format("us-east-1")},
+    )
+    s3_addressing_style: S3AddressingStyle = Field(
+        default=S3AddressingStyle.AUTO,
+        description="`path` (`endpoint/bucket/key`, what most S3-compatible servers need), `virtual` "
+        "(`bucket.endpoint/key`) or `auto` (botocore's choice: virtual-host style where the bucket name allows).",
+        json_schema_extra={"default_doc": _LOCAL_S3_DEFAULT.format("path").replace("unset", "`auto`")},
     )
     s3_bucket: str = Field(min_length=1, description="Bucket of checkpoints and savepoints.")
-    s3_access_key: str = Field(min_length=1, description="S3 access key id.")
-    s3_secret_key: str = Field(min_length=1, repr=False, description="S3 secret access key.")
+    # The secret first: the check that both keys are set together is the access key's, so that an error
+    # names the access key id, never the secret's value.
+    s3_secret_key: SecretStr | None = Field(
+        default=None,
+        description="S3 secret access key, with `WEIR_S3_ACCESS_KEY`.",
+        json_schema_extra={"type_doc": "secret string", "default_doc": _LOCAL_S3_DEFAULT.format("weiradmin-secret")},
+    )
+    s3_access_key: str | None = Field(
+        default=None,
+        min_length=1,
+        validate_default=True,
+        description="S3 access key id, with `WEIR_S3_SECRET_KEY`: static keys. Unset: boto3's default credential "
+        "chain (`AWS_*` variables, the `AWS_PROFILE` profile of the shared files, web identity, container and "
+        "instance roles); a process that finds none says what it tried and stops.",
+        json_schema_extra={"default_doc": _LOCAL_S3_DEFAULT.format("weiradmin")},
+    )
     prometheus_url: str = Field(
         min_length=1,
         description="The Prometheus that the tests and benchmarks query.",
@@ -236,9 +327,21 @@ class Endpoints(WeirSettings):
 
     @field_validator("s3_endpoint", "prometheus_url")
     @classmethod
-    def _check_url(cls, value: str) -> str:
-        if not value.startswith(("http://", "https://")):
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
             raise ValueError("expected an http:// or https:// URL")
+        return value
+
+    @field_validator("s3_addressing_style", mode="before")
+    @classmethod
+    def _lower_style(cls, value: Any) -> Any:
+        return value.lower() if isinstance(value, str) else value
+
+    @field_validator("s3_access_key")
+    @classmethod
+    def _keys_together(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if "s3_secret_key" in info.data and (value is None) != (info.data["s3_secret_key"] is None):
+            raise ValueError("WEIR_S3_ACCESS_KEY and WEIR_S3_SECRET_KEY go together (or neither: boto3's chain)")
         return value
 
     @field_validator("postgres_dsn")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -38,6 +39,7 @@ from weir.core.errors import (
     ServiceUnavailableError,
     WeirError,
 )
+from weir.core.extras import MissingServerExtraError, require_server, server_module_of
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
 from weir.tools import supervisor
@@ -936,12 +938,6 @@ def plan_command(
 # Scenarios ---------------------------------------------------------------------------------------
 
 
-def _scenario_names() -> str:
-    from weir.tools.scenarios import SCENARIOS
-
-    return ", ".join(s.name for s in SCENARIOS)
-
-
 @app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []},
     add_help_option=False,
@@ -957,22 +953,12 @@ def scenario(
     ] = None,
 ) -> int:
     """Run one of the design card's scenarios on the local cluster against the real services: it prints
-    what it did, the evidence it measured and the card's outcome as PASS/FAIL; exit 1 on FAIL.
-    Arguments after NAME go to the scenario (`weir scenario NAME --help`)."""
-    from weir.tools.scenarios import SCENARIOS, run_scenario
-
-    if name is None or name in ("--help", "-h"):
-        out = _stdout()
-        out.print("weir scenario NAME [ARGS]: the design card's scenarios (`weir scenario NAME --help` for ARGS)")
-        table = Table("name", "shows")
-        for s in SCENARIOS:
-            table.add_row(s.name, s.summary)
-        out.print(table)
-        return EXIT_OK
-    try:
-        return run_scenario(name, ctx.args)
-    except KeyError:
-        raise typer.BadParameter(f"unknown scenario {name!r}; the scenarios are {_scenario_names()}") from None
+    what it did, the evidence it measured and the card's outcome as PASS/FAIL (`--json`: one JSON
+    document); exit 1 on FAIL. Arguments after NAME go to the scenario (`weir scenario NAME --help`)."""
+    # The scenarios are harness code above the tools (weir.scenarios, which drives the cluster through
+    # this package's client): the CLI launches them as a program rather than importing them.
+    args = [] if name is None else [name, *ctx.args]
+    return subprocess.run([sys.executable, "-m", "weir.scenarios", *args], check=False).returncode
 
 
 @cluster_app.command("up")
@@ -986,6 +972,7 @@ def cluster_up(
     ] = supervisor.DEFAULT_START_TIMEOUT_S,
 ) -> None:
     """Start the JobManager and 3 TaskManagers; return once every TaskManager is registered."""
+    require_server("weir cluster up (the JobManager and the TaskManagers run from this environment)")
     directory = supervisor.cluster_dir()
     endpoints = Endpoints.from_env()
     with _stderr().status("starting the local cluster"):
@@ -1135,6 +1122,14 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
         code = exc.code().name if isinstance(exc, grpc.Call) else "UNKNOWN"
         _error_line(f"a JobManager call failed with {code}")
         return EXIT_FAILURE
+    except ModuleNotFoundError as exc:  # a command of the server install, run where only the client is
+        module = server_module_of(exc)
+        if module is None:
+            _error_line(f"{type(exc).__name__}: {exc} (set WEIR_DEBUG=1 for the traceback)")
+            return EXIT_FAILURE
+        name = next((a for a in (argv if argv is not None else sys.argv[1:]) if not a.startswith("-")), "")
+        _error_line(str(MissingServerExtraError(f"weir {name}".strip(), module)))
+        return EXIT_USAGE
     except Exception as exc:
         _error_line(f"{type(exc).__name__}: {exc} (set WEIR_DEBUG=1 for the traceback)")
         return EXIT_FAILURE

@@ -28,7 +28,12 @@ Weir reads its configuration from `WEIR_*` environment variables; a variable tha
 takes its default. The endpoints' defaults (the local mode) live in one file,
 `weir/core/endpoints.env`, read by the shell scripts under `deploy/local` and by Python alike;
 `${NAME}` in a default is the value of a variable above it, so `WEIR_KAFKA_PORT=29092` alone moves
-`WEIR_KAFKA_BOOTSTRAP` too. `make infra-status` prints the endpoints in force.
+`WEIR_KAFKA_BOOTSTRAP` too. `make infra-status` prints the endpoints in force. The local S3 server's
+endpoint, region, addressing style and development keys are defaults only in the local mode
+(`WEIR_LOCAL_MODE=true`, which `make`, `weir cluster up`, the scenarios and the tests set) and only
+while `WEIR_S3_ENDPOINT` is unset; elsewhere an unset S3 setting is AWS's own: its endpoint, boto3's
+region and boto3's default credential chain (README, "Deployment", "S3: credentials, region,
+endpoint").
 
 Every value is checked when a process starts (`weir`, `python -m weir.jobmanager`, `python -m weir.taskmanager`):
 a value that does not fit ends the process with exit code 2 and one line naming each bad variable
@@ -41,7 +46,6 @@ SCRIPT_VARIABLES: Final = (
     "WEIR_S3_START_TIMEOUT",
     "WEIR_S3_BUILD_TIMEOUT",
     "WEIR_S3_SERVER_VERSION",
-    "WEIR_S3_REGION",
     "WEIR_S3_SIDECAR",
     "WEIR_PG_BIN",
 )

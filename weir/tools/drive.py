@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from rich.console import Console
 
 from weir.connectors import kafka, postgres
-from weir.core.config import Endpoints
+from weir.core.config import LOCAL_MODE, Endpoints
 from weir.core.errors import WeirError
 from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.supervisor import cluster_dir, start_cluster
@@ -24,8 +24,9 @@ class DriveError(WeirError):
 
 
 def s3_endpoints() -> Endpoints:
-    """The endpoints, with checkpoints in the S3 bucket unless ``WEIR_CHECKPOINT_DIR`` says otherwise
-    (the local mode's default is a local folder; the demos show S3)."""
+    """The endpoints of the local mode, with checkpoints in the S3 bucket unless ``WEIR_CHECKPOINT_DIR``
+    says otherwise (the local mode's default is a local folder; the demos show S3)."""
+    os.environ.setdefault(LOCAL_MODE, "true")
     os.environ.setdefault("WEIR_CHECKPOINT_DIR", f"s3://{Endpoints.from_env().s3_bucket}/checkpoints")
     return Endpoints.from_env()
 

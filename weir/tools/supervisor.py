@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Final, Literal
 
-from weir.core.config import Endpoints, run_dir
+from weir.core.config import LOCAL_MODE, Endpoints, run_dir
 from weir.core.errors import ClusterError, ClusterUnavailableError, UnknownProcessError
 
 STATE_FILE: Final = "state.json"
@@ -554,6 +554,8 @@ def _launch_supervisor(directory: Path, args: Sequence[str]) -> int:
     directory.mkdir(parents=True, exist_ok=True)
     launched = subprocess.run(
         [sys.executable, "-m", "weir.tools.supervisor", "supervise", "--detach", *args],
+        # The local cluster is the local mode: its processes use the local S3 server unless told otherwise.
+        env={**os.environ, LOCAL_MODE: os.environ.get(LOCAL_MODE) or "true"},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

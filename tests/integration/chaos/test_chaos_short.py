@@ -18,7 +18,7 @@ from tests.chaos.faults import LocalDisks
 from tests.chaos.schedule import FaultKind
 from tests.integration.conftest import WeirCluster
 from weir.core.config import run_dir
-from weir.tools.scenario_report import print_report
+from weir.scenarios.framework import render_text
 
 pytestmark = pytest.mark.integration
 
@@ -59,7 +59,8 @@ def test_a_short_chaos_run_keeps_every_sequence_exact(weir_cluster: WeirCluster,
         weir_cluster.endpoints, config, console, directory=weir_cluster.directory, services_run_dir=SERVICES_RUN_DIR
     )
     weir_cluster.submitted.append(run.job_id)
-    print_report(console, run.report)
+    report = run.report.build()
+    render_text(console, report)
     text = output.getvalue()
-    assert run.report.ok, text
+    assert report.ok, text
     assert sorted(i.fault.kind.value for i in run.injected) == sorted(k.value for k in KINDS), text

@@ -1,10 +1,14 @@
 """Weir as a user installs it: an sdist and a wheel built from a clean checkout of HEAD (no Makefile, no
-generated code in the tree), installed into a fresh virtual environment, running a local cluster and a
-bounded job from that environment alone.
+generated code in the tree), installed into fresh virtual environments: the client alone (``pip install
+weir-streaming``: the CLI and the job API, none of the server's libraries), which builds a job's graph
+and submits it, and the server install (``weir-streaming[server,postgres-binary]``), which runs a local
+cluster and a bounded job from that environment alone.
 
 Every package comes from a wheelhouse in Weir's cache (``$WEIR_CACHE_DIR/wheelhouse``), filled from
-PyPI at the versions of ``constraints.txt`` when it lacks one; a warm run needs no network (~1 min).
-The cluster uses free ports and a private run directory, so it runs beside the session's cluster.
+PyPI with the files of ``requirements/*.lock`` (hashes checked) when it lacks one; a warm run needs no
+network (~1 min). pip resolves each install itself, its versions constrained to the lock of that install,
+so a requirement the distribution declares beyond its lock fails here. The cluster uses free ports and
+a private run directory, so it runs beside the session's cluster.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import email.parser
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -27,8 +32,9 @@ from weir.core.config import cache_dir
 pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[3]
-BUILD_REQUIREMENTS = ("setuptools>=77", "grpcio-tools==1.85.1")
 WIRE_MODULES = ("common_pb2", "common_pb2_grpc", "jobmanager_pb2", "jobmanager_pb2_grpc", "taskmanager_pb2")
+SERVER_MODULES = ("rocksdict", "pyarrow", "numpy", "psycopg", "confluent_kafka", "boto3", "fastapi", "grpc_health")
+SERVER_EXTRAS = "server,postgres-binary"
 JOB = """
 from weir.api import Environment
 
@@ -76,26 +82,54 @@ def _free_port_run(length: int) -> int:
     raise AssertionError("no run of free ports found")
 
 
-def _with_wheelhouse(
-    argv: list[str], requirements: list[str], *, wheelhouse: Path, constraints: Path, cwd: Path
-) -> str:
-    """Run ``argv`` with pip finding packages in the wheelhouse only; when that fails, download
-    ``requirements`` (at the constrained versions) into it and run once more."""
-    offline = _clean_environment(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse))
+def _pins(lock: Path, directory: Path) -> Path:
+    """The lock's ``name==version ; marker`` lines without their hashes: constraints any pip takes (pip
+    before 25 refuses hashes in a constraints file); the hashes were checked when the wheelhouse was filled."""
+    text = re.sub(r"\\\n\s*", " ", lock.read_text(encoding="utf-8"))
+    lines = [line.split(" --hash=")[0].strip() for line in text.splitlines() if line and not line.startswith(" ")]
+    pins = directory / f"{lock.stem}-pins.txt"
+    pins.write_text("\n".join(line for line in lines if not line.startswith("#")) + "\n", encoding="utf-8")
+    return pins
+
+
+def _with_wheelhouse(argv: list[str], lock: Path, *, wheelhouse: Path, cwd: Path, **env: str) -> str:
+    """Run ``argv`` with pip finding packages in the wheelhouse only; when that fails, download the
+    lock's files for this machine into it (``--require-hashes``) and run once more."""
+    offline = _clean_environment(PIP_NO_INDEX="1", PIP_FIND_LINKS=str(wheelhouse), **env)
     first = subprocess.run(argv, env=offline, cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
     if first.returncode == 0:
         return first.stdout
-    download = [sys.executable, "-m", "pip", "download", "-q", "-d", str(wheelhouse), "-c", str(constraints)]
-    _run([*download, *requirements], env=os.environ, cwd=cwd)
+    download = [sys.executable, "-m", "pip", "download", "-q", "--require-hashes", "--no-deps", "-d", str(wheelhouse)]
+    _run([*download, "-r", str(lock)], env=os.environ, cwd=cwd)
     return _run(argv, env=offline, cwd=cwd)
 
 
-def _requirements_of(wheel: Path) -> list[str]:
-    """The wheel's runtime requirements (``Requires-Dist`` without extras), as pip requirement strings."""
+def _requires(wheel: Path) -> list[str]:
+    """The wheel's ``Requires-Dist`` lines."""
     with zipfile.ZipFile(wheel) as whl:
         (metadata,) = (name for name in whl.namelist() if name.endswith(".dist-info/METADATA"))
         headers = email.parser.Parser().parsestr(whl.read(metadata).decode("utf-8"), headersonly=True)
-    return [r for r in headers.get_all("Requires-Dist") or [] if "extra ==" not in r]
+    return list(headers.get_all("Requires-Dist") or [])
+
+
+def _new_venv(root: Path) -> Path:
+    _run([sys.executable, "-m", "venv", "--without-pip", str(root)], env=_clean_environment(), cwd=root.parent)
+    return root
+
+
+def _install(venv: Path, requirement: str, lock: Path, *, wheelhouse: Path, cwd: Path) -> None:
+    """``pip install REQUIREMENT`` into ``venv``: pip resolves it, within the lock's versions."""
+    install = [sys.executable, "-m", "pip", "--python", str(venv / "bin/python"), "install", "-q", "--no-compile"]
+    _with_wheelhouse([*install, "-c", str(_pins(lock, cwd)), requirement], lock, wheelhouse=wheelhouse, cwd=cwd)
+
+
+def _distributions(venv: Path, cwd: Path) -> dict[str, str]:
+    """name -> version of every distribution installed in ``venv``."""
+    probe = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps({d.name.lower(): d.version for d in m.distributions()}))"
+    )
+    return dict(json.loads(_run([str(venv / "bin/python"), "-c", probe], env=_clean_environment(), cwd=cwd)))
 
 
 @pytest.fixture(scope="module")
@@ -120,12 +154,12 @@ def wheelhouse() -> Path:
 
 @pytest.fixture(scope="module")
 def built(source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """The sdist, and the wheel built from it (``python -m build``, isolated build environments)."""
+    """The sdist, and the wheel built from it (``python -m build``, isolated build environments whose
+    build backend is ``requirements/build.lock``'s)."""
     dist = tmp_path_factory.mktemp("dist")
     build = [sys.executable, "-m", "build", "--outdir", str(dist), str(source)]
-    _with_wheelhouse(
-        build, list(BUILD_REQUIREMENTS), wheelhouse=wheelhouse, constraints=source / "constraints.txt", cwd=dist
-    )
+    lock = source / "requirements/build.lock"
+    _with_wheelhouse(build, lock, wheelhouse=wheelhouse, cwd=dist, PIP_CONSTRAINT=str(_pins(lock, dist)))
     (sdist,) = dist.glob("weir_streaming-*.tar.gz")
     (wheel,) = dist.glob("weir_streaming-*.whl")
     return sdist, wheel
@@ -133,19 +167,25 @@ def built(source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFacto
 
 @pytest.fixture(scope="module")
 def venv(built: tuple[Path, Path], source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh virtual environment (no system site-packages) with the wheel and its dependencies."""
+    """A fresh virtual environment (no system site-packages) with the server install: the wheel with its
+    ``server`` and ``postgres-binary`` extras, as the image has it."""
     _, wheel = built
-    root = tmp_path_factory.mktemp("venv") / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(root)], env=_clean_environment(), cwd=root.parent)
-    constraints = source / "constraints.txt"
-    install = [sys.executable, "-m", "pip", "--python", str(root / "bin/python"), "install", "-q", "--no-compile"]
-    _with_wheelhouse(
-        [*install, "-c", str(constraints), str(wheel)],
-        _requirements_of(wheel),  # not the wheel itself: a copy of it in the wheelhouse would outlive this build
-        wheelhouse=wheelhouse,
-        constraints=constraints,
-        cwd=root.parent,
-    )
+    root = _new_venv(tmp_path_factory.mktemp("venv") / "venv")
+    lock = source / "requirements/server.lock"
+    _install(root, f"weir-streaming[{SERVER_EXTRAS}] @ {wheel.as_uri()}", lock, wheelhouse=wheelhouse, cwd=root.parent)
+    return root
+
+
+@pytest.fixture(scope="module")
+def client_venv(
+    built: tuple[Path, Path], source: Path, wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """A fresh virtual environment with the wheel alone: ``pip install weir-streaming``, the client. The
+    wheelhouse holds the server's packages too: a server library the distribution required would come
+    along (and fail the tests below), or fall outside client.lock (and fail the install)."""
+    _, wheel = built
+    root = _new_venv(tmp_path_factory.mktemp("client") / "venv")
+    _install(root, str(wheel), source / "requirements/client.lock", wheelhouse=wheelhouse, cwd=root.parent)
     return root
 
 
@@ -155,7 +195,8 @@ def test_the_sdist_carries_the_protos_and_the_build_hook(built: tuple[Path, Path
         names = {name.split("/", 1)[1] for name in tar.getnames() if "/" in name}
     protos = {p.relative_to(REPO).as_posix() for p in (REPO / "proto/weir/wire").glob("*.proto")}
     assert protos and protos <= names
-    assert {"build_hooks.py", "setup.py", "LICENSE", "constraints.txt", "weir/core/endpoints.env"} <= names
+    assert {"build_hooks.py", "setup.py", "LICENSE", "weir/core/endpoints.env"} <= names
+    assert {f"requirements/{lock}.lock" for lock in ("client", "server", "dev", "bench", "build")} <= names
     assert not any("_pb2" in name for name in names), "generated code is made by the build, not shipped in the sdist"
     with zipfile.ZipFile(wheel) as whl:
         members = set(whl.namelist())
@@ -265,3 +306,100 @@ def test_a_bounded_job_runs_on_a_cluster_of_the_installed_package(
     lines = [json.loads(line) for f in sorted(out.parent.glob("squares.*")) for line in f.read_text().splitlines()]
     assert sorted(r["n"] for r in lines) == list(range(1000))
     assert all(r["square"] == r["n"] ** 2 for r in lines)
+
+
+# The client alone ------------------------------------------------------------------------------------
+
+SERVER_DISTRIBUTIONS = {
+    "rocksdict",
+    "pyarrow",
+    "numpy",
+    "psycopg",
+    "psycopg-binary",
+    "confluent-kafka",
+    "tenacity",
+    "boto3",
+    "botocore",
+    "fastapi",
+    "starlette",
+    "uvicorn",
+    "grpcio-health-checking",
+    "cryptography",
+}
+
+
+def test_the_client_install_holds_no_server_library(
+    client_venv: Path, built: tuple[Path, Path], tmp_path: Path
+) -> None:
+    installed = _distributions(client_venv, tmp_path)
+    assert "weir-streaming" in installed
+    assert not SERVER_DISTRIBUTIONS & set(installed), sorted(SERVER_DISTRIBUTIONS & set(installed))
+    probe = f"import importlib.util; print([m for m in {SERVER_MODULES!r} if importlib.util.find_spec(m)])"
+    assert _run([str(client_venv / "bin/python"), "-c", probe], env=_clean_environment(), cwd=tmp_path) == "[]\n"
+    _, wheel = built
+    base = [r for r in _requires(wheel) if "extra ==" not in r]
+    named = {re.split(r"[\s<>=!~;\[(]", r, maxsplit=1)[0].lower() for r in base}
+    assert named and not named & SERVER_DISTRIBUTIONS, named
+    server = [r for r in _requires(wheel) if 'extra == "server"' in r]
+    assert any(r.startswith("rocksdict") for r in server) and any(r.startswith("psycopg") for r in server)
+
+
+def test_the_client_runs_the_cli_and_builds_the_examples_graph(client_venv: Path, source: Path, tmp_path: Path) -> None:
+    env = _clean_environment()
+    assert _run([str(client_venv / "bin/weir"), "--version"], env=env, cwd=tmp_path).startswith("weir ")
+    usage = _run([str(client_venv / "bin/weir"), "--help"], env=env, cwd=tmp_path)
+    for command in ("run", "status", "list", "cancel", "stop", "savepoint"):
+        assert re.search(rf"^\W*{command}\b", usage, re.M), f"weir --help lists no {command}:\n{usage}"
+    example = source / "examples/keyed_aggregation.py"
+    probe = (
+        "import json, sys; from weir.api import load_job_file; "
+        f"graphs = {{c: load_job_file({str(example)!r}, {{'columnar': c}}, 3).graph for c in ('false', 'true')}}; "
+        "print(json.dumps({'graphs': {c: sorted(g.transformations) for c, g in graphs.items()}, "
+        "'server': sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{SERVER_MODULES!r})}}))"
+    )
+    built = json.loads(_run([str(client_venv / "bin/python"), "-c", probe], env=env, cwd=tmp_path))
+    for variant, uids in built["graphs"].items():
+        assert {"events-source", "kafka-sink", "postgres-sink"} <= set(uids), (variant, uids)
+    assert built["graphs"]["true"] != built["graphs"]["false"], "the columnar path is another graph"
+    assert built["server"] == [], "building a job imports no server library"
+
+
+@pytest.mark.parametrize(
+    ("argv", "line"),
+    [
+        (["bin/weir", "cluster", "up"], "weir: error: weir cluster up (the JobManager and the TaskManagers run from"),
+        (["bin/python", "-m", "weir.jobmanager"], "jobmanager: error: the JobManager needs the server install"),
+        (["bin/python", "-m", "weir.taskmanager"], "taskmanager: error: a TaskManager needs the server install"),
+        (["bin/weir", "savepoint", "info", "s3://weir-checkpoints/x"], "weir: error: weir savepoint needs the server"),
+    ],
+    ids=["cluster-up", "jobmanager", "taskmanager", "savepoint-info"],
+)
+def test_a_server_feature_on_the_client_says_which_extra_in_one_line(
+    client_venv: Path, tmp_path: Path, argv: list[str], line: str
+) -> None:
+    env = _clean_environment(WEIR_RUN_DIR=str(tmp_path / "run"), AWS_EC2_METADATA_DISABLED="true")
+    result = subprocess.run(
+        [str(client_venv / argv[0]), *argv[1:]], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=120
+    )
+    assert result.returncode == 2, result.stderr
+    errors = result.stderr.strip().splitlines()
+    assert len(errors) == 1 and errors[0].startswith(line), result.stderr
+    assert errors[0].endswith("pip install 'weir-streaming[server]'"), errors[0]
+
+
+def test_the_client_submits_a_job_to_a_cluster_of_the_server_install(
+    client_venv: Path, installed_cluster: dict[str, str], tmp_path: Path
+) -> None:
+    job = tmp_path / "squares.py"
+    job.write_text(JOB, encoding="utf-8")
+    out = tmp_path / "out" / "squares"
+    stdout = _run(
+        [str(client_venv / "bin/weir"), "run", str(job), "-p", "2", "-D", f"out={out}", "--json"],
+        env=installed_cluster,
+        cwd=tmp_path,
+        timeout=180,
+    )
+    assert json.loads(stdout)["summary"]["status"] == "FINISHED"
+    lines = [json.loads(line) for f in sorted(out.parent.glob("squares.*")) for line in f.read_text().splitlines()]
+    assert sorted((r["n"], r["square"]) for r in lines) == [(n, n * n) for n in range(1000)]

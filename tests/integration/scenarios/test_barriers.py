@@ -5,31 +5,18 @@ read_uncommitted long before the checkpoint that lets read_committed see it comp
 
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
 import pytest
-from rich.console import Console
 
-from tests.integration.conftest import WeirCluster
-from weir.core.errors import WeirError
-from weir.tools.scenario_backpressure import percentile
-from weir.tools.scenario_barriers import (
-    INPUTS,
-    BarriersConfig,
-    build_report,
-    check_holds,
-    measure_visibility,
-    records_expected,
-    run_barriers,
-)
-from weir.tools.scenario_report import print_report
+from tests.integration.scenarios.conftest import Run
+from weir.scenarios.barriers import INPUTS, SCENARIO, BarriersConfig
 
 pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
 def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visibility(
-    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+    unique: str, tmp_path: Path, run_scenario: Run
 ) -> None:
     config = BarriersConfig(
         # The holds are forced: the payments source waits at a gate across each checkpoint's trigger
@@ -44,16 +31,9 @@ def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visib
         sink_topic=f"barriers-output-{unique}",
         timeout_s=60.0,
     )
-    output = io.StringIO()
-    console = Console(file=output, width=160)
-    try:
-        run = run_barriers(weir_cluster.endpoints, config, console)
-    except WeirError as exc:
-        pytest.fail(f"{exc}\n{output.getvalue()}")
-    report = build_report(run)
-    print_report(console, report)
-    text = output.getvalue()
+    run, report, text = run_scenario(SCENARIO, config)
     assert report.ok, text
+    assert len(report.checks) == 10, text
 
     # per channel: barrier N on both inputs of every subtask, the orders channel held for the late payments one
     assert len(run.inspected) >= config.checkpoints, text
@@ -62,19 +42,24 @@ def test_barriers_divide_the_inputs_and_completion_is_a_recovery_point_not_visib
         for s in cp.subtasks:
             assert sorted(c.input_name for c in s.channels) == sorted(INPUTS), text
             assert s.alignment_end_at == pytest.approx(max(c.barrier_at or 0.0 for c in s.channels), abs=0.05), text
-    hold = check_holds(run.inspected, run.records)
-    assert hold.held_records > 0 and not hold.violations, text
-    longest = max(h for cp in run.inspected for s in cp.subtasks for c in s.channels if (h := s.held_s(c)) is not None)
-    assert longest * 1000 >= config.min_hold_ms, text  # the forced hold, seen in the timeline
+    held = report.check("alignment-exercised")
+    assert held.number("longest_hold_ms") >= config.min_hold_ms and held.number("held_records") > 0, text  # forced
+    assert report.check("barriers-divide-events").number("violations") == 0
 
     # the snapshots: every inspected one exact, per input and per key
-    assert len(run.states) == config.inspected, text
-    for state in run.states:
-        assert state.totals_match and not state.mismatched, text
-        assert all(state.positions[i] > 0 for i in INPUTS), text
+    snapshots = report.check("snapshot-totals").numbers["checkpoints"]
+    assert isinstance(snapshots, tuple) and len(snapshots) == config.inspected, text
+    for snapshot in snapshots:
+        assert isinstance(snapshot, dict)
+        for i in INPUTS:
+            assert snapshot[f"{i}_counted"] == snapshot[f"{i}_position"] > 0, text
+    assert report.check("snapshot-per-key").number("mismatched") == 0
 
     # visibility: committed only after completion, uncommitted far earlier
-    v = measure_visibility(run.cuts, run.records, run.committed_duplicates)
-    assert v.covered == records_expected(run.cuts) and not v.committed_early, text
-    assert min(v.after_completion_s) >= -0.005, text
-    assert percentile(v.uncommitted_latency_s, 0.5) < percentile(v.committed_latency_s, 0.5), text
+    committed = report.check("committed-exactly-once")
+    assert committed.number("covered") == committed.number("expected") > 0, text
+    assert committed.number("missing") == committed.number("duplicates") == 0, text
+    after = report.check("committed-after-completion")
+    assert after.number("early") == 0 and after.number("min_after_completion_s") >= -0.005, text
+    latency = report.check("processing-did-not-wait")
+    assert latency.number("uncommitted_p50_s") < latency.number("committed_p50_s"), text

@@ -4,63 +4,44 @@ windows, the savepoint's keyed state exactly the open ones, every well-formed ev
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from rich.console import Console
 
 from tests.integration.conftest import WeirCluster
-from weir.core.errors import WeirError
-from weir.tools.scenario_keyed_aggregation import ScenarioConfig, run_keyed_aggregation_scenario
-from weir.tools.scenario_report import ScenarioReport, print_report
+from tests.integration.scenarios.conftest import Run
+from weir.scenarios.keyed_aggregation import SCENARIO, KeyedAggregationConfig
+from weir.scenarios.keyed_job import KAFKA_SINK_UID, POSTGRES_SINK_UID, KeyedJob
 
 pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
-def evidence(report: ScenarioReport, label: str) -> str:
-    return next(e.value for e in report.evidence if e.label == label)
-
-
-def number(report: ScenarioReport, label: str) -> int:
-    return int(evidence(report, label).split()[0].replace(",", ""))
-
-
-def test_the_keyed_aggregation_state_and_both_sinks_equal_the_reference(weir_cluster: WeirCluster, unique: str) -> None:
-    config = ScenarioConfig(
+def test_the_keyed_aggregation_state_and_both_sinks_equal_the_reference(
+    weir_cluster: WeirCluster, unique: str, run_scenario: Run
+) -> None:
+    config = KeyedAggregationConfig(
+        job=KeyedJob.named(f"keyed-{unique}", window_ms=500, checkpoint_interval="500ms"),
         events=8_000,
         keys=40,
         events_per_second=2_000,
         malformed_every=400,
-        window_ms=500,
-        checkpoint_interval="500ms",
-        source_topic=f"keyed-events-{unique}",
-        sink_topic=f"keyed-results-{unique}",
-        dlq_topic=f"keyed-dlq-{unique}",
-        table=f"keyed_results_{unique}",
         savepoint_dir=f"s3://{weir_cluster.endpoints.s3_bucket}/test-keyed-savepoints-{unique}",
         timeout_s=60.0,
     )
-    output = io.StringIO()
-    console = Console(file=output, width=200)
-    try:
-        report = run_keyed_aggregation_scenario(weir_cluster.endpoints, config, console)
-    except WeirError as exc:
-        pytest.fail(f"{exc}\n{output.getvalue()}")
-    print_report(console, report)
-    text = output.getvalue()
+    run, report, text = run_scenario(SCENARIO, config)
     assert report.ok, text
+    assert len(report.checks) == 19, text
 
-    assert number(report, "events produced") == config.events
-    assert number(report, "malformed (not well-formed events)") == config.events // config.malformed_every
-    assert number(report, "dead-letter records") == config.events // config.malformed_every
-    fired = number(report, "windows fired at the savepoint (reference)")
-    still_open = number(report, "windows open at the savepoint (reference)")
+    assert report.check("input-read-back").numbers == {"read": config.events, "produced": config.events}
+    dead = report.check("dead-letters-once")
+    assert dead.number("dead_letters") == dead.number("malformed") == config.events // config.malformed_every
+    split = report.check("windows-fired-and-open")
+    fired, still_open = split.number("fired"), split.number("open")
     assert fired > 0 and still_open > 0, text
-    assert number(report, "(key, window)s of the input (reference)") == fired + still_open
-    assert number(report, "keyed state entries of 'window-count-sum' ('win')") == still_open
-    assert number(report, f"records in kafka {config.sink_topic}") == fired
-    assert number(report, f"records in postgres {config.table}") == fired
-    assert number(report, "checkpoints completed before the savepoint") >= 1
-    assert evidence(report, "savepoint").startswith(f"{config.savepoint_dir}/savepoint-")
-    assert evidence(report, "savepoint").endswith(f"-{evidence(report, 'savepoint id')}/")
-    assert len(report.checks) >= 15
+    assert report.check("state-holds-open-windows").number("found") == still_open
+    for uid in (KAFKA_SINK_UID, POSTGRES_SINK_UID):
+        assert report.check(f"sink-holds-fired-windows:{uid}").number("found") == fired
+        assert report.check(f"sink-and-state-cover-input:{uid}").number("windows") == fired + still_open
+        well_formed = report.check(f"each-event-counted-once:{uid}").number("well_formed")
+        assert well_formed == config.events - config.malformed
+    assert run.job.checkpoints_completed >= 1
+    assert run.job.savepoint_path.startswith(f"{config.savepoint_dir}/savepoint-{run.job.job_id}-")
+    assert run.job.savepoint_path.endswith(f"-{run.job.savepoint_id}/")

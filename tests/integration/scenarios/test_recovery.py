@@ -5,60 +5,48 @@ Records ran twice, effects happened once, and the proofs showed one sink ahead u
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from rich.console import Console
 
-from tests.integration.conftest import WeirCluster
+from tests.integration.scenarios.conftest import Run
 from weir.core.checkpointing import CheckpointStatus
-from weir.core.errors import WeirError
-from weir.tools.scenario_recovery import (
-    KAFKA_SINK_UID,
-    POSTGRES_SINK_UID,
-    RecoveryConfig,
-    build_report,
-    print_timeline,
-    run_recovery,
-)
-from weir.tools.scenario_report import print_report
+from weir.scenarios.keyed_job import KAFKA_SINK_UID, POSTGRES_SINK_UID
+from weir.scenarios.recovery import SCENARIO, RecoveryConfig
 
 pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
 def test_recovery_replays_records_yet_effects_happen_once_and_the_behind_sink_catches_up(
-    weir_cluster: WeirCluster, unique: str
+    unique: str, run_scenario: Run
 ) -> None:
-    weir_cluster.wait_for_taskmanagers()  # an earlier test may have killed one
     config = RecoveryConfig.small(unique)
-    output = io.StringIO()
-    console = Console(file=output, width=160)
-    try:
-        outcome = run_recovery(weir_cluster.endpoints, config, console)
-    except WeirError as exc:
-        pytest.fail(f"{exc}\n{output.getvalue()}")
-    weir_cluster.submitted.append(outcome.job_id)
-    report = build_report(config, outcome)
-    print_timeline(console, outcome)
-    print_report(console, report)
-    text = output.getvalue()
+    run, report, text = run_scenario(SCENARIO, config)
     assert report.ok, text
+    assert len(report.checks) == 10, text
 
-    kill = outcome.kill
+    kill = run.kill
     assert kill.epoch in kill.prepared_at_kill[config.killed_subtask], text
-    assert not kill.prepared_after, text
-    assert kill.committed_after == (kill.checkpoint_final_status is CheckpointStatus.COMPLETED), text
+    resolved = report.check("prepared-resolved-as-checkpoint").numbers
+    assert resolved["prepared_after"] is False, text
+    assert resolved["committed_after"] == (kill.checkpoint_final_status is CheckpointStatus.COMPLETED), text
 
-    assert outcome.aborted.aborted > 0 and outcome.aborted.not_committed == outcome.aborted.committed_more == 0, text
-    assert outcome.records_all_attempts > outcome.input_records == config.events, text
-    assert outcome.table_count == outcome.kafka_count == config.events, text
+    aborted = report.check("aborted-windows-committed-once")
+    assert aborted.number("not_committed") == aborted.number("committed_more") == 0, text
+    assert report.check("aborted-records-uncommitted-only").number("aborted") > 0, text
+    replay = report.check("duplicate-execution")
+    assert replay.number("records_all_attempts") > replay.number("input_records") == config.events, text
+    counts = report.check("state-counts-each-input-once")
+    assert counts.number("table_count") == counts.number("kafka_count") == config.events, text
 
-    partial = outcome.partial
-    during = partial.during
-    assert during.kafka_last == partial.checkpoint_id > (during.postgres_last or 0), text
-    assert any(f"{KAFKA_SINK_UID} committed up to {partial.checkpoint_id}" in line for line in during.reconciliation)
-    assert partial.behind_subtasks and partial.caught_up, text
-    assert all(POSTGRES_SINK_UID in gid for gid in partial.prepared_during), text
+    partial = report.check("partial-cross-sink-success")
+    checkpoint = partial.number("checkpoint")
+    postgres_last = partial.numbers["postgres_last"]  # None: no commit of it yet
+    assert partial.number("kafka_last") == checkpoint > (postgres_last if isinstance(postgres_last, int) else 0), text
+    reconciliation = partial.numbers["reconciliation"]
+    assert isinstance(reconciliation, tuple)
+    assert any(f"{KAFKA_SINK_UID} committed up to {checkpoint}" in str(line) for line in reconciliation), text
+    assert partial.numbers["behind_subtasks"] and report.check("behind-sink-caught-up").numbers["caught_up"] is True
+    assert all(POSTGRES_SINK_UID in gid for gid in run.partial.prepared_during), text
 
-    assert outcome.verify.ok, text
-    assert outcome.final.summary.restarts >= 1 + partial.attempts, text  # the SIGKILL, each failed commit
+    restarts = report.check("restarted-and-finished")
+    assert restarts.numbers["status"] == "FINISHED", text
+    assert restarts.number("restarts") >= restarts.number("induced_failures") == 1 + run.partial.attempts, text

@@ -5,16 +5,12 @@ prepared, then both commit after the checkpoint completed; each sink's own proof
 
 from __future__ import annotations
 
-import io
 import re
 
 import pytest
-from rich.console import Console
 
-from tests.integration.conftest import WeirCluster
-from weir.core.errors import WeirError
-from weir.tools.scenario_report import print_report, summary_lines
-from weir.tools.scenario_two_phase_commit import ScenarioConfig, run_two_phase_commit_scenario
+from tests.integration.scenarios.conftest import Run
+from weir.scenarios.two_phase_commit import SCENARIO, TwoPhaseCommitConfig
 
 pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
@@ -22,9 +18,9 @@ CHECKPOINTS = 3
 
 
 def test_each_sink_shows_its_open_or_prepared_transaction_then_commits_after_completion(
-    weir_cluster: WeirCluster, unique: str
+    unique: str, run_scenario: Run
 ) -> None:
-    config = ScenarioConfig(
+    config = TwoPhaseCommitConfig(
         events_per_second=200,
         checkpoint_interval_s=2.0,
         checkpoints=CHECKPOINTS,
@@ -32,34 +28,30 @@ def test_each_sink_shows_its_open_or_prepared_transaction_then_commits_after_com
         table=f"tpc_results_{unique}",
         timeout_s=60.0,
     )
-    output = io.StringIO()
-    console = Console(file=output, width=160)
-    weir_cluster.wait_for_taskmanagers()
-    try:
-        report = run_two_phase_commit_scenario(weir_cluster.endpoints, config, console)
-    except WeirError as exc:
-        pytest.fail(f"{exc}\n{output.getvalue()}")
-    print_report(console, report)
-    printed = output.getvalue()
-    assert report.ok, printed
-    numbers = {c.statement: c.numbers for c in report.checks}
-    assert len(numbers) == 10, summary_lines(report)
+    run, report, text = run_scenario(SCENARIO, config)
+    assert report.ok, text
+    assert len(report.checks) == 10, text
+    assert len(run.epochs) == CHECKPOINTS, text
 
-    (open_txn,) = [n for s, n in numbers.items() if s.startswith("during interval N")]
-    reads = re.findall(r"holds (\d+) on partitions \[[^]]*\], read_uncommitted (\d+), read_committed (\d+)", open_txn)
-    assert len(reads) == CHECKPOINTS and all(int(n) > 0 and n == u and c == "0" for n, u, c in reads), open_txn
+    intervals = report.check("open-kafka-transaction").numbers["intervals"]
+    assert isinstance(intervals, tuple) and len(intervals) == CHECKPOINTS, text
+    for interval in intervals:
+        assert isinstance(interval, dict)
+        assert interval["open_records"] == interval["read_uncommitted"] > 0 and interval["read_committed"] == 0, text
 
-    (caught,) = [n for s, n in numbers.items() if "seen prepared" in s]
-    found = re.match(r"caught in (\d+) of (\d+) checkpoints", caught)
-    assert found is not None and int(found[1]) >= 1 and int(found[2]) == CHECKPOINTS, caught
-    assert re.search(r"weir:[0-9a-f]+:postgres-sink:0:\d{20}", caught), caught
+    caught = report.check("postgres-prepared-seen").numbers
+    assert isinstance(caught["caught"], int) and caught["caught"] >= 1 and caught["checkpoints"] == CHECKPOINTS, text
+    gids = caught["gids"]
+    assert isinstance(gids, tuple) and all(re.fullmatch(r"weir:[0-9a-f]+:postgres-sink:0:\d{20}", str(g)) for g in gids)
 
-    (kafka_proof,) = [n for s, n in numbers.items() if "Kafka sink's own proof" in s]
-    markers = re.findall(r"marker (\d+) = read_committed (\d+)", kafka_proof)
-    assert len(markers) == CHECKPOINTS and all(m == c and int(m) > 0 for m, c in markers), kafka_proof
-    # 200 events/s for a 2 s interval: each epoch holds about 400 events
-    assert all(200 <= int(m) <= 600 for m, _c in markers), kafka_proof
+    epochs = report.check("kafka-proof").numbers["epochs"]
+    assert isinstance(epochs, tuple) and len(epochs) == CHECKPOINTS, text
+    for epoch in epochs:
+        assert isinstance(epoch, dict)
+        # 200 events/s for a 2 s interval: each epoch holds about 400 events
+        assert epoch["marker_records"] == epoch["read_committed"], text
+        assert isinstance(epoch["marker_records"], int) and 200 <= epoch["marker_records"] <= 600, text
 
-    (pg_proof,) = [n for s, n in numbers.items() if "PostgreSQL sink's own proof" in s]
-    rows = re.findall(r"proof (\d+) = rows added (\d+)", pg_proof)
-    assert len(rows) == int(found[1]) and all(p == a for p, a in rows), pg_proof
+    rows = report.check("postgres-proof").numbers["epochs"]
+    assert isinstance(rows, tuple) and len(rows) == caught["caught"], text
+    assert all(isinstance(r, dict) and r["proof_rows"] == r["rows_added"] for r in rows), text

@@ -1,56 +1,48 @@
-"""The seed's fifth scenario on a real cluster, smaller (`make scenario-upgrade` runs it at full size):
+"""The seed's fifth scenario on a real cluster, smaller (`weir scenario upgrade` runs it at full size):
 v1 of the keyed aggregation on live input, stopped with a savepoint, v2 (a max in the aggregate,
 its accumulator migrated; a filter) resumed from it at another parallelism; every window has exactly
 one result in each sink, from v1 before the cut and from v2 after it."""
 
 from __future__ import annotations
 
-import io
-
 import pytest
-from rich.console import Console
 
 from tests.integration.conftest import WeirCluster
-from weir.core.errors import WeirError
-from weir.tools.scenario_upgrade import ScenarioConfig, print_outcome, run_upgrade_scenario
+from tests.integration.scenarios.conftest import Run
+from weir.scenarios.keyed_job import KAFKA_SINK_UID, POSTGRES_SINK_UID, KeyedJob
+from weir.scenarios.upgrade import SCENARIO, V1_FILE, UpgradeConfig, expected_results
 
 pytestmark = pytest.mark.integration  # `make scenarios` runs them full size
 
 
 def test_the_upgrade_scenario_is_exact_and_both_versions_produce_results(
-    weir_cluster: WeirCluster, unique: str
+    weir_cluster: WeirCluster, unique: str, run_scenario: Run
 ) -> None:
-    config = ScenarioConfig(
+    config = UpgradeConfig(
+        job=KeyedJob.named(f"upgrade-{unique}", file=V1_FILE, restart_delay="1s", checkpoint_interval="500ms"),
         events=12_000,
         keys=60,
         events_per_second=1_500,
-        checkpoint_interval="500ms",
         checkpoints_before_stop=2,
         stop_at_fraction=0.35,
-        source_topic=f"upgrade-events-{unique}",
-        sink_topic=f"upgrade-results-{unique}",
-        dlq_topic=f"upgrade-dlq-{unique}",
-        table=f"upgrade_results_{unique}",
         savepoint_dir=f"s3://{weir_cluster.endpoints.s3_bucket}/test-upgrade-savepoints-{unique}",
         timeout_s=120.0,
     )
-    output = io.StringIO()
-    console = Console(file=output, width=160)
-    try:
-        outcome = run_upgrade_scenario(weir_cluster.endpoints, config, console)
-    except WeirError as exc:
-        pytest.fail(f"{exc}\n{output.getvalue()}")
-    print_outcome(console, outcome)
-    report = output.getvalue()
-    assert outcome.ok, report
+    run, report, text = run_scenario(SCENARIO, config)
+    assert report.ok, text
+    assert len(report.checks) == 11, text
 
-    expectation = outcome.expectation
-    assert expectation.count(1) > 0 and expectation.count(2) > 0, report
-    assert expectation.migrated > 0 and expectation.filtered > 0 and expectation.late == 0, report
+    v1 = report.check("v1-fired-windows").number("v1_windows")
+    v2 = report.check("v2-produced-windows").number("v2_windows")
+    migrated, filtered = report.check("windows-migrated"), report.check("v2-filter-dropped")
+    assert migrated.number("migrated") > 0 and filtered.number("filtered") > 0, text
+    expectation = expected_results(run.records, run.cut, config.job.window_ms)
+    assert expectation.late == 0, text
     assert expectation.events_before + expectation.events_after == config.events
-    for sink in outcome.sinks:
-        assert dict(sink.by_version) == {1: expectation.count(1), 2: expectation.count(2)}, report
-        assert sink.found == len(expectation.results)
-    assert outcome.cut.path.startswith(f"{config.savepoint_dir}/savepoint-{outcome.v1_job}-")
-    assert [w.subtask for w in outcome.cut.window_watermarks] == [0, 1]  # v1 ran at parallelism 2
-    assert outcome.cut.window_state_schemas == ("win v1 (pickle)",)
+    for uid in (KAFKA_SINK_UID, POSTGRES_SINK_UID):
+        sink = report.check(f"sink-exact:{uid}")
+        assert (sink.number("v1"), sink.number("v2")) == (v1, v2), text
+        assert sink.number("found") == sink.number("expected") == len(expectation.results), text
+    assert run.cut.path.startswith(f"{config.savepoint_dir}/savepoint-{run.v1_job}-")
+    assert [w.subtask for w in run.cut.window_watermarks] == [0, 1]  # v1 ran at parallelism 2
+    assert run.cut.window_state_schemas == ("win v1 (pickle)",)

@@ -119,7 +119,7 @@ def test_open_storage_understands_file_uris_and_paths(tmp_path: Path) -> None:
 
 
 def test_open_storage_understands_s3_uris() -> None:
-    storage = open_storage("s3://weir-checkpoints/cluster/a/", Endpoints.from_env({}))
+    storage = open_storage("s3://weir-checkpoints/cluster/a/", Endpoints.from_env({"WEIR_LOCAL_MODE": "true"}))
     assert isinstance(storage, S3CheckpointStorage)
     assert (storage.bucket, storage.prefix, storage.uri) == (
         "weir-checkpoints",

@@ -226,7 +226,8 @@ def test_every_required_service_exists(svc: dict[str, Any]) -> None:
 
 
 def test_published_ports_equal_the_local_mode_ports(svc: dict[str, Any]) -> None:
-    endpoints = Endpoints.from_env({})
+    endpoints = Endpoints.from_env({"WEIR_LOCAL_MODE": "true"})
+    assert endpoints.s3_endpoint is not None
     expected = {
         "kafka": {int(LOCAL["WEIR_KAFKA_PORT"]), port_of(endpoints.kafka_bootstrap)},
         "postgres": {int(LOCAL["WEIR_POSTGRES_PORT"]), port_of(endpoints.postgres_dsn)},
@@ -427,6 +428,16 @@ def test_s3_is_the_local_modes_server_with_its_keys_port_and_region(svc: dict[st
     assert ("s3-data", "/data") in volume_mounts(s3)
     health = " ".join(s3["healthcheck"]["test"])
     assert f"http://127.0.0.1:{LOCAL['WEIR_S3_PORT']}{options['--health']}" in health
+
+
+def test_weir_processes_sign_for_the_s3_servers_region_path_style(compose: dict[str, Any], svc: dict[str, Any]) -> None:
+    """Not in the local mode, the containers name every S3 setting the local mode would default: the
+    server's region, path-style addressing (the host name s3 has no bucket subdomains), the keys."""
+    env = {k: str(v) for k, v in compose["x-weir-env"].items()}
+    options = flags([c for c in command_of(svc["s3"])[:-2] if c != "--quiet"])
+    assert env["WEIR_S3_REGION"] == options["--region"] == LOCAL["WEIR_S3_REGION"]
+    assert env["WEIR_S3_ADDRESSING_STYLE"] == LOCAL["WEIR_S3_ADDRESSING_STYLE"] == "path"
+    assert "WEIR_LOCAL_MODE" not in env, "a container is no local mode: its S3 settings are all given"
 
 
 def test_the_init_step_prepares_the_example_and_runs_once(svc: dict[str, Any]) -> None:
@@ -719,29 +730,28 @@ def test_dockerfile_builds_a_wheel_of_every_package_with_the_build_hook(svc: dic
     for package in sorted({*packages, *linked, "proto"}):
         assert f"COPY {package} ./{package}" in copies, f"the image's build lacks {package}"
     top_level = copies[0].split()[1:-1]
-    for needed in (
-        "pyproject.toml",
-        "setup.py",
-        "build_hooks.py",
-        "MANIFEST.in",
-        "constraints.txt",
-        "README.md",
-        "LICENSE",
-    ):
+    for needed in ("pyproject.toml", "setup.py", "build_hooks.py", "MANIFEST.in", "README.md", "LICENSE"):
         assert needed in top_level, f"the build stage lacks {needed}"
-    assert any("pip wheel" in line and "constraints.txt" in line for line in stages["build"])
+    assert "COPY requirements ./requirements" in copies, "the lock files"
+    (build,) = [line for line in stages["build"] if "pip wheel" in line]
+    # The build backend's requirements exactly as locked, hashes checked, then no isolated (unlocked) build env.
+    assert "pip install --require-hashes --no-deps -r requirements/build.lock" in build
+    assert "--no-build-isolation" in build.split("pip wheel", 1)[1]
     assert not any("grpc_tools.protoc" in line for line in stages["build"]), "the build hook generates the code"
 
 
 def test_the_runtime_stage_caches_dependencies_and_runs_as_weir() -> None:
     runtime = dockerfile_stages()["runtime"]
     first_copy = next(i for i, line in enumerate(runtime) if line.startswith("COPY "))
-    assert runtime[first_copy] == "COPY pyproject.toml constraints.txt ./", "only what decides the dependencies"
-    deps = next(i for i, line in enumerate(runtime) if line.startswith("RUN ") and "-c constraints.txt" in line)
+    assert runtime[first_copy] == "COPY requirements/server.lock ./requirements/server.lock", (
+        "only what decides the dependencies"
+    )
+    deps = next(i for i, line in enumerate(runtime) if line.startswith("RUN ") and "server.lock" in line)
     wheel = next(i for i, line in enumerate(runtime) if line.startswith("COPY --from=build"))
     assert first_copy < deps < wheel, "dependencies installed before the sources' wheel arrives"
-    assert "pip install --no-deps" in runtime[wheel + 1]
-    assert re.search(r"\['project'\]\['dependencies'\]", runtime[deps]), "the runtime dependencies, not the extras"
+    # The server extra's lock, every file's hash checked, and nothing pip would resolve on its own.
+    assert runtime[deps] == "RUN pip install --require-hashes --no-deps -r requirements/server.lock"
+    assert "pip install --no-deps" in runtime[wheel + 1] and "pip check" in runtime[wheel + 1]
     user = [line for line in runtime if line.startswith("USER ")]
     assert user == ["USER 10001:10001"], "numeric, so Kubernetes' runAsNonRoot can check it"
     assert runtime.index(user[0]) > wheel

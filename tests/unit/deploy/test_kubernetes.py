@@ -46,6 +46,8 @@ EXTERNAL = {"kafka": "WEIR_KAFKA_BOOTSTRAP", "postgres": "WEIR_POSTGRES_DSN", "s
 # Settings of Weir's own: the same value in both (the endpoints of external services may differ).
 SAME_VALUE = (
     "WEIR_S3_BUCKET",
+    "WEIR_S3_REGION",
+    "WEIR_S3_ADDRESSING_STYLE",
     "WEIR_JOBMANAGER_ADDRESS",
     "WEIR_JOBMANAGER_METRICS_PORT",
     "WEIR_JOBMANAGER_REST_PORT",

@@ -1,18 +1,18 @@
-"""``make scenario-backpressure``: the seed's backpressure scenario, aligned then unaligned, measured.
+"""``weir scenario backpressure``: the seed's backpressure scenario, aligned then unaligned, measured.
 
-1. starts the local cluster (as ``make demo``), checkpoints in the S3 bucket;
-2. for each mode, aligned (exactly once) then unaligned (``-D checkpointing.unaligned=true``), on
-   fresh topics: produces events at a steady rate (the input rate; event time = production time) and
-   runs examples/slow_sink_aggregation.py, the keyed aggregation whose exactly-once Kafka sink writes
-   at most ``sink.records_per_second`` results per second per subtask, slower than the input needs;
-   samples, every half second, the source topic's end offsets and the records the source read (the
-   source lag = end offset - position), and once the run is over the checkpoint history
-   (``weir checkpoints``: duration, alignment, start delay, in-flight bytes persisted), each retained
-   checkpoint's ``__inflight__`` state read back from the checkpoint storage, and the sink's committed output,
-   each result stamped with the time the sink wrote it;
-3. prints per mode the checkpoint duration over time, the record latency (written - window end), the
-   measured input rate, sink rate and source-lag growth beside the formula
-   ``backlog growth = input rate - sustainable sink rate``; then both modes side by side.
+The driver (on the local cluster, checkpoints in the S3 bucket), for each mode, aligned (exactly once)
+then unaligned (``-D checkpointing.unaligned=true``), on fresh topics: produces events at a steady rate
+(the input rate; event time = production time) and runs examples/slow_sink_aggregation.py, the keyed
+aggregation whose exactly-once Kafka sink writes at most ``sink.records_per_second`` results per second
+per subtask, slower than the input needs; samples, every half second, the source topic's end offsets
+and the records the source read (the source lag = end offset - position), and once the run is over
+reads the checkpoint history (``weir checkpoints``: duration, alignment, start delay, in-flight bytes
+persisted), each retained checkpoint's ``__inflight__`` state from the checkpoint storage, and the
+sink's committed output, each result stamped with the time the sink wrote it.
+
+The report shows per mode the checkpoint duration over time, the record latency (written - window
+end), the measured input rate, sink rate and source-lag growth beside the formula ``backlog growth =
+input rate - sustainable sink rate``; then both modes side by side.
 
 What to expect (the design card's fourth scenario, Flink's FLIP-76): under backpressure an aligned
 barrier waits behind the records queued in the channels, which the slow sink drains at its own pace,
@@ -22,7 +22,7 @@ overtaken records instead. Neither mode changes the rate at which the sink drain
 record latency is not shortened by unaligned mode, and the backlog (source lag) grows at input rate -
 sink rate in both.
 
-Exit 1 when a measurement contradicts that in a way that indicates a bug or a run that proves
+A check fails when a measurement contradicts that in a way that indicates a bug or a run that proves
 nothing: no checkpoint completed, no backpressure (the sink keeps up), the lag growth far from the
 formula, unaligned checkpoints not shorter than aligned ones, unaligned latency clearly lower. When the
 runtime cannot run unaligned checkpoints (the job fails on its first one), the unaligned half is
@@ -34,16 +34,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
-import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Final
 
 from rich.console import Console
-from rich.table import Table
 
 from weir.connectors import kafka
 from weir.connectors.object_storage import open_storage
@@ -53,22 +49,34 @@ from weir.core.errors import WeirError
 from weir.core.paths import locate_state
 from weir.core.task_state import decode_task_state, read_operator_states
 from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.scenarios.driving import EventProducer, wait_until
+from weir.scenarios.framework import (
+    EXAMPLES,
+    JobSpec,
+    Report,
+    ReportBuilder,
+    Scenario,
+    ScenarioError,
+    Table,
+    UsageError,
+    percentile,
+)
+from weir.scenarios.keyed_job import SOURCE_UID, KeyedJob
 from weir.tools.client import CheckpointInfo, JobDetails, JobManagerClient
-from weir.tools.drive import s3_endpoints, start_local_cluster
-from weir.tools.events import EventSpec, produce_events
+from weir.tools.events import EventSpec
 
-JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "slow_sink_aggregation.py"
-SOURCE_UID: Final = "events-source"
+NAME: Final = "backpressure"
+JOB_FILE: Final = EXAMPLES / "slow_sink_aggregation.py"  # the keyed job with a slow sink, no PostgreSQL sink
 INFLIGHT_STATE_NAME: Final = (
     "__inflight__"  # weir.taskmanager.inflight's operator-state name (tools never import taskmanager)
 )
 SAMPLE_S: Final = 0.5
-WIDE: Final = 150
 MODES: Final = ("aligned", "unaligned")
-
-
-class ScenarioError(WeirError):
-    """The scenario could not be run (a service down, a job that would not start)."""
+OUTCOME: Final = (
+    "Slow downstream work delays aligned barriers. Unaligned checkpoints can capture in-flight data and shorten "
+    "checkpoint completion, but do not remove processing latency. Backlog growth = input records/s - sustainable "
+    "sink records/s; unaligned checkpoints do not change that sign."
+)
 
 
 @dataclass(frozen=True)
@@ -100,20 +108,25 @@ class BackpressureConfig:
         """The input rate the sink can keep up with, from its configured rate."""
         return self.sink_records_per_second * self.parallelism * self.events_per_result
 
-    def parameters(self, mode: str) -> dict[str, str]:
-        return {
-            "source.topic": self.topic(mode, "events"),
-            "sink.topic": self.topic(mode, "results"),
-            "source.dlq_topic": self.topic(mode, "dlq"),
-            "window.size_ms": str(self.window_ms),
-            "sink.records_per_second": str(self.sink_records_per_second),
-            "checkpointing.interval": f"{int(self.checkpoint_interval_s * 1000)}ms",
-            "checkpointing.retained": "1000",  # every checkpoint stays readable: its in-flight bytes are measured
-            "checkpointing.unaligned": "true" if mode == "unaligned" else "false",
-        }
+    def job(self, mode: str) -> KeyedJob:
+        """The keyed job's topics for this mode (``PREFIX-MODE-events`` ...), its slow-sink variant."""
+        return KeyedJob.named(
+            f"{self.topic_prefix}-{mode}",
+            table=None,
+            file=JOB_FILE,
+            window_ms=self.window_ms,
+            checkpoint_interval=f"{int(self.checkpoint_interval_s * 1000)}ms",
+        )
 
-    def topic(self, mode: str, what: str) -> str:
-        return f"{self.topic_prefix}-{mode}-{what}"
+    def spec(self, mode: str) -> JobSpec:
+        return self.job(mode).spec(
+            self.parallelism,
+            extra={
+                "sink.records_per_second": str(self.sink_records_per_second),
+                "checkpointing.retained": "1000",  # every checkpoint stays readable: its in-flight bytes are measured
+                "checkpointing.unaligned": "true" if mode == "unaligned" else "false",
+            },
+        )
 
 
 # What one mode's run measured ---------------------------------------------------------------------
@@ -179,13 +192,6 @@ def slope(points: Sequence[tuple[float, float]]) -> float:
     if sxx == 0:
         return 0.0
     return sum((x - mx) * (y - my) for x, y in points) / sxx
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
 @dataclass(frozen=True)
@@ -261,87 +267,7 @@ def comparison_end(runs: Sequence[ModeRun]) -> float | None:
     return min(ends) if ends else None
 
 
-def problems(config: BackpressureConfig, measured: dict[str, Measurement]) -> list[str]:
-    """What contradicts the expectation (a bug, or a run that proves nothing)."""
-    out: list[str] = []
-    for mode, m in measured.items():
-        if m.completed == 0:
-            out.append(f"{mode}: no checkpoint completed")
-        if m.written == 0:
-            out.append(f"{mode}: the sink committed no result")
-        if m.lag_growth <= 0.05 * m.input_rate:
-            out.append(
-                f"{mode}: no backpressure: the source lag did not grow ({m.lag_growth:,.0f} events/s at "
-                f"{m.input_rate:,.0f} events/s input): the sink kept up"
-            )
-        off = abs(m.lag_growth - m.formula_growth)
-        if off > config.lag_tolerance * m.input_rate:
-            out.append(
-                f"{mode}: the source lag grew {m.lag_growth:,.0f} events/s, the formula says "
-                f"{m.formula_growth:,.0f} (input {m.input_rate:,.0f} - sink {m.sink_events_rate:,.0f}): "
-                f"off by more than {config.lag_tolerance:.0%} of the input rate"
-            )
-    aligned, unaligned = measured.get("aligned"), measured.get("unaligned")
-    if aligned and unaligned and aligned.completed and unaligned.completed:
-        if not unaligned.duration_last_s < config.unaligned_factor * aligned.duration_last_s:
-            why = ""
-            if unaligned.start_delay_last_s > config.checkpoint_interval_s:
-                why = (
-                    f"; their barriers took {unaligned.start_delay_last_s:.2f}s to reach a task (start delay) "
-                    "and such a checkpoint completes once the last channel's barrier arrived (its capture "
-                    "ends there): barriers that wait behind the buffers queued in their channels (and for "
-                    "credit at the sender) arrive as late as aligned ones, so the runtime's barriers do not "
-                    "overtake in-flight buffers yet"
-                )
-            out.append(
-                f"unaligned checkpoints are not shorter under backpressure: {unaligned.duration_last_s:.2f}s "
-                f"vs aligned {aligned.duration_last_s:.2f}s (median of the last third; expected below "
-                f"{config.unaligned_factor:g}x){why}"
-            )
-        if unaligned.latency_p50_s < 0.7 * aligned.latency_p50_s:
-            out.append(
-                f"unaligned latency is much lower ({unaligned.latency_p50_s:.2f}s vs {aligned.latency_p50_s:.2f}s "
-                "p50): the sink drained faster, which the checkpoint mode cannot cause"
-            )
-    return out
-
-
-# Running it ------------------------------------------------------------------------------------------
-
-
-class _Producer:
-    """The input at a steady rate, in a thread, until stopped."""
-
-    def __init__(self, endpoints: Endpoints, topic: str, config: BackpressureConfig) -> None:
-        self._stop = threading.Event()
-        self.error: BaseException | None = None
-        spec = EventSpec(
-            count=int(config.events_per_second * (config.run_s + config.timeout_s)),
-            keys=config.keys,
-            events_per_ms=config.events_per_second // 1000,
-        )
-
-        def produce() -> None:
-            try:
-                produce_events(
-                    endpoints,
-                    topic,
-                    replace(spec, start_ms=int(time.time() * 1000)),  # event time = production time
-                    records_per_second=config.events_per_second,
-                    progress_every=config.events_per_second,
-                    stop=self._stop,
-                )
-            except BaseException as exc:  # reported by stop()
-                self.error = exc
-
-        self._thread = threading.Thread(target=produce, name="backpressure-producer", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(70)
-        if self.error is not None:
-            raise ScenarioError(f"producing the input failed: {self.error}") from self.error
+# The driver ---------------------------------------------------------------------------------------------
 
 
 def _source_read(status: JobDetails) -> int:
@@ -358,29 +284,25 @@ def run_mode(
     endpoints: Endpoints, client: JobManagerClient, config: BackpressureConfig, mode: str, console: Console
 ) -> ModeRun:
     """One mode: fresh topics, the input at its rate, the job, sampled for ``run_s``, then cancelled."""
-    kafka.create_topics(
-        endpoints,
-        {
-            config.topic(mode, "events"): config.partitions,
-            config.topic(mode, "results"): 3,
-            config.topic(mode, "dlq"): 1,
-        },
-        replace=True,
+    job = config.job(mode)
+    job.recreate(endpoints, config.partitions)
+    spec = EventSpec(
+        count=int(config.events_per_second * (config.run_s + config.timeout_s)),
+        keys=config.keys,
+        events_per_ms=config.events_per_second // 1000,
+        start_ms=int(time.time() * 1000),  # event time = production time
     )
-    producer = _Producer(endpoints, config.topic(mode, "events"), config)
+    producer = EventProducer(endpoints, job.source_topic, spec, config.events_per_second)
+    producer.start()
     samples: list[Sample] = []
     checkpoints: tuple[CheckpointInfo, ...] = ()
     unavailable = ""
     try:
-        params = config.parameters(mode)
-        job_id = client.submit_job(JOB_FILE, params, config.parallelism)
+        job_spec = config.spec(mode)
+        job_id = job_spec.submit(client)
         submitted_wall = time.time()
         submitted = time.monotonic()
-        console.print(
-            f"{mode}: job [bold]{job_id}[/] {JOB_FILE.name} -p {config.parallelism} "
-            + " ".join(f"-D {k}={v}" for k, v in params.items()),
-            soft_wrap=True,
-        )
+        console.print(f"{mode}: job {job_id} {job_spec.command()}", soft_wrap=True, highlight=False)
         shown = 0.0
         while (t := time.monotonic() - submitted) < config.run_s:
             status = client.job_status(job_id)
@@ -389,7 +311,7 @@ def run_mode(
                 if not unavailable:
                     raise ScenarioError(f"{mode}: job {job_id} ended {status.summary.status}: {status.failure}")
                 break
-            produced = sum(kafka.end_offsets(endpoints, config.topic(mode, "events")).values())
+            produced = sum(kafka.end_offsets(endpoints, job.source_topic).values())
             samples.append(Sample(t, produced, _source_read(status)))
             if t - shown >= 5:
                 shown = t
@@ -398,12 +320,17 @@ def run_mode(
                     f"last completed checkpoint {status.last_completed_checkpoint}",
                     highlight=False,
                 )
-            time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - submitted - t)))
+            time.sleep(max(0.0, SAMPLE_S - (time.monotonic() - submitted - t)))  # the sampling period
         duration = time.monotonic() - submitted
         checkpoints = client.list_checkpoints(job_id)
         if not unavailable:
             client.cancel_job(job_id)
-            _wait_terminal(client, job_id, config.timeout_s)
+            wait_until(
+                lambda: client.job_status(job_id).summary.is_terminal,
+                config.timeout_s,
+                f"job {job_id} to end after its cancellation",
+                0.3,
+            )
     finally:
         producer.stop()
     points = tuple(
@@ -411,17 +338,8 @@ def run_mode(
     )
     if unavailable:
         return ModeRun(mode, job_id, unavailable, tuple(samples), points, (), duration)
-    written = _read_output(endpoints, config.topic(mode, "results"), submitted_wall)
+    written = _read_output(endpoints, job.sink_topic, submitted_wall)
     return ModeRun(mode, job_id, "", tuple(samples), points, written, duration)
-
-
-def _wait_terminal(client: JobManagerClient, job_id: str, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if client.job_status(job_id).summary.is_terminal:
-            return
-        time.sleep(0.3)
-    raise ScenarioError(f"job {job_id} did not end within {timeout_s:.0f}s of its cancellation")
 
 
 def _checkpoint_point(c: CheckpointInfo, submitted_wall: float, endpoints: Endpoints) -> CheckpointPoint:
@@ -470,36 +388,146 @@ def _read_output(endpoints: Endpoints, topic: str, submitted_wall: float) -> tup
     return tuple(out)
 
 
-@dataclass
-class Outcome:
-    config: BackpressureConfig
-    runs: dict[str, ModeRun] = field(default_factory=dict)
-    measured: dict[str, Measurement] = field(default_factory=dict)
+@dataclass(frozen=True)
+class BackpressureRun:
+    """Each mode's run, in the order they ran."""
 
-    @property
-    def problems(self) -> list[str]:
-        return problems(self.config, self.measured)
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
+    runs: Mapping[str, ModeRun]
+    steps: tuple[str, ...] = ()
 
 
-def run_backpressure_scenario(endpoints: Endpoints, config: BackpressureConfig, console: Console) -> Outcome:
-    """Both modes, one after the other, on the cluster already up; measured."""
-    outcome = Outcome(config)
+def drive(endpoints: Endpoints, config: BackpressureConfig, console: Console) -> BackpressureRun:
+    """Both modes, one after the other, on the cluster already up."""
+    runs: dict[str, ModeRun] = {}
+    steps: list[str] = []
     with JobManagerClient(endpoints.jobmanager_address) as client:
         for mode in config.modes:
             console.rule(f"{mode} checkpoints")
-            outcome.runs[mode] = run_mode(endpoints, client, config, mode, console)
-    until = comparison_end(list(outcome.runs.values()))
-    for mode, run in outcome.runs.items():
-        if run.available:
-            outcome.measured[mode] = measure(run, config, until)
-    return outcome
+            runs[mode] = run = run_mode(endpoints, client, config, mode, console)
+            steps.append(
+                f"{mode}: fresh topics {config.job(mode).source_topic}...; input at {config.events_per_second:,} "
+                f"events/s; ran {config.spec(mode).command()} (job {run.job_id}) for {run.duration_s:.0f} s, "
+                "sampling the source's lag every 0.5 s; read the checkpoint history, each retained checkpoint's "
+                "in-flight state and the sink's committed output"
+                + (f"; unavailable in this runtime: {run.unavailable}" if not run.available else "")
+            )
+    return BackpressureRun(runs, tuple(steps))
 
 
-# The report ------------------------------------------------------------------------------------------
+def measured_modes(config: BackpressureConfig, run: BackpressureRun) -> dict[str, Measurement]:
+    """Each available mode's figures, latency compared over the span every mode has output for."""
+    until = comparison_end(list(run.runs.values()))
+    return {mode: measure(r, config, until) for mode, r in run.runs.items() if r.available}
+
+
+# The checks ---------------------------------------------------------------------------------------------
+
+
+def check(config: BackpressureConfig, run: BackpressureRun) -> Report:
+    """What contradicts the expectation (a bug, or a run that proves nothing) fails a check."""
+    report = ReportBuilder(NAME, OUTCOME)
+    for text in run.steps:
+        report.step(text)
+    measured = measured_modes(config, run)
+    for mode, r in run.runs.items():
+        if r.available:
+            report.table(_checkpoint_table(r))
+        else:
+            report.measured(
+                f"{mode} mode",
+                f"unavailable in this runtime: the job failed on its first unaligned "
+                f"checkpoint: {r.unavailable}; only the aligned half is judged",
+            )
+    if measured:
+        report.table(_modes_table(config, measured))
+    report.measured(
+        "configured",
+        f"input {config.events_per_second:,} events/s, sink {config.sink_records_per_second} results/s x "
+        f"{config.parallelism} subtasks x {config.events_per_result:g} events per result = "
+        f"{config.sustainable_events_per_second:,.0f} events/s sustainable, so the backlog should grow "
+        f"{config.events_per_second - config.sustainable_events_per_second:,.0f} events/s; checkpoint interval "
+        f"{config.checkpoint_interval_s:g}s",
+    )
+    report.measured(
+        "in-flight bytes",
+        "the overtaken records' buffers as the runtime reports them per checkpoint (weir checkpoints), beside the "
+        "size of the __inflight__ operator state (with its framing) of each retained checkpoint read back from the "
+        "checkpoint storage; kind: unaligned when a task reported persisting in-flight records",
+    )
+    report.measured(
+        "latency",
+        "the sink's write time minus the window's end (a read_committed consumer sees a result only once its "
+        "checkpoint completed, later by up to one checkpoint duration)",
+    )
+    v = report.verify
+    for mode, m in measured.items():
+        v(
+            f"checkpoints-completed:{mode}",
+            f"{mode}: checkpoints complete under backpressure",
+            m.completed > 0,
+            f"{m.completed} completed, {m.failed} failed",
+            completed=m.completed,
+            failed=m.failed,
+        )
+        v(
+            f"sink-committed:{mode}",
+            f"{mode}: the sink committed results",
+            m.written > 0,
+            f"{m.written:,} results committed",
+            written=m.written,
+        )
+        v(
+            f"backpressure:{mode}",
+            f"{mode}: the run is backpressured: the source lag grows (the sink does not keep up)",
+            m.lag_growth > 0.05 * m.input_rate,
+            f"source lag {m.lag_growth:+,.0f} events/s at {m.input_rate:,.0f} events/s input (more than 5%)",
+            lag_growth=m.lag_growth,
+            input_rate=m.input_rate,
+        )
+        v(
+            f"lag-follows-formula:{mode}",
+            f"{mode}: the backlog grows at input rate - sink rate",
+            abs(m.lag_growth - m.formula_growth) <= config.lag_tolerance * m.input_rate,
+            f"source lag {m.lag_growth:,.0f} events/s, formula {m.formula_growth:,.0f} (input {m.input_rate:,.0f} "
+            f"- sink {m.sink_events_rate:,.0f}), within {config.lag_tolerance:.0%} of the input rate",
+            lag_growth=m.lag_growth,
+            formula_growth=m.formula_growth,
+            input_rate=m.input_rate,
+            sink_events_rate=m.sink_events_rate,
+            tolerance=config.lag_tolerance,
+        )
+    aligned, unaligned = measured.get("aligned"), measured.get("unaligned")
+    if aligned and unaligned and aligned.completed and unaligned.completed:
+        why = ""
+        if unaligned.start_delay_last_s > config.checkpoint_interval_s:
+            why = (
+                f"; their barriers took {unaligned.start_delay_last_s:.2f}s to reach a task (start delay) "
+                "and such a checkpoint completes once the last channel's barrier arrived (its capture "
+                "ends there): barriers that wait behind the buffers queued in their channels (and for "
+                "credit at the sender) arrive as late as aligned ones, so the runtime's barriers do not "
+                "overtake in-flight buffers yet"
+            )
+        shorter = unaligned.duration_last_s < config.unaligned_factor * aligned.duration_last_s
+        v(
+            "unaligned-shorter",
+            "under backpressure unaligned checkpoints are clearly shorter than aligned ones",
+            shorter,
+            f"unaligned {unaligned.duration_last_s:.2f}s vs aligned {aligned.duration_last_s:.2f}s (median of the "
+            f"last third; below {config.unaligned_factor:g}x)" + ("" if shorter else why),
+            unaligned_s=unaligned.duration_last_s,
+            aligned_s=aligned.duration_last_s,
+            factor=config.unaligned_factor,
+            unaligned_start_delay_s=unaligned.start_delay_last_s,
+        )
+        v(
+            "unaligned-latency-not-lower",
+            "unaligned checkpoints do not shorten record latency: the sink drains at its own pace in both modes",
+            unaligned.latency_p50_s >= 0.7 * aligned.latency_p50_s,
+            f"p50 unaligned {unaligned.latency_p50_s:.2f}s vs aligned {aligned.latency_p50_s:.2f}s (not below 70%)",
+            unaligned_p50_s=unaligned.latency_p50_s,
+            aligned_p50_s=aligned.latency_p50_s,
+        )
+    return report.build()
 
 
 def _mib(n: int) -> str:
@@ -519,37 +547,43 @@ def _inflight(c: CheckpointPoint) -> str:
     return f"{size(c.inflight_bytes)} / {size(c.inflight_stored)}"
 
 
-def print_outcome(console: Console, outcome: Outcome) -> None:
-    config = outcome.config
-    for mode, run in outcome.runs.items():
-        console.rule(f"{mode}: checkpoint duration over time (job {run.job_id})")
-        if not run.available:
-            console.print(
-                f"[bold yellow]{mode} mode: unavailable in this runtime[/]: the job failed on its first "
-                f"unaligned checkpoint: {run.unavailable}",
-                soft_wrap=True,
-                highlight=False,
+def _checkpoint_table(run: ModeRun) -> Table:
+    return Table(
+        f"{run.mode}: checkpoint duration over time (job {run.job_id})",
+        (
+            "checkpoint",
+            "triggered at",
+            "status",
+            "kind",
+            "duration",
+            "max alignment",
+            "max start delay (task)",
+            "size",
+            "in flight: reported / in storage",
+        ),
+        tuple(
+            (
+                str(c.checkpoint_id),
+                f"{c.t:6.1f}s",
+                c.status,
+                _kind(c),
+                f"{c.duration_s:.2f}s",
+                f"{c.alignment_s:.2f}s",
+                f"{c.start_delay_s:.2f}s ({c.slowest_task})",
+                _mib(c.size_bytes),
+                _inflight(c),
             )
-            continue
-        table = Table(
-            "checkpoint", "triggered at", "status", "kind", "duration", "max alignment", "max start delay (task)",
-            "size", "in flight: reported / in storage",
-        )  # fmt: skip
-        for c in run.checkpoints:
-            table.add_row(
-                str(c.checkpoint_id), f"{c.t:6.1f}s", c.status, _kind(c),
-                f"{c.duration_s:.2f}s", f"{c.alignment_s:.2f}s",
-                f"{c.start_delay_s:.2f}s ({c.slowest_task})", _mib(c.size_bytes), _inflight(c),
-            )  # fmt: skip
-        console.print(table)
-    if not outcome.measured:
-        return
-    console.rule(f"both modes (steady part: after the first {config.warmup_fraction:.0%} of each run)")
-    modes = list(outcome.measured)
-    table = Table("", *modes)
+            for c in run.checkpoints
+        ),
+    )
+
+
+def _modes_table(config: BackpressureConfig, measured: Mapping[str, Measurement]) -> Table:
+    modes = list(measured)
+    rows: list[tuple[str, ...]] = []
 
     def row(label: str, fmt: str, attr: str) -> None:
-        table.add_row(label, *(fmt.format(getattr(outcome.measured[m], attr)) for m in modes))
+        rows.append((label, *(fmt.format(getattr(measured[m], attr)) for m in modes)))
 
     row("checkpoints completed", "{:,}", "completed")
     row("checkpoints failed", "{:,}", "failed")
@@ -558,10 +592,7 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
     row("checkpoint duration, max", "{:.2f}s", "duration_max_s")
     row("longest alignment", "{:.2f}s", "alignment_max_s")
     row("start delay, last third (median)", "{:.2f}s", "start_delay_last_s")
-    table.add_row(
-        "in-flight bytes persisted (per checkpoint, max)",
-        *(_inflight_summary(outcome.measured[m]) for m in modes),
-    )
+    rows.append(("in-flight bytes persisted (per checkpoint, max)", *(_inflight_summary(measured[m]) for m in modes)))
     row("record latency p50 (written - window end)", "{:.2f}s", "latency_p50_s")
     row("record latency p95", "{:.2f}s", "latency_p95_s")
     row("record latency max", "{:.2f}s", "latency_max_s")
@@ -572,37 +603,9 @@ def print_outcome(console: Console, outcome: Outcome) -> None:
     row("backlog growth = input - sink (formula)", "{:,.0f} events/s", "formula_growth")
     row("source lag growth (measured)", "{:,.0f} events/s", "lag_growth")
     row("source lag at the end", "{:,} events", "lag_end")
-    console.print(table)
-    console.print(
-        f"configured: input {config.events_per_second:,} events/s, sink {config.sink_records_per_second} results/s "
-        f"x {config.parallelism} subtasks x {config.events_per_result:g} events per result = "
-        f"{config.sustainable_events_per_second:,.0f} events/s sustainable, so the backlog should grow "
-        f"{config.events_per_second - config.sustainable_events_per_second:,.0f} events/s; checkpoint interval "
-        f"{config.checkpoint_interval_s:g}s",
-        soft_wrap=True,
-        highlight=False,
+    return Table(
+        f"both modes (steady part: after the first {config.warmup_fraction:.0%} of each run)", ("", *modes), tuple(rows)
     )
-    console.print(
-        "in-flight bytes: the overtaken records' buffers as the runtime reports them per checkpoint (weir "
-        "checkpoints), beside the size of the __inflight__ operator state (with its framing) of each retained "
-        "checkpoint read back from the checkpoint storage; kind: unaligned when a task reported persisting "
-        "in-flight records",
-        soft_wrap=True,
-        highlight=False,
-    )
-    console.print(
-        "latency is the sink's write time minus the window's end (a read_committed consumer sees a result "
-        "only once its checkpoint completed, later by up to one checkpoint duration)",
-        soft_wrap=True,
-        highlight=False,
-    )
-    for mode, run in outcome.runs.items():
-        if not run.available:
-            console.print(f"[bold yellow]{mode}: unavailable[/] (see above); only the aligned half is judged")
-    if outcome.ok:
-        console.print("[bold green]OK[/]: the measurements agree with the expectation")
-    for problem in outcome.problems:
-        console.print(f"[bold red]FAILED[/]: {problem}", soft_wrap=True)
 
 
 def _inflight_summary(m: Measurement) -> str:
@@ -611,11 +614,10 @@ def _inflight_summary(m: Measurement) -> str:
     return f"{_mib(max(m.inflight_bytes))} (median {_mib(int(statistics.median(m.inflight_bytes)))})"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    defaults = BackpressureConfig()
-    parser = argparse.ArgumentParser(
-        prog="python -m weir.tools.scenario_backpressure", description=__doc__.split("\n")[0]
-    )
+# The command ----------------------------------------------------------------------------------------------
+
+
+def _arguments(parser: argparse.ArgumentParser, defaults: BackpressureConfig) -> None:
     parser.add_argument("--events-per-second", type=int, default=defaults.events_per_second)
     parser.add_argument(
         "--sink-records-per-second", type=int, default=defaults.sink_records_per_second, help="per sink subtask"
@@ -623,13 +625,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=defaults.run_s, help="each mode's run")
     parser.add_argument("--keys", type=int, default=defaults.keys)
     parser.add_argument("--modes", default=",".join(MODES), help="aligned,unaligned (default both)")
-    args = parser.parse_args(argv)
+
+
+def _configure(args: argparse.Namespace, defaults: BackpressureConfig) -> BackpressureConfig:
     if args.events_per_second % 1000:
-        parser.error("--events-per-second must be a multiple of 1000")
+        raise UsageError("--events-per-second must be a multiple of 1000")
     modes = tuple(m for m in args.modes.split(",") if m)
     if not modes or any(m not in MODES for m in modes):
-        parser.error(f"--modes takes {', '.join(MODES)}")
-    config = replace(
+        raise UsageError(f"--modes takes {', '.join(MODES)}")
+    return replace(
         defaults,
         events_per_second=args.events_per_second,
         sink_records_per_second=args.sink_records_per_second,
@@ -637,20 +641,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         keys=args.keys,
         modes=modes,
     )
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, WIDE)
-    endpoints = s3_endpoints()
-    console.rule("[bold]Weir scenario: backpressure, a slow sink, aligned then unaligned checkpoints")
-    try:
-        start_local_cluster(console, endpoints)
-        outcome = run_backpressure_scenario(endpoints, config, console)
-    except WeirError as exc:
-        console.print(f"[bold red]scenario-backpressure: {exc}[/]", soft_wrap=True)
-        return 1
-    print_outcome(console, outcome)
-    return 0 if outcome.ok else 1
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+SCENARIO: Final = Scenario(
+    name=NAME,
+    title="backpressure, a slow sink, aligned then unaligned checkpoints",
+    summary="a slow sink: aligned checkpoints slow down, unaligned ones do not, record latency stays",
+    outcome=OUTCOME,
+    defaults=BackpressureConfig(),
+    arguments=_arguments,
+    configure=_configure,
+    jobs=lambda config: tuple(config.spec(mode) for mode in config.modes),
+    drive=drive,
+    check=check,
+)

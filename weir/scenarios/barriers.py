@@ -1,6 +1,8 @@
 """``weir scenario barriers``: the seed's aligned checkpoint barriers, measured on a two-input job.
 
-1. starts the local cluster (or uses the one up), checkpoints in the S3 bucket; recreates the output topic;
+The driver (on the local cluster, checkpoints in the S3 bucket):
+
+1. recreates the output topic;
 2. starts two consumers of the output topic, one ``read_uncommitted`` and one ``read_committed``, each
    noting when it first saw each record (this host's clock);
 3. runs examples/two_input_counts.py: two generator sources, ``orders`` (fast) and ``payments``
@@ -13,6 +15,10 @@
    timeline (per subtask of ``counts`` and per input channel: when barrier N arrived, when alignment
    ended) and the keyed state of ``counts`` (the RocksDB snapshot, downloaded and scanned);
 5. waits until read_committed shows the output of the last checkpoint, cancels the job.
+
+With a gate directory (``BarriersConfig.gate``, what the tests use) the alignment holds are forced
+rather than hoped for: :func:`force_holds` keeps each checkpoint's payments barrier back until the
+orders source acknowledged it, plus ``forced_hold_ms``.
 
 What must hold (the design card: "Barriers divide pre/post-checkpoint events. A multi-input operator
 pauses already-barriered channels until the others catch up, then snapshots state"; "checkpoint
@@ -42,7 +48,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -51,20 +56,30 @@ from pathlib import Path
 from typing import Any, Final
 
 from rich.console import Console
-from rich.table import Table
 
 from weir.connectors import kafka
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
-from weir.core.errors import WeirError
 from weir.core.keygroups import KeyGroupRange, key_group_for_key
+from weir.scenarios.driving import Arrival, TopicWatch, wait_until
+from weir.scenarios.framework import (
+    EXAMPLES,
+    JobSpec,
+    Report,
+    ReportBuilder,
+    Scenario,
+    ScenarioError,
+    Table,
+    UsageError,
+    distribution,
+    percentile,
+)
 from weir.tools.client import CheckpointInfo, JobManagerClient
 from weir.tools.drive import wait_for_job
 from weir.tools.savepoint_inspect import LoadedSavepoint, decode_operator_state, dump_operator, load_savepoint
-from weir.tools.scenario_backpressure import percentile
-from weir.tools.scenario_report import ScenarioReport, run_on_local_cluster
 
-JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "two_input_counts.py"
+NAME: Final = "barriers"
+JOB_FILE: Final = EXAMPLES / "two_input_counts.py"
 INPUTS: Final = ("orders", "payments")  # the job's source uids, its ValueState names and the records' "input"
 OPERATOR_UID: Final = "counts"
 OUTCOME: Final = (
@@ -73,10 +88,6 @@ OUTCOME: Final = (
     "that business output waited one checkpoint interval to become visible."
 )
 CLOCK_TOLERANCE_S: Final = 0.005  # the JobManager's durations are rounded to the millisecond
-
-
-class ScenarioError(WeirError):
-    """The scenario could not be run to its end (a job failed, a consumer could not start, ...)."""
 
 
 @dataclass(frozen=True)
@@ -117,6 +128,9 @@ class BarriersConfig:
             "checkpointing.retained": "1000",  # every checkpoint stays readable
             "restart.strategy": "none",  # a restart would replay: this scenario is about one clean run
         } | ({"payments.gate": str(self.gate)} if self.gate is not None else {})
+
+    def spec(self) -> JobSpec:
+        return JobSpec(JOB_FILE, self.parameters(), self.parallelism)
 
 
 # What was measured -----------------------------------------------------------------------------------
@@ -360,15 +374,6 @@ def records_expected(cuts: Sequence[CheckpointCut]) -> int:
     return sum(last.positions.values())
 
 
-def distribution(values: Sequence[float]) -> str:
-    if not values:
-        return "none"
-    return (
-        f"p50 {percentile(values, 0.5) * 1000:,.0f} ms, p95 {percentile(values, 0.95) * 1000:,.0f} ms, "
-        f"max {max(values) * 1000:,.0f} ms (n={len(values):,})"
-    )
-
-
 # Reading the checkpoints back ----------------------------------------------------------------------
 
 
@@ -449,69 +454,41 @@ def inspect_checkpoint(
     )
 
 
-# The consumers ----------------------------------------------------------------------------------------
+# The consumers' records (pure) ------------------------------------------------------------------------
 
 
-class _Watcher:
-    """A consumer of the output topic at one isolation level, in a thread: when it first saw each
-    (input, seq), and the records themselves."""
+@dataclass(frozen=True)
+class Seen:
+    """What one consumer of the output topic saw: when it first saw each (input, seq), the record
+    itself, and how many records it saw again (another offset with the same input and seq)."""
 
-    def __init__(self, endpoints: Endpoints, topic: str, isolation_level: str) -> None:
-        self.isolation_level = isolation_level
-        self.first_seen: dict[tuple[str, int], float] = {}
-        self.records: dict[tuple[str, int], dict[str, Any]] = {}
-        self.duplicates = 0
-        self.error: BaseException | None = None
-        self._assigned = threading.Event()
-        self._stop = threading.Event()
-        self._consumer = kafka.consumer(
-            endpoints,
-            group_id=f"weir-scenario-barriers-{isolation_level}-{time.time_ns()}",
-            isolation_level=isolation_level,
-            fetch_wait_max_ms=10,
-        )
-        self._consumer.subscribe([topic], on_assign=lambda _c, partitions: self._assigned.set())
-        self._thread = threading.Thread(target=self._run, name=f"barriers-{isolation_level}", daemon=True)
+    first_seen: Mapping[tuple[str, int], float]
+    records: Mapping[tuple[str, int], Mapping[str, Any]]
+    duplicates: int
 
-    def start(self, timeout_s: float) -> None:
-        self._thread.start()
-        if not self._assigned.wait(timeout_s):
-            self.stop()
-            raise ScenarioError(f"the {self.isolation_level} consumer got no partitions within {timeout_s:.0f}s")
 
-    def _run(self) -> None:
+def seen(arrivals: Iterable[Arrival]) -> Seen:
+    first: dict[tuple[str, int], float] = {}
+    records: dict[tuple[str, int], Mapping[str, Any]] = {}
+    duplicates = 0
+    for a in arrivals:
         try:
-            while not self._stop.is_set():
-                messages = self._consumer.consume(num_messages=1000, timeout=0.05)
-                at = time.time()
-                for msg in messages:
-                    if msg.error() is not None:
-                        if kafka.PartitionReader.is_end_of_partition(msg.error()):
-                            continue
-                        raise ScenarioError(f"{self.isolation_level} consumer: {msg.error()}")
-                    record = json.loads(msg.value())
-                    key = (str(record["input"]), int(record["seq"]))
-                    if key in self.first_seen:
-                        self.duplicates += 1
-                        continue
-                    self.first_seen[key] = at
-                    self.records[key] = record
-        except BaseException as exc:  # reported by stop()
-            self.error = exc
-        finally:
-            self._consumer.close()
-
-    def seen(self) -> int:
-        return len(self.first_seen)
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        if self.error is not None:
-            raise ScenarioError(f"the {self.isolation_level} consumer failed: {self.error}") from self.error
+            record = json.loads(a.value or b"")
+            key = (str(record["input"]), int(record["seq"]))
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ScenarioError(
+                f"{a.topic} partition {a.partition} offset {a.offset} is no counts record: {exc}"
+            ) from exc
+        if key in first:
+            duplicates += 1
+            continue
+        first[key] = a.at
+        records[key] = record
+    return Seen(first, records, duplicates)
 
 
-def join_records(uncommitted: _Watcher, committed: _Watcher) -> list[OutputRecord]:
+def join_records(uncommitted: Seen, committed: Seen) -> tuple[OutputRecord, ...]:
+    """Each record of the output topic with when each consumer first saw it."""
     out: list[OutputRecord] = []
     for key in uncommitted.records.keys() | committed.records.keys():
         r = uncommitted.records.get(key) or committed.records[key]
@@ -526,17 +503,16 @@ def join_records(uncommitted: _Watcher, committed: _Watcher) -> list[OutputRecor
                 committed_at=committed.first_seen.get(key),
             )
         )
-    return out
+    return tuple(sorted(out, key=lambda r: (r.input_name, r.seq)))
 
 
-# Running it ------------------------------------------------------------------------------------------
+# The driver ---------------------------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(frozen=True)
 class BarriersRun:
-    """Everything one run measured, for the report and the tests."""
+    """Everything one run measured, for the checks and the tests."""
 
-    config: BarriersConfig
     job_id: str = ""
     restarts: int = 0
     checkpoints: tuple[CheckpointInfo, ...] = ()
@@ -544,76 +520,95 @@ class BarriersRun:
     inspected: tuple[InspectedCheckpoint, ...] = ()
     records: tuple[OutputRecord, ...] = ()
     committed_duplicates: int = 0
-    states: tuple[StateComparison, ...] = field(default_factory=tuple)
+    steps: tuple[str, ...] = ()
 
 
-def run_barriers(endpoints: Endpoints, config: BarriersConfig, console: Console) -> BarriersRun:
-    """The job on the cluster already up, measured (step 2 to 5 of the module's docstring)."""
-    run = BarriersRun(config)
+def drive(endpoints: Endpoints, config: BarriersConfig, console: Console) -> BarriersRun:
+    """The job on the cluster already up, measured (steps 1 to 5 of the module's docstring)."""
     kafka.create_topics(endpoints, {config.sink_topic: config.partitions}, replace=True)
-    uncommitted = _Watcher(endpoints, config.sink_topic, "read_uncommitted")
-    committed = _Watcher(endpoints, config.sink_topic, "read_committed")
-    watchers_started: list[_Watcher] = []
+    stamp = time.time_ns()
+    watchers = tuple(
+        TopicWatch(endpoints, level, (config.sink_topic,), config.partitions, f"weir-scenario-barriers-{level}-{stamp}")
+        for level in ("read_uncommitted", "read_committed")
+    )
+    uncommitted, committed = watchers
+    started: list[TopicWatch] = []
+    spec = config.spec()
     try:
-        for watcher in (uncommitted, committed):
-            watcher.start(30.0)
-            watchers_started.append(watcher)
+        for watcher in watchers:
+            watcher.start()
+            started.append(watcher)
+            watcher.wait_ready(30.0)
         with JobManagerClient(endpoints.jobmanager_address) as client:
-            params = config.parameters()
-            run.job_id = client.submit_job(JOB_FILE, params, config.parallelism)
-            console.print(
-                f"job [bold]{run.job_id}[/] submitted: {JOB_FILE.name} -p {config.parallelism} "
-                + " ".join(f"-D {k}={v}" for k, v in params.items()),
-                soft_wrap=True,
-            )
+            job_id = spec.submit(client)
+            console.print(f"job {job_id} submitted: {spec.command()}", soft_wrap=True, highlight=False)
             try:
-                _measure(client, endpoints, config, run, committed, console)
+                run = _measure(client, endpoints, config, job_id, committed, console)
             finally:
-                client.cancel_job(run.job_id)
-                wait_for_job(client, run.job_id, lambda s: s.summary.is_terminal, 60.0, "its end after cancel")
+                client.cancel_job(job_id)
+                wait_for_job(client, job_id, lambda s: s.summary.is_terminal, 60.0, "its end after cancel")
     finally:
-        for watcher in watchers_started:
+        for watcher in started:
             watcher.stop()
-    run.records = tuple(join_records(uncommitted, committed))
-    run.committed_duplicates = committed.duplicates
-    run.states = tuple(compare_state(cp, config.keys) for cp in run.inspected if cp.state is not None)
-    return run
+    committed_seen = seen(committed.arrivals())
+    return replace(
+        run,
+        records=join_records(seen(uncommitted.arrivals()), committed_seen),
+        committed_duplicates=committed_seen.duplicates,
+        steps=(
+            f"ran {spec.command()} (job {job_id}): orders at {config.orders_rate:,}/s and payments at "
+            f"{config.payments_rate:,}/s (pausing {config.payments_pause_ms} ms every {config.payments_pause_every} "
+            f"records) into the keyed two-input operator {OPERATOR_UID!r}, aligned checkpoints every "
+            f"{config.checkpoint_interval_s:g}s, exactly-once Kafka sink on {config.sink_topic!r}"
+            + (f"; payments barrier held back {config.forced_hold_ms:g} ms at a gate" if config.gate else ""),
+            "watched the output topic with a read_uncommitted and a read_committed consumer, each noting when it "
+            "first saw each record (created_ms, processed_ms and the barrier times are the TaskManagers' clocks, "
+            "completion the JobManager's, first seen this process's: one host, one clock)",
+            f"read {len(run.cuts)} completed checkpoints back: each one's source positions (checkpoint storage) and "
+            f"timeline per channel of {OPERATOR_UID!r} (weir checkpoints --detail), and for checkpoints "
+            f"{', '.join(str(cp.cut.checkpoint_id) for cp in run.inspected if cp.state is not None)} the keyed "
+            f"state of {OPERATOR_UID!r} (RocksDB snapshots downloaded and scanned)",
+        ),
+    )
 
 
 def _measure(
     client: JobManagerClient,
     endpoints: Endpoints,
     config: BarriersConfig,
-    run: BarriersRun,
-    committed: _Watcher,
+    job_id: str,
+    committed: TopicWatch,
     console: Console,
-) -> None:
+) -> BarriersRun:
     if config.gate is not None:
-        force_holds(client, run.job_id, config.gate, config, console)
+        force_holds(client, job_id, config.gate, config, console)
     status = wait_for_job(
         client,
-        run.job_id,
+        job_id,
         lambda s: (s.last_completed_checkpoint or 0) >= config.checkpoints,
         config.timeout_s,
         f"checkpoint {config.checkpoints} completed",
     )
-    run.restarts = status.summary.restarts
-    run.checkpoints = tuple(sorted(client.list_checkpoints(run.job_id), key=lambda c: c.checkpoint_id))
-    done = [c for c in run.checkpoints if c.status is CheckpointStatus.COMPLETED and c.external_path]
+    checkpoints = tuple(sorted(client.list_checkpoints(job_id), key=lambda c: c.checkpoint_id))
+    done = [c for c in checkpoints if c.status is CheckpointStatus.COMPLETED and c.external_path]
     console.print(f"{len(done)} checkpoints completed; reading them back from the checkpoint storage")
     read = [read_cut(c, endpoints) for c in done]
-    run.cuts = tuple(cut for cut, _ in read)
+    cuts = tuple(cut for cut, _ in read)
     with_state = {cut.checkpoint_id for cut, _ in read[-config.inspected :]}
-    run.inspected = tuple(
-        inspect_checkpoint(client, run.job_id, cut, loaded, endpoints, keyed_state=cut.checkpoint_id in with_state)
+    inspected = tuple(
+        inspect_checkpoint(client, job_id, cut, loaded, endpoints, keyed_state=cut.checkpoint_id in with_state)
         for cut, loaded in read
     )
-    want = records_expected(run.cuts)
-    deadline = time.monotonic() + config.timeout_s
-    while committed.seen() < want:  # the last checkpoint's output committed and read back
-        if time.monotonic() > deadline:
-            raise ScenarioError(f"read_committed saw {committed.seen():,} records of the {want:,} checkpointed")
-        time.sleep(0.1)
+    want = records_expected(cuts)
+    # the last checkpoint's output committed and read back (a record seen twice counts: a duplicate
+    # fails the check on read_committed's output, it does not hang the wait)
+    wait_until(
+        lambda: committed.count() >= want,
+        config.timeout_s,
+        f"read_committed to show the {want:,} checkpointed records",
+        0.1,
+    )
+    return BarriersRun(job_id, status.summary.restarts, checkpoints, cuts, inspected)
 
 
 def force_holds(client: JobManagerClient, job_id: str, gate: Path, config: BarriersConfig, console: Console) -> None:
@@ -663,51 +658,37 @@ def force_holds(client: JobManagerClient, job_id: str, gate: Path, config: Barri
             poll(f"checkpoint {held} to complete")
 
 
-# The report ----------------------------------------------------------------------------------------
+# The checks ---------------------------------------------------------------------------------------------
 
 
-def build_report(run: BarriersRun) -> ScenarioReport:
-    config = run.config
-    report = ScenarioReport("barriers", OUTCOME)
-    report.step(
-        f"ran {JOB_FILE.name}: orders at {config.orders_rate:,}/s and payments at {config.payments_rate:,}/s "
-        f"(pausing {config.payments_pause_ms} ms every {config.payments_pause_every} records) into the keyed "
-        f"two-input operator {OPERATOR_UID!r} at parallelism {config.parallelism}, aligned checkpoints every "
-        f"{config.checkpoint_interval_s:g}s, exactly-once Kafka sink on {config.sink_topic!r} (job {run.job_id})"
-    )
-    report.step(
-        "watched the output topic with a read_uncommitted and a read_committed consumer, each noting when it "
-        "first saw each record (created_ms, processed_ms and the barrier times are the TaskManagers' clocks, "
-        "completion the JobManager's, first seen this process's: one host, one clock)"
-    )
-    report.step(
-        f"read {len(run.cuts)} completed checkpoints back: each one's source positions (checkpoint storage) and "
-        f"timeline per channel of {OPERATOR_UID!r} (weir checkpoints --detail), and for checkpoints "
-        f"{', '.join(str(s.checkpoint_id) for s in run.states)} the keyed state of {OPERATOR_UID!r} "
-        "(RocksDB snapshots downloaded and scanned)"
-    )
+def check(config: BarriersConfig, run: BarriersRun) -> Report:
+    """The card's outcome as checked statements, from what the run measured."""
+    report = ReportBuilder(NAME, OUTCOME)
+    for text in run.steps:
+        report.step(text)
     hold = check_holds(run.inspected, run.records)
-    report.tables.append(barrier_table(run, hold))
-    report.tables.append(state_table(run))
+    states = tuple(compare_state(cp, config.keys) for cp in run.inspected if cp.state is not None)
+    report.table(barrier_table(run, hold))
+    report.table(state_table(states))
 
     completed = [c for c in run.checkpoints if c.status is CheckpointStatus.COMPLETED]
     failed = [c for c in run.checkpoints if c.status is CheckpointStatus.FAILED]
+    unaligned = sum(c.unaligned for c in run.checkpoints)
     report.verify(
+        "clean-run",
         "the job ran cleanly: the checkpoints completed, aligned, no restart (no replay)",
-        len(completed) >= config.checkpoints and not failed and run.restarts == 0
-        and not any(c.unaligned for c in run.checkpoints),
+        len(completed) >= config.checkpoints and not failed and run.restarts == 0 and not unaligned,
         f"{len(completed)} completed (wanted {config.checkpoints}), {len(failed)} failed, "
-        f"{sum(c.unaligned for c in run.checkpoints)} unaligned, {run.restarts} restarts",
-    )  # fmt: skip
+        f"{unaligned} unaligned, {run.restarts} restarts",
+        completed=len(completed),
+        wanted=config.checkpoints,
+        failed=len(failed),
+        unaligned=unaligned,
+        restarts=run.restarts,
+    )
 
     # barriers per channel, holds
-    holds = [
-        h
-        for cp in run.inspected
-        for s in cp.subtasks
-        for c in s.channels
-        if (h := s.held_s(c)) is not None
-    ]  # fmt: skip
+    holds = [h for cp in run.inspected for s in cp.subtasks for c in s.channels if (h := s.held_s(c)) is not None]
     incomplete = [
         f"{cp.cut.checkpoint_id}/{OPERATOR_UID}#{s.subtask}"
         for cp in run.inspected
@@ -717,11 +698,15 @@ def build_report(run: BarriersRun) -> ScenarioReport:
     ]
     subtasks = sum(len(cp.subtasks) for cp in run.inspected)
     report.verify(
+        "barriers-on-every-channel",
         "every subtask of the two-input operator got barrier N on a channel of each input, "
         "all before its alignment ended",
         bool(run.inspected) and subtasks == len(run.inspected) * config.parallelism and not incomplete,
         f"{subtasks} subtask timelines of {len(run.inspected)} checkpoints; "
         f"incomplete: {', '.join(incomplete) or 'none'}",
+        subtask_timelines=subtasks,
+        checkpoints=len(run.inspected),
+        incomplete=tuple(incomplete),
     )
     longest = max(holds, default=0.0) * 1000
     report.measured("longest hold of an already-barriered channel", f"{longest:,.0f} ms")
@@ -730,46 +715,64 @@ def build_report(run: BarriersRun) -> ScenarioReport:
         f"{hold.held_records:,} records; {distribution(hold.held)}",
     )
     report.verify(
+        "alignment-exercised",
         "the run exercised alignment: a channel was held waiting for the other input's barrier, records behind it",
         longest >= config.min_hold_ms and hold.held_records > 0,
         f"longest hold {longest:,.0f} ms (at least {config.min_hold_ms:g}), {hold.held_records:,} records held",
+        longest_hold_ms=longest,
+        min_hold_ms=config.min_hold_ms,
+        held_records=hold.held_records,
     )
     report.verify(
+        "barriers-divide-events",
         "barriers divide the events: no post-barrier record processed before the alignment ended, "
         "no pre-barrier record after its channel's barrier",
         hold.checked > 0 and not hold.violations,
         f"{len(hold.violations):,} violations of {hold.checked:,} (record, checkpoint) pairs"
         + (f"; e.g. {hold.violations[0]}" if hold.violations else ""),
+        violations=len(hold.violations),
+        checked=hold.checked,
     )
 
     # the snapshot
-    totals_off = [s for s in run.states if not s.totals_match]
+    totals_off = [s for s in states if not s.totals_match]
     report.verify(
+        "snapshot-totals",
         "the snapshot holds exactly the pre-barrier records: per input the counts in keyed state add up to "
         "the source position",
-        bool(run.states) and not totals_off,
+        bool(states) and not totals_off,
         "; ".join(
             f"chk {s.checkpoint_id}: "
             + ", ".join(f"{i} {s.totals.get(i, 0):,} = {s.positions.get(i, 0):,}" for i in INPUTS)
-            for s in run.states
+            for s in states
+        ),
+        checkpoints=tuple(
+            {
+                "checkpoint": s.checkpoint_id,
+                **{f"{i}_counted": s.totals.get(i, 0) for i in INPUTS},
+                **{f"{i}_position": s.positions.get(i, 0) for i in INPUTS},
+            }
+            for s in states
         ),
     )
-    mismatched = [m for s in run.states for m in s.mismatched]
-    compared = sum(s.compared for s in run.states)
+    mismatched = [m for s in states for m in s.mismatched]
+    compared = sum(s.compared for s in states)
     report.verify(
+        "snapshot-per-key",
         "per key and input, (count, last seq) in the snapshot = the last pre-barrier record's, "
         "computed from the positions",
         compared > 0 and not mismatched,
         f"{len(mismatched):,} mismatched of {compared:,}" + (f"; e.g. {mismatched[0]}" if mismatched else ""),
+        mismatched=len(mismatched),
+        compared=compared,
     )
 
     # visibility
     v = measure_visibility(run.cuts, run.records, run.committed_duplicates)
     interval_ms = config.checkpoint_interval_s * 1000
-    durations = [c.duration_s for c in completed]
     report.measured(
         "checkpoint completion (trigger -> metadata written)",
-        distribution(durations) + f", interval {interval_ms:,.0f} ms",
+        distribution([c.duration_s for c in completed]) + f", interval {interval_ms:,.0f} ms",
     )
     if run.cuts:
         start = min(c.trigger_time for c in run.cuts)
@@ -788,37 +791,53 @@ def build_report(run: BarriersRun) -> ScenarioReport:
         "read_committed visibility: first seen - its checkpoint's completion (the commit)",
         distribution(v.after_completion_s),
     )
+    expected = records_expected(run.cuts)
     report.verify(
+        "committed-exactly-once",
         "read_committed holds each checkpointed record exactly once",
-        v.covered > 0
-        and v.covered == records_expected(run.cuts)
-        and v.missing_committed == 0
-        and v.duplicates_committed == 0,
-        f"{v.covered:,} records before the last cut (positions say {records_expected(run.cuts):,}): "
+        v.covered > 0 and v.covered == expected and v.missing_committed == 0 and v.duplicates_committed == 0,
+        f"{v.covered:,} records before the last cut (positions say {expected:,}): "
         f"{v.missing_committed:,} missing, {v.duplicates_committed:,} duplicates",
+        covered=v.covered,
+        expected=expected,
+        missing=v.missing_committed,
+        duplicates=v.duplicates_committed,
     )
     report.verify(
+        "committed-after-completion",
         "completion is the recovery point the commit waits for: no record visible to read_committed before the "
         "checkpoint covering it completed",
         len(v.committed_latency_s) > 0 and not v.committed_early,
         f"{len(v.committed_early):,} early of {len(v.committed_latency_s):,}"
         + (f"; e.g. {v.committed_early[0]}" if v.committed_early else ""),
+        early=len(v.committed_early),
+        committed=len(v.committed_latency_s),
+        min_after_completion_s=min(v.after_completion_s, default=None),
     )
-    p95 = percentile(v.uncommitted_latency_s, 0.95) * 1000 if v.uncommitted_latency_s else float("inf")
+    p50 = percentile(v.uncommitted_latency_s, 0.5) if v.uncommitted_latency_s else float("inf")
+    p95 = percentile(v.uncommitted_latency_s, 0.95) if v.uncommitted_latency_s else float("inf")
     report.verify(
+        "processing-did-not-wait",
         "processing did not wait for the checkpoint: read_uncommitted sees a record far below one interval "
         "after it was created (alignment holds included)",
-        p95 < interval_ms / 2,
-        f"p95 {p95:,.0f} ms < {interval_ms / 2:,.0f} ms (half the interval)",
+        p95 * 1000 < interval_ms / 2,
+        f"p95 {p95 * 1000:,.0f} ms < {interval_ms / 2:,.0f} ms (half the interval)",
+        uncommitted_p50_s=p50,
+        uncommitted_p95_s=p95,
+        committed_p50_s=percentile(v.committed_latency_s, 0.5) if v.committed_latency_s else None,
+        half_interval_s=interval_ms / 2000,
     )
     share = v.share_uncommitted_before_completion
     report.verify(
+        "uncommitted-before-completion",
         "output was visible (uncommitted) before its checkpoint completed: only the commit waited for completion",
         share >= 0.9,
         f"{share:.1%} of {v.covered:,} records seen by read_uncommitted before their checkpoint completed "
         "(at least 90%)",
+        share=share,
+        covered=v.covered,
     )
-    return report
+    return report.build()
 
 
 def _ms_after(at: float | None, trigger: float) -> str:
@@ -826,53 +845,65 @@ def _ms_after(at: float | None, trigger: float) -> str:
 
 
 def barrier_table(run: BarriersRun, hold: HoldCheck) -> Table:
-    table = Table(
-        "checkpoint", "subtask", "channel (upstream)", "barrier arrived (ms after trigger)",
-        "held until alignment end (ms)", "records held (after the barrier, created before the alignment end)",
-        "alignment end (ms)", "snapshot done (ms)",
-        title=f"barriers per channel of {OPERATOR_UID!r} (TaskManager clock; held = alignment end - barrier)",
-        title_justify="left",
-    )  # fmt: skip
+    rows: list[tuple[str, ...]] = []
     for cp in run.inspected:
         trigger = cp.cut.trigger_time
         for s in cp.subtasks:
             for n, c in enumerate(sorted(s.channels, key=lambda c: c.barrier_at or 0.0)):
                 held = s.held_s(c)
-                table.add_row(
-                    str(cp.cut.checkpoint_id) if n == 0 else "",
-                    f"{OPERATOR_UID}#{s.subtask}" if n == 0 else "",
-                    f"{c.channel} ({c.upstream})",
-                    _ms_after(c.barrier_at, trigger),
-                    "-" if held is None else f"{held * 1000:,.1f}",
-                    f"{hold.held_by_channel.get((cp.cut.checkpoint_id, s.subtask, c.input_name), 0):,}",
-                    _ms_after(s.alignment_end_at, trigger) if n == 0 else "",
-                    _ms_after(s.sync_end_at, trigger) if n == 0 else "",
+                rows.append(
+                    (
+                        str(cp.cut.checkpoint_id) if n == 0 else "",
+                        f"{OPERATOR_UID}#{s.subtask}" if n == 0 else "",
+                        f"{c.channel} ({c.upstream})",
+                        _ms_after(c.barrier_at, trigger),
+                        "-" if held is None else f"{held * 1000:,.1f}",
+                        f"{hold.held_by_channel.get((cp.cut.checkpoint_id, s.subtask, c.input_name), 0):,}",
+                        _ms_after(s.alignment_end_at, trigger) if n == 0 else "",
+                        _ms_after(s.sync_end_at, trigger) if n == 0 else "",
+                    )
                 )
-    return table
+    return Table(
+        f"barriers per channel of {OPERATOR_UID!r} (TaskManager clock; held = alignment end - barrier)",
+        (
+            "checkpoint",
+            "subtask",
+            "channel (upstream)",
+            "barrier arrived (ms after trigger)",
+            "held until alignment end (ms)",
+            "records held (after the barrier, created before the alignment end)",
+            "alignment end (ms)",
+            "snapshot done (ms)",
+        ),
+        tuple(rows),
+    )
 
 
-def state_table(run: BarriersRun) -> Table:
-    table = Table(
-        "checkpoint", *(f"{i}: source position" for i in INPUTS), *(f"{i}: Σ counts in state" for i in INPUTS),
-        "(key, input) entries = expected", title="the snapshot against the source positions", title_justify="left",
-    )  # fmt: skip
-    for s in run.states:
-        table.add_row(
-            str(s.checkpoint_id),
-            *(f"{s.positions.get(i, 0):,}" for i in INPUTS),
-            *(f"{s.totals.get(i, 0):,}" for i in INPUTS),
-            f"{s.compared - len(s.mismatched):,} of {s.compared:,}",
-        )
-    return table
+def state_table(states: Sequence[StateComparison]) -> Table:
+    return Table(
+        "the snapshot against the source positions",
+        (
+            "checkpoint",
+            *(f"{i}: source position" for i in INPUTS),
+            *(f"{i}: Σ counts in state" for i in INPUTS),
+            "(key, input) entries = expected",
+        ),
+        tuple(
+            (
+                str(s.checkpoint_id),
+                *(f"{s.positions.get(i, 0):,}" for i in INPUTS),
+                *(f"{s.totals.get(i, 0):,}" for i in INPUTS),
+                f"{s.compared - len(s.mismatched):,} of {s.compared:,}",
+            )
+            for s in states
+        ),
+    )
 
 
-def run_barriers_scenario(endpoints: Endpoints, config: BarriersConfig, console: Console) -> ScenarioReport:
-    return build_report(run_barriers(endpoints, config, console))
+# The command ----------------------------------------------------------------------------------------------
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    defaults = BarriersConfig()
-    parser = argparse.ArgumentParser(prog="weir scenario barriers", description=__doc__.split("\n")[0])
+def _arguments(parser: argparse.ArgumentParser, defaults: BarriersConfig) -> None:
     parser.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval_s, help="seconds")
     parser.add_argument("--checkpoints", type=int, default=defaults.checkpoints, help="run until this many completed")
     parser.add_argument(
@@ -882,8 +913,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--payments-rate", type=int, default=defaults.payments_rate)
     parser.add_argument("--payments-pause-ms", type=int, default=defaults.payments_pause_ms)
     parser.add_argument("--keys", type=int, default=defaults.keys)
-    parser.add_argument("--small", action="store_true", help="a short run: 2s interval, 4 checkpoints, 2 inspected")
-    args = parser.parse_args(argv)
+    parser.add_argument("--small", action="store_true", help="a short run: 2.3s interval, 4 checkpoints, 2 inspected")
+
+
+def _configure(args: argparse.Namespace, defaults: BarriersConfig) -> BarriersConfig:
     config = replace(
         defaults,
         checkpoint_interval_s=2.3 if args.small else args.checkpoint_interval,
@@ -895,13 +928,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         keys=args.keys,
     )
     if config.inspected < 1 or config.inspected > config.checkpoints:
-        parser.error("--inspected must be between 1 and --checkpoints")
-    return run_on_local_cluster(
-        "barriers",
-        "aligned checkpoint barriers on a two-input job",
-        lambda endpoints, console: run_barriers_scenario(endpoints, config, console),
-    )
+        raise UsageError("--inspected must be between 1 and --checkpoints")
+    return config
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+SCENARIO: Final = Scenario(
+    name=NAME,
+    title="aligned checkpoint barriers on a two-input job",
+    summary="a two-input job: per channel when barrier N arrived and how long it was held; the snapshot holds "
+    "exactly the pre-barrier records; completion is a recovery point, not when output became visible",
+    outcome=OUTCOME,
+    defaults=BarriersConfig(),
+    arguments=_arguments,
+    configure=_configure,
+    jobs=lambda config: (config.spec(),),
+    drive=drive,
+    check=check,
+)

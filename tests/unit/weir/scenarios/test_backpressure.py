@@ -7,18 +7,19 @@ import math
 import pytest
 
 from examples.slow_sink_aggregation import SlowWrite
-from weir.tools.scenario_backpressure import (
+from weir.scenarios.backpressure import (
     BackpressureConfig,
+    BackpressureRun,
     CheckpointPoint,
     ModeRun,
     Sample,
     Written,
+    check,
     comparison_end,
     measure,
-    percentile,
-    problems,
     slope,
 )
+from weir.scenarios.framework import percentile
 
 CONFIG = BackpressureConfig(events_per_second=2_000, keys=40, window_ms=250, sink_records_per_second=40, run_s=40.0)
 
@@ -59,7 +60,16 @@ def test_a_backpressured_run_measures_rates_and_the_formula() -> None:
     assert m.lag_growth == pytest.approx(1000, rel=0.01)
     assert m.formula_growth == pytest.approx(1000, rel=0.05)
     assert (m.completed, m.duration_first_s, m.duration_last_s, m.duration_max_s) == (6, 1.5, 9, 9)
-    assert problems(CONFIG, {"aligned": m}) == []
+    run = _run("aligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[1, 2, 4, 8, 9, 9])
+    report = check(CONFIG, BackpressureRun({"aligned": run}))
+    assert report.ok, report.failed
+    assert [c.name for c in report.checks] == [
+        "checkpoints-completed:aligned",
+        "sink-committed:aligned",
+        "backpressure:aligned",
+        "lag-follows-formula:aligned",
+    ]
+    assert report.check("lag-follows-formula:aligned").numbers["formula_growth"] == pytest.approx(1000, rel=0.05)
 
 
 def test_checkpoints_are_ordered_by_id_whatever_order_they_come_in() -> None:
@@ -69,29 +79,33 @@ def test_checkpoints_are_ordered_by_id_whatever_order_they_come_in() -> None:
     assert (m.duration_first_s, m.duration_last_s) == (1, 8)
 
 
-def test_no_checkpoint_no_backpressure_and_a_lag_off_the_formula_are_problems() -> None:
-    keeps_up = measure(_run("aligned", input_rate=2000, read_rate=2000, sink_rate=2000, durations=[]), CONFIG)
-    found = problems(CONFIG, {"aligned": keeps_up})
-    assert any("no checkpoint completed" in p for p in found)
-    assert any("no backpressure" in p for p in found)
-    off = measure(_run("aligned", input_rate=2000, read_rate=1900, sink_rate=1000, durations=[1, 2]), CONFIG)
-    assert any("the formula says" in p for p in problems(CONFIG, {"aligned": off}))
+def _failed(**runs: ModeRun) -> set[str]:
+    return {c.name for c in check(CONFIG, BackpressureRun(runs)).failed}
+
+
+def test_no_checkpoint_no_backpressure_and_a_lag_off_the_formula_fail() -> None:
+    keeps_up = _run("aligned", input_rate=2000, read_rate=2000, sink_rate=2000, durations=[])
+    assert _failed(aligned=keeps_up) == {"checkpoints-completed:aligned", "backpressure:aligned"}
+    off = _run("aligned", input_rate=2000, read_rate=1800, sink_rate=1000, durations=[1, 2])  # lag +200/s, not +1000
+    assert _failed(aligned=off) == {"lag-follows-formula:aligned"}
 
 
 def test_unaligned_checkpoints_must_be_clearly_shorter_and_latency_not_lower() -> None:
     aligned = _run("aligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[2, 6, 9, 10])
     good = _run("unaligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[1.2, 1.1, 1.3, 1.2])
-    until = comparison_end([aligned, good])
-    measured = {"aligned": measure(aligned, CONFIG, until), "unaligned": measure(good, CONFIG, until)}
-    assert problems(CONFIG, measured) == []
+    report = check(CONFIG, BackpressureRun({"aligned": aligned, "unaligned": good}))
+    assert report.ok, report.failed
+    assert len(report.checks) == 10  # four per mode, two comparing them
+    numbers = report.check("unaligned-shorter").numbers
+    assert (numbers["unaligned_s"], numbers["aligned_s"]) == (1.2, 10)  # the last third's medians
 
     same = _run("unaligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[2, 6, 9, 9.9])
-    found = problems(CONFIG, {"aligned": measured["aligned"], "unaligned": measure(same, CONFIG, until)})
-    assert len(found) == 1 and "not shorter" in found[0] and "do not overtake" in found[0]
+    assert _failed(aligned=aligned, unaligned=same) == {"unaligned-shorter"}
+    detail = check(CONFIG, BackpressureRun({"aligned": aligned, "unaligned": same})).check("unaligned-shorter").detail
+    assert "do not overtake" in detail  # its barriers came as late as aligned ones
 
     faster = _run("unaligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[1, 1, 1], latency_s=1.0)
-    found = problems(CONFIG, {"aligned": measured["aligned"], "unaligned": measure(faster, CONFIG, until)})
-    assert any("latency is much lower" in p for p in found)
+    assert "unaligned-latency-not-lower" in _failed(aligned=aligned, unaligned=faster)
 
 
 def test_an_unavailable_mode_is_not_measured() -> None:
@@ -99,6 +113,9 @@ def test_an_unavailable_mode_is_not_measured() -> None:
     unavailable = ModeRun("unaligned", "job-u", "UnsupportedCheckpointAction: ...")
     assert not unavailable.available
     assert comparison_end([aligned, unavailable]) == max(w.written_s for w in aligned.written)
+    report = check(CONFIG, BackpressureRun({"aligned": aligned, "unaligned": unavailable}))
+    assert report.ok and all(c.name.endswith(":aligned") for c in report.checks)  # only the aligned half judged
+    assert any("unavailable in this runtime" in e.value for e in report.evidence)
 
 
 def test_the_slow_write_paces_each_thread_and_stamps_the_write_time() -> None:

@@ -38,51 +38,52 @@ the behind sink committed the checkpoint and the final reconciliation finds ever
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import signal
-import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import partial
-from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 from rich.console import Console
-from rich.table import Table
 
 from weir.connectors import kafka, postgres
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
-from weir.core.errors import WeirError
 from weir.core.states import JobStatus
-from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
+from weir.operators.transactional_sinks import marker_topic_name
+from weir.scenarios.driving import cancel_unless_ended, poll
+from weir.scenarios.framework import Figure, JobSpec, Report, ReportBuilder, Scenario, ScenarioError, Table
+from weir.scenarios.keyed_job import (
+    KAFKA_SINK_UID,
+    POSTGRES_SINK_UID,
+    WINDOW_UID,
+    KeyedJob,
+    committed_checkpoints,
+    marker_entries,
+    prepared_epochs,
+    proof_of,
+    window_of,
+)
 from weir.tools.client import JobDetails, JobManagerClient
-from weir.tools.drive import recreate_inputs, s3_endpoints, start_local_cluster, wait_for_job
+from weir.tools.drive import wait_for_job
 from weir.tools.events import EventSpec, produce_events
-from weir.tools.scenario_report import WIDE, ScenarioReport, exit_code, print_report
 from weir.tools.supervisor import cluster_dir, kill_process, local_status
 from weir.tools.verify import (
     COMMIT_PROOF_TABLE,
     CommitProof,
     ProofEntry,
+    SinkReport,
     VerifyReport,
-    last_commits,
     reconcile,
     sink_transaction,
     verify_job,
 )
 
-JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "keyed_aggregation.py"
-WINDOW_UID: Final = "window-count-sum"
-KAFKA_SINK_UID: Final = "kafka-sink"
-POSTGRES_SINK_UID: Final = "postgres-sink"
-TABLE_DEFINITION: Final = (
-    "key text, window_start bigint, window_end bigint, count bigint, sum bigint, PRIMARY KEY (key, window_start)"
-)
+NAME: Final = "recovery"
 OUTCOME: Final = (
     "After a task failure, Flink restores the latest completed checkpoint and rewinds replayable sources. "
     "Some records execute again, but managed state reflects each logical input once. Duplicate execution is "
@@ -92,26 +93,24 @@ OUTCOME: Final = (
 PREPARED_POLL_S: Final = 0.002  # the poll interval of pg_prepared_xacts while waiting for a pre-commit
 
 
-class RecoveryScenarioError(WeirError):
-    """The scenario could not be run to its end (the job failed or finished too early, a wait timed out)."""
+def recovery_job(prefix: str = "recovery", records_per_second: int = 2_000) -> KeyedJob:
+    """The keyed job, bounded, its source throttled to ``records_per_second`` in all (the run lasts
+    events / this, plus replays), fixed-delay restarts 4 s apart: the time there is to read the proofs
+    between a failure and the restore."""
+    return KeyedJob.named(
+        prefix, bounded=True, records_per_second=records_per_second, window_ms=500, restart_delay="4s"
+    )
 
 
 @dataclass(frozen=True)
 class RecoveryConfig:
+    job: KeyedJob = recovery_job()
     events: int = 120_000
     keys: int = 400
-    records_per_second: int = 2_000  # the source's total pace: the run lasts events / this, plus replays
     parallelism: int = 3
-    window_ms: int = 500
-    checkpoint_interval: str = "1s"
-    restart_delay: str = "4s"  # the time there is to read the proofs between a failure and the restore
     partitions: int = 3  # one per source subtask: a subtask reading two drains one before the other, and its
     # watermark (their minimum) would hold the windows back until then
     sink_partitions: int = 3
-    source_topic: str = "recovery-events"
-    sink_topic: str = "recovery-results"
-    dlq_topic: str = "recovery-dlq"
-    table: str = "recovery_results"
     killed_subtask: int = 0  # the PostgreSQL-sink subtask whose TaskManager is killed after pre-commit
     freeze_s: float = 2.0  # how long the frozen TaskManager is watched (below the heartbeat timeout, 6 s)
     attempts: int = 4  # tries of each fault (a pre-commit missed by the poll, a commit faster than it)
@@ -121,31 +120,16 @@ class RecoveryConfig:
     @classmethod
     def small(cls, suffix: str = "") -> RecoveryConfig:
         """The integration test's size: about 30 s of input."""
-        tail = f"-{suffix}" if suffix else ""
-        return cls(
-            events=45_000,
-            keys=200,
-            records_per_second=1_500,
-            source_topic=f"recovery-events{tail}",
-            sink_topic=f"recovery-results{tail}",
-            dlq_topic=f"recovery-dlq{tail}",
-            table=f"recovery_results{tail.replace('-', '_')}",
-            timeout_s=150.0,
-        )
+        prefix = f"recovery-{suffix}" if suffix else "recovery"
+        return cls(job=recovery_job(prefix, records_per_second=1_500), events=45_000, keys=200, timeout_s=150.0)
 
-    def parameters(self) -> dict[str, str]:
-        return {
-            "source.topic": self.source_topic,
-            "sink.topic": self.sink_topic,
-            "sink.table": self.table,
-            "source.dlq_topic": self.dlq_topic,
-            "source.bounded": "true",
-            "source.records_per_second": str(self.records_per_second),
-            "window.size_ms": str(self.window_ms),
-            "checkpointing.interval": self.checkpoint_interval,
-            "restart.strategy": "fixed-delay",
-            "restart.delay": self.restart_delay,
-        }
+    def spec(self) -> JobSpec:
+        return self.job.spec(self.parallelism)
+
+    @property
+    def table(self) -> str:
+        assert self.job.table is not None
+        return self.job.table
 
     def event_spec(self) -> EventSpec:
         """Event time advances 1 ms per event: faster than the wall clock at the throttled pace, so
@@ -156,17 +140,7 @@ class RecoveryConfig:
 # Pure parts: what the topics, proofs and prepared transactions say ------------------------------------
 
 
-WindowId = tuple[str, int]  # (key, window start)
 OutputRecord = tuple[int, int, bytes | None]  # (partition, offset, value) of a results record
-
-
-def window_of(value: bytes | None) -> WindowId | None:
-    """The (key, window start) a results record is for; None for a record that does not parse."""
-    try:
-        doc = json.loads(value or b"")
-        return (str(doc["key"]), int(doc["window_start"]))
-    except (ValueError, KeyError, TypeError):
-        return None
 
 
 @dataclass(frozen=True)
@@ -209,47 +183,6 @@ def aborted_output(
 def replayed_records(records_all_attempts: int, input_records: int) -> int:
     """Records the window tasks received beyond one per input record: those a restore replayed."""
     return records_all_attempts - input_records
-
-
-def marker_entries(records: Iterable[tuple[bytes | None, int]], operator_uid: str) -> list[ProofEntry]:
-    """The Kafka sink's commit proof: its committed marker records, as (value, timestamp ms)."""
-    entries: list[ProofEntry] = []
-    for value, at_ms in records:
-        marker = CommitMarker.parse(value)
-        if marker is not None and marker.operator_uid == operator_uid:
-            entries.append(
-                ProofEntry(
-                    marker.job_id, marker.operator_uid, marker.subtask, marker.checkpoint_id, marker.records, at_ms
-                )
-            )
-    return entries
-
-
-def proof_of(source: str, entries: Sequence[ProofEntry], job_id: str, operator_uid: str) -> CommitProof:
-    """One sink's commit proof in one job, as ``weir verify`` builds it."""
-    commits = last_commits(entries, job_id, operator_uid)
-    if not commits:
-        return CommitProof(source, job_id, missing_reason=f"no entries for {operator_uid} of job {job_id}")
-    return CommitProof(source, job_id, commits)
-
-
-def prepared_epochs(gids: Iterable[str], operator_uid: str, job_id: str) -> dict[int, tuple[int, ...]]:
-    """Per subtask of the sink, the epochs (checkpoint ids) of its transactions prepared now."""
-    found: dict[int, list[int]] = {}
-    for gid in gids:
-        txn = sink_transaction(gid, operator_uid, job_id)
-        if txn is not None:
-            found.setdefault(int(txn.subtask), []).append(int(txn.checkpoint_id))
-    return {subtask: tuple(sorted(epochs)) for subtask, epochs in sorted(found.items())}
-
-
-def committed_checkpoints(entries: Iterable[ProofEntry], job_id: str, operator_uid: str, subtask: int) -> set[int]:
-    """Every checkpoint one sink subtask committed in the job, by its proof."""
-    return {
-        e.checkpoint_id
-        for e in entries
-        if e.job_id == job_id and e.operator_uid == operator_uid and e.subtask == subtask
-    }
 
 
 @dataclass(frozen=True)
@@ -316,7 +249,7 @@ def signal_taskmanager(name: str, sig: signal.Signals) -> int:
     status = local_status(cluster_dir())
     process = None if status is None else next((p for p in status.processes if p.name == name), None)
     if process is None or process.pid is None or not process.alive:
-        raise RecoveryScenarioError(f"{name} is not running in the local cluster ({cluster_dir()})")
+        raise ScenarioError(f"{name} is not running in the local cluster ({cluster_dir()})")
     os.killpg(process.pid, sig)
     return process.pid
 
@@ -332,7 +265,7 @@ def sink_task(status: JobDetails, table: str, subtask: int) -> tuple[str, str]:
     for task in status.tasks:
         if task.subtask == subtask and name in task.operator_names.split(" -> "):
             return task.vertex_uid, task.taskmanager_id
-    raise RecoveryScenarioError(f"no task of job {status.summary.job_id} runs {name} subtask {subtask}")
+    raise ScenarioError(f"no task of job {status.summary.job_id} runs {name} subtask {subtask}")
 
 
 # Reading the systems -----------------------------------------------------------------------------------
@@ -416,24 +349,12 @@ class Probe:
 
     def open_partitions(self) -> dict[int, int]:
         """Partitions of the results topic with an open transaction: records above the last stable offset."""
-        offsets = kafka.partition_offsets(self.endpoints, self.config.sink_topic, self.config.sink_partitions)
+        offsets = kafka.partition_offsets(self.endpoints, self.config.job.sink_topic, self.config.sink_partitions)
         return {p: hw - lso for p, (_low, lso, hw) in offsets.items() if lso < hw}
 
 
 def _entry_key(e: ProofEntry) -> tuple[str, str, int, int]:
     return (e.job_id, e.operator_uid, e.subtask, e.checkpoint_id)
-
-
-def _poll(condition: Callable[[], Any], timeout_s: float, interval_s: float) -> Any:
-    """``condition()``'s first truthy answer within ``timeout_s``; None after it."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        answer = condition()
-        if answer:
-            return answer
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(interval_s)  # the poll interval of a wait with a deadline
 
 
 def _running_after(probe: Probe, since: float, what: str, timeout_s: float) -> JobDetails:
@@ -557,13 +478,11 @@ def kill_after_pre_commit(probe: Probe, steps: list[str], console: Console) -> K
         )
         vertex, taskmanager = sink_task(status, config.table, subtask)
         if not taskmanager_running(taskmanager):
-            raise RecoveryScenarioError(f"{taskmanager} runs {vertex}#{subtask} but is not running")
+            raise ScenarioError(f"{taskmanager} runs {vertex}#{subtask} but is not running")
         last = status.last_completed_checkpoint or 0
-        epoch = _poll(partial(_new_epoch, probe, subtask, last), 10.0, PREPARED_POLL_S)
+        epoch = poll(partial(_new_epoch, probe, subtask, last), 10.0, PREPARED_POLL_S)
         if epoch is None:
-            raise RecoveryScenarioError(
-                f"{POSTGRES_SINK_UID}#{subtask} prepared no transaction after checkpoint {last}"
-            )
+            raise ScenarioError(f"{POSTGRES_SINK_UID}#{subtask} prepared no transaction after checkpoint {last}")
         pid = signal_taskmanager(taskmanager, signal.SIGSTOP)
         frozen = True
         try:
@@ -579,7 +498,7 @@ def kill_after_pre_commit(probe: Probe, steps: list[str], console: Console) -> K
                 f"at the barrier of checkpoint {checkpoint} (pg_prepared_xacts): {taskmanager} frozen at once (SIGSTOP)"
             )
             open_partitions = probe.open_partitions()
-            completed = _poll(partial(_checkpoint_completed, probe, checkpoint), config.freeze_s, 0.05)
+            completed = poll(partial(_checkpoint_completed, probe, checkpoint), config.freeze_s, 0.05)
             killed_at = time.time()
         finally:
             if frozen:
@@ -612,7 +531,7 @@ def kill_after_pre_commit(probe: Probe, steps: list[str], console: Console) -> K
             killed_at,
             attempt,
         )
-    raise RecoveryScenarioError(
+    raise ScenarioError(
         f"no prepared transaction of {POSTGRES_SINK_UID}#{subtask} held still in {config.attempts} tries"
     )
 
@@ -655,16 +574,14 @@ def partial_commit(probe: Probe, steps: list[str], console: Console, since: floa
         status = _running_after(probe, since, "the job running again", config.timeout_s)
         last = status.last_completed_checkpoint or 0
         ender = _SessionEnder(probe, last, probe.owner_sessions())
-        _poll(ender, 10.0, PREPARED_POLL_S)
+        poll(ender, 10.0, PREPARED_POLL_S)
         failed_at = time.time()
         ended = ender.ended
         if not ended:
-            raise RecoveryScenarioError(
-                f"no {POSTGRES_SINK_UID} subtask prepared a transaction after checkpoint {last}"
-            )
-        checkpoint = _poll(partial(_completed_after, probe, last), config.capture_s, 0.02)
+            raise ScenarioError(f"no {POSTGRES_SINK_UID} subtask prepared a transaction after checkpoint {last}")
+        checkpoint = poll(partial(_completed_after, probe, last), config.capture_s, 0.02)
         capture = _Capture(probe, checkpoint) if checkpoint is not None else None
-        found = _poll(capture, config.capture_s, 0.02) if capture is not None else None
+        found = poll(capture, config.capture_s, 0.02) if capture is not None else None
         if capture is None or found is None:
             seen = capture.last if capture is not None else None
             console.print(
@@ -683,6 +600,7 @@ def partial_commit(probe: Probe, steps: list[str], console: Console, since: floa
             since = failed_at
             continue
         during, gids = found
+        assert checkpoint is not None  # found: captured at that checkpoint
         steps.append(
             f"after checkpoint {last}: ended the PostgreSQL session of {POSTGRES_SINK_UID} subtask(s) "
             f"{sorted(ended)} (pids {sorted(ended.values())}) right after each prepared checkpoint {checkpoint}; "
@@ -690,17 +608,20 @@ def partial_commit(probe: Probe, steps: list[str], console: Console, since: floa
         )
         steps.append("read the commit proofs between that failure and the restore: " + "; ".join(during.reconciliation))
         _running_after(probe, failed_at, "the restore after the failed PostgreSQL commit", config.timeout_s)
-        after = _poll(partial(_settled_snapshot, probe), config.capture_s, 0.05) or probe.snapshot()
+        after = poll(partial(_settled_snapshot, probe), config.capture_s, 0.05) or probe.snapshot()
         steps.append("after the restore: " + "; ".join(after.reconciliation))
         return PartialOutcome(checkpoint, ended, during, tuple(gids), after, failed_at, attempt)
-    raise RecoveryScenarioError(f"no partial cross-sink commit captured in {config.attempts} tries")
+    raise ScenarioError(f"no partial cross-sink commit captured in {config.attempts} tries")
 
 
 # The whole run -----------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class RecoveryOutcome:
+class RecoveryRun:
+    """What the driver measured: both faults, the job's end, the results topic read twice, the table's
+    counts and ``weir verify``'s comparison."""
+
     job_id: str
     kill: KillOutcome
     partial: PartialOutcome
@@ -719,39 +640,28 @@ class RecoveryOutcome:
         return replayed_records(self.records_all_attempts, self.input_records)
 
 
-def run_recovery_scenario(endpoints: Endpoints, config: RecoveryConfig, console: Console) -> ScenarioReport:
-    """Everything but starting the cluster (it must be up): inputs, the job, both faults, the checks."""
-    outcome = run_recovery(endpoints, config, console)
-    return build_report(config, outcome)
-
-
-def run_recovery(endpoints: Endpoints, config: RecoveryConfig, console: Console) -> RecoveryOutcome:
+def drive(endpoints: Endpoints, config: RecoveryConfig, console: Console) -> RecoveryRun:
+    """Inputs, the job, both faults, the job's end and everything read back (the cluster is up)."""
     began = time.monotonic()
     timings: dict[str, float] = {}
-    recreate_inputs(
-        endpoints,
-        {config.source_topic: config.partitions, config.sink_topic: config.sink_partitions, config.dlq_topic: 1},
-        config.table,
-        TABLE_DEFINITION,
-    )
-    spec = config.event_spec()
-    produced = produce_events(endpoints, config.source_topic, spec)
+    job = config.job
+    job.recreate(endpoints, config.partitions, config.sink_partitions)
+    produced = produce_events(endpoints, job.source_topic, config.event_spec())
     console.print(
-        f"inputs: {produced:,} events ({config.keys} keys) in {config.source_topic} ({config.partitions} partitions); "
-        f"results to {config.sink_topic} and table {config.table}",
+        f"inputs: {produced:,} events ({config.keys} keys) in {job.source_topic} ({config.partitions} partitions); "
+        f"results to {job.sink_topic} and table {job.table}",
         soft_wrap=True,
     )
     timings["inputs"] = time.monotonic() - began
-    steps: list[str] = []  # what the two faults did, for the report
+    spec = config.spec()
+    steps: list[str] = [
+        f"produced {produced:,} events ({config.keys} keys) into {job.source_topic}; ran {spec.command()}: "
+        f"bounded, throttled to {job.records_per_second:,}/s, a checkpoint every {job.checkpoint_interval}, "
+        f"restart fixed-delay {job.restart_delay}"
+    ]
     with JobManagerClient(endpoints.jobmanager_address) as client:
-        params = config.parameters()
-        job_id = client.submit_job(JOB_FILE, params, config.parallelism)
-        console.print(
-            f"job {job_id} submitted: {JOB_FILE.name} -p {config.parallelism} "
-            + " ".join(f"-D {k}={v}" for k, v in params.items()),
-            soft_wrap=True,
-            highlight=False,
-        )
+        job_id = spec.submit(client)
+        console.print(f"job {job_id} submitted: {spec.command()}", soft_wrap=True, highlight=False)
         probe = Probe(endpoints, client, config, job_id)
         try:
             kill = kill_after_pre_commit(probe, steps, console)
@@ -766,21 +676,21 @@ def run_recovery(endpoints: Endpoints, config: RecoveryConfig, console: Console)
                 row = conn.execute(f'SELECT coalesce(sum(count), 0) FROM "{config.table}"').fetchone()
             table_count = int(row[0]) if row else 0
         except BaseException:
-            with contextlib.suppress(WeirError):  # leave no job of a broken run holding slots
-                client.cancel_job(job_id)
+            cancel_unless_ended(client, job_id)  # leave no job of a broken run holding slots
             raise
         finally:
             probe.close()
-    uncommitted = [(p, o, v) for p, o, _k, v in kafka.read_all(endpoints, config.sink_topic, "read_uncommitted")]
-    committed = [(p, o, v) for p, o, _k, v, _ts in kafka.read_committed_records(endpoints, config.sink_topic)]
+    uncommitted = [(p, o, v) for p, o, _k, v in kafka.read_all(endpoints, job.sink_topic, "read_uncommitted")]
+    committed = [(p, o, v) for p, o, _k, v, _ts in kafka.read_committed_records(endpoints, job.sink_topic)]
     aborted = aborted_output(uncommitted, committed)
     kafka_count = sum(json.loads(v or b"{}").get("count", 0) for _p, _o, v in committed)
     window_tasks = [t for t in final.tasks if t.vertex_uid == WINDOW_UID]
     if not window_tasks:
-        raise RecoveryScenarioError(f"job {job_id} has no {WINDOW_UID} task")
-    verified = verify_job(JOB_FILE, params, job_id=job_id, endpoints=endpoints)
+        raise ScenarioError(f"job {job_id} has no {WINDOW_UID} task")
+    verified = verify_job(job.file, job.parameters(), job_id=job_id, endpoints=endpoints)
     timings["read and verify"] = time.monotonic() - began - sum(timings.values())
-    outcome = RecoveryOutcome(
+    steps.append(f"job FINISHED; read {job.sink_topic} twice (read_uncommitted, read_committed); ran weir verify")
+    return RecoveryRun(
         job_id,
         kill,
         partial_outcome,
@@ -794,20 +704,17 @@ def run_recovery(endpoints: Endpoints, config: RecoveryConfig, console: Console)
         tuple(steps),
         timings,
     )
-    return outcome
 
 
-def build_report(config: RecoveryConfig, o: RecoveryOutcome) -> ScenarioReport:
+# The checks ---------------------------------------------------------------------------------------------
+
+
+def check(config: RecoveryConfig, o: RecoveryRun) -> Report:
     """The run's evidence and the card's outcome as checked statements."""
-    report = ScenarioReport("recovery", OUTCOME)
-    report.step(
-        f"ran {JOB_FILE.name} (job {o.job_id}) at parallelism {config.parallelism} over {o.input_records:,} events, "
-        f"throttled to {config.records_per_second:,}/s, a checkpoint every {config.checkpoint_interval}, "
-        f"restart fixed-delay {config.restart_delay}"
-    )
+    report = ReportBuilder(NAME, OUTCOME)
     for text in o.steps:
         report.step(text)
-    report.step(f"job FINISHED; read {config.sink_topic} twice (read_uncommitted, read_committed); ran weir verify")
+    report.table(proof_timeline(o.partial))
 
     k, p, a = o.kill, o.partial, o.aborted
     report.measured(
@@ -840,7 +747,7 @@ def build_report(config: RecoveryConfig, o: RecoveryOutcome) -> ScenarioReport:
     report.measured("reconciliation then (weir verify's)", " | ".join(p.during.reconciliation))
     report.measured("reconciliation after the restore", " | ".join(p.after.reconciliation))
     report.measured(
-        f"{config.sink_topic} read_uncommitted / read_committed",
+        f"{config.job.sink_topic} read_uncommitted / read_committed",
         f"{a.uncommitted:,} / {a.committed:,} records: {a.aborted:,} aborted ({a.aborted_windows:,} windows)",
     )
     report.measured(
@@ -857,116 +764,167 @@ def build_report(config: RecoveryConfig, o: RecoveryOutcome) -> ScenarioReport:
     report.measured("restarts", o.final.summary.restarts)
     report.measured("timings", ", ".join(f"{name} {s:.1f}s" for name, s in o.timings.items()))
     for sample in a.samples:
-        report.measured("sample", sample)
+        report.note(sample)
 
-    report.verify(
+    v = report.verify
+    v(
+        "killed-after-pre-commit",
         "a TaskManager was SIGKILLed after pre-commit: its PostgreSQL sink subtask held the checkpoint's "
         "transaction prepared at the kill",
         k.epoch in k.prepared_at_kill.get(k.subtask, ()),
         f"{k.taskmanager} killed in checkpoint {k.checkpoint_id}; {POSTGRES_SINK_UID}#{k.subtask} prepared epochs "
         f"{list(k.prepared_at_kill.get(k.subtask, ()))} ∋ {k.epoch}",
+        checkpoint=k.checkpoint_id,
+        epoch=k.epoch,
+        subtask=k.subtask,
+        prepared_epochs=k.prepared_at_kill.get(k.subtask, ()),
     )
     final_name = k.checkpoint_final_status.name if k.checkpoint_final_status else "unknown"
-    report.verify(
+    v(
+        "prepared-resolved-as-checkpoint",
         "recovery resolved that prepared transaction as the checkpoint's outcome says (committed if it "
         "completed, rolled back if not)",
         k.resolved_as_checkpoint_says,
         f"checkpoint {k.checkpoint_id} {final_name}; {'committed' if k.committed_after else 'not committed'}, "
         f"{'still prepared' if k.prepared_after else 'not prepared'}",
+        checkpoint_status=final_name,
+        committed_after=k.committed_after,
+        prepared_after=k.prepared_after,
     )
-    report.verify(
+    v(
+        "aborted-records-uncommitted-only",
         "the aborted transactions' records are seen by read_uncommitted only",
         a.aborted > 0,
         f"read_uncommitted {a.uncommitted:,} − read_committed {a.committed:,} = {a.aborted:,} aborted > 0",
+        read_uncommitted=a.uncommitted,
+        read_committed=a.committed,
+        aborted=a.aborted,
     )
-    report.verify(
+    v(
+        "aborted-windows-committed-once",
         "every aborted record's window is committed exactly once",
         a.aborted_windows > 0 and a.committed_once == a.aborted_windows,
         f"{a.committed_once:,} of {a.aborted_windows:,} windows once; {a.not_committed} never, "
         f"{a.committed_more} more than once",
+        aborted_windows=a.aborted_windows,
+        committed_once=a.committed_once,
+        not_committed=a.not_committed,
+        committed_more=a.committed_more,
     )
-    report.verify(
+    v(
+        "duplicate-execution",
         "duplicate execution happened: the window tasks received records again after the restores",
         o.replayed > 0,
         f"{o.records_all_attempts:,} received over all attempts − {o.input_records:,} input = {o.replayed:,} > 0",
+        records_all_attempts=o.records_all_attempts,
+        input_records=o.input_records,
+        replayed=o.replayed,
     )
-    report.verify(
+    v(
+        "state-counts-each-input-once",
         "managed state reflects each logical input once: the committed windows count every event once",
         o.table_count == o.input_records and o.kafka_count == o.input_records,
         f"Σ count table {o.table_count:,}, Kafka {o.kafka_count:,} = input {o.input_records:,}",
+        table_count=o.table_count,
+        kafka_count=o.kafka_count,
+        input_records=o.input_records,
     )
     sinks = {s.uid: s for s in o.verify.sinks}
-    report.verify(
+    v(
+        "sinks-exact",
         "both sinks are exact (weir verify): no duplicate external effect, nothing left prepared or open",
         o.verify.ok and set(sinks) == {KAFKA_SINK_UID, POSTGRES_SINK_UID},
         "; ".join(
             f"{s.uid} {s.found:,}/{s.expected:,} " + (", ".join(s.problems()) or "exact") for s in sinks.values()
         ),
+        **_sink_figures(sinks),
     )
-    report.verify(
+    v(
+        "restarted-and-finished",
         "the job restarted after each induced failure and finished",
         o.final.summary.status is JobStatus.FINISHED and o.final.summary.restarts >= 1 + p.attempts,
         f"{o.final.summary.status.name}, restarts {o.final.summary.restarts} ≥ {1 + p.attempts} (1 SIGKILL, "
         f"{p.attempts} failed PostgreSQL commit{'s' if p.attempts > 1 else ''})",
+        status=o.final.summary.status.name,
+        restarts=o.final.summary.restarts,
+        induced_failures=1 + p.attempts,
     )
-    report.verify(
+    v(
+        "partial-cross-sink-success",
         f"partial cross-sink success: {KAFKA_SINK_UID} committed checkpoint N, {POSTGRES_SINK_UID} not yet "
         "(N prepared); weir verify's reconciliation says so",
         p.during.partial() == p.checkpoint_id and any("will commit" in line for line in p.during.reconciliation),
         f"N = {p.checkpoint_id}: {KAFKA_SINK_UID} up to {p.during.kafka_last}, {POSTGRES_SINK_UID} up to "
         f"{p.during.postgres_last}, prepared in subtasks {list(p.behind_subtasks)}",
+        checkpoint=p.checkpoint_id,
+        kafka_last=p.during.kafka_last,
+        postgres_last=p.during.postgres_last,
+        behind_subtasks=p.behind_subtasks,
+        reconciliation=tuple(p.during.reconciliation),
     )
     final_lasts = {s.uid: s.commit_proof.last_committed_checkpoint for s in o.verify.sinks}
-    report.verify(
+    v(
+        "behind-sink-caught-up",
         "recovery caught the behind sink up: it committed N, and in the end every sink committed up to the "
         "same checkpoint",
         p.caught_up and len(set(final_lasts.values())) == 1 and None not in final_lasts.values(),
         f"{POSTGRES_SINK_UID} committed {p.checkpoint_id} in subtasks {list(p.behind_subtasks)}: "
         f"{'yes' if p.caught_up else 'no'}; final " + ", ".join(f"{u} {c}" for u, c in final_lasts.items()),
+        caught_up=p.caught_up,
+        final_last_committed=final_lasts,
     )
-    return report
+    return report.build()
 
 
-def print_timeline(console: Console, outcome: RecoveryOutcome) -> None:
+def _sink_figures(sinks: Mapping[str, SinkReport]) -> dict[str, Figure]:
+    out: dict[str, Figure] = {}
+    for uid, s in sinks.items():
+        figures: dict[str, Figure] = {"found": s.found, "expected": s.expected, "problems": tuple(s.problems())}
+        out[uid] = figures
+    return out
+
+
+def proof_timeline(p: PartialOutcome) -> Table:
     """The commit proofs around the partial commit, per subtask."""
-    table = Table("moment", "sink", "subtask: last committed checkpoint", title="commit proofs", title_justify="left")
-    for moment, snap in (
-        ("between failure and restore", outcome.partial.during),
-        ("after the restore", outcome.partial.after),
-    ):
-        for uid, proof in ((KAFKA_SINK_UID, snap.kafka), (POSTGRES_SINK_UID, snap.postgres)):
-            table.add_row(moment, uid, ", ".join(f"#{c.subtask}: {c.checkpoint_id}" for c in proof.subtasks))
-    console.print(table)
+    return Table(
+        "commit proofs",
+        ("moment", "sink", "subtask: last committed checkpoint"),
+        tuple(
+            (moment, uid, ", ".join(f"#{c.subtask}: {c.checkpoint_id}" for c in proof.subtasks))
+            for moment, snap in (("between failure and restore", p.during), ("after the restore", p.after))
+            for uid, proof in ((KAFKA_SINK_UID, snap.kafka), (POSTGRES_SINK_UID, snap.postgres))
+        ),
+    )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    defaults = RecoveryConfig()
-    parser = argparse.ArgumentParser(prog="weir scenario recovery", description=__doc__.split("\n")[0])
+# The command ----------------------------------------------------------------------------------------------
+
+
+def _arguments(parser: argparse.ArgumentParser, defaults: RecoveryConfig) -> None:
     parser.add_argument("--small", action="store_true", help="the integration test's size (about 30 s of input)")
     parser.add_argument("--events", type=int, default=None)
     parser.add_argument("--records-per-second", type=int, default=None)
-    args = parser.parse_args(argv)
+
+
+def _configure(args: argparse.Namespace, defaults: RecoveryConfig) -> RecoveryConfig:
     config = RecoveryConfig.small() if args.small else defaults
     if args.events is not None:
         config = replace(config, events=args.events)
     if args.records_per_second is not None:
-        config = replace(config, records_per_second=args.records_per_second)
-    console = Console()
-    if not console.is_terminal:
-        console.width = max(console.width, WIDE)
-    endpoints = s3_endpoints()
-    console.rule("[bold]Weir scenario: recovery (SIGKILL after pre-commit, a partial cross-sink commit)")
-    try:
-        start_local_cluster(console, endpoints)
-        outcome = run_recovery(endpoints, config, console)
-    except WeirError as exc:
-        console.print(f"[bold red]scenario recovery: {exc}[/]", soft_wrap=True)
-        return 1
-    report = build_report(config, outcome)
-    print_timeline(console, outcome)
-    print_report(console, report)
-    return exit_code(report)
+        config = replace(config, job=config.job.with_(records_per_second=args.records_per_second))
+    return config
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+SCENARIO: Final = Scenario(
+    name=NAME,
+    title="recovery (SIGKILL after pre-commit, a partial cross-sink commit)",
+    summary="a TaskManager SIGKILLed after pre-commit: aborted records only for read_uncommitted, replay counted, "
+    "state and both sinks exact, partial cross-sink success reconciled by weir verify",
+    outcome=OUTCOME,
+    defaults=RecoveryConfig(),
+    arguments=_arguments,
+    configure=_configure,
+    jobs=lambda config: (config.spec(),),
+    drive=drive,
+    check=check,
+)

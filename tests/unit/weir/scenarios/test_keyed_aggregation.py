@@ -5,35 +5,51 @@ event, the dead letters and the commit proofs, and the parsing of what the run r
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
-from weir.api import load_job_file
 from weir.core.checkpointing import CheckpointStatus
-from weir.core.keygroups import key_group_for_key
+from weir.core.keygroups import KeyGroupRange, key_group_for_key
 from weir.operators.transactional_sinks import CommitMarker
-from weir.tools.events import EventSpec, events
-from weir.tools.scenario_keyed_aggregation import (
-    JOB_FILE,
-    KAFKA_SINK_UID,
-    POSTGRES_SINK_UID,
-    WINDOW_UID,
-    Event,
-    ScenarioConfig,
+from weir.scenarios.keyed_aggregation import (
+    JobRun,
+    KeyedAggregationConfig,
+    KeyedAggregationRun,
     StateEntry,
-    WindowResult,
-    compare_windows,
+    check,
     coverage,
     dead_letters,
-    kafka_proof_entries,
     misplaced,
-    parse_input,
-    reference_windows,
-    sink_record,
-    sink_row,
     split_at_cut,
     state_entry,
     summarize_proof,
 )
-from weir.tools.verify import ProofEntry, SubtaskCommit
+from weir.scenarios.keyed_job import (
+    KAFKA_SINK_UID,
+    POSTGRES_SINK_UID,
+    Event,
+    InputRecord,
+    KeyedJob,
+    SavepointCut,
+    WindowResult,
+    WindowWatermark,
+    compare_results,
+    counted,
+    marker_entries,
+    parse_input,
+    reference_windows,
+    sink_record,
+    sink_row,
+)
+from weir.tools.events import EventSpec, events
+from weir.tools.verify import (
+    CommitProof,
+    ProofEntry,
+    SinkKindName,
+    SinkReport,
+    SourceReport,
+    SubtaskCommit,
+    VerifyReport,
+)
 
 EVENTS = [
     Event("a", 5, 100),
@@ -64,9 +80,9 @@ def test_a_window_fired_once_its_subtasks_watermark_reached_its_last_millisecond
 
 
 def test_a_place_holding_exactly_the_expected_windows_is_exact() -> None:
-    c = compare_windows("kafka", REFERENCE, reversed(list(REFERENCE.values())))
+    c = compare_results("kafka", REFERENCE, reversed(list(REFERENCE.values())))
     assert c.exact and c.problems() == []
-    assert (c.found, c.expected, c.counted) == (5, 5, len(EVENTS))
+    assert (c.found, c.expected, counted(c)) == (5, 5, len(EVENTS))
 
 
 def test_duplicates_missing_unexpected_mismatched_and_unreadable_are_each_counted() -> None:
@@ -80,25 +96,25 @@ def test_duplicates_missing_unexpected_mismatched_and_unreadable_are_each_counte
         WindowResult("c", 0, 1000, 1, 1),  # unexpected
         None,  # unreadable: unexpected too
     ]  # b's [1000, 2000) missing
-    c = compare_windows("postgres", REFERENCE, found)
+    c = compare_results("postgres", REFERENCE, found)
     assert (c.duplicates, c.missing, c.unexpected, c.mismatched) == (1, 1, 2, 1)
     assert c.found == 7 and not c.exact
-    assert c.counted == 2 + 2 + 1 + 1 + 1 + 1  # each entry once, the duplicate included
+    assert counted(c) == 2 + 2 + 1 + 1 + 1 + 1  # each entry once, the duplicate included
     assert any(s.startswith("mismatched") for s in c.samples)
     assert a1 not in found
 
 
 def test_a_window_in_a_sink_and_the_state_or_in_neither_breaks_the_coverage() -> None:
     split = split_at_cut(REFERENCE, lambda key: 1999 if key == "a" else 1998)
-    sink = compare_windows("kafka", split.fired, split.fired.values())
-    state = compare_windows("state", split.open, split.open.values())
+    sink = compare_results("kafka", split.fired, split.fired.values())
+    state = compare_results("state", split.open, split.open.values())
     good = coverage(REFERENCE, sink, state)
     assert good.exact and good.counted == len(EVENTS)
-    fired_again = compare_windows("state", split.open, [*split.open.values(), REFERENCE[("a", 0)]])
+    fired_again = compare_results("state", split.open, [*split.open.values(), REFERENCE[("a", 0)]])
     both = coverage(REFERENCE, sink, fired_again)
     assert (both.overlap, both.covered, both.exact) == (1, 5, False)
     assert both.counted == len(EVENTS) + 2  # its events counted twice
-    lost = coverage(REFERENCE, sink, compare_windows("state", split.open, [REFERENCE[("a", 2000)]]))
+    lost = coverage(REFERENCE, sink, compare_results("state", split.open, [REFERENCE[("a", 2000)]]))
     assert (lost.covered, lost.exact, lost.counted) == (4, False, len(EVENTS) - 1)
 
 
@@ -116,7 +132,7 @@ def test_the_producers_malformed_records_are_the_ones_the_reference_leaves_out()
     produced = [json.dumps(e).encode() for e in events(spec)]
     values = [b"{not json " + v if i % 10 == 9 else v for i, v in enumerate(produced)]
     parsed = [parse_input(v) for v in values]
-    assert sum(p is None for p in parsed) == ScenarioConfig(events=50, malformed_every=10).events // 10
+    assert sum(p is None for p in parsed) == KeyedAggregationConfig(events=50, malformed_every=10).malformed
 
 
 def test_sink_records_and_rows_read_back() -> None:
@@ -193,15 +209,94 @@ def test_a_commit_proof_accounts_for_the_records_once_each_and_only_completed_ch
 
 def test_kafka_commit_markers_read_as_proof_entries() -> None:
     marker = CommitMarker("job", KAFKA_SINK_UID, 2, 7, 40, "txn").to_json()
-    assert kafka_proof_entries([marker, b"junk", None]) == [ProofEntry("job", KAFKA_SINK_UID, 2, 7, 40, 0)]
+    records = [(marker, 5), (b"junk", 6), (None, 7)]
+    assert marker_entries(records, KAFKA_SINK_UID) == [ProofEntry("job", KAFKA_SINK_UID, 2, 7, 40, 5)]
+    assert marker_entries(records, POSTGRES_SINK_UID) == []
 
 
-def test_the_job_file_has_the_uids_the_scenario_reads() -> None:
-    job = load_job_file(JOB_FILE, ScenarioConfig().parameters())
-    assert set(job.graph.transformations) == {
-        "events-source",
-        "key-value",
-        WINDOW_UID,
-        KAFKA_SINK_UID,
-        POSTGRES_SINK_UID,
+# The checks over a whole (made-up) run --------------------------------------------------------------------
+
+
+def _run(**changes: object) -> KeyedAggregationRun:
+    """A run as a correct runtime leaves it: the EVENTS in partition 0 (offsets 0-5) and a malformed
+    record at offset 6; every window's subtask at watermark 1999 at the savepoint, so a's [2000, 3000)
+    is still open (in state) and the other four fired (in both sinks)."""
+    fired = [r for r in REFERENCE.values() if r.end - 1 <= 1999]
+    still_open = REFERENCE[("a", 2000)]
+    proof = CommitProof("test", "job", (SubtaskCommit(0, 3, len(fired)),))
+
+    def sink(uid: str, kind: SinkKindName) -> SinkReport:
+        return SinkReport(uid, kind, "t", 5, 4, 0, 1, 0, 0, {}, proof, (), "m")
+
+    run = KeyedAggregationRun(
+        job=JobRun(
+            "job", 7, 4, "s3://b/sp", {3: CheckpointStatus.COMPLETED, 4: CheckpointStatus.COMPLETED}, 3, 6, 6, 0
+        ),
+        steps=("ran it",),
+        records=(*(InputRecord(0, i, e) for i, e in enumerate(EVENTS)), InputRecord(0, 6, None)),
+        end_offsets={0: 7},
+        cut=SavepointCut({0: 7}, (WindowWatermark(0, KeyGroupRange(0, 127), 1999),)),  # type: ignore[arg-type]
+        state=(StateEntry(0, key_group_for_key("a", 128), still_open),),
+        kafka=tuple(fired),
+        postgres=tuple(fired),
+        dead_letters=(json.dumps({"topic": CONFIG.job.source_topic, "partition": 0, "offset": 6}).encode(),),
+        verified=VerifyReport(
+            "keyed_aggregation.py",
+            "keyed",
+            "job",
+            "--job-id",
+            (SourceReport("events-source", "kafka", CONFIG.job.source_topic, 7, 1),),
+            (sink(KAFKA_SINK_UID, "kafka"), sink(POSTGRES_SINK_UID, "postgres")),
+            (),
+            ("every sink committed up to 3",),
+        ),
+        proofs={
+            KAFKA_SINK_UID: (ProofEntry("job", KAFKA_SINK_UID, 0, 3, len(fired), 0),),
+            POSTGRES_SINK_UID: (ProofEntry("job", POSTGRES_SINK_UID, 0, 3, len(fired), 0),),
+        },
+        duration_s=1.0,
+    )
+    return replace(run, **changes)  # type: ignore[arg-type]
+
+
+CONFIG = KeyedAggregationConfig(job=KeyedJob.named("t"))
+
+
+def _failed(run: KeyedAggregationRun) -> set[str]:
+    return {c.name for c in check(CONFIG, run).failed}
+
+
+def test_a_run_that_shows_the_outcome_passes_every_check() -> None:
+    report = check(CONFIG, _run())
+    assert report.ok, report.failed
+    assert len(report.checks) == 19
+    assert report.check("windows-fired-and-open").numbers == {"checkpoint_after_input": 3, "fired": 4, "open": 1}
+    assert report.check("each-event-counted-once:postgres-sink").numbers == {"counted": 6, "well_formed": 6}
+
+
+def test_a_duplicate_in_one_sink_fails_its_checks_and_no_other() -> None:
+    fired = _run().kafka
+    assert _failed(_run(kafka=(*fired, fired[0]))) == {
+        "sink-holds-fired-windows:kafka-sink",
+        "each-event-counted-once:kafka-sink",
+        "commit-proof-accounts:kafka-sink",  # its proof counts 4 records, the topic holds 5
     }
+    numbers = check(CONFIG, _run(kafka=(*fired, fired[0]))).check("sink-holds-fired-windows:kafka-sink").numbers
+    assert (numbers["duplicates"], numbers["found"], numbers["expected"]) == (1, 5, 4)
+
+
+def test_a_fired_window_still_in_state_breaks_the_state_and_the_coverage() -> None:
+    again = StateEntry(0, key_group_for_key("a", 128), REFERENCE[("a", 0)])
+    assert _failed(_run(state=(*_run().state, again))) == {
+        "state-holds-open-windows",
+        "sink-and-state-cover-input:kafka-sink",
+        "sink-and-state-cover-input:postgres-sink",
+        "each-event-counted-once:kafka-sink",
+        "each-event-counted-once:postgres-sink",
+    }
+
+
+def test_a_lost_dead_letter_or_an_unread_input_fails() -> None:
+    assert _failed(_run(dead_letters=())) == {"dead-letters-once"}
+    assert _failed(_run(end_offsets={0: 8})) == {"source-positions-at-end"}
+    assert _failed(_run(job=replace(_run().job, produced=8))) == {"input-read-back"}

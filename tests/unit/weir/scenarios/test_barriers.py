@@ -4,6 +4,7 @@ every check, and each kind of wrong evidence fails the check about it."""
 from __future__ import annotations
 
 import io
+import json
 import math
 import threading
 import time
@@ -18,25 +19,26 @@ from weir.core.checkpointing import CheckpointStatus
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.states import JobStatus
-from weir.tools.client import CheckpointDetail, CheckpointInfo, JobDetails, JobSummary
-from weir.tools.scenario_barriers import (
+from weir.scenarios.barriers import (
     BarriersConfig,
     BarriersRun,
     ChannelBarrier,
     CheckpointCut,
     InspectedCheckpoint,
     OutputRecord,
-    ScenarioError,
     SubtaskAlignment,
-    build_report,
+    check,
     check_holds,
-    compare_state,
     covering,
     expected_state,
     force_holds,
+    join_records,
     measure_visibility,
+    seen,
 )
-from weir.tools.scenario_report import ScenarioReport
+from weir.scenarios.driving import Arrival
+from weir.scenarios.framework import ScenarioError
+from weir.tools.client import CheckpointDetail, CheckpointInfo, JobDetails, JobSummary
 
 KEYS = 4
 PARALLELISM = 2
@@ -61,9 +63,11 @@ def test_a_record_is_covered_by_the_first_checkpoint_whose_cut_it_is_before() ->
 
 
 def test_a_correct_run_passes_every_check() -> None:
-    report = build_report(_run())
-    assert report.ok, [c for c in report.checks if not c.passed]
+    report = check(CONFIG, _run())
+    assert report.ok, report.failed
     assert len(report.checks) == 10
+    assert report.check("alignment-exercised").numbers["held_records"] == 27
+    assert report.check("committed-exactly-once").numbers["missing"] == 0
 
 
 def test_a_post_barrier_record_processed_during_the_alignment_fails_the_division() -> None:
@@ -74,8 +78,7 @@ def test_a_post_barrier_record_processed_during_the_alignment_fails_the_division
         replace(r, processed_s=cut.trigger_time + 0.05) if (r.input_name, r.seq) == ("orders", 40) else r
         for r in run.records
     )
-    report = build_report(replace(run, records=records))
-    assert _verdicts(report) == {"barriers divide the events": False}
+    assert _failed(replace(run, records=records)) == {"barriers-divide-events"}
     hold = check_holds(run.inspected, records)
     assert len(hold.violations) == 1 and "orders seq 40 is after the barrier" in hold.violations[0]
 
@@ -83,7 +86,7 @@ def test_a_post_barrier_record_processed_during_the_alignment_fails_the_division
 def test_a_pre_barrier_record_processed_after_its_channels_barrier_fails_the_division() -> None:
     run = _run()
     records = tuple(replace(r, processed_s=r.processed_s + 1.0) if r.seq == 39 else r for r in run.records)
-    assert _verdicts(build_report(replace(run, records=records))) == {"barriers divide the events": False}
+    assert _failed(replace(run, records=records)) == {"barriers-divide-events"}
 
 
 def test_a_snapshot_with_a_post_barrier_record_in_it_fails() -> None:
@@ -93,11 +96,8 @@ def test_a_snapshot_with_a_post_barrier_record_in_it_fails() -> None:
     count, _last = last.state[("k0", "orders")]
     state = {**last.state, ("k0", "orders"): (count + 1, last.cut.positions["orders"])}
     inspected = (*run.inspected[:-1], replace(last, state=state))
-    bad = replace(run, inspected=inspected, states=tuple(compare_state(cp, KEYS) for cp in inspected if cp.state))
-    assert _verdicts(build_report(bad)) == {
-        "the snapshot holds exactly the pre-barrier records": False,
-        "per key and input, (count, last seq) in the snapshot": False,
-    }
+    bad = replace(run, inspected=inspected)
+    assert _failed(bad) == {"snapshot-totals", "snapshot-per-key"}
 
 
 def test_a_snapshot_missing_a_keys_last_record_fails_per_key_even_when_totals_match() -> None:
@@ -107,8 +107,8 @@ def test_a_snapshot_missing_a_keys_last_record_fails_per_key_even_when_totals_ma
     (c0, l0), (c1, l1) = last.state[("k0", "orders")], last.state[("k1", "orders")]
     state = {**last.state, ("k0", "orders"): (c0 - 1, l0 - KEYS), ("k1", "orders"): (c1 + 1, l1)}
     inspected = (*run.inspected[:-1], replace(last, state=state))
-    bad = replace(run, inspected=inspected, states=tuple(compare_state(cp, KEYS) for cp in inspected if cp.state))
-    assert _verdicts(build_report(bad)) == {"per key and input, (count, last seq) in the snapshot": False}
+    bad = replace(run, inspected=inspected)
+    assert _failed(bad) == {"snapshot-per-key"}
 
 
 def test_a_record_committed_before_its_checkpoint_completed_fails() -> None:
@@ -118,7 +118,7 @@ def test_a_record_committed_before_its_checkpoint_completed_fails() -> None:
         replace(r, committed_at=cut.completed_at - 0.1) if (r.input_name, r.seq) == ("payments", 20) else r
         for r in run.records
     )
-    assert _verdicts(build_report(replace(run, records=records))) == {"completion is the recovery point": False}
+    assert _failed(replace(run, records=records)) == {"committed-after-completion"}
     visibility = measure_visibility(run.cuts, records)
     assert len(visibility.committed_early) == 1 and "before checkpoint 2 completed" in visibility.committed_early[0]
 
@@ -126,15 +126,12 @@ def test_a_record_committed_before_its_checkpoint_completed_fails() -> None:
 def test_output_that_became_visible_only_with_the_commit_fails_the_processing_checks() -> None:
     run = _run()
     records = tuple(replace(r, uncommitted_at=r.committed_at) for r in run.records if r.committed_at is not None)
-    assert _verdicts(build_report(replace(run, records=records))) == {
-        "processing did not wait for the checkpoint": False,
-        "output was visible (uncommitted) before its checkpoint completed": False,
-    }
+    assert _failed(replace(run, records=records)) == {"processing-did-not-wait", "uncommitted-before-completion"}
 
 
 def test_a_run_without_a_held_channel_proves_no_alignment() -> None:
     run = _run(payments_late_s=0.0)
-    assert _verdicts(build_report(run)) == {"the run exercised alignment": False}
+    assert _failed(run) == {"alignment-exercised"}
 
 
 def test_missing_or_duplicate_committed_output_fails() -> None:
@@ -142,44 +139,23 @@ def test_missing_or_duplicate_committed_output_fails() -> None:
     records = tuple(
         replace(r, committed_at=None) if r.seq == 3 and r.input_name == "orders" else r for r in run.records
     )
-    assert _verdicts(build_report(replace(run, records=records))) == {"read_committed holds each checkpointed": False}
-    assert _verdicts(build_report(replace(run, committed_duplicates=2))) == {
-        "read_committed holds each checkpointed": False
-    }
+    assert _failed(replace(run, records=records)) == {"committed-exactly-once"}
+    assert _failed(replace(run, committed_duplicates=2)) == {"committed-exactly-once"}
 
 
 def test_a_restart_or_a_failed_checkpoint_fails_the_clean_run() -> None:
     run = _run()
-    assert _verdicts(build_report(replace(run, restarts=1))) == {"the job ran cleanly": False}
+    assert _failed(replace(run, restarts=1)) == {"clean-run"}
     failed = replace(run.checkpoints[-1], checkpoint_id=CheckpointId(9), status=CheckpointStatus.FAILED)
-    assert _verdicts(build_report(replace(run, checkpoints=(*run.checkpoints, failed)))) == {
-        "the job ran cleanly": False
-    }
+    assert _failed(replace(run, checkpoints=(*run.checkpoints, failed))) == {"clean-run"}
 
 
 # A made-up run: what a correct aligned runtime would have produced ----------------------------------
 
 
-def _verdicts(report: ScenarioReport) -> dict[str, bool]:
-    """The failed checks, by the start of their statement as the tests name them."""
-    names = (
-        "the job ran cleanly",
-        "every subtask of the two-input operator",
-        "the run exercised alignment",
-        "barriers divide the events",
-        "the snapshot holds exactly the pre-barrier records",
-        "per key and input, (count, last seq) in the snapshot",
-        "read_committed holds each checkpointed",
-        "completion is the recovery point",
-        "processing did not wait for the checkpoint",
-        "output was visible (uncommitted) before its checkpoint completed",
-    )
-    out: dict[str, bool] = {}
-    for check in report.checks:
-        name = next(n for n in names if check.statement.startswith(n))
-        if not check.passed:
-            out[name] = False
-    return out
+def _failed(run: BarriersRun) -> set[str]:
+    """The names of the checks the run fails."""
+    return {c.name for c in check(CONFIG, run).failed}
 
 
 def _cut(checkpoint_id: int, trigger: float, positions: dict[str, int]) -> CheckpointCut:
@@ -264,13 +240,11 @@ def _run(payments_late_s: float = PAYMENTS_LATE_S) -> BarriersRun:
         for cut in cuts
     )
     return BarriersRun(
-        CONFIG,
         job_id="job",
         checkpoints=checkpoints,
         cuts=cuts,
         inspected=inspected,
         records=tuple(records),
-        states=tuple(compare_state(cp, KEYS) for cp in inspected if cp.state is not None),
     )
 
 
@@ -392,3 +366,23 @@ def test_forced_holds_open_the_gate_and_fail_when_no_checkpoint_comes(tmp_path: 
     finally:
         job.stopped.set()
     assert not (tmp_path / "closed").exists()
+
+
+# The consumers' records -----------------------------------------------------------------------------------
+
+
+def _arrival(offset: int, at: float, input_name: str, seq: int) -> Arrival:
+    record = {"input": input_name, "seq": seq, "key": f"k{seq % KEYS}", "created_ms": 1000, "processed_ms": 1005}
+    return Arrival("out", 0, offset, at, json.dumps(record).encode())
+
+
+def test_each_record_is_joined_with_when_each_consumer_first_saw_it_and_a_repeat_is_a_duplicate() -> None:
+    uncommitted = seen([_arrival(0, 1.1, "orders", 0), _arrival(1, 1.2, "payments", 0)])
+    committed = seen([_arrival(0, 2.1, "orders", 0), _arrival(2, 2.2, "orders", 0)])  # written twice
+    assert committed.duplicates == 1 and uncommitted.duplicates == 0
+    records = join_records(uncommitted, committed)
+    assert [(r.input_name, r.seq, r.uncommitted_at, r.committed_at) for r in records] == [
+        ("orders", 0, 1.1, 2.1),
+        ("payments", 0, 1.2, None),
+    ]
+    assert (records[0].created_s, records[0].processed_s, records[0].key) == (1.0, 1.005, "k0")

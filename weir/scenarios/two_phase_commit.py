@@ -32,31 +32,37 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from rich.console import Console
-from rich.table import Table
 
 from weir.connectors import kafka, postgres
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
-from weir.core.errors import WeirError
 from weir.core.states import JobStatus
 from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
+from weir.scenarios.driving import Arrival, Background, TopicWatch, cancel_unless_ended, wait_until
+from weir.scenarios.framework import (
+    EXAMPLES,
+    JobSpec,
+    Report,
+    ReportBuilder,
+    Scenario,
+    ScenarioError,
+    Table,
+    millis,
+)
+from weir.scenarios.keyed_job import KAFKA_SINK_UID, POSTGRES_SINK_UID
 from weir.tools.client import CheckpointInfo, JobManagerClient
 from weir.tools.drive import recreate_inputs, wait_for_job
-from weir.tools.scenario_report import ScenarioReport, run_on_local_cluster
 from weir.tools.verify import CommitProof, SubtaskCommit, reconcile, sink_transaction
 
-JOB_FILE: Final = Path(__file__).resolve().parents[2] / "examples" / "two_sinks.py"
-KAFKA_SINK_UID: Final = "kafka-sink"
-POSTGRES_SINK_UID: Final = "postgres-sink"
+NAME: Final = "two-phase-commit"
+JOB_FILE: Final = EXAMPLES / "two_sinks.py"  # its sinks' uids are the keyed job's (keyed_job)
 SUBTASK: Final = 0  # the job runs at parallelism 1: one transaction per sink at a time
 TABLE_DEFINITION: Final = "id bigint PRIMARY KEY, key text NOT NULL, value bigint NOT NULL"
 OUTCOME: Final = (
@@ -69,12 +75,8 @@ POLL_S: Final = 0.05
 Ranges = Mapping[int, tuple[int, int]]  # partition -> [start, end) offsets
 
 
-class ScenarioError(WeirError):
-    """The scenario could not be run to its end (the job failed, a watcher failed, no checkpoint came)."""
-
-
 @dataclass(frozen=True)
-class ScenarioConfig:
+class TwoPhaseCommitConfig:
     events_per_second: int = 200
     checkpoint_interval_s: float = 5.0
     checkpoints: int = 3  # consecutive checkpoints observed in full
@@ -93,18 +95,30 @@ class ScenarioConfig:
             "checkpointing.interval": f"{round(self.checkpoint_interval_s * 1000)}ms",
         }
 
+    def spec(self) -> JobSpec:
+        return JobSpec(JOB_FILE, self.parameters(), 1)  # parallelism 1: one transaction per sink at a time
+
 
 # What the watchers saw (values) ----------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Arrival:
-    """A record as one consumer received it."""
+class Received:
+    """A record of the output topic as one consumer received it."""
 
     partition: int
     offset: int
     at: float  # wall clock, s
-    event_id: int | None  # the event's id (output topic), None for anything else
+    event_id: int | None  # the event's id, None when the record is not an event
+
+
+def received(arrivals: Iterable[Arrival], ranges: Ranges | None = None) -> tuple[Received, ...]:
+    """The arrivals (within ``ranges``, if given) with their event ids."""
+    return tuple(
+        Received(a.partition, a.offset, a.at, _event_id(a.value))
+        for a in arrivals
+        if ranges is None or in_ranges(ranges, a.partition, a.offset)
+    )
 
 
 @dataclass(frozen=True)
@@ -164,8 +178,8 @@ class Epoch:
 
     times: CheckpointTimes
     kafka_range: Ranges
-    uncommitted: tuple[Arrival, ...]  # received by the read_uncommitted consumer, within the range
-    committed: tuple[Arrival, ...]  # received by the read_committed consumer, within the range
+    uncommitted: tuple[Received, ...]  # received by the read_uncommitted consumer, within the range
+    committed: tuple[Received, ...]  # received by the read_committed consumer, within the range
     marker: CommitMarker | None  # the Kafka sink's proof (committed marker of this checkpoint)
     marker_seen_uncommitted: float | None  # when its marker (flushed at pre-commit) reached read_uncommitted
     postgres_proof_rows: int | None  # the PostgreSQL sink's proof (weir_sink_commits row)
@@ -193,7 +207,7 @@ class Epoch:
             else (p.after_commit.at)
         )
 
-    def seen_before_completion(self, arrivals: Iterable[Arrival]) -> int:
+    def seen_before_completion(self, arrivals: Iterable[Received]) -> int:
         done = self.times.completed
         return sum(1 for a in arrivals if done is None or a.at < done)
 
@@ -217,7 +231,7 @@ def committed_before(proofs: Mapping[int, int], checkpoint_id: int) -> int:
 # The checks (pure) -----------------------------------------------------------------------------------
 
 
-def check_open_transactions(report: ScenarioReport, reads: Sequence[OpenTransactionRead]) -> None:
+def check_open_transactions(report: ReportBuilder, reads: Sequence[OpenTransactionRead]) -> None:
     ok = bool(reads) and all(
         r.open_records > 0
         and r.read_uncommitted == r.open_records
@@ -226,6 +240,7 @@ def check_open_transactions(report: ScenarioReport, reads: Sequence[OpenTransact
         for r in reads
     )
     report.verify(
+        "open-kafka-transaction",
         "during interval N the Kafka transaction of checkpoint N is open: read_uncommitted sees its records, "
         "read_committed does not (same offsets, checkpoint N not completed yet)",
         ok,
@@ -236,18 +251,34 @@ def check_open_transactions(report: ScenarioReport, reads: Sequence[OpenTransact
             for r in reads
         )
         or "no interval read",
+        intervals=tuple(
+            {
+                "checkpoint": r.checkpoint_id,
+                "open_records": r.open_records,
+                "open_partitions": r.open_partitions,
+                "read_uncommitted": r.read_uncommitted,
+                "read_committed": r.read_committed,
+                "completed_by_then": r.completed_by_then,
+            }
+            for r in reads
+        ),
     )
     report.verify(
+        "open-events-not-in-postgres",
         "the same events are not in PostgreSQL for another session (the sink holds them until the barrier)",
         bool(reads) and all(r.in_postgres == 0 and r.open_records > 0 for r in reads),
         "; ".join(f"cp {r.checkpoint_id}: {r.in_postgres} of {r.open_records} events in the table" for r in reads)
         or "no interval read",
+        intervals=tuple(
+            {"checkpoint": r.checkpoint_id, "in_postgres": r.in_postgres, "open_records": r.open_records} for r in reads
+        ),
     )
 
 
-def check_prepared(report: ScenarioReport, epochs: Sequence[Epoch], job_id: str) -> None:
+def check_prepared(report: ReportBuilder, epochs: Sequence[Epoch], job_id: str) -> None:
     caught = [e for e in epochs if e.prepared is not None]
     report.verify(
+        "postgres-prepared-seen",
         "the PostgreSQL transaction of checkpoint N was seen prepared in pg_prepared_xacts (in at least one "
         "observed checkpoint), its gid naming job, sink, subtask 0 and checkpoint N",
         bool(caught)
@@ -259,19 +290,28 @@ def check_prepared(report: ScenarioReport, epochs: Sequence[Epoch], job_id: str)
         ),
         f"caught in {len(caught)} of {len(epochs)} checkpoints: "
         + (", ".join(e.prepared.gid for e in caught if e.prepared is not None) or "none"),
+        caught=len(caught),
+        checkpoints=len(epochs),
+        gids=tuple(e.prepared.gid for e in caught if e.prepared is not None),
     )
     ordered = [e for e in caught if _prepared_in_order(e)]
     report.verify(
+        "postgres-prepared-in-order",
         "it was prepared after checkpoint N was triggered and left pg_prepared_xacts only after it completed",
         bool(caught) and len(ordered) == len(caught),
         "; ".join(_prepared_window(e) for e in caught) or "none caught",
+        caught=len(caught),
+        in_order=len(ordered),
     )
     hidden = [e for e in caught if _hidden_while_prepared(e)]
     report.verify(
+        "postgres-hidden-while-prepared",
         "while prepared, another session sees none of its rows: the table shows exactly the rows the proofs "
         "of earlier checkpoints count, and no proof row of checkpoint N",
         bool(caught) and len(hidden) == len(caught),
         "; ".join(_hidden_numbers(e) for e in caught) or "none caught",
+        caught=len(caught),
+        hidden=len(hidden),
     )
 
 
@@ -289,9 +329,11 @@ def _prepared_in_order(e: Epoch) -> bool:
 def _prepared_window(e: Epoch) -> str:
     p, t = e.prepared, e.times
     assert p is not None
-    gone = "never" if p.gone_at is None else f"{_ms(p.gone_at - t.triggered)}"
-    done = "never" if t.completed is None else f"{_ms(t.completed - t.triggered)}"
-    return f"cp {e.checkpoint_id}: prepared seen at +{_ms(p.first_seen - t.triggered)}, completed +{done}, gone +{gone}"
+    gone = "never" if p.gone_at is None else f"{millis(p.gone_at - t.triggered)}"
+    done = "never" if t.completed is None else f"{millis(t.completed - t.triggered)}"
+    return (
+        f"cp {e.checkpoint_id}: prepared seen at +{millis(p.first_seen - t.triggered)}, completed +{done}, gone +{gone}"
+    )
 
 
 def _hidden_while_prepared(e: Epoch) -> bool:
@@ -319,7 +361,7 @@ def _hidden_numbers(e: Epoch) -> str:
     )
 
 
-def check_committed(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
+def check_committed(report: ReportBuilder, epochs: Sequence[Epoch]) -> None:
     kafka_ok = bool(epochs) and all(
         e.committed
         and len(e.committed) == len(e.uncommitted)
@@ -328,6 +370,7 @@ def check_committed(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
         for e in epochs
     )
     report.verify(
+        "kafka-committed-after-completion",
         "after checkpoint N completed, read_committed sees the epoch's records (all the read_uncommitted consumer "
         "saw), none before the completion",
         kafka_ok,
@@ -337,14 +380,27 @@ def check_committed(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
             for e in epochs
         )
         or "no checkpoint observed",
+        epochs=tuple(
+            {
+                "checkpoint": e.checkpoint_id,
+                "read_uncommitted": len(e.uncommitted),
+                "uncommitted_before_completion": e.seen_before_completion(e.uncommitted),
+                "read_committed": len(e.committed),
+                "committed_before_completion": e.seen_before_completion(e.committed),
+            }
+            for e in epochs
+        ),
     )
     caught = [e for e in epochs if e.prepared is not None]
     pg_ok = bool(caught) and all(_postgres_committed(e) for e in caught)
     report.verify(
+        "postgres-committed-after-completion",
         "after it completed, the prepared transaction committed: its gid left pg_prepared_xacts and its rows and "
         "proof row became visible together",
         pg_ok,
         "; ".join(_postgres_commit_numbers(e) for e in caught) or "none caught",
+        caught=len(caught),
+        committed=sum(1 for e in caught if _postgres_committed(e)),
     )
 
 
@@ -368,8 +424,9 @@ def _postgres_commit_numbers(e: Epoch) -> str:
     )
 
 
-def check_proofs(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
+def check_proofs(report: ReportBuilder, epochs: Sequence[Epoch]) -> None:
     report.verify(
+        "kafka-proof",
         "the Kafka sink's own proof: the commit marker of checkpoint N counts the records read_committed "
         "shows for that epoch",
         bool(epochs) and all(e.marker is not None and e.marker.records == len(e.committed) > 0 for e in epochs),
@@ -379,16 +436,30 @@ def check_proofs(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
             for e in epochs
         )
         or "no checkpoint observed",
+        epochs=tuple(
+            {
+                "checkpoint": e.checkpoint_id,
+                "marker_records": e.marker.records if e.marker is not None else None,
+                "read_committed": len(e.committed),
+            }
+            for e in epochs
+        ),
     )
     caught = [e for e in epochs if e.prepared is not None]
     report.verify(
+        "postgres-proof",
         "the PostgreSQL sink's own proof: its weir_sink_commits row of checkpoint N counts the rows that "
         "became visible with the commit",
         bool(caught) and all(_postgres_committed(e) and _proof_matches_growth(e) for e in caught),
         "; ".join(f"cp {e.checkpoint_id}: proof {e.postgres_proof_rows} = rows added {_growth(e)}" for e in caught)
         or "none caught",
+        epochs=tuple(
+            {"checkpoint": e.checkpoint_id, "proof_rows": e.postgres_proof_rows, "rows_added": _growth(e)}
+            for e in caught
+        ),
     )
     report.verify(
+        "sinks-committed-same-events",
         "both sinks committed the same events for checkpoint N, in two separate commits: the proofs agree and "
         "the table holds every event of the Kafka epoch",
         bool(epochs)
@@ -404,6 +475,16 @@ def check_proofs(report: ScenarioReport, epochs: Sequence[Epoch]) -> None:
             for e in epochs
         )
         or "no checkpoint observed",
+        epochs=tuple(
+            {
+                "checkpoint": e.checkpoint_id,
+                "marker_records": e.marker.records if e.marker is not None else None,
+                "proof_rows": e.postgres_proof_rows,
+                "kafka_events_in_postgres": e.kafka_events_in_postgres,
+                "read_committed": len(e.committed),
+            }
+            for e in epochs
+        ),
     )
 
 
@@ -416,90 +497,7 @@ def _proof_matches_growth(e: Epoch) -> bool:
     return e.postgres_proof_rows is not None and e.postgres_proof_rows == _growth(e)
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:,.0f} ms"
-
-
-# The watchers (threads) ------------------------------------------------------------------------------
-
-
-class _Watcher:
-    """A thread that records until stopped; its failure is raised by ``stop``."""
-
-    def __init__(self, name: str) -> None:
-        self._stop = threading.Event()
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def _run(self) -> None:
-        try:
-            self.watch(self._stop)
-        except BaseException as exc:  # raised in the scenario's thread by stop()
-            self._error = exc
-
-    def watch(self, stop: threading.Event) -> None:
-        raise NotImplementedError
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(30)
-        if self._error is not None:
-            raise ScenarioError(f"watcher {self._thread.name} failed: {self._error}") from self._error
-
-
-class _ConsumerWatch(_Watcher):
-    """A consumer at one isolation level on the output topic (and the marker topic, if given), in a group
-    of its own from the earliest offsets; ``ready`` once it holds every partition of its topics."""
-
-    def __init__(
-        self, endpoints: Endpoints, isolation: str, topics: Sequence[str], partitions: int, group: str
-    ) -> None:
-        super().__init__(f"scenario-{isolation}")
-        self._endpoints, self._isolation, self._topics = endpoints, isolation, tuple(topics)
-        self._topic = topics[0]
-        self._partitions = partitions + len(topics) - 1  # a marker topic has one partition (parallelism 1)
-        self._group = group
-        self._lock = threading.Lock()
-        self._arrivals: list[Arrival] = []
-        self._markers: list[tuple[float, CommitMarker]] = []
-        self.ready = threading.Event()
-
-    def watch(self, stop: threading.Event) -> None:
-        reader = kafka.consumer(
-            self._endpoints,
-            group_id=self._group,
-            isolation_level=self._isolation,
-            enable_partition_eof=False,
-            fetch_wait_max_ms=10,
-        )
-        try:
-            reader.subscribe(list(self._topics))
-            while not stop.is_set():
-                messages = reader.consume(num_messages=1000, timeout=0.01)
-                now = time.time()
-                if not self.ready.is_set() and len(reader.assignment()) >= self._partitions:
-                    self.ready.set()
-                with self._lock:
-                    for m in messages:
-                        if m.error():
-                            raise ScenarioError(f"{self._isolation} consumer: {m.error()}")
-                        if m.topic() == self._topic:
-                            self._arrivals.append(Arrival(m.partition(), m.offset(), now, _event_id(m.value())))
-                        elif (marker := CommitMarker.parse(m.value())) is not None:
-                            self._markers.append((now, marker))
-        finally:
-            reader.close()
-
-    def arrivals(self) -> list[Arrival]:
-        with self._lock:
-            return list(self._arrivals)
-
-    def markers(self) -> list[tuple[float, CommitMarker]]:
-        with self._lock:
-            return list(self._markers)
+# The PostgreSQL watcher (a thread) ----------------------------------------------------------------------
 
 
 def _event_id(value: bytes | None) -> int | None:
@@ -509,8 +507,9 @@ def _event_id(value: bytes | None) -> int | None:
         return None
 
 
-class _PreparedWatch(_Watcher):
-    """A dedicated session polling pg_prepared_xacts for the job's PostgreSQL sink."""
+class PreparedWatch(Background):
+    """A dedicated session polling pg_prepared_xacts for the job's PostgreSQL sink: when each gid
+    appeared and left, and what another session saw right after each of those moments."""
 
     def __init__(self, endpoints: Endpoints, job_id: str, table: str, pause_s: float) -> None:
         super().__init__("scenario-pg-prepared")
@@ -520,7 +519,7 @@ class _PreparedWatch(_Watcher):
         self._sightings: dict[str, PreparedSighting] = {}
         self.polls = 0
 
-    def watch(self, stop: threading.Event) -> None:
+    def body(self, stop: threading.Event) -> None:
         with postgres.connect(self._endpoints, autocommit=True) as conn:
             postgres.ensure_commit_proof_table(conn)
             while not stop.is_set():
@@ -563,70 +562,72 @@ class _PreparedWatch(_Watcher):
             return {s.checkpoint_id: s for s in self._sightings.values()}
 
 
-# Running it ------------------------------------------------------------------------------------------
+# The driver ---------------------------------------------------------------------------------------------
 
 
-@dataclass
-class _Run:
-    """What the scenario's own thread collects."""
+@dataclass(frozen=True)
+class TwoPhaseCommitRun:
+    """What the watchers saw: the open transaction read in the middle of each interval, and each
+    observed checkpoint's epoch in both sinks."""
 
-    job_id: str = ""
-    reads: dict[int, OpenTransactionRead] = field(default_factory=dict)
+    job_id: str
+    reads: Mapping[int, OpenTransactionRead]  # by N: read in interval N
+    epochs: tuple[Epoch, ...]  # the checkpoints observed in full
+    polls: int  # of pg_prepared_xacts
+    steps: tuple[str, ...] = ()
 
 
-def run_two_phase_commit_scenario(endpoints: Endpoints, config: ScenarioConfig, console: Console) -> ScenarioReport:
-    """Everything but starting the cluster: the topic and table, the job, the watchers, the checks."""
-    report = ScenarioReport("two-phase-commit", OUTCOME)
+def drive(endpoints: Endpoints, config: TwoPhaseCommitConfig, console: Console) -> TwoPhaseCommitRun:
+    """The topic and table, the job, the watchers, the epochs (the cluster is up)."""
+    steps: list[str] = []
     recreate_inputs(endpoints, {config.sink_topic: config.partitions}, config.table, TABLE_DEFINITION)
-    report.step(
+    steps.append(
         f"recreated topic {config.sink_topic} ({config.partitions} partitions) and table {config.table} "
         f"({TABLE_DEFINITION})"
     )
-    run = _Run()
+    spec = config.spec()
     with JobManagerClient(endpoints.jobmanager_address) as client:
-        params = config.parameters()
-        run.job_id = client.submit_job(JOB_FILE, params, 1)
-        report.step(
-            f"submitted {JOB_FILE.name} as job {run.job_id} at parallelism 1 ("
-            + ", ".join(f"{k}={v}" for k, v in params.items())
-            + "): every event to the Kafka sink and the PostgreSQL sink"
-        )
-        console.print(f"job {run.job_id} submitted; watching {config.checkpoints} checkpoints", soft_wrap=True)
+        job_id = spec.submit(client)
+        steps.append(f"submitted job {job_id}: {spec.command()}: every event to the Kafka sink and the PostgreSQL sink")
+        console.print(f"job {job_id} submitted; watching {config.checkpoints} checkpoints", soft_wrap=True)
         try:
-            epochs, prepared_watch = _observe(endpoints, config, client, run, report)
+            run = _observe(endpoints, config, client, job_id, steps)
         finally:
-            client.cancel_job(run.job_id)
-    report.step(f"cancelled job {run.job_id}")
-    _report_epochs(report, config, run, epochs, prepared_watch)
-    return report
+            cancel_unless_ended(client, job_id)
+    steps.append(f"cancelled job {job_id}")
+    return replace(run, steps=tuple(steps))
 
 
 def _observe(
-    endpoints: Endpoints, config: ScenarioConfig, client: JobManagerClient, run: _Run, report: ScenarioReport
-) -> tuple[list[Epoch], _PreparedWatch]:
-    job_id = run.job_id
+    endpoints: Endpoints, config: TwoPhaseCommitConfig, client: JobManagerClient, job_id: str, steps: list[str]
+) -> TwoPhaseCommitRun:
     wait_for_job(client, job_id, lambda s: s.summary.status == JobStatus.RUNNING, config.timeout_s, "RUNNING")
     markers = marker_topic_name(job_id, KAFKA_SINK_UID)
-    _wait(lambda: kafka.topic_partition_count(endpoints, markers) is not None, config.timeout_s, f"topic {markers}")
-    topics = (config.sink_topic, markers)
-    uncommitted = _ConsumerWatch(endpoints, "read_uncommitted", topics, config.partitions, f"tpc-u-{job_id}")
-    committed = _ConsumerWatch(endpoints, "read_committed", topics[:1], config.partitions, f"tpc-c-{job_id}")
-    prepared = _PreparedWatch(endpoints, job_id, config.table, config.prepared_poll_s)
-    watchers = (uncommitted, committed, prepared)
+    wait_until(
+        lambda: kafka.topic_partition_count(endpoints, markers) is not None, config.timeout_s, f"topic {markers}"
+    )
+    # the marker topic has one partition (parallelism 1)
+    uncommitted = TopicWatch(
+        endpoints, "read_uncommitted", (config.sink_topic, markers), config.partitions + 1, f"tpc-u-{job_id}"
+    )
+    committed = TopicWatch(endpoints, "read_committed", (config.sink_topic,), config.partitions, f"tpc-c-{job_id}")
+    prepared = PreparedWatch(endpoints, job_id, config.table, config.prepared_poll_s)
+    watchers: tuple[Background, ...] = (uncommitted, committed, prepared)
     for w in watchers:
         w.start()
     try:
-        _wait(lambda: uncommitted.ready.is_set() and committed.ready.is_set(), 30.0, "the consumers' partitions")
+        wait_until(lambda: uncommitted.ready.is_set() and committed.ready.is_set(), 30.0, "the consumers' partitions")
     except ScenarioError:
         for w in watchers:
             w.stop()
         raise
     started = time.time()
-    report.step(
+    steps.append(
         "started the watchers: a read_uncommitted consumer (output and marker topic), a read_committed consumer "
         "(output topic), a session of its own polling pg_prepared_xacts "
         f"({config.prepared_poll_s * 1000:g} ms between polls)"
     )
+    reads: dict[int, OpenTransactionRead] = {}
     try:
         first = _first_checkpoint_after(client, job_id, started, config.timeout_s)
         last = first + config.checkpoints  # interval `last` is read for the end of the last epoch's range
@@ -635,10 +636,8 @@ def _observe(
                 previous = _wait_completed(client, job_id, n - 1, config.timeout_s)
                 assert previous.completed is not None
                 middle = previous.completed + config.mid_interval * config.checkpoint_interval_s
-                _wait(_reached(middle), config.timeout_s, f"the middle of interval {n}")
-                run.reads[n] = _read_open_transaction(
-                    endpoints, config, client, job_id, n, uncommitted, committed, conn
-                )
+                wait_until(_reached(middle), config.timeout_s, f"the middle of interval {n}")
+                reads[n] = _read_open_transaction(endpoints, config, client, job_id, n, uncommitted, committed, conn)
         resolved = time.monotonic() + 5.0 + config.checkpoint_interval_s  # one still prepared then fails a check
         while time.monotonic() < resolved and any(
             s.gone_at is None for cp, s in prepared.sightings().items() if first <= cp < last
@@ -648,24 +647,24 @@ def _observe(
         for w in watchers:
             w.stop()
     elapsed = time.time() - started
-    report.step(
+    steps.append(
         f"read the open transaction in the middle of intervals {first}..{last}; observed checkpoints "
         f"{first}..{last - 1} in full; stopped the watchers ({prepared.polls:,} pg_prepared_xacts polls in "
         f"{elapsed:.1f} s: one every {elapsed / max(1, prepared.polls) * 1000:.1f} ms)"
     )
     times = {int(c.checkpoint_id): _times(c) for c in client.list_checkpoints(job_id)}
-    epochs = _epochs(endpoints, config, job_id, range(first, last), times, run, uncommitted, committed, prepared)
-    return epochs, prepared
+    epochs = _epochs(endpoints, config, job_id, range(first, last), times, reads, uncommitted, committed, prepared)
+    return TwoPhaseCommitRun(job_id, reads, tuple(epochs), prepared.polls)
 
 
 def _read_open_transaction(
     endpoints: Endpoints,
-    config: ScenarioConfig,
+    config: TwoPhaseCommitConfig,
     client: JobManagerClient,
     job_id: str,
     checkpoint_id: int,
-    uncommitted: _ConsumerWatch,
-    committed: _ConsumerWatch,
+    uncommitted: TopicWatch,
+    committed: TopicWatch,
     conn: Any,
 ) -> OpenTransactionRead:
     """In interval N: the open transaction's range, what each consumer holds of it, the table's share."""
@@ -675,16 +674,12 @@ def _read_open_transaction(
         for p, (_low, lso, hw) in kafka.partition_offsets(endpoints, config.sink_topic, config.partitions).items()
     }
     total = sum(max(0, hw - lso) for lso, hw in offsets.values())
-
-    def within(arrivals: Iterable[Arrival]) -> list[Arrival]:
-        return [a for a in arrivals if in_ranges(offsets, a.partition, a.offset)]
-
     deadline = time.monotonic() + 5.0
-    seen = within(uncommitted.arrivals())
+    seen = received(uncommitted.arrivals(config.sink_topic), offsets)
     while len(seen) < total and time.monotonic() < deadline:
         time.sleep(0.01)
-        seen = within(uncommitted.arrivals())
-    hidden = len(within(committed.arrivals()))
+        seen = received(uncommitted.arrivals(config.sink_topic), offsets)
+    hidden = len(received(committed.arrivals(config.sink_topic), offsets))
     ids = [a.event_id for a in seen if a.event_id is not None]
     in_table = len(table_snapshot(conn, config.table, job_id, 0).ids & set(ids))
     done = any(
@@ -696,36 +691,41 @@ def _read_open_transaction(
 
 def _epochs(
     endpoints: Endpoints,
-    config: ScenarioConfig,
+    config: TwoPhaseCommitConfig,
     job_id: str,
     checkpoints: Iterable[int],
     times: Mapping[int, CheckpointTimes],
-    run: _Run,
-    uncommitted: _ConsumerWatch,
-    committed: _ConsumerWatch,
-    prepared: _PreparedWatch,
+    reads: Mapping[int, OpenTransactionRead],
+    uncommitted: TopicWatch,
+    committed: TopicWatch,
+    prepared: PreparedWatch,
 ) -> list[Epoch]:
+    marker_topic = marker_topic_name(job_id, KAFKA_SINK_UID)
     markers = {
         m.checkpoint_id: m
-        for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, marker_topic_name(job_id, KAFKA_SINK_UID))
+        for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, marker_topic)
         if (m := CommitMarker.parse(value)) is not None and m.job_id == job_id and m.subtask == SUBTASK
     }
-    flushed = {m.checkpoint_id: at for at, m in reversed(uncommitted.markers()) if m.job_id == job_id}
+    flushed = {
+        m.checkpoint_id: a.at
+        for a in reversed(uncommitted.arrivals(marker_topic))
+        if (m := CommitMarker.parse(a.value)) is not None and m.job_id == job_id
+    }
     sightings = prepared.sightings()
-    u_arrivals, c_arrivals = uncommitted.arrivals(), committed.arrivals()
+    u_arrivals, c_arrivals = uncommitted.arrivals(config.sink_topic), committed.arrivals(config.sink_topic)
     out: list[Epoch] = []
     with postgres.connect(endpoints, autocommit=True) as conn:
         final = table_snapshot(conn, config.table, job_id, max(checkpoints, default=0))
         in_table, proofs = final.ids, final.proofs
         for n in checkpoints:
-            ranges = epoch_range(run.reads[n], run.reads[n + 1])
-            c_in = tuple(a for a in c_arrivals if in_ranges(ranges, a.partition, a.offset))
+            ranges = epoch_range(reads[n], reads[n + 1])
+            c_in = received(c_arrivals, ranges)
             ids = [a.event_id for a in c_in if a.event_id is not None]
             out.append(
                 Epoch(
                     times=times.get(n, CheckpointTimes(n, 0.0, None)),
                     kafka_range=ranges,
-                    uncommitted=tuple(a for a in u_arrivals if in_ranges(ranges, a.partition, a.offset)),
+                    uncommitted=received(u_arrivals, ranges),
                     committed=c_in,
                     marker=markers.get(n),
                     marker_seen_uncommitted=flushed.get(n),
@@ -784,7 +784,7 @@ def _first_checkpoint_after(client: JobManagerClient, job_id: str, started: floa
         found[:] = [min(done)] if done else []
         return bool(done)
 
-    _wait(completed_after, timeout_s, "a checkpoint to complete after the watchers started")
+    wait_until(completed_after, timeout_s, "a checkpoint to complete after the watchers started")
     return found[0] + 1
 
 
@@ -802,7 +802,7 @@ def _wait_completed(client: JobManagerClient, job_id: str, checkpoint_id: int, t
         ]
         return bool(found)
 
-    _wait(completed, timeout_s, f"checkpoint {checkpoint_id} to complete")
+    wait_until(completed, timeout_s, f"checkpoint {checkpoint_id} to complete")
     return found[0]
 
 
@@ -811,22 +811,17 @@ def _reached(at: float) -> Callable[[], bool]:
     return lambda: time.time() >= at
 
 
-def _wait(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            raise ScenarioError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(POLL_S)
+# The report ---------------------------------------------------------------------------------------------
 
 
-# The report ----------------------------------------------------------------------------------------
-
-
-def _report_epochs(
-    report: ScenarioReport, config: ScenarioConfig, run: _Run, epochs: Sequence[Epoch], prepared: _PreparedWatch
-) -> None:
-    reads = [run.reads[e.checkpoint_id] for e in epochs]
-    report.tables.append(_timeline(epochs))
+def check(config: TwoPhaseCommitConfig, run: TwoPhaseCommitRun) -> Report:
+    """The card's outcome as checked statements over the observed epochs."""
+    report = ReportBuilder(NAME, OUTCOME)
+    for text in run.steps:
+        report.step(text)
+    epochs = run.epochs
+    reads = [run.reads[e.checkpoint_id] for e in epochs if e.checkpoint_id in run.reads]
+    report.table(_timeline(epochs))
     for r in reads:
         report.measured(
             f"interval {r.checkpoint_id}: open transaction (LSO, HW) per partition",
@@ -838,92 +833,109 @@ def _report_epochs(
         if e.prepared is not None and e.prepared.gone_at is not None
     ]
     report.measured(
-        "prepared state seen for (first seen -> gone)", ", ".join(_ms(w) for w in windows) or "never caught"
+        "prepared state seen for (first seen -> gone)", ", ".join(millis(w) for w in windows) or "never caught"
     )
-    report.measured("pg_prepared_xacts polls", f"{prepared.polls:,}")
+    report.measured("pg_prepared_xacts polls", f"{run.polls:,}")
     for e in epochs:
         k, p = e.kafka_commit_visible, e.postgres_commit_visible
         if k is not None and p is not None:
             first, second = ("Kafka", "PostgreSQL") if k <= p else ("PostgreSQL", "Kafka")
             report.measured(
                 f"checkpoint {e.checkpoint_id}: partial cross-sink success",
-                f"{first} committed {_ms(abs(p - k))} before {second} (two commits, not one atomic commit)",
+                f"{first} committed {millis(abs(p - k))} before {second} (two commits, not one atomic commit)",
             )
-    kafka_proof = CommitProof(
-        f"kafka topic {marker_topic_name(run.job_id, KAFKA_SINK_UID)}",
-        run.job_id,
-        tuple(SubtaskCommit(SUBTASK, e.checkpoint_id, e.marker.records) for e in epochs[-1:] if e.marker is not None),
-    )
-    pg_proof = CommitProof(
-        f"postgres table {postgres.COMMIT_PROOF_TABLE}",
-        run.job_id,
-        tuple(
-            SubtaskCommit(SUBTASK, e.checkpoint_id, e.postgres_proof_rows)
-            for e in epochs[-1:]
-            if e.postgres_proof_rows is not None
-        ),
-    )
-    for line in reconcile([(KAFKA_SINK_UID, kafka_proof), (POSTGRES_SINK_UID, pg_proof)]):
-        report.measured(f"reconciliation of the proofs through checkpoint {epochs[-1].checkpoint_id}", line)
+    if epochs:
+        kafka_proof = CommitProof(
+            f"kafka topic {marker_topic_name(run.job_id, KAFKA_SINK_UID)}",
+            run.job_id,
+            tuple(
+                SubtaskCommit(SUBTASK, e.checkpoint_id, e.marker.records) for e in epochs[-1:] if e.marker is not None
+            ),
+        )
+        pg_proof = CommitProof(
+            f"postgres table {postgres.COMMIT_PROOF_TABLE}",
+            run.job_id,
+            tuple(
+                SubtaskCommit(SUBTASK, e.checkpoint_id, e.postgres_proof_rows)
+                for e in epochs[-1:]
+                if e.postgres_proof_rows is not None
+            ),
+        )
+        for line in reconcile([(KAFKA_SINK_UID, kafka_proof), (POSTGRES_SINK_UID, pg_proof)]):
+            report.measured(f"reconciliation of the proofs through checkpoint {epochs[-1].checkpoint_id}", line)
     check_open_transactions(report, reads)
     check_prepared(report, epochs, run.job_id)
     check_committed(report, epochs)
     check_proofs(report, epochs)
+    return report.build()
 
 
 def _timeline(epochs: Sequence[Epoch]) -> Table:
-    table = Table(
-        "checkpoint",
-        "records",
-        "first record uncommitted",
-        "triggered",
-        "Kafka pre-commit (marker) seen",
-        "PG prepared seen",
-        "completed",
-        "Kafka commit visible",
-        "PG commit visible",
-        title="timeline per checkpoint (ms after the checkpoint was triggered)",
-        title_justify="left",
-    )
+    rows: list[tuple[str, ...]] = []
     for e in epochs:
         t0 = e.times.triggered
 
         def rel(at: float | None, t0: float = t0) -> str:
             return "-" if at is None else f"{(at - t0) * 1000:+,.0f}"
 
-        table.add_row(
-            str(e.checkpoint_id),
-            str(len(e.committed)),
-            rel(e.first_uncommitted),
-            "0",
-            rel(e.marker_seen_uncommitted),
-            rel(e.prepared.first_seen if e.prepared is not None else None),
-            rel(e.times.completed),
-            rel(e.kafka_commit_visible),
-            rel(e.postgres_commit_visible),
+        rows.append(
+            (
+                str(e.checkpoint_id),
+                str(len(e.committed)),
+                rel(e.first_uncommitted),
+                "0",
+                rel(e.marker_seen_uncommitted),
+                rel(e.prepared.first_seen if e.prepared is not None else None),
+                rel(e.times.completed),
+                rel(e.kafka_commit_visible),
+                rel(e.postgres_commit_visible),
+            )
         )
-    return table
+    return Table(
+        "timeline per checkpoint (ms after the checkpoint was triggered)",
+        (
+            "checkpoint",
+            "records",
+            "first record uncommitted",
+            "triggered",
+            "Kafka pre-commit (marker) seen",
+            "PG prepared seen",
+            "completed",
+            "Kafka commit visible",
+            "PG commit visible",
+        ),
+        tuple(rows),
+    )
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    defaults = ScenarioConfig()
-    parser = argparse.ArgumentParser(prog="weir scenario two-phase-commit", description=(__doc__ or "").split("\n")[0])
+# The command ----------------------------------------------------------------------------------------------
+
+
+def _arguments(parser: argparse.ArgumentParser, defaults: TwoPhaseCommitConfig) -> None:
     parser.add_argument("--events-per-second", type=int, default=defaults.events_per_second)
     parser.add_argument("--checkpoint-interval", type=float, default=defaults.checkpoint_interval_s, help="seconds")
     parser.add_argument("--checkpoints", type=int, default=defaults.checkpoints, help="checkpoints observed in full")
-    args = parser.parse_args(argv)
-    config = replace(
+
+
+def _configure(args: argparse.Namespace, defaults: TwoPhaseCommitConfig) -> TwoPhaseCommitConfig:
+    return replace(
         defaults,
         events_per_second=args.events_per_second,
         checkpoint_interval_s=args.checkpoint_interval,
         checkpoints=args.checkpoints,
     )
-    return run_on_local_cluster(
-        "two-phase-commit",
-        "two-phase commit: the open Kafka transaction, the prepared PostgreSQL one, both committed",
-        lambda endpoints, console: run_two_phase_commit_scenario(endpoints, config, console),
-    )
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+SCENARIO: Final = Scenario(
+    name=NAME,
+    title="two-phase commit: the open Kafka transaction, the prepared PostgreSQL one, both committed",
+    summary="within one checkpoint: the open Kafka transaction and the prepared PostgreSQL transaction, then both "
+    "committed after completion; each sink's own proof",
+    outcome=OUTCOME,
+    defaults=TwoPhaseCommitConfig(),
+    arguments=_arguments,
+    configure=_configure,
+    jobs=lambda config: (config.spec(),),
+    drive=drive,
+    check=check,
+)

@@ -3,6 +3,7 @@ the comparison of what a sink holds with it, and the two job versions it runs.""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,15 +11,16 @@ import pytest
 from weir.api import load_job_file
 from weir.core.keygroups import KeyGroupRange, key_group_for_key
 from weir.core.state_schema import StoredSchema, Verdict, check_compatible
-from weir.tools.scenario_upgrade import (
+from weir.scenarios.keyed_job import Event, InputRecord, SavepointCut, WindowWatermark
+from weir.scenarios.upgrade import (
     V1_FILE,
     V2_FILE,
-    Event,
-    SavepointCut,
-    UpgradeOutcome,
-    WindowWatermark,
+    UpgradeConfig,
+    UpgradeRun,
+    check,
     check_sink,
     expected_results,
+    postgres_expectation,
 )
 
 ALL_GROUPS = KeyGroupRange(0, 127)  # type: ignore[arg-type]
@@ -30,14 +32,14 @@ def cut(next_offsets: dict[int, int], watermark: int) -> SavepointCut:
 
 def test_windows_fired_before_the_savepoint_are_v1s_and_the_rest_v2s() -> None:
     events = [
-        Event(0, 0, "a", 5, 100),  # window [0, 1000): fired by v1 (its watermark 999)
-        Event(0, 1, "a", -3, 500),  # v1 counts negative values: it has no filter
-        Event(0, 2, "a", 4, 1200),  # window [1000, 2000): open at the cut, v1's part
-        Event(0, 3, "a", -1, 1500),  # after the cut: dropped by v2's filter
-        Event(0, 4, "a", 7, 1600),  # after the cut, into the migrated window
-        Event(0, 5, "a", 3, 2100),  # window [2000, 3000): v2's alone
-        Event(0, 6, "a", 9, 2200),
-        Event(0, 7, "a", -2, 3100),  # window [3000, 4000): nothing but a filtered event, no result
+        InputRecord(0, 0, Event("a", 5, 100)),  # window [0, 1000): fired by v1 (its watermark 999)
+        InputRecord(0, 1, Event("a", -3, 500)),  # v1 counts negative values: it has no filter
+        InputRecord(0, 2, Event("a", 4, 1200)),  # window [1000, 2000): open at the cut, v1's part
+        InputRecord(0, 3, Event("a", -1, 1500)),  # after the cut: dropped by v2's filter
+        InputRecord(0, 4, Event("a", 7, 1600)),  # after the cut, into the migrated window
+        InputRecord(0, 5, Event("a", 3, 2100)),  # window [2000, 3000): v2's alone
+        InputRecord(0, 6, Event("a", 9, 2200)),
+        InputRecord(0, 7, Event("a", -2, 3100)),  # window [3000, 4000): nothing but a filtered event, no result
     ]
     expectation = expected_results(events, cut({0: 3}, 999), 1000)
     assert expectation.results == {
@@ -50,7 +52,10 @@ def test_windows_fired_before_the_savepoint_are_v1s_and_the_rest_v2s() -> None:
 
 
 def test_an_event_after_the_cut_for_a_window_v1_fired_is_late_and_dropped() -> None:
-    events = [Event(1, 0, "b", 5, 100), Event(2, 0, "c", 6, 200)]  # partition 1 read by v1, 2 not at all
+    events = [
+        InputRecord(1, 0, Event("b", 5, 100)),
+        InputRecord(2, 0, Event("c", 6, 200)),
+    ]  # partition 1 read by v1, 2 not at all
     expectation = expected_results(events, cut({1: 1}, 999), 1000)
     assert expectation.results == {
         ("b", 0): {"key": "b", "window_start": 0, "window_end": 1000, "count": 1, "sum": 5, "v": 1}
@@ -65,7 +70,7 @@ def test_the_watermark_is_that_of_the_window_subtask_holding_the_key() -> None:
     low = KeyGroupRange(0, 63)  # type: ignore[arg-type]
     high = KeyGroupRange(64, 127)  # type: ignore[arg-type]
     two = SavepointCut({0: 10}, (WindowWatermark(0, low, 999), WindowWatermark(1, high, -1)))
-    events = [Event(0, i, key, 1, 10) for i, key in enumerate(groups)]
+    events = [InputRecord(0, i, Event(key, 1, 10)) for i, key in enumerate(groups)]
     results = expected_results(events, two, 1000).results
     for key, group in groups.items():
         assert results[(key, 0)]["v"] == (1 if group <= 63 else 2)
@@ -86,7 +91,9 @@ def result(key: str, start: int, v: int, count: int = 1, **extra: Any) -> dict[s
 def test_a_sink_holding_exactly_the_expected_results_is_ok() -> None:
     expected = {("a", 0): result("a", 0, 1), ("a", 1000): result("a", 1000, 2, max=1)}
     check = check_sink("kafka t", expected, list(expected.values()))
-    assert check.ok and check.by_version == {1: 1, 2: 1} and check.found == 2 and check.windows == 2
+    c = check.comparison
+    assert c.exact and check.by_version == {1: 1, 2: 1} and c.found == 2 and len(c.windows) == 2
+    assert check.interleaved == 0 and not check.open_transactions
 
 
 def test_each_discrepancy_is_counted() -> None:
@@ -104,27 +111,64 @@ def test_each_discrepancy_is_counted() -> None:
         result("d", 0, 2, max=1),  # not in the input
         None,  # unreadable
     ]
-    check = check_sink("kafka t", expected, found)
-    assert (check.duplicates, check.missing, check.unexpected, check.mismatched) == (1, 1, 2, 2)
-    assert not check.ok and len(check.samples) == 5
+    c = check_sink("kafka t", expected, found).comparison
+    assert (c.duplicates, c.missing, c.unexpected, c.mismatched) == (1, 1, 2, 2)
+    assert not c.exact and len(c.samples) == 5
 
 
 def test_a_v2_window_before_a_v1_window_of_the_same_key_is_interleaved() -> None:
     expected = {("a", 0): result("a", 0, 2, max=1), ("a", 1000): result("a", 1000, 1)}
     check = check_sink("postgres t", expected, list(expected.values()), ["prepared transaction weir:x"])
-    assert check.interleaved == 1
-    assert check.problems() == ["1 key(s) with a v2 window before a v1 window", "1 open or prepared transaction(s)"]
+    assert check.interleaved == 1 and check.open_transactions == ("prepared transaction weir:x",)
+    assert check.comparison.exact  # the values are right: the order and the transaction are not
+
+
+def _upgrade_run(records: tuple[InputRecord, ...], at_cut: SavepointCut, **changes: object) -> UpgradeRun:
+    """A run whose sinks hold exactly what the input and the cut say."""
+    e = expected_results(records, at_cut, 1000)
+    run = UpgradeRun(
+        "v1",
+        "v2",
+        at_cut,
+        records,
+        kafka=tuple(e.results.values()),
+        postgres=tuple(postgres_expectation(e).values()),
+        kafka_open=(),
+        postgres_prepared=(),
+    )
+    return replace(run, **changes)  # type: ignore[arg-type]
+
+
+UPGRADED = (
+    InputRecord(0, 0, Event("a", 5, 100)),  # fired by v1
+    InputRecord(0, 1, Event("a", 4, 1200)),  # open at the cut
+    InputRecord(0, 2, Event("a", -1, 1500)),  # filtered by v2
+    InputRecord(0, 3, Event("a", 7, 1600)),  # into the migrated window
+)
+
+
+def test_a_run_that_exercises_the_upgrade_with_exact_sinks_passes_every_check() -> None:
+    report = check(UpgradeConfig(), _upgrade_run(UPGRADED, cut({0: 2}, 999)))
+    assert report.ok, report.failed
+    assert len(report.checks) == 11
+    numbers = report.check("sink-exact:postgres-sink").numbers
+    assert (numbers["v1"], numbers["v2"], numbers["found"]) == (1, 1, 2)
+    assert report.check("windows-migrated").numbers == {"migrated": 1}
+
+
+def test_a_sink_with_a_wrong_result_or_a_prepared_transaction_fails_its_checks() -> None:
+    good = _upgrade_run(UPGRADED, cut({0: 2}, 999))
+    wrong = ({**good.kafka[0], "count": 9}, *good.kafka[1:])  # type: ignore[dict-item]
+    failed = {c.name for c in check(UpgradeConfig(), replace(good, kafka=wrong)).failed}
+    assert failed == {"sink-exact:kafka-sink"}
+    failed = {c.name for c in check(UpgradeConfig(), replace(good, postgres_prepared=("weir:v1:...",))).failed}
+    assert failed == {"nothing-open:postgres-sink"}
 
 
 def test_a_run_that_does_not_exercise_the_upgrade_fails() -> None:
-    nothing = expected_results([Event(0, 0, "a", 1, 10)], cut({0: 1}, -1), 1000)  # all before the cut
-    outcome = UpgradeOutcome(None, "v1", "v2", cut({0: 1}, -1), nothing, (), {})  # type: ignore[arg-type]
-    assert outcome.scenario_problems() == [
-        "version 1 fired no window before the savepoint",
-        "version 1 read all the input before the savepoint",
-        "version 2's filter dropped nothing",
-    ]
-    assert not outcome.ok
+    everything_before = (InputRecord(0, 0, Event("a", 1, 10)),)
+    report = check(UpgradeConfig(), _upgrade_run(everything_before, cut({0: 1}, -1)))
+    assert [c.name for c in report.failed] == ["v1-fired-windows", "v2-read-after-cut", "v2-filter-dropped"]
 
 
 # The two versions of the job ---------------------------------------------------------------------------

@@ -12,24 +12,26 @@ from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.core.states import JobStatus
 from weir.operators.transactional_sinks import CommitMarker
 from weir.operators.twophase import TransactionId
-from weir.tools.client import JobDetails, JobSummary
-from weir.tools.scenario_recovery import (
+from weir.scenarios.keyed_job import (
     KAFKA_SINK_UID,
     POSTGRES_SINK_UID,
-    KillOutcome,
-    PartialOutcome,
-    ProofSnapshot,
-    RecoveryConfig,
-    RecoveryOutcome,
-    aborted_output,
-    build_report,
     committed_checkpoints,
     marker_entries,
     prepared_epochs,
     proof_of,
-    replayed_records,
     window_of,
 )
+from weir.scenarios.recovery import (
+    KillOutcome,
+    PartialOutcome,
+    ProofSnapshot,
+    RecoveryConfig,
+    RecoveryRun,
+    aborted_output,
+    check,
+    replayed_records,
+)
+from weir.tools.client import JobDetails, JobSummary
 from weir.tools.verify import CommitProof, ProofEntry, SinkKindName, SinkReport, SubtaskCommit, VerifyReport
 
 JOB = "job1"
@@ -171,12 +173,12 @@ def sink_report(uid: str, kind: SinkKindName, last: int, duplicates: int = 0) ->
     )
 
 
-def outcome() -> RecoveryOutcome:
+def outcome() -> RecoveryRun:
     during = ProofSnapshot(proof((0, 8)), proof((0, 7)), {0: (8,)}, pg_entries((0, 7)))
     after = ProofSnapshot(proof((0, 9)), proof((0, 9)), {}, pg_entries((0, 7), (0, 8), (0, 9)))
     sinks = (sink_report(KAFKA_SINK_UID, "kafka", 20), sink_report(POSTGRES_SINK_UID, "postgres", 20))
     final = JobDetails(JobSummary(JobId(JOB), "keyed", JobStatus.FINISHED, 0.0, 3, 2), (), None, None, None)
-    return RecoveryOutcome(
+    return RecoveryRun(
         job_id=JOB,
         kill=kill(CheckpointStatus.FAILED, committed=False),
         partial=PartialOutcome(8, {0: 11}, during, (gid(POSTGRES_SINK_UID, 0, 8),), after, 0.0, 1),
@@ -191,35 +193,42 @@ def outcome() -> RecoveryOutcome:
 
 
 def test_a_run_that_shows_the_outcome_passes_every_check() -> None:
-    report = build_report(RecoveryConfig.small(), outcome())
-    assert report.ok, [c for c in report.checks if not c.passed]
+    report = check(RecoveryConfig.small(), outcome())
+    assert report.ok, report.failed
     assert len(report.checks) == 10
+    assert report.check("duplicate-execution").numbers == {
+        "records_all_attempts": 1_300,
+        "input_records": 1_000,
+        "replayed": 300,
+    }
+    assert report.check("partial-cross-sink-success").numbers["checkpoint"] == 8
 
 
-def failed(o: RecoveryOutcome) -> list[str]:
-    return [c.statement for c in build_report(RecoveryConfig.small(), o).failed]
+def failed(o: RecoveryRun) -> list[str]:
+    return [c.name for c in check(RecoveryConfig.small(), o).failed]
 
 
 def test_each_check_fails_when_its_measurement_does() -> None:
     o = outcome()
-    assert failed(replace(o, records_all_attempts=1_000)) == [
-        "duplicate execution happened: the window tasks received records again after the restores"
-    ]
-    assert len(failed(replace(o, table_count=999))) == 1  # state counted an input twice or lost one
+    assert failed(replace(o, records_all_attempts=1_000)) == ["duplicate-execution"]
+    assert failed(replace(o, table_count=999)) == ["state-counts-each-input-once"]  # an input twice, or lost
     no_aborted = aborted_output([(0, 2, result("a", 0))], [(0, 2, result("a", 0))])
-    assert len(failed(replace(o, aborted=no_aborted))) == 2  # none aborted, so no aborted window committed
+    assert failed(replace(o, aborted=no_aborted)) == [
+        "aborted-records-uncommitted-only",
+        "aborted-windows-committed-once",
+    ]
     duplicated = replace(o.verify, sinks=(sink_report(KAFKA_SINK_UID, "kafka", 20, duplicates=1), o.verify.sinks[1]))
-    assert len(failed(replace(o, verify=duplicated))) == 1
+    assert failed(replace(o, verify=duplicated)) == ["sinks-exact"]
     behind = replace(o.verify, sinks=(o.verify.sinks[0], sink_report(POSTGRES_SINK_UID, "postgres", 19)))
-    assert len(failed(replace(o, verify=behind))) == 1  # the final proofs disagree
+    assert failed(replace(o, verify=behind)) == ["behind-sink-caught-up"]  # the final proofs disagree
     no_partial = replace(o.partial, during=replace(o.partial.during, kafka=proof((0, 7))))
-    assert len(failed(replace(o, partial=no_partial))) >= 1
+    assert "partial-cross-sink-success" in failed(replace(o, partial=no_partial))
     once = replace(o.final, summary=replace(o.final.summary, restarts=1))
-    assert len(failed(replace(o, final=once))) == 1
+    assert failed(replace(o, final=once)) == ["restarted-and-finished"]
     wrong = kill(CheckpointStatus.COMPLETED, committed=False)
-    assert len(failed(replace(o, kill=wrong))) == 1
+    assert failed(replace(o, kill=wrong)) == ["prepared-resolved-as-checkpoint"]
     not_prepared = replace(o.kill, prepared_at_kill={0: (4,)})
-    assert len(failed(replace(o, kill=not_prepared))) == 1
+    assert failed(replace(o, kill=not_prepared)) == ["killed-after-pre-commit"]
 
 
 def test_proofs_are_settled_once_no_kafka_subtask_reads_behind_its_postgres_subtask() -> None:

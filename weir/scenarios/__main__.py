@@ -1,0 +1,7 @@
+"""``python -m weir.scenarios [NAME [ARGS]]``: what ``weir scenario`` runs."""
+
+import sys
+
+from weir.scenarios.registry import main
+
+sys.exit(main())
