@@ -11,7 +11,7 @@ priority events), as Flink's ``OperatorChain`` does with its stream outputs.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, split_by_channel
@@ -31,9 +31,9 @@ from weir.wire import common_pb2, taskmanager_pb2
 
 RECORDS_PER_BUFFER = 1000
 COLUMNAR_ROWS_PER_BUFFER = 8192
+"""Rows a columnar output channel gathers before it sends a buffer (the buffer timeout sends fewer)."""
 CHANNEL_MEMO_KEYS = 100_000
 """Keys whose channel a hash-partitioned writer remembers; past it, it forgets them all at once."""
-"""Rows a columnar output channel gathers before it sends a buffer (the buffer timeout sends fewer)."""
 
 
 class KeyRejected(Protocol):
@@ -223,16 +223,15 @@ class RecordWriter:
 
 
 class NetworkOutput:
-    """An edge out of the chain into its RecordWriter; watermarks ride along with the next flush."""
+    """An edge out of the chain into its RecordWriter; watermarks ride along with the next flush.
+    ``emit`` is the writer's own, bound once (no call in between)."""
 
-    __slots__ = ("pending_watermark", "writer")
+    __slots__ = ("emit", "pending_watermark", "writer")
 
     def __init__(self, writer: RecordWriter) -> None:
         self.writer = writer
+        self.emit: Callable[[Any, int | None], None] = writer.emit
         self.pending_watermark: int | None = None
-
-    def emit(self, value: Any, timestamp: int | None) -> None:
-        self.writer.emit(value, timestamp)
 
     def emit_watermark(self, watermark: int) -> None:
         self.pending_watermark = watermark
