@@ -104,8 +104,14 @@ def one_run(cluster: BenchCluster, path: str, topics: tuple[str, str], events: i
     marks: list[tuple[int, float, dict[str, float]]] = []
     threads: list[dict[str, float]] = []
     deadline = time.monotonic() + 600
+    last = -1
     while len(marks) < 2:
         consumed = window_records_in(cluster, job_id)
+        if consumed == last:  # no progress since the last sample: a job that ended takes its metrics with it
+            status = cluster.status(job_id)
+            if status is not None and status.summary.status in ("FINISHED", "FAILED", "CANCELED"):
+                raise RuntimeError(f"{tag}: the job ended ({status.summary.status}) before both marks; use more events")
+        last = consumed
         if consumed >= (low if not marks else high):
             marks.append((consumed, time.monotonic(), cpu_of(pids)))
             threads.append(thread_cpu_of(pids))
@@ -135,6 +141,7 @@ def one_run(cluster: BenchCluster, path: str, topics: tuple[str, str], events: i
         "output_complete": check.complete,
         "output_duplicates": check.duplicates,
         "load_average": os.getloadavg(),
+        "under_load": os.getloadavg()[0] > (os.cpu_count() or 1),  # the 1-minute load above the core count
     }
     log(
         f"{tag} {path}: {result['us_per_event']:.2f} CPU us/event, {result['events_per_s']:,.0f} events/s, "
