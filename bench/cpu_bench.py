@@ -621,8 +621,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="one profiled run per case: top functions per event")
     parser.add_argument("--load-gate-s", type=float, default=120.0, help="longest wait for the load to fall")
     parser.add_argument("--note", default="", help="what tree was measured, when it is not a git checkout")
+    parser.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("BEFORE", "AFTER"),
+        help="no run: combine result files of two trees (each a comma-separated list, one file per round) "
+        "into one document of medians and ratios per case, written to --output",
+    )
     parser.add_argument("--output", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
+    if args.compare:
+        before, after = ([Path(f) for f in files.split(",")] for files in args.compare)
+        document = compare(before, after)
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(json.dumps(document, indent=2) + "\n")
+        for name, c in document["cases"].items():
+            print(f"{name:<18} {c['before_median']:6.2f} -> {c['after_median']:6.2f} us/event ({c['ratio']:.2f}x)")
+        return 0
     paths = [p for p in args.paths.split(",") if p and p != "none"]
     chosen = cases(paths, [q for q in args.nexmark.split(",") if q])
     inputs = {c.name: c.make_input(args.events) for c in chosen}
@@ -684,6 +699,44 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(document, indent=2) + "\n")
     return 0
+
+
+def compare(before: Sequence[Path], after: Sequence[Path]) -> dict[str, Any]:
+    """One document from the result files of two trees measured in alternating rounds (``--runs 1``
+    each, before and after in turn, so a burst of load elsewhere touches both alike): per case every
+    round's figure, the medians, after / before, and how many rounds ran under load."""
+    sides = {"before": [json.loads(p.read_text()) for p in before], "after": [json.loads(p.read_text()) for p in after]}
+    cases: dict[str, Any] = {}
+    for name in sides["before"][0]["cases"]:
+        runs = {
+            side: [r for doc in docs for r in doc["cases"][name]["runs_us_per_event"]] for side, docs in sides.items()
+        }
+        outputs = {doc["cases"][name]["output_records"] for docs in sides.values() for doc in docs}
+        if len(outputs) != 1:
+            raise SystemExit(f"{name}: the trees' outputs differ in size ({sorted(outputs)}): not the same job")
+        medians = {side: statistics.median(r) for side, r in runs.items()}
+        cases[name] = {
+            "before_runs_us_per_event": runs["before"],
+            "after_runs_us_per_event": runs["after"],
+            "before_median": round(medians["before"], 3),
+            "after_median": round(medians["after"], 3),
+            "ratio": round(medians["after"] / medians["before"], 3),
+            "runs_under_load": sum(d["cases"][name]["runs_under_load"] for docs in sides.values() for d in docs),
+            "output_records": outputs.pop(),
+        }
+    return {
+        "benchmark": "cpu-compare",
+        "at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "sides": {
+            side: [
+                {k: doc.get(k) for k in ("commit", "note", "at", "load_average", "under_load", "events", "parallelism")}
+                for doc in docs
+            ]
+            for side, docs in sides.items()
+        },
+        "under_load": any(doc.get("under_load") for docs in sides.values() for doc in docs),
+        "cases": cases,
+    }
 
 
 def _loadavg() -> Iterator[float]:
