@@ -620,7 +620,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--checkpoint-every", type=int, default=100_000, help="events between checkpoints (0: none)")
     parser.add_argument("--profile", action="store_true", help="one profiled run per case: top functions per event")
     parser.add_argument("--load-gate-s", type=float, default=120.0, help="longest wait for the load to fall")
-    parser.add_argument("--note", default="", help="what tree was measured, when it is not a git checkout")
+    parser.add_argument(
+        "--note",
+        default="",
+        help="what tree was measured, when it is not a git checkout (with --compare: of the comparison)",
+    )
     parser.add_argument(
         "--compare",
         nargs=2,
@@ -632,7 +636,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.compare:
         before, after = ([Path(f) for f in files.split(",")] for files in args.compare)
-        document = compare(before, after)
+        document = compare(before, after) | {"note": args.note}
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(json.dumps(document, indent=2) + "\n")
         for name, c in document["cases"].items():
