@@ -5,14 +5,14 @@ VENV := .venv
 PY := $(VENV)/bin/python
 INFRA := deploy/local/infra.sh
 # Every target here works with the local services: the local mode (the local S3 server and its development
-# keys are the S3 defaults; README, "Configuration"). `make ... WEIR_LOCAL_MODE=false` turns it off.
+# keys are the S3 defaults; docs/configuration.md). `make ... WEIR_LOCAL_MODE=false` turns it off.
 export WEIR_LOCAL_MODE ?= true
 BROWSER := deploy/local/browser.sh
 
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-cpu bench-nexmark bench-jm-scale bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-cpu bench-nexmark bench-jm-scale bench-slots bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -68,7 +68,7 @@ lint: setup ## ruff, the import-linter contracts and mypy (pyproject.toml); test
 demo: setup infra-up ## run the keyed aggregation demo end to end
 	$(PY) -m weir.tools.demo
 
-# The design card's scenarios (weir scenario NAME; `weir scenario` lists them; the code is weir/scenarios/).
+# The end-to-end scenarios (weir scenario NAME; `weir scenario` lists them; the code is weir/scenarios/).
 # SCENARIO_ARGS go to the scenario, e.g. make scenario-recovery SCENARIO_ARGS="--events 20000", or
 # SCENARIO_ARGS=--json for the report as one JSON document.
 SCENARIOS := keyed-aggregation barriers two-phase-commit recovery upgrade backpressure
@@ -124,6 +124,9 @@ bench-backpressure: setup bench-deps ## checkpoint duration aligned vs unaligned
 
 bench-recovery: setup bench-deps ## SIGKILL of a TaskManager under load to the first committed output, median of 5 kills
 	$(PY) -m bench.recovery_bench $(RECOVERY_BENCH_ARGS)
+
+bench-slots: setup ## one TaskManager, 1 vs 2 slots, slot processes on and off, on a CPU-bound job: records/s, cores, the ratio (~8 min)
+	$(PY) -m bench.slots_bench $(SLOTS_BENCH_ARGS)
 
 bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per event, stdlib vs orjson vs msgspec vs ujson (~30 s)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)

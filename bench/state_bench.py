@@ -9,14 +9,19 @@ incremental uploads) against the real checkpoint storage, without a cluster. For
 2. checkpoint 1 (first: every file uploaded), completed; 1 % of the keys updated, checkpoint 2
    (incremental), completed; 10 % updated, checkpoint 3 (not with ``--quick``);
 3. restores of the latest checkpoint, each into a fresh database as a redeployed subtask: at the same
-   parallelism (1 -> 1: one handle, the whole range) and rescaled to 2 (1 -> 2: each subtask half the
-   range of the one handle); the two rescaled subtasks then checkpoint (4, a first checkpoint of their
-   new databases) and that is restored into 1 subtask (2 -> 1: two handles merged) and into subtask 1
-   of 3 (2 -> 3: key groups 43..85, part of each handle).
+   parallelism (1 -> 1: one handle, the whole range, opened as the database), after which the restored
+   subtask checkpoints unchanged (every restored SST reused: only the small private files uploaded),
+   then after 1 % of the keys changed (beside the same change checkpointed by the writer itself, before
+   it was discarded: what the database uploads for it without a restore, its compactions included),
+   and rescaled to 2 (1 -> 2: each subtask half the range of the one handle, opened and the
+   other half range-deleted); the two rescaled subtasks then checkpoint (a first checkpoint of their
+   new databases) and that is restored into 1 subtask (2 -> 1: one handle opened, the other copied)
+   and into subtask 1 of 3 (2 -> 3: key groups 43..85, a third of each handle: both copied).
 
 Each figure has its wall time and the CPU seconds of this process (all its threads: uploads and
 downloads run on background threads) beside it, and, for the local S3 server, that server's CPU
-seconds. Every restore is checked: the entries copied must be the keys written into its key groups.
+seconds. Every restore is checked: after it (outside the measured time) the restored key groups must
+hold as many entries as were written into them, and the entries it copied one by one are reported.
 Results: ``bench/results/state.json``, ``state.md`` and ``state.png`` (``bench.state_report``); the
 targets are reported as pass/miss, never asserted. The run's objects live under a prefix named after
 the run and are deleted at the end, as is its local directory.
@@ -59,6 +64,10 @@ VALUE_BYTES: Final = 32
 FULL_SIZES: Final = (100_000, 1_000_000, 5_000_000)
 QUICK_SIZES: Final = (100_000, 1_000_000)
 UPDATES: Final = (0.01, 0.10)  # fractions of the keys changed before checkpoints 2, 3, ...
+AFTER_RESTORE_UPDATE: Final = 0.01  # of the keys changed after the 1 -> 1 restore, before its next checkpoint
+UNCHANGED_AFTER_RESTORE_LABEL: Final = "unchanged after restore 1->1"
+AFTER_RESTORE_LABEL: Final = "1% after restore 1->1"
+CONTROL_LABEL: Final = "1% more without a restore"
 QUICK_UPDATES: Final = (0.01,)
 RESTORE_REPEATS: Final = 3  # a restore is repeatable (a fresh database each time); checkpoints are a sequence
 SNAPSHOT_TIMEOUT_S: Final = 1800.0
@@ -107,8 +116,10 @@ class RestoreFigures:
     subtask: int
     key_groups: tuple[int, int]
     handles_used: int
-    entries: int
+    entries: int  # in the restored key groups after the restore
     expected_entries: int
+    copied_entries: int  # copied entry by entry (0: every handle used was opened as the database)
+    adopted: bool  # a handle was opened as the database
     downloaded_bytes: int
     usage: Usage  # the restore call (downloads, opening each snapshot, copying the ranges): the median sample
     samples: tuple[Usage, ...]  # every repeat, in order
@@ -202,10 +213,15 @@ class _Subtask:
     key_groups: KeyGroupRange
     attempt: int
     keyed: TaskKeyedState
-    store: KeyedStateStore = field(init=False)
+    _store: KeyedStateStore | None = None
 
-    def __post_init__(self) -> None:
-        self.store = self.keyed.backend.keyed_store(NAMESPACE)
+    @property
+    def store(self) -> KeyedStateStore:
+        """The operator's store, opened on first use: after the restore, as an operator opens after it
+        (a database a store was opened on is not replaced by a restored one)."""
+        if self._store is None:
+            self._store = self.keyed.backend.keyed_store(NAMESPACE)
+        return self._store
 
     @property
     def ranges(self) -> tuple[tuple[OperatorUid, KeyGroupRange], ...]:
@@ -314,17 +330,21 @@ class StateBench:
                 self.discard(subtask)
             subtask = self.deploy(name, key_groups, attempt, handles)
             with self.meter() as usage:
-                result: RestoreResult = subtask.keyed.snapshotter.restore(handles, subtask.ranges)
+                result: RestoreResult = subtask.keyed.snapshotter.restore(
+                    handles, subtask.ranges, job_id=self.job_id, attempt=attempt
+                )
             samples.append(usage())
+            entries = self.entries_in(subtask)
             log(
                 f"{self.keys:,} keys: restore {label} subtask {subtask_index} {key_groups} {samples[-1].wall_s:.2f} s, "
-                f"{result.entries:,} entries from {result.handles_used} handle(s), "
-                f"{result.downloaded_bytes / 1e6:.1f} MB downloaded, CPU {samples[-1].cpu_s:.2f} s"
+                f"{result.handles_used} handle(s), {'one opened as the database, ' if result.adopted else ''}"
+                f"{result.copied_entries:,} entries copied, {result.downloaded_bytes / 1e6:.1f} MB downloaded, "
+                f"CPU {samples[-1].cpu_s:.2f} s"
             )
-            if result.entries != expected:
+            if entries != expected:
                 raise BenchError(
-                    f"{self.keys:,} keys: restore {label} into subtask {subtask_index} {key_groups} copied "
-                    f"{result.entries:,} entries, {expected:,} were written into those key groups"
+                    f"{self.keys:,} keys: restore {label} into subtask {subtask_index} {key_groups} left "
+                    f"{entries:,} entries there, {expected:,} were written into those key groups"
                 )
         assert subtask is not None, "repeats must be at least 1"
         figures = RestoreFigures(
@@ -334,8 +354,10 @@ class StateBench:
             subtask=subtask_index,
             key_groups=(key_groups.start, key_groups.end),
             handles_used=result.handles_used,
-            entries=result.entries,
+            entries=entries,
             expected_entries=expected,
+            copied_entries=result.copied_entries,
+            adopted=result.adopted is not None,
             downloaded_bytes=result.downloaded_bytes,
             usage=sorted(samples, key=lambda u: u.wall_s)[len(samples) // 2],
             samples=tuple(samples),
@@ -343,6 +365,11 @@ class StateBench:
         if self.verify is not None:
             self.verify(figures, subtask.keyed.backend)
         return figures, subtask
+
+    def entries_in(self, subtask: _Subtask) -> int:
+        """The entries of the subtask's key groups in its database (not measured: a check)."""
+        store = subtask.store
+        return sum(1 for group in subtask.key_groups for _ in store.items(STATE_NAME, group))
 
 
 def measure_size(
@@ -384,10 +411,25 @@ def measure_size(
                 checkpoint_id += 1
                 latest, figures = bench.snapshot(writer, checkpoint_id, f"incremental {fraction:.0%}", changed)
                 checkpoints.append(figures)
+            # The control: the writer's own next checkpoint after the change the restored subtask makes below
+            # (what the same database uploads for it without a restore, compactions included).
+            after_change = updated_indexes(keys, AFTER_RESTORE_UPDATE)
+            changed = bench.write(writer, after_change, len(updates) + 1)
+            _control, figures = bench.snapshot(writer, checkpoint_id + 1, CONTROL_LABEL, changed)
+            checkpoints.append(figures)
             bench.discard(writer)
 
             same, restored = bench.restore("p1-0", [latest], 1, 1, 0, 2, restore_repeats)
             restores.append(same)
+            # The restored subtask's first checkpoints: unchanged (every restored SST reused), then after the
+            # control's change (reused what no compaction rewrote).
+            checkpoint_id += 1
+            _handle, figures = bench.snapshot(restored, checkpoint_id, UNCHANGED_AFTER_RESTORE_LABEL, 0)
+            checkpoints.append(figures)
+            changed = bench.write(restored, after_change, len(updates) + 1)
+            checkpoint_id += 1
+            _handle, figures = bench.snapshot(restored, checkpoint_id, AFTER_RESTORE_LABEL, changed)
+            checkpoints.append(figures)
             bench.discard(restored)
 
             rescaled: list[_Subtask] = []

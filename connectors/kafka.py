@@ -2,7 +2,11 @@
 
 Weir's sources read explicit partitions from explicit offsets (never consumer-group commits), and its
 sinks write through transactional producers. Every client built here gets its configuration from
-``client_config`` so that bootstrap servers and client ids are set in one place.
+``client_config``: the cluster and its settings of a job's
+:class:`~weir.core.kafka_config.KafkaClientConfig` (its secret references resolved there, in this
+process, and handed to the client alone), under the settings Weir needs of that client. Each function
+takes a :data:`KafkaTarget`: a job's configuration, or the endpoints (the endpoints' broker with no
+setting of its own: the local tools and tests).
 """
 
 from __future__ import annotations
@@ -12,7 +16,7 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar, assert_never
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
@@ -26,26 +30,146 @@ from confluent_kafka.admin import (
 )
 
 from weir.core.config import Endpoints
-from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError, WeirError
+from weir.core.kafka_config import KafkaClientConfig, secret_values
+
+KafkaTarget = KafkaClientConfig | Endpoints
+"""Which Kafka cluster a call reaches and how: a job's client configuration, or the endpoints' broker
+with no setting of its own."""
+
+_Client = TypeVar("_Client", Producer, Consumer, AdminClient)
+
+METADATA_SLICE_S = 1.0
+"""A metadata request's first try waits this long (each next one twice as long), so that a refused
+login ends the wait within a second."""
+
+_REFUSALS: dict[int, str] = {
+    KafkaError._AUTHENTICATION: "refused the client's login",
+    KafkaError.SASL_AUTHENTICATION_FAILED: "refused the client's login",
+    KafkaError.TOPIC_AUTHORIZATION_FAILED: "refused access to a topic",
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED: "refused access to the cluster",
+    KafkaError._SSL: "failed the TLS handshake",
+}
+"""Client errors that are the job's configuration, not an outage: retrying cannot help."""
+
+_FINAL_ONLY = frozenset({KafkaError._SSL})
+"""Refusals that also happen in passing (a connection dropped mid-handshake): they end a request only
+when it found no answer at all within its time, as the reason why."""
 
 
-def client_config(endpoints: Endpoints, **overrides: object) -> dict[str, object]:
-    config: dict[str, object] = {"bootstrap.servers": endpoints.kafka_bootstrap}
-    config.update({k.replace("_", "."): v for k, v in overrides.items()})
+def cluster_config(target: KafkaTarget) -> KafkaClientConfig:
+    """The target as a client configuration (the endpoints: their broker, no setting of its own)."""
+    match target:
+        case KafkaClientConfig():
+            return target
+        case Endpoints():
+            return KafkaClientConfig.of(target)
+        case _:
+            assert_never(target)
+
+
+def bootstrap_of(target: KafkaTarget) -> str:
+    """The bootstrap servers a target names (for messages)."""
+    return cluster_config(target).bootstrap_servers
+
+
+def client_config(target: KafkaTarget, **defaults: object) -> dict[str, object]:
+    """A client's constructor settings: Weir's ``defaults`` for this client (``linger_ms`` for
+    ``linger.ms``), the target's settings over them (resolved here). The settings Weir relies on are
+    refused in a job's settings (``weir.core.kafka_config.RESERVED_PROPERTIES``), so whatever a
+    caller passes for them stays."""
+    return _settings(target, {k.replace("_", "."): v for k, v in defaults.items()})
+
+
+def _settings(
+    target: KafkaTarget, defaults: Mapping[str, object], fixed: Mapping[str, object] | None = None
+) -> dict[str, object]:
+    """``defaults``, the target's resolved settings over them, ``fixed`` (callbacks, what a client
+    cannot work without) over those."""
+    config: dict[str, object] = dict(defaults)
+    config.update(cluster_config(target).client_settings())
+    config.update(fixed or {})
     return config
 
 
-def admin(endpoints: Endpoints) -> AdminClient:
-    return AdminClient(client_config(endpoints))
+class ClientErrors:
+    """The client-level errors librdkafka reports (``error_cb``) of one client, the last few kept: an
+    authentication or TLS failure shows there, while a request only times out."""
+
+    def __init__(self, kept: int = 8) -> None:
+        self.errors: deque[KafkaError] = deque(maxlen=kept)
+
+    def __call__(self, error: KafkaError) -> None:
+        # 'brokers are down' summarizes the others, many to one failed connection: kept, they would
+        # push the cause out.
+        if error.code() != KafkaError._ALL_BROKERS_DOWN:
+            self.errors.append(error)
+
+    @property
+    def last_cause(self) -> KafkaError | None:
+        """The latest error the client reported (a summary of brokers down aside)."""
+        return self.errors[-1] if self.errors else None
+
+    def refusal(self, *, final: bool = True) -> KafkaError | None:
+        """The latest error that says the cluster refuses this client's configuration; before a
+        request's time is over (``final=False``) only those that cannot happen in passing."""
+        return next(
+            (e for e in reversed(self.errors) if e.code() in _REFUSALS and (final or e.code() not in _FINAL_ONLY)),
+            None,
+        )
+
+
+def _new(kind: type[_Client], target: KafkaTarget, config: dict[str, object]) -> _Client:
+    """Make the client; settings librdkafka refuses (an unknown key, a bad value) are the job's error,
+    in one line without any secret value."""
+    try:
+        return kind(config)
+    except (KafkaException, ValueError, TypeError) as exc:
+        text = str(exc.args[0].str() if isinstance(exc, KafkaException) else exc)
+        for secret in secret_values({k: str(v) for k, v in config.items()}):
+            text = text.replace(secret, "<redacted>")
+        raise JobDefinitionError(
+            f"kafka: the client settings for {bootstrap_of(target)} are refused: {text} (check the job's "
+            "-D kafka.* parameters and the connector's properties=)"
+        ) from None
+
+
+def refused_error(target: KafkaTarget, error: KafkaError) -> JobDefinitionError:
+    """A cluster that refuses the job's credentials or certificates: one line naming the broker's
+    error and the settings to check (as given: references, never a secret)."""
+    config = cluster_config(target)
+    shown = {k: v for k, v in config.redacted().items() if k.startswith(("security.", "sasl.", "ssl."))}
+    settings = ", ".join(f"{k}={v}" for k, v in sorted(shown.items())) or "no security settings"
+    return JobDefinitionError(
+        f"kafka at {config.bootstrap_servers} {_REFUSALS[error.code()]}: {error.str()} (with {settings}; check the "
+        "job's -D kafka.* parameters and the connector's properties=)",
+        fault="user",
+    )
+
+
+def unreachable(target: KafkaTarget, errors: ClientErrors, what: str, exc: object) -> WeirError:
+    """Why a request (``what`` went wrong) failed: the cluster refusing the configuration (the job's
+    to fix, not retriable), or Kafka not answering (retriable), with what the client saw last (a
+    broker that closes a TLS connection with an alert, as one requiring a client certificate does
+    under TLS 1.3, is a transport error to librdkafka: only its text says why)."""
+    refusal = errors.refusal()
+    if refusal is not None:
+        return refused_error(target, refusal)
+    seen = "" if errors.last_cause is None else f" (the client's last error: {errors.last_cause.str()})"
+    return ServiceUnavailableError(f"kafka: {what}: {exc}{seen}")
+
+
+def admin(target: KafkaTarget) -> AdminClient:
+    return _new(AdminClient, target, client_config(target))
 
 
 def create_topics(
-    endpoints: Endpoints, topics: Mapping[str, int], timeout_s: float = 30.0, replace: bool = False
+    target: KafkaTarget, topics: Mapping[str, int], timeout_s: float = 30.0, replace: bool = False
 ) -> None:
     """Create each topic with its partition count; an existing topic is kept (or replaced)."""
-    client = admin(endpoints)
+    client = admin(target)
     if replace:
-        delete_topics(endpoints, topics.keys(), timeout_s)
+        delete_topics(target, topics.keys(), timeout_s)
     futures = client.create_topics(
         [NewTopic(name, num_partitions=n, replication_factor=1) for name, n in topics.items()],
         operation_timeout=timeout_s,
@@ -59,8 +183,8 @@ def create_topics(
     _wait_for_topics(client, topics, timeout_s)
 
 
-def delete_topics(endpoints: Endpoints, names: Iterable[str], timeout_s: float = 30.0) -> None:
-    client = admin(endpoints)
+def delete_topics(target: KafkaTarget, names: Iterable[str], timeout_s: float = 30.0) -> None:
+    client = admin(target)
     names = list(names)
     existing = set(client.list_topics(timeout=timeout_s).topics)
     doomed = [n for n in names if n in existing]
@@ -86,26 +210,60 @@ def _wait_for_topics(client: AdminClient, topics: Mapping[str, int], timeout_s: 
     raise ServiceUnavailableError(f"kafka: topics {sorted(topics)} not visible after {timeout_s}s")
 
 
-def partition_count(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> int:
-    metadata = admin(endpoints).list_topics(topic=topic, timeout=timeout_s).topics.get(topic)
+def _list_topics(
+    client: AdminClient | Consumer,
+    errors: ClientErrors,
+    target: KafkaTarget,
+    timeout_s: float,
+    topic: str | None = None,
+) -> Any:
+    """Cluster metadata (of one topic, or of all), asked in slices: a refused login or TLS handshake
+    ends the wait at once (JobDefinitionError naming the broker's error); no answer within
+    ``timeout_s`` is ServiceUnavailableError."""
+    deadline = time.monotonic() + timeout_s
+    slice_s = METADATA_SLICE_S
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return client.list_topics(topic=topic, timeout=max(0.1, min(slice_s, remaining)))
+        except KafkaException as exc:
+            slice_s *= 2  # a large cluster's metadata may take longer than the first slice
+            _serve_error_callbacks(client)
+            if errors.refusal(final=False) is not None or time.monotonic() >= deadline:
+                what = "no answer" if topic is None else f"no metadata for topic {topic!r}"
+                raise unreachable(
+                    target, errors, f"{what} from {bootstrap_of(target)} within {timeout_s}s", exc
+                ) from None
+
+
+def _serve_error_callbacks(client: AdminClient | Consumer) -> None:
+    """Have ``error_cb`` told what the client saw: confluent-kafka calls it from ``poll`` only. A
+    consumer's poll could hand out a record, so a consumer is left to its own ``consume``."""
+    if isinstance(client, AdminClient):
+        client.poll(0)
+
+
+def partition_count(target: KafkaTarget, topic: str, timeout_s: float = 10.0) -> int:
+    client, errors = _inspect_admin(target)
+    metadata = _list_topics(client, errors, target, timeout_s, topic).topics.get(topic)
     if metadata is None or metadata.error is not None:
-        raise ServiceUnavailableError(f"kafka: topic {topic!r} does not exist")
+        raise ServiceUnavailableError(f"kafka: topic {topic!r} does not exist at {bootstrap_of(target)}")
     return len(metadata.partitions)
 
 
-def producer(endpoints: Endpoints, **overrides: object) -> Producer:
-    return Producer(client_config(endpoints, **overrides))
+def producer(target: KafkaTarget, **defaults: object) -> Producer:
+    return _new(Producer, target, client_config(target, **defaults))
 
 
-def consumer(endpoints: Endpoints, **overrides: object) -> Consumer:
+def consumer(target: KafkaTarget, **defaults: object) -> Consumer:
     base: dict[str, object] = {
         "group.id": "weir-reader",
         "enable.auto.commit": False,
         "auto.offset.reset": "earliest",
         "enable.partition.eof": True,
     }
-    base.update({k.replace("_", "."): v for k, v in overrides.items()})
-    return Consumer(client_config(endpoints, **base))
+    base.update({k.replace("_", "."): v for k, v in defaults.items()})
+    return _new(Consumer, target, _settings(target, base))
 
 
 CommitErrorHandler = Callable[[str], None]
@@ -124,22 +282,29 @@ class PartitionReader:
 
     def __init__(
         self,
-        endpoints: Endpoints,
+        target: KafkaTarget,
         topic: str,
         *,
         group_id: str,
         fetch_wait_max_ms: int = 50,
-        properties: Mapping[str, str] | None = None,
         on_commit_error: CommitErrorHandler | None = None,
     ) -> None:
+        """``target``: the source's configuration (the job's settings, the source's ``properties=``
+        over them); ``fetch_wait_max_ms`` is a default they may change."""
         self.topic = topic
+        self._target = target
         self._on_commit_error = on_commit_error
-        config: dict[str, object] = {"fetch.wait.max.ms": fetch_wait_max_ms, **(properties or {})}
-        config.update({"group.id": group_id, "isolation.level": "read_committed", "on_commit": self._committed})
-        self._consumer = Consumer(
-            client_config(endpoints, enable_auto_commit=False, auto_offset_reset="earliest", enable_partition_eof=True)
-            | config
-        )
+        self._errors = ClientErrors()
+        fixed: dict[str, object] = {
+            "group.id": group_id,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "enable.partition.eof": True,
+            "on_commit": self._committed,
+            "error_cb": self._errors,
+        }
+        self._consumer = _new(Consumer, target, _settings(target, {"fetch.wait.max.ms": fetch_wait_max_ms}, fixed))
 
     def _committed(self, err: Any, partitions: list[TopicPartition]) -> None:
         failed = [f"[{tp.partition}]: {tp.error}" for tp in partitions or [] if tp.error is not None]
@@ -148,12 +313,11 @@ class PartitionReader:
 
     def partition_count(self, timeout_s: float = 10.0) -> int:
         """The topic's partition count as the cluster metadata says now."""
-        try:
-            metadata = self._consumer.list_topics(topic=self.topic, timeout=timeout_s).topics.get(self.topic)
-        except KafkaException as exc:
-            raise ServiceUnavailableError(f"kafka: no metadata for topic {self.topic!r}: {exc}") from exc
+        metadata = _list_topics(self._consumer, self._errors, self._target, timeout_s, self.topic).topics.get(
+            self.topic
+        )
         if metadata is None or metadata.error is not None:
-            raise ServiceUnavailableError(f"kafka: topic {self.topic!r} does not exist")
+            raise ServiceUnavailableError(f"kafka: topic {self.topic!r} does not exist at {bootstrap_of(self._target)}")
         return len(metadata.partitions)
 
     def end_offset(self, partition: int, timeout_s: float = 30.0) -> int:
@@ -240,14 +404,14 @@ class PartitionReader:
         self._consumer.close()
 
 
-def committed_offsets(endpoints: Endpoints, group_id: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+def committed_offsets(target: KafkaTarget, group_id: str, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
     """The offsets ``group_id`` has committed for ``topic``, by partition (uncommitted ones left out),
     read through the admin API."""
     from confluent_kafka import ConsumerGroupTopicPartitions
 
-    client = admin(endpoints)
+    client = admin(target)
     request = ConsumerGroupTopicPartitions(
-        group_id, [TopicPartition(topic, p) for p in range(partition_count(endpoints, topic, timeout_s))]
+        group_id, [TopicPartition(topic, p) for p in range(partition_count(target, topic, timeout_s))]
     )
     try:
         answer = client.list_consumer_group_offsets([request], request_timeout=timeout_s)[group_id].result(
@@ -259,14 +423,14 @@ def committed_offsets(endpoints: Endpoints, group_id: str, topic: str, timeout_s
 
 
 def read_all(
-    endpoints: Endpoints, topic: str, isolation_level: str = "read_committed", timeout_s: float = 60.0
+    target: KafkaTarget, topic: str, isolation_level: str = "read_committed", timeout_s: float = 60.0
 ) -> list[tuple[int, int, bytes | None, bytes | None]]:
     """Every record of a topic, from the start to the end offsets seen now: (partition, offset, key, value)."""
     from confluent_kafka import TopicPartition
 
-    reader = consumer(endpoints, isolation_level=isolation_level)
+    reader = consumer(target, isolation_level=isolation_level)
     try:
-        n = partition_count(endpoints, topic)
+        n = partition_count(target, topic)
         ends: dict[int, int] = {}
         for p in range(n):
             _low, high = reader.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
@@ -310,29 +474,28 @@ def _quiet_logger() -> object:
     return log
 
 
-def _inspect_admin(endpoints: Endpoints) -> AdminClient:
-    return AdminClient({**client_config(endpoints), "logger": _quiet_logger()})
+def _inspect_admin(target: KafkaTarget) -> tuple[AdminClient, ClientErrors]:
+    """An admin client that logs nothing and keeps its client errors (a refused login shows there)."""
+    errors = ClientErrors()
+    return _new(AdminClient, target, _settings(target, {}, {"logger": _quiet_logger(), "error_cb": errors})), errors
 
 
-def _cluster_metadata(endpoints: Endpoints, timeout_s: float) -> Any:
+def _cluster_metadata(target: KafkaTarget, timeout_s: float) -> Any:
     """Every topic's metadata (asking for all, so that a broker allowing auto-creation creates none);
-    ServiceUnavailableError when Kafka does not answer."""
-    try:
-        return _inspect_admin(endpoints).list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise ServiceUnavailableError(
-            f"kafka: no answer from {endpoints.kafka_bootstrap} within {timeout_s}s: {exc}"
-        ) from exc
+    ServiceUnavailableError when Kafka does not answer, JobDefinitionError naming the broker's error
+    when it refuses the job's credentials or certificates."""
+    client, errors = _inspect_admin(target)
+    return _list_topics(client, errors, target, timeout_s)
 
 
-def topic_partition_count(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> int | None:
+def topic_partition_count(target: KafkaTarget, topic: str, timeout_s: float = 10.0) -> int | None:
     """The topic's partition count, None when it does not exist."""
-    layout = lookup_topic(endpoints, topic, timeout_s).topic
+    layout = lookup_topic(target, topic, timeout_s).topic
     return None if layout is None else layout.partitions
 
 
 def partition_offsets(
-    endpoints: Endpoints, topic: str, partitions: int, timeout_s: float = 30.0
+    target: KafkaTarget, topic: str, partitions: int, timeout_s: float = 30.0
 ) -> dict[int, tuple[int, int, int]]:
     """Per partition ``(low watermark, last stable offset, high watermark)`` from the ListOffsets API.
 
@@ -342,7 +505,7 @@ def partition_offsets(
     from confluent_kafka import IsolationLevel, TopicPartition
     from confluent_kafka.admin import OffsetSpec
 
-    client = _inspect_admin(endpoints)
+    client, _errors = _inspect_admin(target)
 
     def offsets(spec: OffsetSpec, isolation: IsolationLevel) -> dict[int, int]:
         request = {TopicPartition(topic, p): spec for p in range(partitions)}
@@ -359,22 +522,22 @@ def partition_offsets(
 
 
 def read_committed_records(
-    endpoints: Endpoints, topic: str, timeout_s: float = 60.0
+    target: KafkaTarget, topic: str, timeout_s: float = 60.0
 ) -> list[tuple[int, int, bytes | None, bytes | None, int]]:
     """Every committed record of a topic up to the last stable offsets seen now, as
     ``(partition, offset, key, value, timestamp ms)``. Unlike ``read_all`` it does not wait for a
     transaction still open: it stops where a read_committed consumer must stop."""
     from confluent_kafka import TopicPartition
 
-    partitions = topic_partition_count(endpoints, topic)
+    partitions = topic_partition_count(target, topic)
     if partitions is None:
         raise ServiceUnavailableError(f"kafka: topic {topic!r} does not exist")
-    offsets = partition_offsets(endpoints, topic, partitions)
+    offsets = partition_offsets(target, topic, partitions)
     starts = {p: low for p, (low, _stable, _high) in offsets.items()}
     ends = {p: stable for p, (low, stable, _high) in offsets.items() if stable > low}
     if not ends:
         return []
-    reader = consumer(endpoints, isolation_level="read_committed", logger=_quiet_logger())
+    reader = consumer(target, isolation_level="read_committed", logger=_quiet_logger())
     try:
         reader.assign([TopicPartition(topic, p, starts[p]) for p in ends])
         pending = set(ends)
@@ -403,15 +566,15 @@ def read_committed_records(
         reader.close()
 
 
-def end_offsets(endpoints: Endpoints, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
+def end_offsets(target: KafkaTarget, topic: str, timeout_s: float = 30.0) -> dict[int, int]:
     """The high watermark of every partition of ``topic`` now."""
     from confluent_kafka import TopicPartition
 
-    reader = consumer(endpoints)
+    reader = consumer(target)
     try:
         return {
             p: reader.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)[1]
-            for p in range(partition_count(endpoints, topic))
+            for p in range(partition_count(target, topic))
         }
     finally:
         reader.close()
@@ -456,16 +619,19 @@ class TransactionalProducer:
     refuses."""
 
     def __init__(
-        self, endpoints: Endpoints, transactional_id: str, transaction_timeout_ms: int, **overrides: object
+        self, target: KafkaTarget, transactional_id: str, transaction_timeout_ms: int, **overrides: object
     ) -> None:
         self.transactional_id = transactional_id
-        self._endpoints = endpoints
-        config = client_config(endpoints, linger_ms=5, **overrides)
-        config.update({"transactional.id": transactional_id, "transaction.timeout.ms": transaction_timeout_ms})
-        config["error_cb"] = self._on_client_error
+        self._target = target
+        fixed = {
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": transaction_timeout_ms,
+            "error_cb": self._on_client_error,
+        }
         self._transaction_timeout_ms = transaction_timeout_ms
         self._client_errors: deque[KafkaError] = deque(maxlen=CLIENT_ERRORS_KEPT)
-        self._producer = Producer(config)
+        defaults = {"linger.ms": 5, **{k.replace("_", "."): v for k, v in overrides.items()}}
+        self._producer = _new(Producer, target, _settings(target, defaults, fixed))
         self._errors: list[str] = []
         self._delivered = self._on_delivery  # bound once: produce passes it per record
 
@@ -487,6 +653,9 @@ class TransactionalProducer:
             self._producer.init_transactions(timeout_s)
         except KafkaException as exc:
             error = exc.args[0]
+            refusal = next((e for e in reversed(self._client_errors) if e.code() in _REFUSALS), None)
+            if refusal is not None:
+                raise refused_error(self._target, refusal) from None
             if error.code() == KafkaError.INVALID_TRANSACTION_TIMEOUT:
                 raise JobDefinitionError(
                     f"kafka transactional producer {self.transactional_id!r}: the broker refuses "
@@ -627,13 +796,13 @@ def stable_partition(key: bytes, partitions: int) -> int:
     return zlib.crc32(key) % partitions
 
 
-def ensure_topic(endpoints: Endpoints, topic: str, partitions: int, timeout_s: float = 30.0) -> int:
+def ensure_topic(target: KafkaTarget, topic: str, partitions: int, timeout_s: float = 30.0) -> int:
     """Create the topic when missing; its partition count (an existing topic keeps its own)."""
-    existing = topic_partition_count(endpoints, topic, timeout_s)
+    existing = topic_partition_count(target, topic, timeout_s)
     if existing is not None:
         return existing
-    create_topics(endpoints, {topic: partitions}, timeout_s)
-    return partition_count(endpoints, topic, timeout_s)
+    create_topics(target, {topic: partitions}, timeout_s)
+    return partition_count(target, topic, timeout_s)
 
 
 def _assign(reader: Consumer, topic: str, partition: int, offset: int) -> None:
@@ -642,11 +811,11 @@ def _assign(reader: Consumer, topic: str, partition: int, offset: int) -> None:
     reader.assign([TopicPartition(topic, partition, offset)])
 
 
-def partition_range(endpoints: Endpoints, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
+def partition_range(target: KafkaTarget, topic: str, partition: int, timeout_s: float = 30.0) -> tuple[int, int]:
     """``(low watermark, high watermark)`` of one partition, open transactions included."""
     from confluent_kafka import TopicPartition
 
-    reader = consumer(endpoints, isolation_level="read_uncommitted")
+    reader = consumer(target, isolation_level="read_uncommitted")
     try:
         low, high = reader.get_watermark_offsets(TopicPartition(topic, partition), timeout=timeout_s)
         return int(low), int(high)
@@ -657,13 +826,13 @@ def partition_range(endpoints: Endpoints, topic: str, partition: int, timeout_s:
 
 
 def scan_partition(
-    endpoints: Endpoints, topic: str, partition: int, start: int, end: int, timeout_s: float = 60.0
+    target: KafkaTarget, topic: str, partition: int, start: int, end: int, timeout_s: float = 60.0
 ) -> list[tuple[int, bytes | None, bytes | None]]:
     """Records ``start <= offset < end`` of one partition, read_uncommitted (aborted and open
     transactions included): ``(offset, key, value)``."""
     if end <= start:
         return []
-    reader = consumer(endpoints, isolation_level="read_uncommitted")
+    reader = consumer(target, isolation_level="read_uncommitted")
     try:
         _assign(reader, topic, partition, start)
         out: list[tuple[int, bytes | None, bytes | None]] = []
@@ -689,7 +858,7 @@ def scan_partition(
         reader.close()
 
 
-def is_committed(endpoints: Endpoints, topic: str, partition: int, offset: int, timeout_s: float) -> bool:
+def is_committed(target: KafkaTarget, topic: str, partition: int, offset: int, timeout_s: float) -> bool:
     """Whether the transactional record at ``offset`` was committed (False: aborted).
 
     A read_committed consumer positioned at ``offset`` is served the record once the partition's last
@@ -697,7 +866,7 @@ def is_committed(endpoints: Endpoints, topic: str, partition: int, offset: int, 
     transaction that started before ``offset`` has ended (by commit, abort, fencing of its producer or
     its timeout) nobody can tell: then this waits, up to ``timeout_s``, and raises
     ServiceUnavailableError."""
-    reader = consumer(endpoints, isolation_level="read_committed", logger=_quiet_logger())
+    reader = consumer(target, isolation_level="read_committed", logger=_quiet_logger())
     try:
         _assign(reader, topic, partition, offset)
         deadline = time.monotonic() + timeout_s
@@ -740,11 +909,11 @@ class TopicLookup:
     topic: TopicLayout | None
 
 
-def lookup_topic(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> TopicLookup:
+def lookup_topic(target: KafkaTarget, topic: str, timeout_s: float = 10.0) -> TopicLookup:
     """The broker count and the topic's layout (None when it does not exist; asks for every topic's
     metadata, so that a broker allowing auto-creation does not create it). Raises
     ServiceUnavailableError when Kafka does not answer."""
-    metadata = _cluster_metadata(endpoints, timeout_s)
+    metadata = _cluster_metadata(target, timeout_s)
     found = metadata.topics.get(topic)
     if found is None or found.error is not None or not found.partitions:
         return TopicLookup(len(metadata.brokers), None)
@@ -752,14 +921,14 @@ def lookup_topic(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> T
     return TopicLookup(len(metadata.brokers), TopicLayout(topic, len(found.partitions), len(first.replicas)))
 
 
-def list_topic_names(endpoints: Endpoints, prefix: str = "", timeout_s: float = 10.0) -> list[str]:
+def list_topic_names(target: KafkaTarget, prefix: str = "", timeout_s: float = 10.0) -> list[str]:
     """The names of the existing topics that start with ``prefix``, sorted."""
-    topics = _cluster_metadata(endpoints, timeout_s).topics
+    topics = _cluster_metadata(target, timeout_s).topics
     return sorted(name for name, meta in topics.items() if name.startswith(prefix) and meta.error is None)
 
 
 def create_topic(
-    endpoints: Endpoints,
+    target: KafkaTarget,
     topic: str,
     partitions: int,
     replication_factor: int,
@@ -768,7 +937,7 @@ def create_topic(
 ) -> bool:
     """Create the topic with these settings and wait until its partitions are visible; False when it
     already existed (created by someone else, maybe with other settings: check them)."""
-    client = admin(endpoints)
+    client = admin(target)
     request = NewTopic(topic, num_partitions=partitions, replication_factor=replication_factor, config=dict(config))
     created = True
     try:
@@ -777,13 +946,13 @@ def create_topic(
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
             raise ServiceUnavailableError(f"kafka: cannot create topic {topic!r}: {exc.args[0].str()}") from exc
         created = False
-    wait_for_partitions(endpoints, topic, partitions if created else 1, timeout_s)
+    wait_for_partitions(target, topic, partitions if created else 1, timeout_s)
     return created
 
 
-def grow_partitions(endpoints: Endpoints, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
+def grow_partitions(target: KafkaTarget, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
     """Give the topic ``partitions`` partitions if it has fewer (never fewer than it has)."""
-    client = admin(endpoints)  # referenced until the result is in: a dropped client cancels its requests
+    client = admin(target)  # referenced until the result is in: a dropped client cancels its requests
     try:
         client.create_partitions([NewPartitions(topic, partitions)], operation_timeout=timeout_s)[topic].result(
             timeout=timeout_s
@@ -793,14 +962,14 @@ def grow_partitions(endpoints: Endpoints, topic: str, partitions: int, timeout_s
             raise ServiceUnavailableError(
                 f"kafka: cannot grow topic {topic!r} to {partitions} partitions: {exc.args[0].str()}"
             ) from exc
-    wait_for_partitions(endpoints, topic, partitions, timeout_s)
+    wait_for_partitions(target, topic, partitions, timeout_s)
 
 
-def wait_for_partitions(endpoints: Endpoints, topic: str, at_least: int, timeout_s: float = 30.0) -> int:
+def wait_for_partitions(target: KafkaTarget, topic: str, at_least: int, timeout_s: float = 30.0) -> int:
     """Poll the metadata until the topic shows at least ``at_least`` partitions; their count."""
     deadline = time.monotonic() + timeout_s
     while True:
-        layout = lookup_topic(endpoints, topic, timeout_s).topic
+        layout = lookup_topic(target, topic, timeout_s).topic
         if layout is not None and layout.partitions >= at_least:
             return layout.partitions
         if time.monotonic() >= deadline:
@@ -810,10 +979,10 @@ def wait_for_partitions(endpoints: Endpoints, topic: str, at_least: int, timeout
         time.sleep(0.1)
 
 
-def topic_configs(endpoints: Endpoints, topic: str, names: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
+def topic_configs(target: KafkaTarget, topic: str, names: Iterable[str], timeout_s: float = 30.0) -> dict[str, str]:
     """The topic's current value of each named config (its own override or the broker's default)."""
     resource = ConfigResource(ResourceType.TOPIC, topic)
-    client = admin(endpoints)
+    client = admin(target)
     try:
         entries = client.describe_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
     except KafkaException as exc:
@@ -821,7 +990,7 @@ def topic_configs(endpoints: Endpoints, topic: str, names: Iterable[str], timeou
     return {name: str(entries[name].value) for name in names if name in entries}
 
 
-def set_topic_configs(endpoints: Endpoints, topic: str, values: Mapping[str, str], timeout_s: float = 30.0) -> None:
+def set_topic_configs(target: KafkaTarget, topic: str, values: Mapping[str, str], timeout_s: float = 30.0) -> None:
     """Set these configs on the topic (incremental alter: its other configs stay as they are)."""
     resource = ConfigResource(
         ResourceType.TOPIC,
@@ -830,22 +999,20 @@ def set_topic_configs(endpoints: Endpoints, topic: str, values: Mapping[str, str
             ConfigEntry(name, value, incremental_operation=AlterConfigOpType.SET) for name, value in values.items()
         ],
     )
-    client = admin(endpoints)
+    client = admin(target)
     try:
         client.incremental_alter_configs([resource], request_timeout=timeout_s)[resource].result(timeout=timeout_s)
     except KafkaException as exc:
         raise ServiceUnavailableError(f"kafka: cannot alter the configs of topic {topic!r}: {exc.args[0]}") from exc
 
 
-def delete_records_before(
-    endpoints: Endpoints, topic: str, partition: int, offset: int, timeout_s: float = 30.0
-) -> int:
+def delete_records_before(target: KafkaTarget, topic: str, partition: int, offset: int, timeout_s: float = 30.0) -> int:
     """Delete the records of one partition below ``offset`` (the DeleteRecords API: moves its log start
     offset); the new log start offset."""
     from confluent_kafka import TopicPartition
 
     request = TopicPartition(topic, partition, offset)
-    client = admin(endpoints)
+    client = admin(target)
     try:
         result = client.delete_records([request], request_timeout=timeout_s)[request].result(timeout=timeout_s)
     except KafkaException as exc:
@@ -853,13 +1020,13 @@ def delete_records_before(
     return int(result.low_watermark)
 
 
-def require_topic(endpoints: Endpoints, topic: str, timeout_s: float = 10.0) -> TopicLookup:
+def require_topic(target: KafkaTarget, topic: str, timeout_s: float = 10.0) -> TopicLookup:
     """The lookup of a topic that must exist already (a sink's output topic at submit): creates
     nothing; JobDefinitionError when it is missing, ServiceUnavailableError when Kafka does not answer."""
-    lookup = lookup_topic(endpoints, topic, timeout_s)
+    lookup = lookup_topic(target, topic, timeout_s)
     if lookup.topic is None:
         raise JobDefinitionError(
-            f"kafka sink output topic {topic!r} does not exist on {endpoints.kafka_bootstrap}: create it before "
+            f"kafka sink output topic {topic!r} does not exist on {bootstrap_of(target)}: create it before "
             "submitting the job"
         )
     return lookup

@@ -1,15 +1,19 @@
 """Placing and deploying an attempt: restore the latest completed checkpoint, place the subtasks on
 free slots, write the job record with the new attempt, probe the TaskManagers, then deploy every
-task through the gateway (consumers first). A TaskManager found gone fails the job over elsewhere.
+task through the gateway, one vertex after the other from the sinks back (consumers first, so that
+their input gates exist when producers connect), the subtasks of each vertex at once (Flink's
+``DefaultExecutionDeployer`` deploys an attempt's tasks concurrently too). A TaskManager found gone
+fails the job over elsewhere.
 
 ``schedule`` is called with the JobManager's lock held; ``deploy`` runs on a worker thread.
 """
 
 from __future__ import annotations
 
+import itertools
 import threading
-from collections.abc import Callable
-from concurrent.futures import Executor, Future
+from collections.abc import Callable, Sequence
+from concurrent.futures import Executor, Future, ThreadPoolExecutor, wait
 from typing import Final, assert_never
 
 import structlog
@@ -24,7 +28,7 @@ from weir.jobmanager.exception_history import ExceptionEntry
 from weir.jobmanager.failover import Failover
 from weir.jobmanager.gateway import TaskManagerGateway
 from weir.jobmanager.job_actions import JobActionExecutor
-from weir.jobmanager.jobs import DeployCommand, JobMaster
+from weir.jobmanager.jobs import DeployCommand, JobMaster, TaskDeployment
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.registry import TaskManagerRegistry
 
@@ -32,6 +36,7 @@ log = structlog.get_logger("weir.jobmanager")
 
 PROBE_TIMEOUT_S: Final = 1.0
 RECORD_RETRY_DELAY_S: Final = 1.0  # an attempt whose record was not written is placed again after this
+DEPLOY_CALLS: Final = 8  # deploy calls in flight at once (a vertex's subtasks)
 
 
 class Deployer:
@@ -46,9 +51,14 @@ class Deployer:
         lock: threading.RLock,
         clock: Callable[[], float],
         storage_uri: str,
+        *,
+        calls: Executor | None = None,
     ) -> None:
-        """``storage_uri``: the cluster's checkpoint storage (a savepoint restored lies in it)."""
+        """``storage_uri``: the cluster's checkpoint storage (a savepoint restored lies in it);
+        ``calls``: where the deploy calls of one vertex run at once (default: a pool of its own)."""
         self._storage_uri = storage_uri
+        self._calls = calls if calls is not None else ThreadPoolExecutor(DEPLOY_CALLS, thread_name_prefix="jm-deploy")
+        self.wake_monitor: Callable[[], None] = lambda: None  # set by the monitor
         self._registry = registry
         self._gateway = gateway
         self._failover = failover
@@ -119,7 +129,9 @@ class Deployer:
                     self._executor.execute(job, job.lifecycle.replace(now, now + RECORD_RETRY_DELAY_S, why))
                     job.tasks_stopped()
             return
-        unreachable = [a for a in {a for a, _ in command.requests} if not self._reachable(a)]
+        addresses = sorted({a for a, _ in command.requests})
+        probes = [self._calls.submit(self._reachable, a) for a in addresses]
+        unreachable = [a for a, probe in zip(addresses, probes, strict=True) if not probe.result()]
         if unreachable:
             with self._lock:
                 if job.attempt == command.attempt and job.status is JobStatus.RUNNING:
@@ -129,30 +141,43 @@ class Deployer:
                     job.tasks_stopped()
                 for address in sorted(unreachable):
                     self._failover.taskmanagers_lost_at(address, "unreachable before deployment")
+            self.wake_monitor()  # placed again at once
             return
-        for address, deployment in command.requests:
+        for _vertex, wave in itertools.groupby(command.requests, key=lambda request: request[1].vertex_uid):
             if job.attempt != command.attempt or job.status is not JobStatus.RUNNING:
                 return
-            try:
-                self._gateway.deploy_task(address, deployment)
-            except TaskManagerCallError as exc:
-                with self._lock:
-                    reason = Failure.internal(
-                        f"deploying {deployment.vertex_uid}#{deployment.subtask} to "
-                        f"{address} failed: {exc.code}: {exc.details}"
-                    )
-                    if exc.unavailable:
-                        # The TaskManager is gone (it re-registers when it comes back): schedule the
-                        # restart on the others rather than on it again.
-                        self._failover.taskmanagers_lost_at(address, "unreachable at deployment")
-                    now = self._clock()
-                    task = job.tasks.get((deployment.vertex_uid, deployment.subtask))
-                    placed_on = task.taskmanager_id if task is not None else ""
-                    cause = ExceptionEntry(
-                        reason, now, deployment.attempt, deployment.vertex_uid, deployment.subtask, placed_on or None
-                    )
-                    self._failover.fail_over(job, reason, now, cause=cause)
+            if not self._deploy_wave(job, list(wave)):
                 return
+
+    def _deploy_wave(self, job: JobMaster, wave: Sequence[tuple[str, TaskDeployment]]) -> bool:
+        """Deploy one vertex's subtasks at once; answers whether every call succeeded (a failed one
+        fails the job over: the rest of the attempt is not deployed)."""
+        calls = [(address, d, self._calls.submit(self._gateway.deploy_task, address, d)) for address, d in wave]
+        wait([call for _, _, call in calls])
+        for address, deployment, call in calls:
+            exc = call.exception()
+            if exc is None:
+                continue
+            if not isinstance(exc, TaskManagerCallError):
+                raise exc
+            with self._lock:
+                reason = Failure.internal(
+                    f"deploying {deployment.vertex_uid}#{deployment.subtask} to "
+                    f"{address} failed: {exc.code}: {exc.details}"
+                )
+                if exc.unavailable:
+                    # The TaskManager is gone (it re-registers when it comes back): schedule the
+                    # restart on the others rather than on it again.
+                    self._failover.taskmanagers_lost_at(address, "unreachable at deployment")
+                now = self._clock()
+                task = job.tasks.get((deployment.vertex_uid, deployment.subtask))
+                placed_on = task.taskmanager_id if task is not None else ""
+                cause = ExceptionEntry(
+                    reason, now, deployment.attempt, deployment.vertex_uid, deployment.subtask, placed_on or None
+                )
+                self._failover.fail_over(job, reason, now, cause=cause)
+            return False
+        return True
 
     def _reachable(self, address: str) -> bool:
         """A TaskManager that died within the last heartbeat timeout still looks alive: probe it."""

@@ -9,6 +9,10 @@ checkpoint lists as pre-committed (those transactions belong to a completed chec
 back or aborts everything else of that subtask. The output then equals the output as of the
 latest completed checkpoint, exactly once, and a job resubmitted over the same keys finds no row
 lock held by a forgotten prepared transaction.
+
+Each sink is set up with the job's parameters in its context, as its tasks were: a Kafka sink reaches
+the job's cluster with the job's ``-D kafka.*`` settings and its own ``properties``
+(``weir.core.kafka_config``), its secrets resolved here, in the JobManager.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ __all__ = [
     "Fault",
     "JobManagerError",
     "JobManagerNotReadyError",
+    "SavepointDisposalError",
+    "CheckpointRejectedError",
     "SavepointRejectedError",
     "TaskManagerCallError",
     "UnknownVertexError",
@@ -41,6 +43,22 @@ class ConfigError(JobManagerError):
 
 class SavepointRejectedError(JobManagerError):
     """A savepoint cannot start now (job not running, another savepoint in progress). Try again later."""
+
+    fault: Fault = Fault.USER
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class SavepointDisposalError(JobManagerError):
+    """A path given to dispose of is no savepoint (none there, or a checkpoint's); nothing is deleted."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "INVALID_ARGUMENT"
+
+
+class CheckpointRejectedError(JobManagerError):
+    """A checkpoint on request (``weir checkpoint``) cannot start now (job not running, another
+    checkpoint in flight) or not at all (a full one). The user's; retriable when it is about now."""
 
     fault: Fault = Fault.USER
     retriable: ClassVar[bool] = True

@@ -93,6 +93,7 @@ def deploy_request(deployment: TaskDeployment) -> taskmanager_pb2.DeployTaskRequ
         job_name=d.job_name,
         job_source=d.job_source,
         job_file_name=d.job_file_name,
+        artifact_id=d.artifact_id,
         parameters=dict(d.parameters),
         parallelism=d.parallelism,
         restore_state_handle=d.restore_state_handle,

@@ -118,6 +118,7 @@ class TaskDeployment:
     aligned_checkpoint_timeout_ms: int
     inputs: tuple[InputChannelSpec, ...]
     outputs: tuple[OutputChannelSpec, ...]
+    artifact_id: str = ""  # the job's artifact in checkpoint storage (empty: job_source)
 
 
 @dataclass(frozen=True)
@@ -268,6 +269,7 @@ class JobMaster:
                     job_name=sub.job_name,
                     job_source=sub.job_source,
                     job_file_name=sub.job_file_name,
+                    artifact_id=sub.artifact_id,
                     parameters=sub.parameters,
                     parallelism=sub.parallelism,
                     restore_state_handle=self.restore.get((vertex.uid, s), b""),

@@ -56,7 +56,7 @@ from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
+from weir.jobmanager.errors import CheckpointProtocolError, CheckpointRejectedError, SavepointRejectedError
 from weir.jobmanager.restart import GiveUp, RestartAfter, RestartStrategy
 
 RESOLUTION_DEADLINE_S: Final = 300.0
@@ -415,6 +415,32 @@ class JobLifecycle:
         # job at the savepoint if it completed, rather than restart from it.
         return trigger.checkpoint_id, (SaveRecord(), *self._absorb(now, (replace(trigger, drain=drain),)))
 
+    def trigger_checkpoint(self, now: float, *, full: bool) -> tuple[CheckpointId, tuple[Action, ...]]:
+        """A checkpoint now (``weir checkpoint``); raises CheckpointRejectedError when the job cannot
+        take it. ``full``: refused, since a task's RocksDB snapshot reuses the files an earlier
+        checkpoint uploaded unless the barrier is a savepoint's, and no barrier says "full" yet."""
+        state = self._state
+        if full:
+            raise CheckpointRejectedError(
+                f"job {self._job_id}: Weir cannot force a full checkpoint yet (its checkpoints are "
+                f"incremental); `weir savepoint {self._job_id}` takes a self-contained one",
+                fault="user",
+            )
+        if not isinstance(state, Running):
+            raise CheckpointRejectedError(
+                f"job {self._job_id} is {self.status.value}: a checkpoint needs a RUNNING job", fault="user"
+            )
+        if state.stop is not None:
+            raise CheckpointRejectedError(
+                f"job {self._job_id} is stopping with savepoint {state.stop.savepoint_id}", fault="user"
+            )
+        if state.final_checkpoint is not None or self._all_sources_ended(state):
+            raise CheckpointRejectedError(
+                f"job {self._job_id} read all its input and is finishing with its final checkpoint", fault="user"
+            )
+        trigger = self._coordinator.trigger_checkpoint(now)
+        return trigger.checkpoint_id, self._absorb(now, (trigger,))
+
     # -- checkpoint events --------------------------------------------------------------------------
 
     def tick(self, now: float) -> tuple[Action, ...]:
@@ -536,8 +562,10 @@ class JobLifecycle:
             self._state = Ending(JobStatus.CANCELED, attempt, now)
         elif status.terminal:
             self._state = Ended(status, now)
-        elif stop is not None and (latest := self._coordinator.store.latest()) is not None and (
-            latest.checkpoint_id == stop.savepoint_id
+        elif (
+            stop is not None
+            and (latest := self._coordinator.store.latest()) is not None
+            and (latest.checkpoint_id == stop.savepoint_id)
         ):
             self._state = Ending(JobStatus.FINISHED, attempt, now)
         else:

@@ -89,7 +89,7 @@ class JobManager:
         self.executor = JobActionExecutor(
             self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve
         )
-        self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock)
+        self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock, gateway=gateway, io=self._io)
         self.deployer = Deployer(
             self.registry, gateway, self.failover, self.executor, self.records, self._io, lock, clock, storage.uri
         )
@@ -171,6 +171,10 @@ class JobManager:
     def trigger_savepoint(self, job_id: str, target_directory: str, *, stop: bool, drain: bool) -> CheckpointId:
         self._not_loading(job_id)
         return self.savepoints.trigger(job_id, target_directory, stop=stop, drain=drain)
+
+    def trigger_checkpoint(self, job_id: str, *, full: bool) -> CheckpointId:
+        self._not_loading(job_id)
+        return self.savepoints.trigger_checkpoint(job_id, full=full)
 
     def job_status(self, job_id: str) -> JobStatusView:
         self._not_loading(job_id)

@@ -180,6 +180,7 @@ class JobPlanView:
     job_id: str
     job_name: str
     vertices: tuple[VertexView, ...]  # in topological order
+    max_parallelism: int = 0  # its key groups (Flink's maxParallelism); 0: not known
 
 
 @dataclass(frozen=True)

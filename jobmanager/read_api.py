@@ -154,6 +154,7 @@ class ReadApi:
                 )
                 for v in job.plan.vertices.values()
             ),
+            max_parallelism=job.loaded.graph.max_parallelism,
         )
 
     def exception_history(self, job_id: str) -> ExceptionHistory:

@@ -9,8 +9,10 @@ Format 1::
     {"format": 1,
      "submission": {"job_id", "job_name", "job_file_name", "job_source" (base64), "parameters",
                     "parallelism", "submitted_at",
-                    "restored_from"},       # optional: the external path of the retained checkpoint or
+                    "restored_from",        # optional: the external path of the retained checkpoint or
                                             # savepoint the job started from (weir run --from-...)
+                    "artifact_id"},         # optional: the SHA-256 of the job's artifact in <job>/_artifact
+                                            # (weir run --py-files ...; job_source is then empty)
      "attempt": int,              # the highest attempt deployed (persisted before deployment)
      "status": "RUNNING" | ...,   # weir.core.states.JobStatus
      "failure": null | {"type", "message", "fault", "retriable"},
@@ -66,6 +68,7 @@ class JobSubmission:
     parallelism: int
     submitted_at: float
     restored_from: str = ""  # the external path of another job's checkpoint or savepoint it started from
+    artifact_id: str = ""  # the job's artifact (weir.api.artifacts) beside its record; empty: job_source
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,7 @@ class JobRecord:
                 "parallelism": sub.parallelism,
                 "submitted_at": sub.submitted_at,
                 **({"restored_from": sub.restored_from} if sub.restored_from else {}),
+                **({"artifact_id": sub.artifact_id} if sub.artifact_id else {}),
             },
             "attempt": self.attempt,
             "status": self.status.value,
@@ -129,6 +133,7 @@ class JobRecord:
                 parallelism=int(sub["parallelism"]),
                 submitted_at=float(sub["submitted_at"]),
                 restored_from=str(sub.get("restored_from", "")),
+                artifact_id=str(sub.get("artifact_id", "")),
             )
             return cls(
                 submission=submission,

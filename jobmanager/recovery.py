@@ -17,9 +17,10 @@ from collections.abc import Callable, MutableMapping
 
 import structlog
 
-from weir.api import load_job_source
+from weir.api.job_code import JobCode, SourceCode, load_job, prepare_artifact
 from weir.connectors.object_storage import CheckpointStorage
 from weir.core.checkpointing import CheckpointKind
+from weir.core.config import PythonJobSettings
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, JobId
 from weir.core.paths import CheckpointPaths
@@ -31,7 +32,6 @@ from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.orphans import collect_orphans
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.records import JobRecord
-from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from weir.jobmanager.restoring import plan_initial_state, read_retained_state
 
 log = structlog.get_logger("weir.jobmanager")
@@ -128,13 +128,13 @@ class JobRecovery:
     def _recover(self, record: JobRecord, now: float) -> bool:
         submission = record.submission
         try:
-            loaded = load_job_source(
-                submission.job_source,
-                submission.job_file_name,
-                submission.parameters,
-                submission.parallelism,
-                submission.job_name,
-            )
+            code: JobCode = SourceCode(submission.job_file_name, submission.job_source)
+            if submission.artifact_id:  # the job's files come back from storage, checked against their hash
+                data = self._storage.get_bytes(self._paths.job_artifact(JobId(submission.job_id)))
+                code = prepare_artifact(
+                    data, expected_id=submission.artifact_id, timeout_s=PythonJobSettings.from_env().job_load_timeout
+                )
+            loaded = load_job(code, submission.parameters, submission.parallelism, submission.job_name)
         except WeirError as exc:
             log.error("job_not_recovered", job_id=submission.job_id, error=str(exc))
             return False
@@ -188,11 +188,13 @@ class JobRecovery:
         actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
         self._executor.execute(job, actions)
         collect_orphans(self._storage, self._paths, job.coordinator)  # nothing is in flight yet
-        # Tasks of the previous attempt may still run on the TaskManagers: heartbeats cancel them, and
-        # the restart waits half a heartbeat timeout for that.
-        job.lifecycle.take_over(
-            now, record.status, record.attempt, record.end, now + HEARTBEAT_TIMEOUT_S / 2, record.stop
-        )
+        # A running job restarts at once: the restart waits only for the TaskManagers' slots. Each live
+        # TaskManager registers within a heartbeat interval of this JobManager serving, and the answer
+        # to its first heartbeat cancels the previous attempt's tasks there. One still running
+        # meanwhile is fenced from the sinks by the new attempt (a newer Kafka producer epoch, the
+        # PostgreSQL sink's owner claim), as on every failover, where cancelling the old attempt and
+        # deploying the new one race as well.
+        job.lifecycle.take_over(now, record.status, record.attempt, record.end, now, record.stop)
         if record.end is None and record.status.terminal and needs_takeover(record):
             job.lifecycle.legacy_unresolved(now)
         with self._lock:

@@ -51,6 +51,7 @@ class TaskManagerRegistry:
         self._gateway = gateway
         self._clock = clock
         self._on_lost = on_lost
+        self.wake_monitor: Callable[[], None] = lambda: None  # set by the monitor: new slots for a waiting restart
 
     def register(self, tm_id: str, address: str, slots: int, metrics_port: int, incarnation: str) -> None:
         """A TaskManager (re-)registers. Another process under the same name (a new incarnation, at
@@ -68,6 +69,7 @@ class TaskManagerRegistry:
             tm_id, address, slots, metrics_port, self._clock(), incarnation
         )
         log.info("taskmanager_registered", taskmanager_id=tm_id, address=address, slots=slots, incarnation=incarnation)
+        self.wake_monitor()
 
     def heartbeat(self, heartbeat: Heartbeat) -> HeartbeatAnswer:
         tm = self.taskmanagers.get(heartbeat.taskmanager_id)

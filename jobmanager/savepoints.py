@@ -49,6 +49,18 @@ class SavepointTrigger:
         self._lock = lock
         self._clock = clock
 
+    def trigger_checkpoint(self, job_id: str, *, full: bool) -> CheckpointId:
+        """Start a checkpoint of a running job now (``weir checkpoint``); answers its id.
+        CheckpointRejectedError when the job cannot take one; the lifecycle decides."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise UnknownJobError(job_id)
+            checkpoint_id, actions = job.lifecycle.trigger_checkpoint(self._clock(), full=full)
+            log.info("checkpoint_requested", job_id=job_id, checkpoint_id=checkpoint_id, full=full)
+            self._executor.execute(job, actions)
+            return checkpoint_id
+
     def trigger(self, job_id: str, target_directory: str, *, stop: bool, drain: bool) -> CheckpointId:
         """Start a savepoint of a running job; answers its id. SavepointRejectedError when the job
         cannot take one now (not running, a stop already under way, finishing); the lifecycle decides."""

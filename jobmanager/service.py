@@ -93,6 +93,7 @@ def submit_request(m: jobmanager_pb2.SubmitJobRequest) -> SubmitRequest:
         job_name=m.job_name,
         job_file_name=m.job_file_name,
         job_source=m.job_source,
+        job_artifact=m.job_artifact,
         parameters=dict(m.parameters),
         parallelism=m.parallelism,
         from_checkpoint=m.from_checkpoint,
@@ -340,6 +341,12 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
             ),
         )
         return jobmanager_pb2.TriggerSavepointResponse(savepoint_id=savepoint_id)
+
+    def TriggerJobCheckpoint(  # noqa: N802
+        self, request: jobmanager_pb2.TriggerJobCheckpointRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.TriggerJobCheckpointResponse:
+        checkpoint_id = self._call(context, lambda: self._jm.trigger_checkpoint(request.job_id, full=request.full))
+        return jobmanager_pb2.TriggerJobCheckpointResponse(checkpoint_id=checkpoint_id)
 
     def ListCheckpoints(  # noqa: N802
         self, request: jobmanager_pb2.ListCheckpointsRequest, context: grpc.ServicerContext

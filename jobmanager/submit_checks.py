@@ -6,6 +6,10 @@ Each refusal is one line that says what to change; the job is not started (``wei
   records after the barrier, so its commits would repeat output after a restore) unless the sink
   says ``delivery="at_least_once"`` (Kafka) or ``delivery="upsert"`` (PostgreSQL);
 - a Kafka transaction timeout that cannot cover a checkpoint interval plus a restart;
+- Kafka settings (``-D kafka.*``, a connector's ``properties=``) that set what Weir sets itself or
+  hold a literal secret (``weir.core.kafka_config``), or that the cluster refuses: every check
+  below reaches Kafka as the job's tasks will, so a wrong password or certificate is refused here,
+  with the broker's error named;
 - a Kafka source whose topic does not exist;
 - an operator's dead-letter topic (``DeadLetterOnError(topic)``: its own ``on_error`` or the
   job's ``on_record_error``) that does not exist;
@@ -15,11 +19,15 @@ Each refusal is one line that says what to change; the job is not started (``wei
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from weir.connectors import kafka
 from weir.core.checkpointing import CheckpointingMode
 from weir.core.config import Endpoints
 from weir.core.descriptors import KafkaSourceSpec, SinkSystem, is_bounded, validate_transaction_timeout
 from weir.core.errors import JobDefinitionError
+from weir.core.kafka_config import kafka_client_config
 from weir.core.rejections import DeadLetterOnError
 from weir.graph import LogicalGraph, OperatorKind
 from weir.jobmanager.checkpointing.config import CheckpointSettings
@@ -75,27 +83,40 @@ def dead_letter_topics(graph: LogicalGraph) -> dict[str, tuple[str, ...]]:
 
 
 def check_job_at_submit(
-    graph: LogicalGraph, settings: CheckpointSettings, restart_allowance_s: float, endpoints: Endpoints
+    graph: LogicalGraph,
+    settings: CheckpointSettings,
+    restart_allowance_s: float,
+    endpoints: Endpoints,
+    parameters: Mapping[str, str] = MappingProxyType({}),
 ) -> None:
-    """The rules, then what the external systems must provide."""
+    """The rules, then what the external systems must provide, asked with the job's Kafka settings
+    (its ``parameters``, each connector's own ``properties`` over them)."""
     check_job_rules(graph, settings, restart_allowance_s)
+    cluster = kafka_client_config(endpoints, parameters)
     for transformation in graph.transformations.values():
         spec = transformation.source_spec
-        if isinstance(spec, KafkaSourceSpec) and kafka.topic_partition_count(endpoints, spec.topic) is None:
+        if not isinstance(spec, KafkaSourceSpec):
+            continue
+        try:
+            found = kafka.topic_partition_count(cluster.merged(spec.properties), spec.topic)
+        except JobDefinitionError as exc:  # the cluster refuses the source's settings
+            raise JobDefinitionError(f"kafka source {transformation.uid!r}: {exc}") from None
+        if found is None:
             raise JobDefinitionError(
                 f"kafka source {transformation.uid!r}: topic {spec.topic!r} does not exist at "
-                f"{endpoints.kafka_bootstrap}; create it before the job runs"
+                f"{cluster.bootstrap_servers}; create it before the job runs"
             )
     for topic, uids in dead_letter_topics(graph).items():
-        if kafka.topic_partition_count(endpoints, topic) is None:
+        if kafka.topic_partition_count(cluster, topic) is None:
             raise JobDefinitionError(
                 f"dead-letter topic {topic!r} of {', '.join(map(repr, uids))} does not exist at "
-                f"{endpoints.kafka_bootstrap}: a rejected record could not be kept; create it before the job runs"
+                f"{cluster.bootstrap_servers}: a rejected record could not be kept; create it before the job runs"
             )
     for transformation in graph.transformations.values():
         if transformation.kind not in (OperatorKind.SOURCE, OperatorKind.SINK):
             continue
         try:
-            transformation.factory().validate_at_submit(endpoints)  # builds the operator only; connects nothing
+            # builds the operator only; connects nothing
+            transformation.factory().validate_at_submit(endpoints, parameters)
         except JobDefinitionError as exc:
             raise JobDefinitionError(f"{transformation.kind.value} {transformation.uid!r}: {exc}") from exc

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import structlog
@@ -18,6 +19,9 @@ from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, NO_KEY, Firing, OnRecordError, SourcePosition
 from weir.core.state_backend import KeyedStateBackend
 from weir.operators.rejections import CapturedDeadLetters, RecordRejections, rejected_by_function
+
+NO_PARAMETERS: Mapping[str, str] = MappingProxyType({})
+"""The parameters of a job that has none (an operator checked on its own)."""
 
 
 class StateNotRedistributableError(JobDefinitionError):
@@ -116,10 +120,11 @@ class StreamOperator:
         self.output = output
         self.side_outputs = side_outputs
 
-    def validate_at_submit(self, endpoints: Endpoints) -> None:
+    def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """Called by the JobManager on an operator built only for this, before any task starts: check
         what the operator needs of its external system (a topic, a table) and raise
-        JobDefinitionError (or ServiceUnavailableError) with one clear line; create nothing."""
+        JobDefinitionError (or ServiceUnavailableError) with one clear line; create nothing.
+        ``parameters``: the job's, as its tasks will see them (``ctx.parameters``: its Kafka settings)."""
 
     def open(self) -> None:
         """Called once before the first record, after any restore."""

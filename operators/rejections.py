@@ -11,8 +11,8 @@ path names the record, looks up its source position and talks to Kafka.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from types import TracebackType
+from collections.abc import Callable, Mapping
+from types import MappingProxyType, TracebackType
 from typing import Any, Protocol, assert_never
 
 from prometheus_client import Counter
@@ -20,6 +20,7 @@ from prometheus_client import Counter
 from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import JobDefinitionError, NonRetriableError, ServiceUnavailableError, WeirError
+from weir.core.kafka_config import KafkaClientConfig, kafka_client_config
 from weir.core.metrics import TASK_LABELS
 from weir.core.rejections import (
     NO_KEY,
@@ -103,10 +104,17 @@ class KafkaDeadLetters:
     """Dead letters to Kafka, each one confirmed by the broker before the task goes on (so it is
     durable before any later checkpoint covers the record). The producer opens with the first letter;
     the first letter to a topic first looks the topic up: one that does not exist (deleted since the
-    job was submitted) is a JobDefinitionError naming it, not a delivery that times out."""
+    job was submitted) is a JobDefinitionError naming it, not a delivery that times out. The letters go
+    to the job's Kafka cluster, with the job's settings (its ``-D kafka.*`` parameters)."""
 
-    def __init__(self, endpoints_of: Callable[[], Endpoints] = Endpoints.from_env) -> None:
+    def __init__(
+        self,
+        parameters: Mapping[str, str] = MappingProxyType({}),
+        endpoints_of: Callable[[], Endpoints] = Endpoints.from_env,
+    ) -> None:
+        self._parameters = parameters
         self._endpoints_of = endpoints_of
+        self._cluster: KafkaClientConfig | None = None
         self._producer: Any = None
         self._topics_found: set[str] = set()
 
@@ -114,16 +122,18 @@ class KafkaDeadLetters:
         # Kafka's client is the server install's: the job API imports this module on a client too.
         from weir.connectors import kafka
 
+        if self._cluster is None:
+            self._cluster = kafka_client_config(self._endpoints_of(), self._parameters)
+        cluster = self._cluster
         if topic not in self._topics_found:
-            endpoints = self._endpoints_of()
-            if kafka.topic_partition_count(endpoints, topic) is None:
+            if kafka.topic_partition_count(cluster, topic) is None:
                 raise JobDefinitionError(
-                    f"dead-letter topic {topic!r} does not exist at {endpoints.kafka_bootstrap}: create it, then "
+                    f"dead-letter topic {topic!r} does not exist at {cluster.bootstrap_servers}: create it, then "
                     "run the job again"
                 )
             self._topics_found.add(topic)
         if self._producer is None:
-            self._producer = kafka.producer(self._endpoints_of(), linger_ms=0)
+            self._producer = kafka.producer(cluster, linger_ms=0)
         errors: list[str] = []
 
         def delivered(err: Any, _msg: Any) -> None:

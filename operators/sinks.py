@@ -8,7 +8,7 @@ harmless (same key, same row). The transactional, exactly-once variants build on
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -16,8 +16,9 @@ from weir.connectors import kafka, postgres
 from weir.core import json_codec
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
+from weir.core.kafka_config import Properties, kafka_client_config
 from weir.core.rejections import FAIL, OnRecordError
-from weir.operators.base import StreamOperator
+from weir.operators.base import NO_PARAMETERS, StreamOperator
 from weir.operators.transactional_sinks import (
     encode_for_kafka,
     keep_newest,
@@ -37,21 +38,25 @@ class KafkaSinkOperator(StreamOperator):
         serializer: Callable[[Any], bytes],
         key: Callable[[Any], bytes | str | None] | None,
         on_error: OnRecordError = FAIL,
+        properties: Properties = (),
     ) -> None:
+        """``properties``: the sink's own Kafka settings, over the job's (``weir.core.kafka_config``)."""
         self._topic = topic
         self._serializer = serializer
         self._key = key
         self.on_error = on_error
+        self.properties = properties
         self._errors: list[str] = []
 
-    def validate_at_submit(self, endpoints: Endpoints) -> None:
+    def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """At submit: the output topic exists (JobDefinitionError naming it; ServiceUnavailableError
         when Kafka does not answer). Creates nothing."""
-        kafka.require_topic(endpoints, self._topic)
+        kafka.require_topic(kafka_client_config(endpoints, parameters, self.properties), self._topic)
 
     def open(self) -> None:
-        self._producer = kafka.producer(Endpoints.from_env(), enable_idempotence=True, linger_ms=20, acks="all")
-        kafka.partition_count(Endpoints.from_env(), self._topic)  # a missing topic fails at open
+        cluster = kafka_client_config(Endpoints.from_env(), self.ctx.parameters, self.properties)
+        self._producer = kafka.producer(cluster, enable_idempotence=True, linger_ms=20, acks="all")
+        kafka.partition_count(cluster, self._topic)  # a missing topic fails at open
 
     def _on_delivery(self, err: Any, _msg: Any) -> None:
         if err is not None:
@@ -124,7 +129,7 @@ class PostgresUpsertSinkOperator(StreamOperator):
         self._key_index, self._version_index = row_key_indexes(table, columns, key_columns, version_column)
         self._rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
 
-    def validate_at_submit(self, endpoints: Endpoints) -> None:
+    def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """At submit, before any task runs: PostgreSQL answers and the table has the columns and a
         unique key on exactly the key columns (ON CONFLICT needs it). Creates nothing."""
         validate_postgres_sink(endpoints, self._table, self._columns, self._key_columns, two_phase=False)

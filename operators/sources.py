@@ -44,6 +44,7 @@ from weir.core.descriptors import (
 )
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError, ServiceUnavailableError
+from weir.core.kafka_config import kafka_client_config
 from weir.core.rejections import DEAD_LETTER_VALUE_BYTES, SourcePosition, truncate_utf8
 from weir.core.watermarks import (
     MAX_WATERMARK,
@@ -273,17 +274,13 @@ class KafkaSourceOperator(SourceOperator):
 
     def open(self) -> None:
         spec, ctx = self._spec, self.ctx
-        endpoints = Endpoints.from_env()
-        partitions = kafka.partition_count(endpoints, spec.topic)
+        cluster = kafka_client_config(Endpoints.from_env(), ctx.parameters, spec.properties)
+        partitions = kafka.partition_count(cluster, spec.topic)
         mine = [p for p in range(partitions) if kafka_partition_owner(p, ctx.parallelism) == ctx.subtask]
         self._known_partitions = partitions
         self._reading = set(mine)
         self._consumer = kafka.PartitionReader(
-            endpoints,
-            spec.topic,
-            group_id=spec.group_id_for(ctx.job_name, ctx.uid),
-            properties=dict(spec.properties),
-            on_commit_error=self._commit_failed,
+            cluster, spec.topic, group_id=spec.group_id_for(ctx.job_name, ctx.uid), on_commit_error=self._commit_failed
         )
         self._place_unrestored([p for p in mine if p not in self._next_offsets])
         if spec.bounded:
@@ -311,7 +308,7 @@ class KafkaSourceOperator(SourceOperator):
             for p in mine:
                 if p not in self._active:
                     self._lag.finished(p)
-        self._dlq = kafka.producer(endpoints, linger_ms=20) if spec.dead_letter_topic else None
+        self._dlq = kafka.producer(cluster, linger_ms=20) if spec.dead_letter_topic else None
         self._pacer = Pacer(spec.records_per_second, ctx.parallelism)
         if self._discovery_interval_s is not None:
             self._next_discovery = self._clock() + self._discovery_interval_s
@@ -323,6 +320,7 @@ class KafkaSourceOperator(SourceOperator):
             offsets=self._next_offsets,
             end_offsets=self._end_offsets,
             starting_offsets=str(spec.starting_offsets),
+            kafka=cluster.redacted(),
         )
         unseen = sorted(p for p in self._next_offsets if p >= partitions)
         if unseen:

@@ -38,10 +38,19 @@ from weir.core.crashpoints import (
 from weir.core.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS
 from weir.core.errors import Fault, JobDefinitionError, SerializationError, ServiceUnavailableError, WeirError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.kafka_config import Properties, kafka_client_config
 from weir.core.metrics import SinkMetrics
 from weir.core.rejections import FAIL, OnRecordError
 from weir.core.serde import loads_value
-from weir.operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
+from weir.operators.base import (
+    NO_PARAMETERS,
+    NO_SIDE_OUTPUTS,
+    InheritedState,
+    OperatorContext,
+    Output,
+    SideOutputs,
+    StreamOperator,
+)
 from weir.operators.epoch_spill import (
     DEFAULT_EPOCH_MEMORY_BYTES,
     EpochRecords,
@@ -548,11 +557,14 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         epoch_memory_bytes: int = DEFAULT_EPOCH_MEMORY_BYTES,
         spill_directory: Path | None = None,
         on_error: OnRecordError = FAIL,
+        properties: Properties = (),
     ) -> None:
         """``marker_topic`` overrides the sink's own marker topic (tests; subtask i still writes to
         partition i). ``marker_replication_factor`` applies when the sink creates its marker topic:
         default min(3, brokers). ``epoch_memory_bytes`` bounds the pending records held in memory
-        (0: every epoch on disk); ``spill_directory`` is where the rest go."""
+        (0: every epoch on disk); ``spill_directory`` is where the rest go. ``properties``: the sink's
+        own Kafka settings over the job's, for its producer and its marker topic's clients
+        (``weir.core.kafka_config``)."""
         if marker_replication_factor is not None and marker_replication_factor < 1:
             raise JobDefinitionError(
                 f"kafka sink on {topic!r}: marker_replication_factor must be at least 1, got "
@@ -574,6 +586,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._recovery_timeout_s = recovery_timeout_s
         self.epoch_memory_bytes = epoch_memory_bytes
         self.spill_directory = spill_directory
+        self.properties = properties
         self._producer: kafka.TransactionalProducer | None = None
         self._in_kafka: _Epoch | None = None  # the epoch whose Kafka transaction is open
         self._in_kafka_since: float | None = None
@@ -591,13 +604,16 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._marker_topic = self._marker_topic_override or marker_topic_name(ctx.job_id, ctx.uid)
         self._marker_partition = ctx.subtask
         self._marker = MarkerLocation(self._marker_topic, self._marker_partition)
+        self._cluster = kafka_client_config(self._endpoints, ctx.parameters, self.properties)
         root = self.spill_directory if self.spill_directory is not None else run_dir() / "epoch-spill"
         self._spill = EpochSpill(self._task, root, self.epoch_memory_bytes, ctx.log)
 
-    def validate_at_submit(self, endpoints: Endpoints) -> None:
+    def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """At submit, before anything runs: the output topic exists and the marker replication factor
-        fits the cluster. Creates nothing; ServiceUnavailableError when Kafka does not answer."""
-        lookup = kafka.require_topic(endpoints, self._topic)
+        fits the cluster, reached as the job's tasks will reach it. Creates nothing;
+        ServiceUnavailableError when Kafka does not answer, JobDefinitionError naming the broker's
+        error when it refuses the job's credentials."""
+        lookup = kafka.require_topic(kafka_client_config(endpoints, parameters, self.properties), self._topic)
         try:
             marker_replication_factor(self.marker_replication_factor, lookup.brokers)
         except JobDefinitionError as exc:
@@ -613,17 +629,17 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
 
     def _fence(self) -> kafka.TransactionalProducer:
         if self._producer is None:
-            producer = kafka.TransactionalProducer(self._endpoints, self.transactional_id, self.transaction_timeout_ms)
+            producer = kafka.TransactionalProducer(self._cluster, self.transactional_id, self.transaction_timeout_ms)
             producer.init(self._recovery_timeout_s)
             self._producer = producer
         return self._producer
 
     def open(self) -> None:
-        kafka.partition_count(self._endpoints, self._topic)  # a missing topic fails at open
+        kafka.partition_count(self._cluster, self._topic)  # a missing topic fails at open
         self._spill.remove_abandoned()  # a crashed predecessor's spill files: never read again
         self._ensure_marker_topic()
         self._fence()
-        self._marker_watermark = kafka.partition_range(self._endpoints, self._marker_topic, self._marker_partition)[1]
+        self._marker_watermark = kafka.partition_range(self._cluster, self._marker_topic, self._marker_partition)[1]
         self._metrics.track_open_transaction_age(self._open_transaction_age)
         if self._restored is not None:
             self._recover(self._restored)
@@ -632,12 +648,12 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     def _ensure_marker_topic(self) -> None:
         """Create the marker topic if missing (unlimited retention, one partition per subtask), grow
         it to this sink's parallelism (never shrink it), and make sure it keeps markers for ever."""
-        endpoints, topic = self._endpoints, self._marker_topic
+        cluster, topic = self._cluster, self._marker_topic
         needed = max(self.ctx.parallelism, self.ctx.subtask + 1)
-        lookup = kafka.lookup_topic(endpoints, topic)
+        lookup = kafka.lookup_topic(cluster, topic)
         replication = marker_replication_factor(self.marker_replication_factor, lookup.brokers)
         if lookup.topic is None:
-            if kafka.create_topic(endpoints, topic, needed, replication, MARKER_TOPIC_CONFIG):
+            if kafka.create_topic(cluster, topic, needed, replication, MARKER_TOPIC_CONFIG):
                 self.ctx.log.info(
                     "kafka_sink_marker_topic_created",
                     marker_topic=topic,
@@ -645,7 +661,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
                     replication_factor=replication,
                     transactional_id=self.transactional_id,
                 )
-            partitions = kafka.wait_for_partitions(endpoints, topic, 1)
+            partitions = kafka.wait_for_partitions(cluster, topic, 1)
         else:
             partitions = lookup.topic.partitions
             if lookup.topic.replication_factor < replication:
@@ -657,7 +673,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
                     transactional_id=self.transactional_id,
                 )
         if partitions < needed:
-            kafka.grow_partitions(endpoints, topic, needed)
+            kafka.grow_partitions(cluster, topic, needed)
             self.ctx.log.info(
                 "kafka_sink_marker_topic_grown",
                 marker_topic=topic,
@@ -670,10 +686,10 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     def _require_unlimited_retention(self) -> None:
         """An existing marker topic with finite retention (or compaction) is altered to keep markers
         for ever; if that fails the sink fails, in one line saying what to set."""
-        endpoints, topic = self._endpoints, self._marker_topic
+        cluster, topic = self._cluster, self._marker_topic
 
         def wrong() -> dict[str, str | None]:
-            found = kafka.topic_configs(endpoints, topic, MARKER_TOPIC_CONFIG)
+            found = kafka.topic_configs(cluster, topic, MARKER_TOPIC_CONFIG)
             return {name: found.get(name) for name, value in MARKER_TOPIC_CONFIG.items() if found.get(name) != value}
 
         before = wrong()
@@ -686,7 +702,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
             + ", so commit markers could be deleted and recovery would produce committed epochs again"
         )
         try:
-            kafka.set_topic_configs(endpoints, topic, {name: MARKER_TOPIC_CONFIG[name] for name in before})
+            kafka.set_topic_configs(cluster, topic, {name: MARKER_TOPIC_CONFIG[name] for name in before})
         except ServiceUnavailableError as exc:
             raise MarkerTopicError(
                 f"{what}; altering it failed ({exc}): set {needed} on it "
@@ -750,7 +766,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
 
     def _legacy_marker_location(self, floor: int) -> MarkerLocation:
         """Where a snapshot taken before sinks had their own marker topic put its markers."""
-        layout = kafka.lookup_topic(self._endpoints, COMMIT_MARKER_TOPIC).topic
+        layout = kafka.lookup_topic(self._cluster, COMMIT_MARKER_TOPIC).topic
         if layout is None:
             raise CommitMarkerLostError(
                 f"{self._what()}: the restored checkpoint's commit markers are in topic {COMMIT_MARKER_TOPIC!r} from "
@@ -771,13 +787,13 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         wanted = {entry.checkpoint_id for entry in pending}
         for location, floor in sources:
             topic, partition = location.topic, location.partition
-            low, high = kafka.partition_range(self._endpoints, topic, partition)
+            low, high = kafka.partition_range(self._cluster, topic, partition)
             if floor is not None and not low <= floor <= high:
                 raise self._marker_lost(location, floor, low, high, pending)
             candidates: list[tuple[int, CheckpointId]] = []
             start = low if floor is None else floor
             for offset, key, value in kafka.scan_partition(
-                self._endpoints, topic, partition, start, high, deadline.remaining()
+                self._cluster, topic, partition, start, high, deadline.remaining()
             ):
                 marker = CommitMarker.parse(value) if key == self._marker_key else None
                 if marker is not None and marker.belongs_to(self._task) and marker.checkpoint_id in wanted:
@@ -791,7 +807,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         """Whether the marker at an offset of ``location`` was committed (waits for its outcome)."""
 
         def committed(offset: int) -> bool:
-            return kafka.is_committed(self._endpoints, location.topic, location.partition, offset, deadline.remaining())
+            return kafka.is_committed(self._cluster, location.topic, location.partition, offset, deadline.remaining())
 
         return committed
 
@@ -1078,7 +1094,7 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         at = f" checkpoint {checkpoint_id}" if checkpoint_id is not None else ""
         return f"postgres sink {self.ctx.uid!r} of job {self.ctx.job_id} subtask {self.ctx.subtask}{at}"
 
-    def validate_at_submit(self, endpoints: Endpoints) -> None:
+    def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """At submit, before any task runs (no ``setup``): PostgreSQL answers, the table has the columns
         and a unique key on exactly the key columns, and max_prepared_transactions > 0. Creates nothing."""
         validate_postgres_sink(endpoints, self._table, self._columns, self._key_columns, two_phase=True)

@@ -12,7 +12,7 @@ from weir.core.extras import exit_without_server
 # A client-only install (no `weir-streaming[server]`) ends here with one line naming the extra.
 with exit_without_server("taskmanager", "a TaskManager"):
     import structlog
-    from prometheus_client import start_http_server
+    from prometheus_client import PROCESS_COLLECTOR, REGISTRY, start_http_server
 
     from weir.core import logs
     from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
@@ -20,8 +20,8 @@ with exit_without_server("taskmanager", "a TaskManager"):
     from weir.core.transport_security import TransportSecurity
     from weir.taskmanager.identity import advertised_host, default_taskmanager_id
     from weir.taskmanager.runtime import TaskManagerRuntime
-    from weir.taskmanager.service import TaskManagerServicer
-    from weir.wire import taskmanager_pb2_grpc
+    from weir.taskmanager.service import add_to_server
+    from weir.taskmanager.slot_metrics import ProcessTreeCollector, served_registry
 
 
 def main() -> None:
@@ -44,6 +44,12 @@ def main() -> None:
         action=argparse.BooleanOptionalAction,
         default=settings.taskmanager_local_channels,
         help="hand buffers to consumers in this TaskManager in memory, not over gRPC",
+    )
+    parser.add_argument(
+        "--slot-processes",
+        action=argparse.BooleanOptionalAction,
+        default=settings.taskmanager_slot_processes,
+        help="run each slot's tasks in a worker process of its own (one core per slot)",
     )
     parser.add_argument("--metrics-port", type=int, default=settings.taskmanager_metrics_port)
     args = parser.parse_args()
@@ -68,11 +74,20 @@ def main() -> None:
             run_dir(),
             local_channels=args.local_channels,
             security=security,
+            slot_processes=args.slot_processes,
         )
-    taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(TaskManagerServicer(runtime), server)
+    add_to_server(runtime, server)
     server.start()
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.bind)
+        workers = runtime.slot_processes
+        if workers is None:
+            start_http_server(args.metrics_port, addr=args.bind)
+        else:  # the workers' task metrics and process figures are this TaskManager's too
+            REGISTRY.unregister(PROCESS_COLLECTOR)
+            REGISTRY.register(ProcessTreeCollector(workers.worker_pids))
+            start_http_server(
+                args.metrics_port, addr=args.bind, registry=served_registry(REGISTRY, workers.collect_metrics)
+            )
     log.info(
         "taskmanager_started",
         taskmanager_id=args.id,
@@ -80,6 +95,7 @@ def main() -> None:
         port=port,
         metrics_port=args.metrics_port,
         slots=args.slots,
+        slot_processes=args.slot_processes,
         jobmanager=endpoints.jobmanager_address,
         tls=security.server_tls is not None,
         token=security.token is not None,

@@ -240,7 +240,7 @@ class SubtaskRestorer:
         self._log.info(
             "task_restored",
             checkpoint_id=self._checkpoint_id,
-            keyed_entries=restored_entries,
+            keyed_entries_copied=restored_entries,
             operator_state_bytes=state_bytes,
             inherited_from_subtasks=inherited_from,
         )
@@ -257,16 +257,24 @@ class SubtaskRestorer:
         adopt: bool,
     ) -> int:
         """Restore this subtask's key groups from ``handles``; ``adopt``: they are this job's own, so
-        their files may be reused by the next snapshot (another job's never are)."""
+        their files may be reused by the next snapshot (another job's never are). Answers the entries
+        copied one by one (0 when the restore opened the snapshot as the database)."""
         if keyed_state is None:
             return 0
         snapshotter = keyed_state.snapshotter
-        snapshotter.start_attempt(JobId(self._address.job_id), self._address.attempt, handles if adopt else [])
+        job_id = JobId(self._address.job_id)
+        snapshotter.start_attempt(job_id, self._address.attempt, handles if adopt else [])
         if not handles:
             return 0
-        entries = snapshotter.restore(handles, ranges, self._storage).entries
+        result = snapshotter.restore(
+            handles,
+            ranges,
+            self._storage,
+            job_id=job_id if adopt else None,
+            attempt=self._address.attempt,
+        )
         snapshotter.clear_restore_cache()
-        return entries
+        return result.copied_entries
 
     def _inherited_keyed_handles(
         self, chain: OperatorChain, documents: tuple[TaskStateDocument, ...]

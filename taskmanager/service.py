@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import grpc
 
 from weir.core.errors import JobDefinitionError, ProtocolError, WeirError
 from weir.taskmanager.runtime import TaskManagerRuntime
+from weir.taskmanager.slot_link import SlotWorkerError
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
 
@@ -23,6 +25,8 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
         except JobDefinitionError as exc:
             context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(exc))
         except ProtocolError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
+        except SlotWorkerError as exc:  # its message names the error the worker raised
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
         except WeirError as exc:  # e.g. a restore handle that cannot be read: said, not UNKNOWN
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"{type(exc).__name__}: {exc}")
@@ -55,3 +59,32 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
         self, request_iterator: Iterator[taskmanager_pb2.DataMessage], context: grpc.ServicerContext
     ) -> Iterator[taskmanager_pb2.CreditMessage]:  # noqa: N802,E501
         return self._runtime.channels.open_channel(request_iterator)
+
+
+class _Handlers:
+    """Stands in for a server to take the method handlers the generated code registers."""
+
+    def __init__(self) -> None:
+        self.service = ""
+        self.handlers: dict[str, grpc.RpcMethodHandler] = {}
+
+    def add_generic_rpc_handlers(self, _handlers: Any) -> None:
+        pass
+
+    def add_registered_method_handlers(self, service: str, handlers: dict[str, grpc.RpcMethodHandler]) -> None:
+        self.service, self.handlers = service, dict(handlers)
+
+
+def add_to_server(runtime: TaskManagerRuntime, server: grpc.Server) -> None:
+    """Serve the TaskManager's service. With slot processes, ``OpenChannel`` takes and answers raw
+    bytes: the stream is relayed to the consumer's worker without decoding its buffers."""
+    servicer = TaskManagerServicer(runtime)
+    slots = runtime.slot_processes
+    if slots is None:
+        taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(servicer, server)
+        return
+    taken = _Handlers()
+    taskmanager_pb2_grpc.add_TaskManagerServiceServicer_to_server(servicer, taken)
+    taken.handlers["OpenChannel"] = grpc.stream_stream_rpc_method_handler(slots.open_channel)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(taken.service, taken.handlers),))
+    server.add_registered_method_handlers(taken.service, taken.handlers)

@@ -4,20 +4,24 @@ implementation of ``weir.core.state_backend.KeyedStateBackend`` (Flink's ``Rocks
 The bytes of every entry are ``weir.core.state_layout``'s: an entry is addressed by operator uid +
 key group + state name + state key, so a subtask's state is a set of contiguous key ranges, and a
 value is a pickle. RocksDB point writes cost ~5 us here, so each operator writes through a cache
-flushed as one WriteBatch when it grows and always before a snapshot. This module and
-``weir.taskmanager.snapshots`` are the only ones that talk to RocksDB (an import-linter contract):
-``weir savepoint`` reads a downloaded snapshot through :class:`ReadOnlyState`.
+flushed as one WriteBatch when it grows and always before a snapshot. This module is the only one
+that talks to RocksDB (an import-linter contract): the snapshots (``weir.taskmanager.snapshots``)
+take RocksDB checkpoints, open a downloaded one as the database, clip it and copy key ranges through
+:class:`RocksDBStateBackend`, and ``weir savepoint`` reads a downloaded snapshot through
+:class:`ReadOnlyState`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import shutil
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-from rocksdict import AccessType, Options, Rdict, ReadOptions, WriteBatch
+from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from weir.core.keygroups import KeyGroupRange
 from weir.core.state_layout import (
@@ -32,24 +36,42 @@ from weir.core.state_layout import (
 
 _DELETED = object()
 _MISSING = object()
+_COPY_BATCH: Final = 10_000  # entries per WriteBatch when a restore copies a snapshot's key range
+
+
+class StateBackendError(RuntimeError):
+    """The database cannot do what was asked in its present state (a programming error of the caller)."""
 
 
 class RocksDBStateBackend:
-    """One RocksDB database: the keyed state of one task attempt (``weir.taskmanager.snapshots.TaskKeyedState``)."""
+    """One RocksDB database: the keyed state of one task attempt (``weir.taskmanager.snapshots.TaskKeyedState``).
+
+    A database created empty stays *pristine* until something is written, a checkpoint is taken or a
+    store is handed out; only then may a restore replace it with a downloaded snapshot's files
+    (:meth:`adopt`), as Flink's ``RocksDBIncrementalRestoreOperation`` opens a single state handle's
+    files as the new instance instead of copying its entries.
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        options = Options(raw_mode=True)
-        options.create_if_missing(True)
-        self.db = Rdict(str(path), options)
+        self._options = Options(raw_mode=True)
+        self._options.create_if_missing(True)
+        self.db = Rdict(str(path), self._options)
         self.lock = threading.Lock()  # serialises WriteBatch writes and checkpoints across threads
+        self._pristine = not any(True for _ in self.db.keys())
+
+    @property
+    def pristine(self) -> bool:
+        """Empty as created: nothing written, no checkpoint taken, no store handed out."""
+        return self._pristine
 
     def keyed_store(
         self, uid: str, *, key_groups: KeyGroupRange | None = None, cache_limit: int = 50_000
     ) -> RocksDBKeyedStateStore:
         """The state of operator ``uid``; given its subtask's key groups, a store that finds none of
         its entries in the database can answer cache misses without reading it."""
+        self._pristine = False  # a store holds the database open: it is never replaced under one
         store = RocksDBKeyedStateStore(self, uid, cache_limit)
         if key_groups is not None:
             bounds = key_group_range_bounds(uid, key_groups.start, key_groups.end)
@@ -63,11 +85,105 @@ class RocksDBStateBackend:
 
     def write(self, batch: WriteBatch) -> None:
         with self.lock:
+            self._pristine = False
             self.db.write(batch)
 
     def delete_prefix_range(self, start: bytes, end: bytes) -> None:
         with self.lock:
+            self._pristine = False
             self.db.delete_range(start, end)
+
+    # -- snapshots and restores (``weir.taskmanager.snapshots``) ---------------------------------------
+
+    @contextlib.contextmanager
+    def quiesced(self) -> Iterator[int]:
+        """Holds every write off, with the memtable flushed; yields the latest sequence number (two
+        snapshots at the same number hold the same data). Take a checkpoint inside it."""
+        with self.lock:
+            self.db.flush()
+            yield self.db.latest_sequence_number()
+
+    def create_checkpoint(self, directory: Path) -> None:
+        """A RocksDB checkpoint of the database in ``directory`` (hard links to its SST files); call it
+        inside :meth:`quiesced`."""
+        self._pristine = False
+        Checkpoint(self.db).create_checkpoint(str(directory))
+
+    def adopt(self, directory: Path) -> None:
+        """Make the RocksDB files in ``directory`` (a downloaded checkpoint: its SSTs, MANIFEST, CURRENT,
+        OPTIONS) this database; ``directory`` is moved into place. Only a pristine database is replaced."""
+        with self.lock:
+            if not self._pristine:
+                raise StateBackendError(f"{self.path}: only a pristine database can be replaced by a restored one")
+            self.db.close()
+            shutil.rmtree(self.path, ignore_errors=True)
+            try:
+                os.replace(directory, self.path)
+            except OSError:  # another file system: move (copies)
+                shutil.move(str(directory), str(self.path))
+            self.db = Rdict(str(self.path), self._options)
+            self._pristine = False
+
+    def delete_outside(self, keep: Sequence[tuple[bytes, bytes]]) -> int:
+        """Range-delete every key outside the ``[start, end)`` ranges of ``keep`` (a restored snapshot's
+        key groups this subtask does not own, as Flink's ``clipDBWithKeyGroupRange``); only the gaps
+        that hold keys get a tombstone. Answers how many ranges were deleted."""
+        with self.lock:
+            cursor, gaps = b"", []
+            for start, end in sorted(keep):
+                if cursor < start:
+                    gaps.append((cursor, start))
+                cursor = max(cursor, end)
+            last = self._last_key()
+            if last is not None and last >= cursor:
+                gaps.append((cursor, last + b"\x00"))
+            deleted = 0
+            for start, end in gaps:
+                if not self.range_is_empty(start, end):
+                    self.db.delete_range(start, end)
+                    deleted += 1
+            if deleted:
+                self._pristine = False
+            return deleted
+
+    def _last_key(self) -> bytes | None:
+        it = self.db.iter()
+        it.seek_to_last()
+        key = it.key() if it.valid() else None
+        del it
+        return key if isinstance(key, bytes) else None
+
+    def copy_range(self, source: ReadOnlyState, start: bytes, end: bytes) -> int:
+        """Copy the entries of ``source`` in ``[start, end)`` into this database (a restore's partial
+        overlap, entry by entry, without the write-ahead log: a restore that fails is discarded with
+        its database). Answers how many."""
+        options = WriteOptions()
+        options.disable_wal = True  # type: ignore[method-assign,assignment]  # a property; the stub says method
+        copied = pending = 0
+        batch = WriteBatch(raw_mode=True)
+        for key, value in source.raw_items(start, end):
+            batch.put(key, value)
+            pending += 1
+            if pending == _COPY_BATCH:
+                self._write_unlogged(batch, options)
+                copied += pending
+                batch, pending = WriteBatch(raw_mode=True), 0
+        if pending:
+            self._write_unlogged(batch, options)
+            copied += pending
+        return copied
+
+    def _write_unlogged(self, batch: WriteBatch, options: WriteOptions) -> None:
+        with self.lock:
+            self._pristine = False
+            self.db.write(batch, options)
+
+    def live_sst_bytes(self) -> int:
+        """Total size of the database's live SST files (the state size metric; any thread: not while
+        a restore replaces the database)."""
+        with self.lock:
+            value = self.db.property_int_value("rocksdb.live-sst-files-size")
+        return int(value or 0)
 
     def close(self) -> None:
         self.db.close()
@@ -198,6 +314,13 @@ class ReadOnlyState:
 
     def __init__(self, directory: Path) -> None:
         self._db = Rdict(str(directory), Options(raw_mode=True), access_type=AccessType.read_only())
+
+    def raw_items(self, start: bytes, end: bytes) -> Iterator[tuple[bytes, bytes]]:
+        """Every (key, value) in ``[start, end)`` as stored, in key order."""
+        read = ReadOptions()
+        read.set_iterate_upper_bound(end)
+        stored: Iterable[tuple[Any, Any]] = self._db.items(from_key=start, read_opt=read)  # raw mode: bytes
+        yield from stored
 
     def entries(self, uid: str, key_groups: KeyGroupRange, *, values: bool = True) -> Iterator[KeyedEntry]:
         """Every entry of operator ``uid`` in ``key_groups``, in key order (values empty unless

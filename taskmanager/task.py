@@ -132,7 +132,7 @@ class Task:
             rejections = RecordRejections(
                 address.job_id,
                 address.subtask,
-                KafkaDeadLetters(),
+                KafkaDeadLetters(parameters),
                 self._log,
                 metric_labels=(address.job_id, taskmanager_id),
             )

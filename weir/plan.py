@@ -183,3 +183,54 @@ def build_plan(graph: LogicalGraph) -> JobPlan:
         vertices[producer_head].outputs.append(net)
         vertices[consumer_head].inputs.append(net)
     return JobPlan(graph=graph, vertices=vertices)
+
+
+PLAN_FORMAT = 1
+"""The version of :func:`plan_document` (docs/cli.md, ``weir info``)."""
+
+
+def plan_document(plan: JobPlan) -> dict[str, Any]:
+    """The plan as Flink's ``flink info`` prints a job's execution plan (``nodes`` with ``id``,
+    ``type``, ``contents``, ``parallelism`` and ``predecessors`` with ``ship_strategy``), plus the
+    vertices: the operator chains each subtask runs in one thread (``weir info``, without running)."""
+    graph = plan.graph
+    nodes: list[dict[str, Any]] = []
+    for t in graph.topological():
+        nodes.append(
+            {
+                "id": t.uid,
+                "type": t.kind.value,
+                "contents": t.name,
+                "parallelism": graph.parallelism_of(t.uid),
+                "max_parallelism": t.max_parallelism or graph.max_parallelism,
+                "predecessors": [
+                    {
+                        "id": e.source_uid,
+                        "ship_strategy": e.partitioning.name,
+                        "side": "first" if e.input_index == 0 else "second",
+                        **({"side_output": e.side_output.name} if e.side_output is not None else {}),
+                    }
+                    for e in graph.inputs_of(t.uid)
+                ],
+            }
+        )
+    vertices = [
+        {
+            "id": v.uid,
+            "operators": list(v.operator_uids),
+            "parallelism": v.parallelism,
+            "inputs": [
+                {"vertex": e.producer_vertex, "operator": e.producer_operator, "ship_strategy": e.partitioning.name}
+                for e in v.inputs
+            ],
+        }
+        for v in plan.vertices.values()
+    ]
+    return {
+        "format": PLAN_FORMAT,
+        "name": graph.job_name,
+        "default_parallelism": graph.default_parallelism,
+        "max_parallelism": graph.max_parallelism,
+        "nodes": nodes,
+        "vertices": vertices,
+    }

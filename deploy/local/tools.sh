@@ -11,7 +11,7 @@
 # NAME: docker-compose | kustomize. Exit status of install: 0 installed, 3 the Go module proxy cannot
 # be reached (the tests that need the tool then fail, saying so), 1 any other failure.
 # Needs: go >= 1.24 (PATH or /usr/local/go/bin). A cold build on 2 cores: docker-compose ~6-8 min,
-# kustomize ~1-2 min (measured under load; see the README's "Deployment").
+# kustomize ~1-2 min (measured under load; see docs/deployment.md).
 source "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/lib.sh"
 
 SERVICE=tools

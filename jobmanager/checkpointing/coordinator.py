@@ -40,7 +40,7 @@ from weir.jobmanager.checkpointing.trigger import (
     TriggerNow,
     TriggerState,
 )
-from weir.jobmanager.errors import CheckpointProtocolError, SavepointRejectedError
+from weir.jobmanager.errors import CheckpointProtocolError, CheckpointRejectedError, SavepointRejectedError
 
 MetadataKeyFn = Callable[[JobId, CheckpointId, CheckpointKind], str]
 _ROOT_PATHS = CheckpointPaths()
@@ -466,6 +466,20 @@ class CheckpointCoordinator:
                 f"job {self._job_id}: savepoint {busy[0]} is still in progress; wait for it to end"
             )
         return self._trigger(now, CheckpointKind.SAVEPOINT)
+
+    def trigger_checkpoint(self, now: float) -> TriggerBarriers:
+        """A checkpoint on request (Flink's ``flink checkpoint``): now, regardless of the interval and
+        the pause, but never beside another one in flight (its barriers would queue behind them)."""
+        if not self._running:
+            raise CheckpointRejectedError(
+                f"job {self._job_id} is not running; trigger the checkpoint once its tasks run", fault="user"
+            )
+        busy = [p.checkpoint_id for p in self._in_flight()]
+        if busy:
+            raise CheckpointRejectedError(
+                f"job {self._job_id}: checkpoint {busy[0]} is still in progress; try again once it ended"
+            )
+        return self._trigger(now, CheckpointKind.CHECKPOINT)
 
     def trigger_now(self, now: float) -> TriggerBarriers | None:
         """A checkpoint now, outside the interval (e.g. the final one once every bounded source ended);

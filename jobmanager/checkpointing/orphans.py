@@ -97,6 +97,7 @@ def find_orphans(
     in_flight_ids = frozenset(in_flight)
     job_dir = paths.job_dir(job_id)
     job_record = paths.job_record(job_id)
+    job_artifact = paths.job_artifact(job_id)
 
     completed_savepoints: set[CheckpointId] = set()
     for listed_object in listed:
@@ -113,7 +114,7 @@ def find_orphans(
     def kept_because(key: str) -> Kept | None:
         if not key.startswith(job_dir):
             return Kept.OTHER_JOB
-        if key == job_record:
+        if key in (job_record, job_artifact):
             return Kept.JOB_RECORD
         if key in protected:
             return Kept.REFERENCED

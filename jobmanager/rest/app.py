@@ -19,11 +19,12 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from weir import __version__
-from weir.core.errors import AuthenticationError
+from weir.core.errors import AuthenticationError, UnknownJobError
 from weir.core.transport_security import authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
-from weir.jobmanager.rest import errors, views
+from weir.jobmanager.rest import errors, flink, views
+from weir.jobmanager.rest.ids import weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -35,6 +36,7 @@ _ERROR: Final = {"model": views.ErrorBody}
 NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {404: {**_ERROR, "description": "Unknown job"}}
 BAD_REQUEST: Final[dict[int | str, dict[str, Any]]] = {400: {**_ERROR, "description": "Malformed request"}}
 CONFLICT: Final[dict[int | str, dict[str, Any]]] = {409: {**_ERROR, "description": "Not possible in the job's state"}}
+FLINK_VERSION_PREFIX: Final = "/v1"
 
 
 def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
@@ -48,6 +50,7 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
         redoc_url=None,
     )
     errors.install(app)
+    disposals = flink.Disposals()
 
     def require_ready() -> None:
         if not manager.ready:
@@ -94,8 +97,20 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
     def jobs() -> views.Jobs:
         return views.jobs(manager.list_jobs())
 
+    @api.get("/jobs/overview")
+    def jobs_overview() -> views.JobsOverview:
+        """Flink's job list (``flink list`` reads it): each job with its tasks' states counted."""
+        statuses = []
+        for summary in manager.list_jobs():
+            try:
+                statuses.append(manager.job_status(summary.job_id))
+            except UnknownJobError:
+                continue  # removed between the two reads
+        return views.jobs_overview(statuses)
+
     @api.get("/jobs/{job_id}", responses=NOT_FOUND)
     def job(job_id: str) -> views.JobDetails:
+        job_id = weir_job_id(job_id)
         return views.job_details(manager.job_status(job_id), manager.job_plan(job_id))
 
     @api.patch("/jobs/{job_id}", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
@@ -103,14 +118,14 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
         """Cancel the job (Flink's ``?mode=cancel``); its status shows when it is CANCELED."""
         match mode:
             case views.CancelMode.CANCEL:
-                manager.cancel(job_id)
+                manager.cancel(weir_job_id(job_id))
             case _:
                 assert_never(mode)
         return views.Accepted()
 
     @api.get("/jobs/{job_id}/plan", responses=NOT_FOUND)
     def plan(job_id: str) -> views.JobPlan:
-        return views.job_plan(manager.job_plan(job_id))
+        return views.job_plan(manager.job_plan(weir_job_id(job_id)))
 
     @api.get("/jobs/{job_id}/exceptions", responses={**NOT_FOUND, **BAD_REQUEST})
     def exceptions(
@@ -118,17 +133,19 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
         max_exceptions: Annotated[int, Query(alias="maxExceptions", ge=1, le=1000)] = DEFAULT_MAX_EXCEPTIONS,
     ) -> views.JobExceptions:
         """The job's last failures, newest first (the last 100 are kept, also across JobManager restarts)."""
+        job_id = weir_job_id(job_id)
         return views.job_exceptions(manager.exception_history(job_id), manager.job_plan(job_id), max_exceptions)
 
     @api.get("/jobs/{job_id}/checkpoints", responses=NOT_FOUND)
     def checkpoints(job_id: str) -> views.Checkpoints:
-        return views.checkpoints(manager.list_checkpoints(job_id))
+        return views.checkpoints(manager.list_checkpoints(weir_job_id(job_id)))
 
     @api.get(
         "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",
         responses={404: {**_ERROR, "description": "Unknown job or checkpoint"}, **BAD_REQUEST},
     )
     def checkpoint_details(job_id: str, checkpoint_id: int) -> views.CheckpointDetails:
+        job_id = weir_job_id(job_id)
         detail = manager.checkpoint_detail(job_id, checkpoint_id)
         tasks = [(t.vertex_uid, t.subtask) for t in manager.job_status(job_id).tasks]
         return views.checkpoint_details(detail, tasks)
@@ -139,20 +156,61 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
     )
     def backpressure(job_id: str, vertex_id: str) -> views.VertexBackpressure:
         """Each subtask's backpressured, busy and idle shares over its last heartbeat interval."""
+        job_id = weir_job_id(job_id)
         if vertex_id not in {v.uid for v in manager.job_plan(job_id).vertices}:
             raise UnknownVertexError(job_id, vertex_id)
         return views.vertex_backpressure(manager.job_status(job_id), vertex_id)
 
     @api.post("/jobs/{job_id}/savepoints", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
     def savepoint(job_id: str, request: views.SavepointRequest | None = None) -> views.SavepointTriggered:
-        """Start a savepoint (with ``cancel-job``: stop the job at it); its outcome shows in the checkpoints."""
+        """Start a savepoint (with ``cancel-job``: stop the job at it); ``GET .../savepoints/{request-id}``
+        answers its outcome, the checkpoints show it too."""
         body = request if request is not None else views.SavepointRequest()
         savepoint_id = manager.trigger_savepoint(
-            job_id, body.target_directory or "", stop=body.cancel_job, drain=body.drain
+            weir_job_id(job_id), body.target_directory or "", stop=body.cancel_job, drain=body.drain
         )
-        return views.SavepointTriggered(request_id=str(savepoint_id))
+        return views.SavepointTriggered(request_id=flink.savepoint_trigger_id(savepoint_id))
+
+    @api.post("/jobs/{job_id}/stop", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
+    def stop(job_id: str, request: flink.StopRequest | None = None) -> flink.TriggerResponse:
+        """Flink's stop-with-savepoint (``flink stop``): the job FINISHES at the savepoint (with ``drain``,
+        its event time advanced to the end first); the outcome as for a savepoint."""
+        body = request if request is not None else flink.StopRequest()
+        savepoint_id = manager.trigger_savepoint(
+            weir_job_id(job_id), body.target_directory or "", stop=True, drain=body.drain
+        )
+        return flink.TriggerResponse(request_id=flink.savepoint_trigger_id(savepoint_id))
+
+    @api.get(
+        "/jobs/{job_id}/savepoints/{trigger_id}",
+        responses={404: {**_ERROR, "description": "Unknown job or savepoint"}},
+        response_model_exclude_none=True,
+    )
+    def savepoint_status(job_id: str, trigger_id: str) -> flink.OperationResult:
+        """A savepoint's (or stop's) outcome by the ``request-id`` its trigger answered (Flink's shape)."""
+        job_id = weir_job_id(job_id)
+        checkpoint_id = flink.checkpoint_of_trigger(job_id, trigger_id)
+        return flink.savepoint_status(manager.list_checkpoints(job_id), checkpoint_id)
+
+    @api.post("/savepoint-disposal", responses=BAD_REQUEST)
+    def dispose(request: flink.DisposalRequest) -> flink.TriggerResponse:
+        """Delete a savepoint folder (``flink savepoint -d PATH``); refused (400) for anything else."""
+        return flink.TriggerResponse(request_id=disposals.dispose(request.savepoint_path))
+
+    @api.get(
+        "/savepoint-disposal/{trigger_id}",
+        responses={404: {**_ERROR, "description": "Unknown trigger id"}},
+        response_model_exclude_none=True,
+    )
+    def disposal_status(trigger_id: str) -> flink.OperationResult:
+        result = disposals.status(trigger_id)
+        if result is None:
+            raise HTTPException(404, f"no savepoint disposal {trigger_id} (the last {flink.DISPOSALS_KEPT} are kept)")
+        return result
 
     app.include_router(api)
+    # Flink's clients ask under the REST API's version (RestAPIVersion V1): the same routes, documented once
+    app.include_router(api, prefix=FLINK_VERSION_PREFIX, include_in_schema=False)
 
     @app.get("/", include_in_schema=False)
     def index() -> FileResponse:

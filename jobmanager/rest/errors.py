@@ -26,6 +26,7 @@ from weir.core.errors import (
 from weir.jobmanager.errors import (
     ConfigError,
     JobManagerNotReadyError,
+    SavepointDisposalError,
     SavepointRejectedError,
     UnknownVertexError,
 )
@@ -39,6 +40,7 @@ _STATUS_OF: Final[dict[type[WeirError], int]] = {
     UnknownVertexError: 404,
     JobDefinitionError: 400,
     ConfigError: 400,
+    SavepointDisposalError: 400,
     SavepointRejectedError: 409,
     JobManagerNotReadyError: 503,
     NotEnoughSlotsError: 503,

@@ -35,6 +35,7 @@ from weir.jobmanager.messages import (
     TaskView,
     VertexView,
 )
+from weir.jobmanager.rest.ids import flink_job_id
 
 
 def _names(enum_type: type[enum.Enum]) -> WithJsonSchema:
@@ -96,6 +97,81 @@ def health(status: HealthStatus, cluster: ClusterView | None, jobs: Sequence[Job
         taskmanagers=sum(1 for tm in cluster.taskmanagers if tm.alive),
         jobs_running=sum(1 for j in jobs if j.status is JobStatus.RUNNING),
     )
+
+
+# Jobs overview (Flink's MultipleJobsDetails) ------------------------------------------------------
+
+FLINK_EXECUTION_STATES: tuple[str, ...] = (
+    "CREATED",
+    "SCHEDULED",
+    "DEPLOYING",
+    "RUNNING",
+    "FINISHED",
+    "CANCELING",
+    "CANCELED",
+    "FAILED",
+    "RECONCILING",
+    "INITIALIZING",
+)
+FLINK_JOB_STATUSES: tuple[str, ...] = (
+    "INITIALIZING",
+    "CREATED",
+    "RUNNING",
+    "FAILING",
+    "FAILED",
+    "CANCELLING",
+    "CANCELED",
+    "FINISHED",
+    "RESTARTING",
+    "SUSPENDED",
+    "RECONCILING",
+)
+
+
+def task_counts(states: Iterable[TaskState | None]) -> dict[str, int]:
+    """Flink's ``tasks`` of a job or vertex: ``total`` and one count per ExecutionState (lower case),
+    every one present as Flink's client reads them all; a task not reported yet counts as CREATED."""
+    seen = Counter("CREATED" if state is None else state.value for state in states)
+    return {"total": sum(seen.values()), **{name.lower(): seen[name] for name in FLINK_EXECUTION_STATES}}
+
+
+class JobOverviewEntry(Model):
+    jid: str
+    name: str
+    state: JobStatus
+    start_time: int = _api("start-time")
+    end_time: int = _api("end-time")  # -1: not ended
+    duration: int
+    last_modification: int = _api("last-modification")
+    tasks: dict[str, int]
+    pending_operators: int = _api("pending-operators")
+
+
+class JobsOverview(Model):
+    jobs: list[JobOverviewEntry]  # newest first
+
+
+def jobs_overview(statuses: Iterable[JobStatusView]) -> JobsOverview:
+    entries = []
+    for status in sorted(statuses, key=lambda s: (s.summary.submitted_at, s.summary.job_id), reverse=True):
+        summary = status.summary
+        start = ms(summary.submitted_at)
+        end = _optional_ms(status.finished_at)
+        now_ms = ms(status.now)
+        entries.append(
+            JobOverviewEntry(
+                jid=flink_job_id(summary.job_id),
+                name=summary.job_name,
+                state=summary.status,
+                start_time=start,
+                end_time=end if end is not None else -1,
+                duration=max(0, (end if end is not None else now_ms) - start),
+                last_modification=end if end is not None else max(start, ms(status.last_restore_at)),
+                tasks=task_counts(t.state for t in status.tasks),
+                pending_operators=0,
+            )
+        )
+    return JobsOverview(jobs=entries)
 
 
 # Overview and TaskManagers -------------------------------------------------------------------------
@@ -239,7 +315,12 @@ class VertexInfo(Model):
     id: str
     name: str
     parallelism: int
+    max_parallelism: int = _api("maxParallelism")
     status: TaskState | None
+    start_time: int = _api("start-time")  # when its current tasks were deployed; -1: not known
+    end_time: int = _api("end-time")  # -1: not ended
+    duration: int  # -1: not known
+    tasks: dict[str, int]  # Flink's: total and a count per ExecutionState
     metrics: VertexMetrics
     subtasks: list[SubtaskInfo]
 
@@ -273,6 +354,10 @@ class JobDetails(Model):
     failure: FailureInfo | None
     vertices: list[VertexInfo]
     status_counts: dict[TaskState, int] = _api("status-counts")
+    max_parallelism: int = _api("maxParallelism")  # its key groups
+    is_stoppable: bool = _api("isStoppable")  # Flink's stop without savepoint: never in Weir
+    timestamps: dict[str, int]  # Flink's: when the job reached each JobStatus, 0 for one it has not
+    plan: Plan  # as GET /jobs/{id}/plan answers it
     end: JobEndInfo | None = None  # None: neither ending nor ended
 
 
@@ -316,12 +401,19 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
     vertices = []
     for vertex in plan.vertices:
         tasks = sorted(by_vertex.get(vertex.uid, ()), key=lambda t: t.subtask)
+        vertex_end = end if end is not None and tasks and all(t.state and t.state.terminal for t in tasks) else None
+        vertex_start = ms(status.last_restore_at) if status.last_restore_at else start
         vertices.append(
             VertexInfo(
                 id=vertex.uid,
                 name=vertex.name,
                 parallelism=vertex.parallelism,
+                max_parallelism=plan.max_parallelism,
                 status=vertex_status(t.state for t in tasks),
+                start_time=vertex_start,
+                end_time=vertex_end if vertex_end is not None else -1,
+                duration=max(0, (vertex_end if vertex_end is not None else now_ms) - vertex_start),
+                tasks=task_counts(t.state for t in tasks),
                 metrics=VertexMetrics(
                     read_records=sum(t.records_in for t in tasks), write_records=sum(t.records_out for t in tasks)
                 ),
@@ -329,6 +421,11 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
             )
         )
     counts = Counter(t.state for t in status.tasks if t.state is not None)
+    reached = {JobStatus.CREATED.value: start}
+    if status.last_restore_at:
+        reached[JobStatus.RUNNING.value] = ms(status.last_restore_at)
+    if end is not None:
+        reached[summary.status.value] = end
     return JobDetails(
         jid=summary.job_id,
         name=summary.job_name,
@@ -343,6 +440,10 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         failure=failure_info(status.failure),
         vertices=vertices,
         status_counts={state: counts[state] for state in TaskState if counts[state]},
+        max_parallelism=plan.max_parallelism,
+        is_stoppable=False,
+        timestamps={name: reached.get(name, 0) for name in FLINK_JOB_STATUSES},
+        plan=job_plan(plan).plan,
         end=_end_info(status.end) if status.end is not None else None,
     )
 
@@ -757,6 +858,8 @@ class SavepointRequest(Model):
     target_directory: str | None = Field(default=None, alias="target-directory", min_length=1)
     cancel_job: bool = Field(default=False, alias="cancel-job")  # stop the job once the savepoint completed
     drain: bool = False  # with cancel-job: advance event time to the end first
+    format_type: Literal["CANONICAL", "NATIVE"] | None = Field(default=None, alias="formatType")  # Weir has one
+    trigger_id: str | None = Field(default=None, alias="triggerId")  # Flink's client's; Weir answers its own
 
     @model_validator(mode="after")
     def _drain_only_when_stopping(self) -> SavepointRequest:

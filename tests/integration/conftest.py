@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from tests.conftest import SESSION_TOPICS
+from tests.integration.secured_kafka import SecuredKafka, start_secured_kafka, stop_secured_kafka
 from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
@@ -134,6 +135,21 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
         _SESSION_CLUSTER.clear()
         client.close()
         stop_cluster(directory)
+
+
+@pytest.fixture(scope="session")
+def secured_kafka(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredKafka]:
+    """A second Kafka broker that clients reach over SASL_SSL (SCRAM-SHA-512) or SSL with a client
+    certificate only (certificates of a CA made for it), started once per session with its own ports
+    and directory and polled ready with a deadline (``tests/integration/secured_kafka.py``); stopped
+    when the session ends."""
+    secured = start_secured_kafka(
+        tmp_path_factory.mktemp("secured-kafka"), f"scram-{uuid.uuid4().hex}", f"key-{uuid.uuid4().hex}"
+    )
+    try:
+        yield secured
+    finally:
+        stop_secured_kafka(secured)
 
 
 @pytest.fixture(autouse=True)

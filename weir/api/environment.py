@@ -151,12 +151,12 @@ class Environment:
 
         ``starting_offsets`` (EARLIEST, LATEST, ``Timestamp(ms)``, COMMITTED or
         ``Committed(OffsetReset.LATEST)``) for partitions without a restored position, fixed once at
-        submit; ``properties`` passed through to the consumer (security, client.id, fetch settings;
-        not those Weir sets itself); ``record_deserializer`` taking the whole :class:`KafkaRecord`
-        instead of ``deserializer``'s value bytes; ``partition_discovery_interval_ms`` (unbounded
-        only) to read partitions added while the job runs; ``commit_offsets_on_checkpoint`` to commit
-        a completed checkpoint's positions to the consumer group ``group_id`` (default
-        ``weir-<job name>-<uid>``), never read back for recovery.
+        submit; ``properties`` the source's own Kafka client settings over the job's ``-D kafka.*``
+        ones (security, client.id, fetch settings; not those Weir sets itself); ``record_deserializer``
+        taking the whole :class:`KafkaRecord` instead of ``deserializer``'s value bytes;
+        ``partition_discovery_interval_ms`` (unbounded only) to read partitions added while the job
+        runs; ``commit_offsets_on_checkpoint`` to commit a completed checkpoint's positions to the
+        consumer group ``group_id`` (default ``weir-<job name>-<uid>``), never read back for recovery.
 
         With ``schema`` (field name -> str, int, float or bool) and ``timestamp_field`` (an int field,
         epoch ms), the source is columnar: each poll's JSON records are decoded in one call into an

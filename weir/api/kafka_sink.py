@@ -14,20 +14,30 @@
 
 ``exactly_once`` (the default) is the transactional sink (one Kafka transaction per checkpoint,
 committed when it completes); ``at_least_once`` flushes at every checkpoint. The options of the
-transactional sink alone are refused with ``at_least_once``. ``stream.sink_to_kafka(topic, uid=...,
-**options)`` is this builder with the same option names. See docs/sinks.md.
+transactional sink alone are refused with ``at_least_once``. ``properties`` are the sink's own
+Kafka settings, over the job's ``-D kafka.*`` ones (``weir.core.kafka_config``,
+docs/kafka-security.md). ``stream.sink_to_kafka(topic, uid=..., **options)`` is this builder with the
+same option names. See docs/sinks.md.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from weir.api.connector import Duration, OperatorFactory, Options, Sink, WithOnError, required
-from weir.core.descriptors import DEFAULT_TRANSACTION_TIMEOUT_MS, SinkDelivery, SinkSpec, SinkSystem
+from weir.core.descriptors import (
+    DEFAULT_TRANSACTION_TIMEOUT_MS,
+    SinkDelivery,
+    SinkSpec,
+    SinkSystem,
+    validate_producer_properties,
+)
+from weir.core.errors import JobDefinitionError
 from weir.core.json_codec import encode as json_serializer
+from weir.core.kafka_config import Properties
 from weir.core.rejections import OnRecordError
 from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 
@@ -45,7 +55,8 @@ class KafkaSink(Sink):
     """Writes each value to a Kafka topic (Flink's ``KafkaSink``). Made by :meth:`builder`.
 
     ``transaction_timeout_ms``, ``marker_replication_factor``, ``epoch_memory_bytes`` and
-    ``spill_directory`` belong to ``exactly_once`` and are None with ``at_least_once``."""
+    ``spill_directory`` belong to ``exactly_once`` and are None with ``at_least_once``. ``properties``:
+    the sink's own client settings (its producer's and, exactly-once, its marker topic's clients')."""
 
     topic: str
     serializer: Callable[[Any], bytes]
@@ -55,6 +66,7 @@ class KafkaSink(Sink):
     marker_replication_factor: int | None
     epoch_memory_bytes: int | None
     spill_directory: Path | None
+    properties: Properties = ()
 
     @staticmethod
     def builder() -> KafkaSinkBuilder:
@@ -95,9 +107,12 @@ class KafkaSink(Sink):
                     epoch_memory_bytes=self.epoch_memory_bytes,
                     spill_directory=self.spill_directory,
                     on_error=on_error,
+                    properties=self.properties,
                 )
             case "at_least_once":
-                return KafkaSinkOperator(self.topic, self.serializer, self.key, on_error=on_error)
+                return KafkaSinkOperator(
+                    self.topic, self.serializer, self.key, on_error=on_error, properties=self.properties
+                )
             case _:
                 assert_never(self.delivery)
 
@@ -115,6 +130,7 @@ class _Settings:
     marker_replication_factor: int | None = None
     epoch_memory_bytes: int | None = None
     spill_directory: Path | None = None
+    properties: Properties = ()
 
 
 class KafkaSinkBuilder:
@@ -177,6 +193,18 @@ class KafkaSinkBuilder:
         TaskManager (None: ``epoch-spill/`` in the run directory)."""
         return self._with(spill_directory=_spill_directory(directory))
 
+    def properties(self, properties: Mapping[str, str]) -> KafkaSinkBuilder:
+        """Client settings of this sink's producer (and, exactly-once, of its commit-marker topic's
+        clients), over the job's ``-D kafka.*`` ones: security (a secret as ``${env:NAME}`` or
+        ``${file:/path}``), ``client.id``, batching. Those Weir sets itself are refused with what to do
+        instead."""
+        if not isinstance(properties, Mapping):
+            raise OPTIONS.refuse("properties", "a mapping of client setting to string value", properties)
+        try:
+            return self._with(properties=validate_producer_properties(properties))
+        except JobDefinitionError as exc:  # names the property and says what to do instead
+            raise OPTIONS.error(str(exc)) from None
+
     def build(self) -> KafkaSink:
         """The sink, once the options are checked together."""
         s = self._settings
@@ -193,6 +221,7 @@ class KafkaSinkBuilder:
                     s.marker_replication_factor,
                     DEFAULT_EPOCH_MEMORY_BYTES if s.epoch_memory_bytes is None else s.epoch_memory_bytes,
                     s.spill_directory,
+                    s.properties,
                 )
             case "at_least_once":
                 for option, given in (
@@ -203,7 +232,7 @@ class KafkaSinkBuilder:
                 ):
                     if given is not None:
                         raise OPTIONS.error(f"{option} applies to delivery='exactly_once' only")
-                return KafkaSink(topic, serializer, s.key, s.delivery, None, None, None, None)
+                return KafkaSink(topic, serializer, s.key, s.delivery, None, None, None, None, s.properties)
             case _:
                 assert_never(s.delivery)
 

@@ -171,8 +171,10 @@ class KafkaSourceBuilder:
         return self._with(starting_offsets=_starting_offsets(starting_offsets))
 
     def properties(self, properties: Mapping[str, str]) -> KafkaSourceBuilder:
-        """Consumer settings passed through (security, ``client.id``, fetch sizes); those Weir sets
-        itself are refused with what to do instead."""
+        """Client settings of this source's consumer and dead-letter producer, over the job's
+        ``-D kafka.*`` ones: security (a secret as ``${env:NAME}`` or ``${file:/path}``, a literal
+        one is refused), ``client.id``, fetch sizes. Those Weir sets itself are refused with what to
+        do instead (docs/kafka-security.md)."""
         if not isinstance(properties, Mapping):
             raise OPTIONS.refuse("properties", "a mapping of consumer setting to string value", properties)
         try:

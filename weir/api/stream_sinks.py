@@ -7,7 +7,7 @@ a refused one is told of the sink's uid."""
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +63,7 @@ class StreamSinks(abc.ABC):
         epoch_memory_bytes: int | None = None,
         spill_directory: str | Path | None = None,
         on_error: OnRecordError | None = None,
+        properties: Mapping[str, str] | None = None,
     ) -> None:
         """Write each value to ``topic``: ``sink_to(KafkaSink.builder().topic(topic)...build())``, each
         option as the :class:`~weir.api.kafka_sink.KafkaSinkBuilder` method of its name (docs/sinks.md).
@@ -71,7 +72,8 @@ class StreamSinks(abc.ABC):
         ``transaction_timeout_ms`` (default 15 min) must cover a checkpoint interval plus a restart;
         ``epoch_memory_bytes`` (default 64 MiB) bounds the records a sink subtask holds until they
         commit, the rest going to files under ``spill_directory``. ``at_least_once``: flushed at every
-        checkpoint, duplicates after a failure. ``on_error``: a record ``serializer`` or ``key`` raises on."""
+        checkpoint, duplicates after a failure. ``on_error``: a record ``serializer`` or ``key`` raises on.
+        ``properties``: the sink's own Kafka client settings, over the job's ``-D kafka.*`` ones."""
         with told_as(f"kafka sink {uid!r}"):
             sink = (
                 KafkaSink.builder()
@@ -83,6 +85,7 @@ class StreamSinks(abc.ABC):
                 .marker_replication_factor(marker_replication_factor)
                 .epoch_memory_bytes(epoch_memory_bytes)
                 .spill_directory(spill_directory)
+                .properties(properties or {})
                 .build()
             )
         self.sink_to(sink, uid=uid, parallelism=parallelism, on_error=on_error)

@@ -6,6 +6,7 @@
 - :class:`Directories`: where a process keeps its cache, its run files and its checkpoints.
 - :class:`JobManagerSettings`, :class:`TaskManagerSettings`: the defaults of the processes' options.
 - :class:`SecuritySettings`: the bearer token and the TLS files of every gRPC service and the REST API.
+- :class:`ClientSettings`: the `weir` command's configuration file of profiles (:func:`client_environment`).
 - :class:`Diagnostics`: logs and tracebacks; :class:`CrashPointSettings`: fault injection for tests.
 
 Each class is read with ``from_env()`` (the process environment, or a mapping given for a test); a
@@ -28,10 +29,26 @@ from pathlib import Path
 from string import Template
 from typing import Annotated, Any, ClassVar, Final, Self
 
-from pydantic import Field, SecretStr, TypeAdapter, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    TypeAdapter,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic.json_schema import JsonDict
-from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import (
+    BaseSettings,
+    EnvSettingsSource,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
 from weir.core.errors import ConfigurationError
 
@@ -272,7 +289,10 @@ class Endpoints(WeirSettings):
         min_length=1,
         description="The S3 API (checkpoint storage on `s3://`): an S3-compatible server's URL; unset: AWS's "
         "endpoint for the region.",
-        json_schema_extra={"type_doc": "URL", "default_doc": _LOCAL_S3_DEFAULT.format("http://127.0.0.1:${WEIR_S3_PORT}")},
+        json_schema_extra={
+            "type_doc": "URL",
+            "default_doc": _LOCAL_S3_DEFAULT.format("http://127.0.0.1:${WEIR_S3_PORT}"),
+        },
     )
     s3_region: str | None = Field(
         default=None,
@@ -422,7 +442,17 @@ class JobManagerSettings(WeirSettings):
 
 
 class TaskManagerSettings(WeirSettings):
-    """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins."""
+    """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins.
+
+    Slot processes (``WEIR_TASKMANAGER_SLOT_PROCESSES``, ``--[no-]slot-processes``): a Python process
+    runs on one core at a time (its interpreter lock), so with ``true`` a TaskManager runs each job
+    slot's tasks (one job's, Flink's slot sharing) in a slot worker process of its own and N slots use
+    N cores; the TaskManager process keeps the registration, the heartbeats, the gRPC service and the
+    data-plane address (README, "Architecture"). ``false``, the default for now, runs every task in the
+    TaskManager's process, as threads sharing one core: one process less per slot (memory) and
+    channels between its slots in memory. The default stays off until the whole test suite has run
+    with slot processes on (``WEIR_TASKMANAGER_SLOT_PROCESSES=true make test``); the figure it is
+    chosen on is ``make bench-slots`` (``bench/results/slots.md``): 1 vs 2 slots on one TaskManager."""
 
     title: ClassVar[str] = "TaskManager process"
 
@@ -446,7 +476,33 @@ class TaskManagerSettings(WeirSettings):
     taskmanager_local_channels: bool = Field(
         default=True, description="Hand buffers to consumers in the same TaskManager in memory, not over gRPC."
     )
+    taskmanager_slot_processes: bool = Field(
+        default=False,
+        description="Run each slot's tasks in a worker process of its own, so that N slots use N cores "
+        "(`false`: every task in the TaskManager's process, one core; see above).",
+    )
     taskmanager_metrics_port: PortOrZero = Field(default=0, description="Port of its Prometheus metrics (0: none).")
+
+
+class PythonJobSettings(WeirSettings):
+    """How a job's Python code is loaded (``weir run``, the JobManager at submit, the TaskManagers;
+    docs/jobs.md, "Jobs of many files")."""
+
+    title: ClassVar[str] = "Python jobs"
+
+    job_load_timeout: float = Field(
+        default=60.0,
+        gt=0,
+        description="Seconds a job's import and build(env) may take at submit (in a child process) before "
+        "it is refused; also bounds installing its requirements.",
+        json_schema_extra={"type_doc": "seconds (a number above 0)"},
+    )
+    job_artifact_max_bytes: int = Field(
+        default=48 * 1024 * 1024,
+        ge=1,
+        description="The largest job artifact (--py-files, --py-requirements and their wheels, zipped) a "
+        "client sends and a JobManager accepts.",
+    )
 
 
 # Security --------------------------------------------------------------------------------------------
@@ -456,7 +512,7 @@ _PEM: Final[JsonDict] = {"type_doc": "path of a PEM file"}
 
 class SecuritySettings(WeirSettings):
     """Authentication and TLS of every gRPC service (the JobManager's, the TaskManagers' control and
-    data plane) and of the REST API, and of every client of them (README, "Security"). A process that
+    data plane) and of the REST API, and of every client of them (docs/security.md). A process that
     binds a non-loopback address refuses to start without a token. A client speaks TLS when
     `WEIR_TLS_CA_FILE` or `WEIR_TLS_CERT_FILE` is set; a server when `WEIR_TLS_CERT_FILE` is set."""
 
@@ -522,6 +578,171 @@ class SecuritySettings(WeirSettings):
         return value
 
 
+# The client's configuration file ------------------------------------------------------------------------
+
+DEFAULT_CONFIG_FILE: Final = Path("~/.config/weir/config.toml")
+
+
+class ClientSettings(WeirSettings):
+    """Which cluster the `weir` command talks to, from a configuration file of named profiles
+    (docs/cli.md, "Profiles"), as kubectl's contexts or Flink's ``conf/config.yaml`` for its client.
+    Precedence: a flag (`-m`) > the environment (`WEIR_JOBMANAGER_ADDRESS`, `WEIR_AUTH_*`, `WEIR_TLS_*`)
+    > the profile > the defaults."""
+
+    title: ClassVar[str] = "The weir command: configuration file and profile"
+
+    config: Path | None = Field(
+        default=None,
+        description="The client's configuration file (TOML, `[profiles.NAME]` tables).",
+        json_schema_extra={"default_doc": "`~/.config/weir/config.toml`"},
+    )
+    profile: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The profile of the configuration file `weir` uses (`--profile` wins).",
+        json_schema_extra={"default_doc": "the file's `default_profile`, else none"},
+    )
+
+    @property
+    def config_file(self) -> Path:
+        return (self.config or DEFAULT_CONFIG_FILE).expanduser()
+
+
+class ClientProfile(BaseModel):
+    """One ``[profiles.NAME]`` table: a cluster's address and how to reach it securely. Paths are
+    relative to the configuration file. The token is given by reference (``token_file``, ``token_env``)
+    or, in a file only its owner may read (mode 0600), literally (``token``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    address: str | None = None
+    token: SecretStr | None = None
+    token_file: Path | None = None
+    token_env: str | None = None
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    tls_server_name: str | None = None
+
+    @model_validator(mode="after")
+    def _one_token(self) -> Self:
+        given = [name for name in ("token", "token_file", "token_env") if getattr(self, name) is not None]
+        if len(given) > 1:
+            raise ValueError(f"give one of token, token_file, token_env, not {' and '.join(given)}")
+        return self
+
+
+class ClientConfigFile(BaseSettings):
+    """The TOML configuration file of the `weir` command, read with pydantic-settings' TOML source."""
+
+    model_config = SettingsConfigDict(extra="forbid", frozen=True)
+
+    default_profile: str | None = None
+    profiles: dict[str, ClientProfile] = Field(default_factory=dict)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (TomlConfigSettingsSource(settings_cls, _reading_config.get()),)
+
+    @classmethod
+    def read(cls, path: Path) -> ClientConfigFile:
+        """The file at ``path``; one-line ConfigurationError for a file that is no TOML or does not fit."""
+        token = _reading_config.set(path)
+        try:
+            return cls()
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(str(part) for part in e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
+                for e in exc.errors(include_url=False)
+            )
+            raise ConfigurationError(f"config file {path}: {problems}") from None
+        except (OSError, ValueError) as exc:  # tomllib.TOMLDecodeError is a ValueError
+            raise ConfigurationError(f"config file {path}: {' '.join(str(exc).split())}") from None
+        finally:
+            _reading_config.reset(token)
+
+
+_reading_config: ContextVar[Path] = ContextVar("weir_client_config_file", default=DEFAULT_CONFIG_FILE)
+
+_TOKEN_VARIABLES: Final = ("WEIR_AUTH_TOKEN", "WEIR_AUTH_TOKEN_FILE")
+_CERTIFICATE_VARIABLES: Final = ("WEIR_TLS_CERT_FILE", "WEIR_TLS_KEY_FILE")
+
+
+def client_environment(profile_flag: str | None = None, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The ``WEIR_*`` environment the `weir` command's client reads: the process environment over the
+    chosen profile's values (a variable set wins; the token and the certificate/key pair each as a
+    whole). The profile: ``profile_flag``, else ``WEIR_PROFILE``, else the file's ``default_profile``;
+    none chosen and no file: the environment alone. A profile asked for that is not there, a file that
+    does not parse, a literal token in a file others may read: ConfigurationError, one line."""
+    env = dict(os.environ if environ is None else environ)
+    settings = ClientSettings.from_env(env)
+    path = settings.config_file
+    name = profile_flag or settings.profile
+    if not path.is_file():
+        if name is not None:
+            raise ConfigurationError(f"profile {name!r}: no config file {path} (WEIR_CONFIG)")
+        return env
+    config = ClientConfigFile.read(path)
+    name = name or config.default_profile
+    if name is None:
+        return env
+    profile = config.profiles.get(name)
+    if profile is None:
+        known = ", ".join(sorted(config.profiles)) or "none"
+        raise ConfigurationError(f"config file {path} has no profile {name!r} (it has: {known})")
+    values = _profile_variables(profile, name, path, env)
+    if any(env.get(v) for v in _TOKEN_VARIABLES):
+        for variable in _TOKEN_VARIABLES:
+            values.pop(variable, None)
+    if any(env.get(v) for v in _CERTIFICATE_VARIABLES):
+        for variable in _CERTIFICATE_VARIABLES:
+            values.pop(variable, None)
+    return {**values, **{k: v for k, v in env.items() if v}}
+
+
+def _profile_variables(profile: ClientProfile, name: str, path: Path, env: Mapping[str, str]) -> dict[str, str]:
+    where = f"profile {name!r} of {path}"
+
+    def file(value: Path) -> str:
+        return str(path.parent / value.expanduser())  # an absolute value stays as it is
+
+    values: dict[str, str] = {}
+    if profile.address is not None:
+        values["WEIR_JOBMANAGER_ADDRESS"] = profile.address
+    if profile.token is not None:
+        mode = path.stat().st_mode & 0o777
+        if mode & 0o077:
+            raise ConfigurationError(
+                f"{where} holds a token but the file is readable by others (mode {mode:04o}): "
+                f"chmod 600 {path}, or use token_file or token_env"
+            )
+        values["WEIR_AUTH_TOKEN"] = profile.token.get_secret_value()
+    if profile.token_file is not None:
+        values["WEIR_AUTH_TOKEN_FILE"] = file(profile.token_file)
+    if profile.token_env is not None:
+        token = env.get(profile.token_env)
+        if not token:
+            raise ConfigurationError(f"{where}: token_env names {profile.token_env}, which is unset")
+        values["WEIR_AUTH_TOKEN"] = token
+    for variable, given in (
+        ("WEIR_TLS_CA_FILE", profile.tls_ca_file),
+        ("WEIR_TLS_CERT_FILE", profile.tls_cert_file),
+        ("WEIR_TLS_KEY_FILE", profile.tls_key_file),
+    ):
+        if given is not None:
+            values[variable] = file(given)
+    if profile.tls_server_name is not None:
+        values["WEIR_TLS_SERVER_NAME"] = profile.tls_server_name
+    return values
+
+
 # Diagnostics -----------------------------------------------------------------------------------------
 
 
@@ -563,7 +784,7 @@ class Diagnostics(WeirSettings):
 
 
 class CrashPointSettings(WeirSettings):
-    """Fault injection for recovery tests (``weir.core.crashpoints``; README, "Operations")."""
+    """Fault injection for recovery tests (``weir.core.crashpoints``; docs/operations.md, "Crash points")."""
 
     title: ClassVar[str] = "Crash points (tests)"
 
@@ -581,7 +802,9 @@ SETTINGS: Final[tuple[type[WeirSettings], ...]] = (
     Directories,
     JobManagerSettings,
     TaskManagerSettings,
+    PythonJobSettings,
     SecuritySettings,
+    ClientSettings,
     Diagnostics,
     CrashPointSettings,
 )

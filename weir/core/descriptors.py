@@ -16,6 +16,7 @@ from typing import Any, Final
 
 from weir.core.columnar import Schema
 from weir.core.errors import JobDefinitionError
+from weir.core.kafka_config import Properties, check_properties
 
 DEFAULT_TRANSACTION_TIMEOUT_MS: Final = 900_000
 """15 minutes: the broker's default ``transaction.max.timeout.ms`` (librdkafka's own default is 60 s)."""
@@ -86,30 +87,16 @@ class KafkaRecord:
     headers: tuple[tuple[str, bytes | None], ...]
 
 
-RESERVED_CONSUMER_PROPERTIES: Final[Mapping[str, str]] = {
-    "bootstrap.servers": "Weir connects to the broker of its endpoints (WEIR_KAFKA_BOOTSTRAP)",
-    "group.id": "give group_id= instead",
-    "enable.auto.commit": "Weir commits positions itself when a checkpoint completes (commit_offsets_on_checkpoint=)",
-    "enable.auto.offset.store": "Weir commits positions itself when a checkpoint completes",
-    "isolation.level": "a Weir source reads read_committed",
-    "auto.offset.reset": "give starting_offsets= instead",
-    "enable.partition.eof": "a bounded source relies on end-of-partition events",
-}
-"""Consumer settings Weir sets itself, with what to do instead."""
+def validate_consumer_properties(properties: Mapping[str, str]) -> Properties:
+    """A Kafka source's consumer properties as sorted pairs; JobDefinitionError for a non-string one,
+    one that would override a setting Weir relies on, or a literal secret (``weir.core.kafka_config``)."""
+    return check_properties(properties, "kafka consumer property ", connector=True)
 
 
-def validate_consumer_properties(properties: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-    """The user's consumer properties as sorted pairs; JobDefinitionError for a non-string one or
-    one that would override a setting Weir relies on."""
-    for key, value in properties.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise JobDefinitionError(f"kafka consumer property {key!r}: keys and values must be strings, got {value!r}")
-        reason = RESERVED_CONSUMER_PROPERTIES.get(key.strip().lower())
-        if reason is not None:
-            raise JobDefinitionError(
-                f"kafka consumer property {key!r} is set by Weir and cannot be overridden: {reason}"
-            )
-    return tuple(sorted(properties.items()))
+def validate_producer_properties(properties: Mapping[str, str]) -> Properties:
+    """A Kafka sink's client properties (its producer's and its commit-marker clients') as sorted
+    pairs, checked as a source's are."""
+    return check_properties(properties, "kafka producer property ", connector=True)
 
 
 def default_group_id(job_name: str, source_uid: str) -> str:
@@ -131,7 +118,7 @@ class KafkaSourceSpec:
     schema: Schema | None = None  # columnar: each poll decoded into one record batch of these fields
     timestamp_field: str | None = None  # columnar: the int field that is the event time
     starting_offsets: StartingOffsets = OffsetReset.EARLIEST  # partitions without a restored position
-    properties: tuple[tuple[str, str], ...] = ()  # passed through to the consumer (validated)
+    properties: Properties = ()  # over the job's Kafka settings for this source's clients (validated)
     record_deserializer: Callable[[KafkaRecord], Any] | None = None  # instead of deserializer: the whole record
     partition_discovery_interval_ms: int | None = None  # unbounded: look for new partitions this often
     commit_offsets_on_checkpoint: bool = True  # commit a completed checkpoint's positions to the group

@@ -3,6 +3,7 @@
 Ids are zero-padded so that listing a folder returns checkpoints in id order. A job's objects::
 
     <prefix>/<job>/_job                                                    the submitted job
+    <prefix>/<job>/_artifact                                               its files (weir.api.artifacts)
     <prefix>/<job>/checkpoints/chk-00000000000000000042/_metadata          written last, atomically
     <prefix>/<job>/checkpoints/chk-00000000000000000042/tasks/<vertex>/00003  a task's operator state
     <prefix>/<job>/checkpoints/chk-00000000000000000042/db/<tm>/<db>/000007/MANIFEST-000005
@@ -29,6 +30,7 @@ from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskMa
 
 METADATA_FILE = "_metadata"
 JOB_RECORD_FILE = "_job"
+JOB_ARTIFACT_FILE = "_artifact"
 
 _ID_DIGITS = 20  # every non-negative int64 fits
 _SUBTASK_DIGITS = 5  # max parallelism is 32768
@@ -115,6 +117,11 @@ class CheckpointPaths:
     def job_record(self, job_id: JobId) -> str:
         """The submitted job, written at submission so that a restarted JobManager can recover it."""
         return self.job_dir(job_id) + JOB_RECORD_FILE
+
+    def job_artifact(self, job_id: JobId) -> str:
+        """The job's artifact (``weir run --py-files``), written before its record: the zip every
+        TaskManager, and a JobManager that takes over, loads the job from."""
+        return self.job_dir(job_id) + JOB_ARTIFACT_FILE
 
     def checkpoints_dir(self, job_id: JobId, kind: CheckpointKind = CheckpointKind.CHECKPOINT) -> str:
         """The folder holding every checkpoint (or savepoint) folder of a job: list it on recovery."""

@@ -149,7 +149,7 @@ class Report:
         return 0 if self.ok else 1
 
     def to_json(self) -> dict[str, Any]:
-        """The report as one JSON document (``weir scenario NAME --json``; README, Scenarios)."""
+        """The report as one JSON document (``weir scenario NAME --json``; docs/scenarios.md)."""
         return {
             "format": REPORT_FORMAT,
             "version": REPORT_VERSION,

@@ -119,7 +119,7 @@ def _summary_lines(detail: CheckpointDetail, job_id: str) -> Iterator[str]:
     info = detail.checkpoint
     mode = "unaligned" if info.unaligned else "aligned" if info.tasks else "mode not known yet"
     yield (
-        f"{info.kind.lower()} {info.checkpoint_id} of job {job_id}: {info.status}, {mode}, "
+        f"{info.kind.value} {info.checkpoint_id} of job {job_id}: {info.status}, {mode}, "
         f"triggered {_when(info.trigger_time)}"
     )
     took = f"{round(info.duration_s * 1000):,} ms end to end" if info.status is not CheckpointStatus.IN_PROGRESS else ""

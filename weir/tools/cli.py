@@ -18,11 +18,13 @@ import time
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
+import click
 import grpc
 import typer
 from rich.console import Console
@@ -31,7 +33,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 import weir
-from weir.core.config import Diagnostics, Endpoints, check_environment
+from weir.core.config import Diagnostics, Endpoints, check_environment, client_environment
 from weir.core.errors import (
     ClusterUnavailableError,
     CommandLineError,
@@ -42,6 +44,7 @@ from weir.core.errors import (
 from weir.core.extras import MissingServerExtraError, require_server, server_module_of
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
+from weir.core.transport_security import TransportSecurity
 from weir.tools import supervisor
 from weir.tools.checkpoint_timeline import render_checkpoint_detail
 from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
@@ -63,7 +66,7 @@ FOLLOW_UNAVAILABLE_GRACE_S: Final = 30.0
 app = typer.Typer(
     name="weir",
     help="Weir: a distributed stream processor. Run jobs on a JobManager and inspect them.",
-    add_completion=False,
+    add_completion=True,
     pretty_exceptions_enable=False,
 )
 cluster_app = typer.Typer(
@@ -75,25 +78,76 @@ app.add_typer(cluster_app, name="cluster")
 SAVEPOINT_TRIGGER: Final = "trigger"
 
 
+SAVEPOINT_DISPOSE: Final = "dispose"
+DISPOSE_OPTIONS: Final = ("--dispose", "-d")
+
+
 class SavepointGroup(TyperGroup):
-    """``weir savepoint JOB_ID [--path URI]`` is ``weir savepoint trigger JOB_ID ...``: a first
-    argument that names none of the group's commands (nor asks for its help) goes to ``trigger``."""
+    """Flink's ``savepoint`` forms: ``weir savepoint JOB_ID [DIR]`` is ``weir savepoint trigger JOB_ID
+    [DIR]`` (a first argument that names none of the group's commands, nor asks for its help, goes to
+    ``trigger``); ``weir savepoint --dispose PATH`` (``-d``) is ``weir savepoint dispose PATH``."""
 
     def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:  # type: ignore[override]
-        if args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
+        if args and args[0] in DISPOSE_OPTIONS:
+            args = [SAVEPOINT_DISPOSE, *args[1:]]
+        elif args and args[0].startswith("--dispose="):
+            args = [SAVEPOINT_DISPOSE, args[0].partition("=")[2], *args[1:]]
+        elif args and args[0] not in self.commands and args[0] not in ctx.help_option_names:
             args = [SAVEPOINT_TRIGGER, *args]
         return super().parse_args(ctx, args)
 
 
 savepoint_app = typer.Typer(
     cls=SavepointGroup,
-    help="Savepoints: trigger one on a running job (weir savepoint JOB_ID), or read one, or a retained "
-    "checkpoint, offline from the storage (info, dump).",
+    help="Savepoints: trigger one on a running job (weir savepoint JOB_ID [DIR]), dispose of one (weir "
+    "savepoint --dispose PATH), or read one, or a retained checkpoint, offline from the storage (info, dump).",
     pretty_exceptions_enable=False,
 )
 app.add_typer(savepoint_app, name="savepoint")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document to stdout.")]
+
+_JOBMANAGER: Final = "weir.jobmanager"
+_PROFILE: Final = "weir.profile"
+
+
+_client_choices: ContextVar[dict[str, str] | None] = ContextVar("weir_client_choices", default=None)
+
+
+def _remember(key: str) -> Any:
+    """An option's callback that keeps its value for this run of the command (``run_cli``), wherever
+    it was given: ``weir -m H:P list`` and ``weir list -m H:P`` reach the same client."""
+
+    def remember(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+        choices = _client_choices.get()
+        if value is not None and choices is not None:
+            choices[key] = value
+        return value
+
+    return remember
+
+
+JobManagerOption = Annotated[
+    str | None,
+    typer.Option(
+        "--jobmanager",
+        "-m",
+        metavar="HOST:PORT",
+        callback=_remember(_JOBMANAGER),
+        expose_value=False,
+        help="The JobManager to talk to (wins over WEIR_JOBMANAGER_ADDRESS and the profile). As Flink's -m.",
+    ),
+]
+ProfileOption = Annotated[
+    str | None,
+    typer.Option(
+        "--profile",
+        metavar="NAME",
+        callback=_remember(_PROFILE),
+        expose_value=False,
+        help="The profile of the config file (WEIR_CONFIG, ~/.config/weir/config.toml) to use; wins over WEIR_PROFILE.",
+    ),
+]
 
 
 def _stdout() -> Console:
@@ -112,8 +166,21 @@ def _stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
+def _jobmanager_flag(value: str) -> str:
+    host, sep, port = value.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        raise CommandLineError(f"-m {value!r}: expected host:port with a port in 1..65535")
+    return value
+
+
 def _client() -> JobManagerClient:
-    return JobManagerClient(Endpoints.from_env().jobmanager_address)
+    """A client of the JobManager: the address from ``-m``, else the environment, else the profile,
+    else the default; the token and TLS from the environment, else the profile (``client_environment``)."""
+    meta = _client_choices.get() or {}
+    environment = client_environment(meta.get(_PROFILE))
+    flag = meta.get(_JOBMANAGER)
+    address = _jobmanager_flag(flag) if flag is not None else Endpoints.from_env(environment).jobmanager_address
+    return JobManagerClient(address, security=TransportSecurity.from_env(environment))
 
 
 def _print_json(document: object) -> None:
@@ -175,6 +242,8 @@ def _root(
         bool,
         typer.Option("--version", callback=_print_version, is_eager=True, help="Print Weir's version and exit."),
     ] = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
 ) -> None:
     if ctx.invoked_subcommand is None:
         _stdout().print(ctx.get_help())
@@ -197,11 +266,44 @@ def _savepoint_root(ctx: typer.Context) -> None:
 
 @app.command()
 def run(
-    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="A job file defining build(env).")],
+    job_file: Annotated[
+        Path | None, typer.Argument(metavar="[JOB.py]", help="A job file defining build(env) (or --py-module).")
+    ] = None,
+    py_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--py-files",
+            "-pyfs",
+            metavar="DIR|FILE.py|ZIP|WHEEL",
+            help="Ship these with the job (repeatable, or comma-separated): a directory or .zip is an import "
+            "root, a .py file a module, a .whl is installed. As Flink's -pyfs.",
+        ),
+    ] = None,
+    py_requirements: Annotated[
+        str | None,
+        typer.Option(
+            "--py-requirements",
+            "-pyreq",
+            metavar="requirements.txt[#WHEEL_DIR]",
+            help="Install these requirements for the job, offline, from the wheels shipped with it (--py-files "
+            "wheels, and those of WHEEL_DIR). As Flink's -pyreq.",
+        ),
+    ] = None,
+    py_module: Annotated[
+        str | None,
+        typer.Option(
+            "--py-module",
+            "-pym",
+            metavar="package.module",
+            help="The job's module (defining build(env)) among --py-files, in place of JOB.py. As Flink's -pym.",
+        ),
+    ] = None,
     parallelism: Annotated[
         int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
     ] = None,
-    detach: Annotated[bool, typer.Option("--detach", "-d", help="Print the job id and return at once.")] = False,
+    detach: Annotated[
+        bool, typer.Option("--detach", "--detached", "-d", help="Print the job id and return at once.")
+    ] = False,
     define: Annotated[
         list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
     ] = None,
@@ -210,6 +312,7 @@ def run(
         typer.Option(
             "--from-savepoint",
             "--from-checkpoint",
+            "--fromSavepoint",
             "-s",
             metavar="PATH",
             help="Start from this savepoint or retained checkpoint of another job (the path `weir savepoint`, "
@@ -220,24 +323,56 @@ def run(
         bool,
         typer.Option(
             "--allow-non-restored-state",
+            "--allowNonRestoredState",
+            "-n",
             help="With --from-savepoint: drop the state of operators the job no longer has (matched by uid).",
         ),
     ] = False,
     json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
 ) -> None:
     """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1)."""
-    from weir.api import load_job_file
+    from weir.api.artifacts import build_artifact
+    from weir.api.job_code import JobCode, SourceCode, prepare_artifact
+    from weir.api.load_check import check_job_loads
+    from weir.core.config import PythonJobSettings
+    from weir.core.errors import JobDefinitionError
 
     parameters = parse_parameters(define or [])
-    loaded = load_job_file(job_file, parameters, parallelism or 1)  # fail fast, before the cluster is asked
+    settings = PythonJobSettings.from_env()
+    shipped = [Path(p) for given in py_files or [] for p in given.split(",") if p]
+    artifact = None
+    code: JobCode
+    if shipped or py_requirements or py_module:
+        artifact = build_artifact(
+            job_file=job_file,
+            py_module=py_module,
+            py_files=shipped,
+            requirements=py_requirements,
+            max_bytes=settings.job_artifact_max_bytes,
+        )
+        code = prepare_artifact(artifact.data, timeout_s=settings.job_load_timeout)
+    elif job_file is None:
+        raise JobDefinitionError("give a job file, or --py-module package.module with --py-files")
+    else:
+        try:
+            source = job_file.read_bytes()
+        except OSError as exc:
+            message = "does not exist" if not job_file.exists() else f"cannot be read: {exc.strerror}"
+            raise JobDefinitionError(f"job file {job_file} {message}") from exc
+        code = SourceCode(str(job_file), source)
+    # Fail fast, before the cluster is asked: loaded in a child process with a deadline.
+    checked = check_job_loads(code, parameters, parallelism or 1, None, settings.job_load_timeout)
     with _client() as client:
         job_id = client.submit_job(
             job_file,
             parameters,
             parallelism,
-            job_name=loaded.graph.job_name,
+            job_name=checked.job_name,
             from_checkpoint=from_checkpoint,
             allow_non_restored_state=allow_non_restored_state,
+            artifact=artifact,
         )
         if detach:
             if json_output:
@@ -261,6 +396,57 @@ def run(
         return
     _error_line(f"job {job_id} {summary.status}: {describe_failure(status.failure)}")
     raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command()
+def info(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="A job file defining build(env).")],
+    parallelism: Annotated[
+        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
+    ] = None,
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Print the job's plan without running it: its operators with their parallelism and how records
+    go between them, and the operator chains (vertices). As Flink's `flink info`; no cluster is asked."""
+    from weir.api.job_code import SourceCode
+    from weir.api.load_check import check_job_loads
+    from weir.core.config import PythonJobSettings
+    from weir.core.errors import JobDefinitionError
+
+    parameters = parse_parameters(define or [])
+    try:
+        source = job_file.read_bytes()
+    except OSError as exc:
+        message = "does not exist" if not job_file.exists() else f"cannot be read: {exc.strerror}"
+        raise JobDefinitionError(f"job file {job_file} {message}") from exc
+    timeout_s = PythonJobSettings.from_env().job_load_timeout
+    checked = check_job_loads(SourceCode(str(job_file), source), parameters, parallelism or 1, None, timeout_s)
+    plan = checked.plan
+    if json_output:
+        _print_json(plan)
+        return
+    console = _stdout()
+    console.print(
+        escape(f"job {plan['name']}: default parallelism {plan['default_parallelism']}, max {plan['max_parallelism']}"),
+        soft_wrap=True,
+    )
+    operators = _table("operator", "type", "name", "parallelism", "inputs", title="operators")
+    for node in plan["nodes"]:
+        inputs = ", ".join(f"{p['id']} ({p['ship_strategy']})" for p in node["predecessors"]) or "-"
+        operators.add_row(
+            escape(node["id"]), node["type"], escape(node["contents"]), str(node["parallelism"]), escape(inputs)
+        )
+    console.print(operators)
+    vertices = _table("vertex", "operators (chained)", "parallelism", "inputs", title="vertices")
+    for vertex in plan["vertices"]:
+        inputs = ", ".join(f"{i['operator']} ({i['ship_strategy']})" for i in vertex["inputs"]) or "-"
+        vertices.add_row(
+            escape(vertex["id"]), escape(" -> ".join(vertex["operators"])), str(vertex["parallelism"]), escape(inputs)
+        )
+    console.print(vertices)
 
 
 def _progress_line(status: JobDetails) -> str:
@@ -300,11 +486,29 @@ def _follow(client: JobManagerClient, job_id: str) -> JobDetails:
             time.sleep(FOLLOW_POLL_S)  # the poll interval of the status line
 
 
+RUNNING_STATUSES: Final = frozenset({JobStatus.RUNNING, JobStatus.RESTARTING, JobStatus.CANCELLING})
+SCHEDULED_STATUSES: Final = frozenset({JobStatus.CREATED})
+
+
 @app.command("list")
-def list_jobs(json_output: JsonOption = False) -> None:
-    """List the JobManager's jobs."""
+def list_jobs(
+    running: Annotated[
+        bool, typer.Option("--running", "-r", help="Only running jobs (RUNNING, RESTARTING, CANCELLING).")
+    ] = False,
+    scheduled: Annotated[
+        bool, typer.Option("--scheduled", "-s", help="Only scheduled jobs (CREATED, not yet deployed).")
+    ] = False,
+    all_jobs: Annotated[bool, typer.Option("--all", "-a", help="Every job, ended ones too (the default).")] = False,
+    json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
+) -> None:
+    """List the JobManager's jobs: every one, or as Flink's `list`, -r running, -s scheduled (both: -r -s)."""
     with _client() as client:
         jobs = client.list_jobs()
+    if (running or scheduled) and not all_jobs:
+        wanted = (RUNNING_STATUSES if running else frozenset()) | (SCHEDULED_STATUSES if scheduled else frozenset())
+        jobs = tuple(j for j in jobs if j.status in wanted)
     if json_output:
         _print_json({"jobs": [asdict(j) for j in jobs]})
         return
@@ -347,7 +551,10 @@ def _summary_lines(summary: JobSummary, status: JobDetails) -> Iterator[str]:
 
 @app.command()
 def status(
-    job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")], json_output: JsonOption = False
+    job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")],
+    json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
 ) -> None:
     """A job's status: summary, tasks with their TaskManager and record counts, last checkpoint."""
     with _client() as client:
@@ -376,7 +583,11 @@ def status(
 
 
 @app.command()
-def cancel(job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")]) -> None:
+def cancel(
+    job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")],
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
+) -> None:
     """Cancel a job."""
     with _client() as client:
         new_status = client.cancel_job(job_id)
@@ -402,16 +613,20 @@ def stop(
         str | None,
         typer.Option(
             "--savepoint-path",
+            "--savepointPath",
+            "-p",
             metavar="URI",
             help="Directory the savepoint goes to (a new folder in it); default -D savepoints.dir, else the "
             "job's folder in the checkpoint storage.",
         ),
     ] = None,
     drain: Annotated[
-        bool, typer.Option("--drain", help="Advance event time to the end first, so every window fires.")
+        bool, typer.Option("--drain", "-d", help="Advance event time to the end first, so every window fires.")
     ] = False,
     timeout_s: SavepointTimeout = 600.0,
     json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
 ) -> None:
     """Take a savepoint and stop the job once it completed (FINISHED); print the savepoint's path."""
     with _client() as client:
@@ -426,6 +641,47 @@ def stop(
     if status.summary.status is not JobStatus.FINISHED:
         _error_line(f"job {job_id} is {status.summary.status} after its savepoint: {describe_failure(status.failure)}")
         raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command()
+def checkpoint(
+    job_id: Annotated[str, typer.Argument(help="The running job's id (`weir list`).")],
+    full: Annotated[
+        bool,
+        typer.Option(
+            "--full",
+            "-full",
+            help="A full checkpoint, reusing no file of an earlier one (as Flink's -full); the JobManager "
+            "refuses it for now (docs/cli.md).",
+        ),
+    ] = False,
+    timeout_s: Annotated[
+        float, typer.Option("--timeout", min=1.0, help="Seconds to wait for the checkpoint to complete.")
+    ] = 600.0,
+    json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
+) -> None:
+    """Trigger a checkpoint of a running job now, outside its interval, and print it once it completed
+    (its path while it is retained). As Flink's `flink checkpoint JOB_ID`."""
+    with _client() as client:
+        checkpoint_id = client.trigger_checkpoint(job_id, full=full)
+        info = client.wait_for_checkpoint(job_id, checkpoint_id, timeout_s)
+    if json_output:
+        _print_json(
+            {
+                "job_id": job_id,
+                "checkpoint_id": info.checkpoint_id,
+                "size_bytes": info.size_bytes,
+                "path": info.external_path,
+                "full": full,
+            }
+        )
+        return
+    where = f": {info.external_path}" if info.external_path else ""
+    _stdout().print(
+        f"checkpoint {info.checkpoint_id} of job {job_id} completed ({_size(info.size_bytes)}){where}", soft_wrap=True
+    )
 
 
 @app.command()
@@ -444,6 +700,8 @@ def checkpoints(
         ),
     ] = None,
     json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
 ) -> None:
     """A job's checkpoints, aligned or unaligned, with the in-flight bytes they persisted; per-task
     alignment, start delay and in-flight bytes of the latest (or --checkpoint) one; with --detail,
@@ -454,7 +712,10 @@ def checkpoints(
     with _client() as client:
         infos = client.list_checkpoints(job_id)
     if json_output:
-        documents = [{**asdict(c), "unaligned": c.unaligned, "inflight_bytes": c.inflight_bytes} for c in infos]
+        documents = [
+            {**asdict(c), "kind": c.kind.name, "unaligned": c.unaligned, "inflight_bytes": c.inflight_bytes}
+            for c in infos
+        ]
         _print_json({"job_id": job_id, "checkpoints": documents})
         return
     console = _stdout()
@@ -466,7 +727,7 @@ def checkpoints(
         acked = bool(info.tasks)  # no task acknowledged yet: nothing tells aligned from unaligned
         table.add_row(
             str(info.checkpoint_id),
-            info.kind,
+            info.kind.name,
             info.status,
             _when(info.trigger_time),
             _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",
@@ -643,6 +904,10 @@ SavepointPath = Annotated[
 @savepoint_app.command(SAVEPOINT_TRIGGER)
 def savepoint_trigger(
     job_id: Annotated[str, typer.Argument(help="The running job's id (`weir list`).")],
+    directory: Annotated[
+        str | None,
+        typer.Argument(metavar="[DIR]", help="As --path (Flink's targetDirectory argument)."),
+    ] = None,
     path: Annotated[
         str | None,
         typer.Option(
@@ -654,13 +919,38 @@ def savepoint_trigger(
     ] = None,
     timeout_s: SavepointTimeout = 600.0,
     json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
 ) -> None:
     """Trigger a savepoint of a running job and print its path once it completed; the job goes on.
-    Also `weir savepoint JOB_ID [--path URI]`."""
+    Also `weir savepoint JOB_ID [DIR]`."""
+    if directory is not None and path is not None:
+        raise CommandLineError("give the savepoint's directory once: as DIR or as --path")
+    path = path if path is not None else directory
     with _client() as client:
         savepoint_id = client.trigger_savepoint(job_id, path)
         info = client.wait_for_savepoint(job_id, savepoint_id, timeout_s)
     _print_savepoint(info, job_id, json_output)
+
+
+@savepoint_app.command(SAVEPOINT_DISPOSE)
+def savepoint_dispose(path: SavepointPath, json_output: JsonOption = False) -> None:
+    """Delete a savepoint's files from the storage (its _metadata first), as Flink's `savepoint
+    --dispose PATH`; refuses a path that is not a savepoint. Also `weir savepoint --dispose PATH`."""
+    from weir.tools.savepoint_inspect import dispose_savepoint
+
+    with _storage_answers():
+        disposed = dispose_savepoint(path)
+    if json_output:
+        _print_json(asdict(disposed))
+        return
+    _stdout().print(
+        escape(
+            f"disposed savepoint {disposed.savepoint_id} of job {disposed.job_id}: {disposed.files} files, "
+            f"{disposed.path}"
+        ),
+        soft_wrap=True,
+    )
 
 
 @contextmanager
@@ -884,7 +1174,7 @@ def plan_command(
     ] = None,
     json_output: JsonOption = False,
 ) -> None:
-    """The design card's formulas: backlog growth, replay work after a failure, recovery time bound,
+    """Backlog growth, replay work after a failure, recovery time bound,
     state size. Inputs as flags, or measured (--job, --savepoint); a flag overrides a measurement.
     Dimensional formulas, not an SLA or a benchmark (docs/plan.md)."""
     from weir.tools import plan as formulas
@@ -952,8 +1242,8 @@ def scenario(
         ),
     ] = None,
 ) -> int:
-    """Run one of the design card's scenarios on the local cluster against the real services: it prints
-    what it did, the evidence it measured and the card's outcome as PASS/FAIL (`--json`: one JSON
+    """Run one of the end-to-end scenarios on the local cluster against the real services: it prints
+    what it did, the evidence it measured and its outcome as PASS/FAIL (`--json`: one JSON
     document); exit 1 on FAIL. Arguments after NAME go to the scenario (`weir scenario NAME --help`)."""
     # The scenarios are harness code above the tools (weir.scenarios, which drives the cluster through
     # this package's client): the CLI launches them as a program rather than importing them.
@@ -1103,6 +1393,7 @@ def _debug_traceback() -> Iterator[None]:
 def run_cli(argv: Sequence[str] | None = None) -> int:
     """Run one command and answer its exit code; errors become one ``weir: error:`` line on stderr."""
     command = typer.main.get_command(app)
+    choices = _client_choices.set({})
     try:
         check_environment()  # a bad WEIR_* variable: one line, exit 2, before any command runs
         with _debug_traceback():
@@ -1133,6 +1424,8 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:
         _error_line(f"{type(exc).__name__}: {exc} (set WEIR_DEBUG=1 for the traceback)")
         return EXIT_FAILURE
+    finally:
+        _client_choices.reset(choices)
     return result if isinstance(result, int) else EXIT_OK
 
 

@@ -17,7 +17,8 @@ import grpc
 from google.protobuf import any_pb2
 from grpc_status import rpc_status
 
-from weir.core.checkpointing import CheckpointStatus, SubtaskCheckpointTimeline
+from weir.api.artifacts import JobArtifact
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.codec import (
     checkpoint_kind_from_proto,
     checkpoint_status_from_proto,
@@ -51,6 +52,12 @@ SAVEPOINT_POLL_S: Final = 0.2
 
 class SavepointFailedError(WeirError):
     """A savepoint was triggered but did not complete (the job keeps running)."""
+
+    fault: Fault = Fault.EXTERNAL
+
+
+class CheckpointFailedError(WeirError):
+    """A checkpoint was triggered on request but did not complete (the job keeps running)."""
 
     fault: Fault = Fault.EXTERNAL
 
@@ -173,7 +180,7 @@ class TaskCheckpointStats:
 class CheckpointInfo:
     checkpoint_id: CheckpointId
     status: CheckpointStatus
-    kind: str  # CHECKPOINT, SAVEPOINT
+    kind: CheckpointKind
     trigger_time: float
     duration_s: float
     size_bytes: int
@@ -246,24 +253,32 @@ class JobManagerClient:
 
     def submit_job(
         self,
-        job_file: Path,
+        job_file: Path | None,
         parameters: Mapping[str, str] | None = None,
         parallelism: int | None = None,
         *,
         job_name: str | None = None,
         from_checkpoint: str | None = None,
         allow_non_restored_state: bool = False,
+        artifact: JobArtifact | None = None,
     ) -> JobId:
-        """Ship the job file's source to the JobManager; ``parallelism`` None keeps the job's default.
+        """Ship the job file's source, or the job's artifact (``weir.api.artifacts``: the job file, if
+        any, is in it), to the JobManager; ``parallelism`` None keeps the job's default.
         ``from_checkpoint``: the external path of a retained checkpoint the job starts from."""
-        try:
-            source = job_file.read_bytes()
-        except OSError as exc:
-            raise JobDefinitionError(f"job file {job_file} cannot be read: {exc.strerror}") from exc
+        source = b""
+        if artifact is None:
+            if job_file is None:
+                raise JobDefinitionError("a job without an artifact needs its job file")
+            try:
+                source = job_file.read_bytes()
+            except OSError as exc:
+                raise JobDefinitionError(f"job file {job_file} cannot be read: {exc.strerror}") from exc
+        file_name = job_file.name if job_file is not None else artifact.manifest.entry_name if artifact else ""
         request = jobmanager_pb2.SubmitJobRequest(
-            job_name=job_name or job_file.stem,
-            job_file_name=job_file.name,
+            job_name=job_name or (job_file.stem if job_file is not None else ""),
+            job_file_name=file_name,
             job_source=source,
+            job_artifact=artifact.data if artifact is not None else b"",
             parameters=dict(parameters or {}),
             parallelism=parallelism or 0,
             from_checkpoint=from_checkpoint or "",
@@ -316,6 +331,33 @@ class JobManagerClient:
             if time.monotonic() > deadline:
                 raise SavepointFailedError(
                     f"savepoint {savepoint_id} of job {job_id} did not complete within {timeout_s:g}s; "
+                    f"see `weir checkpoints {job_id}`"
+                )
+            time.sleep(SAVEPOINT_POLL_S)
+
+    def trigger_checkpoint(self, job_id: str, *, full: bool = False) -> CheckpointId:
+        """Start a checkpoint now (``weir checkpoint``, Flink's ``flink checkpoint``); answers its id.
+        ``full``: a checkpoint that reuses no file of an earlier one."""
+        response = self._call(
+            self._stub.TriggerJobCheckpoint,
+            jobmanager_pb2.TriggerJobCheckpointRequest(job_id=job_id, full=full),
+            job_id=job_id,
+        )
+        return CheckpointId(response.checkpoint_id)
+
+    def wait_for_checkpoint(self, job_id: str, checkpoint_id: int, timeout_s: float) -> CheckpointInfo:
+        """Poll until the checkpoint completed (answers it) or failed (CheckpointFailedError with the
+        reason); CheckpointFailedError too after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = [c for c in self.list_checkpoints(job_id) if c.checkpoint_id == checkpoint_id]
+            if found and found[0].status is CheckpointStatus.COMPLETED:
+                return found[0]
+            if found and found[0].status is CheckpointStatus.FAILED:
+                raise CheckpointFailedError(f"checkpoint {checkpoint_id} of job {job_id} failed: {found[0].failure}")
+            if time.monotonic() > deadline:
+                raise CheckpointFailedError(
+                    f"checkpoint {checkpoint_id} of job {job_id} did not complete within {timeout_s:g}s; "
                     f"see `weir checkpoints {job_id}`"
                 )
             time.sleep(SAVEPOINT_POLL_S)
@@ -448,7 +490,7 @@ def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
     return CheckpointInfo(
         checkpoint_id=CheckpointId(m.checkpoint_id),
         status=checkpoint_status_from_proto(m.status),
-        kind=checkpoint_kind_from_proto(m.kind).name,
+        kind=checkpoint_kind_from_proto(m.kind),
         trigger_time=m.trigger_time,
         duration_s=m.duration_s,
         size_bytes=m.size_bytes,
@@ -489,6 +531,7 @@ __all__ = [
     "SUBMIT_TIMEOUT_S",
     "TERMINAL_JOB_STATUSES",
     "CheckpointDetail",
+    "CheckpointFailedError",
     "CheckpointInfo",
     "ClusterStatus",
     "JobManagerClient",

@@ -32,14 +32,13 @@ takes its default. The endpoints' defaults (the local mode) live in one file,
 endpoint, region, addressing style and development keys are defaults only in the local mode
 (`WEIR_LOCAL_MODE=true`, which `make`, `weir cluster up`, the scenarios and the tests set) and only
 while `WEIR_S3_ENDPOINT` is unset; elsewhere an unset S3 setting is AWS's own: its endpoint, boto3's
-region and boto3's default credential chain (README, "Deployment", "S3: credentials, region,
-endpoint").
+region and boto3's default credential chain ([deployment.md](deployment.md#s3-credentials-region-endpoint)).
 
 Every value is checked when a process starts (`weir`, `python -m weir.jobmanager`, `python -m weir.taskmanager`):
 a value that does not fit ends the process with exit code 2 and one line naming each bad variable
 and why, e.g. `weir: error: bad configuration: WEIR_JOBMANAGER_PORT='abc': Input should be a valid
 integer, unable to parse string as an integer`. Command-line options of the processes win over these
-variables. A job's own settings are `-D` parameters (README, "Configuration").
+variables. A job's own settings are `-D` parameters ([below](#job-settings--d-keyvalue)).
 """
 SCRIPT_VARIABLES: Final = (
     "WEIR_KAFKA_START_TIMEOUT",
@@ -50,6 +49,79 @@ SCRIPT_VARIABLES: Final = (
     "WEIR_PG_BIN",
 )
 """Read by the service scripts of ``deploy/local`` only, never by a Weir process: named, not tabled."""
+
+JOB_SETTINGS: Final[tuple[tuple[str, str, str], ...]] = (
+    (
+        "`kafka.<librdkafka key>`",
+        "none",
+        (
+            "a setting of every Kafka client of the job (`kafka.bootstrap.servers` over `WEIR_KAFKA_BOOTSTRAP`, "
+            "`kafka.security.protocol`, `kafka.sasl.*`, `kafka.ssl.*`, ...); a secret only as `${env:NAME}` or "
+            "`${file:/path}` ([kafka-security.md](kafka-security.md))"
+        ),
+    ),
+    (
+        "`checkpointing.interval`",
+        "off",
+        (
+            "periodic checkpoints (`500ms`, `1s`, `2min`); the first one after a restore (a restart, "
+            "`--from-savepoint`/`--from-checkpoint`) is triggered as soon as every task runs, not one "
+            "interval later, so the exactly-once sinks commit the restored run's output sooner"
+        ),
+    ),
+    (
+        "`checkpointing.timeout` / `min-pause` / `max-concurrent` / `retained`",
+        "`600s` / `0s` / `1` / `3`",
+        "as in Flink",
+    ),
+    (
+        "`checkpointing.mode`",
+        "`exactly_once`",
+        (
+            "`at_least_once`: no barrier alignment (refused with an exactly-once sink unless it says "
+            '`delivery="at_least_once"` / `"upsert"`); any spelling (`EXACTLY_ONCE`, `exactly-once`) is '
+            "parsed once by the JobManager and sent typed"
+        ),
+    ),
+    (
+        "`checkpointing.unaligned`",
+        "`false`",
+        (
+            "`true`: unaligned checkpoints (Flink's `execution.checkpointing.unaligned.enabled`): barriers "
+            "overtake the queued buffers; a task snapshots on the first barrier and persists what its "
+            "barriers overtook (input and output) and the records in flight on its other channels until their"
+            " barriers arrive; a restore sends the output part, then replays the input part before any new "
+            "input, also at another parallelism. Exactly once only (refused with `at_least_once`); savepoints"
+            " and a bounded job's final checkpoint stay aligned"
+        ),
+    ),
+    (
+        "`checkpointing.aligned-checkpoint-timeout`",
+        "`0`",
+        (
+            "with `checkpointing.unaligned=true` (Flink's "
+            "`execution.checkpointing.aligned-checkpoint-timeout`): checkpoints start aligned; a barrier "
+            "still queued this long after its checkpoint's trigger is turned into a priority one by the "
+            "consumer, which switches the checkpoint to unaligned there (`weir checkpoints` shows per task "
+            "which it was). `0`: always unaligned"
+        ),
+    ),
+    (
+        "`restart.strategy`",
+        "`exponential-delay`",
+        "also `fixed-delay`, `failure-rate`, `none`; `restart.*` keys as in Flink",
+    ),
+    (
+        "`execution.buffer-timeout`",
+        "`100ms`",
+        (
+            "longest a record waits in a partly filled output buffer (and a watermark behind it); lower for "
+            "latency, `0` to send after each input batch"
+        ),
+    ),
+)
+"""The ``-D`` keys the JobManager reads (key, default, meaning), tabled after the variables (Flink's
+names where Flink has the setting)."""
 
 
 def _extra(field: FieldInfo) -> dict[str, Any]:
@@ -114,6 +186,14 @@ def render() -> str:
                 field.description or "",
             )
             parts.append("| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |\n")
+    parts.append(
+        "\n## Job settings (`-D key=value`)\n\n"
+        "A job's settings are not environment variables: `weir run JOB.py -D key=value` passes them, and\n"
+        "the JobManager reads these (Flink's names where Flink has the setting):\n\n"
+        "| key | default | meaning |\n| --- | --- | --- |\n"
+    )
+    parts.extend(f"| {key} | {default} | {meaning} |\n" for key, default, meaning in JOB_SETTINGS)
+    parts.append("\nAnything else is the job's own parameter (`env.params`).\n")
     return "".join(parts)
 
 

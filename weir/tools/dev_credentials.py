@@ -1,5 +1,5 @@
 """``python -m weir.tools.dev_credentials OUT_DIR [--names NAME ...]``: development credentials for
-the TLS and bearer token of every Weir service (README, "Security"), as compose's ``weir-credentials``
+the TLS and bearer token of every Weir service (docs/security.md), as compose's ``weir-credentials``
 step and the Kubernetes dev overlay use them.
 
 It writes, in ``OUT_DIR``:

@@ -10,7 +10,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from weir.connectors import kafka
-from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 
 
@@ -37,7 +36,7 @@ def events(spec: EventSpec) -> Iterator[dict[str, Any]]:
 
 
 def produce_events(
-    endpoints: Endpoints,
+    endpoints: kafka.KafkaTarget,
     topic: str,
     spec: EventSpec,
     on_progress: Callable[[int], None] | None = None,
@@ -50,7 +49,8 @@ def produce_events(
 
     ``records_per_second``: paced, as live input arriving at that rate (None: as fast as possible);
     ``on_progress`` is called with each further ``progress_every`` records (and the rest at the end);
-    ``stop`` set: stop producing early (what was produced is flushed)."""
+    ``stop`` set: stop producing early (what was produced is flushed). ``endpoints``: the endpoints'
+    broker, or a job's Kafka configuration (a secured cluster)."""
     producer = kafka.producer(endpoints, linger_ms=20, batch_num_messages=10_000, enable_idempotence=True)
     errors: list[str] = []
 

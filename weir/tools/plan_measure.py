@@ -33,7 +33,7 @@ from typing import Any, Final
 import httpx
 
 from weir.connectors.object_storage import open_storage
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.config import Endpoints, checkpoint_dir
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import JobId
@@ -124,7 +124,7 @@ def restart_delay_from_parameters(parameters: Mapping[str, str]) -> Figure | Non
 def checkpoint_duration(checkpoints: Iterable[CheckpointInfo], recent: int = RECENT_CHECKPOINTS) -> Figure | None:
     """Mean duration of the latest ``recent`` completed periodic checkpoints (savepoints left out)."""
     done = sorted(
-        (c for c in checkpoints if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"),
+        (c for c in checkpoints if c.status is CheckpointStatus.COMPLETED and c.kind is CheckpointKind.CHECKPOINT),
         key=lambda c: c.checkpoint_id,
     )[-recent:]
     if not done:

@@ -50,6 +50,7 @@ from weir.api import GeneratorSourceSpec, KafkaSourceSpec, LoadedJob, load_job_f
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import ChannelIndex
+from weir.core.kafka_config import KafkaClientConfig, Properties, kafka_client_config
 from weir.core.keygroups import KeyGroup, KeyGroupRange
 from weir.core.rejections import UserFunctionError
 from weir.core.watermarks import PartitionWatermarks
@@ -90,6 +91,9 @@ class KafkaRecord:
 KafkaInput = Callable[[str], Sequence[KafkaRecord]]
 """Reads a topic for a Kafka source: every committed record up to the end offsets present now."""
 
+SourceInput = Callable[[KafkaSourceSpec], Sequence[KafkaRecord]]
+"""Reads a Kafka source's topic (with the source's settings)."""
+
 
 class ReferenceModeError(WeirError):
     """The job cannot run in reference mode, or its reference run failed (the job's code raised)."""
@@ -109,6 +113,7 @@ class SinkDescription:
     key_columns: tuple[str, ...] = ()  # postgres
     to_row: Callable[[Any], tuple[Any, ...]] | None = None  # postgres
     version_column: str | None = None  # postgres: a stored row is only replaced by one of a version >= its own
+    kafka_properties: Properties = ()  # kafka: the sink's own Kafka settings (over the job's)
 
 
 @dataclass
@@ -227,11 +232,16 @@ def run_loaded(
     endpoints: Endpoints | None = None,
 ) -> ReferenceResult:
     """Run a loaded job's graph in reference mode (``parameters``: what its operators' context shows)."""
-    reader = kafka_input or _kafka_reader(endpoints or Endpoints.from_env())
+    given = dict(parameters or {})
+    reader = (
+        _topic_reader(kafka_input)
+        if kafka_input is not None
+        else _kafka_reader(kafka_client_config(endpoints or Endpoints.from_env(), given))
+    )
     with tempfile.TemporaryDirectory(prefix="weir-reference-") as tmp:
         backend = RocksDBStateBackend(Path(tmp) / "state")
         try:
-            return _Run(job.graph, dict(parameters or {}), backend, reader).execute()
+            return _Run(job.graph, given, backend, reader).execute()
         finally:
             backend.destroy()
 
@@ -259,7 +269,13 @@ def describe_sink(operator: Any, name: str) -> SinkDescription:
     else:
         return SinkDescription("other", None)
     if kind == "kafka":
-        description = SinkDescription("kafka", attr("topic"), serializer=attr("serializer"), key=attr("key", "key_fn"))
+        description = SinkDescription(
+            "kafka",
+            attr("topic"),
+            serializer=attr("serializer"),
+            key=attr("key", "key_fn"),
+            kafka_properties=tuple(attr("properties") or ()),
+        )
         missing = [n for n, v in (("topic", description.target), ("serializer", description.serializer)) if v is None]
     else:
         description = SinkDescription(
@@ -476,7 +492,7 @@ class _LocalChannel:
 
 class _Run:
     def __init__(
-        self, graph: LogicalGraph, parameters: dict[str, str], backend: RocksDBStateBackend, reader: KafkaInput
+        self, graph: LogicalGraph, parameters: dict[str, str], backend: RocksDBStateBackend, reader: SourceInput
     ) -> None:
         self._graph = graph
         self._parameters = parameters
@@ -557,7 +573,7 @@ class _Run:
             return op
         declared = getattr(t, "source_spec", None) or getattr(op, "_spec", None)
         if isinstance(op, KafkaSourceOperator) and isinstance(declared, KafkaSourceSpec):
-            return _ReplayKafkaSource(declared, self._reader(declared.topic))
+            return _ReplayKafkaSource(declared, self._reader(declared))
         if isinstance(op, GeneratorSourceOperator) and isinstance(declared, GeneratorSourceSpec):
             gen = declared
             if gen.count is None:
@@ -624,12 +640,21 @@ def _call_user(uid: str, what: str, fn: Callable[[Any], Any], value: Any) -> Any
         raise ReferenceModeError(f"sink {uid!r}: the {what} failed on {value!r}: {type(exc).__name__}: {exc}") from exc
 
 
-def _kafka_reader(endpoints: Endpoints) -> KafkaInput:
+def _topic_reader(kafka_input: KafkaInput) -> SourceInput:
+    def read(spec: KafkaSourceSpec) -> Sequence[KafkaRecord]:
+        return kafka_input(spec.topic)
+
+    return read
+
+
+def _kafka_reader(cluster: KafkaClientConfig) -> SourceInput:
+    """Reads a source's topic with the job's Kafka settings (``cluster``), the source's own over them."""
     from weir.connectors import kafka
 
-    def read(topic: str) -> list[KafkaRecord]:
-        if kafka.topic_partition_count(endpoints, topic) is None:
-            raise ReferenceModeError(f"kafka source topic {topic!r} does not exist (check the job's parameters)")
-        return [KafkaRecord(*r) for r in kafka.read_committed_records(endpoints, topic)]
+    def read(spec: KafkaSourceSpec) -> list[KafkaRecord]:
+        source = cluster.merged(spec.properties)
+        if kafka.topic_partition_count(source, spec.topic) is None:
+            raise ReferenceModeError(f"kafka source topic {spec.topic!r} does not exist (check the job's parameters)")
+        return [KafkaRecord(*r) for r in kafka.read_committed_records(source, spec.topic)]
 
     return read

@@ -314,7 +314,9 @@ class Supervisor:
         self._log("stopped")
 
     def _step(self, now: float, *, stopping: bool) -> bool:
-        """Reap exited children and start due restarts; True when anything changed."""
+        """Reap exited children and start due restarts (none while stopping: a child started then
+        would be none of the children being terminated, and outlive the cluster); True when anything
+        changed."""
         changed = False
         for child in self._children:
             if child.proc is not None:
@@ -322,7 +324,7 @@ class Supervisor:
                 if returncode is not None:
                     self._exited(child, returncode, now, stopping=stopping)
                     changed = True
-            elif child.restart_at is not None and now >= child.restart_at:
+            elif child.restart_at is not None and now >= child.restart_at and not stopping:
                 child.restarts += 1
                 self._spawn(child)
                 changed = True

@@ -49,13 +49,15 @@ from pathlib import Path
 from typing import Any, Literal, assert_never
 from urllib.parse import unquote
 
+from weir.api import LoadedJob
 from weir.connectors import kafka, postgres
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import JobId, OperatorUid
+from weir.core.kafka_config import KafkaClientConfig, kafka_client_config
 from weir.operators.transactional_sinks import COMMIT_MARKER_TOPIC, marker_topic_name, marker_topic_prefix
 from weir.operators.twophase import TransactionId
-from weir.tools.reference import ReferenceResult, SinkCapture, run_reference
+from weir.tools.reference import ReferenceResult, SinkCapture, run_loaded, run_reference
 
 COMMIT_PROOF_TOPIC = COMMIT_MARKER_TOPIC  # the shared marker topic of older runs, and the marker topics' prefix
 COMMIT_PROOF_TABLE = postgres.COMMIT_PROOF_TABLE
@@ -446,6 +448,7 @@ def verify_job(
     commit_topic: str | None = None,
     commit_table: str | None = None,
     open_transaction_grace_s: float = OPEN_TRANSACTION_GRACE_S,
+    loaded: LoadedJob | None = None,
 ) -> VerifyReport:
     """Run the job in reference mode, read its sinks, commit proofs and open transactions; report.
     The proofs are read from ``commit_topic``/``commit_table`` (default: where the sinks write them:
@@ -453,8 +456,14 @@ def verify_job(
     ``earlier_job_ids``: the jobs whose output the sinks hold before ``job_id`` restored from them
     (their proofs count, their prepared transactions are left behind too)."""
     endpoints = endpoints or Endpoints.from_env()
+    cluster = kafka_client_config(endpoints, parameters or {})  # the job's Kafka settings, as its tasks have them
     commit_table = commit_table or COMMIT_PROOF_TABLE
-    reference = run_reference(job_file, parameters, endpoints=endpoints)
+    # ``loaded``: the job already loaded (one of many files, from its artifact); else the job file.
+    reference = (
+        run_loaded(loaded, parameters, endpoints=endpoints)
+        if loaded is not None
+        else run_reference(job_file, parameters, endpoints=endpoints)
+    )
     kafka_sinks = [c for c in reference.sinks.values() if c.description.kind == "kafka"]
     postgres_sinks = [c for c in reference.sinks.values() if c.description.kind == "postgres"]
     skipped = tuple(
@@ -466,9 +475,10 @@ def verify_job(
     if earlier_job_ids and job_id is None:
         raise VerifyError("earlier job ids need the job id of the run that restored from them")
     kafka_proof_topics = _kafka_proof_topics(
-        endpoints, commit_topic, [c.uid for c in kafka_sinks], None if job_id is None else (job_id, *earlier_job_ids)
+        cluster, commit_topic, [c.uid for c in kafka_sinks], None if job_id is None else (job_id, *earlier_job_ids)
     )
-    kafka_proofs = _kafka_proofs(endpoints, kafka_proof_topics, open_transaction_grace_s)
+    sink_clusters = {c.uid: cluster.merged(c.description.kafka_properties) for c in kafka_sinks}
+    kafka_proofs = _kafka_proofs(sink_clusters, kafka_proof_topics, open_transaction_grace_s)
     conn = postgres.connect(endpoints, autocommit=True) if postgres_sinks else None
     try:
         pg_proofs, pg_proof_missing = (
@@ -485,7 +495,9 @@ def verify_job(
             missing = None if topics else _no_marker_topic(commit_topic, capture.uid, job_id)
             proof = _proof(_topics_source(topics, commit_topic), kafka_proofs, missing, job_id, capture.uid)
             counted = committed_by_proofs(kafka_proofs, jobs, capture.uid)
-            reports.append(_verify_kafka_sink(endpoints, capture, proof, counted, open_transaction_grace_s))
+            reports.append(
+                _verify_kafka_sink(sink_clusters[capture.uid], capture, proof, counted, open_transaction_grace_s)
+            )
         prepared = postgres.prepared_transactions(conn) if conn is not None else []
         for capture in postgres_sinks:
             assert conn is not None
@@ -536,7 +548,7 @@ def _warnings(reference: ReferenceResult) -> list[str]:
 
 
 def _kafka_proof_topics(
-    endpoints: Endpoints, commit_topic: str | None, uids: Sequence[str], job_ids: Sequence[str] | None
+    cluster: KafkaClientConfig, commit_topic: str | None, uids: Sequence[str], job_ids: Sequence[str] | None
 ) -> dict[str, list[str]]:
     """Per Kafka sink uid, the existing topics that may hold its commit markers: ``commit_topic`` when
     given; else the sink's marker topics in ``job_ids`` (in every job when no job id is given: the
@@ -544,10 +556,10 @@ def _kafka_proof_topics(
     if not uids:
         return {}
     if commit_topic is not None:
-        present = kafka.topic_partition_count(endpoints, commit_topic) is not None
+        present = kafka.topic_partition_count(cluster, commit_topic) is not None
         return {uid: [commit_topic] if present else [] for uid in uids}
-    marker_topics = kafka.list_topic_names(endpoints, f"{COMMIT_PROOF_TOPIC}.")
-    legacy = [COMMIT_PROOF_TOPIC] if kafka.topic_partition_count(endpoints, COMMIT_PROOF_TOPIC) is not None else []
+    marker_topics = kafka.list_topic_names(cluster, f"{COMMIT_PROOF_TOPIC}.")
+    legacy = [COMMIT_PROOF_TOPIC] if kafka.topic_partition_count(cluster, COMMIT_PROOF_TOPIC) is not None else []
     found: dict[str, list[str]] = {}
     for uid in uids:
         if job_ids is not None:
@@ -580,22 +592,25 @@ def _topics_source(topics: Sequence[str], commit_topic: str | None) -> str:
     return f"kafka topic{'s' if len(topics) > 1 else ''} {', '.join(topics)}"
 
 
-def _kafka_proofs(endpoints: Endpoints, topics: Mapping[str, Sequence[str]], grace_s: float) -> list[ProofEntry]:
-    """The commit proofs of these sinks in these topics (a topic read once for all sinks it may hold)."""
+def _kafka_proofs(
+    clusters: Mapping[str, KafkaClientConfig], topics: Mapping[str, Sequence[str]], grace_s: float
+) -> list[ProofEntry]:
+    """The commit proofs of these sinks in these topics (a topic read once for all sinks it may hold,
+    with the Kafka settings of the first of them: ``clusters`` by sink uid)."""
     entries: list[ProofEntry] = []
     for topic in sorted({topic for names in topics.values() for topic in names}):
         wanted = {uid for uid, names in topics.items() if topic in names}
-        entries += _kafka_topic_proofs(endpoints, topic, wanted, grace_s)
+        entries += _kafka_topic_proofs(clusters[min(wanted)], topic, wanted, grace_s)
     return entries
 
 
-def _kafka_topic_proofs(endpoints: Endpoints, topic: str, wanted: set[str], grace_s: float) -> list[ProofEntry]:
-    partitions = kafka.topic_partition_count(endpoints, topic)
+def _kafka_topic_proofs(cluster: KafkaClientConfig, topic: str, wanted: set[str], grace_s: float) -> list[ProofEntry]:
+    partitions = kafka.topic_partition_count(cluster, topic)
     if partitions is None:
         return []  # deleted since it was listed
-    _settle(endpoints, topic, partitions, grace_s)  # the proofs of a commit that just returned
+    _settle(cluster, topic, partitions, grace_s)  # the proofs of a commit that just returned
     entries: list[ProofEntry] = []
-    for _p, _o, _key, value, timestamp in kafka.read_committed_records(endpoints, topic):
+    for _p, _o, _key, value, timestamp in kafka.read_committed_records(cluster, topic):
         try:
             doc = json.loads(value or b"")
             entry = ProofEntry(
@@ -640,28 +655,28 @@ def _proof(source: str, entries: list[ProofEntry], missing: str | None, job_id: 
 
 
 def _verify_kafka_sink(
-    endpoints: Endpoints, capture: SinkCapture, proof: CommitProof, counted: int | None, grace_s: float
+    cluster: KafkaClientConfig, capture: SinkCapture, proof: CommitProof, counted: int | None, grace_s: float
 ) -> SinkReport:
     topic = capture.description.target
     assert topic is not None
-    partitions = kafka.topic_partition_count(endpoints, topic)
+    partitions = kafka.topic_partition_count(cluster, topic)
     if partitions is None:
         raise VerifyError(f"kafka sink {capture.uid!r}: topic {topic!r} does not exist (check the job's parameters)")
-    open_txns = open_kafka_transactions(endpoints, topic, partitions, grace_s)
-    found = [value for _p, _o, _k, value, _ts in kafka.read_committed_records(endpoints, topic)]
+    open_txns = open_kafka_transactions(cluster, topic, partitions, grace_s)
+    found = [value for _p, _o, _k, value, _ts in kafka.read_committed_records(cluster, topic)]
     expected = capture.serialized_values()
     comparison = compare_records(expected, found)
     count = check_proof_records("kafka", counted, found=len(found), writes=len(expected), keys=len(expected))
     return _report(capture, "kafka", topic, comparison, proof, open_txns, KAFKA_OPEN_TRANSACTION_METHOD, counted, count)
 
 
-def _settle(endpoints: Endpoints, topic: str, partitions: int, grace_s: float) -> dict[int, tuple[int, int]]:
+def _settle(cluster: kafka.KafkaTarget, topic: str, partitions: int, grace_s: float) -> dict[int, tuple[int, int]]:
     """Wait up to ``grace_s`` for every partition's last stable offset to reach its high watermark
     (a committed transaction's markers land a moment after the commit returns); answer the partitions
     still behind, with (last stable offset, high watermark): their transaction is open."""
     deadline = time.monotonic() + grace_s
     while True:
-        offsets = kafka.partition_offsets(endpoints, topic, partitions)
+        offsets = kafka.partition_offsets(cluster, topic, partitions)
         behind = {p: (lso, hw) for p, (_low, lso, hw) in offsets.items() if lso < hw}
         if not behind or time.monotonic() >= deadline:
             return behind
@@ -669,10 +684,10 @@ def _settle(endpoints: Endpoints, topic: str, partitions: int, grace_s: float) -
 
 
 def open_kafka_transactions(
-    endpoints: Endpoints, topic: str, partitions: int, grace_s: float
+    cluster: kafka.KafkaTarget, topic: str, partitions: int, grace_s: float
 ) -> tuple[OpenTransaction, ...]:
     """Partitions whose last stable offset stays below the high watermark for ``grace_s``."""
-    stuck = _settle(endpoints, topic, partitions, grace_s)
+    stuck = _settle(cluster, topic, partitions, grace_s)
     return tuple(
         OpenTransaction(
             "open",

@@ -27,7 +27,7 @@ from rocksdict import AccessType, Options, Rdict
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from weir.connectors import kafka
 from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.config import checkpoint_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask
@@ -155,7 +155,7 @@ def retained_checkpoints(storage: CheckpointStorage, job: Job) -> tuple[dict[str
     found = []
     for key in sorted(listing):
         parsed = PATHS.parse_metadata_key(key)
-        if parsed is None or parsed.kind != "checkpoint":
+        if parsed is None or parsed.kind is not CheckpointKind.CHECKPOINT:
             continue
         try:
             found.append(decode_metadata(storage.get_bytes(key), key))
@@ -282,7 +282,7 @@ def restored(storage: CheckpointStorage, handle: KeyedStateHandle, root: Path) -
         for key, value in backend.db.items():
             assert isinstance(key, bytes) and isinstance(value, bytes)
             content[key] = value
-        assert result.entries == len(content) and result.handles_used == 1
+        assert result.adopted == handle and result.copied_entries == 0 and result.handles_used == 1
         return content
     finally:
         snapshotter.close()

@@ -73,7 +73,6 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
     rng = random.Random(unique)
     victims = [f"taskmanager-{rng.randint(1, 3)}" for _ in range(3)]
     victims.insert(rng.randint(1, 3), "jobmanager")
-    restored_from: list[int] = []
     for victim in victims:
         # A random moment after the job made progress: 1-2 checkpoints after its latest restore.
         status = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "RUNNING", "the job to run")
@@ -105,15 +104,14 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
             ),
             f"recovery after killing {victim}",
         )
-        restored_from.append(status.last_completed_checkpoint or 0)
 
-    final = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
+    wait_until(weir_cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
     # Both sinks, as multisets of whole records with their commit proofs: a window result committed
     # twice after a restore is a failure here, in Kafka and in the upserted table alike.
     assert_sinks_exact("examples/keyed_aggregation.py", params, job_id, endpoints)
 
-    window_tasks = [t for t in final.tasks if t.vertex_uid == "window-count-sum"]
-    replayed = sum(t.records_in_all_attempts for t in window_tasks)
-    # Records between the restored checkpoint and each crash ran again (the window tasks saw more
-    # records than the input has), yet the sinks hold each result once.
-    assert replayed > spec.count, (replayed, restored_from)
+    # Each kill was followed by a restore (each wait above fails without one). That records were replayed
+    # and their output thrown away is the recovery scenario's check (it kills after a pre-commit:
+    # tests/integration/scenarios/test_recovery.py); the counts kept over attempts (records in,
+    # restarts) are no witness here: across a JobManager takeover they lack what happened since the
+    # job record was last saved (docs/operations.md).

@@ -247,3 +247,33 @@ def test_a_failure_right_after_a_savepoint_restores_from_the_savepoint(weir_clus
     assert done.summary.status is JobStatus.FINISHED, done.failure
     assert done.summary.restarts >= 1
     assert_sinks_exact(JOB, params, job_id, endpoints)
+
+
+def test_checkpoint_on_request_and_dispose_of_a_savepoint_from_the_cli(weir_cluster: WeirCluster, unique: str) -> None:
+    """`weir checkpoint JOB_ID` completes a checkpoint outside a 10-minute interval; `weir savepoint JOB_ID
+    DIR` then `weir savepoint --dispose PATH` leaves none of the savepoint's objects; a retained
+    checkpoint's path is refused by --dispose (exit 2) and keeps its files."""
+    job_id, _params = start_job(weir_cluster, unique, 2, {"checkpointing.interval": "10min"})
+    client = weir_cluster.client
+    taken = json.loads(weir_cli("checkpoint", job_id, "--json"))
+    infos = {c.checkpoint_id: c for c in client.list_checkpoints(job_id)}
+    assert infos[taken["checkpoint_id"]].status is CheckpointStatus.COMPLETED and taken["size_bytes"] > 0
+    target = f"s3://{weir_cluster.endpoints.s3_bucket}/cli-savepoints-{unique}"
+    path = weir_cli("savepoint", job_id, target).strip().rpartition(": ")[2]
+    location = locate_state(path)
+    storage = open_storage(location.root_uri, weir_cluster.endpoints)
+    assert any(key == "_metadata" for key, _ in storage.list("")), path
+    disposed = weir_cli("savepoint", "--dispose", path)
+    assert disposed.startswith("disposed savepoint ") and list(storage.list("")) == []
+    assert taken["path"], taken  # retained (checkpointing.retained: 3): the path a restore takes
+    refused = subprocess.run(
+        [sys.executable, "-m", "weir.tools.cli", "savepoint", "--dispose", taken["path"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 2 and "not a savepoint" in refused.stderr, refused.stderr
+    checkpoint_root = locate_state(taken["path"])
+    assert open_storage(checkpoint_root.root_uri, weir_cluster.endpoints).exists(checkpoint_root.metadata_key)
+    client.cancel_job(job_id)
+    wait_for("the job to be cancelled", lambda: client.job_status(job_id).summary.status is JobStatus.CANCELED)

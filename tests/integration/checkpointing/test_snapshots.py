@@ -33,7 +33,7 @@ from weir.jobmanager.checkpointing.coordinator import (
 from weir.jobmanager.checkpointing.pending import AckResult, StateObject, TaskAckMetrics, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
-from weir.taskmanager.snapshots import KeyedStateHandle, RocksDBSnapshotter, SnapshotResult
+from weir.taskmanager.snapshots import KeyedStateHandle, RestoreResult, RocksDBSnapshotter, SnapshotResult
 from weir.taskmanager.state import RocksDBKeyedStateStore, RocksDBStateBackend
 
 pytestmark = pytest.mark.integration
@@ -76,7 +76,9 @@ class TaskManagerDouble:
         return self.snapshotter.begin(JOB, checkpoint_id, self.ranges).result(WAIT_S)
 
 
-def start_taskmanager(root: Path, storage: CheckpointStorage, subtask: int, parallelism: int) -> TaskManagerDouble:
+def start_taskmanager(
+    root: Path, storage: CheckpointStorage, subtask: int, parallelism: int, *, open_stores: bool = True
+) -> TaskManagerDouble:
     name = TaskManagerId(f"tm-{subtask}")
     backend = RocksDBStateBackend(root / name / "db")
     snapshotter = RocksDBSnapshotter(backend, storage, CheckpointPaths(), name)
@@ -87,7 +89,8 @@ def start_taskmanager(root: Path, storage: CheckpointStorage, subtask: int, para
         snapshotter,
         [(COUNTS, key_groups), (SUMS, key_groups)],
     )
-    tm.stores = {uid: backend.keyed_store(uid) for uid in (COUNTS, SUMS)}
+    if open_stores:  # else after a restore, as the operators open after it
+        tm.stores = {uid: backend.keyed_store(uid) for uid in (COUNTS, SUMS)}
     return tm
 
 
@@ -119,12 +122,7 @@ class Model:
         self.entries.pop(tm.stores[uid].full_key(name, kg, key_to_bytes(key)))
 
     def within(self, ranges: list[tuple[OperatorUid, KeyGroupRange]]) -> dict[bytes, bytes]:
-        def wanted(full: bytes) -> bool:
-            uid, _, rest = full.partition(b"\x00")
-            kg = int.from_bytes(rest[:2], "big")
-            return any(uid == r_uid.encode() and kg in r for r_uid, r in ranges)
-
-        return {k: v for k, v in self.entries.items() if wanted(k)}
+        return entries_within(self.entries, ranges)
 
 
 def write_users(model: Model, tms: list[TaskManagerDouble], users: range, version: int) -> None:
@@ -221,19 +219,34 @@ def restore_fresh(
     storage: CheckpointStorage,
     handles: list[KeyedStateHandle],
     ranges: list[tuple[OperatorUid, KeyGroupRange]],
-) -> tuple[dict[bytes, bytes], int, int]:
-    """Restore into a new TaskManager's empty database: its content, handles used, bytes downloaded."""
+) -> tuple[dict[bytes, bytes], RestoreResult]:
+    """Restore into a new TaskManager's empty database: its content and what the restore did. The
+    entries copied one by one are exactly those of the copied snapshots' overlapping key groups."""
     name = TaskManagerId(f"restored-{uuid.uuid4().hex[:8]}")
     backend = RocksDBStateBackend(root / name / "db")
     snapshotter = RocksDBSnapshotter(backend, storage, CheckpointPaths(), name)
     try:
         result = snapshotter.restore(handles, ranges)
         content = database_content(backend)
-        assert result.entries == len(content)
-        return content, result.handles_used, result.downloaded_bytes
+        copied_parts = [part for copy in result.plan.copies for part in copy.parts]
+        assert result.copied_entries == len(entries_within(content, copied_parts))
+        return content, result
     finally:
         snapshotter.close()
         backend.close()
+
+
+def entries_within(
+    entries: dict[bytes, bytes], ranges: Iterable[tuple[OperatorUid, KeyGroupRange]]
+) -> dict[bytes, bytes]:
+    wanted_ranges = list(ranges)
+
+    def wanted(full: bytes) -> bool:
+        uid, _, rest = full.partition(b"\x00")
+        kg = int.from_bytes(rest[:2], "big")
+        return any(uid == r_uid.encode() and kg in r for r_uid, r in wanted_ranges)
+
+    return {k: v for k, v in entries.items() if wanted(k)}
 
 
 def sst_names(result: SnapshotResult) -> set[str]:
@@ -287,15 +300,20 @@ def test_incremental_checkpoints_upload_only_new_files_and_restore_exactly_the_r
     # Restore a subset of key groups into fresh databases: exactly those entries, nothing else.
     handles = jm.handles_of(c3)
     subset = [(COUNTS, kgr(10, 40)), (SUMS, kgr(30, 70))]  # sums 30..70 spans both TaskManagers
-    content, used, _ = restore_fresh(tmp_path, storage, handles, subset)
+    content, restored = restore_fresh(tmp_path, storage, handles, subset)
     assert content == model.within(subset) and len(content) > 1000
-    assert used == 2
+    assert restored.handles_used == 2
+    tm0_handle = next(h for h in handles if h.taskmanager_id == "tm-0")
+    # tm-0 holds 65 of the 128 key groups wanted of its 128: opened as the database, the rest deleted;
+    # only sums 64..70 are copied from tm-1.
+    assert restored.adopted == tm0_handle
+    assert [c.parts for c in restored.plan.copies] == [((SUMS, kgr(64, 70)),)]
 
     only_tm0 = [(COUNTS, kgr(5, 9))]
-    content, used, downloaded = restore_fresh(tmp_path, storage, handles, only_tm0)
+    content, restored = restore_fresh(tmp_path, storage, handles, only_tm0)
     assert content == model.within(only_tm0) and content
-    tm0_handle = next(h for h in handles if h.taskmanager_id == "tm-0")
-    assert used == 1 and downloaded == tm0_handle.size_bytes
+    assert restored.handles_used == 1 and restored.downloaded_bytes == tm0_handle.size_bytes
+    assert restored.adopted is None and restored.copied_entries == len(content)
 
     # Compaction rewrites every SST: checkpoint 4 uploads them all; 5 reuses 4's. Adding 5 subsumes 3,
     # which releases the SSTs of checkpoints 1 and 3 that neither 4 nor 5 reference.
@@ -314,8 +332,8 @@ def test_incremental_checkpoints_upload_only_new_files_and_restore_exactly_the_r
     assert {f.key for r in first.values() for f in r.handle.sst_files} <= jm.deleted
 
     everything = [(uid, kgr(0, MAX_PARALLELISM - 1)) for uid in (COUNTS, SUMS)]
-    content, used, _ = restore_fresh(tmp_path, storage, jm.handles_of(c5), everything)
-    assert content == model.entries and used == 2
+    content, restored = restore_fresh(tmp_path, storage, jm.handles_of(c5), everything)
+    assert content == model.entries and restored.handles_used == 2
 
 
 class GatedStorage(CheckpointStorage):
@@ -382,12 +400,12 @@ def test_subtasks_of_one_taskmanager_share_a_local_snapshot_only_when_nothing_wa
         b2 = snapshotter.begin(JOB, CheckpointId(2), right)
         a, b = a2.result(WAIT_S), b2.result(WAIT_S)
         assert a.handle.snapshot_index != b.handle.snapshot_index
-        content, _, _ = restore_fresh(tmp_path, storage, [a.handle, b.handle], right)
+        content, _ = restore_fresh(tmp_path, storage, [a.handle, b.handle], right)
         assert content[store.full_key("n", 100, b"late")] == pickle.dumps(
             "written before the right subtask's barrier", 5
         )
         assert len(content) == sum(1 for i in range(5_000) if i % MAX_PARALLELISM >= 64) + 1
-        content, _, _ = restore_fresh(tmp_path, storage, [a.handle], [(COUNTS, kgr(100, 100))])
+        content, _ = restore_fresh(tmp_path, storage, [a.handle], [(COUNTS, kgr(100, 100))])
         assert content == {}  # the left subtask's snapshot never covers key group 100
     finally:
         snapshotter.close()
@@ -421,5 +439,104 @@ def test_an_aborted_checkpoints_uploads_are_never_reused(
             assert not again[f.file_name].reused
             assert again[f.file_name].key != f.key and storage.exists(again[f.file_name].key)
     everything = [(uid, kgr(0, MAX_PARALLELISM - 1)) for uid in (COUNTS, SUMS)]
-    content, _, _ = restore_fresh(tmp_path, storage, jm.handles_of(c3), everything)
+    content, _ = restore_fresh(tmp_path, storage, jm.handles_of(c3), everything)
     assert content == model.entries
+
+
+def redeploy(
+    root: Path, storage: CheckpointStorage, jm: JobManagerLoop, handles: list[KeyedStateHandle], attempt: int
+) -> tuple[list[TaskManagerDouble], dict[TaskId, RestoreResult]]:
+    """A failover at the same parallelism: the coordinator restores its latest checkpoint, each subtask
+    is deployed on a new TaskManager with a fresh database and restores its key groups from
+    ``handles`` as the product's restorer does (``start_attempt``, then ``restore`` as the job's own)."""
+    jm.run(jm.coordinator.task_failed(jm.now, next(iter(jm.tms)), "test: a TaskManager was lost"))
+    jm.coordinator.restore_latest(jm.now)
+    tms = [
+        start_taskmanager(root / f"attempt-{attempt}", storage, subtask, 2, open_stores=False) for subtask in range(2)
+    ]
+    results = {}
+    for tm in tms:
+        tm.snapshotter.start_attempt(JOB, attempt, handles)
+        results[tm.task] = tm.snapshotter.restore(handles, tm.ranges, job_id=JOB, attempt=attempt)
+        tm.stores = {uid: tm.backend.keyed_store(uid) for uid in (COUNTS, SUMS)}  # the operators open
+    jm.tms = {tm.task: tm for tm in tms}
+    jm.run(jm.coordinator.start(jm.now, jm.tms, jm.tms, restored=True))
+    return tms, results
+
+
+def test_a_restore_at_the_same_parallelism_opens_the_snapshot_and_the_next_checkpoint_reuses_its_files(
+    tmp_path: Path, storage: CheckpointStorage, taskmanagers: list[TaskManagerDouble]
+) -> None:
+    model = Model()
+    write_users(model, taskmanagers, range(20_000), version=1)
+    jm = JobManagerLoop(storage, taskmanagers, retained=1)
+    restored_id, before = jm.checkpoint()
+    handles = jm.handles_of(restored_id)
+
+    tms, results = redeploy(tmp_path, storage, jm, handles, attempt=2)
+    try:
+        for tm in tms:
+            result, own = results[tm.task], before[tm.task].handle
+            # Opened as the database: no entry copied, nothing deleted, only its own files downloaded.
+            assert result.adopted == own and result.plan.copies == () and result.copied_entries == 0
+            assert result.plan.adopt is not None and result.plan.adopt.deleted == ()
+            assert result.downloaded_bytes == own.size_bytes
+            assert database_content(tm.backend) == model.within(tm.ranges)
+
+        # The first checkpoint of the new attempt, after a few changes: the restored SSTs' keys are
+        # reused (the JobManager accepts them: the restored checkpoint is retained), only new files go up.
+        write_users(model, tms, range(0, 300), version=2)
+        after_id, after = jm.checkpoint()
+        for tm in tms:
+            own, result = before[tm.task].handle, after[tm.task]
+            reused = {f.key for f in result.handle.sst_files if f.reused}
+            assert reused == {f.key for f in own.sst_files}
+            assert result.uploaded_bytes == result.handle.new_bytes < own.size_bytes / 4
+        assert not {f.key for r in after.values() for f in r.handle.sst_files} & jm.deleted
+        everything = [(uid, kgr(0, MAX_PARALLELISM - 1)) for uid in (COUNTS, SUMS)]
+        content, _ = restore_fresh(tmp_path, storage, jm.handles_of(after_id), everything)
+        assert content == model.entries
+    finally:
+        for tm in tms:
+            tm.snapshotter.close()
+            tm.backend.close()
+
+
+def test_a_rescale_restore_opens_the_snapshot_it_owns_most_of_and_copies_only_the_overlap(
+    tmp_path: Path, storage: CheckpointStorage, taskmanagers: list[TaskManagerDouble]
+) -> None:
+    model = Model()
+    write_users(model, taskmanagers, range(20_000), version=1)
+    jm = JobManagerLoop(storage, taskmanagers, retained=1)
+    checkpoint_id, results = jm.checkpoint()
+    handles = jm.handles_of(checkpoint_id)
+    left, right = (results[tm.task].handle for tm in taskmanagers)
+
+    # 2 -> 3, subtask 0 (0..42): the left snapshot is opened, its key groups 43..63 range-deleted.
+    first = [(uid, key_group_range_for_subtask(MAX_PARALLELISM, 3, SubtaskIndex(0))) for uid in (COUNTS, SUMS)]
+    content, restored = restore_fresh(tmp_path, storage, handles, first)
+    assert content == model.within(first)
+    assert restored.adopted == left and restored.copied_entries == 0 and restored.handles_used == 1
+    assert restored.plan.adopt is not None and restored.plan.adopt.deleted == (
+        (COUNTS, kgr(43, 63)),
+        (SUMS, kgr(43, 63)),
+    )
+
+    # 2 -> 3, subtask 1 (43..85): a third of each snapshot, both copied, each only its overlap.
+    middle = [(uid, key_group_range_for_subtask(MAX_PARALLELISM, 3, SubtaskIndex(1))) for uid in (COUNTS, SUMS)]
+    content, restored = restore_fresh(tmp_path, storage, handles, middle)
+    assert content == model.within(middle) and content
+    assert restored.adopted is None and restored.copied_entries == len(content)
+    assert [(c.handle, c.parts) for c in restored.plan.copies] == [
+        (left, ((COUNTS, kgr(43, 63)), (SUMS, kgr(43, 63)))),
+        (right, ((COUNTS, kgr(64, 85)), (SUMS, kgr(64, 85)))),
+    ]
+
+    # 2 -> 1: one snapshot opened whole, the other's entries copied.
+    everything = [(uid, kgr(0, MAX_PARALLELISM - 1)) for uid in (COUNTS, SUMS)]
+    content, restored = restore_fresh(tmp_path, storage, handles, everything)
+    assert content == model.entries
+    assert restored.adopted in (left, right) and restored.plan.adopt is not None and restored.plan.adopt.deleted == ()
+    copied = [c.handle for c in restored.plan.copies]
+    assert copied == [h for h in (left, right) if h != restored.adopted]
+    assert restored.copied_entries == len(entries_within(model.entries, copied[0].ranges))

@@ -22,7 +22,7 @@ from tests.integration.conftest import (
     keyed_aggregation_inputs,
     path_parameters,
 )
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.states import JobStatus, TaskState
 from weir.tools.client import CheckpointInfo, JobDetails
 from weir.tools.supervisor import kill_process
@@ -113,7 +113,7 @@ def test_unaligned_checkpoints_survive_a_taskmanager_kill_with_exact_sinks(
         [
             c
             for c in weir_cluster.client.list_checkpoints(job_id)
-            if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
+            if c.status is CheckpointStatus.COMPLETED and c.kind is CheckpointKind.CHECKPOINT
         ]
     )
     assert completed, "no checkpoint completed before the final one"
@@ -181,7 +181,7 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
     completed = [
         c
         for c in weir_cluster.client.list_checkpoints(job_id)
-        if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
+        if c.status is CheckpointStatus.COMPLETED and c.kind is CheckpointKind.CHECKPOINT
     ]
     sources = [t for c in completed for t in c.tasks if t.vertex_uid == "events-source"]
     windows = [t for c in completed for t in c.tasks if t.vertex_uid == "window-count-sum"]
@@ -265,7 +265,7 @@ def test_the_two_input_example_in_unaligned_mode_survives_a_taskmanager_kill_wit
         [
             c
             for c in weir_cluster.client.list_checkpoints(job_id)
-            if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
+            if c.status is CheckpointStatus.COMPLETED and c.kind is CheckpointKind.CHECKPOINT
         ]
     )
     matches = [t for c in completed for t in c.tasks if t.vertex_uid == "match"]

@@ -295,7 +295,7 @@ def test_a_checkpoint_id_that_is_no_integer_is_a_bad_request_and_an_unknown_one_
 def test_a_savepoint_is_triggered_and_completes(rest: RestJob) -> None:
     response = rest.http.post(f"/jobs/{rest.job_id}/savepoints", json={"cancel-job": False})
     assert response.status_code == 202, response.text
-    savepoint_id = int(response.json()["request-id"])
+    savepoint_id = int(response.json()["request-id"], 16)
 
     def completed() -> dict[str, Any] | None:
         history = rest.get(f"/jobs/{rest.job_id}/checkpoints")["history"]

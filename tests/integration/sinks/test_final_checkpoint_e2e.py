@@ -32,7 +32,7 @@ import pytest
 from tests.integration.conftest import REPO_ROOT, create_topics
 from tests.integration.sinks.jobs.slow_two_sinks import event
 from weir.connectors import kafka, postgres
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.config import Endpoints
 from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
 from weir.tools.client import CheckpointInfo, JobDetails, JobManagerClient
@@ -94,7 +94,7 @@ def completed(client: JobManagerClient, job_id: str) -> list[CheckpointInfo]:
         (
             c
             for c in client.list_checkpoints(job_id)
-            if c.status is CheckpointStatus.COMPLETED and c.kind == "CHECKPOINT"
+            if c.status is CheckpointStatus.COMPLETED and c.kind is CheckpointKind.CHECKPOINT
         ),
         key=lambda c: c.checkpoint_id,
     )

@@ -82,7 +82,7 @@ def browser(chromium: str, tmp_path: Path) -> Iterator[BrowserPage]:
 @dataclass(frozen=True)
 class Screenshots:
     """Where a test's screenshots go: always into ``directory``; into docs/images/ as well when
-    WEIR_UI_SCREENSHOTS=1 (the images the README shows come from such a run)."""
+    WEIR_UI_SCREENSHOTS=1 (the images docs/ui.md shows come from such a run)."""
 
     directory: Path
     publish: bool

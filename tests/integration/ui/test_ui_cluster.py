@@ -2,7 +2,7 @@
 on a running job: the keyed aggregation (parallelism 3, a keyed shuffle, checkpoints every second)
 and, for the exception history, a job failing in every attempt (restart_loop.py).
 
-With WEIR_UI_SCREENSHOTS=1 the screenshots also go to docs/images/ (the README shows them)."""
+With WEIR_UI_SCREENSHOTS=1 the screenshots also go to docs/images/ (docs/ui.md shows them)."""
 
 from __future__ import annotations
 

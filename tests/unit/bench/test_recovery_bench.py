@@ -122,6 +122,8 @@ def test_recovery_phases_from_structured_log_lines() -> None:
         _line(10.1, "job_restarting"),
         _line(10.4, "job_scheduled"),
         _line(10.6, "job_scheduled"),  # the dead TaskManager was unreachable: scheduled again
+        _line(10.7, "task_deployed"),
+        _line(10.8, "task_deployed"),
         _line(11.0, "task_restored"),
         _line(12.0, "task_restored"),
         _line(12.2, "postgres_sink_recovered"),
@@ -135,12 +137,13 @@ def test_recovery_phases_from_structured_log_lines() -> None:
         "{not json",
     ]
     entries = parse_log_lines(lines)
-    assert len(entries) == 15
+    assert len(entries) == 17
     killed_at = entries[0]["at"] + 1.0  # 14:00:10
     phases = recovery_phases(entries, killed_at, until=killed_at + 12)
     assert phases == {
         "detected": 0.1,
         "scheduled": 0.6,
+        "deployed": 0.8,
         "tasks_restored": 2.0,
         "sinks_recovered": 4.0,
         "checkpoint_triggered": 5.0,

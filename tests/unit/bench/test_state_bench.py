@@ -9,9 +9,12 @@ import pytest
 
 from bench import state_report
 from bench.state_bench import (
+    AFTER_RESTORE_LABEL,
+    CONTROL_LABEL,
     MAX_PARALLELISM,
     NAMESPACE,
     STATE_NAME,
+    UNCHANGED_AFTER_RESTORE_LABEL,
     UPDATES,
     RestoreFigures,
     SizeFigures,
@@ -69,6 +72,12 @@ def test_every_restore_gives_back_the_keys_and_latest_values_written(
     assert by_kind[("1->1", 0)].entries == by_kind[("2->1", 0)].entries == KEYS
     assert by_kind[("1->2", 0)].entries + by_kind[("1->2", 1)].entries == KEYS
     assert by_kind[("2->1", 0)].handles_used == by_kind[("2->3", 1)].handles_used == 2
+    # Opened as the database where the subtask owns at least half of a handle; the rest copied.
+    adopted = {kind: (r.adopted, r.copied_entries) for kind, r in by_kind.items()}
+    assert adopted[("1->1", 0)] == adopted[("1->2", 0)] == adopted[("1->2", 1)] == (True, 0)
+    merged_copies = adopted[("2->1", 0)][1]
+    assert adopted[("2->1", 0)][0] and 0 < merged_copies < KEYS
+    assert adopted[("2->3", 1)] == (False, by_kind[("2->3", 1)].entries)
     assert all(len(r.samples) == 2 and r.usage in r.samples for r in figures.restores)
 
 
@@ -76,11 +85,25 @@ def test_incremental_checkpoints_reuse_the_first_ones_files(
     measured: tuple[SizeFigures, dict[tuple[str, int], bool], Path],
 ) -> None:
     figures, _matches, _root = measured
-    first, *incremental = [c for c in figures.checkpoints if c.subtask == "writer"]
+    first, *incremental, _control = [c for c in figures.checkpoints if c.subtask == "writer"]
     assert [c.label for c in incremental] == ["incremental 1%", "incremental 10%"]
     assert first.reused_files == 0 and first.uploaded_bytes == first.size_bytes
     for c in incremental:
         assert c.reused_files > 0 and c.uploaded_bytes < first.uploaded_bytes
+
+
+def test_the_first_checkpoint_after_a_restore_reuses_the_restored_files(
+    measured: tuple[SizeFigures, dict[tuple[str, int], bool], Path],
+) -> None:
+    figures, _matches, _root = measured
+    restored_state = [c for c in figures.checkpoints if c.subtask == "writer"][-2].size_bytes
+    (unchanged,) = [c for c in figures.checkpoints if c.label == UNCHANGED_AFTER_RESTORE_LABEL]
+    (after,) = [c for c in figures.checkpoints if c.label == AFTER_RESTORE_LABEL]
+    (control,) = [c for c in figures.checkpoints if c.label == CONTROL_LABEL]
+    # Unchanged: every restored SST reused, only the snapshot's small private files uploaded.
+    assert unchanged.reused_files > 0 and unchanged.uploaded_bytes < restored_state / 10
+    assert after.reused_files > 0 and after.uploaded_bytes < restored_state / 4
+    assert after.changed_keys == control.changed_keys
 
 
 def test_the_run_leaves_no_object_and_no_database(
@@ -115,7 +138,7 @@ def test_the_markdown_reports_each_figure_and_targets_not_measured_below_1m(
     }
     text = state_report.markdown(document)
     assert "| 2,000 |" in text and "incremental 10%" in text and "2->3" in text
-    assert [t["result"] for t in state_report.targets(document)] == ["not measured"] * 3
+    assert [t["result"] for t in state_report.targets(document)] == ["not measured"] * 6
 
 
 def test_targets_pass_or_miss_at_1m_keys() -> None:
@@ -124,8 +147,27 @@ def test_targets_pass_or_miss_at_1m_keys() -> None:
 
     size = {
         "keys": 1_000_000,
-        "checkpoints": [{"label": "incremental 1%", "usage": usage(0.4)}],
-        "restores": [{"label": "1->1", "usage": usage(4.0)}, {"label": "2->1", "usage": usage(6.5)}],
+        "checkpoints": [
+            {"label": "incremental 1%", "usage": usage(0.4)},
+            {"label": "unchanged after restore 1->1", "uploaded_bytes": 5, "size_bytes": 1000, "usage": usage(0.2)},
+        ],
+        "restores": [{"label": "1->1", "usage": usage(0.8)}, {"label": "2->1", "usage": usage(6.5)}],
     }
-    results = state_report.targets({"sizes": [size]})
-    assert [(t["value"], t["result"]) for t in results] == [(0.4, "pass"), (4.0, "pass"), (6.5, "miss")]
+    # At 5M the restored database compacted before its first checkpoint: most of it uploaded again.
+    large = {
+        "keys": 5_000_000,
+        "checkpoints": [
+            {"label": "unchanged after restore 1->1", "uploaded_bytes": 960, "size_bytes": 1000, "usage": usage(2.6)}
+        ],
+        "restores": [{"label": "1->1", "usage": usage(3.5)}],
+    }
+    results = state_report.targets({"sizes": [size, large]})
+    assert [(t["value"], t["result"]) for t in results] == [
+        (0.4, "pass"),
+        (0.8, "pass"),
+        (3.5, "miss"),
+        (6.5, "miss"),
+        (0.005, "pass"),
+        (0.96, "miss"),
+    ]
+    assert "5M keys" in results[-1]["target"]

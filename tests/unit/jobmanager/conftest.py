@@ -230,8 +230,8 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
             storage,
             clock,
             gateway=gateway,
-            read_end_offsets=lambda topic: end_offsets[topic],
-            check=lambda graph, settings, allowance: checked.append(graph),
+            read_end_offsets=lambda cluster, topic: end_offsets[topic],
+            check=lambda graph, settings, allowance, parameters: checked.append(graph),
             resolve=resolver,
             io=io,
         )

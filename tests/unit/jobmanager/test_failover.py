@@ -47,6 +47,33 @@ def test_a_lost_taskmanager_fails_over_only_the_jobs_running_on_it(make_harness)
     assert job.failure is not None and job.failure.message == "TaskManager tm-a lost (test)"
 
 
+def test_a_failed_task_s_taskmanagers_are_probed_and_a_gone_one_is_lost_before_the_restart_is_placed(
+    make_harness,  # type: ignore[no-untyped-def]
+) -> None:
+    """A killed TaskManager's data streams break at once: the first report is another task's failure,
+    seconds before the heartbeat timeout. The failover probes the attempt's TaskManagers, so the
+    restart is placed on the live ones only, at its due time, once."""
+    h: Harness = make_harness(taskmanagers=("tm-a", "tm-b"))
+    job = h.job()  # on tm-a
+    h.gateway.unreachable.add(TM_A)  # killed: connections refused
+    with h.jm.lock:
+        h.jm.failover.fail_over(job, Failure.internal("input channel 0 lost its producer"), h.clock())
+    assert not h.jm.taskmanagers["tm-a"].alive and h.jm.taskmanagers["tm-b"].alive
+    assert job.status is JobStatus.RESTARTING and job.failure is not None
+    assert job.failure.message == "input channel 0 lost its producer"  # the task's failure, not the loss's
+    h.clock.advance(1.0)  # the restart delay
+    h.jm.tick()
+    assert job.status is JobStatus.RUNNING and job.attempt == 2
+    assert {address for address, *_ in h.gateway.named("deploy")} == {"tm-b:6124"}
+
+
+def test_a_failover_leaves_reachable_taskmanagers_alive(harness: Harness) -> None:
+    job = harness.job()
+    with harness.jm.lock:
+        harness.jm.failover.fail_over(job, Failure.internal("boom"), harness.clock())
+    assert harness.jm.taskmanagers["tm-a"].alive
+
+
 def test_cancel_stops_the_tasks_resolves_the_transactions_then_the_job_is_canceled(harness: Harness) -> None:
     job = harness.job()
     assert harness.jm.cancel("job-1") is JobStatus.CANCELED  # the resolution ran inline (the tests' I/O)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.unit.jobmanager.conftest import MakeHarness
+from tests.unit.jobmanager.conftest import TM_A, MakeHarness
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError, UnknownJobError
 from weir.core.failures import Failure
@@ -12,20 +12,29 @@ from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.jobmanager.errors import JobManagerNotReadyError
-from weir.jobmanager.messages import CheckpointAck
-from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
+from weir.jobmanager.messages import CheckpointAck, Heartbeat, JobAttempt, TaskProgress
 
 
-def test_a_running_job_restarts_once_the_old_attempt_s_tasks_were_told_to_stop(make_harness: MakeHarness) -> None:
+def test_a_running_job_restarts_as_soon_as_the_taskmanagers_slots_are_back(make_harness: MakeHarness) -> None:
     first = make_harness()
     job = first.job()
     assert first.jm.records.save(job).result()
-    second = make_harness(first.storage)
+    second = make_harness(first.storage, taskmanagers=())
     assert second.jm.recover_jobs() == 1
     recovered = second.jm.jobs["job-1"]
     assert recovered.status is JobStatus.RESTARTING and recovered.attempt == job.attempt
-    assert recovered.lifecycle.restart_at == second.clock() + HEARTBEAT_TIMEOUT_S / 2
+    assert recovered.lifecycle.restart_at == second.clock()  # due at once, no fixed wait
     assert second.resolver.resolved == []
+
+    second.jm.tick()  # no TaskManager registered yet: the restart waits for slots
+    assert recovered.status is JobStatus.RESTARTING and second.gateway.named("deploy") == []
+    second.jm.register_taskmanager("tm-a", TM_A, 4, 0, "tm-a-2")
+    # Its first heartbeat tells it to stop the old attempt's tasks ...
+    answer = second.jm.heartbeat(Heartbeat("tm-a", (TaskProgress("job-1", "window", 0, job.attempt, 0, 0),)))
+    assert answer.cancel == (JobAttempt("job-1", job.attempt),)
+    second.jm.tick()  # ... and the restart is placed on its slots at the next tick, not after a wait
+    assert recovered.status is JobStatus.RUNNING and recovered.attempt == job.attempt + 1
+    assert {attempt for *_, attempt in second.gateway.named("deploy")} == {job.attempt + 1}
 
 
 def test_a_failed_job_whose_transactions_were_not_resolved_gets_them_resolved(make_harness: MakeHarness) -> None:

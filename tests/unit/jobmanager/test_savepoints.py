@@ -12,7 +12,7 @@ from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.ids import CheckpointId, TaskManagerId
 from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
-from weir.jobmanager.errors import SavepointRejectedError
+from weir.jobmanager.errors import CheckpointRejectedError, SavepointRejectedError
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.messages import CheckpointAck
 
@@ -105,3 +105,28 @@ def test_an_unexpected_error_while_persisting_fails_the_savepoint_instead_of_lea
     (summary,) = [c for c in harness.jm.list_checkpoints(job.job_id).checkpoints if c.checkpoint_id == savepoint_id]
     assert summary.status is CheckpointStatus.FAILED
     assert harness.jm.trigger_savepoint(job.job_id, "", stop=False, drain=False) > savepoint_id
+
+
+def test_a_checkpoint_on_request_is_triggered_now_outside_the_interval(harness: Harness) -> None:
+    """`weir checkpoint JOB_ID` (Flink's `flink checkpoint`): the interval is an hour, yet the barrier
+    goes out at once, as a checkpoint; a second one while it is in flight is refused, retriable."""
+    job = running_job(harness)
+    checkpoint_id = harness.jm.trigger_checkpoint(job.job_id, full=False)
+    trigger = harness.gateway.named("trigger")[-1]
+    assert trigger[3] == checkpoint_id and trigger[4] is CheckpointKind.CHECKPOINT
+    with pytest.raises(CheckpointRejectedError, match=f"checkpoint {checkpoint_id} is still in progress"):
+        harness.jm.trigger_checkpoint(job.job_id, full=False)
+
+
+def test_a_full_checkpoint_is_refused_with_what_to_do_instead(harness: Harness) -> None:
+    job = running_job(harness)
+    with pytest.raises(CheckpointRejectedError, match="cannot force a full checkpoint") as refused:
+        harness.jm.trigger_checkpoint(job.job_id, full=True)
+    assert refused.value.fault == "user" and "weir savepoint" in str(refused.value)
+    assert harness.gateway.named("trigger") == []
+
+
+def test_a_checkpoint_of_a_job_that_is_not_running_is_refused(harness: Harness) -> None:
+    job = harness.job({"checkpointing.interval": "1h", "restart.strategy": "none"})
+    with pytest.raises(CheckpointRejectedError, match="is not running"):
+        harness.jm.trigger_checkpoint(job.job_id, full=False)

@@ -11,6 +11,7 @@ from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.descriptors import validate_transaction_timeout
 from weir.core.errors import JobDefinitionError
+from weir.core.kafka_config import KafkaClientConfig
 from weir.jobmanager.checkpointing.config import parse_checkpoint_settings
 from weir.jobmanager.submit_checks import check_job_at_submit, check_job_rules, dead_letter_topics, job_is_bounded
 
@@ -121,3 +122,59 @@ def test_a_missing_dead_letter_topic_refuses_the_job_at_submit_naming_topic_and_
     existing.add("job-dlq")
     check_job_at_submit(dead_lettering_job().graph, settings, 10, endpoints)
     assert {"job-dlq", "latest-dlq"} <= set(looked_up)
+
+
+# The job's Kafka settings --------------------------------------------------------------------------
+
+
+def test_every_submit_check_reaches_kafka_with_the_jobs_settings_and_each_connectors_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    env = Environment("j", parallelism=1)
+    events = env.from_kafka("events", uid="src", properties={"sasl.username": "reader"})
+    parsed = events.map(lambda v: v, uid="parse", on_error=DeadLetterOnError("parse-dlq"))
+    parsed.sink_to_kafka("out", uid="sink", properties={"sasl.username": "writer", "client.id": "sink"})
+    parsed.sink_to_kafka("plain", uid="plain", delivery="at_least_once")
+    asked: list[tuple[str, KafkaClientConfig]] = []
+
+    def partition_count(cluster: KafkaClientConfig, topic: str, timeout_s: float = 10.0) -> int:
+        asked.append((topic, cluster))
+        return 1
+
+    def require_topic(cluster: KafkaClientConfig, topic: str, timeout_s: float = 10.0) -> kafka.TopicLookup:
+        asked.append((topic, cluster))
+        return kafka.TopicLookup(1, kafka.TopicLayout(topic, 1, 1))
+
+    monkeypatch.setattr(kafka, "topic_partition_count", partition_count)
+    monkeypatch.setattr(kafka, "require_topic", require_topic)
+    parameters = {
+        "kafka.bootstrap.servers": "secured:9093",
+        "kafka.sasl.username": "job",
+        "kafka.sasl.password": "${env:KAFKA_PASSWORD}",
+        "checkpointing.interval": "10s",
+    }
+    settings = parse_checkpoint_settings(parameters)
+    check_job_at_submit(env.graph, settings, 10, Endpoints.from_env(), parameters)
+
+    job = KafkaClientConfig("secured:9093", (("sasl.password", "${env:KAFKA_PASSWORD}"), ("sasl.username", "job")))
+    assert sorted(asked, key=lambda a: a[0]) == [
+        ("events", job.merged([("sasl.username", "reader")])),
+        ("out", job.merged([("client.id", "sink"), ("sasl.username", "writer")])),
+        ("parse-dlq", job),
+        ("plain", job),
+    ]
+
+
+def test_a_cluster_refusing_the_sources_settings_refuses_the_job_naming_the_source(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def refused(cluster: KafkaClientConfig, topic: str, timeout_s: float = 10.0) -> int:
+        raise JobDefinitionError(f"kafka at {cluster.bootstrap_servers} refused the client's login: SASL failed")
+
+    monkeypatch.setattr(kafka, "topic_partition_count", refused)
+    env = Environment("j", parallelism=1)
+    env.from_kafka("events", uid="src").print(uid="out")
+    parameters = {"kafka.bootstrap.servers": "secured:9093"}
+    with pytest.raises(JobDefinitionError) as raised:
+        check_job_at_submit(env.graph, parse_checkpoint_settings({}), 10, Endpoints.from_env(), parameters)
+    assert str(raised.value) == "kafka source 'src': kafka at secured:9093 refused the client's login: SASL failed"

@@ -79,7 +79,6 @@ class FakeTopic:
 
     def serve(self, monkeypatch: pytest.MonkeyPatch) -> None:
         """Make every Kafka source opened from now on read this topic, each with a reader of its own."""
-        monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
         monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: self.partitions)
         monkeypatch.setattr(sources.kafka, "PartitionReader", lambda _endpoints, _topic, **_kw: self.reader())
 

@@ -86,7 +86,6 @@ def kafka(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], tuple[Consumer, De
     consumer, dlq = Consumer(), DeadLetters()
 
     def with_partitions(partitions: int) -> tuple[Consumer, DeadLetters]:
-        monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
         monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: partitions)
         monkeypatch.setattr(sources.kafka, "PartitionReader", lambda _endpoints, _topic, **_kw: consumer)
         monkeypatch.setattr(sources.kafka, "producer", lambda _endpoints, **_kw: dlq)

@@ -92,7 +92,6 @@ def test_a_kafka_source_subtask_resumes_the_partitions_it_reads_now_from_the_old
     make_context: MakeContext, monkeypatch: pytest.MonkeyPatch, old: int, new: int
 ) -> None:
     partitions = 6
-    monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
     monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: partitions)
     positions = {p: 100 + p for p in range(partitions)}
     ends = {p: 1000 for p in range(partitions)}

@@ -14,6 +14,7 @@ from tests.unit.conftest import StartOperator
 from weir.api import COMMITTED, EARLIEST, LATEST, Committed, Environment, KafkaRecord, OffsetReset, Timestamp
 from weir.core.descriptors import KafkaSourceSpec, TimestampType, start_offsets_parameter
 from weir.core.errors import JobDefinitionError
+from weir.core.kafka_config import KafkaClientConfig
 from weir.jobmanager.submission import fixed_source_starts
 from weir.operators import sources
 from weir.operators.sources import (
@@ -132,7 +133,6 @@ def kafka_spec(**options: Any) -> KafkaSourceSpec:
 def fake_reader(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], FakeReader]:
     def with_partitions(partitions: int) -> FakeReader:
         reader = FakeReader(partitions)
-        monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
         monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: reader.partitions)
         monkeypatch.setattr(sources.kafka, "PartitionReader", lambda _endpoints, _topic, **_kw: reader)
         return reader
@@ -185,11 +185,11 @@ def test_the_jobmanager_fixes_starts_for_all_but_earliest_sources() -> None:
     env.from_kafka("c", uid="c-source", starting_offsets=COMMITTED, group_id="my-group")
     asked: list[tuple[str, str]] = []
 
-    def read(spec: KafkaSourceSpec, group_id: str) -> dict[int, int | None]:
+    def read(cluster: KafkaClientConfig, spec: KafkaSourceSpec, group_id: str) -> dict[int, int | None]:
         asked.append((spec.topic, group_id))
         return {0: 11, 1: None}
 
-    fixed = fixed_source_starts(env.graph, "orders", read)
+    fixed = fixed_source_starts(env.graph, "orders", KafkaClientConfig("broker:9092"), read)
     assert asked == [("a", "weir-orders-a-source"), ("c", "my-group")]
     assert set(fixed) == {start_offsets_parameter("a-source"), start_offsets_parameter("c-source")}
     assert decode_start_offsets(fixed[start_offsets_parameter("a-source")]) == {0: 11, 1: None}

@@ -237,7 +237,6 @@ def fake_kafka(monkeypatch: pytest.MonkeyPatch) -> Callable[[int], FakeConsumer]
     consumer = FakeConsumer()
 
     def with_partitions(partitions: int) -> FakeConsumer:
-        monkeypatch.setattr(sources.Endpoints, "from_env", classmethod(lambda cls: None))
         monkeypatch.setattr(sources.kafka, "partition_count", lambda _endpoints, _topic: partitions)
         monkeypatch.setattr(sources.kafka, "PartitionReader", lambda _endpoints, _topic, **_kw: consumer)
         return consumer

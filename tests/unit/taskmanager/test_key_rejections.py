@@ -16,7 +16,7 @@ from weir.operators.rejections import CapturedDeadLetters, RecordRejections
 from weir.plan import build_plan
 from weir.taskmanager.network.writer import RecordWriter
 from weir.taskmanager.partitioners import KeyGroupPartitioner
-from weir.taskmanager.runtime import key_rejected
+from weir.taskmanager.task_host import key_rejected
 
 
 def keyed_job(on_error: OnRecordError | None, job_default: OnRecordError | None = None) -> Any:

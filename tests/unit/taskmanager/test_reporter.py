@@ -28,8 +28,8 @@ from weir.core.task_state import (
 )
 from weir.core.transport import MAX_MESSAGE_BYTES
 from weir.taskmanager.reporter import AckReport, CheckpointAcknowledger, DeclineReport, Report, oversized_ack_reason
-from weir.taskmanager.runtime import restore_of
 from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotFile
+from weir.taskmanager.task_host import restore_of
 from weir.taskmanager.task_types import ChainRestore, ChainSnapshot, CheckpointAck, TaskAddress
 from weir.wire import taskmanager_pb2
 

@@ -312,7 +312,10 @@ def test_a_savepoint_is_triggered_listed_in_progress_then_completed_with_its_det
     job = running_job(harness)
     response = client.post("/jobs/job-1/savepoints", json={"target-directory": None, "cancel-job": False})
     assert response.status_code == 202, response.text
-    savepoint_id = int(response.json()["request-id"])
+    trigger_id = response.json()["request-id"]
+    savepoint_id = int(trigger_id, 16)
+    assert len(trigger_id) == 32  # Flink's TriggerId
+    assert client.get(f"/v1/jobs/job-1/savepoints/{trigger_id}").json() == {"status": {"id": "IN_PROGRESS"}}
     pending = client.get(f"/jobs/job-1/checkpoints/details/{savepoint_id}").json()
     assert pending["status"] == "IN_PROGRESS" and pending["checkpoint_type"] == "SAVEPOINT"
     assert [(s["vertex_id"], s["subtask"], s["status"], s["timeline"]) for s in pending["subtasks"]] == [
@@ -348,6 +351,11 @@ def test_a_savepoint_is_triggered_listed_in_progress_then_completed_with_its_det
     assert savepoint["end_to_end_duration"] == 250
     assert (savepoint["num_subtasks"], savepoint["num_acknowledged_subtasks"]) == (1, 1)
     assert savepoint["failure_message"] is None and savepoint["external_path"].endswith("/")
+    assert client.get(f"/jobs/job-1/savepoints/{trigger_id}").json() == {
+        "status": {"id": "COMPLETED"},
+        "operation": {"location": savepoint["external_path"]},
+    }
+    errors_of(client.get(f"/jobs/job-1/savepoints/{'f' * 32}"), 404)
     details = client.get(f"/jobs/job-1/checkpoints/details/{savepoint_id}").json()
     assert {k: v for k, v in details.items() if k != "subtasks"} == savepoint
     assert details["subtasks"] == [
@@ -501,6 +509,11 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",
         "/jobs/{job_id}/vertices/{vertex_id}/backpressure",
         "/jobs/{job_id}/savepoints",
+        "/jobs/overview",
+        "/jobs/{job_id}/stop",
+        "/jobs/{job_id}/savepoints/{trigger_id}",
+        "/savepoint-disposal",
+        "/savepoint-disposal/{trigger_id}",
     }
     operations = [op for path in document["paths"].values() for op in path.values()]
     assert all("422" not in op["responses"] for op in operations)

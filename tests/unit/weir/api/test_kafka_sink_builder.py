@@ -123,6 +123,24 @@ def test_the_transactional_options_are_refused_with_at_least_once(option: str, v
         ),
         ("spill_directory", 3, "kafka sink: spill_directory must be a path, got 3"),
         (
+            "properties",
+            [("client.id", "x")],
+            "kafka sink: properties must be a mapping of client setting to string value, got [('client.id', 'x')]",
+        ),
+        (
+            "properties",
+            {"transactional.id": "mine"},
+            "kafka sink: kafka producer property 'transactional.id' is set by Weir and cannot be overridden: each "
+            "exactly-once sink subtask has its own, derived from the job and the sink",
+        ),
+        (
+            "properties",
+            {"sasl.password": "hunter2"},
+            "kafka sink: kafka producer property 'sasl.password' holds a literal secret: give ${env:NAME} (an "
+            "environment variable of the JobManager and every TaskManager) or ${file:/absolute/path} (a file on each "
+            "of them) instead, so that it stays out of the job record and the logs",
+        ),
+        (
             "spill_directory",
             "spill",
             "kafka sink: spill_directory 'spill' must be an absolute path: each TaskManager would resolve a relative "
@@ -173,3 +191,20 @@ def test_sink_to_refuses_what_is_not_a_sink() -> None:
     with pytest.raises(JobDefinitionError, match=r"^operator 'out': sink_to takes a sink built by its connector"):
         source.sink_to(KafkaSink.builder().topic("t"), uid="out")  # type: ignore[arg-type]
     assert list(env.graph.transformations) == ["src"]
+
+
+@pytest.mark.parametrize("delivery", ["exactly_once", "at_least_once"])
+def test_the_sinks_own_kafka_settings_reach_its_operator_sorted(delivery: str) -> None:
+    env = Environment("j")
+    source = env.from_collection([{"key": 1}], uid="src")
+    properties = {"sasl.username": "writer", "client.id": "results", "sasl.password": "${env:WRITER_PASSWORD}"}
+    source.sink_to_kafka("out", uid="by-keywords", delivery=delivery, properties=properties)  # type: ignore[arg-type]
+    source.sink_to(
+        KafkaSink.builder().topic("out").delivery(delivery).properties(properties).build(),  # type: ignore[arg-type]
+        uid="by-builder",
+    )
+    expected = (("client.id", "results"), ("sasl.password", "${env:WRITER_PASSWORD}"), ("sasl.username", "writer"))
+    for uid in ("by-keywords", "by-builder"):
+        operator = env.graph.transformations[uid].factory()
+        assert isinstance(operator, KafkaSinkOperator | TransactionalKafkaSinkOperator)
+        assert operator.properties == expected

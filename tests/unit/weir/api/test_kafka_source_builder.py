@@ -215,6 +215,19 @@ def test_a_columnar_source_gives_a_columnar_stream() -> None:
             "kafka source: commit_offsets_on_checkpoint must be True or False, got None",
         ),
         ("group_id", "", "kafka source: group_id must be a non-empty string, got ''"),
+        (
+            "properties",
+            {"ssl.key.password": "hunter2"},
+            "kafka source: kafka consumer property 'ssl.key.password' holds a literal secret: give ${env:NAME} (an "
+            "environment variable of the JobManager and every TaskManager) or ${file:/absolute/path} (a file on each "
+            "of them) instead, so that it stays out of the job record and the logs",
+        ),
+        (
+            "properties",
+            {"sasl.password": "${file:relative/path}"},
+            "kafka source: kafka consumer property 'sasl.password': ${file:relative/path} must name an absolute "
+            "path: each process resolves it on its own host, from its own working directory",
+        ),
     ],
 )
 def test_a_bad_option_is_refused_where_it_is_given_in_one_line(option: str, value: object, complaint: str) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.states import JobStatus
@@ -230,7 +230,7 @@ def _run(payments_late_s: float = PAYMENTS_LATE_S) -> BarriersRun:
         CheckpointInfo(
             checkpoint_id=CheckpointId(cut.checkpoint_id),
             status=CheckpointStatus.COMPLETED,
-            kind="CHECKPOINT",
+            kind=CheckpointKind.CHECKPOINT,
             trigger_time=cut.trigger_time,
             duration_s=DURATION_S,
             size_bytes=1,
@@ -283,7 +283,9 @@ def test_only_records_on_a_held_channel_count_as_held() -> None:
 
 
 def _in_progress(checkpoint_id: int) -> CheckpointInfo:
-    return CheckpointInfo(CheckpointId(checkpoint_id), CheckpointStatus.IN_PROGRESS, "CHECKPOINT", 0.0, 0.0, 0, "", ())
+    return CheckpointInfo(
+        CheckpointId(checkpoint_id), CheckpointStatus.IN_PROGRESS, CheckpointKind.CHECKPOINT, 0.0, 0.0, 0, "", ()
+    )
 
 
 class GatedJob:

@@ -3,7 +3,7 @@ per channel on one scale; the slow channel and the slow upload show."""
 
 from __future__ import annotations
 
-from weir.core.checkpointing import ChannelBarrierTime, CheckpointStatus, SubtaskCheckpointTimeline
+from weir.core.checkpointing import ChannelBarrierTime, CheckpointKind, CheckpointStatus, SubtaskCheckpointTimeline
 from weir.core.ids import CheckpointId, OperatorUid, SubtaskIndex
 from weir.tools.checkpoint_timeline import bar, channel_bar, offsets_of, render_checkpoint_detail
 from weir.tools.client import CheckpointDetail, CheckpointInfo, TaskCheckpointStats
@@ -38,7 +38,7 @@ def detail(*tasks: TaskCheckpointStats, pending: tuple[tuple[str, int], ...] = (
     info = CheckpointInfo(
         checkpoint_id=CheckpointId(12),
         status=CheckpointStatus.COMPLETED,
-        kind="CHECKPOINT",
+        kind=CheckpointKind.CHECKPOINT,
         trigger_time=T,
         duration_s=1.0,
         size_bytes=2048,

@@ -73,6 +73,28 @@ class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
     checkpoints: dict[str, jobmanager_pb2.ListCheckpointsResponse] = field(default_factory=dict)
     savepoints: list[jobmanager_pb2.TriggerSavepointRequest] = field(default_factory=list)
     details: dict[tuple[str, int], jobmanager_pb2.GetCheckpointDetailResponse] = field(default_factory=dict)
+    checkpoint_requests: list[jobmanager_pb2.TriggerJobCheckpointRequest] = field(default_factory=list)
+    authorizations: list[str | None] = field(default_factory=list)  # each ListJobs call's `authorization`
+
+    def TriggerJobCheckpoint(  # noqa: N802
+        self, request: jobmanager_pb2.TriggerJobCheckpointRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.TriggerJobCheckpointResponse:
+        """Checkpoint 7 completes at once; a job the fake does not know is NOT_FOUND."""
+        self.checkpoint_requests.append(request)
+        if request.job_id not in self.jobs:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"no job {request.job_id}")
+        self.checkpoints[request.job_id] = jobmanager_pb2.ListCheckpointsResponse(
+            checkpoints=[
+                jobmanager_pb2.CheckpointInfo(
+                    checkpoint_id=7,
+                    status=jobmanager_pb2.CHECKPOINT_STATUS_COMPLETED,
+                    kind=common_pb2.CHECKPOINT_KIND_CHECKPOINT,
+                    size_bytes=2048,
+                    external_path=f"s3://weir/{request.job_id}/checkpoints/chk-7",
+                )
+            ]
+        )
+        return jobmanager_pb2.TriggerJobCheckpointResponse(checkpoint_id=7)
 
     def GetCheckpointDetail(  # noqa: N802
         self, request: jobmanager_pb2.GetCheckpointDetailRequest, context: grpc.ServicerContext
@@ -128,6 +150,7 @@ class FakeJobManager(jobmanager_pb2_grpc.JobManagerServiceServicer):
     def ListJobs(  # noqa: N802
         self, request: jobmanager_pb2.ListJobsRequest, context: grpc.ServicerContext
     ) -> jobmanager_pb2.ListJobsResponse:
+        self.authorizations.append(dict(context.invocation_metadata()).get("authorization"))
         return jobmanager_pb2.ListJobsResponse(jobs=[j.summary for j in self.jobs.values()])
 
     def GetJobStatus(  # noqa: N802
@@ -571,3 +594,247 @@ def test_checkpoints_detail_of_an_unknown_checkpoint_or_job_is_exit_2(
         "job job-1 has no checkpoint 8 (`weir checkpoints job-1` lists the recent and the retained ones)",
     )
     assert_error(weir("checkpoints", "job-2", "--detail", "8"), EXIT_USAGE, "unknown job job-2")
+
+
+# The options a Flink user types ------------------------------------------------------------------
+
+
+def test_run_takes_flinks_long_and_short_option_names(
+    weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager
+) -> None:
+    path = job_file(VALID_JOB)
+    result = weir("run", "--detached", "-n", "--fromSavepoint", "s3://w/sp", "-p", "2", "-D", "a=b", str(path))
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert result.stdout.strip() == "job-1"
+    request = fake_jobmanager.submitted[-1]
+    assert (request.from_checkpoint, request.allow_non_restored_state, request.parallelism) == ("s3://w/sp", True, 2)
+    assert dict(request.parameters) == {"a": "b"}
+    weir("run", "-d", "--allowNonRestoredState", "-s", "s3://w/sp2", str(path))
+    assert (fake_jobmanager.submitted[-1].from_checkpoint, fake_jobmanager.submitted[-1].allow_non_restored_state) == (
+        "s3://w/sp2",
+        True,
+    )
+
+
+def test_jobmanager_option_wins_over_the_environment(
+    weir: Weir, fake_jobmanager: FakeJobManager, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    address = __import__("os").environ["WEIR_JOBMANAGER_ADDRESS"]
+    with socket.socket() as sock:  # nothing listens where the environment points
+        sock.bind(("127.0.0.1", 0))
+        monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", f"127.0.0.1:{sock.getsockname()[1]}")
+    for args in (("list", "-m", address), ("-m", address, "list"), ("status", "job-1", "--jobmanager", address)):
+        result = weir(*args)
+        assert result.exit_code == EXIT_OK, (args, result.stderr)
+        assert "job-1" in result.stdout
+    assert weir("list").exit_code == EXIT_NO_CLUSTER
+    assert_error(weir("list", "-m", "nohost"), EXIT_USAGE, "-m 'nohost': expected host:port with a port in 1..65535")
+
+
+def test_list_filters_running_scheduled_or_all_as_flink(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    for job_id, job_state in (("j-run", "RUNNING"), ("j-new", "CREATED"), ("j-restart", "RESTARTING")):
+        fake_jobmanager.jobs[job_id] = job_status(job_id, job_state)
+    fake_jobmanager.jobs["j-done"] = job_status("j-done", "FINISHED")
+
+    def listed(*flags: str) -> list[str]:
+        result = weir("list", *flags, "--json")
+        assert result.exit_code == EXIT_OK, result.stderr
+        return sorted(j["job_id"] for j in json.loads(result.stdout)["jobs"])
+
+    everything = ["j-done", "j-new", "j-restart", "j-run"]
+    assert listed() == everything
+    assert listed("-a") == listed("--all") == everything
+    assert listed("-r") == listed("--running") == ["j-restart", "j-run"]
+    assert listed("-s") == listed("--scheduled") == ["j-new"]
+    assert listed("-r", "-s") == ["j-new", "j-restart", "j-run"]
+    text = weir("list", "-r").stdout
+    assert "j-run" in text and "j-done" not in text
+
+
+def test_savepoint_takes_the_target_directory_as_flinks_second_argument(
+    weir: Weir, fake_jobmanager: FakeJobManager
+) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    result = weir("savepoint", "job-1", "s3://user/sp")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert result.stdout.strip() == "savepoint 9 of job job-1: s3://user/sp/savepoint-job-1-9/"
+    assert fake_jobmanager.savepoints[-1].target_directory == "s3://user/sp"
+    assert_error(
+        weir("savepoint", "job-1", "s3://a", "--path", "s3://b"),
+        EXIT_USAGE,
+        "give the savepoint's directory once: as DIR or as --path",
+    )
+
+
+def test_stop_takes_flinks_savepoint_path_and_drain_names(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    result = weir("stop", "job-1", "-p", "s3://user/sp", "-d")
+    assert result.exit_code == EXIT_OK, result.stderr
+    request = fake_jobmanager.savepoints[-1]
+    assert (request.target_directory, request.stop, request.drain) == ("s3://user/sp", True, True)
+    weir("stop", "job-1", "--savepointPath", "s3://x")
+    assert fake_jobmanager.savepoints[-1].target_directory == "s3://x"
+
+
+def test_checkpoint_triggers_one_and_prints_it_once_it_completed(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    result = weir("checkpoint", "job-1")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert result.stdout.strip() == "checkpoint 7 of job job-1 completed (2.0 KiB): s3://weir/job-1/checkpoints/chk-7"
+    assert [(r.job_id, r.full) for r in fake_jobmanager.checkpoint_requests] == [("job-1", False)]
+    document = json.loads(weir("checkpoint", "job-1", "--json").stdout)
+    assert document == {
+        "job_id": "job-1",
+        "checkpoint_id": 7,
+        "size_bytes": 2048,
+        "path": "s3://weir/job-1/checkpoints/chk-7",
+        "full": False,
+    }
+    assert_error(weir("checkpoint", "job-x"), EXIT_USAGE, "unknown job job-x")
+
+
+def test_checkpoint_full_asks_the_jobmanager_for_a_full_one(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    fake_jobmanager.jobs["job-1"] = job_status("job-1", "RUNNING")
+    for flag in ("--full", "-full"):
+        result = weir("checkpoint", "job-1", flag)
+        assert result.exit_code == EXIT_OK, result.stderr
+    assert [r.full for r in fake_jobmanager.checkpoint_requests] == [True, True]
+
+
+def test_info_prints_the_plan_without_submitting(weir: Weir, job_file: JobFile, no_jobmanager: str) -> None:
+    path = job_file(
+        """
+def build(env):
+    numbers = env.from_collection([1, 2, 3], uid="numbers")
+    numbers.key_by(lambda x: x % 2).map(lambda x: x, uid="double").print(uid="out")
+"""
+    )
+    result = weir("info", str(path), "-p", "2", "--json")
+    assert result.exit_code == EXIT_OK, result.stderr
+    plan = json.loads(result.stdout)
+    assert plan["name"] == "job"
+    nodes = {n["id"]: n for n in plan["nodes"]}
+    assert list(nodes) == ["numbers", "double", "out"]
+    assert nodes["numbers"]["type"] == "source" and nodes["numbers"]["predecessors"] == []
+    assert nodes["double"]["predecessors"] == [{"id": "numbers", "ship_strategy": "HASH", "side": "first"}]
+    assert nodes["out"]["predecessors"] == [{"id": "double", "ship_strategy": "FORWARD", "side": "first"}]
+    assert {n["parallelism"] for n in nodes.values()} == {2}
+    assert [v["operators"] for v in plan["vertices"]] == [["numbers"], ["double", "out"]]
+    text = weir("info", str(path)).stdout
+    assert "numbers" in text and "HASH" in text and "double -> out" in text
+
+
+def test_info_of_a_job_that_does_not_load_is_exit_2(weir: Weir, job_file: JobFile, no_jobmanager: str) -> None:
+    result = weir("info", str(job_file("def build(env):\n    raise ValueError('no plan')\n")))
+    assert result.exit_code == EXIT_USAGE
+    assert result.stderr.startswith("weir: error: ") and "no plan" in result.stderr
+
+
+def test_completion_is_installed_and_completes_commands(tmp_path: Path) -> None:
+    import os
+
+    weir_bin = Path(sys.executable).parent / "weir"
+    shown = subprocess.run([str(weir_bin), "--show-completion", "bash"], capture_output=True, text=True, timeout=30)
+    assert shown.returncode == EXIT_OK, shown.stderr
+    assert "_WEIR_COMPLETE" in shown.stdout
+    env = {**os.environ, "_WEIR_COMPLETE": "complete_bash", "COMP_WORDS": "weir checkp", "COMP_CWORD": "1"}
+    completed = subprocess.run([str(weir_bin)], capture_output=True, text=True, timeout=30, env=env)
+    assert completed.returncode == EXIT_OK, completed.stderr
+    assert sorted(completed.stdout.split()) == ["checkpoint", "checkpoints"]
+
+
+# Profiles ----------------------------------------------------------------------------------------
+
+
+def _config(tmp_path: Path, text: str, mode: int = 0o600) -> Path:
+    path = tmp_path / "config.toml"
+    path.write_text(text, encoding="utf-8")
+    path.chmod(mode)
+    return path
+
+
+def test_a_profile_gives_the_address_and_the_token(
+    weir: Weir, fake_jobmanager: FakeJobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+
+    address = os.environ["WEIR_JOBMANAGER_ADDRESS"]
+    monkeypatch.delenv("WEIR_JOBMANAGER_ADDRESS")
+    (tmp_path / "token").write_text("s3cret\n", encoding="utf-8")
+    config = _config(
+        tmp_path,
+        f'default_profile = "dev"\n[profiles.dev]\naddress = "{address}"\ntoken_file = "token"\n'
+        '[profiles.other]\naddress = "127.0.0.1:1"\n',
+    )
+    monkeypatch.setenv("WEIR_CONFIG", str(config))
+    assert weir("list").exit_code == EXIT_OK  # the default profile, its token file relative to the config file
+    assert weir("--profile", "dev", "list").exit_code == EXIT_OK
+    assert fake_jobmanager.authorizations == ["Bearer s3cret", "Bearer s3cret"]
+    monkeypatch.setenv("WEIR_PROFILE", "other")
+    assert weir("list").exit_code == EXIT_NO_CLUSTER  # WEIR_PROFILE picks another
+    assert weir("list", "--profile", "dev").exit_code == EXIT_OK  # the flag wins over WEIR_PROFILE
+    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", address)
+    assert weir("list").exit_code == EXIT_OK  # the environment wins over the profile
+
+
+def test_a_token_from_an_environment_variable_the_profile_names(
+    weir: Weir, fake_jobmanager: FakeJobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path, '[profiles.p]\ntoken_env = "MY_CLUSTER_TOKEN"\n', mode=0o644)
+    monkeypatch.setenv("WEIR_CONFIG", str(config))
+    monkeypatch.setenv("MY_CLUSTER_TOKEN", "from-env")
+    assert weir("--profile", "p", "list").exit_code == EXIT_OK
+    assert fake_jobmanager.authorizations == ["Bearer from-env"]
+    monkeypatch.setenv("WEIR_AUTH_TOKEN", "wins")
+    assert weir("--profile", "p", "list").exit_code == EXIT_OK
+    assert fake_jobmanager.authorizations[-1] == "Bearer wins"
+    monkeypatch.delenv("WEIR_AUTH_TOKEN")
+    monkeypatch.delenv("MY_CLUSTER_TOKEN")
+    assert_error(
+        weir("--profile", "p", "list"),
+        EXIT_USAGE,
+        f"profile 'p' of {config}: token_env names MY_CLUSTER_TOKEN, which is unset",
+    )
+
+
+def test_a_literal_token_needs_a_config_file_only_its_owner_reads(
+    weir: Weir, fake_jobmanager: FakeJobManager, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = _config(tmp_path, '[profiles.p]\ntoken = "literal"\n', mode=0o644)
+    monkeypatch.setenv("WEIR_CONFIG", str(config))
+    assert_error(
+        weir("--profile", "p", "list"),
+        EXIT_USAGE,
+        f"profile 'p' of {config} holds a token but the file is readable by others (mode 0644): "
+        f"chmod 600 {config}, or use token_file or token_env",
+    )
+    assert fake_jobmanager.authorizations == []
+    config.chmod(0o600)
+    assert weir("--profile", "p", "list").exit_code == EXIT_OK
+    assert fake_jobmanager.authorizations == ["Bearer literal"]
+
+
+def test_bad_profiles_are_one_line(weir: Weir, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = _config(tmp_path, '[profiles.p]\naddress = "127.0.0.1:1"\nadress = "typo"\n')
+    monkeypatch.setenv("WEIR_CONFIG", str(config))
+    result = weir("--profile", "p", "list")
+    assert result.exit_code == EXIT_USAGE
+    assert (
+        result.stderr.startswith(f"weir: error: config file {config}: profiles.p.adress: ")
+        and result.stderr.count("\n") == 1
+    )
+    _config(tmp_path, '[profiles.p]\naddress = "127.0.0.1:1"\n')
+    assert_error(
+        weir("--profile", "nope", "list"), EXIT_USAGE, f"config file {config} has no profile 'nope' (it has: p)"
+    )
+    monkeypatch.setenv("WEIR_CONFIG", str(tmp_path / "missing.toml"))
+    assert_error(
+        weir("--profile", "p", "list"),
+        EXIT_USAGE,
+        f"profile 'p': no config file {tmp_path / 'missing.toml'} (WEIR_CONFIG)",
+    )
+    _config(tmp_path, "[profiles.p\n")
+    monkeypatch.setenv("WEIR_CONFIG", str(config))
+    result = weir("list")
+    assert result.exit_code == EXIT_USAGE and result.stderr.startswith(f"weir: error: config file {config}: ")

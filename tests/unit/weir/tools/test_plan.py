@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from weir.core.checkpointing import CheckpointStatus
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.ids import CheckpointId
 from weir.jobmanager.restart import parse_restart_strategy
 from weir.tools.cli import run_cli
@@ -294,14 +294,16 @@ def test_sources_and_sinks_from_the_rest_plan() -> None:
     assert topology_from_plan(document) == JobTopology(sources=("src",), sinks=("kafka-sink", "pg-sink"))
 
 
-def checkpoint(cid: int, duration_s: float, kind: str = "CHECKPOINT", status: str = "COMPLETED") -> CheckpointInfo:
+def checkpoint(
+    cid: int, duration_s: float, kind: CheckpointKind = CheckpointKind.CHECKPOINT, status: str = "COMPLETED"
+) -> CheckpointInfo:
     return CheckpointInfo(CheckpointId(cid), CheckpointStatus(status), kind, 0.0, duration_s, 0, "", ())
 
 
 def test_checkpoint_duration_is_the_mean_of_the_latest_completed_checkpoints() -> None:
     infos = [checkpoint(i, 100.0) for i in range(1, 4)]  # older than the latest 2: left out
     infos += [checkpoint(4, 0.2), checkpoint(5, 0.4), checkpoint(6, 9.0, status="FAILED")]
-    infos += [checkpoint(7, 50.0, kind="SAVEPOINT")]
+    infos += [checkpoint(7, 50.0, kind=CheckpointKind.SAVEPOINT)]
     figure = checkpoint_duration(infos, recent=2)
     assert figure is not None
     assert figure.value == pytest.approx(0.3)  # (0.2 + 0.4) / 2

@@ -614,3 +614,30 @@ def test_operator_states_are_decoded_by_the_first_decoder_that_reads_them() -> N
     assert decode_operator_state(json.dumps({"format": 1, "watermark": 5}).encode())["kind"] == "window"
     assert decode_operator_state(b"\x80\x05junk") == {"kind": "opaque", "size_bytes": 6}
     assert decode_operator_state(json.dumps({"format": 9}).encode()) == {"kind": "opaque", "size_bytes": 13}
+
+
+def test_dispose_deletes_every_file_of_a_savepoint_metadata_first(weir: Weir, built: Built, tmp_path: Path) -> None:
+    """`weir savepoint --dispose PATH` (Flink's `flink savepoint -d`): the folder's files are gone; the
+    other forms of the command are the same."""
+    for form in (("--dispose",), ("-d",), ("dispose",)):
+        folder = build_savepoint(built, tmp_path / "made" / f"sp-{form[0]}")
+        files = sorted(p for p in folder.rglob("*") if p.is_file())
+        assert len(files) > 3
+        result = weir("savepoint", *form, str(folder))
+        assert result.exit_code == EXIT_OK, result.stderr
+        assert result.stdout.strip() == f"disposed savepoint 7 of job job-a: {len(files)} files, {folder}"
+        assert not any(p.is_file() for p in folder.rglob("*")), "every file of the savepoint is deleted"
+
+
+def test_dispose_refuses_a_path_that_is_not_a_savepoint(weir: Weir, built: Built, tmp_path: Path) -> None:
+    metadata = built.storage.root / built.metadata_key
+    before = sorted(p for p in built.storage.root.rglob("*") if p.is_file())
+    assert_error(
+        weir("savepoint", "--dispose", built.path),
+        EXIT_USAGE,
+        f"{built.path} is checkpoint 7 of job job-a, not a savepoint: only a savepoint is disposed",
+    )
+    assert sorted(p for p in built.storage.root.rglob("*") if p.is_file()) == before and metadata.is_file()
+    (tmp_path / "empty").mkdir()
+    assert_error(weir("savepoint", "--dispose", str(tmp_path / "empty")), EXIT_USAGE, "no _metadata under")
+    assert_error(weir("savepoint", "--dispose"), EXIT_USAGE, "Missing argument 'PATH'")

@@ -229,3 +229,44 @@ def test_a_start_up_timeout_names_the_logs(endpoints: Endpoints, directory: Path
     assert str(directory / "supervisor.log") in str(failed.value)
     assert str(directory / "taskmanager-3.log") in str(failed.value)
     assert local_status(directory) is None
+
+
+def test_a_child_due_for_restart_is_not_started_while_the_supervisor_stops(tmp_path: Path) -> None:
+    """A child waiting for its restart when the supervisor is told to stop stays down, however long
+    the others take to stop: it was started during the stop before, outside the children being
+    terminated, and outlived the cluster (a TaskManager killed by a test just before its teardown)."""
+    pids = tmp_path / "pids"
+    crash_then_sleep = (
+        sys.executable,
+        "-c",
+        "import os, sys, time\n"
+        f"pids = {str(pids)!r}\n"
+        "first = not os.path.exists(pids)\n"
+        "open(pids, 'a').write(f'{os.getpid()}\\n')\n"
+        "sys.exit(3) if first else time.sleep(60)\n",
+    )
+    # Stops slowly: ignores SIGTERM for 1.5 s, as a TaskManager stopping its slot workers may.
+    slow_to_stop = (
+        sys.executable,
+        "-c",
+        "import signal, time\n"
+        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), exit(0)))\n"
+        "time.sleep(60)\n",
+    )
+    children = (ChildSpec("jobmanager", slow_to_stop), ChildSpec("taskmanager-1", crash_then_sleep))
+    said: list[str] = []
+    supervisor = cluster.Supervisor(
+        tmp_path / "cluster", children, RestartPolicy(delay_s=0.5), stop_timeout_s=5, log=said.append
+    )
+    stop = cluster.threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(supervisor.run, stop)
+        deadline = time.monotonic() + 30
+        while not any(m.startswith("taskmanager-1 exited with code 3; restarting in") for m in said):
+            assert time.monotonic() < deadline, f"the crashing child's restart was never scheduled: {said}"
+            time.sleep(0.05)
+        stop.set()  # its restart is due within 0.5 s, while the slow child still stops
+        running.result(30)
+    started = [int(line) for line in pids.read_text().split()]
+    assert len(started) == 1, f"restarted during the stop: {started[1:]}"
+    assert not any(pid_alive(pid) for pid in started)

@@ -1,0 +1,208 @@
+"""What makes Weir's REST API answer Apache Flink's clients (``docs/rest-api.md``, "Flink's clients"):
+job ids in Flink's form, Flink's asynchronous operations (trigger ids, ``AsynchronousOperationResult``)
+and savepoint disposal.
+
+Job ids: ``weir.jobmanager.rest.ids``.
+
+Trigger ids. Flink answers a trigger with a 32-hex ``request-id`` and is asked for the outcome with it
+(``TriggerId``). A savepoint's trigger id is its checkpoint id in hex, so the outcome is read from the
+job's checkpoints and nothing is kept for it; a disposal's is random, its outcome kept (the last
+``DISPOSALS_KEPT``) as Flink's ``CompletedOperationCache`` keeps one.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+import threading
+import uuid
+from collections import OrderedDict
+from typing import Final
+
+from pydantic import ConfigDict, Field
+
+from weir.connectors.object_storage import open_storage
+from weir.core.checkpointing import CheckpointKind, CheckpointStatus
+from weir.core.errors import SerializationError, UnknownCheckpointError, WeirError
+from weir.core.paths import METADATA_FILE, locate_state
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.errors import SavepointDisposalError
+from weir.jobmanager.messages import CheckpointsView
+from weir.jobmanager.rest.ids import FLINK_ID_HEX
+from weir.jobmanager.rest.views import Model, _api
+
+DISPOSALS_KEPT: Final = 100
+_HEX: Final = re.compile(r"[0-9a-f]+")
+
+
+def savepoint_trigger_id(checkpoint_id: int) -> str:
+    return f"{checkpoint_id:0{FLINK_ID_HEX}x}"
+
+
+def checkpoint_of_trigger(job_id: str, trigger_id: str) -> int:
+    """The checkpoint a savepoint's trigger id names; UnknownCheckpointError when it names none."""
+    if len(trigger_id) != FLINK_ID_HEX or not _HEX.fullmatch(trigger_id.lower()):
+        raise UnknownCheckpointError(job_id, -1)
+    return int(trigger_id, 16)
+
+
+# Requests ------------------------------------------------------------------------------------------
+
+
+class SavepointFormatType(enum.StrEnum):
+    """Flink's choice of format; Weir's savepoints have one (docs/formats.md), taken for either."""
+
+    CANONICAL = "CANONICAL"
+    NATIVE = "NATIVE"
+
+
+class _Request(Model):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, validate_by_name=True, validate_by_alias=True)
+
+
+class StopRequest(_Request):
+    """``POST /jobs/{id}/stop``: Flink's ``StopWithSavepointRequestBody``."""
+
+    target_directory: str | None = Field(default=None, alias="targetDirectory", min_length=1)
+    drain: bool = False
+    format_type: SavepointFormatType | None = Field(default=None, alias="formatType", strict=False)
+    trigger_id: str | None = Field(default=None, alias="triggerId")
+
+
+class DisposalRequest(_Request):
+    """``POST /savepoint-disposal``: Flink's ``SavepointDisposalRequest``."""
+
+    savepoint_path: str = Field(alias="savepoint-path", min_length=1)
+
+
+# Answers -------------------------------------------------------------------------------------------
+
+
+class QueueStatusId(enum.StrEnum):
+    IN_PROGRESS = "IN_PROGRESS"
+    COMPLETED = "COMPLETED"
+
+
+class QueueStatus(Model):
+    id: QueueStatusId
+
+
+class FailureCause(Model):
+    """Flink's ``SerializedThrowable`` as its serializer writes it (``class``, ``stack-trace``), without
+    the Java-serialized bytes (``serialized-throwable``) no Python process can make: Flink's Java client
+    cannot read it back, and reports the answer as malformed (``docs/rest-api.md``)."""
+
+    class_name: str = _api("class")
+    stack_trace: str = _api("stack-trace")
+
+
+class OperationInfo(Model):
+    """The union of Flink's ``SavepointInfo`` and ``AsynchronousOperationInfo``."""
+
+    location: str | None = None  # a savepoint's path
+    failure_cause: FailureCause | None = Field(
+        default=None, validation_alias="failure-cause", serialization_alias="failure-cause"
+    )
+
+
+class OperationResult(Model):
+    """Flink's ``AsynchronousOperationResult``: ``operation`` is absent while IN_PROGRESS."""
+
+    status: QueueStatus
+    operation: OperationInfo | None = None
+
+
+IN_PROGRESS: Final = OperationResult(status=QueueStatus(id=QueueStatusId.IN_PROGRESS))
+
+
+def savepoint_status(view: CheckpointsView, checkpoint_id: int) -> OperationResult:
+    """A savepoint's outcome as Flink reports it: IN_PROGRESS until it completed and was placed (its
+    path known), COMPLETED with its ``location``, or COMPLETED with a ``failure-cause``."""
+    found = next((c for c in view.checkpoints if c.checkpoint_id == checkpoint_id), None)
+    if found is None or found.kind is not CheckpointKind.SAVEPOINT:
+        raise UnknownCheckpointError(view.job_id, checkpoint_id)
+    match found.status:
+        case CheckpointStatus.IN_PROGRESS:
+            return IN_PROGRESS
+        case CheckpointStatus.COMPLETED:
+            location = view.external_paths.get(found.checkpoint_id)
+            if location is None:
+                return IN_PROGRESS  # completed, still being copied to its target directory
+            return OperationResult(
+                status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo(location=location)
+            )
+        case CheckpointStatus.FAILED:
+            reason = str(found.failure) if found.failure is not None else "failed"
+            return failed("SavepointFailedError", f"savepoint {checkpoint_id} of job {view.job_id}: {reason}")
+
+
+def failed(class_name: str, message: str) -> OperationResult:
+    return OperationResult(
+        status=QueueStatus(id=QueueStatusId.COMPLETED),
+        operation=OperationInfo(failure_cause=FailureCause(class_name=class_name, stack_trace=message)),
+    )
+
+
+class TriggerResponse(Model):
+    request_id: str = _api("request-id")
+
+
+# Savepoint disposal --------------------------------------------------------------------------------
+
+
+def dispose_savepoint(path: str) -> int:
+    """Delete a savepoint folder (Flink's ``flink savepoint -d``): every object under it, the
+    ``_metadata`` first, as ``weir savepoint --dispose`` does, so a disposal cut short leaves no folder
+    that a restore would take for a savepoint and find incomplete. Answers how
+    many objects went. Only a savepoint: its files are its own (docs/formats.md), where a retained
+    checkpoint shares files with the job's later checkpoints, so a checkpoint folder is refused."""
+    given = f"file://{path}" if path.startswith("/") else path
+    if "://" not in given:
+        raise SavepointDisposalError(f"savepoint {path}: give an absolute path or a URI (file://, s3://)")
+    location = locate_state(given)
+    if location.metadata_key != METADATA_FILE:
+        raise SavepointDisposalError(
+            f"{path} is a checkpoint of a job, not a savepoint: its files are shared with the job's later checkpoints"
+        )
+    storage = open_storage(location.root_uri)
+    if not storage.exists(METADATA_FILE):
+        raise SavepointDisposalError(f"savepoint {path}: no {METADATA_FILE} there: not a savepoint folder")
+    try:
+        kind = decode_metadata(storage.get_bytes(METADATA_FILE), METADATA_FILE).kind
+    except SerializationError as exc:
+        raise SavepointDisposalError(f"savepoint {path}: its {METADATA_FILE} does not read: {exc}") from exc
+    if kind is not CheckpointKind.SAVEPOINT:
+        raise SavepointDisposalError(f"{path} holds a {kind.value}, not a savepoint")
+    keys = [key for key, _ in storage.list("") if key != METADATA_FILE]
+    storage.delete([METADATA_FILE])  # first: a disposal cut short leaves no folder taken for a savepoint
+    storage.delete(keys)
+    return len(keys) + 1
+
+
+class Disposals:
+    """The outcomes of savepoint disposals by trigger id (Flink's ``CompletedOperationCache``)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._results: OrderedDict[str, OperationResult] = OrderedDict()
+
+    def dispose(self, path: str) -> str:
+        """Dispose now (a savepoint is a few objects) and keep the outcome under a new trigger id. A
+        refusal (not a savepoint) raises, as Flink's answers 400 before it triggers anything."""
+        trigger_id = uuid.uuid4().hex
+        try:
+            dispose_savepoint(path)
+            result = OperationResult(status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo())
+        except SavepointDisposalError:
+            raise
+        except WeirError as exc:
+            result = failed(type(exc).__name__, str(exc))
+        with self._lock:
+            self._results[trigger_id] = result
+            while len(self._results) > DISPOSALS_KEPT:
+                self._results.popitem(last=False)
+        return trigger_id
+
+    def status(self, trigger_id: str) -> OperationResult | None:
+        with self._lock:
+            return self._results.get(trigger_id)
