@@ -12,7 +12,7 @@ BROWSER := deploy/local/browser.sh
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-nexmark bench-jm-scale bench-docs bench-slots bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-cpu bench-nexmark bench-jm-scale bench-docs bench-slots bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -136,6 +136,9 @@ bench-slots: setup ## one TaskManager, 1 vs 2 slots, slot processes on and off, 
 bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per event, stdlib vs orjson vs msgspec vs ujson (~30 s)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)
 	$(PY) -m bench.docs
+
+bench-cpu: setup ## CPU µs per event of the keyed job's two paths and every Nexmark query's record path, in one process (CPU_BENCH_ARGS; --compare to set two trees' rounds side by side)
+	$(PY) -m bench.cpu_bench --nexmark q0,q1,q2,q3,q4,q5,q7,q8,q11 $(CPU_BENCH_ARGS)
 
 bench-nexmark: setup bench-deps ## Nexmark on Weir vs Flink SQL as the reference configures it: 3 runs per query and side (ABBA), medians and spread, outputs checked record for record (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2)
 	$(PY) -m bench.nexmark_bench $(NEXMARK_BENCH_ARGS)

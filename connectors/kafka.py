@@ -633,6 +633,7 @@ class TransactionalProducer:
         defaults = {"linger.ms": 5, **{k.replace("_", "."): v for k, v in overrides.items()}}
         self._producer = _new(Producer, target, _settings(target, defaults, fixed))
         self._errors: list[str] = []
+        self._delivered = self._on_delivery  # bound once: produce passes it per record
 
     def _on_client_error(self, error: KafkaError) -> None:
         """librdkafka's client-level errors (brokers down, a fatal producer error); kept for the
@@ -687,6 +688,14 @@ class TransactionalProducer:
     ) -> None:
         """Queue a record into the open transaction; waits (serving delivery reports) while the local
         queue is full."""
+        if delivery is None and partition is None:  # a sink's record: no keyword dict, no closure
+            try:
+                self._producer.produce(topic, value, key=key, timestamp=timestamp or 0, on_delivery=self._delivered)
+                return
+            except BufferError:
+                pass  # the local queue is full: the loop below waits for room
+            except KafkaException as exc:
+                raise self._fail(f"produce to {topic!r}", exc) from exc
         if delivery is None:
             callback: Any = self._on_delivery
         else:

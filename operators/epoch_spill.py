@@ -249,6 +249,19 @@ class EpochRecords:
         return self._path
 
     def append(self, record: Record) -> None:
+        if self._writer is None and not self._discarded:  # the common case, inline: once per record
+            key, value, _timestamp = record
+            size = RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key is not None else 0)  # record_memory_bytes
+            spill = self._spill
+            if spill._held + size <= spill.memory_bytes:  # spill._reserve
+                spill._held += size
+                self._memory.append(record)
+                self._memory_bytes += size
+                self._count += 1
+                return
+        self._append(record)
+
+    def _append(self, record: Record) -> None:
         if self._discarded:
             raise ValueError(f"epoch {self.epoch} of sink subtask {self._spill.task} was discarded")
         if self._writer is None:

@@ -460,7 +460,9 @@ class KafkaSourceOperator(SourceOperator):
                 self._dead_letter(raw, msg.key(), f"{type(exc).__name__}: {exc}", partition, offset)
                 self._check_done(partition)
                 continue
-            watermarks[partition].on_event(ts)
+            generator = watermarks[partition]
+            if ts > generator.max_timestamp:  # generator.on_event(ts), inline: once per record
+                generator.max_timestamp = ts
             seen.add(partition)
             emit(value, ts)
             if ends is not None and offset + 1 >= ends.get(partition, 0):

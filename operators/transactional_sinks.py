@@ -846,19 +846,29 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         return epoch
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        encoded = encode_for_kafka(self, self._serializer, self._key, value, timestamp)
-        if encoded is None:
+        # encode_for_kafka, inline (once per record): only the user's functions inside ``try``.
+        key_of = self._key
+        try:
+            key = key_of(value) if key_of is not None else None
+        except Exception as exc:
+            self.reject(key_of, exc, value, timestamp)
             return
-        key, data = encoded
-        record: Record = (key.encode() if isinstance(key, str) else key, data, timestamp)
+        serializer = self._serializer
+        try:
+            data = serializer(value)
+        except Exception as exc:
+            self.reject(serializer, exc, value, timestamp)
+            return
+        if isinstance(key, str):
+            key = key.encode()
         epoch = self._current if self._current is not None else self._begin_epoch()
-        epoch.items.append(record)
+        epoch.items.append((key, data, timestamp))
         if timestamp is not None:
             epoch.timestamps.append(timestamp)
         if self._in_kafka is epoch:  # its transaction is open: straight to the producer
             producer = self._producer
             assert producer is not None
-            producer.produce(self._topic, record[1], record[0], timestamp)
+            producer.produce(self._topic, data, key, timestamp)
             self._produced += 1
             if self._produced % _POLL_EVERY == 0:
                 producer.poll()

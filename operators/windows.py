@@ -45,7 +45,13 @@ from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.keygroups import KeyGroupRange
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, OnRecordError, WindowFiring
-from weir.core.state_layout import WINDOW_STATE, WindowKeys, window_bounds, window_key, window_key_prefix
+from weir.core.state_layout import (
+    WINDOW_STATE,
+    WindowKeys,
+    window_bounds,
+    window_key_prefix,
+    window_key_suffix,
+)
 from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import (
@@ -53,10 +59,6 @@ from weir.core.windows import (
     TimeWindow,
     TumblingProcessingTimeWindows,
     WindowContext,
-    cleanup_time,
-    is_window_late,
-    merge_window,
-    window_fires,
 )
 from weir.operators.base import InheritedState, check_output_tag
 from weir.operators.basic import _TimestampedCollector
@@ -180,6 +182,7 @@ class WindowAggregateOperator(KeyedOperator):
         if self.state_schemas()[0].name != _STATE:
             raise ValueError(f"a window's state is named {_STATE!r}, not {self.state_schemas()[0].name!r}")
         self._merging = isinstance(assigner, EventTimeSessionWindows)
+        self._gap_ms = assigner.gap_ms if isinstance(assigner, EventTimeSessionWindows) else 0
         if self._merging and not callable(getattr(fn, "merge", None)):
             raise JobDefinitionError(
                 f"session windows ({assigner!r}) merge accumulators: {type(fn).__name__} needs a merge(a, b) method"
@@ -200,6 +203,8 @@ class WindowAggregateOperator(KeyedOperator):
         self._sessions: dict[bytes, list[TimeWindow]] = {}  # key prefix -> its session windows
         self.late_records_dropped = 0
         self._window_keys = WindowKeys()
+        self._plan_of: tuple[TimeWindow, ...] = ()  # the assigner's last windows, and their plan
+        self._plan: tuple[tuple[int, int, int, bytes], ...] = ()
 
     def open(self) -> None:
         super().open()
@@ -226,43 +231,42 @@ class WindowAggregateOperator(KeyedOperator):
                 f"window operator {self.ctx.uid!r} received a record without a timestamp: give the source "
                 "a timestamp function"
             )
-        try:
-            self.set_current_key(value)
+        try:  # set_current_key, inline: this runs once per record
+            key = self._key_selector(value)
+            kb, kg, prefix = self._keys.encode(key)
         except Exception as exc:
             self.reject(self._key_selector, exc, value, timestamp)
             return
-        kg, key = self.current_key_group, self.current_key
-        store, fn, wm, lateness = self.store, self._fn, self._watermark, self._lateness
+        self.current_key, self.current_key_bytes, self.current_key_group, self.current_key_prefix = key, kb, kg, prefix
+        wm = self._watermark
         if self._inherited_watermarks:  # until the watermark passes every old subtask's
             wm = max(wm, self._fired_through(kg))
         if self._merging:
             self._add_to_session(value, timestamp, wm)
             return
         windows = self._assigner.assign(timestamp)
+        if windows is not self._plan_of:  # the assigner hands out the same tuple while it holds
+            self._plan_of, self._plan = windows, _window_plan(windows)
+        store, fn, lateness = self.store, self._fn, self._lateness
         late = 0
-        for window in windows:
-            if is_window_late(window, wm, lateness):
+        for start, end, last, bounds in self._plan:
+            if last + lateness <= wm:  # is_window_late
                 late += 1
-                self._drop_late(value, timestamp, window)
+                self._drop_late(value, timestamp, TimeWindow(start, end))
                 continue
-            sk = self._state_key(window)
+            sk = prefix + bounds
             entry = store.get(_STATE, kg, sk)
-            fired = window_fires(window, wm)
             try:
                 acc = fn.add(fn.create(), value) if entry is None else fn.add(entry[1], value)
             except Exception as exc:  # windows before this one (sliding) keep the record, as in Flink
                 self.reject(fn.add, exc, value, timestamp, key)
                 return
+            fired = wm >= last  # window_fires
             if entry is None:
-                heapq.heappush(
-                    self._timers,
-                    (cleanup_time(window, lateness), _CLEANUP, kg, sk)
-                    if fired
-                    else (window.max_timestamp, _FIRE, kg, sk),
-                )
+                heapq.heappush(self._timers, (last + lateness, _CLEANUP, kg, sk) if fired else (last, _FIRE, kg, sk))
             store.put(_STATE, kg, sk, (key, acc))
             if fired:
-                self._emit(key, window.start, window.end, acc)
+                self._emit(key, start, end, acc)
         if late and late == len(windows):
             self._late_element(value, timestamp)
 
@@ -281,17 +285,30 @@ class WindowAggregateOperator(KeyedOperator):
 
     def _add_to_session(self, value: Any, timestamp: int, wm: int) -> None:
         """Add ``value`` to the session of the current key it opens, extends or bridges (the key's
-        watermark is ``wm``): the absorbed windows' accumulators are merged into the new window's."""
+        watermark is ``wm``): the absorbed windows' accumulators are merged into the new window's.
+
+        ``merge_window`` on bounds as ints (this runs once per record): the element's own window is
+        the assigner's ``[timestamp, timestamp + gap)``; a ``TimeWindow`` is built only for a session
+        with new bounds (or a late drop)."""
         prefix, kg, key = self.current_key_prefix, self.current_key_group, self.current_key
-        sessions = self._sessions.get(prefix, [])
-        (own,) = self._assigner.assign(timestamp)
-        window, absorbed = merge_window(sessions, own)
-        if is_window_late(window, wm, self._lateness):
-            self._drop_late(value, timestamp, window)
+        sessions = self._sessions.get(prefix, ())
+        start = timestamp
+        end = timestamp + self._gap_ms
+        absorbed = [w for w in sessions if w.start <= end and start <= w.end]  # TimeWindow.intersects
+        if len(absorbed) > 1:
+            absorbed.sort()  # merged by start, as merge_window does
+        kept = None  # the absorbed window the element falls inside: its bounds, state key and timer stay
+        for w in absorbed:
+            if w.start < start:
+                start = w.start
+            if w.end > end:
+                end = w.end
+        if end - 1 + self._lateness <= wm:  # is_window_late
+            self._drop_late(value, timestamp, TimeWindow(start, end))
             self._late_element(value, timestamp)
             return
         store, fn = self.store, self._fn
-        absorbed_keys = [window_key(prefix, merged.start, merged.end) for merged in absorbed]
+        absorbed_keys = [prefix + window_key_suffix(w.start, w.end) for w in absorbed]
         accumulators = [self._session_entry(kg, sk)[1] for sk in absorbed_keys]
         function = fn.merge if accumulators else fn.create
         try:  # a record rejected here leaves the sessions as they were
@@ -301,22 +318,28 @@ class WindowAggregateOperator(KeyedOperator):
         except Exception as exc:
             self.reject(function, exc, value, timestamp, key)
             return
-        for merged, sk in zip(absorbed, absorbed_keys, strict=True):
-            if merged != window:
-                store.delete(_STATE, kg, sk)  # its timers find no state
-        sk = window_key(prefix, window.start, window.end)
+        sk = b""
+        for merged, merged_key in zip(absorbed, absorbed_keys, strict=True):
+            if merged.start == start and merged.end == end:
+                kept, sk = merged, merged_key
+            else:
+                store.delete(_STATE, kg, merged_key)  # its timers find no state
+        if kept is None:
+            sk = prefix + window_key_suffix(start, end)
         store.put(_STATE, kg, sk, (key, acc))
-        fired = window_fires(window, wm)
-        if window not in absorbed:  # new bounds: the timer of a window kept as it was stays valid
-            self._sessions[prefix] = [w for w in sessions if w not in absorbed] + [window]
+        fired = wm >= end - 1  # window_fires
+        if kept is None:  # new bounds: the timer of a window kept as it was stays valid
+            window = TimeWindow(start, end)
+            if len(absorbed) == len(sessions):
+                self._sessions[prefix] = [window]
+            else:
+                self._sessions[prefix] = [w for w in sessions if w not in absorbed] + [window]
             heapq.heappush(
                 self._timers,
-                (cleanup_time(window, self._lateness), _CLEANUP, kg, sk)
-                if fired
-                else (window.max_timestamp, _FIRE, kg, sk),
+                (end - 1 + self._lateness, _CLEANUP, kg, sk) if fired else (end - 1, _FIRE, kg, sk),
             )
         if fired:
-            self._emit(key, window.start, window.end, acc)
+            self._emit(key, start, end, acc)
 
     def _session_entry(self, key_group: int, state_key: bytes) -> tuple[Any, Any]:
         """The ``(key, accumulator)`` of a session of the current key: kept until its cleanup, which
@@ -479,6 +502,11 @@ class WindowAggregateOperator(KeyedOperator):
                     self._timers.append((end - 1, _FIRE, kg, sk))
         heapq.heapify(self._timers)
         heapq.heapify(self._processing_timers)
+
+
+def _window_plan(windows: tuple[TimeWindow, ...]) -> tuple[tuple[int, int, int, bytes], ...]:
+    """Per window: start, end, last timestamp and the state key's bounds after the key prefix."""
+    return tuple((w.start, w.end, w.end - 1, window_key_suffix(w.start, w.end)) for w in windows)
 
 
 def decode_window_state(data: bytes) -> int:

@@ -76,17 +76,16 @@ def _one_output(outputs: Sequence[Output]) -> Output:
 
 
 class SourceWatermarkTap:
-    """The output of a chain's head source: records go straight through, the last watermark it
-    emitted is kept (for the task's watermark gauge and its idle/active logs)."""
+    """The output of a chain's head source: records go straight through (``emit`` is the next
+    output's own, bound once: no call in between), the last watermark it emitted is kept (for the
+    task's watermark gauge and its idle/active logs)."""
 
-    __slots__ = ("_inner", "watermark")
+    __slots__ = ("_inner", "emit", "watermark")
 
     def __init__(self, inner: Output) -> None:
         self._inner = inner
+        self.emit: Callable[[Any, int | None], None] = inner.emit
         self.watermark: int | None = None
-
-    def emit(self, value: Any, timestamp: int | None) -> None:
-        self._inner.emit(value, timestamp)
 
     def emit_watermark(self, watermark: int) -> None:
         self.watermark = watermark

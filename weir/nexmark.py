@@ -47,6 +47,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+import msgspec
+
 from weir.core import json_codec
 
 PERSON: Final = 0
@@ -131,6 +133,12 @@ class NexmarkConfig:
 DEFAULT_CONFIG: Final = NexmarkConfig()
 
 
+# The events are pickled as their constructor's arguments (``__reduce__``), on the data plane between
+# subtasks and in keyed state: a slots dataclass's own pickling goes through ``__setstate__`` and
+# ``fields()``, about 3x the CPU per event. Pickles written before (keyed state in a savepoint) still
+# load through that ``__setstate__``.
+
+
 @dataclass(frozen=True, slots=True)
 class Person:
     id: int
@@ -141,6 +149,11 @@ class Person:
     state: str
     date_time: int  # epoch ms
     extra: str
+
+    def __reduce__(self) -> tuple[type[Person], tuple[Any, ...]]:
+        return Person, (
+            self.id, self.name, self.email_address, self.credit_card, self.city, self.state, self.date_time, self.extra
+        )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +169,12 @@ class Auction:
     category: int
     extra: str
 
+    def __reduce__(self) -> tuple[type[Auction], tuple[Any, ...]]:
+        return Auction, (
+            self.id, self.item_name, self.description, self.initial_bid, self.reserve, self.date_time, self.expires,
+            self.seller, self.category, self.extra,
+        )  # fmt: skip
+
 
 @dataclass(frozen=True, slots=True)
 class Bid:
@@ -166,6 +185,9 @@ class Bid:
     url: str
     date_time: int  # epoch ms
     extra: str
+
+    def __reduce__(self) -> tuple[type[Bid], tuple[Any, ...]]:
+        return Bid, (self.auction, self.bidder, self.price, self.channel, self.url, self.date_time, self.extra)
 
 
 Event = Person | Auction | Bid
@@ -512,9 +534,75 @@ def encode_event(value: Event) -> bytes:
     return json_codec.encode(to_dict(value))
 
 
+class _PersonRecord(msgspec.Struct, tag_field="event_type", tag=PERSON, rename="camel"):
+    id: int
+    name: str
+    email_address: str
+    credit_card: str
+    city: str
+    state: str
+    date_time: int
+    extra: str
+
+
+class _AuctionRecord(msgspec.Struct, tag_field="event_type", tag=AUCTION, rename="camel"):
+    id: int
+    item_name: str
+    description: str
+    initial_bid: int
+    reserve: int
+    date_time: int
+    expires: int
+    seller: int
+    category: int
+    extra: str
+
+
+class _BidRecord(msgspec.Struct, tag_field="event_type", tag=BID, rename="camel"):
+    auction: int
+    bidder: int
+    price: int
+    channel: str
+    url: str
+    date_time: int
+    extra: str
+
+
+_decode_typed: Final = msgspec.json.Decoder(_BidRecord | _PersonRecord | _AuctionRecord).decode
+"""The JSON form of an event straight into a typed record, in one call: the ``event_type`` tag picks
+the kind, every field is checked for its type (``int`` refuses a bool or a float, as ``from_dict``
+does) and unknown fields are ignored. What it refuses is decided again by the general path, which
+gives the error."""
+_DecodeFailed: Final = (msgspec.DecodeError, UnicodeDecodeError, TypeError)
+
+
 def decode_event(raw: bytes | None) -> Event:
     """A Kafka record's value as its event (a job's ``deserializer``): raises ValueError (the record
-    is dead-lettered) when it is not JSON or not a Nexmark event."""
+    is dead-lettered) when it is not JSON or not a Nexmark event.
+
+    The typed decoder takes each valid event in one pass (about half the CPU of a dict and
+    :func:`from_dict`); anything it refuses goes through :func:`json_codec.decode` and
+    :func:`from_dict`, which accept the same events and name what is wrong with the others."""
+    try:
+        typed = _decode_typed(raw)  # type: ignore[arg-type]
+    except _DecodeFailed:
+        pass
+    else:
+        match typed:
+            case _BidRecord():
+                return Bid(
+                    typed.auction, typed.bidder, typed.price, typed.channel, typed.url, typed.date_time, typed.extra
+                )
+            case _PersonRecord():
+                return Person(
+                    typed.id, typed.name, typed.email_address, typed.credit_card, typed.city, typed.state,
+                    typed.date_time, typed.extra,
+                )  # fmt: skip
+            case _AuctionRecord():
+                return Auction(
+                    typed.id, typed.item_name, typed.description, typed.initial_bid, typed.reserve,
+                    typed.date_time, typed.expires, typed.seller, typed.category, typed.extra,
+                )  # fmt: skip
     if raw is None:
         raise ValueError("record has no value")
     record = json_codec.decode(raw)

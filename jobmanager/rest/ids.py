@@ -7,15 +7,15 @@ from __future__ import annotations
 import re
 from typing import Final
 
-WEIR_ID_HEX: Final = 16
+JOB_ID_DIGITS: Final = 16
 FLINK_ID_HEX: Final = 32
 _HEX: Final = re.compile(r"[0-9a-f]+")
-_PADDING: Final = "0" * (FLINK_ID_HEX - WEIR_ID_HEX)
+_PADDING: Final = "0" * (FLINK_ID_HEX - JOB_ID_DIGITS)
 
 
 def flink_job_id(job_id: str) -> str:
     """A Weir job id as Flink's 32-hex JobID (zeros first); any other id unchanged."""
-    if len(job_id) == WEIR_ID_HEX and _HEX.fullmatch(job_id):
+    if len(job_id) == JOB_ID_DIGITS and _HEX.fullmatch(job_id):
         return _PADDING + job_id
     return job_id
 

@@ -11,7 +11,7 @@ priority events), as Flink's ``OperatorChain`` does with its stream outputs.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, split_by_channel
@@ -26,11 +26,14 @@ from weir.taskmanager.network.codec import (
     watermark_status_message,
 )
 from weir.taskmanager.network.output_channels import LocalOutputChannel, OutputChannel
+from weir.taskmanager.partitioners import KeyGroupPartitioner
 from weir.wire import common_pb2, taskmanager_pb2
 
 RECORDS_PER_BUFFER = 1000
 COLUMNAR_ROWS_PER_BUFFER = 8192
 """Rows a columnar output channel gathers before it sends a buffer (the buffer timeout sends fewer)."""
+CHANNEL_MEMO_KEYS = 100_000
+"""Keys whose channel a hash-partitioned writer remembers; past it, it forgets them all at once."""
 
 
 class KeyRejected(Protocol):
@@ -75,6 +78,10 @@ class RecordWriter:
                     raise ValueError(f"a columnar edge is keyed by a field name, not by {key_selector!r}")
                 self._batch_keys = BatchKeys(key_selector.field, max_parallelism)
                 self._channel_of = channel_table(lambda kg: partitioner.select_channels(kg)[0], max_parallelism)
+        elif key_selector is not None and isinstance(partitioner, KeyGroupPartitioner):
+            # Hash partitioning: one channel per key group, so per key; bound once, at construction.
+            self._channel_of_key: dict[Any, int] = {}
+            self.emit = self._emit_hashed  # type: ignore[method-assign]
 
     def _emit_batch(self, batch: Any, timestamp: int | None) -> None:
         if self._key_selector is not None:
@@ -91,6 +98,36 @@ class RecordWriter:
             if self._rows[ch] >= COLUMNAR_ROWS_PER_BUFFER:
                 self._flush_channel(ch)
         self.records_out += batch.num_rows
+
+    def _emit_hashed(self, value: Any, timestamp: int | None) -> None:
+        """:meth:`emit` on a hash-partitioned edge: the channel of a ``str``, ``int`` or ``bytes`` key
+        seen before is one dict lookup (what ``KeyEncoder`` remembers, for the same reason: equal
+        values of other types may encode differently), up to ``CHANNEL_MEMO_KEYS`` keys."""
+        memo = self._channel_of_key
+        try:
+            key = self._key_selector(value)
+            kind = type(key)
+            remembered = kind is str or kind is int or kind is bytes
+            ch = memo.get(key) if remembered else None
+            if ch is None:
+                kg = self._key_group_of(key)
+        except Exception as exc:
+            if self._key_rejected is None:
+                raise
+            self._key_rejected(exc, value, timestamp)  # raises with the record named, or dead-letters it
+            return
+        if ch is None:
+            ch = self._partitioner.select_channels(kg)[0]
+            if remembered:
+                if len(memo) >= CHANNEL_MEMO_KEYS:
+                    memo.clear()
+                memo[key] = ch
+        values = self._values[ch]
+        values.append(value)
+        self._timestamps[ch].append(timestamp)
+        if len(values) >= RECORDS_PER_BUFFER:
+            self._flush_channel(ch)
+        self.records_out += 1
 
     def emit(self, value: Any, timestamp: int | None) -> None:
         if self._single_channel:
@@ -186,16 +223,15 @@ class RecordWriter:
 
 
 class NetworkOutput:
-    """An edge out of the chain into its RecordWriter; watermarks ride along with the next flush."""
+    """An edge out of the chain into its RecordWriter; watermarks ride along with the next flush.
+    ``emit`` is the writer's own, bound once (no call in between)."""
 
-    __slots__ = ("pending_watermark", "writer")
+    __slots__ = ("emit", "pending_watermark", "writer")
 
     def __init__(self, writer: RecordWriter) -> None:
         self.writer = writer
+        self.emit: Callable[[Any, int | None], None] = writer.emit
         self.pending_watermark: int | None = None
-
-    def emit(self, value: Any, timestamp: int | None) -> None:
-        self.writer.emit(value, timestamp)
 
     def emit_watermark(self, watermark: int) -> None:
         self.pending_watermark = watermark

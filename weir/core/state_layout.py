@@ -151,6 +151,12 @@ def window_key(prefix: bytes, start: int, end: int) -> bytes:
     return prefix + _BOUNDS.pack(start, end)
 
 
+def window_key_suffix(start: int, end: int) -> bytes:
+    """What follows the key prefix in the state key of window ``[start, end)``:
+    ``window_key(prefix, start, end) == prefix + window_key_suffix(start, end)``."""
+    return _BOUNDS.pack(start, end)
+
+
 class WindowKeys:
     """:func:`window_key` remembering the last window's packed bounds: consecutive records mostly
     fall into the same window, so most state keys cost a concatenation."""

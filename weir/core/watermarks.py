@@ -29,27 +29,28 @@ class BoundedOutOfOrdernessWatermarks:
     newest one is still on time.
     """
 
-    __slots__ = ("_last_polled", "_max_timestamp", "max_out_of_orderness_ms")
+    __slots__ = ("_last_polled", "max_out_of_orderness_ms", "max_timestamp")
 
     def __init__(self, max_out_of_orderness_ms: int) -> None:
         if max_out_of_orderness_ms < 0:
             raise ValueError(f"max out-of-orderness must be >= 0 ms, got {max_out_of_orderness_ms}")
         self.max_out_of_orderness_ms = max_out_of_orderness_ms
-        # Chosen so that current_watermark() is exactly MIN_WATERMARK until the first element.
-        self._max_timestamp = MIN_WATERMARK + max_out_of_orderness_ms + 1
+        # Chosen so that current_watermark() is exactly MIN_WATERMARK until the first element. A
+        # source's read loop raises it itself (on_event inline, once per record).
+        self.max_timestamp = MIN_WATERMARK + max_out_of_orderness_ms + 1
         self._last_polled = MIN_WATERMARK
 
     def on_event(self, timestamp_ms: int) -> None:
         """Account for one element's timestamp."""
-        if timestamp_ms > self._max_timestamp:
-            self._max_timestamp = timestamp_ms
+        if timestamp_ms > self.max_timestamp:
+            self.max_timestamp = timestamp_ms
 
     def current_watermark(self) -> int:
-        return self._max_timestamp - self.max_out_of_orderness_ms - 1
+        return self.max_timestamp - self.max_out_of_orderness_ms - 1
 
     def poll(self) -> int | None:
         """The current watermark if it advanced since the previous poll, else None (nothing to emit)."""
-        watermark = self._max_timestamp - self.max_out_of_orderness_ms - 1
+        watermark = self.max_timestamp - self.max_out_of_orderness_ms - 1
         if watermark > self._last_polled:
             self._last_polled = watermark
             return watermark

@@ -28,6 +28,19 @@ class Count:
         return acc
 
 
+class NoEdge:
+    """An edge out of the chain that nothing here sends to (only restores run)."""
+
+    def emit(self, value: object, timestamp: int | None) -> None:
+        raise AssertionError("no record leaves the chain in these tests")
+
+    def emit_watermark(self, watermark: int) -> None:
+        raise AssertionError("no watermark leaves the chain in these tests")
+
+    def end_of_stream(self) -> None:
+        raise AssertionError("no channel ends in these tests")
+
+
 def context(uid: str) -> OperatorContext:
     return OperatorContext("job", "job", uid, 0, 1, 128, 1, KeyGroupRange(KeyGroup(0), KeyGroup(127)), {}, None)
 
@@ -45,7 +58,7 @@ def chain_of(vertex: str) -> OperatorChain:
         op: StreamOperator = graph.transformations[uid].factory()
         return op
 
-    return OperatorChain(plan.vertices[vertex], operator_of, [object()] * len(plan.vertices[vertex].outputs), context)  # type: ignore[list-item]
+    return OperatorChain(plan.vertices[vertex], operator_of, [NoEdge()] * len(plan.vertices[vertex].outputs), context)
 
 
 @pytest.mark.parametrize(

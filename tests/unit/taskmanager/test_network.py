@@ -18,6 +18,7 @@ from weir.core.errors import ProtocolError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_for, key_to_bytes, subtask_for_key_group
 from weir.core.serde import dumps_value
+from weir.taskmanager.network import writer as writer_module
 from weir.taskmanager.network.codec import (
     Barrier,
     ChannelBuffer,
@@ -295,6 +296,27 @@ def test_hash_partitioning_sends_each_key_to_the_subtask_owning_its_key_group() 
         for v in c.records():
             per_user[v["user"]].append(v["n"])
         assert all(ns == sorted(ns) for ns in per_user.values())
+
+
+def test_hash_partitioning_remembers_a_channel_only_per_key_of_its_own_type(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The writer remembers the channel of ``str``, ``int`` and ``bytes`` keys; a key equal to a
+    remembered one but of another type (``1.0``, ``True``) encodes on its own and must not take the
+    remembered channel, and forgetting every key at the limit must not move any key."""
+    monkeypatch.setattr(writer_module, "CHANNEL_MEMO_KEYS", 7)
+    channels = [FakeChannel() for _ in range(4)]
+    writer = writer_for(channels, KeyGroupPartitioner(128, 4), key_selector=lambda v: v[0])
+    keys: list[Any] = []
+    for i in range(40):
+        keys += [i, str(i), str(i).encode(), float(i), i % 2 == 0, (i, "x"), None]
+    values = [(key, n) for n, key in enumerate(keys * 2)]
+    for v in values:
+        writer.emit(v, None)
+    writer.flush()
+    for index, channel in enumerate(channels):
+        for key, n in channel.records():
+            assert index == subtask_for_key_group(128, 4, key_group_for(key_to_bytes(key), 128)), (key, n)
+    assert sorted(n for c in channels for _, n in c.records()) == list(range(len(values)))
+    assert len(writer._channel_of_key) <= 7
 
 
 def test_a_flush_is_due_only_once_the_buffer_timeout_passed() -> None:

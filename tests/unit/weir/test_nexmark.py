@@ -4,15 +4,19 @@ rules, and its JSON form."""
 from __future__ import annotations
 
 import collections
+import copyreg
 import dataclasses
 import hashlib
+import io
 import json
+import pickle
 import random
+from typing import Any
 
 import pytest
 
 from weir import nexmark as nx
-from weir.core import serde
+from weir.core import json_codec, serde
 from weir.nexmark import Auction, Bid, NexmarkConfig, Person
 
 N = 10_000
@@ -173,6 +177,87 @@ def test_json_round_trip(events: list[nx.Event]) -> None:
 def test_decoding_refuses_what_is_not_an_event(raw: bytes | None) -> None:
     with pytest.raises(ValueError):
         nx.decode_event(raw)
+
+
+def _general_decode(raw: bytes | None) -> nx.Event:
+    """What decode_event did before its typed decoder: the JSON codec's dict, then from_dict."""
+    if raw is None:
+        raise ValueError("record has no value")
+    record = json_codec.decode(raw)
+    if not isinstance(record, dict):
+        raise ValueError("a Nexmark event is a JSON object")
+    return nx.from_dict(record)
+
+
+def _outcome(decode: Any, raw: bytes | None) -> tuple[str, Any]:
+    try:
+        return "event", decode(raw)
+    except Exception as exc:
+        return type(exc).__name__, str(exc)
+
+
+BID_FIELDS = b'"auction":1,"bidder":2,"price":3,"channel":"c","url":"u","dateTime":4,"extra":"x"'
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        None,
+        b"",
+        b"not json",
+        b"[1]",
+        b"null",
+        b'{"event_type": 3}',
+        b'{"event_type": "bid"}',
+        b'{"event_type": 2.0,' + BID_FIELDS + b"}",
+        b'{"event_type": true,' + BID_FIELDS + b"}",
+        b'{"event_type": 2, "auction": 1}',
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"price":3', b'"price":true') + b"}",
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"price":3', b'"price":3.0') + b"}",
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"price":3', b'"price":1e2') + b"}",
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"price":3', b'"price":NaN') + b"}",
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"price":3', b'"price":123456789012345678901234567890') + b"}",
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"url":"u"', b'"url":null') + b"}",
+        b'{"event_type":2,' + BID_FIELDS + b',"price":"three"}',  # a duplicate key: the last one counts
+        b'{"event_type":2,"price":"three",' + BID_FIELDS + b"}",
+        b'{"event_type":2,' + BID_FIELDS + b',"unknown":[1,{"a":2}]}',
+        b'{"event_type":2,' + BID_FIELDS + b"}",
+        b'{"event_type":2,' + BID_FIELDS + b"} trailing",
+        b'{"event_type":2,' + BID_FIELDS + b"}" + b'{"event_type":2}',
+        b'\xef\xbb\xbf{"event_type":2,' + BID_FIELDS + b"}",  # a UTF-8 byte order mark: json.loads takes it
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"x"', b'"\\ud800"') + b"}",  # a lone surrogate escape
+        b'{"event_type":2,' + BID_FIELDS.replace(b'"x"', b'"\xff"') + b"}",  # not UTF-8
+    ],
+)
+def test_the_typed_decoder_answers_as_the_general_path(raw: bytes | None) -> None:
+    """decode_event's one-pass typed decoder must accept exactly the events the dict path accepts,
+    with equal values, and leave every refusal (and its message) to that path."""
+    assert _outcome(nx.decode_event, raw) == _outcome(_general_decode, raw)
+
+
+def test_the_typed_decoder_reads_every_kind_of_event(events: list[nx.Event]) -> None:
+    raws = [nx.event_json(n) for n in range(N)]
+    assert [nx.decode_event(raw) for raw in raws] == [_general_decode(raw) for raw in raws] == events
+
+
+def test_events_pickled_before_their_reduce_still_load(events: list[nx.Event]) -> None:
+    """Keyed state in a savepoint holds events pickled by the slots dataclass's own protocol
+    (``copyreg.__newobj__`` and the ``__setstate__`` state): they still load, equal."""
+
+    class DataclassProtocol(pickle.Pickler):
+        def reducer_override(self, obj: Any) -> Any:
+            if type(obj) in (Person, Auction, Bid):
+                return copyreg.__newobj__, (type(obj),), obj.__getstate__()
+            return NotImplemented
+
+    sample = [events[0], events[1], events[4]]
+    assert {type(e) for e in sample} == {Person, Auction, Bid}
+    for event in sample:
+        out = io.BytesIO()
+        DataclassProtocol(out, protocol=5).dump(event)
+        old = out.getvalue()
+        assert old != pickle.dumps(event, protocol=5)  # the old form, not today's
+        assert serde.loads_value(old) == event
 
 
 def test_helpers_for_job_files(events: list[nx.Event]) -> None:

@@ -1,0 +1,57 @@
+"""bench/cpu_bench.py's comparison of two trees' alternating rounds (no run: result files in, one document out)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.cpu_bench import compare
+
+
+def round_file(
+    tmp_path: Path, name: str, figures: dict[str, float], *, outputs: int = 10, loaded: bool = False
+) -> Path:
+    document: dict[str, Any] = {
+        "commit": name,
+        "note": "",
+        "at": "2026-12-04T00:00:00Z",
+        "load_average": [1.0, 1.0, 1.0],
+        "under_load": loaded,
+        "events": 1000,
+        "parallelism": 3,
+        "cases": {
+            case: {"runs_us_per_event": [us], "runs_under_load": int(loaded), "output_records": outputs}
+            for case, us in figures.items()
+        },
+    }
+    path = tmp_path / f"{name}.json"
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_each_case_gets_its_rounds_medians_and_ratio(tmp_path: Path) -> None:
+    before = [round_file(tmp_path, f"b{i}", {"q0": us, "q5": 2 * us}) for i, us in enumerate((4.0, 6.0, 5.0))]
+    after = [round_file(tmp_path, f"a{i}", {"q0": us, "q5": us}, loaded=i == 1) for i, us in enumerate((2.0, 3.0, 2.5))]
+    document = compare(before, after)
+    assert document["cases"]["q0"] == {
+        "before_runs_us_per_event": [4.0, 6.0, 5.0],
+        "after_runs_us_per_event": [2.0, 3.0, 2.5],
+        "before_median": 5.0,
+        "after_median": 2.5,
+        "ratio": 0.5,
+        "runs_under_load": 1,
+        "output_records": 10,
+    }
+    assert document["cases"]["q5"]["ratio"] == 0.25
+    assert document["under_load"] is True
+    assert [side["commit"] for side in document["sides"]["after"]] == ["a0", "a1", "a2"]
+
+
+def test_trees_whose_outputs_differ_in_size_are_not_compared(tmp_path: Path) -> None:
+    before = [round_file(tmp_path, "b", {"q0": 1.0}, outputs=10)]
+    after = [round_file(tmp_path, "a", {"q0": 1.0}, outputs=11)]
+    with pytest.raises(SystemExit, match=r"q0: the trees' outputs differ in size \(\[10, 11\]\)"):
+        compare(before, after)
