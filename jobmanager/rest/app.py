@@ -23,7 +23,8 @@ from weir.core.errors import AuthenticationError, UnknownJobError
 from weir.core.transport_security import authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
-from weir.jobmanager.rest import errors, flink, views
+from weir.jobmanager.messages import JobPlanView, VertexView
+from weir.jobmanager.rest import errors, flink, vertices, views
 from weir.jobmanager.rest.ids import weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
@@ -36,6 +37,9 @@ _ERROR: Final = {"model": views.ErrorBody}
 NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {404: {**_ERROR, "description": "Unknown job"}}
 BAD_REQUEST: Final[dict[int | str, dict[str, Any]]] = {400: {**_ERROR, "description": "Malformed request"}}
 CONFLICT: Final[dict[int | str, dict[str, Any]]] = {409: {**_ERROR, "description": "Not possible in the job's state"}}
+UNKNOWN_VERTEX: Final[dict[int | str, dict[str, Any]]] = {
+    404: {**_ERROR, "description": "Unknown job, vertex or subtask"}
+}
 FLINK_VERSION_PREFIX: Final = "/v1"
 
 
@@ -160,6 +164,54 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
         if vertex_id not in {v.uid for v in manager.job_plan(job_id).vertices}:
             raise UnknownVertexError(job_id, vertex_id)
         return views.vertex_backpressure(manager.job_status(job_id), vertex_id)
+
+    def vertex_of(job_id: str, vertex_id: str) -> tuple[JobPlanView, VertexView]:
+        plan = manager.job_plan(job_id)
+        vertex = vertices.find_vertex(plan.vertices, vertex_id)
+        if vertex is None:
+            raise UnknownVertexError(job_id, vertex_id)
+        return plan, vertex
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}", responses=UNKNOWN_VERTEX)
+    def vertex(job_id: str, vertex_id: str) -> vertices.VertexDetails:
+        """Flink's ``JobVertexDetailsInfo``: the vertex and each subtask's state, place, times and records."""
+        job_id = weir_job_id(job_id)
+        plan, found = vertex_of(job_id, vertex_id)
+        return vertices.vertex_details(
+            manager.job_status(job_id), found, plan.max_parallelism, manager.cluster_status()
+        )
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/subtasktimes", responses=UNKNOWN_VERTEX)
+    def subtask_times(job_id: str, vertex_id: str) -> vertices.VertexSubtaskTimes:
+        """Flink's ``SubtasksTimesInfo``: when each subtask reached each state (as far as Weir records it)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return vertices.subtask_times(manager.job_status(job_id), found, manager.cluster_status())
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}", responses={**UNKNOWN_VERTEX, **BAD_REQUEST})
+    def subtask(job_id: str, vertex_id: str, index: int) -> vertices.SubtaskAttemptDetails:
+        """Flink's ``SubtaskExecutionAttemptDetailsInfo`` of the subtask's current attempt."""
+        return current_subtask(weir_job_id(job_id), vertex_id, index)
+
+    @api.get(
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/attempts/{attempt}",
+        responses={**UNKNOWN_VERTEX, **BAD_REQUEST},
+    )
+    def subtask_attempt(job_id: str, vertex_id: str, index: int, attempt: int) -> vertices.SubtaskAttemptDetails:
+        """The subtask in one attempt: Weir keeps its current attempt only (another one: 404)."""
+        details = current_subtask(weir_job_id(job_id), vertex_id, index)
+        if details.attempt != attempt:
+            raise HTTPException(
+                404, f"subtask {index} of vertex {vertex_id!r} is in attempt {details.attempt}; Weir keeps no other"
+            )
+        return details
+
+    def current_subtask(job_id: str, vertex_id: str, index: int) -> vertices.SubtaskAttemptDetails:
+        vertex_of(job_id, vertex_id)
+        details = vertices.subtask_of(manager.job_status(job_id), vertex_id, index, manager.cluster_status())
+        if details is None:
+            raise HTTPException(404, f"vertex {vertex_id!r} of job {job_id} has no subtask {index}")
+        return details
 
     @api.post("/jobs/{job_id}/savepoints", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
     def savepoint(job_id: str, request: views.SavepointRequest | None = None) -> views.SavepointTriggered:

@@ -214,6 +214,32 @@ def test_backpressure_per_subtask_of_each_vertex(rest: RestJob) -> None:
     assert "no vertex 'file'" in rest.errors(rest.http.get(f"/jobs/{rest.job_id}/vertices/file/backpressure"), 404)[0]
 
 
+def test_a_vertex_its_subtasks_and_their_times_in_flink_s_shapes(rest: RestJob) -> None:
+    taskmanagers = {tm["id"]: tm["path"] for tm in rest.get("/taskmanagers")["taskmanagers"]}
+    flink_id = "0" * 16 + rest.job_id
+    seen: list[Any] = []
+
+    def flowing() -> dict[str, Any] | None:
+        answer = rest.get(f"/v1/jobs/{flink_id}/vertices/fail-once")
+        seen[:] = [answer]
+        return answer if all(s["metrics"]["read-records"] > 0 for s in answer["subtasks"]) else None
+
+    vertex = eventually(flowing, "records read by every subtask of fail-once", context=seen)
+    assert (vertex["id"], vertex["parallelism"]) == ("fail-once", PARALLELISM)
+    assert vertex["maxParallelism"] >= PARALLELISM and abs(vertex["now"] - time.time() * 1000) < 30_000
+    assert [s["subtask"] for s in vertex["subtasks"]] == list(range(PARALLELISM))
+    for s in vertex["subtasks"]:
+        assert (s["status"], s["attempt"], s["end-time"]) == ("RUNNING", 2, -1)
+        assert s["host"] == taskmanagers[s["taskmanager-id"]] == s["endpoint"]
+        assert 0 < s["start-time"] <= vertex["now"] and s["duration"] == vertex["now"] - s["start-time"]
+        assert s["metrics"]["read-records-complete"] and not s["metrics"]["read-bytes-complete"]
+        assert (
+            rest.get(f"/jobs/{rest.job_id}/vertices/fail-once/subtasks/{s['subtask']}/attempts/2")["host"] == s["host"]
+        )
+    times = rest.get(f"/jobs/{rest.job_id}/vertices/fail-once/subtasktimes")
+    assert [t["timestamps"]["DEPLOYING"] for t in times["subtasks"]] == [s["start-time"] for s in vertex["subtasks"]]
+
+
 # Exceptions ----------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,166 @@
+"""Flink's REST endpoints that Weir answers in Flink's shapes (field names and nesting of Flink's
+``rest_v1_dispatcher.yml``): a vertex and its subtasks, subtask times, the checkpoint statistics'
+summary and configuration, a TaskManager's details, the cluster's, the JobManager's and a job's
+configuration. Over a JobManager built without network, as ``test_app``."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
+from weir.core.states import TaskState
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.messages import Heartbeat, TaskProgress, TaskStateReport
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
+    from fastapi.testclient import TestClient
+
+from weir.jobmanager.rest.app import create_app
+
+IO_METRICS = {
+    "read-bytes",
+    "read-bytes-complete",
+    "write-bytes",
+    "write-bytes-complete",
+    "read-records",
+    "read-records-complete",
+    "write-records",
+    "write-records-complete",
+}
+SUBTASK_FIELDS = {
+    "subtask",
+    "status",
+    "attempt",
+    "host",
+    "endpoint",
+    "start-time",
+    "end-time",
+    "duration",
+    "metrics",
+    "taskmanager-id",
+    "start_time",
+}
+
+
+@pytest.fixture
+def harness(make_harness: MakeHarness) -> Harness:
+    h = make_harness()
+    h.jm.recover_jobs()
+    return h
+
+
+@pytest.fixture
+def client(harness: Harness) -> Iterator[TestClient]:
+    with TestClient(create_app(harness.jm)) as client:
+        yield client
+
+
+def running_job(h: Harness, parameters: dict[str, str] | None = None) -> JobMaster:
+    params = {"checkpointing.interval": "1h", "restart.strategy": "fixed-delay", "restart.delay": "1s"}
+    job = h.job({**params, **(parameters or {})})
+    h.jm.report_task_state(TaskStateReport(job.job_id, "gen", 0, job.attempt, TaskState.RUNNING, None, 0, 0, False))
+    h.jm.heartbeat(Heartbeat("tm-a", (TaskProgress(job.job_id, "gen", 0, job.attempt, 40, 35),)))
+    return job
+
+
+def ok(client: TestClient, path: str) -> Any:
+    response = client.get(path)
+    assert response.status_code == 200, f"{path}: {response.status_code} {response.text}"
+    return response.json()
+
+
+def errors_of(response: Any, status: int) -> list[str]:
+    assert response.status_code == status, response.text
+    body = response.json()
+    assert set(body) == {"errors"} and body["errors"], body
+    return list(body["errors"])
+
+
+# Vertices and subtasks -----------------------------------------------------------------------------
+
+
+def test_a_vertex_s_details_are_flink_s_job_vertex_details_info(harness: Harness, client: TestClient) -> None:
+    job = running_job(harness)
+    harness.clock.advance(7.5)
+    now = round(harness.clock() * 1000)
+    vertex = ok(client, "/jobs/job-1/vertices/gen")
+    assert set(vertex) == {"id", "name", "parallelism", "maxParallelism", "now", "subtasks"}
+    assert (vertex["id"], vertex["name"], vertex["parallelism"], vertex["now"]) == ("gen", "generator -> print", 1, now)
+    assert vertex["maxParallelism"] == job.loaded.graph.max_parallelism
+    (subtask,) = vertex["subtasks"]
+    assert set(subtask) == SUBTASK_FIELDS and set(subtask["metrics"]) == IO_METRICS
+    assert (subtask["subtask"], subtask["status"], subtask["attempt"]) == (0, "RUNNING", job.attempt)
+    assert (subtask["host"], subtask["endpoint"], subtask["taskmanager-id"]) == (TM_A, TM_A, "tm-a")
+    assert subtask["end-time"] == -1
+    assert subtask["metrics"]["read-records"] == 40 and subtask["metrics"]["write-records"] == 35
+    assert subtask["metrics"]["read-records-complete"] is True
+    assert (subtask["metrics"]["read-bytes"], subtask["metrics"]["read-bytes-complete"]) == (0, False)
+    assert ok(client, "/v1/jobs/job-1/vertices/gen") == vertex
+
+
+def test_a_subtask_s_start_is_its_attempt_s_deployment_and_its_end_the_job_s(
+    harness: Harness, client: TestClient
+) -> None:
+    job = running_job(harness)
+    job.submission = dataclasses.replace(job.submission, submitted_at=50.0)
+    harness.clock.advance(10)  # now 110 s
+    subtask = ok(client, "/jobs/job-1/vertices/gen/subtasks/0")
+    assert (subtask["start-time"], subtask["start_time"], subtask["end-time"]) == (50_000, 50_000, -1)
+    assert subtask["duration"] == 110_000 - 50_000
+    harness.finish(job)
+    assert harness.jm.job_status("job-1").summary.status.terminal
+    ended = ok(client, "/jobs/job-1/vertices/gen/subtasks/0")
+    end = ended["end-time"]
+    assert ended["status"] == "FINISHED" and end > 0 and ended["duration"] == end - 50_000
+    times = ok(client, "/jobs/job-1/vertices/gen/subtasktimes")
+    assert set(times) == {"id", "name", "now", "subtasks"}
+    (entry,) = times["subtasks"]
+    assert set(entry) == {"subtask", "host", "duration", "timestamps"}
+    assert entry["timestamps"]["DEPLOYING"] == 50_000 and entry["timestamps"]["FINISHED"] == end
+    assert entry["timestamps"]["RUNNING"] == 0  # not recorded per subtask
+    assert set(entry["timestamps"]) == {
+        "CREATED",
+        "SCHEDULED",
+        "DEPLOYING",
+        "RUNNING",
+        "FINISHED",
+        "CANCELING",
+        "CANCELED",
+        "FAILED",
+        "RECONCILING",
+        "INITIALIZING",
+    }
+
+
+def test_a_subtask_by_its_attempt_and_the_unknown_ones(harness: Harness, client: TestClient) -> None:
+    job = running_job(harness)
+    assert ok(client, f"/jobs/job-1/vertices/gen/subtasks/0/attempts/{job.attempt}")["attempt"] == job.attempt
+    assert (
+        "keeps no other"
+        in errors_of(client.get(f"/jobs/job-1/vertices/gen/subtasks/0/attempts/{job.attempt + 1}"), 404)[0]
+    )
+    assert "no subtask 3" in errors_of(client.get("/jobs/job-1/vertices/gen/subtasks/3"), 404)[0]
+    errors_of(client.get("/jobs/job-1/vertices/gen/subtasks/x"), 400)
+    for path in ("/jobs/job-1/vertices/nope", "/jobs/job-1/vertices/nope/subtasktimes", "/jobs/nope/vertices/gen"):
+        errors_of(client.get(path), 404)
+
+
+def test_a_subtask_not_deployed_yet_is_created_and_unassigned(harness: Harness, client: TestClient) -> None:
+    harness.job()
+    with harness.jm.lock:
+        record = harness.jm.jobs["job-1"].tasks[("gen", 0)]
+        record.attempt, record.taskmanager_id, record.state = 0, "", None
+    subtask = ok(client, "/jobs/job-1/vertices/gen")["subtasks"][0]
+    assert (subtask["status"], subtask["host"], subtask["taskmanager-id"]) == (
+        "CREATED",
+        "(unassigned)",
+        "(unassigned)",
+    )
+    assert (subtask["start-time"], subtask["duration"]) == (0, -1)
+    assert subtask["metrics"]["read-records-complete"] is False
