@@ -24,7 +24,7 @@ from weir.core.transport_security import authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, VertexView
-from weir.jobmanager.rest import errors, flink, vertices, views
+from weir.jobmanager.rest import config, errors, flink, vertices, views
 from weir.jobmanager.rest.ids import weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
@@ -143,6 +143,11 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
     @api.get("/jobs/{job_id}/checkpoints", responses=NOT_FOUND)
     def checkpoints(job_id: str) -> views.Checkpoints:
         return views.checkpoints(manager.list_checkpoints(weir_job_id(job_id)))
+
+    @api.get("/jobs/{job_id}/checkpoints/config", responses=NOT_FOUND)
+    def checkpoint_config(job_id: str) -> config.CheckpointConfigInfo:
+        """Flink's ``CheckpointConfigInfo`` from the job's ``checkpointing.*`` settings."""
+        return config.checkpoint_config(manager.job_config(weir_job_id(job_id)))
 
     @api.get(
         "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",

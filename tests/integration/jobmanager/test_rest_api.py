@@ -286,6 +286,29 @@ def test_checkpoints_count_list_and_name_the_restored_one(rest: RestJob) -> None
     assert completed["checkpoint_type"] == "CHECKPOINT"
 
 
+def test_the_checkpoint_summary_and_config_are_flink_s(rest: RestJob) -> None:
+    listing = rest.get(f"/v1/jobs/{rest.job_id}/checkpoints")
+    completed = [c for c in listing["history"] if c["status"] == "COMPLETED"]
+    sizes = [c["state_size"] for c in completed]
+    durations = [c["end_to_end_duration"] for c in completed]
+    summary = listing["summary"]
+    assert (summary["state_size"]["min"], summary["state_size"]["max"]) == (min(sizes), max(sizes))
+    assert (summary["end_to_end_duration"]["min"], summary["end_to_end_duration"]["max"]) == (
+        min(durations),
+        max(durations),
+    )
+    assert summary["state_size"]["min"] <= summary["state_size"]["p50"] <= summary["state_size"]["max"]
+    assert all(c["className"] == "completed" for c in completed)
+    restored = listing["latest"]["restored"]
+    paths = {c["id"]: c["external_path"] for c in listing["history"]}
+    assert restored["external_path"] == paths.get(restored["id"])  # None once no longer retained
+    config = rest.get(f"/jobs/{rest.job_id}/checkpoints/config")
+    assert (config["mode"], config["interval"], config["max_concurrent"]) == ("exactly_once", 1_000, 1)
+    assert config["externalization"] == {"enabled": True, "delete_on_cancellation": False}
+    assert config["unaligned_checkpoints"] is False and config["retained"] >= 1
+    assert all(c["external_path"].startswith(config["checkpoint_storage"].rstrip("/")) for c in completed[:1])
+
+
 def test_a_checkpoint_s_details_have_a_line_per_subtask(rest: RestJob) -> None:
     checkpoint = rest.completed_checkpoints()[0]
     details = rest.get(f"/jobs/{rest.job_id}/checkpoints/details/{checkpoint['id']}")

@@ -506,6 +506,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/{job_id}/plan",
         "/jobs/{job_id}/exceptions",
         "/jobs/{job_id}/checkpoints",
+        "/jobs/{job_id}/checkpoints/config",
         "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",
         "/jobs/{job_id}/vertices/{vertex_id}/backpressure",
         "/jobs/{job_id}/vertices/{vertex_id}",

@@ -14,14 +14,16 @@ import pytest
 
 from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
 from weir.core.states import TaskState
+from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
-from weir.jobmanager.messages import Heartbeat, TaskProgress, TaskStateReport
+from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
     from fastapi.testclient import TestClient
 
 from weir.jobmanager.rest.app import create_app
+from weir.jobmanager.rest.views import percentile
 
 IO_METRICS = {
     "read-bytes",
@@ -164,3 +166,95 @@ def test_a_subtask_not_deployed_yet_is_created_and_unassigned(harness: Harness, 
     )
     assert (subtask["start-time"], subtask["duration"]) == (0, -1)
     assert subtask["metrics"]["read-records-complete"] is False
+
+
+# Checkpoints: summary and configuration ------------------------------------------------------------
+
+STATS = {"min", "max", "avg", "p50", "p90", "p95", "p99", "p999"}
+
+
+def complete_checkpoint(h: Harness, job: JobMaster, duration_s: float, state_bytes: int, inflight: int) -> int:
+    """Trigger a savepoint of the one-task job and acknowledge it ``duration_s`` later, its state
+    ``state_bytes`` (its inline snapshot, a JSON document of that length)."""
+    savepoint_id = h.jm.trigger_savepoint(job.job_id, "", stop=False, drain=False)
+    h.clock.advance(duration_s)
+    metrics = TaskAckMetrics(state_size_bytes=state_bytes, unaligned=inflight > 0, inflight_bytes=inflight)
+    snapshot = b'{"p":"' + b"x" * (state_bytes - 8) + b'"}'
+    h.jm.acknowledge_checkpoint(CheckpointAck(job.job_id, "gen", 0, job.attempt, savepoint_id, (), snapshot, metrics))
+    return int(savepoint_id)
+
+
+def test_checkpoint_statistics_have_flink_s_counts_summary_and_latest(harness: Harness, client: TestClient) -> None:
+    job = running_job(harness)
+    empty = ok(client, "/jobs/job-1/checkpoints")["summary"]
+    assert set(empty) == {"state_size", "end_to_end_duration", "persisted_data"}
+    assert empty["state_size"] == dict.fromkeys(STATS, 0) | {p: 0.0 for p in STATS - {"min", "max", "avg"}}
+    for duration_s, size, inflight in ((0.1, 100, 0), (0.3, 300, 30), (0.2, 200, 0)):
+        complete_checkpoint(harness, job, duration_s, size, inflight)
+    statistics = ok(client, "/jobs/job-1/checkpoints")
+    assert set(statistics) == {"counts", "summary", "latest", "history"}
+    assert set(statistics["counts"]) == {"restored", "total", "in_progress", "completed", "failed"}
+    assert set(statistics["latest"]) == {"completed", "savepoint", "failed", "restored"}
+    summary = statistics["summary"]
+    assert set(summary["state_size"]) == STATS
+    assert (summary["state_size"]["min"], summary["state_size"]["max"], summary["state_size"]["avg"]) == (100, 300, 200)
+    assert summary["state_size"]["p50"] == 200.0 and summary["state_size"]["p999"] == 300.0
+    assert (summary["end_to_end_duration"]["min"], summary["end_to_end_duration"]["max"]) == (100, 300)
+    assert (summary["persisted_data"]["max"], summary["persisted_data"]["avg"]) == (30, 10)
+    newest = statistics["history"][0]
+    assert newest["className"] == "completed" and newest["persisted_data"] == 0
+    assert statistics["history"][1]["persisted_data"] == 30
+    assert statistics["latest"]["savepoint"] == newest
+
+
+@pytest.mark.parametrize(
+    ("values", "p", "expected"),
+    [
+        ([], 50, 0.0),
+        ([7], 99.9, 7.0),
+        ([1, 2, 3, 4], 50, 2.5),  # position 2.5: halfway between the 2nd and the 3rd
+        ([1, 2, 3, 4], 10, 1.0),  # position 0.5 < 1: the smallest
+        ([1, 2, 3, 4], 90, 4.0),  # position 4.5 >= n: the largest
+        ([10, 20, 30, 40, 50, 60, 70, 80, 90, 100], 90, 99.0),  # position 9.9
+    ],
+)
+def test_percentiles_are_estimated_as_commons_math_s(values: list[int], p: float, expected: float) -> None:
+    assert percentile(values, p) == pytest.approx(expected)
+
+
+def test_the_checkpoint_config_is_flink_s_from_the_job_s_settings(harness: Harness, client: TestClient) -> None:
+    running_job(
+        harness,
+        {
+            "checkpointing.interval": "2s",
+            "checkpointing.timeout": "1m",
+            "checkpointing.min-pause": "500ms",
+            "checkpointing.max-concurrent": "2",
+            "checkpointing.retained": "5",
+            "checkpointing.unaligned": "true",
+            "checkpointing.aligned-checkpoint-timeout": "3s",
+        },
+    )
+    assert ok(client, "/v1/jobs/job-1/checkpoints/config") == {
+        "mode": "exactly_once",
+        "interval": 2_000,
+        "timeout": 60_000,
+        "min_pause": 500,
+        "max_concurrent": 2,
+        "externalization": {"enabled": True, "delete_on_cancellation": False},
+        "state_backend": "rocksdb",
+        "checkpoint_storage": harness.jm.storage.uri,
+        "unaligned_checkpoints": True,
+        "aligned_checkpoint_timeout": 3_000,
+        "checkpoints_after_tasks_finish": True,
+        "state_changelog_enabled": False,
+        "retained": 5,
+    }
+
+
+def test_a_job_without_periodic_checkpoints_has_flink_s_never_interval(harness: Harness, client: TestClient) -> None:
+    harness.job({"restart.strategy": "none", "checkpointing.mode": "at_least_once"})
+    answer = ok(client, "/jobs/job-1/checkpoints/config")
+    assert (answer["mode"], answer["interval"], answer["unaligned_checkpoints"]) == ("at_least_once", 2**63 - 1, False)
+    assert (answer["timeout"], answer["retained"]) == (600_000, 3)
+    errors_of(client.get("/jobs/nope/checkpoints/config"), 404)
