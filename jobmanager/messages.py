@@ -258,6 +258,7 @@ class TaskManagerView:
     last_heartbeat_age_s: float
     alive: bool
     tasks: tuple[PlacedTaskView, ...] = ()  # of the jobs that have not ended
+    metrics_port: int = 0  # its Prometheus metrics; 0: none
 
 
 @dataclass(frozen=True)

@@ -245,6 +245,7 @@ class ReadApi:
                         last_heartbeat_age_s=now - tm.last_heartbeat,
                         alive=tm.alive,
                         tasks=tuple(placed.get(tm.taskmanager_id, ())) if tm.alive else (),
+                        metrics_port=tm.metrics_port,
                     )
                     for tm in sorted(self._registry.taskmanagers.values(), key=lambda t: t.taskmanager_id)
                 )

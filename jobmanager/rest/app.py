@@ -97,6 +97,14 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
     def taskmanagers() -> views.TaskManagers:
         return views.taskmanagers(manager.cluster_status())
 
+    @api.get("/taskmanagers/{taskmanager_id}", responses={404: {**_ERROR, "description": "Unknown TaskManager"}})
+    def taskmanager(taskmanager_id: str) -> views.TaskManagerDetails:
+        """Flink's ``TaskManagerDetailsInfo`` of what the JobManager knows of the TaskManager."""
+        details = views.taskmanager_details(manager.cluster_status(), taskmanager_id)
+        if details is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return details
+
     @api.get("/jobs")
     def jobs() -> views.Jobs:
         return views.jobs(manager.list_jobs())

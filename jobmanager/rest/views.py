@@ -32,6 +32,7 @@ from weir.jobmanager.messages import (
     JobPlanView,
     JobStatusView,
     JobSummaryView,
+    TaskManagerView,
     TaskView,
     VertexView,
 )
@@ -225,25 +226,47 @@ class TaskManagers(Model):
     taskmanagers: list[TaskManagerInfo]
 
 
+class TaskManagerDetails(TaskManagerInfo):
+    """Flink's ``TaskManagerDetailsInfo`` of what the JobManager knows of a TaskManager: its address,
+    data port (its one gRPC service carries the control and the data plane), slots and heartbeat.
+    Flink's ``hardware``, ``memoryConfiguration``, resources and JVM ``metrics`` a TaskManager does not
+    report; its own metrics are on Prometheus at ``metricsPort``."""
+
+    data_port: int = _api("dataPort")
+    jmx_port: int = _api("jmxPort")  # -1: none (Flink's value without JMX)
+    metrics_port: int = _api("metricsPort")  # 0: none
+
+
+def _taskmanager_fields(tm: TaskManagerView) -> dict[str, Any]:
+    return {
+        "id": tm.taskmanager_id,
+        "path": tm.address,
+        "slots_number": tm.slots_total,
+        "free_slots": tm.slots_free,
+        "time_since_last_heartbeat": ms(tm.last_heartbeat_age_s),
+        "alive": tm.alive,
+        "tasks": [
+            PlacedTask(job_id=t.job_id, vertex_id=t.vertex_uid, subtask=t.subtask, attempt=t.attempt, status=t.state)
+            for t in tm.tasks
+        ],
+    }
+
+
 def taskmanagers(cluster: ClusterView) -> TaskManagers:
-    return TaskManagers(
-        taskmanagers=[
-            TaskManagerInfo(
-                id=tm.taskmanager_id,
-                path=tm.address,
-                slots_number=tm.slots_total,
-                free_slots=tm.slots_free,
-                time_since_last_heartbeat=ms(tm.last_heartbeat_age_s),
-                alive=tm.alive,
-                tasks=[
-                    PlacedTask(
-                        job_id=t.job_id, vertex_id=t.vertex_uid, subtask=t.subtask, attempt=t.attempt, status=t.state
-                    )
-                    for t in tm.tasks
-                ],
-            )
-            for tm in cluster.taskmanagers
-        ]
+    return TaskManagers(taskmanagers=[TaskManagerInfo(**_taskmanager_fields(tm)) for tm in cluster.taskmanagers])
+
+
+def taskmanager_details(cluster: ClusterView, taskmanager_id: str) -> TaskManagerDetails | None:
+    """One TaskManager's details; None when the JobManager does not know it."""
+    tm = next((t for t in cluster.taskmanagers if t.taskmanager_id == taskmanager_id), None)
+    if tm is None:
+        return None
+    port = tm.address.rsplit(":", 1)[-1]
+    return TaskManagerDetails(
+        **_taskmanager_fields(tm),
+        data_port=int(port) if port.isdigit() else -1,
+        jmx_port=-1,
+        metrics_port=tm.metrics_port,
     )
 
 

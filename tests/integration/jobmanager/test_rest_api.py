@@ -156,6 +156,17 @@ def test_taskmanagers_list_the_job_s_running_tasks(rest: RestJob) -> None:
     assert tasks == sorted((v, s, 2, "RUNNING") for v in ("numbers", "fail-once") for s in range(PARALLELISM))
 
 
+def test_a_taskmanager_s_details_are_flink_s(rest: RestJob) -> None:
+    base = rest.cluster.endpoints.taskmanager_metrics_base_port
+    for n, tm_id in enumerate(TASKMANAGER_IDS, start=1):
+        details = rest.get(f"/v1/taskmanagers/{tm_id}")
+        assert details["id"] == tm_id and details["alive"] and details["slotsNumber"] >= 1
+        assert details["dataPort"] == int(details["path"].rsplit(":", 1)[1]) and details["jmxPort"] == -1
+        assert details["metricsPort"] == base + n
+        assert 0 <= details["freeSlots"] <= details["slotsNumber"]
+    assert "no TaskManager" in rest.errors(rest.http.get("/taskmanagers/taskmanager-0"), 404)[0]
+
+
 # The job -------------------------------------------------------------------------------------------
 
 

@@ -501,6 +501,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/healthz",
         "/overview",
         "/taskmanagers",
+        "/taskmanagers/{taskmanager_id}",
         "/jobs",
         "/jobs/{job_id}",
         "/jobs/{job_id}/plan",

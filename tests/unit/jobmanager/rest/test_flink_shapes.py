@@ -258,3 +258,24 @@ def test_a_job_without_periodic_checkpoints_has_flink_s_never_interval(harness: 
     assert (answer["mode"], answer["interval"], answer["unaligned_checkpoints"]) == ("at_least_once", 2**63 - 1, False)
     assert (answer["timeout"], answer["retained"]) == (600_000, 3)
     errors_of(client.get("/jobs/nope/checkpoints/config"), 404)
+
+
+# TaskManagers --------------------------------------------------------------------------------------
+
+
+def test_a_taskmanager_s_details_are_flink_s_with_what_the_jobmanager_knows(
+    harness: Harness, client: TestClient
+) -> None:
+    job = running_job(harness)
+    harness.jm.register_taskmanager("tm-b", "10.0.0.7:6125", 2, 9251, incarnation="first")
+    listed = {tm["id"]: tm for tm in ok(client, "/taskmanagers")["taskmanagers"]}
+    details = ok(client, "/taskmanagers/tm-a")
+    assert {k: v for k, v in details.items() if k not in {"dataPort", "jmxPort", "metricsPort"}} == listed["tm-a"]
+    assert (details["path"], details["dataPort"], details["jmxPort"]) == (TM_A, 6124, -1)
+    assert (details["slotsNumber"], details["freeSlots"]) == (4, 3)
+    assert details["tasks"] == [
+        {"job_id": "job-1", "vertex_id": "gen", "subtask": 0, "attempt": job.attempt, "status": "RUNNING"}
+    ]
+    other = ok(client, "/v1/taskmanagers/tm-b")
+    assert (other["dataPort"], other["metricsPort"], other["slotsNumber"], other["tasks"]) == (6125, 9251, 2, [])
+    assert "GET /taskmanagers lists them" in errors_of(client.get("/taskmanagers/tm-z"), 404)[0]
