@@ -7,6 +7,7 @@ With a token configured every API route requires ``Authorization: Bearer <token>
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, assert_never
 
@@ -43,8 +44,12 @@ UNKNOWN_VERTEX: Final[dict[int | str, dict[str, Any]]] = {
 FLINK_VERSION_PREFIX: Final = "/v1"
 
 
-def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
-    """``token``: the bearer token every API route requires (None: none)."""
+def create_app(
+    manager: JobManager, *, token: str | None = None, settings_overrides: Mapping[str, str] | None = None
+) -> FastAPI:
+    """``token``: the bearer token every API route requires (None: none); ``settings_overrides``: the
+    ``WEIR_*`` settings the JobManager's command line set (``GET /jobmanager/config`` shows them over the
+    environment's)."""
     app = FastAPI(
         title="Weir JobManager",
         version=__version__,
@@ -93,6 +98,17 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
     def overview() -> views.Overview:
         return views.overview(manager.cluster_status(), manager.list_jobs())
 
+    @api.get("/config")
+    def dashboard_config() -> config.DashboardConfiguration:
+        """Flink's ``DashboardConfiguration``: the web UI's refresh interval, the JobManager's time zone,
+        Weir's version, what the UI offers."""
+        return config.dashboard_configuration()
+
+    @api.get("/jobmanager/config")
+    def jobmanager_config() -> list[config.ConfigEntry]:
+        """Flink's ``ClusterConfigurationInfo``: the JobManager's ``WEIR_*`` settings, secrets hidden."""
+        return config.jobmanager_settings(None, settings_overrides)
+
     @api.get("/taskmanagers")
     def taskmanagers() -> views.TaskManagers:
         return views.taskmanagers(manager.cluster_status())
@@ -134,6 +150,18 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
             case _:
                 assert_never(mode)
         return views.Accepted()
+
+    @api.get("/jobs/{job_id}/jobmanager/config", responses=NOT_FOUND)
+    def job_jobmanager_config(job_id: str) -> list[config.ConfigEntry]:
+        """The settings of the JobManager running the job (Flink's, for a job's own JobManager): one
+        JobManager runs every job of a Weir cluster, so ``GET /jobmanager/config``'s."""
+        manager.job_status(weir_job_id(job_id))  # 404 for an unknown job
+        return config.jobmanager_settings(None, settings_overrides)
+
+    @api.get("/jobs/{job_id}/config", responses=NOT_FOUND)
+    def job_config(job_id: str) -> config.JobConfigInfo:
+        """Flink's ``JobConfigInfo``: the job's parameters as given (a secret as its reference)."""
+        return config.job_config(manager.job_config(weir_job_id(job_id)))
 
     @api.get("/jobs/{job_id}/plan", responses=NOT_FOUND)
     def plan(job_id: str) -> views.JobPlan:

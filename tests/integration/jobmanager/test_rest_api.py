@@ -167,6 +167,23 @@ def test_a_taskmanager_s_details_are_flink_s(rest: RestJob) -> None:
     assert "no TaskManager" in rest.errors(rest.http.get("/taskmanagers/taskmanager-0"), 404)[0]
 
 
+def test_the_cluster_s_jobmanager_s_and_job_s_config_are_flink_s(rest: RestJob) -> None:
+    dashboard = rest.get("/v1/config")
+    assert dashboard["flink-version"] == rest.get("/overview")["weir-version"]
+    assert dashboard["features"]["web-cancel"] is True and dashboard["refresh-interval"] > 0
+    settings = {e["key"]: e["value"] for e in rest.get("/jobmanager/config")}
+    endpoints = rest.cluster.endpoints
+    assert settings["WEIR_JOBMANAGER_REST_PORT"] == str(endpoints.jobmanager_rest_port)
+    assert settings["WEIR_JOBMANAGER_PORT"] == str(endpoints.jobmanager_port)
+    if endpoints.s3_secret_key is not None:
+        assert settings["WEIR_S3_SECRET_KEY"] == "******"
+        assert endpoints.s3_secret_key.get_secret_value() not in str(settings)
+    job = rest.get(f"/jobs/{rest.job_id}/config")
+    assert job["jid"] == rest.job_id and job["execution-config"]["job-parallelism"] == PARALLELISM
+    assert job["execution-config"]["restart-strategy"] == "fixed-delay"
+    assert job["execution-config"]["user-config"]["checkpointing.interval"] == "1s"
+
+
 # The job -------------------------------------------------------------------------------------------
 
 

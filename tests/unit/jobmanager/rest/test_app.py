@@ -500,6 +500,10 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
     assert set(document["paths"]) == {
         "/healthz",
         "/overview",
+        "/config",
+        "/jobmanager/config",
+        "/jobs/{job_id}/config",
+        "/jobs/{job_id}/jobmanager/config",
         "/taskmanagers",
         "/taskmanagers/{taskmanager_id}",
         "/jobs",

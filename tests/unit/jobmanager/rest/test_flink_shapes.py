@@ -6,12 +6,15 @@ configuration. Over a JobManager built without network, as ``test_app``."""
 from __future__ import annotations
 
 import dataclasses
+import time
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+import weir
 from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
 from weir.core.states import TaskState
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
@@ -22,7 +25,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
     from fastapi.testclient import TestClient
 
+from weir.jobmanager.rest import app as rest_app
 from weir.jobmanager.rest.app import create_app
+from weir.jobmanager.rest.config import hide_uri_password
 from weir.jobmanager.rest.views import percentile
 
 IO_METRICS = {
@@ -279,3 +284,97 @@ def test_a_taskmanager_s_details_are_flink_s_with_what_the_jobmanager_knows(
     other = ok(client, "/v1/taskmanagers/tm-b")
     assert (other["dataPort"], other["metricsPort"], other["slotsNumber"], other["tasks"]) == (6125, 9251, 2, [])
     assert "GET /taskmanagers lists them" in errors_of(client.get("/taskmanagers/tm-z"), 404)[0]
+
+
+# Configuration -------------------------------------------------------------------------------------
+
+
+def test_the_dashboard_configuration_is_flink_s_with_weir_s_version(client: TestClient) -> None:
+    answer = ok(client, "/config")
+    assert set(answer) == {
+        "refresh-interval",
+        "timezone-name",
+        "timezone-offset",
+        "flink-version",
+        "flink-revision",
+        "features",
+    }
+    assert answer["flink-version"] == weir.__version__ and answer["timezone-offset"] == -time.timezone * 1000
+    assert answer["features"] == {"web-submit": False, "web-cancel": True, "web-rescale": False, "web-history": False}
+    app_js = (Path(rest_app.__file__).with_name("web") / "app.js").read_text()
+    assert f"const POLL_MS = {answer['refresh-interval']};" in app_js  # what the web UI really does
+
+
+ENVIRONMENT = {
+    "WEIR_JOBMANAGER_PORT": "26123",
+    "WEIR_AUTH_TOKEN": "t0ken-value",
+    "WEIR_S3_ACCESS_KEY": "weiradmin",
+    "WEIR_S3_SECRET_KEY": "s3-secret-value",
+    "WEIR_POSTGRES_DSN": "postgresql://weir:pg-password@db:5432/weir",
+    "WEIR_LOG_LEVEL": "debug",
+}
+
+
+def test_the_jobmanager_config_lists_its_settings_and_hides_every_secret(
+    harness: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in ENVIRONMENT.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("WEIR_AUTH_TOKEN_FILE", raising=False)
+    with TestClient(create_app(harness.jm, settings_overrides={"WEIR_JOBMANAGER_BIND": "0.0.0.0"})) as client:
+        response = client.get("/jobmanager/config")
+        harness.job()
+        assert client.get("/jobs/job-1/jobmanager/config").json() == response.json()
+        errors_of(client.get("/jobs/nope/jobmanager/config"), 404)
+    assert response.status_code == 200, response.text
+    entries = response.json()
+    assert all(set(e) == {"key", "value"} for e in entries)
+    keys = [e["key"] for e in entries]
+    assert keys == sorted(keys) and len(keys) == len(set(keys))
+    values = {e["key"]: e["value"] for e in entries}
+    assert values["WEIR_JOBMANAGER_PORT"] == "26123" and values["WEIR_JOBMANAGER_BIND"] == "0.0.0.0"
+    assert values["WEIR_LOG_LEVEL"] == "DEBUG" and values["WEIR_S3_ACCESS_KEY"] == "weiradmin"
+    assert values["WEIR_AUTH_TOKEN"] == values["WEIR_S3_SECRET_KEY"] == "******"
+    assert values["WEIR_POSTGRES_DSN"] == "postgresql://weir:******@db:5432/weir"
+    for secret in ("t0ken-value", "s3-secret-value", "pg-password"):
+        assert secret not in response.text
+
+
+@pytest.mark.parametrize(
+    ("uri", "shown"),
+    [
+        ("postgresql://u:p@h:5432/d?sslmode=require", "postgresql://u:******@h:5432/d?sslmode=require"),
+        ("postgresql://u@h/d", "postgresql://u@h/d"),
+        ("s3://bucket/prefix", "s3://bucket/prefix"),
+        ("127.0.0.1:9092", "127.0.0.1:9092"),
+    ],
+)
+def test_a_uri_s_password_is_hidden(uri: str, shown: str) -> None:
+    assert hide_uri_password(uri) == shown
+
+
+def test_a_job_s_config_is_flink_s_with_its_parameters_as_given(harness: Harness, client: TestClient) -> None:
+    running_job(
+        harness,
+        {
+            "kafka.sasl.password": "${env:KAFKA_PASSWORD}",
+            "kafka.ssl.key.password": "literal",  # refused at submit; here the job is made without the check
+            "execution.buffer-timeout": "50ms",
+        },
+    )
+    answer = ok(client, "/jobs/job-1/config")
+    assert set(answer) == {"jid", "name", "execution-config"}
+    assert (answer["jid"], answer["name"]) == ("job-1", "j")
+    execution = answer["execution-config"]
+    assert {k: v for k, v in execution.items() if k != "user-config"} == {
+        "execution-mode": "PIPELINED",
+        "restart-strategy": "fixed-delay",
+        "job-parallelism": 1,
+        "object-reuse-mode": False,
+        "max_parallelism": harness.jm.jobs["job-1"].loaded.graph.max_parallelism,
+        "buffer_timeout": 50,
+    }
+    user = execution["user-config"]
+    assert user["kafka.sasl.password"] == "${env:KAFKA_PASSWORD}" and user["kafka.ssl.key.password"] == "<redacted>"
+    assert user["checkpointing.interval"] == "1h" and list(user) == sorted(user)
+    errors_of(client.get("/jobs/nope/config"), 404)
