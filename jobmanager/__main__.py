@@ -65,7 +65,22 @@ def main() -> None:
         storage = open_storage(checkpoint_dir(), endpoints)
     jm = JobManager(storage, gateway=GrpcTaskManagerGateway(security))
     rest = (
-        RestServer(create_app(jm, token=security.token), args.bind, args.rest_port, security)
+        RestServer(
+            create_app(
+                jm,
+                token=security.token,
+                settings_overrides={
+                    "WEIR_JOBMANAGER_BIND": args.bind,
+                    "WEIR_JOBMANAGER_PORT": str(args.port),
+                    "WEIR_JOBMANAGER_METRICS_PORT": str(args.metrics_port),
+                    "WEIR_JOBMANAGER_REST_PORT": str(args.rest_port),
+                    "WEIR_CHECKPOINT_DIR": storage.uri,
+                },
+            ),
+            args.bind,
+            args.rest_port,
+            security,
+        )
         if args.rest_port
         else None
     )

@@ -32,6 +32,7 @@ from weir.jobmanager.messages import (
     ClusterView,
     Heartbeat,
     HeartbeatAnswer,
+    JobConfigView,
     JobPlanView,
     JobStatusView,
     JobSummaryView,
@@ -197,6 +198,10 @@ class JobManager:
     def job_plan(self, job_id: str) -> JobPlanView:
         self._not_loading(job_id)
         return self.reads.job_plan(job_id)
+
+    def job_config(self, job_id: str) -> JobConfigView:
+        self._not_loading(job_id)
+        return self.reads.job_config(job_id)
 
     def exception_history(self, job_id: str) -> ExceptionHistory:
         self._not_loading(job_id)

@@ -13,6 +13,7 @@ from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
 from weir.graph import Partitioning
+from weir.jobmanager.checkpointing.config import CheckpointSettings
 from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 
@@ -184,6 +185,22 @@ class JobPlanView:
 
 
 @dataclass(frozen=True)
+class JobConfigView:
+    """A job's settings as submitted (``-D`` parameters, literal secrets refused at submit, so a secret
+    shows as the reference it was given as) and as the JobManager parsed them."""
+
+    job_id: str
+    job_name: str
+    parallelism: int
+    max_parallelism: int
+    parameters: Mapping[str, str]
+    checkpointing: CheckpointSettings
+    restart_strategy: str  # its name (restart.strategy)
+    buffer_timeout_s: float  # execution.buffer-timeout
+    checkpoint_storage: str  # the cluster's checkpoint storage URI
+
+
+@dataclass(frozen=True)
 class CheckpointCounts:
     triggered: int = 0
     completed: int = 0
@@ -241,6 +258,7 @@ class TaskManagerView:
     last_heartbeat_age_s: float
     alive: bool
     tasks: tuple[PlacedTaskView, ...] = ()  # of the jobs that have not ended
+    metrics_port: int = 0  # its Prometheus metrics; 0: none
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from weir.jobmanager.messages import (
     CheckpointsView,
     ClusterView,
     InputEdgeView,
+    JobConfigView,
     JobEndView,
     JobPlanView,
     JobStatusView,
@@ -157,6 +158,22 @@ class ReadApi:
             max_parallelism=job.loaded.graph.max_parallelism,
         )
 
+    def job_config(self, job_id: str) -> JobConfigView:
+        with self._lock:
+            job = self._job(job_id)
+        sub = job.submission  # the submission and its parsed settings never change: no lock
+        return JobConfigView(
+            job_id=sub.job_id,
+            job_name=sub.job_name,
+            parallelism=sub.parallelism,
+            max_parallelism=job.loaded.graph.max_parallelism,
+            parameters=dict(sub.parameters),
+            checkpointing=job.checkpoint_settings,
+            restart_strategy=job.lifecycle.restart_strategy.name,
+            buffer_timeout_s=job.execution_settings.buffer_timeout_s,
+            checkpoint_storage=self._storage_uri,
+        )
+
     def exception_history(self, job_id: str) -> ExceptionHistory:
         with self._lock:
             return self._job(job_id).exceptions
@@ -228,6 +245,7 @@ class ReadApi:
                         last_heartbeat_age_s=now - tm.last_heartbeat,
                         alive=tm.alive,
                         tasks=tuple(placed.get(tm.taskmanager_id, ())) if tm.alive else (),
+                        metrics_port=tm.metrics_port,
                     )
                     for tm in sorted(self._registry.taskmanagers.values(), key=lambda t: t.taskmanager_id)
                 )

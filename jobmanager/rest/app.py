@@ -7,6 +7,7 @@ With a token configured every API route requires ``Authorization: Bearer <token>
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, assert_never
 
@@ -23,7 +24,8 @@ from weir.core.errors import AuthenticationError, UnknownJobError
 from weir.core.transport_security import authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
-from weir.jobmanager.rest import errors, flink, views
+from weir.jobmanager.messages import JobPlanView, VertexView
+from weir.jobmanager.rest import config, errors, flink, vertices, views
 from weir.jobmanager.rest.ids import weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
@@ -36,11 +38,18 @@ _ERROR: Final = {"model": views.ErrorBody}
 NOT_FOUND: Final[dict[int | str, dict[str, Any]]] = {404: {**_ERROR, "description": "Unknown job"}}
 BAD_REQUEST: Final[dict[int | str, dict[str, Any]]] = {400: {**_ERROR, "description": "Malformed request"}}
 CONFLICT: Final[dict[int | str, dict[str, Any]]] = {409: {**_ERROR, "description": "Not possible in the job's state"}}
+UNKNOWN_VERTEX: Final[dict[int | str, dict[str, Any]]] = {
+    404: {**_ERROR, "description": "Unknown job, vertex or subtask"}
+}
 FLINK_VERSION_PREFIX: Final = "/v1"
 
 
-def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
-    """``token``: the bearer token every API route requires (None: none)."""
+def create_app(
+    manager: JobManager, *, token: str | None = None, settings_overrides: Mapping[str, str] | None = None
+) -> FastAPI:
+    """``token``: the bearer token every API route requires (None: none); ``settings_overrides``: the
+    ``WEIR_*`` settings the JobManager's command line set (``GET /jobmanager/config`` shows them over the
+    environment's)."""
     app = FastAPI(
         title="Weir JobManager",
         version=__version__,
@@ -89,9 +98,28 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
     def overview() -> views.Overview:
         return views.overview(manager.cluster_status(), manager.list_jobs())
 
+    @api.get("/config")
+    def dashboard_config() -> config.DashboardConfiguration:
+        """Flink's ``DashboardConfiguration``: the web UI's refresh interval, the JobManager's time zone,
+        Weir's version, what the UI offers."""
+        return config.dashboard_configuration()
+
+    @api.get("/jobmanager/config")
+    def jobmanager_config() -> list[config.ConfigEntry]:
+        """Flink's ``ClusterConfigurationInfo``: the JobManager's ``WEIR_*`` settings, secrets hidden."""
+        return config.jobmanager_settings(None, settings_overrides)
+
     @api.get("/taskmanagers")
     def taskmanagers() -> views.TaskManagers:
         return views.taskmanagers(manager.cluster_status())
+
+    @api.get("/taskmanagers/{taskmanager_id}", responses={404: {**_ERROR, "description": "Unknown TaskManager"}})
+    def taskmanager(taskmanager_id: str) -> views.TaskManagerDetails:
+        """Flink's ``TaskManagerDetailsInfo`` of what the JobManager knows of the TaskManager."""
+        details = views.taskmanager_details(manager.cluster_status(), taskmanager_id)
+        if details is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return details
 
     @api.get("/jobs")
     def jobs() -> views.Jobs:
@@ -123,6 +151,18 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
                 assert_never(mode)
         return views.Accepted()
 
+    @api.get("/jobs/{job_id}/jobmanager/config", responses=NOT_FOUND)
+    def job_jobmanager_config(job_id: str) -> list[config.ConfigEntry]:
+        """The settings of the JobManager running the job (Flink's, for a job's own JobManager): one
+        JobManager runs every job of a Weir cluster, so ``GET /jobmanager/config``'s."""
+        manager.job_status(weir_job_id(job_id))  # 404 for an unknown job
+        return config.jobmanager_settings(None, settings_overrides)
+
+    @api.get("/jobs/{job_id}/config", responses=NOT_FOUND)
+    def job_config(job_id: str) -> config.JobConfigInfo:
+        """Flink's ``JobConfigInfo``: the job's parameters as given (a secret as its reference)."""
+        return config.job_config(manager.job_config(weir_job_id(job_id)))
+
     @api.get("/jobs/{job_id}/plan", responses=NOT_FOUND)
     def plan(job_id: str) -> views.JobPlan:
         return views.job_plan(manager.job_plan(weir_job_id(job_id)))
@@ -139,6 +179,11 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
     @api.get("/jobs/{job_id}/checkpoints", responses=NOT_FOUND)
     def checkpoints(job_id: str) -> views.Checkpoints:
         return views.checkpoints(manager.list_checkpoints(weir_job_id(job_id)))
+
+    @api.get("/jobs/{job_id}/checkpoints/config", responses=NOT_FOUND)
+    def checkpoint_config(job_id: str) -> config.CheckpointConfigInfo:
+        """Flink's ``CheckpointConfigInfo`` from the job's ``checkpointing.*`` settings."""
+        return config.checkpoint_config(manager.job_config(weir_job_id(job_id)))
 
     @api.get(
         "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",
@@ -160,6 +205,54 @@ def create_app(manager: JobManager, *, token: str | None = None) -> FastAPI:
         if vertex_id not in {v.uid for v in manager.job_plan(job_id).vertices}:
             raise UnknownVertexError(job_id, vertex_id)
         return views.vertex_backpressure(manager.job_status(job_id), vertex_id)
+
+    def vertex_of(job_id: str, vertex_id: str) -> tuple[JobPlanView, VertexView]:
+        plan = manager.job_plan(job_id)
+        vertex = vertices.find_vertex(plan.vertices, vertex_id)
+        if vertex is None:
+            raise UnknownVertexError(job_id, vertex_id)
+        return plan, vertex
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}", responses=UNKNOWN_VERTEX)
+    def vertex(job_id: str, vertex_id: str) -> vertices.VertexDetails:
+        """Flink's ``JobVertexDetailsInfo``: the vertex and each subtask's state, place, times and records."""
+        job_id = weir_job_id(job_id)
+        plan, found = vertex_of(job_id, vertex_id)
+        return vertices.vertex_details(
+            manager.job_status(job_id), found, plan.max_parallelism, manager.cluster_status()
+        )
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/subtasktimes", responses=UNKNOWN_VERTEX)
+    def subtask_times(job_id: str, vertex_id: str) -> vertices.VertexSubtaskTimes:
+        """Flink's ``SubtasksTimesInfo``: when each subtask reached each state (as far as Weir records it)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return vertices.subtask_times(manager.job_status(job_id), found, manager.cluster_status())
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}", responses={**UNKNOWN_VERTEX, **BAD_REQUEST})
+    def subtask(job_id: str, vertex_id: str, index: int) -> vertices.SubtaskAttemptDetails:
+        """Flink's ``SubtaskExecutionAttemptDetailsInfo`` of the subtask's current attempt."""
+        return current_subtask(weir_job_id(job_id), vertex_id, index)
+
+    @api.get(
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/attempts/{attempt}",
+        responses={**UNKNOWN_VERTEX, **BAD_REQUEST},
+    )
+    def subtask_attempt(job_id: str, vertex_id: str, index: int, attempt: int) -> vertices.SubtaskAttemptDetails:
+        """The subtask in one attempt: Weir keeps its current attempt only (another one: 404)."""
+        details = current_subtask(weir_job_id(job_id), vertex_id, index)
+        if details.attempt != attempt:
+            raise HTTPException(
+                404, f"subtask {index} of vertex {vertex_id!r} is in attempt {details.attempt}; Weir keeps no other"
+            )
+        return details
+
+    def current_subtask(job_id: str, vertex_id: str, index: int) -> vertices.SubtaskAttemptDetails:
+        vertex_of(job_id, vertex_id)
+        details = vertices.subtask_of(manager.job_status(job_id), vertex_id, index, manager.cluster_status())
+        if details is None:
+            raise HTTPException(404, f"vertex {vertex_id!r} of job {job_id} has no subtask {index}")
+        return details
 
     @api.post("/jobs/{job_id}/savepoints", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
     def savepoint(job_id: str, request: views.SavepointRequest | None = None) -> views.SavepointTriggered:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 
@@ -32,6 +32,7 @@ from weir.jobmanager.messages import (
     JobPlanView,
     JobStatusView,
     JobSummaryView,
+    TaskManagerView,
     TaskView,
     VertexView,
 )
@@ -225,25 +226,47 @@ class TaskManagers(Model):
     taskmanagers: list[TaskManagerInfo]
 
 
+class TaskManagerDetails(TaskManagerInfo):
+    """Flink's ``TaskManagerDetailsInfo`` of what the JobManager knows of a TaskManager: its address,
+    data port (its one gRPC service carries the control and the data plane), slots and heartbeat.
+    Flink's ``hardware``, ``memoryConfiguration``, resources and JVM ``metrics`` a TaskManager does not
+    report; its own metrics are on Prometheus at ``metricsPort``."""
+
+    data_port: int = _api("dataPort")
+    jmx_port: int = _api("jmxPort")  # -1: none (Flink's value without JMX)
+    metrics_port: int = _api("metricsPort")  # 0: none
+
+
+def _taskmanager_fields(tm: TaskManagerView) -> dict[str, Any]:
+    return {
+        "id": tm.taskmanager_id,
+        "path": tm.address,
+        "slots_number": tm.slots_total,
+        "free_slots": tm.slots_free,
+        "time_since_last_heartbeat": ms(tm.last_heartbeat_age_s),
+        "alive": tm.alive,
+        "tasks": [
+            PlacedTask(job_id=t.job_id, vertex_id=t.vertex_uid, subtask=t.subtask, attempt=t.attempt, status=t.state)
+            for t in tm.tasks
+        ],
+    }
+
+
 def taskmanagers(cluster: ClusterView) -> TaskManagers:
-    return TaskManagers(
-        taskmanagers=[
-            TaskManagerInfo(
-                id=tm.taskmanager_id,
-                path=tm.address,
-                slots_number=tm.slots_total,
-                free_slots=tm.slots_free,
-                time_since_last_heartbeat=ms(tm.last_heartbeat_age_s),
-                alive=tm.alive,
-                tasks=[
-                    PlacedTask(
-                        job_id=t.job_id, vertex_id=t.vertex_uid, subtask=t.subtask, attempt=t.attempt, status=t.state
-                    )
-                    for t in tm.tasks
-                ],
-            )
-            for tm in cluster.taskmanagers
-        ]
+    return TaskManagers(taskmanagers=[TaskManagerInfo(**_taskmanager_fields(tm)) for tm in cluster.taskmanagers])
+
+
+def taskmanager_details(cluster: ClusterView, taskmanager_id: str) -> TaskManagerDetails | None:
+    """One TaskManager's details; None when the JobManager does not know it."""
+    tm = next((t for t in cluster.taskmanagers if t.taskmanager_id == taskmanager_id), None)
+    if tm is None:
+        return None
+    port = tm.address.rsplit(":", 1)[-1]
+    return TaskManagerDetails(
+        **_taskmanager_fields(tm),
+        data_port=int(port) if port.isdigit() else -1,
+        jmx_port=-1,
+        metrics_port=tm.metrics_port,
     )
 
 
@@ -568,7 +591,28 @@ def job_exceptions(history: ExceptionHistory, plan: JobPlanView, max_exceptions:
 # Checkpoints ---------------------------------------------------------------------------------------
 
 
+class CheckpointClass(enum.StrEnum):
+    """Flink's type property of a ``CheckpointStatistics`` (``className``), by its status."""
+
+    COMPLETED = "completed"
+    FAILED = "failed"
+    IN_PROGRESS = "in_progress"
+
+
+def checkpoint_class(status: CheckpointStatus) -> CheckpointClass:
+    match status:
+        case CheckpointStatus.COMPLETED:
+            return CheckpointClass.COMPLETED
+        case CheckpointStatus.FAILED:
+            return CheckpointClass.FAILED
+        case CheckpointStatus.IN_PROGRESS:
+            return CheckpointClass.IN_PROGRESS
+        case _:
+            assert_never(status)
+
+
 class Checkpoint(Model):
+    class_name: CheckpointClass = _api("className")
     id: int
     status: CheckpointStatus
     is_savepoint: bool
@@ -578,6 +622,7 @@ class Checkpoint(Model):
     latest_ack_timestamp: int | None
     end_to_end_duration: int | None  # trigger to completion or failure; None: in progress
     state_size: int
+    persisted_data: int  # in-flight bytes its unaligned subtasks persisted (Flink's persisted_data)
     num_subtasks: int
     num_acknowledged_subtasks: int
     failure_message: str | None
@@ -596,6 +641,7 @@ class RestoredInfo(Model):
     id: int
     restore_timestamp: int
     is_savepoint: bool
+    external_path: str | None  # where it is, while retained (or a savepoint's)
 
 
 class LatestCheckpoints(Model):
@@ -605,8 +651,31 @@ class LatestCheckpoints(Model):
     restored: RestoredInfo | None  # what the job's current attempt restored
 
 
+class StatsSummary(Model):
+    """Flink's ``StatsSummaryDto`` of one figure over the completed checkpoints."""
+
+    min: int
+    max: int
+    avg: int
+    p50: float
+    p90: float
+    p95: float
+    p99: float
+    p999: float
+
+
+class CheckpointsSummary(Model):
+    """Flink's ``CheckpointingStatistics.Summary``, of the figures Weir records (Flink's
+    ``checkpointed_size``, ``processed_data`` and ``alignment_buffered`` it does not)."""
+
+    state_size: StatsSummary
+    end_to_end_duration: StatsSummary
+    persisted_data: StatsSummary
+
+
 class Checkpoints(Model):
     counts: CheckpointCountsInfo
+    summary: CheckpointsSummary  # over the completed checkpoints of ``history``
     latest: LatestCheckpoints
     history: list[Checkpoint]  # newest first
 
@@ -614,6 +683,7 @@ class Checkpoints(Model):
 def _checkpoint_fields(summary: CheckpointSummary, external_paths: Mapping[CheckpointId, str]) -> dict[str, Any]:
     acks = [t.acked_at for t in summary.tasks if t.acked_at is not None]
     return {
+        "class_name": checkpoint_class(summary.status),
         "id": summary.checkpoint_id,
         "status": summary.status,
         "is_savepoint": summary.kind is CheckpointKind.SAVEPOINT,
@@ -623,11 +693,59 @@ def _checkpoint_fields(summary: CheckpointSummary, external_paths: Mapping[Check
         "latest_ack_timestamp": ms(max(acks)) if acks else None,
         "end_to_end_duration": _optional_ms(summary.duration_s),
         "state_size": summary.state_size_bytes,
+        "persisted_data": persisted_data(summary),
         "num_subtasks": summary.total_tasks,
         "num_acknowledged_subtasks": summary.acknowledged,
         "failure_message": str(summary.failure) if summary.failure is not None else None,
         "external_path": external_paths.get(summary.checkpoint_id),
     }
+
+
+def persisted_data(summary: CheckpointSummary) -> int:
+    return sum(t.inflight_bytes for t in summary.tasks)
+
+
+def percentile(ordered: Sequence[float], p: float) -> float:
+    """The ``p``-th percentile (0 < p <= 100) of sorted values, estimated as Apache Commons Math's
+    ``Percentile`` (which Flink's checkpoint statistics histogram uses): position ``p(n+1)/100``,
+    interpolated between its neighbours, clamped to the smallest and largest value."""
+    n = len(ordered)
+    if n == 0:
+        return 0.0
+    position = p * (n + 1) / 100
+    if position < 1:
+        return float(ordered[0])
+    if position >= n:
+        return float(ordered[-1])
+    lower = int(position)
+    fraction = position - lower
+    return float(ordered[lower - 1] + fraction * (ordered[lower] - ordered[lower - 1]))
+
+
+def stats_summary(values: Iterable[int]) -> StatsSummary:
+    """Min, max, average (an integer, as Flink's) and percentiles; all 0 without a value."""
+    ordered = sorted(values)
+    return StatsSummary(
+        min=ordered[0] if ordered else 0,
+        max=ordered[-1] if ordered else 0,
+        avg=sum(ordered) // len(ordered) if ordered else 0,
+        p50=percentile(ordered, 50),
+        p90=percentile(ordered, 90),
+        p95=percentile(ordered, 95),
+        p99=percentile(ordered, 99),
+        p999=percentile(ordered, 99.9),
+    )
+
+
+def checkpoints_summary(history: Iterable[CheckpointSummary]) -> CheckpointsSummary:
+    """Flink's summary is over the completed checkpoints (and savepoints) the JobManager saw; Weir's
+    over those its history holds (its recent statistics and every retained one)."""
+    completed = [c for c in history if c.status is CheckpointStatus.COMPLETED]
+    return CheckpointsSummary(
+        state_size=stats_summary(c.state_size_bytes for c in completed),
+        end_to_end_duration=stats_summary(ms(c.duration_s) for c in completed if c.duration_s is not None),
+        persisted_data=stats_summary(persisted_data(c) for c in completed),
+    )
 
 
 def checkpoint(summary: CheckpointSummary, external_paths: Mapping[CheckpointId, str]) -> Checkpoint:
@@ -657,6 +775,7 @@ def checkpoints(view: CheckpointsView) -> Checkpoints:
             completed=counts.completed,
             failed=counts.failed,
         ),
+        summary=checkpoints_summary(history),
         latest=LatestCheckpoints(
             completed=latest(_first(history, CheckpointStatus.COMPLETED, CheckpointKind.CHECKPOINT)),
             savepoint=latest(_first(history, CheckpointStatus.COMPLETED, CheckpointKind.SAVEPOINT)),
@@ -665,6 +784,7 @@ def checkpoints(view: CheckpointsView) -> Checkpoints:
                 id=restored.checkpoint_id,
                 restore_timestamp=ms(restored.restored_at),
                 is_savepoint=restored.kind is CheckpointKind.SAVEPOINT,
+                external_path=paths.get(restored.checkpoint_id),
             )
             if restored is not None
             else None,

@@ -156,6 +156,34 @@ def test_taskmanagers_list_the_job_s_running_tasks(rest: RestJob) -> None:
     assert tasks == sorted((v, s, 2, "RUNNING") for v in ("numbers", "fail-once") for s in range(PARALLELISM))
 
 
+def test_a_taskmanager_s_details_are_flink_s(rest: RestJob) -> None:
+    base = rest.cluster.endpoints.taskmanager_metrics_base_port
+    for n, tm_id in enumerate(TASKMANAGER_IDS, start=1):
+        details = rest.get(f"/v1/taskmanagers/{tm_id}")
+        assert details["id"] == tm_id and details["alive"] and details["slotsNumber"] >= 1
+        assert details["dataPort"] == int(details["path"].rsplit(":", 1)[1]) and details["jmxPort"] == -1
+        assert details["metricsPort"] == base + n
+        assert 0 <= details["freeSlots"] <= details["slotsNumber"]
+    assert "no TaskManager" in rest.errors(rest.http.get("/taskmanagers/taskmanager-0"), 404)[0]
+
+
+def test_the_cluster_s_jobmanager_s_and_job_s_config_are_flink_s(rest: RestJob) -> None:
+    dashboard = rest.get("/v1/config")
+    assert dashboard["flink-version"] == rest.get("/overview")["weir-version"]
+    assert dashboard["features"]["web-cancel"] is True and dashboard["refresh-interval"] > 0
+    settings = {e["key"]: e["value"] for e in rest.get("/jobmanager/config")}
+    endpoints = rest.cluster.endpoints
+    assert settings["WEIR_JOBMANAGER_REST_PORT"] == str(endpoints.jobmanager_rest_port)
+    assert settings["WEIR_JOBMANAGER_PORT"] == str(endpoints.jobmanager_port)
+    if endpoints.s3_secret_key is not None:
+        assert settings["WEIR_S3_SECRET_KEY"] == "******"
+        assert endpoints.s3_secret_key.get_secret_value() not in str(settings)
+    job = rest.get(f"/jobs/{rest.job_id}/config")
+    assert job["jid"] == rest.job_id and job["execution-config"]["job-parallelism"] == PARALLELISM
+    assert job["execution-config"]["restart-strategy"] == "fixed-delay"
+    assert job["execution-config"]["user-config"]["checkpointing.interval"] == "1s"
+
+
 # The job -------------------------------------------------------------------------------------------
 
 
@@ -214,6 +242,32 @@ def test_backpressure_per_subtask_of_each_vertex(rest: RestJob) -> None:
     assert "no vertex 'file'" in rest.errors(rest.http.get(f"/jobs/{rest.job_id}/vertices/file/backpressure"), 404)[0]
 
 
+def test_a_vertex_its_subtasks_and_their_times_in_flink_s_shapes(rest: RestJob) -> None:
+    taskmanagers = {tm["id"]: tm["path"] for tm in rest.get("/taskmanagers")["taskmanagers"]}
+    flink_id = "0" * 16 + rest.job_id
+    seen: list[Any] = []
+
+    def flowing() -> dict[str, Any] | None:
+        answer = rest.get(f"/v1/jobs/{flink_id}/vertices/fail-once")
+        seen[:] = [answer]
+        return answer if all(s["metrics"]["read-records"] > 0 for s in answer["subtasks"]) else None
+
+    vertex = eventually(flowing, "records read by every subtask of fail-once", context=seen)
+    assert (vertex["id"], vertex["parallelism"]) == ("fail-once", PARALLELISM)
+    assert vertex["maxParallelism"] >= PARALLELISM and abs(vertex["now"] - time.time() * 1000) < 30_000
+    assert [s["subtask"] for s in vertex["subtasks"]] == list(range(PARALLELISM))
+    for s in vertex["subtasks"]:
+        assert (s["status"], s["attempt"], s["end-time"]) == ("RUNNING", 2, -1)
+        assert s["host"] == taskmanagers[s["taskmanager-id"]] == s["endpoint"]
+        assert 0 < s["start-time"] <= vertex["now"] and s["duration"] == vertex["now"] - s["start-time"]
+        assert s["metrics"]["read-records-complete"] and not s["metrics"]["read-bytes-complete"]
+        assert (
+            rest.get(f"/jobs/{rest.job_id}/vertices/fail-once/subtasks/{s['subtask']}/attempts/2")["host"] == s["host"]
+        )
+    times = rest.get(f"/jobs/{rest.job_id}/vertices/fail-once/subtasktimes")
+    assert [t["timestamps"]["DEPLOYING"] for t in times["subtasks"]] == [s["start-time"] for s in vertex["subtasks"]]
+
+
 # Exceptions ----------------------------------------------------------------------------------------
 
 
@@ -258,6 +312,29 @@ def test_checkpoints_count_list_and_name_the_restored_one(rest: RestJob) -> None
     assert completed["num_acknowledged_subtasks"] == completed["num_subtasks"] == 2 * PARALLELISM
     assert completed["end_to_end_duration"] >= 0 and completed["external_path"]
     assert completed["checkpoint_type"] == "CHECKPOINT"
+
+
+def test_the_checkpoint_summary_and_config_are_flink_s(rest: RestJob) -> None:
+    listing = rest.get(f"/v1/jobs/{rest.job_id}/checkpoints")
+    completed = [c for c in listing["history"] if c["status"] == "COMPLETED"]
+    sizes = [c["state_size"] for c in completed]
+    durations = [c["end_to_end_duration"] for c in completed]
+    summary = listing["summary"]
+    assert (summary["state_size"]["min"], summary["state_size"]["max"]) == (min(sizes), max(sizes))
+    assert (summary["end_to_end_duration"]["min"], summary["end_to_end_duration"]["max"]) == (
+        min(durations),
+        max(durations),
+    )
+    assert summary["state_size"]["min"] <= summary["state_size"]["p50"] <= summary["state_size"]["max"]
+    assert all(c["className"] == "completed" for c in completed)
+    restored = listing["latest"]["restored"]
+    paths = {c["id"]: c["external_path"] for c in listing["history"]}
+    assert restored["external_path"] == paths.get(restored["id"])  # None once no longer retained
+    config = rest.get(f"/jobs/{rest.job_id}/checkpoints/config")
+    assert (config["mode"], config["interval"], config["max_concurrent"]) == ("exactly_once", 1_000, 1)
+    assert config["externalization"] == {"enabled": True, "delete_on_cancellation": False}
+    assert config["unaligned_checkpoints"] is False and config["retained"] >= 1
+    assert all(c["external_path"].startswith(config["checkpoint_storage"].rstrip("/")) for c in completed[:1])
 
 
 def test_a_checkpoint_s_details_have_a_line_per_subtask(rest: RestJob) -> None:

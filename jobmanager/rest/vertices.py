@@ -1,0 +1,190 @@
+"""A job vertex and its subtasks in Flink's shapes: ``JobVertexDetailsInfo`` (``GET
+/jobs/{id}/vertices/{vid}``), ``SubtaskExecutionAttemptDetailsInfo`` (``.../subtasks/{index}``) and
+``SubtasksTimesInfo`` (``.../subtasktimes``), from the JobManager's read views.
+
+Weir records, per subtask, its state, its TaskManager, its job attempt and its record counters; when
+the job's current attempt was deployed (its restore, or the submission for the first) and when the
+job ended. So a subtask's ``start-time`` (Flink: when it reached DEPLOYING) is its attempt's
+deployment, its ``end-time`` the job's end once the job ended (-1 before, as Flink's for a subtask not
+ended, also for a subtask that finished in a job still running: Weir does not record that moment), and
+``timestamps`` carries those two states, 0 for every other (Flink's value for a state not reached).
+Byte counters Weir does not keep: ``read-bytes`` and ``write-bytes`` are 0 with ``-complete`` false,
+Flink's flag for a metric not known."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Final
+
+from weir.core.states import TaskState
+from weir.jobmanager.messages import ClusterView, JobStatusView, TaskView, VertexView
+from weir.jobmanager.rest.views import FLINK_EXECUTION_STATES, Model, _api, ms
+
+UNASSIGNED: Final = "(unassigned)"  # Flink's host and TaskManager of a subtask not deployed
+
+
+class IOMetrics(Model):
+    """Flink's ``IOMetricsInfo``: a ``-complete`` flag says the figure is known."""
+
+    read_bytes: int = _api("read-bytes")
+    read_bytes_complete: bool = _api("read-bytes-complete")
+    write_bytes: int = _api("write-bytes")
+    write_bytes_complete: bool = _api("write-bytes-complete")
+    read_records: int = _api("read-records")
+    read_records_complete: bool = _api("read-records-complete")
+    write_records: int = _api("write-records")
+    write_records_complete: bool = _api("write-records-complete")
+
+
+class SubtaskAttemptDetails(Model):
+    """Flink's ``SubtaskExecutionAttemptDetailsInfo``; ``attempt`` is the job attempt (Weir restarts the
+    whole job), ``host``/``endpoint`` the TaskManager's address."""
+
+    subtask: int
+    status: str  # a Flink ExecutionState: Weir's task states, CREATED for one not reported yet
+    attempt: int
+    host: str
+    endpoint: str
+    started: int = _api("start-time")  # deployed at; 0: never
+    ended: int = _api("end-time")  # -1: not ended, or not recorded
+    duration: int  # -1: not started
+    metrics: IOMetrics
+    taskmanager_id: str = _api("taskmanager-id")
+    started_deprecated: int = _api("start_time")  # Flink writes both spellings
+
+
+class VertexDetails(Model):
+    """Flink's ``JobVertexDetailsInfo``."""
+
+    id: str
+    name: str
+    parallelism: int
+    max_parallelism: int = _api("maxParallelism")
+    now: int
+    subtasks: list[SubtaskAttemptDetails]
+
+
+class SubtaskTimes(Model):
+    """Flink's ``SubtaskTimeInfo``: when the subtask reached each ExecutionState (0: not reached, or
+    not recorded by Weir)."""
+
+    subtask: int
+    host: str
+    duration: int
+    timestamps: dict[str, int]
+
+
+class VertexSubtaskTimes(Model):
+    """Flink's ``SubtasksTimesInfo``."""
+
+    id: str
+    name: str
+    now: int
+    subtasks: list[SubtaskTimes]
+
+
+def flink_execution_state(state: TaskState | None) -> str:
+    """A task's state as Flink's ExecutionState: Weir's are a subset; not reported yet is CREATED."""
+    return "CREATED" if state is None else state.value
+
+
+def _deployed_at(status: JobStatusView, task: TaskView) -> int:
+    """When the task's attempt was deployed, ms; 0 for a task never deployed."""
+    if task.attempt == 0:
+        return 0
+    return ms(status.last_restore_at or status.summary.submitted_at)
+
+
+def _ended_at(status: JobStatusView, task: TaskView) -> int:
+    if task.state is not None and task.state.terminal and status.finished_at is not None:
+        return ms(status.finished_at)
+    return -1
+
+
+def _duration(start: int, end: int, now: int) -> int:
+    return ((end if end > 0 else now) - start) if start > 0 else -1
+
+
+def _addresses(cluster: ClusterView) -> dict[str, str]:
+    return {tm.taskmanager_id: tm.address for tm in cluster.taskmanagers}
+
+
+def subtask_details(status: JobStatusView, task: TaskView, addresses: Mapping[str, str]) -> SubtaskAttemptDetails:
+    now = ms(status.now)
+    start, end = _deployed_at(status, task), _ended_at(status, task)
+    host = addresses.get(task.taskmanager_id, UNASSIGNED) if task.taskmanager_id else UNASSIGNED
+    reported = task.state is not None
+    return SubtaskAttemptDetails(
+        subtask=task.subtask,
+        status=flink_execution_state(task.state),
+        attempt=task.attempt,
+        host=host,
+        endpoint=host,
+        started=start,
+        ended=end,
+        duration=_duration(start, end, now),
+        metrics=IOMetrics(
+            read_bytes=0,
+            read_bytes_complete=False,
+            write_bytes=0,
+            write_bytes_complete=False,
+            read_records=task.records_in,
+            read_records_complete=reported,
+            write_records=task.records_out,
+            write_records_complete=reported,
+        ),
+        taskmanager_id=task.taskmanager_id or UNASSIGNED,
+        started_deprecated=start,
+    )
+
+
+def vertex_tasks(status: JobStatusView, vertex_uid: str) -> list[TaskView]:
+    return sorted((t for t in status.tasks if t.vertex_uid == vertex_uid), key=lambda t: t.subtask)
+
+
+def vertex_details(
+    status: JobStatusView, vertex: VertexView, max_parallelism: int, cluster: ClusterView
+) -> VertexDetails:
+    addresses = _addresses(cluster)
+    return VertexDetails(
+        id=vertex.uid,
+        name=vertex.name,
+        parallelism=vertex.parallelism,
+        max_parallelism=max_parallelism,
+        now=ms(status.now),
+        subtasks=[subtask_details(status, t, addresses) for t in vertex_tasks(status, vertex.uid)],
+    )
+
+
+def subtask_of(
+    status: JobStatusView, vertex_uid: str, index: int, cluster: ClusterView
+) -> SubtaskAttemptDetails | None:
+    """One subtask's details; None when the vertex has no such subtask."""
+    task = next((t for t in vertex_tasks(status, vertex_uid) if t.subtask == index), None)
+    return None if task is None else subtask_details(status, task, _addresses(cluster))
+
+
+def subtask_times(status: JobStatusView, vertex: VertexView, cluster: ClusterView) -> VertexSubtaskTimes:
+    addresses = _addresses(cluster)
+    now = ms(status.now)
+    subtasks = []
+    for task in vertex_tasks(status, vertex.uid):
+        start, end = _deployed_at(status, task), _ended_at(status, task)
+        reached = {name: 0 for name in FLINK_EXECUTION_STATES}
+        if start:
+            reached["DEPLOYING"] = start
+        if end > 0 and task.state is not None:
+            reached[task.state.value] = end
+        subtasks.append(
+            SubtaskTimes(
+                subtask=task.subtask,
+                host=addresses.get(task.taskmanager_id, UNASSIGNED) if task.taskmanager_id else UNASSIGNED,
+                duration=_duration(start, end, now),
+                timestamps=reached,
+            )
+        )
+    return VertexSubtaskTimes(id=vertex.uid, name=vertex.name, now=now, subtasks=subtasks)
+
+
+def find_vertex(vertices: Sequence[VertexView], vertex_uid: str) -> VertexView | None:
+    return next((v for v in vertices if v.uid == vertex_uid), None)
