@@ -183,14 +183,14 @@ class RecordRejections:
         log: Any,
         *,
         position_in_flight: Callable[[], SourcePosition | None] = _position_not_known,
-        metric_labels: tuple[str, str] | None = None,
+        metric_labels: tuple[str, str, str] | None = None,
     ) -> None:
         self._job_id = job_id
         self._subtask = subtask
         self._sink = sink
         self._log = log
         self._position_in_flight = position_in_flight
-        self._metric_labels = metric_labels  # (job_id, taskmanager); None: not counted
+        self._metric_labels = metric_labels  # (job_id, job_name, taskmanager); None: not counted
         self.failed = 0
         self.dead_lettered = 0
 
@@ -258,8 +258,8 @@ class RecordRejections:
     def _count(self, operator_uid: str, handling: str) -> None:
         if self._metric_labels is None:
             return
-        job_id, taskmanager = self._metric_labels
-        REJECTED_RECORDS.labels(job_id, operator_uid, str(self._subtask), taskmanager, handling).inc()
+        job_id, job_name, taskmanager = self._metric_labels
+        REJECTED_RECORDS.labels(job_id, job_name, operator_uid, str(self._subtask), taskmanager, handling).inc()
 
 
 def _log_fields(rejected: RejectedRecord) -> dict[str, Any]:

@@ -76,9 +76,7 @@ def restore_of(addr: TaskAddress, req: taskmanager_pb2.DeployTaskRequest) -> Res
     """What a subtask restores from (None: fresh start): its own task-state document after a
     restart of its job, or the documents it inherits from another job's retained checkpoint."""
     if req.restore_state_handle and req.inherited_task_states:
-        raise ProtocolError(
-            f"task {addr}: a deployment may restore its own state or inherit another job's, not both"
-        )
+        raise ProtocolError(f"task {addr}: a deployment may restore its own state or inherit another job's, not both")
     where = f"of task {addr} in checkpoint {req.restore_checkpoint_id}"
     if req.inherited_task_states:
         documents = tuple(
@@ -156,9 +154,9 @@ class TaskManagerRuntime:
                     data, expected_id=req.artifact_id, timeout_s=PythonJobSettings.from_env().job_load_timeout
                 )
                 # An exception raised through any of the job's modules is the user's (Failure.from_exception).
-                self._artifact_files[req.artifact_id] = frozenset(
-                    str(p) for p in prepared.directory.rglob("*.py")
-                ) | {prepared.manifest.entry_name}
+                self._artifact_files[req.artifact_id] = frozenset(str(p) for p in prepared.directory.rglob("*.py")) | {
+                    prepared.manifest.entry_name
+                }
                 code = prepared
             loaded = load_job(code, dict(req.parameters), req.parallelism, req.job_name)
             cached = (loaded, build_plan(loaded.graph))
@@ -189,7 +187,7 @@ class TaskManagerRuntime:
             addr.subtask,
             KafkaDeadLetters(dict(req.parameters)),
             log.bind(job_id=addr.job_id, task=addr.vertex_uid, subtask=addr.subtask, attempt=addr.attempt),
-            metric_labels=(addr.job_id, self.id),
+            metric_labels=(addr.job_id, req.job_name, self.id),
         )
         for edge_index, edge in enumerate(vertex.outputs):
             specs = sorted((s for s in req.outputs if s.output == edge_index), key=lambda s: s.channel)

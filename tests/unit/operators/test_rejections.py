@@ -47,7 +47,9 @@ def start_with_letters(
     """Set ``op`` up with a RecordRejections keeping its dead letters (counted under job-1/tm-test)."""
     letters = CapturedDeadLetters()
     ctx = make_context(uid)
-    ctx.rejections = RecordRejections(ctx.job_id, ctx.subtask, letters, ctx.log, metric_labels=("job-1", "tm-test"))
+    ctx.rejections = RecordRejections(
+        ctx.job_id, ctx.subtask, letters, ctx.log, metric_labels=("job-1", "j", "tm-test")
+    )
     out = CollectingOutput() if output is None else output
     op.setup(ctx, out)
     op.open()
@@ -72,7 +74,7 @@ def test_failing_names_the_operator_function_exception_and_record(start_operator
 def test_dead_lettering_drops_the_record_and_the_others_pass(make_context: MakeContext) -> None:
     op = MapOperator(poison, DLQ)
     out, letters = start_with_letters(op, make_context, "parse")
-    before = REJECTED_RECORDS.labels("job-1", "parse", "0", "tm-test", "dead_lettered")._value.get()
+    before = REJECTED_RECORDS.labels("job-1", "j", "parse", "0", "tm-test", "dead_lettered")._value.get()
     with capture_logs() as logs:
         for v in range(6):
             op.process(v, v)
@@ -85,7 +87,7 @@ def test_dead_lettering_drops_the_record_and_the_others_pass(make_context: MakeC
         "3",
     )
     assert (envelope["topic"], envelope["partition"], envelope["offset"]) == (None, None, None)
-    after = REJECTED_RECORDS.labels("job-1", "parse", "0", "tm-test", "dead_lettered")._value.get()
+    after = REJECTED_RECORDS.labels("job-1", "j", "parse", "0", "tm-test", "dead_lettered")._value.get()
     assert after == before + 1
     (event,) = [e for e in logs if e["event"] == "record_rejected"]
     assert event["handling"] == "dead_lettered" and event["dlq"] == "events-dlq" and event["origin"] is None
