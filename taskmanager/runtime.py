@@ -37,7 +37,7 @@ from weir.core.states import TaskState
 from weir.core.task_state import decode_task_state
 from weir.core.transport_security import TransportSecurity
 from weir.graph import LogicalGraph
-from weir.operators.rejections import KafkaDeadLetters, RecordRejections
+from weir.operators.rejections import KafkaDeadLetters, RecordRejections, forget_job_series
 from weir.plan import JobPlan, NetworkEdge, build_plan
 from weir.taskmanager.mailbox import CheckpointRequest
 from weir.taskmanager.network.gate import InputGate
@@ -296,6 +296,7 @@ class TaskManagerRuntime:
             if any(a.job_id == job_id for a in self.tasks):
                 return
         shutil.rmtree(self._jobs_dir / job_id, ignore_errors=True)
+        forget_job_series(job_id)
         log.info("job_forgotten", job_id=job_id, taskmanager_id=self.id)
 
     def cancel_attempt(self, job_id: str, attempt: int, wait_s: float = 10.0) -> None:

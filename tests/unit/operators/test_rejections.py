@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
@@ -27,6 +28,7 @@ from weir.operators.rejections import (
     CapturedDeadLetters,
     KafkaDeadLetters,
     RecordRejections,
+    forget_job_series,
     rejected_by_function,
 )
 from weir.operators.sources import KafkaSourceOperator
@@ -334,3 +336,30 @@ def test_a_dead_letter_topic_that_does_not_exist_fails_the_job_naming_topic_oper
     op.process(3, 1001)
     op.process(3, 1002)
     assert len(producer.sent) == 2 and lookups == ["events-dlq", "events-dlq"]  # found once, then not asked again
+
+
+def test_an_ended_job_s_rejected_record_series_are_removed(make_context: MakeContext) -> None:
+    """The TaskManager forgets a job that ended (forget_job): its series go, another job's stay."""
+    counted: dict[str, dict[str, str]] = {}
+    for job in ("job-ended", "job-running"):
+        ctx = make_context("parse")
+        rejections = RecordRejections(job, 0, CapturedDeadLetters(), ctx.log, metric_labels=(job, "j", "tm-forget"))
+        op = MapOperator(poison, DLQ)
+        ctx.rejections = rejections
+        op.setup(ctx, CollectingOutput())
+        op.open()
+        op.process(3, 0)
+        counted[job] = {
+            "job_id": job,
+            "job_name": "j",
+            "operator_uid": "parse",
+            "subtask": "0",
+            "taskmanager": "tm-forget",
+            "handling": "dead_lettered",
+        }
+        assert REGISTRY.get_sample_value("weir_rejected_records_total", counted[job]) == 1
+    forget_job_series("job-ended")
+    assert REGISTRY.get_sample_value("weir_rejected_records_total", counted["job-ended"]) is None
+    assert REGISTRY.get_sample_value("weir_rejected_records_total", counted["job-running"]) == 1
+    forget_job_series("job-ended")  # twice is harmless
+    forget_job_series("job-running")
