@@ -36,6 +36,7 @@ from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT
 from tests.observability import RULES_DIR, load_yaml
 from weir.core.config import Endpoints
+from weir.core.states import TaskState
 from weir.tools.client import JobManagerClient
 from weir.tools.supervisor import default_children, kill_process, start_cluster, stop_cluster
 
@@ -292,11 +293,15 @@ def prometheus(cluster: Cluster, alertmanager: str, tmp_path_factory: pytest.Tem
 def submit(cluster: Cluster, name: str, output: Path) -> str:
     parameters = {"fail_at": str(10**9), "rate": "20", "output": str(output), "restart.strategy": "none"}
     job_id = cluster.client.submit_job(JOB_FILE, parameters, 1, job_name=name)
-    polling.poll(
-        f"job {name} ({job_id}) running",
-        DEADLINE_S,
-        lambda: True if cluster.client.job_status(job_id).summary.status == "RUNNING" else None,
-    )
+
+    def tasks_running() -> bool | None:
+        # The job is RUNNING once its deployment went out; its tasks run once the TaskManager started
+        # them. A TaskManager lost before that is a deployment failure, retried whatever the strategy.
+        status = cluster.client.job_status(job_id)
+        running = status.summary.status == "RUNNING" and all(t.state is TaskState.RUNNING for t in status.tasks)
+        return True if running and status.tasks else None
+
+    polling.poll(f"job {name} ({job_id}) and its tasks running", DEADLINE_S, tasks_running)
     return job_id
 
 
