@@ -91,7 +91,7 @@ class Deployer:
                 )
                 job.restore_checkpoint_id = completed.checkpoint_id
                 job.last_restore_at = now
-                metrics.RESTORES.labels(job.job_id).inc()
+                metrics.restored(job)
                 log.info("job_restoring", job_id=job.job_id, checkpoint_id=completed.checkpoint_id)
             case cc.StartFresh() if job.initial_state is not None:
                 # No checkpoint of its own yet: every attempt starts from the other job's checkpoint.

@@ -79,7 +79,7 @@ class JobActionExecutor:
                 case cc.NotifyComplete(checkpoint_id=checkpoint_id, tasks=tasks, attempt=attempt):
                     self._notified[job.job_id] = self._notify(job, checkpoint_id, tasks, attempt, complete=True)
                 case cc.NotifyAborted(checkpoint_id=checkpoint_id, tasks=tasks, reason=reason, attempt=attempt):
-                    metrics.CHECKPOINTS_FAILED.labels(job.job_id).inc()
+                    metrics.checkpoint_failed(job)
                     log.warning(
                         "checkpoint_aborted", job_id=job.job_id, checkpoint_id=checkpoint_id, reason=reason.message
                     )
@@ -128,7 +128,7 @@ class JobActionExecutor:
                 ),
             )
             return
-        metrics.CHECKPOINTS_TRIGGERED.labels(job.job_id).inc()
+        metrics.checkpoint_triggered(job)
         log.info(
             "checkpoint_triggered",
             job_id=job.job_id,
@@ -139,9 +139,7 @@ class JobActionExecutor:
         )
         self._io.submit(self._trigger, job, job.attempt, action, self._saved.pop(job.job_id, None))
 
-    def _trigger(
-        self, job: JobMaster, attempt: int, action: cc.TriggerBarriers, saved: Future[bool] | None
-    ) -> None:
+    def _trigger(self, job: JobMaster, attempt: int, action: cc.TriggerBarriers, saved: Future[bool] | None) -> None:
         """Ask the source tasks to inject the barrier, once the record the lifecycle wrote before it
         (a stop's) is durable; a source that does not take it declines the checkpoint."""
         if saved is not None and not saved.result():
@@ -209,7 +207,8 @@ class JobActionExecutor:
             summary = job.coordinator.latest_completed
             if summary is None or summary.checkpoint_id != completed.checkpoint_id:
                 raise AssertionError(f"checkpoint {completed.checkpoint_id} persisted but not the latest completed")
-            metrics.checkpoint_completed(job.job_id, summary)
+            if not metrics.ended(job):
+                metrics.checkpoint_completed(metrics.JobLabels.of(job), summary)
             log.info(
                 "checkpoint_completed",
                 job_id=job.job_id,

@@ -115,5 +115,9 @@ class Monitor:
                 if job.status is JobStatus.RUNNING and now - job.record_saved_at > RECORD_REFRESH_S:
                     self._records.save(job)  # keeps the progress counters for a restarted JobManager
                 metrics.job_status(job)
+            offers = {offer.taskmanager_id: offer.free_slots for offer in self._registry.offers()}
+            metrics.taskmanagers(
+                (tm.slots, offers.get(tm.taskmanager_id, 0)) for tm in self._registry.taskmanagers.values() if tm.alive
+            )
         for job, command, saved in deploys:
             self._deployer.start(job, command, saved)

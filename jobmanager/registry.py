@@ -16,6 +16,7 @@ from typing import Final
 import structlog
 
 from weir.core.states import JobStatus
+from weir.jobmanager import metrics
 from weir.jobmanager.gateway import TaskManagerGateway
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.messages import Heartbeat, HeartbeatAnswer, JobAttempt
@@ -92,6 +93,7 @@ class TaskManagerRegistry:
 
     def mark_lost(self, tm: RegisteredTaskManager, why: str) -> None:
         tm.alive = False
+        metrics.TASKMANAGERS_LOST.inc()
         log.warning("taskmanager_lost", taskmanager_id=tm.taskmanager_id, reason=why)
 
     def silent(self, now: float) -> list[tuple[RegisteredTaskManager, str]]:

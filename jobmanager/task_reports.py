@@ -103,8 +103,7 @@ class TaskReports:
             outcome = job.lifecycle.receive_ack(
                 self._clock(), CheckpointId(ack.checkpoint_id), task, handle, ack.metrics
             )
-            metrics.ALIGNMENT.labels(job.job_id, ack.vertex_uid).observe(ack.metrics.alignment_duration_s)
-            metrics.START_DELAY.labels(job.job_id, ack.vertex_uid).observe(ack.metrics.start_delay_s)
+            metrics.task_acknowledged(job, ack.vertex_uid, ack.metrics.alignment_duration_s, ack.metrics.start_delay_s)
             self._executor.execute(job, outcome.actions)
 
     def checkpoint_declined(self, decline: CheckpointDecline) -> None:
@@ -122,7 +121,5 @@ class TaskReports:
             )
             self._executor.execute(
                 job,
-                job.lifecycle.receive_decline(
-                    self._clock(), CheckpointId(decline.checkpoint_id), task, decline.reason
-                ),
+                job.lifecycle.receive_decline(self._clock(), CheckpointId(decline.checkpoint_id), task, decline.reason),
             )

@@ -40,6 +40,9 @@ REJECTED_RECORDS = Counter(
     "Records a user function raised on, by the operator and what was done with them (failed, dead_lettered)",
     (*TASK_LABELS, "handling"),
 )
+# The label values counted so far, by job id: removed when the job ends (forget_job_series).
+_counted: dict[str, set[tuple[str, ...]]] = {}
+_counted_lock = threading.Lock()
 
 DEAD_LETTER_DELIVERY_TIMEOUT_S = 30.0
 
@@ -183,14 +186,14 @@ class RecordRejections:
         log: Any,
         *,
         position_in_flight: Callable[[], SourcePosition | None] = _position_not_known,
-        metric_labels: tuple[str, str] | None = None,
+        metric_labels: tuple[str, str, str] | None = None,
     ) -> None:
         self._job_id = job_id
         self._subtask = subtask
         self._sink = sink
         self._log = log
         self._position_in_flight = position_in_flight
-        self._metric_labels = metric_labels  # (job_id, taskmanager); None: not counted
+        self._metric_labels = metric_labels  # (job_id, job_name, taskmanager); None: not counted
         self.failed = 0
         self.dead_lettered = 0
 
@@ -258,8 +261,11 @@ class RecordRejections:
     def _count(self, operator_uid: str, handling: str) -> None:
         if self._metric_labels is None:
             return
-        job_id, taskmanager = self._metric_labels
-        REJECTED_RECORDS.labels(job_id, operator_uid, str(self._subtask), taskmanager, handling).inc()
+        job_id, job_name, taskmanager = self._metric_labels
+        labels = (job_id, job_name, operator_uid, str(self._subtask), taskmanager, handling)
+        with _counted_lock:
+            _counted.setdefault(job_id, set()).add(labels)
+        REJECTED_RECORDS.labels(*labels).inc()
 
 
 def _log_fields(rejected: RejectedRecord) -> dict[str, Any]:
@@ -274,3 +280,16 @@ def _log_fields(rejected: RejectedRecord) -> dict[str, Any]:
         "origin": None if position is None else str(position),
         "firing": None if rejected.firing is None else rejected.firing.fields(),
     }
+
+
+def forget_job_series(job_id: str) -> None:
+    """The job ended (the TaskManager forgets it): remove the rejected-record series of its tasks
+    here, as Flink closes a job's metric group. Not when a task ends: the count of the record a
+    failing task raised on must stay to be scraped, and the attempt after it counts on."""
+    with _counted_lock:
+        labels = _counted.pop(job_id, set())
+    for child in labels:
+        try:
+            REJECTED_RECORDS.remove(*child)
+        except KeyError:
+            pass

@@ -346,7 +346,7 @@ class _TransactionalSink(StreamOperator, abc.ABC):
         self._ledger = TwoPhaseCommitLedger(self._task)
         labels = getattr(ctx.metrics, "labels", None)
         self._taskmanager = str(labels[3]) if labels else ""
-        self._metrics = SinkMetrics(ctx.job_id, ctx.uid, ctx.subtask, self._taskmanager)
+        self._metrics = SinkMetrics(ctx.job_id, ctx.job_name, ctx.uid, ctx.subtask, self._taskmanager)
         self._current: _Epoch | None = None
         self._pending: dict[TransactionId, _Epoch] = {}  # pre-committed, oldest first
         self._restored: SinkSnapshot | None = None

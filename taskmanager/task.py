@@ -120,7 +120,7 @@ class Task:
             attempt=address.attempt,
             taskmanager=taskmanager_id,
         )
-        self.metrics = TaskMetrics(address.job_id, vertex.uid, address.subtask, taskmanager_id)
+        self.metrics = TaskMetrics(address.job_id, job_name, vertex.uid, address.subtask, taskmanager_id)
         graph = plan.graph
         self.key_group_range = key_group_range_for_subtask(
             graph.max_parallelism, vertex.parallelism, SubtaskIndex(address.subtask)
@@ -134,7 +134,7 @@ class Task:
                 address.subtask,
                 KafkaDeadLetters(parameters),
                 self._log,
-                metric_labels=(address.job_id, taskmanager_id),
+                metric_labels=(address.job_id, job_name, taskmanager_id),
             )
         self.rejections = rejections
         rejections.locate_with(self._position_in_flight)
@@ -447,7 +447,7 @@ class Task:
 
     def _show_watermark(self, watermark: int) -> None:
         if exported_watermark(watermark) is not None:
-            self.metrics.watermark.set(watermark)
+            self.metrics.show_watermark(watermark)
 
     def _announce_watermark_status(self, status: WatermarkStatus) -> None:
         """Tell every consumer when this subtask goes idle or active. Chained operators share the status."""

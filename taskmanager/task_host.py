@@ -45,7 +45,7 @@ from weir.core.states import TaskState
 from weir.core.task_state import decode_task_state
 from weir.core.transport_security import TransportSecurity
 from weir.graph import LogicalGraph
-from weir.operators.rejections import KafkaDeadLetters, RecordRejections
+from weir.operators.rejections import KafkaDeadLetters, RecordRejections, forget_job_series
 from weir.plan import JobPlan, NetworkEdge, build_plan
 from weir.taskmanager.mailbox import CheckpointRequest
 from weir.taskmanager.network.gate import InputGate
@@ -210,9 +210,9 @@ class TaskHost:
         rejections = RecordRejections(
             addr.job_id,
             addr.subtask,
-            KafkaDeadLetters(),
+            KafkaDeadLetters(dict(req.parameters)),
             log.bind(job_id=addr.job_id, task=addr.vertex_uid, subtask=addr.subtask, attempt=addr.attempt),
-            metric_labels=(addr.job_id, self.id),
+            metric_labels=(addr.job_id, req.job_name, self.id),
         )
         for edge_index, edge in enumerate(vertex.outputs):
             specs = sorted((s for s in req.outputs if s.output == edge_index), key=lambda s: s.channel)
@@ -324,6 +324,7 @@ class TaskHost:
                 return
         if self._owns_job_directories:
             shutil.rmtree(self._jobs_dir / job_id, ignore_errors=True)
+        forget_job_series(job_id)
         log.info("job_forgotten", job_id=job_id, taskmanager_id=self.id)
 
     def cancel_attempt(self, job_id: str, attempt: int, wait_s: float = 10.0) -> None:

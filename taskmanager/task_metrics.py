@@ -23,8 +23,9 @@ METRICS_SYNC_S = 0.5
 
 
 def exported_watermark(watermark: int | None) -> int | None:
-    """The watermark the gauge may show: never MIN or MAX (the end of input), which would break
-    ``now - watermark`` on the dashboards; the gauge keeps the last finite value instead."""
+    """The watermark the gauge and the heartbeat may show: never MIN or MAX (the end of input), which
+    would break ``time() - watermark`` on the dashboards and alerts; the gauge keeps the last finite
+    value instead."""
     if watermark is None or watermark <= MIN_WATERMARK or watermark >= MAX_WATERMARK:
         return None
     return watermark
@@ -168,4 +169,4 @@ class MetricsSync:
             m.input_buffer_usage.set(self._gate.queued_buffers() / max(1, self._gate.capacity()))
         watermark = exported_watermark(self._source_watermark())
         if watermark is not None:
-            m.watermark.set(watermark)
+            m.show_watermark(watermark)

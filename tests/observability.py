@@ -20,9 +20,11 @@ RULES_DIR = REPO / "deploy/prometheus/rules"
 PROMETHEUS_LOCAL = REPO / "deploy/prometheus/prometheus-local.yml"
 PROMETHEUS_COMPOSE = REPO / "deploy/prometheus/prometheus-compose.yml"
 TARGETS_DIR = REPO / "deploy/prometheus/targets"
-DATASOURCE = {"type": "prometheus", "uid": "weir-prometheus"}
+DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}  # the dashboards' datasource variable
 
-_METRIC_NAME = re.compile(r"\b((?:[a-z_]+:)?weir_[a-z0-9_]+(?::[a-z0-9_]+)?|process_[a-z_]+)\b")
+_METRIC_NAME = re.compile(
+    r"\b((?:[a-z_]+:)?weir_[a-z0-9_]+(?::[a-z0-9_]+)?|process_[a-z_]+|up(?=\{))\b"
+)  # Weir's own, prometheus-client's process_*, and Prometheus' up{...} (the target-down alert)
 
 
 @dataclass(frozen=True)
@@ -68,16 +70,16 @@ def variable_queries() -> list[tuple[str, str, str]]:
             if var.get("type") != "query":
                 continue
             query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
-            match = re.fullmatch(r"label_values\((\w+),\s*(\w+)\)", query)
+            match = re.fullmatch(r"label_values\((\w+(?:\{[^}]*\})?),\s*(\w+)\)", query)
             assert match, f"{board['title']}: variable {var['name']}: unsupported query {query!r}"
-            found.append((board["title"], var["name"], f"count by ({match.group(2)}) ({match.group(1)})"))
+            found.append((board["title"], var["name"], expand(f"count by ({match.group(2)}) ({match.group(1)})")))
     return found
 
 
 def expand(expr: str, job_ids: str = ".*") -> str:
     """A panel's expression with the dashboard variables Grafana would fill in: ``$job_id`` is a
-    regular expression of job ids (``a|b``), All is ``.*``."""
-    return expr.replace("$job_id", job_ids)
+    regular expression of job ids (``a|b``), All is ``.*``; ``$job_name`` is All."""
+    return expr.replace("$job_id", job_ids).replace("$job_name", ".*")
 
 
 def rules() -> list[Rule]:

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Start, stop and report Weir's local services: PostgreSQL, the S3 server, Kafka, Prometheus.
+# Start, stop and report Weir's local services: PostgreSQL, the S3 server, Kafka, Prometheus, Alertmanager.
 #   infra.sh up [SERVICE...]     install on first use, start, health-check (idempotent)
 #   infra.sh down [SERVICE...]   stop by pid
 #   infra.sh status              endpoints as NAME=value lines, then each service's state
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-ALL_SERVICES=(postgres s3 kafka prometheus)
+ALL_SERVICES=(postgres s3 kafka prometheus alertmanager)
 
 cmd="${1:-status}"; shift || true
 services=("$@"); (( ${#services[@]} )) || services=("${ALL_SERVICES[@]}")

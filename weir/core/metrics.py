@@ -1,6 +1,9 @@
-"""Prometheus metrics of a TaskManager (prometheus-client), labelled by job id, operator, subtask, TaskManager.
+"""Prometheus metrics of a TaskManager (prometheus-client), labelled by job id and name, operator,
+subtask, TaskManager.
 
-Counters are updated once per buffer, never per record.
+The job's name stands beside its id as in Flink's task scope (``<job_id>``, ``<job_name>``): a job
+submitted again gets a new id, and dashboards selecting it by name keep following it. Counters are
+updated once per buffer, never per record.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from collections.abc import Callable, Iterable
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.metrics import MetricWrapperBase
 
-TASK_LABELS = ("job_id", "operator_uid", "subtask", "taskmanager")
+TASK_LABELS = ("job_id", "job_name", "operator_uid", "subtask", "taskmanager")
 
 RECORDS_IN = Counter("weir_records_in_total", "Records taken in by a task", TASK_LABELS)
 RECORDS_OUT = Counter("weir_records_out_total", "Records sent out by a task", TASK_LABELS)
@@ -33,7 +36,9 @@ IDLE_SECONDS = Counter("weir_idle_seconds_total", "Time a task spent waiting for
 INPUT_BUFFER_USAGE = Gauge("weir_input_buffer_usage_ratio", "Queued input buffers / input capacity", TASK_LABELS)
 OUTPUT_CREDITS = Gauge("weir_output_credits", "Credits the task currently holds across its channels", TASK_LABELS)
 CURRENT_WATERMARK = Gauge(
-    "weir_current_watermark_milliseconds", "Last watermark a task's head operator received", TASK_LABELS
+    "weir_current_watermark_seconds",
+    "Last watermark a task's head operator received, as a Unix time in seconds (0: none yet)",
+    TASK_LABELS,
 )
 DEAD_LETTERS = Counter("weir_dead_letter_records_total", "Malformed records sent to a dead-letter topic", TASK_LABELS)
 LATE_RECORDS_DROPPED = Counter(
@@ -72,8 +77,8 @@ def _remove_if_owner(kind: str, labels: tuple[str, ...], owner: object, metrics:
 class TaskMetrics:
     """The metric children of one subtask, resolved once."""
 
-    def __init__(self, job_id: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
-        labels = (job_id, operator_uid, str(subtask), taskmanager)
+    def __init__(self, job_id: str, job_name: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
+        labels = (job_id, job_name, operator_uid, str(subtask), taskmanager)
         self.labels = labels
         _claim("task", labels, self)
         self.records_in = RECORDS_IN.labels(*labels)
@@ -89,6 +94,11 @@ class TaskMetrics:
         self.watermark = CURRENT_WATERMARK.labels(*labels)
         self.dead_letters = DEAD_LETTERS.labels(*labels)
         self.late_dropped = LATE_RECORDS_DROPPED.labels(*labels)
+
+    def show_watermark(self, watermark_ms: int) -> None:
+        """Set the watermark gauge in seconds, Prometheus' base unit (watermarks are epoch milliseconds):
+        ``time() - weir_current_watermark_seconds`` is the event-time lag."""
+        self.watermark.set(watermark_ms / 1000.0)
 
     def remove(self) -> None:
         """Drop this subtask's series (its attempt ended), unless a newer attempt resolved them since."""
@@ -195,8 +205,8 @@ _SINK_METRICS = (
 class SinkMetrics:
     """The metric children of one transactional sink subtask, resolved once."""
 
-    def __init__(self, job_id: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
-        labels = (job_id, operator_uid, str(subtask), taskmanager)
+    def __init__(self, job_id: str, job_name: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
+        labels = (job_id, job_name, operator_uid, str(subtask), taskmanager)
         self.labels = labels
         _claim("sink", labels, self)
         self.committed = SINK_TRANSACTIONS_COMMITTED.labels(*labels)

@@ -47,6 +47,8 @@ SCRIPT_VARIABLES: Final = (
     "WEIR_S3_SERVER_VERSION",
     "WEIR_S3_SIDECAR",
     "WEIR_PG_BIN",
+    "WEIR_ALERTMANAGER_PORT",
+    "WEIR_ALERTMANAGER_URL",
 )
 """Read by the service scripts of ``deploy/local`` only, never by a Weir process: named, not tabled."""
 

@@ -58,6 +58,13 @@ ALERT_DEADLINE_S = 90.0
 # the entry so that the queries reading the metric are checked.
 NOT_YET_UPDATED: dict[str, tuple[str, str | None]] = {}
 
+# Recorded signals that answer only for a job in trouble: a job not running (the loop job is RUNNING
+# most of the time), a task with event-time watermarks (test_alertmanager.py proves the first).
+SIGNALS_OF_TROUBLE = {
+    "job_id:weir_job_not_running:max",
+    "job_id_operator_uid_subtask:weir_current_watermark_seconds:changes5m",
+}
+
 T = TypeVar("T")
 
 
@@ -263,11 +270,15 @@ def test_every_dashboard_query_returns_data(prometheus: Prometheus, jobs: Jobs) 
 
 def test_every_recorded_signal_of_the_alerts_returns_data(prometheus: Prometheus, jobs: Jobs) -> None:
     """Each alert compares recorded signals with a threshold: every signal answers for these jobs
-    (the thresholds themselves are tested by promtool in tests/unit/deploy)."""
+    (the thresholds themselves are tested by promtool in tests/unit/deploy). Signals of the cluster
+    (not per job) and those that answer only for a job in trouble are left out (SIGNALS_OF_TROUBLE)."""
     checks = [
         Check(f"record {r.name}", f'{r.name}{{job_id=~"{jobs.all}"}}')
         for r in rules()
-        if r.kind == "record" and not not_yet_updated(r.expr)
+        if r.kind == "record"
+        and r.name.startswith("job_id")
+        and r.name not in SIGNALS_OF_TROUBLE
+        and not not_yet_updated(r.expr)
     ]
     wait_until_answered(prometheus, checks)
 

@@ -62,7 +62,7 @@ def operator_context(job_id: str, uid: str, subtask: int = 0, parallelism: int =
         key_group_range=KeyGroupRange(0, 127),  # type: ignore[arg-type]
         parameters={},
         state=None,
-        metrics=TaskMetrics(job_id, uid, subtask, TASKMANAGER),
+        metrics=TaskMetrics(job_id, "sink-test", uid, subtask, TASKMANAGER),
     )
 
 

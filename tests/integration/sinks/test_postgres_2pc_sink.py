@@ -57,7 +57,13 @@ def gid(case: PostgresSinkCase, epoch: int, subtask: int = 0) -> str:
 
 
 def sample(name: str, case: PostgresSinkCase, subtask: int = 0) -> float:
-    labels = {"job_id": case.job_id, "operator_uid": case.uid, "subtask": str(subtask), "taskmanager": TASKMANAGER}
+    labels = {
+        "job_id": case.job_id,
+        "job_name": "sink-test",
+        "operator_uid": case.uid,
+        "subtask": str(subtask),
+        "taskmanager": TASKMANAGER,
+    }
     return REGISTRY.get_sample_value(name, labels) or 0.0
 
 

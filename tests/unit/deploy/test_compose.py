@@ -57,7 +57,19 @@ TOOLS_SH = REPO / "deploy/local/tools.sh"
 WEIR_SERVICES = ("jobmanager", "taskmanager")
 INIT = "weir-init"
 CREDENTIALS = "weir-credentials"
-REQUIRED_SERVICES = ("kafka", "postgres", "s3", "prometheus", "grafana", CREDENTIALS, INIT, *WEIR_SERVICES)
+REQUIRED_SERVICES = (
+    "kafka",
+    "postgres",
+    "s3",
+    "prometheus",
+    "alertmanager",
+    "grafana",
+    CREDENTIALS,
+    INIT,
+    *WEIR_SERVICES,
+)
+ALERTMANAGER_CONFIG = REPO / "deploy/alertmanager/alertmanager.yml"
+ALERTMANAGER_SH = REPO / "deploy/local/alertmanager.sh"
 RUN_ONCE = (CREDENTIALS, INIT)
 CONDITIONS = {"service_started", "service_healthy", "service_completed_successfully"}
 PUBLISH_DEFAULT = "127.0.0.1"
@@ -555,8 +567,12 @@ def test_the_taskmanager_service_scales(svc: dict[str, Any]) -> None:
 
 
 def test_restart_policies(svc: dict[str, Any]) -> None:
-    for name in WEIR_SERVICES:
-        assert svc[name].get("restart") in ("unless-stopped", "always"), f"{name} should come back when it crashes"
+    """Every service has one: what runs for good comes back when it crashes, what runs once does not."""
+    for name, service in svc.items():
+        if name in RUN_ONCE:
+            assert str(service.get("restart")) == "no", f"{name} runs once"
+        else:
+            assert service.get("restart") in ("unless-stopped", "always"), f"{name} should come back when it crashes"
 
 
 def test_every_long_running_service_has_a_healthcheck(svc: dict[str, Any]) -> None:
@@ -670,6 +686,35 @@ def test_prometheus_service_runs_the_compose_config(svc: dict[str, Any]) -> None
     for pattern in relative:  # relative paths resolve against the config file's directory
         top = Path(pattern).parts[0]
         assert mounts.get(f"./deploy/prometheus/{top}") == f"{config_dir}/{top}", f"{top} is not mounted"
+
+
+def test_alertmanager_runs_the_shipped_routing_and_prometheus_alerts_it(svc: dict[str, Any]) -> None:
+    """One Alertmanager config for compose, Kubernetes and the local mode; both Prometheus configs
+    send to it on the port the service and deploy/local/alertmanager.sh listen on."""
+    am = svc["alertmanager"]
+    args = dict(arg.split("=", 1) for arg in command_of(am) if "=" in arg)
+    port = port_of("x" + args["--web.listen-address"])
+    assert args["--cluster.listen-address"] == "", "one instance: no gossip"
+    assert published_ports(am) == {port: port}
+    mounts = {source: target for source, target in volume_mounts(am)}
+    assert mounts["./deploy/alertmanager/alertmanager.yml"] == args["--config.file"]
+    assert f"http://127.0.0.1:{port}/-/ready" in am["healthcheck"]["test"]
+    assert f'WEIR_ALERTMANAGER_PORT="${{WEIR_ALERTMANAGER_PORT:-{port}}}"' in ALERTMANAGER_SH.read_text(
+        encoding="utf-8"
+    )
+    for config, host in ((PROMETHEUS_COMPOSE, "alertmanager"), (PROMETHEUS_LOCAL, "127.0.0.1")):
+        alerting = _load_yaml(config)["alerting"]["alertmanagers"]
+        assert [t for a in alerting for sc in a["static_configs"] for t in sc["targets"]] == [f"{host}:{port}"], config
+
+
+def test_amtool_accepts_the_alertmanager_config() -> None:
+    amtool = shutil.which("amtool")
+    if amtool is None:
+        pytest.fail("amtool is not installed: deploy/local/alertmanager.sh install (make infra-up) installs it")
+    result = subprocess.run(
+        [amtool, "check-config", str(ALERTMANAGER_CONFIG)], capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
 
 
 def test_promtool_accepts_the_compose_config() -> None:

@@ -37,15 +37,27 @@ from tests.observability import (
 )
 
 ALERTS_TEST = Path(__file__).with_name("weir_alerts_test.yml")
-METRIC_MODULES = ("weir.core.metrics", "weir.operators.source_metrics", "weir.jobmanager.metrics")
+METRIC_MODULES = (
+    "weir.core.metrics",
+    "weir.operators.source_metrics",
+    "weir.operators.rejections",
+    "weir.jobmanager.metrics",
+)
 PROCESS_METRICS = {"process_resident_memory_bytes", "process_cpu_seconds_total"}  # prometheus-client's own
+PROMETHEUS_METRICS = {"up"}  # Prometheus' own, per target
+RUNBOOK = REPO / "docs/runbook.md"
 EXPECTED_ALERTS = {
+    "WeirJobNotRunning",
     "WeirCheckpointsFailing",
     "WeirRestartLoop",
     "WeirSustainedBackpressure",
     "WeirGrowingLag",
     "WeirStuckPreparedTransaction",
     "WeirJobEndUnresolved",
+    "WeirDeadLetters",
+    "WeirWatermarkStalled",
+    "WeirTargetDown",
+    "WeirTaskManagersLost",
 }
 GRID_WIDTH = 24
 
@@ -136,7 +148,7 @@ def test_panels_fit_the_grid_without_overlapping(name: str) -> None:
 
 
 def test_dashboards_read_only_metrics_weir_exports() -> None:
-    exported = exported_metric_names() | PROCESS_METRICS
+    exported = exported_metric_names() | PROCESS_METRICS | PROMETHEUS_METRICS
     unknown = {(str(q), name) for q in panel_queries() for name in metric_names(q.expr) if name not in exported}
     assert not unknown, "metrics no Weir process exports:\n" + "\n".join(f"{n}  in  {q}" for q, n in sorted(unknown))
 
@@ -189,7 +201,9 @@ def test_weir_labels_its_series_job_id_so_no_config_relabels_them() -> None:
             if isinstance(value, MetricWrapperBase):
                 labels = value._labelnames
                 assert "job" not in labels, f"{value._name} is labelled job: name it job_id"
-                assert "job_id" in labels or labels == ("taskmanager",), f"{value._name}: {labels}"
+                assert labels[:2] == ("job_id", "job_name") or labels in ((), ("taskmanager",)), (
+                    f"{value._name}: {labels} (a job's series carry job_id and job_name)"
+                )
     for config in (load_yaml(PROMETHEUS_LOCAL), load_yaml(PROMETHEUS_COMPOSE)):
         weir_jobs = [j for j in config["scrape_configs"] if j["job_name"].startswith("weir-")]
         assert {j["job_name"] for j in weir_jobs} == {"weir-jobmanager", "weir-taskmanager", "weir-test"}
@@ -205,6 +219,19 @@ def test_the_alerts_are_there_with_severity_for_and_annotations() -> None:
         assert body["annotations"]["summary"] and body["annotations"]["description"], name
 
 
+def test_every_alert_links_its_runbook_section() -> None:
+    """runbook_url is docs/runbook.md#<alert in lower case>, a section headed by the alert's name."""
+    headings = {
+        line.removeprefix("## ").strip().lower()
+        for line in RUNBOOK.read_text(encoding="utf-8").splitlines()
+        if line.startswith("## ")
+    }
+    for rule in rules():
+        if rule.kind == "alert":
+            assert rule.body["annotations"].get("runbook_url") == f"docs/runbook.md#{rule.name.lower()}", rule.name
+            assert rule.name.lower() in headings, f"docs/runbook.md has no section ## {rule.name}"
+
+
 def test_alerts_compare_recorded_signals_and_rules_read_exported_metrics() -> None:
     """Every alert reads only recorded signals (so the integration test can query each one), and
     every rule reads only metrics Weir exports or records."""
@@ -217,4 +244,5 @@ def test_alerts_compare_recorded_signals_and_rules_read_exported_metrics() -> No
         if rule.kind == "alert":
             assert names <= records, f"{rule.name} reads {names - records}, not a recorded signal"
         else:
-            assert names <= exported | records, f"{rule.name} reads unknown metrics {names - exported - records}"
+            known = exported | records | PROMETHEUS_METRICS
+            assert names <= known, f"{rule.name} reads unknown metrics {names - known}"

@@ -292,3 +292,99 @@ def test_everything_lands_in_the_overlays_namespace(objects: dict[tuple[str, str
     for (kind, name), obj in objects.items():
         if kind != "Namespace":
             assert obj["metadata"].get("namespace") == "weir", (kind, name)
+
+
+# Alerting, disruptions, network policies, the ServiceMonitor -------------------------------------
+
+
+def pod_labels(objects: dict[tuple[str, str], Any], kind: str, name: str) -> dict[str, str]:
+    return dict(objects[(kind, name)]["spec"]["template"]["metadata"]["labels"])
+
+
+def test_alertmanager_runs_compose_s_command_on_the_shipped_routing(
+    objects: dict[tuple[str, str], Any], compose: dict[str, Any]
+) -> None:
+    shipped = (REPO / "deploy/alertmanager/alertmanager.yml").read_text(encoding="utf-8")
+    assert (BASE / "alertmanager.yml").read_text(encoding="utf-8") == shipped, (
+        "deploy/kubernetes/base/alertmanager.yml is a copy of deploy/alertmanager/alertmanager.yml"
+    )
+    assert objects[("ConfigMap", "alertmanager-config")]["data"]["alertmanager.yml"] == shipped
+    pod = objects[("Deployment", "alertmanager")]["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    service = compose["services"]["alertmanager"]
+    assert c["image"] == service["image"] and c["args"] == command_of(service)
+    listen = dict(a.split("=", 1) for a in c["args"] if "=" in a)["--web.listen-address"]
+    assert named_ports(c) == {"http": int(listen.rsplit(":", 1)[1])}
+    config_mount = next(m for m in c["volumeMounts"] if m["name"] == "config")["mountPath"]
+    assert dict(a.split("=", 1) for a in c["args"] if "=" in a)["--config.file"] == f"{config_mount}/alertmanager.yml"
+    volume = next(v for v in pod["volumes"] if v["name"] == "config")
+    assert volume["configMap"]["name"].rsplit("-", 1)[0] == "alertmanager-config"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert c["securityContext"]["readOnlyRootFilesystem"] is True
+    ports = {p["name"]: p["port"] for p in objects[("Service", "alertmanager")]["spec"]["ports"]}
+    assert ports == named_ports(c)
+
+
+def test_disruption_budgets_take_taskmanagers_one_at_a_time_and_keep_the_jobmanager(
+    objects: dict[tuple[str, str], Any],
+) -> None:
+    tm = objects[("PodDisruptionBudget", "taskmanager")]["spec"]
+    jm = objects[("PodDisruptionBudget", "jobmanager")]["spec"]
+    assert tm["maxUnavailable"] == 1 and jm["minAvailable"] == 1
+    for name, spec in (("taskmanager", tm), ("jobmanager", jm)):
+        assert spec["selector"]["matchLabels"].items() <= pod_labels(objects, WEIR_PODS[name], name).items(), name
+        assert spec["unhealthyPodEvictionPolicy"] == "AlwaysAllow"
+
+
+def test_network_policies_open_each_port_to_whom_needs_it(objects: dict[tuple[str, str], Any]) -> None:
+    prometheus = {"namespaceSelector": {}, "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}
+    pods = {"jobmanager": "Deployment", "taskmanager": "StatefulSet", "alertmanager": "Deployment"}
+    expected = {  # port name -> who may connect (None: anyone)
+        "jobmanager": {"grpc": None, "rest": None, "metrics": [prometheus]},
+        "taskmanager": {
+            "data": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "weir"}}}],
+            "metrics": [prometheus],
+        },
+        "alertmanager": {"http": [prometheus]},
+    }
+    for name, kind in pods.items():
+        policy = objects[("NetworkPolicy", name)]["spec"]
+        assert policy["podSelector"]["matchLabels"].items() <= pod_labels(objects, kind, name).items(), name
+        assert policy["policyTypes"] == ["Ingress"]
+        opened = {p["port"]: rule.get("from") for rule in policy["ingress"] for p in rule["ports"]}
+        assert opened == expected[name], name
+        (c,) = objects[(kind, name)]["spec"]["template"]["spec"]["containers"]
+        assert set(opened) == set(named_ports(c)), f"{name}: every container port is opened to someone"
+    # The TaskManagers' data port takes Weir's pods: the JobManager and the TaskManagers carry that label.
+    for name, kind in WEIR_PODS.items():
+        assert pod_labels(objects, kind, name)["app.kubernetes.io/name"] == "weir"
+
+
+def test_the_service_monitor_scrapes_both_metrics_ports_as_the_prometheus_configs_name_them(
+    kustomize: str, dev_copy: Path
+) -> None:
+    """The component for the Prometheus operator, added to the dev overlay as its comment says."""
+    overlay = dev_copy / "overlays/monitoring"
+    shutil.copytree(dev_copy / "overlays/dev", overlay)
+    with (overlay / "kustomization.yaml").open("a", encoding="utf-8") as f:
+        f.write("\ncomponents:\n  - ../../components/prometheus-operator\n")
+    rendered = {(o["kind"], o["metadata"]["name"]): o for o in render(kustomize, overlay)}
+    monitor = rendered[("ServiceMonitor", "weir")]
+    assert monitor["metadata"]["namespace"] == "weir"
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    scraped = {
+        name
+        for (kind, name), obj in rendered.items()
+        if kind == "Service"
+        and selector.items() <= obj["metadata"].get("labels", {}).items()
+        and any(p["name"] == "metrics" for p in obj["spec"].get("ports", []))
+    }
+    assert scraped == {"jobmanager", "taskmanager"}
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == "metrics"
+    prometheus_local = yaml.safe_load((REPO / "deploy/prometheus/prometheus-local.yml").read_text(encoding="utf-8"))
+    assert endpoint["interval"] == prometheus_local["global"]["scrape_interval"]
+    (relabel,) = endpoint["relabelings"]
+    assert relabel["sourceLabels"] == ["__meta_kubernetes_service_name"] and relabel["targetLabel"] == "job"
+    jobs = {relabel["replacement"].replace("$1", name) for name in scraped}
+    assert jobs == {"weir-jobmanager", "weir-taskmanager"}, "the scrape jobs the alerts and dashboards select"

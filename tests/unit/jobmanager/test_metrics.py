@@ -8,9 +8,11 @@ import uuid
 
 from prometheus_client import REGISTRY
 
-from tests.unit.jobmanager.conftest import Harness
+from tests.unit.jobmanager.conftest import Harness, MakeHarness
 from weir.api import load_job_source
+from weir.core.errors import ServiceUnavailableError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
+from weir.core.states import JobStatus
 from weir.jobmanager import metrics
 from weir.jobmanager.checkpointing.coordinator import (
     CheckpointCoordinator,
@@ -22,6 +24,7 @@ from weir.jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandl
 from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig
 from weir.jobmanager.jobs import JobMaster, JobSubmission
+from weir.jobmanager.lifecycle import RESOLUTION_DEADLINE_S
 from weir.jobmanager.messages import CheckpointAck
 
 JOB = textwrap.dedent(
@@ -43,7 +46,8 @@ def master(parameters: dict[str, str]) -> JobMaster:
 
 
 def gauge(name: str, job_id: str, **labels: str) -> float | None:
-    return REGISTRY.get_sample_value(name, {"job_id": job_id, **labels})
+    """The sample of ``job_id`` (named "numbers" unless ``job_name`` says otherwise)."""
+    return REGISTRY.get_sample_value(name, {"job_id": job_id, "job_name": "numbers", **labels})
 
 
 def test_job_status_exports_the_checkpoint_interval_status_and_restarts() -> None:
@@ -65,8 +69,8 @@ def unique_job_id() -> str:
     return f"job-{uuid.uuid4().hex[:8]}"
 
 
-def counter(name: str, job_id: str) -> float:
-    value = REGISTRY.get_sample_value(name, {"job_id": job_id})
+def counter(name: str, job_id: str, job_name: str = "numbers") -> float:
+    value = REGISTRY.get_sample_value(name, {"job_id": job_id, "job_name": job_name})
     assert value is not None, f"{name} has no series for {job_id}"
     return value
 
@@ -98,7 +102,7 @@ def test_a_completed_checkpoint_exports_unaligned_inflight_bytes_and_per_task_al
     summary = coordinator.latest_completed
     assert summary is not None and summary.checkpoint_id == checkpoint_id
 
-    metrics.checkpoint_completed(job_id, summary)
+    metrics.checkpoint_completed(metrics.JobLabels(job_id, "numbers"), summary)
 
     assert gauge("weir_last_completed_checkpoint_id", job_id) == checkpoint_id
     assert gauge("weir_last_checkpoint_unaligned", job_id) == 1
@@ -127,7 +131,7 @@ def test_an_aligned_checkpoint_resets_the_latest_series_and_does_not_count_as_un
         complete_one(coordinator, now, {source: ack})
         summary = coordinator.latest_completed
         assert summary is not None
-        metrics.checkpoint_completed(job_id, summary)
+        metrics.checkpoint_completed(metrics.JobLabels(job_id, "numbers"), summary)
 
     assert gauge("weir_last_checkpoint_unaligned", job_id) == 0
     assert gauge("weir_last_checkpoint_inflight_bytes", job_id) == 0
@@ -146,7 +150,7 @@ def test_the_unaligned_counter_is_zero_not_absent_after_aligned_checkpoints_only
     complete_one(coordinator, 100.0, {source: TaskAckMetrics()})
     summary = coordinator.latest_completed
     assert summary is not None
-    metrics.checkpoint_completed(job_id, summary)
+    metrics.checkpoint_completed(metrics.JobLabels(job_id, "numbers"), summary)
     assert counter("weir_checkpoints_unaligned_total", job_id) == 0
     assert gauge("weir_last_checkpoint_unaligned", job_id) == 0
 
@@ -170,11 +174,85 @@ def test_the_jobmanager_sets_the_series_from_the_acks_when_a_checkpoint_complete
             job.job_id, task.operator_uid, task.subtask, job.attempt, trigger.checkpoint_id, (), b"", ack_metrics
         )
     )
-    assert gauge("weir_last_completed_checkpoint_id", job.job_id) == trigger.checkpoint_id
-    assert gauge("weir_last_checkpoint_unaligned", job.job_id) == 1
-    assert gauge("weir_last_checkpoint_inflight_bytes", job.job_id) == 4096
-    assert counter("weir_checkpoints_unaligned_total", job.job_id) == 1
+    assert gauge("weir_last_completed_checkpoint_id", job.job_id, job_name="j") == trigger.checkpoint_id
+    assert gauge("weir_last_checkpoint_unaligned", job.job_id, job_name="j") == 1
+    assert gauge("weir_last_checkpoint_inflight_bytes", job.job_id, job_name="j") == 4096
+    assert counter("weir_checkpoints_unaligned_total", job.job_id, job_name="j") == 1
     labels = {"operator_uid": str(task.operator_uid), "subtask": str(task.subtask)}
-    assert gauge("weir_last_checkpoint_alignment_seconds", job.job_id, **labels) == 0.375
-    assert gauge("weir_last_checkpoint_start_delay_seconds", job.job_id, **labels) == 0.25
-    assert gauge("weir_last_checkpoint_task_inflight_bytes", job.job_id, **labels) == 4096
+    assert gauge("weir_last_checkpoint_alignment_seconds", job.job_id, job_name="j", **labels) == 0.375
+    assert gauge("weir_last_checkpoint_start_delay_seconds", job.job_id, job_name="j", **labels) == 0.25
+    assert gauge("weir_last_checkpoint_task_inflight_bytes", job.job_id, job_name="j", **labels) == 4096
+
+
+def job_series(job_id: str) -> dict[str, dict[str, str]]:
+    """Every sample the registry exports for ``job_id``, by name with its labels (status by value)."""
+    found: dict[str, dict[str, str]] = {}
+    for family in REGISTRY.collect():
+        for sample in family.samples:
+            if sample.labels.get("job_id") == job_id:
+                key = sample.name + (f"{{{sample.labels['status']}}}" if "status" in sample.labels else "")
+                found[key] = dict(sample.labels)
+    return found
+
+
+def test_every_series_of_a_job_carries_its_name_beside_its_id(harness: Harness) -> None:
+    """A resubmitted job gets a new id: dashboards and alerts select it by name."""
+    job = harness.job({"checkpointing.interval": "1s"}, job_id=unique_job_id())
+    metrics.job_status(job)
+    series = job_series(job.job_id)
+    assert "weir_job_status{RUNNING}" in series and "weir_checkpoint_interval_seconds" in series
+    assert {name: labels.get("job_name") for name, labels in series.items()} == dict.fromkeys(series, "j")
+
+
+def test_a_finished_or_canceled_job_leaves_no_series(harness: Harness) -> None:
+    finished = harness.job({"checkpointing.interval": "1s"}, job_id=unique_job_id())
+    harness.finish(finished)
+    harness.jm.tick()
+    assert finished.status is JobStatus.FINISHED
+    assert job_series(finished.job_id) == {}
+    canceled = harness.job({"checkpointing.interval": "1s"}, job_id=unique_job_id())
+    harness.jm.cancel(canceled.job_id)
+    harness.jm.tick()
+    assert canceled.status is JobStatus.CANCELED
+    assert job_series(canceled.job_id) == {}
+
+
+def test_a_failed_job_keeps_only_its_failed_status_for_the_not_running_alert(harness: Harness) -> None:
+    job = harness.job({"checkpointing.interval": "1s"}, job_id=unique_job_id())
+    metrics.job_status(job)
+    harness.fail(job)
+    harness.jm.tick()
+    assert job.status is JobStatus.FAILED
+    assert job_series(job.job_id) == {
+        "weir_job_status{FAILED}": {"job_id": job.job_id, "job_name": "j", "status": "FAILED"}
+    }
+    assert gauge("weir_job_status", job.job_id, job_name="j", status="FAILED") == 1
+
+
+def test_an_unresolved_end_keeps_its_series_until_it_is_resolved(harness: Harness) -> None:
+    job = harness.job({"checkpointing.interval": "1s"}, job_id=unique_job_id())
+    harness.resolver.error = ServiceUnavailableError("postgres is down")
+    harness.jm.cancel(job.job_id)
+    harness.clock.advance(RESOLUTION_DEADLINE_S + 1.0)
+    harness.jm.tick()
+    assert job.status is JobStatus.CANCELED and job.lifecycle.unresolved_end
+    assert gauge("weir_job_end_unresolved", job.job_id, job_name="j") == 1
+    harness.resolver.error = None
+    harness.clock.advance(60.0)
+    harness.jm.tick()
+    assert not job.lifecycle.unresolved_end
+    assert job_series(job.job_id) == {}
+
+
+def test_the_taskmanagers_and_their_slots_are_counted(make_harness: MakeHarness) -> None:
+    harness = make_harness(taskmanagers=("tm-a", "tm-b"))
+    harness.jm.tick()
+    assert REGISTRY.get_sample_value("weir_taskmanagers_registered") == 2
+    assert REGISTRY.get_sample_value("weir_taskmanager_slots") == 8
+    harness.job(job_id=unique_job_id())
+    harness.jm.tick()
+    assert REGISTRY.get_sample_value("weir_taskmanager_slots_available") == 7
+    harness.clock.advance(60.0)  # no heartbeats: both are lost
+    harness.jm.tick()
+    assert REGISTRY.get_sample_value("weir_taskmanagers_registered") == 0
+    assert REGISTRY.get_sample_value("weir_taskmanager_slots") == 0

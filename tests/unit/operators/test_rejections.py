@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
@@ -27,6 +28,7 @@ from weir.operators.rejections import (
     CapturedDeadLetters,
     KafkaDeadLetters,
     RecordRejections,
+    forget_job_series,
     rejected_by_function,
 )
 from weir.operators.sources import KafkaSourceOperator
@@ -47,7 +49,9 @@ def start_with_letters(
     """Set ``op`` up with a RecordRejections keeping its dead letters (counted under job-1/tm-test)."""
     letters = CapturedDeadLetters()
     ctx = make_context(uid)
-    ctx.rejections = RecordRejections(ctx.job_id, ctx.subtask, letters, ctx.log, metric_labels=("job-1", "tm-test"))
+    ctx.rejections = RecordRejections(
+        ctx.job_id, ctx.subtask, letters, ctx.log, metric_labels=("job-1", "j", "tm-test")
+    )
     out = CollectingOutput() if output is None else output
     op.setup(ctx, out)
     op.open()
@@ -72,7 +76,7 @@ def test_failing_names_the_operator_function_exception_and_record(start_operator
 def test_dead_lettering_drops_the_record_and_the_others_pass(make_context: MakeContext) -> None:
     op = MapOperator(poison, DLQ)
     out, letters = start_with_letters(op, make_context, "parse")
-    before = REJECTED_RECORDS.labels("job-1", "parse", "0", "tm-test", "dead_lettered")._value.get()
+    before = REJECTED_RECORDS.labels("job-1", "j", "parse", "0", "tm-test", "dead_lettered")._value.get()
     with capture_logs() as logs:
         for v in range(6):
             op.process(v, v)
@@ -85,7 +89,7 @@ def test_dead_lettering_drops_the_record_and_the_others_pass(make_context: MakeC
         "3",
     )
     assert (envelope["topic"], envelope["partition"], envelope["offset"]) == (None, None, None)
-    after = REJECTED_RECORDS.labels("job-1", "parse", "0", "tm-test", "dead_lettered")._value.get()
+    after = REJECTED_RECORDS.labels("job-1", "j", "parse", "0", "tm-test", "dead_lettered")._value.get()
     assert after == before + 1
     (event,) = [e for e in logs if e["event"] == "record_rejected"]
     assert event["handling"] == "dead_lettered" and event["dlq"] == "events-dlq" and event["origin"] is None
@@ -332,3 +336,30 @@ def test_a_dead_letter_topic_that_does_not_exist_fails_the_job_naming_topic_oper
     op.process(3, 1001)
     op.process(3, 1002)
     assert len(producer.sent) == 2 and lookups == ["events-dlq", "events-dlq"]  # found once, then not asked again
+
+
+def test_an_ended_job_s_rejected_record_series_are_removed(make_context: MakeContext) -> None:
+    """The TaskManager forgets a job that ended (forget_job): its series go, another job's stay."""
+    counted: dict[str, dict[str, str]] = {}
+    for job in ("job-ended", "job-running"):
+        ctx = make_context("parse")
+        rejections = RecordRejections(job, 0, CapturedDeadLetters(), ctx.log, metric_labels=(job, "j", "tm-forget"))
+        op = MapOperator(poison, DLQ)
+        ctx.rejections = rejections
+        op.setup(ctx, CollectingOutput())
+        op.open()
+        op.process(3, 0)
+        counted[job] = {
+            "job_id": job,
+            "job_name": "j",
+            "operator_uid": "parse",
+            "subtask": "0",
+            "taskmanager": "tm-forget",
+            "handling": "dead_lettered",
+        }
+        assert REGISTRY.get_sample_value("weir_rejected_records_total", counted[job]) == 1
+    forget_job_series("job-ended")
+    assert REGISTRY.get_sample_value("weir_rejected_records_total", counted["job-ended"]) is None
+    assert REGISTRY.get_sample_value("weir_rejected_records_total", counted["job-running"]) == 1
+    forget_job_series("job-ended")  # twice is harmless
+    forget_job_series("job-running")

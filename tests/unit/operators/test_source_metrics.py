@@ -11,16 +11,17 @@ from weir.operators.source_metrics import KafkaSourceLag, partition_lag, record_
 TOPIC = "events"
 
 
-def task_labels() -> tuple[str, str, str, str]:
-    return (f"job-{uuid.uuid4().hex[:8]}", "events-source", "0", "taskmanager-1")
+def task_labels() -> tuple[str, str, str, str, str]:
+    return (f"job-{uuid.uuid4().hex[:8]}", "events-job", "events-source", "0", "taskmanager-1")
 
 
 def lag_of(labels: tuple[str, ...], partition: int) -> float | None:
-    job, uid, subtask, tm = labels
+    job, name, uid, subtask, tm = labels
     return REGISTRY.get_sample_value(
         "weir_kafka_source_lag_records",
         {
             "job_id": job,
+            "job_name": name,
             "operator_uid": uid,
             "subtask": subtask,
             "taskmanager": tm,

@@ -308,7 +308,7 @@ def test_the_bound_set_through_the_api_is_the_one_the_sink_spills_at(tmp_path: P
         key_group_range=KeyGroupRange(0, 127),  # type: ignore[arg-type]
         parameters={},
         state=None,
-        metrics=TaskMetrics("job-1", "sink", 0, "tm"),
+        metrics=TaskMetrics("job-1", "j", "sink", 0, "tm"),
     )
     sink.setup(ctx, None)
     sink._in_kafka = object()  # a transaction of another epoch is open: records wait in the spill

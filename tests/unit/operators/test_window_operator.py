@@ -11,7 +11,7 @@ from prometheus_client import REGISTRY
 
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.core.errors import JobDefinitionError
-from weir.core.metrics import TaskMetrics
+from weir.core.metrics import TASK_LABELS, TaskMetrics
 from weir.core.watermarks import MAX_WATERMARK
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.operators.windows import WindowAggregateOperator
@@ -64,13 +64,13 @@ def test_a_tumbling_window_fires_when_the_watermark_reaches_its_last_timestamp(s
 def test_a_dropped_late_value_counts_in_the_task_metrics(make_context: MakeContext) -> None:
     op = window_operator(TumblingEventTimeWindows(10))
     ctx = make_context("win")
-    ctx.metrics = TaskMetrics(ctx.job_id, "win", ctx.subtask, "taskmanager-test")
+    ctx.metrics = TaskMetrics(ctx.job_id, ctx.job_name, "win", ctx.subtask, "taskmanager-test")
     op.setup(ctx, CollectingOutput())
     op.open()
     op.process_watermark(20)
     op.process(("a", 1), 5)
     op.process(("a", 1), 25)
-    labels = dict(zip(("job_id", "operator_uid", "subtask", "taskmanager"), ctx.metrics.labels, strict=True))
+    labels = dict(zip(TASK_LABELS, ctx.metrics.labels, strict=True))
     assert op.late_records_dropped == 1
     assert REGISTRY.get_sample_value("weir_late_records_dropped_total", labels) == 1
     ctx.metrics.remove()

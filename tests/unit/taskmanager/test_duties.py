@@ -111,7 +111,7 @@ def _sample(name: str, metrics: TaskMetrics) -> float | None:
 
 
 def test_the_metrics_sync_is_due_every_interval_at_its_deadline_included() -> None:
-    metrics = TaskMetrics("job-duties", "op", 0, "tm-test")
+    metrics = TaskMetrics("job-duties", "duties", "op", 0, "tm-test")
     try:
         channel = FakeChannel()
         outputs = TaskOutputs([_writer(channel, 3_600.0)])
