@@ -24,7 +24,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
-import click
 import grpc
 import typer
 from rich.console import Console
@@ -118,7 +117,7 @@ def _remember(key: str) -> Any:
     """An option's callback that keeps its value for this run of the command (``run_cli``), wherever
     it was given: ``weir -m H:P list`` and ``weir list -m H:P`` reach the same client."""
 
-    def remember(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    def remember(ctx: typer.Context, param: typer.CallbackParam, value: str | None) -> str | None:
         choices = _client_choices.get()
         if value is not None and choices is not None:
             choices[key] = value

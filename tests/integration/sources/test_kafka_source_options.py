@@ -24,6 +24,7 @@ from weir.core.descriptors import (
     Timestamp,
     start_offsets_parameter,
 )
+from weir.core.kafka_config import kafka_client_config
 from weir.core.keygroups import KeyGroupRange
 from weir.jobmanager.submission import kafka_start_offsets
 from weir.operators.base import OperatorContext
@@ -107,7 +108,7 @@ def read(source: KafkaSourceOperator, out: Collect, at_least: int, timeout_s: fl
 def test_latest_fixed_at_submit_reads_what_was_written_after_it(services: Endpoints, topic: str) -> None:
     produce(services, topic, [(0, 1, None), (1, 2, None)])
     spec = spec_for(topic, LATEST)
-    fixed = kafka_start_offsets(spec, "unused-group")
+    fixed = kafka_start_offsets(kafka_client_config(services, {}), spec, "unused-group")
     assert dict(fixed) == {0: 1, 1: 1}
     produce(services, topic, [(0, 3, None), (1, 4, None)])  # after submit, before the tasks open
     source, out = start(spec, {start_offsets_parameter(UID): encode_start_offsets(fixed)})
