@@ -54,8 +54,15 @@ tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.
 	deploy/local/tools.sh install || [ $$? -eq 3 ]
 
 # Every test, the scenarios at test size among them (there is no separate long suite); the slowest 30 listed.
+# The unit tests (CPU-bound, no services) run beside the integration tests (which mostly wait on their
+# clusters and services); the unit run's output follows the integration run's, and either failing fails.
+UNIT_LOG := .pytest-unit.log
 test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (<25 min; what CI runs)
-	$(PY) -m pytest -q --durations=30
+	@$(PY) -m pytest -q -p no:cacheprovider -m "not integration" > $(UNIT_LOG) 2>&1 & unit=$$!; \
+	$(PY) -m pytest -q -m integration --durations=30; integration=$$?; \
+	wait $$unit; unit_rc=$$?; echo "== unit tests (-m 'not integration'), run beside the integration tests:"; \
+	tail -n 40 $(UNIT_LOG); echo "== integration: exit $$integration; unit: exit $$unit_rc"; \
+	[ $$integration -eq 0 ] && [ $$unit_rc -eq 0 ]
 
 test-unit: setup tools ## unit tests only, no services
 	$(PY) -m pytest -q -m "not integration"
