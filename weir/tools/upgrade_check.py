@@ -171,7 +171,7 @@ class UpgradeReport:
         fatal = self.fatal()
         if not fatal:
             return f"PASS: {self.job} can restore from {self.savepoint}"
-        more = f" (and {len(fatal) - 1} more: weir upgrade check)" if len(fatal) > 1 else ""
+        more = f" (and {len(fatal) - 1} more)" if len(fatal) > 1 else ""
         first = fatal[0]
         head = f"FAIL: {self.job} cannot restore from {self.savepoint}"
         return f"{head}: {first.kind.value} {first.uid}: {first.reason}{more}"
@@ -262,7 +262,11 @@ def _is_stateful(t: Transformation) -> bool:
 
 
 def _kind_of(t: Transformation) -> str:
-    return t.kind.value + (" (keyed)" if t.key_selector is not None else "")
+    if t.source_spec is not None:
+        return "source"
+    if t.sink_spec is not None:
+        return f"{t.sink_spec.system.value} sink ({t.sink_spec.delivery.value})"
+    return "keyed operator" if t.key_selector is not None else "operator"
 
 
 def _map_uids(
