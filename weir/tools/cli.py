@@ -103,6 +103,11 @@ savepoint_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(savepoint_app, name="savepoint")
+upgrade_app = typer.Typer(
+    help="Upgrades: whether a new version of a job can take a savepoint's state (upgrade check), offline.",
+    pretty_exceptions_enable=False,
+)
+app.add_typer(upgrade_app, name="upgrade")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document to stdout.")]
 
@@ -1002,6 +1007,67 @@ def savepoint_dump(
             out.flush()
         except BrokenPipeError:  # `| head`: the reader has enough
             os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())
+
+
+@upgrade_app.command("check")
+def upgrade_check(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB_V2.py", help="The new version of the job.")],
+    savepoint: Annotated[
+        str,
+        typer.Option("--savepoint", "-s", metavar="PATH", help="The savepoint (or retained checkpoint) to restore."),
+    ],
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    parallelism: Annotated[
+        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
+    ] = None,
+    allow_non_restored_state: Annotated[
+        bool,
+        typer.Option(
+            "--allow-non-restored-state",
+            "-n",
+            help="As weir run: the state of operators the job no longer has may be dropped (a warning, not a failure).",
+        ),
+    ] = False,
+    offline: Annotated[
+        bool, typer.Option("--offline", help="Do not ask Kafka whether the job's dead-letter topics exist.")
+    ] = False,
+    json_output: JsonOption = False,
+) -> None:
+    """PASS (exit 0) or FAIL (exit 1) with reasons: can JOB_V2.py restore from the savepoint (uids, max
+    parallelism, state schemas, every stored value migrated and re-hashed, exactly-once sinks,
+    dead-letter topics)? Reads only the job file and the checkpoint storage."""
+    from weir.connectors import kafka
+    from weir.core.kafka_config import kafka_client_config
+    from weir.tools.upgrade_check import upgrade_check as check
+
+    parameters = parse_parameters(define or [])
+    topic_exists = None
+    if not offline:
+        cluster = kafka_client_config(Endpoints.from_env(), parameters)
+
+        def topic_exists(topic: str) -> bool:
+            return kafka.topic_partition_count(cluster, topic) is not None
+
+    with _storage_answers():
+        report = check(
+            job_file,
+            savepoint,
+            parameters=parameters,
+            parallelism=parallelism or 1,
+            allow_non_restored_state=allow_non_restored_state,
+            topic_exists=topic_exists,
+        )
+    if json_output:
+        _print_json(report.to_json())
+    else:
+        out = _stdout()
+        out.print(report.summary(), soft_wrap=True)
+        for finding in report.findings:
+            out.print(f"  {finding}", soft_wrap=True, markup=False)
+    if not report.passed:
+        raise typer.Exit(EXIT_FAILURE)
 
 
 def _print_savepoint_info(info: SavepointInfo) -> None:
