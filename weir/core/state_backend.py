@@ -1,11 +1,13 @@
 """What a keyed operator codes against for its state: a :class:`KeyedStateBackend` hands each
 operator of a subtask its :class:`KeyedStateStore`, addressed by state name, key group and state key.
 
-Flink's operators code against ``KeyedStateBackend`` and never see RocksDB; so do Weir's. The one
+Flink's operators code against ``KeyedStateBackend`` and never see RocksDB; so do Weir's. The
 implementation is the task's RocksDB (``weir.taskmanager.state.RocksDBStateBackend``); the reference
-run (``weir run --reference``) uses it too. How an address and a value become bytes is
-``weir.core.state_layout``'s, not the operators' and not the store's caller's: an operator builds
-state keys with the layout's functions and hands the store plain values.
+run (``weir run --reference``) uses it too; ``weir test`` keeps keyed state in a dict
+(``weir.tools.jobtest.MemoryStateBackend``) so that it can copy it at every checkpoint. How an
+address and a value become bytes is ``weir.core.state_layout``'s, not the operators' and not the
+store's caller's: an operator builds state keys with the layout's functions and hands the store
+plain values.
 """
 
 from __future__ import annotations

@@ -834,6 +834,71 @@ def verify(
         raise typer.Exit(EXIT_FAILURE)
 
 
+@app.command("test")
+def test_command(
+    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="The job file to run.")],
+    source: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--source",
+            metavar="UID=FILE.jsonl",
+            help="A Kafka source's input: one record value per line, through the source's deserializer (repeatable).",
+        ),
+    ] = None,
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    failures: Annotated[
+        bool,
+        typer.Option(
+            "--failures", help="Also run once per checkpoint and crash point with a failure there; compare outputs."
+        ),
+    ] = False,
+    checkpoint_every: Annotated[
+        int, typer.Option("--checkpoint-every", metavar="N", help="Source records between checkpoints.")
+    ] = 1000,
+    ms_per_record: Annotated[
+        int, typer.Option("--ms-per-record", metavar="MS", help="How far virtual processing time moves per record.")
+    ] = 1,
+    out: Annotated[
+        Path | None, typer.Option("--out", metavar="DIR", help="Write each sink's committed records as DIR/UID.jsonl.")
+    ] = None,
+) -> None:
+    """Run a job in this process over records from files, with no services; with --failures check that
+    failures and recovery from checkpoints leave its committed output unchanged. Exit 1 on a divergence."""
+    from weir.tools.jobtest import check_job, read_jsonl, records_of_lines, write_outputs
+
+    parameters = parse_parameters(define or [])
+    inputs = {}
+    for item in source or []:
+        uid, sep, file = item.partition("=")
+        if not sep or not uid.strip() or not file:
+            raise CommandLineError(f"--source {item!r}: expected UID=FILE.jsonl")
+        inputs[uid.strip()] = records_of_lines(read_jsonl(Path(file)))
+    report = check_job(
+        job_file, inputs, parameters, failures=failures, checkpoint_every=checkpoint_every, ms_per_record=ms_per_record
+    )
+    console = _stdout()
+    for uid in report.reference.sinks:
+        records = len(report.reference.by_operator.get(uid, []))
+        console.print(f"sink {escape(uid)}: {records} records committed", soft_wrap=True)
+    if out is not None:
+        for path in write_outputs(report.reference, out):
+            console.print(f"wrote {escape(str(path))}", soft_wrap=True)
+    if failures:
+        console.print(
+            f"{report.runs} runs ({len(report.failure_points)} failure points, "
+            f"{report.reference.checkpoints} checkpoints) in {_seconds(report.seconds)}",
+            soft_wrap=True,
+        )
+    for divergence in report.divergences:
+        _error_line(divergence.describe())
+    if not report.ok:
+        raise typer.Exit(EXIT_FAILURE)
+    if failures:
+        console.print("test: every failure run committed what the failure-free run did", soft_wrap=True)
+
+
 def _print_verify_report(report: VerifyReport) -> None:
     console = _stdout()
     job = f"job id {report.job_id} ({report.job_id_from})" if report.job_id else "no job id (no commit proof)"

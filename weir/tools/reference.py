@@ -53,6 +53,7 @@ from weir.core.ids import ChannelIndex
 from weir.core.kafka_config import KafkaClientConfig, Properties, kafka_client_config
 from weir.core.keygroups import KeyGroup, KeyGroupRange
 from weir.core.rejections import UserFunctionError
+from weir.core.state_backend import KeyedStateBackend
 from weir.core.watermarks import PartitionWatermarks
 from weir.graph import LogicalGraph, OperatorKind, Transformation
 from weir.operators.base import OperatorContext, StreamOperator
@@ -423,8 +424,11 @@ class _ReplayKafkaSource(KafkaSourceOperator):
         for record in sorted(self._records, key=lambda r: (r.partition, r.offset)):
             by_partition.setdefault(record.partition, []).append(record)
         self._end_offsets = {p: records[-1].offset + 1 for p, records in by_partition.items()}
-        self._next_offsets = {}
-        self._active = set(by_partition)
+        # Restored (``weir test --failures``): each partition resumes at its checkpointed offset.
+        resume = self._next_offsets if self._restored else {}
+        by_partition = {p: [r for r in records if r.offset >= resume.get(p, 0)] for p, records in by_partition.items()}
+        self._next_offsets = dict(resume)
+        self._active = {p for p, records in by_partition.items() if records}
         self._partition_watermarks = PartitionWatermarks(sorted(by_partition), spec.max_out_of_orderness_ms, None, 0.0)
         self._emitted_watermark = self._partition_watermarks.current
         # The read loop calls consume, unassign, is_end_of_partition and close, which the replay has.
@@ -492,7 +496,7 @@ class _LocalChannel:
 
 class _Run:
     def __init__(
-        self, graph: LogicalGraph, parameters: dict[str, str], backend: RocksDBStateBackend, reader: SourceInput
+        self, graph: LogicalGraph, parameters: dict[str, str], backend: KeyedStateBackend, reader: SourceInput
     ) -> None:
         self._graph = graph
         self._parameters = parameters

@@ -1,0 +1,286 @@
+"""``weir test --failures``: a corpus of job bugs, each caught with the operator and the failure point
+that expose it, and the same jobs written correctly passing.
+
+Each job reads Kafka source ``events`` (JSON lines from a file), passes through a map ``enrich``
+and ends in a Kafka sink; the bug sits in one operator. No service is reached: sources replay the
+lines and sinks are captured.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from weir.connectors import kafka, postgres
+from weir.tools.cli import app
+from weir.tools.jobtest import (
+    FailurePoint,
+    JobTestError,
+    Phase,
+    check_job,
+    read_jsonl,
+    records_of_lines,
+    run_once,
+)
+
+HEADER = """
+import json
+import random
+import time
+from weir.api import Environment, ProcessWindowFunction, TumblingEventTimeWindows
+
+
+class Count:
+    def create(self):
+        return 0
+
+    def add(self, acc, event):
+        return acc + 1
+
+    def result(self, key, start, end, acc):
+        return {"key": key, "start": start, "count": acc}
+
+
+def source(env):
+    return env.from_kafka("events", uid="events", deserializer=json.loads, timestamp=lambda e: e["ts"])
+"""
+
+GLOBAL_COUNTER = """
+SEQ = 0
+
+def number(e):
+    global SEQ
+    SEQ += 1
+    return {**e, "seq": SEQ}
+
+def build(env: Environment) -> None:
+    source(env).map(number, uid="enrich").sink_to_kafka("out", uid="sink")
+"""
+
+KEYED_COUNTER = """
+def build(env: Environment) -> None:
+    numbered = source(env).map(lambda e: {**e, "seq": 1}, uid="enrich").key_by(lambda e: "all").reduce(
+        lambda a, b: {**b, "seq": a["seq"] + 1}, uid="number")
+    numbered.sink_to_kafka("out", uid="sink")
+"""
+
+CLOSURE_DEDUP = """
+def first_seen():
+    seen = set()
+
+    def new(e):
+        if e["id"] in seen:
+            return False
+        seen.add(e["id"])
+        return True
+
+    return new
+
+def build(env: Environment) -> None:
+    source(env).map(lambda e: e, uid="enrich").filter(first_seen(), uid="dedup").sink_to_kafka("out", uid="sink")
+"""
+
+KEYED_DEDUP = """
+def build(env: Environment) -> None:
+    counted = source(env).map(lambda e: {**e, "n": 1}, uid="enrich").key_by(lambda e: e["id"]).reduce(
+        lambda a, b: {**b, "n": a["n"] + 1}, uid="dedup")
+    counted.filter(lambda e: e["n"] == 1, uid="first").sink_to_kafka("out", uid="sink")
+"""
+
+RANDOM_KEY = """
+def build(env: Environment) -> None:
+    source(env).map(lambda e: e, uid="enrich").key_by(lambda e: random.randrange(4)).window(
+        TumblingEventTimeWindows(100)).aggregate(Count(), uid="totals").sink_to_kafka("out", uid="sink")
+"""
+
+FIELD_KEY = """
+def build(env: Environment) -> None:
+    source(env).map(lambda e: e, uid="enrich").key_by(lambda e: e["user"]).window(
+        TumblingEventTimeWindows(100)).aggregate(Count(), uid="totals").sink_to_kafka("out", uid="sink")
+"""
+
+SIDE_EFFECT_MAP = """
+TOTALS = {}
+
+def running_total(e):
+    TOTALS[e["user"]] = TOTALS.get(e["user"], 0) + e["amount"]
+    return {**e, "total": TOTALS[e["user"]]}
+
+def build(env: Environment) -> None:
+    source(env).map(running_total, uid="enrich").sink_to_kafka("out", uid="sink")
+"""
+
+KEYED_TOTAL = """
+def build(env: Environment) -> None:
+    totals = source(env).map(lambda e: {**e, "total": e["amount"]}, uid="enrich").key_by(lambda e: e["user"]).reduce(
+        lambda a, b: {**b, "total": a["total"] + b["amount"]}, uid="total")
+    totals.sink_to_kafka("out", uid="sink")
+"""
+
+WALL_CLOCK_WINDOW = """
+class Stamp(ProcessWindowFunction):
+    def process(self, key, context, elements, out):
+        for result in elements:
+            out.collect({**result, "emitted_at": time.time()})
+
+def build(env: Environment) -> None:
+    source(env).map(lambda e: e, uid="enrich").key_by(lambda e: e["user"]).window(
+        TumblingEventTimeWindows(100)).aggregate(Count(), uid="totals", window_function=Stamp()).sink_to_kafka(
+        "out", uid="sink")
+"""
+
+WINDOW_END_STAMP = """
+class Stamp(ProcessWindowFunction):
+    def process(self, key, context, elements, out):
+        for result in elements:
+            out.collect({**result, "emitted_at": context.window.end})
+
+def build(env: Environment) -> None:
+    source(env).map(lambda e: e, uid="enrich").key_by(lambda e: e["user"]).window(
+        TumblingEventTimeWindows(100)).aggregate(Count(), uid="totals", window_function=Stamp()).sink_to_kafka(
+        "out", uid="sink")
+"""
+
+RECORDS = 200
+CHECKPOINT_EVERY = 20
+
+
+def event_lines(count: int) -> list[bytes]:
+    """Events with ids that repeat across checkpoints (for the dedup jobs), five users, in time order."""
+    return [
+        json.dumps({"id": i % 37, "user": f"u{i % 5}", "amount": i % 11, "ts": 1_000 + 10 * i}).encode()
+        for i in range(count)
+    ]
+
+
+@pytest.fixture(autouse=True)
+def no_services(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``weir test`` never connects anything: every client factory fails the test."""
+
+    def refuse(*_args: Any, **_kwargs: Any) -> Any:
+        raise AssertionError("weir test tried to reach an external service")
+
+    for name in ("producer", "consumer", "admin", "topic_partition_count", "read_committed_records"):
+        monkeypatch.setattr(kafka, name, refuse)
+    monkeypatch.setattr(postgres, "connect", refuse)
+
+
+def job(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "job.py"
+    path.write_text(HEADER + body)
+    return path
+
+
+def check(tmp_path: Path, body: str) -> Any:
+    inputs = {"events": records_of_lines(event_lines(RECORDS))}
+    return check_job(job(tmp_path, body), inputs, failures=True, checkpoint_every=CHECKPOINT_EVERY)
+
+
+FIRST_RESTART = FailurePoint(1, Phase.MID_EPOCH)
+"""A failure before any checkpoint completed: the job starts over from nothing (a new process)."""
+FIRST_RESTORE = FailurePoint(1, Phase.AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT)
+"""The first failure that restores a checkpoint."""
+
+BUGS = [
+    # Globals start over with the job, as output does: only a restore exposes them.
+    pytest.param(GLOBAL_COUNTER, "enrich", FIRST_RESTORE, id="module-global-counter"),
+    pytest.param(CLOSURE_DEDUP, "dedup", FIRST_RESTORE, id="closure-state"),
+    pytest.param(SIDE_EFFECT_MAP, "enrich", FIRST_RESTORE, id="side-effect-in-map"),
+    # A replay draws other numbers and reads a later clock, even from the start.
+    pytest.param(RANDOM_KEY, "totals", FIRST_RESTART, id="random-key"),
+    pytest.param(WALL_CLOCK_WINDOW, "totals", FIRST_RESTART, id="wall-clock-window-function"),
+]
+
+
+@pytest.mark.parametrize(("body", "operator", "point"), BUGS)
+def test_a_job_bug_is_caught_at_its_operator_and_the_first_failure_that_exposes_it(
+    tmp_path: Path, body: str, operator: str, point: FailurePoint
+) -> None:
+    report = check(tmp_path, body)
+    assert not report.ok
+    (divergence,) = report.divergences
+    assert divergence.operator == operator
+    assert divergence.sink == "sink"
+    assert divergence.point == point
+    text = divergence.describe()
+    assert f"operator {operator!r}" in text and point.describe() in text
+    assert "outside managed state" in text and "nondeterminism" in text
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(KEYED_COUNTER, id="counter-in-keyed-state"),
+        pytest.param(KEYED_DEDUP, id="dedup-in-keyed-state"),
+        pytest.param(FIELD_KEY, id="key-from-the-record"),
+        pytest.param(KEYED_TOTAL, id="running-total-in-keyed-state"),
+        pytest.param(WINDOW_END_STAMP, id="window-function-reads-the-window"),
+    ],
+)
+def test_the_jobs_written_correctly_pass_every_failure_point(tmp_path: Path, body: str) -> None:
+    report = check(tmp_path, body)
+    assert report.ok, [d.describe() for d in report.divergences]
+    checkpoints = RECORDS // CHECKPOINT_EVERY + 1  # and the final one, with no record before it
+    assert report.reference.checkpoints == checkpoints
+    each = [FailurePoint(k, phase) for k in range(1, checkpoints + 1) for phase in Phase]
+    expected = [
+        p
+        for p in each
+        if (p.phase is not Phase.MID_EPOCH or p.checkpoint < checkpoints)
+        and (p.phase is not Phase.AFTER_SINK_END_OF_INPUT or p.checkpoint == checkpoints)
+    ]
+    assert report.failure_points == tuple(expected)
+    assert report.runs == 2 + len(report.failure_points)
+
+
+def test_every_failure_point_is_hit_and_the_committed_output_is_each_record_once(tmp_path: Path) -> None:
+    path = job(tmp_path, KEYED_TOTAL)
+    inputs = {"events": records_of_lines(event_lines(RECORDS))}
+    clean = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY)
+    assert sorted(v["id"] for v, _ in clean.by_operator["sink"]) == sorted(i % 37 for i in range(RECORDS))
+    assert len(clean.visited) == 3 * clean.checkpoints  # the final epoch is empty: no midpoint
+    for point in clean.visited:
+        run = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, failure=point)
+        assert run.failure_hit, point
+        assert sorted(map(json.dumps, run.by_operator["sink"])) == sorted(map(json.dumps, clean.by_operator["sink"]))
+
+
+def test_a_kafka_source_without_input_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(JobTestError, match="no input for Kafka source 'events': give --source events=FILE.jsonl"):
+        run_once(job(tmp_path, FIELD_KEY), {})
+
+
+def test_read_jsonl_skips_blank_lines(tmp_path: Path) -> None:
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"a": 1}\n\n{"a": 2}\n')
+    assert read_jsonl(path) == [b'{"a": 1}', b'{"a": 2}']
+
+
+def test_cli_reports_the_divergence_and_exits_1(tmp_path: Path) -> None:
+    source = tmp_path / "events.jsonl"
+    source.write_bytes(b"\n".join(event_lines(RECORDS)) + b"\n")
+    args = ["test", str(job(tmp_path, GLOBAL_COUNTER)), "--source", f"events={source}", "--checkpoint-every", "20"]
+    result = CliRunner().invoke(app, [*args, "--failures"])
+    assert result.exit_code == 1, result.output
+    assert "operator 'enrich'" in result.output
+    assert "checkpoint 1" in result.output
+
+
+def test_cli_writes_each_sink_as_json_lines(tmp_path: Path) -> None:
+    source = tmp_path / "events.jsonl"
+    source.write_bytes(b"\n".join(event_lines(RECORDS)) + b"\n")
+    out = tmp_path / "out"
+    args = ["test", str(job(tmp_path, KEYED_TOTAL)), "--source", f"events={source}", "--out", str(out)]
+    result = CliRunner().invoke(app, [*args, "--failures", "--checkpoint-every", "20"])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (out / "sink.jsonl").read_text().splitlines()]
+    assert len(lines) == RECORDS
+    finals: dict[str, int] = {}
+    for line in lines:
+        user = line["value"]["user"]
+        finals[user] = max(finals.get(user, 0), line["value"]["total"])
+    assert finals == {f"u{u}": sum(i % 11 for i in range(RECORDS) if i % 5 == u) for u in range(5)}

@@ -1,0 +1,610 @@
+"""``weir test``: run a job in this process over records from files, no services, and with
+``--failures`` check that failures and recovery do not change what it commits.
+
+A run is the reference run's (``weir.tools.reference``): the job's own operators, chained and fed by
+the same classes as a cluster's subtasks, at parallelism 1; each Kafka source replays the lines of
+a file (one line = one record's value bytes, through the source's own deserializer and timestamp
+function); sinks are captured per uid. This module adds what a cluster adds around that chain:
+
+- **checkpoints** every ``checkpoint_every`` source records: as every call is synchronous, the
+  moment between two source polls is a consistent cut (Flink's aligned barriers, with nothing in
+  flight), so a checkpoint is every operator's ``snapshot_state`` plus a copy of the keyed state;
+- **two-phase commit**: what a sink receives in the epoch before checkpoint ``k`` is committed when
+  ``k`` completes (Flink's ``TwoPhaseCommitSinkFunction``); what an epoch whose checkpoint never
+  completed emitted is dropped at a failure;
+- **failures**: every operator instance is dropped, the job file is loaded again (a new process:
+  module globals start over), its operators are rebuilt and restored from the last completed
+  checkpoint (``restore_state``, keyed state copied back), and the sources resume at the
+  checkpointed offsets (Flink's full-graph failover);
+- **virtual processing time**: it advances ``ms_per_record`` per source record, processing-time
+  timers fire as it passes them, and ``time.time``/``time.time_ns`` read it during a run (so a
+  function that reads the wall clock differs between runs exactly when a replay moves it); the
+  ``random`` module is seeded at the start of every run, so only a replay changes what it draws.
+
+The failure points (:class:`FailurePoint`) are, for every checkpoint ``k``: halfway through the
+epoch before it (restores ``k-1``), ``after_pre_commit`` (``k`` snapshotted, never completed:
+restores ``k-1``), ``after_checkpoint_complete_before_commit`` (``k`` completed, the sinks not yet
+told: restores ``k``, whose output is committed on recovery); and ``after_sink_end_of_input`` (the
+input ended and the final checkpoint completed). The names are those of ``weir.core.crashpoints``.
+
+A check compares each failure run's committed output with the failure-free run's: a multiset of
+``(value, timestamp)`` per sink (for an upsert sink, the final table). On a divergence it names the
+first operator, in the plan's order, whose committed output differs (every operator's output is
+recorded, not only the sinks'), the failure point and the first differing record.
+"""
+
+from __future__ import annotations
+
+import collections
+import enum
+import json
+import random
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, assert_never
+from unittest import mock
+
+from weir.api import KafkaSourceSpec, load_job_file
+from weir.core import crashpoints
+from weir.core.errors import WeirError
+from weir.core.keygroups import KeyGroupRange
+from weir.core.state_layout import dump_value, load_value
+from weir.graph import OperatorKind, Transformation
+from weir.operators.base import NO_SIDE_OUTPUTS, Output, SideOutputs, StreamOperator
+from weir.operators.keyed import KeyedProcessOperator
+from weir.operators.windows import WindowAggregateOperator
+from weir.plan import build_plan
+from weir.tools.reference import (
+    KafkaRecord,
+    SinkCapture,
+    SinkDescription,
+    _ChainRun,
+    _guard,
+    _ignore,
+    _Run,
+    describe_sink,
+)
+
+VIRTUAL_EPOCH_MS = 1_704_067_200_000
+"""Where virtual processing time starts (2024-01-01T00:00:00Z), the same in every run."""
+RUN_SEED = 0
+"""What the ``random`` module is seeded with at the start of every run."""
+DEFAULT_CHECKPOINT_EVERY = 1000
+
+
+class JobTestError(WeirError):
+    """``weir test`` cannot run: a source given that the job lacks, a job source not given, bad input."""
+
+
+# Keyed state in memory ------------------------------------------------------------------------------
+
+
+class MemoryKeyedStateStore:
+    """One operator's keyed state in a dict (``KeyedStateStore``): no cache, every write is stored."""
+
+    def __init__(self, entries: dict[tuple[str, int], dict[bytes, Any]]) -> None:
+        self._entries = entries
+
+    def get(self, name: str, key_group: int, key: bytes) -> Any | None:
+        entries = self._entries.get((name, key_group))
+        return None if entries is None else entries.get(key)
+
+    def put(self, name: str, key_group: int, key: bytes, value: Any) -> None:
+        self._entries.setdefault((name, key_group), {})[key] = value
+
+    def delete(self, name: str, key_group: int, key: bytes) -> None:
+        entries = self._entries.get((name, key_group))
+        if entries is not None:
+            entries.pop(key, None)
+
+    def items(self, name: str, key_group: int, prefix: bytes = b"") -> Iterator[tuple[bytes, Any]]:
+        entries = self._entries.get((name, key_group), {})
+        return iter([(k, entries[k]) for k in sorted(entries) if k.startswith(prefix)])
+
+    def flush(self) -> int:
+        return 0
+
+    def clear_key_groups(self, key_groups: KeyGroupRange) -> None:
+        for name, key_group in list(self._entries):
+            if key_groups.start <= key_group <= key_groups.end:
+                del self._entries[(name, key_group)]
+
+
+KeyedSnapshot = dict[str, dict[tuple[str, int], dict[bytes, bytes]]]
+"""Every operator's keyed state as stored bytes (``dump_value``), by uid."""
+
+
+class MemoryStateBackend:
+    """The keyed state of the one subtask of a test run (``KeyedStateBackend``). A snapshot stores
+    every value as the RocksDB backend would (``dump_value``: a value that does not pickle fails as
+    in a cluster) and a restore loads fresh copies, so a value mutated after a checkpoint never leaks
+    into the restored state."""
+
+    def __init__(self) -> None:
+        self._by_uid: dict[str, dict[tuple[str, int], dict[bytes, Any]]] = {}
+
+    def keyed_store(self, uid: str, *, key_groups: KeyGroupRange | None = None) -> MemoryKeyedStateStore:
+        return MemoryKeyedStateStore(self._by_uid.setdefault(uid, {}))
+
+    def snapshot(self) -> KeyedSnapshot:
+        return {
+            uid: {address: {k: dump_value(v) for k, v in entries.items()} for address, entries in state.items()}
+            for uid, state in self._by_uid.items()
+        }
+
+    def restore(self, snapshot: KeyedSnapshot | None) -> None:
+        self._by_uid = {
+            uid: {address: {k: load_value(v) for k, v in entries.items()} for address, entries in state.items()}
+            for uid, state in (snapshot or {}).items()
+        }
+
+
+# Failure points -------------------------------------------------------------------------------------
+
+
+class Phase(enum.Enum):
+    MID_EPOCH = "mid_epoch"
+    AFTER_PRE_COMMIT = crashpoints.AFTER_PRE_COMMIT
+    AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT = crashpoints.AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT
+    AFTER_SINK_END_OF_INPUT = crashpoints.AFTER_SINK_END_OF_INPUT
+
+
+@dataclass(frozen=True)
+class FailurePoint:
+    """Where a failure is injected: ``phase`` of checkpoint ``checkpoint`` (for
+    ``AFTER_SINK_END_OF_INPUT``: the final checkpoint)."""
+
+    checkpoint: int
+    phase: Phase
+
+    def describe(self) -> str:
+        match self.phase:
+            case Phase.MID_EPOCH:
+                return f"halfway through the records before checkpoint {self.checkpoint}"
+            case Phase.AFTER_PRE_COMMIT:
+                return f"{self.phase.value} of checkpoint {self.checkpoint} (snapshotted, not completed)"
+            case Phase.AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT:
+                return f"{self.phase.value} of checkpoint {self.checkpoint} (completed, sinks not yet told)"
+            case Phase.AFTER_SINK_END_OF_INPUT:
+                return f"{self.phase.value} (final checkpoint {self.checkpoint} completed)"
+            case _:
+                assert_never(self.phase)
+
+
+# Inputs -----------------------------------------------------------------------------------------
+
+
+def records_of_lines(lines: Sequence[bytes]) -> list[KafkaRecord]:
+    """One Kafka record per line (partition 0, offsets in order; no key; timestamp 0: the source's
+    timestamp function decides event time)."""
+    return [KafkaRecord(0, offset, None, line, 0) for offset, line in enumerate(lines)]
+
+
+def read_jsonl(path: Path) -> list[bytes]:
+    """The lines of a JSON lines file, each a record's value bytes (blank lines skipped)."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise JobTestError(f"cannot read source file {path}: {exc.strerror}") from exc
+    return [line for line in data.splitlines() if line.strip()]
+
+
+# One run ------------------------------------------------------------------------------------------
+
+
+Record = tuple[Any, int | None]
+
+
+class _Recorded:
+    """What one operator emitted on its main output (``records``), and where each checkpoint cut it
+    (``marks[k]``: how many records precede checkpoint ``k``)."""
+
+    __slots__ = ("marks", "records")
+
+    def __init__(self) -> None:
+        self.records: list[Record] = []
+        self.marks: dict[int, int] = {}
+
+
+class _Tap:
+    """An operator's output that records what passes (its main output only)."""
+
+    __slots__ = ("_inner", "_records", "emit_watermark")
+
+    def __init__(self, inner: Output, records: list[Record]) -> None:
+        self._inner = inner
+        self._records = records
+        self.emit_watermark = inner.emit_watermark
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        self._records.append((value, timestamp))
+        self._inner.emit(value, timestamp)
+
+
+class _RecordingSink(StreamOperator):
+    def __init__(self, records: list[Record]) -> None:
+        self._records = records
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        self._records.append((value, timestamp))
+
+
+class _VirtualClock:
+    def __init__(self) -> None:
+        self.now_ms = VIRTUAL_EPOCH_MS
+
+    def ms(self) -> int:
+        return self.now_ms
+
+    def seconds(self) -> float:
+        return self.now_ms / 1000.0
+
+    def ns(self) -> int:
+        return self.now_ms * 1_000_000
+
+
+class _Attempt(_Run):
+    """One attempt of the job (from the start, or restored after a failure): the reference run's
+    chain building, with every operator's output recorded, sinks recorded, Kafka sources replaying
+    the given lines and processing time virtual."""
+
+    def __init__(
+        self,
+        job_file: Path,
+        parameters: dict[str, str],
+        backend: MemoryStateBackend,
+        inputs: Mapping[str, Sequence[KafkaRecord]],
+        recorded: dict[str, _Recorded],
+        clock: _VirtualClock,
+    ) -> None:
+        graph = load_job_file(job_file, parameters, 1).graph
+        super().__init__(graph, parameters, backend, self._input_of)
+        self._building = ""
+        self._inputs = inputs
+        self._recorded = recorded
+        self._clock = clock
+        self.descriptions: dict[str, SinkDescription] = {}
+        self.plan = build_plan(graph)
+        self.runs: list[_ChainRun] = self._chains(self.plan)
+        self.order = [uid for run in self.runs for uid in run.chain.by_uid]
+
+    def _input_of(self, _spec: KafkaSourceSpec) -> Sequence[KafkaRecord]:
+        uid = self._building
+        if uid not in self._inputs:
+            raise JobTestError(f"no input for Kafka source {uid!r}: give --source {uid}=FILE.jsonl")
+        return self._inputs[uid]
+
+    def _operator(self, t: Transformation) -> StreamOperator:
+        recorded = self._recorded.setdefault(t.uid, _Recorded())
+        if t.kind is OperatorKind.SINK:
+            self.descriptions[t.uid] = describe_sink(t.factory(), t.name)
+            return _RecordingSink(recorded.records)
+        self._building = t.uid
+        op = super()._operator(t)
+        if isinstance(op, WindowAggregateOperator):
+            op._clock = self._clock.ms
+        elif isinstance(op, KeyedProcessOperator):
+            op.clock = self._clock.ms
+        setup = op.setup
+
+        def tapped_setup(ctx: Any, output: Output, side_outputs: SideOutputs = NO_SIDE_OUTPUTS) -> None:
+            setup(ctx, _Tap(output, recorded.records), side_outputs)
+
+        op.__dict__["setup"] = tapped_setup
+        return op
+
+    def open(self, states: Mapping[str, bytes]) -> None:
+        job = self._graph.job_name
+        for run in self.runs:
+            run.chain.restore(states)
+        for run in reversed(self.runs):
+            run.chain.open(lambda uid, open_operator: _guard(job, f"opening {uid!r}", open_operator))
+
+    def close(self) -> None:
+        for run in self.runs:
+            run.chain.close(_ignore)
+
+
+@dataclass
+class _Checkpoint:
+    checkpoint_id: int
+    states: dict[str, bytes]
+    keyed: KeyedSnapshot
+
+
+@dataclass
+class RunOutput:
+    """What one run committed: every operator's records (``by_operator``), in plan order (``order``),
+    the sinks' descriptions, the checkpoints it completed and the failure injected (if any)."""
+
+    order: list[str]
+    by_operator: dict[str, list[Record]]
+    sinks: dict[str, SinkDescription]
+    checkpoints: int
+    visited: tuple[FailurePoint, ...]
+    """The failure points the run passed (after a failure, also those after the recovery)."""
+    failure: FailurePoint | None = None
+    failure_hit: bool = False
+
+    def sink_capture(self, uid: str) -> SinkCapture:
+        records = self.by_operator[uid]
+        return SinkCapture(uid, self.sinks[uid], [v for v, _ in records], [t for _, t in records])
+
+
+@dataclass
+class _Driver:
+    job_file: Path
+    parameters: dict[str, str]
+    inputs: Mapping[str, Sequence[KafkaRecord]]
+    checkpoint_every: int
+    ms_per_record: int
+    failure: FailurePoint | None
+    backend: MemoryStateBackend = field(default_factory=MemoryStateBackend)
+    clock: _VirtualClock = field(default_factory=_VirtualClock)
+    recorded: dict[str, _Recorded] = field(default_factory=dict)
+    completed: _Checkpoint | None = None
+    next_checkpoint: int = 1
+    hit: bool = False
+    visited: list[FailurePoint] = field(default_factory=list)
+
+    def run(self) -> RunOutput:
+        random.seed(RUN_SEED)
+        clock = self.clock
+        with (
+            mock.patch("time.time", clock.seconds),
+            mock.patch("time.time_ns", clock.ns),
+        ):
+            attempt = self._start({})
+            try:
+                while True:
+                    outcome = self._drive(attempt)
+                    if outcome is None:
+                        break
+                    attempt.close()
+                    attempt = self._recover()
+            finally:
+                attempt.close()
+        final = self.completed.checkpoint_id if self.completed else 0
+        by_operator = {uid: r.records[: r.marks.get(final, 0)] for uid, r in self.recorded.items()}
+        return RunOutput(
+            attempt.order, by_operator, attempt.descriptions, final, tuple(self.visited), self.failure, self.hit
+        )
+
+    def _start(self, states: Mapping[str, bytes]) -> _Attempt:
+        attempt = _Attempt(self.job_file, self.parameters, self.backend, self.inputs, self.recorded, self.clock)
+        attempt.open(states)
+        return attempt
+
+    def _recover(self) -> _Attempt:
+        """Every operator dropped; the job rebuilt from the last completed checkpoint (from the start
+        when none completed): uncommitted output is dropped, keyed state copied back."""
+        done = self.completed
+        cut = done.checkpoint_id if done else 0
+        for r in self.recorded.values():
+            del r.records[r.marks.get(cut, 0) :]
+            r.marks = {k: n for k, n in r.marks.items() if k <= cut}
+        self.backend.restore(done.keyed if done else None)
+        return self._start(done.states if done else {})
+
+    def _fails_at(self, checkpoint: int, phase: Phase) -> bool:
+        self.visited.append(FailurePoint(checkpoint, phase))
+        failure = self.failure
+        if self.hit or failure is None or failure != FailurePoint(checkpoint, phase):
+            return False
+        self.hit = True
+        return True
+
+    def _drive(self, attempt: _Attempt) -> FailurePoint | None:
+        """Run the attempt to its end (None) or to the injected failure (the point)."""
+        job = attempt._graph.job_name
+        active = [run for run in attempt.runs if run.chain.source is not None]
+        since = 0
+        every = self.checkpoint_every
+        while active:
+            still: list[_ChainRun] = []
+            for run in active:
+                source = run.chain.source
+                assert source is not None
+                if _guard(job, f"while source {run.uid!r} emitted", source.poll, 1):
+                    still.append(run)
+                else:
+                    _guard(job, f"at the end of source {run.uid!r}", run.chain.end_input)
+                self._advance_time(attempt)
+                since += 1
+                if since == every // 2 and self._fails_at(self.next_checkpoint, Phase.MID_EPOCH):
+                    return FailurePoint(self.next_checkpoint, Phase.MID_EPOCH)
+                if since >= every:
+                    since = 0
+                    point = self._checkpoint(attempt)
+                    if point is not None:
+                        return point
+            active = still
+        # The input ended: the final checkpoint commits the rest (Flink's final checkpoint).
+        point = self._checkpoint(attempt)
+        if point is None and self._fails_at(self.next_checkpoint - 1, Phase.AFTER_SINK_END_OF_INPUT):
+            return FailurePoint(self.next_checkpoint - 1, Phase.AFTER_SINK_END_OF_INPUT)
+        return point
+
+    def _advance_time(self, attempt: _Attempt) -> None:
+        self.clock.now_ms += self.ms_per_record
+        now = self.clock.now_ms
+        job = attempt._graph.job_name
+        for run in attempt.runs:
+            due = run.chain.next_processing_time()
+            if due is not None and due <= now:
+                _guard(job, f"firing processing-time timers of {run.uid!r}", run.chain.on_processing_time, now)
+
+    def _checkpoint(self, attempt: _Attempt) -> FailurePoint | None:
+        k = self.next_checkpoint
+        self.next_checkpoint += 1
+        job = attempt._graph.job_name
+        states: dict[str, bytes] = {}
+        for run in attempt.runs:
+            states.update(_guard(job, f"snapshotting {run.uid!r}", run.chain.snapshot, k))
+        snapshot = _Checkpoint(k, states, self.backend.snapshot())
+        for r in self.recorded.values():
+            r.marks[k] = len(r.records)
+        if self._fails_at(k, Phase.AFTER_PRE_COMMIT):
+            return FailurePoint(k, Phase.AFTER_PRE_COMMIT)
+        self.completed = snapshot
+        if self._fails_at(k, Phase.AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT):
+            return FailurePoint(k, Phase.AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT)
+        for run in attempt.runs:
+            _guard(job, f"notifying {run.uid!r} of checkpoint {k}", run.chain.notify_checkpoint_complete, k)
+        return None
+
+
+def run_once(
+    job_file: Path,
+    inputs: Mapping[str, Sequence[KafkaRecord]],
+    parameters: Mapping[str, str] | None = None,
+    *,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    ms_per_record: int = 1,
+    failure: FailurePoint | None = None,
+) -> RunOutput:
+    """One run of the job over ``inputs`` (Kafka source uid -> records), with ``failure`` injected."""
+    if checkpoint_every < 2:
+        raise JobTestError(f"checkpoint_every must be at least 2 records, got {checkpoint_every}")
+    driver = _Driver(Path(job_file), dict(parameters or {}), inputs, checkpoint_every, ms_per_record, failure)
+    return driver.run()
+
+
+# Comparing runs -------------------------------------------------------------------------------------
+
+
+USUAL_CAUSES = (
+    "the usual causes: state kept outside managed state (a module global, a closure, an attribute of the "
+    "function object: it is neither checkpointed nor restored), a side effect in a function (it is "
+    "repeated when records are replayed), or nondeterminism (random numbers, the wall clock: a replay "
+    "computes something else)"
+)
+
+
+def canonical(record: Record) -> str:
+    """A record as a comparable string: JSON with sorted keys, repr for what JSON cannot take."""
+    return json.dumps(record, sort_keys=True, default=repr)
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A failure run whose committed output differs from the failure-free run's."""
+
+    point: FailurePoint | None  # None: a second failure-free run differed
+    sink: str
+    operator: str
+    kind: str  # "extra" (only in the failure run) or "missing" (only in the failure-free run)
+    record: str
+
+    def describe(self) -> str:
+        where = self.point.describe() if self.point else "none (a second failure-free run)"
+        return (
+            f"divergence at operator {self.operator!r} (sink {self.sink!r} differs) with a failure {where}: "
+            f"first differing record, {self.kind} in the failure run: {self.record}; {USUAL_CAUSES}"
+        )
+
+
+def _first_difference(expected: Sequence[Record], actual: Sequence[Record]) -> tuple[str, str] | None:
+    want = collections.Counter(canonical(r) for r in expected)
+    have = collections.Counter(canonical(r) for r in actual)
+    if want == have:
+        return None
+    extra, missing = have - want, want - have
+    for record in actual:
+        c = canonical(record)
+        if extra[c]:
+            return "extra", c
+    for record in expected:
+        c = canonical(record)
+        if missing[c]:
+            return "missing", c
+    raise AssertionError("counters differ but no record does")
+
+
+def _sink_differs(reference: RunOutput, run: RunOutput, uid: str) -> bool:
+    description = reference.sinks[uid]
+    if description.kind == "postgres":
+        return reference.sink_capture(uid).final_rows() != run.sink_capture(uid).final_rows()
+    return _first_difference(reference.by_operator[uid], run.by_operator.get(uid, [])) is not None
+
+
+def compare(reference: RunOutput, run: RunOutput) -> Divergence | None:
+    """None when every sink committed the same as in the failure-free run; else the divergence,
+    named by the first operator in plan order whose committed output differs."""
+    differing = [uid for uid in reference.sinks if _sink_differs(reference, run, uid)]
+    if not differing:
+        return None
+    for uid in reference.order:
+        difference = _first_difference(reference.by_operator.get(uid, []), run.by_operator.get(uid, []))
+        if difference is not None:
+            kind, record = difference
+            return Divergence(run.failure, differing[0], uid, kind, record)
+    return Divergence(run.failure, differing[0], differing[0], "extra", "(the final table differs)")
+
+
+@dataclass(frozen=True)
+class JobTestReport:
+    reference: RunOutput
+    runs: int
+    failure_points: tuple[FailurePoint, ...]
+    divergences: tuple[Divergence, ...]
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.divergences
+
+
+def check_job(
+    job_file: Path,
+    inputs: Mapping[str, Sequence[KafkaRecord]],
+    parameters: Mapping[str, str] | None = None,
+    *,
+    failures: bool = False,
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
+    ms_per_record: int = 1,
+    stop_at_first: bool = True,
+) -> JobTestReport:
+    """Run the job without failures; with ``failures``, again without failures and once per failure
+    point, each compared with the first run."""
+    started = time.perf_counter()
+
+    def once(failure: FailurePoint | None) -> RunOutput:
+        return run_once(
+            job_file,
+            inputs,
+            parameters,
+            checkpoint_every=checkpoint_every,
+            ms_per_record=ms_per_record,
+            failure=failure,
+        )
+
+    reference = once(None)
+    points = reference.visited if failures else ()
+    divergences: list[Divergence] = []
+    runs = 1
+    if failures:
+        for point in (None, *points):
+            runs += 1
+            divergence = compare(reference, once(point))
+            if divergence is not None:
+                divergences.append(divergence)
+                if stop_at_first:
+                    break
+    return JobTestReport(reference, runs, points, tuple(divergences), time.perf_counter() - started)
+
+
+def write_outputs(output: RunOutput, directory: Path) -> list[Path]:
+    """Each sink's committed records as JSON lines ``{"value": ..., "timestamp": ...}`` in
+    ``directory/<sink uid>.jsonl``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+    for uid in output.sinks:
+        path = directory / f"{uid.replace('/', '_')}.jsonl"
+        with path.open("w") as f:
+            for value, ts in output.by_operator.get(uid, []):
+                f.write(json.dumps({"value": value, "timestamp": ts}, default=repr) + "\n")
+        written.append(path)
+    return written
