@@ -344,8 +344,7 @@ class _TransactionalSink(StreamOperator, abc.ABC):
         super().setup(ctx, output, side_outputs)
         self._task = TaskId(JobId(ctx.job_id), OperatorUid(ctx.uid), SubtaskIndex(ctx.subtask))
         self._ledger = TwoPhaseCommitLedger(self._task)
-        labels = getattr(ctx.metrics, "labels", None)
-        self._taskmanager = str(labels[3]) if labels else ""
+        self._taskmanager = str(getattr(ctx.metrics, "taskmanager", ""))
         self._metrics = SinkMetrics(ctx.job_id, ctx.job_name, ctx.uid, ctx.subtask, self._taskmanager)
         self._current: _Epoch | None = None
         self._pending: dict[TransactionId, _Epoch] = {}  # pre-committed, oldest first

@@ -80,6 +80,7 @@ class TaskMetrics:
     def __init__(self, job_id: str, job_name: str, operator_uid: str, subtask: int, taskmanager: str) -> None:
         labels = (job_id, job_name, operator_uid, str(subtask), taskmanager)
         self.labels = labels
+        self.taskmanager = taskmanager  # where the task runs: the sinks and crash points name it
         _claim("task", labels, self)
         self.records_in = RECORDS_IN.labels(*labels)
         self.records_out = RECORDS_OUT.labels(*labels)
