@@ -152,18 +152,6 @@ class IncrementalSnapshots:
             self._release(local)
             raise
 
-    def snapshot(
-        self,
-        job_id: JobId,
-        checkpoint_id: CheckpointId,
-        ranges: KeyRanges,
-        timeout: float | None = None,
-        *,
-        attempt: int | None = None,
-    ) -> KeyedStateHandle:
-        """``begin`` and wait for the upload."""
-        return self.begin(job_id, checkpoint_id, ranges, attempt=attempt).result(timeout).handle
-
     def _take_local_snapshot(self, job_id: JobId, checkpoint_id: CheckpointId, kind: CheckpointKind) -> _LocalSnapshot:
         with self._backend.quiesced() as sequence:  # no batch lands between the flush and the checkpoint
             with self._lock:
