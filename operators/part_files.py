@@ -37,7 +37,7 @@ IN_PROGRESS_SUFFIX: Final = ".inprogress"
 PART_PREFIX: Final = "part-"
 
 _NAME = re.compile(
-    r"part-(?P<uid>[^/]+)-(?P<job>[0-9A-Za-z_.]+)-(?P<subtask>0|[1-9][0-9]*)-(?P<epoch>0|[1-9][0-9]*)"
+    r"part-(?P<uid>[^/-]+)-(?P<job>[^/-]+)-(?P<subtask>0|[1-9][0-9]*)-(?P<epoch>0|[1-9][0-9]*)"
     r"-(?P<n>0|[1-9][0-9]*)\.(?P<ext>[a-z0-9]+)"
 )
 _BUCKET_SEGMENT = re.compile(r"[^/]+")
@@ -72,8 +72,7 @@ class PartFileName:
 
     @property
     def basename(self) -> str:
-        uid = quote(self.task.operator_uid, safe="_.")
-        job = quote(self.task.job_id, safe="_.")
+        uid, job = _name_part(self.task.operator_uid), _name_part(self.task.job_id)
         return f"{PART_PREFIX}{uid}-{job}-{self.task.subtask}-{self.epoch}-{self.number}.{self.file_format.extension}"
 
     @property
@@ -111,6 +110,12 @@ class PartFileName:
         except ValueError:
             return None
         return name if name.basename == base else None
+
+
+def _name_part(text: str) -> str:
+    """``text`` percent-encoded down to letters, digits, ``_`` and ``.``: no ``-`` (the name's
+    separator), ``/`` or ``~``, so any uid and job id read back unambiguously."""
+    return quote(text, safe="_.").replace("-", "%2D").replace("~", "%7E")
 
 
 def check_bucket(bucket: str) -> str:
