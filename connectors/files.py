@@ -9,7 +9,7 @@ reader listing the prefix sees nothing of it. Unfinished uploads are found by
 ListMultipartUploads under the sink's prefix and aborted.
 
 A directory (Flink's local ``RecoverableWriter``): a part file is written to a hidden name beside its
-final one (``.part-….inprogress``, which readers such as pyarrow, Spark and Hive skip), fsynced when
+final one (``.part-….<attempt>.inprogress``, which readers such as pyarrow, Spark and Hive skip), fsynced when
 closed, and renamed to its final name to finish it (then the directory is fsynced); discarding
 deletes the hidden file.
 

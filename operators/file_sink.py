@@ -266,9 +266,14 @@ class PartFileSinkOperator(StreamOperator):
         store = self._require_store()
         found: list[FoundInProgress] = []
         for unfinished in store.unfinished():
-            name = PartFileName.parse(unfinished.key)
-            if name is not None and name.task == self._task:
-                found.append(FoundInProgress(name, unfinished.upload_id))
+            if unfinished.upload_id is not None:
+                name = PartFileName.parse(unfinished.key)
+                if name is not None and name.task == self._task:
+                    found.append(FoundInProgress(name, upload_id=unfinished.upload_id))
+            elif (hidden := PartFileName.parse_in_progress(unfinished.key)) is not None and hidden[
+                0
+            ].task == self._task:
+                found.append(FoundInProgress(hidden[0], attempt=hidden[1]))
         listed = [f for files in (snapshot.files.values() if snapshot else ()) for f in files]
         unfinished_keys = {f.name.key for f in found}
         finished = frozenset(
@@ -280,7 +285,7 @@ class PartFileSinkOperator(StreamOperator):
         for action in actions:
             match action:
                 case DiscardPart(item):
-                    key = item.name.in_progress_key if item.upload_id is None else item.name.key
+                    key = item.name.key if item.attempt is None else item.name.in_progress_key(item.attempt)
                     if store.discard(UnfinishedPartFile(key, item.upload_id)):
                         self._metrics.aborted.inc()
                 case FinishPart(pending):
@@ -318,7 +323,8 @@ class PartFileSinkOperator(StreamOperator):
         closed = ClosedPartFile(
             pending.size, pending.upload_id, tuple((part.number, part.etag) for part in pending.parts)
         )
-        outcome = self._require_store().finish(pending.name.key, pending.name.in_progress_key, closed)
+        hidden = pending.name.key if pending.attempt is None else pending.name.in_progress_key(pending.attempt)
+        outcome = self._require_store().finish(pending.name.key, hidden, closed)
         if outcome is Finished.MISSING:
             raise PartFileLostError(
                 f"{self._what()}: part file {pending.name.key} was closed for a checkpoint, but its "
@@ -369,7 +375,7 @@ class PartFileSinkOperator(StreamOperator):
             epoch = self._current = _EpochFiles(self._ledger.begin())
         name = PartFileName(self._task, bucket, epoch.txn.checkpoint_id, epoch.next_number, self._format)
         epoch.next_number += 1
-        writer = self._require_store().start(name.key, name.in_progress_key)
+        writer = self._require_store().start(name.key, name.in_progress_key(self.ctx.attempt))
         encoder: _Encoder
         match self._format:
             case FileFormat.JSONL:
@@ -389,7 +395,8 @@ class PartFileSinkOperator(StreamOperator):
         epoch = self._current
         assert epoch is not None and epoch.txn == part.name.txn
         parts = tuple(UploadedPart(number, etag) for number, etag in closed.parts)
-        epoch.files.append(PendingPartFile(part.name, closed.upload_id, parts, closed.size, part.records))
+        attempt = self.ctx.attempt if closed.upload_id is None else None
+        epoch.files.append(PendingPartFile(part.name, closed.upload_id, parts, closed.size, part.records, attempt))
 
     def next_processing_time(self) -> int | None:
         if not self._in_progress:

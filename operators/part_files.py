@@ -40,6 +40,7 @@ _NAME = re.compile(
     r"part-(?P<uid>[^/-]+)-(?P<job>[^/-]+)-(?P<subtask>0|[1-9][0-9]*)-(?P<epoch>0|[1-9][0-9]*)"
     r"-(?P<n>0|[1-9][0-9]*)\.(?P<ext>[a-z0-9]+)"
 )
+_HIDDEN = re.compile(r"\.(?P<base>.+)\.(?P<attempt>0|[1-9][0-9]*)" + re.escape(IN_PROGRESS_SUFFIX))
 _BUCKET_SEGMENT = re.compile(r"[^/]+")
 
 
@@ -80,10 +81,11 @@ class PartFileName:
         """The finished file's path relative to the sink's root."""
         return f"{self.bucket}/{self.basename}" if self.bucket else self.basename
 
-    @property
-    def in_progress_key(self) -> str:
-        """Where a directory keeps it until its commit: hidden beside its final name."""
-        hidden = f".{self.basename}{IN_PROGRESS_SUFFIX}"
+    def in_progress_key(self, attempt: int) -> str:
+        """Where a directory keeps it until its commit: hidden beside its final name, and named by
+        the job attempt writing it, so that a cancelled attempt still running (a zombie) never writes
+        into, or deletes, the file of the attempt that replaced it."""
+        hidden = f".{self.basename}.{attempt}{IN_PROGRESS_SUFFIX}"
         return f"{self.bucket}/{hidden}" if self.bucket else hidden
 
     @property
@@ -92,12 +94,25 @@ class PartFileName:
 
     @classmethod
     def parse(cls, key: str) -> PartFileName | None:
-        """The part file at ``key`` (finished or in progress, relative to the sink's root); None for
-        any other file (a reader's ``_SUCCESS``, another tool's files, a malformed name)."""
+        """The finished part file at ``key`` (relative to the sink's root; also an S3 upload's key);
+        None for any other file (a reader's ``_SUCCESS``, another tool's files, a malformed name)."""
         bucket, _, base = key.rpartition("/")
-        hidden = base.startswith(".") and base.endswith(IN_PROGRESS_SUFFIX)
-        if hidden:
-            base = base[1 : -len(IN_PROGRESS_SUFFIX)]
+        return cls._parse(bucket, base)
+
+    @classmethod
+    def parse_in_progress(cls, key: str) -> tuple[PartFileName, int] | None:
+        """The part file a directory's hidden ``key`` holds, and the attempt writing it; None for any other."""
+        bucket, _, base = key.rpartition("/")
+        match = _HIDDEN.fullmatch(base)
+        if match is None:
+            return None
+        name = cls._parse(bucket, match["base"])
+        if name is None or name.in_progress_key(int(match["attempt"])) != key:
+            return None
+        return name, int(match["attempt"])
+
+    @classmethod
+    def _parse(cls, bucket: str, base: str) -> PartFileName | None:
         match = _NAME.fullmatch(base)
         if match is None:
             return None
@@ -177,18 +192,25 @@ class UploadedPart:
 @dataclass(frozen=True)
 class PendingPartFile:
     """A closed part file waiting for its commit (Flink's committable): an S3 multipart upload
-    (``upload_id`` and its ``parts``) or a hidden file in a directory (no upload id)."""
+    (``upload_id`` and its ``parts``) or a directory's hidden file (``attempt``: the job attempt
+    that wrote it, part of its name)."""
 
     name: PartFileName
     upload_id: str | None = None
     parts: tuple[UploadedPart, ...] = ()
     size: int = 0
     records: int = 0
+    attempt: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.upload_id is None) == (self.attempt is None):
+            raise ValueError(f"part file {self.name.key}: either an S3 upload id or a directory's attempt")
 
     def to_json(self) -> dict[str, object]:
         return {
             "key": self.name.key,
             "upload_id": self.upload_id,
+            "attempt": self.attempt,
             "parts": [[part.number, part.etag] for part in self.parts],
             "size": self.size,
             "records": self.records,
@@ -200,7 +222,7 @@ class PendingPartFile:
         name = PartFileName.parse(key)
         if name is None:
             raise SerializationError(f"file sink snapshot: {key!r} is not a part file name")
-        upload_id = document["upload_id"]
+        upload_id, attempt = document["upload_id"], document["attempt"]
         parts = document["parts"]
         assert isinstance(parts, list)
         return cls(
@@ -209,6 +231,7 @@ class PendingPartFile:
             tuple(UploadedPart(int(number), str(etag)) for number, etag in parts),
             int(str(document["size"])),
             int(str(document["records"])),
+            None if attempt is None else int(str(attempt)),
         )
 
 
@@ -263,10 +286,11 @@ class FileSinkSnapshot:
 @dataclass(frozen=True)
 class FoundInProgress:
     """A part file recovery found unfinished: an S3 multipart upload not completed or aborted (with
-    its upload id), or a hidden in-progress file of a directory (no upload id)."""
+    its upload id), or a directory's hidden in-progress file (with the attempt that wrote it)."""
 
     name: PartFileName
     upload_id: str | None = None
+    attempt: int | None = None
 
 
 @dataclass(frozen=True)
@@ -325,9 +349,10 @@ def plan_part_recovery(
                 listed[pending.name.key] = pending
     actions: list[RecoveryAction] = []
     unfinished: set[str] = set()
-    for item in sorted(found, key=lambda f: (f.name, f.upload_id or "")):
+    for item in sorted(found, key=lambda f: (f.name, f.upload_id or "", f.attempt or 0)):
         listed_as = listed.get(item.name.key)
-        if listed_as is not None and listed_as.upload_id == item.upload_id and item.name.key not in unfinished:
+        same = listed_as is not None and (listed_as.upload_id, listed_as.attempt) == (item.upload_id, item.attempt)
+        if same and item.name.key not in unfinished:
             unfinished.add(item.name.key)
         else:
             actions.append(DiscardPart(item))
@@ -349,7 +374,8 @@ def describe(action: RecoveryAction) -> str:
         case AlreadyFinished(pending):
             return f"already finished {pending.name.key}"
         case DiscardPart(found):
-            return f"discard {found.name.key}" + (f" (upload {found.upload_id})" if found.upload_id else "")
+            staged = f"upload {found.upload_id}" if found.upload_id is not None else f"attempt {found.attempt}"
+            return f"discard {found.name.key} ({staged})"
         case PartLost(pending):
             return f"lost {pending.name.key}"
         case _:

@@ -62,13 +62,16 @@ def start(
     file_format: str,
     restore: bytes | None = None,
     clock: Clock | None = None,
+    attempt: int = 1,
     **options: Any,
 ) -> PartFileSinkOperator:
     sink = PartFileSink(str(root / "out"), file_format, **options)  # type: ignore[arg-type]
     op = sink._create(FAIL)
     if clock is not None:
         op._clock = clock
-    op.setup(make_context("files", job_id="job-1"), CollectingOutput())
+    ctx = make_context("files", job_id="job-1")
+    ctx.attempt = attempt
+    op.setup(ctx, CollectingOutput())
     if restore is not None:
         op.restore_state(restore)
     op.open()
@@ -148,6 +151,26 @@ def test_a_listed_part_file_deleted_outside_the_job_fails_recovery_in_one_line(
         hidden.unlink()
     with pytest.raises(PartFileLostError, match=r"part file\(s\) \['b/part-files-job%2D1-0-1-0.jsonl'\]"):
         start(make_context, tmp_path, "jsonl", restore=state)
+
+
+def test_a_cancelled_attempt_still_running_never_touches_the_next_attempts_files(
+    make_context: MakeContext, tmp_path: Path
+) -> None:
+    """A zombie: attempt 1 was cancelled but still runs while attempt 2 restored checkpoint 1 and
+    writes the same epoch's part files. Neither its writes nor its close may reach attempt 2's files."""
+    options: dict[str, Any] = {"bucket_assigner": fixed_bucket("b")}
+    zombie = start(make_context, tmp_path, "jsonl", attempt=1, **options)
+    zombie.process(record(0), None)
+    state = zombie.snapshot_state(1)
+    zombie.process(record(1), None)  # epoch 2, part file 0, in progress
+    successor = start(make_context, tmp_path, "jsonl", restore=state, attempt=2, **options)
+    successor.process(record(2), None)  # epoch 2, part file 0 again, by attempt 2
+    zombie.process(record(3), None)
+    zombie.close()  # cancelled at last: abandons its in-progress file
+    successor.process(record(4), None)
+    successor.snapshot_state(2)
+    successor.notify_checkpoint_complete(2)
+    assert finished_records(tmp_path) == expected([0, 2, 4])
 
 
 def test_end_of_input_with_unfinished_files_fails(make_context: MakeContext, tmp_path: Path) -> None:

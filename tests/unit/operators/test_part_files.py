@@ -40,9 +40,11 @@ def name(epoch: int, number: int = 0, bucket: str = "dt=2026-12-04/hour=05", tas
 def test_a_part_file_name_is_deterministic_and_names_its_subtask_and_epoch() -> None:
     part = name(7, 3)
     assert part.key == "dt=2026-12-04/hour=05/part-files-0123abcd0123abcd-2-7-3.parquet"
-    assert part.in_progress_key == "dt=2026-12-04/hour=05/.part-files-0123abcd0123abcd-2-7-3.parquet.inprogress"
+    assert part.in_progress_key(4) == "dt=2026-12-04/hour=05/.part-files-0123abcd0123abcd-2-7-3.parquet.4.inprogress"
     assert PartFileName.parse(part.key) == part
-    assert PartFileName.parse(part.in_progress_key) == part
+    assert PartFileName.parse_in_progress(part.in_progress_key(4)) == (part, 4)
+    assert PartFileName.parse(part.in_progress_key(4)) is None
+    assert PartFileName.parse_in_progress(part.key) is None
     assert part.txn == TransactionId.for_task(TASK, CheckpointId(7))
 
 
@@ -54,7 +56,7 @@ def test_any_uid_and_job_id_read_back_from_the_name(uid: str, job: str) -> None:
         part = PartFileName(task, bucket, CheckpointId(12), 4, FileFormat.JSONL)
         assert "/" not in part.basename
         assert PartFileName.parse(part.key) == part
-        assert PartFileName.parse(part.in_progress_key) == part
+        assert PartFileName.parse_in_progress(part.in_progress_key(3)) == (part, 3)
 
 
 @pytest.mark.parametrize(
@@ -64,8 +66,8 @@ def test_any_uid_and_job_id_read_back_from_the_name(uid: str, job: str) -> None:
         "dt=x/part-files-j-0-1.parquet",  # too few fields
         "part-files-0123-2-7-3.csv",  # unknown format
         "part-files-0123-02-7-3.parquet",  # leading zero: not the name the sink writes
-        ".part-files-0123-2-7-3.parquet",  # hidden, not in progress
-        "part-files-0123-2-7-3.parquet.inprogress",  # in progress, not hidden
+        ".part-files-0123-2-7-3.parquet",  # hidden
+        "part-files-0123-2-7-3.parquet.1.inprogress",  # in progress
         "x/part-a-b-c-1-2-3.parquet",  # a raw '-' inside a field
     ],
 )
@@ -104,8 +106,10 @@ def test_a_part_file_rolls_at_its_size_or_its_age() -> None:
 
 
 def pending_file(epoch: int, number: int = 0, upload_id: str | None = "u", bucket: str = "b") -> PendingPartFile:
+    """On S3 (an upload id) or, with ``upload_id=None``, in a directory, written by attempt 1."""
     parts = (UploadedPart(1, '"e1"'), UploadedPart(2, '"e2"')) if upload_id else ()
-    return PendingPartFile(name(epoch, number, bucket), upload_id, parts, size=10, records=3)
+    attempt = None if upload_id else 1
+    return PendingPartFile(name(epoch, number, bucket), upload_id, parts, size=10, records=3, attempt=attempt)
 
 
 def snapshot(
@@ -149,8 +153,11 @@ def test_the_snapshot_lists_files_for_exactly_the_ledgers_pending_epochs() -> No
 # Recovery -----------------------------------------------------------------------------------------
 
 
-def found(epoch: int, number: int = 0, upload_id: str | None = "u", bucket: str = "b") -> FoundInProgress:
-    return FoundInProgress(name(epoch, number, bucket), upload_id)
+def found(
+    epoch: int, number: int = 0, upload_id: str | None = "u", bucket: str = "b", attempt: int = 1
+) -> FoundInProgress:
+    """An S3 upload or, with ``upload_id=None``, a directory's hidden file of ``attempt``."""
+    return FoundInProgress(name(epoch, number, bucket), upload_id, None if upload_id else attempt)
 
 
 def test_without_a_snapshot_every_unfinished_part_file_is_discarded() -> None:
@@ -174,10 +181,18 @@ def test_listed_files_are_finished_or_found_finished_and_the_rest_discarded() ->
     )
 
 
-def test_directory_files_are_matched_by_name_alone() -> None:
+def test_directory_files_are_matched_by_name_and_the_attempt_that_wrote_them() -> None:
     listed = pending_file(3, 0, None)
-    actions = plan_part_recovery(TASK, snapshot(3, {3: (listed,)}), [found(3, 0, None)], frozenset())
-    assert actions == (FinishPart(listed),)
+    zombie = found(3, 0, None, attempt=2)  # the same part file, written by a later attempt
+    actions = plan_part_recovery(TASK, snapshot(3, {3: (listed,)}), [found(3, 0, None), zombie], frozenset())
+    assert actions == (DiscardPart(zombie), FinishPart(listed))
+
+
+def test_a_committable_is_an_upload_or_a_hidden_file_never_both() -> None:
+    with pytest.raises(ValueError, match="either an S3 upload id or a directory's attempt"):
+        PendingPartFile(name(1), "u", attempt=1)
+    with pytest.raises(ValueError, match="either an S3 upload id or a directory's attempt"):
+        PendingPartFile(name(1))
 
 
 def test_recovery_refuses_another_subtasks_files_or_snapshot() -> None:
@@ -207,3 +222,17 @@ def test_every_listed_file_gets_exactly_one_decision_and_unlisted_ones_are_disca
             # discards come first: epochs after the snapshot are reused by the next writes
             kinds = [isinstance(a, DiscardPart) for a in actions]
             assert kinds == sorted(kinds, reverse=True)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "b/.part-files-0123-2-7-3.parquet.inprogress",  # no attempt
+        "b/.part-files-0123-2-7-3.parquet.01.inprogress",  # not the name the sink writes
+        "b/part-files-0123-2-7-3.parquet.1.inprogress",  # not hidden
+        "b/.part-files-0123-2-7-3.parquet.1.tmp",  # another suffix
+        "b/.other.1.inprogress",  # not a part file
+    ],
+)
+def test_other_hidden_files_are_not_in_progress_part_files(key: str) -> None:
+    assert PartFileName.parse_in_progress(key) is None
