@@ -94,8 +94,10 @@ def test_readers_see_records_only_once_their_checkpoint_completed(
     op.snapshot_state(2)
     op.notify_checkpoint_aborted(2)
     op.notify_checkpoint_complete(1)
-    assert finished_records(tmp_path) == expected(range(200))
-    op.notify_checkpoint_complete(3 - 1)
+    assert finished_records(tmp_path) == expected(range(200)), "checkpoint 2 was aborted: its files stay hidden"
+    state_3 = op.snapshot_state(3)  # nothing new: its state still lists the files closed at barrier 2
+    assert json.loads(state_3)["ledger"]["pending"] == [[2, 2]]
+    op.notify_checkpoint_complete(3)
     assert finished_records(tmp_path) == expected(range(260))
     assert list(tmp_path.rglob(".part-*")) == []
     buckets = {p.parent.relative_to(tmp_path / "out").as_posix() for p in tmp_path.rglob("part-*")}
