@@ -30,9 +30,9 @@ if TYPE_CHECKING:
 
 FileFormatName = Literal["parquet", "jsonl"]
 OPTIONS = Options("file sink")
-MIN_S3_PART_BYTES = 5 * 1024 * 1024
-DEFAULT_MAX_PART_BYTES = 128 * 1024 * 1024
-DEFAULT_ROLLOVER_INTERVAL_MS = 15 * 60 * 1000
+MIN_S3_PART_BYTES = 5 * 1024 * 1024  # S3's smallest part but the last (weir.connectors.files, not imported by a client)
+DEFAULT_MAX_PART_BYTES = RollingPolicy().max_part_bytes
+DEFAULT_ROLLOVER_INTERVAL_MS = RollingPolicy().rollover_interval_ms
 
 
 @dataclass(frozen=True)
