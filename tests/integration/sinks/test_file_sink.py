@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.integration.conftest import WeirCluster, create_topics
+from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics
 from tests.integration.sinks.conftest import operator_context
 from tests.unit.conftest import CollectingOutput
 from weir.api import PartFileSink, fixed_bucket
@@ -32,9 +32,9 @@ from weir.core.errors import ClusterUnavailableError
 from weir.core.rejections import FAIL
 from weir.operators.file_sink import PartFileSinkOperator
 from weir.operators.part_files import PartFileName, hourly_bucket
-from weir.tools.client import JobDetails
+from weir.tools.client import JobDetails, JobManagerClient
 from weir.tools.events import EventSpec, events, produce_events
-from weir.tools.supervisor import kill_process, local_status
+from weir.tools.supervisor import kill_process, local_status, start_cluster, stop_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -247,3 +247,85 @@ def test_a_taskmanager_killed_mid_run_leaves_every_event_once_in_the_parquet_fil
     assert {key.rsplit("/", 1)[0] for key in keys} == {hourly_bucket(event["ts"]) for event in events(spec)}, (
         "records bucketed by the hour of their timestamp"
     )
+
+
+# A crash between a checkpoint's completion and the commit -------------------------------------------
+
+CRASH_CLUSTER_PORT_OFFSET = 1000
+"""The crash test's private cluster runs on the session's ports + 1000 (27X23, 27X49, ...), beside
+the session's cluster, inside the port range given to this port set."""
+
+
+@pytest.fixture
+def crash_cluster(
+    services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[tuple[Endpoints, JobManagerClient, Path]]:
+    """A private cluster whose processes crash once where a completed checkpoint's notification
+    reached the file sink of taskmanager-2, before it finished any part file (its 3rd such visit)."""
+    host, _, port = services.jobmanager_address.rpartition(":")
+    jobmanager = int(port) + CRASH_CLUSTER_PORT_OFFSET
+    for name, value in {
+        "WEIR_JOBMANAGER_PORT": str(jobmanager),
+        "WEIR_JOBMANAGER_ADDRESS": f"{host}:{jobmanager}",
+        "WEIR_JOBMANAGER_METRICS_PORT": str(services.jobmanager_metrics_port + CRASH_CLUSTER_PORT_OFFSET),
+        "WEIR_JOBMANAGER_REST_PORT": str(services.jobmanager_rest_port + CRASH_CLUSTER_PORT_OFFSET),
+        "WEIR_TASKMANAGER_METRICS_BASE_PORT": str(services.taskmanager_metrics_base_port + CRASH_CLUSTER_PORT_OFFSET),
+        "WEIR_RUN_DIR": str(tmp_path / "run"),
+        "WEIR_CHECKPOINT_DIR": f"s3://{services.s3_bucket}/crash-{uuid.uuid4().hex[:8]}",
+        "WEIR_CRASH_POINT": "after_checkpoint_complete_before_commit@taskmanager-2:3",
+        "WEIR_CRASH_ONCE_DIR": str(tmp_path / "fired"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    endpoints = Endpoints.from_env()
+    directory = tmp_path / "run" / "cluster"
+    start_cluster(directory, endpoints, restart=True, restart_delay_s=1.0, timeout_s=90)
+    client = JobManagerClient(endpoints.jobmanager_address)
+    try:
+        yield endpoints, client, directory
+    finally:
+        client.close()
+        stop_cluster(directory)
+
+
+def test_a_crash_after_the_checkpoint_completed_before_the_commit_is_finished_by_recovery(
+    crash_cluster: tuple[Endpoints, JobManagerClient, Path], unique: str, s3_root: S3PartFileStore
+) -> None:
+    endpoints, client, directory = crash_cluster
+    source = f"file-sink-crash-{unique}"
+    create_topics(endpoints, {source: 3})
+    spec = EventSpec(count=30_000, keys=100)
+    produce_events(endpoints, source, spec)
+    params = {
+        "source.topic": source,
+        "source.bounded": "true",
+        "source.records_per_second": "1500",
+        "sink.path": f"s3://{s3_root.bucket}/{s3_root.prefix}",
+        "sink.format": "parquet",
+        "checkpointing.interval": "1s",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    job_id = client.submit_job(REPO_ROOT / "tests/integration/sinks/jobs/file_sink.py", params, 3)
+    deadline = time.monotonic() + 240
+    status = client.job_status(job_id)
+    while time.monotonic() < deadline and status.summary.status not in ("FINISHED", "FAILED", "CANCELED"):
+        time.sleep(0.3)
+        status = client.job_status(job_id)
+    assert status.summary.status == "FINISHED", status.failure
+    assert list((directory.parent.parent / "fired").glob("*")), (
+        "the crash point never fired: the test would prove nothing"
+    )
+    assert status.summary.restarts >= 1
+    recovered = [  # the crashed subtask restarts wherever a slot is free
+        json.loads(line)
+        for log in sorted(directory.glob("taskmanager-*.log"))
+        for line in log.read_text().splitlines()
+        if '"file_sink_recovered"' in line
+    ]
+    finished_by_recovery = [a for r in recovered for a in r["actions"] if a.startswith("finish ")]
+    assert finished_by_recovery, f"recovery completed the uploads the crash left: {recovered}"
+
+    listing = Listing("s3", s3_root, None)
+    assert listing.records() == Counter(whole(event) for event in events(spec))
+    assert all(PartFileName.parse(key) is not None for key in listing.keys())
+    assert listing.unfinished() == []
