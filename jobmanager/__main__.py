@@ -88,6 +88,8 @@ def main() -> None:
             log.warning("jobmanager_restarting_as_standby", term=term, reason=reason)
             for running in server_box:
                 running.stop(grace=0)
+            sys.stdout.flush()  # what is still buffered would be lost with the process image
+            sys.stderr.flush()
             os.execv(sys.executable, sys.orig_argv)  # the same command: a standby from scratch
 
         elector = LeaderElector(

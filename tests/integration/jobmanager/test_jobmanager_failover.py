@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -51,6 +52,24 @@ class HaCluster:
     def term(self) -> int:
         record = LeaseStore(open_storage(self.storage_uri)).read().record
         return record.term if record is not None else 0
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    """The JSON log events in ``path``; a line the exec into a standby cut short may run on into the
+    next event, so each line is read as a sequence of JSON objects."""
+    decoder = json.JSONDecoder()
+    events: list[dict[str, Any]] = []
+    for line in path.read_text().splitlines():
+        at = line.find("{")
+        while at != -1:
+            try:
+                event, end = decoder.raw_decode(line, at)
+            except json.JSONDecodeError:
+                break
+            if isinstance(event, dict):
+                events.append(event)
+            at = line.find("{", end)
+    return events
 
 
 def poll(what: str, check: Callable[[], bool], timeout_s: float) -> None:
@@ -194,11 +213,7 @@ def test_paused_leader_woken_after_the_takeover_changes_nothing(
     old = ha_cluster.jobmanagers[paused[0]]
     assert old.poll() is None, "the woken leader is still running (as a standby)"
     assert ha_cluster.leader() == ha_cluster.addresses[1] and ha_cluster.term() == 2
-    events = [
-        json.loads(line)
-        for line in (ha_cluster.logs / "jobmanager-0.log").read_text().splitlines()
-        if line.startswith("{")
-    ]
+    events = log_events(ha_cluster.logs / "jobmanager-0.log")
     woken = [e for e in events if datetime.fromisoformat(e["timestamp"]).timestamp() >= woken_at[0]]
     names = [e.get("event") for e in woken]
     assert "leadership_lost" in names, names
