@@ -2,14 +2,21 @@
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
+import grpc
 import pytest
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from weir.connectors.object_storage import FileCheckpointStorage, WritePreconditionFailedError
 from weir.core.errors import SerializationError
 from weir.jobmanager.leader_election import LeaderElection, LeaderTerm, LeaseRecord, LeaseTiming, Tick
 from weir.jobmanager.lease import LEASE_KEY, FencedStorage, LeaderElector, LeaseStore, NotLeaderError, decode_lease
+from weir.jobmanager.manager import JobManager
+from weir.jobmanager.service import JobManagerServicer, LeaderOnlyInterceptor
+from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
 
 def test_create_only_and_compare_and_write(tmp_path: Path) -> None:
@@ -60,3 +67,32 @@ def test_fenced_storage_refuses_writes_unless_the_lease_names_this_leader(tmp_pa
     # Its own lease time over (paused past the renew deadline): refused without reading the lease.
     now[0] += 100.0
     assert elector.term() is None
+
+
+def test_a_jobmanager_that_does_not_lead_answers_unavailable_and_its_health_still_answers() -> None:
+    """So the TaskManagers and clients (weir.core.leader_link) move on to the next address."""
+    leads = [True]
+    servicer = JobManagerServicer(cast(JobManager, _ReadOnlyJobManager()))
+    server = grpc.server(ThreadPoolExecutor(2), interceptors=[LeaderOnlyInterceptor(lambda: leads[0])])
+    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = jobmanager_pb2_grpc.JobManagerServiceStub(channel)
+            assert list(stub.ListJobs(jobmanager_pb2.ListJobsRequest(), timeout=5).jobs) == []
+            leads[0] = False  # its lease time is over
+            with pytest.raises(grpc.RpcError) as refused:
+                stub.ListJobs(jobmanager_pb2.ListJobsRequest(), timeout=5)
+            assert refused.value.code() is grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+            assert "not the leader" in refused.value.details()  # type: ignore[attr-defined]
+            health_stub = health_pb2_grpc.HealthStub(channel)
+            assert health_stub.Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1  # SERVING
+    finally:
+        server.stop(0)
+
+
+class _ReadOnlyJobManager:
+    def list_jobs(self) -> tuple[()]:
+        return ()
