@@ -44,15 +44,20 @@ def open_channel(address: str, security: TransportSecurity, options: Options = G
 
 
 def new_server(
-    security: TransportSecurity, *, max_workers: int, thread_name_prefix: str, options: Options = GRPC_OPTIONS
+    security: TransportSecurity,
+    *,
+    max_workers: int,
+    thread_name_prefix: str,
+    options: Options = GRPC_OPTIONS,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> grpc.Server:
-    """A server whose calls (but health checks) need the token when one is configured."""
-    interceptors: list[grpc.ServerInterceptor] = (
-        [] if security.token is None else [TokenServerInterceptor(security.token)]
-    )
+    """A server whose calls (but health checks) need the token when one is configured; ``interceptors``
+    run after the token's check."""
+    chain: list[grpc.ServerInterceptor] = [] if security.token is None else [TokenServerInterceptor(security.token)]
+    chain.extend(interceptors)
     return grpc.server(
         ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
-        interceptors=interceptors,
+        interceptors=chain,
         options=list(options),
     )
 
