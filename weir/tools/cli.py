@@ -332,11 +332,20 @@ def run(
             help="With --from-savepoint: drop the state of operators the job no longer has (matched by uid).",
         ),
     ] = False,
+    skip_upgrade_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-upgrade-check",
+            help="With --from-savepoint: submit without running `weir upgrade check` first (for emergencies: "
+            "what it would refuse fails at restore, or loses state silently).",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     jobmanager: JobManagerOption = None,
     profile: ProfileOption = None,
 ) -> None:
-    """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1)."""
+    """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1).
+    With --from-savepoint, `weir upgrade check` runs first and a job it fails is not submitted (exit 2)."""
     from weir.api.artifacts import build_artifact
     from weir.api.job_code import JobCode, SourceCode, prepare_artifact
     from weir.api.load_check import check_job_loads
@@ -368,6 +377,27 @@ def run(
         code = SourceCode(str(job_file), source)
     # Fail fast, before the cluster is asked: loaded in a child process with a deadline.
     checked = check_job_loads(code, parameters, parallelism or 1, None, settings.job_load_timeout)
+    if from_checkpoint is not None and not skip_upgrade_check:
+        from weir.tools.upgrade_check import check_before_run
+
+        full_report = " ".join(
+            [
+                "weir upgrade check",
+                str(job_file) if job_file is not None else "JOB_V2.py",
+                "--savepoint",
+                from_checkpoint,
+                *(["-n"] if allow_non_restored_state else []),
+            ]
+        )
+        with _storage_answers():
+            check_before_run(
+                code,
+                from_checkpoint,
+                full_report=full_report,
+                parameters=parameters,
+                parallelism=parallelism or 1,
+                allow_non_restored_state=allow_non_restored_state,
+            )
     with _client() as client:
         job_id = client.submit_job(
             job_file,
