@@ -36,17 +36,18 @@ recorded, not only the sinks'), the failure point and the first differing record
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import json
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, assert_never
 from unittest import mock
 
-from weir.api import KafkaSourceSpec, load_job_file
+from weir.api import GeneratorSourceSpec, KafkaSourceSpec, load_job_file
 from weir.core import crashpoints
 from weir.core.errors import WeirError
 from weir.core.keygroups import KeyGroupRange
@@ -63,6 +64,7 @@ from weir.tools.reference import (
     _ChainRun,
     _guard,
     _ignore,
+    _ReplayKafkaSource,
     _Run,
     describe_sink,
 )
@@ -182,6 +184,42 @@ def records_of_lines(lines: Sequence[bytes]) -> list[KafkaRecord]:
     return [KafkaRecord(0, offset, None, line, 0) for offset, line in enumerate(lines)]
 
 
+@dataclass(frozen=True)
+class Deserialized:
+    """A Kafka source's input given as records already deserialized (a test's Python values): the
+    source's deserializer is skipped, its timestamp function still decides event time. Each value is
+    stored pickled (``dump_value``) and every replay reads a fresh copy, so a job that mutates its
+    input in place cannot change what a later replay reads (as with bytes from Kafka)."""
+
+    records: tuple[KafkaRecord, ...]
+
+    @classmethod
+    def of(cls, values: Iterable[Any]) -> Deserialized:
+        return cls(tuple(KafkaRecord(0, offset, None, dump_value(v), 0) for offset, v in enumerate(values)))
+
+
+SourceData = Sequence[KafkaRecord] | Deserialized
+"""One Kafka source's input: records whose values go through the source's deserializer, or records
+already deserialized."""
+
+
+def value_bytes(values: Iterable[bytes | str]) -> list[KafkaRecord]:
+    """A Kafka source's input from a Python iterable of record values (``str`` encoded as UTF-8)."""
+    lines: list[bytes] = []
+    for value in values:
+        match value:
+            case bytes():
+                lines.append(value)
+            case str():
+                lines.append(value.encode())
+            case _:
+                raise JobTestError(
+                    f"a source's value must be bytes or str, got {type(value).__name__}: give deserialized "
+                    "records as records= (the deserializer is then skipped)"
+                )
+    return records_of_lines(lines)
+
+
 def read_jsonl(path: Path) -> list[bytes]:
     """The lines of a JSON lines file, each a record's value bytes (blank lines skipped)."""
     try:
@@ -255,7 +293,7 @@ class _Attempt(_Run):
         job_file: Path,
         parameters: dict[str, str],
         backend: MemoryStateBackend,
-        inputs: Mapping[str, Sequence[KafkaRecord]],
+        inputs: Mapping[str, SourceData],
         recorded: dict[str, _Recorded],
         clock: _VirtualClock,
     ) -> None:
@@ -274,7 +312,30 @@ class _Attempt(_Run):
         uid = self._building
         if uid not in self._inputs:
             raise JobTestError(f"no input for Kafka source {uid!r}: give --source {uid}=FILE.jsonl")
-        return self._inputs[uid]
+        given = self._inputs[uid]
+        match given:
+            case Deserialized(records=records):
+                return records
+            case _:
+                return given
+
+    def _deserialized_source(self, t: Transformation, given: Deserialized) -> StreamOperator:
+        """The job's Kafka source replaying records given deserialized: its spec with the deserializer
+        replaced by the unpickling of each given record (the timestamp function is the job's)."""
+        spec = t.source_spec
+        match spec:
+            case KafkaSourceSpec():
+                pass
+            case GeneratorSourceSpec() | None:
+                raise JobTestError(f"source {t.uid!r} is not a Kafka source: only a Kafka source takes records")
+            case _:
+                assert_never(spec)
+        if spec.schema is not None:
+            raise JobTestError(
+                f"Kafka source {t.uid!r} is columnar (schema=): give its input as value bytes, not records"
+            )
+        direct = dataclasses.replace(spec, deserializer=load_value, record_deserializer=None, max_record_bytes=None)
+        return _ReplayKafkaSource(direct, given.records)
 
     def _operator(self, t: Transformation) -> StreamOperator:
         recorded = self._recorded.setdefault(t.uid, _Recorded())
@@ -282,7 +343,12 @@ class _Attempt(_Run):
             self.descriptions[t.uid] = describe_sink(t.factory(), t.name)
             return _RecordingSink(recorded.records)
         self._building = t.uid
-        op = super()._operator(t)
+        given = self._inputs.get(t.uid) if t.kind is OperatorKind.SOURCE else None
+        match given:
+            case Deserialized():
+                op = self._deserialized_source(t, given)
+            case _:
+                op = super()._operator(t)
         if isinstance(op, WindowAggregateOperator):
             op._clock = self._clock.ms
         elif isinstance(op, KeyedProcessOperator):
@@ -337,7 +403,7 @@ class RunOutput:
 class _Driver:
     job_file: Path
     parameters: dict[str, str]
-    inputs: Mapping[str, Sequence[KafkaRecord]]
+    inputs: Mapping[str, SourceData]
     checkpoint_every: int
     ms_per_record: int
     failure: FailurePoint | None
@@ -458,7 +524,7 @@ class _Driver:
 
 def run_once(
     job_file: Path,
-    inputs: Mapping[str, Sequence[KafkaRecord]],
+    inputs: Mapping[str, SourceData],
     parameters: Mapping[str, str] | None = None,
     *,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
@@ -559,7 +625,7 @@ class JobTestReport:
 
 def check_job(
     job_file: Path,
-    inputs: Mapping[str, Sequence[KafkaRecord]],
+    inputs: Mapping[str, SourceData],
     parameters: Mapping[str, str] | None = None,
     *,
     failures: bool = False,
