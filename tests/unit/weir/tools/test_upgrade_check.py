@@ -426,3 +426,39 @@ def test_run_refuses_a_path_with_no_savepoint_before_submitting(
     good = V2().write(tmp_path, "good")
     assert run_cli(["run", str(good), "-s", str(tmp_path / "nowhere"), "-d"]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith("weir: error: ") and submitted == []
+
+
+# the worked example of docs/operations.md -----------------------------------------------------------
+
+
+def test_the_worked_example_in_the_docs_prints_what_the_docs_show(
+    savepoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    submitted: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The page's commands, run over the matrix's savepoint copied to ``sp-1`` (a savepoint is
+    self-contained) and its job without a migration as ``job_v2.py``, print the page's blocks."""
+    import shlex
+    import shutil
+
+    from tests.unit.docs.blocks import REPO_ROOT, blocks
+
+    page = blocks(REPO_ROOT / "docs" / "operations.md")
+    example = "weir upgrade check job_v2.py --savepoint sp-1 --offline"
+    at = next(i for i, b in enumerate(page) if b.text.strip() == example)
+    command, report = page[at], page[at + 1]
+    refusal = next(b for b in page[at:] if b.language == "text" and b.text.startswith("weir: error: the upgrade check"))
+    shutil.copytree(savepoint, tmp_path / "sp-1")
+    V2(aggregate_args=", state_version=2").write(tmp_path, "job_v2")
+    monkeypatch.chdir(tmp_path)
+
+    assert run_cli(shlex.split(command.text)[1:]) == EXIT_FAILURE
+    assert capsys.readouterr().out == report.text
+    assert run_cli(["run", "job_v2.py", "--from-savepoint", "sp-1"]) == EXIT_USAGE and submitted == []
+    assert capsys.readouterr().err == refusal.text
+
+    V2(aggregate_args=", state_version=2, migrate=migrate", migrate="return acc").write(tmp_path, "job_v2")
+    assert run_cli(shlex.split(command.text)[1:]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("PASS: job_v2.py can restore from sp-1\n")
