@@ -91,10 +91,10 @@ class JobRun:
             raise KeyError(f"no operator {uid!r} in the job; its operators: {', '.join(self.output.order)}")
         return list(self.output.by_operator[uid])
 
-    def with_failures(self) -> JobTestReport:
-        """``weir test --failures`` over the same inputs: a failure at every checkpoint and crash point,
-        committed output compared with the failure-free run's. Raises AssertionError with the
-        divergence report; answers the report."""
+    def with_failures(self, *, rescale: int | None = None) -> JobTestReport:
+        """``weir test --failures`` over the same inputs: a failure at every checkpoint and crash point
+        (with ``rescale``, each also restored at that parallelism), committed output compared with the
+        failure-free run's. Raises AssertionError with the divergence report; answers the report."""
         report = check_job(
             self.job_file,
             self.inputs,
@@ -102,6 +102,7 @@ class JobRun:
             failures=True,
             checkpoint_every=self.checkpoint_every,
             ms_per_record=self.ms_per_record,
+            rescale=rescale,
         )
         if not report.ok:
             divergences = "\n".join(d.describe() for d in report.divergences)

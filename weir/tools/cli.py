@@ -884,6 +884,16 @@ def test_command(
             "--failures", help="Also run once per checkpoint and crash point with a failure there; compare outputs."
         ),
     ] = False,
+    rescale: Annotated[
+        int | None,
+        typer.Option(
+            "--rescale",
+            metavar="N",
+            min=1,
+            help="With --failures: also restore each failure point at parallelism N (key groups and operator "
+            "state redistributed as a cluster does) and compare.",
+        ),
+    ] = None,
     checkpoint_every: Annotated[
         int, typer.Option("--checkpoint-every", metavar="N", help="Source records between checkpoints.")
     ] = 1000,
@@ -906,7 +916,13 @@ def test_command(
             raise CommandLineError(f"--source {item!r}: expected UID=FILE.jsonl")
         inputs[uid.strip()] = records_of_lines(read_jsonl(Path(file)))
     report = check_job(
-        job_file, inputs, parameters, failures=failures, checkpoint_every=checkpoint_every, ms_per_record=ms_per_record
+        job_file,
+        inputs,
+        parameters,
+        failures=failures,
+        checkpoint_every=checkpoint_every,
+        ms_per_record=ms_per_record,
+        rescale=rescale,
     )
     console = _stdout()
     for uid in report.reference.sinks:

@@ -1,6 +1,6 @@
 """The example jobs under `weir test --failures`, through the `weir_job` fixture: each commits the
-same with a failure at every checkpoint and crash point as without, and the keyed aggregation
-commits what plain Python computes."""
+same with a failure at every checkpoint and crash point as without (the keyed aggregation also
+restored at parallelism 3), and the keyed aggregation commits what plain Python computes."""
 
 from __future__ import annotations
 
@@ -38,8 +38,9 @@ def test_the_keyed_aggregation_commits_each_window_once_whatever_fails(weir_job:
     run = weir_job(EXAMPLES / "keyed_aggregation.py", sources={"events-source": LINES}, checkpoint_every=50)
     for sink in ("kafka-sink", "postgres-sink"):
         assert Counter(json.dumps(r, sort_keys=True) for r in run.sinks[sink]) == windows_in_python(1000)
-    report = run.with_failures()  # raises AssertionError with the divergence report
+    report = run.with_failures(rescale=3)  # raises AssertionError with the divergence report
     assert len(report.failure_points) == 3 * (len(EVENTS) // 50 + 1)
+    assert report.runs == 2 + 2 * len(report.failure_points)  # each point restored at parallelism 1 and 3
 
 
 @pytest.mark.parametrize(
