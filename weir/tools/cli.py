@@ -378,7 +378,7 @@ def run(
     # Fail fast, before the cluster is asked: loaded in a child process with a deadline.
     checked = check_job_loads(code, parameters, parallelism or 1, None, settings.job_load_timeout)
     if from_checkpoint is not None and not skip_upgrade_check:
-        from weir.tools.upgrade_check import check_before_run
+        from weir.tools.upgrade_check import Severity, check_before_run
 
         full_report = " ".join(
             [
@@ -390,7 +390,7 @@ def run(
             ]
         )
         with _storage_answers():
-            check_before_run(
+            upgrade = check_before_run(
                 code,
                 from_checkpoint,
                 full_report=full_report,
@@ -398,6 +398,11 @@ def run(
                 parallelism=parallelism or 1,
                 allow_non_restored_state=allow_non_restored_state,
             )
+        for finding in upgrade.findings:
+            if finding.severity is Severity.WARNING:
+                sys.stderr.write(
+                    f"weir: warning: upgrade check: {finding.kind.value} {finding.uid}: {finding.reason}\n"
+                )
     with _client() as client:
         job_id = client.submit_job(
             job_file,

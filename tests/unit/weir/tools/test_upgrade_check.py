@@ -412,6 +412,9 @@ def test_run_passes_allow_non_restored_state_to_the_check_and_can_skip_it(
     renamed = V2(window_uid="window-sum").write(tmp_path, "renamed")
     assert run_cli(["run", str(renamed), "-s", str(savepoint), "-n", "-d"]) == EXIT_OK
     assert [c["allow_non_restored_state"] for c in submitted] == [True]
+    warned = capsys.readouterr().err.splitlines()  # what -n drops, said before it is submitted
+    assert all(line.startswith("weir: warning: upgrade check: ") for line in warned)
+    assert any(line.startswith(f"weir: warning: upgrade check: missing-uid {WINDOW}: ") for line in warned)
 
     bad = V2(aggregate_args=", state_version=2").write(tmp_path, "bad")
     assert run_cli(["run", str(bad), "-s", str(savepoint), "-d"]) == EXIT_USAGE
