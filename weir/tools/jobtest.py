@@ -471,12 +471,12 @@ class _RescaledAttempt(_Attempt):
     context (its key group range, ``key_group_range_for_subtask``), records exchanged between
     subtasks as the plan and its partitioners say. The checkpoint is handed over as a cluster hands
     a retained checkpoint to a job at another parallelism (``weir.core.rescale``): each subtask's
-    keyed state store holds the key groups of its range (the old run's one subtask held them all), every subtask of
-    an operator is given the union of its operator state (``restore_inherited_state``: a Kafka
-    source keeps the positions of the partitions it owns, an operator whose state cannot be split
-    refuses). A Kafka source subtask replays the given partitions it owns
-    (``kafka_partition_owner``). A run has one failure, so this attempt runs to the end: its
-    checkpoints only mark what is committed, none is restored."""
+    keyed state store holds the key groups of its range (the old run's one subtask held them all);
+    every subtask of an operator is given the union of its operator state
+    (``restore_inherited_state``: a Kafka source keeps the positions of the partitions it owns, an
+    operator whose state cannot be split refuses). A Kafka source subtask replays the given
+    partitions it owns (``kafka_partition_owner``). A run has one failure, so this attempt runs to
+    the end: its checkpoints only mark what is committed, none is restored."""
 
     def _given(self, uid: str) -> Sequence[KafkaRecord]:
         subtask, parallelism = self._subtask, self.plan.vertices[uid].parallelism
