@@ -337,11 +337,20 @@ def run(
             help="With --from-savepoint: drop the state of operators the job no longer has (matched by uid).",
         ),
     ] = False,
+    skip_upgrade_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-upgrade-check",
+            help="With --from-savepoint: submit without running `weir upgrade check` first (for emergencies: "
+            "what it would refuse fails at restore, or loses state silently).",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     jobmanager: JobManagerOption = None,
     profile: ProfileOption = None,
 ) -> None:
-    """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1)."""
+    """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1).
+    With --from-savepoint, `weir upgrade check` runs first and a job it fails is not submitted (exit 2)."""
     from weir.api.artifacts import build_artifact
     from weir.api.job_code import JobCode, SourceCode, prepare_artifact
     from weir.api.load_check import check_job_loads
@@ -373,6 +382,32 @@ def run(
         code = SourceCode(str(job_file), source)
     # Fail fast, before the cluster is asked: loaded in a child process with a deadline.
     checked = check_job_loads(code, parameters, parallelism or 1, None, settings.job_load_timeout)
+    if from_checkpoint is not None and not skip_upgrade_check:
+        from weir.tools.upgrade_check import Severity, check_before_run
+
+        full_report = " ".join(
+            [
+                "weir upgrade check",
+                str(job_file) if job_file is not None else "JOB_V2.py",
+                "--savepoint",
+                from_checkpoint,
+                *(["-n"] if allow_non_restored_state else []),
+            ]
+        )
+        with _storage_answers():
+            upgrade = check_before_run(
+                code,
+                from_checkpoint,
+                full_report=full_report,
+                parameters=parameters,
+                parallelism=parallelism or 1,
+                allow_non_restored_state=allow_non_restored_state,
+            )
+        for finding in upgrade.findings:
+            if finding.severity is Severity.WARNING:
+                sys.stderr.write(
+                    f"weir: warning: upgrade check: {finding.kind.value} {finding.uid}: {finding.reason}\n"
+                )
     with _client() as client:
         job_id = client.submit_job(
             job_file,
@@ -859,6 +894,16 @@ def test_command(
             "--failures", help="Also run once per checkpoint and crash point with a failure there; compare outputs."
         ),
     ] = False,
+    rescale: Annotated[
+        int | None,
+        typer.Option(
+            "--rescale",
+            metavar="N",
+            min=1,
+            help="With --failures: also restore each failure point at parallelism N (key groups and operator "
+            "state redistributed as a cluster does) and compare.",
+        ),
+    ] = None,
     checkpoint_every: Annotated[
         int, typer.Option("--checkpoint-every", metavar="N", help="Source records between checkpoints.")
     ] = 1000,
@@ -881,7 +926,13 @@ def test_command(
             raise CommandLineError(f"--source {item!r}: expected UID=FILE.jsonl")
         inputs[uid.strip()] = records_of_lines(read_jsonl(Path(file)))
     report = check_job(
-        job_file, inputs, parameters, failures=failures, checkpoint_every=checkpoint_every, ms_per_record=ms_per_record
+        job_file,
+        inputs,
+        parameters,
+        failures=failures,
+        checkpoint_every=checkpoint_every,
+        ms_per_record=ms_per_record,
+        rescale=rescale,
     )
     console = _stdout()
     for uid in report.reference.sinks:
