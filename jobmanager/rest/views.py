@@ -552,6 +552,9 @@ class ExceptionInfo(Model):
     subtask: int | None
     attempt: int
     taskmanager_id: str | None
+    # Flink's: the traceback as the task formatted it, or "Type: message" for a failure with none (one
+    # the JobManager decided on: a lost TaskManager has no frames)
+    stacktrace: str
 
 
 class ExceptionHistoryInfo(Model):
@@ -560,13 +563,25 @@ class ExceptionHistoryInfo(Model):
 
 
 class JobExceptions(Model):
+    """Flink's ``JobExceptionsInfoWithHistory``: ``root-exception`` and ``timestamp`` are the newest
+    failure's stack trace and time (null before the first), as Flink's deprecated top-level fields."""
+
+    root_exception: str | None = _api("root-exception")
+    timestamp: int | None
     exception_history: ExceptionHistoryInfo = _api("exceptionHistory")
+
+
+def stacktrace_of(failure: Failure) -> str:
+    return failure.stacktrace or str(failure)
 
 
 def job_exceptions(history: ExceptionHistory, plan: JobPlanView, max_exceptions: int) -> JobExceptions:
     names = {v.uid: v.name for v in plan.vertices}
     entries, truncated = history.latest(max_exceptions)
+    newest = history.entries[0] if history.entries else None
     return JobExceptions(
+        root_exception=None if newest is None else stacktrace_of(newest.failure),
+        timestamp=None if newest is None else ms(newest.timestamp),
         exception_history=ExceptionHistoryInfo(
             entries=[
                 ExceptionInfo(
@@ -580,11 +595,12 @@ def job_exceptions(history: ExceptionHistory, plan: JobPlanView, max_exceptions:
                     subtask=e.subtask,
                     attempt=e.attempt,
                     taskmanager_id=e.taskmanager_id,
+                    stacktrace=stacktrace_of(e.failure),
                 )
                 for e in entries
             ],
             truncated=truncated,
-        )
+        ),
     )
 
 

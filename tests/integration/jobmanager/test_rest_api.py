@@ -289,6 +289,17 @@ def test_the_exception_history_has_the_failure_with_its_typed_cause_and_task(res
     assert len(history["entries"]) == 1 and history["truncated"] is False
 
 
+def test_the_failure_s_stacktrace_names_the_user_function_s_file_and_line(rest: RestJob) -> None:
+    raising_line = next(
+        n for n, line in enumerate(JOB.read_text().splitlines(), start=1) if "raise RequestedFailure(" in line
+    )
+    stacktrace = the_failure(rest)["stacktrace"]
+    assert f'{JOB.name}", line {raising_line}, in fail_once' in stacktrace, stacktrace
+    assert "RequestedFailure: failure requested by the test" in stacktrace
+    answer = rest.get(f"/jobs/{rest.job_id}/exceptions")
+    assert answer["root-exception"] == answer["exceptionHistory"]["entries"][0]["stacktrace"]
+
+
 @pytest.mark.parametrize("bad", ["0", "1001", "x"])
 def test_a_bad_max_exceptions_is_a_bad_request(rest: RestJob, bad: str) -> None:
     rest.errors(rest.http.get(f"/jobs/{rest.job_id}/exceptions", params={"maxExceptions": bad}), 400)

@@ -284,6 +284,7 @@ def test_exceptions_come_newest_first_with_their_task_and_are_cut_at_max_excepti
         "subtask": 0,
         "attempt": 1,
         "taskmanager_id": "tm-a",
+        "stacktrace": "ValueError: bad record",
     }
     assert (lost["taskName"], lost["vertex_id"], lost["subtask"], lost["taskmanager_id"], lost["attempt"]) == (
         None,
@@ -295,6 +296,35 @@ def test_exceptions_come_newest_first_with_their_task_and_are_cut_at_max_excepti
     assert lost["fault"] == "INTERNAL" and lost["timestamp"] == 102_000
     cut = client.get("/jobs/job-1/exceptions?maxExceptions=1").json()["exceptionHistory"]
     assert cut == {"entries": [lost], "truncated": True}
+
+
+def test_an_exception_carries_its_stacktrace_and_the_newest_is_the_root_exception(
+    harness: Harness, client: TestClient
+) -> None:
+    job = running_job(harness)
+    trace = 'Traceback (most recent call last):\n  File "job.py", line 7, in parse\nValueError: bad record\n'
+    harness.clock.advance(1.0)
+    harness.jm.report_task_state(failed(job, Failure("ValueError", "bad record", Fault.USER, True, stacktrace=trace)))
+    answer = client.get("/jobs/job-1/exceptions").json()
+    (entry,) = answer["exceptionHistory"]["entries"]
+    assert entry["stacktrace"] == trace
+    assert answer["root-exception"] == trace and answer["timestamp"] == 101_000
+
+
+def test_a_failure_without_a_traceback_shows_its_type_and_message_as_its_stacktrace(
+    harness: Harness, client: TestClient
+) -> None:
+    job = running_job(harness)
+    harness.jm.report_task_state(failed(job, Failure("ValueError", "bad record", Fault.USER, True)))
+    (entry,) = client.get("/jobs/job-1/exceptions").json()["exceptionHistory"]["entries"]
+    assert entry["stacktrace"] == "ValueError: bad record"
+
+
+def test_no_exceptions_have_no_root_exception(harness: Harness, client: TestClient) -> None:
+    running_job(harness)
+    answer = client.get("/jobs/job-1/exceptions").json()
+    assert answer["root-exception"] is None and answer["timestamp"] is None
+    assert answer["exceptionHistory"] == {"entries": [], "truncated": False}
 
 
 @pytest.mark.parametrize("bad", ["0", "1001", "-3", "many", ""])
