@@ -285,6 +285,25 @@ def create_app(
         checkpoint_id = flink.checkpoint_of_trigger(job_id, trigger_id)
         return flink.savepoint_status(manager.list_checkpoints(job_id), checkpoint_id)
 
+    @api.post("/jobs/{job_id}/checkpoints", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
+    def trigger_checkpoint(job_id: str, request: flink.CheckpointTriggerRequest | None = None) -> flink.TriggerResponse:
+        """Start a checkpoint now (Flink's ``flink checkpoint``, ``weir checkpoint``); ``GET
+        .../checkpoints/{request-id}`` answers its outcome. A job that cannot take one now: 409."""
+        body = request if request is not None else flink.CheckpointTriggerRequest()
+        checkpoint_id = manager.trigger_checkpoint(weir_job_id(job_id), full=body.full)
+        return flink.TriggerResponse(request_id=flink.savepoint_trigger_id(checkpoint_id))
+
+    @api.get(
+        "/jobs/{job_id}/checkpoints/{trigger_id}",
+        responses={404: {**_ERROR, "description": "Unknown job or checkpoint"}},
+        response_model_exclude_none=True,
+    )
+    def checkpoint_status(job_id: str, trigger_id: str) -> flink.OperationResult:
+        """A checkpoint on request's outcome by the ``request-id`` its trigger answered (Flink's shape)."""
+        job_id = weir_job_id(job_id)
+        checkpoint_id = flink.checkpoint_of_trigger(job_id, trigger_id)
+        return flink.checkpoint_status(manager.list_checkpoints(job_id), checkpoint_id)
+
     @api.post("/savepoint-disposal", responses=BAD_REQUEST)
     def dispose(request: flink.DisposalRequest) -> flink.TriggerResponse:
         """Delete a savepoint folder (``flink savepoint -d PATH``); refused (400) for anything else."""

@@ -24,6 +24,7 @@ from weir.core.errors import (
     WeirError,
 )
 from weir.jobmanager.errors import (
+    CheckpointRejectedError,
     ConfigError,
     JobManagerNotReadyError,
     SavepointDisposalError,
@@ -42,6 +43,7 @@ _STATUS_OF: Final[dict[type[WeirError], int]] = {
     ConfigError: 400,
     SavepointDisposalError: 400,
     SavepointRejectedError: 409,
+    CheckpointRejectedError: 409,
     JobManagerNotReadyError: 503,
     NotEnoughSlotsError: 503,
     ServiceUnavailableError: 503,

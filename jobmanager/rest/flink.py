@@ -17,7 +17,7 @@ import re
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Final
+from typing import Final, assert_never
 
 from pydantic import ConfigDict, Field
 
@@ -69,6 +69,32 @@ class StopRequest(_Request):
     trigger_id: str | None = Field(default=None, alias="triggerId")
 
 
+class CheckpointType(enum.StrEnum):
+    """Flink's ``CheckpointType`` of a checkpoint on request: CONFIGURED (the job's own kind, here
+    incremental), INCREMENTAL, or FULL (reuse no file of an earlier checkpoint)."""
+
+    CONFIGURED = "CONFIGURED"
+    INCREMENTAL = "INCREMENTAL"
+    FULL = "FULL"
+
+
+class CheckpointTriggerRequest(_Request):
+    """``POST /jobs/{id}/checkpoints``: Flink's ``CheckpointTriggerRequestBody``."""
+
+    checkpoint_type: CheckpointType = Field(default=CheckpointType.CONFIGURED, alias="checkpointType", strict=False)
+    trigger_id: str | None = Field(default=None, alias="triggerId")
+
+    @property
+    def full(self) -> bool:
+        match self.checkpoint_type:
+            case CheckpointType.FULL:
+                return True
+            case CheckpointType.CONFIGURED | CheckpointType.INCREMENTAL:
+                return False
+            case _:
+                assert_never(self.checkpoint_type)
+
+
 class DisposalRequest(_Request):
     """``POST /savepoint-disposal``: Flink's ``SavepointDisposalRequest``."""
 
@@ -97,9 +123,10 @@ class FailureCause(Model):
 
 
 class OperationInfo(Model):
-    """The union of Flink's ``SavepointInfo`` and ``AsynchronousOperationInfo``."""
+    """The union of Flink's ``SavepointInfo``, ``CheckpointInfo`` and ``AsynchronousOperationInfo``."""
 
     location: str | None = None  # a savepoint's path
+    checkpoint_id: int | None = Field(default=None, validation_alias="checkpointId", serialization_alias="checkpointId")
     failure_cause: FailureCause | None = Field(
         default=None, validation_alias="failure-cause", serialization_alias="failure-cause"
     )
@@ -134,6 +161,31 @@ def savepoint_status(view: CheckpointsView, checkpoint_id: int) -> OperationResu
         case CheckpointStatus.FAILED:
             reason = str(found.failure) if found.failure is not None else "failed"
             return failed("SavepointFailedError", f"savepoint {checkpoint_id} of job {view.job_id}: {reason}")
+
+
+def checkpoint_status(view: CheckpointsView, checkpoint_id: int) -> OperationResult:
+    """A checkpoint on request's outcome as Flink reports it (``CheckpointInfo``): IN_PROGRESS, then
+    COMPLETED with its ``checkpointId``, or with a ``failure-cause`` as well when it failed."""
+    found = next((c for c in view.checkpoints if c.checkpoint_id == checkpoint_id), None)
+    if found is None or found.kind is not CheckpointKind.CHECKPOINT:
+        raise UnknownCheckpointError(view.job_id, checkpoint_id)
+    match found.status:
+        case CheckpointStatus.IN_PROGRESS:
+            return IN_PROGRESS
+        case CheckpointStatus.COMPLETED:
+            return OperationResult(
+                status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo(checkpoint_id=checkpoint_id)
+            )
+        case CheckpointStatus.FAILED:
+            reason = str(found.failure) if found.failure is not None else "failed"
+            cause = FailureCause(
+                class_name="CheckpointFailedError",
+                stack_trace=f"checkpoint {checkpoint_id} of job {view.job_id}: {reason}",
+            )
+            return OperationResult(
+                status=QueueStatus(id=QueueStatusId.COMPLETED),
+                operation=OperationInfo(checkpoint_id=checkpoint_id, failure_cause=cause),
+            )
 
 
 def failed(class_name: str, message: str) -> OperationResult:

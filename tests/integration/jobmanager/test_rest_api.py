@@ -380,6 +380,26 @@ def test_a_checkpoint_id_that_is_no_integer_is_a_bad_request_and_an_unknown_one_
     )
 
 
+def test_a_checkpoint_is_triggered_over_rest_and_completes(rest: RestJob) -> None:
+    def trigger() -> str | None:  # the job's periodic checkpoint (every second) may be in flight: 409
+        response = rest.http.post(f"/jobs/{rest.job_id}/checkpoints", json={"checkpointType": "CONFIGURED"})
+        if response.status_code == 409:
+            return None
+        assert response.status_code == 202, response.text
+        return str(response.json()["request-id"])
+
+    trigger_id = eventually(trigger, "a checkpoint triggered between the periodic ones")
+    outcome = eventually(
+        lambda: (lambda o: o if o["status"]["id"] == "COMPLETED" else None)(
+            rest.get(f"/jobs/{rest.job_id}/checkpoints/{trigger_id}")
+        ),
+        "the checkpoint completed",
+    )
+    assert outcome["operation"] == {"checkpointId": int(trigger_id, 16)}
+    listed = {c["id"]: c for c in rest.completed_checkpoints()}
+    assert int(trigger_id, 16) in listed
+
+
 def test_a_savepoint_is_triggered_and_completes(rest: RestJob) -> None:
     response = rest.http.post(f"/jobs/{rest.job_id}/savepoints", json={"cancel-job": False})
     assert response.status_code == 202, response.text

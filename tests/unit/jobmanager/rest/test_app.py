@@ -417,6 +417,61 @@ def test_a_savepoint_is_triggered_listed_in_progress_then_completed_with_its_det
     ]
 
 
+def test_a_checkpoint_is_triggered_and_its_outcome_read_by_its_trigger_id(harness: Harness, client: TestClient) -> None:
+    job = running_job(harness)
+    response = client.post("/v1/jobs/job-1/checkpoints", json={"checkpointType": "CONFIGURED"})
+    assert response.status_code == 202, response.text
+    trigger_id = response.json()["request-id"]
+    checkpoint_id = int(trigger_id, 16)
+    assert len(trigger_id) == 32
+    assert client.get(f"/jobs/job-1/checkpoints/{trigger_id}").json() == {"status": {"id": "IN_PROGRESS"}}
+    (listed,) = client.get("/jobs/job-1/checkpoints").json()["history"]
+    assert (listed["id"], listed["is_savepoint"]) == (checkpoint_id, False)
+    harness.jm.acknowledge_checkpoint(
+        CheckpointAck(job.job_id, "gen", 0, job.attempt, CheckpointId(checkpoint_id), (), b"{}", TaskAckMetrics())
+    )
+    assert client.get(f"/jobs/job-1/checkpoints/{trigger_id}").json() == {
+        "status": {"id": "COMPLETED"},
+        "operation": {"checkpointId": checkpoint_id},
+    }
+    errors_of(client.get(f"/jobs/job-1/checkpoints/{'f' * 32}"), 404)
+    errors_of(client.get("/jobs/job-1/checkpoints/no-trigger"), 404)
+    assert client.get("/jobs/job-1/checkpoints/config").status_code == 200  # still Flink's config
+
+
+def test_a_checkpoint_without_a_body_is_the_configured_type(harness: Harness, client: TestClient) -> None:
+    running_job(harness)
+    assert client.post("/jobs/job-1/checkpoints").status_code == 202
+
+
+def test_a_savepoint_s_trigger_id_names_no_checkpoint(harness: Harness, client: TestClient) -> None:
+    running_job(harness)
+    trigger_id = client.post("/jobs/job-1/savepoints", json={}).json()["request-id"]
+    errors_of(client.get(f"/jobs/job-1/checkpoints/{trigger_id}"), 404)
+
+
+def test_a_checkpoint_of_a_job_that_is_not_running_is_a_conflict(harness: Harness, client: TestClient) -> None:
+    harness.job()  # deployed, its task not running yet
+    assert "not running" in errors_of(client.post("/jobs/job-1/checkpoints", json={}), 409)[0]
+    errors_of(client.post("/jobs/nope/checkpoints", json={}), 404)
+
+
+def test_a_full_checkpoint_is_refused_as_weir_s_checkpoints_are_incremental(
+    harness: Harness, client: TestClient
+) -> None:
+    running_job(harness)
+    assert (
+        "full checkpoint" in errors_of(client.post("/jobs/job-1/checkpoints", json={"checkpointType": "FULL"}), 409)[0]
+    )
+    assert client.get("/jobs/job-1/checkpoints").json()["history"] == []
+
+
+@pytest.mark.parametrize("body", [{"checkpointType": "SOMETIMES"}, {"checkpointType": 1}, {"unknown": True}])
+def test_a_bad_checkpoint_body_is_a_bad_request(harness: Harness, client: TestClient, body: object) -> None:
+    running_job(harness)
+    errors_of(client.post("/jobs/job-1/checkpoints", json=body), 400)
+
+
 def test_a_savepoint_of_a_job_that_is_not_running_is_a_conflict(harness: Harness, client: TestClient) -> None:
     harness.job()  # deployed, its task not running yet
     assert "savepoint" in errors_of(client.post("/jobs/job-1/savepoints", json={}), 409)[0]
@@ -542,6 +597,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/{job_id}/exceptions",
         "/jobs/{job_id}/checkpoints",
         "/jobs/{job_id}/checkpoints/config",
+        "/jobs/{job_id}/checkpoints/{trigger_id}",
         "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",
         "/jobs/{job_id}/vertices/{vertex_id}/backpressure",
         "/jobs/{job_id}/vertices/{vertex_id}",
