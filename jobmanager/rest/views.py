@@ -246,7 +246,13 @@ def _taskmanager_fields(tm: TaskManagerView) -> dict[str, Any]:
         "time_since_last_heartbeat": ms(tm.last_heartbeat_age_s),
         "alive": tm.alive,
         "tasks": [
-            PlacedTask(job_id=t.job_id, vertex_id=t.vertex_uid, subtask=t.subtask, attempt=t.attempt, status=t.state)
+            PlacedTask(
+                job_id=flink_job_id(t.job_id),
+                vertex_id=t.vertex_uid,
+                subtask=t.subtask,
+                attempt=t.attempt,
+                status=t.state,
+            )
             for t in tm.tasks
         ],
     }
@@ -303,7 +309,7 @@ def jobs(summaries: Iterable[JobSummaryView]) -> Jobs:
     return Jobs(
         jobs=[
             JobListEntry(
-                id=j.job_id,
+                id=flink_job_id(j.job_id),
                 name=j.job_name,
                 status=j.status,
                 start_time=ms(j.submitted_at),
@@ -450,7 +456,7 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
     if end is not None:
         reached[summary.status.value] = end
     return JobDetails(
-        jid=summary.job_id,
+        jid=flink_job_id(summary.job_id),
         name=summary.job_name,
         state=summary.status,
         start_time=start,
@@ -535,7 +541,9 @@ def _node(vertex: VertexView) -> PlanNode:
 
 
 def job_plan(plan: JobPlanView) -> JobPlan:
-    return JobPlan(plan=Plan(jid=plan.job_id, name=plan.job_name, nodes=[_node(v) for v in plan.vertices]))
+    return JobPlan(
+        plan=Plan(jid=flink_job_id(plan.job_id), name=plan.job_name, nodes=[_node(v) for v in plan.vertices])
+    )
 
 
 # Exceptions ----------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from openapi_spec_validator import validate
 
 from tests.integration.conftest import REPO_ROOT, WeirCluster
+from weir.jobmanager.rest.ids import flink_job_id
 from weir.tools.supervisor import TASKMANAGERS, kill_process
 
 pytestmark = pytest.mark.integration
@@ -151,7 +152,7 @@ def test_taskmanagers_list_the_job_s_running_tasks(rest: RestJob) -> None:
         (t["vertex_id"], t["subtask"], t["attempt"], t["status"])
         for tm in taskmanagers
         for t in tm["tasks"]
-        if t["job_id"] == rest.job_id
+        if t["job_id"] == flink_job_id(rest.job_id)
     )
     assert tasks == sorted((v, s, 2, "RUNNING") for v in ("numbers", "fail-once") for s in range(PARALLELISM))
 
@@ -179,7 +180,7 @@ def test_the_cluster_s_jobmanager_s_and_job_s_config_are_flink_s(rest: RestJob) 
         assert settings["WEIR_S3_SECRET_KEY"] == "******"
         assert endpoints.s3_secret_key.get_secret_value() not in str(settings)
     job = rest.get(f"/jobs/{rest.job_id}/config")
-    assert job["jid"] == rest.job_id and job["execution-config"]["job-parallelism"] == PARALLELISM
+    assert job["jid"] == flink_job_id(rest.job_id) and job["execution-config"]["job-parallelism"] == PARALLELISM
     assert job["execution-config"]["restart-strategy"] == "fixed-delay"
     assert job["execution-config"]["user-config"]["checkpointing.interval"] == "1s"
 
@@ -188,7 +189,7 @@ def test_the_cluster_s_jobmanager_s_and_job_s_config_are_flink_s(rest: RestJob) 
 
 
 def test_jobs_list_the_job(rest: RestJob) -> None:
-    (entry,) = [j for j in rest.get("/jobs")["jobs"] if j["id"] == rest.job_id]
+    (entry,) = [j for j in rest.get("/jobs")["jobs"] if j["id"] == flink_job_id(rest.job_id)]
     assert entry["status"] == "RUNNING" and entry["parallelism"] == PARALLELISM and entry["restarts"] == 1
     assert abs(entry["start-time"] - time.time() * 1000) < 600_000
 
@@ -205,7 +206,7 @@ def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob
         return details if ready and flowing else None
 
     details = eventually(measured, "every subtask's ratios, watermark and records", context=seen)
-    assert details["jid"] == rest.job_id and details["end-time"] == -1 and details["restarts"] == 1
+    assert details["jid"] == flink_job_id(rest.job_id) and details["end-time"] == -1 and details["restarts"] == 1
     assert details["last_completed_checkpoint"] >= 1
     numbers, fail_once = details["vertices"]
     assert (numbers["id"], numbers["name"], numbers["parallelism"]) == ("numbers", "generator", PARALLELISM)
@@ -224,7 +225,7 @@ def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob
 
 def test_the_plan_shows_the_chains_and_the_hash_edge(rest: RestJob) -> None:
     plan = rest.get(f"/jobs/{rest.job_id}/plan")["plan"]
-    assert plan["jid"] == rest.job_id
+    assert plan["jid"] == flink_job_id(rest.job_id)
     numbers, fail_once = plan["nodes"]
     assert (numbers["id"], numbers["operator"], numbers["inputs"]) == ("numbers", "generator", [])
     assert [o["uid"] for o in fail_once["operators"]] == ["fail-once", "file"]
