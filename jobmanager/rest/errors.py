@@ -29,6 +29,7 @@ from weir.jobmanager.errors import (
     JobManagerNotReadyError,
     SavepointDisposalError,
     SavepointRejectedError,
+    UnknownJarError,
     UnknownVertexError,
 )
 
@@ -39,6 +40,7 @@ _STATUS_OF: Final[dict[type[WeirError], int]] = {
     UnknownJobError: 404,
     UnknownCheckpointError: 404,
     UnknownVertexError: 404,
+    UnknownJarError: 404,
     JobDefinitionError: 400,
     ConfigError: 400,
     SavepointDisposalError: 400,

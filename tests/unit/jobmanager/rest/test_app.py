@@ -610,11 +610,17 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/{job_id}/savepoints/{trigger_id}",
         "/savepoint-disposal",
         "/savepoint-disposal/{trigger_id}",
+        "/jars",
+        "/jars/upload",
+        "/jars/{jar_id}",
+        "/jars/{jar_id}/run",
     }
     operations = [op for path in document["paths"].values() for op in path.values()]
     assert all("422" not in op["responses"] for op in operations)
     assert "400" in document["paths"]["/jobs/{job_id}/exceptions"]["get"]["responses"]
     assert "409" in document["paths"]["/jobs/{job_id}/savepoints"]["post"]["responses"]
+    upload = document["paths"]["/jars/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    assert upload["schema"]["required"] == ["jarfile"]
     schemas = document["components"]["schemas"]
     assert schemas["FailureInfo"]["properties"]["fault"]["enum"] == ["USER", "EXTERNAL", "INTERNAL"]
     assert "timeline" in schemas["SubtaskCheckpoint"]["properties"] and "Timeline" in schemas
