@@ -1056,10 +1056,10 @@ def savepoint_trigger(
 def savepoint_dispose(path: SavepointPath, json_output: JsonOption = False) -> None:
     """Delete a savepoint's files from the storage (its _metadata first), as Flink's `savepoint
     --dispose PATH`; refuses a path that is not a savepoint. Also `weir savepoint --dispose PATH`."""
-    from weir.tools.savepoint_inspect import dispose_savepoint
+    from weir.jobmanager.savepoint_disposal import dispose_savepoint
 
     with _storage_answers():
-        disposed = dispose_savepoint(path)
+        disposed = dispose_savepoint(path if "://" in path else str(Path(path).absolute()))
     if json_output:
         _print_json(asdict(disposed))
         return
