@@ -24,10 +24,12 @@ from weir.core.errors import (
     WeirError,
 )
 from weir.jobmanager.errors import (
+    CheckpointRejectedError,
     ConfigError,
     JobManagerNotReadyError,
     SavepointDisposalError,
     SavepointRejectedError,
+    UnknownJarError,
     UnknownVertexError,
 )
 
@@ -38,10 +40,12 @@ _STATUS_OF: Final[dict[type[WeirError], int]] = {
     UnknownJobError: 404,
     UnknownCheckpointError: 404,
     UnknownVertexError: 404,
+    UnknownJarError: 404,
     JobDefinitionError: 400,
     ConfigError: 400,
     SavepointDisposalError: 400,
     SavepointRejectedError: 409,
+    CheckpointRejectedError: 409,
     JobManagerNotReadyError: 503,
     NotEnoughSlotsError: 503,
     ServiceUnavailableError: 503,

@@ -443,6 +443,56 @@ def run(
 
 
 @app.command()
+def package(
+    job_file: Annotated[
+        Path | None, typer.Argument(metavar="[JOB.py]", help="A job file defining build(env) (or --py-module).")
+    ] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the artifact (a .zip).")] = Path(
+        "job.zip"
+    ),
+    py_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--py-files", "-pyfs", metavar="DIR|FILE.py|ZIP|WHEEL", help="Ship these with the job, as for weir run."
+        ),
+    ] = None,
+    py_requirements: Annotated[
+        str | None,
+        typer.Option("--py-requirements", "-pyreq", metavar="requirements.txt[#WHEEL_DIR]", help="As for weir run."),
+    ] = None,
+    py_module: Annotated[
+        str | None,
+        typer.Option("--py-module", "-pym", metavar="package.module", help="As for weir run, in place of JOB.py."),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Write the job's artifact (the zip `weir run` sends, docs/formats.md) to a file, without a cluster:
+    for `POST /jars/upload` (Flink's jar upload, docs/rest-api.md) or to keep the exact bytes a job ran."""
+    from weir.api.artifacts import build_artifact
+    from weir.core.config import PythonJobSettings
+    from weir.core.errors import JobDefinitionError
+
+    shipped = [Path(p) for given in py_files or [] for p in given.split(",") if p]
+    artifact = build_artifact(
+        job_file=job_file,
+        py_module=py_module,
+        py_files=shipped,
+        requirements=py_requirements,
+        max_bytes=PythonJobSettings.from_env().job_artifact_max_bytes,
+    )
+    try:
+        output.write_bytes(artifact.data)
+    except OSError as exc:
+        raise JobDefinitionError(f"cannot write the artifact to {output}: {exc.strerror or exc}") from exc
+    if json_output:
+        _print_json({"path": str(output), "artifact_id": artifact.artifact_id, "entry": artifact.manifest.entry_name})
+    else:
+        _stdout().print(
+            f"{output}: job {artifact.manifest.entry_name}, artifact {artifact.artifact_id}", soft_wrap=True
+        )
+
+
+@app.command()
 def info(
     job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="A job file defining build(env).")],
     parallelism: Annotated[
@@ -1062,10 +1112,10 @@ def savepoint_trigger(
 def savepoint_dispose(path: SavepointPath, json_output: JsonOption = False) -> None:
     """Delete a savepoint's files from the storage (its _metadata first), as Flink's `savepoint
     --dispose PATH`; refuses a path that is not a savepoint. Also `weir savepoint --dispose PATH`."""
-    from weir.tools.savepoint_inspect import dispose_savepoint
+    from weir.jobmanager.savepoint_disposal import dispose_savepoint
 
     with _storage_answers():
-        disposed = dispose_savepoint(path)
+        disposed = dispose_savepoint(path if "://" in path else str(Path(path).absolute()))
     if json_output:
         _print_json(asdict(disposed))
         return
