@@ -17,7 +17,6 @@ from weir.core.extras import exit_without_server
 with exit_without_server("jobmanager", "the JobManager"):
     import structlog
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from prometheus_client import start_http_server
 
     from weir.connectors.object_storage import open_storage
     from weir.core import logs
@@ -29,6 +28,7 @@ with exit_without_server("jobmanager", "the JobManager"):
         exit_on_configuration_error,
     )
     from weir.core.grpc_security import add_port, new_server
+    from weir.core.metrics_http import serve_metrics
     from weir.core.transport_security import TransportSecurity
     from weir.jobmanager.gateway import GrpcTaskManagerGateway
     from weir.jobmanager.manager import JobManager
@@ -58,17 +58,19 @@ def main() -> None:
         security.check_bind(args.bind, args.port, "WEIR_JOBMANAGER_BIND")
         if args.rest_port:
             security.check_bind(args.bind, args.rest_port, "WEIR_JOBMANAGER_BIND")
+        if args.metrics_port:
+            security.check_bind(args.bind, args.metrics_port, "WEIR_JOBMANAGER_BIND")
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
     with exit_on_configuration_error("jobmanager"):  # e.g. S3 without credentials: one line, what was tried
         storage = open_storage(checkpoint_dir(), endpoints)
-    jm = JobManager(storage, gateway=GrpcTaskManagerGateway(security))
+    jm = JobManager(storage, gateway=GrpcTaskManagerGateway(security.for_cluster_peers()))
     rest = (
         RestServer(
             create_app(
                 jm,
-                token=security.token,
+                access=security.access,
                 settings_overrides={
                     "WEIR_JOBMANAGER_BIND": args.bind,
                     "WEIR_JOBMANAGER_PORT": str(args.port),
@@ -96,7 +98,7 @@ def main() -> None:
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.bind)
+        serve_metrics(args.metrics_port, args.bind, security.access)
     jm.start()
     log.info(
         "jobmanager_started",
@@ -106,7 +108,8 @@ def main() -> None:
         checkpoints=storage.uri,
         tls=security.server_tls is not None,
         client_certificates=security.server_tls is not None and security.server_tls.requires_client_certificate,
-        token=security.token is not None,
+        token=security.access is not None,
+        internal_token=security.internal_token is not None,
         recovered_jobs=recovered,
         ended_jobs_loading=jm.recovery.history_pending(),
     )

@@ -528,6 +528,25 @@ class SecuritySettings(WeirSettings):
         validate_default=True,
         description="A file holding the token (a mounted secret), instead of `WEIR_AUTH_TOKEN`.",
     )
+    auth_tokens_file: Path | None = Field(
+        default=None,
+        description="Tokens given per client, one `<role> <token>` or `<role> sha256:<hex>` a line; roles "
+        "`read`, `operate` (cancel, stop, savepoint), `submit` (run code); each holds the ones before it. "
+        "Set on the cluster's processes: their servers then accept these tokens (and the internal token) "
+        "only, and `WEIR_AUTH_TOKEN` is just what the process sends as a client. Needs `WEIR_INTERNAL_TOKEN`.",
+    )
+    internal_token: SecretStr | None = Field(
+        default=None,
+        description="The token the JobManager and the TaskManagers send each other (registration, "
+        "heartbeats, acknowledgements, deployments, data channels): role `internal` only, distinct from every "
+        "client token.",
+        json_schema_extra={"type_doc": "secret string"},
+    )
+    internal_token_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="A file holding the internal token, instead of `WEIR_INTERNAL_TOKEN`.",
+    )
     tls_cert_file: Path | None = Field(
         default=None,
         description="This process's certificate chain: served by its servers, shown by its clients when asked.",
@@ -561,6 +580,13 @@ class SecuritySettings(WeirSettings):
     def _one_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is not None and info.data.get("auth_token") is not None:
             raise ValueError("set WEIR_AUTH_TOKEN or WEIR_AUTH_TOKEN_FILE, not both")
+        return value
+
+    @field_validator("internal_token_file")
+    @classmethod
+    def _one_internal_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("internal_token") is not None:
+            raise ValueError("set WEIR_INTERNAL_TOKEN or WEIR_INTERNAL_TOKEN_FILE, not both")
         return value
 
     @field_validator("tls_key_file")

@@ -67,6 +67,12 @@ class AuthenticationError(WeirError):
     fault: Fault = Fault.USER
 
 
+class PermissionDeniedError(WeirError):
+    """A token of the cluster's, without the role the call needs (docs/security.md, "Roles")."""
+
+    fault: Fault = Fault.USER
+
+
 class ClusterUnavailableError(WeirError):
     """No JobManager answers at the configured address, or no local cluster runs; start it and retry."""
 
