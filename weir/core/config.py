@@ -582,6 +582,27 @@ class SecuritySettings(WeirSettings):
             raise ValueError("set WEIR_AUTH_TOKEN or WEIR_AUTH_TOKEN_FILE, not both")
         return value
 
+    storage_mac_key: SecretStr | None = Field(
+        default=None,
+        description="The cluster's secret for the keyed MAC (HMAC-SHA256) over every object written to checkpoint "
+        'storage, checked before an object read back is decoded (docs/formats.md, "Authenticated objects"); at '
+        "least 16 bytes, the same on the JobManager, every TaskManager and the tools that read savepoints. Unset: "
+        "objects are written and read without one (a warning at start when the storage is S3).",
+        json_schema_extra={"type_doc": "secret string"},
+    )
+    storage_mac_key_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="A file holding the storage MAC key, instead of `WEIR_STORAGE_MAC_KEY`.",
+    )
+
+    @field_validator("storage_mac_key_file")
+    @classmethod
+    def _one_storage_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("storage_mac_key") is not None:
+            raise ValueError("set WEIR_STORAGE_MAC_KEY or WEIR_STORAGE_MAC_KEY_FILE, not both")
+        return value
+
     @field_validator("internal_token_file")
     @classmethod
     def _one_internal_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
