@@ -3,6 +3,7 @@ API: bound to a loopback address they stay open (a Prometheus on the same host s
 any other address with tokens configured, a scrape needs ``Authorization: Bearer <token>`` of a token
 holding ``read`` (Prometheus: ``authorization: {credentials_file: ...}`` in the scrape job); without
 tokens a non-loopback bind is refused at start (:meth:`TransportSecurity.check_bind`), as the REST API's.
+``/healthz`` stays open, as the REST API's: a liveness probe (Docker's, Kubernetes') carries no token.
 
 prometheus_client's own ``start_http_server`` has no hook for a check, so this serves its WSGI app
 (``make_wsgi_app``) behind one.
@@ -14,7 +15,7 @@ import socket
 import threading
 from collections.abc import Callable, Iterable
 from socketserver import ThreadingMixIn
-from typing import Any
+from typing import Any, Final
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 import structlog
@@ -29,6 +30,26 @@ log = structlog.get_logger("weir.security")
 _Environ = dict[str, Any]
 _StartResponse = Callable[..., Any]
 _App = Callable[[_Environ, _StartResponse], Iterable[bytes]]
+
+
+HEALTH_PATH: Final = "/healthz"
+
+
+def _health(start_response: _StartResponse) -> Iterable[bytes]:
+    body = b"ok\n"
+    start_response("200 OK", [("Content-Type", "text/plain; charset=utf-8"), ("Content-Length", str(len(body)))])
+    return [body]
+
+
+def with_health(app: _App) -> _App:
+    """``app`` with ``/healthz`` answering 200 (nothing else: it tells no metric)."""
+
+    def serve(environ: _Environ, start_response: _StartResponse) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == HEALTH_PATH:
+            return _health(start_response)
+        return app(environ, start_response)
+
+    return serve
 
 
 def guarded(app: _App, access: AccessTable) -> _App:
@@ -67,6 +88,7 @@ def serve_metrics(
     app: _App = make_wsgi_app(registry)
     if access is not None and not is_loopback(addr):
         app = guarded(app, access)
+    app = with_health(app)
     server_class: type[_Server] = type("_MetricsServer", (_Server,), {})
     if ":" in addr.strip("[]"):
         server_class.address_family = socket.AF_INET6

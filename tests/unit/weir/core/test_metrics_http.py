@@ -28,8 +28,8 @@ def access() -> AccessTable:
     return table
 
 
-def _scrape(port: int, token: str | None) -> tuple[int, str]:
-    request = urllib.request.Request(f"http://127.0.0.1:{port}/metrics")
+def _scrape(port: int, token: str | None, path: str = "/metrics") -> tuple[int, str]:
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
     if token is not None:
         request.add_header("Authorization", f"Bearer {token}")
     try:
@@ -68,6 +68,13 @@ def test_on_a_non_loopback_bind_a_scrape_needs_a_token_holding_read(serve: Serve
     for token in ("r", "s"):
         status, body = _scrape(port, token)
         assert status == 200 and "weir_test_scrapes_total 1.0" in body
+    assert _scrape(port, None, "/") == _scrape(port, None, "/anything")  # every metrics path is guarded
+    assert _scrape(port, None, "/")[0] == 401
+
+
+def test_healthz_answers_a_probe_without_a_token_and_tells_no_metric(serve: Serve, access: AccessTable) -> None:
+    for port in (serve("0.0.0.0", access), serve("127.0.0.1", None)):
+        assert _scrape(port, None, "/healthz") == (200, "ok\n")
 
 
 def test_on_loopback_or_without_tokens_a_scrape_is_open(serve: Serve, access: AccessTable) -> None:
