@@ -113,6 +113,11 @@ def test_a_read_token_cannot_submit_or_cancel_and_an_operate_token_cancels_but_c
         assert http.post(f"/jobs/{job_id}/stop", headers=_bearer(READ), json={}).status_code == 403
         assert http.get("/jobs", headers=_bearer(INTERNAL)).status_code == 403  # the cluster's token is no client's
         assert http.get("/jobs", headers=_bearer("stranger")).status_code == 401
+    endpoints = roles_cluster.endpoints
+    for port in (endpoints.jobmanager_metrics_port, endpoints.taskmanager_metrics_base_port + 1):
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=10.0) as http:  # loopback: open
+            assert "weir_" in http.get("/metrics").text
+            assert http.get("/healthz").text == "ok\n"
 
     with roles_cluster.client(OPERATE) as operator:
         with pytest.raises(PermissionDeniedError, match="'submit'"):
