@@ -13,6 +13,8 @@ which is what makes "metadata written last" a commit. Failures of the backing sy
 from __future__ import annotations
 
 import abc
+import fcntl
+import hashlib
 import os
 import tempfile
 import uuid
@@ -58,6 +60,14 @@ class ObjectNotFoundError(WeirError):
         self.location = location
 
 
+class WritePreconditionFailedError(WeirError):
+    """A conditional write found the object not as expected (there already, or at another version):
+    someone else wrote it in between. Nothing was written."""
+
+    fault: Fault = Fault.EXTERNAL
+    retriable: ClassVar[bool] = False
+
+
 class StorageUriError(WeirError):
     """The checkpoint storage URI names no storage Weir supports."""
 
@@ -96,6 +106,17 @@ class CheckpointStorage(abc.ABC):
     @abc.abstractmethod
     def delete(self, keys: Iterable[str]) -> None:
         """Delete the objects; keys that do not exist are skipped."""
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its version (an opaque token, S3's ETag), None if there is none: for
+        :meth:`put_if`. A storage without conditional writes raises ServiceUnavailableError."""
+        raise ServiceUnavailableError(f"checkpoint storage {self.uri} has no conditional writes")
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """Write only if the object is absent (``expected_version`` None) or still at
+        ``expected_version``; answers the new version. Raises WritePreconditionFailedError otherwise,
+        ServiceUnavailableError when the storage did not answer (the write may have landed)."""
+        raise ServiceUnavailableError(f"checkpoint storage {self.uri} has no conditional writes")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -144,6 +165,34 @@ class S3CheckpointStorage(CheckpointStorage):
             self._client.put_object(Bucket=self.bucket, Key=self._name(key), Body=data)
         except (BotoCoreError, ClientError) as exc:
             raise self._error("put", key, exc) from exc
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=self._name(key))
+            return response["Body"].read(), str(response["ETag"])
+        except (BotoCoreError, ClientError) as exc:
+            error = self._error("get", key, exc)
+            if isinstance(error, ObjectNotFoundError):
+                return None
+            raise error from exc
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """S3 conditional writes: ``If-None-Match: *`` creates, ``If-Match: <ETag>`` replaces (AWS
+        since 2024, versitygw; a server that ignored them would make this an unconditional write:
+        docs/operations.md says how to check a server)."""
+        condition = {"IfNoneMatch": "*"} if expected_version is None else {"IfMatch": expected_version}
+        try:
+            response = self._client.put_object(Bucket=self.bucket, Key=self._name(key), Body=data, **condition)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise WritePreconditionFailedError(
+                    f"conditional write of s3://{self.bucket}/{self._name(key)} refused ({code})"
+                ) from exc
+            raise self._error("put", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._error("put", key, exc) from exc
+        return str(response["ETag"])
 
     def put_file(self, key: str, path: Path) -> None:
         try:
@@ -290,6 +339,33 @@ class FileCheckpointStorage(CheckpointStorage):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._error("get", key, exc) from exc
+        return data, hashlib.sha256(data).hexdigest()
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """Compare and write under an exclusive ``flock`` of a lock file beside the object (processes
+        of one machine: the local mode's storage)."""
+        target = self._path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target.with_name(f"{_TEMP_PREFIX}lock-{target.name}"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                current = self.get_versioned(key)
+                if (current[1] if current is not None else None) != expected_version:
+                    raise WritePreconditionFailedError(
+                        f"conditional write of {self.uri}/{key} refused: it is not at version {expected_version}"
+                    )
+                self._write_atomically(target, lambda out: out.write(data))
+        except OSError as exc:
+            raise self._error("put", key, exc) from exc
+        return hashlib.sha256(data).hexdigest()
+
     def list(self, prefix: str) -> Iterator[tuple[str, int]]:
         # Walk only the folder the prefix names; the last segment may be a partial name.
         folder, _, _ = prefix.rpartition("/")
@@ -361,6 +437,16 @@ class SealedStorage(CheckpointStorage):
             os.replace(temp, path)
         finally:
             temp.unlink(missing_ok=True)
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        found = self.inner.get_versioned(key)
+        if found is None:
+            return None
+        data, version = found
+        return storage_mac.unseal(data, self._key, self._location(key)), version
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        return self.inner.put_if(key, storage_mac.seal(data, self._key), expected_version)
 
     def exists(self, key: str) -> bool:
         return self.inner.exists(key)

@@ -15,7 +15,13 @@ with exit_without_server("taskmanager", "a TaskManager"):
     from prometheus_client import PROCESS_COLLECTOR, REGISTRY
 
     from weir.core import logs
-    from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
+    from weir.core.config import (
+        TaskManagerSettings,
+        check_environment,
+        exit_on_configuration_error,
+        jobmanager_addresses,
+        run_dir,
+    )
     from weir.core.grpc_security import add_port, new_server
     from weir.core.metrics_http import serve_metrics
     from weir.core.transport_security import TransportSecurity
@@ -65,14 +71,13 @@ def main() -> None:
     os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process
     logs.configure(args.id)
     log = structlog.get_logger("weir.taskmanager")
-    endpoints = Endpoints.from_env()
     server = new_server(security, max_workers=256, thread_name_prefix="tm-grpc")
     port = add_port(server, f"{args.bind}:{args.port}", security)
     with exit_on_configuration_error("taskmanager"):  # e.g. S3 without credentials: one line, what was tried
         runtime = TaskManagerRuntime(
             args.id,
             f"{host}:{port}",
-            endpoints.jobmanager_address,
+            jobmanager_addresses(),
             args.slots,
             run_dir(),
             local_channels=args.local_channels,
@@ -99,7 +104,7 @@ def main() -> None:
         metrics_port=args.metrics_port,
         slots=args.slots,
         slot_processes=args.slot_processes,
-        jobmanager=endpoints.jobmanager_address,
+        jobmanager=",".join(runtime.jobmanager_link.addresses),
         tls=security.server_tls is not None,
         token=security.access is not None,
         internal_token=security.internal_token is not None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -15,6 +16,7 @@ import structlog
 from weir.connectors.object_storage import open_storage
 from weir.core.config import checkpoint_dir
 from weir.core.grpc_security import open_channel
+from weir.core.leader_link import LeaderLink
 from weir.core.transport_security import TransportSecurity
 from weir.taskmanager.network.server import ChannelServer
 from weir.taskmanager.reporter import JobManagerReports
@@ -50,7 +52,7 @@ class TaskManagerRuntime:
         self,
         taskmanager_id: str,
         advertised_address: str,
-        jobmanager_address: str,
+        jobmanager_address: str | Sequence[str],
         slots: int,
         run_dir: Path,
         *,
@@ -59,7 +61,9 @@ class TaskManagerRuntime:
         slot_processes: bool = False,
     ) -> None:
         """``security``: how this TaskManager reaches the JobManager and its peers (default: from the
-        environment). ``slot_processes``: run each slot's tasks in a worker process of its own."""
+        environment). ``slot_processes``: run each slot's tasks in a worker process of its own.
+        ``jobmanager_address``: the JobManager, or the leader and its standbys (it calls whichever
+        leads: ``weir.core.leader_link``)."""
         self.id = taskmanager_id
         self._security = security if security is not None else TransportSecurity.from_env()
         self.address = advertised_address
@@ -69,8 +73,11 @@ class TaskManagerRuntime:
         self.incarnation = uuid.uuid4().hex  # this process: a restart registers as a new incarnation
         self._run_dir = run_dir / taskmanager_id
         self._run_dir.mkdir(parents=True, exist_ok=True)
-        self._jm_channel = open_channel(jobmanager_address, self._security)
-        self.jobmanager = jobmanager_pb2_grpc.JobManagerServiceStub(self._jm_channel)
+        addresses = (jobmanager_address,) if isinstance(jobmanager_address, str) else tuple(jobmanager_address)
+        self.jobmanager_link = LeaderLink(
+            addresses, lambda a: open_channel(a, self._security), jobmanager_pb2_grpc.JobManagerServiceStub
+        )
+        self.jobmanager: jobmanager_pb2_grpc.JobManagerServiceStub = self.jobmanager_link.stub
         self._stopping = threading.Event()
         self.reports = JobManagerReports(self.jobmanager, self._stopping)
         self.host: TaskHost | None = None

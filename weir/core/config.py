@@ -441,6 +441,78 @@ class JobManagerSettings(WeirSettings):
     jobmanager_bind: str = Field(default="127.0.0.1", min_length=1, description="Address the JobManager binds.")
 
 
+class HighAvailabilitySettings(WeirSettings):
+    """A leader JobManager and standbys (docs/operations.md, "A JobManager that fails over"): each
+    JobManager started with ``WEIR_HA_ENABLED=true`` on the same checkpoint storage contends for the
+    leader lease there; the one holding it serves, the others wait and take over when it stops renewing.
+    ``renew interval < renew deadline < lease duration``: the leader renews every interval, stops acting
+    a deadline after its last successful renewal, a standby takes over once the lease stayed unchanged
+    for a whole duration (each by its own clock)."""
+
+    title: ClassVar[str] = "High availability (leader JobManager and standbys)"
+
+    ha_enabled: bool = Field(
+        default=False, description="Contend for the leader lease in checkpoint storage (`false`: lead at once)."
+    )
+    ha_lease_duration_s: float = Field(
+        default=6.0,
+        gt=0,
+        json_schema_extra={"type_doc": "seconds > 0"},
+        description="How long a standby waits with the lease unchanged before taking it over.",
+    )
+    ha_renew_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        json_schema_extra={"type_doc": "seconds > 0"},
+        description="How often the leader renews its lease.",
+    )
+    ha_renew_deadline_s: float = Field(
+        default=4.0,
+        gt=0,
+        json_schema_extra={"type_doc": "seconds > 0"},
+        description="The leader stops acting this long after its last successful renewal.",
+    )
+    ha_advertised_address: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Where this JobManager's clients reach it, written into the lease (shown to operators).",
+        json_schema_extra={"type_doc": "host:port", "default_doc": "its bind address and gRPC port"},
+    )
+    jobmanager_addresses: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Every JobManager (leader and standbys), comma-separated: TaskManagers and clients "
+        "call the one that answers (a standby does not serve).",
+        json_schema_extra={"type_doc": "host:port,…", "default_doc": "`WEIR_JOBMANAGER_ADDRESS` alone"},
+    )
+
+    @field_validator("jobmanager_addresses")
+    @classmethod
+    def _check_addresses(cls, value: str | None) -> str | None:
+        if value is not None:
+            for address in value.split(","):
+                _host_port(address.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _check_timing(self) -> HighAvailabilitySettings:
+        if not self.ha_renew_interval_s < self.ha_renew_deadline_s < self.ha_lease_duration_s:
+            raise ValueError(
+                "WEIR_HA_RENEW_INTERVAL_S < WEIR_HA_RENEW_DEADLINE_S < WEIR_HA_LEASE_DURATION_S is needed, got "
+                f"{self.ha_renew_interval_s} / {self.ha_renew_deadline_s} / {self.ha_lease_duration_s}"
+            )
+        return self
+
+
+def jobmanager_addresses(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The JobManagers a TaskManager or client may call, in order: ``WEIR_JOBMANAGER_ADDRESSES``,
+    else ``WEIR_JOBMANAGER_ADDRESS`` alone."""
+    listed = HighAvailabilitySettings.from_env(environ).jobmanager_addresses
+    if listed:
+        return tuple(a.strip() for a in listed.split(",") if a.strip())
+    return (Endpoints.from_env(environ).jobmanager_address,)
+
+
 class TaskManagerSettings(WeirSettings):
     """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins.
 
@@ -848,6 +920,7 @@ SETTINGS: Final[tuple[type[WeirSettings], ...]] = (
     Endpoints,
     Directories,
     JobManagerSettings,
+    HighAvailabilitySettings,
     TaskManagerSettings,
     PythonJobSettings,
     SecuritySettings,

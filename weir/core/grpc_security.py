@@ -47,15 +47,20 @@ def open_channel(address: str, security: TransportSecurity, options: Options = G
 
 
 def new_server(
-    security: TransportSecurity, *, max_workers: int, thread_name_prefix: str, options: Options = GRPC_OPTIONS
+    security: TransportSecurity,
+    *,
+    max_workers: int,
+    thread_name_prefix: str,
+    options: Options = GRPC_OPTIONS,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> grpc.Server:
-    """A server whose calls (but health checks) need a token holding their role when tokens are configured."""
-    interceptors: list[grpc.ServerInterceptor] = (
-        [] if security.access is None else [TokenServerInterceptor(security.access)]
-    )
+    """A server whose calls (but health checks) need a token holding their role when tokens are configured;
+    ``interceptors`` run after the token's check."""
+    chain: list[grpc.ServerInterceptor] = [] if security.access is None else [TokenServerInterceptor(security.access)]
+    chain.extend(interceptors)
     return grpc.server(
         ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
-        interceptors=interceptors,
+        interceptors=chain,
         options=list(options),
     )
 

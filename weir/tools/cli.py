@@ -32,7 +32,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 import weir
-from weir.core.config import Diagnostics, Endpoints, check_environment, client_environment
+from weir.core.config import Diagnostics, Endpoints, check_environment, client_environment, jobmanager_addresses
 from weir.core.errors import (
     ClusterUnavailableError,
     CommandLineError,
@@ -139,7 +139,8 @@ JobManagerOption = Annotated[
         metavar="HOST:PORT",
         callback=_remember(_JOBMANAGER),
         expose_value=False,
-        help="The JobManager to talk to (wins over WEIR_JOBMANAGER_ADDRESS and the profile). As Flink's -m.",
+        help="The JobManager to talk to, or a leader and its standbys comma-separated (wins over "
+        "WEIR_JOBMANAGER_ADDRESSES, WEIR_JOBMANAGER_ADDRESS and the profile). As Flink's -m.",
     ),
 ]
 ProfileOption = Annotated[
@@ -183,7 +184,11 @@ def _client() -> JobManagerClient:
     meta = _client_choices.get() or {}
     environment = client_environment(meta.get(_PROFILE))
     flag = meta.get(_JOBMANAGER)
-    address = _jobmanager_flag(flag) if flag is not None else Endpoints.from_env(environment).jobmanager_address
+    # Several addresses (a leader and its standbys): the client calls whichever leads.
+    if flag is not None:
+        address = ",".join(_jobmanager_flag(a.strip()) for a in flag.split(","))
+    else:
+        address = ",".join(jobmanager_addresses(environment))
     return JobManagerClient(address, security=TransportSecurity.from_env(environment))
 
 

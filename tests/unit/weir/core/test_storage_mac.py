@@ -108,6 +108,18 @@ def test_a_pickle_that_would_run_code_is_refused_and_never_loaded(tmp_path: Path
     assert marker.exists()
 
 
+def test_conditional_writes_seal_and_conditional_reads_check(tmp_path: Path) -> None:
+    inner = FileCheckpointStorage(tmp_path / "storage")
+    storage = SealedStorage(inner, KEY)
+    version = storage.put_if("_lease", b'{"term": 1}', None)
+    assert storage.get_versioned("_lease") == (b'{"term": 1}', version)
+    assert inner.get_bytes("_lease") == seal(b'{"term": 1}', KEY)
+    inner.put_bytes("_lease", seal(b'{"term": 9}', OTHER))
+    with pytest.raises(StorageAuthenticationError, match="_lease failed authentication"):
+        storage.get_versioned("_lease")
+    assert storage.get_versioned("absent") is None
+
+
 def test_files_are_sealed_and_checked_in_a_stream_and_a_refused_download_leaves_nothing(tmp_path: Path) -> None:
     source = tmp_path / "000012.sst"
     source.write_bytes(os.urandom(3 * (1 << 20) + 17))  # more than one chunk
