@@ -27,7 +27,6 @@ with exit_without_server("jobmanager", "the JobManager"):
     import grpc
     import structlog
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from prometheus_client import start_http_server
 
     from weir.connectors.object_storage import open_storage
     from weir.core import logs
@@ -40,6 +39,7 @@ with exit_without_server("jobmanager", "the JobManager"):
         exit_on_configuration_error,
     )
     from weir.core.grpc_security import add_port, new_server
+    from weir.core.metrics_http import serve_metrics
     from weir.core.transport_security import TransportSecurity
     from weir.jobmanager.gateway import GrpcTaskManagerGateway
     from weir.jobmanager.leader_election import LeaderElection, LeaderTerm, LeaseTiming
@@ -72,6 +72,8 @@ def main() -> None:
         security.check_bind(args.bind, args.port, "WEIR_JOBMANAGER_BIND")
         if args.rest_port:
             security.check_bind(args.bind, args.rest_port, "WEIR_JOBMANAGER_BIND")
+        if args.metrics_port:
+            security.check_bind(args.bind, args.metrics_port, "WEIR_JOBMANAGER_BIND")
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
@@ -101,13 +103,15 @@ def main() -> None:
         storage = FencedStorage(storage, elector)
     jm = JobManager(
         storage,
-        gateway=GrpcTaskManagerGateway(security, term=elector.term if elector is not None else None),
+        gateway=GrpcTaskManagerGateway(
+            security.for_cluster_peers(), term=elector.term if elector is not None else None
+        ),
     )
     rest = (
         RestServer(
             create_app(
                 jm,
-                token=security.token,
+                access=security.access,
                 settings_overrides={
                     "WEIR_JOBMANAGER_BIND": args.bind,
                     "WEIR_JOBMANAGER_PORT": str(args.port),
@@ -145,7 +149,7 @@ def main() -> None:
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.bind)
+        serve_metrics(args.metrics_port, args.bind, security.access)
     jm.start()
     log.info(
         "jobmanager_started",
@@ -155,7 +159,8 @@ def main() -> None:
         checkpoints=storage.uri,
         tls=security.server_tls is not None,
         client_certificates=security.server_tls is not None and security.server_tls.requires_client_certificate,
-        token=security.token is not None,
+        token=security.access is not None,
+        internal_token=security.internal_token is not None,
         recovered_jobs=recovered,
         leader_term=elector.term() if elector is not None else None,
         ended_jobs_loading=jm.recovery.history_pending(),

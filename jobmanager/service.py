@@ -28,6 +28,7 @@ from weir.core.errors import (
     JobDefinitionError,
     NotEnoughSlotsError,
     ServiceUnavailableError,
+    StorageAuthenticationError,
     UnknownCheckpointError,
     UnknownJobError,
     WeirError,
@@ -61,6 +62,7 @@ _STATUS_OF: dict[type[WeirError], grpc.StatusCode] = {
     NotEnoughSlotsError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     JobDefinitionError: grpc.StatusCode.INVALID_ARGUMENT,
     ServiceUnavailableError: grpc.StatusCode.FAILED_PRECONDITION,  # e.g. the job's input topic is missing
+    StorageAuthenticationError: grpc.StatusCode.FAILED_PRECONDITION,  # a checkpoint object without the cluster's MAC
 }
 
 

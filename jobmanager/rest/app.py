@@ -2,7 +2,8 @@
 ``JobManager`` facade (which takes its lock), converts the views in ``weir.jobmanager.rest.views`` and lets
 ``weir.jobmanager.rest.errors`` answer every error. ``/`` and ``/web/...`` serve the web UI's files.
 
-With a token configured every API route requires ``Authorization: Bearer <token>`` (401 otherwise);
+With tokens configured every API route requires ``Authorization: Bearer <token>`` (401 otherwise) of a
+token holding the route's role (:data:`weir.core.roles.REST_ROUTE_ROLES`; 403 otherwise);
 ``/healthz`` (for probes), ``/openapi.json`` and the web UI's files stay open."""
 
 from __future__ import annotations
@@ -21,8 +22,9 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from weir import __version__
-from weir.core.errors import AuthenticationError, UnknownJobError
-from weir.core.transport_security import authorize, refusal_message
+from weir.core.errors import AuthenticationError, PermissionDeniedError, UnknownJobError
+from weir.core.roles import AccessTable, rest_route_role
+from weir.core.transport_security import AuthDecision, authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, VertexView
@@ -46,11 +48,17 @@ FLINK_VERSION_PREFIX: Final = "/v1"
 
 
 def create_app(
-    manager: JobManager, *, token: str | None = None, settings_overrides: Mapping[str, str] | None = None
+    manager: JobManager,
+    *,
+    access: AccessTable | None = None,
+    token: str | None = None,
+    settings_overrides: Mapping[str, str] | None = None,
 ) -> FastAPI:
-    """``token``: the bearer token every API route requires (None: none); ``settings_overrides``: the
-    ``WEIR_*`` settings the JobManager's command line set (``GET /jobmanager/config`` shows them over the
-    environment's)."""
+    """``access``: the tokens the API accepts and their roles (None: open); ``token``: one token with
+    every role, instead; ``settings_overrides``: the ``WEIR_*`` settings the JobManager's command line
+    set (``GET /jobmanager/config`` shows them over the environment's)."""
+    if access is None and token is not None:
+        access = AccessTable.single(token)
     app = FastAPI(
         title="Weir JobManager",
         version=__version__,
@@ -68,17 +76,32 @@ def create_app(
             what = "stopping" if manager.stopping else "still taking over its jobs from checkpoint storage"
             raise JobManagerNotReadyError(f"the JobManager is {what}; try again shortly")
 
-    def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
+    def require_token(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+    ) -> None:
         header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
-        decision = authorize(header, token)
-        if not decision.allowed:
-            log.warning("rest_request_unauthenticated", decision=decision.value)
-            raise AuthenticationError(refusal_message(decision))
+        route = request.scope.get("route")
+        template = str(getattr(route, "path", request.url.path))
+        needed = rest_route_role(request.method, template)
+        decision = authorize(header, access, needed)
+        if decision.allowed:
+            return
+        log.warning(
+            "rest_request_refused",
+            decision=decision.value,
+            route=f"{request.method} {template}",
+            needed=None if needed is None else needed.value,
+        )
+        message = refusal_message(decision, needed, f"{request.method} {template}")
+        if decision is AuthDecision.FORBIDDEN:
+            raise PermissionDeniedError(message)
+        raise AuthenticationError(message)
 
     api = APIRouter(
         dependencies=[Depends(require_token), Depends(require_ready)],
         responses={
             401: {**_ERROR, "description": "No bearer token, or not the cluster's"},
+            403: {**_ERROR, "description": "A token of the cluster's without the role the route needs"},
             503: {**_ERROR, "description": "The JobManager is not ready"},
         },
     )

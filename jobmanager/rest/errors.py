@@ -18,6 +18,7 @@ from weir.core.errors import (
     AuthenticationError,
     JobDefinitionError,
     NotEnoughSlotsError,
+    PermissionDeniedError,
     ServiceUnavailableError,
     UnknownCheckpointError,
     UnknownJobError,
@@ -37,6 +38,7 @@ log = structlog.get_logger("weir.jobmanager")
 
 _STATUS_OF: Final[dict[type[WeirError], int]] = {
     AuthenticationError: 401,
+    PermissionDeniedError: 403,
     UnknownJobError: 404,
     UnknownCheckpointError: 404,
     UnknownVertexError: 404,

@@ -600,6 +600,25 @@ class SecuritySettings(WeirSettings):
         validate_default=True,
         description="A file holding the token (a mounted secret), instead of `WEIR_AUTH_TOKEN`.",
     )
+    auth_tokens_file: Path | None = Field(
+        default=None,
+        description="Tokens given per client, one `<role> <token>` or `<role> sha256:<hex>` a line; roles "
+        "`read`, `operate` (cancel, stop, savepoint), `submit` (run code); each holds the ones before it. "
+        "Set on the cluster's processes: their servers then accept these tokens (and the internal token) "
+        "only, and `WEIR_AUTH_TOKEN` is just what the process sends as a client. Needs `WEIR_INTERNAL_TOKEN`.",
+    )
+    internal_token: SecretStr | None = Field(
+        default=None,
+        description="The token the JobManager and the TaskManagers send each other (registration, "
+        "heartbeats, acknowledgements, deployments, data channels): role `internal` only, distinct from every "
+        "client token.",
+        json_schema_extra={"type_doc": "secret string"},
+    )
+    internal_token_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="A file holding the internal token, instead of `WEIR_INTERNAL_TOKEN`.",
+    )
     tls_cert_file: Path | None = Field(
         default=None,
         description="This process's certificate chain: served by its servers, shown by its clients when asked.",
@@ -633,6 +652,34 @@ class SecuritySettings(WeirSettings):
     def _one_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is not None and info.data.get("auth_token") is not None:
             raise ValueError("set WEIR_AUTH_TOKEN or WEIR_AUTH_TOKEN_FILE, not both")
+        return value
+
+    storage_mac_key: SecretStr | None = Field(
+        default=None,
+        description="The cluster's secret for the keyed MAC (HMAC-SHA256) over every object written to checkpoint "
+        'storage, checked before an object read back is decoded (docs/formats.md, "Authenticated objects"); at '
+        "least 16 bytes, the same on the JobManager, every TaskManager and the tools that read savepoints. Unset: "
+        "objects are written and read without one (a warning at start when the storage is S3).",
+        json_schema_extra={"type_doc": "secret string"},
+    )
+    storage_mac_key_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="A file holding the storage MAC key, instead of `WEIR_STORAGE_MAC_KEY`.",
+    )
+
+    @field_validator("storage_mac_key_file")
+    @classmethod
+    def _one_storage_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("storage_mac_key") is not None:
+            raise ValueError("set WEIR_STORAGE_MAC_KEY or WEIR_STORAGE_MAC_KEY_FILE, not both")
+        return value
+
+    @field_validator("internal_token_file")
+    @classmethod
+    def _one_internal_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("internal_token") is not None:
+            raise ValueError("set WEIR_INTERNAL_TOKEN or WEIR_INTERNAL_TOKEN_FILE, not both")
         return value
 
     @field_validator("tls_key_file")

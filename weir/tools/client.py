@@ -34,6 +34,7 @@ from weir.core.errors import (
     JobDefinitionError,
     JobManagerRequestError,
     NotEnoughSlotsError,
+    PermissionDeniedError,
     UnknownCheckpointError,
     UnknownJobError,
     WeirError,
@@ -416,6 +417,8 @@ class JobManagerClient:
         details = " ".join(str(exc.details() if isinstance(exc, grpc.Call) else exc).split())
         if code is grpc.StatusCode.UNAUTHENTICATED:
             return AuthenticationError(f"the JobManager at {self.address} refused the call: {details}")
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            return PermissionDeniedError(f"the JobManager at {self.address} refused the call: {details}")
         if code is grpc.StatusCode.UNAVAILABLE and _reason(exc) == jobmanager_pb2.ERROR_REASON_NOT_READY:
             return ClusterUnavailableError(f"the JobManager at {self.address}: {details}")
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

@@ -26,6 +26,7 @@ with warnings.catch_warnings():
 
 from openapi_spec_validator import validate
 
+from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
 from weir.jobmanager.rest.app import create_app
 
 JOB_PATHS = (
@@ -92,6 +93,37 @@ def test_the_token_is_checked_before_readiness(make_harness: MakeHarness) -> Non
     with TestClient(create_app(h.jm, token="s3cret")) as client:
         errors_of(client.get("/jobs"), 401)
         errors_of(client.get("/jobs", headers={"Authorization": "Bearer s3cret"}), 503)
+
+
+# Roles -----------------------------------------------------------------------------------------------
+
+
+def test_every_api_route_has_a_role_and_the_table_names_no_other(harness: Harness) -> None:
+    paths = create_app(harness.jm, token="s3cret").openapi()["paths"]  # every API route (/v1: the same ones)
+    routes = {
+        (method.upper(), path) for path, operations in paths.items() if path != "/healthz" for method in operations
+    }
+    assert len(routes) >= 25
+    assert {r for r in routes if rest_route_role(*r) is None} == set(), "routes without a role: add them"
+    assert set(REST_ROUTE_ROLES) - routes == set(), "roles of routes the API no longer has"
+
+
+def test_a_read_token_reads_but_cannot_cancel_stop_or_savepoint_and_an_operate_token_can(harness: Harness) -> None:
+    job = running_job(harness)
+    access = access_table(None, parse_tokens_file("read r\noperate o\n", "tokens"), "internal")
+    with TestClient(create_app(harness.jm, access=access)) as client:
+        read, operate = {"Authorization": "Bearer r"}, {"Authorization": "Bearer o"}
+        internal = {"Authorization": "Bearer internal"}
+        assert client.get("/jobs", headers=read).status_code == 200
+        assert client.get(f"/v1/jobs/{job.job_id}", headers=read).status_code == 200
+        for path in (f"/jobs/{job.job_id}", f"/v1/jobs/{job.job_id}"):
+            (message,) = errors_of(client.patch(path, headers=read), 403)
+            assert "'operate'" in message and "PATCH /jobs/{job_id}" in message, message
+        for path in (f"/jobs/{job.job_id}/stop", f"/jobs/{job.job_id}/savepoints", "/savepoint-disposal"):
+            assert "'operate'" in errors_of(client.post(path, headers=read, json={}), 403)[0]
+        errors_of(client.get("/jobs", headers=internal), 403)  # the cluster's token is no client's
+        assert harness.jm.job_status(job.job_id).summary.status == "RUNNING"  # nothing ran
+        assert client.patch(f"/jobs/{job.job_id}", headers=operate).status_code == 202
 
 
 # Health and readiness ------------------------------------------------------------------------------
