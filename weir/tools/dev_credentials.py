@@ -1,5 +1,5 @@
 """``python -m weir.tools.dev_credentials OUT_DIR [--names NAME ...]``: development credentials for
-the TLS and bearer token of every Weir service (docs/security.md), as compose's ``weir-credentials``
+the TLS and bearer tokens of every Weir service (docs/security.md), as compose's ``weir-credentials``
 step and the Kubernetes dev overlay use them.
 
 It writes, in ``OUT_DIR``:
@@ -7,10 +7,18 @@ It writes, in ``OUT_DIR``:
 * ``ca.crt``, ``ca.key``: a CA of this cluster alone;
 * ``tls.crt``, ``tls.key``: one certificate, signed by that CA, that every JobManager, TaskManager and
   client shows (server and client use);
-* ``token``: a random bearer token.
+* ``token``: a random bearer token, the client token of a user of the cluster (role ``submit``);
+* ``internal-token``: the token the JobManager and the TaskManagers send each other (role ``internal``);
+* ``prometheus-token``: the token Prometheus scrapes the metrics endpoints with (role ``read``);
+* ``tokens``: the servers' table (``WEIR_AUTH_TOKENS_FILE``): ``token`` as ``submit``, ``prometheus-token``
+  as ``read``, each by its SHA-256 (the file holds no usable secret).
 
-Keys and the token are mode 0600. One certificate for all processes, valid for one fixed name,
-:data:`CLUSTER_NAME`, which every process inside the cluster checks (``WEIR_TLS_SERVER_NAME``):
+Keys and tokens are mode 0600, except ``prometheus-token``: 0644, because Prometheus runs as another
+user than the one that owns these files, and that token only grants ``read`` (docs/security.md,
+"Roles"); the roles follow Flink's split of a read-only dashboard from its operators.
+
+One certificate for all processes, valid for one fixed name, :data:`CLUSTER_NAME`, which every
+process inside the cluster checks (``WEIR_TLS_SERVER_NAME``):
 TaskManagers advertise the address their host name resolves to (a container's or a pod's IP, known
 only at run time), so no certificate made beforehand can name them; with one fixed name the same
 files serve compose and Kubernetes. The certificate also carries ``jobmanager``, ``localhost``,
@@ -18,8 +26,8 @@ files serve compose and Kubernetes. The certificate also carries ``jobmanager``,
 port-forward``, dials those without a server name) and every ``--names`` entry (a DNS name or an IP).
 
 Idempotent: files that exist are kept; the certificate is issued again only when it is missing, is
-not the CA's, or lacks a requested name. Exit 0, 1 with one line when a file cannot be written or an
-existing one cannot be read.
+not the CA's, or lacks a requested name, and ``tokens`` only when a token it names was made anew. Exit
+0, 1 with one line when a file cannot be written or an existing one cannot be read.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from weir.core.roles import SHA256_PREFIX, Role, token_digest
+
 CLUSTER_NAME: Final = "weir-cluster"
 """The name every process's certificate carries and every process checks (``WEIR_TLS_SERVER_NAME``)."""
 DEFAULT_NAMES: Final = (CLUSTER_NAME, "jobmanager", "localhost", "127.0.0.1", "::1")
@@ -50,6 +60,9 @@ CA_KEY: Final = "ca.key"
 CERTIFICATE: Final = "tls.crt"
 KEY: Final = "tls.key"
 TOKEN: Final = "token"
+INTERNAL_TOKEN: Final = "internal-token"
+PROMETHEUS_TOKEN: Final = "prometheus-token"
+TOKENS: Final = "tokens"
 
 CA_VALID: Final = datetime.timedelta(days=3650)
 CERTIFICATE_VALID: Final = datetime.timedelta(days=825)
@@ -83,10 +96,24 @@ class DevCredentials:
     def token(self) -> Path:
         return self.directory / TOKEN
 
+    @property
+    def internal_token(self) -> Path:
+        return self.directory / INTERNAL_TOKEN
+
+    @property
+    def prometheus_token(self) -> Path:
+        return self.directory / PROMETHEUS_TOKEN
+
+    @property
+    def tokens(self) -> Path:
+        return self.directory / TOKENS
+
     def environment(self) -> dict[str, str]:
         """The ``WEIR_AUTH_*``/``WEIR_TLS_*`` variables of a process of the cluster using these files."""
         return {
             "WEIR_AUTH_TOKEN_FILE": str(self.token),
+            "WEIR_AUTH_TOKENS_FILE": str(self.tokens),
+            "WEIR_INTERNAL_TOKEN_FILE": str(self.internal_token),
             "WEIR_TLS_CERT_FILE": str(self.certificate),
             "WEIR_TLS_KEY_FILE": str(self.key),
             "WEIR_TLS_CA_FILE": str(self.ca_certificate),
@@ -134,10 +161,36 @@ def generate(directory: Path, extra_names: Sequence[str] = ()) -> Generated:
         certificate = _node_certificate(key, ca_key, ca_certificate, wanted, now)
         written += _write_pair(credentials.certificate, certificate, credentials.key, key)
 
-    if not credentials.token.exists():
-        _write(credentials.token, (secrets.token_urlsafe(32) + "\n").encode(), SECRET_MODE)
-        written.append(credentials.token)
+    for path, mode in (
+        (credentials.token, SECRET_MODE),
+        (credentials.internal_token, SECRET_MODE),
+        (credentials.prometheus_token, PUBLIC_MODE),  # grants read only: Prometheus' user must read it
+    ):
+        if not path.exists():
+            _write(path, (secrets.token_urlsafe(32) + "\n").encode(), mode)
+            written.append(path)
+
+    # Written again when a token it names was made anew, so that the table never lacks the client's token.
+    if not credentials.tokens.exists() or {credentials.token, credentials.prometheus_token} & set(written):
+        _write(credentials.tokens, _tokens_file(credentials), SECRET_MODE)
+        written.append(credentials.tokens)
     return Generated(credentials, tuple(written))
+
+
+def _tokens_file(credentials: DevCredentials) -> bytes:
+    """The servers' ``WEIR_AUTH_TOKENS_FILE``: each client token by its SHA-256, with its role."""
+    lines = [
+        '# role  sha256 of the token (python -m weir.tools.dev_credentials; docs/security.md, "Roles")',
+        f"# {TOKEN}: a user's (the weir CLI, the REST API)",
+        f"{Role.SUBMIT.value} {SHA256_PREFIX}{_digest(credentials.token)}",
+        f"# {PROMETHEUS_TOKEN}: Prometheus' scrapes",
+        f"{Role.READ.value} {SHA256_PREFIX}{_digest(credentials.prometheus_token)}",
+    ]
+    return ("\n".join(lines) + "\n").encode()
+
+
+def _digest(path: Path) -> str:
+    return token_digest(path.read_text()).hex()
 
 
 def _still_valid(credentials: DevCredentials, ca: x509.Certificate, wanted: list[x509.GeneralName]) -> bool:
@@ -243,9 +296,9 @@ def _write(path: Path, content: bytes, mode: int) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m weir.tools.dev_credentials",
-        description="Development TLS certificates and a bearer token for a Weir cluster (kept when present).",
+        description="Development TLS certificates and bearer tokens for a Weir cluster (kept when present).",
     )
-    parser.add_argument("directory", type=Path, help="where to write ca.crt, ca.key, tls.crt, tls.key and token")
+    parser.add_argument("directory", type=Path, help="where to write ca.crt, ca.key, tls.crt, tls.key and the tokens")
     parser.add_argument(
         "--names",
         nargs="+",

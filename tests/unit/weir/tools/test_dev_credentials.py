@@ -1,5 +1,6 @@
 """weir.tools.dev_credentials: the certificate verifies against the CA and carries the cluster's names,
-keys and token are private, a second run keeps everything, the settings accept the files, and a gRPC
+keys and tokens are private (Prometheus' read-only token excepted), the tokens file gives each token its
+role and no more, a second run keeps everything, the settings accept the files, and a gRPC
 call over loopback with them (TLS checked against the fixed cluster name, the token) passes."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from weir.core.config import SecuritySettings
 from weir.core.grpc_security import add_port, new_server, open_channel
+from weir.core.roles import Role
 from weir.core.transport_security import TransportSecurity
 from weir.tools.dev_credentials import CLUSTER_NAME, DevCredentials, generate, main
 
@@ -41,19 +43,51 @@ def test_the_certificate_is_the_cas_and_names_the_cluster(tmp_path: Path) -> Non
     assert ipaddress.ip_address("10.1.2.3") in san.get_values_for_type(x509.IPAddress), "an IP is an IP SAN"
 
 
-def test_keys_and_token_are_private_certificates_public(tmp_path: Path) -> None:
+def test_keys_and_tokens_are_private_certificates_and_the_read_token_public(tmp_path: Path) -> None:
     credentials = generate(tmp_path).credentials
-    for path in (credentials.ca_key, credentials.key, credentials.token):
+    for path in (
+        credentials.ca_key,
+        credentials.key,
+        credentials.token,
+        credentials.internal_token,
+        credentials.tokens,
+    ):
         assert stat.S_IMODE(path.stat().st_mode) == 0o600, path
-    for path in (credentials.ca_certificate, credentials.certificate):
+    # Prometheus runs as another user than the files' owner; its token grants read only (next test).
+    for path in (credentials.ca_certificate, credentials.certificate, credentials.prometheus_token):
         assert stat.S_IMODE(path.stat().st_mode) == 0o644, path
-    token = credentials.token.read_text().strip()
-    assert len(token) >= 40 and token != generate(tmp_path / "other").credentials.token.read_text().strip()
+    tokens = [
+        p.read_text().strip() for p in (credentials.token, credentials.internal_token, credentials.prometheus_token)
+    ]
+    assert all(len(t) >= 40 for t in tokens) and len(set(tokens)) == 3
+    assert tokens[0] != generate(tmp_path / "other").credentials.token.read_text().strip()
+
+
+def test_each_token_holds_its_role_and_no_more(tmp_path: Path) -> None:
+    credentials = generate(tmp_path).credentials
+    access = TransportSecurity.from_env(credentials.environment()).access
+    assert access is not None
+
+    def roles(path: Path) -> frozenset[Role] | None:
+        return access.roles_of(path.read_text().strip())
+
+    assert roles(credentials.token) == {Role.READ, Role.OPERATE, Role.SUBMIT}, "a user on the host, as before"
+    assert roles(credentials.prometheus_token) == {Role.READ}
+    assert roles(credentials.internal_token) == {Role.INTERNAL}
+    assert credentials.token.read_text().strip() not in credentials.tokens.read_text(), "digests, not tokens"
+
+
+def test_a_token_made_anew_is_written_into_the_tokens_file(tmp_path: Path) -> None:
+    credentials = generate(tmp_path).credentials
+    credentials.prometheus_token.unlink()
+    assert set(generate(tmp_path).written) == {credentials.prometheus_token, credentials.tokens}
+    access = TransportSecurity.from_env(credentials.environment()).access
+    assert access is not None and access.roles_of(credentials.prometheus_token.read_text()) == {Role.READ}
 
 
 def test_a_second_run_keeps_every_file(tmp_path: Path) -> None:
     first = generate(tmp_path)
-    assert len(first.written) == 5
+    assert len(first.written) == 8
     before = {p: p.read_bytes() for p in first.written}
     again = generate(tmp_path)
     assert again.written == ()
