@@ -71,9 +71,11 @@ def test_each_token_holds_its_role_and_no_more(tmp_path: Path) -> None:
     def roles(path: Path) -> frozenset[Role] | None:
         return access.roles_of(path.read_text().strip())
 
-    assert roles(credentials.token) == {Role.READ, Role.OPERATE, Role.SUBMIT}, "a user on the host, as before"
-    assert roles(credentials.prometheus_token) == {Role.READ}
-    assert roles(credentials.internal_token) == {Role.INTERNAL}
+    assert roles(credentials.token) == frozenset({Role.READ, Role.OPERATE, Role.SUBMIT}), (
+        "a user on the host, as before"
+    )
+    assert roles(credentials.prometheus_token) == frozenset({Role.READ})
+    assert roles(credentials.internal_token) == frozenset({Role.INTERNAL})
     assert credentials.token.read_text().strip() not in credentials.tokens.read_text(), "digests, not tokens"
 
 
@@ -82,7 +84,7 @@ def test_a_token_made_anew_is_written_into_the_tokens_file(tmp_path: Path) -> No
     credentials.prometheus_token.unlink()
     assert set(generate(tmp_path).written) == {credentials.prometheus_token, credentials.tokens}
     access = TransportSecurity.from_env(credentials.environment()).access
-    assert access is not None and access.roles_of(credentials.prometheus_token.read_text()) == {Role.READ}
+    assert access is not None and access.roles_of(credentials.prometheus_token.read_text()) == frozenset({Role.READ})
 
 
 def test_a_second_run_keeps_every_file(tmp_path: Path) -> None:
