@@ -37,6 +37,8 @@ import pytest
 import yaml
 
 from weir.core.config import Endpoints, SecuritySettings, env_name, resolve_environment
+from weir.core.roles import CLIENT_ROLES, METRICS_ROLE, Role
+from weir.core.transport_security import TransportSecurity
 from weir.tools import dev_credentials
 
 REPO = Path(__file__).resolve().parents[3]
@@ -55,6 +57,7 @@ S3_SH = REPO / "deploy/local/s3.sh"
 TOOLS_SH = REPO / "deploy/local/tools.sh"
 
 WEIR_SERVICES = ("jobmanager", "taskmanager")
+SCRAPED_WEIR_JOBS = ("weir-jobmanager", "weir-taskmanager")  # Prometheus' scrape jobs of the Weir services
 INIT = "weir-init"
 CREDENTIALS = "weir-credentials"
 REQUIRED_SERVICES = (
@@ -476,6 +479,8 @@ CREDENTIALS_DIR = "/etc/weir/credentials"
 # What each variable names among the files weir.tools.dev_credentials writes.
 SECURITY_FILES = {
     "WEIR_AUTH_TOKEN_FILE": dev_credentials.TOKEN,
+    "WEIR_AUTH_TOKENS_FILE": dev_credentials.TOKENS,
+    "WEIR_INTERNAL_TOKEN_FILE": dev_credentials.INTERNAL_TOKEN,
     "WEIR_TLS_CERT_FILE": dev_credentials.CERTIFICATE,
     "WEIR_TLS_KEY_FILE": dev_credentials.KEY,
     "WEIR_TLS_CA_FILE": dev_credentials.CA_CERTIFICATE,
@@ -498,6 +503,51 @@ def test_every_weir_process_has_the_token_and_tls_of_the_generated_files(compose
     assert "WEIR_TLS_CLIENT_CA_FILE" not in security
     assert dev_credentials.CLUSTER_NAME in dev_credentials.DEFAULT_NAMES
     assert {"127.0.0.1", "localhost", "jobmanager"} <= set(dev_credentials.DEFAULT_NAMES), "probe, host, containers"
+
+
+def _generated_in(tmp_path: Path, env: dict[str, str]) -> dict[str, str]:
+    """``env`` with every credentials file moved to a directory weir.tools.dev_credentials wrote."""
+    generate = dev_credentials.generate(tmp_path).credentials.directory
+    return {k: v.replace(CREDENTIALS_DIR, str(generate)) for k, v in env.items()}
+
+
+@pytest.mark.parametrize("name", WEIR_SERVICES)
+def test_weir_processes_call_each_other_with_the_internal_token_and_users_with_theirs(
+    svc: dict[str, Any], name: str, tmp_path: Path
+) -> None:
+    """Roles on (docs/security.md): the servers take the tokens file, the processes send each other the
+    internal token, and the weir CLI in a container (the same environment) sends the client token."""
+    env = _generated_in(tmp_path, env_of(svc[name]))
+    assert "WEIR_AUTH_TOKENS_FILE" in env and "WEIR_INTERNAL_TOKEN_FILE" in env, f"{name}: one token, every role"
+    security = TransportSecurity.from_env(env)
+    assert security.access is not None
+    made = dev_credentials.DevCredentials(tmp_path)
+    internal, client = made.internal_token.read_text().strip(), made.token.read_text().strip()
+    assert security.for_cluster_peers().token == internal, f"{name} calls its peers with the internal token"
+    assert security.access.roles_of(internal) == frozenset({Role.INTERNAL})
+    assert security.token == client and security.access.roles_of(client) == frozenset(CLIENT_ROLES)
+
+
+def test_prometheus_scrapes_weir_with_a_read_only_token(svc: dict[str, Any], tmp_path: Path) -> None:
+    """The Weir processes bind 0.0.0.0 with tokens, so their metrics answer 401 to a scrape without a
+    token holding read: Prometheus (user nobody) reads prometheus-token from the credentials volume."""
+    prom = svc["prometheus"]
+    (mount,) = credential_mounts(prom)
+    assert mount["source"] == CREDENTIALS and mount["read_only"] is True
+    assert depends_on(prom).get(CREDENTIALS) == "service_completed_successfully"
+    config = _load_yaml(PROMETHEUS_COMPOSE)
+    weir_jobs = {job["job_name"]: job for job in config["scrape_configs"] if job["job_name"] in SCRAPED_WEIR_JOBS}
+    assert set(weir_jobs) == set(SCRAPED_WEIR_JOBS)
+    token_file = f"{CREDENTIALS_DIR}/{dev_credentials.PROMETHEUS_TOKEN}"
+    for name, job in weir_jobs.items():
+        assert job.get("authorization") == {"type": "Bearer", "credentials_file": token_file}, name
+    # That file holds read and nothing more on the servers the compose file configures.
+    security = TransportSecurity.from_env(_generated_in(tmp_path, env_of(svc["jobmanager"])))
+    assert security.access is not None
+    prometheus_token = (tmp_path / dev_credentials.PROMETHEUS_TOKEN).read_text()
+    assert security.access.roles_of(prometheus_token) == frozenset({METRICS_ROLE})
+    # 0711: Prometheus may open that file by name; every secret beside it is 0600 (test_dev_credentials).
+    assert re.search(rf"chmod 0711 {CREDENTIALS_DIR}\b", DOCKERFILE.read_text(encoding="utf-8"))
 
 
 def test_credentials_are_generated_once_into_a_volume_every_weir_process_reads(svc: dict[str, Any]) -> None:
@@ -718,12 +768,29 @@ def test_amtool_accepts_the_alertmanager_config() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_promtool_accepts_the_compose_config() -> None:
+def promtool_checkable(config: Path, directory: Path) -> Path:
+    """``config`` as ``promtool check config`` can check it here: promtool checks that a scrape job's
+    token file exists, so the credentials directory of the containers becomes one weir.tools.dev_credentials
+    makes in ``directory``, beside links to the config's rules and targets (its relative paths)."""
+    made = dev_credentials.generate(directory / "credentials").credentials
+    text = config.read_text(encoding="utf-8")
+    checkable = directory / config.name
+    checkable.write_text(text.replace(CREDENTIALS_DIR, str(made.directory)), encoding="utf-8")
+    for name in ("rules", "targets"):
+        (directory / name).symlink_to(config.parent / name)
+    return checkable
+
+
+def test_promtool_accepts_the_compose_config(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is not installed: `make infra-up` installs it (Debian package prometheus)")
+    assert f"{CREDENTIALS_DIR}/{dev_credentials.PROMETHEUS_TOKEN}" in PROMETHEUS_COMPOSE.read_text(encoding="utf-8")
     result = subprocess.run(
-        [promtool, "check", "config", str(PROMETHEUS_COMPOSE)], capture_output=True, text=True, timeout=60
+        [promtool, "check", "config", str(promtool_checkable(PROMETHEUS_COMPOSE, tmp_path))],
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode == 0, result.stdout + result.stderr
 

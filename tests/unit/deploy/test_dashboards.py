@@ -35,6 +35,7 @@ from tests.observability import (
     rules,
     variable_queries,
 )
+from tests.unit.deploy.test_compose import promtool_checkable
 
 ALERTS_TEST = Path(__file__).with_name("weir_alerts_test.yml")
 METRIC_MODULES = (
@@ -186,8 +187,8 @@ def test_alerts_fire_on_their_failures_and_not_on_healthy_jobs() -> None:
 
 
 @pytest.mark.parametrize("config", [PROMETHEUS_LOCAL, PROMETHEUS_COMPOSE], ids=["local", "compose"])
-def test_promtool_accepts_the_config_and_it_loads_the_rules(config: Path) -> None:
-    result = run_promtool("check", "config", str(config))
+def test_promtool_accepts_the_config_and_it_loads_the_rules(config: Path, tmp_path: Path) -> None:
+    result = run_promtool("check", "config", str(promtool_checkable(config, tmp_path)))
     assert result.returncode == 0, result.stdout + result.stderr
     assert all(path.name in result.stdout for path in RULES_DIR.glob("*.yml")), result.stdout
     assert load_yaml(config)["rule_files"] == ["rules/*.yml"]

@@ -12,6 +12,7 @@ tests render a copy of deploy/kubernetes with that directory made by weir.tools.
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -32,6 +33,8 @@ from tests.unit.deploy.test_compose import (
     health_url,
     host_of,
 )
+from weir.core.roles import METRICS_ROLE
+from weir.core.transport_security import TransportSecurity
 from weir.tools import dev_credentials
 
 # `make test` builds kustomize first (`make tools`); run alone, the first test may build it (a minute or two).
@@ -56,6 +59,8 @@ SAME_VALUE = (
     "WEIR_LOG_FORMAT",
     "WEIR_RUN_DIR",
     "WEIR_AUTH_TOKEN_FILE",
+    "WEIR_AUTH_TOKENS_FILE",
+    "WEIR_INTERNAL_TOKEN_FILE",
     "WEIR_TLS_CERT_FILE",
     "WEIR_TLS_KEY_FILE",
     "WEIR_TLS_CA_FILE",
@@ -63,6 +68,8 @@ SAME_VALUE = (
 )
 AUTH_FILES = {
     dev_credentials.TOKEN,
+    dev_credentials.TOKENS,
+    dev_credentials.INTERNAL_TOKEN,
     dev_credentials.CERTIFICATE,
     dev_credentials.KEY,
     dev_credentials.CA_CERTIFICATE,
@@ -101,7 +108,7 @@ def objects(kustomize: str, dev_copy: Path) -> dict[tuple[str, str], dict[str, A
     for obj in render(kustomize, dev_copy / OVERLAY.relative_to(KUBERNETES)):
         name = obj["metadata"]["name"]
         if obj["kind"] in ("ConfigMap", "Secret"):
-            name = name.rsplit("-", 1)[0]
+            name = without_hash(name)
         rendered[(obj["kind"], name)] = obj
     return rendered
 
@@ -110,6 +117,11 @@ def objects(kustomize: str, dev_copy: Path) -> dict[tuple[str, str], dict[str, A
 def compose() -> dict[str, Any]:
     with COMPOSE_FILE.open(encoding="utf-8") as f:
         return yaml.safe_load(f)
+
+
+def without_hash(name: str) -> str:
+    """A generated name without the hash suffix kustomize adds (its alphabet has no vowels, 0, 1 or 3)."""
+    return re.sub(r"-[2456789bcdfghkmt]{10}$", "", name)
 
 
 def container(objects: dict[tuple[str, str], Any], name: str) -> dict[str, Any]:
@@ -123,9 +135,9 @@ def pod_env(objects: dict[tuple[str, str], Any], name: str) -> dict[str, str]:
     env: dict[str, str] = {}
     for source in container(objects, name).get("envFrom", []):
         if "configMapRef" in source:
-            env.update(objects[("ConfigMap", source["configMapRef"]["name"].rsplit("-", 1)[0])]["data"])
+            env.update(objects[("ConfigMap", without_hash(source["configMapRef"]["name"]))]["data"])
         if "secretRef" in source:
-            data = objects[("Secret", source["secretRef"]["name"].rsplit("-", 1)[0])]["data"]
+            data = objects[("Secret", without_hash(source["secretRef"]["name"]))]["data"]
             env.update({k: base64.b64decode(v).decode() for k, v in data.items()})
     env.update({e["name"]: e.get("value", "") for e in container(objects, name).get("env", [])})
     return env
@@ -382,9 +394,29 @@ def test_the_service_monitor_scrapes_both_metrics_ports_as_the_prometheus_config
     assert scraped == {"jobmanager", "taskmanager"}
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] == "metrics"
+    # The pods bind 0.0.0.0 with tokens: the scrape sends one the tokens file gives read, and no more.
+    reference = endpoint["authorization"]["credentials"]
+    assert endpoint["authorization"]["type"] == "Bearer"
+    secret = rendered.get(("Secret", reference["name"]))
+    assert secret is not None, f"the ServiceMonitor names {reference['name']}, which no rendered Secret is called"
+    token = base64.b64decode(secret["data"][reference["key"]]).decode()
+    made = dev_credentials.DevCredentials(dev_copy / OVERLAY.relative_to(KUBERNETES) / "credentials")
+    pods = {k: v.replace("/etc/weir/credentials", str(made.directory)) for k, v in security_env(rendered).items()}
+    access = TransportSecurity.from_env(pods).access
+    assert access is not None and access.roles_of(token) == frozenset({METRICS_ROLE})
     prometheus_local = yaml.safe_load((REPO / "deploy/prometheus/prometheus-local.yml").read_text(encoding="utf-8"))
     assert endpoint["interval"] == prometheus_local["global"]["scrape_interval"]
     (relabel,) = endpoint["relabelings"]
     assert relabel["sourceLabels"] == ["__meta_kubernetes_service_name"] and relabel["targetLabel"] == "job"
     jobs = {relabel["replacement"].replace("$1", name) for name in scraped}
     assert jobs == {"weir-jobmanager", "weir-taskmanager"}, "the scrape jobs the alerts and dashboards select"
+
+
+def security_env(rendered: dict[tuple[str, str], Any]) -> dict[str, str]:
+    """The ConfigMap weir-security's variables, whatever its generated name."""
+    (data,) = [
+        o["data"]
+        for (kind, name), o in rendered.items()
+        if kind == "ConfigMap" and without_hash(name) == "weir-security"
+    ]
+    return dict(data)
