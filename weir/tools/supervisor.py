@@ -126,10 +126,13 @@ class RestartDecision:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """``restart: unless-stopped``: restart any exit after a delay, except while the supervisor stops.
+    """``restart: unless-stopped``: restart any exit, except while the supervisor stops.
 
-    A child that exits within ``stable_after_s`` of its start extends a crash streak; each exit in a
-    streak doubles the delay, up to ``max_delay_s`` (docker's back-off), so a crash loop does not spin.
+    The first exit of a streak restarts at once: a JobManager or TaskManager that was killed is needed
+    back as soon as possible (every second it is down is a second of the job's recovery), and a delay
+    would only wait. A child that exits within ``stable_after_s`` of its start extends a crash streak;
+    each further exit in a streak waits ``delay_s``, doubled each time up to ``max_delay_s`` (docker's
+    back-off), so a crash loop does not spin.
     """
 
     restart: bool = True
@@ -142,7 +145,7 @@ class RestartPolicy:
             return RestartDecision(restart_at=None, crash_streak=crash_streak)
         ran_s = exit.exited_at - exit.started_at
         streak = 1 if ran_s >= self.stable_after_s else crash_streak + 1
-        delay = max(self.delay_s, min(self.delay_s * 2 ** (streak - 1), self.max_delay_s))
+        delay = 0.0 if streak == 1 else max(self.delay_s, min(self.delay_s * 2 ** (streak - 2), self.max_delay_s))
         return RestartDecision(restart_at=exit.exited_at + delay, crash_streak=streak)
 
 
@@ -737,7 +740,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     sup = commands.add_parser("supervise", help="run the local cluster's supervisor in the foreground")
     sup.add_argument("--dir", type=Path, default=None, help="cluster directory (default $WEIR_RUN_DIR/cluster)")
-    sup.add_argument("--restart-delay", type=float, default=DEFAULT_RESTART_DELAY_S)
+    sup.add_argument(
+        "--restart-delay",
+        type=float,
+        default=DEFAULT_RESTART_DELAY_S,
+        help="the back-off of a crash loop: a child that exits again soon after its restart waits this long "
+        "(doubled each time); the first exit restarts at once",
+    )
     sup.add_argument("--no-restart", action="store_true", help="leave a child that exits dead")
     sup.add_argument("--detach", action="store_true", help="start the supervisor in the background, print its pid")
     sup.add_argument("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S)

@@ -41,9 +41,17 @@ CHILDREN = tuple(ChildSpec(name, SLEEPER) for name in ("jobmanager", "taskmanage
 # The restart decision ----------------------------------------------------------------------------
 
 
-def test_a_child_is_restarted_after_the_delay() -> None:
+def test_a_child_that_ran_stably_is_restarted_at_once() -> None:
     decision = RestartPolicy(delay_s=2.0).decide(ChildExit(returncode=-9, started_at=100.0, exited_at=200.0), 0)
-    assert (decision.restart_at, decision.crash_streak) == (202.0, 1)
+    assert (decision.restart_at, decision.crash_streak) == (200.0, 1)
+
+
+def test_a_second_crash_soon_after_the_restart_waits_the_delay() -> None:
+    policy = RestartPolicy(delay_s=2.0, stable_after_s=10.0)
+    first = policy.decide(ChildExit(returncode=-9, started_at=100.0, exited_at=200.0), 0)
+    assert first.restart_at == 200.0
+    second = policy.decide(ChildExit(returncode=1, started_at=200.0, exited_at=201.0), first.crash_streak)
+    assert (second.restart_at, second.crash_streak) == (203.0, 2)
 
 
 def test_no_restart_leaves_the_child_down() -> None:
@@ -64,13 +72,13 @@ def test_a_crash_loop_backs_off_up_to_the_maximum() -> None:
         assert decision.restart_at is not None
         delays.append(decision.restart_at - (now + 0.5))
         streak, now = decision.crash_streak, decision.restart_at
-    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert delays == [0.0, 1.0, 2.0, 4.0, 5.0]
 
 
 def test_a_child_that_ran_stably_resets_the_back_off() -> None:
     policy = RestartPolicy(delay_s=1.0, stable_after_s=10.0)
     decision = policy.decide(ChildExit(returncode=1, started_at=0.0, exited_at=60.0), crash_streak=4)
-    assert (decision.restart_at, decision.crash_streak) == (61.0, 1)
+    assert (decision.restart_at, decision.crash_streak) == (60.0, 1)
 
 
 def test_child_spec_round_trips_through_its_command_line_form() -> None:
