@@ -592,6 +592,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._produced = 0  # records of that epoch handed to the producer so far
         self._markers: dict[TransactionId, kafka.Delivery] = {}  # where pending epochs' markers landed
         self._marker_watermark = 0  # no marker this subtask produces from now on lands below this offset
+        self._fence_s = 0.0  # how long fencing the previous producer took (init_transactions)
 
     @property
     def transactional_id(self) -> str:
@@ -628,12 +629,15 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
 
     def _fence(self) -> kafka.TransactionalProducer:
         if self._producer is None:
+            started = time.perf_counter()
             producer = kafka.TransactionalProducer(self._cluster, self.transactional_id, self.transaction_timeout_ms)
             producer.init(self._recovery_timeout_s)
             self._producer = producer
+            self._fence_s = time.perf_counter() - started
         return self._producer
 
     def open(self) -> None:
+        started = time.perf_counter()
         kafka.partition_count(self._cluster, self._topic)  # a missing topic fails at open
         self._spill.remove_abandoned()  # a crashed predecessor's spill files: never read again
         self._ensure_marker_topic()
@@ -641,7 +645,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         self._marker_watermark = kafka.partition_range(self._cluster, self._marker_topic, self._marker_partition)[1]
         self._metrics.track_open_transaction_age(self._open_transaction_age)
         if self._restored is not None:
-            self._recover(self._restored)
+            self._recover(self._restored, prepared_s=time.perf_counter() - started)
             self._restored = None
 
     def _ensure_marker_topic(self) -> None:
@@ -718,9 +722,12 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
             transactional_id=self.transactional_id,
         )
 
-    def _recover(self, snapshot: SinkSnapshot) -> None:
+    def _recover(self, snapshot: SinkSnapshot, *, prepared_s: float) -> None:
         """The old producer is fenced: its open transaction is aborted, a requested commit completed.
-        Commit what the restored checkpoint lists and the marker topic does not show committed."""
+        Commit what the restored checkpoint lists and the marker topic does not show committed.
+        ``prepared_s``: how long ``open`` took before (topics checked, marker topic ensured), for the
+        recovery's timeline in the ``kafka_sink_recovered`` event."""
+        started = time.perf_counter()
         plan = self._ledger.recover(snapshot.ledger, ())
         pending = sorted(snapshot.ledger.pending)
         if not pending:
@@ -744,6 +751,9 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
             marker_topic=self._marker_topic,
             marker_partition=self._marker_partition,
             transactional_id=self.transactional_id,
+            fence_s=round(self._fence_s, 4),
+            open_s=round(prepared_s, 4),
+            recover_s=round(time.perf_counter() - started, 4),
         )
 
     def _marker_sources(self, snapshot: SinkSnapshot) -> list[tuple[MarkerLocation, int | None]]:
