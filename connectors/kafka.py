@@ -588,6 +588,11 @@ SCAN_SLICE_S = 0.01
 batch or the timeout passed, so a read of a few records (a sink's commit markers) waited out the whole
 timeout on every call; the callers loop to their own deadline, so a short slice costs nothing."""
 
+SCAN_FETCH_WAIT_MS = 10
+"""How long the broker holds a recovery read's fetch when it has nothing new: a read's end is often a
+transaction's control record, which no consumer is given, so the read ends on the end-of-partition
+event, which came only after the default 500 ms fetch wait."""
+
 FLUSH_SLICE_S = 0.5  # a flush waits in slices of this, checking its progress in between
 FLUSH_STALL_S = 15.0  # no record acknowledged for this long while some are pending: the flush fails
 CLIENT_ERRORS_KEPT = 8
@@ -837,7 +842,7 @@ def scan_partition(
     transactions included): ``(offset, key, value)``."""
     if end <= start:
         return []
-    reader = consumer(target, isolation_level="read_uncommitted")
+    reader = consumer(target, isolation_level="read_uncommitted", fetch_wait_max_ms=SCAN_FETCH_WAIT_MS)
     try:
         _assign(reader, topic, partition, start)
         out: list[tuple[int, bytes | None, bytes | None]] = []
@@ -871,7 +876,9 @@ def is_committed(target: KafkaTarget, topic: str, partition: int, offset: int, t
     transaction that started before ``offset`` has ended (by commit, abort, fencing of its producer or
     its timeout) nobody can tell: then this waits, up to ``timeout_s``, and raises
     ServiceUnavailableError."""
-    reader = consumer(target, isolation_level="read_committed", logger=_quiet_logger())
+    reader = consumer(
+        target, isolation_level="read_committed", logger=_quiet_logger(), fetch_wait_max_ms=SCAN_FETCH_WAIT_MS
+    )
     try:
         _assign(reader, topic, partition, offset)
         deadline = time.monotonic() + timeout_s
