@@ -1,5 +1,9 @@
 """Checkpoint storage: the objects of checkpoints and savepoints, in S3 or in a local folder.
 
+With a storage MAC key (``WEIR_STORAGE_MAC_KEY``) :func:`open_storage` answers a :class:`SealedStorage`:
+every object is written with its keyed MAC and checked before a reader gets its bytes
+(:mod:`weir.core.storage_mac`), the one verifying reader every read path goes through.
+
 Keys are relative to the storage's root (``s3://bucket/prefix`` or a directory) and come from
 ``weir.core.paths.CheckpointPaths``. Writing one object is atomic (S3 PutObject; temp file + rename locally),
 which is what makes "metadata written last" a commit. Failures of the backing system raise
@@ -9,6 +13,8 @@ which is what makes "metadata written last" a commit. Failures of the backing sy
 from __future__ import annotations
 
 import abc
+import fcntl
+import hashlib
 import os
 import tempfile
 import uuid
@@ -17,13 +23,18 @@ from pathlib import Path
 from typing import Any, ClassVar
 from urllib.parse import unquote, urlparse
 
+import structlog
 from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.exceptions import BotoCoreError, ClientError
 
 from weir.connectors import s3
-from weir.core.config import Endpoints
+from weir.core import storage_mac
+from weir.core.config import Endpoints, SecuritySettings
 from weir.core.errors import Fault, ServiceUnavailableError, WeirError
+from weir.core.storage_mac import StorageKey
+
+log = structlog.get_logger("weir.security")
 
 _DELETE_BATCH = 1000  # the most keys one DeleteObjects request takes
 _MULTIPART_THRESHOLD = 64 * 1024 * 1024
@@ -47,6 +58,14 @@ class ObjectNotFoundError(WeirError):
             "Restore from another checkpoint or savepoint"
         )
         self.location = location
+
+
+class WritePreconditionFailedError(WeirError):
+    """A conditional write found the object not as expected (there already, or at another version):
+    someone else wrote it in between. Nothing was written."""
+
+    fault: Fault = Fault.EXTERNAL
+    retriable: ClassVar[bool] = False
 
 
 class StorageUriError(WeirError):
@@ -87,6 +106,17 @@ class CheckpointStorage(abc.ABC):
     @abc.abstractmethod
     def delete(self, keys: Iterable[str]) -> None:
         """Delete the objects; keys that do not exist are skipped."""
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        """The object and its version (an opaque token, S3's ETag), None if there is none: for
+        :meth:`put_if`. A storage without conditional writes raises ServiceUnavailableError."""
+        raise ServiceUnavailableError(f"checkpoint storage {self.uri} has no conditional writes")
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """Write only if the object is absent (``expected_version`` None) or still at
+        ``expected_version``; answers the new version. Raises WritePreconditionFailedError otherwise,
+        ServiceUnavailableError when the storage did not answer (the write may have landed)."""
+        raise ServiceUnavailableError(f"checkpoint storage {self.uri} has no conditional writes")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -135,6 +165,34 @@ class S3CheckpointStorage(CheckpointStorage):
             self._client.put_object(Bucket=self.bucket, Key=self._name(key), Body=data)
         except (BotoCoreError, ClientError) as exc:
             raise self._error("put", key, exc) from exc
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            response = self._client.get_object(Bucket=self.bucket, Key=self._name(key))
+            return response["Body"].read(), str(response["ETag"])
+        except (BotoCoreError, ClientError) as exc:
+            error = self._error("get", key, exc)
+            if isinstance(error, ObjectNotFoundError):
+                return None
+            raise error from exc
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """S3 conditional writes: ``If-None-Match: *`` creates, ``If-Match: <ETag>`` replaces (AWS
+        since 2024, versitygw; a server that ignored them would make this an unconditional write:
+        docs/operations.md says how to check a server)."""
+        condition = {"IfNoneMatch": "*"} if expected_version is None else {"IfMatch": expected_version}
+        try:
+            response = self._client.put_object(Bucket=self.bucket, Key=self._name(key), Body=data, **condition)
+        except ClientError as exc:
+            code = exc.response.get("Error", {}).get("Code")
+            if code in ("PreconditionFailed", "412", "ConditionalRequestConflict", "409"):
+                raise WritePreconditionFailedError(
+                    f"conditional write of s3://{self.bucket}/{self._name(key)} refused ({code})"
+                ) from exc
+            raise self._error("put", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._error("put", key, exc) from exc
+        return str(response["ETag"])
 
     def put_file(self, key: str, path: Path) -> None:
         try:
@@ -281,6 +339,33 @@ class FileCheckpointStorage(CheckpointStorage):
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
 
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        try:
+            data = self._path(key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise self._error("get", key, exc) from exc
+        return data, hashlib.sha256(data).hexdigest()
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        """Compare and write under an exclusive ``flock`` of a lock file beside the object (processes
+        of one machine: the local mode's storage)."""
+        target = self._path(key)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(target.with_name(f"{_TEMP_PREFIX}lock-{target.name}"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                current = self.get_versioned(key)
+                if (current[1] if current is not None else None) != expected_version:
+                    raise WritePreconditionFailedError(
+                        f"conditional write of {self.uri}/{key} refused: it is not at version {expected_version}"
+                    )
+                self._write_atomically(target, lambda out: out.write(data))
+        except OSError as exc:
+            raise self._error("put", key, exc) from exc
+        return hashlib.sha256(data).hexdigest()
+
     def list(self, prefix: str) -> Iterator[tuple[str, int]]:
         # Walk only the folder the prefix names; the last segment may be a partial name.
         folder, _, _ = prefix.rpartition("/")
@@ -308,12 +393,102 @@ class FileCheckpointStorage(CheckpointStorage):
                 raise self._error("delete", key, exc) from exc
 
 
+# ---------------------------------------------------------------------------------------------------
+# Authenticated objects
+
+
+class SealedStorage(CheckpointStorage):
+    """Another storage's objects, each written with the cluster's keyed MAC and checked before its
+    bytes are answered: a tampered, truncated, foreign or unsealed object raises
+    StorageAuthenticationError naming it (not retriable; the storage's fault) and reaches no decoder."""
+
+    def __init__(self, inner: CheckpointStorage, key: StorageKey) -> None:
+        self.inner = inner
+        self._key = key
+
+    def __repr__(self) -> str:
+        return f"SealedStorage({self.inner.uri!r}, key_id={self._key.key_id.hex()})"
+
+    @property
+    def uri(self) -> str:
+        return self.inner.uri
+
+    def _location(self, key: str) -> str:
+        return f"{self.inner.uri.rstrip('/')}/{key}"
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.inner.put_bytes(key, storage_mac.seal(data, self._key))
+
+    def put_file(self, key: str, path: Path) -> None:
+        with tempfile.TemporaryDirectory(prefix="weir-seal-") as scratch:
+            sealed = Path(scratch) / "object"
+            storage_mac.seal_file(path, sealed, self._key)
+            self.inner.put_file(key, sealed)
+
+    def get_bytes(self, key: str) -> bytes:
+        return storage_mac.unseal(self.inner.get_bytes(key), self._key, self._location(key))
+
+    def get_file(self, key: str, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        temp = path.with_name(f"{_TEMP_PREFIX}{uuid.uuid4().hex}-{path.name}")
+        try:
+            self.inner.get_file(key, temp)
+            storage_mac.unseal_file(temp, self._key, self._location(key))
+            os.replace(temp, path)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        found = self.inner.get_versioned(key)
+        if found is None:
+            return None
+        data, version = found
+        return storage_mac.unseal(data, self._key, self._location(key)), version
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        return self.inner.put_if(key, storage_mac.seal(data, self._key), expected_version)
+
+    def exists(self, key: str) -> bool:
+        return self.inner.exists(key)
+
+    def list(self, prefix: str) -> Iterator[tuple[str, int]]:
+        """The sizes are the payloads' (each object is its payload and a trailer)."""
+        for key, size in self.inner.list(prefix):
+            yield key, max(0, size - storage_mac.TRAILER_SIZE)
+
+    def delete(self, keys: Iterable[str]) -> None:
+        self.inner.delete(keys)
+
+
+_warned_unauthenticated = False
+
+
+def _sealed(storage: CheckpointStorage, key: StorageKey | None) -> CheckpointStorage:
+    global _warned_unauthenticated
+    if key is not None:
+        return SealedStorage(storage, key)
+    if isinstance(storage, S3CheckpointStorage) and not _warned_unauthenticated:
+        _warned_unauthenticated = True
+        log.warning(
+            "checkpoint_storage_unauthenticated",
+            storage=storage.uri,
+            why="objects read back from shared storage are decoded (pickles among them) without a MAC",
+            fix=f"set {storage_mac.KEY_VARIABLES} on every process of the cluster",
+        )
+    return storage
+
+
 def open_storage(uri: str, endpoints: Endpoints | None = None) -> CheckpointStorage:
-    """The storage a URI names: ``s3://bucket/prefix``, ``file:///dir`` or a plain directory path.
+    """The storage a URI names: ``s3://bucket/prefix``, ``file:///dir`` or a plain directory path,
+    sealed (:class:`SealedStorage`) with the key of ``WEIR_STORAGE_MAC_KEY`` or ``_FILE`` when one is set.
 
     The S3 endpoint, region, addressing style and static keys come from ``endpoints`` (default:
     ``Endpoints.from_env()``); without static keys, credentials come from boto3's default chain.
     """
+    return _sealed(_open_plain(uri, endpoints), storage_mac.storage_key(SecuritySettings.from_env()))
+
+
+def _open_plain(uri: str, endpoints: Endpoints | None) -> CheckpointStorage:
     parsed = urlparse(uri)
     if parsed.scheme == "s3":
         if not parsed.netloc:

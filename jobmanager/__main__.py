@@ -3,38 +3,51 @@
 Start-up: the REST API first (``/healthz`` answers 503 ``starting`` while the jobs are taken over
 from checkpoint storage), then the recovery, then the gRPC server, whose ``grpc.health.v1.Health``
 answers SERVING from then on and NOT_SERVING once the process stops.
+
+With high availability (``WEIR_HA_ENABLED``) the recovery waits until this JobManager holds the
+leader lease (``weir.jobmanager.lease``): a standby serves its REST API (``starting``) and nothing
+else. A leader that loses the lease stops its gRPC server and starts over as a standby by exec'ing
+itself: no thread, queued call or in-memory job of the old leadership survives to act on.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import socket
+import sys
 import threading
+import uuid
 
 from weir.core.extras import exit_without_server
 
 # A client-only install (no `weir-streaming[server]`) ends here with one line naming the extra.
 with exit_without_server("jobmanager", "the JobManager"):
+    import grpc
     import structlog
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
-    from prometheus_client import start_http_server
 
     from weir.connectors.object_storage import open_storage
     from weir.core import logs
     from weir.core.config import (
         Endpoints,
+        HighAvailabilitySettings,
         JobManagerSettings,
         check_environment,
         checkpoint_dir,
         exit_on_configuration_error,
     )
     from weir.core.grpc_security import add_port, new_server
+    from weir.core.metrics_http import serve_metrics
     from weir.core.transport_security import TransportSecurity
     from weir.jobmanager.gateway import GrpcTaskManagerGateway
+    from weir.jobmanager.leader_election import LeaderElection, LeaderTerm, LeaseTiming
+    from weir.jobmanager.lease import FencedStorage, LeaderElector, LeaseStore
     from weir.jobmanager.manager import JobManager
     from weir.jobmanager.rest.app import create_app
     from weir.jobmanager.rest.server import RestServer
-    from weir.jobmanager.service import JobManagerServicer
+    from weir.jobmanager.service import JobManagerServicer, LeaderOnlyInterceptor
     from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
 SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].full_name
@@ -43,6 +56,7 @@ SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].f
 def main() -> None:
     with exit_on_configuration_error("jobmanager"):
         check_environment()
+        ha = HighAvailabilitySettings.from_env()
     endpoints = Endpoints.from_env()
     default_port = int(endpoints.jobmanager_address.rsplit(":", 1)[1])
     parser = argparse.ArgumentParser(prog="python -m weir.jobmanager")
@@ -58,17 +72,46 @@ def main() -> None:
         security.check_bind(args.bind, args.port, "WEIR_JOBMANAGER_BIND")
         if args.rest_port:
             security.check_bind(args.bind, args.rest_port, "WEIR_JOBMANAGER_BIND")
+        if args.metrics_port:
+            security.check_bind(args.bind, args.metrics_port, "WEIR_JOBMANAGER_BIND")
 
     logs.configure("jobmanager")
     log = structlog.get_logger("weir.jobmanager")
     with exit_on_configuration_error("jobmanager"):  # e.g. S3 without credentials: one line, what was tried
         storage = open_storage(checkpoint_dir(), endpoints)
-    jm = JobManager(storage, gateway=GrpcTaskManagerGateway(security))
+    elector: LeaderElector | None = None
+    leading = threading.Event()
+    server_box: list[grpc.Server] = []
+    if ha.ha_enabled:
+        holder = f"{socket.gethostname()}:{args.port}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        timing = LeaseTiming(ha.ha_lease_duration_s, ha.ha_renew_interval_s, ha.ha_renew_deadline_s)
+
+        def step_down(term: LeaderTerm, reason: str) -> None:
+            log.warning("jobmanager_restarting_as_standby", term=term, reason=reason)
+            for running in server_box:
+                running.stop(grace=0)
+            sys.stdout.flush()  # what is still buffered would be lost with the process image
+            sys.stderr.flush()
+            os.execv(sys.executable, sys.orig_argv)  # the same command: a standby from scratch
+
+        elector = LeaderElector(
+            LeaderElection(holder, ha.ha_advertised_address or f"{args.bind}:{args.port}", timing),
+            LeaseStore(storage),
+            on_leader=lambda _term: leading.set(),
+            on_step_down=step_down,
+        )
+        storage = FencedStorage(storage, elector)
+    jm = JobManager(
+        storage,
+        gateway=GrpcTaskManagerGateway(
+            security.for_cluster_peers(), term=elector.term if elector is not None else None
+        ),
+    )
     rest = (
         RestServer(
             create_app(
                 jm,
-                token=security.token,
+                access=security.access,
                 settings_overrides={
                     "WEIR_JOBMANAGER_BIND": args.bind,
                     "WEIR_JOBMANAGER_PORT": str(args.port),
@@ -86,8 +129,18 @@ def main() -> None:
     )
     if rest is not None:
         rest.start()
+    if elector is not None:
+        elector.start()
+        log.info("jobmanager_standby", holder=elector.election.holder)
+        leading.wait()
     recovered = jm.recover_jobs()
-    server = new_server(security, max_workers=32, thread_name_prefix="jm-grpc")
+    server = new_server(
+        security,
+        max_workers=32,
+        thread_name_prefix="jm-grpc",
+        interceptors=[LeaderOnlyInterceptor(lambda: elector.term() is not None)] if elector is not None else [],
+    )
+    server_box.append(server)
     jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(JobManagerServicer(jm), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
@@ -96,7 +149,7 @@ def main() -> None:
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     if args.metrics_port:
-        start_http_server(args.metrics_port, addr=args.bind)
+        serve_metrics(args.metrics_port, args.bind, security.access)
     jm.start()
     log.info(
         "jobmanager_started",
@@ -106,8 +159,10 @@ def main() -> None:
         checkpoints=storage.uri,
         tls=security.server_tls is not None,
         client_certificates=security.server_tls is not None and security.server_tls.requires_client_certificate,
-        token=security.token is not None,
+        token=security.access is not None,
+        internal_token=security.internal_token is not None,
         recovered_jobs=recovered,
+        leader_term=elector.term() if elector is not None else None,
         ended_jobs_loading=jm.recovery.history_pending(),
     )
 

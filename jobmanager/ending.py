@@ -1,5 +1,5 @@
 """Resolving an ended job's sink transactions: after ``weir cancel``, or once the restart strategy
-gave up, nothing of the job may stay prepared or open in PostgreSQL or Kafka.
+gave up, nothing of the job may stay prepared or open in PostgreSQL or Kafka, nor unfinished in a file sink's path.
 
 The JobManager does what a restore would do, without the rest of the job: for every subtask of
 every transactional sink it builds the sink, restores it from the latest completed checkpoint (or
@@ -33,12 +33,13 @@ from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.records import JobSubmission
 from weir.operators.base import OperatorContext
+from weir.operators.file_sink import PartFileSinkOperator
 from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 from weir.plan import JobPlan
 
 log = structlog.get_logger("weir.jobmanager")
 
-TransactionalSink = TransactionalKafkaSinkOperator | TwoPhasePostgresSinkOperator
+TransactionalSink = TransactionalKafkaSinkOperator | TwoPhasePostgresSinkOperator | PartFileSinkOperator
 
 
 @dataclass(frozen=True)

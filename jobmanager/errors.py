@@ -77,6 +77,19 @@ class UnknownVertexError(JobManagerError):
         self.vertex_uid = vertex_uid
 
 
+class UnknownJarError(JobManagerError):
+    """No uploaded artifact has this id (``GET /jars`` lists them; the oldest go beyond the last 20)."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "NOT_FOUND"
+
+    def __init__(self, jar_id: str) -> None:
+        super().__init__(
+            f"no uploaded artifact {jar_id!r} (GET /jars lists them; upload it again with POST /jars/upload)"
+        )
+        self.jar_id = jar_id
+
+
 class JobManagerNotReadyError(JobManagerError):
     """The JobManager is still taking over its jobs from checkpoint storage, or stopping; try again."""
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import queue
 import threading
+from collections.abc import Callable
 from typing import Final, Protocol, TypeVar
 
 import grpc
@@ -17,9 +18,11 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
 from weir.core.grpc_security import open_channel
 from weir.core.ids import TaskId
+from weir.core.transport import LEADER_TERM_METADATA
 from weir.core.transport_security import TransportSecurity
 from weir.jobmanager.errors import TaskManagerCallError
 from weir.jobmanager.jobs import TaskDeployment
+from weir.jobmanager.leader_election import NO_TERM, LeaderTerm
 from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 DEPLOY_TIMEOUT_S: Final = 30.0
@@ -125,9 +128,14 @@ class GrpcTaskManagerGateway:
     """One channel per registered TaskManager address, opened anew at each registration; an address
     nobody registered gets a channel of its own per call."""
 
-    def __init__(self, security: TransportSecurity | None = None) -> None:
-        """``security``: how to reach the TaskManagers (default: from the environment)."""
+    def __init__(
+        self, security: TransportSecurity | None = None, term: Callable[[], LeaderTerm | None] | None = None
+    ) -> None:
+        """``security``: how to reach the TaskManagers (default: from the environment). ``term``: the
+        leader term to send with every call, None once this JobManager must not act (the call is
+        then not made); default: ``NO_TERM`` (no high availability)."""
         self._security = security if security is not None else TransportSecurity.from_env()
+        self._term = term if term is not None else lambda: NO_TERM
         self._lock = threading.Lock()
         self._channels: dict[str, grpc.Channel] = {}
 
@@ -190,13 +198,28 @@ class GrpcTaskManagerGateway:
         return channel if channel is not None else open_channel(address, self._security)
 
     def _call(self, address: str, call: _StubCall[_Response]) -> _Response:
-        stub = taskmanager_pb2_grpc.TaskManagerServiceStub(self._channel(address))
+        term = self._term()
+        if term is None:  # deposed, or its lease time is over: it must not act
+            raise TaskManagerCallError(address, "FAILED_PRECONDITION", "this JobManager is not the leader")
+        stub = _FencedStub(taskmanager_pb2_grpc.TaskManagerServiceStub(self._channel(address)), term)
         try:
-            return call(stub)
+            return call(stub)  # type: ignore[arg-type]
         except grpc.RpcError as exc:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
             details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
             raise TaskManagerCallError(address, code.name, details or "") from None
+
+
+class _FencedStub:
+    """The stub with the leader term in every call's metadata (each call site stays as it is)."""
+
+    def __init__(self, stub: taskmanager_pb2_grpc.TaskManagerServiceStub, term: LeaderTerm) -> None:
+        self._stub = stub
+        self._metadata = ((LEADER_TERM_METADATA, str(term)),)
+
+    def __getattr__(self, name: str) -> Callable[..., object]:
+        method = getattr(self._stub, name)
+        return lambda request, **kwargs: method(request, metadata=self._metadata, **kwargs)
 
 
 class _StubCall(Protocol[_Response_co]):

@@ -160,6 +160,7 @@ def _failure_to_json(failure: Failure | None) -> dict[str, Any] | None:
         "message": failure.message,
         "fault": failure.fault.value,
         "retriable": failure.retriable,
+        **({"stacktrace": failure.stacktrace} if failure.stacktrace else {}),
     }
 
 
@@ -167,7 +168,11 @@ def _failure_from_json(document: dict[str, Any] | None) -> Failure | None:
     if document is None:
         return None
     return Failure(
-        str(document["type"]), str(document["message"]), Fault(document["fault"]), bool(document["retriable"])
+        str(document["type"]),
+        str(document["message"]),
+        Fault(document["fault"]),
+        bool(document["retriable"]),
+        typed(document.get("stacktrace", ""), str),
     )
 
 

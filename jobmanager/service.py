@@ -28,6 +28,7 @@ from weir.core.errors import (
     JobDefinitionError,
     NotEnoughSlotsError,
     ServiceUnavailableError,
+    StorageAuthenticationError,
     UnknownCheckpointError,
     UnknownJobError,
     WeirError,
@@ -61,6 +62,7 @@ _STATUS_OF: dict[type[WeirError], grpc.StatusCode] = {
     NotEnoughSlotsError: grpc.StatusCode.RESOURCE_EXHAUSTED,
     JobDefinitionError: grpc.StatusCode.INVALID_ARGUMENT,
     ServiceUnavailableError: grpc.StatusCode.FAILED_PRECONDITION,  # e.g. the job's input topic is missing
+    StorageAuthenticationError: grpc.StatusCode.FAILED_PRECONDITION,  # a checkpoint object without the cluster's MAC
 }
 
 
@@ -395,3 +397,33 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
     ) -> jobmanager_pb2.DeclineCheckpointResponse:
         self._call(context, lambda: self._jm.decline_checkpoint(checkpoint_decline(request)))
         return jobmanager_pb2.DeclineCheckpointResponse()
+
+
+SERVICE = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].full_name
+NOT_LEADER_MESSAGE = "this JobManager is not the leader (deposed): call another of WEIR_JOBMANAGER_ADDRESSES"
+
+
+class LeaderOnlyInterceptor(grpc.ServerInterceptor):
+    """While this JobManager does not lead (its lease time is over, before the process starts over as
+    a standby), every JobManagerService call ends UNAVAILABLE, as from a JobManager that is down: the
+    TaskManagers and clients move on to the next address (``weir.core.leader_link``). Health checks
+    still answer."""
+
+    def __init__(self, leads: Callable[[], bool]) -> None:
+        self._leads = leads
+
+    def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], grpc.RpcMethodHandler | None],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = continuation(details)
+        if handler is None or self._leads() or not details.method.startswith(f"/{SERVICE}/"):
+            return handler
+
+        def refuse(_request: object, context: grpc.ServicerContext) -> None:
+            context.abort(grpc.StatusCode.UNAVAILABLE, NOT_LEADER_MESSAGE)
+
+        return grpc.unary_unary_rpc_method_handler(
+            refuse, request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer
+        )

@@ -12,11 +12,18 @@ from weir.core.extras import exit_without_server
 # A client-only install (no `weir-streaming[server]`) ends here with one line naming the extra.
 with exit_without_server("taskmanager", "a TaskManager"):
     import structlog
-    from prometheus_client import PROCESS_COLLECTOR, REGISTRY, start_http_server
+    from prometheus_client import PROCESS_COLLECTOR, REGISTRY
 
     from weir.core import logs
-    from weir.core.config import Endpoints, TaskManagerSettings, check_environment, exit_on_configuration_error, run_dir
+    from weir.core.config import (
+        TaskManagerSettings,
+        check_environment,
+        exit_on_configuration_error,
+        jobmanager_addresses,
+        run_dir,
+    )
     from weir.core.grpc_security import add_port, new_server
+    from weir.core.metrics_http import serve_metrics
     from weir.core.transport_security import TransportSecurity
     from weir.taskmanager.identity import advertised_host, default_taskmanager_id
     from weir.taskmanager.runtime import TaskManagerRuntime
@@ -58,22 +65,23 @@ def main() -> None:
     with exit_on_configuration_error("taskmanager"):
         security = TransportSecurity.from_env()
         security.check_bind(args.bind, args.port, "WEIR_TASKMANAGER_BIND")
+        if args.metrics_port:
+            security.check_bind(args.bind, args.metrics_port, "WEIR_TASKMANAGER_BIND")
 
     os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process
     logs.configure(args.id)
     log = structlog.get_logger("weir.taskmanager")
-    endpoints = Endpoints.from_env()
     server = new_server(security, max_workers=256, thread_name_prefix="tm-grpc")
     port = add_port(server, f"{args.bind}:{args.port}", security)
     with exit_on_configuration_error("taskmanager"):  # e.g. S3 without credentials: one line, what was tried
         runtime = TaskManagerRuntime(
             args.id,
             f"{host}:{port}",
-            endpoints.jobmanager_address,
+            jobmanager_addresses(),
             args.slots,
             run_dir(),
             local_channels=args.local_channels,
-            security=security,
+            security=security.for_cluster_peers(),
             slot_processes=args.slot_processes,
         )
     add_to_server(runtime, server)
@@ -81,12 +89,12 @@ def main() -> None:
     if args.metrics_port:
         workers = runtime.slot_processes
         if workers is None:
-            start_http_server(args.metrics_port, addr=args.bind)
+            serve_metrics(args.metrics_port, args.bind, security.access)
         else:  # the workers' task metrics and process figures are this TaskManager's too
             REGISTRY.unregister(PROCESS_COLLECTOR)
             REGISTRY.register(ProcessTreeCollector(workers.worker_pids))
-            start_http_server(
-                args.metrics_port, addr=args.bind, registry=served_registry(REGISTRY, workers.collect_metrics)
+            serve_metrics(
+                args.metrics_port, args.bind, security.access, served_registry(REGISTRY, workers.collect_metrics)
             )
     log.info(
         "taskmanager_started",
@@ -96,9 +104,10 @@ def main() -> None:
         metrics_port=args.metrics_port,
         slots=args.slots,
         slot_processes=args.slot_processes,
-        jobmanager=endpoints.jobmanager_address,
+        jobmanager=",".join(runtime.jobmanager_link.addresses),
         tls=security.server_tls is not None,
-        token=security.token is not None,
+        token=security.access is not None,
+        internal_token=security.internal_token is not None,
     )
 
     stop = threading.Event()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final, Protocol
 
@@ -15,6 +16,7 @@ import structlog
 from weir.connectors.object_storage import open_storage
 from weir.core.config import checkpoint_dir
 from weir.core.grpc_security import open_channel
+from weir.core.leader_link import LeaderLink
 from weir.core.transport_security import TransportSecurity
 from weir.taskmanager.network.server import ChannelServer
 from weir.taskmanager.reporter import JobManagerReports
@@ -57,7 +59,7 @@ class TaskManagerRuntime:
         self,
         taskmanager_id: str,
         advertised_address: str,
-        jobmanager_address: str,
+        jobmanager_address: str | Sequence[str],
         slots: int,
         run_dir: Path,
         *,
@@ -66,7 +68,9 @@ class TaskManagerRuntime:
         slot_processes: bool = False,
     ) -> None:
         """``security``: how this TaskManager reaches the JobManager and its peers (default: from the
-        environment). ``slot_processes``: run each slot's tasks in a worker process of its own."""
+        environment). ``slot_processes``: run each slot's tasks in a worker process of its own.
+        ``jobmanager_address``: the JobManager, or the leader and its standbys (it calls whichever
+        leads: ``weir.core.leader_link``)."""
         self.id = taskmanager_id
         self._security = security if security is not None else TransportSecurity.from_env()
         self.address = advertised_address
@@ -76,8 +80,11 @@ class TaskManagerRuntime:
         self.incarnation = uuid.uuid4().hex  # this process: a restart registers as a new incarnation
         self._run_dir = run_dir / taskmanager_id
         self._run_dir.mkdir(parents=True, exist_ok=True)
-        self._jm_channel = open_channel(jobmanager_address, self._security)
-        self.jobmanager = jobmanager_pb2_grpc.JobManagerServiceStub(self._jm_channel)
+        addresses = (jobmanager_address,) if isinstance(jobmanager_address, str) else tuple(jobmanager_address)
+        self.jobmanager_link = LeaderLink(
+            addresses, lambda a: open_channel(a, self._security), jobmanager_pb2_grpc.JobManagerServiceStub
+        )
+        self.jobmanager: jobmanager_pb2_grpc.JobManagerServiceStub = self.jobmanager_link.stub
         self._stopping = threading.Event()
         self.reports = JobManagerReports(self.jobmanager, self._stopping)
         self.host: TaskHost | None = None
@@ -158,21 +165,24 @@ class TaskManagerRuntime:
         unreachable (killed, restarting) the next call waits for the channel to connect
         (``wait_for_ready``) instead of failing at once and sleeping an interval: a restarted JobManager
         is found as soon as it listens (within the channel's reconnect back-off), which is when it can
-        place the restarted jobs (Flink's TaskExecutor reconnects to the new leader at once)."""
+        place the restarted jobs (Flink's TaskExecutor reconnects to the new leader at once). With
+        standbys (several addresses) a call fails fast instead, so that the link moves on to the next
+        address rather than wait on one that does not lead."""
         interval = 1.0
         registered = False
         unreachable = False
+        one_address = len(self.jobmanager_link.addresses) == 1
         refused: grpc.StatusCode | None = None
         while not self._stopping.is_set():
             try:
                 if not registered:
-                    interval = self.register(metrics_port, wait_for_jobmanager=unreachable)
+                    interval = self.register(metrics_port, wait_for_jobmanager=unreachable and one_address)
                     registered = True
                 running = self.tasks.progress()
                 response = self.jobmanager.Heartbeat(
                     jobmanager_pb2.HeartbeatRequest(taskmanager_id=self.id, running_tasks=running),
                     timeout=CALL_TIMEOUT_S,
-                    wait_for_ready=unreachable,
+                    wait_for_ready=unreachable and one_address,
                 )
                 unreachable = False
                 if response.reregister:
@@ -195,7 +205,7 @@ class TaskManagerRuntime:
                 unreachable = exc.code() == grpc.StatusCode.UNAVAILABLE or (
                     unreachable and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
                 )
-                if unreachable:
+                if unreachable and one_address:
                     self._stopping.wait(UNREACHABLE_PAUSE_S)  # the next call itself waits for the channel
                     continue
             self._stopping.wait(interval)

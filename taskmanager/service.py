@@ -8,18 +8,29 @@ from typing import Any
 import grpc
 
 from weir.core.errors import JobDefinitionError, ProtocolError, WeirError
+from weir.core.transport import LEADER_TERM_METADATA
+from weir.taskmanager.leader_fence import LeaderTermFence, StaleLeaderError, term_of
 from weir.taskmanager.runtime import TaskManagerRuntime
 from weir.taskmanager.slot_link import SlotWorkerError
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
 
 class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
-    def __init__(self, runtime: TaskManagerRuntime) -> None:
+    def __init__(self, runtime: TaskManagerRuntime, fence: LeaderTermFence | None = None) -> None:
         self._runtime = runtime
+        self._fence = fence if fence is not None else LeaderTermFence()
+
+    def _admit(self, context: grpc.ServicerContext, what: str) -> None:
+        """Refuse (FAILED_PRECONDITION) a call from a deposed JobManager: ``weir.taskmanager.leader_fence``."""
+        try:
+            self._fence.admit(term_of(context.invocation_metadata(), LEADER_TERM_METADATA), what)
+        except StaleLeaderError as exc:
+            context.abort(grpc.StatusCode.FAILED_PRECONDITION, str(exc))
 
     def DeployTask(
         self, request: taskmanager_pb2.DeployTaskRequest, context: grpc.ServicerContext
     ) -> taskmanager_pb2.DeployTaskResponse:  # noqa: N802,E501
+        self._admit(context, "deploy of job " + request.task.job_id)
         try:
             self._runtime.deploy(request)
         except JobDefinitionError as exc:
@@ -35,23 +46,27 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
     def CancelJobTasks(
         self, request: taskmanager_pb2.CancelJobTasksRequest, context: grpc.ServicerContext
     ) -> taskmanager_pb2.CancelJobTasksResponse:  # noqa: N802,E501
+        self._admit(context, "cancel of job " + request.job_id)
         self._runtime.cancel_attempts_through(request.job_id, request.attempt, job_ended=request.job_ended)
         return taskmanager_pb2.CancelJobTasksResponse()
 
     def TriggerCheckpoint(
         self, request: taskmanager_pb2.TriggerCheckpointRequest, context: grpc.ServicerContext
     ) -> taskmanager_pb2.TriggerCheckpointResponse:  # noqa: N802,E501
+        self._admit(context, "trigger checkpoint of job " + request.task.job_id)
         return taskmanager_pb2.TriggerCheckpointResponse(accepted=self._runtime.trigger_checkpoint(request))
 
     def NotifyCheckpointComplete(
         self, request: taskmanager_pb2.NotifyCheckpointCompleteRequest, context: grpc.ServicerContext
     ) -> taskmanager_pb2.NotifyCheckpointCompleteResponse:  # noqa: N802,E501
+        self._admit(context, "notify checkpoint complete of job " + request.job_id)
         self._runtime.notify_checkpoint(request.job_id, request.attempt, request.checkpoint_id, complete=True)
         return taskmanager_pb2.NotifyCheckpointCompleteResponse()
 
     def NotifyCheckpointAborted(
         self, request: taskmanager_pb2.NotifyCheckpointAbortedRequest, context: grpc.ServicerContext
     ) -> taskmanager_pb2.NotifyCheckpointAbortedResponse:  # noqa: N802,E501
+        self._admit(context, "notify checkpoint aborted of job " + request.job_id)
         self._runtime.notify_checkpoint(request.job_id, request.attempt, request.checkpoint_id, complete=False)
         return taskmanager_pb2.NotifyCheckpointAbortedResponse()
 

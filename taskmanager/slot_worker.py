@@ -183,8 +183,8 @@ def main() -> None:
     logs.configure(args.taskmanager_id)
     structlog.contextvars.bind_contextvars(slot_worker=args.worker)
     link = ControlLink(Connection(args.control_fd), f"slot worker {args.worker} -> {args.taskmanager_id}")
-    security = TransportSecurity.from_env()
-    server = new_server(TransportSecurity(token=security.token), max_workers=128, thread_name_prefix="slot-grpc")
+    security = TransportSecurity.from_env().for_cluster_peers()
+    server = new_server(security.without_tls(), max_workers=128, thread_name_prefix="slot-grpc")
     address = f"{UNIX_ADDRESS_PREFIX}{args.socket}"
     server.add_insecure_port(address)
     host = TaskHost(

@@ -109,7 +109,7 @@ def security_for(address: str, security: TransportSecurity) -> TransportSecurity
     """How to reach ``address``: a slot worker's Unix socket is this host's own (no TLS: its name is
     no host a certificate could name; the token still goes along), anything else as configured."""
     if address.startswith(UNIX_ADDRESS_PREFIX):
-        return TransportSecurity(token=security.token)
+        return security.without_tls()
     return security
 
 

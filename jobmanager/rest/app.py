@@ -2,7 +2,8 @@
 ``JobManager`` facade (which takes its lock), converts the views in ``weir.jobmanager.rest.views`` and lets
 ``weir.jobmanager.rest.errors`` answer every error. ``/`` and ``/web/...`` serve the web UI's files.
 
-With a token configured every API route requires ``Authorization: Bearer <token>`` (401 otherwise);
+With tokens configured every API route requires ``Authorization: Bearer <token>`` (401 otherwise) of a
+token holding the route's role (:data:`weir.core.roles.REST_ROUTE_ROLES`; 403 otherwise);
 ``/healthz`` (for probes), ``/openapi.json`` and the web UI's files stay open."""
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ from pathlib import Path
 from typing import Annotated, Any, Final, assert_never
 
 import structlog
-from fastapi import APIRouter, Depends, FastAPI, Query
+from fastapi import APIRouter, Depends, FastAPI, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -20,13 +22,14 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from weir import __version__
-from weir.core.errors import AuthenticationError, UnknownJobError
-from weir.core.transport_security import authorize, refusal_message
+from weir.core.errors import AuthenticationError, PermissionDeniedError, UnknownJobError
+from weir.core.roles import AccessTable, rest_route_role
+from weir.core.transport_security import AuthDecision, authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, VertexView
-from weir.jobmanager.rest import config, errors, flink, vertices, views
-from weir.jobmanager.rest.ids import weir_job_id
+from weir.jobmanager.rest import config, errors, flink, jars, vertices, views
+from weir.jobmanager.rest.ids import flink_job_id, weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -45,11 +48,17 @@ FLINK_VERSION_PREFIX: Final = "/v1"
 
 
 def create_app(
-    manager: JobManager, *, token: str | None = None, settings_overrides: Mapping[str, str] | None = None
+    manager: JobManager,
+    *,
+    access: AccessTable | None = None,
+    token: str | None = None,
+    settings_overrides: Mapping[str, str] | None = None,
 ) -> FastAPI:
-    """``token``: the bearer token every API route requires (None: none); ``settings_overrides``: the
-    ``WEIR_*`` settings the JobManager's command line set (``GET /jobmanager/config`` shows them over the
-    environment's)."""
+    """``access``: the tokens the API accepts and their roles (None: open); ``token``: one token with
+    every role, instead; ``settings_overrides``: the ``WEIR_*`` settings the JobManager's command line
+    set (``GET /jobmanager/config`` shows them over the environment's)."""
+    if access is None and token is not None:
+        access = AccessTable.single(token)
     app = FastAPI(
         title="Weir JobManager",
         version=__version__,
@@ -60,23 +69,39 @@ def create_app(
     )
     errors.install(app)
     disposals = flink.Disposals()
+    uploads = jars.Jars()
 
     def require_ready() -> None:
         if not manager.ready:
             what = "stopping" if manager.stopping else "still taking over its jobs from checkpoint storage"
             raise JobManagerNotReadyError(f"the JobManager is {what}; try again shortly")
 
-    def require_token(credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]) -> None:
+    def require_token(
+        request: Request, credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(BEARER)]
+    ) -> None:
         header = None if credentials is None else f"{credentials.scheme} {credentials.credentials}"
-        decision = authorize(header, token)
-        if not decision.allowed:
-            log.warning("rest_request_unauthenticated", decision=decision.value)
-            raise AuthenticationError(refusal_message(decision))
+        route = request.scope.get("route")
+        template = str(getattr(route, "path", request.url.path))
+        needed = rest_route_role(request.method, template)
+        decision = authorize(header, access, needed)
+        if decision.allowed:
+            return
+        log.warning(
+            "rest_request_refused",
+            decision=decision.value,
+            route=f"{request.method} {template}",
+            needed=None if needed is None else needed.value,
+        )
+        message = refusal_message(decision, needed, f"{request.method} {template}")
+        if decision is AuthDecision.FORBIDDEN:
+            raise PermissionDeniedError(message)
+        raise AuthenticationError(message)
 
     api = APIRouter(
         dependencies=[Depends(require_token), Depends(require_ready)],
         responses={
             401: {**_ERROR, "description": "No bearer token, or not the cluster's"},
+            403: {**_ERROR, "description": "A token of the cluster's without the role the route needs"},
             503: {**_ERROR, "description": "The JobManager is not ready"},
         },
     )
@@ -284,6 +309,73 @@ def create_app(
         job_id = weir_job_id(job_id)
         checkpoint_id = flink.checkpoint_of_trigger(job_id, trigger_id)
         return flink.savepoint_status(manager.list_checkpoints(job_id), checkpoint_id)
+
+    @api.post("/jobs/{job_id}/checkpoints", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
+    def trigger_checkpoint(job_id: str, request: flink.CheckpointTriggerRequest | None = None) -> flink.TriggerResponse:
+        """Start a checkpoint now (Flink's ``flink checkpoint``, ``weir checkpoint``); ``GET
+        .../checkpoints/{request-id}`` answers its outcome. A job that cannot take one now: 409."""
+        body = request if request is not None else flink.CheckpointTriggerRequest()
+        checkpoint_id = manager.trigger_checkpoint(weir_job_id(job_id), full=body.full)
+        return flink.TriggerResponse(request_id=flink.savepoint_trigger_id(checkpoint_id))
+
+    @api.get(
+        "/jobs/{job_id}/checkpoints/{trigger_id}",
+        responses={404: {**_ERROR, "description": "Unknown job or checkpoint"}},
+        response_model_exclude_none=True,
+    )
+    def checkpoint_status(job_id: str, trigger_id: str) -> flink.OperationResult:
+        """A checkpoint on request's outcome by the ``request-id`` its trigger answered (Flink's shape)."""
+        job_id = weir_job_id(job_id)
+        checkpoint_id = flink.checkpoint_of_trigger(job_id, trigger_id)
+        return flink.checkpoint_status(manager.list_checkpoints(job_id), checkpoint_id)
+
+    @api.post(
+        "/jars/upload",
+        responses=BAD_REQUEST,
+        openapi_extra={
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "multipart/form-data": {
+                        "schema": {
+                            "type": "object",
+                            "required": [jars.JAR_FIELD],
+                            "properties": {jars.JAR_FIELD: {"type": "string", "format": "binary"}},
+                        }
+                    }
+                },
+            }
+        },
+    )
+    async def upload_jar(request: Request) -> jars.JarUploaded:
+        """Upload a job artifact (``weir package``'s zip) in the form field ``jarfile``, as Flink takes a
+        jar; refused (400) when it is no Weir artifact. ``POST /jars/{id}/run`` runs it."""
+        file_name, data = jars.multipart_file(
+            await request.body(), request.headers.get("content-type", ""), jars.JAR_FIELD
+        )
+        jar = await run_in_threadpool(uploads.upload, file_name, data)
+        return jars.JarUploaded(filename=jar.jar_id)
+
+    @api.get("/jars")
+    def list_jars(request: Request) -> jars.JarList:
+        """The uploaded artifacts, newest first, with their entries (Flink's ``JarListInfo``)."""
+        return uploads.listing(str(request.base_url).rstrip("/"))
+
+    @api.delete("/jars/{jar_id}", responses={404: {**_ERROR, "description": "Unknown jar"}})
+    def delete_jar(jar_id: str) -> views.Accepted:
+        uploads.delete(jar_id)
+        return views.Accepted()
+
+    @api.post(
+        "/jars/{jar_id}/run",
+        responses={404: {**_ERROR, "description": "Unknown jar, or savepoint"}, **BAD_REQUEST, **CONFLICT},
+    )
+    def run_jar(jar_id: str, request: jars.JarRunRequest | None = None) -> jars.JarRunResponse:
+        """Submit the uploaded artifact as ``weir run`` does (the same checks: a job that does not load,
+        a missing topic or table: 400); answers the job's id in Flink's form."""
+        body = request if request is not None else jars.JarRunRequest()
+        job_id = manager.submit(jars.submit_request(uploads.get(jar_id), body))
+        return jars.JarRunResponse(job_id=flink_job_id(job_id))
 
     @api.post("/savepoint-disposal", responses=BAD_REQUEST)
     def dispose(request: flink.DisposalRequest) -> flink.TriggerResponse:

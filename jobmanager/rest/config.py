@@ -32,6 +32,7 @@ from weir.core.config import (
 )
 from weir.core.kafka_config import redact
 from weir.jobmanager.messages import JobConfigView
+from weir.jobmanager.rest.ids import flink_job_id
 from weir.jobmanager.rest.views import Model, _api, ms
 
 NEVER_MS: Final = 2**63 - 1  # Flink's interval of a job without periodic checkpoints (Long.MAX_VALUE)
@@ -204,7 +205,7 @@ class JobConfigInfo(Model):
 
 def job_config(view: JobConfigView) -> JobConfigInfo:
     return JobConfigInfo(
-        jid=view.job_id,
+        jid=flink_job_id(view.job_id),
         name=view.job_name,
         execution_config=ExecutionConfigInfo(
             execution_mode=EXECUTION_MODE,

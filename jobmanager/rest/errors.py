@@ -18,16 +18,19 @@ from weir.core.errors import (
     AuthenticationError,
     JobDefinitionError,
     NotEnoughSlotsError,
+    PermissionDeniedError,
     ServiceUnavailableError,
     UnknownCheckpointError,
     UnknownJobError,
     WeirError,
 )
 from weir.jobmanager.errors import (
+    CheckpointRejectedError,
     ConfigError,
     JobManagerNotReadyError,
     SavepointDisposalError,
     SavepointRejectedError,
+    UnknownJarError,
     UnknownVertexError,
 )
 
@@ -35,13 +38,16 @@ log = structlog.get_logger("weir.jobmanager")
 
 _STATUS_OF: Final[dict[type[WeirError], int]] = {
     AuthenticationError: 401,
+    PermissionDeniedError: 403,
     UnknownJobError: 404,
     UnknownCheckpointError: 404,
     UnknownVertexError: 404,
+    UnknownJarError: 404,
     JobDefinitionError: 400,
     ConfigError: 400,
     SavepointDisposalError: 400,
     SavepointRejectedError: 409,
+    CheckpointRejectedError: 409,
     JobManagerNotReadyError: 503,
     NotEnoughSlotsError: 503,
     ServiceUnavailableError: 503,

@@ -17,19 +17,17 @@ import re
 import threading
 import uuid
 from collections import OrderedDict
-from typing import Final
+from typing import Final, assert_never
 
 from pydantic import ConfigDict, Field
 
-from weir.connectors.object_storage import open_storage
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
-from weir.core.errors import SerializationError, UnknownCheckpointError, WeirError
-from weir.core.paths import METADATA_FILE, locate_state
-from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.core.errors import UnknownCheckpointError, WeirError
 from weir.jobmanager.errors import SavepointDisposalError
 from weir.jobmanager.messages import CheckpointsView
 from weir.jobmanager.rest.ids import FLINK_ID_HEX
 from weir.jobmanager.rest.views import Model, _api
+from weir.jobmanager.savepoint_disposal import dispose_savepoint
 
 DISPOSALS_KEPT: Final = 100
 _HEX: Final = re.compile(r"[0-9a-f]+")
@@ -69,6 +67,32 @@ class StopRequest(_Request):
     trigger_id: str | None = Field(default=None, alias="triggerId")
 
 
+class CheckpointType(enum.StrEnum):
+    """Flink's ``CheckpointType`` of a checkpoint on request: CONFIGURED (the job's own kind, here
+    incremental), INCREMENTAL, or FULL (reuse no file of an earlier checkpoint)."""
+
+    CONFIGURED = "CONFIGURED"
+    INCREMENTAL = "INCREMENTAL"
+    FULL = "FULL"
+
+
+class CheckpointTriggerRequest(_Request):
+    """``POST /jobs/{id}/checkpoints``: Flink's ``CheckpointTriggerRequestBody``."""
+
+    checkpoint_type: CheckpointType = Field(default=CheckpointType.CONFIGURED, alias="checkpointType", strict=False)
+    trigger_id: str | None = Field(default=None, alias="triggerId")
+
+    @property
+    def full(self) -> bool:
+        match self.checkpoint_type:
+            case CheckpointType.FULL:
+                return True
+            case CheckpointType.CONFIGURED | CheckpointType.INCREMENTAL:
+                return False
+            case _:
+                assert_never(self.checkpoint_type)
+
+
 class DisposalRequest(_Request):
     """``POST /savepoint-disposal``: Flink's ``SavepointDisposalRequest``."""
 
@@ -97,9 +121,10 @@ class FailureCause(Model):
 
 
 class OperationInfo(Model):
-    """The union of Flink's ``SavepointInfo`` and ``AsynchronousOperationInfo``."""
+    """The union of Flink's ``SavepointInfo``, ``CheckpointInfo`` and ``AsynchronousOperationInfo``."""
 
     location: str | None = None  # a savepoint's path
+    checkpoint_id: int | None = Field(default=None, validation_alias="checkpointId", serialization_alias="checkpointId")
     failure_cause: FailureCause | None = Field(
         default=None, validation_alias="failure-cause", serialization_alias="failure-cause"
     )
@@ -136,6 +161,31 @@ def savepoint_status(view: CheckpointsView, checkpoint_id: int) -> OperationResu
             return failed("SavepointFailedError", f"savepoint {checkpoint_id} of job {view.job_id}: {reason}")
 
 
+def checkpoint_status(view: CheckpointsView, checkpoint_id: int) -> OperationResult:
+    """A checkpoint on request's outcome as Flink reports it (``CheckpointInfo``): IN_PROGRESS, then
+    COMPLETED with its ``checkpointId``, or with a ``failure-cause`` as well when it failed."""
+    found = next((c for c in view.checkpoints if c.checkpoint_id == checkpoint_id), None)
+    if found is None or found.kind is not CheckpointKind.CHECKPOINT:
+        raise UnknownCheckpointError(view.job_id, checkpoint_id)
+    match found.status:
+        case CheckpointStatus.IN_PROGRESS:
+            return IN_PROGRESS
+        case CheckpointStatus.COMPLETED:
+            return OperationResult(
+                status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo(checkpoint_id=checkpoint_id)
+            )
+        case CheckpointStatus.FAILED:
+            reason = str(found.failure) if found.failure is not None else "failed"
+            cause = FailureCause(
+                class_name="CheckpointFailedError",
+                stack_trace=f"checkpoint {checkpoint_id} of job {view.job_id}: {reason}",
+            )
+            return OperationResult(
+                status=QueueStatus(id=QueueStatusId.COMPLETED),
+                operation=OperationInfo(checkpoint_id=checkpoint_id, failure_cause=cause),
+            )
+
+
 def failed(class_name: str, message: str) -> OperationResult:
     return OperationResult(
         status=QueueStatus(id=QueueStatusId.COMPLETED),
@@ -150,35 +200,6 @@ class TriggerResponse(Model):
 # Savepoint disposal --------------------------------------------------------------------------------
 
 
-def dispose_savepoint(path: str) -> int:
-    """Delete a savepoint folder (Flink's ``flink savepoint -d``): every object under it, the
-    ``_metadata`` first, as ``weir savepoint --dispose`` does, so a disposal cut short leaves no folder
-    that a restore would take for a savepoint and find incomplete. Answers how
-    many objects went. Only a savepoint: its files are its own (docs/formats.md), where a retained
-    checkpoint shares files with the job's later checkpoints, so a checkpoint folder is refused."""
-    given = f"file://{path}" if path.startswith("/") else path
-    if "://" not in given:
-        raise SavepointDisposalError(f"savepoint {path}: give an absolute path or a URI (file://, s3://)")
-    location = locate_state(given)
-    if location.metadata_key != METADATA_FILE:
-        raise SavepointDisposalError(
-            f"{path} is a checkpoint of a job, not a savepoint: its files are shared with the job's later checkpoints"
-        )
-    storage = open_storage(location.root_uri)
-    if not storage.exists(METADATA_FILE):
-        raise SavepointDisposalError(f"savepoint {path}: no {METADATA_FILE} there: not a savepoint folder")
-    try:
-        kind = decode_metadata(storage.get_bytes(METADATA_FILE), METADATA_FILE).kind
-    except SerializationError as exc:
-        raise SavepointDisposalError(f"savepoint {path}: its {METADATA_FILE} does not read: {exc}") from exc
-    if kind is not CheckpointKind.SAVEPOINT:
-        raise SavepointDisposalError(f"{path} holds a {kind.value}, not a savepoint")
-    keys = [key for key, _ in storage.list("") if key != METADATA_FILE]
-    storage.delete([METADATA_FILE])  # first: a disposal cut short leaves no folder taken for a savepoint
-    storage.delete(keys)
-    return len(keys) + 1
-
-
 class Disposals:
     """The outcomes of savepoint disposals by trigger id (Flink's ``CompletedOperationCache``)."""
 
@@ -191,7 +212,7 @@ class Disposals:
         refusal (not a savepoint) raises, as Flink's answers 400 before it triggers anything."""
         trigger_id = uuid.uuid4().hex
         try:
-            dispose_savepoint(path)
+            dispose_savepoint(path)  # weir.jobmanager.savepoint_disposal, as weir savepoint --dispose
             result = OperationResult(status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo())
         except SavepointDisposalError:
             raise

@@ -246,7 +246,13 @@ def _taskmanager_fields(tm: TaskManagerView) -> dict[str, Any]:
         "time_since_last_heartbeat": ms(tm.last_heartbeat_age_s),
         "alive": tm.alive,
         "tasks": [
-            PlacedTask(job_id=t.job_id, vertex_id=t.vertex_uid, subtask=t.subtask, attempt=t.attempt, status=t.state)
+            PlacedTask(
+                job_id=flink_job_id(t.job_id),
+                vertex_id=t.vertex_uid,
+                subtask=t.subtask,
+                attempt=t.attempt,
+                status=t.state,
+            )
             for t in tm.tasks
         ],
     }
@@ -303,7 +309,7 @@ def jobs(summaries: Iterable[JobSummaryView]) -> Jobs:
     return Jobs(
         jobs=[
             JobListEntry(
-                id=j.job_id,
+                id=flink_job_id(j.job_id),
                 name=j.job_name,
                 status=j.status,
                 start_time=ms(j.submitted_at),
@@ -450,7 +456,7 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
     if end is not None:
         reached[summary.status.value] = end
     return JobDetails(
-        jid=summary.job_id,
+        jid=flink_job_id(summary.job_id),
         name=summary.job_name,
         state=summary.status,
         start_time=start,
@@ -535,7 +541,9 @@ def _node(vertex: VertexView) -> PlanNode:
 
 
 def job_plan(plan: JobPlanView) -> JobPlan:
-    return JobPlan(plan=Plan(jid=plan.job_id, name=plan.job_name, nodes=[_node(v) for v in plan.vertices]))
+    return JobPlan(
+        plan=Plan(jid=flink_job_id(plan.job_id), name=plan.job_name, nodes=[_node(v) for v in plan.vertices])
+    )
 
 
 # Exceptions ----------------------------------------------------------------------------------------
@@ -552,6 +560,9 @@ class ExceptionInfo(Model):
     subtask: int | None
     attempt: int
     taskmanager_id: str | None
+    # Flink's: the traceback as the task formatted it, or "Type: message" for a failure with none (one
+    # the JobManager decided on: a lost TaskManager has no frames)
+    stacktrace: str
 
 
 class ExceptionHistoryInfo(Model):
@@ -560,13 +571,25 @@ class ExceptionHistoryInfo(Model):
 
 
 class JobExceptions(Model):
+    """Flink's ``JobExceptionsInfoWithHistory``: ``root-exception`` and ``timestamp`` are the newest
+    failure's stack trace and time (null before the first), as Flink's deprecated top-level fields."""
+
+    root_exception: str | None = _api("root-exception")
+    timestamp: int | None
     exception_history: ExceptionHistoryInfo = _api("exceptionHistory")
+
+
+def stacktrace_of(failure: Failure) -> str:
+    return failure.stacktrace or str(failure)
 
 
 def job_exceptions(history: ExceptionHistory, plan: JobPlanView, max_exceptions: int) -> JobExceptions:
     names = {v.uid: v.name for v in plan.vertices}
     entries, truncated = history.latest(max_exceptions)
+    newest = history.entries[0] if history.entries else None
     return JobExceptions(
+        root_exception=None if newest is None else stacktrace_of(newest.failure),
+        timestamp=None if newest is None else ms(newest.timestamp),
         exception_history=ExceptionHistoryInfo(
             entries=[
                 ExceptionInfo(
@@ -580,11 +603,12 @@ def job_exceptions(history: ExceptionHistory, plan: JobPlanView, max_exceptions:
                     subtask=e.subtask,
                     attempt=e.attempt,
                     taskmanager_id=e.taskmanager_id,
+                    stacktrace=stacktrace_of(e.failure),
                 )
                 for e in entries
             ],
             truncated=truncated,
-        )
+        ),
     )
 
 

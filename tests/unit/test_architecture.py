@@ -100,8 +100,14 @@ def test_everything_imports_under_the_one_root() -> None:
         (  # the CLI launches the scenarios as a program: importing them would put the tools under them
             "tools/cli.py",
             "import weir.scenarios.registry",
-            "Layers: scenarios > tools",
+            "Layers: scenarios | testing > tools",
             "weir.tools.cli -> weir.scenarios.registry",
+        ),
+        (  # the pytest plugin sits on the tools: the engine it drives never imports it back
+            "tools/jobtest.py",
+            "import weir.testing",
+            "Layers: scenarios | testing > tools",
+            "weir.tools.jobtest -> weir.testing",
         ),
         (  # the scenarios reach Kafka through the adapter in connectors/ like everything else
             "scenarios/driving.py",
@@ -110,7 +116,14 @@ def test_everything_imports_under_the_one_root() -> None:
             "weir.scenarios.driving -> confluent_kafka",
         ),
     ],
-    ids=["pure-direct", "pure-indirect", "nexmark", "scenarios-above-tools", "scenarios-through-adapters"],
+    ids=[
+        "pure-direct",
+        "pure-indirect",
+        "nexmark",
+        "scenarios-above-tools",
+        "testing-above-tools",
+        "scenarios-through-adapters",
+    ],
 )
 def test_each_new_contract_breaks_on_purpose(
     tmp_path: Path, module: str, added: str, contract: str, chain: str

@@ -31,6 +31,7 @@ from weir.api.checks import KeySelector
 from weir.api.columnar import ColumnarKeyedStream, ColumnarStream
 from weir.api.connector import Duration, OptionError, Sink, Source
 from weir.api.environment import DEFAULT_MAX_PARALLELISM, Environment, Parameters
+from weir.api.file_sink import PartFileSink, fixed_bucket
 from weir.api.functions import (
     AggregateFunction,
     Collector,
@@ -124,6 +125,8 @@ __all__ = [
     "FailOnError",
     "FieldKey",
     "FileSink",
+    "PartFileSink",
+    "fixed_bucket",
     "FunctionSink",
     "GeneratorSource",
     "GeneratorSourceSpec",

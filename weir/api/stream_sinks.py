@@ -1,7 +1,8 @@
 """What a stream is written to (Flink's ``DataStream.sinkTo``): :meth:`StreamSinks.sink_to` takes a
-sink its connector built, and ``sink_to_kafka``, ``sink_to_postgres``, ``sink``, ``print`` and
-``sink_to_file`` are that call with the connector's options under the same names. Each option is
-checked, and documented, by its connector (``weir.api.kafka_sink``, ``postgres_sink``, ``local_sinks``);
+sink its connector built, and ``sink_to_kafka``, ``sink_to_postgres``, ``sink_to_files``, ``sink``,
+``print`` and ``sink_to_file`` are that call with the connector's options under the same names. Each
+option is checked, and documented, by its connector (``weir.api.kafka_sink``, ``postgres_sink``,
+``file_sink``, ``local_sinks``);
 a refused one is told of the sink's uid."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from weir.api.connector import Duration, Sink, told_as
+from weir.api.file_sink import FileFormatName, PartFileSink
 from weir.api.kafka_sink import KafkaDelivery, KafkaSink
 from weir.api.local_sinks import FileSink, FunctionSink, PrintSink
 from weir.api.postgres_sink import PostgresDelivery, PostgresSink
@@ -121,6 +123,39 @@ class StreamSinks(abc.ABC):
                 .delivery(delivery)
                 .version_column(version_column)
                 .build()
+            )
+        self.sink_to(sink, uid=uid, parallelism=parallelism, on_error=on_error)
+
+    def sink_to_files(
+        self,
+        path: str,
+        *,
+        uid: str,
+        format: FileFormatName = "parquet",  # noqa: A002 - Flink's and the issue's name for it
+        bucket_assigner: Callable[[Any, int | None], str] | None = None,
+        max_part_bytes: int | None = None,
+        rollover_interval: Duration | None = None,
+        serializer: Callable[[Any], bytes] | None = None,
+        schema: Any = None,
+        parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
+    ) -> None:
+        """Write each value into part files under ``path`` (``s3://bucket/prefix`` or a directory),
+        exactly once (Flink's ``FileSink``): ``sink_to(PartFileSink(path, ...))``. A part file per
+        subtask and bucket (``bucket_assigner(value, timestamp)``, default the record's hour,
+        ``dt=YYYY-MM-DD/hour=HH``), rolled at ``max_part_bytes`` (default 128 MiB), after
+        ``rollover_interval`` (default 15 min) and at every checkpoint; it becomes visible (the S3
+        upload completed, the hidden file renamed) once that checkpoint completes. ``parquet``: dicts,
+        ``schema`` a ``pyarrow.Schema`` or inferred from the first rows; ``jsonl``: ``serializer``
+        (default JSON). ``on_error``: a record the assigner or serializer raises on (docs/sinks.md)."""
+        with told_as(f"file sink {uid!r}"):
+            options: dict[str, Any] = {}
+            if max_part_bytes is not None:
+                options["max_part_bytes"] = max_part_bytes
+            if rollover_interval is not None:
+                options["rollover_interval"] = rollover_interval
+            sink = PartFileSink(
+                path, format, bucket_assigner=bucket_assigner, serializer=serializer, schema=schema, **options
             )
         self.sink_to(sink, uid=uid, parallelism=parallelism, on_error=on_error)
 

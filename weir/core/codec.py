@@ -55,12 +55,18 @@ def fault_from_proto(value: common_pb2.Fault) -> Fault:
 
 def failure_to_proto(failure: Failure) -> common_pb2.Failure:
     return common_pb2.Failure(
-        type=failure.type, message=failure.message, fault=fault_to_proto(failure.fault), retriable=failure.retriable
+        type=failure.type,
+        message=failure.message,
+        fault=fault_to_proto(failure.fault),
+        retriable=failure.retriable,
+        stacktrace=failure.stacktrace,
     )
 
 
 def failure_from_proto(message: common_pb2.Failure) -> Failure:
-    return Failure(message.type, message.message, fault_from_proto(message.fault), message.retriable)
+    return Failure(
+        message.type, message.message, fault_from_proto(message.fault), message.retriable, message.stacktrace
+    )
 
 
 def optional_failure_from_proto(owner: object, field: str) -> Failure | None:

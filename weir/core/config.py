@@ -441,6 +441,78 @@ class JobManagerSettings(WeirSettings):
     jobmanager_bind: str = Field(default="127.0.0.1", min_length=1, description="Address the JobManager binds.")
 
 
+class HighAvailabilitySettings(WeirSettings):
+    """A leader JobManager and standbys (docs/operations.md, "A JobManager that fails over"): each
+    JobManager started with ``WEIR_HA_ENABLED=true`` on the same checkpoint storage contends for the
+    leader lease there; the one holding it serves, the others wait and take over when it stops renewing.
+    ``renew interval < renew deadline < lease duration``: the leader renews every interval, stops acting
+    a deadline after its last successful renewal, a standby takes over once the lease stayed unchanged
+    for a whole duration (each by its own clock)."""
+
+    title: ClassVar[str] = "High availability (leader JobManager and standbys)"
+
+    ha_enabled: bool = Field(
+        default=False, description="Contend for the leader lease in checkpoint storage (`false`: lead at once)."
+    )
+    ha_lease_duration_s: float = Field(
+        default=6.0,
+        gt=0,
+        json_schema_extra={"type_doc": "seconds > 0"},
+        description="How long a standby waits with the lease unchanged before taking it over.",
+    )
+    ha_renew_interval_s: float = Field(
+        default=2.0,
+        gt=0,
+        json_schema_extra={"type_doc": "seconds > 0"},
+        description="How often the leader renews its lease.",
+    )
+    ha_renew_deadline_s: float = Field(
+        default=4.0,
+        gt=0,
+        json_schema_extra={"type_doc": "seconds > 0"},
+        description="The leader stops acting this long after its last successful renewal.",
+    )
+    ha_advertised_address: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Where this JobManager's clients reach it, written into the lease (shown to operators).",
+        json_schema_extra={"type_doc": "host:port", "default_doc": "its bind address and gRPC port"},
+    )
+    jobmanager_addresses: str | None = Field(
+        default=None,
+        min_length=1,
+        description="Every JobManager (leader and standbys), comma-separated: TaskManagers and clients "
+        "call the one that answers (a standby does not serve).",
+        json_schema_extra={"type_doc": "host:port,…", "default_doc": "`WEIR_JOBMANAGER_ADDRESS` alone"},
+    )
+
+    @field_validator("jobmanager_addresses")
+    @classmethod
+    def _check_addresses(cls, value: str | None) -> str | None:
+        if value is not None:
+            for address in value.split(","):
+                _host_port(address.strip())
+        return value
+
+    @model_validator(mode="after")
+    def _check_timing(self) -> HighAvailabilitySettings:
+        if not self.ha_renew_interval_s < self.ha_renew_deadline_s < self.ha_lease_duration_s:
+            raise ValueError(
+                "WEIR_HA_RENEW_INTERVAL_S < WEIR_HA_RENEW_DEADLINE_S < WEIR_HA_LEASE_DURATION_S is needed, got "
+                f"{self.ha_renew_interval_s} / {self.ha_renew_deadline_s} / {self.ha_lease_duration_s}"
+            )
+        return self
+
+
+def jobmanager_addresses(environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """The JobManagers a TaskManager or client may call, in order: ``WEIR_JOBMANAGER_ADDRESSES``,
+    else ``WEIR_JOBMANAGER_ADDRESS`` alone."""
+    listed = HighAvailabilitySettings.from_env(environ).jobmanager_addresses
+    if listed:
+        return tuple(a.strip() for a in listed.split(",") if a.strip())
+    return (Endpoints.from_env(environ).jobmanager_address,)
+
+
 class TaskManagerSettings(WeirSettings):
     """Defaults of ``python -m weir.taskmanager``'s options; a command-line option wins.
 
@@ -528,6 +600,25 @@ class SecuritySettings(WeirSettings):
         validate_default=True,
         description="A file holding the token (a mounted secret), instead of `WEIR_AUTH_TOKEN`.",
     )
+    auth_tokens_file: Path | None = Field(
+        default=None,
+        description="Tokens given per client, one `<role> <token>` or `<role> sha256:<hex>` a line; roles "
+        "`read`, `operate` (cancel, stop, savepoint), `submit` (run code); each holds the ones before it. "
+        "Set on the cluster's processes: their servers then accept these tokens (and the internal token) "
+        "only, and `WEIR_AUTH_TOKEN` is just what the process sends as a client. Needs `WEIR_INTERNAL_TOKEN`.",
+    )
+    internal_token: SecretStr | None = Field(
+        default=None,
+        description="The token the JobManager and the TaskManagers send each other (registration, "
+        "heartbeats, acknowledgements, deployments, data channels): role `internal` only, distinct from every "
+        "client token.",
+        json_schema_extra={"type_doc": "secret string"},
+    )
+    internal_token_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="A file holding the internal token, instead of `WEIR_INTERNAL_TOKEN`.",
+    )
     tls_cert_file: Path | None = Field(
         default=None,
         description="This process's certificate chain: served by its servers, shown by its clients when asked.",
@@ -561,6 +652,34 @@ class SecuritySettings(WeirSettings):
     def _one_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
         if value is not None and info.data.get("auth_token") is not None:
             raise ValueError("set WEIR_AUTH_TOKEN or WEIR_AUTH_TOKEN_FILE, not both")
+        return value
+
+    storage_mac_key: SecretStr | None = Field(
+        default=None,
+        description="The cluster's secret for the keyed MAC (HMAC-SHA256) over every object written to checkpoint "
+        'storage, checked before an object read back is decoded (docs/formats.md, "Authenticated objects"); at '
+        "least 16 bytes, the same on the JobManager, every TaskManager and the tools that read savepoints. Unset: "
+        "objects are written and read without one (a warning at start when the storage is S3).",
+        json_schema_extra={"type_doc": "secret string"},
+    )
+    storage_mac_key_file: Path | None = Field(
+        default=None,
+        validate_default=True,
+        description="A file holding the storage MAC key, instead of `WEIR_STORAGE_MAC_KEY`.",
+    )
+
+    @field_validator("storage_mac_key_file")
+    @classmethod
+    def _one_storage_key(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("storage_mac_key") is not None:
+            raise ValueError("set WEIR_STORAGE_MAC_KEY or WEIR_STORAGE_MAC_KEY_FILE, not both")
+        return value
+
+    @field_validator("internal_token_file")
+    @classmethod
+    def _one_internal_token(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        if value is not None and info.data.get("internal_token") is not None:
+            raise ValueError("set WEIR_INTERNAL_TOKEN or WEIR_INTERNAL_TOKEN_FILE, not both")
         return value
 
     @field_validator("tls_key_file")
@@ -801,6 +920,7 @@ SETTINGS: Final[tuple[type[WeirSettings], ...]] = (
     Endpoints,
     Directories,
     JobManagerSettings,
+    HighAvailabilitySettings,
     TaskManagerSettings,
     PythonJobSettings,
     SecuritySettings,

@@ -156,7 +156,8 @@ class SinkSystem(enum.Enum):
     KAFKA = "kafka"
     POSTGRES = "postgres"
     FUNCTION = "function"  # sink(fn), print, file: the job's own side effects
-    FILE = "file"
+    FILE = "file"  # the debugging sink: lines appended to a file per subtask
+    FILES = "files"  # the exactly-once file sink: part files on S3 or in a directory
     PRINT = "print"
 
 

@@ -67,6 +67,21 @@ class AuthenticationError(WeirError):
     fault: Fault = Fault.USER
 
 
+class PermissionDeniedError(WeirError):
+    """A token of the cluster's, without the role the call needs (docs/security.md, "Roles")."""
+
+    fault: Fault = Fault.USER
+
+
+class StorageAuthenticationError(WeirError):
+    """An object read back from checkpoint storage without this cluster's MAC (tampered, truncated,
+    foreign or unsealed): refused before it is decoded; the storage's content is at fault, and reading
+    it again answers the same."""
+
+    fault: Fault = Fault.EXTERNAL
+    retriable: ClassVar[bool] = False
+
+
 class ClusterUnavailableError(WeirError):
     """No JobManager answers at the configured address, or no local cluster runs; start it and retry."""
 

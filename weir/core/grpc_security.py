@@ -1,6 +1,8 @@
 """The one place Weir opens gRPC channels and builds gRPC servers, secured by a
 :class:`~weir.core.transport_security.TransportSecurity`: TLS credentials when configured, the bearer
-token sent by a client interceptor and checked by a server interceptor, once per call or stream.
+token sent by a client interceptor and checked by a server interceptor, once per call or stream,
+against the role the method needs (:data:`weir.core.roles.GRPC_METHOD_ROLES`): no token or not the
+cluster's, UNAUTHENTICATED; the cluster's without the role, PERMISSION_DENIED.
 
 ``grpc.health.v1.Health`` stays open: probes (the supervisor's, Kubernetes') carry no token, and it
 tells nothing but SERVING.
@@ -15,6 +17,7 @@ from typing import Any, Final, NamedTuple
 import grpc
 import structlog
 
+from weir.core.roles import AccessTable, grpc_method_role
 from weir.core.transport import GRPC_OPTIONS
 from weir.core.transport_security import AUTHORIZATION, AuthDecision, TransportSecurity, authorize, refusal_message
 
@@ -44,15 +47,20 @@ def open_channel(address: str, security: TransportSecurity, options: Options = G
 
 
 def new_server(
-    security: TransportSecurity, *, max_workers: int, thread_name_prefix: str, options: Options = GRPC_OPTIONS
+    security: TransportSecurity,
+    *,
+    max_workers: int,
+    thread_name_prefix: str,
+    options: Options = GRPC_OPTIONS,
+    interceptors: Sequence[grpc.ServerInterceptor] = (),
 ) -> grpc.Server:
-    """A server whose calls (but health checks) need the token when one is configured."""
-    interceptors: list[grpc.ServerInterceptor] = (
-        [] if security.token is None else [TokenServerInterceptor(security.token)]
-    )
+    """A server whose calls (but health checks) need a token holding their role when tokens are configured;
+    ``interceptors`` run after the token's check."""
+    chain: list[grpc.ServerInterceptor] = [] if security.access is None else [TokenServerInterceptor(security.access)]
+    chain.extend(interceptors)
     return grpc.server(
         ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix=thread_name_prefix),
-        interceptors=interceptors,
+        interceptors=chain,
         options=list(options),
     )
 
@@ -75,10 +83,11 @@ def add_port(server: grpc.Server, address: str, security: TransportSecurity) -> 
 
 
 class TokenServerInterceptor(grpc.ServerInterceptor):
-    """Calls without this token end UNAUTHENTICATED before any servicer code runs."""
+    """Calls without one of the table's tokens end UNAUTHENTICATED, calls whose token lacks the
+    method's role PERMISSION_DENIED, before any servicer code runs."""
 
-    def __init__(self, token: str) -> None:
-        self._token = token
+    def __init__(self, access: AccessTable) -> None:
+        self._access = access
 
     def __repr__(self) -> str:
         return "TokenServerInterceptor(token=<hidden>)"
@@ -92,19 +101,26 @@ class TokenServerInterceptor(grpc.ServerInterceptor):
         if method.startswith(OPEN_SERVICE_PREFIXES):
             return continuation(details)
         header = next((str(v) for k, v in details.invocation_metadata or () if k == AUTHORIZATION), None)
-        decision = authorize(header, self._token)
+        needed = grpc_method_role(method)
+        decision = authorize(header, self._access, needed)
         if decision.allowed:
             return continuation(details)
-        log.warning("grpc_call_unauthenticated", method=method, decision=decision.value)
+        log.warning(
+            "grpc_call_refused", method=method, decision=decision.value, needed=None if needed is None else needed.value
+        )
         handler = continuation(details)
-        return None if handler is None else _refusing(handler, refusal_message(decision))
+        if handler is None:
+            return None
+        forbidden = decision is AuthDecision.FORBIDDEN
+        code = grpc.StatusCode.PERMISSION_DENIED if forbidden else grpc.StatusCode.UNAUTHENTICATED
+        return _refusing(handler, code, refusal_message(decision, needed, method))
 
 
-def _refusing(handler: grpc.RpcMethodHandler, message: str) -> grpc.RpcMethodHandler:
-    """A handler of ``handler``'s kind that aborts UNAUTHENTICATED."""
+def _refusing(handler: grpc.RpcMethodHandler, code: grpc.StatusCode, message: str) -> grpc.RpcMethodHandler:
+    """A handler of ``handler``'s kind that aborts with ``code``."""
 
     def refuse(_request: object, context: grpc.ServicerContext) -> Any:
-        context.abort(grpc.StatusCode.UNAUTHENTICATED, message)
+        context.abort(code, message)
 
     serializers = {
         "request_deserializer": handler.request_deserializer,

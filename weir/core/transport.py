@@ -6,6 +6,9 @@ from typing import Final
 
 MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
 """The largest gRPC message Weir sends or accepts (control and data plane)."""
+LEADER_TERM_METADATA: Final = "weir-leader-term"
+"""The gRPC metadata key of a JobManager's leader term (Flink's fencing token) on its calls to
+TaskManagers, which refuse a term lower than the highest they have seen (``weir.taskmanager.leader_fence``)."""
 RECONNECT_BACKOFF_MIN_MS: Final = 100
 RECONNECT_BACKOFF_MAX_MS: Final = 500
 

@@ -1,6 +1,7 @@
-"""Settings -> what secures a connection: the bearer token, the TLS material of servers and clients,
-the token check and the rule that a non-loopback bind needs a token. Pure: no gRPC, no HTTP; the
-gRPC adapter is :mod:`weir.core.grpc_security`, the REST API's check is in ``weir.jobmanager.rest``.
+"""Settings -> what secures a connection: the bearer tokens and the roles they hold, the TLS material
+of servers and clients, the token check and the rule that a non-loopback bind needs a token. Pure: no
+gRPC, no HTTP; the gRPC adapter is :mod:`weir.core.grpc_security`, the REST API's check is in
+``weir.jobmanager.rest``, the roles each call needs in :mod:`weir.core.roles`.
 
 The token is compared per call or per stream (a data-plane channel is one stream), never per record.
 """
@@ -8,15 +9,15 @@ The token is compared per call or per stream (a data-plane channel is one stream
 from __future__ import annotations
 
 import enum
-import hmac
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Final
 
 from weir.core.config import SecuritySettings, env_name
 from weir.core.errors import ConfigurationError
+from weir.core.roles import AccessTable, Role, access_table, parse_tokens_file
 
 AUTHORIZATION: Final = "authorization"
 """The metadata key (gRPC) and header (HTTP, any case) that carries ``Bearer <token>``."""
@@ -25,37 +26,46 @@ TOKEN_VARIABLES: Final = "WEIR_AUTH_TOKEN or WEIR_AUTH_TOKEN_FILE"
 
 
 class AuthDecision(enum.Enum):
-    """What a server does with a call, given its ``authorization`` value."""
+    """What a server does with a call, given its ``authorization`` value and the role it needs."""
 
     OPEN = "open"  # no token configured: every call passes
     ACCEPTED = "accepted"
     MISSING = "missing"  # no ``authorization``, or not a bearer token
-    REJECTED = "rejected"  # a bearer token, not this one
+    REJECTED = "rejected"  # a bearer token, not one of this cluster's
+    FORBIDDEN = "forbidden"  # one of this cluster's tokens, without the role the call needs
 
     @property
     def allowed(self) -> bool:
         return self in (AuthDecision.OPEN, AuthDecision.ACCEPTED)
 
 
-def authorize(header: str | None, token: str | None) -> AuthDecision:
-    """The decision on one call: ``header`` is its ``authorization`` value (None: absent)."""
-    if token is None:
+def authorize(header: str | None, access: AccessTable | None, needed: Role | None) -> AuthDecision:
+    """The decision on one call: ``header`` is its ``authorization`` value (None: absent); ``needed``
+    the role the call needs (None: a call no table names, refused to every token)."""
+    if access is None:
         return AuthDecision.OPEN
     if header is None or not header[: len(BEARER)].lower() == BEARER.lower():
         return AuthDecision.MISSING
-    offered = header[len(BEARER) :].strip()
-    if hmac.compare_digest(offered.encode(), token.encode()):
-        return AuthDecision.ACCEPTED
-    return AuthDecision.REJECTED
+    roles = access.roles_of(header[len(BEARER) :].strip())
+    if roles is None:
+        return AuthDecision.REJECTED
+    return AuthDecision.ACCEPTED if needed is not None and needed in roles else AuthDecision.FORBIDDEN
 
 
-def refusal_message(decision: AuthDecision) -> str:
-    """What a refused caller is told (never the token)."""
+def refusal_message(decision: AuthDecision, needed: Role | None = None, what: str = "this call") -> str:
+    """What a refused caller is told (never a token)."""
     match decision:
         case AuthDecision.MISSING:
             return f"this Weir service requires a bearer token: set {TOKEN_VARIABLES} in the caller's environment"
         case AuthDecision.REJECTED:
             return f"the bearer token is not this cluster's: check {TOKEN_VARIABLES} in the caller's environment"
+        case AuthDecision.FORBIDDEN:
+            if needed is None:
+                return f"{what} is not open to any token"
+            return (
+                f"{what} needs the role '{needed.value}', which this token does not hold: "
+                "use a token given that role (WEIR_AUTH_TOKENS_FILE on the cluster)"
+            )
         case AuthDecision.OPEN | AuthDecision.ACCEPTED:
             return "accepted"
 
@@ -102,11 +112,21 @@ class ClientTls:
 
 @dataclass(frozen=True)
 class TransportSecurity:
-    """How one process secures its servers and its clients; :meth:`from_env` reads it."""
+    """How one process secures its servers and its clients; :meth:`from_env` reads it.
+
+    ``token``: what this process sends as a client. ``access``: the tokens its servers accept and their
+    roles (None: open; given ``token`` alone, that token with every role). ``internal_token``: what the
+    cluster's processes send each other (:meth:`for_cluster_peers`)."""
 
     token: str | None = field(default=None, repr=False)
     server_tls: ServerTls | None = None
     client_tls: ClientTls | None = None
+    access: AccessTable | None = field(default=None, repr=False)
+    internal_token: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.access is None and self.token is not None:
+            object.__setattr__(self, "access", AccessTable.single(self.token))
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TransportSecurity:
@@ -141,12 +161,40 @@ class TransportSecurity:
         if settings.tls_ca_file is not None or certificate is not None:
             roots = _read(settings.tls_ca_file, "tls_ca_file") if settings.tls_ca_file is not None else None
             client_tls = ClientTls(roots, certificate, key, settings.tls_server_name)
-        return cls(token or None, server_tls, client_tls)
+        grants = None
+        if settings.auth_tokens_file is not None:
+            text = _read(settings.auth_tokens_file, "auth_tokens_file").decode()
+            grants = parse_tokens_file(text, env_name("auth_tokens_file"))
+        internal: str | None = None
+        if settings.internal_token is not None:
+            internal = settings.internal_token.get_secret_value().strip() or None
+        elif settings.internal_token_file is not None:
+            internal = _read(settings.internal_token_file, "internal_token_file").decode().strip()
+            if not internal:
+                raise ConfigurationError(f"bad configuration: {env_name('internal_token_file')} names an empty file")
+        if grants is not None and internal is None:
+            raise ConfigurationError(
+                f"bad configuration: {env_name('auth_tokens_file')} gives client tokens only; the cluster's "
+                "processes need a token of their own: set WEIR_INTERNAL_TOKEN or WEIR_INTERNAL_TOKEN_FILE"
+            )
+        access = access_table(token or None, grants, internal)
+        return cls(token or None, server_tls, client_tls, access, internal)
+
+    def for_cluster_peers(self) -> TransportSecurity:
+        """The security a JobManager or TaskManager calls the cluster's other processes with: the
+        internal token when one is configured, else the single token (which then holds every role)."""
+        if self.internal_token is None:
+            return self
+        return replace(self, token=self.internal_token)
+
+    def without_tls(self) -> TransportSecurity:
+        """The same tokens, no TLS (a slot worker's Unix socket: no host name a certificate could name)."""
+        return replace(self, server_tls=None, client_tls=None)
 
     def check_bind(self, host: str, port: int, bind_variable: str) -> None:
         """Refuse a server on a non-loopback address without a token: ConfigurationError, naming the
         address and what to set."""
-        if self.token is None and not is_loopback(host):
+        if self.access is None and not is_loopback(host):
             raise ConfigurationError(
                 f"refusing to serve on {host}:{port} without authentication: set {TOKEN_VARIABLES} "
                 f"(and TLS: WEIR_TLS_CERT_FILE, WEIR_TLS_KEY_FILE), or bind 127.0.0.1 ({bind_variable} or --bind)"

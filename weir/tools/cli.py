@@ -32,7 +32,7 @@ from rich.table import Table
 from typer.core import TyperGroup
 
 import weir
-from weir.core.config import Diagnostics, Endpoints, check_environment, client_environment
+from weir.core.config import Diagnostics, Endpoints, check_environment, client_environment, jobmanager_addresses
 from weir.core.errors import (
     ClusterUnavailableError,
     CommandLineError,
@@ -139,7 +139,8 @@ JobManagerOption = Annotated[
         metavar="HOST:PORT",
         callback=_remember(_JOBMANAGER),
         expose_value=False,
-        help="The JobManager to talk to (wins over WEIR_JOBMANAGER_ADDRESS and the profile). As Flink's -m.",
+        help="The JobManager to talk to, or a leader and its standbys comma-separated (wins over "
+        "WEIR_JOBMANAGER_ADDRESSES, WEIR_JOBMANAGER_ADDRESS and the profile). As Flink's -m.",
     ),
 ]
 ProfileOption = Annotated[
@@ -183,7 +184,11 @@ def _client() -> JobManagerClient:
     meta = _client_choices.get() or {}
     environment = client_environment(meta.get(_PROFILE))
     flag = meta.get(_JOBMANAGER)
-    address = _jobmanager_flag(flag) if flag is not None else Endpoints.from_env(environment).jobmanager_address
+    # Several addresses (a leader and its standbys): the client calls whichever leads.
+    if flag is not None:
+        address = ",".join(_jobmanager_flag(a.strip()) for a in flag.split(","))
+    else:
+        address = ",".join(jobmanager_addresses(environment))
     return JobManagerClient(address, security=TransportSecurity.from_env(environment))
 
 
@@ -332,11 +337,20 @@ def run(
             help="With --from-savepoint: drop the state of operators the job no longer has (matched by uid).",
         ),
     ] = False,
+    skip_upgrade_check: Annotated[
+        bool,
+        typer.Option(
+            "--skip-upgrade-check",
+            help="With --from-savepoint: submit without running `weir upgrade check` first (for emergencies: "
+            "what it would refuse fails at restore, or loses state silently).",
+        ),
+    ] = False,
     json_output: JsonOption = False,
     jobmanager: JobManagerOption = None,
     profile: ProfileOption = None,
 ) -> None:
-    """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1)."""
+    """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1).
+    With --from-savepoint, `weir upgrade check` runs first and a job it fails is not submitted (exit 2)."""
     from weir.api.artifacts import build_artifact
     from weir.api.job_code import JobCode, SourceCode, prepare_artifact
     from weir.api.load_check import check_job_loads
@@ -368,6 +382,32 @@ def run(
         code = SourceCode(str(job_file), source)
     # Fail fast, before the cluster is asked: loaded in a child process with a deadline.
     checked = check_job_loads(code, parameters, parallelism or 1, None, settings.job_load_timeout)
+    if from_checkpoint is not None and not skip_upgrade_check:
+        from weir.tools.upgrade_check import Severity, check_before_run
+
+        full_report = " ".join(
+            [
+                "weir upgrade check",
+                str(job_file) if job_file is not None else "JOB_V2.py",
+                "--savepoint",
+                from_checkpoint,
+                *(["-n"] if allow_non_restored_state else []),
+            ]
+        )
+        with _storage_answers():
+            upgrade = check_before_run(
+                code,
+                from_checkpoint,
+                full_report=full_report,
+                parameters=parameters,
+                parallelism=parallelism or 1,
+                allow_non_restored_state=allow_non_restored_state,
+            )
+        for finding in upgrade.findings:
+            if finding.severity is Severity.WARNING:
+                sys.stderr.write(
+                    f"weir: warning: upgrade check: {finding.kind.value} {finding.uid}: {finding.reason}\n"
+                )
     with _client() as client:
         job_id = client.submit_job(
             job_file,
@@ -400,6 +440,56 @@ def run(
         return
     _error_line(f"job {job_id} {summary.status}: {describe_failure(status.failure)}")
     raise typer.Exit(EXIT_FAILURE)
+
+
+@app.command()
+def package(
+    job_file: Annotated[
+        Path | None, typer.Argument(metavar="[JOB.py]", help="A job file defining build(env) (or --py-module).")
+    ] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the artifact (a .zip).")] = Path(
+        "job.zip"
+    ),
+    py_files: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--py-files", "-pyfs", metavar="DIR|FILE.py|ZIP|WHEEL", help="Ship these with the job, as for weir run."
+        ),
+    ] = None,
+    py_requirements: Annotated[
+        str | None,
+        typer.Option("--py-requirements", "-pyreq", metavar="requirements.txt[#WHEEL_DIR]", help="As for weir run."),
+    ] = None,
+    py_module: Annotated[
+        str | None,
+        typer.Option("--py-module", "-pym", metavar="package.module", help="As for weir run, in place of JOB.py."),
+    ] = None,
+    json_output: JsonOption = False,
+) -> None:
+    """Write the job's artifact (the zip `weir run` sends, docs/formats.md) to a file, without a cluster:
+    for `POST /jars/upload` (Flink's jar upload, docs/rest-api.md) or to keep the exact bytes a job ran."""
+    from weir.api.artifacts import build_artifact
+    from weir.core.config import PythonJobSettings
+    from weir.core.errors import JobDefinitionError
+
+    shipped = [Path(p) for given in py_files or [] for p in given.split(",") if p]
+    artifact = build_artifact(
+        job_file=job_file,
+        py_module=py_module,
+        py_files=shipped,
+        requirements=py_requirements,
+        max_bytes=PythonJobSettings.from_env().job_artifact_max_bytes,
+    )
+    try:
+        output.write_bytes(artifact.data)
+    except OSError as exc:
+        raise JobDefinitionError(f"cannot write the artifact to {output}: {exc.strerror or exc}") from exc
+    if json_output:
+        _print_json({"path": str(output), "artifact_id": artifact.artifact_id, "entry": artifact.manifest.entry_name})
+    else:
+        _stdout().print(
+            f"{output}: job {artifact.manifest.entry_name}, artifact {artifact.artifact_id}", soft_wrap=True
+        )
 
 
 @app.command()
@@ -854,6 +944,16 @@ def test_command(
             "--failures", help="Also run once per checkpoint and crash point with a failure there; compare outputs."
         ),
     ] = False,
+    rescale: Annotated[
+        int | None,
+        typer.Option(
+            "--rescale",
+            metavar="N",
+            min=1,
+            help="With --failures: also restore each failure point at parallelism N (key groups and operator "
+            "state redistributed as a cluster does) and compare.",
+        ),
+    ] = None,
     checkpoint_every: Annotated[
         int, typer.Option("--checkpoint-every", metavar="N", help="Source records between checkpoints.")
     ] = 1000,
@@ -876,7 +976,13 @@ def test_command(
             raise CommandLineError(f"--source {item!r}: expected UID=FILE.jsonl")
         inputs[uid.strip()] = records_of_lines(read_jsonl(Path(file)))
     report = check_job(
-        job_file, inputs, parameters, failures=failures, checkpoint_every=checkpoint_every, ms_per_record=ms_per_record
+        job_file,
+        inputs,
+        parameters,
+        failures=failures,
+        checkpoint_every=checkpoint_every,
+        ms_per_record=ms_per_record,
+        rescale=rescale,
     )
     console = _stdout()
     for uid in report.reference.sinks:
@@ -1006,10 +1112,10 @@ def savepoint_trigger(
 def savepoint_dispose(path: SavepointPath, json_output: JsonOption = False) -> None:
     """Delete a savepoint's files from the storage (its _metadata first), as Flink's `savepoint
     --dispose PATH`; refuses a path that is not a savepoint. Also `weir savepoint --dispose PATH`."""
-    from weir.tools.savepoint_inspect import dispose_savepoint
+    from weir.jobmanager.savepoint_disposal import dispose_savepoint
 
     with _storage_answers():
-        disposed = dispose_savepoint(path)
+        disposed = dispose_savepoint(path if "://" in path else str(Path(path).absolute()))
     if json_output:
         _print_json(asdict(disposed))
         return

@@ -34,6 +34,7 @@ from weir.core.errors import (
     JobDefinitionError,
     JobManagerRequestError,
     NotEnoughSlotsError,
+    PermissionDeniedError,
     UnknownCheckpointError,
     UnknownJobError,
     WeirError,
@@ -41,6 +42,7 @@ from weir.core.errors import (
 from weir.core.failures import Failure
 from weir.core.grpc_security import open_channel
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskManagerId
+from weir.core.leader_link import LeaderLink
 from weir.core.states import JobStatus, TaskState
 from weir.core.transport_security import TransportSecurity
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
@@ -227,7 +229,8 @@ class ClusterStatus:
 
 
 class JobManagerClient:
-    """A blocking client of one JobManager. Use it as a context manager, or call :meth:`close`."""
+    """A blocking client of one JobManager (or of the leader among ``a:1,b:2``). Use it as a context
+    manager, or call :meth:`close`."""
 
     def __init__(
         self, address: str, *, timeout_s: float = CALL_TIMEOUT_S, security: TransportSecurity | None = None
@@ -235,10 +238,15 @@ class JobManagerClient:
         """``security``: token and TLS of the calls (default: from ``WEIR_AUTH_*``, ``WEIR_TLS_*``)."""
         self.address = address
         self._timeout_s = timeout_s
-        self._channel = open_channel(
-            address, security if security is not None else TransportSecurity.from_env(), _CHANNEL_OPTIONS
+        transport = security if security is not None else TransportSecurity.from_env()
+        # "a:1,b:2": the leader and its standbys; a call that finds no leader is retried by the
+        # caller and goes to the next one (weir.core.leader_link).
+        self._link = LeaderLink(
+            [a.strip() for a in address.split(",") if a.strip()],
+            lambda a: open_channel(a, transport, _CHANNEL_OPTIONS),
+            jobmanager_pb2_grpc.JobManagerServiceStub,
         )
-        self._stub = jobmanager_pb2_grpc.JobManagerServiceStub(self._channel)
+        self._stub: jobmanager_pb2_grpc.JobManagerServiceStub = self._link.stub
 
     def __enter__(self) -> JobManagerClient:
         return self
@@ -249,7 +257,7 @@ class JobManagerClient:
         self.close()
 
     def close(self) -> None:
-        self._channel.close()
+        self._link.close()
 
     def submit_job(
         self,
@@ -409,6 +417,8 @@ class JobManagerClient:
         details = " ".join(str(exc.details() if isinstance(exc, grpc.Call) else exc).split())
         if code is grpc.StatusCode.UNAUTHENTICATED:
             return AuthenticationError(f"the JobManager at {self.address} refused the call: {details}")
+        if code is grpc.StatusCode.PERMISSION_DENIED:
+            return PermissionDeniedError(f"the JobManager at {self.address} refused the call: {details}")
         if code is grpc.StatusCode.UNAVAILABLE and _reason(exc) == jobmanager_pb2.ERROR_REASON_NOT_READY:
             return ClusterUnavailableError(f"the JobManager at {self.address}: {details}")
         if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):

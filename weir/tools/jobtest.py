@@ -27,6 +27,10 @@ restores ``k-1``), ``after_checkpoint_complete_before_commit`` (``k`` completed,
 told: restores ``k``, whose output is committed on recovery); and ``after_sink_end_of_input`` (the
 input ended and the final checkpoint completed). The names are those of ``weir.core.crashpoints``.
 
+With ``rescale`` (``--rescale N``), every failure point is run once more with its restore at
+parallelism N (:class:`_RescaledAttempt`: the restore of ``weir run --from-savepoint -p N``), so
+that state kept per subtask instead of per key shows as a divergence too.
+
 A check compares each failure run's committed output with the failure-free run's: a multiset of
 ``(value, timestamp)`` per sink (for an upsert sink, the final table). On a divergence it names the
 first operator, in the plan's order, whose committed output differs (every operator's output is
@@ -36,26 +40,32 @@ recorded, not only the sinks'), the failure point and the first differing record
 from __future__ import annotations
 
 import collections
+import dataclasses
 import enum
 import json
 import random
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, assert_never
 from unittest import mock
 
-from weir.api import KafkaSourceSpec, load_job_file
+from weir.api import GeneratorSourceSpec, KafkaSourceSpec, load_job_file
 from weir.core import crashpoints
 from weir.core.errors import WeirError
-from weir.core.keygroups import KeyGroupRange
+from weir.core.ids import ChannelIndex, KeyGroup, SubtaskIndex
+from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.state_layout import dump_value, load_value
 from weir.graph import OperatorKind, Transformation
-from weir.operators.base import NO_SIDE_OUTPUTS, Output, SideOutputs, StreamOperator
+from weir.operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
 from weir.operators.keyed import KeyedProcessOperator
+from weir.operators.sources import kafka_partition_owner
 from weir.operators.windows import WindowAggregateOperator
-from weir.plan import build_plan
+from weir.plan import JobPlan, Vertex, build_plan
+from weir.taskmanager.chain import ChainInput, OperatorChain
+from weir.taskmanager.partitioners import create_partitioner
 from weir.tools.reference import (
     KafkaRecord,
     SinkCapture,
@@ -63,6 +73,7 @@ from weir.tools.reference import (
     _ChainRun,
     _guard,
     _ignore,
+    _ReplayKafkaSource,
     _Run,
     describe_sink,
 )
@@ -82,24 +93,36 @@ class JobTestError(WeirError):
 
 
 class MemoryKeyedStateStore:
-    """One operator's keyed state in a dict (``KeyedStateStore``): no cache, every write is stored."""
+    """One operator subtask's keyed state in a dict (``KeyedStateStore``): no cache, every write is
+    stored. A key group outside the subtask's range is refused, as a subtask's RocksDB holds only its
+    own: a record routed to the wrong subtask fails loudly instead of finding another's state."""
 
-    def __init__(self, entries: dict[tuple[str, int], dict[bytes, Any]]) -> None:
+    def __init__(self, entries: dict[tuple[str, int], dict[bytes, Any]], key_groups: KeyGroupRange | None) -> None:
         self._entries = entries
+        self._key_groups = key_groups
+
+    def _own(self, key_group: int) -> None:
+        groups = self._key_groups
+        if groups is not None and not groups.start <= key_group <= groups.end:
+            raise AssertionError(f"key group {key_group} is not in this subtask's key groups {groups}")
 
     def get(self, name: str, key_group: int, key: bytes) -> Any | None:
+        self._own(key_group)
         entries = self._entries.get((name, key_group))
         return None if entries is None else entries.get(key)
 
     def put(self, name: str, key_group: int, key: bytes, value: Any) -> None:
+        self._own(key_group)
         self._entries.setdefault((name, key_group), {})[key] = value
 
     def delete(self, name: str, key_group: int, key: bytes) -> None:
+        self._own(key_group)
         entries = self._entries.get((name, key_group))
         if entries is not None:
             entries.pop(key, None)
 
     def items(self, name: str, key_group: int, prefix: bytes = b"") -> Iterator[tuple[bytes, Any]]:
+        self._own(key_group)
         entries = self._entries.get((name, key_group), {})
         return iter([(k, entries[k]) for k in sorted(entries) if k.startswith(prefix)])
 
@@ -126,7 +149,7 @@ class MemoryStateBackend:
         self._by_uid: dict[str, dict[tuple[str, int], dict[bytes, Any]]] = {}
 
     def keyed_store(self, uid: str, *, key_groups: KeyGroupRange | None = None) -> MemoryKeyedStateStore:
-        return MemoryKeyedStateStore(self._by_uid.setdefault(uid, {}))
+        return MemoryKeyedStateStore(self._by_uid.setdefault(uid, {}), key_groups)
 
     def snapshot(self) -> KeyedSnapshot:
         return {
@@ -180,6 +203,42 @@ def records_of_lines(lines: Sequence[bytes]) -> list[KafkaRecord]:
     """One Kafka record per line (partition 0, offsets in order; no key; timestamp 0: the source's
     timestamp function decides event time)."""
     return [KafkaRecord(0, offset, None, line, 0) for offset, line in enumerate(lines)]
+
+
+@dataclass(frozen=True)
+class Deserialized:
+    """A Kafka source's input given as records already deserialized (a test's Python values): the
+    source's deserializer is skipped, its timestamp function still decides event time. Each value is
+    stored pickled (``dump_value``) and every replay reads a fresh copy, so a job that mutates its
+    input in place cannot change what a later replay reads (as with bytes from Kafka)."""
+
+    records: tuple[KafkaRecord, ...]
+
+    @classmethod
+    def of(cls, values: Iterable[Any]) -> Deserialized:
+        return cls(tuple(KafkaRecord(0, offset, None, dump_value(v), 0) for offset, v in enumerate(values)))
+
+
+SourceData = Sequence[KafkaRecord] | Deserialized
+"""One Kafka source's input: records whose values go through the source's deserializer, or records
+already deserialized."""
+
+
+def value_bytes(values: Iterable[bytes | str]) -> list[KafkaRecord]:
+    """A Kafka source's input from a Python iterable of record values (``str`` encoded as UTF-8)."""
+    lines: list[bytes] = []
+    for value in values:
+        match value:
+            case bytes():
+                lines.append(value)
+            case str():
+                lines.append(value.encode())
+            case _:
+                raise JobTestError(
+                    f"a source's value must be bytes or str, got {type(value).__name__}: give deserialized "
+                    "records as records= (the deserializer is then skipped)"
+                )
+    return records_of_lines(lines)
 
 
 def read_jsonl(path: Path) -> list[bytes]:
@@ -255,11 +314,12 @@ class _Attempt(_Run):
         job_file: Path,
         parameters: dict[str, str],
         backend: MemoryStateBackend,
-        inputs: Mapping[str, Sequence[KafkaRecord]],
+        inputs: Mapping[str, SourceData],
         recorded: dict[str, _Recorded],
         clock: _VirtualClock,
+        parallelism: int = 1,
     ) -> None:
-        graph = load_job_file(job_file, parameters, 1).graph
+        graph = load_job_file(job_file, parameters, parallelism).graph
         super().__init__(graph, parameters, backend, self._input_of)
         self._building = ""
         self._inputs = inputs
@@ -268,13 +328,39 @@ class _Attempt(_Run):
         self.descriptions: dict[str, SinkDescription] = {}
         self.plan = build_plan(graph)
         self.runs: list[_ChainRun] = self._chains(self.plan)
-        self.order = [uid for run in self.runs for uid in run.chain.by_uid]
+        self.order = list(dict.fromkeys(uid for run in self.runs for uid in run.chain.by_uid))
 
-    def _input_of(self, _spec: KafkaSourceSpec) -> Sequence[KafkaRecord]:
-        uid = self._building
+    def _given(self, uid: str) -> Sequence[KafkaRecord]:
+        """The records given for source ``uid`` that the subtask being built reads (here: all)."""
         if uid not in self._inputs:
             raise JobTestError(f"no input for Kafka source {uid!r}: give --source {uid}=FILE.jsonl")
-        return self._inputs[uid]
+        given = self._inputs[uid]
+        match given:
+            case Deserialized(records=records):
+                return records
+            case _:
+                return given
+
+    def _input_of(self, _spec: KafkaSourceSpec) -> Sequence[KafkaRecord]:
+        return self._given(self._building)
+
+    def _deserialized_source(self, t: Transformation, given: Deserialized) -> StreamOperator:
+        """The job's Kafka source replaying records given deserialized: its spec with the deserializer
+        replaced by the unpickling of each given record (the timestamp function is the job's)."""
+        spec = t.source_spec
+        match spec:
+            case KafkaSourceSpec():
+                pass
+            case GeneratorSourceSpec() | None:
+                raise JobTestError(f"source {t.uid!r} is not a Kafka source: only a Kafka source takes records")
+            case _:
+                assert_never(spec)
+        if spec.schema is not None:
+            raise JobTestError(
+                f"Kafka source {t.uid!r} is columnar (schema=): give its input as value bytes, not records"
+            )
+        direct = dataclasses.replace(spec, deserializer=load_value, record_deserializer=None, max_record_bytes=None)
+        return _ReplayKafkaSource(direct, self._given(t.uid))
 
     def _operator(self, t: Transformation) -> StreamOperator:
         recorded = self._recorded.setdefault(t.uid, _Recorded())
@@ -282,7 +368,12 @@ class _Attempt(_Run):
             self.descriptions[t.uid] = describe_sink(t.factory(), t.name)
             return _RecordingSink(recorded.records)
         self._building = t.uid
-        op = super()._operator(t)
+        given = self._inputs.get(t.uid) if t.kind is OperatorKind.SOURCE else None
+        match given:
+            case Deserialized():
+                op = self._deserialized_source(t, given)
+            case _:
+                op = super()._operator(t)
         if isinstance(op, WindowAggregateOperator):
             op._clock = self._clock.ms
         elif isinstance(op, KeyedProcessOperator):
@@ -299,12 +390,139 @@ class _Attempt(_Run):
         job = self._graph.job_name
         for run in self.runs:
             run.chain.restore(states)
+        self._open_all(job)
+
+    def _open_all(self, job: str) -> None:
         for run in reversed(self.runs):
             run.chain.open(lambda uid, open_operator: _guard(job, f"opening {uid!r}", open_operator))
+
+    def snapshot(self, checkpoint_id: int) -> dict[str, bytes]:
+        job = self._graph.job_name
+        states: dict[str, bytes] = {}
+        for run in self.runs:
+            states.update(_guard(job, f"snapshotting {run.uid!r}", run.chain.snapshot, checkpoint_id))
+        return states
 
     def close(self) -> None:
         for run in self.runs:
             run.chain.close(_ignore)
+
+
+def _only_channel(_key_group: KeyGroup | None) -> tuple[ChannelIndex, ...]:
+    return (ChannelIndex(0),)
+
+
+class _Exchange:
+    """One producer subtask's output along one edge at parallelism above 1: what a cluster's record
+    writer does (``weir.taskmanager.network.writer.RecordWriter``), in this process: the edge's
+    partitioner (``create_partitioner``: a hash edge sends a record to the subtask owning its key
+    group, ``weir.core.keygroups``) chooses the consumer subtasks, watermarks and the end of the
+    stream go to every one, each into the consumer's input channel as the plan numbers it."""
+
+    __slots__ = ("_channels", "_key_group", "_key_selector", "_runs", "_select")
+
+    def __init__(
+        self, plan: JobPlan, vertex: Vertex, subtask: int, edge_index: int, runs: Mapping[tuple[str, int], _ChainRun]
+    ) -> None:
+        edge = vertex.outputs[edge_index]
+        consumer = plan.vertices[edge.consumer_vertex]
+        max_parallelism = plan.graph.max_parallelism
+        outputs = sorted(
+            (c for c in plan.output_channels(vertex.uid, subtask) if c.edge_index == edge_index),
+            key=lambda c: c.channel,
+        )
+        self._channels = [(c.consumer_vertex, c.consumer_subtask, ChannelIndex(c.consumer_channel)) for c in outputs]
+        self._select: Callable[[KeyGroup | None], tuple[ChannelIndex, ...]] = create_partitioner(
+            edge.partitioning,
+            subtask=SubtaskIndex(subtask),
+            upstream_parallelism=vertex.parallelism,
+            downstream_parallelism=consumer.parallelism,
+            max_parallelism=max_parallelism,
+        ).select_channels
+        if len(outputs) == 1:  # one consumer subtask: no key to hash (as the record writer skips it)
+            self._select = _only_channel
+        self._key_selector = edge.key_selector if edge.key_selector is not None and len(outputs) > 1 else None
+        self._key_group = KeyEncoder(max_parallelism).key_group
+        self._runs = runs
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        key_selector = self._key_selector
+        key_group = None if key_selector is None else self._key_group(key_selector(value))
+        for channel in self._select(key_group):
+            consumer, subtask, index = self._channels[channel]
+            chain_input = self._runs[consumer, subtask].input
+            assert chain_input is not None
+            chain_input.record(index, value, timestamp)
+
+    def emit_watermark(self, watermark: int) -> None:
+        for consumer, subtask, index in self._channels:
+            chain_input = self._runs[consumer, subtask].input
+            assert chain_input is not None
+            chain_input.watermark(index, watermark)
+
+    def end_of_stream(self) -> None:
+        for consumer, subtask, index in self._channels:
+            self._runs[consumer, subtask].end_of_stream(index)
+
+
+class _RescaledAttempt(_Attempt):
+    """The attempt after a failure restored at another parallelism (``--rescale N``): the job loaded
+    with default parallelism N, every vertex run as its N subtasks, each operator in its subtask's
+    context (its key group range, ``key_group_range_for_subtask``), records exchanged between
+    subtasks as the plan and its partitioners say. The checkpoint is handed over as a cluster hands
+    a retained checkpoint to a job at another parallelism (``weir.core.rescale``): each subtask's
+    keyed state store holds the key groups of its range (the old run's one subtask held them all);
+    every subtask of an operator is given the union of its operator state
+    (``restore_inherited_state``: a Kafka source keeps the positions of the partitions it owns, an
+    operator whose state cannot be split refuses). A Kafka source subtask replays the given
+    partitions it owns (``kafka_partition_owner``). A run has one failure, so this attempt runs to
+    the end: its checkpoints only mark what is committed, none is restored."""
+
+    def _given(self, uid: str) -> Sequence[KafkaRecord]:
+        subtask, parallelism = self._subtask, self.plan.vertices[uid].parallelism
+        return [r for r in super()._given(uid) if kafka_partition_owner(r.partition, parallelism) == subtask]
+
+    def _chains(self, plan: JobPlan) -> list[_ChainRun]:
+        for t in plan.graph.transformations.values():
+            if t.columnar:
+                raise JobTestError(f"--rescale does not run columnar operators yet ({t.uid!r})")
+        built: dict[tuple[str, int], _ChainRun] = {}
+        for vertex in reversed(plan.vertices.values()):  # consumers first: producers' edges lead to them
+            for subtask in range(vertex.parallelism):
+                self._subtask = subtask
+                edges = [_Exchange(plan, vertex, subtask, i, built) for i in range(len(vertex.outputs))]
+                channels = plan.input_channels(vertex.uid, subtask)
+                chain = OperatorChain(
+                    vertex,
+                    lambda uid: self._operator(self._graph.transformations[uid]),
+                    edges,
+                    partial(self._subtask_context, vertex.parallelism, subtask),
+                )
+                chain_input = ChainInput(chain, [c.gate for c in channels]) if channels else None
+                built[vertex.uid, subtask] = _ChainRun(chain, chain_input)
+        return [built[uid, s] for uid, vertex in plan.vertices.items() for s in range(vertex.parallelism)]
+
+    def _subtask_context(self, parallelism: int, subtask: int, uid: str) -> OperatorContext:
+        max_parallelism = self._graph.max_parallelism
+        key_groups = key_group_range_for_subtask(max_parallelism, parallelism, SubtaskIndex(subtask))
+        return dataclasses.replace(
+            self._context_of(uid), subtask=subtask, parallelism=parallelism, key_group_range=key_groups
+        )
+
+    def open(self, states: Mapping[str, bytes]) -> None:
+        """The checkpoint of the parallelism-1 run (one old subtask owning every key group) given to
+        each new subtask as its share."""
+        job = self._graph.job_name
+        full = KeyGroupRange(KeyGroup(0), KeyGroup(self._graph.max_parallelism - 1))
+        inherited = {uid: [InheritedState(0, 1, full, data)] for uid, data in states.items()}
+        for run in self.runs:
+            step = f"restoring {run.uid!r} at parallelism {run.chain.vertex.parallelism}"
+            _guard(job, step, run.chain.restore_inherited, inherited)
+        self._open_all(job)
+
+    def snapshot(self, checkpoint_id: int) -> dict[str, bytes]:
+        super().snapshot(checkpoint_id)  # sinks pre-commit, caches flushed; never restored (see above)
+        return {}
 
 
 @dataclass
@@ -327,6 +545,8 @@ class RunOutput:
     """The failure points the run passed (after a failure, also those after the recovery)."""
     failure: FailurePoint | None = None
     failure_hit: bool = False
+    rescaled_to: int | None = None
+    """The parallelism the failure's restore ran at (None: the same, 1)."""
 
     def sink_capture(self, uid: str) -> SinkCapture:
         records = self.by_operator[uid]
@@ -337,10 +557,11 @@ class RunOutput:
 class _Driver:
     job_file: Path
     parameters: dict[str, str]
-    inputs: Mapping[str, Sequence[KafkaRecord]]
+    inputs: Mapping[str, SourceData]
     checkpoint_every: int
     ms_per_record: int
     failure: FailurePoint | None
+    rescale: int | None = None
     backend: MemoryStateBackend = field(default_factory=MemoryStateBackend)
     clock: _VirtualClock = field(default_factory=_VirtualClock)
     recorded: dict[str, _Recorded] = field(default_factory=dict)
@@ -369,11 +590,25 @@ class _Driver:
         final = self.completed.checkpoint_id if self.completed else 0
         by_operator = {uid: r.records[: r.marks.get(final, 0)] for uid, r in self.recorded.items()}
         return RunOutput(
-            attempt.order, by_operator, attempt.descriptions, final, tuple(self.visited), self.failure, self.hit
+            attempt.order,
+            by_operator,
+            attempt.descriptions,
+            final,
+            tuple(self.visited),
+            self.failure,
+            self.hit,
+            self.rescale if self.hit else None,
         )
 
     def _start(self, states: Mapping[str, bytes]) -> _Attempt:
         attempt = _Attempt(self.job_file, self.parameters, self.backend, self.inputs, self.recorded, self.clock)
+        attempt.open(states)
+        return attempt
+
+    def _start_rescaled(self, parallelism: int, states: Mapping[str, bytes]) -> _Attempt:
+        attempt = _RescaledAttempt(
+            self.job_file, self.parameters, self.backend, self.inputs, self.recorded, self.clock, parallelism
+        )
         attempt.open(states)
         return attempt
 
@@ -386,7 +621,8 @@ class _Driver:
             del r.records[r.marks.get(cut, 0) :]
             r.marks = {k: n for k, n in r.marks.items() if k <= cut}
         self.backend.restore(done.keyed if done else None)
-        return self._start(done.states if done else {})
+        states = done.states if done else {}
+        return self._start(states) if self.rescale is None else self._start_rescaled(self.rescale, states)
 
     def _fails_at(self, checkpoint: int, phase: Phase) -> bool:
         self.visited.append(FailurePoint(checkpoint, phase))
@@ -440,10 +676,7 @@ class _Driver:
         k = self.next_checkpoint
         self.next_checkpoint += 1
         job = attempt._graph.job_name
-        states: dict[str, bytes] = {}
-        for run in attempt.runs:
-            states.update(_guard(job, f"snapshotting {run.uid!r}", run.chain.snapshot, k))
-        snapshot = _Checkpoint(k, states, self.backend.snapshot())
+        snapshot = _Checkpoint(k, attempt.snapshot(k), self.backend.snapshot())
         for r in self.recorded.values():
             r.marks[k] = len(r.records)
         if self._fails_at(k, Phase.AFTER_PRE_COMMIT):
@@ -458,17 +691,21 @@ class _Driver:
 
 def run_once(
     job_file: Path,
-    inputs: Mapping[str, Sequence[KafkaRecord]],
+    inputs: Mapping[str, SourceData],
     parameters: Mapping[str, str] | None = None,
     *,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ms_per_record: int = 1,
     failure: FailurePoint | None = None,
+    rescale: int | None = None,
 ) -> RunOutput:
-    """One run of the job over ``inputs`` (Kafka source uid -> records), with ``failure`` injected."""
+    """One run of the job over ``inputs`` (Kafka source uid -> records), with ``failure`` injected and
+    its restore at parallelism ``rescale`` (None: 1, as before the failure)."""
     if checkpoint_every < 2:
         raise JobTestError(f"checkpoint_every must be at least 2 records, got {checkpoint_every}")
-    driver = _Driver(Path(job_file), dict(parameters or {}), inputs, checkpoint_every, ms_per_record, failure)
+    if rescale is not None and rescale < 1:
+        raise JobTestError(f"rescale must be a parallelism of at least 1, got {rescale}")
+    driver = _Driver(Path(job_file), dict(parameters or {}), inputs, checkpoint_every, ms_per_record, failure, rescale)
     return driver.run()
 
 
@@ -497,12 +734,17 @@ class Divergence:
     operator: str
     kind: str  # "extra" (only in the failure run) or "missing" (only in the failure-free run)
     record: str
+    rescaled_to: int | None = None
 
     def describe(self) -> str:
         where = self.point.describe() if self.point else "none (a second failure-free run)"
+        causes = USUAL_CAUSES
+        if self.rescaled_to is not None:
+            where += f", restored at parallelism {self.rescaled_to}"
+            causes += "; restored at another parallelism: state kept per subtask instead of per key"
         return (
             f"divergence at operator {self.operator!r} (sink {self.sink!r} differs) with a failure {where}: "
-            f"first differing record, {self.kind} in the failure run: {self.record}; {USUAL_CAUSES}"
+            f"first differing record, {self.kind} in the failure run: {self.record}; {causes}"
         )
 
 
@@ -540,8 +782,8 @@ def compare(reference: RunOutput, run: RunOutput) -> Divergence | None:
         difference = _first_difference(reference.by_operator.get(uid, []), run.by_operator.get(uid, []))
         if difference is not None:
             kind, record = difference
-            return Divergence(run.failure, differing[0], uid, kind, record)
-    return Divergence(run.failure, differing[0], differing[0], "extra", "(the final table differs)")
+            return Divergence(run.failure, differing[0], uid, kind, record, run.rescaled_to)
+    return Divergence(run.failure, differing[0], differing[0], "extra", "(the final table differs)", run.rescaled_to)
 
 
 @dataclass(frozen=True)
@@ -559,19 +801,23 @@ class JobTestReport:
 
 def check_job(
     job_file: Path,
-    inputs: Mapping[str, Sequence[KafkaRecord]],
+    inputs: Mapping[str, SourceData],
     parameters: Mapping[str, str] | None = None,
     *,
     failures: bool = False,
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY,
     ms_per_record: int = 1,
     stop_at_first: bool = True,
+    rescale: int | None = None,
 ) -> JobTestReport:
     """Run the job without failures; with ``failures``, again without failures and once per failure
-    point, each compared with the first run."""
+    point, each compared with the first run; with ``rescale``, once more per failure point with the
+    restore at parallelism ``rescale``."""
+    if rescale is not None and not failures:
+        raise JobTestError("--rescale restores after the failures: give it with --failures")
     started = time.perf_counter()
 
-    def once(failure: FailurePoint | None) -> RunOutput:
+    def once(failure: FailurePoint | None, parallelism: int | None = None) -> RunOutput:
         return run_once(
             job_file,
             inputs,
@@ -579,6 +825,7 @@ def check_job(
             checkpoint_every=checkpoint_every,
             ms_per_record=ms_per_record,
             failure=failure,
+            rescale=parallelism,
         )
 
     reference = once(None)
@@ -586,9 +833,12 @@ def check_job(
     divergences: list[Divergence] = []
     runs = 1
     if failures:
-        for point in (None, *points):
+        matrix: list[tuple[FailurePoint | None, int | None]] = [(None, None), *((p, None) for p in points)]
+        if rescale is not None:
+            matrix += [(point, rescale) for point in points]
+        for point, parallelism in matrix:
             runs += 1
-            divergence = compare(reference, once(point))
+            divergence = compare(reference, once(point, parallelism))
             if divergence is not None:
                 divergences.append(divergence)
                 if stop_at_first:

@@ -39,7 +39,6 @@ from typing import Any, Final
 from urllib.parse import unquote, urlparse
 
 from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
-from weir.core.checkpointing import CheckpointKind
 from weir.core.config import Endpoints
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import Fault, SerializationError, WeirError
@@ -655,42 +654,3 @@ def _dump_keyed(
 def key_group_ranges_text(ranges: Iterable[tuple[int, int]]) -> str:
     """``0-3,7,9-12``."""
     return ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in ranges)
-
-
-@dataclass(frozen=True)
-class DisposedSavepoint:
-    path: str
-    job_id: str
-    savepoint_id: int
-    files: int
-    size_bytes: int
-
-
-def dispose_savepoint(path: str, endpoints: Endpoints | None = None) -> DisposedSavepoint:
-    """Delete every object of the savepoint at ``path`` (Flink's ``flink savepoint --dispose``): its
-    ``_metadata`` first, so that what a failure leaves behind is no longer taken for a savepoint, then
-    the rest of its folder. A retained checkpoint is refused (the JobManager deletes those), as is a
-    folder without ``_metadata``: SavepointNotFoundError, the user's."""
-    sp = load_savepoint(path, endpoints)
-    c = sp.checkpoint
-    if c.kind is not CheckpointKind.SAVEPOINT or not sp.keys_relative_to_folder:
-        raise SavepointNotFoundError(
-            f"{path} is {c.kind.value} {c.checkpoint_id} of job {c.job_id}, not a savepoint: only a savepoint "
-            "is disposed"
-        )
-    objects = list(sp.storage.list(""))
-    sp.storage.delete([METADATA_FILE])
-    sp.storage.delete([key for key, _ in objects if key != METADATA_FILE])
-    parsed = urlparse(sp.root_uri)
-    if parsed.scheme in ("", "file"):  # a local folder: remove the directories the files were in
-        local = Path(unquote(parsed.path) if parsed.scheme == "file" else sp.root_uri)
-        for directory in sorted((d for d in local.rglob("*") if d.is_dir()), key=lambda d: -len(d.parts)):
-            if not any(directory.iterdir()):
-                directory.rmdir()
-    return DisposedSavepoint(
-        path=path,
-        job_id=c.job_id,
-        savepoint_id=c.checkpoint_id,
-        files=len(objects),
-        size_bytes=sum(size for _, size in objects),
-    )

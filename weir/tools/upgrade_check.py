@@ -34,6 +34,7 @@ restore from.
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import tempfile
 from collections import defaultdict
@@ -41,11 +42,12 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, assert_never
 
+from weir.api.job_code import JobCode, PreparedArtifact, SourceCode, load_job
 from weir.api.loading import load_job_file
 from weir.core.config import Endpoints
-from weir.core.errors import SerializationError
+from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.keygroups import key_group_for, key_group_for_key
 from weir.core.rescale import StateAssignmentError, check_state_assignment, stateful_operator_uids
 from weir.core.state_layout import (
@@ -77,6 +79,13 @@ from weir.tools.savepoint_inspect import (
     open_keyed_snapshot,
     scan_entries,
 )
+
+
+class UpgradeRefusedError(WeirError):
+    """``weir run --from-savepoint`` will not submit a job the upgrade check fails (the author's to fix,
+    or to override with ``--skip-upgrade-check``)."""
+
+    fault: Fault = Fault.USER
 
 
 class FindingKind(enum.Enum):
@@ -641,3 +650,39 @@ def upgrade_check(
         topic_exists=topic_exists,
         work_dir=work_dir,
     )
+
+
+def check_before_run(
+    code: JobCode,
+    savepoint_path: str,
+    *,
+    full_report: str,
+    parameters: Mapping[str, str] | None = None,
+    parallelism: int = 1,
+    allow_non_restored_state: bool = False,
+    endpoints: Endpoints | None = None,
+) -> UpgradeReport:
+    """What ``weir run --from-savepoint`` runs before it submits: the same check, over the code it is
+    about to ship (a job file or an artifact, loaded in this process). Dead-letter topics are left to
+    the JobManager's submit checks. Raises :class:`UpgradeRefusedError`, one line naming the first fatal
+    reason and ``full_report`` (the command that prints every finding), on FAIL; answers the report
+    on PASS. Flink refuses the same restores only once the job is deployed (``StateAssignmentOperation``);
+    checking here refuses them before anything is submitted."""
+    loaded = load_job(code, parameters, parallelism)
+    savepoint = load_savepoint(savepoint_path, endpoints)
+    match code:
+        case SourceCode(file_name=job):
+            pass
+        case PreparedArtifact(manifest=manifest):
+            job = manifest.entry_name
+        case unreachable:
+            assert_never(unreachable)
+    report = check_upgrade(loaded.graph, savepoint, job=job, allow_non_restored_state=allow_non_restored_state)
+    unchecked = FindingKind.DEAD_LETTER_UNCHECKED  # the JobManager checks them at submit
+    report = dataclasses.replace(report, findings=tuple(f for f in report.findings if f.kind is not unchecked))
+    if not report.passed:
+        raise UpgradeRefusedError(
+            f"the upgrade check refuses this restore: {report.summary()}; the full report: {full_report} "
+            "(--skip-upgrade-check submits it anyway)"
+        )
+    return report

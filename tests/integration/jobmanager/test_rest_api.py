@@ -19,6 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from openapi_spec_validator import validate
 
 from tests.integration.conftest import REPO_ROOT, WeirCluster
+from weir.jobmanager.rest.ids import flink_job_id
 from weir.tools.supervisor import TASKMANAGERS, kill_process
 
 pytestmark = pytest.mark.integration
@@ -151,7 +152,7 @@ def test_taskmanagers_list_the_job_s_running_tasks(rest: RestJob) -> None:
         (t["vertex_id"], t["subtask"], t["attempt"], t["status"])
         for tm in taskmanagers
         for t in tm["tasks"]
-        if t["job_id"] == rest.job_id
+        if t["job_id"] == flink_job_id(rest.job_id)
     )
     assert tasks == sorted((v, s, 2, "RUNNING") for v in ("numbers", "fail-once") for s in range(PARALLELISM))
 
@@ -179,7 +180,7 @@ def test_the_cluster_s_jobmanager_s_and_job_s_config_are_flink_s(rest: RestJob) 
         assert settings["WEIR_S3_SECRET_KEY"] == "******"
         assert endpoints.s3_secret_key.get_secret_value() not in str(settings)
     job = rest.get(f"/jobs/{rest.job_id}/config")
-    assert job["jid"] == rest.job_id and job["execution-config"]["job-parallelism"] == PARALLELISM
+    assert job["jid"] == flink_job_id(rest.job_id) and job["execution-config"]["job-parallelism"] == PARALLELISM
     assert job["execution-config"]["restart-strategy"] == "fixed-delay"
     assert job["execution-config"]["user-config"]["checkpointing.interval"] == "1s"
 
@@ -188,7 +189,7 @@ def test_the_cluster_s_jobmanager_s_and_job_s_config_are_flink_s(rest: RestJob) 
 
 
 def test_jobs_list_the_job(rest: RestJob) -> None:
-    (entry,) = [j for j in rest.get("/jobs")["jobs"] if j["id"] == rest.job_id]
+    (entry,) = [j for j in rest.get("/jobs")["jobs"] if j["id"] == flink_job_id(rest.job_id)]
     assert entry["status"] == "RUNNING" and entry["parallelism"] == PARALLELISM and entry["restarts"] == 1
     assert abs(entry["start-time"] - time.time() * 1000) < 600_000
 
@@ -205,7 +206,7 @@ def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob
         return details if ready and flowing else None
 
     details = eventually(measured, "every subtask's ratios, watermark and records", context=seen)
-    assert details["jid"] == rest.job_id and details["end-time"] == -1 and details["restarts"] == 1
+    assert details["jid"] == flink_job_id(rest.job_id) and details["end-time"] == -1 and details["restarts"] == 1
     assert details["last_completed_checkpoint"] >= 1
     numbers, fail_once = details["vertices"]
     assert (numbers["id"], numbers["name"], numbers["parallelism"]) == ("numbers", "generator", PARALLELISM)
@@ -224,7 +225,7 @@ def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob
 
 def test_the_plan_shows_the_chains_and_the_hash_edge(rest: RestJob) -> None:
     plan = rest.get(f"/jobs/{rest.job_id}/plan")["plan"]
-    assert plan["jid"] == rest.job_id
+    assert plan["jid"] == flink_job_id(rest.job_id)
     numbers, fail_once = plan["nodes"]
     assert (numbers["id"], numbers["operator"], numbers["inputs"]) == ("numbers", "generator", [])
     assert [o["uid"] for o in fail_once["operators"]] == ["fail-once", "file"]
@@ -287,6 +288,17 @@ def test_the_exception_history_has_the_failure_with_its_typed_cause_and_task(res
     assert abs(failure["timestamp"] - time.time() * 1000) < 300_000
     history = rest.get(f"/jobs/{rest.job_id}/exceptions?maxExceptions=1")["exceptionHistory"]
     assert len(history["entries"]) == 1 and history["truncated"] is False
+
+
+def test_the_failure_s_stacktrace_names_the_user_function_s_file_and_line(rest: RestJob) -> None:
+    raising_line = next(
+        n for n, line in enumerate(JOB.read_text().splitlines(), start=1) if "raise RequestedFailure(" in line
+    )
+    stacktrace = the_failure(rest)["stacktrace"]
+    assert f'{JOB.name}", line {raising_line}, in fail_once' in stacktrace, stacktrace
+    assert "RequestedFailure: failure requested by the test" in stacktrace
+    answer = rest.get(f"/jobs/{rest.job_id}/exceptions")
+    assert answer["root-exception"] == answer["exceptionHistory"]["entries"][0]["stacktrace"]
 
 
 @pytest.mark.parametrize("bad", ["0", "1001", "x"])
@@ -367,6 +379,26 @@ def test_a_checkpoint_id_that_is_no_integer_is_a_bad_request_and_an_unknown_one_
         "no checkpoint 99999999"
         in rest.errors(rest.http.get(f"/jobs/{rest.job_id}/checkpoints/details/99999999"), 404)[0]
     )
+
+
+def test_a_checkpoint_is_triggered_over_rest_and_completes(rest: RestJob) -> None:
+    def trigger() -> str | None:  # the job's periodic checkpoint (every second) may be in flight: 409
+        response = rest.http.post(f"/jobs/{rest.job_id}/checkpoints", json={"checkpointType": "CONFIGURED"})
+        if response.status_code == 409:
+            return None
+        assert response.status_code == 202, response.text
+        return str(response.json()["request-id"])
+
+    trigger_id = eventually(trigger, "a checkpoint triggered between the periodic ones")
+    outcome = eventually(
+        lambda: (lambda o: o if o["status"]["id"] == "COMPLETED" else None)(
+            rest.get(f"/jobs/{rest.job_id}/checkpoints/{trigger_id}")
+        ),
+        "the checkpoint completed",
+    )
+    assert outcome["operation"] == {"checkpointId": int(trigger_id, 16)}
+    listed = {c["id"]: c for c in rest.completed_checkpoints()}
+    assert int(trigger_id, 16) in listed
 
 
 def test_a_savepoint_is_triggered_and_completes(rest: RestJob) -> None:

@@ -21,6 +21,7 @@ from playwright.sync_api import expect
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from tests.integration.polling import poll
 from tests.integration.ui.conftest import BrowserPage, Screenshots
+from weir.jobmanager.rest.ids import flink_job_id
 from weir.tools.events import EventSpec, produce_events
 
 pytestmark = pytest.mark.integration
@@ -115,7 +116,7 @@ def only_local(browser: BrowserPage, ui: Ui) -> None:
 def test_overview_lists_the_running_job(browser: BrowserPage, ui: Ui, screenshots: Screenshots) -> None:
     page = browser.page
     page.goto(ui.base_url)
-    row = page.locator(f'[data-testid="job-row"][data-job-id="{ui.keyed}"]')
+    row = page.locator(f'[data-testid="job-row"][data-job-id="{flink_job_id(ui.keyed)}"]')  # Flink's JobID
     expect(row).to_contain_text("RUNNING")
     expect(page.get_by_test_id("overview-taskmanagers")).to_contain_text("3")
     expect(page.get_by_test_id("taskmanager-row")).to_have_count(3)
@@ -172,7 +173,7 @@ def test_checkpoints_list_and_one_timeline(browser: BrowserPage, ui: Ui, screens
     # the list is drawn again on every poll: click this checkpoint's row, whatever its place by now
     row = page.locator(f'[data-testid="checkpoint-row"][data-checkpoint-id="{checkpoint_id}"]')
     row.get_by_test_id("checkpoint-link").click()
-    expect(page).to_have_url(re.compile(f"#/jobs/{ui.keyed}/checkpoints/{checkpoint_id}$"))
+    expect(page).to_have_url(re.compile(f"#/jobs/{flink_job_id(ui.keyed)}/checkpoints/{checkpoint_id}$"))
     expect(page.get_by_test_id("timeline-row")).to_have_count(len(details["subtasks"]))
     expect(page.get_by_test_id("timeline-group")).to_have_count(len({s["vertex_id"] for s in details["subtasks"]}))
     segments = page.locator('[data-testid="timeline-segment"]')

@@ -583,11 +583,12 @@ def test_every_long_running_service_has_a_healthcheck(svc: dict[str, Any]) -> No
         assert test and test[0] in ("CMD", "CMD-SHELL"), f"{name} needs a healthcheck"
     assert LOCAL["WEIR_KAFKA_PORT"] in " ".join(svc["kafka"]["healthcheck"]["test"])
     assert LOCAL["WEIR_POSTGRES_PORT"] in svc["postgres"]["healthcheck"]["test"]
-    # The REST API serves HTTPS with WEIR_TLS_CERT_FILE set; the metrics endpoints stay plain HTTP.
+    # The REST API serves HTTPS with WEIR_TLS_CERT_FILE set; the metrics endpoints stay plain HTTP, their
+    # /healthz open (the metrics themselves need a read token on a non-loopback bind).
     assert "WEIR_TLS_CERT_FILE" in env_of(svc["jobmanager"])
     assert health_url(svc["jobmanager"]) == f"https://127.0.0.1:{LOCAL['WEIR_JOBMANAGER_REST_PORT']}/healthz"
     metrics_port = flags(command_of(svc["taskmanager"])[3:])["--metrics-port"]
-    assert health_url(svc["taskmanager"]) == f"http://127.0.0.1:{metrics_port}/metrics"
+    assert health_url(svc["taskmanager"]) == f"http://127.0.0.1:{metrics_port}/healthz"
 
 
 def health_url(service: dict[str, Any]) -> str:

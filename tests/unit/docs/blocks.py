@@ -6,7 +6,7 @@ A block's class comes from an HTML comment on the line right before its fence,
 - ``<!-- test: skip REASON -->``: not run here, for the reason given (Docker, kubectl, a cloud); the
   tests count and list them.
 - ``<!-- test: file PATH -->``: a ``python`` block that is the whole of the repository file PATH (a
-  job: built into its job graph, not submitted).
+  job: built into its job graph, not submitted; a test module ``test_*.py``: run by the test suite).
 - ``<!-- test: fragment [given NAME ...] -->``: a ``python`` excerpt of a job's ``build(env)``: run
   inside one, ``env`` given, each NAME a stream of one record, ``fn:NAME`` the identity function.
 - ``<!-- test: local -->``: a shell block run here, without services (``weir --help``, ...).

@@ -74,7 +74,7 @@ def test_block(block: Block, tmp_path: Path) -> None:
         case Kind.FILE:
             path = REPO_ROOT / block.argument
             assert block.text == path.read_text(encoding="utf-8"), f"{block.name} is not {block.argument} as it is"
-            if path.suffix == ".py":
+            if path.suffix == ".py" and not path.name.startswith("test_"):  # a test module: the suite runs it
                 graph = load_job_file(path, {}, 1).graph
                 assert graph.transformations, f"{block.argument} builds an empty job"
         case Kind.JOB:

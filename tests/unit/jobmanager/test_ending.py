@@ -1,7 +1,12 @@
-"""An ended job's sink finds its state through the task-state document, inline or stored."""
+"""An ended job's sink finds its state through the task-state document, inline or stored, and is
+resolved as of the latest completed checkpoint."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from tests.unit.conftest import CollectingOutput, MakeContext
+from weir.api import Environment
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.task_state import (
@@ -14,7 +19,9 @@ from weir.core.task_state import (
 )
 from weir.jobmanager.checkpointing.pending import TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.jobmanager.ending import sink_state
+from weir.jobmanager.ending import resolve_sink_transactions, sink_state
+from weir.jobmanager.records import JobSubmission
+from weir.plan import build_plan
 
 JOB = JobId("job-1")
 
@@ -50,3 +57,27 @@ def test_an_inline_sink_state_needs_no_storage() -> None:
     checkpoint = checkpoint_with(InlineOperatorState({"sink": b"txn-7"}))
     assert sink_state(checkpoint, "sink", 1, "sink", no_storage) == b"txn-7"
     assert sink_state(None, "sink", 1, "sink", no_storage) is None
+
+
+def test_an_ended_jobs_file_sink_is_resolved_like_the_other_transactional_sinks(
+    make_context: MakeContext, tmp_path: Path
+) -> None:
+    """Cancelled with no completed checkpoint: the JobManager discards every unfinished part file of
+    the job's file sink; a finished one (of another job at the same path) stays."""
+    root = tmp_path / "files"
+    env = Environment("j", parallelism=2)
+    env.from_collection([1], uid="src").sink_to_files(str(root), uid="files", format="jsonl")
+    factory = env.graph.transformations["files"].factory
+    for subtask in (0, 1):
+        writer = factory()
+        writer.setup(make_context("files", subtask=subtask, parallelism=2, job_id="job-1"), CollectingOutput())
+        writer.open()
+        writer.process({"n": subtask}, 0)  # in progress, never checkpointed; the task dies (no close)
+    other_job = root / "dt=1970-01-01/hour=00/part-files-job%2D2-0-1-0.jsonl"
+    other_job.write_text('{"n": 9}\n')
+    assert len(list(root.rglob(".part-*.inprogress"))) == 2
+    submission = JobSubmission("job-1", "j", "j.py", b"", {}, 2, 0.0)
+    report = resolve_sink_transactions(env.graph, build_plan(env.graph), submission, 2, None)
+    assert report.sink_subtasks == 2
+    assert list(root.rglob(".part-*")) == []
+    assert [p for p in root.rglob("*") if p.is_file()] == [other_job]

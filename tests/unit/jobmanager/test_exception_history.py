@@ -155,3 +155,18 @@ def test_a_malformed_history_entry_makes_the_record_malformed(bad: dict[str, obj
     document["exceptions"] = [bad]
     with pytest.raises(SerializationError, match="is malformed"):
         JobRecord.from_json(json.dumps(document).encode())
+
+
+def test_a_record_keeps_a_failure_s_traceback_and_an_older_record_has_none() -> None:
+    trace = 'Traceback (most recent call last):\n  File "job.py", line 7, in parse\nValueError: bad\n'
+    failure = Failure("ValueError", "bad", Fault.USER, True, stacktrace=trace)
+    record = JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}, exceptions=ExceptionHistory((entry_of(failure),)))
+    document = json.loads(record.to_json())
+    assert document["exceptions"][0]["failure"]["stacktrace"] == trace
+    assert JobRecord.from_json(record.to_json()).exceptions.entries[0].failure.stacktrace == trace
+    del document["exceptions"][0]["failure"]["stacktrace"]  # as a Weir before stack traces wrote it
+    assert JobRecord.from_json(json.dumps(document).encode()).exceptions.entries[0].failure.stacktrace == ""
+
+
+def entry_of(failure: Failure) -> ExceptionEntry:
+    return ExceptionEntry(failure, 12.5, 1, "sum", 0, "tm-a")

@@ -26,6 +26,7 @@ with warnings.catch_warnings():
 
 from openapi_spec_validator import validate
 
+from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
 from weir.jobmanager.rest.app import create_app
 
 JOB_PATHS = (
@@ -92,6 +93,37 @@ def test_the_token_is_checked_before_readiness(make_harness: MakeHarness) -> Non
     with TestClient(create_app(h.jm, token="s3cret")) as client:
         errors_of(client.get("/jobs"), 401)
         errors_of(client.get("/jobs", headers={"Authorization": "Bearer s3cret"}), 503)
+
+
+# Roles -----------------------------------------------------------------------------------------------
+
+
+def test_every_api_route_has_a_role_and_the_table_names_no_other(harness: Harness) -> None:
+    paths = create_app(harness.jm, token="s3cret").openapi()["paths"]  # every API route (/v1: the same ones)
+    routes = {
+        (method.upper(), path) for path, operations in paths.items() if path != "/healthz" for method in operations
+    }
+    assert len(routes) >= 25
+    assert {r for r in routes if rest_route_role(*r) is None} == set(), "routes without a role: add them"
+    assert set(REST_ROUTE_ROLES) - routes == set(), "roles of routes the API no longer has"
+
+
+def test_a_read_token_reads_but_cannot_cancel_stop_or_savepoint_and_an_operate_token_can(harness: Harness) -> None:
+    job = running_job(harness)
+    access = access_table(None, parse_tokens_file("read r\noperate o\n", "tokens"), "internal")
+    with TestClient(create_app(harness.jm, access=access)) as client:
+        read, operate = {"Authorization": "Bearer r"}, {"Authorization": "Bearer o"}
+        internal = {"Authorization": "Bearer internal"}
+        assert client.get("/jobs", headers=read).status_code == 200
+        assert client.get(f"/v1/jobs/{job.job_id}", headers=read).status_code == 200
+        for path in (f"/jobs/{job.job_id}", f"/v1/jobs/{job.job_id}"):
+            (message,) = errors_of(client.patch(path, headers=read), 403)
+            assert "'operate'" in message and "PATCH /jobs/{job_id}" in message, message
+        for path in (f"/jobs/{job.job_id}/stop", f"/jobs/{job.job_id}/savepoints", "/savepoint-disposal"):
+            assert "'operate'" in errors_of(client.post(path, headers=read, json={}), 403)[0]
+        errors_of(client.get("/jobs", headers=internal), 403)  # the cluster's token is no client's
+        assert harness.jm.job_status(job.job_id).summary.status == "RUNNING"  # nothing ran
+        assert client.patch(f"/jobs/{job.job_id}", headers=operate).status_code == 202
 
 
 # Health and readiness ------------------------------------------------------------------------------
@@ -284,6 +316,7 @@ def test_exceptions_come_newest_first_with_their_task_and_are_cut_at_max_excepti
         "subtask": 0,
         "attempt": 1,
         "taskmanager_id": "tm-a",
+        "stacktrace": "ValueError: bad record",
     }
     assert (lost["taskName"], lost["vertex_id"], lost["subtask"], lost["taskmanager_id"], lost["attempt"]) == (
         None,
@@ -295,6 +328,35 @@ def test_exceptions_come_newest_first_with_their_task_and_are_cut_at_max_excepti
     assert lost["fault"] == "INTERNAL" and lost["timestamp"] == 102_000
     cut = client.get("/jobs/job-1/exceptions?maxExceptions=1").json()["exceptionHistory"]
     assert cut == {"entries": [lost], "truncated": True}
+
+
+def test_an_exception_carries_its_stacktrace_and_the_newest_is_the_root_exception(
+    harness: Harness, client: TestClient
+) -> None:
+    job = running_job(harness)
+    trace = 'Traceback (most recent call last):\n  File "job.py", line 7, in parse\nValueError: bad record\n'
+    harness.clock.advance(1.0)
+    harness.jm.report_task_state(failed(job, Failure("ValueError", "bad record", Fault.USER, True, stacktrace=trace)))
+    answer = client.get("/jobs/job-1/exceptions").json()
+    (entry,) = answer["exceptionHistory"]["entries"]
+    assert entry["stacktrace"] == trace
+    assert answer["root-exception"] == trace and answer["timestamp"] == 101_000
+
+
+def test_a_failure_without_a_traceback_shows_its_type_and_message_as_its_stacktrace(
+    harness: Harness, client: TestClient
+) -> None:
+    job = running_job(harness)
+    harness.jm.report_task_state(failed(job, Failure("ValueError", "bad record", Fault.USER, True)))
+    (entry,) = client.get("/jobs/job-1/exceptions").json()["exceptionHistory"]["entries"]
+    assert entry["stacktrace"] == "ValueError: bad record"
+
+
+def test_no_exceptions_have_no_root_exception(harness: Harness, client: TestClient) -> None:
+    running_job(harness)
+    answer = client.get("/jobs/job-1/exceptions").json()
+    assert answer["root-exception"] is None and answer["timestamp"] is None
+    assert answer["exceptionHistory"] == {"entries": [], "truncated": False}
 
 
 @pytest.mark.parametrize("bad", ["0", "1001", "-3", "many", ""])
@@ -385,6 +447,61 @@ def test_a_savepoint_is_triggered_listed_in_progress_then_completed_with_its_det
             },
         }
     ]
+
+
+def test_a_checkpoint_is_triggered_and_its_outcome_read_by_its_trigger_id(harness: Harness, client: TestClient) -> None:
+    job = running_job(harness)
+    response = client.post("/v1/jobs/job-1/checkpoints", json={"checkpointType": "CONFIGURED"})
+    assert response.status_code == 202, response.text
+    trigger_id = response.json()["request-id"]
+    checkpoint_id = int(trigger_id, 16)
+    assert len(trigger_id) == 32
+    assert client.get(f"/jobs/job-1/checkpoints/{trigger_id}").json() == {"status": {"id": "IN_PROGRESS"}}
+    (listed,) = client.get("/jobs/job-1/checkpoints").json()["history"]
+    assert (listed["id"], listed["is_savepoint"]) == (checkpoint_id, False)
+    harness.jm.acknowledge_checkpoint(
+        CheckpointAck(job.job_id, "gen", 0, job.attempt, CheckpointId(checkpoint_id), (), b"{}", TaskAckMetrics())
+    )
+    assert client.get(f"/jobs/job-1/checkpoints/{trigger_id}").json() == {
+        "status": {"id": "COMPLETED"},
+        "operation": {"checkpointId": checkpoint_id},
+    }
+    errors_of(client.get(f"/jobs/job-1/checkpoints/{'f' * 32}"), 404)
+    errors_of(client.get("/jobs/job-1/checkpoints/no-trigger"), 404)
+    assert client.get("/jobs/job-1/checkpoints/config").status_code == 200  # still Flink's config
+
+
+def test_a_checkpoint_without_a_body_is_the_configured_type(harness: Harness, client: TestClient) -> None:
+    running_job(harness)
+    assert client.post("/jobs/job-1/checkpoints").status_code == 202
+
+
+def test_a_savepoint_s_trigger_id_names_no_checkpoint(harness: Harness, client: TestClient) -> None:
+    running_job(harness)
+    trigger_id = client.post("/jobs/job-1/savepoints", json={}).json()["request-id"]
+    errors_of(client.get(f"/jobs/job-1/checkpoints/{trigger_id}"), 404)
+
+
+def test_a_checkpoint_of_a_job_that_is_not_running_is_a_conflict(harness: Harness, client: TestClient) -> None:
+    harness.job()  # deployed, its task not running yet
+    assert "not running" in errors_of(client.post("/jobs/job-1/checkpoints", json={}), 409)[0]
+    errors_of(client.post("/jobs/nope/checkpoints", json={}), 404)
+
+
+def test_a_full_checkpoint_is_refused_as_weir_s_checkpoints_are_incremental(
+    harness: Harness, client: TestClient
+) -> None:
+    running_job(harness)
+    assert (
+        "full checkpoint" in errors_of(client.post("/jobs/job-1/checkpoints", json={"checkpointType": "FULL"}), 409)[0]
+    )
+    assert client.get("/jobs/job-1/checkpoints").json()["history"] == []
+
+
+@pytest.mark.parametrize("body", [{"checkpointType": "SOMETIMES"}, {"checkpointType": 1}, {"unknown": True}])
+def test_a_bad_checkpoint_body_is_a_bad_request(harness: Harness, client: TestClient, body: object) -> None:
+    running_job(harness)
+    errors_of(client.post("/jobs/job-1/checkpoints", json=body), 400)
 
 
 def test_a_savepoint_of_a_job_that_is_not_running_is_a_conflict(harness: Harness, client: TestClient) -> None:
@@ -512,6 +629,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/{job_id}/exceptions",
         "/jobs/{job_id}/checkpoints",
         "/jobs/{job_id}/checkpoints/config",
+        "/jobs/{job_id}/checkpoints/{trigger_id}",
         "/jobs/{job_id}/checkpoints/details/{checkpoint_id}",
         "/jobs/{job_id}/vertices/{vertex_id}/backpressure",
         "/jobs/{job_id}/vertices/{vertex_id}",
@@ -524,11 +642,17 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/{job_id}/savepoints/{trigger_id}",
         "/savepoint-disposal",
         "/savepoint-disposal/{trigger_id}",
+        "/jars",
+        "/jars/upload",
+        "/jars/{jar_id}",
+        "/jars/{jar_id}/run",
     }
     operations = [op for path in document["paths"].values() for op in path.values()]
     assert all("422" not in op["responses"] for op in operations)
     assert "400" in document["paths"]["/jobs/{job_id}/exceptions"]["get"]["responses"]
     assert "409" in document["paths"]["/jobs/{job_id}/savepoints"]["post"]["responses"]
+    upload = document["paths"]["/jars/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
+    assert upload["schema"]["required"] == ["jarfile"]
     schemas = document["components"]["schemas"]
     assert schemas["FailureInfo"]["properties"]["fault"]["enum"] == ["USER", "EXTERNAL", "INTERNAL"]
     assert "timeline" in schemas["SubtaskCheckpoint"]["properties"] and "Timeline" in schemas

@@ -1,4 +1,5 @@
-"""Flink's job ids and savepoint disposal (weir.jobmanager.rest.ids, weir.jobmanager.rest.flink)."""
+"""Flink's job ids and savepoint disposal (weir.jobmanager.rest.ids, weir.jobmanager.savepoint_disposal,
+weir.jobmanager.rest.flink)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from weir.jobmanager.errors import SavepointDisposalError
-from weir.jobmanager.rest.flink import Disposals, dispose_savepoint
+from weir.jobmanager.rest.flink import Disposals
 from weir.jobmanager.rest.ids import flink_job_id, weir_job_id
+from weir.jobmanager.savepoint_disposal import dispose_savepoint
 
 
 @pytest.mark.parametrize("job_id", ["0123456789abcdef", "ffffffffffffffff", "0000000000000000"])

@@ -378,3 +378,25 @@ def test_a_job_s_config_is_flink_s_with_its_parameters_as_given(harness: Harness
     assert user["kafka.sasl.password"] == "${env:KAFKA_PASSWORD}" and user["kafka.ssl.key.password"] == "<redacted>"
     assert user["checkpointing.interval"] == "1h" and list(user) == sorted(user)
     errors_of(client.get("/jobs/nope/config"), 404)
+
+
+# Job ids -------------------------------------------------------------------------------------------
+
+WEIR_ID = "5f1c0a9be2d34c71"
+FLINK_ID = "0000000000000000" + WEIR_ID
+
+
+def test_every_job_id_field_goes_out_as_flink_s_32_hex_job_id(harness: Harness, client: TestClient) -> None:
+    job = harness.job({"checkpointing.interval": "1h"}, job_id=WEIR_ID)
+    harness.jm.report_task_state(
+        TaskStateReport(job.job_id, "gen", 0, job.attempt, TaskState.RUNNING, None, 0, 0, False)
+    )
+    for form in (WEIR_ID, FLINK_ID):  # a path takes either form
+        assert ok(client, f"/jobs/{form}")["jid"] == FLINK_ID
+        assert ok(client, f"/jobs/{form}")["plan"]["jid"] == FLINK_ID
+        assert ok(client, f"/jobs/{form}/plan")["plan"]["jid"] == FLINK_ID
+        assert ok(client, f"/jobs/{form}/config")["jid"] == FLINK_ID
+    assert [j["id"] for j in ok(client, "/jobs")["jobs"]] == [FLINK_ID]
+    assert [j["jid"] for j in ok(client, "/jobs/overview")["jobs"]] == [FLINK_ID]
+    assert {t["job_id"] for tm in ok(client, "/taskmanagers")["taskmanagers"] for t in tm["tasks"]} == {FLINK_ID}
+    assert {t["job_id"] for t in ok(client, "/taskmanagers/tm-a")["tasks"]} == {FLINK_ID}

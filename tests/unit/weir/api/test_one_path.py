@@ -151,6 +151,7 @@ CASES: dict[str, Case] = {
     "StreamSinks.sink_to_postgres": lambda env, kw: keyed(env).sink_to_postgres(
         "totals", columns=("k", "ts"), key_columns=("k",), **kw
     ),
+    "StreamSinks.sink_to_files": lambda env, kw: numbers(env).sink_to_files("s3://lake/one-path", **kw),
     "StreamSinks.sink": lambda env, kw: numbers(env).sink(print, **kw),
     "StreamSinks.print": lambda env, kw: numbers(env).print(**kw),
     "StreamSinks.sink_to_file": lambda env, kw: numbers(env).sink_to_file("/tmp/weir-one-path", **kw),

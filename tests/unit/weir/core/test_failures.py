@@ -19,7 +19,7 @@ from weir.core.errors import (
     ProtocolError,
     ServiceUnavailableError,
 )
-from weir.core.failures import Failure
+from weir.core.failures import MAX_STACKTRACE_CHARS, Failure
 from weir.wire import common_pb2, jobmanager_pb2
 
 JOB_FILE = "<job: my_job.py>"
@@ -123,3 +123,43 @@ def test_barrier_alignments_cross_the_wire_and_unspecified_is_refused() -> None:
         assert barrier_alignment_from_proto(barrier_alignment_to_proto(alignment)) is alignment
     with pytest.raises(ProtocolError, match="alignment"):
         barrier_alignment_from_proto(common_pb2.BARRIER_ALIGNMENT_UNSPECIFIED)
+
+
+# Stack traces --------------------------------------------------------------------------------------
+
+
+def test_a_failure_keeps_the_traceback_naming_the_job_s_file_and_line() -> None:
+    failure = Failure.from_exception(raise_in_job_code(ValueError("bad record")), {JOB_FILE})
+    assert f'File "{JOB_FILE}", line 2, in job_function' in failure.stacktrace
+    assert failure.stacktrace.startswith("Traceback (most recent call last):")
+    assert failure.stacktrace.rstrip().endswith("ValueError: bad record")
+
+
+def test_a_deep_traceback_is_cut_to_its_bound_keeping_its_start_and_the_raising_frames() -> None:
+    def ping(depth: int) -> None:  # two functions in turn: Python abridges one frame repeated, not these
+        if depth == 0:
+            raise raise_in_job_code(ValueError("deep"))
+        pong(depth - 1)
+
+    def pong(depth: int) -> None:
+        ping(depth - 1)
+
+    try:
+        ping(400)
+    except ValueError as exc:
+        failure = Failure.from_exception(exc, {JOB_FILE})
+    assert len(failure.stacktrace) <= MAX_STACKTRACE_CHARS
+    assert failure.stacktrace.startswith("Traceback (most recent call last):")
+    assert "characters of the traceback left out" in failure.stacktrace
+    assert f'File "{JOB_FILE}", line 2, in job_function' in failure.stacktrace
+    assert failure.stacktrace.rstrip().endswith("ValueError: deep")
+
+
+def test_a_failure_weir_decided_on_has_no_traceback() -> None:
+    assert Failure.internal("TaskManager tm-1 lost").stacktrace == ""
+
+
+def test_the_traceback_crosses_the_wire() -> None:
+    failure = Failure.from_exception(raise_in_job_code(ValueError("bad record")), {JOB_FILE})
+    back = failure_from_proto(common_pb2.Failure.FromString(failure_to_proto(failure).SerializeToString()))
+    assert back.stacktrace == failure.stacktrace and JOB_FILE in back.stacktrace

@@ -15,8 +15,9 @@ from weir.core.grpc_security import add_port, new_server, open_channel
 from weir.core.transport_security import TransportSecurity
 
 TOKEN = "s3cret-token"
-UNARY = "/weir.test.Echo/Unary"
-STREAM = "/weir.test.Echo/Stream"
+# Echo handlers under two methods of the real services: the interceptor decides by the method's role.
+UNARY = "/weir.wire.JobManagerService/ListJobs"  # read
+STREAM = "/weir.wire.TaskManagerService/OpenChannel"  # internal
 
 
 def _unary(request: bytes, _context: grpc.ServicerContext) -> bytes:
@@ -40,12 +41,11 @@ def serve() -> Iterator[Serve]:
         server.add_generic_rpc_handlers(
             [
                 grpc.method_handlers_generic_handler(
-                    "weir.test.Echo",
-                    {
-                        "Unary": grpc.unary_unary_rpc_method_handler(_unary),
-                        "Stream": grpc.stream_stream_rpc_method_handler(_stream),
-                    },
-                )
+                    "weir.wire.JobManagerService", {"ListJobs": grpc.unary_unary_rpc_method_handler(_unary)}
+                ),
+                grpc.method_handlers_generic_handler(
+                    "weir.wire.TaskManagerService", {"OpenChannel": grpc.stream_stream_rpc_method_handler(_stream)}
+                ),
             ]
         )
         health_pb2_grpc.add_HealthServicer_to_server(health.HealthServicer(), server)
@@ -117,3 +117,22 @@ def test_mutual_tls_refuses_a_client_whose_certificate_another_ca_signed(serve: 
     no_certificate = TransportSecurity.from_env({"WEIR_TLS_CA_FILE": str(ca.certificate_file)})
     with open_channel(address, no_certificate) as channel:
         assert _code(lambda: channel.unary_unary(UNARY)(b"x", timeout=10)) is grpc.StatusCode.UNAVAILABLE
+
+
+def test_a_token_without_the_methods_role_is_permission_denied_naming_the_role(serve: Serve, tmp_path: Path) -> None:
+    tokens = tmp_path / "tokens"
+    tokens.write_text("read read-token\nsubmit submit-token\n")
+    server = TransportSecurity.from_env({"WEIR_AUTH_TOKENS_FILE": str(tokens), "WEIR_INTERNAL_TOKEN": "internal"})
+    address = serve(server)
+    for token in ("read-token", "submit-token"):  # a client token, even with submit, opens no data channel
+        with open_channel(address, TransportSecurity(token=token)) as channel:
+            assert channel.unary_unary(UNARY)(b"hi", timeout=5) == b"hi"
+            stream = channel.stream_stream(STREAM)
+            with pytest.raises(grpc.RpcError) as refused:
+                list(stream(iter([b"a"]), timeout=5))
+            assert isinstance(refused.value, grpc.Call)
+            assert refused.value.code() is grpc.StatusCode.PERMISSION_DENIED
+            assert "'internal'" in str(refused.value.details())
+    with open_channel(address, server.for_cluster_peers()) as channel:  # the cluster's own token
+        assert list(channel.stream_stream(STREAM)(iter([b"a", b"b"]), timeout=5)) == [b"a", b"b"]
+        assert _code(lambda: channel.unary_unary(UNARY)(b"hi", timeout=5)) is grpc.StatusCode.PERMISSION_DENIED  # noqa: B023

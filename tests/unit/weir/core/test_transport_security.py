@@ -8,6 +8,7 @@ import pytest
 
 from weir.core.config import SecuritySettings, check_environment
 from weir.core.errors import ConfigurationError
+from weir.core.roles import AccessTable, Role
 from weir.core.transport_security import AuthDecision, TransportSecurity, authorize, is_loopback, refusal_message
 
 TOKEN = "correct-horse-battery-staple"
@@ -31,7 +32,7 @@ TOKEN = "correct-horse-battery-staple"
     ],
 )
 def test_a_call_is_decided_by_its_bearer_token(header: str | None, token: str | None, decision: AuthDecision) -> None:
-    assert authorize(header, token) is decision
+    assert authorize(header, None if token is None else AccessTable.single(token), Role.SUBMIT) is decision
     assert decision.allowed == (decision in (AuthDecision.OPEN, AuthDecision.ACCEPTED))
 
 

@@ -10,6 +10,7 @@ import json
 import socket
 import subprocess
 import sys
+import zipfile
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -335,11 +336,12 @@ def test_run_from_a_retained_checkpoint_sends_its_path(
     weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager
 ) -> None:
     path = "s3://weir/jobs/old-job/checkpoints/chk-00000000000000000007/"
-    result = weir("run", str(job_file(VALID_JOB)), "--from-checkpoint", path, "-p", "2", "--detach")
+    skip = "--skip-upgrade-check"  # no such checkpoint in storage: this is about what is sent
+    result = weir("run", str(job_file(VALID_JOB)), "--from-checkpoint", path, "-p", "2", "--detach", skip)
     assert result.exit_code == EXIT_OK, result.stderr
     request = fake_jobmanager.submitted[-1]
     assert (request.from_checkpoint, request.parallelism, request.allow_non_restored_state) == (path, 2, False)
-    weir("run", str(job_file(VALID_JOB)), "-s", path, "--allow-non-restored-state", "--detach")
+    weir("run", str(job_file(VALID_JOB)), "-s", path, "--allow-non-restored-state", "--detach", skip)
     assert fake_jobmanager.submitted[-1].allow_non_restored_state
 
 
@@ -603,13 +605,14 @@ def test_run_takes_flinks_long_and_short_option_names(
     weir: Weir, job_file: JobFile, fake_jobmanager: FakeJobManager
 ) -> None:
     path = job_file(VALID_JOB)
-    result = weir("run", "--detached", "-n", "--fromSavepoint", "s3://w/sp", "-p", "2", "-D", "a=b", str(path))
+    skip = "--skip-upgrade-check"  # no such savepoint in storage: this is about the option names
+    result = weir("run", "--detached", "-n", "--fromSavepoint", "s3://w/sp", "-p", "2", "-D", "a=b", str(path), skip)
     assert result.exit_code == EXIT_OK, result.stderr
     assert result.stdout.strip() == "job-1"
     request = fake_jobmanager.submitted[-1]
     assert (request.from_checkpoint, request.allow_non_restored_state, request.parallelism) == ("s3://w/sp", True, 2)
     assert dict(request.parameters) == {"a": "b"}
-    weir("run", "-d", "--allowNonRestoredState", "-s", "s3://w/sp2", str(path))
+    weir("run", "-d", "--allowNonRestoredState", "-s", "s3://w/sp2", str(path), skip)
     assert (fake_jobmanager.submitted[-1].from_checkpoint, fake_jobmanager.submitted[-1].allow_non_restored_state) == (
         "s3://w/sp2",
         True,
@@ -838,3 +841,29 @@ def test_bad_profiles_are_one_line(weir: Weir, tmp_path: Path, monkeypatch: pyte
     monkeypatch.setenv("WEIR_CONFIG", str(config))
     result = weir("list")
     assert result.exit_code == EXIT_USAGE and result.stderr.startswith(f"weir: error: config file {config}: ")
+
+
+# weir package ------------------------------------------------------------------------------------
+
+
+def test_package_writes_the_artifact_weir_run_would_send(weir: Weir, job_file: JobFile, tmp_path: Path) -> None:
+    from weir.api.artifacts import artifact_id, read_manifest
+
+    path = job_file("def build(env):\n    pass\n")
+    helper = tmp_path / "helpers.py"
+    helper.write_text("X = 1\n", encoding="utf-8")
+    out = tmp_path / "job.zip"
+    result = weir("package", str(path), "-o", str(out), "--py-files", str(helper), "--json")
+    assert result.exit_code == EXIT_OK, result.stderr
+    data = out.read_bytes()
+    assert json.loads(result.stdout) == {"path": str(out), "artifact_id": artifact_id(data), "entry": "job.py"}
+    assert read_manifest(data, str(out)).entry_file == "job/job.py"
+    with zipfile.ZipFile(out) as archive:
+        assert archive.read("py/helpers.py") == b"X = 1\n"
+
+
+def test_package_of_a_missing_job_file_is_one_line_exit_2(weir: Weir, tmp_path: Path) -> None:
+    missing = tmp_path / "missing.py"
+    result = weir("package", str(missing), "-o", str(tmp_path / "job.zip"))
+    assert_error(result, EXIT_USAGE, f"job file {missing} does not exist")
+    assert not (tmp_path / "job.zip").exists()

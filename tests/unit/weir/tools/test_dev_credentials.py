@@ -98,21 +98,25 @@ def test_a_call_with_the_files_passes_tls_and_the_token(tmp_path: Path, client_c
     security = TransportSecurity.from_env(env)
     server = new_server(security, max_workers=2, thread_name_prefix="test-dev-credentials")
     server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler("weir.test.Echo", {"Unary": grpc.unary_unary_rpc_method_handler(_echo)})]
+        [  # an echo under a method of the real service: the server checks the method's role (read)
+            grpc.method_handlers_generic_handler(
+                "weir.wire.JobManagerService", {"ListJobs": grpc.unary_unary_rpc_method_handler(_echo)}
+            )
+        ]
     )
     # 127.0.0.2: an address the certificate does not name, like a TaskManager's IP: the fixed name is checked.
     port = add_port(server, "127.0.0.2:0", security)
     server.start()
     try:
         with open_channel(f"127.0.0.2:{port}", security) as channel:
-            assert channel.unary_unary("/weir.test.Echo/Unary")(b"hello", timeout=10) == b"hello"
+            assert channel.unary_unary("/weir.wire.JobManagerService/ListJobs")(b"hello", timeout=10) == b"hello"
         without_token = TransportSecurity.from_env({k: v for k, v in env.items() if k != "WEIR_AUTH_TOKEN_FILE"})
         with open_channel(f"127.0.0.2:{port}", without_token) as channel, pytest.raises(grpc.RpcError) as refused:
-            channel.unary_unary("/weir.test.Echo/Unary")(b"hello", timeout=10)
+            channel.unary_unary("/weir.wire.JobManagerService/ListJobs")(b"hello", timeout=10)
         assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
         wrong_name = TransportSecurity.from_env({**env, "WEIR_TLS_SERVER_NAME": "someone-else"})
         with open_channel(f"127.0.0.2:{port}", wrong_name) as channel, pytest.raises(grpc.RpcError) as mismatch:
-            channel.unary_unary("/weir.test.Echo/Unary")(b"hello", timeout=10)
+            channel.unary_unary("/weir.wire.JobManagerService/ListJobs")(b"hello", timeout=10)
         assert mismatch.value.code() is grpc.StatusCode.UNAVAILABLE, "a name the certificate lacks fails the handshake"
     finally:
         server.stop(None)

@@ -16,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from weir.connectors import kafka, postgres
+from weir.core.errors import JobDefinitionError
 from weir.tools.cli import app
 from weir.tools.jobtest import (
     FailurePoint,
@@ -284,3 +285,117 @@ def test_cli_writes_each_sink_as_json_lines(tmp_path: Path) -> None:
         user = line["value"]["user"]
         finals[user] = max(finals.get(user, 0), line["value"]["total"])
     assert finals == {f"u{u}": sum(i % 11 for i in range(RECORDS) if i % 5 == u) for u in range(5)}
+
+
+# --rescale N ----------------------------------------------------------------------------------------
+
+PER_SUBTASK_COUNT = """
+import pickle
+from weir.api.connector import WithoutOnError
+from weir.operators.base import StreamOperator
+
+
+class PerSubtaskCount(StreamOperator):
+    '''Counts per user in an attribute, checkpointed as this subtask's operator state, and on a
+    restore takes the state of the old subtask with its own index: right at the same parallelism,
+    wrong at another (the users now routed to other subtasks lose their counts).'''
+
+    def __init__(self):
+        self.counts = {}
+
+    def process(self, value, timestamp):
+        self.counts[value["user"]] = self.counts.get(value["user"], 0) + 1
+        self.output.emit({**value, "n": self.counts[value["user"]]}, timestamp)
+
+    def snapshot_state(self, checkpoint_id):
+        return pickle.dumps(self.counts)
+
+    def restore_state(self, data):
+        self.counts = pickle.loads(data)
+
+    def restore_inherited_state(self, states):
+        for state in states:
+            if state.subtask == self.ctx.subtask:
+                self.restore_state(state.data)
+WITHOUT_INHERITED
+
+def build(env: Environment) -> None:
+    keyed = source(env).map(lambda e: e, uid="enrich").key_by(lambda e: e["user"])
+    counted = keyed._add(
+        WithoutOnError(PerSubtaskCount), uid="count", name="count", parallelism=None, key_selector=keyed._key
+    )
+    counted.sink_to_kafka("out", uid="sink")
+"""
+
+
+def rescaled(tmp_path: Path, body: str, parallelism: int = 3) -> Any:
+    inputs = {"events": records_of_lines(event_lines(RECORDS))}
+    path = job(tmp_path, body)
+    return check_job(path, inputs, failures=True, checkpoint_every=CHECKPOINT_EVERY, rescale=parallelism)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(KEYED_TOTAL, id="running-total-in-keyed-state"),
+        pytest.param(FIELD_KEY, id="keyed-window"),
+        pytest.param(KEYED_DEDUP, id="dedup-in-keyed-state"),
+    ],
+)
+def test_a_correct_keyed_job_passes_every_failure_point_restored_at_parallelism_3(tmp_path: Path, body: str) -> None:
+    report = rescaled(tmp_path, body)
+    assert report.ok, [d.describe() for d in report.divergences]
+    assert report.runs == 2 + 2 * len(report.failure_points)  # each point at parallelism 1, then at 3
+
+
+def test_a_rescaled_restore_runs_three_subtasks_that_share_the_keys_by_key_group(tmp_path: Path) -> None:
+    """The restore really runs at parallelism 3, keys routed by key group: after checkpoint 1 is
+    restored, the users whose key group subtask 0 owns go on counting from the state it took, the
+    others start again at 1 on the subtask that owns theirs."""
+    from weir.core.keygroups import key_group_for_key, subtask_for_key_group
+
+    path = job(tmp_path, PER_SUBTASK_COUNT.replace("WITHOUT_INHERITED", ""))
+    inputs = {"events": records_of_lines(event_lines(RECORDS))}
+    run = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, failure=FIRST_RESTORE, rescale=3)
+    assert run.failure_hit and run.rescaled_to == 3
+    counts: dict[str, list[int]] = {}
+    for value, _ in run.by_operator["count"]:
+        counts.setdefault(value["user"], []).append(value["n"])
+    per_user = CHECKPOINT_EVERY // 5  # each user's records before checkpoint 1
+    owner = {f"u{u}": subtask_for_key_group(128, 3, key_group_for_key(f"u{u}", 128)) for u in range(5)}
+    assert set(owner.values()) != {0}  # some users are on another subtask
+    for user, ns in counts.items():
+        restarted = list(range(1, per_user + 1)) + list(range(1, len(ns) - per_user + 1))
+        assert ns == (list(range(1, len(ns) + 1)) if owner[user] == 0 else restarted), user
+
+
+def test_state_kept_per_subtask_fails_at_another_parallelism_naming_the_operator(tmp_path: Path) -> None:
+    body = PER_SUBTASK_COUNT.replace("WITHOUT_INHERITED", "")
+    assert rescaled(tmp_path, body, parallelism=1).ok  # right at the same parallelism, whatever fails
+    report = rescaled(tmp_path, body)
+    (divergence,) = report.divergences
+    assert divergence.operator == "count" and divergence.rescaled_to == 3
+    assert divergence.point == FIRST_RESTORE
+    assert "restored at parallelism 3" in divergence.describe()
+
+
+def test_state_that_cannot_be_split_is_refused_at_another_parallelism_naming_the_operator(tmp_path: Path) -> None:
+    body = PER_SUBTASK_COUNT.replace("WITHOUT_INHERITED", "del PerSubtaskCount.restore_inherited_state")
+    with pytest.raises(JobDefinitionError, match="operator 'count' .*cannot be redistributed from parallelism 1 to 3"):
+        rescaled(tmp_path, body)
+
+
+def test_rescale_needs_failures(tmp_path: Path) -> None:
+    with pytest.raises(JobTestError, match="--rescale restores after the failures: give it with --failures"):
+        check_job(job(tmp_path, KEYED_TOTAL), {"events": records_of_lines(event_lines(10))}, rescale=2)
+
+
+def test_cli_rescale_reports_the_divergence_at_the_operator(tmp_path: Path) -> None:
+    source = tmp_path / "events.jsonl"
+    source.write_bytes(b"\n".join(event_lines(RECORDS)) + b"\n")
+    path = job(tmp_path, PER_SUBTASK_COUNT.replace("WITHOUT_INHERITED", ""))
+    args = ["test", str(path), "--source", f"events={source}", "--checkpoint-every", "20", "--failures"]
+    assert CliRunner().invoke(app, args).exit_code == 0
+    result = CliRunner().invoke(app, [*args, "--rescale", "3"])
+    assert result.exit_code == 1, result.output
+    assert "operator 'count'" in result.output and "restored at parallelism 3" in result.output

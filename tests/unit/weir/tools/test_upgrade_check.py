@@ -361,3 +361,107 @@ def test_the_savepoint_holds_what_the_matrix_assumes(savepoint: Path) -> None:
     sp = load_savepoint(str(savepoint))
     sink_states = [decode_operator_state(t.operator_states[SINK]) for t in sp.tasks if SINK in t.operator_states]
     assert [s["marker_topic"] for s in sink_states] == [MARKER_TOPIC, MARKER_TOPIC]
+
+
+# weir run --from-savepoint ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def submitted(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """What `weir run` submits: the JobManager is never asked (the check runs before any call)."""
+    from weir.tools.client import JobManagerClient
+
+    calls: list[dict[str, Any]] = []
+
+    def submit_job(self: JobManagerClient, job_file: Path | None, *args: Any, **kwargs: Any) -> str:
+        calls.append({"job_file": job_file, **kwargs})
+        return "job-upgraded"
+
+    monkeypatch.setattr(JobManagerClient, "submit_job", submit_job)
+    return calls
+
+
+def test_run_from_a_savepoint_refuses_what_the_check_fails_in_one_line_and_submits_nothing(
+    savepoint: Path, tmp_path: Path, submitted: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    renamed = V2(window_uid="window-sum").write(tmp_path, "renamed")
+    code = run_cli(["run", str(renamed), "--from-savepoint", str(savepoint), "--detach"])
+    err = capsys.readouterr().err
+    assert code == EXIT_USAGE and submitted == []
+    assert err.count("\n") == 1 and err.startswith("weir: error: the upgrade check refuses this restore: FAIL: ")
+    assert f"missing-uid {WINDOW}:" in err and "(and 1 more)" in err
+    assert f"the full report: weir upgrade check {renamed} --savepoint {savepoint}" in err
+
+    assert run_cli(["run", str(renamed), "-s", str(savepoint), "-d"]) == EXIT_USAGE and submitted == []
+
+
+def test_run_from_a_savepoint_submits_a_compatible_job(
+    savepoint: Path, tmp_path: Path, submitted: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = V2().write(tmp_path, "good")
+    assert run_cli(["run", str(good), "--from-savepoint", str(savepoint), "--detach"]) == EXIT_OK
+    assert capsys.readouterr().out.strip() == "job-upgraded"
+    assert [(c["job_file"], c["from_checkpoint"], c["allow_non_restored_state"]) for c in submitted] == [
+        (good, str(savepoint), False)
+    ]
+
+
+def test_run_passes_allow_non_restored_state_to_the_check_and_can_skip_it(
+    savepoint: Path, tmp_path: Path, submitted: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    renamed = V2(window_uid="window-sum").write(tmp_path, "renamed")
+    assert run_cli(["run", str(renamed), "-s", str(savepoint), "-n", "-d"]) == EXIT_OK
+    assert [c["allow_non_restored_state"] for c in submitted] == [True]
+    warned = capsys.readouterr().err.splitlines()  # what -n drops, said before it is submitted
+    assert all(line.startswith("weir: warning: upgrade check: ") for line in warned)
+    assert any(line.startswith(f"weir: warning: upgrade check: missing-uid {WINDOW}: ") for line in warned)
+
+    bad = V2(aggregate_args=", state_version=2").write(tmp_path, "bad")
+    assert run_cli(["run", str(bad), "-s", str(savepoint), "-d"]) == EXIT_USAGE
+    assert "state-schema" in capsys.readouterr().err and len(submitted) == 1
+    assert run_cli(["run", str(bad), "-s", str(savepoint), "-d", "--skip-upgrade-check"]) == EXIT_OK
+    assert [c["job_file"] for c in submitted] == [renamed, bad]
+
+
+def test_run_refuses_a_path_with_no_savepoint_before_submitting(
+    tmp_path: Path, submitted: list[dict[str, Any]], capsys: pytest.CaptureFixture[str]
+) -> None:
+    good = V2().write(tmp_path, "good")
+    assert run_cli(["run", str(good), "-s", str(tmp_path / "nowhere"), "-d"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("weir: error: ") and submitted == []
+
+
+# the worked example of docs/operations.md -----------------------------------------------------------
+
+
+def test_the_worked_example_in_the_docs_prints_what_the_docs_show(
+    savepoint: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    submitted: list[dict[str, Any]],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The page's commands, run over the matrix's savepoint copied to ``sp-1`` (a savepoint is
+    self-contained) and its job without a migration as ``job_v2.py``, print the page's blocks."""
+    import shlex
+    import shutil
+
+    from tests.unit.docs.blocks import REPO_ROOT, blocks
+
+    page = blocks(REPO_ROOT / "docs" / "operations.md")
+    example = "weir upgrade check job_v2.py --savepoint sp-1 --offline"
+    at = next(i for i, b in enumerate(page) if b.text.strip() == example)
+    command, report = page[at], page[at + 1]
+    refusal = next(b for b in page[at:] if b.language == "text" and b.text.startswith("weir: error: the upgrade check"))
+    shutil.copytree(savepoint, tmp_path / "sp-1")
+    V2(aggregate_args=", state_version=2").write(tmp_path, "job_v2")
+    monkeypatch.chdir(tmp_path)
+
+    assert run_cli(shlex.split(command.text)[1:]) == EXIT_FAILURE
+    assert capsys.readouterr().out == report.text
+    assert run_cli(["run", "job_v2.py", "--from-savepoint", "sp-1"]) == EXIT_USAGE and submitted == []
+    assert capsys.readouterr().err == refusal.text
+
+    V2(aggregate_args=", state_version=2, migrate=migrate", migrate="return acc").write(tmp_path, "job_v2")
+    assert run_cli(shlex.split(command.text)[1:]) == EXIT_OK
+    assert capsys.readouterr().out.startswith("PASS: job_v2.py can restore from sp-1\n")

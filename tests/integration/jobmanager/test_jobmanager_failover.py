@@ -1,0 +1,228 @@
+"""A leader JobManager and a standby on one checkpoint storage (``WEIR_HA_ENABLED``): the leader is
+killed (SIGKILL) or paused (SIGSTOP) under load; the standby takes the lease over within seconds,
+the TaskManagers follow it, and the job's output is exact in both sinks (multisets of whole records).
+A paused leader woken after the takeover changes nothing: it starts over as a standby."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import assert_sinks_exact, keyed_aggregation_inputs
+from weir.connectors.object_storage import open_storage
+from weir.core.config import Endpoints
+from weir.core.errors import WeirError
+from weir.jobmanager.lease import LeaseStore
+from weir.tools.client import JobDetails, JobManagerClient
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+LANDED_EVENTS = frozenset({"leadership_granted", "checkpoint_completed", "job_recovered", "taskmanager_registered"})
+"""What a JobManager logs only once something it did took effect outside it (a lease won, checkpoint
+metadata written, a job taken over, a TaskManager served): none may follow a woken leader's step-down."""
+TAKEOVER_WITHIN_S = 20.0  # lease 6 s + the takeover's recovery + the TaskManagers' re-registration
+
+
+@dataclass
+class HaCluster:
+    addresses: tuple[str, str]
+    jobmanagers: dict[str, subprocess.Popen[bytes]]  # by address
+    taskmanagers: list[subprocess.Popen[bytes]]
+    client: JobManagerClient
+    storage_uri: str
+    logs: Path
+
+    def leader(self) -> str | None:
+        record = LeaseStore(open_storage(self.storage_uri)).read().record
+        return record.address if record is not None else None
+
+    def term(self) -> int:
+        record = LeaseStore(open_storage(self.storage_uri)).read().record
+        return record.term if record is not None else 0
+
+
+def log_events(path: Path) -> list[dict[str, Any]]:
+    """The JSON log events in ``path``; a line the exec into a standby cut short may run on into the
+    next event, so each line is read as a sequence of JSON objects."""
+    decoder = json.JSONDecoder()
+    events: list[dict[str, Any]] = []
+    for line in path.read_text().splitlines():
+        at = line.find("{")
+        while at != -1:
+            try:
+                event, end = decoder.raw_decode(line, at)
+            except json.JSONDecodeError:
+                break
+            if isinstance(event, dict):
+                events.append(event)
+            at = line.find("{", end)
+    return events
+
+
+def poll(what: str, check: Callable[[], bool], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.2)
+    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def status(cluster: HaCluster, job_id: str) -> JobDetails | None:
+    try:
+        return cluster.client.job_status(job_id)
+    except WeirError:
+        return None  # no leader answering right now
+
+
+@pytest.fixture
+def ha_cluster(services: Endpoints, tmp_path: Path) -> Iterator[HaCluster]:
+    # Ports of their own, beside the session cluster's JobManager port (16123: 17123 and 17124).
+    first = int(services.jobmanager_address.rsplit(":", 1)[1]) + 1000
+    addresses = (f"127.0.0.1:{first}", f"127.0.0.1:{first + 1}")
+    storage_uri = f"s3://{services.s3_bucket}/test-ha-{uuid.uuid4().hex[:8]}"
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(REPO_ROOT),
+        "WEIR_RUN_DIR": str(tmp_path / "run"),
+        "WEIR_CHECKPOINT_DIR": storage_uri,
+        "WEIR_HA_ENABLED": "true",
+        "WEIR_JOBMANAGER_ADDRESS": addresses[0],
+        "WEIR_JOBMANAGER_ADDRESSES": ",".join(addresses),
+    }
+    logs = tmp_path / "logs"
+    logs.mkdir()
+
+    def start(name: str, *argv: str) -> subprocess.Popen[bytes]:
+        out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it
+        return subprocess.Popen([sys.executable, *argv], env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    jobmanagers: dict[str, subprocess.Popen[bytes]] = {}
+    for i, address in enumerate(addresses):
+        port = address.rsplit(":", 1)[1]
+        jobmanagers[address] = start(
+            f"jobmanager-{i}", "-m", "weir.jobmanager", "--port", port, "--metrics-port", "0", "--rest-port", "0"
+        )
+        if i == 0:  # the first one leads: the lease is its own before the standby starts
+            poll(
+                "the first JobManager to lead",
+                lambda: LeaseStore(open_storage(storage_uri)).read().record is not None,
+                30,
+            )
+    taskmanagers = [
+        start(f"taskmanager-{n}", "-m", "weir.taskmanager", "--id", f"ha-taskmanager-{n}", "--metrics-port", "0")
+        for n in range(1, 4)
+    ]
+    client = JobManagerClient(",".join(addresses), timeout_s=3.0)
+    cluster = HaCluster(addresses, jobmanagers, taskmanagers, client, storage_uri, logs)
+
+    def all_registered() -> bool:
+        try:
+            return sum(tm.alive for tm in client.cluster_status().taskmanagers) == 3
+        except WeirError:
+            return False
+
+    try:
+        poll("three TaskManagers registered with the leader", all_registered, 60)
+        yield cluster
+    finally:
+        client.close()
+        for process in [*jobmanagers.values(), *taskmanagers]:
+            if process.poll() is None:
+                try:
+                    os.kill(process.pid, signal.SIGCONT)
+                except ProcessLookupError:
+                    pass
+                process.terminate()
+        for process in [*jobmanagers.values(), *taskmanagers]:
+            try:
+                process.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                process.kill()
+
+
+def run_and_disturb(ha_cluster: HaCluster, services: Endpoints, unique: str, disturb: Callable[[str], None]) -> None:
+    params = keyed_aggregation_inputs(services, unique, 60_000, records_per_second=4000, checkpoint_interval="1s") | {
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    job_file = REPO_ROOT / "examples/keyed_aggregation.py"
+    job_id = ha_cluster.client.submit_job(job_file, params, 3)
+    poll(
+        "two completed checkpoints",
+        lambda: (s := status(ha_cluster, job_id)) is not None and (s.last_completed_checkpoint or 0) >= 2,
+        90,
+    )
+    leader = ha_cluster.leader()
+    assert leader == ha_cluster.addresses[0]
+    term = ha_cluster.term()
+    disturb(leader)
+    started = time.monotonic()
+    standby = ha_cluster.addresses[1]
+    poll("the standby to take the lease over", lambda: ha_cluster.leader() == standby, TAKEOVER_WITHIN_S)
+    took_over_s = time.monotonic() - started
+    assert ha_cluster.term() == term + 1
+    assert took_over_s < TAKEOVER_WITHIN_S
+    poll(
+        "the job to finish under the new leader",
+        lambda: (s := status(ha_cluster, job_id)) is not None and s.summary.status == "FINISHED",
+        300,
+    )
+    assert_sinks_exact("examples/keyed_aggregation.py", params, job_id, services)
+
+
+def test_killed_leader_the_standby_takes_over_and_the_output_is_exact(
+    ha_cluster: HaCluster, services: Endpoints, unique: str
+) -> None:
+    def kill(leader: str) -> None:
+        ha_cluster.jobmanagers[leader].kill()
+
+    run_and_disturb(ha_cluster, services, unique, kill)
+
+
+def test_paused_leader_woken_after_the_takeover_changes_nothing(
+    ha_cluster: HaCluster, services: Endpoints, unique: str
+) -> None:
+    paused: list[str] = []
+    woken_at: list[float] = []
+
+    def pause(leader: str) -> None:
+        os.kill(ha_cluster.jobmanagers[leader].pid, signal.SIGSTOP)
+        paused.append(leader)
+
+    def pause_until_taken_over(leader: str) -> None:
+        pause(leader)
+        poll("the standby to take over", lambda: ha_cluster.leader() == ha_cluster.addresses[1], TAKEOVER_WITHIN_S)
+        woken_at.append(time.time())
+        os.kill(ha_cluster.jobmanagers[leader].pid, signal.SIGCONT)
+
+    run_and_disturb(ha_cluster, services, unique, pause_until_taken_over)
+    old = ha_cluster.jobmanagers[paused[0]]
+    assert old.poll() is None, "the woken leader is still running (as a standby)"
+    assert ha_cluster.leader() == ha_cluster.addresses[1] and ha_cluster.term() == 2
+    events = log_events(ha_cluster.logs / "jobmanager-0.log")
+    woken = [e for e in events if datetime.fromisoformat(e["timestamp"]).timestamp() >= woken_at[0]]
+    names = [e.get("event") for e in woken]
+    assert "leadership_lost" in names, names
+    # Woken, its threads act on what they saw before the pause (its monitor may decide a restart in
+    # memory, its clock having jumped past the heartbeat timeout); nothing of it lands: every storage
+    # write is fenced, every TaskManager call refused, and it starts over as a standby.
+    landed = [e for e in woken if e.get("event") in LANDED_EVENTS]
+    assert not landed, landed
+    assert "no renewal succeeded" in woken[names.index("leadership_lost")]["reason"]
+    assert "jobmanager_standby" in names
+    refused = [e for e in woken if e.get("event") in ("write_fenced", "notify_failed", "trigger_failed")]
+    assert all(e.get("event") == "write_fenced" or e.get("code") == "FAILED_PRECONDITION" for e in refused), refused
