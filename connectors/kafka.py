@@ -583,6 +583,16 @@ def end_offsets(target: KafkaTarget, topic: str, timeout_s: float = 30.0) -> dic
 # Transactions (exactly-once sinks) ------------------------------------------------------------------
 
 
+SCAN_SLICE_S = 0.01
+"""A recovery read's ``consume`` slice: librdkafka's batch consume returns only once it has the whole
+batch or the timeout passed, so a read of a few records (a sink's commit markers) waited out the whole
+timeout on every call; the callers loop to their own deadline, so a short slice costs nothing."""
+
+SCAN_FETCH_WAIT_MS = 10
+"""How long the broker holds a recovery read's fetch when it has nothing new: a read's end is often a
+transaction's control record, which no consumer is given, so the read ends on the end-of-partition
+event, which came only after the default 500 ms fetch wait."""
+
 FLUSH_SLICE_S = 0.5  # a flush waits in slices of this, checking its progress in between
 FLUSH_STALL_S = 15.0  # no record acknowledged for this long while some are pending: the flush fails
 CLIENT_ERRORS_KEPT = 8
@@ -832,7 +842,7 @@ def scan_partition(
     transactions included): ``(offset, key, value)``."""
     if end <= start:
         return []
-    reader = consumer(target, isolation_level="read_uncommitted")
+    reader = consumer(target, isolation_level="read_uncommitted", fetch_wait_max_ms=SCAN_FETCH_WAIT_MS)
     try:
         _assign(reader, topic, partition, start)
         out: list[tuple[int, bytes | None, bytes | None]] = []
@@ -842,7 +852,7 @@ def scan_partition(
                 raise ServiceUnavailableError(
                     f"kafka: reading {topic}[{partition}] offsets {start}..{end} did not finish in {timeout_s:.0f}s"
                 )
-            for msg in reader.consume(num_messages=1000, timeout=0.2):
+            for msg in reader.consume(num_messages=1000, timeout=SCAN_SLICE_S):
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         if msg.offset() >= end:
@@ -866,12 +876,14 @@ def is_committed(target: KafkaTarget, topic: str, partition: int, offset: int, t
     transaction that started before ``offset`` has ended (by commit, abort, fencing of its producer or
     its timeout) nobody can tell: then this waits, up to ``timeout_s``, and raises
     ServiceUnavailableError."""
-    reader = consumer(target, isolation_level="read_committed", logger=_quiet_logger())
+    reader = consumer(
+        target, isolation_level="read_committed", logger=_quiet_logger(), fetch_wait_max_ms=SCAN_FETCH_WAIT_MS
+    )
     try:
         _assign(reader, topic, partition, offset)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for msg in reader.consume(num_messages=100, timeout=0.2):
+            for msg in reader.consume(num_messages=100, timeout=SCAN_SLICE_S):
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:
                         if msg.offset() > offset:

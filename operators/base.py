@@ -154,6 +154,12 @@ class StreamOperator:
         """Operator (non-keyed) state for checkpoint ``checkpoint_id``; keyed state lives in the backend."""
         return None
 
+    def prepare_restore(self) -> None:
+        """The subtask is about to restore from a checkpoint: start, without waiting for it, slow
+        preparation that ``restore_state`` or ``open`` will need anyway, so that it overlaps the
+        download of the keyed state (a transactional sink fences its predecessor's producer). Called
+        once per attempt, before any state is restored, only when the attempt restores."""
+
     def restore_state(self, data: bytes) -> None:
         """Load what ``snapshot_state`` returned in the restored checkpoint (a restart of this job:
         the same subtask at the same parallelism)."""

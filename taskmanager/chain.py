@@ -151,6 +151,11 @@ class OperatorChain:
 
     # Lifecycle, in the order a subtask runs it.
 
+    def prepare_restore(self) -> None:
+        """Each operator starts what its restore will wait for (see ``StreamOperator.prepare_restore``)."""
+        for op in self.operators:
+            op.prepare_restore()
+
     def restore(self, operator_states: Mapping[str, bytes]) -> None:
         """Each operator's own state from a checkpoint (keyed state is restored into the backend); a
         state that cannot be read is a SerializationError naming the operator."""

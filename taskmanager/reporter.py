@@ -46,6 +46,9 @@ from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
 log = structlog.get_logger("weir.taskmanager")
 
+RETRY_MAX_S: Final = 1.0
+"""The longest pause between two tries of a report to an unreachable JobManager."""
+
 ACK_HEADROOM_BYTES: Final = 64 * 1024
 """Room left below the gRPC message limit for the acknowledgement's own fields."""
 
@@ -160,8 +163,11 @@ class JobManagerReports:
                     break
                 except grpc.RpcError as exc:
                     if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                        # Reports go in order: one retried through a JobManager's restart holds up the
+                        # restarted attempt's (its tasks RUNNING, which the first checkpoint waits for),
+                        # so the retries stay at most RETRY_MAX_S apart.
                         self._stopping.wait(delay)
-                        delay = min(delay * 2, 5.0)
+                        delay = min(delay * 2, RETRY_MAX_S)
                         continue
                     log.warning("report_rejected", kind=report.kind, code=exc.code().name, details=exc.details())
                     # An acknowledgement refused (e.g. too large for the JobManager): decline it, never drop it.

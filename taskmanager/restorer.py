@@ -210,6 +210,7 @@ class SubtaskRestorer:
         in-flight records to replay (None: none)."""
         ranges = [(OperatorUid(op.ctx.uid), self._key_group_range) for op in chain.keyed_operators]
         replay: InflightReplay | None = None
+        chain.prepare_restore()  # e.g. a Kafka sink's fencing (0.5-1 s) runs while the keyed state downloads
         match restore:
             case ChainRestore():
                 check_state_schemas(chain.keyed_operators, [restore.layout] if restore.layout is not None else [])

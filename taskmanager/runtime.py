@@ -8,7 +8,7 @@ import threading
 import uuid
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol
+from typing import Final, Protocol
 
 import grpc
 import structlog
@@ -25,6 +25,13 @@ from weir.taskmanager.task_host import TaskHost
 from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2
 
 log = structlog.get_logger("weir.taskmanager")
+
+CALL_TIMEOUT_S: Final = 5.0
+"""A registration's or heartbeat's deadline; while the JobManager is unreachable, also how long one
+call waits for the channel to connect."""
+UNREACHABLE_PAUSE_S: Final = 0.1
+"""The pause after a failed call to an unreachable JobManager before the next (waiting) call: a call
+that fails without waiting (a connection reset) does not spin."""
 
 
 class TaskSlots(Protocol):
@@ -138,7 +145,7 @@ class TaskManagerRuntime:
 
     # Registration and heartbeats ------------------------------------------------------------------
 
-    def register(self, metrics_port: int) -> float:
+    def register(self, metrics_port: int, *, wait_for_jobmanager: bool = False) -> float:
         response = self.jobmanager.RegisterTaskManager(
             jobmanager_pb2.RegisterTaskManagerRequest(
                 taskmanager_id=self.id,
@@ -147,24 +154,37 @@ class TaskManagerRuntime:
                 metrics_port=metrics_port,
                 incarnation=self.incarnation,
             ),
-            timeout=5,
+            timeout=CALL_TIMEOUT_S,
+            wait_for_ready=wait_for_jobmanager,
         )
         log.info("registered_with_jobmanager", taskmanager_id=self.id, address=self.address, slots=self.slots)
         return response.heartbeat_interval_s or 1.0
 
     def heartbeat_loop(self, metrics_port: int) -> None:
+        """Register, then heartbeat every interval the JobManager asks for. While the JobManager is
+        unreachable (killed, restarting) the next call waits for the channel to connect
+        (``wait_for_ready``) instead of failing at once and sleeping an interval: a restarted JobManager
+        is found as soon as it listens (within the channel's reconnect back-off), which is when it can
+        place the restarted jobs (Flink's TaskExecutor reconnects to the new leader at once). With
+        standbys (several addresses) a call fails fast instead, so that the link moves on to the next
+        address rather than wait on one that does not lead."""
         interval = 1.0
         registered = False
+        unreachable = False
+        one_address = len(self.jobmanager_link.addresses) == 1
         refused: grpc.StatusCode | None = None
         while not self._stopping.is_set():
             try:
                 if not registered:
-                    interval = self.register(metrics_port)
+                    interval = self.register(metrics_port, wait_for_jobmanager=unreachable and one_address)
                     registered = True
                 running = self.tasks.progress()
                 response = self.jobmanager.Heartbeat(
-                    jobmanager_pb2.HeartbeatRequest(taskmanager_id=self.id, running_tasks=running), timeout=5
+                    jobmanager_pb2.HeartbeatRequest(taskmanager_id=self.id, running_tasks=running),
+                    timeout=CALL_TIMEOUT_S,
+                    wait_for_ready=unreachable and one_address,
                 )
+                unreachable = False
                 if response.reregister:
                     registered = False
                     continue
@@ -173,13 +193,21 @@ class TaskManagerRuntime:
                         target=self.cancel_attempt, args=(stale.job_id, stale.attempt), daemon=True
                     ).start()
             except grpc.RpcError as exc:
-                if registered:
+                if registered and not unreachable:
                     log.warning("jobmanager_unreachable", code=exc.code().name)
-                elif exc.code() != refused:  # once per cause: e.g. a certificate or token the JobManager refuses
+                elif not registered and exc.code() != refused:  # once per cause: e.g. a refused certificate or token
                     refused = exc.code()
                     details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
                     log.warning("jobmanager_registration_failed", code=refused.name, details=details)
                 registered = registered and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                # A deadline passed while waiting for the channel: still unreachable; a registered
+                # TaskManager's heartbeat past its deadline: a slow JobManager, heartbeat at the interval.
+                unreachable = exc.code() == grpc.StatusCode.UNAVAILABLE or (
+                    unreachable and exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+                )
+                if unreachable and one_address:
+                    self._stopping.wait(UNREACHABLE_PAUSE_S)  # the next call itself waits for the channel
+                    continue
             self._stopping.wait(interval)
 
     def stop(self) -> None:

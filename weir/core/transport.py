@@ -9,8 +9,8 @@ MAX_MESSAGE_BYTES: Final = 64 * 1024 * 1024
 LEADER_TERM_METADATA: Final = "weir-leader-term"
 """The gRPC metadata key of a JobManager's leader term (Flink's fencing token) on its calls to
 TaskManagers, which refuse a term lower than the highest they have seen (``weir.taskmanager.leader_fence``)."""
-RECONNECT_BACKOFF_MIN_MS: Final = 200
-RECONNECT_BACKOFF_MAX_MS: Final = 2_000
+RECONNECT_BACKOFF_MIN_MS: Final = 100
+RECONNECT_BACKOFF_MAX_MS: Final = 500
 
 GRPC_OPTIONS: Final = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
@@ -23,9 +23,10 @@ GRPC_OPTIONS: Final = [
     # the server answers GOAWAY "too_many_pings" and idle data-plane streams break.
     ("grpc.http2.min_recv_ping_interval_without_data_ms", 5_000),
     ("grpc.http2.max_ping_strikes", 0),
-    # Client side: reconnect to a restarted peer within a second or two. gRPC's default backoff grows
+    # Client side: reconnect to a restarted peer within half a second. gRPC's default backoff grows
     # 1.6x per failed attempt up to 120 s, so a TaskManager that tried through a JobManager's restart
-    # found it again only 10-17 s after it was up (the chaos run's kill-jobmanager recoveries).
+    # found it again only 10-17 s after it was up (the chaos run's kill-jobmanager recoveries); with
+    # 2 s at most, still 1.6-2.6 s (make bench-recovery). A connect attempt to a local port is cheap.
     ("grpc.initial_reconnect_backoff_ms", RECONNECT_BACKOFF_MIN_MS),
     ("grpc.min_reconnect_backoff_ms", RECONNECT_BACKOFF_MIN_MS),
     ("grpc.max_reconnect_backoff_ms", RECONNECT_BACKOFF_MAX_MS),

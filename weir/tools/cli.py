@@ -1491,7 +1491,13 @@ def scenario(
 def cluster_up(
     no_restart: Annotated[bool, typer.Option("--no-restart", help="Leave a process that exits dead.")] = False,
     restart_delay: Annotated[
-        float, typer.Option("--restart-delay", min=0.0, help="Seconds before a process that exited is restarted.")
+        float,
+        typer.Option(
+            "--restart-delay",
+            min=0.0,
+            help="Back-off of a crash loop: seconds before a process that exits again soon after its restart "
+            "is restarted (doubled each time); a first exit restarts at once.",
+        ),
     ] = supervisor.DEFAULT_RESTART_DELAY_S,
     timeout: Annotated[
         float, typer.Option("--timeout", min=1.0, help="Seconds to wait for every TaskManager to register.")

@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Final, Literal
@@ -43,6 +43,10 @@ DEFAULT_RESTART_DELAY_S: Final = 2.0
 DEFAULT_START_TIMEOUT_S: Final = 60.0
 DEFAULT_STOP_TIMEOUT_S: Final = 10.0
 POLL_INTERVAL_S: Final = 0.1
+SPARE_AFTER_S: Final = 3.0
+"""A child's warm spare starts this long after the child did, not beside it: on a small machine the
+spare's imports would slow the child's own start-up (which a recovery waits for)."""
+DEFAULT_SPARES: Final = ("jobmanager",)
 
 ChildStatus = Literal["running", "restarting", "exited"]
 
@@ -73,6 +77,14 @@ class ChildSpec:
 
     def format(self) -> str:
         return f"{self.name}={shlex.join(self.argv)}"
+
+    @property
+    def module(self) -> tuple[str, str, tuple[str, ...]] | None:
+        """``(python, module, arguments)`` for a ``PYTHON -m MODULE ARGS...`` child (one a warm spare
+        can stand in for), else None."""
+        if len(self.argv) >= 3 and self.argv[1] == "-m":
+            return self.argv[0], self.argv[2], self.argv[3:]
+        return None
 
 
 def jobmanager_port(endpoints: Endpoints) -> int:
@@ -126,10 +138,13 @@ class RestartDecision:
 
 @dataclass(frozen=True)
 class RestartPolicy:
-    """``restart: unless-stopped``: restart any exit after a delay, except while the supervisor stops.
+    """``restart: unless-stopped``: restart any exit, except while the supervisor stops.
 
-    A child that exits within ``stable_after_s`` of its start extends a crash streak; each exit in a
-    streak doubles the delay, up to ``max_delay_s`` (docker's back-off), so a crash loop does not spin.
+    The first exit of a streak restarts at once: a JobManager or TaskManager that was killed is needed
+    back as soon as possible (every second it is down is a second of the job's recovery), and a delay
+    would only wait. A child that exits within ``stable_after_s`` of its start extends a crash streak;
+    each further exit in a streak waits ``delay_s``, doubled each time up to ``max_delay_s`` (docker's
+    back-off), so a crash loop does not spin.
     """
 
     restart: bool = True
@@ -142,7 +157,7 @@ class RestartPolicy:
             return RestartDecision(restart_at=None, crash_streak=crash_streak)
         ran_s = exit.exited_at - exit.started_at
         streak = 1 if ran_s >= self.stable_after_s else crash_streak + 1
-        delay = max(self.delay_s, min(self.delay_s * 2 ** (streak - 1), self.max_delay_s))
+        delay = 0.0 if streak == 1 else max(self.delay_s, min(self.delay_s * 2 ** (streak - 2), self.max_delay_s))
         return RestartDecision(restart_at=exit.exited_at + delay, crash_streak=streak)
 
 
@@ -256,6 +271,8 @@ class _Child:
         self.crash_streak = 0
         self.restart_at: float | None = None
         self.last_exit_code: int | None = None
+        self.spare: subprocess.Popen[bytes] | None = None  # weir.tools.warm_spare, waiting for this child's argv
+        self.spare_at: float | None = None  # when to start the next spare
 
     def record(self) -> ChildRecord:
         status: ChildStatus = (
@@ -284,7 +301,13 @@ class Supervisor:
         stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
         log: Callable[[str], None] | None = None,
+        spares: Collection[str] = (),
+        spare_after_s: float = SPARE_AFTER_S,
     ) -> None:
+        """``spares``: the children (by name) kept with a warm spare (``weir.tools.warm_spare``), which
+        a restart hands the child's command line instead of starting Python cold; only a
+        ``PYTHON -m MODULE`` child whose module runs under ``if __name__ == "__main__"`` (a package's
+        ``__main__``, as Weir's JobManager and TaskManager) can have one: the spare imports it."""
         names = [c.name for c in children]
         if len(set(names)) != len(names):
             raise ClusterError(f"duplicate child names in {names}")
@@ -296,6 +319,8 @@ class Supervisor:
         self._clock = clock
         self._log = log or _log_to_stderr
         self._started_at = time.time()
+        self._spares = frozenset(spares)
+        self._spare_after_s = spare_after_s
 
     def run(self, stop: threading.Event) -> None:
         self._directory.mkdir(parents=True, exist_ok=True)
@@ -328,7 +353,54 @@ class Supervisor:
                 child.restarts += 1
                 self._spawn(child)
                 changed = True
+            if not stopping:
+                self._tend_spare(child, now)
         return changed
+
+    def _tend_spare(self, child: _Child, now: float) -> None:
+        """Start the child's spare when due; a spare that died is replaced after the same pause."""
+        if child.spare is not None and child.spare.poll() is not None:
+            self._log(f"{child.spec.name}'s warm spare {describe_exit(child.spare.returncode)}; starting another")
+            child.spare = None
+            child.spare_at = now + self._spare_after_s
+        if child.spare is not None or child.spare_at is None or now < child.spare_at:
+            return
+        child.spare_at = None
+        target = child.spec.module
+        if target is None:
+            return
+        python, module, _args = target
+        with open(child.log, "ab") as log:
+            try:
+                child.spare = subprocess.Popen(
+                    (python, "-m", "weir.tools.warm_spare", module),
+                    stdin=subprocess.PIPE,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env={**os.environ, "PYTHONUNBUFFERED": "1"},
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                self._log(f"cannot start a warm spare of {child.spec.name}: {exc}")
+                return
+        self._log(f"started a warm spare of {child.spec.name} (pid {child.spare.pid})")
+
+    def _activate_spare(self, child: _Child) -> subprocess.Popen[bytes] | None:
+        """Hand the waiting spare the child's arguments; the spare's process, None when there is no
+        live spare (the child then starts cold)."""
+        spare, child.spare = child.spare, None
+        target = child.spec.module
+        if spare is None or target is None or spare.poll() is not None or spare.stdin is None:
+            if spare is not None:
+                _signal_group(spare.pid, signal.SIGKILL)
+            return None
+        try:
+            spare.stdin.write(json.dumps({"argv": list(target[2])}).encode() + b"\n")
+            spare.stdin.close()
+        except OSError:  # it died in between
+            _signal_group(spare.pid, signal.SIGKILL)
+            return None
+        return spare
 
     def _exited(self, child: _Child, returncode: int | None, now: float, *, stopping: bool) -> None:
         if child.proc is not None:
@@ -353,9 +425,16 @@ class Supervisor:
         now = self._clock()
         child.started_at = now
         child.restart_at = None
+        if child.spec.name in self._spares:
+            child.spare_at = now + self._spare_after_s
         with open(child.log, "ab") as log:
             log.write(f"--- weir supervisor: starting {child.spec.format()} (restart {child.restarts})\n".encode())
             log.flush()
+            spare = self._activate_spare(child)
+            if spare is not None:
+                child.proc = spare
+                self._log(f"started {child.spec.name} from its warm spare (pid {spare.pid}, restart {child.restarts})")
+                return
             try:
                 child.proc = subprocess.Popen(
                     child.spec.argv,
@@ -373,6 +452,11 @@ class Supervisor:
         self._log(f"started {child.spec.name} (pid {child.proc.pid}, restart {child.restarts})")
 
     def _terminate_all(self) -> None:
+        for child in self._children:
+            spare, child.spare, child.spare_at = child.spare, None, None
+            if spare is not None:
+                _signal_group(spare.pid, signal.SIGKILL)  # it holds nothing yet
+                spare.wait()
         running = [c for c in self._children if c.proc is not None]
         for child in running:
             assert child.proc is not None
@@ -440,6 +524,7 @@ def supervise(
     children: Sequence[ChildSpec],
     policy: RestartPolicy,
     stop_timeout_s: float = DEFAULT_STOP_TIMEOUT_S,
+    spares: Collection[str] = (),
 ) -> None:
     """Run a supervisor in this process until SIGTERM or SIGINT."""
     stop = threading.Event()
@@ -451,7 +536,7 @@ def supervise(
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     with _exclusive_lock(directory):
-        Supervisor(directory, children, policy, stop_timeout_s=stop_timeout_s).run(stop)
+        Supervisor(directory, children, policy, stop_timeout_s=stop_timeout_s, spares=spares).run(stop)
 
 
 # Operations for the CLI --------------------------------------------------------------------------
@@ -515,11 +600,13 @@ def start_cluster(
     restart_delay_s: float = DEFAULT_RESTART_DELAY_S,
     timeout_s: float = DEFAULT_START_TIMEOUT_S,
     children: Sequence[ChildSpec] | None = None,
+    spares: Collection[str] = DEFAULT_SPARES,
 ) -> StartResult:
     """Start a detached supervisor and wait until the JobManager reports every TaskManager alive.
 
-    ``children`` None runs :func:`default_children`. On failure the half-started cluster is stopped
-    and the error names the logs to read.
+    ``children`` None runs :func:`default_children`. ``spares``: the children kept with a warm spare
+    (by default the JobManager: a job waits for it after its restart). On failure the half-started
+    cluster is stopped and the error names the logs to read.
     """
     existing = local_status(directory)
     if existing is not None and existing.supervisor_alive:
@@ -534,6 +621,8 @@ def start_cluster(
     argv = ["--dir", str(directory), "--restart-delay", str(restart_delay_s)]
     if not restart:
         argv.append("--no-restart")
+    for name in spares:
+        argv += ["--spare", name]
     for spec in specs:
         argv += ["--child", spec.format()]
     supervisor_pid = _launch_supervisor(directory, argv)
@@ -737,10 +826,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     sup = commands.add_parser("supervise", help="run the local cluster's supervisor in the foreground")
     sup.add_argument("--dir", type=Path, default=None, help="cluster directory (default $WEIR_RUN_DIR/cluster)")
-    sup.add_argument("--restart-delay", type=float, default=DEFAULT_RESTART_DELAY_S)
+    sup.add_argument(
+        "--restart-delay",
+        type=float,
+        default=DEFAULT_RESTART_DELAY_S,
+        help="the back-off of a crash loop: a child that exits again soon after its restart waits this long "
+        "(doubled each time); the first exit restarts at once",
+    )
     sup.add_argument("--no-restart", action="store_true", help="leave a child that exits dead")
     sup.add_argument("--detach", action="store_true", help="start the supervisor in the background, print its pid")
     sup.add_argument("--stop-timeout", type=float, default=DEFAULT_STOP_TIMEOUT_S)
+    sup.add_argument(
+        "--spare",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="keep a warm spare of this child (weir.tools.warm_spare) for its restarts; repeatable",
+    )
     sup.add_argument(
         "--child", action="append", default=[], metavar="NAME=COMMAND", help="replace the default children"
     )
@@ -758,6 +860,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             children,
             RestartPolicy(restart=not args.no_restart, delay_s=args.restart_delay),
             stop_timeout_s=args.stop_timeout,
+            spares=args.spare,
         )
     except (ValueError, ClusterError) as exc:
         _log_to_stderr(f"error: {exc}")

@@ -4,6 +4,7 @@ running fake children (sleeping Python processes) against a fake JobManager."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -41,9 +42,17 @@ CHILDREN = tuple(ChildSpec(name, SLEEPER) for name in ("jobmanager", "taskmanage
 # The restart decision ----------------------------------------------------------------------------
 
 
-def test_a_child_is_restarted_after_the_delay() -> None:
+def test_a_child_that_ran_stably_is_restarted_at_once() -> None:
     decision = RestartPolicy(delay_s=2.0).decide(ChildExit(returncode=-9, started_at=100.0, exited_at=200.0), 0)
-    assert (decision.restart_at, decision.crash_streak) == (202.0, 1)
+    assert (decision.restart_at, decision.crash_streak) == (200.0, 1)
+
+
+def test_a_second_crash_soon_after_the_restart_waits_the_delay() -> None:
+    policy = RestartPolicy(delay_s=2.0, stable_after_s=10.0)
+    first = policy.decide(ChildExit(returncode=-9, started_at=100.0, exited_at=200.0), 0)
+    assert first.restart_at == 200.0
+    second = policy.decide(ChildExit(returncode=1, started_at=200.0, exited_at=201.0), first.crash_streak)
+    assert (second.restart_at, second.crash_streak) == (203.0, 2)
 
 
 def test_no_restart_leaves_the_child_down() -> None:
@@ -64,13 +73,13 @@ def test_a_crash_loop_backs_off_up_to_the_maximum() -> None:
         assert decision.restart_at is not None
         delays.append(decision.restart_at - (now + 0.5))
         streak, now = decision.crash_streak, decision.restart_at
-    assert delays == [1.0, 2.0, 4.0, 5.0, 5.0]
+    assert delays == [0.0, 1.0, 2.0, 4.0, 5.0]
 
 
 def test_a_child_that_ran_stably_resets_the_back_off() -> None:
     policy = RestartPolicy(delay_s=1.0, stable_after_s=10.0)
     decision = policy.decide(ChildExit(returncode=1, started_at=0.0, exited_at=60.0), crash_streak=4)
-    assert (decision.restart_at, decision.crash_streak) == (61.0, 1)
+    assert (decision.restart_at, decision.crash_streak) == (60.0, 1)
 
 
 def test_child_spec_round_trips_through_its_command_line_form() -> None:
@@ -270,3 +279,62 @@ def test_a_child_due_for_restart_is_not_started_while_the_supervisor_stops(tmp_p
     started = [int(line) for line in pids.read_text().split()]
     assert len(started) == 1, f"restarted during the stop: {started[1:]}"
     assert not any(pid_alive(pid) for pid in started)
+
+
+def test_a_restart_runs_the_warm_spare_with_the_child_s_arguments(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child kept with a warm spare is restarted in the spare's process (already past its imports),
+    which is given the child's arguments; the next spare comes after it."""
+    package = tmp_path / "recorder"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "__main__.py").write_text(
+        "import os, sys, time\n"
+        "if __name__ == '__main__':\n"
+        "    with open(sys.argv[1], 'a') as f:\n"
+        "        f.write(f\"{os.getpid()} {' '.join(sys.argv[2:])}\\n\")\n"
+        "    time.sleep(60)\n"
+    )
+    monkeypatch.setenv("PYTHONPATH", f"{tmp_path}{os.pathsep}{os.environ.get('PYTHONPATH', '')}")
+    started = tmp_path / "started"
+    children = (ChildSpec("jobmanager", (sys.executable, "-m", "recorder", str(started), "--port", "1")),)
+    said: list[str] = []
+    supervisor = cluster.Supervisor(
+        tmp_path / "cluster",
+        children,
+        RestartPolicy(delay_s=0.5),
+        stop_timeout_s=5,
+        log=said.append,
+        spares={"jobmanager"},
+        spare_after_s=0.0,
+    )
+
+    def spare_pids() -> list[int]:
+        return [int(m.rsplit("pid ", 1)[1].rstrip(")")) for m in said if m.startswith("started a warm spare")]
+
+    def lines() -> list[str]:
+        return started.read_text().splitlines() if started.exists() else []
+
+    stop = cluster.threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(supervisor.run, stop)
+        try:
+            deadline = time.monotonic() + 30
+            while not (lines() and spare_pids()):
+                assert time.monotonic() < deadline, f"no child and spare: {said}"
+                time.sleep(0.05)
+            first_pid = int(lines()[0].split()[0])
+            spare = spare_pids()[0]
+            os.kill(first_pid, cluster.signal.SIGKILL)
+            while len(lines()) < 2 or len(spare_pids()) < 2:
+                assert time.monotonic() < deadline, f"not restarted from the spare: {said}"
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            running.result(30)
+    restarted = lines()[1].split()
+    assert (int(restarted[0]), restarted[1:]) == (spare, ["--port", "1"])
+    assert any(m.startswith(f"started jobmanager from its warm spare (pid {spare}") for m in said), said
+    assert spare_pids()[1] != spare
+    assert not any(pid_alive(pid) for pid in (first_pid, *spare_pids()))
