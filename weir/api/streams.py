@@ -154,6 +154,27 @@ class DataStream(StreamSinks):
         operator = factories.map_operator(fn)
         return self._add(operator, uid=uid, name=name or "map", parallelism=parallelism, on_error=on_error)
 
+    def async_map(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        uid: str,
+        capacity: int = 100,
+        timeout_ms: int | None = None,
+        ordered: bool = True,
+        name: str | None = None,
+        parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
+    ) -> DataStream:
+        """Flink's async I/O: ``await fn(value)`` per record (``fn`` an ``async def``: a lookup in a
+        service), up to ``capacity`` calls in flight per subtask, each given ``timeout_ms`` (None: no
+        limit). ``ordered``: results in input order; else as they complete, but never across a
+        watermark. Calls in flight are part of the checkpoint and issued again after a restore (so
+        ``fn`` runs at least once per record, its result reaches the sinks exactly once). A call that
+        raises or times out goes to ``on_error``."""
+        operator = factories.async_map_operator(uid, fn, capacity, timeout_ms, ordered)
+        return self._add(operator, uid=uid, name=name or "async_map", parallelism=parallelism, on_error=on_error)
+
     def filter(
         self,
         fn: Callable[[Any], bool],
