@@ -39,6 +39,7 @@ from typing import Any, Final
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.rejections import FAIL, OnRecordError
 from weir.core.serde import dumps_value, loads_value
+from weir.core.watermarks import MAX_WATERMARK
 from weir.operators.base import InheritedState, StreamOperator
 
 STATE_FORMAT: Final = 1
@@ -160,9 +161,16 @@ class AsyncMapOperator(StreamOperator):
             self._segments[-1].watermark = watermark
             self._segments.append(_Segment())
         self._emit_ready()
+        if watermark >= MAX_WATERMARK:
+            self._complete_all()
 
     def end_input(self) -> None:
-        """Every call in flight completes and is emitted before the end of input goes on."""
+        self._complete_all()
+
+    def _complete_all(self) -> None:
+        """Every call in flight completes and is emitted: at the end of event time, which a bounded
+        source (or ``weir stop --drain``) emits before the job's final checkpoint, so that no result
+        comes after the final barrier (Flink waits in ``endInput``, before its final checkpoint)."""
         while self._in_flight:
             self._wait_for_a_result()
             self._emit_ready()

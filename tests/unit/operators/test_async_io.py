@@ -20,6 +20,7 @@ from tests.unit.conftest import CollectingOutput, MakeContext
 from weir.api import Environment
 from weir.core.errors import JobDefinitionError
 from weir.core.rejections import UserFunctionError
+from weir.core.watermarks import MAX_WATERMARK
 from weir.operators.async_io import AsyncMapOperator
 from weir.operators.base import InheritedState
 
@@ -163,6 +164,28 @@ def test_a_full_queue_blocks_the_next_record_until_a_call_completes(make_context
         service.release(2, 3)
         op.end_input()
         assert out.values == [10, 20, 30]
+    finally:
+        op.close()
+
+
+def test_the_end_of_event_time_waits_for_every_call_in_flight(make_context: MakeContext) -> None:
+    """A bounded source emits the end of event time before the job's final checkpoint: every result
+    must be out by then (a result after the final barrier would be in no checkpoint)."""
+    service, mailbox = Service(), Mailbox()
+    op = AsyncMapOperator(service.call, capacity=10, timeout_ms=None, ordered=False)
+    out = start(make_context, op, mailbox)
+    try:
+        op.process(1, 100)
+        op.process(2, 200)
+        releaser = threading.Thread(
+            target=lambda: (until(lambda: len(service.started) == 2, "both issued"), service.release(1, 2))
+        )
+        releaser.start()
+        op.process_watermark(MAX_WATERMARK)
+        releaser.join(DEADLINE_S)
+        assert sorted(out.values) == [10, 20]
+        assert out.events[-1] == ("watermark", MAX_WATERMARK)
+        assert op.snapshot_state(3) is None
     finally:
         op.close()
 
