@@ -33,9 +33,11 @@ from weir.api.connector import Duration, OptionError, Sink, Source
 from weir.api.environment import DEFAULT_MAX_PARALLELISM, Environment, Parameters
 from weir.api.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
     Collector,
     CoProcessFunction,
     JoinFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     ProcessFunction,
@@ -108,6 +110,7 @@ __all__ = [
     "LATEST",
     "AggregateFunction",
     "AggregatingState",
+    "BroadcastProcessFunction",
     "CoProcessFunction",
     "Collector",
     "ColumnValues",
@@ -143,6 +146,7 @@ __all__ = [
     "KafkaSourceBuilder",
     "KafkaSourceSpec",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessContext",
     "KeyedProcessFunction",

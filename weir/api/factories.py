@@ -16,6 +16,7 @@ from weir.core.state_schema import StateSchema
 from weir.core.windows import EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.operators.async_io import AsyncMapOperator, check_async_function
 from weir.operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator, ProcessOperator
+from weir.operators.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from weir.operators.joins import EmitJoined, IntervalJoinOperator, ProcessJoin, WindowJoinOperator
 from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessOperator, ReduceOperator
 from weir.operators.windows import ProcessElements, ProcessResult, WindowAggregateOperator
@@ -97,6 +98,14 @@ def window_operator(
 
 def co_process_operator(fn: Any) -> WithOnError:
     return WithOnError(partial(CoProcessOperator, fn))
+
+
+def broadcast_process_operator(fn: Any) -> WithOnError:
+    return WithOnError(partial(BroadcastProcessOperator, fn))
+
+
+def keyed_broadcast_process_operator(fn: Any, key: Key, schemas: tuple[StateSchema, ...]) -> WithOnError:
+    return WithOnError(lambda on_error: KeyedBroadcastProcessOperator(fn, key, schemas, on_error=on_error))
 
 
 def keyed_co_process_operator(fn: Any, keys: Keys, schemas: tuple[StateSchema, ...]) -> WithOnError:
