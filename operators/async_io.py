@@ -21,8 +21,9 @@ an outside service is at least once, as in Flink).
 Failures: a call that raises, or that has no result within ``timeout_ms``, is handed to ``on_error``
 like any user function's failure (fail the job naming the record, or dead-letter it).
 
-Without a mailbox (the in-process runs of ``weir verify`` and ``weir test``) each call completes before
-the next record: the same results, deterministically.
+Without a mailbox (the in-process runs of ``weir verify`` and ``weir test``) the calls still run
+``capacity`` at once, but results go out in input order (one of the orders an unordered run may
+have), as records and watermarks come in: the run's output does not depend on the calls' timing.
 """
 
 from __future__ import annotations
@@ -103,6 +104,11 @@ class AsyncMapOperator(StreamOperator):
     # Life ----------------------------------------------------------------------------------------
 
     def open(self) -> None:
+        if self.ctx.mailbox_executor is None:
+            # An in-process run: nothing wakes the operator when a call completes, so results go out
+            # as records and watermarks come in, in input order whatever the mode (one order an
+            # unordered run may also have): the run's output does not depend on the calls' timing.
+            self._ordered = True
         loop = asyncio.new_event_loop()
         self._loop = loop
         self._thread = threading.Thread(
@@ -149,10 +155,6 @@ class AsyncMapOperator(StreamOperator):
             self._segments[-1].calls.append(call)
         self._in_flight += 1
         self._issue(call)
-        if self.ctx.mailbox_executor is None:  # in-process run: one call at a time, deterministic
-            while not call.future.done():  # type: ignore[union-attr]  # issued just above
-                self._wait_for_a_result()
-            self._emit_ready()
 
     def process_watermark(self, watermark: int) -> None:
         if self._ordered:

@@ -246,17 +246,22 @@ def test_calls_in_flight_at_a_checkpoint_are_issued_again_after_a_restore(make_c
         restored.close()
 
 
-def test_without_a_mailbox_each_call_completes_before_the_next_record(make_context: MakeContext) -> None:
+def test_without_a_mailbox_results_go_out_in_input_order_whatever_the_timing(make_context: MakeContext) -> None:
     async def times_ten(value: int) -> int:
-        await asyncio.sleep(0)
+        await asyncio.sleep((10 - value) / 1000)  # the later the record, the sooner its result
         return value * 10
 
-    op = AsyncMapOperator(times_ten, capacity=10, timeout_ms=None, ordered=False)
+    op = AsyncMapOperator(times_ten, capacity=4, timeout_ms=None, ordered=False)
     out = start(make_context, op, None)
     try:
-        for v in range(5):
+        for v in range(10):
             op.process(v, v)
-        assert out.records == [(v * 10, v) for v in range(5)]
+            if v == 5:
+                op.process_watermark(5)
+        op.end_input()
+        expected = [("record", v * 10) for v in range(6)] + [("watermark", 5)]
+        expected += [("record", v * 10) for v in range(6, 10)]
+        assert out.events == expected
     finally:
         op.close()
 
