@@ -18,6 +18,10 @@ result emitted after a barrier belongs to the next checkpoint, so each input's r
 sinks' committed output exactly once; ``fn`` itself may run more than once for an input (a request to
 an outside service is at least once, as in Flink).
 
+Each subtask runs its own copy of ``fn`` (as each Flink subtask deserializes its own): an object's
+``open()`` and ``close()``, when it has them (sync or async), run on the subtask's loop, which is where
+its clients (an ``httpx.AsyncClient``) must be made.
+
 Failures: a call that raises, or that has no result within ``timeout_ms``, is handed to ``on_error``
 like any user function's failure (fail the job naming the record, or dead-letter it).
 
@@ -30,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import copy
 import inspect
 import threading
 from collections import deque
@@ -115,6 +120,9 @@ class AsyncMapOperator(StreamOperator):
             target=loop.run_forever, name=f"async-io-{self.ctx.uid}-{self.ctx.subtask}", daemon=True
         )
         self._thread.start()
+        self._fn = _own_copy(self._fn, self.ctx.log)
+        opened = asyncio.run_coroutine_threadsafe(_call_hook(self._fn, "open"), loop)
+        opened.result()  # an open() that raises fails the task, as any operator's open
         restored, self._restored = self._restored, []
         for entry in restored:
             match entry:
@@ -129,12 +137,14 @@ class AsyncMapOperator(StreamOperator):
         loop, thread = self._loop, self._thread
         if loop is None or thread is None:
             return
-        # Calls still in flight are cancelled (a restore issues them again), then the loop stops.
-        cancelled = asyncio.run_coroutine_threadsafe(_cancel_other_tasks(), loop)
-        try:
-            cancelled.result(timeout=5.0)
-        except Exception as exc:  # a call that ignores cancellation: the loop is stopped anyway
-            self.ctx.log.warning("async_io_calls_not_cancelled", error=repr(exc))
+        # Calls still in flight are cancelled (a restore issues them again), the function's close()
+        # runs on its loop (its clients belong to it), then the loop stops.
+        for step, coroutine in (("cancel", _cancel_other_tasks()), ("close", _call_hook(self._fn, "close"))):
+            done = asyncio.run_coroutine_threadsafe(coroutine, loop)
+            try:
+                done.result(timeout=5.0)
+            except Exception as exc:  # a call that ignores cancellation, a close that raises: stop anyway
+                self.ctx.log.warning("async_io_close_incomplete", step=step, error=repr(exc))
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=5.0)
         if not thread.is_alive():
@@ -292,6 +302,30 @@ class AsyncMapOperator(StreamOperator):
             self.reject(self._fn, exc, call.value, call.timestamp)
             return
         self.output.emit(result, call.timestamp)
+
+
+def _own_copy(fn: Any, log: Any) -> Any:
+    """The subtask's own copy of the function, as each Flink subtask deserializes its own: an
+    object's clients (an ``httpx.AsyncClient``) belong to the event loop that made them, and every
+    subtask (and every attempt) has its own loop. A function object that cannot be copied is shared,
+    with a warning."""
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return fn  # no attributes of its own to keep apart
+    try:
+        return copy.deepcopy(fn)
+    except Exception as exc:
+        log.warning("async_function_shared", reason=f"cannot be copied: {type(exc).__name__}: {exc}")
+        return fn
+
+
+async def _call_hook(fn: Any, name: str) -> None:
+    """``fn.open()`` / ``fn.close()`` when it has one (Flink's RichAsyncFunction), awaited if async."""
+    hook = getattr(fn, name, None)
+    if not callable(hook) or inspect.isfunction(fn):
+        return
+    result = hook()
+    if inspect.isawaitable(result):
+        await result
 
 
 async def _cancel_other_tasks() -> None:

@@ -311,3 +311,35 @@ def test_async_map_takes_only_an_async_function() -> None:
     stream.async_map(Lookup(), uid="enrich", capacity=4, timeout_ms=1000, ordered=False)
     with pytest.raises(JobDefinitionError, match="capacity must be a positive int"):
         stream.async_map(Lookup(), uid="enrich2", capacity=0)
+
+
+def test_each_subtask_runs_its_own_copy_opened_and_closed_on_its_loop(make_context: MakeContext) -> None:
+    class Client:
+        def __init__(self) -> None:
+            self.loop: asyncio.AbstractEventLoop | None = None
+            self.closed_on: asyncio.AbstractEventLoop | None = None
+
+        async def open(self) -> None:
+            self.loop = asyncio.get_running_loop()
+            opened.append(self)
+
+        async def close(self) -> None:
+            self.closed_on = asyncio.get_running_loop()
+
+        async def __call__(self, value: int) -> tuple[int, bool]:
+            return (value, asyncio.get_running_loop() is self.loop)
+
+    opened: list[Client] = []
+    shared = Client()
+    ops = [AsyncMapOperator(shared, capacity=4, timeout_ms=None, ordered=True) for _ in range(2)]
+    outs = [start(make_context, op, None, subtask=i, parallelism=2) for i, op in enumerate(ops)]
+    for op in ops:
+        op.process(1, None)
+        op.end_input()
+    copies = list(opened)
+    loops = [c.loop for c in copies]
+    for op in ops:
+        op.close()
+    assert [out.values for out in outs] == [[(1, True)], [(1, True)]]  # each call on its own copy's loop
+    assert len(copies) == 2 and shared not in copies and loops[0] is not loops[1]
+    assert [c.closed_on for c in copies] == loops

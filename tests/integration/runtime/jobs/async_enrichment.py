@@ -27,18 +27,22 @@ class CountAndSum:
 
 
 class WeightLookup:
-    """The key's weight from the service; one HTTP client per subtask's event loop."""
+    """The key's weight from the service. Each subtask runs its own copy; its HTTP client is made in
+    ``open`` and closed in ``close``, on the subtask's event loop."""
 
     def __init__(self, url: str) -> None:
         self._url = url
         self._client: httpx.AsyncClient | None = None
 
-    def __getstate__(self) -> dict[str, Any]:
-        return {"_url": self._url, "_client": None}
+    async def open(self) -> None:
+        self._client = httpx.AsyncClient(base_url=self._url, timeout=10.0)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
 
     async def __call__(self, event: dict[str, Any]) -> tuple[str, int]:
-        if self._client is None:
-            self._client = httpx.AsyncClient(base_url=self._url, timeout=10.0)
+        assert self._client is not None, "open() makes the client"
         response = await self._client.get("/weight", params={"key": event["key"], "id": event["id"]})
         response.raise_for_status()
         return (event["key"], event["value"] * int(response.text))
