@@ -26,6 +26,12 @@ JOB = "tests/integration/runtime/jobs/async_enrichment.py"
 EVENTS = 20_000
 
 
+class _Server(ThreadingHTTPServer):
+    # Three subtasks with up to 32 lookups each connect at once after a restore: the default listen
+    # backlog of 5 drops their SYNs, and a retried connect can take longer than the lookup's timeout.
+    request_queue_size = 256
+
+
 class WeightService:
     """``GET /weight?key=K&id=I`` answers K's weight (1-5, from the key alone) after 0-15 ms."""
 
@@ -35,6 +41,8 @@ class WeightService:
         service = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive: the lookups reuse their connections
+
             def do_GET(self) -> None:  # noqa: N802  # http.server's name
                 query = parse_qs(urlparse(self.path).query)
                 key, event_id = query["key"][0], query["id"][0]
@@ -50,7 +58,7 @@ class WeightService:
             def log_message(self, format: str, *args: object) -> None:
                 pass
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = _Server(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
