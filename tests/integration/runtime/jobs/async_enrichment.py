@@ -63,7 +63,7 @@ def build(env: Environment) -> None:
             WeightLookup(p.get_str("enrich.url", "http://127.0.0.1:8080")),
             uid="enrich",
             capacity=p.get_int("enrich.capacity", 32),
-            timeout_ms=10_000,
+            timeout_ms=p.get_int("enrich.timeout_ms", 60_000),
             ordered=p.get_bool("enrich.ordered", True),
         )
         .key_by(lambda pair: pair[0])
