@@ -254,9 +254,23 @@ class AsyncMapOperator(StreamOperator):
             self._emit_ready()
 
     def _wait_for_a_result(self) -> None:
+        """Until something can be emitted: the head of the queue completed (ordered), or a call of the
+        first segment did (unordered). Not merely any call: a completed call that cannot be emitted
+        yet would make the caller spin, starving the event loop's thread of the interpreter."""
         with self._done:
-            if not any(c.future is not None and c.future.done() for c in self._queued_calls()):
+            while not self._emittable():
                 self._done.wait(timeout=1.0)
+
+    def _emittable(self) -> bool:
+        if self._ordered:
+            if not self._ordered_queue:
+                return True
+            head = self._ordered_queue[0]
+            return isinstance(head, int) or (head.future is not None and head.future.done())
+        first = self._segments[0]
+        if not first.calls:
+            return True
+        return any(c.future is not None and c.future.done() for c in first.calls)
 
     def _queued_calls(self) -> list[_Call]:
         if self._ordered:

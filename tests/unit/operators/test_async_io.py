@@ -343,3 +343,36 @@ def test_each_subtask_runs_its_own_copy_opened_and_closed_on_its_loop(make_conte
     assert [out.values for out in outs] == [[(1, True)], [(1, True)]]  # each call on its own copy's loop
     assert len(copies) == 2 and shared not in copies and loops[0] is not loops[1]
     assert [c.closed_on for c in copies] == loops
+
+
+def test_a_full_queue_waits_without_spinning_while_only_a_later_call_completed(make_context: MakeContext) -> None:
+    """Ordered, capacity 2: call 2 completed, call 1 (the head) did not. The next record waits for
+    the head; it must sleep, not loop: a spinning task thread starves the event loop's thread of the
+    interpreter (two such subtasks in one TaskManager slowed every lookup to seconds)."""
+    service, mailbox = Service(), Mailbox()
+    op = AsyncMapOperator(service.call, capacity=2, timeout_ms=None, ordered=True)
+    start(make_context, op, mailbox)
+    emits = 0
+    emit_ready = op._emit_ready
+
+    def counted() -> None:
+        nonlocal emits
+        emits += 1
+        emit_ready()
+
+    op._emit_ready = counted  # type: ignore[method-assign]
+    try:
+        op.process(1, None)
+        op.process(2, None)
+        service.release(2)
+        until(lambda: len(mailbox.actions) > 0, "call 2 completed")
+        third = threading.Thread(target=op.process, args=(3, None))
+        third.start()
+        time.sleep(0.3)  # an interval to count the waiting thread's work in, not a wait for a condition
+        assert third.is_alive()
+        assert emits < 10, f"the waiting task thread looped {emits} times in 0.3 s"
+        service.release(1, 3)
+        third.join(DEADLINE_S)
+        assert not third.is_alive()
+    finally:
+        op.close()
