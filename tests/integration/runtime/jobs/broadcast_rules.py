@@ -34,18 +34,23 @@ class ScaleByRule(KeyedBroadcastProcessFunction):
         ctx.broadcast_state("factors").put(key, factor)
 
     def process_element(self, value: Any, ctx: Any, out: Any) -> None:
-        ctx.list_state("waiting").add((value["key"], value["value"]))
+        ctx.list_state("waiting").add((ctx.timestamp, value["key"], value["value"]))
         ctx.timer_service().register_event_time_timer(ctx.timestamp)
 
     def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
+        """The events due by ``timestamp`` go out at their own time; later ones wait for their timer."""
         factors = ctx.broadcast_state("factors")
         waiting = ctx.list_state("waiting")
-        for key, value in waiting.get():
+        later = []
+        for ts, key, value in waiting.get():
+            if ts > timestamp:
+                later.append((ts, key, value))
+                continue
             factor = factors.get(key)
             if factor is None:
                 raise ValueError(f"no factor for {key!r}: the broadcast state lost it")
-            out.collect((key, value * factor))
-        waiting.clear()
+            out.collect((key, value * factor), ts)
+        waiting.update(later)
 
 
 def build(env: Environment) -> None:
