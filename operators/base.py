@@ -102,6 +102,10 @@ class OperatorContext:
     log: Any = field(default_factory=lambda: structlog.get_logger("weir.operator"))
     metrics: Any = None  # weir.core.metrics.TaskMetrics
     rejections: RecordRejections | None = None  # None: rejected records are kept in memory (a reference run)
+    mailbox_executor: Callable[[Callable[[], None]], None] | None = None
+    """Runs an action on the task's thread, between records (Flink's ``MailboxExecutor``): how work
+    completed on another thread (an async I/O call) reaches the operator. None: no task loop (an
+    in-process run), the operator completes such work before it returns."""
 
 
 class StreamOperator:

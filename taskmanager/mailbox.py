@@ -53,7 +53,15 @@ class Cancel:
     """Stop the task: a fail-over or a cancel of its job."""
 
 
-Mail = TriggerCheckpoint | CheckpointComplete | CheckpointAborted | Cancel
+@dataclass(frozen=True)
+class RunInTask:
+    """An operator's action to run on the task's thread (its ``mailbox_executor``): e.g. emit the
+    results of asynchronous calls that completed on another thread."""
+
+    action: Callable[[], None]
+
+
+Mail = TriggerCheckpoint | CheckpointComplete | CheckpointAborted | Cancel | RunInTask
 
 Input = TypeVar("Input")
 

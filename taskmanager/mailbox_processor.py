@@ -25,7 +25,15 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, TypeVar
 
-from weir.taskmanager.mailbox import Cancel, CheckpointAborted, CheckpointComplete, Mail, Mailbox, TriggerCheckpoint
+from weir.taskmanager.mailbox import (
+    Cancel,
+    CheckpointAborted,
+    CheckpointComplete,
+    Mail,
+    Mailbox,
+    RunInTask,
+    TriggerCheckpoint,
+)
 
 Work = TypeVar("Work")
 
@@ -113,7 +121,7 @@ class MailboxProcessor:
             match item:
                 case None:  # a deadline passed
                     pass
-                case TriggerCheckpoint() | CheckpointComplete() | CheckpointAborted() | Cancel():
+                case TriggerCheckpoint() | CheckpointComplete() | CheckpointAborted() | Cancel() | RunInTask():
                     self._on_mail(item)
                 case _:
                     action.run(item)

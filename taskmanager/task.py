@@ -56,6 +56,7 @@ from weir.taskmanager.mailbox import (
     CheckpointRequest,
     Mail,
     Mailbox,
+    RunInTask,
     TriggerCheckpoint,
 )
 from weir.taskmanager.mailbox_processor import Duty, MailboxProcessor
@@ -235,7 +236,12 @@ class Task:
             log=self._log.bind(operator_uid=uid),
             metrics=self.metrics,
             rejections=self.rejections,
+            mailbox_executor=self._run_in_task,
         )
+
+    def _run_in_task(self, action: Callable[[], None]) -> None:
+        """From any thread: ``action`` runs on this task's thread, as a mail (an operator's ``mailbox_executor``)."""
+        self._mailbox.put(RunInTask(action))
 
     def _position_in_flight(self) -> SourcePosition | None:
         """Where the record a chained operator rejects was read: known from the chain's own Kafka
@@ -426,6 +432,8 @@ class Task:
                 self.checkpointer.notify_aborted(checkpoint_id)  # e.g. its capture complete, its upload not yet
             case Cancel():
                 raise Cancelled()
+            case RunInTask(action=action):
+                action()
             case _:
                 assert_never(mail)
 

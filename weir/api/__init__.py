@@ -34,9 +34,11 @@ from weir.api.environment import DEFAULT_MAX_PARALLELISM, Environment, Parameter
 from weir.api.file_sink import PartFileSink, fixed_bucket
 from weir.api.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
     Collector,
     CoProcessFunction,
     JoinFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     ProcessFunction,
@@ -109,6 +111,7 @@ __all__ = [
     "LATEST",
     "AggregateFunction",
     "AggregatingState",
+    "BroadcastProcessFunction",
     "CoProcessFunction",
     "Collector",
     "ColumnValues",
@@ -146,6 +149,7 @@ __all__ = [
     "KafkaSourceBuilder",
     "KafkaSourceSpec",
     "KeySelector",
+    "KeyedBroadcastProcessFunction",
     "KeyedCoProcessFunction",
     "KeyedProcessContext",
     "KeyedProcessFunction",

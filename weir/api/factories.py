@@ -14,7 +14,9 @@ from weir.core.errors import JobDefinitionError
 from weir.core.process_functions import OutputTag
 from weir.core.state_schema import StateSchema
 from weir.core.windows import EventTimeSessionWindows, SlidingEventTimeWindows, TumblingEventTimeWindows
+from weir.operators.async_io import AsyncMapOperator, check_async_function
 from weir.operators.basic import CoProcessOperator, FilterOperator, FlatMapOperator, MapOperator, ProcessOperator
+from weir.operators.broadcast import BroadcastProcessOperator, KeyedBroadcastProcessOperator
 from weir.operators.joins import EmitJoined, IntervalJoinOperator, ProcessJoin, WindowJoinOperator
 from weir.operators.keyed import KeyedCoProcessOperator, KeyedProcessOperator, ReduceOperator
 from weir.operators.windows import ProcessElements, ProcessResult, WindowAggregateOperator
@@ -33,6 +35,20 @@ def filter_operator(fn: Callable[[Any], bool]) -> WithOnError:
 
 def flat_map_operator(fn: Callable[[Any], Iterable[Any]]) -> WithOnError:
     return WithOnError(partial(FlatMapOperator, fn))
+
+
+def async_map_operator(
+    uid: str, fn: Callable[[Any], Any], capacity: int, timeout_ms: int | None, ordered: bool
+) -> WithOnError:
+    """Flink's async I/O: ``fn`` an ``async def``, up to ``capacity`` calls in flight."""
+    check_async_function(uid, fn)
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 1:
+        raise JobDefinitionError(f"operator {uid!r}: async_map's capacity must be a positive int, not {capacity!r}")
+    if timeout_ms is not None and (isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms < 1):
+        raise JobDefinitionError(
+            f"operator {uid!r}: async_map's timeout_ms must be a positive int or None, not {timeout_ms!r}"
+        )
+    return WithOnError(lambda on_error: AsyncMapOperator(fn, capacity, timeout_ms, ordered, on_error=on_error))
 
 
 def union_operator() -> WithoutOnError:
@@ -82,6 +98,14 @@ def window_operator(
 
 def co_process_operator(fn: Any) -> WithOnError:
     return WithOnError(partial(CoProcessOperator, fn))
+
+
+def broadcast_process_operator(fn: Any) -> WithOnError:
+    return WithOnError(partial(BroadcastProcessOperator, fn))
+
+
+def keyed_broadcast_process_operator(fn: Any, key: Key, schemas: tuple[StateSchema, ...]) -> WithOnError:
+    return WithOnError(lambda on_error: KeyedBroadcastProcessOperator(fn, key, schemas, on_error=on_error))
 
 
 def keyed_co_process_operator(fn: Any, keys: Keys, schemas: tuple[StateSchema, ...]) -> WithOnError:

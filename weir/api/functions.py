@@ -9,6 +9,7 @@ from typing import Any, Protocol, TypeVar
 
 from weir.core.windows import WindowContext
 from weir.operators.basic import ProcessContext
+from weir.operators.broadcast import BroadcastContext, KeyedReadOnlyContext, KeyedReadOnlyTimerContext, ReadOnlyContext
 from weir.operators.joins import JoinContext
 from weir.operators.keyed import KeyedProcessContext, OnTimerContext
 
@@ -111,6 +112,39 @@ class KeyedCoProcessFunction:
         raise NotImplementedError("a KeyedCoProcessFunction must override process_element2")
 
     def on_timer(self, timestamp: int, ctx: OnTimerContext, out: Collector) -> None:
+        """A timer of ``ctx.key`` fired (see :meth:`KeyedProcessFunction.on_timer`)."""
+
+
+class BroadcastProcessFunction:
+    """A stream and a broadcast stream (Flink's BroadcastProcessFunction, the broadcast state
+    pattern): ``a.connect(rules.broadcast()).process(fn, uid=...)``. Every subtask gets every record
+    of the broadcast stream in ``process_broadcast_element(value, ctx, out)``, where
+    ``ctx.broadcast_state(name)`` is a map (``get``, ``put``, ``remove``, ``items``, ...) it writes;
+    ``process_element(value, ctx, out)`` gets its share of the other stream and reads the broadcast
+    state (a write raises there: every subtask must hold the same). The broadcast state is
+    checkpointed and restored at any parallelism."""
+
+    def process_element(self, value: Any, ctx: ReadOnlyContext, out: Collector) -> None:
+        raise NotImplementedError("a BroadcastProcessFunction must override process_element")
+
+    def process_broadcast_element(self, value: Any, ctx: BroadcastContext, out: Collector) -> None:
+        raise NotImplementedError("a BroadcastProcessFunction must override process_broadcast_element")
+
+
+class KeyedBroadcastProcessFunction:
+    """A keyed stream and a broadcast stream (Flink's KeyedBroadcastProcessFunction):
+    ``a.key_by(k).connect(rules.broadcast()).process(fn, uid=...)``. ``process_element`` has the
+    key's state and timers as a :class:`KeyedProcessFunction`'s, and reads
+    ``ctx.broadcast_state(name)``; ``on_timer`` too; ``process_broadcast_element(value, ctx, out)``
+    writes the broadcast state (it has no key)."""
+
+    def process_element(self, value: Any, ctx: KeyedReadOnlyContext, out: Collector) -> None:
+        raise NotImplementedError("a KeyedBroadcastProcessFunction must override process_element")
+
+    def process_broadcast_element(self, value: Any, ctx: BroadcastContext, out: Collector) -> None:
+        raise NotImplementedError("a KeyedBroadcastProcessFunction must override process_broadcast_element")
+
+    def on_timer(self, timestamp: int, ctx: KeyedReadOnlyTimerContext, out: Collector) -> None:
         """A timer of ``ctx.key`` fired (see :meth:`KeyedProcessFunction.on_timer`)."""
 
 

@@ -26,8 +26,10 @@ from weir.api.checks import (
 from weir.api.connector import Duration, OperatorFactory, Sink
 from weir.api.functions import (
     AggregateFunction,
+    BroadcastProcessFunction,
     CoProcessFunction,
     JoinFunction,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     ProcessFunction,
@@ -153,6 +155,27 @@ class DataStream(StreamSinks):
         None: the job's (:meth:`Environment.on_record_error`)."""
         operator = factories.map_operator(fn)
         return self._add(operator, uid=uid, name=name or "map", parallelism=parallelism, on_error=on_error)
+
+    def async_map(
+        self,
+        fn: Callable[[Any], Any],
+        *,
+        uid: str,
+        capacity: int = 100,
+        timeout_ms: int | None = None,
+        ordered: bool = True,
+        name: str | None = None,
+        parallelism: int | None = None,
+        on_error: OnRecordError | None = None,
+    ) -> DataStream:
+        """Flink's async I/O: ``await fn(value)`` per record (``fn`` an ``async def``: a lookup in a
+        service), up to ``capacity`` calls in flight per subtask, each given ``timeout_ms`` (None: no
+        limit). ``ordered``: results in input order; else as they complete, but never across a
+        watermark. Calls in flight are part of the checkpoint and issued again after a restore (so
+        ``fn`` runs at least once per record, its result reaches the sinks exactly once). A call that
+        raises or times out goes to ``on_error``."""
+        operator = factories.async_map_operator(uid, fn, capacity, timeout_ms, ordered)
+        return self._add(operator, uid=uid, name=name or "async_map", parallelism=parallelism, on_error=on_error)
 
     def filter(
         self,
@@ -506,7 +529,7 @@ class ConnectedStreams:
 
     def process(
         self,
-        fn: CoProcessFunction | KeyedCoProcessFunction,
+        fn: CoProcessFunction | KeyedCoProcessFunction | BroadcastProcessFunction | KeyedBroadcastProcessFunction,
         *,
         uid: str,
         name: str | None = None,
@@ -519,6 +542,8 @@ class ConnectedStreams:
         ``state_schemas`` as for :meth:`KeyedStream.process`; ``on_error`` as for :meth:`DataStream.map`
         (``process_element1/2``, ``on_timer`` and the key selectors)."""
         first, second = self._first, self._second
+        if isinstance(fn, BroadcastProcessFunction | KeyedBroadcastProcessFunction):
+            return _broadcast_process(first, second, fn, uid, name, parallelism, state_schemas, on_error)
         if isinstance(fn, KeyedCoProcessFunction):
             keys = _two_keys(uid, first, second)
             schemas = process_state_schemas(uid, fn, state_schemas)
@@ -672,6 +697,45 @@ def _two_keys(uid: str, first: DataStream, second: DataStream) -> factories.Keys
             "a.connect(b).key_by(key_a, key_b) or a.key_by(key_a).connect(b.key_by(key_b))"
         )
     return first._key, second._key
+
+
+def _broadcast_process(
+    first: DataStream,
+    second: DataStream,
+    fn: BroadcastProcessFunction | KeyedBroadcastProcessFunction,
+    uid: str,
+    name: str | None,
+    parallelism: int | None,
+    state_schemas: Iterable[StateSchema] | None,
+    on_error: OnRecordError | None,
+) -> DataStream:
+    """The broadcast state pattern: ``second`` must be a ``broadcast()`` stream; with a
+    KeyedBroadcastProcessFunction ``first`` must be keyed."""
+    if second._partitioning is not Partitioning.BROADCAST:
+        raise JobDefinitionError(
+            f"operator {uid!r}: a {type(fn).__name__} takes a broadcast stream as connect's argument: "
+            "a.connect(rules.broadcast())"
+        )
+    if isinstance(fn, KeyedBroadcastProcessFunction):
+        if first._partitioning is not Partitioning.HASH or first._key_selector is None:
+            raise JobDefinitionError(
+                f"operator {uid!r}: a KeyedBroadcastProcessFunction needs a keyed stream: "
+                "a.key_by(k).connect(b.broadcast())"
+            )
+        schemas = process_state_schemas(uid, fn, state_schemas)
+        operator = factories.keyed_broadcast_process_operator(fn, first._key_selector, schemas)
+        return _keyed_two_input(first, second, operator, uid, name or "keyed-broadcast-process", parallelism, on_error)
+    if state_schemas is not None:
+        raise JobDefinitionError(f"operator {uid!r}: state_schemas needs a KeyedBroadcastProcessFunction")
+    return first._add(
+        factories.broadcast_process_operator(fn),
+        kind=OperatorKind.TWO_INPUT,
+        uid=uid,
+        name=name or "broadcast-process",
+        parallelism=parallelism,
+        on_error=on_error,
+        inputs=(first, second),
+    )
 
 
 def _keyed_two_input(

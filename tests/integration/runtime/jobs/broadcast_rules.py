@@ -1,0 +1,83 @@
+"""Broadcast state under test: a factor per key, broadcast to every subtask from a bounded rules
+stream, scales each event's value; the scaled values are counted and summed per key in tumbling
+event-time windows into both exactly-once sinks.
+
+Each event waits in its key's state for an event-time timer at its time: the timer fires once the
+rules' watermark passed it too, so every rule has arrived and the output does not depend on how the
+two inputs interleave (the reference run's and the cluster's are the same). The rules stream ends
+early: after a restore only the checkpointed broadcast state still knows the factors.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from weir.api import Environment, KeyedBroadcastProcessFunction, TumblingEventTimeWindows, json_deserializer
+
+KEYS = 400
+
+
+class CountAndSum:
+    def create(self) -> tuple[int, int]:
+        return (0, 0)
+
+    def add(self, acc: tuple[int, int], pair: tuple[str, int]) -> tuple[int, int]:
+        return (acc[0] + 1, acc[1] + pair[1])
+
+    def result(self, key: str, window_start: int, window_end: int, acc: tuple[int, int]) -> dict[str, Any]:
+        return {"key": key, "window_start": window_start, "window_end": window_end, "count": acc[0], "sum": acc[1]}
+
+
+class ScaleByRule(KeyedBroadcastProcessFunction):
+    def process_broadcast_element(self, value: Any, ctx: Any, out: Any) -> None:
+        key, factor = value
+        ctx.broadcast_state("factors").put(key, factor)
+
+    def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        ctx.list_state("waiting").add((ctx.timestamp, value["key"], value["value"]))
+        ctx.timer_service().register_event_time_timer(ctx.timestamp)
+
+    def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
+        """The events due by ``timestamp`` go out at their own time; later ones wait for their timer."""
+        factors = ctx.broadcast_state("factors")
+        waiting = ctx.list_state("waiting")
+        later = []
+        for ts, key, value in waiting.get():
+            if ts > timestamp:
+                later.append((ts, key, value))
+                continue
+            factor = factors.get(key)
+            if factor is None:
+                raise ValueError(f"no factor for {key!r}: the broadcast state lost it")
+            out.collect((key, value * factor), ts)
+        waiting.update(later)
+
+
+def build(env: Environment) -> None:
+    p = env.params
+    events = env.from_kafka(
+        p.get_str("source.topic", "events"),
+        uid="events-source",
+        deserializer=json_deserializer,
+        timestamp=lambda e: e["ts"],
+        bounded=p.get_bool("source.bounded", False),
+        records_per_second=p.get_int("source.records_per_second", 0) or None,
+    )
+    rules = env.from_collection(
+        [(f"key-{k:04d}", k % 7 + 1) for k in range(KEYS)], uid="rules", timestamp=lambda r: 0, parallelism=1
+    )
+    results = (
+        events.key_by(lambda e: e["key"])
+        .connect(rules.broadcast())
+        .process(ScaleByRule(), uid="scale-by-rule")
+        .key_by(lambda pair: pair[0])
+        .window(TumblingEventTimeWindows(p.get_int("window.size_ms", 1000)))
+        .aggregate(CountAndSum(), uid="window-count-sum")
+    )
+    results.sink_to_kafka(p.get_str("sink.topic", "window-results"), uid="kafka-sink", key=lambda r: r["key"])
+    results.sink_to_postgres(
+        p.get_str("sink.table", "window_results"),
+        uid="postgres-sink",
+        columns=("key", "window_start", "window_end", "count", "sum"),
+        key_columns=("key", "window_start"),
+    )

@@ -1,0 +1,138 @@
+"""Broadcast state (``a.connect(rules.broadcast()).process(...)``): written only from the broadcast
+side, read on the element side and in timers, checkpointed and restored at any parallelism."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
+from weir.api import BroadcastProcessFunction, Environment, KeyedBroadcastProcessFunction
+from weir.core.errors import JobDefinitionError
+from weir.operators.base import InheritedState
+from weir.operators.broadcast import (
+    BroadcastProcessOperator,
+    BroadcastStateWriteError,
+    KeyedBroadcastProcessOperator,
+)
+
+RULES = 1  # the broadcast input
+EVENTS = 0
+
+
+class Threshold(BroadcastProcessFunction):
+    """Rules ``(name, limit)``; an event ``(name, value)`` passes when its rule's limit is below it."""
+
+    def process_broadcast_element(self, value: Any, ctx: Any, out: Any) -> None:
+        name, limit = value
+        ctx.broadcast_state("rules").put(name, limit)
+
+    def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        name, amount = value
+        limit = ctx.broadcast_state("rules").get(name)
+        if limit is not None and amount > limit:
+            out.collect((name, amount, limit))
+
+
+class WritesOnTheElementSide(Threshold):
+    def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        ctx.broadcast_state("rules").put(value[0], 0)
+
+
+def test_the_element_side_reads_what_the_broadcast_side_wrote(start_operator: StartOperator) -> None:
+    op = BroadcastProcessOperator(Threshold())
+    out = start_operator(op, uid="alerts")
+    op.process_input(EVENTS, ("cpu", 95), 1)  # no rule yet
+    op.process_input(RULES, ("cpu", 90), 2)
+    op.process_input(EVENTS, ("cpu", 95), 3)
+    op.process_input(EVENTS, ("cpu", 85), 4)
+    op.process_input(RULES, ("cpu", 99), 5)
+    op.process_input(EVENTS, ("cpu", 95), 6)
+    assert out.records == [(("cpu", 95, 90), 3)]
+
+
+def test_a_write_on_the_element_side_fails_the_task_naming_the_state(start_operator: StartOperator) -> None:
+    op = BroadcastProcessOperator(WritesOnTheElementSide())
+    start_operator(op, uid="alerts")
+    op.process_input(RULES, ("cpu", 90), 1)
+    with pytest.raises(BroadcastStateWriteError, match="broadcast state 'rules' is read only in process_element"):
+        op.process_input(EVENTS, ("cpu", 95), 2)
+
+
+def test_the_broadcast_state_is_restored_at_the_same_and_at_another_parallelism(
+    start_operator: StartOperator, make_context: MakeContext
+) -> None:
+    blobs = []
+    for subtask in range(2):
+        op = BroadcastProcessOperator(Threshold())
+        start_operator(op, uid="alerts", subtask=subtask, parallelism=2)
+        for rule in (("cpu", 90), ("disk", 50), ("cpu", 80)):
+            op.process_input(RULES, rule, 1)
+        blob = op.snapshot_state(7)
+        assert blob is not None
+        blobs.append(InheritedState(subtask, 2, make_context(subtask=subtask, parallelism=2).key_group_range, blob))
+
+    same = BroadcastProcessOperator(Threshold())
+    out = start_operator(same, uid="alerts", restore=blobs[1].data, subtask=1, parallelism=2)
+    same.process_input(EVENTS, ("cpu", 85), 1)
+    same.process_input(EVENTS, ("disk", 40), 1)
+    assert out.values == [("cpu", 85, 80)]
+
+    for subtask in range(3):
+        scaled = BroadcastProcessOperator(Threshold())
+        scaled_out_ctx = make_context("alerts", subtask=subtask, parallelism=3)
+        output = CollectingOutput()
+        scaled.setup(scaled_out_ctx, output)
+        scaled.restore_inherited_state(blobs)
+        scaled.open()
+        scaled.process_input(EVENTS, ("disk", 60), 1)
+        assert output.values == [("disk", 60, 50)], subtask
+
+
+class FireAtEventTime(KeyedBroadcastProcessFunction):
+    """Each event waits in its key's state for an event-time timer at its time, which reads the rule
+    then (the broadcast input's watermark has passed its time: every rule before it arrived)."""
+
+    def process_broadcast_element(self, value: Any, ctx: Any, out: Any) -> None:
+        ctx.broadcast_state("factors").put(value[0], value[1])
+
+    def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        ctx.list_state("waiting").add(value)
+        ctx.timer_service().register_event_time_timer(ctx.timestamp)
+
+    def on_timer(self, timestamp: int, ctx: Any, out: Any) -> None:
+        factors = ctx.broadcast_state("factors")
+        waiting = ctx.list_state("waiting")
+        for key, amount in waiting.get():
+            out.collect((key, amount * (factors.get(key) or 0)))
+        waiting.clear()
+
+
+def test_keyed_the_timer_reads_the_broadcast_state_and_it_survives_a_restore(start_operator: StartOperator) -> None:
+    op = KeyedBroadcastProcessOperator(FireAtEventTime(), lambda v: v[0])
+    out = start_operator(op, uid="scale")
+    op.process_input(EVENTS, ("a", 2), 10)
+    op.process_input(RULES, ("a", 100), 0)
+    op.process_watermark(10)
+    assert out.values == [("a", 200)]
+    blob = op.snapshot_state(1)
+    assert blob is not None
+
+    restored = KeyedBroadcastProcessOperator(FireAtEventTime(), lambda v: v[0])
+    out2 = start_operator(restored, uid="scale", restore=blob)
+    restored.process_input(EVENTS, ("a", 3), 20)
+    restored.process_watermark(20)
+    assert out2.values == [("a", 300)]
+
+
+def test_connect_needs_a_broadcast_stream_and_the_keyed_function_a_keyed_one() -> None:
+    env = Environment("broadcast-job")
+    events = env.from_collection([("cpu", 1)], uid="events")
+    rules = env.from_collection([("cpu", 0)], uid="rules")
+    with pytest.raises(JobDefinitionError, match=r"takes a broadcast stream as connect's argument"):
+        events.connect(rules).process(Threshold(), uid="alerts")
+    with pytest.raises(JobDefinitionError, match="needs a keyed stream"):
+        events.connect(rules.broadcast()).process(FireAtEventTime(), uid="scale")
+    events.connect(rules.broadcast()).process(Threshold(), uid="alerts")
+    events.key_by(lambda v: v[0]).connect(rules.broadcast()).process(FireAtEventTime(), uid="scale")
