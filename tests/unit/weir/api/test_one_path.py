@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from weir.api import (
+    BroadcastProcessFunction,
     ColumnarKeyedStream,
     ColumnarStream,
     ConnectedStreams,
@@ -26,6 +27,7 @@ from weir.api import (
     JoinEqualTo,
     JoinWhere,
     KafkaSink,
+    KeyedBroadcastProcessFunction,
     KeyedCoProcessFunction,
     KeyedProcessFunction,
     KeyedStream,
@@ -135,6 +137,18 @@ def pair(a: object, b: object) -> tuple[object, object]:
     return a, b
 
 
+async def lookup(value: object) -> object:
+    return value
+
+
+class Rules(BroadcastProcessFunction):
+    pass
+
+
+class KeyedRules(KeyedBroadcastProcessFunction):
+    pass
+
+
 Case = Callable[[Environment, dict[str, Any]], object]
 CASES: dict[str, Case] = {
     "Environment.from_source": lambda env, kw: env.from_source(GeneratorSource(square, count=1), **kw),
@@ -145,6 +159,7 @@ CASES: dict[str, Case] = {
     "DataStream.filter": lambda env, kw: numbers(env).filter(bool, **kw),
     "DataStream.flat_map": lambda env, kw: numbers(env).flat_map(list, **kw),
     "DataStream.process": lambda env, kw: numbers(env).process(Stateless(), **kw),
+    "DataStream.async_map": lambda env, kw: numbers(env).async_map(lookup, **kw),
     "DataStream.union": lambda env, kw: numbers(env).union(numbers(env, "more"), **kw),
     "StreamSinks.sink_to": lambda env, kw: numbers(env).sink_to(KafkaSink.builder().topic("out").build(), **kw),
     "StreamSinks.sink_to_kafka": lambda env, kw: numbers(env).sink_to_kafka("out", **kw),
@@ -167,6 +182,12 @@ CASES: dict[str, Case] = {
     "ConnectedStreams.process": lambda env, kw: numbers(env).connect(numbers(env, "more")).process(Stateless(), **kw),
     "ConnectedStreams.process[keyed]": lambda env, kw: (
         numbers(env).connect(numbers(env, "more")).key_by("k", "k").process(Keyed(), **kw)
+    ),
+    "ConnectedStreams.process[broadcast]": lambda env, kw: (
+        numbers(env).connect(numbers(env, "rules").broadcast()).process(Rules(), **kw)
+    ),
+    "ConnectedStreams.process[keyed broadcast]": lambda env, kw: (
+        keyed(env).connect(numbers(env, "rules").broadcast()).process(KeyedRules(), **kw)
     ),
     "WindowedJoin.apply": lambda env, kw: (
         numbers(env).join(numbers(env, "more")).where("k").equal_to("k").window(TumblingEventTimeWindows(10))
