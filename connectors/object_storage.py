@@ -461,13 +461,22 @@ class SealedStorage(CheckpointStorage):
 
 
 _warned_unauthenticated = False
+_warn_unauthenticated = False
+
+
+def warn_when_unauthenticated() -> None:
+    """Called by the cluster's processes (JobManager, TaskManager): the first S3 storage this process
+    opens without a MAC key logs a warning. Clients (the ``weir`` command) do not: their standard
+    output is the user's."""
+    global _warn_unauthenticated
+    _warn_unauthenticated = True
 
 
 def _sealed(storage: CheckpointStorage, key: StorageKey | None) -> CheckpointStorage:
     global _warned_unauthenticated
     if key is not None:
         return SealedStorage(storage, key)
-    if isinstance(storage, S3CheckpointStorage) and not _warned_unauthenticated:
+    if isinstance(storage, S3CheckpointStorage) and _warn_unauthenticated and not _warned_unauthenticated:
         _warned_unauthenticated = True
         log.warning(
             "checkpoint_storage_unauthenticated",

@@ -28,7 +28,7 @@ with exit_without_server("jobmanager", "the JobManager"):
     import structlog
     from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-    from weir.connectors.object_storage import open_storage
+    from weir.connectors.object_storage import open_storage, warn_when_unauthenticated
     from weir.core import logs
     from weir.core.config import (
         Endpoints,
@@ -76,6 +76,7 @@ def main() -> None:
             security.check_bind(args.bind, args.metrics_port, "WEIR_JOBMANAGER_BIND")
 
     logs.configure("jobmanager")
+    warn_when_unauthenticated()
     log = structlog.get_logger("weir.jobmanager")
     with exit_on_configuration_error("jobmanager"):  # e.g. S3 without credentials: one line, what was tried
         storage = open_storage(checkpoint_dir(), endpoints)

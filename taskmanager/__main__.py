@@ -14,6 +14,7 @@ with exit_without_server("taskmanager", "a TaskManager"):
     import structlog
     from prometheus_client import PROCESS_COLLECTOR, REGISTRY
 
+    from weir.connectors.object_storage import warn_when_unauthenticated
     from weir.core import logs
     from weir.core.config import (
         TaskManagerSettings,
@@ -70,6 +71,7 @@ def main() -> None:
 
     os.environ["WEIR_TASKMANAGER_ID"] = args.id  # every thread (crash point scopes, logs) can name this process
     logs.configure(args.id)
+    warn_when_unauthenticated()
     log = structlog.get_logger("weir.taskmanager")
     server = new_server(security, max_workers=256, thread_name_prefix="tm-grpc")
     port = add_port(server, f"{args.bind}:{args.port}", security)

@@ -28,6 +28,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import REPO_ROOT, keyed_aggregation_inputs
+from tests.integration.sinks.conftest import private_ports
 from weir.connectors.object_storage import S3CheckpointStorage, SealedStorage, open_storage
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, PermissionDeniedError, StorageAuthenticationError, WeirError
@@ -65,6 +66,8 @@ def roles_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory)
     tokens = root / "tokens"
     tokens.write_text(f"# one token per client\nread {READ}\noperate {OPERATE}\nsubmit {SUBMIT}\n")
     with pytest.MonkeyPatch.context() as env:
+        for name, value in private_ports(services).items():  # beside the session's cluster
+            env.setenv(name, value)
         for name, value in {
             "WEIR_AUTH_TOKENS_FILE": str(tokens),
             "WEIR_INTERNAL_TOKEN": INTERNAL,
