@@ -22,19 +22,19 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics
 from tests.integration.sinks.conftest import operator_context
 from tests.unit.conftest import CollectingOutput
 from weir.api import PartFileSink, fixed_bucket
 from weir.connectors.files import S3PartFileStore
 from weir.core.config import Endpoints
-from weir.core.errors import ClusterUnavailableError
 from weir.core.rejections import FAIL
 from weir.operators.file_sink import PartFileSinkOperator
 from weir.operators.part_files import PartFileName, hourly_bucket
-from weir.tools.client import JobDetails, JobManagerClient
+from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, events, produce_events
-from weir.tools.supervisor import kill_process, local_status, start_cluster, stop_cluster
+from weir.tools.supervisor import kill_process, start_cluster, stop_cluster
 
 pytestmark = pytest.mark.integration
 
@@ -120,31 +120,6 @@ def test_s3_part_files_are_invisible_until_their_checkpoint_completes_and_recove
 # The cluster run --------------------------------------------------------------------------------------
 
 
-def poll_status(cluster: WeirCluster, job_id: str) -> JobDetails | None:
-    try:
-        return cluster.client.job_status(job_id)
-    except ClusterUnavailableError:
-        return None
-
-
-def wait_until(cluster: WeirCluster, job_id: str, predicate: Any, what: str, timeout_s: float = 180.0) -> JobDetails:
-    deadline = time.monotonic() + timeout_s
-    status = None
-    while time.monotonic() < deadline:
-        status = poll_status(cluster, job_id)
-        if status is not None and predicate(status):
-            return status
-        if status is not None and status.summary.status in ("FAILED", "CANCELED"):
-            pytest.fail(f"job ended {status.summary.status} while waiting for {what}: {status.failure}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}; last status: {status}")
-
-
-def process_running(cluster: WeirCluster, name: str) -> bool:
-    status = local_status(cluster.directory)
-    return status is not None and any(p.name == name and p.alive for p in status.processes)
-
-
 class Listing:
     """What a reader of the sink's path sees: finished files only (by key) and their rows."""
 
@@ -216,6 +191,7 @@ def test_a_taskmanager_killed_mid_run_leaves_every_event_once_in_the_parquet_fil
             and process_running(weir_cluster, victim)
         ),
         f"two completed checkpoints and {victim} running",
+        180,
     )
     before_kill = listing.records()
     assert before_kill, "part files of completed checkpoints are visible while the job runs"
@@ -230,6 +206,7 @@ def test_a_taskmanager_killed_mid_run_leaves_every_event_once_in_the_parquet_fil
             and (s.last_completed_checkpoint or 0) >= killed_at
         ),
         f"recovery after killing {victim}",
+        180,
     )
     during = listing.records()
     assert all(n == 1 for n in during.values()), f"a record visible twice during the run: {during.most_common(1)}"
