@@ -57,7 +57,7 @@ tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.
 # The unit tests (CPU-bound, no services) run beside the integration tests (which mostly wait on their
 # clusters and services); the unit run's output follows the integration run's, and either failing fails.
 UNIT_LOG := .pytest-unit.log
-test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (<25 min; what CI runs)
+test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (~35 min on 2 cores; what CI runs)
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not integration" > $(UNIT_LOG) 2>&1 & unit=$$!; \
 	$(PY) -m pytest -q -m integration --durations=30; integration=$$?; \
 	wait $$unit; unit_rc=$$?; echo "== unit tests (-m 'not integration'), run beside the integration tests:"; \
