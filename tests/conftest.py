@@ -95,11 +95,22 @@ def services(endpoints: Endpoints) -> Iterator[Endpoints]:
     kafka.delete_topics(endpoints, sorted(t for t in created if SESSION_TOPICS.owns(t)), timeout_s=120.0)
 
 
+LEFTOVER_PREPARED_AGE_S = 600.0
+"""A prepared transaction older than this (seconds) at a session's start is a leftover of an ended session."""
+
+
 def _roll_back_leftover_transactions(endpoints: Endpoints) -> None:
     """Jobs cancelled by earlier test sessions leave prepared transactions (no recovery follows a
-    cancel); the local cluster keeps them across sessions, so clear Weir's before this one starts."""
+    cancel); the local cluster keeps them across sessions, so clear Weir's before this one starts.
+    Only those prepared more than ``LEFTOVER_PREPARED_AGE_S`` ago: a test session running beside this one on
+    the same PostgreSQL commits its own within a checkpoint or two, and rolling one of those back
+    would fail that session's sink (SinkTransactionLostError)."""
     import psycopg
 
     with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
-        for (gid,) in conn.execute("SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir:%'").fetchall():
+        leftovers = conn.execute(
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir:%' AND prepared < now() - make_interval(secs => %s)",
+            (LEFTOVER_PREPARED_AGE_S,),
+        ).fetchall()
+        for (gid,) in leftovers:
             conn.execute(f"ROLLBACK PREPARED '{gid}'")

@@ -140,14 +140,34 @@ can_login() { [[ "$("$PG_BIN/psql" -X -qtA -c 'SELECT 1' "$WEIR_POSTGRES_DSN" 2>
 
 health() { pid_alive postgres && ready && can_login; }
 
+# stale_settings: the settings of deploy/local/postgres/weir.conf the running server does not have
+# (name=running_value, space-separated; empty when it has them all).
+stale_settings() {
+  local name value running stale=()
+  while IFS='=' read -r name value; do
+    name="$(echo "$name" | tr -d '[:space:]')"; value="$(echo "$value" | tr -d "[:space:]'")"
+    [[ -z "$name" || "$name" == \#* ]] && continue
+    running="$(psql_admin -tA -c "SELECT current_setting('$name')" 2>/dev/null)" || running="?"
+    [[ "$running" == "$value" ]] || stale+=("$name=$running(want $value)")
+  done <"$PG_SHARED_CONF"
+  echo "${stale[*]}"
+}
+
 start() {
   install
   if pid_alive postgres; then   # ours is running: healthy now, or still starting
     wait_until postgres 60 ready
-    bootstrap
-    wait_until postgres 10 can_login
-    info "postgres: already up at $WEIR_POSTGRES_DSN"
-    return 0
+    local stale; stale="$(stale_settings)"
+    if [[ -z "$stale" ]]; then
+      bootstrap
+      wait_until postgres 10 can_login
+      info "postgres: already up at $WEIR_POSTGRES_DSN"
+      return 0
+    fi
+    # A setting of weir.conf changed since this server started (wal_level for the CDC source, say):
+    # the shared settings need a restart to take effect.
+    info "postgres: restarting to apply $stale (deploy/local/postgres/weir.conf)"
+    stop
   fi
   rm -f "$(svc_pidfile postgres)"
   require_port_free postgres "$WEIR_POSTGRES_PORT"
