@@ -4,23 +4,31 @@ and the two clear errors (a slot that is gone, a table without a replica identit
 
 from __future__ import annotations
 
+import json
+import random
+import threading
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+import psycopg
 import pytest
 from psycopg import sql
 
+from tests.integration.checkpointing.test_recovery import wait_until
+from tests.integration.conftest import WeirCluster, create_topics
+from tests.integration.polling import poll
 from tests.integration.sinks.conftest import operator_context
-from weir.connectors import postgres
+from weir.connectors import kafka, postgres
 from weir.core.cdc import CdcSourceError, ChangeEvent, ChangeOp, parse_lsn
 from weir.core.config import Endpoints
 from weir.core.descriptors import PostgresCdcSourceSpec
 from weir.core.errors import JobDefinitionError
 from weir.operators.cdc_source import PostgresCdcSourceOperator
+from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
 
@@ -189,3 +197,182 @@ def test_a_restore_from_an_older_checkpoint_than_the_slot_is_refused(cdc_case: C
     source.close()
     with pytest.raises(CdcSourceError, match="past the restored checkpoint's LSN"):
         cdc_case.source(older)
+
+
+# A cluster run with a TaskManager killed ------------------------------------------------------------
+
+
+class Writer(threading.Thread):
+    """Inserts, updates and deletes rows of the source table (one to three per transaction) until
+    stopped, and keeps each committed change as the changelog should show it."""
+
+    def __init__(self, endpoints: Endpoints, table: str, seed: str, first_id: int) -> None:
+        super().__init__(name="cdc-writer", daemon=True)
+        self._endpoints, self._table = endpoints, table
+        self._rng = random.Random(seed)
+        self._next_id = first_id
+        self.live: set[int] = set(range(1, first_id))
+        self.changes: list[tuple[str, int, str | None, int | None]] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with postgres.connect(self._endpoints) as conn:
+                while not self.stop.wait(0.02):  # pacing: about 50 transactions a second at most
+                    done = [self._change(conn) for _ in range(self._rng.randint(1, 3))]
+                    conn.commit()
+                    self.changes.extend(c for c in done if c is not None)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def _change(self, conn: psycopg.Connection[Any]) -> tuple[str, int, str | None, int | None] | None:
+        t = sql.Identifier(self._table)
+        choice = self._rng.random()
+        if choice < 0.45 or len(self.live) < 5:
+            row_id, self._next_id = self._next_id, self._next_id + 1
+            name, amount = f"n{row_id}", self._rng.randint(0, 1000)
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(t), (row_id, name, amount))
+            self.live.add(row_id)
+            return ("insert", row_id, name, amount)
+        row_id = self._rng.choice(sorted(self.live))
+        if choice < 0.8:
+            name, amount = f"u{self._rng.randint(0, 10**6)}", self._rng.randint(0, 1000)
+            conn.execute(
+                sql.SQL("UPDATE {} SET name = %s, amount = %s WHERE id = %s").format(t), (name, amount, row_id)
+            )
+            return ("update", row_id, name, amount)
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(t), (row_id,))
+        self.live.discard(row_id)
+        return ("delete", row_id, None, None)
+
+
+def changelog_entry(value: bytes) -> tuple[str, int, str | None, int | None]:
+    event = json.loads(value)
+    if event["op"] == "delete":
+        return ("delete", event["before"]["id"], None, None)
+    after = event["after"]
+    return (event["op"], after["id"], after["name"], after["amount"])
+
+
+def test_cdc_through_a_taskmanager_kill_leaves_the_copy_equal_and_every_change_once_in_the_changelog(
+    weir_cluster: WeirCluster, unique: str
+) -> None:
+    endpoints = weir_cluster.endpoints
+    suffix = uuid.uuid4().hex[:10]
+    source, target, slot, topic = f"cdc_src_{suffix}", f"cdc_copy_{suffix}", f"weir_cdc_test_{suffix}", f"cdc-{unique}"
+    create_topics(endpoints, {topic: 3})
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int)").format(sql.Identifier(source))
+        )
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int, deleted boolean NOT NULL)").format(
+                sql.Identifier(target)
+            )
+        )
+        initial = [(i, f"n{i}", i * 10) for i in range(1, 201)]
+        with conn.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(sql.Identifier(source)), initial)
+    case = CdcCase(endpoints, source, slot)
+    writer = Writer(endpoints, source, unique, first_id=len(initial) + 1)
+    try:
+        params = {
+            "source.table": source,
+            "source.slot": slot,
+            "sink.table": target,
+            "sink.topic": topic,
+            "checkpointing.interval": "1s",
+            "restart.strategy": "fixed-delay",
+            "restart.delay": "1s",
+        }
+        job_id = weir_cluster.submit("tests/integration/sources/jobs/cdc_to_postgres.py", params)
+
+        def copy_rows() -> Counter[tuple[Any, ...]]:
+            with postgres.connect(endpoints, autocommit=True) as conn:
+                rows = conn.execute(
+                    sql.SQL("SELECT id, name, amount FROM {} WHERE NOT deleted").format(sql.Identifier(target))
+                ).fetchall()
+            return Counter(rows)
+
+        def source_rows() -> Counter[tuple[Any, ...]]:
+            with postgres.connect(endpoints, autocommit=True) as conn:
+                return Counter(conn.execute(sql.SQL("SELECT id, name, amount FROM {}").format(sql.Identifier(source))))
+
+        assert settled("the snapshot in the copy", 180, Counter(initial), copy_rows) == Counter(initial)
+        writer.start()
+        status = wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (s.last_completed_checkpoint or 0) >= 3 and len(writer.changes) >= 100,
+            "three completed checkpoints and a hundred changes",
+            180,
+        )
+        victim = next(str(t.taskmanager_id) for t in status.tasks if t.vertex_uid == "cdc")
+        kill_process(weir_cluster.directory, victim)
+        killed_at = status.last_completed_checkpoint or 0
+        recovered = wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (
+                s.summary.status == "RUNNING"
+                and s.last_restore_at is not None
+                and (s.last_completed_checkpoint or 0) >= killed_at + 2
+            ),
+            f"recovery after killing {victim}, the source's TaskManager",
+            240,
+        )
+        assert recovered.last_restore_at is not None
+        after_recovery = len(writer.changes) + 100
+        poll(
+            "a hundred changes more after the recovery",
+            120,
+            lambda: True if len(writer.changes) >= after_recovery else None,
+        )
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        expected_source = source_rows()
+        assert {r[0] for r in expected_source} == writer.live, "the writer's view is the table's"
+        assert settled("the copy equal to the source table", 240, expected_source, copy_rows) == expected_source
+
+        expected_log = Counter([("read", i, n, a) for i, n, a in initial] + writer.changes)
+
+        def changelog() -> Counter[tuple[str, int, str | None, int | None]] | None:
+            records = kafka.read_committed_records(endpoints, topic)
+            found = Counter(changelog_entry(value) for _p, _o, _k, value, _ts in records if value is not None)
+            return found if found.total() >= expected_log.total() else None
+
+        assert poll("every change in the changelog", 240, changelog) == expected_log
+        weir_cluster.client.cancel_job(job_id)
+        wait_until(weir_cluster, job_id, lambda s: s.summary.status == "CANCELED", "the job to cancel", 120)
+    finally:
+        writer.stop.set()
+        poll("the slot released by the cancelled job", 120, lambda: True if _slot_inactive(endpoints, slot) else None)
+        case.drop_slot()
+        with postgres.connect(endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(slot)))
+            for table in (source, target):
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def settled(what: str, deadline_s: float, expected: Counter[Any], actual: Callable[[], Counter[Any]]) -> Counter[Any]:
+    """``actual()`` once it equals ``expected``, or its last value after the deadline (the caller's
+    assert then shows the difference)."""
+    last: list[Counter[Any]] = []
+
+    def check() -> bool | None:
+        last[:] = [actual()]
+        return True if last[0] == expected else None
+
+    try:
+        poll(what, deadline_s, check)
+    except pytest.fail.Exception:
+        pass
+    return last[0]
+
+
+def _slot_inactive(endpoints: Endpoints, slot: str) -> bool:
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    return row is None or not row[0]
