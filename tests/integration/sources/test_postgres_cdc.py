@@ -376,3 +376,66 @@ def _slot_inactive(endpoints: Endpoints, slot: str) -> bool:
     with postgres.connect(endpoints, autocommit=True) as conn:
         row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
     return row is None or not row[0]
+
+
+def test_a_job_on_a_table_without_replica_identity_is_refused_at_submit(
+    weir_cluster: WeirCluster, cdc_case: CdcCase, unique: str
+) -> None:
+    cdc_case.execute("ALTER TABLE {t} REPLICA IDENTITY NOTHING")
+    topic = f"cdc-refused-{unique}"
+    create_topics(weir_cluster.endpoints, {topic: 1})
+    params = {"source.table": cdc_case.table, "source.slot": cdc_case.slot, "sink.table": "unused", "sink.topic": topic}
+    params["checkpointing.interval"] = "1s"
+    with pytest.raises(JobDefinitionError, match=f"source 'cdc': postgres cdc source: table public.{cdc_case.table} "):
+        weir_cluster.submit("tests/integration/sources/jobs/cdc_to_postgres.py", params)
+    assert cdc_case.confirmed_flush() is None, "no slot was created"
+
+
+def test_a_slot_dropped_under_a_running_job_fails_it_with_one_clear_line(
+    weir_cluster: WeirCluster, cdc_case: CdcCase, unique: str
+) -> None:
+    endpoints = weir_cluster.endpoints
+    target, topic = f"{cdc_case.table}_copy", f"cdc-dropped-{unique}"
+    create_topics(endpoints, {topic: 1})
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int, deleted boolean NOT NULL)").format(
+                sql.Identifier(target)
+            )
+        )
+    try:
+        params = {
+            "source.table": cdc_case.table,
+            "source.slot": cdc_case.slot,
+            "sink.table": target,
+            "sink.topic": topic,
+            "checkpointing.interval": "1s",
+            "restart.strategy": "none",
+        }
+        job_id = weir_cluster.submit("tests/integration/sources/jobs/cdc_to_postgres.py", params)
+        wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 1,
+            "a completed checkpoint",
+            180,
+        )
+
+        def dropped() -> bool | None:  # the source holds the slot only while it decodes: try again then
+            try:
+                cdc_case.drop_slot()
+            except psycopg.errors.ObjectInUse:
+                return None
+            return True
+
+        poll("the slot dropped", 60, dropped)
+        cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1)")  # a change moves the position: the slot must advance
+        ended = weir_cluster.wait_for(job_id, ("FAILED",), timeout_s=120)
+        assert ended.summary.status == "FAILED", ended
+        assert ended.failure is not None
+        assert ended.failure.type == "CdcSourceError"
+        assert f"postgres cdc source: replication slot '{cdc_case.slot}' is gone" in ended.failure.message
+        assert "\n" not in ended.failure.message
+    finally:
+        with postgres.connect(endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(target)))
