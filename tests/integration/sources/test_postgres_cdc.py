@@ -159,6 +159,28 @@ def test_snapshot_then_changes_then_a_restore_reads_again_exactly_from_its_check
     from_second.close()
 
 
+def test_the_before_row_is_what_the_replica_identity_gives(cdc_case: CdcCase) -> None:
+    cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1), (2, 'b', 2)")
+    source, out = cdc_case.source()
+    source.poll(100)
+    cdc_case.execute("UPDATE {t} SET id = 10 WHERE id = 1")  # the key changed: its old key is sent
+    cdc_case.execute("ALTER TABLE {t} REPLICA IDENTITY FULL")
+    cdc_case.execute("UPDATE {t} SET name = 'b2' WHERE id = 2")
+    cdc_case.execute("DELETE FROM {t} WHERE id = 10")
+    table = f"public.{cdc_case.table}"
+    assert [whole(e) for e in drain(source, out, 5)[2:]] == [
+        (ChangeOp.UPDATE, table, (("id", 1),), (("amount", Decimal("1.00")), ("id", 10), ("name", "a"))),
+        (
+            ChangeOp.UPDATE,
+            table,
+            (("amount", Decimal("2.00")), ("id", 2), ("name", "b")),
+            (("amount", Decimal("2.00")), ("id", 2), ("name", "b2")),
+        ),
+        (ChangeOp.DELETE, table, (("amount", Decimal("1.00")), ("id", 10), ("name", "a")), None),
+    ]
+    source.close()
+
+
 def test_a_slot_dropped_while_running_is_one_clear_error(cdc_case: CdcCase) -> None:
     cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1)")
     source, out = cdc_case.source()
