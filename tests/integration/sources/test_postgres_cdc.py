@@ -97,11 +97,14 @@ def cdc_case(services: Endpoints) -> Iterator[CdcCase]:
 
 
 def drain(operator: PostgresCdcSourceOperator, out: Collected, wanted: int) -> list[ChangeEvent]:
-    """Poll until ``wanted`` events came (each poll decodes what is committed: no wait needed)."""
-    for _ in range(50):
-        if len(out.events) >= wanted:
-            break
+    """Poll until ``wanted`` events came: a commit is decodable once its WAL is flushed, which the
+    local server (``synchronous_commit=off``) does within a few WAL writer rounds of 200 ms."""
+
+    def enough() -> bool | None:
         operator.poll(100)
+        return True if len(out.events) >= wanted else None
+
+    poll(f"{wanted} events from the source", 60, enough, interval_s=0.05)
     return list(out.events)
 
 
@@ -145,18 +148,24 @@ def test_snapshot_then_changes_then_a_restore_reads_again_exactly_from_its_check
 
     restored, again = cdc_case.source(first)
     assert drain(restored, again, 3) == events[2:], "the restore decodes again every change after checkpoint 1"
-    restored.poll(100)
-    assert len(again.events) == 3, "and nothing else"
-    restored.snapshot_state(3)
-    restored.notify_checkpoint_complete(3)
+    cdc_case.execute("INSERT INTO {t} VALUES (4, 'd', 4)")  # a later change: everything before it is out
+    drain(restored, again, 4)
+    assert [whole(e) for e in again.events[3:]] == [
+        (ChangeOp.INSERT, table, None, (("amount", Decimal("4.00")), ("id", 4), ("name", "d")))
+    ], "and nothing else"
     restored.close()
-    advanced = cdc_case.confirmed_flush()
-    assert advanced is not None and advanced > created_at, "a completed checkpoint advances the slot"
 
-    from_second, none_again = cdc_case.source(second)
-    from_second.poll(100)
-    assert none_again.events == [], "checkpoint 2 held every change: none is emitted twice"
+    from_second, after_second = cdc_case.source(second)
+    assert [whole(e) for e in drain(from_second, after_second, 1)] == [whole(again.events[3])], (
+        "checkpoint 2 held every change before it: only the later insert comes again"
+    )
+    from_second.snapshot_state(4)
+    from_second.notify_checkpoint_complete(4)
     from_second.close()
+    advanced = cdc_case.confirmed_flush()
+    assert advanced is not None and advanced > again.events[3].lsn, "a completed checkpoint advances the slot"
+    with pytest.raises(CdcSourceError, match="past the restored checkpoint's LSN"):
+        cdc_case.source(first)  # the slot no longer holds what came after checkpoint 1
 
 
 def test_the_before_row_is_what_the_replica_identity_gives(cdc_case: CdcCase) -> None:
@@ -443,6 +452,8 @@ def test_a_slot_dropped_under_a_running_job_fails_it_with_one_clear_line(
             180,
         )
 
+        poll("the slot created by the snapshot", 120, lambda: True if cdc_case.confirmed_flush() is not None else None)
+
         def dropped() -> bool | None:  # the source holds the slot only while it decodes: try again then
             try:
                 cdc_case.drop_slot()
@@ -454,10 +465,12 @@ def test_a_slot_dropped_under_a_running_job_fails_it_with_one_clear_line(
         cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1)")  # a change moves the position: the slot must advance
         ended = weir_cluster.wait_for(job_id, ("FAILED",), timeout_s=120)
         assert ended.summary.status == "FAILED", ended
-        assert ended.failure is not None
-        assert ended.failure.type == "CdcSourceError"
-        assert f"postgres cdc source: replication slot '{cdc_case.slot}' is gone" in ended.failure.message
-        assert "\n" not in ended.failure.message
+        # the job's failure is the first a task reported: the source's, or a consumer's that lost its input
+        failure = next(t.failure for t in ended.tasks if t.vertex_uid == "cdc")
+        assert failure is not None, ended
+        assert failure.type == "CdcSourceError"
+        assert f"postgres cdc source: replication slot '{cdc_case.slot}' is gone" in failure.message
+        assert "\n" not in failure.message
     finally:
         with postgres.connect(endpoints, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(target)))
