@@ -1,0 +1,119 @@
+"""``weir rescale`` and ``PATCH /jobs/:jobid/rescaling``, thin: gather the facts, let
+``weir.jobmanager.rescaling.decide_rescale`` accept or refuse, then hand the job's lifecycle the
+rescale (``JobLifecycle.trigger_rescale``), whose actions the executor carries out. Called without the
+JobManager's lock; takes it."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Callable, Mapping
+from typing import assert_never
+
+import structlog
+
+from weir.core.errors import JobDefinitionError, UnknownJobError
+from weir.core.states import JobStatus
+from weir.jobmanager import rescaling as rs
+from weir.jobmanager.errors import RescaleRejectedError, UnknownRescaleError
+from weir.jobmanager.job_actions import JobActionExecutor
+from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.registry import TaskManagerRegistry
+
+log = structlog.get_logger("weir.jobmanager")
+
+
+def new_trigger_id() -> str:
+    """Flink's ``TriggerId``: 32 hex digits."""
+    return uuid.uuid4().hex
+
+
+class RescaleRequests:
+    def __init__(
+        self,
+        jobs: Mapping[str, JobMaster],
+        registry: TaskManagerRegistry,
+        executor: JobActionExecutor,
+        lock: threading.RLock,
+        clock: Callable[[], float],
+        *,
+        new_id: Callable[[], str] = new_trigger_id,
+    ) -> None:
+        self._jobs = jobs
+        self._registry = registry
+        self._executor = executor
+        self._lock = lock
+        self._clock = clock
+        self._new_id = new_id
+
+    def rescale(self, job_id: str, parallelism: int) -> str:
+        """Start rescaling a running job to ``parallelism``; answers the request's trigger id.
+        RescaleRejectedError (one line) when it is refused; the job is then untouched."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise UnknownJobError(job_id)
+            now = self._clock()
+            facts = self._facts(job, parallelism)
+            decision = rs.decide_rescale(facts)
+            match decision:
+                case rs.RescaleRefused(reason=reason):
+                    log.info("rescale_refused", job_id=job_id, parallelism=parallelism, reason=reason)
+                    raise RescaleRejectedError(reason)
+                case rs.RescaleAccepted():
+                    pass
+                case _:
+                    assert_never(decision)
+            actions = job.lifecycle.trigger_rescale(now, parallelism)  # raises before anything changed
+            trigger_id = self._new_id()
+            self._executor.rescales.start(
+                rs.RescaleOperation(trigger_id, job_id, facts.parallelism, parallelism, requested_at=now)
+            )
+            log.info(
+                "rescale_requested",
+                job_id=job_id,
+                trigger_id=trigger_id,
+                from_parallelism=facts.parallelism,
+                to_parallelism=parallelism,
+                slots_needed=facts.slots_needed,
+                slots_available=facts.slots_available,
+            )
+            self._executor.execute(job, actions)
+            return trigger_id
+
+    def status(self, job_id: str, trigger_id: str) -> rs.RescaleOperation:
+        with self._lock:
+            if job_id not in self._jobs:
+                raise UnknownJobError(job_id)
+            op = self._executor.rescales.get(job_id, trigger_id)
+            if op is None:
+                raise UnknownRescaleError(
+                    f"job {job_id} has no rescale {trigger_id} (this JobManager keeps the latest "
+                    f"{rs.RESCALES_KEPT} it ran; a JobManager that took the job over knows none of before)"
+                )
+            return op
+
+    def _facts(self, job: JobMaster, parallelism: int) -> rs.RescaleFacts:
+        max_parallelism = job.loaded.graph.max_parallelism
+        slots_needed = 0
+        if 1 <= parallelism <= max_parallelism:
+            try:
+                _loaded, plan = job.rescaled_plan(parallelism)
+            except JobDefinitionError as exc:
+                raise RescaleRejectedError(f"job {job.job_id}: parallelism {parallelism}: {exc}") from exc
+            slots_needed = plan.max_parallelism_over_vertices
+        held = len(job.slots) if job.status is JobStatus.RUNNING else 0
+        free = sum(max(0, offer.free_slots) for offer in self._registry.offers())
+        active = self._executor.rescales.active(job.job_id)
+        return rs.RescaleFacts(
+            job_id=job.job_id,
+            status=job.status,
+            parallelism=job.submission.parallelism,
+            requested=parallelism,
+            max_parallelism=max_parallelism,
+            rescale_in_progress=active.trigger_id if active is not None else None,
+            stopping=job.lifecycle.stop_request is not None,
+            finishing=job.lifecycle.finishing,
+            slots_needed=slots_needed,
+            slots_available=free + held,
+        )
