@@ -35,6 +35,7 @@ from weir.core.states import JobStatus
 from weir.jobmanager import metrics
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.graph import LogicalGraph
+from weir.plan import JobPlan
 from weir.jobmanager.errors import JobManagerError, TaskManagerCallError
 from weir.jobmanager.exception_history import ExceptionEntry
 from weir.jobmanager.failover import Failover
@@ -56,6 +57,16 @@ DEPLOY_CALLS: Final = 8  # deploy calls in flight at once (a vertex's subtasks)
 ResolveRedistributed = Callable[[LogicalGraph, InitialState, JobSubmission, int], None]
 """Resolve a checkpoint's sink transactions as of it before a restore at another parallelism
 (``weir.jobmanager.submission.resolve_inherited``)."""
+
+
+def redistribute(
+    storage: CheckpointStorage, checkpoint: CompletedCheckpoint, graph: LogicalGraph, plan: JobPlan
+) -> InitialState:
+    """A job's own checkpoint, taken at another parallelism, assigned to the tasks of ``plan``
+    (StateAssignmentError, SerializationError when it cannot be)."""
+    if checkpoint.is_savepoint:  # its keys are relative to its folder (docs/formats.md)
+        storage = open_storage(f"{storage.uri.rstrip('/')}/{metadata_folder(checkpoint.metadata_key)}")
+    return plan_initial_state(RetainedState(storage, checkpoint), graph, plan, allow_non_restored_state=False)
 
 
 def restores_at_its_parallelism(job: JobMaster, checkpoint: CompletedCheckpoint) -> bool:
@@ -173,13 +184,8 @@ class Deployer:
                 f"job {job.job_id}: checkpoint {checkpoint.checkpoint_id} was taken at another parallelism and "
                 "this deployer cannot redistribute it"
             )
-        storage = self._storage
-        if checkpoint.is_savepoint:  # its keys are relative to its folder (docs/formats.md)
-            storage = open_storage(f"{self._storage_uri.rstrip('/')}/{metadata_folder(checkpoint.metadata_key)}")
         try:
-            return plan_initial_state(
-                RetainedState(storage, checkpoint), job.loaded.graph, job.plan, allow_non_restored_state=False
-            )
+            return redistribute(self._storage, checkpoint, job.loaded.graph, job.plan)
         except WeirError as exc:  # the restart waits (logged), as for a checkpoint still persisting
             raise JobManagerError(
                 f"job {job.job_id}: checkpoint {checkpoint.checkpoint_id} cannot be redistributed to parallelism "

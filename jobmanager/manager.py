@@ -120,7 +120,7 @@ class JobManager:
         self.reports = TaskReports(self.jobs, self.executor, self.failover, lock, clock)
         self.recovery = JobRecovery(self.jobs, self.records, storage, self.paths, self.executor, lock, clock)
         self.savepoints = SavepointTrigger(self.jobs, self.executor, lock, clock)
-        self.rescales = RescaleRequests(self.jobs, self.registry, self.executor, lock, clock)
+        self.rescales = RescaleRequests(self.jobs, self.registry, self.executor, lock, clock, storage)
         self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)
         self.monitor = Monitor(
             self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock

@@ -7,20 +7,38 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import assert_never
 
 import structlog
 
-from weir.core.errors import JobDefinitionError, UnknownJobError
+from weir.connectors.object_storage import CheckpointStorage
+from weir.core.errors import JobDefinitionError, UnknownJobError, WeirError
 from weir.core.states import JobStatus
+from weir.core.task_state import TaskStateDocument
+from weir.graph import LogicalGraph
 from weir.jobmanager import rescaling as rs
+from weir.jobmanager.deployment import redistribute
 from weir.jobmanager.errors import RescaleRejectedError, UnknownRescaleError
 from weir.jobmanager.job_actions import JobActionExecutor
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.registry import TaskManagerRegistry
+from weir.operators.base import StreamOperator
 
 log = structlog.get_logger("weir.jobmanager")
+
+
+def per_subtask_state(graph: LogicalGraph, documents: Iterable[TaskStateDocument]) -> list[str]:
+    """The operators with state in ``documents`` whose state belongs to one subtask index (they keep
+    ``StreamOperator.restore_inherited_state``'s default, which refuses another parallelism on the
+    TaskManager): a rescale would redeploy the job into a restore that fails."""
+    uids = sorted({uid for d in documents for uid in d.operator_state_uids if uid in graph.transformations})
+    pinned = []
+    for uid in uids:
+        operator = graph.transformations[uid].factory()
+        if type(operator).restore_inherited_state is StreamOperator.restore_inherited_state:
+            pinned.append(uid)
+    return pinned
 
 
 def new_trigger_id() -> str:
@@ -36,9 +54,13 @@ class RescaleRequests:
         executor: JobActionExecutor,
         lock: threading.RLock,
         clock: Callable[[], float],
+        storage: CheckpointStorage,
         *,
         new_id: Callable[[], str] = new_trigger_id,
     ) -> None:
+        """``storage``: the cluster's checkpoint storage (a request is refused when the job's latest
+        checkpoint cannot be redistributed to the new parallelism)."""
+        self._storage = storage
         self._jobs = jobs
         self._registry = registry
         self._executor = executor
@@ -98,10 +120,24 @@ class RescaleRequests:
         slots_needed = 0
         if 1 <= parallelism <= max_parallelism:
             try:
-                _loaded, plan = job.rescaled_plan(parallelism)
+                loaded, plan = job.rescaled_plan(parallelism)
             except JobDefinitionError as exc:
                 raise RescaleRejectedError(f"job {job.job_id}: parallelism {parallelism}: {exc}") from exc
             slots_needed = plan.max_parallelism_over_vertices
+            latest = job.coordinator.store.latest()
+            if latest is not None:  # the rescale's checkpoint will hold the same operators' state
+                try:
+                    redistributed = redistribute(self._storage, latest, loaded.graph, plan)
+                except WeirError as exc:
+                    raise RescaleRejectedError(
+                        f"job {job.job_id}: its state cannot be redistributed to parallelism {parallelism}: {exc}"
+                    ) from exc
+                pinned = per_subtask_state(loaded.graph, redistributed.documents)
+                if pinned:
+                    raise RescaleRejectedError(
+                        f"job {job.job_id}: operator(s) {', '.join(pinned)} keep per-subtask state that cannot be "
+                        f"redistributed to parallelism {parallelism}: the job can run at {job.submission.parallelism} only"
+                    )
         held = len(job.slots) if job.status is JobStatus.RUNNING else 0
         free = sum(max(0, offer.free_slots) for offer in self._registry.offers())
         active = self._executor.rescales.active(job.job_id)

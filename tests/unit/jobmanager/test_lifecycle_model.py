@@ -485,4 +485,3 @@ def test_the_random_runs_reach_every_edge() -> None:
         saw("a restart restored a checkpoint", restored)
     missing = [what for what, count in seen.items() if count == 0]
     assert not missing, f"no run reached: {missing}"
-

@@ -5,13 +5,17 @@ is due at once, not counted; a failed checkpoint restarts the job as it was; a c
 
 from __future__ import annotations
 
+import json
 import textwrap
 
 import pytest
 
 from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
 from weir.api import load_job_source
+from weir.core.ids import CheckpointId, SubtaskIndex
+from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.states import JobStatus, TaskState
+from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument, encode_task_state
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.errors import CheckpointRejectedError, RescaleRejectedError, SavepointRejectedError
 from weir.jobmanager.jobs import JobMaster, JobSubmission
@@ -180,3 +184,34 @@ def test_a_job_whose_graph_cannot_take_the_parallelism_is_refused(harness: Harne
     with pytest.raises(RescaleRejectedError, match="parallelism 2: forward edge 'gen' -> 'out'"):
         harness.jm.rescale(job.job_id, 2)
     assert trigger_ids(harness) == [] and job.submission.parallelism == 1
+
+
+def test_a_job_whose_state_cannot_be_redistributed_is_refused_before_it_is_touched(harness: Harness) -> None:
+    """The generator source's position belongs to one subtask index: its latest checkpoint shows the
+    rescale's checkpoint could not be restored at 2, so the request is refused, the job untouched."""
+    job = running_job(harness)
+    harness.clock.advance(1.5)
+    harness.jm.tick()
+    (checkpoint_id,) = trigger_ids(harness)
+    for vertex, subtask in list(job.tasks):
+        document = encode_task_state(
+            TaskStateDocument(
+                job_id=job.job_id,
+                vertex_uid=vertex,
+                subtask=subtask,
+                attempt=job.attempt,
+                checkpoint_id=CheckpointId(checkpoint_id),
+                layout=SubtaskLayout(
+                    3, 128, key_group_range_for_subtask(128, 3, SubtaskIndex(subtask)), ("gen", "out"), ()
+                ),
+                operator_state=InlineOperatorState({"gen": json.dumps({"format": 1, "next_k": 40}).encode()}),
+            )
+        )
+        harness.jm.acknowledge_checkpoint(
+            CheckpointAck(job.job_id, vertex, subtask, job.attempt, checkpoint_id, (), document, TaskAckMetrics())
+        )
+    assert [c.checkpoint_id for c in job.coordinator.store.all()] == [checkpoint_id]
+    with pytest.raises(RescaleRejectedError, match="operator\\(s\\) gen keep per-subtask state"):
+        harness.jm.rescale(job.job_id, 2)
+    assert trigger_ids(harness) == [checkpoint_id] and job.status is JobStatus.RUNNING
+    assert job.submission.parallelism == 3 and job.attempt == 1
