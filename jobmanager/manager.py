@@ -123,7 +123,15 @@ class JobManager:
         self.rescales = RescaleRequests(self.jobs, self.registry, self.executor, lock, clock, storage)
         self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)
         self.monitor = Monitor(
-            self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock
+            self.jobs,
+            self.registry,
+            self.failover,
+            self.deployer,
+            self.executor,
+            self.records,
+            lock,
+            clock,
+            rescales=self.rescales,
         )
         self._monitor_thread = threading.Thread(
             target=self.monitor.run, args=(self._stopping,), name="jm-monitor", daemon=True

@@ -61,6 +61,7 @@ class RescaleRequests:
         """``storage``: the cluster's checkpoint storage (a request is refused when the job's latest
         checkpoint cannot be redistributed to the new parallelism)."""
         self._storage = storage
+        self._refused: dict[str, int] = {}  # job id -> the reactive target refused last
         self._jobs = jobs
         self._registry = registry
         self._executor = executor
@@ -102,6 +103,48 @@ class RescaleRequests:
             )
             self._executor.execute(job, actions)
             return trigger_id
+
+    def react(self, job: JobMaster) -> str | None:
+        """``scheduler-mode: reactive`` (called with the lock held, each monitor tick): a running job
+        whose every task runs is rescaled to the slots it could use now, when that differs; answers
+        the trigger id. A target refused once is not asked for again until the slots change."""
+        if not job.execution_settings.reactive or job.status is not JobStatus.RUNNING or not job.all_running():
+            return None
+        if self._executor.rescales.active(job.job_id) is not None or job.lifecycle.rescale_deploying:
+            return None
+        held = len(job.slots)
+        free = sum(max(0, offer.free_slots) for offer in self._registry.offers())
+        target = rs.reactive_target(job.submission.parallelism, job.loaded.graph.max_parallelism, free + held)
+        if target is None or self._refused.get(job.job_id) == target:
+            return None
+        try:
+            trigger_id = self.rescale(job.job_id, target)
+        except RescaleRejectedError as exc:
+            self._refused[job.job_id] = target
+            log.info("reactive_rescale_refused", job_id=job.job_id, parallelism=target, reason=str(exc))
+            return None
+        self._refused.pop(job.job_id, None)
+        log.info("reactive_rescale", job_id=job.job_id, trigger_id=trigger_id, parallelism=target, slots=free + held)
+        return trigger_id
+
+    def shrink_to_slots(self, job: JobMaster, now: float) -> bool:
+        """``scheduler-mode: reactive``: a restarting job that found too few slots (a TaskManager was
+        lost) runs at what is left instead of waiting; answers whether its parallelism changed. Its
+        restart restores the latest checkpoint redistributed (``weir.jobmanager.deployment``)."""
+        if not job.execution_settings.reactive or job.status is not JobStatus.RESTARTING:
+            return False
+        free = sum(max(0, offer.free_slots) for offer in self._registry.offers())
+        target = rs.reactive_target(job.submission.parallelism, job.loaded.graph.max_parallelism, free)
+        if target is None or target > job.submission.parallelism:
+            return False
+        try:
+            job.rescale(target)
+        except JobDefinitionError as exc:
+            log.warning("reactive_rescale_refused", job_id=job.job_id, parallelism=target, reason=str(exc))
+            return False
+        log.info("reactive_rescale", job_id=job.job_id, parallelism=target, slots=free, restarting=True)
+        self._executor.execute(job, job.lifecycle.restart_later(now))
+        return True
 
     def status(self, job_id: str, trigger_id: str) -> rs.RescaleOperation:
         with self._lock:

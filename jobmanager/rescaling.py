@@ -16,6 +16,7 @@ takes a regular checkpoint, forced aligned, which its retention deletes like any
 Decisions::
 
     decide_rescale(facts) -> RescaleAccepted | RescaleRefused(reason)     (before the job is touched)
+    reactive_target(parallelism, max parallelism, slots) -> N | None      (scheduler-mode: reactive)
 
     CHECKPOINTING ──checkpoint completed──▶ REDEPLOYING ──every task of the new attempt runs──▶ COMPLETED
          │                                        │
@@ -97,6 +98,15 @@ def decide_rescale(facts: RescaleFacts) -> RescaleDecision:
             "or ask for less"
         )
     return RescaleAccepted(n)
+
+
+def reactive_target(parallelism: int, max_parallelism: int, slots_available: int) -> int | None:
+    """``scheduler-mode: reactive``: the parallelism the job should run at, given the slots it could
+    use (the cluster's free ones plus its own), up to its max parallelism; None: stay as it is."""
+    target = min(max_parallelism, slots_available)
+    if target < 1 or target == parallelism:
+        return None
+    return target
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -17,11 +17,16 @@ from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument, encode_task_state
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
-from weir.jobmanager.errors import CheckpointRejectedError, RescaleRejectedError, SavepointRejectedError
+from weir.jobmanager.errors import (
+    CheckpointRejectedError,
+    ConfigError,
+    RescaleRejectedError,
+    SavepointRejectedError,
+)
+from weir.jobmanager.execution import parse_execution_settings
 from weir.jobmanager.jobs import JobMaster, JobSubmission
 from weir.jobmanager.messages import CheckpointAck, CheckpointDecline, TaskStateReport
 from weir.jobmanager.rescaling import RescalePhase
-from weir.jobmanager.scheduler import SlotOffer
 
 SCALABLE = textwrap.dedent(
     """
@@ -35,12 +40,15 @@ SCALABLE = textwrap.dedent(
 PARAMETERS = {"checkpointing.interval": "1s", "restart.strategy": "fixed-delay", "restart.delay": "5s"}
 
 
-def running_job(h: Harness, parallelism: int = 3, source: bytes = SCALABLE) -> JobMaster:
-    loaded = load_job_source(source, "j.py", PARAMETERS, parallelism=parallelism)
-    submission = JobSubmission("job-1", "j", "j.py", source, PARAMETERS, parallelism, 0.0)
+def running_job(
+    h: Harness, parallelism: int = 3, source: bytes = SCALABLE, parameters: dict[str, str] = PARAMETERS
+) -> JobMaster:
+    loaded = load_job_source(source, "j.py", parameters, parallelism=parallelism)
+    submission = JobSubmission("job-1", "j", "j.py", source, parameters, parallelism, 0.0)
     job = JobMaster.create(submission, loaded, h.jm.paths.metadata_key_fn())
     h.jm.jobs[job.job_id] = job
-    _command, actions = job.schedule([SlotOffer("tm-a", 4)], {"tm-a": TM_A}, h.clock())
+    offers = h.jm.registry.offers()
+    _command, actions = job.schedule(offers, h.jm.registry.addresses(), h.clock())
     with h.jm.lock:
         h.jm.executor.execute(job, actions)
     for vertex, subtask in list(job.tasks):
@@ -215,3 +223,50 @@ def test_a_job_whose_state_cannot_be_redistributed_is_refused_before_it_is_touch
         harness.jm.rescale(job.job_id, 2)
     assert trigger_ids(harness) == [checkpoint_id] and job.status is JobStatus.RUNNING
     assert job.submission.parallelism == 3 and job.attempt == 1
+
+
+REACTIVE = {**PARAMETERS, "scheduler-mode": "reactive"}
+
+
+def test_a_reactive_job_is_rescaled_to_the_slots_it_could_use(make_harness: MakeHarness) -> None:
+    """``scheduler-mode: reactive``: a job at 1 on a TaskManager of 4 slots grows to 4 through an
+    aligned checkpoint; a TaskManager of 4 more registering takes it to 8 the same way."""
+    harness = make_harness()
+    job = running_job(harness, parallelism=1, parameters=REACTIVE)
+    harness.jm.tick()
+    (checkpoint_id,) = trigger_ids(harness)
+    assert set(harness.gateway.aligned_triggers) == {checkpoint_id}
+    op = harness.jm.executor.rescales.active(job.job_id)
+    assert op is not None and (op.from_parallelism, op.to_parallelism) == (1, 4)
+    harness.jm.tick()
+    assert trigger_ids(harness) == [checkpoint_id], "one rescale at a time"
+
+
+def test_a_job_not_in_reactive_mode_is_never_rescaled_by_the_slots(harness: Harness) -> None:
+    job = running_job(harness, parallelism=1)
+    for _ in range(3):
+        harness.jm.tick()
+    assert trigger_ids(harness) == [] and job.submission.parallelism == 1
+
+
+def test_a_reactive_job_restarting_with_too_few_slots_restarts_at_what_is_left(make_harness: MakeHarness) -> None:
+    harness = make_harness(taskmanagers=("tm-a", "tm-b"))
+    job = running_job(harness, parallelism=6, parameters=REACTIVE)
+    lost = harness.jm.registry.taskmanagers["tm-b"]
+    with harness.jm.lock:
+        harness.jm.failover.taskmanager_lost(lost, "heartbeat timeout")
+    assert job.status is JobStatus.RESTARTING
+    harness.clock.advance(6)  # past the restart delay (5 s), within the heartbeat timeout (10 s)
+    harness.jm.tick()
+    assert job.submission.parallelism == 4 and len(job.tasks) == 4, "the 4 slots tm-a offers"
+    harness.jm.tick()
+    assert job.status is JobStatus.RUNNING
+    deployed = {(vertex, subtask) for _address, vertex, subtask, _attempt in harness.gateway.named("deploy")}
+    assert deployed == {("gen", s) for s in range(4)}
+
+
+def test_an_unknown_scheduler_mode_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="scheduler-mode: must be one of default, reactive, got 'adaptive'"):
+        parse_execution_settings({"scheduler-mode": "adaptive"})
+    assert parse_execution_settings({"scheduler-mode": "Reactive"}).reactive
+    assert not parse_execution_settings({}).reactive

@@ -151,3 +151,20 @@ def test_the_books_keep_one_rescale_per_job_and_the_latest_finished_ones() -> No
         ops.on("job-1", rs.RescaleFailed("x"), 13.0)
     assert ops.get("job-1", "t1") is None, "only the latest finished ones are kept"
     assert [ops.get("job-1", t) is not None for t in ("t2", "t3")] == [True, True]
+
+
+@pytest.mark.parametrize(
+    ("parallelism", "max_parallelism", "slots", "target"),
+    [
+        (3, 128, 6, 6),  # a TaskManager registered: grow to every slot
+        (6, 128, 3, 3),  # one was lost: shrink to what is left
+        (3, 128, 3, None),  # as it is
+        (3, 4, 10, 4),  # never above the max parallelism
+        (4, 4, 10, None),
+        (3, 128, 0, None),  # no slot at all: nothing to run at, wait
+    ],
+)
+def test_reactive_mode_runs_the_job_at_every_slot_it_could_use(
+    parallelism: int, max_parallelism: int, slots: int, target: int | None
+) -> None:
+    assert rs.reactive_target(parallelism, max_parallelism, slots) == target
