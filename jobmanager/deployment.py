@@ -32,21 +32,21 @@ from weir.core.errors import WeirError
 from weir.core.failures import Failure
 from weir.core.paths import metadata_folder
 from weir.core.states import JobStatus
+from weir.graph import LogicalGraph
 from weir.jobmanager import metrics
 from weir.jobmanager.checkpointing import coordinator as cc
-from weir.graph import LogicalGraph
-from weir.plan import JobPlan
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.errors import JobManagerError, TaskManagerCallError
 from weir.jobmanager.exception_history import ExceptionEntry
 from weir.jobmanager.failover import Failover
 from weir.jobmanager.gateway import TaskManagerGateway
 from weir.jobmanager.job_actions import JobActionExecutor
-from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.jobs import DeployCommand, InheritedResolution, JobMaster, TaskDeployment
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.records import JobSubmission
 from weir.jobmanager.registry import TaskManagerRegistry
 from weir.jobmanager.restoring import InitialState, RetainedState, plan_initial_state
+from weir.plan import JobPlan
 
 log = structlog.get_logger("weir.jobmanager")
 

@@ -179,7 +179,8 @@ class RescaleRequests:
                 if pinned:
                     raise RescaleRejectedError(
                         f"job {job.job_id}: operator(s) {', '.join(pinned)} keep per-subtask state that cannot be "
-                        f"redistributed to parallelism {parallelism}: the job can run at {job.submission.parallelism} only"
+                        f"redistributed to parallelism {parallelism}: the job runs at "
+                        f"{job.submission.parallelism} only"
                     )
         held = len(job.slots) if job.status is JobStatus.RUNNING else 0
         free = sum(max(0, offer.free_slots) for offer in self._registry.offers())
