@@ -3,7 +3,8 @@ keyed windows, the Kafka transactional sink and the PostgreSQL 2PC sink) under l
 3 → 2 with ``weir rescale --wait`` and 2 → 3 with Flink's REST form (``PATCH /v1/jobs/:jobid/rescaling``,
 then ``GET .../rescaling/:triggerid`` until COMPLETED), then left to finish its bounded input: both
 sinks hold exactly the reference run's output (multisets of whole records, no transaction left
-prepared or open), under the same job id throughout."""
+prepared or open), under the same job id throughout. And a job in reactive mode growing to the
+cluster's slots, losing a TaskManager and growing back, exact too."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from weir.core.config import Endpoints
 from weir.core.states import JobStatus, TaskState
 from weir.jobmanager.rest.ids import flink_job_id
 from weir.tools.cli import EXIT_OK, run_cli
+from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
 
@@ -98,4 +100,34 @@ def test_a_running_job_rescaled_3_2_3_under_load_is_exact_in_both_sinks(
     assert status.summary.status is JobStatus.FINISHED, status
     assert status.summary.parallelism == 3
     assert status.summary.restarts == restarts_before, "a rescale is not a restart of the restart strategy's"
+    assert_sinks_exact(JOB_FILE, params, job_id, services)
+
+
+def test_a_reactive_job_follows_the_taskmanagers_and_stays_exact(
+    weir_cluster: WeirCluster, services: Endpoints, unique: str
+) -> None:
+    """``-D scheduler-mode=reactive``: submitted at 2, the job grows to every slot of the three
+    TaskManagers; one of them killed (the supervisor starts it again), the job fails over, restarts
+    at what is left if it comes first, and grows back once the TaskManager registered again; its
+    output stays exact."""
+    params = keyed_aggregation_inputs(services, unique, 120_000, records_per_second=1500, checkpoint_interval="1s") | {
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+        "scheduler-mode": "reactive",
+    }
+    slots = sum(tm.slots_total for tm in weir_cluster.client.cluster_status().alive_taskmanagers)
+    job_id = weir_cluster.submit(JOB_FILE, params, 2)
+    poll(f"the reactive job to grow to every slot ({slots})", lambda: runs_at(weir_cluster, job_id, slots))
+    seen: set[int] = set()
+
+    def back_at_every_slot() -> bool:
+        status = weir_cluster.client.job_status(job_id)
+        seen.add(status.summary.parallelism)
+        return status.summary.status is not JobStatus.RUNNING or runs_at(weir_cluster, job_id, slots)
+
+    kill_process(weir_cluster.directory, "taskmanager-1")
+    poll("the job to fail over", lambda: weir_cluster.client.job_status(job_id).summary.status is not JobStatus.RUNNING)
+    poll("the job back at every slot (or finished)", back_at_every_slot, timeout_s=300.0)
+    status = weir_cluster.wait_for(job_id, timeout_s=600.0)
+    assert status.summary.status is JobStatus.FINISHED, (status, seen)
     assert_sinks_exact(JOB_FILE, params, job_id, services)
