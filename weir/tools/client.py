@@ -391,8 +391,7 @@ class JobManagerClient:
         r = self._call(
             self._stub.GetRescaleStatus,
             jobmanager_pb2.GetRescaleStatusRequest(job_id=job_id, trigger_id=trigger_id),
-            job_id=job_id,
-        )
+        )  # no job_id: a NOT_FOUND names an unknown job or an unknown rescale, in the JobManager's words
         return RescaleInfo(
             r.trigger_id,
             r.phase,

@@ -10,8 +10,9 @@ import textwrap
 
 import pytest
 
-from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
+from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness, served
 from weir.api import load_job_source
+from weir.core.errors import Fault, WeirError
 from weir.core.ids import CheckpointId, SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.states import JobStatus, TaskState
@@ -270,3 +271,18 @@ def test_an_unknown_scheduler_mode_is_a_config_error() -> None:
         parse_execution_settings({"scheduler-mode": "adaptive"})
     assert parse_execution_settings({"scheduler-mode": "Reactive"}).reactive
     assert not parse_execution_settings({}).reactive
+
+
+def test_the_client_rescales_over_grpc_and_reads_the_outcome(harness: Harness) -> None:
+    job = running_job(harness)
+    with served(harness.jm) as client:
+        trigger_id = client.rescale(job.job_id, 2)
+        info = client.rescale_status(job.job_id, trigger_id)
+        assert (info.phase, info.from_parallelism, info.to_parallelism, info.finished) == ("CHECKPOINTING", 3, 2, False)
+        with pytest.raises(WeirError, match="already being rescaled") as refused:
+            client.rescale(job.job_id, 1)
+        assert refused.value.fault is Fault.USER
+        with pytest.raises(WeirError, match=f"job {job.job_id} has no rescale nope"):
+            client.rescale_status(job.job_id, "nope")
+        ack(harness, job, info.checkpoint_id)
+        assert client.rescale_status(job.job_id, trigger_id).phase == "REDEPLOYING"
