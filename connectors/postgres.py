@@ -186,9 +186,23 @@ def upsert_statement(
     ) + _conflict_action(table, columns, key_columns, version_column)
 
 
+def delete_statement(table: str, key_columns: Sequence[str]) -> sql.Composed:
+    """One key per execution: ``DELETE FROM table WHERE k1 = %s AND ...``."""
+    return sql.SQL("DELETE FROM {} WHERE ").format(sql.Identifier(table)) + sql.SQL(" AND ").join(
+        sql.SQL("{} = %s").format(sql.Identifier(c)) for c in key_columns
+    )
+
+
 def upsert_rows(conn: psycopg.Connection[Any], statement: sql.Composed, rows: Iterable[Sequence[Any]]) -> None:
     with conn.cursor() as cur:
         cur.executemany(statement, rows)
+
+
+def delete_keys(conn: psycopg.Connection[Any], statement: sql.Composed, keys: Sequence[Sequence[Any]]) -> None:
+    """Delete the rows of these keys (``delete_statement``); a key the table does not hold is no error."""
+    if keys:
+        with conn.cursor() as cur:
+            cur.executemany(statement, keys)
 
 
 # Read-only inspection (weir verify) ---------------------------------------------------------------
@@ -241,11 +255,13 @@ class ProofRow:
 
 @dataclass(frozen=True)
 class UpsertPlan:
-    """How a batch of rows is upserted: one statement over one array per column (``unnest``), or the
-    one-row statement executed per row when a column is itself an array (``unnest`` would flatten it)."""
+    """How a batch of rows is upserted and a batch of keys deleted: one statement over one array per
+    column (``unnest``), or the one-row statement executed per row when a column is itself an array
+    (``unnest`` would flatten it)."""
 
     statement: sql.Composed
     columnar: bool
+    delete: sql.Composed
 
 
 def max_prepared_transactions(conn: psycopg.Connection[Any]) -> int:
@@ -480,7 +496,16 @@ def upsert_plan(
     types = column_types(conn, table)
     action = _conflict_action(table, columns, key_columns, version_column)
     if any(types[c][1] for c in columns):
-        return UpsertPlan(upsert_statement(table, columns, key_columns, version_column), columnar=False)
+        return UpsertPlan(
+            upsert_statement(table, columns, key_columns, version_column),
+            columnar=False,
+            delete=delete_statement(table, key_columns),
+        )
+    delete = sql.SQL("DELETE FROM {} AS t USING unnest({}) AS d({}) WHERE ").format(
+        sql.Identifier(table),
+        sql.SQL(", ").join(sql.SQL("%s::" + types[c][0] + "[]") for c in key_columns),
+        sql.SQL(", ").join(map(sql.Identifier, key_columns)),
+    ) + sql.SQL(" AND ").join(sql.SQL("t.{} = d.{}").format(sql.Identifier(c), sql.Identifier(c)) for c in key_columns)
     statement = (
         sql.SQL("INSERT INTO {} ({}) SELECT * FROM unnest({}) ").format(
             sql.Identifier(table),
@@ -489,10 +514,23 @@ def upsert_plan(
         )
         + action
     )
-    return UpsertPlan(statement, columnar=True)
+    return UpsertPlan(statement, columnar=True, delete=delete)
 
 
-def _write(conn: psycopg.Connection[Any], plan: UpsertPlan, rows: Sequence[Sequence[Any]], proof: ProofRow) -> None:
+def _write(
+    conn: psycopg.Connection[Any],
+    plan: UpsertPlan,
+    deletes: Sequence[Sequence[Any]],
+    rows: Sequence[Sequence[Any]],
+    proof: ProofRow,
+) -> None:
+    """The deletes first, then the upserts (a transaction's changes are collapsed per key, so a key is
+    in both only when its upsert replaces the stored row), then the proof row."""
+    if deletes:
+        if plan.columnar:
+            conn.execute(plan.delete, [list(column) for column in zip(*deletes, strict=True)])
+        else:
+            delete_keys(conn, plan.delete, deletes)
     if rows:
         if plan.columnar:
             conn.execute(plan.statement, [list(column) for column in zip(*rows, strict=True)])
@@ -510,6 +548,7 @@ def _write(conn: psycopg.Connection[Any], plan: UpsertPlan, rows: Sequence[Seque
 def write_transaction(
     conn: psycopg.Connection[Any],
     plan: UpsertPlan,
+    deletes: Sequence[Sequence[Any]],
     rows: Sequence[Sequence[Any]],
     proof: ProofRow,
     *,
@@ -517,14 +556,15 @@ def write_transaction(
     lock_timeout_s: float,
     what: str,
 ) -> None:
-    """One transaction on an autocommit connection: the rows and the proof row, then ``PREPARE
+    """One transaction on an autocommit connection: the deleted keys, the upserted rows and the proof
+    row (``proof.rows`` counts both), then ``PREPARE
     TRANSACTION prepare_as`` (or ``COMMIT`` when None). On any error the transaction is rolled back and
     the error names ``what``: JobDefinitionError (not retriable) when the rows do not fit the table,
     ServiceUnavailableError otherwise."""
     try:
         conn.execute("BEGIN")
         conn.execute("SELECT set_config('lock_timeout', %s, true)", (f"{max(1, int(lock_timeout_s * 1000))}ms",))
-        _write(conn, plan, rows, proof)
+        _write(conn, plan, deletes, rows, proof)
         if prepare_as is None:
             conn.execute("COMMIT")
         else:

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from weir.connectors import kafka, postgres
 from weir.core import json_codec
+from weir.core.changelog import Delete, KeyedChanges
 from weir.core.config import Endpoints
 from weir.core.errors import ServiceUnavailableError
 from weir.core.kafka_config import Properties, kafka_client_config
@@ -21,7 +22,6 @@ from weir.core.rejections import FAIL, OnRecordError
 from weir.operators.base import NO_PARAMETERS, StreamOperator
 from weir.operators.transactional_sinks import (
     encode_for_kafka,
-    keep_newest,
     row_for_postgres,
     row_key_indexes,
     validate_postgres_sink,
@@ -102,7 +102,9 @@ class KafkaSinkOperator(StreamOperator):
 
 
 class PostgresUpsertSinkOperator(StreamOperator):
-    """Idempotent sink: rows are upserted by their key columns in batches of ``batch_size``.
+    """Idempotent sink: rows are upserted by their key columns, and keys deleted (the ``row`` function
+    returns ``Delete(key)``), in batches of ``batch_size`` keys, each collapsed per key like a
+    two-phase epoch (``KeyedChanges``: deletes written first, then upserts, in one transaction).
 
     A replay after a failure rewrites rows already written. With ``version_column`` an upsert only
     replaces a stored row whose version is not higher (``ON CONFLICT ... DO UPDATE ... WHERE
@@ -113,7 +115,7 @@ class PostgresUpsertSinkOperator(StreamOperator):
         table: str,
         columns: Sequence[str],
         key_columns: Sequence[str],
-        to_row: Callable[[Any], tuple[Any, ...]],
+        to_row: Callable[[Any], tuple[Any, ...] | Delete],
         batch_size: int = 2000,
         *,
         version_column: str | None = None,
@@ -127,7 +129,7 @@ class PostgresUpsertSinkOperator(StreamOperator):
         self._batch_size = batch_size
         self._version_column = version_column
         self._key_index, self._version_index = row_key_indexes(table, columns, key_columns, version_column)
-        self._rows: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        self._changes = KeyedChanges(self._key_index, self._version_index)
 
     def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """At submit, before any task runs: PostgreSQL answers and the table has the columns and a
@@ -139,22 +141,24 @@ class PostgresUpsertSinkOperator(StreamOperator):
         postgres.require_table(self._conn, self._table, self._columns, self._key_columns)
         self._conn.rollback()
         self._statement = postgres.upsert_statement(self._table, self._columns, self._key_columns, self._version_column)
+        self._delete = postgres.delete_statement(self._table, self._key_columns)
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        row = row_for_postgres(self, self._to_row, len(self._columns), value, timestamp)
-        if row is None:
+        change = row_for_postgres(self, self._to_row, len(self._columns), len(self._key_columns), value, timestamp)
+        if change is None:
             return
-        # last write per key wins in a batch (with a version column: the newest version)
-        keep_newest(self._rows, tuple(row[i] for i in self._key_index), row, self._version_index)
-        if len(self._rows) >= self._batch_size:
+        self._changes.add(change)
+        if len(self._changes) >= self._batch_size:
             self._flush()
 
     def _flush(self) -> None:
-        if not self._rows:
+        changes = self._changes
+        if not len(changes):
             return
-        postgres.upsert_rows(self._conn, self._statement, list(self._rows.values()))
+        postgres.delete_keys(self._conn, self._delete, changes.deletes())
+        postgres.upsert_rows(self._conn, self._statement, changes.upserts())
         self._conn.commit()
-        self._rows.clear()
+        self._changes = KeyedChanges(self._key_index, self._version_index)
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         self._flush()

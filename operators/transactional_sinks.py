@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Final
 
 from weir.connectors import kafka, postgres
+from weir.core.changelog import Delete, KeyedChanges
 from weir.core.config import Endpoints, run_dir
 from weir.core.crashpoints import (
     AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
@@ -81,7 +82,10 @@ DEFAULT_LOCK_TIMEOUT_S: Final = 10.0
 RECONNECT_WINDOW_S: Final = 30.0
 """How long a PostgreSQL sink subtask opening (after a restart) waits for an unreachable server."""
 DEFAULT_CLAIM_TIMEOUT_S: Final = 30.0
-SNAPSHOT_FORMAT: Final = 1
+SNAPSHOT_FORMAT: Final = 2
+"""2: a PostgreSQL sink's epochs hold its changes (``KeyedChanges.encode``: upserts and deletes); 1:
+upserted rows only. Kafka epochs are the same in both. This version reads both."""
+READABLE_SNAPSHOT_FORMATS: Final = (1, 2)
 _POLL_EVERY: Final = 500  # records produced between two polls for delivery reports (flush serves the rest)
 
 Record = tuple[bytes | None, bytes, int | None]
@@ -269,6 +273,7 @@ class SinkSnapshot:
     marker_floor: int | None = None  # Kafka: no marker of a pending epoch lies below this offset
     marker_topic: str | None = None  # Kafka: where marker_floor is; None in snapshots taken before
     marker_partition: int | None = None
+    format: int = SNAPSHOT_FORMAT  # the format it was read in: how a PostgreSQL sink reads its epochs
 
     def to_bytes(self) -> bytes:
         return dumps_streaming(
@@ -288,10 +293,11 @@ class SinkSnapshot:
     @classmethod
     def from_bytes(cls, data: bytes) -> SinkSnapshot:
         document = loads_value(data)
-        if not isinstance(document, dict) or document.get("format") != SNAPSHOT_FORMAT:
+        if not isinstance(document, dict) or document.get("format") not in READABLE_SNAPSHOT_FORMATS:
             found = document.get("format") if isinstance(document, dict) else type(document).__name__
             raise SerializationError(
-                f"transactional sink snapshot has format {found!r}, this version reads {SNAPSHOT_FORMAT}"
+                f"transactional sink snapshot has format {found!r}, this version reads "
+                f"{' and '.join(map(str, READABLE_SNAPSHOT_FORMATS))}"
             )
         return cls(
             LedgerSnapshot.from_bytes(document["ledger"]),
@@ -299,6 +305,7 @@ class SinkSnapshot:
             document["marker_floor"],
             document.get("marker_topic"),
             document.get("marker_partition"),
+            document["format"],
         )
 
 
@@ -322,7 +329,7 @@ class UncommittedEpoch:
 @dataclass
 class _Epoch:
     """The output of one ledger transaction, from its first record to its commit: Kafka records in
-    order (``EpochRecords``, a list when restored), or PostgreSQL rows by key (a dict)."""
+    order (``EpochRecords``, a list when restored), or PostgreSQL changes by key (``KeyedChanges``)."""
 
     txn: TransactionId
     items: Any
@@ -1099,8 +1106,9 @@ def _close_fenced_producer(fencing: Future[kafka.TransactionalProducer]) -> None
 class TwoPhasePostgresSinkOperator(_TransactionalSink):
     """Exactly-once PostgreSQL sink: per checkpoint epoch one transaction, prepared at the barrier
     (``PREPARE TRANSACTION`` under the ledger's gid) and committed (``COMMIT PREPARED``) when a covering
-    checkpoint completes. Rows are upserted by their key columns; within an epoch the last row per key
-    wins (with a version column: the newest version).
+    checkpoint completes. A record upserts its row by the key columns or deletes a key (the ``row``
+    function returns ``Delete(key)``); an epoch's changes are collapsed per key to the one write with
+    the effect of applying them in order (``KeyedChanges``), deletes written before upserts.
 
     Fencing: every attempt of the job claims the subtask in ``weir_sink_owners`` at open, before its
     recovery touches anything, and keeps the claim in its session (an advisory lock). A newer attempt's
@@ -1115,7 +1123,7 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         table: str,
         columns: Sequence[str],
         key_columns: Sequence[str],
-        to_row: Callable[[Any], tuple[Any, ...]],
+        to_row: Callable[[Any], tuple[Any, ...] | Delete],
         *,
         version_column: str | None = None,
         lock_timeout_s: float = DEFAULT_LOCK_TIMEOUT_S,
@@ -1275,8 +1283,11 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
             elif self._committed_rows(entry.checkpoint_id) is not None:
                 resolved["already_committed"].append(entry.checkpoint_id)
             elif entry.checkpoint_id in unprepared:
-                rows_by_key = {self._row_key(row): row for row in unprepared[entry.checkpoint_id]}
-                self._write(_Epoch(entry.txn, rows_by_key, checkpoint_id=entry.checkpoint_id), prepare=False)
+                assert snapshot is not None
+                changes = KeyedChanges.decode(
+                    unprepared[entry.checkpoint_id], snapshot.format, self._key_index, self._version_index
+                )
+                self._write(_Epoch(entry.txn, changes, checkpoint_id=entry.checkpoint_id), prepare=False)
                 resolved["written"].append(entry.checkpoint_id)
             else:
                 raise self._lost(entry.txn, entry.checkpoint_id)
@@ -1302,19 +1313,16 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
 
     # Records and barriers -------------------------------------------------------------------------
 
-    def _row_key(self, row: Sequence[Any]) -> tuple[Any, ...]:
-        return tuple(row[i] for i in self._key_index)
-
     def _begin_epoch(self) -> _Epoch:
-        epoch = self._current = _Epoch(self._ledger.begin(), {})
+        epoch = self._current = _Epoch(self._ledger.begin(), KeyedChanges(self._key_index, self._version_index))
         return epoch
 
     def process(self, value: Any, timestamp: int | None) -> None:
-        row = row_for_postgres(self, self._to_row, len(self._columns), value, timestamp)
-        if row is None:
+        change = row_for_postgres(self, self._to_row, len(self._columns), len(self._key_columns), value, timestamp)
+        if change is None:
             return
         epoch = self._current if self._current is not None else self._begin_epoch()
-        keep_newest(epoch.items, self._row_key(row), row, self._version_index)
+        epoch.items.add(change)
         if timestamp is not None:
             epoch.timestamps.append(timestamp)
 
@@ -1322,16 +1330,19 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         return postgres.ProofRow(self._task.job_id, self._task.operator_uid, self._task.subtask, checkpoint_id, rows)
 
     def _write(self, epoch: _Epoch, prepare: bool) -> None:
-        """The epoch's rows and proof row in one transaction: prepared under its gid, or committed."""
+        """The epoch's changes and proof row in one transaction: prepared under its gid, or committed.
+        The proof counts the keys changed (upserted or deleted), so ``weir verify`` counts deletes too."""
         assert epoch.checkpoint_id is not None
-        rows = list(epoch.items.values())
+        changes: KeyedChanges = epoch.items
+        written = len(changes)
         started = time.perf_counter()
         with self._as_owner():
             postgres.write_transaction(
                 self._conn,
                 self._plan,
-                rows,
-                self._proof(epoch.checkpoint_id, len(rows)),
+                changes.deletes(),
+                changes.upserts(),
+                self._proof(epoch.checkpoint_id, written),
                 prepare_as=epoch.txn.gid if prepare else None,
                 lock_timeout_s=self._lock_timeout_s,
                 what=self._what(epoch.checkpoint_id),
@@ -1340,7 +1351,7 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
             self._prepared = epoch
             self._metrics.prepared.set(1)
         else:
-            self._observe_commit(epoch, started, len(rows))
+            self._observe_commit(epoch, started, written)
 
     def _pre_commit(self, checkpoint_id: CheckpointId) -> _Epoch | None:
         epoch = self._close_epoch(checkpoint_id)
@@ -1350,7 +1361,7 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
 
     def _snapshot(self) -> SinkSnapshot:
         unprepared = {
-            epoch.checkpoint_id: list(epoch.items.values())
+            epoch.checkpoint_id: epoch.items.encode()
             for epoch in self._pending.values()
             if epoch is not self._prepared and epoch.checkpoint_id is not None
         }
@@ -1417,13 +1428,24 @@ def encode_for_kafka(
 
 
 def row_for_postgres(
-    sink: StreamOperator, to_row: Callable[[Any], tuple[Any, ...]], width: int, value: Any, timestamp: int | None
-) -> tuple[Any, ...] | None:
-    """A PostgreSQL sink's row of ``value`` by its ``to_row``, which must give ``width`` values (one per
-    column). None: ``to_row`` raised (or gave another number of values) and ``sink.reject``
-    dead-lettered the record (else it raised). PostgreSQL's own errors are not caught here."""
+    sink: StreamOperator,
+    to_row: Callable[[Any], tuple[Any, ...] | Delete],
+    width: int,
+    key_width: int,
+    value: Any,
+    timestamp: int | None,
+) -> tuple[Any, ...] | Delete | None:
+    """A PostgreSQL sink's change of ``value`` by its ``to_row``: a row of ``width`` values (one per
+    column) to upsert, or ``Delete`` of a key of ``key_width`` values (one per key column). None:
+    ``to_row`` raised (or gave another number of values) and ``sink.reject`` dead-lettered the record
+    (else it raised). PostgreSQL's own errors are not caught here."""
     try:
-        row = tuple(to_row(value))
+        given = to_row(value)
+        if isinstance(given, Delete):
+            if len(given.key) != key_width:
+                raise TypeError(f"the Delete key has {len(given.key)} values for {key_width} key columns")
+            return given
+        row = tuple(given)
         if len(row) != width:
             raise TypeError(f"the row has {len(row)} values for {width} columns")
     except Exception as exc:
@@ -1444,12 +1466,3 @@ def row_key_indexes(
         )
     columns = list(columns)
     return tuple(columns.index(c) for c in key_columns), (columns.index(version_column) if version_column else None)
-
-
-def keep_newest(
-    rows: dict[tuple[Any, ...], tuple[Any, ...]], key: tuple[Any, ...], row: tuple[Any, ...], version: int | None
-) -> None:
-    """Keep ``row`` for ``key`` unless the row kept has a newer version (the last row wins a tie)."""
-    kept = rows.get(key)
-    if version is None or kept is None or kept[version] <= row[version]:
-        rows[key] = row

@@ -66,6 +66,7 @@ from weir.api.streams import (
     WindowedStream,
 )
 from weir.core.cdc import ChangeEvent, ChangeOp
+from weir.core.changelog import Delete
 from weir.core.columnar import Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.descriptors import (
     COMMITTED,
@@ -173,6 +174,7 @@ __all__ = [
     "Parameters",
     "ChangeEvent",
     "ChangeOp",
+    "Delete",
     "PostgresCdcSource",
     "PostgresCdcSourceBuilder",
     "PostgresCdcSourceSpec",

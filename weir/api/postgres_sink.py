@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal, assert_never
 
 from weir.api.connector import OperatorFactory, Options, Sink, WithOnError, required
+from weir.core.changelog import Delete
 from weir.core.descriptors import SinkDelivery, SinkSpec, SinkSystem
 from weir.core.rejections import OnRecordError
 
@@ -50,12 +51,13 @@ class ColumnValues:
 
 @dataclass(frozen=True)
 class PostgresSink(Sink):
-    """Upserts each value into a table by its key columns. Made by :meth:`builder`."""
+    """Upserts each value into a table by its key columns, or deletes a key (``row`` returns
+    ``Delete(key)``). Made by :meth:`builder`."""
 
     table: str
     columns: tuple[str, ...]
     key_columns: tuple[str, ...]
-    row: Callable[[Any], tuple[Any, ...]]
+    row: Callable[[Any], tuple[Any, ...] | Delete]
     delivery: PostgresDelivery
     version_column: str | None
 
@@ -100,7 +102,7 @@ class _Settings:
     table: str | None = None
     columns: tuple[str, ...] | None = None
     key_columns: tuple[str, ...] | None = None
-    row: Callable[[Any], tuple[Any, ...]] | None = None
+    row: Callable[[Any], tuple[Any, ...] | Delete] | None = None
     delivery: PostgresDelivery = "two_phase"
     version_column: str | None = None
 
@@ -129,8 +131,10 @@ class PostgresSinkBuilder:
         stored row of its key."""
         return self._with(key_columns=_names("key_columns", key_columns))
 
-    def row(self, row: Callable[[Any], tuple[Any, ...]] | None) -> PostgresSinkBuilder:
-        """A value to its row, one item per column (None, the default: ``value[column]`` for each)."""
+    def row(self, row: Callable[[Any], tuple[Any, ...] | Delete] | None) -> PostgresSinkBuilder:
+        """A value to what it does to the table: its row, one item per column, to upsert by the key
+        columns, or ``Delete(key)`` (the key columns' values, in their order) to delete the row of
+        that key (None, the default: ``value[column]`` for each column)."""
         return self._with(row=OPTIONS.function("row", row))
 
     def delivery(self, delivery: PostgresDelivery) -> PostgresSinkBuilder:

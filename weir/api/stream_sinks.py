@@ -17,6 +17,7 @@ from weir.api.file_sink import FileFormatName, PartFileSink
 from weir.api.kafka_sink import KafkaDelivery, KafkaSink
 from weir.api.local_sinks import FileSink, FunctionSink, PrintSink
 from weir.api.postgres_sink import PostgresDelivery, PostgresSink
+from weir.core.changelog import Delete
 from weir.core.errors import JobDefinitionError
 from weir.core.rejections import OnRecordError
 
@@ -99,7 +100,7 @@ class StreamSinks(abc.ABC):
         uid: str,
         columns: tuple[str, ...],
         key_columns: tuple[str, ...],
-        row: Callable[[Any], tuple[Any, ...]] | None = None,
+        row: Callable[[Any], tuple[Any, ...] | Delete] | None = None,
         parallelism: int | None = None,
         delivery: PostgresDelivery = "two_phase",
         version_column: str | None = None,
@@ -110,9 +111,10 @@ class StreamSinks(abc.ABC):
         (docs/sinks.md). ``two_phase`` (the default): one prepared transaction per checkpoint,
         committed when the checkpoint completes (exactly once; rows of one key must always reach the
         same sink subtask: key the stream by the table's key, or use parallelism 1). ``upsert``:
-        batches committed as they fill (idempotent, at least once). With ``version_column`` a row never
-        overwrites a stored row of a higher version. ``on_error``: a record ``row`` raises on, or turns
-        into another number of values than ``columns``."""
+        batches committed as they fill (idempotent, at least once). ``row`` may return ``Delete(key)``
+        to delete the row of a key instead. With ``version_column`` a row never overwrites a stored
+        row of a higher version. ``on_error``: a record ``row`` raises on, or turns into another number
+        of values than ``columns`` (a ``Delete``: than ``key_columns``)."""
         with told_as(f"postgres sink {uid!r}"):
             sink = (
                 PostgresSink.builder()

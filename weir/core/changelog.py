@@ -162,7 +162,9 @@ class KeyedChanges:
                 case (tag, key) if tag == _DELETE:
                     changes._changes[tuple(key)] = Delete(tuple(key))
                 case _:
-                    raise SerializationError(f"sink snapshot: a change entry {entry!r} is neither an upsert nor a delete")
+                    raise SerializationError(
+                        f"sink snapshot: a change entry {entry!r} is neither an upsert nor a delete"
+                    )
         return changes
 
 

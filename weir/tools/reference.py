@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, LoadedJob, load_job_file, load_job_source
+from weir.core.changelog import Delete, apply_changes, keys_changed
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import ChannelIndex
@@ -112,7 +113,7 @@ class SinkDescription:
     key: Callable[[Any], bytes | str | None] | None = None  # kafka
     columns: tuple[str, ...] = ()  # postgres
     key_columns: tuple[str, ...] = ()  # postgres
-    to_row: Callable[[Any], tuple[Any, ...]] | None = None  # postgres
+    to_row: Callable[[Any], tuple[Any, ...] | Delete] | None = None  # postgres
     version_column: str | None = None  # postgres: a stored row is only replaced by one of a version >= its own
     kafka_properties: Properties = ()  # kafka: the sink's own Kafka settings (over the job's)
 
@@ -143,26 +144,31 @@ class SinkCapture:
             out.append(k.encode() if isinstance(k, str) else k)
         return out
 
-    def rows(self) -> list[tuple[Any, ...]]:
-        """The rows a PostgreSQL sink writes, one per value, in order."""
+    def rows(self) -> list[tuple[Any, ...] | Delete]:
+        """The changes a PostgreSQL sink writes, one per value, in order: a row to upsert or a ``Delete``."""
         to_row = self.description.to_row
         if to_row is None:
             raise ReferenceModeError(f"sink {self.uid!r} ({self.description.kind}) has no row function")
-        return [tuple(_call_user(self.uid, "row function", to_row, v)) for v in self.values]
+        out: list[tuple[Any, ...] | Delete] = []
+        for v in self.values:
+            change = _call_user(self.uid, "row function", to_row, v)
+            out.append(change if isinstance(change, Delete) else tuple(change))
+        return out
+
+    def _key_index(self) -> list[int]:
+        d = self.description
+        return [d.columns.index(c) for c in d.key_columns]
 
     def final_rows(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-        """The table an upsert by key columns leaves: per key the last row written, or with a version
-        column the last row of the highest version."""
+        """The table the changes leave, applied in order: per key the last row upserted (with a version
+        column the last row of the highest version), none for a key deleted after its last upsert."""
         d = self.description
-        key_index = [d.columns.index(c) for c in d.key_columns]
         version = d.columns.index(d.version_column) if d.version_column else None
-        table: dict[tuple[Any, ...], tuple[Any, ...]] = {}
-        for row in self.rows():
-            key = tuple(row[i] for i in key_index)
-            kept = table.get(key)
-            if version is None or kept is None or kept[version] <= row[version]:
-                table[key] = row
-        return table
+        return apply_changes(self.rows(), self._key_index(), version)
+
+    def keys_changed(self) -> int:
+        """Distinct keys the changes upsert or delete."""
+        return keys_changed(self.rows(), self._key_index())
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,14 @@ now. Each Kafka and PostgreSQL sink is then read and compared:
 - Kafka, read_committed up to the last stable offsets: a multiset compare of serialized record values.
   A value found more often than expected is a *duplicate*, one never expected is *unexpected*, an
   expected one found less often is *missing*.
-- PostgreSQL, compared by the sink's key columns against the rows its upserts leave (the last row per
-  key): keys absent from the table are *missing*, keys the job never wrote are *unexpected*, keys
-  whose other columns differ are *mismatched* (and a key found twice, possible only without a primary
-  key, is a *duplicate*). An upsert hides a row committed twice, so the commit proofs count them: the
-  rows the proofs say were committed, summed over the job's checkpoints, must equal the rows the
-  reference writes when it writes each key once (a surplus is that many *duplicates*), and lie between
-  the keys and the writes otherwise (an epoch keeps one row per key).
+- PostgreSQL, compared by the sink's key columns against the rows its upserts and deletes leave
+  (applied in order: the last row per key, none for a key deleted after it): keys absent from the
+  table are *missing*, keys the job never wrote are *unexpected*, keys whose other columns differ are
+  *mismatched* (and a key found twice, possible only without a primary key, is a *duplicate*). An upsert (or a delete) hides a change committed twice, so the commit proofs
+  count them: the changes (upserts and deletes) the proofs say were committed, summed over the job's
+  checkpoints, must equal the changes the reference writes when it changes each key once (a surplus
+  is that many *duplicates*), and lie between the keys changed and the changes otherwise (an epoch
+  keeps one change per key).
 - Kafka's commit proofs must count exactly the committed records the topic holds.
 
 A sink with expected output and no commit proof of the job is a discrepancy. The proofs are summed over
@@ -719,7 +720,9 @@ def _verify_postgres_sink(
     key_index = [d.columns.index(c) for c in d.key_columns]
     final_rows = capture.final_rows()
     comparison = compare_rows(final_rows, rows, key_index)
-    count = check_proof_records("postgres", counted, found=len(rows), writes=len(capture.rows()), keys=len(final_rows))
+    count = check_proof_records(
+        "postgres", counted, found=len(rows), writes=len(capture.rows()), keys=capture.keys_changed()
+    )
     if count.hidden_duplicates:
         samples = dict(comparison.samples)
         _sample(

@@ -152,7 +152,7 @@ def test_a_record_the_postgres_row_function_raises_on_is_dead_lettered(
     letters = set_up(op, make_context)
     op.process({"id": 9, "total": 1}, None)
     op.process(record, None)
-    assert op._current is not None and list(op._current.items.values()) == [(9, 1)]
+    assert op._current is not None and op._current.items.upserts() == [(9, 1)]
     ((_topic, _key, envelope),) = letters.letters
     assert envelope["reason"].startswith(reason) and envelope["function"].endswith("<locals>.wide_row")
 
@@ -163,7 +163,7 @@ def test_the_upsert_sink_fails_on_a_bad_row_by_default_naming_its_function(make_
     op.process({"id": 1, "total": 2}, None)
     with pytest.raises(UserFunctionError) as raised:
         op.process({"id": 1}, None)
-    assert raised.value.rejected.function == "row_of" and op._rows == {(1,): (1, 2)}
+    assert raised.value.rejected.function == "row_of" and op._changes.upserts() == [(1, 2)]
 
 
 def test_the_sink_builders_take_on_error_and_default_to_the_job_s() -> None:

@@ -11,9 +11,11 @@ from prometheus_client import CollectorRegistry, Histogram
 from tests.unit.conftest import CollectingOutput, MakeContext
 from weir.api import Environment
 from weir.connectors import postgres
+from weir.core.changelog import Delete, KeyedChanges
 from weir.core.errors import Fault, JobDefinitionError, SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.metrics import END_TO_END_LATENCY_BUCKETS, observe_latencies
+from weir.core.rejections import UserFunctionError
 from weir.core.serde import dumps_value
 from weir.operators.sinks import KafkaSinkOperator, PostgresUpsertSinkOperator
 from weir.operators.transactional_sinks import (
@@ -25,7 +27,6 @@ from weir.operators.transactional_sinks import (
     TransactionalKafkaSinkOperator,
     TwoPhasePostgresSinkOperator,
     gid_prefix,
-    keep_newest,
     last_committed_checkpoint,
     row_key_indexes,
     sink_fenced_error,
@@ -130,13 +131,52 @@ def test_a_snapshot_of_another_format_is_refused() -> None:
 # Rows ---------------------------------------------------------------------------------------------
 
 
-def test_the_newest_version_is_kept_per_key() -> None:
-    rows: dict[tuple[object, ...], tuple[object, ...]] = {}
-    for row in [("a", 2), ("a", 1), ("b", 1), ("a", 2)]:
-        keep_newest(rows, (row[0],), row, version=1)
-    assert rows == {("a",): ("a", 2), ("b",): ("b", 1)}
-    keep_newest(rows, ("a",), ("a", 0), version=None)  # without a version the last row wins
-    assert rows[("a",)] == ("a", 0)
+def test_an_epoch_collapses_upserts_and_deletes_per_key_and_its_snapshot_holds_them(make_context: MakeContext) -> None:
+    """A row function returning Delete(key) deletes; the epoch written at the barrier (here: its
+    snapshot, the sink not opened) holds one change per key, in the order applying them leaves."""
+
+    def to_row(v: tuple[str, int, str]) -> tuple[Any, ...] | Delete:
+        op, key, name = v
+        return Delete((key,)) if op == "delete" else (key, name)
+
+    sink = TwoPhasePostgresSinkOperator("t", ("id", "name"), ("id",), to_row)
+    sink.setup(make_context("pg-sink"), CollectingOutput())
+    for value in [("upsert", 1, "a"), ("delete", 1, ""), ("delete", 2, ""), ("upsert", 2, "b"), ("upsert", 3, "c")]:
+        sink.process(value, None)
+    epoch = sink._close_epoch(cp(1))  # noqa: SLF001 - closing without PostgreSQL
+    assert epoch is not None and epoch.size == 3
+    snapshot = SinkSnapshot.from_bytes(sink._snapshot().to_bytes())  # noqa: SLF001
+    assert snapshot.format == 2
+    assert snapshot.epochs == {cp(1): [("d", (1,)), ("u", (2, "b"), True), ("u", (3, "c"), False)]}
+    restored = KeyedChanges.decode(snapshot.epochs[cp(1)], snapshot.format, (0,))
+    assert (restored.deletes(), restored.upserts()) == ([(1,), (2,)], [(2, "b"), (3, "c")])
+
+
+def test_a_format_1_snapshot_of_a_postgres_sink_restores_its_rows_as_upserts() -> None:
+    txn = TransactionId.for_task(TASK, cp(3))
+    ledger = LedgerSnapshot(TASK, cp(4), (PendingTransaction(cp(4), txn),))
+    older = dumps_value(
+        {"format": 1, "ledger": ledger.to_bytes(), "epochs": [(4, [(1, "a"), (2, "b")])], "marker_floor": None}
+    )
+    restored = SinkSnapshot.from_bytes(older)
+    changes = KeyedChanges.decode(restored.epochs[cp(4)], restored.format, (0,))
+    assert (restored.format, changes.deletes(), changes.upserts()) == (1, [], [(1, "a"), (2, "b")])
+
+
+@pytest.mark.parametrize(
+    ("given", "error"),
+    [
+        (lambda v: Delete((1, 2)), "the Delete key has 2 values for 1 key columns"),
+        (lambda v: Delete(1), r"Delete\(key\) takes a non-empty tuple"),
+        (lambda v: (1,), "the row has 1 values for 2 columns"),
+    ],
+)
+def test_a_change_of_the_wrong_shape_is_one_clear_error(make_context: MakeContext, given: Any, error: str) -> None:
+    sink = TwoPhasePostgresSinkOperator("t", ("id", "name"), ("id",), given)
+    sink.setup(make_context("pg-sink"), CollectingOutput())
+    with pytest.raises(UserFunctionError, match=error):
+        sink.process("value", None)
+    assert sink._current is None  # noqa: SLF001 - nothing was taken into an epoch
 
 
 def test_key_and_version_columns_must_be_columns() -> None:

@@ -51,7 +51,11 @@ def collapsed(table: Table, writes: list[tuple[Any, ...] | Delete], version: int
 
 
 OPS = [(1, "a", 1), (1, "b", 2), (1, "c", 1), Delete((1,)), (2, "z", 5), Delete((2,))]
-STARTS: list[Table] = [{}, {(1,): ((1, "stored", 1), "kept")}, {(1,): ((1, "stored", 9), "kept"), (2,): ((2, "s", 0), "k")}]
+STARTS: list[Table] = [
+    {},
+    {(1,): ((1, "stored", 1), "kept")},
+    {(1,): ((1, "stored", 9), "kept"), (2,): ((2, "s", 0), "k")},
+]
 
 
 @pytest.mark.parametrize("version", [None, VERSION])

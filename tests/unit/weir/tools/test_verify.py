@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from weir.core.changelog import Delete
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
 from weir.operators.twophase import TransactionId
 from weir.tools.cli import EXIT_OK, EXIT_USAGE, run_cli
+from weir.tools.reference import SinkCapture, SinkDescription
 from weir.tools.verify import (
     CommitProof,
     ProofCount,
@@ -250,3 +252,35 @@ def test_verify_command_lists_sinks_it_cannot_read_back(tmp_path: Path, capsys: 
     assert report["sources"] == [
         {"uid": "numbers", "kind": "generator", "topic": None, "records": 2, "dead_lettered": 0}
     ]
+
+
+def test_deletes_count_as_changes_so_a_lost_or_replayed_delete_is_caught() -> None:
+    """The reference upserts key 1 and deletes key 2 (each key changed once): the table holds one
+    row, the proofs must count two changes; one is a lost delete, three a delete committed twice."""
+    capture = SinkCapture(
+        "copy",
+        SinkDescription("postgres", "t", columns=("id", "name"), key_columns=("id",), to_row=_change),
+        values=[("upsert", 1, "a"), ("delete", 2, "")],
+    )
+    assert capture.final_rows() == {(1,): (1, "a")}
+    writes, keys = len(capture.rows()), capture.keys_changed()
+    assert (writes, keys) == (2, 2)
+    assert check_proof_records("postgres", 2, found=1, writes=writes, keys=keys) == ProofCount()
+    assert check_proof_records("postgres", 1, found=1, writes=writes, keys=keys).problems == (
+        "commit proofs count 1 rows, the reference writes 2",
+    )
+    assert check_proof_records("postgres", 3, found=1, writes=writes, keys=keys) == ProofCount(hidden_duplicates=1)
+
+
+def test_the_reference_table_applies_upserts_and_deletes_in_order() -> None:
+    values = [("upsert", 1, "a"), ("delete", 1, ""), ("delete", 2, ""), ("upsert", 2, "b"), ("upsert", 3, "c")]
+    capture = SinkCapture(
+        "copy", SinkDescription("postgres", "t", columns=("id", "name"), key_columns=("id",), to_row=_change), values
+    )
+    assert capture.final_rows() == {(2,): (2, "b"), (3,): (3, "c")}
+    assert capture.keys_changed() == 3
+
+
+def _change(value: tuple[str, int, str]) -> tuple[object, ...] | Delete:
+    op, key, name = value
+    return Delete((key,)) if op == "delete" else (key, name)
