@@ -10,10 +10,11 @@ now. Each Kafka and PostgreSQL sink is then read and compared:
   (applied in order: the last row per key, none for a key deleted after it): keys absent from the
   table are *missing*, keys the job never wrote are *unexpected*, keys whose other columns differ are
   *mismatched* (and a key found twice, possible only without a primary key, is a *duplicate*). An
-  upsert (or a delete) hides a change committed twice, so the commit proofs count them: the changes (upserts and deletes) the proofs say were committed, summed over the job's
-  checkpoints, must equal the changes the reference writes when it changes each key once (a surplus
-  is that many *duplicates*), and lie between the keys changed and the changes otherwise (an epoch
-  keeps one change per key).
+  upsert (or a delete) hides a change committed twice, so the commit proofs count them: the changes
+  (upserts and deletes) the proofs say were committed, summed over the job's checkpoints, must equal
+  the changes the reference writes when it changes each key once (a surplus is that many
+  *duplicates*), and lie between the keys changed and the changes otherwise (an epoch keeps one
+  change per key).
 - Kafka's commit proofs must count exactly the committed records the topic holds.
 
 A sink with expected output and no commit proof of the job is a discrepancy. The proofs are summed over
