@@ -21,6 +21,7 @@ import psycopg
 import pytest
 
 from weir.connectors import kafka, postgres
+from weir.core.changelog import Delete
 from weir.core.config import Endpoints
 from weir.core.keygroups import KeyGroupRange
 from weir.core.metrics import TaskMetrics
@@ -147,9 +148,7 @@ class PostgresSinkCase:
     table: str
 
     def sink(self, subtask: int = 0, **kwargs: Any) -> TwoPhasePostgresSinkOperator:
-        operator = TwoPhasePostgresSinkOperator(
-            self.table, ("id", "name", "amount"), ("id",), lambda v: (v["id"], v["name"], v["amount"]), **kwargs
-        )
+        operator = TwoPhasePostgresSinkOperator(self.table, ("id", "name", "amount"), ("id",), case_change, **kwargs)
         set_up(operator, self.job_id, self.uid, subtask)
         return operator
 
@@ -192,6 +191,17 @@ def postgres_case(services: Endpoints) -> Iterator[PostgresSinkCase]:
         case.query(f"ROLLBACK PREPARED '{gid}'")
     case.query(f"DROP TABLE {case.table}")
     case.query("DELETE FROM weir_sink_commits WHERE job_id = %s", case.job_id)
+
+
+def case_change(value: dict[str, Any]) -> tuple[Any, ...] | Delete:
+    """The cases' row function: ``{"delete": id}`` deletes the row of that id, any other value upserts."""
+    if "delete" in value:
+        return Delete((value["delete"],))
+    return (value["id"], value["name"], value["amount"])
+
+
+def delete(i: int) -> dict[str, Any]:
+    return {"delete": i}
 
 
 def row(i: int) -> dict[str, Any]:
