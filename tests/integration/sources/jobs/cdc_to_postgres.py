@@ -1,10 +1,10 @@
 """A PostgreSQL table's changes, captured by the CDC source, into a copy of the table and a Kafka changelog.
 
 Input: table ``-D source.table=`` (``id int PRIMARY KEY, name text, amount int``) through replication
-slot ``-D source.slot=``. Output: each change's row upserted by ``id`` into ``-D sink.table=``
-(``id, name, amount, deleted``: a delete upserts the key with ``deleted`` true, as the PostgreSQL sink
-writes upserts only), exactly once (two-phase); and each change event's JSON form into topic
-``-D sink.topic=`` keyed by ``id``, exactly once.
+slot ``-D source.slot=``. Output: each change applied to ``-D sink.table=`` (same columns) by ``id``,
+exactly once (two-phase): a read, insert or update upserts the row, a delete deletes it
+(``Delete``); and each change event's JSON form into topic ``-D sink.topic=`` keyed by ``id``,
+exactly once.
 """
 
 from __future__ import annotations
@@ -12,14 +12,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from weir.api import ChangeEvent, ChangeOp, Environment
+from weir.api import ChangeEvent, ChangeOp, Delete, Environment
 
 
-def target_row(event: ChangeEvent) -> dict[str, Any]:
+def target_change(event: ChangeEvent) -> tuple[Any, ...] | Delete:
     if event.op is ChangeOp.DELETE:
-        return {"id": event.row["id"], "name": None, "amount": None, "deleted": True}
+        return Delete((event.row["id"],))
     after = event.row
-    return {"id": after["id"], "name": after["name"], "amount": after["amount"], "deleted": False}
+    return (after["id"], after["name"], after["amount"])
 
 
 def build(env: Environment) -> None:
@@ -33,6 +33,6 @@ def build(env: Environment) -> None:
     )
     # Keyed first: every change of a row goes through one subtask, in order (a rebalance would not keep it).
     by_id = changes.key_by(lambda event: event.row["id"])
-    by_id.map(target_row, uid="target-row").sink_to_postgres(
-        p["sink.table"], uid="copy", columns=("id", "name", "amount", "deleted"), key_columns=("id",)
+    by_id.sink_to_postgres(
+        p["sink.table"], uid="copy", columns=("id", "name", "amount"), key_columns=("id",), row=target_change
     )
