@@ -88,6 +88,10 @@ upserted rows only. Kafka epochs are the same in both. This version reads both."
 READABLE_SNAPSHOT_FORMATS: Final = (1, 2)
 _POLL_EVERY: Final = 500  # records produced between two polls for delivery reports (flush serves the rest)
 
+NO_TOMBSTONES: Final = (
+    "the serializer returned None: a Kafka sink writes every record with a value (no null-value tombstones); "
+    "return the value's bytes"
+)
 Record = tuple[bytes | None, bytes, int | None]
 """A Kafka record as the sink keeps it: ``(key, value, event timestamp ms)``."""
 
@@ -899,6 +903,8 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         serializer = self._serializer
         try:
             data = serializer(value)
+            if data is None:
+                raise TypeError(NO_TOMBSTONES)
         except Exception as exc:
             self.reject(serializer, exc, value, timestamp)
             return
@@ -1421,10 +1427,13 @@ def encode_for_kafka(
         sink.reject(key, exc, value, timestamp)
         return None
     try:
-        return record_key, serializer(value)
+        data = serializer(value)
+        if data is None:
+            raise TypeError(NO_TOMBSTONES)
     except Exception as exc:
         sink.reject(serializer, exc, value, timestamp)
         return None
+    return record_key, data
 
 
 def row_for_postgres(

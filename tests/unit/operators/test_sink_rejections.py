@@ -192,3 +192,31 @@ def test_the_postgres_sink_s_default_row_is_named_and_rejects_a_missing_column(m
     with pytest.raises(UserFunctionError) as raised:
         op.process({"id": 1}, None)
     assert raised.value.rejected.function == "ColumnValues" and raised.value.rejected.reason == "KeyError: 'total'"
+
+
+def none_serializer(value: Any) -> bytes:
+    return None  # type: ignore[return-value] - what a serializer meaning "a tombstone" would return
+
+
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_serializer_returning_none_is_the_record_s_one_line_error_in_both_kafka_sinks(
+    make_context: MakeContext, exactly_once: bool
+) -> None:
+    """The Kafka sinks write no null-value tombstones: the exactly-once sink failed with a bare
+    TypeError in its epoch buffer, the at-least-once one wrote a null value; both refuse the record."""
+    producer = FakeProducer()
+    op: Any
+    if exactly_once:
+        op = TransactionalKafkaSinkOperator("out", none_serializer, None, on_error=FAIL)
+    else:
+        op = KafkaSinkOperator("out", none_serializer, None, FAIL)
+        op._producer = producer
+    set_up(op, make_context)
+    with pytest.raises(UserFunctionError) as raised:
+        op.process({"n": 1}, None)
+    message = str(raised.value)
+    assert "none_serializer raised TypeError: the serializer returned None" in message
+    assert "\n" not in message
+    assert not producer.produced
+    if exactly_once:
+        assert op._current is None
