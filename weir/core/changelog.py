@@ -72,69 +72,64 @@ class KeyedChanges:
     older (the table's own rule: a stored row is never replaced by an older version). A delete is not
     versioned: it deletes whatever the key holds. Keys keep the order of their first change."""
 
-    __slots__ = ("_changes", "_key_index", "_version_index")
+    __slots__ = ("_changes", "_key_index", "_replaces", "_version_index")
 
     def __init__(self, key_index: Sequence[int], version_index: int | None = None) -> None:
         self._key_index = tuple(key_index)
         self._version_index = version_index
-        self._changes: dict[Key, Change] = {}
+        # Per key its last row or Delete (plain values: no object per record on the hot path), and
+        # the keys whose row replaces the stored one (a delete of the key came before it).
+        self._changes: dict[Key, Row | Delete] = {}
+        self._replaces: set[Key] = set()
 
     def key_of(self, row: Row) -> Key:
         return tuple(row[i] for i in self._key_index)
 
     def add(self, write: Row | Delete) -> None:
         """One sink record: a row to upsert, or a delete."""
-        match write:
-            case Delete(key=key):
-                self._changes[key] = write
-            case tuple():
-                key = self.key_of(write)
-                kept = self._changes.get(key)
-                match kept:
-                    case None:
-                        self._changes[key] = Upsert(write)
-                    case Delete():
-                        self._changes[key] = Upsert(write, replaces=True)
-                    case Upsert(row=row, replaces=replaces):
-                        version = self._version_index
-                        if version is None or row[version] <= write[version]:
-                            self._changes[key] = Upsert(write, replaces)
-                    case _:
-                        assert_never(kept)
-            case _:
-                raise TypeError(f"a change is a row tuple or a Delete, not {type(write).__name__}")
+        changes = self._changes
+        if isinstance(write, tuple):
+            key = tuple(write[i] for i in self._key_index)
+            kept = changes.get(key)
+            if kept is None:
+                changes[key] = write
+            elif isinstance(kept, Delete):
+                changes[key] = write
+                self._replaces.add(key)
+            else:
+                version = self._version_index
+                if version is None or kept[version] <= write[version]:
+                    changes[key] = write
+        elif isinstance(write, Delete):
+            changes[write.key] = write
+            self._replaces.discard(write.key)
+        else:
+            raise TypeError(f"a change is a row tuple or a Delete, not {type(write).__name__}")
 
     def __len__(self) -> int:
         """Keys changed: the writes the transaction makes (what its commit proof counts)."""
         return len(self._changes)
 
     def __iter__(self) -> Iterator[Change]:
-        return iter(self._changes.values())
+        replaces = self._replaces
+        for key, change in self._changes.items():
+            yield change if isinstance(change, Delete) else Upsert(change, key in replaces)
 
     def deletes(self) -> list[Key]:
         """The keys to delete first: every delete, and every upsert that replaces its stored row."""
-        out: list[Key] = []
-        for key, change in self._changes.items():
-            match change:
-                case Delete():
-                    out.append(key)
-                case Upsert(replaces=replaces):
-                    if replaces:
-                        out.append(key)
-                case _:
-                    assert_never(change)
-        return out
+        replaces = self._replaces
+        return [key for key, change in self._changes.items() if isinstance(change, Delete) or key in replaces]
 
     def upserts(self) -> list[Row]:
         """The rows to upsert after the deletes."""
-        return [change.row for change in self._changes.values() if isinstance(change, Upsert)]
+        return [change for change in self._changes.values() if not isinstance(change, Delete)]
 
     # Durable form (sink snapshots, docs/formats.md) ---------------------------------------------
 
     def encode(self) -> list[tuple[Any, ...]]:
         """Plain tuples only (no class of this module): ``("u", row, replaces)`` or ``("d", key)``."""
         out: list[tuple[Any, ...]] = []
-        for change in self._changes.values():
+        for change in self:
             match change:
                 case Upsert(row=row, replaces=replaces):
                     out.append((_UPSERT, row, replaces))
@@ -153,12 +148,15 @@ class KeyedChanges:
         for entry in entries:
             if format_ == 1:
                 row = tuple(entry)
-                changes._changes[changes.key_of(row)] = Upsert(row)
+                changes._changes[changes.key_of(row)] = row
                 continue
             match tuple(entry):
                 case (tag, row, bool(replaces)) if tag == _UPSERT:
                     row = tuple(row)
-                    changes._changes[changes.key_of(row)] = Upsert(row, replaces)
+                    key = changes.key_of(row)
+                    changes._changes[key] = row
+                    if replaces:
+                        changes._replaces.add(key)
                 case (tag, key) if tag == _DELETE:
                     changes._changes[tuple(key)] = Delete(tuple(key))
                 case _:
