@@ -1,0 +1,437 @@
+"""The logical plan of one ``INSERT INTO ... SELECT``: frozen operator values, from the scan of a
+catalog table to the sink, each with the scope of columns it emits. ``plan_insert`` builds it from
+sqlglot's tree, refusing (with the position) every construct it does not plan; ``weir.sql.compile``
+turns it into job API calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from sqlglot import exp
+
+from weir.sql.catalog import JdbcTable, KafkaTable, Table
+from weir.sql.errors import SqlError
+from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
+from weir.sql.script import Insert
+from weir.sql.types import Kind, SqlType, coerce
+
+WINDOW_COLUMNS: Final = ("window_start", "window_end", "window_time")
+TIMESTAMP: Final = SqlType(Kind.TIMESTAMP, "TIMESTAMP(3)")
+BIGINT: Final = SqlType(Kind.INTEGER, "BIGINT")
+
+
+@dataclass(frozen=True)
+class NamedExpression:
+    name: str
+    sql: str
+    evaluate: Evaluate = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Scan:
+    table: Table
+
+
+@dataclass(frozen=True)
+class WindowTvf:
+    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`` or ``HOP(..., slide, size)``: rows of ``t`` each
+    in its windows, over the event time of ``ts`` (the table's WATERMARK column)."""
+
+    input: Scan
+    kind: Literal["TUMBLE", "HOP"]
+    time_column: str
+    size_ms: int
+    slide_ms: int
+
+
+@dataclass(frozen=True)
+class Filter:
+    input: Node
+    condition: NamedExpression
+
+
+@dataclass(frozen=True)
+class Project:
+    input: Node
+    outputs: tuple[NamedExpression, ...]
+
+
+AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG"]
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    """One aggregate: ``COUNT(*)`` has no argument."""
+
+    name: str  # the column holding its value downstream
+    function: AggregateName
+    distinct: bool
+    argument: NamedExpression | None
+    sql: str
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """``GROUP BY keys``: over a window TVF, one final row per key and window when the watermark
+    passes its end (append); otherwise an updated row per key after each input row (updating)."""
+
+    input: Node
+    keys: tuple[NamedExpression, ...]
+    calls: tuple[AggregateCall, ...]
+    window: WindowTvf | None
+
+
+@dataclass(frozen=True)
+class Sink:
+    input: Node
+    table: Table
+    updating: bool
+
+
+Node = Scan | WindowTvf | Filter | Project | Aggregate
+
+
+@dataclass(frozen=True)
+class InsertPlan:
+    statement: Insert
+    sink: Sink
+
+
+_AGGREGATES: Final[dict[type[exp.Expression], AggregateName]] = {
+    exp.Count: "COUNT",
+    exp.Sum: "SUM",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+    exp.Avg: "AVG",
+}
+
+
+def plan_insert(insert: Insert, tables: Mapping[str, Table], script: str) -> InsertPlan:
+    locate = Locate(script, insert.offset)
+    sink_table = tables.get(insert.sink)
+    if sink_table is None:
+        raise SqlError(f"INSERT INTO {insert.sink}: no such table (CREATE TABLE it first)", insert.position)
+    if sink_table.computed:
+        raise SqlError(f"INSERT INTO {insert.sink}: a sink table with computed columns is not supported", insert.position)
+    query = insert.query
+    if not isinstance(query, exp.Select):
+        raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
+    node, updating, outputs = _plan_select(query, tables, locate)
+    if len(outputs) != len(sink_table.columns):
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {insert.sink}: the SELECT gives {len(outputs)} columns, the table has "
+            f"{len(sink_table.columns)} ({', '.join(c.name for c in sink_table.columns)})",
+        )
+    if updating:
+        _check_upsert_sink(sink_table, node, outputs, locate, query)
+    assert isinstance(node, Project)
+    # INSERT fills the sink's columns by position: the last projection names its values as the sink's
+    # columns, each converted to the column's type (CAST's rules: a value that does not convert fails)
+    renamed = tuple(
+        NamedExpression(column.name, output.sql, _converted(output.evaluate, column.type.kind))
+        for output, column in zip(outputs, sink_table.columns, strict=True)
+    )
+    return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating))
+
+
+def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
+    def convert(row: Mapping[str, Any]) -> Any:
+        return coerce(evaluate(row), kind)
+
+    return convert
+
+
+def _check_upsert_sink(
+    table: Table, node: Node, outputs: tuple[NamedExpression, ...], locate: Locate, query: exp.Select
+) -> None:
+    """An updating result (GROUP BY without a window) needs a sink that upserts, keyed by exactly
+    the group keys: otherwise rows of two groups would overwrite each other, or one group's updates
+    would pile up."""
+    upserts = isinstance(table.connector, JdbcTable) or (
+        isinstance(table.connector, KafkaTable) and table.connector.upsert
+    )
+    if not upserts:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: GROUP BY without a window gives updating results; the sink must be "
+            "'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
+        )
+    assert isinstance(node, Project) and isinstance(node.input, Aggregate | Filter)
+    aggregate = node.input if isinstance(node.input, Aggregate) else node.input.input
+    assert isinstance(aggregate, Aggregate)
+    sink_names = [c.name for c in table.columns]
+    key_columns = {k.sql for k in aggregate.keys}
+    at_key = {outputs[sink_names.index(k)].sql for k in table.primary_key}
+    if at_key != key_columns:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
+            f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)})",
+        )
+
+
+def _plan_select(
+    select: exp.Select, tables: Mapping[str, Table], locate: Locate
+) -> tuple[Node, bool, tuple[NamedExpression, ...]]:
+    for key, what in (
+        ("joins", "JOIN"),
+        ("order", "ORDER BY"),
+        ("limit", "LIMIT"),
+        ("offset", "OFFSET"),
+        ("with_", "WITH (common table expressions)"),
+        ("windows", "WINDOW"),
+        ("qualify", "QUALIFY"),
+        ("laterals", "LATERAL"),
+        ("distinct", "SELECT DISTINCT"),
+    ):
+        value = select.args.get(key)
+        if value:
+            node = value[0] if isinstance(value, list) else value
+            raise locate.refuse(node if isinstance(node, exp.Expression) else select, f"{what} is not supported")
+    source = select.args.get("from_") or select.args.get("from")
+    if source is None:
+        raise locate.refuse(select, "a SELECT without FROM is not supported")
+    node, scope = _plan_from(source.this, tables, locate)
+    window = node if isinstance(node, WindowTvf) else None
+    group = select.args.get("group")
+    having = select.args.get("having")
+    calls = _aggregate_calls(select, having, locate)
+    where = select.args.get("where")
+    if where is not None:
+        _refuse_nested(where.this, locate)
+        node = Filter(node, _named(where.this, "where", scope, locate))
+    updating = False
+    if group is not None or calls:
+        node, scope, updating = _plan_aggregate(select, group, calls, node, scope, window, locate)
+        if having is not None:
+            node = Filter(node, _named(having.this, "having", scope, locate))
+    elif having is not None:
+        raise locate.refuse(having, "HAVING without GROUP BY or an aggregate")
+    outputs = []
+    for i, projection in enumerate(select.expressions):
+        if isinstance(projection, exp.Star):
+            if group is not None or calls:
+                raise locate.refuse(projection, "SELECT * with GROUP BY")
+            outputs.extend(
+                NamedExpression(name, name, (lambda n: lambda row: row[n])(name))
+                for name in scope.columns
+                if name not in WINDOW_COLUMNS
+            )
+            continue
+        _refuse_nested(projection, locate)
+        name = (
+            projection.alias
+            if isinstance(projection, exp.Alias)
+            else projection.name
+            if isinstance(projection, exp.Column)
+            else f"EXPR${i}"
+        )
+        outputs.append(_named(projection.this if isinstance(projection, exp.Alias) else projection, name, scope, locate))
+    names = [o.name for o in outputs]
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        raise locate.refuse(select, f"the SELECT names column {duplicate} twice")
+    return Project(node, tuple(outputs)), updating, tuple(outputs)
+
+
+def _refuse_nested(node: exp.Expression, locate: Locate) -> None:
+    for inner in node.walk():
+        if isinstance(inner, exp.Subquery | exp.Select | exp.Exists):
+            raise locate.refuse(inner, "a subquery is not supported")
+        if isinstance(inner, exp.Window):
+            raise locate.refuse(inner, "OVER (...) is not supported")
+
+
+def _named(node: exp.Expression, name: str, scope: Scope, locate: Locate) -> NamedExpression:
+    return NamedExpression(name, normalized(node), compile_expression(node, scope, locate))
+
+
+def _table_scope(table: Table, alias: str | None) -> Scope:
+    columns: dict[str, SqlType | None] = {c.name: c.type for c in table.columns}
+    columns.update({c.name: None for c in table.computed})
+    qualifiers = {table.name} | ({alias} if alias else set())
+    return Scope(columns, frozenset(qualifiers), {})
+
+
+def _plan_from(source: exp.Expression, tables: Mapping[str, Table], locate: Locate) -> tuple[Scan | WindowTvf, Scope]:
+    if isinstance(source, exp.Subquery):
+        raise locate.refuse(source, "a subquery in FROM is not supported")
+    if not isinstance(source, exp.Table):
+        raise locate.refuse(source, f"FROM {type(source).__name__.upper()} is not supported")
+    alias = source.alias or None
+    if isinstance(source.this, exp.Identifier):
+        if source.args.get("db") or source.args.get("catalog"):
+            raise locate.refuse(source, "a qualified table name (catalog.db.table) is not supported")
+        table = tables.get(source.name)
+        if table is None:
+            raise locate.refuse(source, f"no table {source.name} (CREATE TABLE it first)")
+        return Scan(table), _table_scope(table, alias)
+    function = source.this
+    if not (isinstance(function, exp.Anonymous) and str(function.this).upper() == "TABLE" and len(function.expressions) == 1):
+        raise locate.refuse(source, "FROM takes a table or TABLE(TUMBLE(...)) / TABLE(HOP(...))")
+    tvf = function.expressions[0]
+    name = str(tvf.this).upper() if isinstance(tvf, exp.Anonymous) else type(tvf).__name__.upper()
+    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP"):
+        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE and HOP are)")
+    args = tvf.expressions
+    expected = 3 if name == "TUMBLE" else 4
+    if len(args) != expected:
+        raise locate.refuse(
+            tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {'size' if name == 'TUMBLE' else 'slide, size'})"
+        )
+    table_arg, descriptor = args[0], args[1]
+    if not isinstance(table_arg, exp.Column) or table_arg.table:
+        raise locate.refuse(table_arg, f"{name}'s first argument is TABLE name")
+    table = tables.get(table_arg.name)
+    if table is None:
+        raise locate.refuse(table_arg, f"no table {table_arg.name} (CREATE TABLE it first)")
+    if not (
+        isinstance(descriptor, exp.Anonymous)
+        and str(descriptor.this).upper() == "DESCRIPTOR"
+        and len(descriptor.expressions) == 1
+        and isinstance(descriptor.expressions[0], exp.Column)
+    ):
+        raise locate.refuse(descriptor, f"{name}'s second argument is DESCRIPTOR(time column)")
+    time_column = descriptor.expressions[0].name
+    if table.watermark is None or table.watermark.column != time_column:
+        raise locate.refuse(
+            descriptor,
+            f"{name} over {table.name}.{time_column}: not the table's event time "
+            f"(its WATERMARK FOR {table.watermark.column if table.watermark else '... is not declared'})",
+        )
+    durations = []
+    for arg in args[2:]:
+        ms = interval_ms(arg) if isinstance(arg, exp.Interval) else None
+        if ms is None or ms <= 0:
+            raise locate.refuse(arg, f"{name} takes positive INTERVAL literals (MILLISECOND to DAY)")
+        durations.append(ms)
+    size, slide = (durations[0], durations[0]) if name == "TUMBLE" else (durations[1], durations[0])
+    if size % slide != 0:
+        raise locate.refuse(tvf, f"HOP's size ({size} ms) must be a multiple of its slide ({slide} ms)")
+    tvf_node = WindowTvf(Scan(table), "TUMBLE" if name == "TUMBLE" else "HOP", time_column, size, slide)
+    scope = _table_scope(table, alias)
+    columns = dict(scope.columns)
+    columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
+    return tvf_node, Scope(columns, scope.qualifiers, {})
+
+
+def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Locate) -> list[exp.AggFunc]:
+    calls: list[exp.AggFunc] = []
+    seen: set[str] = set()
+    roots: list[exp.Expression] = list(select.expressions) + ([having] if having is not None else [])
+    for root in roots:
+        for node in root.walk():
+            if isinstance(node, exp.AggFunc):
+                if type(node) not in _AGGREGATES:
+                    raise locate.refuse(node, f"aggregate {node.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)")
+                key = normalized(node)
+                if key not in seen:
+                    seen.add(key)
+                    calls.append(node)
+    where = select.args.get("where")
+    if where is not None:
+        for node in where.walk():
+            if isinstance(node, exp.AggFunc):
+                raise locate.refuse(node, "an aggregate in WHERE (HAVING filters on aggregates)")
+    return calls
+
+
+def _plan_aggregate(
+    select: exp.Select,
+    group: exp.Group | None,
+    calls: list[exp.AggFunc],
+    node: Node,
+    scope: Scope,
+    window: WindowTvf | None,
+    locate: Locate,
+) -> tuple[Node, Scope, bool]:
+    group_nodes = list(group.expressions) if group is not None else []
+    for key in ("grouping_sets", "cube", "rollup"):
+        if group is not None and group.args.get(key):
+            raise locate.refuse(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+    window_keys = [g for g in group_nodes if isinstance(g, exp.Column) and g.name in WINDOW_COLUMNS]
+    if window is not None:
+        names = {g.name for g in window_keys}
+        if not {"window_start", "window_end"} <= names:
+            raise locate.refuse(
+                group or select, "a window aggregation groups by window_start, window_end (both) and its keys"
+            )
+    elif window_keys:
+        raise locate.refuse(window_keys[0], f"{window_keys[0].name} without a window TVF in FROM")
+    keys: list[NamedExpression] = []
+    computed: dict[str, str] = {}
+    columns: dict[str, SqlType | None] = {}
+    for g in group_nodes:
+        if g in window_keys:
+            continue
+        _refuse_nested(g, locate)
+        if isinstance(g, exp.Literal):
+            raise locate.refuse(g, "GROUP BY a position or literal is not supported")
+        name = g.name if isinstance(g, exp.Column) else f"$key{len(keys)}"
+        if name in columns:
+            continue
+        keys.append(_named(g, name, scope, locate))
+        computed[normalized(g)] = name
+        columns[name] = scope.columns.get(name) if isinstance(g, exp.Column) else None
+    aggregates = []
+    for i, call in enumerate(calls):
+        function = _AGGREGATES[type(call)]
+        argument = call.this
+        distinct = isinstance(argument, exp.Distinct)
+        if distinct:
+            assert isinstance(argument, exp.Distinct)
+            if len(argument.expressions) != 1:
+                raise locate.refuse(call, f"{function}(DISTINCT ...) takes one argument")
+            argument = argument.expressions[0]
+        if isinstance(call, exp.Count) and (argument is None or isinstance(argument, exp.Star)):
+            if distinct:
+                raise locate.refuse(call, "COUNT(DISTINCT *) is not supported")
+            named_argument = None
+        else:
+            if argument is None or isinstance(argument, exp.Star):
+                raise locate.refuse(call, f"{function}(*) is not supported")
+            _refuse_nested(argument, locate)
+            for inner in argument.walk():
+                if isinstance(inner, exp.AggFunc):
+                    raise locate.refuse(inner, "an aggregate inside an aggregate")
+            named_argument = _named(argument, f"$arg{i}", scope, locate)
+        name = f"$agg{i}"
+        aggregates.append(AggregateCall(name, function, distinct, named_argument, normalized(call)))
+        computed[normalized(call)] = name
+        columns[name] = BIGINT if function == "COUNT" else None
+    if window is not None:
+        columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
+    out_scope = Scope(columns, scope.qualifiers, computed)
+    # every projected column outside an aggregate must be a group key (SQL's rule)
+    for projection in select.expressions:
+        _check_grouped(projection, out_scope, locate)
+    return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
+
+
+def _check_grouped(node: exp.Expression, scope: Scope, locate: Locate) -> None:
+    if normalized(node) in scope.computed:
+        return
+    if isinstance(node, exp.Column):
+        if node.name not in scope.columns or node.name.startswith("$"):
+            raise locate.refuse(node, f"column {node.name} is neither grouped nor aggregated")
+        return
+    for child in node.iter_expressions():
+        _check_grouped(child, scope, locate)
+
+
+__all__ = [
+    "Aggregate",
+    "AggregateCall",
+    "Filter",
+    "InsertPlan",
+    "NamedExpression",
+    "Node",
+    "Project",
+    "Scan",
+    "Sink",
+    "WindowTvf",
+    "plan_insert",
+]
