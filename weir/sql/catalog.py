@@ -24,7 +24,7 @@ class ComputedColumn:
     """``name AS expr``: computed from the physical columns when a row is read."""
 
     name: str
-    expression: exp.Expression = field(compare=False)
+    expression: exp.Expr = field(compare=False)
     text: str
 
 
@@ -129,7 +129,9 @@ class _Options:
     def need(self, key: str) -> str:
         value = self.get(key)
         if value is None:
-            raise self.refuse(f"option '{key}' is required for 'connector' = '{self.options['connector']}'", "connector")
+            raise self.refuse(
+                f"option '{key}' is required for 'connector' = '{self.options['connector']}'", "connector"
+            )
         return value
 
     def one_of(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
@@ -171,13 +173,12 @@ def connector_of(
                 opts.one_of("key.format", "json", ("json",))
                 opts.one_of("value.format", "json", ("json",))
             startup = opts.one_of(
-                "scan.startup.mode", "group-offsets" if name == "kafka" else "earliest-offset",
+                "scan.startup.mode",
+                "group-offsets" if name == "kafka" else "earliest-offset",
                 ("earliest-offset", "latest-offset", "group-offsets"),
             )
             bounded = opts.one_of("scan.bounded.mode", "unbounded", ("unbounded", "latest-offset"))
-            delivery = opts.one_of(
-                "sink.delivery-guarantee", "exactly-once", ("exactly-once", "at-least-once")
-            )
+            delivery = opts.one_of("sink.delivery-guarantee", "exactly-once", ("exactly-once", "at-least-once"))
             connector = KafkaTable(
                 topic=opts.need("topic"),
                 upsert=name == "upsert-kafka",
@@ -192,7 +193,9 @@ def connector_of(
         case "jdbc":
             url = opts.need("url")
             if not url.startswith("jdbc:postgresql:"):
-                raise opts.refuse(f"'url' = '{url}': Weir's jdbc connector writes PostgreSQL (jdbc:postgresql://...)", "url")
+                raise opts.refuse(
+                    f"'url' = '{url}': Weir's jdbc connector writes PostgreSQL (jdbc:postgresql://...)", "url"
+                )
             connector = JdbcTable(table_name=opts.need("table-name"), url=url)
             opts.get("username")
             opts.get("password")
@@ -212,9 +215,10 @@ def connector_of(
             )
         case "nexmark":
             events = opts.integer("events.num", None)
-            rate = opts.integer("first-event.rate", 10_000)
-            assert rate is not None
-            connector = NexmarkTable(events=events or None, events_per_second=rate, seed=opts.integer("seed", 0) or 0)
+            events_per_second = opts.integer("first-event.rate", 10_000)
+            assert events_per_second is not None
+            seed = opts.integer("seed", 0) or 0
+            connector = NexmarkTable(events=events or None, events_per_second=events_per_second, seed=seed)
         case "print":
             connector = PrintTable(prefix=opts.get("print-identifier", "") or "")
         case None:

@@ -251,7 +251,9 @@ class Datagen:
                     row[column.name] = low_f + (digest / 2**64) * (high_f - low_f)
                 case Kind.STRING:
                     length = int(options.get("length", "10"))
-                    row[column.name] = hashlib.blake2b(f"{column.name}:{n}".encode(), digest_size=32).hexdigest()[:length]
+                    row[column.name] = hashlib.blake2b(f"{column.name}:{n}".encode(), digest_size=32).hexdigest()[
+                        :length
+                    ]
                 case Kind.BOOLEAN:
                     row[column.name] = digest % 2 == 0
                 case Kind.TIMESTAMP:
@@ -309,7 +311,10 @@ class Accumulators:
         return None
 
     def add(self, accs: tuple[Any, ...], row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(self._add(c, a, None if f is None else f(row)) for c, a, f in zip(self.calls, accs, self.arguments, strict=True))
+        return tuple(
+            self._add(c, a, None if f is None else f(row))
+            for c, a, f in zip(self.calls, accs, self.arguments, strict=True)
+        )
 
     @staticmethod
     def _add(call: AggregateCall, acc: Any, value: Any) -> Any:

@@ -14,7 +14,7 @@ from typing import Any, Final
 from sqlglot import exp
 
 from weir.sql.errors import Position, SqlError
-from weir.sql.types import Kind, SqlType, coerce, parse_timestamp, timestamp_text
+from weir.sql.types import Kind, SqlType, coerce, parse_timestamp
 
 Row = Mapping[str, Any]
 Evaluate = Callable[[Row], Any]
@@ -46,11 +46,11 @@ class Locate:
     def __init__(self, script: str, offset: int) -> None:
         self.script, self.offset = script, offset
 
-    def __call__(self, node: exp.Expression) -> Position:
-        starts = [n.meta["start"] for n in node.walk() if isinstance(n, exp.Expression) and "start" in n.meta]
+    def __call__(self, node: exp.Expr) -> Position:
+        starts = [n.meta["start"] for n in node.walk() if isinstance(n, exp.Expr) and "start" in n.meta]
         return Position.of(self.script, self.offset + (min(starts) if starts else 0))
 
-    def refuse(self, node: exp.Expression, what: str) -> SqlError:
+    def refuse(self, node: exp.Expr, what: str) -> SqlError:
         return SqlError(what, self(node))
 
 
@@ -64,11 +64,11 @@ class Scope:
     computed: Mapping[str, str]  # normalized SQL of an expression -> the column holding its value
 
 
-def normalized(node: exp.Expression) -> str:
+def normalized(node: exp.Expr) -> str:
     return node.sql(dialect="spark", normalize=True, identify=False)
 
 
-def compile_expression(node: exp.Expression, scope: Scope, locate: Locate) -> Evaluate:
+def compile_expression(node: exp.Expr, scope: Scope, locate: Locate) -> Evaluate:
     return _Compiler(scope, locate).compile(node)
 
 
@@ -94,7 +94,7 @@ def _mod(a: Any, b: Any) -> Any:
     return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else a - b * int(a / b)
 
 
-_BINARY: Final[dict[type[exp.Expression], Callable[[Any, Any], Any]]] = {
+_BINARY: Final[dict[type[exp.Expr], Callable[[Any, Any], Any]]] = {
     exp.Add: lambda a, b: a + b,
     exp.Sub: lambda a, b: a - b,
     exp.Mul: lambda a, b: a * b,
@@ -137,10 +137,10 @@ class _Compiler:
     def __init__(self, scope: Scope, locate: Locate) -> None:
         self.scope, self.locate = scope, locate
 
-    def refuse(self, node: exp.Expression, what: str) -> SqlError:
+    def refuse(self, node: exp.Expr, what: str) -> SqlError:
         return self.locate.refuse(node, what)
 
-    def compile(self, node: exp.Expression) -> Evaluate:  # noqa: PLR0911, PLR0912  # one case per node kind
+    def compile(self, node: exp.Expr) -> Evaluate:  # noqa: PLR0911, PLR0912  # one case per node kind
         held = self.scope.computed.get(normalized(node))
         if held is not None:
             return lambda row: row[held]
@@ -184,7 +184,11 @@ class _Compiler:
                     raise self.refuse(node, "IS takes NULL or NOT NULL")
                 return lambda row: inner(row) is None
             case exp.Between():
-                value, low, high = self.compile(node.this), self.compile(node.args["low"]), self.compile(node.args["high"])
+                value, low, high = (
+                    self.compile(node.this),
+                    self.compile(node.args["low"]),
+                    self.compile(node.args["high"]),
+                )
                 between = _null_safe(lambda v, lo, hi: lo <= v <= hi)
                 return lambda row: between(value(row), low(row), high(row))
             case exp.In():
@@ -313,7 +317,9 @@ class _Compiler:
                 return lambda row: next((v for p in parts if (v := p(row)) is not None), None)
             case exp.Concat():
                 parts = [self.compile(e) for e in node.expressions]
-                return lambda row: None if any((v := p(row)) is None for p in parts) else "".join(_text(p(row)) for p in parts)
+                return lambda row: (
+                    None if any((v := p(row)) is None for p in parts) else "".join(_text(p(row)) for p in parts)
+                )
             case exp.Substring():
                 s = self.compile(node.this)
                 start_node, length_node = node.args.get("start"), node.args.get("length")
@@ -387,17 +393,14 @@ def _in(value: Any, options: list[Any]) -> Any:
     return None if any(o is None for o in options) else False
 
 
-def _describe(node: exp.Expression) -> str:
-    return {
+def _describe(node: exp.Expr) -> str:
+    names: dict[type[exp.Expr], str] = {
         exp.Window: "OVER (window function)",
         exp.Subquery: "a subquery",
         exp.Exists: "EXISTS",
         exp.Star: "*",
-    }.get(type(node), f"{type(node).__name__.upper()} ({node.sql(dialect='spark')[:40]})")
-
-
-def timestamp_of(value: Any) -> str:
-    return timestamp_text(value)
+    }
+    return names.get(type(node), f"{type(node).__name__.upper()} ({node.sql(dialect='spark')[:40]})")
 
 
 __all__ = ["Evaluate", "Locate", "Row", "Scope", "compile_expression", "date_format", "interval_ms", "normalized"]

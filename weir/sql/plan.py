@@ -99,7 +99,7 @@ class InsertPlan:
     sink: Sink
 
 
-_AGGREGATES: Final[dict[type[exp.Expression], AggregateName]] = {
+_AGGREGATES: Final[dict[type[exp.Expr], AggregateName]] = {
     exp.Count: "COUNT",
     exp.Sum: "SUM",
     exp.Min: "MIN",
@@ -114,7 +114,9 @@ def plan_insert(insert: Insert, tables: Mapping[str, Table], script: str) -> Ins
     if sink_table is None:
         raise SqlError(f"INSERT INTO {insert.sink}: no such table (CREATE TABLE it first)", insert.position)
     if sink_table.computed:
-        raise SqlError(f"INSERT INTO {insert.sink}: a sink table with computed columns is not supported", insert.position)
+        raise SqlError(
+            f"INSERT INTO {insert.sink}: a sink table with computed columns is not supported", insert.position
+        )
     query = insert.query
     if not isinstance(query, exp.Select):
         raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
@@ -190,7 +192,7 @@ def _plan_select(
         value = select.args.get(key)
         if value:
             node = value[0] if isinstance(value, list) else value
-            raise locate.refuse(node if isinstance(node, exp.Expression) else select, f"{what} is not supported")
+            raise locate.refuse(node if isinstance(node, exp.Expr) else select, f"{what} is not supported")
     source = select.args.get("from_") or select.args.get("from")
     if source is None:
         raise locate.refuse(select, "a SELECT without FROM is not supported")
@@ -210,7 +212,7 @@ def _plan_select(
             node = Filter(node, _named(having.this, "having", scope, locate))
     elif having is not None:
         raise locate.refuse(having, "HAVING without GROUP BY or an aggregate")
-    outputs = []
+    outputs: list[NamedExpression] = []
     for i, projection in enumerate(select.expressions):
         if isinstance(projection, exp.Star):
             if group is not None or calls:
@@ -229,7 +231,9 @@ def _plan_select(
             if isinstance(projection, exp.Column)
             else f"EXPR${i}"
         )
-        outputs.append(_named(projection.this if isinstance(projection, exp.Alias) else projection, name, scope, locate))
+        outputs.append(
+            _named(projection.this if isinstance(projection, exp.Alias) else projection, name, scope, locate)
+        )
     names = [o.name for o in outputs]
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
@@ -237,7 +241,7 @@ def _plan_select(
     return Project(node, tuple(outputs)), updating, tuple(outputs)
 
 
-def _refuse_nested(node: exp.Expression, locate: Locate) -> None:
+def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
     for inner in node.walk():
         if isinstance(inner, exp.Subquery | exp.Select | exp.Exists):
             raise locate.refuse(inner, "a subquery is not supported")
@@ -245,7 +249,7 @@ def _refuse_nested(node: exp.Expression, locate: Locate) -> None:
             raise locate.refuse(inner, "OVER (...) is not supported")
 
 
-def _named(node: exp.Expression, name: str, scope: Scope, locate: Locate) -> NamedExpression:
+def _named(node: exp.Expr, name: str, scope: Scope, locate: Locate) -> NamedExpression:
     return NamedExpression(name, normalized(node), compile_expression(node, scope, locate))
 
 
@@ -256,7 +260,7 @@ def _table_scope(table: Table, alias: str | None) -> Scope:
     return Scope(columns, frozenset(qualifiers), {})
 
 
-def _plan_from(source: exp.Expression, tables: Mapping[str, Table], locate: Locate) -> tuple[Scan | WindowTvf, Scope]:
+def _plan_from(source: exp.Expr, tables: Mapping[str, Table], locate: Locate) -> tuple[Scan | WindowTvf, Scope]:
     if isinstance(source, exp.Subquery):
         raise locate.refuse(source, "a subquery in FROM is not supported")
     if not isinstance(source, exp.Table):
@@ -270,7 +274,9 @@ def _plan_from(source: exp.Expression, tables: Mapping[str, Table], locate: Loca
             raise locate.refuse(source, f"no table {source.name} (CREATE TABLE it first)")
         return Scan(table), _table_scope(table, alias)
     function = source.this
-    if not (isinstance(function, exp.Anonymous) and str(function.this).upper() == "TABLE" and len(function.expressions) == 1):
+    if not (
+        isinstance(function, exp.Anonymous) and str(function.this).upper() == "TABLE" and len(function.expressions) == 1
+    ):
         raise locate.refuse(source, "FROM takes a table or TABLE(TUMBLE(...)) / TABLE(HOP(...))")
     tvf = function.expressions[0]
     name = str(tvf.this).upper() if isinstance(tvf, exp.Anonymous) else type(tvf).__name__.upper()
@@ -321,12 +327,14 @@ def _plan_from(source: exp.Expression, tables: Mapping[str, Table], locate: Loca
 def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Locate) -> list[exp.AggFunc]:
     calls: list[exp.AggFunc] = []
     seen: set[str] = set()
-    roots: list[exp.Expression] = list(select.expressions) + ([having] if having is not None else [])
+    roots: list[exp.Expr] = list(select.expressions) + ([having] if having is not None else [])
     for root in roots:
         for node in root.walk():
             if isinstance(node, exp.AggFunc):
                 if type(node) not in _AGGREGATES:
-                    raise locate.refuse(node, f"aggregate {node.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)")
+                    raise locate.refuse(
+                        node, f"aggregate {node.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)"
+                    )
                 key = normalized(node)
                 if key not in seen:
                     seen.add(key)
@@ -411,7 +419,7 @@ def _plan_aggregate(
     return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
 
 
-def _check_grouped(node: exp.Expression, scope: Scope, locate: Locate) -> None:
+def _check_grouped(node: exp.Expr, scope: Scope, locate: Locate) -> None:
     if normalized(node) in scope.computed:
         return
     if isinstance(node, exp.Column):

@@ -143,7 +143,10 @@ def _statement(text: Text, tokens: list[Token]) -> Statement:
             return _set(text, tokens)
         case "EXPLAIN":
             rest = tokens[1:]
-            if rest and [_word(t) for t in rest[:4]][:3] in (["EXECUTE", "STATEMENT", "SET"], ["STATEMENT", "SET", "BEGIN"]):
+            if rest and [_word(t) for t in rest[:4]][:3] in (
+                ["EXECUTE", "STATEMENT", "SET"],
+                ["STATEMENT", "SET", "BEGIN"],
+            ):
                 skip = 4 if _word(rest[0]) == "EXECUTE" else 3
                 return Explain(_set_body(text, rest, skip).inserts, position)
             if not rest or _word(rest[0]) != "INSERT":
@@ -205,7 +208,7 @@ def _source_text(text: Text, tokens: Sequence[Token]) -> tuple[str, int]:
     return "".join(chars), start
 
 
-def parse_expression(text: Text, source: str, offset: int) -> exp.Expression:
+def parse_expression(text: Text, source: str, offset: int) -> exp.Expr:
     try:
         parsed = sqlglot.parse_one(source, read=DIALECT)
     except ParseError as exc:
@@ -221,7 +224,9 @@ def _parse_error(text: Text, exc: ParseError, offset: int) -> SqlError:
     position = None
     if isinstance(line, int) and isinstance(col, int):
         base = text.at(offset)
-        position = Position(base.line + line - 1, (base.column - 1 if line == 1 else 0) + col - (len(highlight or "") - 1))
+        position = Position(
+            base.line + line - 1, (base.column - 1 if line == 1 else 0) + col - (len(highlight or "") - 1)
+        )
     return SqlError(f"does not parse: {description}", position)
 
 
@@ -373,7 +378,9 @@ def _column(text: Text, table: str, element: list[Token], source: str, at: Posit
     try:
         data_type = exp.DataType.build(type_text, dialect=DIALECT)
     except (ParseError, ValueError):
-        raise SqlError(f"table {table}: column {name}: type {type_text} does not parse", text.at(type_tokens[0].start)) from None
+        raise SqlError(
+            f"table {table}: column {name}: type {type_text} does not parse", text.at(type_tokens[0].start)
+        ) from None
     sql_type = SqlType.of(data_type)
     if sql_type is None:
         raise SqlError(
@@ -401,7 +408,8 @@ def _watermark(text: Text, table: str, element: list[Token], at: Position) -> Wa
             if delay is not None and delay >= 0:
                 return Watermark(column, delay)
     raise SqlError(
-        f"table {table}: WATERMARK FOR {column} AS {source}: only {column} or {column} - INTERVAL 'n' unit is supported",
+        f"table {table}: WATERMARK FOR {column} AS {source}: "
+        f"only {column} or {column} - INTERVAL 'n' unit is supported",
         text.at(body[0].start),
     )
 
@@ -426,7 +434,10 @@ def _with_options(
     if not tokens:
         raise SqlError(f"table {table}: WITH ('connector' = ...) is required", at)
     if _word(tokens[0]) != "WITH" or len(tokens) < 3 or tokens[1].token_type is not TokenType.L_PAREN:
-        raise SqlError(f"table {table}: {tokens[0].text} is not supported after the column list (WITH (...) is)", text.at(tokens[0].start))
+        raise SqlError(
+            f"table {table}: {tokens[0].text} is not supported after the column list (WITH (...) is)",
+            text.at(tokens[0].start),
+        )
     close = _matching(tokens, 1)
     if close is None:
         raise SqlError(f"table {table}: WITH ( is not closed", text.at(tokens[1].start))

@@ -22,21 +22,21 @@ class Kind(Enum):
     TIMESTAMP = "timestamp"
 
 
-_KINDS: dict[exp.DataType.Type, Kind] = {
-    exp.DataType.Type.BIGINT: Kind.INTEGER,
-    exp.DataType.Type.INT: Kind.INTEGER,
-    exp.DataType.Type.SMALLINT: Kind.INTEGER,
-    exp.DataType.Type.TINYINT: Kind.INTEGER,
-    exp.DataType.Type.DOUBLE: Kind.DOUBLE,
-    exp.DataType.Type.FLOAT: Kind.DOUBLE,
-    exp.DataType.Type.DECIMAL: Kind.DOUBLE,
-    exp.DataType.Type.TEXT: Kind.STRING,
-    exp.DataType.Type.VARCHAR: Kind.STRING,
-    exp.DataType.Type.CHAR: Kind.STRING,
-    exp.DataType.Type.BOOLEAN: Kind.BOOLEAN,
-    exp.DataType.Type.TIMESTAMP: Kind.TIMESTAMP,
-    exp.DataType.Type.TIMESTAMPTZ: Kind.TIMESTAMP,
-    exp.DataType.Type.TIMESTAMPLTZ: Kind.TIMESTAMP,
+_KINDS: dict[exp.DType, Kind] = {
+    exp.DType.BIGINT: Kind.INTEGER,
+    exp.DType.INT: Kind.INTEGER,
+    exp.DType.SMALLINT: Kind.INTEGER,
+    exp.DType.TINYINT: Kind.INTEGER,
+    exp.DType.DOUBLE: Kind.DOUBLE,
+    exp.DType.FLOAT: Kind.DOUBLE,
+    exp.DType.DECIMAL: Kind.DOUBLE,
+    exp.DType.TEXT: Kind.STRING,
+    exp.DType.VARCHAR: Kind.STRING,
+    exp.DType.CHAR: Kind.STRING,
+    exp.DType.BOOLEAN: Kind.BOOLEAN,
+    exp.DType.TIMESTAMP: Kind.TIMESTAMP,
+    exp.DType.TIMESTAMPTZ: Kind.TIMESTAMP,
+    exp.DType.TIMESTAMPLTZ: Kind.TIMESTAMP,
 }
 
 

@@ -55,12 +55,14 @@ def test_create_table_reads_types_computed_columns_watermark_key_and_flink_optio
 
 def test_each_connector_is_typed_from_its_options() -> None:
     script = plan_script(
-        SINKS
-        + "CREATE TABLE gen (n BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '10', "
+        SINKS + "CREATE TABLE gen (n BIGINT) WITH ('connector' = 'datagen', 'number-of-rows' = '10', "
         "'fields.n.kind' = 'sequence', 'fields.n.start' = '5');\n"
-        "CREATE TABLE nx (event_type INT) WITH ('connector' = 'nexmark', 'events.num' = '100', 'first-event.rate' = '500');"
+        "CREATE TABLE nx (event_type INT) WITH ('connector' = 'nexmark', "
+        "'events.num' = '100', 'first-event.rate' = '500');"
     )
-    assert script.tables["totals"].connector == KafkaTable("totals", True, False, "earliest-offset", None, "exactly-once")
+    assert script.tables["totals"].connector == KafkaTable(
+        "totals", True, False, "earliest-offset", None, "exactly-once"
+    )
     assert script.tables["pg"].connector == JdbcTable("totals", "jdbc:postgresql://localhost:5432/weir")
     assert script.tables["gen"].connector == DatagenTable(10, None, (("n", (("kind", "sequence"), ("start", "5"))),))
     assert script.tables["nx"].connector == NexmarkTable(100, 500, 0)
@@ -103,7 +105,11 @@ def test_the_same_statement_twice_gets_distinct_uids() -> None:
 
 
 def test_explain_prints_each_operator_with_its_uid() -> None:
-    text = ORDERS + SINKS + "EXPLAIN INSERT INTO totals SELECT `user`, COUNT(*) FROM orders WHERE amount > 1 GROUP BY `user`;"
+    text = (
+        ORDERS
+        + SINKS
+        + "EXPLAIN INSERT INTO totals SELECT `user`, COUNT(*) FROM orders WHERE amount > 1 GROUP BY `user`;"
+    )
     lines = explain(text).splitlines()
     assert lines[0].startswith("== INSERT INTO totals SELECT `user`, COUNT(*) FROM orders")
     assert [line.split()[1] for line in lines[1:]] == [
@@ -121,51 +127,143 @@ REFUSED = [
     # (script, the line's expected text, line:column)
     ("DROP TABLE orders;", "statement DROP is not supported", "1:1"),
     ("CREATE VIEW v AS SELECT 1;", "CREATE VIEW is not supported", "1:8"),
-    ("CREATE TABLE t (a MAP<STRING, INT>) WITH ('connector' = 'kafka', 'topic' = 't');", "type MAP<STRING, INT> is not supported", "1:19"),
-    ("CREATE TABLE t (a INT) WITH ('connector' = 'kafka',\n 'topic' = 't', 'scan.foo' = '1');", "option 'scan.foo' is not supported", "2:17"),
-    ("CREATE TABLE t (a INT) WITH ('connector' = 'filesystem');", "'connector' = 'filesystem' is not supported", "1:30"),
-    ("CREATE TABLE t (a INT) WITH ('connector' = 'kafka', 'topic' = 't', 'format' = 'avro');", "'format' = 'avro' is not supported", "1:68"),
+    (
+        "CREATE TABLE t (a MAP<STRING, INT>) WITH ('connector' = 'kafka', 'topic' = 't');",
+        "type MAP<STRING, INT> is not supported",
+        "1:19",
+    ),
+    (
+        "CREATE TABLE t (a INT) WITH ('connector' = 'kafka',\n 'topic' = 't', 'scan.foo' = '1');",
+        "option 'scan.foo' is not supported",
+        "2:17",
+    ),
+    (
+        "CREATE TABLE t (a INT) WITH ('connector' = 'filesystem');",
+        "'connector' = 'filesystem' is not supported",
+        "1:30",
+    ),
+    (
+        "CREATE TABLE t (a INT) WITH ('connector' = 'kafka', 'topic' = 't', 'format' = 'avro');",
+        "'format' = 'avro' is not supported",
+        "1:68",
+    ),
     ("CREATE TABLE t (a INT) WITH ('connector' = 'kafka');", "option 'topic' is required", "1:30"),
     ("CREATE TABLE t (a INT);", "WITH ('connector' = ...) is required", "1:22"),
-    ("CREATE TABLE t (a INT, m INT METADATA FROM 'offset') WITH ('connector' = 'kafka', 'topic' = 't');", "METADATA columns are not supported", "1:24"),
-    ("CREATE TABLE t (a INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts + INTERVAL '1' SECOND)"
-     " WITH ('connector' = 'kafka', 'topic' = 't');", "only ts or ts - INTERVAL 'n' unit", "1:61"),
-    ("CREATE TABLE t (a INT, WATERMARK FOR a AS a) WITH ('connector' = 'kafka', 'topic' = 't');", "not a TIMESTAMP", "1:1"),
-    ("CREATE TABLE t (a INT, PRIMARY KEY (a)) WITH ('connector' = 'kafka', 'topic' = 't');", "must be NOT ENFORCED", "1:24"),
+    (
+        "CREATE TABLE t (a INT, m INT METADATA FROM 'offset') WITH ('connector' = 'kafka', 'topic' = 't');",
+        "METADATA columns are not supported",
+        "1:24",
+    ),
+    (
+        "CREATE TABLE t (a INT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts + INTERVAL '1' SECOND)"
+        " WITH ('connector' = 'kafka', 'topic' = 't');",
+        "only ts or ts - INTERVAL 'n' unit",
+        "1:61",
+    ),
+    (
+        "CREATE TABLE t (a INT, WATERMARK FOR a AS a) WITH ('connector' = 'kafka', 'topic' = 't');",
+        "not a TIMESTAMP",
+        "1:1",
+    ),
+    (
+        "CREATE TABLE t (a INT, PRIMARY KEY (a)) WITH ('connector' = 'kafka', 'topic' = 't');",
+        "must be NOT ENFORCED",
+        "1:24",
+    ),
     ("CREATE TABLE t (a INT) WITH ('connector' = 'upsert-kafka', 'topic' = 't');", "needs a PRIMARY KEY", "1:1"),
-    ("CREATE TABLE t (a INT) WITH ('connector' = 'jdbc', 'url' = 'jdbc:mysql://x/y', 'table-name' = 't');", "writes PostgreSQL", "1:52"),
+    (
+        "CREATE TABLE t (a INT) WITH ('connector' = 'jdbc', 'url' = 'jdbc:mysql://x/y', 'table-name' = 't');",
+        "writes PostgreSQL",
+        "1:52",
+    ),
     ("SET 'table.exec.state.ttl' = '1 h';", "SET 'table.exec.state.ttl' is not supported", "1:1"),
     ("SET 'table.local-time-zone' = 'Europe/Paris';", "only 'UTC'", "1:1"),
     ("EXECUTE STATEMENT SET BEGIN\nSET 'a' = 'b';\nEND;", "holds INSERT statements, not SET", "2:1"),
     ("INSERT INTO nowhere SELECT id FROM orders;", "INSERT INTO nowhere: no such table", "22:1"),
     ("INSERT INTO out SELECT id FROM nothing;", "no table nothing", "22:32"),
-    ("INSERT INTO out SELECT id, `user`\nFROM orders o JOIN orders p ON o.id = p.id;", "JOIN is not supported", "23:20"),
+    (
+        "INSERT INTO out SELECT id, `user`\nFROM orders o JOIN orders p ON o.id = p.id;",
+        "JOIN is not supported",
+        "23:20",
+    ),
     ("INSERT INTO out SELECT id, `user` FROM orders ORDER BY id;", "ORDER BY is not supported", "22:"),
     ("INSERT INTO out SELECT id, `user` FROM orders LIMIT 3;", "LIMIT is not supported", "22:"),
     ("INSERT INTO out SELECT DISTINCT id, `user` FROM orders;", "SELECT DISTINCT is not supported", "22:"),
     ("INSERT INTO out SELECT id, `user` FROM (SELECT * FROM orders);", "a subquery in FROM is not supported", "22:"),
-    ("INSERT INTO out SELECT id, `user` FROM orders WHERE id IN (SELECT id FROM orders);", "a subquery is not supported", "22:"),
-    ("INSERT INTO out SELECT id,\n  ROW_NUMBER() OVER (PARTITION BY `user` ORDER BY ts) FROM orders;", "OVER (...) is not supported", "23:3"),
-    ("INSERT INTO out SELECT id, `user` FROM orders UNION ALL SELECT id, `user` FROM orders;", "UNION is not supported", "22:"),
+    (
+        "INSERT INTO out SELECT id, `user` FROM orders WHERE id IN (SELECT id FROM orders);",
+        "a subquery is not supported",
+        "22:",
+    ),
+    (
+        "INSERT INTO out SELECT id,\n  ROW_NUMBER() OVER (PARTITION BY `user` ORDER BY ts) FROM orders;",
+        "OVER (...) is not supported",
+        "23:3",
+    ),
+    (
+        "INSERT INTO out SELECT id, `user` FROM orders UNION ALL SELECT id, `user` FROM orders;",
+        "UNION is not supported",
+        "22:",
+    ),
     ("INSERT INTO out SELECT id, REVERSE(`user`) FROM orders;", "function REVERSE is not supported", "22:28"),
     ("INSERT INTO out SELECT id FROM orders;", "the SELECT gives 1 columns, the table has 2", "22:"),
     ("INSERT INTO out SELECT id, nope FROM orders;", "column nope is not in the input", "22:28"),
     ("INSERT INTO out SELECT id, x.`user` FROM orders;", "no table or alias x in FROM", "22:"),
-    ("INSERT INTO totals SELECT `user`, COUNT(*) FROM orders;", "column user is neither grouped nor aggregated", "22:27"),
-    ("INSERT INTO out SELECT id, `user` FROM orders GROUP BY id, `user`;", "the sink must be 'upsert-kafka' or 'jdbc'", "22:"),
-    ("INSERT INTO totals SELECT `user`, id FROM orders GROUP BY `user`, id;", "must hold exactly the GROUP BY keys", "22:"),
-    ("INSERT INTO totals SELECT `user`, STDDEV(amount) FROM orders GROUP BY `user`;", "aggregate STDDEV is not supported", "22:35"),
+    (
+        "INSERT INTO totals SELECT `user`, COUNT(*) FROM orders;",
+        "column user is neither grouped nor aggregated",
+        "22:27",
+    ),
+    (
+        "INSERT INTO out SELECT id, `user` FROM orders GROUP BY id, `user`;",
+        "the sink must be 'upsert-kafka' or 'jdbc'",
+        "22:",
+    ),
+    (
+        "INSERT INTO totals SELECT `user`, id FROM orders GROUP BY `user`, id;",
+        "must hold exactly the GROUP BY keys",
+        "22:",
+    ),
+    (
+        "INSERT INTO totals SELECT `user`, STDDEV(amount) FROM orders GROUP BY `user`;",
+        "aggregate STDDEV is not supported",
+        "22:35",
+    ),
     ("INSERT INTO out SELECT id, `user` FROM orders WHERE COUNT(*) > 1;", "an aggregate in WHERE", "22:"),
-    ("INSERT INTO out SELECT window_start, `user`\nFROM TABLE(SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))\n"
-     "GROUP BY window_start, window_end, `user`;", "table function SESSION is not supported", "23:12"),
-    ("INSERT INTO out SELECT COUNT(*), `user` FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))\n"
-     "GROUP BY window_start, `user`;", "groups by window_start, window_end (both)", "23:"),
-    ("INSERT INTO out SELECT COUNT(*), `user` FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(id), INTERVAL '1' SECOND))\n"
-     "GROUP BY window_start, window_end, `user`;", "not the table's event time", "22:73"),
-    ("INSERT INTO out SELECT COUNT(*), `user` FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' MONTH))\n"
-     "GROUP BY window_start, window_end, `user`;", "positive INTERVAL literals", "22:"),
-    ("INSERT INTO out SELECT COUNT(*), `user` FROM TABLE(HOP(TABLE orders, DESCRIPTOR(ts), INTERVAL '3' SECOND, INTERVAL '10' SECOND))\n"
-     "GROUP BY window_start, window_end, `user`;", "must be a multiple of its slide", "22:"),
+    (
+        "INSERT INTO out SELECT window_start, `user`\n"
+        "FROM TABLE(SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))\n"
+        "GROUP BY window_start, window_end, `user`;",
+        "table function SESSION is not supported",
+        "23:12",
+    ),
+    (
+        "INSERT INTO out SELECT COUNT(*), `user` "
+        "FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))\n"
+        "GROUP BY window_start, `user`;",
+        "groups by window_start, window_end (both)",
+        "23:",
+    ),
+    (
+        "INSERT INTO out SELECT COUNT(*), `user` "
+        "FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(id), INTERVAL '1' SECOND))\n"
+        "GROUP BY window_start, window_end, `user`;",
+        "not the table's event time",
+        "22:73",
+    ),
+    (
+        "INSERT INTO out SELECT COUNT(*), `user` FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' MONTH))\n"
+        "GROUP BY window_start, window_end, `user`;",
+        "positive INTERVAL literals",
+        "22:",
+    ),
+    (
+        "INSERT INTO out SELECT COUNT(*), `user` "
+        "FROM TABLE(HOP(TABLE orders, DESCRIPTOR(ts), INTERVAL '3' SECOND, INTERVAL '10' SECOND))\n"
+        "GROUP BY window_start, window_end, `user`;",
+        "must be a multiple of its slide",
+        "22:",
+    ),
     ("INSERT OVERWRITE out SELECT id, `user` FROM orders;", "INSERT OVERWRITE is not supported", "22:1"),
     ("INSERT INTO out (id, u) SELECT id, `user` FROM orders;", "INSERT INTO sink (columns) is not supported", "22:1"),
     ("INSERT INTO out SELECT id, `user` FROM orders WHERE;", "does not parse", "22:"),
