@@ -13,6 +13,7 @@ same SQL submitted again has the same uids, so a savepoint restores into it."""
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -128,13 +129,22 @@ class RowEncoder:
         self.columns = tuple((c.name, c.type.kind) for c in table.columns)
 
     def values(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(row[name] for name, _ in self.columns)
+        """The row's values in the table's column order, as PostgreSQL takes them (a TIMESTAMP as a
+        UTC ``datetime`` without zone, for a ``timestamp`` column)."""
+        return tuple(
+            _utc(row[name]) if kind is Kind.TIMESTAMP and row[name] is not None else row[name]
+            for name, kind in self.columns
+        )
 
     def json(self, row: Mapping[str, Any]) -> dict[str, Any]:
         return {name: to_json(row[name], kind) for name, kind in self.columns}
 
     def __call__(self, row: Mapping[str, Any]) -> bytes:
         return json_codec.encode(self.json(row))
+
+
+def _utc(ms: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
 
 
 def _event_time(column: str) -> Callable[[Mapping[str, Any]], int]:

@@ -1,0 +1,203 @@
+"""SQL jobs run in this process by the ``weir_job`` runner (weir.testing: the job's own operators,
+checkpoints, no services), each sink's committed records compared, as a multiset of whole records,
+with what plain Python computes over the same input."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
+from weir.sql import plan_script, source_uid
+
+if TYPE_CHECKING:
+    from weir.testing import RunJob
+
+pytest_plugins = ["weir.testing"]
+
+ORDERS = """CREATE TABLE orders (
+  id BIGINT, u STRING, amount DOUBLE, qty INT, note STRING, ts TIMESTAMP(3),
+  total AS amount * qty,
+  WATERMARK FOR ts AS ts - INTERVAL '2' SECOND
+) WITH ('connector' = 'kafka', 'topic' = 'orders', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset');
+"""
+
+
+def orders(n: int = 120) -> list[dict[str, Any]]:
+    """Orders in event-time order, a few fields NULL; ts as Flink's JSON writes a TIMESTAMP(3)."""
+    rows = []
+    for i in range(n):
+        ms = 1_000 * i + (i * 37) % 900
+        rows.append(
+            {
+                "id": i,
+                "u": f"u{i % 4}",
+                "amount": None if i % 13 == 5 else float(i % 9),
+                "qty": i % 5,
+                "note": None if i % 3 else f"n{i}",
+                "ts": f"2024-01-01 00:{ms // 60_000:02d}:{ms // 1000 % 60:02d}.{ms % 1000:03d}",
+            }
+        )
+    return rows
+
+
+BASE_MS = 1_704_067_200_000  # 2024-01-01 00:00:00 UTC
+
+
+def ms_of(row: Mapping[str, Any]) -> int:
+    minutes, rest = row["ts"].split(" ")[1].split(":")[1:]
+    seconds, millis = rest.split(".")
+    return BASE_MS + int(minutes) * 60_000 + int(seconds) * 1_000 + int(millis)
+
+
+def run(
+    tmp_path: Path, weir_job: RunJob, script: str, rows: Iterable[Mapping[str, Any]], *, failures: bool = False
+) -> dict[str, list[Any]]:
+    """Each sink table's committed rows; with ``failures``, also ``weir test --failures`` over the same
+    input (a failure at every checkpoint and crash point: the committed output must not change)."""
+    job = tmp_path / "sql_job.py"
+    job.write_text(f"from weir.sql import sql\n\nSCRIPT = {script!r}\n\n\ndef build(env):\n    sql(env, SCRIPT)\n")
+    result = weir_job(job, sources={source_uid("orders"): [json.dumps(r).encode() for r in rows]}, checkpoint_every=25)
+    if failures:
+        result.with_failures()
+    by_table = {}
+    for statement in plan_script(script).inserts:
+        uids = [uid for uid in result.sinks if uid.startswith(statement.uid_prefix + "-")]
+        assert len(uids) == 1, uids
+        by_table[statement.insert.sink] = result.sinks[uids[0]]
+    return by_table
+
+
+def multiset(records: Iterable[Mapping[str, Any]]) -> Counter[str]:
+    return Counter(json.dumps(r, sort_keys=True) for r in records)
+
+
+def test_projection_where_and_scalar_functions(tmp_path: Path, weir_job: RunJob) -> None:
+    script = (
+        ORDERS
+        + """CREATE TABLE out (id BIGINT, tag STRING, size STRING, note STRING, off DOUBLE, initial STRING,
+  total DOUBLE, half BIGINT, late BOOLEAN)
+  WITH ('connector' = 'kafka', 'topic' = 'out', 'format' = 'json');
+INSERT INTO out
+SELECT id,
+       UPPER(u) || '-' || CAST(id AS STRING),
+       CASE WHEN amount >= 6 THEN 'big' WHEN amount >= 3 THEN 'mid' ELSE 'small' END,
+       COALESCE(note, 'none'),
+       ABS(amount - 4.5),
+       SUBSTRING(u, 2, 1),
+       total,
+       id / 2,
+       ts > TIMESTAMP '2024-01-01 00:01:00'
+FROM orders
+WHERE (amount > 1 AND NOT u = 'u2') OR MOD(id, 10) = 0;
+"""
+    )
+    rows = orders()
+    expected = []
+    for r in rows:
+        amount = r["amount"]
+        keep = (amount is not None and amount > 1 and r["u"] != "u2") or r["id"] % 10 == 0
+        if not keep:
+            continue
+        size = None if amount is None else "big" if amount >= 6 else "mid" if amount >= 3 else "small"
+        expected.append(
+            {
+                "id": r["id"],
+                "tag": f"{r['u'].upper()}-{r['id']}",
+                "size": "small" if amount is None else size,
+                "note": r["note"] if r["note"] is not None else "none",
+                "off": None if amount is None else abs(amount - 4.5),
+                "initial": r["u"][1],
+                "total": None if amount is None else amount * r["qty"],
+                "half": r["id"] // 2,
+                "late": ms_of(r) > BASE_MS + 60_000,
+            }
+        )
+    assert len(expected) > 40
+    assert multiset(run(tmp_path, weir_job, script, rows)["out"]) == multiset(expected)
+
+
+def test_group_by_emits_each_keys_updated_row_to_an_upsert_sink(tmp_path: Path, weir_job: RunJob) -> None:
+    script = (
+        ORDERS
+        + """CREATE TABLE per_user (u STRING, n BIGINT, amounts DOUBLE, low DOUBLE, high DOUBLE, mean DOUBLE,
+  qtys BIGINT, PRIMARY KEY (u) NOT ENFORCED)
+  WITH ('connector' = 'upsert-kafka', 'topic' = 'per-user', 'key.format' = 'json', 'value.format' = 'json');
+INSERT INTO per_user
+SELECT u, COUNT(*), SUM(amount), MIN(amount), MAX(amount), AVG(amount), COUNT(DISTINCT qty)
+FROM orders WHERE id <> 7 GROUP BY u;
+"""
+    )
+    rows = orders()
+    seen: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    expected = []
+    for r in rows:
+        if r["id"] == 7:
+            continue
+        seen[r["u"]].append(r)
+        group = seen[r["u"]]
+        amounts = [g["amount"] for g in group if g["amount"] is not None]
+        expected.append(
+            {
+                "u": r["u"],
+                "n": len(group),
+                "amounts": sum(amounts) if amounts else None,
+                "low": min(amounts) if amounts else None,
+                "high": max(amounts) if amounts else None,
+                "mean": sum(amounts) / len(amounts) if amounts else None,
+                "qtys": len({g["qty"] for g in group}),
+            }
+        )
+    assert len(expected) == len(rows) - 1
+    assert multiset(run(tmp_path, weir_job, script, rows, failures=True)["per_user"]) == multiset(expected)
+
+
+def windows_of(ms: int, size: int, slide: int) -> list[int]:
+    last = ms - ms % slide
+    return [start for start in range(last, ms - size, -slide)]
+
+
+@pytest.mark.parametrize(("tvf", "size", "slide"), [("TUMBLE", 10_000, 10_000), ("HOP", 10_000, 5_000)])
+def test_window_tvf_aggregation(tmp_path: Path, weir_job: RunJob, tvf: str, size: int, slide: int) -> None:
+    intervals = f"INTERVAL '{size // 1000}' SECOND" if tvf == "TUMBLE" else (
+        f"INTERVAL '{slide // 1000}' SECOND, INTERVAL '{size // 1000}' SECOND"
+    )
+    script = (
+        ORDERS
+        + f"""CREATE TABLE win (u STRING, window_start TIMESTAMP(3), window_end TIMESTAMP(3), n BIGINT,
+  amounts DOUBLE, top DOUBLE, PRIMARY KEY (u, window_start) NOT ENFORCED)
+  WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://localhost:5432/weir', 'table-name' = 'win');
+INSERT INTO win
+SELECT u, window_start, window_end, COUNT(*), SUM(amount), MAX(total)
+FROM TABLE({tvf}(TABLE orders, DESCRIPTOR(ts), {intervals}))
+WHERE qty > 0
+GROUP BY u, window_start, window_end;
+"""
+    )
+    rows = orders()
+    groups: dict[tuple[str, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["qty"] > 0:
+            for start in windows_of(ms_of(r), size, slide):
+                groups[(r["u"], start)].append(r)
+    expected = []
+    for (u, start), members in groups.items():
+        amounts = [m["amount"] for m in members if m["amount"] is not None]
+        totals = [m["amount"] * m["qty"] for m in members if m["amount"] is not None]
+        expected.append(
+            {
+                "u": u,
+                "window_start": start,
+                "window_end": start + size,
+                "n": len(members),
+                "amounts": sum(amounts) if amounts else None,
+                "top": max(totals) if totals else None,
+            }
+        )
+    assert len(expected) > 40
+    assert multiset(run(tmp_path, weir_job, script, rows, failures=True)["win"]) == multiset(expected)
