@@ -19,8 +19,17 @@ from weir.api import DataStream, Environment
 from weir.sql.catalog import Table
 from weir.sql.compile import Operator, compile_insert, source_uid, statement_digest
 from weir.sql.errors import Position, SqlError
-from weir.sql.plan import InsertPlan, plan_insert
-from weir.sql.script import CreateTable, Explain, Insert, SetOption, Statement, StatementSet, parse_script
+from weir.sql.plan import Catalog, InsertPlan, plan_insert
+from weir.sql.script import (
+    CreateTable,
+    CreateView,
+    Explain,
+    Insert,
+    SetOption,
+    Statement,
+    StatementSet,
+    parse_script,
+)
 
 SETTINGS: Final = {
     "pipeline.name": "the job's name (weir sql)",
@@ -50,6 +59,7 @@ def plan_script(text: str) -> Script:
     """Read and plan every statement; the first one Weir does not run raises SqlError (one line, ``line:column``)."""
     statements: tuple[Statement, ...] = parse_script(text)
     tables: dict[str, Table] = {}
+    views: dict[str, CreateView] = {}
     settings: dict[str, str] = {}
     inserts: list[PlannedStatement] = []
     explains: list[tuple[Position, tuple[PlannedStatement, ...]]] = []
@@ -63,15 +73,19 @@ def plan_script(text: str) -> Script:
         else:
             n = seen[digest] + 1
         prefix = f"sql-{digest}" + ("" if n == 1 else f"-{n}")
-        return PlannedStatement(insert, plan_insert(insert, tables, text), prefix)
+        return PlannedStatement(insert, plan_insert(insert, Catalog(dict(tables), dict(views)), text), prefix)
 
     for statement in statements:
         match statement:
             case CreateTable():
                 name = statement.table.name
-                if name in tables:
+                if name in tables or name in views:
                     raise SqlError(f"table {name} is created twice", statement.position)
                 tables[name] = statement.table
+            case CreateView():
+                if statement.name in tables or statement.name in views:
+                    raise SqlError(f"view {statement.name}: the name is taken", statement.position)
+                views[statement.name] = statement
             case SetOption():
                 if statement.key not in SETTINGS:
                     raise SqlError(

@@ -281,7 +281,7 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
         case Scan():
             return _scan(env, node, uids, script)
         case WindowTvf():
-            return _scan(env, node.input, uids, script)  # the windows are assigned by the aggregate
+            return _node(env, node.input, uids, script)  # the windows are assigned by the aggregate
         case Filter():
             upstream = _node(env, node.input, uids, script)
             uid = uids.next("filter", node.condition.sql)

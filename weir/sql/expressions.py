@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+from decimal import Decimal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -94,13 +95,26 @@ def _mod(a: Any, b: Any) -> Any:
     return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else a - b * int(a / b)
 
 
+def _numbers(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    """Arithmetic over SQL's numbers: a DECIMAL literal (``Decimal``) with a DOUBLE is a DOUBLE."""
+
+    def call(a: Any, b: Any) -> Any:
+        if isinstance(a, Decimal) and isinstance(b, float):
+            a = float(a)
+        elif isinstance(b, Decimal) and isinstance(a, float):
+            b = float(b)
+        return fn(a, b)
+
+    return call
+
+
 _BINARY: Final[dict[type[exp.Expr], Callable[[Any, Any], Any]]] = {
-    exp.Add: lambda a, b: a + b,
-    exp.Sub: lambda a, b: a - b,
-    exp.Mul: lambda a, b: a * b,
-    exp.Div: _divide,
-    exp.IntDiv: _divide,
-    exp.Mod: _mod,
+    exp.Add: _numbers(lambda a, b: a + b),
+    exp.Sub: _numbers(lambda a, b: a - b),
+    exp.Mul: _numbers(lambda a, b: a * b),
+    exp.Div: _numbers(_divide),
+    exp.IntDiv: _numbers(_divide),
+    exp.Mod: _numbers(_mod),
     exp.EQ: lambda a, b: a == b,
     exp.NEQ: lambda a, b: a != b,
     exp.GT: lambda a, b: a > b,
@@ -236,7 +250,10 @@ class _Compiler:
         try:
             return int(text)
         except ValueError:
-            return float(text)
+            pass
+        if "e" in text.lower():
+            return float(text)  # an approximate literal: DOUBLE
+        return Decimal(text)  # an exact literal: DECIMAL (0.908 * price is exact, as in Flink)
 
     def _and(self, left: Evaluate, right: Evaluate) -> Evaluate:
         def evaluate(row: Row) -> Any:

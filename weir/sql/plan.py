@@ -14,7 +14,7 @@ from sqlglot import exp
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
-from weir.sql.script import Insert
+from weir.sql.script import CreateView, Insert
 from weir.sql.types import Kind, SqlType, coerce
 
 WINDOW_COLUMNS: Final = ("window_start", "window_end", "window_time")
@@ -36,10 +36,11 @@ class Scan:
 
 @dataclass(frozen=True)
 class WindowTvf:
-    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`` or ``HOP(..., slide, size)``: rows of ``t`` each
-    in its windows, over the event time of ``ts`` (the table's WATERMARK column)."""
+    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`` or ``HOP(..., slide, size)``: rows of ``t`` (a
+    table or a view) each in its windows, over the event time of ``ts`` (the WATERMARK column, or a
+    view's column passing it through)."""
 
-    input: Scan
+    input: Node
     kind: Literal["TUMBLE", "HOP"]
     time_column: str
     size_ms: int
@@ -108,8 +109,26 @@ _AGGREGATES: Final[dict[type[exp.Expr], AggregateName]] = {
 }
 
 
-def plan_insert(insert: Insert, tables: Mapping[str, Table], script: str) -> InsertPlan:
+@dataclass(frozen=True)
+class Catalog:
+    """The script's tables and views so far (a statement sees those created before it)."""
+
+    tables: Mapping[str, Table]
+    views: Mapping[str, CreateView]
+
+
+@dataclass(frozen=True)
+class Relation:
+    """What a FROM item gives a SELECT: its plan, the columns it emits, and its event-time column."""
+
+    node: Node
+    scope: Scope
+    time_column: str | None
+
+
+def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
     locate = Locate(script, insert.offset)
+    tables = catalog.tables
     sink_table = tables.get(insert.sink)
     if sink_table is None:
         raise SqlError(f"INSERT INTO {insert.sink}: no such table (CREATE TABLE it first)", insert.position)
@@ -120,7 +139,8 @@ def plan_insert(insert: Insert, tables: Mapping[str, Table], script: str) -> Ins
     query = insert.query
     if not isinstance(query, exp.Select):
         raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
-    node, updating, outputs = _plan_select(query, tables, locate)
+    planned = _plan_select(query, catalog, locate)
+    node, updating, outputs = planned.node, planned.updating, planned.outputs
     if len(outputs) != len(sink_table.columns):
         raise locate.refuse(
             query,
@@ -175,9 +195,15 @@ def _check_upsert_sink(
         )
 
 
-def _plan_select(
-    select: exp.Select, tables: Mapping[str, Table], locate: Locate
-) -> tuple[Node, bool, tuple[NamedExpression, ...]]:
+@dataclass(frozen=True)
+class PlannedSelect:
+    node: Project
+    updating: bool
+    outputs: tuple[NamedExpression, ...]
+    relation: Relation  # as a view's readers see it
+
+
+def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> PlannedSelect:
     for key, what in (
         ("joins", "JOIN"),
         ("order", "ORDER BY"),
@@ -191,12 +217,14 @@ def _plan_select(
     ):
         value = select.args.get(key)
         if value:
-            node = value[0] if isinstance(value, list) else value
-            raise locate.refuse(node if isinstance(node, exp.Expr) else select, f"{what} is not supported")
+            first = value[0] if isinstance(value, list) else value
+            raise locate.refuse(first if isinstance(first, exp.Expr) else select, f"{what} is not supported")
     source = select.args.get("from_") or select.args.get("from")
     if source is None:
         raise locate.refuse(select, "a SELECT without FROM is not supported")
-    node, scope = _plan_from(source.this, tables, locate)
+    relation = _plan_from(source.this, catalog, locate)
+    node: Node = relation.node
+    scope = relation.scope
     window = node if isinstance(node, WindowTvf) else None
     group = select.args.get("group")
     having = select.args.get("having")
@@ -213,15 +241,18 @@ def _plan_select(
     elif having is not None:
         raise locate.refuse(having, "HAVING without GROUP BY or an aggregate")
     outputs: list[NamedExpression] = []
+    types: dict[str, SqlType | None] = {}
+    time_column = None
     for i, projection in enumerate(select.expressions):
         if isinstance(projection, exp.Star):
             if group is not None or calls:
                 raise locate.refuse(projection, "SELECT * with GROUP BY")
-            outputs.extend(
-                NamedExpression(name, name, (lambda n: lambda row: row[n])(name))
-                for name in scope.columns
-                if name not in WINDOW_COLUMNS
-            )
+            for name in scope.columns:
+                if name not in WINDOW_COLUMNS:
+                    outputs.append(NamedExpression(name, name, (lambda n: lambda row: row[n])(name)))
+                    types[name] = scope.columns[name]
+                    if name == relation.time_column and not updating and window is None:
+                        time_column = name
             continue
         _refuse_nested(projection, locate)
         name = (
@@ -231,14 +262,19 @@ def _plan_select(
             if isinstance(projection, exp.Column)
             else f"EXPR${i}"
         )
-        outputs.append(
-            _named(projection.this if isinstance(projection, exp.Alias) else projection, name, scope, locate)
-        )
+        value = projection.this if isinstance(projection, exp.Alias) else projection
+        outputs.append(_named(value, name, scope, locate))
+        passes = isinstance(value, exp.Column) and normalized(value) not in scope.computed
+        types[name] = scope.columns.get(value.name) if isinstance(value, exp.Column) else None
+        if passes and value.name == relation.time_column and window is None and not (group or calls):
+            time_column = name  # a column passing the event time through keeps it (a view's rowtime)
     names = [o.name for o in outputs]
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
         raise locate.refuse(select, f"the SELECT names column {duplicate} twice")
-    return Project(node, tuple(outputs)), updating, tuple(outputs)
+    project = Project(node, tuple(outputs))
+    out = Relation(project, Scope(types, frozenset(), {}), time_column)
+    return PlannedSelect(project, updating, tuple(outputs), out)
 
 
 def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
@@ -260,7 +296,26 @@ def _table_scope(table: Table, alias: str | None) -> Scope:
     return Scope(columns, frozenset(qualifiers), {})
 
 
-def _plan_from(source: exp.Expr, tables: Mapping[str, Table], locate: Locate) -> tuple[Scan | WindowTvf, Scope]:
+def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
+    """A table's scan, or a view's plan (planned where it is read: its errors point into its text)."""
+    table = catalog.tables.get(name)
+    if table is not None:
+        return Relation(Scan(table), _table_scope(table, alias), table.watermark.column if table.watermark else None)
+    view = catalog.views.get(name)
+    if view is None:
+        raise locate.refuse(at, f"no table {name} (CREATE TABLE it first)")
+    if not isinstance(view.query, exp.Select):
+        raise SqlError(f"view {name}: {type(view.query).__name__.upper()} is not supported (one SELECT is)", view.position)
+    inner = Catalog(catalog.tables, {n: v for n, v in catalog.views.items() if n != name})  # no view reads itself
+    planned = _plan_select(view.query, inner, Locate(locate.script, view.offset))
+    if planned.updating:
+        raise SqlError(f"view {name}: GROUP BY without a window in a view is not supported", view.position)
+    qualifiers = frozenset({name} | ({alias} if alias else set()))
+    scope = Scope(planned.relation.scope.columns, qualifiers, {})
+    return Relation(planned.node, scope, planned.relation.time_column)
+
+
+def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     if isinstance(source, exp.Subquery):
         raise locate.refuse(source, "a subquery in FROM is not supported")
     if not isinstance(source, exp.Table):
@@ -269,10 +324,7 @@ def _plan_from(source: exp.Expr, tables: Mapping[str, Table], locate: Locate) ->
     if isinstance(source.this, exp.Identifier):
         if source.args.get("db") or source.args.get("catalog"):
             raise locate.refuse(source, "a qualified table name (catalog.db.table) is not supported")
-        table = tables.get(source.name)
-        if table is None:
-            raise locate.refuse(source, f"no table {source.name} (CREATE TABLE it first)")
-        return Scan(table), _table_scope(table, alias)
+        return _named_relation(source.name, alias, source, catalog, locate)
     function = source.this
     if not (
         isinstance(function, exp.Anonymous) and str(function.this).upper() == "TABLE" and len(function.expressions) == 1
@@ -291,9 +343,7 @@ def _plan_from(source: exp.Expr, tables: Mapping[str, Table], locate: Locate) ->
     table_arg, descriptor = args[0], args[1]
     if not isinstance(table_arg, exp.Column) or table_arg.table:
         raise locate.refuse(table_arg, f"{name}'s first argument is TABLE name")
-    table = tables.get(table_arg.name)
-    if table is None:
-        raise locate.refuse(table_arg, f"no table {table_arg.name} (CREATE TABLE it first)")
+    read = _named_relation(table_arg.name, alias, table_arg, catalog, locate)
     if not (
         isinstance(descriptor, exp.Anonymous)
         and str(descriptor.this).upper() == "DESCRIPTOR"
@@ -302,11 +352,11 @@ def _plan_from(source: exp.Expr, tables: Mapping[str, Table], locate: Locate) ->
     ):
         raise locate.refuse(descriptor, f"{name}'s second argument is DESCRIPTOR(time column)")
     time_column = descriptor.expressions[0].name
-    if table.watermark is None or table.watermark.column != time_column:
+    if read.time_column != time_column:
         raise locate.refuse(
             descriptor,
-            f"{name} over {table.name}.{time_column}: not the table's event time "
-            f"(its WATERMARK FOR {table.watermark.column if table.watermark else '... is not declared'})",
+            f"{name} over {table_arg.name}.{time_column}: not its event time "
+            f"({read.time_column + ' is' if read.time_column else 'it has none: no WATERMARK is declared'})",
         )
     durations = []
     for arg in args[2:]:
@@ -317,11 +367,10 @@ def _plan_from(source: exp.Expr, tables: Mapping[str, Table], locate: Locate) ->
     size, slide = (durations[0], durations[0]) if name == "TUMBLE" else (durations[1], durations[0])
     if size % slide != 0:
         raise locate.refuse(tvf, f"HOP's size ({size} ms) must be a multiple of its slide ({slide} ms)")
-    tvf_node = WindowTvf(Scan(table), "TUMBLE" if name == "TUMBLE" else "HOP", time_column, size, slide)
-    scope = _table_scope(table, alias)
-    columns = dict(scope.columns)
+    tvf_node = WindowTvf(read.node, "TUMBLE" if name == "TUMBLE" else "HOP", time_column, size, slide)
+    columns = dict(read.scope.columns)
     columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
-    return tvf_node, Scope(columns, scope.qualifiers, {})
+    return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)
 
 
 def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Locate) -> list[exp.AggFunc]:
@@ -432,6 +481,7 @@ def _check_grouped(node: exp.Expr, scope: Scope, locate: Locate) -> None:
 
 __all__ = [
     "Aggregate",
+    "Catalog",
     "AggregateCall",
     "Filter",
     "InsertPlan",

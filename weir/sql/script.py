@@ -50,6 +50,16 @@ class CreateTable:
 
 
 @dataclass(frozen=True)
+class CreateView:
+    """``CREATE VIEW name AS SELECT ...``: a named query, planned where a statement reads it."""
+
+    name: str
+    query: exp.Query = field(compare=False)
+    offset: int
+    position: Position
+
+
+@dataclass(frozen=True)
 class Insert:
     """``INSERT INTO sink SELECT ...``: ``query`` parsed, ``offset`` of its text in the script,
     ``normalized`` the statement as sqlglot prints it (the operator uids derive from it)."""
@@ -80,7 +90,7 @@ class StatementSet:
     position: Position
 
 
-Statement = CreateTable | Insert | SetOption | Explain | StatementSet
+Statement = CreateTable | CreateView | Insert | SetOption | Explain | StatementSet
 
 
 def _tokens(text: str) -> list[Token]:
@@ -136,7 +146,11 @@ def _statement(text: Text, tokens: list[Token]) -> Statement:
         case "CREATE":
             if words[1] == "TABLE":
                 return CreateTable(_create_table(text, tokens), position)
-            raise SqlError(f"CREATE {tokens[1].text} is not supported (CREATE TABLE is)", text.at(tokens[1].start))
+            if words[1] == "VIEW" or words[1:3] == ["TEMPORARY", "VIEW"]:
+                return _create_view(text, tokens)
+            raise SqlError(
+                f"CREATE {tokens[1].text} is not supported (CREATE TABLE and CREATE VIEW are)", text.at(tokens[1].start)
+            )
         case "INSERT":
             return _insert(text, tokens)
         case "SET":
@@ -233,7 +247,23 @@ def _parse_error(text: Text, exc: ParseError, offset: int) -> SqlError:
 _TVFS = ("TUMBLE", "HOP")
 
 
-def _insert(text: Text, tokens: list[Token]) -> Insert:
+def _create_view(text: Text, tokens: list[Token]) -> CreateView:
+    position = text.at(tokens[0].start)
+    i = 3 if _word(tokens[1]) == "TEMPORARY" else 2
+    if [_word(t) for t in tokens[i : i + 3]] == ["IF", "NOT", "EXISTS"]:
+        i += 3
+    if i + 2 >= len(tokens) or _word(tokens[i + 1]) != "AS":
+        raise SqlError("CREATE VIEW takes a name, AS and a SELECT (a column list is not supported)", position)
+    _refuse_table_functions(text, tokens)
+    body = tokens[i + 2 :]
+    source, offset = _source_text(text, body)
+    query = parse_expression(text, source, offset)
+    if not isinstance(query, exp.Query):
+        raise SqlError("CREATE VIEW ... AS takes a SELECT", text.at(body[0].start))
+    return CreateView(tokens[i].text, query, offset, position)
+
+
+def _refuse_table_functions(text: Text, tokens: list[Token]) -> None:
     for i in range(len(tokens) - 3):
         if (
             tokens[i].token_type is TokenType.TABLE
@@ -245,6 +275,10 @@ def _insert(text: Text, tokens: list[Token]) -> Insert:
                 f"table function {tokens[i + 2].text} is not supported ({' and '.join(_TVFS)} are)",
                 text.at(tokens[i + 2].start),
             )
+
+
+def _insert(text: Text, tokens: list[Token]) -> Insert:
+    _refuse_table_functions(text, tokens)
     source, offset = _source_text(text, tokens)
     parsed = parse_expression(text, source, offset)
     position = text.at(tokens[0].start)
@@ -463,6 +497,7 @@ def _with_options(
 
 __all__ = [
     "CreateTable",
+    "CreateView",
     "Explain",
     "Insert",
     "SetOption",

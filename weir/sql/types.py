@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 from dataclasses import dataclass
+from decimal import Decimal
 from enum import Enum
 from typing import Any, assert_never
 
@@ -81,14 +82,14 @@ def coerce(value: Any, kind: Kind) -> Any:
         return None
     match kind:
         case Kind.INTEGER:
-            if isinstance(value, bool) or not isinstance(value, int | float | str):
+            if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
                 raise ValueError(f"not an integer: {value!r}")
             number = int(value)
-            if isinstance(value, float) and number != value:
+            if isinstance(value, float | Decimal) and number != value:
                 raise ValueError(f"not an integer: {value!r}")
             return number
         case Kind.DOUBLE:
-            if isinstance(value, bool) or not isinstance(value, int | float | str):
+            if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
                 raise ValueError(f"not a number: {value!r}")
             return float(value)
         case Kind.STRING:

@@ -924,6 +924,103 @@ def verify(
         raise typer.Exit(EXIT_FAILURE)
 
 
+def sql_job_source(script: str) -> str:
+    """The job file ``weir sql`` submits: the script, run by ``weir.sql.sql`` in ``build(env)``."""
+    return (
+        '"""A streaming SQL job (weir sql): the script below, compiled to job API calls by weir.sql."""\n\n'
+        "from weir.sql import sql\n\n"
+        f"SCRIPT = {script!r}\n\n\n"
+        "def build(env):\n"
+        "    sql(env, SCRIPT)\n"
+    )
+
+
+@app.command("sql")
+def sql_command(
+    script_file: Annotated[
+        Path | None, typer.Argument(metavar="[FILE.sql]", help="A Flink SQL script (or -e).")
+    ] = None,
+    execute: Annotated[
+        str | None, typer.Option("--execute", "-e", metavar="SQL", help="The script's text itself.")
+    ] = None,
+    explain_only: Annotated[
+        bool, typer.Option("--explain", help="Print every INSERT's operators with their uids; submit nothing.")
+    ] = False,
+    parallelism: Annotated[
+        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "--detached", "-d", help="Print the job id and return at once.")
+    ] = False,
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    from_checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--from-savepoint",
+            "--from-checkpoint",
+            "-s",
+            metavar="PATH",
+            help="Start from this savepoint or retained checkpoint (the same SQL has the same operator uids).",
+        ),
+    ] = None,
+    allow_non_restored_state: Annotated[
+        bool,
+        typer.Option("--allow-non-restored-state", "-n", help="With --from-savepoint: drop state of removed operators."),
+    ] = False,
+    json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
+) -> None:
+    """Submit a Flink SQL script as a job (docs/sql.md): CREATE TABLE, INSERT INTO ... SELECT, STATEMENT
+    SET, SET. EXPLAIN statements (or --explain) print each INSERT's operators and uids. A construct
+    Weir does not run is refused before anything is submitted: one line with its line:column (exit 2)."""
+    import tempfile
+
+    from weir.core.errors import JobDefinitionError
+    from weir.sql import explain, plan_script
+
+    if (script_file is None) == (execute is None):
+        raise JobDefinitionError("give a SQL file or -e \"SQL\", one of them")
+    if script_file is not None:
+        try:
+            script = script_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            message = "does not exist" if not script_file.exists() else f"cannot be read: {exc.strerror}"
+            raise JobDefinitionError(f"SQL file {script_file} {message}") from exc
+    else:
+        assert execute is not None
+        script = execute
+    planned = plan_script(script)
+    if planned.explains or explain_only:
+        _stdout().print(escape(explain(script)), soft_wrap=True)
+    if explain_only or not planned.inserts:
+        return
+    stem = script_file.stem if script_file is not None else "sql"
+    name = planned.settings.get("pipeline.name", stem)
+    if "parallelism.default" in planned.settings and parallelism is None:
+        parallelism = int(planned.settings["parallelism.default"])
+    with tempfile.TemporaryDirectory(prefix="weir-sql-") as folder:
+        job_file = Path(folder) / f"{''.join(c if c.isalnum() else '_' for c in name)}.py"
+        job_file.write_text(sql_job_source(script), encoding="utf-8")
+        run(
+            job_file=job_file,
+            py_files=None,
+            py_requirements=None,
+            py_module=None,
+            parallelism=parallelism,
+            detach=detach,
+            define=define,
+            from_checkpoint=from_checkpoint,
+            allow_non_restored_state=allow_non_restored_state,
+            skip_upgrade_check=False,
+            json_output=json_output,
+            jobmanager=jobmanager,
+            profile=profile,
+        )
+
+
 @app.command("test")
 def test_command(
     job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="The job file to run.")],

@@ -126,7 +126,10 @@ def test_explain_prints_each_operator_with_its_uid() -> None:
 REFUSED = [
     # (script, the line's expected text, line:column)
     ("DROP TABLE orders;", "statement DROP is not supported", "1:1"),
-    ("CREATE VIEW v AS SELECT 1;", "CREATE VIEW is not supported", "1:8"),
+    ("CREATE FUNCTION f AS 'my.Fn';", "CREATE FUNCTION is not supported", "1:8"),
+    ("CREATE VIEW v AS SELECT id FROM orders GROUP BY id;\nINSERT INTO out SELECT id, 'x' FROM v;", "view v: GROUP BY", "22:1"),
+    ("CREATE VIEW v AS SELECT id, `user` FROM orders o JOIN orders p ON o.id = p.id;\nINSERT INTO out SELECT * FROM v;",
+     "JOIN is not supported", "22:"),
     (
         "CREATE TABLE t (a MAP<STRING, INT>) WITH ('connector' = 'kafka', 'topic' = 't');",
         "type MAP<STRING, INT> is not supported",
@@ -248,7 +251,7 @@ REFUSED = [
         "INSERT INTO out SELECT COUNT(*), `user` "
         "FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(id), INTERVAL '1' SECOND))\n"
         "GROUP BY window_start, window_end, `user`;",
-        "not the table's event time",
+        "not its event time (ts is)",
         "22:73",
     ),
     (
