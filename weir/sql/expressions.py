@@ -7,9 +7,9 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
-from decimal import Decimal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, Final
 
 from sqlglot import exp

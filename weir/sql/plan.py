@@ -305,7 +305,8 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
     if view is None:
         raise locate.refuse(at, f"no table {name} (CREATE TABLE it first)")
     if not isinstance(view.query, exp.Select):
-        raise SqlError(f"view {name}: {type(view.query).__name__.upper()} is not supported (one SELECT is)", view.position)
+        kind = type(view.query).__name__.upper()
+        raise SqlError(f"view {name}: {kind} is not supported (one SELECT is)", view.position)
     inner = Catalog(catalog.tables, {n: v for n, v in catalog.views.items() if n != name})  # no view reads itself
     planned = _plan_select(view.query, inner, Locate(locate.script, view.offset))
     if planned.updating:

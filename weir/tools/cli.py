@@ -967,7 +967,9 @@ def sql_command(
     ] = None,
     allow_non_restored_state: Annotated[
         bool,
-        typer.Option("--allow-non-restored-state", "-n", help="With --from-savepoint: drop state of removed operators."),
+        typer.Option(
+            "--allow-non-restored-state", "-n", help="With --from-savepoint: drop the state of removed operators."
+        ),
     ] = False,
     json_output: JsonOption = False,
     jobmanager: JobManagerOption = None,

@@ -127,7 +127,11 @@ REFUSED = [
     # (script, the line's expected text, line:column)
     ("DROP TABLE orders;", "statement DROP is not supported", "1:1"),
     ("CREATE FUNCTION f AS 'my.Fn';", "CREATE FUNCTION is not supported", "1:8"),
-    ("CREATE VIEW v AS SELECT id FROM orders GROUP BY id;\nINSERT INTO out SELECT id, 'x' FROM v;", "view v: GROUP BY", "22:1"),
+    (
+        "CREATE VIEW v AS SELECT id FROM orders GROUP BY id;\nINSERT INTO out SELECT id, 'x' FROM v;",
+        "view v: GROUP BY",
+        "22:1",
+    ),
     ("CREATE VIEW v AS SELECT id, `user` FROM orders o JOIN orders p ON o.id = p.id;\nINSERT INTO out SELECT * FROM v;",
      "JOIN is not supported", "22:"),
     (
