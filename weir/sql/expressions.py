@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from decimal import Decimal
+from decimal import ROUND_HALF_UP, Decimal
 from typing import Any, Final
 
 from sqlglot import exp
@@ -382,11 +382,14 @@ def _java_pattern(node: exp.TimeToStr) -> str:
 
 
 def _round(v: Any, digits: int) -> Any:
-    factor = 10**digits
-    scaled = abs(v) * factor
-    rounded = math.floor(scaled + 0.5) / factor
-    result = rounded if v >= 0 else -rounded
-    return int(result) if isinstance(v, int) or digits <= 0 and isinstance(v, int) else result
+    """SQL's ROUND: half away from zero, keeping the argument's type (an integer rounds to itself)."""
+    if isinstance(v, int):
+        return v
+    if isinstance(v, Decimal):
+        return v.quantize(Decimal(1).scaleb(-digits), rounding=ROUND_HALF_UP)
+    factor = 10.0**digits
+    rounded = math.floor(abs(v) * factor + 0.5) / factor
+    return rounded if v >= 0 else -rounded
 
 
 def _text(value: Any) -> str:

@@ -236,6 +236,11 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     updating = False
     if group is not None or calls:
         node, scope, updating = _plan_aggregate(select, group, calls, node, scope, window, locate)
+        if having is not None and updating:
+            raise locate.refuse(
+                having,
+                "HAVING on a GROUP BY without a window is not supported (a key leaving the result needs a delete)",
+            )
         if having is not None:
             node = Filter(node, _named(having.this, "having", scope, locate))
     elif having is not None:

@@ -176,7 +176,8 @@ INSERT INTO win
 SELECT u, window_start, window_end, COUNT(*), SUM(amount), MAX(total)
 FROM TABLE({tvf}(TABLE orders, DESCRIPTOR(ts), {intervals}))
 WHERE qty > 0
-GROUP BY u, window_start, window_end;
+GROUP BY u, window_start, window_end
+HAVING COUNT(*) > 1;
 """
     )
     rows = orders()
@@ -187,6 +188,8 @@ GROUP BY u, window_start, window_end;
                 groups[(r["u"], start)].append(r)
     expected = []
     for (u, start), members in groups.items():
+        if len(members) <= 1:  # HAVING COUNT(*) > 1
+            continue
         amounts = [m["amount"] for m in members if m["amount"] is not None]
         totals = [m["amount"] * m["qty"] for m in members if m["amount"] is not None]
         expected.append(
