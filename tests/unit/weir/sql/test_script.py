@@ -237,7 +237,7 @@ REFUSED = [
         "22:35",
     ),
     ("INSERT INTO out SELECT id, `user` FROM orders WHERE COUNT(*) > 1;", "an aggregate in WHERE", "22:"),
-    ("INSERT INTO totals SELECT `user`, COUNT(*) FROM orders GROUP BY `user` HAVING COUNT(*) > 2;", "HAVING on a", "22:"),
+    ("INSERT INTO totals SELECT `user`, COUNT(*) FROM orders GROUP BY `user` HAVING COUNT(*) > 2;", "HAVING on", "22:"),
     (
         "INSERT INTO out SELECT window_start, `user`\n"
         "FROM TABLE(SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))\n"
