@@ -24,8 +24,11 @@ from weir.api import (
     COMMITTED,
     EARLIEST,
     LATEST,
+    Collector,
     DataStream,
     Environment,
+    KeyedCoProcessFunction,
+    KeyedProcessContext,
     PrintSink,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
@@ -35,7 +38,7 @@ from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
-from weir.sql.plan import Aggregate, AggregateCall, Filter, InsertPlan, Node, Project, Scan, Sink, WindowTvf
+from weir.sql.plan import Aggregate, AggregateCall, Filter, InsertPlan, Join, Node, Project, Scan, Sink, WindowTvf
 from weir.sql.types import Kind, coerce, to_json
 
 
@@ -294,8 +297,57 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return None if upstream is None else upstream.map(lambda row: {n: f(row) for n, f in outputs}, uid=uid)
         case Aggregate():
             return _aggregate(env, node, uids, script)
+        case Join():
+            return _join(env, node, uids, script)
         case _:
             assert_never(node)
+
+
+class RegularJoin(KeyedCoProcessFunction):
+    """An inner equi-join's two sides per key: each row is kept in its side's list state and joined
+    with every row the other side holds (a NULL key never matches, as SQL's ``=``)."""
+
+    def __init__(self, join: Join) -> None:
+        self.left_qualifier, self.right_qualifier = join.left_qualifier, join.right_qualifier
+        self.left_only = tuple(c for c in join.left_columns if c not in join.right_columns)
+        self.right_only = tuple(c for c in join.right_columns if c not in join.left_columns)
+
+    def joined(self, left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+        row = {f"{self.left_qualifier}.{k}": v for k, v in left.items()}
+        row.update({f"{self.right_qualifier}.{k}": v for k, v in right.items()})
+        row.update({k: left[k] for k in self.left_only})
+        row.update({k: right[k] for k in self.right_only})
+        return row
+
+    def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        if None in ctx.key:
+            return
+        ctx.list_state("left").add(value)
+        for other in ctx.list_state("right").get():
+            out.collect(self.joined(value, other))
+
+    def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        if None in ctx.key:
+            return
+        ctx.list_state("right").add(value)
+        for other in ctx.list_state("left").get():
+            out.collect(self.joined(other, value))
+
+
+def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> DataStream | None:
+    left = _node(env, node.left, uids, script)
+    right = _node(env, node.right, uids, script)
+    on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
+    uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join)")
+    if left is None or right is None:
+        return None
+    left_keys = tuple(k.evaluate for k in node.left_keys)
+    right_keys = tuple(k.evaluate for k in node.right_keys)
+    return (
+        left.connect(right)
+        .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
+        .process(RegularJoin(node), uid=uid)
+    )
 
 
 class Accumulators:

@@ -239,8 +239,14 @@ class _Compiler:
         qualifier = node.table
         if qualifier and qualifier not in self.scope.qualifiers:
             raise self.refuse(node, f"column {qualifier}.{name}: no table or alias {qualifier} in FROM")
+        if qualifier and f"{qualifier}.{name}" in self.scope.columns:  # a join's side
+            key = f"{qualifier}.{name}"
+            return lambda row: row[key]
         if name not in self.scope.columns:
-            raise self.refuse(node, f"column {name} is not in the input (columns: {', '.join(self.scope.columns)})")
+            if any(c.endswith(f".{name}") for c in self.scope.columns):
+                raise self.refuse(node, f"column {name} is ambiguous: qualify it with its table or alias")
+            shown = ", ".join(c for c in self.scope.columns if "." not in c)
+            raise self.refuse(node, f"column {name} is not in the input (columns: {shown})")
         return lambda row: row[name]
 
     def _literal(self, node: exp.Literal) -> Any:

@@ -85,13 +85,31 @@ class Aggregate:
 
 
 @dataclass(frozen=True)
+class Join:
+    """``left [INNER] JOIN right ON left.k = right.k [AND ...]``: a regular inner equi-join of two
+    append inputs, every row of each side kept in state (Flink's regular join, without a state TTL),
+    a joined row emitted for each match as the later of the two arrives. The joined row holds every
+    column as ``alias.column``, and as ``column`` where only one side has it; conditions of ON other
+    than the key equalities filter the joined rows."""
+
+    left: Node
+    right: Node
+    left_keys: tuple[NamedExpression, ...]
+    right_keys: tuple[NamedExpression, ...]
+    left_qualifier: str
+    right_qualifier: str
+    left_columns: tuple[str, ...]
+    right_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Sink:
     input: Node
     table: Table
     updating: bool
 
 
-Node = Scan | WindowTvf | Filter | Project | Aggregate
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join
 
 
 @dataclass(frozen=True)
@@ -205,7 +223,6 @@ class PlannedSelect:
 
 def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> PlannedSelect:
     for key, what in (
-        ("joins", "JOIN"),
         ("order", "ORDER BY"),
         ("limit", "LIMIT"),
         ("offset", "OFFSET"),
@@ -223,6 +240,11 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     if source is None:
         raise locate.refuse(select, "a SELECT without FROM is not supported")
     relation = _plan_from(source.this, catalog, locate)
+    joins = select.args.get("joins") or []
+    if len(joins) > 1:
+        raise locate.refuse(joins[1], "a second JOIN is not supported (one two-way join is)")
+    if joins:
+        relation = _plan_join(relation, source.this, joins[0], catalog, locate)
     node: Node = relation.node
     scope = relation.scope
     window = node if isinstance(node, WindowTvf) else None
@@ -301,6 +323,19 @@ def _table_scope(table: Table, alias: str | None) -> Scope:
     return Scope(columns, frozenset(qualifiers), {})
 
 
+def _plan_subquery(source: exp.Subquery, catalog: Catalog, locate: Locate) -> Relation:
+    """``(SELECT ...) AS alias`` in FROM: planned as a view of that name would be."""
+    query = source.this
+    if not isinstance(query, exp.Select):
+        raise locate.refuse(source, f"{type(query).__name__.upper()} in FROM is not supported (a SELECT is)")
+    planned = _plan_select(query, catalog, locate)
+    if planned.updating:
+        raise locate.refuse(source, "a subquery with GROUP BY without a window is not supported in FROM")
+    alias = source.alias or None
+    qualifiers = frozenset({alias}) if alias else frozenset()
+    return Relation(planned.node, Scope(planned.relation.scope.columns, qualifiers, {}), planned.relation.time_column)
+
+
 def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     """A table's scan, or a view's plan (planned where it is read: its errors point into its text)."""
     table = catalog.tables.get(name)
@@ -321,9 +356,101 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
     return Relation(planned.node, scope, planned.relation.time_column)
 
 
+def _qualifier(source: exp.Expr) -> str:
+    return source.alias or (source.name if isinstance(source, exp.Table) else "")
+
+
+def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: Catalog, locate: Locate) -> Relation:
+    kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
+    if side or kind not in ("", "INNER"):
+        raise locate.refuse(join, f"{' '.join(filter(None, (side, kind)))} JOIN is not supported (an INNER JOIN is)")
+    for key in ("using", "method"):
+        if join.args.get(key):
+            raise locate.refuse(join, f"JOIN ... {key.upper()} is not supported (ON left.k = right.k is)")
+    condition = join.args.get("on")
+    if condition is None:
+        raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
+    right_source = join.this
+    right = _plan_from(right_source, catalog, locate)
+    if isinstance(left.node, WindowTvf) or isinstance(right.node, WindowTvf):
+        raise locate.refuse(join, "a JOIN of a window TVF is not supported (join its aggregation's result)")
+    lq, rq = _qualifier(left_source), _qualifier(right_source)
+    if not lq or not rq or lq == rq:
+        raise locate.refuse(join, "each side of a JOIN needs its own name or alias")
+    left_names = tuple(c for c in left.scope.columns if "." not in c)
+    right_names = tuple(c for c in right.scope.columns if "." not in c)
+    columns: dict[str, SqlType | None] = {}
+    for q, names, scope in ((lq, left_names, left.scope), (rq, right_names, right.scope)):
+        for name in names:
+            columns[f"{q}.{name}"] = scope.columns[name]
+    for name in left_names:
+        if name not in right_names:
+            columns[name] = left.scope.columns[name]
+    for name in right_names:
+        if name not in left_names:
+            columns[name] = right.scope.columns[name]
+    joined = Scope(columns, left.scope.qualifiers | right.scope.qualifiers, {})
+    left_keys: list[NamedExpression] = []
+    right_keys: list[NamedExpression] = []
+    residual: list[exp.Expr] = []
+    for conjunct in _conjuncts(condition):
+        if isinstance(conjunct, exp.EQ):
+            sides = (
+                _side_of(conjunct.this, lq, rq, left_names, right_names),
+                _side_of(conjunct.expression, lq, rq, left_names, right_names),
+            )
+            if sides in (("left", "right"), ("right", "left")):
+                a, b = conjunct.this, conjunct.expression
+                if sides[0] == "right":
+                    a, b = b, a
+                left_keys.append(_named(_unqualified(a, lq), f"$lk{len(left_keys)}", left.scope, locate))
+                right_keys.append(_named(_unqualified(b, rq), f"$rk{len(right_keys)}", right.scope, locate))
+                continue
+        residual.append(conjunct)
+    if not left_keys:
+        raise locate.refuse(condition, "a JOIN needs an equality of a column of each side in ON")
+    node: Node = Join(left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names)
+    for conjunct in residual:
+        _refuse_nested(conjunct, locate)
+        node = Filter(node, _named(conjunct, "on", joined, locate))
+    return Relation(node, joined, None)
+
+
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    return [node]
+
+
+def _side_of(
+    node: exp.Expr, lq: str, rq: str, left_names: tuple[str, ...], right_names: tuple[str, ...]
+) -> str | None:
+    """``left``/``right`` when every column of ``node`` is of that side, else None."""
+    sides = set()
+    for column in node.find_all(exp.Column):
+        if column.table == lq or (not column.table and column.name in left_names and column.name not in right_names):
+            sides.add("left")
+        elif column.table == rq or (not column.table and column.name in right_names and column.name not in left_names):
+            sides.add("right")
+        else:
+            return None
+    return sides.pop() if len(sides) == 1 else None
+
+
+def _unqualified(node: exp.Expr, qualifier: str) -> exp.Expr:
+    """A side's key expression with its qualifier dropped: evaluated on that side's own rows."""
+    copy = node.copy()
+    for column in copy.find_all(exp.Column):
+        if column.table == qualifier:
+            column.set("table", None)
+    return copy
+
+
 def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     if isinstance(source, exp.Subquery):
-        raise locate.refuse(source, "a subquery in FROM is not supported")
+        return _plan_subquery(source, catalog, locate)
     if not isinstance(source, exp.Table):
         raise locate.refuse(source, f"FROM {type(source).__name__.upper()} is not supported")
     alias = source.alias or None

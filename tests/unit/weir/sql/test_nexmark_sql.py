@@ -24,7 +24,8 @@ pytest_plugins = ["weir.testing"]
 ROOT = Path(__file__).resolve().parents[4]
 QUERIES = ROOT / "bench/flink/src/main/resources/nexmark"
 EVENTS = 3_000
-CONFIG = nx.NexmarkConfig(events_per_second=1_000)
+CONFIG = nx.NexmarkConfig(events_per_second=100)  # 30 s of event time: 3 tumbling windows of 10 s
+LEAST = {"q0": 2_000, "q1": 2_000, "q2": 3, "q3": 5, "q7": 3, "q8": 5}  # rows the reference gives, at least
 SINK = "'connector' = 'kafka', 'topic' = 'nexmark-out', 'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once'"
 
 
@@ -41,7 +42,7 @@ def test_the_query_files_are_the_reference_text() -> None:
     assert "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0;" in q2
 
 
-@pytest.mark.parametrize("query", ["q0", "q1", "q2"])
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q7", "q8"])
 def test_nexmark_query_equals_the_plain_python_query(tmp_path: Path, weir_job: RunJob, query: str) -> None:
     text = script(query)
     job = tmp_path / f"nexmark_{query}.py"
@@ -50,5 +51,5 @@ def test_nexmark_query_equals_the_plain_python_query(tmp_path: Path, weir_job: R
     (statement,) = plan_script(text).inserts
     (sink,) = [uid for uid in run.sinks if uid.startswith(statement.uid_prefix + "-")]
     expected = ref.multiset(getattr(ref, query)([nx.event(n, CONFIG) for n in range(EVENTS)]))
-    assert sum(expected.values()) > (2 if query == "q2" else 2_000)
+    assert sum(expected.values()) >= LEAST[query]
     assert ref.multiset(run.sinks[sink]) == expected
