@@ -47,6 +47,7 @@ class KafkaTable:
     startup_mode: str  # earliest-offset | latest-offset | group-offsets
     group_id: str | None
     delivery: str  # exactly-once | at-least-once
+    records_per_second: float | None = None  # 'scan.records-per-second' (Weir's): paces each source subtask
 
 
 @dataclass(frozen=True)
@@ -179,6 +180,12 @@ def connector_of(
             )
             bounded = opts.one_of("scan.bounded.mode", "unbounded", ("unbounded", "latest-offset"))
             delivery = opts.one_of("sink.delivery-guarantee", "exactly-once", ("exactly-once", "at-least-once"))
+            pace = opts.get("scan.records-per-second")
+            try:
+                records_per_second = None if pace is None else float(pace)
+            except ValueError:
+                key = "scan.records-per-second"
+                raise opts.refuse(f"option '{key}' = '{pace}' is not a number", key) from None
             connector = KafkaTable(
                 topic=opts.need("topic"),
                 upsert=name == "upsert-kafka",
@@ -186,6 +193,7 @@ def connector_of(
                 startup_mode=startup,
                 group_id=opts.get("properties.group.id"),
                 delivery=delivery,
+                records_per_second=records_per_second,
             )
             opts.get("properties.isolation.level")
             opts.get("properties.linger.ms")

@@ -202,6 +202,7 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> 
                 max_out_of_orderness_ms=delay,
                 starting_offsets=_starting_offsets(connector.startup_mode),
                 group_id=connector.group_id,
+                records_per_second=connector.records_per_second,
                 name=f"sql source {table.name}",
             )
         case NexmarkTable():
