@@ -1,7 +1,9 @@
 """Streaming SQL: a script of Flink SQL statements compiled to an ordinary Weir job (docs/sql.md).
 
 ``sql(env, script)`` in a job's ``build(env)`` adds the script's INSERT statements to the job (with
-whatever else the job builds in Python); ``weir sql FILE.sql`` / ``weir sql -e "..."`` submits a job
+whatever else the job builds in Python) and answers a :class:`SqlJob`, whose ``query(select)`` gives
+the rows of a SELECT over the script's tables as a ``DataStream`` of dicts, for the job to go on with
+in Python; ``weir sql FILE.sql`` / ``weir sql -e "..."`` submits a job
 of that script alone; ``explain(script)`` answers what EXPLAIN prints: each statement's operators
 with their uids.
 
@@ -15,11 +17,13 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Final
 
+from sqlglot import exp
+
 from weir.api import DataStream, Environment
 from weir.sql.catalog import Table
-from weir.sql.compile import Operator, compile_insert, source_uid, statement_digest
+from weir.sql.compile import Operator, compile_insert, compile_query, source_uid, statement_digest
 from weir.sql.errors import Position, SqlError
-from weir.sql.plan import Catalog, InsertPlan, plan_insert
+from weir.sql.plan import Catalog, InsertPlan, plan_insert, plan_query
 from weir.sql.script import (
     CreateTable,
     CreateView,
@@ -28,6 +32,8 @@ from weir.sql.script import (
     SetOption,
     Statement,
     StatementSet,
+    Text,
+    parse_expression,
     parse_script,
 )
 
@@ -50,6 +56,7 @@ class Script:
     """A script read and planned: its tables, its SET options, the INSERTs to run, the EXPLAINs."""
 
     tables: dict[str, Table]
+    views: dict[str, CreateView]
     settings: dict[str, str]
     inserts: tuple[PlannedStatement, ...]
     explains: tuple[tuple[Position, tuple[PlannedStatement, ...]], ...]
@@ -100,16 +107,38 @@ def plan_script(text: str) -> Script:
                 inserts.extend(planned(i) for i in statement.inserts)
             case Explain():
                 explains.append((statement.position, tuple(planned(i, count=False) for i in statement.inserts)))
-    return Script(tables, settings, tuple(inserts), tuple(explains))
+    return Script(tables, views, settings, tuple(inserts), tuple(explains))
 
 
-def sql(env: Environment, text: str) -> Script:
-    """Add the script's INSERT statements to the job ``env`` builds; answers the planned script."""
-    script = plan_script(text)
-    sources: dict[str, DataStream] = {}
-    for statement in script.inserts:
-        compile_insert(env, statement.plan, statement.uid_prefix, text, sources)
-    return script
+class SqlJob:
+    """The SQL of a job: its script planned, its INSERTs added to ``env``'s job, and the tables' sources
+    (one per table in the job) that :meth:`query` reads too."""
+
+    def __init__(self, env: Environment, text: str) -> None:
+        self.env, self.text = env, text
+        self.script = plan_script(text)
+        self.sources: dict[str, DataStream] = {}
+        for statement in self.script.inserts:
+            compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources)
+
+    def query(self, select: str) -> DataStream:
+        """The rows of ``select`` (a SELECT over the script's tables and views) as a stream of dicts,
+        column name -> value, for the job to go on with in Python. A GROUP BY without a window gives
+        each key's updated row after each input row. Its operators' uids are
+        ``sql-<digest of the SELECT>-<n>-<kind>``; its positions count from the SELECT's first line."""
+        parsed = parse_expression(Text(select), select, 0)
+        if not isinstance(parsed, exp.Query):
+            raise SqlError("query() takes a SELECT", Position(1, 1))
+        catalog = Catalog(self.script.tables, self.script.views)
+        plan = plan_query(parsed, 0, catalog, select)
+        prefix = f"sql-{statement_digest(parsed.sql(dialect='spark'))}"
+        return compile_query(self.env, plan.node, prefix, select, self.sources)
+
+
+def sql(env: Environment, text: str) -> SqlJob:
+    """Add the script's INSERT statements to the job ``env`` builds; answers the job's SQL, whose
+    :meth:`SqlJob.query` gives a SELECT's rows as a stream."""
+    return SqlJob(env, text)
 
 
 def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:
@@ -130,4 +159,4 @@ def explain(text: str) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["PlannedStatement", "Script", "SqlError", "explain", "plan_script", "source_uid", "sql"]
+__all__ = ["PlannedStatement", "Script", "SqlError", "SqlJob", "explain", "plan_script", "source_uid", "sql"]

@@ -94,6 +94,16 @@ def compile_insert(
     return operators
 
 
+def compile_query(
+    env: Environment, node: Node, prefix: str, script: str, sources: dict[str, DataStream] | None = None
+) -> DataStream:
+    """A query's rows as a stream of dicts (column name -> value) in ``env``'s job."""
+    uids = _Uids(prefix, [], {} if sources is None else sources)
+    stream = _node(env, node, uids, script)
+    assert stream is not None
+    return stream
+
+
 # -- rows ---------------------------------------------------------------------------------------
 
 
@@ -586,4 +596,4 @@ def _upsert_key(table: Table, encoder: RowEncoder) -> Callable[[Mapping[str, Any
     return key
 
 
-__all__ = ["Compiled", "Operator", "source_uid", "RowDecoder", "RowEncoder", "compile_insert", "statement_digest"]
+__all__ = ["Compiled", "Operator", "compile_query", "source_uid", "RowDecoder", "RowEncoder", "compile_insert", "statement_digest"]

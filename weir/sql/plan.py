@@ -144,6 +144,22 @@ class Relation:
     time_column: str | None
 
 
+@dataclass(frozen=True)
+class QueryPlan:
+    """A SELECT whose rows a Python job reads as a stream (``weir.sql.query``)."""
+
+    node: Project
+    updating: bool
+
+
+def plan_query(query: exp.Query, offset: int, catalog: Catalog, script: str) -> QueryPlan:
+    locate = Locate(script, offset)
+    if not isinstance(query, exp.Select):
+        raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
+    planned = _plan_select(query, catalog, locate)
+    return QueryPlan(planned.node, planned.updating)
+
+
 def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
     locate = Locate(script, insert.offset)
     tables = catalog.tables
@@ -400,9 +416,8 @@ def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: C
                 _side_of(conjunct.expression, lq, rq, left_names, right_names),
             )
             if sides in (("left", "right"), ("right", "left")):
-                a, b = conjunct.this, conjunct.expression
-                if sides[0] == "right":
-                    a, b = b, a
+                swapped = sides == ("right", "left")
+                a, b = (conjunct.expression, conjunct.this) if swapped else (conjunct.this, conjunct.expression)
                 left_keys.append(_named(_unqualified(a, lq), f"$lk{len(left_keys)}", left.scope, locate))
                 right_keys.append(_named(_unqualified(b, rq), f"$rk{len(right_keys)}", right.scope, locate))
                 continue
@@ -426,9 +441,9 @@ def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
 
 def _side_of(
     node: exp.Expr, lq: str, rq: str, left_names: tuple[str, ...], right_names: tuple[str, ...]
-) -> str | None:
+) -> Literal["left", "right"] | None:
     """``left``/``right`` when every column of ``node`` is of that side, else None."""
-    sides = set()
+    sides: set[Literal["left", "right"]] = set()
     for column in node.find_all(exp.Column):
         if column.table == lq or (not column.table and column.name in left_names and column.name not in right_names):
             sides.add("left")
@@ -615,6 +630,8 @@ def _check_grouped(node: exp.Expr, scope: Scope, locate: Locate) -> None:
 __all__ = [
     "Aggregate",
     "Catalog",
+    "QueryPlan",
+    "plan_query",
     "AggregateCall",
     "Filter",
     "InsertPlan",

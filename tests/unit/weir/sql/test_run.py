@@ -233,3 +233,39 @@ END;
     assert multiset(first.sinks[big_uid]) == multiset(expected) and expected
     assert multiset(again.sinks[every_uid]) == multiset(rows)  # a replay generates the same rows
     assert [u for u in first.output.order if "source" in u] == ["sql-source-gen"]
+
+
+MIXED_JOB = '''
+import json
+
+from weir.sql import sql
+
+SCRIPT = {script!r}
+
+
+def build(env):
+    job = sql(env, SCRIPT)
+    rows = job.query("SELECT u, amount * 2 AS twice FROM orders WHERE amount > 5")
+    rows.map(lambda r: {{"who": r["u"].upper(), "twice": r["twice"]}}, uid="py-map").sink_to_kafka(
+        "py-out", uid="py-sink", serializer=lambda r: json.dumps(r).encode()
+    )
+'''
+
+
+def test_a_python_job_reads_a_selects_rows_as_a_stream_beside_the_scripts_inserts(
+    tmp_path: Path, weir_job: RunJob
+) -> None:
+    script = ORDERS + (
+        "CREATE TABLE ids (id BIGINT) WITH ('connector' = 'kafka', 'topic' = 'ids');\n"
+        "INSERT INTO ids SELECT id FROM orders WHERE qty = 0;\n"
+    )
+    job = tmp_path / "mixed_job.py"
+    job.write_text(MIXED_JOB.format(script=script))
+    rows = orders()
+    run = weir_job(job, sources={source_uid("orders"): [json.dumps(r).encode() for r in rows]})
+    expected = [{"who": r["u"].upper(), "twice": r["amount"] * 2} for r in rows if (r["amount"] or 0) > 5]
+    assert expected and multiset(run.sinks["py-sink"]) == multiset(expected)
+    (insert,) = plan_script(script).inserts
+    (ids_uid,) = [u for u in run.sinks if u.startswith(insert.uid_prefix + "-")]
+    assert multiset(run.sinks[ids_uid]) == multiset({"id": r["id"]} for r in rows if r["qty"] == 0)
+    assert [u for u in run.output.order if "source" in u] == ["sql-source-orders"]  # one source for both
