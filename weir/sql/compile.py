@@ -596,4 +596,13 @@ def _upsert_key(table: Table, encoder: RowEncoder) -> Callable[[Mapping[str, Any
     return key
 
 
-__all__ = ["Compiled", "Operator", "compile_query", "source_uid", "RowDecoder", "RowEncoder", "compile_insert", "statement_digest"]
+__all__ = [
+    "Compiled",
+    "Operator",
+    "RowDecoder",
+    "RowEncoder",
+    "compile_insert",
+    "compile_query",
+    "source_uid",
+    "statement_digest",
+]
