@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, assert_never
 
 from weir import nexmark
@@ -49,11 +49,6 @@ class Operator:
     uid: str
     kind: str
     detail: str
-
-
-@dataclass
-class Compiled:
-    operators: list[Operator] = field(default_factory=list)
 
 
 def statement_digest(normalized: str) -> str:
@@ -597,7 +592,6 @@ def _upsert_key(table: Table, encoder: RowEncoder) -> Callable[[Mapping[str, Any
 
 
 __all__ = [
-    "Compiled",
     "Operator",
     "RowDecoder",
     "RowEncoder",
