@@ -48,6 +48,7 @@ class KafkaTable:
     group_id: str | None
     delivery: str  # exactly-once | at-least-once
     records_per_second: float | None = None  # 'scan.records-per-second' (Weir's): paces each source subtask
+    dead_letter_topic: str | None = None  # 'scan.dead-letter-topic' (Weir's): where a row that does not decode goes
 
 
 @dataclass(frozen=True)
@@ -194,6 +195,7 @@ def connector_of(
                 group_id=opts.get("properties.group.id"),
                 delivery=delivery,
                 records_per_second=records_per_second,
+                dead_letter_topic=opts.get("scan.dead-letter-topic"),
             )
             opts.get("properties.isolation.level")
             opts.get("properties.linger.ms")

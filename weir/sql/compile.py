@@ -118,7 +118,12 @@ class RowDecoder:
         self.computed = tuple(computed)
 
     def row(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        out = {name: coerce(record.get(name), kind) for name, kind in self.columns}
+        out = {}
+        for name, kind in self.columns:
+            try:
+                out[name] = coerce(record.get(name), kind)
+            except ValueError as exc:
+                raise ValueError(f"column {name}: {exc}") from None
         for name, evaluate in self.computed:
             out[name] = evaluate(out)
         return out
@@ -208,6 +213,7 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> 
                 starting_offsets=_starting_offsets(connector.startup_mode),
                 group_id=connector.group_id,
                 records_per_second=connector.records_per_second,
+                dead_letter_topic=connector.dead_letter_topic,
                 name=f"sql source {table.name}",
             )
         case NexmarkTable():

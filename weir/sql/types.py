@@ -84,14 +84,20 @@ def coerce(value: Any, kind: Kind) -> Any:
         case Kind.INTEGER:
             if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
                 raise ValueError(f"not an integer: {value!r}")
-            number = int(value)
+            try:
+                number = int(value)
+            except ValueError:
+                raise ValueError(f"not an integer: {value!r}") from None
             if isinstance(value, float | Decimal) and number != value:
                 raise ValueError(f"not an integer: {value!r}")
             return number
         case Kind.DOUBLE:
             if isinstance(value, bool) or not isinstance(value, int | float | str | Decimal):
                 raise ValueError(f"not a number: {value!r}")
-            return float(value)
+            try:
+                return float(value)
+            except ValueError:
+                raise ValueError(f"not a number: {value!r}") from None
         case Kind.STRING:
             return value if isinstance(value, str) else str(value)
         case Kind.BOOLEAN:

@@ -269,3 +269,35 @@ def test_a_python_job_reads_a_selects_rows_as_a_stream_beside_the_scripts_insert
     (ids_uid,) = [u for u in run.sinks if u.startswith(insert.uid_prefix + "-")]
     assert multiset(run.sinks[ids_uid]) == multiset({"id": r["id"]} for r in rows if r["qty"] == 0)
     assert [u for u in run.output.order if "source" in u] == ["sql-source-orders"]  # one source for both
+
+
+def test_a_row_that_does_not_decode_goes_to_the_dead_letter_topic_and_the_others_run(
+    tmp_path: Path, weir_job: RunJob
+) -> None:
+    script = ORDERS.replace("'format' = 'json',", "'format' = 'json', 'scan.dead-letter-topic' = 'orders-dlq',") + (
+        "CREATE TABLE ids (id BIGINT) WITH ('connector' = 'kafka', 'topic' = 'ids');\n"
+        "INSERT INTO ids SELECT id FROM orders;\n"
+    )
+    job = tmp_path / "dlq_job.py"
+    job.write_text(f"from weir.sql import sql\n\nSCRIPT = {script!r}\n\n\ndef build(env):\n    sql(env, SCRIPT)\n")
+    rows = orders(20)
+    values = [json.dumps(r).encode() for r in rows]
+    values[3] = b"not json"
+    values[7] = json.dumps({**rows[7], "qty": "many"}).encode()
+    run = weir_job(job, sources={source_uid("orders"): values})
+    (insert,) = plan_script(script).inserts
+    (sink,) = [u for u in run.sinks if u.startswith(insert.uid_prefix + "-")]
+    assert multiset(run.sinks[sink]) == multiset({"id": r["id"]} for r in rows if r["id"] not in (3, 7))
+
+
+def test_a_row_that_does_not_decode_without_a_dead_letter_topic_fails_naming_the_column() -> None:
+    from weir.sql.compile import RowDecoder
+
+    (table,) = plan_script(ORDERS).tables.values()
+    decode = RowDecoder(table, ORDERS)
+    good = orders(1)[0]
+    assert decode(json.dumps(good).encode())["total"] == good["amount"] * good["qty"]
+    with pytest.raises(ValueError, match="^column qty: not an integer: 'many'$"):
+        decode(json.dumps({**good, "qty": "many"}).encode())
+    with pytest.raises(ValueError, match="a row is a JSON object, not list"):
+        decode(b"[1, 2]")
