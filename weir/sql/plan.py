@@ -290,6 +290,8 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         if isinstance(projection, exp.Star):
             if group is not None or calls:
                 raise locate.refuse(projection, "SELECT * with GROUP BY")
+            if any("." in name for name in scope.columns):
+                raise locate.refuse(projection, "SELECT * over a JOIN is not supported: list the columns")
             for name in scope.columns:
                 if name not in WINDOW_COLUMNS:
                     outputs.append(NamedExpression(name, name, (lambda n: lambda row: row[n])(name)))
