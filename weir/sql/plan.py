@@ -142,6 +142,19 @@ class Relation:
     node: Node
     scope: Scope
     time_column: str | None
+    windowed: WindowedColumns | None = None
+
+
+@dataclass(frozen=True)
+class WindowedColumns:
+    """A window aggregation's result as its readers see it: the columns holding its ``window_start``
+    and ``window_end`` (each row stamped with the window's last millisecond), and the windows' slide.
+    A GROUP BY of both columns is again a window aggregation, of the same windows (Flink's window
+    propagation): a tumbling window of the slide holds exactly the rows of one window."""
+
+    start: str
+    end: str
+    slide_ms: int
 
 
 @dataclass(frozen=True)
@@ -272,8 +285,11 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         _refuse_nested(where.this, locate)
         node = Filter(node, _named(where.this, "where", scope, locate))
     updating = False
+    propagated = _propagated_window(group, relation, node) if window is None else None
     if group is not None or calls:
-        node, scope, updating = _plan_aggregate(select, group, calls, node, scope, window, locate)
+        node, scope, updating = _plan_aggregate(
+            select, group, calls, node, scope, window or propagated, locate, propagated=propagated is not None
+        )
         if having is not None and updating:
             raise locate.refuse(
                 having,
@@ -286,6 +302,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     outputs: list[NamedExpression] = []
     types: dict[str, SqlType | None] = {}
     time_column = None
+    window_outputs: dict[str, str] = {}  # window_start/window_end (or the relation's) -> output name
     for i, projection in enumerate(select.expressions):
         if isinstance(projection, exp.Star):
             if group is not None or calls:
@@ -313,13 +330,38 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         types[name] = scope.columns.get(value.name) if isinstance(value, exp.Column) else None
         if passes and value.name == relation.time_column and window is None and not (group or calls):
             time_column = name  # a column passing the event time through keeps it (a view's rowtime)
+        if isinstance(value, exp.Column) and not value.table:
+            aggregated = group is not None or bool(calls)
+            if window is not None and aggregated and value.name in ("window_start", "window_end"):
+                window_outputs.setdefault(value.name, name)
+            elif relation.windowed is not None and not (group or calls):
+                if value.name == relation.windowed.start:
+                    window_outputs.setdefault("window_start", name)
+                elif value.name == relation.windowed.end:
+                    window_outputs.setdefault("window_end", name)
     names = [o.name for o in outputs]
     if len(set(names)) != len(names):
         duplicate = next(n for n in names if names.count(n) > 1)
         raise locate.refuse(select, f"the SELECT names column {duplicate} twice")
     project = Project(node, tuple(outputs))
-    out = Relation(project, Scope(types, frozenset(), {}), time_column)
+    windowed = None
+    slide = window.slide_ms if window is not None else relation.windowed.slide_ms if relation.windowed else None
+    if slide is not None and {"window_start", "window_end"} <= window_outputs.keys() and not updating:
+        windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
+    out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed)
     return PlannedSelect(project, updating, tuple(outputs), out)
+
+
+def _propagated_window(group: exp.Group | None, relation: Relation, node: Node) -> WindowTvf | None:
+    """A GROUP BY of a window aggregation's window_start and window_end columns (renamed or not):
+    a window aggregation again, as a tumbling window of the slide over the rows' timestamps."""
+    windowed = relation.windowed
+    if group is None or windowed is None:
+        return None
+    names = {g.name for g in group.expressions if isinstance(g, exp.Column)}
+    if not {windowed.start, windowed.end} <= names:
+        return None
+    return WindowTvf(node, "TUMBLE", windowed.end, windowed.slide_ms, windowed.slide_ms)
 
 
 def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
@@ -351,7 +393,8 @@ def _plan_subquery(source: exp.Subquery, catalog: Catalog, locate: Locate) -> Re
         raise locate.refuse(source, "a subquery with GROUP BY without a window is not supported in FROM")
     alias = source.alias or None
     qualifiers = frozenset({alias}) if alias else frozenset()
-    return Relation(planned.node, Scope(planned.relation.scope.columns, qualifiers, {}), planned.relation.time_column)
+    scope = Scope(planned.relation.scope.columns, qualifiers, {})
+    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
 
 
 def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
@@ -371,7 +414,7 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
         raise SqlError(f"view {name}: GROUP BY without a window in a view is not supported", view.position)
     qualifiers = frozenset({name} | ({alias} if alias else set()))
     scope = Scope(planned.relation.scope.columns, qualifiers, {})
-    return Relation(planned.node, scope, planned.relation.time_column)
+    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
 
 
 def _qualifier(source: exp.Expr) -> str:
@@ -554,13 +597,19 @@ def _plan_aggregate(
     scope: Scope,
     window: WindowTvf | None,
     locate: Locate,
+    *,
+    propagated: bool = False,
 ) -> tuple[Node, Scope, bool]:
+    """``propagated``: ``window`` is a window aggregation's result grouped again by its window
+    columns (ordinary keys here; no window_start/window_end of its own)."""
     group_nodes = list(group.expressions) if group is not None else []
     for key in ("grouping_sets", "cube", "rollup"):
         if group is not None and group.args.get(key):
             raise locate.refuse(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
     window_keys = [g for g in group_nodes if isinstance(g, exp.Column) and g.name in WINDOW_COLUMNS]
-    if window is not None:
+    if propagated:
+        window_keys = []
+    elif window is not None:
         names = {g.name for g in window_keys}
         if not {"window_start", "window_end"} <= names:
             raise locate.refuse(
@@ -609,7 +658,7 @@ def _plan_aggregate(
         aggregates.append(AggregateCall(name, function, distinct, named_argument, normalized(call)))
         computed[normalized(call)] = name
         columns[name] = BIGINT if function == "COUNT" else None
-    if window is not None:
+    if window is not None and not propagated:
         columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     out_scope = Scope(columns, scope.qualifiers, computed)
     # every projected column outside an aggregate must be a group key (SQL's rule)
