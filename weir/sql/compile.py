@@ -27,6 +27,7 @@ from weir.api import (
     Collector,
     DataStream,
     Environment,
+    EventTimeSessionWindows,
     KeyedCoProcessFunction,
     KeyedProcessContext,
     PrintSink,
@@ -501,11 +502,16 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
 
     if node.window is not None:
         window = node.window
-        assigner = (
-            TumblingEventTimeWindows(window.size_ms)
-            if window.kind == "TUMBLE"
-            else SlidingEventTimeWindows(window.size_ms, window.slide_ms)
-        )
+        assigner: TumblingEventTimeWindows | SlidingEventTimeWindows | EventTimeSessionWindows
+        match window.kind:
+            case "TUMBLE":
+                assigner = TumblingEventTimeWindows(window.size_ms)
+            case "HOP":
+                assigner = SlidingEventTimeWindows(window.size_ms, window.slide_ms)
+            case "SESSION":
+                assigner = EventTimeSessionWindows(window.size_ms)
+            case _:
+                assert_never(window.kind)
         uid = uids.next("window-aggregate", f"{window.kind} {window.size_ms} ms / {window.slide_ms} ms, {detail}")
         if upstream is None:
             return None

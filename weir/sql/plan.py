@@ -41,7 +41,7 @@ class WindowTvf:
     view's column passing it through)."""
 
     input: Node
-    kind: Literal["TUMBLE", "HOP"]
+    kind: Literal["TUMBLE", "HOP", "SESSION"]  # SESSION: from a group window, size_ms its gap
     time_column: str
     size_ms: int
     slide_ms: int
@@ -286,9 +286,18 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         node = Filter(node, _named(where.this, "where", scope, locate))
     updating = False
     propagated = _propagated_window(group, relation, node) if window is None else None
+    group_window = _group_window(group, relation, node, window, locate)
     if group is not None or calls:
         node, scope, updating = _plan_aggregate(
-            select, group, calls, node, scope, window or propagated, locate, propagated=propagated is not None
+            select,
+            group,
+            calls,
+            node,
+            scope,
+            window or propagated or (group_window[1] if group_window else None),
+            locate,
+            propagated=propagated is not None,
+            group_window=group_window[0] if group_window else None,
         )
         if having is not None and updating:
             raise locate.refuse(
@@ -350,6 +359,53 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
     out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed)
     return PlannedSelect(project, updating, tuple(outputs), out)
+
+
+_GROUP_WINDOWS: Final = {"TUMBLE": 1, "HOP": 2, "SESSION": 1}  # a group window function: its intervals
+
+
+def _group_window(
+    group: exp.Group | None, relation: Relation, node: Node, window: WindowTvf | None, locate: Locate
+) -> tuple[exp.Anonymous, WindowTvf] | None:
+    """Flink's group window functions: ``GROUP BY k, TUMBLE(ts, size)`` / ``HOP(ts, slide, size)`` /
+    ``SESSION(ts, gap)`` over the input's event time, read by ``*_START``, ``*_END``, ``*_ROWTIME``."""
+    if group is None:
+        return None
+    found = [
+        g for g in group.expressions if isinstance(g, exp.Anonymous) and str(g.this).upper() in _GROUP_WINDOWS
+    ]
+    if not found:
+        return None
+    function = found[0]
+    name = str(function.this).upper()
+    if len(found) > 1 or window is not None:
+        raise locate.refuse(found[-1], "one window per GROUP BY (a group window or a window TVF)")
+    args = function.expressions
+    if len(args) != 1 + _GROUP_WINDOWS[name] or not isinstance(args[0], exp.Column):
+        shape = {"TUMBLE": "ts, size", "HOP": "ts, slide, size", "SESSION": "ts, gap"}[name]
+        raise locate.refuse(function, f"{name}({shape}) takes the event time column and INTERVAL literals")
+    if args[0].name != relation.time_column:
+        raise locate.refuse(
+            args[0],
+            f"{name}({args[0].name}, ...): not the input's event time "
+            f"({relation.time_column + ' is' if relation.time_column else 'it has none'})",
+        )
+    durations = []
+    for arg in args[1:]:
+        ms = interval_ms(arg) if isinstance(arg, exp.Interval) else None
+        if ms is None or ms <= 0:
+            raise locate.refuse(arg, f"{name} takes positive INTERVAL literals (MILLISECOND to DAY)")
+        durations.append(ms)
+    match name:
+        case "HOP":
+            slide, size = durations
+            if size % slide != 0:
+                raise locate.refuse(function, f"HOP's size ({size} ms) must be a multiple of its slide ({slide} ms)")
+            return function, WindowTvf(node, "HOP", args[0].name, size, slide)
+        case "SESSION":
+            return function, WindowTvf(node, "SESSION", args[0].name, durations[0], durations[0])
+        case _:
+            return function, WindowTvf(node, "TUMBLE", args[0].name, durations[0], durations[0])
 
 
 def _propagated_window(group: exp.Group | None, relation: Relation, node: Node) -> WindowTvf | None:
@@ -599,6 +655,7 @@ def _plan_aggregate(
     locate: Locate,
     *,
     propagated: bool = False,
+    group_window: exp.Anonymous | None = None,
 ) -> tuple[Node, Scope, bool]:
     """``propagated``: ``window`` is a window aggregation's result grouped again by its window
     columns (ordinary keys here; no window_start/window_end of its own)."""
@@ -606,9 +663,13 @@ def _plan_aggregate(
     for key in ("grouping_sets", "cube", "rollup"):
         if group is not None and group.args.get(key):
             raise locate.refuse(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
-    window_keys = [g for g in group_nodes if isinstance(g, exp.Column) and g.name in WINDOW_COLUMNS]
+    window_keys: list[exp.Expr] = [g for g in group_nodes if isinstance(g, exp.Column) and g.name in WINDOW_COLUMNS]
+    computed: dict[str, str] = {}
     if propagated:
         window_keys = []
+    elif group_window is not None:
+        window_keys = [group_window]
+        computed.update(_window_auxiliaries(select, group_window, locate))
     elif window is not None:
         names = {g.name for g in window_keys}
         if not {"window_start", "window_end"} <= names:
@@ -618,7 +679,6 @@ def _plan_aggregate(
     elif window_keys:
         raise locate.refuse(window_keys[0], f"{window_keys[0].name} without a window TVF in FROM")
     keys: list[NamedExpression] = []
-    computed: dict[str, str] = {}
     columns: dict[str, SqlType | None] = {}
     for g in group_nodes:
         if g in window_keys:
@@ -665,6 +725,31 @@ def _plan_aggregate(
     for projection in select.expressions:
         _check_grouped(projection, out_scope, locate)
     return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
+
+
+_AUXILIARIES: Final = {"_START": "window_start", "_END": "window_end", "_ROWTIME": "window_time"}
+
+
+def _window_auxiliaries(select: exp.Select, group_window: exp.Anonymous, locate: Locate) -> dict[str, str]:
+    """``SESSION_START(ts, gap)`` and its kind: the window's columns, with the group window's arguments."""
+    name = str(group_window.this).upper()
+    arguments = [normalized(a) for a in group_window.expressions]
+    found: dict[str, str] = {}
+    roots: list[exp.Expr] = list(select.expressions)
+    having = select.args.get("having")
+    if having is not None:
+        roots.append(having)
+    for root in roots:
+        for node in root.walk():
+            if not isinstance(node, exp.Anonymous):
+                continue
+            called = str(node.this).upper()
+            for suffix, column in _AUXILIARIES.items():
+                if called == name + suffix:
+                    if [normalized(a) for a in node.expressions] != arguments:
+                        raise locate.refuse(node, f"{called} takes the arguments of the GROUP BY's {name}(...)")
+                    found[normalized(node)] = column
+    return found
 
 
 def _check_grouped(node: exp.Expr, scope: Scope, locate: Locate) -> None:

@@ -23,12 +23,21 @@ from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import interval_ms
 from weir.sql.types import SqlType
 
-DIALECT = "spark"
+
+class WeirFlink(Spark):
+    """Spark's dialect reading Flink's group window function ``SESSION(ts, gap)`` as a function
+    (Spark's tokenizer takes SESSION for a keyword)."""
+
+    class Tokenizer(Spark.Tokenizer):
+        KEYWORDS = {k: v for k, v in Spark.Tokenizer.KEYWORDS.items() if k != "SESSION"}
 
 
-class _ScriptTokenizer(Spark.Tokenizer):
-    """Spark's tokenizer without its commands: EXPLAIN and EXECUTE are read as words, not as a command
-    swallowing the rest of the statement as one string."""
+DIALECT = WeirFlink
+
+
+class _ScriptTokenizer(WeirFlink.Tokenizer):
+    """The dialect's tokenizer without its commands: EXPLAIN and EXECUTE are read as words, not as a
+    command swallowing the rest of the statement as one string."""
 
     COMMANDS = Spark.Tokenizer.COMMANDS - {TokenType.COMMAND, TokenType.EXECUTE}
 

@@ -25,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[4]
 QUERIES = ROOT / "bench/flink/src/main/resources/nexmark"
 EVENTS = 3_000
 CONFIG = nx.NexmarkConfig(events_per_second=100)  # 30 s of event time: 3 tumbling windows of 10 s
-LEAST = {"q0": 2_000, "q1": 2_000, "q2": 3, "q3": 5, "q5": 10, "q7": 3, "q8": 5}  # rows the reference gives, at least
+LEAST = {"q0": 2_000, "q1": 2_000, "q2": 3, "q3": 5, "q5": 10, "q7": 3, "q8": 5, "q11": 20}
+"""Rows the reference gives, at least (an empty result would prove nothing)."""
 SINK = "'connector' = 'kafka', 'topic' = 'nexmark-out', 'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once'"
 
 
@@ -42,7 +43,7 @@ def test_the_query_files_are_the_reference_text() -> None:
     assert "SELECT auction, price FROM bid WHERE MOD(auction, 123) = 0;" in q2
 
 
-@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q5", "q7", "q8"])
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11"])
 def test_nexmark_query_equals_the_plain_python_query(tmp_path: Path, weir_job: RunJob, query: str) -> None:
     text = script(query)
     job = tmp_path / f"nexmark_{query}.py"

@@ -255,6 +255,22 @@ REFUSED = [
         "22:35",
     ),
     ("INSERT INTO out SELECT id, `user` FROM orders WHERE COUNT(*) > 1;", "an aggregate in WHERE", "22:"),
+    (
+        "INSERT INTO out SELECT COUNT(*), `user` FROM orders GROUP BY `user`, SESSION(id, INTERVAL '1' SECOND);",
+        "SESSION(id, ...): not the input's event time (ts is)",
+        "22:",
+    ),
+    (
+        "INSERT INTO out SELECT COUNT(*), SESSION_END(ts, INTERVAL '2' SECOND) FROM orders\n"
+        "GROUP BY SESSION(ts, INTERVAL '1' SECOND);",
+        "SESSION_END takes the arguments of the GROUP BY's SESSION(...)",
+        "22:",
+    ),
+    (
+        "INSERT INTO out SELECT COUNT(*), `user` FROM orders GROUP BY `user`, TUMBLE(ts, INTERVAL '1' MONTH);",
+        "TUMBLE takes positive INTERVAL literals",
+        "22:",
+    ),
     ("INSERT INTO totals SELECT `user`, COUNT(*) FROM orders GROUP BY `user` HAVING COUNT(*) > 2;", "HAVING on", "22:"),
     (
         "INSERT INTO out SELECT window_start, `user`\n"
