@@ -15,6 +15,8 @@ __all__ = [
     "SavepointDisposalError",
     "CheckpointRejectedError",
     "SavepointRejectedError",
+    "RescaleRejectedError",
+    "UnknownRescaleError",
     "TaskManagerCallError",
     "UnknownVertexError",
 ]
@@ -47,6 +49,22 @@ class SavepointRejectedError(JobManagerError):
     fault: Fault = Fault.USER
     retriable: ClassVar[bool] = True
     grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class RescaleRejectedError(JobManagerError):
+    """A rescale (``weir rescale``) is refused before it touches the job: not running, a rescale or a
+    stop already under way, the parallelism out of range, not enough slots. The user's; retriable."""
+
+    fault: Fault = Fault.USER
+    retriable: ClassVar[bool] = True
+    grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
+
+
+class UnknownRescaleError(JobManagerError):
+    """No rescale of the job has that trigger id (this JobManager keeps the latest ones it ran)."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "NOT_FOUND"
 
 
 class SavepointDisposalError(JobManagerError):

@@ -57,9 +57,10 @@ class TaskManagerGateway(Protocol):
         *,
         final: bool,
         drain: bool = False,
+        aligned: bool = False,
     ) -> bool:
-        """Ask a source task to inject a barrier (after the end of event time with ``drain``);
-        answers whether it accepted."""
+        """Ask a source task to inject a barrier (after the end of event time with ``drain``; forced
+        aligned in every mode with ``aligned``); answers whether it accepted."""
 
     def notify_checkpoint_complete(self, address: str, job_id: str, attempt: int, checkpoint_id: int) -> None: ...
 
@@ -165,6 +166,7 @@ class GrpcTaskManagerGateway:
         *,
         final: bool,
         drain: bool = False,
+        aligned: bool = False,
     ) -> bool:
         request = taskmanager_pb2.TriggerCheckpointRequest(
             task=common_pb2.TaskRef(job_id=task.job_id, vertex_uid=task.operator_uid, subtask=task.subtask),
@@ -174,6 +176,7 @@ class GrpcTaskManagerGateway:
             kind=checkpoint_kind_to_proto(kind),
             final=final,
             drain=drain,
+            aligned=aligned,
         )
         response = self._call(address, lambda stub: stub.TriggerCheckpoint(request, timeout=CHECKPOINT_CALL_TIMEOUT_S))
         return bool(response.accepted)

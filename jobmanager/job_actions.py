@@ -25,6 +25,7 @@ from weir.core.ids import CheckpointId, TaskId
 from weir.core.paths import external_path, metadata_folder
 from weir.jobmanager import lifecycle as lc
 from weir.jobmanager import metrics
+from weir.jobmanager import rescaling as rs
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.metadata import encode_metadata
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
@@ -56,7 +57,9 @@ class JobActionExecutor:
         clock: Callable[[], float],
         *,
         resolve: ResolveTransactions = resolve_job_transactions,
+        rescales: rs.RescaleOperations | None = None,
     ) -> None:
+        self.rescales = rescales if rescales is not None else rs.RescaleOperations()
         self._registry = registry
         self._gateway = gateway
         self._storage = storage
@@ -113,8 +116,61 @@ class JobActionExecutor:
                 case lc.SaveRecord():
                     metrics.job_status(job)
                     self._saved[job.job_id] = self._records.save(job)
+                case lc.RescaleTriggered() | lc.Rescale() | lc.RescaleDeployed() | lc.RescaleAborted():
+                    self._rescale(job, action)
                 case _:
                     assert_never(action)
+
+    # Rescales -------------------------------------------------------------------------------------
+
+    def _rescale(self, job: JobMaster, action: lc.RescaleAction) -> None:
+        """Keep the rescale operation's books; a completed checkpoint rebuilds the job's plan at the
+        new parallelism (before the status change that follows writes the job record)."""
+        now = self._clock()
+        event: rs.RescaleEvent
+        match action:
+            case lc.RescaleTriggered(checkpoint_id=checkpoint_id):
+                event = rs.CheckpointTriggered(checkpoint_id)
+            case lc.Rescale(parallelism=parallelism, checkpoint_id=checkpoint_id):
+                before = job.submission.parallelism
+                job.rescale(parallelism)
+                log.info(
+                    "job_rescaling",
+                    job_id=job.job_id,
+                    checkpoint_id=checkpoint_id,
+                    from_parallelism=before,
+                    to_parallelism=parallelism,
+                )
+                event = rs.CheckpointCompleted(checkpoint_id)
+            case lc.RescaleDeployed():
+                event = rs.Redeployed()
+            case lc.RescaleAborted(reason=reason):
+                event = rs.RescaleFailed(reason)
+            case _:
+                assert_never(action)
+        op = self.rescales.on(job.job_id, event, now)
+        if op is None or not op.phase.finished:
+            return
+        if op.phase is rs.RescalePhase.COMPLETED:
+            metrics.rescale_ended(job, "completed")
+            log.info(
+                "job_rescaled",
+                job_id=job.job_id,
+                trigger_id=op.trigger_id,
+                checkpoint_id=op.checkpoint_id,
+                from_parallelism=op.from_parallelism,
+                to_parallelism=op.to_parallelism,
+                duration_s=round(now - op.requested_at, 3),
+            )
+        else:
+            metrics.rescale_ended(job, "failed")
+            log.warning(
+                "job_rescale_failed",
+                job_id=job.job_id,
+                trigger_id=op.trigger_id,
+                to_parallelism=op.to_parallelism,
+                reason=op.failure,
+            )
 
     # Checkpoints ----------------------------------------------------------------------------------
 
@@ -166,6 +222,7 @@ class JobActionExecutor:
                         action.kind,
                         final=action.final,
                         drain=action.drain,
+                        aligned=action.aligned,
                     )
                 except TaskManagerCallError as exc:
                     log.warning("trigger_failed", job_id=job.job_id, task=str(task), code=exc.code)

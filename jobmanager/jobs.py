@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import assert_never
 
 import structlog
@@ -122,11 +122,21 @@ class TaskDeployment:
 
 
 @dataclass(frozen=True)
+class InheritedResolution:
+    """Before an attempt restored at another parallelism than its checkpoint's is deployed: resolve
+    the checkpoint's sink subtasks' transactions as of it, as ``attempt`` (``weir.jobmanager.deployment``)."""
+
+    initial: InitialState
+    attempt: int
+
+
+@dataclass(frozen=True)
 class DeployCommand:
     """One deployment round, executed by the deployer off the lock."""
 
     attempt: int
     requests: tuple[tuple[str, TaskDeployment], ...]  # (TaskManager address, deployment)
+    resolution: InheritedResolution | None = None
 
 
 @dataclass
@@ -186,11 +196,30 @@ class JobMaster:
             lifecycle=JobLifecycle(job_id, coordinator, parse_restart_strategy(submission.parameters), sources),
             execution_settings=parse_execution_settings(submission.parameters),
         )
-        for v in plan.vertices.values():
-            names = " -> ".join(loaded.graph.transformations[u].name for u in v.operator_uids)
-            for s in range(v.parallelism):
-                master.tasks[(v.uid, s)] = TaskRecord(v.uid, s, names)
+        master.tasks = _task_records(loaded, plan)
         return master
+
+    def rescaled_plan(self, parallelism: int) -> tuple[LoadedJob, JobPlan]:
+        """The job and its plan at another default parallelism (operators that set their own keep it);
+        raises JobDefinitionError when the graph cannot take it (a forward edge between operators of
+        different parallelisms)."""
+        graph = replace(self.loaded.graph, default_parallelism=parallelism)
+        graph.validate()
+        return replace(self.loaded, graph=graph), build_plan(graph)
+
+    def rescale(self, parallelism: int) -> None:
+        """A rescale's checkpoint completed and the job restarts: from now on it runs at ``parallelism``
+        (its submission, and so its record, says so: a later failover or a JobManager taking over keeps
+        it). The TaskManagers build the same graph from the job's code at that parallelism."""
+        loaded, plan = self.rescaled_plan(parallelism)
+        earlier = {key: t.records_in_all_attempts for key, t in self.tasks.items()}
+        self.submission = replace(self.submission, parallelism=parallelism)
+        self.loaded, self.plan = loaded, plan
+        self.tasks = _task_records(loaded, plan)
+        for key, total in earlier.items():
+            if key in self.tasks:
+                self.tasks[key].records_in_earlier_attempts = total
+        self.lifecycle.set_sources(self.source_task_ids())
 
     @property
     def job_id(self) -> str:
@@ -384,6 +413,15 @@ class JobMaster:
     def restarts(self) -> int:
         """Restarts since submission, under every JobManager that ran the job."""
         return self.restarts_under_earlier_jobmanagers + self.restart_strategy.restart_count
+
+
+def _task_records(loaded: LoadedJob, plan: JobPlan) -> dict[tuple[str, int], TaskRecord]:
+    records: dict[tuple[str, int], TaskRecord] = {}
+    for v in plan.vertices.values():
+        names = " -> ".join(loaded.graph.transformations[u].name for u in v.operator_uids)
+        for s in range(v.parallelism):
+            records[(v.uid, s)] = TaskRecord(v.uid, s, names)
+    return records
 
 
 def new_job_id() -> str:

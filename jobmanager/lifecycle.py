@@ -56,7 +56,12 @@ from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.jobmanager.errors import CheckpointProtocolError, CheckpointRejectedError, SavepointRejectedError
+from weir.jobmanager.errors import (
+    CheckpointProtocolError,
+    CheckpointRejectedError,
+    RescaleRejectedError,
+    SavepointRejectedError,
+)
 from weir.jobmanager.restart import GiveUp, RestartAfter, RestartStrategy
 
 RESOLUTION_DEADLINE_S: Final = 300.0
@@ -75,6 +80,15 @@ class StopRequest:
 
     savepoint_id: CheckpointId
     drain: bool
+
+
+@dataclass(frozen=True)
+class RescaleRequest:
+    """``weir rescale``: redeploy at ``parallelism`` once its forced aligned checkpoint completed
+    (``checkpoint_id`` None: not triggered yet, another checkpoint is in flight)."""
+
+    parallelism: int
+    checkpoint_id: CheckpointId | None = None
 
 
 @dataclass(frozen=True)
@@ -102,6 +116,7 @@ class Running:
     final_checkpoint: CheckpointId | None = None  # triggered after every source ended, in flight
     final_completed: bool = False  # it completed: the tasks finish, nothing more is triggered
     stop: StopRequest | None = None
+    rescale: RescaleRequest | None = None
 
 
 @dataclass(frozen=True)
@@ -168,7 +183,36 @@ class SaveRecord:
     """Something a JobManager taking over needs changed (the end's resolution): write the job record."""
 
 
-Action = cc.Action | CancelTasks | ResolveSinks | StatusChanged | SaveRecord
+@dataclass(frozen=True)
+class RescaleTriggered:
+    """The rescale's forced aligned checkpoint was triggered."""
+
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class Rescale:
+    """The rescale's checkpoint completed (its sinks were told to commit it) and the tasks are being
+    cancelled: rebuild the job's plan at ``parallelism`` before the job record is written; the restart
+    (due now, not counted against the restart strategy) restores from the checkpoint at it."""
+
+    parallelism: int
+    checkpoint_id: CheckpointId
+
+
+@dataclass(frozen=True)
+class RescaleDeployed:
+    """Every task of the first attempt at the new parallelism runs: the rescale is done."""
+
+
+@dataclass(frozen=True)
+class RescaleAborted:
+    reason: str
+
+
+RescaleAction = RescaleTriggered | Rescale | RescaleDeployed | RescaleAborted
+
+Action = cc.Action | CancelTasks | ResolveSinks | StatusChanged | SaveRecord | RescaleAction
 
 
 @dataclass(frozen=True)
@@ -229,6 +273,7 @@ class JobLifecycle:
         self._state: LifecycleState = Created()
         self._attempt = 0  # the highest attempt used: deployments and resolutions
         self._deployed = 0  # the attempt the tasks were last deployed as (a resolution's attempt is above it)
+        self._rescale_deploying = False  # a rescale's checkpoint completed; its attempt does not run yet
 
     # -- read-only views ----------------------------------------------------------------------------
 
@@ -256,6 +301,23 @@ class JobLifecycle:
     @property
     def stop_request(self) -> StopRequest | None:
         return self._state.stop if isinstance(self._state, Running) else None
+
+    @property
+    def rescale_request(self) -> RescaleRequest | None:
+        return self._state.rescale if isinstance(self._state, Running) else None
+
+    @property
+    def finishing(self) -> bool:
+        """Every bounded source read all its input: the job finishes with its final checkpoint."""
+        state = self._state
+        if not isinstance(state, Running):
+            return False
+        return state.final_checkpoint is not None or state.final_completed or self._all_sources_ended(state)
+
+    @property
+    def rescale_deploying(self) -> bool:
+        """A rescale's checkpoint completed and the job is being redeployed at the new parallelism."""
+        return self._rescale_deploying
 
     @property
     def restart_at(self) -> float | None:
@@ -314,6 +376,15 @@ class JobLifecycle:
         self._state = Running(self._attempt)
         return self._attempt, (StatusChanged(before, JobStatus.RUNNING, f"attempt {self._attempt} deployed"),)
 
+    def reserve_attempt(self) -> int:
+        """An attempt number for a deployment's transaction resolution (a restore at another
+        parallelism resolves the old subtasks' transactions first): above every attempt that ran,
+        below the attempt deployed next."""
+        if not isinstance(self._state, Created | Restarting):
+            raise CheckpointProtocolError(f"job {self._job_id}: cannot reserve an attempt while {self.status.value}")
+        self._attempt += 1
+        return self._attempt
+
     def restart_later(self, at: float) -> tuple[Action, ...]:
         """The restart could not be placed now (no slots, a checkpoint still persisting): try at ``at``."""
         if isinstance(self._state, Restarting):
@@ -325,25 +396,41 @@ class JobLifecycle:
         anything was deployed): place it again at ``at``, without counting a restart."""
         if not isinstance(self._state, Running):
             return ()
+        dropped = self._drop_rescale(f"the job restarts: {reason}")
         actions = self._absorb(now, self._coordinator.task_failed(now, min(self._sources), reason))
         self._state = Restarting(self._state.attempt, at)
-        return (*actions, StatusChanged(JobStatus.RUNNING, JobStatus.RESTARTING, reason))
+        return (*dropped, *actions, StatusChanged(JobStatus.RUNNING, JobStatus.RESTARTING, reason))
 
     # -- task events (of the current attempt; the caller drops the others) --------------------------
 
     def tasks_running(self, now: float, tasks: Iterable[TaskId], *, restored: bool) -> tuple[Action, ...]:
-        """Every task of the attempt runs: periodic checkpoints start."""
-        if not isinstance(self._state, Running) or self._coordinator.is_running or self._state.final_completed:
+        """Every task of the attempt runs: periodic checkpoints start (a rescale's attempt is done)."""
+        if not isinstance(self._state, Running):
             return ()
-        return self._absorb(now, self._coordinator.start(now, tasks, self._sources, restored=restored))
+        done: tuple[Action, ...] = ()
+        if self._rescale_deploying:
+            self._rescale_deploying = False
+            done = (RescaleDeployed(),)
+        if self._coordinator.is_running or self._state.final_completed:
+            return done
+        return (*done, *self._absorb(now, self._coordinator.start(now, tasks, self._sources, restored=restored)))
+
+    def set_sources(self, sources: Iterable[TaskId]) -> None:
+        """The job's source tasks after a rescale rebuilt its plan (while it restarts)."""
+        if not isinstance(self._state, Created | Restarting):
+            raise CheckpointProtocolError(f"job {self._job_id}: its sources change only while it restarts")
+        self._sources = frozenset(sources)
 
     def source_ended(self, now: float, task: TaskId) -> tuple[Action, ...]:
         """A bounded source read all its input; once every source did, the next checkpoint is final."""
         state = self._state
         if not isinstance(state, Running) or task not in self._sources:
             return ()
-        self._state = replace(state, sources_ended=state.sources_ended | {task})
-        return self._trigger_final(now)
+        self._state = state = replace(state, sources_ended=state.sources_ended | {task})
+        dropped: tuple[Action, ...] = ()
+        if self._all_sources_ended(state) and state.rescale is not None and state.rescale.checkpoint_id is None:
+            dropped = self._drop_rescale(f"job {self._job_id} read all its input: it finishes instead")
+        return (*dropped, *self._trigger_final(now))
 
     def task_finished(self, now: float, task: TaskId, *, all_finished: bool) -> tuple[Action, ...]:
         """A task finished (after the final checkpoint); once every task did, the job is FINISHED."""
@@ -362,7 +449,8 @@ class JobLifecycle:
         if not isinstance(state, Running):
             return ()
         culprit = task if task is not None else min(self._sources)
-        actions = list(self._absorb(now, self._coordinator.task_failed(now, culprit, failure.message)))
+        actions = list(self._drop_rescale(f"the job failed: {failure.message}"))
+        actions += self._absorb(now, self._coordinator.task_failed(now, culprit, failure.message))
         decision = self._restart_strategy.on_failure(now, failure)
         match decision:
             case RestartAfter(delay_s=delay_s):
@@ -405,6 +493,8 @@ class JobLifecycle:
             raise SavepointRejectedError(
                 f"job {self._job_id} read all its input and is finishing with its final checkpoint", fault="user"
             )
+        if state.rescale is not None:
+            raise SavepointRejectedError(f"job {self._job_id} is being rescaled; try again once it runs", fault="user")
         if drain and not stop:
             raise SavepointRejectedError(f"job {self._job_id}: --drain applies to a stop-with-savepoint only")
         trigger = self._coordinator.trigger_savepoint(now)
@@ -414,6 +504,24 @@ class JobLifecycle:
         # The stop is in the job record before its barrier goes out: a JobManager taking over ends the
         # job at the savepoint if it completed, rather than restart from it.
         return trigger.checkpoint_id, (SaveRecord(), *self._absorb(now, (replace(trigger, drain=drain),)))
+
+    def trigger_rescale(self, now: float, parallelism: int) -> tuple[Action, ...]:
+        """``weir rescale``: take a forced aligned checkpoint now (or as soon as the one in flight
+        ended), then redeploy at ``parallelism`` from it; raises RescaleRejectedError when the job
+        cannot be rescaled now (``weir.jobmanager.rescaling.decide_rescale`` refuses it first)."""
+        state = self._state
+        if not isinstance(state, Running):
+            raise RescaleRejectedError(f"job {self._job_id} is {self.status.value}: only a RUNNING job can be rescaled")
+        if state.rescale is not None or self._rescale_deploying:
+            raise RescaleRejectedError(f"job {self._job_id} is already being rescaled")
+        if state.stop is not None:
+            raise RescaleRejectedError(f"job {self._job_id} is stopping with savepoint {state.stop.savepoint_id}")
+        if state.final_checkpoint is not None or state.final_completed or self._all_sources_ended(state):
+            raise RescaleRejectedError(
+                f"job {self._job_id} read all its input and is finishing with its final checkpoint"
+            )
+        self._state = replace(state, rescale=RescaleRequest(parallelism))
+        return self._trigger_rescale(now)
 
     def trigger_checkpoint(self, now: float, *, full: bool) -> tuple[CheckpointId, tuple[Action, ...]]:
         """A checkpoint now (``weir checkpoint``); raises CheckpointRejectedError when the job cannot
@@ -434,6 +542,8 @@ class JobLifecycle:
             raise CheckpointRejectedError(
                 f"job {self._job_id} is stopping with savepoint {state.stop.savepoint_id}", fault="user"
             )
+        if state.rescale is not None:
+            raise CheckpointRejectedError(f"job {self._job_id} is being rescaled", fault="user")
         if state.final_checkpoint is not None or self._all_sources_ended(state):
             raise CheckpointRejectedError(
                 f"job {self._job_id} read all its input and is finishing with its final checkpoint", fault="user"
@@ -446,11 +556,12 @@ class JobLifecycle:
     def tick(self, now: float) -> tuple[Action, ...]:
         """Expire checkpoints; trigger a periodic (or the final) checkpoint when due; retry a resolution."""
         match self._state:
-            case Running(stop=stop, final_checkpoint=final, final_completed=final_completed):
-                # After every source ended the final checkpoint is the only one (sinks write nothing after it).
-                periodic = stop is None and final is None and not final_completed
+            case Running(stop=stop, final_checkpoint=final, final_completed=final_completed, rescale=rescale):
+                # After every source ended the final checkpoint is the only one (sinks write nothing after it);
+                # a rescale's checkpoint is the next one, and the last of this attempt.
+                periodic = stop is None and final is None and not final_completed and rescale is None
                 actions = self._absorb(now, self._coordinator.tick(now, periodic=periodic))
-                return (*actions, *self._trigger_final(now))
+                return (*actions, *self._trigger_final(now), *self._trigger_rescale(now))
             case Ending() | Ended():
                 return self._retry_resolution(now)
             case Created() | Restarting():
@@ -581,6 +692,7 @@ class JobLifecycle:
     def _end(self, now: float, outcome: JobStatus, reason: str) -> tuple[Action, ...]:
         """Stop triggering, abort what is pending; the resolution starts once nothing is persisting."""
         before = self.status
+        dropped = self._drop_rescale(f"the job ended: {reason}", ending=True)
         match self._state:
             case Running(attempt=attempt) | Restarting(attempt=attempt):
                 pass
@@ -591,7 +703,7 @@ class JobLifecycle:
             case _:
                 assert_never(self._state)
         self._state = Ending(outcome, attempt, now)
-        actions = list(self._absorb(now, self._coordinator.stop(now, reason)))
+        actions = [*dropped, *self._absorb(now, self._coordinator.stop(now, reason))]
         actions.append(StatusChanged(before, self.status, reason))
         actions.extend(self._start_resolution(now))
         return tuple(actions)
@@ -648,6 +760,30 @@ class JobLifecycle:
         trigger = self._coordinator.trigger_now(now)
         return self._absorb(now, (trigger,)) if trigger is not None else ()
 
+    def _trigger_rescale(self, now: float) -> tuple[Action, ...]:
+        """A rescale waits for its checkpoint: trigger it now, forced aligned, unless one is in flight."""
+        state = self._state
+        if not isinstance(state, Running) or state.rescale is None or state.rescale.checkpoint_id is not None:
+            return ()
+        trigger = self._coordinator.trigger_now(now)
+        if trigger is None:
+            return ()
+        self._state = replace(state, rescale=replace(state.rescale, checkpoint_id=trigger.checkpoint_id))
+        return (*self._absorb(now, (replace(trigger, aligned=True),)), RescaleTriggered(trigger.checkpoint_id))
+
+    def _drop_rescale(self, reason: str, *, ending: bool = False) -> tuple[Action, ...]:
+        """The job fails over, or ``ending``: a rescale waiting for its checkpoint failed (nothing
+        changed). One being redeployed goes on through failovers (the job is at the new parallelism
+        already); only the job's end fails it."""
+        state = self._state
+        if isinstance(state, Running) and state.rescale is not None:
+            self._state = replace(state, rescale=None)
+            return (RescaleAborted(reason),)
+        if ending and self._rescale_deploying:
+            self._rescale_deploying = False
+            return (RescaleAborted(reason),)
+        return ()
+
     def _all_sources_ended(self, state: Running) -> bool:
         return bool(self._sources) and self._sources <= state.sources_ended
 
@@ -696,6 +832,21 @@ class JobLifecycle:
             return self._end(now, JobStatus.FINISHED, f"stopped with savepoint {checkpoint_id}")
         if state.final_checkpoint == checkpoint_id:
             self._state = replace(state, final_checkpoint=None, final_completed=True)
+        if state.rescale is not None and state.rescale.checkpoint_id == checkpoint_id:
+            # The sinks were just told to commit it; the tasks stop, and the job restarts at once at the
+            # new parallelism from it (not a restart of the strategy's).
+            parallelism = state.rescale.parallelism
+            message = f"rescaling to parallelism {parallelism} from checkpoint {checkpoint_id}"
+            self._state = replace(state, rescale=None)
+            actions = self._absorb(now, self._coordinator.task_failed(now, min(self._sources), message))
+            self._state = Restarting(state.attempt, now)
+            self._rescale_deploying = True
+            return (
+                *actions,
+                CancelTasks(state.attempt),
+                Rescale(parallelism, checkpoint_id),
+                StatusChanged(JobStatus.RUNNING, JobStatus.RESTARTING, message),
+            )
         return ()
 
     def _aborted(self, now: float, checkpoint_id: CheckpointId, reason: str) -> tuple[Action, ...]:
@@ -704,6 +855,23 @@ class JobLifecycle:
             return ()
         if state.final_checkpoint == checkpoint_id:
             self._state = state = replace(state, final_checkpoint=None)  # the next trigger is final
+        if state.rescale is not None and state.rescale.checkpoint_id == checkpoint_id:
+            # Its forced aligned barrier quiesced the tasks' processing-time timers (as a final
+            # checkpoint's does): the attempt cannot go on as it was. It restarts from its latest
+            # completed checkpoint at the parallelism it had (not a restart of the strategy's).
+            message = (
+                f"rescale to parallelism {state.rescale.parallelism} failed: its checkpoint {checkpoint_id} "
+                f"aborted ({reason}); the job restarts from its latest completed checkpoint as it was"
+            )
+            self._state = replace(state, rescale=None)
+            actions = self._absorb(now, self._coordinator.task_failed(now, min(self._sources), message))
+            self._state = Restarting(state.attempt, now)
+            return (
+                RescaleAborted(message),
+                *actions,
+                CancelTasks(state.attempt),
+                StatusChanged(JobStatus.RUNNING, JobStatus.RESTARTING, message),
+            )
         if state.stop is None or state.stop.savepoint_id != checkpoint_id:
             return ()
         if not state.stop.drain:

@@ -43,6 +43,8 @@ from weir.jobmanager.read_api import ReadApi
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.recovery import JobRecovery
 from weir.jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
+from weir.jobmanager.rescale_requests import RescaleRequests
+from weir.jobmanager.rescaling import RescaleOperation
 from weir.jobmanager.savepoints import SavepointTrigger
 from weir.jobmanager.submission import (
     EndOffsetsReader,
@@ -92,7 +94,17 @@ class JobManager:
         )
         self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock, gateway=gateway, io=self._io)
         self.deployer = Deployer(
-            self.registry, gateway, self.failover, self.executor, self.records, self._io, lock, clock, storage.uri
+            self.registry,
+            gateway,
+            self.failover,
+            self.executor,
+            self.records,
+            self._io,
+            lock,
+            clock,
+            storage.uri,
+            storage=storage,
+            resolve_redistributed=resolve_inherited,
         )
         self.submitter = JobSubmitter(
             self.jobs,
@@ -108,9 +120,18 @@ class JobManager:
         self.reports = TaskReports(self.jobs, self.executor, self.failover, lock, clock)
         self.recovery = JobRecovery(self.jobs, self.records, storage, self.paths, self.executor, lock, clock)
         self.savepoints = SavepointTrigger(self.jobs, self.executor, lock, clock)
+        self.rescales = RescaleRequests(self.jobs, self.registry, self.executor, lock, clock, storage)
         self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)
         self.monitor = Monitor(
-            self.jobs, self.registry, self.failover, self.deployer, self.executor, self.records, lock, clock
+            self.jobs,
+            self.registry,
+            self.failover,
+            self.deployer,
+            self.executor,
+            self.records,
+            lock,
+            clock,
+            rescales=self.rescales,
         )
         self._monitor_thread = threading.Thread(
             target=self.monitor.run, args=(self._stopping,), name="jm-monitor", daemon=True
@@ -176,6 +197,15 @@ class JobManager:
     def trigger_checkpoint(self, job_id: str, *, full: bool) -> CheckpointId:
         self._not_loading(job_id)
         return self.savepoints.trigger_checkpoint(job_id, full=full)
+
+    def rescale(self, job_id: str, parallelism: int) -> str:
+        """``weir rescale``: answers the request's trigger id (RescaleRejectedError: refused, untouched)."""
+        self._not_loading(job_id)
+        return self.rescales.rescale(job_id, parallelism)
+
+    def rescale_status(self, job_id: str, trigger_id: str) -> RescaleOperation:
+        self._not_loading(job_id)
+        return self.rescales.status(job_id, trigger_id)
 
     def job_status(self, job_id: str) -> JobStatusView:
         self._not_loading(job_id)

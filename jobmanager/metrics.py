@@ -112,6 +112,13 @@ RESTARTS = Gauge("weir_job_restarts", "Restarts of the job since it was submitte
 RESTORES = Counter("weir_job_restores_total", "Restores of the job from a completed checkpoint", JOB_LABELS)
 LAST_RESTORE_TIMESTAMP = Gauge("weir_job_last_restore_timestamp_seconds", "When the job was last restored", JOB_LABELS)
 LAST_RESTART_TIMESTAMP = Gauge("weir_job_last_restart_timestamp_seconds", "When the job last restarted", JOB_LABELS)
+RESCALES = Counter(
+    "weir_job_rescales_total",
+    "Rescales of the job (weir rescale) that ended, by outcome (completed, failed)",
+    (*JOB_LABELS, "outcome"),
+)
+RESCALE_OUTCOMES = ("completed", "failed")
+PARALLELISM = Gauge("weir_job_parallelism", "The job's parallelism (changed by weir rescale)", JOB_LABELS)
 JOB_STATUS = Gauge("weir_job_status", "1 for the job's current status, 0 otherwise", (*JOB_LABELS, "status"))
 END_UNRESOLVED = Gauge(
     "weir_job_end_unresolved",
@@ -149,6 +156,7 @@ _JOB_METRICS: tuple[MetricWrapperBase, ...] = (
     CHECKPOINTS_UNALIGNED,
     RESTARTS,
     RESTORES,
+    PARALLELISM,
     LAST_RESTORE_TIMESTAMP,
     LAST_RESTART_TIMESTAMP,
     END_UNRESOLVED,
@@ -176,6 +184,8 @@ def _remove_job(job: Any, labels: JobLabels) -> None:
     """Drop every series of an ended job (Flink closes the job's metric group); idempotent."""
     key = labels.values()
     _remove(_JOB_METRICS, *key)
+    for outcome in RESCALE_OUTCOMES:
+        _remove((RESCALES,), *key, outcome)
     keep_failed = job.status is JobStatus.FAILED
     for status in _STATUSES:
         if not (keep_failed and status == JobStatus.FAILED.value):
@@ -191,6 +201,11 @@ def _remove_job(job: Any, labels: JobLabels) -> None:
 def checkpoint_triggered(job: Any) -> None:
     if not ended(job):
         CHECKPOINTS_TRIGGERED.labels(*JobLabels.of(job).values()).inc()
+
+
+def rescale_ended(job: Any, outcome: str) -> None:
+    if not ended(job):
+        RESCALES.labels(*JobLabels.of(job).values(), outcome).inc()
 
 
 def checkpoint_failed(job: Any) -> None:
@@ -255,6 +270,7 @@ def job_status(job: Any) -> None:
     for status in _STATUSES:
         JOB_STATUS.labels(*key, status).set(1 if job.status.value == status else 0)
     RESTARTS.labels(*key).set(job.restarts)
+    PARALLELISM.labels(*key).set(job.submission.parallelism)
     stats = job.restart_strategy.stats()
     if stats.last_restart_at is not None:
         LAST_RESTART_TIMESTAMP.labels(*key).set(stats.last_restart_at)

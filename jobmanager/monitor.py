@@ -26,6 +26,7 @@ from weir.jobmanager.job_actions import JobActionExecutor
 from weir.jobmanager.jobs import DeployCommand, JobMaster
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.registry import TaskManagerRegistry
+from weir.jobmanager.rescale_requests import RescaleRequests
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -45,7 +46,11 @@ class Monitor:
         records: JobRecordStore,
         lock: threading.RLock,
         clock: Callable[[], float],
+        *,
+        rescales: RescaleRequests | None = None,
     ) -> None:
+        """``rescales``: rescales jobs in ``scheduler-mode: reactive`` to the slots (None: none are)."""
+        self._rescales = rescales
         self._jobs = jobs
         self._registry = registry
         self._failover = failover
@@ -105,6 +110,12 @@ class Monitor:
                         deploys.append((job, *self._deployer.schedule(job, now)))
                         self._waiting.pop(job.job_id, None)
                     except (JobManagerError, NotEnoughSlotsError) as exc:
+                        if (
+                            isinstance(exc, NotEnoughSlotsError)
+                            and self._rescales is not None
+                            and self._rescales.shrink_to_slots(job, now)
+                        ):
+                            continue  # reactive: placed at what is left on the next tick
                         # Wait for slots (a TaskManager may come back) or for a persist to end.
                         self._executor.execute(job, job.lifecycle.restart_later(now + RESTART_RETRY_S))
                         if self._waiting.get(job.job_id) != str(exc):
@@ -112,6 +123,8 @@ class Monitor:
                             log.warning("restart_waiting", job_id=job.job_id, reason=str(exc))
                 else:
                     self._executor.execute(job, job.lifecycle.tick(now))
+                    if self._rescales is not None:
+                        self._rescales.react(job)
                 if job.status is JobStatus.RUNNING and now - job.record_saved_at > RECORD_REFRESH_S:
                     self._records.save(job)  # keeps the progress counters for a restarted JobManager
                 metrics.job_status(job)

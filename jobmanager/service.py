@@ -51,6 +51,7 @@ from weir.jobmanager.messages import (
     TaskStateReport,
 )
 from weir.jobmanager.registry import HEARTBEAT_INTERVAL_S
+from weir.jobmanager.rescaling import RescaleOperation
 from weir.jobmanager.submission import SubmitRequest
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
@@ -282,6 +283,19 @@ def checkpoint_detail_response(view: CheckpointDetailView) -> jobmanager_pb2.Get
     return response
 
 
+def rescale_status_response(op: RescaleOperation) -> jobmanager_pb2.GetRescaleStatusResponse:
+    return jobmanager_pb2.GetRescaleStatusResponse(
+        trigger_id=op.trigger_id,
+        phase=op.phase.value,
+        from_parallelism=op.from_parallelism,
+        to_parallelism=op.to_parallelism,
+        checkpoint_id=op.checkpoint_id or 0,
+        failure=op.failure,
+        requested_at=op.requested_at,
+        finished_at=op.finished_at or 0.0,
+    )
+
+
 def cluster_response(view: ClusterView) -> jobmanager_pb2.GetClusterStatusResponse:
     return jobmanager_pb2.GetClusterStatusResponse(
         taskmanagers=[
@@ -349,6 +363,19 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
     ) -> jobmanager_pb2.TriggerJobCheckpointResponse:
         checkpoint_id = self._call(context, lambda: self._jm.trigger_checkpoint(request.job_id, full=request.full))
         return jobmanager_pb2.TriggerJobCheckpointResponse(checkpoint_id=checkpoint_id)
+
+    def RescaleJob(  # noqa: N802
+        self, request: jobmanager_pb2.RescaleJobRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.RescaleJobResponse:
+        trigger_id = self._call(context, lambda: self._jm.rescale(request.job_id, request.parallelism))
+        return jobmanager_pb2.RescaleJobResponse(trigger_id=trigger_id)
+
+    def GetRescaleStatus(  # noqa: N802
+        self, request: jobmanager_pb2.GetRescaleStatusRequest, context: grpc.ServicerContext
+    ) -> jobmanager_pb2.GetRescaleStatusResponse:
+        return rescale_status_response(
+            self._call(context, lambda: self._jm.rescale_status(request.job_id, request.trigger_id))
+        )
 
     def ListCheckpoints(  # noqa: N802
         self, request: jobmanager_pb2.ListCheckpointsRequest, context: grpc.ServicerContext

@@ -106,8 +106,10 @@ class UnalignedAck:
 def barrier_alignment_of(request: CheckpointRequest) -> BarrierAlignment:
     """The alignment of the barrier a source sends for a triggered checkpoint: a final checkpoint's
     is forced aligned in every mode (FLIP-147), so that every record before it reaches the sinks
-    before they pre-commit at it and nothing lies in flight behind it; any other as the mode says."""
-    return BarrierAlignment.FORCED_ALIGNED if request.final else BarrierAlignment.BY_MODE
+    before they pre-commit at it and nothing lies in flight behind it; a rescale's too (``aligned``),
+    so that the job is redeployed at another parallelism from state alone, with no in-flight records
+    to redistribute; any other as the mode says."""
+    return BarrierAlignment.FORCED_ALIGNED if request.final or request.aligned else BarrierAlignment.BY_MODE
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ class CheckpointRequest:
     kind: CheckpointKind
     final: bool = False  # the job's final checkpoint: every bounded source has ended
     drain: bool = False  # weir stop --drain: emit the end of event time before the barrier
+    aligned: bool = False  # forced aligned in every mode (a rescale's checkpoint)
 
 
 @dataclass(frozen=True)

@@ -179,9 +179,9 @@ class TaskHost:
                     data, expected_id=req.artifact_id, timeout_s=PythonJobSettings.from_env().job_load_timeout
                 )
                 # An exception raised through any of the job's modules is the user's (Failure.from_exception).
-                self._artifact_files[req.artifact_id] = frozenset(
-                    str(p) for p in prepared.directory.rglob("*.py")
-                ) | {prepared.manifest.entry_name}
+                self._artifact_files[req.artifact_id] = frozenset(str(p) for p in prepared.directory.rglob("*.py")) | {
+                    prepared.manifest.entry_name
+                }
                 code = prepared
             loaded = load_job(code, dict(req.parameters), req.parallelism, req.job_name)
             cached = (loaded, build_plan(loaded.graph))
@@ -374,7 +374,9 @@ class TaskHost:
             return False
         kind = checkpoint_kind_from_proto(req.kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
         task.trigger_checkpoint(
-            CheckpointRequest(CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final, req.drain)
+            CheckpointRequest(
+                CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final, req.drain, aligned=req.aligned
+            )
         )
         return True
 

@@ -71,6 +71,8 @@ class TriggerBarriers:
     """The job's final checkpoint: every source ended (set by ``weir.jobmanager.lifecycle``)."""
     drain: bool = False
     """A stop-with-savepoint --drain: the sources emit the end of event time first (set by the lifecycle)."""
+    aligned: bool = False
+    """Forced aligned in every mode: a rescale's checkpoint (set by the lifecycle)."""
 
 
 @dataclass(frozen=True)

@@ -329,6 +329,24 @@ def create_app(
         checkpoint_id = flink.checkpoint_of_trigger(job_id, trigger_id)
         return flink.checkpoint_status(manager.list_checkpoints(job_id), checkpoint_id)
 
+    @api.patch("/jobs/{job_id}/rescaling", responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
+    def rescale(
+        job_id: str, parallelism: Annotated[int, Query(ge=1, description="The job's new parallelism")]
+    ) -> flink.TriggerResponse:
+        """Rescale a running job (Flink's rescaling, ``weir rescale``): it takes an aligned checkpoint,
+        its sinks commit it, and it is redeployed at ``parallelism`` from it, exactly once; ``GET
+        .../rescaling/{request-id}`` answers the outcome. A job that cannot be rescaled now: 409, untouched."""
+        return flink.TriggerResponse(request_id=manager.rescale(weir_job_id(job_id), parallelism))
+
+    @api.get(
+        "/jobs/{job_id}/rescaling/{trigger_id}",
+        responses={404: {**_ERROR, "description": "Unknown job or rescale"}},
+        response_model_exclude_none=True,
+    )
+    def rescale_status(job_id: str, trigger_id: str) -> flink.OperationResult:
+        """A rescale's outcome by the ``request-id`` its trigger answered (Flink's shape)."""
+        return flink.rescale_status(manager.rescale_status(weir_job_id(job_id), trigger_id))
+
     @api.post(
         "/jars/upload",
         responses=BAD_REQUEST,

@@ -25,6 +25,7 @@ from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.errors import UnknownCheckpointError, WeirError
 from weir.jobmanager.errors import SavepointDisposalError
 from weir.jobmanager.messages import CheckpointsView
+from weir.jobmanager.rescaling import RescaleOperation, RescalePhase
 from weir.jobmanager.rest.ids import FLINK_ID_HEX
 from weir.jobmanager.rest.views import Model, _api
 from weir.jobmanager.savepoint_disposal import dispose_savepoint
@@ -195,6 +196,26 @@ def failed(class_name: str, message: str) -> OperationResult:
 
 class TriggerResponse(Model):
     request_id: str = _api("request-id")
+
+
+def rescale_status(op: RescaleOperation) -> OperationResult:
+    """A rescale's outcome as Flink's ``GET /jobs/:jobid/rescaling/:triggerid`` reports it
+    (``AsynchronousOperationInfo``): IN_PROGRESS while its checkpoint or the redeployment is under way,
+    then COMPLETED (with the ``checkpointId`` it was redeployed from, Weir's addition), or COMPLETED
+    with a ``failure-cause``."""
+    match op.phase:
+        case RescalePhase.CHECKPOINTING | RescalePhase.REDEPLOYING:
+            return IN_PROGRESS
+        case RescalePhase.COMPLETED:
+            return OperationResult(
+                status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo(checkpoint_id=op.checkpoint_id)
+            )
+        case RescalePhase.FAILED:
+            return failed(
+                "RescaleFailedError", f"rescale of job {op.job_id} to parallelism {op.to_parallelism}: {op.failure}"
+            )
+        case _:
+            assert_never(op.phase)
 
 
 # Savepoint disposal --------------------------------------------------------------------------------

@@ -50,6 +50,7 @@ from weir.api.kafka_sink import KafkaDelivery, KafkaSink, KafkaSinkBuilder
 from weir.api.kafka_source import KafkaSource, KafkaSourceBuilder
 from weir.api.loading import LoadedJob, load_job_file, load_job_source
 from weir.api.local_sinks import FileSink, FunctionSink, PrintSink
+from weir.api.postgres_cdc_source import PostgresCdcSource, PostgresCdcSourceBuilder
 from weir.api.postgres_sink import ColumnValues, PostgresDelivery, PostgresSink, PostgresSinkBuilder
 from weir.api.streams import (
     ConnectedStreams,
@@ -64,6 +65,7 @@ from weir.api.streams import (
     WindowedJoin,
     WindowedStream,
 )
+from weir.core.cdc import ChangeEvent, ChangeOp
 from weir.core.columnar import Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.descriptors import (
     COMMITTED,
@@ -74,6 +76,7 @@ from weir.core.descriptors import (
     KafkaRecord,
     KafkaSourceSpec,
     OffsetReset,
+    PostgresCdcSourceSpec,
     StartingOffsets,
     Timestamp,
     TimestampType,
@@ -168,6 +171,11 @@ __all__ = [
     "OptionError",
     "OutputTag",
     "Parameters",
+    "ChangeEvent",
+    "ChangeOp",
+    "PostgresCdcSource",
+    "PostgresCdcSourceBuilder",
+    "PostgresCdcSourceSpec",
     "PostgresDelivery",
     "PostgresSink",
     "PostgresSinkBuilder",

@@ -83,6 +83,10 @@ class Source(abc.ABC):
         """The fields of the record batches the source emits; None: it emits one value per record."""
         return None
 
+    def fixed_parallelism(self) -> int | None:
+        """The only parallelism the source runs at (a replication slot's one reader); None: any."""
+        return None
+
 
 class Sink(abc.ABC):
     """A sink ``stream.sink_to(sink, uid=...)`` adds (Flink's ``Sink``)."""

@@ -2,18 +2,20 @@
 parameters, its sources and its handling of rejected records.
 
 A source is built by its connector and added by :meth:`Environment.from_source`;
-``from_kafka``, ``from_generator`` and ``from_collection`` are that call with the connector's options.
+``from_kafka``, ``from_postgres_cdc``, ``from_generator`` and ``from_collection`` are that call with
+the connector's options.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from weir.api.columnar import ColumnarStream
 from weir.api.connector import Duration, Source, WithoutOnError, told_as
 from weir.api.generator_source import GeneratorSource
 from weir.api.kafka_source import KafkaSource
+from weir.api.postgres_cdc_source import PostgresCdcSource
 from weir.api.streams import DataStream
 from weir.api.wiring import GraphBuilder
 from weir.core.columnar import Schema
@@ -102,13 +104,21 @@ class Environment:
         self, source: Source, *, uid: str, name: str | None = None, parallelism: int | None = None
     ) -> DataStream:
         """Read ``source``, built by its connector (Flink's ``fromSource``):
-        ``KafkaSource.builder()...build()`` or ``GeneratorSource(...)``. A columnar source's stream is
-        a :class:`~weir.api.columnar.ColumnarStream`."""
+        ``KafkaSource.builder()...build()``, ``PostgresCdcSource.builder()...build()`` or
+        ``GeneratorSource(...)``. A columnar source's stream is a :class:`~weir.api.columnar.ColumnarStream`.
+        A source with one reader (the CDC source) runs at its parallelism: ``parallelism`` may only repeat it."""
         if not isinstance(source, Source):
             raise JobDefinitionError(
                 f"operator {uid!r}: from_source takes a source built by its connector (KafkaSource.builder()..."
                 f"build(), GeneratorSource(fn, ...)), not {source!r}"
             )
+        fixed = source.fixed_parallelism()
+        if fixed is not None:
+            if parallelism is not None and parallelism != fixed:
+                raise JobDefinitionError(
+                    f"operator {uid!r}: {source.default_name()} runs at parallelism {fixed} only, not {parallelism}"
+                )
+            parallelism = fixed
         schema = source.columnar_schema()
         t = self._builder.add_operator(
             WithoutOnError(source.create_operator),
@@ -193,6 +203,32 @@ class Environment:
                 .build()
             )
         return self.from_source(source, uid=uid, name=name, parallelism=parallelism)
+
+    def from_postgres_cdc(
+        self,
+        tables: Sequence[str],
+        *,
+        uid: str,
+        slot_name: str,
+        publication: str | None = None,
+        max_changes_per_poll: int = 1000,
+        name: str | None = None,
+    ) -> DataStream:
+        """The changes of PostgreSQL tables: a consistent snapshot (``read`` events), then their
+        inserts, updates and deletes decoded from the logical replication slot ``slot_name``, as
+        :class:`~weir.core.cdc.ChangeEvent` values (``from_source(PostgresCdcSource.builder()...build())``,
+        ``weir.api.postgres_cdc_source``, docs/sources.md). One reader (parallelism 1); the slot is
+        advanced only when a checkpoint completes, so a restore decodes again from the checkpoint."""
+        with told_as(f"postgres cdc source {uid!r}"):
+            builder = (
+                PostgresCdcSource.builder()
+                .tables(tables)
+                .slot_name(slot_name)
+                .publication(publication)
+                .max_changes_per_poll(max_changes_per_poll)
+            )
+            source = builder.build()
+        return self.from_source(source, uid=uid, name=name)
 
     def from_generator(
         self,

@@ -138,7 +138,15 @@ class GeneratorSourceSpec:
     records_per_second: float | None
 
 
-SourceSpec = KafkaSourceSpec | GeneratorSourceSpec
+@dataclass(frozen=True)
+class PostgresCdcSourceSpec:
+    tables: tuple[str, ...]  # as the server resolves them (search_path): "orders", "shop.orders"
+    slot_name: str  # the logical replication slot the source owns
+    publication: str  # the publication decoded (created with the slot when missing)
+    max_changes_per_poll: int = 1000  # whole transactions are read, at least this many changes when committed
+
+
+SourceSpec = KafkaSourceSpec | GeneratorSourceSpec | PostgresCdcSourceSpec
 
 
 def is_bounded(spec: SourceSpec) -> bool:
@@ -147,6 +155,8 @@ def is_bounded(spec: SourceSpec) -> bool:
             return spec.bounded
         case GeneratorSourceSpec():
             return spec.count is not None
+        case PostgresCdcSourceSpec():
+            return False
 
 
 # Sinks ---------------------------------------------------------------------------------------------

@@ -59,6 +59,8 @@ GRPC_METHOD_ROLES: Final[Mapping[str, Role]] = {
     _JM + "GetCheckpointDetail": Role.READ,
     _JM + "TriggerSavepoint": Role.OPERATE,  # also stop-with-savepoint
     _JM + "TriggerJobCheckpoint": Role.OPERATE,
+    _JM + "RescaleJob": Role.OPERATE,
+    _JM + "GetRescaleStatus": Role.READ,
     _JM + "GetClusterStatus": Role.READ,
     _JM + "RegisterTaskManager": Role.INTERNAL,
     _JM + "Heartbeat": Role.INTERNAL,
@@ -100,6 +102,8 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("POST", "/jobs/{job_id}/stop"): Role.OPERATE,
     ("GET", "/jobs/{job_id}/savepoints/{trigger_id}"): Role.READ,
     ("POST", "/jobs/{job_id}/checkpoints"): Role.OPERATE,  # a checkpoint on request
+    ("PATCH", "/jobs/{job_id}/rescaling"): Role.OPERATE,  # weir rescale
+    ("GET", "/jobs/{job_id}/rescaling/{trigger_id}"): Role.READ,
     ("GET", "/jobs/{job_id}/checkpoints/{trigger_id}"): Role.READ,
     ("GET", "/jars"): Role.READ,
     ("POST", "/jars/upload"): Role.SUBMIT,  # code that runs on every node

@@ -779,6 +779,49 @@ def checkpoint(
 
 
 @app.command()
+def rescale(
+    job_id: Annotated[str, typer.Argument(help="The running job's id (`weir list`).")],
+    parallelism: Annotated[
+        int, typer.Option("--parallelism", "-p", min=1, help="The job's new parallelism (up to its max parallelism).")
+    ],
+    wait: Annotated[
+        bool, typer.Option("--wait", help="Wait until every task runs at the new parallelism (or the rescale failed).")
+    ] = False,
+    timeout_s: Annotated[float, typer.Option("--timeout", min=1.0, help="Seconds to wait with --wait.")] = 600.0,
+    json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
+) -> None:
+    """Rescale a running job: it takes an aligned checkpoint, its sinks commit it, and it is redeployed at
+    the new parallelism from it, under the same job id, exactly once. As Flink's `PATCH
+    /jobs/:jobid/rescaling`. A request the job cannot take is refused before the job is touched."""
+    with _client() as client:
+        trigger_id = client.rescale(job_id, parallelism)
+        info = client.wait_for_rescale(job_id, trigger_id, timeout_s) if wait else None
+    if json_output:
+        document: dict[str, object] = {"job_id": job_id, "trigger_id": trigger_id, "parallelism": parallelism}
+        if info is not None:
+            document |= {
+                "phase": info.phase,
+                "checkpoint_id": info.checkpoint_id,
+                "from_parallelism": info.from_parallelism,
+            }
+        _print_json(document)
+        return
+    if info is None:
+        _stdout().print(
+            f"rescaling job {job_id} to parallelism {parallelism} (request {trigger_id}; `weir status {job_id}`)",
+            soft_wrap=True,
+        )
+        return
+    _stdout().print(
+        f"job {job_id} rescaled from parallelism {info.from_parallelism} to {info.to_parallelism} "
+        f"from checkpoint {info.checkpoint_id}",
+        soft_wrap=True,
+    )
+
+
+@app.command()
 def checkpoints(
     job_id: Annotated[str, typer.Argument(help="The job's id (`weir list`).")],
     checkpoint: Annotated[

@@ -58,6 +58,12 @@ class SavepointFailedError(WeirError):
     fault: Fault = Fault.EXTERNAL
 
 
+class RescaleFailedError(WeirError):
+    """A rescale was accepted but did not complete (its checkpoint failed, or the job ended)."""
+
+    fault: Fault = Fault.EXTERNAL
+
+
 class CheckpointFailedError(WeirError):
     """A checkpoint was triggered on request but did not complete (the job keeps running)."""
 
@@ -176,6 +182,24 @@ class TaskCheckpointStats:
     @property
     def name(self) -> str:
         return f"{self.vertex_uid}#{self.subtask}"
+
+
+@dataclass(frozen=True)
+class RescaleInfo:
+    """A rescale's progress (``weir rescale``): ``phase`` CHECKPOINTING, REDEPLOYING, COMPLETED or FAILED."""
+
+    trigger_id: str
+    phase: str
+    from_parallelism: int
+    to_parallelism: int
+    checkpoint_id: int  # 0: not triggered yet
+    failure: str
+    requested_at: float
+    finished_at: float  # 0: not finished
+
+    @property
+    def finished(self) -> bool:
+        return self.phase in ("COMPLETED", "FAILED")
 
 
 @dataclass(frozen=True)
@@ -352,6 +376,49 @@ class JobManagerClient:
             job_id=job_id,
         )
         return CheckpointId(response.checkpoint_id)
+
+    def rescale(self, job_id: str, parallelism: int) -> str:
+        """Start rescaling a running job (``weir rescale``); answers the request's trigger id. A refusal
+        (not running, out of range, not enough slots, ...) raises JobManagerRequestError with its reason."""
+        response = self._call(
+            self._stub.RescaleJob,
+            jobmanager_pb2.RescaleJobRequest(job_id=job_id, parallelism=parallelism),
+            job_id=job_id,
+        )
+        return str(response.trigger_id)
+
+    def rescale_status(self, job_id: str, trigger_id: str) -> RescaleInfo:
+        r = self._call(
+            self._stub.GetRescaleStatus,
+            jobmanager_pb2.GetRescaleStatusRequest(job_id=job_id, trigger_id=trigger_id),
+        )  # no job_id: a NOT_FOUND names an unknown job or an unknown rescale, in the JobManager's words
+        return RescaleInfo(
+            r.trigger_id,
+            r.phase,
+            r.from_parallelism,
+            r.to_parallelism,
+            r.checkpoint_id,
+            r.failure,
+            r.requested_at,
+            r.finished_at,
+        )
+
+    def wait_for_rescale(self, job_id: str, trigger_id: str, timeout_s: float) -> RescaleInfo:
+        """Poll until the rescale COMPLETED (answers it) or FAILED (RescaleFailedError with the reason);
+        RescaleFailedError too after ``timeout_s``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            info = self.rescale_status(job_id, trigger_id)
+            if info.phase == "FAILED":
+                raise RescaleFailedError(f"rescale {trigger_id} of job {job_id} failed: {info.failure}")
+            if info.phase == "COMPLETED":
+                return info
+            if time.monotonic() > deadline:
+                raise RescaleFailedError(
+                    f"rescale {trigger_id} of job {job_id} is still {info.phase} after {timeout_s:g}s; "
+                    f"see `weir status {job_id}`"
+                )
+            time.sleep(SAVEPOINT_POLL_S)
 
     def wait_for_checkpoint(self, job_id: str, checkpoint_id: int, timeout_s: float) -> CheckpointInfo:
         """Poll until the checkpoint completed (answers it) or failed (CheckpointFailedError with the

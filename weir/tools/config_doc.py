@@ -121,6 +121,15 @@ JOB_SETTINGS: Final[tuple[tuple[str, str, str], ...]] = (
             "latency, `0` to send after each input batch"
         ),
     ),
+    (
+        "`scheduler-mode`",
+        "`default`",
+        (
+            "`reactive` (Flink's name): the job runs at every slot it could use (its own and the free ones, up "
+            "to its max parallelism), rescaled through an aligned checkpoint when a TaskManager registers and "
+            "restarted at what is left when one is lost (docs/operations.md)"
+        ),
+    ),
 )
 """The ``-D`` keys the JobManager reads (key, default, meaning), tabled after the variables (Flink's
 names where Flink has the setting)."""

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any, assert_never
 from unittest import mock
 
-from weir.api import GeneratorSourceSpec, KafkaSourceSpec, load_job_file
+from weir.api import GeneratorSourceSpec, KafkaSourceSpec, PostgresCdcSourceSpec, load_job_file
 from weir.core import crashpoints
 from weir.core.errors import WeirError
 from weir.core.ids import ChannelIndex, KeyGroup, SubtaskIndex
@@ -351,7 +351,7 @@ class _Attempt(_Run):
         match spec:
             case KafkaSourceSpec():
                 pass
-            case GeneratorSourceSpec() | None:
+            case GeneratorSourceSpec() | PostgresCdcSourceSpec() | None:
                 raise JobTestError(f"source {t.uid!r} is not a Kafka source: only a Kafka source takes records")
             case _:
                 assert_never(spec)

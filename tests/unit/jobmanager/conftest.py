@@ -109,6 +109,7 @@ class FakeGateway:
     unreachable: set[str] = field(default_factory=set)
     failing: dict[str, str] = field(default_factory=dict)  # address -> gRPC status name
     accept_triggers: bool = True
+    aligned_triggers: list[int] = field(default_factory=list)  # checkpoints triggered forced aligned
 
     def _fail(self, address: str) -> None:
         if address in self.failing:
@@ -142,8 +143,11 @@ class FakeGateway:
         *,
         final: bool,
         drain: bool = False,
+        aligned: bool = False,
     ) -> bool:
         self._fail(address)
+        if aligned:
+            self.aligned_triggers.append(checkpoint_id)
         self.calls.append(("trigger", address, str(task), attempt, checkpoint_id, kind, final))
         return self.accept_triggers
 

@@ -5,7 +5,7 @@ pre-committed at a snapshot and committed by a completion notice, by a restore (
 the end's resolution; checkpoint storage where a persist's metadata lands (or not); the job record
 the executor writes; a network that delivers everything late and in any order. The runs interleave
 acks, declines, persist outcomes, sources reaching the end of their input, stop / stop --drain /
-savepoint / cancel requests, savepoints that fail, task failures, resolutions that fail, and
+savepoint / cancel / rescale requests, savepoints that fail, task failures, resolutions that fail, and
 JobManagers that die and are replaced by one taking the job over from its record and storage.
 
 After every step the run checks what the protocol promises:
@@ -16,6 +16,7 @@ After every step the run checks what the protocol promises:
 - nothing is triggered while a stop's savepoint is in flight, nor after it completed or after the
   final checkpoint completed;
 - checkpoint ids are never handed out twice, across JobManagers too;
+- a rescale redeploys from its own checkpoint, completed and the latest one (the sinks committed it);
 - in the end the job is ended with nothing prepared in the sink, or its end is unresolved and due to
   be retried.
 
@@ -37,7 +38,7 @@ from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.pending import TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint, InMemoryCompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import CheckpointConfig, CheckpointIdCounter
-from weir.jobmanager.errors import SavepointRejectedError
+from weir.jobmanager.errors import RescaleRejectedError, SavepointRejectedError
 from weir.jobmanager.lifecycle import (
     CancelTasks,
     Created,
@@ -45,6 +46,10 @@ from weir.jobmanager.lifecycle import (
     Ending,
     JobLifecycle,
     RecordedEnd,
+    Rescale,
+    RescaleAborted,
+    RescaleDeployed,
+    RescaleTriggered,
     ResolveSinks,
     Running,
     SaveRecord,
@@ -211,6 +216,17 @@ class Simulation:
                     self.record_now()
                 case SaveRecord():
                     self.record_now()
+                case RescaleTriggered(checkpoint_id=cid):
+                    self.note(f"the rescale's checkpoint {cid} triggered")
+                case Rescale(parallelism=parallelism, checkpoint_id=cid):
+                    latest = max(self.storage, default=None)
+                    if cid != latest:
+                        self.fail(f"the rescale redeploys from checkpoint {cid}, the latest completed is {latest}")
+                    self.note(f"rescaling to {parallelism} from checkpoint {cid}")
+                case RescaleDeployed():
+                    self.note("the rescale redeployed")
+                case RescaleAborted(reason=reason):
+                    self.note(f"the rescale failed: {reason}")
                 case _:
                     self.fail(f"an action the executor does not know: {action!r}")
         self.check()
@@ -401,6 +417,14 @@ class Simulation:
             self.lifecycle_actions(*actions)
             if stop:
                 self.stop_savepoint = int(cid)
+        elif roll < 0.028:
+            try:
+                actions = lc.trigger_rescale(self.now, 2)
+            except RescaleRejectedError as exc:
+                self.note(f"rescale refused: {exc}")
+                return
+            self.note("rescale requested")
+            self.lifecycle_actions(*actions)
         elif roll < 0.03:
             self.note("cancel requested")
             self.lifecycle_actions(*lc.cancel(self.now))
@@ -481,8 +505,9 @@ def test_the_random_runs_reach_every_edge() -> None:
         saw("the strategy gave up", "status FAILED" in text)
         saw("a resolution failed and was retried", "the resolution failed" in text)
         saw("a JobManager took over", "a new one takes over" in text)
+        saw("a rescale redeployed", "the rescale redeployed" in text)
+        saw("a rescale failed", "the rescale failed" in text)
         restored = any("deploy attempt" in line and "from checkpoint None" not in line for line in sim.trace)
         saw("a restart restored a checkpoint", restored)
     missing = [what for what, count in seen.items() if count == 0]
     assert not missing, f"no run reached: {missing}"
-

@@ -640,6 +640,8 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/overview",
         "/jobs/{job_id}/stop",
         "/jobs/{job_id}/savepoints/{trigger_id}",
+        "/jobs/{job_id}/rescaling",
+        "/jobs/{job_id}/rescaling/{trigger_id}",
         "/savepoint-disposal",
         "/savepoint-disposal/{trigger_id}",
         "/jars",
@@ -651,6 +653,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
     assert all("422" not in op["responses"] for op in operations)
     assert "400" in document["paths"]["/jobs/{job_id}/exceptions"]["get"]["responses"]
     assert "409" in document["paths"]["/jobs/{job_id}/savepoints"]["post"]["responses"]
+    assert "409" in document["paths"]["/jobs/{job_id}/rescaling"]["patch"]["responses"]
     upload = document["paths"]["/jars/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
     assert upload["schema"]["required"] == ["jarfile"]
     schemas = document["components"]["schemas"]

@@ -149,12 +149,16 @@ class KeyedRules(KeyedBroadcastProcessFunction):
     pass
 
 
+FIXED_PARALLELISM = {"Environment.from_postgres_cdc": 1}
+"""Methods whose operator runs at one parallelism only (a replication slot's one reader)."""
+
 Case = Callable[[Environment, dict[str, Any]], object]
 CASES: dict[str, Case] = {
     "Environment.from_source": lambda env, kw: env.from_source(GeneratorSource(square, count=1), **kw),
     "Environment.from_kafka": lambda env, kw: env.from_kafka("events", **kw),
     "Environment.from_generator": lambda env, kw: env.from_generator(square, count=1, **kw),
     "Environment.from_collection": lambda env, kw: env.from_collection([1, 2], **kw),
+    "Environment.from_postgres_cdc": lambda env, kw: env.from_postgres_cdc(["orders"], slot_name="orders_cdc", **kw),
     "DataStream.map": lambda env, kw: numbers(env).map(dict, **kw),
     "DataStream.filter": lambda env, kw: numbers(env).filter(bool, **kw),
     "DataStream.flat_map": lambda env, kw: numbers(env).flat_map(list, **kw),
@@ -243,7 +247,7 @@ def test_each_method_adds_its_operator_by_the_one_path_and_records_it_alike(
     assert t.uid == "op"
     if "name" in accepts:
         assert t.name == "the-op"
-    assert t.parallelism == (3 if "parallelism" in accepts else None)
+    assert t.parallelism == (3 if "parallelism" in accepts else FIXED_PARALLELISM.get(case))
     operator = t.factory()
     assert operator is not t.factory()  # a fresh operator per subtask
     if "on_error" in accepts:

@@ -1,0 +1,233 @@
+"""The PostgreSQL CDC source operator: a snapshot of the tables, then their changes from a replication slot.
+
+The decisions are :class:`weir.core.cdc.CdcProgress`'s and :func:`weir.core.cdc.decide_start`'s; the
+server is behind ``weir.connectors.postgres_cdc``; this operator connects the two to the task:
+
+- ``open`` decides, from the restored state and the slot it finds, to take the snapshot (a new slot)
+  or to resume decoding after the restored position;
+- the first ``poll`` of a new slot emits the whole snapshot (one ``read`` event per row) between two
+  barriers, so no checkpoint holds half of it: a failure before the next completed checkpoint drops
+  the slot and takes a new snapshot (deterministic and exact: sinks drop what the failed attempt
+  wrote after the last completed checkpoint);
+- every later ``poll`` decodes whole transactions and emits each (insert, update, delete events)
+  at once, or skips it when it committed at or before the position (decoded again after a restore);
+- ``notify_checkpoint_complete`` advances the slot to the completed checkpoint's position.
+
+One reader: a replication slot has one consumer, so the source runs at parallelism 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, assert_never
+
+from weir.connectors import postgres, postgres_cdc
+from weir.core.cdc import (
+    SNAPSHOT_PENDING,
+    CdcProgress,
+    CdcState,
+    ChangeEvent,
+    ChangeOp,
+    Resume,
+    TakeSnapshot,
+    TransactionVerdict,
+    decide_start,
+    decode_cdc_state,
+    encode_cdc_state,
+    format_lsn,
+)
+from weir.core.config import Endpoints
+from weir.core.descriptors import PostgresCdcSourceSpec
+from weir.core.errors import JobDefinitionError
+from weir.core.pgoutput import (
+    UNCHANGED,
+    Begin,
+    Commit,
+    Delete,
+    Insert,
+    Relation,
+    Skipped,
+    TupleValue,
+    Update,
+    decode_message,
+)
+from weir.operators.base import NO_PARAMETERS, SourceOperator
+
+IDLE_POLL_WAIT_S: Final = 0.2
+"""How long the source waits before decoding again after a poll that found no committed change."""
+
+POSTGRES_EPOCH_MS: Final = 946_684_800_000
+"""2000-01-01T00:00:00Z in epoch ms: pgoutput's commit times count microseconds from it."""
+
+
+class PostgresCdcSourceOperator(SourceOperator):
+    """Emits :class:`~weir.core.cdc.ChangeEvent` values, stamped with their commit time (epoch ms;
+    snapshot reads carry none). No watermarks."""
+
+    def __init__(self, spec: PostgresCdcSourceSpec) -> None:
+        self._spec = spec
+        self._restored: CdcState = SNAPSHOT_PENDING
+        self._idle = False
+
+    def restore_state(self, data: bytes) -> None:
+        self._restored = decode_cdc_state(data, self._spec.slot_name)
+
+    def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
+        """The tables exist and have a replica identity (one line otherwise)."""
+        with postgres.connect(endpoints, read_only=True) as conn:
+            postgres_cdc.captured_tables(conn, self._spec.tables)
+
+    def open(self) -> None:
+        ctx, spec = self.ctx, self._spec
+        if ctx.parallelism != 1:
+            raise JobDefinitionError(
+                f"postgres cdc source {ctx.uid!r}: runs at parallelism 1 (a replication slot has one reader), "
+                f"not {ctx.parallelism}"
+            )
+        self._endpoints = Endpoints.from_env()
+        self._conn = postgres.connect(self._endpoints, autocommit=True, retry_for_s=10.0)
+        self._tables = {t.qualified_name: t for t in postgres_cdc.captured_tables(self._conn, spec.tables)}
+        self._progress = CdcProgress(self._restored)
+        self._decision = decide_start(
+            self._restored, postgres_cdc.slot_found(self._conn, spec.slot_name), spec.slot_name
+        )
+        self._reader: postgres_cdc.ChangeReader | None = None
+        self._relations: dict[int, Relation] = {}
+        match self._decision:
+            case TakeSnapshot():
+                pass  # the first poll takes it
+            case Resume(position=position):
+                self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
+                ctx.log.info("cdc_resumed", slot=spec.slot_name, lsn=format_lsn(position))
+            case _:
+                assert_never(self._decision)
+
+    def poll(self, max_records: int) -> bool:
+        reader = self._reader
+        if reader is None:
+            self._take_snapshot()
+            return True
+        changes = reader.changes(max(max_records, self._spec.max_changes_per_poll))
+        self._idle = not changes
+        self._emit_transactions(changes, reader)
+        if not changes or self._last_is_commit(changes):
+            self._progress.decoded_through(reader.decoded_through())
+        return True
+
+    def idle_wait_s(self) -> float:
+        return IDLE_POLL_WAIT_S if self._idle else 0.0
+
+    def _take_snapshot(self) -> None:
+        spec, ctx, conn = self._spec, self.ctx, self._conn
+        assert isinstance(self._decision, TakeSnapshot)
+        if self._decision.drop_existing:
+            postgres_cdc.drop_slot(conn, spec.slot_name)
+            ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="its snapshot is in no completed checkpoint")
+        postgres_cdc.ensure_publication(conn, spec.publication, list(self._tables.values()))
+        snapshot = postgres_cdc.Snapshot(self._endpoints, spec.slot_name)
+        rows = 0
+        try:
+            lsn = snapshot.consistent_point
+            ctx.log.info("cdc_snapshot_started", slot=spec.slot_name, lsn=format_lsn(lsn), tables=list(self._tables))
+            emit = self.output.emit
+            for name, table in self._tables.items():
+                for row in snapshot.rows(table):
+                    emit(ChangeEvent(ChangeOp.READ, name, None, row, lsn, None), None)
+                    rows += 1
+        finally:
+            snapshot.close()
+        self.records_polled += rows
+        self._progress.snapshot_emitted(lsn)
+        self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
+        ctx.log.info("cdc_snapshot_emitted", slot=spec.slot_name, lsn=format_lsn(lsn), rows=rows)
+
+    def _emit_transactions(
+        self, changes: Sequence[postgres_cdc.DecodedChange], reader: postgres_cdc.ChangeReader
+    ) -> None:
+        pending: list[tuple[ChangeEvent, int | None]] = []
+        xid: int | None = None
+        commit_ms: int | None = None
+        for change in changes:
+            message = decode_message(change.data)
+            match message:
+                case Begin():
+                    pending, xid = [], message.xid
+                    commit_ms = POSTGRES_EPOCH_MS + message.commit_ts_us // 1000
+                case Commit():
+                    if self._progress.transaction(message.end_lsn) is TransactionVerdict.EMIT:
+                        emit = self.output.emit
+                        for event, ts in pending:
+                            emit(event, ts)
+                        self.records_polled += len(pending)
+                    pending = []
+                case Relation():
+                    self._relations[message.relation_id] = message
+                case Insert() | Update() | Delete():
+                    captured = self._event(message, change.lsn, xid, reader)
+                    if captured is not None:
+                        pending.append((captured, commit_ms))
+                case Skipped():
+                    pass
+                case _:
+                    assert_never(message)
+
+    def _event(
+        self, message: Insert | Update | Delete, lsn: int, xid: int | None, reader: postgres_cdc.ChangeReader
+    ) -> ChangeEvent | None:
+        relation = self._relations[message.relation_id]
+        table = relation.qualified_name
+        if table not in self._tables:
+            return None  # published, not captured (a publication shared with other tables)
+        match message:
+            case Insert():
+                return ChangeEvent(ChangeOp.INSERT, table, None, self._row(relation, message.new, reader), lsn, xid)
+            case Update():
+                before = None if message.old is None else self._row(relation, message.old, reader, message.old_is_key)
+                after = self._row(relation, message.new, reader)
+                return ChangeEvent(ChangeOp.UPDATE, table, before, after, lsn, xid)
+            case Delete():
+                before = self._row(relation, message.old, reader, message.old_is_key)
+                return ChangeEvent(ChangeOp.DELETE, table, before, None, lsn, xid)
+            case _:
+                assert_never(message)
+
+    @staticmethod
+    def _row(
+        relation: Relation,
+        values: Sequence[TupleValue],
+        reader: postgres_cdc.ChangeReader,
+        key_only: bool = False,
+    ) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for column, value in zip(relation.columns, values, strict=True):
+            if value is UNCHANGED or (key_only and not column.key):
+                continue
+            row[column.name] = None if value is None else reader.load(column.type_oid, str(value))
+        return row
+
+    @staticmethod
+    def _last_is_commit(changes: Sequence[postgres_cdc.DecodedChange]) -> bool:
+        return isinstance(decode_message(changes[-1].data), Commit)
+
+    def snapshot_state(self, checkpoint_id: int) -> bytes | None:
+        return encode_cdc_state(self._progress.checkpoint_taken(checkpoint_id), self._spec.slot_name)
+
+    def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
+        lsn = self._progress.checkpoint_completed(checkpoint_id)
+        if lsn is not None and self._reader is not None:
+            self._reader.advance_slot(lsn)
+            self.ctx.log.debug("cdc_slot_advanced", slot=self._spec.slot_name, lsn=format_lsn(lsn))
+
+    def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
+        self._progress.checkpoint_aborted(checkpoint_id)
+
+    def close(self) -> None:
+        reader, self._reader = getattr(self, "_reader", None), None
+        if reader is not None:
+            reader.close()
+        conn = getattr(self, "_conn", None)
+        if conn is not None:
+            conn.close()
+
+
+__all__ = ["PostgresCdcSourceOperator"]

@@ -1,0 +1,476 @@
+"""The PostgreSQL CDC source against the real server: the snapshot and the changes after it, a restore
+that decodes again exactly from its checkpoint, the slot advanced only when a checkpoint completes,
+and the two clear errors (a slot that is gone, a table without a replica identity)."""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from tests.integration.checkpointing.test_recovery import wait_until
+from tests.integration.conftest import WeirCluster, create_topics
+from tests.integration.polling import poll
+from tests.integration.sinks.conftest import operator_context
+from weir.connectors import kafka, postgres
+from weir.core.cdc import CdcSourceError, ChangeEvent, ChangeOp, parse_lsn
+from weir.core.config import Endpoints
+from weir.core.descriptors import PostgresCdcSourceSpec
+from weir.core.errors import JobDefinitionError
+from weir.operators.cdc_source import PostgresCdcSourceOperator
+from weir.tools.supervisor import kill_process
+
+pytestmark = pytest.mark.integration
+
+
+class Collected:
+    """The source's output: every event, in order."""
+
+    def __init__(self) -> None:
+        self.events: list[ChangeEvent] = []
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        self.events.append(value)
+
+    def emit_watermark(self, watermark: int) -> None:
+        pass
+
+
+@dataclass
+class CdcCase:
+    endpoints: Endpoints
+    table: str
+    slot: str
+
+    def execute(self, statement: str, params: tuple[Any, ...] = ()) -> None:
+        with postgres.connect(self.endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL(statement).format(t=sql.Identifier(self.table)), params)
+
+    def source(self, restored: bytes | None = None) -> tuple[PostgresCdcSourceOperator, Collected]:
+        operator = PostgresCdcSourceOperator(PostgresCdcSourceSpec((self.table,), self.slot, self.slot))
+        out = Collected()
+        operator.setup(operator_context(f"cdc-{self.slot}", "cdc"), out)
+        if restored is not None:
+            operator.restore_state(restored)
+        operator.open()
+        return operator, out
+
+    def confirmed_flush(self) -> int | None:
+        with postgres.connect(self.endpoints, autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT confirmed_flush_lsn::text FROM pg_replication_slots WHERE slot_name = %s", (self.slot,)
+            ).fetchone()
+        return None if row is None else parse_lsn(row[0])
+
+    def drop_slot(self) -> None:
+        with postgres.connect(self.endpoints, autocommit=True) as conn:
+            conn.execute(
+                "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s",
+                (self.slot,),
+            )
+
+
+@pytest.fixture
+def cdc_case(services: Endpoints) -> Iterator[CdcCase]:
+    """A table of its own and a slot name of its own; the slot and publication are dropped after
+    (a slot keeps the server's WAL)."""
+    suffix = uuid.uuid4().hex[:10]
+    case = CdcCase(services, f"cdc_src_{suffix}", f"weir_cdc_test_{suffix}")
+    case.execute("CREATE TABLE {t} (id int PRIMARY KEY, name text NOT NULL, amount numeric(10, 2))")
+    try:
+        yield case
+    finally:
+        case.drop_slot()
+        with postgres.connect(services, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(case.slot)))
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(case.table)))
+
+
+def drain(operator: PostgresCdcSourceOperator, out: Collected, wanted: int) -> list[ChangeEvent]:
+    """Poll until ``wanted`` events came: a commit is decodable once its WAL is flushed, which the
+    local server (``synchronous_commit=off``) does within a few WAL writer rounds of 200 ms."""
+
+    def enough() -> bool | None:
+        operator.poll(100)
+        return True if len(out.events) >= wanted else None
+
+    poll(f"{wanted} events from the source", 60, enough, interval_s=0.05)
+    return list(out.events)
+
+
+def whole(event: ChangeEvent) -> tuple[Any, ...]:
+    def items(row: Any) -> Any:
+        return None if row is None else tuple(sorted(row.items()))
+
+    return (event.op, event.table, items(event.before), items(event.after))
+
+
+def test_snapshot_then_changes_then_a_restore_reads_again_exactly_from_its_checkpoint(cdc_case: CdcCase) -> None:
+    cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1.50), (2, 'b', NULL)")
+    source, out = cdc_case.source()
+    source.poll(100)  # the snapshot
+    table = f"public.{cdc_case.table}"
+    assert Counter(whole(e) for e in out.events) == Counter(
+        [
+            (ChangeOp.READ, table, None, (("amount", Decimal("1.50")), ("id", 1), ("name", "a"))),
+            (ChangeOp.READ, table, None, (("amount", None), ("id", 2), ("name", "b"))),
+        ]
+    )
+    created_at = cdc_case.confirmed_flush()
+    assert created_at is not None and all(e.lsn == created_at for e in out.events)
+
+    cdc_case.execute("INSERT INTO {t} VALUES (3, 'c', 3)")
+    cdc_case.execute("UPDATE {t} SET name = 'b2' WHERE id = 2")
+    first = source.snapshot_state(1)  # before the source decoded them: at the snapshot's position
+    source.notify_checkpoint_complete(1)
+    cdc_case.execute("DELETE FROM {t} WHERE id = 1")
+    events = drain(source, out, 5)
+    assert [whole(e) for e in events[2:]] == [
+        (ChangeOp.INSERT, table, None, (("amount", Decimal("3.00")), ("id", 3), ("name", "c"))),
+        (ChangeOp.UPDATE, table, None, (("amount", None), ("id", 2), ("name", "b2"))),
+        (ChangeOp.DELETE, table, (("id", 1),), None),
+    ]
+    lsns = [e.lsn for e in events[2:]]
+    assert all(e.xid is not None for e in events[2:]) and lsns == sorted(lsns) and lsns[0] >= created_at
+    second = source.snapshot_state(2)  # after the delete; never completes
+    assert cdc_case.confirmed_flush() == created_at, "checkpoint 1 held the snapshot's position only"
+    source.close()
+
+    restored, again = cdc_case.source(first)
+    assert drain(restored, again, 3) == events[2:], "the restore decodes again every change after checkpoint 1"
+    cdc_case.execute("INSERT INTO {t} VALUES (4, 'd', 4)")  # a later change: everything before it is out
+    drain(restored, again, 4)
+    assert [whole(e) for e in again.events[3:]] == [
+        (ChangeOp.INSERT, table, None, (("amount", Decimal("4.00")), ("id", 4), ("name", "d")))
+    ], "and nothing else"
+    restored.close()
+
+    from_second, after_second = cdc_case.source(second)
+    assert [whole(e) for e in drain(from_second, after_second, 1)] == [whole(again.events[3])], (
+        "checkpoint 2 held every change before it: only the later insert comes again"
+    )
+    from_second.snapshot_state(4)
+    from_second.notify_checkpoint_complete(4)
+    from_second.close()
+    advanced = cdc_case.confirmed_flush()
+    assert advanced is not None and advanced > again.events[3].lsn, "a completed checkpoint advances the slot"
+    with pytest.raises(CdcSourceError, match="past the restored checkpoint's LSN"):
+        cdc_case.source(first)  # the slot no longer holds what came after checkpoint 1
+
+
+def test_the_before_row_is_what_the_replica_identity_gives(cdc_case: CdcCase) -> None:
+    cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1), (2, 'b', 2)")
+    source, out = cdc_case.source()
+    source.poll(100)
+    cdc_case.execute("UPDATE {t} SET id = 10 WHERE id = 1")  # the key changed: its old key is sent
+    cdc_case.execute("ALTER TABLE {t} REPLICA IDENTITY FULL")
+    cdc_case.execute("UPDATE {t} SET name = 'b2' WHERE id = 2")
+    cdc_case.execute("DELETE FROM {t} WHERE id = 10")
+    table = f"public.{cdc_case.table}"
+    assert [whole(e) for e in drain(source, out, 5)[2:]] == [
+        (ChangeOp.UPDATE, table, (("id", 1),), (("amount", Decimal("1.00")), ("id", 10), ("name", "a"))),
+        (
+            ChangeOp.UPDATE,
+            table,
+            (("amount", Decimal("2.00")), ("id", 2), ("name", "b")),
+            (("amount", Decimal("2.00")), ("id", 2), ("name", "b2")),
+        ),
+        (ChangeOp.DELETE, table, (("amount", Decimal("1.00")), ("id", 10), ("name", "a")), None),
+    ]
+    source.close()
+
+
+def test_a_slot_dropped_while_running_is_one_clear_error(cdc_case: CdcCase) -> None:
+    cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1)")
+    source, out = cdc_case.source()
+    source.poll(100)
+    cdc_case.execute("INSERT INTO {t} VALUES (2, 'b', 2)")
+    drain(source, out, 2)
+    state = source.snapshot_state(1)
+    cdc_case.drop_slot()
+    with pytest.raises(CdcSourceError, match=f"replication slot '{cdc_case.slot}' is gone"):
+        source.notify_checkpoint_complete(1)
+    source.close()
+    with pytest.raises(CdcSourceError, match=f"replication slot '{cdc_case.slot}' is gone.*take a new snapshot"):
+        cdc_case.source(state)
+
+
+def test_a_table_without_replica_identity_is_one_clear_error(cdc_case: CdcCase) -> None:
+    cdc_case.execute("ALTER TABLE {t} REPLICA IDENTITY NOTHING")
+    operator = PostgresCdcSourceOperator(PostgresCdcSourceSpec((cdc_case.table,), cdc_case.slot, cdc_case.slot))
+    expected = f"table public.{cdc_case.table} has no replica identity \\(REPLICA IDENTITY NOTHING\\)"
+    with pytest.raises(JobDefinitionError, match=expected):
+        operator.validate_at_submit(cdc_case.endpoints)
+    with pytest.raises(JobDefinitionError, match=expected):
+        cdc_case.source()
+    assert cdc_case.confirmed_flush() is None, "no slot is created for it"
+
+
+def test_a_restore_from_an_older_checkpoint_than_the_slot_is_refused(cdc_case: CdcCase) -> None:
+    source, out = cdc_case.source()
+    source.poll(100)
+    older = source.snapshot_state(1)
+    source.notify_checkpoint_complete(1)
+    cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1)")
+    drain(source, out, 1)
+    source.snapshot_state(2)
+    source.notify_checkpoint_complete(2)
+    source.close()
+    with pytest.raises(CdcSourceError, match="past the restored checkpoint's LSN"):
+        cdc_case.source(older)
+
+
+# A cluster run with a TaskManager killed ------------------------------------------------------------
+
+
+class Writer(threading.Thread):
+    """Inserts, updates and deletes rows of the source table (one to three per transaction) until
+    stopped, and keeps each committed change as the changelog should show it."""
+
+    def __init__(self, endpoints: Endpoints, table: str, seed: str, first_id: int) -> None:
+        super().__init__(name="cdc-writer", daemon=True)
+        self._endpoints, self._table = endpoints, table
+        self._rng = random.Random(seed)
+        self._next_id = first_id
+        self.live: set[int] = set(range(1, first_id))
+        self.changes: list[tuple[str, int, str | None, int | None]] = []
+        self.stop = threading.Event()
+        self.error: BaseException | None = None
+
+    def run(self) -> None:
+        try:
+            with postgres.connect(self._endpoints) as conn:
+                while not self.stop.wait(0.02):  # pacing: about 50 transactions a second at most
+                    done = [self._change(conn) for _ in range(self._rng.randint(1, 3))]
+                    conn.commit()
+                    self.changes.extend(c for c in done if c is not None)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test
+            self.error = exc
+
+    def _change(self, conn: psycopg.Connection[Any]) -> tuple[str, int, str | None, int | None] | None:
+        t = sql.Identifier(self._table)
+        choice = self._rng.random()
+        if choice < 0.45 or len(self.live) < 5:
+            row_id, self._next_id = self._next_id, self._next_id + 1
+            name, amount = f"n{row_id}", self._rng.randint(0, 1000)
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(t), (row_id, name, amount))
+            self.live.add(row_id)
+            return ("insert", row_id, name, amount)
+        row_id = self._rng.choice(sorted(self.live))
+        if choice < 0.8:
+            name, amount = f"u{self._rng.randint(0, 10**6)}", self._rng.randint(0, 1000)
+            conn.execute(
+                sql.SQL("UPDATE {} SET name = %s, amount = %s WHERE id = %s").format(t), (name, amount, row_id)
+            )
+            return ("update", row_id, name, amount)
+        conn.execute(sql.SQL("DELETE FROM {} WHERE id = %s").format(t), (row_id,))
+        self.live.discard(row_id)
+        return ("delete", row_id, None, None)
+
+
+def changelog_entry(value: bytes) -> tuple[str, int, str | None, int | None]:
+    event = json.loads(value)
+    if event["op"] == "delete":
+        return ("delete", event["before"]["id"], None, None)
+    after = event["after"]
+    return (event["op"], after["id"], after["name"], after["amount"])
+
+
+def test_cdc_through_a_taskmanager_kill_leaves_the_copy_equal_and_every_change_once_in_the_changelog(
+    weir_cluster: WeirCluster, unique: str
+) -> None:
+    endpoints = weir_cluster.endpoints
+    suffix = uuid.uuid4().hex[:10]
+    source, target, slot, topic = f"cdc_src_{suffix}", f"cdc_copy_{suffix}", f"weir_cdc_test_{suffix}", f"cdc-{unique}"
+    create_topics(endpoints, {topic: 3})
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int)").format(sql.Identifier(source))
+        )
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int, deleted boolean NOT NULL)").format(
+                sql.Identifier(target)
+            )
+        )
+        initial = [(i, f"n{i}", i * 10) for i in range(1, 201)]
+        with conn.cursor() as cur:
+            cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(sql.Identifier(source)), initial)
+    case = CdcCase(endpoints, source, slot)
+    writer = Writer(endpoints, source, unique, first_id=len(initial) + 1)
+    try:
+        params = {
+            "source.table": source,
+            "source.slot": slot,
+            "sink.table": target,
+            "sink.topic": topic,
+            "checkpointing.interval": "1s",
+            "restart.strategy": "fixed-delay",
+            "restart.delay": "1s",
+        }
+        job_id = weir_cluster.submit("tests/integration/sources/jobs/cdc_to_postgres.py", params)
+
+        def copy_rows() -> Counter[tuple[Any, ...]]:
+            with postgres.connect(endpoints, autocommit=True) as conn:
+                rows = conn.execute(
+                    sql.SQL("SELECT id, name, amount FROM {} WHERE NOT deleted").format(sql.Identifier(target))
+                ).fetchall()
+            return Counter(rows)
+
+        def source_rows() -> Counter[tuple[Any, ...]]:
+            with postgres.connect(endpoints, autocommit=True) as conn:
+                return Counter(conn.execute(sql.SQL("SELECT id, name, amount FROM {}").format(sql.Identifier(source))))
+
+        assert settled("the snapshot in the copy", 180, Counter(initial), copy_rows) == Counter(initial)
+        writer.start()
+        status = wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (s.last_completed_checkpoint or 0) >= 3 and len(writer.changes) >= 100,
+            "three completed checkpoints and a hundred changes",
+            180,
+        )
+        victim = next(str(t.taskmanager_id) for t in status.tasks if t.vertex_uid == "cdc")
+        kill_process(weir_cluster.directory, victim)
+        killed_at = status.last_completed_checkpoint or 0
+        recovered = wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (
+                s.summary.status == "RUNNING"
+                and s.last_restore_at is not None
+                and (s.last_completed_checkpoint or 0) >= killed_at + 2
+            ),
+            f"recovery after killing {victim}, the source's TaskManager",
+            240,
+        )
+        assert recovered.last_restore_at is not None
+        after_recovery = len(writer.changes) + 100
+        poll(
+            "a hundred changes more after the recovery",
+            120,
+            lambda: True if len(writer.changes) >= after_recovery else None,
+        )
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        expected_source = source_rows()
+        assert {r[0] for r in expected_source} == writer.live, "the writer's view is the table's"
+        assert settled("the copy equal to the source table", 240, expected_source, copy_rows) == expected_source
+
+        expected_log = Counter([("read", i, n, a) for i, n, a in initial] + writer.changes)
+
+        def changelog() -> Counter[tuple[str, int, str | None, int | None]] | None:
+            records = kafka.read_committed_records(endpoints, topic)
+            found = Counter(changelog_entry(value) for _p, _o, _k, value, _ts in records if value is not None)
+            return found if found.total() >= expected_log.total() else None
+
+        assert poll("every change in the changelog", 240, changelog) == expected_log
+        weir_cluster.client.cancel_job(job_id)
+        wait_until(weir_cluster, job_id, lambda s: s.summary.status == "CANCELED", "the job to cancel", 120)
+    finally:
+        writer.stop.set()
+        poll("the slot released by the cancelled job", 120, lambda: True if _slot_inactive(endpoints, slot) else None)
+        case.drop_slot()
+        with postgres.connect(endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(slot)))
+            for table in (source, target):
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def settled(what: str, deadline_s: float, expected: Counter[Any], actual: Callable[[], Counter[Any]]) -> Counter[Any]:
+    """``actual()`` once it equals ``expected``, or its last value after the deadline (the caller's
+    assert then shows the difference)."""
+    last: list[Counter[Any]] = []
+
+    def check() -> bool | None:
+        last[:] = [actual()]
+        return True if last[0] == expected else None
+
+    try:
+        poll(what, deadline_s, check)
+    except pytest.fail.Exception:
+        pass
+    return last[0]
+
+
+def _slot_inactive(endpoints: Endpoints, slot: str) -> bool:
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        row = conn.execute("SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone()
+    return row is None or not row[0]
+
+
+def test_a_job_on_a_table_without_replica_identity_is_refused_at_submit(
+    weir_cluster: WeirCluster, cdc_case: CdcCase, unique: str
+) -> None:
+    cdc_case.execute("ALTER TABLE {t} REPLICA IDENTITY NOTHING")
+    topic = f"cdc-refused-{unique}"
+    create_topics(weir_cluster.endpoints, {topic: 1})
+    params = {"source.table": cdc_case.table, "source.slot": cdc_case.slot, "sink.table": "unused", "sink.topic": topic}
+    params["checkpointing.interval"] = "1s"
+    with pytest.raises(JobDefinitionError, match=f"source 'cdc': postgres cdc source: table public.{cdc_case.table} "):
+        weir_cluster.submit("tests/integration/sources/jobs/cdc_to_postgres.py", params)
+    assert cdc_case.confirmed_flush() is None, "no slot was created"
+
+
+def test_a_slot_dropped_under_a_running_job_fails_it_with_one_clear_line(
+    weir_cluster: WeirCluster, cdc_case: CdcCase, unique: str
+) -> None:
+    endpoints = weir_cluster.endpoints
+    target, topic = f"{cdc_case.table}_copy", f"cdc-dropped-{unique}"
+    create_topics(endpoints, {topic: 1})
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int, deleted boolean NOT NULL)").format(
+                sql.Identifier(target)
+            )
+        )
+    try:
+        params = {
+            "source.table": cdc_case.table,
+            "source.slot": cdc_case.slot,
+            "sink.table": target,
+            "sink.topic": topic,
+            "checkpointing.interval": "1s",
+            "restart.strategy": "none",
+        }
+        job_id = weir_cluster.submit("tests/integration/sources/jobs/cdc_to_postgres.py", params)
+        wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 1,
+            "a completed checkpoint",
+            180,
+        )
+
+        poll("the slot created by the snapshot", 120, lambda: True if cdc_case.confirmed_flush() is not None else None)
+
+        def dropped() -> bool | None:  # the source holds the slot only while it decodes: try again then
+            try:
+                cdc_case.drop_slot()
+            except psycopg.errors.ObjectInUse:
+                return None
+            return True
+
+        poll("the slot dropped", 60, dropped)
+        cdc_case.execute("INSERT INTO {t} VALUES (1, 'a', 1)")  # a change moves the position: the slot must advance
+        ended = weir_cluster.wait_for(job_id, ("FAILED",), timeout_s=120)
+        assert ended.summary.status == "FAILED", ended
+        # the job's failure is the first a task reported: the source's, or a consumer's that lost its input
+        failure = next(t.failure for t in ended.tasks if t.vertex_uid == "cdc")
+        assert failure is not None, ended
+        assert failure.type == "CdcSourceError"
+        assert f"postgres cdc source: replication slot '{cdc_case.slot}' is gone" in failure.message
+        assert "\n" not in failure.message
+    finally:
+        with postgres.connect(endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(target)))

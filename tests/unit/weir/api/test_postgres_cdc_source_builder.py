@@ -1,0 +1,68 @@
+"""The PostgreSQL CDC source's builder and env.from_postgres_cdc: options checked where given, the
+descriptor, one reader."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from weir.api import Environment, OptionError, PostgresCdcSource, PostgresCdcSourceSpec
+from weir.core.errors import JobDefinitionError
+from weir.operators.cdc_source import PostgresCdcSourceOperator
+
+
+def test_the_builder_makes_the_descriptor_with_the_slot_as_default_publication() -> None:
+    source = PostgresCdcSource.builder().tables(["orders", "shop.items"]).slot_name("orders_cdc").build()
+    assert source.descriptor() == PostgresCdcSourceSpec(("orders", "shop.items"), "orders_cdc", "orders_cdc", 1000)
+    assert source.default_name() == "postgres-cdc:orders_cdc"
+    assert isinstance(source.create_operator(), PostgresCdcSourceOperator)
+    other = PostgresCdcSource.builder().tables(["t"]).slot_name("s").publication("p").max_changes_per_poll(10).build()
+    assert other.descriptor() == PostgresCdcSourceSpec(("t",), "s", "p", 10)
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("tables", [], "tables must be a non-empty list of table names, got []"),
+        ("tables", "orders", "tables must be a non-empty list of table names, got 'orders'"),
+        ("tables", [""], "tables must be a non-empty string, got ''"),
+        ("slot_name", "Orders", "slot_name must be 1 to 63 lower-case letters, digits or underscores, got 'Orders'"),
+        ("slot_name", "a-b", "slot_name must be 1 to 63 lower-case letters, digits or underscores, got 'a-b'"),
+        ("slot_name", "x" * 64, "slot_name must be 1 to 63 lower-case letters"),
+        ("publication", "", "publication must be a non-empty string, got ''"),
+        ("max_changes_per_poll", 0, "max_changes_per_poll must be a positive int, got 0"),
+    ],
+)
+def test_a_refused_option_is_one_line_naming_it(option: str, value: Any, message: str) -> None:
+    with pytest.raises(OptionError, match="^postgres cdc source: " + message.replace("[", r"\[").replace("]", r"\]")):
+        getattr(PostgresCdcSource.builder(), option)(value)
+
+
+@pytest.mark.parametrize(
+    ("builder", "missing"),
+    [
+        (PostgresCdcSource.builder().slot_name("s"), "tables is not set: call .tables"),
+        (PostgresCdcSource.builder().tables(["t"]), "slot_name is not set: call .slot_name"),
+    ],
+)
+def test_a_missing_required_option_is_named(builder: Any, missing: str) -> None:
+    with pytest.raises(OptionError, match=missing):
+        builder.build()
+
+
+def test_from_postgres_cdc_adds_one_reader_and_names_the_operator_in_errors() -> None:
+    env = Environment("j", parallelism=4)
+    env.from_postgres_cdc(["orders"], uid="cdc", slot_name="orders_cdc")
+    t = env.graph.transformations["cdc"]
+    assert t.parallelism == 1
+    assert t.source_spec == PostgresCdcSourceSpec(("orders",), "orders_cdc", "orders_cdc", 1000)
+    with pytest.raises(OptionError, match="^postgres cdc source 'bad': slot_name must be"):
+        env.from_postgres_cdc(["orders"], uid="bad", slot_name="Bad")
+
+
+def test_from_source_refuses_another_parallelism_for_the_one_reader() -> None:
+    source = PostgresCdcSource.builder().tables(["t"]).slot_name("s").build()
+    with pytest.raises(JobDefinitionError, match="'cdc': postgres-cdc:s runs at parallelism 1 only, not 2"):
+        Environment("j").from_source(source, uid="cdc", parallelism=2)
+    Environment("j").from_source(source, uid="cdc", parallelism=1)
