@@ -230,6 +230,11 @@ class WindowAggregateOperator(KeyedOperator):
             slice_width(assigner, fn) if self.SLICES and not isinstance(window_function, ProcessElements) else 0
         )
 
+    @property
+    def slice_ms(self) -> int:
+        """The slice width of sliced sliding windows; 0: one accumulator per window."""
+        return self._slice_ms
+
     def open(self) -> None:
         super().open()
         self._out = _TimestampedCollector(self.output.emit)
