@@ -229,6 +229,7 @@ class WindowAggregateOperator(KeyedOperator):
         self._slice_ms = (
             slice_width(assigner, fn) if self.SLICES and not isinstance(window_function, ProcessElements) else 0
         )
+        self._slice_plan: tuple[int | None, int, int, int, bytes] = (None, 0, 0, 0, b"")  # the last slice's
 
     @property
     def slice_ms(self) -> int:
@@ -306,23 +307,17 @@ class WindowAggregateOperator(KeyedOperator):
         """Add ``value`` to its slice of the current key (the key group's watermark is ``wm``); a
         window it belongs to that has fired (within the allowed lateness) fires again at once, as a
         per-window late firing does."""
-        assigner, g, lateness = self._assigner, self._slice_ms, self._lateness
-        size, slide = assigner.size_ms, assigner.slide_ms
-        last_start = timestamp - (timestamp - assigner.offset_ms) % slide  # the value's latest window
-        first_start = last_start - (last_start - timestamp + size - 1) // slide * slide  # its earliest
-        if first_start + size - 1 + lateness <= wm:  # late for some window (rare): per window, as assign
-            late = 0
-            for start in range(last_start, first_start - 1, -slide):
-                if start + size - 1 + lateness <= wm:
-                    late += 1
-                    self._drop_late(value, timestamp, TimeWindow(start, start + size))
-            if late == (last_start - first_start) // slide + 1:
-                self._late_element(value, timestamp)
-                return
+        g, lateness = self._slice_ms, self._lateness
+        slice_start = timestamp - (timestamp - self._assigner.offset_ms) % g
+        plan = self._slice_plan
+        if plan[0] != slice_start:  # consecutive values mostly fall into the same slice
+            plan = self._slice_plan = _slice_plan(self._assigner, slice_start, g)
+        _, first_start, last_start, first_last, bounds = plan
+        if first_last + lateness <= wm and self._late_for_some(value, timestamp, wm, first_start, last_start):
+            return
         kg, prefix, key = self.current_key_group, self.current_key_prefix, self.current_key
         store, fn = self.store, self._fn
-        slice_start = timestamp - (timestamp - assigner.offset_ms) % g
-        sk = prefix + window_key_suffix(slice_start, slice_start + g)
+        sk = prefix + bounds
         entry = store.get(_STATE, kg, sk)
         try:
             acc = fn.add(fn.create(), value) if entry is None else fn.add(entry[1], value)
@@ -330,6 +325,7 @@ class WindowAggregateOperator(KeyedOperator):
             self.reject(fn.add, exc, value, timestamp, key)
             return
         store.put(_STATE, kg, sk, (key, acc))
+        size, slide = self._assigner.size_ms, self._assigner.slide_ms
         if entry is None:  # a new slice: dropped with the last window it is in; its first window's timer
             heapq.heappush(self._timers, (last_start + size - 1 + lateness, _CLEANUP, kg, sk))
             fire_start = first_start
@@ -340,10 +336,24 @@ class WindowAggregateOperator(KeyedOperator):
                     self._timers,
                     (fire_start + size - 1, _FIRE, kg, prefix + window_key_suffix(fire_start, fire_start + size)),
                 )
-        if first_start + size - 1 <= wm:  # fired windows this value is in: late firings, latest first
+        if first_last <= wm:  # fired windows this value is in: late firings, latest first
             for start in range(last_start, first_start - 1, -slide):
                 if start + size - 1 <= wm < start + size - 1 + lateness:
                     self._fire_sliced(kg, prefix, start)
+
+    def _late_for_some(self, value: Any, timestamp: int, wm: int, first_start: int, last_start: int) -> bool:
+        """``value`` is late for some of its windows (rare): each such window drops it (counted), as
+        per window; answers whether it is late for all of them (then it is late data)."""
+        size, slide, lateness = self._assigner.size_ms, self._assigner.slide_ms, self._lateness
+        late = 0
+        for start in range(last_start, first_start - 1, -slide):
+            if start + size - 1 + lateness <= wm:
+                late += 1
+                self._drop_late(value, timestamp, TimeWindow(start, start + size))
+        if late == (last_start - first_start) // slide + 1:
+            self._late_element(value, timestamp)
+            return True
+        return False
 
     def _fire_sliced(self, key_group: int, prefix: bytes, start: int) -> bool:
         """Emit window ``[start, start + size)`` of the key with ``prefix``: its slices merged into a
@@ -676,6 +686,15 @@ class WindowAggregateOperator(KeyedOperator):
             self._timers.append(
                 (fire_start + size - 1, _FIRE, key_group, prefix + window_key_suffix(fire_start, fire_start + size))
             )
+
+
+def _slice_plan(assigner: Any, slice_start: int, g: int) -> tuple[int | None, int, int, int, bytes]:
+    """The slice starting at ``slice_start``: its start, the starts of the earliest and latest windows
+    it is in, the earliest one's last timestamp, and the state key's bounds after the key prefix."""
+    size, slide = assigner.size_ms, assigner.slide_ms
+    last_start = slice_start - (slice_start - assigner.offset_ms) % slide
+    first_start = last_start - (last_start - slice_start + size - 1) // slide * slide
+    return slice_start, first_start, last_start, first_start + size - 1, window_key_suffix(slice_start, slice_start + g)
 
 
 def _window_plan(windows: tuple[TimeWindow, ...]) -> tuple[tuple[int, int, int, bytes], ...]:
