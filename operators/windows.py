@@ -230,6 +230,8 @@ class WindowAggregateOperator(KeyedOperator):
             slice_width(assigner, fn) if self.SLICES and not isinstance(window_function, ProcessElements) else 0
         )
         self._slice_plan: tuple[int | None, int, int, int, bytes] = (None, 0, 0, 0, b"")  # the last slice's
+        self._slices_of: dict[int, tuple[bytes, tuple[tuple[bool, bytes], ...]]] = {}  # by window start
+        self._restored_windows = False  # a format-1 state's per-window accumulators may be in the state
 
     @property
     def slice_ms(self) -> int:
@@ -359,29 +361,42 @@ class WindowAggregateOperator(KeyedOperator):
         """Emit window ``[start, start + size)`` of the key with ``prefix``: its slices merged into a
         fresh accumulator (after the per-window accumulator a format-1 state left, if any). Returns
         whether a slice after the window's first slide is there (the next window shares it)."""
-        size, slide, g = self._assigner.size_ms, self._assigner.slide_ms, self._slice_ms
+        window_bounds_, slices = self._slices_of.get(start) or self._window_slices(start)
         store, fn = self.store, self._fn
-        legacy = store.get(_STATE, key_group, prefix + window_key_suffix(start, start + size))
-        parts = [] if legacy is None else [legacy]
+        parts = []
+        if self._restored_windows:
+            legacy = store.get(_STATE, key_group, prefix + window_bounds_)
+            if legacy is not None:
+                parts.append(legacy)
         shared = False
-        for slice_start in range(start, start + size, g):
-            entry = store.get(_STATE, key_group, prefix + window_key_suffix(slice_start, slice_start + g))
+        for later, bounds in slices:
+            entry = store.get(_STATE, key_group, prefix + bounds)
             if entry is not None:
                 parts.append(entry)
-                if slice_start >= start + slide:
-                    shared = True
+                shared = shared or later
         if not parts:
             return shared
+        end = start + self._assigner.size_ms
         try:
             acc = fn.create()
             for _key, part in parts:
                 acc = fn.merge(acc, part)
         except Exception as exc:
             accumulators = [part for _key, part in parts]
-            self.reject(fn.merge, exc, accumulators, None, parts[0][0], firing=WindowFiring(start, start + size))
+            self.reject(fn.merge, exc, accumulators, None, parts[0][0], firing=WindowFiring(start, end))
             return shared
-        self._emit(parts[0][0], start, start + size, acc)
+        self._emit(parts[0][0], start, end, acc)
         return shared
+
+    def _window_slices(self, start: int) -> tuple[bytes, tuple[tuple[bool, bytes], ...]]:
+        """The state-key bounds of window ``[start, start + size)`` and of each of its slices, each
+        slice with whether it is after the window's first slide (remembered: windows fire in order)."""
+        size, slide, g = self._assigner.size_ms, self._assigner.slide_ms, self._slice_ms
+        if len(self._slices_of) >= 1024:
+            self._slices_of.clear()
+        slices = tuple((s >= start + slide, window_key_suffix(s, s + g)) for s in range(start, start + size, g))
+        found = self._slices_of[start] = (window_key_suffix(start, start + size), slices)
+        return found
 
     def _drop_late(self, value: Any, timestamp: int, window: TimeWindow) -> None:
         """``value`` (at ``timestamp``) came after the lateness allowance of ``window``: it is dropped
@@ -560,21 +575,17 @@ class WindowAggregateOperator(KeyedOperator):
                 continue
             previous = timer
             _, kind, kg, sk = timer
+            if kind == _CLEANUP:  # a slice the last window it is in is done with, or a format-1 window's
+                store.delete(_STATE, kg, sk)
+                continue
             start, end = window_bounds(sk)
-            if end - start != size:  # a slice's cleanup: the last window it is in is gone
-                store.delete(_STATE, kg, sk)
-                continue
-            if kind == _CLEANUP:  # a per-window accumulator of a format-1 state
-                store.delete(_STATE, kg, sk)
-                continue
             prefix = window_key_prefix(sk)
             if self._fire_sliced(kg, prefix, start):
                 following = start + slide
-                heapq.heappush(
-                    timers, (following + size - 1, _FIRE, kg, prefix + window_key_suffix(following, following + size))
-                )
-            if store.get(_STATE, kg, sk) is not None:  # a format-1 accumulator: kept while late values may come
-                if lateness > 0 and end - 1 + lateness > watermark:
+                bounds = (self._slices_of.get(following) or self._window_slices(following))[0]
+                heapq.heappush(timers, (following + size - 1, _FIRE, kg, prefix + bounds))
+            if self._restored_windows and store.get(_STATE, kg, sk) is not None:  # a format-1 accumulator
+                if lateness > 0 and end - 1 + lateness > watermark:  # kept while late values may come
                     heapq.heappush(timers, (end - 1 + lateness, _CLEANUP, kg, sk))
                 else:
                     store.delete(_STATE, kg, sk)
@@ -663,6 +674,8 @@ class WindowAggregateOperator(KeyedOperator):
                 if self._slice_ms and end - start == self._slice_ms:
                     self._slice_timers(kg, sk, start, fired_through)
                     continue
+                if self._slice_ms:
+                    self._restored_windows = True
                 if end - 1 <= fired_through:
                     self._timers.append((end - 1 + self._lateness, _CLEANUP, kg, sk))
                 else:
