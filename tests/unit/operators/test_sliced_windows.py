@@ -15,11 +15,12 @@ import pytest
 
 from tests.unit.conftest import CollectingOutput, MakeContext
 from weir.core.errors import SerializationError
+from weir.core.keygroups import key_group_for_key
 from weir.core.process_functions import OutputTag
 from weir.core.state_layout import window_bounds
 from weir.core.watermarks import MAX_WATERMARK
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
-from weir.operators.base import SideOutputs
+from weir.operators.base import InheritedState, SideOutputs
 from weir.operators.windows import (
     WINDOW_STATE,
     ElementList,
@@ -225,3 +226,48 @@ def test_only_overlapping_sliding_windows_of_a_merging_aggregate_are_sliced() ->
     assert slice_width(sliding, ElementList()) == 0
     assert slice_width(SlidingEventTimeWindows(30, 30), MergingCountSum()) == 0  # no overlap
     assert slice_width(TumblingEventTimeWindows(30), MergingCountSum()) == 0
+
+
+def rescaled_run(make_context: MakeContext, fn: Any, steps: list[Step], lateness: int, uid: str) -> Run:
+    """Two subtasks take the first half (each its keys' values; subtask 1's watermark lags 60 ms),
+    then one subtask restored from both (``restore_inherited_state``) takes the rest."""
+    run = Run(make_context)
+    cut = len(steps) // 2
+    old = []
+    for s in range(2):
+        op = window(fn(), "uneven", lateness)
+        op.setup(make_context(uid, subtask=s, parallelism=2), run.main, SideOutputs({"late": run.late}))
+        op.open()
+        old.append(op)
+    for kind, item in steps[:cut]:
+        if kind == "value":
+            (key, _n), _ts = item
+            owner = old[0] if key_group_for_key(key, 128) in old[0].ctx.key_group_range else old[1]
+            run.feed(owner, [(kind, item)])
+        else:
+            run.feed(old[0], [(kind, item)])
+            run.feed(old[1], [(kind, item - 60)])
+    states = []
+    for s, op in enumerate(old):
+        data = op.snapshot_state(1)
+        assert data is not None
+        states.append(InheritedState(s, 2, op.ctx.key_group_range, data))
+    new = window(fn(), "uneven", lateness)
+    new.setup(make_context(uid, subtask=0, parallelism=1), run.main, SideOutputs({"late": run.late}))
+    new.restore_inherited_state(states)
+    new.open()
+    run.feed(new, steps[cut:])
+    run.finish(new)
+    return run
+
+
+@pytest.mark.parametrize("lateness", [0, 45])
+def test_a_sliced_window_restored_at_another_parallelism_emits_what_per_window_ones_do(
+    make_context: MakeContext, lateness: int
+) -> None:
+    steps = random_steps(random.Random(11), 2500)
+    expected = rescaled_run(make_context, CountSum, steps, lateness, "per-window")
+    sliced = rescaled_run(make_context, MergingCountSum, steps, lateness, "sliced")
+    assert sliced.results() == expected.results() != Counter()
+    assert sliced.late_values() == expected.late_values()
+    assert sliced.dropped == expected.dropped
