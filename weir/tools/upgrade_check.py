@@ -18,6 +18,9 @@ What it checks, each a :class:`Finding` of a :class:`FindingKind` (the uid it co
   stored record key re-hashed with the new job's max parallelism (``weir.core.keygroups``): an entry
   whose key would fall into another key group is state the new job never reads again (silent loss);
   a keyed operator that is no longer keyed loses its state too;
+- **window state layout**: a window operator's sliced sliding windows (``weir.operators.windows``)
+  restore only into slices of the same width (a changed size, slide or a lost ``merge`` fails);
+  per-window accumulators restore into sliced windows too (said as info);
 - **exactly-once sinks**: a transactional sink of the savepoint keeps its uid, stays an exactly-once
   sink, and of the same system (a Kafka sink's snapshot names its marker topic);
 - **dead-letter topics** of the new job (``weir.jobmanager.submit_checks.dead_letter_topics``)
@@ -71,6 +74,7 @@ from weir.core.task_state import TaskStateDocument
 from weir.graph import LogicalGraph, Transformation
 from weir.jobmanager.submit_checks import dead_letter_topics
 from weir.operators.keyed import KeyedOperator
+from weir.operators.windows import WindowAggregateOperator, decode_window_document
 from weir.plan import build_plan
 from weir.tools.savepoint_inspect import (
     LoadedSavepoint,
@@ -515,6 +519,36 @@ def _entries(savepoint: LoadedSavepoint, uid: str, work_dir: Path) -> Iterator[t
                     yield task.name, entry
 
 
+def _check_window_layout(uid: str, operator: WindowAggregateOperator, savepoint: LoadedSavepoint) -> list[Finding]:
+    """A window operator's state layout (operators/windows.py): sliced sliding windows restore only
+    into slices of the same width; per-window accumulators (format 1) into either."""
+    layouts: set[int | None] = set()
+    for task in savepoint.tasks:
+        data = task.operator_states.get(uid)
+        if data is None:
+            continue
+        try:
+            layouts.add(decode_window_document(data)[1])
+        except SerializationError as exc:
+            return [Finding(FindingKind.STATE_SCHEMA, uid, str(exc), Severity.FATAL)]
+    now = f"slices of {operator.slice_ms} ms" if operator.slice_ms else "one accumulator per window"
+    findings = []
+    for slice_ms in sorted(w for w in layouts if w is not None):
+        if slice_ms != operator.slice_ms:
+            reason = (
+                f"the savepoint's sliding windows keep slices of {slice_ms} ms, the new job's keep {now} (window "
+                "size, slide or the aggregate's merge changed): the restore would fail; keep them as they were"
+            )
+            findings.append(Finding(FindingKind.STATE_SCHEMA, uid, reason, Severity.FATAL))
+    if None in layouts and operator.slice_ms:
+        reason = (
+            f"the savepoint's windows keep one accumulator each, the new job's sliding windows keep {now}: "
+            "restored windows keep their accumulators until cleaned up, merged with new slices as they fire"
+        )
+        findings.append(Finding(FindingKind.STATE_SCHEMA, uid, reason, Severity.INFO))
+    return findings
+
+
 def _check_keyed_operator(
     uid: str,
     t: Transformation,
@@ -527,6 +561,8 @@ def _check_keyed_operator(
     None: the key groups cannot map anyway, a finding says so already)."""
     findings: list[Finding] = []
     operator, declared = _declared_schemas(t)
+    if isinstance(operator, WindowAggregateOperator):
+        findings += _check_window_layout(uid, operator, savepoint)
     declared_by_name = {s.name: s for s in declared}
     stored = merge_stored_schemas(uid, (d.layout.state_schemas.get(uid, ()) for d in documents))
     try:

@@ -43,7 +43,7 @@ from weir.core.paths import CheckpointPaths, external_path
 from weir.core.state_layout import key_prefix, window_key
 from weir.core.state_schema import StoredSchema
 from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument, encode_task_state
-from weir.core.windows import TumblingEventTimeWindows
+from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.jobmanager.checkpointing.metadata import encode_metadata
 from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
@@ -64,10 +64,17 @@ class _Gone:
         self.n = n
 
 
-def build_v1_savepoint(root: Path, *, damaged_entries: bool = False) -> Path:
+class MergingSum(Sum):
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+def build_v1_savepoint(root: Path, *, damaged_entries: bool = False, sliding: Any = None) -> Path:
     """Version 1's savepoint: a source (2 subtasks), the window and the exactly-once sink chained (2
     subtasks, window state recorded as version 1). ``damaged_entries``: also one "win" value naming
-    a class that no longer imports, and one key stored under a key group it does not hash to."""
+    a class that no longer imports, and one key stored under a key group it does not hash to.
+    ``sliding``: the window's aggregate instead (a ``Sum`` or ``MergingSum``) over sliding windows
+    of 20 every 10 (the merging one sliced)."""
     storage = FileCheckpointStorage(root / "storage")
     paths = CheckpointPaths()
     handles: list[TaskStateHandle] = []
@@ -96,7 +103,10 @@ def build_v1_savepoint(root: Path, *, damaged_entries: bool = False) -> Path:
     for s in range(2):
         keyed = TaskKeyedState(root / f"tm-{s}", storage, paths, TaskManagerId(f"taskmanager-{s + 1}"))
         kg = key_group_range_for_subtask(128, 2, SubtaskIndex(s))
-        op = WindowAggregateOperator(Sum(), lambda v: v[0], TumblingEventTimeWindows(10), 0)
+        if sliding is None:
+            op = WindowAggregateOperator(Sum(), lambda v: v[0], TumblingEventTimeWindows(10), 0)
+        else:
+            op = WindowAggregateOperator(sliding, lambda v: v[0], SlidingEventTimeWindows(20, 10), 0)
         op.setup(OperatorContext(JOB, "test", WINDOW, s, 2, 128, 1, kg, {}, keyed.backend), CollectingOutput())
         op.open()
         for value, ts in records():
@@ -145,7 +155,7 @@ def damaged_savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 JOB_TEMPLATE = """
-from weir.api import DeadLetterOnError, Environment, TumblingEventTimeWindows
+from weir.api import DeadLetterOnError, Environment, SlidingEventTimeWindows, TumblingEventTimeWindows
 
 
 class Sum:
@@ -157,6 +167,7 @@ class Sum:
 
     def result(self, key, start, end, acc):
         return (key, start, end, acc)
+{merge}
 
 
 def migrate(stored_version, acc):
@@ -169,7 +180,7 @@ def build(env: Environment) -> None:
     windows = (
         events.map(lambda e: e, uid="key-value"{map_args})
         .key_by(lambda v: v[0])
-        .window(TumblingEventTimeWindows(10))
+        .window({assigner})
         .aggregate(Sum(), uid="{window_uid}"{aggregate_args})
     )
     {sink}
@@ -189,6 +200,8 @@ class V2:
     sink: str = KAFKA_SINK
     map_args: str = ""
     extra: str = ""
+    assigner: str = "TumblingEventTimeWindows(10)"
+    merge: bool = False
 
     def write(self, folder: Path, name: str) -> Path:
         path = folder / f"{name}.py"
@@ -199,6 +212,8 @@ class V2:
             max_parallelism=self.max_parallelism,
             sink=self.sink,
             map_args=self.map_args,
+            assigner=self.assigner,
+            merge="\n    def merge(self, a, b):\n        return a + b\n" if self.merge else "",
         )
         path.write_text(source + self.extra)
         return path
@@ -224,6 +239,43 @@ def fatal(report: UpgradeReport) -> set[tuple[FindingKind, str]]:
 
 
 # the matrix -----------------------------------------------------------------------------------------
+
+
+SLIDING = "SlidingEventTimeWindows(20, 10)"
+
+
+@pytest.fixture(scope="module")
+def sliced_savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_v1_savepoint(tmp_path_factory.mktemp("v1-sliced"), sliding=MergingSum())
+
+
+@pytest.fixture(scope="module")
+def per_window_sliding_savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_v1_savepoint(tmp_path_factory.mktemp("v1-sliding"), sliding=Sum())
+
+
+def test_sliced_sliding_windows_pass_unchanged(check: Check, sliced_savepoint: Path) -> None:
+    report = check(V2(assigner=SLIDING, merge=True), sliced_savepoint)
+    assert report.passed, report.findings
+    assert (FindingKind.STATE_SCHEMA, WINDOW) not in kinds(report)
+
+
+def test_sliced_sliding_windows_fail_where_the_new_job_keeps_one_accumulator_per_window(
+    check: Check, sliced_savepoint: Path
+) -> None:
+    report = check(V2(assigner=SLIDING), sliced_savepoint)  # the aggregate lost its merge
+    assert fatal(report) == {(FindingKind.STATE_SCHEMA, WINDOW)}
+    (finding,) = [f for f in report.findings if f.kind is FindingKind.STATE_SCHEMA]
+    assert "keep slices of 10 ms, the new job's keep one accumulator per window" in finding.reason
+
+
+def test_per_window_sliding_state_passes_into_sliced_windows_and_says_so(
+    check: Check, per_window_sliding_savepoint: Path
+) -> None:
+    report = check(V2(assigner=SLIDING, merge=True), per_window_sliding_savepoint)
+    assert report.passed, report.findings
+    assert (FindingKind.STATE_SCHEMA, WINDOW) in kinds(report, Severity.INFO)
+    assert check(V2(assigner=SLIDING), per_window_sliding_savepoint).passed
 
 
 def test_the_same_job_passes_and_every_stored_value_is_read(check: Check, savepoint: Path) -> None:
