@@ -109,8 +109,8 @@ def _roll_back_leftover_transactions(endpoints: Endpoints) -> None:
 
     with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
         leftovers = conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir:%' AND prepared < now() - make_interval(secs => %s)",
-            (LEFTOVER_PREPARED_AGE_S,),
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE %s AND prepared < now() - make_interval(secs => %s)",
+            ("weir:%", LEFTOVER_PREPARED_AGE_S),
         ).fetchall()
         for (gid,) in leftovers:
             conn.execute(f"ROLLBACK PREPARED '{gid}'")
