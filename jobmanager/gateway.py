@@ -57,6 +57,7 @@ class TaskManagerGateway(Protocol):
         *,
         final: bool,
         drain: bool = False,
+        full: bool = False,
     ) -> bool:
         """Ask a source task to inject a barrier (after the end of event time with ``drain``);
         answers whether it accepted."""
@@ -165,6 +166,7 @@ class GrpcTaskManagerGateway:
         *,
         final: bool,
         drain: bool = False,
+        full: bool = False,
     ) -> bool:
         request = taskmanager_pb2.TriggerCheckpointRequest(
             task=common_pb2.TaskRef(job_id=task.job_id, vertex_uid=task.operator_uid, subtask=task.subtask),
@@ -174,6 +176,7 @@ class GrpcTaskManagerGateway:
             kind=checkpoint_kind_to_proto(kind),
             final=final,
             drain=drain,
+            full=full,
         )
         response = self._call(address, lambda stub: stub.TriggerCheckpoint(request, timeout=CHECKPOINT_CALL_TIMEOUT_S))
         return bool(response.accepted)

@@ -136,6 +136,7 @@ class JobActionExecutor:
             kind=action.kind.value,
             final=action.final,
             drain=action.drain,
+            full=action.full,
         )
         self._io.submit(self._trigger, job, job.attempt, action, self._saved.pop(job.job_id, None))
 
@@ -166,6 +167,7 @@ class JobActionExecutor:
                         action.kind,
                         final=action.final,
                         drain=action.drain,
+                        full=action.full,
                     )
                 except TaskManagerCallError as exc:
                     log.warning("trigger_failed", job_id=job.job_id, task=str(task), code=exc.code)

@@ -25,6 +25,7 @@ class CheckpointRequest:
     kind: CheckpointKind
     final: bool = False  # the job's final checkpoint: every bounded source has ended
     drain: bool = False  # weir stop --drain: emit the end of event time before the barrier
+    full: bool = False  # weir checkpoint --full: the RocksDB snapshots reuse no file of an earlier checkpoint
 
 
 @dataclass(frozen=True)

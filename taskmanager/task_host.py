@@ -374,7 +374,7 @@ class TaskHost:
             return False
         kind = checkpoint_kind_from_proto(req.kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
         task.trigger_checkpoint(
-            CheckpointRequest(CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final, req.drain)
+            CheckpointRequest(CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final, req.drain, req.full)
         )
         return True
 

@@ -641,6 +641,7 @@ class Checkpoint(Model):
     status: CheckpointStatus
     is_savepoint: bool
     checkpoint_type: CheckpointKindName
+    full: bool  # a full checkpoint (weir checkpoint --full, FULL): it references no file of an earlier one
     unaligned: bool  # a task persisted in-flight records
     trigger_timestamp: int
     latest_ack_timestamp: int | None
@@ -712,6 +713,7 @@ def _checkpoint_fields(summary: CheckpointSummary, external_paths: Mapping[Check
         "status": summary.status,
         "is_savepoint": summary.kind is CheckpointKind.SAVEPOINT,
         "checkpoint_type": summary.kind,
+        "full": summary.full,
         "unaligned": any(t.unaligned for t in summary.tasks),
         "trigger_timestamp": ms(summary.trigger_timestamp),
         "latest_ack_timestamp": ms(max(acks)) if acks else None,

@@ -745,8 +745,8 @@ def checkpoint(
         typer.Option(
             "--full",
             "-full",
-            help="A full checkpoint, reusing no file of an earlier one (as Flink's -full); the JobManager "
-            "refuses it for now (docs/cli.md).",
+            help="A full checkpoint (as Flink's -full): every task uploads all its RocksDB files anew, so "
+            "it references no file of an earlier checkpoint; later checkpoints reuse its files.",
         ),
     ] = False,
     timeout_s: Annotated[
@@ -773,8 +773,9 @@ def checkpoint(
         )
         return
     where = f": {info.external_path}" if info.external_path else ""
+    what = "full checkpoint" if full else "checkpoint"
     _stdout().print(
-        f"checkpoint {info.checkpoint_id} of job {job_id} completed ({_size(info.size_bytes)}){where}", soft_wrap=True
+        f"{what} {info.checkpoint_id} of job {job_id} completed ({_size(info.size_bytes)}){where}", soft_wrap=True
     )
 
 
@@ -821,7 +822,7 @@ def checkpoints(
         acked = bool(info.tasks)  # no task acknowledged yet: nothing tells aligned from unaligned
         table.add_row(
             str(info.checkpoint_id),
-            info.kind.name,
+            info.kind.name + (" (full)" if info.full else ""),
             info.status,
             _when(info.trigger_time),
             _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",

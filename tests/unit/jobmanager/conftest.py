@@ -109,6 +109,7 @@ class FakeGateway:
     unreachable: set[str] = field(default_factory=set)
     failing: dict[str, str] = field(default_factory=dict)  # address -> gRPC status name
     accept_triggers: bool = True
+    full_triggers: list[int] = field(default_factory=list)  # checkpoint ids whose trigger said full
 
     def _fail(self, address: str) -> None:
         if address in self.failing:
@@ -142,9 +143,12 @@ class FakeGateway:
         *,
         final: bool,
         drain: bool = False,
+        full: bool = False,
     ) -> bool:
         self._fail(address)
         self.calls.append(("trigger", address, str(task), attempt, checkpoint_id, kind, final))
+        if full:
+            self.full_triggers.append(checkpoint_id)
         return self.accept_triggers
 
     def notify_checkpoint_complete(self, address: str, job_id: str, attempt: int, checkpoint_id: int) -> None:

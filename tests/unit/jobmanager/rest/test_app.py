@@ -488,14 +488,17 @@ def test_a_checkpoint_of_a_job_that_is_not_running_is_a_conflict(harness: Harnes
     errors_of(client.post("/jobs/nope/checkpoints", json={}), 404)
 
 
-def test_a_full_checkpoint_is_refused_as_weir_s_checkpoints_are_incremental(
-    harness: Harness, client: TestClient
+@pytest.mark.parametrize(("checkpoint_type", "full"), [("FULL", True), ("INCREMENTAL", False), ("CONFIGURED", False)])
+def test_a_checkpoint_s_type_reaches_the_sources_and_the_history(
+    harness: Harness, client: TestClient, checkpoint_type: str, full: bool
 ) -> None:
+    """Flink's `checkpointType`: FULL tells the sources' barrier to reuse no earlier file, and the
+    history says `full`; INCREMENTAL and CONFIGURED (Weir's checkpoints are incremental) do not."""
     running_job(harness)
-    assert (
-        "full checkpoint" in errors_of(client.post("/jobs/job-1/checkpoints", json={"checkpointType": "FULL"}), 409)[0]
-    )
-    assert client.get("/jobs/job-1/checkpoints").json()["history"] == []
+    assert client.post("/jobs/job-1/checkpoints", json={"checkpointType": checkpoint_type}).status_code == 202
+    (entry,) = client.get("/jobs/job-1/checkpoints").json()["history"]
+    assert entry["full"] is full and entry["checkpoint_type"] == "CHECKPOINT"
+    assert harness.gateway.full_triggers == ([entry["id"]] if full else [])
 
 
 @pytest.mark.parametrize("body", [{"checkpointType": "SOMETIMES"}, {"checkpointType": 1}, {"unknown": True}])
