@@ -107,6 +107,7 @@ def main() -> None:
         gateway=GrpcTaskManagerGateway(
             security.for_cluster_peers(), term=elector.term if elector is not None else None
         ),
+        leader_term=elector.term if elector is not None else None,
     )
     rest = (
         RestServer(

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
+from dataclasses import replace
 from typing import assert_never
 
 import structlog
@@ -56,7 +57,9 @@ class JobActionExecutor:
         clock: Callable[[], float],
         *,
         resolve: ResolveTransactions = resolve_job_transactions,
+        leader_term: Callable[[], int | None] = lambda: None,
     ) -> None:
+        self._leader_term = leader_term  # named in each checkpoint's metadata (0: no high availability)
         self._registry = registry
         self._gateway = gateway
         self._storage = storage
@@ -186,7 +189,8 @@ class JobActionExecutor:
         """Write the metadata (last, atomically: one PUT), copy a savepoint to where it was asked for,
         then let the lifecycle complete the checkpoint."""
         try:
-            self._storage.put_bytes(completed.metadata_key, encode_metadata(completed))
+            stamped = replace(completed, leader_term=self._leader_term() or 0)
+            self._storage.put_bytes(completed.metadata_key, encode_metadata(stamped))
             if completed.is_savepoint:
                 path = self._place_savepoint(job, completed)
                 with self._lock:

@@ -187,7 +187,10 @@ class SubtaskCheckpointer:
         if request.final:
             self._final_checkpoints.add(request.checkpoint_id)
         self._log.info(
-            "checkpoint_triggered_at_source", checkpoint_id=request.checkpoint_id, final=request.final, full=request.full
+            "checkpoint_triggered_at_source",
+            checkpoint_id=request.checkpoint_id,
+            final=request.final,
+            full=request.full,
         )
         now = time.time()
         self._checkpoint(

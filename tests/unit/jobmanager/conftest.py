@@ -222,7 +222,12 @@ MakeHarness = Callable[..., Harness]
 def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
     made: list[JobManager] = []
 
-    def make(storage: FileCheckpointStorage | None = None, *, taskmanagers: tuple[str, ...] = ("tm-a",)) -> Harness:
+    def make(
+        storage: FileCheckpointStorage | None = None,
+        *,
+        taskmanagers: tuple[str, ...] = ("tm-a",),
+        leader_term: Callable[[], int | None] | None = None,
+    ) -> Harness:
         storage = storage or FileCheckpointStorage(tmp_path / "storage")
         gateway = FakeGateway()
         clock = FakeClock()
@@ -238,6 +243,7 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
             check=lambda graph, settings, allowance, parameters: checked.append(graph),
             resolve=resolver,
             io=io,
+            leader_term=leader_term,
         )
         made.append(jm)
         for tm in taskmanagers:

@@ -10,6 +10,7 @@ from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.term_fences import TermFence
 from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
 from weir.jobmanager.records import JobRecord, JobSubmission
 
@@ -98,4 +99,18 @@ def test_an_end_with_an_outcome_that_is_no_end_is_malformed() -> None:
     document = json.loads(JobRecord(SUBMISSION, 1, JobStatus.FAILED, None, {}).to_json())
     document["end"] = {"outcome": "RUNNING", "ended": True, "at": 1.0, "resolution": None}
     with pytest.raises(SerializationError, match="outcome must be CANCELED, FAILED or FINISHED"):
+        JobRecord.from_json(json.dumps(document).encode())
+
+
+def test_the_takeover_fences_read_back_and_a_record_without_them_has_none() -> None:
+    fences = (TermFence(2, CheckpointId(7)), TermFence(3, None))
+    record = JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}, term_fences=fences)
+    document = json.loads(record.to_json())
+    assert document["format"] == 1
+    assert document["term_fences"] == [{"term": 2, "checkpoints_through": 7}, {"term": 3, "checkpoints_through": None}]
+    assert JobRecord.from_json(record.to_json()).term_fences == fences
+    older = json.loads(JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}).to_json())
+    assert "term_fences" not in older and JobRecord.from_json(json.dumps(older).encode()).term_fences == ()
+    document["term_fences"] = [{"term": "2", "checkpoints_through": 7}]
+    with pytest.raises(SerializationError, match="is malformed"):
         JobRecord.from_json(json.dumps(document).encode())

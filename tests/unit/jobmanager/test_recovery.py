@@ -190,3 +190,57 @@ def test_a_recovered_job_reports_the_restarts_it_had_under_the_jobmanager_before
     recovered = second.jm.jobs["job-1"]
     assert recovered.restarts == 1
     assert recovered.restart_strategy.restart_count == 0  # its budget starts over, as Flink's does
+
+
+def test_a_checkpoint_a_deposed_leader_completes_after_a_takeover_is_never_restored(
+    make_harness: MakeHarness,
+) -> None:
+    """High availability: the leader of term 1 completed checkpoint A and was persisting B when it
+    paused; the leader of term 2 took the job over (restoring A, fence (2, A) in the record). The
+    deposed leader then lands B's metadata (the one write its lease check let through) but not its job
+    record (conditional over a version that is gone). The next takeover restores A, never B."""
+    first = make_harness(leader_term=lambda: 1)
+    job = first.job({"checkpointing.interval": "1s", "restart.strategy": "fixed-delay", "restart.delay": "1s"})
+    with first.jm.lock:
+        first.jm.executor.execute(job, job.lifecycle.tasks_running(first.clock(), job.all_task_ids(), restored=False))
+        first.clock.advance(1.5)
+        first.jm.executor.execute(job, job.lifecycle.tick(first.clock()))
+    (completed_id,) = job.coordinator.pending_ids
+    first.jm.acknowledge_checkpoint(
+        CheckpointAck("job-1", "gen", 0, job.attempt, completed_id, (), b"a", TaskAckMetrics())
+    )
+    with first.jm.lock:
+        first.clock.advance(1.0)
+        first.jm.executor.execute(job, job.lifecycle.tick(first.clock()))
+    (late_id,) = job.coordinator.pending_ids
+    assert first.jm.records.save(job).result()
+
+    second = make_harness(first.storage, leader_term=lambda: 2)
+    assert second.jm.recover_jobs() == 1
+    taken = second.jm.jobs["job-1"].coordinator.store.latest()
+    assert taken is not None and taken.checkpoint_id == completed_id
+
+    # The deposed leader wakes up: its late metadata lands, its job record does not.
+    first.jm.acknowledge_checkpoint(CheckpointAck("job-1", "gen", 0, job.attempt, late_id, (), b"b", TaskAckMetrics()))
+    paths = first.jm.paths
+    late_metadata = paths.metadata(job.coordinator.job_id, CheckpointId(late_id))
+    assert first.storage.exists(late_metadata), "the late metadata must land for the test to prove anything"
+    assert not first.jm.records.save(job).result()
+
+    third = make_harness(first.storage, leader_term=lambda: 3)
+    assert third.jm.recover_jobs() == 1
+    restored = third.jm.jobs["job-1"].coordinator.store.latest()
+    assert restored is not None and restored.checkpoint_id == completed_id
+    assert [c.checkpoint_id for c in third.jm.jobs["job-1"].coordinator.store.all()] == [completed_id]
+
+
+def test_without_high_availability_records_are_written_unconditionally_and_no_fence_is_left(
+    make_harness: MakeHarness,
+) -> None:
+    first = make_harness()
+    job = first.job()
+    assert first.jm.records.save(job).result()
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 1
+    assert second.jm.jobs["job-1"].term_fences == ()
+    assert first.jm.records.save(job).result()  # a restarted JobManager has no competitor to fence
