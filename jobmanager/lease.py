@@ -147,6 +147,11 @@ class LeaderElector:
         with self._lock:
             return self.election.leads(self._clock())
 
+    def known_leader(self) -> LeaseRecord | None:
+        """The leader as this JobManager last read the lease (``LeaderElection.known_leader``)."""
+        with self._lock:
+            return self.election.known_leader()
+
     def check_still_leader(self) -> LeaderTerm:
         """Raises NotLeaderError unless this JobManager's lease time is not over and the lease
         object still names it at its term (read now)."""

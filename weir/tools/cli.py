@@ -1503,14 +1503,30 @@ def cluster_up(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1.0, help="Seconds to wait for every TaskManager to register.")
     ] = supervisor.DEFAULT_START_TIMEOUT_S,
+    standbys: Annotated[
+        int,
+        typer.Option(
+            "--standbys",
+            min=0,
+            max=9,
+            help="Standby JobManagers beside the leader (ports after the JobManager's and its REST port), "
+            "every process with WEIR_HA_ENABLED: a standby takes over when the leader dies or stalls.",
+        ),
+    ] = 0,
 ) -> None:
-    """Start the JobManager and 3 TaskManagers; return once every TaskManager is registered."""
+    """Start the JobManager (and --standbys standby JobManagers) and 3 TaskManagers; return once every
+    TaskManager is registered."""
     require_server("weir cluster up (the JobManager and the TaskManagers run from this environment)")
     directory = supervisor.cluster_dir()
     endpoints = Endpoints.from_env()
     with _stderr().status("starting the local cluster"):
         result = supervisor.start_cluster(
-            directory, endpoints, restart=not no_restart, restart_delay_s=restart_delay, timeout_s=timeout
+            directory,
+            endpoints,
+            restart=not no_restart,
+            restart_delay_s=restart_delay,
+            timeout_s=timeout,
+            standbys=standbys,
         )
     console = _stdout()
     if result.already_running:
@@ -1519,9 +1535,16 @@ def cluster_up(
             soft_wrap=True,
         )
         return
+    addresses = supervisor.jobmanager_addresses(endpoints, standbys)
+    jobmanagers = (
+        f"JobManagers at {', '.join(addresses)} (high availability: one leads, {standbys} on standby; "
+        f"set WEIR_JOBMANAGER_ADDRESSES={','.join(addresses)} for the tools)"
+        if standbys
+        else f"JobManager at {endpoints.jobmanager_address}"
+    )
     console.print(
-        f"the local cluster is up: JobManager at {endpoints.jobmanager_address}, "
-        f"{result.taskmanagers_alive} TaskManagers registered; logs in {directory}",
+        f"the local cluster is up: {jobmanagers}, {result.taskmanagers_alive} TaskManagers registered; "
+        f"logs in {directory}",
         soft_wrap=True,
     )
 

@@ -18,6 +18,7 @@ from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.leader_election import LeaderTerm, LeaseRecord
 from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 
 with warnings.catch_warnings():
@@ -27,6 +28,7 @@ with warnings.catch_warnings():
 from openapi_spec_validator import validate
 
 from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
+from weir.jobmanager.rest import views
 from weir.jobmanager.rest.app import create_app
 
 JOB_PATHS = (
@@ -143,6 +145,19 @@ def test_before_its_jobs_are_recovered_healthz_says_starting_and_every_read_answ
     assert client.get("/jobs").status_code == 200
     h.jm.stop()
     assert client.get("/healthz").json() == {"status": "stopping"}
+
+
+def test_a_standbys_healthz_names_the_leader_it_knows(make_harness: MakeHarness) -> None:
+    """High availability: a standby answers 503 `starting` with the leader it last read in the lease,
+    so a probe or an operator sees where to go; none known yet: no `leader`."""
+    h = make_harness()
+    known: list[views.KnownLeader | None] = [None]
+    client = TestClient(create_app(h.jm, known_leader=lambda: known[0]))
+    assert (client.get("/healthz").status_code, client.get("/healthz").json()) == (503, {"status": "starting"})
+    known[0] = views.known_leader(LeaseRecord("jm-b", LeaderTerm(3), "10.0.0.2:6123", 6.0))
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json() == {"status": "starting", "leader": {"address": "10.0.0.2:6123", "term": 3}}
 
 
 def test_healthz_counts_live_taskmanagers_and_running_jobs(harness: Harness, client: TestClient) -> None:
