@@ -13,6 +13,7 @@ from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.jobmanager.errors import JobManagerNotReadyError
 from weir.jobmanager.messages import CheckpointAck, Heartbeat, JobAttempt, TaskProgress
+from weir.jobmanager.records import JobRecord
 
 
 def test_a_running_job_restarts_as_soon_as_the_taskmanagers_slots_are_back(make_harness: MakeHarness) -> None:
@@ -244,3 +245,32 @@ def test_without_high_availability_records_are_written_unconditionally_and_no_fe
     assert second.jm.recover_jobs() == 1
     assert second.jm.jobs["job-1"].term_fences == ()
     assert first.jm.records.save(job).result()  # a restarted JobManager has no competitor to fence
+
+
+def test_a_deposed_leaders_record_write_landing_during_the_takeover_is_read_again_before_acting(
+    make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deposed leader's late record write lands between the new leader's read and its takeover
+    write: that write is refused, the new leader reads the record again (with what landed) and takes
+    the job over from it, its fence in the record."""
+    first = make_harness(leader_term=lambda: 1)
+    job = first.job()
+    assert first.jm.records.save(job).result()
+    second = make_harness(first.storage, leader_term=lambda: 2)
+    real_write = second.jm.records.write_now
+    late = {"restarts": 0}
+
+    def write_after_a_late_one(record: JobRecord) -> bool:
+        if not late["restarts"]:
+            job.restarts_under_earlier_jobmanagers = late["restarts"] = 5
+            assert first.jm.records.save(job).result(), "the late write must land for the test to prove anything"
+        return real_write(record)
+
+    monkeypatch.setattr(second.jm.records, "write_now", write_after_a_late_one)
+    assert second.jm.recover_jobs() == 1
+    recovered = second.jm.jobs["job-1"]
+    assert recovered.restarts_under_earlier_jobmanagers >= 5  # taken over from the record as it is now
+    assert [f.term for f in recovered.term_fences] == [2]
+    stored = JobRecord.from_json(first.storage.get_bytes(first.jm.paths.job_record(recovered.coordinator.job_id)))
+    assert [f.term for f in stored.term_fences] == [2]
+    assert not first.jm.records.save(job).result()
