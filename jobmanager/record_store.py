@@ -16,7 +16,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage, WritePreconditionFailedError
-from weir.core.errors import WeirError
+from weir.core.errors import ServiceUnavailableError, WeirError
 from weir.core.ids import JobId
 from weir.core.paths import CheckpointPaths
 from weir.jobmanager.jobs import JobMaster
@@ -61,6 +61,7 @@ class JobRecordStore:
         self._clock = clock
         self._conditional = conditional
         self._versions: dict[str, str] = {}  # record key -> the version last read or written (conditional)
+        self._unanswered: dict[str, bytes] = {}  # record key -> a write that got no answer (it may have landed)
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jm-records")  # in order
 
     def save(self, job: JobMaster) -> Future[bool]:
@@ -78,7 +79,7 @@ class JobRecordStore:
         key = self._paths.job_record(JobId(job_id))
         try:
             if self._conditional:
-                self._versions[key] = self._storage.put_if(key, record, self._versions.get(key))
+                self._versions[key] = self._put_conditionally(key, record)
             else:
                 self._storage.put_bytes(key, record)
         except WritePreconditionFailedError as exc:
@@ -89,6 +90,24 @@ class JobRecordStore:
             log.error("job_record_not_saved", job_id=job_id, error=str(exc))
             return False
         return True
+
+    def _put_conditionally(self, key: str, record: bytes) -> str:
+        """``put_if`` over the version known; a write that went unanswered may still have landed (its
+        version then unknown here): when the next write finds the record at another version holding
+        exactly those bytes, that version was this JobManager's own, and the write goes over it."""
+        try:
+            version = self._storage.put_if(key, record, self._versions.get(key))
+        except ServiceUnavailableError:
+            self._unanswered[key] = record
+            raise
+        except WritePreconditionFailedError:
+            unanswered = self._unanswered.pop(key, None)
+            found = self._storage.get_versioned(key)
+            if unanswered is None or found is None or found[0] != unanswered:
+                raise
+            version = self._storage.put_if(key, record, found[1])
+        self._unanswered.pop(key, None)
+        return version
 
     def keys(self) -> list[str]:
         return [k for k, _ in self._storage.list("") if k.endswith(RECORD_SUFFIX)]
