@@ -253,7 +253,10 @@ def test_checkpoint_on_request_and_dispose_of_a_savepoint_from_the_cli(weir_clus
     """`weir checkpoint JOB_ID` completes a checkpoint outside a 10-minute interval; `weir savepoint JOB_ID
     DIR` then `weir savepoint --dispose PATH` leaves none of the savepoint's objects; a retained
     checkpoint's path is refused by --dispose (exit 2) and keeps its files."""
-    job_id, _params = start_job(weir_cluster, unique, 2, {"checkpointing.interval": "10min"})
+    # 500 records/s: the job still runs a minute later, when the loaded machine's `weir` starts.
+    job_id, _params = start_job(
+        weir_cluster, unique, 2, {"checkpointing.interval": "10min", "source.records_per_second": "500"}
+    )
     client = weir_cluster.client
     taken = json.loads(weir_cli("checkpoint", job_id, "--json"))
     infos = {c.checkpoint_id: c for c in client.list_checkpoints(job_id)}
