@@ -745,8 +745,8 @@ def checkpoint(
         typer.Option(
             "--full",
             "-full",
-            help="A full checkpoint, reusing no file of an earlier one (as Flink's -full); the JobManager "
-            "refuses it for now (docs/cli.md).",
+            help="A full checkpoint (as Flink's -full): every task uploads all its RocksDB files anew, so "
+            "it references no file of an earlier checkpoint; later checkpoints reuse its files.",
         ),
     ] = False,
     timeout_s: Annotated[
@@ -773,8 +773,9 @@ def checkpoint(
         )
         return
     where = f": {info.external_path}" if info.external_path else ""
+    what = "full checkpoint" if full else "checkpoint"
     _stdout().print(
-        f"checkpoint {info.checkpoint_id} of job {job_id} completed ({_size(info.size_bytes)}){where}", soft_wrap=True
+        f"{what} {info.checkpoint_id} of job {job_id} completed ({_size(info.size_bytes)}){where}", soft_wrap=True
     )
 
 
@@ -864,7 +865,7 @@ def checkpoints(
         acked = bool(info.tasks)  # no task acknowledged yet: nothing tells aligned from unaligned
         table.add_row(
             str(info.checkpoint_id),
-            info.kind.name,
+            info.kind.name + (" (full)" if info.full else ""),
             info.status,
             _when(info.trigger_time),
             _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",
@@ -1644,14 +1645,30 @@ def cluster_up(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1.0, help="Seconds to wait for every TaskManager to register.")
     ] = supervisor.DEFAULT_START_TIMEOUT_S,
+    standbys: Annotated[
+        int,
+        typer.Option(
+            "--standbys",
+            min=0,
+            max=9,
+            help="Standby JobManagers beside the leader (ports after the JobManager's and its REST port), "
+            "every process with WEIR_HA_ENABLED: a standby takes over when the leader dies or stalls.",
+        ),
+    ] = 0,
 ) -> None:
-    """Start the JobManager and 3 TaskManagers; return once every TaskManager is registered."""
+    """Start the JobManager (and --standbys standby JobManagers) and 3 TaskManagers; return once every
+    TaskManager is registered."""
     require_server("weir cluster up (the JobManager and the TaskManagers run from this environment)")
     directory = supervisor.cluster_dir()
     endpoints = Endpoints.from_env()
     with _stderr().status("starting the local cluster"):
         result = supervisor.start_cluster(
-            directory, endpoints, restart=not no_restart, restart_delay_s=restart_delay, timeout_s=timeout
+            directory,
+            endpoints,
+            restart=not no_restart,
+            restart_delay_s=restart_delay,
+            timeout_s=timeout,
+            standbys=standbys,
         )
     console = _stdout()
     if result.already_running:
@@ -1660,9 +1677,16 @@ def cluster_up(
             soft_wrap=True,
         )
         return
+    addresses = supervisor.jobmanager_addresses(endpoints, standbys)
+    jobmanagers = (
+        f"JobManagers at {', '.join(addresses)} (high availability: one leads, {standbys} on standby; "
+        f"set WEIR_JOBMANAGER_ADDRESSES={','.join(addresses)} for the tools)"
+        if standbys
+        else f"JobManager at {endpoints.jobmanager_address}"
+    )
     console.print(
-        f"the local cluster is up: JobManager at {endpoints.jobmanager_address}, "
-        f"{result.taskmanagers_alive} TaskManagers registered; logs in {directory}",
+        f"the local cluster is up: {jobmanagers}, {result.taskmanagers_alive} TaskManagers registered; "
+        f"logs in {directory}",
         soft_wrap=True,
     )
 

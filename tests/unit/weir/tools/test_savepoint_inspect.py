@@ -289,7 +289,7 @@ def test_info_prints_the_checkpoint_its_subtasks_and_each_operators_state(weir: 
     result = weir("savepoint", "info", built.path)
     assert result.exit_code == EXIT_OK and result.stderr == ""
     out = result.stdout
-    assert "checkpoint 7 of job job-a (metadata format 1, task-state format 2)" in out
+    assert "checkpoint 7 of job job-a (metadata format 2, task-state format 2)" in out
     assert "keys relative to the storage root" in out
     assert "5 subtasks" in out
     assert "kafka source: next offsets 0 -> 120, 2 -> 98; end offsets 0 -> 200, 2 -> 200" in out
@@ -309,7 +309,7 @@ def test_info_as_json(weir: Weir, built: Built) -> None:
     assert result.exit_code == EXIT_OK
     info = json.loads(result.stdout)
     assert (info["job_id"], info["checkpoint_id"], info["kind"]) == ("job-a", 7, "checkpoint")
-    assert info["formats"] == {"metadata": 1, "task_state": 2}
+    assert info["formats"] == {"metadata": 2, "task_state": 2}
     assert info["storage_root"] == built.storage.uri and info["metadata_key"] == built.metadata_key
     assert (info["trigger_timestamp"], info["completion_timestamp"]) == (1764578000.25, 1764578001.5)
     assert info["total_size_bytes"] == built.checkpoint.total_size_bytes > 0
