@@ -238,6 +238,8 @@ class WindowAggregateOperator(KeyedOperator):
             self.reject(self._key_selector, exc, value, timestamp)
             return
         self.current_key, self.current_key_bytes, self.current_key_group, self.current_key_prefix = key, kb, kg, prefix
+        if self.samples_left:
+            self.sample_key(0, value)
         wm = self._watermark
         if self._inherited_watermarks:  # until the watermark passes every old subtask's
             wm = max(wm, self._fired_through(kg))
@@ -461,7 +463,7 @@ class WindowAggregateOperator(KeyedOperator):
     # Snapshots and restores -------------------------------------------------------------------------
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
-        self.store.flush()
+        super().snapshot_state(checkpoint_id)
         return json.dumps({"format": WINDOW_STATE_FORMAT, "watermark": self._watermark}).encode()
 
     def restore_state(self, data: bytes) -> None:
