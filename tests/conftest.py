@@ -109,7 +109,9 @@ def _roll_back_leftover_transactions(endpoints: Endpoints) -> None:
 
     with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
         leftovers = conn.execute(
-            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir:%' AND prepared < now() - make_interval(secs => %s)",
+            # %% is a literal % in a query with parameters (psycopg refuses a lone % there)
+            "SELECT gid FROM pg_prepared_xacts WHERE gid LIKE 'weir:%%' "
+            "AND prepared < now() - make_interval(secs => %s)",
             (LEFTOVER_PREPARED_AGE_S,),
         ).fetchall()
         for (gid,) in leftovers:
