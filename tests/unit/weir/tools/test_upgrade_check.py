@@ -532,3 +532,12 @@ def test_the_worked_example_in_the_docs_prints_what_the_docs_show(
     V2(aggregate_args=", state_version=2, migrate=migrate", migrate="return acc").write(tmp_path, "job_v2")
     assert run_cli(shlex.split(command.text)[1:]) == EXIT_OK
     assert capsys.readouterr().out.startswith("PASS: job_v2.py can restore from sp-1\n")
+
+    key_example = "weir upgrade check job_v3.py --savepoint sp-1 --offline"
+    at = next(i for i, b in enumerate(page) if b.text.strip() == key_example)
+    V2(key="lambda v: v[0].upper()").write(tmp_path, "job_v3")
+    assert run_cli(shlex.split(page[at].text)[1:]) == EXIT_FAILURE
+    assert capsys.readouterr().out == page[at + 1].text
+    V2(key="lambda v: str(v[0])").write(tmp_path, "job_v3")
+    assert run_cli(shlex.split(page[at].text)[1:]) == EXIT_OK
+    assert "info key-function-rewritten window-count-sum" in capsys.readouterr().out
