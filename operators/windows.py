@@ -270,6 +270,8 @@ class WindowAggregateOperator(KeyedOperator):
             self.reject(self._key_selector, exc, value, timestamp)
             return
         self.current_key, self.current_key_bytes, self.current_key_group, self.current_key_prefix = key, kb, kg, prefix
+        if self.samples_left:
+            self.sample_key(0, value)
         wm = self._watermark
         if self._inherited_watermarks:  # until the watermark passes every old subtask's
             wm = max(wm, self._fired_through(kg))
@@ -620,7 +622,7 @@ class WindowAggregateOperator(KeyedOperator):
     # Snapshots and restores -------------------------------------------------------------------------
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
-        self.store.flush()
+        super().snapshot_state(checkpoint_id)
         if self._slice_ms:
             document = {"format": SLICED_WINDOW_STATE_FORMAT, "watermark": self._watermark, "slice_ms": self._slice_ms}
             return json.dumps(document).encode()

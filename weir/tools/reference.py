@@ -150,13 +150,15 @@ class SinkCapture:
             raise ReferenceModeError(f"sink {self.uid!r} ({self.description.kind}) has no row function")
         return [tuple(_call_user(self.uid, "row function", to_row, v)) for v in self.values]
 
-    def final_rows(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+    def final_rows(
+        self, start: Mapping[tuple[Any, ...], tuple[Any, ...]] | None = None
+    ) -> dict[tuple[Any, ...], tuple[Any, ...]]:
         """The table an upsert by key columns leaves: per key the last row written, or with a version
-        column the last row of the highest version."""
+        column the last row of the highest version; written over the table ``start`` (None: empty)."""
         d = self.description
         key_index = [d.columns.index(c) for c in d.key_columns]
         version = d.columns.index(d.version_column) if d.version_column else None
-        table: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+        table: dict[tuple[Any, ...], tuple[Any, ...]] = dict(start or {})
         for row in self.rows():
             key = tuple(row[i] for i in key_index)
             kept = table.get(key)
