@@ -77,6 +77,19 @@ class StorageUriError(WeirError):
 class CheckpointStorage(abc.ABC):
     """Objects by key; each write is atomic, a reader sees the whole object or none."""
 
+    refuses_sealed: bool = False
+    """Opened without a MAC key (``open_storage``): an object that carries a Weir MAC is refused in one
+    line naming the missing setting, rather than handed to a decoder with its trailer."""
+
+    def _unsealed(self, key: str, data: bytes) -> bytes:
+        if self.refuses_sealed and storage_mac.is_sealed(data):
+            raise storage_mac.refusal_error(f"{self.uri.rstrip('/')}/{key}", storage_mac.Refusal.UNEXPECTED)
+        return data
+
+    def _check_unsealed_file(self, key: str, path: Path) -> None:
+        if self.refuses_sealed and storage_mac.file_is_sealed(path):
+            raise storage_mac.refusal_error(f"{self.uri.rstrip('/')}/{key}", storage_mac.Refusal.UNEXPECTED)
+
     @property
     @abc.abstractmethod
     def uri(self) -> str:
@@ -169,7 +182,7 @@ class S3CheckpointStorage(CheckpointStorage):
     def get_versioned(self, key: str) -> tuple[bytes, str] | None:
         try:
             response = self._client.get_object(Bucket=self.bucket, Key=self._name(key))
-            return response["Body"].read(), str(response["ETag"])
+            return self._unsealed(key, response["Body"].read()), str(response["ETag"])
         except (BotoCoreError, ClientError) as exc:
             error = self._error("get", key, exc)
             if isinstance(error, ObjectNotFoundError):
@@ -205,13 +218,14 @@ class S3CheckpointStorage(CheckpointStorage):
             body: bytes = self._client.get_object(Bucket=self.bucket, Key=self._name(key))["Body"].read()
         except (BotoCoreError, ClientError) as exc:
             raise self._error("get", key, exc) from exc
-        return body
+        return self._unsealed(key, body)
 
     def get_file(self, key: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         temp = path.with_name(f"{_TEMP_PREFIX}{uuid.uuid4().hex}-{path.name}")
         try:
             self._client.download_file(self.bucket, self._name(key), str(temp), Config=self._transfer)
+            self._check_unsealed_file(key, temp)
             os.replace(temp, path)
         except (BotoCoreError, ClientError, Boto3Error, OSError) as exc:
             raise self._error("download", key, exc) from exc
@@ -319,9 +333,10 @@ class FileCheckpointStorage(CheckpointStorage):
 
     def get_bytes(self, key: str) -> bytes:
         try:
-            return self._path(key).read_bytes()
+            data = self._path(key).read_bytes()
         except OSError as exc:
             raise self._error("get", key, exc) from exc
+        return self._unsealed(key, data)
 
     def get_file(self, key: str, path: Path) -> None:
         source = self._path(key)
@@ -332,6 +347,8 @@ class FileCheckpointStorage(CheckpointStorage):
                     out.write(chunk)
 
         try:
+            if source.is_file():
+                self._check_unsealed_file(key, source)
             self._write_atomically(path, copy)
         except OSError as exc:
             raise self._error("download", key, exc) from exc
@@ -346,7 +363,7 @@ class FileCheckpointStorage(CheckpointStorage):
             return None
         except OSError as exc:
             raise self._error("get", key, exc) from exc
-        return data, hashlib.sha256(data).hexdigest()
+        return self._unsealed(key, data), hashlib.sha256(data).hexdigest()
 
     def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
         """Compare and write under an exclusive ``flock`` of a lock file beside the object (processes
@@ -476,6 +493,7 @@ def _sealed(storage: CheckpointStorage, key: StorageKey | None) -> CheckpointSto
     global _warned_unauthenticated
     if key is not None:
         return SealedStorage(storage, key)
+    storage.refuses_sealed = True
     if isinstance(storage, S3CheckpointStorage) and _warn_unauthenticated and not _warned_unauthenticated:
         _warned_unauthenticated = True
         log.warning(

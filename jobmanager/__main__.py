@@ -45,6 +45,7 @@ with exit_without_server("jobmanager", "the JobManager"):
     from weir.jobmanager.leader_election import LeaderElection, LeaderTerm, LeaseTiming
     from weir.jobmanager.lease import FencedStorage, LeaderElector, LeaseStore
     from weir.jobmanager.manager import JobManager
+    from weir.jobmanager.rest import views
     from weir.jobmanager.rest.app import create_app
     from weir.jobmanager.rest.server import RestServer
     from weir.jobmanager.service import JobManagerServicer, LeaderOnlyInterceptor
@@ -107,6 +108,7 @@ def main() -> None:
         gateway=GrpcTaskManagerGateway(
             security.for_cluster_peers(), term=elector.term if elector is not None else None
         ),
+        leader_term=elector.term if elector is not None else None,
     )
     rest = (
         RestServer(
@@ -120,6 +122,7 @@ def main() -> None:
                     "WEIR_JOBMANAGER_REST_PORT": str(args.rest_port),
                     "WEIR_CHECKPOINT_DIR": storage.uri,
                 },
+                known_leader=(lambda: views.known_leader(elector.known_leader())) if elector is not None else None,
             ),
             args.bind,
             args.rest_port,

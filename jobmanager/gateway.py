@@ -58,6 +58,7 @@ class TaskManagerGateway(Protocol):
         final: bool,
         drain: bool = False,
         aligned: bool = False,
+        full: bool = False,
     ) -> bool:
         """Ask a source task to inject a barrier (after the end of event time with ``drain``; forced
         aligned in every mode with ``aligned``); answers whether it accepted."""
@@ -167,6 +168,7 @@ class GrpcTaskManagerGateway:
         final: bool,
         drain: bool = False,
         aligned: bool = False,
+        full: bool = False,
     ) -> bool:
         request = taskmanager_pb2.TriggerCheckpointRequest(
             task=common_pb2.TaskRef(job_id=task.job_id, vertex_uid=task.operator_uid, subtask=task.subtask),
@@ -177,6 +179,7 @@ class GrpcTaskManagerGateway:
             final=final,
             drain=drain,
             aligned=aligned,
+            full=full,
         )
         response = self._call(address, lambda stub: stub.TriggerCheckpoint(request, timeout=CHECKPOINT_CALL_TIMEOUT_S))
         return bool(response.accepted)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Executor, Future
+from dataclasses import replace
 from typing import assert_never
 
 import structlog
@@ -58,8 +59,10 @@ class JobActionExecutor:
         *,
         resolve: ResolveTransactions = resolve_job_transactions,
         rescales: rs.RescaleOperations | None = None,
+        leader_term: Callable[[], int | None] = lambda: None,
     ) -> None:
         self.rescales = rescales if rescales is not None else rs.RescaleOperations()
+        self._leader_term = leader_term  # named in each checkpoint's metadata (0: no high availability)
         self._registry = registry
         self._gateway = gateway
         self._storage = storage
@@ -192,6 +195,7 @@ class JobActionExecutor:
             kind=action.kind.value,
             final=action.final,
             drain=action.drain,
+            full=action.full,
         )
         self._io.submit(self._trigger, job, job.attempt, action, self._saved.pop(job.job_id, None))
 
@@ -223,6 +227,7 @@ class JobActionExecutor:
                         final=action.final,
                         drain=action.drain,
                         aligned=action.aligned,
+                        full=action.full,
                     )
                 except TaskManagerCallError as exc:
                     log.warning("trigger_failed", job_id=job.job_id, task=str(task), code=exc.code)
@@ -241,7 +246,8 @@ class JobActionExecutor:
         """Write the metadata (last, atomically: one PUT), copy a savepoint to where it was asked for,
         then let the lifecycle complete the checkpoint."""
         try:
-            self._storage.put_bytes(completed.metadata_key, encode_metadata(completed))
+            stamped = replace(completed, leader_term=self._leader_term() or 0)
+            self._storage.put_bytes(completed.metadata_key, encode_metadata(stamped))
             if completed.is_savepoint:
                 path = self._place_savepoint(job, completed)
                 with self._lock:

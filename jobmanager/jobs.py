@@ -23,6 +23,7 @@ from weir.core.task_time import TimeRatios
 from weir.jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
 from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
 from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
+from weir.jobmanager.checkpointing.term_fences import TermFence
 from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
 from weir.jobmanager.execution import ExecutionSettings, parse_execution_settings
 from weir.jobmanager.lifecycle import Action, Created, Ended, Ending, JobLifecycle, Restarting, Running
@@ -168,6 +169,8 @@ class JobMaster:
     # starts over with a new JobManager, as Flink's does: its budget (restart.max-attempts, ...) is per
     # JobManager; the count reported is the job's since it was submitted.
     restarts_under_earlier_jobmanagers: int = 0
+    # One per high-availability takeover (its job record's): which checkpoints a restore must ignore.
+    term_fences: tuple[TermFence, ...] = ()
 
     @classmethod
     def create(cls, submission: JobSubmission, loaded: LoadedJob, metadata_key: Callable[..., str]) -> JobMaster:

@@ -216,6 +216,20 @@ class LeaderElection:
             return state.term
         return None
 
+    def known_leader(self) -> LeaseRecord | None:
+        """The lease as this contender last knew it: its own while it leads, the last one read while
+        it follows (None: nothing read yet, or while taking over or stepped down)."""
+        state = self.state
+        match state:
+            case Follower(seen=seen):
+                return seen.record if seen is not None else None
+            case Leader(term=term, renewal=renewal):
+                return self._record(term, renewal)
+            case Candidate() | SteppedDown():
+                return None
+            case _:
+                assert_never(state)
+
     def handle(self, event: Event) -> list[Action]:
         state = self.state
         match state:

@@ -12,10 +12,12 @@ would keep the lock forever. The local mode's folder storage compares and writes
 Fencing of storage writes (:class:`FencedStorage`): every write and delete of the leader checks,
 right before it is sent, that its own lease time is not over (its monotonic clock) and that the
 lease object still names it at its term (a read). That is not atomic with the write: a leader
-paused between the check and the write could still land one write afterwards. The pause would have
-to fall in that gap of microseconds, and everything the new leader decides (deploy, barriers,
-commits) goes through TaskManagers that refuse the old term. Making every job record and metadata
-object a conditional write over the new leader's versions would close the gap; that is left to do.
+paused between the check and the write could still land one write afterwards. What such a late
+write could do is closed where it matters: job records are written conditionally over the version
+the leader last read or wrote (``JobRecordStore``), and a new leader rewrites each one it takes
+over before acting, so the deposed leader's write is refused; a late checkpoint metadata object
+names its older term, and a restore ignores it (``checkpointing.term_fences``). Everything else the
+new leader decides (deploy, barriers, commits) goes through TaskManagers that refuse the old term.
 """
 
 from __future__ import annotations
@@ -145,6 +147,11 @@ class LeaderElector:
         with self._lock:
             return self.election.leads(self._clock())
 
+    def known_leader(self) -> LeaseRecord | None:
+        """The leader as this JobManager last read the lease (``LeaderElection.known_leader``)."""
+        with self._lock:
+            return self.election.known_leader()
+
     def check_still_leader(self) -> LeaderTerm:
         """Raises NotLeaderError unless this JobManager's lease time is not over and the lease
         object still names it at its term (read now)."""
@@ -235,6 +242,13 @@ class FencedStorage(CheckpointStorage):
 
     def get_bytes(self, key: str) -> bytes:
         return self._inner.get_bytes(key)
+
+    def get_versioned(self, key: str) -> tuple[bytes, str] | None:
+        return self._inner.get_versioned(key)
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        self._check("conditional put", key)
+        return self._inner.put_if(key, data, expected_version)
 
     def get_file(self, key: str, path: Path) -> None:
         self._inner.get_file(key, path)

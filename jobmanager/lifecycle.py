@@ -525,15 +525,9 @@ class JobLifecycle:
 
     def trigger_checkpoint(self, now: float, *, full: bool) -> tuple[CheckpointId, tuple[Action, ...]]:
         """A checkpoint now (``weir checkpoint``); raises CheckpointRejectedError when the job cannot
-        take it. ``full``: refused, since a task's RocksDB snapshot reuses the files an earlier
-        checkpoint uploaded unless the barrier is a savepoint's, and no barrier says "full" yet."""
+        take it. ``full`` (``--full``): its barriers tell every task's RocksDB snapshot to upload all
+        its files anew, so it references no file of an earlier checkpoint."""
         state = self._state
-        if full:
-            raise CheckpointRejectedError(
-                f"job {self._job_id}: Weir cannot force a full checkpoint yet (its checkpoints are "
-                f"incremental); `weir savepoint {self._job_id}` takes a self-contained one",
-                fault="user",
-            )
         if not isinstance(state, Running):
             raise CheckpointRejectedError(
                 f"job {self._job_id} is {self.status.value}: a checkpoint needs a RUNNING job", fault="user"
@@ -548,7 +542,7 @@ class JobLifecycle:
             raise CheckpointRejectedError(
                 f"job {self._job_id} read all its input and is finishing with its final checkpoint", fault="user"
             )
-        trigger = self._coordinator.trigger_checkpoint(now)
+        trigger = self._coordinator.trigger_checkpoint(now, full=full)
         return trigger.checkpoint_id, self._absorb(now, (trigger,))
 
     # -- checkpoint events --------------------------------------------------------------------------

@@ -75,9 +75,12 @@ class JobManager:
         resolve: ResolveTransactions = resolve_job_transactions,
         resolve_inherited: ResolveInherited = resolve_inherited,
         io: Executor | None = None,
+        leader_term: Callable[[], int | None] | None = None,
     ) -> None:
         """``gateway``, ``read_end_offsets``, ``check``, ``resolve`` and ``io`` (the worker threads)
-        default to the real ones; tests pass fakes."""
+        default to the real ones; tests pass fakes. ``leader_term``: under high availability, the term
+        this JobManager leads in (its job records are then written conditionally, its checkpoint
+        metadata names the term); None: no high availability."""
         self.lock = threading.RLock()
         self.jobs: dict[str, JobMaster] = {}
         self.storage = storage
@@ -88,9 +91,10 @@ class JobManager:
         gateway = gateway if gateway is not None else GrpcTaskManagerGateway()
         lock = self.lock
         self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
-        self.records = JobRecordStore(storage, self.paths, clock)
+        term: Callable[[], int | None] = leader_term if leader_term is not None else lambda: None
+        self.records = JobRecordStore(storage, self.paths, clock, conditional=leader_term is not None)
         self.executor = JobActionExecutor(
-            self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve
+            self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve, leader_term=term
         )
         self.failover = Failover(self.jobs, self.registry, self.executor, lock, clock, gateway=gateway, io=self._io)
         self.deployer = Deployer(
@@ -118,7 +122,9 @@ class JobManager:
             resolve_inherited=resolve_inherited,
         )
         self.reports = TaskReports(self.jobs, self.executor, self.failover, lock, clock)
-        self.recovery = JobRecovery(self.jobs, self.records, storage, self.paths, self.executor, lock, clock)
+        self.recovery = JobRecovery(
+            self.jobs, self.records, storage, self.paths, self.executor, lock, clock, leader_term=term
+        )
         self.savepoints = SavepointTrigger(self.jobs, self.executor, lock, clock)
         self.rescales = RescaleRequests(self.jobs, self.registry, self.executor, lock, clock, storage)
         self.reads = ReadApi(self.jobs, self.registry, lock, clock, storage.uri)

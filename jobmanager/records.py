@@ -32,11 +32,16 @@ Format 1::
                                                # decided yet (ending, a checkpoint was being persisted)
            "as_of": int | null,                # the checkpoint the sinks are resolved as of (null: none)
            "attempts": int, "resolved": bool, "error": str}},
-     "stop": null | {"savepoint_id": int, "drain": bool}}   # optional (absent: none); a weir stop under way
+     "stop": null | {"savepoint_id": int, "drain": bool},   # optional (absent: none); a weir stop under way
+     "term_fences": [{"term": int, "checkpoints_through": int | null}, ...]}
+                               # optional (absent: none); one per high-availability takeover of the job:
+                               # the new leader's term and the highest checkpoint id it listed
+                               # (weir.jobmanager.checkpointing.term_fences)
 
-``exceptions``, ``restarts``, ``end`` and ``stop`` were added to format 1 as optional fields: an older record
-has none (an empty history, 0 restarts, an end told by ``status`` and ``transactions_resolved``) and
-an older Weir ignores them, so neither reader refuses the other's record. ``transactions_resolved``
+``exceptions``, ``restarts``, ``end``, ``stop`` and ``term_fences`` were added to format 1 as optional
+fields: an older record has none (an empty history, 0 restarts, an end told by ``status`` and
+``transactions_resolved``, no fence) and an older Weir ignores them, so neither reader refuses the
+other's record. ``transactions_resolved``
 is still written (true once the end is resolved) for an older reader.
 """
 
@@ -52,6 +57,7 @@ from weir.core.errors import Fault, SerializationError
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.term_fences import TermFence
 from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
 from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
 
@@ -84,6 +90,7 @@ class JobRecord:
     restarts: int = 0
     end: RecordedEnd | None = None
     stop: StopRequest | None = None
+    term_fences: tuple[TermFence, ...] = ()
 
     def to_json(self) -> bytes:
         sub = self.submission
@@ -112,6 +119,15 @@ class JobRecord:
             **(
                 {"stop": {"savepoint_id": self.stop.savepoint_id, "drain": self.stop.drain}}
                 if self.stop is not None
+                else {}
+            ),
+            **(
+                {
+                    "term_fences": [
+                        {"term": f.term, "checkpoints_through": f.checkpoints_through} for f in self.term_fences
+                    ]
+                }
+                if self.term_fences
                 else {}
             ),
         }
@@ -147,6 +163,7 @@ class JobRecord:
                 restarts=int(document.get("restarts", 0)),
                 end=_end_from_json(document["end"]) if document.get("end") is not None else None,
                 stop=_stop_from_json(document["stop"]) if document.get("stop") is not None else None,
+                term_fences=tuple(_fence_from_json(f) for f in document.get("term_fences", ())),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise SerializationError(f"{where} is malformed: {type(exc).__name__}: {exc}") from exc
@@ -241,3 +258,8 @@ def _end_from_json(document: dict[str, Any]) -> RecordedEnd:
 
 def _stop_from_json(document: dict[str, Any]) -> StopRequest:
     return StopRequest(CheckpointId(typed(document["savepoint_id"], int)), typed(document["drain"], bool))
+
+
+def _fence_from_json(document: dict[str, Any]) -> TermFence:
+    through = document["checkpoints_through"]
+    return TermFence(typed(document["term"], int), None if through is None else CheckpointId(typed(through, int)))

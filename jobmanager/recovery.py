@@ -7,13 +7,19 @@ Only those need the JobManager before it serves (``recover_jobs``). The other en
 retained checkpoints): ``recover_history`` loads them after it started, so that a checkpoint storage
 holding hundreds of ended jobs does not hold up the running ones (each costs an exec of its job file,
 listings and orphan collection: ~0.1 s, 15 s for the ~130 of a test machine's storage). Until then a
-question about one of them is answered "not ready, try again" (``is_loading``), never "unknown job"."""
+question about one of them is answered "not ready, try again" (``is_loading``), never "unknown job".
+
+Under high availability a new leader ignores the checkpoints a deposed leader wrote after an earlier
+takeover (``weir.jobmanager.checkpointing.term_fences``), then rewrites each record it takes over,
+conditionally and with its own fence, before it acts on the job (``JobRecordStore.write_now``); when a
+late write of the deposed leader landed in between, it reads the record again and starts over."""
 
 from __future__ import annotations
 
 import threading
 from collections import deque
 from collections.abc import Callable, MutableMapping
+from dataclasses import replace
 
 import structlog
 
@@ -27,6 +33,12 @@ from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
+from weir.jobmanager.checkpointing.term_fences import (
+    WrittenCheckpoint,
+    stale_checkpoints,
+    takeover_fence,
+    with_fence,
+)
 from weir.jobmanager.job_actions import JobActionExecutor
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.orphans import collect_orphans
@@ -35,6 +47,13 @@ from weir.jobmanager.records import JobRecord
 from weir.jobmanager.restoring import plan_initial_state, read_retained_state
 
 log = structlog.get_logger("weir.jobmanager")
+
+TAKEOVER_ATTEMPTS = 3  # reads of a record whose takeover write found it rewritten by a deposed leader
+
+
+class TakeoverRacedError(WeirError):
+    """The takeover write of a job record found it rewritten since it was read (a deposed leader's
+    late write landed in between): read it again."""
 
 
 def needs_takeover(record: JobRecord) -> bool:
@@ -60,7 +79,11 @@ class JobRecovery:
         executor: JobActionExecutor,
         lock: threading.RLock,
         clock: Callable[[], float],
+        *,
+        leader_term: Callable[[], int | None] = lambda: None,
     ) -> None:
+        """``leader_term``: this JobManager's term under high availability (None: it runs without)."""
+        self._leader_term = leader_term
         self._jobs = jobs
         self._records = records
         self._storage = storage
@@ -77,17 +100,39 @@ class JobRecovery:
         other ended ones for :meth:`recover_history`. A record that cannot be read is reported and
         left alone, never deleted. Answers how many jobs were recovered."""
         now = self._clock()
-        live: list[JobRecord] = []
+        live: list[tuple[str, JobRecord]] = []
         for key in self._records.keys():
             try:
                 record = self._records.load(key)
             except WeirError as exc:
                 log.error("job_not_recovered", record=key, error=str(exc))
                 continue
-            (live if needs_takeover(record) else self._history).append(record)
+            if needs_takeover(record):
+                live.append((key, record))
+            else:
+                self._history.append(record)
         with self._lock:
             self._loading = {r.submission.job_id for r in self._history}
-        return sum(self._recover_one(record, now) for record in live)
+        return sum(self._take_over_one(key, record, now) for key, record in live)
+
+    def _take_over_one(self, key: str, record: JobRecord, now: float) -> bool:
+        for _ in range(TAKEOVER_ATTEMPTS):
+            try:
+                return self._recover_one(record, now, take_over=True)
+            except TakeoverRacedError as exc:
+                log.warning("job_takeover_raced", job_id=record.submission.job_id, error=str(exc))
+                try:
+                    record = self._records.load(key)
+                except WeirError as read_error:
+                    log.error("job_not_recovered", record=key, error=str(read_error))
+                    return False
+        log.error(
+            "job_not_recovered",
+            job_id=record.submission.job_id,
+            error=f"its record kept changing under {TAKEOVER_ATTEMPTS} takeover writes",
+            action="left as it is in checkpoint storage",
+        )
+        return False
 
     def recover_history(self) -> int:
         """Load the ended jobs ``recover_jobs`` left for later; answers how many were loaded."""
@@ -113,9 +158,11 @@ class JobRecovery:
         with self._lock:
             return job_id in self._loading
 
-    def _recover_one(self, record: JobRecord, now: float) -> bool:
+    def _recover_one(self, record: JobRecord, now: float, *, take_over: bool = False) -> bool:
         try:
-            return self._recover(record, now)
+            return self._recover(record, now, take_over=take_over)
+        except TakeoverRacedError:
+            raise
         except Exception as exc:  # one unreadable job must not keep the JobManager from starting
             log.error(
                 "job_not_recovered",
@@ -125,7 +172,7 @@ class JobRecovery:
             )
             return False
 
-    def _recover(self, record: JobRecord, now: float) -> bool:
+    def _recover(self, record: JobRecord, now: float, *, take_over: bool) -> bool:
         submission = record.submission
         try:
             code: JobCode = SourceCode(submission.job_file_name, submission.job_source)
@@ -185,6 +232,24 @@ class JobRecovery:
                     action="left as it is in checkpoint storage",
                 )
                 return False
+        written = [WrittenCheckpoint(c.checkpoint_id, c.leader_term) for c in checkpoints]
+        stale = stale_checkpoints(written, record.term_fences)
+        if stale:
+            log.warning(
+                "checkpoints_ignored",
+                job_id=submission.job_id,
+                checkpoint_ids=sorted(stale),
+                reason="written by a deposed leader after a newer leader took the job over",
+            )
+            checkpoints = [c for c in checkpoints if c.checkpoint_id not in stale]
+        job.term_fences = record.term_fences
+        term = self._leader_term()
+        if take_over and term is not None:
+            job.term_fences = with_fence(
+                record.term_fences, takeover_fence(term, [c.checkpoint_id for c in checkpoints])
+            )
+            if not self._records.write_now(replace(record, term_fences=job.term_fences)):
+                raise TakeoverRacedError(f"job {submission.job_id}: its record was rewritten since it was read")
         actions = job.coordinator.load_completed(checkpoints, CheckpointId(highest) if highest else None)
         self._executor.execute(job, actions)
         collect_orphans(self._storage, self._paths, job.coordinator)  # nothing is in flight yet

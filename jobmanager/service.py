@@ -246,6 +246,7 @@ def _checkpoint_to_proto(
     info.size_bytes = summary.state_size_bytes
     info.failure = summary.failure.message if summary.failure is not None else ""
     info.kind = checkpoint_kind_to_proto(summary.kind)
+    info.full = summary.full
     info.external_path = external_path or ""
     for t in summary.tasks:
         task = info.tasks.add(

@@ -58,6 +58,8 @@ class ToRecordsOperator(StreamOperator):
 
 
 class ColumnarWindowAggregateOperator(WindowAggregateOperator):
+    SLICES = False  # its batches are grouped per window (sliding windows are not sliced here yet)
+
     def __init__(
         self,
         aggregates: BuiltinAggregates,

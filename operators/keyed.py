@@ -9,6 +9,15 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, TypeVar, assert_never
 
 from weir.core.errors import JobDefinitionError, WeirError
+from weir.core.key_samples import (
+    KEY_REPR_CHARS,
+    KEY_SAMPLE_STATE,
+    SAMPLES_AT_OPEN,
+    SAMPLES_PER_INTERVAL,
+    KeySample,
+    key_function_fingerprint,
+    sample_slot,
+)
 from weir.core.keygroups import KeyEncoder
 from weir.core.process_functions import (
     Clock,
@@ -23,7 +32,7 @@ from weir.core.process_functions import (
 )
 from weir.core.rejections import FAIL, OnRecordError, TimerFiring
 from weir.core.state_backend import KeyedStateStore
-from weir.core.state_layout import REDUCE_STATE, TIMER_STATES, is_state_name
+from weir.core.state_layout import REDUCE_STATE, TIMER_STATES, dump_value, is_state_name
 from weir.core.state_schema import StateSchema, StateSchemaError, StoredSchema, required_migrations
 from weir.core.watermarks import MIN_WATERMARK
 from weir.operators.base import StreamOperator, check_output_tag
@@ -64,6 +73,8 @@ class KeyedOperator(StreamOperator):
         self.current_key_bytes = b""
         self.current_key_group = 0
         self.current_key_prefix = b""  # the key bytes, length-prefixed: the start of composite state keys
+        self.samples_left = 0  # records still to sample (weir.core.key_samples) before the next checkpoint
+        self._fingerprints: dict[int, str] = {}
 
     def open(self) -> None:
         backend = self.ctx.state
@@ -73,6 +84,7 @@ class KeyedOperator(StreamOperator):
             )
         self.store = backend.keyed_store(self.ctx.uid, key_groups=self.ctx.key_group_range)
         self._keys = KeyEncoder(self.ctx.max_parallelism)
+        self.samples_left = SAMPLES_AT_OPEN
         if self._migrations:
             self._migrate_restored_state()
 
@@ -128,9 +140,31 @@ class KeyedOperator(StreamOperator):
             )
         self._migrations = {}
 
+    def key_selector_of(self, input_index: int) -> Callable[[Any], Any]:
+        """The key function of input ``input_index`` (a one-input operator has one)."""
+        return self._key_selector
+
     def set_current_key(self, value: Any) -> None:
         """Make the key of record ``value`` the current key."""
         self.switch_to_key(self._key_selector(value))
+        if self.samples_left:
+            self.sample_key(0, value)
+
+    def sample_key(self, input_index: int, value: Any) -> None:
+        """Keep record ``value`` of input ``input_index``, keyed to the current key, as a key sample
+        (``weir.core.key_samples``); called for the first records after each checkpoint only. A
+        record that does not pickle is not sampled (its state would fail first, if it is kept)."""
+        self.samples_left -= 1
+        try:
+            record = dump_value(value)
+        except Exception:  # not picklable: nothing to sample
+            return
+        fingerprint = self._fingerprints.get(input_index)
+        if fingerprint is None:
+            fingerprint = self._fingerprints[input_index] = key_function_fingerprint(self.key_selector_of(input_index))
+        kb = self.current_key_bytes
+        sample = KeySample(input_index, fingerprint, kb, repr(self.current_key)[:KEY_REPR_CHARS], record)
+        self.store.put(KEY_SAMPLE_STATE, self.current_key_group, sample_slot(kb), sample.to_stored())
 
     def switch_to_key(self, key: Any) -> None:
         """Make ``key`` the current key (a timer's key, when it fires)."""
@@ -139,6 +173,7 @@ class KeyedOperator(StreamOperator):
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         self.store.flush()
+        self.samples_left = SAMPLES_PER_INTERVAL
         return None
 
     def end_input(self) -> None:
@@ -449,6 +484,9 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
         super().__init__(fn, first, state_schemas, clock, on_error=on_error)
         self._key_selectors = (first, second)
 
+    def key_selector_of(self, input_index: int) -> Callable[[Any], Any]:
+        return self._key_selectors[input_index]
+
     def open(self) -> None:
         super().open()
         self._elements = (self._fn.process_element1, self._fn.process_element2)
@@ -462,6 +500,8 @@ class KeyedCoProcessOperator(KeyedProcessOperator):
         except Exception as exc:
             self.reject(key_selector, exc, value, timestamp)
             return
+        if self.samples_left:
+            self.sample_key(input_index, value)
         self._process_ctx.timestamp = timestamp
         self._out.timestamp = timestamp
         process_element = self._elements[input_index]

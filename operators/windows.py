@@ -24,7 +24,21 @@ The accumulators are the keyed state ``win``, each entry ``(key, accumulator)`` 
 key (``weir.core.state_layout.window_key``: the key, then the window's bounds); its schema (version,
 migration) is the job's (``state_schema``), and a migration rewrites the accumulator, never the key.
 
-The operator state is the watermark the subtask had reached: ``{"format": 1, "watermark": int}``.
+Sliding windows whose aggregate can merge (an AggregateFunction with ``merge``, not a reduce or the
+element list) are sliced, as Flink SQL's window slicing: a value goes into one slice of width
+``gcd(size, slide)`` (one state entry per key and slice, at the slice's bounds) instead of into each of
+its ``size/slide`` windows; a window that fires merges its slices into a fresh accumulator
+(``merge(create(), slice)`` in slice order). Each slice is dropped when the last window it belongs to is
+cleaned up. A window's fire timer ``(last, FIRE, key group, window's state key)`` is pushed when a
+slice opens in its earliest window not yet fired, and by the firing of the window before it when they
+share a slice (the same timer pushed twice fires once). Results, timestamps, late firings, late
+drops (counted per window) and the late-data side output are the per-window ones; ``merge`` must be
+associative and indifferent to the order of values (count, sum, min, max). A per-window state of a
+sliced operator (a savepoint of format 1) is read as it is: those windows keep their accumulators
+until cleaned up and a firing merges them with the slices opened since.
+
+The operator state is the watermark the subtask had reached: ``{"format": 1, "watermark": int}``,
+or, when its sliding windows are sliced, ``{"format": 2, "watermark": int, "slice_ms": int}``.
 Restored into a job at another parallelism, each key group's timers are rebuilt against the
 watermark of the old subtask that owned it (what fired there stays fired), and the subtask goes on
 from the lowest of them. Processing-time windows restored fire at the first wall time past their end.
@@ -34,11 +48,12 @@ from __future__ import annotations
 
 import heapq
 import json
+import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from typing import Any, Final, assert_never
+from typing import Any, ClassVar, Final, assert_never
 
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError, WeirError
@@ -56,6 +71,7 @@ from weir.core.state_schema import StateSchema
 from weir.core.watermarks import MIN_WATERMARK
 from weir.core.windows import (
     EventTimeSessionWindows,
+    SlidingEventTimeWindows,
     TimeWindow,
     TumblingProcessingTimeWindows,
     WindowContext,
@@ -71,6 +87,8 @@ _FIRE = FIRE_TIMER
 _CLEANUP = CLEANUP_TIMER
 _STATE = WINDOW_STATE
 WINDOW_STATE_FORMAT: Final = 1
+SLICED_WINDOW_STATE_FORMAT: Final = 2
+"""The operator state of a window operator whose sliding windows are sliced (it names the slice width)."""
 
 
 def wall_clock_ms() -> int:
@@ -164,6 +182,9 @@ class WindowAggregateOperator(KeyedOperator):
     window it belongs to) goes to that side output, with its own timestamp; it is counted as dropped
     all the same."""
 
+    SLICES: ClassVar[bool] = True
+    """Whether sliding windows of a mergeable aggregate are sliced (see the module's docstring)."""
+
     def __init__(
         self,
         fn: Any,
@@ -205,6 +226,17 @@ class WindowAggregateOperator(KeyedOperator):
         self._window_keys = WindowKeys()
         self._plan_of: tuple[TimeWindow, ...] = ()  # the assigner's last windows, and their plan
         self._plan: tuple[tuple[int, int, int, bytes], ...] = ()
+        self._slice_ms = (
+            slice_width(assigner, fn) if self.SLICES and not isinstance(window_function, ProcessElements) else 0
+        )
+        self._slice_plan: tuple[int | None, int, int, int, bytes] = (None, 0, 0, 0, b"")  # the last slice's
+        self._slices_of: dict[int, tuple[bytes, tuple[tuple[bool, bytes], ...]]] = {}  # by window start
+        self._restored_windows = False  # a format-1 state's per-window accumulators may be in the state
+
+    @property
+    def slice_ms(self) -> int:
+        """The slice width of sliced sliding windows; 0: one accumulator per window."""
+        return self._slice_ms
 
     def open(self) -> None:
         super().open()
@@ -238,11 +270,16 @@ class WindowAggregateOperator(KeyedOperator):
             self.reject(self._key_selector, exc, value, timestamp)
             return
         self.current_key, self.current_key_bytes, self.current_key_group, self.current_key_prefix = key, kb, kg, prefix
+        if self.samples_left:
+            self.sample_key(0, value)
         wm = self._watermark
         if self._inherited_watermarks:  # until the watermark passes every old subtask's
             wm = max(wm, self._fired_through(kg))
         if self._merging:
             self._add_to_session(value, timestamp, wm)
+            return
+        if self._slice_ms:
+            self._add_to_slice(value, timestamp, wm)
             return
         windows = self._assigner.assign(timestamp)
         if windows is not self._plan_of:  # the assigner hands out the same tuple while it holds
@@ -269,6 +306,99 @@ class WindowAggregateOperator(KeyedOperator):
                 self._emit(key, start, end, acc)
         if late and late == len(windows):
             self._late_element(value, timestamp)
+
+    def _add_to_slice(self, value: Any, timestamp: int, wm: int) -> None:
+        """Add ``value`` to its slice of the current key (the key group's watermark is ``wm``); a
+        window it belongs to that has fired (within the allowed lateness) fires again at once, as a
+        per-window late firing does."""
+        g, lateness = self._slice_ms, self._lateness
+        slice_start = timestamp - (timestamp - self._assigner.offset_ms) % g
+        plan = self._slice_plan
+        if plan[0] != slice_start:  # consecutive values mostly fall into the same slice
+            plan = self._slice_plan = _slice_plan(self._assigner, slice_start, g)
+        _, first_start, last_start, first_last, bounds = plan
+        if first_last + lateness <= wm and self._late_for_some(value, timestamp, wm, first_start, last_start):
+            return
+        kg, prefix, key = self.current_key_group, self.current_key_prefix, self.current_key
+        store, fn = self.store, self._fn
+        sk = prefix + bounds
+        entry = store.get(_STATE, kg, sk)
+        try:
+            acc = fn.add(fn.create(), value) if entry is None else fn.add(entry[1], value)
+        except Exception as exc:
+            self.reject(fn.add, exc, value, timestamp, key)
+            return
+        store.put(_STATE, kg, sk, (key, acc))
+        size, slide = self._assigner.size_ms, self._assigner.slide_ms
+        if entry is None:  # a new slice: dropped with the last window it is in; its first window's timer
+            heapq.heappush(self._timers, (last_start + size - 1 + lateness, _CLEANUP, kg, sk))
+            fire_start = first_start
+            while fire_start + size - 1 <= wm:
+                fire_start += slide
+            if fire_start <= last_start:
+                heapq.heappush(
+                    self._timers,
+                    (fire_start + size - 1, _FIRE, kg, prefix + window_key_suffix(fire_start, fire_start + size)),
+                )
+        if first_last <= wm:  # fired windows this value is in: late firings, latest first
+            for start in range(last_start, first_start - 1, -slide):
+                if start + size - 1 <= wm < start + size - 1 + lateness:
+                    self._fire_sliced(kg, prefix, start)
+
+    def _late_for_some(self, value: Any, timestamp: int, wm: int, first_start: int, last_start: int) -> bool:
+        """``value`` is late for some of its windows (rare): each such window drops it (counted), as
+        per window; answers whether it is late for all of them (then it is late data)."""
+        size, slide, lateness = self._assigner.size_ms, self._assigner.slide_ms, self._lateness
+        late = 0
+        for start in range(last_start, first_start - 1, -slide):
+            if start + size - 1 + lateness <= wm:
+                late += 1
+                self._drop_late(value, timestamp, TimeWindow(start, start + size))
+        if late == (last_start - first_start) // slide + 1:
+            self._late_element(value, timestamp)
+            return True
+        return False
+
+    def _fire_sliced(self, key_group: int, prefix: bytes, start: int) -> bool:
+        """Emit window ``[start, start + size)`` of the key with ``prefix``: its slices merged into a
+        fresh accumulator (after the per-window accumulator a format-1 state left, if any). Returns
+        whether a slice after the window's first slide is there (the next window shares it)."""
+        window_bounds_, slices = self._slices_of.get(start) or self._window_slices(start)
+        store, fn = self.store, self._fn
+        parts = []
+        if self._restored_windows:
+            legacy = store.get(_STATE, key_group, prefix + window_bounds_)
+            if legacy is not None:
+                parts.append(legacy)
+        shared = False
+        for later, bounds in slices:
+            entry = store.get(_STATE, key_group, prefix + bounds)
+            if entry is not None:
+                parts.append(entry)
+                shared = shared or later
+        if not parts:
+            return shared
+        end = start + self._assigner.size_ms
+        try:
+            acc = fn.create()
+            for _key, part in parts:
+                acc = fn.merge(acc, part)
+        except Exception as exc:
+            accumulators = [part for _key, part in parts]
+            self.reject(fn.merge, exc, accumulators, None, parts[0][0], firing=WindowFiring(start, end))
+            return shared
+        self._emit(parts[0][0], start, end, acc)
+        return shared
+
+    def _window_slices(self, start: int) -> tuple[bytes, tuple[tuple[bool, bytes], ...]]:
+        """The state-key bounds of window ``[start, start + size)`` and of each of its slices, each
+        slice with whether it is after the window's first slide (remembered: windows fire in order)."""
+        size, slide, g = self._assigner.size_ms, self._assigner.slide_ms, self._slice_ms
+        if len(self._slices_of) >= 1024:
+            self._slices_of.clear()
+        slices = tuple((s >= start + slide, window_key_suffix(s, s + g)) for s in range(start, start + size, g))
+        found = self._slices_of[start] = (window_key_suffix(start, start + size), slices)
+        return found
 
     def _drop_late(self, value: Any, timestamp: int, window: TimeWindow) -> None:
         """``value`` (at ``timestamp``) came after the lateness allowance of ``window``: it is dropped
@@ -415,6 +545,10 @@ class WindowAggregateOperator(KeyedOperator):
         if self._inherited_watermarks and watermark >= max(w for _r, w in self._inherited_watermarks):
             self._inherited_watermarks = []
         timers, store = self._timers, self.store
+        if self._slice_ms:
+            self._fire_slices(watermark)
+            self.output.emit_watermark(watermark)
+            return
         while timers and timers[0][0] <= watermark:
             _, kind, kg, sk = heapq.heappop(timers)
             entry = store.get(_STATE, kg, sk)
@@ -430,6 +564,33 @@ class WindowAggregateOperator(KeyedOperator):
             if self._merging:
                 self._forget_session(sk, TimeWindow(start, end))
         self.output.emit_watermark(watermark)
+
+    def _fire_slices(self, watermark: int) -> None:
+        """The due timers of a sliced operator: fire windows (and push the next window's timer when
+        it shares a slice), drop slices and per-window accumulators of a format-1 state."""
+        timers, store, lateness = self._timers, self.store, self._lateness
+        size, slide = self._assigner.size_ms, self._assigner.slide_ms
+        previous = None
+        while timers and timers[0][0] <= watermark:
+            timer = heapq.heappop(timers)
+            if timer == previous:  # pushed by a new slice and by the window before: fires once
+                continue
+            previous = timer
+            _, kind, kg, sk = timer
+            if kind == _CLEANUP:  # a slice the last window it is in is done with, or a format-1 window's
+                store.delete(_STATE, kg, sk)
+                continue
+            start, end = window_bounds(sk)
+            prefix = window_key_prefix(sk)
+            if self._fire_sliced(kg, prefix, start):
+                following = start + slide
+                bounds = (self._slices_of.get(following) or self._window_slices(following))[0]
+                heapq.heappush(timers, (following + size - 1, _FIRE, kg, prefix + bounds))
+            if self._restored_windows and store.get(_STATE, kg, sk) is not None:  # a format-1 accumulator
+                if lateness > 0 and end - 1 + lateness > watermark:  # kept while late values may come
+                    heapq.heappush(timers, (end - 1 + lateness, _CLEANUP, kg, sk))
+                else:
+                    store.delete(_STATE, kg, sk)
 
     def _forget_session(self, sk: bytes, window: TimeWindow) -> None:
         """A session window's state was dropped: it is no longer one of its key's sessions."""
@@ -461,18 +622,34 @@ class WindowAggregateOperator(KeyedOperator):
     # Snapshots and restores -------------------------------------------------------------------------
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
-        self.store.flush()
+        super().snapshot_state(checkpoint_id)
+        if self._slice_ms:
+            document = {"format": SLICED_WINDOW_STATE_FORMAT, "watermark": self._watermark, "slice_ms": self._slice_ms}
+            return json.dumps(document).encode()
         return json.dumps({"format": WINDOW_STATE_FORMAT, "watermark": self._watermark}).encode()
 
     def restore_state(self, data: bytes) -> None:
-        self._watermark = decode_window_state(data)
+        self._watermark = self._restored_watermark(data)
+
+    def _restored_watermark(self, data: bytes) -> int:
+        """The watermark of a restored operator state, which must hold this operator's state layout:
+        slices of its width, or windows (a format-1 state, which a sliced operator reads too)."""
+        watermark, slice_ms = decode_window_document(data)
+        if slice_ms is not None and slice_ms != self._slice_ms:
+            now = f"slices of {self._slice_ms} ms" if self._slice_ms else "one accumulator per window"
+            raise SerializationError(
+                f"window operator {self.ctx.uid!r}: the restored state holds sliding-window slices of "
+                f"{slice_ms} ms but this job's windows keep {now} (the window's size, slide or the "
+                "aggregate's merge changed): restore it with the windows and aggregate that wrote it"
+            )
+        return watermark
 
     def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
         mine = self.ctx.key_group_range
         for state in states:
             common = state.key_group_range.intersection(mine)
             if common is not None:
-                self._inherited_watermarks.append((common, decode_window_state(state.data)))
+                self._inherited_watermarks.append((common, self._restored_watermark(state.data)))
         if self._inherited_watermarks:
             self._watermark = min(w for _r, w in self._inherited_watermarks)
 
@@ -496,6 +673,11 @@ class WindowAggregateOperator(KeyedOperator):
                     continue
                 if self._merging:
                     self._sessions.setdefault(window_key_prefix(sk), []).append(TimeWindow(start, end))
+                if self._slice_ms and end - start == self._slice_ms:
+                    self._slice_timers(kg, sk, start, fired_through)
+                    continue
+                if self._slice_ms:
+                    self._restored_windows = True
                 if end - 1 <= fired_through:
                     self._timers.append((end - 1 + self._lateness, _CLEANUP, kg, sk))
                 else:
@@ -503,18 +685,70 @@ class WindowAggregateOperator(KeyedOperator):
         heapq.heapify(self._timers)
         heapq.heapify(self._processing_timers)
 
+    def _slice_timers(self, key_group: int, sk: bytes, slice_start: int, fired_through: int) -> None:
+        """A restored slice's timers (appended, heapified after): its cleanup, and the fire timer of its
+        earliest window not yet fired (the windows after it are pushed as each fires)."""
+        assigner = self._assigner
+        size, slide = assigner.size_ms, assigner.slide_ms
+        last_start = slice_start - (slice_start - assigner.offset_ms) % slide
+        first_start = last_start - (last_start - slice_start + size - 1) // slide * slide
+        self._timers.append((last_start + size - 1 + self._lateness, _CLEANUP, key_group, sk))
+        fire_start = first_start
+        while fire_start + size - 1 <= fired_through:
+            fire_start += slide
+        if fire_start <= last_start:
+            prefix = window_key_prefix(sk)
+            self._timers.append(
+                (fire_start + size - 1, _FIRE, key_group, prefix + window_key_suffix(fire_start, fire_start + size))
+            )
+
+
+def _slice_plan(assigner: Any, slice_start: int, g: int) -> tuple[int | None, int, int, int, bytes]:
+    """The slice starting at ``slice_start``: its start, the starts of the earliest and latest windows
+    it is in, the earliest one's last timestamp, and the state key's bounds after the key prefix."""
+    size, slide = assigner.size_ms, assigner.slide_ms
+    last_start = slice_start - (slice_start - assigner.offset_ms) % slide
+    first_start = last_start - (last_start - slice_start + size - 1) // slide * slide
+    return slice_start, first_start, last_start, first_start + size - 1, window_key_suffix(slice_start, slice_start + g)
+
 
 def _window_plan(windows: tuple[TimeWindow, ...]) -> tuple[tuple[int, int, int, bytes], ...]:
     """Per window: start, end, last timestamp and the state key's bounds after the key prefix."""
     return tuple((w.start, w.end, w.end - 1, window_key_suffix(w.start, w.end)) for w in windows)
 
 
+def slice_width(assigner: Any, fn: Any) -> int:
+    """The slice width of ``assigner``'s windows aggregated by ``fn``: ``gcd(size, slide)`` for
+    overlapping sliding windows of an aggregate with ``merge`` (not a reduce or the element list,
+    whose values are seen in arrival order); 0: one accumulator per window."""
+    if not isinstance(assigner, SlidingEventTimeWindows) or assigner.size_ms <= assigner.slide_ms:
+        return 0
+    if isinstance(fn, ReduceAggregate | ElementList) or not callable(getattr(fn, "merge", None)):
+        return 0
+    return math.gcd(assigner.size_ms, assigner.slide_ms)
+
+
 def decode_window_state(data: bytes) -> int:
     """The watermark in a window operator's state."""
+    return decode_window_document(data)[0]
+
+
+def decode_window_document(data: bytes) -> tuple[int, int | None]:
+    """The watermark in a window operator's state and the width of its slices (None: format 1, an
+    accumulator per window)."""
     document = load_versioned(
-        data, "window operator state", WINDOW_STATE_FORMAT, "restore it with the Weir version that wrote it"
+        data,
+        "window operator state",
+        (WINDOW_STATE_FORMAT, SLICED_WINDOW_STATE_FORMAT),
+        "restore it with the Weir version that wrote it",
     )
     try:
-        return typed(document["watermark"], int)
+        watermark = typed(document["watermark"], int)
+        if document["format"] == WINDOW_STATE_FORMAT:
+            return watermark, None
+        slice_ms = typed(document["slice_ms"], int)
     except (KeyError, TypeError) as exc:
         raise SerializationError(f"window operator state is malformed: {exc}") from exc
+    if slice_ms <= 0:
+        raise SerializationError(f"window operator state is malformed: slice_ms {slice_ms} is not > 0")
+    return watermark, slice_ms

@@ -156,6 +156,7 @@ class SubtaskCheckpointer:
         self.capture: InflightCapture | None = None  # the in-flight records of the pending unaligned checkpoint
         self._unaligned_acks: dict[CheckpointId, UnalignedAck] = {}  # awaiting their snapshot or capture
         self._barrier_times: dict[CheckpointId, float] = {}  # the trigger time each pending barrier carries
+        self._full_barriers: set[CheckpointId] = set()  # pending checkpoints whose barriers say "full"
         self._unconfirmed: set[int] = set()  # checkpoints snapshotted here, not yet notified complete/aborted
         self._final_checkpoints: set[int] = set()  # final checkpoints this source took part in
         self._final_completed = False
@@ -187,7 +188,12 @@ class SubtaskCheckpointer:
         """The JobManager triggered a checkpoint at this source: snapshot now."""
         if request.final:
             self._final_checkpoints.add(request.checkpoint_id)
-        self._log.info("checkpoint_triggered_at_source", checkpoint_id=request.checkpoint_id, final=request.final)
+        self._log.info(
+            "checkpoint_triggered_at_source",
+            checkpoint_id=request.checkpoint_id,
+            final=request.final,
+            full=request.full,
+        )
         now = time.time()
         self._checkpoint(
             request,
@@ -197,21 +203,26 @@ class SubtaskCheckpointer:
             alignment=barrier_alignment_of(request),
         )
 
-    def barrier_arrived(self, checkpoint_id: CheckpointId, triggered_at: float) -> None:
-        """A barrier of ``checkpoint_id`` came in, carrying the time its checkpoint was triggered."""
+    def barrier_arrived(self, checkpoint_id: CheckpointId, triggered_at: float, *, full: bool = False) -> None:
+        """A barrier of ``checkpoint_id`` came in, carrying the time its checkpoint was triggered and
+        whether it is a full checkpoint (every barrier of one checkpoint says the same)."""
         self._barrier_times.setdefault(checkpoint_id, triggered_at)
+        if full:
+            self._full_barriers.add(checkpoint_id)
 
     def snapshot_on_barriers(self, action: ba.TriggerSnapshot) -> None:
         """The aligner decided the snapshot (the barriers are in, or the first one of an unaligned
         checkpoint): snapshot, and start the capture of what is still in flight if it says so."""
         checkpoint_id = action.checkpoint_id
         timestamp = self._barrier_times.pop(checkpoint_id, time.time())
+        full = checkpoint_id in self._full_barriers
+        self._full_barriers.discard(checkpoint_id)
         alignment_s = action.alignment_duration
         if action.capture_inflight:
             self.capture = InflightCapture(checkpoint_id, self._topology.origins, self._topology.targets)
             self._unaligned_acks[checkpoint_id] = UnalignedAck()
         self._checkpoint(
-            CheckpointRequest(checkpoint_id, timestamp, action.kind),
+            CheckpointRequest(checkpoint_id, timestamp, action.kind, full=full),
             alignment_s=alignment_s,
             start_delay_s=max(0.0, time.time() - timestamp - alignment_s),
             times=BarrierTimes(action.alignment_started_at, action.triggered_at, action.barriers),
@@ -228,6 +239,7 @@ class SubtaskCheckpointer:
         """The aligner gave the checkpoint up: drop what it held, and decline it unless the JobManager
         aborted it (it knows)."""
         self._barrier_times.pop(checkpoint_id, None)
+        self._full_barriers.discard(checkpoint_id)
         self._drop_unaligned(checkpoint_id)
         self._log.info("checkpoint_alignment_aborted", checkpoint_id=checkpoint_id, reason=reason.value)
         if reason is not ba.AbortReason.ABORTED_BY_JOBMANAGER:
@@ -312,7 +324,7 @@ class SubtaskCheckpointer:
         started = time.perf_counter()
         states = self._snapshot_operators(cid)
         self._outputs.flush()
-        barrier = barrier_message(cid, request.timestamp, request.kind, alignment)
+        barrier = barrier_message(cid, request.timestamp, request.kind, alignment, full=request.full)
         capture = self.capture if self.capture is not None and self.capture.checkpoint_id == cid else None
         if alignment is BarrierAlignment.FORCED_ALIGNED:
             self._final_barrier_sent = True
@@ -346,7 +358,12 @@ class SubtaskCheckpointer:
             self._deliver_ack(ack, join)
             return
         future = self._keyed_state.snapshotter.begin(
-            JobId(self._address.job_id), cid, self._keyed_ranges, request.kind, attempt=self._address.attempt
+            JobId(self._address.job_id),
+            cid,
+            self._keyed_ranges,
+            request.kind,
+            attempt=self._address.attempt,
+            full=request.full,
         )
         sync_end_at = time.time()
 

@@ -121,7 +121,7 @@ class InputProcessor:
             case EndOfStream():
                 chain_input.end_of_stream(channel)
                 self.apply(aligner.on_end_of_stream(channel, now=time.time()))
-            case Barrier(checkpoint_id=checkpoint_id, timestamp=timestamp, kind=kind):
+            case Barrier(checkpoint_id=checkpoint_id, timestamp=timestamp, kind=kind, full=full):
                 self._log.info(
                     "checkpoint_barrier_received",
                     checkpoint_id=checkpoint_id,
@@ -130,7 +130,7 @@ class InputProcessor:
                     alignment=event.alignment.value,
                     overtaken_buffers=len(overtaken),
                 )
-                self._checkpointer.barrier_arrived(checkpoint_id, timestamp)
+                self._checkpointer.barrier_arrived(checkpoint_id, timestamp, full=full)
                 actions = aligner.on_barrier(
                     channel, checkpoint_id, kind, now=time.time(), priority=priority, alignment=event.alignment
                 )

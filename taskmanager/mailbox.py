@@ -26,6 +26,7 @@ class CheckpointRequest:
     final: bool = False  # the job's final checkpoint: every bounded source has ended
     drain: bool = False  # weir stop --drain: emit the end of event time before the barrier
     aligned: bool = False  # forced aligned in every mode (a rescale's checkpoint)
+    full: bool = False  # weir checkpoint --full: the RocksDB snapshots reuse no file of an earlier checkpoint
 
 
 @dataclass(frozen=True)

@@ -261,9 +261,15 @@ class ReuseBookkeeping:
         files: Mapping[str, int],
         attempt: int | None,
         start_upload: StartUpload,
+        *,
+        full: bool = False,
     ) -> UploadPlan:
         """Choose what of a local snapshot's ``files`` (name -> size) to reuse and start the other
-        uploads; on the task thread, so in barrier order."""
+        uploads; on the task thread, so in barrier order.
+
+        ``full``: a full checkpoint (Flink's FULL_CHECKPOINT, whose files are shared forward only): it
+        reuses nothing, so every SST goes up anew under its own id, and its SSTs are recorded as any
+        checkpoint's, for later checkpoints to reuse once it completed."""
         job, checkpoint = job_id, checkpoint_id
         reused: list[SnapshotFile] = []
         waiting: list[Future[SnapshotFile]] = []
@@ -276,7 +282,8 @@ class ReuseBookkeeping:
                 book.snapshots_began = True
                 if savepoint:
                     book.savepoints.add(checkpoint)
-            reusable = book.reusable(checkpoint) if current and book is not None and not savepoint else {}
+            reuses = current and book is not None and not savepoint and not full
+            reusable = book.reusable(checkpoint) if reuses and book is not None else {}
             uploads = book.uploads.setdefault(checkpoint, {}) if current and book is not None else {}
             sst_keys: set[str] = set()
             for name, size in sorted(files.items()):

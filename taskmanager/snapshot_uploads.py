@@ -127,6 +127,7 @@ class IncrementalSnapshots:
         kind: CheckpointKind = CheckpointKind.CHECKPOINT,
         *,
         attempt: int | None = None,
+        full: bool = False,
     ) -> Future[SnapshotResult]:
         """Take the synchronous part now; the future completes when every file is in the storage.
 
@@ -135,12 +136,13 @@ class IncrementalSnapshots:
         ``CheckpointKind`` (a savepoint's private files go under its own folder). ``attempt``: the
         subtask's execution attempt; a snapshot of an attempt older than the job's current one reuses
         nothing and records nothing (its acknowledgement is discarded), a newer one starts it
-        (``start_attempt`` without restored files). None: the current attempt.
+        (``start_attempt`` without restored files). None: the current attempt. ``full``: a full
+        checkpoint's snapshot, which uploads every file anew (``ReuseBookkeeping.plan_uploads``).
         """
         started = time.perf_counter()
         local = self._take_local_snapshot(job_id, checkpoint_id, kind)
         try:
-            plan = self._plan_uploads(local, attempt)
+            plan = self._plan_uploads(local, attempt, full=full)
         except BaseException:
             self._release(local)
             raise
@@ -184,14 +186,14 @@ class IncrementalSnapshots:
                 del self._local[(local.job_id, local.checkpoint_id)]
         shutil.rmtree(local.path, ignore_errors=True)
 
-    def _plan_uploads(self, local: _LocalSnapshot, attempt: int | None) -> UploadPlan:
+    def _plan_uploads(self, local: _LocalSnapshot, attempt: int | None, *, full: bool) -> UploadPlan:
         """Choose what to reuse and start the uploads; on the task thread, so in barrier order."""
 
         def start_upload(key: str, name: str, size: int) -> Future[SnapshotFile]:
             return self._transfers.submit(self._upload, key, local.path / name, name, size)
 
         return self._reuse.plan_uploads(
-            local.job_id, local.checkpoint_id, local.kind, local.index, local.files, attempt, start_upload
+            local.job_id, local.checkpoint_id, local.kind, local.index, local.files, attempt, start_upload, full=full
         )
 
     def _finish_snapshot(

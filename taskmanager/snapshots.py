@@ -133,9 +133,10 @@ class RocksDBSnapshotter:
         kind: CheckpointKind = CheckpointKind.CHECKPOINT,
         *,
         attempt: int | None = None,
+        full: bool = False,
     ) -> Future[SnapshotResult]:
         """See ``IncrementalSnapshots.begin``: the synchronous part now, the uploads in the future."""
-        return self._uploads.begin(job_id, checkpoint_id, ranges, kind, attempt=attempt)
+        return self._uploads.begin(job_id, checkpoint_id, ranges, kind, attempt=attempt, full=full)
 
     def snapshot(
         self,

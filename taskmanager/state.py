@@ -21,6 +21,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import structlog
 from rocksdict import AccessType, Checkpoint, Options, Rdict, ReadOptions, WriteBatch, WriteOptions
 
 from weir.core.keygroups import KeyGroupRange
@@ -37,6 +38,13 @@ from weir.core.state_layout import (
 _DELETED = object()
 _MISSING = object()
 _COPY_BATCH: Final = 10_000  # entries per WriteBatch when a restore copies a snapshot's key range
+
+
+log = structlog.get_logger("weir.taskmanager.state")
+
+DEFERRED_COMPACTION_L0_FILES: Final = 12
+"""Level-0 files at which an adopted database's deferred compactions run anyway (RocksDB slows
+writes down at 20)."""
 
 
 class StateBackendError(RuntimeError):
@@ -60,6 +68,7 @@ class RocksDBStateBackend:
         self.db = Rdict(str(path), self._options)
         self.lock = threading.Lock()  # serialises WriteBatch writes and checkpoints across threads
         self._pristine = not any(True for _ in self.db.keys())
+        self.compactions_deferred = False  # an adopted snapshot's files, kept as they are until a checkpoint
 
     @property
     def pristine(self) -> bool:
@@ -87,6 +96,17 @@ class RocksDBStateBackend:
         with self.lock:
             self._pristine = False
             self.db.write(batch)
+            if self.compactions_deferred and self._level0_files() >= DEFERRED_COMPACTION_L0_FILES:
+                self._resume_compactions("level-0 files")
+
+    def _level0_files(self) -> int:
+        return int(self.db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
+    def _resume_compactions(self, why: str) -> None:
+        """Compactions deferred since an adopted restore run again (call it holding the lock)."""
+        self.db.set_options({"disable_auto_compactions": "false"})
+        self.compactions_deferred = False
+        log.info("state_compactions_resumed", path=str(self.path), reason=why)
 
     def delete_prefix_range(self, start: bytes, end: bytes) -> None:
         with self.lock:
@@ -108,10 +128,19 @@ class RocksDBStateBackend:
         inside :meth:`quiesced`."""
         self._pristine = False
         Checkpoint(self.db).create_checkpoint(str(directory))
+        if self.compactions_deferred:  # the first checkpoint after the restore has the restored files
+            self._resume_compactions("checkpoint")
 
     def adopt(self, directory: Path) -> None:
         """Make the RocksDB files in ``directory`` (a downloaded checkpoint: its SSTs, MANIFEST, CURRENT,
-        OPTIONS) this database; ``directory`` is moved into place. Only a pristine database is replaced."""
+        OPTIONS) this database; ``directory`` is moved into place. Only a pristine database is replaced.
+
+        Compactions wait until the next checkpoint is taken (or level 0 holds
+        ``DEFERRED_COMPACTION_L0_FILES`` files): opened, the database at once runs the compaction its
+        files are due for (level 0 at its trigger after the memtable flushes of incremental
+        checkpoints), which rewrites every SST of random keys; done before the first checkpoint after
+        the restore, that checkpoint uploads the whole state again instead of reusing the restored
+        files, and the exactly-once sinks' first commit after a recovery waits for that upload."""
         with self.lock:
             if not self._pristine:
                 raise StateBackendError(f"{self.path}: only a pristine database can be replaced by a restored one")
@@ -121,7 +150,10 @@ class RocksDBStateBackend:
                 os.replace(directory, self.path)
             except OSError:  # another file system: move (copies)
                 shutil.move(str(directory), str(self.path))
-            self.db = Rdict(str(self.path), self._options)
+            deferred = Options(raw_mode=True)  # column-family options: given for "default", not the OPTIONS file's
+            deferred.set_disable_auto_compactions(True)
+            self.db = Rdict(str(self.path), self._options, column_families={"default": deferred})
+            self.compactions_deferred = True
             self._pristine = False
 
     def delete_outside(self, keep: Sequence[tuple[bytes, bytes]]) -> int:

@@ -375,7 +375,13 @@ class TaskHost:
         kind = checkpoint_kind_from_proto(req.kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
         task.trigger_checkpoint(
             CheckpointRequest(
-                CheckpointId(req.checkpoint_id), req.timestamp, kind, req.final, req.drain, aligned=req.aligned
+                CheckpointId(req.checkpoint_id),
+                req.timestamp,
+                kind,
+                req.final,
+                req.drain,
+                aligned=req.aligned,
+                full=req.full,
             )
         )
         return True

@@ -46,6 +46,11 @@ class CountBids:
     def add(self, count: int, auction: int) -> int:
         return count + 1
 
+    def merge(self, a: int, b: int) -> int:
+        """Counts merge: the sliding windows are sliced (one count per auction and 2 s slice, each
+        window's the sum of its five slices' when it fires), as Flink SQL slices a HOP window."""
+        return a + b
+
     def result(self, auction: int, start: int, end: int, count: int) -> dict[str, Any]:
         return {"auction": auction, "num": count, "starttime": start, "endtime": end}
 

@@ -73,6 +73,9 @@ class TriggerBarriers:
     """A stop-with-savepoint --drain: the sources emit the end of event time first (set by the lifecycle)."""
     aligned: bool = False
     """Forced aligned in every mode: a rescale's checkpoint (set by the lifecycle)."""
+    full: bool = False
+    """A full checkpoint (``weir checkpoint --full``): its barriers tell every RocksDB snapshot to upload
+    all its files anew, reusing none of an earlier checkpoint (Flink's FULL checkpoint type)."""
 
 
 @dataclass(frozen=True)
@@ -178,6 +181,7 @@ class CheckpointSummary:
     failure: AbortReason | None
     tasks: tuple[TaskCheckpointStats, ...]
     pending_tasks: tuple[TaskId, ...] = ()
+    full: bool = False  # a full checkpoint (``weir checkpoint --full``); False for one read back from storage
 
     @property
     def duration_s(self) -> float | None:
@@ -237,6 +241,7 @@ def _summarize(
         failure=failure,
         tasks=_task_stats(pending),
         pending_tasks=tuple(sorted(pending.not_yet_acknowledged)),
+        full=pending.full,
     )
 
 
@@ -469,9 +474,10 @@ class CheckpointCoordinator:
             )
         return self._trigger(now, CheckpointKind.SAVEPOINT)
 
-    def trigger_checkpoint(self, now: float) -> TriggerBarriers:
+    def trigger_checkpoint(self, now: float, *, full: bool = False) -> TriggerBarriers:
         """A checkpoint on request (Flink's ``flink checkpoint``): now, regardless of the interval and
-        the pause, but never beside another one in flight (its barriers would queue behind them)."""
+        the pause, but never beside another one in flight (its barriers would queue behind them).
+        ``full``: a full checkpoint (Flink's ``-full``), which references no file of an earlier one."""
         if not self._running:
             raise CheckpointRejectedError(
                 f"job {self._job_id} is not running; trigger the checkpoint once its tasks run", fault="user"
@@ -481,7 +487,7 @@ class CheckpointCoordinator:
             raise CheckpointRejectedError(
                 f"job {self._job_id}: checkpoint {busy[0]} is still in progress; try again once it ended"
             )
-        return self._trigger(now, CheckpointKind.CHECKPOINT)
+        return self._trigger(now, CheckpointKind.CHECKPOINT, full=full)
 
     def trigger_now(self, now: float) -> TriggerBarriers | None:
         """A checkpoint now, outside the interval (e.g. the final one once every bounded source ended);
@@ -490,11 +496,11 @@ class CheckpointCoordinator:
             return None
         return self._trigger(now, CheckpointKind.CHECKPOINT)
 
-    def _trigger(self, now: float, kind: CheckpointKind) -> TriggerBarriers:
+    def _trigger(self, now: float, kind: CheckpointKind, *, full: bool = False) -> TriggerBarriers:
         checkpoint_id, reserve_through = self._counter.next()
-        self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, now, self._tasks, kind)
+        self._pending[checkpoint_id] = PendingCheckpoint(checkpoint_id, now, self._tasks, kind, full=full)
         self._stats.on_triggered()
-        return TriggerBarriers(checkpoint_id, now, self._sources, kind, reserve_through)
+        return TriggerBarriers(checkpoint_id, now, self._sources, kind, reserve_through, full=full)
 
     @property
     def ids_reserved_through(self) -> CheckpointId:

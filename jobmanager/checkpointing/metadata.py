@@ -3,16 +3,18 @@
 Written last, in one PUT, once every task acknowledged (``JobActionExecutor._persist``); read
 back by a JobManager that takes a job over. Each task's ``state_handle`` is its task-state document
 (``weir.core.task_state``) kept as opaque bytes; the JobManager reads only the object keys listed
-beside it, which retention and deletion count. Format 1::
+beside it, which retention and deletion count. Format 2::
 
-    {"format": 1,
+    {"format": 2,
      "job_id": str, "checkpoint_id": int, "kind": "checkpoint" | "savepoint",
+     "leader_term": int,                 # the leader term of the JobManager that wrote it (0: no HA)
      "trigger_timestamp": float, "completion_timestamp": float,      # seconds since the epoch
      "tasks": [{"vertex_uid": str, "subtask": int,
                 "objects": [{"key": str, "size_bytes": int, "reused": bool}],
                 "state_handle": "<base64>", "sink_precommit": "<base64>"}]}
 
-The key the document is read from is its ``metadata_key``; it is not stored in the document. In a
+Format 1 is the same without ``leader_term``; it is still read, as term 0. The key the document is read
+from is its ``metadata_key``; it is not stored in the document. In a
 savepoint every object key is relative to the folder holding its ``_metadata`` (so it may be copied
 anywhere); the decoder puts the folder back in front, so a ``CompletedCheckpoint`` always holds keys of
 the storage it was read from.
@@ -34,7 +36,8 @@ from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.errors import CheckpointProtocolError
 
-METADATA_FORMAT: Final = 1
+METADATA_FORMAT: Final = 2
+READABLE_FORMATS: Final = (1, 2)  # format 1: no leader_term (read as 0)
 
 
 def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
@@ -52,6 +55,7 @@ def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
         "job_id": checkpoint.job_id,
         "checkpoint_id": checkpoint.checkpoint_id,
         "kind": checkpoint.kind.value,
+        "leader_term": checkpoint.leader_term,
         "trigger_timestamp": checkpoint.trigger_timestamp,
         "completion_timestamp": checkpoint.completion_timestamp,
         "tasks": [
@@ -76,7 +80,7 @@ def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
     document = load_versioned(
         data,
         f"checkpoint metadata {key}",
-        METADATA_FORMAT,
+        READABLE_FORMATS,
         "written by another Weir version, or damaged; recover the job with the Weir version that wrote it",
     )
     try:
@@ -91,6 +95,7 @@ def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
             task_states=tuple(_task_state(job_id, task, folder) for task in typed(document["tasks"], list)),
             metadata_key=key,
             kind=kind,
+            leader_term=typed(document["leader_term"], int) if document["format"] >= 2 else 0,
         )
     except (KeyError, TypeError, ValueError, binascii.Error, CheckpointProtocolError) as exc:
         raise SerializationError(f"checkpoint metadata {key} is malformed: {type(exc).__name__}: {exc}") from exc

@@ -141,10 +141,13 @@ class PendingCheckpoint:
         trigger_timestamp: float,
         tasks_to_ack: Iterable[TaskId],
         kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+        *,
+        full: bool = False,
     ) -> None:
         self.checkpoint_id = checkpoint_id
         self.trigger_timestamp = trigger_timestamp
         self.kind = kind
+        self.full = full  # a full checkpoint: its snapshots reuse no file of an earlier checkpoint
         self._tasks_to_ack: frozenset[TaskId] = frozenset(tasks_to_ack)
         if not self._tasks_to_ack:
             raise CheckpointProtocolError(f"checkpoint {checkpoint_id} has no task to acknowledge it")

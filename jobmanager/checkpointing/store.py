@@ -32,6 +32,9 @@ class CompletedCheckpoint:
     task_states: tuple[TaskStateHandle, ...]
     metadata_key: str
     kind: CheckpointKind = CheckpointKind.CHECKPOINT
+    leader_term: int = 0
+    """The leader term whose JobManager wrote its metadata (0: without high availability); see
+    ``weir.jobmanager.checkpointing.term_fences``."""
 
     def __post_init__(self) -> None:
         tasks = [s.task_id for s in self.task_states]

@@ -8,7 +8,7 @@ token holding the route's role (:data:`weir.core.roles.REST_ROUTE_ROLES`; 403 ot
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, assert_never
 
@@ -53,10 +53,12 @@ def create_app(
     access: AccessTable | None = None,
     token: str | None = None,
     settings_overrides: Mapping[str, str] | None = None,
+    known_leader: Callable[[], views.KnownLeader | None] | None = None,
 ) -> FastAPI:
     """``access``: the tokens the API accepts and their roles (None: open); ``token``: one token with
     every role, instead; ``settings_overrides``: the ``WEIR_*`` settings the JobManager's command line
-    set (``GET /jobmanager/config`` shows them over the environment's)."""
+    set (``GET /jobmanager/config`` shows them over the environment's); ``known_leader``: under high
+    availability, the leader this JobManager last read in the lease (a standby's ``/healthz`` names it)."""
     if access is None and token is not None:
         access = AccessTable.single(token)
     app = FastAPI(
@@ -112,10 +114,12 @@ def create_app(
         responses={503: {"model": views.Health, "description": "Starting or stopping"}},
     )
     def healthz() -> views.Health:
-        """For probes: 200 once the JobManager has taken over its jobs, 503 before and while it stops."""
+        """For probes: 200 once the JobManager has taken over its jobs, 503 before and while it stops
+        (a standby's 503 names the leader it knows: ``leader``)."""
         if not manager.ready:
             status = views.HealthStatus.STOPPING if manager.stopping else views.HealthStatus.STARTING
-            body = views.health(status, None, ()).model_dump(mode="json", by_alias=True, exclude_none=True)
+            leader = known_leader() if known_leader is not None else None
+            body = views.health(status, None, (), leader).model_dump(mode="json", by_alias=True, exclude_none=True)
             return JSONResponse(body, status_code=503)  # type: ignore[return-value]  # documented above
         return views.health(views.HealthStatus.OK, manager.cluster_status(), manager.list_jobs())
 

@@ -24,6 +24,7 @@ from weir.core.states import JobStatus, TaskState
 from weir.graph import Partitioning
 from weir.jobmanager.checkpointing.coordinator import CheckpointSummary, TaskCheckpointStats
 from weir.jobmanager.exception_history import ExceptionHistory
+from weir.jobmanager.leader_election import LeaseRecord
 from weir.jobmanager.messages import (
     CheckpointDetailView,
     CheckpointsView,
@@ -84,15 +85,33 @@ class HealthStatus(enum.StrEnum):
     STOPPING = "stopping"
 
 
+class KnownLeader(Model):
+    """The leader JobManager as a standby last read the lease (high availability)."""
+
+    address: str  # where it serves gRPC (WEIR_HA_ADVERTISED_ADDRESS)
+    term: int  # the lease term it leads in
+
+
 class Health(Model):
     status: HealthStatus
     taskmanagers: int | None = None  # alive ones
     jobs_running: int | None = None
+    leader: KnownLeader | None = None  # a standby's (503): the leader it knows; absent: none known
 
 
-def health(status: HealthStatus, cluster: ClusterView | None, jobs: Sequence[JobSummaryView]) -> Health:
+def known_leader(record: LeaseRecord | None) -> KnownLeader | None:
+    """The leader a lease names, as a standby's ``/healthz`` shows it."""
+    return None if record is None else KnownLeader(address=record.address, term=record.term)
+
+
+def health(
+    status: HealthStatus,
+    cluster: ClusterView | None,
+    jobs: Sequence[JobSummaryView],
+    leader: KnownLeader | None = None,
+) -> Health:
     if status is not HealthStatus.OK or cluster is None:
-        return Health(status=status)
+        return Health(status=status, leader=leader)
     return Health(
         status=status,
         taskmanagers=sum(1 for tm in cluster.taskmanagers if tm.alive),
@@ -641,6 +660,7 @@ class Checkpoint(Model):
     status: CheckpointStatus
     is_savepoint: bool
     checkpoint_type: CheckpointKindName
+    full: bool  # a full checkpoint (weir checkpoint --full, FULL): it references no file of an earlier one
     unaligned: bool  # a task persisted in-flight records
     trigger_timestamp: int
     latest_ack_timestamp: int | None
@@ -712,6 +732,7 @@ def _checkpoint_fields(summary: CheckpointSummary, external_paths: Mapping[Check
         "status": summary.status,
         "is_savepoint": summary.kind is CheckpointKind.SAVEPOINT,
         "checkpoint_type": summary.kind,
+        "full": summary.full,
         "unaligned": any(t.unaligned for t in summary.tasks),
         "trigger_timestamp": ms(summary.trigger_timestamp),
         "latest_ack_timestamp": ms(max(acks)) if acks else None,

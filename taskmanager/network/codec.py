@@ -159,6 +159,7 @@ class Barrier:
     timestamp: float
     kind: CheckpointKind
     alignment: BarrierAlignment = BarrierAlignment.BY_MODE
+    full: bool = False  # a full checkpoint's: the snapshots it starts reuse no file of an earlier one
 
 
 @dataclass(frozen=True)
@@ -209,7 +210,9 @@ def _read_event(msg: taskmanager_pb2.DataMessage) -> ChannelEvent | None:
         case Event.EVENT_KIND_BARRIER:
             kind = checkpoint_kind_from_proto(msg.checkpoint_kind or common_pb2.CHECKPOINT_KIND_CHECKPOINT)
             alignment = barrier_alignment_from_proto(msg.barrier_alignment)
-            return Barrier(CheckpointId(msg.checkpoint_id), msg.checkpoint_timestamp, kind, alignment)
+            return Barrier(
+                CheckpointId(msg.checkpoint_id), msg.checkpoint_timestamp, kind, alignment, msg.full_checkpoint
+            )
         case Event.EVENT_KIND_CANCEL_BARRIER:
             return CancelBarrier(CheckpointId(msg.checkpoint_id))
         case _:
@@ -224,15 +227,19 @@ def barrier_message(
     timestamp: float,
     kind: CheckpointKind,
     alignment: BarrierAlignment = BarrierAlignment.BY_MODE,
+    *,
+    full: bool = False,
 ) -> taskmanager_pb2.DataMessage:
     """A checkpoint barrier; ``alignment`` FORCED_ALIGNED (a final checkpoint's) tells every task
-    downstream to align it in any mode and never to take it ahead of its queue."""
+    downstream to align it in any mode and never to take it ahead of its queue; ``full``: a full
+    checkpoint's, whose snapshots reuse no file of an earlier checkpoint."""
     return taskmanager_pb2.DataMessage(
         event=Event.EVENT_KIND_BARRIER,
         checkpoint_id=checkpoint_id,
         checkpoint_timestamp=timestamp,
         checkpoint_kind=checkpoint_kind_to_proto(kind),
         barrier_alignment=barrier_alignment_to_proto(alignment),
+        full_checkpoint=full,
     )
 
 

@@ -16,7 +16,7 @@ A CDC ``ChangeEvent`` maps onto it directly: a read, insert or update upserts ``
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, assert_never
 
@@ -167,10 +167,14 @@ class KeyedChanges:
 
 
 def apply_changes(
-    writes: Iterable[Row | Delete], key_index: Sequence[int], version_index: int | None = None
+    writes: Iterable[Row | Delete],
+    key_index: Sequence[int],
+    version_index: int | None = None,
+    start: Mapping[Key, Row] | None = None,
 ) -> dict[Key, Row]:
-    """The table (rows by key) that applying ``writes`` in order to an empty table leaves."""
-    table: dict[Key, Row] = {}
+    """The table (rows by key) that applying ``writes`` in order to the table ``start`` (None: an
+    empty one) leaves."""
+    table: dict[Key, Row] = dict(start or {})
     for write in writes:
         match write:
             case Delete(key=key):

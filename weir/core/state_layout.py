@@ -50,6 +50,7 @@ from typing import Any, Final, Protocol
 
 from weir.core.errors import SerializationError
 from weir.core.ids import KeyGroup
+from weir.core.key_samples import KEY_SAMPLE_STATE
 from weir.core.serde import unpickle
 
 # State names ---------------------------------------------------------------------------------------
@@ -359,6 +360,21 @@ GUESSED_KEY: Final = GuessedKey()
 
 
 @dataclass(frozen=True)
+class SampleSlotKey:
+    """A key sample's state key: one byte, the slot in its key group (``weir.core.key_samples``);
+    the record key is in the value."""
+
+    def record_key(self, state_key: bytes) -> bytes | None:
+        return None
+
+    def describe(self, state_key: bytes) -> Any | None:
+        return {"slot": state_key[0]} if len(state_key) == 1 else None
+
+
+SAMPLE_SLOT_KEY: Final = SampleSlotKey()
+
+
+@dataclass(frozen=True)
 class StateKind:
     """One kind of keyed state the runtime writes: its name, the layout of its state keys and what
     its values hold (for the reader; the bytes are a pickle, :func:`load_value`)."""
@@ -382,6 +398,7 @@ STATE_KINDS: Final[dict[str, StateKind]] = _kinds(
         StateKind(JOIN_RIGHT_BUFFER, MAP_ENTRY_KEY, "MapEntry(window end or timestamp, [records])"),
         StateKind(JOIN_LEFT_TIMES, PLAIN_KEY, "the sorted timestamps of the buffered records"),
         StateKind(JOIN_RIGHT_TIMES, PLAIN_KEY, "the sorted timestamps of the buffered records"),
+        StateKind(KEY_SAMPLE_STATE, SAMPLE_SLOT_KEY, "a key sample (weir.core.key_samples)"),
     )
 )
 """Every state name the runtime writes, by name. A process function's own states are not here."""

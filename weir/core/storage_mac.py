@@ -86,7 +86,7 @@ class Refusal(enum.Enum):
     MISSING = "it carries no Weir MAC (written without a key, truncated, or not written by Weir)"
     FOREIGN = "it was sealed with another key"
     MISMATCH = "its MAC does not match its bytes (changed or truncated after it was written)"
-    UNEXPECTED = "it carries a Weir MAC but this process has no key"
+    UNEXPECTED = "it is sealed (it carries a Weir MAC) but this process has no key"
 
 
 def refusal_error(location: str, refusal: Refusal, key_id: bytes | None = None) -> StorageAuthenticationError:
@@ -98,7 +98,7 @@ def refusal_error(location: str, refusal: Refusal, key_id: bytes | None = None) 
             theirs = "" if key_id is None else f" (key id {key_id.hex()})"
             advice = f"it belongs to a cluster with another {KEY_VARIABLES}{theirs}; use that cluster's key"
         case Refusal.UNEXPECTED:
-            advice = f"set {KEY_VARIABLES} to the key of the cluster that wrote it"
+            advice = f"{KEY_VARIABLES} is not set here: set it to the key of the cluster that wrote it"
         case _:
             assert_never(refusal)
     return StorageAuthenticationError(

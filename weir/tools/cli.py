@@ -745,8 +745,8 @@ def checkpoint(
         typer.Option(
             "--full",
             "-full",
-            help="A full checkpoint, reusing no file of an earlier one (as Flink's -full); the JobManager "
-            "refuses it for now (docs/cli.md).",
+            help="A full checkpoint (as Flink's -full): every task uploads all its RocksDB files anew, so "
+            "it references no file of an earlier checkpoint; later checkpoints reuse its files.",
         ),
     ] = False,
     timeout_s: Annotated[
@@ -773,8 +773,9 @@ def checkpoint(
         )
         return
     where = f": {info.external_path}" if info.external_path else ""
+    what = "full checkpoint" if full else "checkpoint"
     _stdout().print(
-        f"checkpoint {info.checkpoint_id} of job {job_id} completed ({_size(info.size_bytes)}){where}", soft_wrap=True
+        f"{what} {info.checkpoint_id} of job {job_id} completed ({_size(info.size_bytes)}){where}", soft_wrap=True
     )
 
 
@@ -864,7 +865,7 @@ def checkpoints(
         acked = bool(info.tasks)  # no task acknowledged yet: nothing tells aligned from unaligned
         table.add_row(
             str(info.checkpoint_id),
-            info.kind.name,
+            info.kind.name + (" (full)" if info.full else ""),
             info.status,
             _when(info.trigger_time),
             _seconds(info.duration_s) if info.status != "IN_PROGRESS" else "-",
@@ -965,6 +966,105 @@ def verify(
     if not report.ok:
         _error_line(f"verify found discrepancies: {'; '.join(report.discrepancies())}")
         raise typer.Exit(EXIT_FAILURE)
+
+
+def sql_job_source(script: str) -> str:
+    """The job file ``weir sql`` submits: the script, run by ``weir.sql.sql`` in ``build(env)``."""
+    return (
+        '"""A streaming SQL job (weir sql): the script below, compiled to job API calls by weir.sql."""\n\n'
+        "from weir.sql import sql\n\n"
+        f"SCRIPT = {script!r}\n\n\n"
+        "def build(env):\n"
+        "    sql(env, SCRIPT)\n"
+    )
+
+
+@app.command("sql")
+def sql_command(
+    script_file: Annotated[
+        Path | None, typer.Argument(metavar="[FILE.sql]", help="A Flink SQL script (or -e).")
+    ] = None,
+    execute: Annotated[
+        str | None, typer.Option("--execute", "-e", metavar="SQL", help="The script's text itself.")
+    ] = None,
+    explain_only: Annotated[
+        bool, typer.Option("--explain", help="Print every INSERT's operators with their uids; submit nothing.")
+    ] = False,
+    parallelism: Annotated[
+        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
+    ] = None,
+    detach: Annotated[
+        bool, typer.Option("--detach", "--detached", "-d", help="Print the job id and return at once.")
+    ] = False,
+    define: Annotated[
+        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+    ] = None,
+    from_checkpoint: Annotated[
+        str | None,
+        typer.Option(
+            "--from-savepoint",
+            "--from-checkpoint",
+            "-s",
+            metavar="PATH",
+            help="Start from this savepoint or retained checkpoint (the same SQL has the same operator uids).",
+        ),
+    ] = None,
+    allow_non_restored_state: Annotated[
+        bool,
+        typer.Option(
+            "--allow-non-restored-state", "-n", help="With --from-savepoint: drop the state of removed operators."
+        ),
+    ] = False,
+    json_output: JsonOption = False,
+    jobmanager: JobManagerOption = None,
+    profile: ProfileOption = None,
+) -> None:
+    """Submit a Flink SQL script as a job (docs/sql.md): CREATE TABLE, INSERT INTO ... SELECT, STATEMENT
+    SET, SET. EXPLAIN statements (or --explain) print each INSERT's operators and uids. A construct
+    Weir does not run is refused before anything is submitted: one line with its line:column (exit 2)."""
+    import tempfile
+
+    from weir.core.errors import JobDefinitionError
+    from weir.sql import explain, plan_script
+
+    if (script_file is None) == (execute is None):
+        raise JobDefinitionError("give a SQL file or -e \"SQL\", one of them")
+    if script_file is not None:
+        try:
+            script = script_file.read_text(encoding="utf-8")
+        except OSError as exc:
+            message = "does not exist" if not script_file.exists() else f"cannot be read: {exc.strerror}"
+            raise JobDefinitionError(f"SQL file {script_file} {message}") from exc
+    else:
+        assert execute is not None
+        script = execute
+    planned = plan_script(script)
+    if planned.explains or explain_only:
+        _stdout().print(escape(explain(script)), soft_wrap=True)
+    if explain_only or not planned.inserts:
+        return
+    stem = script_file.stem if script_file is not None else "sql"
+    name = planned.settings.get("pipeline.name", stem)
+    if "parallelism.default" in planned.settings and parallelism is None:
+        parallelism = int(planned.settings["parallelism.default"])
+    with tempfile.TemporaryDirectory(prefix="weir-sql-") as folder:
+        job_file = Path(folder) / f"{''.join(c if c.isalnum() else '_' for c in name)}.py"
+        job_file.write_text(sql_job_source(script), encoding="utf-8")
+        run(
+            job_file=job_file,
+            py_files=None,
+            py_requirements=None,
+            py_module=None,
+            parallelism=parallelism,
+            detach=detach,
+            define=define,
+            from_checkpoint=from_checkpoint,
+            allow_non_restored_state=allow_non_restored_state,
+            skip_upgrade_check=False,
+            json_output=json_output,
+            jobmanager=jobmanager,
+            profile=profile,
+        )
 
 
 @app.command("test")
@@ -1545,14 +1645,30 @@ def cluster_up(
     timeout: Annotated[
         float, typer.Option("--timeout", min=1.0, help="Seconds to wait for every TaskManager to register.")
     ] = supervisor.DEFAULT_START_TIMEOUT_S,
+    standbys: Annotated[
+        int,
+        typer.Option(
+            "--standbys",
+            min=0,
+            max=9,
+            help="Standby JobManagers beside the leader (ports after the JobManager's and its REST port), "
+            "every process with WEIR_HA_ENABLED: a standby takes over when the leader dies or stalls.",
+        ),
+    ] = 0,
 ) -> None:
-    """Start the JobManager and 3 TaskManagers; return once every TaskManager is registered."""
+    """Start the JobManager (and --standbys standby JobManagers) and 3 TaskManagers; return once every
+    TaskManager is registered."""
     require_server("weir cluster up (the JobManager and the TaskManagers run from this environment)")
     directory = supervisor.cluster_dir()
     endpoints = Endpoints.from_env()
     with _stderr().status("starting the local cluster"):
         result = supervisor.start_cluster(
-            directory, endpoints, restart=not no_restart, restart_delay_s=restart_delay, timeout_s=timeout
+            directory,
+            endpoints,
+            restart=not no_restart,
+            restart_delay_s=restart_delay,
+            timeout_s=timeout,
+            standbys=standbys,
         )
     console = _stdout()
     if result.already_running:
@@ -1561,9 +1677,16 @@ def cluster_up(
             soft_wrap=True,
         )
         return
+    addresses = supervisor.jobmanager_addresses(endpoints, standbys)
+    jobmanagers = (
+        f"JobManagers at {', '.join(addresses)} (high availability: one leads, {standbys} on standby; "
+        f"set WEIR_JOBMANAGER_ADDRESSES={','.join(addresses)} for the tools)"
+        if standbys
+        else f"JobManager at {endpoints.jobmanager_address}"
+    )
     console.print(
-        f"the local cluster is up: JobManager at {endpoints.jobmanager_address}, "
-        f"{result.taskmanagers_alive} TaskManagers registered; logs in {directory}",
+        f"the local cluster is up: {jobmanagers}, {result.taskmanagers_alive} TaskManagers registered; "
+        f"logs in {directory}",
         soft_wrap=True,
     )
 

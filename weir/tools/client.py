@@ -213,6 +213,7 @@ class CheckpointInfo:
     failure: str
     tasks: tuple[TaskCheckpointStats, ...]
     external_path: str = ""  # set while retained: what `weir run --from-checkpoint` takes
+    full: bool = False  # a full checkpoint (`weir checkpoint --full`): it reuses no earlier checkpoint's file
 
     @property
     def unaligned(self) -> bool:
@@ -588,6 +589,7 @@ def _checkpoint(m: jobmanager_pb2.CheckpointInfo) -> CheckpointInfo:
             )
             for t in m.tasks
         ),
+        full=m.full,
         external_path=m.external_path,
     )
 

@@ -532,6 +532,23 @@ class _Checkpoint:
     keyed: KeyedSnapshot
 
 
+@dataclass(frozen=True)
+class _ResumePoint:
+    """What a run holds when it passes a failure point, as the recovery after a failure there sees
+    it: the last completed checkpoint (its operator state and keyed state as stored bytes), the id the
+    next checkpoint takes, virtual processing time and the ``random`` module's state. A failure run
+    at that point is the failure-free run up to it (the job is deterministic: a second failure-free
+    run checks it), then a recovery from exactly this; so it starts here instead of replaying the
+    prefix."""
+
+    completed: _Checkpoint | None
+    next_checkpoint: int
+    now_ms: int
+    random_state: object
+    visited: int
+    """How many failure points the run had passed, this one included."""
+
+
 @dataclass
 class RunOutput:
     """What one run committed: every operator's records (``by_operator``), in plan order (``order``),
@@ -547,6 +564,14 @@ class RunOutput:
     failure_hit: bool = False
     rescaled_to: int | None = None
     """The parallelism the failure's restore ran at (None: the same, 1)."""
+    marks: dict[str, dict[int, int]] = field(default_factory=dict)
+    """Per operator, how many of its records precede each checkpoint (``_Recorded.marks``)."""
+    resume_points: dict[FailurePoint, _ResumePoint] = field(default_factory=dict)
+    """A failure-free run's state at each failure point it passed: what a failure run there recovers
+    from (:func:`run_once` with ``resume_from``)."""
+    resumed_at: dict[str, int] = field(default_factory=dict)
+    """A failure run resumed from the failure-free run's state: per operator, how many of its first
+    records are the failure-free run's own (the same objects), committed before the recovery."""
 
     def sink_capture(self, uid: str) -> SinkCapture:
         records = self.by_operator[uid]
@@ -569,6 +594,12 @@ class _Driver:
     next_checkpoint: int = 1
     hit: bool = False
     visited: list[FailurePoint] = field(default_factory=list)
+    capture: bool = False
+    """Keep a :class:`_ResumePoint` at every failure point passed (a failure-free run's)."""
+    resume_points: dict[FailurePoint, _ResumePoint] = field(default_factory=dict)
+    resume_from: RunOutput | None = None
+    """The failure-free run whose state at ``failure`` this run recovers from (None: run from the start)."""
+    resumed_at: dict[str, int] = field(default_factory=dict)
 
     def run(self) -> RunOutput:
         random.seed(RUN_SEED)
@@ -577,7 +608,7 @@ class _Driver:
             mock.patch("time.time", clock.seconds),
             mock.patch("time.time_ns", clock.ns),
         ):
-            attempt = self._start({})
+            attempt = self._resume() if self.resume_from is not None else self._start({})
             try:
                 while True:
                     outcome = self._drive(attempt)
@@ -598,7 +629,33 @@ class _Driver:
             self.failure,
             self.hit,
             self.rescale if self.hit else None,
+            {uid: dict(r.marks) for uid, r in self.recorded.items()},
+            self.resume_points,
+            self.resumed_at,
         )
+
+    def _resume(self) -> _Attempt:
+        """The failure at ``failure`` as it happens in a run from the start, without that run's
+        prefix: the failure-free run's state at the point (its committed records, checkpoint, clock,
+        random state) taken over, then the recovery."""
+        reference, failure = self.resume_from, self.failure
+        assert reference is not None and failure is not None
+        point = reference.resume_points.get(failure)
+        if point is None:
+            raise JobTestError(f"the failure-free run never passed the failure point {failure.describe()}")
+        for uid, records in reference.by_operator.items():
+            recorded = self.recorded.setdefault(uid, _Recorded())
+            recorded.records = list(records)
+            recorded.marks = dict(reference.marks.get(uid, {}))
+        self.completed = point.completed
+        self.next_checkpoint = point.next_checkpoint
+        self.clock.now_ms = point.now_ms
+        random.setstate(point.random_state)  # type: ignore[arg-type]
+        self.visited = list(reference.visited[: point.visited])
+        self.hit = True
+        attempt = self._recover()
+        self.resumed_at = {uid: len(r.records) for uid, r in self.recorded.items()}
+        return attempt
 
     def _start(self, states: Mapping[str, bytes]) -> _Attempt:
         attempt = _Attempt(self.job_file, self.parameters, self.backend, self.inputs, self.recorded, self.clock)
@@ -626,6 +683,10 @@ class _Driver:
 
     def _fails_at(self, checkpoint: int, phase: Phase) -> bool:
         self.visited.append(FailurePoint(checkpoint, phase))
+        if self.capture:
+            self.resume_points[FailurePoint(checkpoint, phase)] = _ResumePoint(
+                self.completed, self.next_checkpoint, self.clock.now_ms, random.getstate(), len(self.visited)
+            )
         failure = self.failure
         if self.hit or failure is None or failure != FailurePoint(checkpoint, phase):
             return False
@@ -698,14 +759,32 @@ def run_once(
     ms_per_record: int = 1,
     failure: FailurePoint | None = None,
     rescale: int | None = None,
+    capture: bool = False,
+    resume_from: RunOutput | None = None,
 ) -> RunOutput:
     """One run of the job over ``inputs`` (Kafka source uid -> records), with ``failure`` injected and
-    its restore at parallelism ``rescale`` (None: 1, as before the failure)."""
+    its restore at parallelism ``rescale`` (None: 1, as before the failure). ``capture``: keep the
+    run's state at every failure point (a failure-free run's, for ``resume_from``); ``resume_from``:
+    the failure-free run (captured) whose state at ``failure`` the run takes over, recovering from it
+    at once instead of running the records before the failure again (the same run, as the job is
+    deterministic)."""
     if checkpoint_every < 2:
         raise JobTestError(f"checkpoint_every must be at least 2 records, got {checkpoint_every}")
     if rescale is not None and rescale < 1:
         raise JobTestError(f"rescale must be a parallelism of at least 1, got {rescale}")
-    driver = _Driver(Path(job_file), dict(parameters or {}), inputs, checkpoint_every, ms_per_record, failure, rescale)
+    if resume_from is not None and failure is None:
+        raise JobTestError("resume_from takes over the failure-free run at a failure point: give the failure")
+    driver = _Driver(
+        Path(job_file),
+        dict(parameters or {}),
+        inputs,
+        checkpoint_every,
+        ms_per_record,
+        failure,
+        rescale,
+        capture=capture,
+        resume_from=resume_from,
+    )
     return driver.run()
 
 
@@ -765,21 +844,76 @@ def _first_difference(expected: Sequence[Record], actual: Sequence[Record]) -> t
     raise AssertionError("counters differ but no record does")
 
 
-def _sink_differs(reference: RunOutput, run: RunOutput, uid: str) -> bool:
-    description = reference.sinks[uid]
-    if description.kind == "postgres":
-        return reference.sink_capture(uid).final_rows() != run.sink_capture(uid).final_rows()
-    return _first_difference(reference.by_operator[uid], run.by_operator.get(uid, [])) is not None
+class Expected:
+    """The failure-free run's committed output, as every failure run is compared with it: each
+    operator's records as canonical strings and their multiset, each upsert sink's final table,
+    computed once. A failure run resumed from this run (``RunOutput.resumed_at``) shares its first
+    records with it: their canonical strings, and the table they leave, are reused."""
+
+    def __init__(self, reference: RunOutput) -> None:
+        self.reference = reference
+        self._canonical: dict[str, list[str]] = {}
+        self._counts: dict[str, collections.Counter[str]] = {}
+        self._tables: dict[tuple[str, int], dict[tuple[Any, ...], tuple[Any, ...]]] = {}
+
+    def canonical(self, uid: str) -> list[str]:
+        found = self._canonical.get(uid)
+        if found is None:
+            found = self._canonical[uid] = [canonical(r) for r in self.reference.by_operator.get(uid, [])]
+        return found
+
+    def counts(self, uid: str) -> collections.Counter[str]:
+        found = self._counts.get(uid)
+        if found is None:
+            found = self._counts[uid] = collections.Counter(self.canonical(uid))
+        return found
+
+    def _shared(self, run: RunOutput, uid: str) -> int:
+        return min(run.resumed_at.get(uid, 0), len(self.canonical(uid)))
+
+    def run_counts(self, run: RunOutput, uid: str) -> collections.Counter[str]:
+        records = run.by_operator.get(uid, [])
+        shared = self._shared(run, uid)
+        counts = collections.Counter(self.canonical(uid)[:shared])
+        counts.update(canonical(r) for r in records[shared:])
+        return counts
+
+    def table(self, uid: str, length: int) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        """The final table of the reference's first ``length`` records of upsert sink ``uid``."""
+        found = self._tables.get((uid, length))
+        if found is None:
+            records = self.reference.by_operator[uid][:length]
+            capture = SinkCapture(uid, self.reference.sinks[uid], [v for v, _ in records], [t for _, t in records])
+            found = self._tables[uid, length] = capture.final_rows()
+        return found
+
+    def run_table(self, run: RunOutput, uid: str) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        shared = self._shared(run, uid)
+        rest = run.by_operator.get(uid, [])[shared:]
+        capture = SinkCapture(uid, self.reference.sinks[uid], [v for v, _ in rest], [t for _, t in rest])
+        return capture.final_rows(self.table(uid, shared))
+
+    def differs(self, run: RunOutput, uid: str) -> bool:
+        return self.counts(uid) != self.run_counts(run, uid)
+
+    def sink_differs(self, run: RunOutput, uid: str) -> bool:
+        if self.reference.sinks[uid].kind == "postgres":
+            return self.table(uid, len(self.reference.by_operator[uid])) != self.run_table(run, uid)
+        return self.differs(run, uid)
 
 
-def compare(reference: RunOutput, run: RunOutput) -> Divergence | None:
+def compare(reference: RunOutput | Expected, run: RunOutput) -> Divergence | None:
     """None when every sink committed the same as in the failure-free run; else the divergence,
     named by the first operator in plan order whose committed output differs."""
-    differing = [uid for uid in reference.sinks if _sink_differs(reference, run, uid)]
+    expected = reference if isinstance(reference, Expected) else Expected(reference)
+    first = expected.reference
+    differing = [uid for uid in first.sinks if expected.sink_differs(run, uid)]
     if not differing:
         return None
-    for uid in reference.order:
-        difference = _first_difference(reference.by_operator.get(uid, []), run.by_operator.get(uid, []))
+    for uid in first.order:
+        if not expected.differs(run, uid):
+            continue
+        difference = _first_difference(first.by_operator.get(uid, []), run.by_operator.get(uid, []))
         if difference is not None:
             kind, record = difference
             return Divergence(run.failure, differing[0], uid, kind, record, run.rescaled_to)
@@ -817,7 +951,13 @@ def check_job(
         raise JobTestError("--rescale restores after the failures: give it with --failures")
     started = time.perf_counter()
 
-    def once(failure: FailurePoint | None, parallelism: int | None = None) -> RunOutput:
+    def once(
+        failure: FailurePoint | None,
+        parallelism: int | None = None,
+        *,
+        capture: bool = False,
+        resume_from: RunOutput | None = None,
+    ) -> RunOutput:
         return run_once(
             job_file,
             inputs,
@@ -826,9 +966,12 @@ def check_job(
             ms_per_record=ms_per_record,
             failure=failure,
             rescale=parallelism,
+            capture=capture,
+            resume_from=resume_from,
         )
 
-    reference = once(None)
+    reference = once(None, capture=failures)
+    expected = Expected(reference)
     points = reference.visited if failures else ()
     divergences: list[Divergence] = []
     runs = 1
@@ -838,7 +981,11 @@ def check_job(
             matrix += [(point, rescale) for point in points]
         for point, parallelism in matrix:
             runs += 1
-            divergence = compare(reference, once(point, parallelism))
+            # A failure run starts from the failure-free run's state at its failure point (the same
+            # run as from the start, without replaying the records before it: the second
+            # failure-free run, first in the matrix, checks that the job is deterministic).
+            run = once(point, parallelism, resume_from=reference if point is not None else None)
+            divergence = compare(expected, run)
             if divergence is not None:
                 divergences.append(divergence)
                 if stop_at_first:

@@ -37,6 +37,7 @@ from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.config import Endpoints, checkpoint_dir
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import JobId
+from weir.core.key_samples import KEY_SAMPLE_STATE
 from weir.core.paths import CheckpointPaths
 from weir.core.state_layout import entry_key, operator_prefix, record_key_of
 from weir.core.transport_security import TransportSecurity
@@ -364,6 +365,8 @@ def measure_savepoint(
             with open_keyed_snapshot(sp.storage, task.keyed, directory, f"{sp.what}: task {task.name}") as db:
                 for key_groups in ranges:
                     for entry in scan_entries(db, operator_uid, key_groups, values=True):
+                        if entry.state == KEY_SAMPLE_STATE:
+                            continue  # bounded (weir.core.key_samples), not per key: not what the plan scales
                         keys.add(record_key(entry.state, entry.key))
                         entries += 1
                         stored_key = entry_key(operator, entry.key_group, entry.state, entry.key)

@@ -159,12 +159,15 @@ class SinkCapture:
         d = self.description
         return [d.columns.index(c) for c in d.key_columns]
 
-    def final_rows(self) -> dict[tuple[Any, ...], tuple[Any, ...]]:
-        """The table the changes leave, applied in order: per key the last row upserted (with a version
-        column the last row of the highest version), none for a key deleted after its last upsert."""
+    def final_rows(
+        self, start: Mapping[tuple[Any, ...], tuple[Any, ...]] | None = None
+    ) -> dict[tuple[Any, ...], tuple[Any, ...]]:
+        """The table the changes leave, applied in order over the table ``start`` (None: empty): per
+        key the last row upserted (with a version column the last row of the highest version), none
+        for a key deleted after its last upsert."""
         d = self.description
         version = d.columns.index(d.version_column) if d.version_column else None
-        return apply_changes(self.rows(), self._key_index(), version)
+        return apply_changes(self.rows(), self._key_index(), version, start)
 
     def keys_changed(self) -> int:
         """Distinct keys the changes upsert or delete."""

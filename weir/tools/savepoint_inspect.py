@@ -395,7 +395,8 @@ class SavepointInfo:
 
     @property
     def formats(self) -> dict[str, int]:
-        """The format versions read (any other is refused before this is built)."""
+        """The format versions this Weir writes (metadata format 1 is read too; any other is refused before
+        this is built)."""
         return {"metadata": METADATA_FORMAT, "task_state": TASK_STATE_FORMAT}
 
     def to_json(self) -> dict[str, Any]:

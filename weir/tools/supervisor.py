@@ -27,7 +27,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import IO, Final, Literal
@@ -97,10 +97,27 @@ def jobmanager_port(endpoints: Endpoints) -> int:
         ) from None
 
 
+def jobmanager_addresses(endpoints: Endpoints, standbys: int) -> tuple[str, ...]:
+    """The JobManager's address and its ``standbys``' (the ports after its own, on the same host)."""
+    host = endpoints.jobmanager_address.rpartition(":")[0]
+    port = jobmanager_port(endpoints)
+    return tuple(f"{host}:{port + k}" for k in range(standbys + 1))
+
+
+def ha_environment(endpoints: Endpoints, standbys: int) -> dict[str, str]:
+    """With standbys: every process of the cluster runs with high availability (the JobManagers contend
+    for the lease, the TaskManagers and the tools follow whichever leads); none: nothing to add."""
+    if standbys <= 0:
+        return {}
+    return {"WEIR_HA_ENABLED": "true", "WEIR_JOBMANAGER_ADDRESSES": ",".join(jobmanager_addresses(endpoints, standbys))}
+
+
 def default_children(
-    endpoints: Endpoints, taskmanagers: int = TASKMANAGERS, python: str = sys.executable
+    endpoints: Endpoints, taskmanagers: int = TASKMANAGERS, python: str = sys.executable, standbys: int = 0
 ) -> tuple[ChildSpec, ...]:
-    """The JobManager and ``taskmanagers`` TaskManagers; they read the other endpoints from WEIR_* vars."""
+    """The JobManager, ``standbys`` standby JobManagers (``jobmanager-standby-K``: the JobManager's
+    port + K, its REST port + K, no metrics port; run with :func:`ha_environment`) and ``taskmanagers``
+    TaskManagers; they read the other endpoints from WEIR_* vars."""
     jobmanager_args = [
         "--port",
         str(jobmanager_port(endpoints)),
@@ -110,6 +127,10 @@ def default_children(
         str(endpoints.jobmanager_rest_port),
     ]
     specs = [ChildSpec("jobmanager", (python, "-m", "weir.jobmanager", *jobmanager_args))]
+    for k in range(1, standbys + 1):
+        rest_port = endpoints.jobmanager_rest_port + k if endpoints.jobmanager_rest_port else 0
+        standby = ("--port", str(jobmanager_port(endpoints) + k), "--metrics-port", "0", "--rest-port", str(rest_port))
+        specs.append(ChildSpec(f"jobmanager-standby-{k}", (python, "-m", "weir.jobmanager", *standby)))
     for n in range(1, taskmanagers + 1):
         name = f"taskmanager-{n}"
         metrics_port = endpoints.taskmanager_metrics_base_port + n
@@ -601,21 +622,23 @@ def start_cluster(
     timeout_s: float = DEFAULT_START_TIMEOUT_S,
     children: Sequence[ChildSpec] | None = None,
     spares: Collection[str] = DEFAULT_SPARES,
+    standbys: int = 0,
 ) -> StartResult:
     """Start a detached supervisor and wait until the JobManager reports every TaskManager alive.
 
     ``children`` None runs :func:`default_children`. ``spares``: the children kept with a warm spare
-    (by default the JobManager: a job waits for it after its restart). On failure the half-started
-    cluster is stopped and the error names the logs to read.
+    (by default the JobManager: a job waits for it after its restart). ``standbys``: standby
+    JobManagers beside it (every process then runs with ``WEIR_HA_ENABLED``; the wait asks whichever
+    leads). On failure the half-started cluster is stopped and the error names the logs to read.
     """
     existing = local_status(directory)
     if existing is not None and existing.supervisor_alive:
         return StartResult(already_running=True, status=existing, taskmanagers_alive=None)
     if existing is not None:
         stop_cluster(directory)  # a stale state file: clear up what its supervisor left behind
-    specs = tuple(children) if children is not None else default_children(endpoints)
+    specs = tuple(children) if children is not None else default_children(endpoints, standbys=standbys)
     if children is None:
-        _require_ports_free(endpoints)
+        _require_ports_free(endpoints, standbys)
     expected = sum(1 for c in specs if c.name.startswith("taskmanager"))
 
     argv = ["--dir", str(directory), "--restart-delay", str(restart_delay_s)]
@@ -625,9 +648,10 @@ def start_cluster(
         argv += ["--spare", name]
     for spec in specs:
         argv += ["--child", spec.format()]
-    supervisor_pid = _launch_supervisor(directory, argv)
+    supervisor_pid = _launch_supervisor(directory, argv, ha_environment(endpoints, standbys))
     try:
-        alive = _wait_until_ready(directory, endpoints, supervisor_pid, expected, timeout_s)
+        addresses = ",".join(jobmanager_addresses(endpoints, standbys))
+        alive = _wait_until_ready(directory, addresses, supervisor_pid, expected, timeout_s)
     except (ClusterError, KeyboardInterrupt):
         state = read_state(directory)
         if state is not None and state.supervisor_pid == supervisor_pid:  # not another `up`'s cluster
@@ -639,14 +663,15 @@ def start_cluster(
     return StartResult(already_running=False, status=status, taskmanagers_alive=alive)
 
 
-def _launch_supervisor(directory: Path, args: Sequence[str]) -> int:
+def _launch_supervisor(directory: Path, args: Sequence[str], environment: Mapping[str, str]) -> int:
     """Start ``supervise`` through a launcher that exits at once (``supervise --detach``): the
     supervisor is then nobody's child here, runs in its own session and outlives ``weir cluster up``."""
     directory.mkdir(parents=True, exist_ok=True)
     launched = subprocess.run(
         [sys.executable, "-m", "weir.tools.supervisor", "supervise", "--detach", *args],
         # The local cluster is the local mode: its processes use the local S3 server unless told otherwise.
-        env={**os.environ, LOCAL_MODE: os.environ.get(LOCAL_MODE) or "true"},
+        # ``environment`` (high availability) goes to the supervisor, and from it to every child.
+        env={**os.environ, LOCAL_MODE: os.environ.get(LOCAL_MODE) or "true", **environment},
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
@@ -689,15 +714,13 @@ def _stop_pids(pids: Sequence[int], sig: signal.Signals, timeout_s: float) -> No
                 os.kill(pid, signal.SIGKILL)
 
 
-def _wait_until_ready(
-    directory: Path, endpoints: Endpoints, supervisor_pid: int, expected: int, timeout_s: float
-) -> int:
+def _wait_until_ready(directory: Path, addresses: str, supervisor_pid: int, expected: int, timeout_s: float) -> int:
     from weir.tools.client import JobManagerClient  # grpc is not needed by the supervisor process
 
     supervisor_log = directory / SUPERVISOR_LOG
     deadline = time.monotonic() + timeout_s
     progress = "the JobManager did not answer"
-    with JobManagerClient(endpoints.jobmanager_address, timeout_s=2.0) as client:
+    with JobManagerClient(addresses, timeout_s=2.0) as client:
         while True:
             if not pid_alive(supervisor_pid):
                 raise ClusterError(f"the cluster supervisor exited during start-up; read {supervisor_log}")
@@ -728,14 +751,9 @@ def _wait_until_ready(
             time.sleep(POLL_INTERVAL_S)  # poll interval of a wait with a deadline
 
 
-def _require_ports_free(endpoints: Endpoints) -> None:
-    host = endpoints.jobmanager_address.rpartition(":")[0] or "127.0.0.1"
-    if host not in ("127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"):
-        raise ClusterError(
-            f"WEIR_JOBMANAGER_ADDRESS={endpoints.jobmanager_address} is not local; "
-            "`weir cluster up` starts the JobManager on this machine"
-        )
-    ports = {
+def _cluster_ports(endpoints: Endpoints, standbys: int) -> dict[str, tuple[int, str]]:
+    """What each process of the cluster listens on: what -> (port, the setting that moves it)."""
+    return {
         "jobmanager": (jobmanager_port(endpoints), "WEIR_JOBMANAGER_ADDRESS"),
         "jobmanager metrics": (endpoints.jobmanager_metrics_port, "WEIR_JOBMANAGER_METRICS_PORT"),
         "jobmanager REST API": (endpoints.jobmanager_rest_port, "WEIR_JOBMANAGER_REST_PORT"),
@@ -746,7 +764,36 @@ def _require_ports_free(endpoints: Endpoints) -> None:
             )
             for n in range(1, TASKMANAGERS + 1)
         },
+        **{
+            f"jobmanager-standby-{k}": (jobmanager_port(endpoints) + k, "WEIR_JOBMANAGER_ADDRESS")
+            for k in range(1, standbys + 1)
+        },
+        **{
+            f"jobmanager-standby-{k} REST API": (endpoints.jobmanager_rest_port + k, "WEIR_JOBMANAGER_REST_PORT")
+            for k in range(1, standbys + 1)
+            if endpoints.jobmanager_rest_port
+        },
     }
+
+
+def require_distinct_ports(endpoints: Endpoints, standbys: int) -> None:
+    """Raises ClusterError when two of the cluster's processes would listen on one port."""
+    owner: dict[int, str] = {}
+    for what, (port, variable) in _cluster_ports(endpoints, standbys).items():
+        if port and port in owner:
+            raise ClusterError(f"port {port} is both {owner[port]} and {what}: move one (e.g. {variable})")
+        owner[port] = what
+
+
+def _require_ports_free(endpoints: Endpoints, standbys: int = 0) -> None:
+    host = endpoints.jobmanager_address.rpartition(":")[0] or "127.0.0.1"
+    if host not in ("127.0.0.1", "localhost", "0.0.0.0", "::1", "[::1]"):
+        raise ClusterError(
+            f"WEIR_JOBMANAGER_ADDRESS={endpoints.jobmanager_address} is not local; "
+            "`weir cluster up` starts the JobManager on this machine"
+        )
+    require_distinct_ports(endpoints, standbys)
+    ports = _cluster_ports(endpoints, standbys)
     for what, (port, variable) in ports.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
             sock.settimeout(0.5)

@@ -18,15 +18,23 @@ What it checks, each a :class:`Finding` of a :class:`FindingKind` (the uid it co
   stored record key re-hashed with the new job's max parallelism (``weir.core.keygroups``): an entry
   whose key would fall into another key group is state the new job never reads again (silent loss);
   a keyed operator that is no longer keyed loses its state too;
+- **window state layout**: a window operator's sliced sliding windows (``weir.operators.windows``)
+  restore only into slices of the same width (a changed size, slide or a lost ``merge`` fails);
+  per-window accumulators restore into sliced windows too (said as info);
+- **key functions**: every key sample the operator kept (``weir.core.key_samples``: a bounded
+  sample of the records it keyed, each with its key) is run through the new operator's key function;
+  a record it keys otherwise (or raises on) is state the new job would not find (the restore
+  succeeds, the loss is silent); a changed fingerprint of the key function's code with every sample
+  agreeing is a note;
 - **exactly-once sinks**: a transactional sink of the savepoint keeps its uid, stays an exactly-once
   sink, and of the same system (a Kafka sink's snapshot names its marker topic);
 - **dead-letter topics** of the new job (``weir.jobmanager.submit_checks.dead_letter_topics``)
   exist, when a way to ask Kafka is given (else a warning says they were not checked).
 
-What it cannot see: a key *function* that maps records to other keys than before (the state holds
-keys, not the records they came from, so a re-hash finds nothing); the operator state of sources and
-windows (offsets, watermarks), which the new operators read as they open; anything about the
-records still to come. The verdict is PASS when no finding is fatal.
+What it cannot see: a key function that keys otherwise only records never sampled; a change in a
+function the key function calls (the fingerprint covers its own code); the operator state of
+sources and windows (offsets, watermarks), which the new operators read as they open; anything about
+the records still to come. The verdict is PASS when no finding is fatal.
 
 The stored values are unpickled in this process, as a restore does: check only savepoints you would
 restore from.
@@ -48,7 +56,8 @@ from weir.api.job_code import JobCode, PreparedArtifact, SourceCode, load_job
 from weir.api.loading import load_job_file
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, SerializationError, WeirError
-from weir.core.keygroups import key_group_for, key_group_for_key
+from weir.core.key_samples import KEY_SAMPLE_STATE, KeySample, key_function_fingerprint
+from weir.core.keygroups import key_group_for, key_group_for_key, key_to_bytes
 from weir.core.rescale import StateAssignmentError, check_state_assignment, stateful_operator_uids
 from weir.core.state_layout import (
     EVENT_TIMERS,
@@ -71,6 +80,7 @@ from weir.core.task_state import TaskStateDocument
 from weir.graph import LogicalGraph, Transformation
 from weir.jobmanager.submit_checks import dead_letter_topics
 from weir.operators.keyed import KeyedOperator
+from weir.operators.windows import WindowAggregateOperator, decode_window_document
 from weir.plan import build_plan
 from weir.tools.savepoint_inspect import (
     LoadedSavepoint,
@@ -111,6 +121,12 @@ class FindingKind(enum.Enum):
     """The new operator's migrate raised on a stored value."""
     CLASS_NOT_IMPORTABLE = "class-not-importable"
     """A stored value does not unpickle: a class it names no longer imports."""
+    KEY_FUNCTION_CHANGED = "key-function-changed"
+    """The new key function gives a sampled record another key than the old one: its state is not found."""
+    KEY_FUNCTION_REWRITTEN = "key-function-rewritten"
+    """The key function's code changed, and it still gives every sampled record its old key."""
+    KEY_FUNCTION_UNSAMPLED = "key-function-unsampled"
+    """A keyed operator's state holds no key samples (an earlier Weir wrote it): its key function is unchecked."""
     KEY_GROUP_MOVED = "key-group-moved"
     """A stored key hashes to another key group than it is stored under: the new job never reads it."""
     SINK_REMOVED = "sink-removed"
@@ -154,6 +170,8 @@ class UpgradeReport:
     savepoint: str
     findings: tuple[Finding, ...]
     entries_checked: int = 0
+    samples_checked: int = 0
+    """Key samples (``weir.core.key_samples``) run through the new key functions."""
 
     @property
     def passed(self) -> bool:
@@ -172,6 +190,7 @@ class UpgradeReport:
             "job": self.job,
             "savepoint": self.savepoint,
             "entries_checked": self.entries_checked,
+            "samples_checked": self.samples_checked,
             "findings": [f.to_json() for f in self.findings],
         }
 
@@ -211,7 +230,7 @@ def check_upgrade(
     findings += _map_uids(old_stateful, transformations, sinks, allow_non_restored_state)
     findings += _jobmanager_rules(documents, graph, savepoint.what, savepoint.storage.get_bytes)
     findings += _check_sinks(sinks, transformations, allow_non_restored_state)
-    entries = 0
+    entries = samples = 0
     keyed_uids = sorted({u for d in documents for u in d.layout.keyed_operator_uids if u in transformations})
     max_parallelism_ok = all(
         d.layout.max_parallelism == graph.max_parallelism
@@ -235,13 +254,14 @@ def check_upgrade(
             t = operators[uid]
             if t.key_selector is None:
                 continue
-            found, checked = _check_keyed_operator(
+            found, checked, sampled = _check_keyed_operator(
                 uid, t, savepoint, documents, graph.max_parallelism if max_parallelism_ok else None, directory
             )
             findings += found
             entries += checked
+            samples += sampled
     findings += _check_dead_letters(graph, topic_exists)
-    return UpgradeReport(job, savepoint.path, tuple(findings), entries)
+    return UpgradeReport(job, savepoint.path, tuple(findings), entries, samples)
 
 
 # uids -----------------------------------------------------------------------------------------------
@@ -515,6 +535,36 @@ def _entries(savepoint: LoadedSavepoint, uid: str, work_dir: Path) -> Iterator[t
                     yield task.name, entry
 
 
+def _check_window_layout(uid: str, operator: WindowAggregateOperator, savepoint: LoadedSavepoint) -> list[Finding]:
+    """A window operator's state layout (operators/windows.py): sliced sliding windows restore only
+    into slices of the same width; per-window accumulators (format 1) into either."""
+    layouts: set[int | None] = set()
+    for task in savepoint.tasks:
+        data = task.operator_states.get(uid)
+        if data is None:
+            continue
+        try:
+            layouts.add(decode_window_document(data)[1])
+        except SerializationError as exc:
+            return [Finding(FindingKind.STATE_SCHEMA, uid, str(exc), Severity.FATAL)]
+    now = f"slices of {operator.slice_ms} ms" if operator.slice_ms else "one accumulator per window"
+    findings = []
+    for slice_ms in sorted(w for w in layouts if w is not None):
+        if slice_ms != operator.slice_ms:
+            reason = (
+                f"the savepoint's sliding windows keep slices of {slice_ms} ms, the new job's keep {now} (window "
+                "size, slide or the aggregate's merge changed): the restore would fail; keep them as they were"
+            )
+            findings.append(Finding(FindingKind.STATE_SCHEMA, uid, reason, Severity.FATAL))
+    if None in layouts and operator.slice_ms:
+        reason = (
+            f"the savepoint's windows keep one accumulator each, the new job's sliding windows keep {now}: "
+            "restored windows keep their accumulators until cleaned up, merged with new slices as they fire"
+        )
+        findings.append(Finding(FindingKind.STATE_SCHEMA, uid, reason, Severity.INFO))
+    return findings
+
+
 def _check_keyed_operator(
     uid: str,
     t: Transformation,
@@ -522,11 +572,13 @@ def _check_keyed_operator(
     documents: Sequence[TaskStateDocument],
     max_parallelism: int | None,
     work_dir: Path,
-) -> tuple[list[Finding], int]:
+) -> tuple[list[Finding], int, int]:
     """Schemas, then every stored value: unpickled, migrated, its key re-hashed (``max_parallelism``
     None: the key groups cannot map anyway, a finding says so already)."""
     findings: list[Finding] = []
     operator, declared = _declared_schemas(t)
+    if isinstance(operator, WindowAggregateOperator):
+        findings += _check_window_layout(uid, operator, savepoint)
     declared_by_name = {s.name: s for s in declared}
     stored = merge_stored_schemas(uid, (d.layout.state_schemas.get(uid, ()) for d in documents))
     try:
@@ -539,9 +591,13 @@ def _check_keyed_operator(
     first_moved = ""
     undeclared: dict[str, int] = defaultdict(int)
     checked = 0
+    samples = _KeySamples(uid, operator, t, max_parallelism)
     for task_name, entry in _entries(savepoint, uid, work_dir):
-        checked += 1
         name = entry.state
+        if name == KEY_SAMPLE_STATE:
+            samples.check(entry, task_name)
+            continue
+        checked += 1
         if name not in declared_by_name and name not in _RUNTIME_STATES and declared:
             undeclared[name] += 1
         at = f"state {name!r} key {describe_state_key(name, entry.key)!r} in key group {entry.key_group} ({task_name})"
@@ -592,6 +648,7 @@ def _check_keyed_operator(
                         Severity.FATAL,
                     )
                 )
+    findings += samples.findings()
     if moved:
         findings.append(
             Finding(
@@ -613,7 +670,120 @@ def _check_keyed_operator(
                 Severity.WARNING,
             )
         )
-    return findings, checked
+    return findings, checked, samples.count
+
+
+class _KeySamples:
+    """The key samples of one keyed operator (``weir.core.key_samples``) run through the new job's
+    key function: a sample whose record gets another key (or makes the key function raise) is state
+    the new job would not find; a changed fingerprint with every sample agreeing is a note."""
+
+    def __init__(
+        self, uid: str, operator: KeyedOperator | None, t: Transformation, max_parallelism: int | None
+    ) -> None:
+        self._uid = uid
+        self._operator = operator
+        self._t = t
+        self._max_parallelism = max_parallelism
+        self.count = 0
+        self._changed = 0
+        self._first_changed = ""
+        self._unreadable = ""
+        self._old_fingerprints: dict[int, set[str]] = defaultdict(set)
+
+    def _key_function(self, input_index: int) -> Callable[[Any], Any] | None:
+        if self._operator is not None:
+            try:
+                return self._operator.key_selector_of(input_index)
+            except IndexError:
+                return None
+        return self._t.key_selector if input_index == 0 else None
+
+    def check(self, entry: KeyedEntry, task_name: str) -> None:
+        at = f"key sample in key group {entry.key_group} ({task_name})"
+        try:
+            sample = KeySample.from_stored(load_value(entry.value))
+            record = load_value(sample.record)
+        except Exception as exc:
+            self._unreadable = self._unreadable or f"{at}: {type(exc).__name__}: {exc}"
+            return
+        self.count += 1
+        self._old_fingerprints[sample.input_index].add(sample.fingerprint)
+        key_function = self._key_function(sample.input_index)
+        if key_function is None:
+            return  # an input the new operator does not have: the uid/kind findings say so
+        try:
+            new_key = key_function(record)
+            new_bytes = key_to_bytes(new_key)
+        except Exception as exc:
+            self._note_changed(
+                f"{at}: record {record!r:.200}: the old key function gave key {sample.key_repr}, the new one "
+                f"raises {type(exc).__name__}: {exc}"
+            )
+            return
+        if new_bytes == sample.key_bytes:
+            return
+        moves = ""
+        if self._max_parallelism is not None:
+            old_group = key_group_for(sample.key_bytes, self._max_parallelism)
+            new_group = key_group_for(new_bytes, self._max_parallelism)
+            moves = (
+                f" (key group {old_group} -> {new_group}: another key group)"
+                if old_group != new_group
+                else f" (the same key group {old_group}, another key)"
+            )
+        self._note_changed(
+            f"{at}: record {record!r:.200} had key {sample.key_repr}, the new key function gives "
+            f"{new_key!r:.200}{moves}"
+        )
+
+    def _note_changed(self, what: str) -> None:
+        self._changed += 1
+        self._first_changed = self._first_changed or what
+
+    def findings(self) -> list[Finding]:
+        uid = self._uid
+        out: list[Finding] = []
+        if self._changed:
+            out.append(
+                Finding(
+                    FindingKind.KEY_FUNCTION_CHANGED,
+                    uid,
+                    f"the new key function keys {self._changed} of {self.count} sampled records differently, "
+                    f"e.g. {self._first_changed}: the state of the old keys would never be read again (silent "
+                    "loss); keep the key function, or give the operator a new uid and rebuild its state",
+                    Severity.FATAL,
+                )
+            )
+        elif self.count == 0:
+            out.append(
+                Finding(
+                    FindingKind.KEY_FUNCTION_UNSAMPLED,
+                    uid,
+                    "no key samples in the savepoint (it saw no records, or an earlier Weir wrote it): the new "
+                    "key function is not checked"
+                    + (f"; a sample did not read: {self._unreadable}" if self._unreadable else ""),
+                    Severity.WARNING,
+                )
+            )
+        else:
+            rewritten = []
+            for input_index, old in sorted(self._old_fingerprints.items()):
+                key_function = self._key_function(input_index)
+                if key_function is not None and key_function_fingerprint(key_function) not in old:
+                    rewritten.append(input_index)
+            if rewritten:
+                out.append(
+                    Finding(
+                        FindingKind.KEY_FUNCTION_REWRITTEN,
+                        uid,
+                        f"the key function's code changed (input {', '.join(map(str, rewritten))}), and it gives "
+                        f"each of the {self.count} sampled records its old key: records never sampled are not "
+                        "checked",
+                        Severity.INFO,
+                    )
+                )
+        return out
 
 
 @contextmanager

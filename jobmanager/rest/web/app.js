@@ -440,7 +440,7 @@ function vertexSection(vertex) {
 // Checkpoints -----------------------------------------------------------------------------------
 
 function checkpointType(cp) {
-  return `${cp.checkpoint_type}${cp.unaligned ? " (unaligned)" : ""}`;
+  return `${cp.checkpoint_type}${cp.full ? " (full)" : ""}${cp.unaligned ? " (unaligned)" : ""}`;
 }
 
 function latestCard(title, cp, testid, extra) {

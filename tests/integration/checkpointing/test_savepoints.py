@@ -253,7 +253,10 @@ def test_checkpoint_on_request_and_dispose_of_a_savepoint_from_the_cli(weir_clus
     """`weir checkpoint JOB_ID` completes a checkpoint outside a 10-minute interval; `weir savepoint JOB_ID
     DIR` then `weir savepoint --dispose PATH` leaves none of the savepoint's objects; a retained
     checkpoint's path is refused by --dispose (exit 2) and keeps its files."""
-    job_id, _params = start_job(weir_cluster, unique, 2, {"checkpointing.interval": "10min"})
+    # 500 records/s: the job still runs a minute later, when the loaded machine's `weir` starts.
+    job_id, _params = start_job(
+        weir_cluster, unique, 2, {"checkpointing.interval": "10min", "source.records_per_second": "500"}
+    )
     client = weir_cluster.client
     taken = json.loads(weir_cli("checkpoint", job_id, "--json"))
     infos = {c.checkpoint_id: c for c in client.list_checkpoints(job_id)}
@@ -277,3 +280,53 @@ def test_checkpoint_on_request_and_dispose_of_a_savepoint_from_the_cli(weir_clus
     assert open_storage(checkpoint_root.root_uri, weir_cluster.endpoints).exists(checkpoint_root.metadata_key)
     client.cancel_job(job_id)
     wait_for("the job to be cancelled", lambda: client.job_status(job_id).summary.status is JobStatus.CANCELED)
+
+
+def checkpoint_object_keys(cluster: WeirCluster, path: str) -> set[str]:
+    """Every object key a retained checkpoint's ``_metadata`` references (relative to the storage root)."""
+    location = locate_state(path)
+    metadata = json.loads(open_storage(location.root_uri, cluster.endpoints).get_bytes(location.metadata_key))
+    return {obj["key"] for task in metadata["tasks"] for obj in task["objects"]}
+
+
+def test_a_full_checkpoint_references_no_earlier_file_and_the_job_restores_from_it(
+    weir_cluster: WeirCluster, unique: str
+) -> None:
+    """`weir checkpoint --full` (Flink's FULL checkpoint type): an incremental checkpoint on request
+    references SSTs an earlier checkpoint uploaded; the full one after it references none of the
+    earlier checkpoints' objects, the history says it is full, and a TaskManager killed after it
+    restores the job from it (no periodic checkpoint in between) with both sinks exact."""
+    params = keyed_aggregation_inputs(
+        weir_cluster.endpoints, unique, EVENTS, records_per_second=500, checkpoint_interval="10min"
+    )
+    params |= {"restart.strategy": "fixed-delay", "restart.delay": "1s"}
+    client = weir_cluster.client
+    job_id = client.submit_job(JOB, params, 2)
+    wait_for("some input read", lambda: events_read(client.job_status(job_id)) > 1000)
+    first = json.loads(weir_cli("checkpoint", job_id, "--json"))
+    read = events_read(client.job_status(job_id))
+    wait_for("more input read", lambda: events_read(client.job_status(job_id)) > read + 500)
+    second = json.loads(weir_cli("checkpoint", job_id, "--json"))
+    read = events_read(client.job_status(job_id))
+    wait_for("more input read", lambda: events_read(client.job_status(job_id)) > read + 500)
+    full = json.loads(weir_cli("checkpoint", job_id, "--full", "--json"))
+    assert events_read(client.job_status(job_id)) < EVENTS, "the job read all its input: the kill would prove nothing"
+    assert full["full"] and not second["full"] and first["path"] and second["path"] and full["path"]
+
+    first_keys = checkpoint_object_keys(weir_cluster, first["path"])
+    second_keys = checkpoint_object_keys(weir_cluster, second["path"])
+    full_keys = checkpoint_object_keys(weir_cluster, full["path"])
+    assert any(k.endswith(".sst") for k in full_keys), full_keys
+    assert {k for k in second_keys & first_keys if k.endswith(".sst")}, "the incremental checkpoint reused nothing"
+    assert not full_keys & (first_keys | second_keys), sorted(full_keys & (first_keys | second_keys))
+    infos = {c.checkpoint_id: c for c in client.list_checkpoints(job_id)}
+    assert infos[full["checkpoint_id"]].full and not infos[second["checkpoint_id"]].full
+
+    victim = next(t.taskmanager_id for t in client.job_status(job_id).tasks if t.vertex_uid == "window-count-sum")
+    kill_process(weir_cluster.directory, victim)
+    done = wait_for(
+        "the job to restore and end", lambda: (s := client.job_status(job_id)).summary.status.terminal and s, 240.0
+    )
+    assert done.summary.status is JobStatus.FINISHED, done.failure
+    assert done.summary.restarts >= 1
+    assert_sinks_exact(JOB, params, job_id, weir_cluster.endpoints)

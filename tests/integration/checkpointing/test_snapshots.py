@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration.polling import poll
 from weir.connectors.object_storage import CheckpointStorage, S3CheckpointStorage
 from weir.core.config import Endpoints
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
@@ -493,6 +494,58 @@ def test_a_restore_at_the_same_parallelism_opens_the_snapshot_and_the_next_check
             assert reused == {f.key for f in own.sst_files}
             assert result.uploaded_bytes == result.handle.new_bytes < own.size_bytes / 4
         assert not {f.key for r in after.values() for f in r.handle.sst_files} & jm.deleted
+        everything = [(uid, kgr(0, MAX_PARALLELISM - 1)) for uid in (COUNTS, SUMS)]
+        content, _ = restore_fresh(tmp_path, storage, jm.handles_of(after_id), everything)
+        assert content == model.entries
+    finally:
+        for tm in tms:
+            tm.snapshotter.close()
+            tm.backend.close()
+
+
+def compactions_settled(backend: RocksDBStateBackend) -> bool:
+    """No compaction running, and none due that may run (deferred ones may not)."""
+    running = backend.db.property_int_value("rocksdb.num-running-compactions")
+    pending = backend.db.property_int_value("rocksdb.compaction-pending")
+    return running == 0 and (pending == 0 or backend.compactions_deferred)
+
+
+def test_a_restored_database_due_for_a_compaction_still_reuses_every_restored_file_at_its_next_checkpoint(
+    tmp_path: Path, storage: CheckpointStorage, taskmanagers: list[TaskManagerDouble]
+) -> None:
+    """A checkpoint taken before the compaction its level-0 files are due for: each incremental
+    checkpoint flushes one more level-0 file, the fourth reaches RocksDB's trigger and the checkpoint
+    links the files before the compaction it started is done (a compaction takes far longer than
+    the links). Restored, the database would run that compaction at once, rewriting every SST, and
+    its first checkpoint would upload the whole state again. The restored files are kept until that
+    checkpoint is taken."""
+    model = Model()
+    jm = JobManagerLoop(storage, taskmanagers, retained=1)
+    write_users(model, taskmanagers, range(20_000), version=1)
+    restored_id, before = jm.checkpoint()
+    for version in range(2, 5):  # a level-0 file per checkpoint: the fourth checkpoint has 4
+        write_users(model, taskmanagers, range(0, 20_000, 3), version=version)
+        restored_id, before = jm.checkpoint()
+    handles = jm.handles_of(restored_id)
+    assert all(len(result.handle.sst_files) >= 4 for result in before.values())  # level 0 at the trigger
+
+    tms, results = redeploy(tmp_path, storage, jm, handles, attempt=2)
+    try:
+        for tm in tms:
+            assert results[tm.task].adopted == before[tm.task].handle
+            assert tm.backend.compactions_deferred
+            assert database_content(tm.backend) == model.within(tm.ranges)
+        for tm in tms:  # the seconds until the next checkpoint: whatever compaction would run has run
+            poll("no compaction running or due", WAIT_S, lambda tm=tm: compactions_settled(tm.backend))
+
+        write_users(model, tms, range(0, 200), version=9)
+        after_id, after = jm.checkpoint()
+        for tm in tms:
+            own, result = before[tm.task].handle, after[tm.task]
+            reused = {f.key for f in result.handle.sst_files if f.reused}
+            assert reused == {f.key for f in own.sst_files}  # every restored SST, none uploaded again
+            assert result.uploaded_bytes == result.handle.new_bytes < own.size_bytes / 10
+            assert not tm.backend.compactions_deferred  # the checkpoint has the files: compactions run again
         everything = [(uid, kgr(0, MAX_PARALLELISM - 1)) for uid in (COUNTS, SUMS)]
         content, _ = restore_fresh(tmp_path, storage, jm.handles_of(after_id), everything)
         assert content == model.entries

@@ -15,6 +15,9 @@ A block's class comes from an HTML comment on the line right before its fence,
   same page, and ``after VAR ended`` waits first until the job whose id ``$VAR`` holds has ended,
   as a reader waits for ``weir status`` to say so.
 - info string ``python`` without a marker: a complete job file (it defines ``build``), built.
+- info string ``sql`` without a marker: a streaming SQL script (docs/sql.md), planned by
+  ``weir.sql.plan_script`` after the page's earlier ``sql`` blocks (a page's script grows as a
+  reader's does): it must plan, not be refused.
 - info string ``text``, ``json`` or ``yaml`` without a marker: data (output, a format, a diagram,
   a configuration sketch), neither a job nor a command: not run.
 
@@ -45,6 +48,7 @@ class Kind(enum.Enum):
     JOB = "job"
     LOCAL = "local"
     CLUSTER = "cluster"
+    SQL = "sql"
     DATA = "data"
     UNCLASSIFIED = "unclassified"
 
@@ -103,11 +107,13 @@ def _classify(page: Path, line: int, language: str, text: str, marker: re.Match[
                     problem="a python block that defines no build(env) needs a marker (fragment, file, skip)",
                 )
             )
+        if language == "sql":
+            return block(Kind.SQL)
         if language in DATA_LANGUAGES:
             return block(Kind.DATA)
         if language in SHELL_LANGUAGES:
             return block(Kind.UNCLASSIFIED, problem="a shell block needs <!-- test: local|cluster|skip REASON -->")
-        return block(Kind.UNCLASSIFIED, problem=f"info string {language!r}: say text, json, yaml, python or sh")
+        return block(Kind.UNCLASSIFIED, problem=f"info string {language!r}: say text, json, yaml, python, sql or sh")
     kind, rest = marker["kind"], marker["rest"]
     match kind:
         case "skip":

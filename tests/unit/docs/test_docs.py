@@ -19,9 +19,12 @@ import pytest
 from tests.unit.docs import blocks
 from tests.unit.docs.blocks import REPO_ROOT, Block, Kind
 from weir.api import load_job_file, load_job_source
+from weir.sql import plan_script
 
 EVERY_BLOCK = blocks.every_block()
-RUN_HERE = [b for b in EVERY_BLOCK if b.kind in (Kind.SKIP, Kind.FILE, Kind.FRAGMENT, Kind.JOB, Kind.LOCAL)]
+RUN_HERE = [
+    b for b in EVERY_BLOCK if b.kind in (Kind.SKIP, Kind.FILE, Kind.FRAGMENT, Kind.JOB, Kind.LOCAL, Kind.SQL)
+]
 GIVEN_RECORD = {"key": "k", "value": 1, "total": 1, "ts": 0, "window_start": 0, "count": 1}
 LOCAL_TIMEOUT_S = 60.0
 README_MAX_LINES = 250
@@ -81,6 +84,10 @@ def test_block(block: Block, tmp_path: Path) -> None:
             assert load_job_source(block.text.encode(), block.name, {}, 1).graph.transformations
         case Kind.FRAGMENT:
             run_fragment(block)
+        case Kind.SQL:
+            page = [b for b in EVERY_BLOCK if b.page == block.page and b.kind is Kind.SQL]
+            earlier = [b.text for b in page if b.line < block.line]
+            plan_script("".join(earlier) + block.text)
         case Kind.LOCAL:
             done = subprocess.run(
                 ["bash", "-e", "-o", "pipefail", "-c", block.text],

@@ -110,6 +110,7 @@ class FakeGateway:
     failing: dict[str, str] = field(default_factory=dict)  # address -> gRPC status name
     accept_triggers: bool = True
     aligned_triggers: list[int] = field(default_factory=list)  # checkpoints triggered forced aligned
+    full_triggers: list[int] = field(default_factory=list)  # checkpoint ids whose trigger said full
 
     def _fail(self, address: str) -> None:
         if address in self.failing:
@@ -144,11 +145,14 @@ class FakeGateway:
         final: bool,
         drain: bool = False,
         aligned: bool = False,
+        full: bool = False,
     ) -> bool:
         self._fail(address)
         if aligned:
             self.aligned_triggers.append(checkpoint_id)
         self.calls.append(("trigger", address, str(task), attempt, checkpoint_id, kind, final))
+        if full:
+            self.full_triggers.append(checkpoint_id)
         return self.accept_triggers
 
     def notify_checkpoint_complete(self, address: str, job_id: str, attempt: int, checkpoint_id: int) -> None:
@@ -222,7 +226,12 @@ MakeHarness = Callable[..., Harness]
 def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
     made: list[JobManager] = []
 
-    def make(storage: FileCheckpointStorage | None = None, *, taskmanagers: tuple[str, ...] = ("tm-a",)) -> Harness:
+    def make(
+        storage: FileCheckpointStorage | None = None,
+        *,
+        taskmanagers: tuple[str, ...] = ("tm-a",),
+        leader_term: Callable[[], int | None] | None = None,
+    ) -> Harness:
         storage = storage or FileCheckpointStorage(tmp_path / "storage")
         gateway = FakeGateway()
         clock = FakeClock()
@@ -238,6 +247,7 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
             check=lambda graph, settings, allowance, parameters: checked.append(graph),
             resolve=resolver,
             io=io,
+            leader_term=leader_term,
         )
         made.append(jm)
         for tm in taskmanagers:

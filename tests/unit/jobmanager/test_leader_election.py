@@ -228,3 +228,21 @@ def test_two_contenders_over_one_simulated_store_never_lead_at_the_same_time() -
     assert terms_seen == [1, 2]  # jm-a at 1, jm-b took over at 2; jm-a woken never led again
     assert b.leads(now - 0.5) == LeaderTerm(2)
     assert isinstance(a.state, SteppedDown)
+
+
+def test_the_leader_known_is_the_last_lease_read_or_its_own_while_it_leads() -> None:
+    """What a standby's /healthz names: nothing before its first read, the lease's holder after it
+    (updated with each read), itself while it leads, nobody while it takes over or once it stepped down."""
+    e = election()
+    assert e.known_leader() is None
+    e.handle(LeaseRead(0.0, ObservedLease(OTHER, "v1")))
+    assert e.known_leader() == OTHER
+    newer = LeaseRecord("jm-c", LeaderTerm(4), "127.0.0.1:3", 6.0)
+    e.handle(LeaseRead(1.0, ObservedLease(newer, "v2")))
+    assert e.known_leader() == newer
+    e.state = Candidate(LeaderTerm(5))
+    assert e.known_leader() is None
+    e.state = Leader(LeaderTerm(5), "v3", 2.0, renewal=2)
+    assert e.known_leader() == LeaseRecord("jm-a", LeaderTerm(5), "127.0.0.1:1", 6.0, renewal=2)
+    e.state = SteppedDown(LeaderTerm(5), "lost it")
+    assert e.known_leader() is None

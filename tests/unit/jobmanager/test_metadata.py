@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+from dataclasses import replace
 
 import pytest
 
@@ -44,8 +45,22 @@ def checkpoint() -> CompletedCheckpoint:
 
 def test_metadata_round_trips_and_is_json_with_a_format() -> None:
     data = encode_metadata(checkpoint())
-    assert json.loads(data)["format"] == 1
+    assert json.loads(data)["format"] == 2
     assert decode_metadata(data, KEY) == checkpoint()
+
+
+def test_metadata_names_the_leader_term_that_wrote_it_and_format_1_reads_as_term_0() -> None:
+    written = replace(checkpoint(), leader_term=5)
+    data = encode_metadata(written)
+    assert json.loads(data)["leader_term"] == 5 and decode_metadata(data, KEY) == written
+    older = json.loads(data)
+    older["format"] = 1
+    del older["leader_term"]
+    assert decode_metadata(json.dumps(older).encode(), KEY) == checkpoint()
+    missing = json.loads(data)
+    del missing["leader_term"]
+    with pytest.raises(SerializationError, match="is malformed: KeyError"):
+        decode_metadata(json.dumps(missing).encode(), KEY)
 
 
 def test_a_savepoint_s_keys_are_relative_to_its_folder_so_it_can_be_moved() -> None:
@@ -81,7 +96,9 @@ def test_a_savepoint_referring_outside_its_folder_is_refused() -> None:
 def test_an_unknown_format_is_refused_naming_the_key() -> None:
     document = json.loads(encode_metadata(checkpoint()))
     document["format"] = 99
-    with pytest.raises(SerializationError, match=f"checkpoint metadata {KEY} has format 99; this Weir reads format 1"):
+    with pytest.raises(
+        SerializationError, match=f"checkpoint metadata {KEY} has format 99; this Weir reads formats \\[1, 2\\]"
+    ):
         decode_metadata(json.dumps(document).encode(), KEY)
 
 

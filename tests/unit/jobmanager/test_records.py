@@ -3,14 +3,19 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
-from weir.core.errors import Fault, SerializationError
+from weir.connectors.object_storage import FileCheckpointStorage
+from weir.core.errors import Fault, SerializationError, ServiceUnavailableError
 from weir.core.failures import Failure
-from weir.core.ids import CheckpointId
+from weir.core.ids import CheckpointId, JobId
+from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
+from weir.jobmanager.checkpointing.term_fences import TermFence
 from weir.jobmanager.lifecycle import RecordedEnd, Resolution, StopRequest
+from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.records import JobRecord, JobSubmission
 
 SUBMISSION = JobSubmission(
@@ -99,3 +104,50 @@ def test_an_end_with_an_outcome_that_is_no_end_is_malformed() -> None:
     document["end"] = {"outcome": "RUNNING", "ended": True, "at": 1.0, "resolution": None}
     with pytest.raises(SerializationError, match="outcome must be CANCELED, FAILED or FINISHED"):
         JobRecord.from_json(json.dumps(document).encode())
+
+
+def test_the_takeover_fences_read_back_and_a_record_without_them_has_none() -> None:
+    fences = (TermFence(2, CheckpointId(7)), TermFence(3, None))
+    record = JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}, term_fences=fences)
+    document = json.loads(record.to_json())
+    assert document["format"] == 1
+    assert document["term_fences"] == [{"term": 2, "checkpoints_through": 7}, {"term": 3, "checkpoints_through": None}]
+    assert JobRecord.from_json(record.to_json()).term_fences == fences
+    older = json.loads(JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}).to_json())
+    assert "term_fences" not in older and JobRecord.from_json(json.dumps(older).encode()).term_fences == ()
+    document["term_fences"] = [{"term": "2", "checkpoints_through": 7}]
+    with pytest.raises(SerializationError, match="is malformed"):
+        JobRecord.from_json(json.dumps(document).encode())
+
+
+class _LandsUnanswered(FileCheckpointStorage):
+    """The next conditional write lands, but its answer is lost (a timeout)."""
+
+    lose_next_answer = False
+
+    def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
+        version = super().put_if(key, data, expected_version)
+        if self.lose_next_answer:
+            self.lose_next_answer = False
+            raise ServiceUnavailableError("the storage did not answer in time")
+        return version
+
+
+def test_a_conditional_record_write_whose_answer_was_lost_is_recognised_as_its_own(tmp_path: Path) -> None:
+    """A write that timed out may have landed, leaving the store without its version: the next write
+    finds the record holding exactly those bytes and goes over it; another JobManager's is refused."""
+    storage = _LandsUnanswered(tmp_path)
+    paths = CheckpointPaths()
+    store = JobRecordStore(storage, paths, lambda: 0.0, conditional=True)
+    assert store.write_now(JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}))
+    storage.lose_next_answer = True
+    assert not store.write_now(JobRecord(SUBMISSION, 2, JobStatus.RUNNING, None, {}))  # unanswered, landed
+    assert store.write_now(JobRecord(SUBMISSION, 3, JobStatus.RUNNING, None, {}))
+    key = paths.job_record(JobId("job-1"))
+    assert JobRecord.from_json(storage.get_bytes(key)).attempt == 3
+
+    other = JobRecordStore(storage, paths, lambda: 0.0, conditional=True)
+    other.load(key)
+    assert other.write_now(JobRecord(SUBMISSION, 4, JobStatus.RUNNING, None, {}, term_fences=(TermFence(2, None),)))
+    assert not store.write_now(JobRecord(SUBMISSION, 5, JobStatus.RUNNING, None, {}))  # refused: not its own
+    assert JobRecord.from_json(storage.get_bytes(key)).attempt == 4

@@ -13,6 +13,7 @@ from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.jobmanager.errors import JobManagerNotReadyError
 from weir.jobmanager.messages import CheckpointAck, Heartbeat, JobAttempt, TaskProgress
+from weir.jobmanager.records import JobRecord
 
 
 def test_a_running_job_restarts_as_soon_as_the_taskmanagers_slots_are_back(make_harness: MakeHarness) -> None:
@@ -190,3 +191,86 @@ def test_a_recovered_job_reports_the_restarts_it_had_under_the_jobmanager_before
     recovered = second.jm.jobs["job-1"]
     assert recovered.restarts == 1
     assert recovered.restart_strategy.restart_count == 0  # its budget starts over, as Flink's does
+
+
+def test_a_checkpoint_a_deposed_leader_completes_after_a_takeover_is_never_restored(
+    make_harness: MakeHarness,
+) -> None:
+    """High availability: the leader of term 1 completed checkpoint A and was persisting B when it
+    paused; the leader of term 2 took the job over (restoring A, fence (2, A) in the record). The
+    deposed leader then lands B's metadata (the one write its lease check let through) but not its job
+    record (conditional over a version that is gone). The next takeover restores A, never B."""
+    first = make_harness(leader_term=lambda: 1)
+    job = first.job({"checkpointing.interval": "1s", "restart.strategy": "fixed-delay", "restart.delay": "1s"})
+    with first.jm.lock:
+        first.jm.executor.execute(job, job.lifecycle.tasks_running(first.clock(), job.all_task_ids(), restored=False))
+        first.clock.advance(1.5)
+        first.jm.executor.execute(job, job.lifecycle.tick(first.clock()))
+    (completed_id,) = job.coordinator.pending_ids
+    first.jm.acknowledge_checkpoint(
+        CheckpointAck("job-1", "gen", 0, job.attempt, completed_id, (), b"a", TaskAckMetrics())
+    )
+    with first.jm.lock:
+        first.clock.advance(1.0)
+        first.jm.executor.execute(job, job.lifecycle.tick(first.clock()))
+    (late_id,) = job.coordinator.pending_ids
+    assert first.jm.records.save(job).result()
+
+    second = make_harness(first.storage, leader_term=lambda: 2)
+    assert second.jm.recover_jobs() == 1
+    taken = second.jm.jobs["job-1"].coordinator.store.latest()
+    assert taken is not None and taken.checkpoint_id == completed_id
+
+    # The deposed leader wakes up: its late metadata lands, its job record does not.
+    first.jm.acknowledge_checkpoint(CheckpointAck("job-1", "gen", 0, job.attempt, late_id, (), b"b", TaskAckMetrics()))
+    paths = first.jm.paths
+    late_metadata = paths.metadata(job.coordinator.job_id, CheckpointId(late_id))
+    assert first.storage.exists(late_metadata), "the late metadata must land for the test to prove anything"
+    assert not first.jm.records.save(job).result()
+
+    third = make_harness(first.storage, leader_term=lambda: 3)
+    assert third.jm.recover_jobs() == 1
+    restored = third.jm.jobs["job-1"].coordinator.store.latest()
+    assert restored is not None and restored.checkpoint_id == completed_id
+    assert [c.checkpoint_id for c in third.jm.jobs["job-1"].coordinator.store.all()] == [completed_id]
+
+
+def test_without_high_availability_records_are_written_unconditionally_and_no_fence_is_left(
+    make_harness: MakeHarness,
+) -> None:
+    first = make_harness()
+    job = first.job()
+    assert first.jm.records.save(job).result()
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 1
+    assert second.jm.jobs["job-1"].term_fences == ()
+    assert first.jm.records.save(job).result()  # a restarted JobManager has no competitor to fence
+
+
+def test_a_deposed_leaders_record_write_landing_during_the_takeover_is_read_again_before_acting(
+    make_harness: MakeHarness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The deposed leader's late record write lands between the new leader's read and its takeover
+    write: that write is refused, the new leader reads the record again (with what landed) and takes
+    the job over from it, its fence in the record."""
+    first = make_harness(leader_term=lambda: 1)
+    job = first.job()
+    assert first.jm.records.save(job).result()
+    second = make_harness(first.storage, leader_term=lambda: 2)
+    real_write = second.jm.records.write_now
+    late = {"restarts": 0}
+
+    def write_after_a_late_one(record: JobRecord) -> bool:
+        if not late["restarts"]:
+            job.restarts_under_earlier_jobmanagers = late["restarts"] = 5
+            assert first.jm.records.save(job).result(), "the late write must land for the test to prove anything"
+        return real_write(record)
+
+    monkeypatch.setattr(second.jm.records, "write_now", write_after_a_late_one)
+    assert second.jm.recover_jobs() == 1
+    recovered = second.jm.jobs["job-1"]
+    assert recovered.restarts_under_earlier_jobmanagers >= 5  # taken over from the record as it is now
+    assert [f.term for f in recovered.term_fences] == [2]
+    stored = JobRecord.from_json(first.storage.get_bytes(first.jm.paths.job_record(recovered.coordinator.job_id)))
+    assert [f.term for f in stored.term_fences] == [2]
+    assert not first.jm.records.save(job).result()

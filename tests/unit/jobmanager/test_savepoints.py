@@ -114,16 +114,20 @@ def test_a_checkpoint_on_request_is_triggered_now_outside_the_interval(harness: 
     checkpoint_id = harness.jm.trigger_checkpoint(job.job_id, full=False)
     trigger = harness.gateway.named("trigger")[-1]
     assert trigger[3] == checkpoint_id and trigger[4] is CheckpointKind.CHECKPOINT
+    assert harness.gateway.full_triggers == []
     with pytest.raises(CheckpointRejectedError, match=f"checkpoint {checkpoint_id} is still in progress"):
         harness.jm.trigger_checkpoint(job.job_id, full=False)
 
 
-def test_a_full_checkpoint_is_refused_with_what_to_do_instead(harness: Harness) -> None:
+def test_a_full_checkpoint_tells_every_source_its_barrier_is_full(harness: Harness) -> None:
+    """`weir checkpoint --full`: the trigger sent to every source task says full (the sources put it
+    on the barrier); a periodic checkpoint after it is incremental again."""
     job = running_job(harness)
-    with pytest.raises(CheckpointRejectedError, match="cannot force a full checkpoint") as refused:
-        harness.jm.trigger_checkpoint(job.job_id, full=True)
-    assert refused.value.fault == "user" and "weir savepoint" in str(refused.value)
-    assert harness.gateway.named("trigger") == []
+    checkpoint_id = harness.jm.trigger_checkpoint(job.job_id, full=True)
+    sources = {t[1] for t in harness.gateway.named("trigger") if t[3] == checkpoint_id}
+    assert sources and harness.gateway.full_triggers == [checkpoint_id] * len(sources)
+    (summary,) = [c for c in harness.jm.list_checkpoints(job.job_id).checkpoints if c.checkpoint_id == checkpoint_id]
+    assert summary.full
 
 
 def test_a_checkpoint_of_a_job_that_is_not_running_is_refused(harness: Harness) -> None:

@@ -9,7 +9,9 @@ from datetime import timedelta
 from typing import Any
 
 from tests.unit.conftest import StartOperator
+from weir.core.key_samples import KEY_SAMPLE_STATE, KeySample, sample_slot
 from weir.core.process_functions import StateTtlConfig
+from weir.core.state_layout import dump_value, load_value
 from weir.core.windows import TumblingEventTimeWindows
 from weir.operators.keyed import KeyedProcessContext, KeyedProcessOperator, ReduceOperator
 from weir.operators.windows import WindowAggregateOperator
@@ -87,7 +89,16 @@ class Reads:
 
 
 def raw_entries(backend: RocksDBStateBackend) -> dict[bytes, bytes]:
-    return dict(backend.db.items())
+    """Every entry but the key samples (pinned on their own below: they hold the key function's
+    fingerprint, which differs between Python versions)."""
+    return {k: v for k, v in backend.db.items() if SAMPLE_MARK not in k}
+
+
+SAMPLE_MARK = KEY_SAMPLE_STATE.encode() + b"\x00"
+
+
+def samples(backend: RocksDBStateBackend) -> dict[bytes, KeySample]:
+    return {k: KeySample.from_stored(load_value(v)) for k, v in backend.db.items() if SAMPLE_MARK in k}
 
 
 def write_raw(backend: RocksDBStateBackend, entries: dict[bytes, bytes]) -> None:
@@ -112,6 +123,28 @@ def test_the_operators_write_the_pinned_bytes(
     process.process(("k", 3), 5)
     process.snapshot_state(1)
     assert raw_entries(state_backend) == WINDOW_ENTRIES | REDUCE_ENTRIES | PROCESS_ENTRIES
+    # One key sample per operator: the record as pickled and its key, in the key's key group, slot
+    # adler32(key bytes) % 8.
+    found = {
+        k: (s.input_index, s.key_bytes, s.key_repr, load_value(s.record)) for k, s in samples(state_backend).items()
+    }
+    assert found == {
+        b"w\x00\x00Gweir.key-samples\x00\x07": (0, b"alice", "'alice'", ("alice", 7)),
+        b"r\x00\x00fweir.key-samples\x00" + sample_slot(b"\x00" * 7 + b"\x05"): (0, b"\x00" * 7 + b"\x05", "5", 5),
+        b"p\x00\x00]weir.key-samples\x00" + sample_slot(b"k"): (0, b"k", "'k'", ("k", 3)),
+    }
+
+
+def test_a_key_sample_reads_the_pinned_bytes() -> None:
+    """A stored sample is a pickle of built-in values only (docs/formats.md, "Key samples")."""
+    stored = (
+        b"\x80\x05\x95Z\x00\x00\x00\x00\x00\x00\x00(\x8c\x11weir.key-sample/1\x94K\x00\x8c\x1060309369be447031"
+        b"\x94C\x05alice\x94\x8c\x07'alice'\x94C\x18\x80\x05\x95\r\x00\x00\x00\x00\x00\x00\x00\x8c\x05alice\x94K\x07"
+        b"\x86\x94.\x94t\x94."
+    )
+    sample = KeySample.from_stored(load_value(stored))
+    assert sample == KeySample(0, "60309369be447031", b"alice", "'alice'", dump_value(("alice", 7)))
+    assert dump_value(sample.to_stored()) == stored
 
 
 def test_a_window_reads_the_pinned_bytes(state_backend: RocksDBStateBackend, start_operator: StartOperator) -> None:

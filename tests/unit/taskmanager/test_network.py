@@ -760,3 +760,13 @@ def _random_gate_run(rng: random.Random) -> int:
 def test_what_a_priority_event_overtook_stays_true_over_random_interleavings() -> None:
     overtook = sum(_random_gate_run(random.Random(f"gate-{seed}")) for seed in range(400))
     assert overtook > 400, "the runs hardly ever took a priority event that overtook something"
+
+
+def test_a_full_checkpoints_barrier_says_so_through_the_codec_and_any_other_does_not() -> None:
+    """`weir checkpoint --full`: the flag rides on the barrier to every task downstream (which then
+    uploads every file of its RocksDB snapshot anew); a barrier without it is an incremental one's."""
+    full = barrier_message(8, 2.5, CheckpointKind.CHECKPOINT, full=True)
+    assert full.full_checkpoint
+    assert read_buffer(full).event == Barrier(8, 2.5, CheckpointKind.CHECKPOINT, BarrierAlignment.BY_MODE, True)  # type: ignore[arg-type]
+    incremental = read_buffer(barrier_message(8, 2.5, CheckpointKind.CHECKPOINT)).event
+    assert isinstance(incremental, Barrier) and not incremental.full

@@ -164,11 +164,18 @@ class JobManagerLoop:
         assert len(barriers) == 1
         return barriers[0].checkpoint_id
 
-    def snapshot(self, checkpoint_id: CheckpointId) -> KeyedStateHandle:
+    def trigger_full(self) -> CheckpointId:
+        """`weir checkpoint --full`: a checkpoint on request whose barrier says full."""
+        self.now += 10.0
+        barriers = self.coordinator.trigger_checkpoint(self.now, full=True)
+        assert barriers.full
+        return barriers.checkpoint_id
+
+    def snapshot(self, checkpoint_id: CheckpointId, *, full: bool = False) -> KeyedStateHandle:
         tm = self.placement[KEYED]
         assert tm is not None
         future = tm.snapshotter.begin(
-            JOB, checkpoint_id, ranges_of(JOB), CheckpointKind.CHECKPOINT, **self._attempt()
+            JOB, checkpoint_id, ranges_of(JOB), CheckpointKind.CHECKPOINT, full=full, **self._attempt()
         )
         return future.result(WAIT_S).handle
 
@@ -189,11 +196,12 @@ class JobManagerLoop:
     def decline_stateless(self, checkpoint_id: CheckpointId) -> None:
         self.run(self.coordinator.receive_decline(self.now, checkpoint_id, STATELESS, "test: declined"))
 
-    def checkpoint(self) -> tuple[CheckpointId, KeyedStateHandle, AckResult]:
-        """Trigger; the stateless task acknowledges, then the keyed one (which completes it, or not)."""
-        checkpoint_id = self.trigger()
+    def checkpoint(self, *, full: bool = False) -> tuple[CheckpointId, KeyedStateHandle, AckResult]:
+        """Trigger (``full``: as `weir checkpoint --full`); the stateless task acknowledges, then the
+        keyed one (which completes it, or not)."""
+        checkpoint_id = self.trigger_full() if full else self.trigger()
         assert self.ack_stateless(checkpoint_id) is AckResult.SUCCESS
-        handle = self.snapshot(checkpoint_id)
+        handle = self.snapshot(checkpoint_id, full=full)
         return checkpoint_id, handle, self.ack(checkpoint_id, handle)
 
     def latest_completed(self) -> CheckpointId | None:
@@ -241,6 +249,43 @@ def restore_into_fresh(make_tm: MakeTaskManager, name: str, handle: KeyedStateHa
     tm = make_tm(name)
     tm.snapshotter.restore([handle], ranges_of(JOB))
     return tm.content()
+
+
+# -- full checkpoints ---------------------------------------------------------------------------------
+
+
+def test_a_full_checkpoint_uploads_every_file_anew_and_later_ones_reuse_its_files(
+    storage: GatedStorage, make_tm: MakeTaskManager
+) -> None:
+    """Flink's FULL checkpoint type (files shared forward only): an incremental checkpoint reuses the
+    SSTs of the one before; a full one references no object of an earlier checkpoint; the incremental
+    one after it reuses the full one's files; and the full one restores on its own once every earlier
+    checkpoint's files are deleted."""
+    tm = make_tm("tm-x")
+    jm = JobManagerLoop(storage)
+    jm.deploy(tm)
+    tm.write(0, 3000)
+    _, first, result = jm.checkpoint()
+    assert result is AckResult.SUCCESS
+    tm.write(3000, 100)
+    _, incremental, result = jm.checkpoint()
+    assert result is AckResult.SUCCESS
+    earlier_keys = {f.key for f in (*first.objects, *incremental.objects)}
+    assert reused_keys(incremental), "the incremental checkpoint reused nothing: the test proves nothing"
+
+    tm.write(3100, 100)
+    full_id, full, result = jm.checkpoint(full=True)
+    assert result is AckResult.SUCCESS and jm.latest_completed() == full_id
+    assert not reused_keys(full)
+    assert not {f.key for f in full.objects} & earlier_keys
+    assert full.sst_files
+    assert earlier_keys <= jm.deleted, "the full checkpoint subsumed the earlier ones: their files go"
+    assert restore_into_fresh(make_tm, "tm-check", full) == tm.content()
+
+    tm.write(3200, 100)
+    _, after, result = jm.checkpoint()
+    assert result is AckResult.SUCCESS
+    assert reused_keys(after) and reused_keys(after) <= {f.key for f in full.sst_files}
 
 
 # -- attempts -----------------------------------------------------------------------------------------

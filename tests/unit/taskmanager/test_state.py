@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rocksdict import WriteBatch
+
+from tests.integration.polling import poll
 from weir.core.ids import KeyGroup
 from weir.core.keygroups import KeyGroupRange
-from weir.taskmanager.state import RocksDBKeyedStateStore, RocksDBStateBackend
+from weir.taskmanager.state import DEFERRED_COMPACTION_L0_FILES, RocksDBKeyedStateStore, RocksDBStateBackend
 
 
 def groups(first: int, last: int) -> KeyGroupRange:
@@ -232,3 +235,72 @@ def test_an_entry_flushed_before_its_delete_is_deleted_in_the_database(state_bac
     restored.delete("v", 1, b"k")
     assert restored.flush() == 1  # the stored entry must be deleted
     assert fresh_view(state_backend, "op3").get("v", 1, b"k") is None
+
+
+def _level0_files(backend: RocksDBStateBackend) -> int:
+    return int(backend.db.property_int_value("rocksdb.num-files-at-level0") or 0)
+
+
+def _write_level0_file(backend: RocksDBStateBackend, n: int) -> None:
+    batch = WriteBatch(raw_mode=True)
+    for i in range(0, 2000, 2):  # every file spans the whole key range, as random keys do
+        batch.put(b"k%08d" % (i + n % 2), b"v%d" % n)
+    backend.write(batch)
+    with backend.quiesced():  # the memtable flushed: one more level-0 file
+        pass
+
+
+def _compactions_settled(backend: RocksDBStateBackend) -> bool:
+    """No compaction running, and none due that may run (deferred ones may not)."""
+    running = backend.db.property_int_value("rocksdb.num-running-compactions")
+    pending = backend.db.property_int_value("rocksdb.compaction-pending")
+    return running == 0 and (pending == 0 or backend.compactions_deferred)
+
+
+def test_an_adopted_database_compacts_only_after_its_first_checkpoint(tmp_path: Path) -> None:
+    """Its level 0 at RocksDB's trigger (4 files), an adopted snapshot's files stay as they are until
+    the next checkpoint is taken (which then has them all): compactions are deferred until then,
+    whatever the snapshot's OPTIONS file says. (The compaction a restored database ran before the fix
+    is reproduced in tests/integration/checkpointing/test_snapshots.py.)"""
+    writer = RocksDBStateBackend(tmp_path / "writer")
+    writer.db.set_options({"disable_auto_compactions": "true"})  # a checkpoint before its compaction
+    for n in range(4):
+        _write_level0_file(writer, n)
+    with writer.quiesced():
+        writer.create_checkpoint(tmp_path / "snapshot")
+    writer.close()
+    for options in (tmp_path / "snapshot").glob("OPTIONS-*"):  # as a writer whose compaction was about to run
+        text = options.read_text()
+        assert "disable_auto_compactions=true" in text
+        options.write_text(text.replace("disable_auto_compactions=true", "disable_auto_compactions=false"))
+
+    restored = RocksDBStateBackend(tmp_path / "restored")
+    restored.adopt(tmp_path / "snapshot")
+    assert restored.compactions_deferred and _level0_files(restored) == 4
+    files = sorted(p.name for p in restored.path.glob("*.sst"))
+    poll("no compaction running or due", 30.0, lambda: _compactions_settled(restored), interval_s=0.05)
+    assert sorted(p.name for p in restored.path.glob("*.sst")) == files
+    with restored.quiesced():
+        restored.create_checkpoint(tmp_path / "first")
+    assert sorted(p.name for p in (tmp_path / "first").glob("*.sst")) == files  # the restored files, all
+    assert not restored.compactions_deferred
+    restored.db.compact_range(None, None)  # compactions run again (a manual one, to wait for it)
+    assert _level0_files(restored) == 0
+    restored.close()
+
+
+def test_deferred_compactions_run_once_level_0_fills_up_without_a_checkpoint(tmp_path: Path) -> None:
+    writer = RocksDBStateBackend(tmp_path / "writer")
+    _write_level0_file(writer, 0)
+    with writer.quiesced():
+        writer.create_checkpoint(tmp_path / "snapshot")
+    writer.close()
+    restored = RocksDBStateBackend(tmp_path / "restored")
+    restored.adopt(tmp_path / "snapshot")
+    n = 1
+    while restored.compactions_deferred:
+        assert _level0_files(restored) <= DEFERRED_COMPACTION_L0_FILES
+        _write_level0_file(restored, n)
+        n += 1
+    assert n == DEFERRED_COMPACTION_L0_FILES + 1  # resumed at the write that found level 0 full
+    restored.close()

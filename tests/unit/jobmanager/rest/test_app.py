@@ -18,6 +18,7 @@ from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.leader_election import LeaderTerm, LeaseRecord
 from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
 
 with warnings.catch_warnings():
@@ -27,6 +28,7 @@ with warnings.catch_warnings():
 from openapi_spec_validator import validate
 
 from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
+from weir.jobmanager.rest import views
 from weir.jobmanager.rest.app import create_app
 
 JOB_PATHS = (
@@ -143,6 +145,19 @@ def test_before_its_jobs_are_recovered_healthz_says_starting_and_every_read_answ
     assert client.get("/jobs").status_code == 200
     h.jm.stop()
     assert client.get("/healthz").json() == {"status": "stopping"}
+
+
+def test_a_standbys_healthz_names_the_leader_it_knows(make_harness: MakeHarness) -> None:
+    """High availability: a standby answers 503 `starting` with the leader it last read in the lease,
+    so a probe or an operator sees where to go; none known yet: no `leader`."""
+    h = make_harness()
+    known: list[views.KnownLeader | None] = [None]
+    client = TestClient(create_app(h.jm, known_leader=lambda: known[0]))
+    assert (client.get("/healthz").status_code, client.get("/healthz").json()) == (503, {"status": "starting"})
+    known[0] = views.known_leader(LeaseRecord("jm-b", LeaderTerm(3), "10.0.0.2:6123", 6.0))
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response.json() == {"status": "starting", "leader": {"address": "10.0.0.2:6123", "term": 3}}
 
 
 def test_healthz_counts_live_taskmanagers_and_running_jobs(harness: Harness, client: TestClient) -> None:
@@ -488,14 +503,17 @@ def test_a_checkpoint_of_a_job_that_is_not_running_is_a_conflict(harness: Harnes
     errors_of(client.post("/jobs/nope/checkpoints", json={}), 404)
 
 
-def test_a_full_checkpoint_is_refused_as_weir_s_checkpoints_are_incremental(
-    harness: Harness, client: TestClient
+@pytest.mark.parametrize(("checkpoint_type", "full"), [("FULL", True), ("INCREMENTAL", False), ("CONFIGURED", False)])
+def test_a_checkpoint_s_type_reaches_the_sources_and_the_history(
+    harness: Harness, client: TestClient, checkpoint_type: str, full: bool
 ) -> None:
+    """Flink's `checkpointType`: FULL tells the sources' barrier to reuse no earlier file, and the
+    history says `full`; INCREMENTAL and CONFIGURED (Weir's checkpoints are incremental) do not."""
     running_job(harness)
-    assert (
-        "full checkpoint" in errors_of(client.post("/jobs/job-1/checkpoints", json={"checkpointType": "FULL"}), 409)[0]
-    )
-    assert client.get("/jobs/job-1/checkpoints").json()["history"] == []
+    assert client.post("/jobs/job-1/checkpoints", json={"checkpointType": checkpoint_type}).status_code == 202
+    (entry,) = client.get("/jobs/job-1/checkpoints").json()["history"]
+    assert entry["full"] is full and entry["checkpoint_type"] == "CHECKPOINT"
+    assert harness.gateway.full_triggers == ([entry["id"]] if full else [])
 
 
 @pytest.mark.parametrize("body", [{"checkpointType": "SOMETIMES"}, {"checkpointType": 1}, {"unknown": True}])

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from weir.core.errors import Fault, SerializationError
+from weir.core.key_samples import KEY_SAMPLE_STATE
 from weir.core.keygroups import KeyEncoder, key_to_bytes
 from weir.core.state_layout import (
     EVENT_TIMERS,
@@ -82,7 +83,10 @@ def test_the_names_of_the_runtimes_states_are_pinned() -> None:
         JOIN_RIGHT_BUFFER,
         JOIN_LEFT_TIMES,
         JOIN_RIGHT_TIMES,
+        KEY_SAMPLE_STATE,
     }
+    assert KEY_SAMPLE_STATE == "weir.key-samples"
+    assert describe_state_key(KEY_SAMPLE_STATE, b"\x05") == {"slot": 5}
     assert all(kind.name == name for name, kind in STATE_KINDS.items())
 
 

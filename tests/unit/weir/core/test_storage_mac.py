@@ -163,3 +163,30 @@ def test_the_key_comes_from_the_environment_and_open_storage_seals_with_it(
     assert isinstance(storage, SealedStorage)
     storage.put_bytes("a", b"x")
     assert (tmp_path / "sealed" / "a").read_bytes() == seal(b"x", KEY)
+
+
+def test_a_reader_without_the_key_refuses_a_sealed_object_in_one_line_naming_the_setting(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process started without WEIR_STORAGE_MAC_KEY that meets a sealed object says so (one line,
+    the object, the missing setting) instead of handing the trailer to a decoder; unsealed objects
+    read as they are."""
+    monkeypatch.setenv("WEIR_STORAGE_MAC_KEY", "k" * 32)
+    open_storage(str(tmp_path)).put_bytes("job-1/_job", b'{"format": 1}')
+    monkeypatch.delenv("WEIR_STORAGE_MAC_KEY")
+    monkeypatch.delenv("WEIR_STORAGE_MAC_KEY_FILE", raising=False)
+    keyless = open_storage(str(tmp_path))
+    keyless.put_bytes("plain", b"as it is")
+    assert keyless.get_bytes("plain") == b"as it is"
+    reads = [
+        lambda: keyless.get_bytes("job-1/_job"),
+        lambda: keyless.get_versioned("job-1/_job"),
+        lambda: keyless.get_file("job-1/_job", tmp_path / "out" / "copy"),
+    ]
+    for read in reads:
+        with pytest.raises(StorageAuthenticationError) as refused:
+            read()
+        message = str(refused.value)
+        assert "\n" not in message and "job-1/_job" in message
+        assert "is sealed" in message and "WEIR_STORAGE_MAC_KEY or WEIR_STORAGE_MAC_KEY_FILE is not set here" in message
+    assert not (tmp_path / "out" / "copy").exists()

@@ -22,11 +22,21 @@ from google.protobuf import any_pb2
 from google.rpc import status_pb2
 from grpc_status import rpc_status
 
+from weir.api import load_job_source
 from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.codec import job_status_to_proto, timeline_to_proto
 from weir.core.errors import CommandLineError
 from weir.core.states import JobStatus
-from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, parse_parameters, run_cli
+from weir.sql import explain, plan_script
+from weir.tools.cli import (
+    EXIT_FAILURE,
+    EXIT_NO_CLUSTER,
+    EXIT_OK,
+    EXIT_USAGE,
+    parse_parameters,
+    run_cli,
+    sql_job_source,
+)
 from weir.tools.client import JobManagerClient
 from weir.wire import common_pb2, jobmanager_pb2, jobmanager_pb2_grpc
 
@@ -867,3 +877,56 @@ def test_package_of_a_missing_job_file_is_one_line_exit_2(weir: Weir, tmp_path: 
     result = weir("package", str(missing), "-o", str(tmp_path / "job.zip"))
     assert_error(result, EXIT_USAGE, f"job file {missing} does not exist")
     assert not (tmp_path / "job.zip").exists()
+
+
+# weir sql: a script refused before anything is submitted (one line with its position, exit 2),
+# --explain without submitting, and a script submitted as the job file sql_job_source writes.
+
+SQL_SCRIPT = """SET 'pipeline.name' = 'lower-b';
+CREATE TABLE t (a BIGINT, b STRING) WITH ('connector' = 'kafka', 'topic' = 't', 'format' = 'json');
+CREATE TABLE s (a BIGINT, b STRING) WITH ('connector' = 'kafka', 'topic' = 's', 'format' = 'json');
+INSERT INTO s SELECT a, LOWER(b) FROM t WHERE a > 0;
+"""
+
+
+def test_a_refused_construct_is_one_line_with_its_position_and_nothing_is_submitted(
+    weir: Weir, fake_jobmanager: FakeJobManager
+) -> None:
+    result = weir("sql", "-e", SQL_SCRIPT + "INSERT INTO s SELECT a, b FROM t ORDER BY a;")
+    assert_error(result, EXIT_USAGE, "SQL 5:43: ORDER BY is not supported")
+    assert fake_jobmanager.submitted == []
+
+
+def test_a_file_or_e_one_of_them(weir: Weir, tmp_path: Path, no_jobmanager: str) -> None:
+    assert_error(weir("sql"), EXIT_USAGE, 'give a SQL file or -e "SQL", one of them')
+    missing = tmp_path / "nope.sql"
+    assert_error(weir("sql", str(missing)), EXIT_USAGE, f"SQL file {missing} does not exist")
+
+
+def test_explain_prints_the_uids_and_submits_nothing(weir: Weir, fake_jobmanager: FakeJobManager) -> None:
+    result = weir("sql", "--explain", "-e", SQL_SCRIPT)
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert result.stdout.strip() == explain(SQL_SCRIPT)
+    uids = [line.split()[0] for line in result.stdout.splitlines()[1:]]
+    assert uids[0] == "sql-source-t" and [u.rsplit("-", 1)[1] for u in uids[1:]] == ["filter", "project", "sink"]
+    assert fake_jobmanager.submitted == []
+
+
+def test_the_script_is_submitted_as_a_job_named_by_pipeline_name(
+    weir: Weir, fake_jobmanager: FakeJobManager, tmp_path: Path
+) -> None:
+    path = tmp_path / "orders.sql"
+    path.write_text(SQL_SCRIPT)
+    result = weir("sql", str(path), "-d", "-p", "2", "-D", "checkpointing.interval=1s")
+    assert result.exit_code == EXIT_OK, result.stderr
+    assert result.stdout.strip() == "job-1"
+    (request,) = fake_jobmanager.submitted
+    assert request.job_name == "lower_b" and request.parallelism == 2
+    assert dict(request.parameters) == {"checkpointing.interval": "1s"}
+    assert request.job_source.decode() == sql_job_source(SQL_SCRIPT)
+    graph = load_job_source(request.job_source, request.job_file_name, {}, 2).graph
+    (statement,) = plan_script(SQL_SCRIPT).inserts
+    kinds = ("filter", "project", "sink")
+    assert sorted(graph.transformations) == sorted(
+        ["sql-source-t"] + [f"{statement.uid_prefix}-{n}-{kind}" for n, kind in enumerate(kinds)]
+    )

@@ -250,6 +250,54 @@ def test_every_failure_point_is_hit_and_the_committed_output_is_each_record_once
         assert sorted(map(json.dumps, run.by_operator["sink"])) == sorted(map(json.dumps, clean.by_operator["sink"]))
 
 
+@pytest.mark.parametrize(
+    ("body", "rescale"),
+    [
+        pytest.param(KEYED_TOTAL, None, id="keyed-state"),
+        pytest.param(KEYED_TOTAL, 3, id="keyed-state-rescaled"),
+        pytest.param(GLOBAL_COUNTER, None, id="module-global"),
+        pytest.param(GLOBAL_COUNTER, 3, id="module-global-rescaled"),
+        pytest.param(RANDOM_KEY, None, id="random"),  # rescaled, a random key fails the run from the start
+        pytest.param(WALL_CLOCK_WINDOW, None, id="wall-clock"),
+        pytest.param(WALL_CLOCK_WINDOW, 3, id="wall-clock-rescaled"),
+    ],
+)
+def test_a_failure_run_resumed_at_its_point_is_the_run_from_the_start(
+    tmp_path: Path, body: str, rescale: int | None
+) -> None:
+    """What ``check_job`` runs per failure point (the failure-free run's state at the point taken
+    over, then the recovery) commits exactly what the run from the start with that failure does,
+    record for record and in order, and passes the same failure points: also for jobs whose output
+    depends on a module global, ``random`` or the (virtual) clock."""
+    path = job(tmp_path, body)
+    inputs = {"events": records_of_lines(event_lines(RECORDS))}
+    clean = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, capture=True)
+    assert set(clean.resume_points) == set(clean.visited)
+    for point in clean.visited:
+        whole = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, failure=point, rescale=rescale)
+        resumed = run_once(
+            path, inputs, checkpoint_every=CHECKPOINT_EVERY, failure=point, rescale=rescale, resume_from=clean
+        )
+        assert resumed.by_operator == whole.by_operator, point
+        assert (resumed.checkpoints, resumed.visited, resumed.failure_hit) == (
+            whole.checkpoints,
+            whole.visited,
+            whole.failure_hit,
+        ), point
+        assert resumed.rescaled_to == whole.rescaled_to == rescale
+
+
+def test_a_resumed_run_needs_its_failure_point(tmp_path: Path) -> None:
+    path = job(tmp_path, KEYED_TOTAL)
+    inputs = {"events": records_of_lines(event_lines(RECORDS))}
+    clean = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, capture=True)
+    with pytest.raises(JobTestError, match="resume_from takes over the failure-free run at a failure point"):
+        run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, resume_from=clean)
+    never = FailurePoint(99, Phase.MID_EPOCH)
+    with pytest.raises(JobTestError, match="never passed the failure point halfway through the records before"):
+        run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, failure=never, resume_from=clean)
+
+
 def test_a_kafka_source_without_input_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(JobTestError, match="no input for Kafka source 'events': give --source events=FILE.jsonl"):
         run_once(job(tmp_path, FIELD_KEY), {})

@@ -30,6 +30,7 @@ from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import ServiceUnavailableError
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.key_samples import KEY_SAMPLE_STATE, SAMPLES_AT_OPEN
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask, key_to_bytes
 from weir.core.paths import CheckpointPaths, external_path
 from weir.core.state_layout import STATE_KINDS, KeyedEntry, PrefixedKey, StateKind, key_prefix
@@ -289,7 +290,7 @@ def test_info_prints_the_checkpoint_its_subtasks_and_each_operators_state(weir: 
     result = weir("savepoint", "info", built.path)
     assert result.exit_code == EXIT_OK and result.stderr == ""
     out = result.stdout
-    assert "checkpoint 7 of job job-a (metadata format 1, task-state format 2)" in out
+    assert "checkpoint 7 of job job-a (metadata format 2, task-state format 2)" in out
     assert "keys relative to the storage root" in out
     assert "5 subtasks" in out
     assert "kafka source: next offsets 0 -> 120, 2 -> 98; end offsets 0 -> 200, 2 -> 200" in out
@@ -309,7 +310,7 @@ def test_info_as_json(weir: Weir, built: Built) -> None:
     assert result.exit_code == EXIT_OK
     info = json.loads(result.stdout)
     assert (info["job_id"], info["checkpoint_id"], info["kind"]) == ("job-a", 7, "checkpoint")
-    assert info["formats"] == {"metadata": 1, "task_state": 2}
+    assert info["formats"] == {"metadata": 2, "task_state": 2}
     assert info["storage_root"] == built.storage.uri and info["metadata_key"] == built.metadata_key
     assert (info["trigger_timestamp"], info["completion_timestamp"]) == (1764578000.25, 1764578001.5)
     assert info["total_size_bytes"] == built.checkpoint.total_size_bytes > 0
@@ -354,9 +355,10 @@ def test_info_keyed_counts_each_states_entries_and_key_groups(weir: Weir, built:
         kg = key_group_range_for_subtask(128, 2, SubtaskIndex(sub["subtask"]))
         mine = [k for k in expected if k[0] in kg]
         assert len(mine) >= 10
-        assert sub["keyed_state"]["states"] == {
-            "win": {"entries": len(mine), "key_groups": ranges({k[0] for k in mine})}
-        }
+        states = sub["keyed_state"]["states"]
+        assert set(states) == {"win", KEY_SAMPLE_STATE}  # and the key samples (weir.core.key_samples)
+        assert states["win"] == {"entries": len(mine), "key_groups": ranges({k[0] for k in mine})}
+        assert 0 < states[KEY_SAMPLE_STATE]["entries"] <= SAMPLES_AT_OPEN
     dedupe = operators[DEDUPE]["subtasks"][0]["keyed_state"]["states"]
     assert set(dedupe) == {"seen", "last", SEQUENCES}
     assert dedupe["seen"]["entries"] == dedupe["last"]["entries"] == dedupe[SEQUENCES]["entries"] == 5
@@ -369,7 +371,7 @@ def test_info_keyed_counts_each_states_entries_and_key_groups(weir: Weir, built:
 
 
 def test_dump_round_trips_the_window_state_of_every_subtask(weir: Weir, built: Built) -> None:
-    result = weir("savepoint", "dump", built.path, "--uid", WINDOW)
+    result = weir("savepoint", "dump", built.path, "--uid", WINDOW, "--state", "win")
     assert result.exit_code == EXIT_OK and result.stderr == ""
     lines = result.lines()
     found = {}
@@ -418,7 +420,7 @@ def test_unknown_uid_and_state_are_user_errors(weir: Weir, built: Built) -> None
     assert_error(
         weir("savepoint", "dump", built.path, "--uid", WINDOW, "--state", "nope"),
         EXIT_USAGE,
-        "operator 'window-count-sum' has no keyed state 'nope'; its states: win",
+        "operator 'window-count-sum' has no keyed state 'nope'; its states: weir.key-samples, win",
     )
     assert_error(
         weir("savepoint", "dump", built.path, "--uid", "print"), EXIT_USAGE, "has neither keyed nor operator state"
@@ -539,7 +541,7 @@ def test_a_relocated_savepoint_reads_from_its_folder_alone(weir: Weir, built: Bu
 
     text = weir("savepoint", "info", str(moved)).stdout
     assert "savepoint 7 of job job-a" in text and "keys relative to the folder" in text
-    lines = weir("savepoint", "dump", str(moved), "--uid", WINDOW).lines()
+    lines = weir("savepoint", "dump", str(moved), "--uid", WINDOW, "--state", "win").lines()
     assert {
         (ln["key_group"], ln["key"]["key"], *ln["key"]["window"]): ln["value"] for ln in lines
     } == expected_windows()

@@ -102,6 +102,39 @@ def test_default_children_command_lines() -> None:
     ]
 
 
+def test_standby_jobmanagers_take_the_ports_after_the_leaders_and_every_process_runs_with_ha() -> None:
+    """`weir cluster up --standbys 2`: two standby JobManagers on the JobManager's port + 1 and + 2
+    (REST port + 1 and + 2, no metrics port); the cluster's processes all get WEIR_HA_ENABLED and the
+    three addresses, so the TaskManagers and tools follow whichever leads. No standby: nothing added."""
+    endpoints = Endpoints.from_env({"WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:7000", "WEIR_JOBMANAGER_METRICS_PORT": "7050",
+                                    "WEIR_JOBMANAGER_REST_PORT": "7080",
+                                    "WEIR_TASKMANAGER_METRICS_BASE_PORT": "7010"})  # fmt: skip
+    specs = cluster.default_children(endpoints, taskmanagers=1, python="py", standbys=2)
+    assert [(s.name, s.argv) for s in specs] == [
+        (
+            "jobmanager",
+            ("py", "-m", "weir.jobmanager", "--port", "7000", "--metrics-port", "7050", "--rest-port", "7080"),
+        ),
+        (
+            "jobmanager-standby-1",
+            ("py", "-m", "weir.jobmanager", "--port", "7001", "--metrics-port", "0", "--rest-port", "7081"),
+        ),
+        (
+            "jobmanager-standby-2",
+            ("py", "-m", "weir.jobmanager", "--port", "7002", "--metrics-port", "0", "--rest-port", "7082"),
+        ),
+        ("taskmanager-1", ("py", "-m", "weir.taskmanager", "--id", "taskmanager-1", "--metrics-port", "7011")),
+    ]
+    assert cluster.ha_environment(endpoints, 2) == {
+        "WEIR_HA_ENABLED": "true",
+        "WEIR_JOBMANAGER_ADDRESSES": "127.0.0.1:7000,127.0.0.1:7001,127.0.0.1:7002",
+    }
+    assert cluster.ha_environment(endpoints, 0) == {}
+    clashing = Endpoints.from_env({"WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:7000", "WEIR_JOBMANAGER_METRICS_PORT": "7001"})
+    with pytest.raises(ClusterError, match="port 7001 is both jobmanager metrics and jobmanager-standby-1"):
+        cluster.require_distinct_ports(clashing, 1)
+
+
 # The real supervisor -----------------------------------------------------------------------------
 
 
@@ -258,9 +291,7 @@ def test_a_child_due_for_restart_is_not_started_while_the_supervisor_stops(tmp_p
     slow_to_stop = (
         sys.executable,
         "-c",
-        "import signal, time\n"
-        "signal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), exit(0)))\n"
-        "time.sleep(60)\n",
+        "import signal, time\nsignal.signal(signal.SIGTERM, lambda *_: (time.sleep(1.5), exit(0)))\ntime.sleep(60)\n",
     )
     children = (ChildSpec("jobmanager", slow_to_stop), ChildSpec("taskmanager-1", crash_then_sleep))
     said: list[str] = []

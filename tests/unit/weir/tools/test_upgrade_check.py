@@ -38,12 +38,13 @@ from tests.unit.weir.tools.test_savepoint_inspect import (
 )
 from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.ids import OperatorUid, SubtaskIndex, TaskId, TaskManagerId
+from weir.core.key_samples import KEY_SAMPLE_STATE, SAMPLES_AT_OPEN, sample_slot
 from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask, key_to_bytes
 from weir.core.paths import CheckpointPaths, external_path
 from weir.core.state_layout import key_prefix, window_key
 from weir.core.state_schema import StoredSchema
 from weir.core.task_state import InlineOperatorState, SubtaskLayout, TaskStateDocument, encode_task_state
-from weir.core.windows import TumblingEventTimeWindows
+from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.jobmanager.checkpointing.metadata import encode_metadata
 from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
@@ -64,10 +65,17 @@ class _Gone:
         self.n = n
 
 
-def build_v1_savepoint(root: Path, *, damaged_entries: bool = False) -> Path:
+class MergingSum(Sum):
+    def merge(self, a: int, b: int) -> int:
+        return a + b
+
+
+def build_v1_savepoint(root: Path, *, damaged_entries: bool = False, sliding: Any = None, samples: bool = True) -> Path:
     """Version 1's savepoint: a source (2 subtasks), the window and the exactly-once sink chained (2
     subtasks, window state recorded as version 1). ``damaged_entries``: also one "win" value naming
-    a class that no longer imports, and one key stored under a key group it does not hash to."""
+    a class that no longer imports, and one key stored under a key group it does not hash to.
+    ``sliding``: the window's aggregate instead (a ``Sum`` or ``MergingSum``) over sliding windows
+    of 20 every 10 (the merging one sliced)."""
     storage = FileCheckpointStorage(root / "storage")
     paths = CheckpointPaths()
     handles: list[TaskStateHandle] = []
@@ -96,7 +104,10 @@ def build_v1_savepoint(root: Path, *, damaged_entries: bool = False) -> Path:
     for s in range(2):
         keyed = TaskKeyedState(root / f"tm-{s}", storage, paths, TaskManagerId(f"taskmanager-{s + 1}"))
         kg = key_group_range_for_subtask(128, 2, SubtaskIndex(s))
-        op = WindowAggregateOperator(Sum(), lambda v: v[0], TumblingEventTimeWindows(10), 0)
+        if sliding is None:
+            op = WindowAggregateOperator(Sum(), lambda v: v[0], TumblingEventTimeWindows(10), 0)
+        else:
+            op = WindowAggregateOperator(sliding, lambda v: v[0], SlidingEventTimeWindows(20, 10), 0)
         op.setup(OperatorContext(JOB, "test", WINDOW, s, 2, 128, 1, kg, {}, keyed.backend), CollectingOutput())
         op.open()
         for value, ts in records():
@@ -105,6 +116,10 @@ def build_v1_savepoint(root: Path, *, damaged_entries: bool = False) -> Path:
         op.process_watermark(9)
         if damaged_entries and s == 0:
             _add_damaged_entries(op)
+        if not samples:
+            for group in kg:
+                for slot, _ in list(op.store.items(KEY_SAMPLE_STATE, group)):
+                    op.store.delete(KEY_SAMPLE_STATE, group, slot)
         window_state = op.snapshot_state(CHECKPOINT)
         assert window_state is not None
         add(WINDOW, s, (WINDOW, SINK), {WINDOW: window_state, SINK: _sink_state(s, 3)}, keyed)
@@ -140,12 +155,18 @@ def savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def unsampled_savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """As an earlier Weir wrote it: no key samples."""
+    return build_v1_savepoint(tmp_path_factory.mktemp("v1-unsampled"), samples=False)
+
+
+@pytest.fixture(scope="module")
 def damaged_savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_v1_savepoint(tmp_path_factory.mktemp("v1-damaged"), damaged_entries=True)
 
 
 JOB_TEMPLATE = """
-from weir.api import DeadLetterOnError, Environment, TumblingEventTimeWindows
+from weir.api import DeadLetterOnError, Environment, SlidingEventTimeWindows, TumblingEventTimeWindows
 
 
 class Sum:
@@ -157,6 +178,7 @@ class Sum:
 
     def result(self, key, start, end, acc):
         return (key, start, end, acc)
+{merge}
 
 
 def migrate(stored_version, acc):
@@ -168,8 +190,8 @@ def build(env: Environment) -> None:
     events = env.from_kafka("events", uid="events-source", deserializer=lambda raw: raw, timestamp=lambda e: 0)
     windows = (
         events.map(lambda e: e, uid="key-value"{map_args})
-        .key_by(lambda v: v[0])
-        .window(TumblingEventTimeWindows(10))
+        .key_by({key})
+        .window({assigner})
         .aggregate(Sum(), uid="{window_uid}"{aggregate_args})
     )
     {sink}
@@ -188,7 +210,10 @@ class V2:
     max_parallelism: int = 128
     sink: str = KAFKA_SINK
     map_args: str = ""
+    key: str = "lambda v: v[0]"
     extra: str = ""
+    assigner: str = "TumblingEventTimeWindows(10)"
+    merge: bool = False
 
     def write(self, folder: Path, name: str) -> Path:
         path = folder / f"{name}.py"
@@ -199,6 +224,9 @@ class V2:
             max_parallelism=self.max_parallelism,
             sink=self.sink,
             map_args=self.map_args,
+            assigner=self.assigner,
+            merge="\n    def merge(self, a, b):\n        return a + b\n" if self.merge else "",
+            key=self.key,
         )
         path.write_text(source + self.extra)
         return path
@@ -224,6 +252,43 @@ def fatal(report: UpgradeReport) -> set[tuple[FindingKind, str]]:
 
 
 # the matrix -----------------------------------------------------------------------------------------
+
+
+SLIDING = "SlidingEventTimeWindows(20, 10)"
+
+
+@pytest.fixture(scope="module")
+def sliced_savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_v1_savepoint(tmp_path_factory.mktemp("v1-sliced"), sliding=MergingSum())
+
+
+@pytest.fixture(scope="module")
+def per_window_sliding_savepoint(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_v1_savepoint(tmp_path_factory.mktemp("v1-sliding"), sliding=Sum())
+
+
+def test_sliced_sliding_windows_pass_unchanged(check: Check, sliced_savepoint: Path) -> None:
+    report = check(V2(assigner=SLIDING, merge=True), sliced_savepoint)
+    assert report.passed, report.findings
+    assert (FindingKind.STATE_SCHEMA, WINDOW) not in kinds(report)
+
+
+def test_sliced_sliding_windows_fail_where_the_new_job_keeps_one_accumulator_per_window(
+    check: Check, sliced_savepoint: Path
+) -> None:
+    report = check(V2(assigner=SLIDING), sliced_savepoint)  # the aggregate lost its merge
+    assert fatal(report) == {(FindingKind.STATE_SCHEMA, WINDOW)}
+    (finding,) = [f for f in report.findings if f.kind is FindingKind.STATE_SCHEMA]
+    assert "keep slices of 10 ms, the new job's keep one accumulator per window" in finding.reason
+
+
+def test_per_window_sliding_state_passes_into_sliced_windows_and_says_so(
+    check: Check, per_window_sliding_savepoint: Path
+) -> None:
+    report = check(V2(assigner=SLIDING, merge=True), per_window_sliding_savepoint)
+    assert report.passed, report.findings
+    assert (FindingKind.STATE_SCHEMA, WINDOW) in kinds(report, Severity.INFO)
+    assert check(V2(assigner=SLIDING), per_window_sliding_savepoint).passed
 
 
 def test_the_same_job_passes_and_every_stored_value_is_read(check: Check, savepoint: Path) -> None:
@@ -315,6 +380,60 @@ def test_a_class_that_no_longer_imports_and_a_key_in_another_key_group_fail(
     assert "'key': 'gone-" in by_kind[FindingKind.CLASS_NOT_IMPORTABLE]
     assert by_kind[FindingKind.KEY_GROUP_MOVED].startswith("1 stored entry would hash to another key group")
     assert "moved-" in by_kind[FindingKind.KEY_GROUP_MOVED]
+
+
+# the key function (key samples) -----------------------------------------------------------------------
+
+
+def sampled_slots() -> int:
+    """The (key group, slot) pairs the keys of the input fall into."""
+    keys = {key for (key, _), _ in records()}
+    return len({(key_group_for_key(k, 128), sample_slot(key_to_bytes(k))) for k in keys})
+
+
+def test_the_samples_are_what_the_operator_keyed(check: Check, savepoint: Path) -> None:
+    report = check(V2(), savepoint)
+    # Every record came before the first checkpoint: of the first 64 each subtask keyed, one per key
+    # group and slot (two keys may share one: the later replaces the earlier).
+    assert 0 < report.samples_checked <= 2 * SAMPLES_AT_OPEN
+    assert report.samples_checked == sampled_slots()
+    assert not {f.kind for f in report.findings} & {
+        FindingKind.KEY_FUNCTION_CHANGED,
+        FindingKind.KEY_FUNCTION_REWRITTEN,
+        FindingKind.KEY_FUNCTION_UNSAMPLED,
+    }
+
+
+def test_a_key_function_that_keys_records_otherwise_fails_naming_record_and_keys(check: Check, savepoint: Path) -> None:
+    report = check(V2(key="lambda v: v[0].upper()"), savepoint)
+    assert fatal(report) == {(FindingKind.KEY_FUNCTION_CHANGED, WINDOW)}
+    reason = report.fatal()[0].reason
+    changed = sampled_slots()
+    assert reason.startswith(f"the new key function keys {changed} of {changed} sampled records differently, e.g. ")
+    key = next(k for k in {k for (k, _), _ in records()} if f"had key {k!r}, the new key function gives" in reason)
+    old_group, new_group = key_group_for_key(key, 128), key_group_for_key(key.upper(), 128)
+    assert f"record ({key!r}, " in reason
+    assert f"gives {key.upper()!r} (key group {old_group} -> {new_group}: another key group)" in reason
+
+
+def test_a_key_function_that_raises_on_a_sampled_record_fails(check: Check, savepoint: Path) -> None:
+    report = check(V2(key="lambda v: v[0] if v[1] < 5 else v['user']"), savepoint)
+    assert fatal(report) == {(FindingKind.KEY_FUNCTION_CHANGED, WINDOW)}
+    assert "the new one raises TypeError" in report.fatal()[0].reason
+
+
+def test_a_rewritten_key_function_that_keys_alike_passes_with_a_note(check: Check, savepoint: Path) -> None:
+    report = check(V2(key="lambda v: str(v[0])"), savepoint)
+    assert report.passed, report.findings
+    notes = [f for f in report.findings if f.kind is FindingKind.KEY_FUNCTION_REWRITTEN]
+    assert [(n.uid, n.severity) for n in notes] == [(WINDOW, Severity.INFO)]
+    assert "records never sampled are not checked" in notes[0].reason
+
+
+def test_a_savepoint_without_samples_passes_with_a_warning(check: Check, unsampled_savepoint: Path) -> None:
+    report = check(V2(key="lambda v: v[0].upper()"), unsampled_savepoint)  # not seen: nothing to run it over
+    assert report.passed and report.samples_checked == 0
+    assert (FindingKind.KEY_FUNCTION_UNSAMPLED, WINDOW) in kinds(report, Severity.WARNING)
 
 
 def test_dead_letter_topics_must_exist_when_kafka_is_asked(check: Check, savepoint: Path) -> None:
@@ -465,3 +584,12 @@ def test_the_worked_example_in_the_docs_prints_what_the_docs_show(
     V2(aggregate_args=", state_version=2, migrate=migrate", migrate="return acc").write(tmp_path, "job_v2")
     assert run_cli(shlex.split(command.text)[1:]) == EXIT_OK
     assert capsys.readouterr().out.startswith("PASS: job_v2.py can restore from sp-1\n")
+
+    key_example = "weir upgrade check job_v3.py --savepoint sp-1 --offline"
+    at = next(i for i, b in enumerate(page) if b.text.strip() == key_example)
+    V2(key="lambda v: v[0].upper()").write(tmp_path, "job_v3")
+    assert run_cli(shlex.split(page[at].text)[1:]) == EXIT_FAILURE
+    assert capsys.readouterr().out == page[at + 1].text
+    V2(key="lambda v: str(v[0])").write(tmp_path, "job_v3")
+    assert run_cli(shlex.split(page[at].text)[1:]) == EXIT_OK
+    assert "info key-function-rewritten window-count-sum" in capsys.readouterr().out

@@ -1,0 +1,162 @@
+"""Streaming SQL: a script of Flink SQL statements compiled to an ordinary Weir job (docs/sql.md).
+
+``sql(env, script)`` in a job's ``build(env)`` adds the script's INSERT statements to the job (with
+whatever else the job builds in Python) and answers a :class:`SqlJob`, whose ``query(select)`` gives
+the rows of a SELECT over the script's tables as a ``DataStream`` of dicts, for the job to go on with
+in Python; ``weir sql FILE.sql`` / ``weir sql -e "..."`` submits a job
+of that script alone; ``explain(script)`` answers what EXPLAIN prints: each statement's operators
+with their uids.
+
+The layers: ``script`` (statements, sqlglot's tokenizer and parser), ``catalog`` (tables and their
+connectors), ``expressions`` (scalar SQL as Python functions of a row), ``plan`` (the logical plan of
+an INSERT, frozen values), ``compile`` (the plan as job API calls)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Final
+
+from sqlglot import exp
+
+from weir.api import DataStream, Environment
+from weir.sql.catalog import Table
+from weir.sql.compile import Operator, compile_insert, compile_query, source_uid, statement_digest
+from weir.sql.errors import Position, SqlError
+from weir.sql.plan import Catalog, InsertPlan, plan_insert, plan_query
+from weir.sql.script import (
+    CreateTable,
+    CreateView,
+    Explain,
+    Insert,
+    SetOption,
+    Statement,
+    StatementSet,
+    Text,
+    parse_expression,
+    parse_script,
+)
+
+SETTINGS: Final = {
+    "pipeline.name": "the job's name (weir sql)",
+    "parallelism.default": "the job's parallelism (weir sql)",
+    "table.local-time-zone": "UTC only: timestamps are UTC",
+}
+
+
+@dataclass(frozen=True)
+class PlannedStatement:
+    insert: Insert
+    plan: InsertPlan
+    uid_prefix: str
+
+
+@dataclass(frozen=True)
+class Script:
+    """A script read and planned: its tables, its SET options, the INSERTs to run, the EXPLAINs."""
+
+    tables: dict[str, Table]
+    views: dict[str, CreateView]
+    settings: dict[str, str]
+    inserts: tuple[PlannedStatement, ...]
+    explains: tuple[tuple[Position, tuple[PlannedStatement, ...]], ...]
+
+
+def plan_script(text: str) -> Script:
+    """Read and plan every statement; the first one Weir does not run raises SqlError (one line, ``line:column``)."""
+    statements: tuple[Statement, ...] = parse_script(text)
+    tables: dict[str, Table] = {}
+    views: dict[str, CreateView] = {}
+    settings: dict[str, str] = {}
+    inserts: list[PlannedStatement] = []
+    explains: list[tuple[Position, tuple[PlannedStatement, ...]]] = []
+    seen: Counter[str] = Counter()
+
+    def planned(insert: Insert, *, count: bool = True) -> PlannedStatement:
+        digest = statement_digest(insert.normalized)
+        if count:
+            seen[digest] += 1
+            n = seen[digest]
+        else:
+            n = seen[digest] + 1
+        prefix = f"sql-{digest}" + ("" if n == 1 else f"-{n}")
+        return PlannedStatement(insert, plan_insert(insert, Catalog(dict(tables), dict(views)), text), prefix)
+
+    for statement in statements:
+        match statement:
+            case CreateTable():
+                name = statement.table.name
+                if name in tables or name in views:
+                    raise SqlError(f"table {name} is created twice", statement.position)
+                tables[name] = statement.table
+            case CreateView():
+                if statement.name in tables or statement.name in views:
+                    raise SqlError(f"view {statement.name}: the name is taken", statement.position)
+                views[statement.name] = statement
+            case SetOption():
+                if statement.key not in SETTINGS:
+                    raise SqlError(
+                        f"SET '{statement.key}' is not supported (supported: {', '.join(SETTINGS)})", statement.position
+                    )
+                if statement.key == "table.local-time-zone" and statement.value != "UTC":
+                    raise SqlError("SET 'table.local-time-zone': only 'UTC'", statement.position)
+                settings[statement.key] = statement.value
+            case Insert():
+                inserts.append(planned(statement))
+            case StatementSet():
+                inserts.extend(planned(i) for i in statement.inserts)
+            case Explain():
+                explains.append((statement.position, tuple(planned(i, count=False) for i in statement.inserts)))
+    return Script(tables, views, settings, tuple(inserts), tuple(explains))
+
+
+class SqlJob:
+    """The SQL of a job: its script planned, its INSERTs added to ``env``'s job, and the tables' sources
+    (one per table in the job) that :meth:`query` reads too."""
+
+    def __init__(self, env: Environment, text: str) -> None:
+        self.env, self.text = env, text
+        self.script = plan_script(text)
+        self.sources: dict[str, DataStream] = {}
+        for statement in self.script.inserts:
+            compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources)
+
+    def query(self, select: str) -> DataStream:
+        """The rows of ``select`` (a SELECT over the script's tables and views) as a stream of dicts,
+        column name -> value, for the job to go on with in Python. A GROUP BY without a window gives
+        each key's updated row after each input row. Its operators' uids are
+        ``sql-<digest of the SELECT>-<n>-<kind>``; its positions count from the SELECT's first line."""
+        parsed = parse_expression(Text(select), select, 0)
+        if not isinstance(parsed, exp.Query):
+            raise SqlError("query() takes a SELECT", Position(1, 1))
+        catalog = Catalog(self.script.tables, self.script.views)
+        plan = plan_query(parsed, 0, catalog, select)
+        prefix = f"sql-{statement_digest(parsed.sql(dialect='spark'))}"
+        return compile_query(self.env, plan.node, prefix, select, self.sources)
+
+
+def sql(env: Environment, text: str) -> SqlJob:
+    """Add the script's INSERT statements to the job ``env`` builds; answers the job's SQL, whose
+    :meth:`SqlJob.query` gives a SELECT's rows as a stream."""
+    return SqlJob(env, text)
+
+
+def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:
+    return compile_insert(None, statement.plan, statement.uid_prefix, text)
+
+
+def explain(text: str) -> str:
+    """What EXPLAIN prints for each EXPLAIN statement of the script (or, without one, for each INSERT):
+    the statement, then each operator's uid, kind and what it does, from source to sink."""
+    script = plan_script(text)
+    groups = [list(statements) for _, statements in script.explains] or [[s] for s in script.inserts]
+    lines: list[str] = []
+    for group in groups:
+        for statement in group:
+            lines.append(f"== {statement.insert.normalized} (at {statement.insert.position})")
+            for operator in operators_of(statement, text):
+                lines.append(f"{operator.uid}  {operator.kind}: {operator.detail}")
+    return "\n".join(lines)
+
+
+__all__ = ["PlannedStatement", "Script", "SqlError", "SqlJob", "explain", "plan_script", "source_uid", "sql"]

@@ -1,0 +1,285 @@
+"""The catalog a script's ``CREATE TABLE`` statements build: each table's columns with their types,
+computed columns, watermark, primary key and connector (its Flink options checked and typed)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from sqlglot import exp
+
+from weir.sql.errors import Position, SqlError
+from weir.sql.types import Kind, SqlType
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: SqlType
+
+
+@dataclass(frozen=True)
+class ComputedColumn:
+    """``name AS expr``: computed from the physical columns when a row is read."""
+
+    name: str
+    expression: exp.Expr = field(compare=False)
+    text: str
+
+
+@dataclass(frozen=True)
+class Watermark:
+    """``WATERMARK FOR column AS column - INTERVAL 'n' unit``: event time from ``column``, the
+    watermark ``delay_ms`` behind the latest."""
+
+    column: str
+    delay_ms: int
+
+
+@dataclass(frozen=True)
+class KafkaTable:
+    """``'connector' = 'kafka'`` (append) or ``'upsert-kafka'`` (keyed by the primary key)."""
+
+    topic: str
+    upsert: bool
+    bounded: bool  # 'scan.bounded.mode' = 'latest-offset'
+    startup_mode: str  # earliest-offset | latest-offset | group-offsets
+    group_id: str | None
+    delivery: str  # exactly-once | at-least-once
+    records_per_second: float | None = None  # 'scan.records-per-second' (Weir's): paces each source subtask
+    dead_letter_topic: str | None = None  # 'scan.dead-letter-topic' (Weir's): where a row that does not decode goes
+
+
+@dataclass(frozen=True)
+class JdbcTable:
+    """``'connector' = 'jdbc'``: a PostgreSQL table written by upsert on the primary key."""
+
+    table_name: str
+    url: str
+
+
+@dataclass(frozen=True)
+class DatagenTable:
+    """``'connector' = 'datagen'``: rows from the row number, deterministic (``fields.NAME.kind``
+    ``sequence`` with ``start``/``end``, or ``random`` with ``min``/``max``/``length`` and a seed)."""
+
+    rows: int | None
+    rows_per_second: float | None
+    fields: tuple[tuple[str, tuple[tuple[str, str], ...]], ...]
+
+
+@dataclass(frozen=True)
+class NexmarkTable:
+    """``'connector' = 'nexmark'``: Weir's Nexmark generator (``weir.nexmark``), one row per event."""
+
+    events: int | None
+    events_per_second: int
+    seed: int
+
+
+@dataclass(frozen=True)
+class PrintTable:
+    """``'connector' = 'print'``: each row printed (``print-identifier`` as its prefix)."""
+
+    prefix: str
+
+
+Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable
+
+
+@dataclass(frozen=True)
+class Table:
+    name: str
+    columns: tuple[Column, ...]
+    computed: tuple[ComputedColumn, ...]
+    watermark: Watermark | None
+    primary_key: tuple[str, ...]
+    connector: Connector
+    options: tuple[tuple[str, str], ...]
+
+    @property
+    def column_names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.columns) + tuple(c.name for c in self.computed)
+
+    def physical(self, name: str) -> Column | None:
+        return next((c for c in self.columns if c.name == name), None)
+
+
+SOURCE_CONNECTORS: Final = ("kafka", "datagen", "nexmark")
+SINK_CONNECTORS: Final = ("kafka", "upsert-kafka", "jdbc", "print")
+
+_IGNORED: Final = ("properties.bootstrap.servers", "sink.transactional-id-prefix", "value.format", "key.format")
+"""Options Weir accepts and does not need: the cluster's Kafka (``-D kafka.*``, weir.conf) is the one
+it reads and writes; transactional ids are Weir's own (per sink uid); JSON is the one format."""
+
+
+class _Options:
+    def __init__(
+        self, table: str, options: Mapping[str, str], positions: Mapping[str, Position], position: Position
+    ) -> None:
+        self.table, self.options, self.positions, self.position = table, dict(options), positions, position
+        self.used = set(_IGNORED)
+
+    def refuse(self, what: str, key: str | None = None) -> SqlError:
+        return SqlError(f"table {self.table}: {what}", self.positions.get(key or "", self.position))
+
+    def get(self, key: str, default: str | None = None) -> str | None:
+        self.used.add(key)
+        return self.options.get(key, default)
+
+    def need(self, key: str) -> str:
+        value = self.get(key)
+        if value is None:
+            raise self.refuse(
+                f"option '{key}' is required for 'connector' = '{self.options['connector']}'", "connector"
+            )
+        return value
+
+    def one_of(self, key: str, default: str, allowed: tuple[str, ...]) -> str:
+        value = self.get(key, default)
+        assert value is not None
+        if value not in allowed:
+            raise self.refuse(f"option '{key}' = '{value}' is not supported (one of: {', '.join(allowed)})", key)
+        return value
+
+    def integer(self, key: str, default: int | None) -> int | None:
+        value = self.get(key)
+        if value is None:
+            return default
+        try:
+            return int(value)
+        except ValueError:
+            raise self.refuse(f"option '{key}' = '{value}' is not an integer", key) from None
+
+    def check_all_used(self) -> None:
+        for key in self.options:
+            if key in self.used or key.startswith("properties.") or key.startswith("fields."):
+                continue
+            raise self.refuse(f"option '{key}' is not supported", key)
+
+
+def connector_of(
+    table: str, options: Mapping[str, str], positions: Mapping[str, Position], position: Position
+) -> Connector:
+    """The typed connector of a ``WITH (...)`` clause: Flink's option names; an unknown option or
+    value is refused with its name."""
+    opts = _Options(table, options, positions, position)
+    name = opts.get("connector")
+    connector: Connector
+    match name:
+        case "kafka" | "upsert-kafka":
+            if name == "kafka":
+                opts.one_of("format", "json", ("json",))
+            else:
+                opts.one_of("key.format", "json", ("json",))
+                opts.one_of("value.format", "json", ("json",))
+            startup = opts.one_of(
+                "scan.startup.mode",
+                "group-offsets" if name == "kafka" else "earliest-offset",
+                ("earliest-offset", "latest-offset", "group-offsets"),
+            )
+            bounded = opts.one_of("scan.bounded.mode", "unbounded", ("unbounded", "latest-offset"))
+            delivery = opts.one_of("sink.delivery-guarantee", "exactly-once", ("exactly-once", "at-least-once"))
+            pace = opts.get("scan.records-per-second")
+            try:
+                records_per_second = None if pace is None else float(pace)
+            except ValueError:
+                key = "scan.records-per-second"
+                raise opts.refuse(f"option '{key}' = '{pace}' is not a number", key) from None
+            connector = KafkaTable(
+                topic=opts.need("topic"),
+                upsert=name == "upsert-kafka",
+                bounded=bounded == "latest-offset",
+                startup_mode=startup,
+                group_id=opts.get("properties.group.id"),
+                delivery=delivery,
+                records_per_second=records_per_second,
+                dead_letter_topic=opts.get("scan.dead-letter-topic"),
+            )
+            opts.get("properties.isolation.level")
+            opts.get("properties.linger.ms")
+            opts.get("sink.transaction-timeout")
+        case "jdbc":
+            url = opts.need("url")
+            if not url.startswith("jdbc:postgresql:"):
+                raise opts.refuse(
+                    f"'url' = '{url}': Weir's jdbc connector writes PostgreSQL (jdbc:postgresql://...)", "url"
+                )
+            connector = JdbcTable(table_name=opts.need("table-name"), url=url)
+            opts.get("username")
+            opts.get("password")
+        case "datagen":
+            rate = opts.get("rows-per-second")
+            fields: dict[str, dict[str, str]] = {}
+            for key, value in options.items():
+                if key.startswith("fields."):
+                    parts = key.split(".")
+                    if len(parts) != 3:
+                        raise opts.refuse(f"option '{key}' is not supported", key)
+                    fields.setdefault(parts[1], {})[parts[2]] = value
+            connector = DatagenTable(
+                rows=opts.integer("number-of-rows", None),
+                rows_per_second=None if rate is None else float(rate),
+                fields=tuple((f, tuple(sorted(o.items()))) for f, o in sorted(fields.items())),
+            )
+        case "nexmark":
+            events = opts.integer("events.num", None)
+            events_per_second = opts.integer("first-event.rate", 10_000)
+            assert events_per_second is not None
+            seed = opts.integer("seed", 0) or 0
+            connector = NexmarkTable(events=events or None, events_per_second=events_per_second, seed=seed)
+        case "print":
+            connector = PrintTable(prefix=opts.get("print-identifier", "") or "")
+        case None:
+            raise opts.refuse("the 'connector' option is required")
+        case _:
+            raise opts.refuse(
+                f"'connector' = '{name}' is not supported (one of: kafka, upsert-kafka, jdbc, datagen, nexmark, print)",
+                "connector",
+            )
+    opts.check_all_used()
+    return connector
+
+
+def check_table(table: Table, position: Position) -> None:
+    """The rules that need the whole table: the watermark's column is a timestamp, a primary key's
+    columns exist, upsert-kafka has a primary key."""
+    names = table.column_names
+    if len(set(names)) != len(names):
+        raise SqlError(f"table {table.name}: a column name appears twice", position)
+    if table.watermark is not None:
+        if table.watermark.column not in names:
+            raise SqlError(f"table {table.name}: WATERMARK FOR {table.watermark.column}: no such column", position)
+        physical = table.physical(table.watermark.column)
+        if physical is not None and physical.type.kind is not Kind.TIMESTAMP:
+            raise SqlError(
+                f"table {table.name}: WATERMARK FOR {table.watermark.column}: the column is {physical.type.text}, "
+                "not a TIMESTAMP",
+                position,
+            )
+    for key in table.primary_key:
+        if key not in names:
+            raise SqlError(f"table {table.name}: PRIMARY KEY ({key}): no such column", position)
+    if isinstance(table.connector, KafkaTable) and table.connector.upsert and not table.primary_key:
+        raise SqlError(f"table {table.name}: 'upsert-kafka' needs a PRIMARY KEY (...) NOT ENFORCED", position)
+    if isinstance(table.connector, JdbcTable) and not table.primary_key:
+        raise SqlError(
+            f"table {table.name}: a 'jdbc' sink upserts by its PRIMARY KEY (...) NOT ENFORCED; declare one", position
+        )
+
+
+__all__ = [
+    "Column",
+    "ComputedColumn",
+    "Connector",
+    "DatagenTable",
+    "JdbcTable",
+    "KafkaTable",
+    "NexmarkTable",
+    "PrintTable",
+    "Table",
+    "Watermark",
+    "check_table",
+    "connector_of",
+]

@@ -1,0 +1,614 @@
+"""A logical plan as job API calls: the SQL layer adds no engine of its own. A Kafka table is
+``from_kafka`` with its JSON rows decoded to the table's types (and computed columns), event time
+from its WATERMARK column; WHERE is ``filter``; the SELECT list ``map``; GROUP BY over a window TVF
+``key_by(...).window(Tumbling|SlidingEventTimeWindows).aggregate``; GROUP BY without a window
+``key_by(...).reduce`` (the running accumulators, an updated row after each input row); the sink
+``sink_to_kafka`` (exactly-once; upsert-kafka keyed by the primary key) or ``sink_to_postgres``
+(two-phase, upsert on the primary key).
+
+Operator uids: ``sql-<digest>-<n>-<what>``, ``digest`` the first 10 hex digits of the SHA-1 of the
+INSERT statement as sqlglot normalises it (whitespace, comments and keyword case do not change it),
+``n`` the operator's place in the statement's plan; a second identical statement gets ``-2``. The
+same SQL submitted again has the same uids, so a savepoint restores into it."""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, assert_never
+
+from weir import nexmark
+from weir.api import (
+    COMMITTED,
+    EARLIEST,
+    LATEST,
+    Collector,
+    DataStream,
+    Environment,
+    EventTimeSessionWindows,
+    KeyedCoProcessFunction,
+    KeyedProcessContext,
+    PrintSink,
+    SlidingEventTimeWindows,
+    TumblingEventTimeWindows,
+)
+from weir.core import json_codec
+from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
+from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
+from weir.sql.errors import SqlError
+from weir.sql.expressions import Locate, Scope, compile_expression
+from weir.sql.plan import Aggregate, AggregateCall, Filter, InsertPlan, Join, Node, Project, Scan, Sink, WindowTvf
+from weir.sql.types import Kind, coerce, to_json
+
+
+@dataclass(frozen=True)
+class Operator:
+    """One operator a statement adds to the job, for EXPLAIN."""
+
+    uid: str
+    kind: str
+    detail: str
+
+
+def statement_digest(normalized: str) -> str:
+    return hashlib.sha1(normalized.encode("utf-8")).hexdigest()[:10]
+
+
+class _Uids:
+    def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream]) -> None:
+        self.prefix, self.n, self.out, self.sources = prefix, 0, out, sources
+
+    def next(self, kind: str, detail: str) -> str:
+        uid = f"{self.prefix}-{self.n}-{kind}"
+        self.n += 1
+        self.out.append(Operator(uid, kind, detail))
+        return uid
+
+    def source(self, table: str, detail: str) -> str:
+        """A table's source: one per table in the job, read by every statement that reads it."""
+        uid = source_uid(table)
+        self.out.append(Operator(uid, "source", detail))
+        return uid
+
+
+def source_uid(table: str) -> str:
+    """The uid of a table's source operator: ``sql-source-<table>`` (its offsets in checkpoints)."""
+    return f"sql-source-{table}"
+
+
+def compile_insert(
+    env: Environment | None, plan: InsertPlan, prefix: str, script: str, sources: dict[str, DataStream] | None = None
+) -> list[Operator]:
+    """Add the statement's operators to ``env`` (None: only name them, for EXPLAIN); answer them.
+    ``sources``: the tables already read in this job, by name (one source each)."""
+    operators: list[Operator] = []
+    uids = _Uids(prefix, operators, {} if sources is None else sources)
+    stream = _node(env, plan.sink.input, uids, script)
+    _sink(env, stream, plan.sink, uids)
+    return operators
+
+
+def compile_query(
+    env: Environment, node: Node, prefix: str, script: str, sources: dict[str, DataStream] | None = None
+) -> DataStream:
+    """A query's rows as a stream of dicts (column name -> value) in ``env``'s job."""
+    uids = _Uids(prefix, [], {} if sources is None else sources)
+    stream = _node(env, node, uids, script)
+    assert stream is not None
+    return stream
+
+
+# -- rows ---------------------------------------------------------------------------------------
+
+
+class RowDecoder:
+    """A table's JSON value as its row: each physical column as its type (a missing field is NULL),
+    then the computed columns. A value that is not a JSON object or a field of the wrong type raises
+    (the source's dead letters or job failure, as for any deserializer)."""
+
+    def __init__(self, table: Table, script: str) -> None:
+        self.columns = tuple((c.name, c.type.kind) for c in table.columns)
+        scope = Scope({c.name: c.type for c in table.columns}, frozenset({table.name}), {})
+        locate = Locate(script, 0)
+        computed = []
+        for c in table.computed:
+            computed.append((c.name, compile_expression(c.expression, scope, locate)))
+            scope = Scope({**scope.columns, c.name: None}, scope.qualifiers, {})
+        self.computed = tuple(computed)
+
+    def row(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, kind in self.columns:
+            try:
+                out[name] = coerce(record.get(name), kind)
+            except ValueError as exc:
+                raise ValueError(f"column {name}: {exc}") from None
+        for name, evaluate in self.computed:
+            out[name] = evaluate(out)
+        return out
+
+    def __call__(self, raw: bytes) -> dict[str, Any]:
+        record = json_codec.decode(raw)
+        if not isinstance(record, dict):
+            raise ValueError(f"a row is a JSON object, not {type(record).__name__}")
+        return self.row(record)
+
+
+class RowEncoder:
+    """A sink row (the sink table's columns, already of their types) as the JSON format writes it."""
+
+    def __init__(self, table: Table) -> None:
+        self.columns = tuple((c.name, c.type.kind) for c in table.columns)
+
+    def values(self, row: Mapping[str, Any]) -> tuple[Any, ...]:
+        """The row's values in the table's column order, as PostgreSQL takes them (a TIMESTAMP as a
+        UTC ``datetime`` without zone, for a ``timestamp`` column)."""
+        return tuple(
+            _utc(row[name]) if kind is Kind.TIMESTAMP and row[name] is not None else row[name]
+            for name, kind in self.columns
+        )
+
+    def json(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        return {name: to_json(row[name], kind) for name, kind in self.columns}
+
+    def __call__(self, row: Mapping[str, Any]) -> bytes:
+        return json_codec.encode(self.json(row))
+
+
+def _utc(ms: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
+
+
+def _event_time(column: str) -> Callable[[Mapping[str, Any]], int]:
+    def timestamp(row: Mapping[str, Any]) -> int:
+        value = row[column]
+        if value is None:
+            raise ValueError(f"the event time column {column} is NULL")
+        return int(value)
+
+    return timestamp
+
+
+def _starting_offsets(mode: str) -> StartingOffsets:
+    match mode:
+        case "earliest-offset":
+            return EARLIEST
+        case "latest-offset":
+            return LATEST
+        case _:
+            return Committed(OffsetReset.EARLIEST) if mode == "group-offsets" else COMMITTED
+
+
+def _scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> DataStream | None:
+    if scan.table.name in uids.sources:
+        uids.source(scan.table.name, "(read once in the job)")
+        return uids.sources[scan.table.name]
+    stream = _new_scan(env, scan, uids, script)
+    if stream is not None:
+        uids.sources[scan.table.name] = stream
+    return stream
+
+
+def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> DataStream | None:
+    table = scan.table
+    connector = table.connector
+    decoder = RowDecoder(table, script)
+    timestamp = _event_time(table.watermark.column) if table.watermark else None
+    delay = table.watermark.delay_ms if table.watermark else 0
+    match connector:
+        case KafkaTable():
+            if connector.upsert:
+                raise SqlError(f"table {table.name}: reading an 'upsert-kafka' table is not supported (writing it is)")
+            uid = uids.source(table.name, f"kafka topic {connector.topic} ({table.name})")
+            if env is None:
+                return None
+            return env.from_kafka(
+                connector.topic,
+                uid=uid,
+                bounded=connector.bounded,
+                deserializer=decoder,
+                timestamp=timestamp,
+                max_out_of_orderness_ms=delay,
+                starting_offsets=_starting_offsets(connector.startup_mode),
+                group_id=connector.group_id,
+                records_per_second=connector.records_per_second,
+                dead_letter_topic=connector.dead_letter_topic,
+                name=f"sql source {table.name}",
+            )
+        case NexmarkTable():
+            uid = uids.source(table.name, f"nexmark generator ({table.name})")
+            if env is None:
+                return None
+            config = nexmark.NexmarkConfig(events_per_second=connector.events_per_second, seed=connector.seed)
+            return env.from_generator(
+                lambda n: decoder.row(nexmark.to_dict(nexmark.event(n, config))),
+                uid=uid,
+                count=connector.events,
+                timestamp=timestamp,
+                max_out_of_orderness_ms=delay,
+                name=f"sql source {table.name}",
+            )
+        case DatagenTable():
+            uid = uids.source(table.name, f"datagen ({table.name})")
+            if env is None:
+                return None
+            generate = Datagen(table, connector)
+            return env.from_generator(
+                lambda n: decoder.row(generate(n)),
+                uid=uid,
+                count=connector.rows,
+                timestamp=timestamp,
+                max_out_of_orderness_ms=delay,
+                records_per_second=connector.rows_per_second,
+                name=f"sql source {table.name}",
+            )
+        case JdbcTable() | PrintTable():
+            raise SqlError(f"table {table.name}: its connector is a sink; it cannot be read")
+        case _:
+            assert_never(connector)
+
+
+class Datagen:
+    """Flink's datagen, deterministic: ``fields.NAME.kind`` = ``sequence`` (``start``, ``end``: row n is
+    start + n) or ``random`` (default; ``min``/``max`` for numbers, ``length`` for strings), a random
+    value a hash of (row number, column), so a replay gives the same rows."""
+
+    def __init__(self, table: Table, connector: DatagenTable) -> None:
+        self.table = table
+        self.fields = {name: dict(options) for name, options in connector.fields}
+
+    def __call__(self, n: int) -> dict[str, Any]:
+        row: dict[str, Any] = {}
+        for column in self.table.columns:
+            options = self.fields.get(column.name, {})
+            kind = options.get("kind", "random")
+            if kind == "sequence":
+                row[column.name] = int(options.get("start", "0")) + n
+                continue
+            digest = int.from_bytes(hashlib.blake2b(f"{column.name}:{n}".encode(), digest_size=8).digest(), "big")
+            match column.type.kind:
+                case Kind.INTEGER:
+                    low, high = int(options.get("min", "0")), int(options.get("max", str(2**31 - 1)))
+                    row[column.name] = low + digest % (high - low + 1)
+                case Kind.DOUBLE:
+                    low_f, high_f = float(options.get("min", "0")), float(options.get("max", "1"))
+                    row[column.name] = low_f + (digest / 2**64) * (high_f - low_f)
+                case Kind.STRING:
+                    length = int(options.get("length", "10"))
+                    row[column.name] = hashlib.blake2b(f"{column.name}:{n}".encode(), digest_size=32).hexdigest()[
+                        :length
+                    ]
+                case Kind.BOOLEAN:
+                    row[column.name] = digest % 2 == 0
+                case Kind.TIMESTAMP:
+                    row[column.name] = n
+                case _:
+                    assert_never(column.type.kind)
+        return row
+
+
+# -- operators ----------------------------------------------------------------------------------
+
+
+def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> DataStream | None:
+    match node:
+        case Scan():
+            return _scan(env, node, uids, script)
+        case WindowTvf():
+            return _node(env, node.input, uids, script)  # the windows are assigned by the aggregate
+        case Filter():
+            upstream = _node(env, node.input, uids, script)
+            uid = uids.next("filter", node.condition.sql)
+            condition = node.condition.evaluate
+            return None if upstream is None else upstream.filter(lambda row: condition(row) is True, uid=uid)
+        case Project():
+            upstream = _node(env, node.input, uids, script)
+            uid = uids.next("project", ", ".join(f"{o.sql} AS {o.name}" for o in node.outputs))
+            outputs = tuple((o.name, o.evaluate) for o in node.outputs)
+            return None if upstream is None else upstream.map(lambda row: {n: f(row) for n, f in outputs}, uid=uid)
+        case Aggregate():
+            return _aggregate(env, node, uids, script)
+        case Join():
+            return _join(env, node, uids, script)
+        case _:
+            assert_never(node)
+
+
+class RegularJoin(KeyedCoProcessFunction):
+    """An inner equi-join's two sides per key: each row is kept in its side's list state and joined
+    with every row the other side holds (a NULL key never matches, as SQL's ``=``)."""
+
+    def __init__(self, join: Join) -> None:
+        self.left_qualifier, self.right_qualifier = join.left_qualifier, join.right_qualifier
+        self.left_only = tuple(c for c in join.left_columns if c not in join.right_columns)
+        self.right_only = tuple(c for c in join.right_columns if c not in join.left_columns)
+
+    def joined(self, left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+        row = {f"{self.left_qualifier}.{k}": v for k, v in left.items()}
+        row.update({f"{self.right_qualifier}.{k}": v for k, v in right.items()})
+        row.update({k: left[k] for k in self.left_only})
+        row.update({k: right[k] for k in self.right_only})
+        return row
+
+    def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        if None in ctx.key:
+            return
+        ctx.list_state("left").add(value)
+        for other in ctx.list_state("right").get():
+            out.collect(self.joined(value, other))
+
+    def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        if None in ctx.key:
+            return
+        ctx.list_state("right").add(value)
+        for other in ctx.list_state("left").get():
+            out.collect(self.joined(other, value))
+
+
+def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> DataStream | None:
+    left = _node(env, node.left, uids, script)
+    right = _node(env, node.right, uids, script)
+    on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
+    uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join)")
+    if left is None or right is None:
+        return None
+    left_keys = tuple(k.evaluate for k in node.left_keys)
+    right_keys = tuple(k.evaluate for k in node.right_keys)
+    return (
+        left.connect(right)
+        .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
+        .process(RegularJoin(node), uid=uid)
+    )
+
+
+class Accumulators:
+    """The accumulators of an aggregate's calls, as a tuple of plain values (pickled in state):
+    COUNT an int, SUM/MIN/MAX the value or None, AVG (sum, count), a DISTINCT one the frozenset of
+    values seen (and its function applied to them at the end)."""
+
+    def __init__(self, calls: tuple[AggregateCall, ...]) -> None:
+        self.calls = calls
+        self.arguments = tuple(c.argument.evaluate if c.argument is not None else None for c in calls)
+
+    def create(self) -> tuple[Any, ...]:
+        return tuple(self._empty(c) for c in self.calls)
+
+    @staticmethod
+    def _empty(call: AggregateCall) -> Any:
+        if call.distinct:
+            return frozenset()
+        if call.function == "COUNT":
+            return 0
+        if call.function == "AVG":
+            return (None, 0)
+        return None
+
+    def add(self, accs: tuple[Any, ...], row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(
+            self._add(c, a, None if f is None else f(row))
+            for c, a, f in zip(self.calls, accs, self.arguments, strict=True)
+        )
+
+    @staticmethod
+    def _add(call: AggregateCall, acc: Any, value: Any) -> Any:
+        if call.argument is None:  # COUNT(*)
+            return acc + 1
+        if value is None:
+            return acc
+        if call.distinct:
+            return acc | {value}
+        match call.function:
+            case "COUNT":
+                return acc + 1
+            case "SUM":
+                return value if acc is None else acc + value
+            case "MIN":
+                return value if acc is None or value < acc else acc
+            case "MAX":
+                return value if acc is None or value > acc else acc
+            case "AVG":
+                total, count = acc
+                return (value if total is None else total + value, count + 1)
+        raise AssertionError(call.function)
+
+    def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(self._merge(c, x, y) for c, x, y in zip(self.calls, a, b, strict=True))
+
+    @staticmethod
+    def _merge(call: AggregateCall, x: Any, y: Any) -> Any:
+        if call.distinct:
+            return x | y
+        match call.function:
+            case "COUNT":
+                return x + y
+            case "SUM":
+                return y if x is None else x if y is None else x + y
+            case "MIN":
+                return y if x is None else x if y is None else min(x, y)
+            case "MAX":
+                return y if x is None else x if y is None else max(x, y)
+            case "AVG":
+                total = y[0] if x[0] is None else x[0] if y[0] is None else x[0] + y[0]
+                return (total, x[1] + y[1])
+        raise AssertionError(call.function)
+
+    def results(self, accs: tuple[Any, ...]) -> dict[str, Any]:
+        return {c.name: self._result(c, a) for c, a in zip(self.calls, accs, strict=True)}
+
+    @staticmethod
+    def _result(call: AggregateCall, acc: Any) -> Any:
+        if call.distinct:
+            values = list(acc)
+            match call.function:
+                case "COUNT":
+                    return len(values)
+                case "SUM":
+                    return sum(values) if values else None
+                case "MIN":
+                    return min(values) if values else None
+                case "MAX":
+                    return max(values) if values else None
+                case "AVG":
+                    return _average(sum(values), len(values)) if values else None
+        if call.function == "AVG":
+            total, count = acc
+            return None if count == 0 else _average(total, count)
+        return acc
+
+
+def _average(total: Any, count: int) -> Any:
+    """Flink's AVG keeps the argument's type: an integer average is truncated toward zero."""
+    if isinstance(total, int):
+        quotient = abs(total) // count
+        return quotient if total >= 0 else -quotient
+    return total / count
+
+
+class WindowAggregation:
+    """The window aggregate of a TVF's GROUP BY: the job API's AggregateFunction over the rows of one
+    key and window; its result the row of the keys, window_start, window_end, window_time and the
+    aggregates."""
+
+    def __init__(self, key_names: tuple[str, ...], accumulators: Accumulators) -> None:
+        self.key_names, self.accumulators = key_names, accumulators
+
+    def create(self) -> tuple[Any, ...]:
+        return self.accumulators.create()
+
+    def add(self, acc: tuple[Any, ...], row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return self.accumulators.add(acc, row)
+
+    def merge(self, a: tuple[Any, ...], b: tuple[Any, ...]) -> tuple[Any, ...]:
+        return self.accumulators.merge(a, b)
+
+    def result(self, key: tuple[Any, ...], window_start: int, window_end: int, acc: tuple[Any, ...]) -> dict[str, Any]:
+        row = dict(zip(self.key_names, key, strict=True))
+        row.update(window_start=window_start, window_end=window_end, window_time=window_end - 1)
+        row.update(self.accumulators.results(acc))
+        return row
+
+
+def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: str) -> DataStream | None:
+    upstream = _node(env, node.input, uids, script)
+    keys = tuple((k.name, k.evaluate) for k in node.keys)
+    key_names = tuple(name for name, _ in keys)
+    accumulators = Accumulators(node.calls)
+    detail = f"GROUP BY {', '.join(k.sql for k in node.keys) or '()'}: {', '.join(c.sql for c in node.calls)}"
+
+    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for _, f in keys)
+
+    if node.window is not None:
+        window = node.window
+        assigner: TumblingEventTimeWindows | SlidingEventTimeWindows | EventTimeSessionWindows
+        match window.kind:
+            case "TUMBLE":
+                assigner = TumblingEventTimeWindows(window.size_ms)
+            case "HOP":
+                assigner = SlidingEventTimeWindows(window.size_ms, window.slide_ms)
+            case "SESSION":
+                assigner = EventTimeSessionWindows(window.size_ms)
+            case _:
+                assert_never(window.kind)
+        uid = uids.next("window-aggregate", f"{window.kind} {window.size_ms} ms / {window.slide_ms} ms, {detail}")
+        if upstream is None:
+            return None
+        return upstream.key_by(key_of).window(assigner).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
+    prepare_uid = uids.next("accumulate", "each row as its key and accumulators")
+    uid = uids.next("group-aggregate", detail)
+    result_uid = uids.next("aggregate-result", "the updated row of the key")
+    if upstream is None:
+        return None
+    empty = accumulators.create()
+
+    def accumulate(row: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return key_of(row), accumulators.add(empty, row)
+
+    def merge(
+        a: tuple[tuple[Any, ...], tuple[Any, ...]], b: tuple[tuple[Any, ...], tuple[Any, ...]]
+    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        return a[0], accumulators.merge(a[1], b[1])
+
+    def result(value: tuple[tuple[Any, ...], tuple[Any, ...]]) -> dict[str, Any]:
+        row = dict(zip(key_names, value[0], strict=True))
+        row.update(accumulators.results(value[1]))
+        return row
+
+    return (
+        upstream.map(accumulate, uid=prepare_uid)
+        .key_by(lambda pair: pair[0])
+        .reduce(merge, uid=uid)
+        .map(result, uid=result_uid)
+    )
+
+
+def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: _Uids) -> None:
+    table = sink.table
+    encoder = RowEncoder(table)
+    connector = table.connector
+    match connector:
+        case KafkaTable():
+            kind = "upsert-kafka" if connector.upsert else "kafka"
+            uid = uids.next("sink", f"{kind} topic {connector.topic} ({table.name}), {connector.delivery}")
+            if env is None or stream is None:
+                return
+            key = _upsert_key(table, encoder) if connector.upsert else None
+            stream.sink_to_kafka(
+                connector.topic,
+                uid=uid,
+                serializer=encoder,
+                key=key,
+                delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
+            )
+        case JdbcTable():
+            uid = uids.next("sink", f"postgresql table {connector.table_name} ({table.name}), upsert, two-phase")
+            if env is None or stream is None:
+                return
+            columns = tuple(c.name for c in table.columns)
+            keyed = stream.key_by(_key_values(table))  # one key's rows reach one sink subtask
+            keyed.sink_to_postgres(
+                connector.table_name,
+                uid=uid,
+                columns=columns,
+                key_columns=table.primary_key,
+                row=encoder.values,
+            )
+        case PrintTable():
+            uid = uids.next("sink", f"print ({table.name})")
+            if env is None or stream is None:
+                return
+            stream.sink_to(PrintSink(prefix=connector.prefix), uid=uid)
+        case DatagenTable() | NexmarkTable():
+            raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
+        case _:
+            assert_never(connector)
+
+
+def _key_values(table: Table) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    def key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(row[k] for k in table.primary_key)
+
+    return key
+
+
+def _upsert_key(table: Table, encoder: RowEncoder) -> Callable[[Mapping[str, Any]], bytes]:
+    """upsert-kafka's record key: the JSON object of the primary key's columns (Flink's 'key.format' = 'json')."""
+
+    def key(row: Mapping[str, Any]) -> bytes:
+        values = encoder.json(row)
+        return json_codec.encode({k: values[k] for k in table.primary_key})
+
+    return key
+
+
+__all__ = [
+    "Operator",
+    "RowDecoder",
+    "RowEncoder",
+    "compile_insert",
+    "compile_query",
+    "source_uid",
+    "statement_digest",
+]

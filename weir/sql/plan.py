@@ -1,0 +1,781 @@
+"""The logical plan of one ``INSERT INTO ... SELECT``: frozen operator values, from the scan of a
+catalog table to the sink, each with the scope of columns it emits. ``plan_insert`` builds it from
+sqlglot's tree, refusing (with the position) every construct it does not plan; ``weir.sql.compile``
+turns it into job API calls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Literal
+
+from sqlglot import exp
+
+from weir.sql.catalog import JdbcTable, KafkaTable, Table
+from weir.sql.errors import SqlError
+from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
+from weir.sql.script import CreateView, Insert
+from weir.sql.types import Kind, SqlType, coerce
+
+WINDOW_COLUMNS: Final = ("window_start", "window_end", "window_time")
+TIMESTAMP: Final = SqlType(Kind.TIMESTAMP, "TIMESTAMP(3)")
+BIGINT: Final = SqlType(Kind.INTEGER, "BIGINT")
+
+
+@dataclass(frozen=True)
+class NamedExpression:
+    name: str
+    sql: str
+    evaluate: Evaluate = field(compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class Scan:
+    table: Table
+
+
+@dataclass(frozen=True)
+class WindowTvf:
+    """``TABLE(TUMBLE(TABLE t, DESCRIPTOR(ts), size))`` or ``HOP(..., slide, size)``: rows of ``t`` (a
+    table or a view) each in its windows, over the event time of ``ts`` (the WATERMARK column, or a
+    view's column passing it through)."""
+
+    input: Node
+    kind: Literal["TUMBLE", "HOP", "SESSION"]  # SESSION: from a group window, size_ms its gap
+    time_column: str
+    size_ms: int
+    slide_ms: int
+
+
+@dataclass(frozen=True)
+class Filter:
+    input: Node
+    condition: NamedExpression
+
+
+@dataclass(frozen=True)
+class Project:
+    input: Node
+    outputs: tuple[NamedExpression, ...]
+
+
+AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG"]
+
+
+@dataclass(frozen=True)
+class AggregateCall:
+    """One aggregate: ``COUNT(*)`` has no argument."""
+
+    name: str  # the column holding its value downstream
+    function: AggregateName
+    distinct: bool
+    argument: NamedExpression | None
+    sql: str
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """``GROUP BY keys``: over a window TVF, one final row per key and window when the watermark
+    passes its end (append); otherwise an updated row per key after each input row (updating)."""
+
+    input: Node
+    keys: tuple[NamedExpression, ...]
+    calls: tuple[AggregateCall, ...]
+    window: WindowTvf | None
+
+
+@dataclass(frozen=True)
+class Join:
+    """``left [INNER] JOIN right ON left.k = right.k [AND ...]``: a regular inner equi-join of two
+    append inputs, every row of each side kept in state (Flink's regular join, without a state TTL),
+    a joined row emitted for each match as the later of the two arrives. The joined row holds every
+    column as ``alias.column``, and as ``column`` where only one side has it; conditions of ON other
+    than the key equalities filter the joined rows."""
+
+    left: Node
+    right: Node
+    left_keys: tuple[NamedExpression, ...]
+    right_keys: tuple[NamedExpression, ...]
+    left_qualifier: str
+    right_qualifier: str
+    left_columns: tuple[str, ...]
+    right_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Sink:
+    input: Node
+    table: Table
+    updating: bool
+
+
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join
+
+
+@dataclass(frozen=True)
+class InsertPlan:
+    statement: Insert
+    sink: Sink
+
+
+_AGGREGATES: Final[dict[type[exp.Expr], AggregateName]] = {
+    exp.Count: "COUNT",
+    exp.Sum: "SUM",
+    exp.Min: "MIN",
+    exp.Max: "MAX",
+    exp.Avg: "AVG",
+}
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """The script's tables and views so far (a statement sees those created before it)."""
+
+    tables: Mapping[str, Table]
+    views: Mapping[str, CreateView]
+
+
+@dataclass(frozen=True)
+class Relation:
+    """What a FROM item gives a SELECT: its plan, the columns it emits, and its event-time column."""
+
+    node: Node
+    scope: Scope
+    time_column: str | None
+    windowed: WindowedColumns | None = None
+
+
+@dataclass(frozen=True)
+class WindowedColumns:
+    """A window aggregation's result as its readers see it: the columns holding its ``window_start``
+    and ``window_end`` (each row stamped with the window's last millisecond), and the windows' slide.
+    A GROUP BY of both columns is again a window aggregation, of the same windows (Flink's window
+    propagation): a tumbling window of the slide holds exactly the rows of one window."""
+
+    start: str
+    end: str
+    slide_ms: int
+
+
+@dataclass(frozen=True)
+class QueryPlan:
+    """A SELECT whose rows a Python job reads as a stream (``weir.sql.query``)."""
+
+    node: Project
+    updating: bool
+
+
+def plan_query(query: exp.Query, offset: int, catalog: Catalog, script: str) -> QueryPlan:
+    locate = Locate(script, offset)
+    if not isinstance(query, exp.Select):
+        raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
+    planned = _plan_select(query, catalog, locate)
+    return QueryPlan(planned.node, planned.updating)
+
+
+def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
+    locate = Locate(script, insert.offset)
+    tables = catalog.tables
+    sink_table = tables.get(insert.sink)
+    if sink_table is None:
+        raise SqlError(f"INSERT INTO {insert.sink}: no such table (CREATE TABLE it first)", insert.position)
+    if sink_table.computed:
+        raise SqlError(
+            f"INSERT INTO {insert.sink}: a sink table with computed columns is not supported", insert.position
+        )
+    query = insert.query
+    if not isinstance(query, exp.Select):
+        raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
+    planned = _plan_select(query, catalog, locate)
+    node, updating, outputs = planned.node, planned.updating, planned.outputs
+    if len(outputs) != len(sink_table.columns):
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {insert.sink}: the SELECT gives {len(outputs)} columns, the table has "
+            f"{len(sink_table.columns)} ({', '.join(c.name for c in sink_table.columns)})",
+        )
+    if updating:
+        _check_upsert_sink(sink_table, node, outputs, locate, query)
+    assert isinstance(node, Project)
+    # INSERT fills the sink's columns by position: the last projection names its values as the sink's
+    # columns, each converted to the column's type (CAST's rules: a value that does not convert fails)
+    renamed = tuple(
+        NamedExpression(column.name, output.sql, _converted(output.evaluate, column.type.kind))
+        for output, column in zip(outputs, sink_table.columns, strict=True)
+    )
+    return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating))
+
+
+def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
+    def convert(row: Mapping[str, Any]) -> Any:
+        return coerce(evaluate(row), kind)
+
+    return convert
+
+
+def _check_upsert_sink(
+    table: Table, node: Node, outputs: tuple[NamedExpression, ...], locate: Locate, query: exp.Select
+) -> None:
+    """An updating result (GROUP BY without a window) needs a sink that upserts, keyed by exactly
+    the group keys: otherwise rows of two groups would overwrite each other, or one group's updates
+    would pile up."""
+    upserts = isinstance(table.connector, JdbcTable) or (
+        isinstance(table.connector, KafkaTable) and table.connector.upsert
+    )
+    if not upserts:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: GROUP BY without a window gives updating results; the sink must be "
+            "'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
+        )
+    assert isinstance(node, Project) and isinstance(node.input, Aggregate | Filter)
+    aggregate = node.input if isinstance(node.input, Aggregate) else node.input.input
+    assert isinstance(aggregate, Aggregate)
+    sink_names = [c.name for c in table.columns]
+    key_columns = {k.sql for k in aggregate.keys}
+    at_key = {outputs[sink_names.index(k)].sql for k in table.primary_key}
+    if at_key != key_columns:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
+            f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)})",
+        )
+
+
+@dataclass(frozen=True)
+class PlannedSelect:
+    node: Project
+    updating: bool
+    outputs: tuple[NamedExpression, ...]
+    relation: Relation  # as a view's readers see it
+
+
+def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> PlannedSelect:
+    for key, what in (
+        ("order", "ORDER BY"),
+        ("limit", "LIMIT"),
+        ("offset", "OFFSET"),
+        ("with_", "WITH (common table expressions)"),
+        ("windows", "WINDOW"),
+        ("qualify", "QUALIFY"),
+        ("laterals", "LATERAL"),
+        ("distinct", "SELECT DISTINCT"),
+    ):
+        value = select.args.get(key)
+        if value:
+            first = value[0] if isinstance(value, list) else value
+            raise locate.refuse(first if isinstance(first, exp.Expr) else select, f"{what} is not supported")
+    source = select.args.get("from_") or select.args.get("from")
+    if source is None:
+        raise locate.refuse(select, "a SELECT without FROM is not supported")
+    relation = _plan_from(source.this, catalog, locate)
+    joins = select.args.get("joins") or []
+    if len(joins) > 1:
+        raise locate.refuse(joins[1], "a second JOIN is not supported (one two-way join is)")
+    if joins:
+        relation = _plan_join(relation, source.this, joins[0], catalog, locate)
+    node: Node = relation.node
+    scope = relation.scope
+    window = node if isinstance(node, WindowTvf) else None
+    group = select.args.get("group")
+    having = select.args.get("having")
+    calls = _aggregate_calls(select, having, locate)
+    where = select.args.get("where")
+    if where is not None:
+        _refuse_nested(where.this, locate)
+        node = Filter(node, _named(where.this, "where", scope, locate))
+    updating = False
+    propagated = _propagated_window(group, relation, node) if window is None else None
+    group_window = _group_window(group, relation, node, window, locate)
+    if group is not None or calls:
+        node, scope, updating = _plan_aggregate(
+            select,
+            group,
+            calls,
+            node,
+            scope,
+            window or propagated or (group_window[1] if group_window else None),
+            locate,
+            propagated=propagated is not None,
+            group_window=group_window[0] if group_window else None,
+        )
+        if having is not None and updating:
+            raise locate.refuse(
+                having,
+                "HAVING on a GROUP BY without a window is not supported (a key leaving the result needs a delete)",
+            )
+        if having is not None:
+            node = Filter(node, _named(having.this, "having", scope, locate))
+    elif having is not None:
+        raise locate.refuse(having, "HAVING without GROUP BY or an aggregate")
+    outputs: list[NamedExpression] = []
+    types: dict[str, SqlType | None] = {}
+    time_column = None
+    window_outputs: dict[str, str] = {}  # window_start/window_end (or the relation's) -> output name
+    for i, projection in enumerate(select.expressions):
+        if isinstance(projection, exp.Star):
+            if group is not None or calls:
+                raise locate.refuse(projection, "SELECT * with GROUP BY")
+            if any("." in name for name in scope.columns):
+                raise locate.refuse(projection, "SELECT * over a JOIN is not supported: list the columns")
+            for name in scope.columns:
+                if name not in WINDOW_COLUMNS:
+                    outputs.append(NamedExpression(name, name, (lambda n: lambda row: row[n])(name)))
+                    types[name] = scope.columns[name]
+                    if name == relation.time_column and not updating and window is None:
+                        time_column = name
+            continue
+        _refuse_nested(projection, locate)
+        name = (
+            projection.alias
+            if isinstance(projection, exp.Alias)
+            else projection.name
+            if isinstance(projection, exp.Column)
+            else f"EXPR${i}"
+        )
+        value = projection.this if isinstance(projection, exp.Alias) else projection
+        outputs.append(_named(value, name, scope, locate))
+        passes = isinstance(value, exp.Column) and normalized(value) not in scope.computed
+        types[name] = scope.columns.get(value.name) if isinstance(value, exp.Column) else None
+        if passes and value.name == relation.time_column and window is None and not (group or calls):
+            time_column = name  # a column passing the event time through keeps it (a view's rowtime)
+        if isinstance(value, exp.Column) and not value.table:
+            aggregated = group is not None or bool(calls)
+            if window is not None and aggregated and value.name in ("window_start", "window_end"):
+                window_outputs.setdefault(value.name, name)
+            elif relation.windowed is not None and not (group or calls):
+                if value.name == relation.windowed.start:
+                    window_outputs.setdefault("window_start", name)
+                elif value.name == relation.windowed.end:
+                    window_outputs.setdefault("window_end", name)
+    names = [o.name for o in outputs]
+    if len(set(names)) != len(names):
+        duplicate = next(n for n in names if names.count(n) > 1)
+        raise locate.refuse(select, f"the SELECT names column {duplicate} twice")
+    project = Project(node, tuple(outputs))
+    windowed = None
+    slide = window.slide_ms if window is not None else relation.windowed.slide_ms if relation.windowed else None
+    if slide is not None and {"window_start", "window_end"} <= window_outputs.keys() and not updating:
+        windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
+    out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed)
+    return PlannedSelect(project, updating, tuple(outputs), out)
+
+
+_GROUP_WINDOWS: Final = {"TUMBLE": 1, "HOP": 2, "SESSION": 1}  # a group window function: its intervals
+
+
+def _group_window(
+    group: exp.Group | None, relation: Relation, node: Node, window: WindowTvf | None, locate: Locate
+) -> tuple[exp.Anonymous, WindowTvf] | None:
+    """Flink's group window functions: ``GROUP BY k, TUMBLE(ts, size)`` / ``HOP(ts, slide, size)`` /
+    ``SESSION(ts, gap)`` over the input's event time, read by ``*_START``, ``*_END``, ``*_ROWTIME``."""
+    if group is None:
+        return None
+    found = [
+        g for g in group.expressions if isinstance(g, exp.Anonymous) and str(g.this).upper() in _GROUP_WINDOWS
+    ]
+    if not found:
+        return None
+    function = found[0]
+    name = str(function.this).upper()
+    if len(found) > 1 or window is not None:
+        raise locate.refuse(found[-1], "one window per GROUP BY (a group window or a window TVF)")
+    args = function.expressions
+    if len(args) != 1 + _GROUP_WINDOWS[name] or not isinstance(args[0], exp.Column):
+        shape = {"TUMBLE": "ts, size", "HOP": "ts, slide, size", "SESSION": "ts, gap"}[name]
+        raise locate.refuse(function, f"{name}({shape}) takes the event time column and INTERVAL literals")
+    if args[0].name != relation.time_column:
+        raise locate.refuse(
+            args[0],
+            f"{name}({args[0].name}, ...): not the input's event time "
+            f"({relation.time_column + ' is' if relation.time_column else 'it has none'})",
+        )
+    durations = []
+    for arg in args[1:]:
+        ms = interval_ms(arg) if isinstance(arg, exp.Interval) else None
+        if ms is None or ms <= 0:
+            raise locate.refuse(arg, f"{name} takes positive INTERVAL literals (MILLISECOND to DAY)")
+        durations.append(ms)
+    match name:
+        case "HOP":
+            slide, size = durations
+            if size % slide != 0:
+                raise locate.refuse(function, f"HOP's size ({size} ms) must be a multiple of its slide ({slide} ms)")
+            return function, WindowTvf(node, "HOP", args[0].name, size, slide)
+        case "SESSION":
+            return function, WindowTvf(node, "SESSION", args[0].name, durations[0], durations[0])
+        case _:
+            return function, WindowTvf(node, "TUMBLE", args[0].name, durations[0], durations[0])
+
+
+def _propagated_window(group: exp.Group | None, relation: Relation, node: Node) -> WindowTvf | None:
+    """A GROUP BY of a window aggregation's window_start and window_end columns (renamed or not):
+    a window aggregation again, as a tumbling window of the slide over the rows' timestamps."""
+    windowed = relation.windowed
+    if group is None or windowed is None:
+        return None
+    names = {g.name for g in group.expressions if isinstance(g, exp.Column)}
+    if not {windowed.start, windowed.end} <= names:
+        return None
+    return WindowTvf(node, "TUMBLE", windowed.end, windowed.slide_ms, windowed.slide_ms)
+
+
+def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
+    for inner in node.walk():
+        if isinstance(inner, exp.Subquery | exp.Select | exp.Exists):
+            raise locate.refuse(inner, "a subquery is not supported")
+        if isinstance(inner, exp.Window):
+            raise locate.refuse(inner, "OVER (...) is not supported")
+
+
+def _named(node: exp.Expr, name: str, scope: Scope, locate: Locate) -> NamedExpression:
+    return NamedExpression(name, normalized(node), compile_expression(node, scope, locate))
+
+
+def _table_scope(table: Table, alias: str | None) -> Scope:
+    columns: dict[str, SqlType | None] = {c.name: c.type for c in table.columns}
+    columns.update({c.name: None for c in table.computed})
+    qualifiers = {table.name} | ({alias} if alias else set())
+    return Scope(columns, frozenset(qualifiers), {})
+
+
+def _plan_subquery(source: exp.Subquery, catalog: Catalog, locate: Locate) -> Relation:
+    """``(SELECT ...) AS alias`` in FROM: planned as a view of that name would be."""
+    query = source.this
+    if not isinstance(query, exp.Select):
+        raise locate.refuse(source, f"{type(query).__name__.upper()} in FROM is not supported (a SELECT is)")
+    planned = _plan_select(query, catalog, locate)
+    if planned.updating:
+        raise locate.refuse(source, "a subquery with GROUP BY without a window is not supported in FROM")
+    alias = source.alias or None
+    qualifiers = frozenset({alias}) if alias else frozenset()
+    scope = Scope(planned.relation.scope.columns, qualifiers, {})
+    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
+
+
+def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
+    """A table's scan, or a view's plan (planned where it is read: its errors point into its text)."""
+    table = catalog.tables.get(name)
+    if table is not None:
+        return Relation(Scan(table), _table_scope(table, alias), table.watermark.column if table.watermark else None)
+    view = catalog.views.get(name)
+    if view is None:
+        raise locate.refuse(at, f"no table {name} (CREATE TABLE it first)")
+    if not isinstance(view.query, exp.Select):
+        kind = type(view.query).__name__.upper()
+        raise SqlError(f"view {name}: {kind} is not supported (one SELECT is)", view.position)
+    inner = Catalog(catalog.tables, {n: v for n, v in catalog.views.items() if n != name})  # no view reads itself
+    planned = _plan_select(view.query, inner, Locate(locate.script, view.offset))
+    if planned.updating:
+        raise SqlError(f"view {name}: GROUP BY without a window in a view is not supported", view.position)
+    qualifiers = frozenset({name} | ({alias} if alias else set()))
+    scope = Scope(planned.relation.scope.columns, qualifiers, {})
+    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
+
+
+def _qualifier(source: exp.Expr) -> str:
+    return source.alias or (source.name if isinstance(source, exp.Table) else "")
+
+
+def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: Catalog, locate: Locate) -> Relation:
+    kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
+    if side or kind not in ("", "INNER"):
+        raise locate.refuse(join, f"{' '.join(filter(None, (side, kind)))} JOIN is not supported (an INNER JOIN is)")
+    for key in ("using", "method"):
+        if join.args.get(key):
+            raise locate.refuse(join, f"JOIN ... {key.upper()} is not supported (ON left.k = right.k is)")
+    condition = join.args.get("on")
+    if condition is None:
+        raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
+    right_source = join.this
+    right = _plan_from(right_source, catalog, locate)
+    if isinstance(left.node, WindowTvf) or isinstance(right.node, WindowTvf):
+        raise locate.refuse(join, "a JOIN of a window TVF is not supported (join its aggregation's result)")
+    lq, rq = _qualifier(left_source), _qualifier(right_source)
+    if not lq or not rq or lq == rq:
+        raise locate.refuse(join, "each side of a JOIN needs its own name or alias")
+    left_names = tuple(c for c in left.scope.columns if "." not in c)
+    right_names = tuple(c for c in right.scope.columns if "." not in c)
+    columns: dict[str, SqlType | None] = {}
+    for q, names, scope in ((lq, left_names, left.scope), (rq, right_names, right.scope)):
+        for name in names:
+            columns[f"{q}.{name}"] = scope.columns[name]
+    for name in left_names:
+        if name not in right_names:
+            columns[name] = left.scope.columns[name]
+    for name in right_names:
+        if name not in left_names:
+            columns[name] = right.scope.columns[name]
+    joined = Scope(columns, left.scope.qualifiers | right.scope.qualifiers, {})
+    left_keys: list[NamedExpression] = []
+    right_keys: list[NamedExpression] = []
+    residual: list[exp.Expr] = []
+    for conjunct in _conjuncts(condition):
+        if isinstance(conjunct, exp.EQ):
+            sides = (
+                _side_of(conjunct.this, lq, rq, left_names, right_names),
+                _side_of(conjunct.expression, lq, rq, left_names, right_names),
+            )
+            if sides in (("left", "right"), ("right", "left")):
+                swapped = sides == ("right", "left")
+                a, b = (conjunct.expression, conjunct.this) if swapped else (conjunct.this, conjunct.expression)
+                left_keys.append(_named(_unqualified(a, lq), f"$lk{len(left_keys)}", left.scope, locate))
+                right_keys.append(_named(_unqualified(b, rq), f"$rk{len(right_keys)}", right.scope, locate))
+                continue
+        residual.append(conjunct)
+    if not left_keys:
+        raise locate.refuse(condition, "a JOIN needs an equality of a column of each side in ON")
+    node: Node = Join(left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names)
+    for conjunct in residual:
+        _refuse_nested(conjunct, locate)
+        node = Filter(node, _named(conjunct, "on", joined, locate))
+    return Relation(node, joined, None)
+
+
+def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
+    if isinstance(node, exp.And):
+        return _conjuncts(node.this) + _conjuncts(node.expression)
+    if isinstance(node, exp.Paren):
+        return _conjuncts(node.this)
+    return [node]
+
+
+def _side_of(
+    node: exp.Expr, lq: str, rq: str, left_names: tuple[str, ...], right_names: tuple[str, ...]
+) -> Literal["left", "right"] | None:
+    """``left``/``right`` when every column of ``node`` is of that side, else None."""
+    sides: set[Literal["left", "right"]] = set()
+    for column in node.find_all(exp.Column):
+        if column.table == lq or (not column.table and column.name in left_names and column.name not in right_names):
+            sides.add("left")
+        elif column.table == rq or (not column.table and column.name in right_names and column.name not in left_names):
+            sides.add("right")
+        else:
+            return None
+    return sides.pop() if len(sides) == 1 else None
+
+
+def _unqualified(node: exp.Expr, qualifier: str) -> exp.Expr:
+    """A side's key expression with its qualifier dropped: evaluated on that side's own rows."""
+    copy = node.copy()
+    for column in copy.find_all(exp.Column):
+        if column.table == qualifier:
+            column.set("table", None)
+    return copy
+
+
+def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
+    if isinstance(source, exp.Subquery):
+        return _plan_subquery(source, catalog, locate)
+    if not isinstance(source, exp.Table):
+        raise locate.refuse(source, f"FROM {type(source).__name__.upper()} is not supported")
+    alias = source.alias or None
+    if isinstance(source.this, exp.Identifier):
+        if source.args.get("db") or source.args.get("catalog"):
+            raise locate.refuse(source, "a qualified table name (catalog.db.table) is not supported")
+        return _named_relation(source.name, alias, source, catalog, locate)
+    function = source.this
+    if not (
+        isinstance(function, exp.Anonymous) and str(function.this).upper() == "TABLE" and len(function.expressions) == 1
+    ):
+        raise locate.refuse(source, "FROM takes a table or TABLE(TUMBLE(...)) / TABLE(HOP(...))")
+    tvf = function.expressions[0]
+    name = str(tvf.this).upper() if isinstance(tvf, exp.Anonymous) else type(tvf).__name__.upper()
+    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP"):
+        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE and HOP are)")
+    args = tvf.expressions
+    expected = 3 if name == "TUMBLE" else 4
+    if len(args) != expected:
+        raise locate.refuse(
+            tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {'size' if name == 'TUMBLE' else 'slide, size'})"
+        )
+    table_arg, descriptor = args[0], args[1]
+    if not isinstance(table_arg, exp.Column) or table_arg.table:
+        raise locate.refuse(table_arg, f"{name}'s first argument is TABLE name")
+    read = _named_relation(table_arg.name, alias, table_arg, catalog, locate)
+    if not (
+        isinstance(descriptor, exp.Anonymous)
+        and str(descriptor.this).upper() == "DESCRIPTOR"
+        and len(descriptor.expressions) == 1
+        and isinstance(descriptor.expressions[0], exp.Column)
+    ):
+        raise locate.refuse(descriptor, f"{name}'s second argument is DESCRIPTOR(time column)")
+    time_column = descriptor.expressions[0].name
+    if read.time_column != time_column:
+        raise locate.refuse(
+            descriptor,
+            f"{name} over {table_arg.name}.{time_column}: not its event time "
+            f"({read.time_column + ' is' if read.time_column else 'it has none: no WATERMARK is declared'})",
+        )
+    durations = []
+    for arg in args[2:]:
+        ms = interval_ms(arg) if isinstance(arg, exp.Interval) else None
+        if ms is None or ms <= 0:
+            raise locate.refuse(arg, f"{name} takes positive INTERVAL literals (MILLISECOND to DAY)")
+        durations.append(ms)
+    size, slide = (durations[0], durations[0]) if name == "TUMBLE" else (durations[1], durations[0])
+    if size % slide != 0:
+        raise locate.refuse(tvf, f"HOP's size ({size} ms) must be a multiple of its slide ({slide} ms)")
+    tvf_node = WindowTvf(read.node, "TUMBLE" if name == "TUMBLE" else "HOP", time_column, size, slide)
+    columns = dict(read.scope.columns)
+    columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
+    return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)
+
+
+def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Locate) -> list[exp.AggFunc]:
+    calls: list[exp.AggFunc] = []
+    seen: set[str] = set()
+    roots: list[exp.Expr] = list(select.expressions) + ([having] if having is not None else [])
+    for root in roots:
+        for node in root.walk():
+            if isinstance(node, exp.AggFunc):
+                if type(node) not in _AGGREGATES:
+                    raise locate.refuse(
+                        node, f"aggregate {node.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)"
+                    )
+                key = normalized(node)
+                if key not in seen:
+                    seen.add(key)
+                    calls.append(node)
+    where = select.args.get("where")
+    if where is not None:
+        for node in where.walk():
+            if isinstance(node, exp.AggFunc):
+                raise locate.refuse(node, "an aggregate in WHERE (HAVING filters on aggregates)")
+    return calls
+
+
+def _plan_aggregate(
+    select: exp.Select,
+    group: exp.Group | None,
+    calls: list[exp.AggFunc],
+    node: Node,
+    scope: Scope,
+    window: WindowTvf | None,
+    locate: Locate,
+    *,
+    propagated: bool = False,
+    group_window: exp.Anonymous | None = None,
+) -> tuple[Node, Scope, bool]:
+    """``propagated``: ``window`` is a window aggregation's result grouped again by its window
+    columns (ordinary keys here; no window_start/window_end of its own)."""
+    group_nodes = list(group.expressions) if group is not None else []
+    for key in ("grouping_sets", "cube", "rollup"):
+        if group is not None and group.args.get(key):
+            raise locate.refuse(group, f"GROUP BY {key.upper().replace('_', ' ')} is not supported")
+    window_keys: list[exp.Expr] = [g for g in group_nodes if isinstance(g, exp.Column) and g.name in WINDOW_COLUMNS]
+    computed: dict[str, str] = {}
+    if propagated:
+        window_keys = []
+    elif group_window is not None:
+        window_keys = [group_window]
+        computed.update(_window_auxiliaries(select, group_window, locate))
+    elif window is not None:
+        names = {g.name for g in window_keys}
+        if not {"window_start", "window_end"} <= names:
+            raise locate.refuse(
+                group or select, "a window aggregation groups by window_start, window_end (both) and its keys"
+            )
+    elif window_keys:
+        raise locate.refuse(window_keys[0], f"{window_keys[0].name} without a window TVF in FROM")
+    keys: list[NamedExpression] = []
+    columns: dict[str, SqlType | None] = {}
+    for g in group_nodes:
+        if g in window_keys:
+            continue
+        _refuse_nested(g, locate)
+        if isinstance(g, exp.Literal):
+            raise locate.refuse(g, "GROUP BY a position or literal is not supported")
+        name = g.name if isinstance(g, exp.Column) else f"$key{len(keys)}"
+        if name in columns:
+            continue
+        keys.append(_named(g, name, scope, locate))
+        computed[normalized(g)] = name
+        columns[name] = scope.columns.get(name) if isinstance(g, exp.Column) else None
+    aggregates = []
+    for i, call in enumerate(calls):
+        function = _AGGREGATES[type(call)]
+        argument = call.this
+        distinct = isinstance(argument, exp.Distinct)
+        if distinct:
+            assert isinstance(argument, exp.Distinct)
+            if len(argument.expressions) != 1:
+                raise locate.refuse(call, f"{function}(DISTINCT ...) takes one argument")
+            argument = argument.expressions[0]
+        if isinstance(call, exp.Count) and (argument is None or isinstance(argument, exp.Star)):
+            if distinct:
+                raise locate.refuse(call, "COUNT(DISTINCT *) is not supported")
+            named_argument = None
+        else:
+            if argument is None or isinstance(argument, exp.Star):
+                raise locate.refuse(call, f"{function}(*) is not supported")
+            _refuse_nested(argument, locate)
+            for inner in argument.walk():
+                if isinstance(inner, exp.AggFunc):
+                    raise locate.refuse(inner, "an aggregate inside an aggregate")
+            named_argument = _named(argument, f"$arg{i}", scope, locate)
+        name = f"$agg{i}"
+        aggregates.append(AggregateCall(name, function, distinct, named_argument, normalized(call)))
+        computed[normalized(call)] = name
+        columns[name] = BIGINT if function == "COUNT" else None
+    if window is not None and not propagated:
+        columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
+    out_scope = Scope(columns, scope.qualifiers, computed)
+    # every projected column outside an aggregate must be a group key (SQL's rule)
+    for projection in select.expressions:
+        _check_grouped(projection, out_scope, locate)
+    return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
+
+
+_AUXILIARIES: Final = {"_START": "window_start", "_END": "window_end", "_ROWTIME": "window_time"}
+
+
+def _window_auxiliaries(select: exp.Select, group_window: exp.Anonymous, locate: Locate) -> dict[str, str]:
+    """``SESSION_START(ts, gap)`` and its kind: the window's columns, with the group window's arguments."""
+    name = str(group_window.this).upper()
+    arguments = [normalized(a) for a in group_window.expressions]
+    found: dict[str, str] = {}
+    roots: list[exp.Expr] = list(select.expressions)
+    having = select.args.get("having")
+    if having is not None:
+        roots.append(having)
+    for root in roots:
+        for node in root.walk():
+            if not isinstance(node, exp.Anonymous):
+                continue
+            called = str(node.this).upper()
+            for suffix, column in _AUXILIARIES.items():
+                if called == name + suffix:
+                    if [normalized(a) for a in node.expressions] != arguments:
+                        raise locate.refuse(node, f"{called} takes the arguments of the GROUP BY's {name}(...)")
+                    found[normalized(node)] = column
+    return found
+
+
+def _check_grouped(node: exp.Expr, scope: Scope, locate: Locate) -> None:
+    if normalized(node) in scope.computed:
+        return
+    if isinstance(node, exp.Column):
+        if node.name not in scope.columns or node.name.startswith("$"):
+            raise locate.refuse(node, f"column {node.name} is neither grouped nor aggregated")
+        return
+    for child in node.iter_expressions():
+        _check_grouped(child, scope, locate)
+
+
+__all__ = [
+    "Aggregate",
+    "Catalog",
+    "QueryPlan",
+    "plan_query",
+    "AggregateCall",
+    "Filter",
+    "InsertPlan",
+    "NamedExpression",
+    "Node",
+    "Project",
+    "Scan",
+    "Sink",
+    "WindowTvf",
+    "plan_insert",
+]
