@@ -14,9 +14,11 @@ same SQL submitted again has the same uids, so a savepoint restores into it."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, assert_never
 
 from weir import nexmark
@@ -31,15 +33,30 @@ from weir.api import (
     KeyedCoProcessFunction,
     KeyedProcessContext,
     PrintSink,
+    ProcessWindowFunction,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
+    WindowContext,
 )
 from weir.core import json_codec
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
-from weir.sql.plan import Aggregate, AggregateCall, Filter, InsertPlan, Join, Node, Project, Scan, Sink, WindowTvf
+from weir.sql.plan import (
+    Aggregate,
+    AggregateCall,
+    Filter,
+    InsertPlan,
+    Join,
+    Node,
+    OrderKey,
+    Project,
+    Scan,
+    Sink,
+    TopN,
+    WindowTvf,
+)
 from weir.sql.types import Kind, coerce, to_json
 
 
@@ -312,8 +329,89 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _aggregate(env, node, uids, script)
         case Join():
             return _join(env, node, uids, script)
+        case TopN():
+            return _top_n(env, node, uids, script)
         case _:
             assert_never(node)
+
+
+class Ranking:
+    """The order of a window Top-N: its ORDER BY items (NULL first or last as each says), then, for
+    rows that tie, the rows' values (JSON text) so that the same rows always rank alike."""
+
+    def __init__(self, order: tuple[OrderKey, ...]) -> None:
+        self.order = tuple((o.value.evaluate, o.descending, o.nulls_first) for o in order)
+        self.key = functools.cmp_to_key(self.compare)
+
+    def compare(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+        for evaluate, descending, nulls_first in self.order:
+            x, y = evaluate(a), evaluate(b)
+            if x is None or y is None:
+                if x is None and y is None:
+                    continue
+                return (-1 if x is None else 1) * (1 if nulls_first else -1)
+            if x != y:
+                less = x < y
+                return (-1 if less else 1) * (-1 if descending else 1)
+        ta, tb = _row_text(a), _row_text(b)
+        return -1 if ta < tb else 1 if ta > tb else 0
+
+
+def _row_text(row: Mapping[str, Any]) -> str:
+    return json_codec.encode({k: str(v) if isinstance(v, Decimal) else v for k, v in row.items()}).decode()
+
+
+class TopRows:
+    """The first ``limit`` rows of one partition of one window as they arrive (a sorted list, never
+    longer than ``limit``); the window function emits them with their row numbers."""
+
+    def __init__(self, node: TopN) -> None:
+        self.limit, self.ranking = node.limit, Ranking(node.order)
+
+    def create(self) -> list[dict[str, Any]]:
+        return []
+
+    def add(self, acc: list[dict[str, Any]], row: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return sorted([*acc, dict(row)], key=self.ranking.key)[: self.limit]
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted([*a, *b], key=self.ranking.key)[: self.limit]
+
+    def result(self, key: Any, window_start: int, window_end: int, acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return acc
+
+
+class EmitRanked(ProcessWindowFunction):
+    """Each row of a window Top-N with its row number (1 the first) in column ``rank``."""
+
+    def __init__(self, rank: str) -> None:
+        self.rank = rank
+
+    def process(self, key: Any, context: WindowContext, elements: Sequence[Any], out: Collector) -> None:
+        for rows in elements:
+            for number, row in enumerate(rows, start=1):
+                out.collect({**row, self.rank: number})
+
+
+def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> DataStream | None:
+    upstream = _node(env, node.input, uids, script)
+    order = ", ".join(f"{o.value.sql}{' DESC' if o.descending else ''}" for o in node.order)
+    partition = ", ".join(p.sql for p in node.partition)
+    uid = uids.next("window-top-n", f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}")
+    if upstream is None:
+        return None
+    keys = tuple(p.evaluate for p in node.partition)
+
+    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for f in keys)
+
+    # the input is a window aggregation's result, each row stamped with its window's last millisecond:
+    # the rows of one window (the partition holds window_start/window_end) are a tumbling window of the slide
+    return (
+        upstream.key_by(key_of)
+        .window(TumblingEventTimeWindows(node.slide_ms))
+        .aggregate(TopRows(node), uid=uid, window_function=EmitRanked(node.rank), name="window-top-n")
+    )
 
 
 class RegularJoin(KeyedCoProcessFunction):

@@ -109,7 +109,32 @@ class Sink:
     updating: bool
 
 
-Node = Scan | WindowTvf | Filter | Project | Aggregate | Join
+@dataclass(frozen=True)
+class OrderKey:
+    """One ``ORDER BY`` item of a ranking: its value, descending or not, where NULL sorts."""
+
+    value: NamedExpression
+    descending: bool
+    nulls_first: bool
+
+
+@dataclass(frozen=True)
+class TopN:
+    """Window Top-N: ``ROW_NUMBER() OVER (PARTITION BY window_start, window_end [, k] ORDER BY ...)``
+    over a window aggregation's result, filtered by ``rownum <= limit``: the first ``limit`` rows of
+    each partition of each window, each with its row number in ``rank``, emitted once, when the
+    watermark passes the window's end (an append result). Rows whose ORDER BY values tie are ordered
+    by their values (Flink leaves that order undefined)."""
+
+    input: Node
+    partition: tuple[NamedExpression, ...]
+    order: tuple[OrderKey, ...]
+    limit: int
+    rank: str
+    slide_ms: int  # the input's rows of one window are those of a tumbling window of the slide
+
+
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN
 
 
 @dataclass(frozen=True)
@@ -268,7 +293,12 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     source = select.args.get("from_") or select.args.get("from")
     if source is None:
         raise locate.refuse(select, "a SELECT without FROM is not supported")
-    relation = _plan_from(source.this, catalog, locate)
+    where = select.args.get("where")
+    condition = where.this if where is not None else None
+    if _ranking(source.this) is not None:
+        relation, condition = _plan_top_n(source.this, condition, catalog, locate)
+    else:
+        relation = _plan_from(source.this, catalog, locate)
     joins = select.args.get("joins") or []
     if len(joins) > 1:
         raise locate.refuse(joins[1], "a second JOIN is not supported (one two-way join is)")
@@ -280,10 +310,9 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     group = select.args.get("group")
     having = select.args.get("having")
     calls = _aggregate_calls(select, having, locate)
-    where = select.args.get("where")
-    if where is not None:
-        _refuse_nested(where.this, locate)
-        node = Filter(node, _named(where.this, "where", scope, locate))
+    if condition is not None:
+        _refuse_nested(condition, locate)
+        node = Filter(node, _named(condition, "where", scope, locate))
     updating = False
     propagated = _propagated_window(group, relation, node) if window is None else None
     group_window = _group_window(group, relation, node, window, locate)
@@ -319,11 +348,15 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             if any("." in name for name in scope.columns):
                 raise locate.refuse(projection, "SELECT * over a JOIN is not supported: list the columns")
             for name in scope.columns:
-                if name not in WINDOW_COLUMNS:
+                if name not in WINDOW_COLUMNS or window is None:
                     outputs.append(NamedExpression(name, name, (lambda n: lambda row: row[n])(name)))
                     types[name] = scope.columns[name]
                     if name == relation.time_column and not updating and window is None:
                         time_column = name
+                    if relation.windowed is not None and name == relation.windowed.start:
+                        window_outputs.setdefault("window_start", name)
+                    elif relation.windowed is not None and name == relation.windowed.end:
+                        window_outputs.setdefault("window_end", name)
             continue
         _refuse_nested(projection, locate)
         name = (
@@ -359,6 +392,117 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
     out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed)
     return PlannedSelect(project, updating, tuple(outputs), out)
+
+
+def _ranking(source: exp.Expr) -> exp.Alias | None:
+    """The ``ROW_NUMBER() OVER (...) AS name`` projection of a subquery in FROM, if it has one."""
+    if not isinstance(source, exp.Subquery) or not isinstance(source.this, exp.Select):
+        return None
+    for projection in source.this.expressions:
+        if isinstance(projection, exp.Alias) and isinstance(projection.this, exp.Window):
+            return projection
+    return None
+
+
+def _plan_top_n(
+    source: exp.Subquery, condition: exp.Expr | None, catalog: Catalog, locate: Locate
+) -> tuple[Relation, exp.Expr | None]:
+    """Flink's window Top-N: ``(SELECT ..., ROW_NUMBER() OVER (PARTITION BY window_start, window_end
+    [, k] ORDER BY ...) AS rownum FROM <window aggregation>) WHERE rownum <= N``. Answers the ranked
+    relation and what is left of the outer WHERE (filtering the ranked rows)."""
+    inner = source.this
+    assert isinstance(inner, exp.Select)
+    ranking = _ranking(source)
+    assert ranking is not None
+    over = ranking.this
+    assert isinstance(over, exp.Window)
+    projections = list(inner.expressions)
+    if sum(isinstance(p, exp.Alias) and isinstance(p.this, exp.Window) for p in projections) > 1:
+        raise locate.refuse(inner, "one ROW_NUMBER() OVER (...) per window Top-N")
+    if not isinstance(over.this, exp.RowNumber):
+        raise locate.refuse(over, f"{over.this.sql_name()}() OVER (...) is not supported (ROW_NUMBER() is)")
+    if over.args.get("spec") is not None:
+        raise locate.refuse(over, "a window frame (ROWS/RANGE BETWEEN) is not supported in a Top-N")
+    later = projections[projections.index(ranking) + 1 :]
+    if any(isinstance(p, exp.Star) for p in later):
+        raise locate.refuse(ranking, "ROW_NUMBER() OVER (...) before * is not supported: put it after")
+    rest = inner.copy()
+    rest.set("expressions", [p.copy() for p in projections if p is not ranking])
+    planned = _plan_select(rest, catalog, locate)
+    windowed = planned.relation.windowed
+    shape = "PARTITION BY window_start, window_end (and keys) over a window aggregation's result"
+    if windowed is None:
+        raise locate.refuse(over, f"ROW_NUMBER() OVER (...) is supported as window Top-N only: {shape}")
+    scope = Scope(planned.relation.scope.columns, frozenset(), {})
+    partition_nodes = list(over.args.get("partition_by") or [])
+    names = {p.name for p in partition_nodes if isinstance(p, exp.Column) and not p.table}
+    if not {windowed.start, windowed.end} <= names:
+        raise locate.refuse(over, f"window Top-N: {shape} (both window columns)")
+    partition: list[NamedExpression] = []
+    for p in partition_nodes:
+        _refuse_nested(p, locate)
+        partition.append(_named(p, f"$partition{len(partition)}", scope, locate))
+    order_by = over.args.get("order")
+    if order_by is None or not order_by.expressions:
+        raise locate.refuse(over, "window Top-N needs ORDER BY in OVER (...)")
+    order: list[OrderKey] = []
+    for item in order_by.expressions:
+        assert isinstance(item, exp.Ordered)
+        _refuse_nested(item.this, locate)
+        descending = bool(item.args.get("desc"))
+        nulls_first = bool(item.args.get("nulls_first"))
+        order.append(OrderKey(_named(item.this, f"$order{len(order)}", scope, locate), descending, nulls_first))
+    rank = ranking.alias
+    limit: int | None = None
+    left: list[exp.Expr] = []
+    for conjunct in _conjuncts(condition) if condition is not None else []:
+        bound = _rank_bound(conjunct, rank)
+        if bound is not None and limit is None:
+            limit = bound
+        else:
+            left.append(conjunct)
+    if limit is None or limit < 1:
+        raise locate.refuse(
+            condition if condition is not None else source,
+            f"window Top-N needs WHERE {rank} <= N (or {rank} < N, {rank} = 1) with N a positive integer",
+        )
+    columns = dict(planned.relation.scope.columns)
+    ordered = list(columns.items())
+    at = len(ordered) - len(later)
+    ordered.insert(at, (rank, BIGINT))
+    alias = source.alias or None
+    node = TopN(planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms)
+    out_scope = Scope(dict(ordered), frozenset({alias}) if alias else frozenset(), {})
+    remaining: exp.Expr | None = None
+    for conjunct in left:
+        remaining = conjunct if remaining is None else exp.And(this=remaining, expression=conjunct)
+    return Relation(node, out_scope, None, windowed), remaining
+
+
+def _rank_bound(conjunct: exp.Expr, rank: str) -> int | None:
+    """N of ``rank <= N``, ``rank < N + 1``, ``rank = 1`` (or mirrored); None for another condition."""
+    if not isinstance(conjunct, exp.LTE | exp.LT | exp.EQ | exp.GTE | exp.GT):
+        return None
+    a, b = conjunct.this, conjunct.expression
+    mirrored = isinstance(b, exp.Column)
+    column, literal = (b, a) if mirrored else (a, b)
+    if not (isinstance(column, exp.Column) and column.name == rank and not column.table):
+        return None
+    if not (isinstance(literal, exp.Literal) and not literal.is_string and literal.this.isdigit()):
+        return None
+    n = int(literal.this)
+    match conjunct:
+        case exp.EQ():
+            return 1 if n == 1 else None
+        case exp.LTE() if not mirrored:
+            return n
+        case exp.LT() if not mirrored:
+            return n - 1
+        case exp.GTE() if mirrored:
+            return n
+        case exp.GT() if mirrored:
+            return n - 1
+    return None
 
 
 _GROUP_WINDOWS: Final = {"TUMBLE": 1, "HOP": 2, "SESSION": 1}  # a group window function: its intervals
@@ -425,7 +569,11 @@ def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
         if isinstance(inner, exp.Subquery | exp.Select | exp.Exists):
             raise locate.refuse(inner, "a subquery is not supported")
         if isinstance(inner, exp.Window):
-            raise locate.refuse(inner, "OVER (...) is not supported")
+            raise locate.refuse(
+                inner,
+                "OVER (...) is not supported (except window Top-N: SELECT ... FROM (SELECT ..., ROW_NUMBER() "
+                "OVER (PARTITION BY window_start, window_end ... ORDER BY ...) AS rownum FROM ...) WHERE rownum <= N)",
+            )
 
 
 def _named(node: exp.Expr, name: str, scope: Scope, locate: Locate) -> NamedExpression:
@@ -775,7 +923,9 @@ __all__ = [
     "Node",
     "Project",
     "Scan",
+    "OrderKey",
     "Sink",
+    "TopN",
     "WindowTvf",
     "plan_insert",
 ]
