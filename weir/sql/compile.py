@@ -39,6 +39,7 @@ from weir.api import (
     WindowContext,
 )
 from weir.core import json_codec
+from weir.core.windows import CumulativeEventTimeWindows
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
 from weir.sql.errors import SqlError
@@ -600,12 +601,16 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
 
     if node.window is not None:
         window = node.window
-        assigner: TumblingEventTimeWindows | SlidingEventTimeWindows | EventTimeSessionWindows
+        assigner: (
+            TumblingEventTimeWindows | SlidingEventTimeWindows | CumulativeEventTimeWindows | EventTimeSessionWindows
+        )
         match window.kind:
             case "TUMBLE":
                 assigner = TumblingEventTimeWindows(window.size_ms)
             case "HOP":
                 assigner = SlidingEventTimeWindows(window.size_ms, window.slide_ms)
+            case "CUMULATE":
+                assigner = CumulativeEventTimeWindows(window.size_ms, window.slide_ms)
             case "SESSION":
                 assigner = EventTimeSessionWindows(window.size_ms)
             case _:

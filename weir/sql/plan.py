@@ -41,7 +41,8 @@ class WindowTvf:
     view's column passing it through)."""
 
     input: Node
-    kind: Literal["TUMBLE", "HOP", "SESSION"]  # SESSION: from a group window, size_ms its gap
+    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"]  # SESSION: from a group window, size_ms its gap
+    # CUMULATE: windows of size_ms, each also as its prefixes growing by slide_ms (the step)
     time_column: str
     size_ms: int
     slide_ms: int
@@ -729,14 +730,13 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         raise locate.refuse(source, "FROM takes a table or TABLE(TUMBLE(...)) / TABLE(HOP(...))")
     tvf = function.expressions[0]
     name = str(tvf.this).upper() if isinstance(tvf, exp.Anonymous) else type(tvf).__name__.upper()
-    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP"):
-        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE and HOP are)")
+    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP", "CUMULATE"):
+        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE, HOP and CUMULATE are)")
     args = tvf.expressions
     expected = 3 if name == "TUMBLE" else 4
     if len(args) != expected:
-        raise locate.refuse(
-            tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {'size' if name == 'TUMBLE' else 'slide, size'})"
-        )
+        shape = {"TUMBLE": "size", "HOP": "slide, size", "CUMULATE": "step, size"}[name]
+        raise locate.refuse(tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {shape})")
     table_arg, descriptor = args[0], args[1]
     if not isinstance(table_arg, exp.Column) or table_arg.table:
         raise locate.refuse(table_arg, f"{name}'s first argument is TABLE name")
@@ -763,8 +763,12 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         durations.append(ms)
     size, slide = (durations[0], durations[0]) if name == "TUMBLE" else (durations[1], durations[0])
     if size % slide != 0:
-        raise locate.refuse(tvf, f"HOP's size ({size} ms) must be a multiple of its slide ({slide} ms)")
-    tvf_node = WindowTvf(read.node, "TUMBLE" if name == "TUMBLE" else "HOP", time_column, size, slide)
+        step = "slide" if name == "HOP" else "step"
+        raise locate.refuse(tvf, f"{name}'s size ({size} ms) must be a multiple of its {step} ({slide} ms)")
+    kind: Literal["TUMBLE", "HOP", "CUMULATE"] = (
+        "TUMBLE" if name == "TUMBLE" else "HOP" if name == "HOP" else "CUMULATE"
+    )
+    tvf_node = WindowTvf(read.node, kind, time_column, size, slide)
     columns = dict(read.scope.columns)
     columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)

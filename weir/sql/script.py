@@ -253,7 +253,7 @@ def _parse_error(text: Text, exc: ParseError, offset: int) -> SqlError:
     return SqlError(f"does not parse: {description}", position)
 
 
-_TVFS = ("TUMBLE", "HOP")
+_TVFS = ("TUMBLE", "HOP", "CUMULATE")
 
 
 def _create_view(text: Text, tokens: list[Token]) -> CreateView:
@@ -280,8 +280,11 @@ def _refuse_table_functions(text: Text, tokens: list[Token]) -> None:
             and tokens[i + 3].token_type is TokenType.L_PAREN
             and _word(tokens[i + 2]) not in _TVFS
         ):
+            session = (
+                " (GROUP BY keys, SESSION(ts, gap), a group window, is)" if _word(tokens[i + 2]) == "SESSION" else ""
+            )
             raise SqlError(
-                f"table function {tokens[i + 2].text} is not supported ({' and '.join(_TVFS)} are)",
+                f"table function {tokens[i + 2].text} is not supported ({', '.join(_TVFS)} are){session}",
                 text.at(tokens[i + 2].start),
             )
 
