@@ -27,6 +27,7 @@ from weir.api import (
     EARLIEST,
     LATEST,
     Collector,
+    CumulativeEventTimeWindows,
     DataStream,
     Environment,
     EventTimeSessionWindows,
@@ -39,7 +40,6 @@ from weir.api import (
     WindowContext,
 )
 from weir.core import json_codec
-from weir.core.windows import CumulativeEventTimeWindows
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
 from weir.sql.errors import SqlError
