@@ -49,6 +49,7 @@ from weir.sql.plan import (
     AggregateCall,
     Filter,
     InsertPlan,
+    Interval,
     Join,
     Node,
     OrderKey,
@@ -449,6 +450,8 @@ class RegularJoin(KeyedCoProcessFunction):
 def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> DataStream | None:
     left = _node(env, node.left, uids, script)
     right = _node(env, node.right, uids, script)
+    if node.interval is not None:
+        return _interval_join(left, right, node, node.interval, uids)
     on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
     uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join)")
     if left is None or right is None:
@@ -460,6 +463,45 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
         .process(RegularJoin(node), uid=uid)
     )
+
+
+def _interval_join(
+    left: DataStream | None, right: DataStream | None, node: Join, interval: Interval, uids: _Uids
+) -> DataStream | None:
+    """The job API's interval join, keyed by the ON equalities (rows whose key has a NULL are dropped
+    first: SQL's ``=`` never matches NULL), each pair the joined row."""
+    on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
+    low = f"{interval.lower_ms} {'<' if interval.lower_exclusive else '<='}"
+    high = f"{'<' if interval.upper_exclusive else '<='} {interval.upper_ms}"
+    left_uid = uids.next("filter", f"{node.left_qualifier}: join key not NULL")
+    right_uid = uids.next("filter", f"{node.right_qualifier}: join key not NULL")
+    uid = uids.next(
+        "interval-join",
+        f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on}, "
+        f"{low} {node.right_qualifier} time - {node.left_qualifier} time {high} ms (interval join)",
+    )
+    if left is None or right is None:
+        return None
+    left_keys = tuple(k.evaluate for k in node.left_keys)
+    right_keys = tuple(k.evaluate for k in node.right_keys)
+
+    def left_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for f in left_keys)
+
+    def right_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for f in right_keys)
+
+    joined = (
+        left.filter(lambda row: None not in left_key(row), uid=left_uid)
+        .key_by(left_key)
+        .interval_join(right.filter(lambda row: None not in right_key(row), uid=right_uid).key_by(right_key))
+        .between(interval.lower_ms, interval.upper_ms)
+    )
+    if interval.lower_exclusive:
+        joined = joined.lower_exclusive()
+    if interval.upper_exclusive:
+        joined = joined.upper_exclusive()
+    return joined.process(RegularJoin(node).joined, uid=uid)
 
 
 class Accumulators:

@@ -101,6 +101,20 @@ class Join:
     right_qualifier: str
     left_columns: tuple[str, ...]
     right_columns: tuple[str, ...]
+    interval: Interval | None = None  # an interval join: the bounds of the two sides' event times
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval join's bounds (Flink's interval join): a left row at event time ``t`` joins the
+    right rows of its key at ``[t + lower_ms, t + upper_ms]`` (either end exclusive), each row
+    joined as the later of the two arrives and its state dropped once the watermark passes what it
+    could still match."""
+
+    lower_ms: int
+    upper_ms: int
+    lower_exclusive: bool
+    upper_exclusive: bool
 
 
 @dataclass(frozen=True)
@@ -304,7 +318,12 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     if len(joins) > 1:
         raise locate.refuse(joins[1], "a second JOIN is not supported (one two-way join is)")
     if joins:
-        relation = _plan_join(relation, source.this, joins[0], catalog, locate)
+        comma = (joins[0].args.get("kind") or "").upper() == "CROSS" and joins[0].args.get("on") is None
+        if comma and condition is not None:  # FROM a, b WHERE ...: the WHERE is the join's condition
+            relation = _plan_join(relation, source.this, joins[0], catalog, locate, condition)
+            condition = None
+        else:
+            relation = _plan_join(relation, source.this, joins[0], catalog, locate)
     node: Node = relation.node
     scope = relation.scope
     window = node if isinstance(node, WindowTvf) else None
@@ -516,9 +535,7 @@ def _group_window(
     ``SESSION(ts, gap)`` over the input's event time, read by ``*_START``, ``*_END``, ``*_ROWTIME``."""
     if group is None:
         return None
-    found = [
-        g for g in group.expressions if isinstance(g, exp.Anonymous) and str(g.this).upper() in _GROUP_WINDOWS
-    ]
+    found = [g for g in group.expressions if isinstance(g, exp.Anonymous) and str(g.this).upper() in _GROUP_WINDOWS]
     if not found:
         return None
     function = found[0]
@@ -626,14 +643,24 @@ def _qualifier(source: exp.Expr) -> str:
     return source.alias or (source.name if isinstance(source, exp.Table) else "")
 
 
-def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: Catalog, locate: Locate) -> Relation:
+def _plan_join(
+    left: Relation,
+    left_source: exp.Expr,
+    join: exp.Join,
+    catalog: Catalog,
+    locate: Locate,
+    where: exp.Expr | None = None,
+) -> Relation:
+    """``where``: the WHERE of ``FROM a, b WHERE ...`` (a comma join), the join's condition."""
     kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
+    if where is not None and kind == "CROSS" and not side:
+        kind = ""
     if side or kind not in ("", "INNER"):
         raise locate.refuse(join, f"{' '.join(filter(None, (side, kind)))} JOIN is not supported (an INNER JOIN is)")
     for key in ("using", "method"):
         if join.args.get(key):
             raise locate.refuse(join, f"JOIN ... {key.upper()} is not supported (ON left.k = right.k is)")
-    condition = join.args.get("on")
+    condition = join.args.get("on") if where is None else where
     if condition is None:
         raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
     right_source = join.this
@@ -659,7 +686,13 @@ def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: C
     left_keys: list[NamedExpression] = []
     right_keys: list[NamedExpression] = []
     residual: list[exp.Expr] = []
+    times = _JoinTimes(lq, rq, left_names, right_names, left.time_column, right.time_column)
+    bounds: list[tuple[exp.Expr, Bound]] = []
     for conjunct in _conjuncts(condition):
+        found = times.bounds(conjunct)
+        if found:
+            bounds.extend((conjunct, b) for b in found)
+            continue
         if isinstance(conjunct, exp.EQ):
             sides = (
                 _side_of(conjunct.this, lq, rq, left_names, right_names),
@@ -674,11 +707,99 @@ def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: C
         residual.append(conjunct)
     if not left_keys:
         raise locate.refuse(condition, "a JOIN needs an equality of a column of each side in ON")
-    node: Node = Join(left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names)
+    interval = _interval(bounds, condition, locate) if bounds else None
+    node: Node = Join(
+        left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names, interval
+    )
     for conjunct in residual:
         _refuse_nested(conjunct, locate)
         node = Filter(node, _named(conjunct, "on", joined, locate))
     return Relation(node, joined, None)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A bound of (right event time - left event time): ``lower`` (>=, or > if exclusive) or ``upper``."""
+
+    lower: bool
+    ms: int
+    exclusive: bool
+
+
+_FLIPPED: Final[dict[type[exp.Expr], type[exp.Expr]]] = {
+    exp.GTE: exp.LTE,
+    exp.GT: exp.LT,
+    exp.LTE: exp.GTE,
+    exp.LT: exp.GT,
+}
+
+
+@dataclass(frozen=True)
+class _JoinTimes:
+    """The two sides' event-time columns, to read an interval join's conditions."""
+
+    lq: str
+    rq: str
+    left_names: tuple[str, ...]
+    right_names: tuple[str, ...]
+    left_time: str | None
+    right_time: str | None
+
+    def bounds(self, conjunct: exp.Expr) -> list[Bound]:
+        """The bounds ``conjunct`` puts on (right time - left time): ``l.ts BETWEEN r.ts - INTERVAL ...
+        AND r.ts + INTERVAL ...``, ``l.ts >= r.ts - INTERVAL ...`` and the like (either side first);
+        none for any other condition."""
+        if isinstance(conjunct, exp.Between):
+            low = self._bound(exp.GTE, conjunct.this, conjunct.args["low"])
+            high = self._bound(exp.LTE, conjunct.this, conjunct.args["high"])
+            return [low, high] if low is not None and high is not None else []
+        if type(conjunct) in _FLIPPED:
+            found = self._bound(type(conjunct), conjunct.this, conjunct.expression)
+            return [found] if found is not None else []
+        return []
+
+    def _bound(self, op: type[exp.Expr], a: exp.Expr, b: exp.Expr) -> Bound | None:
+        ta, tb = self._time(a), self._time(b)
+        if ta is None or tb is None or ta[0] == tb[0]:
+            return None
+        # right + x op left + y  <=>  right - left op y - x ; left + x op right + y <=> right - left op' x - y
+        if ta[0] == "right":
+            ms = tb[1] - ta[1]
+        else:
+            op, ms = _FLIPPED[op], ta[1] - tb[1]
+        return Bound(op in (exp.GTE, exp.GT), ms, op in (exp.GT, exp.LT))
+
+    def _time(self, node: exp.Expr) -> tuple[str, int] | None:
+        """(side, offset ms) of ``side.time [+- INTERVAL ...]``, or None."""
+        if isinstance(node, exp.Paren):
+            return self._time(node.this)
+        if isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
+            inner, ms = self._time(node.this), interval_ms(node.expression)
+            if inner is None or ms is None:
+                return None
+            return inner[0], inner[1] + (ms if isinstance(node, exp.Add) else -ms)
+        if not isinstance(node, exp.Column):
+            return None
+        side = _side_of(node, self.lq, self.rq, self.left_names, self.right_names)
+        if side == "left" and self.left_time is not None and node.name == self.left_time:
+            return side, 0
+        if side == "right" and self.right_time is not None and node.name == self.right_time:
+            return side, 0
+        return None
+
+
+def _interval(bounds: list[tuple[exp.Expr, Bound]], condition: exp.Expr, locate: Locate) -> Interval:
+    lower = [(c, b) for c, b in bounds if b.lower]
+    upper = [(c, b) for c, b in bounds if not b.lower]
+    shape = "l.ts BETWEEN r.ts - INTERVAL ... AND r.ts + INTERVAL ..., over each side's event time"
+    if len(lower) != 1 or len(upper) != 1:
+        extra = lower[1:] or upper[1:]
+        at = extra[0][0] if extra else condition
+        raise locate.refuse(at, f"an interval join takes one lower and one upper bound ({shape})")
+    low, high = lower[0][1], upper[0][1]
+    if low.ms > high.ms or (low.ms == high.ms and (low.exclusive or high.exclusive)):
+        raise locate.refuse(lower[0][0], "an interval join's bounds are empty: no row can match")
+    return Interval(low.ms, high.ms, low.exclusive, high.exclusive)
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
@@ -923,6 +1044,7 @@ __all__ = [
     "AggregateCall",
     "Filter",
     "InsertPlan",
+    "Interval",
     "NamedExpression",
     "Node",
     "Project",
