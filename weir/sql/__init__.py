@@ -14,8 +14,9 @@ an INSERT, frozen values), ``compile`` (the plan as job API calls)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from sqlglot import exp
 
@@ -23,8 +24,10 @@ from weir.api import DataStream, Environment
 from weir.sql.catalog import Table
 from weir.sql.compile import Operator, compile_insert, compile_query, source_uid, statement_digest
 from weir.sql.errors import Position, SqlError
+from weir.sql.functions import registered, registry, resolve
 from weir.sql.plan import Catalog, InsertPlan, plan_insert, plan_query
 from weir.sql.script import (
+    CreateFunction,
     CreateTable,
     CreateView,
     Explain,
@@ -60,11 +63,20 @@ class Script:
     settings: dict[str, str]
     inserts: tuple[PlannedStatement, ...]
     explains: tuple[tuple[Position, tuple[PlannedStatement, ...]], ...]
+    functions: Mapping[str, Any] = field(default_factory=dict)  # by upper-case name
 
 
-def plan_script(text: str) -> Script:
-    """Read and plan every statement; the first one Weir does not run raises SqlError (one line, ``line:column``)."""
+def plan_script(text: str, functions: Mapping[str, Any] | None = None) -> Script:
+    """Read and plan every statement; the first one Weir does not run raises SqlError (one line, ``line:column``).
+    ``functions``: Python functions the script calls, by name (weir.sql.functions)."""
     statements: tuple[Statement, ...] = parse_script(text)
+    python = registry(functions or {})
+    with registered(python):
+        script = _plan_statements(text, statements, python)
+    return script
+
+
+def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[str, Any]) -> Script:
     tables: dict[str, Table] = {}
     views: dict[str, CreateView] = {}
     settings: dict[str, str] = {}
@@ -93,6 +105,11 @@ def plan_script(text: str) -> Script:
                 if statement.name in tables or statement.name in views:
                     raise SqlError(f"view {statement.name}: the name is taken", statement.position)
                 views[statement.name] = statement
+            case CreateFunction():
+                if statement.name.upper() in python:
+                    raise SqlError(f"function {statement.name} is created twice", statement.position)
+                fn = resolve(statement.name, statement.target, statement.position)
+                python.update(registry({statement.name: fn}, statement.position))
             case SetOption():
                 if statement.key not in SETTINGS:
                     raise SqlError(
@@ -107,16 +124,16 @@ def plan_script(text: str) -> Script:
                 inserts.extend(planned(i) for i in statement.inserts)
             case Explain():
                 explains.append((statement.position, tuple(planned(i, count=False) for i in statement.inserts)))
-    return Script(tables, views, settings, tuple(inserts), tuple(explains))
+    return Script(tables, views, settings, tuple(inserts), tuple(explains), python)
 
 
 class SqlJob:
     """The SQL of a job: its script planned, its INSERTs added to ``env``'s job, and the tables' sources
     (one per table in the job) that :meth:`query` reads too."""
 
-    def __init__(self, env: Environment, text: str) -> None:
+    def __init__(self, env: Environment, text: str, functions: Mapping[str, Any] | None = None) -> None:
         self.env, self.text = env, text
-        self.script = plan_script(text)
+        self.script = plan_script(text, functions)
         self.sources: dict[str, DataStream] = {}
         for statement in self.script.inserts:
             compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources)
@@ -130,15 +147,18 @@ class SqlJob:
         if not isinstance(parsed, exp.Query):
             raise SqlError("query() takes a SELECT", Position(1, 1))
         catalog = Catalog(self.script.tables, self.script.views)
-        plan = plan_query(parsed, 0, catalog, select)
+        with registered(self.script.functions):
+            plan = plan_query(parsed, 0, catalog, select)
         prefix = f"sql-{statement_digest(parsed.sql(dialect='spark'))}"
         return compile_query(self.env, plan.node, prefix, select, self.sources)
 
 
-def sql(env: Environment, text: str) -> SqlJob:
+def sql(env: Environment, text: str, functions: Mapping[str, Any] | None = None) -> SqlJob:
     """Add the script's INSERT statements to the job ``env`` builds; answers the job's SQL, whose
-    :meth:`SqlJob.query` gives a SELECT's rows as a stream."""
-    return SqlJob(env, text)
+    :meth:`SqlJob.query` gives a SELECT's rows as a stream. ``functions``: Python scalar functions
+    (callables) and aggregate functions (``create``, ``add(acc, *values)``, ``merge``, ``result``)
+    the script calls, by name."""
+    return SqlJob(env, text, functions)
 
 
 def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:

@@ -518,6 +518,8 @@ class Accumulators:
 
     @staticmethod
     def _empty(call: AggregateCall) -> Any:
+        if call.function == "PYTHON":
+            return call.python.create()
         if call.distinct:
             return frozenset()
         if call.function == "COUNT":
@@ -536,6 +538,8 @@ class Accumulators:
     def _add(call: AggregateCall, acc: Any, value: Any) -> Any:
         if call.argument is None:  # COUNT(*)
             return acc + 1
+        if call.function == "PYTHON":  # every row, NULLs too: the function decides
+            return call.python.add(acc, *value)
         if value is None:
             return acc
         if call.distinct:
@@ -559,6 +563,8 @@ class Accumulators:
 
     @staticmethod
     def _merge(call: AggregateCall, x: Any, y: Any) -> Any:
+        if call.function == "PYTHON":
+            return call.python.merge(x, y)
         if call.distinct:
             return x | y
         match call.function:
@@ -580,6 +586,8 @@ class Accumulators:
 
     @staticmethod
     def _result(call: AggregateCall, acc: Any) -> Any:
+        if call.function == "PYTHON":
+            return call.python.result(acc)
         if call.distinct:
             values = list(acc)
             match call.function:

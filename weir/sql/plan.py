@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 
 from sqlglot import exp
 
+from weir.sql import functions
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
@@ -60,7 +61,7 @@ class Project:
     outputs: tuple[NamedExpression, ...]
 
 
-AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG"]
+AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG", "PYTHON"]  # PYTHON: a registered function
 
 
 @dataclass(frozen=True)
@@ -70,8 +71,9 @@ class AggregateCall:
     name: str  # the column holding its value downstream
     function: AggregateName
     distinct: bool
-    argument: NamedExpression | None
+    argument: NamedExpression | None  # PYTHON: the tuple of the call's argument values
     sql: str
+    python: Any = field(default=None, compare=False)  # PYTHON: the aggregate function object
 
 
 @dataclass(frozen=True)
@@ -895,13 +897,25 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)
 
 
-def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Locate) -> list[exp.AggFunc]:
-    calls: list[exp.AggFunc] = []
+def _python_aggregate(node: exp.Anonymous) -> Any | None:
+    fn = functions.lookup(str(node.this))
+    return fn if fn is not None and functions.is_aggregate(fn) else None
+
+
+def _aggregate_calls(
+    select: exp.Select, having: exp.Having | None, locate: Locate
+) -> list[exp.AggFunc | exp.Anonymous]:
+    calls: list[exp.AggFunc | exp.Anonymous] = []
     seen: set[str] = set()
     roots: list[exp.Expr] = list(select.expressions) + ([having] if having is not None else [])
     for root in roots:
         for node in root.walk():
-            if isinstance(node, exp.AggFunc):
+            if isinstance(node, exp.Anonymous) and _python_aggregate(node) is not None:
+                key = normalized(node)
+                if key not in seen:
+                    seen.add(key)
+                    calls.append(node)
+            elif isinstance(node, exp.AggFunc):
                 if type(node) not in _AGGREGATES:
                     raise locate.refuse(
                         node, f"aggregate {node.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)"
@@ -913,7 +927,7 @@ def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Loca
     where = select.args.get("where")
     if where is not None:
         for node in where.walk():
-            if isinstance(node, exp.AggFunc):
+            if isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and _python_aggregate(node)):
                 raise locate.refuse(node, "an aggregate in WHERE (HAVING filters on aggregates)")
     return calls
 
@@ -921,7 +935,7 @@ def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Loca
 def _plan_aggregate(
     select: exp.Select,
     group: exp.Group | None,
-    calls: list[exp.AggFunc],
+    calls: list[exp.AggFunc | exp.Anonymous],
     node: Node,
     scope: Scope,
     window: WindowTvf | None,
@@ -967,6 +981,12 @@ def _plan_aggregate(
         columns[name] = scope.columns.get(name) if isinstance(g, exp.Column) else None
     aggregates = []
     for i, call in enumerate(calls):
+        if isinstance(call, exp.Anonymous):
+            name = f"$agg{i}"
+            aggregates.append(_python_call(call, name, i, scope, locate))
+            computed[normalized(call)] = name
+            columns[name] = None
+            continue
         function = _AGGREGATES[type(call)]
         argument = call.this
         distinct = isinstance(argument, exp.Distinct)
@@ -998,6 +1018,21 @@ def _plan_aggregate(
     for projection in select.expressions:
         _check_grouped(projection, out_scope, locate)
     return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
+
+
+def _python_call(call: exp.Anonymous, name: str, i: int, scope: Scope, locate: Locate) -> AggregateCall:
+    """A registered Python aggregate function's call: its arguments' values as a tuple for ``add``."""
+    fn = _python_aggregate(call)
+    for argument in call.expressions:
+        if isinstance(argument, exp.Distinct | exp.Star):
+            raise locate.refuse(call, f"{call.this}(DISTINCT ...) / {call.this}(*) is not supported")
+        _refuse_nested(argument, locate)
+        for inner in argument.walk():
+            if isinstance(inner, exp.AggFunc) or (isinstance(inner, exp.Anonymous) and _python_aggregate(inner)):
+                raise locate.refuse(inner, "an aggregate inside an aggregate")
+    parts = tuple(compile_expression(a, scope, locate) for a in call.expressions)
+    arguments = NamedExpression(f"$arg{i}", normalized(call), lambda row: tuple(f(row) for f in parts))
+    return AggregateCall(name, "PYTHON", False, arguments, normalized(call), fn)
 
 
 _AUXILIARIES: Final = {"_START": "window_start", "_END": "window_end", "_ROWTIME": "window_time"}
