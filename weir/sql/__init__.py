@@ -44,7 +44,28 @@ SETTINGS: Final = {
     "pipeline.name": "the job's name (weir sql)",
     "parallelism.default": "the job's parallelism (weir sql)",
     "table.local-time-zone": "UTC only: timestamps are UTC",
+    "table.exec.state.ttl": "the state TTL of the INSERTs after it: regular joins' and GROUP BY without a window",
 }
+
+_DURATION_UNITS: Final = {
+    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+    "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+
+
+def duration_ms(value: str, position: Position) -> int:
+    """Flink's duration text (``'1 h'``, ``'30 min'``, ``'90s'``, ``'3600000'``: milliseconds) in ms."""
+    text = value.strip().lower()
+    digits = len(text) - len(text.lstrip("0123456789"))
+    unit = text[digits:].strip()
+    if digits == 0 or unit not in _DURATION_UNITS:
+        raise SqlError(
+            f"SET 'table.exec.state.ttl': {value!r} is not a duration (like '1 h', '30 min', '90 s')", position
+        )
+    return int(text[:digits]) * _DURATION_UNITS[unit]
 
 
 @dataclass(frozen=True)
@@ -52,6 +73,7 @@ class PlannedStatement:
     insert: Insert
     plan: InsertPlan
     uid_prefix: str
+    state_ttl_ms: int = 0  # SET 'table.exec.state.ttl' before it; 0: state kept
 
 
 @dataclass(frozen=True)
@@ -83,6 +105,7 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
     inserts: list[PlannedStatement] = []
     explains: list[tuple[Position, tuple[PlannedStatement, ...]]] = []
     seen: Counter[str] = Counter()
+    state_ttl_ms = 0
 
     def planned(insert: Insert, *, count: bool = True) -> PlannedStatement:
         digest = statement_digest(insert.normalized)
@@ -92,7 +115,8 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
         else:
             n = seen[digest] + 1
         prefix = f"sql-{digest}" + ("" if n == 1 else f"-{n}")
-        return PlannedStatement(insert, plan_insert(insert, Catalog(dict(tables), dict(views)), text), prefix)
+        plan = plan_insert(insert, Catalog(dict(tables), dict(views)), text)
+        return PlannedStatement(insert, plan, prefix, state_ttl_ms)
 
     for statement in statements:
         match statement:
@@ -117,6 +141,8 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
                     )
                 if statement.key == "table.local-time-zone" and statement.value != "UTC":
                     raise SqlError("SET 'table.local-time-zone': only 'UTC'", statement.position)
+                if statement.key == "table.exec.state.ttl":
+                    state_ttl_ms = duration_ms(statement.value, statement.position)
                 settings[statement.key] = statement.value
             case Insert():
                 inserts.append(planned(statement))
@@ -136,7 +162,7 @@ class SqlJob:
         self.script = plan_script(text, functions)
         self.sources: dict[str, DataStream] = {}
         for statement in self.script.inserts:
-            compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources)
+            compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources, statement.state_ttl_ms)
 
     def query(self, select: str) -> DataStream:
         """The rows of ``select`` (a SELECT over the script's tables and views) as a stream of dicts,
@@ -162,7 +188,7 @@ def sql(env: Environment, text: str, functions: Mapping[str, Any] | None = None)
 
 
 def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:
-    return compile_insert(None, statement.plan, statement.uid_prefix, text)
+    return compile_insert(None, statement.plan, statement.uid_prefix, text, state_ttl_ms=statement.state_ttl_ms)
 
 
 def explain(text: str) -> str:

@@ -33,9 +33,11 @@ from weir.api import (
     EventTimeSessionWindows,
     KeyedCoProcessFunction,
     KeyedProcessContext,
+    KeyedProcessFunction,
     PrintSink,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
+    StateTtlConfig,
     TumblingEventTimeWindows,
     WindowContext,
 )
@@ -76,8 +78,11 @@ def statement_digest(normalized: str) -> str:
 
 
 class _Uids:
-    def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream]) -> None:
+    """The uids of a statement's operators (and what it compiles with: the tables' sources, the state TTL)."""
+
+    def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream], state_ttl_ms: int = 0) -> None:
         self.prefix, self.n, self.out, self.sources = prefix, 0, out, sources
+        self.ttl = StateTtlConfig(state_ttl_ms) if state_ttl_ms > 0 else None
 
     def next(self, kind: str, detail: str) -> str:
         uid = f"{self.prefix}-{self.n}-{kind}"
@@ -98,12 +103,18 @@ def source_uid(table: str) -> str:
 
 
 def compile_insert(
-    env: Environment | None, plan: InsertPlan, prefix: str, script: str, sources: dict[str, DataStream] | None = None
+    env: Environment | None,
+    plan: InsertPlan,
+    prefix: str,
+    script: str,
+    sources: dict[str, DataStream] | None = None,
+    state_ttl_ms: int = 0,
 ) -> list[Operator]:
     """Add the statement's operators to ``env`` (None: only name them, for EXPLAIN); answer them.
-    ``sources``: the tables already read in this job, by name (one source each)."""
+    ``sources``: the tables already read in this job, by name (one source each). ``state_ttl_ms``
+    (SET 'table.exec.state.ttl'): the TTL of a regular join's and a GROUP BY without a window's state."""
     operators: list[Operator] = []
-    uids = _Uids(prefix, operators, {} if sources is None else sources)
+    uids = _Uids(prefix, operators, {} if sources is None else sources, state_ttl_ms)
     stream = _node(env, plan.sink.input, uids, script)
     _sink(env, stream, plan.sink, uids)
     return operators
@@ -420,7 +431,8 @@ class RegularJoin(KeyedCoProcessFunction):
     """An inner equi-join's two sides per key: each row is kept in its side's list state and joined
     with every row the other side holds (a NULL key never matches, as SQL's ``=``)."""
 
-    def __init__(self, join: Join) -> None:
+    def __init__(self, join: Join, ttl: StateTtlConfig | None = None) -> None:
+        self.ttl = ttl  # a side's rows of a key dropped when that side has had no row of the key for ttl
         self.left_qualifier, self.right_qualifier = join.left_qualifier, join.right_qualifier
         self.left_only = tuple(c for c in join.left_columns if c not in join.right_columns)
         self.right_only = tuple(c for c in join.right_columns if c not in join.left_columns)
@@ -435,15 +447,15 @@ class RegularJoin(KeyedCoProcessFunction):
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state("left").add(value)
-        for other in ctx.list_state("right").get():
+        ctx.list_state("left", self.ttl).add(value)
+        for other in ctx.list_state("right", self.ttl).get():
             out.collect(self.joined(value, other))
 
     def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state("right").add(value)
-        for other in ctx.list_state("left").get():
+        ctx.list_state("right", self.ttl).add(value)
+        for other in ctx.list_state("left", self.ttl).get():
             out.collect(self.joined(other, value))
 
 
@@ -453,7 +465,8 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
     if node.interval is not None:
         return _interval_join(left, right, node, node.interval, uids)
     on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
-    uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join)")
+    ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl else ""
+    uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl})")
     if left is None or right is None:
         return None
     left_keys = tuple(k.evaluate for k in node.left_keys)
@@ -461,7 +474,7 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
     return (
         left.connect(right)
         .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
-        .process(RegularJoin(node), uid=uid)
+        .process(RegularJoin(node, uids.ttl), uid=uid)
     )
 
 
@@ -639,6 +652,24 @@ class WindowAggregation:
         return row
 
 
+class GroupAggregateWithTtl(KeyedProcessFunction):
+    """A GROUP BY without a window under SET 'table.exec.state.ttl': each key's accumulators in a
+    value state with that TTL (a key idle for the TTL starts again from nothing, as Flink's), the
+    key's updated row after each input row."""
+
+    def __init__(self, key_names: tuple[str, ...], accumulators: Accumulators, ttl: StateTtlConfig) -> None:
+        self.key_names, self.accumulators, self.ttl = key_names, accumulators, ttl
+
+    def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        state = ctx.value_state("accumulators", self.ttl)
+        held = state.value()
+        accs = self.accumulators.add(self.accumulators.create() if held is None else held, value)
+        state.update(accs)
+        row = dict(zip(self.key_names, ctx.key, strict=True))
+        row.update(self.accumulators.results(accs))
+        out.collect(row)
+
+
 def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: str) -> DataStream | None:
     upstream = _node(env, node.input, uids, script)
     keys = tuple((k.name, k.evaluate) for k in node.keys)
@@ -669,6 +700,11 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
         if upstream is None:
             return None
         return upstream.key_by(key_of).window(assigner).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
+    if uids.ttl is not None:
+        uid = uids.next("group-aggregate-ttl", f"{detail}, state TTL {uids.ttl.ttl_ms} ms")
+        if upstream is None:
+            return None
+        return upstream.key_by(key_of).process(GroupAggregateWithTtl(key_names, accumulators, uids.ttl), uid=uid)
     prepare_uid = uids.next("accumulate", "each row as its key and accumulators")
     uid = uids.next("group-aggregate", detail)
     result_uid = uids.next("aggregate-result", "the updated row of the key")
