@@ -69,7 +69,8 @@ def test_regular_join_state_ttl(tmp_path: Path, weir_job: RunJob, ttl: str | Non
     script = (
         ORDERS
         + setting
-        + f"""CREATE TABLE pairs (a BIGINT, b BIGINT) WITH ('connector' = 'kafka', 'topic' = 'pairs', 'format' = 'json');
+        + f"""CREATE TABLE pairs (a BIGINT, b BIGINT)
+  WITH ('connector' = 'kafka', 'topic' = 'pairs', 'format' = 'json');
 INSERT INTO pairs SELECT o.id AS a, p.id AS b FROM orders o, orders p
 WHERE {KEY.replace("id", "o.id")} = {KEY.replace("id", "p.id")} AND o.id <> p.id;
 """
