@@ -191,10 +191,10 @@ def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:
     return compile_insert(None, statement.plan, statement.uid_prefix, text, state_ttl_ms=statement.state_ttl_ms)
 
 
-def explain(text: str) -> str:
+def explain(text: str, functions: Mapping[str, Any] | None = None) -> str:
     """What EXPLAIN prints for each EXPLAIN statement of the script (or, without one, for each INSERT):
     the statement, then each operator's uid, kind and what it does, from source to sink."""
-    script = plan_script(text)
+    script = plan_script(text, functions)
     groups = [list(statements) for _, statements in script.explains] or [[s] for s in script.inserts]
     lines: list[str] = []
     for group in groups:

@@ -14,6 +14,7 @@ import importlib
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
+from types import FunctionType, ModuleType
 from typing import Any, Final
 
 from weir.sql.errors import Position, SqlError
@@ -59,6 +60,18 @@ def resolve(name: str, target: str, where: Position) -> Any:
         raise SqlError(f"CREATE FUNCTION {name}: module {module_name} has no {attribute}", where) from None
 
 
+def defined_in(module: ModuleType) -> dict[str, Any]:
+    """The functions of a module (``weir sql --functions FILE.py``): each public function, and each
+    public class with create/add/merge/result, defined in the module itself, by its name."""
+    found: dict[str, Any] = {}
+    for name, value in vars(module).items():
+        if name.startswith("_") or getattr(value, "__module__", None) != module.__name__:
+            continue
+        if isinstance(value, FunctionType) or (isinstance(value, type) and is_aggregate(value)):
+            found[name] = value
+    return found
+
+
 def lookup(name: str) -> Any | None:
     return (REGISTERED.get() or {}).get(name.upper())
 
@@ -72,4 +85,4 @@ def registered(functions: Mapping[str, Any]) -> Iterator[None]:
         REGISTERED.reset(token)
 
 
-__all__ = ["REGISTERED", "is_aggregate", "lookup", "registered", "registry", "resolve"]
+__all__ = ["REGISTERED", "defined_in", "is_aggregate", "lookup", "registered", "registry", "resolve"]
