@@ -95,6 +95,7 @@ from weir.core.process_functions import (
 from weir.core.rejections import FAIL, DeadLetterOnError, FailOnError, OnRecordError
 from weir.core.state_schema import Migrate, StateSchema
 from weir.core.windows import (
+    CumulativeEventTimeWindows,
     EventTimeSessionWindows,
     SlidingEventTimeWindows,
     TimeWindow,
@@ -128,6 +129,7 @@ __all__ = [
     "DeadLetterOnError",
     "Duration",
     "Environment",
+    "CumulativeEventTimeWindows",
     "EventTimeSessionWindows",
     "FailOnError",
     "FieldKey",

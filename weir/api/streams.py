@@ -45,6 +45,7 @@ from weir.core.process_functions import OutputTag
 from weir.core.rejections import OnRecordError
 from weir.core.state_schema import Migrate, StateSchema
 from weir.core.windows import (
+    CumulativeEventTimeWindows,
     EventTimeSessionWindows,
     SlidingEventTimeWindows,
     TumblingEventTimeWindows,
@@ -55,7 +56,11 @@ from weir.operators.keyed import REDUCE_STATE
 from weir.operators.windows import WINDOW_STATE, ElementList, ProcessElements, ProcessResult, ReduceAggregate
 
 WindowAssigner = (
-    TumblingEventTimeWindows | SlidingEventTimeWindows | EventTimeSessionWindows | TumblingProcessingTimeWindows
+    TumblingEventTimeWindows
+    | SlidingEventTimeWindows
+    | CumulativeEventTimeWindows
+    | EventTimeSessionWindows
+    | TumblingProcessingTimeWindows
 )
 
 

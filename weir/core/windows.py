@@ -218,6 +218,41 @@ class EventTimeSessionWindows:
         return f"EventTimeSessionWindows(gap_ms={self.gap_ms})"
 
 
+class CumulativeEventTimeWindows:
+    """Flink's cumulating windows (SQL's ``CUMULATE`` TVF): windows of ``max_size_ms`` aligned to the
+    epoch, each also as its growing prefixes ``[start, start + step)``, ``[start, start + 2 * step)``,
+    ... ``[start, start + max_size)``: a timestamp belongs to every prefix that has reached it."""
+
+    __slots__ = ("max_size_ms", "step_ms")
+
+    def __init__(self, max_size_ms: int | timedelta, step_ms: int | timedelta) -> None:
+        max_size_ms = to_millis(max_size_ms, "cumulative window size")
+        step_ms = to_millis(step_ms, "cumulative window step")
+        if step_ms <= 0 or max_size_ms <= 0 or max_size_ms % step_ms != 0:
+            raise ValueError(
+                f"cumulative windows need a positive step and a size that is a multiple of it, got step "
+                f"{step_ms} ms and size {max_size_ms} ms"
+            )
+        self.max_size_ms, self.step_ms = max_size_ms, step_ms
+
+    def assign(self, timestamp_ms: int) -> tuple[TimeWindow, ...]:
+        """The windows containing ``timestamp_ms``: one start, each end from the first past it on."""
+        start = timestamp_ms - timestamp_ms % self.max_size_ms
+        first_end = timestamp_ms - (timestamp_ms - start) % self.step_ms + self.step_ms
+        return tuple(TimeWindow(start, end) for end in range(first_end, start + self.max_size_ms + 1, self.step_ms))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, CumulativeEventTimeWindows):
+            return NotImplemented
+        return (self.max_size_ms, self.step_ms) == (other.max_size_ms, other.step_ms)
+
+    def __hash__(self) -> int:
+        return hash((CumulativeEventTimeWindows, self.max_size_ms, self.step_ms))
+
+    def __repr__(self) -> str:
+        return f"CumulativeEventTimeWindows(max_size_ms={self.max_size_ms}, step_ms={self.step_ms})"
+
+
 class TumblingProcessingTimeWindows:
     """Fixed-size, non-overlapping windows of wall time: an element belongs to the window containing
     the moment it arrives; the window fires when the wall time passes its last millisecond. There is

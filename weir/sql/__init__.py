@@ -14,8 +14,9 @@ an INSERT, frozen values), ``compile`` (the plan as job API calls)."""
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
-from typing import Final
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
 
 from sqlglot import exp
 
@@ -23,8 +24,10 @@ from weir.api import DataStream, Environment
 from weir.sql.catalog import Table
 from weir.sql.compile import Operator, compile_insert, compile_query, source_uid, statement_digest
 from weir.sql.errors import Position, SqlError
+from weir.sql.functions import registered, registry, resolve
 from weir.sql.plan import Catalog, InsertPlan, plan_insert, plan_query
 from weir.sql.script import (
+    CreateFunction,
     CreateTable,
     CreateView,
     Explain,
@@ -41,7 +44,28 @@ SETTINGS: Final = {
     "pipeline.name": "the job's name (weir sql)",
     "parallelism.default": "the job's parallelism (weir sql)",
     "table.local-time-zone": "UTC only: timestamps are UTC",
+    "table.exec.state.ttl": "the state TTL of the INSERTs after it: regular joins' and GROUP BY without a window",
 }
+
+_DURATION_UNITS: Final = {
+    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+    "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+
+
+def duration_ms(value: str, position: Position) -> int:
+    """Flink's duration text (``'1 h'``, ``'30 min'``, ``'90s'``, ``'3600000'``: milliseconds) in ms."""
+    text = value.strip().lower()
+    digits = len(text) - len(text.lstrip("0123456789"))
+    unit = text[digits:].strip()
+    if digits == 0 or unit not in _DURATION_UNITS:
+        raise SqlError(
+            f"SET 'table.exec.state.ttl': {value!r} is not a duration (like '1 h', '30 min', '90 s')", position
+        )
+    return int(text[:digits]) * _DURATION_UNITS[unit]
 
 
 @dataclass(frozen=True)
@@ -49,6 +73,7 @@ class PlannedStatement:
     insert: Insert
     plan: InsertPlan
     uid_prefix: str
+    state_ttl_ms: int = 0  # SET 'table.exec.state.ttl' before it; 0: state kept
 
 
 @dataclass(frozen=True)
@@ -60,17 +85,27 @@ class Script:
     settings: dict[str, str]
     inserts: tuple[PlannedStatement, ...]
     explains: tuple[tuple[Position, tuple[PlannedStatement, ...]], ...]
+    functions: Mapping[str, Any] = field(default_factory=dict)  # by upper-case name
 
 
-def plan_script(text: str) -> Script:
-    """Read and plan every statement; the first one Weir does not run raises SqlError (one line, ``line:column``)."""
+def plan_script(text: str, functions: Mapping[str, Any] | None = None) -> Script:
+    """Read and plan every statement; the first one Weir does not run raises SqlError (one line, ``line:column``).
+    ``functions``: Python functions the script calls, by name (weir.sql.functions)."""
     statements: tuple[Statement, ...] = parse_script(text)
+    python = registry(functions or {})
+    with registered(python):
+        script = _plan_statements(text, statements, python)
+    return script
+
+
+def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[str, Any]) -> Script:
     tables: dict[str, Table] = {}
     views: dict[str, CreateView] = {}
     settings: dict[str, str] = {}
     inserts: list[PlannedStatement] = []
     explains: list[tuple[Position, tuple[PlannedStatement, ...]]] = []
     seen: Counter[str] = Counter()
+    state_ttl_ms = 0
 
     def planned(insert: Insert, *, count: bool = True) -> PlannedStatement:
         digest = statement_digest(insert.normalized)
@@ -80,7 +115,8 @@ def plan_script(text: str) -> Script:
         else:
             n = seen[digest] + 1
         prefix = f"sql-{digest}" + ("" if n == 1 else f"-{n}")
-        return PlannedStatement(insert, plan_insert(insert, Catalog(dict(tables), dict(views)), text), prefix)
+        plan = plan_insert(insert, Catalog(dict(tables), dict(views)), text)
+        return PlannedStatement(insert, plan, prefix, state_ttl_ms)
 
     for statement in statements:
         match statement:
@@ -93,6 +129,11 @@ def plan_script(text: str) -> Script:
                 if statement.name in tables or statement.name in views:
                     raise SqlError(f"view {statement.name}: the name is taken", statement.position)
                 views[statement.name] = statement
+            case CreateFunction():
+                if statement.name.upper() in python:
+                    raise SqlError(f"function {statement.name} is created twice", statement.position)
+                fn = resolve(statement.name, statement.target, statement.position)
+                python.update(registry({statement.name: fn}, statement.position))
             case SetOption():
                 if statement.key not in SETTINGS:
                     raise SqlError(
@@ -100,6 +141,8 @@ def plan_script(text: str) -> Script:
                     )
                 if statement.key == "table.local-time-zone" and statement.value != "UTC":
                     raise SqlError("SET 'table.local-time-zone': only 'UTC'", statement.position)
+                if statement.key == "table.exec.state.ttl":
+                    state_ttl_ms = duration_ms(statement.value, statement.position)
                 settings[statement.key] = statement.value
             case Insert():
                 inserts.append(planned(statement))
@@ -107,19 +150,19 @@ def plan_script(text: str) -> Script:
                 inserts.extend(planned(i) for i in statement.inserts)
             case Explain():
                 explains.append((statement.position, tuple(planned(i, count=False) for i in statement.inserts)))
-    return Script(tables, views, settings, tuple(inserts), tuple(explains))
+    return Script(tables, views, settings, tuple(inserts), tuple(explains), python)
 
 
 class SqlJob:
     """The SQL of a job: its script planned, its INSERTs added to ``env``'s job, and the tables' sources
     (one per table in the job) that :meth:`query` reads too."""
 
-    def __init__(self, env: Environment, text: str) -> None:
+    def __init__(self, env: Environment, text: str, functions: Mapping[str, Any] | None = None) -> None:
         self.env, self.text = env, text
-        self.script = plan_script(text)
+        self.script = plan_script(text, functions)
         self.sources: dict[str, DataStream] = {}
         for statement in self.script.inserts:
-            compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources)
+            compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources, statement.state_ttl_ms)
 
     def query(self, select: str) -> DataStream:
         """The rows of ``select`` (a SELECT over the script's tables and views) as a stream of dicts,
@@ -130,25 +173,28 @@ class SqlJob:
         if not isinstance(parsed, exp.Query):
             raise SqlError("query() takes a SELECT", Position(1, 1))
         catalog = Catalog(self.script.tables, self.script.views)
-        plan = plan_query(parsed, 0, catalog, select)
+        with registered(self.script.functions):
+            plan = plan_query(parsed, 0, catalog, select)
         prefix = f"sql-{statement_digest(parsed.sql(dialect='spark'))}"
         return compile_query(self.env, plan.node, prefix, select, self.sources)
 
 
-def sql(env: Environment, text: str) -> SqlJob:
+def sql(env: Environment, text: str, functions: Mapping[str, Any] | None = None) -> SqlJob:
     """Add the script's INSERT statements to the job ``env`` builds; answers the job's SQL, whose
-    :meth:`SqlJob.query` gives a SELECT's rows as a stream."""
-    return SqlJob(env, text)
+    :meth:`SqlJob.query` gives a SELECT's rows as a stream. ``functions``: Python scalar functions
+    (callables) and aggregate functions (``create``, ``add(acc, *values)``, ``merge``, ``result``)
+    the script calls, by name."""
+    return SqlJob(env, text, functions)
 
 
 def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:
-    return compile_insert(None, statement.plan, statement.uid_prefix, text)
+    return compile_insert(None, statement.plan, statement.uid_prefix, text, state_ttl_ms=statement.state_ttl_ms)
 
 
-def explain(text: str) -> str:
+def explain(text: str, functions: Mapping[str, Any] | None = None) -> str:
     """What EXPLAIN prints for each EXPLAIN statement of the script (or, without one, for each INSERT):
     the statement, then each operator's uid, kind and what it does, from source to sink."""
-    script = plan_script(text)
+    script = plan_script(text, functions)
     groups = [list(statements) for _, statements in script.explains] or [[s] for s in script.inserts]
     lines: list[str] = []
     for group in groups:

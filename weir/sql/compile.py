@@ -14,9 +14,11 @@ same SQL submitted again has the same uids, so a savepoint restores into it."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import hashlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any, assert_never
 
 from weir import nexmark
@@ -25,21 +27,40 @@ from weir.api import (
     EARLIEST,
     LATEST,
     Collector,
+    CumulativeEventTimeWindows,
     DataStream,
     Environment,
     EventTimeSessionWindows,
     KeyedCoProcessFunction,
     KeyedProcessContext,
+    KeyedProcessFunction,
     PrintSink,
+    ProcessWindowFunction,
     SlidingEventTimeWindows,
+    StateTtlConfig,
     TumblingEventTimeWindows,
+    WindowContext,
 )
 from weir.core import json_codec
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
-from weir.sql.plan import Aggregate, AggregateCall, Filter, InsertPlan, Join, Node, Project, Scan, Sink, WindowTvf
+from weir.sql.plan import (
+    Aggregate,
+    AggregateCall,
+    Filter,
+    InsertPlan,
+    Interval,
+    Join,
+    Node,
+    OrderKey,
+    Project,
+    Scan,
+    Sink,
+    TopN,
+    WindowTvf,
+)
 from weir.sql.types import Kind, coerce, to_json
 
 
@@ -57,8 +78,11 @@ def statement_digest(normalized: str) -> str:
 
 
 class _Uids:
-    def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream]) -> None:
+    """The uids of a statement's operators (and what it compiles with: the tables' sources, the state TTL)."""
+
+    def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream], state_ttl_ms: int = 0) -> None:
         self.prefix, self.n, self.out, self.sources = prefix, 0, out, sources
+        self.ttl = StateTtlConfig(state_ttl_ms) if state_ttl_ms > 0 else None
 
     def next(self, kind: str, detail: str) -> str:
         uid = f"{self.prefix}-{self.n}-{kind}"
@@ -79,12 +103,18 @@ def source_uid(table: str) -> str:
 
 
 def compile_insert(
-    env: Environment | None, plan: InsertPlan, prefix: str, script: str, sources: dict[str, DataStream] | None = None
+    env: Environment | None,
+    plan: InsertPlan,
+    prefix: str,
+    script: str,
+    sources: dict[str, DataStream] | None = None,
+    state_ttl_ms: int = 0,
 ) -> list[Operator]:
     """Add the statement's operators to ``env`` (None: only name them, for EXPLAIN); answer them.
-    ``sources``: the tables already read in this job, by name (one source each)."""
+    ``sources``: the tables already read in this job, by name (one source each). ``state_ttl_ms``
+    (SET 'table.exec.state.ttl'): the TTL of a regular join's and a GROUP BY without a window's state."""
     operators: list[Operator] = []
-    uids = _Uids(prefix, operators, {} if sources is None else sources)
+    uids = _Uids(prefix, operators, {} if sources is None else sources, state_ttl_ms)
     stream = _node(env, plan.sink.input, uids, script)
     _sink(env, stream, plan.sink, uids)
     return operators
@@ -312,15 +342,97 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _aggregate(env, node, uids, script)
         case Join():
             return _join(env, node, uids, script)
+        case TopN():
+            return _top_n(env, node, uids, script)
         case _:
             assert_never(node)
+
+
+class Ranking:
+    """The order of a window Top-N: its ORDER BY items (NULL first or last as each says), then, for
+    rows that tie, the rows' values (JSON text) so that the same rows always rank alike."""
+
+    def __init__(self, order: tuple[OrderKey, ...]) -> None:
+        self.order = tuple((o.value.evaluate, o.descending, o.nulls_first) for o in order)
+        self.key = functools.cmp_to_key(self.compare)
+
+    def compare(self, a: Mapping[str, Any], b: Mapping[str, Any]) -> int:
+        for evaluate, descending, nulls_first in self.order:
+            x, y = evaluate(a), evaluate(b)
+            if x is None or y is None:
+                if x is None and y is None:
+                    continue
+                return (-1 if x is None else 1) * (1 if nulls_first else -1)
+            if x != y:
+                less = x < y
+                return (-1 if less else 1) * (-1 if descending else 1)
+        ta, tb = _row_text(a), _row_text(b)
+        return -1 if ta < tb else 1 if ta > tb else 0
+
+
+def _row_text(row: Mapping[str, Any]) -> str:
+    return json_codec.encode({k: str(v) if isinstance(v, Decimal) else v for k, v in row.items()}).decode()
+
+
+class TopRows:
+    """The first ``limit`` rows of one partition of one window as they arrive (a sorted list, never
+    longer than ``limit``); the window function emits them with their row numbers."""
+
+    def __init__(self, node: TopN) -> None:
+        self.limit, self.ranking = node.limit, Ranking(node.order)
+
+    def create(self) -> list[dict[str, Any]]:
+        return []
+
+    def add(self, acc: list[dict[str, Any]], row: Mapping[str, Any]) -> list[dict[str, Any]]:
+        return sorted([*acc, dict(row)], key=self.ranking.key)[: self.limit]
+
+    def merge(self, a: list[dict[str, Any]], b: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return sorted([*a, *b], key=self.ranking.key)[: self.limit]
+
+    def result(self, key: Any, window_start: int, window_end: int, acc: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return acc
+
+
+class EmitRanked(ProcessWindowFunction):
+    """Each row of a window Top-N with its row number (1 the first) in column ``rank``."""
+
+    def __init__(self, rank: str) -> None:
+        self.rank = rank
+
+    def process(self, key: Any, context: WindowContext, elements: Sequence[Any], out: Collector) -> None:
+        for rows in elements:
+            for number, row in enumerate(rows, start=1):
+                out.collect({**row, self.rank: number})
+
+
+def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> DataStream | None:
+    upstream = _node(env, node.input, uids, script)
+    order = ", ".join(f"{o.value.sql}{' DESC' if o.descending else ''}" for o in node.order)
+    partition = ", ".join(p.sql for p in node.partition)
+    uid = uids.next("window-top-n", f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}")
+    if upstream is None:
+        return None
+    keys = tuple(p.evaluate for p in node.partition)
+
+    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for f in keys)
+
+    # the input is a window aggregation's result, each row stamped with its window's last millisecond:
+    # the rows of one window (the partition holds window_start/window_end) are a tumbling window of the slide
+    return (
+        upstream.key_by(key_of)
+        .window(TumblingEventTimeWindows(node.slide_ms))
+        .aggregate(TopRows(node), uid=uid, window_function=EmitRanked(node.rank), name="window-top-n")
+    )
 
 
 class RegularJoin(KeyedCoProcessFunction):
     """An inner equi-join's two sides per key: each row is kept in its side's list state and joined
     with every row the other side holds (a NULL key never matches, as SQL's ``=``)."""
 
-    def __init__(self, join: Join) -> None:
+    def __init__(self, join: Join, ttl: StateTtlConfig | None = None) -> None:
+        self.ttl = ttl  # a side's rows of a key dropped when that side has had no row of the key for ttl
         self.left_qualifier, self.right_qualifier = join.left_qualifier, join.right_qualifier
         self.left_only = tuple(c for c in join.left_columns if c not in join.right_columns)
         self.right_only = tuple(c for c in join.right_columns if c not in join.left_columns)
@@ -335,23 +447,26 @@ class RegularJoin(KeyedCoProcessFunction):
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state("left").add(value)
-        for other in ctx.list_state("right").get():
+        ctx.list_state("left", self.ttl).add(value)
+        for other in ctx.list_state("right", self.ttl).get():
             out.collect(self.joined(value, other))
 
     def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state("right").add(value)
-        for other in ctx.list_state("left").get():
+        ctx.list_state("right", self.ttl).add(value)
+        for other in ctx.list_state("left", self.ttl).get():
             out.collect(self.joined(other, value))
 
 
 def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> DataStream | None:
     left = _node(env, node.left, uids, script)
     right = _node(env, node.right, uids, script)
+    if node.interval is not None:
+        return _interval_join(left, right, node, node.interval, uids)
     on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
-    uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join)")
+    ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl else ""
+    uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl})")
     if left is None or right is None:
         return None
     left_keys = tuple(k.evaluate for k in node.left_keys)
@@ -359,8 +474,47 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
     return (
         left.connect(right)
         .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
-        .process(RegularJoin(node), uid=uid)
+        .process(RegularJoin(node, uids.ttl), uid=uid)
     )
+
+
+def _interval_join(
+    left: DataStream | None, right: DataStream | None, node: Join, interval: Interval, uids: _Uids
+) -> DataStream | None:
+    """The job API's interval join, keyed by the ON equalities (rows whose key has a NULL are dropped
+    first: SQL's ``=`` never matches NULL), each pair the joined row."""
+    on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
+    low = f"{interval.lower_ms} {'<' if interval.lower_exclusive else '<='}"
+    high = f"{'<' if interval.upper_exclusive else '<='} {interval.upper_ms}"
+    left_uid = uids.next("filter", f"{node.left_qualifier}: join key not NULL")
+    right_uid = uids.next("filter", f"{node.right_qualifier}: join key not NULL")
+    uid = uids.next(
+        "interval-join",
+        f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on}, "
+        f"{low} {node.right_qualifier} time - {node.left_qualifier} time {high} ms (interval join)",
+    )
+    if left is None or right is None:
+        return None
+    left_keys = tuple(k.evaluate for k in node.left_keys)
+    right_keys = tuple(k.evaluate for k in node.right_keys)
+
+    def left_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for f in left_keys)
+
+    def right_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for f in right_keys)
+
+    joined = (
+        left.filter(lambda row: None not in left_key(row), uid=left_uid)
+        .key_by(left_key)
+        .interval_join(right.filter(lambda row: None not in right_key(row), uid=right_uid).key_by(right_key))
+        .between(interval.lower_ms, interval.upper_ms)
+    )
+    if interval.lower_exclusive:
+        joined = joined.lower_exclusive()
+    if interval.upper_exclusive:
+        joined = joined.upper_exclusive()
+    return joined.process(RegularJoin(node).joined, uid=uid)
 
 
 class Accumulators:
@@ -377,6 +531,8 @@ class Accumulators:
 
     @staticmethod
     def _empty(call: AggregateCall) -> Any:
+        if call.function == "PYTHON":
+            return call.python.create()
         if call.distinct:
             return frozenset()
         if call.function == "COUNT":
@@ -395,6 +551,8 @@ class Accumulators:
     def _add(call: AggregateCall, acc: Any, value: Any) -> Any:
         if call.argument is None:  # COUNT(*)
             return acc + 1
+        if call.function == "PYTHON":  # every row, NULLs too: the function decides
+            return call.python.add(acc, *value)
         if value is None:
             return acc
         if call.distinct:
@@ -418,6 +576,8 @@ class Accumulators:
 
     @staticmethod
     def _merge(call: AggregateCall, x: Any, y: Any) -> Any:
+        if call.function == "PYTHON":
+            return call.python.merge(x, y)
         if call.distinct:
             return x | y
         match call.function:
@@ -439,6 +599,8 @@ class Accumulators:
 
     @staticmethod
     def _result(call: AggregateCall, acc: Any) -> Any:
+        if call.function == "PYTHON":
+            return call.python.result(acc)
         if call.distinct:
             values = list(acc)
             match call.function:
@@ -490,6 +652,24 @@ class WindowAggregation:
         return row
 
 
+class GroupAggregateWithTtl(KeyedProcessFunction):
+    """A GROUP BY without a window under SET 'table.exec.state.ttl': each key's accumulators in a
+    value state with that TTL (a key idle for the TTL starts again from nothing, as Flink's), the
+    key's updated row after each input row."""
+
+    def __init__(self, key_names: tuple[str, ...], accumulators: Accumulators, ttl: StateTtlConfig) -> None:
+        self.key_names, self.accumulators, self.ttl = key_names, accumulators, ttl
+
+    def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        state = ctx.value_state("accumulators", self.ttl)
+        held = state.value()
+        accs = self.accumulators.add(self.accumulators.create() if held is None else held, value)
+        state.update(accs)
+        row = dict(zip(self.key_names, ctx.key, strict=True))
+        row.update(self.accumulators.results(accs))
+        out.collect(row)
+
+
 def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: str) -> DataStream | None:
     upstream = _node(env, node.input, uids, script)
     keys = tuple((k.name, k.evaluate) for k in node.keys)
@@ -502,12 +682,16 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
 
     if node.window is not None:
         window = node.window
-        assigner: TumblingEventTimeWindows | SlidingEventTimeWindows | EventTimeSessionWindows
+        assigner: (
+            TumblingEventTimeWindows | SlidingEventTimeWindows | CumulativeEventTimeWindows | EventTimeSessionWindows
+        )
         match window.kind:
             case "TUMBLE":
                 assigner = TumblingEventTimeWindows(window.size_ms)
             case "HOP":
                 assigner = SlidingEventTimeWindows(window.size_ms, window.slide_ms)
+            case "CUMULATE":
+                assigner = CumulativeEventTimeWindows(window.size_ms, window.slide_ms)
             case "SESSION":
                 assigner = EventTimeSessionWindows(window.size_ms)
             case _:
@@ -516,6 +700,11 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
         if upstream is None:
             return None
         return upstream.key_by(key_of).window(assigner).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
+    if uids.ttl is not None:
+        uid = uids.next("group-aggregate-ttl", f"{detail}, state TTL {uids.ttl.ttl_ms} ms")
+        if upstream is None:
+            return None
+        return upstream.key_by(key_of).process(GroupAggregateWithTtl(key_names, accumulators, uids.ttl), uid=uid)
     prepare_uid = uids.next("accumulate", "each row as its key and accumulators")
     uid = uids.next("group-aggregate", detail)
     result_uid = uids.next("aggregate-result", "the updated row of the key")

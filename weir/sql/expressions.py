@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from sqlglot import exp
 
+from weir.sql import functions
 from weir.sql.errors import Position, SqlError
 from weir.sql.types import Kind, SqlType, coerce, parse_timestamp
 
@@ -377,6 +378,12 @@ class _Compiler:
                 raise self.refuse(node, "TO_TIMESTAMP_LTZ(value, 0 | 3)")
             scale = 1000 if precision.this == "0" else 1
             return lambda row: None if (v := f(row)) is None else int(v) * scale
+        python = functions.lookup(name) if isinstance(node, exp.Anonymous) else None
+        if python is not None:
+            if functions.is_aggregate(python):
+                raise self.refuse(node, f"aggregate function {name} is not allowed here")
+            arguments = tuple(self.compile(a) for a in node.expressions)
+            return lambda row: python(*(a(row) for a in arguments))
         raise self.refuse(node, f"function {name} is not supported")
 
 

@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 
 from sqlglot import exp
 
+from weir.sql import functions
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
@@ -41,7 +42,8 @@ class WindowTvf:
     view's column passing it through)."""
 
     input: Node
-    kind: Literal["TUMBLE", "HOP", "SESSION"]  # SESSION: from a group window, size_ms its gap
+    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"]  # SESSION: from a group window, size_ms its gap
+    # CUMULATE: windows of size_ms, each also as its prefixes growing by slide_ms (the step)
     time_column: str
     size_ms: int
     slide_ms: int
@@ -59,7 +61,7 @@ class Project:
     outputs: tuple[NamedExpression, ...]
 
 
-AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG"]
+AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG", "PYTHON"]  # PYTHON: a registered function
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,9 @@ class AggregateCall:
     name: str  # the column holding its value downstream
     function: AggregateName
     distinct: bool
-    argument: NamedExpression | None
+    argument: NamedExpression | None  # PYTHON: the tuple of the call's argument values
     sql: str
+    python: Any = field(default=None, compare=False)  # PYTHON: the aggregate function object
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,20 @@ class Join:
     right_qualifier: str
     left_columns: tuple[str, ...]
     right_columns: tuple[str, ...]
+    interval: Interval | None = None  # an interval join: the bounds of the two sides' event times
+
+
+@dataclass(frozen=True)
+class Interval:
+    """An interval join's bounds (Flink's interval join): a left row at event time ``t`` joins the
+    right rows of its key at ``[t + lower_ms, t + upper_ms]`` (either end exclusive), each row
+    joined as the later of the two arrives and its state dropped once the watermark passes what it
+    could still match."""
+
+    lower_ms: int
+    upper_ms: int
+    lower_exclusive: bool
+    upper_exclusive: bool
 
 
 @dataclass(frozen=True)
@@ -109,7 +126,32 @@ class Sink:
     updating: bool
 
 
-Node = Scan | WindowTvf | Filter | Project | Aggregate | Join
+@dataclass(frozen=True)
+class OrderKey:
+    """One ``ORDER BY`` item of a ranking: its value, descending or not, where NULL sorts."""
+
+    value: NamedExpression
+    descending: bool
+    nulls_first: bool
+
+
+@dataclass(frozen=True)
+class TopN:
+    """Window Top-N: ``ROW_NUMBER() OVER (PARTITION BY window_start, window_end [, k] ORDER BY ...)``
+    over a window aggregation's result, filtered by ``rownum <= limit``: the first ``limit`` rows of
+    each partition of each window, each with its row number in ``rank``, emitted once, when the
+    watermark passes the window's end (an append result). Rows whose ORDER BY values tie are ordered
+    by their values (Flink leaves that order undefined)."""
+
+    input: Node
+    partition: tuple[NamedExpression, ...]
+    order: tuple[OrderKey, ...]
+    limit: int
+    rank: str
+    slide_ms: int  # the input's rows of one window are those of a tumbling window of the slide
+
+
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN
 
 
 @dataclass(frozen=True)
@@ -268,22 +310,31 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     source = select.args.get("from_") or select.args.get("from")
     if source is None:
         raise locate.refuse(select, "a SELECT without FROM is not supported")
-    relation = _plan_from(source.this, catalog, locate)
+    where = select.args.get("where")
+    condition = where.this if where is not None else None
+    if _ranking(source.this) is not None:
+        relation, condition = _plan_top_n(source.this, condition, catalog, locate)
+    else:
+        relation = _plan_from(source.this, catalog, locate)
     joins = select.args.get("joins") or []
     if len(joins) > 1:
         raise locate.refuse(joins[1], "a second JOIN is not supported (one two-way join is)")
     if joins:
-        relation = _plan_join(relation, source.this, joins[0], catalog, locate)
+        comma = (joins[0].args.get("kind") or "").upper() == "CROSS" and joins[0].args.get("on") is None
+        if comma and condition is not None:  # FROM a, b WHERE ...: the WHERE is the join's condition
+            relation = _plan_join(relation, source.this, joins[0], catalog, locate, condition)
+            condition = None
+        else:
+            relation = _plan_join(relation, source.this, joins[0], catalog, locate)
     node: Node = relation.node
     scope = relation.scope
     window = node if isinstance(node, WindowTvf) else None
     group = select.args.get("group")
     having = select.args.get("having")
     calls = _aggregate_calls(select, having, locate)
-    where = select.args.get("where")
-    if where is not None:
-        _refuse_nested(where.this, locate)
-        node = Filter(node, _named(where.this, "where", scope, locate))
+    if condition is not None:
+        _refuse_nested(condition, locate)
+        node = Filter(node, _named(condition, "where", scope, locate))
     updating = False
     propagated = _propagated_window(group, relation, node) if window is None else None
     group_window = _group_window(group, relation, node, window, locate)
@@ -319,11 +370,15 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             if any("." in name for name in scope.columns):
                 raise locate.refuse(projection, "SELECT * over a JOIN is not supported: list the columns")
             for name in scope.columns:
-                if name not in WINDOW_COLUMNS:
+                if name not in WINDOW_COLUMNS or window is None:
                     outputs.append(NamedExpression(name, name, (lambda n: lambda row: row[n])(name)))
                     types[name] = scope.columns[name]
                     if name == relation.time_column and not updating and window is None:
                         time_column = name
+                    if relation.windowed is not None and name == relation.windowed.start:
+                        window_outputs.setdefault("window_start", name)
+                    elif relation.windowed is not None and name == relation.windowed.end:
+                        window_outputs.setdefault("window_end", name)
             continue
         _refuse_nested(projection, locate)
         name = (
@@ -361,6 +416,117 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     return PlannedSelect(project, updating, tuple(outputs), out)
 
 
+def _ranking(source: exp.Expr) -> exp.Alias | None:
+    """The ``ROW_NUMBER() OVER (...) AS name`` projection of a subquery in FROM, if it has one."""
+    if not isinstance(source, exp.Subquery) or not isinstance(source.this, exp.Select):
+        return None
+    for projection in source.this.expressions:
+        if isinstance(projection, exp.Alias) and isinstance(projection.this, exp.Window):
+            return projection
+    return None
+
+
+def _plan_top_n(
+    source: exp.Subquery, condition: exp.Expr | None, catalog: Catalog, locate: Locate
+) -> tuple[Relation, exp.Expr | None]:
+    """Flink's window Top-N: ``(SELECT ..., ROW_NUMBER() OVER (PARTITION BY window_start, window_end
+    [, k] ORDER BY ...) AS rownum FROM <window aggregation>) WHERE rownum <= N``. Answers the ranked
+    relation and what is left of the outer WHERE (filtering the ranked rows)."""
+    inner = source.this
+    assert isinstance(inner, exp.Select)
+    ranking = _ranking(source)
+    assert ranking is not None
+    over = ranking.this
+    assert isinstance(over, exp.Window)
+    projections = list(inner.expressions)
+    if sum(isinstance(p, exp.Alias) and isinstance(p.this, exp.Window) for p in projections) > 1:
+        raise locate.refuse(inner, "one ROW_NUMBER() OVER (...) per window Top-N")
+    if not isinstance(over.this, exp.RowNumber):
+        raise locate.refuse(over, f"{over.this.sql_name()}() OVER (...) is not supported (ROW_NUMBER() is)")
+    if over.args.get("spec") is not None:
+        raise locate.refuse(over, "a window frame (ROWS/RANGE BETWEEN) is not supported in a Top-N")
+    later = projections[projections.index(ranking) + 1 :]
+    if any(isinstance(p, exp.Star) for p in later):
+        raise locate.refuse(ranking, "ROW_NUMBER() OVER (...) before * is not supported: put it after")
+    rest = inner.copy()
+    rest.set("expressions", [p.copy() for p in projections if p is not ranking])
+    planned = _plan_select(rest, catalog, locate)
+    windowed = planned.relation.windowed
+    shape = "PARTITION BY window_start, window_end (and keys) over a window aggregation's result"
+    if windowed is None:
+        raise locate.refuse(over, f"ROW_NUMBER() OVER (...) is supported as window Top-N only: {shape}")
+    scope = Scope(planned.relation.scope.columns, frozenset(), {})
+    partition_nodes = list(over.args.get("partition_by") or [])
+    names = {p.name for p in partition_nodes if isinstance(p, exp.Column) and not p.table}
+    if not {windowed.start, windowed.end} <= names:
+        raise locate.refuse(over, f"window Top-N: {shape} (both window columns)")
+    partition: list[NamedExpression] = []
+    for p in partition_nodes:
+        _refuse_nested(p, locate)
+        partition.append(_named(p, f"$partition{len(partition)}", scope, locate))
+    order_by = over.args.get("order")
+    if order_by is None or not order_by.expressions:
+        raise locate.refuse(over, "window Top-N needs ORDER BY in OVER (...)")
+    order: list[OrderKey] = []
+    for item in order_by.expressions:
+        assert isinstance(item, exp.Ordered)
+        _refuse_nested(item.this, locate)
+        descending = bool(item.args.get("desc"))
+        nulls_first = bool(item.args.get("nulls_first"))
+        order.append(OrderKey(_named(item.this, f"$order{len(order)}", scope, locate), descending, nulls_first))
+    rank = ranking.alias
+    limit: int | None = None
+    left: list[exp.Expr] = []
+    for conjunct in _conjuncts(condition) if condition is not None else []:
+        bound = _rank_bound(conjunct, rank)
+        if bound is not None and limit is None:
+            limit = bound
+        else:
+            left.append(conjunct)
+    if limit is None or limit < 1:
+        raise locate.refuse(
+            condition if condition is not None else source,
+            f"window Top-N needs WHERE {rank} <= N (or {rank} < N, {rank} = 1) with N a positive integer",
+        )
+    columns = dict(planned.relation.scope.columns)
+    ordered = list(columns.items())
+    at = len(ordered) - len(later)
+    ordered.insert(at, (rank, BIGINT))
+    alias = source.alias or None
+    node = TopN(planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms)
+    out_scope = Scope(dict(ordered), frozenset({alias}) if alias else frozenset(), {})
+    remaining: exp.Expr | None = None
+    for conjunct in left:
+        remaining = conjunct if remaining is None else exp.And(this=remaining, expression=conjunct)
+    return Relation(node, out_scope, None, windowed), remaining
+
+
+def _rank_bound(conjunct: exp.Expr, rank: str) -> int | None:
+    """N of ``rank <= N``, ``rank < N + 1``, ``rank = 1`` (or mirrored); None for another condition."""
+    if not isinstance(conjunct, exp.LTE | exp.LT | exp.EQ | exp.GTE | exp.GT):
+        return None
+    a, b = conjunct.this, conjunct.expression
+    mirrored = isinstance(b, exp.Column)
+    column, literal = (b, a) if mirrored else (a, b)
+    if not (isinstance(column, exp.Column) and column.name == rank and not column.table):
+        return None
+    if not (isinstance(literal, exp.Literal) and not literal.is_string and literal.this.isdigit()):
+        return None
+    n = int(literal.this)
+    match conjunct:
+        case exp.EQ():
+            return 1 if n == 1 else None
+        case exp.LTE() if not mirrored:
+            return n
+        case exp.LT() if not mirrored:
+            return n - 1
+        case exp.GTE() if mirrored:
+            return n
+        case exp.GT() if mirrored:
+            return n - 1
+    return None
+
+
 _GROUP_WINDOWS: Final = {"TUMBLE": 1, "HOP": 2, "SESSION": 1}  # a group window function: its intervals
 
 
@@ -371,9 +537,7 @@ def _group_window(
     ``SESSION(ts, gap)`` over the input's event time, read by ``*_START``, ``*_END``, ``*_ROWTIME``."""
     if group is None:
         return None
-    found = [
-        g for g in group.expressions if isinstance(g, exp.Anonymous) and str(g.this).upper() in _GROUP_WINDOWS
-    ]
+    found = [g for g in group.expressions if isinstance(g, exp.Anonymous) and str(g.this).upper() in _GROUP_WINDOWS]
     if not found:
         return None
     function = found[0]
@@ -425,7 +589,11 @@ def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
         if isinstance(inner, exp.Subquery | exp.Select | exp.Exists):
             raise locate.refuse(inner, "a subquery is not supported")
         if isinstance(inner, exp.Window):
-            raise locate.refuse(inner, "OVER (...) is not supported")
+            raise locate.refuse(
+                inner,
+                "OVER (...) is not supported (except window Top-N: SELECT ... FROM (SELECT ..., ROW_NUMBER() "
+                "OVER (PARTITION BY window_start, window_end ... ORDER BY ...) AS rownum FROM ...) WHERE rownum <= N)",
+            )
 
 
 def _named(node: exp.Expr, name: str, scope: Scope, locate: Locate) -> NamedExpression:
@@ -477,14 +645,24 @@ def _qualifier(source: exp.Expr) -> str:
     return source.alias or (source.name if isinstance(source, exp.Table) else "")
 
 
-def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: Catalog, locate: Locate) -> Relation:
+def _plan_join(
+    left: Relation,
+    left_source: exp.Expr,
+    join: exp.Join,
+    catalog: Catalog,
+    locate: Locate,
+    where: exp.Expr | None = None,
+) -> Relation:
+    """``where``: the WHERE of ``FROM a, b WHERE ...`` (a comma join), the join's condition."""
     kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
+    if where is not None and kind == "CROSS" and not side:
+        kind = ""
     if side or kind not in ("", "INNER"):
         raise locate.refuse(join, f"{' '.join(filter(None, (side, kind)))} JOIN is not supported (an INNER JOIN is)")
     for key in ("using", "method"):
         if join.args.get(key):
             raise locate.refuse(join, f"JOIN ... {key.upper()} is not supported (ON left.k = right.k is)")
-    condition = join.args.get("on")
+    condition = join.args.get("on") if where is None else where
     if condition is None:
         raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
     right_source = join.this
@@ -510,7 +688,13 @@ def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: C
     left_keys: list[NamedExpression] = []
     right_keys: list[NamedExpression] = []
     residual: list[exp.Expr] = []
+    times = _JoinTimes(lq, rq, left_names, right_names, left.time_column, right.time_column)
+    bounds: list[tuple[exp.Expr, Bound]] = []
     for conjunct in _conjuncts(condition):
+        found = times.bounds(conjunct)
+        if found:
+            bounds.extend((conjunct, b) for b in found)
+            continue
         if isinstance(conjunct, exp.EQ):
             sides = (
                 _side_of(conjunct.this, lq, rq, left_names, right_names),
@@ -525,11 +709,99 @@ def _plan_join(left: Relation, left_source: exp.Expr, join: exp.Join, catalog: C
         residual.append(conjunct)
     if not left_keys:
         raise locate.refuse(condition, "a JOIN needs an equality of a column of each side in ON")
-    node: Node = Join(left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names)
+    interval = _interval(bounds, condition, locate) if bounds else None
+    node: Node = Join(
+        left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names, interval
+    )
     for conjunct in residual:
         _refuse_nested(conjunct, locate)
         node = Filter(node, _named(conjunct, "on", joined, locate))
     return Relation(node, joined, None)
+
+
+@dataclass(frozen=True)
+class Bound:
+    """A bound of (right event time - left event time): ``lower`` (>=, or > if exclusive) or ``upper``."""
+
+    lower: bool
+    ms: int
+    exclusive: bool
+
+
+_FLIPPED: Final[dict[type[exp.Expr], type[exp.Expr]]] = {
+    exp.GTE: exp.LTE,
+    exp.GT: exp.LT,
+    exp.LTE: exp.GTE,
+    exp.LT: exp.GT,
+}
+
+
+@dataclass(frozen=True)
+class _JoinTimes:
+    """The two sides' event-time columns, to read an interval join's conditions."""
+
+    lq: str
+    rq: str
+    left_names: tuple[str, ...]
+    right_names: tuple[str, ...]
+    left_time: str | None
+    right_time: str | None
+
+    def bounds(self, conjunct: exp.Expr) -> list[Bound]:
+        """The bounds ``conjunct`` puts on (right time - left time): ``l.ts BETWEEN r.ts - INTERVAL ...
+        AND r.ts + INTERVAL ...``, ``l.ts >= r.ts - INTERVAL ...`` and the like (either side first);
+        none for any other condition."""
+        if isinstance(conjunct, exp.Between):
+            low = self._bound(exp.GTE, conjunct.this, conjunct.args["low"])
+            high = self._bound(exp.LTE, conjunct.this, conjunct.args["high"])
+            return [low, high] if low is not None and high is not None else []
+        if type(conjunct) in _FLIPPED:
+            found = self._bound(type(conjunct), conjunct.this, conjunct.expression)
+            return [found] if found is not None else []
+        return []
+
+    def _bound(self, op: type[exp.Expr], a: exp.Expr, b: exp.Expr) -> Bound | None:
+        ta, tb = self._time(a), self._time(b)
+        if ta is None or tb is None or ta[0] == tb[0]:
+            return None
+        # right + x op left + y  <=>  right - left op y - x ; left + x op right + y <=> right - left op' x - y
+        if ta[0] == "right":
+            ms = tb[1] - ta[1]
+        else:
+            op, ms = _FLIPPED[op], ta[1] - tb[1]
+        return Bound(op in (exp.GTE, exp.GT), ms, op in (exp.GT, exp.LT))
+
+    def _time(self, node: exp.Expr) -> tuple[str, int] | None:
+        """(side, offset ms) of ``side.time [+- INTERVAL ...]``, or None."""
+        if isinstance(node, exp.Paren):
+            return self._time(node.this)
+        if isinstance(node, exp.Add | exp.Sub) and isinstance(node.expression, exp.Interval):
+            inner, ms = self._time(node.this), interval_ms(node.expression)
+            if inner is None or ms is None:
+                return None
+            return inner[0], inner[1] + (ms if isinstance(node, exp.Add) else -ms)
+        if not isinstance(node, exp.Column):
+            return None
+        side = _side_of(node, self.lq, self.rq, self.left_names, self.right_names)
+        if side == "left" and self.left_time is not None and node.name == self.left_time:
+            return side, 0
+        if side == "right" and self.right_time is not None and node.name == self.right_time:
+            return side, 0
+        return None
+
+
+def _interval(bounds: list[tuple[exp.Expr, Bound]], condition: exp.Expr, locate: Locate) -> Interval:
+    lower = [(c, b) for c, b in bounds if b.lower]
+    upper = [(c, b) for c, b in bounds if not b.lower]
+    shape = "l.ts BETWEEN r.ts - INTERVAL ... AND r.ts + INTERVAL ..., over each side's event time"
+    if len(lower) != 1 or len(upper) != 1:
+        extra = lower[1:] or upper[1:]
+        at = extra[0][0] if extra else condition
+        raise locate.refuse(at, f"an interval join takes one lower and one upper bound ({shape})")
+    low, high = lower[0][1], upper[0][1]
+    if low.ms > high.ms or (low.ms == high.ms and (low.exclusive or high.exclusive)):
+        raise locate.refuse(lower[0][0], "an interval join's bounds are empty: no row can match")
+    return Interval(low.ms, high.ms, low.exclusive, high.exclusive)
 
 
 def _conjuncts(node: exp.Expr) -> list[exp.Expr]:
@@ -581,14 +853,13 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         raise locate.refuse(source, "FROM takes a table or TABLE(TUMBLE(...)) / TABLE(HOP(...))")
     tvf = function.expressions[0]
     name = str(tvf.this).upper() if isinstance(tvf, exp.Anonymous) else type(tvf).__name__.upper()
-    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP"):
-        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE and HOP are)")
+    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP", "CUMULATE"):
+        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE, HOP and CUMULATE are)")
     args = tvf.expressions
     expected = 3 if name == "TUMBLE" else 4
     if len(args) != expected:
-        raise locate.refuse(
-            tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {'size' if name == 'TUMBLE' else 'slide, size'})"
-        )
+        shape = {"TUMBLE": "size", "HOP": "slide, size", "CUMULATE": "step, size"}[name]
+        raise locate.refuse(tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {shape})")
     table_arg, descriptor = args[0], args[1]
     if not isinstance(table_arg, exp.Column) or table_arg.table:
         raise locate.refuse(table_arg, f"{name}'s first argument is TABLE name")
@@ -615,20 +886,36 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         durations.append(ms)
     size, slide = (durations[0], durations[0]) if name == "TUMBLE" else (durations[1], durations[0])
     if size % slide != 0:
-        raise locate.refuse(tvf, f"HOP's size ({size} ms) must be a multiple of its slide ({slide} ms)")
-    tvf_node = WindowTvf(read.node, "TUMBLE" if name == "TUMBLE" else "HOP", time_column, size, slide)
+        step = "slide" if name == "HOP" else "step"
+        raise locate.refuse(tvf, f"{name}'s size ({size} ms) must be a multiple of its {step} ({slide} ms)")
+    kind: Literal["TUMBLE", "HOP", "CUMULATE"] = (
+        "TUMBLE" if name == "TUMBLE" else "HOP" if name == "HOP" else "CUMULATE"
+    )
+    tvf_node = WindowTvf(read.node, kind, time_column, size, slide)
     columns = dict(read.scope.columns)
     columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)
 
 
-def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Locate) -> list[exp.AggFunc]:
-    calls: list[exp.AggFunc] = []
+def _python_aggregate(node: exp.Anonymous) -> Any | None:
+    fn = functions.lookup(str(node.this))
+    return fn if fn is not None and functions.is_aggregate(fn) else None
+
+
+def _aggregate_calls(
+    select: exp.Select, having: exp.Having | None, locate: Locate
+) -> list[exp.AggFunc | exp.Anonymous]:
+    calls: list[exp.AggFunc | exp.Anonymous] = []
     seen: set[str] = set()
     roots: list[exp.Expr] = list(select.expressions) + ([having] if having is not None else [])
     for root in roots:
         for node in root.walk():
-            if isinstance(node, exp.AggFunc):
+            if isinstance(node, exp.Anonymous) and _python_aggregate(node) is not None:
+                key = normalized(node)
+                if key not in seen:
+                    seen.add(key)
+                    calls.append(node)
+            elif isinstance(node, exp.AggFunc):
                 if type(node) not in _AGGREGATES:
                     raise locate.refuse(
                         node, f"aggregate {node.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)"
@@ -640,7 +927,7 @@ def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Loca
     where = select.args.get("where")
     if where is not None:
         for node in where.walk():
-            if isinstance(node, exp.AggFunc):
+            if isinstance(node, exp.AggFunc) or (isinstance(node, exp.Anonymous) and _python_aggregate(node)):
                 raise locate.refuse(node, "an aggregate in WHERE (HAVING filters on aggregates)")
     return calls
 
@@ -648,7 +935,7 @@ def _aggregate_calls(select: exp.Select, having: exp.Having | None, locate: Loca
 def _plan_aggregate(
     select: exp.Select,
     group: exp.Group | None,
-    calls: list[exp.AggFunc],
+    calls: list[exp.AggFunc | exp.Anonymous],
     node: Node,
     scope: Scope,
     window: WindowTvf | None,
@@ -694,6 +981,12 @@ def _plan_aggregate(
         columns[name] = scope.columns.get(name) if isinstance(g, exp.Column) else None
     aggregates = []
     for i, call in enumerate(calls):
+        if isinstance(call, exp.Anonymous):
+            name = f"$agg{i}"
+            aggregates.append(_python_call(call, name, i, scope, locate))
+            computed[normalized(call)] = name
+            columns[name] = None
+            continue
         function = _AGGREGATES[type(call)]
         argument = call.this
         distinct = isinstance(argument, exp.Distinct)
@@ -725,6 +1018,21 @@ def _plan_aggregate(
     for projection in select.expressions:
         _check_grouped(projection, out_scope, locate)
     return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
+
+
+def _python_call(call: exp.Anonymous, name: str, i: int, scope: Scope, locate: Locate) -> AggregateCall:
+    """A registered Python aggregate function's call: its arguments' values as a tuple for ``add``."""
+    fn = _python_aggregate(call)
+    for argument in call.expressions:
+        if isinstance(argument, exp.Distinct | exp.Star):
+            raise locate.refuse(call, f"{call.this}(DISTINCT ...) / {call.this}(*) is not supported")
+        _refuse_nested(argument, locate)
+        for inner in argument.walk():
+            if isinstance(inner, exp.AggFunc) or (isinstance(inner, exp.Anonymous) and _python_aggregate(inner)):
+                raise locate.refuse(inner, "an aggregate inside an aggregate")
+    parts = tuple(compile_expression(a, scope, locate) for a in call.expressions)
+    arguments = NamedExpression(f"$arg{i}", normalized(call), lambda row: tuple(f(row) for f in parts))
+    return AggregateCall(name, "PYTHON", False, arguments, normalized(call), fn)
 
 
 _AUXILIARIES: Final = {"_START": "window_start", "_END": "window_end", "_ROWTIME": "window_time"}
@@ -771,11 +1079,14 @@ __all__ = [
     "AggregateCall",
     "Filter",
     "InsertPlan",
+    "Interval",
     "NamedExpression",
     "Node",
     "Project",
     "Scan",
+    "OrderKey",
     "Sink",
+    "TopN",
     "WindowTvf",
     "plan_insert",
 ]

@@ -81,6 +81,15 @@ class Insert:
 
 
 @dataclass(frozen=True)
+class CreateFunction:
+    """``CREATE [TEMPORARY [SYSTEM]] FUNCTION [IF NOT EXISTS] name AS 'module.attr' LANGUAGE PYTHON``."""
+
+    name: str
+    target: str
+    position: Position
+
+
+@dataclass(frozen=True)
 class SetOption:
     key: str
     value: str
@@ -99,7 +108,7 @@ class StatementSet:
     position: Position
 
 
-Statement = CreateTable | CreateView | Insert | SetOption | Explain | StatementSet
+Statement = CreateTable | CreateView | CreateFunction | Insert | SetOption | Explain | StatementSet
 
 
 def _tokens(text: str) -> list[Token]:
@@ -157,8 +166,11 @@ def _statement(text: Text, tokens: list[Token]) -> Statement:
                 return CreateTable(_create_table(text, tokens), position)
             if words[1] == "VIEW" or words[1:3] == ["TEMPORARY", "VIEW"]:
                 return _create_view(text, tokens)
+            if "FUNCTION" in words[1:4]:
+                return _create_function(text, tokens)
             raise SqlError(
-                f"CREATE {tokens[1].text} is not supported (CREATE TABLE and CREATE VIEW are)", text.at(tokens[1].start)
+                f"CREATE {tokens[1].text} is not supported (CREATE TABLE, VIEW and FUNCTION are)",
+                text.at(tokens[1].start),
             )
         case "INSERT":
             return _insert(text, tokens)
@@ -253,7 +265,7 @@ def _parse_error(text: Text, exc: ParseError, offset: int) -> SqlError:
     return SqlError(f"does not parse: {description}", position)
 
 
-_TVFS = ("TUMBLE", "HOP")
+_TVFS = ("TUMBLE", "HOP", "CUMULATE")
 
 
 def _create_view(text: Text, tokens: list[Token]) -> CreateView:
@@ -272,6 +284,25 @@ def _create_view(text: Text, tokens: list[Token]) -> CreateView:
     return CreateView(tokens[i].text, query, offset, position)
 
 
+def _create_function(text: Text, tokens: list[Token]) -> CreateFunction:
+    position = text.at(tokens[0].start)
+    words = [_word(t) for t in tokens]
+    i = words.index("FUNCTION") + 1
+    if words[1:i] not in (["FUNCTION"], ["TEMPORARY", "FUNCTION"], ["TEMPORARY", "SYSTEM", "FUNCTION"]):
+        raise SqlError("CREATE [TEMPORARY [SYSTEM]] FUNCTION name AS 'module.attr' LANGUAGE PYTHON", position)
+    if words[i : i + 3] == ["IF", "NOT", "EXISTS"]:
+        i += 3
+    shape = "CREATE FUNCTION name AS 'module.attr' LANGUAGE PYTHON"
+    rest = tokens[i:]
+    if len(rest) < 3 or _word(rest[1]) != "AS" or rest[2].token_type is not TokenType.STRING:
+        raise SqlError(f"CREATE FUNCTION takes a name and AS 'module.attr' ({shape})", position)
+    language = [_word(t) for t in rest[3:]]
+    if language != ["LANGUAGE", "PYTHON"]:
+        at = text.at(rest[3].start) if len(rest) > 3 else position
+        raise SqlError(f"only Python functions are supported: {shape} (Java and Scala classes are not)", at)
+    return CreateFunction(rest[0].text, rest[2].text, position)
+
+
 def _refuse_table_functions(text: Text, tokens: list[Token]) -> None:
     for i in range(len(tokens) - 3):
         if (
@@ -280,8 +311,11 @@ def _refuse_table_functions(text: Text, tokens: list[Token]) -> None:
             and tokens[i + 3].token_type is TokenType.L_PAREN
             and _word(tokens[i + 2]) not in _TVFS
         ):
+            session = (
+                " (GROUP BY keys, SESSION(ts, gap), a group window, is)" if _word(tokens[i + 2]) == "SESSION" else ""
+            )
             raise SqlError(
-                f"table function {tokens[i + 2].text} is not supported ({' and '.join(_TVFS)} are)",
+                f"table function {tokens[i + 2].text} is not supported ({', '.join(_TVFS)} are){session}",
                 text.at(tokens[i + 2].start),
             )
 
@@ -505,6 +539,7 @@ def _with_options(
 
 
 __all__ = [
+    "CreateFunction",
     "CreateTable",
     "CreateView",
     "Explain",

@@ -968,15 +968,46 @@ def verify(
         raise typer.Exit(EXIT_FAILURE)
 
 
-def sql_job_source(script: str) -> str:
-    """The job file ``weir sql`` submits: the script, run by ``weir.sql.sql`` in ``build(env)``."""
+def sql_job_source(script: str, functions_module: str | None = None) -> str:
+    """The job file ``weir sql`` submits: the script, run by ``weir.sql.sql`` in ``build(env)``; with
+    ``functions_module`` (``--functions FILE.py``, shipped beside it), the functions defined in it."""
+    if functions_module is None:
+        return (
+            '"""A streaming SQL job (weir sql): the script below, compiled to job API calls by weir.sql."""\n\n'
+            "from weir.sql import sql\n\n"
+            f"SCRIPT = {script!r}\n\n\n"
+            "def build(env):\n"
+            "    sql(env, SCRIPT)\n"
+        )
     return (
         '"""A streaming SQL job (weir sql): the script below, compiled to job API calls by weir.sql."""\n\n'
-        "from weir.sql import sql\n\n"
+        f"import {functions_module}\n"
+        "from weir.sql import sql\n"
+        "from weir.sql.functions import defined_in\n\n"
         f"SCRIPT = {script!r}\n\n\n"
         "def build(env):\n"
-        "    sql(env, SCRIPT)\n"
+        f"    sql(env, SCRIPT, functions=defined_in({functions_module}))\n"
     )
+
+
+def _functions_module(path: Path) -> tuple[str, dict[str, Any]]:
+    """``--functions FILE.py``: its module name and the functions defined in it (imported here to plan)."""
+    import importlib.util
+
+    from weir.core.errors import JobDefinitionError
+    from weir.sql.functions import defined_in
+
+    name = path.stem
+    if path.suffix != ".py" or not name.isidentifier() or not path.is_file():
+        raise JobDefinitionError(f"--functions {path}: not a Python file with a module name (FILE.py)")
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise JobDefinitionError(f"--functions {path}: {type(exc).__name__}: {exc}") from None
+    return name, defined_in(module)
 
 
 @app.command("sql")
@@ -990,6 +1021,15 @@ def sql_command(
     explain_only: Annotated[
         bool, typer.Option("--explain", help="Print every INSERT's operators with their uids; submit nothing.")
     ] = False,
+    functions_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--functions",
+            metavar="FILE.py",
+            help="Python functions the script calls by name: each public function and aggregate class "
+            "(create/add/merge/result) defined in the file, which is shipped with the job.",
+        ),
+    ] = None,
     parallelism: Annotated[
         int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
     ] = None,
@@ -1038,9 +1078,10 @@ def sql_command(
     else:
         assert execute is not None
         script = execute
-    planned = plan_script(script)
+    module, functions = _functions_module(functions_file) if functions_file is not None else (None, None)
+    planned = plan_script(script, functions)
     if planned.explains or explain_only:
-        _stdout().print(escape(explain(script)), soft_wrap=True)
+        _stdout().print(escape(explain(script, functions)), soft_wrap=True)
     if explain_only or not planned.inserts:
         return
     stem = script_file.stem if script_file is not None else "sql"
@@ -1049,10 +1090,10 @@ def sql_command(
         parallelism = int(planned.settings["parallelism.default"])
     with tempfile.TemporaryDirectory(prefix="weir-sql-") as folder:
         job_file = Path(folder) / f"{''.join(c if c.isalnum() else '_' for c in name)}.py"
-        job_file.write_text(sql_job_source(script), encoding="utf-8")
+        job_file.write_text(sql_job_source(script, module), encoding="utf-8")
         run(
             job_file=job_file,
-            py_files=None,
+            py_files=None if functions_file is None else [str(functions_file)],
             py_requirements=None,
             py_module=None,
             parallelism=parallelism,

@@ -173,3 +173,27 @@ def test_lateness() -> None:
     assert not is_window_late(window, watermark=1498, allowed_lateness_ms=500)
     assert is_window_late(window, watermark=1499, allowed_lateness_ms=500)
     assert cleanup_time(window, 500) == 1499
+
+
+def test_cumulative_windows_are_every_grown_prefix_holding_the_timestamp() -> None:
+    """Against the definition: the windows [start, start + k * step) of the aligned window of the
+    size that contain the timestamp, for every timestamp of a few windows (negative ones too)."""
+    from weir.core.windows import CumulativeEventTimeWindows
+
+    for size, step in ((12, 3), (10, 10), (8, 1)):
+        assigner = CumulativeEventTimeWindows(size, step)
+        for ts in range(-3 * size, 3 * size):
+            start = (ts // size) * size
+            expected = {
+                TimeWindow(start, start + k * step) for k in range(1, size // step + 1) if ts < start + k * step
+            }
+            assert set(assigner.assign(ts)) == expected, (size, step, ts)
+            assert len(assigner.assign(ts)) == len(expected)
+
+
+@pytest.mark.parametrize(("size", "step"), [(10, 3), (0, 1), (10, 0), (10, -5)])
+def test_cumulative_windows_refuse_a_size_not_a_multiple_of_a_positive_step(size: int, step: int) -> None:
+    from weir.core.windows import CumulativeEventTimeWindows
+
+    with pytest.raises(ValueError, match="cumulative windows need a positive step"):
+        CumulativeEventTimeWindows(size, step)

@@ -6,6 +6,7 @@ from an in-process fake gRPC server that implements only what each test asks for
 
 from __future__ import annotations
 
+import io
 import json
 import socket
 import subprocess
@@ -930,3 +931,58 @@ def test_the_script_is_submitted_as_a_job_named_by_pipeline_name(
     assert sorted(graph.transformations) == sorted(
         ["sql-source-t"] + [f"{statement.uid_prefix}-{n}-{kind}" for n, kind in enumerate(kinds)]
     )
+
+
+FUNCTIONS_FILE = '''
+def shout(s):
+    return None if s is None else s.upper() + "!"
+
+
+class Longest:
+    def create(self):
+        return None
+
+    def add(self, acc, s):
+        return s if acc is None or (s is not None and len(s) > len(acc)) else acc
+
+    def merge(self, a, b):
+        return self.add(a, b)
+
+    def result(self, acc):
+        return acc
+
+
+def _private(s):
+    return s
+'''
+
+FUNCTIONS_SCRIPT = SQL_SCRIPT.replace("LOWER(b)", "SHOUT(b)") + (
+    "CREATE TABLE longest (a BIGINT, b STRING, PRIMARY KEY (a) NOT ENFORCED) WITH ('connector' = 'upsert-kafka', "
+    "'topic' = 'l', 'key.format' = 'json', 'value.format' = 'json');\n"
+    "INSERT INTO longest SELECT a, longest(b) FROM t GROUP BY a;\n"
+)
+
+
+def test_functions_file_explained_and_shipped_with_the_job(
+    weir: Weir, fake_jobmanager: FakeJobManager, tmp_path: Path
+) -> None:
+    from weir.api.artifacts import read_manifest
+
+    functions = tmp_path / "sqlfns.py"
+    functions.write_text(FUNCTIONS_FILE, encoding="utf-8")
+    private = FUNCTIONS_SCRIPT.replace("SHOUT(b)", "_private(b)")
+    refused = weir("sql", "--explain", "-e", private, "--functions", str(functions))
+    assert_error(refused, EXIT_USAGE, "SQL 4:25: function _PRIVATE is not supported")
+    unregistered = weir("sql", "--explain", "-e", FUNCTIONS_SCRIPT)
+    assert_error(unregistered, EXIT_USAGE, "SQL 4:25: function SHOUT is not supported")
+    explained = weir("sql", "--explain", "-e", FUNCTIONS_SCRIPT, "--functions", str(functions))
+    assert explained.exit_code == EXIT_OK, explained.stderr
+    assert "SHOUT(b) AS b" in explained.stdout and "LONGEST(b) AS b" in explained.stdout
+    result = weir("sql", "-e", FUNCTIONS_SCRIPT, "-d", "--functions", str(functions))
+    assert result.exit_code == EXIT_OK, result.stderr
+    (request,) = fake_jobmanager.submitted
+    data = request.job_artifact
+    manifest = read_manifest(data, "submitted")
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        assert archive.read("py/sqlfns.py").decode() == FUNCTIONS_FILE
+        assert archive.read(manifest.entry_file).decode() == sql_job_source(FUNCTIONS_SCRIPT, "sqlfns")
