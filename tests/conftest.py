@@ -1,4 +1,9 @@
-"""Session-wide fixtures: the real local services are started once per test session."""
+"""Session-wide fixtures: the real local services are started once per test session.
+
+Under pytest-xdist (``make test`` runs the integration tests with ``-n 2``) each worker is a test
+session of its own, with a Weir cluster of its own on ports of its own (``pytest_configure``,
+``tests/integration/ports.py``); the services are shared: ``deploy/local/infra.sh up`` takes a lock, so
+the workers' calls at once start each service once."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.ports import worker_index, worker_ports
 from weir.connectors import kafka
 from weir.core.config import LOCAL_MODE, Endpoints
 from weir.tools.client import JobManagerClient
@@ -21,6 +27,20 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # and no test asks the instance metadata service of whatever machine runs them for credentials.
 os.environ.setdefault(LOCAL_MODE, "true")
 os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under pytest-xdist, before anything reads the endpoints: this worker's session cluster gets
+    ports of its own (worker N: the base ports + 10 × N, ``tests/integration/ports.py``) and, when
+    ``WEIR_CHECKPOINT_DIR`` is given, a checkpoint prefix of its own under it (the session cluster
+    otherwise makes a unique one)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker is None:
+        return
+    os.environ.update(worker_ports(Endpoints.from_env(), worker_index(os.environ)))
+    checkpoints = os.environ.get("WEIR_CHECKPOINT_DIR")
+    if checkpoints:
+        os.environ["WEIR_CHECKPOINT_DIR"] = f"{checkpoints.rstrip('/')}/{worker}"
 
 
 @dataclass
@@ -82,7 +102,8 @@ def services(endpoints: Endpoints) -> Iterator[Endpoints]:
     the local Kafka outlives sessions, and a broker holding thousands of partitions from earlier
     sessions takes minutes to start after an unclean shutdown. Only this session's (``SessionTopics``):
     another session running meanwhile creates topics too, and deleting those failed its jobs (their
-    sinks' topics gone, their cancel stuck resolving transactions on them)."""
+    sinks' topics gone, their cancel stuck resolving transactions on them). The same holds for the
+    workers of one pytest-xdist run: each deletes its own."""
     result = subprocess.run(
         [str(REPO_ROOT / "deploy/local/infra.sh"), "up"], capture_output=True, text=True, timeout=1800
     )
@@ -115,4 +136,7 @@ def _roll_back_leftover_transactions(endpoints: Endpoints) -> None:
             (LEFTOVER_PREPARED_AGE_S,),
         ).fetchall()
         for (gid,) in leftovers:
-            conn.execute(f"ROLLBACK PREPARED '{gid}'")
+            try:
+                conn.execute(f"ROLLBACK PREPARED '{gid}'")
+            except psycopg.errors.UndefinedObject:
+                pass  # another session starting meanwhile (an xdist worker) rolled it back first

@@ -10,8 +10,20 @@ ALL_SERVICES=(postgres s3 kafka prometheus alertmanager)
 cmd="${1:-status}"; shift || true
 services=("$@"); (( ${#services[@]} )) || services=("${ALL_SERVICES[@]}")
 
+# One `up` or `down` at a time: callers at once (the test sessions' `services` fixture, the workers of
+# `make test`'s parallel integration run, `make infra-up` beside them) would each find a service down
+# and start it twice. fd 8: the services (start_daemon) inherit no descriptor, so none holds the lock.
+INFRA_LOCK_TIMEOUT_S=1800   # a first `up` installs the services
+lock_infra() {
+  mkdir -p "$WEIR_RUN_DIR"
+  exec 8>"$WEIR_RUN_DIR/infra.lock"
+  flock -w "$INFRA_LOCK_TIMEOUT_S" 8 \
+    || { echo "weir infra: another infra.sh up/down held $WEIR_RUN_DIR/infra.lock for ${INFRA_LOCK_TIMEOUT_S}s" >&2; exit 1; }
+}
+
 case "$cmd" in
   up)
+    lock_infra
     started=()
     for s in "${services[@]}"; do
       was_up=0; "$DEPLOY_LOCAL_DIR/$s.sh" health >/dev/null 2>&1 && was_up=1
@@ -27,6 +39,7 @@ case "$cmd" in
     done
     ;;
   down)
+    lock_infra
     for s in "${services[@]}"; do "$DEPLOY_LOCAL_DIR/$s.sh" stop || true; done
     ;;
   status)

@@ -20,7 +20,7 @@ from tests.integration.conftest import WeirCluster
 from weir.core.config import run_dir
 from weir.scenarios.framework import render_text
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # restarts Kafka and PostgreSQL, pauses S3: alone
 
 # Read at collection, before the session's cluster fixture points WEIR_RUN_DIR at its own directory:
 # the services' pid files stay where deploy/local/infra.sh started them.

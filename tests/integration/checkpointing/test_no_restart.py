@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, create_topics, create_window_table
+from tests.integration.ports import private_ports
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
 from weir.tools.events import EventSpec, produce_events
@@ -22,10 +23,8 @@ pytestmark = pytest.mark.integration
 def cluster_without_restarts(
     services: Endpoints, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> Iterator[tuple[Path, Endpoints, JobManagerClient]]:
-    monkeypatch.setenv("WEIR_JOBMANAGER_ADDRESS", "127.0.0.1:26323")
-    monkeypatch.setenv("WEIR_JOBMANAGER_METRICS_PORT", "29449")
-    monkeypatch.setenv("WEIR_JOBMANAGER_REST_PORT", "28281")
-    monkeypatch.setenv("WEIR_TASKMANAGER_METRICS_BASE_PORT", "29450")
+    for name, value in private_ports(services).items():  # beside the session's cluster
+        monkeypatch.setenv(name, value)
     monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "run"))
     monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/no-restart-{tmp_path.name}")
     endpoints = Endpoints.from_env()

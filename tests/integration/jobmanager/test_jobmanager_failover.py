@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import assert_sinks_exact, keyed_aggregation_inputs
+from tests.integration.ports import private_ports
 from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
@@ -90,8 +91,8 @@ def status(cluster: HaCluster, job_id: str) -> JobDetails | None:
 
 @pytest.fixture
 def ha_cluster(services: Endpoints, tmp_path: Path) -> Iterator[HaCluster]:
-    # Ports of their own, beside the session cluster's JobManager port (16123: 17123 and 17124).
-    first = int(services.jobmanager_address.rsplit(":", 1)[1]) + 1000
+    # The private JobManager port beside the session's cluster and the one after it.
+    first = int(private_ports(services)["WEIR_JOBMANAGER_PORT"])
     addresses = (f"127.0.0.1:{first}", f"127.0.0.1:{first + 1}")
     storage_uri = f"s3://{services.s3_bucket}/test-ha-{uuid.uuid4().hex[:8]}"
     env = {

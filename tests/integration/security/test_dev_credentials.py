@@ -17,6 +17,7 @@ from tests.integration.conftest import (
     create_window_table,
     path_parameters,
 )
+from tests.integration.ports import private_ports
 from tests.integration.security.test_security import _wait
 from weir.core.config import Endpoints
 from weir.core.errors import AuthenticationError
@@ -29,12 +30,6 @@ from weir.tools.supervisor import start_cluster, stop_cluster
 
 pytestmark = pytest.mark.integration
 
-PRIVATE_PORTS = {
-    "WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:26623",
-    "WEIR_JOBMANAGER_METRICS_PORT": "29749",
-    "WEIR_JOBMANAGER_REST_PORT": "28581",
-    "WEIR_TASKMANAGER_METRICS_BASE_PORT": "29750",
-}
 EVENTS = 4_000
 
 
@@ -46,7 +41,7 @@ def dev_cluster(
     credentials = generate(root / "credentials").credentials
     with pytest.MonkeyPatch.context() as env:
         for name, value in {
-            **PRIVATE_PORTS,
+            **private_ports(services),  # beside the session's cluster
             **credentials.environment(),
             "WEIR_RUN_DIR": str(root / "run"),
             "WEIR_CHECKPOINT_DIR": f"s3://{services.s3_bucket}/dev-credentials-{root.name}",

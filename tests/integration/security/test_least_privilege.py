@@ -28,7 +28,7 @@ import httpx
 import pytest
 
 from tests.integration.conftest import REPO_ROOT, keyed_aggregation_inputs
-from tests.integration.sinks.conftest import private_ports
+from tests.integration.ports import private_ports
 from weir.connectors.object_storage import S3CheckpointStorage, SealedStorage, open_storage
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, PermissionDeniedError, StorageAuthenticationError, WeirError

@@ -22,6 +22,7 @@ import pytest
 
 from tests.certificates import CertificateAuthority, Issued, tls_environment
 from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, keyed_aggregation_inputs, path_parameters
+from tests.integration.ports import private_ports
 from weir.core.config import Endpoints
 from weir.core.grpc_security import open_channel
 from weir.core.transport_security import TransportSecurity
@@ -32,12 +33,6 @@ from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc, taskmanager_pb2, task
 pytestmark = pytest.mark.integration
 
 TOKEN = f"test-token-{uuid.uuid4().hex}"
-PRIVATE_PORTS = {
-    "WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:26523",
-    "WEIR_JOBMANAGER_METRICS_PORT": "29649",
-    "WEIR_JOBMANAGER_REST_PORT": "28481",
-    "WEIR_TASKMANAGER_METRICS_BASE_PORT": "29650",
-}
 EVENTS = 20_000
 T = TypeVar("T")
 
@@ -66,7 +61,7 @@ def secure_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory
     node = ca.issue(certificates, "weir-node")
     with pytest.MonkeyPatch.context() as env:
         for name, value in {
-            **PRIVATE_PORTS,
+            **private_ports(services),  # beside the session's cluster
             **tls_environment(ca, node, client_ca=ca),
             "WEIR_AUTH_TOKEN": TOKEN,
             "WEIR_RUN_DIR": str(root / "run"),

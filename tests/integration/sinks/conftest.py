@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.integration.ports import private_ports
 from weir.connectors import kafka, postgres
 from weir.core.changelog import Delete
 from weir.core.config import Endpoints
@@ -239,27 +240,8 @@ def _endpoint_env(endpoints: Endpoints) -> dict[str, str]:
     return {"kafka_bootstrap": endpoints.kafka_bootstrap, "postgres_dsn": endpoints.postgres_dsn}
 
 
-# A private cluster per test: its processes carry the armed crash point (``request.param``) in their
-# environment, and fire it once per cluster (a marker file in $WEIR_CRASH_ONCE_DIR).
-PRIVATE_PORT_SHIFT = 100
-
-
-def private_ports(endpoints: Endpoints) -> dict[str, str]:
-    """The ports of a private cluster: the session's (``WEIR_JOBMANAGER_*``, ``WEIR_TASKMANAGER_*``)
-    shifted by ``PRIVATE_PORT_SHIFT``, so that it runs beside the session's cluster, and sessions
-    given different port sets keep their private clusters apart too."""
-
-    def shifted(port: int) -> str:
-        return str(port + PRIVATE_PORT_SHIFT) if port else "0"
-
-    host, _, port = endpoints.jobmanager_address.rpartition(":")
-    return {
-        "WEIR_JOBMANAGER_PORT": shifted(int(port)),
-        "WEIR_JOBMANAGER_ADDRESS": f"{host}:{shifted(int(port))}",
-        "WEIR_JOBMANAGER_METRICS_PORT": shifted(endpoints.jobmanager_metrics_port),
-        "WEIR_JOBMANAGER_REST_PORT": shifted(endpoints.jobmanager_rest_port),
-        "WEIR_TASKMANAGER_METRICS_BASE_PORT": shifted(endpoints.taskmanager_metrics_base_port),
-    }
+# A private cluster per test (``private_ports``): its processes carry the armed crash point
+# (``request.param``) in their environment, and fire it once per cluster (a marker file in $WEIR_CRASH_ONCE_DIR).
 
 
 @pytest.fixture

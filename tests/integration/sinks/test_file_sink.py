@@ -24,6 +24,7 @@ import pytest
 
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics
+from tests.integration.ports import private_ports
 from tests.integration.sinks.conftest import operator_context
 from tests.unit.conftest import CollectingOutput
 from weir.api import PartFileSink, fixed_bucket
@@ -228,10 +229,6 @@ def test_a_taskmanager_killed_mid_run_leaves_every_event_once_in_the_parquet_fil
 
 # A crash between a checkpoint's completion and the commit -------------------------------------------
 
-CRASH_CLUSTER_PORT_OFFSET = 1000
-"""The crash test's private cluster runs on the session's ports + 1000 (27X23, 27X49, ...), beside
-the session's cluster, inside the port range given to this port set."""
-
 
 @pytest.fixture
 def crash_cluster(
@@ -239,14 +236,8 @@ def crash_cluster(
 ) -> Iterator[tuple[Endpoints, JobManagerClient, Path]]:
     """A private cluster whose processes crash once where a completed checkpoint's notification
     reached the file sink of taskmanager-2, before it finished any part file (its 3rd such visit)."""
-    host, _, port = services.jobmanager_address.rpartition(":")
-    jobmanager = int(port) + CRASH_CLUSTER_PORT_OFFSET
     for name, value in {
-        "WEIR_JOBMANAGER_PORT": str(jobmanager),
-        "WEIR_JOBMANAGER_ADDRESS": f"{host}:{jobmanager}",
-        "WEIR_JOBMANAGER_METRICS_PORT": str(services.jobmanager_metrics_port + CRASH_CLUSTER_PORT_OFFSET),
-        "WEIR_JOBMANAGER_REST_PORT": str(services.jobmanager_rest_port + CRASH_CLUSTER_PORT_OFFSET),
-        "WEIR_TASKMANAGER_METRICS_BASE_PORT": str(services.taskmanager_metrics_base_port + CRASH_CLUSTER_PORT_OFFSET),
+        **private_ports(services),  # beside the session's cluster
         "WEIR_RUN_DIR": str(tmp_path / "run"),
         "WEIR_CHECKPOINT_DIR": f"s3://{services.s3_bucket}/crash-{uuid.uuid4().hex[:8]}",
         "WEIR_CRASH_POINT": "after_checkpoint_complete_before_commit@taskmanager-2:3",

@@ -16,7 +16,7 @@ from weir.connectors import kafka
 from weir.core.config import Endpoints, run_dir
 from weir.core.errors import ServiceUnavailableError
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.serial]  # pauses the shared broker: alone
 
 # Read at collection, before the session's cluster fixture points WEIR_RUN_DIR at its own directory:
 # the services' pid files stay where deploy/local/infra.sh started them.
