@@ -157,6 +157,60 @@ def schedule(queries: Sequence[str], runs: int, sides: Sequence[str] = SIDES) ->
     return out
 
 
+# The same SQL on Weir (pure) ---------------------------------------------------------------------------------
+
+NEXMARK_DDL: Final = REPO_ROOT / "examples" / "sql" / "nexmark-ddl.sql"
+WEIR_SQL_SOURCE_UID: Final = "sql-source-events"
+"""The source of a Weir SQL job's ``events`` table (docs/sql.md: ``sql-source-<table>``)."""
+TRANSACTION_TIMEOUT_MS: Final = 900_000
+"""NexmarkSql.java's ``properties.transaction.timeout.ms`` of its sink."""
+_EVENTS_WITH: Final = re.compile(r"(CREATE TABLE events \(.*?\) WITH \()(.*?)(\);)", re.DOTALL)
+
+
+def events_options(topic: str, bootstrap: str, group: str) -> str:
+    """The ``events`` table's WITH options as weir.bench.NexmarkSql gives them to Flink: the loaded
+    topic from its start, read_committed, bounded at the offsets it has when the job starts."""
+    return (
+        f"\n  'connector' = 'kafka',\n  'topic' = '{topic}',\n  'properties.bootstrap.servers' = '{bootstrap}',\n"
+        f"  'properties.group.id' = '{group}',\n  'properties.isolation.level' = 'read_committed',\n"
+        "  'scan.startup.mode' = 'earliest-offset',\n  'scan.bounded.mode' = 'latest-offset',\n  'format' = 'json'\n"
+    )
+
+
+def sink_options(output: str, bootstrap: str, group: str) -> str:
+    """The ``${SINK}`` of a query's file as weir.bench.NexmarkSql writes it for Flink (an exactly-once
+    Kafka sink, JSON); Weir accepts the same text (its transactional ids are its own)."""
+    return (
+        f"'connector' = 'kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}', "
+        f"'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = '{group}', "
+        f"'properties.transaction.timeout.ms' = '{TRANSACTION_TIMEOUT_MS}', 'properties.linger.ms' = '5'"
+    )
+
+
+def weir_sql_script(
+    query: str,
+    *,
+    topic: str,
+    output: str,
+    bootstrap: str,
+    group: str,
+    ddl: str | None = None,
+    sql_dir: Path = FLINK_SQL_DIR,
+) -> str:
+    """The script Weir's SQL runs for ``query``: examples/sql/nexmark-ddl.sql (the DDL of
+    weir.bench.NexmarkSql: the flat ``events`` table, the ``person``, ``auction`` and ``bid`` views)
+    with the events table's options those NexmarkSql gives Flink, then the query's file, the one
+    Flink runs, its ``${SINK}`` what NexmarkSql puts there."""
+    text = NEXMARK_DDL.read_text() if ddl is None else ddl
+    replaced, found = _EVENTS_WITH.subn(
+        lambda m: m.group(1) + events_options(topic, bootstrap, group) + m.group(3), text, count=1
+    )
+    if not found:
+        raise BenchError("examples/sql/nexmark-ddl.sql has no CREATE TABLE events (...) WITH (...)")
+    statements = (sql_dir / f"{query}.sql").read_text().replace("${SINK}", sink_options(output, bootstrap, group))
+    return replaced + "\n" + statements
+
+
 # Records of each query (pure) ------------------------------------------------------------------------------
 
 
