@@ -132,6 +132,15 @@ def flink_queries(sql_dir: Path = FLINK_SQL_DIR) -> set[str]:
     return {p.stem for p in sql_dir.glob("q*.sql")}
 
 
+SQL_REFUSED: Final = frozenset({"q4"})
+"""Queries whose SQL Weir's SQL refuses (docs/sql.md: q4's comma join and aggregation of an updating result)."""
+
+
+def sql_queries(sql_dir: Path = FLINK_SQL_DIR) -> list[str]:
+    """``--sql``: the queries with a SQL file that Weir's SQL runs, in query order."""
+    return sorted(flink_queries(sql_dir) - SQL_REFUSED, key=query_key)
+
+
 def select_queries(
     requested: Sequence[str] | None, *, quick: bool, present: Sequence[str]
 ) -> tuple[list[str], list[str]]:
@@ -450,11 +459,21 @@ def render_markdown(document: dict[str, Any]) -> str:
         raise ValueError("results format 1 (one run per query, output counts only)")
     kind = "quick run" if document.get("quick") else "full run"
     config = document.get("config", {})
+    sql = config.get("weir_side") == "sql"
     lines = [
-        "# Nexmark: Weir vs Apache Flink",
+        "# Nexmark: Weir SQL vs Apache Flink SQL" if sql else "# Nexmark: Weir vs Apache Flink",
         "",
         f"Run `{document['run_id']}` ({kind}). " + provenance.markdown_line(document.get("provenance")),
         "",
+        *(
+            [
+                "Weir runs each query's SQL, the text Flink runs (`weir sql`: examples/sql/nexmark-ddl.sql over the "
+                "topic, then bench/flink/src/main/resources/nexmark/qN.sql), not examples/nexmark/qN.py.",
+                "",
+            ]
+            if sql
+            else []
+        ),
         f"{document['events']:,} events in {document['partitions']} partitions at {config.get('event_rate', 0):,} "
         f"events/s of event time; parallelism {document['parallelism']} on both sides; exactly-once Kafka sinks on "
         f"both; a checkpoint every {config.get('checkpoint_interval', '?')} on both, to the same S3 server; "
@@ -549,6 +568,7 @@ def chart(document: dict[str, Any], path: Path) -> None:
             errors[1].append(value["max"] - m if value else 0.0)
         return medians, errors
 
+    sql = document.get("config", {}).get("weir_side") == "sql"
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.38
     xs = range(len(queries))
@@ -558,7 +578,14 @@ def chart(document: dict[str, Any], path: Path) -> None:
     ):
         weir, weir_err = values("weir", key)
         flink, flink_err = values("flink", key)
-        axis.bar([x - width / 2 for x in xs], weir, width, yerr=weir_err, label="Weir", color="#1f6fb2")
+        axis.bar(
+            [x - width / 2 for x in xs],
+            weir,
+            width,
+            yerr=weir_err,
+            label="Weir SQL" if sql else "Weir",
+            color="#1f6fb2",
+        )
         axis.bar([x + width / 2 for x in xs], flink, width, yerr=flink_err, label="Apache Flink (SQL)", color="#999999")
         axis.set_xticks(list(xs), queries)
         axis.set_ylabel(ylabel)
@@ -598,6 +625,8 @@ class RunContext:
     s3_pid: int | None
     flink_build: Path | None
     mini_batch: bool = True
+    sql: bool = False
+    """Weir runs the query's SQL (``weir_sql_script``, the text Flink runs), not examples/nexmark/qN.py."""
 
 
 def _measure(
@@ -653,16 +682,30 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
     endpoints = ctx.env.endpoints
     dlq = f"{output_topic}-dlq"
     dataset.create_topics(endpoints, {output_topic: PARTITIONS, dlq: 1})
-    params = {
-        "source": "kafka",
-        "source.topic": ctx.input_topic,
-        "source.bounded": "true",
-        "source.dlq_topic": dlq,
-        "sink": "kafka",
-        "sink.topic": output_topic,
-        "checkpointing.interval": ctx.checkpoint_interval,
-        **WEIR_EXTRA_PARAMS.get(query, {}),
-    }
+    params: dict[str, str] = {"checkpointing.interval": ctx.checkpoint_interval}
+    if ctx.sql:
+        from weir.tools.cli import sql_job_source
+
+        job_file = ctx.env.run_root / f"sql-{tag}.py"
+        script = weir_sql_script(
+            query, topic=ctx.input_topic, output=output_topic, bootstrap=endpoints.kafka_bootstrap, group=output_topic
+        )
+        job_file.write_text(sql_job_source(script))
+        source_uid = WEIR_SQL_SOURCE_UID
+    else:
+        job_file = EXAMPLES_DIR / f"{query}.py"
+        source_uid = WEIR_SOURCE_UID
+        params.update(
+            {
+                "source": "kafka",
+                "source.topic": ctx.input_topic,
+                "source.bounded": "true",
+                "source.dlq_topic": dlq,
+                "sink": "kafka",
+                "sink.topic": output_topic,
+                **WEIR_EXTRA_PARAMS.get(query, {}),
+            }
+        )
     sampler = ProcessSampler()
     if ctx.s3_pid is not None:
         sampler.add(S3_SERVER, ctx.s3_pid)
@@ -670,7 +713,7 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
     cluster = start_private_cluster(ctx.env, f"cluster-{tag}", quiet=True)
     try:
         sampler.track(cluster.process_pids(), from_birth=True)
-        job_id = cluster.submit(EXAMPLES_DIR / f"{query}.py", params, PARALLELISM)
+        job_id = cluster.submit(job_file, params, PARALLELISM)
         marks: dict[str, float] = {}
 
         def finished() -> bool:
@@ -686,7 +729,7 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
             return status.summary.status == "FINISHED"
 
         samples, wall, cpu = _measure(
-            sampler, lambda: cluster.source_records_read(job_id, WEIR_SOURCE_UID), finished, started, f"Weir {query}"
+            sampler, lambda: cluster.source_records_read(job_id, source_uid), finished, started, f"Weir {query}"
         )
     except BaseException:
         cluster.stop()
@@ -909,7 +952,8 @@ def one_run(
     output_topic = f"bench-{ctx.env.run_id}-{tag}"
     gate = load_gate(load_wait_s)
     load_before = list(os.getloadavg())
-    log(f"round {round_}, {query}: {'Weir' if side == 'weir' else 'Flink SQL'}")
+    weir = "Weir SQL" if ctx.sql else "Weir"
+    log(f"round {round_}, {query}: {weir if side == 'weir' else 'Flink SQL'}")
     try:
         result = (run_weir if side == "weir" else run_flink)(ctx, query, output_topic, tag)
         diff = check_output(query, expected, read_output(ctx.env.endpoints, output_topic))
@@ -945,6 +989,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-mini-batch", action="store_true", help="Flink without the reference's mini-batch")
     parser.add_argument(
+        "--sql",
+        action="store_true",
+        help="Weir runs each query's SQL, the text Flink runs (weir sql), not examples/nexmark/qN.py; "
+        "results in nexmark-sql.{json,md,png}",
+    )
+    parser.add_argument(
         "--load-wait",
         type=float,
         help=f"seconds the load gate waits before each run (default {LOAD_WAIT_S:.0f}; quick {QUICK_LOAD_WAIT_S:.0f})",
@@ -958,7 +1008,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or args.runs < 1:
         parser.error(f"--contenders takes weir and flink (not {', '.join(unknown)}); --runs at least 1")
     queries, skipped = select_queries(
-        args.queries.split(",") if args.queries else None, quick=args.quick, present=present_queries()
+        args.queries.split(",") if args.queries else None,
+        quick=args.quick,
+        present=sql_queries() if args.sql else present_queries(),
     )
     if not queries:
         raise BenchError(f"no query to run (skipped, no job file: {skipped})")
@@ -993,6 +1045,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "flink_mini_batch": "off" if args.no_mini_batch else "2 s / 50,000 rows",
             "load_wait_s": load_wait_s,
             "contenders": contenders,
+            "weir_side": "sql" if args.sql else "job",
         },
         "selected": queries,
         "skipped": skipped,
@@ -1017,6 +1070,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             s3_pid=s3_server_pid(env.endpoints, env.services_run_dir),
             flink_build=build_dir,
             mini_batch=not args.no_mini_batch,
+            sql=args.sql,
         )
         document["s3_server_pid_found"] = ctx.s3_pid is not None
         results: dict[str, Any] = {q: {"runs": {side: [] for side in contenders}} for q in queries}
@@ -1039,8 +1093,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             remove_checkpoints(env)
         remove_run_root(env, keep=failed)
         provenance.finish(document["provenance"])
-    publish_results("nexmark", document, render_markdown, args.results)
-    chart(document, args.results / "nexmark.png")
+    name = "nexmark-sql" if args.sql else "nexmark"
+    publish_results(name, document, render_markdown, args.results)
+    chart(document, args.results / f"{name}.png")
     return 0
 
 
