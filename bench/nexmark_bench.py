@@ -196,6 +196,24 @@ def sink_options(output: str, bootstrap: str, group: str) -> str:
     )
 
 
+def kafka_events_ddl(topic: str, *, bootstrap: str, group: str, ddl: str | None = None) -> str:
+    """examples/sql/nexmark-ddl.sql (the DDL of weir.bench.NexmarkSql: the flat ``events`` table, the
+    ``person``, ``auction`` and ``bid`` views) with the events table's options those NexmarkSql gives
+    Flink."""
+    text = NEXMARK_DDL.read_text() if ddl is None else ddl
+    replaced, found = _EVENTS_WITH.subn(
+        lambda m: m.group(1) + events_options(topic, bootstrap, group) + m.group(3), text, count=1
+    )
+    if not found:
+        raise BenchError("examples/sql/nexmark-ddl.sql has no CREATE TABLE events (...) WITH (...)")
+    return replaced
+
+
+def query_sql(query: str, *, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR) -> str:
+    """The query's file, the one Flink runs, its ``${SINK}`` what NexmarkSql puts there."""
+    return (sql_dir / f"{query}.sql").read_text().replace("${SINK}", sink_options(output, bootstrap, group))
+
+
 def weir_sql_script(
     query: str,
     *,
@@ -206,18 +224,36 @@ def weir_sql_script(
     ddl: str | None = None,
     sql_dir: Path = FLINK_SQL_DIR,
 ) -> str:
-    """The script Weir's SQL runs for ``query``: examples/sql/nexmark-ddl.sql (the DDL of
-    weir.bench.NexmarkSql: the flat ``events`` table, the ``person``, ``auction`` and ``bid`` views)
-    with the events table's options those NexmarkSql gives Flink, then the query's file, the one
-    Flink runs, its ``${SINK}`` what NexmarkSql puts there."""
-    text = NEXMARK_DDL.read_text() if ddl is None else ddl
-    replaced, found = _EVENTS_WITH.subn(
-        lambda m: m.group(1) + events_options(topic, bootstrap, group) + m.group(3), text, count=1
+    """The script Weir's SQL runs for ``query``: the DDL over the topic (``kafka_events_ddl``), then
+    the query's file with NexmarkSql's sink (``query_sql``)."""
+    return (
+        kafka_events_ddl(topic, bootstrap=bootstrap, group=group, ddl=ddl)
+        + "\n"
+        + query_sql(query, output=output, bootstrap=bootstrap, group=group, sql_dir=sql_dir)
     )
-    if not found:
-        raise BenchError("examples/sql/nexmark-ddl.sql has no CREATE TABLE events (...) WITH (...)")
-    statements = (sql_dir / f"{query}.sql").read_text().replace("${SINK}", sink_options(output, bootstrap, group))
-    return replaced + "\n" + statements
+
+
+_INSERT: Final = re.compile(r"^INSERT INTO", re.MULTILINE)
+
+
+def weir_sql_statement_set(
+    queries: Sequence[str], *, topic: str, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR
+) -> str:
+    """Every query of ``queries`` in one script and one job, as ``NexmarkSql --query q0,q1,...`` runs
+    them on Flink: the DDL, each query's sink table (its ``${SINK}`` the topic ``<output>-<query>``,
+    the transactional id prefix ``<group>-<query>``), then the INSERTs in one ``EXECUTE STATEMENT
+    SET`` (the source read once)."""
+    tables, inserts = [kafka_events_ddl(topic, bootstrap=bootstrap, group=group)], []
+    for query in queries:
+        text = query_sql(
+            query, output=f"{output}-{query}", bootstrap=bootstrap, group=f"{group}-{query}", sql_dir=sql_dir
+        )
+        match = _INSERT.search(text)
+        if match is None:
+            raise BenchError(f"{query}.sql has no INSERT INTO at the start of a line")
+        tables.append(text[: match.start()].strip())
+        inserts.append(text[match.start() :].strip())
+    return "\n\n".join([*tables, "EXECUTE STATEMENT SET BEGIN", *inserts, "END;"]) + "\n"
 
 
 # Records of each query (pure) ------------------------------------------------------------------------------

@@ -6,7 +6,8 @@ event-time order). For each query, the same SQL text runs on both: the DDL of
 examples/sql/nexmark-ddl.sql (the flat ``events`` table, the ``person``, ``auction`` and ``bid``
 views) over that topic, bounded (``scan.bounded.mode = latest-offset``), and the query's file
 bench/flink/src/main/resources/nexmark/qN.sql with its ``${SINK}`` an exactly-once Kafka sink (the
-same options on both). Flink 2.2.1 runs it on a MiniCluster in a JVM (``weir.bench.NexmarkSql``, the
+same options on both), the eight INSERTs in one job on each side (a statement set: one JVM start and
+one deployment instead of eight). Flink 2.2.1 runs it on a MiniCluster in a JVM (``weir.bench.NexmarkSql``, the
 benchmark's runner, built by bench/flink/build.sh as ``make bench-deps`` does: from Maven Central
 into the cache), Weir on the session cluster (``weir sql``'s job file). Each side's committed output
 is read back and decoded into whole records by one function (``bench.nexmark_bench.output_record``:
@@ -37,7 +38,7 @@ from bench.nexmark_bench import (
     free_port,
     identity_of,
     output_record,
-    weir_sql_script,
+    weir_sql_statement_set,
 )
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster
@@ -56,8 +57,7 @@ PARTITIONS = 8
 LEAST = {"q0": 10_000, "q1": 10_000, "q2": 20, "q3": 5, "q5": 20, "q7": 4, "q8": 10, "q11": 100}
 """Records the reference gives, at least (an empty result on both sides would prove nothing)."""
 NO_RETENTION = {"retention.ms": "-1"}  # Weir's sink stamps records with their 2023 event time
-FLINK_TIMEOUT_S = 600.0
-WEIR_TIMEOUT_S = 600.0
+TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -97,18 +97,20 @@ def records(endpoints: Any, query: str, topic: str) -> Counter[tuple[Any, ...]]:
 
 
 def start_flink(
-    build: Path, endpoints: Any, query: str, topic: str, output: str, work: Path
+    build: Path, endpoints: Any, topic: str, output: str, work: Path
 ) -> tuple[subprocess.Popen[bytes], Path]:
-    log = work / f"flink-{query}.log"
+    """Every query in one Flink job (``NexmarkSql --query q0,q1,...``: a statement set, each query into
+    ``<output>-<query>``)."""
+    log = work / "flink.log"
     argv = flink_sql_argv(
         build,
-        query=query,
+        query=",".join(QUERIES),
         bootstrap=endpoints.kafka_bootstrap,
         topic=topic,
         output=output,
-        group=f"{output}-flink",
+        group=f"{output}-group",
         checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
-        checkpoint_interval="2s",  # the final checkpoint (tasks finished) commits the last transaction
+        checkpoint_interval="2s",  # the final checkpoint (tasks finished) commits the last transactions
         rest_port=free_port(),
     )
     with log.open("wb") as out:
@@ -123,42 +125,59 @@ def start_flink(
     return proc, log
 
 
-@pytest.mark.parametrize("query", QUERIES)
-def test_weir_sql_output_equals_flink_sql_output(
-    weir_cluster: WeirCluster, flink_build: Path, nexmark_topic: NexmarkTopic, query: str, tmp_path: Path
-) -> None:
-    endpoints = weir_cluster.endpoints
-    expected = nexmark_topic.expected[query]
-    assert len(expected) >= LEAST[query]
-    weir_out, flink_out = f"{nexmark_topic.topic}-{query}-weir", f"{nexmark_topic.topic}-{query}-flink"
-    for out in (weir_out, flink_out):
-        assert kafka.create_topic(endpoints, out, 2, 1, NO_RETENTION)
+@dataclass(frozen=True)
+class Outputs:
+    """Each side's output topic prefix: the query's output is ``<prefix>-<query>``."""
 
-    flink, log = start_flink(flink_build, endpoints, query, nexmark_topic.topic, flink_out, tmp_path)
+    weir: str
+    flink: str
+
+
+@pytest.fixture(scope="module")
+def outputs(
+    weir_cluster: WeirCluster, flink_build: Path, nexmark_topic: NexmarkTopic, tmp_path_factory: pytest.TempPathFactory
+) -> Outputs:
+    """The eight queries run once on each side, at the same time: one Flink job (a JVM) and one Weir
+    job (``weir sql``'s job file of the same statements, the INSERTs in one statement set)."""
+    endpoints = weir_cluster.endpoints
+    work = tmp_path_factory.mktemp("nexmark-vs-flink")
+    sides = Outputs(weir=f"{nexmark_topic.topic}-weir", flink=f"{nexmark_topic.topic}-flink")
+    for prefix in (sides.weir, sides.flink):
+        for query in QUERIES:
+            assert kafka.create_topic(endpoints, f"{prefix}-{query}", 2, 1, NO_RETENTION)
+    flink, log = start_flink(flink_build, endpoints, nexmark_topic.topic, sides.flink, work)
     try:
-        script = weir_sql_script(
-            query, topic=nexmark_topic.topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
+        script = weir_sql_statement_set(
+            QUERIES, topic=nexmark_topic.topic, output=sides.weir, bootstrap=endpoints.kafka_bootstrap, group=sides.weir
         )
-        job_file = tmp_path / f"nexmark_sql_{query}.py"
+        job_file = work / "nexmark_sql.py"
         job_file.write_text(sql_job_source(script))
         job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
-        final = wait_until(
-            weir_cluster, job_id, lambda s: s.summary.is_terminal, f"Weir's {query} to finish", WEIR_TIMEOUT_S
-        )
+        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
         assert final.summary.status == "FINISHED", final.failure
-        code = flink.wait(timeout=FLINK_TIMEOUT_S)
+        code = flink.wait(timeout=TIMEOUT_S)
     finally:
         if flink.poll() is None:
             flink.kill()
             flink.wait(30)
-    assert code == 0, f"Flink's {query} failed (exit {code}):\n" + log.read_text()[-3000:]
+    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    return sides
 
-    weir, flink_records = records(endpoints, query, weir_out), records(endpoints, query, flink_out)
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_weir_sql_output_equals_flink_sql_output(
+    weir_cluster: WeirCluster, nexmark_topic: NexmarkTopic, outputs: Outputs, query: str
+) -> None:
+    endpoints = weir_cluster.endpoints
+    expected = nexmark_topic.expected[query]
+    assert len(expected) >= LEAST[query]
+    weir = records(endpoints, query, f"{outputs.weir}-{query}")
+    flink = records(endpoints, query, f"{outputs.flink}-{query}")
     identity = identity_of(SPECS[query])
-    if weir != flink_records:
-        vs_flink = compare_records(list(flink_records.elements()), list(weir.elements()), identity)
+    if weir != flink:
+        vs_flink = compare_records(list(flink.elements()), list(weir.elements()), identity)
         weir_vs_ref = compare_records(expected, list(weir.elements()), identity)
-        flink_vs_ref = compare_records(expected, list(flink_records.elements()), identity)
+        flink_vs_ref = compare_records(expected, list(flink.elements()), identity)
         pytest.fail(
             f"{query}: Weir's output is not Flink's: {vs_flink.summary()}\n"
             f"  Weir vs the reference: {weir_vs_ref.summary()}\n  Flink vs the reference: {flink_vs_ref.summary()}",

@@ -358,3 +358,20 @@ def test_weirs_sql_script_is_the_ddl_and_the_query_text_flink_runs(query: str) -
     assert len(columns) == 8
     for line in columns:  # the events table's columns, watermark and views are NexmarkSql.java's
         assert line.strip() in java, line
+
+
+def test_the_statement_set_of_every_sql_query_is_one_script_each_query_to_its_topic() -> None:
+    """tests/integration/sql/test_nexmark_vs_flink.py's Weir side: the INSERTs of every query in one
+    job, each sink the topic ``<output>-<query>``, as ``NexmarkSql --query q0,q1,...`` names them."""
+    from weir.sql import plan_script
+    from weir.sql.catalog import KafkaTable
+
+    queries = nb.sql_queries()
+    planned = plan_script(nb.weir_sql_statement_set(queries, topic="in", output="out", bootstrap="b", group="g"))
+    assert len(planned.inserts) == len(queries)
+    sinks = {name: table.connector for name, table in planned.tables.items() if name != "events"}
+    assert {name: c.topic for name, c in sinks.items() if isinstance(c, KafkaTable)} == {
+        f"nexmark_{q}": f"out-{q}" for q in queries
+    }
+    java = (FLINK_SQL_DIR.parents[1] / "java" / "weir" / "bench" / "NexmarkSql.java").read_text()
+    assert 'output + "-" + name' in java and 'group + "-" + name' in java
