@@ -153,7 +153,7 @@ bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per eve
 bench-cpu: setup ## CPU µs per event of the keyed job's two paths and every Nexmark query's record path, in one process (CPU_BENCH_ARGS; --compare to set two trees' rounds side by side)
 	$(PY) -m bench.cpu_bench --nexmark q0,q1,q2,q3,q4,q5,q7,q8,q11 $(CPU_BENCH_ARGS)
 
-bench-nexmark: setup bench-deps ## Nexmark on Weir vs Flink SQL as the reference configures it: 3 runs per query and side (ABBA), medians and spread, outputs checked record for record (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2)
+bench-nexmark: setup bench-deps ## Nexmark on Weir vs Flink SQL as the reference configures it: 3 runs per query and side (ABBA), medians and spread, outputs checked record for record (1M events; NEXMARK_BENCH_ARGS=--quick: 100k, q0-q2; --sql: Weir runs the same SQL text as Flink, results in nexmark-sql.*)
 	$(PY) -m bench.nexmark_bench $(NEXMARK_BENCH_ARGS)
 	$(PY) -m bench.docs
 

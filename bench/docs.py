@@ -103,6 +103,7 @@ RENDERERS: Final[Mapping[str, Callable[[dict[str, Any]], str]]] = {
     "results.json": _keyed,
     "throughput.json": _keyed,
     "nexmark.json": _nexmark,
+    "nexmark-sql.json": _nexmark,
     "state.json": _state,
     "backpressure.json": _backpressure,
     "recovery.json": _recovery,

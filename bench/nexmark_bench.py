@@ -132,6 +132,15 @@ def flink_queries(sql_dir: Path = FLINK_SQL_DIR) -> set[str]:
     return {p.stem for p in sql_dir.glob("q*.sql")}
 
 
+SQL_REFUSED: Final = frozenset({"q4"})
+"""Queries whose SQL Weir's SQL refuses (docs/sql.md: q4's comma join and aggregation of an updating result)."""
+
+
+def sql_queries(sql_dir: Path = FLINK_SQL_DIR) -> list[str]:
+    """``--sql``: the queries with a SQL file that Weir's SQL runs, in query order."""
+    return sorted(flink_queries(sql_dir) - SQL_REFUSED, key=query_key)
+
+
 def select_queries(
     requested: Sequence[str] | None, *, quick: bool, present: Sequence[str]
 ) -> tuple[list[str], list[str]]:
@@ -155,6 +164,96 @@ def schedule(queries: Sequence[str], runs: int, sides: Sequence[str] = SIDES) ->
             for side in run_order(list(sides), round_ - 1 + index):
                 out.append((round_, query, side))
     return out
+
+
+# The same SQL on Weir (pure) ---------------------------------------------------------------------------------
+
+NEXMARK_DDL: Final = REPO_ROOT / "examples" / "sql" / "nexmark-ddl.sql"
+WEIR_SQL_SOURCE_UID: Final = "sql-source-events"
+"""The source of a Weir SQL job's ``events`` table (docs/sql.md: ``sql-source-<table>``)."""
+TRANSACTION_TIMEOUT_MS: Final = 900_000
+"""NexmarkSql.java's ``properties.transaction.timeout.ms`` of its sink."""
+_EVENTS_WITH: Final = re.compile(r"(CREATE TABLE events \(.*?\) WITH \()(.*?)(\);)", re.DOTALL)
+
+
+def events_options(topic: str, bootstrap: str, group: str) -> str:
+    """The ``events`` table's WITH options as weir.bench.NexmarkSql gives them to Flink: the loaded
+    topic from its start, read_committed, bounded at the offsets it has when the job starts."""
+    return (
+        f"\n  'connector' = 'kafka',\n  'topic' = '{topic}',\n  'properties.bootstrap.servers' = '{bootstrap}',\n"
+        f"  'properties.group.id' = '{group}',\n  'properties.isolation.level' = 'read_committed',\n"
+        "  'scan.startup.mode' = 'earliest-offset',\n  'scan.bounded.mode' = 'latest-offset',\n  'format' = 'json'\n"
+    )
+
+
+def sink_options(output: str, bootstrap: str, group: str) -> str:
+    """The ``${SINK}`` of a query's file as weir.bench.NexmarkSql writes it for Flink (an exactly-once
+    Kafka sink, JSON); Weir accepts the same text (its transactional ids are its own)."""
+    return (
+        f"'connector' = 'kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}', "
+        f"'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = '{group}', "
+        f"'properties.transaction.timeout.ms' = '{TRANSACTION_TIMEOUT_MS}', 'properties.linger.ms' = '5'"
+    )
+
+
+def kafka_events_ddl(topic: str, *, bootstrap: str, group: str, ddl: str | None = None) -> str:
+    """examples/sql/nexmark-ddl.sql (the DDL of weir.bench.NexmarkSql: the flat ``events`` table, the
+    ``person``, ``auction`` and ``bid`` views) with the events table's options those NexmarkSql gives
+    Flink."""
+    text = NEXMARK_DDL.read_text() if ddl is None else ddl
+    replaced, found = _EVENTS_WITH.subn(
+        lambda m: m.group(1) + events_options(topic, bootstrap, group) + m.group(3), text, count=1
+    )
+    if not found:
+        raise BenchError("examples/sql/nexmark-ddl.sql has no CREATE TABLE events (...) WITH (...)")
+    return replaced
+
+
+def query_sql(query: str, *, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR) -> str:
+    """The query's file, the one Flink runs, its ``${SINK}`` what NexmarkSql puts there."""
+    return (sql_dir / f"{query}.sql").read_text().replace("${SINK}", sink_options(output, bootstrap, group))
+
+
+def weir_sql_script(
+    query: str,
+    *,
+    topic: str,
+    output: str,
+    bootstrap: str,
+    group: str,
+    ddl: str | None = None,
+    sql_dir: Path = FLINK_SQL_DIR,
+) -> str:
+    """The script Weir's SQL runs for ``query``: the DDL over the topic (``kafka_events_ddl``), then
+    the query's file with NexmarkSql's sink (``query_sql``)."""
+    return (
+        kafka_events_ddl(topic, bootstrap=bootstrap, group=group, ddl=ddl)
+        + "\n"
+        + query_sql(query, output=output, bootstrap=bootstrap, group=group, sql_dir=sql_dir)
+    )
+
+
+_INSERT: Final = re.compile(r"^INSERT INTO", re.MULTILINE)
+
+
+def weir_sql_statement_set(
+    queries: Sequence[str], *, topic: str, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR
+) -> str:
+    """Every query of ``queries`` in one script and one job, as ``NexmarkSql --query q0,q1,...`` runs
+    them on Flink: the DDL, each query's sink table (its ``${SINK}`` the topic ``<output>-<query>``,
+    the transactional id prefix ``<group>-<query>``), then the INSERTs in one ``EXECUTE STATEMENT
+    SET`` (the source read once)."""
+    tables, inserts = [kafka_events_ddl(topic, bootstrap=bootstrap, group=group)], []
+    for query in queries:
+        text = query_sql(
+            query, output=f"{output}-{query}", bootstrap=bootstrap, group=f"{group}-{query}", sql_dir=sql_dir
+        )
+        match = _INSERT.search(text)
+        if match is None:
+            raise BenchError(f"{query}.sql has no INSERT INTO at the start of a line")
+        tables.append(text[: match.start()].strip())
+        inserts.append(text[match.start() :].strip())
+    return "\n\n".join([*tables, "EXECUTE STATEMENT SET BEGIN", *inserts, "END;"]) + "\n"
 
 
 # Records of each query (pure) ------------------------------------------------------------------------------
@@ -396,11 +495,21 @@ def render_markdown(document: dict[str, Any]) -> str:
         raise ValueError("results format 1 (one run per query, output counts only)")
     kind = "quick run" if document.get("quick") else "full run"
     config = document.get("config", {})
+    sql = config.get("weir_side") == "sql"
     lines = [
-        "# Nexmark: Weir vs Apache Flink",
+        "# Nexmark: Weir SQL vs Apache Flink SQL" if sql else "# Nexmark: Weir vs Apache Flink",
         "",
         f"Run `{document['run_id']}` ({kind}). " + provenance.markdown_line(document.get("provenance")),
         "",
+        *(
+            [
+                "Weir runs each query's SQL, the text Flink runs (`weir sql`: examples/sql/nexmark-ddl.sql over the "
+                "topic, then bench/flink/src/main/resources/nexmark/qN.sql), not examples/nexmark/qN.py.",
+                "",
+            ]
+            if sql
+            else []
+        ),
         f"{document['events']:,} events in {document['partitions']} partitions at {config.get('event_rate', 0):,} "
         f"events/s of event time; parallelism {document['parallelism']} on both sides; exactly-once Kafka sinks on "
         f"both; a checkpoint every {config.get('checkpoint_interval', '?')} on both, to the same S3 server; "
@@ -495,6 +604,7 @@ def chart(document: dict[str, Any], path: Path) -> None:
             errors[1].append(value["max"] - m if value else 0.0)
         return medians, errors
 
+    sql = document.get("config", {}).get("weir_side") == "sql"
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     width = 0.38
     xs = range(len(queries))
@@ -504,7 +614,14 @@ def chart(document: dict[str, Any], path: Path) -> None:
     ):
         weir, weir_err = values("weir", key)
         flink, flink_err = values("flink", key)
-        axis.bar([x - width / 2 for x in xs], weir, width, yerr=weir_err, label="Weir", color="#1f6fb2")
+        axis.bar(
+            [x - width / 2 for x in xs],
+            weir,
+            width,
+            yerr=weir_err,
+            label="Weir SQL" if sql else "Weir",
+            color="#1f6fb2",
+        )
         axis.bar([x + width / 2 for x in xs], flink, width, yerr=flink_err, label="Apache Flink (SQL)", color="#999999")
         axis.set_xticks(list(xs), queries)
         axis.set_ylabel(ylabel)
@@ -544,6 +661,8 @@ class RunContext:
     s3_pid: int | None
     flink_build: Path | None
     mini_batch: bool = True
+    sql: bool = False
+    """Weir runs the query's SQL (``weir_sql_script``, the text Flink runs), not examples/nexmark/qN.py."""
 
 
 def _measure(
@@ -599,16 +718,30 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
     endpoints = ctx.env.endpoints
     dlq = f"{output_topic}-dlq"
     dataset.create_topics(endpoints, {output_topic: PARTITIONS, dlq: 1})
-    params = {
-        "source": "kafka",
-        "source.topic": ctx.input_topic,
-        "source.bounded": "true",
-        "source.dlq_topic": dlq,
-        "sink": "kafka",
-        "sink.topic": output_topic,
-        "checkpointing.interval": ctx.checkpoint_interval,
-        **WEIR_EXTRA_PARAMS.get(query, {}),
-    }
+    params: dict[str, str] = {"checkpointing.interval": ctx.checkpoint_interval}
+    if ctx.sql:
+        from weir.tools.cli import sql_job_source
+
+        job_file = ctx.env.run_root / f"sql-{tag}.py"
+        script = weir_sql_script(
+            query, topic=ctx.input_topic, output=output_topic, bootstrap=endpoints.kafka_bootstrap, group=output_topic
+        )
+        job_file.write_text(sql_job_source(script))
+        source_uid = WEIR_SQL_SOURCE_UID
+    else:
+        job_file = EXAMPLES_DIR / f"{query}.py"
+        source_uid = WEIR_SOURCE_UID
+        params.update(
+            {
+                "source": "kafka",
+                "source.topic": ctx.input_topic,
+                "source.bounded": "true",
+                "source.dlq_topic": dlq,
+                "sink": "kafka",
+                "sink.topic": output_topic,
+                **WEIR_EXTRA_PARAMS.get(query, {}),
+            }
+        )
     sampler = ProcessSampler()
     if ctx.s3_pid is not None:
         sampler.add(S3_SERVER, ctx.s3_pid)
@@ -616,7 +749,7 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
     cluster = start_private_cluster(ctx.env, f"cluster-{tag}", quiet=True)
     try:
         sampler.track(cluster.process_pids(), from_birth=True)
-        job_id = cluster.submit(EXAMPLES_DIR / f"{query}.py", params, PARALLELISM)
+        job_id = cluster.submit(job_file, params, PARALLELISM)
         marks: dict[str, float] = {}
 
         def finished() -> bool:
@@ -632,7 +765,7 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
             return status.summary.status == "FINISHED"
 
         samples, wall, cpu = _measure(
-            sampler, lambda: cluster.source_records_read(job_id, WEIR_SOURCE_UID), finished, started, f"Weir {query}"
+            sampler, lambda: cluster.source_records_read(job_id, source_uid), finished, started, f"Weir {query}"
         )
     except BaseException:
         cluster.stop()
@@ -855,7 +988,8 @@ def one_run(
     output_topic = f"bench-{ctx.env.run_id}-{tag}"
     gate = load_gate(load_wait_s)
     load_before = list(os.getloadavg())
-    log(f"round {round_}, {query}: {'Weir' if side == 'weir' else 'Flink SQL'}")
+    weir = "Weir SQL" if ctx.sql else "Weir"
+    log(f"round {round_}, {query}: {weir if side == 'weir' else 'Flink SQL'}")
     try:
         result = (run_weir if side == "weir" else run_flink)(ctx, query, output_topic, tag)
         diff = check_output(query, expected, read_output(ctx.env.endpoints, output_topic))
@@ -891,6 +1025,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--no-mini-batch", action="store_true", help="Flink without the reference's mini-batch")
     parser.add_argument(
+        "--sql",
+        action="store_true",
+        help="Weir runs each query's SQL, the text Flink runs (weir sql), not examples/nexmark/qN.py; "
+        "results in nexmark-sql.{json,md,png}",
+    )
+    parser.add_argument(
         "--load-wait",
         type=float,
         help=f"seconds the load gate waits before each run (default {LOAD_WAIT_S:.0f}; quick {QUICK_LOAD_WAIT_S:.0f})",
@@ -904,7 +1044,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if unknown or args.runs < 1:
         parser.error(f"--contenders takes weir and flink (not {', '.join(unknown)}); --runs at least 1")
     queries, skipped = select_queries(
-        args.queries.split(",") if args.queries else None, quick=args.quick, present=present_queries()
+        args.queries.split(",") if args.queries else None,
+        quick=args.quick,
+        present=sql_queries() if args.sql else present_queries(),
     )
     if not queries:
         raise BenchError(f"no query to run (skipped, no job file: {skipped})")
@@ -939,6 +1081,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             "flink_mini_batch": "off" if args.no_mini_batch else "2 s / 50,000 rows",
             "load_wait_s": load_wait_s,
             "contenders": contenders,
+            "weir_side": "sql" if args.sql else "job",
         },
         "selected": queries,
         "skipped": skipped,
@@ -963,6 +1106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             s3_pid=s3_server_pid(env.endpoints, env.services_run_dir),
             flink_build=build_dir,
             mini_batch=not args.no_mini_batch,
+            sql=args.sql,
         )
         document["s3_server_pid_found"] = ctx.s3_pid is not None
         results: dict[str, Any] = {q: {"runs": {side: [] for side in contenders}} for q in queries}
@@ -985,8 +1129,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             remove_checkpoints(env)
         remove_run_root(env, keep=failed)
         provenance.finish(document["provenance"])
-    publish_results("nexmark", document, render_markdown, args.results)
-    chart(document, args.results / "nexmark.png")
+    name = "nexmark-sql" if args.sql else "nexmark"
+    publish_results(name, document, render_markdown, args.results)
+    chart(document, args.results / f"{name}.png")
     return 0
 
 

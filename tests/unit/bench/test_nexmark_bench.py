@@ -322,3 +322,56 @@ def test_a_nexmark_figure_measured_in_fewer_runs_than_were_made_says_in_how_many
     one = {"median": 5.0, "min": 5.0, "max": 5.0, "runs": 1}
     assert nb._spread({"ok": True, "runs": 3, "x": one}, "x") == "5 (1 of 3 runs)"
     assert nb._spread({"ok": True, "runs": 1, "x": one}, "x") == "5"
+
+
+def test_weirs_sql_mode_runs_every_sql_file_but_the_refused_q4() -> None:
+    assert nb.sql_queries() == ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11"]
+
+
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11"])
+def test_weirs_sql_script_is_the_ddl_and_the_query_text_flink_runs(query: str) -> None:
+    """The script Weir runs in ``--sql`` (and tests/integration/sql/test_nexmark_vs_flink.py): the
+    DDL of examples/sql/nexmark-ddl.sql over the topic with NexmarkSql.java's options (bounded,
+    earliest, read_committed, JSON), then the query's file itself with NexmarkSql's sink."""
+    from weir.sql import plan_script
+    from weir.sql.catalog import KafkaTable
+
+    script = nb.weir_sql_script(query, topic="in-topic", output="out-topic", bootstrap="127.0.0.1:19092", group="g")
+    sink = nb.sink_options("out-topic", "127.0.0.1:19092", "g")
+    assert script.endswith((FLINK_SQL_DIR / f"{query}.sql").read_text().replace("${SINK}", sink))
+    planned = plan_script(script)
+    events = planned.tables["events"].connector
+    assert isinstance(events, KafkaTable)
+    assert (events.topic, events.bounded, events.startup_mode, events.group_id) == (
+        "in-topic",
+        True,
+        "earliest-offset",
+        "g",
+    )
+    (insert,) = planned.inserts
+    java = (FLINK_SQL_DIR.parents[1] / "java" / "weir" / "bench" / "NexmarkSql.java").read_text()
+    for option in [*nb.events_options("T", "B", "G").split(",\n"), *sink.split(", ")]:
+        key = option.strip().split(" = ")[0]
+        assert key in java, key  # every option NexmarkSql gives Flink, and no other
+    ddl = nb.NEXMARK_DDL.read_text()
+    columns = ddl[ddl.index("CREATE TABLE events (") : ddl.index(") WITH (")].splitlines()[1:]
+    assert len(columns) == 8
+    for line in columns:  # the events table's columns, watermark and views are NexmarkSql.java's
+        assert line.strip() in java, line
+
+
+def test_the_statement_set_of_every_sql_query_is_one_script_each_query_to_its_topic() -> None:
+    """tests/integration/sql/test_nexmark_vs_flink.py's Weir side: the INSERTs of every query in one
+    job, each sink the topic ``<output>-<query>``, as ``NexmarkSql --query q0,q1,...`` names them."""
+    from weir.sql import plan_script
+    from weir.sql.catalog import KafkaTable
+
+    queries = nb.sql_queries()
+    planned = plan_script(nb.weir_sql_statement_set(queries, topic="in", output="out", bootstrap="b", group="g"))
+    assert len(planned.inserts) == len(queries)
+    sinks = {name: table.connector for name, table in planned.tables.items() if name != "events"}
+    assert {name: c.topic for name, c in sinks.items() if isinstance(c, KafkaTable)} == {
+        f"nexmark_{q}": f"out-{q}" for q in queries
+    }
+    java = (FLINK_SQL_DIR.parents[1] / "java" / "weir" / "bench" / "NexmarkSql.java").read_text()
+    assert 'output + "-" + name' in java and 'group + "-" + name' in java

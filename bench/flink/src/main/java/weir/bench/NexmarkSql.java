@@ -16,6 +16,7 @@ import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMapper;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.table.api.EnvironmentSettings;
+import org.apache.flink.table.api.StatementSet;
 import org.apache.flink.table.api.TableResult;
 import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
 
@@ -46,6 +47,10 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
  * the MiniCluster's REST API is polled for it; without it, once the job is RUNNING), {@code @done
  * <epoch ms>} once it finished; the JVM then waits for stdin to close (so its CPU time can be read)
  * and exits.
+ *
+ * <p>{@code --query q0,q1,...} runs several queries in one job (a statement set: the source read
+ * once), each into the topic {@code <output>-<query>} with the transactional id prefix {@code
+ * <group>-<query>} (tests/integration/sql/test_nexmark_vs_flink.py: one JVM for every query).
  */
 public final class NexmarkSql {
   /**
@@ -86,7 +91,8 @@ public final class NexmarkSql {
               + " [--checkpoint-interval 180s] [--mini-batch true] [--parallelism 3] [--rest-port P]");
       System.exit(2);
     }
-    String insertSql = resource("/nexmark/" + query + ".sql");
+    // --query q0,q1,...: every query in one job (a statement set), each into the topic <output>-<query>
+    String[] queries = query.split(",");
 
     Configuration conf = new Configuration();
     BenchConf.checkpointing(conf, checkpointUri, checkpointInterval);
@@ -143,18 +149,34 @@ public final class NexmarkSql {
             + " FROM events WHERE event_type = 2");
 
     String sink =
-        "'connector' = 'kafka', 'topic' = '" + output + "', 'properties.bootstrap.servers' = '" + bootstrap
+        "'connector' = 'kafka', 'topic' = '@OUTPUT@', 'properties.bootstrap.servers' = '" + bootstrap
             + "', 'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once',"
-            + " 'sink.transactional-id-prefix' = '" + group + "', " + TRANSACTION_TIMEOUT
+            + " 'sink.transactional-id-prefix' = '@GROUP@', " + TRANSACTION_TIMEOUT
             + ", 'properties.linger.ms' = '5'";
     String upsertSink =
-        "'connector' = 'upsert-kafka', 'topic' = '" + output + "', 'properties.bootstrap.servers' = '"
+        "'connector' = 'upsert-kafka', 'topic' = '@OUTPUT@', 'properties.bootstrap.servers' = '"
             + bootstrap + "', 'key.format' = 'json', 'value.format' = 'json',"
-            + " 'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = '" + group + "', "
+            + " 'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = '@GROUP@', "
             + TRANSACTION_TIMEOUT + ", 'properties.linger.ms' = '5'";
     TableResult result = null;
-    for (String statement : statements(insertSql.replace("${SINK}", sink).replace("${UPSERT_SINK}", upsertSink))) {
-      result = tables.executeSql(statement);
+    StatementSet set = tables.createStatementSet();
+    for (String name : queries) {
+      String topicOut = queries.length == 1 ? output : output + "-" + name;
+      String prefix = queries.length == 1 ? group : group + "-" + name;
+      String insertSql =
+          resource("/nexmark/" + name + ".sql")
+              .replace("${SINK}", sink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
+              .replace("${UPSERT_SINK}", upsertSink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix));
+      for (String statement : statements(insertSql)) {
+        if (queries.length > 1 && statement.strip().toUpperCase().startsWith("INSERT")) {
+          set.addInsertSql(statement);
+        } else {
+          result = tables.executeSql(statement);
+        }
+      }
+    }
+    if (queries.length > 1) {
+      result = set.execute();
     }
     if (result == null || result.getJobClient().isEmpty()) {
       throw new IllegalStateException(query + ".sql has no INSERT statement");

@@ -1,0 +1,186 @@
+"""The Nexmark queries' SQL on Weir and on Apache Flink over the same Kafka topic: the outputs are the
+same records, record for record (issue 35's proof).
+
+One topic is loaded once with Nexmark events (``weir.tools.nexmark_load``: 8 partitions, each in
+event-time order). For each query, the same SQL text runs on both: the DDL of
+examples/sql/nexmark-ddl.sql (the flat ``events`` table, the ``person``, ``auction`` and ``bid``
+views) over that topic, bounded (``scan.bounded.mode = latest-offset``), and the query's file
+bench/flink/src/main/resources/nexmark/qN.sql with its ``${SINK}`` an exactly-once Kafka sink (the
+same options on both), the eight INSERTs in one job on each side (a statement set: one JVM start and
+one deployment instead of eight). Flink 2.2.1 runs it on a MiniCluster in a JVM (``weir.bench.NexmarkSql``, the
+benchmark's runner, built by bench/flink/build.sh as ``make bench-deps`` does: from Maven Central
+into the cache), Weir on the session cluster (``weir sql``'s job file). Each side's committed output
+is read back and decoded into whole records by one function (``bench.nexmark_bench.output_record``:
+integers as ints, a TIMESTAMP(3) as epoch milliseconds whether written as SQL text or a number, a
+DECIMAL to 3 places) and the two are compared as multisets. The plain-Python reference
+(``weir.tools.nexmark_reference``) over the same events is in the failure message, to say which side
+differs from it. None of these queries is updating: every output is an append stream.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.contenders import flink_available, flink_build_dir, flink_environment
+from bench.evidence import compare_records
+from bench.nexmark_bench import (
+    PARALLELISM,
+    SPECS,
+    expected_records,
+    flink_sql_argv,
+    free_port,
+    identity_of,
+    output_record,
+    weir_sql_statement_set,
+)
+from tests.integration.checkpointing.test_recovery import wait_until
+from tests.integration.conftest import WeirCluster
+from weir import nexmark as nx
+from weir.connectors import kafka
+from weir.tools import nexmark_reference as ref
+from weir.tools.cli import sql_job_source
+from weir.tools.nexmark_load import load
+
+pytestmark = pytest.mark.integration
+
+QUERIES = ("q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11")
+EVENTS = 20_000
+CONFIG = nx.NexmarkConfig(events_per_second=500)  # 40 s of event time: 4 tumbling windows, 20 sliding ones
+PARTITIONS = 8
+LEAST = {"q0": 10_000, "q1": 10_000, "q2": 20, "q3": 5, "q5": 20, "q7": 4, "q8": 10, "q11": 100}
+"""Records the reference gives, at least (an empty result on both sides would prove nothing)."""
+NO_RETENTION = {"retention.ms": "-1"}  # Weir's sink stamps records with their 2023 event time
+TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class NexmarkTopic:
+    topic: str
+    expected: dict[str, list[tuple[Any, ...]]]
+
+
+@pytest.fixture(scope="module")
+def flink_build() -> Path:
+    """The Flink runner, built when missing (bench/flink/build.sh; the first build downloads Flink
+    from Maven Central, ~2 min)."""
+    reason = flink_available()
+    if reason is not None:
+        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
+    return flink_build_dir()
+
+
+@pytest.fixture(scope="module")
+def nexmark_topic(weir_cluster: WeirCluster) -> NexmarkTopic:
+    topic = f"sql-vs-flink-{uuid.uuid4().hex[:8]}"
+    endpoints = weir_cluster.endpoints
+    assert kafka.create_topic(endpoints, topic, PARTITIONS, 1, NO_RETENTION)
+    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
+    assert load(producer, topic, PARTITIONS, EVENTS, config=CONFIG) == EVENTS
+    events = [nx.event(n, CONFIG) for n in range(EVENTS)]
+    expected = {q: expected_records(q, getattr(ref, q)(events)) for q in QUERIES}
+    return NexmarkTopic(topic, expected)
+
+
+def records(endpoints: Any, query: str, topic: str) -> Counter[tuple[Any, ...]]:
+    """A query's committed output as a multiset of whole records (``output_record``: one record per
+    row, each value in the one form both sides are compared in; a row that is not a record of the
+    query becomes a record that matches nothing)."""
+    spec = SPECS[query]
+    return Counter(output_record(spec, value) for _p, _o, _k, value in kafka.read_all(endpoints, topic) if value)
+
+
+def start_flink(
+    build: Path, endpoints: Any, topic: str, output: str, work: Path
+) -> tuple[subprocess.Popen[bytes], Path]:
+    """Every query in one Flink job (``NexmarkSql --query q0,q1,...``: a statement set, each query into
+    ``<output>-<query>``)."""
+    log = work / "flink.log"
+    argv = flink_sql_argv(
+        build,
+        query=",".join(QUERIES),
+        bootstrap=endpoints.kafka_bootstrap,
+        topic=topic,
+        output=output,
+        group=f"{output}-group",
+        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
+        checkpoint_interval="2s",  # the final checkpoint (tasks finished) commits the last transactions
+        rest_port=free_port(),
+    )
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=work,
+            env=flink_environment(build, endpoints),
+        )
+    return proc, log
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Each side's output topic prefix: the query's output is ``<prefix>-<query>``."""
+
+    weir: str
+    flink: str
+
+
+@pytest.fixture(scope="module")
+def outputs(
+    weir_cluster: WeirCluster, flink_build: Path, nexmark_topic: NexmarkTopic, tmp_path_factory: pytest.TempPathFactory
+) -> Outputs:
+    """The eight queries run once on each side, at the same time: one Flink job (a JVM) and one Weir
+    job (``weir sql``'s job file of the same statements, the INSERTs in one statement set)."""
+    endpoints = weir_cluster.endpoints
+    work = tmp_path_factory.mktemp("nexmark-vs-flink")
+    sides = Outputs(weir=f"{nexmark_topic.topic}-weir", flink=f"{nexmark_topic.topic}-flink")
+    for prefix in (sides.weir, sides.flink):
+        for query in QUERIES:
+            assert kafka.create_topic(endpoints, f"{prefix}-{query}", 2, 1, NO_RETENTION)
+    flink, log = start_flink(flink_build, endpoints, nexmark_topic.topic, sides.flink, work)
+    try:
+        script = weir_sql_statement_set(
+            QUERIES, topic=nexmark_topic.topic, output=sides.weir, bootstrap=endpoints.kafka_bootstrap, group=sides.weir
+        )
+        job_file = work / "nexmark_sql.py"
+        job_file.write_text(sql_job_source(script))
+        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
+        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
+        assert final.summary.status == "FINISHED", final.failure
+        code = flink.wait(timeout=TIMEOUT_S)
+    finally:
+        if flink.poll() is None:
+            flink.kill()
+            flink.wait(30)
+    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    return sides
+
+
+@pytest.mark.parametrize("query", QUERIES)
+def test_weir_sql_output_equals_flink_sql_output(
+    weir_cluster: WeirCluster, nexmark_topic: NexmarkTopic, outputs: Outputs, query: str
+) -> None:
+    endpoints = weir_cluster.endpoints
+    expected = nexmark_topic.expected[query]
+    assert len(expected) >= LEAST[query]
+    weir = records(endpoints, query, f"{outputs.weir}-{query}")
+    flink = records(endpoints, query, f"{outputs.flink}-{query}")
+    identity = identity_of(SPECS[query])
+    if weir != flink:
+        vs_flink = compare_records(list(flink.elements()), list(weir.elements()), identity)
+        weir_vs_ref = compare_records(expected, list(weir.elements()), identity)
+        flink_vs_ref = compare_records(expected, list(flink.elements()), identity)
+        pytest.fail(
+            f"{query}: Weir's output is not Flink's: {vs_flink.summary()}\n"
+            f"  Weir vs the reference: {weir_vs_ref.summary()}\n  Flink vs the reference: {flink_vs_ref.summary()}",
+            pytrace=False,
+        )
+    assert sum(weir.values()) >= LEAST[query]
