@@ -47,6 +47,11 @@ EVENTS_BEFORE = 500  # read by version 1, before the savepoint: the cut is halfw
 EVENTS_AFTER = 460  # produced after the savepoint, read by version 2: the first land in that window
 TS_STEP_MS = 25  # 40 events per 1 s window: every window of a key gets a few events
 BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+SINK_TOPIC_CONFIG = {"retention.ms": "-1"}
+"""The sink topics keep their records for ever: the sink writes each record with its event timestamp
+(docs/sinks.md), and BASE_TS is older than the broker's default 7-day retention, whose check (every
+5 min) deleted a variant's whole committed output between the job's end and the read (192 records
+missing, PostgreSQL complete, no transaction open)."""
 WINDOW_UID = "window-count-sum"
 COLUMNS = ("key", "window_start", "window_end", "count", "sum")
 TABLE = "key text, window_start bigint, window_end bigint, count bigint, sum bigint, PRIMARY KEY (key, window_start)"
@@ -217,9 +222,13 @@ def read_outputs(cluster: WeirCluster, topic: str, table: str) -> Outputs:
     """What the sinks committed. A committed transaction's markers land a moment after the commit
     returns: the topic's last stable offsets are waited for first (a transaction left open fails)."""
     endpoints = cluster.endpoints
-    still_open = open_kafka_transactions(endpoints, topic, kafka.partition_count(endpoints, topic), 30.0)
+    partitions = kafka.partition_count(endpoints, topic)
+    still_open = open_kafka_transactions(endpoints, topic, partitions, 30.0)
     assert not still_open, [t.detail for t in still_open]
     found = kafka.read_committed_records(cluster.endpoints, topic)
+    # Records deleted before the read would read as missing output: say so instead.
+    starts = {p: low for p, (low, _stable, _high) in kafka.partition_offsets(endpoints, topic, partitions).items()}
+    assert not any(starts.values()), f"records of {topic} were deleted (log start offsets {starts}): retention?"
     records = Counter(json.dumps(json.loads(value), sort_keys=True) for _p, _o, _k, value, _ts in found)
     with postgres.connect(cluster.endpoints, autocommit=True) as conn:
         rows = Counter(tuple(row) for row in postgres.fetch_rows(conn, table, COLUMNS))
@@ -266,10 +275,9 @@ def setup(weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory) -
     folder = tmp_path_factory.mktemp("upgrade-matrix")
     endpoints = weir_cluster.endpoints
     sinks = ["v1", *(v.name for v in MATRIX)]
-    kafka.create_topics(
-        endpoints,
-        {f"{prefix}-events": PARTITIONS, f"{prefix}-dlq": 1} | {f"{prefix}-{s}": 2 for s in sinks},
-    )
+    kafka.create_topics(endpoints, {f"{prefix}-events": PARTITIONS, f"{prefix}-dlq": 1})
+    for s in sinks:
+        assert kafka.create_topic(endpoints, f"{prefix}-{s}", 2, 1, SINK_TOPIC_CONFIG)
     for s in sinks:
         postgres.replace_table(endpoints, f"{prefix.replace('-', '_')}_{s.replace('-', '_')}", TABLE)
     produce(weir_cluster, f"{prefix}-events", range(EVENTS_BEFORE))
@@ -353,3 +361,16 @@ def test_the_check_passes_exactly_when_the_restore_keeps_the_output(
         f"matches={outcome.matches}: {outcome.detail}"
     )
     assert success == version.expect_pass, f"{version.name}: {outcome.detail}; check {report['verdict']} {fatal}"
+
+
+def test_the_sink_topics_keep_output_as_old_as_the_inputs_event_times(weir_cluster: WeirCluster, setup: Setup) -> None:
+    """The sinks write each record with its event timestamp, from BASE_TS on: a sink topic whose time
+    retention is shorter than that age loses its records at the broker's next retention check (every
+    5 min by default), which reads as a restore's output missing from Kafka (SINK_TOPIC_CONFIG)."""
+    age_ms = int(time.time() * 1000) - BASE_TS
+    for sink in ["v1", *(v.name for v in MATRIX)]:
+        topic = f"{setup.prefix}-{sink}"
+        retention_ms = int(kafka.topic_configs(weir_cluster.endpoints, topic, ["retention.ms"])["retention.ms"])
+        assert retention_ms < 0 or retention_ms > age_ms + 3_600_000, (
+            f"{topic}: retention.ms={retention_ms}, but its records carry event timestamps {age_ms} ms old"
+        )
