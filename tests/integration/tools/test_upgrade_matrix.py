@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import WeirCluster
+from tests.integration.conftest import WeirCluster, create_topics
 from weir.connectors import kafka, postgres
 from weir.core.states import JobStatus
 from weir.tools.client import JobDetails
@@ -47,11 +47,6 @@ EVENTS_BEFORE = 500  # read by version 1, before the savepoint: the cut is halfw
 EVENTS_AFTER = 460  # produced after the savepoint, read by version 2: the first land in that window
 TS_STEP_MS = 25  # 40 events per 1 s window: every window of a key gets a few events
 BASE_TS = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-SINK_TOPIC_CONFIG = {"retention.ms": "-1"}
-"""The sink topics keep their records for ever: the sink writes each record with its event timestamp
-(docs/sinks.md), and BASE_TS is older than the broker's default 7-day retention, whose check (every
-5 min) deleted a variant's whole committed output between the job's end and the read (192 records
-missing, PostgreSQL complete, no transaction open)."""
 WINDOW_UID = "window-count-sum"
 COLUMNS = ("key", "window_start", "window_end", "count", "sum")
 TABLE = "key text, window_start bigint, window_end bigint, count bigint, sum bigint, PRIMARY KEY (key, window_start)"
@@ -275,9 +270,11 @@ def setup(weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory) -
     folder = tmp_path_factory.mktemp("upgrade-matrix")
     endpoints = weir_cluster.endpoints
     sinks = ["v1", *(v.name for v in MATRIX)]
-    kafka.create_topics(endpoints, {f"{prefix}-events": PARTITIONS, f"{prefix}-dlq": 1})
-    for s in sinks:
-        assert kafka.create_topic(endpoints, f"{prefix}-{s}", 2, 1, SINK_TOPIC_CONFIG)
+    # Topics that keep their records for ever: the sinks' records carry event timestamps from BASE_TS on.
+    create_topics(
+        endpoints,
+        {f"{prefix}-events": PARTITIONS, f"{prefix}-dlq": 1} | {f"{prefix}-{s}": 2 for s in sinks},
+    )
     for s in sinks:
         postgres.replace_table(endpoints, f"{prefix.replace('-', '_')}_{s.replace('-', '_')}", TABLE)
     produce(weir_cluster, f"{prefix}-events", range(EVENTS_BEFORE))
@@ -366,7 +363,7 @@ def test_the_check_passes_exactly_when_the_restore_keeps_the_output(
 def test_the_sink_topics_keep_output_as_old_as_the_inputs_event_times(weir_cluster: WeirCluster, setup: Setup) -> None:
     """The sinks write each record with its event timestamp, from BASE_TS on: a sink topic whose time
     retention is shorter than that age loses its records at the broker's next retention check (every
-    5 min by default), which reads as a restore's output missing from Kafka (SINK_TOPIC_CONFIG)."""
+    5 min by default), which reads as a restore's output missing from Kafka (``create_topics``)."""
     age_ms = int(time.time() * 1000) - BASE_TS
     for sink in ["v1", *(v.name for v in MATRIX)]:
         topic = f"{setup.prefix}-{sink}"
