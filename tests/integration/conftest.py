@@ -222,8 +222,18 @@ def create_window_table(endpoints: Endpoints, table: str) -> None:
         )
 
 
+TOPIC_CONFIG = {"retention.ms": "-1"}
+"""A test's topics keep their records for ever (the session deletes its topics when it ends). Weir's
+Kafka sink writes each record with its event timestamp (docs/sinks.md), and tests with fixed event
+times (2023, 2024, the first of 2026) are older than the broker's default 7-day time retention, whose
+check (every 5 min) deletes such a topic's whole log: a job's committed output, or its input not read
+yet, vanished mid-test (the upgrade matrix lost a variant's 192 records between its commit and the read)."""
+
+
 def create_topics(endpoints: Endpoints, topics: dict[str, int]) -> None:
-    kafka.create_topics(endpoints, topics)
+    """Each topic with its partition count and ``TOPIC_CONFIG``; an existing topic is kept."""
+    for name, partitions in topics.items():
+        kafka.create_topic(endpoints, name, partitions, 1, TOPIC_CONFIG)
 
 
 def keyed_aggregation_inputs(

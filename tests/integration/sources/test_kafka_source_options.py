@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.conftest import create_topics
 from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.descriptors import (
@@ -49,7 +50,7 @@ class Collect:
 @pytest.fixture
 def topic(services: Endpoints) -> Iterator[str]:
     name = f"source-opts-{uuid.uuid4().hex[:8]}"
-    kafka.create_topics(services, {name: 2})
+    create_topics(services, {name: 2})  # records stamped 2023: kept from the broker's time retention
     yield name
     kafka.delete_topics(services, [name])
 

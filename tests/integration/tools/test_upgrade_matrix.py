@@ -31,7 +31,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import WeirCluster
+from tests.integration.conftest import WeirCluster, create_topics
 from weir.connectors import kafka, postgres
 from weir.core.states import JobStatus
 from weir.tools.client import JobDetails
@@ -169,6 +169,9 @@ MATRIX = (
     ),
     Version("removed-sink", expect_pass=False, postgres_sink="pass"),
 )
+TWINS = ("twin-a", "twin-b")
+"""Two jobs of the unchanged version 2 restored from the savepoint at the same time, each with its
+own topic and table."""
 
 
 def event(n: int) -> bytes:
@@ -217,9 +220,13 @@ def read_outputs(cluster: WeirCluster, topic: str, table: str) -> Outputs:
     """What the sinks committed. A committed transaction's markers land a moment after the commit
     returns: the topic's last stable offsets are waited for first (a transaction left open fails)."""
     endpoints = cluster.endpoints
-    still_open = open_kafka_transactions(endpoints, topic, kafka.partition_count(endpoints, topic), 30.0)
+    partitions = kafka.partition_count(endpoints, topic)
+    still_open = open_kafka_transactions(endpoints, topic, partitions, 30.0)
     assert not still_open, [t.detail for t in still_open]
     found = kafka.read_committed_records(cluster.endpoints, topic)
+    # Records deleted before the read would read as missing output: say so instead.
+    starts = {p: low for p, (low, _stable, _high) in kafka.partition_offsets(endpoints, topic, partitions).items()}
+    assert not any(starts.values()), f"records of {topic} were deleted (log start offsets {starts}): retention?"
     records = Counter(json.dumps(json.loads(value), sort_keys=True) for _p, _o, _k, value, _ts in found)
     with postgres.connect(cluster.endpoints, autocommit=True) as conn:
         rows = Counter(tuple(row) for row in postgres.fetch_rows(conn, table, COLUMNS))
@@ -265,8 +272,9 @@ def setup(weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory) -
     prefix = f"matrix-{uuid.uuid4().hex[:8]}"
     folder = tmp_path_factory.mktemp("upgrade-matrix")
     endpoints = weir_cluster.endpoints
-    sinks = ["v1", *(v.name for v in MATRIX)]
-    kafka.create_topics(
+    sinks = ["v1", *(v.name for v in MATRIX), *TWINS]
+    # Topics that keep their records for ever: the sinks' records carry event timestamps from BASE_TS on.
+    create_topics(
         endpoints,
         {f"{prefix}-events": PARTITIONS, f"{prefix}-dlq": 1} | {f"{prefix}-{s}": 2 for s in sinks},
     )
@@ -353,3 +361,55 @@ def test_the_check_passes_exactly_when_the_restore_keeps_the_output(
         f"matches={outcome.matches}: {outcome.detail}"
     )
     assert success == version.expect_pass, f"{version.name}: {outcome.detail}; check {report['verdict']} {fatal}"
+
+
+def test_the_sink_topics_keep_output_as_old_as_the_inputs_event_times(weir_cluster: WeirCluster, setup: Setup) -> None:
+    """The sinks write each record with its event timestamp, from BASE_TS on: a sink topic whose time
+    retention is shorter than that age loses its records at the broker's next retention check (every
+    5 min by default), which reads as a restore's output missing from Kafka (``create_topics``)."""
+    age_ms = int(time.time() * 1000) - BASE_TS
+    for sink in ["v1", *(v.name for v in MATRIX)]:
+        topic = f"{setup.prefix}-{sink}"
+        retention_ms = int(kafka.topic_configs(weir_cluster.endpoints, topic, ["retention.ms"])["retention.ms"])
+        assert retention_ms < 0 or retention_ms > age_ms + 3_600_000, (
+            f"{topic}: retention.ms={retention_ms}, but its records carry event timestamps {age_ms} ms old"
+        )
+
+
+def test_two_jobs_restored_from_one_savepoint_at_once_both_keep_the_output(
+    weir_cluster: WeirCluster, setup: Setup
+) -> None:
+    """Two jobs started from one savepoint at the same time (with Flink's KafkaSink each needs a
+    transactional id prefix of its own, or their producers fence and abort each other): each job's
+    Kafka transactional ids, marker topic and PostgreSQL gids carry its own job id, and the
+    savepoint's transactions are resolved before either job runs, so both commit all of the rest."""
+    job = MATRIX[0].write(setup.folder)
+    assert MATRIX[0].name == "unchanged"
+    runs = {
+        twin: subprocess.Popen(
+            [sys.executable, "-m", "weir.tools.cli", "run", str(job), "-s", setup.savepoint, "--skip-upgrade-check"]
+            + ["-p", str(PARALLELISM), "--json", *setup.parameters(twin, bounded=True)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for twin in TWINS
+    }
+    ended = {twin: (run.communicate(timeout=300), run.returncode) for twin, run in runs.items()}
+    for twin, ((out, err), code) in ended.items():
+        assert code == 0, f"{twin}: exit {code} (not FINISHED): {err.strip()[-600:]}"
+        status = json.loads(out)
+        weir_cluster.submitted.append(status["summary"]["job_id"])
+        v2 = read_outputs(
+            weir_cluster, f"{setup.prefix}-{twin}", f"{setup.prefix.replace('-', '_')}_{twin.replace('-', '_')}"
+        )
+        kafka_all, rows_all = setup.v1_outputs.kafka + v2.kafka, setup.v1_outputs.postgres + v2.postgres
+        reference = setup.reference
+        assert kafka_all == reference.kafka, (
+            f"{twin}: kafka {sum((reference.kafka - kafka_all).values())} missing, "
+            f"{sum((kafka_all - reference.kafka).values())} extra (by partition {dict(v2.partitions)})"
+        )
+        assert rows_all == reference.postgres, (
+            f"{twin}: postgres {sum((reference.postgres - rows_all).values())} missing, "
+            f"{sum((rows_all - reference.postgres).values())} extra"
+        )
