@@ -10,8 +10,8 @@ the per-record path, as EXPLAIN says). Only what Arrow computes exactly as Pytho
 - columns, integer/string/boolean literals; ``+ - *`` and unary minus on BIGINT (overflow-checked: a
   batch that would overflow int64 is evaluated per record, where integers are unbounded) and on
   DOUBLE; ``MOD``/``%`` on BIGINT (a batch with a value of 2**52 or more, or a zero divisor, per record);
-- comparisons between values of one kind (BIGINT with DOUBLE is compared exactly in Python, not in
-  Arrow: refused); AND/OR three-valued (Kleene), NOT, IS [NOT] NULL;
+- comparisons between values of one kind, or of BIGINT with DOUBLE (Python compares those exactly:
+  a batch with an int of 2**53 or more is evaluated per record); AND/OR three-valued (Kleene), NOT, IS [NOT] NULL;
 - searched CASE whose branches have one kind (a NULL or FALSE condition skips its branch), COALESCE,
   ABS, CHAR_LENGTH;
 - CAST of BIGINT to BIGINT, DOUBLE or STRING;
@@ -205,9 +205,20 @@ class _Translator:
 
     def _compare(self, node: exp.Expr) -> tuple[Kind | str, _Eval]:
         (lk, left), (rk, right) = self.translate(node.this), self.translate(node.expression)
+        function = _COMPARE[type(node)]
+        if {lk, rk} == {Kind.INTEGER, Kind.DOUBLE}:  # exact while the ints convert exactly (below 2**53)
+
+            def mixed(t: pa.Table) -> _Value:
+                a, b = left(t), right(t)
+                for side in (a, b):
+                    if side.kind is Kind.INTEGER:
+                        _bounded(side.data, _EXACT)
+                x, y = (_cast_to(v.data, pa.float64()) for v in (a, b))
+                return _Value(Kind.BOOLEAN, pc.call_function(function, [x, y]))
+
+            return Kind.BOOLEAN, mixed
         if lk != rk or lk == "decimal":
             raise _Refused(f"comparison of {lk} with {rk}")
-        function = _COMPARE[type(node)]
         return Kind.BOOLEAN, lambda t: _Value(Kind.BOOLEAN, pc.call_function(function, [left(t).data, right(t).data]))
 
     def _arithmetic(self, node: exp.Expr) -> tuple[Kind | str, _Eval]:
@@ -218,7 +229,7 @@ class _Translator:
         if {lk, rk} <= {Kind.INTEGER, Kind.DOUBLE}:
 
             def double(t: pa.Table) -> _Value:
-                a, b = (pc.cast(v.data, pa.float64()) for v in (left(t), right(t)))
+                a, b = (_cast_to(v.data, pa.float64()) for v in (left(t), right(t)))
                 return _Value(Kind.DOUBLE, pc.call_function(plain, [a, b]))
 
             return Kind.DOUBLE, double
@@ -283,7 +294,7 @@ class _Translator:
             raise _Refused(f"CAST({kind} AS {node.to.sql(dialect='spark')})")
         to = ARROW_TYPES[target.kind]
         out = target.kind
-        return out, lambda t: _Value(out, pc.cast(inner(t).data, to))
+        return out, lambda t: _Value(out, _cast_to(inner(t).data, to))
 
 
 def _arrow(function: str, *args: Any) -> Any:
@@ -299,7 +310,15 @@ def _array(data: Any, n: int, arrow_type: pa.DataType | None = None) -> pa.Array
         data = pa.array([data.as_py()] * n, type=arrow_type or data.type)
     if isinstance(data, pa.ChunkedArray):
         data = data.combine_chunks()
-    return data if arrow_type is None or data.type == arrow_type else pc.cast(data, arrow_type)
+    return data if arrow_type is None or data.type == arrow_type else _cast_to(data, arrow_type)
+
+
+def _cast_to(data: Any, arrow_type: pa.DataType) -> Any:
+    """Arrow's safe cast: an int beyond 2**53 into a double is refused there, so per record."""
+    try:
+        return pc.cast(data, arrow_type)
+    except pa.ArrowInvalid:
+        raise _PerRecord from None
 
 
 def _is_null(data: Any, n: int) -> pa.Array:
