@@ -20,7 +20,8 @@ the per-record path, as EXPLAIN says). Only what Arrow computes exactly as Pytho
   correctly rounded division of two exactly represented doubles (a batch with ``|D * x| >= 2**53`` is
   evaluated per record).
 
-Everything else (``/``, string functions whose Unicode rules differ, TIMESTAMP arithmetic, DECIMAL
+:class:`ColumnarChainOperator` runs such a chain in a job (``SET 'weir.columnar' = 'true'``; see
+``weir.sql.compile``). Everything else (``/``, string functions whose Unicode rules differ, TIMESTAMP arithmetic, DECIMAL
 anywhere else, mixed-kind CASE) is a :class:`Fallback`. Window aggregation stays per record (see
 docs/sql.md).
 """
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+import time
 from typing import Any, Final
 
 import pyarrow as pa
@@ -36,6 +38,7 @@ import pyarrow.compute as pc
 import sqlglot
 from sqlglot import exp
 
+from weir.operators.base import StreamOperator
 from weir.sql.plan import Filter, NamedExpression, Node, Project, Scan, Sink
 from weir.sql.types import Kind, SqlType
 
@@ -370,22 +373,91 @@ class ColumnarChain:
 
     def apply(self, table: pa.Table) -> list[dict[str, Any]]:
         """The chain's output rows for one input batch."""
+        return [row for _i, row in self.apply_indexed(table)]
+
+    def apply_indexed(self, table: pa.Table) -> list[tuple[int, dict[str, Any]]]:
+        """The chain's output rows for one input batch, each with the index of its input row."""
         try:
-            return self._vectorized(table).to_pylist()
+            out, index = self._vectorized(table)
+            return list(zip(index.to_pylist(), out.to_pylist(), strict=True))
         except _PerRecord:
             self.batches_per_record += 1
-            return list(per_record(self._nodes, table.to_pylist()))
+            return [
+                (i, out) for i, row in enumerate(table.to_pylist()) for out in per_record(self._nodes, [row])
+            ]
 
-    def _vectorized(self, table: pa.Table) -> pa.Table:
+    def _vectorized(self, table: pa.Table) -> tuple[pa.Table, pa.Array]:
+        index = pa.array(range(table.num_rows), type=pa.int64())
         for step in self._steps:
             if step.condition is not None:
-                mask = _array(step.condition(table).data, table.num_rows)
-                table = table.filter(mask, null_selection_behavior="drop")  # WHERE keeps TRUE only
+                mask = pc.fill_null(_array(step.condition(table).data, table.num_rows), False)  # WHERE: TRUE only
+                table, index = table.filter(mask), index.filter(mask)
             else:
                 n = table.num_rows
                 arrays = [_as_kind(evaluate(table), kind, n) for _name, evaluate, kind in step.outputs]
                 table = pa.Table.from_arrays(arrays, names=[name for name, _e, _k in step.outputs])
-        return table
+        return table, index
+
+
+BATCH_ROWS: Final = 1_024
+"""Rows a :class:`ColumnarChainOperator` gathers before it evaluates them as one batch."""
+
+LINGER_MS: Final = 50
+"""The longest a gathered row waits (wall time) before its batch is evaluated."""
+
+
+class ColumnarChainOperator(StreamOperator):
+    """A statement's scan -> filter/projection chain on batches: the scan's rows (dicts) are gathered,
+    up to :data:`BATCH_ROWS` or :data:`LINGER_MS`, and evaluated as one Arrow batch; each output row
+    keeps its input row's timestamp. Before a watermark passes, a checkpoint's snapshot (the barrier
+    follows what the chain emitted during the snapshot) and at the end of input, the gathered rows
+    are evaluated and emitted, so no row is held across a barrier and none is late for a watermark.
+    It holds no state."""
+
+    def __init__(self, node: Node, sink: Sink | None) -> None:
+        self._node, self._sink = node, sink
+        self._rows: list[Mapping[str, Any]] = []
+        self._timestamps: list[int | None] = []
+        self._first_ms: int | None = None
+
+    def open(self) -> None:
+        chain = columnar_chain(self._node, self._sink)
+        assert isinstance(chain, ColumnarChain), chain  # compile checked it
+        self._chain = chain
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        if not self._rows:
+            self._first_ms = time.time_ns() // 1_000_000
+        self._rows.append(value)
+        self._timestamps.append(timestamp)
+        if len(self._rows) >= BATCH_ROWS:
+            self._flush()
+
+    def _flush(self) -> None:
+        if not self._rows:
+            return
+        rows, timestamps = self._rows, self._timestamps
+        self._rows, self._timestamps, self._first_ms = [], [], None
+        emit = self.output.emit
+        for i, row in self._chain.apply_indexed(self._chain.batch(rows)):
+            emit(row, timestamps[i])
+
+    def process_watermark(self, watermark: int) -> None:
+        self._flush()
+        super().process_watermark(watermark)
+
+    def next_processing_time(self) -> int | None:
+        return None if self._first_ms is None else self._first_ms + LINGER_MS
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self._flush()
+
+    def snapshot_state(self, checkpoint_id: int) -> bytes | None:
+        self._flush()
+        return None
+
+    def end_input(self) -> None:
+        self._flush()
 
 
 def per_record(nodes: Iterable[Filter | Project], rows: Iterable[Mapping[str, Any]]) -> Iterable[dict[str, Any]]:
