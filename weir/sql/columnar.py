@@ -409,16 +409,17 @@ LINGER_MS: Final = 50
 class ColumnarChainOperator(StreamOperator):
     """A statement's scan -> filter/projection chain on batches: the scan's rows (dicts) are gathered,
     up to :data:`BATCH_ROWS` or :data:`LINGER_MS`, and evaluated as one Arrow batch; each output row
-    keeps its input row's timestamp. Before a watermark passes, a checkpoint's snapshot (the barrier
-    follows what the chain emitted during the snapshot) and at the end of input, the gathered rows
-    are evaluated and emitted, so no row is held across a barrier and none is late for a watermark.
-    It holds no state."""
+    keeps its input row's timestamp. A watermark that arrives while rows are gathered is held until
+    they are emitted (so none is late downstream); at a checkpoint's snapshot (the barrier follows
+    what the chain emitted during the snapshot) and at the end of input the gathered rows are
+    evaluated and emitted, so no row is held across a barrier. It holds no state."""
 
     def __init__(self, node: Node, sink: Sink | None) -> None:
         self._node, self._sink = node, sink
         self._rows: list[Mapping[str, Any]] = []
         self._timestamps: list[int | None] = []
         self._first_ms: int | None = None
+        self._watermark: int | None = None  # the latest watermark received while rows were gathered
 
     def open(self) -> None:
         chain = columnar_chain(self._node, self._sink)
@@ -441,10 +442,15 @@ class ColumnarChainOperator(StreamOperator):
         emit = self.output.emit
         for i, row in self._chain.apply_indexed(self._chain.batch(rows)):
             emit(row, timestamps[i])
+        if self._watermark is not None:
+            watermark, self._watermark = self._watermark, None
+            super().process_watermark(watermark)
 
     def process_watermark(self, watermark: int) -> None:
-        self._flush()
-        super().process_watermark(watermark)
+        if self._rows:
+            self._watermark = watermark  # held until the gathered rows are out: none of them is late
+        else:
+            super().process_watermark(watermark)
 
     def next_processing_time(self) -> int | None:
         return None if self._first_ms is None else self._first_ms + LINGER_MS

@@ -7,14 +7,20 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
 from weir import nexmark as nx
-from weir.sql import plan_script
+from weir.sql import operators_of, plan_script
 from weir.sql.columnar import ColumnarChain, Fallback, columnar_chain, per_record
 from weir.sql.compile import RowDecoder
+
+if TYPE_CHECKING:
+    from weir.testing import RunJob
+
+pytest_plugins = ["weir.testing"]
 
 ROOT = Path(__file__).resolve().parents[4]
 SINK = "'connector' = 'kafka', 'topic' = 'nexmark-out', 'format' = 'json', 'sink.delivery-guarantee' = 'exactly-once'"
@@ -177,3 +183,26 @@ def test_a_zero_mod_divisor_fails_as_on_the_per_record_path() -> None:
     rows = [{**ROWS[0], "a": 5, "b": 0}]
     with pytest.raises(ValueError, match="MOD by zero"):
         chain.apply(chain.batch(rows))
+
+
+JOB_EVENTS = 3_000
+
+
+@pytest.mark.parametrize("query", ["q0", "q1", "q2"])
+def test_columnar_job_sink_equals_per_record_job_sink(tmp_path: Path, weir_job: RunJob, query: str) -> None:
+    """The whole job (in-process runner): SET 'weir.columnar' = 'true' changes the operators, not the
+    sink's records."""
+    text = nexmark_script(query).replace("'events.num' = '100000'", f"'events.num' = '{JOB_EVENTS}'")
+    sinks = []
+    for columnar in (False, True):
+        script_text = ("SET 'weir.columnar' = 'true';\n" if columnar else "") + text
+        job = tmp_path / f"{query}_{columnar}.py"
+        job.write_text(f"from weir.sql import sql\n\nSCRIPT = {script_text!r}\n\n\ndef build(env):\n    sql(env, SCRIPT)\n")
+        run = weir_job(job)
+        (statement,) = plan_script(script_text).inserts
+        assert any(op.kind == "columnar" for op in operators_of(statement, script_text)) is columnar
+        (sink,) = [uid for uid in run.sinks if uid.startswith(statement.uid_prefix + "-")]
+        sinks.append(multiset(run.sinks[sink]))
+    per_record_sink, columnar_sink = sinks
+    assert sum(per_record_sink.values()) >= (3 if query == "q2" else 2_000)
+    assert columnar_sink == per_record_sink
