@@ -14,7 +14,7 @@ import pytest
 from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
 from weir import nexmark as nx
 from weir.sql import operators_of, plan_script
-from weir.sql.columnar import ColumnarChain, Fallback, columnar_chain, per_record
+from weir.sql.columnar import BATCH_ROWS, ColumnarChain, ColumnarChainOperator, Fallback, columnar_chain, per_record
 from weir.sql.compile import RowDecoder
 
 if TYPE_CHECKING:
@@ -206,3 +206,48 @@ def test_columnar_job_sink_equals_per_record_job_sink(tmp_path: Path, weir_job: 
     per_record_sink, columnar_sink = sinks
     assert sum(per_record_sink.values()) >= (3 if query == "q2" else 2_000)
     assert columnar_sink == per_record_sink
+
+
+class Recorded:
+    """An operator's output, in order: ("row", value, timestamp) and ("watermark", w)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[Any, ...]] = []
+
+    def emit(self, value: Any, timestamp: int | None) -> None:
+        self.events.append(("row", value, timestamp))
+
+    def emit_watermark(self, watermark: int) -> None:
+        self.events.append(("watermark", watermark))
+
+
+def chain_operator(select: str, kind: str, where: str = "") -> tuple[ColumnarChainOperator, Recorded]:
+    (statement,) = plan_script(script(select, kind, where)).inserts
+    operator = ColumnarChainOperator(statement.plan.sink.input, statement.plan.sink)
+    out = Recorded()
+    operator.setup(None, out)  # type: ignore[arg-type]  # it reads no context
+    operator.open()
+    return operator, out
+
+
+def test_the_operator_holds_a_watermark_behind_its_gathered_rows_and_flushes_at_a_snapshot() -> None:
+    operator, out = chain_operator("a + 1", "BIGINT", "WHERE p")
+    operator.process_watermark(5)  # nothing gathered: passes at once
+    operator.process({**ROWS[2], "a": 1, "p": True}, 10)
+    operator.process({**ROWS[2], "a": 2, "p": None}, 11)  # dropped: NULL condition
+    operator.process_watermark(11)
+    assert out.events == [("watermark", 5)]  # held: the gathered rows are not out yet
+    assert operator.snapshot_state(1) is None
+    assert out.events == [("watermark", 5), ("row", {"v": 2}, 10), ("watermark", 11)]
+    operator.process({**ROWS[2], "a": 3, "p": True}, 12)
+    operator.end_input()
+    assert out.events[-1] == ("row", {"v": 4}, 12)
+
+
+def test_the_operator_evaluates_a_full_batch_at_once_with_each_rows_timestamp() -> None:
+    operator, out = chain_operator("a", "BIGINT")
+    rows = [{**ROWS[1], "a": n} for n in range(BATCH_ROWS)]
+    for n, row in enumerate(rows):
+        operator.process(row, 1_000 + n)
+    assert out.events == [("row", {"v": n}, 1_000 + n) for n in range(BATCH_ROWS)]
+    assert operator.next_processing_time() is None
