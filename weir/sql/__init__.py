@@ -148,7 +148,9 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
                     state_ttl_ms = duration_ms(statement.value, statement.position)
                 if statement.key == "weir.columnar":
                     if statement.value.lower() not in ("true", "false"):
-                        raise SqlError(f"SET 'weir.columnar': {statement.value!r} is not 'true' or 'false'", statement.position)
+                        raise SqlError(
+                            f"SET 'weir.columnar': {statement.value!r} is not 'true' or 'false'", statement.position
+                        )
                     columnar = statement.value.lower() == "true"
                 settings[statement.key] = statement.value
             case Insert():

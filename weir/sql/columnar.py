@@ -21,16 +21,16 @@ the per-record path, as EXPLAIN says). Only what Arrow computes exactly as Pytho
   evaluated per record).
 
 :class:`ColumnarChainOperator` runs such a chain in a job (``SET 'weir.columnar' = 'true'``; see
-``weir.sql.compile``). Everything else (``/``, string functions whose Unicode rules differ, TIMESTAMP arithmetic, DECIMAL
-anywhere else, mixed-kind CASE) is a :class:`Fallback`. Window aggregation stays per record (see
-docs/sql.md).
+``weir.sql.compile``). Everything else (``/``, string functions whose Unicode rules differ,
+TIMESTAMP arithmetic, DECIMAL anywhere else, mixed-kind CASE) is a :class:`Fallback`. Window
+aggregation stays per record (see docs/sql.md).
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-import time
 from typing import Any, Final
 
 import pyarrow as pa
@@ -120,8 +120,8 @@ class _Translator:
             case exp.Column():
                 if node.table or node.name not in self.columns:
                     raise _Refused(f"column {node.sql(dialect='spark')}")
-                name, kind = node.name, self.columns[node.name]
-                return kind, lambda t: _Value(kind, t.column(name))
+                name, column_kind = node.name, self.columns[node.name]
+                return column_kind, lambda t: _Value(column_kind, t.column(name))
             case exp.Literal():
                 return self._literal(node)
             case exp.Boolean():
@@ -143,7 +143,9 @@ class _Translator:
                 (lk, left), (rk, right) = self.translate(node.this), self.translate(node.expression)
                 self._want(lk, Kind.BOOLEAN, node)
                 self._want(rk, Kind.BOOLEAN, node)
-                return Kind.BOOLEAN, lambda t: _Value(Kind.BOOLEAN, pc.call_function(function, [left(t).data, right(t).data]))
+                return Kind.BOOLEAN, lambda t: _Value(
+                    Kind.BOOLEAN, pc.call_function(function, [left(t).data, right(t).data])
+                )
             case exp.Is():
                 if not isinstance(node.expression, exp.Null):
                     raise _Refused("IS other than IS NULL")
@@ -382,9 +384,7 @@ class ColumnarChain:
             return list(zip(index.to_pylist(), out.to_pylist(), strict=True))
         except _PerRecord:
             self.batches_per_record += 1
-            return [
-                (i, out) for i, row in enumerate(table.to_pylist()) for out in per_record(self._nodes, [row])
-            ]
+            return [(i, out) for i, row in enumerate(table.to_pylist()) for out in per_record(self._nodes, [row])]
 
     def _vectorized(self, table: pa.Table) -> tuple[pa.Table, pa.Array]:
         index = pa.array(range(table.num_rows), type=pa.int64())
@@ -507,7 +507,9 @@ def columnar_chain(node: Node, sink: Sink | None = None) -> ColumnarChain | Fall
                         raise _Refused(f"WHERE {step.condition.sql} is not a BOOLEAN")
                     steps.append(_Step(condition, ()))
                 case Project():
-                    sink_kinds = [c.type.kind for c in sink.table.columns] if last and sink else [None] * len(step.outputs)
+                    sink_kinds = (
+                        [c.type.kind for c in sink.table.columns] if last and sink else [None] * len(step.outputs)
+                    )
                     outputs = []
                     for output, sink_kind in zip(step.outputs, sink_kinds, strict=True):
                         kind, evaluate = translator.translate(_parse(output))

@@ -13,7 +13,7 @@ import pytest
 
 from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
 from weir import nexmark as nx
-from weir.sql import operators_of, plan_script
+from weir.sql import SqlError, explain, operators_of, plan_script
 from weir.sql.columnar import BATCH_ROWS, ColumnarChain, ColumnarChainOperator, Fallback, columnar_chain, per_record
 from weir.sql.compile import RowDecoder
 
@@ -46,7 +46,9 @@ def both(chain: ColumnarChain, rows: list[dict[str, Any]], batch: int = 1_000) -
 
 def nexmark_script(query: str) -> str:
     ddl = (ROOT / "examples/sql/nexmark-ddl.sql").read_text()
-    return ddl + "\n" + (ROOT / f"bench/flink/src/main/resources/nexmark/{query}.sql").read_text().replace("${SINK}", SINK)
+    return (
+        ddl + "\n" + (ROOT / f"bench/flink/src/main/resources/nexmark/{query}.sql").read_text().replace("${SINK}", SINK)
+    )
 
 
 @pytest.mark.parametrize(("query", "least"), [("q0", 5_000), ("q1", 5_000), ("q2", 5)])
@@ -197,7 +199,9 @@ def test_columnar_job_sink_equals_per_record_job_sink(tmp_path: Path, weir_job: 
     for columnar in (False, True):
         script_text = ("SET 'weir.columnar' = 'true';\n" if columnar else "") + text
         job = tmp_path / f"{query}_{columnar}.py"
-        job.write_text(f"from weir.sql import sql\n\nSCRIPT = {script_text!r}\n\n\ndef build(env):\n    sql(env, SCRIPT)\n")
+        job.write_text(
+            f"from weir.sql import sql\n\nSCRIPT = {script_text!r}\n\n\ndef build(env):\n    sql(env, SCRIPT)\n"
+        )
         run = weir_job(job)
         (statement,) = plan_script(script_text).inserts
         assert any(op.kind == "columnar" for op in operators_of(statement, script_text)) is columnar
@@ -251,3 +255,19 @@ def test_the_operator_evaluates_a_full_batch_at_once_with_each_rows_timestamp() 
         operator.process(row, 1_000 + n)
     assert out.events == [("row", {"v": n}, 1_000 + n) for n in range(BATCH_ROWS)]
     assert operator.next_processing_time() is None
+
+
+def test_set_weir_columnar_takes_true_or_false_with_the_position() -> None:
+    with pytest.raises(SqlError, match=r"SET 'weir.columnar': 'yes' is not 'true' or 'false'") as refused:
+        plan_script("SET 'weir.columnar' = 'yes';\n" + script("a", "BIGINT"))
+    assert str(refused.value).startswith("SQL 1:1: ")
+
+
+def test_explain_names_the_columnar_operator_or_why_not() -> None:
+    on = "SET 'weir.columnar' = 'true';\n"
+    assert "-columnar  columnar: on Arrow batches: WHERE p; SELECT a + 1 AS v" in explain(
+        on + script("a + 1", "BIGINT", "WHERE p")
+    )
+    refused = explain(on + script("a / b", "BIGINT"))
+    assert "project: a / b AS v [per record; not columnar: DIV (a / b)]" in refused
+    assert "columnar" not in explain(script("a + 1", "BIGINT"))
