@@ -45,6 +45,7 @@ SETTINGS: Final = {
     "parallelism.default": "the job's parallelism (weir sql)",
     "table.local-time-zone": "UTC only: timestamps are UTC",
     "table.exec.state.ttl": "the state TTL of the INSERTs after it: regular joins' and GROUP BY without a window",
+    "weir.columnar": "'true': the INSERTs after it run a scan -> filter/projection chain on Arrow batches",
 }
 
 _DURATION_UNITS: Final = {
@@ -74,6 +75,7 @@ class PlannedStatement:
     plan: InsertPlan
     uid_prefix: str
     state_ttl_ms: int = 0  # SET 'table.exec.state.ttl' before it; 0: state kept
+    columnar: bool = False  # SET 'weir.columnar' = 'true' before it
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,7 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
     explains: list[tuple[Position, tuple[PlannedStatement, ...]]] = []
     seen: Counter[str] = Counter()
     state_ttl_ms = 0
+    columnar = False
 
     def planned(insert: Insert, *, count: bool = True) -> PlannedStatement:
         digest = statement_digest(insert.normalized)
@@ -116,7 +119,7 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
             n = seen[digest] + 1
         prefix = f"sql-{digest}" + ("" if n == 1 else f"-{n}")
         plan = plan_insert(insert, Catalog(dict(tables), dict(views)), text)
-        return PlannedStatement(insert, plan, prefix, state_ttl_ms)
+        return PlannedStatement(insert, plan, prefix, state_ttl_ms, columnar)
 
     for statement in statements:
         match statement:
@@ -143,6 +146,12 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
                     raise SqlError("SET 'table.local-time-zone': only 'UTC'", statement.position)
                 if statement.key == "table.exec.state.ttl":
                     state_ttl_ms = duration_ms(statement.value, statement.position)
+                if statement.key == "weir.columnar":
+                    if statement.value.lower() not in ("true", "false"):
+                        raise SqlError(
+                            f"SET 'weir.columnar': {statement.value!r} is not 'true' or 'false'", statement.position
+                        )
+                    columnar = statement.value.lower() == "true"
                 settings[statement.key] = statement.value
             case Insert():
                 inserts.append(planned(statement))
@@ -162,7 +171,15 @@ class SqlJob:
         self.script = plan_script(text, functions)
         self.sources: dict[str, DataStream] = {}
         for statement in self.script.inserts:
-            compile_insert(env, statement.plan, statement.uid_prefix, text, self.sources, statement.state_ttl_ms)
+            compile_insert(
+                env,
+                statement.plan,
+                statement.uid_prefix,
+                text,
+                self.sources,
+                statement.state_ttl_ms,
+                statement.columnar,
+            )
 
     def query(self, select: str) -> DataStream:
         """The rows of ``select`` (a SELECT over the script's tables and views) as a stream of dicts,
@@ -188,7 +205,14 @@ def sql(env: Environment, text: str, functions: Mapping[str, Any] | None = None)
 
 
 def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:
-    return compile_insert(None, statement.plan, statement.uid_prefix, text, state_ttl_ms=statement.state_ttl_ms)
+    return compile_insert(
+        None,
+        statement.plan,
+        statement.uid_prefix,
+        text,
+        state_ttl_ms=statement.state_ttl_ms,
+        columnar=statement.columnar,
+    )
 
 
 def explain(text: str, functions: Mapping[str, Any] | None = None) -> str:

@@ -13,6 +13,7 @@ same SQL submitted again has the same uids, so a savepoint restores into it."""
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import hashlib
@@ -41,6 +42,7 @@ from weir.api import (
     TumblingEventTimeWindows,
     WindowContext,
 )
+from weir.api.connector import WithoutOnError
 from weir.core import json_codec
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
@@ -109,15 +111,53 @@ def compile_insert(
     script: str,
     sources: dict[str, DataStream] | None = None,
     state_ttl_ms: int = 0,
+    columnar: bool = False,
 ) -> list[Operator]:
     """Add the statement's operators to ``env`` (None: only name them, for EXPLAIN); answer them.
     ``sources``: the tables already read in this job, by name (one source each). ``state_ttl_ms``
-    (SET 'table.exec.state.ttl'): the TTL of a regular join's and a GROUP BY without a window's state."""
+    (SET 'table.exec.state.ttl'): the TTL of a regular join's and a GROUP BY without a window's state.
+    ``columnar`` (SET 'weir.columnar' = 'true'): a scan -> filter/projection chain runs on Arrow batches."""
     operators: list[Operator] = []
     uids = _Uids(prefix, operators, {} if sources is None else sources, state_ttl_ms)
-    stream = _node(env, plan.sink.input, uids, script)
+    stream = _columnar(env, plan, uids, script) if columnar else _node(env, plan.sink.input, uids, script)
     _sink(env, stream, plan.sink, uids)
     return operators
+
+
+def _columnar(env: Environment | None, plan: InsertPlan, uids: _Uids, script: str) -> DataStream | None:
+    """The statement's scan -> filter/projection chain as one operator on Arrow batches
+    (weir.sql.columnar), or, when it is not such a chain or holds what Arrow does not compute as the
+    per-record path does, the per-record operators, each saying why in EXPLAIN."""
+    from weir.sql.columnar import ColumnarChain, ColumnarChainOperator, columnar_chain  # Arrow: only when asked
+
+    node, sink = plan.sink.input, plan.sink
+    chain = columnar_chain(node, sink)
+    if not isinstance(chain, ColumnarChain):
+        first = len(uids.out)
+        stream = _node(env, node, uids, script)
+        for i in range(first, len(uids.out)):
+            operator = uids.out[i]
+            if operator.kind != "source":
+                uids.out[i] = dataclasses.replace(
+                    operator, detail=f"{operator.detail} [per record; not columnar: {chain.reason}]"
+                )
+        return stream
+    upstream = _scan(env, chain.scan, uids, script)
+    steps = []
+    walk: Node = node
+    while isinstance(walk, Filter | Project):
+        steps.append(
+            f"WHERE {walk.condition.sql}"
+            if isinstance(walk, Filter)
+            else "SELECT " + ", ".join(f"{o.sql} AS {o.name}" for o in walk.outputs)
+        )
+        walk = walk.input
+    uid = uids.next("columnar", "on Arrow batches: " + "; ".join(reversed(steps)))
+    if env is None or upstream is None:
+        return None
+    return upstream._add(  # noqa: SLF001  # the SQL layer's own operator, as the job API adds its own
+        WithoutOnError(lambda: ColumnarChainOperator(node, sink)), uid=uid, name="sql columnar", parallelism=None
+    )
 
 
 def compile_query(
