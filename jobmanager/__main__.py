@@ -5,9 +5,10 @@ from checkpoint storage), then the recovery, then the gRPC server, whose ``grpc.
 answers SERVING from then on and NOT_SERVING once the process stops.
 
 With high availability (``WEIR_HA_ENABLED``) the recovery waits until this JobManager holds the
-leader lease (``weir.jobmanager.lease``): a standby serves its REST API (``starting``) and nothing
-else. A leader that loses the lease stops its gRPC server and starts over as a standby by exec'ing
-itself: no thread, queued call or in-memory job of the old leadership survives to act on.
+leader lease (``weir.jobmanager.lease``): a standby serves its REST API (``starting``) and its
+metrics (``weir_jobmanager_leader`` 0) and nothing else. A leader that loses the lease stops its gRPC
+server and starts over as a standby by exec'ing itself: no thread, queued call or in-memory job of the
+old leadership survives to act on.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ with exit_without_server("jobmanager", "the JobManager"):
     from weir.core.grpc_security import add_port, new_server
     from weir.core.metrics_http import serve_metrics
     from weir.core.transport_security import TransportSecurity
+    from weir.jobmanager import metrics
     from weir.jobmanager.gateway import GrpcTaskManagerGateway
     from weir.jobmanager.leader_election import LeaderElection, LeaderTerm, LeaseTiming
     from weir.jobmanager.lease import FencedStorage, LeaderElector, LeaseStore
@@ -133,6 +135,9 @@ def main() -> None:
     )
     if rest is not None:
         rest.start()
+    metrics.leadership(elector.term if elector is not None else None)
+    if args.metrics_port:  # a standby's too: weir_jobmanager_leader 0 (an alert sees a cluster with no leader)
+        serve_metrics(args.metrics_port, args.bind, security.access)
     if elector is not None:
         elector.start()
         log.info("jobmanager_standby", holder=elector.election.holder)
@@ -152,8 +157,6 @@ def main() -> None:
     server.start()
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
-    if args.metrics_port:
-        serve_metrics(args.metrics_port, args.bind, security.access)
     jm.start()
     log.info(
         "jobmanager_started",

@@ -11,7 +11,7 @@ alert fires for a job nobody ended on purpose, until a job of the same name runs
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,6 +133,13 @@ TASKMANAGERS = Gauge("weir_taskmanagers_registered", "TaskManagers registered an
 TASKMANAGER_SLOTS = Gauge("weir_taskmanager_slots", "Task slots of the live TaskManagers")
 TASKMANAGER_SLOTS_AVAILABLE = Gauge(
     "weir_taskmanager_slots_available", "Task slots of the live TaskManagers no job occupies"
+)
+LEADER = Gauge(
+    "weir_jobmanager_leader",
+    "1 while this JobManager leads (always, without high availability), 0 while it is a standby",
+)
+LEADER_TERM = Gauge(
+    "weir_jobmanager_leader_term", "The lease term this JobManager leads in (0: a standby, or no high availability)"
 )
 TASKMANAGERS_LOST = Counter(
     "weir_taskmanagers_lost_total", "TaskManagers declared lost (heartbeat timeout, or a new process under the name)"
@@ -283,3 +290,11 @@ def job_status(job: Any) -> None:
     interval_s = job.checkpoint_settings.trigger.interval_s
     if interval_s is not None:
         CHECKPOINT_INTERVAL.labels(*key).set(interval_s)
+
+
+def leadership(term: Callable[[], int | None] | None) -> None:
+    """Export whether this JobManager leads, read at each scrape: ``term`` is the lease term it may act
+    under now (None: a standby); without high availability (``term`` None) it always leads, term 0."""
+    now: Callable[[], int | None] = term if term is not None else lambda: 0
+    LEADER.set_function(lambda: 0 if now() is None else 1)
+    LEADER_TERM.set_function(lambda: now() or 0)

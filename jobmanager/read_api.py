@@ -48,6 +48,7 @@ def retained_summary(checkpoint: CompletedCheckpoint) -> CheckpointSummary:
         state_size_bytes=sum(o.size_bytes for t in checkpoint.task_states for o in t.objects),
         failure=None,
         tasks=(),
+        full=checkpoint.full,
     )
 
 

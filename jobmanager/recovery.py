@@ -10,9 +10,10 @@ listings and orphan collection: ~0.1 s, 15 s for the ~130 of a test machine's st
 question about one of them is answered "not ready, try again" (``is_loading``), never "unknown job".
 
 Under high availability a new leader ignores the checkpoints a deposed leader wrote after an earlier
-takeover (``weir.jobmanager.checkpointing.term_fences``), then rewrites each record it takes over,
-conditionally and with its own fence, before it acts on the job (``JobRecordStore.write_now``); when a
-late write of the deposed leader landed in between, it reads the record again and starts over."""
+takeover (``weir.jobmanager.checkpointing.term_fences``), then rewrites each record it takes over (an
+ended job's too, as its history loads), conditionally and with its own fence, before it acts on the job
+(``JobRecordStore.write_now``); when a late write of the deposed leader landed in between, it reads the
+record again and starts over."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ class JobRecovery:
         self._executor = executor
         self._lock = lock
         self._clock = clock
-        self._history: deque[JobRecord] = deque()  # read by recover_jobs, loaded by recover_history
+        self._history: deque[tuple[str, JobRecord]] = deque()  # read by recover_jobs, loaded by recover_history
         self._loading: set[str] = set()  # their job ids, until each is loaded (or found unloadable)
 
     def recover_jobs(self) -> int:
@@ -110,9 +111,9 @@ class JobRecovery:
             if needs_takeover(record):
                 live.append((key, record))
             else:
-                self._history.append(record)
+                self._history.append((key, record))
         with self._lock:
-            self._loading = {r.submission.job_id for r in self._history}
+            self._loading = {r.submission.job_id for _, r in self._history}
         return sum(self._take_over_one(key, record, now) for key, record in live)
 
     def _take_over_one(self, key: str, record: JobRecord, now: float) -> bool:
@@ -135,16 +136,21 @@ class JobRecovery:
         return False
 
     def recover_history(self) -> int:
-        """Load the ended jobs ``recover_jobs`` left for later; answers how many were loaded."""
+        """Load the ended jobs ``recover_jobs`` left for later; answers how many were loaded. Under high
+        availability each is taken over as a live job is (its record rewritten with this leader's
+        fence): a deposed leader's late write of an ended job's record is then refused as well."""
         now = self._clock()
         loaded = 0
         while True:
             with self._lock:
                 if not self._history:
                     return loaded
-                record = self._history.popleft()
+                key, record = self._history.popleft()
             try:
-                loaded += self._recover_one(record, now)
+                if self._leader_term() is not None:
+                    loaded += self._take_over_one(key, record, now)
+                else:
+                    loaded += self._recover_one(record, now)
             finally:
                 with self._lock:
                     self._loading.discard(record.submission.job_id)

@@ -181,7 +181,7 @@ class CheckpointSummary:
     failure: AbortReason | None
     tasks: tuple[TaskCheckpointStats, ...]
     pending_tasks: tuple[TaskId, ...] = ()
-    full: bool = False  # a full checkpoint (``weir checkpoint --full``); False for one read back from storage
+    full: bool = False  # a full checkpoint (``weir checkpoint --full``), also when read back from its metadata
 
     @property
     def duration_s(self) -> float | None:
@@ -593,6 +593,7 @@ class CheckpointCoordinator:
             task_states=states,
             metadata_key=self._metadata_key(self._job_id, pending.checkpoint_id, pending.kind),
             kind=pending.kind,
+            full=pending.full,
         )
         self._persisting[pending.checkpoint_id] = _Persisting(completed, pending, completed.object_keys)
         actions: list[Action] = []

@@ -8,13 +8,15 @@ beside it, which retention and deletion count. Format 2::
     {"format": 2,
      "job_id": str, "checkpoint_id": int, "kind": "checkpoint" | "savepoint",
      "leader_term": int,                 # the leader term of the JobManager that wrote it (0: no HA)
+     "full": bool,                       # optional (absent: false): a full checkpoint (weir checkpoint --full)
      "trigger_timestamp": float, "completion_timestamp": float,      # seconds since the epoch
      "tasks": [{"vertex_uid": str, "subtask": int,
                 "objects": [{"key": str, "size_bytes": int, "reused": bool}],
                 "state_handle": "<base64>", "sink_precommit": "<base64>"}]}
 
-Format 1 is the same without ``leader_term``; it is still read, as term 0. The key the document is read
-from is its ``metadata_key``; it is not stored in the document. In a
+Format 1 is the same without ``leader_term``; it is still read, as term 0. ``full`` was added to format 2
+without a new number: a Weir that does not know it ignores it, and a document without it reads as not
+full. The key the document is read from is its ``metadata_key``; it is not stored in the document. In a
 savepoint every object key is relative to the folder holding its ``_metadata`` (so it may be copied
 anywhere); the decoder puts the folder back in front, so a ``CompletedCheckpoint`` always holds keys of
 the storage it was read from.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from weir.core.checkpointing import CheckpointKind
@@ -56,6 +59,7 @@ def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
         "checkpoint_id": checkpoint.checkpoint_id,
         "kind": checkpoint.kind.value,
         "leader_term": checkpoint.leader_term,
+        "full": checkpoint.full,
         "trigger_timestamp": checkpoint.trigger_timestamp,
         "completion_timestamp": checkpoint.completion_timestamp,
         "tasks": [
@@ -74,9 +78,22 @@ def encode_metadata(checkpoint: CompletedCheckpoint) -> bytes:
     return json.dumps(document, separators=(",", ":")).encode()
 
 
+@dataclass(frozen=True)
+class ReadMetadata:
+    """A metadata object as read: the checkpoint, and the format the object was written in."""
+
+    checkpoint: CompletedCheckpoint
+    format: int
+
+
 def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
     """The checkpoint whose metadata object ``key`` holds ``data``; a SerializationError naming the
     key when the document is of another format or malformed."""
+    return read_metadata(data, key).checkpoint
+
+
+def read_metadata(data: bytes, key: str) -> ReadMetadata:
+    """``decode_metadata``, with the format the object was written in (``weir savepoint info``)."""
     document = load_versioned(
         data,
         f"checkpoint metadata {key}",
@@ -87,7 +104,7 @@ def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
         job_id = JobId(typed(document["job_id"], str))
         kind = CheckpointKind(document["kind"])
         folder = metadata_folder(key) if kind is CheckpointKind.SAVEPOINT else ""
-        return CompletedCheckpoint(
+        checkpoint = CompletedCheckpoint(
             checkpoint_id=CheckpointId(typed(document["checkpoint_id"], int)),
             job_id=job_id,
             trigger_timestamp=float(number(document["trigger_timestamp"])),
@@ -96,7 +113,9 @@ def decode_metadata(data: bytes, key: str) -> CompletedCheckpoint:
             metadata_key=key,
             kind=kind,
             leader_term=typed(document["leader_term"], int) if document["format"] >= 2 else 0,
+            full=typed(document.get("full", False), bool),
         )
+        return ReadMetadata(checkpoint, typed(document["format"], int))
     except (KeyError, TypeError, ValueError, binascii.Error, CheckpointProtocolError) as exc:
         raise SerializationError(f"checkpoint metadata {key} is malformed: {type(exc).__name__}: {exc}") from exc
 

@@ -35,6 +35,8 @@ class CompletedCheckpoint:
     leader_term: int = 0
     """The leader term whose JobManager wrote its metadata (0: without high availability); see
     ``weir.jobmanager.checkpointing.term_fences``."""
+    full: bool = False
+    """A full checkpoint (``weir checkpoint --full``): its snapshots reuse no file of an earlier one."""
 
     def __post_init__(self) -> None:
         tasks = [s.task_id for s in self.task_states]

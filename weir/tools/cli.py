@@ -1435,7 +1435,8 @@ def _print_savepoint_info(info: SavepointInfo) -> None:
     formats = info.formats
     console.print(
         escape(
-            f"{c.kind.value} {c.checkpoint_id} of job {c.job_id} (metadata format {formats['metadata']}, "
+            f"{c.kind.value}{' (full)' if c.full else ''} {c.checkpoint_id} of job {c.job_id} "
+            f"(metadata format {formats['metadata']}, "
             f"task-state format {formats['task_state']})"
         ),
         soft_wrap=True,

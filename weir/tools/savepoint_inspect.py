@@ -53,7 +53,7 @@ from weir.core.task_state import (
     decode_task_state,
     read_operator_states,
 )
-from weir.jobmanager.checkpointing.metadata import METADATA_FORMAT, decode_metadata
+from weir.jobmanager.checkpointing.metadata import read_metadata
 from weir.jobmanager.checkpointing.pending import TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.operators.sources import SOURCE_STATE_FORMAT, decode_kafka_source_state
@@ -108,6 +108,8 @@ class LoadedSavepoint:
     storage: CheckpointStorage
     checkpoint: CompletedCheckpoint
     tasks: tuple[LoadedTask, ...]
+    metadata_format: int
+    """The format the ``_metadata`` object was written in (docs/formats.md), not the one this Weir writes."""
 
     @property
     def keys_relative_to_folder(self) -> bool:
@@ -155,12 +157,13 @@ def load_savepoint(path: str, endpoints: Endpoints | None = None) -> LoadedSavep
             "or the checkpoint never completed"
         )
     try:
-        checkpoint = decode_metadata(storage.get_bytes(key), key)
+        metadata = read_metadata(storage.get_bytes(key), key)
     except (SerializationError, ObjectNotFoundError) as exc:
         raise DamagedStateError(f"savepoint {path}: {exc}") from exc
+    checkpoint = metadata.checkpoint
     what = f"{checkpoint.kind.value} {checkpoint.checkpoint_id} of job {checkpoint.job_id} ({path})"
     tasks = tuple(_load_task(storage, handle, what) for handle in checkpoint.task_states)
-    return LoadedSavepoint(path, location.root_uri, key, storage, checkpoint, tasks)
+    return LoadedSavepoint(path, location.root_uri, key, storage, checkpoint, tasks, metadata.format)
 
 
 def _load_task(storage: CheckpointStorage, handle: TaskStateHandle, what: str) -> LoadedTask:
@@ -395,9 +398,9 @@ class SavepointInfo:
 
     @property
     def formats(self) -> dict[str, int]:
-        """The format versions this Weir writes (metadata format 1 is read too; any other is refused before
-        this is built)."""
-        return {"metadata": METADATA_FORMAT, "task_state": TASK_STATE_FORMAT}
+        """The format versions of what was read: the metadata object's own (1 or 2), and the task-state
+        documents' (this Weir reads only the one it writes; any other is refused before this is built)."""
+        return {"metadata": self.savepoint.metadata_format, "task_state": TASK_STATE_FORMAT}
 
     def to_json(self) -> dict[str, Any]:
         sp = self.savepoint
@@ -410,6 +413,7 @@ class SavepointInfo:
             "job_id": c.job_id,
             "checkpoint_id": c.checkpoint_id,
             "kind": c.kind.value,
+            "full": c.full,
             "formats": self.formats,
             "trigger_timestamp": c.trigger_timestamp,
             "completion_timestamp": c.completion_timestamp,

@@ -104,6 +104,13 @@ def jobmanager_addresses(endpoints: Endpoints, standbys: int) -> tuple[str, ...]
     return tuple(f"{host}:{port + k}" for k in range(standbys + 1))
 
 
+def standby_metrics_port(endpoints: Endpoints, k: int) -> int:
+    """Standby ``k``'s metrics port: the JobManager's minus ``k`` (0: the JobManager has none, nor do its
+    standbys). Below it, not above: the TaskManagers' ports follow their base port, which is the
+    JobManager's metrics port + 1 by default (19249, 19250 + n)."""
+    return endpoints.jobmanager_metrics_port - k if endpoints.jobmanager_metrics_port else 0
+
+
 def ha_environment(endpoints: Endpoints, standbys: int) -> dict[str, str]:
     """With standbys: every process of the cluster runs with high availability (the JobManagers contend
     for the lease, the TaskManagers and the tools follow whichever leads); none: nothing to add."""
@@ -116,8 +123,8 @@ def default_children(
     endpoints: Endpoints, taskmanagers: int = TASKMANAGERS, python: str = sys.executable, standbys: int = 0
 ) -> tuple[ChildSpec, ...]:
     """The JobManager, ``standbys`` standby JobManagers (``jobmanager-standby-K``: the JobManager's
-    port + K, its REST port + K, no metrics port; run with :func:`ha_environment`) and ``taskmanagers``
-    TaskManagers; they read the other endpoints from WEIR_* vars."""
+    port + K, its REST port + K, its metrics port - K, :func:`standby_metrics_port`; run with
+    :func:`ha_environment`) and ``taskmanagers`` TaskManagers; they read the other endpoints from WEIR_* vars."""
     jobmanager_args = [
         "--port",
         str(jobmanager_port(endpoints)),
@@ -129,7 +136,11 @@ def default_children(
     specs = [ChildSpec("jobmanager", (python, "-m", "weir.jobmanager", *jobmanager_args))]
     for k in range(1, standbys + 1):
         rest_port = endpoints.jobmanager_rest_port + k if endpoints.jobmanager_rest_port else 0
-        standby = ("--port", str(jobmanager_port(endpoints) + k), "--metrics-port", "0", "--rest-port", str(rest_port))
+        metrics_port = standby_metrics_port(endpoints, k)
+        standby = (
+            *("--port", str(jobmanager_port(endpoints) + k)),
+            *("--metrics-port", str(metrics_port), "--rest-port", str(rest_port)),
+        )
         specs.append(ChildSpec(f"jobmanager-standby-{k}", (python, "-m", "weir.jobmanager", *standby)))
     for n in range(1, taskmanagers + 1):
         name = f"taskmanager-{n}"
@@ -772,6 +783,11 @@ def _cluster_ports(endpoints: Endpoints, standbys: int) -> dict[str, tuple[int, 
             f"jobmanager-standby-{k} REST API": (endpoints.jobmanager_rest_port + k, "WEIR_JOBMANAGER_REST_PORT")
             for k in range(1, standbys + 1)
             if endpoints.jobmanager_rest_port
+        },
+        **{
+            f"jobmanager-standby-{k} metrics": (standby_metrics_port(endpoints, k), "WEIR_JOBMANAGER_METRICS_PORT")
+            for k in range(1, standbys + 1)
+            if endpoints.jobmanager_metrics_port
         },
     }
 

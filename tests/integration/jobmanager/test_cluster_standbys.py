@@ -1,5 +1,7 @@
 """`weir cluster up --standbys 1`: a leader and a standby JobManager under the supervisor, every process
-with high availability; the standby's /healthz answers 503 and names the leader it read in the lease."""
+with high availability; the standby's /healthz answers 503 and names the leader it read in the lease, and
+its metrics port (the leader's - 1) says it does not lead: ``weir_jobmanager_leader`` 0, the leader's 1 with
+its term."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.integration.polling import poll
 from weir.connectors.object_storage import open_storage
@@ -34,6 +37,7 @@ PORTS = {
 }
 ADDRESSES = ("127.0.0.1:27323", "127.0.0.1:27324")
 REST = {"127.0.0.1:27323": 27381, "127.0.0.1:27324": 27382}
+METRICS = {"127.0.0.1:27323": 27349, "127.0.0.1:27324": 27348}
 
 
 def weir(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -73,6 +77,17 @@ def health(port: int) -> tuple[int, dict[str, Any]]:
         return 0, {}
 
 
+def leadership(port: int) -> tuple[float, float] | None:
+    """(weir_jobmanager_leader, weir_jobmanager_leader_term) scraped from a metrics port; None: no answer."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    values = {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}
+    return values["weir_jobmanager_leader"], values["weir_jobmanager_leader_term"]
+
+
 def test_cluster_up_with_a_standby_and_the_standby_names_the_leader(cluster_env: dict[str, str]) -> None:
     started = weir(cluster_env, "cluster", "up", "--standbys", "1", "--timeout", "180")
     assert started.returncode == 0, started.stderr
@@ -97,3 +112,6 @@ def test_cluster_up_with_a_standby_and_the_standby_names_the_leader(cluster_env:
     assert listed.returncode == 0, listed.stderr
     names = {process["name"] for process in json.loads(listed.stdout)["local"]["processes"]}
     assert {"jobmanager", "jobmanager-standby-1"} <= names
+
+    assert poll("the standby's metrics", 60, lambda: leadership(METRICS[standby])) == (0.0, 0.0)
+    assert poll("the leader's metrics", 60, lambda: leadership(METRICS[lease.address])) == (1.0, float(lease.term))

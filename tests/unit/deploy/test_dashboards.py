@@ -58,6 +58,7 @@ EXPECTED_ALERTS = {
     "WeirDeadLetters",
     "WeirWatermarkStalled",
     "WeirTargetDown",
+    "WeirNoJobManagerLeader",
     "WeirTaskManagersLost",
 }
 GRID_WIDTH = 24

@@ -11,7 +11,7 @@ import pytest
 from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
-from weir.jobmanager.checkpointing.metadata import decode_metadata, encode_metadata
+from weir.jobmanager.checkpointing.metadata import ReadMetadata, decode_metadata, encode_metadata, read_metadata
 from weir.jobmanager.checkpointing.pending import StateObject, TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.errors import CheckpointProtocolError
@@ -122,3 +122,29 @@ def test_malformed_metadata_is_refused_naming_the_key(data: bytes, complaint: st
     with pytest.raises(SerializationError, match=complaint) as raised:
         decode_metadata(data, KEY)
     assert KEY in str(raised.value)
+
+
+def test_a_full_checkpoint_reads_back_as_full_and_a_document_without_full_as_not_full() -> None:
+    written = replace(checkpoint(), full=True, leader_term=2)
+    data = encode_metadata(written)
+    assert json.loads(data)["full"] is True and json.loads(data)["format"] == 2
+    assert decode_metadata(data, KEY) == written
+    before = json.loads(data)
+    del before["full"]  # written by a Weir before the field: still format 2
+    assert decode_metadata(json.dumps(before).encode(), KEY) == replace(written, full=False)
+
+
+def test_full_must_be_a_bool() -> None:
+    document = json.loads(encode_metadata(checkpoint()))
+    document["full"] = "yes"
+    with pytest.raises(SerializationError, match=f"checkpoint metadata {KEY} is malformed: TypeError"):
+        decode_metadata(json.dumps(document).encode(), KEY)
+
+
+def test_read_metadata_names_the_format_the_object_was_written_in() -> None:
+    data = encode_metadata(checkpoint())
+    assert read_metadata(data, KEY) == ReadMetadata(checkpoint(), 2)
+    older = json.loads(data)
+    older["format"] = 1
+    del older["leader_term"], older["full"]
+    assert read_metadata(json.dumps(older).encode(), KEY) == ReadMetadata(checkpoint(), 1)

@@ -256,3 +256,25 @@ def test_the_taskmanagers_and_their_slots_are_counted(make_harness: MakeHarness)
     harness.jm.tick()
     assert REGISTRY.get_sample_value("weir_taskmanagers_registered") == 0
     assert REGISTRY.get_sample_value("weir_taskmanager_slots") == 0
+
+
+def test_the_leader_gauge_follows_the_term_at_each_scrape_and_is_1_without_high_availability() -> None:
+    """`weir_jobmanager_leader`: 1 while this JobManager may act under a term, 0 while a standby (read
+    at each scrape, so a takeover or a lost lease shows at the next one); without high availability the
+    JobManager always leads, term 0."""
+    term: list[int | None] = [None]
+    metrics.leadership(lambda: term[0])
+
+    def scraped() -> tuple[float | None, float | None]:
+        return (
+            REGISTRY.get_sample_value("weir_jobmanager_leader"),
+            REGISTRY.get_sample_value("weir_jobmanager_leader_term"),
+        )
+
+    assert scraped() == (0.0, 0.0)
+    term[0] = 3
+    assert scraped() == (1.0, 3.0)
+    term[0] = None  # the lease is lost: a standby again
+    assert scraped() == (0.0, 0.0)
+    metrics.leadership(None)
+    assert scraped() == (1.0, 0.0)

@@ -274,3 +274,50 @@ def test_a_deposed_leaders_record_write_landing_during_the_takeover_is_read_agai
     stored = JobRecord.from_json(first.storage.get_bytes(first.jm.paths.job_record(recovered.coordinator.job_id)))
     assert [f.term for f in stored.term_fences] == [2]
     assert not first.jm.records.save(job).result()
+
+
+def test_a_full_checkpoint_is_still_listed_as_full_by_the_jobmanager_that_takes_the_job_over(
+    make_harness: MakeHarness,
+) -> None:
+    """`weir checkpoint --full`: its metadata says full, so a JobManager that reads it back from storage
+    (restart or takeover) lists it as full, and the incremental one after it as not."""
+    first = make_harness()
+    job = first.job({"checkpointing.interval": "1h", "restart.strategy": "none"})
+    with first.jm.lock:
+        first.jm.executor.execute(job, job.lifecycle.tasks_running(first.clock(), job.all_task_ids(), restored=False))
+    ids = []
+    for full in (True, False):
+        cid = first.jm.trigger_checkpoint(job.job_id, full=full)
+        ack = CheckpointAck(job.job_id, "gen", 0, job.attempt, cid, (), b"{}", TaskAckMetrics())
+        first.jm.acknowledge_checkpoint(ack)
+        ids.append(cid)
+    before = {c.checkpoint_id: c.full for c in first.jm.list_checkpoints(job.job_id).checkpoints}
+    assert before == {ids[0]: True, ids[1]: False}
+    first.jm.records.save(job).result()
+    second = make_harness(first.storage)
+    assert second.jm.recover_jobs() == 1
+    retained = second.jm.jobs["job-1"].coordinator.store.all()
+    after = {c.checkpoint_id: c.full for c in second.jm.list_checkpoints(job.job_id).checkpoints}
+    assert after == {c.checkpoint_id: c.checkpoint_id == ids[0] for c in retained} and set(ids) <= set(after)
+
+
+def test_a_deposed_leaders_late_write_of_an_ended_jobs_record_is_refused_after_the_takeover(
+    make_harness: MakeHarness,
+) -> None:
+    """High availability: an ended job (history, loaded after the new leader serves) gets its record
+    rewritten with the new leader's fence too, so the deposed leader's late write of that record
+    (conditional on the version it wrote) is refused, and the record stays the new leader's."""
+    first = make_harness(leader_term=lambda: 1)
+    job = first.job({"restart.strategy": "none"})
+    first.finish(job)
+    first.jm.records.flush()
+    assert job.status is JobStatus.FINISHED and not job.lifecycle.unresolved_end
+    assert first.jm.records.save(job).result()
+    second = make_harness(first.storage, leader_term=lambda: 2)
+    assert second.jm.recover_jobs() == 0 and second.jm.recover_history() == 1  # ended and resolved: history
+    assert [f.term for f in second.jm.jobs["job-1"].term_fences] == [2]
+    key = first.jm.paths.job_record(job.coordinator.job_id)
+    taken_over = first.storage.get_bytes(key)
+    assert not first.jm.records.save(job).result()  # the deposed leader's late write
+    assert first.storage.get_bytes(key) == taken_over
+    assert [f.term for f in JobRecord.from_json(taken_over).term_fences] == [2]

@@ -457,6 +457,29 @@ def test_a_missing_path_or_a_folder_without_metadata_is_a_user_error(weir: Weir,
     )
 
 
+def test_info_reports_the_metadata_format_it_read_and_whether_the_checkpoint_was_full(
+    weir: Weir, damaged: Built
+) -> None:
+    """The format of the object read, not the one this Weir writes: a format-1 metadata (before
+    ``leader_term``) is reported as format 1; a full checkpoint (``weir checkpoint --full``) says so."""
+    path = damaged.storage.root / damaged.metadata_key
+    older = json.loads(path.read_bytes())
+    older["format"] = 1
+    del older["leader_term"], older["full"]
+    path.write_bytes(json.dumps(older).encode())
+    out = weir("savepoint", "info", damaged.path)
+    assert out.exit_code == EXIT_OK
+    assert "checkpoint 7 of job job-a (metadata format 1, task-state format 2)" in out.stdout
+    as_json = json.loads(weir("savepoint", "info", damaged.path, "--json").stdout)
+    assert (as_json["formats"], as_json["full"]) == ({"metadata": 1, "task_state": 2}, False)
+    path.write_bytes(encode_metadata(dataclasses.replace(damaged.checkpoint, full=True)))
+    out = weir("savepoint", "info", damaged.path)
+    assert out.exit_code == EXIT_OK
+    assert "checkpoint (full) 7 of job job-a (metadata format 2, task-state format 2)" in out.stdout
+    as_json = json.loads(weir("savepoint", "info", damaged.path, "--json").stdout)
+    assert (as_json["formats"], as_json["full"]) == ({"metadata": 2, "task_state": 2}, True)
+
+
 def test_a_truncated_metadata_is_a_clear_error(weir: Weir, damaged: Built) -> None:
     path = damaged.storage.root / damaged.metadata_key
     path.write_bytes(path.read_bytes()[:100])

@@ -104,7 +104,8 @@ def test_default_children_command_lines() -> None:
 
 def test_standby_jobmanagers_take_the_ports_after_the_leaders_and_every_process_runs_with_ha() -> None:
     """`weir cluster up --standbys 2`: two standby JobManagers on the JobManager's port + 1 and + 2
-    (REST port + 1 and + 2, no metrics port); the cluster's processes all get WEIR_HA_ENABLED and the
+    (REST port + 1 and + 2, metrics port - 1 and - 2: below the leader's, as the TaskManagers' follow
+    their base port, which is the leader's + 1 by default); the cluster's processes all get WEIR_HA_ENABLED and the
     three addresses, so the TaskManagers and tools follow whichever leads. No standby: nothing added."""
     endpoints = Endpoints.from_env({"WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:7000", "WEIR_JOBMANAGER_METRICS_PORT": "7050",
                                     "WEIR_JOBMANAGER_REST_PORT": "7080",
@@ -117,11 +118,11 @@ def test_standby_jobmanagers_take_the_ports_after_the_leaders_and_every_process_
         ),
         (
             "jobmanager-standby-1",
-            ("py", "-m", "weir.jobmanager", "--port", "7001", "--metrics-port", "0", "--rest-port", "7081"),
+            ("py", "-m", "weir.jobmanager", "--port", "7001", "--metrics-port", "7049", "--rest-port", "7081"),
         ),
         (
             "jobmanager-standby-2",
-            ("py", "-m", "weir.jobmanager", "--port", "7002", "--metrics-port", "0", "--rest-port", "7082"),
+            ("py", "-m", "weir.jobmanager", "--port", "7002", "--metrics-port", "7048", "--rest-port", "7082"),
         ),
         ("taskmanager-1", ("py", "-m", "weir.taskmanager", "--id", "taskmanager-1", "--metrics-port", "7011")),
     ]
@@ -133,6 +134,12 @@ def test_standby_jobmanagers_take_the_ports_after_the_leaders_and_every_process_
     clashing = Endpoints.from_env({"WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:7000", "WEIR_JOBMANAGER_METRICS_PORT": "7001"})
     with pytest.raises(ClusterError, match="port 7001 is both jobmanager metrics and jobmanager-standby-1"):
         cluster.require_distinct_ports(clashing, 1)
+    below = Endpoints.from_env({"WEIR_JOBMANAGER_METRICS_PORT": "7050", "WEIR_TASKMANAGER_METRICS_BASE_PORT": "7046"})
+    with pytest.raises(ClusterError, match="port 7049 is both taskmanager-3 metrics and jobmanager-standby-1 metrics"):
+        cluster.require_distinct_ports(below, 3)
+    no_metrics = Endpoints.from_env({"WEIR_JOBMANAGER_ADDRESS": "127.0.0.1:7000", "WEIR_JOBMANAGER_METRICS_PORT": "0"})
+    (standby,) = [s for s in cluster.default_children(no_metrics, 1, "py", standbys=1) if s.name.endswith("standby-1")]
+    assert standby.argv[standby.argv.index("--metrics-port") + 1] == "0"  # the leader has none: nor do they
 
 
 # The real supervisor -----------------------------------------------------------------------------
