@@ -5,12 +5,16 @@
 the broadcast input (``process_broadcast_element(value, ctx, out)``, where ``ctx.broadcast_state(name)``
 is a map it may write) and its own share of the other input (``process_element(value, ctx, out)``,
 where the broadcast state is read only: a write raises). Since only the broadcast side writes, and
-every subtask sees the same broadcast records in the same order, every subtask's broadcast state is
-the same.
+every subtask sees the same broadcast records (in the same order when the broadcast input has one
+channel), every subtask's broadcast state is the same once they have all processed the same records.
 
-Checkpoints: each subtask stores its copy in its operator state, as Flink does (a restore then reads
-no other subtask's state: no hot spot). Restored at another parallelism, new subtask ``i`` takes old
-subtask ``i mod old parallelism``'s copy, which is every subtask's.
+Checkpoints: each subtask stores its own copy in its operator state, as Flink does, and a restart
+restores each subtask from its own. One copy would not do: an unaligned barrier overtakes the records
+queued before it, so at a checkpoint subtask 0 may have applied a rule still queued at subtask 1 (in
+its channel state, replayed to it alone after a restore); and from a broadcast input of several
+channels the subtasks apply the rules in different orders. Restored at another parallelism, new
+subtask ``i`` takes old subtask ``i mod old parallelism``'s copy: the restore refuses in-flight records
+of a broadcast edge, so each copy it accepts holds every rule before the barrier.
 
 Keyed (``events.key_by(k).connect(rules.broadcast()).process(KeyedBroadcastProcessFunction)``): the
 element side has its key's state and timers (``on_timer`` reads the broadcast state too); the

@@ -121,8 +121,10 @@ class BroadcastProcessFunction:
     of the broadcast stream in ``process_broadcast_element(value, ctx, out)``, where
     ``ctx.broadcast_state(name)`` is a map (``get``, ``put``, ``remove``, ``items``, ...) it writes;
     ``process_element(value, ctx, out)`` gets its share of the other stream and reads the broadcast
-    state (a write raises there: every subtask must hold the same). The broadcast state is
-    checkpointed and restored at any parallelism."""
+    state (a write raises there: every subtask must hold the same). Each subtask checkpoints its
+    own copy of the broadcast state; it is restored at any parallelism (docs/api.md). With a
+    broadcast input of parallelism above 1 the subtasks get the rules in different orders: the
+    function must not depend on their order then."""
 
     def process_element(self, value: Any, ctx: ReadOnlyContext, out: Collector) -> None:
         raise NotImplementedError("a BroadcastProcessFunction must override process_element")

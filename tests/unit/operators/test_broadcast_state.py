@@ -3,6 +3,7 @@ side, read on the element side and in timers, checkpointed and restored at any p
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 import pytest
@@ -136,3 +137,57 @@ def test_connect_needs_a_broadcast_stream_and_the_keyed_function_a_keyed_one() -
         events.connect(rules.broadcast()).process(FireAtEventTime(), uid="scale")
     events.connect(rules.broadcast()).process(Threshold(), uid="alerts")
     events.key_by(lambda v: v[0]).connect(rules.broadcast()).process(FireAtEventTime(), uid="scale")
+
+
+class VersionedRules(BroadcastProcessFunction):
+    """Each rule ``(name, limit)`` bumps its name's version: an update that depends on what came
+    before (applying a rule twice, or missing one, changes the map)."""
+
+    def process_broadcast_element(self, value: Any, ctx: Any, out: Any) -> None:
+        name, limit = value
+        rules = ctx.broadcast_state("rules")
+        version, _ = rules.get(name) or (0, None)
+        rules.put(name, (version + 1, limit))
+
+    def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        out.collect((value, ctx.broadcast_state("rules").get(value)))
+
+
+def test_at_an_unaligned_checkpoint_each_subtask_restores_its_own_copy_and_replays_its_own_in_flight_rules(
+    start_operator: StartOperator,
+) -> None:
+    """Why each subtask checkpoints its own copy rather than one for all: an unaligned barrier
+    overtakes the records queued before it, so at checkpoint 7 subtask 0 has applied both rules and
+    subtask 1 only the first, the second lying in its input queue (its channel state, replayed to it
+    after a restore). Subtask 1 restored from its own copy and replaying its own in-flight rule holds
+    what an uninterrupted run holds; subtask 0's copy plus that replay would apply the rule twice."""
+    first, second = ("cpu", 90), ("cpu", 80)
+    uninterrupted = BroadcastProcessOperator(VersionedRules())
+    expected = start_operator(uninterrupted, uid="alerts", subtask=1, parallelism=2)
+    for rule in (first, second):
+        uninterrupted.process_input(RULES, rule, 1)
+    uninterrupted.process_input(EVENTS, "cpu", 2)
+    assert expected.values == [("cpu", (2, 80))]
+
+    subtask_0 = BroadcastProcessOperator(VersionedRules())
+    start_operator(subtask_0, uid="alerts", subtask=0, parallelism=2)
+    for rule in (first, second):
+        subtask_0.process_input(RULES, rule, 1)
+    subtask_1 = BroadcastProcessOperator(VersionedRules())
+    start_operator(subtask_1, uid="alerts", subtask=1, parallelism=2)
+    subtask_1.process_input(RULES, first, 1)
+    copies = [subtask_0.snapshot_state(7), subtask_1.snapshot_state(7)]
+    assert copies[0] is not None and copies[1] is not None
+    assert copies[0] != copies[1]  # the copies differ at an unaligned checkpoint: neither stands for both
+
+    restored = BroadcastProcessOperator(VersionedRules())
+    out = start_operator(restored, uid="alerts", restore=copies[1], subtask=1, parallelism=2)
+    restored.process_input(RULES, second, 1)  # subtask 1's in-flight rule, replayed
+    restored.process_input(EVENTS, "cpu", 2)
+    assert Counter(out.values) == Counter(expected.values)
+
+    from_subtask_0 = BroadcastProcessOperator(VersionedRules())
+    wrong = start_operator(from_subtask_0, uid="alerts", restore=copies[0], subtask=1, parallelism=2)
+    from_subtask_0.process_input(RULES, second, 1)
+    from_subtask_0.process_input(EVENTS, "cpu", 2)
+    assert wrong.values == [("cpu", (3, 80))]  # the second rule applied twice
