@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import assert_never
 
 import structlog
@@ -28,11 +29,23 @@ from weir.operators.base import StreamOperator
 log = structlog.get_logger("weir.jobmanager")
 
 
-def per_subtask_state(graph: LogicalGraph, documents: Iterable[TaskStateDocument]) -> list[str]:
-    """The operators with state in ``documents`` whose state belongs to one subtask index (they keep
+def per_subtask_state(
+    graph: LogicalGraph, documents: Iterable[TaskStateDocument], moved_vertices: Collection[str]
+) -> list[str]:
+    """The operators with state in ``documents`` of a vertex in ``moved_vertices`` (whose parallelism
+    the rescale changes) whose state belongs to one subtask index (they keep
     ``StreamOperator.restore_inherited_state``'s default, which refuses another parallelism on the
-    TaskManager): a rescale would redeploy the job into a restore that fails."""
-    uids = sorted({uid for d in documents for uid in d.operator_state_uids if uid in graph.transformations})
+    TaskManager): a rescale would redeploy the job into a restore that fails. A vertex whose
+    parallelism is its own (a source pinned at 1) keeps it, and its subtasks their own state."""
+    uids = sorted(
+        {
+            uid
+            for d in documents
+            if d.vertex_uid in moved_vertices
+            for uid in d.operator_state_uids
+            if uid in graph.transformations
+        }
+    )
     pinned = []
     for uid in uids:
         operator = graph.transformations[uid].factory()
@@ -175,7 +188,9 @@ class RescaleRequests:
                     raise RescaleRejectedError(
                         f"job {job.job_id}: its state cannot be redistributed to parallelism {parallelism}: {exc}"
                     ) from exc
-                pinned = per_subtask_state(loaded.graph, redistributed.documents)
+                before = Counter(str(h.task_id.operator_uid) for h in latest.task_states)
+                moved = {uid for uid, vertex in plan.vertices.items() if vertex.parallelism != before[uid]}
+                pinned = per_subtask_state(loaded.graph, redistributed.documents, moved)
                 if pinned:
                     raise RescaleRejectedError(
                         f"job {job.job_id}: operator(s) {', '.join(pinned)} keep per-subtask state that cannot be "

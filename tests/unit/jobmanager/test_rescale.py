@@ -226,6 +226,50 @@ def test_a_job_whose_state_cannot_be_redistributed_is_refused_before_it_is_touch
     assert job.submission.parallelism == 3 and job.attempt == 1
 
 
+def test_per_subtask_state_of_a_vertex_at_its_own_parallelism_does_not_refuse_a_rescale(harness: Harness) -> None:
+    """A generator source pinned at 1 (a broadcast rules stream) keeps its parallelism when the job is
+    rescaled: its per-subtask position stays with its one subtask, so the rescale goes ahead."""
+    pinned = textwrap.dedent(
+        """
+        from weir.api import Environment
+
+
+        def build(env: Environment) -> None:
+            env.from_generator(lambda i: i, uid="gen", count=100, parallelism=1).rebalance().print(uid="out")
+        """
+    ).encode()
+    job = running_job(harness, source=pinned)
+    harness.clock.advance(1.5)
+    harness.jm.tick()
+    (checkpoint_id,) = trigger_ids(harness)
+    for vertex, subtask in list(job.tasks):
+        parallelism = 1 if vertex == "gen" else 3
+        states = {"gen": json.dumps({"format": 1, "next_k": 40}).encode()} if vertex == "gen" else {}
+        document = encode_task_state(
+            TaskStateDocument(
+                job_id=job.job_id,
+                vertex_uid=vertex,
+                subtask=subtask,
+                attempt=job.attempt,
+                checkpoint_id=CheckpointId(checkpoint_id),
+                layout=SubtaskLayout(
+                    parallelism,
+                    128,
+                    key_group_range_for_subtask(128, parallelism, SubtaskIndex(subtask)),
+                    (vertex,),
+                    (),
+                ),
+                operator_state=InlineOperatorState(states),
+            )
+        )
+        harness.jm.acknowledge_checkpoint(
+            CheckpointAck(job.job_id, vertex, subtask, job.attempt, checkpoint_id, (), document, TaskAckMetrics())
+        )
+    assert [c.checkpoint_id for c in job.coordinator.store.all()] == [checkpoint_id]
+    harness.jm.rescale(job.job_id, 2)
+    assert job.status is JobStatus.RUNNING and len(trigger_ids(harness)) == 2  # the rescale's own checkpoint
+
+
 REACTIVE = {**PARAMETERS, "scheduler-mode": "reactive"}
 
 
