@@ -1,11 +1,18 @@
-"""Broadcast state under test: a factor per key, broadcast to every subtask from a bounded rules
-stream, scales each event's value; the scaled values are counted and summed per key in tumbling
-event-time windows into both exactly-once sinks.
+"""Broadcast state under test: versioned factors per key, broadcast to every subtask from a bounded
+rules stream, scale each event's value; the scaled values are counted and summed per key in
+tumbling event-time windows into both exactly-once sinks.
+
+A rule is ``(key, valid_from, factor)`` with event time ``valid_from``; the broadcast state keeps
+every version of a key's factor, and an event takes the latest version valid at its timestamp. The
+first batch (valid from 0) covers every key; with ``rules.change_at_ms`` > 0 a second batch, valid
+from that event time, changes every fifth key's factor mid-run (``rules.records_per_second`` paces
+the rules so that it arrives while events flow).
 
 Each event waits in its key's state for an event-time timer at its time: the timer fires once the
-rules' watermark passed it too, so every rule has arrived and the output does not depend on how the
-two inputs interleave (the reference run's and the cluster's are the same). The rules stream ends
-early: after a restore only the checkpointed broadcast state still knows the factors.
+rules' watermark passed it too, so every rule valid at that time has arrived and the output does
+not depend on how the two inputs interleave (the reference run's and the cluster's are the same).
+The rules stream ends early: after a restore only the checkpointed broadcast state still knows the
+factors.
 """
 
 from __future__ import annotations
@@ -30,8 +37,10 @@ class CountAndSum:
 
 class ScaleByRule(KeyedBroadcastProcessFunction):
     def process_broadcast_element(self, value: Any, ctx: Any, out: Any) -> None:
-        key, factor = value
-        ctx.broadcast_state("factors").put(key, factor)
+        key, valid_from, factor = value
+        factors = ctx.broadcast_state("factors")
+        versions = [v for v in factors.get(key) or [] if v[0] != valid_from]
+        factors.put(key, sorted([*versions, [valid_from, factor]]))
 
     def process_element(self, value: Any, ctx: Any, out: Any) -> None:
         ctx.list_state("waiting").add((ctx.timestamp, value["key"], value["value"]))
@@ -46,10 +55,10 @@ class ScaleByRule(KeyedBroadcastProcessFunction):
             if ts > timestamp:
                 later.append((ts, key, value))
                 continue
-            factor = factors.get(key)
-            if factor is None:
-                raise ValueError(f"no factor for {key!r}: the broadcast state lost it")
-            out.collect((key, value * factor), ts)
+            valid = [factor for valid_from, factor in factors.get(key) or [] if valid_from <= ts]
+            if not valid:
+                raise ValueError(f"no factor for {key!r} at {ts}: the broadcast state lost it")
+            out.collect((key, value * valid[-1]), ts)
         waiting.update(later)
 
 
@@ -63,8 +72,15 @@ def build(env: Environment) -> None:
         bounded=p.get_bool("source.bounded", False),
         records_per_second=p.get_int("source.records_per_second", 0) or None,
     )
+    change_at = p.get_int("rules.change_at_ms", 0)
+    first = [(f"key-{k:04d}", 0, k % 7 + 1) for k in range(KEYS)]
+    second = [(f"key-{k:04d}", change_at, k % 11 + 2) for k in range(0, KEYS, 5)] if change_at > 0 else []
     rules = env.from_collection(
-        [(f"key-{k:04d}", k % 7 + 1) for k in range(KEYS)], uid="rules", timestamp=lambda r: 0, parallelism=1
+        first + second,
+        uid="rules",
+        timestamp=lambda r: r[1],
+        records_per_second=p.get_int("rules.records_per_second", 0) or None,
+        parallelism=1,
     )
     results = (
         events.key_by(lambda e: e["key"])
