@@ -278,6 +278,8 @@ def job_status(job: Any) -> None:
         JOB_STATUS.labels(*key, status).set(1 if job.status.value == status else 0)
     RESTARTS.labels(*key).set(job.restarts)
     PARALLELISM.labels(*key).set(job.submission.parallelism)
+    for outcome in RESCALE_OUTCOMES:  # each outcome's series exists at 0 before its first rescale (increase() sees it)
+        RESCALES.labels(*key, outcome).inc(0)
     stats = job.restart_strategy.stats()
     if stats.last_restart_at is not None:
         LAST_RESTART_TIMESTAMP.labels(*key).set(stats.last_restart_at)

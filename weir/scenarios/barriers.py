@@ -60,6 +60,7 @@ from rich.console import Console
 from weir.connectors import kafka
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
+from weir.core.key_samples import KEY_SAMPLE_STATE
 from weir.core.keygroups import KeyGroupRange, key_group_for_key
 from weir.scenarios.driving import Arrival, TopicWatch, wait_until
 from weir.scenarios.framework import (
@@ -398,6 +399,8 @@ def read_keyed_state(path: str, endpoints: Endpoints | None = None) -> dict[tupl
     """The two-input operator's ValueStates in the checkpoint's RocksDB snapshots: (key, input) -> (count, last seq)."""
     out: dict[tuple[str, str], tuple[int, int]] = {}
     for line in dump_operator(path, OPERATOR_UID, endpoints=endpoints):
+        if line.get("state") == KEY_SAMPLE_STATE:
+            continue  # the records the operator keyed, sampled for weir upgrade check (weir.core.key_samples)
         if line.get("state") not in INPUTS or "value" not in line:
             raise ScenarioError(f"{path}: unexpected keyed entry of {OPERATOR_UID!r}: {line}")
         count, last = line["value"]

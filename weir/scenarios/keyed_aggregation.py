@@ -320,7 +320,9 @@ def drive(endpoints: Endpoints, config: KeyedAggregationConfig, console: Console
     records = tuple(read_input(endpoints, job.source_topic))
     end_offsets = kafka.end_offsets(endpoints, job.source_topic)
     cut = read_savepoint(run.savepoint_path, endpoints)
-    state = tuple(state_entry(line) for line in dump_operator(run.savepoint_path, WINDOW_UID, endpoints=endpoints))
+    # the window state only (the operator also keeps its key samples, weir.core.key_samples)
+    lines = dump_operator(run.savepoint_path, WINDOW_UID, state=WINDOW_STATE, endpoints=endpoints)
+    state = tuple(state_entry(line) for line in lines)
     assert job.table is not None
     kafka_results = tuple(read_kafka_results(endpoints, job.sink_topic))
     postgres_results = tuple(read_postgres_results(endpoints, job.table))

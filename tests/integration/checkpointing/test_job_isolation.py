@@ -30,6 +30,7 @@ from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundErro
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.config import checkpoint_dir
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
+from weir.core.key_samples import KEY_SAMPLE_STATE
 from weir.core.keygroups import KeyGroupRange, key_group_for_key, key_group_range_for_subtask
 from weir.core.paths import CheckpointPaths
 from weir.core.task_state import StoredOperatorState, decode_task_state
@@ -263,6 +264,9 @@ def window_accumulators(job: Job, handle: KeyedStateHandle, entries: dict[bytes,
         uid, _, rest = raw_key.partition(b"\x00")
         assert uid == namespace, (job.name, raw_key)  # another job's (or operator's) state in this database
         key_group = int.from_bytes(rest[:2], "big")
+        if rest[2:].startswith(KEY_SAMPLE_STATE.encode() + b"\x00"):
+            assert key_group in owned, (job.name, raw_key)  # the records it keyed, sampled (weir.core.key_samples)
+            continue
         assert rest[2:].startswith(b"win\x00") and key_group in owned, (job.name, raw_key)
         key, acc = pickle.loads(raw_value)
         start, end = _BOUNDS.unpack(raw_key[-_BOUNDS.size :])

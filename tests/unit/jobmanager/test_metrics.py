@@ -58,6 +58,18 @@ def test_job_status_exports_the_checkpoint_interval_status_and_restarts() -> Non
     assert gauge("weir_job_restarts", job.job_id) == 0
 
 
+def test_the_rescale_counters_exist_at_zero_before_the_first_rescale_and_count_one_after() -> None:
+    """The dashboard's increase() and an alert over them need the series before any rescale ended."""
+    job = master({})
+    metrics.job_status(job)
+    assert gauge("weir_job_parallelism", job.job_id) == 1
+    assert gauge("weir_job_rescales_total", job.job_id, outcome="completed") == 0
+    assert gauge("weir_job_rescales_total", job.job_id, outcome="failed") == 0
+    metrics.rescale_ended(job, "completed")
+    metrics.job_status(job)
+    assert gauge("weir_job_rescales_total", job.job_id, outcome="completed") == 1
+
+
 def test_no_interval_series_when_periodic_checkpoints_are_off() -> None:
     job = master({})
     metrics.job_status(job)
