@@ -145,6 +145,10 @@ class Deadline:
 # Names and markers --------------------------------------------------------------------------------
 
 
+MARKER_CONFIG_PROPAGATION_S = 15.0
+"""How long an altered marker topic's config may take to show in a describe (seconds)."""
+
+
 def transactional_id(task: TaskId) -> str:
     """The Kafka ``transactional.id`` of a sink subtask; the same across restarts of the same job."""
     return f"weir-{task.job_id}-{task.operator_uid}-{task.subtask}"
@@ -749,7 +753,13 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
                 f"{what}; altering it failed ({exc}): set {needed} on it "
                 f"(kafka-configs.sh --alter --entity-type topics --entity-name {topic} --add-config {needed})"
             ) from exc
+        # the broker answers the alter once the controller took it; a describe served from a broker's
+        # metadata cache may show the old value for a moment: poll until it shows, within a deadline
+        deadline = time.monotonic() + MARKER_CONFIG_PROPAGATION_S
         after = wrong()
+        while after and time.monotonic() < deadline:
+            time.sleep(0.2)
+            after = wrong()
         if after:
             raise MarkerTopicError(f"{what}; after altering it still shows {after}: set {needed} on it by hand")
         self.ctx.log.warning(
