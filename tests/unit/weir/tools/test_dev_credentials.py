@@ -145,10 +145,12 @@ def test_a_call_with_the_files_passes_tls_and_the_token(tmp_path: Path, client_c
     server.start()
     try:
         with open_channel(f"127.0.0.2:{port}", security) as channel:
-            assert channel.unary_unary("/weir.wire.JobManagerService/ListJobs")(b"hello", timeout=10) == b"hello"
+            # wait_for_ready: a TLS handshake slower than gRPC's connect attempt on a loaded machine is retried
+            call = channel.unary_unary("/weir.wire.JobManagerService/ListJobs")
+            assert call(b"hello", timeout=60, wait_for_ready=True) == b"hello"
         without_token = TransportSecurity.from_env({k: v for k, v in env.items() if k != "WEIR_AUTH_TOKEN_FILE"})
         with open_channel(f"127.0.0.2:{port}", without_token) as channel, pytest.raises(grpc.RpcError) as refused:
-            channel.unary_unary("/weir.wire.JobManagerService/ListJobs")(b"hello", timeout=10)
+            channel.unary_unary("/weir.wire.JobManagerService/ListJobs")(b"hello", timeout=60, wait_for_ready=True)
         assert refused.value.code() is grpc.StatusCode.UNAUTHENTICATED
         wrong_name = TransportSecurity.from_env({**env, "WEIR_TLS_SERVER_NAME": "someone-else"})
         with open_channel(f"127.0.0.2:{port}", wrong_name) as channel, pytest.raises(grpc.RpcError) as mismatch:
