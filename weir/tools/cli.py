@@ -273,6 +273,18 @@ def _savepoint_root(ctx: typer.Context) -> None:
 # Jobs --------------------------------------------------------------------------------------------
 
 
+ParallelismOption = Annotated[
+    int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
+]
+DetachOption = Annotated[
+    bool, typer.Option("--detach", "--detached", "-d", help="Print the job id and return at once.")
+]
+DefineOption = Annotated[
+    list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
+]
+"""The options every command that submits or plans a job shares (one definition each)."""
+
+
 @app.command()
 def run(
     job_file: Annotated[
@@ -307,15 +319,9 @@ def run(
             help="The job's module (defining build(env)) among --py-files, in place of JOB.py. As Flink's -pym.",
         ),
     ] = None,
-    parallelism: Annotated[
-        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
-    ] = None,
-    detach: Annotated[
-        bool, typer.Option("--detach", "--detached", "-d", help="Print the job id and return at once.")
-    ] = False,
-    define: Annotated[
-        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
-    ] = None,
+    parallelism: ParallelismOption = None,
+    detach: DetachOption = False,
+    define: DefineOption = None,
     from_checkpoint: Annotated[
         str | None,
         typer.Option(
@@ -495,12 +501,8 @@ def package(
 @app.command()
 def info(
     job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="A job file defining build(env).")],
-    parallelism: Annotated[
-        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
-    ] = None,
-    define: Annotated[
-        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
-    ] = None,
+    parallelism: ParallelismOption = None,
+    define: DefineOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Print the job's plan without running it: its operators with their parallelism and how records
@@ -915,9 +917,7 @@ def _checkpoint_detail(job_id: str, checkpoint_id: int, json_output: bool) -> No
 @app.command()
 def verify(
     job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="The job file the sinks were written by.")],
-    define: Annotated[
-        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
-    ] = None,
+    define: DefineOption = None,
     job_id: Annotated[
         str | None,
         typer.Option("--job-id", help="Whose commit proofs and transactions to check (default: the latest)."),
@@ -1030,15 +1030,9 @@ def sql_command(
             "(create/add/merge/result) defined in the file, which is shipped with the job.",
         ),
     ] = None,
-    parallelism: Annotated[
-        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
-    ] = None,
-    detach: Annotated[
-        bool, typer.Option("--detach", "--detached", "-d", help="Print the job id and return at once.")
-    ] = False,
-    define: Annotated[
-        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
-    ] = None,
+    parallelism: ParallelismOption = None,
+    detach: DetachOption = False,
+    define: DefineOption = None,
     from_checkpoint: Annotated[
         str | None,
         typer.Option(
@@ -1119,9 +1113,7 @@ def test_command(
             help="A Kafka source's input: one record value per line, through the source's deserializer (repeatable).",
         ),
     ] = None,
-    define: Annotated[
-        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
-    ] = None,
+    define: DefineOption = None,
     failures: Annotated[
         bool,
         typer.Option(
@@ -1371,12 +1363,8 @@ def upgrade_check(
         str,
         typer.Option("--savepoint", "-s", metavar="PATH", help="The savepoint (or retained checkpoint) to restore."),
     ],
-    define: Annotated[
-        list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
-    ] = None,
-    parallelism: Annotated[
-        int | None, typer.Option("--parallelism", "-p", min=1, help="Default parallelism of the job's operators.")
-    ] = None,
+    define: DefineOption = None,
+    parallelism: ParallelismOption = None,
     allow_non_restored_state: Annotated[
         bool,
         typer.Option(
