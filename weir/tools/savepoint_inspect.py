@@ -42,6 +42,7 @@ from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundErro
 from weir.core.config import Endpoints
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import Fault, SerializationError, WeirError
+from weir.core.key_samples import KEY_SAMPLE_STATE
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import METADATA_FILE, locate_state
 from weir.core.state_layout import KeyedEntry, describe_state_key, load_value
@@ -600,7 +601,9 @@ def dump_operator(
 ) -> Iterator[dict[str, Any]]:
     """The dump lines of operator ``uid``: its keyed entries (only of ``state`` if given, at most
     ``limit``), read subtask by subtask; for an operator with operator state only, one line per
-    subtask with its decoded operator state."""
+    subtask with its decoded operator state. Without ``state``, the runtime's key samples
+    (:data:`KEY_SAMPLE_STATE`, kept for ``weir upgrade check``) are left out: they are Weir's
+    bookkeeping, not the operator's state; ``state=KEY_SAMPLE_STATE`` prints them."""
     sp = load_savepoint(path, endpoints)
     tasks = [t for t in sp.tasks if uid in t.document.layout.operator_uids]
     if not tasks:
@@ -645,7 +648,7 @@ def _dump_keyed(
                         continue
                     for entry in _scan(db, uid, ranges, where, values=True):
                         names.add(entry.state)
-                        if state is not None and entry.state != state:
+                        if entry.state != state and (state is not None or entry.state == KEY_SAMPLE_STATE):
                             continue
                         yield {"subtask": task.document.subtask, **entry_to_json(entry)}
                         written += 1

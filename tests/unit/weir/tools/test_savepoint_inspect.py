@@ -395,6 +395,15 @@ def test_dump_filters_by_state_name_and_prints_other_values_by_repr(weir: Weir, 
     assert sorted((tuple(line["key"]), line["value"]["n"]) for line in last) == [(("a", k), k) for k in range(1, 6)]
 
 
+def test_dump_leaves_the_key_samples_out_unless_asked_for_by_name(weir: Weir, built: Built) -> None:
+    everything = weir("savepoint", "dump", built.path, "--uid", WINDOW).lines()
+    assert everything and {line["state"] for line in everything} == {"win"}
+    first = weir("savepoint", "dump", built.path, "--uid", WINDOW, "--limit", "5").lines()
+    assert first == everything[:5]  # the limit counts the operator's own entries
+    samples = weir("savepoint", "dump", built.path, "--uid", WINDOW, "--state", KEY_SAMPLE_STATE).lines()
+    assert samples and {line["state"] for line in samples} == {KEY_SAMPLE_STATE}
+
+
 def test_dump_stops_at_the_limit(weir: Weir, built: Built) -> None:
     assert len(weir("savepoint", "dump", built.path, "--uid", WINDOW, "--limit", "3").lines()) == 3
     assert weir("savepoint", "dump", built.path, "--uid", WINDOW, "--limit", "0").stdout == ""
