@@ -728,9 +728,9 @@ def _plan_join(
         raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
     right_source = join.this
     right = _plan_from(right_source, catalog, locate)
-    for side in (left, right):
+    for side, at in ((left, left_source), (right, right_source)):
         if changelog_of(side.node) is not None:
-            raise locate.refuse(join, "a JOIN of an updating result (a GROUP BY without a window) is not supported")
+            raise locate.refuse(at, "a JOIN of an updating result (a GROUP BY without a window) is not supported")
     if isinstance(left.node, WindowTvf) or isinstance(right.node, WindowTvf):
         raise locate.refuse(join, "a JOIN of a window TVF is not supported (join its aggregation's result)")
     lq, rq = _qualifier(left_source), _qualifier(right_source)
