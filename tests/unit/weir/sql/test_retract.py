@@ -213,15 +213,15 @@ def test_an_outer_key_left_by_its_last_row_is_deleted(tmp_path: Path, weir_job: 
 # -- the pure parts -----------------------------------------------------------------------------------
 
 OLD, NEW = {"k": 1, "v": 1}, {"k": 1, "v": 2}
-I, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
+INS, UB, UA, D = RowKind.INSERT, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER, RowKind.DELETE
 
 
 @pytest.mark.parametrize(
     ("emitted", "result", "kind", "paired", "changes", "after"),
     [
-        (None, NEW, I, True, [(I, NEW)], NEW),
-        (None, NEW, UA, False, [(I, NEW)], NEW),
-        (OLD, NEW, I, True, [(UB, OLD), (UA, NEW)], NEW),
+        (None, NEW, INS, True, [(INS, NEW)], NEW),
+        (None, NEW, UA, False, [(INS, NEW)], NEW),
+        (OLD, NEW, INS, True, [(UB, OLD), (UA, NEW)], NEW),
         (OLD, OLD, UA, True, [], OLD),
         (OLD, NEW, UB, False, [(UB, OLD), (UA, NEW)], NEW),
         (OLD, None, UB, True, [], OLD),  # its +U follows to this key
