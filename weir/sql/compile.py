@@ -66,6 +66,7 @@ from weir.sql.plan import (
     WindowTvf,
     changelog_of,
 )
+from weir.sql.ranking import RankedRows
 from weir.sql.retract import ChangelogAggregate, RetractingAccumulators
 from weir.sql.retract import average as _average
 from weir.sql.types import Kind, coerce, to_json
@@ -463,13 +464,21 @@ def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> Dat
     upstream = _node(env, node.input, uids, script)
     order = ", ".join(f"{o.value.sql}{' DESC' if o.descending else ''}" for o in node.order)
     partition = ", ".join(p.sql for p in node.partition)
-    uid = uids.next("window-top-n", f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}")
-    if upstream is None:
-        return None
+    over = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}"
     keys = tuple(p.evaluate for p in node.partition)
 
     def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(f(row) for f in keys)
+
+    if node.slide_ms is None:  # without a window: a changelog keyed by the partition and the row number
+        uid = uids.next("top-n", f"{over}, emits [+I, -U, +U]")
+        if upstream is None:
+            return None
+        ranked = RankedRows(Ranking(node.order).key, node.limit, node.rank, uids.ttl)
+        return upstream.key_by(key_of).process(ranked, uid=uid)
+    uid = uids.next("window-top-n", over)
+    if upstream is None:
+        return None
 
     # the input is a window aggregation's result, each row stamped with its window's last millisecond:
     # the rows of one window (the partition holds window_start/window_end) are a tumbling window of the slide

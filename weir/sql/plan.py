@@ -14,7 +14,7 @@ from sqlglot import exp
 
 from weir.sql import functions
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
-from weir.sql.changelog import APPEND, ChangelogMode, aggregation_mode
+from weir.sql.changelog import APPEND, RETRACT, ChangelogMode, aggregation_mode
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
 from weir.sql.script import CreateView, Insert
@@ -162,7 +162,9 @@ class TopN:
     order: tuple[OrderKey, ...]
     limit: int
     rank: str
-    slide_ms: int  # the input's rows of one window are those of a tumbling window of the slide
+    slide_ms: int | None  # the input's rows of one window are those of a tumbling window of the slide
+    # None: a Top-N without a window (weir.sql.ranking) over an append input, its result a changelog
+    # keyed by the partition and the row number
 
 
 Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN
@@ -172,8 +174,10 @@ def changelog_of(node: Node) -> ChangelogMode | None:
     """The changelog a node's output is (its elements ``weir.sql.changelog.Change`` values), or None
     for plain rows: an append result, or a GROUP BY's updated rows written straight to an upsert sink."""
     match node:
-        case Scan() | WindowTvf() | Join() | TopN():
+        case Scan() | WindowTvf() | Join():
             return None
+        case TopN():
+            return None if node.slide_ms is not None else RETRACT
         case Filter() | Project():
             return changelog_of(node.input)
         case Aggregate():
@@ -272,6 +276,8 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
         )
     if updating:
         _check_upsert_sink(sink_table, node, outputs, locate, query)
+    elif isinstance(node.input, TopN) and node.input.slide_ms is None:
+        _check_ranked_sink(sink_table, node.input, outputs, locate, query)
     mode = changelog_of(node)
     connector = sink_table.connector
     if mode is not None and mode.deletes and isinstance(connector, KafkaTable):
@@ -324,6 +330,42 @@ def _check_upsert_sink(
             f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
             f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)})",
         )
+
+
+def _check_ranked_sink(
+    table: Table, top: TopN, outputs: tuple[NamedExpression, ...], locate: Locate, query: exp.Select
+) -> None:
+    """A Top-N without a window updates the row at each row number of each partition: its sink
+    upserts, keyed by exactly the PARTITION BY columns and the row number (the partition alone when
+    N = 1 and the row number is not selected: deduplication)."""
+    upserts = isinstance(table.connector, JdbcTable) or (
+        isinstance(table.connector, KafkaTable) and table.connector.upsert
+    )
+    if not upserts:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: a Top-N without a window gives updating results; the sink must be "
+            "'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
+        )
+    selected = {_bare(o.sql) for o in outputs}
+    partition = {_bare(p.sql) for p in top.partition}
+    if _bare(top.rank) not in selected and top.limit > 1:
+        raise locate.refuse(
+            query, f"a Top-N without a window and N > 1 needs its row number {top.rank} in the SELECT (the sink's key)"
+        )
+    wanted = partition | ({_bare(top.rank)} if _bare(top.rank) in selected else set())
+    sink_names = [c.name for c in table.columns]
+    at_key = {_bare(outputs[sink_names.index(k)].sql) for k in table.primary_key}
+    if at_key != wanted:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
+            f"Top-N's PARTITION BY columns and its row number ({', '.join(sorted(wanted))})",
+        )
+
+
+def _bare(sql: str) -> str:
+    return sql.replace("`", "").lower()
 
 
 @dataclass(frozen=True)
@@ -380,7 +422,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             raise locate.refuse(
                 condition, "WHERE over an updating result (a GROUP BY without a window) is not supported"
             )
-        if group is None and not calls:
+        if group is None and not calls and not isinstance(node, TopN):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
             )
@@ -506,12 +548,14 @@ def _plan_top_n(
     planned = _plan_select(rest, catalog, locate)
     windowed = planned.relation.windowed
     shape = "PARTITION BY window_start, window_end (and keys) over a window aggregation's result"
-    if windowed is None:
-        raise locate.refuse(over, f"ROW_NUMBER() OVER (...) is supported as window Top-N only: {shape}")
+    if windowed is None and (planned.updating or changelog_of(planned.node) is not None):
+        raise locate.refuse(over, "a Top-N of an updating result (a GROUP BY without a window) is not supported")
+    if windowed is None and _reads_tvf_rows(planned.node):
+        raise locate.refuse(over, f"a Top-N directly over a window TVF's rows is not supported: {shape}")
     scope = Scope(planned.relation.scope.columns, frozenset(), {})
     partition_nodes = list(over.args.get("partition_by") or [])
     names = {p.name for p in partition_nodes if isinstance(p, exp.Column) and not p.table}
-    if not {windowed.start, windowed.end} <= names:
+    if windowed is not None and not {windowed.start, windowed.end} <= names:
         raise locate.refuse(over, f"window Top-N: {shape} (both window columns)")
     partition: list[NamedExpression] = []
     for p in partition_nodes:
@@ -546,12 +590,21 @@ def _plan_top_n(
     at = len(ordered) - len(later)
     ordered.insert(at, (rank, BIGINT))
     alias = source.alias or None
-    node = TopN(planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms)
+    node = TopN(
+        planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms if windowed is not None else None
+    )
     out_scope = Scope(dict(ordered), frozenset({alias}) if alias else frozenset(), {})
     remaining: exp.Expr | None = None
     for conjunct in left:
         remaining = conjunct if remaining is None else exp.And(this=remaining, expression=conjunct)
     return Relation(node, out_scope, None, windowed), remaining
+
+
+def _reads_tvf_rows(node: Node) -> bool:
+    """Whether a SELECT's rows are a window TVF's (filtered and projected), not its aggregation's."""
+    while isinstance(node, Filter | Project):
+        node = node.input
+    return isinstance(node, WindowTvf)
 
 
 def _rank_bound(conjunct: exp.Expr, rank: str) -> int | None:
