@@ -306,6 +306,19 @@ SPECS: Final = {
     "q11": QuerySpec(
         (("bidder", "int"), ("bid_count", "int"), ("starttime", "ts"), ("endtime", "ts")), ("bidder", "starttime")
     ),
+    "q18": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("channel", "str"),
+            ("url", "str"),
+            ("dateTime", "ts"),
+            ("extra", "str"),
+        ),
+        ("auction", "bidder"),
+        upsert_key=("bidder", "auction"),
+    ),
 }
 UPDATING: Final = frozenset(q for q, spec in SPECS.items() if spec.upsert_key)
 WEIR_EXTRA_PARAMS: Final = {"q4": {"q4.updates": "true"}}

@@ -325,10 +325,10 @@ def test_a_nexmark_figure_measured_in_fewer_runs_than_were_made_says_in_how_many
 
 
 def test_weirs_sql_mode_runs_every_sql_file() -> None:
-    assert nb.sql_queries() == ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11"]
+    assert nb.sql_queries() == ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q18"]
 
 
-@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11"])
+@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q18"])
 def test_weirs_sql_script_is_the_ddl_and_the_query_text_flink_runs(query: str) -> None:
     """The script Weir runs in ``--sql`` (and tests/integration/sql/test_nexmark_vs_flink.py): the
     DDL of examples/sql/nexmark-ddl.sql over the topic with NexmarkSql.java's options (bounded,
