@@ -249,7 +249,11 @@ def plan_query(query: exp.Query, offset: int, catalog: Catalog, script: str) -> 
         raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
     planned = _plan_select(query, catalog, locate)
     if changelog_of(planned.node) is not None:
-        raise locate.refuse(query, "a query of an aggregation of an updating result is not supported (INSERT it)")
+        raise locate.refuse(
+            query,
+            "a query whose result is a changelog (an aggregation of an updating result, a Top-N without a window) "
+            "is not supported: INSERT it into an upsert sink",
+        )
     return QueryPlan(planned.node, planned.updating)
 
 

@@ -180,3 +180,21 @@ def test_nexmark_q18_final_table_equals_the_plain_python_query(tmp_path: Path, w
     values = sink_values(run, script)
     assert len(values) > sum(expected.values())  # a key's later bid replaces its row
     assert final_table(values, ("bidder", "auction")) == expected
+
+
+@pytest.mark.parametrize(
+    "select",
+    [
+        f"SELECT u, id, r FROM {RANKED} WHERE r <= 2",
+        "SELECT u, COUNT(*) AS c FROM (SELECT u, qty, COUNT(*) AS n FROM orders GROUP BY u, qty) GROUP BY u",
+    ],
+)
+def test_a_python_jobs_query_of_a_changelog_is_refused_with_its_position(select: str) -> None:
+    from weir.sql.plan import Catalog, plan_query
+    from weir.sql.script import Text, parse_expression
+
+    script = plan_script(ORDERS)
+    parsed = parse_expression(Text(select), select, 0)
+    with pytest.raises(SqlError) as raised:
+        plan_query(parsed, 0, Catalog(script.tables, script.views), select)  # type: ignore[arg-type]
+    assert str(raised.value).startswith("SQL 1:8: a query whose result is a changelog"), str(raised.value)
