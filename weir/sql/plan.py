@@ -421,10 +421,10 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     having = select.args.get("having")
     calls = _aggregate_calls(select, having, locate)
     input_mode = changelog_of(node)
-    if input_mode is not None:  # an updating subquery's changelog: only a GROUP BY reads it
+    if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's
         if condition is not None:
             raise locate.refuse(
-                condition, "WHERE over an updating result (a GROUP BY without a window) is not supported"
+                condition, "WHERE over an updating result (a changelog: of a GROUP BY or a Top-N) is not supported"
             )
         if group is None and not calls and not isinstance(node, TopN):
             raise locate.refuse(
