@@ -279,6 +279,10 @@ class QuerySpec:
     columns: tuple[tuple[str, str], ...]
     identity: tuple[str, ...] = ()
     upsert_key: tuple[str, ...] = ()
+    rank_ties: tuple[str, str, str] = ()
+    """A Top-N's ``(partition, order, row number)`` columns: rows of one partition tied on the order
+    column are compared with the lowest row number among them (which of them gets which number is
+    arrival order on Flink, the rows' values on Weir; both are Flink SQL's undefined order)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -305,6 +309,21 @@ SPECS: Final = {
     "q8": QuerySpec((("id", "int"), ("name", "str"), ("stime", "ts")), ("id", "stime")),
     "q11": QuerySpec(
         (("bidder", "int"), ("bid_count", "int"), ("starttime", "ts"), ("endtime", "ts")), ("bidder", "starttime")
+    ),
+    "q19": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("channel", "str"),
+            ("url", "str"),
+            ("dateTime", "ts"),
+            ("extra", "str"),
+            ("rank_number", "int"),
+        ),
+        ("auction", "bidder", "dateTime", "extra"),
+        upsert_key=("auction", "rank_number"),
+        rank_ties=("auction", "price", "rank_number"),
     ),
     "q18": QuerySpec(
         (
@@ -393,7 +412,24 @@ def identity_of(spec: QuerySpec) -> Callable[[tuple[Any, ...]], Any] | None:
 
 def expected_records(query: str, reference_rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
     spec = SPECS[query]
-    return [record_of(spec, row) for row in reference_rows]
+    return untied(spec, [record_of(spec, row) for row in reference_rows])
+
+
+def untied(spec: QuerySpec, records: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``records`` with a Top-N's tied rows numbered alike (``QuerySpec.rank_ties``): each the lowest
+    row number of the rows of its partition and order value."""
+    if not spec.rank_ties:
+        return list(records)
+    partition, order, rank = (spec.names.index(name) for name in spec.rank_ties)
+    lowest: dict[tuple[Any, Any], Any] = {}
+    for r in records:
+        if r and r[0] != NOT_A_RECORD:
+            tie = (r[partition], r[order])
+            lowest[tie] = min(lowest.get(tie, r[rank]), r[rank])
+    return [
+        r[:rank] + (lowest[(r[partition], r[order])],) + r[rank + 1 :] if r and r[0] != NOT_A_RECORD else r
+        for r in records
+    ]
 
 
 def check_output(
@@ -440,7 +476,7 @@ def committed_records(
             continue
         upserts.append(Upsert(tuple(record[i] for i in key_positions), record, partition, offset))
     table = final_table(upserts)
-    return [*table.rows, *broken], table.notes
+    return [*untied(spec, table.rows), *broken], table.notes
 
 
 # Figures and the report (pure) ------------------------------------------------------------------------------
