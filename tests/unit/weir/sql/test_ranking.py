@@ -50,6 +50,7 @@ def test_top_n_without_a_window_keeps_each_partitions_first_rows(
     )
     if failures:
         run.with_failures()
+        run.with_failures(rescale=2)  # each failure's restore also at parallelism 2 (keyed state redistributed)
     per_user: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for r in rows:
         if r["amount"] is not None:
@@ -84,6 +85,7 @@ def test_deduplication_keeps_each_keys_last_row(tmp_path: Path, weir_job: RunJob
     )
     if failures:
         run.with_failures()
+        run.with_failures(rescale=2)  # each failure's restore also at parallelism 2 (keyed state redistributed)
     last: dict[str, dict[str, Any]] = {}
     for r in sorted(rows, key=ms_of):
         last[r["u"]] = {"u": r["u"], "id": r["id"], "qty": r["qty"]}

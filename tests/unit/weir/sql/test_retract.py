@@ -143,6 +143,7 @@ def test_an_aggregation_of_an_updating_aggregation_retracts(tmp_path: Path, weir
     )
     if failures:
         run.with_failures()
+        run.with_failures(rescale=2)  # each failure's restore also at parallelism 2 (keyed state redistributed)
     per_user: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for inner in inner_results(rows, ("u", "qty")):
         per_user[inner["u"]].append(inner)
@@ -189,6 +190,7 @@ def test_an_outer_key_left_by_its_last_row_is_deleted(tmp_path: Path, weir_job: 
     )
     if failures:
         run.with_failures()
+        run.with_failures(rescale=2)  # each failure's restore also at parallelism 2 (keyed state redistributed)
     kept = [r for r in rows if r["amount"] is not None and r["amount"] < 8]
     per_top: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for inner in inner_results(kept, ("u",)):
