@@ -25,8 +25,10 @@ document. A savepoint of either path therefore restores into the other, and at a
 Vectorized, and exact as Python computes them: ``COUNT(*)``, ``COUNT(x)``; ``SUM``, ``AVG`` of BIGINT
 (a group whose sum could leave int64 is summed as decimal128); ``MIN``/``MAX`` of BIGINT and STRING
 (UTF-8 byte order is code point order). A batch whose argument values are of another kind (DOUBLE:
-a float sum depends on the order of its terms), mix kinds, or whose key or argument raises for a
-row, is processed per record, whole, in order. DISTINCT aggregates, Python aggregate functions,
+a float sum depends on the order of its terms), mix kinds, whose key holds a DOUBLE zero (0.0 and
+-0.0 are one dict key but two keys' bytes in the state), or whose key or argument raises for a row,
+is processed per record, whole, in order. Keys are grouped by Python equality, which for the values
+of one SQL type is equality of their bytes but for that zero. DISTINCT aggregates, Python aggregate functions,
 CUMULATE and SESSION windows and HOP windows whose size is not above their slide stay per record
 (:func:`window_columnar` says why, for EXPLAIN).
 """
@@ -251,9 +253,10 @@ class ColumnarWindowOperator(WindowAggregateOperator):
 
     def _grouped(
         self, rows: Sequence[Any], indices: np.ndarray, starts: np.ndarray
-    ) -> tuple[list[Any], list[tuple[int, int, tuple[Any, ...]]], list[Any]]:
-        """The on-time rows ``indices`` grouped by (key, start): the distinct keys, each group's
-        (key index, start, partial accumulators), and the rows to sample keys from. Mutates nothing."""
+    ) -> tuple[list[tuple[Any, tuple[bytes, int, bytes]]], list[tuple[int, int, tuple[Any, ...]]], list[Any]]:
+        """The on-time rows ``indices`` grouped by (key, start): the distinct keys (each with its
+        encoding: bytes, key group, state key prefix), each group's (key index, start, partial
+        accumulators), and the rows to sample keys from. Mutates nothing."""
         picked = [rows[i] for i in indices.tolist()]
         key_of = self._key_selector
         index: dict[Any, int] = {}
@@ -266,6 +269,10 @@ class ColumnarWindowOperator(WindowAggregateOperator):
             }
             for name, evaluate in self._arguments:
                 columns[name] = _argument([evaluate(row) for row in picked], self._kinds[name])
+            if any(_signed_zero(k) for k in index):
+                raise _NotVectorized  # 0.0 == -0.0 in a dict, not in the keys' bytes: per record
+            encode = self._keys.encode
+            encoded = [encode(k) for k in index]
         except _NotVectorized:
             raise
         except Exception:  # a key or an argument that raises: the per-record path's error handling
@@ -285,24 +292,23 @@ class ColumnarWindowOperator(WindowAggregateOperator):
             if partials
             else ((k, s, ()) for k, s in zip(values[_KEY], values[_START], strict=True))
         )
-        return list(index), groups, picked[: self.samples_left] if self.samples_left else []
+        return list(zip(index, encoded, strict=True)), groups, picked[: self.samples_left] if self.samples_left else []
 
-    def _apply(self, keys: list[Any], groups: list[tuple[int, int, tuple[Any, ...]]], samples: list[Any]) -> None:
+    def _apply(
+        self,
+        keys: list[tuple[Any, tuple[bytes, int, bytes]]],
+        groups: list[tuple[int, int, tuple[Any, ...]]],
+        samples: list[Any],
+    ) -> None:
         """Merge each group's partial accumulators into its state entry (a new entry: the partial,
         with the per-record path's timers for a new window or slice)."""
-        encode = self._keys.encode
-        encoded: dict[int, tuple[bytes, int, bytes]] = {}
         store, merge, timers, lateness = self.store, self._fn.merge, self._timers, self._lateness
         size, offset = self._assigner.size_ms, self._assigner.offset_ms
         slide = getattr(self._assigner, "slide_ms", size)
         sliced = self.slice_ms
         width = sliced or size
         for key_id, start, partial in groups:
-            found = encoded.get(key_id)
-            if found is None:
-                found = encoded[key_id] = encode(keys[key_id])
-            _kb, kg, prefix = found
-            key = keys[key_id]
+            key, (_kb, kg, prefix) = keys[key_id]
             sk = prefix + window_key_suffix(start, start + width)
             entry = store.get(WINDOW_STATE, kg, sk)
             if entry is None:
@@ -324,6 +330,12 @@ class ColumnarWindowOperator(WindowAggregateOperator):
                 break
             self.switch_to_key(key_of(row))
             self.sample_key(0, row)
+
+
+def _signed_zero(key: Any) -> bool:
+    """Whether a key is, or holds, a float zero (0.0 and -0.0 are one dict key but two keys' bytes)."""
+    parts = key if isinstance(key, tuple) else (key,)
+    return any(type(x) is float and x == 0.0 for x in parts)
 
 
 def _argument(values: list[Any], kind: str) -> pa.Array:
