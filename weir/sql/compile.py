@@ -91,6 +91,7 @@ class _Uids:
     def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream], state_ttl_ms: int = 0) -> None:
         self.prefix, self.n, self.out, self.sources = prefix, 0, out, sources
         self.ttl = StateTtlConfig(state_ttl_ms) if state_ttl_ms > 0 else None
+        self.columnar = False  # SET 'weir.columnar' = 'true': window aggregates on batches where they can
 
     def next(self, kind: str, detail: str) -> str:
         uid = f"{self.prefix}-{self.n}-{kind}"
@@ -140,10 +141,11 @@ def _columnar(env: Environment | None, plan: InsertPlan, uids: _Uids, script: st
     chain = columnar_chain(node, sink)
     if not isinstance(chain, ColumnarChain):
         first = len(uids.out)
+        uids.columnar = True
         stream = _node(env, node, uids, script)
         for i in range(first, len(uids.out)):
             operator = uids.out[i]
-            if operator.kind != "source":
+            if operator.kind != "source" and "[columnar" not in operator.detail:
                 uids.out[i] = dataclasses.replace(
                     operator, detail=f"{operator.detail} [per record; not columnar: {chain.reason}]"
                 )
@@ -750,7 +752,14 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
                 assigner = EventTimeSessionWindows(window.size_ms)
             case _:
                 assert_never(window.kind)
-        uid = uids.next("window-aggregate", f"{window.kind} {window.size_ms} ms / {window.slide_ms} ms, {detail}")
+        detail = f"{window.kind} {window.size_ms} ms / {window.slide_ms} ms, {detail}"
+        if uids.columnar:
+            from weir.sql.columnar_window import columnar_window_aggregate  # Arrow: only when asked
+
+            return columnar_window_aggregate(
+                upstream, node, key_of, assigner, WindowAggregation(key_names, accumulators), uids.next, detail
+            )
+        uid = uids.next("window-aggregate", detail)
         if upstream is None:
             return None
         return upstream.key_by(key_of).window(assigner).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
