@@ -150,7 +150,10 @@ class PostgresCdcSourceOperator(SourceOperator):
         consistent_point = progress.state.position
         assert consistent_point is not None
         chunk = progress.next_chunk(list(self._tables))
-        if chunk is None:
+        if chunk is not None:
+            self._emit_chunk(chunk.table, chunk.after, consistent_point)
+            chunk = progress.next_chunk(list(self._tables))
+        if chunk is None:  # the last chunk was emitted: stream from the consistent point
             progress.snapshot_emitted()
             self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
             ctx.log.info(
@@ -159,8 +162,11 @@ class PostgresCdcSourceOperator(SourceOperator):
                 lsn=format_lsn(consistent_point),
                 chunks=len(progress.state.chunks),
             )
-            return
-        emit, name = self.output.emit, chunk.table
+
+    def _emit_chunk(self, name: str, after: Key | None, consistent_point: int) -> None:
+        """One chunk's rows as ``read`` events (their LSN: the slot's consistent point, before every
+        change the stream emits)."""
+        emit, spec = self.output.emit, self._spec
         rows = 0
 
         def read(row: dict[str, Any]) -> None:
@@ -168,10 +174,10 @@ class PostgresCdcSourceOperator(SourceOperator):
             emit(ChangeEvent(ChangeOp.READ, name, None, row, consistent_point, None), None)
             rows += 1
 
-        read_chunk = postgres_cdc.read_chunk(self._endpoints, self._tables[name], chunk.after, spec.chunk_size, read)
+        chunk = postgres_cdc.read_chunk(self._endpoints, self._tables[name], after, spec.chunk_size, read)
         self.records_polled += rows
-        progress.chunk_emitted(read_chunk)
-        ctx.log.debug("cdc_chunk_emitted", slot=spec.slot_name, table=name, rows=rows, last=read_chunk.upper is None)
+        self._progress.chunk_emitted(chunk)
+        self.ctx.log.debug("cdc_chunk_emitted", slot=spec.slot_name, table=name, rows=rows, last=chunk.upper is None)
 
     def _emit_transactions(
         self, changes: Sequence[postgres_cdc.DecodedChange], reader: postgres_cdc.ChangeReader

@@ -1,6 +1,7 @@
 """The PostgreSQL CDC source against the real server: the snapshot and the changes after it, a restore
 that decodes again exactly from its checkpoint, the slot advanced only when a checkpoint completes,
-and the two clear errors (a slot that is gone, a table without a replica identity)."""
+the snapshot read in chunks and resumed after the last checkpointed one, the slot dropped or kept at
+the job's end, and the clear errors (a slot that is gone, a table without a replica identity)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,19 @@ from typing import Any
 
 import psycopg
 import pytest
+import structlog
 from psycopg import sql
 
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
 from tests.integration.polling import poll
 from tests.integration.sinks.conftest import operator_context
-from weir.connectors import kafka, postgres
-from weir.core.cdc import CdcSourceError, ChangeEvent, ChangeOp, parse_lsn
+from weir.connectors import kafka, postgres, postgres_cdc
+from weir.core.cdc import CdcSourceError, ChangeEvent, ChangeOp, JobEnd, parse_lsn
 from weir.core.config import Endpoints
 from weir.core.descriptors import PostgresCdcSourceSpec
 from weir.core.errors import JobDefinitionError
-from weir.operators.cdc_source import PostgresCdcSourceOperator
+from weir.operators.cdc_source import PostgresCdcSourceOperator, release_at_job_end
 from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
@@ -56,8 +58,11 @@ class CdcCase:
         with postgres.connect(self.endpoints, autocommit=True) as conn:
             conn.execute(sql.SQL(statement).format(t=sql.Identifier(self.table)), params)
 
-    def source(self, restored: bytes | None = None) -> tuple[PostgresCdcSourceOperator, Collected]:
-        operator = PostgresCdcSourceOperator(PostgresCdcSourceSpec((self.table,), self.slot, self.slot))
+    def source(
+        self, restored: bytes | None = None, chunk_size: int = 8096
+    ) -> tuple[PostgresCdcSourceOperator, Collected]:
+        spec = PostgresCdcSourceSpec((self.table,), self.slot, self.slot, chunk_size=chunk_size)
+        operator = PostgresCdcSourceOperator(spec)
         out = Collected()
         operator.setup(operator_context(f"cdc-{self.slot}", "cdc"), out)
         if restored is not None:
@@ -228,6 +233,158 @@ def test_a_restore_from_an_older_checkpoint_than_the_slot_is_refused(cdc_case: C
     source.close()
     with pytest.raises(CdcSourceError, match="past the restored checkpoint's LSN"):
         cdc_case.source(older)
+
+
+# The chunked snapshot ---------------------------------------------------------------------------------
+
+
+def poll_until_streaming(operator: PostgresCdcSourceOperator) -> None:
+    poll(
+        "the snapshot's last chunk", 60, lambda: True if (operator.poll(100) and operator_streaming(operator)) else None
+    )
+
+
+def operator_streaming(operator: PostgresCdcSourceOperator) -> bool:
+    return operator.snapshot_state(0) is not None and b'"phase":"streaming"' in operator.snapshot_state(0)
+
+
+def test_a_chunked_snapshot_resumes_after_its_checkpointed_chunk_and_each_change_comes_once(
+    cdc_case: CdcCase,
+) -> None:
+    """Chunks of 3 rows by id; a checkpoint after two chunks; then changes to rows of read chunks,
+    of unread chunks and between keys; a crash; the restore reads the remaining chunks (which see
+    the changes to their rows) and streams only the changes no chunk saw."""
+    ids = list(range(1, 41, 2))  # gaps between the keys for inserts
+    for i in ids:
+        cdc_case.execute("INSERT INTO {t} VALUES (%s, %s, %s)", (i, f"n{i}", i))
+    table = f"public.{cdc_case.table}"
+    source, out = cdc_case.source(chunk_size=3)
+    source.poll(100)
+    source.poll(100)
+    assert [e.row["id"] for e in out.events] == ids[:6], "two polls, two chunks of three rows by key"
+    created_at = cdc_case.confirmed_flush()
+    checkpoint = source.snapshot_state(1)
+    source.notify_checkpoint_complete(1)
+    assert cdc_case.confirmed_flush() == created_at, "the slot stays at its consistent point during the snapshot"
+    cdc_case.execute("UPDATE {t} SET name = 'u3' WHERE id = 3")  # a read chunk: streamed
+    cdc_case.execute("DELETE FROM {t} WHERE id = 9")  # a read chunk: streamed
+    cdc_case.execute("UPDATE {t} SET name = 'u25' WHERE id = 25")  # an unread chunk: in its read
+    cdc_case.execute("INSERT INTO {t} VALUES (26, 'n26', 26)")  # between unread keys: in its chunk's read
+    cdc_case.execute("INSERT INTO {t} VALUES (100, 'n100', 100)")  # above every key: in the last chunk's read
+    source.close()  # the crash: what came after checkpoint 1 is dropped by the sinks
+
+    cdc_case.execute("UPDATE {t} SET name = 'u1' WHERE id = 1")  # while down, to a read chunk: streamed
+    restored, again = cdc_case.source(checkpoint, chunk_size=3)
+    poll_until_streaming(restored)
+    with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+        rows = conn.execute(
+            sql.SQL("SELECT id, name, amount FROM {}").format(sql.Identifier(cdc_case.table))
+        ).fetchall()
+    reads = [
+        (ChangeOp.READ, table, None, (("amount", Decimal(a)), ("id", i), ("name", n))) for i, n, a in rows if i > ids[5]
+    ]
+    streamed = [
+        (ChangeOp.UPDATE, table, None, (("amount", Decimal(3)), ("id", 3), ("name", "u3"))),
+        (ChangeOp.DELETE, table, (("id", 9),), None),
+        (ChangeOp.UPDATE, table, None, (("amount", Decimal(1)), ("id", 1), ("name", "u1"))),
+    ]
+    events = drain(restored, again, len(reads) + len(streamed))
+    assert Counter(whole(e) for e in events[: len(reads)]) == Counter(reads), "the chunks after the checkpoint's"
+    assert [whole(e) for e in events[len(reads) :]] == streamed, "only the changes no chunk saw, in commit order"
+    cdc_case.execute("UPDATE {t} SET name = 'u26' WHERE id = 26")  # a later change: everything before it is out
+    assert [whole(e) for e in drain(restored, again, len(events) + 1)[len(events) :]] == [
+        (ChangeOp.UPDATE, table, None, (("amount", Decimal(26)), ("id", 26), ("name", "u26")))
+    ], "and nothing else"
+    restored.close()
+
+
+def test_text_keys_are_chunked_in_code_point_order_and_each_change_placed_in_its_chunk(cdc_case: CdcCase) -> None:
+    """A text key: chunks by ``COLLATE "C"`` order, which is Python's; changes to every key after two
+    chunks were read: the keys of read chunks are streamed, the others are in their chunks' reads."""
+    text_table = f"{cdc_case.table}_text"
+    keys = ["a", "B", "b", "Z", "é", "aa", "ab", "A", "z", "0", "ä", "ba"]
+    with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE TABLE {} (k text PRIMARY KEY, v int)").format(sql.Identifier(text_table)))
+        for k in keys:
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, 0)").format(sql.Identifier(text_table)), (k,))
+    try:
+        spec = PostgresCdcSourceSpec((text_table,), cdc_case.slot, cdc_case.slot, chunk_size=3)
+        source, out = PostgresCdcSourceOperator(spec), Collected()
+        source.setup(operator_context(f"cdc-{cdc_case.slot}", "cdc"), out)
+        source.open()
+        source.poll(100)
+        source.poll(100)
+        read_first = [e.row["k"] for e in out.events]
+        assert read_first == sorted(keys)[:6], "two chunks of three keys, in code point order"
+        with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("UPDATE {} SET v = 1").format(sql.Identifier(text_table)))
+        poll_until_streaming(source)
+        n = len(keys) + 6
+        events = drain(source, out, n)
+        table = f"public.{text_table}"
+        later_reads = [(ChangeOp.READ, table, None, (("k", k), ("v", 1))) for k in sorted(keys)[6:]]
+        updates = [(ChangeOp.UPDATE, table, None, (("k", k), ("v", 1))) for k in read_first]
+        assert Counter(whole(e) for e in events[6:]) == Counter(later_reads + updates)
+        source.close()
+    finally:
+        with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(text_table)))
+
+
+# The slot at the job's end ------------------------------------------------------------------------------
+
+
+def slot_exists(endpoints: Endpoints, slot: str) -> bool:
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM pg_replication_slots WHERE slot_name = %s", (slot,)).fetchone() is not None
+
+
+def publication_exists(endpoints: Endpoints, publication: str) -> bool:
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone() is not None
+
+
+def test_releasing_drops_the_slot_and_only_a_publication_the_source_created(cdc_case: CdcCase) -> None:
+    endpoints = cdc_case.endpoints
+    spec = PostgresCdcSourceSpec((cdc_case.table,), cdc_case.slot, cdc_case.slot)
+    source, _ = cdc_case.source()
+    source.poll(100)
+    source.close()
+    assert slot_exists(endpoints, cdc_case.slot) and publication_exists(endpoints, cdc_case.slot)
+    assert cdc_case.slot in [s.slot for s in postgres_cdc.list_slots(postgres.connect(endpoints, autocommit=True))]
+    release_at_job_end(spec, JobEnd.STOPPED_AT_SAVEPOINT, endpoints, structlog.get_logger())
+    assert slot_exists(endpoints, cdc_case.slot), "kept at a savepoint"
+    release_at_job_end(spec, JobEnd.CANCELED, endpoints, structlog.get_logger())
+    assert not slot_exists(endpoints, cdc_case.slot) and not publication_exists(endpoints, cdc_case.slot)
+    release_at_job_end(spec, JobEnd.FAILED, endpoints, structlog.get_logger())  # again: nothing left, no error
+
+    mine = f"{cdc_case.slot}_mine"
+    cdc_case.execute(f"CREATE PUBLICATION {mine} FOR TABLE {{t}}")
+    try:
+        spec = PostgresCdcSourceSpec((cdc_case.table,), cdc_case.slot, mine)
+        source = PostgresCdcSourceOperator(spec)
+        source.setup(operator_context(f"cdc-{cdc_case.slot}", "cdc"), Collected())
+        source.open()
+        source.poll(100)
+        source.close()
+        release_at_job_end(spec, JobEnd.FINISHED, endpoints, structlog.get_logger())
+        assert not slot_exists(endpoints, cdc_case.slot)
+        assert publication_exists(endpoints, mine), "a publication the user made stays"
+    finally:
+        cdc_case.execute(f"DROP PUBLICATION IF EXISTS {mine}")
+
+
+def test_a_slot_that_cannot_be_dropped_is_one_line_naming_it(cdc_case: CdcCase) -> None:
+    source, _ = cdc_case.source()
+    source.poll(100)
+    source.close()
+    down = cdc_case.endpoints.model_copy(
+        update={"postgres_dsn": cdc_case.endpoints.postgres_dsn.replace(":15432", ":27599")}
+    )
+    spec = PostgresCdcSourceSpec((cdc_case.table,), cdc_case.slot, cdc_case.slot)
+    with pytest.raises(postgres_cdc.SlotDropError, match=f"replication slot '{cdc_case.slot}' could not be dropped"):
+        release_at_job_end(spec, JobEnd.CANCELED, down, structlog.get_logger())
+    assert slot_exists(cdc_case.endpoints, cdc_case.slot), "still there: the end is retried"
 
 
 # A cluster run with a TaskManager killed ------------------------------------------------------------
