@@ -21,7 +21,7 @@ import structlog
 from psycopg import sql
 
 from tests.integration.checkpointing.test_recovery import wait_until
-from tests.integration.conftest import WeirCluster, create_topics
+from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics
 from tests.integration.polling import poll
 from tests.integration.sinks.conftest import operator_context
 from weir.connectors import kafka, postgres, postgres_cdc
@@ -30,6 +30,7 @@ from weir.core.config import Endpoints
 from weir.core.descriptors import PostgresCdcSourceSpec
 from weir.core.errors import JobDefinitionError
 from weir.operators.cdc_source import PostgresCdcSourceOperator, release_at_job_end
+from weir.tools.cli import run_cli
 from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
@@ -387,6 +388,25 @@ def test_a_slot_that_cannot_be_dropped_is_one_line_naming_it(cdc_case: CdcCase) 
     assert slot_exists(cdc_case.endpoints, cdc_case.slot), "still there: the end is retried"
 
 
+def test_weir_cdc_lists_a_leftover_slot_with_its_weir_publication_and_drops_it(
+    cdc_case: CdcCase, capsys: pytest.CaptureFixture[str]
+) -> None:
+    source, _ = cdc_case.source()
+    source.poll(100)
+    source.close()
+    capsys.readouterr()  # the source's logs
+    assert run_cli(["cdc", "slots", "--json"]) == 0
+    listed = {s["slot"]: s for s in json.loads(capsys.readouterr().out)["slots"]}
+    assert listed[cdc_case.slot]["weir_publication"] == cdc_case.slot and not listed[cdc_case.slot]["active"]
+    assert listed[cdc_case.slot]["retained_wal_bytes"] >= 0
+    assert run_cli(["cdc", "drop-slot", cdc_case.slot]) == 0
+    assert f"replication slot {cdc_case.slot} dropped; publication {cdc_case.slot} dropped" in capsys.readouterr().out
+    assert not slot_exists(cdc_case.endpoints, cdc_case.slot)
+    assert not publication_exists(cdc_case.endpoints, cdc_case.slot)
+    assert run_cli(["cdc", "drop-slot", cdc_case.slot]) == 2
+    assert f"weir: error: no logical replication slot '{cdc_case.slot}'" in capsys.readouterr().err
+
+
 # A cluster run with a TaskManager killed ------------------------------------------------------------
 
 
@@ -627,3 +647,185 @@ def test_a_slot_dropped_under_a_running_job_fails_it_with_one_clear_line(
     finally:
         with postgres.connect(endpoints, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(target)))
+
+
+# The slot at a job's end, on the cluster ----------------------------------------------------------------
+
+CDC_JOB = "tests/integration/sources/jobs/cdc_to_postgres.py"
+
+
+@dataclass
+class CdcJobTables:
+    endpoints: Endpoints
+    source: str
+    target: str
+    slot: str
+
+    def rows(self, table: str) -> Counter[tuple[Any, ...]]:
+        with postgres.connect(self.endpoints, autocommit=True) as conn:
+            return Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(table))).fetchall())
+
+    def execute(self, statement: str, params: tuple[Any, ...] = ()) -> None:
+        with postgres.connect(self.endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL(statement).format(t=sql.Identifier(self.source)), params)
+
+
+@pytest.fixture
+def cdc_job_tables(services: Endpoints) -> Iterator[CdcJobTables]:
+    """A source table, its copy and a slot name of their own; whatever is left is dropped after."""
+    suffix = uuid.uuid4().hex[:10]
+    tables = CdcJobTables(services, f"cdc_src_{suffix}", f"cdc_copy_{suffix}", f"weir_cdc_test_{suffix}")
+    with postgres.connect(services, autocommit=True) as conn:
+        for table in (tables.source, tables.target):
+            conn.execute(
+                sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int)").format(sql.Identifier(table))
+            )
+    try:
+        yield tables
+    finally:
+        poll("the slot released", 120, lambda: True if _slot_inactive(services, tables.slot) else None)
+        CdcCase(services, tables.source, tables.slot).drop_slot()
+        with postgres.connect(services, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(tables.slot)))
+            for table in (tables.source, tables.target):
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def test_a_stop_with_savepoint_keeps_the_slot_for_the_resumed_job_and_a_cancel_drops_it(
+    weir_cluster: WeirCluster, cdc_job_tables: CdcJobTables, unique: str
+) -> None:
+    t, endpoints, client = cdc_job_tables, weir_cluster.endpoints, weir_cluster.client
+    topic = f"cdc-end-{unique}"
+    create_topics(endpoints, {topic: 1})
+    t.execute("INSERT INTO {t} SELECT g, 'n' || g, g FROM generate_series(1, 20) g")
+    params = {
+        "source.table": t.source,
+        "source.slot": t.slot,
+        "sink.table": t.target,
+        "sink.topic": topic,
+        "checkpointing.interval": "1s",
+    }
+    first = weir_cluster.submit(CDC_JOB, params, parallelism=1)
+    expected = t.rows(t.source)
+    assert settled("the snapshot in the copy", 180, expected, lambda: t.rows(t.target)) == expected
+    savepoint_id = client.trigger_savepoint(first, None, stop=True)
+    path = client.wait_for_savepoint(first, savepoint_id, timeout_s=120.0).external_path
+    stopped = weir_cluster.wait_for(first, ("FINISHED", "FAILED", "CANCELED"), timeout_s=120)
+    assert stopped.summary.status == "FINISHED", stopped.failure
+    assert slot_exists(endpoints, t.slot) and publication_exists(endpoints, t.slot), "kept for the savepoint"
+
+    t.execute("INSERT INTO {t} SELECT g, 'n' || g, g FROM generate_series(21, 30) g")  # while stopped
+    t.execute("UPDATE {t} SET name = 'u1' WHERE id = 1")
+    t.execute("DELETE FROM {t} WHERE id = 2")
+    second = client.submit_job(REPO_ROOT / CDC_JOB, params, 1, from_checkpoint=path)
+    weir_cluster.submitted.append(second)
+    expected = t.rows(t.source)
+    assert settled("the changes made while stopped in the copy", 180, expected, lambda: t.rows(t.target)) == expected
+    client.cancel_job(second)
+    weir_cluster.wait_for(second, ("CANCELED",), timeout_s=120)
+    assert not slot_exists(endpoints, t.slot), "a cancelled job's slot is dropped"
+    assert not publication_exists(endpoints, t.slot), "and the publication its source created"
+
+
+def logged_events(cluster: WeirCluster, event: str) -> list[dict[str, Any]]:
+    """Every ``event`` the cluster's processes logged (JSON lines)."""
+    found = []
+    for log in cluster.directory.glob("*.log"):
+        for line in log.read_text(errors="replace").splitlines():
+            if event not in line or not line.startswith("{"):
+                continue
+            try:
+                document = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if document.get("event") == event:
+                found.append(document)
+    return found
+
+
+def test_a_taskmanager_killed_mid_snapshot_resumes_at_the_last_checkpointed_chunk(
+    weir_cluster: WeirCluster, cdc_job_tables: CdcJobTables, unique: str
+) -> None:
+    """A table of 200 chunks, written to while its snapshot is read; the source's TaskManager killed
+    once a checkpoint holds some chunks: the restore goes on after them (no row read twice), the
+    copy ends equal to the source, and the changelog replayed gives the source table."""
+    t, endpoints = cdc_job_tables, weir_cluster.endpoints
+    rows, chunk = 50_000, 250
+    topic = f"cdc-chunks-{unique}"
+    create_topics(endpoints, {topic: 3})
+    t.execute("INSERT INTO {t} SELECT g, 'n' || g, g * 10 FROM generate_series(1, %s) g", (rows,))
+    writer = Writer(endpoints, t.source, unique, first_id=rows + 1)
+    params = {
+        "source.table": t.source,
+        "source.slot": t.slot,
+        "source.chunk_size": str(chunk),
+        "sink.table": t.target,
+        "sink.topic": topic,
+        "checkpointing.interval": "1s",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    try:
+        writer.start()
+        job_id = weir_cluster.submit(CDC_JOB, params)
+        status = wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (s.last_completed_checkpoint or 0) >= 2 and sum(t.rows(t.target).values()) > 0,
+            "two completed checkpoints and rows of the snapshot in the copy",
+            240,
+        )
+        copied = sum(t.rows(t.target).values())
+        assert copied < rows, f"the snapshot was done before the kill ({copied} rows copied): it proves nothing"
+        victim = next(str(task.taskmanager_id) for task in status.tasks if task.vertex_uid == "cdc")
+        kill_process(weir_cluster.directory, victim)
+        killed_at = status.last_completed_checkpoint or 0
+        wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (
+                s.summary.status == "RUNNING"
+                and s.last_restore_at is not None
+                and (s.last_completed_checkpoint or 0) >= killed_at + 2
+            ),
+            f"recovery after killing {victim}, the source's TaskManager",
+            300,
+        )
+        after_recovery = len(writer.changes) + 50
+        poll(
+            "fifty changes more after the recovery",
+            120,
+            lambda: True if len(writer.changes) >= after_recovery else None,
+        )
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        expected = t.rows(t.source)
+        assert settled("the copy equal to the source table", 400, expected, lambda: t.rows(t.target)) == expected
+
+        resumed = [e for e in logged_events(weir_cluster, "cdc_snapshot_resumed") if e.get("slot") == t.slot]
+        assert any(e["chunks_read"] > 0 for e in resumed), f"the restore did not resume the snapshot: {resumed}"
+
+        def changelog() -> list[tuple[int, int, bytes]] | None:
+            records = kafka.read_committed_records(endpoints, topic)
+            reads = sum(1 for *_, value, _ts in records if value is not None and b'"op":"read"' in value)
+            return [(p, o, v) for p, o, _k, v, _ts in records if v is not None] if reads >= rows else None
+
+        replayed: dict[int, tuple[Any, ...]] = {}
+        read_ids: Counter[int] = Counter()
+        for _p, _o, value in sorted(poll("the snapshot's reads in the changelog", 240, changelog)):
+            event = json.loads(value)
+            row = event["before"] if event["op"] == "delete" else event["after"]
+            if event["op"] == "read":
+                read_ids[row["id"]] += 1
+            if event["op"] == "delete":
+                replayed.pop(row["id"], None)
+            else:
+                replayed[row["id"]] = (row["id"], row["name"], row["amount"])
+        assert [i for i, n in read_ids.items() if n > 1] == [], "no row read twice: the snapshot resumed"
+        assert Counter(replayed.values()) == expected, "the changelog replayed is the source table"
+        weir_cluster.client.cancel_job(job_id)
+        weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=120)
+        assert not slot_exists(endpoints, t.slot), "a cancelled job's slot is dropped"
+    finally:
+        writer.stop.set()
