@@ -648,6 +648,11 @@ def test_a_slot_dropped_under_a_running_job_fails_it_with_one_clear_line(
         assert failure is not None, reported
         assert f"postgres cdc source: replication slot '{cdc_case.slot}' is gone" in failure.message
         assert "\n" not in failure.message
+        poll(
+            "the publication the source created dropped at the failed job's end",
+            120,
+            lambda: True if not publication_exists(endpoints, cdc_case.slot) else None,
+        )
     finally:
         with postgres.connect(endpoints, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(target)))
