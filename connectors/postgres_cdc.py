@@ -271,53 +271,62 @@ def _key_order(table: CapturedTable) -> list[sql.Composable]:
     ]
 
 
-def read_chunk(
-    endpoints: Endpoints,
-    table: CapturedTable,
-    after: Key | None,
-    chunk_size: int,
-    emit: Callable[[dict[str, Any]], None],
-) -> ChunkRead:
-    """Read one chunk of ``table``: the ``chunk_size`` rows with the lowest keys above ``after``
-    (a table not chunked: all its rows), each handed to ``emit``, in one ``REPEATABLE READ``
-    transaction; answers what the chunk read (its key range, its snapshot, the WAL position after
-    it). A chunk with fewer rows than ``chunk_size`` is the table's last (no upper bound)."""
-    columns = sql.SQL(", ").join(sql.Identifier(c) for c in table.columns)
-    relation = sql.Identifier(table.schema, table.name)
-    query: sql.Composable
-    params: list[Any] = []
-    limit: int | None = None
-    if table.chunked:
-        order = sql.SQL(", ").join(_key_order(table))
-        where: sql.Composable = sql.SQL("")
-        if after is not None:
-            where = sql.SQL(" WHERE ({}) > ({})").format(order, sql.SQL(", ").join(sql.Placeholder() * len(after)))
-            params = list(after)
-        limit = chunk_size
-        query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
-            columns, relation, where, order, sql.Literal(limit)
-        )
-    else:
-        query = sql.SQL("SELECT {} FROM {}").format(columns, relation)
-    with connect(endpoints, retry_for_s=10.0) as conn:
-        conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
-        assert snapshot_row is not None
-        count = 0
-        last: dict[str, Any] | None = None
-        with conn.cursor(name=f"weir_cdc_{uuid.uuid4().hex[:12]}", row_factory=dict_row) as cursor:
-            cursor.itersize = 2000
-            for row in cursor.execute(query, params):
-                emit(row)
-                count += 1
-                last = row
-        wal_row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
-        assert wal_row is not None
-        conn.rollback()
-    upper: Key | None = None
-    if limit is not None and count == limit and last is not None:
-        upper = tuple(last[c] for c in table.key_columns)
-    return ChunkRead(table.qualified_name, upper, XidSnapshot.parse(snapshot_row[0]), parse_lsn(wal_row[0]))
+class ChunkReader:
+    """Reads the snapshot's chunks over one session (not in autocommit: the rows come through a
+    server-side cursor), each chunk in its own transaction."""
+
+    def __init__(self, endpoints: Endpoints) -> None:
+        self._conn = connect(endpoints, retry_for_s=10.0)
+
+    def read(
+        self, table: CapturedTable, after: Key | None, chunk_size: int, emit: Callable[[dict[str, Any]], None]
+    ) -> ChunkRead:
+        """One chunk of ``table``: the ``chunk_size`` rows with the lowest keys above ``after`` (a
+        table not chunked: all its rows), each handed to ``emit``, in one ``REPEATABLE READ``
+        transaction; answers what the chunk read (its key range, its snapshot, the WAL position
+        after it). A chunk with fewer rows than ``chunk_size`` is the table's last (no upper bound)."""
+        conn = self._conn
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in table.columns)
+        relation = sql.Identifier(table.schema, table.name)
+        query: sql.Composable
+        params: list[Any] = []
+        limit: int | None = None
+        if table.chunked:
+            order = sql.SQL(", ").join(_key_order(table))
+            where: sql.Composable = sql.SQL("")
+            if after is not None:
+                placeholders = sql.SQL(", ").join(sql.Placeholder() * len(after))
+                where = sql.SQL(" WHERE ({}) > ({})").format(order, placeholders)
+                params = list(after)
+            limit = chunk_size
+            query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
+                columns, relation, where, order, sql.Literal(limit)
+            )
+        else:
+            query = sql.SQL("SELECT {} FROM {}").format(columns, relation)
+        try:
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            assert snapshot_row is not None
+            count = 0
+            last: dict[str, Any] | None = None
+            with conn.cursor(name=f"weir_cdc_{uuid.uuid4().hex[:12]}", row_factory=dict_row) as cursor:
+                cursor.itersize = 2000
+                for row in cursor.execute(query, params):
+                    emit(row)
+                    count += 1
+                    last = row
+            wal_row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            assert wal_row is not None
+        finally:
+            conn.rollback()
+        upper: Key | None = None
+        if limit is not None and count == limit and last is not None:
+            upper = tuple(last[c] for c in table.key_columns)
+        return ChunkRead(table.qualified_name, upper, XidSnapshot.parse(snapshot_row[0]), parse_lsn(wal_row[0]))
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 @dataclass(frozen=True)
@@ -394,6 +403,7 @@ __all__ = [
     "PUBLICATION_COMMENT_PREFIX",
     "CapturedTable",
     "ChangeReader",
+    "ChunkReader",
     "DecodedChange",
     "LeftoverSlot",
     "SlotDropError",
@@ -404,7 +414,6 @@ __all__ = [
     "ensure_publication",
     "list_slots",
     "publication_created_for",
-    "read_chunk",
     "release_slot",
     "slot_found",
 ]

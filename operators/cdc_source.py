@@ -102,7 +102,7 @@ class PostgresCdcSourceOperator(SourceOperator):
         )
         self._reader: postgres_cdc.ChangeReader | None = None
         self._relations: dict[int, Relation] = {}
-        self._xid: int | None = None
+        self._chunk_reader: postgres_cdc.ChunkReader | None = None  # while the snapshot is read
         match self._decision:
             case TakeSnapshot():
                 pass  # the first poll creates the slot
@@ -154,6 +154,7 @@ class PostgresCdcSourceOperator(SourceOperator):
             self._emit_chunk(chunk.table, chunk.after, consistent_point)
             chunk = progress.next_chunk(list(self._tables))
         if chunk is None:  # the last chunk was emitted: stream from the consistent point
+            self._close_chunk_reader()
             progress.snapshot_emitted()
             self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
             ctx.log.info(
@@ -174,7 +175,9 @@ class PostgresCdcSourceOperator(SourceOperator):
             emit(ChangeEvent(ChangeOp.READ, name, None, row, consistent_point, None), None)
             rows += 1
 
-        chunk = postgres_cdc.read_chunk(self._endpoints, self._tables[name], after, spec.chunk_size, read)
+        if self._chunk_reader is None:
+            self._chunk_reader = postgres_cdc.ChunkReader(self._endpoints)
+        chunk = self._chunk_reader.read(self._tables[name], after, spec.chunk_size, read)
         self.records_polled += rows
         self._progress.chunk_emitted(chunk)
         self.ctx.log.debug("cdc_chunk_emitted", slot=spec.slot_name, table=name, rows=rows, last=chunk.upper is None)
@@ -190,7 +193,6 @@ class PostgresCdcSourceOperator(SourceOperator):
             match message:
                 case Begin():
                     pending, xid = [], message.xid
-                    self._xid = xid
                     commit_ms = POSTGRES_EPOCH_MS + message.commit_ts_us // 1000
                 case Commit():
                     if self._progress.transaction(message.end_lsn) is TransactionVerdict.EMIT:
@@ -277,7 +279,13 @@ class PostgresCdcSourceOperator(SourceOperator):
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         self._progress.checkpoint_aborted(checkpoint_id)
 
+    def _close_chunk_reader(self) -> None:
+        chunk_reader, self._chunk_reader = getattr(self, "_chunk_reader", None), None
+        if chunk_reader is not None:
+            chunk_reader.close()
+
     def close(self) -> None:
+        self._close_chunk_reader()
         reader, self._reader = getattr(self, "_reader", None), None
         if reader is not None:
             reader.close()
