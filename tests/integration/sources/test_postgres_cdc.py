@@ -19,6 +19,7 @@ import psycopg
 import pytest
 import structlog
 from psycopg import sql
+from psycopg.conninfo import make_conninfo
 
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics
@@ -377,6 +378,34 @@ def test_releasing_drops_the_slot_and_only_a_publication_the_source_created(cdc_
         assert publication_exists(endpoints, mine), "a publication the user made stays"
     finally:
         cdc_case.execute(f"DROP PUBLICATION IF EXISTS {mine}")
+
+
+def test_a_slot_still_read_by_a_session_is_not_dropped_until_it_is_free(cdc_case: CdcCase) -> None:
+    """A session of the ended job still streams from the slot: the drop fails with a line naming
+    the slot (the JobManager retries it); once the session is gone, it succeeds."""
+    source, _ = cdc_case.source()
+    source.poll(100)
+    source.close()
+    spec = PostgresCdcSourceSpec((cdc_case.table,), cdc_case.slot, cdc_case.slot)
+    reader = psycopg.connect(make_conninfo(cdc_case.endpoints.postgres_dsn, replication="database"), autocommit=True)
+    try:
+        start = sql.SQL("START_REPLICATION SLOT {} LOGICAL 0/0 (proto_version '1', publication_names {})").format(
+            sql.Identifier(cdc_case.slot), sql.Literal(cdc_case.slot)
+        )
+        reader.pgconn.send_query(start.as_bytes(reader))
+        poll(
+            "the slot read by the session",
+            30,
+            lambda: True if not _slot_inactive(cdc_case.endpoints, cdc_case.slot) else None,
+        )
+        with pytest.raises(postgres_cdc.SlotDropError, match=f"replication slot '{cdc_case.slot}' is still in use"):
+            release_at_job_end(spec, JobEnd.CANCELED, cdc_case.endpoints, structlog.get_logger())
+        assert slot_exists(cdc_case.endpoints, cdc_case.slot)
+    finally:
+        reader.close()
+    poll("the slot free", 30, lambda: True if _slot_inactive(cdc_case.endpoints, cdc_case.slot) else None)
+    release_at_job_end(spec, JobEnd.CANCELED, cdc_case.endpoints, structlog.get_logger())
+    assert not slot_exists(cdc_case.endpoints, cdc_case.slot)
 
 
 def test_a_slot_that_cannot_be_dropped_is_one_line_naming_it(cdc_case: CdcCase) -> None:
