@@ -337,6 +337,55 @@ def test_text_keys_are_chunked_in_code_point_order_and_each_change_placed_in_its
             conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(text_table)))
 
 
+def test_a_composite_key_is_chunked_and_a_table_without_a_key_is_read_in_one_chunk(cdc_case: CdcCase) -> None:
+    """Two tables in one source: one keyed by (int, text), read in chunks of two in row order; one
+    without a primary key (REPLICA IDENTITY FULL), read in one chunk. Changes after the first chunk:
+    those of its rows are streamed, the rest are in the later chunks' reads."""
+    composite, keyless = f"{cdc_case.table}_comp", f"{cdc_case.table}_nokey"
+    with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+        conn.execute(
+            sql.SQL("CREATE TABLE {} (a int, b text, v int, PRIMARY KEY (a, b))").format(sql.Identifier(composite))
+        )
+        conn.execute(sql.SQL("CREATE TABLE {} (x int, y text)").format(sql.Identifier(keyless)))
+        conn.execute(sql.SQL("ALTER TABLE {} REPLICA IDENTITY FULL").format(sql.Identifier(keyless)))
+        conn.execute(
+            sql.SQL("INSERT INTO {} VALUES (1, 'b', 0), (1, 'a', 0), (2, 'A', 0), (2, 'z', 0), (3, 'x', 0)").format(
+                sql.Identifier(composite)
+            )
+        )
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (1, 'p'), (2, 'q'), (2, 'q')").format(sql.Identifier(keyless)))
+    try:
+        spec = PostgresCdcSourceSpec((composite, keyless), cdc_case.slot, cdc_case.slot, chunk_size=2)
+        source, out = PostgresCdcSourceOperator(spec), Collected()
+        source.setup(operator_context(f"cdc-{cdc_case.slot}", "cdc"), out)
+        source.open()
+        source.poll(100)
+        assert [(e.row["a"], e.row["b"]) for e in out.events] == [(1, "a"), (1, "b")], "the first chunk, in key order"
+        with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("UPDATE {} SET v = 1").format(sql.Identifier(composite)))
+            conn.execute(sql.SQL("UPDATE {} SET y = y || '2'").format(sql.Identifier(keyless)))
+            conn.execute(sql.SQL("INSERT INTO {} VALUES (3, 'r')").format(sql.Identifier(keyless)))
+        poll_until_streaming(source)
+        c, k = f"public.{composite}", f"public.{keyless}"
+        expected = [
+            *[(ChangeOp.READ, c, None, (("a", a), ("b", b), ("v", 1))) for a, b in [(2, "A"), (2, "z"), (3, "x")]],
+            *[(ChangeOp.READ, k, None, (("x", x), ("y", y))) for x, y in [(1, "p2"), (2, "q2"), (2, "q2"), (3, "r")]],
+            *[(ChangeOp.UPDATE, c, None, (("a", 1), ("b", b), ("v", 1))) for b in ["a", "b"]],
+        ]
+        events = drain(source, out, 2 + len(expected))
+        assert Counter(whole(e) for e in events[2:]) == Counter(expected)
+        with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+            conn.execute(sql.SQL("DELETE FROM {} WHERE x = 1").format(sql.Identifier(keyless)))
+        assert [whole(e) for e in drain(source, out, len(events) + 1)[len(events) :]] == [
+            (ChangeOp.DELETE, k, (("x", 1), ("y", "p2")), None)
+        ], "a later change of the one-chunk table is streamed"
+        source.close()
+    finally:
+        with postgres.connect(cdc_case.endpoints, autocommit=True) as conn:
+            for table in (composite, keyless):
+                conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
 # The slot at the job's end ------------------------------------------------------------------------------
 
 
