@@ -22,7 +22,7 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import Fault
 from weir.core.failures import Failure
 from weir.core.ids import TaskId
-from weir.core.states import TaskState
+from weir.core.states import JobStatus, TaskState
 from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.ending import ResolutionReport
@@ -174,8 +174,13 @@ class FakeResolver:
     error: Exception | None = None
     as_of: list[int | None] = field(default_factory=list)  # the checkpoint of every resolution tried
 
-    def __call__(self, job: JobMaster, attempt: int, latest: CompletedCheckpoint | None) -> ResolutionReport:
+    outcomes: list[JobStatus] = field(default_factory=list)  # how the job ended, each resolution tried
+
+    def __call__(
+        self, job: JobMaster, attempt: int, latest: CompletedCheckpoint | None, outcome: JobStatus
+    ) -> ResolutionReport:
         self.as_of.append(latest.checkpoint_id if latest is not None else None)
+        self.outcomes.append(outcome)
         if self.error is not None:
             raise self.error
         self.resolved.append((job.job_id, attempt))
