@@ -27,8 +27,8 @@ from weir.core.roles import AccessTable, rest_route_role
 from weir.core.transport_security import AuthDecision, authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
-from weir.jobmanager.messages import JobPlanView, VertexView
-from weir.jobmanager.rest import config, errors, flink, jars, vertices, views
+from weir.jobmanager.messages import JobPlanView, JobStatusView, VertexView
+from weir.jobmanager.rest import config, errors, flink, jars, metrics, vertices, views
 from weir.jobmanager.rest.ids import flink_job_id, weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
@@ -138,6 +138,75 @@ def create_app(
         """Flink's ``ClusterConfigurationInfo``: the JobManager's ``WEIR_*`` settings, secrets hidden."""
         return config.jobmanager_settings(None, settings_overrides)
 
+    # Metrics (Flink's metrics handlers; weir.jobmanager.rest.metrics). The aggregating routes come
+    # before the routes whose path parameter would take "metrics" for an id.
+    @api.get("/jobmanager/metrics", response_model_exclude_none=True)
+    def jobmanager_metrics(get: metrics.GetQuery = None) -> metrics.MetricList:
+        """The JobManager's metrics (Flink's cluster gauges, its process's series)."""
+        return metrics.metric_list(
+            metrics.jobmanager_metrics(manager.cluster_status(), manager.list_jobs()), metrics.names(get)
+        )
+
+    @api.get("/taskmanagers/metrics", response_model_exclude_none=True, responses=BAD_REQUEST)
+    def taskmanagers_metrics(
+        get: metrics.GetQuery = None,
+        agg: metrics.AggQuery = None,
+        taskmanagers: Annotated[str | None, Query(description="Comma-separated TaskManager ids (all)")] = None,
+    ) -> metrics.AggregatedMetricList:
+        """The TaskManagers' metrics aggregated over them (``taskmanagers=`` chooses; all by default)."""
+        chosen = metrics.selection(taskmanagers)
+        statuses = running_statuses()
+        scopes = [
+            metrics.taskmanager_metrics(tm, statuses)
+            for tm in manager.cluster_status().taskmanagers
+            if chosen is None or tm.taskmanager_id in chosen
+        ]
+        return metrics.aggregated_list(scopes, metrics.names(get), metrics.aggregations(agg))
+
+    @api.get("/jobs/metrics", response_model_exclude_none=True, responses=BAD_REQUEST)
+    def jobs_metrics(
+        get: metrics.GetQuery = None,
+        agg: metrics.AggQuery = None,
+        jobs: Annotated[str | None, Query(description="Comma-separated job ids, either form (all)")] = None,
+    ) -> metrics.AggregatedMetricList:
+        """The jobs' metrics aggregated over them (``jobs=`` chooses; all by default)."""
+        chosen = metrics.selection(jobs)
+        wanted = None if chosen is None else {weir_job_id(j) for j in chosen}
+        scopes = []
+        for summary in manager.list_jobs():
+            if wanted is not None and summary.job_id not in wanted:
+                continue
+            try:
+                scopes.append(
+                    metrics.job_metrics(manager.job_status(summary.job_id), manager.list_checkpoints(summary.job_id))
+                )
+            except UnknownJobError:
+                continue  # removed between the two reads
+        return metrics.aggregated_list(scopes, metrics.names(get), metrics.aggregations(agg))
+
+    def running_statuses() -> list[JobStatusView]:
+        statuses = []
+        for summary in manager.list_jobs():
+            if summary.status.terminal:
+                continue
+            try:
+                statuses.append(manager.job_status(summary.job_id))
+            except UnknownJobError:
+                continue
+        return statuses
+
+    @api.get(
+        "/taskmanagers/{taskmanager_id}/metrics",
+        response_model_exclude_none=True,
+        responses={404: {**_ERROR, "description": "Unknown TaskManager"}},
+    )
+    def taskmanager_metrics(taskmanager_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """One TaskManager's metrics, as far as the JobManager knows them."""
+        found = next((tm for tm in manager.cluster_status().taskmanagers if tm.taskmanager_id == taskmanager_id), None)
+        if found is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return metrics.metric_list(metrics.taskmanager_metrics(found, running_statuses()), metrics.names(get))
+
     @api.get("/taskmanagers")
     def taskmanagers() -> views.TaskManagers:
         return views.taskmanagers(manager.cluster_status())
@@ -241,6 +310,56 @@ def create_app(
         if vertex is None:
             raise UnknownVertexError(job_id, vertex_id)
         return plan, vertex
+
+    @api.get("/jobs/{job_id}/metrics", response_model_exclude_none=True, responses=NOT_FOUND)
+    def job_metrics(job_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """The job's metrics: uptime, restarts, checkpoint statistics (Flink's job scope)."""
+        job_id = weir_job_id(job_id)
+        return metrics.metric_list(
+            metrics.job_metrics(manager.job_status(job_id), manager.list_checkpoints(job_id)), metrics.names(get)
+        )
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/metrics", response_model_exclude_none=True, responses=UNKNOWN_VERTEX)
+    def vertex_metrics(job_id: str, vertex_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """The vertex's subtasks' metrics, each id prefixed with the subtask's index (``0.numRecordsIn``)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return metrics.metric_list(metrics.vertex_metrics(manager.job_status(job_id), found.uid), metrics.names(get))
+
+    @api.get(
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics",
+        response_model_exclude_none=True,
+        responses={**UNKNOWN_VERTEX, **BAD_REQUEST},
+    )
+    def subtasks_metrics(
+        job_id: str,
+        vertex_id: str,
+        get: metrics.GetQuery = None,
+        agg: metrics.AggQuery = None,
+        subtasks: Annotated[str | None, Query(description="Subtask indexes and ranges, e.g. 0,2-4 (all)")] = None,
+    ) -> metrics.AggregatedMetricList:
+        """The vertex's subtasks' metrics aggregated over them (``subtasks=`` chooses; all by default)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        chosen = metrics.subtask_selection(subtasks)
+        scopes = metrics.subtask_metrics(manager.job_status(job_id), found.uid, chosen)
+        return metrics.aggregated_list(scopes, metrics.names(get), metrics.aggregations(agg))
+
+    @api.get(
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics",
+        response_model_exclude_none=True,
+        responses={**UNKNOWN_VERTEX, **BAD_REQUEST},
+    )
+    def subtask_metrics(job_id: str, vertex_id: str, index: int, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """One subtask's metrics (Flink's task scope)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        task = next(
+            (t for t in manager.job_status(job_id).tasks if t.vertex_uid == found.uid and t.subtask == index), None
+        )
+        if task is None:
+            raise HTTPException(404, f"vertex {vertex_id!r} of job {job_id} has no subtask {index}")
+        return metrics.metric_list(metrics.task_metrics(task), metrics.names(get))
 
     @api.get("/jobs/{job_id}/vertices/{vertex_id}", responses=UNKNOWN_VERTEX)
     def vertex(job_id: str, vertex_id: str) -> vertices.VertexDetails:

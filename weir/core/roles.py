@@ -111,6 +111,14 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("DELETE", "/jars/{jar_id}"): Role.SUBMIT,
     ("POST", "/savepoint-disposal"): Role.OPERATE,  # deletes a savepoint folder
     ("GET", "/savepoint-disposal/{trigger_id}"): Role.READ,
+    ("GET", "/jobmanager/metrics"): Role.READ,
+    ("GET", "/taskmanagers/metrics"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/metrics"): Role.READ,
+    ("GET", "/jobs/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics"): Role.READ,
 }
 """Every API route of the REST API, by method and path template (without the ``/v1`` prefix Flink's
 clients use; a unit test holds the table to the app's routes)."""
