@@ -24,11 +24,12 @@ from starlette.exceptions import HTTPException
 from weir import __version__
 from weir.core.errors import AuthenticationError, PermissionDeniedError, UnknownJobError
 from weir.core.roles import AccessTable, rest_route_role
+from weir.core.thread_dump import thread_dump
 from weir.core.transport_security import AuthDecision, authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, JobStatusView, VertexView
-from weir.jobmanager.rest import config, errors, flink, jars, metrics, vertices, views
+from weir.jobmanager.rest import config, diagnostics, errors, flink, jars, metrics, vertices, views
 from weir.jobmanager.rest.ids import flink_job_id, weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
@@ -54,11 +55,13 @@ def create_app(
     token: str | None = None,
     settings_overrides: Mapping[str, str] | None = None,
     known_leader: Callable[[], views.KnownLeader | None] | None = None,
+    log_files: Callable[[], diagnostics.LogFiles] = diagnostics.process_log_files,
 ) -> FastAPI:
     """``access``: the tokens the API accepts and their roles (None: open); ``token``: one token with
     every role, instead; ``settings_overrides``: the ``WEIR_*`` settings the JobManager's command line
     set (``GET /jobmanager/config`` shows them over the environment's); ``known_leader``: under high
-    availability, the leader this JobManager last read in the lease (a standby's ``/healthz`` names it)."""
+    availability, the leader this JobManager last read in the lease (a standby's ``/healthz`` names it);
+    ``log_files``: where the JobManager's standard error and output are written (``/jobmanager/log``)."""
     if access is None and token is not None:
         access = AccessTable.single(token)
     app = FastAPI(
@@ -207,6 +210,56 @@ def create_app(
             raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
         return metrics.metric_list(metrics.taskmanager_metrics(found, running_statuses()), metrics.names(get))
 
+    # Logs and thread dumps (Flink's; weir.jobmanager.rest.diagnostics)
+    no_file: Final[dict[int | str, dict[str, Any]]] = {404: {**_ERROR, "description": "No such log file"}}
+    plain_text: Final[dict[int | str, dict[str, Any]]] = {200: {"content": {"text/plain": {}}}}
+
+    @api.get("/jobmanager/logs")
+    def jobmanager_logs() -> diagnostics.LogListInfo:
+        """The JobManager's log files (Flink's ``LogListInfo``): the file its standard error and output
+        go to when that is a file (``weir cluster up``'s ``jobmanager.log``); none otherwise."""
+        return diagnostics.log_list(log_files())
+
+    def serve_log(path: Path | None, what: str) -> FileResponse:
+        if path is None or not path.is_file():
+            raise HTTPException(404, f"the JobManager has no {what}: it logs to a terminal or a pipe, not a file")
+        return FileResponse(path, media_type="text/plain")
+
+    @api.get("/jobmanager/log", response_class=FileResponse, responses={**no_file, **plain_text})
+    def jobmanager_log() -> FileResponse:
+        """The JobManager's log (the file its standard error goes to), as text."""
+        return serve_log(log_files().log, "log file")
+
+    @api.get("/jobmanager/stdout", response_class=FileResponse, responses={**no_file, **plain_text})
+    def jobmanager_stdout() -> FileResponse:
+        """The file the JobManager's standard output goes to, as text."""
+        return serve_log(log_files().stdout, "standard output file")
+
+    @api.get("/jobmanager/logs/{filename}", response_class=FileResponse, responses={**no_file, **plain_text})
+    def jobmanager_log_file(filename: str) -> FileResponse:
+        """One file ``/jobmanager/logs`` lists (no other), as text."""
+        return serve_log(log_files().named(filename), f"log file {filename!r} (GET /jobmanager/logs lists them)")
+
+    @api.get("/jobmanager/thread-dump")
+    def jobmanager_thread_dump() -> diagnostics.ThreadDumpInfo:
+        """Every thread of the JobManager's process with its Python stack (Flink's ``ThreadDumpInfo``)."""
+        return diagnostics.thread_dump_info(thread_dump())
+
+    @api.get(
+        "/taskmanagers/{taskmanager_id}/thread-dump",
+        responses={
+            404: {**_ERROR, "description": "Unknown TaskManager"},
+            503: {**_ERROR, "description": "The TaskManager did not answer"},
+        },
+    )
+    def taskmanager_thread_dump(taskmanager_id: str) -> diagnostics.ThreadDumpInfo:
+        """Every thread of the TaskManager's process and of its slot workers, asked over its gRPC
+        service (Flink's ``ThreadDumpInfo``)."""
+        threads = manager.taskmanager_thread_dump(taskmanager_id)
+        if threads is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return diagnostics.thread_dump_info(threads)
+
     @api.get("/taskmanagers")
     def taskmanagers() -> views.TaskManagers:
         return views.taskmanagers(manager.cluster_status())
@@ -310,6 +363,21 @@ def create_app(
         if vertex is None:
             raise UnknownVertexError(job_id, vertex_id)
         return plan, vertex
+
+    @api.get("/jobs/{job_id}/accumulators", responses=NOT_FOUND)
+    def job_accumulators(
+        job_id: str,
+        include_serialized_value: Annotated[bool | None, Query(alias="includeSerializedValue")] = None,
+    ) -> diagnostics.JobAccumulatorsInfo:
+        """Flink's ``JobAccumulatorsInfo``: Weir has no user accumulators, so its lists are empty."""
+        manager.job_status(weir_job_id(job_id))  # 404 for an unknown job
+        return diagnostics.job_accumulators()
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/accumulators", responses=UNKNOWN_VERTEX)
+    def vertex_accumulators(job_id: str, vertex_id: str) -> diagnostics.JobVertexAccumulatorsInfo:
+        """Flink's ``JobVertexAccumulatorsInfo``: empty, as Weir has no user accumulators."""
+        _plan, found = vertex_of(weir_job_id(job_id), vertex_id)
+        return diagnostics.vertex_accumulators(vertex_id)
 
     @api.get("/jobs/{job_id}/metrics", response_model_exclude_none=True, responses=NOT_FOUND)
     def job_metrics(job_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:

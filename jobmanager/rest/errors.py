@@ -32,6 +32,7 @@ from weir.jobmanager.errors import (
     RescaleRejectedError,
     SavepointDisposalError,
     SavepointRejectedError,
+    TaskManagerCallError,
     UnknownJarError,
     UnknownRescaleError,
     UnknownVertexError,
@@ -57,6 +58,7 @@ _STATUS_OF: Final[dict[type[WeirError], int]] = {
     JobManagerNotReadyError: 503,
     NotEnoughSlotsError: 503,
     ServiceUnavailableError: 503,
+    TaskManagerCallError: 503,  # a TaskManager asked for its thread dump did not answer
 }
 
 

@@ -71,6 +71,7 @@ GRPC_METHOD_ROLES: Final[Mapping[str, Role]] = {
     _TM + "CancelJobTasks": Role.INTERNAL,
     _TM + "TriggerCheckpoint": Role.INTERNAL,
     _TM + "NotifyCheckpointComplete": Role.INTERNAL,
+    _TM + "ThreadDump": Role.INTERNAL,
     _TM + "NotifyCheckpointAborted": Role.INTERNAL,
     _TM + "OpenChannel": Role.INTERNAL,  # the data plane
 }
@@ -119,6 +120,14 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/metrics"): Role.READ,
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics"): Role.READ,
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/accumulators"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/accumulators"): Role.READ,
+    ("GET", "/jobmanager/logs"): Role.READ,
+    ("GET", "/jobmanager/logs/{filename}"): Role.READ,
+    ("GET", "/jobmanager/log"): Role.READ,
+    ("GET", "/jobmanager/stdout"): Role.READ,
+    ("GET", "/jobmanager/thread-dump"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/thread-dump"): Role.READ,
 }
 """Every API route of the REST API, by method and path template (without the ``/v1`` prefix Flink's
 clients use; a unit test holds the table to the app's routes)."""
