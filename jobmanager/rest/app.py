@@ -586,6 +586,29 @@ def create_app(
         job_id = manager.submit(jars.submit_request(uploads.get(jar_id), body))
         return jars.JarRunResponse(job_id=flink_job_id(job_id))
 
+    @api.get("/jars/{jar_id}/plan", responses={404: {**_ERROR, "description": "Unknown jar"}, **BAD_REQUEST})
+    def jar_plan(
+        jar_id: str,
+        entry_class: Annotated[str | None, Query(alias="entry-class")] = None,
+        program_arg: Annotated[
+            str | None, Query(alias="programArg", description="Comma-separated: -D,key=value,... (Flink's)")
+        ] = None,
+        parallelism: Annotated[int | None, Query(ge=1)] = None,
+    ) -> views.JobPlan:
+        """The plan of an uploaded artifact without running it (Flink's jar plan, ``weir info``): its
+        ``build(env)`` runs in a child process with a deadline, as for ``run``; a job that does not load: 400."""
+        args = None if program_arg is None else [a for a in program_arg.split(",") if a]
+        request = jars.JarRunRequest.model_validate(
+            {"entryClass": entry_class, "programArgsList": args, "parallelism": parallelism}
+        )
+        return views.job_plan(jars.plan_of(uploads.get(jar_id), request))
+
+    @api.post("/jars/{jar_id}/plan", responses={404: {**_ERROR, "description": "Unknown jar"}, **BAD_REQUEST})
+    def jar_plan_post(jar_id: str, request: jars.JarRunRequest | None = None) -> views.JobPlan:
+        """The same, with Flink's ``JarPlanRequestBody`` (``programArgsList``, ``flinkConfiguration``, ...)."""
+        body = request if request is not None else jars.JarRunRequest()
+        return views.job_plan(jars.plan_of(uploads.get(jar_id), body))
+
     @api.post("/savepoint-disposal", responses=BAD_REQUEST)
     def dispose(request: flink.DisposalRequest) -> flink.TriggerResponse:
         """Delete a savepoint folder (``flink savepoint -d PATH``); refused (400) for anything else."""

@@ -110,6 +110,8 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("POST", "/jars/upload"): Role.SUBMIT,  # code that runs on every node
     ("POST", "/jars/{jar_id}/run"): Role.SUBMIT,
     ("DELETE", "/jars/{jar_id}"): Role.SUBMIT,
+    ("GET", "/jars/{jar_id}/plan"): Role.SUBMIT,  # runs the artifact's build(env), in a child process
+    ("POST", "/jars/{jar_id}/plan"): Role.SUBMIT,
     ("POST", "/savepoint-disposal"): Role.OPERATE,  # deletes a savepoint folder
     ("GET", "/savepoint-disposal/{trigger_id}"): Role.READ,
     ("GET", "/jobmanager/metrics"): Role.READ,

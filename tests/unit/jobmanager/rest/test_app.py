@@ -653,6 +653,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobmanager/stdout",
         "/jobmanager/thread-dump",
         "/taskmanagers/{taskmanager_id}/thread-dump",
+        "/jars/{jar_id}/plan",
         "/jobs/{job_id}/config",
         "/jobs/{job_id}/jobmanager/config",
         "/taskmanagers",

@@ -262,4 +262,6 @@ def test_a_read_token_reads_every_metrics_path_and_cannot_cancel(harness: Harnes
             assert errors_of(client.get(url), 401)
             assert errors_of(client.get(url, headers=other), 401)
         assert "operate" in errors_of(client.patch(f"/jobs/{job.job_id}", headers=reader), 403)[0]
+        # a jar's plan runs the artifact's build(env): submit's, not read's
+        assert "submit" in errors_of(client.get("/jars/some-jar/plan", headers=reader), 403)[0]
         assert job.status is JobStatus.RUNNING
