@@ -379,6 +379,15 @@ def create_app(
         _plan, found = vertex_of(weir_job_id(job_id), vertex_id)
         return diagnostics.vertex_accumulators(vertex_id)
 
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/subtasks/accumulators", responses=UNKNOWN_VERTEX)
+    def subtasks_accumulators(job_id: str, vertex_id: str) -> diagnostics.SubtasksAllAccumulatorsInfo:
+        """Flink's ``SubtasksAllAccumulatorsInfo``: each subtask, none with accumulators."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        details = vertices.vertex_details(manager.job_status(job_id), found, 0, manager.cluster_status())
+        subtasks = [(s.subtask, s.attempt, s.host) for s in details.subtasks]
+        return diagnostics.subtasks_accumulators(vertex_id, found.parallelism, subtasks)
+
     @api.get("/jobs/{job_id}/metrics", response_model_exclude_none=True, responses=NOT_FOUND)
     def job_metrics(job_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
         """The job's metrics: uptime, restarts, checkpoint statistics (Flink's job scope)."""

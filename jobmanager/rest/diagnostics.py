@@ -141,3 +141,31 @@ def job_accumulators() -> JobAccumulatorsInfo:
 
 def vertex_accumulators(vertex_id: str) -> JobVertexAccumulatorsInfo:
     return JobVertexAccumulatorsInfo(id=vertex_id, user_accumulators=[])
+
+
+class SubtaskAccumulatorsInfo(Model):
+    """Flink's ``SubtaskAccumulatorsInfo``."""
+
+    subtask: int
+    attempt: int
+    host: str
+    user_accumulators: list[UserAccumulator] = _api("user-accumulators")
+
+
+class SubtasksAllAccumulatorsInfo(Model):
+    """Flink's ``SubtasksAllAccumulatorsInfo``: each subtask of the vertex, with no accumulators."""
+
+    id: str
+    parallelism: int
+    subtasks: list[SubtaskAccumulatorsInfo]
+
+
+def subtasks_accumulators(
+    vertex_id: str, parallelism: int, subtasks: Sequence[tuple[int, int, str]]
+) -> SubtasksAllAccumulatorsInfo:
+    """``subtasks``: each one's index, attempt and host."""
+    return SubtasksAllAccumulatorsInfo(
+        id=vertex_id,
+        parallelism=parallelism,
+        subtasks=[SubtaskAccumulatorsInfo(subtask=i, attempt=a, host=h, user_accumulators=[]) for i, a, h in subtasks],
+    )

@@ -124,6 +124,7 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics"): Role.READ,
     ("GET", "/jobs/{job_id}/accumulators"): Role.READ,
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/accumulators"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/accumulators"): Role.READ,
     ("GET", "/jobmanager/logs"): Role.READ,
     ("GET", "/jobmanager/logs/{filename}"): Role.READ,
     ("GET", "/jobmanager/log"): Role.READ,

@@ -647,6 +647,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics",
         "/jobs/{job_id}/accumulators",
         "/jobs/{job_id}/vertices/{vertex_id}/accumulators",
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/accumulators",
         "/jobmanager/logs",
         "/jobmanager/logs/{filename}",
         "/jobmanager/log",

@@ -141,6 +141,11 @@ def test_accumulators_are_flinks_shapes_and_empty(harness: Harness, client: Test
         "serialized-user-task-accumulators": {},
     }
     assert client.get(f"/jobs/{job.job_id}/vertices/gen/accumulators").json() == {"id": "gen", "user-accumulators": []}
+    assert client.get(f"/jobs/{job.job_id}/vertices/gen/subtasks/accumulators").json() == {
+        "id": "gen",
+        "parallelism": 1,
+        "subtasks": [{"subtask": 0, "attempt": job.attempt, "host": "tm-a:6124", "user-accumulators": []}],
+    }
     errors_of(client.get("/jobs/nope/accumulators"), 404)
     errors_of(client.get(f"/jobs/{job.job_id}/vertices/nope/accumulators"), 404)
 
@@ -156,6 +161,7 @@ def test_a_read_token_reads_logs_dumps_and_accumulators(harness: Harness) -> Non
             "/taskmanagers/tm-a/thread-dump",
             f"/jobs/{job.job_id}/accumulators",
             f"/jobs/{job.job_id}/vertices/gen/accumulators",
+            f"/jobs/{job.job_id}/vertices/gen/subtasks/accumulators",
         ):
             assert client.get(path, headers={"Authorization": "Bearer reader"}).status_code == 200, path
             errors_of(client.get(path), 401)
