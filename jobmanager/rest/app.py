@@ -30,7 +30,7 @@ from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, JobStatusView, VertexView
 from weir.jobmanager.rest import config, diagnostics, errors, flink, jars, metrics, vertices, views
-from weir.jobmanager.rest.ids import flink_job_id, weir_job_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id, weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -353,9 +353,8 @@ def create_app(
     def backpressure(job_id: str, vertex_id: str) -> views.VertexBackpressure:
         """Each subtask's backpressured, busy and idle shares over its last heartbeat interval."""
         job_id = weir_job_id(job_id)
-        if vertex_id not in {v.uid for v in manager.job_plan(job_id).vertices}:
-            raise UnknownVertexError(job_id, vertex_id)
-        return views.vertex_backpressure(manager.job_status(job_id), vertex_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return views.vertex_backpressure(manager.job_status(job_id), found.uid)
 
     def vertex_of(job_id: str, vertex_id: str) -> tuple[JobPlanView, VertexView]:
         plan = manager.job_plan(job_id)
@@ -377,7 +376,7 @@ def create_app(
     def vertex_accumulators(job_id: str, vertex_id: str) -> diagnostics.JobVertexAccumulatorsInfo:
         """Flink's ``JobVertexAccumulatorsInfo``: empty, as Weir has no user accumulators."""
         _plan, found = vertex_of(weir_job_id(job_id), vertex_id)
-        return diagnostics.vertex_accumulators(vertex_id)
+        return diagnostics.vertex_accumulators(flink_vertex_id(found.uid))
 
     @api.get("/jobs/{job_id}/vertices/{vertex_id}/subtasks/accumulators", responses=UNKNOWN_VERTEX)
     def subtasks_accumulators(job_id: str, vertex_id: str) -> diagnostics.SubtasksAllAccumulatorsInfo:
@@ -386,7 +385,7 @@ def create_app(
         _plan, found = vertex_of(job_id, vertex_id)
         details = vertices.vertex_details(manager.job_status(job_id), found, 0, manager.cluster_status())
         subtasks = [(s.subtask, s.attempt, s.host) for s in details.subtasks]
-        return diagnostics.subtasks_accumulators(vertex_id, found.parallelism, subtasks)
+        return diagnostics.subtasks_accumulators(flink_vertex_id(found.uid), found.parallelism, subtasks)
 
     @api.get("/jobs/{job_id}/metrics", response_model_exclude_none=True, responses=NOT_FOUND)
     def job_metrics(job_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
@@ -473,8 +472,8 @@ def create_app(
         return details
 
     def current_subtask(job_id: str, vertex_id: str, index: int) -> vertices.SubtaskAttemptDetails:
-        vertex_of(job_id, vertex_id)
-        details = vertices.subtask_of(manager.job_status(job_id), vertex_id, index, manager.cluster_status())
+        _plan, found = vertex_of(job_id, vertex_id)
+        details = vertices.subtask_of(manager.job_status(job_id), found.uid, index, manager.cluster_status())
         if details is None:
             raise HTTPException(404, f"vertex {vertex_id!r} of job {job_id} has no subtask {index}")
         return details

@@ -30,6 +30,7 @@ from openapi_spec_validator import validate
 from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
 from weir.jobmanager.rest import views
 from weir.jobmanager.rest.app import create_app
+from weir.jobmanager.rest.ids import flink_vertex_id
 
 JOB_PATHS = (
     "/jobs/{job}",
@@ -229,7 +230,8 @@ def test_a_job_s_details_show_its_vertices_subtasks_and_their_load(harness: Harn
     assert details["last_completed_checkpoint"] is None and details["failure"] is None
     assert details["status-counts"] == {"RUNNING": 1}
     (vertex,) = details["vertices"]
-    assert (vertex["id"], vertex["name"], vertex["parallelism"], vertex["status"]) == (
+    assert (vertex["id"], vertex["uid"], vertex["name"], vertex["parallelism"], vertex["status"]) == (
+        flink_vertex_id("gen"),
         "gen",
         "generator -> print",
         1,
@@ -279,7 +281,8 @@ def test_a_job_s_plan_names_each_chain_in_topological_order(harness: Harness, cl
             "name": "j",
             "nodes": [
                 {
-                    "id": "gen",
+                    "id": flink_vertex_id("gen"),
+                    "uid": "gen",
                     "parallelism": 1,
                     "operator": "generator",
                     "description": "generator -> print",

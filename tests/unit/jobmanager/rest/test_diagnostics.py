@@ -16,7 +16,7 @@ from weir.core.roles import access_table, parse_tokens_file
 from weir.core.thread_dump import thread_dump
 from weir.jobmanager.rest import diagnostics
 from weir.jobmanager.rest.app import create_app
-from weir.jobmanager.rest.ids import flink_job_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -140,9 +140,13 @@ def test_accumulators_are_flinks_shapes_and_empty(harness: Harness, client: Test
         "user-task-accumulators": [],
         "serialized-user-task-accumulators": {},
     }
-    assert client.get(f"/jobs/{job.job_id}/vertices/gen/accumulators").json() == {"id": "gen", "user-accumulators": []}
-    assert client.get(f"/jobs/{job.job_id}/vertices/gen/subtasks/accumulators").json() == {
-        "id": "gen",
+    vertex_id = flink_vertex_id("gen")
+    assert client.get(f"/jobs/{job.job_id}/vertices/gen/accumulators").json() == {
+        "id": vertex_id,
+        "user-accumulators": [],
+    }
+    assert client.get(f"/jobs/{job.job_id}/vertices/{vertex_id}/subtasks/accumulators").json() == {
+        "id": vertex_id,
         "parallelism": 1,
         "subtasks": [{"subtask": 0, "attempt": job.attempt, "host": "tm-a:6124", "user-accumulators": []}],
     }

@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.jobmanager.conftest import JOB, Harness, MakeHarness
 from weir.api.artifacts import build_artifact
-from weir.jobmanager.rest.ids import weir_job_id
+from weir.jobmanager.rest.ids import flink_vertex_id, weir_job_id
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
@@ -197,12 +197,15 @@ def test_a_jars_plan_is_its_vertices_without_running_it(harness: Harness, client
     assert answer.status_code == 200, answer.text
     plan = answer.json()["plan"]
     assert len(plan["jid"]) == 32 and weir_job_id(plan["jid"]) not in harness.jm.jobs
-    assert [n["id"] for n in plan["nodes"]] == ["numbers", "mapped"]
+    assert [n["uid"] for n in plan["nodes"]] == ["numbers", "mapped"]
+    assert [n["id"] for n in plan["nodes"]] == [flink_vertex_id("numbers"), flink_vertex_id("mapped")]
     numbers, mapped = plan["nodes"]
     assert (numbers["parallelism"], numbers["inputs"]) == (3, [])
     assert [o["uid"] for o in mapped["operators"]] == ["mapped", "out"]
     assert mapped["description"].startswith("identity -> ")
-    assert mapped["inputs"] == [{"num": 0, "id": "numbers", "ship_strategy": "HASH", "side_output": None}]
+    assert mapped["inputs"] == [
+        {"num": 0, "id": flink_vertex_id("numbers"), "ship_strategy": "HASH", "side_output": None}
+    ]
     assert harness.jm.list_jobs() == (), "the plan runs nothing"
     # Flink's body form, with -D parameters the job reads
     body = {"programArgsList": ["-D", "label=renamed"], "parallelism": 2}
