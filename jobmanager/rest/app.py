@@ -402,6 +402,13 @@ def create_app(
         _plan, found = vertex_of(job_id, vertex_id)
         return metrics.metric_list(metrics.vertex_metrics(manager.job_status(job_id), found.uid), metrics.names(get))
 
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/watermarks", responses=UNKNOWN_VERTEX)
+    def vertex_watermarks(job_id: str, vertex_id: str) -> metrics.MetricList:
+        """Each subtask's input watermark (ms; Flink's Long.MIN_VALUE before the first), as Flink's."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return metrics.vertex_watermarks(manager.job_status(job_id), found.uid)
+
     @api.get(
         "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics",
         response_model_exclude_none=True,

@@ -279,6 +279,21 @@ def vertex_metrics(status: JobStatusView, vertex_uid: str) -> dict[str, MetricVa
     }
 
 
+def vertex_watermarks(status: JobStatusView, vertex_uid: str) -> MetricList:
+    """Flink's ``/jobs/{id}/vertices/{vid}/watermarks``: each subtask's ``currentInputWatermark``,
+    ``[{"id": "0.currentInputWatermark", "value": "..."}]``, by subtask."""
+    tasks = sorted((t for t in status.tasks if t.vertex_uid == vertex_uid), key=lambda t: t.subtask)
+    return MetricList(
+        [
+            Metric(
+                id=f"{t.subtask}.currentInputWatermark",
+                value=as_string(task_metrics(t)["currentInputWatermark"]),
+            )
+            for t in tasks
+        ]
+    )
+
+
 def subtask_metrics(status: JobStatusView, vertex_uid: str, subtasks: frozenset[int] | None) -> list[Metrics]:
     """The chosen subtasks' metrics (all without a choice), each one scope of an aggregation."""
     return [

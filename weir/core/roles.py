@@ -120,6 +120,7 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("GET", "/jobs/metrics"): Role.READ,
     ("GET", "/jobs/{job_id}/metrics"): Role.READ,
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/watermarks"): Role.READ,
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics"): Role.READ,
     ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics"): Role.READ,
     ("GET", "/jobs/{job_id}/accumulators"): Role.READ,

@@ -14,7 +14,7 @@ import pytest
 
 from tests.integration.conftest import REPO_ROOT, WeirCluster
 from tests.integration.polling import poll
-from weir.jobmanager.rest.ids import flink_job_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 from weir.tools.supervisor import TASKMANAGERS
 
 pytestmark = pytest.mark.integration
@@ -85,6 +85,9 @@ def test_a_subtasks_numrecordsin_grows_and_carries_a_rate(running: MetricsJob) -
     assert float(rate) >= 0.0
     watermark = int(running.values(path, "currentInputWatermark")["currentInputWatermark"])
     assert watermark > 1_700_000_000_000, "the generator stamps wall-clock time"
+    marks = running.get(f"/jobs/{running.job_id}/vertices/{flink_vertex_id('fail-once')}/watermarks")
+    assert [m["id"] for m in marks] == [f"{n}.currentInputWatermark" for n in range(PARALLELISM)]
+    assert all(int(m["value"]) > 1_700_000_000_000 for m in marks), marks
 
 
 def test_the_vertex_and_the_subtasks_aggregate_the_same_counters(running: MetricsJob) -> None:

@@ -646,6 +646,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobs/metrics",
         "/jobs/{job_id}/metrics",
         "/jobs/{job_id}/vertices/{vertex_id}/metrics",
+        "/jobs/{job_id}/vertices/{vertex_id}/watermarks",
         "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics",
         "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics",
         "/jobs/{job_id}/accumulators",

@@ -24,7 +24,7 @@ from weir.jobmanager.messages import (
 )
 from weir.jobmanager.rest import metrics
 from weir.jobmanager.rest.app import create_app
-from weir.jobmanager.rest.ids import flink_job_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -177,6 +177,15 @@ def test_a_vertexs_metrics_are_its_subtasks_prefixed_with_their_index(harness: H
     assert {"id": "0.numRecordsOut"} in client.get(f"/jobs/{job.job_id}/vertices/gen/metrics").json()
 
 
+def test_a_vertexs_watermarks_are_flinks_one_per_subtask(harness: Harness, client: TestClient) -> None:
+    job = running_job(harness)
+    path = f"/jobs/{job.job_id}/vertices/{flink_vertex_id('gen')}/watermarks"
+    assert client.get(path).json() == [{"id": "0.currentInputWatermark", "value": "-9223372036854775808"}]
+    beat(harness, job, 5, 5, watermark=1_764_600_000_000)
+    assert client.get(path).json() == [{"id": "0.currentInputWatermark", "value": "1764600000000"}]
+    errors_of(client.get(f"/jobs/{job.job_id}/vertices/nope/watermarks"), 404)
+
+
 def test_the_subtasks_aggregate_and_filter(harness: Harness, client: TestClient) -> None:
     job = running_job(harness)
     beat(harness, job, 9, 3)
@@ -245,6 +254,7 @@ METRIC_PATHS = (
     "/jobs/metrics",
     "/jobs/{job}/metrics",
     "/jobs/{job}/vertices/gen/metrics",
+    "/jobs/{job}/vertices/gen/watermarks",
     "/jobs/{job}/vertices/gen/subtasks/metrics",
     "/jobs/{job}/vertices/gen/subtasks/0/metrics",
 )
