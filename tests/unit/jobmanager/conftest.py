@@ -23,6 +23,7 @@ from weir.core.errors import Fault
 from weir.core.failures import Failure
 from weir.core.ids import TaskId
 from weir.core.states import JobStatus, TaskState
+from weir.core.thread_dump import ThreadInfo
 from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.ending import ResolutionReport
@@ -121,6 +122,11 @@ class FakeGateway:
 
     def connect(self, address: str) -> None:
         self.calls.append(("connect", address))
+
+    def thread_dump(self, address: str) -> tuple[ThreadInfo, ...]:
+        self._fail(address)
+        self.calls.append(("thread_dump", address))
+        return (ThreadInfo("MainThread", f'"MainThread" Id=1 RUNNABLE\n\tat serve({address}:1)\n'),)
 
     def reachable(self, address: str, timeout_s: float) -> bool:
         return address not in self.unreachable
