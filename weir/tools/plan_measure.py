@@ -95,9 +95,10 @@ def topology_from_plan(document: Mapping[str, Any]) -> JobTopology:
     one that no vertex reads from is a sink."""
     nodes = document["plan"]["nodes"]
     read_from = {i["id"] for n in nodes for i in n["inputs"]}
+    # a node's ``id`` is Flink's 32-hex vertex id; Weir's metrics label a vertex by its ``uid``
     return JobTopology(
-        sources=tuple(n["id"] for n in nodes if not n["inputs"]),
-        sinks=tuple(n["id"] for n in nodes if n["id"] not in read_from),
+        sources=tuple(n["uid"] for n in nodes if not n["inputs"]),
+        sinks=tuple(n["uid"] for n in nodes if n["id"] not in read_from),
     )
 
 

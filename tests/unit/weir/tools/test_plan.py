@@ -284,10 +284,11 @@ def test_sources_and_sinks_from_the_rest_plan() -> None:
     document = {
         "plan": {
             "nodes": [
-                {"id": "src", "inputs": []},
-                {"id": "win", "inputs": [{"num": 0, "id": "src"}]},
-                {"id": "kafka-sink", "inputs": [{"num": 0, "id": "win"}]},
-                {"id": "pg-sink", "inputs": [{"num": 0, "id": "win"}]},
+                # ids in Flink's form (32 hex), the uid beside: the metrics are labelled by uid
+                {"id": "a" * 32, "uid": "src", "inputs": []},
+                {"id": "b" * 32, "uid": "win", "inputs": [{"num": 0, "id": "a" * 32}]},
+                {"id": "c" * 32, "uid": "kafka-sink", "inputs": [{"num": 0, "id": "b" * 32}]},
+                {"id": "d" * 32, "uid": "pg-sink", "inputs": [{"num": 0, "id": "b" * 32}]},
             ]
         }
     }
