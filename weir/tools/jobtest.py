@@ -83,6 +83,8 @@ VIRTUAL_EPOCH_MS = 1_704_067_200_000
 RUN_SEED = 0
 """What the ``random`` module is seeded with at the start of every run."""
 DEFAULT_CHECKPOINT_EVERY = 1000
+MAX_KEY_GROUP = 2**31
+"""Above any key group (max parallelism is at most 32768): the bound of a store that holds them all."""
 
 
 class JobTestError(WeirError):
@@ -100,20 +102,25 @@ class MemoryKeyedStateStore:
     def __init__(self, entries: dict[tuple[str, int], dict[bytes, Any]], key_groups: KeyGroupRange | None) -> None:
         self._entries = entries
         self._key_groups = key_groups
+        self._first, self._last = (0, MAX_KEY_GROUP) if key_groups is None else (key_groups.start, key_groups.end)
 
     def _own(self, key_group: int) -> None:
-        groups = self._key_groups
-        if groups is not None and not groups.start <= key_group <= groups.end:
-            raise AssertionError(f"key group {key_group} is not in this subtask's key groups {groups}")
+        if not self._first <= key_group <= self._last:
+            raise AssertionError(f"key group {key_group} is not in this subtask's key groups {self._key_groups}")
 
     def get(self, name: str, key_group: int, key: bytes) -> Any | None:
-        self._own(key_group)
+        if not self._first <= key_group <= self._last:  # _own, inline: once per record
+            self._own(key_group)
         entries = self._entries.get((name, key_group))
         return None if entries is None else entries.get(key)
 
     def put(self, name: str, key_group: int, key: bytes, value: Any) -> None:
-        self._own(key_group)
-        self._entries.setdefault((name, key_group), {})[key] = value
+        if not self._first <= key_group <= self._last:
+            self._own(key_group)
+        entries = self._entries.get((name, key_group))
+        if entries is None:
+            entries = self._entries[name, key_group] = {}
+        entries[key] = value
 
     def delete(self, name: str, key_group: int, key: bytes) -> None:
         self._own(key_group)
@@ -304,6 +311,10 @@ class _VirtualClock:
         return self.now_ms * 1_000_000
 
 
+def _may_have_timers(op: StreamOperator) -> bool:
+    return type(op).next_processing_time is not StreamOperator.next_processing_time
+
+
 class _Attempt(_Run):
     """One attempt of the job (from the start, or restored after a failure): the reference run's
     chain building, with every operator's output recorded, sinks recorded, Kafka sources replaying
@@ -329,6 +340,14 @@ class _Attempt(_Run):
         self.plan = build_plan(graph)
         self.runs: list[_ChainRun] = self._chains(self.plan)
         self.order = list(dict.fromkeys(uid for run in self.runs for uid in run.chain.by_uid))
+        self.timed = [
+            (run, timers)
+            for run in self.runs
+            if (timers := [op.next_processing_time for op in run.chain.operators if _may_have_timers(op)])
+        ]
+        """The chains with an operator that can have processing-time timers, and those operators'
+        ``next_processing_time``: the others' is StreamOperator's, always None (asked after every
+        record, the rest would cost a call each for nothing)."""
 
     def _given(self, uid: str) -> Sequence[KafkaRecord]:
         """The records given for source ``uid`` that the subtask being built reads (here: all)."""
@@ -725,13 +744,18 @@ class _Driver:
         return point
 
     def _advance_time(self, attempt: _Attempt) -> None:
+        """Virtual processing time moves on; a timer fires once time has passed its millisecond
+        (Flink fires a processing-time timer for ``t`` no sooner than ``t + 1``): every record of
+        millisecond ``t`` was processed before, so a window's last millisecond is in it, once."""
         self.clock.now_ms += self.ms_per_record
-        now = self.clock.now_ms
-        job = attempt._graph.job_name
-        for run in attempt.runs:
-            due = run.chain.next_processing_time()
-            if due is not None and due <= now:
-                _guard(job, f"firing processing-time timers of {run.uid!r}", run.chain.on_processing_time, now)
+        passed = self.clock.now_ms - 1
+        for run, timers in attempt.timed:
+            for next_processing_time in timers:
+                due = next_processing_time()
+                if due is not None and due <= passed:
+                    step = f"firing processing-time timers of {run.uid!r}"
+                    _guard(attempt._graph.job_name, step, run.chain.on_processing_time, passed)
+                    break
 
     def _checkpoint(self, attempt: _Attempt) -> FailurePoint | None:
         k = self.next_checkpoint
