@@ -823,9 +823,14 @@ USUAL_CAUSES = (
 )
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, default=repr)
+"""``json.dumps(record, sort_keys=True, default=repr)``'s encoder, built once (``json.dumps`` with
+arguments builds one per call, and every committed record of every run is encoded)."""
+
+
 def canonical(record: Record) -> str:
     """A record as a comparable string: JSON with sorted keys, repr for what JSON cannot take."""
-    return json.dumps(record, sort_keys=True, default=repr)
+    return _CANONICAL.encode(record)
 
 
 @dataclass(frozen=True)
