@@ -464,6 +464,67 @@ def test_a_rescaled_restore_runs_three_subtasks_that_share_the_keys_by_key_group
         assert ns == (list(range(1, len(ns) + 1)) if owner[user] == 0 else restarted), user
 
 
+COLUMNAR_WINDOW = """
+from weir.api import Count, Sum
+
+def build(env: Environment) -> None:
+    events = env.from_kafka(
+        "events", uid="events", schema={"id": int, "user": str, "amount": int, "ts": int}, timestamp_field="ts"
+    )
+    events.key_by("user").window(TumblingEventTimeWindows(100)).aggregate(
+        {"count": Count(), "total": Sum("amount")}, uid="totals").sink_to_kafka("out", uid="sink")
+"""
+
+
+def test_a_columnar_job_is_restored_at_parallelism_3_with_its_batches_split_by_key_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Columnar operators under ``--rescale``: record batches cross the hash edge split by the key
+    group of each row, as the record writer splits them (``split_by_channel``), to the window subtask
+    that owns it (each keyed state store refuses a key group it does not own); every failure point
+    restored at parallelism 3 commits the failure-free run's windows, record for record."""
+    from weir.core.keygroups import key_group_for_key, subtask_for_key_group
+    from weir.tools import jobtest
+
+    split = jobtest.split_by_channel
+    reached: set[int] = set()
+
+    def recording_split(batch: Any, channels: Any, num_channels: int) -> Any:
+        parts = split(batch, channels, num_channels)
+        reached.update(channel for channel, _ in parts)
+        return parts
+
+    monkeypatch.setattr(jobtest, "split_by_channel", recording_split)
+    path = job(tmp_path, COLUMNAR_WINDOW)
+    inputs = {"events": records_of_lines(event_lines(RECORDS))}
+    clean = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY)
+    assert not reached  # at parallelism 1 the edge has one consumer: nothing to split
+    restored = run_once(path, inputs, checkpoint_every=CHECKPOINT_EVERY, failure=FIRST_RESTORE, rescale=3)
+    assert restored.failure_hit and restored.rescaled_to == 3
+    owners = {subtask_for_key_group(128, 3, key_group_for_key(f"u{u}", 128)) for u in range(5)}
+    assert reached == owners and len(owners) > 1  # each user's rows to the subtask owning its key group
+    windows = Counter(json.dumps(v, sort_keys=True) for v, _ in clean.by_operator["sink"])
+    assert windows == Counter(json.dumps(v, sort_keys=True) for v, _ in restored.by_operator["sink"])
+    expected: Counter[str] = Counter()
+    totals: dict[tuple[str, int], tuple[int, int]] = {}
+    for line in event_lines(RECORDS):
+        e = json.loads(line)
+        start = e["ts"] // 100 * 100
+        count, total = totals.get((e["user"], start), (0, 0))
+        totals[e["user"], start] = (count + 1, total + e["amount"])
+    for (user, start), (count, total) in totals.items():
+        expected[
+            json.dumps(
+                {"user": user, "window_start": start, "window_end": start + 100, "count": count, "total": total},
+                sort_keys=True,
+            )
+        ] += 1
+    assert windows == expected
+    report = rescaled(tmp_path, COLUMNAR_WINDOW)
+    assert report.ok, [d.describe() for d in report.divergences]
+    assert report.runs == 2 + 2 * len(report.failure_points)
+
+
 def test_state_kept_per_subtask_fails_at_another_parallelism_naming_the_operator(tmp_path: Path) -> None:
     body = PER_SUBTASK_COUNT.replace("WITHOUT_INHERITED", "")
     assert rescaled(tmp_path, body, parallelism=1).ok  # right at the same parallelism, whatever fails
