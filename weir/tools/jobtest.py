@@ -437,7 +437,8 @@ class _Exchange:
     writer does (``weir.taskmanager.network.writer.RecordWriter``), in this process: the edge's
     partitioner (``create_partitioner``: a hash edge sends a record to the subtask owning its key
     group, ``weir.core.keygroups``) chooses the consumer subtasks, watermarks and the end of the
-    stream go to every one, each into the consumer's input channel as the plan numbers it."""
+    stream go to every one, each into the consumer's input channel as the plan numbers it. A columnar
+    operator's edge carries record batches: a hash edge splits each by the key group of its rows."""
 
     __slots__ = ("_batch_keys", "_channel_of", "_channels", "_key_group", "_key_selector", "_runs", "_select", "emit")
 
