@@ -334,6 +334,20 @@ def test_processing_time_timers_fire_as_virtual_processing_time_passes(tmp_path:
     )
 
 
+@pytest.mark.parametrize("body", [pytest.param(KEYED_TOTAL, id="passes"), pytest.param(GLOBAL_COUNTER, id="diverges")])
+def test_check_job_leaves_the_garbage_collector_as_it_found_it(tmp_path: Path, body: str) -> None:
+    """``check_job`` raises the collector's youngest threshold and freezes what the failure-free run
+    leaves alive for its failure runs; after it, thresholds are back and nothing it froze stays
+    frozen, whether the job passed or diverged."""
+    import gc
+
+    thresholds = gc.get_threshold()
+    assert gc.get_freeze_count() == 0
+    check(tmp_path, body)
+    assert gc.get_threshold() == thresholds
+    assert gc.get_freeze_count() == 0
+
+
 def test_a_resumed_run_needs_its_failure_point(tmp_path: Path) -> None:
     path = job(tmp_path, KEYED_TOTAL)
     inputs = {"events": records_of_lines(event_lines(RECORDS))}
