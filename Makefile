@@ -12,7 +12,7 @@ BROWSER := deploy/local/browser.sh
 .PHONY: help setup proto infra-up infra-down infra-status browser tools test test-unit test-integration \
         lint constraints demo scenarios scenario-keyed-aggregation scenario-barriers scenario-two-phase-commit \
         scenario-recovery scenario-upgrade scenario-backpressure chaos cluster-up cluster-down bench bench-quick bench-exchange bench-state \
-        bench-backpressure bench-recovery bench-json bench-cpu bench-nexmark bench-jm-scale bench-docs bench-slots bench-deps clean
+        bench-backpressure bench-recovery bench-json bench-jobtest bench-cpu bench-nexmark bench-jm-scale bench-docs bench-slots bench-deps clean
 
 help:
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/'
@@ -148,6 +148,10 @@ bench-slots: setup ## one TaskManager, 1 vs 2 slots, slot processes on and off, 
 
 bench-json: setup $(VENV)/.bench-installed ## JSON decode/encode CPU µs per event, stdlib vs orjson vs msgspec vs ujson (~30 s)
 	$(PY) -m bench.json_bench $(JSON_BENCH_ARGS)
+	$(PY) -m bench.docs
+
+bench-jobtest: setup ## weir test --failures over the example keyed aggregation (10,000 records): CPU and wall s, this tree vs where it left main, 5 alternating runs each (~5 min)
+	$(PY) -m bench.jobtest_bench $(JOBTEST_BENCH_ARGS)
 	$(PY) -m bench.docs
 
 bench-cpu: setup ## CPU µs per event of the keyed job's two paths and every Nexmark query's record path, in one process (CPU_BENCH_ARGS; --compare to set two trees' rounds side by side)

@@ -80,6 +80,12 @@ def _json_codecs(document: dict[str, Any]) -> str:
     return json_bench.markdown(document)
 
 
+def _jobtest(document: dict[str, Any]) -> str:
+    from bench import jobtest_bench
+
+    return jobtest_bench.markdown(document)
+
+
 def _exchange(document: dict[str, Any]) -> str:
     """``make bench-exchange`` writes JSON only: its table is rendered here."""
     lines = [
@@ -109,6 +115,7 @@ RENDERERS: Final[Mapping[str, Callable[[dict[str, Any]], str]]] = {
     "recovery.json": _recovery,
     "json.json": _json_codecs,
     "exchange.json": _exchange,
+    "jobtest.json": _jobtest,
 }
 
 

@@ -169,6 +169,15 @@ class WatermarkTracker:
 
     def _advance(self) -> int | None:
         combined = self._combined
+        watermarks = self._watermarks
+        if len(watermarks) == 1:
+            # One channel: active, idle or ended (stored as MAX_WATERMARK), the candidate is its own
+            # watermark (the loop below, without the loop: this runs after every record).
+            only = watermarks[0]
+            if only > combined:
+                self._combined = only
+                return only
+            return None
         lowest_active: int | None = None
         has_active = False
         highest_idle: int | None = None

@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import gc
 import json
 import random
 import time
@@ -54,6 +55,7 @@ from unittest import mock
 
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, PostgresCdcSourceSpec, load_job_file
 from weir.core import crashpoints
+from weir.core.columnar import BatchKeys, FieldKey, channel_table, split_by_channel
 from weir.core.errors import WeirError
 from weir.core.ids import ChannelIndex, KeyGroup, SubtaskIndex
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
@@ -83,6 +85,8 @@ VIRTUAL_EPOCH_MS = 1_704_067_200_000
 RUN_SEED = 0
 """What the ``random`` module is seeded with at the start of every run."""
 DEFAULT_CHECKPOINT_EVERY = 1000
+MAX_KEY_GROUP = 2**31
+"""Above any key group (max parallelism is at most 32768): the bound of a store that holds them all."""
 
 
 class JobTestError(WeirError):
@@ -100,20 +104,25 @@ class MemoryKeyedStateStore:
     def __init__(self, entries: dict[tuple[str, int], dict[bytes, Any]], key_groups: KeyGroupRange | None) -> None:
         self._entries = entries
         self._key_groups = key_groups
+        self._first, self._last = (0, MAX_KEY_GROUP) if key_groups is None else (key_groups.start, key_groups.end)
 
     def _own(self, key_group: int) -> None:
-        groups = self._key_groups
-        if groups is not None and not groups.start <= key_group <= groups.end:
-            raise AssertionError(f"key group {key_group} is not in this subtask's key groups {groups}")
+        if not self._first <= key_group <= self._last:
+            raise AssertionError(f"key group {key_group} is not in this subtask's key groups {self._key_groups}")
 
     def get(self, name: str, key_group: int, key: bytes) -> Any | None:
-        self._own(key_group)
+        if not self._first <= key_group <= self._last:  # _own, inline: once per record
+            self._own(key_group)
         entries = self._entries.get((name, key_group))
         return None if entries is None else entries.get(key)
 
     def put(self, name: str, key_group: int, key: bytes, value: Any) -> None:
-        self._own(key_group)
-        self._entries.setdefault((name, key_group), {})[key] = value
+        if not self._first <= key_group <= self._last:
+            self._own(key_group)
+        entries = self._entries.get((name, key_group))
+        if entries is None:
+            entries = self._entries[name, key_group] = {}
+        entries[key] = value
 
     def delete(self, name: str, key_group: int, key: bytes) -> None:
         self._own(key_group)
@@ -304,6 +313,10 @@ class _VirtualClock:
         return self.now_ms * 1_000_000
 
 
+def _may_have_timers(op: StreamOperator) -> bool:
+    return type(op).next_processing_time is not StreamOperator.next_processing_time
+
+
 class _Attempt(_Run):
     """One attempt of the job (from the start, or restored after a failure): the reference run's
     chain building, with every operator's output recorded, sinks recorded, Kafka sources replaying
@@ -329,6 +342,14 @@ class _Attempt(_Run):
         self.plan = build_plan(graph)
         self.runs: list[_ChainRun] = self._chains(self.plan)
         self.order = list(dict.fromkeys(uid for run in self.runs for uid in run.chain.by_uid))
+        self.timed = [
+            (run, timers)
+            for run in self.runs
+            if (timers := [op.next_processing_time for op in run.chain.operators if _may_have_timers(op)])
+        ]
+        """The chains with an operator that can have processing-time timers, and those operators'
+        ``next_processing_time``: the others' is StreamOperator's, always None (asked after every
+        record, the rest would cost a call each for nothing)."""
 
     def _given(self, uid: str) -> Sequence[KafkaRecord]:
         """The records given for source ``uid`` that the subtask being built reads (here: all)."""
@@ -417,9 +438,10 @@ class _Exchange:
     writer does (``weir.taskmanager.network.writer.RecordWriter``), in this process: the edge's
     partitioner (``create_partitioner``: a hash edge sends a record to the subtask owning its key
     group, ``weir.core.keygroups``) chooses the consumer subtasks, watermarks and the end of the
-    stream go to every one, each into the consumer's input channel as the plan numbers it."""
+    stream go to every one, each into the consumer's input channel as the plan numbers it. A columnar
+    operator's edge carries record batches: a hash edge splits each by the key group of its rows."""
 
-    __slots__ = ("_channels", "_key_group", "_key_selector", "_runs", "_select")
+    __slots__ = ("_batch_keys", "_channel_of", "_channels", "_key_group", "_key_selector", "_runs", "_select", "emit")
 
     def __init__(
         self, plan: JobPlan, vertex: Vertex, subtask: int, edge_index: int, runs: Mapping[tuple[str, int], _ChainRun]
@@ -444,8 +466,30 @@ class _Exchange:
         self._key_selector = edge.key_selector if edge.key_selector is not None and len(outputs) > 1 else None
         self._key_group = KeyEncoder(max_parallelism).key_group
         self._runs = runs
+        self.emit: Callable[[Any, int | None], None] = self._emit_record
+        if edge.side_output is None and plan.graph.transformations[edge.producer_operator].columnar:
+            # The edge carries record batches: partitioned on arrays, as the record writer does.
+            self.emit = self._emit_batch
+            if self._key_selector is not None:
+                key = self._key_selector
+                if not isinstance(key, FieldKey):
+                    raise JobTestError(f"a columnar edge is keyed by a field name, not by {key!r}")
+                self._batch_keys = BatchKeys(key.field, max_parallelism)
+                self._channel_of = channel_table(lambda kg: self._select(KeyGroup(kg))[0], max_parallelism)
 
-    def emit(self, value: Any, timestamp: int | None) -> None:
+    def _emit_batch(self, batch: Any, timestamp: int | None) -> None:
+        if self._key_selector is not None:
+            channels = self._channel_of[self._batch_keys.key_groups(batch)]
+            parts = split_by_channel(batch, channels, len(self._channels))
+        else:
+            parts = [(channel, batch) for channel in self._select(None)]
+        for channel, part in parts:
+            consumer, subtask, index = self._channels[channel]
+            chain_input = self._runs[consumer, subtask].input
+            assert chain_input is not None
+            chain_input.record(index, part, timestamp)
+
+    def _emit_record(self, value: Any, timestamp: int | None) -> None:
         key_selector = self._key_selector
         key_group = None if key_selector is None else self._key_group(key_selector(value))
         for channel in self._select(key_group):
@@ -483,9 +527,6 @@ class _RescaledAttempt(_Attempt):
         return [r for r in super()._given(uid) if kafka_partition_owner(r.partition, parallelism) == subtask]
 
     def _chains(self, plan: JobPlan) -> list[_ChainRun]:
-        for t in plan.graph.transformations.values():
-            if t.columnar:
-                raise JobTestError(f"--rescale does not run columnar operators yet ({t.uid!r})")
         built: dict[tuple[str, int], _ChainRun] = {}
         for vertex in reversed(plan.vertices.values()):  # consumers first: producers' edges lead to them
             for subtask in range(vertex.parallelism):
@@ -725,13 +766,18 @@ class _Driver:
         return point
 
     def _advance_time(self, attempt: _Attempt) -> None:
+        """Virtual processing time moves on; a timer fires once time has passed its millisecond
+        (Flink fires a processing-time timer for ``t`` no sooner than ``t + 1``): every record of
+        millisecond ``t`` was processed before, so a window's last millisecond is in it, once."""
         self.clock.now_ms += self.ms_per_record
-        now = self.clock.now_ms
-        job = attempt._graph.job_name
-        for run in attempt.runs:
-            due = run.chain.next_processing_time()
-            if due is not None and due <= now:
-                _guard(job, f"firing processing-time timers of {run.uid!r}", run.chain.on_processing_time, now)
+        passed = self.clock.now_ms - 1
+        for run, timers in attempt.timed:
+            for next_processing_time in timers:
+                due = next_processing_time()
+                if due is not None and due <= passed:
+                    step = f"firing processing-time timers of {run.uid!r}"
+                    _guard(attempt._graph.job_name, step, run.chain.on_processing_time, passed)
+                    break
 
     def _checkpoint(self, attempt: _Attempt) -> FailurePoint | None:
         k = self.next_checkpoint
@@ -799,9 +845,14 @@ USUAL_CAUSES = (
 )
 
 
+_CANONICAL = json.JSONEncoder(sort_keys=True, default=repr)
+"""``json.dumps(record, sort_keys=True, default=repr)``'s encoder, built once (``json.dumps`` with
+arguments builds one per call, and every committed record of every run is encoded)."""
+
+
 def canonical(record: Record) -> str:
     """A record as a comparable string: JSON with sorted keys, repr for what JSON cannot take."""
-    return json.dumps(record, sort_keys=True, default=repr)
+    return _CANONICAL.encode(record)
 
 
 @dataclass(frozen=True)
@@ -920,6 +971,43 @@ def compare(reference: RunOutput | Expected, run: RunOutput) -> Divergence | Non
     return Divergence(run.failure, differing[0], differing[0], "extra", "(the final table differs)", run.rescaled_to)
 
 
+YOUNG_GENERATION_THRESHOLD = 50_000
+"""Allocations between two collections of the cyclic garbage collector's youngest generation during
+:func:`check_job` (Python's default: 700)."""
+
+
+class _CollectorPerRun:
+    """The cyclic garbage collector during :func:`check_job`. A run allocates many containers that live
+    until its end (every operator's recorded output, window state), which the collector, every 700
+    allocations by default, traverses again and again: a third of the CPU of the example keyed
+    aggregation's matrix. Here the youngest generation is collected every
+    :data:`YOUNG_GENERATION_THRESHOLD` allocations; what is alive after the failure-free run (the
+    imported modules, the inputs, the failure-free run kept to compare with) is frozen out of the
+    collector's reach (``gc.freeze``); and each later run's cyclic garbage (its operator chains) is
+    collected when it ends, so memory stays that of one run. Thresholds and the frozen objects are
+    restored on exit; nothing is frozen when something else had frozen objects first."""
+
+    def __enter__(self) -> _CollectorPerRun:
+        self._thresholds = gc.get_threshold()
+        self._frozen = False
+        gc.set_threshold(YOUNG_GENERATION_THRESHOLD, *self._thresholds[1:])
+        return self
+
+    def freeze_survivors(self) -> None:
+        gc.collect()
+        if gc.get_freeze_count() == 0:
+            gc.freeze()
+            self._frozen = True
+
+    def run_ended(self) -> None:
+        gc.collect()
+
+    def __exit__(self, *_exc: object) -> None:
+        if self._frozen:
+            gc.unfreeze()
+        gc.set_threshold(*self._thresholds)
+
+
 @dataclass(frozen=True)
 class JobTestReport:
     reference: RunOutput
@@ -970,26 +1058,30 @@ def check_job(
             resume_from=resume_from,
         )
 
-    reference = once(None, capture=failures)
-    expected = Expected(reference)
-    points = reference.visited if failures else ()
-    divergences: list[Divergence] = []
-    runs = 1
-    if failures:
-        matrix: list[tuple[FailurePoint | None, int | None]] = [(None, None), *((p, None) for p in points)]
-        if rescale is not None:
-            matrix += [(point, rescale) for point in points]
-        for point, parallelism in matrix:
-            runs += 1
-            # A failure run starts from the failure-free run's state at its failure point (the same
-            # run as from the start, without replaying the records before it: the second
-            # failure-free run, first in the matrix, checks that the job is deterministic).
-            run = once(point, parallelism, resume_from=reference if point is not None else None)
-            divergence = compare(expected, run)
-            if divergence is not None:
-                divergences.append(divergence)
-                if stop_at_first:
-                    break
+    with _CollectorPerRun() as collector:
+        reference = once(None, capture=failures)
+        expected = Expected(reference)
+        points = reference.visited if failures else ()
+        divergences: list[Divergence] = []
+        runs = 1
+        if failures:
+            collector.freeze_survivors()
+            matrix: list[tuple[FailurePoint | None, int | None]] = [(None, None), *((p, None) for p in points)]
+            if rescale is not None:
+                matrix += [(point, rescale) for point in points]
+            for point, parallelism in matrix:
+                runs += 1
+                # A failure run starts from the failure-free run's state at its failure point (the
+                # same run as from the start, without replaying the records before it: the second
+                # failure-free run, first in the matrix, checks that the job is deterministic).
+                run = once(point, parallelism, resume_from=reference if point is not None else None)
+                divergence = compare(expected, run)
+                del run
+                collector.run_ended()
+                if divergence is not None:
+                    divergences.append(divergence)
+                    if stop_at_first:
+                        break
     return JobTestReport(reference, runs, points, tuple(divergences), time.perf_counter() - started)
 
 

@@ -1,6 +1,6 @@
 """The example jobs under `weir test --failures`, through the `weir_job` fixture: each commits the
-same with a failure at every checkpoint and crash point as without (the keyed aggregation also
-restored at parallelism 3), and the keyed aggregation commits what plain Python computes."""
+same with a failure at every checkpoint and crash point as without (the keyed aggregation, on
+both its paths, also restored at parallelism 3), and the keyed aggregation commits what plain Python computes."""
 
 from __future__ import annotations
 
@@ -44,15 +44,17 @@ def test_the_keyed_aggregation_commits_each_window_once_whatever_fails(weir_job:
 
 
 @pytest.mark.parametrize(
-    ("job", "parameters"),
+    ("job", "parameters", "rescale"),
     [
-        ("keyed_aggregation.py", {"columnar": "true"}),
-        ("first_job.py", {}),
-        ("upgrade_v1.py", {}),
-        ("upgrade_v2.py", {}),
+        ("keyed_aggregation.py", {"columnar": "true"}, 3),  # record batches split by key group at parallelism 3
+        ("first_job.py", {}, None),
+        ("upgrade_v1.py", {}, None),
+        ("upgrade_v2.py", {}, None),
     ],
 )
-def test_an_example_job_commits_the_same_whatever_fails(weir_job: RunJob, job: str, parameters: dict[str, str]) -> None:
+def test_an_example_job_commits_the_same_whatever_fails(
+    weir_job: RunJob, job: str, parameters: dict[str, str], rescale: int | None
+) -> None:
     run = weir_job(EXAMPLES / job, sources={"events-source": LINES}, parameters=parameters, checkpoint_every=100)
     assert run.sinks["kafka-sink"]
-    run.with_failures()
+    run.with_failures(rescale=rescale)

@@ -177,6 +177,34 @@ def test_randomized_monotonic_and_never_ahead_of_active_channels() -> None:
         assert tracker.all_ended
 
 
+def test_one_channel_answers_as_the_same_channel_beside_an_ended_one() -> None:
+    """A tracker of one channel (its own short path: the combined watermark is that channel's) answers
+    every event as a tracker of two whose second channel ended at the start (the general rule: an
+    ended channel counts as MAX_WATERMARK), over random events including idleness and a watermark
+    behind the combined one."""
+    rng = random.Random(7)
+    for _ in range(300):
+        one, two = WatermarkTracker(1), WatermarkTracker(2)
+        two.on_end_of_stream(C1)
+        for _ in range(60):
+            if one.channel_status(C0) is ChannelStatus.ENDED:
+                break
+            action = rng.random()
+            if action < 0.7:
+                watermark = one.channel_watermark(C0) + rng.randint(-30, 50)
+                answers = (one.on_watermark(C0, watermark), two.on_watermark(C0, watermark))
+            elif action < 0.8:
+                answers = (one.mark_idle(C0), two.mark_idle(C0))
+            elif action < 0.95:
+                one.mark_active(C0)
+                two.mark_active(C0)
+                answers = (None, None)
+            else:
+                answers = (one.on_end_of_stream(C0), two.on_end_of_stream(C0))
+            assert answers[0] == answers[1]
+            assert (one.current, one.is_idle, one.all_ended) == (two.current, two.is_idle, two.all_ended)
+
+
 def test_combined_never_passes_a_channel_that_was_always_active() -> None:
     rng = random.Random(3)
     tracker = WatermarkTracker(4)
