@@ -35,15 +35,19 @@ class ProcessingTimers:
         due = self._chain.next_processing_time()
         if due is None:
             return None
-        return time.monotonic() + (due - self._clock()) / 1000.0
+        return time.monotonic() + (due + 1 - self._clock()) / 1000.0
 
     def run_due(self, now: float) -> None:
-        """Processing time is the clock's: a timer is due once ``clock() >= its time``."""
+        """Processing time is the clock's: a timer for ``t`` fires once the clock has passed ``t``
+        (``clock() >= t + 1``), and the chain is told ``clock() - 1``, so that the timers of the
+        current millisecond wait for it to pass. As in Flink (a processing-time timer for ``t`` fires no
+        sooner than ``t + 1``): a record arriving in a window's last millisecond (its timer's time) is
+        still in that window, not in the same window opened again after it fired."""
         if self._quiesced():
             return
         due = self._chain.next_processing_time()
-        if due is not None and (now_ms := self._clock()) >= due:
-            self._chain.on_processing_time(now_ms)
+        if due is not None and (passed := self._clock() - 1) >= due:
+            self._chain.on_processing_time(passed)
 
 
 class OutputFlush:

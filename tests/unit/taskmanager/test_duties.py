@@ -44,14 +44,16 @@ class Clock:
         return self.now
 
 
-@pytest.mark.parametrize(("clock_ms", "fires"), [(999, False), (1_000, True), (1_001, True)])
-def test_a_processing_time_timer_fires_once_the_clock_reaches_it(clock_ms: int, fires: bool) -> None:
+@pytest.mark.parametrize(("clock_ms", "fires"), [(999, False), (1_000, False), (1_001, True), (1_002, True)])
+def test_a_processing_time_timer_fires_once_the_clock_has_passed_its_millisecond(clock_ms: int, fires: bool) -> None:
+    """A timer for t fires at t + 1 or later (Flink's rule), and the chain is told the last millisecond
+    that passed: a record of the timer's own millisecond (a window's last) still joins its window."""
     chain = TimerChain(1_000)
     timers = ProcessingTimers(chain, Clock(clock_ms), quiesced=lambda: False)  # type: ignore[arg-type]
     deadline = timers.deadline()
-    assert deadline is not None and abs(deadline - (time.monotonic() + (1_000 - clock_ms) / 1000)) < 0.5
+    assert deadline is not None and abs(deadline - (time.monotonic() + (1_001 - clock_ms) / 1000)) < 0.5
     timers.run_due(time.monotonic())
-    assert chain.told == ([clock_ms] if fires else [])
+    assert chain.told == ([clock_ms - 1] if fires else [])
 
 
 def test_a_quiesced_timer_service_neither_wakes_the_loop_nor_fires() -> None:

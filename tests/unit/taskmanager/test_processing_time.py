@@ -77,9 +77,24 @@ def sink_records(h: Harness) -> list[Any]:
 def test_a_due_processing_time_timer_fires_without_more_input(timer_task: tuple[Harness, FakeClock]) -> None:
     h, _clock = timer_task
     assert h.gate is not None
+    h.gate.push(0, data(999))  # the clock (1,000) has passed it
+    h.journal.wait_for(lambda: ("timer", 999) in sink_records(h))
+    assert sink_records(h) == [("seen", 999), ("timer", 999)]
+
+
+def test_a_timer_of_the_current_millisecond_waits_for_it_to_pass(timer_task: tuple[Harness, FakeClock]) -> None:
+    """As in Flink (a timer for t fires at t + 1 at the earliest): a record of the same millisecond
+    still reaches the operator before the timer fires (a processing-time window's last millisecond)."""
+    h, clock = timer_task
+    assert h.gate is not None
+    h.gate.push(0, data(1_000))  # the clock reads 1,000
     h.gate.push(0, data(1_000))
+    h.journal.wait_for(lambda: sink_records(h).count(("seen", 1_000)) == 2)
+    assert ("timer", 1_000) not in sink_records(h)
+    clock.now = 1_001
+    h.gate.push(0, data(9_000))  # wakes the task; the timer's millisecond has passed
     h.journal.wait_for(lambda: ("timer", 1_000) in sink_records(h))
-    assert sink_records(h) == [("seen", 1_000), ("timer", 1_000)]
+    assert sink_records(h) == [("seen", 1_000), ("seen", 1_000), ("seen", 9_000), ("timer", 1_000)]
 
 
 def test_a_timer_not_yet_due_waits_for_the_clock(timer_task: tuple[Harness, FakeClock]) -> None:
@@ -87,10 +102,10 @@ def test_a_timer_not_yet_due_waits_for_the_clock(timer_task: tuple[Harness, Fake
     assert h.gate is not None
     h.gate.push(0, data(5_000))
     h.journal.wait_for(lambda: ("seen", 5_000) in sink_records(h))
-    # The wait of the task ends when the timer is due (4 s of the clock from now), not later.
+    # The wait of the task ends when the timer is due (4 s and 1 ms of the clock from now), not later.
     deadline = h.task.timers.deadline()
-    assert deadline is not None and 3.5 < deadline - time.monotonic() <= 4.0
-    clock.now = 5_000
+    assert deadline is not None and 3.5 < deadline - time.monotonic() <= 4.001
+    clock.now = 5_001
     h.gate.push(0, data(9_000))  # wakes the task; the timer is due by now
     h.journal.wait_for(lambda: ("timer", 5_000) in sink_records(h))
     assert sink_records(h) == [("seen", 5_000), ("seen", 9_000), ("timer", 5_000)]
