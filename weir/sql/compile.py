@@ -560,11 +560,13 @@ def _interval_join(
 class Accumulators:
     """The accumulators of an aggregate's calls, as a tuple of plain values (pickled in state):
     COUNT an int, SUM/MIN/MAX the value or None, AVG (sum, count), a DISTINCT one the frozenset of
-    values seen (and its function applied to them at the end)."""
+    values seen (and its function applied to them at the end). A call's ``FILTER (WHERE ...)``
+    leaves its accumulator as it is for a row whose condition is not TRUE."""
 
     def __init__(self, calls: tuple[AggregateCall, ...]) -> None:
         self.calls = calls
         self.arguments = tuple(c.argument.evaluate if c.argument is not None else None for c in calls)
+        self.conditions = tuple(c.condition.evaluate if c.condition is not None else None for c in calls)
 
     def create(self) -> tuple[Any, ...]:
         return tuple(self._empty(c) for c in self.calls)
@@ -583,8 +585,8 @@ class Accumulators:
 
     def add(self, accs: tuple[Any, ...], row: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(
-            self._add(c, a, None if f is None else f(row))
-            for c, a, f in zip(self.calls, accs, self.arguments, strict=True)
+            a if w is not None and w(row) is not True else self._add(c, a, None if f is None else f(row))
+            for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True)
         )
 
     @staticmethod

@@ -6,7 +6,7 @@ turns it into job API calls."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
 from sqlglot import exp
@@ -66,7 +66,8 @@ AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG", "PYTHON"]  # PYTHON
 
 @dataclass(frozen=True)
 class AggregateCall:
-    """One aggregate: ``COUNT(*)`` has no argument."""
+    """One aggregate: ``COUNT(*)`` has no argument; ``condition`` is its ``FILTER (WHERE ...)``: a row
+    whose condition is not TRUE is not aggregated by this call."""
 
     name: str  # the column holding its value downstream
     function: AggregateName
@@ -74,6 +75,7 @@ class AggregateCall:
     argument: NamedExpression | None  # PYTHON: the tuple of the call's argument values
     sql: str
     python: Any = field(default=None, compare=False)  # PYTHON: the aggregate function object
+    condition: NamedExpression | None = None
 
 
 @dataclass(frozen=True)
@@ -904,13 +906,38 @@ def _python_aggregate(node: exp.Anonymous) -> Any | None:
 
 def _aggregate_calls(
     select: exp.Select, having: exp.Having | None, locate: Locate
-) -> list[exp.AggFunc | exp.Anonymous]:
-    calls: list[exp.AggFunc | exp.Anonymous] = []
+) -> list[exp.AggFunc | exp.Anonymous | exp.Filter]:
+    """The SELECT's and HAVING's aggregate calls, each once; a call with ``FILTER (WHERE ...)`` is
+    the Filter node (its aggregate not a call of its own)."""
+    calls: list[exp.AggFunc | exp.Anonymous | exp.Filter] = []
     seen: set[str] = set()
+    filtered: set[int] = set()  # the aggregates under a FILTER
     roots: list[exp.Expr] = list(select.expressions) + ([having] if having is not None else [])
     for root in roots:
         for node in root.walk():
-            if isinstance(node, exp.Anonymous) and _python_aggregate(node) is not None:
+            if id(node) in filtered:
+                continue
+            if isinstance(node, exp.Filter):
+                inner = node.this
+                if not isinstance(inner, exp.AggFunc) and not (
+                    isinstance(inner, exp.Anonymous) and _python_aggregate(inner) is not None
+                ):
+                    raise locate.refuse(node, "FILTER (WHERE ...) follows an aggregate call")
+                if isinstance(inner, exp.AggFunc) and type(inner) not in _AGGREGATES:
+                    raise locate.refuse(
+                        inner, f"aggregate {inner.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)"
+                    )
+                for condition_node in node.expression.walk():
+                    if isinstance(condition_node, exp.AggFunc | exp.Filter) or (
+                        isinstance(condition_node, exp.Anonymous) and _python_aggregate(condition_node)
+                    ):
+                        raise locate.refuse(condition_node, "an aggregate in FILTER (WHERE ...)")
+                filtered.add(id(inner))
+                key = normalized(node)
+                if key not in seen:
+                    seen.add(key)
+                    calls.append(node)
+            elif isinstance(node, exp.Anonymous) and _python_aggregate(node) is not None:
                 key = normalized(node)
                 if key not in seen:
                     seen.add(key)
@@ -935,7 +962,7 @@ def _aggregate_calls(
 def _plan_aggregate(
     select: exp.Select,
     group: exp.Group | None,
-    calls: list[exp.AggFunc | exp.Anonymous],
+    calls: list[exp.AggFunc | exp.Anonymous | exp.Filter],
     node: Node,
     scope: Scope,
     window: WindowTvf | None,
@@ -980,13 +1007,19 @@ def _plan_aggregate(
         computed[normalized(g)] = name
         columns[name] = scope.columns.get(name) if isinstance(g, exp.Column) else None
     aggregates = []
-    for i, call in enumerate(calls):
+    for i, written in enumerate(calls):
+        call, condition = written, None
+        if isinstance(written, exp.Filter):
+            call = written.this
+            _refuse_nested(written.expression.this, locate)
+            condition = _named(written.expression.this, f"$filter{i}", scope, locate)
         if isinstance(call, exp.Anonymous):
             name = f"$agg{i}"
-            aggregates.append(_python_call(call, name, i, scope, locate))
-            computed[normalized(call)] = name
+            aggregates.append(replace(_python_call(call, name, i, scope, locate), condition=condition))
+            computed[normalized(written)] = name
             columns[name] = None
             continue
+        assert isinstance(call, exp.AggFunc)
         function = _AGGREGATES[type(call)]
         argument = call.this
         distinct = isinstance(argument, exp.Distinct)
@@ -1008,8 +1041,10 @@ def _plan_aggregate(
                     raise locate.refuse(inner, "an aggregate inside an aggregate")
             named_argument = _named(argument, f"$arg{i}", scope, locate)
         name = f"$agg{i}"
-        aggregates.append(AggregateCall(name, function, distinct, named_argument, normalized(call)))
-        computed[normalized(call)] = name
+        aggregates.append(
+            AggregateCall(name, function, distinct, named_argument, normalized(written), condition=condition)
+        )
+        computed[normalized(written)] = name
         columns[name] = BIGINT if function == "COUNT" else None
     if window is not None and not propagated:
         columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})

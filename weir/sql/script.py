@@ -82,11 +82,14 @@ class Insert:
 
 @dataclass(frozen=True)
 class CreateFunction:
-    """``CREATE [TEMPORARY [SYSTEM]] FUNCTION [IF NOT EXISTS] name AS 'module.attr' LANGUAGE PYTHON``."""
+    """``CREATE [TEMPORARY [SYSTEM]] FUNCTION [IF NOT EXISTS] name AS 'module.attr' LANGUAGE PYTHON``;
+    ``language`` JAVA (Flink's default, no LANGUAGE) or SCALA: a JVM class, which stands for the Python
+    function given to the job under the same name (``functions=``, ``weir sql --functions``)."""
 
     name: str
     target: str
     position: Position
+    language: str = "PYTHON"
 
 
 @dataclass(frozen=True)
@@ -297,10 +300,10 @@ def _create_function(text: Text, tokens: list[Token]) -> CreateFunction:
     if len(rest) < 3 or _word(rest[1]) != "AS" or rest[2].token_type is not TokenType.STRING:
         raise SqlError(f"CREATE FUNCTION takes a name and AS 'module.attr' ({shape})", position)
     language = [_word(t) for t in rest[3:]]
-    if language != ["LANGUAGE", "PYTHON"]:
+    if language not in ([], ["LANGUAGE", "PYTHON"], ["LANGUAGE", "JAVA"], ["LANGUAGE", "SCALA"]):
         at = text.at(rest[3].start) if len(rest) > 3 else position
-        raise SqlError(f"only Python functions are supported: {shape} (Java and Scala classes are not)", at)
-    return CreateFunction(rest[0].text, rest[2].text, position)
+        raise SqlError(f"CREATE FUNCTION ends with LANGUAGE PYTHON | JAVA | SCALA ({shape})", at)
+    return CreateFunction(rest[0].text, rest[2].text, position, language[1] if language else "JAVA")
 
 
 def _refuse_table_functions(text: Text, tokens: list[Token]) -> None:
