@@ -196,6 +196,21 @@ def sink_options(output: str, bootstrap: str, group: str) -> str:
     )
 
 
+def upsert_sink_options(output: str, bootstrap: str, group: str) -> str:
+    """The ``${UPSERT_SINK}`` of an updating query's file as weir.bench.NexmarkSql writes it for
+    Flink (upsert-kafka, JSON key and value, exactly-once); Weir accepts the same text."""
+    return (
+        f"'connector' = 'upsert-kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}', "
+        "'key.format' = 'json', 'value.format' = 'json', 'sink.delivery-guarantee' = 'exactly-once', "
+        f"'sink.transactional-id-prefix' = '{group}', 'properties.transaction.timeout.ms' = '{TRANSACTION_TIMEOUT_MS}', "
+        "'properties.linger.ms' = '5'"
+    )
+
+
+SQL_FUNCTIONS_MODULE: Final = "weir.tools.nexmark_functions"
+"""The Python functions a Weir SQL job of the queries is given (q14's ``count_char``)."""
+
+
 def kafka_events_ddl(topic: str, *, bootstrap: str, group: str, ddl: str | None = None) -> str:
     """examples/sql/nexmark-ddl.sql (the DDL of weir.bench.NexmarkSql: the flat ``events`` table, the
     ``person``, ``auction`` and ``bid`` views) with the events table's options those NexmarkSql gives
@@ -210,8 +225,13 @@ def kafka_events_ddl(topic: str, *, bootstrap: str, group: str, ddl: str | None 
 
 
 def query_sql(query: str, *, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR) -> str:
-    """The query's file, the one Flink runs, its ``${SINK}`` what NexmarkSql puts there."""
-    return (sql_dir / f"{query}.sql").read_text().replace("${SINK}", sink_options(output, bootstrap, group))
+    """The query's file, the one Flink runs, its ``${SINK}`` and ``${UPSERT_SINK}`` what NexmarkSql puts there."""
+    return (
+        (sql_dir / f"{query}.sql")
+        .read_text()
+        .replace("${SINK}", sink_options(output, bootstrap, group))
+        .replace("${UPSERT_SINK}", upsert_sink_options(output, bootstrap, group))
+    )
 
 
 def weir_sql_script(
@@ -276,6 +296,13 @@ class QuerySpec:
         return tuple(name for name, _kind in self.columns)
 
 
+RANK_COLUMNS: Final = tuple((f"{rank}_bids", "int") for rank in ("total", "rank1", "rank2", "rank3"))
+"""q15-q17's bid counts, in all and per price rank."""
+DISTINCT_RANK_COLUMNS: Final = tuple(
+    (f"{rank}_{what}", "int") for what in ("bidders", "auctions") for rank in ("total", "rank1", "rank2", "rank3")
+)
+"""q15's and q16's distinct bidders and auctions, in all and per price rank."""
+
 SPECS: Final = {
     "q0": QuerySpec(
         (("auction", "int"), ("bidder", "int"), ("price", "int"), ("dateTime", "ts"), ("extra", "str")),
@@ -296,6 +323,51 @@ SPECS: Final = {
     "q8": QuerySpec((("id", "int"), ("name", "str"), ("stime", "ts")), ("id", "stime")),
     "q11": QuerySpec(
         (("bidder", "int"), ("bid_count", "int"), ("starttime", "ts"), ("endtime", "ts")), ("bidder", "starttime")
+    ),
+    "q14": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "dec3"),
+            ("bidTimeType", "str"),
+            ("dateTime", "ts"),
+            ("extra", "str"),
+            ("c_counts", "int"),
+        ),
+        ("auction", "bidder", "dateTime", "extra"),
+    ),
+    "q15": QuerySpec((("day", "str"), *RANK_COLUMNS, *DISTINCT_RANK_COLUMNS), ("day",), upsert_key=("day",)),
+    "q16": QuerySpec(
+        (("channel", "str"), ("day", "str"), ("minute", "str"), *RANK_COLUMNS, *DISTINCT_RANK_COLUMNS),
+        ("channel", "day"),
+        upsert_key=("channel", "day"),
+    ),
+    "q17": QuerySpec(
+        (
+            ("auction", "int"),
+            ("day", "str"),
+            *RANK_COLUMNS,
+            ("min_price", "int"),
+            ("max_price", "int"),
+            ("avg_price", "int"),
+            ("sum_price", "int"),
+        ),
+        ("auction", "day"),
+        upsert_key=("auction", "day"),
+    ),
+    "q21": QuerySpec(
+        (("auction", "int"), ("bidder", "int"), ("price", "int"), ("channel", "str"), ("channel_id", "str")),
+    ),
+    "q22": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("channel", "str"),
+            ("dir1", "str"),
+            ("dir2", "str"),
+            ("dir3", "str"),
+        ),
     ),
 }
 UPDATING: Final = frozenset(q for q, spec in SPECS.items() if spec.upsert_key)
@@ -726,7 +798,7 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
         script = weir_sql_script(
             query, topic=ctx.input_topic, output=output_topic, bootstrap=endpoints.kafka_bootstrap, group=output_topic
         )
-        job_file.write_text(sql_job_source(script))
+        job_file.write_text(sql_job_source(script, SQL_FUNCTIONS_MODULE))
         source_uid = WEIR_SQL_SOURCE_UID
     else:
         job_file = EXAMPLES_DIR / f"{query}.py"

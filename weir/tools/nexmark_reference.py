@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from weir.nexmark import Auction, Bid, Event, Person
+from weir.tools.nexmark_functions import count_char
 
 Row = dict[str, Any]
 
@@ -175,12 +176,6 @@ def q11(events: Sequence[Event], gap_ms: int = 10_000) -> list[Row]:
             count += 1
         out.append({"bidder": bidder, "bid_count": count, "starttime": start, "endtime": last + gap_ms})
     return out
-
-
-def count_char(s: str | None, c: str) -> int:
-    """q14's user function ``count_char(s, c)`` (the suite's ``CountChar``): how many bytes of ``s``'s
-    UTF-8 are the first byte of ``c``'s; 0 for NULL. Weir's jobs call it by this name."""
-    return 0 if s is None else s.encode().count(c.encode()[:1])
 
 
 def day_of(ms: int) -> str:
