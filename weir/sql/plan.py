@@ -917,6 +917,9 @@ def _aggregate_calls(
         for node in root.walk():
             if id(node) in filtered:
                 continue
+            if isinstance(node, exp.Window) and isinstance(node.this, exp.AggFunc | exp.Filter | exp.Anonymous):
+                called = node.this.sql(dialect="spark")[:40]
+                raise locate.refuse(node, f"an OVER aggregation ({called} OVER ...) is not supported")
             if isinstance(node, exp.Filter):
                 inner = node.this
                 if not isinstance(inner, exp.AggFunc) and not (
