@@ -392,7 +392,10 @@ def epoch_ms(value: Any) -> int:
 
 
 def canonical(kind: str, value: Any) -> Any:
-    """One value in the form both contenders' outputs and the reference are compared in."""
+    """One value in the form both contenders' outputs and the reference are compared in; NULL is None
+    whatever the kind (a SQL column is nullable: Flink's intermediate updates of q16 have NULLs)."""
+    if value is None:
+        return None
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int | Decimal):
             raise ValueError(f"not an integer: {value!r}")

@@ -13,9 +13,9 @@ from sqlglot import exp
 
 from weir.sql import functions
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
-from weir.sql.errors import SqlError
+from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
-from weir.sql.script import CreateView, Insert
+from weir.sql.script import PARTITION_MARK, CreateView, Insert
 from weir.sql.types import Kind, SqlType, coerce
 
 WINDOW_COLUMNS: Final = ("window_start", "window_end", "window_time")
@@ -42,11 +42,12 @@ class WindowTvf:
     view's column passing it through)."""
 
     input: Node
-    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"]  # SESSION: from a group window, size_ms its gap
+    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"]  # SESSION: size_ms its gap
     # CUMULATE: windows of size_ms, each also as its prefixes growing by slide_ms (the step)
     time_column: str
     size_ms: int
     slide_ms: int
+    partition: tuple[str, ...] = ()  # the SESSION TVF's PARTITION BY columns (a group window's: none)
 
 
 @dataclass(frozen=True)
@@ -361,6 +362,10 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             node = Filter(node, _named(having.this, "having", scope, locate))
     elif having is not None:
         raise locate.refuse(having, "HAVING without GROUP BY or an aggregate")
+    elif window is not None and window.partition:
+        raise locate.refuse(
+            select, "a SESSION TVF's rows are aggregated: GROUP BY window_start, window_end and its PARTITION BY keys"
+        )
     outputs: list[NamedExpression] = []
     types: dict[str, SqlType | None] = {}
     time_column = None
@@ -855,13 +860,15 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         raise locate.refuse(source, "FROM takes a table or TABLE(TUMBLE(...)) / TABLE(HOP(...))")
     tvf = function.expressions[0]
     name = str(tvf.this).upper() if isinstance(tvf, exp.Anonymous) else type(tvf).__name__.upper()
-    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP", "CUMULATE"):
-        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE, HOP and CUMULATE are)")
-    args = tvf.expressions
-    expected = 3 if name == "TUMBLE" else 4
+    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP", "CUMULATE", "SESSION"):
+        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE, HOP, CUMULATE and SESSION are)")
+    args = list(tvf.expressions)
+    partition = _partition_keys(name, args, tvf, locate)
+    expected = 3 if name in ("TUMBLE", "SESSION") else 4
     if len(args) != expected:
-        shape = {"TUMBLE": "size", "HOP": "slide, size", "CUMULATE": "step, size"}[name]
-        raise locate.refuse(tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {shape})")
+        shape = {"TUMBLE": "size", "HOP": "slide, size", "CUMULATE": "step, size", "SESSION": "gap"}[name]
+        table = "TABLE t PARTITION BY keys" if name == "SESSION" else "TABLE t"
+        raise locate.refuse(tvf, f"{name} takes ({table}, DESCRIPTOR(time column), {shape})")
     table_arg, descriptor = args[0], args[1]
     if not isinstance(table_arg, exp.Column) or table_arg.table:
         raise locate.refuse(table_arg, f"{name}'s first argument is TABLE name")
@@ -886,17 +893,44 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         if ms is None or ms <= 0:
             raise locate.refuse(arg, f"{name} takes positive INTERVAL literals (MILLISECOND to DAY)")
         durations.append(ms)
-    size, slide = (durations[0], durations[0]) if name == "TUMBLE" else (durations[1], durations[0])
+    size, slide = (durations[0], durations[0]) if name in ("TUMBLE", "SESSION") else (durations[1], durations[0])
     if size % slide != 0:
         step = "slide" if name == "HOP" else "step"
         raise locate.refuse(tvf, f"{name}'s size ({size} ms) must be a multiple of its {step} ({slide} ms)")
-    kind: Literal["TUMBLE", "HOP", "CUMULATE"] = (
-        "TUMBLE" if name == "TUMBLE" else "HOP" if name == "HOP" else "CUMULATE"
+    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"] = (
+        "TUMBLE" if name == "TUMBLE" else "HOP" if name == "HOP" else "SESSION" if name == "SESSION" else "CUMULATE"
     )
-    tvf_node = WindowTvf(read.node, kind, time_column, size, slide)
+    for key in partition:
+        if key not in read.scope.columns:
+            raise locate.refuse(tvf, f"SESSION's PARTITION BY {key}: no column {key} in {table_arg.name}")
+    tvf_node = WindowTvf(read.node, kind, time_column, size, slide, partition)
     columns = dict(read.scope.columns)
     columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)
+
+
+def _partition_keys(name: str, args: list[exp.Expr], tvf: exp.Expr, locate: Locate) -> tuple[str, ...]:
+    """``SESSION(TABLE t PARTITION BY k | (k1, k2), ...)``'s keys, taken out of ``args`` (the script
+    reader gives them as the argument ``_PARTITION = keys``); another TVF's PARTITION BY is refused,
+    and so is a SESSION without one (Flink's sessions of the whole stream, not run here)."""
+    marked = [
+        a for a in args if isinstance(a, exp.EQ) and isinstance(a.this, exp.Column) and a.this.name == PARTITION_MARK
+    ]
+    if name != "SESSION":
+        if marked:
+            mark = locate(marked[0].this)  # its comma stands where PARTITION began
+            raise SqlError(f"{name} takes no PARTITION BY (SESSION does)", Position(mark.line, mark.column - 1))
+        return ()
+    if len(marked) != 1 or len(args) < 2 or args[1] is not marked[0]:
+        raise locate.refuse(tvf, "SESSION takes (TABLE t PARTITION BY keys, DESCRIPTOR(time column), gap)")
+    args.remove(marked[0])
+    keys = marked[0].expression
+    columns = list(keys.expressions) if isinstance(keys, exp.Tuple | exp.Paren) else [keys]
+    if isinstance(keys, exp.Paren):
+        columns = [keys.this]
+    if not all(isinstance(c, exp.Column) and not c.table for c in columns):
+        raise locate.refuse(keys, "SESSION's PARTITION BY takes column names")
+    return tuple(c.name for c in columns)
 
 
 def _python_aggregate(node: exp.Anonymous) -> Any | None:
@@ -1009,6 +1043,14 @@ def _plan_aggregate(
         keys.append(_named(g, name, scope, locate))
         computed[normalized(g)] = name
         columns[name] = scope.columns.get(name) if isinstance(g, exp.Column) else None
+    if window is not None and window.partition and not propagated:
+        grouped = [g for g in group_nodes if g not in window_keys]
+        if sorted(normalized(g) for g in grouped) != sorted(window.partition):
+            raise locate.refuse(
+                group or select,
+                f"a SESSION window aggregation groups by window_start, window_end and exactly its PARTITION BY "
+                f"columns ({', '.join(window.partition)})",
+            )
     aggregates = []
     for i, written in enumerate(calls):
         call, condition = written, None

@@ -237,10 +237,33 @@ REFUSED = [
         27,
     ),
     (
-        "u, COUNT(*) FROM TABLE(SESSION(TABLE orders PARTITION BY u, DESCRIPTOR(ts), INTERVAL '5' SECOND))"
+        "u, COUNT(*) FROM TABLE(SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '5' SECOND))"
         " GROUP BY u, window_start, window_end",
-        "table function SESSION is not supported",
+        "SESSION takes (TABLE t PARTITION BY keys, DESCRIPTOR(time column), gap)",
         47,
+    ),
+    (
+        "u, COUNT(*) FROM TABLE(SESSION(TABLE orders PARTITION BY u, DESCRIPTOR(ts), INTERVAL '5' SECOND))"
+        " GROUP BY u, note, window_start, window_end",
+        "groups by window_start, window_end and exactly its PARTITION BY columns (u)",
+        131,
+    ),
+    (
+        "u, id FROM TABLE(SESSION(TABLE orders PARTITION BY u, DESCRIPTOR(ts), INTERVAL '5' SECOND))",
+        "a SESSION TVF's rows are aggregated",
+        24,
+    ),
+    (
+        "u, COUNT(*) FROM TABLE(HOP(TABLE orders PARTITION BY u, DESCRIPTOR(ts), INTERVAL '5' SECOND,"
+        " INTERVAL '10' SECOND)) GROUP BY u, window_start, window_end",
+        "HOP takes no PARTITION BY (SESSION does)",
+        64,
+    ),
+    (
+        "u, COUNT(*) FROM TABLE(SESSION(TABLE orders PARTITION BY u, DESCRIPTOR(ts), INTERVAL '1' MONTH))"
+        " GROUP BY u, window_start, window_end",
+        "SESSION takes positive INTERVAL literals",
+        109,
     ),
 ]
 
@@ -253,3 +276,68 @@ def test_refused_with_its_position(select: str, message: str, column: int) -> No
         plan_script(text)
     assert message in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def session_rows(n: int = 150) -> list[dict[str, Any]]:
+    """Orders in event-time order in bursts: a user's rows ~3 s apart within a burst, bursts 10 s apart."""
+    rows = orders(n)
+    for r in rows:
+        i = r["id"]
+        ms = 1_000 * i + (i // 12) * 10_000 + (i * 37) % 900
+        r["u"] = f"u{i % 3}"
+        r["ts"] = _timestamp(BASE_MS + ms)
+    return rows
+
+
+def sessions(times: list[int], gap: int) -> list[tuple[int, int, list[int]]]:
+    """Flink's session windows of one key: a row more than ``gap`` after the previous one starts a new
+    session; (start, last row's time + gap, the rows' indexes)."""
+    out: list[tuple[int, int, list[int]]] = []
+    for index, t in sorted(enumerate(times), key=lambda p: p[1]):
+        if out and t - (out[-1][1] - gap) <= gap:
+            start, _end, members = out[-1]
+            out[-1] = (start, t + gap, [*members, index])
+        else:
+            out.append((t, t + gap, [index]))
+    return out
+
+
+def test_session_tvf_aggregation_per_partition_key(tmp_path: Path, weir_job: RunJob) -> None:
+    script = (
+        ORDERS
+        + """CREATE TABLE sess (u STRING, window_start TIMESTAMP(3), window_end TIMESTAMP(3), n BIGINT,
+  amounts DOUBLE, top INT) WITH ('connector' = 'kafka', 'topic' = 'sess', 'format' = 'json');
+INSERT INTO sess
+SELECT u, window_start, window_end, COUNT(*), SUM(amount) FILTER (WHERE qty > 1), MAX(qty)
+FROM TABLE(SESSION(TABLE orders PARTITION BY u, DESCRIPTOR(ts), INTERVAL '5' SECOND))
+GROUP BY u, window_start, window_end;
+"""
+    )
+    rows = session_rows()
+    by_user: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_user[r["u"]].append(r)
+    expected = []
+    for u, members in by_user.items():
+        for start, end, indexes in sessions([_ms(m["ts"]) for m in members], 5_000):
+            session = [members[i] for i in indexes]
+            amounts = [m["amount"] for m in session if m["qty"] > 1 and m["amount"] is not None]
+            expected.append(
+                {
+                    "u": u,
+                    "window_start": start,
+                    "window_end": end,
+                    "n": len(session),
+                    "amounts": sum(amounts) if amounts else None,
+                    "top": max(m["qty"] for m in session),
+                }
+            )
+    assert len(expected) >= 30
+    assert any(row["n"] > 2 for row in expected)
+    assert multiset(run(tmp_path, weir_job, script, rows, failures=True)["sess"]) == multiset(expected)
+
+
+def _ms(text: str) -> int:
+    import datetime as dt
+
+    return int(dt.datetime.fromisoformat(text + "+00:00").timestamp() * 1000)

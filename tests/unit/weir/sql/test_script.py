@@ -277,7 +277,7 @@ REFUSED = [
         "INSERT INTO out SELECT window_start, `user`\n"
         "FROM TABLE(SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))\n"
         "GROUP BY window_start, window_end, `user`;",
-        "table function SESSION is not supported",
+        "SESSION takes (TABLE t PARTITION BY keys, DESCRIPTOR(time column), gap)",
         "23:12",
     ),
     (
