@@ -202,8 +202,8 @@ def upsert_sink_options(output: str, bootstrap: str, group: str) -> str:
     return (
         f"'connector' = 'upsert-kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}', "
         "'key.format' = 'json', 'value.format' = 'json', 'sink.delivery-guarantee' = 'exactly-once', "
-        f"'sink.transactional-id-prefix' = '{group}', 'properties.transaction.timeout.ms' = '{TRANSACTION_TIMEOUT_MS}', "
-        "'properties.linger.ms' = '5'"
+        f"'sink.transactional-id-prefix' = '{group}', "
+        f"'properties.transaction.timeout.ms' = '{TRANSACTION_TIMEOUT_MS}', 'properties.linger.ms' = '5'"
     )
 
 

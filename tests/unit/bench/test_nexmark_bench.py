@@ -326,11 +326,14 @@ def test_a_nexmark_figure_measured_in_fewer_runs_than_were_made_says_in_how_many
     assert nb._spread({"ok": True, "runs": 1, "x": one}, "x") == "5"
 
 
+SQL_QUERIES = ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q14", "q15", "q16", "q17", "q21", "q22"]
+
+
 def test_weirs_sql_mode_runs_every_sql_file_but_the_refused_q4() -> None:
-    assert nb.sql_queries() == ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q14", "q15", "q16", "q17", "q21", "q22"]
+    assert nb.sql_queries() == SQL_QUERIES
 
 
-@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q14", "q15", "q16", "q17", "q21", "q22"])
+@pytest.mark.parametrize("query", SQL_QUERIES)
 def test_weirs_sql_script_is_the_ddl_and_the_query_text_flink_runs(query: str) -> None:
     """The script Weir runs in ``--sql`` (and tests/integration/sql/test_nexmark_vs_flink.py): the
     DDL of examples/sql/nexmark-ddl.sql over the topic with NexmarkSql.java's options (bounded,
