@@ -154,7 +154,23 @@ class TopN:
     slide_ms: int  # the input's rows of one window are those of a tumbling window of the slide
 
 
-Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN
+@dataclass(frozen=True)
+class OverAggregate:
+    """``agg OVER (PARTITION BY keys ORDER BY ts {ROWS|RANGE} BETWEEN p PRECEDING AND CURRENT ROW)``:
+    every input row, once the watermark passes its time, with each aggregate over its frame: the
+    partition's rows up to it in event-time order, ``preceding`` rows before it (ROWS) or those at
+    most ``preceding`` ms before its time (RANGE, rows of the same time all in), all of them when
+    ``preceding`` is None (UNBOUNDED). A row behind the watermark when it arrives is dropped (late)."""
+
+    input: Node
+    partition: tuple[NamedExpression, ...]
+    time_column: str
+    frame: Literal["ROWS", "RANGE"]
+    preceding: int | None
+    calls: tuple[AggregateCall, ...]
+
+
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN | OverAggregate
 
 
 @dataclass(frozen=True)
@@ -341,7 +357,12 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     updating = False
     propagated = _propagated_window(group, relation, node) if window is None else None
     group_window = _group_window(group, relation, node, window, locate)
-    if group is not None or calls:
+    overs = _over_windows(select, locate)
+    if overs:
+        if group is not None or calls or window is not None:
+            raise locate.refuse(overs[0], "an OVER aggregation with GROUP BY, other aggregates or a window TVF")
+        node, scope = _plan_over(overs, node, scope, relation.time_column, locate)
+    elif group is not None or calls:
         node, scope, updating = _plan_aggregate(
             select,
             group,
@@ -387,7 +408,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                     elif relation.windowed is not None and name == relation.windowed.end:
                         window_outputs.setdefault("window_end", name)
             continue
-        _refuse_nested(projection, locate)
+        _refuse_nested(projection, locate, planned=scope.computed)
         name = (
             projection.alias
             if isinstance(projection, exp.Alias)
@@ -591,11 +612,13 @@ def _propagated_window(group: exp.Group | None, relation: Relation, node: Node) 
     return WindowTvf(node, "TUMBLE", windowed.end, windowed.slide_ms, windowed.slide_ms)
 
 
-def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
+def _refuse_nested(node: exp.Expr, locate: Locate, planned: Mapping[str, str] | None = None) -> None:
+    """A subquery or a window function in ``node`` is refused; ``planned``: expressions computed
+    upstream (an OVER aggregation's window is one)."""
     for inner in node.walk():
         if isinstance(inner, exp.Subquery | exp.Select | exp.Exists):
             raise locate.refuse(inner, "a subquery is not supported")
-        if isinstance(inner, exp.Window):
+        if isinstance(inner, exp.Window) and normalized(inner) not in (planned or {}):
             raise locate.refuse(
                 inner,
                 "OVER (...) is not supported (except window Top-N: SELECT ... FROM (SELECT ..., ROW_NUMBER() "
@@ -951,9 +974,9 @@ def _aggregate_calls(
         for node in root.walk():
             if id(node) in filtered:
                 continue
-            if isinstance(node, exp.Window) and isinstance(node.this, exp.AggFunc | exp.Filter | exp.Anonymous):
-                called = node.this.sql(dialect="spark")[:40]
-                raise locate.refuse(node, f"an OVER aggregation ({called} OVER ...) is not supported")
+            if isinstance(node, exp.Window) and isinstance(node.this, exp.AggFunc | exp.Filter):
+                filtered.update(id(n) for n in node.this.walk())  # an OVER aggregation (_over_windows)
+                continue
             if isinstance(node, exp.Filter):
                 inner = node.this
                 if not isinstance(inner, exp.AggFunc) and not (
@@ -1053,44 +1076,10 @@ def _plan_aggregate(
             )
     aggregates = []
     for i, written in enumerate(calls):
-        call, condition = written, None
-        if isinstance(written, exp.Filter):
-            call = written.this
-            _refuse_nested(written.expression.this, locate)
-            condition = _named(written.expression.this, f"$filter{i}", scope, locate)
-        if isinstance(call, exp.Anonymous):
-            name = f"$agg{i}"
-            aggregates.append(replace(_python_call(call, name, i, scope, locate), condition=condition))
-            computed[normalized(written)] = name
-            columns[name] = None
-            continue
-        assert isinstance(call, exp.AggFunc)
-        function = _AGGREGATES[type(call)]
-        argument = call.this
-        distinct = isinstance(argument, exp.Distinct)
-        if distinct:
-            assert isinstance(argument, exp.Distinct)
-            if len(argument.expressions) != 1:
-                raise locate.refuse(call, f"{function}(DISTINCT ...) takes one argument")
-            argument = argument.expressions[0]
-        if isinstance(call, exp.Count) and (argument is None or isinstance(argument, exp.Star)):
-            if distinct:
-                raise locate.refuse(call, "COUNT(DISTINCT *) is not supported")
-            named_argument = None
-        else:
-            if argument is None or isinstance(argument, exp.Star):
-                raise locate.refuse(call, f"{function}(*) is not supported")
-            _refuse_nested(argument, locate)
-            for inner in argument.walk():
-                if isinstance(inner, exp.AggFunc):
-                    raise locate.refuse(inner, "an aggregate inside an aggregate")
-            named_argument = _named(argument, f"$arg{i}", scope, locate)
-        name = f"$agg{i}"
-        aggregates.append(
-            AggregateCall(name, function, distinct, named_argument, normalized(written), condition=condition)
-        )
-        computed[normalized(written)] = name
-        columns[name] = BIGINT if function == "COUNT" else None
+        aggregate = _aggregate_call(written, i, scope, locate)
+        aggregates.append(aggregate)
+        computed[normalized(written)] = aggregate.name
+        columns[aggregate.name] = BIGINT if aggregate.function == "COUNT" else None
     if window is not None and not propagated:
         columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     out_scope = Scope(columns, scope.qualifiers, computed)
@@ -1098,6 +1087,131 @@ def _plan_aggregate(
     for projection in select.expressions:
         _check_grouped(projection, out_scope, locate)
     return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
+
+
+def _aggregate_call(
+    written: exp.AggFunc | exp.Anonymous | exp.Filter, i: int, scope: Scope, locate: Locate
+) -> AggregateCall:
+    """One aggregate call (``$agg<i>``), with its ``FILTER (WHERE ...)`` if written with one."""
+    call, condition = written, None
+    if isinstance(written, exp.Filter):
+        call = written.this
+        _refuse_nested(written.expression.this, locate)
+        condition = _named(written.expression.this, f"$filter{i}", scope, locate)
+    if isinstance(call, exp.Anonymous):
+        return replace(_python_call(call, f"$agg{i}", i, scope, locate), condition=condition)
+    assert isinstance(call, exp.AggFunc)
+    function = _AGGREGATES[type(call)]
+    argument = call.this
+    distinct = isinstance(argument, exp.Distinct)
+    if distinct:
+        assert isinstance(argument, exp.Distinct)
+        if len(argument.expressions) != 1:
+            raise locate.refuse(call, f"{function}(DISTINCT ...) takes one argument")
+        argument = argument.expressions[0]
+    if isinstance(call, exp.Count) and (argument is None or isinstance(argument, exp.Star)):
+        if distinct:
+            raise locate.refuse(call, "COUNT(DISTINCT *) is not supported")
+        named_argument = None
+    else:
+        if argument is None or isinstance(argument, exp.Star):
+            raise locate.refuse(call, f"{function}(*) is not supported")
+        _refuse_nested(argument, locate)
+        for inner in argument.walk():
+            if isinstance(inner, exp.AggFunc):
+                raise locate.refuse(inner, "an aggregate inside an aggregate")
+        named_argument = _named(argument, f"$arg{i}", scope, locate)
+    return AggregateCall(f"$agg{i}", function, distinct, named_argument, normalized(written), condition=condition)
+
+
+def _over_windows(select: exp.Select, locate: Locate) -> list[exp.Window]:
+    """The SELECT list's OVER aggregations (``SUM(x) OVER (...)``); one in WHERE or HAVING is refused."""
+    found = [
+        n
+        for projection in select.expressions
+        for n in projection.walk()
+        if isinstance(n, exp.Window) and isinstance(n.this, exp.AggFunc | exp.Filter)
+    ]
+    for key in ("where", "having"):
+        clause = select.args.get(key)
+        for n in clause.walk() if clause is not None else ():
+            if isinstance(n, exp.Window):
+                raise locate.refuse(n, f"an OVER aggregation in {key.upper()}")
+    return found
+
+
+def _frame(window: exp.Window, locate: Locate) -> tuple[Literal["ROWS", "RANGE"], int | None]:
+    """The frame of ``OVER (... ORDER BY ts [ROWS|RANGE BETWEEN p PRECEDING AND CURRENT ROW])``:
+    its kind and how far back (rows or ms; None: UNBOUNDED). No frame is Flink's default, RANGE
+    UNBOUNDED PRECEDING."""
+    spec = window.args.get("spec")
+    if spec is None:
+        return "RANGE", None
+    kind, start, side = spec.args.get("kind"), spec.args.get("start"), spec.args.get("start_side")
+    end, end_side = spec.args.get("end"), spec.args.get("end_side")
+    shape = "ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW"
+    bounded = str(side).upper() == "PRECEDING" and str(end).upper() == "CURRENT ROW" and not end_side
+    if kind not in ("ROWS", "RANGE") or not bounded:
+        raise locate.refuse(window, f"an OVER frame other than {shape}")
+    if isinstance(start, str) and start.upper() == "UNBOUNDED":
+        return kind, None
+    if kind == "ROWS":
+        if not (isinstance(start, exp.Literal) and not start.is_string and start.this.isdigit()):
+            raise locate.refuse(window, "ROWS BETWEEN n PRECEDING takes a whole number n")
+        return "ROWS", int(start.this)
+    ms = interval_ms(start) if isinstance(start, exp.Interval) else None
+    if ms is None or ms < 0:
+        raise locate.refuse(
+            window, "RANGE BETWEEN INTERVAL ... PRECEDING takes an INTERVAL literal (MILLISECOND to DAY)"
+        )
+    return "RANGE", ms
+
+
+def _window_shape(window: exp.Window) -> str:
+    """An OVER clause's text without its aggregate."""
+    bare = window.copy()
+    bare.set("this", exp.Null())
+    return normalized(bare)
+
+
+def _plan_over(
+    windows: list[exp.Window], node: Node, scope: Scope, time_column: str | None, locate: Locate
+) -> tuple[Node, Scope]:
+    """The SELECT's OVER aggregations, all over one window (as Flink requires), as one operator."""
+    first = windows[0]
+    shape = _window_shape(first)
+    for other in windows[1:]:
+        if _window_shape(other) != shape:
+            raise locate.refuse(other, "OVER aggregations over different windows in one SELECT")
+    if first.alias and not first.args.get("order"):
+        raise locate.refuse(first, "a named WINDOW is not supported (write OVER (...))")
+    order = first.args.get("order")
+    ordered = order.expressions if order is not None else []
+    if len(ordered) != 1 or not isinstance(ordered[0].this, exp.Column) or ordered[0].args.get("desc"):
+        raise locate.refuse(first, "an OVER aggregation takes ORDER BY its input's event time, ascending")
+    if time_column is None or ordered[0].this.name != time_column:
+        raise locate.refuse(
+            ordered[0],
+            f"OVER ... ORDER BY {ordered[0].this.name}: not the input's event time "
+            f"({time_column + ' is' if time_column else 'it has none'})",
+        )
+    frame, preceding = _frame(first, locate)
+    partition = []
+    for i, key in enumerate(first.args.get("partition_by") or []):
+        _refuse_nested(key, locate)
+        partition.append(_named(key, f"$partition{i}", scope, locate))
+    calls, computed = [], dict(scope.computed)
+    columns = dict(scope.columns)
+    for i, window in enumerate(windows):
+        for inner in window.this.walk():
+            if inner is not window.this and isinstance(inner, exp.Window):
+                raise locate.refuse(inner, "an OVER aggregation inside another")
+        call = replace(_aggregate_call(window.this, i, scope, locate), name=f"$over{i}", sql=normalized(window))
+        calls.append(call)
+        computed[normalized(window)] = call.name
+        columns[call.name] = BIGINT if call.function == "COUNT" else None
+    over = OverAggregate(node, tuple(partition), time_column, frame, preceding, tuple(calls))
+    return over, Scope(columns, scope.qualifiers, computed)
 
 
 def _python_call(call: exp.Anonymous, name: str, i: int, scope: Scope, locate: Locate) -> AggregateCall:
@@ -1153,6 +1267,7 @@ def _check_grouped(node: exp.Expr, scope: Scope, locate: Locate) -> None:
 
 __all__ = [
     "Aggregate",
+    "OverAggregate",
     "Catalog",
     "QueryPlan",
     "plan_query",

@@ -1,7 +1,8 @@
-"""Aggregate ``FILTER (WHERE ...)`` and the string and time functions of the Nexmark suite's queries,
-run in this process (``weir_job``) and compared, as multisets of whole records (NULLs included),
-with plain Python over the same rows; the aggregations also under injected failures. Constructs
-still refused are refused with one line and their position."""
+"""Aggregate ``FILTER (WHERE ...)``, the string and time functions of the Nexmark suite's queries,
+the SESSION window TVF and OVER aggregations over event time, run in this process (``weir_job``) and
+compared, as multisets of whole records (NULLs included), with plain Python over the same rows; the
+aggregations also under injected failures. Constructs still refused are refused with one line and
+their position."""
 
 from __future__ import annotations
 
@@ -231,9 +232,27 @@ REFUSED = [
     ("SPLIT_INDEX(u, '/'), 1 FROM orders", "SPLIT_INDEX(string, separator, index) takes three arguments", 24),
     ("UPPER(u) FILTER (WHERE id > 1), 1 FROM orders", "FILTER (WHERE ...) follows an aggregate call", 24),
     ("u, COUNT(*) FILTER (WHERE COUNT(*) > 1) FROM orders GROUP BY u", "an aggregate in FILTER (WHERE ...)", 50),
+    ("u, SUM(id) OVER (PARTITION BY u ORDER BY id) FROM orders", "ORDER BY id: not the input's event time", 65),
     (
-        "u, SUM(id) OVER (PARTITION BY u ORDER BY ts ROWS BETWEEN 2 PRECEDING AND CURRENT ROW) FROM orders",
-        "an OVER aggregation (SUM(id) OVER ...) is not supported",
+        "u, SUM(id) OVER (PARTITION BY u ORDER BY ts ROWS BETWEEN 2 PRECEDING AND 1 FOLLOWING) FROM orders",
+        "an OVER frame other than ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW",
+        27,
+    ),
+    (
+        "u, SUM(id) OVER (PARTITION BY u ORDER BY ts) + COUNT(*) OVER (ORDER BY ts) FROM orders",
+        "OVER aggregations over different windows in one SELECT",
+        71,
+    ),
+    (
+        "u, SUM(id) OVER (PARTITION BY u ORDER BY ts) FROM orders GROUP BY u",
+        "an OVER aggregation with GROUP BY, other aggregates or a window TVF",
+        27,
+    ),
+    ("u, SUM(id) OVER (PARTITION BY u ORDER BY ts DESC) FROM orders", "ORDER BY its input's event time, ascending", 27),
+    (
+        "u, SUM(id) OVER (PARTITION BY u ORDER BY ts RANGE BETWEEN INTERVAL '1' MONTH PRECEDING AND CURRENT ROW)"
+        " FROM orders",
+        "RANGE BETWEEN INTERVAL ... PRECEDING takes an INTERVAL literal",
         27,
     ),
     (
@@ -341,3 +360,76 @@ def _ms(text: str) -> int:
     import datetime as dt
 
     return int(dt.datetime.fromisoformat(text + "+00:00").timestamp() * 1000)
+
+
+def over_rows(n: int = 120) -> list[dict[str, Any]]:
+    """Orders in event-time order in pairs of one user at the same millisecond (peers), a user's
+    pairs 2.5 s apart (a 5 s RANGE reaches exactly back to a pair: the bound is inclusive)."""
+    rows = orders(n)
+    for r in rows:
+        pair = r["id"] // 2
+        r["u"] = f"u{pair % 2}"
+        r["ts"] = _timestamp(BASE_MS + 1_250 * pair)
+    return rows
+
+
+def over_frame(frame: str, members: list[dict[str, Any]], at: int) -> list[dict[str, Any]]:
+    """The rows of one partition (in event-time, then arrival, order) in the frame of ``members[at]``."""
+    t = _ms(members[at]["ts"])
+    match frame:
+        case "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW":
+            return members[max(0, at - 2) : at + 1]
+        case "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW":
+            return members[: at + 1]
+        case "RANGE BETWEEN INTERVAL '5' SECOND PRECEDING AND CURRENT ROW":
+            return [m for m in members if t - 5_000 <= _ms(m["ts"]) <= t]
+        case "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW" | "":
+            return [m for m in members if _ms(m["ts"]) <= t]
+    raise AssertionError(frame)
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "ROWS BETWEEN 2 PRECEDING AND CURRENT ROW",
+        "ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+        "RANGE BETWEEN INTERVAL '5' SECOND PRECEDING AND CURRENT ROW",
+        "RANGE BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW",
+        "",
+    ],
+)
+def test_over_aggregation_over_event_time(tmp_path: Path, weir_job: RunJob, frame: str) -> None:
+    over = f"OVER (PARTITION BY u ORDER BY ts {frame})"
+    script = (
+        ORDERS
+        + f"""CREATE TABLE running (id BIGINT, u STRING, n BIGINT, amounts DOUBLE, top INT, mean DOUBLE,
+  qtys BIGINT) WITH ('connector' = 'kafka', 'topic' = 'running', 'format' = 'json');
+INSERT INTO running
+SELECT id, u, COUNT(*) {over}, SUM(amount) {over}, MAX(qty) {over}, AVG(amount) {over},
+       COUNT(DISTINCT qty) FILTER (WHERE qty > 1) {over}
+FROM orders WHERE id <> 11;
+"""
+    )
+    rows = over_rows()
+    partitions: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        if r["id"] != 11:
+            partitions[r["u"]].append(r)
+    expected = []
+    for members in partitions.values():
+        for at, r in enumerate(members):
+            frame_rows = over_frame(frame, members, at)
+            amounts = [m["amount"] for m in frame_rows if m["amount"] is not None]
+            expected.append(
+                {
+                    "id": r["id"],
+                    "u": r["u"],
+                    "n": len(frame_rows),
+                    "amounts": sum(amounts) if amounts else None,
+                    "top": max(m["qty"] for m in frame_rows),
+                    "mean": sum(amounts) / len(amounts) if amounts else None,
+                    "qtys": len({m["qty"] for m in frame_rows if m["qty"] > 1}),
+                }
+            )
+    assert len(expected) == len(rows) - 1
+    assert multiset(run(tmp_path, weir_job, script, rows, failures=True)["running"]) == multiset(expected)
