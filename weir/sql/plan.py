@@ -5,6 +5,7 @@ turns it into job API calls."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
@@ -416,6 +417,9 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             if isinstance(projection, exp.Column)
             else f"EXPR${i}"
         )
+        taken = {o.name for o in outputs}
+        if name in taken:  # a name given twice: the later one renamed as Flink does (dateTime, dateTime0)
+            name = next(f"{name}{k}" for k in itertools.count() if f"{name}{k}" not in taken)
         value = projection.this if isinstance(projection, exp.Alias) else projection
         outputs.append(_named(value, name, scope, locate))
         passes = isinstance(value, exp.Column) and normalized(value) not in scope.computed
@@ -431,10 +435,6 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                     window_outputs.setdefault("window_start", name)
                 elif value.name == relation.windowed.end:
                     window_outputs.setdefault("window_end", name)
-    names = [o.name for o in outputs]
-    if len(set(names)) != len(names):
-        duplicate = next(n for n in names if names.count(n) > 1)
-        raise locate.refuse(select, f"the SELECT names column {duplicate} twice")
     project = Project(node, tuple(outputs))
     windowed = None
     slide = window.slide_ms if window is not None else relation.windowed.slide_ms if relation.windowed else None

@@ -325,6 +325,38 @@ def q22(events: Sequence[Event]) -> list[Row]:
     return out
 
 
+Q20_CATEGORY: Final = 10
+
+
+def q20(events: Sequence[Event]) -> list[Row]:
+    """Expand bid with auction: every bid joined with its auction when the auction is of category 10
+    (an inner join over the whole stream: an auction after its bids joins too), the bid's and the
+    auction's columns (``bid_dateTime``, ``bid_extra``, ``auction_dateTime``, ``auction_extra``)."""
+    auctions = {e.id: e for e in events if type(e) is Auction and e.category == Q20_CATEGORY}
+    return [
+        {
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "channel": b.channel,
+            "url": b.url,
+            "bid_dateTime": b.date_time,
+            "bid_extra": b.extra,
+            "itemName": a.item_name,
+            "description": a.description,
+            "initialBid": a.initial_bid,
+            "reserve": a.reserve,
+            "auction_dateTime": a.date_time,
+            "expires": a.expires,
+            "seller": a.seller,
+            "category": a.category,
+            "auction_extra": a.extra,
+        }
+        for b in bids(events)
+        if (a := auctions.get(b.auction)) is not None
+    ]
+
+
 QUERIES = {
     "q0": q0,
     "q1": q1,
@@ -339,6 +371,7 @@ QUERIES = {
     "q15": q15,
     "q16": q16,
     "q17": q17,
+    "q20": q20,
     "q21": q21,
     "q22": q22,
 }

@@ -326,7 +326,7 @@ def test_a_nexmark_figure_measured_in_fewer_runs_than_were_made_says_in_how_many
     assert nb._spread({"ok": True, "runs": 1, "x": one}, "x") == "5"
 
 
-SQL_QUERIES = ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q14", "q15", "q16", "q17", "q21", "q22"]
+SQL_QUERIES = ["q0", "q1", "q2", "q3", "q5", "q7", "q8", "q11", "q14", "q15", "q16", "q17", "q20", "q21", "q22"]
 
 
 def test_weirs_sql_mode_runs_every_sql_file_but_the_refused_q4() -> None:
