@@ -671,9 +671,10 @@ def render_markdown(document: dict[str, Any]) -> str:
         notes.append(f"- requested but without a Weir job file: {', '.join(document['skipped'])}")
     for query in queries:
         if query in UPDATING:
+            weir_side = "its SQL's upsert-kafka sink" if sql else f"Weir's job with -D {query}.updates=true"
             notes.append(
                 f"- {query} is an updating query: both sides write an upsert stream keyed by the row's key "
-                "(Weir's job with -D q4.updates=true); compared as the final table, upserts applied in order."
+                f"({weir_side}); compared as the final table, upserts applied in order."
             )
     lines += ["", "Notes:", "", *notes, ""] if notes else [""]
     return "\n".join(lines)
