@@ -601,8 +601,8 @@ class Accumulators:
             return call.python.add(acc, *value)
         if value is None:
             return acc
-        if call.distinct:
-            return acc | {value}
+        if call.distinct:  # a value seen already leaves the (immutable) set as it is: no copy
+            return acc if value in acc else acc | {value}
         match call.function:
             case "COUNT":
                 return acc + 1
@@ -625,7 +625,7 @@ class Accumulators:
         if call.function == "PYTHON":
             return call.python.merge(x, y)
         if call.distinct:
-            return x | y
+            return x if y <= x else y if x <= y else x | y
         match call.function:
             case "COUNT":
                 return x + y
