@@ -2,7 +2,9 @@
 
 ``make bench-cpu`` (``python -m bench.cpu_bench [--events N] [--runs N] [--paths record,columnar]
 [--profile PATH]``) runs the keyed aggregation (``examples/keyed_aggregation.py``, Kafka sink only)
-on the per-record and the columnar path, and each Nexmark job named with ``--nexmark q0,q5``, through
+on the per-record and the columnar path, each Nexmark job named with ``--nexmark q0,q5``, and each
+Nexmark query in SQL named with ``--sql q5,q11-tumble`` (``bench/jobs/nexmark_sql.py``) per record and with
+``SET 'weir.columnar' = 'true'``, through
 the same operators and code a cluster runs, and reports the CPU time the process spent per input
 event (``time.process_time``: every thread, so RocksDB's and pickling's work too; wall time is not
 taken, it depends on what else runs on a shared machine).
@@ -76,6 +78,7 @@ ROOT: Final = Path(__file__).resolve().parent.parent
 RESULTS: Final = ROOT / "bench" / "results" / "cpu.json"
 KEYED_JOB: Final = ROOT / "examples" / "keyed_aggregation.py"
 NEXMARK_DIR: Final = ROOT / "examples" / "nexmark"
+SQL_JOB: Final = ROOT / "bench" / "jobs" / "nexmark_sql.py"
 SOURCE_BATCH: Final = 500  # weir.taskmanager.default_actions.SOURCE_BATCH
 FLUSH_EVERY_POLLS: Final = 6
 FETCH_RUN: Final = 200
@@ -520,7 +523,7 @@ class Case:
     make_input: Callable[[int], dict[int, list[_Message]]]
 
 
-def cases(paths: Sequence[str], nexmark: Sequence[str]) -> list[Case]:
+def cases(paths: Sequence[str], nexmark: Sequence[str], sql: Sequence[str] = ()) -> list[Case]:
     out = []
     keyed = {"sink.postgres": "false", "source.bounded": "true"}
     for path in paths:
@@ -534,6 +537,10 @@ def cases(paths: Sequence[str], nexmark: Sequence[str]) -> list[Case]:
     for query in nexmark:
         params = {"source": "kafka", "source.topic": "nexmark", "source.bounded": "true", "sink": "kafka"}
         out.append(Case(f"nexmark/{query}", NEXMARK_DIR / f"{query}.py", params, nexmark_input))
+    for query in sql:  # the query's SQL (bench/jobs/nexmark_sql.py), per record and with SET 'weir.columnar'
+        for columnar in ("false", "true"):
+            path = "columnar" if columnar == "true" else "record"
+            out.append(Case(f"sql/{query}/{path}", SQL_JOB, {"query": query, "columnar": columnar}, nexmark_input))
     return out
 
 
@@ -616,6 +623,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs per case, alternating between cases (median)")
     parser.add_argument("--paths", default="record,columnar", help="keyed job paths: record, columnar (or none)")
     parser.add_argument("--nexmark", default="", help="Nexmark queries to run too, e.g. q0,q5")
+    parser.add_argument(
+        "--sql",
+        default="",
+        help="Nexmark queries in SQL (bench/jobs/nexmark_sql.py), per record and columnar, e.g. q5,q11-tumble",
+    )
     parser.add_argument("--parallelism", type=int, default=3)
     parser.add_argument("--checkpoint-every", type=int, default=100_000, help="events between checkpoints (0: none)")
     parser.add_argument("--profile", action="store_true", help="one profiled run per case: top functions per event")
@@ -643,7 +655,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<18} {c['before_median']:6.2f} -> {c['after_median']:6.2f} us/event ({c['ratio']:.2f}x)")
         return 0
     paths = [p for p in args.paths.split(",") if p and p != "none"]
-    chosen = cases(paths, [q for q in args.nexmark.split(",") if q])
+    chosen = cases(paths, [q for q in args.nexmark.split(",") if q], [q for q in args.sql.split(",") if q])
     inputs = {c.name: c.make_input(args.events) for c in chosen}
     results: dict[str, list[dict[str, Any]]] = {c.name: [] for c in chosen}
     if args.profile:

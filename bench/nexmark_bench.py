@@ -132,13 +132,9 @@ def flink_queries(sql_dir: Path = FLINK_SQL_DIR) -> set[str]:
     return {p.stem for p in sql_dir.glob("q*.sql")}
 
 
-SQL_REFUSED: Final = frozenset({"q4"})
-"""Queries whose SQL Weir's SQL refuses (docs/sql.md: q4's comma join and aggregation of an updating result)."""
-
-
 def sql_queries(sql_dir: Path = FLINK_SQL_DIR) -> list[str]:
-    """``--sql``: the queries with a SQL file that Weir's SQL runs, in query order."""
-    return sorted(flink_queries(sql_dir) - SQL_REFUSED, key=query_key)
+    """``--sql``: the queries with a SQL file (Weir's SQL runs each), in query order."""
+    return sorted(flink_queries(sql_dir), key=query_key)
 
 
 def select_queries(
@@ -196,17 +192,6 @@ def sink_options(output: str, bootstrap: str, group: str) -> str:
     )
 
 
-def upsert_sink_options(output: str, bootstrap: str, group: str) -> str:
-    """The ``${UPSERT_SINK}`` of an updating query's file as weir.bench.NexmarkSql writes it for
-    Flink (upsert-kafka, JSON key and value, exactly-once); Weir accepts the same text."""
-    return (
-        f"'connector' = 'upsert-kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}', "
-        "'key.format' = 'json', 'value.format' = 'json', 'sink.delivery-guarantee' = 'exactly-once', "
-        f"'sink.transactional-id-prefix' = '{group}', "
-        f"'properties.transaction.timeout.ms' = '{TRANSACTION_TIMEOUT_MS}', 'properties.linger.ms' = '5'"
-    )
-
-
 SQL_FUNCTIONS_MODULE: Final = "weir.tools.nexmark_functions"
 """The Python functions a Weir SQL job of the queries is given (q14's ``count_char``)."""
 
@@ -224,14 +209,22 @@ def kafka_events_ddl(topic: str, *, bootstrap: str, group: str, ddl: str | None 
     return replaced
 
 
-def query_sql(query: str, *, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR) -> str:
-    """The query's file, the one Flink runs, its ``${SINK}`` and ``${UPSERT_SINK}`` what NexmarkSql puts there."""
+def upsert_sink_options(output: str, bootstrap: str, group: str) -> str:
+    """The ``${UPSERT_SINK}`` of an updating query's file (q4) as weir.bench.NexmarkSql writes it for
+    Flink: upsert-kafka keyed by the primary key (JSON key and value), exactly-once."""
     return (
-        (sql_dir / f"{query}.sql")
-        .read_text()
-        .replace("${SINK}", sink_options(output, bootstrap, group))
-        .replace("${UPSERT_SINK}", upsert_sink_options(output, bootstrap, group))
+        f"'connector' = 'upsert-kafka', 'topic' = '{output}', 'properties.bootstrap.servers' = '{bootstrap}', "
+        "'key.format' = 'json', 'value.format' = 'json', 'sink.delivery-guarantee' = 'exactly-once', "
+        f"'sink.transactional-id-prefix' = '{group}', "
+        f"'properties.transaction.timeout.ms' = '{TRANSACTION_TIMEOUT_MS}', 'properties.linger.ms' = '5'"
     )
+
+
+def query_sql(query: str, *, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR) -> str:
+    """The query's file, the one Flink runs, its ``${SINK}`` / ``${UPSERT_SINK}`` what NexmarkSql puts there."""
+    text = (sql_dir / f"{query}.sql").read_text()
+    text = text.replace("${UPSERT_SINK}", upsert_sink_options(output, bootstrap, group))
+    return text.replace("${SINK}", sink_options(output, bootstrap, group))
 
 
 def weir_sql_script(
@@ -290,6 +283,10 @@ class QuerySpec:
     columns: tuple[tuple[str, str], ...]
     identity: tuple[str, ...] = ()
     upsert_key: tuple[str, ...] = ()
+    rank_ties: tuple[str, str, str] = ()
+    """A Top-N's ``(partition, order, row number)`` columns: rows of one partition tied on the order
+    column are compared with the lowest row number among them (which of them gets which number is
+    arrival order on Flink, the rows' values on Weir; both are Flink SQL's undefined order)."""
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -323,6 +320,34 @@ SPECS: Final = {
     "q8": QuerySpec((("id", "int"), ("name", "str"), ("stime", "ts")), ("id", "stime")),
     "q11": QuerySpec(
         (("bidder", "int"), ("bid_count", "int"), ("starttime", "ts"), ("endtime", "ts")), ("bidder", "starttime")
+    ),
+    "q19": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("channel", "str"),
+            ("url", "str"),
+            ("dateTime", "ts"),
+            ("extra", "str"),
+            ("rank_number", "int"),
+        ),
+        ("auction", "bidder", "dateTime", "extra"),
+        upsert_key=("auction", "rank_number"),
+        rank_ties=("auction", "price", "rank_number"),
+    ),
+    "q18": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("channel", "str"),
+            ("url", "str"),
+            ("dateTime", "ts"),
+            ("extra", "str"),
+        ),
+        ("auction", "bidder"),
+        upsert_key=("bidder", "auction"),
     ),
     "q14": QuerySpec(
         (
@@ -467,19 +492,46 @@ def identity_of(spec: QuerySpec) -> Callable[[tuple[Any, ...]], Any] | None:
 
 def expected_records(query: str, reference_rows: Sequence[dict[str, Any]]) -> list[tuple[Any, ...]]:
     spec = SPECS[query]
-    return [record_of(spec, row) for row in reference_rows]
+    return untied(spec, [record_of(spec, row) for row in reference_rows])
+
+
+def untied(spec: QuerySpec, records: Sequence[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """``records`` with a Top-N's tied rows numbered alike (``QuerySpec.rank_ties``): each the lowest
+    row number of the rows of its partition and order value."""
+    if not spec.rank_ties:
+        return list(records)
+    partition, order, rank = (spec.names.index(name) for name in spec.rank_ties)
+    lowest: dict[tuple[Any, Any], Any] = {}
+    for r in records:
+        if r and r[0] != NOT_A_RECORD:
+            tie = (r[partition], r[order])
+            lowest[tie] = min(lowest.get(tie, r[rank]), r[rank])
+    return [
+        r[:rank] + (lowest[(r[partition], r[order])],) + r[rank + 1 :] if r and r[0] != NOT_A_RECORD else r
+        for r in records
+    ]
 
 
 def check_output(
     query: str, expected: Sequence[tuple[Any, ...]], records: Sequence[tuple[int, int, bytes | None, bytes | None]]
 ) -> RecordDiff:
     """A run's committed output ``(partition, offset, key, value)`` against the reference's records:
-    as a multiset; an updating query as its final table (upserts applied in partition-offset order;
-    a tombstone deletes the row its key names)."""
+    as a multiset; an updating query as its final table (``committed_records``)."""
     spec = SPECS[query]
-    identity = identity_of(spec)
+    found, notes = committed_records(query, records)
+    return with_notes(compare_records(expected, found, identity_of(spec)), notes)
+
+
+def committed_records(
+    query: str, records: Sequence[tuple[int, int, bytes | None, bytes | None]]
+) -> tuple[list[tuple[Any, ...]], tuple[str, ...]]:
+    """A query's committed output ``(partition, offset, key, value)`` as whole records
+    (``output_record``), and what made it undefined: an append query's every record; an updating
+    query's final table (upserts applied in partition-offset order; a tombstone deletes the row its
+    key names), with a note when a key was written to several partitions."""
+    spec = SPECS[query]
     if not spec.upsert_key:
-        return compare_records(expected, [output_record(spec, value) for _p, _o, _k, value in records], identity)
+        return [output_record(spec, value) for _p, _o, _k, value in records], ()
     key_positions = [spec.names.index(name) for name in spec.upsert_key]
     upserts = []
     broken: list[tuple[Any, ...]] = []
@@ -504,7 +556,7 @@ def check_output(
             continue
         upserts.append(Upsert(tuple(record[i] for i in key_positions), record, partition, offset))
     table = final_table(upserts)
-    return with_notes(compare_records(expected, [*table.rows, *broken], identity), table.notes)
+    return [*untied(spec, table.rows), *broken], table.notes
 
 
 # Figures and the report (pure) ------------------------------------------------------------------------------

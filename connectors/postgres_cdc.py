@@ -1,49 +1,79 @@
 """PostgreSQL logical replication for the CDC source: the one module that talks to the server for it.
 
-Mechanism: the SQL functions of logical decoding over psycopg 3 (no second driver). psycopg 3 has
-no streaming replication protocol, but a ``replication=database`` session runs replication
-commands through the simple query protocol, which is all the snapshot needs:
+Mechanism: the SQL functions of logical decoding over psycopg 3 (no second driver; psycopg 3 has no
+streaming replication protocol):
 
-- ``CREATE_REPLICATION_SLOT slot LOGICAL pgoutput EXPORT_SNAPSHOT`` answers the slot's consistent
-  point and a snapshot of exactly the database state at it; a second session reads the tables in a
-  ``REPEATABLE READ`` transaction with ``SET TRANSACTION SNAPSHOT``, so each row committed before
-  the consistent point is in the snapshot and each change after it is decoded from the slot, once;
+- the slot is created with ``pg_create_logical_replication_slot``, which answers its consistent
+  point: every transaction committing after it is decoded from the slot;
+- the snapshot is read in chunks by primary key (keyset pagination: ``WHERE key > last ORDER BY key
+  LIMIT n``), each in its own ``REPEATABLE READ`` transaction that also answers its MVCC snapshot
+  (``pg_current_snapshot()``) and, after it, the WAL insert position: the source then knows, for
+  each decoded transaction, whether a chunk saw it (``weir.core.cdc``, Flink CDC's and Debezium's
+  incremental snapshot, with PostgreSQL's own visibility in place of their watermark windows);
 - changes are read from a *temporary copy* of the slot (``pg_copy_logical_replication_slot``, made
   at the slot's confirmed position when the reader opens), consumed with
   ``pg_logical_slot_get_binary_changes`` (which returns whole transactions), so that each poll
   decodes only new WAL; the copy goes with its session;
 - the slot itself moves only when a checkpoint completes (``pg_replication_slot_advance`` to the
   checkpoint's LSN): it keeps the WAL after the last completed checkpoint, and a restore decodes
-  again from there (the source skips the transactions before its restored position).
+  again from there (the source skips the transactions before its restored position);
+- a publication the source creates carries the comment :data:`PUBLICATION_COMMENT_PREFIX` and its
+  slot's name, so the job's end drops only a publication Weir created.
 """
 
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 import psycopg
 from psycopg import pq, sql
 from psycopg.adapt import Transformer
-from psycopg.conninfo import make_conninfo
 from psycopg.rows import dict_row
 
 from weir.connectors.postgres import connect
-from weir.core.cdc import CdcSourceError, SlotFound, format_lsn, parse_lsn
+from weir.core.cdc import CdcSourceError, ChunkRead, Key, KeyKind, SlotFound, XidSnapshot, format_lsn, parse_lsn
 from weir.core.config import Endpoints
-from weir.core.errors import JobDefinitionError, ServiceUnavailableError
+from weir.core.errors import Fault, JobDefinitionError, WeirError
+
+PUBLICATION_COMMENT_PREFIX: Final = "weir cdc source, slot "
+"""The comment on a publication the source created, followed by its slot's name."""
+
+KEY_KINDS: Final = {
+    "int2": KeyKind.INTEGER,
+    "int4": KeyKind.INTEGER,
+    "int8": KeyKind.INTEGER,
+    "text": KeyKind.TEXT,
+    "varchar": KeyKind.TEXT,
+    "uuid": KeyKind.UUID,
+}
+"""Primary-key column types a snapshot is chunked by (``weir.core.cdc.KeyKind``)."""
+
+
+class SlotDropError(WeirError):
+    """The slot could not be dropped at the job's end (in use, or the server down): retried."""
+
+    fault: Fault = Fault.EXTERNAL
+    retriable = True
 
 
 @dataclass(frozen=True)
 class CapturedTable:
-    """A table the source captures: ``schema.name``, its columns in order, its primary key."""
+    """A table the source captures: ``schema.name``, its columns in order, its primary key, and
+    the kinds of its key columns when the snapshot is chunked by them (None: a table without a
+    primary key, or with a key column of another type, is read in one chunk)."""
 
     schema: str
     name: str
     columns: tuple[str, ...]
     key_columns: tuple[str, ...]
+    key_kinds: tuple[KeyKind, ...] | None
+
+    @property
+    def chunked(self) -> bool:
+        return self.key_kinds is not None
 
     @property
     def qualified_name(self) -> str:
@@ -66,16 +96,15 @@ def captured_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> lis
                 f"postgres cdc source: table {table!r} does not exist; create it or fix the tables"
             )
         oid, schema, name, identity = row
-        key = [
-            r[0]
-            for r in conn.execute(
-                "SELECT a.attname FROM pg_index i "
-                "JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) ON true "
-                "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
-                "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n",
-                (oid,),
-            ).fetchall()
-        ]
+        key_types = conn.execute(
+            "SELECT a.attname, a.atttypid::regtype::text, t.typname FROM pg_index i "
+            "JOIN LATERAL unnest(i.indkey::int2[]) WITH ORDINALITY AS k(attnum, n) ON true "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum "
+            "JOIN pg_type t ON t.oid = a.atttypid "
+            "WHERE i.indrelid = %s AND i.indisprimary ORDER BY k.n",
+            (oid,),
+        ).fetchall()
+        key = [r[0] for r in key_types]
         if identity == "n" or (identity == "d" and not key):
             reason = "REPLICA IDENTITY NOTHING" if identity == "n" else "no primary key (REPLICA IDENTITY DEFAULT)"
             raise JobDefinitionError(
@@ -91,7 +120,9 @@ def captured_tables(conn: psycopg.Connection[Any], tables: Sequence[str]) -> lis
                 (oid,),
             ).fetchall()
         ]
-        found.append(CapturedTable(schema, name, tuple(columns), tuple(key)))
+        kinds = [KEY_KINDS.get(typname) for _, _, typname in key_types]
+        key_kinds = tuple(k for k in kinds if k is not None) if key and None not in kinds else None
+        found.append(CapturedTable(schema, name, tuple(columns), tuple(key), key_kinds))
     return found
 
 
@@ -113,17 +144,26 @@ def slot_found(conn: psycopg.Connection[Any], slot: str) -> SlotFound | None:
     return SlotFound(confirmed_flush=parse_lsn(confirmed))
 
 
-def ensure_publication(conn: psycopg.Connection[Any], publication: str, tables: Sequence[CapturedTable]) -> None:
-    """The publication of the tables' inserts, updates and deletes: created when missing; an existing
-    one must publish every table (JobDefinitionError otherwise)."""
+def ensure_publication(
+    conn: psycopg.Connection[Any], publication: str, tables: Sequence[CapturedTable], slot: str
+) -> None:
+    """The publication of the tables' inserts, updates and deletes: created when missing (commented
+    as the source's, :data:`PUBLICATION_COMMENT_PREFIX`); an existing one must publish every table
+    (JobDefinitionError otherwise)."""
     exists = conn.execute("SELECT 1 FROM pg_publication WHERE pubname = %s", (publication,)).fetchone()
     if exists is None:
-        conn.execute(
-            sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete')").format(
-                sql.Identifier(publication),
-                sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in tables),
+        with conn.transaction():
+            conn.execute(
+                sql.SQL("CREATE PUBLICATION {} FOR TABLE {} WITH (publish = 'insert, update, delete')").format(
+                    sql.Identifier(publication),
+                    sql.SQL(", ").join(sql.Identifier(t.schema, t.name) for t in tables),
+                )
             )
-        )
+            conn.execute(
+                sql.SQL("COMMENT ON PUBLICATION {} IS {}").format(
+                    sql.Identifier(publication), sql.Literal(PUBLICATION_COMMENT_PREFIX + slot)
+                )
+            )
         return
     published = {
         f"{r[0]}.{r[1]}"
@@ -147,48 +187,146 @@ def drop_slot(conn: psycopg.Connection[Any], slot: str) -> bool:
     return row is not None
 
 
-class Snapshot:
-    """A new slot and the tables read at its consistent point (see the module's docstring). Close it
-    after the rows are read: the exported snapshot lives as long as the replication session."""
+def publication_created_for(conn: psycopg.Connection[Any], publication: str) -> str | None:
+    """The slot whose source created ``publication`` (its comment), or None: not the source's, or none."""
+    row = conn.execute(
+        "SELECT obj_description(oid, 'pg_publication') FROM pg_publication WHERE pubname = %s", (publication,)
+    ).fetchone()
+    comment = row[0] if row is not None else None
+    if comment is None or not comment.startswith(PUBLICATION_COMMENT_PREFIX):
+        return None
+    return str(comment[len(PUBLICATION_COMMENT_PREFIX) :])
 
-    def __init__(self, endpoints: Endpoints, slot: str) -> None:
-        conninfo = make_conninfo(endpoints.postgres_dsn, replication="database")
+
+@dataclass(frozen=True)
+class SlotReleased:
+    slot_dropped: bool  # False: there was none
+    publication_dropped: bool  # False: none, or not created by the source of this slot
+
+
+def release_slot(endpoints: Endpoints, slot: str, publication: str) -> SlotReleased:
+    """Drop the slot, and the publication if the source of this slot created it. Raises
+    SlotDropError, naming the slot, when the slot is in use or the server cannot be reached."""
+    try:
+        with connect(endpoints, autocommit=True, retry_for_s=5.0) as conn:
+            dropped = drop_slot(conn, slot)
+            ours = publication_created_for(conn, publication) == slot
+            if ours:
+                conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(publication)))
+            return SlotReleased(dropped, ours)
+    except psycopg.errors.ObjectInUse as exc:
+        raise SlotDropError(
+            f"postgres cdc source: replication slot {slot!r} is still in use ({str(exc).strip()}); "
+            "its job ended, so the drop is retried until its session is gone"
+        ) from exc
+    except (psycopg.Error, WeirError) as exc:
+        raise SlotDropError(
+            f"postgres cdc source: replication slot {slot!r} could not be dropped: {str(exc).strip()}; "
+            "retried (a slot left behind keeps the server's WAL)"
+        ) from exc
+
+
+@dataclass(frozen=True)
+class LeftoverSlot:
+    """A logical slot of this database (``weir cdc slots``)."""
+
+    slot: str
+    active: bool
+    retained_wal_bytes: int | None
+    weir_publication: str | None  # the publication a Weir source created for this slot, if any
+
+
+def list_slots(conn: psycopg.Connection[Any]) -> list[LeftoverSlot]:
+    """Every pgoutput slot of this database, with the publication Weir created for it (if any)."""
+    rows = conn.execute(
+        "SELECT s.slot_name, s.active, pg_wal_lsn_diff(pg_current_wal_lsn(), s.restart_lsn)::bigint, "
+        "(SELECT p.pubname FROM pg_publication p WHERE obj_description(p.oid, 'pg_publication') = %s || s.slot_name "
+        "ORDER BY p.pubname LIMIT 1) "
+        "FROM pg_replication_slots s WHERE s.plugin = 'pgoutput' AND s.database = current_database() "
+        "AND NOT s.temporary ORDER BY s.slot_name",
+        (PUBLICATION_COMMENT_PREFIX,),
+    ).fetchall()
+    return [LeftoverSlot(name, bool(active), wal, publication) for name, active, wal, publication in rows]
+
+
+def create_slot(conn: psycopg.Connection[Any], slot: str) -> int:
+    """Create the logical slot (pgoutput); answers its consistent point."""
+    try:
+        row = conn.execute(
+            "SELECT lsn::text FROM pg_create_logical_replication_slot(%s, 'pgoutput')", (slot,)
+        ).fetchone()
+    except psycopg.errors.DuplicateObject as exc:
+        raise CdcSourceError(
+            f"postgres cdc source: replication slot {slot!r} was created by someone else meanwhile; name another slot"
+        ) from exc
+    assert row is not None, "pg_create_logical_replication_slot answers a row"
+    return parse_lsn(row[0])
+
+
+def _key_order(table: CapturedTable) -> list[sql.Composable]:
+    assert table.key_kinds is not None
+    return [
+        sql.SQL('{} COLLATE "C"').format(sql.Identifier(c)) if kind is KeyKind.TEXT else sql.Identifier(c)
+        for c, kind in zip(table.key_columns, table.key_kinds, strict=True)
+    ]
+
+
+class ChunkReader:
+    """Reads the snapshot's chunks over one session (not in autocommit: the rows come through a
+    server-side cursor), each chunk in its own transaction."""
+
+    def __init__(self, endpoints: Endpoints) -> None:
+        self._conn = connect(endpoints, retry_for_s=10.0)
+
+    def read(
+        self, table: CapturedTable, after: Key | None, chunk_size: int, emit: Callable[[dict[str, Any]], None]
+    ) -> ChunkRead:
+        """One chunk of ``table``: the ``chunk_size`` rows with the lowest keys above ``after`` (a
+        table not chunked: all its rows), each handed to ``emit``, in one ``REPEATABLE READ``
+        transaction; answers what the chunk read (its key range, its snapshot, the WAL position
+        after it). A chunk with fewer rows than ``chunk_size`` is the table's last (no upper bound)."""
+        conn = self._conn
+        columns = sql.SQL(", ").join(sql.Identifier(c) for c in table.columns)
+        relation = sql.Identifier(table.schema, table.name)
+        query: sql.Composable
+        params: list[Any] = []
+        limit: int | None = None
+        if table.chunked:
+            order = sql.SQL(", ").join(_key_order(table))
+            where: sql.Composable = sql.SQL("")
+            if after is not None:
+                placeholders = sql.SQL(", ").join(sql.Placeholder() * len(after))
+                where = sql.SQL(" WHERE ({}) > ({})").format(order, placeholders)
+                params = list(after)
+            limit = chunk_size
+            query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
+                columns, relation, where, order, sql.Literal(limit)
+            )
+        else:
+            query = sql.SQL("SELECT {} FROM {}").format(columns, relation)
         try:
-            self._replication = psycopg.connect(conninfo, autocommit=True, connect_timeout=10)
-        except psycopg.OperationalError as exc:
-            raise ServiceUnavailableError(f"postgres cdc source: cannot open a replication session: {exc}") from exc
-        command = sql.SQL("CREATE_REPLICATION_SLOT {} LOGICAL pgoutput EXPORT_SNAPSHOT").format(sql.Identifier(slot))
-        result = self._replication.pgconn.exec_(command.as_bytes(self._replication))
-        if result.status != pq.ExecStatus.TUPLES_OK:
-            message = (result.error_message or b"").decode(errors="replace").strip()
-            self._replication.close()
-            raise ServiceUnavailableError(f"postgres cdc source: cannot create replication slot {slot!r}: {message}")
-        self.consistent_point = parse_lsn(_text(result.get_value(0, 1)))
-        self._snapshot_name = _text(result.get_value(0, 2))
-        self._reader = connect(endpoints)
-        self._reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-        self._reader.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(sql.Literal(self._snapshot_name)))
-
-    def rows(self, table: CapturedTable, batch: int = 2000) -> Iterator[dict[str, Any]]:
-        """Every row of ``table`` at the snapshot, read in batches through a server-side cursor."""
-        query = sql.SQL("SELECT {} FROM {}").format(
-            sql.SQL(", ").join(sql.Identifier(c) for c in table.columns), sql.Identifier(table.schema, table.name)
-        )
-        with self._reader.cursor(name=f"weir_cdc_{uuid.uuid4().hex[:12]}", row_factory=dict_row) as cursor:
-            cursor.itersize = batch
-            yield from cursor.execute(query)
+            conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            snapshot_row = conn.execute("SELECT pg_current_snapshot()::text").fetchone()
+            assert snapshot_row is not None
+            count = 0
+            last: dict[str, Any] | None = None
+            with conn.cursor(name=f"weir_cdc_{uuid.uuid4().hex[:12]}", row_factory=dict_row) as cursor:
+                cursor.itersize = 2000
+                for row in cursor.execute(query, params):
+                    emit(row)
+                    count += 1
+                    last = row
+            wal_row = conn.execute("SELECT pg_current_wal_insert_lsn()::text").fetchone()
+            assert wal_row is not None
+        finally:
+            conn.rollback()
+        upper: Key | None = None
+        if limit is not None and count == limit and last is not None:
+            upper = tuple(last[c] for c in table.key_columns)
+        return ChunkRead(table.qualified_name, upper, XidSnapshot.parse(snapshot_row[0]), parse_lsn(wal_row[0]))
 
     def close(self) -> None:
-        try:
-            self._reader.rollback()
-        finally:
-            self._reader.close()
-            self._replication.close()
-
-
-def _text(value: bytes | None) -> str:
-    assert value is not None, "CREATE_REPLICATION_SLOT answers a slot, an LSN and a snapshot name"
-    return value.decode()
+        self._conn.close()
 
 
 @dataclass(frozen=True)
@@ -261,12 +399,21 @@ class ChangeReader:
 
 
 __all__ = [
+    "KEY_KINDS",
+    "PUBLICATION_COMMENT_PREFIX",
     "CapturedTable",
     "ChangeReader",
+    "ChunkReader",
     "DecodedChange",
-    "Snapshot",
+    "LeftoverSlot",
+    "SlotDropError",
+    "SlotReleased",
     "captured_tables",
+    "create_slot",
     "drop_slot",
     "ensure_publication",
+    "list_slots",
+    "publication_created_for",
+    "release_slot",
     "slot_found",
 ]

@@ -10,6 +10,13 @@ back or aborts everything else of that subtask. The output then equals the outpu
 latest completed checkpoint, exactly once, and a job resubmitted over the same keys finds no row
 lock held by a forgotten prepared transaction.
 
+A CDC source's replication slot is released next (``release_source_slots``): dropped, with the
+publication the source created, or kept, as ``weir.core.cdc.decide_slot_at_end`` decides from how
+the job ended and the source's ``slot_retention``. A slot that cannot be dropped (still in use, the
+server down) fails the resolution with a line naming it, and the end is retried with back-off like a
+sink's (``weir_job_end_unresolved``); a restart never gets here, so the slot keeps the position the
+restored checkpoint needs.
+
 Each sink is set up with the job's parameters in its context, as its tasks were: a Kafka sink reaches
 the job's cluster with the job's ``-D kafka.*`` settings and its own ``properties``
 (``weir.core.kafka_config``), its secrets resolved here, in the JobManager.
@@ -19,20 +26,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, assert_never
 
 import structlog
 
 from weir.connectors.object_storage import open_storage
-from weir.core.config import checkpoint_dir
+from weir.core.cdc import JobEnd
+from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.descriptors import PostgresCdcSourceSpec
+from weir.core.errors import WeirError
 from weir.core.ids import SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
 from weir.core.paths import metadata_folder
+from weir.core.states import JobStatus
 from weir.core.task_state import TaskStateDocument, decode_task_state, read_operator_states
 from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.records import JobSubmission
 from weir.operators.base import OperatorContext
+from weir.operators.cdc_source import release_at_job_end
 from weir.operators.file_sink import PartFileSinkOperator
 from weir.operators.transactional_sinks import TransactionalKafkaSinkOperator, TwoPhasePostgresSinkOperator
 from weir.plan import JobPlan
@@ -147,6 +159,45 @@ def inherited_sink_subtasks(
             if spec is not None and spec.transactional:
                 parts.append(_SinkSubtask(uid, d.vertex_uid, d.subtask, d.layout.parallelism))
     return parts, sorted(missing)
+
+
+def job_end_of(outcome: JobStatus) -> JobEnd:
+    """How an ending job ended, from its outcome: an end that is resolved is a cancel, a failure the
+    restart strategy gave up on, or a FINISHED job that stopped at a savepoint (a job whose tasks all
+    finished has nothing to resolve and does not get here, ``weir.jobmanager.lifecycle``)."""
+    match outcome:
+        case JobStatus.CANCELED:
+            return JobEnd.CANCELED
+        case JobStatus.FAILED:
+            return JobEnd.FAILED
+        case JobStatus.FINISHED:
+            return JobEnd.STOPPED_AT_SAVEPOINT
+        case JobStatus.CREATED | JobStatus.RUNNING | JobStatus.RESTARTING | JobStatus.CANCELLING:
+            raise ValueError(f"a job's end is not {outcome.value}")
+        case _:
+            assert_never(outcome)
+
+
+def cdc_sources(graph: LogicalGraph) -> list[PostgresCdcSourceSpec]:
+    return [t.source_spec for t in graph.transformations.values() if isinstance(t.source_spec, PostgresCdcSourceSpec)]
+
+
+def release_source_slots(graph: LogicalGraph, job_id: str, outcome: JobStatus) -> None:
+    """Drop or keep each CDC source's replication slot now that the job ended as ``outcome``; every
+    slot is tried, then the first failure is raised (SlotDropError, naming its slot)."""
+    specs = cdc_sources(graph)
+    if not specs:
+        return
+    end, endpoints = job_end_of(outcome), Endpoints.from_env()
+    failures: list[WeirError] = []
+    for spec in specs:
+        try:
+            release_at_job_end(spec, end, endpoints, log.bind(job_id=job_id))
+        except WeirError as exc:
+            log.warning("cdc_slot_not_released", job_id=job_id, slot=spec.slot_name, error=str(exc))
+            failures.append(exc)
+    if failures:
+        raise failures[0]
 
 
 def resolve_inherited_transactions(

@@ -95,6 +95,14 @@ class UnknownVertexError(JobManagerError):
         self.vertex_uid = vertex_uid
 
 
+class MetricsQueryError(JobManagerError):
+    """A metrics query Flink would refuse too: an unknown aggregation (``agg=``), a malformed subtask
+    range (``subtasks=``). Answered 400, nothing read."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "INVALID_ARGUMENT"
+
+
 class UnknownJarError(JobManagerError):
     """No uploaded artifact has this id (``GET /jars`` lists them; the oldest go beyond the last 20)."""
 

@@ -18,6 +18,7 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
 from weir.core.grpc_security import open_channel
 from weir.core.ids import TaskId
+from weir.core.thread_dump import ThreadInfo
 from weir.core.transport import LEADER_TERM_METADATA
 from weir.core.transport_security import TransportSecurity
 from weir.jobmanager.errors import TaskManagerCallError
@@ -27,6 +28,7 @@ from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 
 DEPLOY_TIMEOUT_S: Final = 30.0
 CANCEL_TIMEOUT_S: Final = 15.0
+THREAD_DUMP_TIMEOUT_S: Final = 10.0
 CHECKPOINT_CALL_TIMEOUT_S: Final = 10.0
 
 _Response = TypeVar("_Response")
@@ -64,6 +66,10 @@ class TaskManagerGateway(Protocol):
         aligned in every mode with ``aligned``); answers whether it accepted."""
 
     def notify_checkpoint_complete(self, address: str, job_id: str, attempt: int, checkpoint_id: int) -> None: ...
+
+    def thread_dump(self, address: str) -> tuple[ThreadInfo, ...]:
+        """The TaskManager's threads (its process's and its slot workers')."""
+        ...
 
     def notify_checkpoint_aborted(
         self, address: str, job_id: str, attempt: int, checkpoint_id: int, reason: str
@@ -197,6 +203,11 @@ class GrpcTaskManagerGateway:
             job_id=job_id, attempt=attempt, checkpoint_id=checkpoint_id, reason=reason
         )
         self._call(address, lambda stub: stub.NotifyCheckpointAborted(request, timeout=CHECKPOINT_CALL_TIMEOUT_S))
+
+    def thread_dump(self, address: str) -> tuple[ThreadInfo, ...]:
+        request = taskmanager_pb2.ThreadDumpRequest()
+        response = self._call(address, lambda stub: stub.ThreadDump(request, timeout=THREAD_DUMP_TIMEOUT_S))
+        return tuple(ThreadInfo(t.name, t.stack) for t in response.threads)
 
     def _channel(self, address: str) -> grpc.Channel:
         with self._lock:

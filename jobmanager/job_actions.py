@@ -24,13 +24,14 @@ from weir.connectors.object_storage import CheckpointStorage, copy_folder, open_
 from weir.core.errors import WeirError
 from weir.core.ids import CheckpointId, TaskId
 from weir.core.paths import external_path, metadata_folder
+from weir.core.states import JobStatus
 from weir.jobmanager import lifecycle as lc
 from weir.jobmanager import metrics
 from weir.jobmanager import rescaling as rs
 from weir.jobmanager.checkpointing import coordinator as cc
 from weir.jobmanager.checkpointing.metadata import encode_metadata
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.jobmanager.ending import ResolutionReport, resolve_sink_transactions
+from weir.jobmanager.ending import ResolutionReport, release_source_slots, resolve_sink_transactions
 from weir.jobmanager.errors import TaskManagerCallError
 from weir.jobmanager.gateway import TaskManagerGateway
 from weir.jobmanager.jobs import JobMaster
@@ -39,11 +40,16 @@ from weir.jobmanager.registry import TaskManagerRegistry
 
 log = structlog.get_logger("weir.jobmanager")
 
-ResolveTransactions = Callable[[JobMaster, int, CompletedCheckpoint | None], ResolutionReport]
+ResolveTransactions = Callable[[JobMaster, int, CompletedCheckpoint | None, JobStatus], ResolutionReport]
 
 
-def resolve_job_transactions(job: JobMaster, attempt: int, latest: CompletedCheckpoint | None) -> ResolutionReport:
-    return resolve_sink_transactions(job.loaded.graph, job.plan, job.submission, attempt, latest)
+def resolve_job_transactions(
+    job: JobMaster, attempt: int, latest: CompletedCheckpoint | None, outcome: JobStatus
+) -> ResolutionReport:
+    """The sinks' transactions resolved, then the sources' replication slots released."""
+    report = resolve_sink_transactions(job.loaded.graph, job.plan, job.submission, attempt, latest)
+    release_source_slots(job.loaded.graph, job.job_id, outcome)
+    return report
 
 
 class JobActionExecutor:
@@ -366,7 +372,7 @@ class JobActionExecutor:
         else:
             self.cancel_tasks(job, action.resolution_attempt, job_ended=True)
             try:
-                report = self._resolve(job, action.resolution_attempt, action.as_of)
+                report = self._resolve(job, action.resolution_attempt, action.as_of, action.outcome)
             except WeirError as exc:
                 error = str(exc)
             else:

@@ -27,7 +27,7 @@ from weir.jobmanager.checkpointing.term_fences import TermFence
 from weir.jobmanager.exception_history import ExceptionEntry, ExceptionHistory
 from weir.jobmanager.execution import ExecutionSettings, parse_execution_settings
 from weir.jobmanager.lifecycle import Action, Created, Ended, Ending, JobLifecycle, Restarting, Running
-from weir.jobmanager.messages import TaskProgress
+from weir.jobmanager.messages import RecordRates, TaskProgress
 from weir.jobmanager.records import JobSubmission
 from weir.jobmanager.restart import RestartStrategy, parse_restart_strategy
 from weir.jobmanager.restoring import InitialState
@@ -69,6 +69,9 @@ class TaskRecord:
     ratios: TimeRatios | None = None
     watermark: int | None = None  # ms
     progress_at: float | None = None
+    # Records per second between its latest two heartbeats (Flink's numRecordsInPerSecond); None until two came.
+    rates: RecordRates | None = None
+    counted_at: float | None = None  # when the latest heartbeat's counters came
 
     @property
     def records_in_all_attempts(self) -> int:
@@ -293,6 +296,7 @@ class JobMaster:
                 record.records_in_earlier_attempts += record.records_in
                 record.records_in = record.records_out = 0
                 record.ratios = record.watermark = record.progress_at = None
+                record.rates = record.counted_at = None
                 deployment = TaskDeployment(
                     job_id=sub.job_id,
                     vertex_uid=vertex.uid,
@@ -392,8 +396,13 @@ class JobMaster:
         record = self.tasks.get((progress.vertex_uid, progress.subtask))
         if record is None or progress.attempt != self.attempt:
             return
+        counted = (record.records_in, record.records_out)
         record.records_in = max(record.records_in, progress.records_in)
         record.records_out = max(record.records_out, progress.records_out)
+        if record.counted_at is not None and now > record.counted_at:
+            counts = (record.records_in, record.records_out)
+            record.rates = RecordRates.between(counted, counts, now - record.counted_at)
+        record.counted_at = now
         if progress.ratios is not None:
             record.ratios = progress.ratios
             record.progress_at = now

@@ -163,10 +163,12 @@ class CancelTasks:
 class ResolveSinks:
     """Write the job record (its attempt is ``resolution_attempt``: it fences every earlier attempt),
     stop every task of the job, then resolve the sinks' transactions as of ``as_of`` as
-    ``resolution_attempt``; report ``resolution_succeeded`` or ``resolution_failed``."""
+    ``resolution_attempt``, and release what the job's sources hold outside Weir (a CDC source's
+    replication slot) as ``outcome`` says; report ``resolution_succeeded`` or ``resolution_failed``."""
 
     as_of: CompletedCheckpoint | None
     resolution_attempt: int
+    outcome: JobStatus  # CANCELED, FAILED or FINISHED (a stop's savepoint completed)
 
 
 @dataclass(frozen=True)
@@ -732,7 +734,13 @@ class JobLifecycle:
         assert resolution is not None
         self._attempt += 1
         self._set_resolution(replace(resolution, attempts=resolution.attempts + 1, running=True, retry_at=None))
-        return (ResolveSinks(latest, self._attempt),)
+        match self._state:
+            case Ending(outcome=outcome) | Ended(outcome=outcome):
+                return (ResolveSinks(latest, self._attempt, outcome),)
+            case Created() | Running() | Restarting():
+                raise CheckpointProtocolError(f"job {self._job_id}: a resolution while {self.status.value}")
+            case _:
+                assert_never(self._state)
 
     def _set_resolution(self, resolution: Resolution) -> None:
         match self._state:

@@ -17,6 +17,7 @@ from weir.connectors.object_storage import CheckpointStorage
 from weir.core.ids import CheckpointId
 from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
+from weir.core.thread_dump import ThreadInfo
 from weir.jobmanager.deployment import Deployer
 from weir.jobmanager.errors import JobManagerNotReadyError
 from weir.jobmanager.exception_history import ExceptionHistory
@@ -89,6 +90,7 @@ class JobManager:
         self._stopping = threading.Event()
         self._recovered = threading.Event()  # recover_jobs is done: the JobManager answers for its jobs
         gateway = gateway if gateway is not None else GrpcTaskManagerGateway()
+        self._gateway = gateway
         lock = self.lock
         self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
         term: Callable[[], int | None] = leader_term if leader_term is not None else lambda: None
@@ -230,6 +232,14 @@ class JobManager:
 
     def cluster_status(self) -> ClusterView:
         return self.reads.cluster_status()
+
+    def taskmanager_thread_dump(self, taskmanager_id: str) -> tuple[ThreadInfo, ...] | None:
+        """The threads of a registered TaskManager, asked over its gRPC service (None: not registered;
+        a TaskManager that does not answer raises TaskManagerCallError)."""
+        with self.lock:
+            found = self.registry.taskmanagers.get(taskmanager_id)
+            address = None if found is None else found.address
+        return None if address is None else self._gateway.thread_dump(address)
 
     def job_plan(self, job_id: str) -> JobPlanView:
         self._not_loading(job_id)

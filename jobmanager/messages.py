@@ -36,6 +36,20 @@ class TaskProgress:
 
 
 @dataclass(frozen=True)
+class RecordRates:
+    """A task's records per second over the interval between two heartbeats (Flink's
+    ``numRecordsInPerSecond`` / ``numRecordsOutPerSecond``, which Flink averages over a minute)."""
+
+    in_per_second: float
+    out_per_second: float
+
+    @classmethod
+    def between(cls, earlier: tuple[int, int], later: tuple[int, int], elapsed_s: float) -> RecordRates:
+        """From the (records in, records out) counted ``elapsed_s`` apart (> 0)."""
+        return cls((later[0] - earlier[0]) / elapsed_s, (later[1] - earlier[1]) / elapsed_s)
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     taskmanager_id: str
     running_tasks: tuple[TaskProgress, ...]
@@ -119,6 +133,7 @@ class TaskView:
     ratios: TimeRatios | None = None  # shares of its time over its last heartbeat interval; None: not measured
     watermark: int | None = None  # its current input watermark, ms; None: none yet
     progress_at: float | None = None  # when the heartbeat carrying ``ratios`` came
+    rates: RecordRates | None = None  # records per second between its latest two heartbeats; None: not yet
 
 
 @dataclass(frozen=True)

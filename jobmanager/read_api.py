@@ -121,6 +121,7 @@ class ReadApi:
                         ratios=t.ratios,
                         watermark=t.watermark,
                         progress_at=t.progress_at,
+                        rates=t.rates,
                     )
                     for (uid, s), t in sorted(job.tasks.items())
                 ),

@@ -3,15 +3,18 @@
 The decisions are :class:`weir.core.cdc.CdcProgress`'s and :func:`weir.core.cdc.decide_start`'s; the
 server is behind ``weir.connectors.postgres_cdc``; this operator connects the two to the task:
 
-- ``open`` decides, from the restored state and the slot it finds, to take the snapshot (a new slot)
-  or to resume decoding after the restored position;
-- the first ``poll`` of a new slot emits the whole snapshot (one ``read`` event per row) between two
-  barriers, so no checkpoint holds half of it: a failure before the next completed checkpoint drops
-  the slot and takes a new snapshot (deterministic and exact: sinks drop what the failed attempt
-  wrote after the last completed checkpoint);
+- ``open`` decides, from the restored state and the slot it finds, to take the snapshot (a new slot),
+  to go on with the snapshot's next chunk, or to resume decoding after the restored position;
+- while the snapshot is read, each ``poll`` emits one chunk (one ``read`` event per row, at most
+  ``chunk_size`` rows by primary key), so a checkpoint falls between two chunks and a restore goes
+  on after the last chunk it holds (the slot stays at its consistent point meanwhile);
 - every later ``poll`` decodes whole transactions and emits each (insert, update, delete events)
   at once, or skips it when it committed at or before the position (decoded again after a restore);
-- ``notify_checkpoint_complete`` advances the slot to the completed checkpoint's position.
+  a change that the chunk holding its row saw (committed before the chunk was read) is not emitted
+  again;
+- ``notify_checkpoint_complete`` advances the slot to the completed checkpoint's position;
+- :func:`release_at_job_end` is the job's end (the JobManager calls it): the slot dropped or kept
+  as :func:`weir.core.cdc.decide_slot_at_end` says.
 
 One reader: a replication slot has one consumer, so the source runs at parallelism 1.
 """
@@ -28,9 +31,15 @@ from weir.core.cdc import (
     CdcState,
     ChangeEvent,
     ChangeOp,
+    DropSlot,
+    JobEnd,
+    KeepSlot,
+    Key,
     Resume,
+    ResumeSnapshot,
     TakeSnapshot,
     TransactionVerdict,
+    decide_slot_at_end,
     decide_start,
     decode_cdc_state,
     encode_cdc_state,
@@ -93,9 +102,13 @@ class PostgresCdcSourceOperator(SourceOperator):
         )
         self._reader: postgres_cdc.ChangeReader | None = None
         self._relations: dict[int, Relation] = {}
+        self._chunk_reader: postgres_cdc.ChunkReader | None = None  # while the snapshot is read
         match self._decision:
             case TakeSnapshot():
-                pass  # the first poll takes it
+                pass  # the first poll creates the slot
+            case ResumeSnapshot(consistent_point=lsn):
+                done = len(self._restored.chunks)
+                ctx.log.info("cdc_snapshot_resumed", slot=spec.slot_name, lsn=format_lsn(lsn), chunks_read=done)
             case Resume(position=position):
                 self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
                 ctx.log.info("cdc_resumed", slot=spec.slot_name, lsn=format_lsn(position))
@@ -105,7 +118,7 @@ class PostgresCdcSourceOperator(SourceOperator):
     def poll(self, max_records: int) -> bool:
         reader = self._reader
         if reader is None:
-            self._take_snapshot()
+            self._snapshot_step()
             return True
         changes = reader.changes(max(max_records, self._spec.max_changes_per_poll))
         self._idle = not changes
@@ -117,29 +130,57 @@ class PostgresCdcSourceOperator(SourceOperator):
     def idle_wait_s(self) -> float:
         return IDLE_POLL_WAIT_S if self._idle else 0.0
 
-    def _take_snapshot(self) -> None:
-        spec, ctx, conn = self._spec, self.ctx, self._conn
-        assert isinstance(self._decision, TakeSnapshot)
-        if self._decision.drop_existing:
-            postgres_cdc.drop_slot(conn, spec.slot_name)
-            ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="its snapshot is in no completed checkpoint")
-        postgres_cdc.ensure_publication(conn, spec.publication, list(self._tables.values()))
-        snapshot = postgres_cdc.Snapshot(self._endpoints, spec.slot_name)
+    def _snapshot_step(self) -> None:
+        """Create the slot (a new snapshot), or emit the next chunk, or, after the last, start decoding."""
+        spec, ctx, progress = self._spec, self.ctx, self._progress
+        if progress.state.position is None:
+            assert isinstance(self._decision, TakeSnapshot)
+            if self._decision.drop_existing:
+                postgres_cdc.drop_slot(self._conn, spec.slot_name)
+                ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="no completed checkpoint holds it")
+            postgres_cdc.ensure_publication(self._conn, spec.publication, list(self._tables.values()), spec.slot_name)
+            progress.slot_created(postgres_cdc.create_slot(self._conn, spec.slot_name))
+            ctx.log.info(
+                "cdc_snapshot_started",
+                slot=spec.slot_name,
+                lsn=format_lsn(progress.state.position or 0),
+                tables=list(self._tables),
+                one_chunk=[name for name, t in self._tables.items() if not t.chunked],
+            )
+        consistent_point = progress.state.position
+        assert consistent_point is not None
+        chunk = progress.next_chunk(list(self._tables))
+        if chunk is not None:
+            self._emit_chunk(chunk.table, chunk.after, consistent_point)
+            chunk = progress.next_chunk(list(self._tables))
+        if chunk is None:  # the last chunk was emitted: stream from the consistent point
+            self._close_chunk_reader()
+            progress.snapshot_emitted()
+            self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
+            ctx.log.info(
+                "cdc_snapshot_emitted",
+                slot=spec.slot_name,
+                lsn=format_lsn(consistent_point),
+                chunks=len(progress.state.chunks),
+            )
+
+    def _emit_chunk(self, name: str, after: Key | None, consistent_point: int) -> None:
+        """One chunk's rows as ``read`` events (their LSN: the slot's consistent point, before every
+        change the stream emits)."""
+        emit, spec = self.output.emit, self._spec
         rows = 0
-        try:
-            lsn = snapshot.consistent_point
-            ctx.log.info("cdc_snapshot_started", slot=spec.slot_name, lsn=format_lsn(lsn), tables=list(self._tables))
-            emit = self.output.emit
-            for name, table in self._tables.items():
-                for row in snapshot.rows(table):
-                    emit(ChangeEvent(ChangeOp.READ, name, None, row, lsn, None), None)
-                    rows += 1
-        finally:
-            snapshot.close()
+
+        def read(row: dict[str, Any]) -> None:
+            nonlocal rows
+            emit(ChangeEvent(ChangeOp.READ, name, None, row, consistent_point, None), None)
+            rows += 1
+
+        if self._chunk_reader is None:
+            self._chunk_reader = postgres_cdc.ChunkReader(self._endpoints)
+        chunk = self._chunk_reader.read(self._tables[name], after, spec.chunk_size, read)
         self.records_polled += rows
-        self._progress.snapshot_emitted(lsn)
-        self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
-        ctx.log.info("cdc_snapshot_emitted", slot=spec.slot_name, lsn=format_lsn(lsn), rows=rows)
+        self._progress.chunk_emitted(chunk)
+        self.ctx.log.debug("cdc_chunk_emitted", slot=spec.slot_name, table=name, rows=rows, last=chunk.upper is None)
 
     def _emit_transactions(
         self, changes: Sequence[postgres_cdc.DecodedChange], reader: postgres_cdc.ChangeReader
@@ -155,10 +196,11 @@ class PostgresCdcSourceOperator(SourceOperator):
                     commit_ms = POSTGRES_EPOCH_MS + message.commit_ts_us // 1000
                 case Commit():
                     if self._progress.transaction(message.end_lsn) is TransactionVerdict.EMIT:
+                        fresh = [(e, ts) for e, ts in pending if not self._seen(e, message.end_lsn)]
                         emit = self.output.emit
-                        for event, ts in pending:
+                        for event, ts in fresh:
                             emit(event, ts)
-                        self.records_polled += len(pending)
+                        self.records_polled += len(fresh)
                     pending = []
                 case Relation():
                     self._relations[message.relation_id] = message
@@ -205,6 +247,22 @@ class PostgresCdcSourceOperator(SourceOperator):
             row[column.name] = None if value is None else reader.load(column.type_oid, str(value))
         return row
 
+    def _seen(self, event: ChangeEvent, commit_end: int) -> bool:
+        """The snapshot's chunk of the event's row (each, for an update that moved it) read it."""
+        if not self._progress.state.chunks:
+            return False
+        assert event.xid is not None
+        table = self._tables[event.table]
+        keys: list[Key | None] = []
+        for row in (event.after, event.before):
+            if row is None:
+                continue
+            if not table.chunked:
+                keys.append(None)
+            elif all(c in row for c in table.key_columns):
+                keys.append(tuple(row[c] for c in table.key_columns))
+        return self._progress.seen_by_snapshot(event.table, keys or [None], event.xid, commit_end)
+
     @staticmethod
     def _last_is_commit(changes: Sequence[postgres_cdc.DecodedChange]) -> bool:
         return isinstance(decode_message(changes[-1].data), Commit)
@@ -221,7 +279,13 @@ class PostgresCdcSourceOperator(SourceOperator):
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         self._progress.checkpoint_aborted(checkpoint_id)
 
+    def _close_chunk_reader(self) -> None:
+        chunk_reader, self._chunk_reader = getattr(self, "_chunk_reader", None), None
+        if chunk_reader is not None:
+            chunk_reader.close()
+
     def close(self) -> None:
+        self._close_chunk_reader()
         reader, self._reader = getattr(self, "_reader", None), None
         if reader is not None:
             reader.close()
@@ -230,4 +294,25 @@ class PostgresCdcSourceOperator(SourceOperator):
             conn.close()
 
 
-__all__ = ["PostgresCdcSourceOperator"]
+def release_at_job_end(spec: PostgresCdcSourceSpec, end: JobEnd, endpoints: Endpoints, log: Any) -> None:
+    """The job ended for good: drop the source's slot (and the publication it created) or keep it,
+    as :func:`weir.core.cdc.decide_slot_at_end` says. Raises SlotDropError, naming the slot, when
+    the drop fails (the JobManager retries it with the rest of the job's end)."""
+    decision = decide_slot_at_end(end, spec.slot_retention)
+    match decision:
+        case DropSlot():
+            released = postgres_cdc.release_slot(endpoints, spec.slot_name, spec.publication)
+            log.info(
+                "cdc_slot_released",
+                slot=spec.slot_name,
+                job_end=end.value,
+                slot_dropped=released.slot_dropped,
+                publication=spec.publication if released.publication_dropped else None,
+            )
+        case KeepSlot(reason=reason):
+            log.info("cdc_slot_kept", slot=spec.slot_name, job_end=end.value, reason=reason)
+        case _:
+            assert_never(decision)
+
+
+__all__ = ["PostgresCdcSourceOperator", "release_at_job_end"]

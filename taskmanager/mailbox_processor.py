@@ -147,4 +147,3 @@ class MailboxProcessor:
         """Handle every mail queued now, without waiting (the task's last act before it closes)."""
         while (mail := self._mailbox.take()) is not None:
             self._on_mail(mail)
-

@@ -17,6 +17,7 @@ from weir.connectors.object_storage import open_storage
 from weir.core.config import checkpoint_dir
 from weir.core.grpc_security import open_channel
 from weir.core.leader_link import LeaderLink
+from weir.core.thread_dump import ThreadInfo, thread_dump
 from weir.core.transport_security import TransportSecurity
 from weir.taskmanager.network.server import ChannelServer
 from weir.taskmanager.reporter import JobManagerReports
@@ -209,6 +210,13 @@ class TaskManagerRuntime:
                     self._stopping.wait(UNREACHABLE_PAUSE_S)  # the next call itself waits for the channel
                     continue
             self._stopping.wait(interval)
+
+    def thread_dump(self) -> list[ThreadInfo]:
+        """This process's threads, then its slot workers' (``GET /taskmanagers/{id}/thread-dump``)."""
+        threads = list(thread_dump())
+        if self.slot_processes is not None:
+            threads.extend(self.slot_processes.thread_dump())
+        return threads
 
     def stop(self) -> None:
         self._stopping.set()

@@ -70,6 +70,15 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
         self._runtime.notify_checkpoint(request.job_id, request.attempt, request.checkpoint_id, complete=False)
         return taskmanager_pb2.NotifyCheckpointAbortedResponse()
 
+    def ThreadDump(
+        self, request: taskmanager_pb2.ThreadDumpRequest, context: grpc.ServicerContext
+    ) -> taskmanager_pb2.ThreadDumpResponse:  # noqa: N802,E501
+        """Read-only: answered to any caller with the internal role, fenced or not."""
+        threads = self._runtime.thread_dump()
+        return taskmanager_pb2.ThreadDumpResponse(
+            threads=[taskmanager_pb2.ThreadInfo(name=t.name, stack=t.stack) for t in threads]
+        )
+
     def OpenChannel(
         self, request_iterator: Iterator[taskmanager_pb2.DataMessage], context: grpc.ServicerContext
     ) -> Iterator[taskmanager_pb2.CreditMessage]:  # noqa: N802,E501

@@ -89,11 +89,25 @@ class CollectMetrics:
 
 
 @dataclass(frozen=True)
+class CollectThreadDump:
+    """The reply: the worker's threads (``weir.core.thread_dump.ThreadInfo`` values)."""
+
+
+@dataclass(frozen=True)
 class StopWorker:
     """Cancel every task, send what is still being acknowledged, then exit."""
 
 
-Command = Deploy | CancelAttempts | TriggerCheckpoint | NotifyCheckpoint | CollectProgress | CollectMetrics | StopWorker
+Command = (
+    Deploy
+    | CancelAttempts
+    | TriggerCheckpoint
+    | NotifyCheckpoint
+    | CollectProgress
+    | CollectMetrics
+    | CollectThreadDump
+    | StopWorker
+)
 
 
 # Worker -> TaskManager ----------------------------------------------------------------------------

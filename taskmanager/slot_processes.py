@@ -55,6 +55,7 @@ from weir.core.errors import WeirError
 from weir.core.failures import Failure
 from weir.core.grpc_security import open_channel
 from weir.core.states import TaskState
+from weir.core.thread_dump import ThreadInfo
 from weir.core.transport_security import TransportSecurity
 from weir.taskmanager.network.server import consumer_of
 from weir.taskmanager.reporter import ReportSink, StateReport, task_ref
@@ -62,6 +63,7 @@ from weir.taskmanager.slot_link import (
     CancelAttempts,
     CollectMetrics,
     CollectProgress,
+    CollectThreadDump,
     ControlLink,
     Deploy,
     NotifyCheckpoint,
@@ -531,6 +533,20 @@ class SlotProcesses:
             except SlotWorkerError:
                 continue
         return families
+
+    def thread_dump(self) -> list[ThreadInfo]:
+        """Every ready worker's threads, each name prefixed with its worker (one that does not answer in
+        time is left out)."""
+        calls = [(p, p.link.call_async(CollectThreadDump())) for p in self._ready_workers()]
+        deadline = time.monotonic() + METRICS_WAIT_S
+        threads: list[ThreadInfo] = []
+        for process, call in calls:
+            try:
+                found = wait_reply(call, max(0.0, deadline - time.monotonic()), f"threads of slot worker {process.id}")
+            except SlotWorkerError:
+                continue
+            threads.extend(ThreadInfo(f"slot-worker-{process.id}/{t.name}", t.stack) for t in found)
+        return threads
 
     def stop(self) -> None:
         """Stop every worker (their tasks are cancelled, their acknowledgements sent), then the spawner."""

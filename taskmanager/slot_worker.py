@@ -34,6 +34,7 @@ from weir.connectors.object_storage import open_storage
 from weir.core import logs
 from weir.core.config import checkpoint_dir, run_dir
 from weir.core.grpc_security import new_server
+from weir.core.thread_dump import thread_dump
 from weir.core.transport_security import TransportSecurity
 from weir.taskmanager.reporter import AckReport, DeclineReport, StateReport
 from weir.taskmanager.slot_link import (
@@ -41,6 +42,7 @@ from weir.taskmanager.slot_link import (
     CancelAttempts,
     CollectMetrics,
     CollectProgress,
+    CollectThreadDump,
     Command,
     ControlLink,
     Deploy,
@@ -156,6 +158,8 @@ class SlotWorker:
                 return [p.SerializeToString() for p in host.progress()]
             case CollectMetrics():
                 return task_metric_families()
+            case CollectThreadDump():
+                return thread_dump()
             case StopWorker():
                 host.stop()
                 self._server.stop(grace=1).wait()

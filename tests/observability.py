@@ -7,12 +7,15 @@ tests/integration/observability/test_prometheus.py (every query answered by a li
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from weir.core.config import Endpoints
 
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARDS_DIR = REPO / "deploy/grafana/dashboards"
@@ -25,6 +28,32 @@ DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}  # the dashboards' d
 _METRIC_NAME = re.compile(
     r"\b((?:[a-z_]+:)?weir_[a-z0-9_]+(?::[a-z0-9_]+)?|process_[a-z_]+|up(?=\{))\b"
 )  # Weir's own, prometheus-client's process_*, and Prometheus' up{...} (the target-down alert)
+
+
+def static_targets() -> set[str]:
+    """The ``host:port`` targets prometheus-local.yml scrapes by itself."""
+    config = yaml.safe_load(PROMETHEUS_LOCAL.read_text(encoding="utf-8"))
+    return {t for job in config["scrape_configs"] for c in job.get("static_configs", []) for t in c["targets"]}
+
+
+def cluster_metrics_targets(endpoints: Endpoints, taskmanagers: int) -> set[str]:
+    """The metrics endpoints of a cluster on ``endpoints``: its JobManager's and TaskManager 1..N's."""
+    ports = [endpoints.jobmanager_metrics_port] + [
+        endpoints.taskmanager_metrics_base_port + n for n in range(1, taskmanagers + 1)
+    ]
+    return {f"127.0.0.1:{port}" for port in ports}
+
+
+def register_scrape_targets(targets: set[str], name: str) -> Path | None:
+    """Have the local Prometheus scrape those of ``targets`` its config does not list (a session
+    cluster of a second pytest-xdist worker runs on shifted ports): a file in TARGETS_DIR, which it
+    reads within seconds (file_sd). The file to delete afterwards, or None when nothing was missing."""
+    extra = sorted(targets - static_targets())
+    if not extra:
+        return None
+    path = TARGETS_DIR / f"{name}-{os.getpid()}.json"
+    path.write_text(json.dumps([{"targets": extra, "labels": {"weir_test": name}}]), encoding="utf-8")
+    return path
 
 
 @dataclass(frozen=True)

@@ -24,12 +24,13 @@ from starlette.exceptions import HTTPException
 from weir import __version__
 from weir.core.errors import AuthenticationError, PermissionDeniedError, UnknownJobError
 from weir.core.roles import AccessTable, rest_route_role
+from weir.core.thread_dump import thread_dump
 from weir.core.transport_security import AuthDecision, authorize, refusal_message
 from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
-from weir.jobmanager.messages import JobPlanView, VertexView
-from weir.jobmanager.rest import config, errors, flink, jars, vertices, views
-from weir.jobmanager.rest.ids import flink_job_id, weir_job_id
+from weir.jobmanager.messages import JobPlanView, JobStatusView, VertexView
+from weir.jobmanager.rest import config, diagnostics, errors, flink, jars, metrics, vertices, views
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id, weir_job_id
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -54,11 +55,13 @@ def create_app(
     token: str | None = None,
     settings_overrides: Mapping[str, str] | None = None,
     known_leader: Callable[[], views.KnownLeader | None] | None = None,
+    log_files: Callable[[], diagnostics.LogFiles] = diagnostics.process_log_files,
 ) -> FastAPI:
     """``access``: the tokens the API accepts and their roles (None: open); ``token``: one token with
     every role, instead; ``settings_overrides``: the ``WEIR_*`` settings the JobManager's command line
     set (``GET /jobmanager/config`` shows them over the environment's); ``known_leader``: under high
-    availability, the leader this JobManager last read in the lease (a standby's ``/healthz`` names it)."""
+    availability, the leader this JobManager last read in the lease (a standby's ``/healthz`` names it);
+    ``log_files``: where the JobManager's standard error and output are written (``/jobmanager/log``)."""
     if access is None and token is not None:
         access = AccessTable.single(token)
     app = FastAPI(
@@ -137,6 +140,125 @@ def create_app(
     def jobmanager_config() -> list[config.ConfigEntry]:
         """Flink's ``ClusterConfigurationInfo``: the JobManager's ``WEIR_*`` settings, secrets hidden."""
         return config.jobmanager_settings(None, settings_overrides)
+
+    # Metrics (Flink's metrics handlers; weir.jobmanager.rest.metrics). The aggregating routes come
+    # before the routes whose path parameter would take "metrics" for an id.
+    @api.get("/jobmanager/metrics", response_model_exclude_none=True)
+    def jobmanager_metrics(get: metrics.GetQuery = None) -> metrics.MetricList:
+        """The JobManager's metrics (Flink's cluster gauges, its process's series)."""
+        return metrics.metric_list(
+            metrics.jobmanager_metrics(manager.cluster_status(), manager.list_jobs()), metrics.names(get)
+        )
+
+    @api.get("/taskmanagers/metrics", response_model_exclude_none=True, responses=BAD_REQUEST)
+    def taskmanagers_metrics(
+        get: metrics.GetQuery = None,
+        agg: metrics.AggQuery = None,
+        taskmanagers: Annotated[str | None, Query(description="Comma-separated TaskManager ids (all)")] = None,
+    ) -> metrics.AggregatedMetricList:
+        """The TaskManagers' metrics aggregated over them (``taskmanagers=`` chooses; all by default)."""
+        chosen = metrics.selection(taskmanagers)
+        statuses = running_statuses()
+        scopes = [
+            metrics.taskmanager_metrics(tm, statuses)
+            for tm in manager.cluster_status().taskmanagers
+            if chosen is None or tm.taskmanager_id in chosen
+        ]
+        return metrics.aggregated_list(scopes, metrics.names(get), metrics.aggregations(agg))
+
+    @api.get("/jobs/metrics", response_model_exclude_none=True, responses=BAD_REQUEST)
+    def jobs_metrics(
+        get: metrics.GetQuery = None,
+        agg: metrics.AggQuery = None,
+        jobs: Annotated[str | None, Query(description="Comma-separated job ids, either form (all)")] = None,
+    ) -> metrics.AggregatedMetricList:
+        """The jobs' metrics aggregated over them (``jobs=`` chooses; all by default)."""
+        chosen = metrics.selection(jobs)
+        wanted = None if chosen is None else {weir_job_id(j) for j in chosen}
+        scopes = []
+        for summary in manager.list_jobs():
+            if wanted is not None and summary.job_id not in wanted:
+                continue
+            try:
+                scopes.append(
+                    metrics.job_metrics(manager.job_status(summary.job_id), manager.list_checkpoints(summary.job_id))
+                )
+            except UnknownJobError:
+                continue  # removed between the two reads
+        return metrics.aggregated_list(scopes, metrics.names(get), metrics.aggregations(agg))
+
+    def running_statuses() -> list[JobStatusView]:
+        statuses = []
+        for summary in manager.list_jobs():
+            if summary.status.terminal:
+                continue
+            try:
+                statuses.append(manager.job_status(summary.job_id))
+            except UnknownJobError:
+                continue
+        return statuses
+
+    @api.get(
+        "/taskmanagers/{taskmanager_id}/metrics",
+        response_model_exclude_none=True,
+        responses={404: {**_ERROR, "description": "Unknown TaskManager"}},
+    )
+    def taskmanager_metrics(taskmanager_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """One TaskManager's metrics, as far as the JobManager knows them."""
+        found = next((tm for tm in manager.cluster_status().taskmanagers if tm.taskmanager_id == taskmanager_id), None)
+        if found is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return metrics.metric_list(metrics.taskmanager_metrics(found, running_statuses()), metrics.names(get))
+
+    # Logs and thread dumps (Flink's; weir.jobmanager.rest.diagnostics)
+    no_file: Final[dict[int | str, dict[str, Any]]] = {404: {**_ERROR, "description": "No such log file"}}
+    plain_text: Final[dict[int | str, dict[str, Any]]] = {200: {"content": {"text/plain": {}}}}
+
+    @api.get("/jobmanager/logs")
+    def jobmanager_logs() -> diagnostics.LogListInfo:
+        """The JobManager's log files (Flink's ``LogListInfo``): the file its standard error and output
+        go to when that is a file (``weir cluster up``'s ``jobmanager.log``); none otherwise."""
+        return diagnostics.log_list(log_files())
+
+    def serve_log(path: Path | None, what: str) -> FileResponse:
+        if path is None or not path.is_file():
+            raise HTTPException(404, f"the JobManager has no {what}: it logs to a terminal or a pipe, not a file")
+        return FileResponse(path, media_type="text/plain")
+
+    @api.get("/jobmanager/log", response_class=FileResponse, responses={**no_file, **plain_text})
+    def jobmanager_log() -> FileResponse:
+        """The JobManager's log (the file its standard error goes to), as text."""
+        return serve_log(log_files().log, "log file")
+
+    @api.get("/jobmanager/stdout", response_class=FileResponse, responses={**no_file, **plain_text})
+    def jobmanager_stdout() -> FileResponse:
+        """The file the JobManager's standard output goes to, as text."""
+        return serve_log(log_files().stdout, "standard output file")
+
+    @api.get("/jobmanager/logs/{filename}", response_class=FileResponse, responses={**no_file, **plain_text})
+    def jobmanager_log_file(filename: str) -> FileResponse:
+        """One file ``/jobmanager/logs`` lists (no other), as text."""
+        return serve_log(log_files().named(filename), f"log file {filename!r} (GET /jobmanager/logs lists them)")
+
+    @api.get("/jobmanager/thread-dump")
+    def jobmanager_thread_dump() -> diagnostics.ThreadDumpInfo:
+        """Every thread of the JobManager's process with its Python stack (Flink's ``ThreadDumpInfo``)."""
+        return diagnostics.thread_dump_info(thread_dump())
+
+    @api.get(
+        "/taskmanagers/{taskmanager_id}/thread-dump",
+        responses={
+            404: {**_ERROR, "description": "Unknown TaskManager"},
+            503: {**_ERROR, "description": "The TaskManager did not answer"},
+        },
+    )
+    def taskmanager_thread_dump(taskmanager_id: str) -> diagnostics.ThreadDumpInfo:
+        """Every thread of the TaskManager's process and of its slot workers, asked over its gRPC
+        service (Flink's ``ThreadDumpInfo``)."""
+        threads = manager.taskmanager_thread_dump(taskmanager_id)
+        if threads is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return diagnostics.thread_dump_info(threads)
 
     @api.get("/taskmanagers")
     def taskmanagers() -> views.TaskManagers:
@@ -231,9 +353,8 @@ def create_app(
     def backpressure(job_id: str, vertex_id: str) -> views.VertexBackpressure:
         """Each subtask's backpressured, busy and idle shares over its last heartbeat interval."""
         job_id = weir_job_id(job_id)
-        if vertex_id not in {v.uid for v in manager.job_plan(job_id).vertices}:
-            raise UnknownVertexError(job_id, vertex_id)
-        return views.vertex_backpressure(manager.job_status(job_id), vertex_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return views.vertex_backpressure(manager.job_status(job_id), found.uid)
 
     def vertex_of(job_id: str, vertex_id: str) -> tuple[JobPlanView, VertexView]:
         plan = manager.job_plan(job_id)
@@ -241,6 +362,87 @@ def create_app(
         if vertex is None:
             raise UnknownVertexError(job_id, vertex_id)
         return plan, vertex
+
+    @api.get("/jobs/{job_id}/accumulators", responses=NOT_FOUND)
+    def job_accumulators(
+        job_id: str,
+        include_serialized_value: Annotated[bool | None, Query(alias="includeSerializedValue")] = None,
+    ) -> diagnostics.JobAccumulatorsInfo:
+        """Flink's ``JobAccumulatorsInfo``: Weir has no user accumulators, so its lists are empty."""
+        manager.job_status(weir_job_id(job_id))  # 404 for an unknown job
+        return diagnostics.job_accumulators()
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/accumulators", responses=UNKNOWN_VERTEX)
+    def vertex_accumulators(job_id: str, vertex_id: str) -> diagnostics.JobVertexAccumulatorsInfo:
+        """Flink's ``JobVertexAccumulatorsInfo``: empty, as Weir has no user accumulators."""
+        _plan, found = vertex_of(weir_job_id(job_id), vertex_id)
+        return diagnostics.vertex_accumulators(flink_vertex_id(found.uid))
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/subtasks/accumulators", responses=UNKNOWN_VERTEX)
+    def subtasks_accumulators(job_id: str, vertex_id: str) -> diagnostics.SubtasksAllAccumulatorsInfo:
+        """Flink's ``SubtasksAllAccumulatorsInfo``: each subtask, none with accumulators."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        details = vertices.vertex_details(manager.job_status(job_id), found, 0, manager.cluster_status())
+        subtasks = [(s.subtask, s.attempt, s.host) for s in details.subtasks]
+        return diagnostics.subtasks_accumulators(flink_vertex_id(found.uid), found.parallelism, subtasks)
+
+    @api.get("/jobs/{job_id}/metrics", response_model_exclude_none=True, responses=NOT_FOUND)
+    def job_metrics(job_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """The job's metrics: uptime, restarts, checkpoint statistics (Flink's job scope)."""
+        job_id = weir_job_id(job_id)
+        return metrics.metric_list(
+            metrics.job_metrics(manager.job_status(job_id), manager.list_checkpoints(job_id)), metrics.names(get)
+        )
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/metrics", response_model_exclude_none=True, responses=UNKNOWN_VERTEX)
+    def vertex_metrics(job_id: str, vertex_id: str, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """The vertex's subtasks' metrics, each id prefixed with the subtask's index (``0.numRecordsIn``)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return metrics.metric_list(metrics.vertex_metrics(manager.job_status(job_id), found.uid), metrics.names(get))
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/watermarks", responses=UNKNOWN_VERTEX)
+    def vertex_watermarks(job_id: str, vertex_id: str) -> metrics.MetricList:
+        """Each subtask's input watermark (ms; Flink's Long.MIN_VALUE before the first), as Flink's."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return metrics.vertex_watermarks(manager.job_status(job_id), found.uid)
+
+    @api.get(
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics",
+        response_model_exclude_none=True,
+        responses={**UNKNOWN_VERTEX, **BAD_REQUEST},
+    )
+    def subtasks_metrics(
+        job_id: str,
+        vertex_id: str,
+        get: metrics.GetQuery = None,
+        agg: metrics.AggQuery = None,
+        subtasks: Annotated[str | None, Query(description="Subtask indexes and ranges, e.g. 0,2-4 (all)")] = None,
+    ) -> metrics.AggregatedMetricList:
+        """The vertex's subtasks' metrics aggregated over them (``subtasks=`` chooses; all by default)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        chosen = metrics.subtask_selection(subtasks)
+        scopes = metrics.subtask_metrics(manager.job_status(job_id), found.uid, chosen)
+        return metrics.aggregated_list(scopes, metrics.names(get), metrics.aggregations(agg))
+
+    @api.get(
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics",
+        response_model_exclude_none=True,
+        responses={**UNKNOWN_VERTEX, **BAD_REQUEST},
+    )
+    def subtask_metrics(job_id: str, vertex_id: str, index: int, get: metrics.GetQuery = None) -> metrics.MetricList:
+        """One subtask's metrics (Flink's task scope)."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        task = next(
+            (t for t in manager.job_status(job_id).tasks if t.vertex_uid == found.uid and t.subtask == index), None
+        )
+        if task is None:
+            raise HTTPException(404, f"vertex {vertex_id!r} of job {job_id} has no subtask {index}")
+        return metrics.metric_list(metrics.task_metrics(task), metrics.names(get))
 
     @api.get("/jobs/{job_id}/vertices/{vertex_id}", responses=UNKNOWN_VERTEX)
     def vertex(job_id: str, vertex_id: str) -> vertices.VertexDetails:
@@ -277,8 +479,8 @@ def create_app(
         return details
 
     def current_subtask(job_id: str, vertex_id: str, index: int) -> vertices.SubtaskAttemptDetails:
-        vertex_of(job_id, vertex_id)
-        details = vertices.subtask_of(manager.job_status(job_id), vertex_id, index, manager.cluster_status())
+        _plan, found = vertex_of(job_id, vertex_id)
+        details = vertices.subtask_of(manager.job_status(job_id), found.uid, index, manager.cluster_status())
         if details is None:
             raise HTTPException(404, f"vertex {vertex_id!r} of job {job_id} has no subtask {index}")
         return details
@@ -398,6 +600,29 @@ def create_app(
         body = request if request is not None else jars.JarRunRequest()
         job_id = manager.submit(jars.submit_request(uploads.get(jar_id), body))
         return jars.JarRunResponse(job_id=flink_job_id(job_id))
+
+    @api.get("/jars/{jar_id}/plan", responses={404: {**_ERROR, "description": "Unknown jar"}, **BAD_REQUEST})
+    def jar_plan(
+        jar_id: str,
+        entry_class: Annotated[str | None, Query(alias="entry-class")] = None,
+        program_arg: Annotated[
+            str | None, Query(alias="programArg", description="Comma-separated: -D,key=value,... (Flink's)")
+        ] = None,
+        parallelism: Annotated[int | None, Query(ge=1)] = None,
+    ) -> views.JobPlan:
+        """The plan of an uploaded artifact without running it (Flink's jar plan, ``weir info``): its
+        ``build(env)`` runs in a child process with a deadline, as for ``run``; a job that does not load: 400."""
+        args = None if program_arg is None else [a for a in program_arg.split(",") if a]
+        request = jars.JarRunRequest.model_validate(
+            {"entryClass": entry_class, "programArgsList": args, "parallelism": parallelism}
+        )
+        return views.job_plan(jars.plan_of(uploads.get(jar_id), request))
+
+    @api.post("/jars/{jar_id}/plan", responses={404: {**_ERROR, "description": "Unknown jar"}, **BAD_REQUEST})
+    def jar_plan_post(jar_id: str, request: jars.JarRunRequest | None = None) -> views.JobPlan:
+        """The same, with Flink's ``JarPlanRequestBody`` (``programArgsList``, ``flinkConfiguration``, ...)."""
+        body = request if request is not None else jars.JarRunRequest()
+        return views.job_plan(jars.plan_of(uploads.get(jar_id), body))
 
     @api.post("/savepoint-disposal", responses=BAD_REQUEST)
     def dispose(request: flink.DisposalRequest) -> flink.TriggerResponse:

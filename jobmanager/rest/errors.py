@@ -28,9 +28,11 @@ from weir.jobmanager.errors import (
     CheckpointRejectedError,
     ConfigError,
     JobManagerNotReadyError,
+    MetricsQueryError,
     RescaleRejectedError,
     SavepointDisposalError,
     SavepointRejectedError,
+    TaskManagerCallError,
     UnknownJarError,
     UnknownRescaleError,
     UnknownVertexError,
@@ -49,12 +51,14 @@ _STATUS_OF: Final[dict[type[WeirError], int]] = {
     JobDefinitionError: 400,
     ConfigError: 400,
     SavepointDisposalError: 400,
+    MetricsQueryError: 400,
     SavepointRejectedError: 409,
     CheckpointRejectedError: 409,
     RescaleRejectedError: 409,
     JobManagerNotReadyError: 503,
     NotEnoughSlotsError: 503,
     ServiceUnavailableError: 503,
+    TaskManagerCallError: 503,  # a TaskManager asked for its thread dump did not answer
 }
 
 

@@ -1,9 +1,10 @@
-"""Job ids in Flink's form. Flink's ``JobID`` is 32 hex characters, Weir's 16: a Weir id goes out in
+"""Job and vertex ids in Flink's form. Flink's ``JobID`` is 32 hex characters, Weir's 16: a Weir id goes out in
 Flink's fields (``jid``, ``id``) left-padded with zeros to 32 (``flink_job_id``), and a path takes
 either form (``weir_job_id``), so ``weir list`` and ``flink list`` name the same job."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Final
 
@@ -26,3 +27,15 @@ def weir_job_id(job_id: str) -> str:
     if len(lowered) == FLINK_ID_HEX and _HEX.fullmatch(lowered) and lowered.startswith(_PADDING):
         return lowered[len(_PADDING) :]
     return job_id
+
+
+def flink_vertex_id(uid: str) -> str:
+    """A vertex's id in Flink's form (``JobVertexID``, 32 hex characters): a 128-bit hash of its head
+    operator's uid, as Flink derives a vertex's id from a uid the job sets. The same uid, the same id,
+    in every job and attempt."""
+    return hashlib.blake2b(uid.encode(), digest_size=16).hexdigest()
+
+
+def names_vertex(vertex_id: str, uid: str) -> bool:
+    """Whether a path's vertex id names the vertex of this uid: the uid itself or its Flink form."""
+    return vertex_id == uid or vertex_id.lower() == flink_vertex_id(uid)

@@ -22,18 +22,22 @@ import threading
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import EmailMessage
 from pathlib import PurePosixPath
-from typing import Final
+from typing import Any, Final
 
 from pydantic import ConfigDict, Field
 
 from weir.api.artifacts import ArtifactManifest, check_size, read_manifest
+from weir.api.job_code import check_distributions, prepare_artifact
+from weir.api.load_check import check_job_loads
 from weir.core.config import PythonJobSettings
 from weir.core.errors import JobDefinitionError
+from weir.graph import Partitioning
 from weir.jobmanager.errors import UnknownJarError
+from weir.jobmanager.messages import InputEdgeView, JobPlanView, OperatorView, VertexView
 from weir.jobmanager.rest.views import Model, _api
 from weir.jobmanager.submission import SubmitRequest
 
@@ -192,6 +196,50 @@ def submit_request(jar: UploadedJar, request: JarRunRequest) -> SubmitRequest:
         parallelism=request.parallelism or 0,
         from_checkpoint=request.savepoint_path or "",
         allow_non_restored_state=bool(request.allow_non_restored_state),
+    )
+
+
+def plan_of(jar: UploadedJar, request: JarRunRequest) -> JobPlanView:
+    """The plan of the uploaded artifact with these parameters, without running it (``weir info``):
+    the artifact is prepared as for ``run`` and its ``build(env)`` called in a child process with a
+    deadline; its plan gets a new job id, as Flink's does (it names no job)."""
+    submit = submit_request(jar, request)
+    settings = PythonJobSettings.from_env()
+    code = prepare_artifact(jar.data, timeout_s=settings.job_load_timeout)
+    check_distributions(code)
+    parallelism = submit.parallelism or 1
+    checked = check_job_loads(code, submit.parameters, parallelism, None, settings.job_load_timeout)
+    return plan_view(checked.plan, uuid.uuid4().hex)
+
+
+def plan_view(document: Mapping[str, Any], job_id: str) -> JobPlanView:
+    """A ``weir.plan.plan_document`` as the read API's plan (``GET /jobs/{id}/plan``'s source): the
+    operators' names from its nodes, a vertex's input edges from its head operator's predecessors."""
+    nodes = {node["id"]: node for node in document["nodes"]}
+    vertices = []
+    for vertex in document["vertices"]:
+        head = nodes[vertex["operators"][0]]
+        side_outputs = {p["id"]: p.get("side_output") for p in head["predecessors"]}
+        vertices.append(
+            VertexView(
+                uid=vertex["id"],
+                parallelism=vertex["parallelism"],
+                operators=tuple(OperatorView(uid, nodes[uid]["contents"]) for uid in vertex["operators"]),
+                inputs=tuple(
+                    InputEdgeView(
+                        producer_vertex=edge["vertex"],
+                        partitioning=Partitioning[edge["ship_strategy"]],
+                        side_output=side_outputs.get(edge["operator"]),
+                    )
+                    for edge in vertex["inputs"]
+                ),
+            )
+        )
+    return JobPlanView(
+        job_id=job_id,
+        job_name=document["name"],
+        vertices=tuple(vertices),
+        max_parallelism=document["max_parallelism"],
     )
 
 

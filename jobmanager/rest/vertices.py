@@ -18,6 +18,7 @@ from typing import Final
 
 from weir.core.states import TaskState
 from weir.jobmanager.messages import ClusterView, JobStatusView, TaskView, VertexView
+from weir.jobmanager.rest.ids import flink_vertex_id, names_vertex
 from weir.jobmanager.rest.views import FLINK_EXECUTION_STATES, Model, _api, ms
 
 UNASSIGNED: Final = "(unassigned)"  # Flink's host and TaskManager of a subtask not deployed
@@ -56,7 +57,8 @@ class SubtaskAttemptDetails(Model):
 class VertexDetails(Model):
     """Flink's ``JobVertexDetailsInfo``."""
 
-    id: str
+    id: str  # Flink's JobVertexID form
+    uid: str  # Weir's: the head operator's uid
     name: str
     parallelism: int
     max_parallelism: int = _api("maxParallelism")
@@ -77,7 +79,8 @@ class SubtaskTimes(Model):
 class VertexSubtaskTimes(Model):
     """Flink's ``SubtasksTimesInfo``."""
 
-    id: str
+    id: str  # Flink's JobVertexID form
+    uid: str  # Weir's: the head operator's uid
     name: str
     now: int
     subtasks: list[SubtaskTimes]
@@ -147,7 +150,8 @@ def vertex_details(
 ) -> VertexDetails:
     addresses = _addresses(cluster)
     return VertexDetails(
-        id=vertex.uid,
+        id=flink_vertex_id(vertex.uid),
+        uid=vertex.uid,
         name=vertex.name,
         parallelism=vertex.parallelism,
         max_parallelism=max_parallelism,
@@ -183,8 +187,11 @@ def subtask_times(status: JobStatusView, vertex: VertexView, cluster: ClusterVie
                 timestamps=reached,
             )
         )
-    return VertexSubtaskTimes(id=vertex.uid, name=vertex.name, now=now, subtasks=subtasks)
+    return VertexSubtaskTimes(
+        id=flink_vertex_id(vertex.uid), uid=vertex.uid, name=vertex.name, now=now, subtasks=subtasks
+    )
 
 
-def find_vertex(vertices: Sequence[VertexView], vertex_uid: str) -> VertexView | None:
-    return next((v for v in vertices if v.uid == vertex_uid), None)
+def find_vertex(vertices: Sequence[VertexView], vertex_id: str) -> VertexView | None:
+    """The vertex a path names, by its uid or its id in Flink's form."""
+    return next((v for v in vertices if names_vertex(vertex_id, v.uid)), None)

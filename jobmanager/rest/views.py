@@ -37,7 +37,7 @@ from weir.jobmanager.messages import (
     TaskView,
     VertexView,
 )
-from weir.jobmanager.rest.ids import flink_job_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 
 
 def _names(enum_type: type[enum.Enum]) -> WithJsonSchema:
@@ -360,7 +360,8 @@ class SubtaskInfo(Model):
 
 
 class VertexInfo(Model):
-    id: str
+    id: str  # Flink's JobVertexID form (weir.jobmanager.rest.ids.flink_vertex_id)
+    uid: str  # Weir's: the head operator's uid, as exceptions and checkpoints name the vertex
     name: str
     parallelism: int
     max_parallelism: int = _api("maxParallelism")
@@ -453,7 +454,8 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         vertex_start = ms(status.last_restore_at) if status.last_restore_at else start
         vertices.append(
             VertexInfo(
-                id=vertex.uid,
+                id=flink_vertex_id(vertex.uid),
+                uid=vertex.uid,
                 name=vertex.name,
                 parallelism=vertex.parallelism,
                 max_parallelism=plan.max_parallelism,
@@ -521,13 +523,14 @@ class PlanOperator(Model):
 
 class PlanInput(Model):
     num: int
-    id: str  # the producer vertex
+    id: str  # the producer vertex, in Flink's form
     ship_strategy: PartitioningName
     side_output: str | None  # the side output's tag name; None: the producer's main output
 
 
 class PlanNode(Model):
-    id: str
+    id: str  # Flink's JobVertexID form
+    uid: str  # Weir's: the head operator's uid
     parallelism: int
     operator: str  # the head operator's name
     description: str  # the chain's operator names, joined by ' -> '
@@ -547,13 +550,16 @@ class JobPlan(Model):
 
 def _node(vertex: VertexView) -> PlanNode:
     return PlanNode(
-        id=vertex.uid,
+        id=flink_vertex_id(vertex.uid),
+        uid=vertex.uid,
         parallelism=vertex.parallelism,
         operator=vertex.operators[0].name if vertex.operators else "",
         description=vertex.name,
         operators=[PlanOperator(uid=o.uid, name=o.name) for o in vertex.operators],
         inputs=[
-            PlanInput(num=n, id=e.producer_vertex, ship_strategy=e.partitioning, side_output=e.side_output)
+            PlanInput(
+                num=n, id=flink_vertex_id(e.producer_vertex), ship_strategy=e.partitioning, side_output=e.side_output
+            )
             for n, e in enumerate(vertex.inputs)
         ],
     )

@@ -128,8 +128,6 @@ class ChannelClosedError(ServiceUnavailableError):
     """The other side of a channel went away (its TaskManager died or the task was cancelled)."""
 
 
-
-
 # Events in a channel, read by the consumer ------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from tests.conftest import SESSION_TOPICS
 from tests.integration.secured_kafka import SecuredKafka, start_secured_kafka, stop_secured_kafka
+from tests.observability import cluster_metrics_targets, register_scrape_targets
 from weir.connectors import kafka
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
@@ -125,9 +126,13 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
     client = JobManagerClient(services.jobmanager_address)
     cluster = WeirCluster(services, directory, client)
     _SESSION_CLUSTER.append(cluster)
+    # Prometheus' config lists the default ports only: a second xdist worker's cluster is added to it
+    target_file = register_scrape_targets(cluster_metrics_targets(services, TASKMANAGERS), "session-cluster")
     try:
         yield cluster
     finally:
+        if target_file is not None:
+            target_file.unlink(missing_ok=True)
         try:  # the marker topics of jobs submitted another way (the CLI) are the session's too
             SESSION_TOPICS.job_ids.update(j.job_id for j in client.list_jobs())
         except WeirError:

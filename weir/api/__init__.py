@@ -65,7 +65,7 @@ from weir.api.streams import (
     WindowedJoin,
     WindowedStream,
 )
-from weir.core.cdc import ChangeEvent, ChangeOp
+from weir.core.cdc import ChangeEvent, ChangeOp, SlotRetention
 from weir.core.changelog import Delete
 from weir.core.columnar import Count, FieldKey, Max, Mean, Min, Schema, Sum
 from weir.core.descriptors import (
@@ -192,6 +192,7 @@ __all__ = [
     "Schema",
     "Sink",
     "SlidingEventTimeWindows",
+    "SlotRetention",
     "Source",
     "StartingOffsets",
     "StateAggregateFunction",

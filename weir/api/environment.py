@@ -212,13 +212,17 @@ class Environment:
         slot_name: str,
         publication: str | None = None,
         max_changes_per_poll: int = 1000,
+        chunk_size: int = 8096,
+        slot_retention: str = "unless-savepoint",
         name: str | None = None,
     ) -> DataStream:
         """The changes of PostgreSQL tables: a consistent snapshot (``read`` events), then their
         inserts, updates and deletes decoded from the logical replication slot ``slot_name``, as
         :class:`~weir.core.cdc.ChangeEvent` values (``from_source(PostgresCdcSource.builder()...build())``,
-        ``weir.api.postgres_cdc_source``, docs/sources.md). One reader (parallelism 1); the slot is
-        advanced only when a checkpoint completes, so a restore decodes again from the checkpoint."""
+        ``weir.api.postgres_cdc_source``, docs/postgres-cdc-source.md). One reader (parallelism 1); the
+        snapshot is read in chunks of ``chunk_size`` rows by primary key, checkpointed between chunks;
+        the slot is advanced only when a checkpoint completes, so a restore decodes again from the
+        checkpoint; ``slot_retention`` says what the job's end does with the slot."""
         with told_as(f"postgres cdc source {uid!r}"):
             builder = (
                 PostgresCdcSource.builder()
@@ -226,6 +230,8 @@ class Environment:
                 .slot_name(slot_name)
                 .publication(publication)
                 .max_changes_per_poll(max_changes_per_poll)
+                .chunk_size(chunk_size)
+                .slot_retention(slot_retention)
             )
             source = builder.build()
         return self.from_source(source, uid=uid, name=name)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from weir.api.connector import Options, Source, required
+from weir.core.cdc import SlotRetention
 from weir.core.descriptors import PostgresCdcSourceSpec
 
 if TYPE_CHECKING:
@@ -63,6 +64,8 @@ class _Settings:
     slot_name: str | None = None
     publication: str | None = None
     max_changes_per_poll: int = 1000
+    chunk_size: int = 8096
+    slot_retention: SlotRetention = SlotRetention.UNLESS_SAVEPOINT
 
 
 class PostgresCdcSourceBuilder:
@@ -100,6 +103,25 @@ class PostgresCdcSourceBuilder:
             raise OPTIONS.refuse("max_changes_per_poll", "a positive int", changes)
         return self._with(max_changes_per_poll=changes)
 
+    def chunk_size(self, rows: int) -> PostgresCdcSourceBuilder:
+        """How many rows one chunk of the snapshot reads, by primary key (default 8096, Flink CDC's
+        ``scan.incremental.snapshot.chunk.size``); a checkpoint can fall between two chunks, and a
+        restore goes on after the last chunk it holds."""
+        if type(rows) is not int or rows <= 0:
+            raise OPTIONS.refuse("chunk_size", "a positive int", rows)
+        return self._with(chunk_size=rows)
+
+    def slot_retention(self, retention: SlotRetention | str) -> PostgresCdcSourceBuilder:
+        """What the job's end does with the slot (and the publication the source created):
+        ``"unless-savepoint"`` (default: dropped when the job is cancelled, fails or finishes, kept
+        when it stopped at a savepoint, which restores from it), ``"always-drop"``, ``"keep"``."""
+        try:
+            return self._with(slot_retention=SlotRetention(retention))
+        except ValueError:
+            raise OPTIONS.refuse(
+                "slot_retention", " or ".join(repr(r.value) for r in SlotRetention), retention
+            ) from None
+
     def build(self) -> PostgresCdcSource:
         s = self._settings
         tables = required(OPTIONS, "tables", s.tables, "call .tables([...])")
@@ -110,6 +132,8 @@ class PostgresCdcSourceBuilder:
                 slot_name=slot,
                 publication=s.publication or slot,
                 max_changes_per_poll=s.max_changes_per_poll,
+                chunk_size=s.chunk_size,
+                slot_retention=s.slot_retention,
             )
         )
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from weir.core.cdc import SlotRetention
 from weir.core.columnar import Schema
 from weir.core.errors import JobDefinitionError
 from weir.core.kafka_config import Properties, check_properties
@@ -144,6 +145,8 @@ class PostgresCdcSourceSpec:
     slot_name: str  # the logical replication slot the source owns
     publication: str  # the publication decoded (created with the slot when missing)
     max_changes_per_poll: int = 1000  # whole transactions are read, at least this many changes when committed
+    chunk_size: int = 8096  # snapshot rows read per chunk (by primary key), checkpointed between chunks
+    slot_retention: SlotRetention = SlotRetention.UNLESS_SAVEPOINT  # the slot at the job's end
 
 
 SourceSpec = KafkaSourceSpec | GeneratorSourceSpec | PostgresCdcSourceSpec

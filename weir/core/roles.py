@@ -71,6 +71,7 @@ GRPC_METHOD_ROLES: Final[Mapping[str, Role]] = {
     _TM + "CancelJobTasks": Role.INTERNAL,
     _TM + "TriggerCheckpoint": Role.INTERNAL,
     _TM + "NotifyCheckpointComplete": Role.INTERNAL,
+    _TM + "ThreadDump": Role.INTERNAL,
     _TM + "NotifyCheckpointAborted": Role.INTERNAL,
     _TM + "OpenChannel": Role.INTERNAL,  # the data plane
 }
@@ -109,8 +110,28 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("POST", "/jars/upload"): Role.SUBMIT,  # code that runs on every node
     ("POST", "/jars/{jar_id}/run"): Role.SUBMIT,
     ("DELETE", "/jars/{jar_id}"): Role.SUBMIT,
+    ("GET", "/jars/{jar_id}/plan"): Role.SUBMIT,  # runs the artifact's build(env), in a child process
+    ("POST", "/jars/{jar_id}/plan"): Role.SUBMIT,
     ("POST", "/savepoint-disposal"): Role.OPERATE,  # deletes a savepoint folder
     ("GET", "/savepoint-disposal/{trigger_id}"): Role.READ,
+    ("GET", "/jobmanager/metrics"): Role.READ,
+    ("GET", "/taskmanagers/metrics"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/metrics"): Role.READ,
+    ("GET", "/jobs/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/watermarks"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics"): Role.READ,
+    ("GET", "/jobs/{job_id}/accumulators"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/accumulators"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/subtasks/accumulators"): Role.READ,
+    ("GET", "/jobmanager/logs"): Role.READ,
+    ("GET", "/jobmanager/logs/{filename}"): Role.READ,
+    ("GET", "/jobmanager/log"): Role.READ,
+    ("GET", "/jobmanager/stdout"): Role.READ,
+    ("GET", "/jobmanager/thread-dump"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/thread-dump"): Role.READ,
 }
 """Every API route of the REST API, by method and path template (without the ``/v1`` prefix Flink's
 clients use; a unit test holds the table to the app's routes)."""

@@ -45,6 +45,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from functools import partial
 from typing import Final
 
@@ -288,6 +289,16 @@ class Probe:
         gids = [gid for gid, _at, _db in postgres.prepared_transactions(self.conn)]
         return prepared_epochs(gids, POSTGRES_SINK_UID, self.job_id)
 
+    def prepared_time(self, subtask: int, epoch: int) -> datetime | None:
+        """When the sink subtask's transaction of ``epoch`` was prepared, if it is prepared now. After a
+        rollback the subtask opens its next transaction under the same epoch (the ledger's next epoch
+        follows the restored checkpoint), so the gid alone does not tell that transaction from the next."""
+        for gid, prepared_at, _db in postgres.prepared_transactions(self.conn):
+            txn = sink_transaction(gid, POSTGRES_SINK_UID, self.job_id)
+            if txn is not None and int(txn.subtask) == subtask and int(txn.checkpoint_id) == epoch:
+                return prepared_at if isinstance(prepared_at, datetime) else None
+        return None
+
     def prepared_gids(self) -> list[str]:
         return [
             gid
@@ -455,7 +466,7 @@ class KillOutcome:
     completed_while_frozen: bool
     checkpoint_final_status: CheckpointStatus | None = None
     committed_after: bool = False  # the subtask's proof shows the checkpoint committed after the restore
-    prepared_after: bool = False  # still prepared after the restore
+    prepared_after: bool = False  # the transaction prepared at the kill is still prepared after the restore
     killed_at: float = 0.0
     attempts: int = 1
 
@@ -487,7 +498,8 @@ def kill_after_pre_commit(probe: Probe, steps: list[str], console: Console) -> K
         frozen = True
         try:
             prepared = probe.prepared()
-            if epoch not in prepared.get(subtask, ()):  # committed between the poll and the SIGSTOP
+            prepared_at = probe.prepared_time(subtask, epoch)
+            if epoch not in prepared.get(subtask, ()) or prepared_at is None:  # committed before the SIGSTOP
                 console.print(f"attempt {attempt}: epoch {epoch} was committed before the freeze took; again")
                 signal_taskmanager(taskmanager, signal.SIGCONT)
                 frozen = False
@@ -527,7 +539,7 @@ def kill_after_pre_commit(probe: Probe, steps: list[str], console: Console) -> K
             bool(completed),
             final_status,
             committed,
-            epoch in probe.prepared().get(subtask, ()),
+            probe.prepared_time(subtask, epoch) == prepared_at,  # that transaction, not the next of its epoch
             killed_at,
             attempt,
         )

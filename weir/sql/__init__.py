@@ -45,7 +45,10 @@ SETTINGS: Final = {
     "parallelism.default": "the job's parallelism (weir sql)",
     "table.local-time-zone": "UTC only: timestamps are UTC",
     "table.exec.state.ttl": "the state TTL of the INSERTs after it: regular joins' and GROUP BY without a window",
-    "weir.columnar": "'true': the INSERTs after it run a scan -> filter/projection chain on Arrow batches",
+    "weir.columnar": (
+        "'true': the INSERTs after it run a scan -> filter/projection chain and TUMBLE/HOP window aggregates "
+        "on Arrow batches"
+    ),
 }
 
 _DURATION_UNITS: Final = {

@@ -23,7 +23,7 @@ the per-record path, as EXPLAIN says). Only what Arrow computes exactly as Pytho
 :class:`ColumnarChainOperator` runs such a chain in a job (``SET 'weir.columnar' = 'true'``; see
 ``weir.sql.compile``). Everything else (``/``, string functions whose Unicode rules differ,
 TIMESTAMP arithmetic, DECIMAL anywhere else, mixed-kind CASE) is a :class:`Fallback`. Window
-aggregation stays per record (see docs/sql.md).
+aggregation on batches is ``weir.sql.columnar_window`` (see docs/sql.md).
 """
 
 from __future__ import annotations

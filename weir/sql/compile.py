@@ -45,8 +45,10 @@ from weir.api import (
 )
 from weir.api.connector import WithoutOnError
 from weir.core import json_codec
+from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
+from weir.sql.changelog import Change, RowKind
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.plan import (
@@ -64,7 +66,11 @@ from weir.sql.plan import (
     Sink,
     TopN,
     WindowTvf,
+    changelog_of,
 )
+from weir.sql.ranking import RankedRows
+from weir.sql.retract import ChangelogAggregate, RetractingAccumulators
+from weir.sql.retract import average as _average
 from weir.sql.types import Kind, coerce, to_json
 
 
@@ -87,6 +93,7 @@ class _Uids:
     def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream], state_ttl_ms: int = 0) -> None:
         self.prefix, self.n, self.out, self.sources = prefix, 0, out, sources
         self.ttl = StateTtlConfig(state_ttl_ms) if state_ttl_ms > 0 else None
+        self.columnar = False  # SET 'weir.columnar' = 'true': window aggregates on batches where they can
 
     def next(self, kind: str, detail: str) -> str:
         uid = f"{self.prefix}-{self.n}-{kind}"
@@ -136,10 +143,11 @@ def _columnar(env: Environment | None, plan: InsertPlan, uids: _Uids, script: st
     chain = columnar_chain(node, sink)
     if not isinstance(chain, ColumnarChain):
         first = len(uids.out)
+        uids.columnar = True
         stream = _node(env, node, uids, script)
         for i in range(first, len(uids.out)):
             operator = uids.out[i]
-            if operator.kind != "source":
+            if operator.kind != "source" and "[columnar" not in operator.detail:
                 uids.out[i] = dataclasses.replace(
                     operator, detail=f"{operator.detail} [per record; not columnar: {chain.reason}]"
                 )
@@ -374,12 +382,20 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             upstream = _node(env, node.input, uids, script)
             uid = uids.next("filter", node.condition.sql)
             condition = node.condition.evaluate
-            return None if upstream is None else upstream.filter(lambda row: condition(row) is True, uid=uid)
+            if upstream is None:
+                return None
+            if changelog_of(node.input) is not None:  # each change kept or dropped by its row
+                return upstream.filter(lambda change: condition(change.row) is True, uid=uid)
+            return upstream.filter(lambda row: condition(row) is True, uid=uid)
         case Project():
             upstream = _node(env, node.input, uids, script)
             uid = uids.next("project", ", ".join(f"{o.sql} AS {o.name}" for o in node.outputs))
             outputs = tuple((o.name, o.evaluate) for o in node.outputs)
-            return None if upstream is None else upstream.map(lambda row: {n: f(row) for n, f in outputs}, uid=uid)
+            if upstream is None:
+                return None
+            if changelog_of(node.input) is not None:  # each change's row projected, its kind kept
+                return upstream.map(lambda change: Change(change.kind, {n: f(change.row) for n, f in outputs}), uid=uid)
+            return upstream.map(lambda row: {n: f(row) for n, f in outputs}, uid=uid)
         case Aggregate():
             return _aggregate(env, node, uids, script)
         case Join():
@@ -454,13 +470,21 @@ def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> Dat
     upstream = _node(env, node.input, uids, script)
     order = ", ".join(f"{o.value.sql}{' DESC' if o.descending else ''}" for o in node.order)
     partition = ", ".join(p.sql for p in node.partition)
-    uid = uids.next("window-top-n", f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}")
-    if upstream is None:
-        return None
+    over = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}"
     keys = tuple(p.evaluate for p in node.partition)
 
     def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(f(row) for f in keys)
+
+    if node.slide_ms is None:  # without a window: a changelog keyed by the partition and the row number
+        uid = uids.next("top-n", f"{over}, emits [+I, -U, +U]")
+        if upstream is None:
+            return None
+        ranked = RankedRows(Ranking(node.order).key, node.limit, node.rank, uids.ttl)
+        return upstream.key_by(key_of).process(ranked, uid=uid)
+    uid = uids.next("window-top-n", over)
+    if upstream is None:
+        return None
 
     # the input is a window aggregation's result, each row stamped with its window's last millisecond:
     # the rows of one window (the partition holds window_start/window_end) are a tumbling window of the slide
@@ -666,14 +690,6 @@ class Accumulators:
         return acc
 
 
-def _average(total: Any, count: int) -> Any:
-    """Flink's AVG keeps the argument's type: an integer average is truncated toward zero."""
-    if isinstance(total, int):
-        quotient = abs(total) // count
-        return quotient if total >= 0 else -quotient
-    return total / count
-
-
 class WindowAggregation:
     """The window aggregate of a TVF's GROUP BY: the job API's AggregateFunction over the rows of one
     key and window; its result the row of the keys, window_start, window_end, window_time and the
@@ -742,10 +758,34 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
                 assigner = EventTimeSessionWindows(window.size_ms)
             case _:
                 assert_never(window.kind)
-        uid = uids.next("window-aggregate", f"{window.kind} {window.size_ms} ms / {window.slide_ms} ms, {detail}")
+        detail = f"{window.kind} {window.size_ms} ms / {window.slide_ms} ms, {detail}"
+        if uids.columnar:
+            from weir.sql.columnar_window import columnar_window_aggregate  # Arrow: only when asked
+
+            return columnar_window_aggregate(
+                upstream, node, key_of, assigner, WindowAggregation(key_names, accumulators), uids.next, detail
+            )
+        uid = uids.next("window-aggregate", detail)
         if upstream is None:
             return None
         return upstream.key_by(key_of).window(assigner).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
+    mode = changelog_of(node)
+    if mode is not None:  # a changelog: read by another operator, or of an updating input (retracting)
+        retracts = not node.input_mode.appends
+        ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl is not None else ""
+        uid = uids.next("changelog-aggregate", f"{detail}, {'retracting, ' if retracts else ''}emits {mode}{ttl}")
+        if upstream is None:
+            return None
+        function = ChangelogAggregate(
+            key_names,
+            RetractingAccumulators(node.calls) if retracts else accumulators,
+            input_changelog=changelog_of(node.input) is not None,
+            paired=node.pairs_updates,
+            ttl=uids.ttl,
+        )
+        if retracts:
+            return upstream.key_by(lambda change: key_of(change.row)).process(function, uid=uid)
+        return upstream.key_by(key_of).process(function, uid=uid)
     if uids.ttl is not None:
         uid = uids.next("group-aggregate-ttl", f"{detail}, state TTL {uids.ttl.ttl_ms} ms")
         if upstream is None:
@@ -856,10 +896,45 @@ def _over(env: Environment | None, node: OverAggregate, uids: _Uids, script: str
     return upstream.key_by(key_of).process(OverAggregation(node, Accumulators(node.calls)), uid=uid)
 
 
+def _upserted(change: Change) -> list[Mapping[str, Any]]:
+    """An upsert-kafka sink's rows of a changelog: the row of a +I or +U (its key's new row); a -U
+    writes nothing (its +U overwrites the key), as Flink's upsert sinks drop UPDATE_BEFORE. A -D is
+    refused by the planner (no tombstones yet)."""
+    match change.kind:
+        case RowKind.INSERT | RowKind.UPDATE_AFTER:
+            return [change.row]
+        case RowKind.UPDATE_BEFORE:
+            return []
+        case RowKind.DELETE:
+            raise AssertionError("the planner refuses a result that deletes into upsert-kafka")
+        case _:
+            assert_never(change.kind)
+
+
+def _written(table: Table, encoder: RowEncoder) -> Callable[[Change], tuple[Any, ...] | Delete]:
+    """A PostgreSQL sink's write of a changelog's +I, +U or -D (its -U are dropped before)."""
+
+    def write(change: Change) -> tuple[Any, ...] | Delete:
+        match change.kind:
+            case RowKind.INSERT | RowKind.UPDATE_AFTER:
+                return encoder.values(change.row)
+            case RowKind.DELETE:
+                return Delete(_key_values(table)(change.row))
+            case RowKind.UPDATE_BEFORE:
+                raise AssertionError("a -U is dropped before the sink")
+            case _:
+                assert_never(change.kind)
+
+    return write
+
+
 def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: _Uids) -> None:
     table = sink.table
     encoder = RowEncoder(table)
     connector = table.connector
+    if changelog_of(sink.input) is not None:
+        _changelog_sink(env, stream, table, encoder, uids)
+        return
     match connector:
         case KafkaTable():
             kind = "upsert-kafka" if connector.upsert else "kafka"
@@ -894,6 +969,44 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             stream.sink_to(PrintSink(prefix=connector.prefix), uid=uid)
         case DatagenTable() | NexmarkTable():
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
+        case _:
+            assert_never(connector)
+
+
+def _changelog_sink(
+    env: Environment | None, stream: DataStream | None, table: Table, encoder: RowEncoder, uids: _Uids
+) -> None:
+    """A changelog into an upsert sink (the planner refuses an append one): upsert-kafka writes each
+    key's new rows; PostgreSQL upserts them and deletes a -D's key, -U dropped (Flink's upsert sinks)."""
+    connector = table.connector
+    match connector:
+        case KafkaTable():
+            upserts_uid = uids.next("upserts", "the changelog's +I/+U rows (-U dropped)")
+            uid = uids.next("sink", f"upsert-kafka topic {connector.topic} ({table.name}), {connector.delivery}")
+            if env is None or stream is None:
+                return
+            stream.flat_map(_upserted, uid=upserts_uid).sink_to_kafka(
+                connector.topic,
+                uid=uid,
+                serializer=encoder,
+                key=_upsert_key(table, encoder),
+                delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
+            )
+        case JdbcTable():
+            writes_uid = uids.next("writes", "the changelog's +I/+U/-D (-U dropped)")
+            uid = uids.next("sink", f"postgresql table {connector.table_name} ({table.name}), upsert, two-phase")
+            if env is None or stream is None:
+                return
+            writes = stream.filter(lambda change: change.kind is not RowKind.UPDATE_BEFORE, uid=writes_uid)
+            writes.key_by(lambda change: _key_values(table)(change.row)).sink_to_postgres(
+                connector.table_name,
+                uid=uid,
+                columns=tuple(c.name for c in table.columns),
+                key_columns=table.primary_key,
+                row=_written(table, encoder),
+            )
+        case PrintTable() | DatagenTable() | NexmarkTable():
+            raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)
 

@@ -5,15 +5,17 @@ turns it into job API calls."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, assert_never
 
 from sqlglot import exp
 
 from weir.sql import functions
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
+from weir.sql.changelog import APPEND, RETRACT, ChangelogMode, aggregation_mode
 from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
 from weir.sql.script import PARTITION_MARK, CreateView, Insert
@@ -83,12 +85,24 @@ class AggregateCall:
 @dataclass(frozen=True)
 class Aggregate:
     """``GROUP BY keys``: over a window TVF, one final row per key and window when the watermark
-    passes its end (append); otherwise an updated row per key after each input row (updating)."""
+    passes its end (append); otherwise an updated row per key after each input row (updating).
+    ``input_mode``: the input's changelog (not append: the aggregates retract, ``weir.sql.retract``);
+    ``emits_changelog``: the result is read by another operator, as a changelog (-U/+U rows);
+    ``holds_input_key``: each key is a column of the input changelog's own GROUP BY keys, so an
+    input -U and its +U reach the same key (a key emptied by a -U is not deleted: its +U follows)."""
 
     input: Node
     keys: tuple[NamedExpression, ...]
     calls: tuple[AggregateCall, ...]
     window: WindowTvf | None
+    input_mode: ChangelogMode = APPEND
+    emits_changelog: bool = False
+    holds_input_key: bool = False
+
+    @property
+    def pairs_updates(self) -> bool:
+        """An input -U's +U reaches the same key: the input appends, or each key is of its key."""
+        return self.input_mode.appends or self.holds_input_key
 
 
 @dataclass(frozen=True)
@@ -152,7 +166,9 @@ class TopN:
     order: tuple[OrderKey, ...]
     limit: int
     rank: str
-    slide_ms: int  # the input's rows of one window are those of a tumbling window of the slide
+    slide_ms: int | None  # the input's rows of one window are those of a tumbling window of the slide
+    # None: a Top-N without a window (weir.sql.ranking) over an append input, its result a changelog
+    # keyed by the partition and the row number
 
 
 @dataclass(frozen=True)
@@ -172,6 +188,26 @@ class OverAggregate:
 
 
 Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN | OverAggregate
+
+
+def changelog_of(node: Node) -> ChangelogMode | None:
+    """The changelog a node's output is (its elements ``weir.sql.changelog.Change`` values), or None
+    for plain rows: an append result, or a GROUP BY's updated rows written straight to an upsert sink."""
+    match node:
+        case Scan() | WindowTvf() | Join() | OverAggregate():
+            return None
+        case TopN():
+            return None if node.slide_ms is not None else RETRACT
+        case Filter() | Project():
+            return changelog_of(node.input)
+        case Aggregate():
+            if node.window is not None:
+                return None
+            if node.emits_changelog or not node.input_mode.appends:
+                return aggregation_mode(node.input_mode, paired=node.pairs_updates)
+            return None
+        case _:
+            assert_never(node)
 
 
 @dataclass(frozen=True)
@@ -232,6 +268,12 @@ def plan_query(query: exp.Query, offset: int, catalog: Catalog, script: str) -> 
     if not isinstance(query, exp.Select):
         raise locate.refuse(query, f"{type(query).__name__.upper()} is not supported (one SELECT is)")
     planned = _plan_select(query, catalog, locate)
+    if changelog_of(planned.node) is not None:
+        raise locate.refuse(
+            query,
+            "a query whose result is a changelog (an aggregation of an updating result, a Top-N without a window) "
+            "is not supported: INSERT it into an upsert sink",
+        )
     return QueryPlan(planned.node, planned.updating)
 
 
@@ -258,6 +300,16 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
         )
     if updating:
         _check_upsert_sink(sink_table, node, outputs, locate, query)
+    elif isinstance(node.input, TopN) and node.input.slide_ms is None:
+        _check_ranked_sink(sink_table, node.input, outputs, locate, query)
+    mode = changelog_of(node)
+    connector = sink_table.connector
+    if mode is not None and mode.deletes and isinstance(connector, KafkaTable):
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {insert.sink}: the result deletes rows, which upsert-kafka does not write yet "
+            "(no tombstones); use 'jdbc'",
+        )
     assert isinstance(node, Project)
     # INSERT fills the sink's columns by position: the last projection names its values as the sink's
     # columns, each converted to the column's type (CAST's rules: a value that does not convert fails)
@@ -302,6 +354,42 @@ def _check_upsert_sink(
             f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
             f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)})",
         )
+
+
+def _check_ranked_sink(
+    table: Table, top: TopN, outputs: tuple[NamedExpression, ...], locate: Locate, query: exp.Select
+) -> None:
+    """A Top-N without a window updates the row at each row number of each partition: its sink
+    upserts, keyed by exactly the PARTITION BY columns and the row number (the partition alone when
+    N = 1 and the row number is not selected: deduplication)."""
+    upserts = isinstance(table.connector, JdbcTable) or (
+        isinstance(table.connector, KafkaTable) and table.connector.upsert
+    )
+    if not upserts:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: a Top-N without a window gives updating results; the sink must be "
+            "'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
+        )
+    selected = {_bare(o.sql) for o in outputs}
+    partition = {_bare(p.sql) for p in top.partition}
+    if _bare(top.rank) not in selected and top.limit > 1:
+        raise locate.refuse(
+            query, f"a Top-N without a window and N > 1 needs its row number {top.rank} in the SELECT (the sink's key)"
+        )
+    wanted = partition | ({_bare(top.rank)} if _bare(top.rank) in selected else set())
+    sink_names = [c.name for c in table.columns]
+    at_key = {_bare(outputs[sink_names.index(k)].sql) for k in table.primary_key}
+    if at_key != wanted:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
+            f"Top-N's PARTITION BY columns and its row number ({', '.join(sorted(wanted))})",
+        )
+
+
+def _bare(sql: str) -> str:
+    return sql.replace("`", "").lower()
 
 
 @dataclass(frozen=True)
@@ -352,6 +440,16 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     group = select.args.get("group")
     having = select.args.get("having")
     calls = _aggregate_calls(select, having, locate)
+    input_mode = changelog_of(node)
+    if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's
+        if condition is not None:
+            raise locate.refuse(
+                condition, "WHERE over an updating result (a changelog: of a GROUP BY or a Top-N) is not supported"
+            )
+        if group is None and not calls and not isinstance(node, TopN):
+            raise locate.refuse(
+                select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
+            )
     if condition is not None:
         _refuse_nested(condition, locate)
         node = Filter(node, _named(condition, "where", scope, locate))
@@ -374,6 +472,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             locate,
             propagated=propagated is not None,
             group_window=group_window[0] if group_window else None,
+            input_mode=input_mode or APPEND,
         )
         if having is not None and updating:
             raise locate.refuse(
@@ -481,12 +580,14 @@ def _plan_top_n(
     planned = _plan_select(rest, catalog, locate)
     windowed = planned.relation.windowed
     shape = "PARTITION BY window_start, window_end (and keys) over a window aggregation's result"
-    if windowed is None:
-        raise locate.refuse(over, f"ROW_NUMBER() OVER (...) is supported as window Top-N only: {shape}")
+    if windowed is None and (planned.updating or changelog_of(planned.node) is not None):
+        raise locate.refuse(over, "a Top-N of an updating result (a GROUP BY without a window) is not supported")
+    if windowed is None and _reads_tvf_rows(planned.node):
+        raise locate.refuse(over, f"a Top-N directly over a window TVF's rows is not supported: {shape}")
     scope = Scope(planned.relation.scope.columns, frozenset(), {})
     partition_nodes = list(over.args.get("partition_by") or [])
     names = {p.name for p in partition_nodes if isinstance(p, exp.Column) and not p.table}
-    if not {windowed.start, windowed.end} <= names:
+    if windowed is not None and not {windowed.start, windowed.end} <= names:
         raise locate.refuse(over, f"window Top-N: {shape} (both window columns)")
     partition: list[NamedExpression] = []
     for p in partition_nodes:
@@ -521,12 +622,21 @@ def _plan_top_n(
     at = len(ordered) - len(later)
     ordered.insert(at, (rank, BIGINT))
     alias = source.alias or None
-    node = TopN(planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms)
+    node = TopN(
+        planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms if windowed is not None else None
+    )
     out_scope = Scope(dict(ordered), frozenset({alias}) if alias else frozenset(), {})
     remaining: exp.Expr | None = None
     for conjunct in left:
         remaining = conjunct if remaining is None else exp.And(this=remaining, expression=conjunct)
     return Relation(node, out_scope, None, windowed), remaining
+
+
+def _reads_tvf_rows(node: Node) -> bool:
+    """Whether a SELECT's rows are a window TVF's (filtered and projected), not its aggregation's."""
+    while isinstance(node, Filter | Project):
+        node = node.input
+    return isinstance(node, WindowTvf)
 
 
 def _rank_bound(conjunct: exp.Expr, rank: str) -> int | None:
@@ -643,12 +753,20 @@ def _plan_subquery(source: exp.Subquery, catalog: Catalog, locate: Locate) -> Re
     if not isinstance(query, exp.Select):
         raise locate.refuse(source, f"{type(query).__name__.upper()} in FROM is not supported (a SELECT is)")
     planned = _plan_select(query, catalog, locate)
-    if planned.updating:
-        raise locate.refuse(source, "a subquery with GROUP BY without a window is not supported in FROM")
     alias = source.alias or None
     qualifiers = frozenset({alias}) if alias else frozenset()
     scope = Scope(planned.relation.scope.columns, qualifiers, {})
+    if planned.updating:  # read by another operator: its result as a changelog
+        return Relation(_as_changelog(planned.node), scope, None)
     return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
+
+
+def _as_changelog(node: Project) -> Project:
+    """An updating SELECT (a GROUP BY without a window; HAVING there is refused) read by another
+    operator: its aggregate emits a changelog, which its projection maps row by row."""
+    aggregate = node.input
+    assert isinstance(aggregate, Aggregate) and aggregate.window is None, aggregate
+    return dataclasses.replace(node, input=dataclasses.replace(aggregate, emits_changelog=True))
 
 
 def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
@@ -697,6 +815,9 @@ def _plan_join(
         raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
     right_source = join.this
     right = _plan_from(right_source, catalog, locate)
+    for side, at in ((left, left_source), (right, right_source)):
+        if changelog_of(side.node) is not None:
+            raise locate.refuse(at, "a JOIN of an updating result (a GROUP BY without a window) is not supported")
     if isinstance(left.node, WindowTvf) or isinstance(right.node, WindowTvf):
         raise locate.refuse(join, "a JOIN of a window TVF is not supported (join its aggregation's result)")
     lq, rq = _qualifier(left_source), _qualifier(right_source)
@@ -1030,6 +1151,7 @@ def _plan_aggregate(
     *,
     propagated: bool = False,
     group_window: exp.Anonymous | None = None,
+    input_mode: ChangelogMode = APPEND,
 ) -> tuple[Node, Scope, bool]:
     """``propagated``: ``window`` is a window aggregation's result grouped again by its window
     columns (ordinary keys here; no window_start/window_end of its own)."""
@@ -1076,17 +1198,37 @@ def _plan_aggregate(
             )
     aggregates = []
     for i, written in enumerate(calls):
-        aggregate = _aggregate_call(written, i, scope, locate)
-        aggregates.append(aggregate)
-        computed[normalized(written)] = aggregate.name
-        columns[aggregate.name] = BIGINT if aggregate.function == "COUNT" else None
+        if not input_mode.appends:
+            if isinstance(written, exp.Filter):
+                raise locate.refuse(written, "FILTER (WHERE ...) over an updating result is not supported")
+            if isinstance(written, exp.Anonymous):
+                raise locate.refuse(
+                    written,
+                    f"Python aggregate {written.this} over an updating result (it has no retract) is not supported",
+                )
+        call = _aggregate_call(written, i, scope, locate)
+        aggregates.append(call)
+        computed[normalized(written)] = call.name
+        columns[call.name] = BIGINT if call.function == "COUNT" else None
     if window is not None and not propagated:
         columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     out_scope = Scope(columns, scope.qualifiers, computed)
     # every projected column outside an aggregate must be a group key (SQL's rule)
     for projection in select.expressions:
         _check_grouped(projection, out_scope, locate)
-    return Aggregate(node, tuple(keys), tuple(aggregates), window), out_scope, window is None
+    holds_input_key = not input_mode.appends and _holds_input_key(group_nodes, node)
+    aggregate = Aggregate(node, tuple(keys), tuple(aggregates), window, input_mode, holds_input_key=holds_input_key)
+    return aggregate, out_scope, window is None
+
+
+def _holds_input_key(group_nodes: list[exp.Expr], node: Node) -> bool:
+    """Whether each GROUP BY key is a column the input changelog's projection passes through from
+    its aggregate's own keys (Nexmark q4's ``Q.category`` of ``GROUP BY A.id, A.category``)."""
+    if not isinstance(node, Project) or not isinstance(node.input, Aggregate):
+        return False
+    inner_keys = {k.sql for k in node.input.keys}
+    passed = {o.name for o in node.outputs if o.sql in inner_keys}
+    return bool(group_nodes) and all(isinstance(g, exp.Column) and g.name in passed for g in group_nodes)
 
 
 def _aggregate_call(
@@ -1179,6 +1321,8 @@ def _plan_over(
 ) -> tuple[Node, Scope]:
     """The SELECT's OVER aggregations, all over one window (as Flink requires), as one operator."""
     first = windows[0]
+    if changelog_of(node) is not None:
+        raise locate.refuse(first, "an OVER aggregation over an updating result (a changelog) is not supported")
     shape = _window_shape(first)
     for other in windows[1:]:
         if _window_shape(other) != shape:

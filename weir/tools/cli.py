@@ -108,6 +108,12 @@ upgrade_app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(upgrade_app, name="upgrade")
+cdc_app = typer.Typer(
+    help="PostgreSQL CDC replication slots in the database of WEIR_POSTGRES_DSN: list them (slots), drop a "
+    "leftover one (drop-slot). A slot no job reads keeps the server's WAL until it is dropped.",
+    pretty_exceptions_enable=False,
+)
+app.add_typer(cdc_app, name="cdc")
 
 JsonOption = Annotated[bool, typer.Option("--json", help="Print one JSON document to stdout.")]
 
@@ -1062,7 +1068,7 @@ def sql_command(
     from weir.sql import explain, plan_script
 
     if (script_file is None) == (execute is None):
-        raise JobDefinitionError("give a SQL file or -e \"SQL\", one of them")
+        raise JobDefinitionError('give a SQL file or -e "SQL", one of them')
     if script_file is not None:
         try:
             script = script_file.read_text(encoding="utf-8")
@@ -1826,6 +1832,50 @@ def _debug_traceback() -> Iterator[None]:
         if _debug():
             traceback.print_exc()
         raise
+
+
+# CDC slots -----------------------------------------------------------------------------------------
+
+
+@cdc_app.command("slots")
+def cdc_slots(json_output: JsonOption = False) -> None:
+    """Every logical (pgoutput) replication slot of the database: whether a session reads it now, the
+    WAL it keeps, and the publication a Weir CDC source created for it (such a slot is Weir's)."""
+    from weir.connectors import postgres, postgres_cdc
+
+    with postgres.connect(Endpoints.from_env(), autocommit=True) as conn:
+        slots = postgres_cdc.list_slots(conn)
+    if json_output:
+        _print_json({"format": 1, "slots": [asdict(s) for s in slots]})
+        return
+    table = _table("slot", "active", "WAL kept", "Weir publication")
+    for slot in slots:
+        wal = "-" if slot.retained_wal_bytes is None else _size(slot.retained_wal_bytes)
+        table.add_row(escape(slot.slot), "yes" if slot.active else "no", wal, escape(slot.weir_publication or "-"))
+    _stdout().print(table)
+
+
+@cdc_app.command("drop-slot")
+def cdc_drop_slot(
+    slot: Annotated[str, typer.Argument(help="The slot's name (`weir cdc slots`).")],
+    json_output: JsonOption = False,
+) -> None:
+    """Drop a replication slot no session reads, and the publication a Weir CDC source created for
+    it. A job restored later from a checkpoint that needs the slot fails with "slot ... is gone"."""
+    from weir.connectors import postgres, postgres_cdc
+
+    endpoints = Endpoints.from_env()
+    with postgres.connect(endpoints, autocommit=True) as conn:
+        found = next((s for s in postgres_cdc.list_slots(conn) if s.slot == slot), None)
+    if found is None:
+        raise CommandLineError(f"no logical replication slot {slot!r} in this database (weir cdc slots lists them)")
+    released = postgres_cdc.release_slot(endpoints, slot, found.weir_publication or slot)
+    publication = found.weir_publication if released.publication_dropped else None
+    if json_output:
+        _print_json({"slot": slot, "dropped": released.slot_dropped, "publication_dropped": publication})
+        return
+    dropped = f"; publication {publication} dropped" if publication else ""
+    _stdout().print(f"replication slot {slot} dropped{dropped}", soft_wrap=True)
 
 
 def run_cli(argv: Sequence[str] | None = None) -> int:

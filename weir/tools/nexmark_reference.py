@@ -96,6 +96,53 @@ def q4(events: Sequence[Event]) -> list[Row]:
     return [{"id": category, "final": s // c} for category, (s, c) in sorted(totals.items())]  # prices > 0
 
 
+def q18(events: Sequence[Event]) -> list[Row]:
+    """Last bid: per bidder and auction the bid with the latest ``dateTime`` (of two at the same
+    millisecond, the later in the stream), all its columns."""
+    last: dict[tuple[int, int], Bid] = {}
+    for b in bids(events):
+        held = last.get((b.bidder, b.auction))
+        if held is None or b.date_time >= held.date_time:
+            last[(b.bidder, b.auction)] = b
+    return [
+        {
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "channel": b.channel,
+            "url": b.url,
+            "dateTime": b.date_time,
+            "extra": b.extra,
+        }
+        for b in last.values()
+    ]
+
+
+def q19(events: Sequence[Event], n: int = 10) -> list[Row]:
+    """Auction top-10 price: per auction its ``n`` highest bids (of bids at the same price, the
+    earlier in the stream first), each with its row number ``rank_number`` (1 the highest)."""
+    per_auction: dict[int, list[Bid]] = collections.defaultdict(list)
+    for b in bids(events):
+        per_auction[b.auction].append(b)
+    out: list[Row] = []
+    for auction_bids in per_auction.values():
+        ranked = sorted(auction_bids, key=lambda b: -b.price)[:n]  # stable: ties keep the stream's order
+        out.extend(
+            {
+                "auction": b.auction,
+                "bidder": b.bidder,
+                "price": b.price,
+                "channel": b.channel,
+                "url": b.url,
+                "dateTime": b.date_time,
+                "extra": b.extra,
+                "rank_number": number,
+            }
+            for number, b in enumerate(ranked, start=1)
+        )
+    return out
+
+
 def hop_windows(timestamp: int, size_ms: int, slide_ms: int) -> list[int]:
     """The starts of the sliding windows ``[start, start + size)`` containing ``timestamp``."""
     last = timestamp - timestamp % slide_ms
@@ -371,6 +418,8 @@ QUERIES = {
     "q15": q15,
     "q16": q16,
     "q17": q17,
+    "q18": q18,
+    "q19": q19,
     "q20": q20,
     "q21": q21,
     "q22": q22,

@@ -85,7 +85,7 @@ const VIEWS = {
       const vertexNames = {};
       details.forEach((d) => {
         if (d.status !== "fulfilled") return;
-        for (const v of d.value.vertices ?? []) vertexNames[`${d.value.jid}/${v.id}`] = v.name;
+        for (const v of d.value.vertices ?? []) vertexNames[`${d.value.jid}/${v.uid ?? v.id}`] = v.name;
       });
       return { taskmanagers: tms.taskmanagers, jobs: jobs.jobs, vertexNames };
     },
@@ -426,7 +426,7 @@ function vertexSection(vertex) {
       h("h3", null, vertex.name),
       statusBadge(vertex.status),
       h("span", { class: "muted" }, `parallelism ${vertex.parallelism}`),
-      h("span", { class: "mono muted" }, vertex.id),
+      h("span", { class: "mono muted" }, vertex.uid ?? vertex.id),
     ),
     table(
       "subtask-table",
@@ -527,7 +527,7 @@ function renderCheckpoints({ job, checkpoints }) {
 }
 
 function renderCheckpointDetails({ job, details }) {
-  const vertexNames = new Map((job.vertices ?? []).map((v) => [v.id, v.name]));
+  const vertexNames = new Map((job.vertices ?? []).map((v) => [v.uid ?? v.id, v.name]));
   const rows = timelineRows(details, job.vertices ?? []);
   // main's padding (2 × 24 px) and the panel's (2 × 18 px + borders)
   const width = Math.max(760, (main().clientWidth || 1200) - 90);

@@ -104,7 +104,7 @@ function edgeElements(plan, boxes, onTip) {
       const mx = (x1 + x2) / 2;
       const my = (y1 + y2) / 2;
       const labelW = label.length * 6.6 + 12;
-      const tip = `${input.id} → ${node.id}\n${label} (input ${input.num})`;
+      const tip = `${plan.nodes.find((n) => n.id === input.id)?.uid ?? input.id} → ${node.uid ?? node.id}\n${label} (input ${input.num})`;
       out.push(
         s(
           "g",
@@ -166,7 +166,7 @@ function nodeElement(node, box, figures, onSelect) {
   }
   const tip = [
     node.description ?? head,
-    `vertex ${node.id}, parallelism ${node.parallelism}${figures.status ? `, ${figures.status}` : ""}`,
+    `vertex ${node.uid ?? node.id}, parallelism ${node.parallelism}${figures.status ? `, ${figures.status}` : ""}`,
     `max busy ${fmtRatio(figures.busy)}, max backpressured ${fmtRatio(figures.backpressured)} (${level})`,
   ].join("\n");
   return s(

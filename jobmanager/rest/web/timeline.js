@@ -117,7 +117,7 @@ export function niceStep(span, count = 8) {
  * ([{id, name}]; vertices not listed come after, by id).
  */
 export function timelineRows(details, vertices) {
-  const order = new Map(vertices.map((v, i) => [v.id, i]));
+  const order = new Map(vertices.map((v, i) => [v.uid ?? v.id, i]));
   const t0 = details.trigger_timestamp;
   const rows = (details.subtasks ?? []).map((st) => ({ subtask: st, model: subtaskModel(st, t0) }));
   rows.sort((a, b) => {

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import (
     REPO_ROOT,
     WeirCluster,
@@ -47,14 +47,7 @@ def weir_cli(*args: str) -> str:
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 120.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}; last: {last}")
+    return polling.until(what, timeout_s, check)
 
 
 def events_read(status: JobDetails) -> int:
@@ -253,9 +246,13 @@ def test_checkpoint_on_request_and_dispose_of_a_savepoint_from_the_cli(weir_clus
     """`weir checkpoint JOB_ID` completes a checkpoint outside a 10-minute interval; `weir savepoint JOB_ID
     DIR` then `weir savepoint --dispose PATH` leaves none of the savepoint's objects; a retained
     checkpoint's path is refused by --dispose (exit 2) and keeps its files."""
-    # 500 records/s: the job still runs a minute later, when the loaded machine's `weir` starts.
+    # Unbounded: the job still runs however long the loaded machine's `weir` commands take (bounded at
+    # 500 records/s it finished before the cancel at load 25, and the wait for CANCELED timed out).
     job_id, _params = start_job(
-        weir_cluster, unique, 2, {"checkpointing.interval": "10min", "source.records_per_second": "500"}
+        weir_cluster,
+        unique,
+        2,
+        {"checkpointing.interval": "10min", "source.records_per_second": "500", "source.bounded": "false"},
     )
     client = weir_cluster.client
     taken = json.loads(weir_cli("checkpoint", job_id, "--json"))
@@ -279,7 +276,8 @@ def test_checkpoint_on_request_and_dispose_of_a_savepoint_from_the_cli(weir_clus
     checkpoint_root = locate_state(taken["path"])
     assert open_storage(checkpoint_root.root_uri, weir_cluster.endpoints).exists(checkpoint_root.metadata_key)
     client.cancel_job(job_id)
-    wait_for("the job to be cancelled", lambda: client.job_status(job_id).summary.status is JobStatus.CANCELED)
+    ended = weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=120.0)
+    assert ended.summary.status is JobStatus.CANCELED, (ended.summary.status, ended.failure)
 
 
 def checkpoint_object_keys(cluster: WeirCluster, path: str) -> set[str]:

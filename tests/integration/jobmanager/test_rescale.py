@@ -8,12 +8,12 @@ cluster's slots, losing a TaskManager and growing back, exact too."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import httpx
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
 from weir.core.config import Endpoints
 from weir.core.states import JobStatus, TaskState
@@ -28,12 +28,7 @@ DEADLINE_S = 180.0
 
 
 def poll(what: str, check: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)  # poll interval of a wait with a deadline
-    pytest.fail(f"timed out after {timeout_s:g} s waiting for {what}")
+    polling.until(what, timeout_s, check)
 
 
 def runs_at(cluster: WeirCluster, job_id: str, parallelism: int) -> bool:

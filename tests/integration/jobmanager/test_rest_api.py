@@ -19,7 +19,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from openapi_spec_validator import validate
 
 from tests.integration.conftest import REPO_ROOT, WeirCluster
-from weir.jobmanager.rest.ids import flink_job_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 from weir.tools.supervisor import TASKMANAGERS, kill_process
 
 pytestmark = pytest.mark.integration
@@ -209,8 +209,9 @@ def test_the_job_s_details_show_live_records_ratios_and_watermarks(rest: RestJob
     assert details["jid"] == flink_job_id(rest.job_id) and details["end-time"] == -1 and details["restarts"] == 1
     assert details["last_completed_checkpoint"] >= 1
     numbers, fail_once = details["vertices"]
-    assert (numbers["id"], numbers["name"], numbers["parallelism"]) == ("numbers", "generator", PARALLELISM)
-    assert fail_once["id"] == "fail-once" and fail_once["name"].startswith("map -> file-sink:")
+    assert (numbers["uid"], numbers["name"], numbers["parallelism"]) == ("numbers", "generator", PARALLELISM)
+    assert fail_once["uid"] == "fail-once" and fail_once["name"].startswith("map -> file-sink:")
+    assert (numbers["id"], fail_once["id"]) == (flink_vertex_id("numbers"), flink_vertex_id("fail-once"))
     for vertex in (numbers, fail_once):
         assert vertex["status"] == "RUNNING"
         assert vertex["metrics"]["read-records"] == sum(s["read-records"] for s in vertex["subtasks"])
@@ -227,13 +228,20 @@ def test_the_plan_shows_the_chains_and_the_hash_edge(rest: RestJob) -> None:
     plan = rest.get(f"/jobs/{rest.job_id}/plan")["plan"]
     assert plan["jid"] == flink_job_id(rest.job_id)
     numbers, fail_once = plan["nodes"]
-    assert (numbers["id"], numbers["operator"], numbers["inputs"]) == ("numbers", "generator", [])
+    assert (numbers["id"], numbers["uid"], numbers["operator"], numbers["inputs"]) == (
+        flink_vertex_id("numbers"),
+        "numbers",
+        "generator",
+        [],
+    )
     assert [o["uid"] for o in fail_once["operators"]] == ["fail-once", "file"]
-    assert fail_once["inputs"] == [{"num": 0, "id": "numbers", "ship_strategy": "HASH", "side_output": None}]
+    assert fail_once["inputs"] == [
+        {"num": 0, "id": flink_vertex_id("numbers"), "ship_strategy": "HASH", "side_output": None}
+    ]
 
 
 def test_backpressure_per_subtask_of_each_vertex(rest: RestJob) -> None:
-    for vertex in ("numbers", "fail-once"):
+    for vertex in ("numbers", flink_vertex_id("fail-once")):  # by uid or in Flink's form
         answer = rest.get(f"/jobs/{rest.job_id}/vertices/{vertex}/backpressure")
         assert answer["status"] == "ok" and answer["backpressureLevel"] in ("ok", "low", "high")
         assert abs(answer["end-timestamp"] - time.time() * 1000) < 30_000
@@ -254,7 +262,11 @@ def test_a_vertex_its_subtasks_and_their_times_in_flink_s_shapes(rest: RestJob) 
         return answer if all(s["metrics"]["read-records"] > 0 for s in answer["subtasks"]) else None
 
     vertex = eventually(flowing, "records read by every subtask of fail-once", context=seen)
-    assert (vertex["id"], vertex["parallelism"]) == ("fail-once", PARALLELISM)
+    assert (vertex["id"], vertex["uid"], vertex["parallelism"]) == (
+        flink_vertex_id("fail-once"),
+        "fail-once",
+        PARALLELISM,
+    )
     assert vertex["maxParallelism"] >= PARALLELISM and abs(vertex["now"] - time.time() * 1000) < 30_000
     assert [s["subtask"] for s in vertex["subtasks"]] == list(range(PARALLELISM))
     for s in vertex["subtasks"]:

@@ -32,7 +32,7 @@ from tests.integration import polling
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from tests.observability import (
     PROMETHEUS_LOCAL,
-    TARGETS_DIR,
+    cluster_metrics_targets,
     expand,
     exported_metrics_read,
     load_yaml,
@@ -124,33 +124,18 @@ def prometheus(services: Endpoints) -> Prometheus:
     return prom
 
 
-def static_targets() -> set[str]:
-    config = load_yaml(PROMETHEUS_LOCAL)
-    return {t for job in config["scrape_configs"] for c in job.get("static_configs", []) for t in c["targets"]}
-
-
 @pytest.fixture(scope="module")
-def scraped(weir_cluster: WeirCluster, prometheus: Prometheus) -> Iterator[set[str]]:
-    """The cluster's metrics endpoints, every one up in Prometheus."""
-    endpoints = weir_cluster.endpoints
-    ports = [endpoints.jobmanager_metrics_port] + [
-        endpoints.taskmanager_metrics_base_port + n for n in range(1, TASKMANAGERS + 1)
-    ]
-    wanted = {f"127.0.0.1:{port}" for port in ports}
-    extra = sorted(wanted - static_targets())
-    target_file = TARGETS_DIR / f"observability-{os.getpid()}.json"
-    if extra:
-        target_file.write_text(json.dumps([{"targets": extra, "labels": {"weir_test": "observability"}}]))
-    try:
+def scraped(weir_cluster: WeirCluster, prometheus: Prometheus) -> set[str]:
+    """The cluster's metrics endpoints, every one up in Prometheus (the session fixture registers those
+    its config does not list)."""
+    wanted = cluster_metrics_targets(weir_cluster.endpoints, TASKMANAGERS)
 
-        def all_up() -> bool | None:
-            health = {t["labels"]["instance"]: t["health"] for t in prometheus.targets()}
-            return True if all(health.get(t) == "up" for t in wanted) else None
+    def all_up() -> bool | None:
+        health = {t["labels"]["instance"]: t["health"] for t in prometheus.targets()}
+        return True if all(health.get(t) == "up" for t in wanted) else None
 
-        poll(f"Prometheus to scrape {sorted(wanted)}", 60, all_up)
-        yield wanted
-    finally:
-        target_file.unlink(missing_ok=True)
+    poll(f"Prometheus to scrape {sorted(wanted)}", 60, all_up)
+    return wanted
 
 
 @dataclass(frozen=True)

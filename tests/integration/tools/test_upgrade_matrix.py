@@ -24,13 +24,14 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster, create_topics
 from weir.connectors import kafka, postgres
 from weir.core.states import JobStatus
@@ -193,15 +194,8 @@ def weir(*args: str, timeout_s: float = 240.0) -> subprocess.CompletedProcess[st
     )
 
 
-def wait_for(what: str, answer: Any, timeout_s: float = 180.0) -> Any:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = answer()
-        if last:
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}; last: {last}")
+def wait_for(what: str, answer: Callable[[], Any], timeout_s: float = 180.0) -> Any:
+    return polling.until(what, timeout_s, answer)
 
 
 def window_records_in(status: JobDetails) -> int:

@@ -55,3 +55,20 @@ def test_trees_whose_outputs_differ_in_size_are_not_compared(tmp_path: Path) -> 
     after = [round_file(tmp_path, "a", {"q0": 1.0}, outputs=11)]
     with pytest.raises(SystemExit, match=r"q0: the trees' outputs differ in size \(\[10, 11\]\)"):
         compare(before, after)
+
+
+@pytest.mark.parametrize("query", ["q5", "q11-tumble"])
+def test_a_sql_query_is_measured_per_record_and_columnar(query: str) -> None:
+    from bench.cpu_bench import SQL_JOB, cases
+    from bench.jobs.nexmark_sql import script
+    from weir.sql import explain
+
+    chosen = cases([], [], [query])
+    assert [(c.name, c.job_file, c.parameters) for c in chosen] == [
+        (f"sql/{query}/record", SQL_JOB, {"query": query, "columnar": "false"}),
+        (f"sql/{query}/columnar", SQL_JOB, {"query": query, "columnar": "true"}),
+    ]
+    per_record, columnar = explain(script(query, False)), explain(script(query, True))
+    assert "[columnar: pre-aggregated per key and" not in per_record
+    assert "[columnar: pre-aggregated per key and" in columnar
+    assert "'connector' = 'kafka'" in script(query, True)  # the benchmark's stand-in consumer feeds it

@@ -104,13 +104,18 @@ def dev_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(scope="module")
 def objects(kustomize: str, dev_copy: Path) -> dict[tuple[str, str], dict[str, Any]]:
     """(kind, name) -> object of the dev overlay; generated names lose their hash suffix."""
-    rendered = {}
-    for obj in render(kustomize, dev_copy / OVERLAY.relative_to(KUBERNETES)):
+    return by_kind_and_name(render(kustomize, dev_copy / OVERLAY.relative_to(KUBERNETES)))
+
+
+def by_kind_and_name(rendered: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(kind, name) -> object; generated names lose their hash suffix."""
+    found = {}
+    for obj in rendered:
         name = obj["metadata"]["name"]
         if obj["kind"] in ("ConfigMap", "Secret"):
             name = without_hash(name)
-        rendered[(obj["kind"], name)] = obj
-    return rendered
+        found[(obj["kind"], name)] = obj
+    return found
 
 
 @pytest.fixture(scope="module")
@@ -420,3 +425,35 @@ def security_env(rendered: dict[tuple[str, str], Any]) -> dict[str, str]:
         if kind == "ConfigMap" and without_hash(name) == "weir-security"
     ]
     return dict(data)
+
+
+def test_the_high_availability_component_runs_a_leader_and_a_standby_and_routes_to_the_leader(
+    kustomize: str, dev_copy: Path
+) -> None:
+    """components/high-availability added to the dev overlay as its comment says: two JobManagers
+    contending for the lease, a standby that stays alive though its /healthz answers 503, and the
+    Service (readiness) and a rollout that do not wait for a standby to become Ready."""
+    overlay = dev_copy / "overlays/ha"
+    shutil.copytree(dev_copy / "overlays/dev", overlay)
+    with (overlay / "kustomization.yaml").open("a", encoding="utf-8") as f:
+        f.write("\ncomponents:\n  - ../../components/high-availability\n")
+    rendered = by_kind_and_name(render(kustomize, overlay))
+    spec = rendered[("Deployment", "jobmanager")]["spec"]
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {"type": "Recreate"}  # a RollingUpdate would wait for a standby to be Ready
+    c = container(rendered, "jobmanager")
+    env = pod_env(rendered, "jobmanager")
+    assert env["WEIR_HA_ENABLED"] == "true"
+    pod_ip = next(e for e in c["env"] if e["name"] == "POD_IP")
+    assert pod_ip["valueFrom"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+    assert env["WEIR_HA_ADVERTISED_ADDRESS"] == f"$(POD_IP):{named_ports(c)['grpc']}"
+    # alive and started whether it leads or waits: its REST port, never /healthz (503 on a standby)
+    rest = f"tcp://127.0.0.1:{named_ports(c)['rest']}"
+    assert probe_endpoint(c, c["startupProbe"]) == probe_endpoint(c, c["livenessProbe"]) == rest
+    # Ready only as the leader: the gRPC port, which a standby does not serve (weir/jobmanager/__main__.py)
+    assert probe_endpoint(c, c["readinessProbe"]) == f"tcp://127.0.0.1:{named_ports(c)['grpc']}"
+    main = (REPO / "jobmanager/__main__.py").read_text(encoding="utf-8")
+    assert "a standby serves its REST API" in main and "then the gRPC server" in main
+    # the base's setting names, as docs/configuration.md documents them
+    configuration = (REPO / "docs/configuration.md").read_text(encoding="utf-8")
+    assert "`WEIR_HA_ENABLED`" in configuration and "`WEIR_HA_ADVERTISED_ADDRESS`" in configuration

@@ -22,7 +22,8 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import Fault
 from weir.core.failures import Failure
 from weir.core.ids import TaskId
-from weir.core.states import TaskState
+from weir.core.states import JobStatus, TaskState
+from weir.core.thread_dump import ThreadInfo
 from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.jobmanager.ending import ResolutionReport
@@ -122,6 +123,11 @@ class FakeGateway:
     def connect(self, address: str) -> None:
         self.calls.append(("connect", address))
 
+    def thread_dump(self, address: str) -> tuple[ThreadInfo, ...]:
+        self._fail(address)
+        self.calls.append(("thread_dump", address))
+        return (ThreadInfo("MainThread", f'"MainThread" Id=1 RUNNABLE\n\tat serve({address}:1)\n'),)
+
     def reachable(self, address: str, timeout_s: float) -> bool:
         return address not in self.unreachable
 
@@ -174,8 +180,13 @@ class FakeResolver:
     error: Exception | None = None
     as_of: list[int | None] = field(default_factory=list)  # the checkpoint of every resolution tried
 
-    def __call__(self, job: JobMaster, attempt: int, latest: CompletedCheckpoint | None) -> ResolutionReport:
+    outcomes: list[JobStatus] = field(default_factory=list)  # how the job ended, each resolution tried
+
+    def __call__(
+        self, job: JobMaster, attempt: int, latest: CompletedCheckpoint | None, outcome: JobStatus
+    ) -> ResolutionReport:
         self.as_of.append(latest.checkpoint_id if latest is not None else None)
+        self.outcomes.append(outcome)
         if self.error is not None:
             raise self.error
         self.resolved.append((job.job_id, attempt))

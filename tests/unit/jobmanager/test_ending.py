@@ -5,10 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.unit.conftest import CollectingOutput, MakeContext
 from weir.api import Environment
+from weir.core.cdc import JobEnd
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskId
 from weir.core.keygroups import KeyGroupRange
+from weir.core.states import JobStatus
 from weir.core.task_state import (
     InlineOperatorState,
     OperatorStateHandle,
@@ -19,7 +23,7 @@ from weir.core.task_state import (
 )
 from weir.jobmanager.checkpointing.pending import TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
-from weir.jobmanager.ending import resolve_sink_transactions, sink_state
+from weir.jobmanager.ending import job_end_of, release_source_slots, resolve_sink_transactions, sink_state
 from weir.jobmanager.records import JobSubmission
 from weir.plan import build_plan
 
@@ -81,3 +85,22 @@ def test_an_ended_jobs_file_sink_is_resolved_like_the_other_transactional_sinks(
     assert report.sink_subtasks == 2
     assert list(root.rglob(".part-*")) == []
     assert [p for p in root.rglob("*") if p.is_file()] == [other_job]
+
+
+def test_every_end_a_resolution_sees_is_one_job_end_and_no_other_status_is() -> None:
+    ends = {status: job_end_of(status) for status in JobStatus if status.terminal}
+    assert ends == {
+        JobStatus.CANCELED: JobEnd.CANCELED,
+        JobStatus.FAILED: JobEnd.FAILED,
+        JobStatus.FINISHED: JobEnd.STOPPED_AT_SAVEPOINT,  # a job whose tasks all finished resolves nothing
+    }
+    for status in JobStatus:
+        if not status.terminal:
+            with pytest.raises(ValueError, match="a job's end is not"):
+                job_end_of(status)
+
+
+def test_a_job_without_a_cdc_source_releases_nothing() -> None:
+    env = Environment("j")
+    env.from_collection([1, 2], uid="numbers").print(uid="out")
+    release_source_slots(env.graph, "job-1", JobStatus.CANCELED)  # no PostgreSQL needed: nothing to do

@@ -80,6 +80,7 @@ def test_cancel_stops_the_tasks_resolves_the_transactions_then_the_job_is_cancel
     assert job.status is JobStatus.CANCELED
     assert harness.gateway.named("cancel") == [(TM_A, "job-1", 2, True)]
     assert harness.resolver.resolved == [("job-1", 2)]
+    assert harness.resolver.outcomes == [JobStatus.CANCELED], "the end is resolved as a cancel (a CDC slot dropped)"
     assert harness.jm.cancel("job-1") is JobStatus.CANCELED  # already ended: nothing more happens
     assert harness.resolver.resolved == [("job-1", 2)]
 

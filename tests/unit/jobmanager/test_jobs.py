@@ -18,7 +18,7 @@ from weir.jobmanager.errors import ConfigError
 from weir.jobmanager.gateway import deploy_request
 from weir.jobmanager.jobs import DeployCommand, JobMaster, JobSubmission, TaskRecord
 from weir.jobmanager.lifecycle import Action
-from weir.jobmanager.messages import TaskProgress
+from weir.jobmanager.messages import RecordRates, TaskProgress
 from weir.jobmanager.scheduler import SlotOffer
 from weir.wire import common_pb2, taskmanager_pb2
 
@@ -358,3 +358,22 @@ def test_checkpointing_unaligned_reaches_every_deploy_request(make_master: MakeM
     master = make_master({"checkpointing.unaligned": "true"})
     requests = [r for _, r in wire(schedule(master, 150.0))]
     assert {r.checkpointing_mode for r in requests} == {common_pb2.CHECKPOINTING_MODE_UNALIGNED}
+
+
+def test_a_tasks_record_rates_are_between_its_latest_two_heartbeats_and_start_over_per_attempt(
+    make_master: MakeMaster,
+) -> None:
+    master = make_master()
+    schedule(master)
+    record = master.tasks[("sum", 0)]
+    master.on_progress(progress(master, records_in=100, records_out=50), now=1.0)
+    assert record.rates is None  # one heartbeat: no interval yet
+    master.on_progress(progress(master, records_in=400, records_out=50), now=3.0)
+    assert record.rates == RecordRates(150.0, 0.0)
+    master.on_progress(progress(master, records_in=450, records_out=90), now=3.5)
+    assert record.rates == RecordRates(100.0, 80.0)
+    fail_over(master, boom(), now=5.0)
+    schedule(master, 10.0)
+    assert (record.rates, record.counted_at) == (None, None)
+    master.on_progress(progress(master, records_in=20, records_out=20), now=11.0)
+    assert record.rates is None, "the new attempt's first heartbeat is no interval"

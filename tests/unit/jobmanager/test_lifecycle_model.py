@@ -202,8 +202,11 @@ class Simulation:
                     pass
                 case CancelTasks(attempt=attempt):
                     self.schedule(self.rng.uniform(0.0, 0.5), "cancel-task", attempt)
-                case ResolveSinks(as_of=as_of, resolution_attempt=attempt):
+                case ResolveSinks(as_of=as_of, resolution_attempt=attempt, outcome=outcome):
                     self.record_now()
+                    end = self.lifecycle.recorded_end()
+                    if not outcome.terminal or end is None or outcome is not end.outcome:
+                        self.fail(f"the end is resolved as {outcome.value}, the job's end is {end}")
                     decided = as_of.checkpoint_id if as_of is not None else None
                     latest = max(self.storage, default=None)
                     if decided != latest:

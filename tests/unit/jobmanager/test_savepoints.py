@@ -62,6 +62,7 @@ def test_stop_with_savepoint_ends_the_job_finished_with_its_sinks_resolved(harne
     acknowledge_savepoint(harness, job, savepoint_id)
     assert job.status is JobStatus.FINISHED
     assert harness.resolver.resolved == [(job.job_id, job.attempt)], "the sinks were resolved as of the savepoint"
+    assert harness.resolver.outcomes == [JobStatus.FINISHED], "resolved as a stop at a savepoint (a CDC slot kept)"
     latest = job.coordinator.store.latest()
     assert latest is not None and latest.checkpoint_id == savepoint_id and latest.is_savepoint
     path = harness.jm.list_checkpoints(job.job_id).external_paths[CheckpointId(savepoint_id)]

@@ -247,3 +247,19 @@ def test_a_worker_that_cannot_start_fails_its_deployment_and_keeps_no_socket(env
         assert _open_sockets() == before
     finally:
         workers.stop()
+
+
+def test_a_thread_dump_collects_every_workers_threads_with_the_running_task(
+    slots: tuple[SlotProcesses, Reports],
+) -> None:
+    workers, reports = slots
+    task = TaskAddress("job-dump", "numbers", 0, 1)
+    workers.deploy(deploy_request(task))
+    reports.wait_for(task, TaskState.RUNNING)
+    wait_until(lambda: workers.ready_workers() == 2, "two workers ready")
+    dump = workers.thread_dump()
+    prefixes = {t.name.split("/", 1)[0] for t in dump}
+    assert len(prefixes) == 2 and all(p.startswith("slot-worker-") for p in prefixes), prefixes
+    assert all(t.stack.startswith(f'"{t.name.split("/", 1)[1]}" Id=') for t in dump)
+    assert sum(1 for t in dump if t.name.endswith("/MainThread")) == 2
+    assert any("\tat " in t.stack and "weir/taskmanager" in t.stack for t in dump), "a task thread's frames"

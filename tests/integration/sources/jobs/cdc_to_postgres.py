@@ -4,7 +4,7 @@ Input: table ``-D source.table=`` (``id int PRIMARY KEY, name text, amount int``
 slot ``-D source.slot=``. Output: each change applied to ``-D sink.table=`` (same columns) by ``id``,
 exactly once (two-phase): a read, insert or update upserts the row, a delete deletes it
 (``Delete``); and each change event's JSON form into topic ``-D sink.topic=`` keyed by ``id``,
-exactly once.
+exactly once. Optional: ``-D source.chunk_size=`` (snapshot rows per chunk), ``-D source.slot_retention=``.
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ def target_change(event: ChangeEvent) -> tuple[Any, ...] | Delete:
 
 def build(env: Environment) -> None:
     p = env.params
-    changes = env.from_postgres_cdc([p["source.table"]], uid="cdc", slot_name=p["source.slot"])
+    changes = env.from_postgres_cdc(
+        [p["source.table"]],
+        uid="cdc",
+        slot_name=p["source.slot"],
+        chunk_size=p.get_int("source.chunk_size", 8096),
+        slot_retention=p.get_str("source.slot_retention", "unless-savepoint"),
+    )
     changes.sink_to_kafka(
         p["sink.topic"],
         uid="changelog",

@@ -30,6 +30,7 @@ from openapi_spec_validator import validate
 from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
 from weir.jobmanager.rest import views
 from weir.jobmanager.rest.app import create_app
+from weir.jobmanager.rest.ids import flink_vertex_id
 
 JOB_PATHS = (
     "/jobs/{job}",
@@ -229,7 +230,8 @@ def test_a_job_s_details_show_its_vertices_subtasks_and_their_load(harness: Harn
     assert details["last_completed_checkpoint"] is None and details["failure"] is None
     assert details["status-counts"] == {"RUNNING": 1}
     (vertex,) = details["vertices"]
-    assert (vertex["id"], vertex["name"], vertex["parallelism"], vertex["status"]) == (
+    assert (vertex["id"], vertex["uid"], vertex["name"], vertex["parallelism"], vertex["status"]) == (
+        flink_vertex_id("gen"),
         "gen",
         "generator -> print",
         1,
@@ -279,7 +281,8 @@ def test_a_job_s_plan_names_each_chain_in_topological_order(harness: Harness, cl
             "name": "j",
             "nodes": [
                 {
-                    "id": "gen",
+                    "id": flink_vertex_id("gen"),
+                    "uid": "gen",
                     "parallelism": 1,
                     "operator": "generator",
                     "description": "generator -> print",
@@ -637,6 +640,25 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/overview",
         "/config",
         "/jobmanager/config",
+        "/jobmanager/metrics",
+        "/taskmanagers/metrics",
+        "/taskmanagers/{taskmanager_id}/metrics",
+        "/jobs/metrics",
+        "/jobs/{job_id}/metrics",
+        "/jobs/{job_id}/vertices/{vertex_id}/metrics",
+        "/jobs/{job_id}/vertices/{vertex_id}/watermarks",
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/metrics",
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/{index}/metrics",
+        "/jobs/{job_id}/accumulators",
+        "/jobs/{job_id}/vertices/{vertex_id}/accumulators",
+        "/jobs/{job_id}/vertices/{vertex_id}/subtasks/accumulators",
+        "/jobmanager/logs",
+        "/jobmanager/logs/{filename}",
+        "/jobmanager/log",
+        "/jobmanager/stdout",
+        "/jobmanager/thread-dump",
+        "/taskmanagers/{taskmanager_id}/thread-dump",
+        "/jars/{jar_id}/plan",
         "/jobs/{job_id}/config",
         "/jobs/{job_id}/jobmanager/config",
         "/taskmanagers",

@@ -28,6 +28,7 @@ with warnings.catch_warnings():
 from weir.jobmanager.rest import app as rest_app
 from weir.jobmanager.rest.app import create_app
 from weir.jobmanager.rest.config import hide_uri_password
+from weir.jobmanager.rest.ids import flink_vertex_id
 from weir.jobmanager.rest.views import percentile
 
 IO_METRICS = {
@@ -97,8 +98,12 @@ def test_a_vertex_s_details_are_flink_s_job_vertex_details_info(harness: Harness
     harness.clock.advance(7.5)
     now = round(harness.clock() * 1000)
     vertex = ok(client, "/jobs/job-1/vertices/gen")
-    assert set(vertex) == {"id", "name", "parallelism", "maxParallelism", "now", "subtasks"}
-    assert (vertex["id"], vertex["name"], vertex["parallelism"], vertex["now"]) == ("gen", "generator -> print", 1, now)
+    assert set(vertex) == {"id", "uid", "name", "parallelism", "maxParallelism", "now", "subtasks"}
+    assert (vertex["id"], vertex["uid"], vertex["name"]) == (flink_vertex_id("gen"), "gen", "generator -> print")
+    assert (vertex["parallelism"], vertex["now"]) == (1, now)
+    # the path takes the vertex's id in Flink's form too, in either case
+    assert ok(client, f"/v1/jobs/job-1/vertices/{flink_vertex_id('gen').upper()}") == vertex
+    assert len(flink_vertex_id("gen")) == 32 and int(flink_vertex_id("gen"), 16) >= 0
     assert vertex["maxParallelism"] == job.loaded.graph.max_parallelism
     (subtask,) = vertex["subtasks"]
     assert set(subtask) == SUBTASK_FIELDS and set(subtask["metrics"]) == IO_METRICS
@@ -126,7 +131,7 @@ def test_a_subtask_s_start_is_its_attempt_s_deployment_and_its_end_the_job_s(
     end = ended["end-time"]
     assert ended["status"] == "FINISHED" and end > 0 and ended["duration"] == end - 50_000
     times = ok(client, "/jobs/job-1/vertices/gen/subtasktimes")
-    assert set(times) == {"id", "name", "now", "subtasks"}
+    assert set(times) == {"id", "uid", "name", "now", "subtasks"}
     (entry,) = times["subtasks"]
     assert set(entry) == {"subtask", "host", "duration", "timestamps"}
     assert entry["timestamps"]["DEPLOYING"] == 50_000 and entry["timestamps"]["FINISHED"] == end

@@ -15,7 +15,7 @@ import pytest
 
 from tests.unit.jobmanager.conftest import JOB, Harness, MakeHarness
 from weir.api.artifacts import build_artifact
-from weir.jobmanager.rest.ids import weir_job_id
+from weir.jobmanager.rest.ids import flink_vertex_id, weir_job_id
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
@@ -178,3 +178,48 @@ def test_a_job_that_does_not_load_is_refused_at_run_with_its_error(
 def test_the_entry_class_may_name_the_artifact_s_entry(harness: Harness, client: TestClient, tmp_path: Path) -> None:
     jar_id = upload(client, artifact_of(tmp_path)).json()["filename"]
     assert client.post(f"/jars/{jar_id}/run", json={"entryClass": "numbers.py"}).status_code == 200
+
+
+KEYED = b"""
+from weir.api import Environment
+
+
+def build(env: Environment) -> None:
+    numbers = env.from_generator(lambda i: {"k": i % 3}, uid="numbers", count=10)
+    label = env.params.get_str("label", "identity")
+    numbers.key_by(lambda r: r["k"]).map(lambda r: r, uid="mapped", name=label).print(uid="out")
+"""
+
+
+def test_a_jars_plan_is_its_vertices_without_running_it(harness: Harness, client: TestClient, tmp_path: Path) -> None:
+    jar_id = upload(client, artifact_of(tmp_path, KEYED, "keyed.py")).json()["filename"]
+    answer = client.get(f"/v1/jars/{jar_id}/plan", params={"parallelism": "3", "entry-class": "keyed.py"})
+    assert answer.status_code == 200, answer.text
+    plan = answer.json()["plan"]
+    assert len(plan["jid"]) == 32 and weir_job_id(plan["jid"]) not in harness.jm.jobs
+    assert [n["uid"] for n in plan["nodes"]] == ["numbers", "mapped"]
+    assert [n["id"] for n in plan["nodes"]] == [flink_vertex_id("numbers"), flink_vertex_id("mapped")]
+    numbers, mapped = plan["nodes"]
+    assert (numbers["parallelism"], numbers["inputs"]) == (3, [])
+    assert [o["uid"] for o in mapped["operators"]] == ["mapped", "out"]
+    assert mapped["description"].startswith("identity -> ")
+    assert mapped["inputs"] == [
+        {"num": 0, "id": flink_vertex_id("numbers"), "ship_strategy": "HASH", "side_output": None}
+    ]
+    assert harness.jm.list_jobs() == (), "the plan runs nothing"
+    # Flink's body form, with -D parameters the job reads
+    body = {"programArgsList": ["-D", "label=renamed"], "parallelism": 2}
+    posted = client.post(f"/jars/{jar_id}/plan", json=body).json()["plan"]
+    assert [n["parallelism"] for n in posted["nodes"]] == [2, 2]
+    assert posted["nodes"][1]["description"].startswith("renamed -> ")
+
+
+def test_a_jars_plan_refuses_what_run_refuses(client: TestClient, tmp_path: Path) -> None:
+    broken = (
+        b"from weir.api import Environment\n\ndef build(env: Environment) -> None:\n    raise ValueError('no plan')\n"
+    )
+    jar_id = upload(client, artifact_of(tmp_path, broken, "broken.py")).json()["filename"]
+    assert "no plan" in errors_of(client.get(f"/jars/{jar_id}/plan"), 400)[0]
+    assert "entryClass" in errors_of(client.get(f"/jars/{jar_id}/plan", params={"entry-class": "other.py"}), 400)[0]
+    errors_of(client.get("/jars/no-such-jar/plan"), 404)
+    errors_of(client.get(f"/jars/{jar_id}/plan", params={"programArg": "--not-a-parameter"}), 400)

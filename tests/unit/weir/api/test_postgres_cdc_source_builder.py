@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from weir.api import Environment, OptionError, PostgresCdcSource, PostgresCdcSourceSpec
+from weir.api import Environment, OptionError, PostgresCdcSource, PostgresCdcSourceSpec, SlotRetention
 from weir.core.errors import JobDefinitionError
 from weir.operators.cdc_source import PostgresCdcSourceOperator
 
@@ -19,6 +19,14 @@ def test_the_builder_makes_the_descriptor_with_the_slot_as_default_publication()
     assert isinstance(source.create_operator(), PostgresCdcSourceOperator)
     other = PostgresCdcSource.builder().tables(["t"]).slot_name("s").publication("p").max_changes_per_poll(10).build()
     assert other.descriptor() == PostgresCdcSourceSpec(("t",), "s", "p", 10)
+    assert source.descriptor().chunk_size == 8096
+    assert source.descriptor().slot_retention is SlotRetention.UNLESS_SAVEPOINT, "kept only at a stop's savepoint"
+    chunked = PostgresCdcSource.builder().tables(["t"]).slot_name("s").chunk_size(50).slot_retention("keep").build()
+    assert chunked.descriptor() == PostgresCdcSourceSpec(("t",), "s", "s", 1000, 50, SlotRetention.KEEP)
+    env = Environment("j")
+    env.from_postgres_cdc(["t"], uid="cdc", slot_name="s", chunk_size=7, slot_retention="always-drop")
+    spec = env.graph.transformations["cdc"].source_spec
+    assert spec == PostgresCdcSourceSpec(("t",), "s", "s", 1000, 7, SlotRetention.ALWAYS_DROP)
 
 
 @pytest.mark.parametrize(
@@ -32,6 +40,13 @@ def test_the_builder_makes_the_descriptor_with_the_slot_as_default_publication()
         ("slot_name", "x" * 64, "slot_name must be 1 to 63 lower-case letters"),
         ("publication", "", "publication must be a non-empty string, got ''"),
         ("max_changes_per_poll", 0, "max_changes_per_poll must be a positive int, got 0"),
+        ("chunk_size", 0, "chunk_size must be a positive int, got 0"),
+        ("chunk_size", 1.5, "chunk_size must be a positive int, got 1.5"),
+        (
+            "slot_retention",
+            "drop",
+            "slot_retention must be 'unless-savepoint' or 'always-drop' or 'keep', got 'drop'",
+        ),
     ],
 )
 def test_a_refused_option_is_one_line_naming_it(option: str, value: Any, message: str) -> None:

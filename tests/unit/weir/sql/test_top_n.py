@@ -118,7 +118,7 @@ OUT = "CREATE TABLE out (u STRING, n BIGINT) WITH ('connector' = 'kafka', 'topic
         (
             f"SELECT u, n FROM (SELECT u, n, ROW_NUMBER() OVER (PARTITION BY u ORDER BY n) AS r FROM {AGG}) "
             "WHERE r <= 3",
-            "supported as window Top-N only: PARTITION BY window_start, window_end",
+            "a Top-N without a window gives updating results; the sink must be 'upsert-kafka' or 'jdbc'",
             "7:",
         ),
         (
@@ -130,7 +130,7 @@ OUT = "CREATE TABLE out (u STRING, n BIGINT) WITH ('connector' = 'kafka', 'topic
         (
             "SELECT u, n FROM (SELECT u, id AS n, ROW_NUMBER() OVER (PARTITION BY u ORDER BY id) AS r FROM orders) "
             "WHERE r <= 3",
-            "supported as window Top-N only",
+            "column id is not in the input (columns: u, n)",  # PARTITION BY / ORDER BY read the SELECT's columns
             "7:",
         ),
         (

@@ -1,0 +1,61 @@
+"""Top-N without a window (Flink's ``AppendOnlyTopNFunction``, and deduplication as its N = 1):
+``ROW_NUMBER() OVER (PARTITION BY k ORDER BY ...) AS rn ... WHERE rn <= N`` over an append input.
+Each partition keeps its first N rows in order; a row that enters them changes the rows at its row
+number and after, and the operator emits, per row number whose row changed, ``-U`` of the old row and
+``+U`` of the new (``+I`` for a row number filled for the first time): a changelog keyed by the
+partition and the row number (``weir.sql.changelog``), which an upsert sink keyed the same way
+applies. A row that does not enter the first N emits nothing; the first N never shrink (the input
+appends), so nothing is deleted."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from weir.api import Collector, KeyedProcessContext, KeyedProcessFunction, StateTtlConfig
+from weir.sql.changelog import Change, RowKind
+
+Row = Mapping[str, Any]
+
+
+def ranked_changes(before: Sequence[Row], after: Sequence[Row], rank: str) -> tuple[Change, ...]:
+    """The changes from a partition's first rows ``before`` to ``after`` (each in order), each row
+    with its row number (1 the first) in column ``rank``: per row number whose row changed, -U of the
+    old and +U of the new, or +I when ``before`` had no row there."""
+    changes: list[Change] = []
+    for number, row in enumerate(after, start=1):
+        if number <= len(before):
+            old = before[number - 1]
+            if dict(old) == dict(row):
+                continue
+            changes.append(Change(RowKind.UPDATE_BEFORE, {**old, rank: number}))
+            changes.append(Change(RowKind.UPDATE_AFTER, {**row, rank: number}))
+        else:
+            changes.append(Change(RowKind.INSERT, {**row, rank: number}))
+    assert len(after) >= len(before), "an append input's first rows never shrink"
+    return tuple(changes)
+
+
+class RankedRows(KeyedProcessFunction):
+    """A partition's first ``limit`` rows in the order ``sort_key`` gives, in a value state (a list
+    of row dicts, pickled as SQL state is); each input row's changes as :func:`ranked_changes`
+    decides."""
+
+    def __init__(
+        self, sort_key: Callable[[Row], Any], limit: int, rank: str, ttl: StateTtlConfig | None = None
+    ) -> None:
+        self.sort_key, self.limit, self.rank, self.ttl = sort_key, limit, rank, ttl
+
+    def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        state = ctx.value_state("top", self.ttl)
+        before: list[dict[str, Any]] = state.value() or []
+        after = sorted([*before, dict(value)], key=self.sort_key)[: self.limit]
+        changes = ranked_changes(before, after, self.rank)
+        if not changes:
+            return
+        for change in changes:
+            out.collect(change)
+        state.update(after)
+
+
+__all__ = ["RankedRows", "ranked_changes"]
