@@ -192,6 +192,10 @@ def sink_options(output: str, bootstrap: str, group: str) -> str:
     )
 
 
+SQL_FUNCTIONS_MODULE: Final = "weir.tools.nexmark_functions"
+"""The Python functions a Weir SQL job of the queries is given (q14's ``count_char``)."""
+
+
 def kafka_events_ddl(topic: str, *, bootstrap: str, group: str, ddl: str | None = None) -> str:
     """examples/sql/nexmark-ddl.sql (the DDL of weir.bench.NexmarkSql: the flat ``events`` table, the
     ``person``, ``auction`` and ``bid`` views) with the events table's options those NexmarkSql gives
@@ -289,6 +293,13 @@ class QuerySpec:
         return tuple(name for name, _kind in self.columns)
 
 
+RANK_COLUMNS: Final = tuple((f"{rank}_bids", "int") for rank in ("total", "rank1", "rank2", "rank3"))
+"""q15-q17's bid counts, in all and per price rank."""
+DISTINCT_RANK_COLUMNS: Final = tuple(
+    (f"{rank}_{what}", "int") for what in ("bidders", "auctions") for rank in ("total", "rank1", "rank2", "rank3")
+)
+"""q15's and q16's distinct bidders and auctions, in all and per price rank."""
+
 SPECS: Final = {
     "q0": QuerySpec(
         (("auction", "int"), ("bidder", "int"), ("price", "int"), ("dateTime", "ts"), ("extra", "str")),
@@ -338,6 +349,72 @@ SPECS: Final = {
         ("auction", "bidder"),
         upsert_key=("bidder", "auction"),
     ),
+    "q14": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "dec3"),
+            ("bidTimeType", "str"),
+            ("dateTime", "ts"),
+            ("extra", "str"),
+            ("c_counts", "int"),
+        ),
+        ("auction", "bidder", "dateTime", "extra"),
+    ),
+    "q15": QuerySpec((("day", "str"), *RANK_COLUMNS, *DISTINCT_RANK_COLUMNS), ("day",), upsert_key=("day",)),
+    "q16": QuerySpec(
+        (("channel", "str"), ("day", "str"), ("minute", "str"), *RANK_COLUMNS, *DISTINCT_RANK_COLUMNS),
+        ("channel", "day"),
+        upsert_key=("channel", "day"),
+    ),
+    "q17": QuerySpec(
+        (
+            ("auction", "int"),
+            ("day", "str"),
+            *RANK_COLUMNS,
+            ("min_price", "int"),
+            ("max_price", "int"),
+            ("avg_price", "int"),
+            ("sum_price", "int"),
+        ),
+        ("auction", "day"),
+        upsert_key=("auction", "day"),
+    ),
+    "q20": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("channel", "str"),
+            ("url", "str"),
+            ("bid_dateTime", "ts"),
+            ("bid_extra", "str"),
+            ("itemName", "str"),
+            ("description", "str"),
+            ("initialBid", "int"),
+            ("reserve", "int"),
+            ("auction_dateTime", "ts"),
+            ("expires", "ts"),
+            ("seller", "int"),
+            ("category", "int"),
+            ("auction_extra", "str"),
+        ),
+        ("auction", "bidder", "bid_dateTime", "bid_extra"),
+    ),
+    "q21": QuerySpec(
+        (("auction", "int"), ("bidder", "int"), ("price", "int"), ("channel", "str"), ("channel_id", "str")),
+    ),
+    "q22": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("channel", "str"),
+            ("dir1", "str"),
+            ("dir2", "str"),
+            ("dir3", "str"),
+        ),
+    ),
 }
 UPDATING: Final = frozenset(q for q, spec in SPECS.items() if spec.upsert_key)
 WEIR_EXTRA_PARAMS: Final = {"q4": {"q4.updates": "true"}}
@@ -361,7 +438,10 @@ def epoch_ms(value: Any) -> int:
 
 
 def canonical(kind: str, value: Any) -> Any:
-    """One value in the form both contenders' outputs and the reference are compared in."""
+    """One value in the form both contenders' outputs and the reference are compared in; NULL is None
+    whatever the kind (a SQL column is nullable: Flink's intermediate updates of q16 have NULLs)."""
+    if value is None:
+        return None
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int | Decimal):
             raise ValueError(f"not an integer: {value!r}")
@@ -643,9 +723,10 @@ def render_markdown(document: dict[str, Any]) -> str:
         notes.append(f"- requested but without a Weir job file: {', '.join(document['skipped'])}")
     for query in queries:
         if query in UPDATING:
+            weir_side = "its SQL's upsert-kafka sink" if sql else f"Weir's job with -D {query}.updates=true"
             notes.append(
                 f"- {query} is an updating query: both sides write an upsert stream keyed by the row's key "
-                "(Weir's job with -D q4.updates=true); compared as the final table, upserts applied in order."
+                f"({weir_side}); compared as the final table, upserts applied in order."
             )
     lines += ["", "Notes:", "", *notes, ""] if notes else [""]
     return "\n".join(lines)
@@ -794,7 +875,7 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
         script = weir_sql_script(
             query, topic=ctx.input_topic, output=output_topic, bootstrap=endpoints.kafka_bootstrap, group=output_topic
         )
-        job_file.write_text(sql_job_source(script))
+        job_file.write_text(sql_job_source(script, SQL_FUNCTIONS_MODULE))
         source_uid = WEIR_SQL_SOURCE_UID
     else:
         job_file = EXAMPLES_DIR / f"{query}.py"

@@ -135,6 +135,14 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
                 if statement.name in tables or statement.name in views:
                     raise SqlError(f"view {statement.name}: the name is taken", statement.position)
                 views[statement.name] = statement
+            case CreateFunction() if statement.language != "PYTHON":
+                if statement.name.upper() not in python:  # a JVM class: given as Python, or refused
+                    raise SqlError(
+                        f"CREATE FUNCTION {statement.name}: {statement.language} classes do not run on Weir; give "
+                        f"a Python function named {statement.name} (weir sql --functions FILE.py) or declare "
+                        "it AS 'module.attr' LANGUAGE PYTHON",
+                        statement.position,
+                    )
             case CreateFunction():
                 if statement.name.upper() in python:
                     raise SqlError(f"function {statement.name} is created twice", statement.position)

@@ -35,6 +35,7 @@ from weir.api import (
     KeyedCoProcessFunction,
     KeyedProcessContext,
     KeyedProcessFunction,
+    OnTimerContext,
     PrintSink,
     ProcessWindowFunction,
     SlidingEventTimeWindows,
@@ -59,6 +60,7 @@ from weir.sql.plan import (
     Join,
     Node,
     OrderKey,
+    OverAggregate,
     Project,
     Scan,
     Sink,
@@ -400,6 +402,8 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _join(env, node, uids, script)
         case TopN():
             return _top_n(env, node, uids, script)
+        case OverAggregate():
+            return _over(env, node, uids, script)
         case _:
             assert_never(node)
 
@@ -584,11 +588,13 @@ def _interval_join(
 class Accumulators:
     """The accumulators of an aggregate's calls, as a tuple of plain values (pickled in state):
     COUNT an int, SUM/MIN/MAX the value or None, AVG (sum, count), a DISTINCT one the frozenset of
-    values seen (and its function applied to them at the end)."""
+    values seen (and its function applied to them at the end). A call's ``FILTER (WHERE ...)``
+    leaves its accumulator as it is for a row whose condition is not TRUE."""
 
     def __init__(self, calls: tuple[AggregateCall, ...]) -> None:
         self.calls = calls
         self.arguments = tuple(c.argument.evaluate if c.argument is not None else None for c in calls)
+        self.conditions = tuple(c.condition.evaluate if c.condition is not None else None for c in calls)
 
     def create(self) -> tuple[Any, ...]:
         return tuple(self._empty(c) for c in self.calls)
@@ -607,8 +613,8 @@ class Accumulators:
 
     def add(self, accs: tuple[Any, ...], row: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(
-            self._add(c, a, None if f is None else f(row))
-            for c, a, f in zip(self.calls, accs, self.arguments, strict=True)
+            a if w is not None and w(row) is not True else self._add(c, a, None if f is None else f(row))
+            for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True)
         )
 
     @staticmethod
@@ -619,8 +625,8 @@ class Accumulators:
             return call.python.add(acc, *value)
         if value is None:
             return acc
-        if call.distinct:
-            return acc | {value}
+        if call.distinct:  # a value seen already leaves the (immutable) set as it is: no copy
+            return acc if value in acc else acc | {value}
         match call.function:
             case "COUNT":
                 return acc + 1
@@ -643,7 +649,7 @@ class Accumulators:
         if call.function == "PYTHON":
             return call.python.merge(x, y)
         if call.distinct:
-            return x | y
+            return x if y <= x else y if x <= y else x | y
         match call.function:
             case "COUNT":
                 return x + y
@@ -811,6 +817,83 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
         .reduce(merge, uid=uid)
         .map(result, uid=result_uid)
     )
+
+
+class OverAggregation(KeyedProcessFunction):
+    """An OVER aggregation per partition key: each row waits in map state ``pending`` (by its time)
+    for an event-time timer at its time; when the timer fires (the watermark passed it) the rows of
+    that time are emitted in arrival order, each with the aggregates over its frame. ``frame`` keeps
+    what the frames need: the accumulators (UNBOUNDED), the last ``preceding`` rows (ROWS) or the
+    rows of the last ``preceding`` ms (RANGE, as ``(time, row)``). A row at or behind the watermark
+    when it arrives is dropped (late), as Flink's."""
+
+    def __init__(self, node: OverAggregate, accumulators: Accumulators) -> None:
+        self.frame, self.preceding, self.time_column = node.frame, node.preceding, node.time_column
+        self.accumulators = accumulators
+
+    def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
+        time = value.get(self.time_column)
+        timers = ctx.timer_service()
+        if time is None or time <= timers.current_watermark():
+            return
+        pending = ctx.map_state("pending")
+        rows = pending.get(time)
+        pending.put(time, [*(rows or []), value])
+        if rows is None:
+            timers.register_event_time_timer(time)
+
+    def on_timer(self, timestamp: int, ctx: OnTimerContext, out: Collector) -> None:
+        pending = ctx.map_state("pending")
+        rows = pending.get(timestamp) or []
+        pending.remove(timestamp)
+        state = ctx.value_state("frame")
+        held = state.value()
+        acc = self.accumulators
+        if self.preceding is None:  # UNBOUNDED: the accumulators of every row so far
+            accs = acc.create() if held is None else held
+            if self.frame == "RANGE":  # the rows of this time are all in each one's frame
+                for row in rows:
+                    accs = acc.add(accs, row)
+            for row in rows:
+                if self.frame == "ROWS":
+                    accs = acc.add(accs, row)
+                out.collect({**row, **acc.results(accs)})
+            state.update(accs)
+            return
+        if self.frame == "ROWS":
+            before: list[Any] = held or []
+            for row in rows:
+                accs = acc.create()
+                for earlier in [*before[-self.preceding :], row] if self.preceding else [row]:
+                    accs = acc.add(accs, earlier)
+                out.collect({**row, **acc.results(accs)})
+                before = [*before, row][-self.preceding :] if self.preceding else []
+            state.update(before)
+            return
+        kept = [(t, r) for t, r in (held or []) if t >= timestamp - self.preceding] + [(timestamp, r) for r in rows]
+        accs = acc.create()
+        for _t, row in kept:
+            accs = acc.add(accs, row)
+        results = acc.results(accs)
+        for row in rows:
+            out.collect({**row, **results})
+        state.update(kept)
+
+
+def _over(env: Environment | None, node: OverAggregate, uids: _Uids, script: str) -> DataStream | None:
+    upstream = _node(env, node.input, uids, script)
+    preceding = "UNBOUNDED" if node.preceding is None else f"{node.preceding}{' ms' if node.frame == 'RANGE' else ''}"
+    partition = ", ".join(p.sql for p in node.partition)
+    detail = f"{', '.join(c.sql for c in node.calls)}: PARTITION BY {partition or '()'}, {node.frame} {preceding}"
+    uid = uids.next("over-aggregate", detail)
+    if upstream is None:
+        return None
+    keys = tuple(p.evaluate for p in node.partition)
+
+    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
+        return tuple(f(row) for f in keys)
+
+    return upstream.key_by(key_of).process(OverAggregation(node, Accumulators(node.calls)), uid=uid)
 
 
 def _upserted(change: Change) -> list[Mapping[str, Any]]:

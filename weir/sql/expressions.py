@@ -136,7 +136,7 @@ _JAVA_DATE: Final = (
 
 def date_format(ms: int, pattern: str) -> str:
     """Flink's DATE_FORMAT(timestamp, 'yyyy-MM-dd HH:mm:ss'): Java's pattern letters yyyy MM dd HH mm ss SSS."""
-    moment = dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+    moment = _moment(ms)
     out = pattern.replace("%", "%%")
     for java, strf in _JAVA_DATE:
         out = out.replace(java, strf)
@@ -339,6 +339,9 @@ class _Compiler:
             case exp.Coalesce():
                 parts = [self.compile(node.this)] + [self.compile(e) for e in node.expressions]
                 return lambda row: next((v for p in parts if (v := p(row)) is not None), None)
+            case exp.ConcatWs():
+                separator, *rest = (self.compile(e) for e in node.expressions)
+                return lambda row: _concat_ws(separator(row), [p(row) for p in rest])
             case exp.Concat():
                 parts = [self.compile(e) for e in node.expressions]
                 return lambda row: (
@@ -361,6 +364,25 @@ class _Compiler:
                 decimals_node = node.args.get("decimals")
                 digits = self.compile(decimals_node) if decimals_node is not None else (lambda row: 0)
                 return lambda row: None if (v := f(row)) is None else _round(v, digits(row))
+            case exp.StrPosition():
+                if node.args.get("position") is not None or node.args.get("occurrence") is not None:
+                    raise self.refuse(node, "INSTR / LOCATE / POSITION take two arguments (a start is not supported)")
+                s, sub = self.compile(node.this), self.compile(node.args["substr"])
+                find = _null_safe(lambda v, w: v.find(w) + 1)
+                return lambda row: find(s(row), sub(row))
+            case exp.RegexpExtract():
+                group_node = node.args.get("group")
+                if group_node is None or "start" not in group_node.meta:  # sqlglot fills in Spark's default 1
+                    raise self.refuse(node, "REGEXP_EXTRACT takes its group index: REGEXP_EXTRACT(s, regex, n)")
+                s, regex, group = (self.compile(n) for n in (node.this, node.expression, group_node))
+                return lambda row: _regexp_extract(s(row), regex(row), group(row))
+            case exp.Hour() | exp.Minute() | exp.Second() | exp.Year() | exp.Month() | exp.DayOfMonth():
+                value = node.this
+                while isinstance(value, exp.TsOrDsToDate):  # sqlglot's wrapping
+                    value = value.this
+                f = self.compile(value)
+                field = _TIME_FIELDS[type(node)]
+                return lambda row: None if (v := f(row)) is None else getattr(_moment(_millis(v)), field)
             case exp.TimeToStr():
                 value = node.this
                 while isinstance(value, exp.TimeStrToTime | exp.TsOrDsToTimestamp):  # sqlglot's wrapping
@@ -370,7 +392,7 @@ class _Compiler:
                 if not isinstance(fmt_node, exp.Literal):
                     raise self.refuse(node, "DATE_FORMAT takes a literal pattern")
                 pattern = _java_pattern(node)
-                return lambda row: None if (v := f(row)) is None else date_format(v, pattern)
+                return lambda row: None if (v := f(row)) is None else date_format(_millis(v), pattern)
         if isinstance(node, exp.Anonymous) and name in ("TO_TIMESTAMP_LTZ",) and len(node.expressions) == 2:
             f = self.compile(node.expressions[0])
             precision = node.expressions[1]
@@ -378,6 +400,11 @@ class _Compiler:
                 raise self.refuse(node, "TO_TIMESTAMP_LTZ(value, 0 | 3)")
             scale = 1000 if precision.this == "0" else 1
             return lambda row: None if (v := f(row)) is None else int(v) * scale
+        if isinstance(node, exp.Anonymous) and name == "SPLIT_INDEX":
+            if len(node.expressions) != 3:
+                raise self.refuse(node, "SPLIT_INDEX(string, separator, index) takes three arguments")
+            s, separator, index = (self.compile(e) for e in node.expressions)
+            return lambda row: _split_index(s(row), separator(row), index(row))
         python = functions.lookup(name) if isinstance(node, exp.Anonymous) else None
         if python is not None:
             if functions.is_aggregate(python):
@@ -385,6 +412,71 @@ class _Compiler:
             arguments = tuple(self.compile(a) for a in node.expressions)
             return lambda row: python(*(a(row) for a in arguments))
         raise self.refuse(node, f"function {name} is not supported")
+
+
+_TIME_FIELDS: Final[dict[type[exp.Expr], str]] = {
+    exp.Hour: "hour",
+    exp.Minute: "minute",
+    exp.Second: "second",
+    exp.Year: "year",
+    exp.Month: "month",
+    exp.DayOfMonth: "day",
+}
+
+
+def _moment(ms: int) -> dt.datetime:
+    return dt.datetime(1970, 1, 1, tzinfo=dt.UTC) + dt.timedelta(milliseconds=ms)
+
+
+def _millis(value: Any) -> int:
+    """A TIMESTAMP's epoch ms; a string is read as CAST(s AS TIMESTAMP) reads it (Flink's
+    DATE_FORMAT and HOUR take a timestamp string too)."""
+    return parse_timestamp(value) if isinstance(value, str) else int(value)
+
+
+def _concat_ws(separator: Any, values: list[Any]) -> Any:
+    """Flink's CONCAT_WS: NULL when the separator is NULL; NULL arguments are skipped."""
+    if separator is None:
+        return None
+    return separator.join(_text(v) for v in values if v is not None)
+
+
+def _split_index(s: Any, separator: Any, index: Any) -> Any:
+    """Flink's SPLIT_INDEX(string, separator, index): the 0-based index-th piece of the string split
+    at each whole separator, empty pieces kept; NULL for a NULL argument, an index out of range or
+    below 0, or an empty string (which has no pieces)."""
+    if s is None or separator is None or index is None or index < 0 or s == "":
+        return None
+    pieces = re.split(r"\s", s) if separator == "" else s.split(separator)
+    return pieces[index] if index < len(pieces) else None
+
+
+_REGEX_CACHE: dict[str, re.Pattern[str] | None] = {}
+
+
+def _regex(pattern: str) -> re.Pattern[str] | None:
+    if pattern not in _REGEX_CACHE:
+        try:
+            compiled: re.Pattern[str] | None = re.compile(pattern)
+        except re.error:
+            compiled = None
+        if len(_REGEX_CACHE) > 1000:
+            _REGEX_CACHE.clear()
+        _REGEX_CACHE[pattern] = compiled
+    return _REGEX_CACHE[pattern]
+
+
+def _regexp_extract(s: Any, pattern: Any, group: Any) -> Any:
+    """Flink's REGEXP_EXTRACT(string, regex, n): group n (0 the whole match) of the regex's first
+    match in the string; NULL for a NULL argument, no match, a group that did not take part, a group
+    index out of range, or a regex that does not compile."""
+    if s is None or pattern is None or group is None:
+        return None
+    regex = _regex(pattern)
+    if regex is None or not 0 <= group <= regex.groups:
+        return None
+    match = regex.search(s)
+    return None if match is None else match.group(group)
 
 
 def _java_pattern(node: exp.TimeToStr) -> str:

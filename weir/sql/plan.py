@@ -6,8 +6,9 @@ turns it into job API calls."""
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, assert_never
 
 from sqlglot import exp
@@ -15,9 +16,9 @@ from sqlglot import exp
 from weir.sql import functions
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
 from weir.sql.changelog import APPEND, RETRACT, ChangelogMode, aggregation_mode
-from weir.sql.errors import SqlError
+from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
-from weir.sql.script import CreateView, Insert
+from weir.sql.script import PARTITION_MARK, CreateView, Insert
 from weir.sql.types import Kind, SqlType, coerce
 
 WINDOW_COLUMNS: Final = ("window_start", "window_end", "window_time")
@@ -44,11 +45,12 @@ class WindowTvf:
     view's column passing it through)."""
 
     input: Node
-    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"]  # SESSION: from a group window, size_ms its gap
+    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"]  # SESSION: size_ms its gap
     # CUMULATE: windows of size_ms, each also as its prefixes growing by slide_ms (the step)
     time_column: str
     size_ms: int
     slide_ms: int
+    partition: tuple[str, ...] = ()  # the SESSION TVF's PARTITION BY columns (a group window's: none)
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ AggregateName = Literal["COUNT", "SUM", "MIN", "MAX", "AVG", "PYTHON"]  # PYTHON
 
 @dataclass(frozen=True)
 class AggregateCall:
-    """One aggregate: ``COUNT(*)`` has no argument."""
+    """One aggregate: ``COUNT(*)`` has no argument; ``condition`` is its ``FILTER (WHERE ...)``: a row
+    whose condition is not TRUE is not aggregated by this call."""
 
     name: str  # the column holding its value downstream
     function: AggregateName
@@ -76,6 +79,7 @@ class AggregateCall:
     argument: NamedExpression | None  # PYTHON: the tuple of the call's argument values
     sql: str
     python: Any = field(default=None, compare=False)  # PYTHON: the aggregate function object
+    condition: NamedExpression | None = None
 
 
 @dataclass(frozen=True)
@@ -167,14 +171,30 @@ class TopN:
     # keyed by the partition and the row number
 
 
-Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN
+@dataclass(frozen=True)
+class OverAggregate:
+    """``agg OVER (PARTITION BY keys ORDER BY ts {ROWS|RANGE} BETWEEN p PRECEDING AND CURRENT ROW)``:
+    every input row, once the watermark passes its time, with each aggregate over its frame: the
+    partition's rows up to it in event-time order, ``preceding`` rows before it (ROWS) or those at
+    most ``preceding`` ms before its time (RANGE, rows of the same time all in), all of them when
+    ``preceding`` is None (UNBOUNDED). A row behind the watermark when it arrives is dropped (late)."""
+
+    input: Node
+    partition: tuple[NamedExpression, ...]
+    time_column: str
+    frame: Literal["ROWS", "RANGE"]
+    preceding: int | None
+    calls: tuple[AggregateCall, ...]
+
+
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN | OverAggregate
 
 
 def changelog_of(node: Node) -> ChangelogMode | None:
     """The changelog a node's output is (its elements ``weir.sql.changelog.Change`` values), or None
     for plain rows: an append result, or a GROUP BY's updated rows written straight to an upsert sink."""
     match node:
-        case Scan() | WindowTvf() | Join():
+        case Scan() | WindowTvf() | Join() | OverAggregate():
             return None
         case TopN():
             return None if node.slide_ms is not None else RETRACT
@@ -436,7 +456,12 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     updating = False
     propagated = _propagated_window(group, relation, node) if window is None else None
     group_window = _group_window(group, relation, node, window, locate)
-    if group is not None or calls:
+    overs = _over_windows(select, locate)
+    if overs:
+        if group is not None or calls or window is not None:
+            raise locate.refuse(overs[0], "an OVER aggregation with GROUP BY, other aggregates or a window TVF")
+        node, scope = _plan_over(overs, node, scope, relation.time_column, locate)
+    elif group is not None or calls:
         node, scope, updating = _plan_aggregate(
             select,
             group,
@@ -458,6 +483,10 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             node = Filter(node, _named(having.this, "having", scope, locate))
     elif having is not None:
         raise locate.refuse(having, "HAVING without GROUP BY or an aggregate")
+    elif window is not None and window.partition:
+        raise locate.refuse(
+            select, "a SESSION TVF's rows are aggregated: GROUP BY window_start, window_end and its PARTITION BY keys"
+        )
     outputs: list[NamedExpression] = []
     types: dict[str, SqlType | None] = {}
     time_column = None
@@ -479,7 +508,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                     elif relation.windowed is not None and name == relation.windowed.end:
                         window_outputs.setdefault("window_end", name)
             continue
-        _refuse_nested(projection, locate)
+        _refuse_nested(projection, locate, planned=scope.computed)
         name = (
             projection.alias
             if isinstance(projection, exp.Alias)
@@ -487,6 +516,9 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             if isinstance(projection, exp.Column)
             else f"EXPR${i}"
         )
+        taken = {o.name for o in outputs}
+        if name in taken:  # a name given twice: the later one renamed as Flink does (dateTime, dateTime0)
+            name = next(f"{name}{k}" for k in itertools.count() if f"{name}{k}" not in taken)
         value = projection.this if isinstance(projection, exp.Alias) else projection
         outputs.append(_named(value, name, scope, locate))
         passes = isinstance(value, exp.Column) and normalized(value) not in scope.computed
@@ -502,10 +534,6 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                     window_outputs.setdefault("window_start", name)
                 elif value.name == relation.windowed.end:
                     window_outputs.setdefault("window_end", name)
-    names = [o.name for o in outputs]
-    if len(set(names)) != len(names):
-        duplicate = next(n for n in names if names.count(n) > 1)
-        raise locate.refuse(select, f"the SELECT names column {duplicate} twice")
     project = Project(node, tuple(outputs))
     windowed = None
     slide = window.slide_ms if window is not None else relation.windowed.slide_ms if relation.windowed else None
@@ -694,11 +722,13 @@ def _propagated_window(group: exp.Group | None, relation: Relation, node: Node) 
     return WindowTvf(node, "TUMBLE", windowed.end, windowed.slide_ms, windowed.slide_ms)
 
 
-def _refuse_nested(node: exp.Expr, locate: Locate) -> None:
+def _refuse_nested(node: exp.Expr, locate: Locate, planned: Mapping[str, str] | None = None) -> None:
+    """A subquery or a window function in ``node`` is refused; ``planned``: expressions computed
+    upstream (an OVER aggregation's window is one)."""
     for inner in node.walk():
         if isinstance(inner, exp.Subquery | exp.Select | exp.Exists):
             raise locate.refuse(inner, "a subquery is not supported")
-        if isinstance(inner, exp.Window):
+        if isinstance(inner, exp.Window) and normalized(inner) not in (planned or {}):
             raise locate.refuse(
                 inner,
                 "OVER (...) is not supported (except window Top-N: SELECT ... FROM (SELECT ..., ROW_NUMBER() "
@@ -974,13 +1004,15 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         raise locate.refuse(source, "FROM takes a table or TABLE(TUMBLE(...)) / TABLE(HOP(...))")
     tvf = function.expressions[0]
     name = str(tvf.this).upper() if isinstance(tvf, exp.Anonymous) else type(tvf).__name__.upper()
-    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP", "CUMULATE"):
-        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE, HOP and CUMULATE are)")
-    args = tvf.expressions
-    expected = 3 if name == "TUMBLE" else 4
+    if not isinstance(tvf, exp.Anonymous) or name not in ("TUMBLE", "HOP", "CUMULATE", "SESSION"):
+        raise locate.refuse(tvf, f"table function {name} is not supported (TUMBLE, HOP, CUMULATE and SESSION are)")
+    args = list(tvf.expressions)
+    partition = _partition_keys(name, args, tvf, locate)
+    expected = 3 if name in ("TUMBLE", "SESSION") else 4
     if len(args) != expected:
-        shape = {"TUMBLE": "size", "HOP": "slide, size", "CUMULATE": "step, size"}[name]
-        raise locate.refuse(tvf, f"{name} takes (TABLE t, DESCRIPTOR(time column), {shape})")
+        shape = {"TUMBLE": "size", "HOP": "slide, size", "CUMULATE": "step, size", "SESSION": "gap"}[name]
+        table = "TABLE t PARTITION BY keys" if name == "SESSION" else "TABLE t"
+        raise locate.refuse(tvf, f"{name} takes ({table}, DESCRIPTOR(time column), {shape})")
     table_arg, descriptor = args[0], args[1]
     if not isinstance(table_arg, exp.Column) or table_arg.table:
         raise locate.refuse(table_arg, f"{name}'s first argument is TABLE name")
@@ -1005,17 +1037,44 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
         if ms is None or ms <= 0:
             raise locate.refuse(arg, f"{name} takes positive INTERVAL literals (MILLISECOND to DAY)")
         durations.append(ms)
-    size, slide = (durations[0], durations[0]) if name == "TUMBLE" else (durations[1], durations[0])
+    size, slide = (durations[0], durations[0]) if name in ("TUMBLE", "SESSION") else (durations[1], durations[0])
     if size % slide != 0:
         step = "slide" if name == "HOP" else "step"
         raise locate.refuse(tvf, f"{name}'s size ({size} ms) must be a multiple of its {step} ({slide} ms)")
-    kind: Literal["TUMBLE", "HOP", "CUMULATE"] = (
-        "TUMBLE" if name == "TUMBLE" else "HOP" if name == "HOP" else "CUMULATE"
+    kind: Literal["TUMBLE", "HOP", "CUMULATE", "SESSION"] = (
+        "TUMBLE" if name == "TUMBLE" else "HOP" if name == "HOP" else "SESSION" if name == "SESSION" else "CUMULATE"
     )
-    tvf_node = WindowTvf(read.node, kind, time_column, size, slide)
+    for key in partition:
+        if key not in read.scope.columns:
+            raise locate.refuse(tvf, f"SESSION's PARTITION BY {key}: no column {key} in {table_arg.name}")
+    tvf_node = WindowTvf(read.node, kind, time_column, size, slide, partition)
     columns = dict(read.scope.columns)
     columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)
+
+
+def _partition_keys(name: str, args: list[exp.Expr], tvf: exp.Expr, locate: Locate) -> tuple[str, ...]:
+    """``SESSION(TABLE t PARTITION BY k | (k1, k2), ...)``'s keys, taken out of ``args`` (the script
+    reader gives them as the argument ``_PARTITION = keys``); another TVF's PARTITION BY is refused,
+    and so is a SESSION without one (Flink's sessions of the whole stream, not run here)."""
+    marked = [
+        a for a in args if isinstance(a, exp.EQ) and isinstance(a.this, exp.Column) and a.this.name == PARTITION_MARK
+    ]
+    if name != "SESSION":
+        if marked:
+            mark = locate(marked[0].this)  # its comma stands where PARTITION began
+            raise SqlError(f"{name} takes no PARTITION BY (SESSION does)", Position(mark.line, mark.column - 1))
+        return ()
+    if len(marked) != 1 or len(args) < 2 or args[1] is not marked[0]:
+        raise locate.refuse(tvf, "SESSION takes (TABLE t PARTITION BY keys, DESCRIPTOR(time column), gap)")
+    args.remove(marked[0])
+    keys = marked[0].expression
+    columns = list(keys.expressions) if isinstance(keys, exp.Tuple | exp.Paren) else [keys]
+    if isinstance(keys, exp.Paren):
+        columns = [keys.this]
+    if not all(isinstance(c, exp.Column) and not c.table for c in columns):
+        raise locate.refuse(keys, "SESSION's PARTITION BY takes column names")
+    return tuple(c.name for c in columns)
 
 
 def _python_aggregate(node: exp.Anonymous) -> Any | None:
@@ -1025,13 +1084,41 @@ def _python_aggregate(node: exp.Anonymous) -> Any | None:
 
 def _aggregate_calls(
     select: exp.Select, having: exp.Having | None, locate: Locate
-) -> list[exp.AggFunc | exp.Anonymous]:
-    calls: list[exp.AggFunc | exp.Anonymous] = []
+) -> list[exp.AggFunc | exp.Anonymous | exp.Filter]:
+    """The SELECT's and HAVING's aggregate calls, each once; a call with ``FILTER (WHERE ...)`` is
+    the Filter node (its aggregate not a call of its own)."""
+    calls: list[exp.AggFunc | exp.Anonymous | exp.Filter] = []
     seen: set[str] = set()
+    filtered: set[int] = set()  # the aggregates under a FILTER
     roots: list[exp.Expr] = list(select.expressions) + ([having] if having is not None else [])
     for root in roots:
         for node in root.walk():
-            if isinstance(node, exp.Anonymous) and _python_aggregate(node) is not None:
+            if id(node) in filtered:
+                continue
+            if isinstance(node, exp.Window) and isinstance(node.this, exp.AggFunc | exp.Filter):
+                filtered.update(id(n) for n in node.this.walk())  # an OVER aggregation (_over_windows)
+                continue
+            if isinstance(node, exp.Filter):
+                inner = node.this
+                if not isinstance(inner, exp.AggFunc) and not (
+                    isinstance(inner, exp.Anonymous) and _python_aggregate(inner) is not None
+                ):
+                    raise locate.refuse(node, "FILTER (WHERE ...) follows an aggregate call")
+                if isinstance(inner, exp.AggFunc) and type(inner) not in _AGGREGATES:
+                    raise locate.refuse(
+                        inner, f"aggregate {inner.sql_name()} is not supported (COUNT, SUM, MIN, MAX, AVG)"
+                    )
+                for condition_node in node.expression.walk():
+                    if isinstance(condition_node, exp.AggFunc | exp.Filter) or (
+                        isinstance(condition_node, exp.Anonymous) and _python_aggregate(condition_node)
+                    ):
+                        raise locate.refuse(condition_node, "an aggregate in FILTER (WHERE ...)")
+                filtered.add(id(inner))
+                key = normalized(node)
+                if key not in seen:
+                    seen.add(key)
+                    calls.append(node)
+            elif isinstance(node, exp.Anonymous) and _python_aggregate(node) is not None:
                 key = normalized(node)
                 if key not in seen:
                     seen.add(key)
@@ -1056,7 +1143,7 @@ def _aggregate_calls(
 def _plan_aggregate(
     select: exp.Select,
     group: exp.Group | None,
-    calls: list[exp.AggFunc | exp.Anonymous],
+    calls: list[exp.AggFunc | exp.Anonymous | exp.Filter],
     node: Node,
     scope: Scope,
     window: WindowTvf | None,
@@ -1101,42 +1188,28 @@ def _plan_aggregate(
         keys.append(_named(g, name, scope, locate))
         computed[normalized(g)] = name
         columns[name] = scope.columns.get(name) if isinstance(g, exp.Column) else None
+    if window is not None and window.partition and not propagated:
+        grouped = [g for g in group_nodes if g not in window_keys]
+        if sorted(normalized(g) for g in grouped) != sorted(window.partition):
+            raise locate.refuse(
+                group or select,
+                f"a SESSION window aggregation groups by window_start, window_end and exactly its PARTITION BY "
+                f"columns ({', '.join(window.partition)})",
+            )
     aggregates = []
-    for i, call in enumerate(calls):
-        if isinstance(call, exp.Anonymous):
-            if not input_mode.appends:
+    for i, written in enumerate(calls):
+        if not input_mode.appends:
+            if isinstance(written, exp.Filter):
+                raise locate.refuse(written, "FILTER (WHERE ...) over an updating result is not supported")
+            if isinstance(written, exp.Anonymous):
                 raise locate.refuse(
-                    call, f"Python aggregate {call.this} over an updating result (it has no retract) is not supported"
+                    written,
+                    f"Python aggregate {written.this} over an updating result (it has no retract) is not supported",
                 )
-            name = f"$agg{i}"
-            aggregates.append(_python_call(call, name, i, scope, locate))
-            computed[normalized(call)] = name
-            columns[name] = None
-            continue
-        function = _AGGREGATES[type(call)]
-        argument = call.this
-        distinct = isinstance(argument, exp.Distinct)
-        if distinct:
-            assert isinstance(argument, exp.Distinct)
-            if len(argument.expressions) != 1:
-                raise locate.refuse(call, f"{function}(DISTINCT ...) takes one argument")
-            argument = argument.expressions[0]
-        if isinstance(call, exp.Count) and (argument is None or isinstance(argument, exp.Star)):
-            if distinct:
-                raise locate.refuse(call, "COUNT(DISTINCT *) is not supported")
-            named_argument = None
-        else:
-            if argument is None or isinstance(argument, exp.Star):
-                raise locate.refuse(call, f"{function}(*) is not supported")
-            _refuse_nested(argument, locate)
-            for inner in argument.walk():
-                if isinstance(inner, exp.AggFunc):
-                    raise locate.refuse(inner, "an aggregate inside an aggregate")
-            named_argument = _named(argument, f"$arg{i}", scope, locate)
-        name = f"$agg{i}"
-        aggregates.append(AggregateCall(name, function, distinct, named_argument, normalized(call)))
-        computed[normalized(call)] = name
-        columns[name] = BIGINT if function == "COUNT" else None
+        call = _aggregate_call(written, i, scope, locate)
+        aggregates.append(call)
+        computed[normalized(written)] = call.name
+        columns[call.name] = BIGINT if call.function == "COUNT" else None
     if window is not None and not propagated:
         columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     out_scope = Scope(columns, scope.qualifiers, computed)
@@ -1156,6 +1229,133 @@ def _holds_input_key(group_nodes: list[exp.Expr], node: Node) -> bool:
     inner_keys = {k.sql for k in node.input.keys}
     passed = {o.name for o in node.outputs if o.sql in inner_keys}
     return bool(group_nodes) and all(isinstance(g, exp.Column) and g.name in passed for g in group_nodes)
+
+
+def _aggregate_call(
+    written: exp.AggFunc | exp.Anonymous | exp.Filter, i: int, scope: Scope, locate: Locate
+) -> AggregateCall:
+    """One aggregate call (``$agg<i>``), with its ``FILTER (WHERE ...)`` if written with one."""
+    call, condition = written, None
+    if isinstance(written, exp.Filter):
+        call = written.this
+        _refuse_nested(written.expression.this, locate)
+        condition = _named(written.expression.this, f"$filter{i}", scope, locate)
+    if isinstance(call, exp.Anonymous):
+        return replace(_python_call(call, f"$agg{i}", i, scope, locate), condition=condition)
+    assert isinstance(call, exp.AggFunc)
+    function = _AGGREGATES[type(call)]
+    argument = call.this
+    distinct = isinstance(argument, exp.Distinct)
+    if distinct:
+        assert isinstance(argument, exp.Distinct)
+        if len(argument.expressions) != 1:
+            raise locate.refuse(call, f"{function}(DISTINCT ...) takes one argument")
+        argument = argument.expressions[0]
+    if isinstance(call, exp.Count) and (argument is None or isinstance(argument, exp.Star)):
+        if distinct:
+            raise locate.refuse(call, "COUNT(DISTINCT *) is not supported")
+        named_argument = None
+    else:
+        if argument is None or isinstance(argument, exp.Star):
+            raise locate.refuse(call, f"{function}(*) is not supported")
+        _refuse_nested(argument, locate)
+        for inner in argument.walk():
+            if isinstance(inner, exp.AggFunc):
+                raise locate.refuse(inner, "an aggregate inside an aggregate")
+        named_argument = _named(argument, f"$arg{i}", scope, locate)
+    return AggregateCall(f"$agg{i}", function, distinct, named_argument, normalized(written), condition=condition)
+
+
+def _over_windows(select: exp.Select, locate: Locate) -> list[exp.Window]:
+    """The SELECT list's OVER aggregations (``SUM(x) OVER (...)``); one in WHERE or HAVING is refused."""
+    found = [
+        n
+        for projection in select.expressions
+        for n in projection.walk()
+        if isinstance(n, exp.Window) and isinstance(n.this, exp.AggFunc | exp.Filter)
+    ]
+    for key in ("where", "having"):
+        clause = select.args.get(key)
+        for n in clause.walk() if clause is not None else ():
+            if isinstance(n, exp.Window):
+                raise locate.refuse(n, f"an OVER aggregation in {key.upper()}")
+    return found
+
+
+def _frame(window: exp.Window, locate: Locate) -> tuple[Literal["ROWS", "RANGE"], int | None]:
+    """The frame of ``OVER (... ORDER BY ts [ROWS|RANGE BETWEEN p PRECEDING AND CURRENT ROW])``:
+    its kind and how far back (rows or ms; None: UNBOUNDED). No frame is Flink's default, RANGE
+    UNBOUNDED PRECEDING."""
+    spec = window.args.get("spec")
+    if spec is None:
+        return "RANGE", None
+    kind, start, side = spec.args.get("kind"), spec.args.get("start"), spec.args.get("start_side")
+    end, end_side = spec.args.get("end"), spec.args.get("end_side")
+    shape = "ROWS|RANGE BETWEEN ... PRECEDING AND CURRENT ROW"
+    bounded = str(side).upper() == "PRECEDING" and str(end).upper() == "CURRENT ROW" and not end_side
+    if kind not in ("ROWS", "RANGE") or not bounded:
+        raise locate.refuse(window, f"an OVER frame other than {shape}")
+    if isinstance(start, str) and start.upper() == "UNBOUNDED":
+        return kind, None
+    if kind == "ROWS":
+        if not (isinstance(start, exp.Literal) and not start.is_string and start.this.isdigit()):
+            raise locate.refuse(window, "ROWS BETWEEN n PRECEDING takes a whole number n")
+        return "ROWS", int(start.this)
+    ms = interval_ms(start) if isinstance(start, exp.Interval) else None
+    if ms is None or ms < 0:
+        raise locate.refuse(
+            window, "RANGE BETWEEN INTERVAL ... PRECEDING takes an INTERVAL literal (MILLISECOND to DAY)"
+        )
+    return "RANGE", ms
+
+
+def _window_shape(window: exp.Window) -> str:
+    """An OVER clause's text without its aggregate."""
+    bare = window.copy()
+    bare.set("this", exp.Null())
+    return normalized(bare)
+
+
+def _plan_over(
+    windows: list[exp.Window], node: Node, scope: Scope, time_column: str | None, locate: Locate
+) -> tuple[Node, Scope]:
+    """The SELECT's OVER aggregations, all over one window (as Flink requires), as one operator."""
+    first = windows[0]
+    if changelog_of(node) is not None:
+        raise locate.refuse(first, "an OVER aggregation over an updating result (a changelog) is not supported")
+    shape = _window_shape(first)
+    for other in windows[1:]:
+        if _window_shape(other) != shape:
+            raise locate.refuse(other, "OVER aggregations over different windows in one SELECT")
+    if first.alias and not first.args.get("order"):
+        raise locate.refuse(first, "a named WINDOW is not supported (write OVER (...))")
+    order = first.args.get("order")
+    ordered = order.expressions if order is not None else []
+    if len(ordered) != 1 or not isinstance(ordered[0].this, exp.Column) or ordered[0].args.get("desc"):
+        raise locate.refuse(first, "an OVER aggregation takes ORDER BY its input's event time, ascending")
+    if time_column is None or ordered[0].this.name != time_column:
+        raise locate.refuse(
+            ordered[0],
+            f"OVER ... ORDER BY {ordered[0].this.name}: not the input's event time "
+            f"({time_column + ' is' if time_column else 'it has none'})",
+        )
+    frame, preceding = _frame(first, locate)
+    partition = []
+    for i, key in enumerate(first.args.get("partition_by") or []):
+        _refuse_nested(key, locate)
+        partition.append(_named(key, f"$partition{i}", scope, locate))
+    calls, computed = [], dict(scope.computed)
+    columns = dict(scope.columns)
+    for i, window in enumerate(windows):
+        for inner in window.this.walk():
+            if inner is not window.this and isinstance(inner, exp.Window):
+                raise locate.refuse(inner, "an OVER aggregation inside another")
+        call = replace(_aggregate_call(window.this, i, scope, locate), name=f"$over{i}", sql=normalized(window))
+        calls.append(call)
+        computed[normalized(window)] = call.name
+        columns[call.name] = BIGINT if call.function == "COUNT" else None
+    over = OverAggregate(node, tuple(partition), time_column, frame, preceding, tuple(calls))
+    return over, Scope(columns, scope.qualifiers, computed)
 
 
 def _python_call(call: exp.Anonymous, name: str, i: int, scope: Scope, locate: Locate) -> AggregateCall:
@@ -1211,6 +1411,7 @@ def _check_grouped(node: exp.Expr, scope: Scope, locate: Locate) -> None:
 
 __all__ = [
     "Aggregate",
+    "OverAggregate",
     "Catalog",
     "QueryPlan",
     "plan_query",

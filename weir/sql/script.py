@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Final
 
 import sqlglot
 from sqlglot import exp
@@ -82,11 +83,14 @@ class Insert:
 
 @dataclass(frozen=True)
 class CreateFunction:
-    """``CREATE [TEMPORARY [SYSTEM]] FUNCTION [IF NOT EXISTS] name AS 'module.attr' LANGUAGE PYTHON``."""
+    """``CREATE [TEMPORARY [SYSTEM]] FUNCTION [IF NOT EXISTS] name AS 'module.attr' LANGUAGE PYTHON``;
+    ``language`` JAVA (Flink's default, no LANGUAGE) or SCALA: a JVM class, which stands for the Python
+    function given to the job under the same name (``functions=``, ``weir sql --functions``)."""
 
     name: str
     target: str
     position: Position
+    language: str = "PYTHON"
 
 
 @dataclass(frozen=True)
@@ -229,7 +233,9 @@ def _set(text: Text, tokens: list[Token]) -> SetOption:
 
 def _source_text(text: Text, tokens: Sequence[Token]) -> tuple[str, int]:
     """The statement's text and its offset, the TABLE keyword of a table argument (``TUMBLE(TABLE t, ...)``)
-    blanked (same length, so positions hold): sqlglot reads ``TUMBLE(t, ...)``."""
+    blanked (same length, so positions hold): sqlglot reads ``TUMBLE(t, ...)``. A table argument's
+    ``PARTITION BY keys`` (``SESSION(TABLE t PARTITION BY k, ...)``) becomes an argument of its own,
+    ``_PARTITION = keys`` (:data:`PARTITION_MARK`), over the same characters."""
     start, end = tokens[0].start, tokens[-1].end + 1
     chars = list(text.script[start:end])
     for i, token in enumerate(tokens):
@@ -240,7 +246,19 @@ def _source_text(text: Text, tokens: Sequence[Token]) -> tuple[str, int]:
             and tokens[i + 1].token_type is not TokenType.L_PAREN
         ):
             chars[token.start - start : token.end + 1 - start] = " " * (token.end + 1 - token.start)
+        if (
+            token.token_type is TokenType.PARTITION_BY
+            and i >= 3
+            and tokens[i - 2].token_type is TokenType.TABLE
+            and tokens[i - 3].token_type is TokenType.L_PAREN
+        ):
+            mark = f",{PARTITION_MARK}="
+            chars[token.start - start : token.end + 1 - start] = mark.ljust(token.end + 1 - token.start)
     return "".join(chars), start
+
+
+PARTITION_MARK: Final = "_PARTITION"
+"""A table argument's ``PARTITION BY keys`` as sqlglot reads it: the argument ``_PARTITION = keys``."""
 
 
 def parse_expression(text: Text, source: str, offset: int) -> exp.Expr:
@@ -265,7 +283,7 @@ def _parse_error(text: Text, exc: ParseError, offset: int) -> SqlError:
     return SqlError(f"does not parse: {description}", position)
 
 
-_TVFS = ("TUMBLE", "HOP", "CUMULATE")
+_TVFS = ("TUMBLE", "HOP", "CUMULATE", "SESSION")
 
 
 def _create_view(text: Text, tokens: list[Token]) -> CreateView:
@@ -297,10 +315,10 @@ def _create_function(text: Text, tokens: list[Token]) -> CreateFunction:
     if len(rest) < 3 or _word(rest[1]) != "AS" or rest[2].token_type is not TokenType.STRING:
         raise SqlError(f"CREATE FUNCTION takes a name and AS 'module.attr' ({shape})", position)
     language = [_word(t) for t in rest[3:]]
-    if language != ["LANGUAGE", "PYTHON"]:
+    if language not in ([], ["LANGUAGE", "PYTHON"], ["LANGUAGE", "JAVA"], ["LANGUAGE", "SCALA"]):
         at = text.at(rest[3].start) if len(rest) > 3 else position
-        raise SqlError(f"only Python functions are supported: {shape} (Java and Scala classes are not)", at)
-    return CreateFunction(rest[0].text, rest[2].text, position)
+        raise SqlError(f"CREATE FUNCTION ends with LANGUAGE PYTHON | JAVA | SCALA ({shape})", at)
+    return CreateFunction(rest[0].text, rest[2].text, position, language[1] if language else "JAVA")
 
 
 def _refuse_table_functions(text: Text, tokens: list[Token]) -> None:
@@ -311,11 +329,8 @@ def _refuse_table_functions(text: Text, tokens: list[Token]) -> None:
             and tokens[i + 3].token_type is TokenType.L_PAREN
             and _word(tokens[i + 2]) not in _TVFS
         ):
-            session = (
-                " (GROUP BY keys, SESSION(ts, gap), a group window, is)" if _word(tokens[i + 2]) == "SESSION" else ""
-            )
             raise SqlError(
-                f"table function {tokens[i + 2].text} is not supported ({', '.join(_TVFS)} are){session}",
+                f"table function {tokens[i + 2].text} is not supported ({', '.join(_TVFS)} are)",
                 text.at(tokens[i + 2].start),
             )
 

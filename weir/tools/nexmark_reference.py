@@ -13,10 +13,13 @@ Windows are aligned to the epoch, as Flink's TUMBLE and HOP: ``[start, start + s
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, Final
 
 from weir.nexmark import Auction, Bid, Event, Person
+from weir.tools.nexmark_functions import count_char
 
 Row = dict[str, Any]
 
@@ -222,6 +225,185 @@ def q11(events: Sequence[Event], gap_ms: int = 10_000) -> list[Row]:
     return out
 
 
+def day_of(ms: int) -> str:
+    """``DATE_FORMAT(dateTime, 'yyyy-MM-dd')`` (UTC)."""
+    return time.strftime("%Y-%m-%d", time.gmtime(ms // 1000))
+
+
+def minute_of(ms: int) -> str:
+    """``DATE_FORMAT(dateTime, 'HH:mm')`` (UTC)."""
+    return time.strftime("%H:%M", time.gmtime(ms // 1000))
+
+
+def q14(events: Sequence[Event]) -> list[Row]:
+    """Calculation: the bids whose price in euros (``0.908 * price``, exact) is above 1,000,000 and
+    below 50,000,000, with the hour of their time as ``bidTimeType`` (8-18 ``dayTime``, up to 6 or
+    from 20 ``nightTime``, else ``otherTime``) and ``c_counts``, the ``c`` in ``extra``."""
+    out: list[Row] = []
+    for b in bids(events):
+        if not 1_000_000_000 < b.price * 908 < 50_000_000_000:  # 0.908 * price in thousandths
+            continue
+        hour = b.date_time // 3_600_000 % 24
+        kind = "dayTime" if 8 <= hour <= 18 else "nightTime" if hour <= 6 or hour >= 20 else "otherTime"
+        out.append(
+            {
+                "auction": b.auction,
+                "bidder": b.bidder,
+                "price": euros(b.price),
+                "bidTimeType": kind,
+                "dateTime": b.date_time,
+                "extra": b.extra,
+                "c_counts": count_char(b.extra, "c"),
+            }
+        )
+    return out
+
+
+RANKS: Final = ((None, None), (None, 10_000), (10_000, 1_000_000), (1_000_000, None))
+"""q15-q17's price ranks: all bids, then ``price < 10000``, ``10000 <= price < 1000000``, ``price >= 1000000``."""
+
+
+def _in_rank(price: int, rank: tuple[int | None, int | None]) -> bool:
+    low, high = rank
+    return (low is None or price >= low) and (high is None or price < high)
+
+
+def _rank_statistics(group: Sequence[Bid], *, distinct: bool) -> Row:
+    """``total_bids, rank1_bids, ...`` (and, ``distinct``, the distinct bidders and auctions) of a group."""
+    names = ("total", "rank1", "rank2", "rank3")
+    row: Row = {f"{n}_bids": sum(1 for b in group if _in_rank(b.price, r)) for n, r in zip(names, RANKS, strict=True)}
+    if distinct:
+        for what in ("bidder", "auction"):
+            for n, r in zip(names, RANKS, strict=True):
+                row[f"{n}_{what}s"] = len({getattr(b, what) for b in group if _in_rank(b.price, r)})
+    return row
+
+
+def _grouped(events: Sequence[Event], key: Callable[[Bid], tuple[Any, ...]]) -> dict[tuple[Any, ...], list[Bid]]:
+    groups: dict[tuple[Any, ...], list[Bid]] = collections.defaultdict(list)
+    for b in bids(events):
+        groups[key(b)].append(b)
+    return groups
+
+
+def q15(events: Sequence[Event]) -> list[Row]:
+    """Bidding statistics per day: the bids, distinct bidders and distinct auctions, in all and per
+    price rank (:data:`RANKS`). An updating result: this is its final table, one row per day."""
+    return [
+        {"day": day, **_rank_statistics(group, distinct=True)}
+        for (day,), group in sorted(_grouped(events, lambda b: (day_of(b.date_time),)).items())
+    ]
+
+
+def q16(events: Sequence[Event]) -> list[Row]:
+    """Channel statistics per channel and day: q15's figures and ``minute``, the latest ``HH:mm`` of
+    the group's bids (a string maximum). The final table, one row per channel and day."""
+    return [
+        {
+            "channel": channel,
+            "day": day,
+            "minute": max(minute_of(b.date_time) for b in group),
+            **_rank_statistics(group, distinct=True),
+        }
+        for (channel, day), group in sorted(_grouped(events, lambda b: (b.channel, day_of(b.date_time))).items())
+    ]
+
+
+def q17(events: Sequence[Event]) -> list[Row]:
+    """Auction statistics per auction and day: the bids in all and per price rank, and the minimum,
+    maximum, average (of BIGINTs: truncated, as Flink's AVG) and sum of their prices. The final
+    table, one row per auction and day."""
+    out: list[Row] = []
+    for (auction, day), group in sorted(_grouped(events, lambda b: (b.auction, day_of(b.date_time))).items()):
+        prices = [b.price for b in group]
+        out.append(
+            {
+                "auction": auction,
+                "day": day,
+                **_rank_statistics(group, distinct=False),
+                "min_price": min(prices),
+                "max_price": max(prices),
+                "avg_price": sum(prices) // len(prices),  # prices > 0
+                "sum_price": sum(prices),
+            }
+        )
+    return out
+
+
+Q21_CHANNELS: Final = {"apple": "0", "google": "1", "facebook": "2", "baidu": "3"}
+_CHANNEL_ID: Final = re.compile("(&|^)channel_id=([^&]*)")
+
+
+def q21(events: Sequence[Event]) -> list[Row]:
+    """Add channel id: the bids of the four named channels (``channel_id`` their number) and those
+    whose URL has a ``channel_id=`` parameter (its value): ``auction, bidder, price, channel,
+    channel_id``."""
+    out: list[Row] = []
+    for b in bids(events):
+        found = _CHANNEL_ID.search(b.url)
+        named = Q21_CHANNELS.get(b.channel.lower())
+        if named is None and found is None:
+            continue
+        channel_id = named if named is not None else found.group(2) if found is not None else None
+        out.append(
+            {"auction": b.auction, "bidder": b.bidder, "price": b.price, "channel": b.channel, "channel_id": channel_id}
+        )
+    return out
+
+
+def q22(events: Sequence[Event]) -> list[Row]:
+    """URL directories: every bid with the 4th, 5th and 6th pieces of its URL split at ``/`` (empty
+    pieces count; NULL past the end): ``auction, bidder, price, channel, dir1, dir2, dir3``."""
+    out: list[Row] = []
+    for b in bids(events):
+        pieces = b.url.split("/")
+        dirs = [pieces[i] if i < len(pieces) else None for i in (3, 4, 5)]
+        out.append(
+            {
+                "auction": b.auction,
+                "bidder": b.bidder,
+                "price": b.price,
+                "channel": b.channel,
+                "dir1": dirs[0],
+                "dir2": dirs[1],
+                "dir3": dirs[2],
+            }
+        )
+    return out
+
+
+Q20_CATEGORY: Final = 10
+
+
+def q20(events: Sequence[Event]) -> list[Row]:
+    """Expand bid with auction: every bid joined with its auction when the auction is of category 10
+    (an inner join over the whole stream: an auction after its bids joins too), the bid's and the
+    auction's columns (``bid_dateTime``, ``bid_extra``, ``auction_dateTime``, ``auction_extra``)."""
+    auctions = {e.id: e for e in events if type(e) is Auction and e.category == Q20_CATEGORY}
+    return [
+        {
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "channel": b.channel,
+            "url": b.url,
+            "bid_dateTime": b.date_time,
+            "bid_extra": b.extra,
+            "itemName": a.item_name,
+            "description": a.description,
+            "initialBid": a.initial_bid,
+            "reserve": a.reserve,
+            "auction_dateTime": a.date_time,
+            "expires": a.expires,
+            "seller": a.seller,
+            "category": a.category,
+            "auction_extra": a.extra,
+        }
+        for b in bids(events)
+        if (a := auctions.get(b.auction)) is not None
+    ]
+
+
 QUERIES = {
     "q0": q0,
     "q1": q1,
@@ -232,6 +414,13 @@ QUERIES = {
     "q7": q7,
     "q8": q8,
     "q11": q11,
+    "q14": q14,
+    "q15": q15,
+    "q16": q16,
+    "q17": q17,
     "q18": q18,
     "q19": q19,
+    "q20": q20,
+    "q21": q21,
+    "q22": q22,
 }

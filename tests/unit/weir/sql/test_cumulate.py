@@ -106,7 +106,7 @@ OUT = "CREATE TABLE out (u STRING, n BIGINT) WITH ('connector' = 'kafka', 'topic
         ("CUMULATE(TABLE orders, DESCRIPTOR(ts), INTERVAL '3' SECOND, INTERVAL '10' SECOND)", "CUMULATE's size"),
         ("CUMULATE(TABLE orders, DESCRIPTOR(ts), INTERVAL '10' SECOND)", "CUMULATE takes (TABLE t, DESCRIPTOR"),
         ("CUMULATE(TABLE orders, DESCRIPTOR(id), INTERVAL '1' SECOND, INTERVAL '10' SECOND)", "not its event time"),
-        ("SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '10' SECOND)", "table function SESSION is not supported"),
+        ("SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '10' SECOND)", "SESSION takes (TABLE t PARTITION BY keys"),
     ],
 )
 def test_refused_cumulate(tvf: str, message: str) -> None:

@@ -147,7 +147,7 @@ OUT = "CREATE TABLE out (u STRING, n BIGINT) WITH ('connector' = 'kafka', 'topic
             "INSERT INTO out SELECT u, COUNT(*) FROM orders GROUP BY u, spread(qty, TRUE);",
             "aggregate function SPREAD is not allowed",
         ),
-        ("CREATE FUNCTION f AS 'my.Fn' LANGUAGE JAVA;", "only Python functions are supported"),
+        ("CREATE FUNCTION f AS 'my.Fn' LANGUAGE JAVA;", "JAVA classes do not run on Weir"),
         ("CREATE FUNCTION f AS 'weir_no_such_module.f' LANGUAGE PYTHON;", "cannot import weir_no_such_module"),
         ("CREATE FUNCTION f AS 'json.no_such' LANGUAGE PYTHON;", "module json has no no_such"),
         ("CREATE FUNCTION tag AS 'json.dumps' LANGUAGE PYTHON;", "function tag is created twice"),

@@ -126,7 +126,7 @@ def test_explain_prints_each_operator_with_its_uid() -> None:
 REFUSED = [
     # (script, the line's expected text, line:column)
     ("DROP TABLE orders;", "statement DROP is not supported", "1:1"),
-    ("CREATE FUNCTION f AS 'my.Fn';", "only Python functions are supported", "1:1"),
+    ("CREATE FUNCTION f AS 'my.Fn';", "JAVA classes do not run on Weir", "1:1"),
     (
         "CREATE VIEW v AS SELECT id FROM orders GROUP BY id;\nINSERT INTO out SELECT id, 'x' FROM v;",
         "view v: GROUP BY",
@@ -277,7 +277,7 @@ REFUSED = [
         "INSERT INTO out SELECT window_start, `user`\n"
         "FROM TABLE(SESSION(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))\n"
         "GROUP BY window_start, window_end, `user`;",
-        "table function SESSION is not supported",
+        "SESSION takes (TABLE t PARTITION BY keys, DESCRIPTOR(time column), gap)",
         "23:12",
     ),
     (
