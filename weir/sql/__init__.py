@@ -22,7 +22,7 @@ from sqlglot import exp
 
 from weir.api import DataStream, Environment
 from weir.sql.catalog import Table
-from weir.sql.compile import Operator, compile_insert, compile_query, source_uid, statement_digest
+from weir.sql.compile import Operator, RowDecoder, compile_insert, compile_query, source_uid, statement_digest
 from weir.sql.errors import Position, SqlError
 from weir.sql.functions import registered, registry, resolve
 from weir.sql.plan import Catalog, InsertPlan, plan_insert, plan_query
@@ -181,6 +181,7 @@ class SqlJob:
         self.env, self.text = env, text
         self.script = plan_script(text, functions)
         self.sources: dict[str, DataStream] = {}
+        self.decoders: dict[str, RowDecoder] = {}  # the sources' decoders: a later statement widens their columns
         for statement in self.script.inserts:
             compile_insert(
                 env,
@@ -190,6 +191,7 @@ class SqlJob:
                 self.sources,
                 statement.state_ttl_ms,
                 statement.columnar,
+                self.decoders,
             )
 
     def query(self, select: str) -> DataStream:
@@ -204,7 +206,7 @@ class SqlJob:
         with registered(self.script.functions):
             plan = plan_query(parsed, 0, catalog, select)
         prefix = f"sql-{statement_digest(parsed.sql(dialect='spark'))}"
-        return compile_query(self.env, plan.node, prefix, select, self.sources)
+        return compile_query(self.env, plan.node, prefix, select, self.sources, self.decoders)
 
 
 def sql(env: Environment, text: str, functions: Mapping[str, Any] | None = None) -> SqlJob:

@@ -49,6 +49,7 @@ from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
 from weir.sql.changelog import Change, RowKind
+from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.plan import (
@@ -71,7 +72,7 @@ from weir.sql.plan import (
 from weir.sql.ranking import RankedRows
 from weir.sql.retract import ChangelogAggregate, RetractingAccumulators
 from weir.sql.retract import average as _average
-from weir.sql.types import Kind, coerce, to_json
+from weir.sql.types import Kind, to_json
 
 
 @dataclass(frozen=True)
@@ -90,8 +91,19 @@ def statement_digest(normalized: str) -> str:
 class _Uids:
     """The uids of a statement's operators (and what it compiles with: the tables' sources, the state TTL)."""
 
-    def __init__(self, prefix: str, out: list[Operator], sources: dict[str, DataStream], state_ttl_ms: int = 0) -> None:
+    def __init__(
+        self,
+        prefix: str,
+        out: list[Operator],
+        sources: dict[str, DataStream],
+        state_ttl_ms: int = 0,
+        *,
+        plan: object = None,
+        decoders: dict[str, RowDecoder] | None = None,
+    ) -> None:
         self.prefix, self.n, self.out, self.sources = prefix, 0, out, sources
+        self.reads = reads(plan)  # column pruning: the names each table is read by (None: all)
+        self.decoders = {} if decoders is None else decoders  # the job's sources' decoders, by table
         self.ttl = StateTtlConfig(state_ttl_ms) if state_ttl_ms > 0 else None
         self.columnar = False  # SET 'weir.columnar' = 'true': window aggregates on batches where they can
 
@@ -121,13 +133,15 @@ def compile_insert(
     sources: dict[str, DataStream] | None = None,
     state_ttl_ms: int = 0,
     columnar: bool = False,
+    decoders: dict[str, RowDecoder] | None = None,
 ) -> list[Operator]:
     """Add the statement's operators to ``env`` (None: only name them, for EXPLAIN); answer them.
     ``sources``: the tables already read in this job, by name (one source each). ``state_ttl_ms``
     (SET 'table.exec.state.ttl'): the TTL of a regular join's and a GROUP BY without a window's state.
-    ``columnar`` (SET 'weir.columnar' = 'true'): a scan -> filter/projection chain runs on Arrow batches."""
+    ``columnar`` (SET 'weir.columnar' = 'true'): a scan -> filter/projection chain runs on Arrow batches.
+    ``decoders``: the decoders of ``sources`` (a statement reading a source widens its columns)."""
     operators: list[Operator] = []
-    uids = _Uids(prefix, operators, {} if sources is None else sources, state_ttl_ms)
+    uids = _Uids(prefix, operators, {} if sources is None else sources, state_ttl_ms, plan=plan, decoders=decoders)
     stream = _columnar(env, plan, uids, script) if columnar else _node(env, plan.sink.input, uids, script)
     _sink(env, stream, plan.sink, uids)
     return operators
@@ -171,10 +185,15 @@ def _columnar(env: Environment | None, plan: InsertPlan, uids: _Uids, script: st
 
 
 def compile_query(
-    env: Environment, node: Node, prefix: str, script: str, sources: dict[str, DataStream] | None = None
+    env: Environment,
+    node: Node,
+    prefix: str,
+    script: str,
+    sources: dict[str, DataStream] | None = None,
+    decoders: dict[str, RowDecoder] | None = None,
 ) -> DataStream:
     """A query's rows as a stream of dicts (column name -> value) in ``env``'s job."""
-    uids = _Uids(prefix, [], {} if sources is None else sources)
+    uids = _Uids(prefix, [], {} if sources is None else sources, plan=node, decoders=decoders)
     stream = _node(env, node, uids, script)
     assert stream is not None
     return stream
@@ -184,12 +203,17 @@ def compile_query(
 
 
 class RowDecoder:
-    """A table's JSON value as its row: each physical column as its type (a missing field is NULL),
-    then the computed columns. A value that is not a JSON object or a field of the wrong type raises
-    (the source's dead letters or job failure, as for any deserializer)."""
+    """A table's JSON value as its row: each physical column the job reads as its type (a missing
+    field is NULL), then the computed columns; an unread column is NULL in the row (no expression the
+    job evaluates reads it), but a value of the wrong type in it raises all the same
+    (weir.sql.decode). A value that is not a JSON object or a field of the wrong type raises (the
+    source's dead letters or job failure, as for any deserializer). ``read``: the physical columns to
+    decode (None: all); :meth:`read_also` widens it while the job is built (a later statement reading
+    the same source)."""
 
-    def __init__(self, table: Table, script: str) -> None:
-        self.columns = tuple((c.name, c.type.kind) for c in table.columns)
+    def __init__(self, table: Table, script: str, read: frozenset[str] | None = None) -> None:
+        self.table = table
+        self.kinds = tuple((c.name, c.type.kind) for c in table.columns)
         scope = Scope({c.name: c.type for c in table.columns}, frozenset({table.name}), {})
         locate = Locate(script, 0)
         computed = []
@@ -197,12 +221,34 @@ class RowDecoder:
             computed.append((c.name, compile_expression(c.expression, scope, locate)))
             scope = Scope({**scope.columns, c.name: None}, scope.qualifiers, {})
         self.computed = tuple(computed)
+        self.read = frozenset(name for name, _ in self.kinds) if read is None else read
+        self._precompute()
+
+    def read_also(self, read: frozenset[str]) -> None:
+        self.read = self.read | read
+        self._precompute()
+
+    def _precompute(self) -> None:
+        self.columns = tuple((name, coercer(kind)) for name, kind in self.kinds if name in self.read)
+        self.checked = checked(self.kinds, self.read)
+        self.template = {name: None for name, _ in self.kinds}  # an unread column is NULL in the row
+
+    @property
+    def pruned(self) -> tuple[str, ...]:
+        """The physical columns not decoded, in the table's order."""
+        return tuple(name for name, _ in self.kinds if name not in self.read)
 
     def row(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        out = {}
-        for name, kind in self.columns:
+        out: dict[str, Any] = self.template.copy()
+        get = record.get
+        for name, convert in self.columns:
             try:
-                out[name] = coerce(record.get(name), kind)
+                out[name] = convert(get(name))
+            except ValueError as exc:
+                raise ValueError(f"column {name}: {exc}") from None
+        for name, convert in self.checked:
+            try:
+                convert(get(name))
             except ValueError as exc:
                 raise ValueError(f"column {name}: {exc}") from None
         for name, evaluate in self.computed:
@@ -262,26 +308,41 @@ def _starting_offsets(mode: str) -> StartingOffsets:
 
 
 def _scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> DataStream | None:
+    read = read_columns(scan.table, uids.reads)
     if scan.table.name in uids.sources:
-        uids.source(scan.table.name, "(read once in the job)")
+        decoder = uids.decoders.get(scan.table.name)
+        if decoder is None:
+            read = frozenset(c.name for c in scan.table.columns)
+        else:
+            decoder.read_also(read)
+        uids.source(scan.table.name, f"(read once in the job){_decoded(scan.table, read)}")
         return uids.sources[scan.table.name]
-    stream = _new_scan(env, scan, uids, script)
+    stream = _new_scan(env, scan, uids, script, read)
     if stream is not None:
         uids.sources[scan.table.name] = stream
     return stream
 
 
-def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> DataStream | None:
+def _decoded(table: Table, read: frozenset[str]) -> str:
+    """EXPLAIN's words for a source's column pruning: the physical columns it decodes."""
+    if len(read) == len(table.columns):
+        return ""
+    return "; decodes " + ", ".join(c.name for c in table.columns if c.name in read)
+
+
+def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, read: frozenset[str]) -> DataStream | None:
     table = scan.table
     connector = table.connector
-    decoder = RowDecoder(table, script)
+    decoder = RowDecoder(table, script, read)
+    uids.decoders[table.name] = decoder
+    decoded = _decoded(table, read)
     timestamp = _event_time(table.watermark.column) if table.watermark else None
     delay = table.watermark.delay_ms if table.watermark else 0
     match connector:
         case KafkaTable():
             if connector.upsert:
                 raise SqlError(f"table {table.name}: reading an 'upsert-kafka' table is not supported (writing it is)")
-            uid = uids.source(table.name, f"kafka topic {connector.topic} ({table.name})")
+            uid = uids.source(table.name, f"kafka topic {connector.topic} ({table.name}{decoded})")
             if env is None:
                 return None
             return env.from_kafka(
@@ -298,7 +359,7 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> 
                 name=f"sql source {table.name}",
             )
         case NexmarkTable():
-            uid = uids.source(table.name, f"nexmark generator ({table.name})")
+            uid = uids.source(table.name, f"nexmark generator ({table.name}{decoded})")
             if env is None:
                 return None
             config = nexmark.NexmarkConfig(events_per_second=connector.events_per_second, seed=connector.seed)
@@ -311,7 +372,7 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> 
                 name=f"sql source {table.name}",
             )
         case DatagenTable():
-            uid = uids.source(table.name, f"datagen ({table.name})")
+            uid = uids.source(table.name, f"datagen ({table.name}{decoded})")
             if env is None:
                 return None
             generate = Datagen(table, connector)
