@@ -131,7 +131,10 @@ def read_columns(table: Table, reading: dict[str, frozenset[str]] | None) -> fro
         needed.update(c.name for c in computed.expression.find_all(exp.Column))
     if table.watermark is not None:
         needed.add(table.watermark.column)
-    return physical & frozenset(needed)
+    # the plan's expressions spell unquoted identifiers in lower case (``itemname`` for ``itemName``):
+    # a column is read when its name matches one of them in any case
+    folded = {n.casefold() for n in needed}
+    return frozenset(c for c in physical if c.casefold() in folded)
 
 
 def coercer(kind: Kind) -> Coercer:

@@ -86,7 +86,10 @@ def pruned_decoder(text: str) -> RowDecoder:
     return decoders["events"]
 
 
-@pytest.mark.parametrize("query", ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q11-tumble"])
+@pytest.mark.parametrize(
+    "query",
+    ["q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q11-tumble", "q15", "q16", "q17", "q20", "q21", "q22"],
+)
 def test_pruned_source_gives_the_full_decodings_records(
     tmp_path: Path, weir_job: RunJob, monkeypatch: pytest.MonkeyPatch, query: str
 ) -> None:
