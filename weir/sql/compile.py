@@ -47,7 +47,8 @@ from weir.api.connector import WithoutOnError
 from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
-from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
+from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PostgresCdcTable, PrintTable, Table
+from weir.sql.cdc import CdcChanges
 from weir.sql.changelog import Change, RowKind
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
@@ -324,6 +325,20 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> 
                 records_per_second=connector.rows_per_second,
                 name=f"sql source {table.name}",
             )
+        case PostgresCdcTable():
+            qualified = f"{connector.schema_name}.{connector.table_name}"
+            uid = uids.source(table.name, f"postgres-cdc {qualified} slot {connector.slot_name} ({table.name})")
+            changes_uid = uids.next("changes", f"the changes of {qualified} as +I/-U/+U/-D")
+            if env is None:
+                return None
+            events = env.from_postgres_cdc(
+                [qualified],
+                uid=uid,
+                slot_name=connector.slot_name,
+                chunk_size=connector.chunk_size,
+                name=f"sql source {table.name}",
+            )
+            return events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid)
         case JdbcTable() | PrintTable():
             raise SqlError(f"table {table.name}: its connector is a sink; it cannot be read")
         case _:
@@ -967,7 +982,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             if env is None or stream is None:
                 return
             stream.sink_to(PrintSink(prefix=connector.prefix), uid=uid)
-        case DatagenTable() | NexmarkTable():
+        case DatagenTable() | NexmarkTable() | PostgresCdcTable():
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
         case _:
             assert_never(connector)
@@ -1005,7 +1020,7 @@ def _changelog_sink(
                 key_columns=table.primary_key,
                 row=_written(table, encoder),
             )
-        case PrintTable() | DatagenTable() | NexmarkTable():
+        case PrintTable() | DatagenTable() | NexmarkTable() | PostgresCdcTable():
             raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)
