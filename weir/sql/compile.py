@@ -338,7 +338,9 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> 
                 chunk_size=connector.chunk_size,
                 name=f"sql source {table.name}",
             )
-            return events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid)
+            # one reader: its changes in commit order, then each key's changes to one subtask, in order
+            changes = events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid, parallelism=1)
+            return changes.key_by(_change_key(table))
         case JdbcTable() | PrintTable():
             raise SqlError(f"table {table.name}: its connector is a sink; it cannot be read")
         case _:
@@ -1024,6 +1026,13 @@ def _changelog_sink(
             raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)
+
+
+def _change_key(table: Table) -> Callable[[Change], tuple[Any, ...]]:
+    def key(change: Change) -> tuple[Any, ...]:
+        return tuple(change.row[k] for k in table.primary_key)
+
+    return key
 
 
 def _key_values(table: Table) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
