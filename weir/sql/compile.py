@@ -328,7 +328,8 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str) -> 
         case PostgresCdcTable():
             qualified = f"{connector.schema_name}.{connector.table_name}"
             uid = uids.source(table.name, f"postgres-cdc {qualified} slot {connector.slot_name} ({table.name})")
-            changes_uid = uids.next("changes", f"the changes of {qualified} as +I/-U/+U/-D")
+            changes_uid = f"{uid}-changes"  # the table's, as its source's: the same whichever statement reads it
+            uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as +I/-U/+U/-D"))
             if env is None:
                 return None
             events = env.from_postgres_cdc(
