@@ -85,7 +85,18 @@ class PrintTable:
     prefix: str
 
 
-Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable
+@dataclass(frozen=True)
+class PostgresCdcTable:
+    """``'connector' = 'postgres-cdc'`` (Flink CDC's): the snapshot and then every change of one
+    PostgreSQL table, as a changelog (``weir.sql.cdc``), from the job's PostgreSQL."""
+
+    schema_name: str
+    table_name: str
+    slot_name: str
+    chunk_size: int
+
+
+Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable
 
 
 @dataclass(frozen=True)
@@ -106,7 +117,7 @@ class Table:
         return next((c for c in self.columns if c.name == name), None)
 
 
-SOURCE_CONNECTORS: Final = ("kafka", "datagen", "nexmark")
+SOURCE_CONNECTORS: Final = ("kafka", "datagen", "nexmark", "postgres-cdc")
 SINK_CONNECTORS: Final = ("kafka", "upsert-kafka", "jdbc", "print")
 
 _IGNORED: Final = ("properties.bootstrap.servers", "sink.transactional-id-prefix", "value.format", "key.format")
@@ -231,11 +242,27 @@ def connector_of(
             connector = NexmarkTable(events=events or None, events_per_second=events_per_second, seed=seed)
         case "print":
             connector = PrintTable(prefix=opts.get("print-identifier", "") or "")
+        case "postgres-cdc":
+            for key in ("hostname", "port", "username", "password", "database-name"):
+                opts.get(key)  # the job's PostgreSQL (WEIR_POSTGRES_DSN) is the one read
+            opts.one_of("decoding.plugin.name", "pgoutput", ("pgoutput",))
+            opts.one_of("changelog-mode", "all", ("all",))
+            opts.one_of("scan.startup.mode", "initial", ("initial",))
+            opts.one_of("scan.incremental.snapshot.enabled", "true", ("true",))
+            chunk_size = opts.integer("scan.incremental.snapshot.chunk.size", 8096)
+            assert chunk_size is not None
+            connector = PostgresCdcTable(
+                schema_name=opts.get("schema-name", "public") or "public",
+                table_name=opts.need("table-name"),
+                slot_name=opts.need("slot.name"),
+                chunk_size=chunk_size,
+            )
         case None:
             raise opts.refuse("the 'connector' option is required")
         case _:
             raise opts.refuse(
-                f"'connector' = '{name}' is not supported (one of: kafka, upsert-kafka, jdbc, datagen, nexmark, print)",
+                f"'connector' = '{name}' is not supported (one of: kafka, upsert-kafka, jdbc, datagen, nexmark, print, "
+                "postgres-cdc)",
                 "connector",
             )
     opts.check_all_used()
@@ -263,6 +290,16 @@ def check_table(table: Table, position: Position) -> None:
             raise SqlError(f"table {table.name}: PRIMARY KEY ({key}): no such column", position)
     if isinstance(table.connector, KafkaTable) and table.connector.upsert and not table.primary_key:
         raise SqlError(f"table {table.name}: 'upsert-kafka' needs a PRIMARY KEY (...) NOT ENFORCED", position)
+    if isinstance(table.connector, PostgresCdcTable) and table.watermark is not None:
+        raise SqlError(f"table {table.name}: a 'postgres-cdc' table has no event time (WATERMARK) yet", position)
+    if isinstance(table.connector, PostgresCdcTable) and table.computed:
+        raise SqlError(f"table {table.name}: a 'postgres-cdc' table with computed columns is not supported", position)
+    if isinstance(table.connector, PostgresCdcTable) and not table.primary_key:
+        raise SqlError(
+            f"table {table.name}: a 'postgres-cdc' table is a changelog by its PRIMARY KEY (...) NOT ENFORCED "
+            "(the PostgreSQL table's); declare one",
+            position,
+        )
     if isinstance(table.connector, JdbcTable) and not table.primary_key:
         raise SqlError(
             f"table {table.name}: a 'jdbc' sink upserts by its PRIMARY KEY (...) NOT ENFORCED; declare one", position
@@ -277,6 +314,7 @@ __all__ = [
     "JdbcTable",
     "KafkaTable",
     "NexmarkTable",
+    "PostgresCdcTable",
     "PrintTable",
     "Table",
     "Watermark",

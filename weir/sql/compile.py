@@ -47,7 +47,8 @@ from weir.api.connector import WithoutOnError
 from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
-from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PrintTable, Table
+from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PostgresCdcTable, PrintTable, Table
+from weir.sql.cdc import CdcChanges
 from weir.sql.changelog import Change, RowKind
 from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
@@ -385,6 +386,23 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
                 records_per_second=connector.rows_per_second,
                 name=f"sql source {table.name}",
             )
+        case PostgresCdcTable():
+            qualified = f"{connector.schema_name}.{connector.table_name}"
+            uid = uids.source(table.name, f"postgres-cdc {qualified} slot {connector.slot_name} ({table.name})")
+            changes_uid = f"{uid}-changes"  # the table's, as its source's: the same whichever statement reads it
+            uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as +I/-U/+U/-D"))
+            if env is None:
+                return None
+            events = env.from_postgres_cdc(
+                [qualified],
+                uid=uid,
+                slot_name=connector.slot_name,
+                chunk_size=connector.chunk_size,
+                name=f"sql source {table.name}",
+            )
+            # one reader: its changes in commit order, then each key's changes to one subtask, in order
+            changes = events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid, parallelism=1)
+            return changes.key_by(_change_key(table))
         case JdbcTable() | PrintTable():
             raise SqlError(f"table {table.name}: its connector is a sink; it cannot be read")
         case _:
@@ -1028,7 +1046,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             if env is None or stream is None:
                 return
             stream.sink_to(PrintSink(prefix=connector.prefix), uid=uid)
-        case DatagenTable() | NexmarkTable():
+        case DatagenTable() | NexmarkTable() | PostgresCdcTable():
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
         case _:
             assert_never(connector)
@@ -1066,10 +1084,17 @@ def _changelog_sink(
                 key_columns=table.primary_key,
                 row=_written(table, encoder),
             )
-        case PrintTable() | DatagenTable() | NexmarkTable():
+        case PrintTable() | DatagenTable() | NexmarkTable() | PostgresCdcTable():
             raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)
+
+
+def _change_key(table: Table) -> Callable[[Change], tuple[Any, ...]]:
+    def key(change: Change) -> tuple[Any, ...]:
+        return tuple(change.row[k] for k in table.primary_key)
+
+    return key
 
 
 def _key_values(table: Table) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:

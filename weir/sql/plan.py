@@ -15,7 +15,8 @@ from sqlglot import exp
 
 from weir.sql import functions
 from weir.sql.catalog import JdbcTable, KafkaTable, Table
-from weir.sql.changelog import APPEND, RETRACT, ChangelogMode, aggregation_mode
+from weir.sql.cdc import is_cdc_scan, projection_refusal
+from weir.sql.changelog import APPEND, RETRACT, WITH_DELETES, ChangelogMode, aggregation_mode
 from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
 from weir.sql.script import PARTITION_MARK, CreateView, Insert
@@ -194,7 +195,9 @@ def changelog_of(node: Node) -> ChangelogMode | None:
     """The changelog a node's output is (its elements ``weir.sql.changelog.Change`` values), or None
     for plain rows: an append result, or a GROUP BY's updated rows written straight to an upsert sink."""
     match node:
-        case Scan() | WindowTvf() | Join() | OverAggregate():
+        case Scan():  # a 'postgres-cdc' table is the changelog of its PostgreSQL table (weir.sql.cdc)
+            return WITH_DELETES if is_cdc_scan(node.table) else None
+        case WindowTvf() | Join() | OverAggregate():
             return None
         case TopN():
             return None if node.slide_ms is not None else RETRACT
@@ -300,6 +303,10 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
         )
     if updating:
         _check_upsert_sink(sink_table, node, outputs, locate, query)
+    elif isinstance(node, Project) and isinstance(node.input, Scan) and _cdc_scan(node.input):
+        refusal = projection_refusal(node.input.table, sink_table, query)
+        if refusal is not None:
+            raise locate.refuse(*refusal)
     elif isinstance(node.input, TopN) and node.input.slide_ms is None:
         _check_ranked_sink(sink_table, node.input, outputs, locate, query)
     mode = changelog_of(node)
@@ -444,9 +451,11 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's
         if condition is not None:
             raise locate.refuse(
-                condition, "WHERE over an updating result (a changelog: of a GROUP BY or a Top-N) is not supported"
+                condition,
+                "WHERE over an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' table) "
+                "is not supported",
             )
-        if group is None and not calls and not isinstance(node, TopN):
+        if group is None and not calls and not isinstance(node, TopN) and not _cdc_scan(node):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
             )
@@ -1219,6 +1228,11 @@ def _plan_aggregate(
     holds_input_key = not input_mode.appends and _holds_input_key(group_nodes, node)
     aggregate = Aggregate(node, tuple(keys), tuple(aggregates), window, input_mode, holds_input_key=holds_input_key)
     return aggregate, out_scope, window is None
+
+
+def _cdc_scan(node: Node) -> bool:
+    """A scan of a 'postgres-cdc' table: its changelog's rows are whole rows of the PostgreSQL table."""
+    return isinstance(node, Scan) and is_cdc_scan(node.table)
 
 
 def _holds_input_key(group_nodes: list[exp.Expr], node: Node) -> bool:

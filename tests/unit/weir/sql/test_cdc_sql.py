@@ -1,0 +1,191 @@
+"""A ``'connector' = 'postgres-cdc'`` table in SQL (weir.sql.cdc): its options, the changelog each
+change event gives, what the planner refuses (one line, line:col), and a history's changelog applied by key as the
+'jdbc' sink does, which must leave the source's final table as a multiset of whole rows. The jobs,
+on the cluster against the real PostgreSQL with a TaskManager killed:
+tests/integration/sql/test_postgres_cdc_sql.py."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from tests.unit.weir.sql.test_retract import final_table
+from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
+from weir.core.cdc import ChangeEvent, ChangeOp
+from weir.sql import plan_script
+from weir.sql.catalog import PostgresCdcTable
+from weir.sql.cdc import CdcChanges
+from weir.sql.changelog import Change, RowKind
+from weir.sql.errors import SqlError
+
+CDC = """CREATE TABLE accounts (id BIGINT, owner STRING, balance BIGINT, PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('connector' = 'postgres-cdc', 'hostname' = '127.0.0.1', 'port' = '15432', 'username' = 'weir',
+        'password' = 'weir', 'database-name' = 'weir', 'schema-name' = 'public', 'table-name' = 'accounts',
+        'slot.name' = 'accounts_sql', 'decoding.plugin.name' = 'pgoutput'{extra});
+"""
+JDBC = "'connector' = 'jdbc', 'url' = 'jdbc:postgresql://localhost:5432/weir', 'table-name' = '{name}'"
+COPY = (
+    "CREATE TABLE copy (id BIGINT, owner STRING, balance BIGINT, PRIMARY KEY (id) NOT ENFORCED)\n"
+    f"  WITH ({JDBC.format(name='copy')});\n"
+)
+TOTALS = (
+    "CREATE TABLE totals (owner STRING, n BIGINT, total BIGINT, top BIGINT, PRIMARY KEY (owner) NOT ENFORCED)\n"
+    f"  WITH ({JDBC.format(name='totals')});\n"
+)
+
+
+def script(body: str, extra: str = "") -> str:
+    return CDC.format(extra=extra) + body
+
+
+def test_the_options_are_flink_cdcs_and_typed() -> None:
+    table = plan_script(script(COPY + "INSERT INTO copy SELECT id, owner, balance FROM accounts;")).tables["accounts"]
+    assert table.connector == PostgresCdcTable("public", "accounts", "accounts_sql", 8096)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (", 'decoding.plugin.name' = 'decoderbufs'", "option 'decoding.plugin.name' = 'decoderbufs' is not supported"),
+        (", 'changelog-mode' = 'upsert'", "option 'changelog-mode' = 'upsert' is not supported"),
+        (", 'scan.startup.mode' = 'latest-offset'", "option 'scan.startup.mode' = 'latest-offset' is not supported"),
+        (", 'slot.drop' = 'true'", "option 'slot.drop' is not supported"),
+    ],
+)
+def test_an_option_weir_cannot_honour_is_refused_with_its_position(extra: str, message: str) -> None:
+    text = CDC.replace(", 'decoding.plugin.name' = 'pgoutput'", "").format(extra=extra)
+    with pytest.raises(SqlError, match=message) as caught:
+        plan_script(text)
+    assert str(caught.value).startswith("SQL 4:39: table accounts: option"), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_a_table_without_slot_or_primary_key_is_refused() -> None:
+    with pytest.raises(SqlError, match="option 'slot.name' is required"):
+        plan_script(CDC.replace("'slot.name' = 'accounts_sql', ", "").format(extra=""))
+    with pytest.raises(SqlError, match="'postgres-cdc' table is a changelog by its PRIMARY KEY"):
+        plan_script(CDC.replace(", PRIMARY KEY (id) NOT ENFORCED", "").format(extra=""))
+
+
+def event(op: ChangeOp, before: dict[str, Any] | None, after: dict[str, Any] | None) -> ChangeEvent:
+    return ChangeEvent(op, "public.accounts", before, after, lsn=1, xid=None if op is ChangeOp.READ else 7)
+
+
+def changes_of(e: ChangeEvent) -> list[Change]:
+    table = plan_script(script("")).tables["accounts"]
+    return CdcChanges(table, dict)(e)
+
+
+def test_each_change_event_is_its_changelog() -> None:
+    a = {"id": 1, "owner": "ada", "balance": 5}
+    b = {"id": 1, "owner": "ada", "balance": 9}
+    moved = {"id": 2, "owner": "ada", "balance": 9}
+    assert changes_of(event(ChangeOp.READ, None, a)) == [Change(RowKind.INSERT, a)]
+    assert changes_of(event(ChangeOp.INSERT, None, a)) == [Change(RowKind.INSERT, a)]
+    assert changes_of(event(ChangeOp.UPDATE, a, b)) == [
+        Change(RowKind.UPDATE_BEFORE, a),
+        Change(RowKind.UPDATE_AFTER, b),
+    ]
+    assert changes_of(event(ChangeOp.UPDATE, a, moved)) == [Change(RowKind.DELETE, a), Change(RowKind.INSERT, moved)]
+    assert changes_of(event(ChangeOp.DELETE, a, None)) == [Change(RowKind.DELETE, a)]
+    # an unchanged TOASTed value is absent from `after`: the old row gives it
+    assert changes_of(event(ChangeOp.UPDATE, a, {"id": 1, "balance": 9})) == [
+        Change(RowKind.UPDATE_BEFORE, a),
+        Change(RowKind.UPDATE_AFTER, b),
+    ]
+
+
+@pytest.mark.parametrize(
+    "e",
+    [event(ChangeOp.UPDATE, None, {"id": 1, "owner": "x", "balance": 1}), event(ChangeOp.DELETE, {"id": 1}, None)],
+)
+def test_a_change_without_the_whole_old_row_names_replica_identity_full(e: ChangeEvent) -> None:
+    with pytest.raises(ValueError, match="REPLICA IDENTITY FULL") as caught:
+        changes_of(e)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "message", "where"),
+    [
+        (
+            COPY + "INSERT INTO copy SELECT id, owner, balance FROM accounts WHERE balance > 0;",
+            "WHERE over an updating result",
+            "7:",
+        ),
+        (
+            "CREATE TABLE copy (id BIGINT, owner STRING, balance BIGINT)\n"
+            "  WITH ('connector' = 'kafka', 'topic' = 'c', 'format' = 'json');\n"
+            "INSERT INTO copy SELECT id, owner, balance FROM accounts;",
+            "needs a 'jdbc' sink",
+            "7:",
+        ),
+        (
+            "CREATE TABLE copy (owner STRING, id BIGINT, balance BIGINT, PRIMARY KEY (owner) NOT ENFORCED)\n"
+            f"  WITH ({JDBC.format(name='copy')});\n"
+            "INSERT INTO copy SELECT owner, id, balance FROM accounts;",
+            r"PRIMARY KEY \(owner\) must be given the primary key of 'postgres-cdc' table accounts \(id\)",
+            "7:",
+        ),
+        (
+            COPY + "INSERT INTO copy SELECT id + 1, owner, balance FROM accounts;",
+            "must be given the primary key",
+            "7:",
+        ),
+        (
+            TOTALS.replace(
+                "'jdbc', 'url' = 'jdbc:postgresql://localhost:5432/weir', 'table-name' = 'totals'",
+                "'upsert-kafka', 'topic' = 't', 'key.format' = 'json', 'value.format' = 'json'",
+            )
+            + "INSERT INTO totals SELECT owner, COUNT(*), SUM(balance), MAX(balance) FROM accounts GROUP BY owner;",
+            "deletes rows, which upsert-kafka does not write yet",
+            "7:",
+        ),
+    ],
+)
+def test_what_a_changelog_cannot_do_is_refused_with_its_position(body: str, message: str, where: str) -> None:
+    with pytest.raises(SqlError, match=message) as caught:
+        plan_script(script(body))
+    assert str(caught.value).startswith(f"SQL {where}"), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def history() -> tuple[list[ChangeEvent], dict[int, dict[str, Any]]]:
+    """A snapshot of 30 rows, then inserts, updates (a key moved too) and deletes; the final table."""
+    table: dict[int, dict[str, Any]] = {}
+    events = []
+    for i in range(30):
+        table[i] = {"id": i, "owner": f"o{i % 4}", "balance": i * 3}
+        events.append(event(ChangeOp.READ, None, table[i]))
+    for step in range(120):
+        i = (step * 7) % 45
+        if i not in table:
+            table[i] = {"id": i, "owner": f"o{step % 5}", "balance": step}
+            events.append(event(ChangeOp.INSERT, None, table[i]))
+        elif step % 3 == 0:
+            events.append(event(ChangeOp.DELETE, table.pop(i), None))
+        elif step % 11 == 0 and i + 100 not in table:
+            old = table.pop(i)
+            table[i + 100] = {**old, "id": i + 100}
+            events.append(event(ChangeOp.UPDATE, old, table[i + 100]))
+        else:
+            old = table[i]
+            table[i] = {**old, "owner": f"o{step % 6}", "balance": old["balance"] + step}
+            events.append(event(ChangeOp.UPDATE, old, table[i]))
+    return events, table
+
+
+def rows(table: dict[int, dict[str, Any]]) -> Counter[str]:
+    return Counter(json.dumps(r, sort_keys=True) for r in table.values())
+
+
+def test_the_changelog_of_a_history_applied_by_key_is_the_final_table() -> None:
+    """What the 'jdbc' sink does with a projection's changelog (-U dropped, +I/+U upsert, -D delete)
+    leaves the source's final table; the job on the cluster: tests/integration/sql/test_postgres_cdc_sql.py."""
+    events, final = history()
+    changes = [c for e in events for c in changes_of(e) if c.kind is not RowKind.UPDATE_BEFORE]
+    assert {c.kind for c in changes} == {RowKind.INSERT, RowKind.UPDATE_AFTER, RowKind.DELETE}
+    assert final_table(changes, ("id",)) == rows(final)

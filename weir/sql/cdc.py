@@ -1,0 +1,93 @@
+"""A ``'connector' = 'postgres-cdc'`` table read as a changelog (Flink CDC's ``postgres-cdc``
+connector, its ``changelog-mode`` ``all``).
+
+The job API's PostgreSQL CDC source (``weir.api.postgres_cdc_source``) emits one
+``weir.core.cdc.ChangeEvent`` per row change; :class:`CdcChanges` turns each into the
+``weir.sql.changelog.Change`` values the SQL operators read, as Flink CDC's deserializer stamps
+``RowData``: a snapshot read or an insert is ``+I`` of the new row; an update ``-U`` of the old row
+then ``+U`` of the new one (an update that changes the primary key: ``-D`` of the old row, ``+I`` of
+the new one, so an upsert sink deletes the old key); a delete ``-D`` of the old row. The old row is
+the whole row only under ``REPLICA IDENTITY FULL`` (as Flink CDC needs for ``-U``): a change without
+it is refused with one line naming the table."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, assert_never
+
+from sqlglot import exp
+
+from weir.core.cdc import ChangeEvent, ChangeOp
+from weir.sql.catalog import JdbcTable, PostgresCdcTable, Table
+from weir.sql.changelog import Change, RowKind
+
+Decode = Callable[[Mapping[str, Any]], dict[str, Any]]
+
+
+class CdcChanges:
+    """The changes of one ChangeEvent of ``table`` (its columns decoded by ``decode``)."""
+
+    def __init__(self, table: Table, decode: Decode) -> None:
+        self.table = table
+        self.decode = decode
+        self.columns = tuple(c.name for c in table.columns)
+        self.key = table.primary_key
+
+    def __call__(self, event: ChangeEvent) -> list[Change]:
+        match event.op:
+            case ChangeOp.READ | ChangeOp.INSERT:
+                assert event.after is not None
+                return [Change(RowKind.INSERT, self.decode(event.after))]
+            case ChangeOp.UPDATE:
+                assert event.after is not None
+                before = self._old_row(event)
+                # an unchanged TOASTed value is absent from `after`: the old row holds it
+                old, new = self.decode(before), self.decode({**before, **event.after})
+                if all(old[k] == new[k] for k in self.key):
+                    return [Change(RowKind.UPDATE_BEFORE, old), Change(RowKind.UPDATE_AFTER, new)]
+                return [Change(RowKind.DELETE, old), Change(RowKind.INSERT, new)]
+            case ChangeOp.DELETE:
+                return [Change(RowKind.DELETE, self.decode(self._old_row(event)))]
+            case _:
+                assert_never(event.op)
+
+    def _old_row(self, event: ChangeEvent) -> Mapping[str, Any]:
+        before = event.before
+        if before is None or any(c not in before for c in self.columns):
+            raise ValueError(
+                f"table {self.table.name}: an {event.op.value} of {event.table} without its whole old row: "
+                f"the 'postgres-cdc' connector needs ALTER TABLE {event.table} REPLICA IDENTITY FULL"
+            )
+        return before
+
+
+def is_cdc_scan(table: Table) -> bool:
+    return isinstance(table.connector, PostgresCdcTable)
+
+
+def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[exp.Expr, str] | None:
+    """Why a projection of the CDC table ``source``'s changelog cannot go into ``sink`` (the node to
+    point at and the message), or None: the sink must be 'jdbc' (the upsert sink that deletes), and
+    its PRIMARY KEY columns must be given exactly the source's primary key columns, each as it is,
+    so each change upserts or deletes the sink row of its own source row's key."""
+    if not isinstance(sink.connector, JdbcTable):
+        return select, (
+            f"INSERT INTO {sink.name}: a projection of the changelog of 'postgres-cdc' table {source.name} "
+            "needs a 'jdbc' sink (it upserts and deletes by the primary key)"
+        )
+    given: dict[str, str] = {}
+    outputs: Sequence[exp.Expr] = select.expressions
+    for column, output in zip(sink.columns, outputs, strict=False):
+        value = output.unalias() if isinstance(output, exp.Alias) else output
+        if isinstance(value, exp.Column):
+            given[column.name] = value.name
+    keyed = [given.get(k) for k in sink.primary_key]
+    if sorted(k or "" for k in keyed) != sorted(source.primary_key):
+        return select, (
+            f"INSERT INTO {sink.name}: its PRIMARY KEY ({', '.join(sink.primary_key)}) must be given the "
+            f"primary key of 'postgres-cdc' table {source.name} ({', '.join(source.primary_key)}), each column as it is"
+        )
+    return None
+
+
+__all__ = ["CdcChanges", "is_cdc_scan", "projection_refusal"]
