@@ -848,6 +848,8 @@ def test_a_taskmanager_killed_mid_snapshot_resumes_at_the_last_checkpointed_chun
         "source.chunk_size": str(chunk),
         "sink.table": t.target,
         "sink.topic": topic,
+        # 0.5 ms per change downstream: the snapshot takes ~25 s however fast the machine reads its chunks
+        "copy.delay_us": "500",
         "checkpointing.interval": "1s",
         "restart.strategy": "fixed-delay",
         "restart.delay": "1s",

@@ -10,6 +10,7 @@ exactly once. Optional: ``-D source.chunk_size=`` (snapshot rows per chunk), ``-
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 from weir.api import ChangeEvent, ChangeOp, Delete, Environment
@@ -31,6 +32,14 @@ def build(env: Environment) -> None:
         chunk_size=p.get_int("source.chunk_size", 8096),
         slot_retention=p.get_str("source.slot_retention", "unless-savepoint"),
     )
+    delay_s = p.get_int("copy.delay_us", 0) / 1_000_000
+    if delay_s > 0:  # a slow consumer: backpressure holds the source back (a snapshot read mid-way at a kill)
+
+        def slowly(event: ChangeEvent) -> ChangeEvent:
+            time.sleep(delay_s)  # the consumer's cost per change, not a wait for a condition
+            return event
+
+        changes = changes.map(slowly, uid="slow-consumer")
     changes.sink_to_kafka(
         p["sink.topic"],
         uid="changelog",
