@@ -71,7 +71,7 @@ from weir.sql.plan import (
     changelog_of,
 )
 from weir.sql.ranking import RankedRows
-from weir.sql.retract import ChangelogAggregate, RetractingAccumulators
+from weir.sql.retract import ChangelogAggregate, RetractingAccumulators, over_values
 from weir.sql.retract import average as _average
 from weir.sql.types import Kind, to_json
 
@@ -751,18 +751,7 @@ class Accumulators:
         if call.function == "PYTHON":
             return call.python.result(acc)
         if call.distinct:
-            values = list(acc)
-            match call.function:
-                case "COUNT":
-                    return len(values)
-                case "SUM":
-                    return sum(values) if values else None
-                case "MIN":
-                    return min(values) if values else None
-                case "MAX":
-                    return max(values) if values else None
-                case "AVG":
-                    return _average(sum(values), len(values)) if values else None
+            return over_values(call.function, list(acc))
         if call.function == "AVG":
             total, count = acc
             return None if count == 0 else _average(total, count)

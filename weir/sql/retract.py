@@ -21,7 +21,7 @@ from typing import Any, Protocol, assert_never, runtime_checkable
 
 from weir.api import Collector, KeyedProcessContext, KeyedProcessFunction, StateTtlConfig
 from weir.sql.changelog import Change, RowKind, accumulates
-from weir.sql.plan import AggregateCall
+from weir.sql.plan import AggregateCall, AggregateName
 
 Row = Mapping[str, Any]
 
@@ -32,6 +32,26 @@ def average(total: Any, count: int) -> Any:
         quotient = abs(total) // count
         return quotient if total >= 0 else -quotient
     return total / count
+
+
+def over_values(function: AggregateName, values: list[Any]) -> Any:
+    """A built-in aggregate over a list of values (a DISTINCT call's set, MIN/MAX's live values): NULL
+    over none, except COUNT's 0."""
+    match function:
+        case "COUNT":
+            return len(values)
+        case "SUM":
+            return sum(values) if values else None
+        case "MIN":
+            return min(values) if values else None
+        case "MAX":
+            return max(values) if values else None
+        case "AVG":
+            return average(sum(values), len(values)) if values else None
+        case "PYTHON":
+            raise AssertionError("a Python aggregate has its own result")
+        case _:
+            assert_never(function)
 
 
 @runtime_checkable
@@ -135,22 +155,9 @@ class RetractingAccumulators:
         if call.argument is None:
             return acc
         if call.distinct or call.function in ("MIN", "MAX"):
-            values = [v for v, times in acc.items() if times > 0]
-            match call.function:
-                case "COUNT":
-                    return len(values)
-                case "SUM":
-                    return sum(values) if values else None
-                case "MIN":
-                    return min(values) if values else None
-                case "MAX":
-                    return max(values) if values else None
-                case "AVG":
-                    return average(sum(values), len(values)) if values else None
-                case "PYTHON":
-                    raise AssertionError("a Python aggregate over an updating input is refused by the planner")
-                case _:
-                    assert_never(call.function)
+            if call.function == "PYTHON":
+                raise AssertionError("a Python aggregate over an updating input is refused by the planner")
+            return over_values(call.function, [v for v, times in acc.items() if times > 0])
         match call.function:
             case "COUNT":
                 return acc
