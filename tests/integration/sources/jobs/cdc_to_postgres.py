@@ -33,13 +33,14 @@ def build(env: Environment) -> None:
         slot_retention=p.get_str("source.slot_retention", "unless-savepoint"),
     )
     delay_s = p.get_int("copy.delay_us", 0) / 1_000_000
-    if delay_s > 0:  # a slow consumer: backpressure holds the source back (a snapshot read mid-way at a kill)
+    if delay_s > 0:  # a slow consumer chained to the one reader: the snapshot is read slowly (mid-way at a kill)
 
         def slowly(event: ChangeEvent) -> ChangeEvent:
             time.sleep(delay_s)  # the consumer's cost per change, not a wait for a condition
             return event
 
-        changes = changes.map(slowly, uid="slow-consumer")
+        # parallelism 1: chained to the source, so each row's changes keep their order (a rebalance would not)
+        changes = changes.map(slowly, uid="slow-consumer", parallelism=1)
     changes.sink_to_kafka(
         p["sink.topic"],
         uid="changelog",
