@@ -10,11 +10,11 @@ def test_operations_match_by_method_and_path_whatever_the_parameters_are_called(
         "paths": {
             "/jobs/{jobid}": {"get": {}, "patch": {}, "parameters": []},
             "/jobs/{jobid}/savepoints/{triggerid}": {"get": {}},
-            "/jobs/{jobid}/accumulators": {"get": {}},
+            "/jobs/{jobid}/vertices/{vertexid}/flamegraph": {"get": {}},  # not served by Weir
         }
     }
     result = diff(flink, weir_document())
     assert Operation("get", "/jobs/{}") in result.matched and Operation("patch", "/jobs/{}") in result.matched
     assert Operation("get", "/jobs/{}/savepoints/{}") in result.matched
-    assert result.flink_only == [Operation("get", "/jobs/{}/accumulators")]
+    assert result.flink_only == [Operation("get", "/jobs/{}/vertices/{}/flamegraph")]
     assert Operation("get", "/healthz") in result.weir_only
