@@ -32,6 +32,7 @@ from weir.core.descriptors import PostgresCdcSourceSpec
 from weir.core.errors import JobDefinitionError
 from weir.operators.cdc_source import PostgresCdcSourceOperator, release_at_job_end
 from weir.tools.cli import run_cli
+from weir.tools.client import JobDetails
 from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
@@ -595,21 +596,7 @@ def test_cdc_through_a_taskmanager_kill_leaves_the_copy_equal_and_every_change_o
             "three completed checkpoints and a hundred changes",
             180,
         )
-        victim = next(str(t.taskmanager_id) for t in status.tasks if t.vertex_uid == "cdc")
-        kill_process(weir_cluster.directory, victim)
-        killed_at = status.last_completed_checkpoint or 0
-        recovered = wait_until(
-            weir_cluster,
-            job_id,
-            lambda s: (
-                s.summary.status == "RUNNING"
-                and s.last_restore_at is not None
-                and (s.last_completed_checkpoint or 0) >= killed_at + 2
-            ),
-            f"recovery after killing {victim}, the source's TaskManager",
-            240,
-        )
-        assert recovered.last_restore_at is not None
+        kill_source_and_recover(weir_cluster, job_id, status, "cdc", 240)
         after_recovery = len(writer.changes) + 100
         poll(
             "a hundred changes more after the recovery",
@@ -641,6 +628,29 @@ def test_cdc_through_a_taskmanager_kill_leaves_the_copy_equal_and_every_change_o
             conn.execute(sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(slot)))
             for table in (source, target):
                 conn.execute(sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
+
+
+def kill_source_and_recover(
+    cluster: WeirCluster, job_id: str, status: JobDetails, vertex_uid: str, timeout_s: float
+) -> JobDetails:
+    """SIGKILL the TaskManager running ``vertex_uid`` (the CDC source); the job RUNNING again after a
+    restore, with two checkpoints completed since the last one before the kill."""
+    victim = next(str(t.taskmanager_id) for t in status.tasks if t.vertex_uid == vertex_uid)
+    killed_at = status.last_completed_checkpoint or 0
+    kill_process(cluster.directory, victim)
+    recovered = wait_until(
+        cluster,
+        job_id,
+        lambda s: (
+            s.summary.status == "RUNNING"
+            and s.last_restore_at is not None
+            and (s.last_completed_checkpoint or 0) >= killed_at + 2
+        ),
+        f"recovery after killing {victim}, the CDC source's TaskManager",
+        timeout_s,
+    )
+    assert recovered.last_restore_at is not None
+    return recovered
 
 
 def settled(what: str, deadline_s: float, expected: Counter[Any], actual: Callable[[], Counter[Any]]) -> Counter[Any]:
@@ -866,20 +876,7 @@ def test_a_taskmanager_killed_mid_snapshot_resumes_at_the_last_checkpointed_chun
         )
         copied = sum(t.rows(t.target).values())
         assert copied < rows, f"the snapshot was done before the kill ({copied} rows copied): it proves nothing"
-        victim = next(str(task.taskmanager_id) for task in status.tasks if task.vertex_uid == "cdc")
-        kill_process(weir_cluster.directory, victim)
-        killed_at = status.last_completed_checkpoint or 0
-        wait_until(
-            weir_cluster,
-            job_id,
-            lambda s: (
-                s.summary.status == "RUNNING"
-                and s.last_restore_at is not None
-                and (s.last_completed_checkpoint or 0) >= killed_at + 2
-            ),
-            f"recovery after killing {victim}, the source's TaskManager",
-            300,
-        )
+        kill_source_and_recover(weir_cluster, job_id, status, "cdc", 300)
         after_recovery = len(writer.changes) + 50
         poll(
             "fifty changes more after the recovery",

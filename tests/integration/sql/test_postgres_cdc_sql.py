@@ -19,12 +19,11 @@ from psycopg import sql
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster
 from tests.integration.polling import poll
-from tests.integration.sources.test_postgres_cdc import Writer, settled
+from tests.integration.sources.test_postgres_cdc import Writer, kill_source_and_recover, settled
 from weir.connectors import postgres
 from weir.core.config import Endpoints
 from weir.sql import source_uid
 from weir.tools.cli import sql_job_source
-from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
 
@@ -119,21 +118,7 @@ def test_a_sql_job_over_a_cdc_table_through_a_taskmanager_kill_ends_equal_to_the
             "three completed checkpoints and a hundred changes",
             180,
         )
-        victim = next(str(t.taskmanager_id) for t in status.tasks if t.vertex_uid == source_uid("src"))
-        killed_at = status.last_completed_checkpoint or 0
-        kill_process(weir_cluster.directory, victim)
-        recovered = wait_until(
-            weir_cluster,
-            job_id,
-            lambda s: (
-                s.summary.status == "RUNNING"
-                and s.last_restore_at is not None
-                and (s.last_completed_checkpoint or 0) >= killed_at + 2
-            ),
-            f"recovery after killing {victim}, the CDC source's TaskManager",
-            240,
-        )
-        assert recovered.last_restore_at is not None
+        kill_source_and_recover(weir_cluster, job_id, status, source_uid("src"), 240)
         after_recovery = len(writer.changes) + 100
         poll("a hundred changes more after the recovery", 120, lambda: len(writer.changes) >= after_recovery or None)
         writer.stop.set()
