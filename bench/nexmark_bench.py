@@ -321,6 +321,27 @@ SPECS: Final = {
     "q11": QuerySpec(
         (("bidder", "int"), ("bid_count", "int"), ("starttime", "ts"), ("endtime", "ts")), ("bidder", "starttime")
     ),
+    "q9": QuerySpec(
+        (
+            ("id", "int"),
+            ("itemName", "str"),
+            ("description", "str"),
+            ("initialBid", "int"),
+            ("reserve", "int"),
+            ("dateTime", "ts"),
+            ("expires", "ts"),
+            ("seller", "int"),
+            ("category", "int"),
+            ("extra", "str"),
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("bid_dateTime", "ts"),
+            ("bid_extra", "str"),
+        ),
+        ("id",),
+        upsert_key=("id",),
+    ),
     "q19": QuerySpec(
         (
             ("auction", "int"),

@@ -447,6 +447,10 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     group = select.args.get("group")
     having = select.args.get("having")
     calls = _aggregate_calls(select, having, locate)
+    if group is not None or calls:
+        for projection in select.expressions:
+            if _is_star(projection):
+                raise locate.refuse(projection, f"SELECT {projection.sql(dialect='spark')} with GROUP BY")
     input_mode = changelog_of(node)
     if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's
         if condition is not None:
@@ -501,7 +505,18 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     time_column = None
     window_outputs: dict[str, str] = {}  # window_start/window_end (or the relation's) -> output name
     for i, projection in enumerate(select.expressions):
-        if isinstance(projection, exp.Star):
+        side = _side_star(projection, scope, locate)
+        if side is not None:  # A.* of a join: that side's columns, each by its own name (Flink's)
+            if group is not None or calls:
+                raise locate.refuse(projection, f"SELECT {projection.table}.* with GROUP BY")
+            for key, column in side:
+                taken = {o.name for o in outputs}
+                name = column if column not in taken else _renamed(column, taken)
+                sql = normalized(exp.column(column, table=projection.table))
+                outputs.append(NamedExpression(name, sql, (lambda k: lambda row: row[k])(key)))
+                types[name] = scope.columns[key]
+            continue
+        if isinstance(projection, exp.Star) or _is_star(projection):
             if group is not None or calls:
                 raise locate.refuse(projection, "SELECT * with GROUP BY")
             if any("." in name for name in scope.columns):
@@ -527,7 +542,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         )
         taken = {o.name for o in outputs}
         if name in taken:  # a name given twice: the later one renamed as Flink does (dateTime, dateTime0)
-            name = next(f"{name}{k}" for k in itertools.count() if f"{name}{k}" not in taken)
+            name = _renamed(name, taken)
         value = projection.this if isinstance(projection, exp.Alias) else projection
         outputs.append(_named(value, name, scope, locate))
         passes = isinstance(value, exp.Column) and normalized(value) not in scope.computed
@@ -550,6 +565,33 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
     out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed)
     return PlannedSelect(project, updating, tuple(outputs), out)
+
+
+def _renamed(name: str, taken: set[str]) -> str:
+    """A name given twice in one SELECT, the later one renamed as Flink does (dateTime, dateTime0)."""
+    return next(f"{name}{k}" for k in itertools.count() if f"{name}{k}" not in taken)
+
+
+def _is_star(projection: exp.Expr) -> bool:
+    return isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star)
+
+
+def _side_star(projection: exp.Expr, scope: Scope, locate: Locate) -> list[tuple[str, str]] | None:
+    """``A.*`` over a join: (the joined row's column ``A.c``, ``c``) for each column of side ``A``, in
+    its order; None for anything else (``t.*`` of a single table is ``*``)."""
+    if not _is_star(projection):
+        return None
+    assert isinstance(projection, exp.Column)
+    qualifier = projection.table
+    if qualifier not in scope.qualifiers:
+        raise locate.refuse(projection, f"{qualifier}.*: no table or alias {qualifier} in FROM")
+    if not any("." in name for name in scope.columns):
+        return None
+    prefix = f"{qualifier}."
+    side = [(key, key[len(prefix) :]) for key in scope.columns if key.startswith(prefix)]
+    if not side:  # the side's table name where the join names it by its alias
+        raise locate.refuse(projection, f"{qualifier}.*: name the JOIN's side by its alias")
+    return side
 
 
 def _ranking(source: exp.Expr) -> exp.Alias | None:
@@ -582,7 +624,7 @@ def _plan_top_n(
     if over.args.get("spec") is not None:
         raise locate.refuse(over, "a window frame (ROWS/RANGE BETWEEN) is not supported in a Top-N")
     later = projections[projections.index(ranking) + 1 :]
-    if any(isinstance(p, exp.Star) for p in later):
+    if any(isinstance(p, exp.Star) or _is_star(p) for p in later):
         raise locate.refuse(ranking, "ROW_NUMBER() OVER (...) before * is not supported: put it after")
     rest = inner.copy()
     rest.set("expressions", [p.copy() for p in projections if p is not ranking])
@@ -594,7 +636,7 @@ def _plan_top_n(
     if windowed is None and _reads_tvf_rows(planned.node):
         raise locate.refuse(over, f"a Top-N directly over a window TVF's rows is not supported: {shape}")
     scope = Scope(planned.relation.scope.columns, frozenset(), {})
-    partition_nodes = list(over.args.get("partition_by") or [])
+    partition_nodes = [_as_output(p, planned.outputs, scope, locate) for p in over.args.get("partition_by") or []]
     names = {p.name for p in partition_nodes if isinstance(p, exp.Column) and not p.table}
     if windowed is not None and not {windowed.start, windowed.end} <= names:
         raise locate.refuse(over, f"window Top-N: {shape} (both window columns)")
@@ -611,7 +653,8 @@ def _plan_top_n(
         _refuse_nested(item.this, locate)
         descending = bool(item.args.get("desc"))
         nulls_first = bool(item.args.get("nulls_first"))
-        order.append(OrderKey(_named(item.this, f"$order{len(order)}", scope, locate), descending, nulls_first))
+        value = _as_output(item.this, planned.outputs, scope, locate)
+        order.append(OrderKey(_named(value, f"$order{len(order)}", scope, locate), descending, nulls_first))
     rank = ranking.alias
     limit: int | None = None
     left: list[exp.Expr] = []
@@ -639,6 +682,38 @@ def _plan_top_n(
     for conjunct in left:
         remaining = conjunct if remaining is None else exp.And(this=remaining, expression=conjunct)
     return Relation(node, out_scope, None, windowed), remaining
+
+
+def _as_output(node: exp.Expr, outputs: tuple[NamedExpression, ...], scope: Scope, locate: Locate) -> exp.Expr:
+    """A Top-N's PARTITION BY or ORDER BY expression over the inner SELECT's input (``A.id``,
+    ``B.dateTime`` of a join) read from the inner SELECT's columns: each column the SELECT does not
+    give by that name, and each qualified one, becomes the output that selects it (``B.`dateTime` AS
+    bid_dateTime``: ``bid_dateTime``); a column no output selects is refused (the ranked rows are
+    the SELECT's). Backquotes and case are ignored when the exact text selects nothing."""
+    by_sql: dict[str, str] = {}
+    by_bare: dict[str, set[str]] = {}
+    for output in outputs:
+        by_sql.setdefault(output.sql, output.name)
+        by_bare.setdefault(_bare(output.sql), set()).add(output.name)
+    copy = node.copy()
+    for column in list(copy.find_all(exp.Column)):
+        if not column.table and column.name in scope.columns:
+            continue
+        sql = normalized(column)
+        name = by_sql.get(sql)
+        if name is None and len(by_bare.get(_bare(sql), ())) == 1:
+            (name,) = by_bare[_bare(sql)]
+        if name is None:
+            raise locate.refuse(
+                column,
+                f"{column.sql(dialect='spark')} in a Top-N's OVER (...) is not a column of its SELECT: select it "
+                "(the Top-N ranks the SELECT's rows)",
+            )
+        replacement = exp.column(name)
+        if column is copy:
+            return replacement
+        column.replace(replacement)
+    return copy
 
 
 def _reads_tvf_rows(node: Node) -> bool:

@@ -57,7 +57,7 @@ from weir.tools.nexmark_load import load
 pytestmark = pytest.mark.integration
 
 QUERIES = (
-    *("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q14", "q15", "q16", "q17"),
+    *("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11", "q14", "q15", "q16", "q17"),
     *("q18", "q19", "q20", "q21", "q22"),
 )
 EVENTS = 20_000
@@ -72,6 +72,7 @@ LEAST = {
     "q5": 20,
     "q7": 4,
     "q8": 10,
+    "q9": 1_000,
     "q11": 100,
     "q14": 2_000,
     "q15": 1,
