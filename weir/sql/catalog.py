@@ -96,7 +96,16 @@ class PostgresCdcTable:
     chunk_size: int
 
 
-Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable
+@dataclass(frozen=True)
+class FilesystemTable:
+    """``'connector' = 'filesystem'`` with ``'format' = 'csv'``: a local file (``path``, absolute or
+    ``file://``) read whole as a lookup join's side input (``JOIN t FOR SYSTEM_TIME AS OF
+    p.proc_time``): each subtask reads it at its first lookup and keeps its rows by the join key."""
+
+    path: str
+
+
+Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable | FilesystemTable
 
 
 @dataclass(frozen=True)
@@ -257,12 +266,23 @@ def connector_of(
                 slot_name=opts.need("slot.name"),
                 chunk_size=chunk_size,
             )
+        case "filesystem":
+            path = opts.need("path")
+            local = path.removeprefix("file://")
+            if not local.startswith("/"):
+                raise opts.refuse(
+                    f"'path' = '{path}': Weir's filesystem connector reads a local file (an absolute path or "
+                    "file:///...)",
+                    "path",
+                )
+            opts.one_of("format", "csv", ("csv",))
+            connector = FilesystemTable(path=local)
         case None:
             raise opts.refuse("the 'connector' option is required")
         case _:
             raise opts.refuse(
                 f"'connector' = '{name}' is not supported (one of: kafka, upsert-kafka, jdbc, datagen, nexmark, print, "
-                "postgres-cdc)",
+                "postgres-cdc, filesystem)",
                 "connector",
             )
     opts.check_all_used()
@@ -300,6 +320,12 @@ def check_table(table: Table, position: Position) -> None:
             "(the PostgreSQL table's); declare one",
             position,
         )
+    if isinstance(table.connector, FilesystemTable) and (table.computed or table.watermark is not None):
+        raise SqlError(
+            f"table {table.name}: a 'filesystem' table (a lookup join's side input) has no computed columns or "
+            "WATERMARK",
+            position,
+        )
     if isinstance(table.connector, JdbcTable) and not table.primary_key:
         raise SqlError(
             f"table {table.name}: a 'jdbc' sink upserts by its PRIMARY KEY (...) NOT ENFORCED; declare one", position
@@ -311,6 +337,7 @@ __all__ = [
     "ComputedColumn",
     "Connector",
     "DatagenTable",
+    "FilesystemTable",
     "JdbcTable",
     "KafkaTable",
     "NexmarkTable",

@@ -47,12 +47,22 @@ from weir.api.connector import WithoutOnError
 from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
-from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PostgresCdcTable, PrintTable, Table
+from weir.sql.catalog import (
+    DatagenTable,
+    FilesystemTable,
+    JdbcTable,
+    KafkaTable,
+    NexmarkTable,
+    PostgresCdcTable,
+    PrintTable,
+    Table,
+)
 from weir.sql.cdc import CdcChanges
 from weir.sql.changelog import Change, RowKind
 from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
+from weir.sql.lookup import LookupRows
 from weir.sql.plan import (
     Aggregate,
     AggregateCall,
@@ -60,6 +70,7 @@ from weir.sql.plan import (
     InsertPlan,
     Interval,
     Join,
+    LookupJoin,
     Node,
     OrderKey,
     OverAggregate,
@@ -405,6 +416,8 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
             return changes.key_by(_change_key(table))
         case JdbcTable() | PrintTable():
             raise SqlError(f"table {table.name}: its connector is a sink; it cannot be read")
+        case FilesystemTable():  # the planner refuses it first
+            raise SqlError(f"table {table.name}: a 'filesystem' table is read only by a lookup join")
         case _:
             assert_never(connector)
 
@@ -479,6 +492,8 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _aggregate(env, node, uids, script)
         case Join():
             return _join(env, node, uids, script)
+        case LookupJoin():
+            return _lookup_join(env, node, uids, script)
         case TopN():
             return _top_n(env, node, uids, script)
         case OverAggregate():
@@ -574,22 +589,32 @@ def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> Dat
     )
 
 
+class JoinedRow:
+    """A join's row of a left and a right row: every column as ``qualifier.column``, and as
+    ``column`` where only one side has it."""
+
+    def __init__(
+        self, left_qualifier: str, right_qualifier: str, left_columns: Sequence[str], right_columns: Sequence[str]
+    ) -> None:
+        self.left_qualifier, self.right_qualifier = left_qualifier, right_qualifier
+        self.left_only = tuple(c for c in left_columns if c not in right_columns)
+        self.right_only = tuple(c for c in right_columns if c not in left_columns)
+
+    def __call__(self, left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+        row = {f"{self.left_qualifier}.{k}": v for k, v in left.items()}
+        row.update({f"{self.right_qualifier}.{k}": v for k, v in right.items()})
+        row.update({k: left[k] for k in self.left_only})
+        row.update({k: right[k] for k in self.right_only})
+        return row
+
+
 class RegularJoin(KeyedCoProcessFunction):
     """An inner equi-join's two sides per key: each row is kept in its side's list state and joined
     with every row the other side holds (a NULL key never matches, as SQL's ``=``)."""
 
     def __init__(self, join: Join, ttl: StateTtlConfig | None = None) -> None:
         self.ttl = ttl  # a side's rows of a key dropped when that side has had no row of the key for ttl
-        self.left_qualifier, self.right_qualifier = join.left_qualifier, join.right_qualifier
-        self.left_only = tuple(c for c in join.left_columns if c not in join.right_columns)
-        self.right_only = tuple(c for c in join.right_columns if c not in join.left_columns)
-
-    def joined(self, left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
-        row = {f"{self.left_qualifier}.{k}": v for k, v in left.items()}
-        row.update({f"{self.right_qualifier}.{k}": v for k, v in right.items()})
-        row.update({k: left[k] for k in self.left_only})
-        row.update({k: right[k] for k in self.right_only})
-        return row
+        self.joined = JoinedRow(join.left_qualifier, join.right_qualifier, join.left_columns, join.right_columns)
 
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
@@ -623,6 +648,25 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
         .process(RegularJoin(node, uids.ttl), uid=uid)
     )
+
+
+def _lookup_join(env: Environment | None, node: LookupJoin, uids: _Uids, script: str) -> DataStream | None:
+    """Each input row joined with the side input's rows of its key (``weir.sql.lookup``): a flat map,
+    no state, the file read by each subtask at its first lookup."""
+    upstream = _node(env, node.input, uids, script)
+    connector = node.table.connector
+    assert isinstance(connector, FilesystemTable)
+    on = " AND ".join(f"{k.sql} = {node.right_qualifier}.{c}" for k, c in zip(node.keys, node.columns, strict=True))
+    uid = uids.next(
+        "lookup-join",
+        f"{node.left_qualifier} INNER JOIN {node.table.name} FOR SYSTEM_TIME AS OF processing time "
+        f"AS {node.right_qualifier} ON {on} (lookup join: file {connector.path}, read at the first lookup)",
+    )
+    if upstream is None:
+        return None
+    joined = JoinedRow(node.left_qualifier, node.right_qualifier, node.left_columns, node.right_columns)
+    lookup = LookupRows(node.table, tuple(k.evaluate for k in node.keys), node.columns, joined)
+    return upstream.flat_map(lookup, uid=uid)
 
 
 def _interval_join(
@@ -1037,6 +1081,10 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             stream.sink_to(PrintSink(prefix=connector.prefix), uid=uid)
         case DatagenTable() | NexmarkTable() | PostgresCdcTable():
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
+        case FilesystemTable():
+            raise SqlError(
+                f"table {table.name}: a 'filesystem' table is read only by a lookup join; it cannot be written"
+            )
         case _:
             assert_never(connector)
 
@@ -1073,7 +1121,7 @@ def _changelog_sink(
                 key_columns=table.primary_key,
                 row=_written(table, encoder),
             )
-        case PrintTable() | DatagenTable() | NexmarkTable() | PostgresCdcTable():
+        case PrintTable() | DatagenTable() | NexmarkTable() | PostgresCdcTable() | FilesystemTable():
             raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)

@@ -14,7 +14,7 @@ from typing import Any, Final, Literal, assert_never
 from sqlglot import exp
 
 from weir.sql import functions
-from weir.sql.catalog import JdbcTable, KafkaTable, Table
+from weir.sql.catalog import FilesystemTable, JdbcTable, KafkaTable, Table
 from weir.sql.cdc import is_cdc_scan, projection_refusal
 from weir.sql.changelog import APPEND, RETRACT, WITH_DELETES, ChangelogMode, aggregation_mode
 from weir.sql.errors import Position, SqlError
@@ -126,6 +126,24 @@ class Join:
 
 
 @dataclass(frozen=True)
+class LookupJoin:
+    """``input [INNER] JOIN t FOR SYSTEM_TIME AS OF input.proc_time AS alias ON expr = alias.column
+    [AND ...]`` (Flink's processing-time lookup join): each input row, as it arrives, joined with the
+    rows of the lookup table ``t`` (a 'filesystem' file, ``weir.sql.lookup``) whose ``columns`` equal
+    its ``keys``; no state. The joined row holds every column as ``alias.column``, and as ``column``
+    where only one side has it, as a regular join's; the ON's other conditions filter it."""
+
+    input: Node
+    table: Table
+    keys: tuple[NamedExpression, ...]
+    columns: tuple[str, ...]
+    left_qualifier: str
+    right_qualifier: str
+    left_columns: tuple[str, ...]
+    right_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Interval:
     """An interval join's bounds (Flink's interval join): a left row at event time ``t`` joins the
     right rows of its key at ``[t + lower_ms, t + upper_ms]`` (either end exclusive), each row
@@ -188,7 +206,7 @@ class OverAggregate:
     calls: tuple[AggregateCall, ...]
 
 
-Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN | OverAggregate
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | LookupJoin | TopN | OverAggregate
 
 
 def changelog_of(node: Node) -> ChangelogMode | None:
@@ -197,7 +215,7 @@ def changelog_of(node: Node) -> ChangelogMode | None:
     match node:
         case Scan():  # a 'postgres-cdc' table is the changelog of its PostgreSQL table (weir.sql.cdc)
             return WITH_DELETES if is_cdc_scan(node.table) else None
-        case WindowTvf() | Join() | OverAggregate():
+        case WindowTvf() | Join() | LookupJoin() | OverAggregate():
             return None
         case TopN():
             return None if node.slide_ms is not None else RETRACT
@@ -244,6 +262,7 @@ class Relation:
     scope: Scope
     time_column: str | None
     windowed: WindowedColumns | None = None
+    proctime: str | None = None  # the column holding PROCTIME(): a lookup join's FOR SYSTEM_TIME AS OF
 
 
 @dataclass(frozen=True)
@@ -503,6 +522,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     outputs: list[NamedExpression] = []
     types: dict[str, SqlType | None] = {}
     time_column = None
+    proctime = None
     window_outputs: dict[str, str] = {}  # window_start/window_end (or the relation's) -> output name
     for i, projection in enumerate(select.expressions):
         side = _side_star(projection, scope, locate)
@@ -527,6 +547,8 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                     types[name] = scope.columns[name]
                     if name == relation.time_column and not updating and window is None:
                         time_column = name
+                    if name == relation.proctime and not (group or calls):
+                        proctime = name
                     if relation.windowed is not None and name == relation.windowed.start:
                         window_outputs.setdefault("window_start", name)
                     elif relation.windowed is not None and name == relation.windowed.end:
@@ -549,6 +571,8 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         types[name] = scope.columns.get(value.name) if isinstance(value, exp.Column) else None
         if passes and value.name == relation.time_column and window is None and not (group or calls):
             time_column = name  # a column passing the event time through keeps it (a view's rowtime)
+        if not (group or calls) and (_is_proctime(value) or (passes and value.name == relation.proctime)):
+            proctime = name  # PROCTIME() AS p_time: the processing time a lookup join reads at
         if isinstance(value, exp.Column) and not value.table:
             aggregated = group is not None or bool(calls)
             if window is not None and aggregated and value.name in ("window_start", "window_end"):
@@ -563,8 +587,12 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     slide = window.slide_ms if window is not None else relation.windowed.slide_ms if relation.windowed else None
     if slide is not None and {"window_start", "window_end"} <= window_outputs.keys() and not updating:
         windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
-    out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed)
+    out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed, proctime)
     return PlannedSelect(project, updating, tuple(outputs), out)
+
+
+def _is_proctime(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.this).upper() == "PROCTIME" and not node.expressions
 
 
 def _renamed(name: str, taken: set[str]) -> str:
@@ -842,7 +870,8 @@ def _plan_subquery(source: exp.Subquery, catalog: Catalog, locate: Locate) -> Re
     scope = Scope(planned.relation.scope.columns, qualifiers, {})
     if planned.updating:  # read by another operator: its result as a changelog
         return Relation(_as_changelog(planned.node), scope, None)
-    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
+    relation = planned.relation
+    return Relation(planned.node, scope, relation.time_column, relation.windowed, relation.proctime)
 
 
 def _as_changelog(node: Project) -> Project:
@@ -857,6 +886,12 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
     """A table's scan, or a view's plan (planned where it is read: its errors point into its text)."""
     table = catalog.tables.get(name)
     if table is not None:
+        if isinstance(table.connector, FilesystemTable):
+            raise locate.refuse(
+                at,
+                f"table {name} ('filesystem') is read only as a lookup join's side input "
+                f"(JOIN {name} FOR SYSTEM_TIME AS OF p.proc_time ON ...), not scanned",
+            )
         return Relation(Scan(table), _table_scope(table, alias), table.watermark.column if table.watermark else None)
     view = catalog.views.get(name)
     if view is None:
@@ -870,7 +905,8 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
         raise SqlError(f"view {name}: GROUP BY without a window in a view is not supported", view.position)
     qualifiers = frozenset({name} | ({alias} if alias else set()))
     scope = Scope(planned.relation.scope.columns, qualifiers, {})
-    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
+    relation = planned.relation
+    return Relation(planned.node, scope, relation.time_column, relation.windowed, relation.proctime)
 
 
 def _qualifier(source: exp.Expr) -> str:
@@ -898,6 +934,8 @@ def _plan_join(
     if condition is None:
         raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
     right_source = join.this
+    if isinstance(right_source, exp.Table) and right_source.args.get("version") is not None:
+        return _plan_lookup_join(left, left_source, right_source, condition, catalog, locate)
     right = _plan_from(right_source, catalog, locate)
     for side, at in ((left, left_source), (right, right_source)):
         if changelog_of(side.node) is not None:
@@ -948,6 +986,96 @@ def _plan_join(
     node: Node = Join(
         left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names, interval
     )
+    for conjunct in residual:
+        _refuse_nested(conjunct, locate)
+        node = Filter(node, _named(conjunct, "on", joined, locate))
+    return Relation(node, joined, None)
+
+
+def _plan_lookup_join(
+    left: Relation,
+    left_source: exp.Expr,
+    right_source: exp.Table,
+    condition: exp.Expr,
+    catalog: Catalog,
+    locate: Locate,
+) -> Relation:
+    """``left JOIN t FOR SYSTEM_TIME AS OF left.proc_time AS S ON expr = S.column [AND ...]``: a
+    processing-time lookup join of a 'filesystem' table (its file read by each subtask at its first
+    lookup). An event-time temporal join (AS OF an event time) and any other table are refused."""
+    version = right_source.args["version"]
+    lq, rq = _qualifier(left_source), _qualifier(right_source)
+    if not lq or not rq or lq == rq:
+        raise locate.refuse(right_source, "each side of a JOIN needs its own name or alias")
+    if changelog_of(left.node) is not None:
+        raise locate.refuse(left_source, "a lookup join of an updating result (a changelog) is not supported")
+    left_names = tuple(c for c in left.scope.columns if "." not in c)
+    at = version.expression
+    if str(version.this).upper() != "TIMESTAMP" or str(version.args.get("kind", "")).upper() != "AS OF":
+        raise locate.refuse(right_source, "a temporal table is read FOR SYSTEM_TIME AS OF a column (nothing else)")
+    side = _side_of(at, lq, "", left_names, ()) if isinstance(at, exp.Column) else None
+    if side != "left" or not isinstance(at, exp.Column) or at.name != left.proctime:
+        if isinstance(at, exp.Column) and at.name == left.time_column:
+            raise locate.refuse(
+                at,
+                f"FOR SYSTEM_TIME AS OF {at.sql(dialect='spark')}: an event-time temporal join (a versioned table) "
+                "is not supported; a processing-time lookup join (AS OF a PROCTIME() column) is",
+            )
+        raise locate.refuse(
+            at,
+            f"FOR SYSTEM_TIME AS OF {at.sql(dialect='spark')}: a lookup join reads at the left side's processing "
+            "time (a column PROCTIME() gives: SELECT *, PROCTIME() AS p_time FROM t)",
+        )
+    name = right_source.name
+    table = catalog.tables.get(name)
+    if table is None or not isinstance(table.connector, FilesystemTable):
+        what = (
+            "a view"
+            if name in catalog.views
+            else f"'{dict(table.options).get('connector')}'"
+            if table is not None
+            else "no such table"
+        )
+        raise locate.refuse(
+            right_source,
+            f"a lookup join's table is a 'filesystem' table (Weir's lookup source); {name} is {what}",
+        )
+    right_names = table.column_names
+    right_scope = _table_scope(table, rq)
+    columns: dict[str, SqlType | None] = {}
+    for q, names, scope in ((lq, left_names, left.scope), (rq, right_names, right_scope)):
+        for column in names:
+            columns[f"{q}.{column}"] = scope.columns[column]
+    for column in left_names:
+        if column not in right_names:
+            columns[column] = left.scope.columns[column]
+    for column in right_names:
+        if column not in left_names:
+            columns[column] = right_scope.columns[column]
+    joined = Scope(columns, left.scope.qualifiers | right_scope.qualifiers, {})
+    keys: list[NamedExpression] = []
+    key_columns: list[str] = []
+    residual: list[exp.Expr] = []
+    for conjunct in _conjuncts(condition):
+        if isinstance(conjunct, exp.EQ):
+            a, b = conjunct.this, conjunct.expression
+            if isinstance(a, exp.Column) and _side_of(a, lq, rq, left_names, right_names) == "right":
+                a, b = b, a
+            if (
+                isinstance(b, exp.Column)
+                and _side_of(b, lq, rq, left_names, right_names) == "right"
+                and _side_of(a, lq, rq, left_names, right_names) == "left"
+            ):
+                _refuse_nested(a, locate)
+                keys.append(_named(_unqualified(a, lq), f"$lk{len(keys)}", left.scope, locate))
+                key_columns.append(b.name)
+                continue
+        residual.append(conjunct)
+    if not keys:
+        raise locate.refuse(
+            condition, f"a lookup join needs an equality of an expression of the left side and a column of {rq} in ON"
+        )
+    node: Node = LookupJoin(left.node, table, tuple(keys), tuple(key_columns), lq, rq, left_names, tuple(right_names))
     for conjunct in residual:
         _refuse_nested(conjunct, locate)
         node = Filter(node, _named(conjunct, "on", joined, locate))
@@ -1077,6 +1205,10 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     if not isinstance(source, exp.Table):
         raise locate.refuse(source, f"FROM {type(source).__name__.upper()} is not supported")
     alias = source.alias or None
+    if source.args.get("version") is not None:
+        raise locate.refuse(
+            source, "FOR SYSTEM_TIME AS OF is supported only on a lookup join's right side (a 'filesystem' table)"
+        )
     if isinstance(source.this, exp.Identifier):
         if source.args.get("db") or source.args.get("catalog"):
             raise locate.refuse(source, "a qualified table name (catalog.db.table) is not supported")

@@ -443,6 +443,30 @@ def q9(events: Sequence[Event]) -> list[Row]:
     ]
 
 
+SIDE_INPUT_ROWS: Final = 10_000
+"""The Nexmark suite's side input (its ``SideInputGenerator --num 10000``): line ``i`` is ``i,i``."""
+
+
+def side_input_text(rows: int = SIDE_INPUT_ROWS) -> str:
+    """The suite's side input file, as its generator writes it: ``i,i`` for i in [0, rows)."""
+    return "".join(f"{i},{i}\n" for i in range(rows))
+
+
+def q13(events: Sequence[Event], rows: int = SIDE_INPUT_ROWS) -> list[Row]:
+    """Bounded side input join: every bid with the side input's ``value`` of key ``auction % rows``
+    (the side input holds every key in [0, rows), its value the key as text)."""
+    return [
+        {
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "dateTime": b.date_time,
+            "value": str(b.auction % rows),
+        }
+        for b in bids(events)
+    ]
+
+
 QUERIES = {
     "q0": q0,
     "q1": q1,
@@ -454,6 +478,7 @@ QUERIES = {
     "q8": q8,
     "q9": q9,
     "q11": q11,
+    "q13": q13,
     "q14": q14,
     "q15": q15,
     "q16": q16,

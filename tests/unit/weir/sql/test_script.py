@@ -145,8 +145,13 @@ REFUSED = [
         "2:17",
     ),
     (
+        "CREATE TABLE t (a INT) WITH ('connector' = 'elasticsearch-7');",
+        "'connector' = 'elasticsearch-7' is not supported",
+        "1:30",
+    ),
+    (
         "CREATE TABLE t (a INT) WITH ('connector' = 'filesystem');",
-        "'connector' = 'filesystem' is not supported",
+        "option 'path' is required for 'connector' = 'filesystem'",
         "1:30",
     ),
     (

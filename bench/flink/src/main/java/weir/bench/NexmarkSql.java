@@ -51,6 +51,9 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
  * <p>{@code --query q0,q1,...} runs several queries in one job (a statement set: the source read
  * once), each into the topic {@code <output>-<query>} with the transactional id prefix {@code
  * <group>-<query>} (tests/integration/sql/test_nexmark_vs_flink.py: one JVM for every query).
+ *
+ * <p>{@code --side-input FILE}: the file a query's {@code ${SIDE_INPUT}} names (q13's side input
+ * table's {@code 'path'}).
  */
 public final class NexmarkSql {
   /**
@@ -84,11 +87,14 @@ public final class NexmarkSql {
     boolean miniBatch = !"false".equals(args.getOrDefault("mini-batch", "true"));
     int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "3"));
     String restPort = args.getOrDefault("rest-port", "0");
+    // q13's side input file (bench.nexmark_bench.write_side_input), its table's 'path'
+    String sideInput = args.get("side-input");
     if (query == null || bootstrap == null || topic == null || output == null || group == null
         || checkpointUri == null) {
       System.err.println(
           "usage: NexmarkSql --query qN --bootstrap B --topic T --output T --group G --checkpoint-uri URI"
-              + " [--checkpoint-interval 180s] [--mini-batch true] [--parallelism 3] [--rest-port P]");
+              + " [--checkpoint-interval 180s] [--mini-batch true] [--parallelism 3] [--rest-port P]"
+              + " [--side-input FILE]");
       System.exit(2);
     }
     // --query q0,q1,...: every query in one job (a statement set), each into the topic <output>-<query>
@@ -163,9 +169,15 @@ public final class NexmarkSql {
     for (String name : queries) {
       String topicOut = queries.length == 1 ? output : output + "-" + name;
       String prefix = queries.length == 1 ? group : group + "-" + name;
+      String text = resource("/nexmark/" + name + ".sql");
+      if (text.contains("${SIDE_INPUT}")) {
+        if (sideInput == null) {
+          throw new IllegalArgumentException(name + ".sql reads a side input: give --side-input FILE");
+        }
+        text = text.replace("${SIDE_INPUT}", sideInput);
+      }
       String insertSql =
-          resource("/nexmark/" + name + ".sql")
-              .replace("${SINK}", sink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
+          text.replace("${SINK}", sink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
               .replace("${UPSERT_SINK}", upsertSink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix));
       for (String statement : statements(insertSql)) {
         if (queries.length > 1 && statement.strip().toUpperCase().startsWith("INSERT")) {
