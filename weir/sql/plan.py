@@ -478,6 +478,13 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                 "WHERE over an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' table) "
                 "is not supported",
             )
+        over = next((w for p in select.expressions for w in p.find_all(exp.Window)), None)
+        if over is not None and group is None and not calls:
+            raise locate.refuse(
+                over,
+                "an OVER aggregation of an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' "
+                "table) is not supported (Flink's does not take retractions either: Nexmark q6)",
+            )
         if group is None and not calls and not isinstance(node, TopN) and not _cdc_scan(node):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
@@ -1241,6 +1248,12 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     ):
         raise locate.refuse(descriptor, f"{name}'s second argument is DESCRIPTOR(time column)")
     time_column = descriptor.expressions[0].name
+    if read.proctime is not None and time_column == read.proctime:
+        raise locate.refuse(
+            descriptor,
+            f"{name} over {table_arg.name}.{time_column}: a processing-time window (over a PROCTIME() column) is not "
+            "supported; event-time windows are",
+        )
     if read.time_column != time_column:
         raise locate.refuse(
             descriptor,
