@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import csv
 import datetime
 import json
 import os
@@ -146,6 +147,12 @@ def sql_queries(sql_dir: Path = FLINK_SQL_DIR) -> list[str]:
     return sorted((p.stem for p in sql_dir.glob("q*.sql")), key=query_key)
 
 
+def measured_sql_queries(sql_dir: Path = FLINK_SQL_DIR) -> list[str]:
+    """The SQL queries ``--sql`` measures: those with a Kafka output (q10 writes files; the Flink
+    comparison test checks it)."""
+    return [q for q in sql_queries(sql_dir) if not (q in SPECS and SPECS[q].files)]
+
+
 def select_queries(
     requested: Sequence[str] | None, *, quick: bool, present: Sequence[str]
 ) -> tuple[list[str], list[str]]:
@@ -245,6 +252,15 @@ def write_side_input(path: Path = SIDE_INPUT) -> Path:
     return path
 
 
+FILE_OUTPUTS: Final = Path(tempfile.gettempdir()) / "weir-nexmark" / "files"
+"""Where a query into a 'filesystem' table (q10) writes: ``<FILE_OUTPUTS>/<output>``, ``output`` the
+name its Kafka sink's topic would have (NexmarkSql's ``--file-output``, the same folder)."""
+
+
+def file_output(output: str, root: Path = FILE_OUTPUTS) -> Path:
+    return root / output
+
+
 def query_sql(
     query: str,
     *,
@@ -255,10 +271,12 @@ def query_sql(
     side_input: Path | None = None,
 ) -> str:
     """The query's file, the one Flink runs, its ``${SINK}`` / ``${UPSERT_SINK}`` what NexmarkSql puts
-    there, its ``${SIDE_INPUT}`` the side input file (q13; written by ``write_side_input`` when not given)."""
+    there, its ``${SIDE_INPUT}`` the side input file (q13; written by ``write_side_input`` when not
+    given), its ``${FILE_OUTPUT}`` the folder ``file_output(output)`` (q10)."""
     text = (sql_dir / f"{query}.sql").read_text()
     if "${SIDE_INPUT}" in text:
         text = text.replace("${SIDE_INPUT}", str(side_input or write_side_input()))
+    text = text.replace("${FILE_OUTPUT}", f"file://{file_output(output)}")
     text = text.replace("${UPSERT_SINK}", upsert_sink_options(output, bootstrap, group))
     return text.replace("${SINK}", sink_options(output, bootstrap, group))
 
@@ -319,6 +337,8 @@ class QuerySpec:
     columns: tuple[tuple[str, str], ...]
     identity: tuple[str, ...] = ()
     upsert_key: tuple[str, ...] = ()
+    files: bool = False
+    """Written into a partitioned 'filesystem' table, not Kafka: read back by ``file_records``."""
     rank_ties: tuple[str, str, str] = ()
     """A Top-N's ``(partition, order, row number)`` columns: rows of one partition tied on the order
     column are compared with the lowest row number among them (which of them gets which number is
@@ -354,6 +374,19 @@ SPECS: Final = {
         ("auction", "bidder", "dateTime", "extra"),
     ),
     "q8": QuerySpec((("id", "int"), ("name", "str"), ("stime", "ts")), ("id", "stime")),
+    "q10": QuerySpec(
+        (
+            ("auction", "int"),
+            ("bidder", "int"),
+            ("price", "int"),
+            ("dateTime", "ts"),
+            ("extra", "str"),
+            ("dt", "str"),
+            ("hm", "str"),
+        ),
+        ("auction", "bidder", "dateTime", "extra"),
+        files=True,
+    ),
     "q13": QuerySpec(
         (("auction", "int"), ("bidder", "int"), ("price", "int"), ("dateTime", "ts"), ("value", "str")),
         ("auction", "bidder", "dateTime"),
@@ -571,6 +604,42 @@ def untied(spec: QuerySpec, records: Sequence[tuple[Any, ...]]) -> list[tuple[An
         r[:rank] + (lowest[(r[partition], r[order])],) + r[rank + 1 :] if r and r[0] != NOT_A_RECORD else r
         for r in records
     ]
+
+
+def file_records(query: str, folder: Path) -> list[tuple[Any, ...]]:
+    """A 'filesystem' query's output as whole records (``record_of``): each visible part file's CSV
+    lines (names starting with ``.`` or ``_``, in-progress files and _SUCCESS markers, left out) with
+    the partition values of its folders (``col=value``, ``%XX`` unescaped as Flink escapes them),
+    read the same way from either contender's folder, whatever the files are named."""
+    spec = SPECS[query]
+    kinds = dict(spec.columns)
+    out: list[tuple[Any, ...]] = []
+    for path in sorted(folder.rglob("*")):
+        relative = path.relative_to(folder)
+        if not path.is_file() or any(part.startswith((".", "_")) for part in relative.parts):
+            continue
+        partition = {
+            name: urllib.parse.unquote(value)
+            for name, _, value in (part.partition("=") for part in relative.parts[:-1])
+        }
+        names = [name for name in spec.names if name not in partition]
+        with path.open(newline="") as lines:
+            for fields in csv.reader(lines):
+                if len(fields) != len(names):
+                    out.append((NOT_A_RECORD, f"{relative}: {fields!r}"[:200]))
+                    continue
+                row = {**partition, **dict(zip(names, fields, strict=True))}
+                try:
+                    out.append(record_of(spec, {k: _csv_value(kinds[k], v) for k, v in row.items()}))
+                except (ValueError, KeyError):
+                    out.append((NOT_A_RECORD, f"{relative}: {fields!r}"[:200]))
+    return out
+
+
+def _csv_value(kind: str, text: str) -> Any:
+    if text == "" and kind != "str":
+        return None
+    return int(text) if kind == "int" else text
 
 
 def check_output(
@@ -1029,6 +1098,8 @@ def flink_sql_argv(
         str(rest_port),
         "--side-input",
         str(side_input or SIDE_INPUT),
+        "--file-output",
+        str(FILE_OUTPUTS),
     ]
 
 
@@ -1259,7 +1330,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     queries, skipped = select_queries(
         args.queries.split(",") if args.queries else None,
         quick=args.quick,
-        present=sql_queries() if args.sql else present_queries(),
+        present=measured_sql_queries() if args.sql else present_queries(),
     )
     if not queries:
         raise BenchError(f"no query to run (skipped, no job file: {skipped})")

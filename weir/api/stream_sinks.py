@@ -149,7 +149,8 @@ class StreamSinks(abc.ABC):
         ``rollover_interval`` (default 15 min) and at every checkpoint; it becomes visible (the S3
         upload completed, the hidden file renamed) once that checkpoint completes. ``parquet``: dicts,
         ``schema`` a ``pyarrow.Schema`` or inferred from the first rows; ``jsonl``: ``serializer``
-        (default JSON). ``on_error``: a record the assigner or serializer raises on (docs/sinks.md)."""
+        (default JSON); ``csv``: ``serializer`` (each record's CSV line, required). ``on_error``: a
+        record the assigner or serializer raises on (docs/sinks.md)."""
         with told_as(f"file sink {uid!r}"):
             options: dict[str, Any] = {}
             if max_part_bytes is not None:

@@ -100,9 +100,13 @@ class PostgresCdcTable:
 class FilesystemTable:
     """``'connector' = 'filesystem'`` with ``'format' = 'csv'``: a local file (``path``, absolute or
     ``file://``) read whole as a lookup join's side input (``JOIN t FOR SYSTEM_TIME AS OF
-    p.proc_time``): each subtask reads it at its first lookup and keeps its rows by the join key."""
+    p.proc_time``): each subtask reads it at its first lookup and keeps its rows by the join key; or,
+    written, a directory of part files (the job API's exactly-once file sink), a folder
+    ``col=value/...`` per value of the table's PARTITIONED BY columns, a part file rolled after
+    ``rollover_ms`` (``sink.rolling-policy.rollover-interval``) and at every checkpoint."""
 
     path: str
+    rollover_ms: int | None = None
 
 
 Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable | FilesystemTable
@@ -117,6 +121,7 @@ class Table:
     primary_key: tuple[str, ...]
     connector: Connector
     options: tuple[tuple[str, str], ...]
+    partition_by: tuple[str, ...] = ()  # PARTITIONED BY (...): a 'filesystem' sink's partition folders
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -132,6 +137,26 @@ SINK_CONNECTORS: Final = ("kafka", "upsert-kafka", "jdbc", "print")
 _IGNORED: Final = ("properties.bootstrap.servers", "sink.transactional-id-prefix", "value.format", "key.format")
 """Options Weir accepts and does not need: the cluster's Kafka (``-D kafka.*``, weir.conf) is the one
 it reads and writes; transactional ids are Weir's own (per sink uid); JSON is the one format."""
+
+
+_DURATION_UNITS: Final = {
+    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+    "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+
+
+def flink_duration_ms(value: str) -> int | None:
+    """Flink's duration text (``'1 h'``, ``'30 min'``, ``'1min'``, ``'90s'``, ``'3600000'``:
+    milliseconds) in ms; None for anything else."""
+    text = value.strip().lower()
+    digits = len(text) - len(text.lstrip("0123456789"))
+    unit = text[digits:].strip()
+    if digits == 0 or unit not in _DURATION_UNITS:
+        return None
+    return int(text[:digits]) * _DURATION_UNITS[unit]
 
 
 class _Options:
@@ -276,7 +301,23 @@ def connector_of(
                     "path",
                 )
             opts.one_of("format", "csv", ("csv",))
-            connector = FilesystemTable(path=local)
+            rollover = opts.get("sink.rolling-policy.rollover-interval")
+            rollover_ms = None
+            if rollover is not None:
+                rollover_ms = flink_duration_ms(rollover)
+                if rollover_ms is None or rollover_ms <= 0:
+                    key = "sink.rolling-policy.rollover-interval"
+                    raise opts.refuse(f"option '{key}' = '{rollover}' is not a positive duration", key)
+            # Weir checks a part file's age on each record and on its own timer: accepted, not needed
+            opts.get("sink.rolling-policy.check-interval")
+            for key in options:
+                if key.startswith(("sink.partition-commit.", "partition.time-extractor.")):
+                    raise opts.refuse(
+                        f"option '{key}': partition commit (a _SUCCESS file or policy per partition) is not supported "
+                        "yet; a part file is visible once its checkpoint completes",
+                        key,
+                    )
+            connector = FilesystemTable(path=local, rollover_ms=rollover_ms)
         case None:
             raise opts.refuse("the 'connector' option is required")
         case _:
@@ -320,6 +361,11 @@ def check_table(table: Table, position: Position) -> None:
             "(the PostgreSQL table's); declare one",
             position,
         )
+    for column in table.partition_by:
+        if column not in names:
+            raise SqlError(f"table {table.name}: PARTITIONED BY ({column}): no such column", position)
+    if table.partition_by and not isinstance(table.connector, FilesystemTable):
+        raise SqlError(f"table {table.name}: PARTITIONED BY is supported for a 'filesystem' table only", position)
     if isinstance(table.connector, FilesystemTable) and (table.computed or table.watermark is not None):
         raise SqlError(
             f"table {table.name}: a 'filesystem' table (a lookup join's side input) has no computed columns or "
@@ -347,4 +393,5 @@ __all__ = [
     "Watermark",
     "check_table",
     "connector_of",
+    "flink_duration_ms",
 ]

@@ -63,6 +63,7 @@ from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.lookup import LookupRows
+from weir.sql.part_files import CsvLine, PartitionFolder
 from weir.sql.plan import (
     Aggregate,
     AggregateCall,
@@ -1082,8 +1083,22 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
         case DatagenTable() | NexmarkTable() | PostgresCdcTable():
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
         case FilesystemTable():
-            raise SqlError(
-                f"table {table.name}: a 'filesystem' table is read only by a lookup join; it cannot be written"
+            folders = f", a folder per {', '.join(table.partition_by)}" if table.partition_by else ""
+            uid = uids.next(
+                "sink", f"filesystem {connector.path} ({table.name}), csv part files{folders}, exactly-once"
+            )
+            if env is None or stream is None:
+                return
+            options: dict[str, Any] = {}
+            if connector.rollover_ms is not None:
+                options["rollover_interval"] = connector.rollover_ms
+            stream.sink_to_files(
+                connector.path.rstrip("/") or "/",
+                uid=uid,
+                format="csv",
+                bucket_assigner=PartitionFolder(table),
+                serializer=CsvLine(table),
+                **options,
             )
         case _:
             assert_never(connector)

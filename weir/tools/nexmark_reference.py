@@ -443,6 +443,23 @@ def q9(events: Sequence[Event]) -> list[Row]:
     ]
 
 
+def q10(events: Sequence[Event]) -> list[Row]:
+    """Log to file system: every bid with ``dt`` its day and ``hm`` its hour and minute (UTC), the
+    table's partition columns."""
+    return [
+        {
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "dateTime": b.date_time,
+            "extra": b.extra,
+            "dt": day_of(b.date_time),
+            "hm": minute_of(b.date_time),
+        }
+        for b in bids(events)
+    ]
+
+
 SIDE_INPUT_ROWS: Final = 10_000
 """The Nexmark suite's side input (its ``SideInputGenerator --num 10000``): line ``i`` is ``i,i``."""
 
@@ -477,6 +494,7 @@ QUERIES = {
     "q7": q7,
     "q8": q8,
     "q9": q9,
+    "q10": q10,
     "q11": q11,
     "q13": q13,
     "q14": q14,

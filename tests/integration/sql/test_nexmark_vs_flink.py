@@ -20,7 +20,10 @@ each bidder's last bid per auction) and q19 (each auction's top 10 bids, a Top-N
 with one row number, ``QuerySpec.rank_ties``) are updating: both sides
 write them to upsert-kafka (``${UPSERT_SINK}``), and each side's final table (the upserts applied in
 partition-offset order, a tombstone deleting its key: ``bench.nexmark_bench.committed_records``) is
-compared, as a multiset of whole rows; the others are append streams, every record compared. q13 (a
+compared, as a multiset of whole rows; the others are append streams, every record compared. q10
+writes a partitioned 'filesystem' table (CSV part files in folders ``dt=.../hm=...``): each side's
+folder is read back as rows (``file_records``: each visible file's lines with its folder's partition
+values; file names differ and are not compared). q13 (a
 lookup join of the suite's side input file) runs in Weir's job only: Flink 2.2.1 refuses it
 (``FLINK_REFUSES``), so its output is compared with the reference's.
 """
@@ -45,6 +48,8 @@ from bench.nexmark_bench import (
     SQL_FUNCTIONS_MODULE,
     committed_records,
     expected_records,
+    file_output,
+    file_records,
     flink_sql_argv,
     free_port,
     identity_of,
@@ -61,7 +66,7 @@ from weir.tools.nexmark_load import load
 pytestmark = pytest.mark.integration
 
 QUERIES = (
-    *("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q11", "q14", "q15", "q16", "q17"),
+    *("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q10", "q11", "q14", "q15", "q16", "q17"),
     *("q18", "q19", "q20", "q21", "q22"),
 )
 WEIR_ONLY = ("q13",)
@@ -81,6 +86,7 @@ LEAST = {
     "q7": 4,
     "q8": 10,
     "q9": 1_000,
+    "q10": 10_000,
     "q11": 100,
     "q13": 10_000,
     "q14": 2_000,
@@ -130,7 +136,10 @@ def nexmark_topic(weir_cluster: WeirCluster) -> NexmarkTopic:
 def records(endpoints: Any, query: str, topic: str) -> Counter[tuple[Any, ...]]:
     """A query's committed output as a multiset of whole records (``committed_records``: one record per
     row, each value in the one form both sides are compared in, an updating query's final table; a
-    row that is not a record of the query becomes a record that matches nothing)."""
+    row that is not a record of the query becomes a record that matches nothing); a 'filesystem'
+    query's (q10) the rows of the visible part files in its folder (``file_records``)."""
+    if SPECS[query].files:
+        return Counter(file_records(query, file_output(topic)))
     read = kafka.read_all(endpoints, topic)
     if not SPECS[query].upsert_key:  # an append output's records all have values
         read = [(p, o, k, v) for p, o, k, v in read if v]
@@ -187,7 +196,8 @@ def outputs(
     sides = Outputs(weir=f"{nexmark_topic.topic}-weir", flink=f"{nexmark_topic.topic}-flink")
     for prefix in (sides.weir, sides.flink):
         for query in QUERIES:
-            assert kafka.create_topic(endpoints, f"{prefix}-{query}", 2, 1, NO_RETENTION)
+            if not SPECS[query].files:
+                assert kafka.create_topic(endpoints, f"{prefix}-{query}", 2, 1, NO_RETENTION)
     for query in WEIR_ONLY:
         assert kafka.create_topic(endpoints, f"{sides.weir}-{query}", 2, 1, NO_RETENTION)
     flink, log = start_flink(flink_build, endpoints, nexmark_topic.topic, sides.flink, work)
