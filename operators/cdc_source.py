@@ -27,6 +27,8 @@ from typing import Any, Final, assert_never
 from weir.connectors import postgres, postgres_cdc
 from weir.core.cdc import (
     SNAPSHOT_PENDING,
+    AdvanceSlot,
+    AnnouncePartition,
     CdcProgress,
     CdcState,
     ChangeEvent,
@@ -54,6 +56,7 @@ from weir.core.pgoutput import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Relation,
     Skipped,
     TupleValue,
@@ -208,8 +211,8 @@ class PostgresCdcSourceOperator(SourceOperator):
                     captured = self._event(message, change.lsn, xid, reader)
                     if captured is not None:
                         pending.append((captured, commit_ms))
-                case Skipped():
-                    pass
+                case Skipped() | LogicalMessage():
+                    pass  # the announcements are read before streaming
                 case _:
                     assert_never(message)
 
@@ -271,10 +274,18 @@ class PostgresCdcSourceOperator(SourceOperator):
         return encode_cdc_state(self._progress.checkpoint_taken(checkpoint_id), self._spec.slot_name)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        lsn = self._progress.checkpoint_completed(checkpoint_id)
-        if lsn is not None and self._reader is not None:
-            self._reader.advance_slot(lsn)
-            self.ctx.log.debug("cdc_slot_advanced", slot=self._spec.slot_name, lsn=format_lsn(lsn))
+        action = self._progress.checkpoint_completed(checkpoint_id)
+        match action:
+            case None:
+                pass
+            case AdvanceSlot(lsn=lsn):
+                if self._reader is not None:
+                    self._reader.advance_slot(lsn)
+                    self.ctx.log.debug("cdc_slot_advanced", slot=self._spec.slot_name, lsn=format_lsn(lsn))
+            case AnnouncePartition():
+                raise AssertionError("one subtask reads the whole snapshot: nothing to announce")
+            case _:
+                assert_never(action)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         self._progress.checkpoint_aborted(checkpoint_id)
