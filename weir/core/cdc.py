@@ -917,6 +917,7 @@ __all__ = [
     "slot_mark",
     "tables_read_by",
     "CHANGE_EVENT_FORMAT",
+    "KEY_TEXT_SEPARATOR",
     "SNAPSHOT_PENDING",
     "CdcProgress",
     "ChunkRead",
