@@ -285,7 +285,7 @@ def key_partition_sql(table: CapturedTable, partitions: int) -> sql.Composable:
     """The server's :func:`weir.core.cdc.key_partition` of a row of ``table``: the first 32 bits of
     the MD5 of its key columns' texts joined by U+001F, modulo ``partitions``."""
     texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in table.key_columns)
-    return sql.SQL("(('x' || substr(md5(concat_ws({}, {})), 1, 8))::bit(32)::bigint % {})").format(
+    return sql.SQL("mod(('x' || substr(md5(concat_ws({}, {})), 1, 8))::bit(32)::bigint, {})").format(
         sql.Literal(KEY_TEXT_SEPARATOR), texts, sql.Literal(partitions)
     )
 

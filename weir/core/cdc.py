@@ -225,7 +225,7 @@ def key_partition(key: Key, partitions: int) -> int:
     """The partition (the subtask, at source parallelism ``partitions``) whose reader reads the row
     with ``key`` in the snapshot: the first 32 bits of the MD5 of :func:`key_text`, modulo
     ``partitions``. The server computes the same in the chunk's query
-    (``('x' || substr(md5(concat_ws(E'\\x1f', k1::text, ...)), 1, 8))::bit(32)::bigint % p``), so each
+    (``mod(('x' || substr(md5(concat_ws(E'\\x1f', k1::text, ...)), 1, 8))::bit(32)::bigint, p)``), so each
     subtask reads its partition's rows by key order and a decoded change is placed in its chunk.
     A hash spreads any key type evenly and needs no boundaries agreed between subtasks (which have
     no coordinator to agree through)."""
