@@ -17,6 +17,10 @@ streaming replication protocol):
 - the slot itself moves only when a checkpoint completes (``pg_replication_slot_advance`` to the
   checkpoint's LSN): it keeps the WAL after the last completed checkpoint, and a restore decodes
   again from there (the source skips the transactions before its restored position);
+- a parallel snapshot's chunk query takes the rows of one key partition
+  (:func:`key_partition_sql`, the server's ``weir.core.cdc.key_partition``); its readers wait for
+  subtask 0's session mark (:func:`mark_session`) and announce their chunks as logical decoding
+  messages (:func:`emit_message`), which subtask 0 decodes with the ``messages`` option;
 - a publication the source creates carries the comment :data:`PUBLICATION_COMMENT_PREFIX` and its
   slot's name, so the job's end drops only a publication Weir created.
 """

@@ -16,7 +16,14 @@ server is behind ``weir.connectors.postgres_cdc``; this operator connects the tw
 - :func:`release_at_job_end` is the job's end (the JobManager calls it): the slot dropped or kept
   as :func:`weir.core.cdc.decide_slot_at_end` says.
 
-One reader: a replication slot has one consumer, so the source runs at parallelism 1.
+At parallelism n > 1 the snapshot is read in parallel (docs/postgres-cdc-source.md, "A parallel
+snapshot"): subtask 0 creates the slot and marks its session with :func:`weir.core.cdc.slot_mark`;
+each subtask reads its key partition (:func:`weir.core.cdc.tables_read_by`) chunk by chunk; a
+reader (subtask > 0) waits for the mark before its first chunk, and once a completed checkpoint
+holds its whole partition writes its chunks into the WAL (:class:`weir.core.cdc.PartitionRead`);
+subtask 0, its own partition read, gathers this run's announcements from a copy of the slot
+(:class:`weir.core.cdc.SnapshotCollector`) and then streams alone: a replication slot has one
+consumer.
 """
 
 from __future__ import annotations

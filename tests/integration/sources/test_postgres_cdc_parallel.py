@@ -5,6 +5,7 @@ deleted all along, a change log that applied in order equals the table, each row
 
 from __future__ import annotations
 
+import json
 import random
 import uuid
 from collections import Counter
@@ -15,15 +16,26 @@ from typing import Any
 import pytest
 from psycopg import sql
 
+from tests.integration.checkpointing.test_recovery import wait_until
+from tests.integration.conftest import WeirCluster, create_topics
 from tests.integration.polling import poll
 from tests.integration.sinks.conftest import operator_context
-from tests.integration.sources.test_postgres_cdc import Writer, slot_exists
-from weir.connectors import postgres, postgres_cdc
+from tests.integration.sources.test_postgres_cdc import (
+    CDC_JOB,
+    CdcJobTables,
+    Writer,
+    cdc_job_tables,  # noqa: F401 (a fixture)
+    logged_events,
+    settled,
+    slot_exists,
+)
+from weir.connectors import kafka, postgres, postgres_cdc
 from weir.core.cdc import ChangeEvent, ChangeOp, Phase, key_partition
 from weir.core.config import Endpoints
 from weir.core.descriptors import PostgresCdcSourceSpec
 from weir.core.errors import JobDefinitionError
 from weir.operators.cdc_source import PostgresCdcSourceOperator
+from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
 
@@ -276,3 +288,114 @@ def test_a_parallel_snapshot_needs_periodic_aligned_checkpoints(parallel_case: P
             operator.open()
         operator.close()
     assert not slot_exists(parallel_case.endpoints, parallel_case.slot)
+
+
+def test_a_taskmanager_killed_mid_parallel_snapshot_leaves_the_copy_and_the_changelog_exact(
+    weir_cluster: WeirCluster,
+    cdc_job_tables: CdcJobTables,  # noqa: F811 (the fixture imported above)
+    unique: str,
+) -> None:
+    """The source at parallelism 3 over 30,000 rows in chunks of 250, a writer changing the table all
+    along, a slow consumer chained to each subtask (2 ms per change: each partition takes ~20 s);
+    the TaskManager of reader subtask 1 killed once a checkpoint holds rows of the snapshot: the copy
+    ends equal to the table, the changelog gives each key its read and then every later change once
+    (replayed, the table), no row read twice, and every reader announced its partition."""
+    t, endpoints = cdc_job_tables, weir_cluster.endpoints
+    rows, chunk = 30_000, 250
+    topic = f"cdc-par-{unique}"
+    create_topics(endpoints, {topic: 3})
+    t.execute("INSERT INTO {t} SELECT g, 'n' || g, g * 10 FROM generate_series(1, %s) g", (rows,))
+    writer = Writer(endpoints, t.source, unique, first_id=rows + 1)
+    params = {
+        "source.table": t.source,
+        "source.slot": t.slot,
+        "source.chunk_size": str(chunk),
+        "source.parallelism": "3",
+        "sink.table": t.target,
+        "sink.topic": topic,
+        "copy.delay_us": "2000",
+        "checkpointing.interval": "1s",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    try:
+        writer.start()
+        job_id = weir_cluster.submit(CDC_JOB, params)
+        status = wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (s.last_completed_checkpoint or 0) >= 2 and sum(t.rows(t.target).values()) > 0,
+            "two completed checkpoints and rows of the snapshot in the copy",
+            240,
+        )
+        copied = sum(t.rows(t.target).values())
+        assert copied < rows, f"the snapshot was done before the kill ({copied} rows copied): it proves nothing"
+        victim = next(
+            str(task.taskmanager_id) for task in status.tasks if task.vertex_uid == "cdc" and task.subtask == 1
+        )
+        killed_at = status.last_completed_checkpoint or 0
+        kill_process(weir_cluster.directory, victim)
+        wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (
+                s.summary.status == "RUNNING"
+                and s.last_restore_at is not None
+                and (s.last_completed_checkpoint or 0) >= killed_at + 2
+            ),
+            f"recovery after killing {victim}, the TaskManager of reader subtask 1",
+            300,
+        )
+        after_recovery = len(writer.changes) + 50
+        poll(
+            "fifty changes more after the recovery",
+            120,
+            lambda: True if len(writer.changes) >= after_recovery else None,
+        )
+
+        def snapshot_streamed() -> bool | None:
+            emitted = logged_events(weir_cluster, "cdc_snapshot_emitted")
+            return True if any(e.get("slot") == t.slot for e in emitted) else None
+
+        poll("subtask 0 streaming after the parallel snapshot", 400, snapshot_streamed)
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        expected_copy = t.rows(t.source)
+        assert settled("the copy equal to the source table", 400, expected_copy, lambda: t.rows(t.target)) == (
+            expected_copy
+        )
+        announced = {
+            e["partition"] for e in logged_events(weir_cluster, "cdc_partition_announced") if e.get("slot") == t.slot
+        }
+        assert announced == {1, 2}, f"every reader announced its partition: {announced}"
+        resumed = [e for e in logged_events(weir_cluster, "cdc_snapshot_resumed") if e.get("slot") == t.slot]
+        assert any(e["chunks_read"] > 0 for e in resumed), f"the restore did not resume the snapshot: {resumed}"
+
+        def changelog() -> list[ChangeEvent]:
+            events = []
+            for _p, _o, _k, value, _ts in sorted(kafka.read_committed_records(endpoints, topic)):
+                if value is not None:
+                    e = json.loads(value)
+                    events.append(ChangeEvent(ChangeOp(e["op"]), e["table"], e["before"], e["after"], 0, e["xid"]))
+            return events
+
+        last: list[list[ChangeEvent]] = []
+
+        def replayed() -> bool | None:
+            last[:] = [changelog()]
+            return True if applied(last[0])[0] == expected_copy else None
+
+        try:
+            poll("the changelog replayed equal to the source table", 240, replayed)
+        except pytest.fail.Exception:
+            pass
+        assert applied(last[0])[0] == expected_copy
+        each_change_once(last[0], rows, writer.changes)
+        reads = applied(last[0])[1]
+        assert [k for k, n in reads.items() if n > 1] == [], "no row read twice: each partition resumed"
+        weir_cluster.client.cancel_job(job_id)
+        weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=120)
+        assert not slot_exists(endpoints, t.slot), "a cancelled job's slot is dropped"
+    finally:
+        writer.stop.set()
