@@ -164,6 +164,7 @@ class PostgresCdcSourceOperator(SourceOperator):
                 )
             case AnnounceRestored(chunks=chunks):
                 self._announce(chunks)
+                self._progress.partition_announced()
             case _:
                 assert_never(decision)
 

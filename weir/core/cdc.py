@@ -537,6 +537,7 @@ class CdcProgress:
         self._partitions = partitions
         self._taken: dict[int, CdcState] = {}
         self._advanced: int | None = None
+        self._announced = False  # a reader's partition, in this run
 
     @property
     def state(self) -> CdcState:
@@ -561,6 +562,13 @@ class CdcProgress:
         """Every row of ``chunk`` was emitted."""
         self._snapshot_position()
         self._state = replace(self._state, chunks=(*self._state.chunks, chunk))
+
+    def partition_announced(self) -> None:
+        """A reader announced its partition in this run (at its start, from a restored state that
+        holds all of it): no completed checkpoint announces it again."""
+        if self._state.phase is not Phase.PARTITION_READ:
+            raise ValueError("a partition is announced once read")
+        self._announced = True
 
     def partition_read(self) -> None:
         """A reader (subtask > 0) emitted every chunk of its partition: the next completed
@@ -614,8 +622,8 @@ class CdcProgress:
         """What the completion of ``checkpoint_id`` calls for (None: nothing, or its snapshot is not
         here). Its streaming position: :class:`AdvanceSlot` (unless the slot is there already; a
         snapshot's consistent point is never advanced past: the chunks' changes are decoded from
-        it). A reader's whole partition: :class:`AnnouncePartition`. Earlier checkpoints are
-        covered by it and forgotten."""
+        it). A reader's whole partition: :class:`AnnouncePartition`, once a run (subtask 0 reads
+        every message the WAL holds). Earlier checkpoints are covered by it and forgotten."""
         state = self._taken.pop(checkpoint_id, None)
         for earlier in [c for c in self._taken if c < checkpoint_id]:
             del self._taken[earlier]
@@ -625,6 +633,9 @@ class CdcProgress:
             case Phase.SNAPSHOT:
                 return None
             case Phase.PARTITION_READ:
+                if self._announced:
+                    return None
+                self._announced = True
                 return AnnouncePartition(state.chunks)
             case Phase.STREAMING:
                 if self._advanced is not None and state.position <= self._advanced:
