@@ -25,6 +25,7 @@ from weir.jobmanager.failover import Failover
 from weir.jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
 from weir.jobmanager.job_actions import JobActionExecutor, ResolveTransactions, resolve_job_transactions
 from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.lease import FencedStorage
 from weir.jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
@@ -94,7 +95,13 @@ class JobManager:
         lock = self.lock
         self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
         term: Callable[[], int | None] = leader_term if leader_term is not None else lambda: None
-        self.records = JobRecordStore(storage, self.paths, clock, conditional=leader_term is not None)
+        self.records = JobRecordStore(
+            storage,
+            self.paths,
+            clock,
+            conditional=leader_term is not None,
+            withdrawals=storage.unfenced if isinstance(storage, FencedStorage) else None,
+        )
         self.executor = JobActionExecutor(
             self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve, leader_term=term
         )
@@ -122,6 +129,7 @@ class JobManager:
             read_end_offsets=read_end_offsets,
             check=check,
             resolve_inherited=resolve_inherited,
+            records=self.records if leader_term is not None else None,
         )
         self.reports = TaskReports(self.jobs, self.executor, self.failover, lock, clock)
         self.recovery = JobRecovery(

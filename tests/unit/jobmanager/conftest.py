@@ -261,6 +261,8 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
             leader_term=leader_term,
         )
         made.append(jm)
+        if leader_term is not None and (term := leader_term()) is not None:
+            jm.records.take_over_index(term)  # as the leader's takeover does first, before it serves
         for tm in taskmanagers:
             jm.register_taskmanager(tm, f"{tm}:6124", 4, 0, incarnation="first")
         return Harness(jm, gateway, clock, storage, resolver, checked, end_offsets, io)
