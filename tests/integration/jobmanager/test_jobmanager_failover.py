@@ -281,9 +281,10 @@ def test_a_leader_paused_mid_submission_creates_nothing_once_woken(
         submitting.start()
         poll(
             "the leader to pause before the new job's record",
-            lambda: any(e.get("event") == "pause_point_hit" for e in log_events(old_log)),
+            lambda: bool(outcome) or any(e.get("event") == "pause_point_hit" for e in log_events(old_log)),
             120,
         )
+        assert not outcome, f"the submission was answered before the leader paused: {outcome}"
         (paused,) = [e for e in log_events(old_log) if e.get("event") == "pause_point_hit"]
         job_id = str(paused["job_id"])
         poll("the standby to take over", lambda: cluster.leader() == cluster.addresses[1], TAKEOVER_WITHIN_S + 30)
