@@ -345,6 +345,17 @@ def create_app(
         job_id = weir_job_id(job_id)
         return views.job_details(manager.job_status(job_id), manager.job_plan(job_id))
 
+    @api.get("/jobs/{job_id}/status", responses=NOT_FOUND)
+    def job_status_only(job_id: str) -> views.JobStatusInfo:
+        """The job's status alone (Flink's ``JobStatusInfo``)."""
+        return views.JobStatusInfo(status=manager.job_status(weir_job_id(job_id)).summary.status)
+
+    @api.get("/jobs/{job_id}/resource-requirements", responses=NOT_FOUND)
+    def resource_requirements(job_id: str) -> dict[str, views.VertexResourceRequirements]:
+        """Each vertex's parallelism bounds (Flink's ``JobResourceRequirementsBody``, by Flink vertex id):
+        both are the vertex's parallelism; Weir changes it by rescaling (``/jobs/{id}/rescaling``)."""
+        return views.resource_requirements(manager.job_plan(weir_job_id(job_id)))
+
     @api.patch("/jobs/{job_id}", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
     def cancel(job_id: str, mode: views.CancelMode = views.CancelMode.CANCEL) -> views.Accepted:
         """Cancel the job (Flink's ``?mode=cancel``); its status shows when it is CANCELED."""

@@ -133,6 +133,8 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("GET", "/jobmanager/log"): Role.READ,
     ("GET", "/jobmanager/stdout"): Role.READ,
     ("GET", "/jobmanager/thread-dump"): Role.READ,
+    ("GET", "/jobs/{job_id}/status"): Role.READ,
+    ("GET", "/jobs/{job_id}/resource-requirements"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/thread-dump"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/logs"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/logs/{filename}"): Role.READ,
