@@ -247,9 +247,9 @@ class Comparison:
     samples: dict[str, list[str]] = field(default_factory=dict)
 
 
-def compare_records(expected: Iterable[bytes], found: Iterable[bytes | None]) -> Comparison:
-    """Multiset compare of serialized record values (Kafka)."""
-    want = Counter(expected)
+def compare_records(expected: Iterable[bytes | None], found: Iterable[bytes | None]) -> Comparison:
+    """Multiset compare of serialized record values (Kafka; a tombstone's null value as empty bytes)."""
+    want = Counter(b"" if v is None else v for v in expected)
     have = Counter(b"" if v is None else v for v in found)
     duplicates = missing = unexpected = 0
     samples: dict[str, list[str]] = {}
