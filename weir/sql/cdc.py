@@ -18,7 +18,7 @@ from typing import Any, assert_never
 from sqlglot import exp
 
 from weir.core.cdc import ChangeEvent, ChangeOp
-from weir.sql.catalog import JdbcTable, PostgresCdcTable, Table
+from weir.sql.catalog import JdbcTable, KafkaTable, PostgresCdcTable, Table
 from weir.sql.changelog import Change, RowKind
 
 Decode = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -65,15 +65,28 @@ def is_cdc_scan(table: Table) -> bool:
     return isinstance(table.connector, PostgresCdcTable)
 
 
+def is_changelog_source(table: Table) -> bool:
+    """A table read as a changelog of whole rows by its primary key: 'postgres-cdc', and 'upsert-kafka'
+    (its records normalized: weir.sql.upsert)."""
+    connector = table.connector
+    return isinstance(connector, PostgresCdcTable) or (isinstance(connector, KafkaTable) and connector.upsert)
+
+
+def _connector_name(table: Table) -> str:
+    return "postgres-cdc" if is_cdc_scan(table) else "upsert-kafka"
+
+
 def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[exp.Expr, str] | None:
-    """Why a projection of the CDC table ``source``'s changelog cannot go into ``sink`` (the node to
-    point at and the message), or None: the sink must be 'jdbc' (the upsert sink that deletes), and
-    its PRIMARY KEY columns must be given exactly the source's primary key columns, each as it is,
-    so each change upserts or deletes the sink row of its own source row's key."""
-    if not isinstance(sink.connector, JdbcTable):
+    """Why a projection of the changelog source ``source`` (a 'postgres-cdc' or 'upsert-kafka' table)
+    cannot go into ``sink`` (the node to point at and the message), or None: the sink must upsert and
+    delete by its key ('jdbc' or 'upsert-kafka'), and its PRIMARY KEY columns must be given exactly the
+    source's primary key columns, each as it is, so each change upserts or deletes the sink row of its
+    own source row's key."""
+    connector = sink.connector
+    if not isinstance(connector, JdbcTable) and not (isinstance(connector, KafkaTable) and connector.upsert):
         return select, (
-            f"INSERT INTO {sink.name}: a projection of the changelog of 'postgres-cdc' table {source.name} "
-            "needs a 'jdbc' sink (it upserts and deletes by the primary key)"
+            f"INSERT INTO {sink.name}: a projection of the changelog of '{_connector_name(source)}' table "
+            f"{source.name} needs a 'jdbc' or 'upsert-kafka' sink (it upserts and deletes by the primary key)"
         )
     given: dict[str, str] = {}
     outputs: Sequence[exp.Expr] = select.expressions
@@ -85,9 +98,10 @@ def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[
     if sorted(k or "" for k in keyed) != sorted(source.primary_key):
         return select, (
             f"INSERT INTO {sink.name}: its PRIMARY KEY ({', '.join(sink.primary_key)}) must be given the "
-            f"primary key of 'postgres-cdc' table {source.name} ({', '.join(source.primary_key)}), each column as it is"
+            f"primary key of '{_connector_name(source)}' table {source.name} ({', '.join(source.primary_key)}), "
+            "each column as it is"
         )
     return None
 
 
-__all__ = ["CdcChanges", "is_cdc_scan", "projection_refusal"]
+__all__ = ["CdcChanges", "is_cdc_scan", "is_changelog_source", "projection_refusal"]

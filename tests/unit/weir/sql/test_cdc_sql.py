@@ -112,15 +112,10 @@ def test_a_change_without_the_whole_old_row_names_replica_identity_full(e: Chang
     ("body", "message", "where"),
     [
         (
-            COPY + "INSERT INTO copy SELECT id, owner, balance FROM accounts WHERE balance > 0;",
-            "WHERE over an updating result",
-            "7:",
-        ),
-        (
             "CREATE TABLE copy (id BIGINT, owner STRING, balance BIGINT)\n"
             "  WITH ('connector' = 'kafka', 'topic' = 'c', 'format' = 'json');\n"
             "INSERT INTO copy SELECT id, owner, balance FROM accounts;",
-            "needs a 'jdbc' sink",
+            "needs a 'jdbc' or 'upsert-kafka' sink",
             "7:",
         ),
         (
@@ -133,15 +128,6 @@ def test_a_change_without_the_whole_old_row_names_replica_identity_full(e: Chang
         (
             COPY + "INSERT INTO copy SELECT id + 1, owner, balance FROM accounts;",
             "must be given the primary key",
-            "7:",
-        ),
-        (
-            TOTALS.replace(
-                "'jdbc', 'url' = 'jdbc:postgresql://localhost:5432/weir', 'table-name' = 'totals'",
-                "'upsert-kafka', 'topic' = 't', 'key.format' = 'json', 'value.format' = 'json'",
-            )
-            + "INSERT INTO totals SELECT owner, COUNT(*), SUM(balance), MAX(balance) FROM accounts GROUP BY owner;",
-            "deletes rows, which upsert-kafka does not write yet",
             "7:",
         ),
     ],
