@@ -258,7 +258,9 @@ class EpochRecords:
         if self._writer is None and not self._discarded:  # the common case, inline: once per record
             key, value, _timestamp = record
             # record_memory_bytes, inline
-            size = RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            size = (
+                RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            )
             spill = self._spill
             if spill._held + size <= spill.memory_bytes:  # spill._reserve
                 spill._held += size

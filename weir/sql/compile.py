@@ -49,7 +49,7 @@ from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PostgresCdcTable, PrintTable, Table
 from weir.sql.cdc import CdcChanges
-from weir.sql.changelog import Change, RowKind
+from weir.sql.changelog import Change
 from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
@@ -71,10 +71,10 @@ from weir.sql.plan import (
     changelog_of,
 )
 from weir.sql.ranking import RankedRows
-from weir.sql.upsert import ChangelogNormalize, SinkWrite, UpsertKafkaRecords, sink_write
 from weir.sql.retract import ChangelogAggregate, RetractingAccumulators, over_values
 from weir.sql.retract import average as _average
 from weir.sql.types import Kind, to_json
+from weir.sql.upsert import ChangelogNormalize, SinkWrite, UpsertKafkaRecords, sink_write
 
 
 @dataclass(frozen=True)
@@ -1020,7 +1020,9 @@ def _kafka_value(encoder: RowEncoder, keeps_update_before: bool) -> Callable[[Ch
     return value
 
 
-def _written(table: Table, encoder: RowEncoder, keeps_update_before: bool) -> Callable[[Change], tuple[Any, ...] | Delete]:
+def _written(
+    table: Table, encoder: RowEncoder, keeps_update_before: bool
+) -> Callable[[Change], tuple[Any, ...] | Delete]:
     """A PostgreSQL sink's write of a change (weir.sql.upsert.sink_write): the row to upsert, or the
     Delete of its key."""
 
@@ -1084,7 +1086,9 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             assert_never(connector)
 
 
-def _changelog_sink(env: Environment | None, stream: DataStream | None, sink: Sink, encoder: RowEncoder, uids: _Uids) -> None:
+def _changelog_sink(
+    env: Environment | None, stream: DataStream | None, sink: Sink, encoder: RowEncoder, uids: _Uids
+) -> None:
     """A changelog into an upsert sink (the planner refuses an append one), each change written as
     weir.sql.upsert.sink_write decides: +I/+U upserted, -D deleted (upsert-kafka: a tombstone), a -U
     deleted when the plan keeps it (``Sink.keeps_update_before``) and dropped otherwise."""

@@ -482,7 +482,9 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     input_mode = changelog_of(node)
     if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's or a source's
         if condition is not None and isinstance(node, TopN):
-            raise locate.refuse(condition, "WHERE over an updating result (the changelog of a Top-N without a window) is not supported")
+            raise locate.refuse(
+                condition, "WHERE over an updating result (the changelog of a Top-N without a window) is not supported"
+            )
         if group is None and not calls and not isinstance(node, TopN) and not _changelog_source(node):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
