@@ -48,7 +48,7 @@ from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
 from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PostgresCdcTable, PrintTable, Table
-from weir.sql.cdc import CdcChanges
+from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change
 from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
@@ -391,7 +391,18 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
             qualified = f"{connector.schema_name}.{connector.table_name}"
             uid = uids.source(table.name, f"postgres-cdc {qualified} slot {connector.slot_name} ({table.name})")
             changes_uid = f"{uid}-changes"  # the table's, as its source's: the same whichever statement reads it
-            uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as +I/-U/+U/-D"))
+            normalize_uid = f"{uid}-normalize"
+            if connector.upsert:  # 'changelog-mode' = 'upsert': new rows and deleted keys, then normalized
+                uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as upserts +U/-D"))
+                uids.out.append(
+                    Operator(
+                        normalize_uid,
+                        "changelog-normalize",
+                        f"the last row per key of {table.name}: emits [+I, -U, +U, -D]",
+                    )
+                )
+            else:
+                uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as +I/-U/+U/-D"))
             if env is None:
                 return None
             events = env.from_postgres_cdc(
@@ -402,6 +413,9 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
                 name=f"sql source {table.name}",
             )
             # one reader: its changes in commit order, then each key's changes to one subtask, in order
+            if connector.upsert:
+                upserts = events.flat_map(CdcUpserts(table, decoder.row), uid=changes_uid, parallelism=1)
+                return upserts.key_by(_change_key(table)).process(ChangelogNormalize(), uid=normalize_uid)
             changes = events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid, parallelism=1)
             return changes.key_by(_change_key(table))
         case JdbcTable() | PrintTable():

@@ -384,3 +384,39 @@ def test_an_upsert_kafka_table_with_a_watermark_is_refused_where_it_is_read() ->
     )
     with pytest.raises(SqlError, match="reading an 'upsert-kafka' table with a WATERMARK is not supported"):
         explain(text)
+
+
+# -- the jdbc sink's transaction: -U/+U of one key, and of a row moving to another key ---------------------
+
+
+def test_a_jdbc_transaction_ends_as_the_plus_u_of_its_key_and_a_moved_row_leaves_its_old_key() -> None:
+    """What the PostgreSQL sink's transaction does with the writes of a kept -U and its +U
+    (``weir.core.changelog.KeyedChanges``, the sink's per-key collapse of one checkpoint): the same key
+    ends as the +U's row (the stored row deleted, then inserted), and a +U of another key (a sink key
+    wider than the GROUP BY's) leaves the old key deleted; applied in order to a table holding the
+    old rows, both give the table the changes describe."""
+    from weir.core.changelog import Delete, KeyedChanges, Upsert, apply_changes
+    from weir.sql.compile import RowEncoder, _written
+
+    (statement,) = [s for s in plan_script(CHANGELOG).inserts if s.plan.sink.table.name == "by_n"]
+    table = statement.plan.sink.table
+    assert table.primary_key == ("owner", "n") and statement.plan.sink.keeps_update_before
+    write = _written(table, RowEncoder(table), keeps_update_before=True)
+    before = {("o1", 2): ("o1", 2, 10), ("o2", 1): ("o2", 1, 7)}
+    changes = [
+        Change(RowKind.UPDATE_BEFORE, {"owner": "o1", "n": 2, "total": 10}),  # o1 moves from n=2 to n=3
+        Change(RowKind.UPDATE_AFTER, {"owner": "o1", "n": 3, "total": 16}),
+        Change(RowKind.UPDATE_BEFORE, {"owner": "o2", "n": 1, "total": 7}),  # o2 stays at n=1
+        Change(RowKind.UPDATE_AFTER, {"owner": "o2", "n": 1, "total": 9}),
+    ]
+    writes = [write(c) for c in changes]
+    assert writes == [Delete(("o1", 2)), ("o1", 3, 16), Delete(("o2", 1)), ("o2", 1, 9)]
+    transaction = KeyedChanges((0, 1))
+    for w in writes:
+        transaction.add(w)
+    assert list(transaction) == [Delete(("o1", 2)), Upsert(("o1", 3, 16)), Upsert(("o2", 1, 9), replaces=True)]
+    after = {("o1", 3): ("o1", 3, 16), ("o2", 1): ("o2", 1, 9)}
+    assert apply_changes(writes, (0, 1), start=before) == after
+    deleted = apply_changes([Delete(k) for k in transaction.deletes()], (0, 1), start=before)
+    assert deleted == {}  # the sink's DELETEs run first...
+    assert apply_changes(transaction.upserts(), (0, 1), start=deleted) == after  # ...then its upserts
