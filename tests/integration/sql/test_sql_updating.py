@@ -227,3 +227,90 @@ def test_updating_sql_results_over_a_cdc_table_end_equal_to_python_s_with_tombst
 def _slot_inactive(endpoints: Endpoints, slot: str) -> bool:
     rows = _execute(endpoints, sql.SQL("SELECT active FROM pg_replication_slots WHERE slot_name = %s"), (slot,))
     return not rows or not rows[0][0]
+
+
+def upsert_mode_script(source: str, slot: str, copy: str, totals: str) -> str:
+    return f"""
+CREATE TABLE src (id BIGINT, name STRING, amount BIGINT, PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('connector' = 'postgres-cdc', 'table-name' = '{source}', 'slot.name' = '{slot}',
+        'changelog-mode' = 'upsert', 'scan.incremental.snapshot.chunk.size' = '64');
+CREATE TABLE copy (id BIGINT, name STRING, amount BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ({JDBC.format(copy)});
+CREATE TABLE totals (bucket BIGINT, n BIGINT, total BIGINT, PRIMARY KEY (bucket) NOT ENFORCED)
+  WITH ({JDBC.format(totals)});
+EXECUTE STATEMENT SET BEGIN
+INSERT INTO copy SELECT id, name, amount FROM src WHERE amount % 5 <> 0;
+INSERT INTO totals SELECT amount % 50, COUNT(*), SUM(amount) FROM src GROUP BY amount % 50 HAVING COUNT(*) > 2;
+END;
+"""
+
+
+def test_a_cdc_table_in_upsert_mode_needs_no_old_rows_and_ends_equal_to_python_s(
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+) -> None:
+    """'changelog-mode' = 'upsert' over a table with the default replica identity (old rows absent:
+    only a delete's key): the upserts and deleted keys normalized per key (changelog-normalize's
+    state restored after the CDC source's TaskManager is killed) give the same results as the old
+    rows would: a WHERE's copy and a GROUP BY ... HAVING end equal to Python's over the final table."""
+    endpoints = weir_cluster.endpoints
+    suffix = uuid.uuid4().hex[:10]
+    source, slot = f"sqlups_src_{suffix}", f"weir_sqlups_{suffix}"
+    copy, totals = f"sqlups_copy_{suffix}", f"sqlups_totals_{suffix}"
+    src = sql.Identifier(source)
+    _execute(endpoints, sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int)").format(src))
+    identity = _execute(endpoints, sql.SQL("SELECT relreplident FROM pg_class WHERE relname = %s"), (source,))
+    assert identity == [("d",)], "the default replica identity: no old rows"
+    _execute(
+        endpoints, sql.SQL("CREATE TABLE {} (id int PRIMARY KEY, name text, amount int)").format(sql.Identifier(copy))
+    )
+    _execute(
+        endpoints,
+        sql.SQL("CREATE TABLE {} (bucket int PRIMARY KEY, n bigint, total bigint)").format(sql.Identifier(totals)),
+    )
+    initial = [(i, f"n{i}", (i * 37) % 1000) for i in range(1, INITIAL + 1)]
+    with postgres.connect(endpoints, autocommit=True) as conn, conn.cursor() as cur:
+        cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(src), initial)
+    writer = Writer(endpoints, source, unique, first_id=INITIAL + 1)
+    job_file = tmp_path / f"sqlups_{unique}.py"
+    job_file.write_text(sql_job_source(upsert_mode_script(source, slot, copy, totals)))
+    params = {"checkpointing.interval": "1s", "restart.strategy": "fixed-delay", "restart.delay": "1s"}
+    job_id = None
+    try:
+        job_id = weir_cluster.submit(str(job_file), params, parallelism=2)
+        first = expected(initial)["live_table"]
+        assert settled("the snapshot in the copy", 240, first, lambda: rows_of(endpoints, copy)) == first
+        writer.start()
+        status = wait_until(
+            weir_cluster,
+            job_id,
+            lambda s: (s.last_completed_checkpoint or 0) >= 3 and len(writer.changes) >= 100,
+            "three completed checkpoints and a hundred changes",
+            180,
+        )
+        kill_source_and_recover(weir_cluster, job_id, status, source_uid("src"), 240)
+        after_recovery = len(writer.changes) + 150
+        poll("150 changes more after the recovery", 120, lambda: len(writer.changes) >= after_recovery or None)
+        writer.stop.set()
+        writer.join(30)
+        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        final = rows_of(endpoints, source)
+        kinds = Counter(c[0] for c in writer.changes)
+        assert kinds["insert"] and kinds["update"] and kinds["delete"], kinds
+        want = expected(final.elements())
+        got = settled("the copy equal to Python's", 240, want["live_table"], lambda: rows_of(endpoints, copy))
+        assert got == want["live_table"]
+        got = settled("the totals equal to Python's", 240, want["buckets_topic"], lambda: rows_of(endpoints, totals))
+        assert got == want["buckets_topic"]
+        weir_cluster.client.cancel_job(job_id)
+        wait_until(weir_cluster, job_id, lambda s: s.summary.status == "CANCELED", "the job to cancel", 120)
+    finally:
+        writer.stop.set()
+        if job_id is not None:
+            poll("the slot released by the job", 120, lambda: _slot_inactive(endpoints, slot) or None)
+        _execute(
+            endpoints,
+            sql.SQL("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name = %s"),
+            (slot,),
+        )
+        _execute(endpoints, sql.SQL("DROP PUBLICATION IF EXISTS {}").format(sql.Identifier(slot)))
+        for table in (source, copy, totals):
+            _execute(endpoints, sql.SQL("DROP TABLE IF EXISTS {}").format(sql.Identifier(table)))
