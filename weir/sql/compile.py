@@ -431,8 +431,7 @@ def _upsert_kafka_scan(
     of its key (weir.sql.upsert.UpsertKafkaRecords), keyed by the primary key into the table's
     ``changelog-normalize`` (Flink's ChangelogNormalize: the last row per key, so a new row is +I or
     -U/+U of whole rows and a tombstone -D of the whole row)."""
-    if table.watermark is not None:
-        raise SqlError(f"table {table.name}: reading an 'upsert-kafka' table with a WATERMARK is not supported")
+    assert table.watermark is None, "the planner refuses reading an upsert-kafka table with a WATERMARK"
     decoder.read_also(frozenset(c.name for c in table.columns))  # the normalizer compares whole rows
     uid = uids.source(table.name, f"upsert-kafka topic {connector.topic} ({table.name})")
     normalize_uid = f"{uid}-normalize"  # the table's, as its source's: the same whichever statement reads it

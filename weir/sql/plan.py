@@ -808,6 +808,11 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
     """A table's scan, or a view's plan (planned where it is read: its errors point into its text)."""
     table = catalog.tables.get(name)
     if table is not None:
+        if is_changelog_source(table) and table.watermark is not None:  # upsert-kafka ('postgres-cdc': at CREATE)
+            raise locate.refuse(
+                at,
+                f"reading table {name} with a WATERMARK is not supported (an upsert-kafka changelog has no event time)",
+            )
         return Relation(Scan(table), _table_scope(table, alias), table.watermark.column if table.watermark else None)
     view = catalog.views.get(name)
     if view is None:
