@@ -57,7 +57,7 @@ class StreamSinks(abc.ABC):
         topic: str,
         *,
         uid: str,
-        serializer: Callable[[Any], bytes] | None = None,
+        serializer: Callable[[Any], bytes | None] | None = None,
         key: Callable[[Any], bytes | str | None] | None = None,
         parallelism: int | None = None,
         delivery: KafkaDelivery = "exactly_once",
@@ -76,6 +76,8 @@ class StreamSinks(abc.ABC):
         ``epoch_memory_bytes`` (default 64 MiB) bounds the records a sink subtask holds until they
         commit, the rest going to files under ``spill_directory``. ``at_least_once``: flushed at every
         checkpoint, duplicates after a failure. ``on_error``: a record ``serializer`` or ``key`` raises on.
+        A ``serializer`` answering None for a value whose ``key`` is not None writes a tombstone (a null
+        value: the key's delete in a compacted topic); without a key None is that record's error.
         ``properties``: the sink's own Kafka client settings, over the job's ``-D kafka.*`` ones."""
         with told_as(f"kafka sink {uid!r}"):
             sink = (

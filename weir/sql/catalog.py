@@ -94,6 +94,7 @@ class PostgresCdcTable:
     table_name: str
     slot_name: str
     chunk_size: int
+    upsert: bool = False  # 'changelog-mode' = 'upsert': new rows and deleted keys, normalized (weir.sql.upsert)
 
 
 @dataclass(frozen=True)
@@ -280,7 +281,7 @@ def connector_of(
             for key in ("hostname", "port", "username", "password", "database-name"):
                 opts.get(key)  # the job's PostgreSQL (WEIR_POSTGRES_DSN) is the one read
             opts.one_of("decoding.plugin.name", "pgoutput", ("pgoutput",))
-            opts.one_of("changelog-mode", "all", ("all",))
+            mode = opts.one_of("changelog-mode", "all", ("all", "upsert"))
             opts.one_of("scan.startup.mode", "initial", ("initial",))
             opts.one_of("scan.incremental.snapshot.enabled", "true", ("true",))
             chunk_size = opts.integer("scan.incremental.snapshot.chunk.size", 8096)
@@ -290,6 +291,7 @@ def connector_of(
                 table_name=opts.need("table-name"),
                 slot_name=opts.need("slot.name"),
                 chunk_size=chunk_size,
+                upsert=mode == "upsert",
             )
         case "filesystem":
             path = opts.need("path")

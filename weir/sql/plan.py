@@ -15,7 +15,7 @@ from sqlglot import exp
 
 from weir.sql import functions
 from weir.sql.catalog import FilesystemTable, JdbcTable, KafkaTable, Table
-from weir.sql.cdc import is_cdc_scan, projection_refusal
+from weir.sql.cdc import is_changelog_source, projection_refusal
 from weir.sql.changelog import APPEND, RETRACT, WITH_DELETES, ChangelogMode, aggregation_mode
 from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
@@ -158,9 +158,14 @@ class Interval:
 
 @dataclass(frozen=True)
 class Sink:
+    """``keeps_update_before``: the input is a changelog whose -U may lack a +U of the same sink key
+    (a WHERE/HAVING between its producer and the sink, or a sink key other than the result's), so
+    the sink deletes a -U's key (``weir.sql.upsert.sink_write``); otherwise a -U is dropped."""
+
     input: Node
     table: Table
     updating: bool
+    keeps_update_before: bool = False
 
 
 @dataclass(frozen=True)
@@ -213,8 +218,8 @@ def changelog_of(node: Node) -> ChangelogMode | None:
     """The changelog a node's output is (its elements ``weir.sql.changelog.Change`` values), or None
     for plain rows: an append result, or a GROUP BY's updated rows written straight to an upsert sink."""
     match node:
-        case Scan():  # a 'postgres-cdc' table is the changelog of its PostgreSQL table (weir.sql.cdc)
-            return WITH_DELETES if is_cdc_scan(node.table) else None
+        case Scan():  # a 'postgres-cdc' or 'upsert-kafka' table is a changelog (weir.sql.cdc, weir.sql.upsert)
+            return WITH_DELETES if is_changelog_source(node.table) else None
         case WindowTvf() | Join() | LookupJoin() | OverAggregate():
             return None
         case TopN():
@@ -320,30 +325,54 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
             f"INSERT INTO {insert.sink}: the SELECT gives {len(outputs)} columns, the table has "
             f"{len(sink_table.columns)} ({', '.join(c.name for c in sink_table.columns)})",
         )
+    own_key = True  # the sink's key is the result's own: each -U's +U has the same sink key
+    scanned = _changelog_scan(node)
     if updating:
-        _check_upsert_sink(sink_table, node, outputs, locate, query)
-    elif isinstance(node, Project) and isinstance(node.input, Scan) and _cdc_scan(node.input):
-        refusal = projection_refusal(node.input.table, sink_table, query)
+        own_key = _check_upsert_sink(sink_table, node, outputs, locate, query)
+        if not own_key:  # another key: the aggregate's -U delete the old sink rows
+            node = _emitting_changelog(node)
+    elif scanned is not None:
+        refusal = projection_refusal(scanned.table, sink_table, query)
         if refusal is not None:
             raise locate.refuse(*refusal)
     elif isinstance(node.input, TopN) and node.input.slide_ms is None:
         _check_ranked_sink(sink_table, node.input, outputs, locate, query)
-    mode = changelog_of(node)
-    connector = sink_table.connector
-    if mode is not None and mode.deletes and isinstance(connector, KafkaTable):
-        raise locate.refuse(
-            query,
-            f"INSERT INTO {insert.sink}: the result deletes rows, which upsert-kafka does not write yet "
-            "(no tombstones); use 'jdbc'",
-        )
     assert isinstance(node, Project)
+    keeps_update_before = changelog_of(node) is not None and (not own_key or _filtered_changelog(node))
     # INSERT fills the sink's columns by position: the last projection names its values as the sink's
     # columns, each converted to the column's type (CAST's rules: a value that does not convert fails)
     renamed = tuple(
         NamedExpression(column.name, output.sql, _converted(output.evaluate, column.type.kind))
         for output, column in zip(outputs, sink_table.columns, strict=True)
     )
-    return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating))
+    return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating, keeps_update_before))
+
+
+def _changelog_scan(node: Node) -> Scan | None:
+    """The changelog source a projection (and WHERE) reads directly, if it does."""
+    while isinstance(node, Project | Filter):
+        node = node.input
+    return node if isinstance(node, Scan) and is_changelog_source(node.table) else None
+
+
+def _filtered_changelog(node: Node) -> bool:
+    """Whether a WHERE or HAVING filters the changelog between its producer and the sink: it may pass a
+    -U and drop its +U (Flink applies a filter to each change on its own), so the -U must delete."""
+    while isinstance(node, Project | Filter):
+        if isinstance(node, Filter):
+            return True
+        node = node.input
+    return False
+
+
+def _emitting_changelog(node: Project) -> Project:
+    """The updating result with its aggregate emitting a changelog (-U/+U), not updated rows."""
+    inner = node.input
+    if isinstance(inner, Aggregate):
+        return dataclasses.replace(node, input=dataclasses.replace(inner, emits_changelog=True))
+    assert isinstance(inner, Filter) and isinstance(inner.input, Aggregate), inner
+    aggregate = dataclasses.replace(inner.input, emits_changelog=True)
+    return dataclasses.replace(node, input=dataclasses.replace(inner, input=aggregate))
 
 
 def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
@@ -355,10 +384,12 @@ def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
 
 def _check_upsert_sink(
     table: Table, node: Node, outputs: tuple[NamedExpression, ...], locate: Locate, query: exp.Select
-) -> None:
-    """An updating result (GROUP BY without a window) needs a sink that upserts, keyed by exactly
-    the group keys: otherwise rows of two groups would overwrite each other, or one group's updates
-    would pile up."""
+) -> bool:
+    """An updating result (GROUP BY without a window) needs a sink that upserts, keyed by the group
+    keys, each as it is, and possibly other columns: otherwise rows of two groups would overwrite
+    each other. True: the key is exactly the group keys; False: it holds more columns, so a group's
+    row may move to another sink key (its -U deletes the old one: Flink's jdbc and upsert-kafka
+    sinks)."""
     upserts = isinstance(table.connector, JdbcTable) or (
         isinstance(table.connector, KafkaTable) and table.connector.upsert
     )
@@ -374,12 +405,13 @@ def _check_upsert_sink(
     sink_names = [c.name for c in table.columns]
     key_columns = {k.sql for k in aggregate.keys}
     at_key = {outputs[sink_names.index(k)].sql for k in table.primary_key}
-    if at_key != key_columns:
+    if not key_columns <= at_key:
         raise locate.refuse(
             query,
-            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
-            f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)})",
+            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold the "
+            f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)}), each as it is",
         )
+    return at_key == key_columns
 
 
 def _check_ranked_sink(
@@ -471,21 +503,19 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             if _is_star(projection):
                 raise locate.refuse(projection, f"SELECT {projection.sql(dialect='spark')} with GROUP BY")
     input_mode = changelog_of(node)
-    if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's
-        if condition is not None:
+    if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's or a source's
+        if condition is not None and isinstance(node, TopN):
             raise locate.refuse(
-                condition,
-                "WHERE over an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' table) "
-                "is not supported",
+                condition, "WHERE over an updating result (the changelog of a Top-N without a window) is not supported"
             )
         over = next((w for p in select.expressions for w in p.find_all(exp.Window)), None)
         if over is not None and group is None and not calls:
             raise locate.refuse(
                 over,
                 "an OVER aggregation of an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' "
-                "table) is not supported (Flink's does not take retractions either: Nexmark q6)",
+                "or 'upsert-kafka' table) is not supported (Flink's does not take retractions either: Nexmark q6)",
             )
-        if group is None and not calls and not isinstance(node, TopN) and not _cdc_scan(node):
+        if group is None and not calls and not isinstance(node, TopN) and not _changelog_source(node):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
             )
@@ -513,11 +543,9 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             group_window=group_window[0] if group_window else None,
             input_mode=input_mode or APPEND,
         )
-        if having is not None and updating:
-            raise locate.refuse(
-                having,
-                "HAVING on a GROUP BY without a window is not supported (a key leaving the result needs a delete)",
-            )
+        if having is not None and updating:  # a key leaves the result: its changelog's -U/-D delete it
+            assert isinstance(node, Aggregate)
+            node = dataclasses.replace(node, emits_changelog=True)
         if having is not None:
             node = Filter(node, _named(having.this, "having", scope, locate))
     elif having is not None:
@@ -882,11 +910,9 @@ def _plan_subquery(source: exp.Subquery, catalog: Catalog, locate: Locate) -> Re
 
 
 def _as_changelog(node: Project) -> Project:
-    """An updating SELECT (a GROUP BY without a window; HAVING there is refused) read by another
-    operator: its aggregate emits a changelog, which its projection maps row by row."""
-    aggregate = node.input
-    assert isinstance(aggregate, Aggregate) and aggregate.window is None, aggregate
-    return dataclasses.replace(node, input=dataclasses.replace(aggregate, emits_changelog=True))
+    """An updating SELECT (a GROUP BY without a window, with its HAVING) read by another operator: its
+    aggregate emits a changelog, which its projection maps row by row."""
+    return _emitting_changelog(node)
 
 
 def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
@@ -898,6 +924,11 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
                 at,
                 f"table {name} ('filesystem') is read only as a lookup join's side input "
                 f"(JOIN {name} FOR SYSTEM_TIME AS OF p.proc_time ON ...), not scanned",
+            )
+        if is_changelog_source(table) and table.watermark is not None:  # upsert-kafka ('postgres-cdc': at CREATE)
+            raise locate.refuse(
+                at,
+                f"reading table {name} with a WATERMARK is not supported (an upsert-kafka changelog has no event time)",
             )
         return Relation(Scan(table), _table_scope(table, alias), table.watermark.column if table.watermark else None)
     view = catalog.views.get(name)
@@ -1428,8 +1459,6 @@ def _plan_aggregate(
     aggregates = []
     for i, written in enumerate(calls):
         if not input_mode.appends:
-            if isinstance(written, exp.Filter):
-                raise locate.refuse(written, "FILTER (WHERE ...) over an updating result is not supported")
             if isinstance(written, exp.Anonymous):
                 raise locate.refuse(
                     written,
@@ -1450,9 +1479,9 @@ def _plan_aggregate(
     return aggregate, out_scope, window is None
 
 
-def _cdc_scan(node: Node) -> bool:
-    """A scan of a 'postgres-cdc' table: its changelog's rows are whole rows of the PostgreSQL table."""
-    return isinstance(node, Scan) and is_cdc_scan(node.table)
+def _changelog_source(node: Node) -> bool:
+    """A scan of a 'postgres-cdc' or 'upsert-kafka' table: its changelog's rows are whole rows."""
+    return isinstance(node, Scan) and is_changelog_source(node.table)
 
 
 def _holds_input_key(group_nodes: list[exp.Expr], node: Node) -> bool:
