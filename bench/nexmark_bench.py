@@ -261,13 +261,21 @@ _INSERT: Final = re.compile(r"^INSERT INTO", re.MULTILINE)
 
 
 def weir_sql_statement_set(
-    queries: Sequence[str], *, topic: str, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR
+    queries: Sequence[str],
+    *,
+    topic: str,
+    output: str,
+    bootstrap: str,
+    group: str,
+    sql_dir: Path = FLINK_SQL_DIR,
+    mini_batch: bool = False,
 ) -> str:
     """Every query of ``queries`` in one script and one job, as ``NexmarkSql --query q0,q1,...`` runs
     them on Flink: the DDL, each query's sink table (its ``${SINK}`` the topic ``<output>-<query>``,
     the transactional id prefix ``<group>-<query>``), then the INSERTs in one ``EXECUTE STATEMENT
-    SET`` (the source read once)."""
-    tables, inserts = [kafka_events_ddl(topic, bootstrap=bootstrap, group=group)], []
+    SET`` (the source read once); with ``mini_batch``, first NexmarkSql's mini-batch settings."""
+    tables = [(MINI_BATCH_SETTINGS if mini_batch else "") + kafka_events_ddl(topic, bootstrap=bootstrap, group=group)]
+    inserts = []
     for query in queries:
         text = query_sql(
             query, output=f"{output}-{query}", bootstrap=bootstrap, group=f"{group}-{query}", sql_dir=sql_dir

@@ -7,19 +7,21 @@ examples/sql/nexmark-ddl.sql (the flat ``events`` table, the ``person``, ``aucti
 views) over that topic, bounded (``scan.bounded.mode = latest-offset``), and the query's file
 bench/flink/src/main/resources/nexmark/qN.sql with its ``${SINK}`` an exactly-once Kafka sink (the
 same options on both), the eight INSERTs in one job on each side (a statement set: one JVM start and
-one deployment instead of eight). Flink 2.2.1 runs it on a MiniCluster in a JVM (``weir.bench.NexmarkSql``, the
-benchmark's runner, built by bench/flink/build.sh as ``make bench-deps`` does: from Maven Central
-into the cache), Weir on the session cluster (``weir sql``'s job file). Each side's committed output
-is read back and decoded into whole records by one function (``bench.nexmark_bench.output_record``:
-integers as ints, a TIMESTAMP(3) as epoch milliseconds whether written as SQL text or a number, a
-DECIMAL to 3 places) and the two are compared as multisets. The plain-Python reference
-(``weir.tools.nexmark_reference``) over the same events is in the failure message, to say which side
-differs from it. q4 (an aggregation of an updating aggregation: retractions), q18 (deduplication:
-each bidder's last bid per auction) and q19 (each auction's top 10 bids, a Top-N; tied bids compared
-with one row number, ``QuerySpec.rank_ties``) are updating: both sides
-write them to upsert-kafka (``${UPSERT_SINK}``), and each side's final table (the upserts applied in
-partition-offset order, a tombstone deleting its key: ``bench.nexmark_bench.committed_records``) is
-compared, as a multiset of whole rows; the others are append streams, every record compared.
+one deployment instead of eight), with the mini-batch NexmarkSql gives Flink (``SET
+'table.exec.mini-batch.*'``: 2 s, 50,000 rows) on both sides. Flink 2.2.1 runs it on a MiniCluster
+in a JVM (``weir.bench.NexmarkSql``, the benchmark's runner, built by bench/flink/build.sh as ``make
+bench-deps`` does: from Maven Central into the cache), Weir on the session cluster (``weir sql``'s
+job file). Each side's committed output is read back and decoded into whole records by one function
+(``bench.nexmark_bench.output_record``: integers as ints, a TIMESTAMP(3) as epoch milliseconds
+whether written as SQL text or a number, a DECIMAL to 3 places) and the two are compared as
+multisets. The plain-Python reference (``weir.tools.nexmark_reference``) over the same events is in
+the failure message, to say which side differs from it. q4 (an aggregation of an updating
+aggregation: retractions), q18 (deduplication: each bidder's last bid per auction) and q19 (each
+auction's top 10 bids, a Top-N; tied bids compared with one row number, ``QuerySpec.rank_ties``) are
+updating: both sides write them to upsert-kafka (``${UPSERT_SINK}``), and each side's final table
+(the upserts applied in partition-offset order, a tombstone deleting its key:
+``bench.nexmark_bench.committed_records``) is compared, as a multiset of whole rows; the others are
+append streams, every record compared.
 """
 
 from __future__ import annotations
@@ -181,7 +183,12 @@ def outputs(
     flink, log = start_flink(flink_build, endpoints, nexmark_topic.topic, sides.flink, work)
     try:
         script = weir_sql_statement_set(
-            QUERIES, topic=nexmark_topic.topic, output=sides.weir, bootstrap=endpoints.kafka_bootstrap, group=sides.weir
+            QUERIES,
+            topic=nexmark_topic.topic,
+            output=sides.weir,
+            bootstrap=endpoints.kafka_bootstrap,
+            group=sides.weir,
+            mini_batch=True,  # as NexmarkSql runs Flink's side (its --mini-batch defaults to true)
         )
         job_file = work / "nexmark_sql.py"
         job_file.write_text(sql_job_source(script, SQL_FUNCTIONS_MODULE))
