@@ -246,3 +246,34 @@ def test_an_upsert_batch_ends_in_the_per_record_row_and_emits_at_most_once_per_b
     assert batch_out[-1] == record_out[-1]  # the key's last row: the final table
     assert len(batch_out) <= len(batches)
     assert all(a != b for a, b in itertools.pairwise(batch_out))  # an unchanged row is not emitted again
+
+
+# The settings: Flink's names, for the INSERTs after them ----------------------------------------------
+
+
+def test_the_mini_batch_settings_apply_to_the_inserts_after_them_and_explain_shows_them() -> None:
+    from tests.unit.weir.sql.test_script import ORDERS, SINKS
+    from weir.sql import explain, plan_script
+
+    insert = "INSERT INTO totals SELECT `user`, COUNT(*) FROM orders GROUP BY `user`;\n"
+    text = (
+        ORDERS
+        + SINKS
+        + insert
+        + "SET 'table.exec.mini-batch.enabled' = 'true';\nSET 'table.exec.mini-batch.allow-latency' = '2 s';\n"
+        + "SET 'table.exec.mini-batch.size' = '50000';\n"
+        + insert
+        + "SET 'table.exec.mini-batch.enabled' = 'false';\n"
+        + insert
+    )
+    before, batched, after = plan_script(text).inserts
+    assert (before.mini_batch, batched.mini_batch, after.mini_batch) == (None, MiniBatchConfig(2_000, 50_000), None)
+    lines = explain(text).splitlines()
+    kinds = [line.split()[1].rstrip(":") for line in lines if line.startswith("sql-") and "-source-" not in line]
+    # per row: accumulate, group-aggregate, aggregate-result; in mini-batches: one operator
+    assert kinds == [
+        *("accumulate", "group-aggregate", "aggregate-result", "project", "sink"),
+        *("group-aggregate", "project", "sink"),
+        *("accumulate", "group-aggregate", "aggregate-result", "project", "sink"),
+    ]
+    assert sum("mini-batch 2000 ms / 50000 rows" in line for line in lines) == 1
