@@ -320,7 +320,6 @@ class _Subtask:
     outputs: list[NetworkOutput]
     inbox: list[tuple[int, Any]]
     chain_input: ChainInput | None
-    ended: bool = False
 
 
 class InProcessJob:
@@ -430,11 +429,8 @@ class InProcessJob:
                 source = sub.chain.source
                 assert source is not None
                 more = source.poll(source.poll_records or SOURCE_BATCH)
-                if more:
+                if more:  # else it read all its input: its stream ends after the final checkpoint (a task's order)
                     still.append(sub)
-                else:  # its edges end; its operators end after the final checkpoint (a task's order)
-                    for out in sub.outputs:
-                        out.end_of_stream()
                 polls += 1
                 if polls % FLUSH_EVERY_POLLS == 0:
                     for out in sub.outputs:
@@ -453,18 +449,25 @@ class InProcessJob:
             self._pump(others)
         checkpoint_id += 1
         self._checkpoint(checkpoint_id)  # the final checkpoint: every sink's output committed
-        for sub in self.subtasks:
+        for sub in self.subtasks:  # then, in the plan's order, each chain's input ends, then its edges
             for op in sub.chain.operators:
                 op.end_input()
+            for out in sub.outputs:
+                out.end_of_stream()
+            self._pump(others)
         return polled
 
     def _checkpoint(self, checkpoint_id: int) -> None:
         for sub in self.subtasks:
             for out in sub.outputs:
                 out.flush()
-        self._pump([s for s in self.subtasks if s.chain.source is None])
-        for sub in self.subtasks:
-            sub.chain.snapshot(checkpoint_id)
+        others = [s for s in self.subtasks if s.chain.source is None]
+        self._pump(others)
+        for sub in self.subtasks:  # the plan's order: what a snapshot emits (a SQL mini-batch applied) reaches
+            sub.chain.snapshot(checkpoint_id)  # the consumers before their own snapshot, as records before a barrier
+            for out in sub.outputs:
+                out.flush()
+            self._pump(others)
         for sub in self.subtasks:
             sub.chain.notify_checkpoint_complete(checkpoint_id)
 
@@ -486,12 +489,8 @@ class InProcessJob:
                         pass
                     case WatermarkEvent(watermark=watermark):
                         chain_input.watermark(ch, watermark)
-                    case EndOfStream():
+                    case EndOfStream():  # its chain's input and edges end in run(), after the final checkpoint
                         chain_input.end_of_stream(ch)
-                        if chain_input.all_ended and not sub.ended:
-                            sub.ended = True
-                            for out in sub.outputs:
-                                out.end_of_stream()
                     case other:
                         raise AssertionError(f"unexpected event {other!r}")
             for out in sub.outputs:
