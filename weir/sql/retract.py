@@ -437,15 +437,17 @@ class MiniBatchGroupAggregate(KeyedOperator):
             self.output.emit_watermark(drained.watermark)
 
     def _one_by_one(self, key: Any, held: Any, entries: Sequence[tuple[Any, int | None]]) -> tuple[Any, list[Any]]:
-        out: list[Any] = []
+        """The batch without the rows it raises on, each found by applying the rows one at a time and
+        rejected (``on_error``); the others then applied as one batch (one change, as without them)."""
+        state, good = held, []
         for value, timestamp in entries:
             try:
-                held, changes = self.group.apply(key, held, [value])
+                state, _changes = self.group.apply(key, state, [value])
             except Exception as exc:
                 self.reject(self.group.apply, exc, value, timestamp, key)
                 continue
-            out.extend(changes)
-        return held, out
+            good.append(value)
+        return self.group.apply(key, held, good) if good else (held, [])
 
     def process_watermark(self, watermark: int) -> None:
         forward = self.buffer.watermark(watermark)

@@ -12,11 +12,18 @@ from typing import Any
 
 import pytest
 
+from tests.unit.conftest import MakeContext, StartOperator
 from weir.sql.changelog import Change, RowKind
 from weir.sql.compile import Accumulators
 from weir.sql.minibatch import Drained, MiniBatchBuffer, MiniBatchConfig
 from weir.sql.plan import AggregateCall, NamedExpression
-from weir.sql.retract import ChangelogBatch, RetractingAccumulators, UpsertBatch, group_changes
+from weir.sql.retract import (
+    ChangelogBatch,
+    MiniBatchGroupAggregate,
+    RetractingAccumulators,
+    UpsertBatch,
+    group_changes,
+)
 
 
 class Clock:
@@ -277,3 +284,82 @@ def test_the_mini_batch_settings_apply_to_the_inserts_after_them_and_explain_sho
         *("accumulate", "group-aggregate", "aggregate-result", "project", "sink"),
     ]
     assert sum("mini-batch 2000 ms / 50000 rows" in line for line in lines) == 1
+
+
+# The operator: when it applies its buffer, what it emits, a row that raises ----------------------------
+
+
+def _operator(clock: Clock, size: int = 100, latency: int = 500, on_error: Any = None) -> MiniBatchGroupAggregate:
+    from weir.core.rejections import FAIL
+
+    step = UpsertBatch(("bidder",), Accumulators(_calls()))
+    return MiniBatchGroupAggregate(
+        lambda row: (row["bidder"],),
+        step,
+        MiniBatchConfig(latency, size),
+        "accumulators",
+        clock=clock,
+        on_error=FAIL if on_error is None else on_error,
+    )
+
+
+def _bid(bidder: int, price: Any) -> dict[str, Any]:
+    return {"bidder": bidder, "price": price}
+
+
+def test_the_operator_applies_its_buffer_at_a_snapshot_at_its_deadline_at_its_size_and_at_the_end(
+    start_operator: StartOperator,
+) -> None:
+    clock = Clock(10_000)
+    op = _operator(clock, size=4, latency=500)
+    out = start_operator(op)
+    op.process(_bid(1, 5), 100)
+    op.process(_bid(2, 7), 101)
+    op.process(_bid(1, 3), 102)
+    op.process_watermark(90)  # held behind the buffer
+    assert out.events == [] and op.next_processing_time() == 10_500
+    op.snapshot_state(1)  # a checkpoint: applied before the barrier, the watermark after its rows
+    rows = [(v["bidder"], v["n"], v["total"]) for v in out.values]
+    assert rows == [(1, 2, 8), (2, 1, 7)] and [t for _, t in out.records] == [102, 101]
+    assert out.events[-1] == ("watermark", 90) and op.next_processing_time() is None
+    out.events.clear(), out.take()
+    op.process_watermark(95)  # an empty buffer: it passes
+    assert out.events == [("watermark", 95)]
+    clock.now = 20_000
+    op.process(_bid(1, 1), 200)
+    assert op.next_processing_time() == 20_500
+    op.on_processing_time(20_500)  # the latency deadline
+    assert [(v["bidder"], v["n"]) for v, _ in out.take()] == [(1, 3)]
+    for price in (1, 2, 3):
+        op.process(_bid(3, price), 300)
+    assert out.records == []
+    op.process(_bid(3, 4), 301)  # the 4th row: full
+    assert [(v["bidder"], v["n"], v["total"]) for v, _ in out.take()] == [(3, 4, 10)]
+    op.process(_bid(2, None), 400)  # a NULL price: COUNT(*) moves, the rest not
+    op.end_input()
+    assert [(v["bidder"], v["n"], v["total"]) for v, _ in out.take()] == [(2, 2, 7)]
+
+
+def test_a_row_that_raises_is_rejected_alone_and_the_rest_of_its_batch_applied(make_context: MakeContext) -> None:
+    from tests.unit.operators.test_rejections import DLQ, start_with_letters
+
+    clock = Clock()
+    op = _operator(clock, on_error=DLQ)
+    out, letters = start_with_letters(op, make_context, "agg")
+    for bid in (_bid(1, 5), _bid(1, "five"), _bid(1, 2), _bid(2, 1)):  # "five" + 5: a TypeError in SUM
+        op.process(bid, 10)
+    op.snapshot_state(1)
+    assert [(v["bidder"], v["n"], v["total"]) for v in out.values] == [(1, 2, 7), (2, 1, 1)]
+    assert len(letters.letters) == 1 and "five" in str(letters.letters[0])
+
+
+def test_a_row_that_raises_fails_the_job_naming_it_under_the_fail_policy(start_operator: StartOperator) -> None:
+    from weir.core.rejections import UserFunctionError
+
+    op = _operator(Clock())
+    start_operator(op, uid="agg")
+    op.process(_bid(1, 5), 10)
+    op.process(_bid(1, "five"), 11)
+    with pytest.raises(UserFunctionError) as raised:
+        op.snapshot_state(1)
+    assert raised.value.rejected.operator_uid == "agg" and "five" in raised.value.rejected.record
