@@ -559,16 +559,24 @@ class EmitRanked(ProcessWindowFunction):
                 out.collect({**row, self.rank: number})
 
 
+def row_key(parts: tuple[Callable[[Mapping[str, Any]], Any], ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A row's key: the tuple of ``parts``' values. A key function runs twice per record (the
+    partitioner's and the keyed operator's): one or two parts are called without a generator."""
+    match parts:
+        case (only,):
+            return lambda row: (only(row),)
+        case (first, second):
+            return lambda row: (first(row), second(row))
+        case _:
+            return lambda row: tuple(f(row) for f in parts)
+
+
 def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> DataStream | None:
     upstream = _node(env, node.input, uids, script)
     order = ", ".join(f"{o.value.sql}{' DESC' if o.descending else ''}" for o in node.order)
     partition = ", ".join(p.sql for p in node.partition)
     over = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}"
-    keys = tuple(p.evaluate for p in node.partition)
-
-    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in keys)
-
+    key_of = row_key(tuple(p.evaluate for p in node.partition))
     if node.slide_ms is None:  # without a window: a changelog keyed by the partition and the row number
         uid = uids.next("top-n", f"{over}, emits [+I, -U, +U]")
         if upstream is None:
@@ -630,13 +638,9 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
     uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl})")
     if left is None or right is None:
         return None
-    left_keys = tuple(k.evaluate for k in node.left_keys)
-    right_keys = tuple(k.evaluate for k in node.right_keys)
-    return (
-        left.connect(right)
-        .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
-        .process(RegularJoin(node, uids.ttl), uid=uid)
-    )
+    left_key = row_key(tuple(k.evaluate for k in node.left_keys))
+    right_key = row_key(tuple(k.evaluate for k in node.right_keys))
+    return left.connect(right).key_by(left_key, right_key).process(RegularJoin(node, uids.ttl), uid=uid)
 
 
 def _interval_join(
@@ -656,14 +660,8 @@ def _interval_join(
     )
     if left is None or right is None:
         return None
-    left_keys = tuple(k.evaluate for k in node.left_keys)
-    right_keys = tuple(k.evaluate for k in node.right_keys)
-
-    def left_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in left_keys)
-
-    def right_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in right_keys)
+    left_key = row_key(tuple(k.evaluate for k in node.left_keys))
+    right_key = row_key(tuple(k.evaluate for k in node.right_keys))
 
     joined = (
         left.filter(lambda row: None not in left_key(row), uid=left_uid)
@@ -837,8 +835,7 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
     accumulators = Accumulators(node.calls)
     detail = f"GROUP BY {', '.join(k.sql for k in node.keys) or '()'}: {', '.join(c.sql for c in node.calls)}"
 
-    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for _, f in keys)
+    key_of = row_key(tuple(f for _, f in keys))
 
     if node.window is not None:
         window = node.window
@@ -1026,11 +1023,7 @@ def _over(env: Environment | None, node: OverAggregate, uids: _Uids, script: str
     uid = uids.next("over-aggregate", detail)
     if upstream is None:
         return None
-    keys = tuple(p.evaluate for p in node.partition)
-
-    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in keys)
-
+    key_of = row_key(tuple(p.evaluate for p in node.partition))
     return upstream.key_by(key_of).process(OverAggregation(node, Accumulators(node.calls)), uid=uid)
 
 

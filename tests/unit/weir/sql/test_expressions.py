@@ -140,3 +140,14 @@ def test_date_format_remembered_per_unit_equals_each_row_formatted(pattern: str)
     moments += [m + rng.randint(0, 999) for m in moments[:200]] + [-1, 0, 1, -86_400_001]  # the epoch, before it
     assert [formatted(ms) for ms in moments] == [date_format(ms, pattern) for ms in moments]
     assert len(formatted.formatted) <= 50
+
+
+@pytest.mark.parametrize("parts", [0, 1, 2, 3])
+def test_a_row_key_is_the_tuple_of_its_parts_values(parts: int) -> None:
+    from weir.sql.compile import row_key
+
+    columns = ("a", "b", "c")[:parts]
+    key = row_key(tuple((lambda row, c=c: row[c]) for c in columns))
+    row = {"a": 1, "b": None, "c": "x"}
+    assert key(row) == tuple(row[c] for c in columns)
+    assert key({"a": 2, "b": 3, "c": None}) == tuple({"a": 2, "b": 3, "c": None}[c] for c in columns)
