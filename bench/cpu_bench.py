@@ -320,7 +320,6 @@ class _Subtask:
     outputs: list[NetworkOutput]
     inbox: list[tuple[int, Any]]
     chain_input: ChainInput | None
-    ended: bool = False
 
 
 class InProcessJob:
@@ -430,11 +429,8 @@ class InProcessJob:
                 source = sub.chain.source
                 assert source is not None
                 more = source.poll(source.poll_records or SOURCE_BATCH)
-                if more:
+                if more:  # else it read all its input: its stream ends after the final checkpoint (a task's order)
                     still.append(sub)
-                else:  # its edges end; its operators end after the final checkpoint (a task's order)
-                    for out in sub.outputs:
-                        out.end_of_stream()
                 polls += 1
                 if polls % FLUSH_EVERY_POLLS == 0:
                     for out in sub.outputs:
@@ -453,18 +449,25 @@ class InProcessJob:
             self._pump(others)
         checkpoint_id += 1
         self._checkpoint(checkpoint_id)  # the final checkpoint: every sink's output committed
-        for sub in self.subtasks:
+        for sub in self.subtasks:  # then, in the plan's order, each chain's input ends, then its edges
             for op in sub.chain.operators:
                 op.end_input()
+            for out in sub.outputs:
+                out.end_of_stream()
+            self._pump(others)
         return polled
 
     def _checkpoint(self, checkpoint_id: int) -> None:
         for sub in self.subtasks:
             for out in sub.outputs:
                 out.flush()
-        self._pump([s for s in self.subtasks if s.chain.source is None])
-        for sub in self.subtasks:
-            sub.chain.snapshot(checkpoint_id)
+        others = [s for s in self.subtasks if s.chain.source is None]
+        self._pump(others)
+        for sub in self.subtasks:  # the plan's order: what a snapshot emits (a SQL mini-batch applied) reaches
+            sub.chain.snapshot(checkpoint_id)  # the consumers before their own snapshot, as records before a barrier
+            for out in sub.outputs:
+                out.flush()
+            self._pump(others)
         for sub in self.subtasks:
             sub.chain.notify_checkpoint_complete(checkpoint_id)
 
@@ -486,12 +489,8 @@ class InProcessJob:
                         pass
                     case WatermarkEvent(watermark=watermark):
                         chain_input.watermark(ch, watermark)
-                    case EndOfStream():
+                    case EndOfStream():  # its chain's input and edges end in run(), after the final checkpoint
                         chain_input.end_of_stream(ch)
-                        if chain_input.all_ended and not sub.ended:
-                            sub.ended = True
-                            for out in sub.outputs:
-                                out.end_of_stream()
                     case other:
                         raise AssertionError(f"unexpected event {other!r}")
             for out in sub.outputs:
@@ -523,7 +522,9 @@ class Case:
     make_input: Callable[[int], dict[int, list[_Message]]]
 
 
-def cases(paths: Sequence[str], nexmark: Sequence[str], sql: Sequence[str] = ()) -> list[Case]:
+def cases(
+    paths: Sequence[str], nexmark: Sequence[str], sql: Sequence[str] = (), sql_mini_batch: bool = False
+) -> list[Case]:
     out = []
     keyed = {"sink.postgres": "false", "source.bounded": "true"}
     for path in paths:
@@ -537,10 +538,12 @@ def cases(paths: Sequence[str], nexmark: Sequence[str], sql: Sequence[str] = ())
     for query in nexmark:
         params = {"source": "kafka", "source.topic": "nexmark", "source.bounded": "true", "sink": "kafka"}
         out.append(Case(f"nexmark/{query}", NEXMARK_DIR / f"{query}.py", params, nexmark_input))
-    for query in sql:  # the query's SQL (bench/jobs/nexmark_sql.py), per record and with SET 'weir.columnar'
-        for columnar in ("false", "true"):
-            path = "columnar" if columnar == "true" else "record"
-            out.append(Case(f"sql/{query}/{path}", SQL_JOB, {"query": query, "columnar": columnar}, nexmark_input))
+    for query in sql:  # the query's SQL (bench/jobs/nexmark_sql.py): per record, SET 'weir.columnar', mini-batch
+        for path, columnar, mini_batch in (("record", "false", "false"), ("columnar", "true", "false")) + (
+            (("minibatch", "false", "true"),) if sql_mini_batch else ()
+        ):
+            params = {"query": query, "columnar": columnar, "mini_batch": mini_batch}
+            out.append(Case(f"sql/{query}/{path}", SQL_JOB, params, nexmark_input))
     return out
 
 
@@ -628,6 +631,11 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="Nexmark queries in SQL (bench/jobs/nexmark_sql.py), per record and columnar, e.g. q5,q11-tumble",
     )
+    parser.add_argument(
+        "--sql-mini-batch",
+        action="store_true",
+        help="each --sql query also with the mini-batch settings the Nexmark benchmark gives Flink (2 s / 50,000 rows)",
+    )
     parser.add_argument("--parallelism", type=int, default=3)
     parser.add_argument("--checkpoint-every", type=int, default=100_000, help="events between checkpoints (0: none)")
     parser.add_argument("--profile", action="store_true", help="one profiled run per case: top functions per event")
@@ -655,7 +663,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{name:<18} {c['before_median']:6.2f} -> {c['after_median']:6.2f} us/event ({c['ratio']:.2f}x)")
         return 0
     paths = [p for p in args.paths.split(",") if p and p != "none"]
-    chosen = cases(paths, [q for q in args.nexmark.split(",") if q], [q for q in args.sql.split(",") if q])
+    chosen = cases(
+        paths, [q for q in args.nexmark.split(",") if q], [q for q in args.sql.split(",") if q], args.sql_mini_batch
+    )
     inputs = {c.name: c.make_input(args.events) for c in chosen}
     results: dict[str, list[dict[str, Any]]] = {c.name: [] for c in chosen}
     if args.profile:

@@ -283,6 +283,14 @@ def query_sql(
     return text.replace("${SINK}", sink_options(output, bootstrap, group))
 
 
+MINI_BATCH_SETTINGS: Final = (
+    "SET 'table.exec.mini-batch.enabled' = 'true';\n"
+    "SET 'table.exec.mini-batch.allow-latency' = '2s';\n"
+    "SET 'table.exec.mini-batch.size' = '50000';\n"
+)
+"""The mini-batch weir.bench.NexmarkSql gives Flink (the reference's config.yaml), as SET statements."""
+
+
 def weir_sql_script(
     query: str,
     *,
@@ -292,11 +300,14 @@ def weir_sql_script(
     group: str,
     ddl: str | None = None,
     sql_dir: Path = FLINK_SQL_DIR,
+    mini_batch: bool = False,
 ) -> str:
     """The script Weir's SQL runs for ``query``: the DDL over the topic (``kafka_events_ddl``), then
-    the query's file with NexmarkSql's sink (``query_sql``)."""
+    the query's file with NexmarkSql's sink (``query_sql``); with ``mini_batch``, first the mini-batch
+    settings NexmarkSql gives Flink (:data:`MINI_BATCH_SETTINGS`)."""
     return (
-        kafka_events_ddl(topic, bootstrap=bootstrap, group=group, ddl=ddl)
+        (MINI_BATCH_SETTINGS if mini_batch else "")
+        + kafka_events_ddl(topic, bootstrap=bootstrap, group=group, ddl=ddl)
         + "\n"
         + query_sql(query, output=output, bootstrap=bootstrap, group=group, sql_dir=sql_dir)
     )
@@ -306,13 +317,21 @@ _INSERT: Final = re.compile(r"^INSERT INTO", re.MULTILINE)
 
 
 def weir_sql_statement_set(
-    queries: Sequence[str], *, topic: str, output: str, bootstrap: str, group: str, sql_dir: Path = FLINK_SQL_DIR
+    queries: Sequence[str],
+    *,
+    topic: str,
+    output: str,
+    bootstrap: str,
+    group: str,
+    sql_dir: Path = FLINK_SQL_DIR,
+    mini_batch: bool = False,
 ) -> str:
     """Every query of ``queries`` in one script and one job, as ``NexmarkSql --query q0,q1,...`` runs
     them on Flink: the DDL, each query's sink table (its ``${SINK}`` the topic ``<output>-<query>``,
     the transactional id prefix ``<group>-<query>``), then the INSERTs in one ``EXECUTE STATEMENT
-    SET`` (the source read once)."""
-    tables, inserts = [kafka_events_ddl(topic, bootstrap=bootstrap, group=group)], []
+    SET`` (the source read once); with ``mini_batch``, first NexmarkSql's mini-batch settings."""
+    tables = [(MINI_BATCH_SETTINGS if mini_batch else "") + kafka_events_ddl(topic, bootstrap=bootstrap, group=group)]
+    inserts = []
     for query in queries:
         text = query_sql(
             query, output=f"{output}-{query}", bootstrap=bootstrap, group=f"{group}-{query}", sql_dir=sql_dir
@@ -1005,7 +1024,12 @@ def run_weir(ctx: RunContext, query: str, output_topic: str, tag: str) -> dict[s
 
         job_file = ctx.env.run_root / f"sql-{tag}.py"
         script = weir_sql_script(
-            query, topic=ctx.input_topic, output=output_topic, bootstrap=endpoints.kafka_bootstrap, group=output_topic
+            query,
+            topic=ctx.input_topic,
+            output=output_topic,
+            bootstrap=endpoints.kafka_bootstrap,
+            group=output_topic,
+            mini_batch=ctx.mini_batch,  # the same settings as Flink's (--no-mini-batch: neither side)
         )
         job_file.write_text(sql_job_source(script, SQL_FUNCTIONS_MODULE))
         source_uid = WEIR_SQL_SOURCE_UID

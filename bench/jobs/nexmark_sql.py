@@ -2,13 +2,14 @@
 the query's SQL (``bench/flink/src/main/resources/nexmark/<query>.sql``, or :data:`EXTRA_QUERIES`)
 over the ``nexmark`` topic (examples/sql/nexmark-ddl.sql with the Kafka options the Nexmark benchmark
 gives it), an exactly-once Kafka sink. Parameters: ``query``, ``columnar`` (``true``: ``SET
-'weir.columnar' = 'true'`` first)."""
+'weir.columnar' = 'true'`` first), ``mini_batch`` (``true``: the mini-batch settings the Nexmark
+benchmark gives Flink, ``bench.nexmark_bench.MINI_BATCH_SETTINGS``)."""
 
 from __future__ import annotations
 
 from typing import Final
 
-from bench.nexmark_bench import kafka_events_ddl, sink_options, weir_sql_script
+from bench.nexmark_bench import MINI_BATCH_SETTINGS, kafka_events_ddl, sink_options, weir_sql_script
 from weir.api import Environment
 from weir.sql import sql
 
@@ -28,7 +29,7 @@ TOPIC: Final = "nexmark"
 BOOTSTRAP: Final = "127.0.0.1:19092"  # never reached: the CPU benchmark's stand-in consumer and producer
 
 
-def script(query: str, columnar: bool) -> str:
+def script(query: str, columnar: bool, mini_batch: bool = False) -> str:
     group = f"cpu-bench-{query}"
     if query in EXTRA_QUERIES:
         text = kafka_events_ddl(TOPIC, bootstrap=BOOTSTRAP, group=group) + EXTRA_QUERIES[query].replace(
@@ -36,9 +37,9 @@ def script(query: str, columnar: bool) -> str:
         )
     else:
         text = weir_sql_script(query, topic=TOPIC, output="nexmark-out", bootstrap=BOOTSTRAP, group=group)
-    return ("SET 'weir.columnar' = 'true';\n" if columnar else "") + text
+    return ("SET 'weir.columnar' = 'true';\n" if columnar else "") + (MINI_BATCH_SETTINGS if mini_batch else "") + text
 
 
 def build(env: Environment) -> None:
     p = env.params
-    sql(env, script(p.get_str("query", "q5"), p.get_bool("columnar", False)))
+    sql(env, script(p.get_str("query", "q5"), p.get_bool("columnar", False), p.get_bool("mini_batch", False)))

@@ -25,6 +25,7 @@ from weir.sql.catalog import Table, flink_duration_ms
 from weir.sql.compile import Operator, RowDecoder, compile_insert, compile_query, source_uid, statement_digest
 from weir.sql.errors import Position, SqlError
 from weir.sql.functions import registered, registry, resolve
+from weir.sql.minibatch import MiniBatchConfig
 from weir.sql.plan import Catalog, InsertPlan, plan_insert, plan_query
 from weir.sql.script import (
     CreateFunction,
@@ -45,6 +46,12 @@ SETTINGS: Final = {
     "parallelism.default": "the job's parallelism (weir sql)",
     "table.local-time-zone": "UTC only: timestamps are UTC",
     "table.exec.state.ttl": "the state TTL of the INSERTs after it: regular joins' and GROUP BY without a window",
+    "table.exec.mini-batch.enabled": (
+        "'true': each GROUP BY without a window of the INSERTs after it applies its input in mini-batches, "
+        "one change per key and batch"
+    ),
+    "table.exec.mini-batch.allow-latency": "the longest a row waits in a mini-batch (a duration above 0)",
+    "table.exec.mini-batch.size": "the most rows a mini-batch holds (above 0)",
     "weir.columnar": (
         "'true': the INSERTs after it run a scan -> filter/projection chain and TUMBLE/HOP window aggregates "
         "on Arrow batches"
@@ -52,14 +59,51 @@ SETTINGS: Final = {
 }
 
 
-def duration_ms(value: str, position: Position) -> int:
+def duration_ms(value: str, position: Position, key: str = "table.exec.state.ttl") -> int:
     """Flink's duration text (``'1 h'``, ``'30 min'``, ``'90s'``, ``'3600000'``: milliseconds) in ms."""
     ms = flink_duration_ms(value)
     if ms is None:
         raise SqlError(
-            f"SET 'table.exec.state.ttl': {value!r} is not a duration (like '1 h', '30 min', '90 s')", position
+            f"SET '{key}': {value!r} is not a duration (like '1 h', '30 min', '90 s')", position
         )
     return ms
+
+
+class _MiniBatchSettings:
+    """The ``table.exec.mini-batch.*`` settings so far, as Flink reads them: off unless enabled, and
+    enabled only with an allow-latency and a size above 0 (Flink's defaults, 0 ms and -1, refuse it)."""
+
+    def __init__(self) -> None:
+        self.enabled, self.latency_ms, self.size = False, 0, -1
+
+    def set(self, option: SetOption) -> None:
+        value = option.value.strip()
+        match option.key:
+            case "table.exec.mini-batch.enabled":
+                if value.lower() not in ("true", "false"):
+                    raise SqlError(f"SET '{option.key}': {option.value!r} is not 'true' or 'false'", option.position)
+                self.enabled = value.lower() == "true"
+            case "table.exec.mini-batch.allow-latency":
+                self.latency_ms = duration_ms(value, option.position, option.key)
+            case "table.exec.mini-batch.size":
+                if not value.lstrip("-").isdigit():
+                    raise SqlError(f"SET '{option.key}': {option.value!r} is not a whole number", option.position)
+                self.size = int(value)
+            case _:
+                raise AssertionError(option.key)  # SETTINGS names no other
+
+    def config(self, position: Position) -> MiniBatchConfig | None:
+        """The mini-batch of an INSERT planned now (at ``position``); None: off."""
+        if not self.enabled:
+            return None
+        if self.latency_ms <= 0 or self.size <= 0:
+            raise SqlError(
+                "SET 'table.exec.mini-batch.enabled' = 'true' needs 'table.exec.mini-batch.allow-latency' "
+                f"above 0 and 'table.exec.mini-batch.size' above 0 (now {self.latency_ms} ms and {self.size}), "
+                "as Flink does",
+                position,
+            )
+        return MiniBatchConfig(self.latency_ms, self.size)
 
 
 @dataclass(frozen=True)
@@ -69,6 +113,7 @@ class PlannedStatement:
     uid_prefix: str
     state_ttl_ms: int = 0  # SET 'table.exec.state.ttl' before it; 0: state kept
     columnar: bool = False  # SET 'weir.columnar' = 'true' before it
+    mini_batch: MiniBatchConfig | None = None  # SET 'table.exec.mini-batch.enabled' = 'true' before it
 
 
 @dataclass(frozen=True)
@@ -102,6 +147,7 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
     seen: Counter[str] = Counter()
     state_ttl_ms = 0
     columnar = False
+    mini_batch = _MiniBatchSettings()
 
     def planned(insert: Insert, *, count: bool = True) -> PlannedStatement:
         digest = statement_digest(insert.normalized)
@@ -112,7 +158,7 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
             n = seen[digest] + 1
         prefix = f"sql-{digest}" + ("" if n == 1 else f"-{n}")
         plan = plan_insert(insert, Catalog(dict(tables), dict(views)), text)
-        return PlannedStatement(insert, plan, prefix, state_ttl_ms, columnar)
+        return PlannedStatement(insert, plan, prefix, state_ttl_ms, columnar, mini_batch.config(insert.position))
 
     for statement in statements:
         match statement:
@@ -153,6 +199,8 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
                             f"SET 'weir.columnar': {statement.value!r} is not 'true' or 'false'", statement.position
                         )
                     columnar = statement.value.lower() == "true"
+                if statement.key.startswith("table.exec.mini-batch."):
+                    mini_batch.set(statement)
                 settings[statement.key] = statement.value
             case Insert():
                 inserts.append(planned(statement))
@@ -182,6 +230,7 @@ class SqlJob:
                 statement.state_ttl_ms,
                 statement.columnar,
                 self.decoders,
+                statement.mini_batch,
             )
 
     def query(self, select: str) -> DataStream:
@@ -215,6 +264,7 @@ def operators_of(statement: PlannedStatement, text: str) -> list[Operator]:
         text,
         state_ttl_ms=statement.state_ttl_ms,
         columnar=statement.columnar,
+        mini_batch=statement.mini_batch,
     )
 
 

@@ -43,7 +43,7 @@ from weir.api import (
     TumblingEventTimeWindows,
     WindowContext,
 )
-from weir.api.connector import WithoutOnError
+from weir.api.connector import WithOnError, WithoutOnError
 from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
@@ -63,6 +63,7 @@ from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.lookup import LookupRows
+from weir.sql.minibatch import MiniBatchConfig
 from weir.sql.part_files import CsvLine, PartitionFolder
 from weir.sql.plan import (
     Aggregate,
@@ -83,7 +84,15 @@ from weir.sql.plan import (
     changelog_of,
 )
 from weir.sql.ranking import RankedRows
-from weir.sql.retract import ChangelogAggregate, RetractingAccumulators, over_values
+from weir.sql.retract import (
+    BatchGroup,
+    ChangelogAggregate,
+    ChangelogBatch,
+    MiniBatchGroupAggregate,
+    RetractingAccumulators,
+    UpsertBatch,
+    over_values,
+)
 from weir.sql.retract import average as _average
 from weir.sql.types import Kind, to_json
 from weir.sql.upsert import ChangelogNormalize, SinkWrite, UpsertKafkaRecords, sink_write
@@ -120,6 +129,7 @@ class _Uids:
         self.decoders = {} if decoders is None else decoders  # the job's sources' decoders, by table
         self.ttl = StateTtlConfig(state_ttl_ms) if state_ttl_ms > 0 else None
         self.columnar = False  # SET 'weir.columnar' = 'true': window aggregates on batches where they can
+        self.mini_batch: MiniBatchConfig | None = None  # SET 'table.exec.mini-batch.*': GROUP BY without a window
 
     def next(self, kind: str, detail: str) -> str:
         uid = f"{self.prefix}-{self.n}-{kind}"
@@ -148,14 +158,18 @@ def compile_insert(
     state_ttl_ms: int = 0,
     columnar: bool = False,
     decoders: dict[str, RowDecoder] | None = None,
+    mini_batch: MiniBatchConfig | None = None,
 ) -> list[Operator]:
     """Add the statement's operators to ``env`` (None: only name them, for EXPLAIN); answer them.
     ``sources``: the tables already read in this job, by name (one source each). ``state_ttl_ms``
     (SET 'table.exec.state.ttl'): the TTL of a regular join's and a GROUP BY without a window's state.
     ``columnar`` (SET 'weir.columnar' = 'true'): a scan -> filter/projection chain runs on Arrow batches.
-    ``decoders``: the decoders of ``sources`` (a statement reading a source widens its columns)."""
+    ``decoders``: the decoders of ``sources`` (a statement reading a source widens its columns).
+    ``mini_batch`` (SET 'table.exec.mini-batch.enabled' = 'true' and its latency and size): a GROUP BY
+    without a window applies its input in mini-batches (``weir.sql.retract.MiniBatchGroupAggregate``)."""
     operators: list[Operator] = []
     uids = _Uids(prefix, operators, {} if sources is None else sources, state_ttl_ms, plan=plan, decoders=decoders)
+    uids.mini_batch = mini_batch
     stream = _columnar(env, plan, uids, script) if columnar else _node(env, plan.sink.input, uids, script)
     _sink(env, stream, plan.sink, uids)
     return operators
@@ -611,16 +625,24 @@ class EmitRanked(ProcessWindowFunction):
                 out.collect({**row, self.rank: number})
 
 
+def row_key(parts: tuple[Callable[[Mapping[str, Any]], Any], ...]) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
+    """A row's key: the tuple of ``parts``' values. A key function runs twice per record (the
+    partitioner's and the keyed operator's): one or two parts are called without a generator."""
+    match parts:
+        case (only,):
+            return lambda row: (only(row),)
+        case (first, second):
+            return lambda row: (first(row), second(row))
+        case _:
+            return lambda row: tuple(f(row) for f in parts)
+
+
 def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> DataStream | None:
     upstream = _node(env, node.input, uids, script)
     order = ", ".join(f"{o.value.sql}{' DESC' if o.descending else ''}" for o in node.order)
     partition = ", ".join(p.sql for p in node.partition)
     over = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}"
-    keys = tuple(p.evaluate for p in node.partition)
-
-    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in keys)
-
+    key_of = row_key(tuple(p.evaluate for p in node.partition))
     if node.slide_ms is None:  # without a window: a changelog keyed by the partition and the row number
         uid = uids.next("top-n", f"{over}, emits [+I, -U, +U]")
         if upstream is None:
@@ -692,13 +714,9 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
     uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl})")
     if left is None or right is None:
         return None
-    left_keys = tuple(k.evaluate for k in node.left_keys)
-    right_keys = tuple(k.evaluate for k in node.right_keys)
-    return (
-        left.connect(right)
-        .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
-        .process(RegularJoin(node, uids.ttl), uid=uid)
-    )
+    left_key = row_key(tuple(k.evaluate for k in node.left_keys))
+    right_key = row_key(tuple(k.evaluate for k in node.right_keys))
+    return left.connect(right).key_by(left_key, right_key).process(RegularJoin(node, uids.ttl), uid=uid)
 
 
 def _lookup_join(env: Environment | None, node: LookupJoin, uids: _Uids, script: str) -> DataStream | None:
@@ -737,14 +755,8 @@ def _interval_join(
     )
     if left is None or right is None:
         return None
-    left_keys = tuple(k.evaluate for k in node.left_keys)
-    right_keys = tuple(k.evaluate for k in node.right_keys)
-
-    def left_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in left_keys)
-
-    def right_key(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in right_keys)
+    left_key = row_key(tuple(k.evaluate for k in node.left_keys))
+    right_key = row_key(tuple(k.evaluate for k in node.right_keys))
 
     joined = (
         left.filter(lambda row: None not in left_key(row), uid=left_uid)
@@ -790,6 +802,22 @@ class Accumulators:
             a if w is not None and w(row) is not True else self._add(c, a, None if f is None else f(row))
             for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True)
         )
+
+    def add_all(self, accs: tuple[Any, ...], rows: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
+        """``add`` of each row in turn (a mini-batch), a DISTINCT call's set grown once for all of them."""
+        out = []
+        for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True):
+            chosen = rows if w is None else [r for r in rows if w(r) is True]
+            if f is None:  # COUNT(*)
+                out.append(a + len(chosen))
+            elif c.distinct and c.function != "PYTHON":
+                seen = {v for r in chosen if (v := f(r)) is not None}
+                out.append(a if seen <= a else a | seen)
+            else:
+                for r in chosen:
+                    a = self._add(c, a, f(r))
+                out.append(a)
+        return tuple(out)
 
     @staticmethod
     def _add(call: AggregateCall, acc: Any, value: Any) -> Any:
@@ -846,7 +874,7 @@ class Accumulators:
         if call.function == "PYTHON":
             return call.python.result(acc)
         if call.distinct:
-            return over_values(call.function, list(acc))
+            return over_values(call.function, acc)  # the frozenset itself: len, sum, min, max read it in place
         if call.function == "AVG":
             total, count = acc
             return None if count == 0 else _average(total, count)
@@ -902,8 +930,7 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
     accumulators = Accumulators(node.calls)
     detail = f"GROUP BY {', '.join(k.sql for k in node.keys) or '()'}: {', '.join(c.sql for c in node.calls)}"
 
-    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for _, f in keys)
+    key_of = row_key(tuple(f for _, f in keys))
 
     if node.window is not None:
         window = node.window
@@ -933,12 +960,24 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
             return None
         return upstream.key_by(key_of).window(assigner).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
     mode = changelog_of(node)
+    ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl is not None else ""
+    batched = f", {uids.mini_batch}" if uids.mini_batch is not None else ""
     if mode is not None:  # a changelog: read by another operator, or of an updating input (retracting)
         retracts = not node.input_mode.appends
-        ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl is not None else ""
-        uid = uids.next("changelog-aggregate", f"{detail}, {'retracting, ' if retracts else ''}emits {mode}{ttl}")
+        uid = uids.next(
+            "changelog-aggregate", f"{detail}, {'retracting, ' if retracts else ''}emits {mode}{ttl}{batched}"
+        )
         if upstream is None:
             return None
+        if uids.mini_batch is not None:
+            batch = ChangelogBatch(
+                key_names,
+                RetractingAccumulators(node.calls) if retracts else accumulators,
+                input_changelog=changelog_of(node.input) is not None,
+                paired=node.pairs_updates,
+            )
+            by_key = (lambda change: key_of(change.row)) if retracts else key_of
+            return _mini_batch(upstream, by_key, batch, uids.mini_batch, "group", uids.ttl, uid)
         function = ChangelogAggregate(
             key_names,
             RetractingAccumulators(node.calls) if retracts else accumulators,
@@ -949,6 +988,12 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
         if retracts:
             return upstream.key_by(lambda change: key_of(change.row)).process(function, uid=uid)
         return upstream.key_by(key_of).process(function, uid=uid)
+    if uids.mini_batch is not None:  # one operator: the rows of each key applied at once, its row emitted
+        uid = uids.next("group-aggregate", f"{detail}{ttl}{batched}")
+        if upstream is None:
+            return None
+        batch_rows = UpsertBatch(key_names, accumulators)
+        return _mini_batch(upstream, key_of, batch_rows, uids.mini_batch, "accumulators", uids.ttl, uid)
     if uids.ttl is not None:
         uid = uids.next("group-aggregate-ttl", f"{detail}, state TTL {uids.ttl.ttl_ms} ms")
         if upstream is None:
@@ -979,6 +1024,28 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
         .key_by(lambda pair: pair[0])
         .reduce(merge, uid=uid)
         .map(result, uid=result_uid)
+    )
+
+
+def _mini_batch(
+    upstream: DataStream,
+    key_of: Callable[[Any], tuple[Any, ...]],
+    group: BatchGroup,
+    config: MiniBatchConfig,
+    state_name: str,
+    ttl: StateTtlConfig | None,
+    uid: str,
+) -> DataStream:
+    """The SQL layer's own keyed operator (as the job API adds its own): a GROUP BY in mini-batches."""
+    keyed = upstream.key_by(key_of)
+    return keyed._add(  # noqa: SLF001
+        WithOnError(
+            lambda on_error: MiniBatchGroupAggregate(key_of, group, config, state_name, ttl, on_error=on_error)
+        ),
+        uid=uid,
+        name="group-aggregate",
+        parallelism=None,
+        key_selector=keyed._key,  # noqa: SLF001
     )
 
 
@@ -1051,11 +1118,7 @@ def _over(env: Environment | None, node: OverAggregate, uids: _Uids, script: str
     uid = uids.next("over-aggregate", detail)
     if upstream is None:
         return None
-    keys = tuple(p.evaluate for p in node.partition)
-
-    def key_of(row: Mapping[str, Any]) -> tuple[Any, ...]:
-        return tuple(f(row) for f in keys)
-
+    key_of = row_key(tuple(p.evaluate for p in node.partition))
     return upstream.key_by(key_of).process(OverAggregation(node, Accumulators(node.calls)), uid=uid)
 
 

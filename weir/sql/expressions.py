@@ -144,6 +144,31 @@ def date_format(ms: int, pattern: str) -> str:
     return moment.strftime(out.replace("SSS", f"{moment.microsecond // 1000:03d}"))
 
 
+class DateFormat:
+    """DATE_FORMAT with one literal pattern, as :func:`date_format`, its result remembered per unit of
+    the pattern's finest field (a day for ``yyyy-MM-dd``, a minute for ``HH:mm``, a millisecond with
+    ``SSS``): rows of the same day (q15's key) format once. Up to :attr:`LIMIT` results are kept."""
+
+    LIMIT: Final = 4_096
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self.unit = next(
+            (ms for field, ms in (("SSS", 1), ("ss", 1_000), ("mm", 60_000), ("HH", 3_600_000)) if field in pattern),
+            86_400_000,
+        )
+        self.formatted: dict[int, str] = {}
+
+    def __call__(self, ms: int) -> str:
+        slot = ms // self.unit
+        text = self.formatted.get(slot)
+        if text is None:
+            if len(self.formatted) >= self.LIMIT:
+                self.formatted.clear()
+            text = self.formatted[slot] = date_format(ms, self.pattern)
+        return text
+
+
 def _like(pattern: str) -> re.Pattern[str]:
     regex = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in pattern)
     return re.compile(f"(?s)^{regex}$")
@@ -392,8 +417,8 @@ class _Compiler:
                 fmt_node = node.args.get("format")
                 if not isinstance(fmt_node, exp.Literal):
                     raise self.refuse(node, "DATE_FORMAT takes a literal pattern")
-                pattern = _java_pattern(node)
-                return lambda row: None if (v := f(row)) is None else date_format(_millis(v), pattern)
+                formatted = DateFormat(_java_pattern(node))
+                return lambda row: None if (v := f(row)) is None else formatted(_millis(v))
         if isinstance(node, exp.Anonymous) and name in ("TO_TIMESTAMP_LTZ",) and len(node.expressions) == 2:
             f = self.compile(node.expressions[0])
             precision = node.expressions[1]

@@ -15,12 +15,18 @@ pickled as every SQL aggregate's accumulators are."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, assert_never, runtime_checkable
 
 from weir.api import Collector, KeyedProcessContext, KeyedProcessFunction, StateTtlConfig
+from weir.core.process_functions import Clock, wall_clock_ms
+from weir.core.rejections import FAIL, OnRecordError
+from weir.core.state_schema import StateSchema
+from weir.operators.keyed import KeyedOperator
+from weir.operators.process_state import Ttl, ValueState, drop_expired
 from weir.sql.changelog import Change, RowKind, accumulates
+from weir.sql.minibatch import MiniBatchBuffer, MiniBatchConfig
 from weir.sql.plan import AggregateCall, AggregateName
 
 Row = Mapping[str, Any]
@@ -34,9 +40,9 @@ def average(total: Any, count: int) -> Any:
     return total / count
 
 
-def over_values(function: AggregateName, values: list[Any]) -> Any:
-    """A built-in aggregate over a list of values (a DISTINCT call's set, MIN/MAX's live values): NULL
-    over none, except COUNT's 0."""
+def over_values(function: AggregateName, values: Collection[Any]) -> Any:
+    """A built-in aggregate over a collection of values (a DISTINCT call's set, read in place: no copy
+    per row; MIN/MAX's live values): NULL over none, except COUNT's 0."""
     match function:
         case "COUNT":
             return len(values)
@@ -62,6 +68,10 @@ class Accumulating(Protocol):
 
     def add(self, accs: tuple[Any, ...], row: Row) -> tuple[Any, ...]: ...
 
+    def add_all(self, accs: tuple[Any, ...], rows: Sequence[Row]) -> tuple[Any, ...]:
+        """``add`` of each row in turn (a mini-batch); ``accs`` itself is left as it is."""
+        ...
+
     def results(self, accs: tuple[Any, ...]) -> dict[str, Any]: ...
 
 
@@ -70,6 +80,11 @@ class Retracting(Accumulating, Protocol):
     """Accumulators that also take a row back (an input's -U or -D)."""
 
     def retract(self, accs: tuple[Any, ...], row: Row) -> tuple[Any, ...]: ...
+
+    def fold(self, accs: tuple[Any, ...], changes: Sequence[tuple[int, Row]]) -> tuple[Any, ...]:
+        """Each ``(sign, row)`` added (1) or taken back (-1) in turn (a mini-batch); ``accs`` itself
+        is left as it is."""
+        ...
 
 
 def _counted(acc: Mapping[Any, int], value: Any, sign: int) -> dict[Any, int]:
@@ -103,6 +118,31 @@ class RetractingAccumulators:
 
     def retract(self, accs: tuple[Any, ...], row: Row) -> tuple[Any, ...]:
         return self._apply(accs, row, -1)
+
+    def add_all(self, accs: tuple[Any, ...], rows: Sequence[Row]) -> tuple[Any, ...]:
+        return self.fold(accs, [(1, row) for row in rows])
+
+    def fold(self, accs: tuple[Any, ...], changes: Sequence[tuple[int, Row]]) -> tuple[Any, ...]:
+        """As ``add``/``retract`` of each change in turn, but each multiset accumulator (a DISTINCT
+        call's, MIN's, MAX's) is copied once for the whole batch, then counted in place."""
+        out = []
+        for call, acc, f in zip(self.calls, accs, self.arguments, strict=True):
+            if f is not None and (call.distinct or call.function in ("MIN", "MAX")):
+                counted = dict(acc)
+                for sign, row in changes:
+                    value = f(row)
+                    if value is not None:
+                        times = counted.get(value, 0) + sign
+                        if times:
+                            counted[value] = times
+                        else:
+                            del counted[value]
+                out.append(counted)
+                continue
+            for sign, row in changes:
+                acc = self._step(call, acc, None if f is None else f(row), sign)
+            out.append(acc)
+        return tuple(out)
 
     def _apply(self, accs: tuple[Any, ...], row: Row, sign: int) -> tuple[Any, ...]:
         return tuple(
@@ -261,9 +301,189 @@ class ChangelogAggregate(KeyedProcessFunction):
             state.update((rows, accs, None if step.emitted is None else dict(step.emitted)))
 
 
+# Mini-batch (SET 'table.exec.mini-batch.enabled') ------------------------------------------------------------
+
+
+class BatchGroup(Protocol):
+    """What a mini-batch does to one key: its held state and its buffered inputs in arrival order
+    in, its new state (None: the key holds nothing) and what it emits out. ``held`` is left as it is."""
+
+    def apply(self, key: tuple[Any, ...], held: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]: ...
+
+
+class ChangelogBatch:
+    """:class:`ChangelogAggregate` over a key's batch: its state the same ``(rows, accumulators,
+    emitted)``, every input change applied in turn (a retraction of a key holding no row dropped),
+    then one step of :func:`group_changes` from the row the key emitted before to its result after
+    the batch, with the kind of the last change applied: the intermediate updates of the batch are
+    not emitted (the final table is the same; Flink's mini-batch emits one change per key too)."""
+
+    def __init__(
+        self, key_names: tuple[str, ...], accumulators: Accumulating, input_changelog: bool, paired: bool
+    ) -> None:
+        self.key_names, self.accumulators = key_names, accumulators
+        self.input_changelog, self.paired = input_changelog, paired
+
+    def apply(self, key: tuple[Any, ...], held: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
+        rows, accs, emitted = (0, self.accumulators.create(), None) if held is None else held
+        changes: list[tuple[int, Row]] = []
+        last: RowKind | None = None
+        for value in inputs:
+            change = value if self.input_changelog else Change(RowKind.INSERT, value)
+            assert isinstance(change, Change), f"a changelog operator got {value!r}"
+            if accumulates(change.kind):
+                rows += 1
+                changes.append((1, change.row))
+            elif rows == 0:
+                continue
+            else:
+                rows -= 1
+                changes.append((-1, change.row))
+            last = change.kind
+        if last is None:  # every input a retraction of nothing
+            return held, []
+        if isinstance(self.accumulators, Retracting):
+            accs = self.accumulators.fold(accs, changes)
+        else:
+            accs = self.accumulators.add_all(accs, [row for _sign, row in changes])
+        if rows == 0:
+            accs = self.accumulators.create()
+        result = None
+        if rows > 0:
+            result = dict(zip(self.key_names, key, strict=True))
+            result.update(self.accumulators.results(accs))
+        step = group_changes(emitted, result, last, paired=self.paired)
+        state = None if rows == 0 and step.emitted is None else (rows, accs, step.emitted)
+        return state, list(step.changes)
+
+
+class UpsertBatch:
+    """A GROUP BY of an append input written straight to an upsert sink, over a key's batch: its
+    state the accumulators, every row added, the key's updated row emitted once (not when the
+    batch left the result as it was)."""
+
+    def __init__(self, key_names: tuple[str, ...], accumulators: Accumulating) -> None:
+        self.key_names, self.accumulators = key_names, accumulators
+
+    def apply(self, key: tuple[Any, ...], held: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
+        before = None if held is None else self.accumulators.results(held)
+        accs = self.accumulators.add_all(self.accumulators.create() if held is None else held, inputs)
+        after = self.accumulators.results(accs)
+        if after == before:
+            return accs, []
+        row = dict(zip(self.key_names, key, strict=True))
+        row.update(after)
+        return accs, [row]
+
+
+class MiniBatchGroupAggregate(KeyedOperator):
+    """A GROUP BY without a window under ``SET 'table.exec.mini-batch.enabled' = 'true'`` (Flink's
+    ``MiniBatchGroupAggFunction`` behind its bundle operator): the input rows wait in a
+    :class:`~weir.sql.minibatch.MiniBatchBuffer` by key, then each key's rows are applied at once
+    (``group``: :class:`ChangelogBatch` or :class:`UpsertBatch`) and its change emitted, stamped with
+    the timestamp of the key's last row. The buffer is applied when it holds ``size`` rows, when
+    ``allow_latency_ms`` passed since its first row (a processing-time deadline), before every
+    snapshot (so that a checkpoint holds no buffered row: the state alone restores exactly) and at
+    the end of input. Each key's state is the value state ``state_name`` (with the state TTL when
+    there is one: the per-record operator's layout)."""
+
+    def __init__(
+        self,
+        key_selector: Callable[[Any], Any],
+        group: BatchGroup,
+        config: MiniBatchConfig,
+        state_name: str,
+        ttl: StateTtlConfig | None = None,
+        clock: Clock = wall_clock_ms,
+        *,
+        on_error: OnRecordError = FAIL,
+    ) -> None:
+        super().__init__(key_selector, [StateSchema(state_name)])
+        self.group, self.config, self.state_name, self.ttl_config, self.clock = group, config, state_name, ttl, clock
+        self.on_error = on_error
+        self.batches = 0
+
+    def open(self) -> None:
+        super().open()
+        self.buffer: MiniBatchBuffer[Any, tuple[Any, int | None]] = MiniBatchBuffer(self.config)
+        self.ttl = None if self.ttl_config is None else Ttl(self.ttl_config, self.clock)
+        self.state = ValueState(self, self.state_name, self.ttl)
+
+    def process(self, value: Any, timestamp: int | None) -> None:
+        try:
+            self.set_current_key(value)
+        except Exception as exc:
+            self.reject(self._key_selector, exc, value, timestamp)
+            return
+        if self.buffer.add(self.current_key, (value, timestamp), self.clock):
+            self.flush()
+
+    def flush(self) -> None:
+        """Apply every buffered key's rows, emit their changes, then the watermark held meanwhile."""
+        drained = self.buffer.drain()
+        emit = self.output.emit
+        for key, entries in drained.groups:
+            self.switch_to_key(key)
+            held = self.state.value()
+            timestamp = entries[-1][1]
+            try:
+                state, out = self.group.apply(key, held, [value for value, _ in entries])
+            except Exception:  # apply row by row: the row it raises on is rejected alone
+                state, out = self._one_by_one(key, held, entries)
+            if state is None:
+                self.state.clear()
+            else:
+                self.state.update(state)
+            for change in out:
+                emit(change, timestamp)
+        self.batches += 1
+        if drained.watermark is not None:
+            self.output.emit_watermark(drained.watermark)
+
+    def _one_by_one(self, key: Any, held: Any, entries: Sequence[tuple[Any, int | None]]) -> tuple[Any, list[Any]]:
+        """The batch without the rows it raises on, each found by applying the rows one at a time and
+        rejected (``on_error``); the others then applied as one batch (one change, as without them)."""
+        state, good = held, []
+        for value, timestamp in entries:
+            try:
+                state, _changes = self.group.apply(key, state, [value])
+            except Exception as exc:
+                self.reject(self.group.apply, exc, value, timestamp, key)
+                continue
+            good.append(value)
+        return self.group.apply(key, held, good) if good else (held, [])
+
+    def process_watermark(self, watermark: int) -> None:
+        forward = self.buffer.watermark(watermark)
+        if forward is not None:
+            self.output.emit_watermark(forward)
+
+    def next_processing_time(self) -> int | None:
+        return self.buffer.due_at()
+
+    def on_processing_time(self, now_ms: int) -> None:
+        self.flush()
+
+    def snapshot_state(self, checkpoint_id: int) -> bytes | None:
+        """The buffer applied first (its changes go out before the barrier), then the expired values
+        dropped and the store flushed."""
+        self.flush()
+        if self.ttl is not None:
+            drop_expired(self.store, self.state_name, self.ctx.key_group_range, self.ttl)
+        return super().snapshot_state(checkpoint_id)
+
+    def end_input(self) -> None:
+        self.flush()
+        super().end_input()
+
+
 __all__ = [
     "Accumulating",
+    "BatchGroup",
     "ChangelogAggregate",
+    "ChangelogBatch",
+    "MiniBatchGroupAggregate",
+    "UpsertBatch",
     "GroupStep",
     "Retracting",
     "RetractingAccumulators",

@@ -66,6 +66,7 @@ from weir.operators.keyed import KeyedProcessOperator
 from weir.operators.sources import kafka_partition_owner
 from weir.operators.windows import WindowAggregateOperator
 from weir.plan import JobPlan, Vertex, build_plan
+from weir.sql.retract import MiniBatchGroupAggregate
 from weir.taskmanager.chain import ChainInput, OperatorChain
 from weir.taskmanager.partitioners import create_partitioner
 from weir.tools.reference import (
@@ -397,7 +398,7 @@ class _Attempt(_Run):
                 op = super()._operator(t)
         if isinstance(op, WindowAggregateOperator):
             op._clock = self._clock.ms
-        elif isinstance(op, KeyedProcessOperator):
+        elif isinstance(op, KeyedProcessOperator | MiniBatchGroupAggregate):
             op.clock = self._clock.ms
         setup = op.setup
 

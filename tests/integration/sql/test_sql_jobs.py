@@ -134,14 +134,26 @@ def test_a_sql_statement_set_writes_kafka_and_postgresql_exactly(
     assert_sinks_exact(job_file, params, job_id, weir_cluster.endpoints)
 
 
+MINI_BATCH = (
+    "SET 'table.exec.mini-batch.enabled' = 'true';\nSET 'table.exec.mini-batch.allow-latency' = '300 ms';\n"
+    "SET 'table.exec.mini-batch.size' = '40';\n"
+)
+"""Batches cut by their size, their latency and every checkpoint (500 ms) alike, at 60 rows a second."""
+
+
+@pytest.mark.parametrize("mini_batch", [False, True], ids=["per-row", "mini-batch"])
 def test_a_sql_job_through_a_taskmanager_kill_and_a_stop_with_savepoint_resumes_exactly(
-    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path, mini_batch: bool
 ) -> None:
     """The same SQL, resubmitted from the savepoint its first job stopped with, has the same operator
     uids: it restores their state (Kafka positions, window and GROUP BY state, the sinks' ledgers) and
-    the two jobs' committed output together is exact, after a TaskManager was killed in the first."""
+    the two jobs' committed output together is exact, after a TaskManager was killed in the first.
+    In mini-batches (the GROUP BY's rows buffered per key), each snapshot applies the buffer first:
+    the same exact output."""
     case = prepare(weir_cluster, unique)
-    text = script(case.source, case.sink, case.table, pace=" 'scan.records-per-second' = '60',")
+    text = (MINI_BATCH if mini_batch else "") + script(
+        case.source, case.sink, case.table, pace=" 'scan.records-per-second' = '60',"
+    )
     first_file, second_file = tmp_path / f"sql_{unique}.py", tmp_path / f"sql_{unique}_again.py"
     first_file.write_text(sql_job_source(text))
     second_file.write_text(sql_job_source(text))

@@ -3,6 +3,7 @@ is NULL, AND/OR three-valued), and the refusal of what it does not evaluate (no 
 
 from __future__ import annotations
 
+import random
 from decimal import Decimal
 from typing import Any
 
@@ -10,7 +11,7 @@ import pytest
 import sqlglot
 
 from weir.sql.errors import SqlError
-from weir.sql.expressions import Locate, Scope, compile_expression
+from weir.sql.expressions import DateFormat, Locate, Scope, compile_expression, date_format
 from weir.sql.types import Kind, SqlType
 
 COLUMNS = {name: SqlType(Kind.STRING, "STRING") for name in ("a", "b", "s", "n", "x", "t", "p", "q")}
@@ -125,3 +126,28 @@ def test_refused_expression(text: str, message: str, where: str) -> None:
     with pytest.raises(SqlError) as raised:
         evaluate(text)
     assert message in str(raised.value) and str(raised.value).startswith(f"SQL {where}"), str(raised.value)
+
+
+@pytest.mark.parametrize(
+    "pattern", ["yyyy-MM-dd", "yyyy-MM", "HH:mm", "yyyy-MM-dd HH:mm:ss", "ss.SSS", "dd/MM/yyyy HH", "'day' 100%"]
+)
+def test_date_format_remembered_per_unit_equals_each_row_formatted(pattern: str) -> None:
+    rng = random.Random(pattern)
+    formatted = DateFormat(pattern)
+    formatted.LIMIT = 50  # type: ignore[misc]  # cleared often too
+    base = 1_700_000_000_000
+    moments = [base + rng.randint(-3 * 86_400_000, 3 * 86_400_000) for _ in range(2_000)]
+    moments += [m + rng.randint(0, 999) for m in moments[:200]] + [-1, 0, 1, -86_400_001]  # the epoch, before it
+    assert [formatted(ms) for ms in moments] == [date_format(ms, pattern) for ms in moments]
+    assert len(formatted.formatted) <= 50
+
+
+@pytest.mark.parametrize("parts", [0, 1, 2, 3])
+def test_a_row_key_is_the_tuple_of_its_parts_values(parts: int) -> None:
+    from weir.sql.compile import row_key
+
+    columns = ("a", "b", "c")[:parts]
+    key = row_key(tuple((lambda row, c=c: row[c]) for c in columns))
+    row = {"a": 1, "b": None, "c": "x"}
+    assert key(row) == tuple(row[c] for c in columns)
+    assert key({"a": 2, "b": 3, "c": None}) == tuple({"a": 2, "b": 3, "c": None}[c] for c in columns)

@@ -42,8 +42,10 @@ def final_table(updates: Sequence[Mapping[str, Any]], key: tuple[str, ...]) -> l
     return list(table.values())
 
 
-def run_query(tmp_path: Path, weir_job: RunJob, query: str, *, failures: bool = False) -> list[Any]:
-    text = script(query).replace("${UPSERT_SINK}", UPSERT_SINK)
+def run_query(
+    tmp_path: Path, weir_job: RunJob, query: str, *, failures: bool = False, mini_batch: bool = False
+) -> list[Any]:
+    text = (MINI_BATCH if mini_batch else "") + script(query).replace("${UPSERT_SINK}", UPSERT_SINK)
     job = tmp_path / f"nexmark_{query}.py"
     job.write_text(
         "from weir.sql import sql\nfrom weir.tools.nexmark_functions import count_char\n\n"
@@ -73,6 +75,27 @@ def test_updating_nexmark_query_ends_as_the_plain_python_table(tmp_path: Path, w
     assert ref.multiset(final_table(updates, KEYS[query])) == expected
     # each update is the group's row after one more of its bids: as many updates as bids
     assert len(updates) == len(ref.bids(events))
+
+
+MINI_BATCH = (
+    "SET 'table.exec.mini-batch.enabled' = 'true';\nSET 'table.exec.mini-batch.allow-latency' = '1 s';\n"
+    "SET 'table.exec.mini-batch.size' = '50';\n"
+)
+
+
+@pytest.mark.parametrize("query", ["q15", "q16", "q17"])
+def test_updating_nexmark_query_in_mini_batches_ends_as_the_plain_python_table(
+    tmp_path: Path, weir_job: RunJob, query: str
+) -> None:
+    events = [nx.event(n, CONFIG) for n in range(EVENTS)]
+    expected = ref.multiset(getattr(ref, query)(events))
+    updates = run_query(tmp_path, weir_job, query, failures=query == "q15", mini_batch=True)
+    assert ref.multiset(final_table(updates, KEYS[query])) == expected
+    # one update per key and batch (of 50 bids at most: a checkpoint every 400 records cuts batches too),
+    # not one per bid; q15's one day: one update per batch
+    assert len(expected) <= len(updates) < len(ref.bids(events))
+    if query == "q15":
+        assert len(updates) <= len(ref.bids(events)) // 50 + EVENTS // 400 + 1
 
 
 def test_q14_without_a_python_count_char_is_refused_at_its_create_function() -> None:

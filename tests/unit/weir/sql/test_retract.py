@@ -99,6 +99,33 @@ def test_nexmark_q4_under_injected_failures(tmp_path: Path, weir_job: RunJob) ->
     run.with_failures()  # a failure at every checkpoint and crash point: the same committed output
 
 
+MINI_BATCH = (
+    "SET 'table.exec.mini-batch.enabled' = 'true';\nSET 'table.exec.mini-batch.allow-latency' = '1 s';\n"
+    "SET 'table.exec.mini-batch.size' = '25';\n"
+)
+"""Batches of at most 25 rows, or of 1 s of processing time (the in-process run's clock: 1 ms per record)."""
+
+
+def test_nexmark_q4_in_mini_batches_ends_in_the_same_table_with_fewer_updates(tmp_path: Path, weir_job: RunJob) -> None:
+    script = q4_script(EVENTS)
+    per_record = sink_values(weir_job(job_file(tmp_path, script)), script)
+    batched_script = MINI_BATCH + script
+    (tmp_path / "batched").mkdir()
+    batched = sink_values(weir_job(job_file(tmp_path / "batched", batched_script)), batched_script)
+    expected = multiset(ref.q4([nx.event(n, CONFIG) for n in range(EVENTS)]))
+    assert final_table(batched, ("id",)) == expected == final_table(per_record, ("id",))
+    assert len(batched) < len(per_record)  # one change per key and batch, not one per row
+
+
+def test_nexmark_q4_in_mini_batches_under_injected_failures(tmp_path: Path, weir_job: RunJob) -> None:
+    events = 600
+    script = MINI_BATCH + q4_script(events)
+    run = weir_job(job_file(tmp_path, script), checkpoint_every=40)
+    expected = multiset(ref.q4([nx.event(n, CONFIG) for n in range(events)]))
+    assert final_table(sink_values(run, script), ("id",)) == expected
+    run.with_failures()  # every checkpoint flushes the batches first: the same committed output
+
+
 # -- retracting aggregates over an updating subquery, against plain Python ----------------------------
 
 PAIRED = f"""CREATE TABLE out (u STRING, groups BIGINT, rows_ BIGINT, low DOUBLE, high DOUBLE, mean DOUBLE,

@@ -189,7 +189,21 @@ REFUSED = [
         "1:52",
     ),
     ("SET 'table.exec.state.ttl' = 'forever';", "'forever' is not a duration", "1:1"),
-    ("SET 'table.exec.mini-batch.enabled' = 'true';", "SET 'table.exec.mini-batch.enabled' is not supported", "1:1"),
+    ("SET 'table.exec.mini-batch.enabled' = 'yes';", "'yes' is not 'true' or 'false'", "1:1"),
+    ("SET 'table.exec.mini-batch.allow-latency' = 'soon';", "'soon' is not a duration", "1:1"),
+    ("SET 'table.exec.mini-batch.size' = 'many';", "'many' is not a whole number", "1:1"),
+    (
+        "SET 'table.exec.mini-batch.enabled' = 'true';\nINSERT INTO out SELECT id, `user` FROM orders;",
+        "'table.exec.mini-batch.enabled' = 'true' needs 'table.exec.mini-batch.allow-latency' above 0",
+        "23:1",
+    ),
+    (
+        "SET 'table.exec.mini-batch.enabled' = 'true';\nSET 'table.exec.mini-batch.allow-latency' = '2 s';\n"
+        "SET 'table.exec.mini-batch.size' = '0';\nINSERT INTO out SELECT id, `user` FROM orders;",
+        "(now 2000 ms and 0)",
+        "25:1",
+    ),
+    ("SET 'table.exec.mini-batch.wait' = '1';", "SET 'table.exec.mini-batch.wait' is not supported", "1:1"),
     ("SET 'table.local-time-zone' = 'Europe/Paris';", "only 'UTC'", "1:1"),
     ("EXECUTE STATEMENT SET BEGIN\nSET 'a' = 'b';\nEND;", "holds INSERT statements, not SET", "2:1"),
     ("INSERT INTO nowhere SELECT id FROM orders;", "INSERT INTO nowhere: no such table", "22:1"),
