@@ -1116,7 +1116,8 @@ def test_command(
         typer.Option(
             "--source",
             metavar="UID=FILE.jsonl",
-            help="A Kafka source's input: one record value per line, through the source's deserializer (repeatable).",
+            help="A source's input (repeatable): for a Kafka source one record value per line, through the source's "
+            "deserializer; for a PostgreSQL CDC source one change event per line, in its JSON form.",
         ),
     ] = None,
     define: DefineOption = None,
@@ -1148,15 +1149,17 @@ def test_command(
 ) -> None:
     """Run a job in this process over records from files, with no services; with --failures check that
     failures and recovery from checkpoints leave its committed output unchanged. Exit 1 on a divergence."""
-    from weir.tools.jobtest import check_job, read_jsonl, records_of_lines, write_outputs
+    from weir.tools.jobtest import SourceData, SourceLines, check_job, write_outputs
 
     parameters = parse_parameters(define or [])
-    inputs = {}
+    inputs: dict[str, SourceData] = {}
     for item in source or []:
         uid, sep, file = item.partition("=")
         if not sep or not uid.strip() or not file:
             raise CommandLineError(f"--source {item!r}: expected UID=FILE.jsonl")
-        inputs[uid.strip()] = records_of_lines(read_jsonl(Path(file)))
+        if uid.strip() in inputs:
+            raise CommandLineError(f"--source {item!r}: source {uid.strip()!r} is given twice")
+        inputs[uid.strip()] = SourceLines.read(Path(file))
     report = check_job(
         job_file,
         inputs,
