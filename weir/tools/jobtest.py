@@ -56,6 +56,7 @@ from unittest import mock
 
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, PostgresCdcSourceSpec, load_job_file
 from weir.core import crashpoints
+from weir.core.cdc import ChangeEvent
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, split_by_channel
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import ChannelIndex, KeyGroup, SubtaskIndex
@@ -1159,15 +1160,21 @@ def check_job(
     return JobTestReport(reference, runs, points, tuple(divergences), time.perf_counter() - started)
 
 
+def _written(value: Any) -> Any:
+    """What JSON cannot hold, as written: a change event in its JSON form, anything else its repr."""
+    return value.to_json() if isinstance(value, ChangeEvent) else repr(value)
+
+
 def write_outputs(output: RunOutput, directory: Path) -> list[Path]:
     """Each sink's committed records as JSON lines ``{"value": ..., "timestamp": ...}`` in
-    ``directory/<sink uid>.jsonl``."""
+    ``directory/<sink uid>.jsonl`` (a change event in its JSON form, another value JSON cannot hold
+    as its repr)."""
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for uid in output.sinks:
         path = directory / f"{uid.replace('/', '_')}.jsonl"
         with path.open("w") as f:
             for value, ts in output.by_operator.get(uid, []):
-                f.write(json.dumps({"value": value, "timestamp": ts}, default=repr) + "\n")
+                f.write(json.dumps({"value": value, "timestamp": ts}, default=_written) + "\n")
         written.append(path)
     return written
