@@ -8,8 +8,9 @@ give 11 checkpoints, 33 failure points and 35 runs. Each run is a new process (`
 tree on ``PYTHONPATH``) that calls ``weir.tools.jobtest.check_job`` and reports its own
 ``time.process_time`` and ``time.perf_counter`` around the call (imports excluded); a second figure
 is the whole command ``python -m weir.tools.cli test ... --failures``, wall and the child's CPU
-(user + system, ``resource.getrusage``), imports included; a third is ``python -m weir.tools.cli
---help``, the CLI's start alone, measured the same way. The baseline and this tree's HEAD (the
+(user + system, ``resource.getrusage``), imports included; the command's start is measured the same
+way on ``weir test`` over 100 records without failures, and on ``python -m weir.tools.cli --help``,
+the CLI's start alone. The baseline and this tree's HEAD (the
 committed state) are each ``git archive``d into a temporary directory (with this tree's generated
 ``weir/wire`` modules). Runs alternate baseline, head, baseline, ...; the figures are medians over
 ``--repeats`` runs each. The machine is shared: CPU seconds are the comparable figure, wall seconds
@@ -36,6 +37,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = "examples/keyed_aggregation.py"
 SOURCE_UID = "events-source"
+START_RECORDS = 100
+"""The records of the start measurement (``weir test`` without failures): its cost is the start."""
 
 IN_PROCESS = """
 import json, sys, time
@@ -86,6 +89,12 @@ def command(tree: Path, events: Path) -> dict[str, Any]:
     )
 
 
+def start_command(tree: Path, few_events: Path) -> dict[str, Any]:
+    """``weir test`` over a few records without failures: the command's start (imports, loading the
+    job) with a run too short to matter."""
+    return _whole_process(tree, ["test", JOB, "--source", f"{SOURCE_UID}={few_events}"], f"weir test in {tree}")
+
+
 def help_command(tree: Path) -> dict[str, Any]:
     """``weir --help``: the CLI's start alone (its imports and the help text)."""
     return _whole_process(tree, ["--help"], f"weir --help in {tree}")
@@ -115,9 +124,11 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def measure(baseline: Path, head: Path, events: Path, repeats: int) -> dict[str, Any]:
+def measure(baseline: Path, head: Path, events: Path, few_events: Path, repeats: int) -> dict[str, Any]:
     trees = {"baseline": baseline, "head": head}
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {t: {"check_job": [], "command": [], "help": []} for t in trees}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {
+        t: {"check_job": [], "command": [], "start": [], "help": []} for t in trees
+    }
     shape: dict[str, Any] = {}
     for _ in range(repeats):
         for name, tree in trees.items():
@@ -128,6 +139,8 @@ def measure(baseline: Path, head: Path, events: Path, repeats: int) -> dict[str,
             raw[name]["check_job"].append(run)
         for name, tree in trees.items():
             raw[name]["command"].append(command(tree, events))
+        for name, tree in trees.items():
+            raw[name]["start"].append(start_command(tree, few_events))
         for name, tree in trees.items():
             raw[name]["help"].append(help_command(tree))
     return {
@@ -153,6 +166,7 @@ def markdown(document: dict[str, Any]) -> str:
     kinds = (
         ("check_job", "`check_job` in process"),
         ("command", "`weir test ... --failures`, whole process"),
+        ("start", f"`weir test` over {START_RECORDS} records, whole process"),
         ("help", "`weir --help`, whole process"),
     )
     for kind, what in kinds:
@@ -191,9 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="weir-jobtest-bench-") as tmp:
         events = Path(tmp) / "events.jsonl"
         write_events(events, args.records)
+        few_events = Path(tmp) / "few-events.jsonl"
+        write_events(few_events, START_RECORDS)
         baseline = export_baseline(baseline_commit, _mkdir(Path(tmp) / "base"))
         head = export_baseline("HEAD", _mkdir(Path(tmp) / "head"))  # committed state: edits meanwhile do not count
-        measured = measure(baseline, head, events, args.repeats)
+        measured = measure(baseline, head, events, few_events, args.repeats)
     document = {
         "benchmark": "jobtest",
         "records": args.records,
