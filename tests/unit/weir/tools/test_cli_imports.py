@@ -33,13 +33,14 @@ NOT_FOR_ANY_OF_THEM = (
     "rocksdict",  # RocksDB: the TaskManager's state, reference mode
     "weir.taskmanager.state",
     "weir.jobmanager",
+    "psycopg",  # PostgreSQL: a sink or CDC source that talks to the server (weir test's never does)
+    "weir.connectors.postgres",
 )
 NOT_FOR_HELP = (
     *NOT_FOR_ANY_OF_THEM,
     "weir.api",  # the job API: commands that load a job
     "weir.operators",
     "confluent_kafka",
-    "psycopg",
     "structlog",
     "prometheus_client",
     "weir.wire",  # the plan's in-flight state format: commands that plan a job
@@ -55,6 +56,9 @@ def build(env: Environment) -> None:
     events = env.from_kafka("events", uid="events", deserializer=json.loads)
     totals = events.key_by(lambda e: e["key"]).reduce(lambda a, b: {**b, "n": a.get("n", 1) + 1}, uid="totals")
     totals.sink_to_kafka("totals", uid="sink")
+    totals.sink_to_postgres(
+        "totals", uid="table", columns=("key", "n"), key_columns=("key",), row=lambda t: (t["key"], t.get("n", 1))
+    )
 """
 
 
@@ -86,7 +90,9 @@ def test_help_imports_no_client_job_api_or_connector_library(tmp_path: Path, arg
     assert loaded(modules, NOT_FOR_HELP) == []
 
 
-def test_weir_test_imports_the_job_api_but_no_client_arrow_s3_sql_or_rocksdb(tmp_path: Path) -> None:
+def test_weir_test_imports_the_job_api_but_no_client_arrow_s3_sql_rocksdb_or_postgres_driver(tmp_path: Path) -> None:
+    """Over a job with a Kafka source, a Kafka sink and a PostgreSQL sink: the sinks are built (their
+    operators' modules imported), none talks to its server, so psycopg stays out."""
     job = tmp_path / "job.py"
     job.write_text(KAFKA_JOB)
     events = tmp_path / "events.jsonl"
