@@ -1144,7 +1144,12 @@ def test_command(
         ),
     ] = None,
     checkpoint_every: Annotated[
-        int, typer.Option("--checkpoint-every", metavar="N", help="Source records between checkpoints.")
+        int,
+        typer.Option(
+            "--checkpoint-every",
+            metavar="N",
+            help="Source records between checkpoints (a CDC source's snapshot chunk or transaction counts as one).",
+        ),
     ] = 1000,
     ms_per_record: Annotated[
         int, typer.Option("--ms-per-record", metavar="MS", help="How far virtual processing time moves per record.")
