@@ -690,7 +690,7 @@ class TransactionalProducer:
     def produce(
         self,
         topic: str,
-        value: bytes,
+        value: bytes | None,
         key: bytes | None = None,
         timestamp: int | None = None,
         partition: int | None = None,

@@ -17,6 +17,10 @@ streaming replication protocol):
 - the slot itself moves only when a checkpoint completes (``pg_replication_slot_advance`` to the
   checkpoint's LSN): it keeps the WAL after the last completed checkpoint, and a restore decodes
   again from there (the source skips the transactions before its restored position);
+- a parallel snapshot's chunk query takes the rows of one key partition
+  (:func:`key_partition_sql`, the server's ``weir.core.cdc.key_partition``); its readers wait for
+  subtask 0's session mark (:func:`mark_session`) and announce their chunks as logical decoding
+  messages (:func:`emit_message`), which subtask 0 decodes with the ``messages`` option;
 - a publication the source creates carries the comment :data:`PUBLICATION_COMMENT_PREFIX` and its
   slot's name, so the job's end drops only a publication Weir created.
 """
@@ -34,7 +38,17 @@ from psycopg.adapt import Transformer
 from psycopg.rows import dict_row
 
 from weir.connectors.postgres import connect
-from weir.core.cdc import CdcSourceError, ChunkRead, Key, KeyKind, SlotFound, XidSnapshot, format_lsn, parse_lsn
+from weir.core.cdc import (
+    KEY_TEXT_SEPARATOR,
+    CdcSourceError,
+    ChunkRead,
+    Key,
+    KeyKind,
+    SlotFound,
+    XidSnapshot,
+    format_lsn,
+    parse_lsn,
+)
 from weir.core.config import Endpoints
 from weir.core.errors import Fault, JobDefinitionError, WeirError
 
@@ -271,6 +285,35 @@ def _key_order(table: CapturedTable) -> list[sql.Composable]:
     ]
 
 
+def key_partition_sql(table: CapturedTable, partitions: int) -> sql.Composable:
+    """The server's :func:`weir.core.cdc.key_partition` of a row of ``table``: the first 32 bits of
+    the MD5 of its key columns' texts joined by U+001F, modulo ``partitions``."""
+    texts = sql.SQL(", ").join(sql.SQL("{}::text").format(sql.Identifier(c)) for c in table.key_columns)
+    return sql.SQL("mod(('x' || substr(md5(concat_ws({}, {})), 1, 8))::bit(32)::bigint, {})").format(
+        sql.Literal(KEY_TEXT_SEPARATOR), texts, sql.Literal(partitions)
+    )
+
+
+def mark_session(conn: psycopg.Connection[Any], mark: str) -> None:
+    """Show ``mark`` as the session's ``application_name`` (``weir.core.cdc.slot_mark``): the parallel
+    snapshot's readers wait for it before their first chunk."""
+    conn.execute("SELECT set_config('application_name', %s, false)", (mark,))
+
+
+def session_marked(conn: psycopg.Connection[Any], mark: str) -> bool:
+    """Whether a session shows ``mark`` (:func:`mark_session`)."""
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE application_name = %s)", (mark,)).fetchone()
+    return bool(row and row[0])
+
+
+def emit_message(conn: psycopg.Connection[Any], prefix: str, content: bytes) -> int:
+    """Write a logical decoding message into the WAL at once (not transactional): decoded from the
+    slot with the ``messages`` option. Answers its LSN."""
+    row = conn.execute("SELECT pg_logical_emit_message(false, %s, %s::bytea)::text", (prefix, content)).fetchone()
+    assert row is not None, "pg_logical_emit_message answers its LSN"
+    return parse_lsn(row[0])
+
+
 class ChunkReader:
     """Reads the snapshot's chunks over one session (not in autocommit: the rows come through a
     server-side cursor), each chunk in its own transaction."""
@@ -279,12 +322,19 @@ class ChunkReader:
         self._conn = connect(endpoints, retry_for_s=10.0)
 
     def read(
-        self, table: CapturedTable, after: Key | None, chunk_size: int, emit: Callable[[dict[str, Any]], None]
+        self,
+        table: CapturedTable,
+        after: Key | None,
+        chunk_size: int,
+        emit: Callable[[dict[str, Any]], None],
+        partition: int = 0,
+        partitions: int = 1,
     ) -> ChunkRead:
-        """One chunk of ``table``: the ``chunk_size`` rows with the lowest keys above ``after`` (a
-        table not chunked: all its rows), each handed to ``emit``, in one ``REPEATABLE READ``
+        """One chunk of ``table``: the ``chunk_size`` rows of partition ``partition`` (of
+        ``partitions``, :func:`weir.core.cdc.key_partition`) with the lowest keys above ``after``
+        (a table not chunked: all its rows), each handed to ``emit``, in one ``REPEATABLE READ``
         transaction; answers what the chunk read (its key range, its snapshot, the WAL position
-        after it). A chunk with fewer rows than ``chunk_size`` is the table's last (no upper bound)."""
+        after it). A chunk with fewer rows than ``chunk_size`` is the partition's last (no upper bound)."""
         conn = self._conn
         columns = sql.SQL(", ").join(sql.Identifier(c) for c in table.columns)
         relation = sql.Identifier(table.schema, table.name)
@@ -293,11 +343,18 @@ class ChunkReader:
         limit: int | None = None
         if table.chunked:
             order = sql.SQL(", ").join(_key_order(table))
-            where: sql.Composable = sql.SQL("")
+            conditions: list[sql.Composable] = []
             if after is not None:
                 placeholders = sql.SQL(", ").join(sql.Placeholder() * len(after))
-                where = sql.SQL(" WHERE ({}) > ({})").format(order, placeholders)
+                conditions.append(sql.SQL("({}) > ({})").format(order, placeholders))
                 params = list(after)
+            if partitions > 1:
+                conditions.append(
+                    sql.SQL("{} = {}").format(key_partition_sql(table, partitions), sql.Literal(partition))
+                )
+            where: sql.Composable = sql.SQL("")
+            if conditions:
+                where = sql.SQL(" WHERE ") + sql.SQL(" AND ").join(conditions)
             limit = chunk_size
             query = sql.SQL("SELECT {} FROM {}{} ORDER BY {} LIMIT {}").format(
                 columns, relation, where, order, sql.Literal(limit)
@@ -323,7 +380,8 @@ class ChunkReader:
         upper: Key | None = None
         if limit is not None and count == limit and last is not None:
             upper = tuple(last[c] for c in table.key_columns)
-        return ChunkRead(table.qualified_name, upper, XidSnapshot.parse(snapshot_row[0]), parse_lsn(wal_row[0]))
+        snapshot = XidSnapshot.parse(snapshot_row[0])
+        return ChunkRead(table.qualified_name, upper, snapshot, parse_lsn(wal_row[0]), partition)
 
     def close(self) -> None:
         self._conn.close()
@@ -340,9 +398,11 @@ class ChangeReader:
     """Decodes the slot's changes from a temporary copy of it (one session), and advances the slot
     itself when told (:meth:`advance_slot`)."""
 
-    def __init__(self, endpoints: Endpoints, slot: str, publication: str) -> None:
+    def __init__(self, endpoints: Endpoints, slot: str, publication: str, *, messages: bool = False) -> None:
+        """``messages``: decode the logical decoding messages too (``pg_logical_emit_message``)."""
         self._slot = slot
         self._publication = publication
+        self._messages = "true" if messages else "false"
         self._conn = connect(endpoints, autocommit=True, retry_for_s=10.0)
         self._copy = f"{slot[:40]}_w{uuid.uuid4().hex[:12]}"
         try:
@@ -361,8 +421,8 @@ class ChangeReader:
         fewer are committed), consumed from the copy."""
         rows = self._conn.execute(
             "SELECT lsn::text, xid::text::bigint, data FROM pg_logical_slot_get_binary_changes(%s, NULL, %s, "
-            "'proto_version', '1', 'publication_names', %s)",
-            (self._copy, max_changes, self._publication),
+            "'proto_version', '1', 'publication_names', %s, 'messages', %s)",
+            (self._copy, max_changes, self._publication, self._messages),
         ).fetchall()
         return [DecodedChange(parse_lsn(lsn), xid, bytes(data)) for lsn, xid, data in rows]
 
@@ -411,9 +471,13 @@ __all__ = [
     "captured_tables",
     "create_slot",
     "drop_slot",
+    "emit_message",
     "ensure_publication",
+    "key_partition_sql",
     "list_slots",
+    "mark_session",
     "publication_created_for",
     "release_slot",
+    "session_marked",
     "slot_found",
 ]

@@ -53,6 +53,7 @@ with exit_without_server("jobmanager", "the JobManager"):
     from weir.jobmanager.service import JobManagerServicer, LeaderOnlyInterceptor
     from weir.wire import jobmanager_pb2, jobmanager_pb2_grpc
 
+STEP_DOWN_DRAIN_S = 5.0
 SERVICE_NAME = jobmanager_pb2.DESCRIPTOR.services_by_name["JobManagerService"].full_name
 
 
@@ -91,7 +92,9 @@ def main() -> None:
         timing = LeaseTiming(ha.ha_lease_duration_s, ha.ha_renew_interval_s, ha.ha_renew_deadline_s)
 
         def step_down(term: LeaderTerm, reason: str) -> None:
-            log.warning("jobmanager_restarting_as_standby", term=term, reason=reason)
+            # The record writes in flight end first: a creation the job index refuses withdraws its record.
+            drained = jm.records.drain(STEP_DOWN_DRAIN_S)
+            log.warning("jobmanager_restarting_as_standby", term=term, reason=reason, writes_drained=drained)
             for running in server_box:
                 running.stop(grace=0)
             sys.stdout.flush()  # what is still buffered would be lost with the process image

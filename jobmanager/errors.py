@@ -12,6 +12,7 @@ __all__ = [
     "Fault",
     "JobManagerError",
     "JobManagerNotReadyError",
+    "JobNotCreatedError",
     "SavepointDisposalError",
     "CheckpointRejectedError",
     "SavepointRejectedError",
@@ -122,6 +123,11 @@ class JobManagerNotReadyError(JobManagerError):
     fault: Fault = Fault.INTERNAL
     retriable: ClassVar[bool] = True
     grpc_code: ClassVar[str] = "UNAVAILABLE"
+
+
+class JobNotCreatedError(JobManagerNotReadyError):
+    """A submission to a JobManager that stopped leading before the job index named the job: the job
+    does not exist (its record was withdrawn); submit it again, to the new leader."""
 
 
 class CheckpointProtocolError(JobManagerError):

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Callable
-from typing import Final, Protocol, TypeVar
+from collections.abc import Callable, Iterator
+from typing import Any, Final, Protocol, TypeVar
 
 import grpc
 
@@ -18,6 +18,7 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import checkpoint_kind_to_proto, checkpointing_mode_to_proto
 from weir.core.grpc_security import open_channel
 from weir.core.ids import TaskId
+from weir.core.log_files import LogFileInfo, LogSelector
 from weir.core.thread_dump import ThreadInfo
 from weir.core.transport import LEADER_TERM_METADATA
 from weir.core.transport_security import TransportSecurity
@@ -29,6 +30,7 @@ from weir.wire import common_pb2, taskmanager_pb2, taskmanager_pb2_grpc
 DEPLOY_TIMEOUT_S: Final = 30.0
 CANCEL_TIMEOUT_S: Final = 15.0
 THREAD_DUMP_TIMEOUT_S: Final = 10.0
+LOG_CALL_TIMEOUT_S: Final = 60.0  # a log file read whole, in chunks, within it
 CHECKPOINT_CALL_TIMEOUT_S: Final = 10.0
 
 _Response = TypeVar("_Response")
@@ -69,6 +71,14 @@ class TaskManagerGateway(Protocol):
 
     def thread_dump(self, address: str) -> tuple[ThreadInfo, ...]:
         """The TaskManager's threads (its process's and its slot workers')."""
+        ...
+
+    def list_logs(self, address: str) -> tuple[LogFileInfo, ...]:
+        """The TaskManager's log files (its standard error and output, when they are files)."""
+        ...
+
+    def read_log(self, address: str, selector: LogSelector, name: str = "") -> Iterator[bytes]:
+        """One of them, in chunks (TaskManagerCallError NOT_FOUND before any chunk when it has none)."""
         ...
 
     def notify_checkpoint_aborted(
@@ -204,6 +214,24 @@ class GrpcTaskManagerGateway:
         )
         self._call(address, lambda stub: stub.NotifyCheckpointAborted(request, timeout=CHECKPOINT_CALL_TIMEOUT_S))
 
+    def list_logs(self, address: str) -> tuple[LogFileInfo, ...]:
+        response = self._call(
+            address, lambda stub: stub.ListLogs(taskmanager_pb2.ListLogsRequest(), timeout=LOG_CALL_TIMEOUT_S)
+        )
+        return tuple(LogFileInfo(f.name, f.size, f.mtime_ms / 1000) for f in response.logs)
+
+    def read_log(self, address: str, selector: LogSelector, name: str = "") -> Iterator[bytes]:
+        request = taskmanager_pb2.ReadLogRequest(selector=_LOG_SELECTOR_OF[selector], name=name)
+        stream = self._call(address, lambda stub: stub.ReadLog(request, timeout=LOG_CALL_TIMEOUT_S))
+        first = self._call(address, lambda _stub: next(stream, None))  # NOT_FOUND is raised here, before any byte
+        return self._chunks(address, stream, first)
+
+    def _chunks(self, address: str, stream: Any, first: Any) -> Iterator[bytes]:
+        chunk = first
+        while chunk is not None:
+            yield chunk.data
+            chunk = self._call(address, lambda _stub: next(stream, None))
+
     def thread_dump(self, address: str) -> tuple[ThreadInfo, ...]:
         request = taskmanager_pb2.ThreadDumpRequest()
         response = self._call(address, lambda stub: stub.ThreadDump(request, timeout=THREAD_DUMP_TIMEOUT_S))
@@ -225,6 +253,13 @@ class GrpcTaskManagerGateway:
             code = exc.code() if isinstance(exc, grpc.Call) else grpc.StatusCode.UNKNOWN
             details = exc.details() if isinstance(exc, grpc.Call) else str(exc)
             raise TaskManagerCallError(address, code.name, details or "") from None
+
+
+_LOG_SELECTOR_OF: Final = {
+    LogSelector.LOG: taskmanager_pb2.LOG_SELECTOR_LOG,
+    LogSelector.STDOUT: taskmanager_pb2.LOG_SELECTOR_STDOUT,
+    LogSelector.NAMED: taskmanager_pb2.LOG_SELECTOR_NAMED,
+}
 
 
 class _FencedStub:

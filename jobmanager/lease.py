@@ -15,7 +15,9 @@ lease object still names it at its term (a read). That is not atomic with the wr
 paused between the check and the write could still land one write afterwards. What such a late
 write could do is closed where it matters: job records are written conditionally over the version
 the leader last read or wrote (``JobRecordStore``), and a new leader rewrites each one it takes
-over before acting, so the deposed leader's write is refused; a late checkpoint metadata object
+over before acting, so the deposed leader's write is refused; a new job exists only once the job
+index names it (``weir.jobmanager.job_index``: written conditionally, taken over by each new
+leader), so a late creation is refused there and withdrawn; a late checkpoint metadata object
 names its older term, and a restore ignores it (``checkpointing.term_fences``). Everything else the
 new leader decides (deploy, barriers, commits) goes through TaskManagers that refuse the old term.
 """
@@ -32,8 +34,10 @@ from typing import Final, assert_never
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage, WritePreconditionFailedError
+from weir.core.crashpoints import BEFORE_JOB_RECORD_CREATE, crash_point
 from weir.core.documents import load_versioned, number, typed
 from weir.core.errors import Fault, SerializationError, WeirError
+from weir.core.paths import CheckpointPaths
 from weir.jobmanager.leader_election import (
     Action,
     BecomeLeader,
@@ -220,6 +224,13 @@ class FencedStorage(CheckpointStorage):
     def __init__(self, inner: CheckpointStorage, elector: LeaderElector) -> None:
         self._inner = inner
         self._elector = elector
+        self._paths = CheckpointPaths()
+
+    @property
+    def unfenced(self) -> CheckpointStorage:
+        """The storage without the lease check: only for withdrawing what this JobManager alone wrote
+        (a new job's record whose creation the job index refused, ``JobRecordStore``)."""
+        return self._inner
 
     @property
     def uri(self) -> str:
@@ -248,6 +259,8 @@ class FencedStorage(CheckpointStorage):
 
     def put_if(self, key: str, data: bytes, expected_version: str | None) -> str:
         self._check("conditional put", key)
+        if expected_version is None and (job_id := self._paths.job_of_record(key)) is not None:
+            crash_point(BEFORE_JOB_RECORD_CREATE, job_id=job_id)  # the window the job index closes
         return self._inner.put_if(key, data, expected_version)
 
     def get_file(self, key: str, path: Path) -> None:

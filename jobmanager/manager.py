@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage
 from weir.core.ids import CheckpointId
+from weir.core.log_files import LogFileInfo, LogSelector
 from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
 from weir.core.thread_dump import ThreadInfo
@@ -25,6 +26,7 @@ from weir.jobmanager.failover import Failover
 from weir.jobmanager.gateway import GrpcTaskManagerGateway, TaskManagerGateway
 from weir.jobmanager.job_actions import JobActionExecutor, ResolveTransactions, resolve_job_transactions
 from weir.jobmanager.jobs import JobMaster
+from weir.jobmanager.lease import FencedStorage
 from weir.jobmanager.messages import (
     CheckpointAck,
     CheckpointDecline,
@@ -94,7 +96,13 @@ class JobManager:
         lock = self.lock
         self.registry = TaskManagerRegistry(self.jobs, gateway, clock, on_lost=self._taskmanager_lost)
         term: Callable[[], int | None] = leader_term if leader_term is not None else lambda: None
-        self.records = JobRecordStore(storage, self.paths, clock, conditional=leader_term is not None)
+        self.records = JobRecordStore(
+            storage,
+            self.paths,
+            clock,
+            conditional=leader_term is not None,
+            withdrawals=storage.unfenced if isinstance(storage, FencedStorage) else None,
+        )
         self.executor = JobActionExecutor(
             self.registry, gateway, storage, self.records, self._io, lock, clock, resolve=resolve, leader_term=term
         )
@@ -122,6 +130,7 @@ class JobManager:
             read_end_offsets=read_end_offsets,
             check=check,
             resolve_inherited=resolve_inherited,
+            records=self.records if leader_term is not None else None,
         )
         self.reports = TaskReports(self.jobs, self.executor, self.failover, lock, clock)
         self.recovery = JobRecovery(
@@ -240,6 +249,21 @@ class JobManager:
             found = self.registry.taskmanagers.get(taskmanager_id)
             address = None if found is None else found.address
         return None if address is None else self._gateway.thread_dump(address)
+
+    def _taskmanager_address(self, taskmanager_id: str) -> str | None:
+        with self.lock:
+            found = self.registry.taskmanagers.get(taskmanager_id)
+            return None if found is None else found.address
+
+    def taskmanager_logs(self, taskmanager_id: str) -> tuple[LogFileInfo, ...] | None:
+        """A registered TaskManager's log files, asked over its gRPC service (None: not registered)."""
+        address = self._taskmanager_address(taskmanager_id)
+        return None if address is None else self._gateway.list_logs(address)
+
+    def taskmanager_log(self, taskmanager_id: str, selector: LogSelector, name: str = "") -> Iterator[bytes] | None:
+        """One of them, in chunks (None: not registered; TaskManagerCallError NOT_FOUND: no such file)."""
+        address = self._taskmanager_address(taskmanager_id)
+        return None if address is None else self._gateway.read_log(address, selector, name)
 
     def job_plan(self, job_id: str) -> JobPlanView:
         self._not_loading(job_id)

@@ -9,7 +9,9 @@ holding hundreds of ended jobs does not hold up the running ones (each costs an 
 listings and orphan collection: ~0.1 s, 15 s for the ~130 of a test machine's storage). Until then a
 question about one of them is answered "not ready, try again" (``is_loading``), never "unknown job".
 
-Under high availability a new leader ignores the checkpoints a deposed leader wrote after an earlier
+Under high availability a new leader first takes the job index over (``weir.jobmanager.job_index``:
+only the jobs it names exist; a record it does not name, a deposed leader's refused creation, is
+deleted), ignores the checkpoints a deposed leader wrote after an earlier
 takeover (``weir.jobmanager.checkpointing.term_fences``), then rewrites each record it takes over (an
 ended job's too, as its history loads), conditionally and with its own fence, before it acts on the job
 (``JobRecordStore.write_now``); when a late write of the deposed leader landed in between, it reads the
@@ -102,7 +104,13 @@ class JobRecovery:
         left alone, never deleted. Answers how many jobs were recovered."""
         now = self._clock()
         live: list[tuple[str, JobRecord]] = []
-        for key in self._records.keys():
+        term = self._leader_term()
+        # Under high availability only the jobs in the job index exist: it is taken over first, so a
+        # deposed leader's creation from now on is refused, and one it landed unregistered is deleted.
+        keys = (
+            self._records.keys() if term is None else self._records.registered_keys(self._records.take_over_index(term))
+        )
+        for key in keys:
             try:
                 record = self._records.load(key)
             except WeirError as exc:

@@ -31,7 +31,9 @@ from weir.graph import LogicalGraph
 from weir.jobmanager.checkpointing.config import CheckpointSettings
 from weir.jobmanager.deployment import Deployer
 from weir.jobmanager.ending import resolve_inherited_transactions
+from weir.jobmanager.errors import JobNotCreatedError
 from weir.jobmanager.jobs import JobMaster, JobSubmission, new_job_id
+from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.registry import HEARTBEAT_TIMEOUT_S
 from weir.jobmanager.restoring import (
     TAKEOVER_ATTEMPT,
@@ -165,10 +167,13 @@ class JobSubmitter:
         read_start_offsets: StartOffsetsReader = kafka_start_offsets,
         check: SubmitCheck = check_at_submit,
         resolve_inherited: ResolveInherited = resolve_inherited,
+        records: JobRecordStore | None = None,
     ) -> None:
         """``storage``: the checkpoint storage ``--from-checkpoint`` paths lie in (None: such a
-        submission is refused)."""
+        submission is refused). ``records``: under high availability, the store whose job index says
+        whether a new job is created: the submission is answered once it is (or refused)."""
         self._storage = storage
+        self._records = records
         self._resolve_inherited = resolve_inherited
         self._jobs = jobs
         self._deployer = deployer
@@ -242,6 +247,14 @@ class JobSubmitter:
             restored_from=restored_from or None,
         )
         self._deployer.start(master, command, saved)
+        if self._records is not None and not saved.result() and self._records.withdrawn(submission.job_id):
+            with self._lock:
+                self._jobs.pop(submission.job_id, None)
+            raise JobNotCreatedError(
+                f"job {submission.job_id} ({submission.job_name}) was not created: this JobManager stopped "
+                "leading before the job index named it, and nothing of it stays; submit it again (the "
+                "client moves on to the new leader)"
+            )
         return submission.job_id
 
     def _job_code(self, request: SubmitRequest) -> JobCode:

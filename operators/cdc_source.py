@@ -16,7 +16,14 @@ server is behind ``weir.connectors.postgres_cdc``; this operator connects the tw
 - :func:`release_at_job_end` is the job's end (the JobManager calls it): the slot dropped or kept
   as :func:`weir.core.cdc.decide_slot_at_end` says.
 
-One reader: a replication slot has one consumer, so the source runs at parallelism 1.
+At parallelism n > 1 the snapshot is read in parallel (docs/postgres-cdc-source.md, "A parallel
+snapshot"): subtask 0 creates the slot and marks its session with :func:`weir.core.cdc.slot_mark`;
+each subtask reads its key partition (:func:`weir.core.cdc.tables_read_by`) chunk by chunk; a
+reader (subtask > 0) waits for the mark before its first chunk, and once a completed checkpoint
+holds its whole partition writes its chunks into the WAL (:class:`weir.core.cdc.PartitionRead`);
+subtask 0, its own partition read, gathers this run's announcements from a copy of the slot
+(:class:`weir.core.cdc.SnapshotCollector`) and then streams alone: a replication slot has one
+consumer.
 """
 
 from __future__ import annotations
@@ -26,24 +33,40 @@ from typing import Any, Final, assert_never
 
 from weir.connectors import postgres, postgres_cdc
 from weir.core.cdc import (
+    PARTITION_READ_PREFIX,
     SNAPSHOT_PENDING,
+    AdvanceSlot,
+    AnnouncePartition,
+    AnnounceRestored,
+    AwaitSlot,
     CdcProgress,
+    CdcSourceError,
     CdcState,
     ChangeEvent,
     ChangeOp,
+    ChunkRead,
     DropSlot,
     JobEnd,
     KeepSlot,
     Key,
+    PartitionRead,
+    Phase,
     Resume,
     ResumeSnapshot,
+    SnapshotCollector,
+    SnapshotRun,
     TakeSnapshot,
     TransactionVerdict,
+    decide_reader_start,
     decide_slot_at_end,
     decide_start,
     decode_cdc_state,
+    decode_partition_read,
     encode_cdc_state,
+    encode_partition_read,
     format_lsn,
+    slot_mark,
+    tables_read_by,
 )
 from weir.core.config import Endpoints
 from weir.core.descriptors import PostgresCdcSourceSpec
@@ -54,6 +77,7 @@ from weir.core.pgoutput import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Relation,
     Skipped,
     TupleValue,
@@ -88,37 +112,74 @@ class PostgresCdcSourceOperator(SourceOperator):
 
     def open(self) -> None:
         ctx, spec = self.ctx, self._spec
-        if ctx.parallelism != 1:
-            raise JobDefinitionError(
-                f"postgres cdc source {ctx.uid!r}: runs at parallelism 1 (a replication slot has one reader), "
-                f"not {ctx.parallelism}"
-            )
+        self._partitions = ctx.parallelism
+        if self._partitions > 1:
+            _check_parallel_snapshot(ctx.uid, ctx.parallelism, ctx.parameters)
         self._endpoints = Endpoints.from_env()
         self._conn = postgres.connect(self._endpoints, autocommit=True, retry_for_s=10.0)
         self._tables = {t.qualified_name: t for t in postgres_cdc.captured_tables(self._conn, spec.tables)}
-        self._progress = CdcProgress(self._restored)
-        self._decision = decide_start(
-            self._restored, postgres_cdc.slot_found(self._conn, spec.slot_name), spec.slot_name
-        )
+        chunked = {name: t.chunked for name, t in self._tables.items()}
+        self._read_tables = tables_read_by(list(self._tables), chunked, ctx.subtask, self._partitions)
+        self._run = SnapshotRun(ctx.job_id, ctx.attempt)
+        self._progress = CdcProgress(self._restored, self._partitions)
         self._reader: postgres_cdc.ChangeReader | None = None
         self._relations: dict[int, Relation] = {}
         self._chunk_reader: postgres_cdc.ChunkReader | None = None  # while the snapshot is read
+        self._gathering: tuple[SnapshotCollector, postgres_cdc.ChangeReader] | None = None  # subtask 0, p > 1
+        self._awaiting_slot = False  # a reader, until subtask 0 marks the slot as this run's
+        if ctx.subtask > 0:
+            self._open_reader()
+            return
+        self._decision = decide_start(
+            self._restored, postgres_cdc.slot_found(self._conn, spec.slot_name), spec.slot_name
+        )
         match self._decision:
             case TakeSnapshot():
                 pass  # the first poll creates the slot
             case ResumeSnapshot(consistent_point=lsn):
                 done = len(self._restored.chunks)
                 ctx.log.info("cdc_snapshot_resumed", slot=spec.slot_name, lsn=format_lsn(lsn), chunks_read=done)
+                self._mark_slot()
             case Resume(position=position):
                 self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
                 ctx.log.info("cdc_resumed", slot=spec.slot_name, lsn=format_lsn(position))
             case _:
                 assert_never(self._decision)
 
+    def _open_reader(self) -> None:
+        """Subtask > 0 of a parallel snapshot: it reads its partition, announces it, then idles."""
+        ctx, spec = self.ctx, self._spec
+        decision = decide_reader_start(self._restored)
+        match decision:
+            case AwaitSlot():
+                self._awaiting_slot = True
+            case ResumeSnapshot(consistent_point=lsn):
+                done = len(self._restored.chunks)
+                ctx.log.info(
+                    "cdc_snapshot_resumed",
+                    slot=spec.slot_name,
+                    lsn=format_lsn(lsn),
+                    chunks_read=done,
+                    partition=ctx.subtask,
+                )
+            case AnnounceRestored(chunks=chunks):
+                self._announce(chunks)
+                self._progress.partition_announced()
+            case _:
+                assert_never(decision)
+
+    def _mark_slot(self) -> None:
+        """Subtask 0 of a parallel snapshot: the slot is this run's, the readers may read."""
+        if self._partitions > 1:
+            postgres_cdc.mark_session(self._conn, slot_mark(self._spec.slot_name, self._run))
+
     def poll(self, max_records: int) -> bool:
         reader = self._reader
         if reader is None:
-            self._snapshot_step()
+            if self.ctx.subtask > 0:
+                self._partition_step()
+            else:
+                self._snapshot_step()
             return True
         changes = reader.changes(max(max_records, self._spec.max_changes_per_poll))
         self._idle = not changes
@@ -131,8 +192,10 @@ class PostgresCdcSourceOperator(SourceOperator):
         return IDLE_POLL_WAIT_S if self._idle else 0.0
 
     def _snapshot_step(self) -> None:
-        """Create the slot (a new snapshot), or emit the next chunk, or, after the last, start decoding."""
+        """Subtask 0: create the slot (a new snapshot), or emit the next chunk, or, after the last,
+        gather the readers' announcements (parallelism > 1) and start decoding."""
         spec, ctx, progress = self._spec, self.ctx, self._progress
+        self._idle = False
         if progress.state.position is None:
             assert isinstance(self._decision, TakeSnapshot)
             if self._decision.drop_existing:
@@ -140,29 +203,111 @@ class PostgresCdcSourceOperator(SourceOperator):
                 ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="no completed checkpoint holds it")
             postgres_cdc.ensure_publication(self._conn, spec.publication, list(self._tables.values()), spec.slot_name)
             progress.slot_created(postgres_cdc.create_slot(self._conn, spec.slot_name))
+            self._mark_slot()
             ctx.log.info(
                 "cdc_snapshot_started",
                 slot=spec.slot_name,
                 lsn=format_lsn(progress.state.position or 0),
                 tables=list(self._tables),
                 one_chunk=[name for name, t in self._tables.items() if not t.chunked],
+                partitions=self._partitions,
             )
         consistent_point = progress.state.position
         assert consistent_point is not None
-        chunk = progress.next_chunk(list(self._tables))
+        chunk = progress.next_chunk(self._read_tables)
         if chunk is not None:
             self._emit_chunk(chunk.table, chunk.after, consistent_point)
-            chunk = progress.next_chunk(list(self._tables))
-        if chunk is None:  # the last chunk was emitted: stream from the consistent point
-            self._close_chunk_reader()
-            progress.snapshot_emitted()
-            self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
-            ctx.log.info(
-                "cdc_snapshot_emitted",
-                slot=spec.slot_name,
-                lsn=format_lsn(consistent_point),
-                chunks=len(progress.state.chunks),
-            )
+            chunk = progress.next_chunk(self._read_tables)
+        if chunk is not None:
+            return
+        self._close_chunk_reader()
+        others: tuple[ChunkRead, ...] = ()
+        if self._partitions > 1:
+            gathered = self._gather()
+            if gathered is None:
+                return
+            others = gathered
+        progress.snapshot_emitted(others)  # every chunk was emitted: stream from the consistent point
+        self._reader = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication)
+        ctx.log.info(
+            "cdc_snapshot_emitted",
+            slot=spec.slot_name,
+            lsn=format_lsn(consistent_point),
+            chunks=len(progress.state.chunks),
+            partitions=self._partitions,
+        )
+
+    def _gather(self) -> tuple[ChunkRead, ...] | None:
+        """Subtask 0, its partition read: decode the slot (a temporary copy of it, from the consistent
+        point) for this run's announcements (:class:`~weir.core.cdc.PartitionRead`); every reader's
+        chunks once all have announced, else None (the next poll decodes on)."""
+        spec = self._spec
+        if self._gathering is None:
+            collector = SnapshotCollector(spec.slot_name, self._run, self._partitions)
+            copy = postgres_cdc.ChangeReader(self._endpoints, spec.slot_name, spec.publication, messages=True)
+            self._gathering = (collector, copy)
+        collector, copy = self._gathering
+        changes = copy.changes(self._spec.max_changes_per_poll)
+        self._idle = not changes
+        for change in changes:
+            if not change.data.startswith(b"M"):
+                continue
+            message = decode_message(change.data)
+            if isinstance(message, LogicalMessage) and message.prefix == PARTITION_READ_PREFIX:
+                announcement = decode_partition_read(message.content)
+                if collector.offer(announcement):
+                    self.ctx.log.info(
+                        "cdc_partition_announced",
+                        slot=spec.slot_name,
+                        partition=announcement.subtask,
+                        chunks=len(announcement.chunks),
+                        missing=collector.missing,
+                    )
+        if collector.missing:
+            return None
+        copy.close()
+        self._gathering = None
+        return collector.chunks()
+
+    def _partition_step(self) -> None:
+        """A reader: wait for the slot of this run, then emit the partition's next chunk; after
+        the last, wait for a checkpoint that holds it to complete (it then announces)."""
+        spec, ctx, progress = self._spec, self.ctx, self._progress
+        if self._awaiting_slot:
+            if not postgres_cdc.session_marked(self._conn, slot_mark(spec.slot_name, self._run)):
+                self._idle = True
+                return
+            found = postgres_cdc.slot_found(self._conn, spec.slot_name)
+            if found is None:
+                raise CdcSourceError(
+                    f"postgres cdc source: replication slot {spec.slot_name!r} is gone while the snapshot is read; "
+                    "the job restarts and reads it anew"
+                )
+            progress.slot_created(found.confirmed_flush)
+            self._awaiting_slot = False
+            ctx.log.info("cdc_partition_started", slot=spec.slot_name, partition=ctx.subtask, tables=self._read_tables)
+        if progress.state.phase is not Phase.SNAPSHOT:
+            self._idle = True  # read: the announcement follows a completed checkpoint
+            return
+        self._idle = False
+        consistent_point = progress.state.position
+        assert consistent_point is not None
+        chunk = progress.next_chunk(self._read_tables)
+        if chunk is not None:
+            self._emit_chunk(chunk.table, chunk.after, consistent_point)
+            return
+        self._close_chunk_reader()
+        progress.partition_read()
+        ctx.log.info(
+            "cdc_partition_read", slot=spec.slot_name, partition=ctx.subtask, chunks=len(progress.state.chunks)
+        )
+
+    def _announce(self, chunks: tuple[ChunkRead, ...]) -> None:
+        """A reader: tell subtask 0, through the WAL, that its partition is read and checkpointed."""
+        spec, ctx = self._spec, self.ctx
+        announcement = PartitionRead(spec.slot_name, self._run, ctx.subtask, self._partitions, chunks)
+        lsn = postgres_cdc.emit_message(self._conn, PARTITION_READ_PREFIX, encode_partition_read(announcement))
+        ctx.log.info("cdc_partition_announcing", slot=spec.slot_name, partition=ctx.subtask, lsn=format_lsn(lsn))
 
     def _emit_chunk(self, name: str, after: Key | None, consistent_point: int) -> None:
         """One chunk's rows as ``read`` events (their LSN: the slot's consistent point, before every
@@ -177,7 +322,8 @@ class PostgresCdcSourceOperator(SourceOperator):
 
         if self._chunk_reader is None:
             self._chunk_reader = postgres_cdc.ChunkReader(self._endpoints)
-        chunk = self._chunk_reader.read(self._tables[name], after, spec.chunk_size, read)
+        partition, partitions = self.ctx.subtask, self._partitions
+        chunk = self._chunk_reader.read(self._tables[name], after, spec.chunk_size, read, partition, partitions)
         self.records_polled += rows
         self._progress.chunk_emitted(chunk)
         self.ctx.log.debug("cdc_chunk_emitted", slot=spec.slot_name, table=name, rows=rows, last=chunk.upper is None)
@@ -208,8 +354,8 @@ class PostgresCdcSourceOperator(SourceOperator):
                     captured = self._event(message, change.lsn, xid, reader)
                     if captured is not None:
                         pending.append((captured, commit_ms))
-                case Skipped():
-                    pass
+                case Skipped() | LogicalMessage():
+                    pass  # the announcements are read before streaming
                 case _:
                     assert_never(message)
 
@@ -271,10 +417,18 @@ class PostgresCdcSourceOperator(SourceOperator):
         return encode_cdc_state(self._progress.checkpoint_taken(checkpoint_id), self._spec.slot_name)
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
-        lsn = self._progress.checkpoint_completed(checkpoint_id)
-        if lsn is not None and self._reader is not None:
-            self._reader.advance_slot(lsn)
-            self.ctx.log.debug("cdc_slot_advanced", slot=self._spec.slot_name, lsn=format_lsn(lsn))
+        action = self._progress.checkpoint_completed(checkpoint_id)
+        match action:
+            case None:
+                pass
+            case AdvanceSlot(lsn=lsn):
+                if self._reader is not None:
+                    self._reader.advance_slot(lsn)
+                    self.ctx.log.debug("cdc_slot_advanced", slot=self._spec.slot_name, lsn=format_lsn(lsn))
+            case AnnouncePartition(chunks=chunks):
+                self._announce(chunks)
+            case _:
+                assert_never(action)
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         self._progress.checkpoint_aborted(checkpoint_id)
@@ -286,12 +440,32 @@ class PostgresCdcSourceOperator(SourceOperator):
 
     def close(self) -> None:
         self._close_chunk_reader()
+        gathering, self._gathering = getattr(self, "_gathering", None), None
+        if gathering is not None:
+            gathering[1].close()
         reader, self._reader = getattr(self, "_reader", None), None
         if reader is not None:
             reader.close()
         conn = getattr(self, "_conn", None)
         if conn is not None:
             conn.close()
+
+
+def _check_parallel_snapshot(uid: str, parallelism: int, parameters: Mapping[str, str]) -> None:
+    """A parallel snapshot needs periodic checkpoints (a reader announces its partition once a
+    checkpoint holding it completed) and aligned ones (an unaligned barrier overtakes the rows in
+    flight, so a row's snapshot read and its first change, from two subtasks, could cross)."""
+    if not parameters.get("checkpointing.interval"):
+        raise JobDefinitionError(
+            f"postgres cdc source {uid!r}: at parallelism {parallelism} the snapshot's readers hand over to the "
+            "stream at a completed checkpoint; set checkpointing.interval, or run the source at parallelism 1"
+        )
+    if parameters.get("checkpointing.unaligned", "false").strip().lower() == "true":
+        raise JobDefinitionError(
+            f"postgres cdc source {uid!r}: at parallelism {parallelism} the snapshot needs aligned checkpoints "
+            "(an unaligned barrier lets a row's change overtake its snapshot read from another subtask); "
+            "set checkpointing.unaligned=false, or run the source at parallelism 1"
+        )
 
 
 def release_at_job_end(spec: PostgresCdcSourceSpec, end: JobEnd, endpoints: Endpoints, log: Any) -> None:

@@ -7,7 +7,8 @@ would pass the bound moves to one append-only file of its own and takes its late
 
 On disk, a spill is a directory of one sink instance, ``{root}/{digest}.{pid}.{token}`` (``digest``
 names the sink subtask, ``token`` is random), holding ``epoch-{epoch:020d}.records`` files: the
-header :data:`SPILL_FILE_MAGIC`, then length-prefixed records (:data:`FRAME`, key, value). A file is
+header :data:`SPILL_FILE_MAGIC`, then length-prefixed records (:data:`FRAME`, key, value; a
+tombstone's flags say it has no value, its value length 0). A file is
 read only by the instance that wrote it, and only up to the records it counted, so a file left by a
 crash is never read: a later instance makes its own directory, and removes those of instances whose
 process has exited when it opens (``remove_abandoned``). A committed epoch's file is removed at once;
@@ -36,8 +37,8 @@ from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.ids import CheckpointId, TaskId
 from weir.core.serde import VALUE_PICKLE_PROTOCOL
 
-Record = tuple[bytes | None, bytes, int | None]
-"""A Kafka record as the sink keeps it: ``(key, value, event timestamp ms)``."""
+Record = tuple[bytes | None, bytes | None, int | None]
+"""A Kafka record as the sink keeps it: ``(key, value, event timestamp ms)``; a None value is a tombstone."""
 
 DEFAULT_EPOCH_MEMORY_BYTES: Final = 64 * 1024 * 1024
 RECORD_OVERHEAD_BYTES: Final = 160  # CPython's tuple, two bytes objects and an int around a record's payload
@@ -45,6 +46,7 @@ SPILL_FILE_MAGIC: Final = b"WEIRSPL1"
 FRAME: Final = struct.Struct(">BIIq")  # flags, key length, value length, timestamp
 _HAS_KEY: Final = 1
 _HAS_TIMESTAMP: Final = 2
+_TOMBSTONE: Final = 4  # no value (not an empty one): a null-value record
 _IO_BUFFER_BYTES: Final = 256 * 1024
 
 
@@ -58,14 +60,18 @@ class EpochSpillError(WeirError):
 def record_memory_bytes(record: Record) -> int:
     """What holding ``record`` in memory costs, roughly: its payload and CPython's objects around it."""
     key, value, _timestamp = record
-    return RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key is not None else 0)
+    return RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
 
 
 def encode_frame(record: Record) -> bytes:
     key, value, timestamp = record
-    flags = (_HAS_KEY if key is not None else 0) | (_HAS_TIMESTAMP if timestamp is not None else 0)
-    header = FRAME.pack(flags, len(key) if key is not None else 0, len(value), timestamp or 0)
-    return header + (key or b"") + value
+    flags = (
+        (_HAS_KEY if key is not None else 0)
+        | (_HAS_TIMESTAMP if timestamp is not None else 0)
+        | (_TOMBSTONE if value is None else 0)
+    )
+    header = FRAME.pack(flags, len(key) if key is not None else 0, len(value or b""), timestamp or 0)
+    return header + (key or b"") + (value or b"")
 
 
 def read_frames(file: BinaryIO, count: int, path: Path) -> Iterator[Record]:
@@ -79,7 +85,7 @@ def read_frames(file: BinaryIO, count: int, path: Path) -> Iterator[Record]:
         value = file.read(value_length)
         if (key is not None and len(key) != key_length) or len(value) != value_length:
             raise _truncated(path, index, count)
-        yield key, value, (timestamp if flags & _HAS_TIMESTAMP else None)
+        yield key, (None if flags & _TOMBSTONE else value), (timestamp if flags & _HAS_TIMESTAMP else None)
 
 
 def _truncated(path: Path, index: int, count: int) -> EpochSpillError:
@@ -251,7 +257,10 @@ class EpochRecords:
     def append(self, record: Record) -> None:
         if self._writer is None and not self._discarded:  # the common case, inline: once per record
             key, value, _timestamp = record
-            size = RECORD_OVERHEAD_BYTES + len(value) + (len(key) if key is not None else 0)  # record_memory_bytes
+            # record_memory_bytes, inline
+            size = (
+                RECORD_OVERHEAD_BYTES + (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
+            )
             spill = self._spill
             if spill._held + size <= spill.memory_bytes:  # spill._reserve
                 spill._held += size

@@ -108,7 +108,9 @@ class _Encoder:
         """Write the file's end (Parquet: the footer)."""
 
 
-class _JsonLines(_Encoder):
+class _Lines(_Encoder):
+    """A row format's file (JSON Lines, CSV): each record's line as the serializer gave it."""
+
     def __init__(self, out: PartFileWriter) -> None:
         self._out = out
 
@@ -359,7 +361,7 @@ class PartFileSinkOperator(StreamOperator):
     def _encode(self, value: Any) -> Any:
         """The record as its part file takes it: a JSONL line (by the serializer), a Parquet row."""
         match self._format:
-            case FileFormat.JSONL:
+            case FileFormat.JSONL | FileFormat.CSV:
                 line = self._serializer(value)
                 return line if line.endswith(b"\n") else line + b"\n"
             case FileFormat.PARQUET:
@@ -378,8 +380,8 @@ class PartFileSinkOperator(StreamOperator):
         writer = self._require_store().start(name.key, name.in_progress_key(self.ctx.attempt))
         encoder: _Encoder
         match self._format:
-            case FileFormat.JSONL:
-                encoder = _JsonLines(writer)
+            case FileFormat.JSONL | FileFormat.CSV:
+                encoder = _Lines(writer)
             case FileFormat.PARQUET:
                 encoder = _Parquet(writer, self._schema, self._row_group_rows, f"{self._what()} part file {name.key}")
             case _:

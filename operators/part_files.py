@@ -48,6 +48,7 @@ class FileFormat(Enum):
     """How records are written into a part file."""
 
     JSONL = "jsonl"  # one JSON document per line (a row format: Flink's forRowFormat)
+    CSV = "csv"  # one CSV line per record, by the sink's serializer (a row format, as JSONL)
     PARQUET = "parquet"  # Apache Parquet (a bulk format: Flink's forBulkFormat, rolled at every checkpoint)
 
     @property

@@ -35,7 +35,7 @@ class KafkaSinkOperator(StreamOperator):
     def __init__(
         self,
         topic: str,
-        serializer: Callable[[Any], bytes],
+        serializer: Callable[[Any], bytes | None],
         key: Callable[[Any], bytes | str | None] | None,
         on_error: OnRecordError = FAIL,
         properties: Properties = (),

@@ -93,11 +93,11 @@ READABLE_SNAPSHOT_FORMATS: Final = (1, 2)
 _POLL_EVERY: Final = 500  # records produced between two polls for delivery reports (flush serves the rest)
 
 NO_TOMBSTONES: Final = (
-    "the serializer returned None: a Kafka sink writes every record with a value (no null-value tombstones); "
-    "return the value's bytes"
+    "the serializer returned None for a record without a key: a null value is a tombstone (a delete of its "
+    "key in a compacted topic), which needs a key; return the value's bytes or give the sink a key function"
 )
-Record = tuple[bytes | None, bytes, int | None]
-"""A Kafka record as the sink keeps it: ``(key, value, event timestamp ms)``."""
+Record = tuple[bytes | None, bytes | None, int | None]
+"""A Kafka record as the sink keeps it: ``(key, value, event timestamp ms)``; a None value is a tombstone."""
 
 
 class SinkTransactionLostError(WeirError):
@@ -566,7 +566,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
     def __init__(
         self,
         topic: str,
-        serializer: Callable[[Any], bytes],
+        serializer: Callable[[Any], bytes | None],
         key: Callable[[Any], bytes | str | None] | None,
         *,
         transaction_timeout_ms: int = DEFAULT_TRANSACTION_TIMEOUT_MS,
@@ -917,7 +917,7 @@ class TransactionalKafkaSinkOperator(_TransactionalSink):
         serializer = self._serializer
         try:
             data = serializer(value)
-            if data is None:
+            if data is None and key is None:  # a tombstone deletes a key: it needs one
                 raise TypeError(NO_TOMBSTONES)
         except Exception as exc:
             self.reject(serializer, exc, value, timestamp)
@@ -1453,14 +1453,15 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
 
 def encode_for_kafka(
     sink: StreamOperator,
-    serializer: Callable[[Any], bytes],
+    serializer: Callable[[Any], bytes | None],
     key: Callable[[Any], bytes | str | None] | None,
     value: Any,
     timestamp: int | None,
-) -> tuple[bytes | str | None, bytes] | None:
+) -> tuple[bytes | str | None, bytes | None] | None:
     """A Kafka sink's record, by its user functions: the key (``key``, else None) and the value
-    bytes (``serializer``). None: one of them raised and ``sink.reject`` dead-lettered the record
-    (else it raised). Only these calls are inside ``try``: the producer's own errors pass up as they are."""
+    bytes (``serializer``; None with a key: a tombstone). None: one of them raised and ``sink.reject``
+    dead-lettered the record (else it raised). Only these calls are inside ``try``: the producer's own
+    errors pass up as they are."""
     try:
         record_key = key(value) if key is not None else None
     except Exception as exc:
@@ -1468,7 +1469,7 @@ def encode_for_kafka(
         return None
     try:
         data = serializer(value)
-        if data is None:
+        if data is None and record_key is None:  # a tombstone deletes a key: it needs one
             raise TypeError(NO_TOMBSTONES)
     except Exception as exc:
         sink.reject(serializer, exc, value, timestamp)

@@ -2,23 +2,37 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
 
 from weir.core.errors import JobDefinitionError, ProtocolError, WeirError
+from weir.core.log_files import LogFiles, LogSelector, process_log_files, read_chunks
 from weir.core.transport import LEADER_TERM_METADATA
 from weir.taskmanager.leader_fence import LeaderTermFence, StaleLeaderError, term_of
 from weir.taskmanager.runtime import TaskManagerRuntime
 from weir.taskmanager.slot_link import SlotWorkerError
 from weir.wire import taskmanager_pb2, taskmanager_pb2_grpc
 
+_LOG_SELECTORS: dict[int, LogSelector] = {
+    taskmanager_pb2.LOG_SELECTOR_LOG: LogSelector.LOG,
+    taskmanager_pb2.LOG_SELECTOR_STDOUT: LogSelector.STDOUT,
+    taskmanager_pb2.LOG_SELECTOR_NAMED: LogSelector.NAMED,
+}
+
 
 class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
-    def __init__(self, runtime: TaskManagerRuntime, fence: LeaderTermFence | None = None) -> None:
+    def __init__(
+        self,
+        runtime: TaskManagerRuntime,
+        fence: LeaderTermFence | None = None,
+        log_files: Callable[[], LogFiles] = process_log_files,
+    ) -> None:
+        """``log_files``: where this process's standard error and output are written (ListLogs)."""
         self._runtime = runtime
         self._fence = fence if fence is not None else LeaderTermFence()
+        self._log_files = log_files
 
     def _admit(self, context: grpc.ServicerContext, what: str) -> None:
         """Refuse (FAILED_PRECONDITION) a call from a deposed JobManager: ``weir.taskmanager.leader_fence``."""
@@ -78,6 +92,33 @@ class TaskManagerServicer(taskmanager_pb2_grpc.TaskManagerServiceServicer):
         return taskmanager_pb2.ThreadDumpResponse(
             threads=[taskmanager_pb2.ThreadInfo(name=t.name, stack=t.stack) for t in threads]
         )
+
+    def ListLogs(
+        self, request: taskmanager_pb2.ListLogsRequest, context: grpc.ServicerContext
+    ) -> taskmanager_pb2.ListLogsResponse:  # noqa: N802,E501
+        """Read-only, as ThreadDump: the files this process's standard error and output go to."""
+        return taskmanager_pb2.ListLogsResponse(
+            logs=[
+                taskmanager_pb2.LogFile(name=f.name, size=f.size, mtime_ms=int(f.mtime_s * 1000))
+                for f in self._log_files().infos()
+            ]
+        )
+
+    def ReadLog(
+        self, request: taskmanager_pb2.ReadLogRequest, context: grpc.ServicerContext
+    ) -> Iterator[taskmanager_pb2.LogChunk]:  # noqa: N802,E501
+        """One of the files ListLogs lists, in chunks; NOT_FOUND for any other."""
+        selector = _LOG_SELECTORS.get(request.selector)
+        path = None if selector is None else self._log_files().selected(selector, request.name)
+        if path is None or not path.is_file():
+            what = f"log file {request.name!r}" if selector is LogSelector.NAMED else "such log file"
+            context.abort(grpc.StatusCode.NOT_FOUND, f"the TaskManager has no {what}: it logs to a terminal or a pipe")
+            return
+        try:
+            for chunk in read_chunks(path):
+                yield taskmanager_pb2.LogChunk(data=chunk)
+        except OSError as exc:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"the TaskManager's log {path.name} cannot be read: {exc}")
 
     def OpenChannel(
         self, request_iterator: Iterator[taskmanager_pb2.DataMessage], context: grpc.ServicerContext

@@ -16,17 +16,18 @@ import structlog
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.openapi.utils import get_openapi
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 
 from weir import __version__
 from weir.core.errors import AuthenticationError, PermissionDeniedError, UnknownJobError
+from weir.core.log_files import LogSelector
 from weir.core.roles import AccessTable, rest_route_role
 from weir.core.thread_dump import thread_dump
 from weir.core.transport_security import AuthDecision, authorize, refusal_message
-from weir.jobmanager.errors import JobManagerNotReadyError, UnknownVertexError
+from weir.jobmanager.errors import JobManagerNotReadyError, TaskManagerCallError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, JobStatusView, VertexView
 from weir.jobmanager.rest import config, diagnostics, errors, flink, jars, metrics, vertices, views
@@ -260,6 +261,58 @@ def create_app(
             raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
         return diagnostics.thread_dump_info(threads)
 
+    unknown_tm: Final[dict[int | str, dict[str, Any]]] = {
+        404: {**_ERROR, "description": "Unknown TaskManager, or no such log file"},
+        503: {**_ERROR, "description": "The TaskManager did not answer"},
+    }
+
+    @api.get("/taskmanagers/{taskmanager_id}/logs", responses=unknown_tm)
+    def taskmanager_logs(taskmanager_id: str) -> diagnostics.LogListInfo:
+        """The TaskManager's log files (Flink's ``LogListInfo``), asked over its gRPC service: the file its
+        standard error and output go to when that is a file (``weir cluster up``'s ``taskmanager-N.log``)."""
+        found = manager.taskmanager_logs(taskmanager_id)
+        if found is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return diagnostics.log_list(found)
+
+    def serve_taskmanager_log(taskmanager_id: str, selector: LogSelector, name: str = "") -> StreamingResponse:
+        try:
+            chunks = manager.taskmanager_log(taskmanager_id, selector, name)
+        except TaskManagerCallError as exc:
+            if exc.code == "NOT_FOUND":
+                raise HTTPException(404, f"TaskManager {taskmanager_id!r}: {exc.details}") from None
+            raise
+        if chunks is None:
+            raise HTTPException(404, f"no TaskManager {taskmanager_id!r} (GET /taskmanagers lists them)")
+        return StreamingResponse(chunks, media_type="text/plain")
+
+    @api.get(
+        "/taskmanagers/{taskmanager_id}/log",
+        response_class=StreamingResponse,
+        responses={**unknown_tm, **plain_text},
+    )
+    def taskmanager_log(taskmanager_id: str) -> StreamingResponse:
+        """The TaskManager's log (the file its standard error goes to), as text, read over its gRPC service."""
+        return serve_taskmanager_log(taskmanager_id, LogSelector.LOG)
+
+    @api.get(
+        "/taskmanagers/{taskmanager_id}/stdout",
+        response_class=StreamingResponse,
+        responses={**unknown_tm, **plain_text},
+    )
+    def taskmanager_stdout(taskmanager_id: str) -> StreamingResponse:
+        """The file the TaskManager's standard output goes to, as text."""
+        return serve_taskmanager_log(taskmanager_id, LogSelector.STDOUT)
+
+    @api.get(
+        "/taskmanagers/{taskmanager_id}/logs/{filename}",
+        response_class=StreamingResponse,
+        responses={**unknown_tm, **plain_text},
+    )
+    def taskmanager_log_file(taskmanager_id: str, filename: str) -> StreamingResponse:
+        """One file ``/taskmanagers/{id}/logs`` lists (no other), as text."""
+        return serve_taskmanager_log(taskmanager_id, LogSelector.NAMED, filename)
+
     @api.get("/taskmanagers")
     def taskmanagers() -> views.TaskManagers:
         return views.taskmanagers(manager.cluster_status())
@@ -291,6 +344,17 @@ def create_app(
     def job(job_id: str) -> views.JobDetails:
         job_id = weir_job_id(job_id)
         return views.job_details(manager.job_status(job_id), manager.job_plan(job_id))
+
+    @api.get("/jobs/{job_id}/status", responses=NOT_FOUND)
+    def job_status_only(job_id: str) -> views.JobStatusInfo:
+        """The job's status alone (Flink's ``JobStatusInfo``)."""
+        return views.JobStatusInfo(status=manager.job_status(weir_job_id(job_id)).summary.status)
+
+    @api.get("/jobs/{job_id}/resource-requirements", responses=NOT_FOUND)
+    def resource_requirements(job_id: str) -> dict[str, views.VertexResourceRequirements]:
+        """Each vertex's parallelism bounds (Flink's ``JobResourceRequirementsBody``, by Flink vertex id):
+        both are the vertex's parallelism; Weir changes it by rescaling (``/jobs/{id}/rescaling``)."""
+        return views.resource_requirements(manager.job_plan(weir_job_id(job_id)))
 
     @api.patch("/jobs/{job_id}", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
     def cancel(job_id: str, mode: views.CancelMode = views.CancelMode.CANCEL) -> views.Accepted:

@@ -6,7 +6,8 @@ JobManager has a log file when its standard error or output is a regular file, a
 up``, whose supervisor appends both to ``$WEIR_RUN_DIR/cluster/jobmanager.log``. That file is what
 ``/jobmanager/logs`` lists and ``/jobmanager/log`` (its standard error) and ``/jobmanager/stdout`` serve;
 on a terminal or a pipe (a container's log driver) there is none: an empty list and 404, as Flink
-answers for a log file it does not have.
+answers for a log file it does not have. A TaskManager's are asked over its gRPC service
+(``weir.core.log_files``), and answered the same way.
 
 **Accumulators.** Weir has no user accumulators (Flink's ``getRuntimeContext().addAccumulator``): the
 answers are Flink's shapes with empty lists, so a Flink client or the web UI reads them as "none".
@@ -14,52 +15,16 @@ answers are Flink's shapes with empty lists, so a Flink client or the web UI rea
 
 from __future__ import annotations
 
-import os
-import stat
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Final
+from collections.abc import Sequence
 
+from weir.core.log_files import LogFileInfo, LogFiles
+from weir.core.log_files import LogSelector as LogSelector
+from weir.core.log_files import file_of as file_of  # the app and its tests take them from here
+from weir.core.log_files import process_log_files as process_log_files
 from weir.core.thread_dump import ThreadInfo
 from weir.jobmanager.rest.views import Model, _api, ms
 
-STDOUT_FD: Final = 1
-STDERR_FD: Final = 2
-
-
 # Logs -------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class LogFiles:
-    """The files this process's standard error (``log``) and output (``stdout``) are written to;
-    None: not a regular file."""
-
-    log: Path | None
-    stdout: Path | None
-
-    def listed(self) -> tuple[Path, ...]:
-        return tuple(dict.fromkeys(p for p in (self.log, self.stdout) if p is not None))
-
-    def named(self, name: str) -> Path | None:
-        """The listed file called ``name`` (only those: a path never reaches another file)."""
-        return next((p for p in self.listed() if p.name == name), None)
-
-
-def file_of(fd: int, resolve: Callable[[int], str] = lambda fd: os.readlink(f"/proc/self/fd/{fd}")) -> Path | None:
-    """The regular file ``fd`` writes to; None for a terminal, a pipe, a socket or a deleted file."""
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        path = Path(resolve(fd))
-    except OSError:
-        return None
-    return path if path.is_absolute() and path.is_file() else None
-
-
-def process_log_files() -> LogFiles:
-    return LogFiles(log=file_of(STDERR_FD), stdout=file_of(STDOUT_FD))
 
 
 class LogInfo(Model):
@@ -76,15 +41,10 @@ class LogListInfo(Model):
     logs: list[LogInfo]
 
 
-def log_list(files: LogFiles) -> LogListInfo:
-    found = []
-    for path in files.listed():
-        try:
-            info = path.stat()
-        except OSError:
-            continue  # rotated away meanwhile
-        found.append(LogInfo(name=path.name, size=info.st_size, mtime=ms(info.st_mtime)))
-    return LogListInfo(logs=found)
+def log_list(files: LogFiles | Sequence[LogFileInfo]) -> LogListInfo:
+    """Flink's list of log files: this process's (``LogFiles``), or a TaskManager's as it answered."""
+    infos = files.infos() if isinstance(files, LogFiles) else files
+    return LogListInfo(logs=[LogInfo(name=i.name, size=i.size, mtime=ms(i.mtime_s)) for i in infos])
 
 
 # Thread dumps -----------------------------------------------------------------------------------

@@ -389,6 +389,37 @@ class JobEndInfo(Model):
     retry_at: int | None  # ms: when the resolution is tried again
 
 
+class JobStatusInfo(Model):
+    """Flink's ``JobStatusInfo``: the job's status alone (Flink's client polls it)."""
+
+    status: JobStatus
+
+
+class ParallelismBounds(Model):
+    """Flink's ``JobVertexResourceRequirements.Parallelism``."""
+
+    lower_bound: int = _api("lowerBound")
+    upper_bound: int = _api("upperBound")
+
+
+class VertexResourceRequirements(Model):
+    """Flink's ``JobVertexResourceRequirements``."""
+
+    parallelism: ParallelismBounds
+
+
+def resource_requirements(plan: JobPlanView) -> dict[str, VertexResourceRequirements]:
+    """Flink's ``JobResourceRequirementsBody``, by Flink vertex id: Weir runs each vertex at exactly its
+    parallelism (no adaptive scheduler: a change is a rescale, ``/jobs/{id}/rescaling``), so both
+    bounds are it."""
+    return {
+        flink_vertex_id(v.uid): VertexResourceRequirements(
+            parallelism=ParallelismBounds(lower_bound=v.parallelism, upper_bound=v.parallelism)
+        )
+        for v in plan.vertices
+    }
+
+
 class JobDetails(Model):
     jid: str
     name: str

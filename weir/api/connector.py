@@ -83,8 +83,9 @@ class Source(abc.ABC):
         """The fields of the record batches the source emits; None: it emits one value per record."""
         return None
 
-    def fixed_parallelism(self) -> int | None:
-        """The only parallelism the source runs at (a replication slot's one reader); None: any."""
+    def default_parallelism(self) -> int | None:
+        """The parallelism the source runs at unless ``from_source`` is given one (the CDC source:
+        1, its replication slot's one reader); None: the job's."""
         return None
 
 

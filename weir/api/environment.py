@@ -106,19 +106,14 @@ class Environment:
         """Read ``source``, built by its connector (Flink's ``fromSource``):
         ``KafkaSource.builder()...build()``, ``PostgresCdcSource.builder()...build()`` or
         ``GeneratorSource(...)``. A columnar source's stream is a :class:`~weir.api.columnar.ColumnarStream`.
-        A source with one reader (the CDC source) runs at its parallelism: ``parallelism`` may only repeat it."""
+        Without ``parallelism`` a source runs at its default one (the CDC source: 1), else at the job's."""
         if not isinstance(source, Source):
             raise JobDefinitionError(
                 f"operator {uid!r}: from_source takes a source built by its connector (KafkaSource.builder()..."
                 f"build(), GeneratorSource(fn, ...)), not {source!r}"
             )
-        fixed = source.fixed_parallelism()
-        if fixed is not None:
-            if parallelism is not None and parallelism != fixed:
-                raise JobDefinitionError(
-                    f"operator {uid!r}: {source.default_name()} runs at parallelism {fixed} only, not {parallelism}"
-                )
-            parallelism = fixed
+        if parallelism is None:
+            parallelism = source.default_parallelism()
         schema = source.columnar_schema()
         t = self._builder.add_operator(
             WithoutOnError(source.create_operator),
@@ -215,14 +210,17 @@ class Environment:
         chunk_size: int = 8096,
         slot_retention: str = "unless-savepoint",
         name: str | None = None,
+        parallelism: int | None = None,
     ) -> DataStream:
         """The changes of PostgreSQL tables: a consistent snapshot (``read`` events), then their
         inserts, updates and deletes decoded from the logical replication slot ``slot_name``, as
         :class:`~weir.core.cdc.ChangeEvent` values (``from_source(PostgresCdcSource.builder()...build())``,
-        ``weir.api.postgres_cdc_source``, docs/postgres-cdc-source.md). One reader (parallelism 1); the
-        snapshot is read in chunks of ``chunk_size`` rows by primary key, checkpointed between chunks;
-        the slot is advanced only when a checkpoint completes, so a restore decodes again from the
-        checkpoint; ``slot_retention`` says what the job's end does with the slot."""
+        ``weir.api.postgres_cdc_source``, docs/postgres-cdc-source.md). The snapshot is read in chunks
+        of ``chunk_size`` rows by primary key, checkpointed between chunks; at ``parallelism`` > 1
+        (default 1) each subtask reads a partition of the rows by the hash of their key, and subtask
+        0 alone streams the changes after; the slot is advanced only when a checkpoint completes, so
+        a restore decodes again from the checkpoint; ``slot_retention`` says what the job's end does
+        with the slot."""
         with told_as(f"postgres cdc source {uid!r}"):
             builder = (
                 PostgresCdcSource.builder()
@@ -234,7 +232,7 @@ class Environment:
                 .slot_retention(slot_retention)
             )
             source = builder.build()
-        return self.from_source(source, uid=uid, name=name)
+        return self.from_source(source, uid=uid, name=name, parallelism=parallelism)
 
     def from_generator(
         self,

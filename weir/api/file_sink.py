@@ -28,7 +28,7 @@ from weir.operators.part_files import FileFormat, RollingPolicy, check_bucket
 if TYPE_CHECKING:
     from weir.operators.file_sink import PartFileSinkOperator
 
-FileFormatName = Literal["parquet", "jsonl"]
+FileFormatName = Literal["parquet", "jsonl", "csv"]
 OPTIONS = Options("file sink")
 MIN_S3_PART_BYTES = 5 * 1024 * 1024  # S3's smallest part but the last (weir.connectors.files, not imported by a client)
 DEFAULT_MAX_PART_BYTES = RollingPolicy().max_part_bytes
@@ -39,7 +39,8 @@ DEFAULT_ROLLOVER_INTERVAL_MS = RollingPolicy().rollover_interval_ms
 class PartFileSink(Sink):
     """Writes values into part files under ``path``: ``s3://bucket/prefix``, ``file:///dir`` or an
     absolute directory. ``format``: ``parquet`` (values are dicts; ``schema`` a ``pyarrow.Schema``,
-    default: inferred from the first rows) or ``jsonl`` (``serializer(value)`` bytes, default JSON).
+    default: inferred from the first rows), ``jsonl`` (``serializer(value)`` bytes, default JSON) or
+    ``csv`` (``serializer(value)`` bytes, the record's CSV line: required).
     A part file rolls at ``max_part_bytes``, after ``rollover_interval``, and at every checkpoint."""
 
     path: str
@@ -60,12 +61,14 @@ class PartFileSink(Sink):
             or path.startswith("/")
         ):
             raise OPTIONS.refuse("path", "s3://bucket/prefix, file:///dir or an absolute directory", path)
-        if self.format not in ("parquet", "jsonl"):
-            raise OPTIONS.refuse("format", "'parquet' or 'jsonl'", self.format)
+        if self.format not in ("parquet", "jsonl", "csv"):
+            raise OPTIONS.refuse("format", "'parquet', 'jsonl' or 'csv'", self.format)
         OPTIONS.function("bucket_assigner", self.bucket_assigner)
         OPTIONS.function("serializer", self.serializer)
-        if self.serializer is not None and self.format != "jsonl":
-            raise OPTIONS.error("serializer applies to format='jsonl' only; a Parquet sink writes dicts as rows")
+        if self.serializer is not None and self.format == "parquet":
+            raise OPTIONS.error("serializer applies to format='jsonl' or 'csv'; a Parquet sink writes dicts as rows")
+        if self.serializer is None and self.format == "csv":
+            raise OPTIONS.error("format='csv' needs a serializer (a record's CSV line, as bytes)")
         if self.schema is not None and self.format != "parquet":
             raise OPTIONS.error("schema applies to format='parquet' only")
         for option, value, least in (

@@ -59,7 +59,7 @@ class KafkaSink(Sink):
     the sink's own client settings (its producer's and, exactly-once, its marker topic's clients')."""
 
     topic: str
-    serializer: Callable[[Any], bytes]
+    serializer: Callable[[Any], bytes | None]
     key: Callable[[Any], bytes | str | None] | None
     delivery: KafkaDelivery
     transaction_timeout_ms: int | None
@@ -123,7 +123,7 @@ class KafkaSink(Sink):
 @dataclass(frozen=True)
 class _Settings:
     topic: str | None = None
-    serializer: Callable[[Any], bytes] | None = None
+    serializer: Callable[[Any], bytes | None] | None = None
     key: Callable[[Any], bytes | str | None] | None = None
     delivery: KafkaDelivery = "exactly_once"
     transaction_timeout_ms: int | None = None
@@ -148,8 +148,10 @@ class KafkaSinkBuilder:
         """The topic written (required)."""
         return self._with(topic=OPTIONS.text("topic", topic))
 
-    def serializer(self, serializer: Callable[[Any], bytes] | None) -> KafkaSinkBuilder:
-        """A value to the record's value bytes (default: JSON, ``json_serializer``)."""
+    def serializer(self, serializer: Callable[[Any], bytes | None] | None) -> KafkaSinkBuilder:
+        """A value to the record's value bytes (default: JSON, ``json_serializer``); None for a value
+        with a key (``key``) is a tombstone, a record with a null value (a delete of its key in a
+        compacted topic, as upsert-kafka writes it)."""
         return self._with(serializer=OPTIONS.function("serializer", serializer))
 
     def key(self, key: Callable[[Any], bytes | str | None] | None) -> KafkaSinkBuilder:

@@ -54,8 +54,8 @@ class PostgresCdcSource(Source):
     def default_name(self) -> str:
         return f"postgres-cdc:{self.spec.slot_name}"
 
-    def fixed_parallelism(self) -> int | None:
-        return 1  # a replication slot has one reader
+    def default_parallelism(self) -> int | None:
+        return 1  # a replication slot has one reader; a parallel snapshot is asked for
 
 
 @dataclass(frozen=True)

@@ -57,7 +57,7 @@ class StreamSinks(abc.ABC):
         topic: str,
         *,
         uid: str,
-        serializer: Callable[[Any], bytes] | None = None,
+        serializer: Callable[[Any], bytes | None] | None = None,
         key: Callable[[Any], bytes | str | None] | None = None,
         parallelism: int | None = None,
         delivery: KafkaDelivery = "exactly_once",
@@ -76,6 +76,8 @@ class StreamSinks(abc.ABC):
         ``epoch_memory_bytes`` (default 64 MiB) bounds the records a sink subtask holds until they
         commit, the rest going to files under ``spill_directory``. ``at_least_once``: flushed at every
         checkpoint, duplicates after a failure. ``on_error``: a record ``serializer`` or ``key`` raises on.
+        A ``serializer`` answering None for a value whose ``key`` is not None writes a tombstone (a null
+        value: the key's delete in a compacted topic); without a key None is that record's error.
         ``properties``: the sink's own Kafka client settings, over the job's ``-D kafka.*`` ones."""
         with told_as(f"kafka sink {uid!r}"):
             sink = (
@@ -149,7 +151,8 @@ class StreamSinks(abc.ABC):
         ``rollover_interval`` (default 15 min) and at every checkpoint; it becomes visible (the S3
         upload completed, the hidden file renamed) once that checkpoint completes. ``parquet``: dicts,
         ``schema`` a ``pyarrow.Schema`` or inferred from the first rows; ``jsonl``: ``serializer``
-        (default JSON). ``on_error``: a record the assigner or serializer raises on (docs/sinks.md)."""
+        (default JSON); ``csv``: ``serializer`` (each record's CSV line, required). ``on_error``: a
+        record the assigner or serializer raises on (docs/sinks.md)."""
         with told_as(f"file sink {uid!r}"):
             options: dict[str, Any] = {}
             if max_part_bytes is not None:

@@ -9,6 +9,10 @@ replication slot. This module is its pure part, with no I/O:
   skips, what each checkpoint holds, when the slot may be advanced (only for a completed checkpoint,
   so that a restore re-reads exactly from the checkpoint), and what a start does with the slot it
   finds (:func:`decide_start`);
+- the parallel snapshot (source parallelism > 1): which rows each subtask reads
+  (:func:`key_partition`, :func:`tables_read_by`), what a reader announces once a completed
+  checkpoint holds its partition (:class:`PartitionRead`), and how subtask 0 gathers every
+  partition's chunks before it streams (:class:`SnapshotCollector`);
 - the source state's versioned JSON (``docs/formats.md``).
 
 The position is a WAL location (LSN): every transaction whose commit record ends at or before it has
@@ -20,6 +24,7 @@ transaction's LSN, flushed to the slot as the checkpoint completes).
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -31,7 +36,8 @@ from uuid import UUID
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import Fault, JobDefinitionError, SerializationError, WeirError
 
-CDC_SOURCE_STATE_FORMAT: Final = 2
+CDC_SOURCE_STATE_FORMAT: Final = 3
+PARTITION_READ_FORMAT: Final = 1
 CHANGE_EVENT_FORMAT: Final = 1
 
 
@@ -142,6 +148,7 @@ def json_value(value: Any) -> Any:
 
 class Phase(enum.StrEnum):
     SNAPSHOT = "snapshot"  # the snapshot's chunks are being read (or the slot is still to be created)
+    PARTITION_READ = "partition-read"  # a reader (subtask > 0) read every chunk of its partition
     STREAMING = "streaming"  # every chunk was emitted; changes after ``position`` are next
 
 
@@ -192,6 +199,53 @@ def decode_key(document: Any) -> Key:
     return tuple(values)
 
 
+KEY_TEXT_SEPARATOR: Final = "\x1f"
+"""Between the key columns' texts in :func:`key_text` (the unit separator; no key has to avoid it:
+two keys whose texts collide only share a partition)."""
+
+
+def key_text(key: Key) -> str:
+    """The key as PostgreSQL's text of its columns (``::text``) joined by :data:`KEY_TEXT_SEPARATOR`:
+    an integer in decimal, a text as it is, a uuid lower-case with hyphens."""
+    texts: list[str] = []
+    for value in key:
+        match value:
+            case bool():
+                raise TypeError(f"not a key value: {value!r}")
+            case int() | str():
+                texts.append(str(value))
+            case UUID():
+                texts.append(str(value))
+            case _:
+                assert_never(value)
+    return KEY_TEXT_SEPARATOR.join(texts)
+
+
+def key_partition(key: Key, partitions: int) -> int:
+    """The partition (the subtask, at source parallelism ``partitions``) whose reader reads the row
+    with ``key`` in the snapshot: the first 32 bits of the MD5 of :func:`key_text`, modulo
+    ``partitions``. The server computes the same in the chunk's query
+    (``mod(('x' || substr(md5(concat_ws(E'\\x1f', k1::text, ...)), 1, 8))::bit(32)::bigint, p)``), so each
+    subtask reads its partition's rows by key order and a decoded change is placed in its chunk.
+    A hash spreads any key type evenly and needs no boundaries agreed between subtasks (which have
+    no coordinator to agree through)."""
+    if partitions < 1:
+        raise ValueError(f"not a number of partitions: {partitions}")
+    if partitions == 1:
+        return 0
+    digest = hashlib.md5(key_text(key).encode(), usedforsecurity=False).digest()
+    return int.from_bytes(digest[:4], "big") % partitions
+
+
+def tables_read_by(tables: Sequence[str], chunked: Mapping[str, bool], subtask: int, parallelism: int) -> list[str]:
+    """The tables subtask ``subtask`` of ``parallelism`` reads in the snapshot, in order: its
+    partition (:func:`key_partition`) of every chunked table, and the tables read in one chunk (no
+    usable primary key) whose place among ``tables`` is ``subtask`` modulo ``parallelism``."""
+    if not 0 <= subtask < parallelism:
+        raise ValueError(f"subtask {subtask} of parallelism {parallelism}")
+    return [t for i, t in enumerate(tables) if chunked[t] or i % parallelism == subtask]
+
+
 XID_SPAN: Final = 1 << 32
 
 
@@ -240,16 +294,19 @@ class XidSnapshot:
 
 @dataclass(frozen=True)
 class ChunkRead:
-    """One chunk of a table's snapshot, read and emitted: the rows whose key is above the previous
-    chunk's ``upper`` of the table (or every row for the first) and at most ``upper`` (None: no
-    bound, the table's last chunk), as ``snapshot`` saw them. ``wal_end``: the WAL insert position
-    read after the snapshot was taken: every transaction the snapshot sees committed before it, so
-    a transaction whose commit ends after it is one the chunk did not see."""
+    """One chunk of a table's snapshot, read and emitted: the rows of partition ``partition``
+    (:func:`key_partition`; always 0 at parallelism 1) whose key is above the previous chunk's
+    ``upper`` of the table and partition (or every such row for the first) and at most ``upper``
+    (None: no bound, the partition's last chunk), as ``snapshot`` saw them. ``wal_end``: the WAL
+    insert position read after the snapshot was taken: every transaction the snapshot sees
+    committed before it, so a transaction whose commit ends after it is one the chunk did not see.
+    A table read in one chunk has one chunk, of the partition of the subtask that read it."""
 
     table: str
     upper: Key | None
     snapshot: XidSnapshot
     wal_end: int
+    partition: int = 0
 
 
 @dataclass(frozen=True)
@@ -261,7 +318,8 @@ class NextChunk:
 
 
 def next_chunk(tables: Sequence[str], chunks: Sequence[ChunkRead]) -> NextChunk | None:
-    """The chunk to read after ``chunks`` (in the order read), tables in order; None: all were read."""
+    """The chunk to read after ``chunks`` (one subtask's, in the order read), tables in order; None:
+    all were read."""
     last: dict[str, ChunkRead] = {}
     for chunk in chunks:
         last[chunk.table] = chunk
@@ -274,11 +332,14 @@ def next_chunk(tables: Sequence[str], chunks: Sequence[ChunkRead]) -> NextChunk 
     return None
 
 
-def chunk_of(chunks: Sequence[ChunkRead], table: str, key: Key | None) -> ChunkRead | None:
+def chunk_of(chunks: Sequence[ChunkRead], table: str, key: Key | None, partitions: int = 1) -> ChunkRead | None:
     """The chunk of ``table`` whose key range holds ``key`` (None: the table was read in one chunk,
-    which holds every key); None when no chunk of the table is among ``chunks``."""
+    which holds every key); None when no chunk of the table is among ``chunks``. ``partitions``: the
+    source parallelism the snapshot was read at; a key is in a chunk of its partition only, and
+    ``chunks`` lists each partition's chunks in the order read."""
+    partition = None if key is None else key_partition(key, partitions)
     for chunk in chunks:
-        if chunk.table != table:
+        if chunk.table != table or (partition is not None and chunk.partition != partition):
             continue
         if chunk.upper is None:
             return chunk
@@ -294,23 +355,29 @@ class CdcState:
     """What a checkpoint holds of the source.
 
     ``SNAPSHOT``: ``position`` is the slot's consistent point once the slot was created (None
-    before), ``chunks`` the chunks emitted so far. ``STREAMING``: ``position`` is the LSN through
-    which every transaction was emitted or skipped; ``chunks`` the snapshot's chunks a transaction
-    after ``position`` may still have been seen by (a change a chunk read is not emitted again),
-    dropped once the position passed every chunk's ``wal_end``."""
+    before), ``chunks`` the subtask's chunks emitted so far. ``PARTITION_READ`` (a reader, subtask
+    > 0 of a parallel snapshot): every chunk of its partition was emitted; ``chunks`` are what it
+    announces to subtask 0. ``STREAMING`` (subtask 0 only): ``position`` is the LSN through which
+    every transaction was emitted or skipped; ``chunks`` the snapshot's chunks, of every partition,
+    a transaction after ``position`` may still have been seen by (a change a chunk read is not
+    emitted again), dropped once the position passed every chunk's ``wal_end``. ``partitions``: the
+    source parallelism the snapshot is read at (1: one subtask reads every chunk)."""
 
     phase: Phase
     position: int | None
     chunks: tuple[ChunkRead, ...] = ()
+    partitions: int = 1
 
     def __post_init__(self) -> None:
+        if self.partitions < 1 or any(not 0 <= c.partition < self.partitions for c in self.chunks):
+            raise ValueError(f"chunks of partitions outside 0..{self.partitions - 1}")
         match self.phase:
             case Phase.SNAPSHOT:
                 if self.position is None and self.chunks:
                     raise ValueError("a snapshot's chunks without its slot")
-            case Phase.STREAMING:
+            case Phase.PARTITION_READ | Phase.STREAMING:
                 if self.position is None:
-                    raise ValueError("a streaming state has no position")
+                    raise ValueError(f"a {self.phase.value} state has no position")
             case _:
                 assert_never(self.phase)
 
@@ -351,6 +418,42 @@ class Resume:
 StartDecision = TakeSnapshot | ResumeSnapshot | Resume
 
 
+@dataclass(frozen=True)
+class AwaitSlot:
+    """A reader (subtask > 0) without a chunk read: wait until subtask 0 marks the slot as this
+    run's (created, or restored, by it), then read the partition from its first chunk. Reading
+    before could take a snapshot before the slot's consistent point (a slot left by an earlier
+    attempt, which subtask 0 then drops): a transaction between the two would be in neither."""
+
+
+@dataclass(frozen=True)
+class AnnounceRestored:
+    """A reader whose restored state holds its whole partition: the rows were emitted before the
+    restored checkpoint's barrier, so announce the chunks (:class:`PartitionRead`) at once."""
+
+    chunks: tuple[ChunkRead, ...]
+
+
+ReaderStartDecision = AwaitSlot | ResumeSnapshot | AnnounceRestored
+
+
+def decide_reader_start(state: CdcState) -> ReaderStartDecision:
+    """What a reader (subtask > 0 of a parallel snapshot) does with the state it restored
+    (:data:`SNAPSHOT_PENDING` when none). A reader never streams, so its state is never
+    ``STREAMING``; its slot is subtask 0's to check."""
+    match state.phase:
+        case Phase.SNAPSHOT:
+            if state.position is None:
+                return AwaitSlot()
+            return ResumeSnapshot(state.position)
+        case Phase.PARTITION_READ:
+            return AnnounceRestored(state.chunks)
+        case Phase.STREAMING:
+            raise ValueError("a reader's state is never streaming")
+        case _:
+            assert_never(state.phase)
+
+
 def decide_start(state: CdcState, slot: SlotFound | None, slot_name: str) -> StartDecision:
     """What a start does with the state it restored (:data:`SNAPSHOT_PENDING` when none) and the
     slot it found. Raises CdcSourceError when the slot cannot give back the changes after the
@@ -378,8 +481,31 @@ def decide_start(state: CdcState, slot: SlotFound | None, slot_name: str) -> Sta
             return ResumeSnapshot(position)
         case Phase.STREAMING:
             return Resume(position)
+        case Phase.PARTITION_READ:
+            raise ValueError("subtask 0 streams: its state is never a reader's")
         case _:
             assert_never(state.phase)
+
+
+@dataclass(frozen=True)
+class AdvanceSlot:
+    """A completed checkpoint's streaming position: move the slot to ``lsn``."""
+
+    lsn: int
+
+
+@dataclass(frozen=True)
+class AnnouncePartition:
+    """A completed checkpoint holds the reader's whole partition: every row it read went before
+    that checkpoint's barrier, so it reached every operator downstream before anything subtask 0
+    streams after the announcement (Flink CDC's enumerator likewise assigns the stream split only
+    after a checkpoint completed once every snapshot split was finished: else a row's snapshot
+    record and its later changes, from two subtasks, could cross)."""
+
+    chunks: tuple[ChunkRead, ...]
+
+
+CheckpointAction = AdvanceSlot | AnnouncePartition
 
 
 class TransactionVerdict(enum.Enum):
@@ -390,19 +516,28 @@ class TransactionVerdict(enum.Enum):
 class CdcProgress:
     """The source's position and the checkpoints that hold it, until they complete or abort.
 
-    Driven by the operator: ``slot_created(lsn)``, then ``chunk_emitted(chunk)`` after each chunk's
-    rows and ``snapshot_emitted()`` after the last; then ``transaction(end)`` for each decoded
-    transaction (emit it or skip it) and, for an emitted one, ``seen_by_snapshot`` for each of its
-    changes while the snapshot's chunks may have read it; ``decoded_through(lsn)`` when the decoder
-    has returned every transaction committed before ``lsn`` (quiet tables still move the position,
-    so the slot does not hold WAL back); ``checkpoint_taken(id)`` at a barrier,
-    ``checkpoint_completed(id)`` which answers the LSN to advance the slot to (None: nothing to
-    advance)."""
+    Driven by the operator: ``slot_created(lsn)`` (subtask 0 created it; a reader found it marked
+    as this run's), then ``chunk_emitted(chunk)`` after each chunk's rows; after the last,
+    ``snapshot_emitted(others)`` (subtask 0, with the chunks every reader announced) or
+    ``partition_read()`` (a reader, subtask > 0, which then only announces); then
+    ``transaction(end)`` for each decoded transaction (emit it or skip it) and, for an emitted
+    one, ``seen_by_snapshot`` for each of its changes while the snapshot's chunks may have read it;
+    ``decoded_through(lsn)`` when the decoder has returned every transaction committed before
+    ``lsn`` (quiet tables still move the position, so the slot does not hold WAL back);
+    ``checkpoint_taken(id)`` at a barrier, ``checkpoint_completed(id)`` which answers what the
+    completion calls for (:data:`CheckpointAction`: advance the slot, or announce the partition).
+    ``partitions``: the source parallelism (each subtask's ``CdcProgress`` has its own state)."""
 
-    def __init__(self, state: CdcState = SNAPSHOT_PENDING) -> None:
+    def __init__(self, state: CdcState = SNAPSHOT_PENDING, partitions: int = 1) -> None:
+        if state.position is not None and state.partitions != partitions and state.phase is not Phase.STREAMING:
+            raise ValueError(
+                f"a snapshot read at parallelism {state.partitions} cannot go on at parallelism {partitions}"
+            )
         self._state = state
+        self._partitions = partitions
         self._taken: dict[int, CdcState] = {}
         self._advanced: int | None = None
+        self._announced = False  # a reader's partition, in this run
 
     @property
     def state(self) -> CdcState:
@@ -415,10 +550,11 @@ class CdcProgress:
     def slot_created(self, consistent_point: int) -> None:
         if self._state != SNAPSHOT_PENDING:
             raise ValueError("the slot was created already")
-        self._state = CdcState(Phase.SNAPSHOT, consistent_point)
+        self._state = CdcState(Phase.SNAPSHOT, consistent_point, partitions=self._partitions)
 
     def next_chunk(self, tables: Sequence[str]) -> NextChunk | None:
-        """The chunk to read next (None: every chunk was emitted)."""
+        """The chunk to read next of ``tables`` (the subtask's, :func:`tables_read_by`; None: every
+        chunk was emitted)."""
         self._snapshot_position()
         return next_chunk(tables, self._state.chunks)
 
@@ -427,10 +563,27 @@ class CdcProgress:
         self._snapshot_position()
         self._state = replace(self._state, chunks=(*self._state.chunks, chunk))
 
-    def snapshot_emitted(self) -> None:
-        """Every chunk was emitted: stream from the slot's consistent point."""
+    def partition_announced(self) -> None:
+        """A reader announced its partition in this run (at its start, from a restored state that
+        holds all of it): no completed checkpoint announces it again."""
+        if self._state.phase is not Phase.PARTITION_READ:
+            raise ValueError("a partition is announced once read")
+        self._announced = True
+
+    def partition_read(self) -> None:
+        """A reader (subtask > 0) emitted every chunk of its partition: the next completed
+        checkpoint announces them (:class:`AnnouncePartition`)."""
         position = self._snapshot_position()
-        self._state = self._pruned(CdcState(Phase.STREAMING, position, self._state.chunks))
+        if self._partitions == 1:
+            raise ValueError("one subtask reads the whole snapshot: it streams, it has no partition to announce")
+        self._state = CdcState(Phase.PARTITION_READ, position, self._state.chunks, self._partitions)
+
+    def snapshot_emitted(self, others: Sequence[ChunkRead] = ()) -> None:
+        """Every chunk was emitted: this subtask's and ``others`` (every reader's, as announced):
+        stream from the slot's consistent point."""
+        position = self._snapshot_position()
+        chunks = (*self._state.chunks, *others)
+        self._state = self._pruned(CdcState(Phase.STREAMING, position, chunks, self._partitions))
 
     def transaction(self, commit_end: int) -> TransactionVerdict:
         """A decoded transaction whose commit record ends at ``commit_end``: emit it (the position
@@ -450,7 +603,7 @@ class CdcProgress:
         if not keys:
             raise ValueError("a change has a key")
         for key in keys:
-            chunk = chunk_of(self._filters, table, key)
+            chunk = chunk_of(self._state.chunks, table, key, self._state.partitions)
             if chunk is None or commit_end > chunk.wal_end or not chunk.snapshot.sees(xid):
                 return False
         return True
@@ -465,27 +618,35 @@ class CdcProgress:
         self._taken[checkpoint_id] = self._state
         return self._state
 
-    def checkpoint_completed(self, checkpoint_id: int) -> int | None:
-        """The LSN to advance the slot to now that ``checkpoint_id`` completed (None: the checkpoint's
-        snapshot is not here, it holds no streaming position, or the slot is there already). Earlier
-        checkpoints are covered by it and forgotten. A snapshot's consistent point is never advanced
-        past: the chunks' changes are decoded from it."""
+    def checkpoint_completed(self, checkpoint_id: int) -> CheckpointAction | None:
+        """What the completion of ``checkpoint_id`` calls for (None: nothing, or its snapshot is not
+        here). Its streaming position: :class:`AdvanceSlot` (unless the slot is there already; a
+        snapshot's consistent point is never advanced past: the chunks' changes are decoded from
+        it). A reader's whole partition: :class:`AnnouncePartition`, once a run (subtask 0 reads
+        every message the WAL holds). Earlier checkpoints are covered by it and forgotten."""
         state = self._taken.pop(checkpoint_id, None)
         for earlier in [c for c in self._taken if c < checkpoint_id]:
             del self._taken[earlier]
-        if state is None or state.phase is Phase.SNAPSHOT or state.position is None:
+        if state is None or state.position is None:
             return None
-        if self._advanced is not None and state.position <= self._advanced:
-            return None
-        self._advanced = state.position
-        return state.position
+        match state.phase:
+            case Phase.SNAPSHOT:
+                return None
+            case Phase.PARTITION_READ:
+                if self._announced:
+                    return None
+                self._announced = True
+                return AnnouncePartition(state.chunks)
+            case Phase.STREAMING:
+                if self._advanced is not None and state.position <= self._advanced:
+                    return None
+                self._advanced = state.position
+                return AdvanceSlot(state.position)
+            case _:
+                assert_never(state.phase)
 
     def checkpoint_aborted(self, checkpoint_id: int) -> None:
         self._taken.pop(checkpoint_id, None)
-
-    @property
-    def _filters(self) -> tuple[ChunkRead, ...]:
-        return self._state.chunks
 
     @staticmethod
     def _pruned(state: CdcState) -> CdcState:
@@ -506,6 +667,138 @@ class CdcProgress:
         if self._state.phase is not Phase.STREAMING or self._state.position is None:
             raise ValueError("changes before the snapshot was emitted")
         return self._state.position
+
+
+# The parallel snapshot: a reader's announcement and subtask 0's gathering ---------------------------
+
+
+@dataclass(frozen=True)
+class SnapshotRun:
+    """One run of the job's subtasks: every subtask of a job attempt restores the same checkpoint
+    (a failover redeploys them all), so ``(job_id, attempt)`` names what they did together."""
+
+    job_id: str
+    attempt: int
+
+
+def slot_mark(slot_name: str, run: SnapshotRun) -> str:
+    """What subtask 0 sets as its session's ``application_name`` once the slot is this run's
+    (created, or restored, by it), for the readers to wait on (:class:`AwaitSlot`): 63 characters at
+    most, PostgreSQL's limit."""
+    digest = hashlib.sha1(f"{slot_name}\x1f{run.job_id}\x1f{run.attempt}".encode(), usedforsecurity=False)
+    return f"weir-cdc {digest.hexdigest()}"
+
+
+@dataclass(frozen=True)
+class PartitionRead:
+    """A reader's announcement that its partition is read and that a completed checkpoint holds it:
+    written into the WAL as a logical decoding message (``pg_logical_emit_message``, prefix
+    :data:`PARTITION_READ_PREFIX`) and read by subtask 0 from the slot, which it decodes anyway.
+    The WAL is the channel because Weir has no coordinator between a source's subtasks (Flink CDC's
+    readers report finished splits to its enumerator)."""
+
+    slot: str
+    run: SnapshotRun
+    subtask: int
+    partitions: int
+    chunks: tuple[ChunkRead, ...]
+
+
+PARTITION_READ_PREFIX: Final = "weir-cdc-partition-read"
+
+
+def _encode_chunk(chunk: ChunkRead) -> dict[str, Any]:
+    return {
+        "table": chunk.table,
+        "partition": chunk.partition,
+        "upper": None if chunk.upper is None else encode_key(chunk.upper),
+        "snapshot": chunk.snapshot.text(),
+        "wal_end": format_lsn(chunk.wal_end),
+    }
+
+
+def _decode_chunk(document: Any) -> ChunkRead:
+    c = typed(document, dict)
+    return ChunkRead(
+        typed(c["table"], str),
+        None if c["upper"] is None else decode_key(c["upper"]),
+        XidSnapshot.parse(typed(c["snapshot"], str)),
+        parse_lsn(typed(c["wal_end"], str)),
+        typed(c.get("partition", 0), int),
+    )
+
+
+def encode_partition_read(announcement: PartitionRead) -> bytes:
+    """``{"format": 1, "slot", "job_id", "attempt", "subtask", "partitions", "chunks": [...]}``, the
+    chunks as in the source's state (docs/formats.md)."""
+    document = {
+        "format": PARTITION_READ_FORMAT,
+        "slot": announcement.slot,
+        "job_id": announcement.run.job_id,
+        "attempt": announcement.run.attempt,
+        "subtask": announcement.subtask,
+        "partitions": announcement.partitions,
+        "chunks": [_encode_chunk(c) for c in announcement.chunks],
+    }
+    return json.dumps(document, separators=(",", ":")).encode()
+
+
+def decode_partition_read(data: bytes) -> PartitionRead:
+    what = "postgres cdc partition-read message"
+    document = load_versioned(data, what, (PARTITION_READ_FORMAT,), "every subtask of a job runs one Weir version")
+    try:
+        return PartitionRead(
+            typed(document["slot"], str),
+            SnapshotRun(typed(document["job_id"], str), typed(document["attempt"], int)),
+            typed(document["subtask"], int),
+            typed(document["partitions"], int),
+            tuple(_decode_chunk(c) for c in typed(document["chunks"], list)),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise SerializationError(f"{what} is malformed: {type(exc).__name__}: {exc}") from exc
+
+
+class SnapshotCollector:
+    """Subtask 0 of a parallel snapshot, its own partition read: gathers the readers' announcements
+    (:class:`PartitionRead`) of this run from the decoded WAL until every reader's is there.
+
+    Only this run's count: an announcement of an earlier attempt (or of another job on the same
+    slot name) describes chunks whose rows a restore took back. Within the run, a reader announces
+    again after each completed checkpoint until it learns nothing more (the announcements are the
+    same), and the last one counts."""
+
+    def __init__(self, slot_name: str, run: SnapshotRun, partitions: int) -> None:
+        if partitions < 2:
+            raise ValueError("one subtask reads the whole snapshot: nothing to gather")
+        self._slot = slot_name
+        self._run = run
+        self._partitions = partitions
+        self._by_subtask: dict[int, tuple[ChunkRead, ...]] = {}
+
+    def offer(self, announcement: PartitionRead) -> bool:
+        """Take ``announcement`` if it is this run's; answers whether it was."""
+        if (
+            announcement.slot != self._slot
+            or announcement.run != self._run
+            or announcement.partitions != self._partitions
+            or not 0 < announcement.subtask < self._partitions
+        ):
+            return False
+        if any(c.partition != announcement.subtask for c in announcement.chunks):
+            raise ValueError(f"subtask {announcement.subtask} announced chunks of another partition")
+        self._by_subtask[announcement.subtask] = announcement.chunks
+        return True
+
+    @property
+    def missing(self) -> list[int]:
+        """The readers whose announcement has not come yet."""
+        return [s for s in range(1, self._partitions) if s not in self._by_subtask]
+
+    def chunks(self) -> tuple[ChunkRead, ...]:
+        """Every reader's chunks, by subtask, each in the order read; every reader must have announced."""
+        if self.missing:
+            raise ValueError(f"subtasks {self.missing} have not announced their partitions")
+        return tuple(c for s in range(1, self._partitions) for c in self._by_subtask[s])
 
 
 # The slot at the job's end ----------------------------------------------------------------------------
@@ -572,50 +865,38 @@ def decide_slot_at_end(end: JobEnd, retention: SlotRetention) -> SlotAtEnd:
 
 
 def encode_cdc_state(state: CdcState, slot_name: str) -> bytes:
-    """``{"format": 2, "slot": name, "phase": "snapshot" | "streaming", "lsn": null | "X/Y",
-    "chunks": [{"table", "upper": null | [[kind, value], ...], "snapshot": "xmin:xmax:xip,...",
-    "wal_end": "X/Y"}, ...]}`` (docs/formats.md)."""
+    """``{"format": 3, "slot": name, "phase": "snapshot" | "partition-read" | "streaming", "lsn":
+    null | "X/Y", "partitions": n, "chunks": [{"table", "partition", "upper": null | [[kind, value],
+    ...], "snapshot": "xmin:xmax:xip,...", "wal_end": "X/Y"}, ...]}`` (docs/formats.md)."""
     lsn = None if state.position is None else format_lsn(state.position)
-    chunks = [
-        {
-            "table": c.table,
-            "upper": None if c.upper is None else encode_key(c.upper),
-            "snapshot": c.snapshot.text(),
-            "wal_end": format_lsn(c.wal_end),
-        }
-        for c in state.chunks
-    ]
     document = {
         "format": CDC_SOURCE_STATE_FORMAT,
         "slot": slot_name,
         "phase": state.phase.value,
         "lsn": lsn,
-        "chunks": chunks,
+        "partitions": state.partitions,
+        "chunks": [_encode_chunk(c) for c in state.chunks],
     }
     return json.dumps(document, separators=(",", ":")).encode()
 
 
 def decode_cdc_state(data: bytes, slot_name: str) -> CdcState:
-    """The state :func:`encode_cdc_state` wrote (format 1, without chunks, too); a state of another
-    slot is refused (JobDefinitionError): its position means nothing in this slot."""
+    """The state :func:`encode_cdc_state` wrote; format 2 (one subtask: no ``partitions``, no chunk
+    ``partition``) and 1 (without chunks) too. A state of another slot is refused
+    (JobDefinitionError): its position means nothing in this slot."""
     what = "postgres cdc source state"
     document = load_versioned(
-        data, what, (1, CDC_SOURCE_STATE_FORMAT), "restore it with the Weir version that wrote it"
+        data, what, (1, 2, CDC_SOURCE_STATE_FORMAT), "restore it with the Weir version that wrote it"
     )
     try:
         slot = typed(document["slot"], str)
         phase = Phase(typed(document["phase"], str))
+        if document["format"] < 3 and phase is Phase.PARTITION_READ:
+            raise ValueError(f"phase {phase.value!r} in format {document['format']}")
         lsn = document["lsn"]
-        chunks = tuple(
-            ChunkRead(
-                typed(c["table"], str),
-                None if c["upper"] is None else decode_key(c["upper"]),
-                XidSnapshot.parse(typed(c["snapshot"], str)),
-                parse_lsn(typed(c["wal_end"], str)),
-            )
-            for c in typed(document.get("chunks", []), list)
-        )
-        state = CdcState(phase, None if lsn is None else parse_lsn(typed(lsn, str)), chunks)
+        chunks = tuple(_decode_chunk(c) for c in typed(document.get("chunks", []), list))
+        partitions = typed(document.get("partitions", 1), int)
+        state = CdcState(phase, None if lsn is None else parse_lsn(typed(lsn, str)), chunks, partitions)
     except (KeyError, TypeError, ValueError) as exc:
         raise SerializationError(f"{what} is malformed: {type(exc).__name__}: {exc}") from exc
     if slot != slot_name:
@@ -628,7 +909,26 @@ def decode_cdc_state(data: bytes, slot_name: str) -> CdcState:
 
 __all__ = [
     "CDC_SOURCE_STATE_FORMAT",
+    "PARTITION_READ_FORMAT",
+    "PARTITION_READ_PREFIX",
+    "AdvanceSlot",
+    "AnnouncePartition",
+    "AnnounceRestored",
+    "AwaitSlot",
+    "CheckpointAction",
+    "PartitionRead",
+    "ReaderStartDecision",
+    "SnapshotCollector",
+    "SnapshotRun",
+    "decide_reader_start",
+    "decode_partition_read",
+    "encode_partition_read",
+    "key_partition",
+    "key_text",
+    "slot_mark",
+    "tables_read_by",
     "CHANGE_EVENT_FORMAT",
+    "KEY_TEXT_SEPARATOR",
     "SNAPSHOT_PENDING",
     "CdcProgress",
     "ChunkRead",

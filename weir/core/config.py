@@ -911,6 +911,10 @@ class CrashPointSettings(WeirSettings):
         default=None, description="One armed crash point: `name[@taskmanager][#subtask][:count]`."
     )
     crash_points: str | None = Field(default=None, description="Armed crash points, comma-separated.")
+    pause_points: str | None = Field(
+        default=None,
+        description="Armed pause points, comma-separated: the process stops itself (SIGSTOP) there until woken.",
+    )
     crash_once_dir: Path | None = Field(
         default=None, description="A point fires once per cluster, not per process: markers in this directory."
     )

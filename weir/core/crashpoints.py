@@ -16,6 +16,11 @@ subtask index; ``count`` (default 1) says which matching visit kills the process
 match the scope are counted. When an armed point fires, the process logs ``crash_point_hit`` and
 leaves with ``os._exit(137)`` (as if SIGKILLed): no ``finally``, no flush, no close.
 
+A point armed with ``WEIR_PAUSE_POINTS`` (same specs) stops the process instead: it logs
+``pause_point_hit`` and sends itself SIGSTOP, frozen at that exact step as a paused process is (a
+long GC, a suspended VM) until a test sends SIGCONT, and then goes on. High-availability tests pause a
+leader JobManager this way between its lease check and a write.
+
 Unarmed, ``crash_point`` costs two set lookups.
 """
 
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -52,8 +58,12 @@ AFTER_SINK_END_OF_INPUT: Final = "after_sink_end_of_input"
 """A transactional sink of a bounded job ended its input (everything it wrote was committed through the
 final checkpoint), before its task reports FINISHED: the job fails over and restores the final checkpoint."""
 
+BEFORE_JOB_RECORD_CREATE: Final = "before_job_record_create"
+"""A leader JobManager checked its lease for a new job's first record write, and has not sent it yet."""
+
 KNOWN_POINTS: Final = frozenset(
     {
+        BEFORE_JOB_RECORD_CREATE,
         AFTER_PRE_COMMIT,
         AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT,
         BETWEEN_SINK_COMMITS,
@@ -79,6 +89,7 @@ class CrashPointSpec:
     count: int = 1
     taskmanager: str | None = None
     subtask: int | None = None
+    pause: bool = False  # armed by WEIR_PAUSE_POINTS: the process stops itself there, not exits
 
     def matches(self, name: str, context: Mapping[str, Any]) -> bool:
         if name != self.name:
@@ -94,7 +105,7 @@ class CrashPointSpec:
         return f"{self.name}{scope}:{self.count}"
 
 
-def parse_spec(text: str) -> CrashPointSpec:
+def parse_spec(text: str, *, pause: bool = False) -> CrashPointSpec:
     """``name[@taskmanager][#subtask][:count]``; the name must be one of ``KNOWN_POINTS``."""
     match = _SPEC.fullmatch(text.strip())
     if match is None:
@@ -109,14 +120,18 @@ def parse_spec(text: str) -> CrashPointSpec:
     if count < 1:
         raise CrashPointSpecError(f"crash point {text!r}: the count must be at least 1")
     subtask = int(match["subtask"]) if match["subtask"] is not None else None
-    return CrashPointSpec(name, count, match["tm"], subtask)
+    return CrashPointSpec(name, count, match["tm"], subtask, pause)
 
 
 def specs_from_env(environ: Mapping[str, str] | None = None) -> tuple[CrashPointSpec, ...]:
-    """The points armed by ``WEIR_CRASH_POINT`` and ``WEIR_CRASH_POINTS`` (comma-separated)."""
+    """The points armed by ``WEIR_CRASH_POINT`` and ``WEIR_CRASH_POINTS`` (comma-separated), and the
+    pauses armed by ``WEIR_PAUSE_POINTS``."""
     settings = CrashPointSettings.from_env(environ)
     texts = [settings.crash_point or ""] + (settings.crash_points or "").split(",")
-    specs = tuple(parse_spec(text) for text in texts if text.strip())
+    pauses = (settings.pause_points or "").split(",")
+    specs = tuple(parse_spec(text) for text in texts if text.strip()) + tuple(
+        parse_spec(text, pause=True) for text in pauses if text.strip()
+    )
     once_dir = settings.crash_once_dir
     if once_dir is not None:
         specs = tuple(spec for spec in specs if not _fired_marker(once_dir, spec).exists())
@@ -124,7 +139,7 @@ def specs_from_env(environ: Mapping[str, str] | None = None) -> tuple[CrashPoint
 
 
 def _fired_marker(once_dir: Path, spec: CrashPointSpec) -> Path:
-    return once_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", str(spec))
+    return once_dir / re.sub(r"[^A-Za-z0-9_.-]", "_", ("pause-" if spec.pause else "") + str(spec))
 
 
 class CrashPoints:
@@ -175,9 +190,16 @@ def _exit_hard(code: int) -> None:
     os._exit(code)
 
 
+def _stop_self() -> None:
+    # To the calling thread: it stops on its way out of this call (a stop sent to the process stops
+    # the other threads at once but may let this one run on for a moment).
+    signal.pthread_kill(threading.get_ident(), signal.SIGSTOP)
+
+
 _armed: CrashPoints | None = None
 _arm_lock = threading.Lock()
 _exit: Callable[[int], None] = _exit_hard
+_pause: Callable[[], None] = _stop_self
 
 
 def armed() -> CrashPoints:
@@ -199,7 +221,8 @@ def arm(specs: Iterable[CrashPointSpec] | None = None) -> CrashPoints:
 
 
 def crash_point(name: str, **context: Any) -> None:
-    """Exit the process hard if an armed spec of point ``name`` matches ``context`` for the count-th time.
+    """Exit the process hard if an armed spec of point ``name`` matches ``context`` for the count-th time
+    (stop it, for a pause spec: it goes on once woken).
 
     ``context`` should carry ``subtask`` for ``#``-scoped specs (``taskmanager`` defaults to the
     process's name), and whatever helps read the log (job, operator uid, checkpoint id)."""
@@ -218,7 +241,12 @@ def crash_point(name: str, **context: Any) -> None:
         marker = _fired_marker(once_dir, spec)
         marker.parent.mkdir(parents=True, exist_ok=True)
         marker.touch()
-    structlog.get_logger("weir.core.crashpoints").critical("crash_point_hit", point=name, spec=str(spec), **context)
+    event = "pause_point_hit" if spec.pause else "crash_point_hit"
+    structlog.get_logger("weir.core.crashpoints").critical(event, point=name, spec=str(spec), **context)
     sys.stdout.flush()
     sys.stderr.flush()
+    if spec.pause:
+        _pause()
+        structlog.get_logger("weir.core.crashpoints").warning("pause_point_woken", point=name, **context)
+        return
     _exit(EXIT_CODE)

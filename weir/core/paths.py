@@ -118,6 +118,14 @@ class CheckpointPaths:
         """The submitted job, written at submission so that a restarted JobManager can recover it."""
         return self.job_dir(job_id) + JOB_RECORD_FILE
 
+    def job_of_record(self, key: str) -> JobId | None:
+        """The job whose record ``key`` is (None: not a job record's key under this prefix)."""
+        suffix = "/" + JOB_RECORD_FILE
+        if not key.startswith(self.prefix) or not key.endswith(suffix):
+            return None
+        job = key[len(self.prefix) : -len(suffix)]
+        return JobId(job) if job and "/" not in job else None
+
     def job_artifact(self, job_id: JobId) -> str:
         """The job's artifact (``weir run --py-files``), written before its record: the zip every
         TaskManager, and a JobManager that takes over, loads the job from."""

@@ -90,13 +90,24 @@ class Delete:
 
 
 @dataclass(frozen=True)
+class LogicalMessage:
+    """A message written with ``pg_logical_emit_message`` (decoded with the ``messages`` option):
+    the parallel snapshot's readers announce their partitions this way (``weir.core.cdc``)."""
+
+    transactional: bool
+    lsn: int
+    prefix: str
+    content: bytes
+
+
+@dataclass(frozen=True)
 class Skipped:
-    """A message the source has no use for (Origin, Type, Truncate, Message), by its tag."""
+    """A message the source has no use for (Origin, Type, Truncate), by its tag."""
 
     tag: str
 
 
-Message = Begin | Commit | Relation | Insert | Update | Delete | Skipped
+Message = Begin | Commit | Relation | Insert | Update | Delete | LogicalMessage | Skipped
 
 
 class _Reader:
@@ -191,7 +202,12 @@ def decode_message(data: bytes) -> Message:
             if kind not in ("K", "O"):
                 raise SerializationError(f"pgoutput delete has {kind!r} where its old tuple ('K' or 'O') belongs")
             return Delete(relation_id, reader.tuple_data(), old_is_key=kind == "K")
-        case "O" | "Y" | "T" | "M":
+        case "M":
+            transactional = bool(reader.take(">B") & 1)
+            lsn = reader.take(">Q")
+            prefix = reader.string()
+            return LogicalMessage(transactional, lsn, prefix, reader.raw(reader.take(">i")))
+        case "O" | "Y" | "T":
             return Skipped(tag)
         case _:
             raise SerializationError(f"pgoutput message of unknown type {tag!r} (protocol version 1 expected)")
@@ -210,6 +226,7 @@ __all__ = [
     "Commit",
     "Delete",
     "Insert",
+    "LogicalMessage",
     "Message",
     "Relation",
     "Skipped",

@@ -72,6 +72,8 @@ GRPC_METHOD_ROLES: Final[Mapping[str, Role]] = {
     _TM + "TriggerCheckpoint": Role.INTERNAL,
     _TM + "NotifyCheckpointComplete": Role.INTERNAL,
     _TM + "ThreadDump": Role.INTERNAL,
+    _TM + "ListLogs": Role.INTERNAL,
+    _TM + "ReadLog": Role.INTERNAL,
     _TM + "NotifyCheckpointAborted": Role.INTERNAL,
     _TM + "OpenChannel": Role.INTERNAL,  # the data plane
 }
@@ -131,7 +133,13 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("GET", "/jobmanager/log"): Role.READ,
     ("GET", "/jobmanager/stdout"): Role.READ,
     ("GET", "/jobmanager/thread-dump"): Role.READ,
+    ("GET", "/jobs/{job_id}/status"): Role.READ,
+    ("GET", "/jobs/{job_id}/resource-requirements"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/thread-dump"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/logs"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/logs/{filename}"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/log"): Role.READ,
+    ("GET", "/taskmanagers/{taskmanager_id}/stdout"): Role.READ,
 }
 """Every API route of the REST API, by method and path template (without the ``/v1`` prefix Flink's
 clients use; a unit test holds the table to the app's routes)."""

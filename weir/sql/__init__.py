@@ -21,7 +21,7 @@ from typing import Any, Final
 from sqlglot import exp
 
 from weir.api import DataStream, Environment
-from weir.sql.catalog import Table
+from weir.sql.catalog import Table, flink_duration_ms
 from weir.sql.compile import Operator, RowDecoder, compile_insert, compile_query, source_uid, statement_digest
 from weir.sql.errors import Position, SqlError
 from weir.sql.functions import registered, registry, resolve
@@ -51,25 +51,15 @@ SETTINGS: Final = {
     ),
 }
 
-_DURATION_UNITS: Final = {
-    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
-    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
-    "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
-    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
-    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
-}  # fmt: skip
-
 
 def duration_ms(value: str, position: Position) -> int:
     """Flink's duration text (``'1 h'``, ``'30 min'``, ``'90s'``, ``'3600000'``: milliseconds) in ms."""
-    text = value.strip().lower()
-    digits = len(text) - len(text.lstrip("0123456789"))
-    unit = text[digits:].strip()
-    if digits == 0 or unit not in _DURATION_UNITS:
+    ms = flink_duration_ms(value)
+    if ms is None:
         raise SqlError(
             f"SET 'table.exec.state.ttl': {value!r} is not a duration (like '1 h', '30 min', '90 s')", position
         )
-    return int(text[:digits]) * _DURATION_UNITS[unit]
+    return ms
 
 
 @dataclass(frozen=True)

@@ -94,9 +94,23 @@ class PostgresCdcTable:
     table_name: str
     slot_name: str
     chunk_size: int
+    upsert: bool = False  # 'changelog-mode' = 'upsert': new rows and deleted keys, normalized (weir.sql.upsert)
 
 
-Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable
+@dataclass(frozen=True)
+class FilesystemTable:
+    """``'connector' = 'filesystem'`` with ``'format' = 'csv'``: a local file (``path``, absolute or
+    ``file://``) read whole as a lookup join's side input (``JOIN t FOR SYSTEM_TIME AS OF
+    p.proc_time``): each subtask reads it at its first lookup and keeps its rows by the join key; or,
+    written, a directory of part files (the job API's exactly-once file sink), a folder
+    ``col=value/...`` per value of the table's PARTITIONED BY columns, a part file rolled after
+    ``rollover_ms`` (``sink.rolling-policy.rollover-interval``) and at every checkpoint."""
+
+    path: str
+    rollover_ms: int | None = None
+
+
+Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable | FilesystemTable
 
 
 @dataclass(frozen=True)
@@ -108,6 +122,7 @@ class Table:
     primary_key: tuple[str, ...]
     connector: Connector
     options: tuple[tuple[str, str], ...]
+    partition_by: tuple[str, ...] = ()  # PARTITIONED BY (...): a 'filesystem' sink's partition folders
 
     @property
     def column_names(self) -> tuple[str, ...]:
@@ -123,6 +138,26 @@ SINK_CONNECTORS: Final = ("kafka", "upsert-kafka", "jdbc", "print")
 _IGNORED: Final = ("properties.bootstrap.servers", "sink.transactional-id-prefix", "value.format", "key.format")
 """Options Weir accepts and does not need: the cluster's Kafka (``-D kafka.*``, weir.conf) is the one
 it reads and writes; transactional ids are Weir's own (per sink uid); JSON is the one format."""
+
+
+_DURATION_UNITS: Final = {
+    "": 1, "ms": 1, "milli": 1, "millis": 1, "millisecond": 1, "milliseconds": 1,
+    "s": 1000, "sec": 1000, "secs": 1000, "second": 1000, "seconds": 1000,
+    "min": 60_000, "mins": 60_000, "minute": 60_000, "minutes": 60_000,
+    "h": 3_600_000, "hour": 3_600_000, "hours": 3_600_000,
+    "d": 86_400_000, "day": 86_400_000, "days": 86_400_000,
+}  # fmt: skip
+
+
+def flink_duration_ms(value: str) -> int | None:
+    """Flink's duration text (``'1 h'``, ``'30 min'``, ``'1min'``, ``'90s'``, ``'3600000'``:
+    milliseconds) in ms; None for anything else."""
+    text = value.strip().lower()
+    digits = len(text) - len(text.lstrip("0123456789"))
+    unit = text[digits:].strip()
+    if digits == 0 or unit not in _DURATION_UNITS:
+        return None
+    return int(text[:digits]) * _DURATION_UNITS[unit]
 
 
 class _Options:
@@ -246,7 +281,7 @@ def connector_of(
             for key in ("hostname", "port", "username", "password", "database-name"):
                 opts.get(key)  # the job's PostgreSQL (WEIR_POSTGRES_DSN) is the one read
             opts.one_of("decoding.plugin.name", "pgoutput", ("pgoutput",))
-            opts.one_of("changelog-mode", "all", ("all",))
+            mode = opts.one_of("changelog-mode", "all", ("all", "upsert"))
             opts.one_of("scan.startup.mode", "initial", ("initial",))
             opts.one_of("scan.incremental.snapshot.enabled", "true", ("true",))
             chunk_size = opts.integer("scan.incremental.snapshot.chunk.size", 8096)
@@ -256,13 +291,41 @@ def connector_of(
                 table_name=opts.need("table-name"),
                 slot_name=opts.need("slot.name"),
                 chunk_size=chunk_size,
+                upsert=mode == "upsert",
             )
+        case "filesystem":
+            path = opts.need("path")
+            local = path.removeprefix("file://")
+            if not local.startswith("/"):
+                raise opts.refuse(
+                    f"'path' = '{path}': Weir's filesystem connector reads a local file (an absolute path or "
+                    "file:///...)",
+                    "path",
+                )
+            opts.one_of("format", "csv", ("csv",))
+            rollover = opts.get("sink.rolling-policy.rollover-interval")
+            rollover_ms = None
+            if rollover is not None:
+                rollover_ms = flink_duration_ms(rollover)
+                if rollover_ms is None or rollover_ms <= 0:
+                    key = "sink.rolling-policy.rollover-interval"
+                    raise opts.refuse(f"option '{key}' = '{rollover}' is not a positive duration", key)
+            # Weir checks a part file's age on each record and on its own timer: accepted, not needed
+            opts.get("sink.rolling-policy.check-interval")
+            for key in options:
+                if key.startswith(("sink.partition-commit.", "partition.time-extractor.")):
+                    raise opts.refuse(
+                        f"option '{key}': partition commit (a _SUCCESS file or policy per partition) is not supported "
+                        "yet; a part file is visible once its checkpoint completes",
+                        key,
+                    )
+            connector = FilesystemTable(path=local, rollover_ms=rollover_ms)
         case None:
             raise opts.refuse("the 'connector' option is required")
         case _:
             raise opts.refuse(
                 f"'connector' = '{name}' is not supported (one of: kafka, upsert-kafka, jdbc, datagen, nexmark, print, "
-                "postgres-cdc)",
+                "postgres-cdc, filesystem)",
                 "connector",
             )
     opts.check_all_used()
@@ -300,6 +363,17 @@ def check_table(table: Table, position: Position) -> None:
             "(the PostgreSQL table's); declare one",
             position,
         )
+    for column in table.partition_by:
+        if column not in names:
+            raise SqlError(f"table {table.name}: PARTITIONED BY ({column}): no such column", position)
+    if table.partition_by and not isinstance(table.connector, FilesystemTable):
+        raise SqlError(f"table {table.name}: PARTITIONED BY is supported for a 'filesystem' table only", position)
+    if isinstance(table.connector, FilesystemTable) and (table.computed or table.watermark is not None):
+        raise SqlError(
+            f"table {table.name}: a 'filesystem' table (a lookup join's side input) has no computed columns or "
+            "WATERMARK",
+            position,
+        )
     if isinstance(table.connector, JdbcTable) and not table.primary_key:
         raise SqlError(
             f"table {table.name}: a 'jdbc' sink upserts by its PRIMARY KEY (...) NOT ENFORCED; declare one", position
@@ -311,6 +385,7 @@ __all__ = [
     "ComputedColumn",
     "Connector",
     "DatagenTable",
+    "FilesystemTable",
     "JdbcTable",
     "KafkaTable",
     "NexmarkTable",
@@ -320,4 +395,5 @@ __all__ = [
     "Watermark",
     "check_table",
     "connector_of",
+    "flink_duration_ms",
 ]

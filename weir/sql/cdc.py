@@ -8,7 +8,13 @@ The job API's PostgreSQL CDC source (``weir.api.postgres_cdc_source``) emits one
 then ``+U`` of the new one (an update that changes the primary key: ``-D`` of the old row, ``+I`` of
 the new one, so an upsert sink deletes the old key); a delete ``-D`` of the old row. The old row is
 the whole row only under ``REPLICA IDENTITY FULL`` (as Flink CDC needs for ``-U``): a change without
-it is refused with one line naming the table."""
+it is refused with one line naming the table.
+
+With ``'changelog-mode' = 'upsert'`` (Flink CDC's) no old row is needed: :class:`CdcUpserts` gives
+each change as an upsert changelog (a read, insert or update ``+U`` of the new row; a delete ``-D``
+of the key, as the default replica identity sends it; an update that changes the key ``-D`` of the
+old key first), and the table's ``changelog-normalize`` (``weir.sql.upsert``) turns it into whole-row
+changes from the last row it keeps per key, as Flink's ChangelogNormalize does."""
 
 from __future__ import annotations
 
@@ -18,7 +24,7 @@ from typing import Any, assert_never
 from sqlglot import exp
 
 from weir.core.cdc import ChangeEvent, ChangeOp
-from weir.sql.catalog import JdbcTable, PostgresCdcTable, Table
+from weir.sql.catalog import JdbcTable, KafkaTable, PostgresCdcTable, Table
 from weir.sql.changelog import Change, RowKind
 
 Decode = Callable[[Mapping[str, Any]], dict[str, Any]]
@@ -61,19 +67,82 @@ class CdcChanges:
         return before
 
 
+class CdcUpserts:
+    """The upsert changes of one ChangeEvent of ``table`` (``'changelog-mode' = 'upsert'``): no old row
+    needed but the key of a delete (and of an update that changes the key), which every replica
+    identity but NOTHING sends. An update whose new row lacks a column (an unchanged TOASTed value,
+    which only the old row holds) is refused with one line: it needs the old row (REPLICA IDENTITY
+    FULL and ``changelog-mode`` ``all``)."""
+
+    def __init__(self, table: Table, decode: Decode) -> None:
+        self.table = table
+        self.decode = decode
+        self.columns = tuple(c.name for c in table.columns)
+        self.key = table.primary_key
+
+    def __call__(self, event: ChangeEvent) -> list[Change]:
+        match event.op:
+            case ChangeOp.READ | ChangeOp.INSERT:
+                assert event.after is not None
+                return [Change(RowKind.UPDATE_AFTER, self.decode(event.after))]
+            case ChangeOp.UPDATE:
+                assert event.after is not None
+                missing = [c for c in self.columns if c not in event.after]
+                if missing:
+                    raise ValueError(
+                        f"table {self.table.name}: an update of {event.table} without column(s) {', '.join(missing)} "
+                        "(unchanged TOASTed values): 'changelog-mode' = 'upsert' needs every column of the new row; "
+                        f"use 'changelog-mode' = 'all' with ALTER TABLE {event.table} REPLICA IDENTITY FULL"
+                    )
+                new = self.decode(event.after)
+                out = []
+                if event.before is not None:  # the key changed: the old key's row is deleted
+                    old = self.decode(self._key_of(event))
+                    if any(old[k] != new[k] for k in self.key):
+                        out.append(Change(RowKind.DELETE, old))
+                out.append(Change(RowKind.UPDATE_AFTER, new))
+                return out
+            case ChangeOp.DELETE:
+                return [Change(RowKind.DELETE, self.decode(self._key_of(event)))]
+            case _:
+                assert_never(event.op)
+
+    def _key_of(self, event: ChangeEvent) -> dict[str, Any]:
+        before = event.before
+        if before is None or any(k not in before for k in self.key):
+            raise ValueError(
+                f"table {self.table.name}: an {event.op.value} of {event.table} without the old row's primary key "
+                f"({', '.join(self.key)}): its replica identity must hold the primary key (DEFAULT or FULL)"
+            )
+        return {k: before[k] for k in self.key}
+
+
 def is_cdc_scan(table: Table) -> bool:
     return isinstance(table.connector, PostgresCdcTable)
 
 
+def is_changelog_source(table: Table) -> bool:
+    """A table read as a changelog of whole rows by its primary key: 'postgres-cdc', and 'upsert-kafka'
+    (its records normalized: weir.sql.upsert)."""
+    connector = table.connector
+    return isinstance(connector, PostgresCdcTable) or (isinstance(connector, KafkaTable) and connector.upsert)
+
+
+def _connector_name(table: Table) -> str:
+    return "postgres-cdc" if is_cdc_scan(table) else "upsert-kafka"
+
+
 def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[exp.Expr, str] | None:
-    """Why a projection of the CDC table ``source``'s changelog cannot go into ``sink`` (the node to
-    point at and the message), or None: the sink must be 'jdbc' (the upsert sink that deletes), and
-    its PRIMARY KEY columns must be given exactly the source's primary key columns, each as it is,
-    so each change upserts or deletes the sink row of its own source row's key."""
-    if not isinstance(sink.connector, JdbcTable):
+    """Why a projection of the changelog source ``source`` (a 'postgres-cdc' or 'upsert-kafka' table)
+    cannot go into ``sink`` (the node to point at and the message), or None: the sink must upsert and
+    delete by its key ('jdbc' or 'upsert-kafka'), and its PRIMARY KEY columns must be given exactly the
+    source's primary key columns, each as it is, so each change upserts or deletes the sink row of its
+    own source row's key."""
+    connector = sink.connector
+    if not isinstance(connector, JdbcTable) and not (isinstance(connector, KafkaTable) and connector.upsert):
         return select, (
-            f"INSERT INTO {sink.name}: a projection of the changelog of 'postgres-cdc' table {source.name} "
-            "needs a 'jdbc' sink (it upserts and deletes by the primary key)"
+            f"INSERT INTO {sink.name}: a projection of the changelog of '{_connector_name(source)}' table "
+            f"{source.name} needs a 'jdbc' or 'upsert-kafka' sink (it upserts and deletes by the primary key)"
         )
     given: dict[str, str] = {}
     outputs: Sequence[exp.Expr] = select.expressions
@@ -85,9 +154,10 @@ def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[
     if sorted(k or "" for k in keyed) != sorted(source.primary_key):
         return select, (
             f"INSERT INTO {sink.name}: its PRIMARY KEY ({', '.join(sink.primary_key)}) must be given the "
-            f"primary key of 'postgres-cdc' table {source.name} ({', '.join(source.primary_key)}), each column as it is"
+            f"primary key of '{_connector_name(source)}' table {source.name} ({', '.join(source.primary_key)}), "
+            "each column as it is"
         )
     return None
 
 
-__all__ = ["CdcChanges", "is_cdc_scan", "projection_refusal"]
+__all__ = ["CdcChanges", "CdcUpserts", "is_cdc_scan", "is_changelog_source", "projection_refusal"]

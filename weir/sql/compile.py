@@ -47,12 +47,23 @@ from weir.api.connector import WithoutOnError
 from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
-from weir.sql.catalog import DatagenTable, JdbcTable, KafkaTable, NexmarkTable, PostgresCdcTable, PrintTable, Table
-from weir.sql.cdc import CdcChanges
-from weir.sql.changelog import Change, RowKind
+from weir.sql.catalog import (
+    DatagenTable,
+    FilesystemTable,
+    JdbcTable,
+    KafkaTable,
+    NexmarkTable,
+    PostgresCdcTable,
+    PrintTable,
+    Table,
+)
+from weir.sql.cdc import CdcChanges, CdcUpserts
+from weir.sql.changelog import Change
 from weir.sql.decode import checked, coercer, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
+from weir.sql.lookup import LookupRows
+from weir.sql.part_files import CsvLine, PartitionFolder
 from weir.sql.plan import (
     Aggregate,
     AggregateCall,
@@ -60,6 +71,7 @@ from weir.sql.plan import (
     InsertPlan,
     Interval,
     Join,
+    LookupJoin,
     Node,
     OrderKey,
     OverAggregate,
@@ -74,6 +86,7 @@ from weir.sql.ranking import RankedRows
 from weir.sql.retract import ChangelogAggregate, RetractingAccumulators, over_values
 from weir.sql.retract import average as _average
 from weir.sql.types import Kind, to_json
+from weir.sql.upsert import ChangelogNormalize, SinkWrite, UpsertKafkaRecords, sink_write
 
 
 @dataclass(frozen=True)
@@ -340,9 +353,9 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
     timestamp = _event_time(table.watermark.column) if table.watermark else None
     delay = table.watermark.delay_ms if table.watermark else 0
     match connector:
+        case KafkaTable() if connector.upsert:
+            return _upsert_kafka_scan(env, table, connector, uids, decoder)
         case KafkaTable():
-            if connector.upsert:
-                raise SqlError(f"table {table.name}: reading an 'upsert-kafka' table is not supported (writing it is)")
             uid = uids.source(table.name, f"kafka topic {connector.topic} ({table.name}{decoded})")
             if env is None:
                 return None
@@ -390,7 +403,18 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
             qualified = f"{connector.schema_name}.{connector.table_name}"
             uid = uids.source(table.name, f"postgres-cdc {qualified} slot {connector.slot_name} ({table.name})")
             changes_uid = f"{uid}-changes"  # the table's, as its source's: the same whichever statement reads it
-            uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as +I/-U/+U/-D"))
+            normalize_uid = f"{uid}-normalize"
+            if connector.upsert:  # 'changelog-mode' = 'upsert': new rows and deleted keys, then normalized
+                uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as upserts +U/-D"))
+                uids.out.append(
+                    Operator(
+                        normalize_uid,
+                        "changelog-normalize",
+                        f"the last row per key of {table.name}: emits [+I, -U, +U, -D]",
+                    )
+                )
+            else:
+                uids.out.append(Operator(changes_uid, "changes", f"the changes of {qualified} as +I/-U/+U/-D"))
             if env is None:
                 return None
             events = env.from_postgres_cdc(
@@ -401,12 +425,52 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
                 name=f"sql source {table.name}",
             )
             # one reader: its changes in commit order, then each key's changes to one subtask, in order
+            if connector.upsert:
+                upserts = events.flat_map(CdcUpserts(table, decoder.row), uid=changes_uid, parallelism=1)
+                return upserts.key_by(_change_key(table)).process(ChangelogNormalize(), uid=normalize_uid)
             changes = events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid, parallelism=1)
             return changes.key_by(_change_key(table))
         case JdbcTable() | PrintTable():
             raise SqlError(f"table {table.name}: its connector is a sink; it cannot be read")
+        case FilesystemTable():  # the planner refuses it first
+            raise SqlError(f"table {table.name}: a 'filesystem' table is read only by a lookup join")
         case _:
             assert_never(connector)
+
+
+def _upsert_kafka_scan(
+    env: Environment | None, table: Table, connector: KafkaTable, uids: _Uids, decoder: RowDecoder
+) -> DataStream | None:
+    """An 'upsert-kafka' table as a changelog: each record an upsert (a value) or a delete (a tombstone)
+    of its key (weir.sql.upsert.UpsertKafkaRecords), keyed by the primary key into the table's
+    ``changelog-normalize`` (Flink's ChangelogNormalize: the last row per key, so a new row is +I or
+    -U/+U of whole rows and a tombstone -D of the whole row)."""
+    assert table.watermark is None, "the planner refuses reading an upsert-kafka table with a WATERMARK"
+    decoder.read_also(frozenset(c.name for c in table.columns))  # the normalizer compares whole rows
+    uid = uids.source(table.name, f"upsert-kafka topic {connector.topic} ({table.name})")
+    normalize_uid = f"{uid}-normalize"  # the table's, as its source's: the same whichever statement reads it
+    uids.out.append(
+        Operator(normalize_uid, "changelog-normalize", f"the last row per key of {table.name}: emits [+I, -U, +U, -D]")
+    )
+    if env is None:
+        return None
+    key_types = {c.name: c.type for c in table.columns if c.name in table.primary_key}
+    key_decoder = RowDecoder(
+        dataclasses.replace(table, columns=tuple(c for c in table.columns if c.name in key_types), computed=()), ""
+    )
+    records = UpsertKafkaRecords(table.name, table.primary_key, decoder.row, key_decoder.row)
+    upserts = env.from_kafka(
+        connector.topic,
+        uid=uid,
+        bounded=connector.bounded,
+        record_deserializer=records,
+        starting_offsets=_starting_offsets(connector.startup_mode),
+        group_id=connector.group_id,
+        records_per_second=connector.records_per_second,
+        dead_letter_topic=connector.dead_letter_topic,
+        name=f"sql source {table.name}",
+    )
+    return upserts.key_by(_change_key(table)).process(ChangelogNormalize(), uid=normalize_uid)
 
 
 class Datagen:
@@ -479,6 +543,8 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _aggregate(env, node, uids, script)
         case Join():
             return _join(env, node, uids, script)
+        case LookupJoin():
+            return _lookup_join(env, node, uids, script)
         case TopN():
             return _top_n(env, node, uids, script)
         case OverAggregate():
@@ -574,22 +640,32 @@ def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> Dat
     )
 
 
+class JoinedRow:
+    """A join's row of a left and a right row: every column as ``qualifier.column``, and as
+    ``column`` where only one side has it."""
+
+    def __init__(
+        self, left_qualifier: str, right_qualifier: str, left_columns: Sequence[str], right_columns: Sequence[str]
+    ) -> None:
+        self.left_qualifier, self.right_qualifier = left_qualifier, right_qualifier
+        self.left_only = tuple(c for c in left_columns if c not in right_columns)
+        self.right_only = tuple(c for c in right_columns if c not in left_columns)
+
+    def __call__(self, left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
+        row = {f"{self.left_qualifier}.{k}": v for k, v in left.items()}
+        row.update({f"{self.right_qualifier}.{k}": v for k, v in right.items()})
+        row.update({k: left[k] for k in self.left_only})
+        row.update({k: right[k] for k in self.right_only})
+        return row
+
+
 class RegularJoin(KeyedCoProcessFunction):
     """An inner equi-join's two sides per key: each row is kept in its side's list state and joined
     with every row the other side holds (a NULL key never matches, as SQL's ``=``)."""
 
     def __init__(self, join: Join, ttl: StateTtlConfig | None = None) -> None:
         self.ttl = ttl  # a side's rows of a key dropped when that side has had no row of the key for ttl
-        self.left_qualifier, self.right_qualifier = join.left_qualifier, join.right_qualifier
-        self.left_only = tuple(c for c in join.left_columns if c not in join.right_columns)
-        self.right_only = tuple(c for c in join.right_columns if c not in join.left_columns)
-
-    def joined(self, left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
-        row = {f"{self.left_qualifier}.{k}": v for k, v in left.items()}
-        row.update({f"{self.right_qualifier}.{k}": v for k, v in right.items()})
-        row.update({k: left[k] for k in self.left_only})
-        row.update({k: right[k] for k in self.right_only})
-        return row
+        self.joined = JoinedRow(join.left_qualifier, join.right_qualifier, join.left_columns, join.right_columns)
 
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
@@ -623,6 +699,25 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         .key_by(lambda row: tuple(f(row) for f in left_keys), lambda row: tuple(f(row) for f in right_keys))
         .process(RegularJoin(node, uids.ttl), uid=uid)
     )
+
+
+def _lookup_join(env: Environment | None, node: LookupJoin, uids: _Uids, script: str) -> DataStream | None:
+    """Each input row joined with the side input's rows of its key (``weir.sql.lookup``): a flat map,
+    no state, the file read by each subtask at its first lookup."""
+    upstream = _node(env, node.input, uids, script)
+    connector = node.table.connector
+    assert isinstance(connector, FilesystemTable)
+    on = " AND ".join(f"{k.sql} = {node.right_qualifier}.{c}" for k, c in zip(node.keys, node.columns, strict=True))
+    uid = uids.next(
+        "lookup-join",
+        f"{node.left_qualifier} INNER JOIN {node.table.name} FOR SYSTEM_TIME AS OF processing time "
+        f"AS {node.right_qualifier} ON {on} (lookup join: file {connector.path}, read at the first lookup)",
+    )
+    if upstream is None:
+        return None
+    joined = JoinedRow(node.left_qualifier, node.right_qualifier, node.left_columns, node.right_columns)
+    lookup = LookupRows(node.table, tuple(k.evaluate for k in node.keys), node.columns, joined)
+    return upstream.flat_map(lookup, uid=uid)
 
 
 def _interval_join(
@@ -964,34 +1059,42 @@ def _over(env: Environment | None, node: OverAggregate, uids: _Uids, script: str
     return upstream.key_by(key_of).process(OverAggregation(node, Accumulators(node.calls)), uid=uid)
 
 
-def _upserted(change: Change) -> list[Mapping[str, Any]]:
-    """An upsert-kafka sink's rows of a changelog: the row of a +I or +U (its key's new row); a -U
-    writes nothing (its +U overwrites the key), as Flink's upsert sinks drop UPDATE_BEFORE. A -D is
-    refused by the planner (no tombstones yet)."""
-    match change.kind:
-        case RowKind.INSERT | RowKind.UPDATE_AFTER:
-            return [change.row]
-        case RowKind.UPDATE_BEFORE:
-            return []
-        case RowKind.DELETE:
-            raise AssertionError("the planner refuses a result that deletes into upsert-kafka")
-        case _:
-            assert_never(change.kind)
+def _kafka_value(encoder: RowEncoder, keeps_update_before: bool) -> Callable[[Change], bytes | None]:
+    """An upsert-kafka sink's record value of a change (weir.sql.upsert.sink_write): the row's JSON, or
+    None, a tombstone (the sink writes the key with a null value), for a delete."""
+
+    def value(change: Change) -> bytes | None:
+        write = sink_write(change.kind, keeps_update_before=keeps_update_before)
+        match write:
+            case SinkWrite.UPSERT:
+                return encoder(change.row)
+            case SinkWrite.DELETE:
+                return None
+            case SinkWrite.NOTHING:
+                raise AssertionError("a change the sink does not write is dropped before it")
+            case _:
+                assert_never(write)
+
+    return value
 
 
-def _written(table: Table, encoder: RowEncoder) -> Callable[[Change], tuple[Any, ...] | Delete]:
-    """A PostgreSQL sink's write of a changelog's +I, +U or -D (its -U are dropped before)."""
+def _written(
+    table: Table, encoder: RowEncoder, keeps_update_before: bool
+) -> Callable[[Change], tuple[Any, ...] | Delete]:
+    """A PostgreSQL sink's write of a change (weir.sql.upsert.sink_write): the row to upsert, or the
+    Delete of its key."""
 
     def write(change: Change) -> tuple[Any, ...] | Delete:
-        match change.kind:
-            case RowKind.INSERT | RowKind.UPDATE_AFTER:
+        action = sink_write(change.kind, keeps_update_before=keeps_update_before)
+        match action:
+            case SinkWrite.UPSERT:
                 return encoder.values(change.row)
-            case RowKind.DELETE:
+            case SinkWrite.DELETE:
                 return Delete(_key_values(table)(change.row))
-            case RowKind.UPDATE_BEFORE:
-                raise AssertionError("a -U is dropped before the sink")
+            case SinkWrite.NOTHING:
+                raise AssertionError("a change the sink does not write is dropped before it")
             case _:
-                assert_never(change.kind)
+                assert_never(action)
 
     return write
 
@@ -1001,7 +1104,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
     encoder = RowEncoder(table)
     connector = table.connector
     if changelog_of(sink.input) is not None:
-        _changelog_sink(env, stream, table, encoder, uids)
+        _changelog_sink(env, stream, sink, encoder, uids)
         return
     match connector:
         case KafkaTable():
@@ -1037,43 +1140,69 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             stream.sink_to(PrintSink(prefix=connector.prefix), uid=uid)
         case DatagenTable() | NexmarkTable() | PostgresCdcTable():
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
+        case FilesystemTable():
+            folders = f", a folder per {', '.join(table.partition_by)}" if table.partition_by else ""
+            uid = uids.next(
+                "sink", f"filesystem {connector.path} ({table.name}), csv part files{folders}, exactly-once"
+            )
+            if env is None or stream is None:
+                return
+            options: dict[str, Any] = {}
+            if connector.rollover_ms is not None:
+                options["rollover_interval"] = connector.rollover_ms
+            stream.sink_to_files(
+                connector.path.rstrip("/") or "/",
+                uid=uid,
+                format="csv",
+                bucket_assigner=PartitionFolder(table),
+                serializer=CsvLine(table),
+                **options,
+            )
         case _:
             assert_never(connector)
 
 
 def _changelog_sink(
-    env: Environment | None, stream: DataStream | None, table: Table, encoder: RowEncoder, uids: _Uids
+    env: Environment | None, stream: DataStream | None, sink: Sink, encoder: RowEncoder, uids: _Uids
 ) -> None:
-    """A changelog into an upsert sink (the planner refuses an append one): upsert-kafka writes each
-    key's new rows; PostgreSQL upserts them and deletes a -D's key, -U dropped (Flink's upsert sinks)."""
+    """A changelog into an upsert sink (the planner refuses an append one), each change written as
+    weir.sql.upsert.sink_write decides: +I/+U upserted, -D deleted (upsert-kafka: a tombstone), a -U
+    deleted when the plan keeps it (``Sink.keeps_update_before``) and dropped otherwise."""
+    table, kept = sink.table, sink.keeps_update_before
     connector = table.connector
+    dropped = "-U delete their key" if kept else "-U dropped"
+
+    def written(change: Change) -> bool:
+        return sink_write(change.kind, keeps_update_before=kept) is not SinkWrite.NOTHING
+
     match connector:
         case KafkaTable():
-            upserts_uid = uids.next("upserts", "the changelog's +I/+U rows (-U dropped)")
+            upserts_uid = uids.next("upserts", f"the changelog's +I/+U rows and -D tombstones ({dropped})")
             uid = uids.next("sink", f"upsert-kafka topic {connector.topic} ({table.name}), {connector.delivery}")
             if env is None or stream is None:
                 return
-            stream.flat_map(_upserted, uid=upserts_uid).sink_to_kafka(
+            key = _upsert_key(table, encoder)
+            stream.filter(written, uid=upserts_uid).sink_to_kafka(
                 connector.topic,
                 uid=uid,
-                serializer=encoder,
-                key=_upsert_key(table, encoder),
+                serializer=_kafka_value(encoder, kept),
+                key=lambda change: key(change.row),
                 delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
             )
         case JdbcTable():
-            writes_uid = uids.next("writes", "the changelog's +I/+U/-D (-U dropped)")
+            writes_uid = uids.next("writes", f"the changelog's +I/+U/-D ({dropped})")
             uid = uids.next("sink", f"postgresql table {connector.table_name} ({table.name}), upsert, two-phase")
             if env is None or stream is None:
                 return
-            writes = stream.filter(lambda change: change.kind is not RowKind.UPDATE_BEFORE, uid=writes_uid)
+            writes = stream.filter(written, uid=writes_uid)
             writes.key_by(lambda change: _key_values(table)(change.row)).sink_to_postgres(
                 connector.table_name,
                 uid=uid,
                 columns=tuple(c.name for c in table.columns),
                 key_columns=table.primary_key,
-                row=_written(table, encoder),
+                row=_written(table, encoder, kept),
             )
-        case PrintTable() | DatagenTable() | NexmarkTable() | PostgresCdcTable():
+        case PrintTable() | DatagenTable() | NexmarkTable() | PostgresCdcTable() | FilesystemTable():
             raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
@@ -400,6 +401,10 @@ class _Compiler:
                 raise self.refuse(node, "TO_TIMESTAMP_LTZ(value, 0 | 3)")
             scale = 1000 if precision.this == "0" else 1
             return lambda row: None if (v := f(row)) is None else int(v) * scale
+        if isinstance(node, exp.Anonymous) and name == "PROCTIME":
+            if node.expressions:
+                raise self.refuse(node, "PROCTIME() takes no argument")
+            return lambda row: time.time_ns() // 1_000_000  # the processing time, epoch ms
         if isinstance(node, exp.Anonymous) and name == "SPLIT_INDEX":
             if len(node.expressions) != 3:
                 raise self.refuse(node, "SPLIT_INDEX(string, separator, index) takes three arguments")

@@ -14,8 +14,8 @@ from typing import Any, Final, Literal, assert_never
 from sqlglot import exp
 
 from weir.sql import functions
-from weir.sql.catalog import JdbcTable, KafkaTable, Table
-from weir.sql.cdc import is_cdc_scan, projection_refusal
+from weir.sql.catalog import FilesystemTable, JdbcTable, KafkaTable, Table
+from weir.sql.cdc import is_changelog_source, projection_refusal
 from weir.sql.changelog import APPEND, RETRACT, WITH_DELETES, ChangelogMode, aggregation_mode
 from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
@@ -126,6 +126,24 @@ class Join:
 
 
 @dataclass(frozen=True)
+class LookupJoin:
+    """``input [INNER] JOIN t FOR SYSTEM_TIME AS OF input.proc_time AS alias ON expr = alias.column
+    [AND ...]`` (Flink's processing-time lookup join): each input row, as it arrives, joined with the
+    rows of the lookup table ``t`` (a 'filesystem' file, ``weir.sql.lookup``) whose ``columns`` equal
+    its ``keys``; no state. The joined row holds every column as ``alias.column``, and as ``column``
+    where only one side has it, as a regular join's; the ON's other conditions filter it."""
+
+    input: Node
+    table: Table
+    keys: tuple[NamedExpression, ...]
+    columns: tuple[str, ...]
+    left_qualifier: str
+    right_qualifier: str
+    left_columns: tuple[str, ...]
+    right_columns: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class Interval:
     """An interval join's bounds (Flink's interval join): a left row at event time ``t`` joins the
     right rows of its key at ``[t + lower_ms, t + upper_ms]`` (either end exclusive), each row
@@ -140,9 +158,14 @@ class Interval:
 
 @dataclass(frozen=True)
 class Sink:
+    """``keeps_update_before``: the input is a changelog whose -U may lack a +U of the same sink key
+    (a WHERE/HAVING between its producer and the sink, or a sink key other than the result's), so
+    the sink deletes a -U's key (``weir.sql.upsert.sink_write``); otherwise a -U is dropped."""
+
     input: Node
     table: Table
     updating: bool
+    keeps_update_before: bool = False
 
 
 @dataclass(frozen=True)
@@ -188,16 +211,16 @@ class OverAggregate:
     calls: tuple[AggregateCall, ...]
 
 
-Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | TopN | OverAggregate
+Node = Scan | WindowTvf | Filter | Project | Aggregate | Join | LookupJoin | TopN | OverAggregate
 
 
 def changelog_of(node: Node) -> ChangelogMode | None:
     """The changelog a node's output is (its elements ``weir.sql.changelog.Change`` values), or None
     for plain rows: an append result, or a GROUP BY's updated rows written straight to an upsert sink."""
     match node:
-        case Scan():  # a 'postgres-cdc' table is the changelog of its PostgreSQL table (weir.sql.cdc)
-            return WITH_DELETES if is_cdc_scan(node.table) else None
-        case WindowTvf() | Join() | OverAggregate():
+        case Scan():  # a 'postgres-cdc' or 'upsert-kafka' table is a changelog (weir.sql.cdc, weir.sql.upsert)
+            return WITH_DELETES if is_changelog_source(node.table) else None
+        case WindowTvf() | Join() | LookupJoin() | OverAggregate():
             return None
         case TopN():
             return None if node.slide_ms is not None else RETRACT
@@ -244,6 +267,7 @@ class Relation:
     scope: Scope
     time_column: str | None
     windowed: WindowedColumns | None = None
+    proctime: str | None = None  # the column holding PROCTIME(): a lookup join's FOR SYSTEM_TIME AS OF
 
 
 @dataclass(frozen=True)
@@ -301,30 +325,54 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
             f"INSERT INTO {insert.sink}: the SELECT gives {len(outputs)} columns, the table has "
             f"{len(sink_table.columns)} ({', '.join(c.name for c in sink_table.columns)})",
         )
+    own_key = True  # the sink's key is the result's own: each -U's +U has the same sink key
+    scanned = _changelog_scan(node)
     if updating:
-        _check_upsert_sink(sink_table, node, outputs, locate, query)
-    elif isinstance(node, Project) and isinstance(node.input, Scan) and _cdc_scan(node.input):
-        refusal = projection_refusal(node.input.table, sink_table, query)
+        own_key = _check_upsert_sink(sink_table, node, outputs, locate, query)
+        if not own_key:  # another key: the aggregate's -U delete the old sink rows
+            node = _emitting_changelog(node)
+    elif scanned is not None:
+        refusal = projection_refusal(scanned.table, sink_table, query)
         if refusal is not None:
             raise locate.refuse(*refusal)
     elif isinstance(node.input, TopN) and node.input.slide_ms is None:
         _check_ranked_sink(sink_table, node.input, outputs, locate, query)
-    mode = changelog_of(node)
-    connector = sink_table.connector
-    if mode is not None and mode.deletes and isinstance(connector, KafkaTable):
-        raise locate.refuse(
-            query,
-            f"INSERT INTO {insert.sink}: the result deletes rows, which upsert-kafka does not write yet "
-            "(no tombstones); use 'jdbc'",
-        )
     assert isinstance(node, Project)
+    keeps_update_before = changelog_of(node) is not None and (not own_key or _filtered_changelog(node))
     # INSERT fills the sink's columns by position: the last projection names its values as the sink's
     # columns, each converted to the column's type (CAST's rules: a value that does not convert fails)
     renamed = tuple(
         NamedExpression(column.name, output.sql, _converted(output.evaluate, column.type.kind))
         for output, column in zip(outputs, sink_table.columns, strict=True)
     )
-    return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating))
+    return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating, keeps_update_before))
+
+
+def _changelog_scan(node: Node) -> Scan | None:
+    """The changelog source a projection (and WHERE) reads directly, if it does."""
+    while isinstance(node, Project | Filter):
+        node = node.input
+    return node if isinstance(node, Scan) and is_changelog_source(node.table) else None
+
+
+def _filtered_changelog(node: Node) -> bool:
+    """Whether a WHERE or HAVING filters the changelog between its producer and the sink: it may pass a
+    -U and drop its +U (Flink applies a filter to each change on its own), so the -U must delete."""
+    while isinstance(node, Project | Filter):
+        if isinstance(node, Filter):
+            return True
+        node = node.input
+    return False
+
+
+def _emitting_changelog(node: Project) -> Project:
+    """The updating result with its aggregate emitting a changelog (-U/+U), not updated rows."""
+    inner = node.input
+    if isinstance(inner, Aggregate):
+        return dataclasses.replace(node, input=dataclasses.replace(inner, emits_changelog=True))
+    assert isinstance(inner, Filter) and isinstance(inner.input, Aggregate), inner
+    aggregate = dataclasses.replace(inner.input, emits_changelog=True)
+    return dataclasses.replace(node, input=dataclasses.replace(inner, input=aggregate))
 
 
 def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
@@ -336,10 +384,12 @@ def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
 
 def _check_upsert_sink(
     table: Table, node: Node, outputs: tuple[NamedExpression, ...], locate: Locate, query: exp.Select
-) -> None:
-    """An updating result (GROUP BY without a window) needs a sink that upserts, keyed by exactly
-    the group keys: otherwise rows of two groups would overwrite each other, or one group's updates
-    would pile up."""
+) -> bool:
+    """An updating result (GROUP BY without a window) needs a sink that upserts, keyed by the group
+    keys, each as it is, and possibly other columns: otherwise rows of two groups would overwrite
+    each other. True: the key is exactly the group keys; False: it holds more columns, so a group's
+    row may move to another sink key (its -U deletes the old one: Flink's jdbc and upsert-kafka
+    sinks)."""
     upserts = isinstance(table.connector, JdbcTable) or (
         isinstance(table.connector, KafkaTable) and table.connector.upsert
     )
@@ -355,12 +405,13 @@ def _check_upsert_sink(
     sink_names = [c.name for c in table.columns]
     key_columns = {k.sql for k in aggregate.keys}
     at_key = {outputs[sink_names.index(k)].sql for k in table.primary_key}
-    if at_key != key_columns:
+    if not key_columns <= at_key:
         raise locate.refuse(
             query,
-            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold exactly the "
-            f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)})",
+            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold the "
+            f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)}), each as it is",
         )
+    return at_key == key_columns
 
 
 def _check_ranked_sink(
@@ -447,15 +498,24 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     group = select.args.get("group")
     having = select.args.get("having")
     calls = _aggregate_calls(select, having, locate)
+    if group is not None or calls:
+        for projection in select.expressions:
+            if _is_star(projection):
+                raise locate.refuse(projection, f"SELECT {projection.sql(dialect='spark')} with GROUP BY")
     input_mode = changelog_of(node)
-    if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's
-        if condition is not None:
+    if input_mode is not None:  # a changelog: a GROUP BY reads it, or a projection a Top-N's or a source's
+        if condition is not None and isinstance(node, TopN):
             raise locate.refuse(
-                condition,
-                "WHERE over an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' table) "
-                "is not supported",
+                condition, "WHERE over an updating result (the changelog of a Top-N without a window) is not supported"
             )
-        if group is None and not calls and not isinstance(node, TopN) and not _cdc_scan(node):
+        over = next((w for p in select.expressions for w in p.find_all(exp.Window)), None)
+        if over is not None and group is None and not calls:
+            raise locate.refuse(
+                over,
+                "an OVER aggregation of an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' "
+                "or 'upsert-kafka' table) is not supported (Flink's does not take retractions either: Nexmark q6)",
+            )
+        if group is None and not calls and not isinstance(node, TopN) and not _changelog_source(node):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
             )
@@ -483,11 +543,9 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             group_window=group_window[0] if group_window else None,
             input_mode=input_mode or APPEND,
         )
-        if having is not None and updating:
-            raise locate.refuse(
-                having,
-                "HAVING on a GROUP BY without a window is not supported (a key leaving the result needs a delete)",
-            )
+        if having is not None and updating:  # a key leaves the result: its changelog's -U/-D delete it
+            assert isinstance(node, Aggregate)
+            node = dataclasses.replace(node, emits_changelog=True)
         if having is not None:
             node = Filter(node, _named(having.this, "having", scope, locate))
     elif having is not None:
@@ -499,9 +557,21 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     outputs: list[NamedExpression] = []
     types: dict[str, SqlType | None] = {}
     time_column = None
+    proctime = None
     window_outputs: dict[str, str] = {}  # window_start/window_end (or the relation's) -> output name
     for i, projection in enumerate(select.expressions):
-        if isinstance(projection, exp.Star):
+        side = _side_star(projection, scope, locate)
+        if side is not None:  # A.* of a join: that side's columns, each by its own name (Flink's)
+            if group is not None or calls:
+                raise locate.refuse(projection, f"SELECT {projection.table}.* with GROUP BY")
+            for key, column in side:
+                taken = {o.name for o in outputs}
+                name = column if column not in taken else _renamed(column, taken)
+                sql = normalized(exp.column(column, table=projection.table))
+                outputs.append(NamedExpression(name, sql, (lambda k: lambda row: row[k])(key)))
+                types[name] = scope.columns[key]
+            continue
+        if isinstance(projection, exp.Star) or _is_star(projection):
             if group is not None or calls:
                 raise locate.refuse(projection, "SELECT * with GROUP BY")
             if any("." in name for name in scope.columns):
@@ -512,6 +582,8 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                     types[name] = scope.columns[name]
                     if name == relation.time_column and not updating and window is None:
                         time_column = name
+                    if name == relation.proctime and not (group or calls):
+                        proctime = name
                     if relation.windowed is not None and name == relation.windowed.start:
                         window_outputs.setdefault("window_start", name)
                     elif relation.windowed is not None and name == relation.windowed.end:
@@ -527,13 +599,15 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
         )
         taken = {o.name for o in outputs}
         if name in taken:  # a name given twice: the later one renamed as Flink does (dateTime, dateTime0)
-            name = next(f"{name}{k}" for k in itertools.count() if f"{name}{k}" not in taken)
+            name = _renamed(name, taken)
         value = projection.this if isinstance(projection, exp.Alias) else projection
         outputs.append(_named(value, name, scope, locate))
         passes = isinstance(value, exp.Column) and normalized(value) not in scope.computed
         types[name] = scope.columns.get(value.name) if isinstance(value, exp.Column) else None
         if passes and value.name == relation.time_column and window is None and not (group or calls):
             time_column = name  # a column passing the event time through keeps it (a view's rowtime)
+        if not (group or calls) and (_is_proctime(value) or (passes and value.name == relation.proctime)):
+            proctime = name  # PROCTIME() AS p_time: the processing time a lookup join reads at
         if isinstance(value, exp.Column) and not value.table:
             aggregated = group is not None or bool(calls)
             if window is not None and aggregated and value.name in ("window_start", "window_end"):
@@ -548,8 +622,39 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     slide = window.slide_ms if window is not None else relation.windowed.slide_ms if relation.windowed else None
     if slide is not None and {"window_start", "window_end"} <= window_outputs.keys() and not updating:
         windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
-    out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed)
+    out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed, proctime)
     return PlannedSelect(project, updating, tuple(outputs), out)
+
+
+def _is_proctime(node: exp.Expr) -> bool:
+    return isinstance(node, exp.Anonymous) and str(node.this).upper() == "PROCTIME" and not node.expressions
+
+
+def _renamed(name: str, taken: set[str]) -> str:
+    """A name given twice in one SELECT, the later one renamed as Flink does (dateTime, dateTime0)."""
+    return next(f"{name}{k}" for k in itertools.count() if f"{name}{k}" not in taken)
+
+
+def _is_star(projection: exp.Expr) -> bool:
+    return isinstance(projection, exp.Column) and isinstance(projection.this, exp.Star)
+
+
+def _side_star(projection: exp.Expr, scope: Scope, locate: Locate) -> list[tuple[str, str]] | None:
+    """``A.*`` over a join: (the joined row's column ``A.c``, ``c``) for each column of side ``A``, in
+    its order; None for anything else (``t.*`` of a single table is ``*``)."""
+    if not _is_star(projection):
+        return None
+    assert isinstance(projection, exp.Column)
+    qualifier = projection.table
+    if qualifier not in scope.qualifiers:
+        raise locate.refuse(projection, f"{qualifier}.*: no table or alias {qualifier} in FROM")
+    if not any("." in name for name in scope.columns):
+        return None
+    prefix = f"{qualifier}."
+    side = [(key, key[len(prefix) :]) for key in scope.columns if key.startswith(prefix)]
+    if not side:  # the side's table name where the join names it by its alias
+        raise locate.refuse(projection, f"{qualifier}.*: name the JOIN's side by its alias")
+    return side
 
 
 def _ranking(source: exp.Expr) -> exp.Alias | None:
@@ -582,7 +687,7 @@ def _plan_top_n(
     if over.args.get("spec") is not None:
         raise locate.refuse(over, "a window frame (ROWS/RANGE BETWEEN) is not supported in a Top-N")
     later = projections[projections.index(ranking) + 1 :]
-    if any(isinstance(p, exp.Star) for p in later):
+    if any(isinstance(p, exp.Star) or _is_star(p) for p in later):
         raise locate.refuse(ranking, "ROW_NUMBER() OVER (...) before * is not supported: put it after")
     rest = inner.copy()
     rest.set("expressions", [p.copy() for p in projections if p is not ranking])
@@ -594,7 +699,7 @@ def _plan_top_n(
     if windowed is None and _reads_tvf_rows(planned.node):
         raise locate.refuse(over, f"a Top-N directly over a window TVF's rows is not supported: {shape}")
     scope = Scope(planned.relation.scope.columns, frozenset(), {})
-    partition_nodes = list(over.args.get("partition_by") or [])
+    partition_nodes = [_as_output(p, planned.outputs, scope, locate) for p in over.args.get("partition_by") or []]
     names = {p.name for p in partition_nodes if isinstance(p, exp.Column) and not p.table}
     if windowed is not None and not {windowed.start, windowed.end} <= names:
         raise locate.refuse(over, f"window Top-N: {shape} (both window columns)")
@@ -611,7 +716,8 @@ def _plan_top_n(
         _refuse_nested(item.this, locate)
         descending = bool(item.args.get("desc"))
         nulls_first = bool(item.args.get("nulls_first"))
-        order.append(OrderKey(_named(item.this, f"$order{len(order)}", scope, locate), descending, nulls_first))
+        value = _as_output(item.this, planned.outputs, scope, locate)
+        order.append(OrderKey(_named(value, f"$order{len(order)}", scope, locate), descending, nulls_first))
     rank = ranking.alias
     limit: int | None = None
     left: list[exp.Expr] = []
@@ -639,6 +745,38 @@ def _plan_top_n(
     for conjunct in left:
         remaining = conjunct if remaining is None else exp.And(this=remaining, expression=conjunct)
     return Relation(node, out_scope, None, windowed), remaining
+
+
+def _as_output(node: exp.Expr, outputs: tuple[NamedExpression, ...], scope: Scope, locate: Locate) -> exp.Expr:
+    """A Top-N's PARTITION BY or ORDER BY expression over the inner SELECT's input (``A.id``,
+    ``B.dateTime`` of a join) read from the inner SELECT's columns: each column the SELECT does not
+    give by that name, and each qualified one, becomes the output that selects it (``B.`dateTime` AS
+    bid_dateTime``: ``bid_dateTime``); a column no output selects is refused (the ranked rows are
+    the SELECT's). Backquotes and case are ignored when the exact text selects nothing."""
+    by_sql: dict[str, str] = {}
+    by_bare: dict[str, set[str]] = {}
+    for output in outputs:
+        by_sql.setdefault(output.sql, output.name)
+        by_bare.setdefault(_bare(output.sql), set()).add(output.name)
+    copy = node.copy()
+    for column in list(copy.find_all(exp.Column)):
+        if not column.table and column.name in scope.columns:
+            continue
+        sql = normalized(column)
+        name = by_sql.get(sql)
+        if name is None and len(by_bare.get(_bare(sql), ())) == 1:
+            (name,) = by_bare[_bare(sql)]
+        if name is None:
+            raise locate.refuse(
+                column,
+                f"{column.sql(dialect='spark')} in a Top-N's OVER (...) is not a column of its SELECT: select it "
+                "(the Top-N ranks the SELECT's rows)",
+            )
+        replacement = exp.column(name)
+        if column is copy:
+            return replacement
+        column.replace(replacement)
+    return copy
 
 
 def _reads_tvf_rows(node: Node) -> bool:
@@ -767,21 +905,31 @@ def _plan_subquery(source: exp.Subquery, catalog: Catalog, locate: Locate) -> Re
     scope = Scope(planned.relation.scope.columns, qualifiers, {})
     if planned.updating:  # read by another operator: its result as a changelog
         return Relation(_as_changelog(planned.node), scope, None)
-    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
+    relation = planned.relation
+    return Relation(planned.node, scope, relation.time_column, relation.windowed, relation.proctime)
 
 
 def _as_changelog(node: Project) -> Project:
-    """An updating SELECT (a GROUP BY without a window; HAVING there is refused) read by another
-    operator: its aggregate emits a changelog, which its projection maps row by row."""
-    aggregate = node.input
-    assert isinstance(aggregate, Aggregate) and aggregate.window is None, aggregate
-    return dataclasses.replace(node, input=dataclasses.replace(aggregate, emits_changelog=True))
+    """An updating SELECT (a GROUP BY without a window, with its HAVING) read by another operator: its
+    aggregate emits a changelog, which its projection maps row by row."""
+    return _emitting_changelog(node)
 
 
 def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     """A table's scan, or a view's plan (planned where it is read: its errors point into its text)."""
     table = catalog.tables.get(name)
     if table is not None:
+        if isinstance(table.connector, FilesystemTable):
+            raise locate.refuse(
+                at,
+                f"table {name} ('filesystem') is read only as a lookup join's side input "
+                f"(JOIN {name} FOR SYSTEM_TIME AS OF p.proc_time ON ...), not scanned",
+            )
+        if is_changelog_source(table) and table.watermark is not None:  # upsert-kafka ('postgres-cdc': at CREATE)
+            raise locate.refuse(
+                at,
+                f"reading table {name} with a WATERMARK is not supported (an upsert-kafka changelog has no event time)",
+            )
         return Relation(Scan(table), _table_scope(table, alias), table.watermark.column if table.watermark else None)
     view = catalog.views.get(name)
     if view is None:
@@ -795,7 +943,8 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
         raise SqlError(f"view {name}: GROUP BY without a window in a view is not supported", view.position)
     qualifiers = frozenset({name} | ({alias} if alias else set()))
     scope = Scope(planned.relation.scope.columns, qualifiers, {})
-    return Relation(planned.node, scope, planned.relation.time_column, planned.relation.windowed)
+    relation = planned.relation
+    return Relation(planned.node, scope, relation.time_column, relation.windowed, relation.proctime)
 
 
 def _qualifier(source: exp.Expr) -> str:
@@ -823,6 +972,8 @@ def _plan_join(
     if condition is None:
         raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
     right_source = join.this
+    if isinstance(right_source, exp.Table) and right_source.args.get("version") is not None:
+        return _plan_lookup_join(left, left_source, right_source, condition, catalog, locate)
     right = _plan_from(right_source, catalog, locate)
     for side, at in ((left, left_source), (right, right_source)):
         if changelog_of(side.node) is not None:
@@ -873,6 +1024,96 @@ def _plan_join(
     node: Node = Join(
         left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names, interval
     )
+    for conjunct in residual:
+        _refuse_nested(conjunct, locate)
+        node = Filter(node, _named(conjunct, "on", joined, locate))
+    return Relation(node, joined, None)
+
+
+def _plan_lookup_join(
+    left: Relation,
+    left_source: exp.Expr,
+    right_source: exp.Table,
+    condition: exp.Expr,
+    catalog: Catalog,
+    locate: Locate,
+) -> Relation:
+    """``left JOIN t FOR SYSTEM_TIME AS OF left.proc_time AS S ON expr = S.column [AND ...]``: a
+    processing-time lookup join of a 'filesystem' table (its file read by each subtask at its first
+    lookup). An event-time temporal join (AS OF an event time) and any other table are refused."""
+    version = right_source.args["version"]
+    lq, rq = _qualifier(left_source), _qualifier(right_source)
+    if not lq or not rq or lq == rq:
+        raise locate.refuse(right_source, "each side of a JOIN needs its own name or alias")
+    if changelog_of(left.node) is not None:
+        raise locate.refuse(left_source, "a lookup join of an updating result (a changelog) is not supported")
+    left_names = tuple(c for c in left.scope.columns if "." not in c)
+    at = version.expression
+    if str(version.this).upper() != "TIMESTAMP" or str(version.args.get("kind", "")).upper() != "AS OF":
+        raise locate.refuse(right_source, "a temporal table is read FOR SYSTEM_TIME AS OF a column (nothing else)")
+    side = _side_of(at, lq, "", left_names, ()) if isinstance(at, exp.Column) else None
+    if side != "left" or not isinstance(at, exp.Column) or at.name != left.proctime:
+        if isinstance(at, exp.Column) and at.name == left.time_column:
+            raise locate.refuse(
+                at,
+                f"FOR SYSTEM_TIME AS OF {at.sql(dialect='spark')}: an event-time temporal join (a versioned table) "
+                "is not supported; a processing-time lookup join (AS OF a PROCTIME() column) is",
+            )
+        raise locate.refuse(
+            at,
+            f"FOR SYSTEM_TIME AS OF {at.sql(dialect='spark')}: a lookup join reads at the left side's processing "
+            "time (a column PROCTIME() gives: SELECT *, PROCTIME() AS p_time FROM t)",
+        )
+    name = right_source.name
+    table = catalog.tables.get(name)
+    if table is None or not isinstance(table.connector, FilesystemTable):
+        what = (
+            "a view"
+            if name in catalog.views
+            else f"'{dict(table.options).get('connector')}'"
+            if table is not None
+            else "no such table"
+        )
+        raise locate.refuse(
+            right_source,
+            f"a lookup join's table is a 'filesystem' table (Weir's lookup source); {name} is {what}",
+        )
+    right_names = table.column_names
+    right_scope = _table_scope(table, rq)
+    columns: dict[str, SqlType | None] = {}
+    for q, names, scope in ((lq, left_names, left.scope), (rq, right_names, right_scope)):
+        for column in names:
+            columns[f"{q}.{column}"] = scope.columns[column]
+    for column in left_names:
+        if column not in right_names:
+            columns[column] = left.scope.columns[column]
+    for column in right_names:
+        if column not in left_names:
+            columns[column] = right_scope.columns[column]
+    joined = Scope(columns, left.scope.qualifiers | right_scope.qualifiers, {})
+    keys: list[NamedExpression] = []
+    key_columns: list[str] = []
+    residual: list[exp.Expr] = []
+    for conjunct in _conjuncts(condition):
+        if isinstance(conjunct, exp.EQ):
+            a, b = conjunct.this, conjunct.expression
+            if isinstance(a, exp.Column) and _side_of(a, lq, rq, left_names, right_names) == "right":
+                a, b = b, a
+            if (
+                isinstance(b, exp.Column)
+                and _side_of(b, lq, rq, left_names, right_names) == "right"
+                and _side_of(a, lq, rq, left_names, right_names) == "left"
+            ):
+                _refuse_nested(a, locate)
+                keys.append(_named(_unqualified(a, lq), f"$lk{len(keys)}", left.scope, locate))
+                key_columns.append(b.name)
+                continue
+        residual.append(conjunct)
+    if not keys:
+        raise locate.refuse(
+            condition, f"a lookup join needs an equality of an expression of the left side and a column of {rq} in ON"
+        )
+    node: Node = LookupJoin(left.node, table, tuple(keys), tuple(key_columns), lq, rq, left_names, tuple(right_names))
     for conjunct in residual:
         _refuse_nested(conjunct, locate)
         node = Filter(node, _named(conjunct, "on", joined, locate))
@@ -1002,6 +1243,10 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     if not isinstance(source, exp.Table):
         raise locate.refuse(source, f"FROM {type(source).__name__.upper()} is not supported")
     alias = source.alias or None
+    if source.args.get("version") is not None:
+        raise locate.refuse(
+            source, "FOR SYSTEM_TIME AS OF is supported only on a lookup join's right side (a 'filesystem' table)"
+        )
     if isinstance(source.this, exp.Identifier):
         if source.args.get("db") or source.args.get("catalog"):
             raise locate.refuse(source, "a qualified table name (catalog.db.table) is not supported")
@@ -1034,6 +1279,12 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     ):
         raise locate.refuse(descriptor, f"{name}'s second argument is DESCRIPTOR(time column)")
     time_column = descriptor.expressions[0].name
+    if read.proctime is not None and time_column == read.proctime:
+        raise locate.refuse(
+            descriptor,
+            f"{name} over {table_arg.name}.{time_column}: a processing-time window (over a PROCTIME() column) is not "
+            "supported; event-time windows are",
+        )
     if read.time_column != time_column:
         raise locate.refuse(
             descriptor,
@@ -1208,8 +1459,6 @@ def _plan_aggregate(
     aggregates = []
     for i, written in enumerate(calls):
         if not input_mode.appends:
-            if isinstance(written, exp.Filter):
-                raise locate.refuse(written, "FILTER (WHERE ...) over an updating result is not supported")
             if isinstance(written, exp.Anonymous):
                 raise locate.refuse(
                     written,
@@ -1230,9 +1479,9 @@ def _plan_aggregate(
     return aggregate, out_scope, window is None
 
 
-def _cdc_scan(node: Node) -> bool:
-    """A scan of a 'postgres-cdc' table: its changelog's rows are whole rows of the PostgreSQL table."""
-    return isinstance(node, Scan) and is_cdc_scan(node.table)
+def _changelog_source(node: Node) -> bool:
+    """A scan of a 'postgres-cdc' or 'upsert-kafka' table: its changelog's rows are whole rows."""
+    return isinstance(node, Scan) and is_changelog_source(node.table)
 
 
 def _holds_input_key(group_nodes: list[exp.Expr], node: Node) -> bool:

@@ -85,11 +85,15 @@ def _counted(acc: Mapping[Any, int], value: Any, sign: int) -> dict[Any, int]:
 
 class RetractingAccumulators:
     """The built-in aggregates over an updating input (a changelog): each call's accumulator adds a
-    row and takes one back. A Python aggregate has no retract: the planner refuses it there."""
+    row and takes one back. A call's ``FILTER (WHERE ...)`` leaves its accumulator as it is for a row
+    whose condition is not TRUE, added or taken back alike: a -U or -D carries the whole row its +I or
+    +U added, so the condition decides the same both times (Flink's filtered retracting aggregates).
+    A Python aggregate has no retract: the planner refuses it there."""
 
     def __init__(self, calls: tuple[AggregateCall, ...]) -> None:
         self.calls = calls
         self.arguments = tuple(c.argument.evaluate if c.argument is not None else None for c in calls)
+        self.conditions = tuple(c.condition.evaluate if c.condition is not None else None for c in calls)
 
     def create(self) -> tuple[Any, ...]:
         return tuple(self._empty(c) for c in self.calls)
@@ -102,8 +106,8 @@ class RetractingAccumulators:
 
     def _apply(self, accs: tuple[Any, ...], row: Row, sign: int) -> tuple[Any, ...]:
         return tuple(
-            self._step(c, a, None if f is None else f(row), sign)
-            for c, a, f in zip(self.calls, accs, self.arguments, strict=True)
+            a if w is not None and w(row) is not True else self._step(c, a, None if f is None else f(row), sign)
+            for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True)
         )
 
     @staticmethod

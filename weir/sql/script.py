@@ -405,12 +405,41 @@ def _create_table(text: Text, tokens: list[Token]) -> Table:
             columns.append(_column(text, name, element, source, at))
     if not columns:
         raise SqlError(f"table {name} has no physical column", position)
-    rest = tokens[close + 1 :]
+    rest: Sequence[Token] = tokens[close + 1 :]
+    partition_by: tuple[str, ...] = ()
+    if rest and _word(rest[0]).split() == ["PARTITIONED", "BY"]:  # sqlglot's one token
+        partition_by, rest = _partitioned_by(text, name, rest)
     options, positions = _with_options(text, name, rest, text.at(tokens[close].start))
     connector = connector_of(name, options, positions, position)
-    table = Table(name, tuple(columns), tuple(computed), watermark, primary_key, connector, tuple(options.items()))
+    table = Table(
+        name,
+        tuple(columns),
+        tuple(computed),
+        watermark,
+        primary_key,
+        connector,
+        tuple(options.items()),
+        partition_by,
+    )
     check_table(table, position)
     return table
+
+
+def _partitioned_by(text: Text, table: str, tokens: Sequence[Token]) -> tuple[tuple[str, ...], Sequence[Token]]:
+    """``PARTITIONED BY (a, b)``'s column names, and the tokens after it."""
+    if len(tokens) < 2 or tokens[1].token_type is not TokenType.L_PAREN:
+        raise SqlError(f"table {table}: PARTITIONED BY takes (column, ...)", text.at(tokens[0].start))
+    close = _matching(tokens, 1)
+    if close is None:
+        raise SqlError(f"table {table}: PARTITIONED BY ( is not closed", text.at(tokens[1].start))
+    names = []
+    for element in _elements(tokens[2:close]):
+        if len(element) != 1:
+            raise SqlError(f"table {table}: PARTITIONED BY takes column names", text.at(element[0].start))
+        names.append(element[0].text)
+    if not names:
+        raise SqlError(f"table {table}: PARTITIONED BY takes (column, ...)", text.at(tokens[0].start))
+    return tuple(names), tokens[close + 1 :]
 
 
 def _matching(tokens: Sequence[Token], open_at: int) -> int | None:

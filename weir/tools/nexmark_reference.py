@@ -404,6 +404,86 @@ def q20(events: Sequence[Event]) -> list[Row]:
     ]
 
 
+def q9(events: Sequence[Event]) -> list[Row]:
+    """Winning bids: per auction, of its bids between its opening and its expiry (both inclusive:
+    SQL's BETWEEN; a bid read before its auction counts too, the join being over the whole stream),
+    the one with the highest price, of those the earliest (of two at the same millisecond the
+    earlier in the stream: Flink's arrival order), with every column of the auction (``dateTime`` its
+    opening) and the bid's ``auction``, ``bidder``, ``price``, ``bid_dateTime``, ``bid_extra``. An
+    auction without such a bid is not in the result."""
+    auctions = {e.id: e for e in events if type(e) is Auction}
+    winning: dict[int, Bid] = {}
+    for b in bids(events):
+        a = auctions.get(b.auction)
+        if a is None or not a.date_time <= b.date_time <= a.expires:
+            continue
+        held = winning.get(a.id)
+        if held is None or (-b.price, b.date_time) < (-held.price, held.date_time):
+            winning[a.id] = b
+    return [
+        {
+            "id": a.id,
+            "itemName": a.item_name,
+            "description": a.description,
+            "initialBid": a.initial_bid,
+            "reserve": a.reserve,
+            "dateTime": a.date_time,
+            "expires": a.expires,
+            "seller": a.seller,
+            "category": a.category,
+            "extra": a.extra,
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "bid_dateTime": b.date_time,
+            "bid_extra": b.extra,
+        }
+        for auction_id, b in winning.items()
+        if (a := auctions[auction_id]) is not None
+    ]
+
+
+def q10(events: Sequence[Event]) -> list[Row]:
+    """Log to file system: every bid with ``dt`` its day and ``hm`` its hour and minute (UTC), the
+    table's partition columns."""
+    return [
+        {
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "dateTime": b.date_time,
+            "extra": b.extra,
+            "dt": day_of(b.date_time),
+            "hm": minute_of(b.date_time),
+        }
+        for b in bids(events)
+    ]
+
+
+SIDE_INPUT_ROWS: Final = 10_000
+"""The Nexmark suite's side input (its ``SideInputGenerator --num 10000``): line ``i`` is ``i,i``."""
+
+
+def side_input_text(rows: int = SIDE_INPUT_ROWS) -> str:
+    """The suite's side input file, as its generator writes it: ``i,i`` for i in [0, rows)."""
+    return "".join(f"{i},{i}\n" for i in range(rows))
+
+
+def q13(events: Sequence[Event], rows: int = SIDE_INPUT_ROWS) -> list[Row]:
+    """Bounded side input join: every bid with the side input's ``value`` of key ``auction % rows``
+    (the side input holds every key in [0, rows), its value the key as text)."""
+    return [
+        {
+            "auction": b.auction,
+            "bidder": b.bidder,
+            "price": b.price,
+            "dateTime": b.date_time,
+            "value": str(b.auction % rows),
+        }
+        for b in bids(events)
+    ]
+
+
 QUERIES = {
     "q0": q0,
     "q1": q1,
@@ -413,7 +493,10 @@ QUERIES = {
     "q5": q5,
     "q7": q7,
     "q8": q8,
+    "q9": q9,
+    "q10": q10,
     "q11": q11,
+    "q13": q13,
     "q14": q14,
     "q15": q15,
     "q16": q16,

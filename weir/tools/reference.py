@@ -108,7 +108,7 @@ class SinkDescription:
 
     kind: SinkKind
     target: str | None  # topic, table or file path
-    serializer: Callable[[Any], bytes] | None = None  # kafka, file
+    serializer: Callable[[Any], bytes | None] | None = None  # kafka (None: a tombstone), file
     key: Callable[[Any], bytes | str | None] | None = None  # kafka
     columns: tuple[str, ...] = ()  # postgres
     key_columns: tuple[str, ...] = ()  # postgres
@@ -126,7 +126,7 @@ class SinkCapture:
     values: list[Any] = field(default_factory=list)
     timestamps: list[int | None] = field(default_factory=list)
 
-    def serialized_values(self) -> list[bytes]:
+    def serialized_values(self) -> list[bytes | None]:
         """The record values a Kafka (or file) sink writes, through the sink's own serializer."""
         serializer = self.description.serializer
         if serializer is None:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Literal, assert_never
+from typing import Any, Final, Literal, assert_never
 from urllib.parse import unquote
 
 from weir.api import LoadedJob
@@ -247,9 +247,18 @@ class Comparison:
     samples: dict[str, list[str]] = field(default_factory=dict)
 
 
-def compare_records(expected: Iterable[bytes], found: Iterable[bytes | None]) -> Comparison:
-    """Multiset compare of serialized record values (Kafka)."""
-    want = Counter(expected)
+TOMBSTONE: Final = b"<tombstone> "
+"""How verify shows a Kafka tombstone (a null value): this, then the key it deletes."""
+
+
+def kafka_compared(key: bytes | None, value: bytes | None) -> bytes:
+    """What verify compares of a Kafka record: its value; for a tombstone, which key it deletes."""
+    return value if value is not None else TOMBSTONE + (key or b"")
+
+
+def compare_records(expected: Iterable[bytes | None], found: Iterable[bytes | None]) -> Comparison:
+    """Multiset compare of serialized record values (Kafka; ``kafka_compared`` tells tombstones apart)."""
+    want = Counter(b"" if v is None else v for v in expected)
     have = Counter(b"" if v is None else v for v in found)
     duplicates = missing = unexpected = 0
     samples: dict[str, list[str]] = {}
@@ -665,8 +674,9 @@ def _verify_kafka_sink(
     if partitions is None:
         raise VerifyError(f"kafka sink {capture.uid!r}: topic {topic!r} does not exist (check the job's parameters)")
     open_txns = open_kafka_transactions(cluster, topic, partitions, grace_s)
-    found = [value for _p, _o, _k, value, _ts in kafka.read_committed_records(cluster, topic)]
-    expected = capture.serialized_values()
+    found = [kafka_compared(key, value) for _p, _o, key, value, _ts in kafka.read_committed_records(cluster, topic)]
+    keys, values = capture.serialized_keys(), capture.serialized_values()
+    expected = [kafka_compared(k, v) for k, v in zip(keys, values, strict=True)]
     comparison = compare_records(expected, found)
     count = check_proof_records("kafka", counted, found=len(found), writes=len(expected), keys=len(expected))
     return _report(capture, "kafka", topic, comparison, proof, open_txns, KAFKA_OPEN_TRANSACTION_METHOD, counted, count)

@@ -21,6 +21,7 @@ from weir.core.paths import CheckpointPaths
 from weir.core.states import JobStatus
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.checkpointing.term_fences import TermFence
+from weir.jobmanager.job_index import JOB_INDEX_KEY, JobIndex, decode_index
 from weir.jobmanager.messages import CheckpointAck
 from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.records import JobRecord, JobSubmission
@@ -44,10 +45,12 @@ def test_a_stale_leaders_conditional_record_write_is_refused_by_the_s3_server(s3
     paths = CheckpointPaths()
     key = paths.job_record(JobId("job-1"))
     old = JobRecordStore(s3, paths, lambda: 0.0, conditional=True)
+    old.take_over_index(1)
     assert old.write_now(record(1))  # created: If-None-Match: *
     assert old.write_now(record(2))  # If-Match its own version
 
     new = JobRecordStore(s3, paths, lambda: 0.0, conditional=True)
+    new.take_over_index(2)
     taken = new.load(key)
     assert taken.attempt == 2
     fenced = record(2, (TermFence(2, None),))
@@ -91,3 +94,24 @@ def test_a_checkpoint_a_deposed_leader_lands_late_on_s3_is_never_restored(
     third = make_harness(s3, leader_term=lambda: 3)
     assert third.jm.recover_jobs() == 1
     assert [c.checkpoint_id for c in third.jm.jobs["job-1"].coordinator.store.all()] == [completed_id]
+
+
+def test_a_deposed_leaders_new_job_is_refused_by_the_s3_servers_job_index_and_withdrawn(
+    s3: S3CheckpointStorage,
+) -> None:
+    """A new job's first record has no version to fence (``If-None-Match: *`` on a new key lands): the
+    job exists once the job index names it, and the index is written ``If-Match`` the version the
+    leader last wrote, which the new leader's takeover replaced: the S3 server refuses it."""
+    paths = CheckpointPaths()
+    old = JobRecordStore(s3, paths, lambda: 0.0, conditional=True)
+    old.take_over_index(1)
+    assert old.write_now(record(1))
+    new = JobRecordStore(s3, paths, lambda: 0.0, conditional=True)
+    index = new.take_over_index(2)
+
+    late = JobRecord(JobSubmission("job-late", "sums", "sums.py", b"", {}, 1, 100.0), 1, JobStatus.RUNNING, None, {})
+    assert not old.write_now(late)
+    assert old.withdrawn("job-late")
+    assert not s3.exists(paths.job_record(JobId("job-late")))
+    assert decode_index(s3.get_bytes(JOB_INDEX_KEY)) == JobIndex(2, frozenset({"job-1"}))
+    assert new.registered_keys(index) == [paths.job_record(JobId("job-1"))]

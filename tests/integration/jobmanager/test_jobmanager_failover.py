@@ -1,7 +1,8 @@
 """A leader JobManager and a standby on one checkpoint storage (``WEIR_HA_ENABLED``): the leader is
 killed (SIGKILL) or paused (SIGSTOP) under load; the standby takes the lease over within seconds,
 the TaskManagers follow it, and the job's output is exact in both sinks (multisets of whole records).
-A paused leader woken after the takeover changes nothing: it starts over as a standby."""
+A paused leader woken after the takeover changes nothing: it starts over as a standby; paused in the
+middle of a submission, the job it was creating is refused by the job index and leaves nothing."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -25,8 +28,11 @@ from tests.integration.ports import private_ports
 from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
+from weir.core.ids import JobId
+from weir.core.paths import CheckpointPaths
+from weir.jobmanager.job_index import JOB_INDEX_KEY, decode_index
 from weir.jobmanager.lease import LeaseStore
-from weir.tools.client import JobDetails, JobManagerClient
+from weir.tools.client import SUBMIT_TIMEOUT_S, JobDetails, JobManagerClient
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +97,16 @@ def status(cluster: HaCluster, job_id: str) -> JobDetails | None:
 
 @pytest.fixture
 def ha_cluster(services: Endpoints, tmp_path: Path) -> Iterator[HaCluster]:
+    with running_ha_cluster(services, tmp_path) as cluster:
+        yield cluster
+
+
+@contextmanager
+def running_ha_cluster(
+    services: Endpoints, tmp_path: Path, leader_env: dict[str, str] | None = None
+) -> Iterator[HaCluster]:
+    """A leader, a standby and three TaskManagers; ``leader_env``: more environment for the first
+    JobManager (the one that leads first) only."""
     # The private JobManager port beside the session's cluster and the one after it.
     first = int(private_ports(services)["WEIR_JOBMANAGER_PORT"])
     addresses = (f"127.0.0.1:{first}", f"127.0.0.1:{first + 1}")
@@ -107,15 +123,26 @@ def ha_cluster(services: Endpoints, tmp_path: Path) -> Iterator[HaCluster]:
     logs = tmp_path / "logs"
     logs.mkdir()
 
-    def start(name: str, *argv: str) -> subprocess.Popen[bytes]:
+    def start(name: str, *argv: str, extra: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         out = open(logs / f"{name}.log", "ab")  # noqa: SIM115 - the process owns it
-        return subprocess.Popen([sys.executable, *argv], env=env, stdout=out, stderr=subprocess.STDOUT)
+        return subprocess.Popen(
+            [sys.executable, *argv], env={**env, **(extra or {})}, stdout=out, stderr=subprocess.STDOUT
+        )
 
     jobmanagers: dict[str, subprocess.Popen[bytes]] = {}
     for i, address in enumerate(addresses):
         port = address.rsplit(":", 1)[1]
         jobmanagers[address] = start(
-            f"jobmanager-{i}", "-m", "weir.jobmanager", "--port", port, "--metrics-port", "0", "--rest-port", "0"
+            f"jobmanager-{i}",
+            "-m",
+            "weir.jobmanager",
+            "--port",
+            port,
+            "--metrics-port",
+            "0",
+            "--rest-port",
+            "0",
+            extra=leader_env if i == 0 else None,
         )
         if i == 0:  # the first one leads: the lease is its own before the standby starts
             poll(
@@ -227,3 +254,85 @@ def test_paused_leader_woken_after_the_takeover_changes_nothing(
     assert "jobmanager_standby" in names
     refused = [e for e in woken if e.get("event") in ("write_fenced", "notify_failed", "trigger_failed")]
     assert all(e.get("event") == "write_fenced" or e.get("code") == "FAILED_PRECONDITION" for e in refused), refused
+
+
+def test_a_leader_paused_mid_submission_creates_nothing_once_woken(
+    services: Endpoints, tmp_path: Path, unique: str
+) -> None:
+    """The leader stops itself (SIGSTOP, a pause point) after its lease check for a new job's first
+    record and before the write; the standby takes over; woken, the old leader's record write lands
+    (its key is new: nothing to fence) but the job index refuses the job, the record is withdrawn, and
+    the submission is not answered with an id. Submitted again, the job runs once on the new leader,
+    exactly."""
+    leader_env = {"WEIR_PAUSE_POINTS": "before_job_record_create", "WEIR_CRASH_ONCE_DIR": str(tmp_path / "once")}
+    with running_ha_cluster(services, tmp_path, leader_env) as cluster:
+        params = keyed_aggregation_inputs(services, unique, 2_000, records_per_second=2000, checkpoint_interval="1s")
+        job_file = REPO_ROOT / "examples/keyed_aggregation.py"
+        old_log = cluster.logs / "jobmanager-0.log"
+        outcome: dict[str, object] = {}
+
+        def submit() -> None:
+            try:
+                outcome["job_id"] = cluster.client.submit_job(job_file, params, 1)
+            except WeirError as exc:
+                outcome["error"] = exc
+
+        submitting = threading.Thread(target=submit, name="submit-to-paused-leader")
+        submitting.start()
+        poll(
+            "the leader to pause before the new job's record",
+            lambda: bool(outcome) or any(e.get("event") == "pause_point_hit" for e in log_events(old_log)),
+            120,
+        )
+        assert not outcome, f"the submission was answered before the leader paused: {outcome}"
+        (paused,) = [e for e in log_events(old_log) if e.get("event") == "pause_point_hit"]
+        job_id = str(paused["job_id"])
+        poll("the standby to take over", lambda: cluster.leader() == cluster.addresses[1], TAKEOVER_WITHIN_S + 30)
+        woken_at = time.time()
+        os.kill(cluster.jobmanagers[cluster.addresses[0]].pid, signal.SIGCONT)
+        submitting.join(timeout=SUBMIT_TIMEOUT_S + 30)
+        assert not submitting.is_alive()
+        assert "job_id" not in outcome and isinstance(outcome.get("error"), WeirError), outcome
+
+        poll(
+            "the woken leader to start over as a standby",
+            lambda: any(
+                e.get("event") == "jobmanager_standby"
+                and datetime.fromisoformat(e["timestamp"]).timestamp() >= woken_at
+                for e in log_events(old_log)
+            ),
+            60,
+        )
+        woken = [e for e in log_events(old_log) if datetime.fromisoformat(e["timestamp"]).timestamp() >= woken_at]
+        names = [e.get("event") for e in woken]
+        withdrawn = [e for e in woken if e.get("event") == "job_creation_withdrawn"]
+        assert [e["job_id"] for e in withdrawn] == [job_id], names
+        assert not [e for e in woken if e.get("event") in LANDED_EVENTS | {"job_registered"}], names
+        # Nothing of it survives: no record, no index entry, unknown to the leader.
+        storage = open_storage(cluster.storage_uri)
+        paths = CheckpointPaths()
+        assert not storage.exists(paths.job_record(JobId(job_id)))
+        assert not storage.exists(paths.job_artifact(JobId(job_id)))
+        assert job_id not in decode_index(storage.get_bytes(JOB_INDEX_KEY)).job_ids
+        listed: list[str] = []
+
+        def listed_by_the_leader() -> bool:
+            try:  # the client may still be on the old leader's address: it moves on after one refusal
+                listed[:] = [j.job_id for j in cluster.client.list_jobs()]
+            except WeirError:
+                return False
+            return True
+
+        poll("the new leader to list its jobs", listed_by_the_leader, 30)
+        assert job_id not in listed
+
+        again = cluster.client.submit_job(job_file, params, 1)
+        assert again != job_id
+        poll(
+            "the job submitted again to finish on the new leader",
+            lambda: (s := status(cluster, again)) is not None and s.summary.status == "FINISHED",
+            300,
+        )
+        assert_sinks_exact("examples/keyed_aggregation.py", params, again, services)
+        poll("the new leader to list its jobs", listed_by_the_leader, 30)
+        assert listed == [again]

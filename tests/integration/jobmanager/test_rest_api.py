@@ -445,6 +445,8 @@ def test_a_bad_savepoint_body_is_a_bad_request(rest: RestJob, body: dict[str, An
         "/jobs/{job}/checkpoints",
         "/jobs/{job}/checkpoints/details/1",
         "/jobs/{job}/vertices/numbers/backpressure",
+        "/jobs/{job}/status",
+        "/jobs/{job}/resource-requirements",
     ],
 )
 def test_an_unknown_job_is_not_found(rest: RestJob, path: str) -> None:
@@ -496,3 +498,14 @@ def test_cancel_answers_202_and_a_savepoint_of_the_cancelled_job_is_a_conflict(r
     details = rest.get(f"/jobs/{rest.job_id}")
     assert details["end-time"] >= details["start-time"] and details["duration"] >= 0
     assert "RUNNING job" in rest.errors(rest.http.post(f"/jobs/{rest.job_id}/savepoints", json={}), 409)[0]
+
+
+def test_a_jobs_status_alone_and_its_resource_requirements_are_flinks_shapes(rest: RestJob) -> None:
+    before = rest.get(f"/jobs/{rest.job_id}")["state"]
+    status = rest.get(f"/v1/jobs/{rest.job_id}/status")
+    after = rest.get(f"/jobs/{rest.job_id}")["state"]
+    assert set(status) == {"status"} and status["status"] in (before, after)
+    nodes = rest.get(f"/jobs/{rest.job_id}/plan")["plan"]["nodes"]
+    assert rest.get(f"/jobs/{rest.job_id}/resource-requirements") == {
+        n["id"]: {"parallelism": {"lowerBound": n["parallelism"], "upperBound": n["parallelism"]}} for n in nodes
+    }

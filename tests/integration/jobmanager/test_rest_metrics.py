@@ -171,3 +171,20 @@ def test_the_jobmanagers_log_file_is_listed_and_served(running: MetricsJob) -> N
     response = running.http.get("/jobmanager/log")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/plain")
     assert running.job_id in response.text, "the log names the job it accepted"
+
+
+def test_a_taskmanagers_log_file_is_listed_and_served_over_its_grpc_service(running: MetricsJob) -> None:
+    placed = [t["id"] for t in running.get("/taskmanagers")["taskmanagers"] if t["tasks"]]
+    assert placed
+    tm = placed[0]
+    logs = running.get(f"/v1/taskmanagers/{tm}/logs")["logs"]
+    assert [entry["name"] for entry in logs] == [f"{tm}.log"], logs  # the supervisor's file for both streams
+    assert logs[0]["size"] > 0 and logs[0]["mtime"] > 1_700_000_000_000
+    log = running.http.get(f"/taskmanagers/{tm}/log")
+    assert log.status_code == 200 and log.headers["content-type"].startswith("text/plain")
+    assert running.job_id in log.text, "the TaskManager's log names the job whose tasks it runs"
+    for path in (f"/taskmanagers/{tm}/stdout", f"/v1/taskmanagers/{tm}/logs/{tm}.log"):
+        again = running.http.get(path)  # the same file, read later: it only grew
+        assert again.status_code == 200 and again.text.startswith(log.text[: len(log.text) // 2]), path
+    assert running.http.get(f"/taskmanagers/{tm}/logs/jobmanager.log").status_code == 404
+    assert running.http.get("/taskmanagers/no-such-taskmanager/logs").status_code == 404

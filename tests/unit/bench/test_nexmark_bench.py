@@ -293,6 +293,8 @@ def test_flink_sql_argv_runs_the_query_as_configured(tmp_path: Path) -> None:
         "--mini-batch": "true",
         "--parallelism": "3",
         "--rest-port": "38181",
+        "--side-input": str(nb.SIDE_INPUT),
+        "--file-output": str(nb.FILE_OUTPUTS),
     }
 
 
@@ -327,13 +329,25 @@ def test_a_nexmark_figure_measured_in_fewer_runs_than_were_made_says_in_how_many
 
 
 SQL_QUERIES = [
-    *("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q11", "q14", "q15", "q16", "q17"),
+    *("q0", "q1", "q2", "q3", "q4", "q5", "q7", "q8", "q9", "q10", "q11", "q13", "q14", "q15", "q16", "q17"),
     *("q18", "q19", "q20", "q21", "q22"),
 ]
 
 
 def test_weirs_sql_mode_runs_every_sql_file() -> None:
     assert nb.sql_queries() == SQL_QUERIES
+    assert nb.flink_queries() == set(SQL_QUERIES) - {"q13"}  # Flink 2.2.1 refuses q13's lookup join
+    assert nb.measured_sql_queries() == [q for q in SQL_QUERIES if q != "q10"]  # q10 writes files, not Kafka
+
+
+def test_the_side_input_is_the_suites_file_written_once(tmp_path: Path) -> None:
+    path = nb.write_side_input(tmp_path / "side" / "side_input.txt")
+    lines = path.read_text().splitlines()
+    assert len(lines) == 10_000 and lines[:2] == ["0,0", "1,1"] and lines[-1] == "9999,9999"
+    written = path.stat().st_mtime_ns
+    assert nb.write_side_input(path) == path and path.stat().st_mtime_ns == written
+    text = nb.query_sql("q13", output="o", bootstrap="b", group="g", side_input=path)
+    assert f"'path' = '{path}'" in text and "${" not in text
 
 
 @pytest.mark.parametrize("query", SQL_QUERIES)
@@ -348,6 +362,8 @@ def test_weirs_sql_script_is_the_ddl_and_the_query_text_flink_runs(query: str) -
     sink = nb.sink_options("out-topic", "127.0.0.1:19092", "g")
     upsert_sink = nb.upsert_sink_options("out-topic", "127.0.0.1:19092", "g")
     text = (FLINK_SQL_DIR / f"{query}.sql").read_text()
+    text = text.replace("${SIDE_INPUT}", str(nb.SIDE_INPUT))
+    text = text.replace("${FILE_OUTPUT}", f"file://{nb.file_output('out-topic')}")
     assert script.endswith(text.replace("${SINK}", sink).replace("${UPSERT_SINK}", upsert_sink))
     planned = plan_script(script, defined_in(importlib.import_module(nb.SQL_FUNCTIONS_MODULE)))
     events = planned.tables["events"].connector
@@ -374,7 +390,7 @@ def test_the_statement_set_of_every_sql_query_is_one_script_each_query_to_its_to
     """tests/integration/sql/test_nexmark_vs_flink.py's Weir side: the INSERTs of every query in one
     job, each sink the topic ``<output>-<query>``, as ``NexmarkSql --query q0,q1,...`` names them."""
     from weir.sql import plan_script
-    from weir.sql.catalog import KafkaTable
+    from weir.sql.catalog import FilesystemTable, KafkaTable
 
     queries = nb.sql_queries()
     planned = plan_script(
@@ -384,7 +400,10 @@ def test_the_statement_set_of_every_sql_query_is_one_script_each_query_to_its_to
     assert len(planned.inserts) == len(queries)
     sinks = {name: table.connector for name, table in planned.tables.items() if name != "events"}
     assert {name: c.topic for name, c in sinks.items() if isinstance(c, KafkaTable)} == {
-        f"nexmark_{q}": f"out-{q}" for q in queries
+        f"nexmark_{q}": f"out-{q}" for q in queries if not nb.SPECS[q].files
+    }
+    assert {name: c.path for name, c in sinks.items() if isinstance(c, FilesystemTable) and name != "side_input"} == {
+        "nexmark_q10": str(nb.file_output("out-q10"))
     }
     java = (FLINK_SQL_DIR.parents[1] / "java" / "weir" / "bench" / "NexmarkSql.java").read_text()
     assert 'output + "-" + name' in java and 'group + "-" + name' in java

@@ -39,7 +39,7 @@ import yaml
 from weir.core.config import Endpoints, SecuritySettings, env_name, resolve_environment
 from weir.core.roles import CLIENT_ROLES, METRICS_ROLE, Role
 from weir.core.transport_security import TransportSecurity
-from weir.tools import dev_credentials
+from weir.tools import dev_credentials, supervisor
 
 REPO = Path(__file__).resolve().parents[3]
 COMPOSE_FILE = REPO / "docker-compose.yml"
@@ -703,6 +703,8 @@ def test_prometheus_configs_agree() -> None:
     for name, targets in local_targets.items():
         if name == "weir-taskmanager":
             continue  # compose's TaskManagers are a scaled service, found by DNS (next test)
+        if name == "weir-jobmanager":  # the local standby's port is the JobManager's - 1 (next tests)
+            targets = [t for t in targets if port_of(t) == int(LOCAL["WEIR_JOBMANAGER_METRICS_PORT"])]
         assert sorted(port_of(t) for t in container_targets[name]) == sorted(port_of(t) for t in targets), name
 
 
@@ -721,6 +723,37 @@ def test_prometheus_scrapes_the_ports_the_processes_serve(svc: dict[str, Any]) -
     local_ports = sorted(port_of(t) for t in static_targets(_load_yaml(PROMETHEUS_LOCAL))["weir-taskmanager"])
     assert metrics_port["taskmanager"] == local_ports[0], "taskmanager-1's metrics port of the local mode"
     assert {port_of(t) for t in targets["prometheus"]} == {int(LOCAL["WEIR_PROMETHEUS_PORT"])}
+
+
+def test_the_local_prometheus_scrapes_the_standby_jobmanager_of_weir_cluster_up() -> None:
+    """`weir cluster up --standbys 1`: the standby's metrics port is scraped in the JobManager's job
+    (a standby serves weir_jobmanager_leader 0; WeirNoJobManagerLeader sums by job)."""
+    endpoints = Endpoints.from_env({"WEIR_LOCAL_MODE": "true"})
+    children = {c.name: c for c in supervisor.default_children(endpoints, standbys=1)}
+    served = {
+        name: int(flags(list(child.argv[3:]))["--metrics-port"])
+        for name, child in children.items()
+        if name.startswith("jobmanager")
+    }
+    assert served == {
+        "jobmanager": endpoints.jobmanager_metrics_port,
+        "jobmanager-standby-1": supervisor.standby_metrics_port(endpoints, 1),
+    }
+    targets = static_targets(_load_yaml(PROMETHEUS_LOCAL))
+    assert sorted(("127.0.0.1", port) for port in served.values()) == sorted(
+        (host_of(t), port_of(t)) for t in targets["weir-jobmanager"]
+    )
+
+
+def test_the_compose_prometheus_scrapes_standby_jobmanagers_by_dns_in_the_jobmanagers_job(
+    svc: dict[str, Any],
+) -> None:
+    job = next(j for j in _load_yaml(PROMETHEUS_COMPOSE)["scrape_configs"] if j["job_name"] == "weir-jobmanager")
+    metrics_port = int(flags(command_of(svc["jobmanager"])[3:])["--metrics-port"])
+    assert job["dns_sd_configs"] == [
+        {"names": ["jobmanager-standby"], "type": "A", "port": metrics_port, "refresh_interval": "5s"}
+    ]
+    assert job["authorization"]["credentials_file"] == "/etc/weir/credentials/prometheus-token"
 
 
 def test_prometheus_service_runs_the_compose_config(svc: dict[str, Any]) -> None:

@@ -22,6 +22,7 @@ from weir.core.checkpointing import CheckpointKind
 from weir.core.errors import Fault
 from weir.core.failures import Failure
 from weir.core.ids import TaskId
+from weir.core.log_files import LogFileInfo, LogSelector
 from weir.core.states import JobStatus, TaskState
 from weir.core.thread_dump import ThreadInfo
 from weir.graph import LogicalGraph
@@ -127,6 +128,18 @@ class FakeGateway:
         self._fail(address)
         self.calls.append(("thread_dump", address))
         return (ThreadInfo("MainThread", f'"MainThread" Id=1 RUNNABLE\n\tat serve({address}:1)\n'),)
+
+    def list_logs(self, address: str) -> tuple[LogFileInfo, ...]:
+        self._fail(address)
+        self.calls.append(("list_logs", address))
+        return (LogFileInfo(f"{address.split(':')[0]}.log", 11, 1_700_000_000.5),)
+
+    def read_log(self, address: str, selector: LogSelector, name: str = "") -> Iterator[bytes]:
+        self._fail(address)
+        self.calls.append(("read_log", address, selector, name))
+        if selector is LogSelector.STDOUT or (selector is LogSelector.NAMED and name != f"{address.split(':')[0]}.log"):
+            raise TaskManagerCallError(address, "NOT_FOUND", "the TaskManager has no such log file")
+        return iter([b"line 1\n", b"line 2\n"])
 
     def reachable(self, address: str, timeout_s: float) -> bool:
         return address not in self.unreachable
@@ -261,6 +274,8 @@ def make_harness(tmp_path: Path) -> Iterator[MakeHarness]:
             leader_term=leader_term,
         )
         made.append(jm)
+        if leader_term is not None and (term := leader_term()) is not None:
+            jm.records.take_over_index(term)  # as the leader's takeover does first, before it serves
         for tm in taskmanagers:
             jm.register_taskmanager(tm, f"{tm}:6124", 4, 0, incarnation="first")
         return Harness(jm, gateway, clock, storage, resolver, checked, end_offsets, io)

@@ -139,6 +139,7 @@ def test_a_conditional_record_write_whose_answer_was_lost_is_recognised_as_its_o
     storage = _LandsUnanswered(tmp_path)
     paths = CheckpointPaths()
     store = JobRecordStore(storage, paths, lambda: 0.0, conditional=True)
+    store.take_over_index(1)
     assert store.write_now(JobRecord(SUBMISSION, 1, JobStatus.RUNNING, None, {}))
     storage.lose_next_answer = True
     assert not store.write_now(JobRecord(SUBMISSION, 2, JobStatus.RUNNING, None, {}))  # unanswered, landed
@@ -147,6 +148,7 @@ def test_a_conditional_record_write_whose_answer_was_lost_is_recognised_as_its_o
     assert JobRecord.from_json(storage.get_bytes(key)).attempt == 3
 
     other = JobRecordStore(storage, paths, lambda: 0.0, conditional=True)
+    other.take_over_index(2)
     other.load(key)
     assert other.write_now(JobRecord(SUBMISSION, 4, JobStatus.RUNNING, None, {}, term_fences=(TermFence(2, None),)))
     assert not store.write_now(JobRecord(SUBMISSION, 5, JobStatus.RUNNING, None, {}))  # refused: not its own

@@ -278,3 +278,18 @@ def test_building_a_snapshot_streams_the_spilled_records(tmp_path: Path) -> None
         tracemalloc.stop()
     assert len(data) > 40_000 * 256
     assert peak - len(data) < 2 * 1024 * 1024, (peak, len(data))
+
+
+def test_a_tombstone_reads_back_as_a_null_value_not_an_empty_one(tmp_path: Path) -> None:
+    """A null-value record (an upsert-kafka delete) and an empty value are two records: both come back
+    as they went in, from memory and from the spill file."""
+    records: list[Record] = [(b"k1", None, 1), (b"k2", b"", 2), (b"k3", None, None), (b"k4", b"v", 4)]
+    for memory_bytes in (1024 * 1024, 0):
+        store = spill(tmp_path / str(memory_bytes), memory_bytes)
+        epoch = store.epoch(cp(3))
+        for r in records:
+            epoch.append(r)
+        assert epoch.spilled == (memory_bytes == 0)
+        assert list(epoch) == records
+        store.close()
+    assert record_memory_bytes((b"k", None, None)) == RECORD_OVERHEAD_BYTES + 1

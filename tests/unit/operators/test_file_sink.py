@@ -107,6 +107,23 @@ def test_readers_see_records_only_once_their_checkpoint_completed(
     op.close()
 
 
+def csv_line(value: Any) -> bytes:
+    return f'{value["n"]},"{value["text"]}"'.encode()
+
+
+def test_a_csv_sink_writes_each_records_line_into_csv_part_files(make_context: MakeContext, tmp_path: Path) -> None:
+    op = start(make_context, tmp_path, "csv", serializer=csv_line, bucket_assigner=fixed_bucket("d=1"))
+    for i in range(5):
+        op.process({"n": i, "text": f"t{i}"}, timestamp(i))
+    op.snapshot_state(1)
+    assert list(tmp_path.rglob("part-*")) == [], "nothing is visible before its checkpoint completes"
+    op.notify_checkpoint_complete(1)
+    (part,) = tmp_path.glob("out/d=1/part-*.csv")
+    assert part.read_text().splitlines() == [f'{i},"t{i}"' for i in range(5)]
+    op.end_input()
+    op.close()
+
+
 def test_a_part_file_rolls_by_time_on_the_processing_time_timer(make_context: MakeContext, tmp_path: Path) -> None:
     clock = Clock()
     op = start(make_context, tmp_path, "jsonl", clock=clock, rollover_interval=1000, bucket_assigner=fixed_bucket(""))
@@ -193,10 +210,12 @@ def test_options_are_checked_where_the_sink_is_defined() -> None:
     with pytest.raises(JobDefinitionError, match="path"):
         PartFileSink("relative/dir")
     with pytest.raises(JobDefinitionError, match="format"):
-        PartFileSink("/tmp/x", "csv")  # type: ignore[arg-type]
+        PartFileSink("/tmp/x", "orc")  # type: ignore[arg-type]
+    with pytest.raises(JobDefinitionError, match="format='csv' needs a serializer"):
+        PartFileSink("/tmp/x", "csv")
     with pytest.raises(JobDefinitionError, match="s3_part_bytes"):
         PartFileSink("s3://b/p", s3_part_bytes=1024)
-    with pytest.raises(JobDefinitionError, match="serializer applies to format='jsonl' only"):
+    with pytest.raises(JobDefinitionError, match="serializer applies to format='jsonl' or 'csv'"):
         PartFileSink("/tmp/x", "parquet", serializer=str.encode)  # type: ignore[arg-type]
     with pytest.raises(JobDefinitionError, match="rollover_interval"):
         PartFileSink("/tmp/x", rollover_interval=0)

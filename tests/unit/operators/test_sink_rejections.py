@@ -36,6 +36,22 @@ class FakeProducer:
         return 0
 
 
+class FakeTransactionalProducer:
+    """What TransactionalKafkaSinkOperator.process calls on its producer while an epoch is open."""
+
+    def __init__(self) -> None:
+        self.produced: list[tuple[str, bytes | None, bytes | None]] = []
+
+    def begin(self) -> None:
+        pass
+
+    def produce(self, topic: str, value: bytes | None, key: bytes | None, timestamp: int | None) -> None:
+        self.produced.append((topic, value, key))
+
+    def poll(self) -> None:
+        pass
+
+
 def set_up(op: Any, make_context: MakeContext, uid: str = "sink") -> CapturedDeadLetters:
     """The sink bound to a context whose rejections keep the dead letters (``open`` is not called:
     it would connect)."""
@@ -215,8 +231,42 @@ def test_a_serializer_returning_none_is_the_record_s_one_line_error_in_both_kafk
     with pytest.raises(UserFunctionError) as raised:
         op.process({"n": 1}, None)
     message = str(raised.value)
-    assert "none_serializer raised TypeError: the serializer returned None" in message
+    assert "none_serializer raised TypeError: the serializer returned None for a record without a key" in message
     assert "\n" not in message
     assert not producer.produced
     if exactly_once:
         assert op._current is None
+
+
+@pytest.mark.parametrize("exactly_once", [True, False], ids=["exactly-once", "at-least-once"])
+def test_a_serializer_returning_none_with_a_key_writes_a_tombstone_in_both_kafka_sinks(
+    make_context: MakeContext, exactly_once: bool
+) -> None:
+    """None for a keyed record is a tombstone (a null value: the key's delete in a compacted topic),
+    beside the records with values, in order."""
+
+    def serializer(value: dict[str, Any]) -> bytes | None:
+        return None if value["deleted"] else json_codec.encode({"n": value["n"]})
+
+    def key(value: dict[str, Any]) -> bytes:
+        return json_codec.encode({"n": value["n"]})
+
+    values = [{"n": 1, "deleted": False}, {"n": 1, "deleted": True}, {"n": 2, "deleted": False}]
+    expected = [(key(v), None if v["deleted"] else json_codec.encode({"n": v["n"]})) for v in values]
+    if exactly_once:
+        producer = FakeTransactionalProducer()
+        op: Any = TransactionalKafkaSinkOperator("out", serializer, key, on_error=FAIL)
+        set_up(op, make_context)
+        op._producer = producer
+        for v in values:
+            op.process(v, None)
+        assert [(k, data) for k, data, _ts in op._current.items] == expected  # what a restore re-produces
+        assert [(k, data) for _topic, data, k in producer.produced] == expected
+    else:
+        producer = FakeProducer()
+        op = KafkaSinkOperator("out", serializer, key, FAIL)
+        op._producer = producer
+        set_up(op, make_context)
+        for v in values:
+            op.process(v, None)
+        assert [(k, data) for _topic, data, k in producer.produced] == expected

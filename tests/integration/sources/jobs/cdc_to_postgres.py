@@ -4,7 +4,8 @@ Input: table ``-D source.table=`` (``id int PRIMARY KEY, name text, amount int``
 slot ``-D source.slot=``. Output: each change applied to ``-D sink.table=`` (same columns) by ``id``,
 exactly once (two-phase): a read, insert or update upserts the row, a delete deletes it
 (``Delete``); and each change event's JSON form into topic ``-D sink.topic=`` keyed by ``id``,
-exactly once. Optional: ``-D source.chunk_size=`` (snapshot rows per chunk), ``-D source.slot_retention=``.
+exactly once. Optional: ``-D source.chunk_size=`` (snapshot rows per chunk), ``-D source.slot_retention=``,
+``-D source.parallelism=`` (default 1: a parallel snapshot above), ``-D copy.delay_us=`` (a slow consumer).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def build(env: Environment) -> None:
         slot_name=p["source.slot"],
         chunk_size=p.get_int("source.chunk_size", 8096),
         slot_retention=p.get_str("source.slot_retention", "unless-savepoint"),
+        parallelism=p.get_int("source.parallelism", 1),
     )
     delay_s = p.get_int("copy.delay_us", 0) / 1_000_000
     if delay_s > 0:  # a slow consumer chained to the one reader: the snapshot is read slowly (mid-way at a kill)
@@ -39,8 +41,8 @@ def build(env: Environment) -> None:
             time.sleep(delay_s)  # the consumer's cost per change, not a wait for a condition
             return event
 
-        # parallelism 1: chained to the source, so each row's changes keep their order (a rebalance would not)
-        changes = changes.map(slowly, uid="slow-consumer", parallelism=1)
+        # the source's parallelism: chained to it, so each row's changes keep their order (a rebalance would not)
+        changes = changes.map(slowly, uid="slow-consumer", parallelism=p.get_int("source.parallelism", 1))
     changes.sink_to_kafka(
         p["sink.topic"],
         uid="changelog",

@@ -30,7 +30,7 @@ from openapi_spec_validator import validate
 from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
 from weir.jobmanager.rest import views
 from weir.jobmanager.rest.app import create_app
-from weir.jobmanager.rest.ids import flink_vertex_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 
 JOB_PATHS = (
     "/jobs/{job}",
@@ -39,6 +39,8 @@ JOB_PATHS = (
     "/jobs/{job}/checkpoints",
     "/jobs/{job}/checkpoints/details/1",
     "/jobs/{job}/vertices/gen/backpressure",
+    "/jobs/{job}/status",
+    "/jobs/{job}/resource-requirements",
 )
 
 
@@ -658,6 +660,12 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/jobmanager/stdout",
         "/jobmanager/thread-dump",
         "/taskmanagers/{taskmanager_id}/thread-dump",
+        "/taskmanagers/{taskmanager_id}/logs",
+        "/taskmanagers/{taskmanager_id}/logs/{filename}",
+        "/taskmanagers/{taskmanager_id}/log",
+        "/taskmanagers/{taskmanager_id}/stdout",
+        "/jobs/{job_id}/status",
+        "/jobs/{job_id}/resource-requirements",
         "/jars/{jar_id}/plan",
         "/jobs/{job_id}/config",
         "/jobs/{job_id}/jobmanager/config",
@@ -704,3 +712,18 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
 def test_the_web_ui_is_served_at_the_root(client: TestClient) -> None:
     response = client.get("/")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+
+
+def test_a_jobs_status_alone_and_its_resource_requirements_are_flinks_shapes(
+    harness: Harness, client: TestClient
+) -> None:
+    job = running_job(harness)
+    assert client.get("/v1/jobs/job-1/status").json() == {"status": "RUNNING"}
+    assert client.get(f"/jobs/{flink_job_id('job-1')}/status").json() == {"status": "RUNNING"}
+    assert client.get("/jobs/job-1/resource-requirements").json() == {
+        flink_vertex_id("gen"): {"parallelism": {"lowerBound": 1, "upperBound": 1}}
+    }
+    harness.jm.cancel(job.job_id)
+    assert client.get("/jobs/job-1/status").json()["status"] in ("CANCELLING", "CANCELED")
+    for path in ("/jobs/nope/status", "/jobs/nope/resource-requirements"):
+        assert "nope" in errors_of(client.get(path), 404)[0]

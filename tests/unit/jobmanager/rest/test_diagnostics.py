@@ -172,3 +172,31 @@ def test_a_read_token_reads_logs_dumps_and_accumulators(harness: Harness) -> Non
         assert (
             "submit" in errors_of(client.delete("/jars/some-jar", headers={"Authorization": "Bearer reader"}), 403)[0]
         )
+
+
+# A TaskManager's logs, asked over its gRPC service ---------------------------------------------------
+
+
+def test_a_taskmanagers_logs_are_listed_and_read_over_its_grpc_service(harness: Harness, client: TestClient) -> None:
+    listed = client.get("/v1/taskmanagers/tm-a/logs")
+    assert listed.status_code == 200, listed.text
+    assert listed.json() == {"logs": [{"name": "tm-a.log", "size": 11, "mtime": 1_700_000_000_500}]}
+    for path in ("/taskmanagers/tm-a/log", "/v1/taskmanagers/tm-a/logs/tm-a.log"):
+        answer = client.get(path)
+        assert answer.status_code == 200, (path, answer.text)
+        assert answer.text == "line 1\nline 2\n" and answer.headers["content-type"].startswith("text/plain")
+    # No such file on the TaskManager (its standard output is a pipe; a name it does not list): 404.
+    assert "no such log file" in errors_of(client.get("/taskmanagers/tm-a/stdout"), 404)[0]
+    assert "no such log file" in errors_of(client.get("/taskmanagers/tm-a/logs/other.log"), 404)[0]
+    assert harness.gateway.named("list_logs") == [("tm-a:6124",)]
+    assert harness.gateway.named("read_log") == [
+        ("tm-a:6124", diagnostics.LogSelector.LOG, ""),
+        ("tm-a:6124", diagnostics.LogSelector.NAMED, "tm-a.log"),
+        ("tm-a:6124", diagnostics.LogSelector.STDOUT, ""),
+        ("tm-a:6124", diagnostics.LogSelector.NAMED, "other.log"),
+    ]
+    for path in ("/taskmanagers/nope/logs", "/taskmanagers/nope/log", "/taskmanagers/nope/logs/x.log"):
+        assert "no TaskManager 'nope'" in errors_of(client.get(path), 404)[0]
+    harness.gateway.failing["tm-a:6124"] = "UNAVAILABLE"
+    assert "UNAVAILABLE" in errors_of(client.get("/taskmanagers/tm-a/logs"), 503)[0]
+    assert "UNAVAILABLE" in errors_of(client.get("/taskmanagers/tm-a/log"), 503)[0]

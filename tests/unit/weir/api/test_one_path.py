@@ -149,9 +149,6 @@ class KeyedRules(KeyedBroadcastProcessFunction):
     pass
 
 
-FIXED_PARALLELISM = {"Environment.from_postgres_cdc": 1}
-"""Methods whose operator runs at one parallelism only (a replication slot's one reader)."""
-
 Case = Callable[[Environment, dict[str, Any]], object]
 CASES: dict[str, Case] = {
     "Environment.from_source": lambda env, kw: env.from_source(GeneratorSource(square, count=1), **kw),
@@ -247,7 +244,7 @@ def test_each_method_adds_its_operator_by_the_one_path_and_records_it_alike(
     assert t.uid == "op"
     if "name" in accepts:
         assert t.name == "the-op"
-    assert t.parallelism == (3 if "parallelism" in accepts else FIXED_PARALLELISM.get(case))
+    assert t.parallelism == (3 if "parallelism" in accepts else None)
     operator = t.factory()
     assert operator is not t.factory()  # a fresh operator per subtask
     if "on_error" in accepts:

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from weir.api import Environment, OptionError, PostgresCdcSource, PostgresCdcSourceSpec, SlotRetention
-from weir.core.errors import JobDefinitionError
 from weir.operators.cdc_source import PostgresCdcSourceOperator
 
 
@@ -76,8 +75,11 @@ def test_from_postgres_cdc_adds_one_reader_and_names_the_operator_in_errors() ->
         env.from_postgres_cdc(["orders"], uid="bad", slot_name="Bad")
 
 
-def test_from_source_refuses_another_parallelism_for_the_one_reader() -> None:
+def test_the_source_runs_at_parallelism_1_unless_a_parallel_snapshot_is_asked_for() -> None:
     source = PostgresCdcSource.builder().tables(["t"]).slot_name("s").build()
-    with pytest.raises(JobDefinitionError, match="'cdc': postgres-cdc:s runs at parallelism 1 only, not 2"):
-        Environment("j").from_source(source, uid="cdc", parallelism=2)
-    Environment("j").from_source(source, uid="cdc", parallelism=1)
+    env = Environment("j", parallelism=4)
+    env.from_source(source, uid="one")
+    env.from_source(source, uid="three", parallelism=3)
+    env.from_postgres_cdc(["t"], uid="two", slot_name="s2", parallelism=2)
+    parallelism = {uid: env.graph.transformations[uid].parallelism for uid in ("one", "three", "two")}
+    assert parallelism == {"one": 1, "three": 3, "two": 2}

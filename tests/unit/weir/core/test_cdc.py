@@ -15,6 +15,7 @@ import pytest
 
 from weir.core.cdc import (
     SNAPSHOT_PENDING,
+    AdvanceSlot,
     CdcProgress,
     CdcSourceError,
     CdcState,
@@ -144,13 +145,13 @@ def test_the_slot_advances_to_a_completed_checkpoints_position_once_and_never_ba
     progress.transaction(30)
     progress.checkpoint_taken(4)
     assert progress.checkpoint_completed(1) is None, "the snapshot's checkpoint holds no position"
-    assert progress.checkpoint_completed(3) == 20
+    assert progress.checkpoint_completed(3) == AdvanceSlot(20)
     assert progress.pending_checkpoints == [4], "checkpoint 2 is covered by 3"
     assert progress.checkpoint_completed(2) is None, "late: covered"
     progress.checkpoint_aborted(4)
     assert progress.checkpoint_completed(4) is None, "aborted"
     progress.checkpoint_taken(5)
-    assert progress.checkpoint_completed(5) == 30
+    assert progress.checkpoint_completed(5) == AdvanceSlot(30)
     progress.checkpoint_taken(6)  # no new transaction: the same position
     assert progress.checkpoint_completed(6) is None, "the slot is there already"
     assert progress.checkpoint_completed(99) is None, "unknown"
@@ -337,8 +338,9 @@ def run_simulation(seed: int, steps: int = 400) -> None:
                 if rng.random() < 0.8:  # else the notification is lost
                     advance = attempt.progress.checkpoint_completed(checkpoint)
                     if advance is not None:
-                        assert server.slot is not None and advance >= server.slot
-                        server.slot = advance
+                        assert isinstance(advance, AdvanceSlot), "one subtask never announces"
+                        assert server.slot is not None and advance.lsn >= server.slot
+                        server.slot = advance.lsn
         elif action == "abort" and checkpoints:
             attempt.progress.checkpoint_aborted(rng.choice(list(checkpoints)))
         elif action == "crash":
@@ -543,7 +545,7 @@ def test_the_slot_table_covers_every_end_and_retention() -> None:
 def test_the_state_round_trips_and_is_the_documented_json() -> None:
     streaming = CdcState(Phase.STREAMING, 0x193E920)
     assert encode_cdc_state(streaming, "s") == (
-        b'{"format":2,"slot":"s","phase":"streaming","lsn":"0/193E920","chunks":[]}'
+        b'{"format":3,"slot":"s","phase":"streaming","lsn":"0/193E920","partitions":1,"chunks":[]}'
     )
     assert decode_cdc_state(encode_cdc_state(streaming, "s"), "s") == streaming
     assert decode_cdc_state(encode_cdc_state(SNAPSHOT_PENDING, "s"), "s") == SNAPSHOT_PENDING
@@ -553,12 +555,28 @@ def test_the_state_round_trips_and_is_the_documented_json() -> None:
     )
     snapshot = CdcState(Phase.SNAPSHOT, 0x193D000, chunks)
     assert encode_cdc_state(snapshot, "s") == (
+        b'{"format":3,"slot":"s","phase":"snapshot","lsn":"0/193D000","partitions":1,"chunks":['
+        b'{"table":"public.t","partition":0,'
+        b'"upper":[["integer",7],["text","b"],["uuid","00000000-0000-0000-0000-000000000003"]],'
+        b'"snapshot":"740:745:741,743","wal_end":"0/193E000"},'
+        b'{"table":"public.t","partition":0,"upper":null,"snapshot":"745:745:","wal_end":"0/193E900"}]}'
+    )
+    assert decode_cdc_state(encode_cdc_state(snapshot, "s"), "s") == snapshot
+    parallel = CdcState(
+        Phase.PARTITION_READ, 0x193D000, (ChunkRead("public.t", None, XidSnapshot(745, 745), 0x193E900, 2),), 3
+    )
+    assert encode_cdc_state(parallel, "s") == (
+        b'{"format":3,"slot":"s","phase":"partition-read","lsn":"0/193D000","partitions":3,"chunks":['
+        b'{"table":"public.t","partition":2,"upper":null,"snapshot":"745:745:","wal_end":"0/193E900"}]}'
+    )
+    assert decode_cdc_state(encode_cdc_state(parallel, "s"), "s") == parallel
+    format_2 = (
         b'{"format":2,"slot":"s","phase":"snapshot","lsn":"0/193D000","chunks":['
         b'{"table":"public.t","upper":[["integer",7],["text","b"],["uuid","00000000-0000-0000-0000-000000000003"]],'
         b'"snapshot":"740:745:741,743","wal_end":"0/193E000"},'
         b'{"table":"public.t","upper":null,"snapshot":"745:745:","wal_end":"0/193E900"}]}'
     )
-    assert decode_cdc_state(encode_cdc_state(snapshot, "s"), "s") == snapshot
+    assert decode_cdc_state(format_2, "s") == snapshot, "format 2 (one subtask) is still read"
     old = b'{"format":1,"slot":"s","phase":"streaming","lsn":"0/193E920"}'
     assert decode_cdc_state(old, "s") == streaming, "format 1 (no chunks) is still read"
 
@@ -571,7 +589,12 @@ def test_a_state_of_another_slot_is_refused() -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        b'{"format":3,"slot":"s","phase":"snapshot","lsn":null}',
+        b'{"format":4,"slot":"s","phase":"snapshot","lsn":null}',
+        b'{"format":2,"slot":"s","phase":"partition-read","lsn":"0/1"}',
+        b'{"format":3,"slot":"s","phase":"partition-read","lsn":null,"partitions":2,"chunks":[]}',
+        b'{"format":3,"slot":"s","phase":"snapshot","lsn":"0/1","partitions":0,"chunks":[]}',
+        b'{"format":3,"slot":"s","phase":"snapshot","lsn":"0/1","partitions":2,"chunks":[{"table":"t",'
+        b'"partition":2,"upper":null,"snapshot":"5:5:","wal_end":"0/1"}]}',
         b'{"format":1,"slot":"s","phase":"later","lsn":null}',
         b'{"format":2,"slot":"s","phase":"snapshot","lsn":null,"chunks":[{"table":"t","upper":null,'
         b'"snapshot":"5:5:","wal_end":"0/1"}]}',

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,6 +15,7 @@ import pytest
 from weir.core import crashpoints
 from weir.core.crashpoints import (
     AFTER_PRE_COMMIT,
+    BEFORE_JOB_RECORD_CREATE,
     BETWEEN_SINK_COMMITS,
     EXIT_CODE,
     CrashPoints,
@@ -164,3 +168,39 @@ def test_once_dir_disarms_a_point_that_already_fired(tmp_path) -> None:  # type:
     assert crashpoints.specs_from_env(env) == (spec,)
     crashpoints._fired_marker(tmp_path, spec).touch()
     assert crashpoints.specs_from_env(env) == ()
+
+
+def test_a_pause_point_is_armed_by_its_own_variable_with_the_same_specs() -> None:
+    env = {"WEIR_PAUSE_POINTS": "before_job_record_create:2", "WEIR_CRASH_POINT": "after_pre_commit"}
+    assert specs_from_env(env) == (
+        CrashPointSpec(AFTER_PRE_COMMIT),
+        CrashPointSpec(BEFORE_JOB_RECORD_CREATE, count=2, pause=True),
+    )
+
+
+def test_a_paused_process_stops_itself_and_goes_on_once_woken() -> None:
+    """A real SIGSTOP: the child stops at the second visit (its state in /proc is 'T') and finishes
+    once sent SIGCONT, without exiting at the point."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", PROGRAM],
+        cwd=REPO_ROOT,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO_ROOT), "WEIR_PAUSE_POINTS": "after_pre_commit:2"},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        lines = [child.stdout.readline() for _ in range(3)]  # visits 1 and 2, then the pause's log line
+        assert lines[:2] == ["visit 1\n", "visit 2\n"] and "pause_point_hit" in lines[2], lines
+        deadline = time.monotonic() + 30
+        state = ""
+        while time.monotonic() < deadline and state != "T":
+            state = Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        assert state == "T", "the process did not stop itself"
+        os.kill(child.pid, signal.SIGCONT)
+        out, _ = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == 0
+    assert "pause_point_woken" in out and "visit 3" in out and "survived" in out

@@ -14,6 +14,7 @@ from weir.core.pgoutput import (
     Commit,
     Delete,
     Insert,
+    LogicalMessage,
     Relation,
     Skipped,
     TupleValue,
@@ -84,9 +85,17 @@ def test_delete_by_key_and_by_full_row() -> None:
     assert decode_message(b"D" + struct.pack(">I", 7) + b"O" + tuple_data("3", "c")) == Delete(7, ("3", "c"), False)
 
 
-@pytest.mark.parametrize("tag", [b"O", b"Y", b"T", b"M"])
+@pytest.mark.parametrize("tag", [b"O", b"Y", b"T"])
 def test_messages_the_source_does_not_use_are_skipped(tag: bytes) -> None:
     assert decode_message(tag + b"\0\0\0\0") == Skipped(tag.decode())
+
+
+@pytest.mark.parametrize("flags", [0, 1])
+def test_a_logical_message_carries_its_prefix_and_content(flags: int) -> None:
+    data = b"M" + struct.pack(">BQ", flags, 0x1_0000_0A00) + b"weir-cdc\0" + struct.pack(">i", 3) + b"{\x00}"
+    assert decode_message(data) == LogicalMessage(bool(flags), 0x1_0000_0A00, "weir-cdc", b"{\x00}")
+    with pytest.raises(SerializationError, match="ends early"):
+        decode_message(data[:-1])
 
 
 @pytest.mark.parametrize(

@@ -224,7 +224,8 @@ def test_nexmark_q19_final_table_equals_the_plain_python_query(tmp_path: Path, w
     assert sum(expected.values()) >= 500
     values = sink_values(run, script)
     table: dict[tuple[Any, Any], Any] = {}
-    for change in values:  # upsert-kafka's rows, each its key's new row, in order
-        table[(change["auction"], change["rank_number"])] = change
+    for change in values:  # upsert-kafka's changes, each its key's new row (no -U, no -D), in order
+        assert change.kind in (RowKind.INSERT, RowKind.UPDATE_AFTER), change
+        table[(change.row["auction"], change.row["rank_number"])] = change.row
     assert len(values) > len(table)  # a higher bid moves the lower ones down
     assert Counter(untied(spec, [record_of(spec, r) for r in table.values()])) == expected

@@ -128,9 +128,10 @@ OUT = "CREATE TABLE out (u STRING, n BIGINT) WITH ('connector' = 'kafka', 'topic
             "7:",
         ),
         (
-            "SELECT u, n FROM (SELECT u, id AS n, ROW_NUMBER() OVER (PARTITION BY u ORDER BY id) AS r FROM orders) "
+            "SELECT u, n FROM (SELECT u, qty AS n, ROW_NUMBER() OVER (PARTITION BY u ORDER BY id) AS r FROM orders) "
             "WHERE r <= 3",
-            "column id is not in the input (columns: u, n)",  # PARTITION BY / ORDER BY read the SELECT's columns
+            # PARTITION BY / ORDER BY read the SELECT's columns (id AS n would be read as n)
+            "id in a Top-N's OVER (...) is not a column of its SELECT",
             "7:",
         ),
         (

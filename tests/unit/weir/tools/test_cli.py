@@ -772,7 +772,12 @@ def test_completion_is_installed_and_completes_commands(tmp_path: Path) -> None:
     import os
 
     weir_bin = Path(sys.executable).parent / "weir"
-    shown = subprocess.run([str(weir_bin), "--show-completion", "bash"], capture_output=True, text=True, timeout=30)
+    # Typer detects the shell from the process tree (shellingham); under make or CI there may be none
+    # to find ("Shell  not supported."), so the shell is named, as Typer's own tests do.
+    named_shell = {**os.environ, "_TYPER_COMPLETE_TEST_DISABLE_SHELL_DETECTION": "1"}
+    shown = subprocess.run(
+        [str(weir_bin), "--show-completion", "bash"], capture_output=True, text=True, timeout=30, env=named_shell
+    )
     assert shown.returncode == EXIT_OK, shown.stderr
     assert "_WEIR_COMPLETE" in shown.stdout
     env = {**os.environ, "_WEIR_COMPLETE": "complete_bash", "COMP_WORDS": "weir checkp", "COMP_CWORD": "1"}

@@ -23,6 +23,7 @@ from weir.tools.verify import (
     committed_by_proofs,
     compare_records,
     compare_rows,
+    kafka_compared,
     last_commits,
     latest_job_id,
     reconcile,
@@ -284,3 +285,15 @@ def test_the_reference_table_applies_upserts_and_deletes_in_order() -> None:
 def _change(value: tuple[str, int, str]) -> tuple[object, ...] | Delete:
     op, key, name = value
     return Delete((key,)) if op == "delete" else (key, name)
+
+
+def test_a_tombstone_compares_by_the_key_it_deletes() -> None:
+    """A null-value record (an upsert-kafka delete) is told apart by its key: a tombstone of another
+    key is a mismatch, not an equal empty value."""
+    row, key1, key2 = b'{"id":1,"n":2}', b'{"id":1}', b'{"id":2}'
+    expected = [kafka_compared(key1, row), kafka_compared(key1, None)]
+    same = compare_records(expected, [kafka_compared(key1, row), kafka_compared(key1, None)])
+    assert (same.duplicates, same.missing, same.unexpected) == (0, 0, 0)
+    wrong = compare_records(expected, [kafka_compared(key1, row), kafka_compared(key2, None)])
+    assert (wrong.duplicates, wrong.missing, wrong.unexpected) == (0, 1, 1)
+    assert '<tombstone> {"id":2}' in wrong.samples["unexpected"][0]

@@ -51,6 +51,10 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
  * <p>{@code --query q0,q1,...} runs several queries in one job (a statement set: the source read
  * once), each into the topic {@code <output>-<query>} with the transactional id prefix {@code
  * <group>-<query>} (tests/integration/sql/test_nexmark_vs_flink.py: one JVM for every query).
+ *
+ * <p>{@code --side-input FILE}: the file a query's {@code ${SIDE_INPUT}} names (q13's side input
+ * table's {@code 'path'}); {@code --file-output DIR}: a query's {@code ${FILE_OUTPUT}} is the folder
+ * {@code DIR/<its output topic's name>} (q10's 'filesystem' sink).
  */
 public final class NexmarkSql {
   /**
@@ -84,11 +88,16 @@ public final class NexmarkSql {
     boolean miniBatch = !"false".equals(args.getOrDefault("mini-batch", "true"));
     int parallelism = Integer.parseInt(args.getOrDefault("parallelism", "3"));
     String restPort = args.getOrDefault("rest-port", "0");
+    // q13's side input file (bench.nexmark_bench.write_side_input), its table's 'path'
+    String sideInput = args.get("side-input");
+    // a 'filesystem' query's (q10) folder: <file-output>/<its output topic's name>
+    String fileOutput = args.get("file-output");
     if (query == null || bootstrap == null || topic == null || output == null || group == null
         || checkpointUri == null) {
       System.err.println(
           "usage: NexmarkSql --query qN --bootstrap B --topic T --output T --group G --checkpoint-uri URI"
-              + " [--checkpoint-interval 180s] [--mini-batch true] [--parallelism 3] [--rest-port P]");
+              + " [--checkpoint-interval 180s] [--mini-batch true] [--parallelism 3] [--rest-port P]"
+              + " [--side-input FILE] [--file-output DIR]");
       System.exit(2);
     }
     // --query q0,q1,...: every query in one job (a statement set), each into the topic <output>-<query>
@@ -163,9 +172,21 @@ public final class NexmarkSql {
     for (String name : queries) {
       String topicOut = queries.length == 1 ? output : output + "-" + name;
       String prefix = queries.length == 1 ? group : group + "-" + name;
+      String text = resource("/nexmark/" + name + ".sql");
+      if (text.contains("${SIDE_INPUT}")) {
+        if (sideInput == null) {
+          throw new IllegalArgumentException(name + ".sql reads a side input: give --side-input FILE");
+        }
+        text = text.replace("${SIDE_INPUT}", sideInput);
+      }
+      if (text.contains("${FILE_OUTPUT}")) {
+        if (fileOutput == null) {
+          throw new IllegalArgumentException(name + ".sql writes files: give --file-output DIR");
+        }
+        text = text.replace("${FILE_OUTPUT}", "file://" + fileOutput + "/" + topicOut);
+      }
       String insertSql =
-          resource("/nexmark/" + name + ".sql")
-              .replace("${SINK}", sink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
+          text.replace("${SINK}", sink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
               .replace("${UPSERT_SINK}", upsertSink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix));
       for (String statement : statements(insertSql)) {
         if (queries.length > 1 && statement.strip().toUpperCase().startsWith("INSERT")) {
