@@ -21,8 +21,9 @@ advanced (a restore always finds the changes after its position); a chunk's key 
 positions of the table's reads in the input (test data names no primary key) and its snapshot sees
 no transaction, so no given change is dropped as already read: the input is what the source
 delivers. One poll is one chunk or one transaction (a cluster's poll may hold several): every
-boundary where a cluster's checkpoint can fall is one here. When the given changes end, the source
-ends (a real CDC source never does).
+boundary where a cluster's checkpoint can fall is one here. A source given ``parallelism`` above 1
+(a parallel snapshot) is played as one reader too: its reads, then its changes, in one stream.
+When the given changes end, the source ends (a real CDC source never does).
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ class ReplayCdcSource(PostgresCdcSourceOperator):
         ctx, spec = self.ctx, self._spec
         if ctx.parallelism != 1:
             raise JobDefinitionError(
-                f"postgres cdc source {ctx.uid!r}: runs at parallelism 1 (a replication slot has one reader), "
-                f"not {ctx.parallelism}"
+                f"postgres cdc source {ctx.uid!r}: weir test plays a CDC source as one reader, and --rescale "
+                f"would restore it at its parallelism {ctx.parallelism} (a parallel snapshot): test it without "
+                "--rescale"
             )
         restored = self._restored
         self._progress = CdcProgress(restored)
@@ -97,6 +99,8 @@ class ReplayCdcSource(PostgresCdcSourceOperator):
                 return True
             case Phase.STREAMING:
                 return self._emit_transaction()
+            case Phase.PARTITION_READ:  # a reader of a parallel snapshot (subtask > 0): never here
+                raise AssertionError("a replayed CDC source is one reader: no other subtask reads a partition")
             case _:
                 assert_never(progress.state.phase)
 

@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from weir.connectors import postgres, postgres_cdc
 from weir.core.cdc import ChangeEvent, Phase, decode_cdc_state
 from weir.core.descriptors import PostgresCdcSourceSpec
+from weir.core.errors import JobDefinitionError
 from weir.core.keygroups import KeyGroup, KeyGroupRange
 from weir.operators.base import OperatorContext
 from weir.testing import run_job
@@ -421,3 +422,23 @@ def test_a_sql_job_over_a_postgres_cdc_table_keeps_its_totals_exact_whatever_fai
     (sink,) = report.reference.sinks
     table = report.reference.sink_capture(sink).final_rows()
     assert table == {(owner,): (owner, n, total) for owner, (n, total) in totals.items()}
+
+
+PARALLEL_SNAPSHOT = f"""
+def changes(env):  # a parallel snapshot in a cluster
+    return env.from_postgres_cdc(["customers"], uid="cdc", slot_name="customers_cdc", chunk_size={CHUNK}, parallelism=2)
+"""
+
+
+def test_a_parallel_snapshot_source_is_played_as_one_reader_and_refuses_rescale(tmp_path: Path) -> None:
+    """A CDC source given parallelism=2 (a parallel snapshot in a cluster) is played as one reader:
+    every event once, what the job commits unchanged by failures; --rescale, which would restore it
+    at its own parallelism, is refused in one line."""
+    path = job(tmp_path, PARALLEL_SNAPSHOT + COPY_AND_COUNT)
+    inputs = {"cdc": SourceLines(tuple(change_lines()), "test")}
+    report = check_job(path, inputs, failures=True, checkpoint_every=2)
+    assert report.ok, [d.describe() for d in report.divergences]
+    counts = Counter(json.dumps(v, sort_keys=True) for v, _ in report.reference.by_operator["counts-sink"])
+    assert counts == expected_counts()
+    with pytest.raises(JobDefinitionError, match="weir test plays a CDC source as one reader, and --rescale would"):
+        check_job(path, inputs, failures=True, checkpoint_every=2, rescale=3)
