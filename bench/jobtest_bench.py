@@ -8,7 +8,9 @@ give 11 checkpoints, 33 failure points and 35 runs. Each run is a new process (`
 tree on ``PYTHONPATH``) that calls ``weir.tools.jobtest.check_job`` and reports its own
 ``time.process_time`` and ``time.perf_counter`` around the call (imports excluded); a second figure
 is the whole command ``python -m weir.tools.cli test ... --failures``, wall and the child's CPU
-(user + system, ``resource.getrusage``), imports included. The baseline and this tree's HEAD (the
+(user + system, ``resource.getrusage``), imports included; the command's start is measured the same
+way on ``weir test`` over 100 records without failures, and on ``python -m weir.tools.cli --help``,
+the CLI's start alone. The baseline and this tree's HEAD (the
 committed state) are each ``git archive``d into a temporary directory (with this tree's generated
 ``weir/wire`` modules). Runs alternate baseline, head, baseline, ...; the figures are medians over
 ``--repeats`` runs each. The machine is shared: CPU seconds are the comparable figure, wall seconds
@@ -35,6 +37,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 JOB = "examples/keyed_aggregation.py"
 SOURCE_UID = "events-source"
+START_RECORDS = 100
+"""The records of the start measurement (``weir test`` without failures): its cost is the start."""
 
 IN_PROCESS = """
 import json, sys, time
@@ -80,14 +84,31 @@ def in_process(tree: Path, events: Path) -> dict[str, Any]:
 
 
 def command(tree: Path, events: Path) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "weir.tools.cli", "test", JOB, "--source", f"{SOURCE_UID}={events}", "--failures"]
+    return _whole_process(
+        tree, ["test", JOB, "--source", f"{SOURCE_UID}={events}", "--failures"], f"weir test in {tree}"
+    )
+
+
+def start_command(tree: Path, few_events: Path) -> dict[str, Any]:
+    """``weir test`` over a few records without failures: the command's start (imports, loading the
+    job) with a run too short to matter."""
+    return _whole_process(tree, ["test", JOB, "--source", f"{SOURCE_UID}={few_events}"], f"weir test in {tree}")
+
+
+def help_command(tree: Path) -> dict[str, Any]:
+    """``weir --help``: the CLI's start alone (its imports and the help text)."""
+    return _whole_process(tree, ["--help"], f"weir --help in {tree}")
+
+
+def _whole_process(tree: Path, args: list[str], what: str) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "weir.tools.cli", *args]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     wall = time.perf_counter()
     out = subprocess.run(argv, cwd=tree, env=_env(tree), capture_output=True, text=True)
     wall = time.perf_counter() - wall
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
-        raise RuntimeError(f"weir test in {tree} exited {out.returncode}: {out.stderr.strip()[-300:]}")
+        raise RuntimeError(f"{what} exited {out.returncode}: {out.stderr.strip()[-300:]}")
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return {"cpu_s": cpu, "wall_s": wall}
 
@@ -103,9 +124,11 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
-def measure(baseline: Path, head: Path, events: Path, repeats: int) -> dict[str, Any]:
+def measure(baseline: Path, head: Path, events: Path, few_events: Path, repeats: int) -> dict[str, Any]:
     trees = {"baseline": baseline, "head": head}
-    raw: dict[str, dict[str, list[dict[str, Any]]]] = {t: {"check_job": [], "command": []} for t in trees}
+    raw: dict[str, dict[str, list[dict[str, Any]]]] = {
+        t: {"check_job": [], "command": [], "start": [], "help": []} for t in trees
+    }
     shape: dict[str, Any] = {}
     for _ in range(repeats):
         for name, tree in trees.items():
@@ -116,6 +139,10 @@ def measure(baseline: Path, head: Path, events: Path, repeats: int) -> dict[str,
             raw[name]["check_job"].append(run)
         for name, tree in trees.items():
             raw[name]["command"].append(command(tree, events))
+        for name, tree in trees.items():
+            raw[name]["start"].append(start_command(tree, few_events))
+        for name, tree in trees.items():
+            raw[name]["help"].append(help_command(tree))
     return {
         "shape": shape,
         "figures": {name: {kind: _summary(runs) for kind, runs in kinds.items()} for name, kinds in raw.items()},
@@ -136,8 +163,15 @@ def markdown(document: dict[str, Any]) -> str:
         "| what | tree | CPU s (median) | wall s (median) | CPU s, each run | wall s, each run |",
         "| --- | --- | ---: | ---: | --- | --- |",
     ]
-    kinds = (("check_job", "`check_job` in process"), ("command", "`weir test ... --failures`, whole process"))
+    kinds = (
+        ("check_job", "`check_job` in process"),
+        ("command", "`weir test ... --failures`, whole process"),
+        ("start", f"`weir test` over {START_RECORDS} records, whole process"),
+        ("help", "`weir --help`, whole process"),
+    )
     for kind, what in kinds:
+        if kind not in document["figures"]["head"]:
+            continue  # results written before the kind was measured
         for tree in ("baseline", "head"):
             f = document["figures"][tree][kind]
             each_cpu = ", ".join(f"{x:.2f}" for x in f["cpu_s"])
@@ -145,8 +179,13 @@ def markdown(document: dict[str, Any]) -> str:
             lines.append(
                 f"| {what} | {tree} | {f['cpu_s_median']:.2f} | {f['wall_s_median']:.2f} | {each_cpu} | {each_wall} |"
             )
-    head, base = document["figures"]["head"]["check_job"], document["figures"]["baseline"]["check_job"]
-    lines += ["", f"CPU, head / baseline (`check_job`): {head['cpu_s_median'] / base['cpu_s_median']:.2f}.", ""]
+    figures = document["figures"]
+    ratios = [
+        f"{what} {figures['head'][kind]['cpu_s_median'] / figures['baseline'][kind]['cpu_s_median']:.2f}"
+        for kind, what in kinds
+        if kind in figures["head"]
+    ]
+    lines += ["", f"CPU, head / baseline: {'; '.join(ratios)}.", ""]
     return "\n".join(lines)
 
 
@@ -166,9 +205,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="weir-jobtest-bench-") as tmp:
         events = Path(tmp) / "events.jsonl"
         write_events(events, args.records)
+        few_events = Path(tmp) / "few-events.jsonl"
+        write_events(few_events, START_RECORDS)
         baseline = export_baseline(baseline_commit, _mkdir(Path(tmp) / "base"))
         head = export_baseline("HEAD", _mkdir(Path(tmp) / "head"))  # committed state: edits meanwhile do not count
-        measured = measure(baseline, head, events, args.repeats)
+        measured = measure(baseline, head, events, few_events, args.repeats)
     document = {
         "benchmark": "jobtest",
         "records": args.records,

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from weir.connectors import kafka, postgres
+from weir.connectors import kafka  # postgres (psycopg): in the methods that talk to the server
 from weir.core import json_codec
 from weir.core.changelog import Delete, KeyedChanges
 from weir.core.config import Endpoints
@@ -137,6 +137,8 @@ class PostgresUpsertSinkOperator(StreamOperator):
         validate_postgres_sink(endpoints, self._table, self._columns, self._key_columns, two_phase=False)
 
     def open(self) -> None:
+        from weir.connectors import postgres
+
         self._conn = postgres.connect(Endpoints.from_env())
         postgres.require_table(self._conn, self._table, self._columns, self._key_columns)
         self._conn.rollback()
@@ -152,6 +154,8 @@ class PostgresUpsertSinkOperator(StreamOperator):
             self._flush()
 
     def _flush(self) -> None:
+        from weir.connectors import postgres
+
         changes = self._changes
         if not len(changes):
             return

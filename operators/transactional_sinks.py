@@ -26,9 +26,9 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final
 
-from weir.connectors import kafka, postgres
+from weir.connectors import kafka
 from weir.core.changelog import Delete, KeyedChanges
 from weir.core.config import Endpoints, run_dir
 from weir.core.crashpoints import (
@@ -62,6 +62,10 @@ from weir.operators.epoch_spill import (
     dumps_streaming,
 )
 from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId, TwoPhaseCommitLedger
+
+if TYPE_CHECKING:  # psycopg is imported when a PostgreSQL sink first talks to the server (in each
+    # method that does): building a job's sinks (weir test, weir info, a Kafka sink) never loads it
+    from weir.connectors import postgres
 
 COMMIT_MARKER_TOPIC: Final = "weir-sink-commits"
 """The prefix of every Kafka sink's marker topic (``marker_topic_name``). Before each sink had its own,
@@ -1090,6 +1094,8 @@ class SinkFencedError(WeirError):
 
 
 def sink_fenced_error(task: TaskId, attempt: int, owner_attempt: int) -> SinkFencedError:
+    from weir.connectors import postgres
+
     return SinkFencedError(
         f"postgres sink {task.operator_uid!r} of job {task.job_id} subtask {task.subtask}: attempt {attempt} is "
         f"fenced, attempt {owner_attempt} owns the subtask's transactions now ({postgres.SINK_OWNER_TABLE}): this "
@@ -1104,6 +1110,8 @@ def validate_postgres_sink(
     answers (ServiceUnavailableError naming the dsn without its password), the table has the columns
     and a unique key on exactly the key columns, and, for the two-phase sink, the server can prepare
     transactions (JobDefinitionError, one line each)."""
+    from weir.connectors import postgres
+
     with postgres.connect(endpoints, autocommit=True, read_only=True) as conn:
         postgres.require_table(conn, table, columns, key_columns)
         if two_phase:
@@ -1176,6 +1184,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         # A restarted or restarting server is waited for (with back-off) rather than failing the task
         # at once: every restart that finds it still down is one more failover, and a fixed-delay
         # strategy would spin through its attempts while the server comes up.
+        from weir.connectors import postgres
+
         conn = postgres.connect(self._endpoints, autocommit=True, retry_for_s=RECONNECT_WINDOW_S)
         self._conn = conn
         postgres.require_table(conn, self._table, self._columns, self._key_columns)
@@ -1192,6 +1202,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
     # Ownership (fencing) --------------------------------------------------------------------------
 
     def _owner(self) -> postgres.SinkOwner:
+        from weir.connectors import postgres
+
         task = self._task
         return postgres.SinkOwner(task.job_id, task.operator_uid, task.subtask, self.ctx.attempt)
 
@@ -1206,6 +1218,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
 
     def _claim(self) -> None:
         """Own the subtask before anything of it is read or resolved; a newer owner fences this attempt."""
+        from weir.connectors import postgres
+
         try:
             claim = postgres.claim_sink_owner(
                 self._conn, self._owner(), timeout_s=self._claim_timeout_s, what=self._what()
@@ -1227,6 +1241,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
     def _as_owner(self) -> Iterator[None]:
         """Statements of the owning session. When the session ended under them and a newer attempt
         is recorded as the owner, this attempt was fenced: SinkFencedError instead of the bare failure."""
+        from weir.connectors import postgres
+
         try:
             yield
         except ServiceUnavailableError as exc:
@@ -1241,6 +1257,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
 
     def _recorded_owner(self) -> int | None:
         """The attempt recorded as the owner, read in a fresh session (None if that fails too)."""
+        from weir.connectors import postgres
+
         task = self._task
         try:
             with postgres.connect(self._endpoints, autocommit=True, read_only=True) as conn:
@@ -1261,6 +1279,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
             self._resolve(snapshot)
 
     def _resolve(self, snapshot: SinkSnapshot | None) -> None:
+        from weir.connectors import postgres
+
         task = self._task
         in_doubt = set()
         for gid in postgres.prepared_gids(self._conn, gid_prefix(task)):
@@ -1316,10 +1336,14 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         )
 
     def _committed_rows(self, checkpoint_id: int) -> int | None:
+        from weir.connectors import postgres
+
         task = self._task
         return postgres.committed_rows(self._conn, task.job_id, task.operator_uid, task.subtask, checkpoint_id)
 
     def _lost(self, txn: TransactionId, checkpoint_id: CheckpointId) -> SinkTransactionLostError:
+        from weir.connectors import postgres
+
         return SinkTransactionLostError(
             f"{self._what(checkpoint_id)}: transaction {txn.gid} was prepared, but it is no longer prepared and "
             f"{postgres.COMMIT_PROOF_TABLE} shows no commit of it: it was rolled back outside this run (by hand, "
@@ -1343,11 +1367,15 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
             epoch.timestamps.append(timestamp)
 
     def _proof(self, checkpoint_id: int, rows: int) -> postgres.ProofRow:
+        from weir.connectors import postgres
+
         return postgres.ProofRow(self._task.job_id, self._task.operator_uid, self._task.subtask, checkpoint_id, rows)
 
     def _write(self, epoch: _Epoch, prepare: bool) -> None:
         """The epoch's changes and proof row in one transaction: prepared under its gid, or committed.
         The proof counts the keys changed (upserted or deleted), so ``weir verify`` counts deletes too."""
+        from weir.connectors import postgres
+
         assert epoch.checkpoint_id is not None
         changes: KeyedChanges = epoch.items
         written = len(changes)
@@ -1390,6 +1418,8 @@ class TwoPhasePostgresSinkOperator(_TransactionalSink):
         super()._before_commits(context)
 
     def _commit(self, epoch: _Epoch) -> None:
+        from weir.connectors import postgres
+
         if self._prepared is not epoch:
             self._write(epoch, prepare=False)
             return

@@ -34,34 +34,35 @@ from weir.tools.jobtest import (
     Record,
     RunOutput,
     SourceData,
+    SourceLines,
     check_job,
-    read_jsonl,
-    records_of_lines,
+    lines_of,
     run_once,
-    value_bytes,
 )
 
 SourceValues = Path | Iterable[bytes | str]
-"""A Kafka source's input as its record values: a JSON lines file (one line is one value), or an
-iterable of values (``bytes``; ``str`` is UTF-8 encoded); each goes through the source's deserializer."""
+"""A source's input as lines: a JSON lines file, or an iterable of lines (``bytes``; ``str`` is UTF-8
+encoded). For a Kafka source each line is a record value, through the source's deserializer; for a
+PostgreSQL CDC source each line is a change event in its JSON form (``weir.tools.cdc_input``)."""
 
 
 def source_data(
     sources: Mapping[str, SourceValues] | None, records: Mapping[str, Iterable[Any]] | None
 ) -> dict[str, SourceData]:
-    """``weir.tools.jobtest``'s inputs: ``sources`` as value bytes, ``records`` already deserialized
-    (the source's deserializer skipped); a source given in both is an error."""
+    """``weir.tools.jobtest``'s inputs: ``sources`` as lines (value bytes, or change events' JSON),
+    ``records`` already deserialized (a Kafka source's deserializer skipped; a CDC source's
+    ``ChangeEvent`` values); a source given in both is an error."""
     inputs: dict[str, SourceData] = {}
     for uid, given in (sources or {}).items():
         match given:
             case Path():
-                inputs[uid] = records_of_lines(read_jsonl(given))
+                inputs[uid] = SourceLines.read(given)
             case str() | bytes():
                 raise JobTestError(
                     f"source {uid!r}: give an iterable of values or a Path, not one {type(given).__name__}"
                 )
             case _:
-                inputs[uid] = value_bytes(given)
+                inputs[uid] = lines_of(given)
     for uid, values in (records or {}).items():
         if uid in inputs:
             raise JobTestError(f"source {uid!r} is given twice: as sources= and as records=")

@@ -26,11 +26,12 @@ work, which runs in the TaskManager, starts with :func:`arrow`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import add as _add
 from types import GenericAlias
-from typing import Annotated, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 import msgspec
 
@@ -39,14 +40,13 @@ from weir.core.extras import MissingServerExtraError
 from weir.core.ids import KeyGroup
 from weir.core.keygroups import KeyEncoder
 
-try:  # the server install's; the client declares columnar jobs without them (see the module's doc)
+if TYPE_CHECKING:
     import numpy as np
     import pyarrow as pa
-except ModuleNotFoundError as _missing:
-    np = pa = None  # type: ignore[assignment]
-    _MISSING_ARROW: str | None = _missing.name
-else:
-    _MISSING_ARROW = None
+else:  # imported by arrow(), when the Arrow work starts: a job without batches never imports them
+    np = pa = None
+_MISSING_ARROW: str | None = None
+"""The module the server install's Arrow lacks (the client declares columnar jobs without them)."""
 
 TIMESTAMP_METADATA: Final = b"weir.timestamp"
 """The schema metadata key naming a batch's event-time column."""
@@ -56,19 +56,38 @@ _INT64: Final = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 _ARROW_TYPE_NAMES: Final[Mapping[type, str]] = {str: "string", int: "int64", float: "float64", bool: "bool_"}
 """A schema field's Python type -> the ``pyarrow`` factory of its Arrow type."""
 
-_RECORD_BATCH: Final[type | None] = pa.RecordBatch if pa is not None else None
+_RECORD_BATCH: type | None = None
+"""``pyarrow.RecordBatch`` once :func:`arrow` imported it."""
 
 
 def arrow() -> Any:
-    """The ``pyarrow`` module, or :class:`MissingServerExtraError` in a client-only install."""
+    """The ``pyarrow`` module (``numpy`` imported with it, as ``np`` here), imported on first use; or
+    :class:`MissingServerExtraError` in a client-only install."""
+    global np, pa, _RECORD_BATCH, _MISSING_ARROW
     if pa is None:
-        raise MissingServerExtraError("the columnar path (Arrow record batches)", _MISSING_ARROW or "pyarrow")
+        if _MISSING_ARROW is None:
+            try:
+                import numpy
+                import pyarrow
+            except ModuleNotFoundError as missing:
+                _MISSING_ARROW = missing.name or "pyarrow"
+            else:
+                np, pa, _RECORD_BATCH = numpy, pyarrow, pyarrow.RecordBatch
+        if pa is None:
+            raise MissingServerExtraError("the columnar path (Arrow record batches)", _MISSING_ARROW or "pyarrow")
     return pa
 
 
 def is_batch(value: object) -> bool:
-    """Whether a stream value is a columnar batch (never, without Arrow)."""
-    return type(value) is _RECORD_BATCH
+    """Whether a stream value is a columnar batch (never, without Arrow: a batch can only have been
+    made once something imported ``pyarrow``)."""
+    record_batch = _RECORD_BATCH
+    if record_batch is None:
+        if "pyarrow" not in sys.modules:
+            return False
+        arrow()
+        record_batch = _RECORD_BATCH
+    return type(value) is record_batch
 
 
 @dataclass(frozen=True)
@@ -174,6 +193,7 @@ class BatchDecoder:
         return columns[self._timestamp_index] if self._timestamp_index is not None else None
 
     def batch(self, columns: Sequence[list[Any]]) -> pa.RecordBatch:
+        arrow()
         return pa.RecordBatch.from_arrays(
             [pa.array(values, type=field.type) for values, field in zip(columns, self.arrow_schema, strict=True)],
             schema=self.arrow_schema,
@@ -245,6 +265,7 @@ class BatchKeys:
 
     def key_groups(self, batch: pa.RecordBatch) -> np.ndarray:
         """The key group of each row."""
+        arrow()
         keys, indices = self.distinct(batch)
         key_group = self._encoder.key_group
         groups = np.fromiter((key_group(k) for k in keys), dtype=np.int32, count=len(keys))
@@ -260,6 +281,7 @@ def split_by_channel(
     """The rows of ``batch`` per output channel (``channels[i]`` is row i's), order kept within each."""
     if num_channels == 1 or batch.num_rows == 0:
         return [(0, batch)] if batch.num_rows else []
+    arrow()
     counts = np.bincount(channels, minlength=num_channels)
     if counts.max() == batch.num_rows:
         return [(int(np.argmax(counts)), batch)]
@@ -276,6 +298,7 @@ def split_by_channel(
 
 def channel_table(owner_of_key_group: Callable[[int], int], max_parallelism: int) -> np.ndarray:
     """The output channel of each key group, as an array indexed by key group."""
+    arrow()
     return np.fromiter((owner_of_key_group(kg) for kg in range(max_parallelism)), dtype=np.int32, count=max_parallelism)
 
 
@@ -286,12 +309,13 @@ def concat(batches: Sequence[pa.RecordBatch]) -> pa.RecordBatch:
     """One batch of the rows of ``batches`` (of one schema), in order."""
     if len(batches) == 1:
         return batches[0]
-    return pa.concat_batches(batches)
+    return arrow().concat_batches(batches)
 
 
 def encode_ipc(batches: Sequence[pa.RecordBatch]) -> bytes:
     """``batches`` (of one schema) as one Arrow IPC stream holding one batch."""
     batch = concat(batches)
+    arrow()
     sink = pa.BufferOutputStream()
     with pa.ipc.new_stream(sink, batch.schema) as writer:
         writer.write_batch(batch)
@@ -300,6 +324,7 @@ def encode_ipc(batches: Sequence[pa.RecordBatch]) -> bytes:
 
 def decode_ipc(blob: bytes) -> pa.RecordBatch:
     """The one batch of an Arrow IPC stream written by :func:`encode_ipc`."""
+    arrow()
     try:
         reader = pa.ipc.open_stream(blob)
         batches = list(reader)

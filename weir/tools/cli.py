@@ -24,7 +24,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
-import grpc
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -41,16 +40,18 @@ from weir.core.errors import (
     WeirError,
 )
 from weir.core.extras import MissingServerExtraError, require_server, server_module_of
-from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
-from weir.core.transport_security import TransportSecurity
 from weir.tools import supervisor
-from weir.tools.checkpoint_timeline import render_checkpoint_detail
-from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
 
 if TYPE_CHECKING:
+    from weir.core.failures import Failure
+    from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
     from weir.tools.savepoint_inspect import OperatorInfo, SavepointInfo
     from weir.tools.verify import VerifyReport
+
+# Each command imports what it uses when it runs (the gRPC client, the job API, the Kafka, PostgreSQL
+# and S3 clients, SQL, Arrow): `weir --help` and `weir test` pay only for their own; a test keeps it so
+# (tests/unit/weir/tools/test_cli_imports.py).
 
 EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
@@ -187,6 +188,9 @@ def _jobmanager_flag(value: str) -> str:
 def _client() -> JobManagerClient:
     """A client of the JobManager: the address from ``-m``, else the environment, else the profile,
     else the default; the token and TLS from the environment, else the profile (``client_environment``)."""
+    from weir.core.transport_security import TransportSecurity
+    from weir.tools.client import JobManagerClient
+
     meta = _client_choices.get() or {}
     environment = client_environment(meta.get(_PROFILE))
     flag = meta.get(_JOBMANAGER)
@@ -916,6 +920,8 @@ def _checkpoint_detail(job_id: str, checkpoint_id: int, json_output: bool) -> No
         _print_json({"job_id": job_id, **asdict(found)})
         return
     console = _stdout()
+    from weir.tools.checkpoint_timeline import render_checkpoint_detail
+
     for line in render_checkpoint_detail(found, job_id):
         console.print(escape(line), soft_wrap=True)
 
@@ -1116,7 +1122,8 @@ def test_command(
         typer.Option(
             "--source",
             metavar="UID=FILE.jsonl",
-            help="A Kafka source's input: one record value per line, through the source's deserializer (repeatable).",
+            help="A source's input (repeatable): for a Kafka source one record value per line, through the source's "
+            "deserializer; for a PostgreSQL CDC source one change event per line, in its JSON form.",
         ),
     ] = None,
     define: DefineOption = None,
@@ -1137,7 +1144,12 @@ def test_command(
         ),
     ] = None,
     checkpoint_every: Annotated[
-        int, typer.Option("--checkpoint-every", metavar="N", help="Source records between checkpoints.")
+        int,
+        typer.Option(
+            "--checkpoint-every",
+            metavar="N",
+            help="Source records between checkpoints (a CDC source's snapshot chunk or transaction counts as one).",
+        ),
     ] = 1000,
     ms_per_record: Annotated[
         int, typer.Option("--ms-per-record", metavar="MS", help="How far virtual processing time moves per record.")
@@ -1148,15 +1160,17 @@ def test_command(
 ) -> None:
     """Run a job in this process over records from files, with no services; with --failures check that
     failures and recovery from checkpoints leave its committed output unchanged. Exit 1 on a divergence."""
-    from weir.tools.jobtest import check_job, read_jsonl, records_of_lines, write_outputs
+    from weir.tools.jobtest import SourceData, SourceLines, check_job, write_outputs
 
     parameters = parse_parameters(define or [])
-    inputs = {}
+    inputs: dict[str, SourceData] = {}
     for item in source or []:
         uid, sep, file = item.partition("=")
         if not sep or not uid.strip() or not file:
             raise CommandLineError(f"--source {item!r}: expected UID=FILE.jsonl")
-        inputs[uid.strip()] = records_of_lines(read_jsonl(Path(file)))
+        if uid.strip() in inputs:
+            raise CommandLineError(f"--source {item!r}: source {uid.strip()!r} is given twice")
+        inputs[uid.strip()] = SourceLines.read(Path(file))
     report = check_job(
         job_file,
         inputs,
@@ -1748,6 +1762,8 @@ def cluster_status(json_output: JsonOption = False) -> None:
     local = supervisor.local_status(directory)
     address = Endpoints.from_env().jobmanager_address
     remote: ClusterStatus | None
+    from weir.tools.client import JobManagerClient
+
     try:
         with JobManagerClient(address, timeout_s=2.0) as client:
             remote = client.cluster_status()
@@ -1878,6 +1894,15 @@ def cdc_drop_slot(
     _stdout().print(f"replication slot {slot} dropped{dropped}", soft_wrap=True)
 
 
+def _rpc_error_code(exc: Exception) -> str | None:
+    """The status code's name when ``exc`` is a failed gRPC call (None: it is not one). gRPC is only
+    imported by the commands that call the JobManager: without it, no exception can be one."""
+    grpc = sys.modules.get("grpc")
+    if grpc is None or not isinstance(exc, grpc.RpcError):
+        return None
+    return str(exc.code().name) if isinstance(exc, grpc.Call) else "UNKNOWN"
+
+
 def run_cli(argv: Sequence[str] | None = None) -> int:
     """Run one command and answer its exit code; errors become one ``weir: error:`` line on stderr."""
     command = typer.main.get_command(app)
@@ -1897,10 +1922,6 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
     except (KeyboardInterrupt, typer.Abort):
         _error_line("interrupted")
         return EXIT_INTERRUPTED
-    except grpc.RpcError as exc:
-        code = exc.code().name if isinstance(exc, grpc.Call) else "UNKNOWN"
-        _error_line(f"a JobManager call failed with {code}")
-        return EXIT_FAILURE
     except ModuleNotFoundError as exc:  # a command of the server install, run where only the client is
         module = server_module_of(exc)
         if module is None:
@@ -1910,6 +1931,10 @@ def run_cli(argv: Sequence[str] | None = None) -> int:
         _error_line(str(MissingServerExtraError(f"weir {name}".strip(), module)))
         return EXIT_USAGE
     except Exception as exc:
+        code = _rpc_error_code(exc)
+        if code is not None:
+            _error_line(f"a JobManager call failed with {code}")
+            return EXIT_FAILURE
         _error_line(f"{type(exc).__name__}: {exc} (set WEIR_DEBUG=1 for the traceback)")
         return EXIT_FAILURE
     finally:

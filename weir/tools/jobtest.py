@@ -42,6 +42,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import enum
+import functools
 import gc
 import json
 import random
@@ -55,8 +56,9 @@ from unittest import mock
 
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, PostgresCdcSourceSpec, load_job_file
 from weir.core import crashpoints
+from weir.core.cdc import ChangeEvent
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, split_by_channel
-from weir.core.errors import WeirError
+from weir.core.errors import Fault, WeirError
 from weir.core.ids import ChannelIndex, KeyGroup, SubtaskIndex
 from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_subtask
 from weir.core.state_layout import dump_value, load_value
@@ -69,6 +71,7 @@ from weir.plan import JobPlan, Vertex, build_plan
 from weir.sql.retract import MiniBatchGroupAggregate
 from weir.taskmanager.chain import ChainInput, OperatorChain
 from weir.taskmanager.partitioners import create_partitioner
+from weir.tools.cdc_input import CdcInput, read_change_events
 from weir.tools.reference import (
     KafkaRecord,
     SinkCapture,
@@ -92,6 +95,8 @@ MAX_KEY_GROUP = 2**31
 
 class JobTestError(WeirError):
     """``weir test`` cannot run: a source given that the job lacks, a job source not given, bad input."""
+
+    fault: Fault = Fault.USER
 
 
 # Keyed state in memory ------------------------------------------------------------------------------
@@ -229,13 +234,45 @@ class Deserialized:
         return cls(tuple(KafkaRecord(0, offset, None, dump_value(v), 0) for offset, v in enumerate(values)))
 
 
-SourceData = Sequence[KafkaRecord] | Deserialized
-"""One Kafka source's input: records whose values go through the source's deserializer, or records
-already deserialized."""
+@dataclass(frozen=True)
+class SourceLines:
+    """A source's input as the lines of a JSON lines file (or values given as such), read as the
+    source's kind says: for a Kafka source one record's value bytes a line (through the source's
+    deserializer); for a PostgreSQL CDC source one change event a line (``weir.tools.cdc_input``).
+    Each reading is done once, whatever the number of runs."""
+
+    lines: tuple[bytes, ...]
+    origin: str
+    """Where the lines come from, for errors: the file, or ``values``."""
+
+    @classmethod
+    def read(cls, path: Path) -> SourceLines:
+        return cls(tuple(read_jsonl(path)), str(path))
+
+    @functools.cached_property
+    def kafka_records(self) -> list[KafkaRecord]:
+        return records_of_lines(self.lines)
+
+    def change_events(self, uid: str) -> CdcInput:
+        found: CdcInput | None = self.__dict__.get("_change_events")
+        if found is None:
+            found = self.__dict__["_change_events"] = read_change_events(self.lines, f"source {uid!r} ({self.origin})")
+        return found
+
+
+SourceData = Sequence[KafkaRecord] | Deserialized | SourceLines | CdcInput
+"""One source's input: a Kafka source's records whose values go through the source's deserializer,
+or records already deserialized; lines read as the source's kind says; a CDC source's change events."""
 
 
 def value_bytes(values: Iterable[bytes | str]) -> list[KafkaRecord]:
     """A Kafka source's input from a Python iterable of record values (``str`` encoded as UTF-8)."""
+    return records_of_lines(lines_of(values).lines)
+
+
+def lines_of(values: Iterable[bytes | str]) -> SourceLines:
+    """A source's input from a Python iterable of lines (``str`` encoded as UTF-8): a Kafka source's
+    record values, or a CDC source's change events in their JSON form."""
     lines: list[bytes] = []
     for value in values:
         match value:
@@ -248,7 +285,7 @@ def value_bytes(values: Iterable[bytes | str]) -> list[KafkaRecord]:
                     f"a source's value must be bytes or str, got {type(value).__name__}: give deserialized "
                     "records as records= (the deserializer is then skipped)"
                 )
-    return records_of_lines(lines)
+    return SourceLines(tuple(lines), "values")
 
 
 def read_jsonl(path: Path) -> list[bytes]:
@@ -334,6 +371,13 @@ class _Attempt(_Run):
         parallelism: int = 1,
     ) -> None:
         graph = load_job_file(job_file, parameters, parallelism).graph
+        sources = sorted(uid for uid, t in graph.transformations.items() if t.kind is OperatorKind.SOURCE)
+        stray = sorted(set(inputs) - set(sources))
+        if stray:
+            raise JobTestError(
+                f"input given for {stray[0]!r}, which is not a source of job {graph.job_name!r} "
+                f"(its sources: {', '.join(sources) or 'none'})"
+            )
         super().__init__(graph, parameters, backend, self._input_of)
         self._building = ""
         self._inputs = inputs
@@ -353,15 +397,36 @@ class _Attempt(_Run):
         record, the rest would cost a call each for nothing)."""
 
     def _given(self, uid: str) -> Sequence[KafkaRecord]:
-        """The records given for source ``uid`` that the subtask being built reads (here: all)."""
+        """The records given for Kafka source ``uid`` that the subtask being built reads (here: all)."""
         if uid not in self._inputs:
             raise JobTestError(f"no input for Kafka source {uid!r}: give --source {uid}=FILE.jsonl")
         given = self._inputs[uid]
         match given:
             case Deserialized(records=records):
                 return records
+            case SourceLines():
+                return given.kafka_records
+            case CdcInput():
+                raise JobTestError(f"source {uid!r} is a Kafka source: give its record values, not change events")
             case _:
                 return given
+
+    def _change_events(self, uid: str) -> CdcInput:
+        """The change events given for PostgreSQL CDC source ``uid``."""
+        if uid not in self._inputs:
+            raise JobTestError(
+                f"no input for postgres cdc source {uid!r}: give --source {uid}=CHANGES.jsonl (one change event a line)"
+            )
+        given = self._inputs[uid]
+        match given:
+            case CdcInput():
+                return given
+            case SourceLines():
+                return given.change_events(uid)
+            case Deserialized(records=records):
+                return CdcInput.of(load_value(r.value) for r in records if r.value is not None)
+            case _:
+                raise JobTestError(f"source {uid!r} is a postgres cdc source: give change events, not Kafka records")
 
     def _input_of(self, _spec: KafkaSourceSpec) -> Sequence[KafkaRecord]:
         return self._given(self._building)
@@ -370,13 +435,7 @@ class _Attempt(_Run):
         """The job's Kafka source replaying records given deserialized: its spec with the deserializer
         replaced by the unpickling of each given record (the timestamp function is the job's)."""
         spec = t.source_spec
-        match spec:
-            case KafkaSourceSpec():
-                pass
-            case GeneratorSourceSpec() | PostgresCdcSourceSpec() | None:
-                raise JobTestError(f"source {t.uid!r} is not a Kafka source: only a Kafka source takes records")
-            case _:
-                assert_never(spec)
+        assert isinstance(spec, KafkaSourceSpec)
         if spec.schema is not None:
             raise JobTestError(
                 f"Kafka source {t.uid!r} is columnar (schema=): give its input as value bytes, not records"
@@ -384,18 +443,34 @@ class _Attempt(_Run):
         direct = dataclasses.replace(spec, deserializer=load_value, record_deserializer=None, max_record_bytes=None)
         return _ReplayKafkaSource(direct, self._given(t.uid))
 
+    def _source(self, t: Transformation) -> StreamOperator:
+        """The job's source ``t`` replaying its given input."""
+        spec, given = t.source_spec, self._inputs.get(t.uid)
+        match spec:
+            case KafkaSourceSpec():
+                if isinstance(given, Deserialized):
+                    return self._deserialized_source(t, given)
+                return super()._operator(t)
+            case PostgresCdcSourceSpec():
+                from weir.tools.cdc_replay import ReplayCdcSource  # the CDC source's module: psycopg
+
+                return ReplayCdcSource(spec, t.uid, self._change_events(t.uid))
+            case GeneratorSourceSpec():
+                if given is not None:
+                    raise JobTestError(f"source {t.uid!r} is a generator source: it takes no input")
+                return super()._operator(t)
+            case None:
+                return super()._operator(t)
+            case _:
+                assert_never(spec)
+
     def _operator(self, t: Transformation) -> StreamOperator:
         recorded = self._recorded.setdefault(t.uid, _Recorded())
         if t.kind is OperatorKind.SINK:
             self.descriptions[t.uid] = describe_sink(t.factory(), t.name)
             return _RecordingSink(recorded.records)
         self._building = t.uid
-        given = self._inputs.get(t.uid) if t.kind is OperatorKind.SOURCE else None
-        match given:
-            case Deserialized():
-                op = self._deserialized_source(t, given)
-            case _:
-                op = super()._operator(t)
+        op = self._source(t) if t.kind is OperatorKind.SOURCE else super()._operator(t)
         if isinstance(op, WindowAggregateOperator):
             op._clock = self._clock.ms
         elif isinstance(op, KeyedProcessOperator | MiniBatchGroupAggregate):
@@ -1086,15 +1161,21 @@ def check_job(
     return JobTestReport(reference, runs, points, tuple(divergences), time.perf_counter() - started)
 
 
+def _written(value: Any) -> Any:
+    """What JSON cannot hold, as written: a change event in its JSON form, anything else its repr."""
+    return value.to_json() if isinstance(value, ChangeEvent) else repr(value)
+
+
 def write_outputs(output: RunOutput, directory: Path) -> list[Path]:
     """Each sink's committed records as JSON lines ``{"value": ..., "timestamp": ...}`` in
-    ``directory/<sink uid>.jsonl``."""
+    ``directory/<sink uid>.jsonl`` (a change event in its JSON form, another value JSON cannot hold
+    as its repr)."""
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for uid in output.sinks:
         path = directory / f"{uid.replace('/', '_')}.jsonl"
         with path.open("w") as f:
             for value, ts in output.by_operator.get(uid, []):
-                f.write(json.dumps({"value": value, "timestamp": ts}, default=repr) + "\n")
+                f.write(json.dumps({"value": value, "timestamp": ts}, default=_written) + "\n")
         written.append(path)
     return written

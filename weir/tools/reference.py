@@ -69,7 +69,6 @@ from weir.operators.sources import GeneratorSourceOperator, KafkaSourceOperator,
 from weir.operators.windows import WindowAggregateOperator
 from weir.plan import JobPlan, NetworkEdge, build_plan
 from weir.taskmanager.chain import ChainInput, OperatorChain
-from weir.taskmanager.state import RocksDBStateBackend
 
 REFERENCE_JOB_ID = "reference"
 SOURCE_BATCH = 1
@@ -248,6 +247,8 @@ def run_loaded(
         if kafka_input is not None
         else _kafka_reader(kafka_client_config(endpoints or Endpoints.from_env(), given))
     )
+    from weir.taskmanager.state import RocksDBStateBackend  # reference mode's state (weir test keeps it in memory)
+
     with tempfile.TemporaryDirectory(prefix="weir-reference-") as tmp:
         backend = RocksDBStateBackend(Path(tmp) / "state")
         try:

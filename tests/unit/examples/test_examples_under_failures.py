@@ -1,6 +1,7 @@
 """The example jobs under `weir test --failures`, through the `weir_job` fixture: each commits the
 same with a failure at every checkpoint and crash point as without (the keyed aggregation, on
-both its paths, also restored at parallelism 3), and the keyed aggregation commits what plain Python computes."""
+both its paths, also restored at parallelism 3), and the keyed aggregation and the CDC copy commit
+what plain Python computes."""
 
 from __future__ import annotations
 
@@ -58,3 +59,61 @@ def test_an_example_job_commits_the_same_whatever_fails(
     run = weir_job(EXAMPLES / job, sources={"events-source": LINES}, parameters=parameters, checkpoint_every=100)
     assert run.sinks["kafka-sink"]
     run.with_failures(rescale=rescale)
+
+
+def customer_changes() -> list[dict]:
+    """A snapshot of 20 customers, then 60 transactions of inserts, updates and deletes."""
+    changes: list[dict] = [
+        {"op": "read", "table": "customers", "after": {"id": i, "name": f"c{i}", "email": f"c{i}@x"}} for i in range(20)
+    ]
+    rows = set(range(20))
+    for t in range(60):
+        key = (t * 7) % 30
+        if key not in rows:
+            change = {"op": "insert", "after": {"id": key, "name": f"n{t}", "email": f"n{t}@x"}}
+            rows.add(key)
+        elif t % 3 == 0:
+            change = {"op": "delete", "before": {"id": key}}
+            rows.remove(key)
+        else:
+            change = {"op": "update", "before": None, "after": {"id": key, "name": f"u{t}", "email": f"{t}@x"}}
+        changes.append({**change, "table": "customers", "xid": 1000 + t, "ts_ms": 1_000 * t})
+    return changes
+
+
+def test_the_cdc_example_copies_the_table_and_numbers_each_change_once_whatever_fails(weir_job: RunJob) -> None:
+    changes = customer_changes()
+    lines = [json.dumps(c) for c in changes]
+    run = weir_job(EXAMPLES / "customers_cdc.py", sources={"customers-cdc": lines}, checkpoint_every=7)
+    table: dict[int, tuple] = {}
+    versions: Counter[str] = Counter()
+    seen: Counter[int] = Counter()
+    for c in changes:
+        row = c.get("after") or c["before"]
+        if c["op"] == "delete":
+            del table[row["id"]]
+        else:
+            table[row["id"]] = (row["id"], row["name"], row["email"])
+        seen[row["id"]] += 1
+        versions[json.dumps({"id": row["id"], "op": c["op"], "version": seen[row["id"]]}, sort_keys=True)] += 1
+    copy = run.output.sink_capture("copy").final_rows()
+    assert copy == {(k,): v for k, v in table.items()}
+    assert Counter(json.dumps(v, sort_keys=True) for v in run.sinks["versions-sink"]) == versions
+    # Each change once, in its JSON form: the table as the source names it, the positions the input
+    # left out numbered (the reads at 0/1, the n-th change at 0/(1 + n)).
+    lsns = [f"0/{1 + max(0, n - 19):X}" for n in range(len(changes))]
+    written = [
+        {
+            "format": 1,
+            "op": c["op"],
+            "table": "public.customers",
+            "before": c.get("before"),
+            "after": c.get("after"),
+            "lsn": lsn,
+            "xid": c.get("xid"),
+        }
+        for c, lsn in zip(changes, lsns, strict=True)
+    ]
+    changelog = Counter(json.dumps(e.to_json(), sort_keys=True) for e in run.sinks["changelog"])
+    assert changelog == Counter(json.dumps(w, sort_keys=True) for w in written)
+    run.with_failures(rescale=3)  # the CDC source stays at parallelism 1

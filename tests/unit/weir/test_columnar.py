@@ -394,3 +394,32 @@ def test_no_aggregates_or_an_unknown_one_is_a_job_definition_error() -> None:
         BuiltinAggregates({}, "key")
     with pytest.raises(JobDefinitionError, match="is not a built-in aggregate"):
         BuiltinAggregates({"x": "sum"}, "key")  # type: ignore[dict-item]
+
+
+LAZY_ARROW = """
+import sys
+from weir.core import columnar
+
+assert "pyarrow" not in sys.modules and "numpy" not in sys.modules, "imported with the module"
+assert not columnar.is_batch({"key": "a"}) and "pyarrow" not in sys.modules, "a record made is_batch import Arrow"
+import pyarrow as pa  # a batch made elsewhere (a job's own code), before any Arrow work here
+
+batch = pa.RecordBatch.from_pydict({"key": ["a", "b", "a"]})
+assert columnar.is_batch(batch), "a batch made before the module's first Arrow work is not seen as one"
+assert not columnar.is_batch({"key": "a"})
+keys = columnar.BatchKeys("key", 128)
+channels = columnar.channel_table(lambda kg: kg % 2, 128)[keys.key_groups(batch)]
+parts = columnar.split_by_channel(batch, channels, 2)
+assert sorted(row for _, part in parts for row in part.column("key").to_pylist()) == ["a", "a", "b"]
+print("ok")
+"""
+
+
+def test_arrow_is_imported_by_the_first_arrow_work_and_a_batch_made_before_it_is_one() -> None:
+    """The module imports pyarrow and numpy on first use (a job without batches never loads them);
+    a batch made by code that imported pyarrow itself is still told apart from a record."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", LAZY_ARROW], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr

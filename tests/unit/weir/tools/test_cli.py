@@ -248,6 +248,29 @@ def test_unknown_job_is_exit_2(weir: Weir, fake_jobmanager: FakeJobManager, comm
     assert_error(weir(command, "job-x"), EXIT_USAGE, "unknown job job-x")
 
 
+def test_a_failed_grpc_call_reaching_the_cli_is_one_line_naming_its_status(
+    weir: Weir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gRPC failure the client did not translate still ends as one line with its status code (the
+    CLI module does not import grpc itself: it looks the error up where the call raised it)."""
+    server = grpc.server(ThreadPoolExecutor(max_workers=1))
+    jobmanager_pb2_grpc.add_JobManagerServiceServicer_to_server(jobmanager_pb2_grpc.JobManagerServiceServicer(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            with pytest.raises(grpc.RpcError) as failed:
+                jobmanager_pb2_grpc.JobManagerServiceStub(channel).ListJobs(jobmanager_pb2.ListJobsRequest())
+    finally:
+        server.stop(grace=None)
+
+    def client() -> JobManagerClient:
+        raise failed.value
+
+    monkeypatch.setattr("weir.tools.cli._client", client)
+    assert_error(weir("list"), EXIT_FAILURE, "a JobManager call failed with UNIMPLEMENTED")
+
+
 # Job files that do not load: refused before the cluster is asked ---------------------------------
 
 
