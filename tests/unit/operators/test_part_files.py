@@ -64,7 +64,7 @@ def test_any_uid_and_job_id_read_back_from_the_name(uid: str, job: str) -> None:
     [
         "_SUCCESS",
         "dt=x/part-files-j-0-1.parquet",  # too few fields
-        "part-files-0123-2-7-3.csv",  # unknown format
+        "part-files-0123-2-7-3.tsv",  # unknown format (csv, jsonl and parquet are known)
         "part-files-0123-02-7-3.parquet",  # leading zero: not the name the sink writes
         ".part-files-0123-2-7-3.parquet",  # hidden
         "part-files-0123-2-7-3.parquet.1.inprogress",  # in progress
