@@ -6,7 +6,7 @@ KeyedProcessFunction's operator with its timers (``weir.operators.timers``) and 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, TypeVar, assert_never
+from typing import Any, Protocol, TypeVar, assert_never, runtime_checkable
 
 from weir.core.errors import JobDefinitionError, WeirError
 from weir.core.key_samples import (
@@ -315,6 +315,15 @@ class OnTimerContext(KeyedProcessContext):
 
     def time_domain(self) -> TimeDomain:
         return self.domain
+
+
+@runtime_checkable
+class ReadsProcessingTime(Protocol):
+    """An operator whose processing time (epoch ms: timers, state TTL, a mini-batch's deadline) is its
+    ``clock``; a harness that drives time itself (``weir test``) replaces it. Structural, so that the
+    harness need not import every such operator's module (the SQL one's imports the SQL parser)."""
+
+    clock: Clock
 
 
 class KeyedProcessOperator(KeyedOperator):

@@ -64,11 +64,10 @@ from weir.core.keygroups import KeyEncoder, KeyGroupRange, key_group_range_for_s
 from weir.core.state_layout import dump_value, load_value
 from weir.graph import OperatorKind, Transformation
 from weir.operators.base import NO_SIDE_OUTPUTS, InheritedState, OperatorContext, Output, SideOutputs, StreamOperator
-from weir.operators.keyed import KeyedProcessOperator
+from weir.operators.keyed import ReadsProcessingTime
 from weir.operators.sources import kafka_partition_owner
 from weir.operators.windows import WindowAggregateOperator
 from weir.plan import JobPlan, Vertex, build_plan
-from weir.sql.retract import MiniBatchGroupAggregate
 from weir.taskmanager.chain import ChainInput, OperatorChain
 from weir.taskmanager.partitioners import create_partitioner
 from weir.tools.cdc_input import CdcInput, read_change_events
@@ -473,7 +472,7 @@ class _Attempt(_Run):
         op = self._source(t) if t.kind is OperatorKind.SOURCE else super()._operator(t)
         if isinstance(op, WindowAggregateOperator):
             op._clock = self._clock.ms
-        elif isinstance(op, KeyedProcessOperator | MiniBatchGroupAggregate):
+        elif isinstance(op, ReadsProcessingTime):
             op.clock = self._clock.ms
         setup = op.setup
 
