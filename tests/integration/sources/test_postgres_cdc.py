@@ -588,24 +588,7 @@ def test_cdc_through_a_taskmanager_kill_leaves_the_copy_equal_and_every_change_o
                 return Counter(conn.execute(sql.SQL("SELECT * FROM {}").format(sql.Identifier(source))))
 
         assert settled("the snapshot in the copy", 180, Counter(initial), copy_rows) == Counter(initial)
-        writer.start()
-        status = wait_until(
-            weir_cluster,
-            job_id,
-            lambda s: (s.last_completed_checkpoint or 0) >= 3 and len(writer.changes) >= 100,
-            "three completed checkpoints and a hundred changes",
-            180,
-        )
-        kill_source_and_recover(weir_cluster, job_id, status, "cdc", 240)
-        after_recovery = len(writer.changes) + 100
-        poll(
-            "a hundred changes more after the recovery",
-            120,
-            lambda: True if len(writer.changes) >= after_recovery else None,
-        )
-        writer.stop.set()
-        writer.join(30)
-        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        write_through_a_source_kill(weir_cluster, job_id, writer, "cdc", more_after=100)
         expected_source = source_rows()
         assert {r[0] for r in expected_source} == writer.live, "the writer's view is the table's"
         assert settled("the copy equal to the source table", 240, expected_source, copy_rows) == expected_source
@@ -651,6 +634,30 @@ def kill_source_and_recover(
     )
     assert recovered.last_restore_at is not None
     return recovered
+
+
+def write_through_a_source_kill(
+    cluster: WeirCluster, job_id: str, writer: Writer, vertex_uid: str, more_after: int
+) -> None:
+    """Start ``writer``; once three checkpoints completed and it made a hundred changes, kill the CDC
+    source's TaskManager (``kill_source_and_recover``); ``more_after`` changes after the recovery, stop
+    it. It must have inserted, updated and deleted, and not failed."""
+    writer.start()
+    status = wait_until(
+        cluster,
+        job_id,
+        lambda s: (s.last_completed_checkpoint or 0) >= 3 and len(writer.changes) >= 100,
+        "three completed checkpoints and a hundred changes",
+        180,
+    )
+    kill_source_and_recover(cluster, job_id, status, vertex_uid, 240)
+    after_recovery = len(writer.changes) + more_after
+    poll(f"{more_after} changes more after the recovery", 120, lambda: len(writer.changes) >= after_recovery or None)
+    writer.stop.set()
+    writer.join(30)
+    assert writer.error is None, f"the writer failed: {writer.error!r}"
+    kinds = Counter(c[0] for c in writer.changes)
+    assert kinds["insert"] and kinds["update"] and kinds["delete"], kinds
 
 
 def settled(what: str, deadline_s: float, expected: Counter[Any], actual: Callable[[], Counter[Any]]) -> Counter[Any]:

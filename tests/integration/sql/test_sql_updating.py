@@ -29,7 +29,7 @@ from psycopg import sql
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
 from tests.integration.polling import poll
-from tests.integration.sources.test_postgres_cdc import Writer, kill_source_and_recover, settled
+from tests.integration.sources.test_postgres_cdc import Writer, settled, write_through_a_source_kill
 from weir.connectors import kafka, postgres
 from weir.core.config import Endpoints
 from weir.sql import source_uid
@@ -178,23 +178,8 @@ def test_updating_sql_results_over_a_cdc_table_end_equal_to_python_s_with_tombst
         first = expected(initial)
         got = settled("the snapshot in the sinks", 240, first["live_table"], lambda: actual("live_table"))
         assert got == first["live_table"]
-        writer.start()
-        status = wait_until(
-            weir_cluster,
-            job_id,
-            lambda s: (s.last_completed_checkpoint or 0) >= 3 and len(writer.changes) >= 100,
-            "three completed checkpoints and a hundred changes",
-            180,
-        )
-        kill_source_and_recover(weir_cluster, job_id, status, source_uid("src"), 240)
-        after_recovery = len(writer.changes) + 150
-        poll("150 changes more after the recovery", 120, lambda: len(writer.changes) >= after_recovery or None)
-        writer.stop.set()
-        writer.join(30)
-        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        write_through_a_source_kill(weir_cluster, job_id, writer, source_uid("src"), more_after=150)
         final = rows_of(endpoints, source)
-        kinds = Counter(c[0] for c in writer.changes)
-        assert kinds["insert"] and kinds["update"] and kinds["delete"], kinds
         want = expected(final.elements())
         for name in ("live_table", "by_n", "filtered", "live_topic", "buckets_topic"):
             assert settled(f"{name} equal to Python's", 240, want[name], lambda n=name: actual(n)) == want[name], name
@@ -278,23 +263,8 @@ def test_a_cdc_table_in_upsert_mode_needs_no_old_rows_and_ends_equal_to_python_s
         job_id = weir_cluster.submit(str(job_file), params, parallelism=2)
         first = expected(initial)["live_table"]
         assert settled("the snapshot in the copy", 240, first, lambda: rows_of(endpoints, copy)) == first
-        writer.start()
-        status = wait_until(
-            weir_cluster,
-            job_id,
-            lambda s: (s.last_completed_checkpoint or 0) >= 3 and len(writer.changes) >= 100,
-            "three completed checkpoints and a hundred changes",
-            180,
-        )
-        kill_source_and_recover(weir_cluster, job_id, status, source_uid("src"), 240)
-        after_recovery = len(writer.changes) + 150
-        poll("150 changes more after the recovery", 120, lambda: len(writer.changes) >= after_recovery or None)
-        writer.stop.set()
-        writer.join(30)
-        assert writer.error is None, f"the writer failed: {writer.error!r}"
+        write_through_a_source_kill(weir_cluster, job_id, writer, source_uid("src"), more_after=150)
         final = rows_of(endpoints, source)
-        kinds = Counter(c[0] for c in writer.changes)
-        assert kinds["insert"] and kinds["update"] and kinds["delete"], kinds
         want = expected(final.elements())
         got = settled("the copy equal to Python's", 240, want["live_table"], lambda: rows_of(endpoints, copy))
         assert got == want["live_table"]
