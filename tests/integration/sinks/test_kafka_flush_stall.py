@@ -9,12 +9,21 @@ from __future__ import annotations
 
 import os
 import signal
+from pathlib import Path
 
 import pytest
 
+from tests.integration.polling import until
 from weir.connectors import kafka
 from weir.core.config import Endpoints, run_dir
 from weir.core.errors import ServiceUnavailableError
+
+
+def _state(pid: int) -> str:
+    """The process state letter of ``pid`` (``T``: stopped), from /proc/PID/stat."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat[stat.rindex(")") + 2]
+
 
 pytestmark = [pytest.mark.integration, pytest.mark.serial]  # pauses the shared broker: alone
 
@@ -36,8 +45,13 @@ def test_a_flush_the_broker_never_acknowledges_fails_on_the_stall_and_the_next_p
     first.flush(30)  # the partition is in the transaction: the broker knows it
 
     pid = int(BROKER_PID_FILE.read_text().strip())
+    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    assert "kafka" in command.lower(), f"{BROKER_PID_FILE} names pid {pid}, which is not the broker: {command[:200]}"
     os.kill(pid, signal.SIGSTOP)
     try:
+        # Every thread of the broker stopped before anything is produced (a CI run once saw the stalled
+        # records acknowledged within a second; this tells a pause that did not hold from a flush defect).
+        until(f"the broker (pid {pid}) stopped", 10, lambda: _state(pid) == "T")
         for i in range(20):
             first.produce(topic, f"stalled-{i}".encode(), b"k")
         with pytest.raises(ServiceUnavailableError, match=r"no record acknowledged for 2s, \d+ pending") as failure:
