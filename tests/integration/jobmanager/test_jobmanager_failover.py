@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 
 from tests.integration.conftest import assert_sinks_exact, keyed_aggregation_inputs
+from tests.integration.polling import until
 from tests.integration.ports import private_ports
 from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
@@ -77,15 +78,6 @@ def log_events(path: Path) -> list[dict[str, Any]]:
                 events.append(event)
             at = line.find("{", end)
     return events
-
-
-def poll(what: str, check: Callable[[], bool], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.2)
-    pytest.fail(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def status(cluster: HaCluster, job_id: str) -> JobDetails | None:
@@ -145,10 +137,10 @@ def running_ha_cluster(
             extra=leader_env if i == 0 else None,
         )
         if i == 0:  # the first one leads: the lease is its own before the standby starts
-            poll(
+            until(
                 "the first JobManager to lead",
-                lambda: LeaseStore(open_storage(storage_uri)).read().record is not None,
                 30,
+                lambda: LeaseStore(open_storage(storage_uri)).read().record is not None,
             )
     taskmanagers = [
         start(f"taskmanager-{n}", "-m", "weir.taskmanager", "--id", f"ha-taskmanager-{n}", "--metrics-port", "0")
@@ -164,7 +156,7 @@ def running_ha_cluster(
             return False
 
     try:
-        poll("three TaskManagers registered with the leader", all_registered, 60)
+        until("three TaskManagers registered with the leader", 60, all_registered)
         yield cluster
     finally:
         client.close()
@@ -189,10 +181,10 @@ def run_and_disturb(ha_cluster: HaCluster, services: Endpoints, unique: str, dis
     }
     job_file = REPO_ROOT / "examples/keyed_aggregation.py"
     job_id = ha_cluster.client.submit_job(job_file, params, 3)
-    poll(
+    until(
         "two completed checkpoints",
-        lambda: (s := status(ha_cluster, job_id)) is not None and (s.last_completed_checkpoint or 0) >= 2,
         90,
+        lambda: (s := status(ha_cluster, job_id)) is not None and (s.last_completed_checkpoint or 0) >= 2,
     )
     leader = ha_cluster.leader()
     assert leader == ha_cluster.addresses[0]
@@ -200,14 +192,14 @@ def run_and_disturb(ha_cluster: HaCluster, services: Endpoints, unique: str, dis
     disturb(leader)
     started = time.monotonic()
     standby = ha_cluster.addresses[1]
-    poll("the standby to take the lease over", lambda: ha_cluster.leader() == standby, TAKEOVER_WITHIN_S)
+    until("the standby to take the lease over", TAKEOVER_WITHIN_S, lambda: ha_cluster.leader() == standby)
     took_over_s = time.monotonic() - started
     assert ha_cluster.term() == term + 1
     assert took_over_s < TAKEOVER_WITHIN_S
-    poll(
+    until(
         "the job to finish under the new leader",
-        lambda: (s := status(ha_cluster, job_id)) is not None and s.summary.status == "FINISHED",
         300,
+        lambda: (s := status(ha_cluster, job_id)) is not None and s.summary.status == "FINISHED",
     )
     assert_sinks_exact("examples/keyed_aggregation.py", params, job_id, services)
 
@@ -233,7 +225,7 @@ def test_paused_leader_woken_after_the_takeover_changes_nothing(
 
     def pause_until_taken_over(leader: str) -> None:
         pause(leader)
-        poll("the standby to take over", lambda: ha_cluster.leader() == ha_cluster.addresses[1], TAKEOVER_WITHIN_S)
+        until("the standby to take over", TAKEOVER_WITHIN_S, lambda: ha_cluster.leader() == ha_cluster.addresses[1])
         woken_at.append(time.time())
         os.kill(ha_cluster.jobmanagers[leader].pid, signal.SIGCONT)
 
@@ -279,29 +271,29 @@ def test_a_leader_paused_mid_submission_creates_nothing_once_woken(
 
         submitting = threading.Thread(target=submit, name="submit-to-paused-leader")
         submitting.start()
-        poll(
+        until(
             "the leader to pause before the new job's record",
-            lambda: bool(outcome) or any(e.get("event") == "pause_point_hit" for e in log_events(old_log)),
             120,
+            lambda: bool(outcome) or any(e.get("event") == "pause_point_hit" for e in log_events(old_log)),
         )
         assert not outcome, f"the submission was answered before the leader paused: {outcome}"
         (paused,) = [e for e in log_events(old_log) if e.get("event") == "pause_point_hit"]
         job_id = str(paused["job_id"])
-        poll("the standby to take over", lambda: cluster.leader() == cluster.addresses[1], TAKEOVER_WITHIN_S + 30)
+        until("the standby to take over", TAKEOVER_WITHIN_S + 30, lambda: cluster.leader() == cluster.addresses[1])
         woken_at = time.time()
         os.kill(cluster.jobmanagers[cluster.addresses[0]].pid, signal.SIGCONT)
         submitting.join(timeout=SUBMIT_TIMEOUT_S + 30)
         assert not submitting.is_alive()
         assert "job_id" not in outcome and isinstance(outcome.get("error"), WeirError), outcome
 
-        poll(
+        until(
             "the woken leader to start over as a standby",
+            60,
             lambda: any(
                 e.get("event") == "jobmanager_standby"
                 and datetime.fromisoformat(e["timestamp"]).timestamp() >= woken_at
                 for e in log_events(old_log)
             ),
-            60,
         )
         woken = [e for e in log_events(old_log) if datetime.fromisoformat(e["timestamp"]).timestamp() >= woken_at]
         names = [e.get("event") for e in woken]
@@ -323,16 +315,16 @@ def test_a_leader_paused_mid_submission_creates_nothing_once_woken(
                 return False
             return True
 
-        poll("the new leader to list its jobs", listed_by_the_leader, 30)
+        until("the new leader to list its jobs", 30, listed_by_the_leader)
         assert job_id not in listed
 
         again = cluster.client.submit_job(job_file, params, 1)
         assert again != job_id
-        poll(
+        until(
             "the job submitted again to finish on the new leader",
-            lambda: (s := status(cluster, again)) is not None and s.summary.status == "FINISHED",
             300,
+            lambda: (s := status(cluster, again)) is not None and s.summary.status == "FINISHED",
         )
         assert_sinks_exact("examples/keyed_aggregation.py", params, again, services)
-        poll("the new leader to list its jobs", listed_by_the_leader, 30)
+        until("the new leader to list its jobs", 30, listed_by_the_leader)
         assert listed == [again]
