@@ -27,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -499,6 +500,31 @@ def flink_checkpoint_uri(run_checkpoints: str, work_dir: Path, tag: str) -> str:
     if run_checkpoints:
         return f"{run_checkpoints.rstrip('/')}/flink/{tag}"
     return f"file://{work_dir / 'flink-checkpoints' / tag}"
+
+
+AWS_CREDENTIAL_VARIABLES: Final = (
+    "AWS_ACCESS_KEY_ID",
+    "AWS_PROFILE",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+)
+
+
+def flink_s3_problem(checkpoint_uri: str, endpoints: Endpoints, environ: Mapping[str, str]) -> str | None:
+    """Why Flink could not write its checkpoints to ``checkpoint_uri``, found before any run: an
+    ``s3://`` prefix with neither an S3 endpoint (the local mode's server, or ``WEIR_S3_ENDPOINT``) nor
+    any AWS credential in the environment. Flink would start, process its input and then fail every
+    run at the bounded input's final checkpoint ("Failure to finalize checkpoint"), after minutes."""
+    if not checkpoint_uri.startswith("s3://") or endpoints.s3_endpoint is not None:
+        return None
+    if any(environ.get(name) for name in AWS_CREDENTIAL_VARIABLES):
+        return None  # AWS's own endpoint, through the environment's credential chain
+    return (
+        f"Flink's checkpoints go to {checkpoint_uri} but no S3 endpoint is set (WEIR_S3_ENDPOINT, or "
+        "WEIR_LOCAL_MODE=true for the local server, as make sets it) and no AWS credentials are in the "
+        "environment: run it through make (make bench, make bench-nexmark), or set one of them"
+    )
 
 
 def flink_environment(build_dir: Path, endpoints: Endpoints, base: dict[str, str] | None = None) -> dict[str, str]:

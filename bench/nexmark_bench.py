@@ -1375,6 +1375,10 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     run_id = new_run_id()
     env = prepare_environment(run_id, checkpoints_in_s3=True)
+    from bench.contenders import flink_s3_problem
+
+    if "flink" in contenders and (problem := flink_s3_problem(env.checkpoint_uri, env.endpoints, os.environ)):
+        raise BenchError(problem)
     ensure_services(env.endpoints, env.services_run_dir)
     document: dict[str, Any] = {
         "benchmark": "nexmark",

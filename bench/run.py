@@ -53,6 +53,7 @@ from bench.contenders import (
     describe,
     flink_available,
     flink_contender,
+    flink_s3_problem,
     quix_available,
     quix_contender,
     raw_contender,
@@ -723,6 +724,8 @@ def main(argv: list[str] | None = None) -> int:
     run_id = new_run_id()
     ensure_services(Endpoints.from_env())
     env = prepare_environment(run_id, checkpoints_in_s3=True)
+    if "flink" in keys and (problem := flink_s3_problem(env.checkpoint_uri, env.endpoints, os.environ)):
+        raise BenchError(problem)
     log(
         f"run {run_id}: {'quick' if args.quick else 'full'}, phases {', '.join(phases)}; "
         f"checkpoints {env.checkpoint_uri}"

@@ -20,6 +20,7 @@ from bench.contenders import (
     flink_checkpoint_uri,
     flink_contender,
     flink_environment,
+    flink_s3_problem,
     raw_contender,
 )
 from bench.harness import REPO_ROOT
@@ -244,3 +245,16 @@ def test_a_contenders_figure_is_failed_by_a_mismatching_run_and_drops_out_of_the
     assert bad["figure"]["failed"] == ["run 2: output does not match the reference"]
     assert bad["figure"]["runs_under_load"] == 1
     assert report.ratios({"throughput": {"weir-kafka": bad, "flink": good}})["weir_kafka_vs_flink"] is None
+
+
+def test_flink_s3_checkpoints_without_an_endpoint_or_credentials_are_refused_before_any_run() -> None:
+    """Run outside make, the local mode is off: no endpoint, no keys, and Flink would fail every run at
+    its final checkpoint after minutes. Found at the start instead, naming the fix."""
+    no_endpoint = Endpoints.from_env({"WEIR_LOCAL_MODE": "false"})
+    problem = flink_s3_problem("s3://weir-checkpoints/bench-r1", no_endpoint, {"PATH": "/bin"})
+    assert problem is not None and "s3://weir-checkpoints/bench-r1" in problem and "make" in problem
+    local = Endpoints.from_env({"WEIR_LOCAL_MODE": "true", "WEIR_S3_PORT": "19000"})
+    assert flink_s3_problem("s3://weir-checkpoints/bench-r1", local, {}) is None
+    assert flink_s3_problem("s3://b/p", no_endpoint, {"AWS_PROFILE": "bench"}) is None  # AWS's own chain
+    assert flink_s3_problem("s3://b/p", no_endpoint, {"AWS_ACCESS_KEY_ID": ""}) is not None  # empty is unset
+    assert flink_s3_problem("file:///tmp/cp", no_endpoint, {}) is None
