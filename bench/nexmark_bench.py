@@ -43,6 +43,7 @@ import contextlib
 import csv
 import datetime
 import json
+import math
 import os
 import re
 import socket
@@ -753,6 +754,45 @@ def summarize(entry: dict[str, Any]) -> dict[str, Any]:
     return entry
 
 
+CPU_GEOMEAN_TARGET: Final = 0.6
+
+
+def cpu_targets(document: dict[str, Any]) -> list[dict[str, str]]:
+    """Issue 30's Nexmark targets on the steady-state CPU per event medians, as pass or miss: every
+    query at or below Flink's, and their geometric mean <= 0.6x. A query without both figures (a
+    failed or missing run) is named, and makes neither target pass."""
+    ratios = {
+        q: (e.get("ratios") or {}).get("steady_cpu_weir_vs_flink") for q, e in document.get("queries", {}).items()
+    }
+    measured = {q: r for q, r in ratios.items() if r}
+    unmeasured = sorted(q for q, r in ratios.items() if not r)
+    if not measured:
+        return [
+            {"target": name, "goal": goal, "value": "–", "result": "not measured"}
+            for name, goal in (("every query's CPU per event <= Flink's", "<= 1.0x"), ("geometric mean", "<= 0.6x"))
+        ]
+    worst = max(measured, key=lambda q: measured[q])
+    above = [q for q, r in measured.items() if r > 1.0]
+    geomean = math.exp(sum(math.log(r) for r in measured.values()) / len(measured))
+    missing = f"; not measured: {', '.join(unmeasured)}" if unmeasured else ""
+    return [
+        {
+            "target": "every query's CPU per event <= Flink's",
+            "goal": "<= 1.0x",
+            "value": f"highest {worst} {measured[worst]:.2f}x"
+            + (f"; above: {', '.join(above)}" if above else "")
+            + missing,
+            "result": "pass" if not above and not unmeasured else "miss",
+        },
+        {
+            "target": f"geometric mean of the {len(measured)} queries' CPU per event ratios",
+            "goal": f"<= {CPU_GEOMEAN_TARGET}x",
+            "value": f"{geomean:.2f}x{missing}",
+            "result": "pass" if geomean <= CPU_GEOMEAN_TARGET and not unmeasured else "miss",
+        },
+    ]
+
+
 def _num(value: float | None, fmt: str = "{:,.0f}") -> str:
     return "–" if value is None else fmt.format(value)
 
@@ -856,6 +896,14 @@ def render_markdown(document: dict[str, Any]) -> str:
             f"| {_spread(figures.get('weir'), 's3_cpu_s', '{:.2f}')}, "
             f"{_spread(figures.get('flink'), 's3_cpu_s', '{:.2f}')} |"
         )
+    lines += [
+        "",
+        "Targets (issue 30), on the steady-state CPU per event medians above (Weir / Flink):",
+        "",
+        "| target | goal | measured | result |",
+        "| --- | --- | --- | --- |",
+        *(f"| {t['target']} | {t['goal']} | {t['value']} | {t['result']} |" for t in cpu_targets(document)),
+    ]
     lines += [
         "",
         "Output, each run against the plain-Python reference, record for record:",

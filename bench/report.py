@@ -175,9 +175,53 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         _target("recovery after SIGKILL < 3 s", recovery.get("recovery_s"), "< 3 s", lambda v: v < 3.0, "{:.2f} s"),
     ]
+    out += issue_30_targets(document)
     if checkpoint.get("keys") and checkpoint["keys"] < 1_000_000:
         out[2]["note"] = "fewer keys than the 1M of the target (quick run)"
     return out
+
+
+def _steady_cpu(document: dict[str, Any], key: str) -> float | None:
+    """A contender's steady-state (10-90 % of the input) CPU s per million events: µs per event."""
+    return document.get("throughput", {}).get(key, {}).get("median_sustained_cpu_s_per_million")
+
+
+def issue_30_targets(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """Issue 30's CPU targets for the keyed job, on steady-state CPU (10-90 % of the input), medians:
+    the columnar path <= 6 µs per event, <= 0.33x Flink's, <= 2x the raw Python limit's; the
+    per-record path (Kafka only) <= 10 µs per event."""
+    columnar, per_record = _steady_cpu(document, WEIR_COLUMNAR), _steady_cpu(document, WEIR_VS_OTHERS)
+    flink, raw = _steady_cpu(document, "flink"), _steady_cpu(document, "raw")
+
+    def ratio(a: float | None, b: float | None) -> float | None:
+        return a / b if a and b else None
+
+    return [
+        _target(
+            "steady state: Weir columnar CPU per event <= 6 µs", columnar, "<= 6 µs", lambda v: v <= 6.0, "{:.2f} µs"
+        ),
+        _target(
+            "steady state: Weir columnar CPU per event <= 0.33x Flink's",
+            ratio(columnar, flink),
+            "<= 0.33x",
+            lambda v: v <= 0.33,
+            "{:.2f}x",
+        ),
+        _target(
+            "steady state: Weir columnar CPU per event <= 2x the raw Python limit's",
+            ratio(columnar, raw),
+            "<= 2x",
+            lambda v: v <= 2.0,
+            "{:.2f}x",
+        ),
+        _target(
+            "steady state: Weir per record (Kafka only) CPU per event <= 10 µs",
+            per_record,
+            "<= 10 µs",
+            lambda v: v <= 10.0,
+            "{:.2f} µs",
+        ),
+    ]
 
 
 def _target(name: str, value: float | None, goal: str, ok: Any, fmt: str) -> dict[str, Any]:

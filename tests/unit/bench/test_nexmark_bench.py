@@ -19,6 +19,7 @@ from bench.nexmark_bench import (
     FLINK_SQL_MAIN,
     SPECS,
     check_output,
+    cpu_targets,
     epoch_ms,
     expected_records,
     flink_queries,
@@ -414,3 +415,22 @@ def test_a_top_ns_tied_rows_are_compared_with_one_row_number() -> None:
     records = [(1, 9, 1), (1, 5, 2), (1, 5, 3), (2, 5, 1), (1, 4, 4)]
     assert nb.untied(spec, records) == [(1, 9, 1), (1, 5, 2), (1, 5, 2), (2, 5, 1), (1, 4, 4)]
     assert nb.untied(nb.SPECS["q0"], records) == records
+
+
+def test_cpu_targets_judge_every_query_and_the_geometric_mean_of_the_steady_ratios() -> None:
+    def doc(**ratios: float | None) -> dict[str, Any]:
+        return {"queries": {q: {"ratios": {"steady_cpu_weir_vs_flink": r}} for q, r in ratios.items()}}
+
+    every, geomean = cpu_targets(doc(q0=0.5, q4=0.8, q7=0.3))
+    assert (every["result"], every["value"]) == ("pass", "highest q4 0.80x")
+    assert (geomean["result"], geomean["value"]) == ("pass", "0.49x")  # (0.5 * 0.8 * 0.3) ** (1/3)
+    every, geomean = cpu_targets(doc(q0=0.5, q4=1.52))
+    assert (every["result"], every["value"]) == ("miss", "highest q4 1.52x; above: q4")
+    assert geomean["result"] == "miss"  # 0.87x
+    every, geomean = cpu_targets(doc(q0=0.1, q5=None))  # a failed figure passes nothing
+    assert every["result"] == geomean["result"] == "miss"
+    assert geomean["value"] == "0.10x; not measured: q5"
+    assert [t["result"] for t in cpu_targets(doc(q1=None))] == ["not measured", "not measured"]
+    text = render_markdown(_document())
+    assert "Targets (issue 30), on the steady-state CPU per event medians" in text
+    assert "| every query's CPU per event <= Flink's | <= 1.0x |" in text
