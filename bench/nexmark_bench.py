@@ -758,7 +758,7 @@ CPU_GEOMEAN_TARGET: Final = 0.6
 
 
 def cpu_targets(document: dict[str, Any]) -> list[dict[str, str]]:
-    """Issue 30's Nexmark targets on the steady-state CPU per event medians, as pass or miss: every
+    """The Nexmark CPU targets on the steady-state CPU per event medians, as pass or miss: every
     query at or below Flink's, and their geometric mean <= 0.6x. A query without both figures (a
     failed or missing run) is named, and makes neither target pass."""
     ratios = {
@@ -898,7 +898,7 @@ def render_markdown(document: dict[str, Any]) -> str:
         )
     lines += [
         "",
-        "Targets (issue 30), on the steady-state CPU per event medians above (Weir / Flink):",
+        "Targets, on the steady-state CPU per event medians above (Weir / Flink):",
         "",
         "| target | goal | measured | result |",
         "| --- | --- | --- | --- |",

@@ -175,7 +175,7 @@ def targets(document: dict[str, Any]) -> list[dict[str, Any]]:
         ),
         _target("recovery after SIGKILL < 3 s", recovery.get("recovery_s"), "< 3 s", lambda v: v < 3.0, "{:.2f} s"),
     ]
-    out += issue_30_targets(document)
+    out += steady_cpu_targets(document)
     if checkpoint.get("keys") and checkpoint["keys"] < 1_000_000:
         out[2]["note"] = "fewer keys than the 1M of the target (quick run)"
     return out
@@ -186,8 +186,8 @@ def _steady_cpu(document: dict[str, Any], key: str) -> float | None:
     return document.get("throughput", {}).get(key, {}).get("median_sustained_cpu_s_per_million")
 
 
-def issue_30_targets(document: dict[str, Any]) -> list[dict[str, Any]]:
-    """Issue 30's CPU targets for the keyed job, on steady-state CPU (10-90 % of the input), medians:
+def steady_cpu_targets(document: dict[str, Any]) -> list[dict[str, Any]]:
+    """The keyed job's CPU targets on steady-state CPU (10-90 % of the input), medians:
     the columnar path <= 6 µs per event, <= 0.33x Flink's, <= 2x the raw Python limit's; the
     per-record path (Kafka only) <= 10 µs per event."""
     columnar, per_record = _steady_cpu(document, WEIR_COLUMNAR), _steady_cpu(document, WEIR_VS_OTHERS)

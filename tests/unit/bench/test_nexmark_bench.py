@@ -432,5 +432,5 @@ def test_cpu_targets_judge_every_query_and_the_geometric_mean_of_the_steady_rati
     assert geomean["value"] == "0.10x; not measured: q5"
     assert [t["result"] for t in cpu_targets(doc(q1=None))] == ["not measured", "not measured"]
     text = render_markdown(_document())
-    assert "Targets (issue 30), on the steady-state CPU per event medians" in text
+    assert "Targets, on the steady-state CPU per event medians" in text
     assert "| every query's CPU per event <= Flink's | <= 1.0x |" in text

@@ -140,8 +140,8 @@ def test_a_figure_measured_in_fewer_runs_than_were_made_says_in_how_many() -> No
     assert report.spread_text({"ok": True, "runs": 2, "x": two}, "x") == "5 (4-6)"
 
 
-def test_issue_30_targets_read_steady_state_cpu_medians() -> None:
-    """Issue 30: the columnar path <= 6 µs per event, <= 0.33x Flink, <= 2x the raw limit; the per-record
+def test_steady_cpu_targets_read_steady_state_cpu_medians() -> None:
+    """The columnar path <= 6 µs per event, <= 0.33x Flink, <= 2x the raw limit; the per-record
     path <= 10 µs; all on steady-state CPU (10-90 % of the input), not the whole run's."""
     throughput = {
         "weir-kafka": {"median_cpu_s_per_million": 99.0, "median_sustained_cpu_s_per_million": 6.0},
@@ -149,7 +149,7 @@ def test_issue_30_targets_read_steady_state_cpu_medians() -> None:
         "flink": {"median_cpu_s_per_million": 1.0, "median_sustained_cpu_s_per_million": 13.1},
         "raw": {"median_cpu_s_per_million": 1.0, "median_sustained_cpu_s_per_million": 1.3},
     }
-    by_name = {t["target"]: t for t in report.issue_30_targets(document(throughput=throughput))}
+    by_name = {t["target"]: t for t in report.steady_cpu_targets(document(throughput=throughput))}
     assert by_name["steady state: Weir columnar CPU per event <= 6 µs"] == {
         "target": "steady state: Weir columnar CPU per event <= 6 µs",
         "goal": "<= 6 µs",
@@ -161,6 +161,6 @@ def test_issue_30_targets_read_steady_state_cpu_medians() -> None:
     assert by_name["steady state: Weir columnar CPU per event <= 2x the raw Python limit's"]["result"] == "miss"
     assert by_name["steady state: Weir per record (Kafka only) CPU per event <= 10 µs"]["result"] == "pass"
     del throughput["flink"]
-    by_name = {t["target"]: t for t in report.issue_30_targets(document(throughput=throughput))}
+    by_name = {t["target"]: t for t in report.steady_cpu_targets(document(throughput=throughput))}
     assert by_name["steady state: Weir columnar CPU per event <= 0.33x Flink's"]["result"] == "not measured"
     assert [t["target"] for t in report.targets(document(throughput=throughput))][-4:] == list(by_name)
