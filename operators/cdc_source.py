@@ -24,6 +24,10 @@ holds its whole partition writes its chunks into the WAL (:class:`weir.core.cdc.
 subtask 0, its own partition read, gathers this run's announcements from a copy of the slot
 (:class:`weir.core.cdc.SnapshotCollector`) and then streams alone: a replication slot has one
 consumer.
+
+Restored from a savepoint or retained checkpoint (``restore_inherited_state``, at any parallelism),
+each subtask takes its share of the old subtasks' states as :func:`weir.core.cdc.redistribute`
+decides (docs/postgres-cdc-source.md, "Rescale"): a subtask with nothing to read idles.
 """
 
 from __future__ import annotations
@@ -51,10 +55,13 @@ from weir.core.cdc import (
     Key,
     PartitionRead,
     Phase,
+    Redistributed,
+    RedistributionRefused,
     Resume,
     ResumeSnapshot,
     SnapshotCollector,
     SnapshotRun,
+    StayIdle,
     TakeSnapshot,
     TransactionVerdict,
     decide_reader_start,
@@ -65,7 +72,9 @@ from weir.core.cdc import (
     encode_cdc_state,
     encode_partition_read,
     format_lsn,
+    redistribute_stored,
     slot_mark,
+    snapshot_partitions,
     tables_read_by,
 )
 from weir.core.config import Endpoints
@@ -84,7 +93,7 @@ from weir.core.pgoutput import (
     Update,
     decode_message,
 )
-from weir.operators.base import NO_PARAMETERS, SourceOperator
+from weir.operators.base import NO_PARAMETERS, InheritedState, SourceOperator, StateNotRedistributableError
 
 IDLE_POLL_WAIT_S: Final = 0.2
 """How long the source waits before decoding again after a poll that found no committed change."""
@@ -105,6 +114,39 @@ class PostgresCdcSourceOperator(SourceOperator):
     def restore_state(self, data: bytes) -> None:
         self._restored = decode_cdc_state(data, self._spec.slot_name)
 
+    def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
+        """This subtask's share of every old subtask's state (a savepoint or a retained checkpoint
+        restored, at this parallelism or another), as :func:`weir.core.cdc.redistribute` decides;
+        StateNotRedistributableError (one line) when it refuses."""
+        if not states:
+            return
+        ctx = self.ctx
+        by_subtask = sorted(states, key=lambda s: s.subtask)
+        if [s.subtask for s in by_subtask] != list(range(by_subtask[0].parallelism)):
+            raise StateNotRedistributableError(
+                f"postgres cdc source {ctx.uid!r}: the checkpoint holds the state of subtasks "
+                f"{[s.subtask for s in by_subtask]} of {by_subtask[0].parallelism}: it is incomplete"
+            )
+        stored = [s.data for s in by_subtask]
+        decision = redistribute_stored(
+            stored, self._spec.slot_name, ctx.parallelism, f"postgres cdc source {ctx.uid!r}"
+        )
+        match decision:
+            case Redistributed(states=new):
+                self._restored = new[ctx.subtask]
+                if len(stored) != ctx.parallelism:
+                    ctx.log.info(
+                        "cdc_state_redistributed",
+                        slot=self._spec.slot_name,
+                        from_parallelism=len(stored),
+                        to_parallelism=ctx.parallelism,
+                        phase=self._restored.phase.value,
+                    )
+            case RedistributionRefused(reason=reason):
+                raise StateNotRedistributableError(reason)
+            case _:
+                assert_never(decision)
+
     def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """The tables exist and have a replica identity (one line otherwise)."""
         with postgres.connect(endpoints, read_only=True) as conn:
@@ -112,14 +154,16 @@ class PostgresCdcSourceOperator(SourceOperator):
 
     def open(self) -> None:
         ctx, spec = self.ctx, self._spec
-        self._partitions = ctx.parallelism
+        restored = self._restored
+        self._partitions = snapshot_partitions(restored, ctx.parallelism)
         if self._partitions > 1:
-            _check_parallel_snapshot(ctx.uid, ctx.parallelism, ctx.parameters)
+            _check_parallel_snapshot(ctx.uid, self._partitions, ctx.parameters)
         self._endpoints = Endpoints.from_env()
         self._conn = postgres.connect(self._endpoints, autocommit=True, retry_for_s=10.0)
         self._tables = {t.qualified_name: t for t in postgres_cdc.captured_tables(self._conn, spec.tables)}
         chunked = {name: t.chunked for name, t in self._tables.items()}
-        self._read_tables = tables_read_by(list(self._tables), chunked, ctx.subtask, self._partitions)
+        idle = restored.phase is Phase.IDLE
+        self._read_tables = [] if idle else tables_read_by(list(self._tables), chunked, ctx.subtask, self._partitions)
         self._run = SnapshotRun(ctx.job_id, ctx.attempt)
         self._progress = CdcProgress(self._restored, self._partitions)
         self._reader: postgres_cdc.ChangeReader | None = None
@@ -165,6 +209,8 @@ class PostgresCdcSourceOperator(SourceOperator):
             case AnnounceRestored(chunks=chunks):
                 self._announce(chunks)
                 self._progress.partition_announced()
+            case StayIdle():
+                ctx.log.info("cdc_subtask_idle", slot=spec.slot_name, subtask=ctx.subtask)
             case _:
                 assert_never(decision)
 
