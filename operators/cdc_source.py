@@ -3,8 +3,9 @@
 The decisions are :class:`weir.core.cdc.CdcProgress`'s and :func:`weir.core.cdc.decide_start`'s; the
 server is behind ``weir.connectors.postgres_cdc``; this operator connects the two to the task:
 
-- ``open`` decides, from the restored state and the slot it finds, to take the snapshot (a new slot),
-  to go on with the snapshot's next chunk, or to resume decoding after the restored position;
+- ``open`` decides, from the restored state and the slot it finds, to take the snapshot (it creates
+  the slot there, so every checkpoint holds it), to go on with the snapshot's next chunk, or to
+  resume decoding after the restored position;
 - while the snapshot is read, each ``poll`` emits one chunk (one ``read`` event per row, at most
   ``chunk_size`` rows by primary key), so a checkpoint falls between two chunks and a restore goes
   on after the last chunk it holds (the slot stays at its consistent point meanwhile);
@@ -179,7 +180,7 @@ class PostgresCdcSourceOperator(SourceOperator):
         )
         match self._decision:
             case TakeSnapshot():
-                pass  # the first poll creates the slot
+                self._create_slot()
             case ResumeSnapshot(consistent_point=lsn):
                 done = len(self._restored.chunks)
                 ctx.log.info("cdc_snapshot_resumed", slot=spec.slot_name, lsn=format_lsn(lsn), chunks_read=done)
@@ -189,6 +190,28 @@ class PostgresCdcSourceOperator(SourceOperator):
                 ctx.log.info("cdc_resumed", slot=spec.slot_name, lsn=format_lsn(position))
             case _:
                 assert_never(self._decision)
+
+    def _create_slot(self) -> None:
+        """Subtask 0 of a new snapshot, as it opens (before any checkpoint can hold its state): every
+        state it checkpoints then holds the slot's consistent point, so no checkpoint pairs a reader's
+        chunks (read after the slot's mark) with a subtask 0 that would create the slot anew, a later
+        consistent point, on restore: the changes between a chunk's read and that point would be lost."""
+        spec, ctx, progress = self._spec, self.ctx, self._progress
+        assert isinstance(self._decision, TakeSnapshot)
+        if self._decision.drop_existing:
+            postgres_cdc.drop_slot(self._conn, spec.slot_name)
+            ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="no completed checkpoint holds it")
+        postgres_cdc.ensure_publication(self._conn, spec.publication, list(self._tables.values()), spec.slot_name)
+        progress.slot_created(postgres_cdc.create_slot(self._conn, spec.slot_name))
+        self._mark_slot()
+        ctx.log.info(
+            "cdc_snapshot_started",
+            slot=spec.slot_name,
+            lsn=format_lsn(progress.state.position or 0),
+            tables=list(self._tables),
+            one_chunk=[name for name, t in self._tables.items() if not t.chunked],
+            partitions=self._partitions,
+        )
 
     def _open_reader(self) -> None:
         """Subtask > 0 of a parallel snapshot: it reads its partition, announces it, then idles."""
@@ -238,26 +261,10 @@ class PostgresCdcSourceOperator(SourceOperator):
         return IDLE_POLL_WAIT_S if self._idle else 0.0
 
     def _snapshot_step(self) -> None:
-        """Subtask 0: create the slot (a new snapshot), or emit the next chunk, or, after the last,
-        gather the readers' announcements (parallelism > 1) and start decoding."""
+        """Subtask 0: emit the next chunk, or, after the last, gather the readers' announcements
+        (parallelism > 1) and start decoding."""
         spec, ctx, progress = self._spec, self.ctx, self._progress
         self._idle = False
-        if progress.state.position is None:
-            assert isinstance(self._decision, TakeSnapshot)
-            if self._decision.drop_existing:
-                postgres_cdc.drop_slot(self._conn, spec.slot_name)
-                ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="no completed checkpoint holds it")
-            postgres_cdc.ensure_publication(self._conn, spec.publication, list(self._tables.values()), spec.slot_name)
-            progress.slot_created(postgres_cdc.create_slot(self._conn, spec.slot_name))
-            self._mark_slot()
-            ctx.log.info(
-                "cdc_snapshot_started",
-                slot=spec.slot_name,
-                lsn=format_lsn(progress.state.position or 0),
-                tables=list(self._tables),
-                one_chunk=[name for name, t in self._tables.items() if not t.chunked],
-                partitions=self._partitions,
-            )
         consistent_point = progress.state.position
         assert consistent_point is not None
         chunk = progress.next_chunk(self._read_tables)
