@@ -3,8 +3,9 @@
 The decisions are :class:`weir.core.cdc.CdcProgress`'s and :func:`weir.core.cdc.decide_start`'s; the
 server is behind ``weir.connectors.postgres_cdc``; this operator connects the two to the task:
 
-- ``open`` decides, from the restored state and the slot it finds, to take the snapshot (a new slot),
-  to go on with the snapshot's next chunk, or to resume decoding after the restored position;
+- ``open`` decides, from the restored state and the slot it finds, to take the snapshot (it creates
+  the slot there, so every checkpoint holds it), to go on with the snapshot's next chunk, or to
+  resume decoding after the restored position;
 - while the snapshot is read, each ``poll`` emits one chunk (one ``read`` event per row, at most
   ``chunk_size`` rows by primary key), so a checkpoint falls between two chunks and a restore goes
   on after the last chunk it holds (the slot stays at its consistent point meanwhile);
@@ -24,6 +25,10 @@ holds its whole partition writes its chunks into the WAL (:class:`weir.core.cdc.
 subtask 0, its own partition read, gathers this run's announcements from a copy of the slot
 (:class:`weir.core.cdc.SnapshotCollector`) and then streams alone: a replication slot has one
 consumer.
+
+Restored from a savepoint or retained checkpoint (``restore_inherited_state``, at any parallelism),
+each subtask takes its share of the old subtasks' states as :func:`weir.core.cdc.redistribute`
+decides (docs/postgres-cdc-source.md, "Rescale"): a subtask with nothing to read idles.
 """
 
 from __future__ import annotations
@@ -51,10 +56,13 @@ from weir.core.cdc import (
     Key,
     PartitionRead,
     Phase,
+    Redistributed,
+    RedistributionRefused,
     Resume,
     ResumeSnapshot,
     SnapshotCollector,
     SnapshotRun,
+    StayIdle,
     TakeSnapshot,
     TransactionVerdict,
     decide_reader_start,
@@ -65,7 +73,9 @@ from weir.core.cdc import (
     encode_cdc_state,
     encode_partition_read,
     format_lsn,
+    redistribute_stored,
     slot_mark,
+    snapshot_partitions,
     tables_read_by,
 )
 from weir.core.config import Endpoints
@@ -84,7 +94,7 @@ from weir.core.pgoutput import (
     Update,
     decode_message,
 )
-from weir.operators.base import NO_PARAMETERS, SourceOperator
+from weir.operators.base import NO_PARAMETERS, InheritedState, SourceOperator, StateNotRedistributableError
 
 IDLE_POLL_WAIT_S: Final = 0.2
 """How long the source waits before decoding again after a poll that found no committed change."""
@@ -105,6 +115,39 @@ class PostgresCdcSourceOperator(SourceOperator):
     def restore_state(self, data: bytes) -> None:
         self._restored = decode_cdc_state(data, self._spec.slot_name)
 
+    def restore_inherited_state(self, states: Sequence[InheritedState]) -> None:
+        """This subtask's share of every old subtask's state (a savepoint or a retained checkpoint
+        restored, at this parallelism or another), as :func:`weir.core.cdc.redistribute` decides;
+        StateNotRedistributableError (one line) when it refuses."""
+        if not states:
+            return
+        ctx = self.ctx
+        by_subtask = sorted(states, key=lambda s: s.subtask)
+        if [s.subtask for s in by_subtask] != list(range(by_subtask[0].parallelism)):
+            raise StateNotRedistributableError(
+                f"postgres cdc source {ctx.uid!r}: the checkpoint holds the state of subtasks "
+                f"{[s.subtask for s in by_subtask]} of {by_subtask[0].parallelism}: it is incomplete"
+            )
+        stored = [s.data for s in by_subtask]
+        decision = redistribute_stored(
+            stored, self._spec.slot_name, ctx.parallelism, f"postgres cdc source {ctx.uid!r}"
+        )
+        match decision:
+            case Redistributed(states=new):
+                self._restored = new[ctx.subtask]
+                if len(stored) != ctx.parallelism:
+                    ctx.log.info(
+                        "cdc_state_redistributed",
+                        slot=self._spec.slot_name,
+                        from_parallelism=len(stored),
+                        to_parallelism=ctx.parallelism,
+                        phase=self._restored.phase.value,
+                    )
+            case RedistributionRefused(reason=reason):
+                raise StateNotRedistributableError(reason)
+            case _:
+                assert_never(decision)
+
     def validate_at_submit(self, endpoints: Endpoints, parameters: Mapping[str, str] = NO_PARAMETERS) -> None:
         """The tables exist and have a replica identity (one line otherwise)."""
         with postgres.connect(endpoints, read_only=True) as conn:
@@ -112,14 +155,16 @@ class PostgresCdcSourceOperator(SourceOperator):
 
     def open(self) -> None:
         ctx, spec = self.ctx, self._spec
-        self._partitions = ctx.parallelism
+        restored = self._restored
+        self._partitions = snapshot_partitions(restored, ctx.parallelism)
         if self._partitions > 1:
-            _check_parallel_snapshot(ctx.uid, ctx.parallelism, ctx.parameters)
+            _check_parallel_snapshot(ctx.uid, self._partitions, ctx.parameters)
         self._endpoints = Endpoints.from_env()
         self._conn = postgres.connect(self._endpoints, autocommit=True, retry_for_s=10.0)
         self._tables = {t.qualified_name: t for t in postgres_cdc.captured_tables(self._conn, spec.tables)}
         chunked = {name: t.chunked for name, t in self._tables.items()}
-        self._read_tables = tables_read_by(list(self._tables), chunked, ctx.subtask, self._partitions)
+        idle = restored.phase is Phase.IDLE
+        self._read_tables = [] if idle else tables_read_by(list(self._tables), chunked, ctx.subtask, self._partitions)
         self._run = SnapshotRun(ctx.job_id, ctx.attempt)
         self._progress = CdcProgress(self._restored, self._partitions)
         self._reader: postgres_cdc.ChangeReader | None = None
@@ -135,7 +180,7 @@ class PostgresCdcSourceOperator(SourceOperator):
         )
         match self._decision:
             case TakeSnapshot():
-                pass  # the first poll creates the slot
+                self._create_slot()
             case ResumeSnapshot(consistent_point=lsn):
                 done = len(self._restored.chunks)
                 ctx.log.info("cdc_snapshot_resumed", slot=spec.slot_name, lsn=format_lsn(lsn), chunks_read=done)
@@ -145,6 +190,28 @@ class PostgresCdcSourceOperator(SourceOperator):
                 ctx.log.info("cdc_resumed", slot=spec.slot_name, lsn=format_lsn(position))
             case _:
                 assert_never(self._decision)
+
+    def _create_slot(self) -> None:
+        """Subtask 0 of a new snapshot, as it opens (before any checkpoint can hold its state): every
+        state it checkpoints then holds the slot's consistent point, so no checkpoint pairs a reader's
+        chunks (read after the slot's mark) with a subtask 0 that would create the slot anew, a later
+        consistent point, on restore: the changes between a chunk's read and that point would be lost."""
+        spec, ctx, progress = self._spec, self.ctx, self._progress
+        assert isinstance(self._decision, TakeSnapshot)
+        if self._decision.drop_existing:
+            postgres_cdc.drop_slot(self._conn, spec.slot_name)
+            ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="no completed checkpoint holds it")
+        postgres_cdc.ensure_publication(self._conn, spec.publication, list(self._tables.values()), spec.slot_name)
+        progress.slot_created(postgres_cdc.create_slot(self._conn, spec.slot_name))
+        self._mark_slot()
+        ctx.log.info(
+            "cdc_snapshot_started",
+            slot=spec.slot_name,
+            lsn=format_lsn(progress.state.position or 0),
+            tables=list(self._tables),
+            one_chunk=[name for name, t in self._tables.items() if not t.chunked],
+            partitions=self._partitions,
+        )
 
     def _open_reader(self) -> None:
         """Subtask > 0 of a parallel snapshot: it reads its partition, announces it, then idles."""
@@ -165,6 +232,8 @@ class PostgresCdcSourceOperator(SourceOperator):
             case AnnounceRestored(chunks=chunks):
                 self._announce(chunks)
                 self._progress.partition_announced()
+            case StayIdle():
+                ctx.log.info("cdc_subtask_idle", slot=spec.slot_name, subtask=ctx.subtask)
             case _:
                 assert_never(decision)
 
@@ -192,26 +261,10 @@ class PostgresCdcSourceOperator(SourceOperator):
         return IDLE_POLL_WAIT_S if self._idle else 0.0
 
     def _snapshot_step(self) -> None:
-        """Subtask 0: create the slot (a new snapshot), or emit the next chunk, or, after the last,
-        gather the readers' announcements (parallelism > 1) and start decoding."""
+        """Subtask 0: emit the next chunk, or, after the last, gather the readers' announcements
+        (parallelism > 1) and start decoding."""
         spec, ctx, progress = self._spec, self.ctx, self._progress
         self._idle = False
-        if progress.state.position is None:
-            assert isinstance(self._decision, TakeSnapshot)
-            if self._decision.drop_existing:
-                postgres_cdc.drop_slot(self._conn, spec.slot_name)
-                ctx.log.info("cdc_slot_dropped", slot=spec.slot_name, reason="no completed checkpoint holds it")
-            postgres_cdc.ensure_publication(self._conn, spec.publication, list(self._tables.values()), spec.slot_name)
-            progress.slot_created(postgres_cdc.create_slot(self._conn, spec.slot_name))
-            self._mark_slot()
-            ctx.log.info(
-                "cdc_snapshot_started",
-                slot=spec.slot_name,
-                lsn=format_lsn(progress.state.position or 0),
-                tables=list(self._tables),
-                one_chunk=[name for name, t in self._tables.items() if not t.chunked],
-                partitions=self._partitions,
-            )
         consistent_point = progress.state.position
         assert consistent_point is not None
         chunk = progress.next_chunk(self._read_tables)

@@ -13,6 +13,7 @@ replication slot. This module is its pure part, with no I/O:
   (:func:`key_partition`, :func:`tables_read_by`), what a reader announces once a completed
   checkpoint holds its partition (:class:`PartitionRead`), and how subtask 0 gathers every
   partition's chunks before it streams (:class:`SnapshotCollector`);
+- the source's state restored at another parallelism (:func:`redistribute`);
 - the source state's versioned JSON (``docs/formats.md``).
 
 The position is a WAL location (LSN): every transaction whose commit record ends at or before it has
@@ -36,7 +37,7 @@ from uuid import UUID
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import Fault, JobDefinitionError, SerializationError, WeirError
 
-CDC_SOURCE_STATE_FORMAT: Final = 3
+CDC_SOURCE_STATE_FORMAT: Final = 4
 PARTITION_READ_FORMAT: Final = 1
 CHANGE_EVENT_FORMAT: Final = 1
 
@@ -150,6 +151,7 @@ class Phase(enum.StrEnum):
     SNAPSHOT = "snapshot"  # the snapshot's chunks are being read (or the slot is still to be created)
     PARTITION_READ = "partition-read"  # a reader (subtask > 0) read every chunk of its partition
     STREAMING = "streaming"  # every chunk was emitted; changes after ``position`` are next
+    IDLE = "idle"  # a subtask > 0 with nothing to read: the source was restored at another parallelism
 
 
 class KeyKind(enum.StrEnum):
@@ -360,8 +362,9 @@ class CdcState:
     announces to subtask 0. ``STREAMING`` (subtask 0 only): ``position`` is the LSN through which
     every transaction was emitted or skipped; ``chunks`` the snapshot's chunks, of every partition,
     a transaction after ``position`` may still have been seen by (a change a chunk read is not
-    emitted again), dropped once the position passed every chunk's ``wal_end``. ``partitions``: the
-    source parallelism the snapshot is read at (1: one subtask reads every chunk)."""
+    emitted again), dropped once the position passed every chunk's ``wal_end``. ``IDLE`` (subtask >
+    0, :data:`IDLE_READER`): nothing to read (:func:`redistribute`). ``partitions``: the source parallelism
+    the snapshot is read at (1: one subtask reads every chunk), kept after a rescale."""
 
     phase: Phase
     position: int | None
@@ -378,11 +381,18 @@ class CdcState:
             case Phase.PARTITION_READ | Phase.STREAMING:
                 if self.position is None:
                     raise ValueError(f"a {self.phase.value} state has no position")
+            case Phase.IDLE:
+                if self.position is not None or self.chunks:
+                    raise ValueError("an idle subtask holds no position and no chunk")
             case _:
                 assert_never(self.phase)
 
 
 SNAPSHOT_PENDING: Final = CdcState(Phase.SNAPSHOT, None)
+IDLE_READER: Final = CdcState(Phase.IDLE, None)
+"""A subtask > 0 of a source restored at another parallelism than its snapshot's (:func:`redistribute`):
+after the snapshot (subtask 0 streams alone), or above the snapshot's parallelism (its partitions
+are the first subtasks'), it has nothing to read."""
 
 
 @dataclass(frozen=True)
@@ -434,7 +444,13 @@ class AnnounceRestored:
     chunks: tuple[ChunkRead, ...]
 
 
-ReaderStartDecision = AwaitSlot | ResumeSnapshot | AnnounceRestored
+@dataclass(frozen=True)
+class StayIdle:
+    """A subtask > 0 restored :data:`IDLE_READER`: it reads nothing (subtask 0 streams, or the snapshot's
+    partitions are the first subtasks')."""
+
+
+ReaderStartDecision = AwaitSlot | ResumeSnapshot | AnnounceRestored | StayIdle
 
 
 def decide_reader_start(state: CdcState) -> ReaderStartDecision:
@@ -448,6 +464,8 @@ def decide_reader_start(state: CdcState) -> ReaderStartDecision:
             return ResumeSnapshot(state.position)
         case Phase.PARTITION_READ:
             return AnnounceRestored(state.chunks)
+        case Phase.IDLE:
+            return StayIdle()
         case Phase.STREAMING:
             raise ValueError("a reader's state is never streaming")
         case _:
@@ -481,7 +499,7 @@ def decide_start(state: CdcState, slot: SlotFound | None, slot_name: str) -> Sta
             return ResumeSnapshot(position)
         case Phase.STREAMING:
             return Resume(position)
-        case Phase.PARTITION_READ:
+        case Phase.PARTITION_READ | Phase.IDLE:
             raise ValueError("subtask 0 streams: its state is never a reader's")
         case _:
             assert_never(state.phase)
@@ -548,7 +566,7 @@ class CdcProgress:
         return sorted(self._taken)
 
     def slot_created(self, consistent_point: int) -> None:
-        if self._state != SNAPSHOT_PENDING:
+        if self._state.phase is not Phase.SNAPSHOT or self._state.position is not None:
             raise ValueError("the slot was created already")
         self._state = CdcState(Phase.SNAPSHOT, consistent_point, partitions=self._partitions)
 
@@ -630,7 +648,7 @@ class CdcProgress:
         if state is None or state.position is None:
             return None
         match state.phase:
-            case Phase.SNAPSHOT:
+            case Phase.SNAPSHOT | Phase.IDLE:
                 return None
             case Phase.PARTITION_READ:
                 if self._announced:
@@ -801,6 +819,102 @@ class SnapshotCollector:
         return tuple(c for s in range(1, self._partitions) for c in self._by_subtask[s])
 
 
+# Restoring at another parallelism -------------------------------------------------------------------
+
+
+def snapshot_partitions(state: CdcState, parallelism: int) -> int:
+    """The partitions a subtask restored with ``state`` at source parallelism ``parallelism`` reads
+    its snapshot in: a restored snapshot's own (underway, handed over, or fixed by
+    :func:`redistribute` for a reader that had not started), else, a new snapshot, one per subtask."""
+    if state.position is not None or state.partitions > 1:
+        return state.partitions
+    return 1 if state.phase is Phase.IDLE else parallelism
+
+
+@dataclass(frozen=True)
+class Redistributed:
+    """Each new subtask's state, by its index."""
+
+    states: tuple[CdcState, ...]
+
+
+@dataclass(frozen=True)
+class RedistributionRefused:
+    """The states cannot go on at the new parallelism: ``reason`` says why and what to do, in one line."""
+
+    reason: str
+
+
+Redistribution = Redistributed | RedistributionRefused
+
+
+def redistribute(states: Sequence[CdcState], parallelism: int, source: str) -> Redistribution:
+    """Every subtask's state of one source (``states``, by old subtask index: their number is the old
+    parallelism) given to the source restored at ``parallelism`` (a savepoint or a retained checkpoint
+    restored into a job whose source runs at another parallelism); ``source`` names it in a refusal.
+
+    - at the same parallelism, each subtask takes its own state;
+    - nothing read yet (no state holds the slot): the snapshot starts anew at ``parallelism``;
+    - the snapshot handed over (subtask 0 streams): subtask 0's state is the whole position, the LSN
+      through which every transaction was emitted and the chunks a later change may have been read
+      by (placed by the partitions the snapshot was read at, which the state keeps): it goes to
+      subtask 0, which decodes on from that LSN, so no change is lost or repeated; every other
+      subtask is :data:`IDLE_READER` (the readers' announced chunks are in subtask 0's state);
+    - mid-snapshot, at a parallelism at or above the snapshot's partitions: these are fixed when it
+      starts (a row's is the hash of its key modulo their number), so the state of partition i's
+      reader goes on in new subtask i (a reader that had not started is given the snapshot's
+      partitions: :func:`snapshot_partitions`), and the subtasks above are :data:`IDLE_READER`;
+    - mid-snapshot, below the snapshot's partitions: refused (each partition needs its reader, and
+      a reader reads one partition).
+
+    Raises SerializationError for states that are not one source's (a reader's state streaming,
+    subtask 0's a reader's, a reader beyond the snapshot's partitions not idle)."""
+    if parallelism < 1 or not states:
+        raise ValueError(f"{len(states)} state(s) to parallelism {parallelism}")
+    old = len(states)
+
+    def damaged() -> SerializationError:
+        phases = ", ".join(f"#{i} {s.phase.value}" for i, s in enumerate(states))
+        return SerializationError(f"{source}: the subtasks' states ({phases}) are not those of one source")
+
+    if states[0].phase in (Phase.PARTITION_READ, Phase.IDLE) or any(s.phase is Phase.STREAMING for s in states[1:]):
+        raise damaged()
+    if parallelism == old:
+        return Redistributed(tuple(states))
+    if all(s.position is None for s in states):
+        return Redistributed((SNAPSHOT_PENDING,) * parallelism)
+    if states[0].phase is Phase.STREAMING:
+        return Redistributed((states[0], *(IDLE_READER,) * (parallelism - 1)))
+    positioned = {s.partitions for s in states if s.position is not None}
+    if len(positioned) != 1:
+        raise damaged()
+    (partitions,) = positioned
+    # a reader before the slot holds the snapshot's partitions, or none (1) at the snapshot's own parallelism
+    unstarted = {partitions, 1} if partitions == old else {partitions}
+    if (
+        partitions > old
+        or any(s.phase is not Phase.IDLE for s in states[partitions:])
+        or any(s.phase is Phase.SNAPSHOT and s.position is None and s.partitions not in unstarted for s in states)
+    ):
+        raise damaged()
+    if parallelism >= partitions:
+        readers = tuple(replace(s, partitions=partitions) if s.position is None else s for s in states[:partitions])
+        return Redistributed((*readers, *(IDLE_READER,) * (parallelism - partitions)))
+    return RedistributionRefused(
+        f"{source}: the checkpoint was taken while {partitions} subtasks read the snapshot, each its partition "
+        f"of the rows, which cannot be read by {parallelism}: restore it at parallelism {partitions} or above "
+        "and rescale once the snapshot is done (the source logs cdc_snapshot_emitted), or start the job without "
+        f"the checkpoint for a new snapshot at parallelism {parallelism}"
+    )
+
+
+def redistribute_stored(stored: Sequence[bytes], slot_name: str, parallelism: int, source: str) -> Redistribution:
+    """:func:`redistribute` over the stored states (:func:`encode_cdc_state`, by old subtask index):
+    what the source's restore runs, and ``weir upgrade check`` before it. Raises what
+    :func:`decode_cdc_state` raises (a state of another slot, a malformed one)."""
+    return redistribute([decode_cdc_state(data, slot_name) for data in stored], parallelism, source)
+
+
 # The slot at the job's end ----------------------------------------------------------------------------
 
 
@@ -865,7 +979,7 @@ def decide_slot_at_end(end: JobEnd, retention: SlotRetention) -> SlotAtEnd:
 
 
 def encode_cdc_state(state: CdcState, slot_name: str) -> bytes:
-    """``{"format": 3, "slot": name, "phase": "snapshot" | "partition-read" | "streaming", "lsn":
+    """``{"format": 4, "slot": name, "phase": "snapshot" | "partition-read" | "streaming" | "idle", "lsn":
     null | "X/Y", "partitions": n, "chunks": [{"table", "partition", "upper": null | [[kind, value],
     ...], "snapshot": "xmin:xmax:xip,...", "wal_end": "X/Y"}, ...]}`` (docs/formats.md)."""
     lsn = None if state.position is None else format_lsn(state.position)
@@ -881,17 +995,19 @@ def encode_cdc_state(state: CdcState, slot_name: str) -> bytes:
 
 
 def decode_cdc_state(data: bytes, slot_name: str) -> CdcState:
-    """The state :func:`encode_cdc_state` wrote; format 2 (one subtask: no ``partitions``, no chunk
-    ``partition``) and 1 (without chunks) too. A state of another slot is refused
+    """The state :func:`encode_cdc_state` wrote; format 3 (without the ``idle`` phase), 2 (one
+    subtask: no ``partitions``, no chunk ``partition``) and 1 (without chunks) too. A state of another slot is refused
     (JobDefinitionError): its position means nothing in this slot."""
     what = "postgres cdc source state"
     document = load_versioned(
-        data, what, (1, 2, CDC_SOURCE_STATE_FORMAT), "restore it with the Weir version that wrote it"
+        data, what, (1, 2, 3, CDC_SOURCE_STATE_FORMAT), "restore it with the Weir version that wrote it"
     )
     try:
         slot = typed(document["slot"], str)
         phase = Phase(typed(document["phase"], str))
-        if document["format"] < 3 and phase is Phase.PARTITION_READ:
+        if (document["format"] < 3 and phase is Phase.PARTITION_READ) or (
+            document["format"] < 4 and phase is Phase.IDLE
+        ):
             raise ValueError(f"phase {phase.value!r} in format {document['format']}")
         lsn = document["lsn"]
         chunks = tuple(_decode_chunk(c) for c in typed(document.get("chunks", []), list))
@@ -908,6 +1024,14 @@ def decode_cdc_state(data: bytes, slot_name: str) -> CdcState:
 
 
 __all__ = [
+    "IDLE_READER",
+    "Redistributed",
+    "Redistribution",
+    "RedistributionRefused",
+    "StayIdle",
+    "redistribute",
+    "redistribute_stored",
+    "snapshot_partitions",
     "CDC_SOURCE_STATE_FORMAT",
     "PARTITION_READ_FORMAT",
     "PARTITION_READ_PREFIX",

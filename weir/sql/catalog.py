@@ -95,6 +95,7 @@ class PostgresCdcTable:
     slot_name: str
     chunk_size: int
     upsert: bool = False  # 'changelog-mode' = 'upsert': new rows and deleted keys, normalized (weir.sql.upsert)
+    parallelism: int = 1  # 'scan.parallelism' (Flink's FLIP-367): subtasks reading the snapshot in parallel
 
 
 @dataclass(frozen=True)
@@ -286,12 +287,18 @@ def connector_of(
             opts.one_of("scan.incremental.snapshot.enabled", "true", ("true",))
             chunk_size = opts.integer("scan.incremental.snapshot.chunk.size", 8096)
             assert chunk_size is not None
+            parallelism = opts.integer("scan.parallelism", 1)
+            assert parallelism is not None
+            if parallelism < 1:
+                raise opts.refuse(f"option 'scan.parallelism' = '{parallelism}' is not a parallelism of 1 or more",
+                                  "scan.parallelism")  # fmt: skip
             connector = PostgresCdcTable(
                 schema_name=opts.get("schema-name", "public") or "public",
                 table_name=opts.need("table-name"),
                 slot_name=opts.need("slot.name"),
                 chunk_size=chunk_size,
                 upsert=mode == "upsert",
+                parallelism=parallelism,
             )
         case "filesystem":
             path = opts.need("path")

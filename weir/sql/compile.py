@@ -437,12 +437,15 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
                 slot_name=connector.slot_name,
                 chunk_size=connector.chunk_size,
                 name=f"sql source {table.name}",
+                parallelism=connector.parallelism,
             )
-            # one reader: its changes in commit order, then each key's changes to one subtask, in order
+            # chained to the source: subtask 0 streams every change in commit order (its readers' rows,
+            # 'scan.parallelism' > 1, come before a row's first change); then each key's to one subtask
+            parallelism = connector.parallelism
             if connector.upsert:
-                upserts = events.flat_map(CdcUpserts(table, decoder.row), uid=changes_uid, parallelism=1)
+                upserts = events.flat_map(CdcUpserts(table, decoder.row), uid=changes_uid, parallelism=parallelism)
                 return upserts.key_by(_change_key(table)).process(ChangelogNormalize(), uid=normalize_uid)
-            changes = events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid, parallelism=1)
+            changes = events.flat_map(CdcChanges(table, decoder.row), uid=changes_uid, parallelism=parallelism)
             return changes.key_by(_change_key(table))
         case JdbcTable() | PrintTable():
             raise SqlError(f"table {table.name}: its connector is a sink; it cannot be read")

@@ -99,7 +99,7 @@ class ReplayCdcSource(PostgresCdcSourceOperator):
                 return True
             case Phase.STREAMING:
                 return self._emit_transaction()
-            case Phase.PARTITION_READ:  # a reader of a parallel snapshot (subtask > 0): never here
+            case Phase.PARTITION_READ | Phase.IDLE:  # a subtask > 0 of a parallel source: never here
                 raise AssertionError("a replayed CDC source is one reader: no other subtask reads a partition")
             case _:
                 assert_never(progress.state.phase)

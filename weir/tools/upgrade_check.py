@@ -31,8 +31,12 @@ What it checks, each a :class:`Finding` of a :class:`FindingKind` (the uid it co
 - **dead-letter topics** of the new job (``weir.jobmanager.submit_checks.dead_letter_topics``)
   exist, when a way to ask Kafka is given (else a warning says they were not checked).
 
+- **CDC sources**: a PostgreSQL CDC source's position restored at the parallelism the new job runs it
+  at, its slot's name kept (``weir.core.cdc.redistribute_stored``, what the source's restore runs:
+  a snapshot in progress cannot go on at a lower parallelism).
+
 What it cannot see: a key function that keys otherwise only records never sampled; a change in a
-function the key function calls (the fingerprint covers its own code); the operator state of
+function the key function calls (the fingerprint covers its own code); the operator state of other
 sources and windows (offsets, watermarks), which the new operators read as they open; anything about
 the records still to come. The verdict is PASS when no finding is fatal.
 
@@ -54,8 +58,10 @@ from typing import Any, Final, assert_never
 
 from weir.api.job_code import JobCode, PreparedArtifact, SourceCode, load_job
 from weir.api.loading import load_job_file
+from weir.core.cdc import Redistributed, RedistributionRefused, redistribute_stored
 from weir.core.config import Endpoints
-from weir.core.errors import Fault, SerializationError, WeirError
+from weir.core.descriptors import PostgresCdcSourceSpec
+from weir.core.errors import Fault, JobDefinitionError, SerializationError, WeirError
 from weir.core.key_samples import KEY_SAMPLE_STATE, KeySample, key_function_fingerprint
 from weir.core.keygroups import key_group_for, key_group_for_key, key_to_bytes
 from weir.core.rescale import StateAssignmentError, check_state_assignment, stateful_operator_uids
@@ -136,6 +142,9 @@ class FindingKind(enum.Enum):
     DEAD_LETTER_TOPIC_MISSING = "dead-letter-topic-missing"
     DEAD_LETTER_UNCHECKED = "dead-letter-unchecked"
     """Dead-letter topics were not checked (no Kafka to ask)."""
+    SOURCE_POSITION = "source-position"
+    """A PostgreSQL CDC source's position against the new source: its slot, and the parallelism it is
+    restored at (``weir.core.cdc.redistribute``, what the source's restore decides)."""
 
 
 class Severity(enum.Enum):
@@ -230,6 +239,7 @@ def check_upgrade(
     findings += _map_uids(old_stateful, transformations, sinks, allow_non_restored_state)
     findings += _jobmanager_rules(documents, graph, savepoint.what, savepoint.storage.get_bytes)
     findings += _check_sinks(sinks, transformations, allow_non_restored_state)
+    findings += _check_cdc_sources(graph, savepoint)
     entries = samples = 0
     keyed_uids = sorted({u for d in documents for u in d.layout.keyed_operator_uids if u in transformations})
     max_parallelism_ok = all(
@@ -444,6 +454,51 @@ def _check_sinks(
                     Severity.FATAL,
                 )
             )
+    return findings
+
+
+# CDC source positions ----------------------------------------------------------------------------
+
+
+def _check_cdc_sources(graph: LogicalGraph, savepoint: LoadedSavepoint) -> list[Finding]:
+    """Each PostgreSQL CDC source of the new job with state in the savepoint: the restore's own decision
+    (``weir.core.cdc.redistribute_stored``) at the parallelism the new job runs it at."""
+    findings: list[Finding] = []
+    plan = build_plan(graph)
+    for uid, t in sorted(graph.transformations.items()):
+        spec = t.source_spec
+        if not isinstance(spec, PostgresCdcSourceSpec):
+            continue
+        stored = sorted(
+            (task.document.subtask, task.operator_states[uid])
+            for task in savepoint.tasks
+            if uid in task.operator_states
+        )
+        if not stored:
+            continue
+        parallelism = next(v.parallelism for v in plan.vertices.values() if uid in v.operator_uids)
+        source = f"postgres cdc source {uid!r}"
+        try:
+            decision = redistribute_stored([data for _, data in stored], spec.slot_name, parallelism, source)
+        except (JobDefinitionError, SerializationError) as exc:
+            findings.append(Finding(FindingKind.SOURCE_POSITION, uid, str(exc), Severity.FATAL))
+            continue
+        match decision:
+            case Redistributed(states=states):
+                if len(stored) != parallelism:
+                    phases = ", ".join(f"#{i} {s.phase.value}" for i, s in enumerate(states))
+                    findings.append(
+                        Finding(
+                            FindingKind.SOURCE_POSITION,
+                            uid,
+                            f"restored from parallelism {len(stored)} at {parallelism}: {phases}",
+                            Severity.INFO,
+                        )
+                    )
+            case RedistributionRefused(reason=reason):
+                findings.append(Finding(FindingKind.SOURCE_POSITION, uid, reason, Severity.FATAL))
+            case _:
+                assert_never(decision)
     return findings
 
 

@@ -30,7 +30,7 @@ from tests.integration.sources.test_postgres_cdc import (
     slot_exists,
 )
 from weir.connectors import kafka, postgres, postgres_cdc
-from weir.core.cdc import ChangeEvent, ChangeOp, Phase, key_partition
+from weir.core.cdc import CdcState, ChangeEvent, ChangeOp, Phase, decode_cdc_state, key_partition
 from weir.core.config import Endpoints
 from weir.core.descriptors import PostgresCdcSourceSpec
 from weir.core.errors import JobDefinitionError
@@ -271,6 +271,25 @@ def test_a_parallel_snapshot_under_concurrent_writes_gives_exactly_the_table(
         assert {key_partition((k,), parallelism) for k in table_reads} == set(range(parallelism))
     finally:
         writer.stop.set()
+        for operator in operators:
+            operator.close()
+
+
+def test_subtask_0_holds_the_slot_in_every_checkpoint_from_its_open(parallel_case: ParallelCase) -> None:
+    """A checkpoint taken as soon as the subtasks opened, before any poll: subtask 0's state holds the
+    slot's consistent point. Else a checkpoint could pair a reader's chunks (read once subtask 0 had
+    created the slot) with a subtask 0 without the slot, which a restore would then create anew, at a
+    later point: the changes between those chunks' reads and that point would be lost."""
+    case = parallel_case
+    operators = case.subtasks(2, Downstream(), 0, None, chunk_size=100)
+    try:
+        states = [op.snapshot_state(1) for op in operators]
+        assert all(s is not None for s in states)
+        subtask_0 = decode_cdc_state(states[0] or b"", case.slot)
+        with postgres.connect(case.endpoints, autocommit=True) as conn:
+            slot = postgres_cdc.slot_found(conn, case.slot)
+        assert slot is not None and subtask_0 == CdcState(Phase.SNAPSHOT, slot.confirmed_flush, (), 2)
+    finally:
         for operator in operators:
             operator.close()
 

@@ -4,7 +4,9 @@ job runs, the CDC source's TaskManager is killed mid-run, and one STATEMENT SET 
 the changelog (into a 'jdbc' copy keyed as the source) and a retracting GROUP BY over it (into a
 'jdbc' table of totals). Both end exact: the copy equals the source table as a multiset of whole rows,
 the totals equal plain Python's over the final source table. Once with aligned checkpoints, once
-with unaligned ones (``checkpointing.unaligned``). Each run has its own tables and slot, dropped after."""
+with unaligned ones (``checkpointing.unaligned``), once with the table read by two subtasks
+(``'scan.parallelism' = '2'``: a parallel snapshot, then subtask 0 streams). Each run has its own
+tables and slot, dropped after."""
 
 from __future__ import annotations
 
@@ -31,13 +33,13 @@ INITIAL = 200
 BUCKETS = 7
 
 
-def script(source: str, slot: str, copy: str, totals: str) -> str:
+def script(source: str, slot: str, copy: str, totals: str, scan_parallelism: int = 1) -> str:
     return f"""
 CREATE TABLE src (id BIGINT, name STRING, amount BIGINT, PRIMARY KEY (id) NOT ENFORCED)
   WITH ('connector' = 'postgres-cdc', 'hostname' = '127.0.0.1', 'port' = '15432', 'username' = 'weir',
         'password' = 'weir', 'database-name' = 'weir', 'schema-name' = 'public', 'table-name' = '{source}',
         'slot.name' = '{slot}', 'decoding.plugin.name' = 'pgoutput',
-        'scan.incremental.snapshot.chunk.size' = '64');
+        'scan.incremental.snapshot.chunk.size' = '64', 'scan.parallelism' = '{scan_parallelism}');
 
 CREATE TABLE copy (id BIGINT, name STRING, amount BIGINT, PRIMARY KEY (id) NOT ENFORCED)
   WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:15432/weir', 'table-name' = '{copy}');
@@ -70,9 +72,13 @@ def expected_totals(source: Counter[tuple[Any, ...]]) -> Counter[tuple[Any, ...]
     return Counter((b, len(a), sum(a), max(a)) for b, a in groups.items())
 
 
-@pytest.mark.parametrize("unaligned", [False, True], ids=["aligned", "unaligned"])
+@pytest.mark.parametrize(
+    ("unaligned", "scan_parallelism"),
+    [(False, 1), (True, 1), (False, 2)],
+    ids=["aligned", "unaligned", "scan-parallelism-2"],  # a parallel snapshot needs aligned checkpoints
+)
 def test_a_sql_job_over_a_cdc_table_through_a_taskmanager_kill_ends_equal_to_the_source(
-    weir_cluster: WeirCluster, unique: str, tmp_path: Path, unaligned: bool
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path, unaligned: bool, scan_parallelism: int
 ) -> None:
     endpoints = weir_cluster.endpoints
     suffix = uuid.uuid4().hex[:10]
@@ -95,7 +101,7 @@ def test_a_sql_job_over_a_cdc_table_through_a_taskmanager_kill_ends_equal_to_the
         cur.executemany(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s)").format(src), initial)
     writer = Writer(endpoints, source, unique, first_id=INITIAL + 1)
     job_file = tmp_path / f"sqlcdc_{unique}.py"
-    job_file.write_text(sql_job_source(script(source, slot, copy, totals)))
+    job_file.write_text(sql_job_source(script(source, slot, copy, totals, scan_parallelism)))
     params = {
         "checkpointing.interval": "1s",
         "restart.strategy": "fixed-delay",
@@ -110,6 +116,8 @@ def test_a_sql_job_over_a_cdc_table_through_a_taskmanager_kill_ends_equal_to_the
     try:
         job_id = weir_cluster.submit(str(job_file), params, parallelism=2)
         assert settled("the snapshot in the copy", 180, Counter(initial), lambda: rows_of(copy)) == Counter(initial)
+        tasks = weir_cluster.client.job_status(job_id).tasks
+        assert sum(1 for task in tasks if task.vertex_uid == source_uid("src")) == scan_parallelism
         write_through_a_source_kill(weir_cluster, job_id, writer, source_uid("src"), more_after=100)
         final = rows_of(source)
         assert {r[0] for r in final} == writer.live, "the writer's view is the table's"

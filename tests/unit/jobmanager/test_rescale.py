@@ -12,6 +12,7 @@ import pytest
 
 from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness, served
 from weir.api import load_job_source
+from weir.core.cdc import CdcState, ChunkRead, Phase, XidSnapshot, encode_cdc_state
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import CheckpointId, SubtaskIndex
 from weir.core.keygroups import key_group_range_for_subtask
@@ -266,6 +267,59 @@ def test_per_subtask_state_of_a_vertex_at_its_own_parallelism_does_not_refuse_a_
             CheckpointAck(job.job_id, vertex, subtask, job.attempt, checkpoint_id, (), document, TaskAckMetrics())
         )
     assert [c.checkpoint_id for c in job.coordinator.store.all()] == [checkpoint_id]
+    harness.jm.rescale(job.job_id, 2)
+    assert job.status is JobStatus.RUNNING and len(trigger_ids(harness)) == 2  # the rescale's own checkpoint
+
+
+def test_a_cdc_source_keeps_its_own_parallelism_through_a_rescale(harness: Harness) -> None:
+    """A PostgreSQL CDC source at parallelism 2 (subtask 0 streaming, subtask 1's partition handed over)
+    in a job at 3: the job is rescaled to 2 and to 4, the source stays at 2 and each of its subtasks
+    restores its own state (``weir.core.cdc.redistribute`` at the same parallelism)."""
+    cdc = textwrap.dedent(
+        """
+        from weir.api import Environment
+
+
+        def build(env: Environment) -> None:
+            env.from_postgres_cdc(["t"], uid="cdc", slot_name="s", parallelism=2).rebalance().print(uid="out")
+        """
+    ).encode()
+    job = running_job(harness, source=cdc)
+    harness.clock.advance(1.5)
+    harness.jm.tick()
+    (checkpoint_id,) = trigger_ids(harness)
+    chunk = ChunkRead("public.t", None, XidSnapshot(5, 5), 120, 1)
+    cdc_states = [
+        encode_cdc_state(CdcState(Phase.STREAMING, 200, (chunk,), 2), "s"),
+        encode_cdc_state(CdcState(Phase.PARTITION_READ, 100, (chunk,), 2), "s"),
+    ]
+    for vertex, subtask in list(job.tasks):
+        parallelism = 2 if vertex == "cdc" else 3
+        states = {"cdc": cdc_states[subtask]} if vertex == "cdc" else {}
+        document = encode_task_state(
+            TaskStateDocument(
+                job_id=job.job_id,
+                vertex_uid=vertex,
+                subtask=subtask,
+                attempt=job.attempt,
+                checkpoint_id=CheckpointId(checkpoint_id),
+                layout=SubtaskLayout(
+                    parallelism,
+                    128,
+                    key_group_range_for_subtask(128, parallelism, SubtaskIndex(subtask)),
+                    (vertex,),
+                    (),
+                ),
+                operator_state=InlineOperatorState(states),
+            )
+        )
+        harness.jm.acknowledge_checkpoint(
+            CheckpointAck(job.job_id, vertex, subtask, job.attempt, checkpoint_id, (), document, TaskAckMetrics())
+        )
+    assert [c.checkpoint_id for c in job.coordinator.store.all()] == [checkpoint_id]
+    for parallelism in (2, 4):
+        _loaded, plan = job.rescaled_plan(parallelism)
+        assert plan.vertices["cdc"].parallelism == 2 and plan.vertices["out"].parallelism == parallelism
     harness.jm.rescale(job.job_id, 2)
     assert job.status is JobStatus.RUNNING and len(trigger_ids(harness)) == 2  # the rescale's own checkpoint
 

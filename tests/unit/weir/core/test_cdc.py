@@ -545,7 +545,7 @@ def test_the_slot_table_covers_every_end_and_retention() -> None:
 def test_the_state_round_trips_and_is_the_documented_json() -> None:
     streaming = CdcState(Phase.STREAMING, 0x193E920)
     assert encode_cdc_state(streaming, "s") == (
-        b'{"format":3,"slot":"s","phase":"streaming","lsn":"0/193E920","partitions":1,"chunks":[]}'
+        b'{"format":4,"slot":"s","phase":"streaming","lsn":"0/193E920","partitions":1,"chunks":[]}'
     )
     assert decode_cdc_state(encode_cdc_state(streaming, "s"), "s") == streaming
     assert decode_cdc_state(encode_cdc_state(SNAPSHOT_PENDING, "s"), "s") == SNAPSHOT_PENDING
@@ -555,7 +555,7 @@ def test_the_state_round_trips_and_is_the_documented_json() -> None:
     )
     snapshot = CdcState(Phase.SNAPSHOT, 0x193D000, chunks)
     assert encode_cdc_state(snapshot, "s") == (
-        b'{"format":3,"slot":"s","phase":"snapshot","lsn":"0/193D000","partitions":1,"chunks":['
+        b'{"format":4,"slot":"s","phase":"snapshot","lsn":"0/193D000","partitions":1,"chunks":['
         b'{"table":"public.t","partition":0,'
         b'"upper":[["integer",7],["text","b"],["uuid","00000000-0000-0000-0000-000000000003"]],'
         b'"snapshot":"740:745:741,743","wal_end":"0/193E000"},'
@@ -566,10 +566,12 @@ def test_the_state_round_trips_and_is_the_documented_json() -> None:
         Phase.PARTITION_READ, 0x193D000, (ChunkRead("public.t", None, XidSnapshot(745, 745), 0x193E900, 2),), 3
     )
     assert encode_cdc_state(parallel, "s") == (
-        b'{"format":3,"slot":"s","phase":"partition-read","lsn":"0/193D000","partitions":3,"chunks":['
+        b'{"format":4,"slot":"s","phase":"partition-read","lsn":"0/193D000","partitions":3,"chunks":['
         b'{"table":"public.t","partition":2,"upper":null,"snapshot":"745:745:","wal_end":"0/193E900"}]}'
     )
     assert decode_cdc_state(encode_cdc_state(parallel, "s"), "s") == parallel
+    format_3 = encode_cdc_state(parallel, "s").replace(b'"format":4', b'"format":3')
+    assert decode_cdc_state(format_3, "s") == parallel, "format 3 (no idle phase) is still read"
     format_2 = (
         b'{"format":2,"slot":"s","phase":"snapshot","lsn":"0/193D000","chunks":['
         b'{"table":"public.t","upper":[["integer",7],["text","b"],["uuid","00000000-0000-0000-0000-000000000003"]],'
@@ -589,8 +591,9 @@ def test_a_state_of_another_slot_is_refused() -> None:
 @pytest.mark.parametrize(
     "data",
     [
-        b'{"format":4,"slot":"s","phase":"snapshot","lsn":null}',
+        b'{"format":5,"slot":"s","phase":"snapshot","lsn":null}',
         b'{"format":2,"slot":"s","phase":"partition-read","lsn":"0/1"}',
+        b'{"format":4,"slot":"s","phase":"idle","lsn":"0/1","partitions":1,"chunks":[]}',
         b'{"format":3,"slot":"s","phase":"partition-read","lsn":null,"partitions":2,"chunks":[]}',
         b'{"format":3,"slot":"s","phase":"snapshot","lsn":"0/1","partitions":0,"chunks":[]}',
         b'{"format":3,"slot":"s","phase":"snapshot","lsn":"0/1","partitions":2,"chunks":[{"table":"t",'

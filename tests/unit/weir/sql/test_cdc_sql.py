@@ -14,11 +14,13 @@ import pytest
 
 from tests.unit.weir.sql.test_retract import final_table
 from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
+from weir.api.environment import Environment
 from weir.core.cdc import ChangeEvent, ChangeOp
-from weir.sql import plan_script
+from weir.sql import plan_script, sql
 from weir.sql.catalog import PostgresCdcTable
 from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change, RowKind
+from weir.sql.compile import source_uid
 from weir.sql.errors import SqlError
 
 CDC = """CREATE TABLE accounts (id BIGINT, owner STRING, balance BIGINT, PRIMARY KEY (id) NOT ENFORCED)
@@ -60,6 +62,35 @@ def test_an_option_weir_cannot_honour_is_refused_with_its_position(extra: str, m
     with pytest.raises(SqlError, match=message) as caught:
         plan_script(text)
     assert str(caught.value).startswith("SQL 4:39: table accounts: option"), str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("upsert", [False, True], ids=["all", "upsert"])
+def test_scan_parallelism_reads_the_table_with_that_many_subtasks(upsert: bool) -> None:
+    """FLIP-367's option: the CDC source and its changes' decoding (chained to it) at 3, the rest at the job's."""
+    mode = ", 'changelog-mode' = 'upsert'" if upsert else ""
+    text = script(
+        COPY + "INSERT INTO copy SELECT id, owner, balance FROM accounts;", ", 'scan.parallelism' = '3'" + mode
+    )
+    connector = plan_script(text).tables["accounts"].connector
+    assert isinstance(connector, PostgresCdcTable) and connector.parallelism == 3
+    env = Environment("cdc", parallelism=2)
+    sql(env, text)
+    graph = env.graph
+    uid = source_uid("accounts")
+    assert graph.parallelism_of(uid) == 3
+    assert graph.parallelism_of(f"{uid}-changes") == 3
+    assert 2 in {graph.parallelism_of(u) for u in graph.transformations}, "the sink at the job's"
+    default = Environment("cdc", parallelism=2)
+    sql(default, script(COPY + "INSERT INTO copy SELECT id, owner, balance FROM accounts;"))
+    assert default.graph.parallelism_of(uid) == 1, "one reader unless asked"
+    assert default.graph.parallelism_of(f"{uid}-changes") == 1
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "two"])
+def test_a_scan_parallelism_below_1_or_not_a_number_is_refused_with_its_position(value: str) -> None:
+    with pytest.raises(SqlError, match=f"option 'scan.parallelism' = '{value}' is not") as caught:
+        plan_script(script("", f", 'scan.parallelism' = '{value}'"))
     assert "\n" not in str(caught.value)
 
 
