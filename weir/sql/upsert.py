@@ -11,7 +11,7 @@ how an upsert source's records become a changelog with whole old rows (Flink's u
 - :func:`normalized`: Flink's ``ChangelogNormalize``: an upsert changelog (each record a key's new row,
   ``+U``, or its delete, ``-D``, which may carry only the key) turned into ``+I``/``-U``/``+U``/``-D``
   of whole rows, from the row last seen per key. :class:`ChangelogNormalize` is the keyed operator
-  that applies it; its state per key is ``(NORMALIZE_STATE_FORMAT, row)`` (docs/formats.md).
+  that applies it; its state per key is ``(1, row)`` (``weir.sql.state_format``, docs/formats.md).
 - :class:`UpsertKafkaRecords`: an ``upsert-kafka`` table's Kafka record (key and value JSON) as that
   upsert changelog: a value is ``+U`` of the row, a tombstone ``-D`` of the key's columns.
 
@@ -22,16 +22,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, assert_never
+from typing import Any, assert_never
 
 from weir.api import Collector, KafkaRecord, KeyedProcessContext, KeyedProcessFunction
 from weir.core import json_codec
 from weir.sql.changelog import Change, RowKind
+from weir.sql.state_format import CHANGELOG_NORMALIZE_STATE
 
 Row = Mapping[str, Any]
-
-NORMALIZE_STATE_FORMAT: Final = 1
-"""The first element of a ``changelog-normalize`` operator's state value ``(format, row)``."""
 
 
 @enum.unique
@@ -94,19 +92,13 @@ def normalized(last: Row | None, change: Change) -> NormalizeStep:
 
 class ChangelogNormalize(KeyedProcessFunction):
     """Keyed by a table's primary key: each upsert record's changes as :func:`normalized` decides,
-    the key's last row in value state ``last`` as ``(NORMALIZE_STATE_FORMAT, {column: value})``."""
+    the key's last row in value state ``last`` as ``(1, {column: value})`` (``CHANGELOG_NORMALIZE_STATE``)."""
 
     def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         assert isinstance(value, Change), f"changelog-normalize got {value!r}"
         state = ctx.value_state("last")
         held = state.value()
-        last = None
-        if held is not None:
-            version, last = held
-            if version != NORMALIZE_STATE_FORMAT:
-                raise ValueError(
-                    f"changelog-normalize state has format {version!r}, this version reads {NORMALIZE_STATE_FORMAT}"
-                )
+        last = None if held is None else CHANGELOG_NORMALIZE_STATE.body(held)
         step = normalized(last, value)
         for change in step.changes:
             out.collect(change)
@@ -114,7 +106,7 @@ class ChangelogNormalize(KeyedProcessFunction):
             if held is not None:
                 state.clear()
         elif step.last is not last:
-            state.update((NORMALIZE_STATE_FORMAT, dict(step.last)))
+            state.update(CHANGELOG_NORMALIZE_STATE.tagged(dict(step.last)))
 
 
 class UpsertKafkaRecords:
@@ -158,7 +150,6 @@ class UpsertKafkaRecords:
 
 
 __all__ = [
-    "NORMALIZE_STATE_FORMAT",
     "ChangelogNormalize",
     "NormalizeStep",
     "SinkWrite",
