@@ -26,6 +26,7 @@ from typing import Any, assert_never
 
 from weir.api import Collector, KafkaRecord, KeyedProcessContext, KeyedProcessFunction
 from weir.core import json_codec
+from weir.sql.catalog import KafkaLayout
 from weir.sql.changelog import Change, RowKind
 from weir.sql.state_format import CHANGELOG_NORMALIZE_STATE
 
@@ -111,37 +112,41 @@ class ChangelogNormalize(KeyedProcessFunction):
 
 class UpsertKafkaRecords:
     """An ``upsert-kafka`` table's record as an upsert change: the record key is the JSON object of the
-    primary key's columns (as the upsert-kafka sink writes it, Flink's ``'key.format' = 'json'``); a
-    value is the whole row (``+U``, decoded by ``decode``), whose primary key columns must be the
-    key's; a null value (a tombstone) is ``-D`` of a row holding only the key's columns. A record
-    without a key, or whose key is not the primary key's JSON object, raises (the source's dead
-    letters or the job's failure, as any row that does not decode)."""
+    primary key's columns (as the upsert-kafka sink writes it, Flink's ``'key.format' = 'json'``; each
+    named without ``'key.fields-prefix'``, ``layout``); a value is the row (``+U``, decoded by
+    ``decode``): every column, whose primary key columns must be the key's (``'value.fields-include'
+    = 'ALL'``), or the columns but the key's, which come from the key (``'EXCEPT_KEY'``); a null value (a
+    tombstone) is ``-D`` of a row holding only the key's columns. A record without a key, or whose key
+    is not the primary key's JSON object, raises (the source's dead letters or the job's failure, as
+    any row that does not decode)."""
 
     def __init__(
         self,
         table: str,
-        primary_key: tuple[str, ...],
+        layout: KafkaLayout,
         decode: Callable[[Mapping[str, Any]], dict[str, Any]],
         decode_key: Callable[[Mapping[str, Any]], dict[str, Any]],
     ) -> None:
-        self.table, self.primary_key, self.decode, self.decode_key = table, primary_key, decode, decode_key
+        self.table, self.layout, self.decode, self.decode_key = table, layout, decode, decode_key
+        self.primary_key = layout.key_columns
+        self.names = sorted(name for _column, name in layout.key)
 
     def __call__(self, record: KafkaRecord) -> Change:
         if record.key is None:
             raise ValueError(f"upsert-kafka table {self.table}: a record without a key (it holds the primary key)")
         key = json_codec.decode(record.key)
-        if not isinstance(key, dict) or sorted(key) != sorted(self.primary_key):
+        if not isinstance(key, dict) or sorted(key) != self.names:
             raise ValueError(
                 f"upsert-kafka table {self.table}: the record key is not a JSON object of the primary key "
-                f"({', '.join(self.primary_key)})"
+                f"({', '.join(self.names)})"
             )
-        key_row = self.decode_key(key)
+        key_row = self.decode_key(self.layout.fields(key, None))
         if record.value is None:
             return Change(RowKind.DELETE, key_row)
         value = json_codec.decode(record.value)
         if not isinstance(value, dict):
             raise ValueError(f"a row is a JSON object, not {type(value).__name__}")
-        row = self.decode(value)
+        row = self.decode(self.layout.fields(key, value))
         if any(row[k] != key_row[k] for k in self.primary_key):
             raise ValueError(
                 f"upsert-kafka table {self.table}: the value's primary key columns are not the record key's"
