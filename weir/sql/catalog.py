@@ -158,6 +158,20 @@ class FilesystemTable:
 
     path: str
     rollover_ms: int | None = None
+    partition_commit: PartitionCommitOptions | None = None  # 'sink.partition-commit.policy.kind' = 'success-file'
+
+
+@dataclass(frozen=True)
+class PartitionCommitOptions:
+    """A 'filesystem' sink's ``sink.partition-commit.*`` (Flink's names): ``_SUCCESS`` (``success_file``)
+    written into a partition once ``trigger`` says it is complete, ``delay_ms`` after its time
+    (``partition-time``: read from its values by ``timestamp_pattern``) or its first write
+    (``process-time``)."""
+
+    trigger: str  # process-time | partition-time
+    delay_ms: int
+    success_file: str
+    timestamp_pattern: str | None
 
 
 Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable | FilesystemTable
@@ -184,6 +198,9 @@ class Table:
 
 SOURCE_CONNECTORS: Final = ("kafka", "datagen", "nexmark", "postgres-cdc")
 SINK_CONNECTORS: Final = ("kafka", "upsert-kafka", "jdbc", "print")
+
+SUCCESS_FILE_NAME: Final = "_SUCCESS"
+"""Flink's ``sink.partition-commit.success-file.name`` by default."""
 
 _IGNORED: Final = ("properties.bootstrap.servers", "sink.transactional-id-prefix", "value.format")
 """Options Weir accepts and does not need: the cluster's Kafka (``-D kafka.*``, weir.conf) is the one
@@ -253,6 +270,39 @@ class _Options:
             if key in self.used or key.startswith("properties.") or key.startswith("fields."):
                 continue
             raise self.refuse(f"option '{key}' is not supported", key)
+
+
+def _partition_commit(opts: _Options) -> PartitionCommitOptions | None:
+    """A 'filesystem' sink's partition commit options: the ``success-file`` policy only (Flink's
+    ``metastore`` needs a Hive catalog, ``custom`` a Java class), UTC partition times, Flink's default
+    time extractor."""
+    trigger = opts.one_of("sink.partition-commit.trigger", "process-time", ("process-time", "partition-time"))
+    delay_text = opts.get("sink.partition-commit.delay", "0 s")
+    assert delay_text is not None
+    delay_ms = flink_duration_ms(delay_text)
+    if delay_ms is None:
+        key = "sink.partition-commit.delay"
+        raise opts.refuse(f"option '{key}' = '{delay_text}' is not a duration (like '1 min', '0 s')", key)
+    opts.one_of("sink.partition-commit.watermark-time-zone", "UTC", ("UTC",))
+    opts.one_of("partition.time-extractor.kind", "default", ("default",))
+    opts.one_of("partition.time-extractor.timestamp-formatter", "yyyy-MM-dd HH:mm:ss", ("yyyy-MM-dd HH:mm:ss",))
+    pattern = opts.get("partition.time-extractor.timestamp-pattern")
+    success_file = opts.get("sink.partition-commit.success-file.name", SUCCESS_FILE_NAME) or SUCCESS_FILE_NAME
+    if "/" in success_file or success_file.startswith("."):
+        key = "sink.partition-commit.success-file.name"
+        raise opts.refuse(f"option '{key}' = '{success_file}' is not a visible file name", key)
+    kinds = opts.get("sink.partition-commit.policy.kind")
+    if kinds is None:
+        return None  # as Flink's: a trigger without a policy commits nothing
+    for kind in (k.strip() for k in kinds.split(",")):
+        if kind != "success-file":
+            key = "sink.partition-commit.policy.kind"
+            raise opts.refuse(
+                f"option '{key}': policy '{kind}' is not supported (Weir writes the 'success-file' policy's file; "
+                "'metastore' needs a Hive catalog, 'custom' a Java class)",
+                key,
+            )
+    return PartitionCommitOptions(trigger, delay_ms, success_file, pattern)
 
 
 def _key_fields(opts: _Options) -> tuple[str, ...]:
@@ -389,14 +439,7 @@ def connector_of(
                     raise opts.refuse(f"option '{key}' = '{rollover}' is not a positive duration", key)
             # Weir checks a part file's age on each record and on its own timer: accepted, not needed
             opts.get("sink.rolling-policy.check-interval")
-            for key in options:
-                if key.startswith(("sink.partition-commit.", "partition.time-extractor.")):
-                    raise opts.refuse(
-                        f"option '{key}': partition commit (a _SUCCESS file or policy per partition) is not supported "
-                        "yet; a part file is visible once its checkpoint completes",
-                        key,
-                    )
-            connector = FilesystemTable(path=local, rollover_ms=rollover_ms)
+            connector = FilesystemTable(path=local, rollover_ms=rollover_ms, partition_commit=_partition_commit(opts))
         case None:
             raise opts.refuse("the 'connector' option is required")
         case _:
@@ -486,6 +529,17 @@ def check_table(table: Table, position: Position, options: Mapping[str, Position
             "WATERMARK",
             position,
         )
+    if (
+        isinstance(table.connector, FilesystemTable)
+        and table.connector.partition_commit is not None
+        and table.connector.partition_commit.trigger == "partition-time"
+        and not table.partition_by
+    ):
+        raise SqlError(
+            f"table {table.name}: 'sink.partition-commit.trigger' = 'partition-time' needs PARTITIONED BY (...): a "
+            "partition's time is read from its values",
+            (options or {}).get("sink.partition-commit.trigger", position),
+        )
     if isinstance(table.connector, JdbcTable) and not table.primary_key:
         raise SqlError(
             f"table {table.name}: a 'jdbc' sink upserts by its PRIMARY KEY (...) NOT ENFORCED; declare one", position
@@ -502,6 +556,7 @@ __all__ = [
     "KafkaLayout",
     "KafkaTable",
     "NexmarkTable",
+    "PartitionCommitOptions",
     "PostgresCdcTable",
     "PrintTable",
     "Table",

@@ -44,6 +44,7 @@ from weir.api import (
     WindowContext,
 )
 from weir.api.connector import WithOnError, WithoutOnError
+from weir.api.file_sink import PartFileSink
 from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, KafkaRecord, OffsetReset, StartingOffsets
@@ -66,7 +67,7 @@ from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.lookup import LookupRows
 from weir.sql.minibatch import MiniBatchConfig
-from weir.sql.part_files import CsvLine, PartitionFolder
+from weir.sql.part_files import CsvLine, PartitionFolder, partition_commit
 from weir.sql.plan import (
     Aggregate,
     AggregateCall,
@@ -1270,6 +1271,9 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
         case FilesystemTable():
             folders = f", a folder per {', '.join(table.partition_by)}" if table.partition_by else ""
+            commit = connector.partition_commit
+            if commit is not None and table.partition_by:
+                folders += f", {commit.success_file} once committed ({commit.trigger}, delay {commit.delay_ms} ms)"
             uid = uids.next(
                 "sink", f"filesystem {connector.path} ({table.name}), csv part files{folders}, exactly-once"
             )
@@ -1278,14 +1282,15 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             options: dict[str, Any] = {}
             if connector.rollover_ms is not None:
                 options["rollover_interval"] = connector.rollover_ms
-            stream.sink_to_files(
+            sink = PartFileSink(
                 connector.path.rstrip("/") or "/",
-                uid=uid,
-                format="csv",
+                "csv",
                 bucket_assigner=PartitionFolder(table),
                 serializer=CsvLine(table),
+                partition_commit=partition_commit(table),
                 **options,
             )
+            stream.sink_to(sink, uid=uid)
         case _:
             assert_never(connector)
 
