@@ -232,6 +232,7 @@ __all__ = [
     "PartitionTimeError",
     "PartitionTimeExtractor",
     "PendingPartition",
+    "Trigger",
     "committable",
     "partition_values",
     "progress_key",

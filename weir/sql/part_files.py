@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from weir.operators.partition_commit import PartitionCommit, PartitionTimeExtractor
+from weir.operators.partition_commit import PartitionCommit, PartitionTimeExtractor, Trigger
 from weir.sql.catalog import FilesystemTable, Table
 from weir.sql.types import Kind, to_json
 
@@ -75,7 +75,7 @@ def partition_commit(table: Table) -> PartitionCommit | None:
     if options is None or not table.partition_by:
         return None
     extractor = PartitionTimeExtractor(table.partition_by, options.timestamp_pattern)
-    trigger = "partition-time" if options.trigger == "partition-time" else "process-time"
+    trigger: Trigger = "partition-time" if options.trigger == "partition-time" else "process-time"
     return PartitionCommit(trigger, options.delay_ms, extractor, options.success_file)
 
 
