@@ -41,6 +41,7 @@ from weir.api import (
     SlidingEventTimeWindows,
     StateTtlConfig,
     TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
     WindowContext,
 )
 from weir.api.connector import WithOnError, WithoutOnError
@@ -995,6 +996,13 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
 
     key_of = row_key(tuple(f for _, f in keys))
 
+    if node.window is not None and node.window.processing_time:  # Nexmark q12: windows of the wall clock
+        window = node.window
+        uid = uids.next("window-aggregate", f"TUMBLE {window.size_ms} ms of processing time, {detail}")
+        if upstream is None:
+            return None
+        wall_clock = TumblingProcessingTimeWindows(window.size_ms)
+        return upstream.key_by(key_of).window(wall_clock).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
     if node.window is not None:
         window = node.window
         assigner: (
