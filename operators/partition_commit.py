@@ -193,7 +193,8 @@ def committable(policy: PartitionCommit, progresses: Sequence[CommitProgress | N
     if not progresses or any(p is None for p in progresses):
         return ()
     known = [p for p in progresses if p is not None]
-    done_through = min(p.checkpoint for p in known)
+    # an ended subtask closes no more part files: it holds no partition back (it may have finished early)
+    done_through = min((p.checkpoint for p in known if not p.ended), default=None)
     ended = all(p.ended for p in known)
     watermark = min(p.watermark for p in known)
     merged: dict[str, PendingPartition] = {}
@@ -210,7 +211,7 @@ def committable(policy: PartitionCommit, progresses: Sequence[CommitProgress | N
             )
     out = []
     for bucket, pending in sorted(merged.items()):
-        if pending.last_checkpoint > done_through:
+        if done_through is not None and pending.last_checkpoint > done_through:
             continue  # a subtask may still be finishing part files of a checkpoint that closed one in it
         if ended:
             out.append(bucket)

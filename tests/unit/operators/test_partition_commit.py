@@ -95,6 +95,12 @@ def test_a_partition_waits_for_every_subtask_to_finish_the_checkpoint_that_close
     assert committable(BY_TIME, [a, b6], 0) == (P,)
 
 
+def test_a_subtask_whose_input_ended_early_holds_no_partition_back() -> None:
+    done = CommitProgress("job", 0, 2, 4, MAX_WATERMARK, True)  # finished at checkpoint 4: no more files
+    a = CommitProgress("job", 1, 2, 9, T0 + 3 * MINUTE, partitions={P: PendingPartition(0, 9)})
+    assert committable(BY_TIME, [done, a], 0) == (P,)
+
+
 def test_by_process_time_the_clock_must_pass_the_first_write_plus_the_delay() -> None:
     a = CommitProgress("job", 0, 2, 3, MIN_WATERMARK, partitions={P: PendingPartition(10_000, 3)})
     b = CommitProgress("job", 1, 2, 3, MIN_WATERMARK, partitions={P: PendingPartition(12_000, 2)})
