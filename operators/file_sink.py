@@ -20,6 +20,7 @@ sink's storage and writes ``_SUCCESS`` into each partition every subtask is done
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import urllib.parse
@@ -548,10 +549,14 @@ class PartFileSinkOperator(StreamOperator):
             other = None if data is None else CommitProgress.from_bytes(data, f"{self._what()}: {key}")
             same_job = other is not None and other.job_id == ctx.job_id and other.parallelism == ctx.parallelism
             progresses.append(other if same_job else None)
-        for bucket in committable(policy, progresses, self._now_ms()):
+        committed = committable(policy, progresses, self._now_ms())
+        for bucket in committed:
             store.put(_success_key(bucket, policy.success_file), b"")
             self._partitions.pop(bucket, None)
             self.ctx.log.info("partition_committed", checkpoint_id=checkpoint_id, partition=bucket, path=self._path)
+        if committed:  # the others need not commit them again
+            remaining = dataclasses.replace(mine, partitions=dict(self._partitions))
+            store.put(progress_key(folder, ctx.subtask), remaining.to_bytes())
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """The closed files stay pending: the next completed checkpoint's snapshot lists them too."""

@@ -364,7 +364,9 @@ def _layout_words(table: Table) -> str:
     """EXPLAIN's words for a Kafka table's key and value, when it has a key or its value is not the row."""
     layout = kafka_layout(table)
     words = []
-    if layout.key:
+    assert isinstance(table.connector, KafkaTable)
+    renamed = any(c != n for c, n in layout.key)
+    if layout.key and (renamed or not table.connector.upsert):  # upsert-kafka's key is its primary key
         words.append("key " + ", ".join(c if c == n else f"{c} as {n}" for c, n in layout.key))
     if layout.value != tuple(c.name for c in table.columns):
         words.append("value " + (", ".join(layout.value) or "{}"))

@@ -88,10 +88,11 @@ def test_by_partition_time_the_lowest_watermark_must_pass_the_time_plus_the_dela
 
 
 def test_a_partition_waits_for_every_subtask_to_finish_the_checkpoint_that_closed_a_file_in_it() -> None:
-    a = CommitProgress("job", 0, 2, 6, MAX_WATERMARK, True, {P: PendingPartition(0, 6)})
-    b = CommitProgress("job", 1, 2, 5, MAX_WATERMARK, True)
+    high = T0 + 10 * MINUTE
+    a = CommitProgress("job", 0, 2, 6, high, partitions={P: PendingPartition(0, 6)})
+    b = CommitProgress("job", 1, 2, 5, high)
     assert committable(BY_TIME, [a, b], 0) == ()  # subtask 1 may still be finishing checkpoint 6's files in P
-    b6 = CommitProgress("job", 1, 2, 6, MAX_WATERMARK, True)
+    b6 = CommitProgress("job", 1, 2, 6, high)
     assert committable(BY_TIME, [a, b6], 0) == (P,)
 
 

@@ -171,7 +171,7 @@ def test_explain_says_what_the_key_and_the_value_hold() -> None:
         "INSERT INTO u SELECT k_id, COUNT(*) FROM s GROUP BY k_id;\n"
     )
     text = explain(script)
-    assert "source: kafka topic s (s; key k_id as id; value v)" in text, text
+    assert "sql-source-s  source: kafka topic s (s; key k_id as id; value v; decodes k_id)" in text, text
     assert "sink: upsert-kafka topic u (u; key k_id as id; value n), exactly-once" in text, text
 
 
