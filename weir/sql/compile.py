@@ -1292,7 +1292,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             options: dict[str, Any] = {}
             if connector.rollover_ms is not None:
                 options["rollover_interval"] = connector.rollover_ms
-            sink = PartFileSink(
+            files = PartFileSink(
                 connector.path.rstrip("/") or "/",
                 "csv",
                 bucket_assigner=PartitionFolder(table),
@@ -1300,7 +1300,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
                 partition_commit=partition_commit(table),
                 **options,
             )
-            stream.sink_to(sink, uid=uid)
+            stream.sink_to(files, uid=uid)
         case _:
             assert_never(connector)
 
