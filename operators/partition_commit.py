@@ -187,9 +187,10 @@ def committable(policy: PartitionCommit, progresses: Sequence[CommitProgress | N
     """The partitions to commit now, given every subtask's latest progress of this job (``None``: a
     subtask that has written none yet: nothing is committed before every subtask has). A partition
     any subtask lists is committed when every subtask has finished its part files up to the latest
-    checkpoint that finished one in it (a subtask whose input ended has finished them all), and: every subtask's input ended, or by ``process-time`` the
-    wall clock passed its first write plus the delay, or by ``partition-time`` the lowest of the
-    subtasks' watermarks passed its time plus the delay (strictly, as Flink's)."""
+    checkpoint that finished one in it (a subtask whose input ended has finished them all), and:
+    every subtask's input ended, or by ``process-time`` the wall clock passed its first write plus
+    the delay, or by ``partition-time`` the lowest of the subtasks' watermarks passed its time plus
+    the delay (strictly, as Flink's)."""
     if not progresses or any(p is None for p in progresses):
         return ()
     known = [p for p in progresses if p is not None]
