@@ -96,8 +96,8 @@ def test_weir_s_and_flink_s_processing_time_windows_keep_q12_s_invariants(
         text = weir_sql_statement_set(
             ("q12",), topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
         )
-        paced = text.replace("'scan.bounded.mode' = 'latest-offset'", "'scan.bounded.mode' = 'latest-offset', "
-                             "'scan.records-per-second' = '150'", 1)  # fmt: skip
+        bounded = "  'scan.bounded.mode' = 'latest-offset',\n"  # the events table's option line (not its comment)
+        paced = text.replace(bounded, bounded + "  'scan.records-per-second' = '150',\n", 1)
         assert paced != text, "the events table's options changed: pace Weir's source another way"
         job_file = work / "q12.py"
         job_file.write_text(sql_job_source(paced))
