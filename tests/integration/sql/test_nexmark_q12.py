@@ -35,7 +35,9 @@ TIMEOUT_S = 600.0
 
 
 def millis(text: str) -> int:
-    moment = dt.datetime.strptime(text, "%Y-%m-%d %H:%M:%S.%f").replace(tzinfo=dt.UTC)
+    """A TIMESTAMP(3) as the JSON format writes it: Weir's always with milliseconds, Flink's without
+    them when they are zero."""
+    moment = dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
     return int(moment.timestamp() * 1000)
 
 
