@@ -22,6 +22,7 @@ from __future__ import annotations
 import abc
 import enum
 import os
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -140,6 +141,15 @@ class PartFileStore(abc.ABC):
     @abc.abstractmethod
     def finished_keys(self) -> Iterator[str]:
         """Keys of every object under the root, unfinished files excluded (for tests and checks)."""
+
+    @abc.abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Write a small object (a partition's ``_SUCCESS``, a progress document) whole: a reader sees
+        the old one or the new one, never a part (S3's PUT; a directory's write and rename)."""
+
+    @abc.abstractmethod
+    def get(self, key: str) -> bytes | None:
+        """A small object's bytes, None when there is none."""
 
 
 def open_part_file_store(path: str, endpoints: Endpoints, part_bytes: int = DEFAULT_PART_BYTES) -> PartFileStore:
@@ -287,6 +297,22 @@ class S3PartFileStore(PartFileStore):
         except (ClientError, BotoCoreError) as exc:
             raise self._error("read", key, exc) from exc
 
+    def put(self, key: str, data: bytes) -> None:
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=self.prefix + key, Body=data)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error("write", key, exc) from exc
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return bytes(self.client.get_object(Bucket=self.bucket, Key=self.prefix + key)["Body"].read())
+        except ClientError as exc:
+            if _code(exc) in _NO_UPLOAD_CODES | {"NoSuchKey"}:
+                return None
+            raise self._error("read", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._error("read", key, exc) from exc
+
 
 def _code(exc: ClientError) -> str | None:
     code = exc.response.get("Error", {}).get("Code")
@@ -392,8 +418,30 @@ class LocalPartFileStore(PartFileStore):
     def finished_keys(self) -> Iterator[str]:
         for folder, _dirs, names in os.walk(self.root):
             for name in names:
-                if not (name.startswith(".") and name.endswith(".inprogress")):
+                if not (name.startswith(".") and (name.endswith(".inprogress") or name.endswith(".put"))):
                     yield os.path.relpath(os.path.join(folder, name), self.root)
+
+    def put(self, key: str, data: bytes) -> None:
+        target = self.root / key
+        temporary = target.with_name(f".{target.name}.{uuid.uuid4().hex}.put")  # writers never share one
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with open(temporary, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            os.replace(temporary, target)
+        except OSError as exc:
+            raise ServiceUnavailableError(f"file sink: cannot write {target}: {exc}") from exc
+        _fsync_directory(target.parent)
+
+    def get(self, key: str) -> bytes | None:
+        try:
+            return (self.root / key).read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise ServiceUnavailableError(f"file sink: cannot read {self.root / key}: {exc}") from exc
 
 
 class _LocalPartWriter(PartFileWriter):

@@ -11,12 +11,19 @@ renames the hidden files). Recovery (``open`` after a restore, or the JobManager
 ended job) finishes what the restored checkpoint lists and discards every other unfinished part file
 of the subtask (``weir.operators.part_files.plan_part_recovery``). A reader of the path sees only
 finished files, so only output of completed checkpoints, each record once.
+
+With a :class:`~weir.operators.partition_commit.PartitionCommit` (the SQL ``'filesystem'`` sink's
+``sink.partition-commit.*``), each completed checkpoint also records the subtask's progress in the
+sink's storage and writes ``_SUCCESS`` into each partition every subtask is done with
+(``weir.operators.partition_commit``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, assert_never
@@ -36,6 +43,7 @@ from weir.core.errors import Fault, SerializationError, WeirError
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.metrics import SinkMetrics
 from weir.core.rejections import FAIL, OnRecordError
+from weir.core.watermarks import MAX_WATERMARK, MIN_WATERMARK
 from weir.operators.base import (
     NO_PARAMETERS,
     NO_SIDE_OUTPUTS,
@@ -61,6 +69,13 @@ from weir.operators.part_files import (
     describe,
     hourly_bucket,
     plan_part_recovery,
+)
+from weir.operators.partition_commit import (
+    CommitProgress,
+    PartitionCommit,
+    PendingPartition,
+    committable,
+    progress_key,
 )
 from weir.operators.twophase import TransactionId, TwoPhaseCommitLedger
 
@@ -88,6 +103,10 @@ def default_bucket(value: Any, timestamp: int | None) -> str:
     """By the hour of the record's timestamp, UTC (``dt=YYYY-MM-DD/hour=HH``); a record without one by
     the wall clock's hour."""
     return hourly_bucket(timestamp if timestamp is not None else int(time.time() * 1000))
+
+
+def _success_key(bucket: str, success_file: str) -> str:
+    return f"{bucket}/{success_file}" if bucket else success_file
 
 
 def json_line(value: Any) -> bytes:
@@ -203,8 +222,10 @@ class PartFileSinkOperator(StreamOperator):
         s3_part_bytes: int = DEFAULT_PART_BYTES,
         on_error: OnRecordError = FAIL,
         clock: Callable[[], float] = time.time,
+        partition_commit: PartitionCommit | None = None,
     ) -> None:
         self._path = path
+        self._partition_commit = partition_commit
         self._format = file_format
         self._bucket_assigner = bucket_assigner
         self._rolling = rolling
@@ -226,6 +247,12 @@ class PartFileSinkOperator(StreamOperator):
         self._in_progress: dict[str, _InProgress] = {}  # by bucket
         self._current: _EpochFiles | None = None
         self._pending: dict[TransactionId, _EpochFiles] = {}  # pre-committed, oldest first
+        # partition commit: the watermark at each barrier not yet completed, the watermark of the
+        # latest completed one, and the partitions this subtask finished files in and has not committed
+        self._watermark = MIN_WATERMARK
+        self._barrier_watermarks: dict[int, int] = {}
+        self._committed_watermark = MIN_WATERMARK
+        self._partitions: dict[str, PendingPartition] = {}
 
     def _what(self, checkpoint_id: int | None = None) -> str:
         at = f" checkpoint {checkpoint_id}" if checkpoint_id is not None else ""
@@ -314,6 +341,24 @@ class PartFileSinkOperator(StreamOperator):
         if snapshot is not None:
             for entry in snapshot.ledger.pending:
                 self._ledger.committed(entry.txn)
+            if self._partition_commit is not None:
+                self._uncommitted_partitions(store, int(snapshot.ledger.checkpoint_id or 0))
+
+    def _uncommitted_partitions(self, store: PartFileStore, checkpoint_id: int) -> None:
+        """After a restore: every partition holding a finished part file of this sink (any subtask's)
+        and no success file is pending again, first written now (the subtask that wrote it may be
+        another one now, or may have committed it before the failure without a checkpoint since)."""
+        policy = self._partition_commit
+        assert policy is not None
+        buckets = set()
+        for key in store.finished_keys():
+            name = PartFileName.parse(key)
+            if name is not None and name.task.operator_uid == self.ctx.uid:
+                buckets.add(name.bucket)
+        now = self._now_ms()
+        for bucket in sorted(buckets):
+            if not store.exists(_success_key(bucket, policy.success_file)):
+                self._partitions[bucket] = PendingPartition(now, checkpoint_id)
 
     def _require_store(self) -> PartFileStore:
         store = self._store
@@ -335,6 +380,10 @@ class PartFileSinkOperator(StreamOperator):
         return outcome
 
     # Records --------------------------------------------------------------------------------------
+
+    def process_watermark(self, watermark: int) -> None:
+        self._watermark = max(self._watermark, watermark)
+        super().process_watermark(watermark)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -418,6 +467,8 @@ class PartFileSinkOperator(StreamOperator):
         cid = CheckpointId(checkpoint_id)
         for bucket in list(self._in_progress):
             self._roll(bucket)
+        if self._partition_commit is not None:
+            self._barrier_watermarks[checkpoint_id] = self._watermark
         pre = self._ledger.pre_commit(cid)
         if pre is not None:
             epoch = self._current
@@ -439,14 +490,22 @@ class PartFileSinkOperator(StreamOperator):
 
     def notify_checkpoint_complete(self, checkpoint_id: int) -> None:
         commits = self._ledger.on_checkpoint_complete(CheckpointId(checkpoint_id))
-        if not commits:
-            return
+        if commits:
+            self._commit(checkpoint_id, commits)
+        if self._partition_commit is not None:
+            self._commit_partitions(checkpoint_id, self._partition_commit)
+
+    def _commit(self, checkpoint_id: int, commits: Sequence[Any]) -> None:
         crash_point(AFTER_CHECKPOINT_COMPLETE_BEFORE_COMMIT, **self._context(checkpoint_id=checkpoint_id))
         for commit in commits:
             epoch = self._pending.pop(commit.txn)
             started = time.perf_counter()
             for pending in epoch.files:
                 self._finish(pending)
+                if self._partition_commit is not None:
+                    held = self._partitions.get(pending.name.bucket)
+                    first = self._now_ms() if held is None else held.first_written_ms
+                    self._partitions[pending.name.bucket] = PendingPartition(first, checkpoint_id)
             records = sum(f.records for f in epoch.files)
             duration_s = time.perf_counter() - started
             self._metrics.on_commit(duration_s, records, (), time.time() * 1000.0)
@@ -459,6 +518,45 @@ class PartFileSinkOperator(StreamOperator):
                 path=self._path,
             )
             self._ledger.committed(commit.txn)
+
+    def _commit_partitions(self, checkpoint_id: int, policy: PartitionCommit) -> None:
+        """Record this subtask's progress through ``checkpoint_id``, then write the success file of
+        each partition :func:`~weir.operators.partition_commit.committable` answers, from every
+        subtask's progress."""
+        completed = [c for c in self._barrier_watermarks if c <= checkpoint_id]
+        for c in completed:
+            self._committed_watermark = max(self._committed_watermark, self._barrier_watermarks.pop(c))
+        store = self._require_store()
+        ctx = self.ctx
+        folder = urllib.parse.quote(ctx.uid, safe="")
+        mine = CommitProgress(
+            ctx.job_id,
+            ctx.subtask,
+            ctx.parallelism,
+            checkpoint_id,
+            self._committed_watermark,
+            ended=self._committed_watermark >= MAX_WATERMARK,
+            partitions=dict(self._partitions),
+        )
+        store.put(progress_key(folder, ctx.subtask), mine.to_bytes())
+        progresses: list[CommitProgress | None] = []
+        for subtask in range(ctx.parallelism):
+            if subtask == ctx.subtask:
+                progresses.append(mine)
+                continue
+            key = progress_key(folder, subtask)
+            data = store.get(key)
+            other = None if data is None else CommitProgress.from_bytes(data, f"{self._what()}: {key}")
+            same_job = other is not None and other.job_id == ctx.job_id and other.parallelism == ctx.parallelism
+            progresses.append(other if same_job else None)
+        committed = committable(policy, progresses, self._now_ms())
+        for bucket in committed:
+            store.put(_success_key(bucket, policy.success_file), b"")
+            self._partitions.pop(bucket, None)
+            self.ctx.log.info("partition_committed", checkpoint_id=checkpoint_id, partition=bucket, path=self._path)
+        if committed:  # the others need not commit them again
+            remaining = dataclasses.replace(mine, partitions=dict(self._partitions))
+            store.put(progress_key(folder, ctx.subtask), remaining.to_bytes())
 
     def notify_checkpoint_aborted(self, checkpoint_id: int) -> None:
         """The closed files stay pending: the next completed checkpoint's snapshot lists them too."""

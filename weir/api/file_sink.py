@@ -24,6 +24,7 @@ from weir.core.descriptors import SinkDelivery, SinkSpec, SinkSystem
 from weir.core.rejections import OnRecordError
 from weir.core.windows import to_millis
 from weir.operators.part_files import FileFormat, RollingPolicy, check_bucket
+from weir.operators.partition_commit import PartitionCommit
 
 if TYPE_CHECKING:
     from weir.operators.file_sink import PartFileSinkOperator
@@ -41,7 +42,9 @@ class PartFileSink(Sink):
     absolute directory. ``format``: ``parquet`` (values are dicts; ``schema`` a ``pyarrow.Schema``,
     default: inferred from the first rows), ``jsonl`` (``serializer(value)`` bytes, default JSON) or
     ``csv`` (``serializer(value)`` bytes, the record's CSV line: required).
-    A part file rolls at ``max_part_bytes``, after ``rollover_interval``, and at every checkpoint."""
+    A part file rolls at ``max_part_bytes``, after ``rollover_interval``, and at every checkpoint.
+    ``partition_commit``: write a success file into each bucket once it is complete (Flink's
+    filesystem connector's partition commit: docs/sinks.md)."""
 
     path: str
     format: FileFormatName = "parquet"
@@ -52,6 +55,7 @@ class PartFileSink(Sink):
     schema: Any = None
     row_group_rows: int = 10_000
     s3_part_bytes: int = 8 * 1024 * 1024
+    partition_commit: PartitionCommit | None = None
 
     def __post_init__(self) -> None:
         path = self.path
@@ -79,6 +83,10 @@ class PartFileSink(Sink):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise OPTIONS.refuse(option, f"an int of at least {least}", value)
         OPTIONS.millis("rollover_interval", self.rollover_interval, positive=True)
+        if self.partition_commit is not None and not isinstance(self.partition_commit, PartitionCommit):
+            raise OPTIONS.refuse(
+                "partition_commit", "a weir.operators.partition_commit.PartitionCommit", self.partition_commit
+            )
 
     def descriptor(self) -> SinkSpec:
         return SinkSpec(SinkSystem.FILES, self.path, SinkDelivery.EXACTLY_ONCE)
@@ -103,6 +111,7 @@ class PartFileSink(Sink):
             row_group_rows=self.row_group_rows,
             s3_part_bytes=self.s3_part_bytes,
             on_error=on_error,
+            partition_commit=self.partition_commit,
         )
 
     def default_name(self) -> str:

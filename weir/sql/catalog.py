@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Final
+from typing import Any, Final
 
 from sqlglot import exp
 
@@ -49,6 +49,56 @@ class KafkaTable:
     delivery: str  # exactly-once | at-least-once
     records_per_second: float | None = None  # 'scan.records-per-second' (Weir's): paces each source subtask
     dead_letter_topic: str | None = None  # 'scan.dead-letter-topic' (Weir's): where a row that does not decode goes
+    key_fields: tuple[str, ...] = ()  # 'key.fields' (kafka; upsert-kafka's key is its PRIMARY KEY): see KafkaLayout
+    key_fields_prefix: str = ""  # 'key.fields-prefix'
+    value_fields_include: str = "ALL"  # 'value.fields-include': ALL | EXCEPT_KEY
+
+
+@dataclass(frozen=True)
+class KafkaLayout:
+    """Which of a Kafka table's physical columns its record key and its value hold, as Flink's Kafka
+    connectors lay them out: the key (``'key.fields'``, or upsert-kafka's PRIMARY KEY) a JSON object of
+    those columns, each named without ``'key.fields-prefix'``; the value a JSON object of every physical
+    column (``'value.fields-include' = 'ALL'``) or of those not in the key (``'EXCEPT_KEY'``)."""
+
+    key: tuple[tuple[str, str], ...]  # (column, its field name in the key's JSON object), in key order
+    value: tuple[str, ...]  # the columns in the value's JSON object, in the table's order
+
+    @property
+    def key_columns(self) -> tuple[str, ...]:
+        return tuple(column for column, _ in self.key)
+
+    def key_object(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The record key's JSON object of a row's JSON values (by column)."""
+        return {name: values[column] for column, name in self.key}
+
+    def value_object(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The record value's JSON object of a row's JSON values (by column)."""
+        return {column: values[column] for column in self.value}
+
+    def fields(self, key: Mapping[str, Any] | None, value: Mapping[str, Any] | None) -> dict[str, Any]:
+        """A record's JSON fields by column, as Flink's Kafka source projects them: the key's columns
+        from the key object, then the value's from the value object (a column in both, under 'ALL', is
+        the value's; a field missing from its object is NULL)."""
+        out: dict[str, Any] = {}
+        if key is not None:
+            for column, name in self.key:
+                out[column] = key.get(name)
+        if value is not None:
+            for column in self.value:
+                out[column] = value.get(column)
+        return out
+
+
+def kafka_layout(table: Table) -> KafkaLayout:
+    """The key and value layout of a 'kafka' or 'upsert-kafka' table (checked by ``check_table``)."""
+    connector = table.connector
+    assert isinstance(connector, KafkaTable), table.name
+    keys = table.primary_key if connector.upsert else connector.key_fields
+    prefix = connector.key_fields_prefix
+    physical = tuple(c.name for c in table.columns)
+    value = physical if connector.value_fields_include == "ALL" else tuple(c for c in physical if c not in keys)
+    return KafkaLayout(tuple((k, k.removeprefix(prefix)) for k in keys), value)
 
 
 @dataclass(frozen=True)
@@ -109,6 +159,20 @@ class FilesystemTable:
 
     path: str
     rollover_ms: int | None = None
+    partition_commit: PartitionCommitOptions | None = None  # 'sink.partition-commit.policy.kind' = 'success-file'
+
+
+@dataclass(frozen=True)
+class PartitionCommitOptions:
+    """A 'filesystem' sink's ``sink.partition-commit.*`` (Flink's names): ``_SUCCESS`` (``success_file``)
+    written into a partition once ``trigger`` says it is complete, ``delay_ms`` after its time
+    (``partition-time``: read from its values by ``timestamp_pattern``) or its first write
+    (``process-time``)."""
+
+    trigger: str  # process-time | partition-time
+    delay_ms: int
+    success_file: str
+    timestamp_pattern: str | None
 
 
 Connector = KafkaTable | JdbcTable | DatagenTable | NexmarkTable | PrintTable | PostgresCdcTable | FilesystemTable
@@ -136,7 +200,10 @@ class Table:
 SOURCE_CONNECTORS: Final = ("kafka", "datagen", "nexmark", "postgres-cdc")
 SINK_CONNECTORS: Final = ("kafka", "upsert-kafka", "jdbc", "print")
 
-_IGNORED: Final = ("properties.bootstrap.servers", "sink.transactional-id-prefix", "value.format", "key.format")
+SUCCESS_FILE_NAME: Final = "_SUCCESS"
+"""Flink's ``sink.partition-commit.success-file.name`` by default."""
+
+_IGNORED: Final = ("properties.bootstrap.servers", "sink.transactional-id-prefix", "value.format")
 """Options Weir accepts and does not need: the cluster's Kafka (``-D kafka.*``, weir.conf) is the one
 it reads and writes; transactional ids are Weir's own (per sink uid); JSON is the one format."""
 
@@ -206,6 +273,59 @@ class _Options:
             raise self.refuse(f"option '{key}' is not supported", key)
 
 
+def _partition_commit(opts: _Options) -> PartitionCommitOptions | None:
+    """A 'filesystem' sink's partition commit options: the ``success-file`` policy only (Flink's
+    ``metastore`` needs a Hive catalog, ``custom`` a Java class), UTC partition times, Flink's default
+    time extractor."""
+    trigger = opts.one_of("sink.partition-commit.trigger", "process-time", ("process-time", "partition-time"))
+    delay_text = opts.get("sink.partition-commit.delay", "0 s")
+    assert delay_text is not None
+    delay_ms = flink_duration_ms(delay_text)
+    if delay_ms is None:
+        key = "sink.partition-commit.delay"
+        raise opts.refuse(f"option '{key}' = '{delay_text}' is not a duration (like '1 min', '0 s')", key)
+    opts.one_of("sink.partition-commit.watermark-time-zone", "UTC", ("UTC",))
+    opts.one_of("partition.time-extractor.kind", "default", ("default",))
+    opts.one_of("partition.time-extractor.timestamp-formatter", "yyyy-MM-dd HH:mm:ss", ("yyyy-MM-dd HH:mm:ss",))
+    pattern = opts.get("partition.time-extractor.timestamp-pattern")
+    success_file = opts.get("sink.partition-commit.success-file.name", SUCCESS_FILE_NAME) or SUCCESS_FILE_NAME
+    if "/" in success_file or success_file.startswith("."):
+        key = "sink.partition-commit.success-file.name"
+        raise opts.refuse(f"option '{key}' = '{success_file}' is not a visible file name", key)
+    kinds = opts.get("sink.partition-commit.policy.kind")
+    if kinds is None:
+        return None  # as Flink's: a trigger without a policy commits nothing
+    for kind in (k.strip() for k in kinds.split(",")):
+        if kind != "success-file":
+            key = "sink.partition-commit.policy.kind"
+            raise opts.refuse(
+                f"option '{key}': policy '{kind}' is not supported (Weir writes the 'success-file' policy's file; "
+                "'metastore' needs a Hive catalog, 'custom' a Java class)",
+                key,
+            )
+    return PartitionCommitOptions(trigger, delay_ms, success_file, pattern)
+
+
+def _key_fields(opts: _Options) -> tuple[str, ...]:
+    """A 'kafka' table's ``'key.fields'`` (columns separated by ``;``), with ``'key.format'``: both or
+    neither, refused as Flink's KafkaConnectorOptionsUtil words it."""
+    key_format = opts.get("key.format")
+    text = opts.get("key.fields")
+    if key_format is None and text is not None:
+        raise opts.refuse(
+            "The option 'key.fields' can only be declared if a key format is defined using 'key.format'.", "key.fields"
+        )
+    fields = tuple(f.strip() for f in (text or "").split(";") if f.strip())
+    if key_format is not None and not fields:
+        raise opts.refuse(
+            "A key format 'key.format' requires the declaration of one or more of key fields using 'key.fields'.",
+            "key.format",
+        )
+    if key_format is not None:
+        opts.one_of("key.format", "json", ("json",))
+    return fields
+
+
 def connector_of(
     table: str, options: Mapping[str, str], positions: Mapping[str, Position], position: Position
 ) -> Connector:
@@ -216,11 +336,15 @@ def connector_of(
     connector: Connector
     match name:
         case "kafka" | "upsert-kafka":
+            key_fields: tuple[str, ...] = ()
             if name == "kafka":
                 opts.one_of("format", "json", ("json",))
+                key_fields = _key_fields(opts)
             else:
                 opts.one_of("key.format", "json", ("json",))
                 opts.one_of("value.format", "json", ("json",))
+            prefix = opts.get("key.fields-prefix", "") or ""
+            include = opts.one_of("value.fields-include", "ALL", ("ALL", "EXCEPT_KEY"))
             startup = opts.one_of(
                 "scan.startup.mode",
                 "group-offsets" if name == "kafka" else "earliest-offset",
@@ -243,6 +367,9 @@ def connector_of(
                 delivery=delivery,
                 records_per_second=records_per_second,
                 dead_letter_topic=opts.get("scan.dead-letter-topic"),
+                key_fields=key_fields,
+                key_fields_prefix=prefix,
+                value_fields_include=include,
             )
             opts.get("properties.isolation.level")
             opts.get("properties.linger.ms")
@@ -319,14 +446,7 @@ def connector_of(
                     raise opts.refuse(f"option '{key}' = '{rollover}' is not a positive duration", key)
             # Weir checks a part file's age on each record and on its own timer: accepted, not needed
             opts.get("sink.rolling-policy.check-interval")
-            for key in options:
-                if key.startswith(("sink.partition-commit.", "partition.time-extractor.")):
-                    raise opts.refuse(
-                        f"option '{key}': partition commit (a _SUCCESS file or policy per partition) is not supported "
-                        "yet; a part file is visible once its checkpoint completes",
-                        key,
-                    )
-            connector = FilesystemTable(path=local, rollover_ms=rollover_ms)
+            connector = FilesystemTable(path=local, rollover_ms=rollover_ms, partition_commit=_partition_commit(opts))
         case None:
             raise opts.refuse("the 'connector' option is required")
         case _:
@@ -339,9 +459,42 @@ def connector_of(
     return connector
 
 
-def check_table(table: Table, position: Position) -> None:
+def _check_kafka_fields(table: Table, options: Mapping[str, Position], position: Position) -> None:
+    """A Kafka table's key fields are physical columns, each named with ``'key.fields-prefix'``, and a
+    prefix needs ``'value.fields-include' = 'EXCEPT_KEY'``: refused as Flink's Kafka connectors word it
+    (its list of columns on the same line), in the order Flink checks them."""
+    connector = table.connector
+    assert isinstance(connector, KafkaTable)
+    prefix = connector.key_fields_prefix
+    physical = [c.name for c in table.columns]
+    keys = table.primary_key if connector.upsert else connector.key_fields
+    at = options.get("key.fields", options.get("key.fields-prefix", position))
+    for key in keys:
+        if key not in physical:
+            raise SqlError(
+                f"table {table.name}: Could not find the field '{key}' in the table schema for usage in the key "
+                "format. A key field must be a regular, physical column. The following columns can be selected in "
+                f"the 'key.fields' option: [{', '.join(physical)}]",
+                at,
+            )
+        if not key.startswith(prefix):
+            raise SqlError(
+                f"table {table.name}: All fields in 'key.fields' must be prefixed with '{prefix}' when option "
+                f"'key.fields-prefix' is set but field '{key}' is not prefixed.",
+                options.get("key.fields-prefix", position),
+            )
+    if prefix and connector.value_fields_include == "ALL":
+        raise SqlError(
+            f"table {table.name}: A key prefix is not allowed when option 'value.fields-include' is set to 'ALL'. "
+            "Set it to 'EXCEPT_KEY' instead to avoid field overlaps.",
+            options.get("value.fields-include", options.get("key.fields-prefix", position)),
+        )
+
+
+def check_table(table: Table, position: Position, options: Mapping[str, Position] | None = None) -> None:
     """The rules that need the whole table: the watermark's column is a timestamp, a primary key's
-    columns exist, upsert-kafka has a primary key."""
+    columns exist, upsert-kafka has a primary key, a Kafka table's key fields (``options``: where each
+    option is in the script, for a refusal's position)."""
     names = table.column_names
     if len(set(names)) != len(names):
         raise SqlError(f"table {table.name}: a column name appears twice", position)
@@ -360,6 +513,8 @@ def check_table(table: Table, position: Position) -> None:
             raise SqlError(f"table {table.name}: PRIMARY KEY ({key}): no such column", position)
     if isinstance(table.connector, KafkaTable) and table.connector.upsert and not table.primary_key:
         raise SqlError(f"table {table.name}: 'upsert-kafka' needs a PRIMARY KEY (...) NOT ENFORCED", position)
+    if isinstance(table.connector, KafkaTable):
+        _check_kafka_fields(table, options or {}, position)
     if isinstance(table.connector, PostgresCdcTable) and table.watermark is not None:
         raise SqlError(f"table {table.name}: a 'postgres-cdc' table has no event time (WATERMARK) yet", position)
     if isinstance(table.connector, PostgresCdcTable) and table.computed:
@@ -381,6 +536,17 @@ def check_table(table: Table, position: Position) -> None:
             "WATERMARK",
             position,
         )
+    if (
+        isinstance(table.connector, FilesystemTable)
+        and table.connector.partition_commit is not None
+        and table.connector.partition_commit.trigger == "partition-time"
+        and not table.partition_by
+    ):
+        raise SqlError(
+            f"table {table.name}: 'sink.partition-commit.trigger' = 'partition-time' needs PARTITIONED BY (...): a "
+            "partition's time is read from its values",
+            (options or {}).get("sink.partition-commit.trigger", position),
+        )
     if isinstance(table.connector, JdbcTable) and not table.primary_key:
         raise SqlError(
             f"table {table.name}: a 'jdbc' sink upserts by its PRIMARY KEY (...) NOT ENFORCED; declare one", position
@@ -394,8 +560,10 @@ __all__ = [
     "DatagenTable",
     "FilesystemTable",
     "JdbcTable",
+    "KafkaLayout",
     "KafkaTable",
     "NexmarkTable",
+    "PartitionCommitOptions",
     "PostgresCdcTable",
     "PrintTable",
     "Table",
@@ -403,4 +571,5 @@ __all__ = [
     "check_table",
     "connector_of",
     "flink_duration_ms",
+    "kafka_layout",
 ]

@@ -41,21 +41,25 @@ from weir.api import (
     SlidingEventTimeWindows,
     StateTtlConfig,
     TumblingEventTimeWindows,
+    TumblingProcessingTimeWindows,
     WindowContext,
 )
 from weir.api.connector import WithOnError, WithoutOnError
+from weir.api.file_sink import PartFileSink
 from weir.core import json_codec
 from weir.core.changelog import Delete
-from weir.core.descriptors import Committed, OffsetReset, StartingOffsets
+from weir.core.descriptors import Committed, KafkaRecord, OffsetReset, StartingOffsets
 from weir.sql.catalog import (
     DatagenTable,
     FilesystemTable,
     JdbcTable,
+    KafkaLayout,
     KafkaTable,
     NexmarkTable,
     PostgresCdcTable,
     PrintTable,
     Table,
+    kafka_layout,
 )
 from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change
@@ -64,7 +68,7 @@ from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.lookup import LookupRows
 from weir.sql.minibatch import MiniBatchConfig
-from weir.sql.part_files import CsvLine, PartitionFolder
+from weir.sql.part_files import CsvLine, PartitionFolder, partition_commit
 from weir.sql.plan import (
     Aggregate,
     AggregateCall,
@@ -311,6 +315,64 @@ class RowEncoder:
         return json_codec.encode(self.json(row))
 
 
+class KafkaRecordEncoder:
+    """A 'kafka' or 'upsert-kafka' sink row's record key and value, as the table's
+    :class:`~weir.sql.catalog.KafkaLayout` lays them out (JSON objects): ``key`` None when the table
+    has no key fields, ``value`` the whole row's JSON when the value holds every column."""
+
+    def __init__(self, table: Table) -> None:
+        self.encoder = RowEncoder(table)
+        self.layout = kafka_layout(table)
+        self.has_key = bool(self.layout.key)
+        self.whole = self.layout.value == tuple(c.name for c in table.columns)
+
+    def key(self, row: Mapping[str, Any]) -> bytes:
+        return json_codec.encode(self.layout.key_object(self.encoder.json(row)))
+
+    def value(self, row: Mapping[str, Any]) -> bytes:
+        if self.whole:
+            return self.encoder(row)
+        return json_codec.encode(self.layout.value_object(self.encoder.json(row)))
+
+
+class KafkaRows:
+    """A 'kafka' table's record with ``'key.fields'`` as its row: the key's columns from the record
+    key's JSON object (named without ``'key.fields-prefix'``), the value's from its value
+    (:meth:`~weir.sql.catalog.KafkaLayout.fields`), decoded by the table's :class:`RowDecoder`. A record
+    without a key or a value, or whose key or value is not a JSON object, raises (the source's dead
+    letters or the job's failure; Flink's source skips a record without a key)."""
+
+    def __init__(self, table: str, layout: KafkaLayout, decoder: RowDecoder) -> None:
+        self.table, self.layout, self.decoder = table, layout, decoder
+
+    def __call__(self, record: KafkaRecord) -> dict[str, Any]:
+        if record.key is None:
+            columns = ", ".join(self.layout.key_columns)
+            raise ValueError(f"kafka table {self.table}: a record without a key (it holds {columns})")
+        key = json_codec.decode(record.key)
+        if not isinstance(key, dict):
+            raise ValueError(f"kafka table {self.table}: a record key is a JSON object, not {type(key).__name__}")
+        if record.value is None:
+            raise ValueError(f"kafka table {self.table}: a record without a value")
+        value = json_codec.decode(record.value)
+        if not isinstance(value, dict):
+            raise ValueError(f"a row is a JSON object, not {type(value).__name__}")
+        return self.decoder.row(self.layout.fields(key, value))
+
+
+def _layout_words(table: Table) -> str:
+    """EXPLAIN's words for a Kafka table's key and value, when it has a key or its value is not the row."""
+    layout = kafka_layout(table)
+    words = []
+    assert isinstance(table.connector, KafkaTable)
+    renamed = any(c != n for c, n in layout.key)
+    if layout.key and (renamed or not table.connector.upsert):  # upsert-kafka's key is its primary key
+        words.append("key " + ", ".join(c if c == n else f"{c} as {n}" for c, n in layout.key))
+    if layout.value != tuple(c.name for c in table.columns):
+        words.append("value " + (", ".join(layout.value) or "{}"))
+    return "; " + "; ".join(words) if words else ""
+
+
 def _utc(ms: int) -> dt.datetime:
     return dt.datetime(1970, 1, 1) + dt.timedelta(milliseconds=ms)
 
@@ -370,14 +432,18 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
         case KafkaTable() if connector.upsert:
             return _upsert_kafka_scan(env, table, connector, uids, decoder)
         case KafkaTable():
-            uid = uids.source(table.name, f"kafka topic {connector.topic} ({table.name}{decoded})")
+            uid = uids.source(
+                table.name, f"kafka topic {connector.topic} ({table.name}{_layout_words(table)}{decoded})"
+            )
             if env is None:
                 return None
+            layout = kafka_layout(table)
             return env.from_kafka(
                 connector.topic,
                 uid=uid,
                 bounded=connector.bounded,
-                deserializer=decoder,
+                deserializer=None if layout.key else decoder,
+                record_deserializer=KafkaRows(table.name, layout, decoder) if layout.key else None,
                 timestamp=timestamp,
                 max_out_of_orderness_ms=delay,
                 starting_offsets=_starting_offsets(connector.startup_mode),
@@ -464,7 +530,7 @@ def _upsert_kafka_scan(
     -U/+U of whole rows and a tombstone -D of the whole row)."""
     assert table.watermark is None, "the planner refuses reading an upsert-kafka table with a WATERMARK"
     decoder.read_also(frozenset(c.name for c in table.columns))  # the normalizer compares whole rows
-    uid = uids.source(table.name, f"upsert-kafka topic {connector.topic} ({table.name})")
+    uid = uids.source(table.name, f"upsert-kafka topic {connector.topic} ({table.name}{_layout_words(table)})")
     normalize_uid = f"{uid}-normalize"  # the table's, as its source's: the same whichever statement reads it
     uids.out.append(
         Operator(normalize_uid, "changelog-normalize", f"the last row per key of {table.name}: emits [+I, -U, +U, -D]")
@@ -475,7 +541,7 @@ def _upsert_kafka_scan(
     key_decoder = RowDecoder(
         dataclasses.replace(table, columns=tuple(c for c in table.columns if c.name in key_types), computed=()), ""
     )
-    records = UpsertKafkaRecords(table.name, table.primary_key, decoder.row, key_decoder.row)
+    records = UpsertKafkaRecords(table.name, kafka_layout(table), decoder.row, key_decoder.row)
     upserts = env.from_kafka(
         connector.topic,
         uid=uid,
@@ -935,6 +1001,13 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
 
     key_of = row_key(tuple(f for _, f in keys))
 
+    if node.window is not None and node.window.processing_time:  # Nexmark q12: windows of the wall clock
+        window = node.window
+        uid = uids.next("window-aggregate", f"TUMBLE {window.size_ms} ms of processing time, {detail}")
+        if upstream is None:
+            return None
+        wall_clock = TumblingProcessingTimeWindows(window.size_ms)
+        return upstream.key_by(key_of).window(wall_clock).aggregate(WindowAggregation(key_names, accumulators), uid=uid)
     if node.window is not None:
         window = node.window
         assigner: (
@@ -1125,7 +1198,9 @@ def _over(env: Environment | None, node: OverAggregate, uids: _Uids, script: str
     return upstream.key_by(key_of).process(OverAggregation(node, Accumulators(node.calls)), uid=uid)
 
 
-def _kafka_value(encoder: RowEncoder, keeps_update_before: bool) -> Callable[[Change], bytes | None]:
+def _kafka_value(
+    encoder: Callable[[Mapping[str, Any]], bytes], keeps_update_before: bool
+) -> Callable[[Change], bytes | None]:
     """An upsert-kafka sink's record value of a change (weir.sql.upsert.sink_write): the row's JSON, or
     None, a tombstone (the sink writes the key with a null value), for a delete."""
 
@@ -1175,15 +1250,16 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
     match connector:
         case KafkaTable():
             kind = "upsert-kafka" if connector.upsert else "kafka"
-            uid = uids.next("sink", f"{kind} topic {connector.topic} ({table.name}), {connector.delivery}")
+            words = _layout_words(table)
+            uid = uids.next("sink", f"{kind} topic {connector.topic} ({table.name}{words}), {connector.delivery}")
             if env is None or stream is None:
                 return
-            key = _upsert_key(table, encoder) if connector.upsert else None
+            record = KafkaRecordEncoder(table)
             stream.sink_to_kafka(
                 connector.topic,
                 uid=uid,
-                serializer=encoder,
-                key=key,
+                serializer=record.value,
+                key=record.key if record.has_key else None,
                 delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
             )
         case JdbcTable():
@@ -1208,6 +1284,9 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             raise SqlError(f"table {table.name}: its connector is a source; it cannot be written")
         case FilesystemTable():
             folders = f", a folder per {', '.join(table.partition_by)}" if table.partition_by else ""
+            commit = connector.partition_commit
+            if commit is not None and table.partition_by:
+                folders += f", {commit.success_file} once committed ({commit.trigger}, delay {commit.delay_ms} ms)"
             uid = uids.next(
                 "sink", f"filesystem {connector.path} ({table.name}), csv part files{folders}, exactly-once"
             )
@@ -1216,14 +1295,15 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             options: dict[str, Any] = {}
             if connector.rollover_ms is not None:
                 options["rollover_interval"] = connector.rollover_ms
-            stream.sink_to_files(
+            files = PartFileSink(
                 connector.path.rstrip("/") or "/",
-                uid=uid,
-                format="csv",
+                "csv",
                 bucket_assigner=PartitionFolder(table),
                 serializer=CsvLine(table),
+                partition_commit=partition_commit(table),
                 **options,
             )
+            stream.sink_to(files, uid=uid)
         case _:
             assert_never(connector)
 
@@ -1244,14 +1324,16 @@ def _changelog_sink(
     match connector:
         case KafkaTable():
             upserts_uid = uids.next("upserts", f"the changelog's +I/+U rows and -D tombstones ({dropped})")
-            uid = uids.next("sink", f"upsert-kafka topic {connector.topic} ({table.name}), {connector.delivery}")
+            words = _layout_words(table)
+            uid = uids.next("sink", f"upsert-kafka topic {connector.topic} ({table.name}{words}), {connector.delivery}")
             if env is None or stream is None:
                 return
-            key = _upsert_key(table, encoder)
+            record = KafkaRecordEncoder(table)
+            key = record.key
             stream.filter(written, uid=upserts_uid).sink_to_kafka(
                 connector.topic,
                 uid=uid,
-                serializer=_kafka_value(encoder, kept),
+                serializer=_kafka_value(record.value, kept),
                 key=lambda change: key(change.row),
                 delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
             )
@@ -1288,17 +1370,9 @@ def _key_values(table: Table) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
     return key
 
 
-def _upsert_key(table: Table, encoder: RowEncoder) -> Callable[[Mapping[str, Any]], bytes]:
-    """upsert-kafka's record key: the JSON object of the primary key's columns (Flink's 'key.format' = 'json')."""
-
-    def key(row: Mapping[str, Any]) -> bytes:
-        values = encoder.json(row)
-        return json_codec.encode({k: values[k] for k in table.primary_key})
-
-    return key
-
-
 __all__ = [
+    "KafkaRecordEncoder",
+    "KafkaRows",
     "Operator",
     "RowDecoder",
     "RowEncoder",

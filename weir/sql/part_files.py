@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-from weir.sql.catalog import Table
+from weir.operators.partition_commit import PartitionCommit, PartitionTimeExtractor, Trigger
+from weir.sql.catalog import FilesystemTable, Table
 from weir.sql.types import Kind, to_json
 
 DEFAULT_PARTITION: Final = "__DEFAULT_PARTITION__"
@@ -65,4 +66,17 @@ def _field(value: Any, kind: Kind) -> str:
     return str(value)
 
 
-__all__ = ["DEFAULT_PARTITION", "CsvLine", "PartitionFolder", "escape_path_name"]
+def partition_commit(table: Table) -> PartitionCommit | None:
+    """The file sink's partition commit of a ``'filesystem'`` table with ``'sink.partition-commit.policy.kind'
+    = 'success-file'`` and PARTITIONED BY (a table without partitions commits none, as Flink's)."""
+    connector = table.connector
+    assert isinstance(connector, FilesystemTable)
+    options = connector.partition_commit
+    if options is None or not table.partition_by:
+        return None
+    extractor = PartitionTimeExtractor(table.partition_by, options.timestamp_pattern)
+    trigger: Trigger = "partition-time" if options.trigger == "partition-time" else "process-time"
+    return PartitionCommit(trigger, options.delay_ms, extractor, options.success_file)
+
+
+__all__ = ["DEFAULT_PARTITION", "CsvLine", "PartitionFolder", "escape_path_name", "partition_commit"]

@@ -52,6 +52,7 @@ class WindowTvf:
     size_ms: int
     slide_ms: int
     partition: tuple[str, ...] = ()  # the SESSION TVF's PARTITION BY columns (a group window's: none)
+    processing_time: bool = False  # GROUP BY TUMBLE(p_time, size) of a PROCTIME() column: wall-clock windows
 
 
 @dataclass(frozen=True)
@@ -620,6 +621,8 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
     project = Project(node, tuple(outputs))
     windowed = None
     slide = window.slide_ms if window is not None else relation.windowed.slide_ms if relation.windowed else None
+    if window is not None and window.processing_time:
+        slide = None  # wall-clock windows' rows carry no event time: no window of them follows
     if slide is not None and {"window_start", "window_end"} <= window_outputs.keys() and not updating:
         windowed = WindowedColumns(window_outputs["window_start"], window_outputs["window_end"], slide)
     out = Relation(project, Scope(types, frozenset(), {}), time_column, windowed, proctime)
@@ -833,7 +836,13 @@ def _group_window(
     if len(args) != 1 + _GROUP_WINDOWS[name] or not isinstance(args[0], exp.Column):
         shape = {"TUMBLE": "ts, size", "HOP": "ts, slide, size", "SESSION": "ts, gap"}[name]
         raise locate.refuse(function, f"{name}({shape}) takes the event time column and INTERVAL literals")
-    if args[0].name != relation.time_column:
+    processing_time = relation.proctime is not None and args[0].name == relation.proctime
+    if processing_time and name != "TUMBLE":
+        raise locate.refuse(
+            args[0],
+            f"{name}({args[0].name}, ...) over a PROCTIME() column is not supported (a processing-time TUMBLE is)",
+        )
+    if not processing_time and args[0].name != relation.time_column:
         raise locate.refuse(
             args[0],
             f"{name}({args[0].name}, ...): not the input's event time "
@@ -854,7 +863,8 @@ def _group_window(
         case "SESSION":
             return function, WindowTvf(node, "SESSION", args[0].name, durations[0], durations[0])
         case _:
-            return function, WindowTvf(node, "TUMBLE", args[0].name, durations[0], durations[0])
+            tumble = WindowTvf(node, "TUMBLE", args[0].name, durations[0], durations[0])
+            return function, dataclasses.replace(tumble, processing_time=processing_time)
 
 
 def _propagated_window(group: exp.Group | None, relation: Relation, node: Node) -> WindowTvf | None:
@@ -1279,13 +1289,14 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     ):
         raise locate.refuse(descriptor, f"{name}'s second argument is DESCRIPTOR(time column)")
     time_column = descriptor.expressions[0].name
-    if read.proctime is not None and time_column == read.proctime:
+    processing_time = read.proctime is not None and time_column == read.proctime
+    if processing_time and name != "TUMBLE":
         raise locate.refuse(
             descriptor,
-            f"{name} over {table_arg.name}.{time_column}: a processing-time window (over a PROCTIME() column) is not "
-            "supported; event-time windows are",
+            f"{name} over {table_arg.name}.{time_column}: a processing-time {name} (over a PROCTIME() column) is not "
+            "supported; a processing-time TUMBLE and event-time windows are",
         )
-    if read.time_column != time_column:
+    if not processing_time and read.time_column != time_column:
         raise locate.refuse(
             descriptor,
             f"{name} over {table_arg.name}.{time_column}: not its event time "
@@ -1307,7 +1318,7 @@ def _plan_from(source: exp.Expr, catalog: Catalog, locate: Locate) -> Relation:
     for key in partition:
         if key not in read.scope.columns:
             raise locate.refuse(tvf, f"SESSION's PARTITION BY {key}: no column {key} in {table_arg.name}")
-    tvf_node = WindowTvf(read.node, kind, time_column, size, slide, partition)
+    tvf_node = WindowTvf(read.node, kind, time_column, size, slide, partition, processing_time)
     columns = dict(read.scope.columns)
     columns.update({c: TIMESTAMP for c in WINDOW_COLUMNS})
     return Relation(tvf_node, Scope(columns, read.scope.qualifiers, {}), None)
@@ -1425,7 +1436,14 @@ def _plan_aggregate(
         window_keys = []
     elif group_window is not None:
         window_keys = [group_window]
-        computed.update(_window_auxiliaries(select, group_window, locate))
+        auxiliaries = _window_auxiliaries(select, group_window, locate)
+        if window is not None and window.processing_time and "window_time" in auxiliaries.values():
+            name = str(group_window.this).upper()
+            raise locate.refuse(
+                group_window,
+                f"{name}_ROWTIME of a processing-time window: it has no event time ({name}_START, _END do)",
+            )
+        computed.update(auxiliaries)
     elif window is not None:
         names = {g.name for g in window_keys}
         if not {"window_start", "window_end"} <= names:

@@ -14,6 +14,7 @@ from typing import Any
 
 from weir.api import Collector, KeyedProcessContext, KeyedProcessFunction, StateTtlConfig
 from weir.sql.changelog import Change, RowKind
+from weir.sql.state_format import TOP_N_STATE
 
 Row = Mapping[str, Any]
 
@@ -37,8 +38,9 @@ def ranked_changes(before: Sequence[Row], after: Sequence[Row], rank: str) -> tu
 
 
 class RankedRows(KeyedProcessFunction):
-    """A partition's first ``limit`` rows in the order ``sort_key`` gives, in a value state (a list
-    of row dicts, pickled as SQL state is); each input row's changes as :func:`ranked_changes`
+    """A partition's first ``limit`` rows in the order ``sort_key`` gives, in value state ``top`` as
+    ``(1, [row dict, ...])`` (``weir.sql.state_format.TOP_N_STATE``: the untagged list an earlier Weir
+    wrote is read too), pickled as SQL state is; each input row's changes as :func:`ranked_changes`
     decides."""
 
     def __init__(
@@ -48,14 +50,15 @@ class RankedRows(KeyedProcessFunction):
 
     def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         state = ctx.value_state("top", self.ttl)
-        before: list[dict[str, Any]] = state.value() or []
+        held = state.value()
+        before: list[dict[str, Any]] = [] if held is None else TOP_N_STATE.body(held)
         after = sorted([*before, dict(value)], key=self.sort_key)[: self.limit]
         changes = ranked_changes(before, after, self.rank)
         if not changes:
             return
         for change in changes:
             out.collect(change)
-        state.update(after)
+        state.update(TOP_N_STATE.tagged(after))
 
 
 __all__ = ["RankedRows", "ranked_changes"]

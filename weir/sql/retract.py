@@ -9,9 +9,11 @@ retracted, the key's changed result emitted as ``+I`` / ``-U`` ``+U`` / ``-D``.
 - :func:`group_changes`: the pure decision of what a key's new result emits, given what it emitted.
 - :class:`ChangelogAggregate`: the thin keyed operator that applies both to its state.
 
-A key's state is the plain tuple ``(rows, accumulators, emitted)``: how many input rows the key
-holds, the accumulators (tuples, ints, dicts of values), and the row last emitted (a dict, or None);
-pickled as every SQL aggregate's accumulators are."""
+A key's state is ``(1, (rows, accumulators, emitted))`` (``weir.sql.state_format``'s
+``CHANGELOG_AGGREGATE_STATE``): the format, then how many input rows the key holds, the accumulators
+(tuples, ints, dicts of values), and the row last emitted (a dict, or None); pickled as every SQL
+aggregate's accumulators are. The untagged triple a savepoint of an earlier Weir holds is read as
+format 1."""
 
 from __future__ import annotations
 
@@ -28,6 +30,7 @@ from weir.operators.process_state import Ttl, ValueState, drop_expired
 from weir.sql.changelog import Change, RowKind, accumulates
 from weir.sql.minibatch import MiniBatchBuffer, MiniBatchConfig
 from weir.sql.plan import AggregateCall, AggregateName
+from weir.sql.state_format import CHANGELOG_AGGREGATE_STATE
 
 Row = Mapping[str, Any]
 
@@ -278,7 +281,9 @@ class ChangelogAggregate(KeyedProcessFunction):
         assert isinstance(change, Change), f"a changelog operator got {value!r}"
         state = ctx.value_state("group", self.ttl)
         held = state.value()
-        rows, accs, emitted = (0, self.accumulators.create(), None) if held is None else held
+        rows, accs, emitted = (
+            (0, self.accumulators.create(), None) if held is None else CHANGELOG_AGGREGATE_STATE.body(held)
+        )
         if accumulates(change.kind):
             rows, accs = rows + 1, self.accumulators.add(accs, change.row)
         elif rows == 0:
@@ -298,7 +303,9 @@ class ChangelogAggregate(KeyedProcessFunction):
         if rows == 0 and step.emitted is None:
             state.clear()
         else:
-            state.update((rows, accs, None if step.emitted is None else dict(step.emitted)))
+            state.update(
+                CHANGELOG_AGGREGATE_STATE.tagged((rows, accs, None if step.emitted is None else dict(step.emitted)))
+            )
 
 
 # Mini-batch (SET 'table.exec.mini-batch.enabled') ------------------------------------------------------------
@@ -312,8 +319,8 @@ class BatchGroup(Protocol):
 
 
 class ChangelogBatch:
-    """:class:`ChangelogAggregate` over a key's batch: its state the same ``(rows, accumulators,
-    emitted)``, every input change applied in turn (a retraction of a key holding no row dropped),
+    """:class:`ChangelogAggregate` over a key's batch: its state the same ``(1, (rows, accumulators,
+    emitted))``, every input change applied in turn (a retraction of a key holding no row dropped),
     then one step of :func:`group_changes` from the row the key emitted before to its result after
     the batch, with the kind of the last change applied: the intermediate updates of the batch are
     not emitted (the final table is the same; Flink's mini-batch emits one change per key too)."""
@@ -325,7 +332,9 @@ class ChangelogBatch:
         self.input_changelog, self.paired = input_changelog, paired
 
     def apply(self, key: tuple[Any, ...], held: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
-        rows, accs, emitted = (0, self.accumulators.create(), None) if held is None else held
+        rows, accs, emitted = (
+            (0, self.accumulators.create(), None) if held is None else CHANGELOG_AGGREGATE_STATE.body(held)
+        )
         changes: list[tuple[int, Row]] = []
         last: RowKind | None = None
         for value in inputs:
@@ -353,8 +362,10 @@ class ChangelogBatch:
             result = dict(zip(self.key_names, key, strict=True))
             result.update(self.accumulators.results(accs))
         step = group_changes(emitted, result, last, paired=self.paired)
-        state = None if rows == 0 and step.emitted is None else (rows, accs, step.emitted)
-        return state, list(step.changes)
+        if rows == 0 and step.emitted is None:
+            return None, list(step.changes)
+        emitted = None if step.emitted is None else dict(step.emitted)
+        return CHANGELOG_AGGREGATE_STATE.tagged((rows, accs, emitted)), list(step.changes)
 
 
 class UpsertBatch:

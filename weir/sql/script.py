@@ -421,7 +421,7 @@ def _create_table(text: Text, tokens: list[Token]) -> Table:
         tuple(options.items()),
         partition_by,
     )
-    check_table(table, position)
+    check_table(table, position, positions)
     return table
 
 

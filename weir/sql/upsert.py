@@ -11,7 +11,7 @@ how an upsert source's records become a changelog with whole old rows (Flink's u
 - :func:`normalized`: Flink's ``ChangelogNormalize``: an upsert changelog (each record a key's new row,
   ``+U``, or its delete, ``-D``, which may carry only the key) turned into ``+I``/``-U``/``+U``/``-D``
   of whole rows, from the row last seen per key. :class:`ChangelogNormalize` is the keyed operator
-  that applies it; its state per key is ``(NORMALIZE_STATE_FORMAT, row)`` (docs/formats.md).
+  that applies it; its state per key is ``(1, row)`` (``weir.sql.state_format``, docs/formats.md).
 - :class:`UpsertKafkaRecords`: an ``upsert-kafka`` table's Kafka record (key and value JSON) as that
   upsert changelog: a value is ``+U`` of the row, a tombstone ``-D`` of the key's columns.
 
@@ -22,16 +22,15 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, assert_never
+from typing import Any, assert_never
 
 from weir.api import Collector, KafkaRecord, KeyedProcessContext, KeyedProcessFunction
 from weir.core import json_codec
+from weir.sql.catalog import KafkaLayout
 from weir.sql.changelog import Change, RowKind
+from weir.sql.state_format import CHANGELOG_NORMALIZE_STATE
 
 Row = Mapping[str, Any]
-
-NORMALIZE_STATE_FORMAT: Final = 1
-"""The first element of a ``changelog-normalize`` operator's state value ``(format, row)``."""
 
 
 @enum.unique
@@ -94,19 +93,13 @@ def normalized(last: Row | None, change: Change) -> NormalizeStep:
 
 class ChangelogNormalize(KeyedProcessFunction):
     """Keyed by a table's primary key: each upsert record's changes as :func:`normalized` decides,
-    the key's last row in value state ``last`` as ``(NORMALIZE_STATE_FORMAT, {column: value})``."""
+    the key's last row in value state ``last`` as ``(1, {column: value})`` (``CHANGELOG_NORMALIZE_STATE``)."""
 
     def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         assert isinstance(value, Change), f"changelog-normalize got {value!r}"
         state = ctx.value_state("last")
         held = state.value()
-        last = None
-        if held is not None:
-            version, last = held
-            if version != NORMALIZE_STATE_FORMAT:
-                raise ValueError(
-                    f"changelog-normalize state has format {version!r}, this version reads {NORMALIZE_STATE_FORMAT}"
-                )
+        last = None if held is None else CHANGELOG_NORMALIZE_STATE.body(held)
         step = normalized(last, value)
         for change in step.changes:
             out.collect(change)
@@ -114,42 +107,46 @@ class ChangelogNormalize(KeyedProcessFunction):
             if held is not None:
                 state.clear()
         elif step.last is not last:
-            state.update((NORMALIZE_STATE_FORMAT, dict(step.last)))
+            state.update(CHANGELOG_NORMALIZE_STATE.tagged(dict(step.last)))
 
 
 class UpsertKafkaRecords:
     """An ``upsert-kafka`` table's record as an upsert change: the record key is the JSON object of the
-    primary key's columns (as the upsert-kafka sink writes it, Flink's ``'key.format' = 'json'``); a
-    value is the whole row (``+U``, decoded by ``decode``), whose primary key columns must be the
-    key's; a null value (a tombstone) is ``-D`` of a row holding only the key's columns. A record
-    without a key, or whose key is not the primary key's JSON object, raises (the source's dead
-    letters or the job's failure, as any row that does not decode)."""
+    primary key's columns (as the upsert-kafka sink writes it, Flink's ``'key.format' = 'json'``; each
+    named without ``'key.fields-prefix'``, ``layout``); a value is the row (``+U``, decoded by
+    ``decode``): every column, whose primary key columns must be the key's (``'value.fields-include'
+    = 'ALL'``), or the columns but the key's, which come from the key (``'EXCEPT_KEY'``); a null value (a
+    tombstone) is ``-D`` of a row holding only the key's columns. A record without a key, or whose key
+    is not the primary key's JSON object, raises (the source's dead letters or the job's failure, as
+    any row that does not decode)."""
 
     def __init__(
         self,
         table: str,
-        primary_key: tuple[str, ...],
+        layout: KafkaLayout,
         decode: Callable[[Mapping[str, Any]], dict[str, Any]],
         decode_key: Callable[[Mapping[str, Any]], dict[str, Any]],
     ) -> None:
-        self.table, self.primary_key, self.decode, self.decode_key = table, primary_key, decode, decode_key
+        self.table, self.layout, self.decode, self.decode_key = table, layout, decode, decode_key
+        self.primary_key = layout.key_columns
+        self.names = sorted(name for _column, name in layout.key)
 
     def __call__(self, record: KafkaRecord) -> Change:
         if record.key is None:
             raise ValueError(f"upsert-kafka table {self.table}: a record without a key (it holds the primary key)")
         key = json_codec.decode(record.key)
-        if not isinstance(key, dict) or sorted(key) != sorted(self.primary_key):
+        if not isinstance(key, dict) or sorted(key) != self.names:
             raise ValueError(
                 f"upsert-kafka table {self.table}: the record key is not a JSON object of the primary key "
-                f"({', '.join(self.primary_key)})"
+                f"({', '.join(self.names)})"
             )
-        key_row = self.decode_key(key)
+        key_row = self.decode_key(self.layout.fields(key, None))
         if record.value is None:
             return Change(RowKind.DELETE, key_row)
         value = json_codec.decode(record.value)
         if not isinstance(value, dict):
             raise ValueError(f"a row is a JSON object, not {type(value).__name__}")
-        row = self.decode(value)
+        row = self.decode(self.layout.fields(key, value))
         if any(row[k] != key_row[k] for k in self.primary_key):
             raise ValueError(
                 f"upsert-kafka table {self.table}: the value's primary key columns are not the record key's"
@@ -158,7 +155,6 @@ class UpsertKafkaRecords:
 
 
 __all__ = [
-    "NORMALIZE_STATE_FORMAT",
     "ChangelogNormalize",
     "NormalizeStep",
     "SinkWrite",

@@ -99,10 +99,28 @@ REFUSED = [
     ),
     (
         "CREATE TABLE f (a BIGINT, d STRING) PARTITIONED BY (d) WITH ('connector' = 'filesystem', "
-        "'path' = '/tmp/f', 'format' = 'csv', 'sink.partition-commit.policy.kind' = 'success-file');",
-        "option 'sink.partition-commit.policy.kind': partition commit (a _SUCCESS file or policy per partition) "
-        "is not supported yet",
+        "'path' = '/tmp/f', 'format' = 'csv', 'sink.partition-commit.policy.kind' = 'metastore,success-file');",
+        "option 'sink.partition-commit.policy.kind': policy 'metastore' is not supported (Weir writes the "
+        "'success-file' policy's file; 'metastore' needs a Hive catalog, 'custom' a Java class)",
         "'sink.partition-commit",
+    ),
+    (
+        "CREATE TABLE f (a BIGINT, d STRING) WITH ('connector' = 'filesystem', 'path' = '/tmp/f', 'format' = 'csv', "
+        "'sink.partition-commit.trigger' = 'partition-time', 'sink.partition-commit.policy.kind' = 'success-file');",
+        "table f: 'sink.partition-commit.trigger' = 'partition-time' needs PARTITIONED BY (...)",
+        "'sink.partition-commit.trigger'",
+    ),
+    (
+        "CREATE TABLE f (a BIGINT, d STRING) PARTITIONED BY (d) WITH ('connector' = 'filesystem', "
+        "'path' = '/tmp/f', 'format' = 'csv', 'sink.partition-commit.delay' = 'later');",
+        "option 'sink.partition-commit.delay' = 'later' is not a duration",
+        "'sink.partition-commit.delay'",
+    ),
+    (
+        "CREATE TABLE f (a BIGINT, d STRING) PARTITIONED BY (d) WITH ('connector' = 'filesystem', "
+        "'path' = '/tmp/f', 'format' = 'csv', 'sink.partition-commit.watermark-time-zone' = 'Asia/Shanghai');",
+        "option 'sink.partition-commit.watermark-time-zone' = 'Asia/Shanghai' is not supported (one of: UTC)",
+        "'sink.partition-commit.watermark-time-zone'",
     ),
     (
         "CREATE TABLE f (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '/tmp/f', 'format' = 'csv', "

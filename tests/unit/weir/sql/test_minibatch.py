@@ -212,7 +212,7 @@ def test_a_batch_emits_one_change_for_the_whole_batch() -> None:
     state, out = step.apply(("k",), state, [{"price": 5, "bidder": 3}, {"price": None, "bidder": None}])
     second = {"key": "k", "n": 5, "total": 13, "low": 1, "high": 5, "mean": 3, "bidders": 3}
     assert out == [Change(RowKind.UPDATE_BEFORE, first), Change(RowKind.UPDATE_AFTER, second)]
-    assert state[0] == 5 and state[2] == second
+    assert state[0] == 1 and state[1][0] == 5 and state[1][2] == second  # (format, (rows, accumulators, emitted))
 
 
 def test_a_batch_of_retractions_of_nothing_leaves_the_key_as_it_was() -> None:
@@ -229,7 +229,7 @@ def test_a_key_emptied_by_its_batch_is_deleted_unless_its_last_change_is_a_paire
         assert [c.kind for c in out] == [RowKind.INSERT]
         state, out = step.apply(("k",), held, [Change(RowKind.UPDATE_BEFORE, row)])
         assert [c.kind for c in out] == expected_kinds
-        assert group_changes(held[2], None, RowKind.UPDATE_BEFORE, paired=paired).changes == tuple(out)
+        assert group_changes(held[1][2], None, RowKind.UPDATE_BEFORE, paired=paired).changes == tuple(out)
         assert (state is None) == (not paired)  # a held -U keeps the row it emitted until its +U
 
 

@@ -2,9 +2,10 @@
 naming the construct and its line:column in the script (nothing runs wrong): q6 (the suite's text
 names ``rownum`` in the WHERE of the SELECT that defines it, which Flink 2.2.1 refuses the same way,
 "Column 'rownum' not found in any table", at the same place; written validly, it is an OVER
-aggregation of a Top-N's changelog, which Flink's streaming OVER does not take either) and q12 (a
-TUMBLE over a ``PROCTIME()`` column: a processing-time window). The queries' text is the suite's
-(nexmark/nexmark queries/q6.sql, q12.sql), their sinks a Kafka table."""
+aggregation of a Top-N's changelog, which Flink's streaming OVER does not take either); and q12's
+shape with a processing-time HOP (q12 itself, a processing-time TUMBLE, runs:
+tests/unit/weir/sql/test_nexmark_q12.py). The queries' text is the suite's (nexmark/nexmark
+queries/q6.sql, q12.sql), their sinks a Kafka table."""
 
 from __future__ import annotations
 
@@ -82,12 +83,16 @@ GROUP BY bidder, window_start, window_end;
         (Q6, "column rownum is not in the input", "rownum <= 1"),
         (Q6_RANKED_FIRST, "an OVER aggregation of an updating result", "AVG(Q.price) OVER"),
         (
-            Q12,
-            "TUMBLE over B.p_time: a processing-time window (over a PROCTIME() column) is not supported",
+            Q12.replace(
+                "TUMBLE(TABLE B, DESCRIPTOR(p_time), INTERVAL '10' SECOND)",
+                "HOP(TABLE B, DESCRIPTOR(p_time), INTERVAL '5' SECOND, INTERVAL '10' SECOND)",
+            ),
+            "HOP over B.p_time: a processing-time HOP (over a PROCTIME() column) is not supported; a processing-time "
+            "TUMBLE and event-time windows are",
             "DESCRIPTOR",
         ),
     ],
-    ids=["q6", "q6-ranked-first", "q12"],
+    ids=["q6", "q6-ranked-first", "q12-hop"],
 )
 def test_a_nexmark_query_weir_does_not_run_is_refused_with_its_position(query: str, message: str, at: str) -> None:
     script = DDL + query

@@ -21,6 +21,7 @@ from tests.unit.weir.sql.test_retract import JDBC, UPSERT, job_file
 from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
 from weir.core.descriptors import KafkaRecord, TimestampType
 from weir.sql import explain, plan_script, source_uid
+from weir.sql.catalog import KafkaLayout
 from weir.sql.changelog import Change, RowKind
 from weir.sql.errors import SqlError
 from weir.sql.upsert import NormalizeStep, SinkWrite, UpsertKafkaRecords, normalized, sink_write
@@ -136,7 +137,7 @@ def decode_key(row: Mapping[str, Any]) -> dict[str, Any]:
     return {"id": row.get("id"), "v": None}
 
 
-RECORDS = UpsertKafkaRecords("t", ("id",), decode, decode_key)
+RECORDS = UpsertKafkaRecords("t", KafkaLayout((("id", "id"),), ("id", "v")), decode, decode_key)
 
 
 def test_a_value_is_an_upsert_and_a_tombstone_the_delete_of_its_key() -> None:

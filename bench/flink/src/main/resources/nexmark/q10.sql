@@ -1,11 +1,10 @@
 -- Nexmark q10, log to file system (nexmark/nexmark queries/q10.sql): every bid into a 'filesystem'
--- table partitioned by its day and minute (PARTITIONED BY (dt, hm), CSV part files). The query text
--- and the table's columns are the suite's; its connector options are the suite's but its path,
--- ${FILE_OUTPUT} (the query's output folder, weir.bench.NexmarkSql's --file-output), and its
--- partition commit options ('sink.partition-commit.trigger', '.delay', '.policy.kind' = 'success-file',
--- 'partition.time-extractor.timestamp-pattern'): Weir's file sink writes no partition commit (_SUCCESS)
--- file yet, and refuses those options. Compared as rows: each part file's CSV lines with the
--- partition values of its folder (bench.nexmark_bench.file_records), not by file names.
+-- table partitioned by its day and minute (PARTITIONED BY (dt, hm), CSV part files), each partition
+-- committed with a _SUCCESS file once the watermark passed its minute and one more. The query text and
+-- the table's columns and options are the suite's but its path, ${FILE_OUTPUT} (the query's output
+-- folder, weir.bench.NexmarkSql's --file-output). Compared as rows: each part file's CSV lines with
+-- the partition values of its folder (bench.nexmark_bench.file_records), not by file names; and the
+-- partitions holding a _SUCCESS file.
 CREATE TABLE nexmark_q10 (
   auction  BIGINT,
   bidder  BIGINT,
@@ -18,6 +17,10 @@ CREATE TABLE nexmark_q10 (
   'connector' = 'filesystem',
   'path' = '${FILE_OUTPUT}',
   'format' = 'csv',
+  'sink.partition-commit.trigger' = 'partition-time',
+  'sink.partition-commit.delay' = '1 min',
+  'sink.partition-commit.policy.kind' = 'success-file',
+  'partition.time-extractor.timestamp-pattern' = '$dt $hm:00',
   'sink.rolling-policy.rollover-interval' = '1min',
   'sink.rolling-policy.check-interval' = '1min'
 );

@@ -1,0 +1,200 @@
+"""Kafka record keys and values laid out by Flink's options ('key.format', 'key.fields',
+'key.fields-prefix', 'value.fields-include' = 'EXCEPT_KEY'), on Weir and on Apache Flink 2.2.1 over the
+same topic of Nexmark events (issue 35): bench/flink/src/main/resources/nexmark/kafka_key_fields.sql
+(a 'kafka' sink keyed by two prefixed columns, the value the other two) and upsert_key_prefix.sql (an
+'upsert-kafka' GROUP BY keyed by a prefixed primary key, the value without it). Flink runs both in
+one job of ``weir.bench.NexmarkSql``, Weir in one job of the same statements on the session cluster.
+
+What each wrote is compared record for record: the kafka topics' (key object, value object) pairs as
+multisets, the upsert-kafka topics compacted by key as final tables, each also equal to plain
+Python's over the events. Then one bounded Weir job reads all four topics back through tables with the
+same options (a 'kafka' table with key fields, an 'upsert-kafka' table with a prefixed key) into plain
+topics: Weir reads what Flink writes and what it writes itself, whole rows equal to Python's."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import uuid
+from collections import Counter, defaultdict
+from typing import Any
+
+import pytest
+
+from bench.contenders import flink_available, flink_build_dir, flink_environment
+from bench.nexmark_bench import PARALLELISM, flink_sql_argv, free_port, weir_sql_statement_set
+from tests.integration.checkpointing.test_recovery import wait_until
+from tests.integration.conftest import WeirCluster
+from weir import nexmark as nx
+from weir.connectors import kafka
+from weir.tools.cli import sql_job_source
+from weir.tools.nexmark_load import load
+
+pytestmark = pytest.mark.integration
+
+QUERIES = ("kafka_key_fields", "upsert_key_prefix")
+EVENTS = 6_000
+CONFIG = nx.NexmarkConfig(events_per_second=500)
+PARTITIONS = 4
+NO_RETENTION = {"retention.ms": "-1"}
+TIMEOUT_S = 600.0
+
+Json = tuple[tuple[str, Any], ...]
+
+
+def frozen(raw: bytes) -> Json:
+    value = json.loads(raw)
+    assert isinstance(value, dict), raw
+    return tuple(sorted(value.items()))
+
+
+def reference(events: list[dict[str, Any]]) -> tuple[Counter[tuple[Json, Json]], dict[Json, Json]]:
+    """The two sinks' records in plain Python: each bid's (key, value) objects; each bidder's final
+    (key, value) of its bid count and highest price."""
+    bids = [e for e in events if e["event_type"] == 2]
+    keyed = Counter(
+        (
+            tuple(sorted({"bidder": b["bidder"], "auction": b["auction"]}.items())),
+            tuple(sorted({"price": b["price"], "channel": b["channel"]}.items())),
+        )
+        for b in bids
+    )
+    prices: dict[int, list[int]] = defaultdict(list)
+    for b in bids:
+        prices[b["bidder"]].append(b["price"])
+    table = {
+        (("bidder", bidder),): tuple(sorted({"bids": len(p), "top": max(p)}.items())) for bidder, p in prices.items()
+    }
+    return keyed, table
+
+
+def records(endpoints: Any, topic: str) -> Counter[tuple[Json, Json]]:
+    out: Counter[tuple[Json, Json]] = Counter()
+    for _p, _o, key, value in kafka.read_all(endpoints, topic):
+        assert key is not None and value is not None, f"{topic}: a record without a key or a value"
+        out[(frozen(key), frozen(value))] += 1
+    return out
+
+
+def compacted(endpoints: Any, topic: str) -> dict[Json, Json]:
+    """The committed records compacted by key in partition-offset order (a tombstone deletes its key)."""
+    table: dict[Json, Json] = {}
+    for _p, _o, key, value in sorted(kafka.read_all(endpoints, topic)):
+        assert key is not None, f"{topic}: a record without a key"
+        if value is None:
+            table.pop(frozen(key), None)
+        else:
+            table[frozen(key)] = frozen(value)
+    return table
+
+
+def read_back_script(topics: dict[str, str], outputs: dict[str, str]) -> str:
+    """Both sides' topics read through tables of the same options, into plain tables."""
+    parts = []
+    inserts = []
+    for side in ("weir", "flink"):
+        parts.append(
+            f"""CREATE TABLE {side}_keyed (k_bidder BIGINT, k_auction BIGINT, price BIGINT, channel STRING) WITH (
+  'connector' = 'kafka', 'topic' = '{topics[f"{side}-kafka_key_fields"]}', 'format' = 'json',
+  'key.format' = 'json', 'key.fields' = 'k_bidder;k_auction', 'key.fields-prefix' = 'k_',
+  'value.fields-include' = 'EXCEPT_KEY', 'scan.startup.mode' = 'earliest-offset',
+  'scan.bounded.mode' = 'latest-offset');
+CREATE TABLE {side}_per_bidder (k_bidder BIGINT, bids BIGINT, top BIGINT, PRIMARY KEY (k_bidder) NOT ENFORCED) WITH (
+  'connector' = 'upsert-kafka', 'topic' = '{topics[f"{side}-upsert_key_prefix"]}', 'key.format' = 'json',
+  'value.format' = 'json', 'key.fields-prefix' = 'k_', 'value.fields-include' = 'EXCEPT_KEY',
+  'scan.bounded.mode' = 'latest-offset');
+CREATE TABLE {side}_rows (bidder BIGINT, auction BIGINT, price BIGINT, channel STRING) WITH (
+  'connector' = 'kafka', 'topic' = '{outputs[f"{side}-rows"]}', 'format' = 'json');
+CREATE TABLE {side}_table (bidder BIGINT, bids BIGINT, top BIGINT, PRIMARY KEY (bidder) NOT ENFORCED) WITH (
+  'connector' = 'upsert-kafka', 'topic' = '{outputs[f"{side}-table"]}', 'key.format' = 'json',
+  'value.format' = 'json');"""
+        )
+        inserts.append(f"INSERT INTO {side}_rows SELECT k_bidder, k_auction, price, channel FROM {side}_keyed;")
+        inserts.append(f"INSERT INTO {side}_table SELECT k_bidder, bids, top FROM {side}_per_bidder;")
+    return "\n".join([*parts, "EXECUTE STATEMENT SET BEGIN", *inserts, "END;"]) + "\n"
+
+
+def test_weir_lays_out_kafka_keys_and_values_as_flink_does_and_reads_flink_s(
+    weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    reason = flink_available()
+    if reason is not None:
+        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
+    build = flink_build_dir()
+    endpoints = weir_cluster.endpoints
+    work = tmp_path_factory.mktemp("kafka-layout-vs-flink")
+    topic = f"sql-kafka-layout-{uuid.uuid4().hex[:8]}"
+    assert kafka.create_topic(endpoints, topic, PARTITIONS, 1, NO_RETENTION)
+    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
+    assert load(producer, topic, PARTITIONS, EVENTS, config=CONFIG) == EVENTS
+    expected_records, expected_table = reference([nx.to_dict(nx.event(n, CONFIG)) for n in range(EVENTS)])
+    assert sum(expected_records.values()) > 3_000 and len(expected_table) > 100
+    weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
+    topics = {
+        f"{side}-{q}": f"{prefix}-{q}" for side, prefix in (("weir", weir_out), ("flink", flink_out)) for q in QUERIES
+    }
+    for name in topics.values():
+        assert kafka.create_topic(endpoints, name, 2, 1, NO_RETENTION)
+    log = work / "flink.log"
+    argv = flink_sql_argv(
+        build,
+        query=",".join(QUERIES),
+        bootstrap=endpoints.kafka_bootstrap,
+        topic=topic,
+        output=flink_out,
+        group=f"{flink_out}-group",
+        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
+        checkpoint_interval="2s",
+        rest_port=free_port(),
+        mini_batch=False,
+    )
+    with log.open("wb") as out:
+        flink = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=work,
+            env=flink_environment(build, endpoints),
+        )  # fmt: skip
+    try:
+        script = weir_sql_statement_set(
+            QUERIES, topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
+        )
+        job_file = work / "kafka_layout.py"
+        job_file.write_text(sql_job_source(script))
+        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
+        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
+        assert final.summary.status == "FINISHED", final.failure
+        code = flink.wait(timeout=TIMEOUT_S)
+    finally:
+        if flink.poll() is None:
+            flink.kill()
+            flink.wait(30)
+    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+
+    weir_records = records(endpoints, topics["weir-kafka_key_fields"])
+    assert weir_records == records(endpoints, topics["flink-kafka_key_fields"]), "Weir's records are not Flink's"
+    assert weir_records == expected_records, "the records are not Python's"
+    weir_table = compacted(endpoints, topics["weir-upsert_key_prefix"])
+    assert weir_table == compacted(endpoints, topics["flink-upsert_key_prefix"]), "Weir's table is not Flink's"
+    assert weir_table == expected_table, "the final tables are not Python's"
+
+    outputs = {
+        f"{side}-{what}": f"{topic}-read-{side}-{what}" for side in ("weir", "flink") for what in ("rows", "table")
+    }
+    for name in outputs.values():
+        assert kafka.create_topic(endpoints, name, 2, 1, NO_RETENTION)
+    reader = work / "read_back.py"
+    reader.write_text(sql_job_source(read_back_script(topics, outputs)))
+    job_id = weir_cluster.submit(str(reader), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
+    final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "the read-back job to finish", TIMEOUT_S)
+    assert final.summary.status == "FINISHED", final.failure
+    want_rows = Counter(
+        tuple(sorted({**dict(key), **dict(value)}.items()))
+        for (key, value), n in expected_records.items()
+        for _ in range(n)
+    )
+    want_table = {key: tuple(sorted({**dict(key), **dict(value)}.items())) for key, value in expected_table.items()}
+    for side in ("weir", "flink"):
+        rows = Counter(
+            frozen(v) for _p, _o, _k, v in kafka.read_all(endpoints, outputs[f"{side}-rows"]) if v is not None
+        )
+        assert rows == want_rows, f"{side}'s kafka topic read back is not the rows written"
+        assert compacted(endpoints, outputs[f"{side}-table"]) == want_table, f"{side}'s upsert-kafka topic read back"

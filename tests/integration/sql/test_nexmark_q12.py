@@ -1,0 +1,118 @@
+"""Nexmark q12 (processing-time windows, the suite's text) on Weir's cluster and on Apache Flink 2.2.1
+over the same topic. Which window a bid falls in depends on when each side processes it, so the rows
+cannot be compared; what both outputs must satisfy is: each window is 10 s aligned to the epoch
+(``starttime`` a multiple of 10 s, ``endtime`` 10 s later), a bidder has at most one row per window,
+and a bidder's counts summed over the windows that fired never exceed its bids (windows still open
+at the end of the bounded input never fire, on both sides, as docs/api.md says of processing-time
+windows). Weir's source is paced so that its job spans several windows; Flink's is not (its Kafka
+source has no pacing), so it may fire few or none."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import uuid
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from bench.contenders import flink_available, flink_build_dir, flink_environment
+from bench.nexmark_bench import PARALLELISM, flink_sql_argv, free_port, weir_sql_statement_set
+from tests.integration.checkpointing.test_recovery import wait_until
+from tests.integration.conftest import WeirCluster
+from weir import nexmark as nx
+from weir.connectors import kafka
+from weir.tools.cli import sql_job_source
+from weir.tools.nexmark_load import load
+
+pytestmark = pytest.mark.integration
+
+EVENTS = 10_000
+CONFIG = nx.NexmarkConfig(events_per_second=500)
+TIMEOUT_S = 600.0
+
+
+def millis(text: str) -> int:
+    """A TIMESTAMP(3) as the JSON format writes it: Weir's always with milliseconds, Flink's without
+    them when they are zero."""
+    moment = dt.datetime.fromisoformat(text).replace(tzinfo=dt.UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def windows(endpoints: Any, topic: str, bids: Counter[int]) -> Counter[int]:
+    """The output's rows checked; answers each bidder's count summed over its windows."""
+    seen: set[tuple[int, int]] = set()
+    counted: Counter[int] = Counter()
+    for _p, _o, _k, value in kafka.read_all(endpoints, topic):
+        assert value is not None
+        row = json.loads(value)
+        start, end = millis(row["starttime"]), millis(row["endtime"])
+        assert start % 10_000 == 0 and end - start == 10_000, row
+        assert (row["bidder"], start) not in seen, f"{topic}: bidder {row['bidder']} twice in one window"
+        seen.add((row["bidder"], start))
+        assert row["bid_count"] > 0, row
+        counted[row["bidder"]] += row["bid_count"]
+    for bidder, count in counted.items():
+        assert count <= bids[bidder], f"{topic}: bidder {bidder} counted {count} of its {bids[bidder]} bids"
+    return counted
+
+
+def test_weir_s_and_flink_s_processing_time_windows_keep_q12_s_invariants(
+    weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    reason = flink_available()
+    if reason is not None:
+        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
+    build = flink_build_dir()
+    endpoints = weir_cluster.endpoints
+    work = tmp_path_factory.mktemp("q12-vs-flink")
+    topic = f"sql-q12-{uuid.uuid4().hex[:8]}"
+    assert kafka.create_topic(endpoints, topic, 4, 1, {"retention.ms": "-1"})
+    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
+    assert load(producer, topic, 4, EVENTS, config=CONFIG) == EVENTS
+    bids = Counter(e.bidder for e in (nx.event(n, CONFIG) for n in range(EVENTS)) if isinstance(e, nx.Bid))
+    weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
+    for name in (f"{weir_out}-q12", flink_out):
+        assert kafka.create_topic(endpoints, name, 2, 1, {"retention.ms": "-1"})
+    log = work / "flink.log"
+    argv = flink_sql_argv(
+        build,
+        query="q12",
+        bootstrap=endpoints.kafka_bootstrap,
+        topic=topic,
+        output=flink_out,
+        group=f"{flink_out}-group",
+        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
+        checkpoint_interval="2s",
+        rest_port=free_port(),
+        mini_batch=False,
+    )
+    with log.open("wb") as out:
+        flink = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=work,
+            env=flink_environment(build, endpoints),
+        )  # fmt: skip
+    try:
+        text = weir_sql_statement_set(
+            ("q12",), topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
+        )
+        bounded = "  'scan.bounded.mode' = 'latest-offset',\n"  # the events table's option line (not its comment)
+        paced = text.replace(bounded, bounded + "  'scan.records-per-second' = '150',\n", 1)
+        assert paced != text, "the events table's options changed: pace Weir's source another way"
+        job_file = work / "q12.py"
+        job_file.write_text(sql_job_source(paced))
+        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
+        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
+        assert final.summary.status == "FINISHED", final.failure
+        code = flink.wait(timeout=TIMEOUT_S)
+    finally:
+        if flink.poll() is None:
+            flink.kill()
+            flink.wait(30)
+    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    weir_counted = windows(endpoints, f"{weir_out}-q12", bids)
+    flink_counted = windows(endpoints, flink_out, bids)
+    assert sum(weir_counted.values()) > sum(bids.values()) // 4, "Weir's paced job fired too few windows"
+    assert sum(flink_counted.values()) <= sum(bids.values())

@@ -1,0 +1,182 @@
+"""A SQL 'filesystem' sink's partition commit ('sink.partition-commit.policy.kind' = 'success-file') in
+real jobs on the session cluster:
+
+- a paced job at parallelism 2 writing minute partitions with the partition-time trigger: while it
+  runs, every partition holding ``_SUCCESS`` already shows every row of its minute in visible part
+  files (the file appears only after the checkpoint that made the partition's last part file
+  visible), some partitions are committed before the job ends, and at its end every partition is
+  committed and the rows are exact;
+- Nexmark q10 with the suite's own partition commit options, on Weir and on Apache Flink 2.2.1 over
+  the same topic: the same rows and the same partitions committed (each one, at the end of the
+  bounded input)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import uuid
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.contenders import flink_available, flink_build_dir, flink_environment
+from bench.nexmark_bench import (
+    PARALLELISM,
+    file_output,
+    file_records,
+    flink_sql_argv,
+    free_port,
+    weir_sql_statement_set,
+)
+from tests.integration.checkpointing.test_recovery import wait_until
+from tests.integration.conftest import WeirCluster, create_topics
+from weir import nexmark as nx
+from weir.connectors import kafka
+from weir.tools.cli import sql_job_source
+from weir.tools.nexmark_load import load
+
+pytestmark = pytest.mark.integration
+
+BASE_MS = 1_704_067_200_000  # 2024-01-01 00:00:00 UTC
+ROWS = 600
+STEP_MS = 800  # 8 minutes of event time
+TIMEOUT_S = 600.0
+
+
+def script(source: str, path: Path) -> str:
+    return f"""
+CREATE TABLE src (id BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
+  WITH ('connector' = 'kafka', 'topic' = '{source}', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset',
+        'scan.bounded.mode' = 'latest-offset', 'scan.records-per-second' = '20');
+CREATE TABLE minutes (id BIGINT, ts TIMESTAMP(3), dt STRING, hm STRING) PARTITIONED BY (dt, hm)
+  WITH ('connector' = 'filesystem', 'path' = 'file://{path}', 'format' = 'csv',
+        'sink.partition-commit.trigger' = 'partition-time', 'sink.partition-commit.delay' = '1 min',
+        'sink.partition-commit.policy.kind' = 'success-file',
+        'partition.time-extractor.timestamp-pattern' = '$dt $hm:00');
+INSERT INTO minutes SELECT id, ts, DATE_FORMAT(ts, 'yyyy-MM-dd'), DATE_FORMAT(ts, 'HH:mm') FROM src;
+"""
+
+
+def partition(ms: int) -> str:
+    minute = (ms - BASE_MS) // 60_000
+    return f"dt=2024-01-01/hm=00%3A{minute:02d}"
+
+
+def visible_ids(root: Path) -> dict[str, Counter[int]]:
+    """Each partition's ids in its visible part files (hidden in-progress files skipped, as readers do)."""
+    out: dict[str, Counter[int]] = defaultdict(Counter)
+    for path in root.rglob("part-*"):
+        out[path.parent.relative_to(root).as_posix()].update(
+            int(line.split(",")[0]) for line in path.read_text().splitlines()
+        )
+    return out
+
+
+def committed(root: Path) -> set[str]:
+    return {p.parent.relative_to(root).as_posix() for p in root.rglob("_SUCCESS")}
+
+
+def test_a_partition_is_committed_once_every_row_of_it_is_visible(
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+) -> None:
+    endpoints = weir_cluster.endpoints
+    source = f"sql-minutes-{unique}"
+    create_topics(endpoints, {source: 2})
+    producer = kafka.producer(endpoints, enable_idempotence=True)
+    expected: dict[str, Counter[int]] = defaultdict(Counter)
+    for i in range(ROWS):  # each partition in event-time order
+        ts = BASE_MS + i * STEP_MS
+        producer.produce(source, json.dumps({"id": i, "ts": ts}).encode(), partition=i % 2)
+        expected[partition(ts)][i] += 1
+    assert producer.flush(60) == 0
+    root = tmp_path / "minutes"
+    job_file = tmp_path / f"minutes_{unique}.py"
+    job_file.write_text(sql_job_source(script(source, root)))
+    job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "500ms"}, parallelism=2)
+    committed_while_running: set[str] = set()
+
+    def checked(status: Any) -> bool:
+        """Every committed partition shows all its rows; answers whether the job finished."""
+        seen = visible_ids(root)
+        done = committed(root)
+        for bucket in done:
+            assert seen[bucket] == expected[bucket], f"{bucket} has _SUCCESS with rows still to come"
+        if not status.summary.is_terminal:
+            committed_while_running.update(done)
+        return bool(status.summary.is_terminal)
+
+    final = wait_until(weir_cluster, job_id, checked, "the job to finish", TIMEOUT_S)
+    assert final.summary.status == "FINISHED", final.failure
+    assert visible_ids(root) == expected
+    assert committed(root) == set(expected), "every partition committed at the end of the input"
+    assert committed_while_running, "no partition was committed before the end of the input"
+    assert committed_while_running < set(expected), "the last minutes are committed by the end of input only"
+    assert all((root / b / "_SUCCESS").read_bytes() == b"" for b in expected)
+    progress = sorted(p.name for p in (root / ".weir-partition-commit").rglob("*.json"))
+    assert progress == ["0.json", "1.json"], progress
+
+
+EVENTS = 10_000
+CONFIG = nx.NexmarkConfig(events_per_second=100)  # 100 s of event time: minute partitions, some committed early
+
+
+def test_nexmark_q10_commits_the_partitions_flink_commits(
+    weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    reason = flink_available()
+    if reason is not None:
+        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
+    build = flink_build_dir()
+    endpoints = weir_cluster.endpoints
+    work = tmp_path_factory.mktemp("q10-vs-flink")
+    topic = f"sql-q10-commit-{uuid.uuid4().hex[:8]}"
+    assert kafka.create_topic(endpoints, topic, 4, 1, {"retention.ms": "-1"})
+    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
+    assert load(producer, topic, 4, EVENTS, config=CONFIG) == EVENTS
+    weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
+    log = work / "flink.log"
+    argv = flink_sql_argv(
+        build,
+        query="q10",
+        bootstrap=endpoints.kafka_bootstrap,
+        topic=topic,
+        output=flink_out,
+        group=f"{flink_out}-group",
+        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
+        checkpoint_interval="2s",
+        rest_port=free_port(),
+        mini_batch=False,
+    )
+    with log.open("wb") as out:
+        flink = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=work,
+            env=flink_environment(build, endpoints),
+        )  # fmt: skip
+    try:
+        text = weir_sql_statement_set(
+            ("q10",), topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
+        )
+        job_file = work / "q10.py"
+        job_file.write_text(sql_job_source(text))
+        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
+        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
+        assert final.summary.status == "FINISHED", final.failure
+        code = flink.wait(timeout=TIMEOUT_S)
+    finally:
+        if flink.poll() is None:
+            flink.kill()
+            flink.wait(30)
+    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    weir_root, flink_root = file_output(f"{weir_out}-q10"), file_output(flink_out)  # one query: its own output
+    try:
+        rows = Counter(file_records("q10", weir_root))
+        assert rows == Counter(file_records("q10", flink_root)), "Weir's rows are not Flink's"
+        partitions = {p.parent.relative_to(weir_root).as_posix() for p in weir_root.rglob("part-*")}
+        assert len(partitions) >= 2 and sum(rows.values()) > 5_000
+        assert committed(weir_root) == committed(flink_root) == partitions, "the partitions committed differ"
+    finally:
+        for root in (weir_root, flink_root):
+            shutil.rmtree(root, ignore_errors=True)

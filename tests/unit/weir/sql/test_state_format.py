@@ -1,0 +1,266 @@
+"""The SQL operators' versioned state (docs/formats.md, "SQL operator state"): ``changelog-aggregate``,
+``top-n`` and ``changelog-normalize`` write ``(1, body)``; the untagged values a savepoint of an
+earlier Weir holds (``changelog-aggregate``'s triple, ``top-n``'s list) restore, and another format
+fails the job in one line naming the operator's format, never a record's dead letter.
+
+Each restore goes through the state backend as a task's does: the operator's keyed state in RocksDB,
+``snapshot_state``, then a new operator instance of the same uid opened over it. The state before the
+tag is made exactly as an earlier Weir wrote it: the operator's own body, stored without the tag."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+
+from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
+from weir.core.errors import SerializationError
+from weir.core.rejections import FAIL
+from weir.operators.keyed import KeyedProcessContext, KeyedProcessOperator
+from weir.sql.changelog import Change, RowKind
+from weir.sql.minibatch import MiniBatchConfig
+from weir.sql.plan import AggregateCall, NamedExpression
+from weir.sql.ranking import RankedRows
+from weir.sql.retract import ChangelogAggregate, ChangelogBatch, MiniBatchGroupAggregate, RetractingAccumulators
+from weir.sql.state_format import (
+    CHANGELOG_AGGREGATE_STATE,
+    CHANGELOG_NORMALIZE_STATE,
+    TOP_N_STATE,
+    SqlStateFormat,
+)
+from weir.sql.upsert import ChangelogNormalize
+
+UID = "sql-0123456789-0-changelog-aggregate"
+PRICE = NamedExpression("price", "price", lambda row: row["price"])
+CALLS = (
+    AggregateCall("n", "COUNT", False, None, "COUNT(*)"),
+    AggregateCall("total", "SUM", False, PRICE, "SUM(price)"),
+    AggregateCall("high", "MAX", False, PRICE, "MAX(price)"),
+    AggregateCall("prices", "COUNT", True, PRICE, "COUNT(DISTINCT price)"),
+)
+
+
+def _bucket(change: Change) -> tuple[Any, ...]:
+    return (change.row["bucket"],)
+
+
+def _changes(seed: int, n: int) -> list[Change]:
+    """Inserts, and -U/+U and -D of rows present, over three buckets."""
+    rng = random.Random(seed)
+    present: list[dict[str, Any]] = []
+    out: list[Change] = []
+    for _ in range(n):
+        roll = rng.random()
+        if present and roll < 0.3:
+            old = present.pop(rng.randrange(len(present)))
+            new = {"bucket": old["bucket"], "price": rng.randint(0, 6)}
+            out += [Change(RowKind.UPDATE_BEFORE, old), Change(RowKind.UPDATE_AFTER, new)]
+            present.append(new)
+        elif present and roll < 0.45:
+            out.append(Change(RowKind.DELETE, present.pop(rng.randrange(len(present)))))
+        else:
+            row = {"bucket": rng.randint(0, 2), "price": rng.randint(0, 6)}
+            out.append(Change(RowKind.INSERT, row))
+            present.append(row)
+    return out
+
+
+def _aggregate() -> KeyedProcessOperator:
+    fn = ChangelogAggregate(("bucket",), RetractingAccumulators(CALLS), input_changelog=True, paired=True)
+    return KeyedProcessOperator(fn, _bucket)
+
+
+def _mini_batch() -> MiniBatchGroupAggregate:
+    batch = ChangelogBatch(("bucket",), RetractingAccumulators(CALLS), input_changelog=True, paired=True)
+    return MiniBatchGroupAggregate(_bucket, batch, MiniBatchConfig(60_000, 4), "group", clock=lambda: 0, on_error=FAIL)
+
+
+def _top_n() -> KeyedProcessOperator:
+    return KeyedProcessOperator(RankedRows(lambda row: (-row["price"], row["seq"]), 3, "rownum"), _bucket_of_row)
+
+
+def _bucket_of_row(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["bucket"],)
+
+
+class Rewrite:
+    """A function over the operator's keyed state, as a KeyedProcessFunction of the same uid: each
+    record names a key, whose value state ``name`` is replaced by ``rewrite`` of it."""
+
+    def __init__(self, name: str, rewrite: Callable[[Any], Any]) -> None:
+        self.name, self.rewrite = name, rewrite
+
+    def process_element(self, value: Any, ctx: KeyedProcessContext, out: Any) -> None:
+        state = ctx.value_state(self.name)
+        held = state.value()
+        if held is not None:
+            state.update(self.rewrite(held))
+        out.collect(held)
+
+
+def _rewrite_keys(
+    start_operator: StartOperator, uid: str, name: str, keys: Sequence[Any], rewrite: Callable[[Any], Any]
+) -> list[Any]:
+    """Replace each key's stored value by ``rewrite`` of it and snapshot; answers the values read."""
+    op = KeyedProcessOperator(Rewrite(name, rewrite), lambda key: key)
+    out = start_operator(op, uid=uid)
+    for key in keys:
+        op.process(key, None)
+    op.snapshot_state(2)
+    return out.values
+
+
+def _run(op: Any, out: CollectingOutput, values: Sequence[Any], checkpoint: int) -> list[Any]:
+    for value in values:
+        op.process(value, None)
+    op.snapshot_state(checkpoint)
+    return out.values
+
+
+# The tag ---------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state_format", "body", "before"),
+    [
+        (CHANGELOG_AGGREGATE_STATE, (2, (2, (None, 0)), {"k": 1}), (2, (2, (None, 0)), {"k": 1})),
+        (TOP_N_STATE, [{"a": 1}, {"a": 2}], [{"a": 1}, {"a": 2}]),
+        (CHANGELOG_NORMALIZE_STATE, {"id": 1, "v": "x"}, None),
+    ],
+)
+def test_a_value_is_its_format_and_body_and_the_untagged_shape_reads_as_format_1(
+    state_format: SqlStateFormat, body: Any, before: Any
+) -> None:
+    assert state_format.tagged(body) == (1, body)
+    assert state_format.body(state_format.tagged(body)) == body
+    if before is not None:
+        assert state_format.body(before) == body
+
+
+@pytest.mark.parametrize(
+    ("state_format", "held", "message"),
+    [
+        (
+            CHANGELOG_AGGREGATE_STATE,
+            (2, (1, (3,), None)),
+            "changelog-aggregate state has format 2; this Weir reads format 1",
+        ),
+        (TOP_N_STATE, (7, [{"a": 1}]), "top-n state has format 7; this Weir reads format 1"),
+        (TOP_N_STATE, (True, []), "top-n state has format True; this Weir reads format 1"),
+        (CHANGELOG_NORMALIZE_STATE, ("v2", {}), "changelog-normalize state has format 'v2'; this Weir reads format 1"),
+        (CHANGELOG_NORMALIZE_STATE, [{"id": 1}], "changelog-normalize state is not a \\(1, ...\\) pair but a list"),
+        (TOP_N_STATE, {"a": 1}, "top-n state is not a \\(1, ...\\) pair but a dict"),
+    ],
+)
+def test_another_format_is_refused_in_one_line_naming_the_operator(
+    state_format: SqlStateFormat, held: Any, message: str
+) -> None:
+    with pytest.raises(SerializationError, match=message) as raised:
+        state_format.body(held)
+    assert "\n" not in str(raised.value)
+
+
+# changelog-aggregate ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("operator", [_aggregate, _mini_batch], ids=["per-record", "mini-batch"])
+def test_a_changelog_aggregate_restores_the_untagged_state_of_an_earlier_savepoint(
+    start_operator: StartOperator, make_context: MakeContext, seed: int, operator: Callable[[], Any]
+) -> None:
+    changes = _changes(seed, 60)
+    half = len(changes) // 2
+    whole = operator()  # the same input and checkpoint without a restore: a mini-batch is cut at both
+    out = start_operator(whole, uid="reference")
+    _run(whole, out, changes[:half], 1)
+    reference = _run(whole, out, changes[half:], 3)
+
+    first = operator()
+    before = _run(first, start_operator(first, uid=UID), changes[:half], 1)
+    stored = _rewrite_keys(start_operator, UID, "group", [(b,) for b in range(3)], CHANGELOG_AGGREGATE_STATE.body)
+    assert [s[0] for s in stored if s is not None] == [1] * sum(s is not None for s in stored)  # written tagged
+    untagged = _rewrite_keys(start_operator, UID, "group", [(b,) for b in range(3)], lambda held: held)
+    assert untagged and all(isinstance(s, tuple) and len(s) == 3 for s in untagged if s is not None)
+    assert any(s is not None for s in untagged)  # a key held a triple, as an earlier Weir wrote it
+
+    second = operator()
+    after = _run(second, start_operator(second, uid=UID), changes[half:], 3)
+    assert before + after == reference
+    retagged = _rewrite_keys(start_operator, UID, "group", [(b,) for b in range(3)], lambda held: held)
+    assert all(s[0] == 1 and len(s) == 2 for s in retagged if s is not None)  # written back tagged
+
+
+@pytest.mark.parametrize("operator", [_aggregate, _mini_batch], ids=["per-record", "mini-batch"])
+@pytest.mark.parametrize("dead_letters", [False, True])
+def test_a_changelog_aggregate_state_of_a_newer_format_fails_the_job_not_the_record(
+    start_operator: StartOperator, make_context: MakeContext, operator: Callable[[], Any], dead_letters: bool
+) -> None:
+    from tests.unit.operators.test_rejections import DLQ, start_with_letters
+
+    first = operator()
+    _run(first, start_operator(first, uid=UID), [Change(RowKind.INSERT, {"bucket": 0, "price": 3})], 1)
+    _rewrite_keys(start_operator, UID, "group", [(0,)], lambda held: (2, held[1]))
+    second = operator()
+    if dead_letters:
+        second.on_error = DLQ
+        _out, letters = start_with_letters(second, make_context, UID)
+    else:
+        start_operator(second, uid=UID)
+    with pytest.raises(SerializationError, match="^changelog-aggregate state has format 2; this Weir reads format 1"):
+        _run(second, CollectingOutput(), [Change(RowKind.INSERT, {"bucket": 0, "price": 4})], 3)
+    if dead_letters:
+        assert letters.letters == []
+
+
+# top-n -----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_top_n_restores_the_untagged_rows_of_an_earlier_savepoint(start_operator: StartOperator, seed: int) -> None:
+    rng = random.Random(seed)
+    rows = [{"bucket": rng.randint(0, 2), "price": rng.randint(0, 20), "seq": n} for n in range(50)]
+    whole = _top_n()
+    reference = _run(whole, start_operator(whole, uid="reference"), rows, 1)
+    uid = "sql-0123456789-1-top-n"
+    first = _top_n()
+    before = _run(first, start_operator(first, uid=uid), rows[:25], 1)
+    tagged = _rewrite_keys(start_operator, uid, "top", [(b,) for b in range(3)], TOP_N_STATE.body)
+    assert all(s[0] == 1 for s in tagged if s is not None) and any(s is not None for s in tagged)
+    stored = _rewrite_keys(start_operator, uid, "top", [(b,) for b in range(3)], lambda held: held)
+    assert all(isinstance(s, list) for s in stored if s is not None)  # a list of rows, as an earlier Weir's
+    second = _top_n()
+    after = _run(second, start_operator(second, uid=uid), rows[25:], 3)
+    assert before + after == reference
+    assert any(c.kind is RowKind.UPDATE_BEFORE for c in after)  # the restored rows were ranked against
+
+
+def test_a_top_n_state_of_a_newer_format_fails_the_job(start_operator: StartOperator) -> None:
+    uid = "sql-0123456789-1-top-n"
+    first = _top_n()
+    _run(first, start_operator(first, uid=uid), [{"bucket": 0, "price": 1, "seq": 0}], 1)
+    _rewrite_keys(start_operator, uid, "top", [(0,)], lambda held: (2, held[1]))
+    second = _top_n()
+    start_operator(second, uid=uid)
+    with pytest.raises(SerializationError, match="^top-n state has format 2; this Weir reads format 1"):
+        second.process({"bucket": 0, "price": 2, "seq": 1}, None)
+
+
+# changelog-normalize ---------------------------------------------------------------------------------------
+
+
+def test_a_changelog_normalize_state_of_a_newer_format_fails_the_job(start_operator: StartOperator) -> None:
+    uid = "sql-source-t-normalize"
+    first = KeyedProcessOperator(ChangelogNormalize(), _id)
+    _run(first, start_operator(first, uid=uid), [Change(RowKind.UPDATE_AFTER, {"id": 1, "v": "a"})], 1)
+    stored = _rewrite_keys(start_operator, uid, "last", [(1,)], lambda held: (2, held[1]))
+    assert stored == [(1, {"id": 1, "v": "a"})]
+    second = KeyedProcessOperator(ChangelogNormalize(), _id)
+    start_operator(second, uid=uid)
+    with pytest.raises(SerializationError, match="^changelog-normalize state has format 2; this Weir reads format 1"):
+        second.process(Change(RowKind.UPDATE_AFTER, {"id": 1, "v": "b"}), None)
+
+
+def _id(change: Change) -> tuple[Any, ...]:
+    return (change.row["id"],)

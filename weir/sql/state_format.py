@@ -1,0 +1,73 @@
+"""The format tag of the SQL operators' keyed state values (docs/formats.md, "SQL operator state"):
+each value is the pair ``(format, body)``, so that a later Weir that changes a body's shape reads the
+old one or refuses it in one line, never misreads it. The one place that writes and reads the tag.
+
+A state written before its operator had a tag (``changelog-aggregate`` and ``top-n`` before format 1)
+is told apart by its shape (``before_format``) and read as format 1's body: savepoints of those
+versions restore."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from weir.core.errors import SerializationError
+
+
+@dataclass(frozen=True)
+class SqlStateFormat:
+    """The format of one SQL operator's state value: ``operator`` its kind as EXPLAIN names it,
+    ``current`` the format this Weir writes and reads, ``before_format`` whether a value is of the
+    untagged shape written before the tag (None: the operator was tagged from the start)."""
+
+    operator: str
+    current: int
+    before_format: Callable[[Any], bool] | None = None
+
+    def tagged(self, body: Any) -> tuple[int, Any]:
+        """The state value of ``body``: ``(current, body)``."""
+        return (self.current, body)
+
+    def body(self, held: Any) -> Any:
+        """The body of a stored value: of a ``(current, body)`` pair, or an untagged value of the shape
+        before the tag; another format (a newer Weir's) or shape is a SerializationError (it fails the
+        job, as a state that cannot be read: never a record's fault) naming the operator's format."""
+        if self.before_format is not None and self.before_format(held):
+            return held
+        match held:
+            case (int() as version, body) if version == self.current and not isinstance(version, bool):
+                return body
+            case (version, _):
+                raise SerializationError(
+                    f"{self.operator} state has format {version!r}; this Weir reads format {self.current}: "
+                    "restore the savepoint with the Weir version that wrote it"
+                )
+            case _:
+                raise SerializationError(
+                    f"{self.operator} state is not a ({self.current}, ...) pair but a {type(held).__name__}: "
+                    "it was not written by this operator"
+                )
+
+
+def _group_before_format(held: Any) -> bool:
+    """``(rows, accumulators, emitted)``: the untagged changelog-aggregate state."""
+    return isinstance(held, tuple) and len(held) == 3
+
+
+def _top_before_format(held: Any) -> bool:
+    """A list of rows: the untagged top-n state."""
+    return isinstance(held, list)
+
+
+CHANGELOG_AGGREGATE_STATE: Final = SqlStateFormat("changelog-aggregate", 1, _group_before_format)
+"""Value state ``group``: ``(1, (rows, accumulators, emitted row or None))``."""
+
+TOP_N_STATE: Final = SqlStateFormat("top-n", 1, _top_before_format)
+"""Value state ``top``: ``(1, [row, ...])``, the partition's first N rows in order."""
+
+CHANGELOG_NORMALIZE_STATE: Final = SqlStateFormat("changelog-normalize", 1)
+"""Value state ``last``: ``(1, {column: value})``, the key's last row (tagged from the start)."""
+
+
+__all__ = ["CHANGELOG_AGGREGATE_STATE", "CHANGELOG_NORMALIZE_STATE", "TOP_N_STATE", "SqlStateFormat"]
