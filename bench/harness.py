@@ -369,13 +369,15 @@ class ProcessUsage:
 @dataclass(frozen=True)
 class ProcStat:
     """What /proc/<pid>/stat says of a process: CPU seconds (user + system) so far, resident memory,
-    its start time (clock ticks after boot: a pid reused by another process has another), and
-    whether it is a zombie (exited, not yet reaped: its CPU is final)."""
+    its start time (clock ticks after boot: a pid reused by another process has another), whether
+    it is a zombie (exited, not yet reaped: its CPU is final), and the CPU seconds of the children
+    it reaped."""
 
     cpu_s: float
     rss_bytes: int
     start_ticks: int
     zombie: bool
+    reaped_children_cpu_s: float = 0.0
 
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
@@ -384,14 +386,47 @@ _PAGE_BYTES: Final = os.sysconf("SC_PAGE_SIZE")
 
 def parse_proc_stat(text: str) -> ProcStat:
     """Fields of ``/proc/<pid>/stat`` (proc(5)): after the ``(comm)`` come state (3), utime (14),
-    stime (15), starttime (22) and rss in pages (24)."""
+    stime (15), cutime (16), cstime (17), starttime (22) and rss in pages (24)."""
     fields = text.rpartition(")")[2].split()
     return ProcStat(
         cpu_s=(int(fields[11]) + int(fields[12])) / _CLOCK_TICKS,
         rss_bytes=int(fields[21]) * _PAGE_BYTES,
         start_ticks=int(fields[19]),
         zombie=fields[0] in ("Z", "X"),
+        reaped_children_cpu_s=(int(fields[13]) + int(fields[14])) / _CLOCK_TICKS,
     )
+
+
+def child_pids(pid: int) -> list[int]:
+    """The live children of ``pid`` (every thread's ``/proc/<pid>/task/<tid>/children``), without
+    reading every process's stat; [] when it is gone."""
+    found: list[int] = []
+    try:
+        threads = list(Path(f"/proc/{pid}/task").iterdir())
+    except OSError:
+        return found
+    for thread in threads:
+        try:
+            found.extend(int(child) for child in (thread / "children").read_text().split())
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+@dataclass(frozen=True)
+class MachineCpu:
+    """CPU seconds of every core since boot (``/proc/stat``'s first line): ``busy`` running anything
+    (user, nice, system, irq, softirq; guest time is inside user), ``stolen`` wanting to run while
+    the hypervisor ran something else (steal)."""
+
+    busy_s: float
+    stolen_s: float
+
+
+def machine_cpu() -> MachineCpu:
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
+    return MachineCpu((user + nice + system + irq + softirq) / _CLOCK_TICKS, steal / _CLOCK_TICKS)
 
 
 def read_proc_stat(pid: int) -> ProcStat | None:

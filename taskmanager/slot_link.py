@@ -85,7 +85,10 @@ class CollectProgress:
 
 @dataclass(frozen=True)
 class CollectMetrics:
-    """The reply: the worker's metric families (prometheus_client ``Metric`` values)."""
+    """The reply: the worker's metric families (prometheus_client ``Metric`` values); with ``names``,
+    only their samples of these names (a restricted scrape)."""
+
+    names: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,11 @@ Each worker keeps its tasks' metrics in its own prometheus-client registry; at e
 TaskManager asks every worker for its families (``slot_link.CollectMetrics``) and merges them with
 its own by name (:func:`merge_families`): a series two processes both export (a TaskManager-wide
 gauge such as the tasks running, or a subtask whose old attempt still ends in one worker while the
-new one runs in another) is their sum. prometheus-client's multiprocess mode is not used: it keeps a
-dead process's counters and cannot remove a series, which an ended task attempt must.
+new one runs in another) is their sum. A scrape restricted to some series (``/metrics?name[]=...``,
+prometheus-client's filter) asks the workers for those alone, so that a frequent reader of a few
+series (a benchmark, an autoscaler) does not cost every worker a collection of every family.
+prometheus-client's multiprocess mode is not used: it keeps a dead process's counters and cannot
+remove a series, which an ended task attempt must.
 
 ``process_cpu_seconds_total``, ``process_resident_memory_bytes`` and the others are the sum over the
 TaskManager and its live workers (:class:`ProcessTreeCollector`), and the CPU time also counts the
@@ -30,6 +33,10 @@ SUMMED_PROCESS_FAMILIES: Final = frozenset(
     {"process_virtual_memory_bytes", "process_resident_memory_bytes", CPU_FAMILY, "process_open_fds"}
 )
 """The process figures that add up over processes; the others (start time, max fds) are the TaskManager's."""
+
+
+WorkerFamilies = Callable[[frozenset[str] | None], list[Metric]]
+"""Every worker's metric families, restricted to the samples of the given names (None: all)."""
 
 
 def merge_families(families: Iterable[Metric]) -> list[Metric]:
@@ -58,21 +65,26 @@ def merge_families(families: Iterable[Metric]) -> list[Metric]:
 
 
 class MergedMetrics(Collector):
-    """The TaskManager's registry and its workers' families, merged (:func:`merge_families`)."""
+    """The TaskManager's registry and its workers' families, merged (:func:`merge_families`); what
+    its metrics server serves. ``names``: only the samples of these names (a restricted scrape)."""
 
-    def __init__(self, own: CollectorRegistry, workers: Callable[[], list[Metric]]) -> None:
+    def __init__(self, own: CollectorRegistry, workers: WorkerFamilies, names: frozenset[str] | None = None) -> None:
         self._own = own
         self._workers = workers
+        self._names = names
 
     def collect(self) -> Iterable[Metric]:
-        return merge_families([*self._own.collect(), *self._workers()])
+        own = self._own.collect() if self._names is None else self._own.restricted_registry(self._names).collect()
+        return merge_families([*own, *self._workers(self._names)])
+
+    def restricted_registry(self, names: Iterable[str]) -> MergedMetrics:
+        """The same, restricted to the samples named (prometheus-client's ``?name[]=`` calls this)."""
+        return MergedMetrics(self._own, self._workers, frozenset(names))
 
 
-def served_registry(own: CollectorRegistry, workers: Callable[[], list[Metric]]) -> CollectorRegistry:
-    """The registry the TaskManager's metrics server serves."""
-    registry = CollectorRegistry(auto_describe=False)
-    registry.register(MergedMetrics(own, workers))
-    return registry
+def served_registry(own: CollectorRegistry, workers: WorkerFamilies) -> MergedMetrics:
+    """What the TaskManager's metrics server serves."""
+    return MergedMetrics(own, workers)
 
 
 class ProcessTreeCollector(Collector):

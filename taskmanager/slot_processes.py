@@ -520,9 +520,10 @@ class SlotProcesses:
             entries.extend(jobmanager_pb2.TaskProgress.FromString(b) for b in blobs)
         return entries
 
-    def collect_metrics(self) -> list[Metric]:
-        """Every ready worker's metric families (a worker that does not answer in time is left out)."""
-        calls = [(p, p.link.call_async(CollectMetrics())) for p in self._ready_workers()]
+    def collect_metrics(self, names: frozenset[str] | None = None) -> list[Metric]:
+        """Every ready worker's metric families, with ``names`` only their samples of these names (a
+        worker that does not answer in time is left out)."""
+        calls = [(p, p.link.call_async(CollectMetrics(names))) for p in self._ready_workers()]
         deadline = time.monotonic() + METRICS_WAIT_S
         families: list[Metric] = []
         for process, call in calls:

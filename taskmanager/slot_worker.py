@@ -156,8 +156,8 @@ class SlotWorker:
                 return None
             case CollectProgress():
                 return [p.SerializeToString() for p in host.progress()]
-            case CollectMetrics():
-                return task_metric_families()
+            case CollectMetrics(names=names):
+                return task_metric_families(names)
             case CollectThreadDump():
                 return thread_dump()
             case StopWorker():
@@ -168,9 +168,11 @@ class SlotWorker:
                 assert_never(command)
 
 
-def task_metric_families() -> list[Metric]:
-    """This process's metric families but its own process and interpreter ones."""
-    return [m for m in REGISTRY.collect() if not m.name.startswith(PROCESS_FAMILIES)]
+def task_metric_families(names: frozenset[str] | None = None) -> list[Metric]:
+    """This process's metric families but its own process and interpreter ones; with ``names``, only
+    their samples of these names (collecting only the families that hold them)."""
+    families = REGISTRY.collect() if names is None else REGISTRY.restricted_registry(names).collect()
+    return [m for m in families if not m.name.startswith(PROCESS_FAMILIES)]
 
 
 def main() -> None:

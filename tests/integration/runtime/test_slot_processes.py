@@ -1,5 +1,6 @@
 """Slot workers on the session's cluster (TaskManagers run each slot's tasks in a process of its own):
-a job runs exactly once in them, a killed worker fails its job over and the job recovers exactly once
+a job runs exactly once in them (its TaskManager's /metrics filtered by name brings the workers' series
+of that name), a killed worker fails its job over and the job recovers exactly once
 while its TaskManager stays up, and a killed TaskManager leaves no worker.
 
 Slot processes are off by default (``WEIR_TASKMANAGER_SLOT_PROCESSES``): unless the session runs with
@@ -12,11 +13,14 @@ import json
 import os
 import signal
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from tests.integration.conftest import WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
 from weir.core.config import TaskManagerSettings
@@ -106,6 +110,13 @@ def slot_workers(parent: int) -> list[int]:
     return sorted(found)
 
 
+def filtered_scrape(port: int, name: str) -> list[Sample]:
+    """The samples of a TaskManager's ``/metrics?name[]=NAME``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics?name[]={name}", timeout=10) as response:
+        text = response.read().decode()
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
 def log_events(cluster: WeirCluster, name: str, event: str) -> list[dict[str, Any]]:
     """The structured events named ``event`` in a cluster process's log."""
     found = []
@@ -168,6 +179,14 @@ def test_a_job_runs_exactly_once_in_slot_workers(weir_cluster: WeirCluster, uniq
             lambda t=tm: any(holds_job_state(w, job_id) for w in slot_workers(t)),
             30,
         )
+        # A scrape filtered by name (Prometheus' ``name[]``) gets the workers' series of that name alone.
+        port = endpoints.taskmanager_metrics_base_port + int(name.rsplit("-", 1)[1])
+        wait_until(
+            f"{name}'s /metrics?name[]=weir_records_in_total naming job {job_id}",
+            lambda p=port: job_id in {s.labels.get("job_id") for s in filtered_scrape(p, "weir_records_in_total")},
+            30,
+        )
+        assert {s.name for s in filtered_scrape(port, "weir_records_in_total")} == {"weir_records_in_total"}
     final = weir_cluster.wait_for(job_id)
     assert final.summary.status == "FINISHED", final
     assert final.summary.restarts == 0, final.failure

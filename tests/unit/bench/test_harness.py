@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -91,13 +94,38 @@ def test_services_started_by_a_run_live_in_the_shared_run_directory_not_the_runs
 
 def test_proc_stat_is_read_past_a_command_name_with_spaces_and_parentheses() -> None:
     ticks, page = os.sysconf("SC_CLK_TCK"), os.sysconf("SC_PAGE_SIZE")
-    # pid (comm) state ppid ... utime(14)=250 stime(15)=50 ... starttime(22)=777 vsize(23) rss(24)=1000
-    rest = ["S", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "250", "50", "0", "0", "20", "0", "1", "0"]
+    # pid (comm) state ppid ... utime(14)=250 stime(15)=50 cutime(16)=30 cstime(17)=20 ... starttime(22)=777
+    # vsize(23) rss(24)=1000
+    rest = ["S", "1", "2", "3", "4", "5", "6", "7", "8", "9", "10", "250", "50", "30", "20", "20", "0", "1", "0"]
     rest += ["777", "123456", "1000"]
     stat = harness.parse_proc_stat("42 (python3 -m (x)) " + " ".join(rest) + " 0 0")
     assert stat.cpu_s == pytest.approx(300 / ticks)
+    assert stat.reaped_children_cpu_s == pytest.approx(50 / ticks)
     assert stat.start_ticks == 777
     assert stat.rss_bytes == 1000 * page
     assert not stat.zombie
     assert harness.parse_proc_stat("42 (java) Z " + " ".join(rest[1:]) + " 0").zombie
     assert harness.read_proc_stat(os.getpid()) is not None
+
+
+def test_child_pids_are_the_live_children_of_a_process() -> None:
+    child = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
+    try:
+        assert child.pid in harness.child_pids(os.getpid())
+        assert harness.child_pids(child.pid) == []
+    finally:
+        assert child.stdin is not None
+        child.stdin.close()
+        child.wait(30)
+    assert child.pid not in harness.child_pids(os.getpid())
+    assert harness.child_pids(2**22 + 1) == []  # no such process
+
+
+def test_machine_cpu_counts_busy_and_stolen_seconds_since_boot() -> None:
+    first = harness.machine_cpu()
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    second = harness.machine_cpu()
+    assert second.busy_s > first.busy_s > 0
+    assert second.stolen_s >= first.stolen_s >= 0

@@ -263,3 +263,23 @@ def test_a_thread_dump_collects_every_workers_threads_with_the_running_task(
     assert all(t.stack.startswith(f'"{t.name.split("/", 1)[1]}" Id=') for t in dump)
     assert sum(1 for t in dump if t.name.endswith("/MainThread")) == 2
     assert any("\tat " in t.stack and "weir/taskmanager" in t.stack for t in dump), "a task thread's frames"
+
+
+def test_a_restricted_metrics_collection_brings_only_the_series_named(slots: tuple[SlotProcesses, Reports]) -> None:
+    """What ``/metrics?name[]=`` asks of the workers: their task series of those names, nothing else."""
+    workers, reports = slots
+    task = TaskAddress("job-metrics", "numbers", 0, 1)
+    workers.deploy(deploy_request(task))
+    reports.wait_for(task, TaskState.RUNNING)
+    names = frozenset({"weir_source_records_read_total"})
+
+    def records_read() -> list[tuple[str, dict[str, str], float]]:
+        return [(s.name, s.labels, s.value) for f in workers.collect_metrics(names) for s in f.samples]
+
+    wait_until(
+        lambda: any(labels.get("job_id") == "job-metrics" and value > 0 for _, labels, value in records_read()),
+        "the source's records read among the workers' series",
+    )
+    assert {name for name, _, _ in records_read()} == {"weir_source_records_read_total"}
+    everything = {f.name for f in workers.collect_metrics()}
+    assert {"weir_source_records_read", "weir_busy_seconds", "weir_idle_seconds"} <= everything
