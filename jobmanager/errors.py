@@ -61,6 +61,19 @@ class RescaleRejectedError(JobManagerError):
     grpc_code: ClassVar[str] = "FAILED_PRECONDITION"
 
 
+class ResourceRequirementsError(JobManagerError):
+    """Resource requirements (Flink's ``PUT /jobs/:jobid/resource-requirements``) that Flink's own
+    validation refuses: an unknown or missing vertex, a bound below 1, a lower bound above the upper, an
+    upper bound above the max parallelism. Each problem is one line (``problems``); nothing changes."""
+
+    fault: Fault = Fault.USER
+    grpc_code: ClassVar[str] = "INVALID_ARGUMENT"
+
+    def __init__(self, problems: tuple[str, ...]) -> None:
+        super().__init__("; ".join(problems))
+        self.problems = problems
+
+
 class UnknownRescaleError(JobManagerError):
     """No rescale of the job has that trigger id (this JobManager keeps the latest ones it ran)."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Executor, ThreadPoolExecutor
 
 import structlog
@@ -47,7 +47,7 @@ from weir.jobmanager.record_store import JobRecordStore
 from weir.jobmanager.recovery import JobRecovery
 from weir.jobmanager.registry import RegisteredTaskManager, TaskManagerRegistry
 from weir.jobmanager.rescale_requests import RescaleRequests
-from weir.jobmanager.rescaling import RescaleOperation
+from weir.jobmanager.rescaling import ParallelismBounds, RescaleOperation
 from weir.jobmanager.savepoints import SavepointTrigger
 from weir.jobmanager.submission import (
     EndOffsetsReader,
@@ -219,6 +219,12 @@ class JobManager:
         """``weir rescale``: answers the request's trigger id (RescaleRejectedError: refused, untouched)."""
         self._not_loading(job_id)
         return self.rescales.rescale(job_id, parallelism)
+
+    def rescale_within(self, job_id: str, bounds: Mapping[str, ParallelismBounds]) -> str | None:
+        """Flink's resource requirements (validated bounds by vertex uid) as a rescale: its trigger id,
+        None when the job runs within them already (RescaleRejectedError: refused, untouched)."""
+        self._not_loading(job_id)
+        return self.rescales.rescale_within(job_id, bounds)
 
     def rescale_status(self, job_id: str, trigger_id: str) -> RescaleOperation:
         self._not_loading(job_id)

@@ -117,6 +117,41 @@ class RescaleRequests:
             self._executor.execute(job, actions)
             return trigger_id
 
+    def rescale_within(self, job_id: str, bounds: Mapping[str, rs.ParallelismBounds]) -> str | None:
+        """Flink's ``PUT /jobs/:jobid/resource-requirements``: bounds (validated, by vertex uid) mapped
+        onto the job's parallelism (``rescaling.decide_requirements``); answers the trigger id of the
+        rescale it started, None when the job runs within them already. RescaleRejectedError (one
+        line) when Weir cannot run the job within them; the job is then untouched."""
+        with self._lock:
+            job = self._jobs.get(job_id)
+            if job is None:
+                raise UnknownJobError(job_id)
+            transformations = job.loaded.graph.transformations
+            held = len(job.slots) if job.status is JobStatus.RUNNING else 0
+            free = sum(max(0, offer.free_slots) for offer in self._registry.offers())
+            facts = rs.RequirementsFacts(
+                job_id=job_id,
+                status=job.status,
+                parallelism=job.submission.parallelism,
+                vertices=tuple(
+                    rs.RequirementsVertex(uid, vertex.parallelism, own=transformations[uid].parallelism is not None)
+                    for uid, vertex in job.plan.vertices.items()
+                ),
+                slots_available=free + held,
+            )
+            decision = rs.decide_requirements(facts, bounds)
+            match decision:
+                case rs.RequirementsRefused(reason=reason):
+                    log.info("resource_requirements_refused", job_id=job_id, reason=reason)
+                    raise RescaleRejectedError(reason)
+                case rs.RequirementsMet(parallelism=parallelism):
+                    log.info("resource_requirements_met", job_id=job_id, parallelism=parallelism)
+                    return None
+                case rs.RescaleWithin(parallelism=parallelism):
+                    return self.rescale(job_id, parallelism)
+                case _:
+                    assert_never(decision)
+
     def react(self, job: JobMaster) -> str | None:
         """``scheduler-mode: reactive`` (called with the lock held, each monitor tick): a running job
         whose every task runs is rescaled to the slots it could use now, when that differs; answers

@@ -17,6 +17,8 @@ Decisions::
 
     decide_rescale(facts) -> RescaleAccepted | RescaleRefused(reason)     (before the job is touched)
     reactive_target(parallelism, max parallelism, slots) -> N | None      (scheduler-mode: reactive)
+    decide_requirements(facts, bounds) -> RescaleWithin(N) | RequirementsMet | RequirementsRefused
+                                        (Flink's PUT /jobs/:jobid/resource-requirements)
 
     CHECKPOINTING ──checkpoint completed──▶ REDEPLOYING ──every task of the new attempt runs──▶ COMPLETED
          │                                        │
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import enum
 from collections import OrderedDict
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Final, assert_never
 
@@ -107,6 +110,104 @@ def reactive_target(parallelism: int, max_parallelism: int, slots_available: int
     if target < 1 or target == parallelism:
         return None
     return target
+
+
+# ---------------------------------------------------------------------------------------------------
+# Resource requirements: Flink's adaptive scheduler's per-vertex parallelism bounds
+
+
+@dataclass(frozen=True)
+class ParallelismBounds:
+    """A vertex's parallelism bounds as Flink's ``PUT /jobs/:jobid/resource-requirements`` gives them,
+    validated (both at least 1, lower <= upper <= the max parallelism: Flink's rules, checked by the
+    REST API before it asks)."""
+
+    lower: int
+    upper: int
+
+    def __contains__(self, parallelism: object) -> bool:
+        return isinstance(parallelism, int) and self.lower <= parallelism <= self.upper
+
+
+@dataclass(frozen=True)
+class RequirementsVertex:
+    uid: str  # its head operator's
+    parallelism: int
+    own: bool  # its parallelism is set in the job's code: a rescale keeps it
+
+
+@dataclass(frozen=True)
+class RequirementsFacts:
+    job_id: str
+    status: JobStatus
+    parallelism: int  # the job's now: every vertex that is not ``own`` runs at it
+    vertices: tuple[RequirementsVertex, ...]
+    slots_available: int  # the cluster's free slots plus those the job holds now
+
+
+@dataclass(frozen=True)
+class RescaleWithin:
+    """Rescale the job to ``parallelism``: the highest the bounds and the slots allow."""
+
+    parallelism: int
+
+
+@dataclass(frozen=True)
+class RequirementsMet:
+    """The job runs within the bounds at the parallelism they lead to: nothing to do."""
+
+    parallelism: int
+
+
+@dataclass(frozen=True)
+class RequirementsRefused:
+    reason: str  # one line, naming the job; says what to do
+
+
+RequirementsDecision = RescaleWithin | RequirementsMet | RequirementsRefused
+
+
+def decide_requirements(facts: RequirementsFacts, bounds: Mapping[str, ParallelismBounds]) -> RequirementsDecision:
+    """Map per-vertex bounds (by vertex uid) onto Weir's one rescalable number, the job's parallelism.
+
+    Flink's adaptive scheduler runs each vertex at the highest parallelism within its bounds that the
+    slots allow. Weir's vertices that follow the job's parallelism move together, so theirs is the
+    highest within every one of their bounds (their intersection) that the slots the job could use allow;
+    a vertex whose parallelism is its own (set in the job's code) keeps it, so its bounds must include it.
+    A vertex the bounds do not name keeps its parallelism."""
+    job = facts.job_id
+    if facts.status.terminal:
+        return RequirementsRefused(f"job {job} is {facts.status.value}: an ended job has no resource requirements")
+    lower, upper, together = 1, None, []
+    for vertex in facts.vertices:
+        wanted = bounds.get(vertex.uid, ParallelismBounds(vertex.parallelism, vertex.parallelism))
+        if vertex.own:
+            if vertex.parallelism not in wanted:
+                return RequirementsRefused(
+                    f"job {job}: vertex {vertex.uid!r} runs at its own parallelism {vertex.parallelism}, set in the "
+                    f"job's code, which Weir does not change: its bounds [{wanted.lower}, {wanted.upper}] must "
+                    f"include {vertex.parallelism}"
+                )
+            continue
+        together.append(f"{vertex.uid!r} [{wanted.lower}, {wanted.upper}]")
+        lower = max(lower, wanted.lower)
+        upper = wanted.upper if upper is None else min(upper, wanted.upper)
+    if upper is None:  # every vertex keeps its own parallelism
+        return RequirementsMet(facts.parallelism)
+    if lower > upper:
+        return RequirementsRefused(
+            f"job {job}: the vertices {', '.join(together)} run at the job's parallelism, one number for all of "
+            "them in Weir, and their bounds have none in common"
+        )
+    target = min(upper, facts.slots_available)
+    if target < lower:
+        return RequirementsRefused(
+            f"job {job}: its bounds ask for parallelism {lower} at least, the cluster has {facts.slots_available} "
+            "slots for it (free ones and the job's own); add TaskManagers or lower the bound"
+        )
+    if target == facts.parallelism:
+        return RequirementsMet(target)
+    return RescaleWithin(target)
 
 
 # ---------------------------------------------------------------------------------------------------

@@ -65,13 +65,16 @@ class TaskReports:
             match report.state:
                 case TaskState.FAILED | TaskState.CANCELED:
                     cause_failure = record.failure or Failure.internal(f"task {name} reported {report.state.value}")
+                    failed = report.state is TaskState.FAILED
                     failure = Failure(
                         cause_failure.type,
                         f"task {name} failed: {cause_failure.message}"
-                        if report.state is TaskState.FAILED
+                        if failed
                         else f"task {name} was cancelled while the job was running",
                         cause_failure.fault,
                         cause_failure.retriable,
+                        # the job's failure keeps the task's traceback (its execution result shows it)
+                        stacktrace=cause_failure.stacktrace if failed else "",
                     )
                     placed_on = record.taskmanager_id or None
                     cause = ExceptionEntry(

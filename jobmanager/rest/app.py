@@ -32,6 +32,7 @@ from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, JobStatusView, VertexView
 from weir.jobmanager.rest import config, diagnostics, errors, flink, jars, metrics, vertices, views
 from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id, weir_job_id
+from weir.jobmanager.rest.resource_requirements import validated_bounds
 
 log = structlog.get_logger("weir.jobmanager")
 
@@ -353,8 +354,29 @@ def create_app(
     @api.get("/jobs/{job_id}/resource-requirements", responses=NOT_FOUND)
     def resource_requirements(job_id: str) -> dict[str, views.VertexResourceRequirements]:
         """Each vertex's parallelism bounds (Flink's ``JobResourceRequirementsBody``, by Flink vertex id):
-        both are the vertex's parallelism; Weir changes it by rescaling (``/jobs/{id}/rescaling``)."""
+        both are the parallelism the vertex runs at; ``PUT`` changes it by a rescale."""
         return views.resource_requirements(manager.job_plan(weir_job_id(job_id)))
+
+    @api.put("/jobs/{job_id}/resource-requirements", responses={**NOT_FOUND, **BAD_REQUEST, **CONFLICT})
+    def update_resource_requirements(
+        job_id: str, request: dict[str, views.VertexResourceRequirements]
+    ) -> views.Accepted:
+        """Flink's adaptive scheduler's new bounds per vertex (by Flink vertex id or uid; ``-1``: none), as
+        a live rescale (``weir rescale``) to the highest parallelism within every bound of the vertices
+        that follow the job's and the slots; nothing when the job runs within them already. Flink's
+        validation errors: 400, one line each; bounds Weir cannot run the job within: 409, untouched."""
+        job_id = weir_job_id(job_id)
+        bounds = validated_bounds(manager.job_plan(job_id), request)
+        trigger_id = manager.rescale_within(job_id, bounds)
+        log.info("resource_requirements_updated", job_id=job_id, rescale_trigger_id=trigger_id)
+        return views.Accepted()
+
+    @api.get("/jobs/{job_id}/execution-result", responses=NOT_FOUND, response_model_exclude_none=True)
+    def execution_result(job_id: str) -> flink.JobExecutionResult:
+        """Flink's ``JobExecutionResultResponseBody`` (``flink run`` in attached mode polls it): IN_PROGRESS
+        until the job ended, then COMPLETED with its ``job-execution-result``: its outcome
+        (``application-status``), ``net-runtime`` and, for a FAILED job, the ``failure-cause``."""
+        return flink.job_execution_result(manager.job_status(weir_job_id(job_id)))
 
     @api.patch("/jobs/{job_id}", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
     def cancel(job_id: str, mode: views.CancelMode = views.CancelMode.CANCEL) -> views.Accepted:

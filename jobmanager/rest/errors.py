@@ -30,6 +30,7 @@ from weir.jobmanager.errors import (
     JobManagerNotReadyError,
     MetricsQueryError,
     RescaleRejectedError,
+    ResourceRequirementsError,
     SavepointDisposalError,
     SavepointRejectedError,
     TaskManagerCallError,
@@ -52,6 +53,7 @@ _STATUS_OF: Final[dict[type[WeirError], int]] = {
     ConfigError: 400,
     SavepointDisposalError: 400,
     MetricsQueryError: 400,
+    ResourceRequirementsError: 400,
     SavepointRejectedError: 409,
     CheckpointRejectedError: 409,
     RescaleRejectedError: 409,
@@ -87,7 +89,8 @@ def install(app: FastAPI) -> None:
         status = http_status(exc)
         if status == 500:
             log.error("rest_request_failed", path=request.url.path, error=str(exc), fault=exc.fault.value)
-        response = error_response(status, str(exc))
+        messages = exc.problems if isinstance(exc, ResourceRequirementsError) else (str(exc),)
+        response = error_response(status, *messages)
         if status == 401:
             response.headers["WWW-Authenticate"] = "Bearer"
         return response

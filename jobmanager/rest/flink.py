@@ -1,6 +1,8 @@
 """What makes Weir's REST API answer Apache Flink's clients (``docs/rest-api.md``, "Flink's clients"):
-job ids in Flink's form, Flink's asynchronous operations (trigger ids, ``AsynchronousOperationResult``)
-and savepoint disposal.
+job ids in Flink's form, Flink's asynchronous operations (trigger ids, ``AsynchronousOperationResult``),
+a job's execution result (``JobExecutionResultResponseBody``) and savepoint disposal. A failure goes
+out as Flink's ``SerializedThrowable`` with its Java serialization (``java_serialization``), so Flink's
+Java client reads it back.
 
 Job ids: ``weir.jobmanager.rest.ids``.
 
@@ -12,6 +14,7 @@ job's checkpoints and nothing is kept for it; a disposal's is random, its outcom
 
 from __future__ import annotations
 
+import base64
 import enum
 import re
 import threading
@@ -23,11 +26,13 @@ from pydantic import ConfigDict, Field
 
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.errors import UnknownCheckpointError, WeirError
+from weir.core.states import JobStatus
 from weir.jobmanager.errors import SavepointDisposalError
-from weir.jobmanager.messages import CheckpointsView
+from weir.jobmanager.messages import CheckpointsView, JobStatusView
 from weir.jobmanager.rescaling import RescaleOperation, RescalePhase
-from weir.jobmanager.rest.ids import FLINK_ID_HEX
-from weir.jobmanager.rest.views import Model, _api
+from weir.jobmanager.rest import java_serialization
+from weir.jobmanager.rest.ids import FLINK_ID_HEX, flink_job_id
+from weir.jobmanager.rest.views import Model, _api, ms
 from weir.jobmanager.savepoint_disposal import dispose_savepoint
 
 DISPOSALS_KEPT: Final = 100
@@ -113,12 +118,24 @@ class QueueStatus(Model):
 
 
 class FailureCause(Model):
-    """Flink's ``SerializedThrowable`` as its serializer writes it (``class``, ``stack-trace``), without
-    the Java-serialized bytes (``serialized-throwable``) no Python process can make: Flink's Java client
-    cannot read it back, and reports the answer as malformed (``docs/rest-api.md``)."""
+    """Flink's ``SerializedThrowable`` as its serializer writes it: ``class``, ``stack-trace`` and
+    ``serialized-throwable``, the base64 of the Java serialization of a ``SerializedThrowable`` that
+    Flink's Java client reads back (``weir.jobmanager.rest.java_serialization``). Made by
+    :func:`failure_cause`."""
 
     class_name: str = _api("class")
     stack_trace: str = _api("stack-trace")
+    serialized_throwable: str = _api("serialized-throwable")
+
+
+def failure_cause(class_name: str, message: str, stack_trace: str = "") -> FailureCause:
+    """A failure in Flink's shape: its class, its message, the trace printed for it (the message
+    when it has none)."""
+    trace = stack_trace or (f"{class_name}: {message}" if class_name else message)
+    encoded = java_serialization.serialized_throwable(class_name, message, trace)
+    return FailureCause(
+        class_name=class_name, stack_trace=trace, serialized_throwable=base64.b64encode(encoded).decode("ascii")
+    )
 
 
 class OperationInfo(Model):
@@ -177,10 +194,8 @@ def checkpoint_status(view: CheckpointsView, checkpoint_id: int) -> OperationRes
             )
         case CheckpointStatus.FAILED:
             reason = str(found.failure) if found.failure is not None else "failed"
-            cause = FailureCause(
-                class_name="CheckpointFailedError",
-                stack_trace=f"checkpoint {checkpoint_id} of job {view.job_id}: {reason}",
-            )
+            message = f"checkpoint {checkpoint_id} of job {view.job_id}: {reason}"
+            cause = failure_cause("CheckpointFailedError", message, message)
             return OperationResult(
                 status=QueueStatus(id=QueueStatusId.COMPLETED),
                 operation=OperationInfo(checkpoint_id=checkpoint_id, failure_cause=cause),
@@ -190,7 +205,7 @@ def checkpoint_status(view: CheckpointsView, checkpoint_id: int) -> OperationRes
 def failed(class_name: str, message: str) -> OperationResult:
     return OperationResult(
         status=QueueStatus(id=QueueStatusId.COMPLETED),
-        operation=OperationInfo(failure_cause=FailureCause(class_name=class_name, stack_trace=message)),
+        operation=OperationInfo(failure_cause=failure_cause(class_name, message, message)),
     )
 
 
@@ -216,6 +231,84 @@ def rescale_status(op: RescaleOperation) -> OperationResult:
             )
         case _:
             assert_never(op.phase)
+
+
+# A job's execution result ------------------------------------------------------------------------
+
+
+class ApplicationStatus(enum.StrEnum):
+    """Flink's ``ApplicationStatus``, the ended job's outcome in its ``JobResult``."""
+
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    CANCELED = "CANCELED"
+    UNKNOWN = "UNKNOWN"
+
+
+def application_status(status: JobStatus) -> ApplicationStatus:
+    """Flink's ``ApplicationStatus.fromJobStatus``: FINISHED succeeded; a status that is no end, unknown."""
+    match status:
+        case JobStatus.FINISHED:
+            return ApplicationStatus.SUCCEEDED
+        case JobStatus.FAILED:
+            return ApplicationStatus.FAILED
+        case JobStatus.CANCELED:
+            return ApplicationStatus.CANCELED
+        case JobStatus.CREATED | JobStatus.RUNNING | JobStatus.RESTARTING | JobStatus.CANCELLING:
+            return ApplicationStatus.UNKNOWN
+        case _:
+            assert_never(status)
+
+
+class JobResult(Model):
+    """Flink's ``JobResult`` as its ``JobResultSerializer`` (Flink 2.2) writes it: the job's id,
+    outcome, accumulators (Weir has none: ``{}``), the ms from its submission to its end, and for a
+    FAILED job the failure that ended it."""
+
+    id: str
+    application_status: ApplicationStatus = _api("application-status")
+    accumulator_results: dict[str, str] = _api("accumulator-results")
+    net_runtime: int = _api("net-runtime")
+    failure_cause: FailureCause | None = Field(
+        default=None, validation_alias="failure-cause", serialization_alias="failure-cause"
+    )
+
+
+class JobExecutionResult(Model):
+    """Flink's ``JobExecutionResultResponseBody``: IN_PROGRESS until the job ended, then COMPLETED with
+    its ``job-execution-result`` (what ``flink run`` in attached mode polls for)."""
+
+    status: QueueStatus
+    job_execution_result: JobResult | None = Field(
+        default=None, validation_alias="job-execution-result", serialization_alias="job-execution-result"
+    )
+
+
+JOB_FAILURE_CLASS: Final = "JobFailure"
+"""The class a FAILED job's failure is given when Weir decided on it (a failure of no exception type)."""
+
+
+def job_execution_result(status: JobStatusView) -> JobExecutionResult:
+    """The job's result once it ended (FINISHED, CANCELED or FAILED, its sinks resolved), in Flink's shape."""
+    summary = status.summary
+    if not summary.status.terminal:
+        return JobExecutionResult(status=QueueStatus(id=QueueStatusId.IN_PROGRESS))
+    ended_at = status.finished_at if status.finished_at is not None else status.now
+    cause = None
+    if summary.status is JobStatus.FAILED:
+        failure = status.failure
+        if failure is None:
+            cause = failure_cause(JOB_FAILURE_CLASS, f"job {summary.job_id} failed")
+        else:
+            cause = failure_cause(failure.type or JOB_FAILURE_CLASS, failure.message, failure.stacktrace)
+    result = JobResult(
+        id=flink_job_id(summary.job_id),
+        application_status=application_status(summary.status),
+        accumulator_results={},
+        net_runtime=max(0, ms(ended_at) - ms(summary.submitted_at)),
+        failure_cause=cause,
+    )
+    return JobExecutionResult(status=QueueStatus(id=QueueStatusId.COMPLETED), job_execution_result=result)
 
 
 # Savepoint disposal --------------------------------------------------------------------------------

@@ -410,7 +410,7 @@ class VertexResourceRequirements(Model):
 
 def resource_requirements(plan: JobPlanView) -> dict[str, VertexResourceRequirements]:
     """Flink's ``JobResourceRequirementsBody``, by Flink vertex id: Weir runs each vertex at exactly its
-    parallelism (no adaptive scheduler: a change is a rescale, ``/jobs/{id}/rescaling``), so both
+    parallelism (``PUT`` bounds become a rescale to one parallelism, not kept as bounds), so both
     bounds are it."""
     return {
         flink_vertex_id(v.uid): VertexResourceRequirements(

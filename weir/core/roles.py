@@ -135,6 +135,8 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("GET", "/jobmanager/thread-dump"): Role.READ,
     ("GET", "/jobs/{job_id}/status"): Role.READ,
     ("GET", "/jobs/{job_id}/resource-requirements"): Role.READ,
+    ("PUT", "/jobs/{job_id}/resource-requirements"): Role.OPERATE,  # a rescale, as PATCH .../rescaling
+    ("GET", "/jobs/{job_id}/execution-result"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/thread-dump"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/logs"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/logs/{filename}"): Role.READ,

@@ -56,7 +56,9 @@ GRAFANA_PROVISIONING = REPO / "deploy/grafana/provisioning"
 S3_SH = REPO / "deploy/local/s3.sh"
 TOOLS_SH = REPO / "deploy/local/tools.sh"
 
-WEIR_SERVICES = ("jobmanager", "taskmanager")
+STANDBY = "jobmanager-standby"
+JOBMANAGERS = ("jobmanager", STANDBY)  # the leader and the standby of high availability
+WEIR_SERVICES = (*JOBMANAGERS, "taskmanager")
 SCRAPED_WEIR_JOBS = ("weir-jobmanager", "weir-taskmanager")  # Prometheus' scrape jobs of the Weir services
 INIT = "weir-init"
 CREDENTIALS = "weir-credentials"
@@ -278,12 +280,50 @@ def test_ports_are_published_on_the_loopback_unless_configured(svc: dict[str, An
 def test_weir_processes_share_one_environment(compose: dict[str, Any], svc: dict[str, Any]) -> None:
     anchor = {k: str(v) for k, v in compose["x-weir-env"].items()}
     endpoints, credentials = compose["x-weir-endpoints"], compose["x-weir-credentials"]
-    security = compose["x-weir-security"]
-    assert anchor == {k: str(v) for k, v in {**endpoints, **credentials, **security}.items()}
-    assert not set(endpoints) & set(credentials) and not (set(endpoints) | set(credentials)) & set(security)
+    security, ha = compose["x-weir-security"], compose["x-weir-ha"]
+    assert anchor == {k: str(v) for k, v in {**endpoints, **credentials, **security, **ha}.items()}
+    blocks = [set(endpoints), set(credentials), set(security), set(ha)]
+    assert sum(len(b) for b in blocks) == len(set().union(*blocks)), "each variable in one block"
     assert set(credentials) == {"WEIR_S3_ACCESS_KEY", "WEIR_S3_SECRET_KEY", "WEIR_POSTGRES_DSN"}
-    for name in (*WEIR_SERVICES, INIT):
+    for name in ("taskmanager", INIT):
         assert env_of(svc[name]) == anchor, f"{name} should use the x-weir-env block unchanged"
+    for name in JOBMANAGERS:
+        # Each JobManager adds where it is reached, written into the leader lease.
+        assert env_of(svc[name]) == anchor | {"WEIR_HA_ADVERTISED_ADDRESS": f"{name}:{LOCAL['WEIR_JOBMANAGER_PORT']}"}
+
+
+def test_the_standby_is_the_jobmanager_with_its_own_run_directory_and_host_ports(svc: dict[str, Any]) -> None:
+    """High availability as the local mode runs it (``weir cluster up --standbys 1``): the same image,
+    command, settings and checkpoint storage as the leader; on the host the local standby's ports."""
+    leader, standby = svc["jobmanager"], svc[STANDBY]
+    for key in ("image", "build", "command", "restart"):
+        assert standby[key] == leader[key], key
+    leader_env, standby_env = env_of(leader), env_of(standby)
+    assert {k: v for k, v in standby_env.items() if k != "WEIR_HA_ADVERTISED_ADDRESS"} == {
+        k: v for k, v in leader_env.items() if k != "WEIR_HA_ADVERTISED_ADDRESS"
+    }
+    assert standby_env["WEIR_HA_ENABLED"] == "true" and standby_env["WEIR_CHECKPOINT_DIR"].startswith("s3://")
+    # Every Weir process follows whichever leads: the two JobManagers' gRPC ports inside the network.
+    grpc_port = int(flags(command_of(leader)[3:])["--port"])
+    assert standby_env["WEIR_JOBMANAGER_ADDRESSES"] == f"jobmanager:{grpc_port},{STANDBY}:{grpc_port}"
+    # Host ports: the local mode's standby 1 (its ports are distinct from the leader's on one host).
+    endpoints = Endpoints.from_env({"WEIR_LOCAL_MODE": "true"})
+    (local_standby,) = [c for c in supervisor.default_children(endpoints, standbys=1) if c.name == f"{STANDBY}-1"]
+    local_flags = flags(list(local_standby.argv[3:]))
+    leader_flags = flags(command_of(leader)[3:])
+    assert published_ports(standby) == {
+        int(local_flags["--port"]): int(leader_flags["--port"]),
+        int(local_flags["--rest-port"]): int(leader_flags["--rest-port"]),
+        int(local_flags["--metrics-port"]): int(leader_flags["--metrics-port"]),
+    }
+    assert not set(published_ports(standby)) & set(published_ports(leader)), "distinct host ports"
+    runs = {t: src for src, t in volume_mounts(standby)}
+    assert runs.get(standby_env["WEIR_RUN_DIR"]) == "jobmanager-standby-data", "its own run directory"
+    assert {t: src for src, t in volume_mounts(leader)}.get(leader_env["WEIR_RUN_DIR"]) == "jobmanager-data"
+    # It starts once the leader leads (the first `up` makes jobmanager the leader); its own health is
+    # its REST port accepting connections (a standby's /healthz answers 503 while it waits).
+    assert depends_on(standby).get("jobmanager") == "service_healthy"
+    assert health_url(standby) == f"tcp://127.0.0.1:{leader_flags['--rest-port']}"
 
 
 def test_weir_environment_is_the_local_one_with_container_hosts(compose: dict[str, Any], svc: dict[str, Any]) -> None:
@@ -750,9 +790,8 @@ def test_the_compose_prometheus_scrapes_standby_jobmanagers_by_dns_in_the_jobman
 ) -> None:
     job = next(j for j in _load_yaml(PROMETHEUS_COMPOSE)["scrape_configs"] if j["job_name"] == "weir-jobmanager")
     metrics_port = int(flags(command_of(svc["jobmanager"])[3:])["--metrics-port"])
-    assert job["dns_sd_configs"] == [
-        {"names": ["jobmanager-standby"], "type": "A", "port": metrics_port, "refresh_interval": "5s"}
-    ]
+    assert job["dns_sd_configs"] == [{"names": [STANDBY], "type": "A", "port": metrics_port, "refresh_interval": "5s"}]
+    assert int(flags(command_of(svc[STANDBY])[3:])["--metrics-port"]) == metrics_port, "the service it finds"
     assert job["authorization"]["credentials_file"] == "/etc/weir/credentials/prometheus-token"
 
 

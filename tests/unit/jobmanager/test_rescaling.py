@@ -168,3 +168,97 @@ def test_reactive_mode_runs_the_job_at_every_slot_it_could_use(
     parallelism: int, max_parallelism: int, slots: int, target: int | None
 ) -> None:
     assert rs.reactive_target(parallelism, max_parallelism, slots) == target
+
+
+# Resource requirements (Flink's PUT /jobs/:jobid/resource-requirements) ------------------------------
+
+SOURCE = rs.RequirementsVertex("source", 1, own=True)  # pinned at 1 in the job's code
+WINDOWS = rs.RequirementsVertex("windows", 3, own=False)
+SINK = rs.RequirementsVertex("sink", 3, own=False)
+REQUIREMENTS = rs.RequirementsFacts(
+    job_id="job-1", status=JobStatus.RUNNING, parallelism=3, vertices=(SOURCE, WINDOWS, SINK), slots_available=4
+)
+
+
+def bounds(source: tuple[int, int], windows: tuple[int, int], sink: tuple[int, int]) -> dict[str, rs.ParallelismBounds]:
+    return {
+        "source": rs.ParallelismBounds(*source),
+        "windows": rs.ParallelismBounds(*windows),
+        "sink": rs.ParallelismBounds(*sink),
+    }
+
+
+@pytest.mark.parametrize(
+    ("requested", "decision"),
+    [
+        # the highest parallelism within the bounds of every vertex that follows the job's, up to the slots
+        (bounds((1, 1), (1, 2), (2, 8)), rs.RescaleWithin(2)),
+        (bounds((1, 4), (1, 8), (1, 8)), rs.RescaleWithin(4)),  # 4 slots: not 8
+        (bounds((1, 1), (1, 1), (1, 1)), rs.RescaleWithin(1)),
+        (bounds((1, 1), (3, 3), (1, 3)), rs.RequirementsMet(3)),  # already runs at 3
+        (bounds((1, 2), (2, 3), (3, 5)), rs.RequirementsMet(3)),
+    ],
+)
+def test_bounds_become_the_highest_parallelism_they_share_that_the_slots_allow(
+    requested: dict[str, rs.ParallelismBounds], decision: rs.RequirementsDecision
+) -> None:
+    assert rs.decide_requirements(REQUIREMENTS, requested) == decision
+
+
+@pytest.mark.parametrize(
+    ("facts", "requested", "reason"),
+    [
+        (
+            REQUIREMENTS,
+            bounds((2, 4), (1, 2), (1, 2)),
+            "job job-1: vertex 'source' runs at its own parallelism 1, set in the job's code, which Weir does not "
+            "change: its bounds [2, 4] must include 1",
+        ),
+        (
+            REQUIREMENTS,
+            bounds((1, 1), (1, 2), (3, 4)),
+            "job job-1: the vertices 'windows' [1, 2], 'sink' [3, 4] run at the job's parallelism, one number for "
+            "all of them in Weir, and their bounds have none in common",
+        ),
+        (
+            REQUIREMENTS,
+            bounds((1, 1), (6, 8), (5, 8)),
+            "job job-1: its bounds ask for parallelism 6 at least, the cluster has 4 slots for it (free ones and "
+            "the job's own); add TaskManagers or lower the bound",
+        ),
+        (
+            replace(REQUIREMENTS, status=JobStatus.CANCELED),
+            bounds((1, 1), (1, 3), (1, 3)),
+            "job job-1 is CANCELED: an ended job has no resource requirements",
+        ),
+    ],
+)
+def test_bounds_weir_cannot_run_the_job_within_are_refused_in_one_line(
+    facts: rs.RequirementsFacts, requested: dict[str, rs.ParallelismBounds], reason: str
+) -> None:
+    assert rs.decide_requirements(facts, requested) == rs.RequirementsRefused(reason)
+
+
+def test_a_vertex_the_bounds_do_not_name_keeps_its_parallelism() -> None:
+    requested = {"windows": rs.ParallelismBounds(1, 8)}
+    assert rs.decide_requirements(REQUIREMENTS, requested) == rs.RequirementsMet(3), "sink's [3, 3] holds it at 3"
+
+
+def test_a_job_whose_every_vertex_has_its_own_parallelism_meets_bounds_that_include_them() -> None:
+    pinned = replace(REQUIREMENTS, vertices=(SOURCE,))
+    assert rs.decide_requirements(pinned, {"source": rs.ParallelismBounds(1, 5)}) == rs.RequirementsMet(3)
+
+
+def test_every_decision_over_small_bounds_is_within_them_and_the_slots() -> None:
+    """Over every pair of bounds for the two vertices that follow the job: a rescale goes to the
+    highest parallelism inside both and the slots, never to the one the job runs at."""
+    pairs = [(lo, hi) for lo in range(1, 6) for hi in range(lo, 6)]
+    for windows, sink in itertools.product(pairs, pairs):
+        decision = rs.decide_requirements(REQUIREMENTS, bounds((1, 1), windows, sink))
+        lower, upper = max(windows[0], sink[0]), min(windows[1], sink[1])
+        match decision:
+            case rs.RescaleWithin(parallelism=n) | rs.RequirementsMet(parallelism=n):
+                assert n == min(upper, REQUIREMENTS.slots_available) and lower <= n, (windows, sink, decision)
+                assert isinstance(decision, rs.RequirementsMet) == (n == REQUIREMENTS.parallelism)
+            case rs.RequirementsRefused(reason=reason):
+                assert lower > min(upper, REQUIREMENTS.slots_available), (windows, sink, reason)

@@ -41,6 +41,7 @@ JOB_PATHS = (
     "/jobs/{job}/vertices/gen/backpressure",
     "/jobs/{job}/status",
     "/jobs/{job}/resource-requirements",
+    "/jobs/{job}/execution-result",
 )
 
 
@@ -666,6 +667,7 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
         "/taskmanagers/{taskmanager_id}/stdout",
         "/jobs/{job_id}/status",
         "/jobs/{job_id}/resource-requirements",
+        "/jobs/{job_id}/execution-result",
         "/jars/{jar_id}/plan",
         "/jobs/{job_id}/config",
         "/jobs/{job_id}/jobmanager/config",
@@ -702,6 +704,8 @@ def test_the_openapi_document_is_valid_and_documents_every_path_with_400_instead
     assert "400" in document["paths"]["/jobs/{job_id}/exceptions"]["get"]["responses"]
     assert "409" in document["paths"]["/jobs/{job_id}/savepoints"]["post"]["responses"]
     assert "409" in document["paths"]["/jobs/{job_id}/rescaling"]["patch"]["responses"]
+    requirements = document["paths"]["/jobs/{job_id}/resource-requirements"]
+    assert {"400", "409"} <= set(requirements["put"]["responses"]) and "get" in requirements
     upload = document["paths"]["/jars/upload"]["post"]["requestBody"]["content"]["multipart/form-data"]
     assert upload["schema"]["required"] == ["jarfile"]
     schemas = document["components"]["schemas"]

@@ -1,0 +1,312 @@
+"""Apache Flink's own REST client against the session's cluster, for the routes Flink's CLI does not call:
+``flink_rest_client/FlinkRestProbe.java`` (compiled here against the flink-clients 2.2 jars that
+``deploy/local/flink-cli.sh`` installs from Maven Central) sends each request with
+``org.apache.flink.runtime.rest.RestClient`` and one of Flink's ``MessageHeaders`` and decodes the answer
+with Flink's response class, as Flink's tools do: a decoding failure is a mismatch. Each decoded answer,
+written back by Flink's mapper, is compared with Weir's own answer; a job's execution result is also
+turned into what ``flink run`` in attached mode reports (its ``JobExecutionResult``, or the exception
+with the job's failure)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.integration import polling
+from tests.integration.conftest import REPO_ROOT, WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
+from weir.core.config import Endpoints
+from weir.core.states import JobStatus, TaskState
+from weir.jobmanager.rest.ids import flink_job_id
+
+pytestmark = pytest.mark.integration
+
+FLINK_CLI = REPO_ROOT / "deploy" / "local" / "flink-cli.sh"
+PROBE_SOURCE = Path(__file__).with_name("flink_rest_client") / "FlinkRestProbe.java"
+JOB = REPO_ROOT / "tests" / "integration" / "jobmanager" / "jobs" / "fail_on_request.py"
+RESCALABLE = "examples/keyed_aggregation.py"
+PROBE_TIMEOUT_S = 300.0
+DEADLINE_S = 120.0
+
+
+KNOWN_MISMATCHES = {
+    # Weir's answers Flink 2.2's client cannot decode (each with what in the error shows why); the test
+    # fails when one of them is fixed (remove it here) or another one breaks.
+    "JobDetailsHeaders": 'String "total"',  # a vertex's `tasks` counts carry `total`, no ExecutionState
+    "JobPlanHeaders": "JobPlanInfo$Plan$Node",  # a node lacks a field its constructor requires (NPE)
+    "JobConfigHeaders": 'Unrecognized field "execution-mode"',  # 2.2's ExecutionConfigInfo has none
+    "CheckpointingStatisticsHeaders": "checkpointed_size",  # Weir leaves it out (docs/rest-api.md)
+    "CheckpointConfigHeaders": "tolerable_failed_checkpoints",  # not in Weir's answer
+    "JobVertexDetailsHeaders": "accumulated-backpressured-time",  # a subtask's IOMetricsInfo lacks 2.2's times
+    "SubtasksTimesHeaders": "SubtasksTimesInfo$SubtaskTimeInfo",  # the same (NPE)
+    "ClusterOverviewHeaders": "ClusterOverviewWithVersion",  # the same (NPE)
+    "TaskManagersHeaders": "dataPort",  # the list's entries have no dataPort (GET /taskmanagers/{id} has)
+    "TaskManagerDetailsHeaders": "TaskManagerDetailsInfo",  # the same (NPE); no hardware, memory figures
+}
+
+
+@dataclass(frozen=True)
+class Probe:
+    lib: Path
+    classes: Path
+
+    def ask(self, cluster: WeirCluster, *requests: dict[str, Any]) -> list[dict[str, Any]]:
+        """Each request's answer as Flink's client decoded it."""
+        command = [
+            "java",
+            "-cp",
+            f"{self.lib}/*:{self.classes}",
+            "FlinkRestProbe",
+            "127.0.0.1",
+            str(cluster.endpoints.jobmanager_rest_port),
+        ]
+        done = subprocess.run(
+            command,
+            input="\n".join(json.dumps(r) for r in requests) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+        assert done.returncode == 0, f"FlinkRestProbe exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+        answers = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+        assert [a["headers"] for a in answers] == [r["headers"] for r in requests], done.stdout + done.stderr
+        return answers
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory: pytest.TempPathFactory) -> Probe:
+    missing = [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
+    if missing:
+        pytest.skip(f"Flink's REST client needs {', '.join(missing)} (deploy/local/flink-cli.sh)")
+    install = subprocess.run([str(FLINK_CLI), "install"], capture_output=True, text=True, timeout=600)
+    assert install.returncode == 0, f"deploy/local/flink-cli.sh install failed: {install.stderr}"
+    printed = subprocess.run([str(FLINK_CLI), "--print-dir"], capture_output=True, text=True, check=True)
+    lib = Path(printed.stdout.strip()) / "lib"
+    classes = tmp_path_factory.mktemp("flink-rest-probe")
+    compiled = subprocess.run(
+        ["javac", "-d", str(classes), "-cp", f"{lib}/*", str(PROBE_SOURCE)],
+        capture_output=True,
+        text=True,
+        timeout=PROBE_TIMEOUT_S,
+    )
+    assert compiled.returncode == 0, f"javac {PROBE_SOURCE.name} failed:\n{compiled.stderr}"
+    return Probe(lib, classes)
+
+
+@pytest.fixture
+def http(weir_cluster: WeirCluster) -> Iterator[httpx.Client]:
+    base = f"http://127.0.0.1:{weir_cluster.endpoints.jobmanager_rest_port}"
+    with httpx.Client(base_url=base, timeout=30.0) as client:
+        yield client
+
+
+def get(http: httpx.Client, path: str) -> Any:
+    response = http.get(path)
+    assert response.status_code == 200, f"GET {path}: {response.status_code} {response.text}"
+    return response.json()
+
+
+def request(headers: str, body: dict[str, Any] | None = None, **path: str) -> dict[str, Any]:
+    return {"headers": headers, "path": path} | ({} if body is None else {"body": body})
+
+
+def decoded(answer: dict[str, Any]) -> Any:
+    assert answer["ok"], f"Flink's client could not read Weir's answer to {answer['headers']}: {answer['error']}"
+    return answer["response"]
+
+
+def submit(cluster: WeirCluster, directory: Path, **extra: str) -> str:
+    params = {
+        "fail_request": str(directory / "fail-request"),
+        "fail_done": str(directory / "fail-done"),
+        "output": str(directory / "out"),
+        "checkpointing.interval": "1s",
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    } | extra
+    return cluster.submit(str(JOB), {k: v for k, v in params.items() if v}, parallelism=2)
+
+
+def every_task_running(cluster: WeirCluster, job_id: str, parallelism: int) -> Callable[[], bool]:
+    """The job RUNNING at ``parallelism``, every vertex with that many subtasks, every task running."""
+
+    def check() -> bool:
+        status = cluster.client.job_status(job_id)
+        per_vertex: dict[str, int] = {}
+        for task in status.tasks:
+            per_vertex[task.vertex_uid] = per_vertex.get(task.vertex_uid, 0) + 1
+        return (
+            status.summary.status is JobStatus.RUNNING
+            and status.summary.parallelism == parallelism
+            and set(per_vertex.values()) == {parallelism}
+            and all(t.state is TaskState.RUNNING for t in status.tasks)
+        )
+
+    return check
+
+
+def test_flink_s_client_reads_every_answer_about_a_running_job_and_its_cluster(
+    weir_cluster: WeirCluster, services: Endpoints, unique: str, probe: Probe, http: httpx.Client
+) -> None:
+    """examples/keyed_aggregation.py under load: every answer about it and the cluster read by Flink's
+    client, rescaled 2 -> 1 by Flink's resource requirements, then left to finish (both sinks exact) and
+    its result read as `flink run` reads it."""
+    params = keyed_aggregation_inputs(services, unique, 90_000, records_per_second=1500, checkpoint_interval="1s") | {
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+    }
+    job_id = weir_cluster.submit(RESCALABLE, params, 2)
+    jid = flink_job_id(job_id)
+    polling.until("every task running", DEADLINE_S, every_task_running(weir_cluster, job_id, 2))
+    polling.until(
+        "a completed checkpoint", DEADLINE_S, lambda: weir_cluster.client.job_status(job_id).last_completed_checkpoint
+    )
+    nodes = get(http, f"/jobs/{job_id}/plan")["plan"]["nodes"]
+    taskmanagers = get(http, "/taskmanagers")["taskmanagers"]
+    tm = taskmanagers[0]["id"]
+    vertex = nodes[1]["id"]
+    answers = probe.ask(
+        weir_cluster,
+        request("JobStatusInfoHeaders", jobid=jid),
+        request("JobExecutionResultHeaders", jobid=jid),
+        request("JobResourceRequirementsHeaders", jobid=jid),
+        request("JobDetailsHeaders", jobid=jid),
+        request("JobPlanHeaders", jobid=jid),
+        request("JobConfigHeaders", jobid=jid),
+        request("JobExceptionsHeaders", jobid=jid),
+        request("CheckpointingStatisticsHeaders", jobid=jid),
+        request("CheckpointConfigHeaders", jobid=jid),
+        request("JobAccumulatorsHeaders", jobid=jid),
+        request("JobVertexDetailsHeaders", jobid=jid, vertexid=vertex),
+        request("JobVertexBackPressureHeaders", jobid=jid, vertexid=vertex),
+        request("SubtasksTimesHeaders", jobid=jid, vertexid=vertex),
+        request("JobsOverviewHeaders"),
+        request("ClusterOverviewHeaders"),
+        request("DashboardConfigurationHeaders"),
+        request("ClusterConfigurationInfoHeaders"),
+        request("TaskManagersHeaders"),
+        request("TaskManagerDetailsHeaders", taskmanagerid=tm),
+        request("TaskManagerLogsHeaders", taskmanagerid=tm),
+        request("TaskManagerThreadDumpHeaders", taskmanagerid=tm),
+        request("JobManagerLogListHeaders"),
+        request("JobManagerThreadDumpHeaders"),
+    )
+    by_name = {a["headers"]: a for a in answers}
+    failed = {name: a["error"] for name, a in by_name.items() if not a["ok"]}
+    assert set(failed) == set(KNOWN_MISMATCHES), f"Flink's client could not read: {json.dumps(failed, indent=1)}"
+    for name, fragment in KNOWN_MISMATCHES.items():
+        assert fragment in failed[name], f"{name} fails otherwise than known: {failed[name]}"
+
+    assert decoded(by_name["JobStatusInfoHeaders"]) == {"status": "RUNNING"}
+    assert decoded(by_name["JobExecutionResultHeaders"]) == {"status": {"id": "IN_PROGRESS"}}
+    assert (
+        decoded(by_name["JobResourceRequirementsHeaders"])
+        == get(http, f"/jobs/{jid}/resource-requirements")
+        == {n["id"]: {"parallelism": {"lowerBound": 2, "upperBound": 2}} for n in nodes}
+    )
+    overview = decoded(by_name["JobsOverviewHeaders"])
+    assert [j["state"] for j in overview["jobs"] if j["jid"] == jid] == ["RUNNING"]
+    assert decoded(by_name["JobAccumulatorsHeaders"])["job-accumulators"] == []
+    assert decoded(by_name["JobExceptionsHeaders"])["exceptionHistory"]["entries"] == []
+    assert decoded(by_name["JobVertexBackPressureHeaders"])["status"] == "ok"
+    dashboard = decoded(by_name["DashboardConfigurationHeaders"])
+    assert dashboard["flink-version"] == get(http, "/config")["flink-version"]
+    assert decoded(by_name["ClusterConfigurationInfoHeaders"]) == get(http, "/jobmanager/config")
+    assert decoded(by_name["TaskManagerThreadDumpHeaders"])["threadInfos"], "the TaskManager's threads"
+    assert decoded(by_name["JobManagerThreadDumpHeaders"])["threadInfos"], "the JobManager's threads"
+    assert decoded(by_name["TaskManagerLogsHeaders"]) == get(http, f"/taskmanagers/{tm}/logs")
+    assert decoded(by_name["JobManagerLogListHeaders"]) == get(http, "/jobmanager/logs")
+
+    # The adaptive scheduler's bounds through Flink's client: 2 -> 1 by a live rescale.
+    (update,) = probe.ask(
+        weir_cluster,
+        request(
+            "JobResourcesRequirementsUpdateHeaders",
+            {n["id"]: {"parallelism": {"lowerBound": 1, "upperBound": 1}} for n in nodes},
+            jobid=jid,
+        ),
+    )
+    assert decoded(update) == {}
+    polling.until("every task running at 1", DEADLINE_S, every_task_running(weir_cluster, job_id, 1))
+    bad, requirements = probe.ask(
+        weir_cluster,
+        request(
+            "JobResourcesRequirementsUpdateHeaders",
+            {nodes[0]["id"]: {"parallelism": {"lowerBound": 3, "upperBound": 2}}},
+            jobid=jid,
+        ),
+        request("JobResourceRequirementsHeaders", jobid=jid),
+    )
+    assert not bad["ok"]
+    assert (
+        f"The requested lower bound [3] for job vertex [{nodes[0]['id']}] is higher than the upper bound [2]."
+        in (bad["error"])
+    )
+    assert decoded(requirements) == {n["id"]: {"parallelism": {"lowerBound": 1, "upperBound": 1}} for n in nodes}
+
+    # Its input read: FINISHED, exact, and `flink run` would report its JobExecutionResult.
+    status = weir_cluster.wait_for(job_id, timeout_s=600.0)
+    assert status.summary.status is JobStatus.FINISHED, status
+    assert_sinks_exact(RESCALABLE, params, job_id, services)
+    (result,) = probe.ask(weir_cluster, request("JobExecutionResultHeaders", jobid=jid))
+    weir_result = get(http, f"/jobs/{jid}/execution-result")["job-execution-result"]
+    assert decoded(result)["job-execution-result"] == weir_result
+    assert result["result"] == {
+        "jobId": jid,
+        "netRuntime": weir_result["net-runtime"],
+        "succeeded": True,
+        "executionJobId": jid,
+        "executionNetRuntime": weir_result["net-runtime"],
+    }
+
+
+def test_flink_s_client_reports_a_failed_job_with_its_failure_and_a_cancelled_one_as_cancelled(
+    weir_cluster: WeirCluster, probe: Probe, http: httpx.Client, tmp_path: Path
+) -> None:
+    failing = tmp_path / "failing"
+    failing.mkdir()
+    (failing / "fail-request").touch()  # the first record fails the job; no restart
+    failed_id = submit(weir_cluster, failing, **{"restart.strategy": "none", "restart.delay": ""})
+    weir_cluster.wait_for(failed_id, ("FAILED",), timeout_s=DEADLINE_S)
+    cancelled = tmp_path / "cancelled"
+    cancelled.mkdir()
+    cancelled_id = submit(weir_cluster, cancelled)
+    polling.until("every task running", DEADLINE_S, every_task_running(weir_cluster, cancelled_id, 2))
+    weir_cluster.client.cancel_job(cancelled_id)
+    weir_cluster.wait_for(cancelled_id, ("CANCELED",), timeout_s=DEADLINE_S)
+
+    failed, canceled = probe.ask(
+        weir_cluster,
+        request("JobExecutionResultHeaders", jobid=flink_job_id(failed_id)),
+        request("JobExecutionResultHeaders", jobid=flink_job_id(cancelled_id)),
+    )
+    weir_failed = get(http, f"/jobs/{failed_id}/execution-result")["job-execution-result"]
+    failure = get(http, f"/jobs/{failed_id}")["failure"]
+    assert decoded(failed)["job-execution-result"]["application-status"] == "FAILED"
+    assert failed["result"] == {
+        "jobId": flink_job_id(failed_id),
+        "netRuntime": weir_failed["net-runtime"],
+        "succeeded": False,
+        "exception": "org.apache.flink.runtime.client.JobExecutionException",
+        "message": "Job execution failed.",
+        "cause": {
+            "class": "org.apache.flink.util.SerializedThrowable",
+            "toString": f"RequestedFailure: {failure['message']}",
+            "message": failure["message"],
+            "originalErrorClassName": "RequestedFailure",
+            "fullStringifiedStackTrace": weir_failed["failure-cause"]["stack-trace"],
+        },
+    }
+    assert decoded(canceled)["job-execution-result"]["application-status"] == "CANCELED"
+    assert {k: canceled["result"][k] for k in ("succeeded", "exception", "message")} == {
+        "succeeded": False,
+        "exception": "org.apache.flink.runtime.client.JobCancellationException",
+        "message": "Job was cancelled.",
+    }
