@@ -22,7 +22,7 @@ from weir.core.rejections import FAIL, OnRecordError
 from weir.operators.keyed import KeyedOperator
 from weir.operators.process_state import ListState, Ttl, drop_expired
 from weir.sql.minibatch import MiniBatchBuffer, MiniBatchConfig
-from weir.sql.plan import Join
+from weir.sql.plan import Join, LookupJoin
 
 LEFT_STATE = "left"
 RIGHT_STATE = "right"
@@ -79,7 +79,7 @@ def _values_of(columns: tuple[str, ...]) -> Callable[[Mapping[str, Any]], tuple[
             return itemgetter(*columns)
 
 
-def joined_row(join: Join, read: Collection[str] | None = None) -> JoinedRow:
+def joined_row(join: Join | LookupJoin, read: Collection[str] | None = None) -> JoinedRow:
     return JoinedRow(join.left_qualifier, join.right_qualifier, join.left_columns, join.right_columns, read)
 
 
