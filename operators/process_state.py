@@ -171,9 +171,21 @@ class ListState(KeyedState):
         self.add_all((value,))
 
     def add_all(self, values: Iterable[Any]) -> None:
+        """Append ``values`` to the current key's list. The stored list grows in place (adding a
+        row costs no copy of the rows before it) and is written back, so the store writes it at its
+        next flush; every reader got a copy (:meth:`get`), so none sees it change."""
         added = list(values)
-        if added:
-            self._write(self._scope.current_key_bytes, self.get() + added)
+        if not added:
+            return
+        key = self._scope.current_key_bytes
+        stored = self._read(key)
+        if stored is None:
+            self._write(key, added)
+            return
+        if type(stored) is not list:
+            stored = list(stored)
+        stored.extend(added)
+        self._write(key, stored)
 
     def update(self, values: Iterable[Any]) -> None:
         """Replace the current key's list with ``values`` (none: the list is cleared)."""

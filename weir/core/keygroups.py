@@ -15,6 +15,7 @@ import struct
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Final
 
 from weir.core.errors import JobDefinitionError
 from weir.core.ids import KeyGroup, SubtaskIndex
@@ -85,13 +86,18 @@ def key_group_for_key(key: object, max_parallelism: int) -> KeyGroup:
     return key_group_for(key_to_bytes(key), max_parallelism)
 
 
+_PLAIN_ITEMS: Final = frozenset({str, int, bytes, type(None)})
+"""The types of a tuple key's items that let the tuple be remembered: two equal tuples of these
+items encode alike (no ``1`` beside ``1.0`` or ``True``)."""
+
+
 class KeyEncoder:
     """A key's bytes (:func:`key_to_bytes`), key group and length-prefixed bytes (the start of
     composite state keys, ``weir.core.state_layout.key_prefix``), remembered for ``str``, ``int``
-    and ``bytes`` keys: a key seen before costs one dict lookup instead of encoding and hashing. Up
-    to ``memo_limit`` keys are kept, then all are forgotten at once. Other keys are encoded every
-    time: equal values of different types (``1``, ``1.0``, ``True``) encode differently but would
-    share one dict entry.
+    and ``bytes`` keys and tuples of those and None (a SQL key): a key seen before costs one dict
+    lookup instead of encoding and hashing. Up to ``memo_limit`` keys are kept, then all are
+    forgotten at once. Other keys are encoded every time: equal values of different types (``1``,
+    ``1.0``, ``True``) encode differently but would share one dict entry.
     """
 
     __slots__ = ("_max_parallelism", "_memo", "_memo_limit")
@@ -105,7 +111,11 @@ class KeyEncoder:
     def encode(self, key: object) -> tuple[bytes, KeyGroup, bytes]:
         """(key bytes, key group, length-prefixed key bytes)."""
         kind = type(key)
-        if kind is str or kind is int or kind is bytes:
+        if kind is tuple and isinstance(key, tuple):  # the isinstance: for the type checker
+            for item in key:
+                if type(item) not in _PLAIN_ITEMS:
+                    return self._encode(key)
+        if kind is str or kind is int or kind is bytes or kind is tuple:
             info = self._memo.get(key)
             if info is None:
                 info = self._encode(key)

@@ -47,8 +47,8 @@ SETTINGS: Final = {
     "table.local-time-zone": "UTC only: timestamps are UTC",
     "table.exec.state.ttl": "the state TTL of the INSERTs after it: regular joins' and GROUP BY without a window",
     "table.exec.mini-batch.enabled": (
-        "'true': each GROUP BY without a window of the INSERTs after it applies its input in mini-batches, "
-        "one change per key and batch"
+        "'true': each GROUP BY without a window and regular join of the INSERTs after it applies its input "
+        "in mini-batches, a GROUP BY one change per key and batch"
     ),
     "table.exec.mini-batch.allow-latency": "the longest a row waits in a mini-batch (a duration above 0)",
     "table.exec.mini-batch.size": "the most rows a mini-batch holds (above 0)",

@@ -32,7 +32,6 @@ from weir.api import (
     DataStream,
     Environment,
     EventTimeSessionWindows,
-    KeyedCoProcessFunction,
     KeyedProcessContext,
     KeyedProcessFunction,
     OnTimerContext,
@@ -49,6 +48,7 @@ from weir.api.file_sink import PartFileSink
 from weir.core import json_codec
 from weir.core.changelog import Delete
 from weir.core.descriptors import Committed, KafkaRecord, OffsetReset, StartingOffsets
+from weir.graph import OperatorKind
 from weir.sql.catalog import (
     DatagenTable,
     FilesystemTable,
@@ -63,9 +63,10 @@ from weir.sql.catalog import (
 )
 from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change
-from weir.sql.decode import checked, coercer, read_columns, reads
+from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
+from weir.sql.join import MiniBatchRegularJoin, RegularJoin, joined_row
 from weir.sql.lookup import LookupRows
 from weir.sql.minibatch import MiniBatchConfig
 from weir.sql.part_files import CsvLine, PartitionFolder, partition_commit
@@ -77,6 +78,7 @@ from weir.sql.plan import (
     Interval,
     Join,
     LookupJoin,
+    NamedExpression,
     Node,
     OrderKey,
     OverAggregate,
@@ -130,10 +132,11 @@ class _Uids:
     ) -> None:
         self.prefix, self.n, self.out, self.sources = prefix, 0, out, sources
         self.reads = reads(plan)  # column pruning: the names each table is read by (None: all)
+        self.read_above = read_above(plan)  # the names read above each projection and regular join, by id
         self.decoders = {} if decoders is None else decoders  # the job's sources' decoders, by table
         self.ttl = StateTtlConfig(state_ttl_ms) if state_ttl_ms > 0 else None
         self.columnar = False  # SET 'weir.columnar' = 'true': window aggregates on batches where they can
-        self.mini_batch: MiniBatchConfig | None = None  # SET 'table.exec.mini-batch.*': GROUP BY without a window
+        self.mini_batch: MiniBatchConfig | None = None  # SET 'table.exec.mini-batch.*': GROUP BY, regular join
 
     def next(self, kind: str, detail: str) -> str:
         uid = f"{self.prefix}-{self.n}-{kind}"
@@ -170,7 +173,8 @@ def compile_insert(
     ``columnar`` (SET 'weir.columnar' = 'true'): a scan -> filter/projection chain runs on Arrow batches.
     ``decoders``: the decoders of ``sources`` (a statement reading a source widens its columns).
     ``mini_batch`` (SET 'table.exec.mini-batch.enabled' = 'true' and its latency and size): a GROUP BY
-    without a window applies its input in mini-batches (``weir.sql.retract.MiniBatchGroupAggregate``)."""
+    without a window applies its input in mini-batches (``weir.sql.retract.MiniBatchGroupAggregate``),
+    and so does a regular join (``weir.sql.join.MiniBatchRegularJoin``)."""
     operators: list[Operator] = []
     uids = _Uids(prefix, operators, {} if sources is None else sources, state_ttl_ms, plan=plan, decoders=decoders)
     uids.mini_batch = mini_batch
@@ -271,18 +275,22 @@ class RowDecoder:
         return tuple(name for name, _ in self.kinds if name not in self.read)
 
     def row(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = self.template.copy()
+        out: dict[str, Any] = self.template.copy()  # a missing or null field stays NULL: no conversion
         get = record.get
         for name, convert in self.columns:
-            try:
-                out[name] = convert(get(name))
-            except ValueError as exc:
-                raise ValueError(f"column {name}: {exc}") from None
+            value = get(name)
+            if value is not None:
+                try:
+                    out[name] = convert(value)
+                except ValueError as exc:
+                    raise ValueError(f"column {name}: {exc}") from None
         for name, convert in self.checked:
-            try:
-                convert(get(name))
-            except ValueError as exc:
-                raise ValueError(f"column {name}: {exc}") from None
+            value = get(name)
+            if value is not None:
+                try:
+                    convert(value)
+                except ValueError as exc:
+                    raise ValueError(f"column {name}: {exc}") from None
         for name, evaluate in self.computed:
             out[name] = evaluate(out)
         return out
@@ -616,7 +624,8 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
         case Project():
             upstream = _node(env, node.input, uids, script)
             uid = uids.next("project", ", ".join(f"{o.sql} AS {o.name}" for o in node.outputs))
-            outputs = tuple((o.name, o.evaluate) for o in node.outputs)
+            read = uids.read_above.get(id(node))
+            outputs = tuple((o.name, o.evaluate) for o in node.outputs if read is None or _kept(o, read))
             if upstream is None:
                 return None
             if changelog_of(node.input) is not None:  # each change's row projected, its kind kept
@@ -634,6 +643,12 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _over(env, node, uids, script)
         case _:
             assert_never(node)
+
+
+def _kept(output: NamedExpression, read: frozenset[str]) -> bool:
+    """A projection's output is built when it is read above (``read``: case-folded names), or when it
+    is an expression (still evaluated: a value it raises on is rejected as before)."""
+    return output.name.casefold() in read or not bare_column(output.sql)
 
 
 class Ranking:
@@ -731,48 +746,6 @@ def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> Dat
     )
 
 
-class JoinedRow:
-    """A join's row of a left and a right row: every column as ``qualifier.column``, and as
-    ``column`` where only one side has it."""
-
-    def __init__(
-        self, left_qualifier: str, right_qualifier: str, left_columns: Sequence[str], right_columns: Sequence[str]
-    ) -> None:
-        self.left_qualifier, self.right_qualifier = left_qualifier, right_qualifier
-        self.left_only = tuple(c for c in left_columns if c not in right_columns)
-        self.right_only = tuple(c for c in right_columns if c not in left_columns)
-
-    def __call__(self, left: Mapping[str, Any], right: Mapping[str, Any]) -> dict[str, Any]:
-        row = {f"{self.left_qualifier}.{k}": v for k, v in left.items()}
-        row.update({f"{self.right_qualifier}.{k}": v for k, v in right.items()})
-        row.update({k: left[k] for k in self.left_only})
-        row.update({k: right[k] for k in self.right_only})
-        return row
-
-
-class RegularJoin(KeyedCoProcessFunction):
-    """An inner equi-join's two sides per key: each row is kept in its side's list state and joined
-    with every row the other side holds (a NULL key never matches, as SQL's ``=``)."""
-
-    def __init__(self, join: Join, ttl: StateTtlConfig | None = None) -> None:
-        self.ttl = ttl  # a side's rows of a key dropped when that side has had no row of the key for ttl
-        self.joined = JoinedRow(join.left_qualifier, join.right_qualifier, join.left_columns, join.right_columns)
-
-    def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
-        if None in ctx.key:
-            return
-        ctx.list_state("left", self.ttl).add(value)
-        for other in ctx.list_state("right", self.ttl).get():
-            out.collect(self.joined(value, other))
-
-    def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
-        if None in ctx.key:
-            return
-        ctx.list_state("right", self.ttl).add(value)
-        for other in ctx.list_state("left", self.ttl).get():
-            out.collect(self.joined(other, value))
-
-
 def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> DataStream | None:
     left = _node(env, node.left, uids, script)
     right = _node(env, node.right, uids, script)
@@ -780,12 +753,30 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         return _interval_join(left, right, node, node.interval, uids)
     on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
     ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl else ""
-    uid = uids.next("join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl})")
+    batched = f", {uids.mini_batch}" if uids.mini_batch is not None else ""
+    uid = uids.next(
+        "join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl}{batched})"
+    )
     if left is None or right is None:
         return None
     left_key = row_key(tuple(k.evaluate for k in node.left_keys))
     right_key = row_key(tuple(k.evaluate for k in node.right_keys))
-    return left.connect(right).key_by(left_key, right_key).process(RegularJoin(node, uids.ttl), uid=uid)
+    joined = joined_row(node, uids.read_above.get(id(node)))
+    if uids.mini_batch is None:
+        return left.connect(right).key_by(left_key, right_key).process(RegularJoin(joined, uids.ttl), uid=uid)
+    config, ttl_config = uids.mini_batch, uids.ttl
+    first, second = left.key_by(left_key), right.key_by(right_key)
+    return first._add(  # noqa: SLF001  # the SQL layer's own operator (as _mini_batch's), fed by both keyed sides
+        WithOnError(
+            lambda on_error: MiniBatchRegularJoin((left_key, right_key), joined, config, ttl_config, on_error=on_error)
+        ),
+        kind=OperatorKind.TWO_INPUT,
+        uid=uid,
+        name="join",
+        parallelism=None,
+        inputs=(first, second),
+        key_selector=first._key_selector,  # noqa: SLF001
+    )
 
 
 def _lookup_join(env: Environment | None, node: LookupJoin, uids: _Uids, script: str) -> DataStream | None:
@@ -802,7 +793,7 @@ def _lookup_join(env: Environment | None, node: LookupJoin, uids: _Uids, script:
     )
     if upstream is None:
         return None
-    joined = JoinedRow(node.left_qualifier, node.right_qualifier, node.left_columns, node.right_columns)
+    joined = joined_row(node)
     lookup = LookupRows(node.table, tuple(k.evaluate for k in node.keys), node.columns, joined)
     return upstream.flat_map(lookup, uid=uid)
 
@@ -837,7 +828,7 @@ def _interval_join(
         joined = joined.lower_exclusive()
     if interval.upper_exclusive:
         joined = joined.upper_exclusive()
-    return joined.process(RegularJoin(node).joined, uid=uid)
+    return joined.process(joined_row(node), uid=uid)
 
 
 class Accumulators:
@@ -882,6 +873,13 @@ class Accumulators:
             elif c.distinct and c.function != "PYTHON":
                 seen = {v for r in chosen if (v := f(r)) is not None}
                 out.append(a if seen <= a else a | seen)
+            elif c.function in ("MIN", "MAX"):  # the first extreme value, as added one by one
+                values = [v for r in chosen if (v := f(r)) is not None]
+                if values:
+                    best = max(values) if c.function == "MAX" else min(values)
+                    if a is None or (best > a if c.function == "MAX" else best < a):
+                        a = best
+                out.append(a)
             else:
                 for r in chosen:
                     a = self._add(c, a, f(r))

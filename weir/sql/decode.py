@@ -1,7 +1,7 @@
 """Which columns of a table a statement reads (column pruning), and per-column coercers built once.
 
 A SQL source decodes only the physical columns a statement reads (:func:`reads`, pushed down from
-its sink through projections, filters, windows and aggregates), the inputs of the table's computed
+its sink through projections, filters, windows, aggregates and regular joins), the inputs of the table's computed
 columns (every computed column is still computed, so it raises as before) and the WATERMARK's
 column; an unread column is NULL in the row. A physical column it does not read is still checked (a
 value of the wrong type raises as before: dead letters or job failure), without keeping its value; a
@@ -17,7 +17,7 @@ import sqlglot
 from sqlglot import exp
 
 from weir.sql.catalog import Table
-from weir.sql.plan import Aggregate, Filter, Project, Scan, Sink, WindowTvf
+from weir.sql.plan import Aggregate, Filter, Join, Project, Scan, Sink, WindowTvf
 from weir.sql.types import Kind, coerce
 
 Coercer = Callable[[Any], Any]
@@ -31,14 +31,28 @@ def reads(plan: object) -> dict[str, frozenset[str]] | None:
     """The names each table's rows are read by in ``plan`` (an insert plan or a query's node), pushed
     down from the sink: a projection's output nobody reads does not count (if it is a bare column: an
     expression is still evaluated, so its inputs count); a filter's condition, a window's time column,
-    an aggregate's keys and arguments do. Below a join or a Top-N every column counts (their rows are
-    kept and compared whole). None: an expression's SQL does not parse (every column counts)."""
+    an aggregate's keys and arguments do; a regular join passes each side the names of its columns
+    read above it and its key's. Below an interval join or a Top-N every column counts (their rows
+    are kept and compared whole). None: an expression's SQL does not parse (every column counts)."""
     out: dict[str, set[str] | None] = {}
     try:
-        _push(getattr(plan, "sink", plan), _ALL, out)
+        _push(getattr(plan, "sink", plan), _ALL, out, {})
     except _Unparsed:
         return None
     return {table: _EVERY if names is None else frozenset(names) for table, names in out.items()}
+
+
+def read_above(plan: object) -> dict[int, frozenset[str]]:
+    """The names read above each projection and regular join of ``plan`` (by the node's ``id``),
+    case-folded: a projection need not build a bare column nobody reads, nor a join a column of its
+    joined row (``weir.sql.join.JoinedRow``). A node not in the answer is read whole (so is every
+    node when an expression's SQL does not parse)."""
+    nodes: dict[int, frozenset[str] | None] = {}
+    try:
+        _push(getattr(plan, "sink", plan), _ALL, {}, nodes)
+    except _Unparsed:
+        return {}
+    return {node: frozenset(n.casefold() for n in names) for node, names in nodes.items() if names is not None}
 
 
 _EVERY = frozenset({"*"})  # a table's marker: every column read
@@ -48,7 +62,12 @@ class _Unparsed(Exception):
     pass
 
 
-def _push(node: object, want: frozenset[str] | None, out: dict[str, set[str] | None]) -> None:
+def _push(
+    node: object, want: frozenset[str] | None, out: dict[str, set[str] | None], nodes: dict[int, frozenset[str] | None]
+) -> None:
+    if isinstance(node, Project | Join):
+        seen = nodes.get(id(node), frozenset())
+        nodes[id(node)] = None if want is None or seen is None else seen | want
     match node:
         case Scan():
             name = node.table.name
@@ -59,7 +78,7 @@ def _push(node: object, want: frozenset[str] | None, out: dict[str, set[str] | N
             elif (known := out[name]) is not None:
                 known.update(want)
         case Filter():
-            _push(node.input, None if want is None else want | _columns(node.condition.sql), out)
+            _push(node.input, None if want is None else want | _columns(node.condition.sql), out, nodes)
         case Project():
             needed: set[str] = set()
             for o in node.outputs:
@@ -67,16 +86,29 @@ def _push(node: object, want: frozenset[str] | None, out: dict[str, set[str] | N
                 parsed = _parse(o.sql)
                 if used or not isinstance(parsed, exp.Column):
                     needed.update(c.name for c in parsed.find_all(exp.Column))
-            _push(node.input, frozenset(needed), out)
+            _push(node.input, frozenset(needed), out, nodes)
         case WindowTvf():
-            _push(node.input, None if want is None else want | _own_names(node), out)
+            _push(node.input, None if want is None else want | _own_names(node), out, nodes)
         case Aggregate():
-            _push(node.input, (want or frozenset()) | _own_names(node), out)
+            _push(node.input, (want or frozenset()) | _own_names(node), out, nodes)
         case Sink():
-            _push(node.input, _ALL, out)
-        case _:  # a join, a Top-N, a node this does not know: every column of every table below
+            _push(node.input, _ALL, out, nodes)
+        case Join() if node.interval is None:
+            folded = None if want is None else {n.casefold() for n in want}
+            for columns, keys, side in (
+                (node.left_columns, node.left_keys, node.left),
+                (node.right_columns, node.right_keys, node.right),
+            ):
+                if folded is None:
+                    _push(side, _ALL, out, nodes)
+                    continue
+                side_want = {c for c in columns if c.casefold() in folded}
+                for key in keys:
+                    side_want.update(_columns(key.sql))
+                _push(side, frozenset(side_want), out, nodes)
+        case _:  # an interval join, a Top-N, a node this does not know: every column of every table below
             for child in _children(node):
-                _push(child, _ALL, out)
+                _push(child, _ALL, out, nodes)
 
 
 def _children(node: object) -> list[object]:
@@ -113,6 +145,11 @@ def _parse(sql: str) -> exp.Expr:
         return sqlglot.parse_one(sql, read="spark")
     except sqlglot.errors.ParseError:
         raise _Unparsed(sql) from None
+
+
+def bare_column(sql: str) -> bool:
+    """True when ``sql`` (an expression the plan parsed already) is a column, nothing else."""
+    return isinstance(sqlglot.parse_one(sql, read="spark"), exp.Column)
 
 
 def _columns(sql: str) -> frozenset[str]:
@@ -181,4 +218,4 @@ def checked(columns: Iterable[tuple[str, Kind]], read: frozenset[str]) -> tuple[
     return tuple((name, coercer(kind)) for name, kind in columns if name not in read and kind not in _ALWAYS_CONVERTS)
 
 
-__all__ = ["Coercer", "checked", "coercer", "read_columns", "reads"]
+__all__ = ["Coercer", "bare_column", "checked", "coercer", "read_above", "read_columns", "reads"]

@@ -97,6 +97,16 @@ def _mod(a: Any, b: Any) -> Any:
     return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else a - b * int(a / b)
 
 
+def _binary(fn: Callable[[Any, Any], Any], left: Evaluate, right: Evaluate) -> Evaluate:
+    """``fn`` of two operands, NULL when either is (both evaluated first: either may raise)."""
+
+    def evaluate(row: Row) -> Any:
+        a, b = left(row), right(row)
+        return None if a is None or b is None else fn(a, b)
+
+    return evaluate
+
+
 def _numbers(fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     """Arithmetic over SQL's numbers: a DECIMAL literal (``Decimal``) with a DOUBLE is a DOUBLE."""
 
@@ -230,8 +240,12 @@ class _Compiler:
                     self.compile(node.args["low"]),
                     self.compile(node.args["high"]),
                 )
-                between = _null_safe(lambda v, lo, hi: lo <= v <= hi)
-                return lambda row: between(value(row), low(row), high(row))
+
+                def between(row: Row) -> Any:  # every operand evaluated (one may raise), then NULL-safe
+                    v, lo, hi = value(row), low(row), high(row)
+                    return None if v is None or lo is None or hi is None else lo <= v <= hi
+
+                return between
             case exp.In():
                 if node.args.get("query") is not None or node.args.get("unnest") is not None:
                     raise self.refuse(node, "IN (subquery) is not supported")
@@ -254,9 +268,7 @@ class _Compiler:
             case exp.Cast() | exp.TryCast():
                 return self._cast(node)
             case _ if type(node) in _BINARY:
-                fn = _null_safe(_BINARY[type(node)])
-                left, right = self.compile(node.this), self.compile(node.expression)
-                return lambda row: fn(left(row), right(row))
+                return _binary(_BINARY[type(node)], self.compile(node.this), self.compile(node.expression))
             case exp.Func():
                 return self._function(node)
         raise self.refuse(node, f"{_describe(node)} is not supported")

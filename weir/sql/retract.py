@@ -330,16 +330,22 @@ class ChangelogBatch:
     ) -> None:
         self.key_names, self.accumulators = key_names, accumulators
         self.input_changelog, self.paired = input_changelog, paired
+        # decided once: an isinstance of a runtime-checkable protocol inspects its members each time
+        self.retracting = accumulators if isinstance(accumulators, Retracting) else None
 
     def apply(self, key: tuple[Any, ...], held: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
         rows, accs, emitted = (
             (0, self.accumulators.create(), None) if held is None else CHANGELOG_AGGREGATE_STATE.body(held)
         )
+        if not self.input_changelog:  # an append input: every row added, in one pass
+            if not inputs:
+                return held, []
+            accs = self.accumulators.add_all(accs, inputs)
+            return self._emitted(key, rows + len(inputs), accs, emitted, RowKind.INSERT)
         changes: list[tuple[int, Row]] = []
         last: RowKind | None = None
-        for value in inputs:
-            change = value if self.input_changelog else Change(RowKind.INSERT, value)
-            assert isinstance(change, Change), f"a changelog operator got {value!r}"
+        for change in inputs:
+            assert isinstance(change, Change), f"a changelog operator got {change!r}"
             if accumulates(change.kind):
                 rows += 1
                 changes.append((1, change.row))
@@ -351,10 +357,16 @@ class ChangelogBatch:
             last = change.kind
         if last is None:  # every input a retraction of nothing
             return held, []
-        if isinstance(self.accumulators, Retracting):
-            accs = self.accumulators.fold(accs, changes)
+        if self.retracting is not None:
+            accs = self.retracting.fold(accs, changes)
         else:
             accs = self.accumulators.add_all(accs, [row for _sign, row in changes])
+        return self._emitted(key, rows, accs, emitted, last)
+
+    def _emitted(
+        self, key: tuple[Any, ...], rows: int, accs: tuple[Any, ...], emitted: Row | None, last: RowKind
+    ) -> tuple[Any, list[Any]]:
+        """The key's new state and changes, its batch applied (``last``: the kind of its last change)."""
         if rows == 0:
             accs = self.accumulators.create()
         result = None

@@ -100,6 +100,25 @@ def test_list_state_get_is_a_copy(harness: Harness) -> None:
     got = harness.run("a", lambda c: c.list_state("l").get())
     got.append(2)
     assert harness.run("a", lambda c: c.list_state("l").get()) == [1]
+    harness.run("a", lambda c: c.list_state("l").add(3))  # the stored list grows: the copy read does not
+    assert got == [1, 2]
+    assert harness.run("a", lambda c: c.list_state("l").get()) == [1, 3]
+
+
+def test_a_list_grown_after_each_snapshot_restores_whole(start_operator: StartOperator) -> None:
+    """The stored list grows in place between snapshots (the store's cached value): each snapshot
+    writes the list as it is then, and a new instance reads every element back."""
+    h = Harness(start_operator)
+    h.run("a", lambda c: c.list_state("l").add(1))
+    h.op.snapshot_state(1)  # written; the cached list stays the store's
+    h.run("a", lambda c: c.list_state("l").add_all([2, 3]))
+    h.run("b", lambda c: c.list_state("l").add("x"))
+    h.op.snapshot_state(2)
+    h.run("a", lambda c: c.list_state("l").add(4))
+    h.op.snapshot_state(3)
+    restored = Harness(start_operator)
+    assert restored.run("a", lambda c: c.list_state("l").get()) == [1, 2, 3, 4]
+    assert restored.run("b", lambda c: c.list_state("l").get()) == ["x"]
 
 
 # MapState ---------------------------------------------------------------------------------------------

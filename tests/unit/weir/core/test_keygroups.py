@@ -205,3 +205,15 @@ def test_the_key_encoder_gives_what_the_functions_give_and_forgets_past_its_limi
         assert len(encoder._memo) <= 3
     with pytest.raises(ValueError, match="max parallelism"):
         KeyEncoder(0)
+
+
+def test_the_key_encoder_remembers_tuples_of_plain_items_and_tells_equal_keys_of_other_types_apart() -> None:
+    """A SQL key is a tuple: remembered when its items are str, int, bytes or None; (1,) and (1.0,)
+    are equal tuples that encode differently, and each gets its own encoding."""
+    encoder = KeyEncoder(128)
+    keys: list[object] = [(1,), (1.0,), (True,), (1,), ("a", None), ("a", None), (b"a", 2), ((1,),), (1, 2.5), (True,)]
+    for key in keys:
+        kb = key_to_bytes(key)
+        assert encoder.encode(key) == (kb, key_group_for(kb, 128), len(kb).to_bytes(4, "big") + kb), key
+    assert set(encoder._memo) == {(1,), ("a", None), (b"a", 2)}
+    assert encoder.encode((1.0,))[0] != encoder.encode((1,))[0]  # equal keys, not one memo entry

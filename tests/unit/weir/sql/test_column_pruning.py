@@ -99,6 +99,7 @@ def test_pruned_source_gives_the_full_decodings_records(
     pruned = weir_job(job, sources={SOURCE: inputs()})
     with monkeypatch.context() as m:
         m.setattr(sql_compile, "reads", lambda _plan: None)  # every column read: the full decoding
+        m.setattr(sql_compile, "read_above", lambda _plan: {})  # every projection and join's row whole
         full = weir_job(job, sources={SOURCE: inputs()})
     (sink,) = full.sinks
     assert multiset(pruned.sinks[sink]) == multiset(full.sinks[sink])
@@ -141,6 +142,17 @@ def test_explain_shows_the_decoded_columns() -> None:
     assert "sql-source-events  source: nexmark generator (events; decodes event_type, auction, price, dateTime)" in (
         out.splitlines()
     )
+
+
+def test_a_join_passes_each_side_the_columns_read_above_it_and_its_key() -> None:
+    """Nexmark q4: the auctions' id, category, dateTime, expires and the bids' auction, price and
+    dateTime are read (the join's key, its WHERE and the GROUP BY); no bid's url or extra."""
+    text = script("q4")
+    lines = explain(text).splitlines()
+    sources = [line for line in lines if line.startswith(SOURCE)]  # one per view, the source read once
+    assert len(sources) == 2
+    for source in sources:
+        assert source.endswith("decodes event_type, id, expires, category, auction, price, dateTime)")
 
 
 def test_a_later_statement_widens_a_shared_sources_columns() -> None:

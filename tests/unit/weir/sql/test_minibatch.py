@@ -24,6 +24,7 @@ from weir.sql.retract import (
     UpsertBatch,
     group_changes,
 )
+from weir.sql.state_format import CHANGELOG_AGGREGATE_STATE
 
 
 class Clock:
@@ -201,6 +202,31 @@ def test_a_changelog_batch_ends_in_the_per_record_state_and_table(seed: int, pai
     assert batch_state == record_state  # rows, accumulators and the row emitted
     assert _table(batch_out) == _table(record_out)
     assert len(batch_out) <= len(record_out)
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_an_append_batch_ends_in_the_accumulators_of_its_rows_added_one_by_one(seed: int) -> None:
+    """An append input's batches (one pass over each key's rows: MIN/MAX at once) against ``add`` row
+    by row: the same accumulators, of the same types (MAX of 2 and 2.0 keeps the first), and row."""
+    rng = random.Random(seed)
+    accumulators = Accumulators(_calls())
+    step = ChangelogBatch(("key",), accumulators, input_changelog=False, paired=True)
+    rows = [
+        {"price": rng.choice([None, *range(5), 2.0, 3.0]), "bidder": rng.randint(0, 3)}
+        for _ in range(rng.randint(1, 30))
+    ]
+
+    def apply(held: Any, values: Sequence[Any]) -> tuple[Any, list[Any]]:
+        return step.apply(("k",), held, values)
+
+    state, out = _batched(apply, _split(rows, rng))
+    expected = accumulators.create()
+    for row in rows:
+        expected = accumulators.add(expected, row)
+    rows_held, accs, _emitted = CHANGELOG_AGGREGATE_STATE.body(state)
+    assert rows_held == len(rows)
+    assert [(type(a), a) for a in accs] == [(type(a), a) for a in expected]
+    assert _table(out) == {("k",): {"key": "k", **accumulators.results(expected)}}
 
 
 def test_a_batch_emits_one_change_for_the_whole_batch() -> None:
