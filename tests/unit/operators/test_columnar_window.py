@@ -365,15 +365,55 @@ def test_rows_wait_until_a_watermark_fires_their_window(start_operator: StartOpe
     assert op._pending_rows == 3 and state_of(op) == {}
     op.process_watermark(5)  # no pending window fires yet: nothing is grouped
     assert op._pending_rows == 3 and out.records == []
-    op.process_watermark(9)
-    assert op._pending_rows == 0
+    op.process_watermark(9)  # [0, 10) fires from its rows; [10, 20)'s row waits on, pending
+    assert op._pending_rows == 1 and state_of(op) == {}
     assert sorted((v["key"], v["window_start"], v["count"], v["sum"]) for v, _ in out.take()) == [
         ("a", 0, 1, 1),
         ("b", 0, 1, 4),
     ]
-    assert [v for v in state_of(op).values()] == [("a", (1, 2))]  # [10, 20) waits in state
     op.process_watermark(19)
     assert out.take() == [({"key": "a", "window_start": 10, "window_end": 20, "count": 1, "sum": 2}, 19)]
+    assert op._pending_rows == 0 and state_of(op) == {}
+
+
+@pytest.mark.parametrize("assigner", list(ASSIGNERS))
+def test_without_lateness_windows_fire_from_pending_rows_and_never_touch_the_state(
+    start_operator: StartOperator, assigner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = random_steps(random.Random(61), 1500)
+    pair = start_pair(start_operator, ASSIGNERS[assigner], 0)
+    writes: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(pair.batches.store, "put", lambda *entry: writes.append(entry))
+    feed_records(pair.records, steps)
+    feed_batches(pair.batches, steps)
+    pair.batches.process_watermark(MAX_WATERMARK)
+    pair.records.process_watermark(MAX_WATERMARK)
+    assert writes == [] and pair.batches._pending_rows == 0
+    pair.assert_same()
+
+
+def test_a_window_grouped_into_the_state_by_a_snapshot_fires_with_the_rows_that_came_after(
+    start_operator: StartOperator,
+) -> None:
+    op = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", TumblingEventTimeWindows(10), 0)
+    out = start_operator(op, uid="win")
+    op.process(batch_of([("a", 1, 1), ("b", 4, 3), ("a", 5, 12)]), None)
+    op.snapshot_state(1)  # every pending row grouped into the state
+    assert sorted(state_of(op).values()) == [("a", (1, 1)), ("a", (1, 5)), ("b", (1, 4))]
+    op.process(batch_of([("a", 2, 2), ("c", 7, 8), ("a", 6, 13), ("d", 9, 21)]), None)
+    op.process_watermark(9)
+    assert sorted((v["key"], v["window_start"], v["count"], v["sum"]) for v, _ in out.take()) == [
+        ("a", 0, 2, 3),
+        ("b", 0, 1, 4),
+        ("c", 0, 1, 7),
+    ]
+    assert sorted(state_of(op).values()) == [("a", (1, 5))] and op._pending_rows == 2  # later windows wait
+    op.process_watermark(29)  # [10, 20) from its state and its row, then [20, 30) from its row alone
+    assert out.take() == [
+        ({"key": "a", "window_start": 10, "window_end": 20, "count": 2, "sum": 11}, 19),
+        ({"key": "d", "window_start": 20, "window_end": 30, "count": 1, "sum": 9}, 29),
+    ]
+    assert state_of(op) == {} and op._pending_rows == 0 and op._fire_groups == {}
 
 
 def test_a_snapshot_in_the_middle_compacts_the_pending_rows_and_the_job_goes_on(start_operator: StartOperator) -> None:
