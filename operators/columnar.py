@@ -9,9 +9,10 @@
   ``COMPACT_ROWS`` rows. A watermark groups the rows of the windows it fires by (key, window) in one
   Arrow group-by and emits each group's aggregate as its window's result without a state entry,
   where the window has none and no allowed lateness must keep one (the rows of later windows wait
-  on); a checkpoint, the end of input or the row limit groups every
-  pending row and merges each group's partial aggregate into its window's accumulator in the state,
-  whence those windows fire as the per-record operator's do. State, timers, firing,
+  on). A checkpoint writes each pending window's aggregate as its state entry and keeps its rows
+  pending (the watermark fires it from them and deletes the entry). With allowed lateness, at the
+  end of input or at the row limit, every pending row is grouped into its window's accumulator in
+  the state, whence those windows fire as the per-record operator's do. State, timers, firing,
   lateness, snapshots and restores (also at another parallelism) are the per-record operator's
   own, so the two share one state layout: a per-record job and its columnar version restore each
   other's savepoints when their accumulators agree. A row for a window that already fired but is
@@ -84,6 +85,10 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         # The windows the grouping created, by the watermark that fires them: one timer per window and
         # time instead of one heap entry per key (restored windows are on the per-key heap, as ever).
         self._fire_groups: dict[int, list[tuple[int, bytes]]] = {}
+        # The windows a snapshot wrote from pending rows that stay pending, by the watermark that fires
+        # them: their entries hold the same rows' aggregate, persisted; the rows stay the whole window
+        # (never in _fire_groups: a window has one or the other).
+        self._snapshotted: dict[int, list[tuple[int, bytes]]] = {}
         self._group_aggregations = [
             ([], "count_all") if field is None else (field, op) for field, op in aggregates.partials
         ]
@@ -94,6 +99,8 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
 
     def process(self, value: Any, timestamp: int | None) -> None:
         if not is_batch(value):
+            if self._snapshotted:
+                self._compact()  # a record is added to the state entry: its window's rows go there first
             super().process(value, timestamp)  # a record (a columnar window also takes those)
             return
         if value.num_rows == 0:
@@ -210,7 +217,49 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             return
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending, self._pending_rows, self._pending_first_fire = [], 0, None
+        self._drop_snapshotted(None)  # their rows are all in the table: grouped into the state anew
         self._merge_into_state(table)
+
+    def _drop_snapshotted(self, watermark: int | None) -> None:
+        """Delete the entries a snapshot wrote for pending windows that ``watermark`` fires (None:
+        all of them)."""
+        store = self.store
+        for fires in [f for f in self._snapshotted if watermark is None or f <= watermark]:
+            for kg, sk in self._snapshotted.pop(fires):
+                store.delete(WINDOW_STATE, kg, sk)
+
+    def _snapshot_pending(self) -> None:
+        """Persist the pending rows for a snapshot: the rows of windows with state (``_fire_groups``)
+        merged into it; every other pending window's aggregate written as its entry while its rows
+        stay pending (a watermark then fires it from them and deletes the entry; a later snapshot
+        writes it again). A restore reads these entries as any window's."""
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        size = self._window_size()
+        last = table.column(_START).to_numpy() + (size - 1)
+        if self._fire_groups:
+            into_state = np.isin(last, list(self._fire_groups))
+            if into_state.any():
+                self._merge_into_state(table.filter(pa.array(into_state)))
+                stay = ~into_state
+                table, last = table.filter(pa.array(stay)), last[stay]
+                self._pending, self._pending_rows = ([table] if table.num_rows else []), table.num_rows
+                self._pending_first_fire = int(last.min()) if table.num_rows else None
+        if not table.num_rows:
+            return
+        keys, starts, columns = self._grouped(table, ordered=False)
+        store, encode = self.store, self._batch_keys.encode
+        snapshotted: dict[int, list[tuple[int, bytes]]] = {}
+        for key, start, partial in zip(keys, starts, zip(*columns, strict=True), strict=True):
+            _kb, kg, prefix = encode(key)
+            sk = window_key(prefix, start, start + size)
+            store.put(WINDOW_STATE, kg, sk, (key, partial))  # the window's whole aggregate so far
+            windows = snapshotted.get(start + size - 1)
+            if windows is None:
+                windows = snapshotted[start + size - 1] = []
+            windows.append((kg, sk))
+        self._snapshotted = snapshotted  # every window of an earlier snapshot still pending is written again
 
     def _merge_into_state(self, table: pa.Table) -> None:
         """The rows of ``table`` grouped by (key, window), each group merged into its window's
@@ -281,6 +330,7 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         if table.num_rows:
             keys, starts, columns = self._grouped(table, ordered=True)
             results = self._aggregates.results(keys, starts, size, columns)
+        self._drop_snapshotted(watermark)
         emit, i = self.output.emit, 0
         for fires in in_state:  # the windows with state fire in turn, as their timers would
             while i < len(starts) and starts[i] + size - 1 < fires:
@@ -335,9 +385,13 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         super().open()
         self._batch_keys = BatchKeys(self._key_field, self.ctx.max_parallelism)
         self._fire_groups = {}
+        self._snapshotted = {}
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
-        self._compact()
+        if self._lateness or self._timers or self._inherited_watermarks:
+            self._compact()  # where a watermark would group every pending row into the state anyway
+        else:
+            self._snapshot_pending()
         return super().snapshot_state(checkpoint_id)
 
     def end_input(self) -> None:
