@@ -419,7 +419,7 @@ class InProcessJob:
         sources = [sub for sub in self.subtasks if sub.chain.source is not None]
         others = [sub for sub in self.subtasks if sub.chain.source is None]
         active = list(sources)
-        polls = 0
+        polls = dict.fromkeys(range(len(sources)), 0)  # each source subtask's own polls
         polled = 0
         next_checkpoint = checkpoint_every
         checkpoint_id = 0
@@ -431,8 +431,9 @@ class InProcessJob:
                 more = source.poll(source.poll_records or SOURCE_BATCH)
                 if more:  # else it read all its input: its stream ends after the final checkpoint (a task's order)
                     still.append(sub)
-                polls += 1
-                if polls % FLUSH_EVERY_POLLS == 0:
+                n = sources.index(sub)
+                polls[n] += 1
+                if polls[n] % FLUSH_EVERY_POLLS == 0:  # its buffers and its watermark out, as its timeout would
                     for out in sub.outputs:
                         out.flush()
             active = still

@@ -25,6 +25,7 @@ from typing import Any, Final
 
 from bench import dataset
 from bench.cpu_bench import KEYED_JOB, git_commit
+from bench.evidence import compare_records
 from bench.harness import (
     BenchCluster,
     log,
@@ -122,7 +123,10 @@ def one_run(cluster: BenchCluster, path: str, topics: tuple[str, str], events: i
         time.sleep(MARK_POLL_S)
     cluster.wait_job(job_id, lambda s: s.summary.status == "FINISHED", 600, "FINISHED")
     finished_cpu, finished_at = cpu_of(pids), time.monotonic()
-    check = dataset.check_output(cluster.env.endpoints, output, events)
+    dataset.wait_output_settled(cluster.env.endpoints, output)
+    check = compare_records(
+        dataset.expected_results(events), dataset.read_results(cluster.env.endpoints, output), dataset.result_identity
+    )
     (n0, t0, c0), (n1, t1, c1) = marks
     per_process = {name: (c1[name] - c0[name]) / (n1 - n0) * 1e6 for name in pids}
     per_thread = {
@@ -138,8 +142,8 @@ def one_run(cluster: BenchCluster, path: str, topics: tuple[str, str], events: i
         "us_per_event_by_thread_name": dict(sorted(per_thread.items(), key=lambda kv: -kv[1])),
         "whole_run_us_per_event": sum(finished_cpu[k] - running_cpu[k] for k in pids) / total * 1e6,
         "whole_run_s": finished_at - running_at,
-        "output_complete": check.complete,
-        "output_duplicates": check.duplicates,
+        "output_ok": check.ok,
+        "output_check": check.summary(),
         "load_average": os.getloadavg(),
         "under_load": os.getloadavg()[0] > (os.cpu_count() or 1),  # the 1-minute load above the core count
     }
@@ -147,7 +151,7 @@ def one_run(cluster: BenchCluster, path: str, topics: tuple[str, str], events: i
         f"{tag} {path}: {result['us_per_event']:.2f} CPU us/event, {result['events_per_s']:,.0f} events/s, "
         f"by process {result['us_per_event_by_process']}, by thread {result['us_per_event_by_thread_name']}, "
         f"whole run {result['whole_run_us_per_event']:.2f} us/event "
-        f"in {result['whole_run_s']:.1f} s, output complete {check.complete}, load {result['load_average'][0]:.1f}"
+        f"in {result['whole_run_s']:.1f} s, output {check.summary()}, load {result['load_average'][0]:.1f}"
     )
     return result
 

@@ -14,7 +14,8 @@ end offsets present at start, fires every window and finishes.
 decodes each poll into an Arrow record batch by a declared schema, ``key_by("key")`` partitions
 batches on arrays, and the window aggregates them with the built-in ``Count`` and ``Sum``. Its output
 is the same; its window state is the same (key, (count, sum)), so a savepoint of one path restores
-into the other. A malformed event goes to the dead-letter topic with msgspec's reason.
+into the other. A malformed event goes to the dead-letter topic with msgspec's reason; the source
+decodes only the fields the job reads (``key``, ``value``, ``ts``), so ``id`` is not checked there.
 """
 
 from __future__ import annotations

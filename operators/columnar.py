@@ -5,9 +5,14 @@
 - :class:`ColumnarWindowAggregateOperator` is the window operator of ``weir.operators.windows`` with
   built-in aggregates (:class:`~weir.core.columnar.BuiltinAggregates`), fed batches: each batch's
   rows are assigned to windows and checked for lateness on arrays, and the on-time rows wait, as
-  they came, until a watermark is about to fire a window they belong to, a checkpoint, the end of
-  input or ``COMPACT_ROWS`` rows; then they are grouped by (key, window) in one Arrow group-by and
-  each group's partial aggregate is merged into the window's accumulator. State, timers, firing,
+  they came, until a watermark fires a window they belong to, a checkpoint, the end of input or
+  ``COMPACT_ROWS`` rows. A watermark groups the rows of the windows it fires by (key, window) in one
+  Arrow group-by and emits each group's aggregate as its window's result without a state entry,
+  where the window has none and no allowed lateness must keep one (the rows of later windows wait
+  on). A checkpoint writes each pending window's aggregate as its state entry and keeps its rows
+  pending (the watermark fires it from them and deletes the entry). With allowed lateness, at the
+  end of input or at the row limit, every pending row is grouped into its window's accumulator in
+  the state, whence those windows fire as the per-record operator's do. State, timers, firing,
   lateness, snapshots and restores (also at another parallelism) are the per-record operator's
   own, so the two share one state layout: a per-record job and its columnar version restore each
   other's savepoints when their accumulators agree. A row for a window that already fired but is
@@ -80,6 +85,10 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         # The windows the grouping created, by the watermark that fires them: one timer per window and
         # time instead of one heap entry per key (restored windows are on the per-key heap, as ever).
         self._fire_groups: dict[int, list[tuple[int, bytes]]] = {}
+        # The windows a snapshot wrote from pending rows that stay pending, by the watermark that fires
+        # them: their entries hold the same rows' aggregate, persisted; the rows stay the whole window
+        # (never in _fire_groups: a window has one or the other).
+        self._snapshotted: dict[int, list[tuple[int, bytes]]] = {}
         self._group_aggregations = [
             ([], "count_all") if field is None else (field, op) for field, op in aggregates.partials
         ]
@@ -90,6 +99,8 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
 
     def process(self, value: Any, timestamp: int | None) -> None:
         if not is_batch(value):
+            if self._snapshotted:
+                self._compact()  # a record is added to the state entry: its window's rows go there first
             super().process(value, timestamp)  # a record (a columnar window also takes those)
             return
         if value.num_rows == 0:
@@ -206,14 +217,57 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             return
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending, self._pending_rows, self._pending_first_fire = [], 0, None
-        table = self._widen_sums(table)
-        grouped = table.group_by([_KEY, _START], use_threads=False).aggregate(self._group_aggregations)
-        keys = grouped.column(_KEY).to_pylist()
-        starts = grouped.column(_START).to_pylist()
-        partials = list(zip(*(_python_values(grouped.column(c)) for c in self._partial_columns), strict=True))
+        self._drop_snapshotted(None)  # their rows are all in the table: grouped into the state anew
+        self._merge_into_state(table)
+
+    def _drop_snapshotted(self, watermark: int | None) -> None:
+        """Delete the entries a snapshot wrote for pending windows that ``watermark`` fires (None:
+        all of them)."""
+        store = self.store
+        for fires in [f for f in self._snapshotted if watermark is None or f <= watermark]:
+            for kg, sk in self._snapshotted.pop(fires):
+                store.delete(WINDOW_STATE, kg, sk)
+
+    def _snapshot_pending(self) -> None:
+        """Persist the pending rows for a snapshot: the rows of windows with state (``_fire_groups``)
+        merged into it; every other pending window's aggregate written as its entry while its rows
+        stay pending (a watermark then fires it from them and deletes the entry; a later snapshot
+        writes it again). A restore reads these entries as any window's."""
+        if not self._pending:
+            return
+        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        size = self._window_size()
+        last = table.column(_START).to_numpy() + (size - 1)
+        if self._fire_groups:
+            into_state = np.isin(last, list(self._fire_groups))
+            if into_state.any():
+                self._merge_into_state(table.filter(pa.array(into_state)))
+                stay = ~into_state
+                table, last = table.filter(pa.array(stay)), last[stay]
+                self._pending, self._pending_rows = ([table] if table.num_rows else []), table.num_rows
+                self._pending_first_fire = int(last.min()) if table.num_rows else None
+        if not table.num_rows:
+            return
+        keys, starts, columns = self._grouped(table, ordered=False)
+        store, encode = self.store, self._batch_keys.encode
+        snapshotted: dict[int, list[tuple[int, bytes]]] = {}
+        for key, start, partial in zip(keys, starts, zip(*columns, strict=True), strict=True):
+            _kb, kg, prefix = encode(key)
+            sk = window_key(prefix, start, start + size)
+            store.put(WINDOW_STATE, kg, sk, (key, partial))  # the window's whole aggregate so far
+            windows = snapshotted.get(start + size - 1)
+            if windows is None:
+                windows = snapshotted[start + size - 1] = []
+            windows.append((kg, sk))
+        self._snapshotted = snapshotted  # every window of an earlier snapshot still pending is written again
+
+    def _merge_into_state(self, table: pa.Table) -> None:
+        """The rows of ``table`` grouped by (key, window), each group merged into its window's
+        accumulator in the state; a window new there joins the timer of its time (``_fire_groups``)."""
+        keys, starts, columns = self._grouped(table, ordered=False)
         size, store, merge, encode = self._window_size(), self.store, self._aggregates.merge, self._batch_keys.encode
         groups = self._fire_groups
-        for key, start, partial in zip(keys, starts, partials, strict=True):
+        for key, start, partial in zip(keys, starts, zip(*columns, strict=True), strict=True):
             _kb, kg, prefix = encode(key)
             sk = window_key(prefix, start, start + size)
             entry = store.get(WINDOW_STATE, kg, sk)
@@ -227,6 +281,65 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             else:
                 acc = merge(entry[1], partial)
             store.put(WINDOW_STATE, kg, sk, (key, acc))
+
+    def _grouped(self, table: pa.Table, *, ordered: bool) -> tuple[list[Any], list[int], list[list[Any]]]:
+        """The rows of ``table`` grouped by (key, window): each group's key, window start and partial
+        aggregate, as columns (the keys, the starts, a list per partial); ``ordered``: in window order
+        (as their timers would fire them) when the rows are of several windows."""
+        table = self._widen_sums(table)
+        grouped = table.group_by([_KEY, _START], use_threads=False).aggregate(self._group_aggregations)
+        if ordered and grouped.num_rows > 1:
+            low, high = pc.min_max(grouped.column(_START)).values()
+            if low.as_py() != high.as_py():
+                grouped = grouped.sort_by(_START)
+        keys = grouped.column(_KEY).to_pylist()
+        starts = grouped.column(_START).to_pylist()
+        return keys, starts, [_python_values(grouped.column(c)) for c in self._partial_columns]
+
+    def _fire_pending(self, watermark: int) -> bool:
+        """Fire the windows ``watermark`` closes from the pending rows: grouped by (key, window), each
+        group's partial aggregate is its window's whole accumulator, emitted without a state entry (no
+        put, get and delete per window). The rows of a closing window that has state (grouped into it
+        by a snapshot or at ``COMPACT_ROWS``) are merged into it and fire from there; the rows of later
+        windows stay pending. Results go out in the order of the windows' timers. Only where no window
+        can have state but those: without allowed lateness (a fired window keeps its state for late
+        rows), per-key timers (restored windows, records taken one by one) and key groups behind an
+        old subtask's watermark. False: nothing done (the caller groups every row into the state)."""
+        if self._lateness or self._timers or self._inherited_watermarks or not self._pending:
+            return False
+        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        size = self._window_size()
+        last = table.column(_START).to_numpy() + (size - 1)
+        due = last <= watermark
+        if due.all():
+            self._pending, self._pending_rows, self._pending_first_fire = [], 0, None
+        else:
+            later = ~due
+            rest = table.filter(pa.array(later))
+            self._pending, self._pending_rows = [rest], rest.num_rows
+            self._pending_first_fire = int(last[later].min())
+            table, last = table.filter(pa.array(due)), last[due]
+        in_state = sorted(fires for fires in self._fire_groups if fires <= watermark)
+        if in_state:
+            into_state = np.isin(last, in_state)
+            if into_state.any():
+                self._merge_into_state(table.filter(pa.array(into_state)))
+                table = table.filter(pa.array(~into_state))
+        starts: list[int] = []
+        results: list[dict[str, Any]] = []
+        if table.num_rows:
+            keys, starts, columns = self._grouped(table, ordered=True)
+            results = self._aggregates.results(keys, starts, size, columns)
+        self._drop_snapshotted(watermark)
+        emit, i = self.output.emit, 0
+        for fires in in_state:  # the windows with state fire in turn, as their timers would
+            while i < len(starts) and starts[i] + size - 1 < fires:
+                emit(results[i], starts[i] + size - 1)
+                i += 1
+            self._fire_group(self._fire_groups.pop(fires), watermark)
+        for j in range(i, len(starts)):
+            emit(results[j], starts[j] + size - 1)  # stamped with the window's last timestamp, as _emit does
+        return True
 
     def _widen_sums(self, table: pa.Table) -> pa.Table:
         """An int64 column summed where a group's sum could leave int64 (largest |value| times the
@@ -242,7 +355,11 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         return table
 
     def process_watermark(self, watermark: int) -> None:
-        if self._pending_first_fire is not None and watermark >= self._pending_first_fire:
+        if (
+            self._pending_first_fire is not None
+            and watermark >= self._pending_first_fire
+            and not self._fire_pending(watermark)
+        ):
             self._compact()
         if watermark > self._watermark and self._fire_groups:
             for fires in sorted(t for t in self._fire_groups if t <= watermark):
@@ -268,9 +385,13 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         super().open()
         self._batch_keys = BatchKeys(self._key_field, self.ctx.max_parallelism)
         self._fire_groups = {}
+        self._snapshotted = {}
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
-        self._compact()
+        if self._lateness or self._timers or self._inherited_watermarks:
+            self._compact()  # where a watermark would group every pending row into the state anyway
+        else:
+            self._snapshot_pending()
         return super().snapshot_state(checkpoint_id)
 
     def end_input(self) -> None:

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol, assert_never
 
 from weir.connectors import kafka
 from weir.core import json_codec
-from weir.core.columnar import BatchDecoder
+from weir.core.columnar import BatchDecoder, Schema
 from weir.core.config import Endpoints
 from weir.core.descriptors import (
     Committed,
@@ -230,7 +230,7 @@ class KafkaSourceOperator(SourceOperator):
         self._discovery_interval_s = None if spec.bounded or interval is None else interval / 1000.0
         self._next_discovery = 0.0
         self._known_partitions = 0
-        self._decoder = spec.schema.decoder(spec.timestamp_field) if spec.schema is not None else None
+        self._decoder = _decoded_schema(spec).decoder(spec.timestamp_field) if spec.schema is not None else None
         # With max_record_bytes the deserializer checks the size first (no cost without it).
         self._deserialize, self._record_deserialize = spec.deserializer, spec.record_deserializer
         limit = spec.max_record_bytes
@@ -650,6 +650,15 @@ class OversizedRecordError(ValueError):
 
 def _oversized(size: int, limit: int) -> str:
     return f"record value of {size} bytes is over the source's max_record_bytes of {limit}"
+
+
+def _decoded_schema(spec: KafkaSourceSpec) -> Schema:
+    """The fields a columnar source decodes: its schema's, or only those the job reads (its projection)
+    and the event time; a field no operator reads is neither decoded nor checked."""
+    assert spec.schema is not None
+    if spec.projection is None:
+        return spec.schema
+    return spec.schema.project((*spec.projection, *((spec.timestamp_field,) if spec.timestamp_field else ())))
 
 
 def _value_size(raw: bytes | None) -> int:

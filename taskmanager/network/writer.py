@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
-from weir.core.columnar import BatchKeys, FieldKey, channel_table, split_by_channel
+from weir.core.columnar import BatchKeys, FieldKey, channel_table, concat, split_by_channel
 from weir.core.errors import ProtocolError
 from weir.core.watermarks import WatermarkStatus
 from weir.taskmanager.network.codec import (
@@ -70,6 +70,7 @@ class RecordWriter:
         self.records_out = 0
         self._single_channel = len(channels) == 1 and key_selector is None  # no partitioning to do
         self._rows = [0] * len(channels)
+        self._columnar = columnar
         if columnar:  # the edge carries record batches: partitioned on arrays, buffered by rows
             # The columnar path takes record batches, not records: bound once, at construction.
             self.emit = self._emit_batch  # type: ignore[method-assign,assignment]
@@ -164,6 +165,8 @@ class RecordWriter:
             self._timestamps[ch] = []
             self._rows[ch] = 0
             if isinstance(channel, LocalOutputChannel):
+                if self._columnar and len(values) > 1:  # one batch per buffer, as a remote channel's
+                    values, timestamps = [concat(values)], [None]
                 channel.send(LocalBuffer(msg, values, timestamps))
                 return
             encode_into(msg, values, timestamps)

@@ -7,15 +7,19 @@ on arrays, exchanged as Arrow IPC and aggregated vectorized. Everything else (``
 sinks, a key function, an AggregateFunction, ``process``) takes records: the batches are turned into
 dicts (one per row, stamped with the event time) by an operator chained to the columnar one,
 ``<uid>-records``, made once per columnar operator.
+
+The source decodes only the fields the job reads (Flink's projection push-down): when every operator
+taking its batches is such a window without a late-data side output, the key, the aggregated fields
+and the event time; when anything takes records (or a window's late rows), every field of the schema.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from weir.api.checks import KeySelector
-from weir.api.connector import WithoutOnError
+from weir.api.connector import Source, WithoutOnError
 from weir.api.functions import KeyedProcessFunction
 from weir.api.streams import DataStream, KeyedStream
 from weir.api.wiring import GraphBuilder
@@ -39,6 +43,29 @@ def _to_records() -> ToRecordsOperator:
     return ToRecordsOperator()
 
 
+class FieldsRead:
+    """The fields of a columnar source's schema that the operators taking its batches read, and the
+    source's operator in the graph projected to them as each such operator is added."""
+
+    def __init__(self, source: Source, transformation: Transformation) -> None:
+        self._source = source
+        self._t = transformation
+        self._fields: set[str] | None = set()  # None: every field (records are made of the batches)
+
+    def read(self, fields: Iterable[str] | None) -> None:
+        """An operator takes ``fields`` of the batches; None: every field."""
+        if self._fields is None:
+            return
+        if fields is None:
+            self._fields = None
+            projected = self._source.projected(None)
+        else:
+            self._fields.update(fields)
+            projected = self._source.projected(tuple(sorted(self._fields)))
+        self._t.source_spec = projected.descriptor()
+        self._t.factory = projected.create_operator
+
+
 class ColumnarStream(DataStream):
     """A stream of Arrow record batches with declared fields (a columnar source's output)."""
 
@@ -47,14 +74,17 @@ class ColumnarStream(DataStream):
         graph: GraphBuilder,
         transformation: Transformation,
         schema: Schema,
+        reads: FieldsRead,
         partitioning: Partitioning = Partitioning.FORWARD,
         key_selector: Callable[[Any], Any] | None = None,
     ) -> None:
         super().__init__(graph, transformation, partitioning, key_selector)
         self.schema = schema
+        self._reads = reads
 
     def records(self) -> DataStream:
         """The stream as records (dicts), converted once per columnar operator."""
+        self._reads.read(None)
         records_uid = f"{self.uid}-records"
         made = self._graph.records_operators
         if records_uid not in made:
@@ -84,20 +114,23 @@ class ColumnarStream(DataStream):
     def key_by(self, key: KeySelector) -> KeyedStream:
         if isinstance(key, str):
             self.schema.kind_of(key)  # an unknown field fails at build time
-            return ColumnarKeyedStream(self._graph, self._t, self.schema, FieldKey(key))
+            return ColumnarKeyedStream(self._graph, self._t, self.schema, FieldKey(key), self._reads)
         return self.records().key_by(key)
 
 
 class ColumnarKeyedStream(KeyedStream):
     """A columnar stream keyed by a field: batches are hash-partitioned by key group on arrays."""
 
-    def __init__(self, graph: GraphBuilder, transformation: Transformation, schema: Schema, key: FieldKey) -> None:
+    def __init__(
+        self, graph: GraphBuilder, transformation: Transformation, schema: Schema, key: FieldKey, reads: FieldsRead
+    ) -> None:
         super().__init__(graph, transformation, key)
         self.schema = schema
         self._field_key = key
+        self._reads = reads
 
     def _columnar(self) -> ColumnarStream:
-        return ColumnarStream(self._graph, self._t, self.schema)
+        return ColumnarStream(self._graph, self._t, self.schema, self._reads)
 
     def _records_keyed(self) -> KeyedStream:
         """The same partitioning over records: converted before the exchange, keyed by the field."""
@@ -140,6 +173,7 @@ class ColumnarKeyedStream(KeyedStream):
         for field in fn.fields():
             self.schema.kind_of(field)  # an unknown field fails at build time
         key_field = self._field_key.field
+        self._reads.read((key_field, *fn.fields()) if late_data is None else None)  # late rows go out whole
 
         def window_operator() -> Any:
             from weir.operators.columnar import ColumnarWindowAggregateOperator  # in the TaskManager: see _to_records
@@ -159,4 +193,4 @@ class ColumnarKeyedStream(KeyedStream):
         )
 
 
-__all__ = ["ColumnarKeyedStream", "ColumnarStream"]
+__all__ = ["ColumnarKeyedStream", "ColumnarStream", "FieldsRead"]

@@ -83,6 +83,11 @@ class Source(abc.ABC):
         """The fields of the record batches the source emits; None: it emits one value per record."""
         return None
 
+    def projected(self, fields: tuple[str, ...] | None) -> Source:
+        """This columnar source decoding only ``fields`` of its schema (and its event time), the ones
+        the job reads; None: every field. Asked of columnar sources only."""
+        raise JobDefinitionError(f"{type(self).__name__} emits records, not batches: it has no fields to project")
+
     def default_parallelism(self) -> int | None:
         """The parallelism the source runs at unless ``from_source`` is given one (the CDC source:
         1, its replication slot's one reader); None: the job's."""

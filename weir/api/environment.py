@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
-from weir.api.columnar import ColumnarStream
+from weir.api.columnar import ColumnarStream, FieldsRead
 from weir.api.connector import Duration, Source, WithoutOnError, told_as
 from weir.api.generator_source import GeneratorSource
 from weir.api.kafka_source import KafkaSource
@@ -124,7 +124,9 @@ class Environment:
             source_spec=source.descriptor(),
             columnar=schema is not None,
         )
-        return DataStream(self._builder, t) if schema is None else ColumnarStream(self._builder, t, schema)
+        if schema is None:
+            return DataStream(self._builder, t)
+        return ColumnarStream(self._builder, t, schema, FieldsRead(source, t))
 
     def from_kafka(
         self,

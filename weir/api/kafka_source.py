@@ -73,6 +73,9 @@ class KafkaSource(Source):
     def columnar_schema(self) -> Schema | None:
         return self.spec.schema
 
+    def projected(self, fields: tuple[str, ...] | None) -> KafkaSource:
+        return KafkaSource(replace(self.spec, projection=fields))
+
 
 @dataclass(frozen=True)
 class _Settings:

@@ -27,9 +27,10 @@ work, which runs in the TaskManager, starts with :func:`arrow`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import add as _add
+from operator import attrgetter, itemgetter
 from types import GenericAlias
 from typing import TYPE_CHECKING, Annotated, Any, Final
 
@@ -55,6 +56,8 @@ _INT64: Final = Annotated[int, msgspec.Meta(ge=-(2**63), le=2**63 - 1)]
 
 _ARROW_TYPE_NAMES: Final[Mapping[type, str]] = {str: "string", int: "int64", float: "float64", bool: "bool_"}
 """A schema field's Python type -> the ``pyarrow`` factory of its Arrow type."""
+
+_first: Final = itemgetter(0)
 
 _RECORD_BATCH: type | None = None
 """``pyarrow.RecordBatch`` once :func:`arrow` imported it."""
@@ -119,6 +122,14 @@ class Schema:
     def names(self) -> tuple[str, ...]:
         return tuple(name for name, _ in self.fields)
 
+    def project(self, names: Iterable[str]) -> Schema:
+        """The schema of the fields named (in this schema's order): what a source decodes when the job
+        reads only those (Flink's projection push-down)."""
+        wanted = set(names)
+        for name in wanted:
+            self.kind_of(name)  # an unknown field fails
+        return Schema(tuple((name, kind) for name, kind in self.fields if name in wanted))
+
     def kind_of(self, name: str) -> type:
         for field, kind in self.fields:
             if field == name:
@@ -151,25 +162,26 @@ class BatchDecoder:
         self.timestamp_field = timestamp_field
         # An int field is an Arrow int64: a larger int is refused as that record's error, not later.
         fields = [(name, _INT64 if kind is int else kind) for name, kind in schema.fields]
-        record = msgspec.defstruct("Record", fields)
+        # gc=False: a record holds str, int, float and bool only, never a cycle; untracked, a poll's
+        # thousands of them cost the cyclic collector nothing.
+        record = msgspec.defstruct("Record", fields, gc=False)
         # Each raw record in a list of its own ([[r1],[r2],...]): a raw record that is not one JSON
         # object (a fragment, or two objects) cannot pass as records of its neighbours.
         self._many = msgspec.json.Decoder(GenericAlias(list, GenericAlias(tuple, record))).decode
         self._one = msgspec.json.Decoder(record).decode
-        self._names = schema.names
+        self._getters = tuple(attrgetter(name) for name in schema.names)
         self._timestamp_index = schema.names.index(timestamp_field) if timestamp_field else None
 
     def decode(self, raws: Sequence[bytes | None]) -> tuple[list[Any], list[tuple[int, str]]]:
         """The records of ``raws`` that decode (msgspec structs, in order) and ``(index, reason)`` of
         each one that does not."""
-        if None not in raws:
-            try:
-                wrapped = self._many(b"[[" + b"],[".join(raws) + b"]]")  # type: ignore[arg-type]
-            except (msgspec.DecodeError, UnicodeDecodeError):
-                pass
-            else:
-                if len(wrapped) == len(raws):
-                    return [w[0] for w in wrapped], []
+        try:  # a record without a value (None) makes the join raise TypeError: then one by one
+            wrapped = self._many(b"[[" + b"],[".join(raws) + b"]]")  # type: ignore[arg-type]
+        except (msgspec.DecodeError, UnicodeDecodeError, TypeError):
+            pass
+        else:
+            if len(wrapped) == len(raws):
+                return list(map(_first, wrapped)), []
         good: list[Any] = []
         bad: list[tuple[int, str]] = []
         one = self._one
@@ -187,7 +199,7 @@ class BatchDecoder:
 
     def columns(self, records: Sequence[Any]) -> list[list[Any]]:
         """The records' values per field, in schema order."""
-        return [[getattr(r, name) for r in records] for name in self._names]
+        return [list(map(getter, records)) for getter in self._getters]
 
     def timestamps(self, columns: Sequence[list[Any]]) -> list[int] | None:
         return columns[self._timestamp_index] if self._timestamp_index is not None else None
@@ -453,6 +465,22 @@ class BuiltinAggregates:
             else:
                 merged.append(min(a, b) if op == "min" else max(a, b))
         return tuple(merged)
+
+    def results(
+        self, keys: Sequence[Any], starts: Sequence[int], size: int, partials: Sequence[Sequence[Any]]
+    ) -> list[dict[str, Any]]:
+        """The results of many windows of ``size`` ms at once, each as :meth:`result` makes it:
+        ``partials[i]`` holds partial ``i`` of every window, in the order of ``keys`` and ``starts``."""
+        names = (self.key_field, "window_start", "window_end", *(name for name, _of in self._results))
+        columns: list[Sequence[Any]] = [keys, starts, [start + size for start in starts]]
+        for aggregate in self.aggregates.values():
+            match aggregate:
+                case Mean(field=field):
+                    sums, counts = partials[self._index[(field, "sum")]], partials[self._index[(None, "count")]]
+                    columns.append([s / c if c else None for s, c in zip(sums, counts, strict=True)])
+                case _:
+                    columns.append(partials[self._index[_partials_of(aggregate)[0]]])
+        return [dict(zip(names, row, strict=True)) for row in zip(*columns, strict=True)]
 
     def result(self, key: Any, window_start: int, window_end: int, acc: tuple[Any, ...]) -> dict[str, Any]:
         out: dict[str, Any] = {self.key_field: key, "window_start": window_start, "window_end": window_end}

@@ -118,6 +118,7 @@ class KafkaSourceSpec:
     idle_timeout_ms: int | None = None  # a partition without records this long stops holding the watermark
     schema: Schema | None = None  # columnar: each poll decoded into one record batch of these fields
     timestamp_field: str | None = None  # columnar: the int field that is the event time
+    projection: tuple[str, ...] | None = None  # columnar: the schema fields the job reads; None: all
     starting_offsets: StartingOffsets = OffsetReset.EARLIEST  # partitions without a restored position
     properties: Properties = ()  # over the job's Kafka settings for this source's clients (validated)
     record_deserializer: Callable[[KafkaRecord], Any] | None = None  # instead of deserializer: the whole record

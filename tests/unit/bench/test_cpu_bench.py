@@ -100,3 +100,28 @@ def test_what_a_snapshot_emits_reaches_the_next_vertex_before_its_snapshot() -> 
     every_row = run_once(per_record, messages, 2, 0)["output"]
     in_batches = run_once(batched, messages, 2, 0)["output"]  # no checkpoint but the final one
     assert 0 < in_batches < every_row
+
+
+def test_every_source_subtask_flushes_its_buffers_and_watermark_every_few_of_its_polls(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each source subtask's outputs are flushed every FLUSH_EVERY_POLLS of its own polls (a buffer
+    timeout's stand-in), so the window's watermark advances as the sources read, not only at
+    checkpoints (one poll counter for all three sources flushed only the third one's)."""
+    import weir.operators.columnar as columnar_ops
+    from bench.cpu_bench import FLUSH_EVERY_POLLS, cases, run_once
+
+    seen: list[int] = []
+    process_watermark = columnar_ops.ColumnarWindowAggregateOperator.process_watermark
+
+    def recording(self: Any, watermark: int) -> None:
+        seen.append(watermark)
+        process_watermark(self, watermark)
+
+    monkeypatch.setattr(columnar_ops.ColumnarWindowAggregateOperator, "process_watermark", recording)
+    (columnar,) = cases(["columnar"], [])
+    events = 150_000  # 50,000 rows a source subtask: 25 polls of 2,000
+    run_once(columnar, columnar.make_input(events), 3, 0)  # no checkpoint but the final one
+    polls_per_source = events // 3 // 2_000
+    assert len(seen) >= 3 * (polls_per_source // FLUSH_EVERY_POLLS)
+    assert len(set(seen)) > 3  # the watermark moved before the end of input (MAX_WATERMARK)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pytest
@@ -139,6 +139,24 @@ def test_a_poll_is_one_batch_and_a_malformed_record_is_dead_lettered_alone(
     assert out.watermarks == [49]  # the lower partition's latest event time, minus 1
     state = json.loads(source.snapshot_state(1) or b"{}")
     assert state["next_offsets"] == {"0": 3, "1": 3}
+
+
+def test_a_projected_source_decodes_only_the_fields_the_job_reads_and_the_event_time(
+    start_operator: StartOperator, kafka: Callable[[int], tuple[Consumer, DeadLetters]]
+) -> None:
+    consumer, dlq = kafka(1)
+    spec = replace(columnar_spec(), schema=Schema.of({"id": str, "key": str, "value": int, "ts": int}))
+    source = KafkaSourceOperator(replace(spec, projection=("key",)))
+    out = start_operator(source, uid="events-source")
+    consumer.add(0, json.dumps({"id": "e1", "key": "a", "value": 1, "ts": 10}).encode())
+    consumer.add(0, json.dumps({"id": 2, "key": "b", "ts": 11}).encode())  # id and value unread: not checked
+    consumer.add(0, json.dumps({"id": "e3", "key": 3, "value": 3, "ts": 12}).encode())  # key is read
+    consumer.add(0, json.dumps({"id": "e4", "key": "d", "value": 4}).encode())  # so is the event time
+    source.poll(10)
+    (emitted,) = out.records
+    assert emitted[0].schema.names == ["key", "ts"] and timestamp_field_of(emitted[0]) == "ts"
+    assert emitted[0].to_pylist() == [{"key": "a", "ts": 10}, {"key": "b", "ts": 11}]
+    assert sorted(d["offset"] for _t, _k, d in dlq.produced) == [2, 3]
 
 
 def test_a_poll_of_only_malformed_records_emits_no_batch(

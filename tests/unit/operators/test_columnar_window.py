@@ -365,15 +365,55 @@ def test_rows_wait_until_a_watermark_fires_their_window(start_operator: StartOpe
     assert op._pending_rows == 3 and state_of(op) == {}
     op.process_watermark(5)  # no pending window fires yet: nothing is grouped
     assert op._pending_rows == 3 and out.records == []
-    op.process_watermark(9)
-    assert op._pending_rows == 0
+    op.process_watermark(9)  # [0, 10) fires from its rows; [10, 20)'s row waits on, pending
+    assert op._pending_rows == 1 and state_of(op) == {}
     assert sorted((v["key"], v["window_start"], v["count"], v["sum"]) for v, _ in out.take()) == [
         ("a", 0, 1, 1),
         ("b", 0, 1, 4),
     ]
-    assert [v for v in state_of(op).values()] == [("a", (1, 2))]  # [10, 20) waits in state
     op.process_watermark(19)
     assert out.take() == [({"key": "a", "window_start": 10, "window_end": 20, "count": 1, "sum": 2}, 19)]
+    assert op._pending_rows == 0 and state_of(op) == {}
+
+
+@pytest.mark.parametrize("assigner", list(ASSIGNERS))
+def test_without_lateness_windows_fire_from_pending_rows_and_never_touch_the_state(
+    start_operator: StartOperator, assigner: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = random_steps(random.Random(61), 1500)
+    pair = start_pair(start_operator, ASSIGNERS[assigner], 0)
+    writes: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(pair.batches.store, "put", lambda *entry: writes.append(entry))
+    feed_records(pair.records, steps)
+    feed_batches(pair.batches, steps)
+    pair.batches.process_watermark(MAX_WATERMARK)
+    pair.records.process_watermark(MAX_WATERMARK)
+    assert writes == [] and pair.batches._pending_rows == 0
+    pair.assert_same()
+
+
+def test_a_window_grouped_into_the_state_by_a_snapshot_fires_with_the_rows_that_came_after(
+    start_operator: StartOperator,
+) -> None:
+    op = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", TumblingEventTimeWindows(10), 0)
+    out = start_operator(op, uid="win")
+    op.process(batch_of([("a", 1, 1), ("b", 4, 3), ("a", 5, 12)]), None)
+    op.snapshot_state(1)  # every pending window's aggregate written, its rows kept pending
+    assert sorted(state_of(op).values()) == [("a", (1, 1)), ("a", (1, 5)), ("b", (1, 4))]
+    op.process(batch_of([("a", 2, 2), ("c", 7, 8), ("a", 6, 13), ("d", 9, 21)]), None)
+    op.process_watermark(9)
+    assert sorted((v["key"], v["window_start"], v["count"], v["sum"]) for v, _ in out.take()) == [
+        ("a", 0, 2, 3),
+        ("b", 0, 1, 4),
+        ("c", 0, 1, 7),
+    ]
+    assert sorted(state_of(op).values()) == [("a", (1, 5))] and op._pending_rows == 3  # later windows wait
+    op.process_watermark(29)  # [10, 20) from its state and its row, then [20, 30) from its row alone
+    assert out.take() == [
+        ({"key": "a", "window_start": 10, "window_end": 20, "count": 2, "sum": 11}, 19),
+        ({"key": "d", "window_start": 20, "window_end": 30, "count": 1, "sum": 9}, 29),
+    ]
+    assert state_of(op) == {} and op._pending_rows == 0 and op._fire_groups == {}
 
 
 def test_a_snapshot_in_the_middle_compacts_the_pending_rows_and_the_job_goes_on(start_operator: StartOperator) -> None:
@@ -384,9 +424,10 @@ def test_a_snapshot_in_the_middle_compacts_the_pending_rows_and_the_job_goes_on(
     pair = start_pair(start_operator, ASSIGNERS["sliding-uneven"], 0)
     feed_records(pair.records, steps[:middle])
     feed_batches(pair.batches, steps[:middle])
-    assert pair.batches._pending_rows > 0
+    pending = pair.batches._pending_rows
+    assert pending > 0
     snapshot = pair.batches.snapshot_state(1)
-    assert pair.batches._pending == [] and pair.batches._pending_rows == 0
+    assert pair.batches._pending_rows == pending  # written as their windows' entries, and kept to fire from
     assert snapshot == pair.records.snapshot_state(1)
     assert state_of(pair.batches) == state_of(pair.records) != {}
     feed_records(pair.records, steps[middle:])
@@ -394,6 +435,29 @@ def test_a_snapshot_in_the_middle_compacts_the_pending_rows_and_the_job_goes_on(
     finish(pair.records)
     finish(pair.batches)
     pair.assert_same()
+
+
+@pytest.mark.parametrize("assigner", list(ASSIGNERS))
+def test_snapshots_at_random_points_keep_the_results_and_state_of_the_per_record_window(
+    start_operator: StartOperator, assigner: str
+) -> None:
+    rng = random.Random(83)
+    steps = random_steps(rng, 1500)
+    pair = start_pair(start_operator, ASSIGNERS[assigner], 0)
+    checkpoint = 0
+    for n, step in enumerate(steps):
+        feed_records(pair.records, [step])
+        feed_batches(pair.batches, [step])
+        if rng.random() < 0.1:
+            checkpoint += 1
+            assert pair.batches.snapshot_state(checkpoint) == pair.records.snapshot_state(checkpoint), n
+            if not pair.records._slice_ms:
+                assert state_of(pair.batches) == state_of(pair.records), n
+    assert checkpoint > 5
+    finish(pair.records)
+    finish(pair.batches)
+    pair.assert_same()
+    assert state_of(pair.batches) == state_of(pair.records) == {}
 
 
 def test_compaction_on_size_groups_rows_before_any_watermark(
@@ -505,26 +569,40 @@ def test_state_of_the_per_record_window_restores_into_the_columnar_one(
     assert after_out.records  # the restored windows and the new ones fired
 
 
-def test_state_of_the_columnar_window_restores_into_the_per_record_one(start_operator: StartOperator) -> None:
+@pytest.mark.parametrize("lateness", [0, 30])
+@pytest.mark.parametrize("into", ["per-record", "columnar"])
+def test_state_of_the_columnar_window_restores_into_the_per_record_one_and_itself(
+    start_operator: StartOperator, lateness: int, into: str
+) -> None:
+    """Without lateness a snapshot writes the pending windows' aggregates and keeps their rows; with
+    it, it groups them into the state. Either state restores into either path."""
     steps = random_steps(random.Random(71), 1600, very_late=0.05)
     middle = len(steps) // 2
     assigner = ASSIGNERS["sliding-uneven"]
-    reference = WindowAggregateOperator(CountAndSum(), FieldKey("key"), assigner(), 30)
-    before = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", assigner(), 30)
+    reference = WindowAggregateOperator(CountAndSum(), FieldKey("key"), assigner(), lateness)
+    before = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", assigner(), lateness)
     reference_out = start_operator(reference, uid="reference")
     start_operator(before, uid="migrated")
     feed_records(reference, steps[:middle])
     feed_batches(before, steps[:middle])
     snapshot = before.snapshot_state(1)
+    assert before._pending_rows > 0 if not lateness else before._pending_rows == 0
     reference_out.events.clear()
 
-    after = WindowAggregateOperator(CountAndSum(), FieldKey("key"), assigner(), 30)
-    after_out = start_operator(after, uid="migrated", restore=snapshot)
+    after: WindowAggregateOperator
+    if into == "per-record":
+        after = WindowAggregateOperator(CountAndSum(), FieldKey("key"), assigner(), lateness)
+        after_out = start_operator(after, uid="migrated", restore=snapshot)
+        feed_records(after, steps[middle:])
+    else:
+        after = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", assigner(), lateness)
+        after_out = start_operator(after, uid="migrated", restore=snapshot)
+        feed_batches(after, steps[middle:])  # type: ignore[arg-type]
     feed_records(reference, steps[middle:])
-    feed_records(after, steps[middle:])
     finish(reference)
     finish(after)
     assert segments(after_out) == segments(reference_out)
+    assert sum(segments(after_out), Counter())
 
 
 def inherited(subtask: int, parallelism: int, watermark: int) -> InheritedState:

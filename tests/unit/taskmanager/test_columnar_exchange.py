@@ -157,7 +157,7 @@ def test_a_remote_buffer_is_arrow_ipc_and_reads_back_as_the_batch() -> None:
     assert type(buffer.event).__name__ == "WatermarkEvent"
 
 
-def test_a_local_buffer_carries_the_batches_and_counts_their_rows() -> None:
+def test_a_local_buffer_carries_its_batches_as_one_and_counts_their_rows() -> None:
     local = FakeLocalChannel()
     writer = columnar_writer([local], RebalancePartitioner(SubtaskIndex(0), 1))
     first, second = batch([("a", 1), ("b", 2)]), batch([("c", 3)])
@@ -166,9 +166,10 @@ def test_a_local_buffer_carries_the_batches_and_counts_their_rows() -> None:
     writer.flush()
     (buffer,) = local.sent
     assert isinstance(buffer, LocalBuffer)
-    assert buffer.values == [first, second] and buffer.message.record_count == 3
+    assert len(buffer.values) == 1 and buffer.timestamps == [None] and buffer.message.record_count == 3
+    assert buffer.values[0].equals(pa.concat_batches([first, second]))  # the rows in order, one batch
     assert buffer.message.records == b""
-    assert read_buffer(buffer).values == [first, second]
+    assert read_buffer(buffer).values == buffer.values
 
 
 def test_a_columnar_edge_keyed_by_a_function_is_refused() -> None:

@@ -369,6 +369,19 @@ def test_every_aggregate_creates_adds_merges_and_results() -> None:
     assert fn.result("u", 0, 5, fn.merge(acc, (-7, 100, 1, 1, 1.0, 8.0)))["avg"] == 3.0
 
 
+def test_results_of_many_windows_are_each_windows_result() -> None:
+    fn = BuiltinAggregates(
+        {"lo": Min("v"), "hi": Max("v"), "avg": Mean("v"), "n": Count(), "total": Sum("w"), "top": Max("w")}, "user"
+    )
+    accs = [(-2, 9, 11, 3, 4.0, 2.0), (None, None, 0, 0, 0, None), (5, 5, 5, 1, 0.5, 0.5)]
+    keys, starts = ["u", "v", "u"], [0, 0, 10]
+    columns = [list(c) for c in zip(*accs, strict=True)]
+    expected = [fn.result(k, s, s + 10, acc) for k, s, acc in zip(keys, starts, accs, strict=True)]
+    assert fn.results(keys, starts, 10, columns) == expected
+    assert [list(r) for r in fn.results(keys, starts, 10, columns)] == [list(r) for r in expected]  # same order
+    assert fn.results([], [], 10, [[] for _ in fn.partials]) == []
+
+
 def test_mean_shares_the_count_and_sum_partials_of_other_aggregates() -> None:
     fn = BuiltinAggregates({"mean": Mean("x"), "count": Count(), "sum": Sum("x")}, "key")
     assert fn.partials == (("x", "sum"), (None, "count"))

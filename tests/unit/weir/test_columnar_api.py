@@ -130,6 +130,65 @@ def test_the_columnar_window_operator_aggregates_the_batches_of_its_source(start
     ]
 
 
+def source_projection(env: Environment, uid: str = "events") -> tuple[str, ...] | None:
+    """The fields the source's spec says the job reads, checked against what its operator decodes."""
+    t = env.graph.transformations[uid]
+    spec = t.source_spec
+    decoder = t.factory()._decoder
+    wanted = Schema.of(FIELDS).names if spec.projection is None else {*spec.projection, "ts"}
+    assert decoder.schema.names == tuple(n for n in Schema.of(FIELDS).names if n in wanted)
+    return spec.projection  # type: ignore[no-any-return]
+
+
+def test_a_source_read_only_by_columnar_windows_decodes_only_their_fields() -> None:
+    env = Environment("j")
+    events = columnar_source(env)
+    windows = events.key_by("key").window(TumblingEventTimeWindows(10))
+    windows.aggregate(count_sum(), uid="win")
+    assert source_projection(env) == ("key", "value")
+    events.key_by("id").window(TumblingEventTimeWindows(10)).aggregate({"n": Count()}, uid="by-id")
+    assert source_projection(env) == ("id", "key", "value")
+
+
+@pytest.mark.parametrize(
+    "reads_records",
+    [
+        lambda events: events.map(lambda e: e, uid="m"),
+        lambda events: events.key_by(lambda e: e["key"]),
+        lambda events: events.rebalance(),
+        lambda events: (
+            events.key_by("key")
+            .window(TumblingEventTimeWindows(10))
+            .side_output_late_data(weir.api.OutputTag("late"))
+            .aggregate(count_sum(), uid="late-win")
+        ),
+    ],
+)
+def test_a_source_whose_batches_become_records_decodes_every_field(reads_records: Callable[[Any], Any]) -> None:
+    env = Environment("j")
+    events = columnar_source(env)
+    events.key_by("key").window(TumblingEventTimeWindows(10)).aggregate(count_sum(), uid="win")
+    reads_records(events)
+    assert source_projection(env) is None
+    events.key_by("key").window(TumblingEventTimeWindows(10)).aggregate({"n": Count()}, uid="after")
+    assert source_projection(env) is None  # records need every field, whatever comes after
+
+
+def test_a_projected_source_takes_a_record_whatever_its_unread_fields_hold(start_operator: StartOperator) -> None:
+    env = Environment("j")
+    columnar_source(env).key_by("key").window(TumblingEventTimeWindows(10)).aggregate(count_sum(), uid="win")
+    decoder = env.graph.transformations["events"].factory()._decoder
+    good, bad = decoder.decode(
+        [
+            b'{"id": 7, "key": "a", "value": 1, "ts": 3}',  # id is not read: not checked
+            b'{"key": "b", "value": 2, "ts": 4}',
+            b'{"id": "x", "key": "c", "value": "2", "ts": 5}',  # value is read: refused
+        ]
+    )
+    assert decoder.columns(good) == [["a", "b"], [1, 2], [3, 4]]
+    assert [(i, reason.split(":")[0]) for i, reason in bad] == [(2, "ValueError")]
+
+
 def test_an_unknown_key_or_aggregate_field_fails_the_build() -> None:
     env = Environment("j")
     events = columnar_source(env)
