@@ -63,14 +63,20 @@ class ScriptSources:
     tables: tuple[str, ...]
     read: Mapping[str, str]
     """Table -> its source's uid, for each table an INSERT reads."""
+    keyed: frozenset[str] = frozenset()
+    """The tables read whose records need a key ('upsert-kafka'): a file of values cannot feed them."""
 
     def uid_of(self, name: str) -> str:
         """The source uid ``--source NAME=...`` means: a table read by the script, by its name or by
         its source's uid; anything else is one line saying what the script reads."""
-        if name in self.read:
-            return self.read[name]
-        if name in self.read.values():
-            return name
+        table = next((t for t, uid in self.read.items() if name in (t, uid)), None)
+        if table in self.keyed:
+            raise CommandLineError(
+                f"--source {name}: table {table} of {self.script} is an 'upsert-kafka' table, whose records need "
+                "their key (the primary key): weir test feeds record values only"
+            )
+        if table is not None:
+            return self.read[table]
         readable = ", ".join(f"{table} ({uid})" for table, uid in self.read.items()) or "none"
         if name in self.tables:
             raise CommandLineError(
@@ -85,6 +91,7 @@ def script_sources(script: str, script_name: str, functions: Mapping[str, Any] |
     ``line:column``) and name the tables its INSERTs read. ``functions``: the Python functions it
     calls by name (``--functions FILE.py``)."""
     from weir.sql import operators_of, plan_script, source_uid
+    from weir.sql.catalog import KafkaTable
     from weir.sql.functions import registered
 
     planned = plan_script(script, functions)
@@ -92,7 +99,8 @@ def script_sources(script: str, script_name: str, functions: Mapping[str, Any] |
         operators = [op for statement in planned.inserts for op in operators_of(statement, script)]
     uids = {op.uid for op in operators if op.kind == "source"}
     read = {table: source_uid(table) for table in planned.tables if source_uid(table) in uids}
-    return ScriptSources(script_name, tuple(planned.tables), read)
+    keyed = frozenset(t for t in read if isinstance(c := planned.tables[t].connector, KafkaTable) and c.upsert)
+    return ScriptSources(script_name, tuple(planned.tables), read, keyed)
 
 
 __all__ = ["ScriptSources", "job_file_name", "read_script", "script_sources", "sql_job_source"]

@@ -102,6 +102,24 @@ INSERT INTO s SELECT n FROM g;
     assert dict(sources.read) == {"t": "sql-source-t", "g": "sql-source-g"}
 
 
+def test_an_upsert_kafka_table_is_refused_as_its_records_need_keys() -> None:
+    script = """
+CREATE TABLE users (id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('connector' = 'upsert-kafka', 'topic' = 'users', 'key.format' = 'json', 'value.format' = 'json');
+CREATE TABLE names (id BIGINT, name STRING, PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://localhost:5432/weir', 'table-name' = 'names');
+INSERT INTO names SELECT id, name FROM users;
+"""
+    sources = script_sources(script, "users.sql")
+    for name in ("users", "sql-source-users"):
+        with pytest.raises(CommandLineError) as refused:
+            sources.uid_of(name)
+        assert str(refused.value) == (
+            f"--source {name}: table users of users.sql is an 'upsert-kafka' table, whose records need their key "
+            "(the primary key): weir test feeds record values only"
+        )
+
+
 def test_a_script_weir_does_not_run_is_refused_with_its_position() -> None:
     with pytest.raises(SqlError, match=r"\d+:\d+"):
         script_sources("CREATE TABLE t (a BIGINT) WITH ('connector' = 'kafka', 'topic' = 't');\nSELECT * FROM;", "x")
