@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -14,6 +13,7 @@ import psycopg
 import pytest
 
 from tests.conftest import SESSION_TOPICS
+from tests.integration import polling
 from tests.integration.secured_kafka import SecuredKafka, start_secured_kafka, stop_secured_kafka
 from tests.observability import cluster_metrics_targets, register_scrape_targets
 from weir.connectors import kafka
@@ -54,17 +54,16 @@ class WeirCluster:
         within seconds: one that did not come back in ``timeout_s`` will not)."""
         if self.broken is not None:
             pytest.fail(self.broken, pytrace=False)
-        deadline = time.monotonic() + timeout_s
-        alive = -1
-        error = ""
-        while time.monotonic() < deadline:
+
+        def registered() -> tuple[int, str]:
             try:
-                alive = len(self.client.cluster_status().alive_taskmanagers)
+                return len(self.client.cluster_status().alive_taskmanagers), ""
             except WeirError as exc:
-                alive, error = -1, f" ({exc})"  # the JobManager is starting again
-            if alive == TASKMANAGERS:
-                return
-            time.sleep(0.2)
+                return -1, f" ({exc})"  # the JobManager is starting again
+
+        alive, error = polling.settle(timeout_s, registered, lambda answer: answer[0] == TASKMANAGERS)
+        if alive == TASKMANAGERS:
+            return
         self.broken = (
             f"the session's Weir cluster is broken: {max(alive, 0)} of {TASKMANAGERS} TaskManagers registered "
             f"after {timeout_s:g} s{error}; see the supervisor's logs in {self.directory}"
@@ -73,14 +72,7 @@ class WeirCluster:
 
     def wait_for(self, job_id: str, statuses: tuple[str, ...] = ("FINISHED",), timeout_s: float = 300.0) -> JobDetails:
         """Poll the job until it reaches one of ``statuses`` (or any terminal status)."""
-        deadline = time.monotonic() + timeout_s
-        status = self.client.job_status(job_id)
-        while time.monotonic() < deadline:
-            status = self.client.job_status(job_id)
-            if status.summary.status in statuses or status.summary.status in ("FINISHED", "FAILED", "CANCELED"):
-                break
-            time.sleep(0.2)
-        return status
+        return wait_for_job(self.client, job_id, statuses, timeout_s)
 
     def running_jobs(self) -> set[str]:
         """The jobs the JobManager knows that have not ended (empty when it does not answer)."""
@@ -98,9 +90,8 @@ class WeirCluster:
                 self.client.cancel_job(job_id)
             except WeirError:
                 pass  # ended meanwhile, or the JobManager is down: nothing holds slots for it then
-        deadline = time.monotonic() + timeout_s
-        while leftover and time.monotonic() < deadline and self._not_cancelling(leftover):
-            time.sleep(0.2)
+        if leftover:
+            polling.settle(timeout_s, lambda: self._not_cancelling(leftover), lambda busy: not busy)
         return leftover
 
     def _not_cancelling(self, job_ids: list[str]) -> bool:
@@ -109,6 +100,18 @@ class WeirCluster:
         except WeirError:
             return False  # the JobManager is down: nothing runs
         return any(jobs.get(j) in (JobStatus.CREATED, JobStatus.RUNNING, JobStatus.RESTARTING) for j in job_ids)
+
+
+def wait_for_job(
+    client: JobManagerClient, job_id: str, statuses: tuple[str, ...] = ("FINISHED",), timeout_s: float = 300.0
+) -> JobDetails:
+    """The job's status once it reaches one of ``statuses`` or ends; its last status after ``timeout_s``
+    (the caller asserts on it, naming the failure)."""
+    return polling.settle(
+        timeout_s,
+        lambda: client.job_status(job_id),
+        lambda status: status.summary.status in statuses or status.summary.is_terminal,
+    )
 
 
 _SESSION_CLUSTER: list[WeirCluster] = []  # the session's cluster once started, for the module teardown

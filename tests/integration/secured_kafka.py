@@ -16,15 +16,16 @@ import os
 import re
 import socket
 import subprocess
-import time
 import uuid
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Literal, assert_never
 
 from cryptography.hazmat.primitives import serialization
 
 from tests.certificates import CertificateAuthority
+from tests.integration import polling
 from weir.connectors import kafka
 from weir.core.config import cache_dir
 from weir.core.errors import WeirError
@@ -248,25 +249,26 @@ def _encrypt_key(plain: Path, encrypted: Path, password: str) -> None:
 
 def _wait_until_ready(secured: SecuredKafka) -> None:
     """Poll, with a deadline, until a client gets the cluster's metadata on each listener."""
-    deadline = time.monotonic() + READY_WITHIN_S
+
+    def unanswered(listener: Listener) -> str | None:
+        """None once the listener answers; why it does not yet."""
+        if secured.process.poll() is not None:
+            raise AssertionError(
+                f"the secured Kafka exited with {secured.process.returncode}: {secured.log.read_text()[-3000:]}"
+            )
+        try:
+            kafka.list_topic_names(secured.client_config(listener), timeout_s=5.0)
+        except WeirError as exc:
+            return str(exc)
+        return None
+
     for listener in LISTENERS:
-        why = "no answer yet"
-        while True:
-            if secured.process.poll() is not None:
-                raise AssertionError(
-                    f"the secured Kafka exited with {secured.process.returncode}: {secured.log.read_text()[-3000:]}"
-                )
-            try:
-                kafka.list_topic_names(secured.client_config(listener), timeout_s=5.0)
-                break
-            except WeirError as exc:
-                why = str(exc)
-            if time.monotonic() >= deadline:
-                raise AssertionError(
-                    f"the secured Kafka at {secured.bootstrap_of(listener)} ({listener}) did not answer within "
-                    f"{READY_WITHIN_S:g}s: {why}; see {secured.log}"
-                )
-            time.sleep(0.5)
+        why = polling.settle(READY_WITHIN_S, partial(unanswered, listener), lambda reason: reason is None, 0.5)
+        if why is not None:
+            raise AssertionError(
+                f"the secured Kafka at {secured.bootstrap_of(listener)} ({listener}) did not answer within "
+                f"{READY_WITHIN_S:g}s: {why}; see {secured.log}"
+            )
 
 
 def stop_secured_kafka(secured: SecuredKafka) -> None:

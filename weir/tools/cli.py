@@ -10,6 +10,7 @@ one line on stderr, ``weir: error: <reason>``; set ``WEIR_DEBUG=1`` to also get 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -42,6 +43,7 @@ from weir.core.errors import (
 from weir.core.extras import MissingServerExtraError, require_server, server_module_of
 from weir.core.states import JobStatus, TaskState
 from weir.tools import supervisor
+from weir.tools.sql_job import job_file_name, read_script, sql_job_source
 
 if TYPE_CHECKING:
     from weir.core.failures import Failure
@@ -980,28 +982,6 @@ def verify(
         raise typer.Exit(EXIT_FAILURE)
 
 
-def sql_job_source(script: str, functions_module: str | None = None) -> str:
-    """The job file ``weir sql`` submits: the script, run by ``weir.sql.sql`` in ``build(env)``; with
-    ``functions_module`` (``--functions FILE.py``, shipped beside it), the functions defined in it."""
-    if functions_module is None:
-        return (
-            '"""A streaming SQL job (weir sql): the script below, compiled to job API calls by weir.sql."""\n\n'
-            "from weir.sql import sql\n\n"
-            f"SCRIPT = {script!r}\n\n\n"
-            "def build(env):\n"
-            "    sql(env, SCRIPT)\n"
-        )
-    return (
-        '"""A streaming SQL job (weir sql): the script below, compiled to job API calls by weir.sql."""\n\n'
-        f"import {functions_module}\n"
-        "from weir.sql import sql\n"
-        "from weir.sql.functions import defined_in\n\n"
-        f"SCRIPT = {script!r}\n\n\n"
-        "def build(env):\n"
-        f"    sql(env, SCRIPT, functions=defined_in({functions_module}))\n"
-    )
-
-
 def _functions_module(path: Path) -> tuple[str, dict[str, Any]]:
     """``--functions FILE.py``: its module name and the functions defined in it (imported here to plan)."""
     import importlib.util
@@ -1076,11 +1056,7 @@ def sql_command(
     if (script_file is None) == (execute is None):
         raise JobDefinitionError('give a SQL file or -e "SQL", one of them')
     if script_file is not None:
-        try:
-            script = script_file.read_text(encoding="utf-8")
-        except OSError as exc:
-            message = "does not exist" if not script_file.exists() else f"cannot be read: {exc.strerror}"
-            raise JobDefinitionError(f"SQL file {script_file} {message}") from exc
+        script = read_script(script_file)
     else:
         assert execute is not None
         script = execute
@@ -1095,7 +1071,7 @@ def sql_command(
     if "parallelism.default" in planned.settings and parallelism is None:
         parallelism = int(planned.settings["parallelism.default"])
     with tempfile.TemporaryDirectory(prefix="weir-sql-") as folder:
-        job_file = Path(folder) / f"{''.join(c if c.isalnum() else '_' for c in name)}.py"
+        job_file = Path(folder) / job_file_name(name)
         job_file.write_text(sql_job_source(script, module), encoding="utf-8")
         run(
             job_file=job_file,
@@ -1116,14 +1092,29 @@ def sql_command(
 
 @app.command("test")
 def test_command(
-    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="The job file to run.")],
+    job_file: Annotated[
+        Path,
+        typer.Argument(
+            metavar="JOB.py|SCRIPT.sql",
+            help="The job file to run, or a Flink SQL script (run as the job weir sql submits for it).",
+        ),
+    ],
     source: Annotated[
         list[str] | None,
         typer.Option(
             "--source",
             metavar="UID=FILE.jsonl",
             help="A source's input (repeatable): for a Kafka source one record value per line, through the source's "
-            "deserializer; for a PostgreSQL CDC source one change event per line, in its JSON form.",
+            "deserializer; for a PostgreSQL CDC source one change event per line, in its JSON form. For a SQL "
+            "script, the source of a table it reads, by the table's name or its uid (sql-source-TABLE).",
+        ),
+    ] = None,
+    functions_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--functions",
+            metavar="FILE.py",
+            help="For a SQL script: the Python functions it calls by name, as weir sql --functions takes them.",
         ),
     ] = None,
     define: DefineOption = None,
@@ -1158,19 +1149,82 @@ def test_command(
         Path | None, typer.Option("--out", metavar="DIR", help="Write each sink's committed records as DIR/UID.jsonl.")
     ] = None,
 ) -> None:
-    """Run a job in this process over records from files, with no services; with --failures check that
-    failures and recovery from checkpoints leave its committed output unchanged. Exit 1 on a divergence."""
-    from weir.tools.jobtest import SourceData, SourceLines, check_job, write_outputs
+    """Run a job, or a SQL script as its job, in this process over records from files, with no services;
+    with --failures check that failures and recovery from checkpoints leave its committed output
+    unchanged. Exit 1 on a divergence."""
+    import shutil
+    import tempfile
 
-    parameters = parse_parameters(define or [])
-    inputs: dict[str, SourceData] = {}
+    given: list[tuple[str, Path]] = []
     for item in source or []:
         uid, sep, file = item.partition("=")
         if not sep or not uid.strip() or not file:
             raise CommandLineError(f"--source {item!r}: expected UID=FILE.jsonl")
-        if uid.strip() in inputs:
-            raise CommandLineError(f"--source {item!r}: source {uid.strip()!r} is given twice")
-        inputs[uid.strip()] = SourceLines.read(Path(file))
+        given.append((uid.strip(), Path(file)))
+    run = functools.partial(
+        _job_test,
+        parameters=parse_parameters(define or []),
+        failures=failures,
+        rescale=rescale,
+        checkpoint_every=checkpoint_every,
+        ms_per_record=ms_per_record,
+        out=out,
+    )
+    if job_file.suffix != ".sql":
+        if functions_file is not None:
+            raise CommandLineError("--functions FILE.py is for a SQL script: a job file imports its functions")
+        run(job_file, given)
+        return
+    from weir.tools.sql_job import script_sources  # plans the script: the SQL parser, for a script only
+
+    script = read_script(job_file)
+    module, functions = _functions_module(functions_file) if functions_file is not None else (None, None)
+    sources = script_sources(script, str(job_file), functions)
+    inputs = [(sources.uid_of(name), path) for name, path in given]
+    with tempfile.TemporaryDirectory(prefix="weir-test-sql-") as folder:
+        sql_job = Path(folder) / job_file_name(job_file.stem)
+        sql_job.write_text(sql_job_source(script, module), encoding="utf-8")
+        if functions_file is None or module is None:
+            run(sql_job, inputs, as_written=True)
+            return
+        shutil.copyfile(functions_file, Path(folder) / f"{module}.py")  # beside the job, as weir sql ships it
+        with _importable_from(Path(folder), module):
+            run(sql_job, inputs, as_written=True)
+
+
+@contextmanager
+def _importable_from(folder: Path, module: str) -> Iterator[None]:
+    """``import MODULE`` finds ``folder/MODULE.py`` while the block runs (a SQL job's ``--functions``
+    file, which its job file imports by name); the module is forgotten afterwards."""
+    sys.path.insert(0, str(folder))
+    try:
+        yield
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop(module, None)
+
+
+def _job_test(
+    job_file: Path,
+    given: list[tuple[str, Path]],
+    *,
+    parameters: dict[str, str],
+    failures: bool,
+    rescale: int | None,
+    checkpoint_every: int,
+    ms_per_record: int,
+    out: Path | None,
+    as_written: bool = False,
+) -> None:
+    """``weir test`` over a job file and its sources' input files (source uid -> file); ``as_written``:
+    ``--out`` writes each record as its sink writes it (a SQL script's rows by column)."""
+    from weir.tools.jobtest import SourceData, SourceLines, check_job, write_outputs
+
+    inputs: dict[str, SourceData] = {}
+    for uid, file in given:
+        if uid in inputs:
+            raise CommandLineError(f"--source {uid}={file}: source {uid!r} is given twice")
+        inputs[uid] = SourceLines.read(file)
     report = check_job(
         job_file,
         inputs,
@@ -1185,7 +1239,7 @@ def test_command(
         records = len(report.reference.by_operator.get(uid, []))
         console.print(f"sink {escape(uid)}: {records} records committed", soft_wrap=True)
     if out is not None:
-        for path in write_outputs(report.reference, out):
+        for path in write_outputs(report.reference, out, as_written=as_written):
             console.print(f"wrote {escape(str(path))}", soft_wrap=True)
     if failures:
         console.print(

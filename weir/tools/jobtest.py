@@ -57,6 +57,7 @@ from unittest import mock
 from weir.api import GeneratorSourceSpec, KafkaSourceSpec, PostgresCdcSourceSpec, load_job_file
 from weir.core import crashpoints
 from weir.core.cdc import ChangeEvent
+from weir.core.changelog import Delete
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, split_by_channel
 from weir.core.errors import Fault, WeirError
 from weir.core.ids import ChannelIndex, KeyGroup, SubtaskIndex
@@ -1165,16 +1166,54 @@ def _written(value: Any) -> Any:
     return value.to_json() if isinstance(value, ChangeEvent) else repr(value)
 
 
-def write_outputs(output: RunOutput, directory: Path) -> list[Path]:
+def write_outputs(output: RunOutput, directory: Path, *, as_written: bool = False) -> list[Path]:
     """Each sink's committed records as JSON lines ``{"value": ..., "timestamp": ...}`` in
     ``directory/<sink uid>.jsonl`` (a change event in its JSON form, another value JSON cannot hold
-    as its repr)."""
+    as its repr). ``as_written``: each record as the sink writes it (:func:`written_records`), for a
+    job whose values are the engine's own (a SQL script's rows and changes)."""
     directory.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
     for uid in output.sinks:
         path = directory / f"{uid.replace('/', '_')}.jsonl"
+        lines = (
+            written_records(output.sink_capture(uid))
+            if as_written
+            else [{"value": value, "timestamp": ts} for value, ts in output.by_operator.get(uid, [])]
+        )
         with path.open("w") as f:
-            for value, ts in output.by_operator.get(uid, []):
-                f.write(json.dumps({"value": value, "timestamp": ts}, default=_written) + "\n")
+            for line in lines:
+                f.write(json.dumps(line, default=_written) + "\n")
         written.append(path)
     return written
+
+
+def _decoded(data: bytes | None) -> Any:
+    """A Kafka record's key or value bytes as JSON when they are, else as text (None: a tombstone)."""
+    if data is None:
+        return None
+    try:
+        return json.loads(data)
+    except ValueError:
+        return data.decode("utf-8", errors="replace")
+
+
+def written_records(capture: SinkCapture) -> list[dict[str, Any]]:
+    """A sink's records as it writes them, each with its timestamp: a Kafka sink's value (and key,
+    when it has a key function) through its serializer, read back as JSON; a PostgreSQL sink's row by
+    column, or the key of a row it deletes (``{"delete": ...}``); another sink's value as received."""
+    d = capture.description
+    match d.kind:
+        case "kafka":
+            values = [{"value": _decoded(v)} for v in capture.serialized_values()]
+            if d.key is not None:
+                values = [{"key": _decoded(k), **v} for k, v in zip(capture.serialized_keys(), values, strict=True)]
+        case "postgres":
+            values = [
+                {"delete": dict(zip(d.key_columns, row.key, strict=True))}
+                if isinstance(row, Delete)
+                else {"value": dict(zip(d.columns, row, strict=True))}
+                for row in capture.rows()
+            ]
+        case _:
+            values = [{"value": v} for v in capture.values]
+    return [{**v, "timestamp": ts} for v, ts in zip(values, capture.timestamps, strict=True)]

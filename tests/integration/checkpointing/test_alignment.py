@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster
 
 pytestmark = pytest.mark.integration
@@ -23,13 +23,11 @@ def test_two_input_job_completes_aligned_checkpoints(weir_cluster: WeirCluster, 
         },
         parallelism=2,
     )
-    deadline = time.monotonic() + 120
-    completed = []
-    while time.monotonic() < deadline:
-        completed = [c for c in weir_cluster.client.list_checkpoints(job_id) if c.status == "COMPLETED"]
-        if len(completed) >= 4:
-            break
-        time.sleep(0.2)
+    completed = polling.settle(
+        120,
+        lambda: [c for c in weir_cluster.client.list_checkpoints(job_id) if c.status == "COMPLETED"],
+        lambda done: len(done) >= 4,
+    )
     weir_cluster.client.cancel_job(job_id)
     assert len(completed) >= 4, "aligned checkpoints did not complete"
 

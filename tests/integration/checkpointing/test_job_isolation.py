@@ -19,11 +19,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from rocksdict import AccessType, Options, Rdict
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster, create_topics, create_window_table
 from weir.connectors import kafka
 from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
@@ -52,8 +53,6 @@ RECORDS_PER_SECOND = "6000"  # ~11 s of input per job, checkpoints every second 
 PATHS = CheckpointPaths()
 DEADLINE_S = 120.0
 _BOUNDS = struct.Struct(">qq")  # weir.operators.windows: a window entry's key ends with its bounds
-
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -105,18 +104,6 @@ def reference(events: list[dict[str, Any]]) -> dict[tuple[str, int], tuple[int, 
     return result
 
 
-def poll(what: str, probe: Callable[[], T | None], timeout_s: float = DEADLINE_S, every_s: float = 0.2) -> T:
-    """``probe()`` once it returns something other than None; fails after ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = probe()
-        if value is not None:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout_s:.0f} s waiting for {what}")
-        time.sleep(every_s)
-
-
 def running(cluster: WeirCluster, job: Job) -> JobDetails:
     status = cluster.client.job_status(job.job_id)
     assert status.summary.status == "RUNNING", (job.name, status.summary.status, status.failure)
@@ -139,7 +126,7 @@ def completed_triggered_between(cluster: WeirCluster, job: Job, after: float, be
 def completed_since(
     cluster: WeirCluster, job: Job, since: float, count: int = 1
 ) -> Callable[[], list[CheckpointId] | None]:
-    """A probe for ``poll``: ``count`` completed checkpoints of the job triggered after ``since``."""
+    """A probe for ``polling.poll``: ``count`` completed checkpoints of the job triggered after ``since``."""
 
     def probe() -> list[CheckpointId] | None:
         found = completed_triggered_between(cluster, job, since, float("inf"))
@@ -306,13 +293,12 @@ def test_two_jobs_with_the_same_operator_uids_checkpoint_only_their_own_files_an
     start_ms = int(time.time()) * 1000
 
     # Both jobs need all six slots (two per TaskManager): wait for earlier tests' jobs to release theirs.
-    poll(
+    polling.until(
         "6 free slots on 3 TaskManagers",
+        DEADLINE_S,
         lambda: (
-            True
-            if len(alive := cluster.client.cluster_status().alive_taskmanagers) == 3
+            len(alive := cluster.client.cluster_status().alive_taskmanagers) == 3
             and sum(tm.slots_free for tm in alive) >= 2 * PARALLELISM
-            else None
         ),
     )
     inputs = []  # both inputs first, then both jobs at once: they process side by side
@@ -356,7 +342,7 @@ def _run_and_check(
         ok = all(s.summary.status == "RUNNING" and all(t.state == "RUNNING" for t in s.tasks) for s in statuses)
         return statuses if ok else None
 
-    statuses = poll("both jobs running with every task deployed", all_tasks_running)
+    statuses = polling.poll("both jobs running with every task deployed", DEADLINE_S, all_tasks_running)
     both_running_at = time.time()
     placement = {
         job.job_id: {t.subtask: t.taskmanager_id for t in status.tasks if t.vertex_uid == WINDOW}
@@ -375,7 +361,7 @@ def _run_and_check(
                 done_at[job.name] = time.time()
         return True if len(done_at) == 2 else None
 
-    poll("both jobs to process their input", both_consumed)
+    polling.poll("both jobs to process their input", DEADLINE_S, both_consumed)
     first_done = min(done_at.values())
     for job in (a, b):
         assert window_records_in(running(cluster, job)) == EVENTS, job.name
@@ -384,8 +370,9 @@ def _run_and_check(
 
     # 3. Checkpoints taken after the input was processed hold the final state; read them back.
     for job in (a, b):
-        poll(
+        polling.poll(
             f"{job.name}: 2 checkpoints triggered after its input was processed",
+            DEADLINE_S,
             completed_since(cluster, job, done_at[job.name], count=2),
         )
     own_dirs = {job.name: job.local_dirs(run_dir) for job in (a, b)}
@@ -441,8 +428,8 @@ def _run_and_check(
                     return None
             return listing, retained, handles
 
-        listing, retained, settled = poll(
-            f"{job.name}: the newest checkpoint's SSTs to be its local databases'", matches_local
+        listing, retained, settled = polling.poll(
+            f"{job.name}: the newest checkpoint's SSTs to be its local databases'", DEADLINE_S, matches_local
         )
         newest = max(retained, key=lambda checkpoint: checkpoint.checkpoint_id)
         figures[job.name] = {
@@ -472,13 +459,14 @@ def _run_and_check(
     cancelled_at = time.time()
     cluster.client.cancel_job(a.job_id)
     assert cluster.wait_for(a.job_id, ("CANCELED",), timeout_s=DEADLINE_S).summary.status == "CANCELED"
-    poll(
+    polling.until(
         "a's local RocksDB directories to be removed",
-        lambda: True if not any((run_dir / tm / "jobs" / a.job_id).exists() for tm in taskmanagers) else None,
+        DEADLINE_S,
+        lambda: not any((run_dir / tm / "jobs" / a.job_id).exists() for tm in taskmanagers),
     )
     assert all(d.is_dir() for d in own_dirs["b"]), own_dirs["b"]
     running(cluster, b)
-    poll("b: a checkpoint triggered after a's cancel", completed_since(cluster, b, cancelled_at))
+    polling.poll("b: a checkpoint triggered after a's cancel", DEADLINE_S, completed_since(cluster, b, cancelled_at))
     listing, retained = retained_checkpoints(storage, b)
     for checkpoint in retained:
         keyed_handles(b, a, checkpoint, listing, placement[b.job_id])
@@ -486,9 +474,10 @@ def _run_and_check(
 
     cluster.client.cancel_job(b.job_id)
     assert cluster.wait_for(b.job_id, ("CANCELED",), timeout_s=DEADLINE_S).summary.status == "CANCELED"
-    poll(
+    polling.until(
         "b's local RocksDB directories to be removed",
-        lambda: True if not any((run_dir / tm / "jobs" / b.job_id).exists() for tm in taskmanagers) else None,
+        DEADLINE_S,
+        lambda: not any((run_dir / tm / "jobs" / b.job_id).exists() for tm in taskmanagers),
     )
     left = {job.name: sum(1 for _ in storage.list(PATHS.job_dir(job.job_id))) for job in (a, b)}
     print(f"objects left in checkpoint storage after both cancels: {left}")

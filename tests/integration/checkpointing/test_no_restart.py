@@ -3,13 +3,13 @@ the two that remain (2 slots each, a parallelism-3 job needs 3)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, create_topics, create_window_table
+from tests.integration import polling
+from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, create_topics, create_window_table, wait_for_job
 from tests.integration.ports import private_ports
 from weir.core.config import Endpoints
 from weir.tools.client import JobManagerClient
@@ -59,16 +59,12 @@ def test_job_finishes_on_the_two_remaining_taskmanagers(
         "restart.delay": "1s",
     }
     job_id = client.submit_job(REPO_ROOT / "examples" / "keyed_aggregation.py", params, 3)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and (client.job_status(job_id).last_completed_checkpoint or 0) < 2:
-        time.sleep(0.2)
+    polling.until(
+        "2 completed checkpoints", 120, lambda: (client.job_status(job_id).last_completed_checkpoint or 0) >= 2
+    )
     kill_process(directory, "taskmanager-3")
 
-    deadline = time.monotonic() + 240
-    status = client.job_status(job_id)
-    while time.monotonic() < deadline and status.summary.status not in ("FINISHED", "FAILED", "CANCELED"):
-        time.sleep(0.3)
-        status = client.job_status(job_id)
+    status = wait_for_job(client, job_id, timeout_s=240)
     assert status.summary.status == "FINISHED", status.failure
 
     processes = {p.name: p for p in local_status(directory).processes}  # type: ignore[union-attr]

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import (
     WeirCluster,
     assert_sinks_exact,
@@ -29,17 +31,22 @@ def poll_status(cluster: WeirCluster, job_id: str) -> JobDetails | None:
         return None  # the JobManager is being restarted by the supervisor
 
 
-def wait_until(cluster: WeirCluster, job_id: str, predicate: object, what: str, timeout_s: float = 120.0) -> JobDetails:
-    deadline = time.monotonic() + timeout_s
-    status = None
-    while time.monotonic() < deadline:
+def wait_until(
+    cluster: WeirCluster, job_id: str, predicate: Callable[[JobDetails], bool], what: str, timeout_s: float = 120.0
+) -> JobDetails:
+    """The job's status once ``predicate`` holds for it; fails at once if the job ends meanwhile."""
+
+    def check() -> JobDetails | None:
         status = poll_status(cluster, job_id)
-        if status is not None and predicate(status):  # type: ignore[operator]
+        if status is None:
+            return None
+        if predicate(status):
             return status
-        if status is not None and status.summary.status in ("FAILED", "CANCELED"):
+        if status.summary.status in ("FAILED", "CANCELED"):
             pytest.fail(f"job ended {status.summary.status} while waiting for {what}: {status.failure}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}; last status: {status}")
+        return None
+
+    return polling.poll(what, timeout_s, check, 0.2)
 
 
 def process_running(cluster: WeirCluster, name: str) -> bool:

@@ -5,10 +5,9 @@ two jobs (`weir verify`: nothing missing, duplicated or left prepared or open)."
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import (
     RECORD_PATHS,
     REPO_ROOT,
@@ -26,17 +25,6 @@ pytestmark = pytest.mark.integration
 JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
 EVENTS = 30_000
 UNTHROTTLED = {"source.records_per_second": "0"}
-
-
-def wait_for(what: str, check: object, timeout_s: float = 120.0) -> object:
-    deadline = time.monotonic() + timeout_s
-    last = None
-    while time.monotonic() < deadline:
-        last = check()  # type: ignore[operator]
-        if last and not (isinstance(last, tuple) and last[0] is False):
-            return last
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}; last: {last}")
 
 
 def events_read(status: JobDetails) -> int:
@@ -71,16 +59,18 @@ def test_a_retained_checkpoint_restores_at_another_parallelism_with_exact_sinks(
     params |= path_parameters(path)
 
     old = client.submit_job(JOB, params, old_parallelism)
-    wait_for(
-        "a completed checkpoint of the first job, part of the way through its input",
-        lambda: (
-            (retained(weir_cluster, old) and events_read(client.job_status(old)) > EVENTS // 4)
-            or (False, client.job_status(old), client.list_checkpoints(old))
-        ),
+    # A completed checkpoint of the first job, part of the way through its input.
+    first, status = polling.settle(
+        120,
+        lambda: (retained(weir_cluster, old), client.job_status(old)),
+        lambda answer: bool(answer[0]) and events_read(answer[1]) > EVENTS // 4,
     )
+    assert first and events_read(status) > EVENTS // 4, (status, client.list_checkpoints(old))
     assert client.job_status(old).summary.status is JobStatus.RUNNING, "the first job ended before it was cancelled"
     client.cancel_job(old)
-    wait_for("the first job to be CANCELED", lambda: client.job_status(old).summary.status is JobStatus.CANCELED)
+    polling.until(
+        "the first job to be CANCELED", 120, lambda: client.job_status(old).summary.status is JobStatus.CANCELED
+    )
     read_by_old = events_read(client.job_status(old))
     assert read_by_old < EVENTS, "the first job read all its input: the restore would prove nothing"
 
@@ -92,12 +82,7 @@ def test_a_retained_checkpoint_restores_at_another_parallelism_with_exact_sinks(
 
     # The restored job reads the rest at full speed: the throttle only kept the first one mid-run.
     new = client.submit_job(JOB, params | UNTHROTTLED, new_parallelism, from_checkpoint=latest.external_path)
-    done = wait_for(
-        "the restored job to end",
-        lambda: (s := client.job_status(new)).summary.status.terminal and s,
-        timeout_s=180.0,
-    )
-    assert isinstance(done, JobDetails)
+    done = polling.settle(180, lambda: client.job_status(new), lambda s: s.summary.status.terminal)
     assert done.summary.status is JobStatus.FINISHED, done.failure
     assert done.summary.parallelism == new_parallelism
     sources = [t for t in done.tasks if t.vertex_uid == "events-source"]

@@ -14,8 +14,9 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.checkpointing.test_rescale import events_read, retained
-from tests.integration.checkpointing.test_savepoints import prepared_of, stop_with_savepoint, wait_for
+from tests.integration.checkpointing.test_savepoints import prepared_of, stop_with_savepoint
 from tests.integration.conftest import REPO_ROOT, WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
 from tests.integration.polling import poll
 from weir.connectors import kafka
@@ -69,7 +70,9 @@ def group_offsets(endpoints: Endpoints, topic: str) -> dict[int, int]:
 
 def ended(cluster: WeirCluster, job_id: str, what: str, timeout_s: float = 180.0) -> JobDetails:
     client = cluster.client
-    done: JobDetails = wait_for(what, lambda: (s := client.job_status(job_id)).summary.status.terminal and s, timeout_s)
+    done: JobDetails = polling.until(
+        what, timeout_s, lambda: (s := client.job_status(job_id)).summary.status.terminal and s
+    )
     return done
 
 
@@ -94,9 +97,11 @@ def test_three_generations_3_2_3_keep_every_source_position_once_and_both_sinks_
     # Generation 1, parallelism 3: cancelled after a completed checkpoint, part way through.
     first = client.submit_job(JOB, params, 3)
     weir_cluster.submitted.append(first)
-    wait_for("the first job part way, with a retained checkpoint", part_way(weir_cluster, first, EVENTS // 5))
+    polling.until("the first job part way, with a retained checkpoint", 120, part_way(weir_cluster, first, EVENTS // 5))
     client.cancel_job(first)
-    wait_for("the first job to be CANCELED", lambda: client.job_status(first).summary.status is JobStatus.CANCELED)
+    polling.until(
+        "the first job to be CANCELED", 120, lambda: client.job_status(first).summary.status is JobStatus.CANCELED
+    )
     read_by_first = events_read(client.job_status(first))
     assert 0 < read_by_first < EVENTS, f"the first job read {read_by_first} of {EVENTS} events"
     checkpoint = retained(weir_cluster, first)[-1].external_path
@@ -110,7 +115,9 @@ def test_three_generations_3_2_3_keep_every_source_position_once_and_both_sinks_
     # Generation 2, parallelism 2, from the retained checkpoint: stopped with a savepoint, part way.
     second = client.submit_job(JOB, params, 2, from_checkpoint=checkpoint)
     weir_cluster.submitted.append(second)
-    wait_for("the second job part way, with a completed checkpoint", part_way(weir_cluster, second, EVENTS // 5))
+    polling.until(
+        "the second job part way, with a completed checkpoint", 120, part_way(weir_cluster, second, EVENTS // 5)
+    )
     savepoint = stop_with_savepoint(weir_cluster, second)
     read_by_second = events_read(client.job_status(second))
     assert 0 < read_by_second < EVENTS - sum(at_checkpoint.values()), f"the second job read {read_by_second}"

@@ -9,9 +9,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import psycopg
 import pytest
@@ -46,10 +44,6 @@ def weir_cli(*args: str) -> str:
     return done.stdout
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 120.0) -> Any:
-    return polling.until(what, timeout_s, check)
-
-
 def events_read(status: JobDetails) -> int:
     return sum(t.records_in_all_attempts for t in status.tasks if t.vertex_uid != "events-source")
 
@@ -61,8 +55,9 @@ def start_job(
     params = keyed_aggregation_inputs(endpoints, unique, EVENTS, records_per_second=3000, checkpoint_interval="1s")
     params |= extra or {}
     job_id = cluster.client.submit_job(JOB, params, parallelism)
-    wait_for(
+    polling.until(
         "the first job to be part of the way through its input",
+        120,
         lambda: events_read(cluster.client.job_status(job_id)) > EVENTS // 4,
     )
     return job_id, params
@@ -77,7 +72,9 @@ def stop_with_savepoint(cluster: WeirCluster, job_id: str, target: str | None = 
     client = cluster.client
     savepoint_id = client.trigger_savepoint(job_id, target, stop=True)
     info = client.wait_for_savepoint(job_id, savepoint_id, timeout_s=120.0)
-    status = wait_for("the stopped job to end", lambda: (s := client.job_status(job_id)).summary.status.terminal and s)
+    status = polling.until(
+        "the stopped job to end", 120, lambda: (s := client.job_status(job_id)).summary.status.terminal and s
+    )
     assert status.summary.status is JobStatus.FINISHED, status.failure
     assert events_read(status) < EVENTS, "the job read all its input before the savepoint: it would prove nothing"
     assert prepared_of(cluster, job_id) == [], "a stopped job left prepared transactions"
@@ -90,8 +87,8 @@ def resume_and_verify(
     client = cluster.client
     # The resumed job reads the rest at full speed: the throttle only kept the first one mid-run.
     new = client.submit_job(JOB, params | UNTHROTTLED, parallelism, from_checkpoint=path)
-    done = wait_for(
-        "the resumed job to end", lambda: (s := client.job_status(new)).summary.status.terminal and s, 180.0
+    done = polling.until(
+        "the resumed job to end", 180.0, lambda: (s := client.job_status(new)).summary.status.terminal and s
     )
     assert done.summary.status is JobStatus.FINISHED, done.failure
     assert 0 < events_read(done) < EVENTS, "the resumed job did not start where the savepoint left off"
@@ -163,10 +160,10 @@ def test_a_missing_uid_is_refused_unless_non_restored_state_is_allowed(
     with pytest.raises(WeirError, match="operator\\(s\\) postgres-sink that the new job does not have"):
         weir_cluster.client.submit_job(renamed, params, 2, from_checkpoint=path)
     accepted = weir_cluster.client.submit_job(renamed, params, 2, from_checkpoint=path, allow_non_restored_state=True)
-    done = wait_for(
+    done = polling.until(
         "the job without the old sink's state to end",
-        lambda: (s := weir_cluster.client.job_status(accepted)).summary.status.terminal and s,
         180.0,
+        lambda: (s := weir_cluster.client.job_status(accepted)).summary.status.terminal and s,
     )
     assert done.summary.status is JobStatus.FINISHED, done.failure
 
@@ -181,7 +178,7 @@ def test_a_failed_savepoint_leaves_the_job_running(weir_cluster: WeirCluster, un
     infos = {c.checkpoint_id: c for c in client.list_checkpoints(old)}
     assert infos[savepoint_id].status is CheckpointStatus.FAILED and infos[savepoint_id].failure
     client.cancel_job(old)
-    wait_for("the job to be cancelled", lambda: client.job_status(old).summary.status is JobStatus.CANCELED)
+    polling.until("the job to be cancelled", 120, lambda: client.job_status(old).summary.status is JobStatus.CANCELED)
 
 
 def test_a_path_with_no_savepoint_is_a_clear_error(weir_cluster: WeirCluster, tmp_path: Path) -> None:
@@ -201,8 +198,8 @@ def test_a_changed_state_version_needs_a_migration_and_one_is_applied(
     unmigrated.write_text(source.replace(anchor, 'uid="window-count-sum", state_version=2)'))
     client = weir_cluster.client
     refused = client.submit_job(unmigrated, params, 2, from_checkpoint=path)
-    failed = wait_for(
-        "the unmigrated job to fail", lambda: (s := client.job_status(refused)).summary.status.terminal and s, 120.0
+    failed = polling.until(
+        "the unmigrated job to fail", 120.0, lambda: (s := client.job_status(refused)).summary.status.terminal and s
     )
     assert failed.summary.status is JobStatus.FAILED
     assert failed.failure is not None and not failed.failure.retriable
@@ -214,7 +211,9 @@ def test_a_changed_state_version_needs_a_migration_and_one_is_applied(
         source.replace(anchor, 'uid="window-count-sum", state_version=2, migrate=lambda version, acc: tuple(acc))')
     )
     new = client.submit_job(migrated, params | UNTHROTTLED, 3, from_checkpoint=path)
-    done = wait_for("the migrated job to end", lambda: (s := client.job_status(new)).summary.status.terminal and s, 180)
+    done = polling.until(
+        "the migrated job to end", 180, lambda: (s := client.job_status(new)).summary.status.terminal and s
+    )
     assert done.summary.status is JobStatus.FINISHED, done.failure
     assert_sinks_exact(migrated, params, new, weir_cluster.endpoints, earlier_job_ids=(old,))
 
@@ -228,14 +227,14 @@ def test_a_failure_right_after_a_savepoint_restores_from_the_savepoint(weir_clus
     params |= {"restart.strategy": "fixed-delay", "restart.delay": "1s"}
     client = weir_cluster.client
     job_id = client.submit_job(JOB, params, 2)
-    wait_for("part of the input read", lambda: events_read(client.job_status(job_id)) > EVENTS // 4)
+    polling.until("part of the input read", 120, lambda: events_read(client.job_status(job_id)) > EVENTS // 4)
     savepoint_id = client.trigger_savepoint(job_id)
     info = client.wait_for_savepoint(job_id, savepoint_id, timeout_s=120.0)
     assert f"/{job_id}/savepoints/sp-" in info.external_path
     victim = next(t.taskmanager_id for t in client.job_status(job_id).tasks if t.vertex_uid == "window-count-sum")
     kill_process(weir_cluster.directory, victim)
-    done = wait_for(
-        "the job to restore and end", lambda: (s := client.job_status(job_id)).summary.status.terminal and s, 240.0
+    done = polling.until(
+        "the job to restore and end", 240.0, lambda: (s := client.job_status(job_id)).summary.status.terminal and s
     )
     assert done.summary.status is JobStatus.FINISHED, done.failure
     assert done.summary.restarts >= 1
@@ -300,13 +299,13 @@ def test_a_full_checkpoint_references_no_earlier_file_and_the_job_restores_from_
     params |= {"restart.strategy": "fixed-delay", "restart.delay": "1s"}
     client = weir_cluster.client
     job_id = client.submit_job(JOB, params, 2)
-    wait_for("some input read", lambda: events_read(client.job_status(job_id)) > 1000)
+    polling.until("some input read", 120, lambda: events_read(client.job_status(job_id)) > 1000)
     first = json.loads(weir_cli("checkpoint", job_id, "--json"))
     read = events_read(client.job_status(job_id))
-    wait_for("more input read", lambda: events_read(client.job_status(job_id)) > read + 500)
+    polling.until("more input read", 120, lambda: events_read(client.job_status(job_id)) > read + 500)
     second = json.loads(weir_cli("checkpoint", job_id, "--json"))
     read = events_read(client.job_status(job_id))
-    wait_for("more input read", lambda: events_read(client.job_status(job_id)) > read + 500)
+    polling.until("more input read", 120, lambda: events_read(client.job_status(job_id)) > read + 500)
     full = json.loads(weir_cli("checkpoint", job_id, "--full", "--json"))
     assert events_read(client.job_status(job_id)) < EVENTS, "the job read all its input: the kill would prove nothing"
     assert full["full"] and not second["full"] and first["path"] and second["path"] and full["path"]
@@ -322,8 +321,8 @@ def test_a_full_checkpoint_references_no_earlier_file_and_the_job_restores_from_
 
     victim = next(t.taskmanager_id for t in client.job_status(job_id).tasks if t.vertex_uid == "window-count-sum")
     kill_process(weir_cluster.directory, victim)
-    done = wait_for(
-        "the job to restore and end", lambda: (s := client.job_status(job_id)).summary.status.terminal and s, 240.0
+    done = polling.until(
+        "the job to restore and end", 240.0, lambda: (s := client.job_status(job_id)).summary.status.terminal and s
     )
     assert done.summary.status is JobStatus.FINISHED, done.failure
     assert done.summary.restarts >= 1

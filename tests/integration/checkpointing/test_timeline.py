@@ -5,11 +5,11 @@ JOB --detail CID`` and the GetCheckpointDetail call)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster
 from weir.core.checkpointing import CheckpointStatus
 from weir.core.errors import UnknownCheckpointError
@@ -20,13 +20,12 @@ pytestmark = pytest.mark.integration
 
 
 def completed_checkpoint(cluster: WeirCluster, job_id: str, timeout_s: float = 120.0) -> CheckpointInfo:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        completed = [c for c in cluster.client.list_checkpoints(job_id) if c.status is CheckpointStatus.COMPLETED]
-        if completed:
-            return max(completed, key=lambda c: c.checkpoint_id)
-        time.sleep(0.2)
-    raise AssertionError(f"job {job_id}: no checkpoint completed within {timeout_s:.0f}s")
+    completed = polling.until(
+        f"a completed checkpoint of job {job_id}",
+        timeout_s,
+        lambda: [c for c in cluster.client.list_checkpoints(job_id) if c.status is CheckpointStatus.COMPLETED],
+    )
+    return max(completed, key=lambda c: c.checkpoint_id)
 
 
 def test_each_subtask_reports_its_barriers_per_channel_in_order(

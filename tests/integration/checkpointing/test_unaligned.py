@@ -12,8 +12,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from tests.integration import polling
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
-from tests.integration.checkpointing.test_rescale import events_read, retained, wait_for
+from tests.integration.checkpointing.test_rescale import events_read, retained
 from tests.integration.conftest import (
     REPO_ROOT,
     WeirCluster,
@@ -143,13 +144,11 @@ def test_a_two_input_operator_does_not_align_in_unaligned_mode(weir_cluster: Wei
         },
         parallelism=2,
     )
-    deadline = time.monotonic() + 120
-    completed = []
-    while time.monotonic() < deadline:
-        completed = [c for c in weir_cluster.client.list_checkpoints(job_id) if c.status == "COMPLETED"]
-        if len(completed) >= 4:
-            break
-        time.sleep(0.2)
+    completed = polling.settle(
+        120,
+        lambda: [c for c in weir_cluster.client.list_checkpoints(job_id) if c.status == "COMPLETED"],
+        lambda done: len(done) >= 4,
+    )
     weir_cluster.client.cancel_job(job_id)
     assert len(completed) >= 4, "unaligned checkpoints did not complete"
     match_stats = [t for c in completed for t in c.tasks if t.vertex_uid == "match"]
@@ -213,21 +212,22 @@ def test_an_unaligned_checkpoint_with_records_in_flight_restores_at_another_para
     first = params | {"source.bounded": "false", "checkpointing.retained": "1000"}
     old = client.submit_job(JOB, first, old_parallelism)
 
-    def with_records_in_flight() -> object:
-        status = client.job_status(old)
-        found = [c for c in retained(weir_cluster, old) if c.inflight_bytes > 0]
-        return (found and status.summary.status is JobStatus.RUNNING and found[-1]) or (False, status.summary.status)
+    def with_records_in_flight() -> tuple[list[CheckpointInfo], JobStatus]:
+        status = client.job_status(old).summary.status
+        return [c for c in retained(weir_cluster, old) if c.inflight_bytes > 0], status
 
-    chosen = wait_for("a retained unaligned checkpoint with records in flight", with_records_in_flight)
-    assert isinstance(chosen, CheckpointInfo)
+    found, status = polling.settle(
+        120, with_records_in_flight, lambda answer: bool(answer[0]) and answer[1] is JobStatus.RUNNING
+    )
+    assert found and status is JobStatus.RUNNING, f"no retained checkpoint with records in flight; the job is {status}"
+    chosen = found[-1]
     client.cancel_job(old)
-    wait_for("the first job to be CANCELED", lambda: client.job_status(old).summary.status is JobStatus.CANCELED)
+    polling.until(
+        "the first job to be CANCELED", 120, lambda: client.job_status(old).summary.status is JobStatus.CANCELED
+    )
 
     new = client.submit_job(JOB, params, new_parallelism, from_checkpoint=chosen.external_path)
-    done = wait_for(
-        "the restored job to end", lambda: (s := client.job_status(new)).summary.status.terminal and s, 300.0
-    )
-    assert isinstance(done, JobDetails)
+    done = polling.settle(300, lambda: client.job_status(new), lambda s: s.summary.status.terminal)
     assert done.summary.status is JobStatus.FINISHED, done.failure
     assert events_read(done) > 0, "the restored job replayed and read nothing"
     # A record replayed into a subtask that does not own its key would reach two sink subtasks (whose

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import shlex
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster
 from tests.unit.docs import blocks
 from tests.unit.docs.blocks import REPO_ROOT, Block, Kind
@@ -40,12 +40,9 @@ def example_inputs(weir_cluster: WeirCluster) -> Iterator[None]:
 
 
 def wait_until_ended(cluster: WeirCluster, job_id: str) -> JobStatus:
-    deadline = time.monotonic() + JOB_ENDS_WITHIN_S
-    status = cluster.client.job_status(job_id).summary.status
-    while status not in ENDED and time.monotonic() < deadline:
-        time.sleep(0.5)
-        status = cluster.client.job_status(job_id).summary.status
-    return status
+    return polling.settle(
+        JOB_ENDS_WITHIN_S, lambda: cluster.client.job_status(job_id).summary.status, lambda s: s in ENDED, 0.5
+    )
 
 
 def run_block(block: Block, variables: dict[str, str], env: dict[str, str], state: Path) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 import urllib.parse
 import urllib.request
 import uuid
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import polling
 from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration
@@ -62,13 +62,8 @@ def test_ready_and_scrapes_a_test_target(services: Endpoints, probe_target: tupl
         assert response.status == 200
 
     _target, label = probe_target
-    deadline = time.monotonic() + 60
-    result: list[dict[str, object]] = []
-    while time.monotonic() < deadline:
-        result = query(services, f'weir_infra_probe{{test="{label}"}}')
-        if result:
-            break
-        time.sleep(0.5)
-    assert result, "Prometheus never scraped the test target"
+    result = polling.until(
+        "Prometheus to scrape the test target", 60, lambda: query(services, f'weir_infra_probe{{test="{label}"}}'), 0.5
+    )
     assert result[0]["value"][1] == "42"  # type: ignore[index]
     assert query(services, f'up{{test="{label}"}}')[0]["value"][1] == "1"  # type: ignore[index]

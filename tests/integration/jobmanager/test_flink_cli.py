@@ -9,13 +9,12 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TypeVar
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT, WeirCluster
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.states import JobStatus
@@ -28,18 +27,6 @@ JOB = REPO_ROOT / "tests" / "integration" / "jobmanager" / "jobs" / "fail_on_req
 PARALLELISM = 1
 CLI_TIMEOUT_S = 180.0
 DEADLINE_S = 90.0
-
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], what: str, timeout_s: float = DEADLINE_S) -> T:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.2)  # poll interval of a wait with a deadline
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +58,14 @@ def submit_running(cluster: WeirCluster, directory: Path) -> str:
         "checkpointing.interval": "1s",
     }
     job_id = cluster.submit(str(JOB), params, parallelism=PARALLELISM)
-    eventually(lambda: cluster.client.job_status(job_id).summary.status is JobStatus.RUNNING, "the job running")
-    eventually(lambda: all(t.state == "RUNNING" for t in cluster.client.job_status(job_id).tasks), "every task running")
+    polling.until(
+        "the job running", DEADLINE_S, lambda: cluster.client.job_status(job_id).summary.status is JobStatus.RUNNING
+    )
+    polling.until(
+        "every task running",
+        DEADLINE_S,
+        lambda: all(t.state == "RUNNING" for t in cluster.client.job_status(job_id).tasks),
+    )
     return job_id
 
 

@@ -4,11 +4,11 @@ its sinks' transactions: against the real cluster, Kafka and PostgreSQL."""
 from __future__ import annotations
 
 import re
-import time
 
 import psycopg
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, create_window_table
 from weir.connectors import kafka
 from weir.tools.cli import EXIT_USAGE, run_cli
@@ -114,11 +114,13 @@ def test_cancel_resolves_every_transaction_and_a_resubmitted_job_does_not_block(
     produce_events(endpoints, f"events-{unique}", EventSpec(count=40_000, keys=50))
     params = keyed_params(unique, **{"source.records_per_second": "2000", "checkpointing.interval": "500ms"})
     job_id = weir_cluster.client.submit_job(KEYED_JOB, params, 2)
-    deadline = time.monotonic() + 120
-    while not prepared_gids(weir_cluster, job_id):  # a checkpoint's rows are prepared, waiting for its commit
-        assert time.monotonic() < deadline, weir_cluster.client.job_status(job_id)
-        assert weir_cluster.client.job_status(job_id).summary.status == "RUNNING"
-        time.sleep(0.05)
+
+    def prepared_while_running() -> list[str]:
+        status = weir_cluster.client.job_status(job_id)
+        assert status.summary.status == "RUNNING", status.failure
+        return prepared_gids(weir_cluster, job_id)
+
+    polling.until("a checkpoint's rows prepared, waiting for its commit", 120, prepared_while_running, 0.05)
     weir_cluster.client.cancel_job(job_id)
     status = weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=120)
     assert status.summary.status == "CANCELED"

@@ -8,8 +8,6 @@ cluster's slots, losing a TaskManager and growing back, exact too."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import httpx
 import pytest
 
@@ -25,10 +23,6 @@ pytestmark = pytest.mark.integration
 
 JOB_FILE = "examples/keyed_aggregation.py"
 DEADLINE_S = 180.0
-
-
-def poll(what: str, check: Callable[[], bool], timeout_s: float = DEADLINE_S) -> None:
-    polling.until(what, timeout_s, check)
 
 
 def runs_at(cluster: WeirCluster, job_id: str, parallelism: int) -> bool:
@@ -54,8 +48,9 @@ def test_a_running_job_rescaled_3_2_3_under_load_is_exact_in_both_sinks(
         "restart.delay": "1s",
     }
     job_id = weir_cluster.submit(JOB_FILE, params, 3)
-    poll(
+    polling.until(
         "a completed checkpoint at parallelism 3",
+        DEADLINE_S,
         lambda: (weir_cluster.client.job_status(job_id).last_completed_checkpoint or 0) >= 1,
     )
     restarts_before = weir_cluster.client.job_status(job_id).summary.restarts
@@ -66,7 +61,7 @@ def test_a_running_job_rescaled_3_2_3_under_load_is_exact_in_both_sinks(
     out, err = capsys.readouterr()
     assert code == EXIT_OK, err
     assert f"job {job_id} rescaled from parallelism 3 to 2" in out
-    poll("every task running at parallelism 2", lambda: runs_at(weir_cluster, job_id, 2))
+    polling.until("every task running at parallelism 2", DEADLINE_S, lambda: runs_at(weir_cluster, job_id, 2))
     assert still_reading(weir_cluster, job_id), "the input ended before the second rescale: raise the event count"
 
     # 2 -> 3 with Flink's REST form.
@@ -87,9 +82,9 @@ def test_a_running_job_rescaled_3_2_3_under_load_is_exact_in_both_sinks(
             outcome = answer.json()
             return outcome["status"] == {"id": "COMPLETED"}
 
-        poll("the REST rescale to complete", completed)
+        polling.until("the REST rescale to complete", DEADLINE_S, completed)
         assert outcome.get("operation", {}) and "failure-cause" not in outcome["operation"], outcome  # type: ignore[operator]
-    poll("every task running at parallelism 3", lambda: runs_at(weir_cluster, job_id, 3))
+    polling.until("every task running at parallelism 3", DEADLINE_S, lambda: runs_at(weir_cluster, job_id, 3))
 
     status = weir_cluster.wait_for(job_id, timeout_s=600.0)
     assert status.summary.status is JobStatus.FINISHED, status
@@ -112,7 +107,9 @@ def test_a_reactive_job_follows_the_taskmanagers_and_stays_exact(
     }
     slots = sum(tm.slots_total for tm in weir_cluster.client.cluster_status().alive_taskmanagers)
     job_id = weir_cluster.submit(JOB_FILE, params, 2)
-    poll(f"the reactive job to grow to every slot ({slots})", lambda: runs_at(weir_cluster, job_id, slots))
+    polling.until(
+        f"the reactive job to grow to every slot ({slots})", DEADLINE_S, lambda: runs_at(weir_cluster, job_id, slots)
+    )
     seen: set[int] = set()
 
     def back_at_every_slot() -> bool:
@@ -121,8 +118,12 @@ def test_a_reactive_job_follows_the_taskmanagers_and_stays_exact(
         return status.summary.status is not JobStatus.RUNNING or runs_at(weir_cluster, job_id, slots)
 
     kill_process(weir_cluster.directory, "taskmanager-1")
-    poll("the job to fail over", lambda: weir_cluster.client.job_status(job_id).summary.status is not JobStatus.RUNNING)
-    poll("the job back at every slot (or finished)", back_at_every_slot, timeout_s=300.0)
+    polling.until(
+        "the job to fail over",
+        DEADLINE_S,
+        lambda: weir_cluster.client.job_status(job_id).summary.status is not JobStatus.RUNNING,
+    )
+    polling.until("the job back at every slot (or finished)", 300.0, back_at_every_slot)
     status = weir_cluster.wait_for(job_id, timeout_s=600.0)
     assert status.summary.status is JobStatus.FINISHED, (status, seen)
     assert_sinks_exact(JOB_FILE, params, job_id, services)

@@ -18,6 +18,7 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from openapi_spec_validator import validate
 
+from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT, WeirCluster
 from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 from weir.tools.supervisor import TASKMANAGERS, kill_process
@@ -34,22 +35,37 @@ TASKMANAGER_IDS = tuple(f"taskmanager-{n}" for n in range(1, TASKMANAGERS + 1))
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Unanswered:
+    """A REST probe's answer while it has none: false, so ``polling.until`` goes on and, at the
+    deadline, names the last error (the JobManager restarting, a field not there yet) and what the
+    probe last saw."""
+
+    error: BaseException | None
+    saw: list[Any] | None
+
+    def __bool__(self) -> bool:
+        return False
+
+
 def eventually(
     probe: Callable[[], T | None], what: str, timeout_s: float = DEADLINE_S, context: list[Any] | None = None
 ) -> T:
-    """Poll ``probe`` until it answers something true; fail after ``timeout_s`` (showing ``context``,
-    what the probe last saw)."""
-    deadline = time.monotonic() + timeout_s
-    last: Any = None
-    while time.monotonic() < deadline:
+    """``polling.until`` over a REST probe, which may fail while the JobManager restarts or a field is
+    not there yet (``context``: what the probe last saw, named at the deadline)."""
+    last: list[BaseException] = []
+
+    def answer() -> T | Unanswered:
         try:
             value = probe()
-        except (httpx.TransportError, KeyError) as exc:  # the JobManager restarting, a field not there yet
-            value, last = None, exc
-        if value:
-            return value
-        time.sleep(POLL_S)  # poll interval of a wait with a deadline
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what} (last error: {last!r}; saw {context})")
+        except (httpx.TransportError, KeyError) as exc:
+            last[:] = [exc]
+            value = None
+        return value if value else Unanswered(last[0] if last else None, None if context is None else list(context))
+
+    result = polling.until(what, timeout_s, answer, POLL_S)
+    assert not isinstance(result, Unanswered)
+    return result
 
 
 @dataclass

@@ -6,14 +6,14 @@ its output. A file that is no artifact is refused with Flink's error shape."""
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import httpx
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT, WeirCluster
 from weir.jobmanager.rest.ids import weir_job_id
 from weir.tools.cli import EXIT_OK, run_cli
@@ -24,18 +24,6 @@ JOB = REPO_ROOT / "tests" / "integration" / "jobmanager" / "jobs" / "fail_on_req
 PARALLELISM = 2
 DEADLINE_S = 90.0
 POLL_S = 0.2
-
-T = TypeVar("T")
-
-
-def eventually(probe: Callable[[], T | None], what: str) -> T:
-    deadline = time.monotonic() + DEADLINE_S
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(POLL_S)  # poll interval of a wait with a deadline
-    raise AssertionError(f"timed out after {DEADLINE_S:g} s waiting for {what}")
 
 
 @pytest.fixture
@@ -83,10 +71,14 @@ def test_an_artifact_uploaded_and_run_over_rest_runs_and_writes_its_output(
     flink_id = run.json()["jobid"]
     job_id = weir_job_id(flink_id)
     try:
-        eventually(lambda: http.get(f"/jobs/{flink_id}").json()["state"] == "RUNNING", "the job RUNNING")
+        polling.until(
+            "the job RUNNING", DEADLINE_S, lambda: http.get(f"/jobs/{flink_id}").json()["state"] == "RUNNING", POLL_S
+        )
         status = weir_cluster.client.job_status(job_id)
         assert status.summary.parallelism == PARALLELISM
-        records = eventually(lambda: (r := output_records(output)) and len(r) >= 50 and r, "its output")
+        records = polling.until(
+            "its output", DEADLINE_S, lambda: (r := output_records(output)) and len(r) >= 50 and r, POLL_S
+        )
         assert all(set(r) == {"i", "key", "ts"} for r in records)
         ids = [r["i"] for r in records]
         assert len(ids) == len(set(ids)), "a record written twice"

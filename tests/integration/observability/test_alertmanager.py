@@ -306,18 +306,13 @@ def submit(cluster: Cluster, name: str, output: Path) -> str:
 
 
 def wait_for_status(cluster: Cluster, job_id: str, wanted: str) -> None:
-    seen: list[str] = []
-
-    def reached() -> bool | None:
-        seen.append(cluster.client.job_status(job_id).summary.status)
-        return True if seen[-1] == wanted else None
-
-    try:
-        polling.poll(f"job {job_id} {wanted}", DEADLINE_S, reached)
-    except pytest.fail.Exception:
+    status = polling.settle(
+        DEADLINE_S, lambda: cluster.client.job_status(job_id).summary.status, lambda found: found == wanted, 0.5
+    )
+    if status != wanted:
         log = cluster.directory / "jobmanager.log"
         tail = log.read_text(errors="replace")[-3000:] if log.exists() else f"(no {log})"
-        pytest.fail(f"job {job_id} is {seen[-1] if seen else '?'}, not {wanted}; the JobManager's log ends:\n{tail}")
+        pytest.fail(f"job {job_id} is {status}, not {wanted}; the JobManager's log ends:\n{tail}")
 
 
 def test_a_killed_job_fires_job_not_running_through_alertmanager(

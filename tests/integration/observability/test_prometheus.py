@@ -21,10 +21,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 
@@ -65,8 +65,6 @@ SIGNALS_OF_TROUBLE = {
     "job_id_operator_uid_subtask:weir_current_watermark_seconds:changes5m",
 }
 
-T = TypeVar("T")
-
 
 # Prometheus's HTTP API ----------------------------------------------------------------------------
 
@@ -102,11 +100,6 @@ class Prometheus:
         return self._request("/api/v1/targets", {"state": "active"})["data"]["activeTargets"]
 
 
-def poll(what: str, deadline_s: float, check: Callable[[], T | None]) -> T:
-    """``check()`` every POLL_S until it answers something else than None; fail after the deadline."""
-    return polling.poll(what, deadline_s, check, POLL_S)
-
-
 # Fixtures -----------------------------------------------------------------------------------------
 
 
@@ -116,10 +109,11 @@ def prometheus(services: Endpoints) -> Prometheus:
     prom = Prometheus(services.prometheus_url)
     prom.reload()
     wanted = {g["name"] for path in PROMETHEUS_LOCAL.parent.glob("rules/*.yml") for g in load_yaml(path)["groups"]}
-    poll(
+    polling.poll(
         f"Prometheus to load the rule groups {sorted(wanted)}",
         30,
         lambda: True if wanted <= {g["name"] for g in prom.rule_groups()} else None,
+        POLL_S,
     )
     return prom
 
@@ -134,7 +128,7 @@ def scraped(weir_cluster: WeirCluster, prometheus: Prometheus) -> set[str]:
         health = {t["labels"]["instance"]: t["health"] for t in prometheus.targets()}
         return True if all(health.get(t) == "up" for t in wanted) else None
 
-    poll(f"Prometheus to scrape {sorted(wanted)}", 60, all_up)
+    polling.poll(f"Prometheus to scrape {sorted(wanted)}", 60, all_up, POLL_S)
     return wanted
 
 
@@ -229,11 +223,12 @@ def unanswered(prometheus: Prometheus, checks: list[Check]) -> list[Check]:
 
 def wait_until_answered(prometheus: Prometheus, checks: list[Check]) -> None:
     remaining = list(checks)
-    deadline = time.monotonic() + DATA_DEADLINE_S
-    while remaining and time.monotonic() < deadline:
-        remaining = unanswered(prometheus, remaining)
-        if remaining:
-            time.sleep(POLL_S)
+
+    def still_unanswered() -> list[Check]:
+        remaining[:] = unanswered(prometheus, remaining)
+        return remaining
+
+    polling.settle(DATA_DEADLINE_S, still_unanswered, lambda left: not left, POLL_S)
     assert not remaining, f"{len(remaining)} of {len(checks)} queries returned no data:\n" + "\n".join(
         f"  {c.where}\n    {c.expr}" for c in remaining
     )
@@ -277,29 +272,32 @@ def test_every_rule_evaluates_without_error(prometheus: Prometheus, jobs: Jobs) 
 
 
 def test_restart_loop_fires_weir_restart_loop(prometheus: Prometheus, jobs: Jobs) -> None:
-    alert = poll(
+    alert = polling.poll(
         f"WeirRestartLoop to fire for job {jobs.loop}",
         ALERT_DEADLINE_S,
         lambda: firing(prometheus, "WeirRestartLoop", jobs.loop),
+        POLL_S,
     )
     assert float(alert["value"]) >= 3
     assert firing(prometheus, "WeirRestartLoop", jobs.load) is None
 
 
 def test_checkpoint_timeouts_fire_weir_checkpoints_failing(prometheus: Prometheus, jobs: Jobs) -> None:
-    alert = poll(
+    alert = polling.poll(
         f"WeirCheckpointsFailing to fire for job {jobs.slow}",
         ALERT_DEADLINE_S,
         lambda: firing(prometheus, "WeirCheckpointsFailing", jobs.slow),
+        POLL_S,
     )
     assert float(alert["value"]) > 0
 
 
 def test_the_restart_loop_restores_from_a_checkpoint(prometheus: Prometheus, jobs: Jobs) -> None:
-    restores = poll(
+    restores = polling.poll(
         f"job {jobs.loop} to restore from a checkpoint",
         ALERT_DEADLINE_S,
         lambda: prometheus.query(f'weir_job_restores_total{{job_id="{jobs.loop}"}} > 0') or None,
+        POLL_S,
     )
     assert restores
 

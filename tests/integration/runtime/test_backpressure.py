@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster
 from weir.taskmanager.network.gate import INITIAL_CREDITS
 from weir.taskmanager.network.writer import RECORDS_PER_BUFFER
@@ -30,12 +31,11 @@ def test_slow_sink_backpressures_source_and_memory_stays_bounded(weir_cluster: W
     pids = {p.name: p.pid for p in status.processes if p.pid is not None}
 
     # Let the pipeline fill its buffers, then watch it for a while.
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    def sink_receiving() -> bool:
         s = weir_cluster.client.job_status(job_id)
-        if s.summary.status == "RUNNING" and sum(t.records_in for t in s.tasks if t.vertex_uid == "slow-sink") > 0:
-            break
-        time.sleep(0.2)
+        return s.summary.status == "RUNNING" and sum(t.records_in for t in s.tasks if t.vertex_uid == "slow-sink") > 0
+
+    polling.until("the slow sink to receive records", 60, sink_receiving)
     warm = time.monotonic() + 3
     while time.monotonic() < warm:
         time.sleep(0.2)

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster, create_topics
 from weir.connectors import kafka
 from weir.core.config import Endpoints
@@ -70,15 +71,15 @@ def test_an_empty_partition_does_not_hold_back_event_time_windows(weir_cluster: 
         parallelism=PARTITIONS,
     )
     try:
-        deadline = time.monotonic() + RESULTS_DEADLINE_S
-        found: list[dict[str, Any]] = []
-        while time.monotonic() < deadline:
+
+        def committed_while_running() -> list[dict[str, Any]]:
             status = weir_cluster.client.job_status(job_id)
             assert status.summary.status in ("CREATED", "RUNNING"), status
-            found = [json.loads(v) for _, _, _, v in kafka.read_all(endpoints, sink, "read_committed")]
-            if len(found) >= len(expected):
-                break
-            time.sleep(0.5)  # poll interval of the deadline loop
+            return [json.loads(v) for _, _, _, v in kafka.read_all(endpoints, sink, "read_committed")]
+
+        found = polling.settle(
+            RESULTS_DEADLINE_S, committed_while_running, lambda records: len(records) >= len(expected), 0.5
+        )
         fired = Counter(json.dumps(r, sort_keys=True) for r in found)
         assert fired == expected, (
             f"{len(found)} of {len(expected)} windows fired in {RESULTS_DEADLINE_S}s",

@@ -14,7 +14,7 @@ import os
 import signal
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
+from tests.integration import polling
 from tests.integration.conftest import WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
 from weir.core.config import TaskManagerSettings
 from weir.core.states import JobStatus
@@ -57,19 +58,11 @@ def restart_cluster(cluster: WeirCluster, children: tuple[ChildSpec, ...]) -> No
     """Stop the session's cluster once no job runs on it (a restarted JobManager recovers the jobs
     that had not ended) and start it again in its directory with ``children``."""
     cluster.cancel_jobs_except(set())
-    wait_until("every job of the session's cluster ended", lambda: not cluster.running_jobs(), 60)
+    polling.until("every job of the session's cluster ended", 60, lambda: not cluster.running_jobs())
     stop_cluster(cluster.directory)
     start_cluster(
         cluster.directory, cluster.endpoints, restart=True, restart_delay_s=1.0, timeout_s=90, children=children
     )
-
-
-def wait_until(what: str, condition: Callable[[], bool], timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > deadline:
-            pytest.fail(f"not within {timeout_s:g} s: {what}")
-        time.sleep(0.2)
 
 
 def live_pid(cluster: WeirCluster, name: str) -> int | None:
@@ -159,7 +152,7 @@ def running(cluster: WeirCluster, job_id: str, since_checkpoint: int = 0) -> Job
             and (status.last_completed_checkpoint or 0) > since_checkpoint
         )
 
-    wait_until(f"job {job_id} running past checkpoint {since_checkpoint}", ready)
+    polling.until(f"job {job_id} running past checkpoint {since_checkpoint}", 120, ready)
     return seen[0]
 
 
@@ -174,17 +167,17 @@ def test_a_job_runs_exactly_once_in_slot_workers(weir_cluster: WeirCluster, uniq
         workers = slot_workers(tm)
         assert workers, f"{name} (pid {tm}) runs no slot worker"
         assert not holds_job_state(tm, job_id), f"{name} opened the job's state in its own process"
-        wait_until(
+        polling.until(
             f"a slot worker of {name} holding job {job_id}'s state",
-            lambda t=tm: any(holds_job_state(w, job_id) for w in slot_workers(t)),
             30,
+            lambda t=tm: any(holds_job_state(w, job_id) for w in slot_workers(t)),
         )
         # A scrape filtered by name (Prometheus' ``name[]``) gets the workers' series of that name alone.
         port = endpoints.taskmanager_metrics_base_port + int(name.rsplit("-", 1)[1])
-        wait_until(
+        polling.until(
             f"{name}'s /metrics?name[]=weir_records_in_total naming job {job_id}",
-            lambda p=port: job_id in {s.labels.get("job_id") for s in filtered_scrape(p, "weir_records_in_total")},
             30,
+            lambda p=port: job_id in {s.labels.get("job_id") for s in filtered_scrape(p, "weir_records_in_total")},
         )
         assert {s.name for s in filtered_scrape(port, "weir_records_in_total")} == {"weir_records_in_total"}
     final = weir_cluster.wait_for(job_id)
@@ -210,7 +203,7 @@ def test_a_killed_slot_worker_fails_its_job_over_and_it_recovers_exactly_once(
         victims[:] = [w for w in slot_workers(tm) if holds_job_state(w, job_id)]
         return bool(victims)
 
-    wait_until(f"a slot worker of {name} holding job {job_id}'s state", found, 30)
+    polling.until(f"a slot worker of {name} holding job {job_id}'s state", 30, found)
     victim = victims[0]
     os.kill(victim, signal.SIGKILL)
     killed_at = time.time()
@@ -221,7 +214,7 @@ def test_a_killed_slot_worker_fails_its_job_over_and_it_recovers_exactly_once(
             pytest.fail(f"job {job_id} ended {s.summary.status} after its slot worker was killed: {s.failure}")
         return s.summary.restarts >= 1 and s.last_restore_at is not None and s.last_restore_at >= killed_at - 1
 
-    wait_until("the job's restore after the kill", recovered)
+    polling.until("the job's restore after the kill", 120, recovered)
     # Its TaskManager saw it die and failed its tasks (the job's recorded failure may be another
     # task's, whichever report reached the JobManager first: a consumer losing its producer).
     (died,) = [e for e in log_events(weir_cluster, name, "slot_worker_died") if e["pid"] == victim]
@@ -240,12 +233,12 @@ def test_a_killed_taskmanager_leaves_no_slot_worker_behind(weir_cluster: WeirClu
     does): its workers go with it, and the restarted TaskManager starts its own."""
     name = "taskmanager-3"
     tm = taskmanager_pid(weir_cluster, name)
-    wait_until(f"{name}'s spares", lambda: len(slot_workers(tm)) >= 2, 60)
+    polling.until(f"{name}'s spares", 60, lambda: len(slot_workers(tm)) >= 2)
     workers = slot_workers(tm)
     os.kill(tm, signal.SIGKILL)
-    wait_until(f"{name}'s workers {workers} gone", lambda: not any(pid_alive(w) for w in workers), 30)
-    wait_until(f"{name} restarted", lambda: live_pid(weir_cluster, name) not in (None, tm), 60)
+    polling.until(f"{name}'s workers {workers} gone", 30, lambda: not any(pid_alive(w) for w in workers))
+    polling.until(f"{name} restarted", 60, lambda: live_pid(weir_cluster, name) not in (None, tm))
     restarted = taskmanager_pid(weir_cluster, name)
-    wait_until(f"the restarted {name}'s spares", lambda: len(slot_workers(restarted)) >= 2, 60)
+    polling.until(f"the restarted {name}'s spares", 60, lambda: len(slot_workers(restarted)) >= 2)
     assert not set(slot_workers(restarted)) & set(workers)
     weir_cluster.wait_for_taskmanagers()

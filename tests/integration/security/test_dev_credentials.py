@@ -10,6 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import (
     REPO_ROOT,
     assert_sinks_exact,
@@ -18,7 +19,6 @@ from tests.integration.conftest import (
     path_parameters,
 )
 from tests.integration.ports import private_ports
-from tests.integration.security.test_security import _wait
 from weir.core.config import Endpoints
 from weir.core.errors import AuthenticationError
 from weir.core.transport_security import TransportSecurity
@@ -77,7 +77,9 @@ def test_a_job_runs_with_the_generated_credentials(dev_cluster: tuple[Endpoints,
     with JobManagerClient(endpoints.jobmanager_address) as client:  # the generated files, from the environment
         assert len(client.cluster_status().alive_taskmanagers) == 3
         job_id = client.submit_job(REPO_ROOT / "examples/keyed_aggregation.py", parameters, 3)
-        status = _wait(lambda: client.job_status(job_id), lambda s: s.summary.status in ("FINISHED", "FAILED"))
+        status = polling.settle(
+            300, lambda: client.job_status(job_id), lambda s: s.summary.status in ("FINISHED", "FAILED")
+        )
         assert status.summary.status == "FINISHED", status
     assert_sinks_exact("examples/keyed_aggregation.py", parameters, job_id, endpoints)  # both sinks, whole records
 

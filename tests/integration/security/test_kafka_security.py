@@ -11,25 +11,24 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.certificates import CertificateAuthority
+from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import REPO_ROOT, WeirCluster, assert_sinks_exact, create_window_table
 from tests.integration.secured_kafka import LISTENERS, Listener, SecuredKafka
 from weir.connectors import kafka
 from weir.connectors.object_storage import open_storage
 from weir.core.config import checkpoint_dir
-from weir.core.errors import ClusterUnavailableError, JobDefinitionError, ServiceUnavailableError
+from weir.core.errors import JobDefinitionError, ServiceUnavailableError
 from weir.core.ids import JobId
 from weir.core.kafka_config import KafkaClientConfig
 from weir.core.paths import CheckpointPaths
 from weir.operators.transactional_sinks import marker_topic_name
 from weir.tools.cli import EXIT_OK, EXIT_USAGE, run_cli
-from weir.tools.client import JobDetails
 from weir.tools.events import EventSpec, produce_events
 from weir.tools.supervisor import kill_process, local_status
 
@@ -60,28 +59,6 @@ def prepare_inputs(weir_cluster: WeirCluster, secured: SecuredKafka, unique: str
     kafka.create_topics(config, {f"events-{unique}": 6, f"results-{unique}": 3, f"dlq-{unique}": 1})
     create_window_table(weir_cluster.endpoints, f"window_results_{unique}")
     produce_events(config, f"events-{unique}", EventSpec(count=EVENTS, keys=400))
-
-
-def poll_status(weir_cluster: WeirCluster, job_id: str) -> JobDetails | None:
-    try:
-        return weir_cluster.client.job_status(job_id)
-    except ClusterUnavailableError:
-        return None
-
-
-def wait_until(
-    weir_cluster: WeirCluster, job_id: str, predicate: Callable[[JobDetails], bool], what: str, timeout_s: float = 180.0
-) -> JobDetails:
-    deadline = time.monotonic() + timeout_s
-    status = None
-    while time.monotonic() < deadline:
-        status = poll_status(weir_cluster, job_id)
-        if status is not None and predicate(status):
-            return status
-        if status is not None and status.summary.status in ("FAILED", "CANCELED"):
-            pytest.fail(f"job ended {status.summary.status} while waiting for {what}: {status.failure}")
-        time.sleep(0.2)
-    pytest.fail(f"timed out waiting for {what}; last status: {status}")
 
 
 def taskmanager_running(weir_cluster: WeirCluster, name: str) -> bool:
@@ -130,6 +107,7 @@ def test_a_job_on_a_secured_kafka_runs_exactly_once_through_a_taskmanager_kill(
         job_id,
         lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 2,
         "two completed checkpoints",
+        180,
     )
     killed_at = status.last_completed_checkpoint or 0
     victim = next(str(t.taskmanager_id) for t in status.tasks if "kafka-sink" in t.operator_names)
@@ -144,6 +122,7 @@ def test_a_job_on_a_secured_kafka_runs_exactly_once_through_a_taskmanager_kill(
             and (s.last_completed_checkpoint or 0) >= killed_at
         ),
         f"the recovery after killing {victim}",
+        180,
     )
     final = weir_cluster.wait_for(job_id, timeout_s=300)
     assert final.summary.status == "FINISHED", final.failure

@@ -16,17 +16,17 @@ import base64
 import json
 import os
 import pickle
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import grpc
 import httpx
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT, keyed_aggregation_inputs
 from tests.integration.ports import private_ports
 from weir.connectors.object_storage import S3CheckpointStorage, SealedStorage, open_storage
@@ -48,7 +48,6 @@ READ, OPERATE, SUBMIT, INTERNAL = (f"{role}-{RUN}" for role in ("read", "operate
 MAC_KEY = f"storage-key-{RUN}"
 JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
 EVENTS = 30_000
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -96,7 +95,7 @@ def test_a_read_token_cannot_submit_or_cancel_and_an_operate_token_cancels_but_c
         job_id = submitter.submit_job(JOB, parameters, 2)
     with roles_cluster.client(READ) as reader:
         assert job_id in {j.job_id for j in reader.list_jobs()}
-        _wait(lambda: reader.job_status(job_id), lambda s: s.summary.status is JobStatus.RUNNING)
+        polling.until("the job running", 120, lambda: reader.job_status(job_id).summary.status is JobStatus.RUNNING)
         assert len(reader.cluster_status().alive_taskmanagers) == 3
         with pytest.raises(PermissionDeniedError, match="SubmitJob needs the role 'submit'"):
             reader.submit_job(JOB, parameters, 2)
@@ -126,7 +125,7 @@ def test_a_read_token_cannot_submit_or_cancel_and_an_operate_token_cancels_but_c
         with pytest.raises(PermissionDeniedError, match="'submit'"):
             operator.submit_job(JOB, parameters, 2)
         operator.cancel_job(job_id)
-        status = _wait(lambda: operator.job_status(job_id), lambda s: s.summary.status.terminal)
+        status = polling.settle(120, lambda: operator.job_status(job_id), lambda s: s.summary.status.terminal)
         assert status.summary.status is JobStatus.CANCELED
 
 
@@ -160,9 +159,9 @@ def test_a_tampered_savepoint_fails_the_restore_with_one_line_and_unpickles_noth
     )
     with roles_cluster.client(SUBMIT) as client:
         old = client.submit_job(JOB, parameters, 2)
-        _wait(lambda: client.job_status(old), lambda s: _events_read(s) > EVENTS // 4)
+        polling.until("a quarter of the input read", 120, lambda: _events_read(client.job_status(old)) > EVENTS // 4)
         savepoint = client.wait_for_savepoint(old, client.trigger_savepoint(old, stop=True), timeout_s=120.0)
-        _wait(lambda: client.job_status(old), lambda s: s.summary.status.terminal)
+        polling.until("the stopped job to end", 120, lambda: client.job_status(old).summary.status.terminal)
         location = locate_state(savepoint.external_path)
         with pytest.MonkeyPatch.context() as env:
             env.setenv("WEIR_STORAGE_MAC_KEY", MAC_KEY)
@@ -191,7 +190,7 @@ def test_a_tampered_savepoint_fails_the_restore_with_one_line_and_unpickles_noth
         flipped[len(flipped) // 2] ^= 0x01
         raw.put_bytes(sst, bytes(flipped))
         new = client.submit_job(JOB, parameters, 2, from_checkpoint=savepoint.external_path)
-        failed = _wait(lambda: client.job_status(new), lambda s: s.summary.status.terminal, 180.0)
+        failed = polling.settle(180, lambda: client.job_status(new), lambda s: s.summary.status.terminal)
         assert failed.summary.status is JobStatus.FAILED
         assert failed.failure is not None
         assert failed.failure.type == StorageAuthenticationError.__name__, failed.failure
@@ -236,17 +235,6 @@ def _events_read(status: JobDetails) -> int:
 
 def _bearer(token: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {token}"}
-
-
-def _wait(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 120.0) -> T:
-    deadline = time.monotonic() + timeout_s
-    last = read()
-    while not done(last):
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out; last: {last}")
-        time.sleep(0.2)
-        last = read()
-    return last
 
 
 def _code(call: Callable[[], object]) -> grpc.StatusCode:

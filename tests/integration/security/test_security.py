@@ -9,18 +9,17 @@ import os
 import ssl
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
 
 import grpc
 import httpx
 import pytest
 
 from tests.certificates import CertificateAuthority, Issued, tls_environment
+from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, keyed_aggregation_inputs, path_parameters
 from tests.integration.ports import private_ports
 from weir.core.config import Endpoints
@@ -34,7 +33,6 @@ pytestmark = pytest.mark.integration
 
 TOKEN = f"test-token-{uuid.uuid4().hex}"
 EVENTS = 20_000
-T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -85,7 +83,9 @@ def test_a_keyed_job_runs_across_three_taskmanagers_with_tls_and_token(secure_cl
     with JobManagerClient(endpoints.jobmanager_address) as client:  # security from the environment
         assert len(client.cluster_status().alive_taskmanagers) == 3
         job_id = client.submit_job(REPO_ROOT / "examples/keyed_aggregation.py", parameters, 3)
-        status = _wait(lambda: client.job_status(job_id), lambda s: s.summary.status in ("FINISHED", "FAILED"))
+        status = polling.settle(
+            300, lambda: client.job_status(job_id), lambda s: s.summary.status in ("FINISHED", "FAILED")
+        )
         assert status.summary.status == "FINISHED", status
         taskmanagers = {t.taskmanager_id for t in status.tasks}
     assert len(taskmanagers) == 3, f"the job ran on {taskmanagers} only: the data plane between them went untested"
@@ -148,7 +148,7 @@ def test_a_taskmanager_with_a_certificate_of_another_ca_cannot_join(
             stderr=subprocess.STDOUT,
         )
     try:
-        refusal = _wait(lambda: _registration_failures(log), bool, timeout_s=60)
+        refusal = polling.until("the intruder's registration refused", 60, lambda: _registration_failures(log))
         assert refusal[0]["code"] == "UNAVAILABLE", refusal
         with JobManagerClient(secure_cluster.endpoints.jobmanager_address) as client:
             assert "intruder" not in {tm.taskmanager_id for tm in client.cluster_status().taskmanagers}
@@ -187,16 +187,6 @@ def _registration_failures(log: Path) -> list[dict[str, str]]:
         if isinstance(event, dict) and event.get("event") == "jobmanager_registration_failed":
             events.append(event)
     return events
-
-
-def _wait(read: Callable[[], T], done: Callable[[T], bool], timeout_s: float = 300.0) -> T:
-    """Poll ``read`` until ``done`` holds for its value (the last value once the deadline passed)."""
-    deadline = time.monotonic() + timeout_s
-    value = read()
-    while not done(value) and time.monotonic() < deadline:
-        time.sleep(0.2)
-        value = read()
-    return value
 
 
 def _code(call: Callable[[], object]) -> grpc.StatusCode:

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, create_topics
+from tests.integration.conftest import REPO_ROOT, assert_sinks_exact, create_topics, wait_for_job
 from weir.connectors import kafka
 from weir.connectors.object_storage import open_storage
 from weir.core.config import Endpoints
@@ -31,7 +31,7 @@ from weir.core.task_state import StoredOperatorState, decode_task_state
 from weir.jobmanager.checkpointing.metadata import decode_metadata
 from weir.operators.epoch_spill import DEFAULT_EPOCH_MEMORY_BYTES
 from weir.operators.transactional_sinks import marker_topic_name
-from weir.tools.client import JobDetails, JobManagerClient
+from weir.tools.client import JobManagerClient
 from weir.tools.supervisor import read_state
 
 pytestmark = pytest.mark.integration
@@ -70,15 +70,6 @@ def produce_records(endpoints: Endpoints, topic: str, count: int) -> None:
     remaining = producer.flush(60)
     if remaining or errors:
         raise ServiceUnavailableError(f"kafka: {remaining} records not delivered to {topic}: {errors[:3]}")
-
-
-def wait_for_end(client: JobManagerClient, job_id: str, timeout_s: float) -> JobDetails:
-    deadline = time.monotonic() + timeout_s
-    status = client.job_status(job_id)
-    while status.summary.status not in ("FINISHED", "FAILED", "CANCELED") and time.monotonic() < deadline:
-        time.sleep(0.3)
-        status = client.job_status(job_id)
-    return status
 
 
 def log_events(directory: Path, *names: str) -> list[dict[str, Any]]:
@@ -146,7 +137,7 @@ def test_an_epoch_above_64_mib_is_checkpointed_to_storage_and_recovered_exactly(
     job_id = client.submit_job(JOB, params, 1)
     storage = open_storage(os.environ["WEIR_CHECKPOINT_DIR"], endpoints)
     try:
-        status = wait_for_end(client, job_id, 150.0)
+        status = wait_for_job(client, job_id, timeout_s=150.0)
         ran_s = time.monotonic() - started - produced_s
         assert status.summary.status == "FINISHED", status.failure
 

@@ -4,7 +4,6 @@ exact (0 duplicates, 0 missing) and no transaction left prepared or open."""
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ from tests.integration.conftest import (
     create_topics,
     create_window_table,
     path_parameters,
+    wait_for_job,
 )
 from weir.connectors import kafka
 from weir.core.config import Endpoints
@@ -59,13 +59,7 @@ def test_crash_point_recovers_to_exact_sinks(
         **path_parameters(path),
     }
     job_id = client.submit_job(JOB, params, 3)
-    deadline = time.monotonic() + 240
-    status = client.job_status(job_id)
-    while time.monotonic() < deadline:
-        status = client.job_status(job_id)
-        if status.summary.status in ("FINISHED", "FAILED", "CANCELED"):
-            break
-        time.sleep(0.3)
+    status = wait_for_job(client, job_id, timeout_s=240)
     assert status.summary.status == "FINISHED", status.failure
 
     fired = list(Path(os.environ["WEIR_CRASH_ONCE_DIR"]).glob("*"))

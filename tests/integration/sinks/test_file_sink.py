@@ -12,7 +12,6 @@ from __future__ import annotations
 import io
 import json
 import random
-import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -23,7 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
-from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics
+from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics, wait_for_job
 from tests.integration.ports import private_ports
 from tests.integration.sinks.conftest import operator_context
 from tests.unit.conftest import CollectingOutput
@@ -274,11 +273,7 @@ def test_a_crash_after_the_checkpoint_completed_before_the_commit_is_finished_by
         "restart.delay": "1s",
     }
     job_id = client.submit_job(REPO_ROOT / "tests/integration/sinks/jobs/file_sink.py", params, 3)
-    deadline = time.monotonic() + 240
-    status = client.job_status(job_id)
-    while time.monotonic() < deadline and status.summary.status not in ("FINISHED", "FAILED", "CANCELED"):
-        time.sleep(0.3)
-        status = client.job_status(job_id)
+    status = wait_for_job(client, job_id, timeout_s=240)
     assert status.summary.status == "FINISHED", status.failure
     assert list((directory.parent.parent / "fired").glob("*")), (
         "the crash point never fired: the test would prove nothing"

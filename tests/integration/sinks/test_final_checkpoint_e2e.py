@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -29,13 +28,13 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.integration.conftest import REPO_ROOT, create_topics
+from tests.integration.conftest import REPO_ROOT, create_topics, wait_for_job
 from tests.integration.sinks.jobs.slow_two_sinks import event
 from weir.connectors import kafka, postgres
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.config import Endpoints
 from weir.operators.transactional_sinks import CommitMarker, marker_topic_name
-from weir.tools.client import CheckpointInfo, JobDetails, JobManagerClient
+from weir.tools.client import CheckpointInfo, JobManagerClient
 from weir.tools.verify import verify_job
 
 pytestmark = pytest.mark.integration
@@ -47,15 +46,6 @@ KAFKA_SINK, POSTGRES_SINK = "kafka-sink", "postgres-sink"
 
 def whole(e: dict[str, Any]) -> tuple[int, str, int]:
     return (e["id"], e["key"], e["value"])
-
-
-def wait_for_the_end(client: JobManagerClient, job_id: str, timeout_s: float = 300.0) -> JobDetails:
-    deadline = time.monotonic() + timeout_s
-    status = client.job_status(job_id)
-    while time.monotonic() < deadline and not status.summary.is_terminal:
-        time.sleep(0.3)
-        status = client.job_status(job_id)
-    return status
 
 
 def kafka_records(endpoints: Endpoints, topic: str) -> Counter[tuple[int, str, int]]:
@@ -120,7 +110,7 @@ def test_a_failover_after_the_final_checkpoint_of_an_unaligned_job_leaves_both_s
         "restart.delay": "1s",
     }
     job_id = client.submit_job(JOB, params, 1)
-    final = wait_for_the_end(client, job_id)
+    final = wait_for_job(client, job_id)
     assert final.summary.status == "FINISHED", final.failure
 
     fired = list(Path(os.environ["WEIR_CRASH_ONCE_DIR"]).glob("*"))

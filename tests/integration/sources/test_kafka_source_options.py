@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration import polling
 from tests.integration.conftest import create_topics
 from weir.connectors import kafka
 from weir.core.config import Endpoints
@@ -96,12 +97,15 @@ def start(spec: KafkaSourceSpec, parameters: dict[str, str] | None = None) -> tu
 
 
 def read(source: KafkaSourceOperator, out: Collect, at_least: int, timeout_s: float = 30.0) -> list[Any]:
-    deadline = time.monotonic() + timeout_s
-    while len(out.values) < at_least:
-        assert time.monotonic() < deadline, f"read {out.values} of {at_least} records within {timeout_s}s"
-        source.poll(100)
-    settle = time.monotonic() + 0.5  # nothing more than expected arrives
-    while time.monotonic() < settle:
+
+    def read_on() -> int:
+        source.poll(100)  # waits for records up to 100 ms
+        return len(out.values)
+
+    polling.settle(timeout_s, read_on, lambda read: read >= at_least, 0)
+    assert len(out.values) >= at_least, f"read {out.values} of {at_least} records within {timeout_s}s"
+    quiet_until = time.monotonic() + 0.5  # nothing more than expected arrives: read on for half a second
+    while time.monotonic() < quiet_until:
         source.poll(100)
     return sorted(out.values)
 
@@ -155,11 +159,13 @@ def test_committed_positions_are_visible_to_an_admin_client_and_a_committed_star
         first.snapshot_state(2)
         first.notify_checkpoint_aborted(2)  # never committed
         first.notify_checkpoint_complete(1)
-        deadline = time.monotonic() + 30
-        while (committed := kafka.committed_offsets(services, group, topic)) != {0: 2, 1: 1}:
-            assert time.monotonic() < deadline, f"committed offsets {committed}"
+
+        def committed() -> dict[int, int]:
             first.poll(10)  # serves the commit callback
-            time.sleep(0.1)
+            return kafka.committed_offsets(services, group, topic)
+
+        offsets = polling.settle(30, committed, lambda found: found == {0: 2, 1: 1}, 0.1)
+        assert offsets == {0: 2, 1: 1}, f"committed offsets {offsets}"
     finally:
         first.close()
     again, out_again = start(spec_for(topic, Committed(OffsetReset.LATEST), group_id=group))

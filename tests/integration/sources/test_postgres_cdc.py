@@ -23,7 +23,7 @@ from psycopg.conninfo import make_conninfo
 
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import REPO_ROOT, WeirCluster, create_topics
-from tests.integration.polling import poll
+from tests.integration.polling import poll, settle
 from tests.integration.sinks.conftest import operator_context
 from weir.connectors import kafka, postgres, postgres_cdc
 from weir.core.cdc import CdcSourceError, ChangeEvent, ChangeOp, JobEnd, parse_lsn
@@ -663,17 +663,7 @@ def write_through_a_source_kill(
 def settled(what: str, deadline_s: float, expected: Counter[Any], actual: Callable[[], Counter[Any]]) -> Counter[Any]:
     """``actual()`` once it equals ``expected``, or its last value after the deadline (the caller's
     assert then shows the difference)."""
-    last: list[Counter[Any]] = []
-
-    def check() -> bool | None:
-        last[:] = [actual()]
-        return True if last[0] == expected else None
-
-    try:
-        poll(what, deadline_s, check)
-    except pytest.fail.Exception:
-        pass
-    return last[0]
+    return settle(deadline_s, actual, lambda answer: answer == expected)
 
 
 def _slot_inactive(endpoints: Endpoints, slot: str) -> bool:

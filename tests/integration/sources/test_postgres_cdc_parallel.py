@@ -18,7 +18,7 @@ from psycopg import sql
 
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
-from tests.integration.polling import poll
+from tests.integration.polling import poll, settle
 from tests.integration.sinks.conftest import operator_context
 from tests.integration.sources.test_postgres_cdc import (
     CDC_JOB,
@@ -251,19 +251,13 @@ def test_a_parallel_snapshot_under_concurrent_writes_gives_exactly_the_table(
         writer.join(30)
         assert writer.error is None, f"the writer failed: {writer.error!r}"
         expected = case.rows()
-        last: list[Counter[tuple[Any, ...]]] = []
 
-        def caught_up() -> bool | None:
+        def caught_up() -> Counter[tuple[Any, ...]]:
             for operator in operators:
                 operator.poll(1000)
-            last[:] = [applied(out.events)[0]]
-            return True if last[0] == expected else None
+            return applied(out.events)[0]
 
-        try:
-            poll("the change log applied equal to the table", 120, caught_up, interval_s=0.1)
-        except pytest.fail.Exception:
-            pass
-        assert last[0] == expected
+        assert settle(120, caught_up, lambda table: table == expected, 0.1) == expected  # the change log applied
         each_change_once(out.events, rows, writer.changes)
         table_reads = applied(out.events)[1]
         assert [k for k, n in table_reads.items() if n > 1] == [], "no row read twice"
@@ -399,19 +393,11 @@ def test_a_taskmanager_killed_mid_parallel_snapshot_leaves_the_copy_and_the_chan
                     events.append(ChangeEvent(ChangeOp(e["op"]), e["table"], e["before"], e["after"], 0, e["xid"]))
             return events
 
-        last: list[list[ChangeEvent]] = []
-
-        def replayed() -> bool | None:
-            last[:] = [changelog()]
-            return True if applied(last[0])[0] == expected_copy else None
-
-        try:
-            poll("the changelog replayed equal to the source table", 240, replayed)
-        except pytest.fail.Exception:
-            pass
-        assert applied(last[0])[0] == expected_copy
-        each_change_once(last[0], rows, writer.changes)
-        reads = applied(last[0])[1]
+        # The changelog replayed equal to the source table.
+        events = settle(240, changelog, lambda found: applied(found)[0] == expected_copy, 0.5)
+        assert applied(events)[0] == expected_copy
+        each_change_once(events, rows, writer.changes)
+        reads = applied(events)[1]
         assert [k for k, n in reads.items() if n > 1] == [], "no row read twice: each partition resumed"
         weir_cluster.client.cancel_job(job_id)
         weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=120)

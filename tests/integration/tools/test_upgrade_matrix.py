@@ -24,7 +24,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -194,10 +194,6 @@ def weir(*args: str, timeout_s: float = 240.0) -> subprocess.CompletedProcess[st
     )
 
 
-def wait_for(what: str, answer: Callable[[], Any], timeout_s: float = 180.0) -> Any:
-    return polling.until(what, timeout_s, answer)
-
-
 def window_records_in(status: JobDetails) -> int:
     return sum(t.records_in_all_attempts for t in status.tasks if t.vertex_uid == WINDOW_UID)
 
@@ -284,13 +280,16 @@ def setup(weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory) -
     v1_job = json.loads(v1.stdout)["job_id"]
     weir_cluster.submitted.append(v1_job)
     client = weir_cluster.client
-    wait_for(
+    polling.until(
         "version 1 to aggregate the first part of the input",
+        180,
         lambda: window_records_in(client.job_status(v1_job)) >= EVENTS_BEFORE,
     )
     savepoint_id = client.trigger_savepoint(v1_job, f"s3://{endpoints.s3_bucket}/{prefix}-savepoints", stop=True)
     path = client.wait_for_savepoint(v1_job, savepoint_id, timeout_s=180.0).external_path
-    ended = wait_for("version 1 to end", lambda: (s := client.job_status(v1_job)).summary.status.terminal and s)
+    ended = polling.until(
+        "version 1 to end", 180, lambda: (s := client.job_status(v1_job)).summary.status.terminal and s
+    )
     assert ended.summary.status is JobStatus.FINISHED, ended.failure
     produce(weir_cluster, f"{prefix}-events", range(EVENTS_BEFORE, EVENTS_BEFORE + EVENTS_AFTER))
     v1_outputs = read_outputs(weir_cluster, f"{prefix}-v1", f"{prefix.replace('-', '_')}_v1")

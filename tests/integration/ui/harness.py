@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -20,6 +19,8 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+
+from tests.integration import polling
 
 WEB_DIR = Path(__file__).resolve().parents[3] / "jobmanager" / "rest" / "web"
 
@@ -388,11 +389,9 @@ def serve(token: str | None = None) -> Iterator[str]:
     server = uvicorn.Server(uvicorn.Config(create_app(token), log_level="warning"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, name="ui-harness", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 10.0
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the UI harness did not start on 127.0.0.1:{port}")
-        time.sleep(0.05)
+    polling.settle(10.0, lambda: server.started or not thread.is_alive(), bool, 0.05)
+    if not server.started:
+        raise RuntimeError(f"the UI harness did not start on 127.0.0.1:{port}")
     try:
         yield f"http://127.0.0.1:{port}/"
     finally:

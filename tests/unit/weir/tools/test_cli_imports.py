@@ -102,3 +102,27 @@ def test_weir_test_imports_the_job_api_but_no_client_arrow_s3_sql_rocksdb_or_pos
     )
     assert "weir.api" in modules and "weir.tools.jobtest" in modules  # the job ran through the job API
     assert loaded(modules, NOT_FOR_ANY_OF_THEM) == []
+
+
+SQL_SCRIPT = """
+CREATE TABLE events (key STRING) WITH ('connector' = 'kafka', 'topic' = 'events', 'format' = 'json');
+CREATE TABLE totals (key STRING, n BIGINT, PRIMARY KEY (key) NOT ENFORCED)
+  WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://localhost:5432/weir', 'table-name' = 'totals');
+INSERT INTO totals SELECT key, COUNT(*) FROM events GROUP BY key;
+"""
+
+
+def test_weir_test_of_a_sql_script_imports_the_sql_parser_but_no_client_s3_rocksdb_or_postgres_driver(
+    tmp_path: Path,
+) -> None:
+    """A script is planned, so the SQL parser is imported (the case above keeps it out of a Python
+    job's test); what a script's job does not run stays out as for a job file."""
+    script = tmp_path / "totals.sql"
+    script.write_text(SQL_SCRIPT)
+    events = tmp_path / "events.jsonl"
+    events.write_text("".join(json.dumps({"key": f"k{i % 3}"}) + "\n" for i in range(30)))
+    modules = imported_by(
+        tmp_path, "test", str(script), "--source", f"events={events}", "--failures", "--checkpoint-every", "5"
+    )
+    assert "sqlglot" in modules and "weir.tools.jobtest" in modules  # the script planned, then run as a job
+    assert loaded(modules, tuple(m for m in NOT_FOR_ANY_OF_THEM if m != "sqlglot")) == []
