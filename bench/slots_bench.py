@@ -67,7 +67,7 @@ from bench.harness import (
 )
 from weir.core.errors import WeirError
 from weir.tools.client import JobManagerClient
-from weir.tools.supervisor import ChildSpec, jobmanager_port, start_cluster, stop_cluster
+from weir.tools.supervisor import DEFAULT_SPARES, ChildSpec, jobmanager_port, start_cluster, stop_cluster
 
 JOB_FILE: Final = JOBS_DIR / "cpu_per_record.py"
 SOURCE_UID: Final = "generator"
@@ -288,6 +288,41 @@ def sample_cpu(
     )
 
 
+SPARE_QUIET_S: Final = 1.0
+SPARE_SETTLE_TIMEOUT_S: Final = 60.0
+
+
+def cpu_settled(
+    history: Sequence[tuple[float, float]], quiet_s: float = SPARE_QUIET_S, tolerance_s: float = 0.02
+) -> bool:
+    """Whether CPU samples ``(monotonic s, cpu s)`` show no more than ``tolerance_s`` of CPU over the
+    last ``quiet_s`` (at least that long sampled)."""
+    if not history:
+        return False
+    last_at, last_cpu = history[-1]
+    earlier = [cpu for at, cpu in history if last_at - at >= quiet_s]
+    return bool(earlier) and last_cpu - earlier[-1] <= tolerance_s
+
+
+def wait_for_settled_spares(supervisor: int, taskmanager: int, jobmanager: int, spares: int) -> None:
+    """Until the supervisor's warm spares (started a few seconds after the cluster) have started and
+    finished importing: a spare's start-up is Weir's restart readiness, not the job's work, and
+    would otherwise fall into the measured window of a short run."""
+    deadline = time.monotonic() + SPARE_SETTLE_TIMEOUT_S
+    history: list[tuple[float, float]] = []
+    while True:
+        others = [c for c in child_pids(supervisor) if c not in (taskmanager, jobmanager)]
+        cpu = sum(stat.cpu_s for pid in (supervisor, *others) if (stat := read_proc_stat(pid)) is not None)
+        history.append((time.monotonic(), cpu))
+        if len(others) >= spares and cpu_settled(history):
+            return
+        if time.monotonic() > deadline:
+            raise BenchError(
+                f"the supervisor's {spares} warm spare(s) did not settle within {SPARE_SETTLE_TIMEOUT_S:.0f} s"
+            )
+        time.sleep(0.2)  # poll interval of a wait with a deadline
+
+
 def tree_rss(taskmanager: int) -> dict[int, int]:
     """The RSS of the TaskManager and of each of its live workers, by pid."""
     rss: dict[int, int] = {}
@@ -441,6 +476,7 @@ def run_once(config: Config, tree: Tree, round_no: int, args: argparse.Namespace
         tm = cluster_pid(cluster_dir, TASKMANAGER)
         jm = cluster_pid(cluster_dir, JOBMANAGER)
         supervisor = int(json.loads((cluster_dir / "state.json").read_text())["supervisor_pid"])
+        wait_for_settled_spares(supervisor, tm, jm, len(DEFAULT_SPARES))
         worker_idle = [rss for pid, rss in tree_rss(tm).items() if pid != tm]
         url = scrape_url(env.endpoints.taskmanager_metrics_base_port + 1, filtered=tree.filtered)
         parameters = {"events": str(args.events), "work": str(args.work)}

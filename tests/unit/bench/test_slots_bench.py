@@ -15,6 +15,7 @@ from bench.slots_bench import (
     CpuSample,
     Run,
     Scrape,
+    cpu_settled,
     parse_scrape,
     render_markdown,
     summarize,
@@ -139,3 +140,12 @@ def test_a_baseline_trees_runs_are_summarized_apart_and_rendered_beside() -> Non
     assert "## This tree (`000000000000`, /metrics scraped filtered)" in text
     assert "## Baseline: `/work/base` at `111111111111`, same rounds, /metrics scraped full" in text
     assert "- 2 slots vs 1 slot, slot processes: 1.50x (this tree: 1.80x)" in text
+
+
+def test_cpu_settles_only_after_a_quiet_second_sampled_whole() -> None:
+    """The warm spare's start-up (imports, ~1 s of CPU) must be over before a run is measured."""
+    assert not cpu_settled([])
+    assert not cpu_settled([(0.0, 1.0), (0.5, 1.0)])  # not yet a second sampled
+    assert cpu_settled([(0.0, 1.0), (0.5, 1.0), (1.0, 1.01)])
+    assert not cpu_settled([(0.0, 0.2), (0.5, 0.7), (1.0, 1.1)])  # still importing
+    assert cpu_settled([(0.0, 0.2), (0.5, 0.7), (1.0, 1.1), (2.0, 1.1)])
