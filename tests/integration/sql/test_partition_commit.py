@@ -104,7 +104,9 @@ def test_a_partition_is_committed_once_every_row_of_it_is_visible(
         done = committed(root)
         for bucket in done:
             assert seen[bucket] == expected[bucket], f"{bucket} has _SUCCESS with rows still to come"
-        if not status.summary.is_terminal:
+        if not status.summary.is_terminal and seen != expected:
+            # rows still to come, so the input has not ended (once every row is visible, the end of
+            # input's commit and the job's FINISHED may straddle one poll: seen in a make test run)
             committed_while_running.update(done)
         return bool(status.summary.is_terminal)
 
