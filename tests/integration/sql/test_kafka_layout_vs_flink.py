@@ -14,17 +14,17 @@ topics: Weir reads what Flink writes and what it writes itself, whole rows equal
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir, flink_environment
-from bench.nexmark_bench import PARALLELISM, flink_sql_argv, free_port, weir_sql_statement_set
+from bench.contenders import flink_available, flink_build_dir
+from bench.nexmark_bench import PARALLELISM
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster
+from tests.integration.sql.side_by_side import run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
 from weir.tools.cli import sql_job_source
@@ -135,39 +135,10 @@ def test_weir_lays_out_kafka_keys_and_values_as_flink_does_and_reads_flink_s(
     }
     for name in topics.values():
         assert kafka.create_topic(endpoints, name, 2, 1, NO_RETENTION)
-    log = work / "flink.log"
-    argv = flink_sql_argv(
-        build,
-        query=",".join(QUERIES),
-        bootstrap=endpoints.kafka_bootstrap,
-        topic=topic,
-        output=flink_out,
-        group=f"{flink_out}-group",
-        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
-        checkpoint_interval="2s",
-        rest_port=free_port(),
-        mini_batch=False,
-    )
-    with log.open("wb") as out:
-        flink = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=work,
-            env=flink_environment(build, endpoints),
-        )  # fmt: skip
-    try:
-        script = weir_sql_statement_set(
-            QUERIES, topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
-        )
-        job_file = work / "kafka_layout.py"
-        job_file.write_text(sql_job_source(script))
-        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
-        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
-        assert final.summary.status == "FINISHED", final.failure
-        code = flink.wait(timeout=TIMEOUT_S)
-    finally:
-        if flink.poll() is None:
-            flink.kill()
-            flink.wait(30)
-    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    run_on_both_sides(
+        weir_cluster, build, work, queries=QUERIES, topic=topic, weir_out=weir_out, flink_out=flink_out,
+        job_name="kafka_layout",
+    )  # fmt: skip
 
     weir_records = records(endpoints, topics["weir-kafka_key_fields"])
     assert weir_records == records(endpoints, topics["flink-kafka_key_fields"]), "Weir's records are not Flink's"

@@ -11,27 +11,23 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import uuid
 from collections import Counter
 from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir, flink_environment
-from bench.nexmark_bench import PARALLELISM, flink_sql_argv, free_port, weir_sql_statement_set
-from tests.integration.checkpointing.test_recovery import wait_until
+from bench.contenders import flink_available, flink_build_dir
 from tests.integration.conftest import WeirCluster
+from tests.integration.sql.side_by_side import run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
-from weir.tools.cli import sql_job_source
 from weir.tools.nexmark_load import load
 
 pytestmark = pytest.mark.integration
 
 EVENTS = 10_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
-TIMEOUT_S = 600.0
 
 
 def millis(text: str) -> int:
@@ -76,42 +72,16 @@ def test_weir_s_and_flink_s_processing_time_windows_keep_q12_s_invariants(
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     for name in (f"{weir_out}-q12", flink_out):
         assert kafka.create_topic(endpoints, name, 2, 1, {"retention.ms": "-1"})
-    log = work / "flink.log"
-    argv = flink_sql_argv(
-        build,
-        query="q12",
-        bootstrap=endpoints.kafka_bootstrap,
-        topic=topic,
-        output=flink_out,
-        group=f"{flink_out}-group",
-        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
-        checkpoint_interval="2s",
-        rest_port=free_port(),
-        mini_batch=False,
-    )
-    with log.open("wb") as out:
-        flink = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=work,
-            env=flink_environment(build, endpoints),
-        )  # fmt: skip
-    try:
-        text = weir_sql_statement_set(
-            ("q12",), topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
-        )
+    def paced(text: str) -> str:
         bounded = "  'scan.bounded.mode' = 'latest-offset',\n"  # the events table's option line (not its comment)
-        paced = text.replace(bounded, bounded + "  'scan.records-per-second' = '150',\n", 1)
-        assert paced != text, "the events table's options changed: pace Weir's source another way"
-        job_file = work / "q12.py"
-        job_file.write_text(sql_job_source(paced))
-        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
-        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
-        assert final.summary.status == "FINISHED", final.failure
-        code = flink.wait(timeout=TIMEOUT_S)
-    finally:
-        if flink.poll() is None:
-            flink.kill()
-            flink.wait(30)
-    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+        edited = text.replace(bounded, bounded + "  'scan.records-per-second' = '150',\n", 1)
+        assert edited != text, "the events table's options changed: pace Weir's source another way"
+        return edited
+
+    run_on_both_sides(
+        weir_cluster, build, work, queries=("q12",), topic=topic, weir_out=weir_out, flink_out=flink_out,
+        job_name="q12", edit=paced,
+    )  # fmt: skip
     weir_counted = windows(endpoints, f"{weir_out}-q12", bids)
     flink_counted = windows(endpoints, flink_out, bids)
     assert sum(weir_counted.values()) > sum(bids.values()) // 4, "Weir's paced job fired too few windows"

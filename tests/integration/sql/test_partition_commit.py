@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 import uuid
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -22,17 +21,14 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir, flink_environment
+from bench.contenders import flink_available, flink_build_dir
 from bench.nexmark_bench import (
-    PARALLELISM,
     file_output,
     file_records,
-    flink_sql_argv,
-    free_port,
-    weir_sql_statement_set,
 )
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
+from tests.integration.sql.side_by_side import run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
 from weir.tools.cli import sql_job_source
@@ -139,39 +135,10 @@ def test_nexmark_q10_commits_the_partitions_flink_commits(
     producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
     assert load(producer, topic, 4, EVENTS, config=CONFIG) == EVENTS
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
-    log = work / "flink.log"
-    argv = flink_sql_argv(
-        build,
-        query="q10",
-        bootstrap=endpoints.kafka_bootstrap,
-        topic=topic,
-        output=flink_out,
-        group=f"{flink_out}-group",
-        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
-        checkpoint_interval="2s",
-        rest_port=free_port(),
-        mini_batch=False,
-    )
-    with log.open("wb") as out:
-        flink = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=work,
-            env=flink_environment(build, endpoints),
-        )  # fmt: skip
-    try:
-        text = weir_sql_statement_set(
-            ("q10",), topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
-        )
-        job_file = work / "q10.py"
-        job_file.write_text(sql_job_source(text))
-        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
-        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
-        assert final.summary.status == "FINISHED", final.failure
-        code = flink.wait(timeout=TIMEOUT_S)
-    finally:
-        if flink.poll() is None:
-            flink.kill()
-            flink.wait(30)
-    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    run_on_both_sides(
+        weir_cluster, build, work, queries=("q10",), topic=topic, weir_out=weir_out, flink_out=flink_out,
+        job_name="q10",
+    )  # fmt: skip
     weir_root, flink_root = file_output(f"{weir_out}-q10"), file_output(flink_out)  # one query: its own output
     try:
         rows = Counter(file_records("q10", weir_root))
