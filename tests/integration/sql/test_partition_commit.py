@@ -96,8 +96,10 @@ def test_a_partition_is_committed_once_every_row_of_it_is_visible(
 
     def checked(status: Any) -> bool:
         """Every committed partition shows all its rows; answers whether the job finished."""
-        seen = visible_ids(root)
+        # success files first: a partition committed between the two reads then shows all its rows
+        # (read the other way round, a commit right after the part files' scan looks premature)
         done = committed(root)
+        seen = visible_ids(root)
         for bucket in done:
             assert seen[bucket] == expected[bucket], f"{bucket} has _SUCCESS with rows still to come"
         if not status.summary.is_terminal and seen != expected:
