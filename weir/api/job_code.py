@@ -84,6 +84,15 @@ class PreparedArtifact:
 JobCode = SourceCode | PreparedArtifact
 
 
+def read_source_code(path: Path) -> SourceCode:
+    """A job file's code; one line naming the file when it cannot be read."""
+    try:
+        return SourceCode(str(path), path.read_bytes())
+    except OSError as exc:
+        message = "does not exist" if not path.exists() else f"cannot be read: {exc.strerror}"
+        raise JobDefinitionError(f"job file {path} {message}") from exc
+
+
 def default_cache() -> Path:
     return run_dir() / "python-jobs"
 
@@ -365,6 +374,24 @@ def _load_artifact(
     return run_build(module, name, parameters, parallelism, job_name or default_name, on_build)
 
 
+def forget_job_modules(code: JobCode) -> None:
+    """Forget the modules of the job imported in this process, so that its next load imports them
+    afresh, module globals included, as a new process would (``weir test`` between attempts). A job
+    of one file is executed afresh at every load already; its other imports are not the job's."""
+    match code:
+        case SourceCode():
+            return
+        case PreparedArtifact(package=package):
+            with _lock:
+                for name in [m for m in sys.modules if m.startswith(package + ".")]:
+                    del sys.modules[name]
+                    parent, _, child = name.rpartition(".")
+                    if parent in sys.modules and getattr(sys.modules[parent], child, None) is not None:
+                        delattr(sys.modules[parent], child)
+        case unreachable:
+            assert_never(unreachable)
+
+
 def cache_key(code: JobCode) -> bytes:
     """What identifies the code (for a process's cache of loaded jobs)."""
     match code:
@@ -383,6 +410,8 @@ __all__ = [
     "cache_key",
     "check_distributions",
     "default_cache",
+    "forget_job_modules",
     "load_job",
     "prepare_artifact",
+    "read_source_code",
 ]

@@ -46,6 +46,8 @@ from weir.tools import supervisor
 from weir.tools.sql_job import job_file_name, read_script, sql_job_source
 
 if TYPE_CHECKING:
+    from weir.api.artifacts import JobArtifact
+    from weir.api.job_code import JobCode
     from weir.core.failures import Failure
     from weir.tools.client import CheckpointInfo, ClusterStatus, JobDetails, JobManagerClient, JobSummary
     from weir.tools.savepoint_inspect import OperatorInfo, SavepointInfo
@@ -294,7 +296,63 @@ DetachOption = Annotated[
 DefineOption = Annotated[
     list[str] | None, typer.Option("-D", metavar="KEY=VALUE", help="A job parameter (repeatable).")
 ]
+PyFilesOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--py-files",
+        "-pyfs",
+        metavar="DIR|FILE.py|ZIP|WHEEL",
+        help="Ship these with the job (repeatable, or comma-separated): a directory or .zip is an import "
+        "root, a .py file a module, a .whl is installed. As Flink's -pyfs.",
+    ),
+]
+PyRequirementsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--py-requirements",
+        "-pyreq",
+        metavar="requirements.txt[#WHEEL_DIR]",
+        help="Install these requirements for the job, offline, from the wheels shipped with it (--py-files "
+        "wheels, and those of WHEEL_DIR). As Flink's -pyreq.",
+    ),
+]
+PyModuleOption = Annotated[
+    str | None,
+    typer.Option(
+        "--py-module",
+        "-pym",
+        metavar="package.module",
+        help="The job's module (defining build(env)) among --py-files, in place of JOB.py. As Flink's -pym.",
+    ),
+]
 """The options every command that submits or plans a job shares (one definition each)."""
+
+
+def _job_code(
+    job_file: Path | None, py_files: list[str] | None, py_requirements: str | None, py_module: str | None
+) -> tuple[JobCode, JobArtifact | None]:
+    """The job's code as `weir run` ships it: the job file's source, or (with --py-files,
+    --py-requirements or --py-module) the artifact, unpacked and its requirements installed here,
+    with the artifact itself."""
+    from weir.api.artifacts import build_artifact
+    from weir.api.job_code import prepare_artifact, read_source_code
+    from weir.core.config import PythonJobSettings
+    from weir.core.errors import JobDefinitionError
+
+    settings = PythonJobSettings.from_env()
+    shipped = [Path(p) for given in py_files or [] for p in given.split(",") if p]
+    if shipped or py_requirements or py_module:
+        artifact = build_artifact(
+            job_file=job_file,
+            py_module=py_module,
+            py_files=shipped,
+            requirements=py_requirements,
+            max_bytes=settings.job_artifact_max_bytes,
+        )
+        return prepare_artifact(artifact.data, timeout_s=settings.job_load_timeout), artifact
+    if job_file is None:
+        raise JobDefinitionError("give a job file, or --py-module package.module with --py-files")
+    return read_source_code(job_file), None
 
 
 @app.command()
@@ -302,35 +360,9 @@ def run(
     job_file: Annotated[
         Path | None, typer.Argument(metavar="[JOB.py]", help="A job file defining build(env) (or --py-module).")
     ] = None,
-    py_files: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--py-files",
-            "-pyfs",
-            metavar="DIR|FILE.py|ZIP|WHEEL",
-            help="Ship these with the job (repeatable, or comma-separated): a directory or .zip is an import "
-            "root, a .py file a module, a .whl is installed. As Flink's -pyfs.",
-        ),
-    ] = None,
-    py_requirements: Annotated[
-        str | None,
-        typer.Option(
-            "--py-requirements",
-            "-pyreq",
-            metavar="requirements.txt[#WHEEL_DIR]",
-            help="Install these requirements for the job, offline, from the wheels shipped with it (--py-files "
-            "wheels, and those of WHEEL_DIR). As Flink's -pyreq.",
-        ),
-    ] = None,
-    py_module: Annotated[
-        str | None,
-        typer.Option(
-            "--py-module",
-            "-pym",
-            metavar="package.module",
-            help="The job's module (defining build(env)) among --py-files, in place of JOB.py. As Flink's -pym.",
-        ),
-    ] = None,
+    py_files: PyFilesOption = None,
+    py_requirements: PyRequirementsOption = None,
+    py_module: PyModuleOption = None,
     parallelism: ParallelismOption = None,
     detach: DetachOption = False,
     define: DefineOption = None,
@@ -369,35 +401,12 @@ def run(
 ) -> None:
     """Submit a job; without --detach, follow it until it FINISHES (exit 0), FAILS or is CANCELED (exit 1).
     With --from-savepoint, `weir upgrade check` runs first and a job it fails is not submitted (exit 2)."""
-    from weir.api.artifacts import build_artifact
-    from weir.api.job_code import JobCode, SourceCode, prepare_artifact
     from weir.api.load_check import check_job_loads
     from weir.core.config import PythonJobSettings
-    from weir.core.errors import JobDefinitionError
 
     parameters = parse_parameters(define or [])
     settings = PythonJobSettings.from_env()
-    shipped = [Path(p) for given in py_files or [] for p in given.split(",") if p]
-    artifact = None
-    code: JobCode
-    if shipped or py_requirements or py_module:
-        artifact = build_artifact(
-            job_file=job_file,
-            py_module=py_module,
-            py_files=shipped,
-            requirements=py_requirements,
-            max_bytes=settings.job_artifact_max_bytes,
-        )
-        code = prepare_artifact(artifact.data, timeout_s=settings.job_load_timeout)
-    elif job_file is None:
-        raise JobDefinitionError("give a job file, or --py-module package.module with --py-files")
-    else:
-        try:
-            source = job_file.read_bytes()
-        except OSError as exc:
-            message = "does not exist" if not job_file.exists() else f"cannot be read: {exc.strerror}"
-            raise JobDefinitionError(f"job file {job_file} {message}") from exc
-        code = SourceCode(str(job_file), source)
+    code, artifact = _job_code(job_file, py_files, py_requirements, py_module)
     # Fail fast, before the cluster is asked: loaded in a child process with a deadline.
     checked = check_job_loads(code, parameters, parallelism or 1, None, settings.job_load_timeout)
     if from_checkpoint is not None and not skip_upgrade_check:
@@ -468,20 +477,9 @@ def package(
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the artifact (a .zip).")] = Path(
         "job.zip"
     ),
-    py_files: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--py-files", "-pyfs", metavar="DIR|FILE.py|ZIP|WHEEL", help="Ship these with the job, as for weir run."
-        ),
-    ] = None,
-    py_requirements: Annotated[
-        str | None,
-        typer.Option("--py-requirements", "-pyreq", metavar="requirements.txt[#WHEEL_DIR]", help="As for weir run."),
-    ] = None,
-    py_module: Annotated[
-        str | None,
-        typer.Option("--py-module", "-pym", metavar="package.module", help="As for weir run, in place of JOB.py."),
-    ] = None,
+    py_files: PyFilesOption = None,
+    py_requirements: PyRequirementsOption = None,
+    py_module: PyModuleOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Write the job's artifact (the zip `weir run` sends, docs/formats.md) to a file, without a cluster:
@@ -512,26 +510,25 @@ def package(
 
 @app.command()
 def info(
-    job_file: Annotated[Path, typer.Argument(metavar="JOB.py", help="A job file defining build(env).")],
+    job_file: Annotated[
+        Path | None, typer.Argument(metavar="[JOB.py]", help="A job file defining build(env) (or --py-module).")
+    ] = None,
+    py_files: PyFilesOption = None,
+    py_requirements: PyRequirementsOption = None,
+    py_module: PyModuleOption = None,
     parallelism: ParallelismOption = None,
     define: DefineOption = None,
     json_output: JsonOption = False,
 ) -> None:
     """Print the job's plan without running it: its operators with their parallelism and how records
     go between them, and the operator chains (vertices). As Flink's `flink info`; no cluster is asked."""
-    from weir.api.job_code import SourceCode
     from weir.api.load_check import check_job_loads
     from weir.core.config import PythonJobSettings
-    from weir.core.errors import JobDefinitionError
 
     parameters = parse_parameters(define or [])
-    try:
-        source = job_file.read_bytes()
-    except OSError as exc:
-        message = "does not exist" if not job_file.exists() else f"cannot be read: {exc.strerror}"
-        raise JobDefinitionError(f"job file {job_file} {message}") from exc
+    code, _ = _job_code(job_file, py_files, py_requirements, py_module)
     timeout_s = PythonJobSettings.from_env().job_load_timeout
-    checked = check_job_loads(SourceCode(str(job_file), source), parameters, parallelism or 1, None, timeout_s)
+    checked = check_job_loads(code, parameters, parallelism or 1, None, timeout_s)
     plan = checked.plan
     if json_output:
         _print_json(plan)
@@ -1093,12 +1090,16 @@ def sql_command(
 @app.command("test")
 def test_command(
     job_file: Annotated[
-        Path,
+        Path | None,
         typer.Argument(
-            metavar="JOB.py|SCRIPT.sql",
-            help="The job file to run, or a Flink SQL script (run as the job weir sql submits for it).",
+            metavar="[JOB.py|SCRIPT.sql]",
+            help="The job file to run (or --py-module), or a Flink SQL script (run as the job weir sql submits "
+            "for it).",
         ),
-    ],
+    ] = None,
+    py_files: PyFilesOption = None,
+    py_requirements: PyRequirementsOption = None,
+    py_module: PyModuleOption = None,
     source: Annotated[
         list[str] | None,
         typer.Option(
@@ -1151,8 +1152,8 @@ def test_command(
 ) -> None:
     """Run a job, or a SQL script as its job, in this process over records from files, with no services;
     with --failures check that failures and recovery from checkpoints leave its committed output
-    unchanged. Exit 1 on a divergence."""
-    import shutil
+    unchanged. Exit 1 on a divergence. A job of many files takes the options of weir run; its modules
+    are imported afresh at every failure, as a restarted process would."""
     import tempfile
 
     given: list[tuple[str, Path]] = []
@@ -1170,11 +1171,15 @@ def test_command(
         ms_per_record=ms_per_record,
         out=out,
     )
-    if job_file.suffix != ".sql":
+    if job_file is None or job_file.suffix != ".sql":
         if functions_file is not None:
             raise CommandLineError("--functions FILE.py is for a SQL script: a job file imports its functions")
-        run(job_file, given)
+        run(_job_code(job_file, py_files, py_requirements, py_module)[0], given)
         return
+    if py_files or py_requirements or py_module:
+        raise CommandLineError(
+            "--py-files, --py-requirements and --py-module are for a job file: a SQL script takes --functions FILE.py"
+        )
     from weir.tools.sql_job import script_sources  # plans the script: the SQL parser, for a script only
 
     script = read_script(job_file)
@@ -1184,28 +1189,13 @@ def test_command(
     with tempfile.TemporaryDirectory(prefix="weir-test-sql-") as folder:
         sql_job = Path(folder) / job_file_name(job_file.stem)
         sql_job.write_text(sql_job_source(script, module), encoding="utf-8")
-        if functions_file is None or module is None:
-            run(sql_job, inputs, as_written=True)
-            return
-        shutil.copyfile(functions_file, Path(folder) / f"{module}.py")  # beside the job, as weir sql ships it
-        with _importable_from(Path(folder), module):
-            run(sql_job, inputs, as_written=True)
-
-
-@contextmanager
-def _importable_from(folder: Path, module: str) -> Iterator[None]:
-    """``import MODULE`` finds ``folder/MODULE.py`` while the block runs (a SQL job's ``--functions``
-    file, which its job file imports by name); the module is forgotten afterwards."""
-    sys.path.insert(0, str(folder))
-    try:
-        yield
-    finally:
-        sys.path.remove(str(folder))
-        sys.modules.pop(module, None)
+        # shipped as weir sql ships it: the functions file beside the job in its artifact
+        shipped = None if functions_file is None else [str(functions_file)]
+        run(_job_code(sql_job, shipped, None, None)[0], inputs, as_written=True)
 
 
 def _job_test(
-    job_file: Path,
+    job: JobCode,
     given: list[tuple[str, Path]],
     *,
     parameters: dict[str, str],
@@ -1216,7 +1206,7 @@ def _job_test(
     out: Path | None,
     as_written: bool = False,
 ) -> None:
-    """``weir test`` over a job file and its sources' input files (source uid -> file); ``as_written``:
+    """``weir test`` over a job's code and its sources' input files (source uid -> file); ``as_written``:
     ``--out`` writes each record as its sink writes it (a SQL script's rows by column)."""
     from weir.tools.jobtest import SourceData, SourceLines, check_job, write_outputs
 
@@ -1226,7 +1216,7 @@ def _job_test(
             raise CommandLineError(f"--source {uid}={file}: source {uid!r} is given twice")
         inputs[uid] = SourceLines.read(file)
     report = check_job(
-        job_file,
+        job,
         inputs,
         parameters,
         failures=failures,

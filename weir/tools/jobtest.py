@@ -54,7 +54,8 @@ from pathlib import Path
 from typing import Any, assert_never
 from unittest import mock
 
-from weir.api import GeneratorSourceSpec, KafkaSourceSpec, PostgresCdcSourceSpec, load_job_file
+from weir.api import GeneratorSourceSpec, KafkaSourceSpec, PostgresCdcSourceSpec
+from weir.api.job_code import JobCode, PreparedArtifact, SourceCode, forget_job_modules, load_job, read_source_code
 from weir.core import crashpoints
 from weir.core.cdc import ChangeEvent
 from weir.core.changelog import Delete
@@ -362,7 +363,7 @@ class _Attempt(_Run):
 
     def __init__(
         self,
-        job_file: Path,
+        code: JobCode,
         parameters: dict[str, str],
         backend: MemoryStateBackend,
         inputs: Mapping[str, SourceData],
@@ -370,7 +371,8 @@ class _Attempt(_Run):
         clock: _VirtualClock,
         parallelism: int = 1,
     ) -> None:
-        graph = load_job_file(job_file, parameters, parallelism).graph
+        forget_job_modules(code)  # a new process: the job's modules start over, their globals too
+        graph = load_job(code, parameters, parallelism).graph
         sources = sorted(uid for uid, t in graph.transformations.items() if t.kind is OperatorKind.SOURCE)
         stray = sorted(set(inputs) - set(sources))
         if stray:
@@ -697,7 +699,7 @@ class RunOutput:
 
 @dataclass
 class _Driver:
-    job_file: Path
+    code: JobCode
     parameters: dict[str, str]
     inputs: Mapping[str, SourceData]
     checkpoint_every: int
@@ -775,13 +777,13 @@ class _Driver:
         return attempt
 
     def _start(self, states: Mapping[str, bytes]) -> _Attempt:
-        attempt = _Attempt(self.job_file, self.parameters, self.backend, self.inputs, self.recorded, self.clock)
+        attempt = _Attempt(self.code, self.parameters, self.backend, self.inputs, self.recorded, self.clock)
         attempt.open(states)
         return attempt
 
     def _start_rescaled(self, parallelism: int, states: Mapping[str, bytes]) -> _Attempt:
         attempt = _RescaledAttempt(
-            self.job_file, self.parameters, self.backend, self.inputs, self.recorded, self.clock, parallelism
+            self.code, self.parameters, self.backend, self.inputs, self.recorded, self.clock, parallelism
         )
         attempt.open(states)
         return attempt
@@ -872,8 +874,20 @@ class _Driver:
         return None
 
 
+def job_code_of(job: Path | str | JobCode) -> JobCode:
+    """A job file's code (its source, read once: every attempt loads the same bytes), or the code given
+    (an artifact of many files, ``weir test --py-files``)."""
+    match job:
+        case SourceCode() | PreparedArtifact():
+            return job
+        case Path() | str():
+            return read_source_code(Path(job))
+        case unreachable:
+            assert_never(unreachable)
+
+
 def run_once(
-    job_file: Path,
+    job: Path | str | JobCode,
     inputs: Mapping[str, SourceData],
     parameters: Mapping[str, str] | None = None,
     *,
@@ -897,7 +911,7 @@ def run_once(
     if resume_from is not None and failure is None:
         raise JobTestError("resume_from takes over the failure-free run at a failure point: give the failure")
     driver = _Driver(
-        Path(job_file),
+        job_code_of(job),
         dict(parameters or {}),
         inputs,
         checkpoint_every,
@@ -1098,7 +1112,7 @@ class JobTestReport:
 
 
 def check_job(
-    job_file: Path,
+    job: Path | str | JobCode,
     inputs: Mapping[str, SourceData],
     parameters: Mapping[str, str] | None = None,
     *,
@@ -1114,6 +1128,7 @@ def check_job(
     if rescale is not None and not failures:
         raise JobTestError("--rescale restores after the failures: give it with --failures")
     started = time.perf_counter()
+    code = job_code_of(job)
 
     def once(
         failure: FailurePoint | None,
@@ -1123,7 +1138,7 @@ def check_job(
         resume_from: RunOutput | None = None,
     ) -> RunOutput:
         return run_once(
-            job_file,
+            code,
             inputs,
             parameters,
             checkpoint_every=checkpoint_every,

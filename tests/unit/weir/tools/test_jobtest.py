@@ -9,6 +9,7 @@ lines and sinks are captured.
 from __future__ import annotations
 
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typer.testing import CliRunner
 
 from weir.connectors import kafka, postgres
 from weir.core.errors import JobDefinitionError
-from weir.tools.cli import app
+from weir.tools.cli import app, run_cli
 from weir.tools.jobtest import (
     VIRTUAL_EPOCH_MS,
     FailurePoint,
@@ -32,6 +33,7 @@ from weir.tools.jobtest import (
 
 HEADER = """
 import json
+import sys
 import random
 import time
 from weir.api import Environment, ProcessWindowFunction, TumblingEventTimeWindows, TumblingProcessingTimeWindows
@@ -569,3 +571,94 @@ def test_cli_rescale_reports_the_divergence_at_the_operator(tmp_path: Path) -> N
     result = CliRunner().invoke(app, [*args, "--rescale", "3"])
     assert result.exit_code == 1, result.output
     assert "operator 'count'" in result.output and "restored at parallelism 3" in result.output
+
+
+# Jobs of many files (`weir test JOB.py --py-files ...`, as `weir run` ships them) -----------------------
+
+HELPER_COUNTER = """
+SEQ = 0
+
+
+def number(e):
+    global SEQ
+    SEQ += 1
+    return {**e, "seq": SEQ}
+"""
+
+HELPER_PURE = """
+def number(e):
+    return {**e, "seq": e["id"] * 2}
+"""
+
+MANY_FILES_JOB = """
+from helpers import number
+
+
+def build(env: Environment) -> None:
+    source(env).map(number, uid="enrich").sink_to_kafka("out", uid="sink")
+"""
+
+
+def many_files(tmp_path: Path, helpers: str) -> list[str]:
+    """``weir test`` arguments for a job whose map function lives in a module of its own, shipped with
+    ``--py-files`` (not on sys.path otherwise)."""
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "helpers.py").write_text(helpers)
+    source = tmp_path / "events.jsonl"
+    source.write_bytes(b"\n".join(event_lines(RECORDS)) + b"\n")
+    path = job(tmp_path, MANY_FILES_JOB)
+    return ["test", str(path), "--py-files", str(src), "--source", f"events={source}", "--checkpoint-every", "20"]
+
+
+def test_a_helper_module_s_global_is_caught_at_its_operator_and_failure_point(tmp_path: Path) -> None:
+    """The job's modules are imported afresh at every failure, as a restarted process would: a counter
+    in a helper module restarts after a restore while the sources resume at the checkpoint, so the
+    failure runs differ at the map that uses it; both failure-free runs agree (each starts over too),
+    so it is not taken for nondeterminism."""
+    args = many_files(tmp_path, HELPER_COUNTER)
+    assert CliRunner().invoke(app, args).exit_code == 0
+    result = CliRunner().invoke(app, [*args, "--failures"])
+    assert result.exit_code == 1, result.output
+    assert "operator 'enrich'" in result.output
+    assert "checkpoint 1 (completed, sinks not yet told)" in result.output
+    assert "a second failure-free run" not in result.output
+
+
+def test_a_job_of_many_files_written_correctly_passes_with_failures_and_rescale(tmp_path: Path) -> None:
+    args = many_files(tmp_path, HELPER_PURE)
+    result = CliRunner().invoke(app, [*args, "--failures", "--rescale", "2"])
+    assert result.exit_code == 0, result.output
+    assert f"sink sink: {RECORDS} records committed" in result.output
+    assert "every failure run committed what the failure-free run did" in result.output
+
+
+def test_the_job_s_modules_are_forgotten_between_loads_and_weir_s_are_not(tmp_path: Path) -> None:
+    from weir.api.artifacts import build_artifact
+    from weir.api.job_code import forget_job_modules, load_job, prepare_artifact
+
+    args = many_files(tmp_path, HELPER_COUNTER)
+    artifact = build_artifact(
+        job_file=Path(args[1]), py_module=None, py_files=[Path(args[3])], requirements=None, max_bytes=1 << 20
+    )
+    code = prepare_artifact(artifact.data, cache=tmp_path / "cache")
+    load_job(code)
+    helpers = sys.modules[f"{code.package}.helpers"]
+    helpers.SEQ = 41  # type: ignore[attr-defined]
+    load_job(code)
+    assert sys.modules[f"{code.package}.helpers"].SEQ == 41  # one process keeps it, as a TaskManager does
+    forget_job_modules(code)
+    assert not [m for m in sys.modules if m.startswith(code.package + ".")]
+    load_job(code)
+    assert sys.modules[f"{code.package}.helpers"].SEQ == 0
+    assert sys.modules["weir.api"] is not None
+
+
+def test_a_sql_script_takes_functions_not_py_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    script = tmp_path / "s.sql"
+    script.write_text("CREATE TABLE t (a INT) WITH ('connector' = 'datagen');\n")
+    assert run_cli(["test", str(script), "--py-files", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == (
+        "weir: error: --py-files, --py-requirements and --py-module are for a job file: "
+        "a SQL script takes --functions FILE.py\n"
+    )
