@@ -153,7 +153,8 @@ class FilesystemTable:
     """``'connector' = 'filesystem'`` with ``'format' = 'csv'``: a local file (``path``, absolute or
     ``file://``) read whole as a lookup join's side input (``JOIN t FOR SYSTEM_TIME AS OF
     p.proc_time``): each subtask reads it at its first lookup and keeps its rows by the join key; or,
-    written, a directory of part files (the job API's exactly-once file sink), a folder
+    written, a directory (local, or ``s3://bucket/prefix``) of part files (the job API's exactly-once
+    file sink), a folder
     ``col=value/...`` per value of the table's PARTITIONED BY columns, a part file rolled after
     ``rollover_ms`` (``sink.rolling-policy.rollover-interval``) and at every checkpoint."""
 
@@ -430,10 +431,13 @@ def connector_of(
         case "filesystem":
             path = opts.need("path")
             local = path.removeprefix("file://")
-            if not local.startswith("/"):
+            in_s3 = path.startswith("s3://") and not path.startswith("s3:///") and len(path) > len("s3://")
+            if in_s3:
+                local = path  # written through the job's S3 settings (docs/configuration.md); never read
+            elif not local.startswith("/"):
                 raise opts.refuse(
-                    f"'path' = '{path}': Weir's filesystem connector reads a local file (an absolute path or "
-                    "file:///...)",
+                    f"'path' = '{path}': Weir's filesystem connector takes a local path (an absolute path or "
+                    "file:///...), or s3://bucket/prefix for a table that is only written",
                     "path",
                 )
             opts.one_of("format", "csv", ("csv",))

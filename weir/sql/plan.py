@@ -1088,6 +1088,12 @@ def _plan_lookup_join(
             right_source,
             f"a lookup join's table is a 'filesystem' table (Weir's lookup source); {name} is {what}",
         )
+    if table.connector.path.startswith("s3://"):
+        raise locate.refuse(
+            right_source,
+            f"a lookup join reads a local file; {name}'s 'path' = '{table.connector.path}' is in S3, "
+            "where a 'filesystem' table can only be written",
+        )
     right_names = table.column_names
     right_scope = _table_scope(table, rq)
     columns: dict[str, SqlType | None] = {}

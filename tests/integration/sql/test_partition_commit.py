@@ -1,11 +1,11 @@
 """A SQL 'filesystem' sink's partition commit ('sink.partition-commit.policy.kind' = 'success-file') in
 real jobs on the session cluster:
 
-- a paced job at parallelism 2 writing minute partitions with the partition-time trigger: while it
-  runs, every partition holding ``_SUCCESS`` already shows every row of its minute in visible part
-  files (the file appears only after the checkpoint that made the partition's last part file
-  visible), some partitions are committed before the job ends, and at its end every partition is
-  committed and the rows are exact;
+- a paced job at parallelism 2 writing minute partitions with the partition-time trigger, into a
+  folder and into S3 (the S3 server's bucket): while it runs, every partition holding ``_SUCCESS``
+  already shows every row of its minute in visible part files (the file appears only after the
+  checkpoint that made the partition's last part file visible), some partitions are committed
+  before the job ends, and at its end every partition is committed and the rows are exact;
 - Nexmark q10 with the suite's own partition commit options, on Weir and on Apache Flink 2.2.1 over
   the same topic: the same rows and the same partitions committed (each one, at the end of the
   bounded input)."""
@@ -16,6 +16,7 @@ import json
 import shutil
 import uuid
 from collections import Counter, defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,8 @@ from tests.integration.conftest import WeirCluster, create_topics
 from tests.integration.sql.side_by_side import run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
+from weir.connectors.files import S3PartFileStore
+from weir.core.config import Endpoints
 from weir.tools.cli import sql_job_source
 from weir.tools.nexmark_load import load
 
@@ -42,13 +45,13 @@ STEP_MS = 800  # 8 minutes of event time
 TIMEOUT_S = 600.0
 
 
-def script(source: str, path: Path) -> str:
+def script(source: str, path: str, records_per_second: int) -> str:
     return f"""
 CREATE TABLE src (id BIGINT, ts TIMESTAMP(3), WATERMARK FOR ts AS ts - INTERVAL '1' SECOND)
   WITH ('connector' = 'kafka', 'topic' = '{source}', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset',
-        'scan.bounded.mode' = 'latest-offset', 'scan.records-per-second' = '20');
+        'scan.bounded.mode' = 'latest-offset', 'scan.records-per-second' = '{records_per_second}');
 CREATE TABLE minutes (id BIGINT, ts TIMESTAMP(3), dt STRING, hm STRING) PARTITIONED BY (dt, hm)
-  WITH ('connector' = 'filesystem', 'path' = 'file://{path}', 'format' = 'csv',
+  WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'csv',
         'sink.partition-commit.trigger' = 'partition-time', 'sink.partition-commit.delay' = '1 min',
         'sink.partition-commit.policy.kind' = 'success-file',
         'partition.time-extractor.timestamp-pattern' = '$dt $hm:00');
@@ -61,22 +64,65 @@ def partition(ms: int) -> str:
     return f"dt=2024-01-01/hm=00%3A{minute:02d}"
 
 
-def visible_ids(root: Path) -> dict[str, Counter[int]]:
-    """Each partition's ids in its visible part files (hidden in-progress files skipped, as readers do)."""
-    out: dict[str, Counter[int]] = defaultdict(Counter)
-    for path in root.rglob("part-*"):
-        out[path.parent.relative_to(root).as_posix()].update(
-            int(line.split(",")[0]) for line in path.read_text().splitlines()
+class Listing:
+    """The sink's path as a reader sees it: a local folder, or a prefix in the S3 server's bucket."""
+
+    def __init__(self, root: Path | None, store: S3PartFileStore | None) -> None:
+        assert (root is None) != (store is None)
+        self.root, self.store = root, store
+
+    @property
+    def path(self) -> str:
+        return f"file://{self.root}" if self.root is not None else self.store_().uri
+
+    def store_(self) -> S3PartFileStore:
+        assert self.store is not None
+        return self.store
+
+    def keys(self) -> list[str]:
+        if self.root is not None:
+            return [p.relative_to(self.root).as_posix() for p in self.root.rglob("*") if p.is_file()]
+        return list(self.store_().finished_keys())
+
+    def read(self, key: str) -> bytes:
+        if self.root is not None:
+            return (self.root / key).read_bytes()
+        return self.store_().read(key)
+
+    def visible_ids(self) -> dict[str, Counter[int]]:
+        """Each partition's ids in its visible part files (hidden in-progress files, and S3's
+        unfinished uploads, are not listed: as readers see them)."""
+        out: dict[str, Counter[int]] = defaultdict(Counter)
+        for key in self.keys():
+            bucket, _, name = key.rpartition("/")
+            if name.startswith("part-"):
+                out[bucket].update(int(line.split(",")[0]) for line in self.read(key).decode().splitlines())
+        return out
+
+    def committed(self) -> set[str]:
+        return {key.rpartition("/")[0] for key in self.keys() if key.rpartition("/")[2] == "_SUCCESS"}
+
+
+@pytest.fixture
+def s3_prefix(services: Endpoints) -> Iterator[S3PartFileStore]:
+    """A prefix of the test's own in the S3 server's bucket; its objects go afterwards."""
+    store = S3PartFileStore(services, services.s3_bucket, f"partition-commit-{uuid.uuid4().hex[:8]}")
+    yield store
+    keys = list(store.finished_keys())
+    for start in range(0, len(keys), 1000):
+        store.client.delete_objects(
+            Bucket=store.bucket, Delete={"Objects": [{"Key": store.prefix + k} for k in keys[start : start + 1000]]}
         )
-    return out
 
 
-def committed(root: Path) -> set[str]:
-    return {p.parent.relative_to(root).as_posix() for p in root.rglob("_SUCCESS")}
-
-
+@pytest.mark.parametrize(("where", "records_per_second"), [("directory", 20), ("s3", 60)])
 def test_a_partition_is_committed_once_every_row_of_it_is_visible(
-    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+    weir_cluster: WeirCluster,
+    unique: str,
+    tmp_path: Path,
+    where: str,
+    records_per_second: int,
+    request: pytest.FixtureRequest,
 ) -> None:
     endpoints = weir_cluster.endpoints
     source = f"sql-minutes-{unique}"
@@ -88,9 +134,13 @@ def test_a_partition_is_committed_once_every_row_of_it_is_visible(
         producer.produce(source, json.dumps({"id": i, "ts": ts}).encode(), partition=i % 2)
         expected[partition(ts)][i] += 1
     assert producer.flush(60) == 0
-    root = tmp_path / "minutes"
+    listing = (
+        Listing(tmp_path / "minutes", None)
+        if where == "directory"
+        else Listing(None, request.getfixturevalue("s3_prefix"))
+    )
     job_file = tmp_path / f"minutes_{unique}.py"
-    job_file.write_text(sql_job_source(script(source, root)))
+    job_file.write_text(sql_job_source(script(source, listing.path, records_per_second)))
     job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "500ms"}, parallelism=2)
     committed_while_running: set[str] = set()
 
@@ -98,8 +148,8 @@ def test_a_partition_is_committed_once_every_row_of_it_is_visible(
         """Every committed partition shows all its rows; answers whether the job finished."""
         # success files first: a partition committed between the two reads then shows all its rows
         # (read the other way round, a commit right after the part files' scan looks premature)
-        done = committed(root)
-        seen = visible_ids(root)
+        done = listing.committed()
+        seen = listing.visible_ids()
         for bucket in done:
             assert seen[bucket] == expected[bucket], f"{bucket} has _SUCCESS with rows still to come"
         if not status.summary.is_terminal and seen != expected:
@@ -110,13 +160,15 @@ def test_a_partition_is_committed_once_every_row_of_it_is_visible(
 
     final = wait_until(weir_cluster, job_id, checked, "the job to finish", TIMEOUT_S)
     assert final.summary.status == "FINISHED", final.failure
-    assert visible_ids(root) == expected
-    assert committed(root) == set(expected), "every partition committed at the end of the input"
+    assert listing.visible_ids() == expected
+    assert listing.committed() == set(expected), "every partition committed at the end of the input"
     assert committed_while_running, "no partition was committed before the end of the input"
     assert committed_while_running < set(expected), "the last minutes are committed by the end of input only"
-    assert all((root / b / "_SUCCESS").read_bytes() == b"" for b in expected)
-    progress = sorted(p.name for p in (root / ".weir-partition-commit").rglob("*.json"))
+    assert all(listing.read(f"{b}/_SUCCESS") == b"" for b in expected)
+    progress = sorted(k.rpartition("/")[2] for k in listing.keys() if k.startswith(".weir-partition-commit/"))
     assert progress == ["0.json", "1.json"], progress
+    if listing.store is not None:
+        assert list(listing.store.unfinished()) == [], "no upload left open"
 
 
 EVENTS = 10_000
@@ -147,7 +199,8 @@ def test_nexmark_q10_commits_the_partitions_flink_commits(
         assert rows == Counter(file_records("q10", flink_root)), "Weir's rows are not Flink's"
         partitions = {p.parent.relative_to(weir_root).as_posix() for p in weir_root.rglob("part-*")}
         assert len(partitions) >= 2 and sum(rows.values()) > 5_000
-        assert committed(weir_root) == committed(flink_root) == partitions, "the partitions committed differ"
+        weir_committed, flink_committed = Listing(weir_root, None).committed(), Listing(flink_root, None).committed()
+        assert weir_committed == flink_committed == partitions, "the partitions committed differ"
     finally:
         for root in (weir_root, flink_root):
             shutil.rmtree(root, ignore_errors=True)

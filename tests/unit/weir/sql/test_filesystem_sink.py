@@ -43,6 +43,14 @@ def test_a_partitioned_filesystem_table_is_read_with_its_partition_columns_and_r
     assert table.connector == FilesystemTable("/tmp/log/", rollover_ms=60_000)
 
 
+def test_a_filesystem_table_in_s3_is_written_there() -> None:
+    table = plan_script(LOG.replace("file:///tmp/log/", "s3://lake/log/")).tables["log"]
+    assert table.connector == FilesystemTable("s3://lake/log/", rollover_ms=60_000)
+    for bad in ("s3://", "s3:///log/", "log/"):
+        with pytest.raises(SqlError, match="filesystem connector takes a local path .* or s3://bucket/prefix"):
+            plan_script(LOG.replace("file:///tmp/log/", bad))
+
+
 def test_a_rows_folder_and_line_are_flinks() -> None:
     table = plan_script(LOG).tables["log"]
     row = {"id": 7, "note": 'a "quoted", text', "ts": 1_700_000_000_008, "ok": True, "dt": "2023-11-14", "hm": "22:13"}

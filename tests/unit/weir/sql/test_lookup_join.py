@@ -221,8 +221,19 @@ def refused_cases(path: Path) -> list[tuple[str, str, str]]:
         ),
         (
             "CREATE TABLE rel (a BIGINT) WITH ('connector' = 'filesystem', 'path' = 'side.csv', 'format' = 'csv');",
-            "table rel: 'path' = 'side.csv': Weir's filesystem connector reads a local file",
+            "table rel: 'path' = 'side.csv': Weir's filesystem connector takes a local path (an absolute path or "
+            "file:///...), or s3://bucket/prefix for a table that is only written",
             "'path'",
+        ),
+        (
+            "CREATE TABLE lake (item BIGINT, name STRING, max_qty INT) "
+            "WITH ('connector' = 'filesystem', 'path' = 's3://lake/items/', 'format' = 'csv');\n"
+            + sink
+            + f"INSERT INTO out SELECT O.id, I.name FROM {proc} JOIN lake FOR SYSTEM_TIME AS OF O.p_time AS I "
+            "ON O.item = I.item;",
+            "a lookup join reads a local file; lake's 'path' = 's3://lake/items/' is in S3, where a 'filesystem' "
+            "table can only be written",
+            "lake FOR",
         ),
         (
             f"CREATE TABLE js (a BIGINT) WITH ('connector' = 'filesystem', 'path' = '{path}', 'format' = 'json');",
@@ -232,7 +243,7 @@ def refused_cases(path: Path) -> list[tuple[str, str, str]]:
     ]
 
 
-@pytest.mark.parametrize("case", range(10))
+@pytest.mark.parametrize("case", range(11))
 def test_a_refused_construct_is_one_line_with_its_position(tmp_path: Path, case: int) -> None:
     path = tmp_path / "items.csv"
     statement, message, at = refused_cases(path)[case]
