@@ -62,7 +62,8 @@ from weir.sql.catalog import (
     kafka_layout,
 )
 from weir.sql.cdc import CdcChanges, CdcUpserts
-from weir.sql.changelog import Change
+from weir.sql.changelog import Change, ChangelogMode
+from weir.sql.changelog_join import ChangelogJoin
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
@@ -753,6 +754,9 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         return _interval_join(left, right, node, node.interval, uids)
     on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
     ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl else ""
+    mode = changelog_of(node)
+    if mode is not None:
+        return _changelog_join(left, right, node, mode, on, ttl, uids)
     batched = f", {uids.mini_batch}" if uids.mini_batch is not None else ""
     uid = uids.next(
         "join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl}{batched})"
@@ -777,6 +781,48 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         inputs=(first, second),
         key_selector=first._key_selector,  # noqa: SLF001
     )
+
+
+def _changelog_join(
+    left: DataStream | None, right: DataStream | None, node: Join, mode: ChangelogMode, on: str, ttl: str, uids: _Uids
+) -> DataStream | None:
+    """An outer join, or a join of a changelog (``weir.sql.changelog_join``): row by row, also under
+    mini-batch (Flink batches it; Weir applies each change as it arrives)."""
+    inputs = ", ".join(
+        f"{q} {'changelog' if m is not None else 'append'}"
+        for q, m in ((node.left_qualifier, node.left_mode), (node.right_qualifier, node.right_mode))
+    )
+    uid = uids.next(
+        "changelog-join",
+        f"{node.left_qualifier} {node.kind} JOIN {node.right_qualifier} ON {on} "
+        f"(regular join of {inputs}{ttl}), emits {mode}",
+    )
+    if left is None or right is None:
+        return None
+    left_changes, right_changes = node.left_mode is not None, node.right_mode is not None
+    left_key = row_key(tuple(k.evaluate for k in node.left_keys))
+    right_key = row_key(tuple(k.evaluate for k in node.right_keys))
+    function = ChangelogJoin(
+        joined_row(node, uids.read_above.get(id(node))),
+        (dict.fromkeys(node.left_columns), dict.fromkeys(node.right_columns)),
+        outer=node.outer,
+        changelogs=(left_changes, right_changes),
+        ttl=uids.ttl,
+    )
+    return (
+        left.connect(right)
+        .key_by(_row_of(left_key) if left_changes else left_key, _row_of(right_key) if right_changes else right_key)
+        .process(function, uid=uid)
+    )
+
+
+def _row_of(key: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> Callable[[Change], tuple[Any, ...]]:
+    """A key of rows as the key of changes (by each change's row)."""
+
+    def of(change: Change) -> tuple[Any, ...]:
+        return key(change.row)
+
+    return of
 
 
 def _lookup_join(env: Environment | None, node: LookupJoin, uids: _Uids, script: str) -> DataStream | None:

@@ -69,5 +69,15 @@ TOP_N_STATE: Final = SqlStateFormat("top-n", 1, _top_before_format)
 CHANGELOG_NORMALIZE_STATE: Final = SqlStateFormat("changelog-normalize", 1)
 """Value state ``last``: ``(1, {column: value})``, the key's last row (tagged from the start)."""
 
+CHANGELOG_JOIN_STATE: Final = SqlStateFormat("changelog-join", 1)
+"""Value states ``left`` and ``right``: ``(1, [(row, count, associations), ...])``, a side's rows of
+the key (``weir.sql.changelog_join``; tagged from the start)."""
 
-__all__ = ["CHANGELOG_AGGREGATE_STATE", "CHANGELOG_NORMALIZE_STATE", "TOP_N_STATE", "SqlStateFormat"]
+
+__all__ = [
+    "CHANGELOG_AGGREGATE_STATE",
+    "CHANGELOG_JOIN_STATE",
+    "CHANGELOG_NORMALIZE_STATE",
+    "TOP_N_STATE",
+    "SqlStateFormat",
+]
