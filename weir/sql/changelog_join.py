@@ -167,7 +167,7 @@ def held_of(stored: Any) -> Held:
     return tuple(HeldRow(row, count, associations) for row, count, associations in CHANGELOG_JOIN_STATE.body(stored))
 
 
-def stored_of(held: Held) -> tuple[int, list[tuple[dict[str, Any], int, int]]]:
+def stored_of(held: Held) -> Any:
     """The state value of a side's rows of a key (built-in values only: docs/formats.md)."""
     return CHANGELOG_JOIN_STATE.tagged([(dict(e.row), e.count, e.associations) for e in held])
 

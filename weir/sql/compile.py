@@ -101,6 +101,7 @@ from weir.sql.retract import (
     over_values,
 )
 from weir.sql.retract import average as _average
+from weir.sql.state_format import GROUP_AGGREGATE_STATE
 from weir.sql.types import Kind, to_json
 from weir.sql.upsert import ChangelogNormalize, SinkWrite, UpsertKafkaRecords, sink_write
 
@@ -1029,8 +1030,10 @@ class GroupAggregateWithTtl(KeyedProcessFunction):
     def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         state = ctx.value_state("accumulators", self.ttl)
         held = state.value()
-        accs = self.accumulators.add(self.accumulators.create() if held is None else held, value)
-        state.update(accs)
+        accs = self.accumulators.add(
+            self.accumulators.create() if held is None else GROUP_AGGREGATE_STATE.body(held), value
+        )
+        state.update(GROUP_AGGREGATE_STATE.tagged(accs))
         row = dict(zip(self.key_names, ctx.key, strict=True))
         row.update(self.accumulators.results(accs))
         out.collect(row)
@@ -1125,23 +1128,24 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
     if upstream is None:
         return None
     empty = accumulators.create()
+    body, tagged = GROUP_AGGREGATE_STATE.body, GROUP_AGGREGATE_STATE.tagged  # the reduce's value is its state
 
-    def accumulate(row: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return key_of(row), accumulators.add(empty, row)
+    def accumulate(row: Mapping[str, Any]) -> Any:
+        return tagged((key_of(row), accumulators.add(empty, row)))
 
-    def merge(
-        a: tuple[tuple[Any, ...], tuple[Any, ...]], b: tuple[tuple[Any, ...], tuple[Any, ...]]
-    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return a[0], accumulators.merge(a[1], b[1])
+    def merge(a: Any, b: Any) -> Any:
+        (key, held), (_, added) = body(a), body(b)
+        return tagged((key, accumulators.merge(held, added)))
 
-    def result(value: tuple[tuple[Any, ...], tuple[Any, ...]]) -> dict[str, Any]:
-        row = dict(zip(key_names, value[0], strict=True))
-        row.update(accumulators.results(value[1]))
+    def result(value: Any) -> dict[str, Any]:
+        key, accs = body(value)
+        row = dict(zip(key_names, key, strict=True))
+        row.update(accumulators.results(accs))
         return row
 
     return (
         upstream.map(accumulate, uid=prepare_uid)
-        .key_by(lambda pair: pair[0])
+        .key_by(lambda value: body(value)[0])
         .reduce(merge, uid=uid)
         .map(result, uid=result_uid)
     )

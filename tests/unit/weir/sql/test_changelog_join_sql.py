@@ -106,7 +106,7 @@ def test_a_join_of_changelogs_leaves_the_final_table_plain_python_computes(
     values = sink_values(run, text)
     assert len(values) > sum(expected.values())  # rows were retracted and replaced on the way
     assert final_table(values, key) == expected
-    assert sum(expected.values()) >= 30
+    assert sum(expected.values()) >= 20
     if query == "left_join_bids":  # some auctions have no bid: their rows padded with NULLs remain
         assert any(json.loads(r)["bids"] is None for r in expected)
     run.with_failures()  # a failure at every checkpoint and crash point: the committed output is the same
