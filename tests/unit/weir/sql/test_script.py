@@ -132,7 +132,8 @@ REFUSED = [
         "view v: GROUP BY",
         "22:1",
     ),
-    ("CREATE VIEW v AS SELECT o.id FROM orders o LEFT ANTI JOIN orders p ON o.id = p.id;\nINSERT INTO out SELECT * FROM v;",
+    ("CREATE VIEW v AS SELECT o.id FROM orders o LEFT ANTI JOIN orders p ON o.id = p.id;\n"
+     "INSERT INTO out SELECT * FROM v;",
      "LEFT ANTI JOIN is not supported (INNER, LEFT, RIGHT and FULL [OUTER] JOIN are)", "22:"),
     (
         "CREATE TABLE t (a MAP<STRING, INT>) WITH ('connector' = 'kafka', 'topic' = 't');",

@@ -419,7 +419,9 @@ def _feed(op: Any, out: CollectingOutput, values: Sequence[tuple[int, dict[str, 
 
 
 @pytest.mark.parametrize("seed", range(3))
-@pytest.mark.parametrize(("before_kind", "after_kind"), [("record", "record"), ("batched", "record"), ("record", "batched")])
+@pytest.mark.parametrize(
+    ("before_kind", "after_kind"), [("record", "record"), ("batched", "record"), ("record", "batched")]
+)
 def test_a_regular_join_restores_the_untagged_rows_of_an_earlier_savepoint(
     start_operator: StartOperator, seed: int, before_kind: str, after_kind: str
 ) -> None:
