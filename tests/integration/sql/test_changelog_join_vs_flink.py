@@ -10,20 +10,27 @@ the final table, record for record, Weir's with Flink's and both with plain Pyth
 from __future__ import annotations
 
 import json
+import random
+import time
 import uuid
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.contenders import flink_available, flink_build_dir
+from bench.nexmark_bench import weir_sql_statement_set
+from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.conftest import WeirCluster
 from tests.integration.sql.side_by_side import run_on_both_sides
 from tests.integration.sql.test_kafka_layout_vs_flink import Json, compacted
 from weir import nexmark as nx
 from weir.connectors import kafka
+from weir.tools.cli import sql_job_source
 from weir.tools.nexmark_load import load
+from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
 
@@ -32,6 +39,7 @@ EVENTS = 6_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
 PARTITIONS = 4
 NO_RETENTION = {"retention.ms": "-1"}
+TIMEOUT_S = 600.0
 
 Tags = dict[int, tuple[str, int]]
 
@@ -106,16 +114,8 @@ def expected(events: Sequence[Any], tags: Tags) -> dict[str, dict[Json, Json]]:
     return {"join_aggregates": joined, "left_join_bids": left, "join_upsert_table": tagged}
 
 
-def test_weir_joins_changelogs_as_flink_does(
-    weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    build = flink_build_dir()
-    endpoints = weir_cluster.endpoints
-    work = tmp_path_factory.mktemp("changelog-join-vs-flink")
-    topic = f"sql-changelog-join-{uuid.uuid4().hex[:8]}"
+def prepare(endpoints: Any, topic: str) -> dict[str, dict[Json, Json]]:
+    """The events' topic and its ``-upsert`` topic of tags written; the sinks' final tables in Python."""
     assert kafka.create_topic(endpoints, topic, PARTITIONS, 1, NO_RETENTION)
     producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
     assert load(producer, topic, PARTITIONS, EVENTS, config=CONFIG) == EVENTS
@@ -130,7 +130,20 @@ def test_weir_joins_changelogs_as_flink_does(
     want = expected(events, tags)
     assert len(want["join_aggregates"]) > 30 and len(want["join_upsert_table"]) >= 7
     assert any(dict(v)["bids"] is None for v in want["left_join_bids"].values())  # auctions without a bid remain
+    return want
 
+
+def test_weir_joins_changelogs_as_flink_does(
+    weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    reason = flink_available()
+    if reason is not None:
+        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
+    build = flink_build_dir()
+    endpoints = weir_cluster.endpoints
+    work = tmp_path_factory.mktemp("changelog-join-vs-flink")
+    topic = f"sql-changelog-join-{uuid.uuid4().hex[:8]}"
+    want = prepare(endpoints, topic)
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     topics = {
         f"{side}-{q}": f"{prefix}-{q}" for side, prefix in (("weir", weir_out), ("flink", flink_out)) for q in QUERIES
@@ -147,3 +160,43 @@ def test_weir_joins_changelogs_as_flink_does(
         flink_table = compacted(endpoints, topics[f"flink-{query}"])
         assert weir_table == flink_table, f"{query}: Weir's final table is not Flink's"
         assert weir_table == want[query], f"{query}: the final tables are not Python's"
+
+
+def test_joins_of_changelogs_through_a_taskmanager_kill_leave_the_exact_final_tables(
+    weir_cluster: WeirCluster, tmp_path: Path
+) -> None:
+    """The same statements on Weir alone, the events read at a pace, a TaskManager running the job's
+    tasks killed after two checkpoints: the job recovers from its last checkpoint (the joins' and
+    aggregates' state, the sources' offsets, the exactly-once sinks' transactions) and its final
+    tables are Python's."""
+    endpoints = weir_cluster.endpoints
+    topic = f"sql-changelog-join-kill-{uuid.uuid4().hex[:8]}"
+    want = prepare(endpoints, topic)
+    out = f"{topic}-weir"
+    for query in QUERIES:
+        assert kafka.create_topic(endpoints, f"{out}-{query}", 2, 1, NO_RETENTION)
+    script = weir_sql_statement_set(QUERIES, topic=topic, output=out, bootstrap=endpoints.kafka_bootstrap, group=out)
+    paced = script.replace(
+        "'scan.bounded.mode' = 'latest-offset',\n  'format' = 'json'",
+        "'scan.bounded.mode' = 'latest-offset',\n  'format' = 'json',\n  'scan.records-per-second' = '250'",
+    )
+    assert paced.count("scan.records-per-second") == 1, "the events table's options are not where they were"
+    job_file = tmp_path / "changelog_join_kill.py"
+    job_file.write_text(sql_job_source(paced))
+    params = {"checkpointing.interval": "500ms", "restart.strategy": "fixed-delay", "restart.delay": "1s"}
+    job_id = weir_cluster.submit(str(job_file), params, parallelism=2)
+    status = wait_until(
+        weir_cluster,
+        job_id,
+        lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 2,
+        "two completed checkpoints",
+    )
+    victim = random.Random(topic).choice(sorted({str(t.taskmanager_id) for t in status.tasks}))
+    assert process_running(weir_cluster, victim), f"{victim} runs the job's tasks but is not running"
+    killed_wall = time.time()
+    kill_process(weir_cluster.directory, victim)
+    final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "the job to finish", TIMEOUT_S)
+    assert final.summary.status == "FINISHED", final.failure
+    assert final.last_restore_at is not None and final.last_restore_at >= killed_wall, "the kill caused no restore"
+    for query in QUERIES:
+        assert compacted(endpoints, f"{out}-{query}") == want[query], f"{query}: the final table is not Python's"
