@@ -1127,28 +1127,46 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
     result_uid = uids.next("aggregate-result", "the updated row of the key")
     if upstream is None:
         return None
-    empty = accumulators.create()
-    body, tagged = GROUP_AGGREGATE_STATE.body, GROUP_AGGREGATE_STATE.tagged  # the reduce's value is its state
-
-    def accumulate(row: Mapping[str, Any]) -> Any:
-        return tagged((key_of(row), accumulators.add(empty, row)))
-
-    def merge(a: Any, b: Any) -> Any:
-        (key, held), (_, added) = body(a), body(b)
-        return tagged((key, accumulators.merge(held, added)))
-
-    def result(value: Any) -> dict[str, Any]:
-        key, accs = body(value)
-        row = dict(zip(key_names, key, strict=True))
-        row.update(accumulators.results(accs))
-        return row
-
+    group = GroupReduce(key_names, key_of, accumulators)
     return (
-        upstream.map(accumulate, uid=prepare_uid)
-        .key_by(lambda value: body(value)[0])
-        .reduce(merge, uid=uid)
-        .map(result, uid=result_uid)
+        upstream.map(group.accumulate, uid=prepare_uid)
+        .key_by(group.key)
+        .reduce(group.merge, uid=uid)
+        .map(group.result, uid=result_uid)
     )
+
+
+class GroupReduce:
+    """A GROUP BY of an append input into an upsert sink, as the job API's reduce: each row as its
+    key and accumulators, merged per key, the key's row from the merged value. The value, which the
+    reduce keeps as its state, is ``[1, (key, accumulators)]`` (``GROUP_AGGREGATE_STATE``; the pair
+    ``(key, accumulators)`` itself before the tag, read as format 1)."""
+
+    def __init__(
+        self,
+        key_names: tuple[str, ...],
+        key_of: Callable[[Mapping[str, Any]], tuple[Any, ...]],
+        accumulators: Accumulators,
+    ) -> None:
+        self.key_names, self.key_of, self.accumulators = key_names, key_of, accumulators
+        self.empty = accumulators.create()
+
+    def accumulate(self, row: Mapping[str, Any]) -> Any:
+        return GROUP_AGGREGATE_STATE.tagged((self.key_of(row), self.accumulators.add(self.empty, row)))
+
+    def key(self, value: Any) -> tuple[Any, ...]:
+        key: tuple[Any, ...] = GROUP_AGGREGATE_STATE.body(value)[0]
+        return key
+
+    def merge(self, held: Any, added: Any) -> Any:
+        (key, accs), (_, more) = GROUP_AGGREGATE_STATE.body(held), GROUP_AGGREGATE_STATE.body(added)
+        return GROUP_AGGREGATE_STATE.tagged((key, self.accumulators.merge(accs, more)))
+
+    def result(self, value: Any) -> dict[str, Any]:
+        key, accs = GROUP_AGGREGATE_STATE.body(value)
+        row = dict(zip(self.key_names, key, strict=True))
+        row.update(self.accumulators.results(accs))
+        return row
 
 
 def _mini_batch(

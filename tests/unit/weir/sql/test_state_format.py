@@ -452,3 +452,33 @@ def test_a_regular_join_row_of_a_newer_format_fails_the_job(start_operator: Star
     start_operator(second, uid=uid)
     with pytest.raises(SerializationError, match="^join state has format 2; this Weir reads format 1"):
         second.process_input(1, {"id": 1, "b": 1}, None)
+
+
+def _reduce_group() -> Any:
+    from weir.operators.keyed import ReduceOperator
+    from weir.sql.compile import Accumulators, GroupReduce
+
+    group = GroupReduce(("bucket",), _bucket_of_row, Accumulators(APPEND_CALLS))
+    return group, ReduceOperator(group.merge, group.key)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_group_aggregate_s_reduce_restores_its_untagged_value_of_an_earlier_savepoint(
+    start_operator: StartOperator, seed: int
+) -> None:
+    from weir.core.state_layout import REDUCE_STATE
+
+    rows = _rows(seed, 40)
+    uid = "sql-0123456789-1-group-aggregate"
+    group, whole = _reduce_group()
+    reference = _run(whole, start_operator(whole, uid="reference"), [group.accumulate(r) for r in rows], 1)
+    group, first = _reduce_group()
+    before = _run(first, start_operator(first, uid=uid), [group.accumulate(r) for r in rows[:20]], 1)
+    keys = [(b,) for b in range(3)]
+    stored = _rewrite_keys(start_operator, uid, REDUCE_STATE, keys, GROUP_AGGREGATE_STATE.body)
+    assert all(isinstance(s, list) and s[0] == 1 for s in stored if s is not None)  # written as [1, (key, accs)]
+    untagged = _rewrite_keys(start_operator, uid, REDUCE_STATE, keys, lambda held: held)
+    assert any(isinstance(s, tuple) for s in untagged)  # (key, accumulators), as an earlier Weir wrote it
+    group, second = _reduce_group()
+    after = _run(second, start_operator(second, uid=uid), [group.accumulate(r) for r in rows[20:]], 3)
+    assert [group.result(v) for v in before + after] == [group.result(v) for v in reference]
