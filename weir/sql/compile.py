@@ -90,7 +90,7 @@ from weir.sql.plan import (
     WindowTvf,
     changelog_of,
 )
-from weir.sql.ranking import RankedRows
+from weir.sql.ranking import RankedRows, RetractingRankedRows
 from weir.sql.retract import (
     BatchGroup,
     ChangelogAggregate,
@@ -729,6 +729,12 @@ def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> Dat
     partition = ", ".join(p.sql for p in node.partition)
     over = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}"
     key_of = row_key(tuple(p.evaluate for p in node.partition))
+    if node.slide_ms is None and node.input_mode is not None:  # over a changelog: every row of a partition kept
+        uid = uids.next("retracting-top-n", f"{over}, retracting, emits {changelog_of(node)}")
+        if upstream is None:
+            return None
+        retracting = RetractingRankedRows(Ranking(node.order).key, node.limit, node.rank, uids.ttl)
+        return upstream.key_by(_row_of(key_of)).process(retracting, uid=uid)
     if node.slide_ms is None:  # without a window: a changelog keyed by the partition and the row number
         uid = uids.next("top-n", f"{over}, emits [+I, -U, +U]")
         if upstream is None:

@@ -221,8 +221,9 @@ class TopN:
     limit: int
     rank: str
     slide_ms: int | None  # the input's rows of one window are those of a tumbling window of the slide
-    # None: a Top-N without a window (weir.sql.ranking) over an append input, its result a changelog
-    # keyed by the partition and the row number
+    # None: a Top-N without a window (weir.sql.ranking), its result a changelog keyed by the partition
+    # and the row number
+    input_mode: ChangelogMode | None = None  # an updating input's changelog (a GROUP BY's): it retracts
 
 
 @dataclass(frozen=True)
@@ -255,7 +256,9 @@ def changelog_of(node: Node) -> ChangelogMode | None:
         case WindowTvf() | LookupJoin() | OverAggregate():
             return None
         case TopN():
-            return None if node.slide_ms is not None else RETRACT
+            if node.slide_ms is not None:
+                return None
+            return RETRACT if node.input_mode is None else WITH_DELETES
         case Filter() | Project():
             return changelog_of(node.input)
         case Aggregate():
@@ -514,7 +517,8 @@ class PlannedSelect:
     relation: Relation  # as a view's readers see it
 
 
-def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> PlannedSelect:
+def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate, *, ranked: bool = False) -> PlannedSelect:
+    """``ranked``: the SELECT is a Top-N's input (its ROW_NUMBER() taken out), which may read a changelog."""
     for key, what in (
         ("order", "ORDER BY"),
         ("limit", "LIMIT"),
@@ -577,6 +581,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
             and not isinstance(node, TopN)
             and not _changelog_source(node)
             and _changelog_join(node) is None
+            and not ranked
         ):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
@@ -755,11 +760,13 @@ def _plan_top_n(
         raise locate.refuse(ranking, "ROW_NUMBER() OVER (...) before * is not supported: put it after")
     rest = inner.copy()
     rest.set("expressions", [p.copy() for p in projections if p is not ranking])
-    planned = _plan_select(rest, catalog, locate)
+    planned = _plan_select(rest, catalog, locate, ranked=True)
     windowed = planned.relation.windowed
     shape = "PARTITION BY window_start, window_end (and keys) over a window aggregation's result"
-    if windowed is None and (planned.updating or changelog_of(planned.node) is not None):
-        raise locate.refuse(over, "a Top-N of an updating result (a GROUP BY without a window) is not supported")
+    ranked_node: Node = planned.node
+    if windowed is None and planned.updating:  # its GROUP BY's result read as a changelog
+        ranked_node = _as_changelog(planned.node)
+    input_mode = changelog_of(ranked_node) if windowed is None else None
     if windowed is None and _reads_tvf_rows(planned.node):
         raise locate.refuse(over, f"a Top-N directly over a window TVF's rows is not supported: {shape}")
     scope = Scope(planned.relation.scope.columns, frozenset(), {})
@@ -802,8 +809,9 @@ def _plan_top_n(
     ordered.insert(at, (rank, BIGINT))
     alias = source.alias or None
     node = TopN(
-        planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms if windowed is not None else None
-    )
+        ranked_node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms if windowed is not None else None,
+        input_mode,
+    )  # fmt: skip
     out_scope = Scope(dict(ordered), frozenset({alias}) if alias else frozenset(), {})
     remaining: exp.Expr | None = None
     for conjunct in left:

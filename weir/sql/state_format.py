@@ -87,6 +87,10 @@ under mini-batch, ``group-aggregate-ttl``), ``[1, accumulators]``; the reduce's 
 JOIN_STATE: Final = SqlStateFormat("join", 1, _row_before_format)
 """List states ``left`` and ``right`` of a regular join of append inputs: each element ``(1, row)``."""
 
+RETRACTING_TOP_N_STATE: Final = SqlStateFormat("retracting-top-n", 1)
+"""Value state ``rows``: ``(1, [row, ...])``, every row of the partition in order (a Top-N over an
+updating input; tagged from the start)."""
+
 CHANGELOG_NORMALIZE_STATE: Final = SqlStateFormat("changelog-normalize", 1)
 """Value state ``last``: ``(1, {column: value})``, the key's last row (tagged from the start)."""
 
@@ -101,6 +105,7 @@ __all__ = [
     "CHANGELOG_NORMALIZE_STATE",
     "GROUP_AGGREGATE_STATE",
     "JOIN_STATE",
+    "RETRACTING_TOP_N_STATE",
     "TOP_N_STATE",
     "SqlStateFormat",
 ]

@@ -1,9 +1,10 @@
 """Regular joins over changelogs (issue 35) on Weir and on Apache Flink 2.2.1 over the same topic of
 Nexmark events: bench/flink/src/main/resources/nexmark/join_aggregates.sql (an inner join of two
-GROUP BY results), left_join_bids.sql (auctions LEFT JOIN their bids' GROUP BY) and
+GROUP BY results), left_join_bids.sql (auctions LEFT JOIN their bids' GROUP BY),
 join_upsert_table.sql (bids joined with an 'upsert-kafka' table of auction tags, written here with
-updates, deletes and re-inserts into ``<events topic>-upsert``, then grouped by tag). Flink runs the
-three in one job of ``weir.bench.NexmarkSql``, Weir in one job of the same statements on the session
+updates, deletes and re-inserts into ``<events topic>-upsert``, then grouped by tag), and
+top_n_updating.sql (a Top-N without a window of a GROUP BY's result). Flink runs the
+four in one job of ``weir.bench.NexmarkSql``, Weir in one job of the same statements on the session
 cluster; each upsert-kafka output is compacted by key (a tombstone deletes its key) and compared as
 the final table, record for record, Weir's with Flink's and both with plain Python's."""
 
@@ -34,7 +35,7 @@ from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
 
-QUERIES = ("join_aggregates", "left_join_bids", "join_upsert_table")
+QUERIES = ("join_aggregates", "left_join_bids", "join_upsert_table", "top_n_updating")
 EVENTS = 6_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
 PARTITIONS = 4
@@ -111,7 +112,17 @@ def expected(events: Sequence[Any], tags: Tags) -> dict[str, dict[Json, Json]]:
     tagged = {
         (("tag", t),): frozen_row({"tag": t, "bids": n, "volume": volume}) for t, (n, volume) in per_tag.items()
     }
-    return {"join_aggregates": joined, "left_join_bids": left, "join_upsert_table": tagged}
+    counts: dict[int, Counter[int]] = defaultdict(Counter)
+    for b in bids:
+        counts[b.auction][b.bidder] += 1
+    top = {
+        (("auction", auction), ("rownum", rownum)): frozen_row(
+            {"auction": auction, "bidder": bidder, "bids": n, "rownum": rownum}
+        )
+        for auction, per_bidder in counts.items()
+        for rownum, (bidder, n) in enumerate(sorted(per_bidder.items(), key=lambda b: (-b[1], b[0]))[:3], start=1)
+    }
+    return {"join_aggregates": joined, "left_join_bids": left, "join_upsert_table": tagged, "top_n_updating": top}
 
 
 def prepare(endpoints: Any, topic: str) -> dict[str, dict[Json, Json]]:

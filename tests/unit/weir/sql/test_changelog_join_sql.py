@@ -1,10 +1,11 @@
-"""Regular joins of changelogs in SQL (weir.sql.changelog_join): the benchmark's join_aggregates.sql
-(an inner join of two GROUP BY results) and left_join_bids.sql (a LEFT JOIN of auctions and their
-bids' GROUP BY) run in this process over Nexmark events (``weir_job``: the job's own operators and
-checkpoints, then again with a failure at every checkpoint and crash point), their upsert sinks'
-final tables (the upserts and deletes applied in order) equal to plain Python's, as multisets of
-whole rows; EXPLAIN names the operator and its changelog; the planner's refusals are one line with
-their position."""
+"""Regular joins of changelogs in SQL (weir.sql.changelog_join) and a Top-N of an updating result
+(weir.sql.ranking.RetractingRankedRows): the benchmark's join_aggregates.sql (an inner join of two
+GROUP BY results), left_join_bids.sql (a LEFT JOIN of auctions and their bids' GROUP BY) and
+top_n_updating.sql (each auction's three most frequent bidders) run in this process over Nexmark
+events (``weir_job``: the job's own operators and checkpoints, then again with a failure at every
+checkpoint and crash point), their upsert sinks' final tables (the upserts and deletes applied in
+order) equal to plain Python's, as multisets of whole rows; EXPLAIN names the operator and its
+changelog; the planner's refusals are one line with their position."""
 
 from __future__ import annotations
 
@@ -90,11 +91,25 @@ def expected_left_join_bids(events: Sequence[Any]) -> Counter[str]:
     return Counter(json.dumps(r, sort_keys=True) for r in rows)
 
 
+def expected_top_n_updating(events: Sequence[Any]) -> Counter[str]:
+    counts: dict[int, Counter[int]] = defaultdict(Counter)
+    for e in events:
+        if isinstance(e, nx.Bid):
+            counts[e.auction][e.bidder] += 1
+    rows = [
+        {"auction": auction, "bidder": bidder, "bids": n, "rownum": rownum}
+        for auction, per_bidder in counts.items()
+        for rownum, (bidder, n) in enumerate(sorted(per_bidder.items(), key=lambda b: (-b[1], b[0]))[:3], start=1)
+    ]
+    return Counter(json.dumps(r, sort_keys=True) for r in rows)
+
+
 @pytest.mark.parametrize(
     ("query", "key", "reference"),
     [
         ("join_aggregates", ("seller",), expected_join_aggregates),
         ("left_join_bids", ("id",), expected_left_join_bids),
+        ("top_n_updating", ("auction", "rownum"), expected_top_n_updating),
     ],
 )
 def test_a_join_of_changelogs_leaves_the_final_table_plain_python_computes(
