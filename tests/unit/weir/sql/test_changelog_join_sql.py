@@ -170,3 +170,22 @@ def test_a_refused_join_is_one_line_with_its_position(statement: str, message: s
     assert "\n" not in text
     assert message in text, text
     assert text.startswith(f"SQL {line}:{statement.index(at) + 1}: "), text
+
+
+@pytest.mark.parametrize(
+    ("query", "key", "reference"),
+    [
+        ("join_aggregates", ("seller",), expected_join_aggregates),
+        ("top_n_updating", ("auction", "rownum"), expected_top_n_updating),
+    ],
+)
+def test_under_mini_batch_the_final_table_is_the_same(
+    tmp_path: Path, weir_job: RunJob, query: str, key: tuple[str, ...], reference: Any
+) -> None:
+    """The GROUP BYs batched (their changelogs shorter), the join and the Top-N applied row by row."""
+    from bench.nexmark_bench import MINI_BATCH_SETTINGS
+
+    text = MINI_BATCH_SETTINGS + script(query)
+    assert "mini-batch" in explain(text)
+    run = weir_job(job_file(tmp_path, text), checkpoint_every=40)
+    assert final_table(sink_values(run, text), key) == reference(nexmark_events())
