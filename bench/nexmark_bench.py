@@ -245,6 +245,16 @@ def upsert_sink_options(output: str, bootstrap: str, group: str) -> str:
     )
 
 
+def upsert_source_options(topic: str, bootstrap: str) -> str:
+    """The ``${UPSERT_SOURCE}`` of a query's file as weir.bench.NexmarkSql writes it for Flink: an
+    'upsert-kafka' table (JSON key and value) of the topic ``<topic>-upsert`` beside the events' topic,
+    read up to its latest offsets."""
+    return (
+        f"'connector' = 'upsert-kafka', 'topic' = '{topic}-upsert', 'properties.bootstrap.servers' = '{bootstrap}', "
+        "'key.format' = 'json', 'value.format' = 'json', 'scan.bounded.mode' = 'latest-offset'"
+    )
+
+
 SIDE_INPUT: Final = Path(tempfile.gettempdir()) / "weir-nexmark" / f"side_input_{SIDE_INPUT_ROWS}.txt"
 """Where q13's side input is written (``write_side_input``) for both contenders (``${SIDE_INPUT}``)."""
 
@@ -278,11 +288,14 @@ def query_sql(
     group: str,
     sql_dir: Path = FLINK_SQL_DIR,
     side_input: Path | None = None,
+    topic: str = "",
 ) -> str:
     """The query's file, the one Flink runs, its ``${SINK}`` / ``${UPSERT_SINK}`` what NexmarkSql puts
     there, its ``${SIDE_INPUT}`` the side input file (q13; written by ``write_side_input`` when not
-    given), its ``${FILE_OUTPUT}`` the folder ``file_output(output)`` (q10)."""
+    given), its ``${FILE_OUTPUT}`` the folder ``file_output(output)`` (q10), its ``${UPSERT_SOURCE}``
+    the 'upsert-kafka' table of the topic ``<topic>-upsert`` (``upsert_source_options``)."""
     text = (sql_dir / f"{query}.sql").read_text()
+    text = text.replace("${UPSERT_SOURCE}", upsert_source_options(topic, bootstrap))
     if "${SIDE_INPUT}" in text:
         text = text.replace("${SIDE_INPUT}", str(side_input or write_side_input()))
     text = text.replace("${FILE_OUTPUT}", f"file://{file_output(output)}")
@@ -316,7 +329,7 @@ def weir_sql_script(
         (MINI_BATCH_SETTINGS if mini_batch else "")
         + kafka_events_ddl(topic, bootstrap=bootstrap, group=group, ddl=ddl)
         + "\n"
-        + query_sql(query, output=output, bootstrap=bootstrap, group=group, sql_dir=sql_dir)
+        + query_sql(query, output=output, bootstrap=bootstrap, group=group, sql_dir=sql_dir, topic=topic)
     )
 
 
@@ -341,8 +354,9 @@ def weir_sql_statement_set(
     inserts = []
     for query in queries:
         text = query_sql(
-            query, output=f"{output}-{query}", bootstrap=bootstrap, group=f"{group}-{query}", sql_dir=sql_dir
-        )
+            query, output=f"{output}-{query}", bootstrap=bootstrap, group=f"{group}-{query}", sql_dir=sql_dir,
+            topic=topic,
+        )  # fmt: skip
         match = _INSERT.search(text)
         if match is None:
             raise BenchError(f"{query}.sql has no INSERT INTO at the start of a line")

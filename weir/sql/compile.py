@@ -62,7 +62,8 @@ from weir.sql.catalog import (
     kafka_layout,
 )
 from weir.sql.cdc import CdcChanges, CdcUpserts
-from weir.sql.changelog import Change
+from weir.sql.changelog import Change, ChangelogMode
+from weir.sql.changelog_join import ChangelogJoin
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
@@ -89,7 +90,7 @@ from weir.sql.plan import (
     WindowTvf,
     changelog_of,
 )
-from weir.sql.ranking import RankedRows
+from weir.sql.ranking import RankedRows, RetractingRankedRows
 from weir.sql.retract import (
     BatchGroup,
     ChangelogAggregate,
@@ -100,6 +101,7 @@ from weir.sql.retract import (
     over_values,
 )
 from weir.sql.retract import average as _average
+from weir.sql.state_format import GROUP_AGGREGATE_STATE
 from weir.sql.types import Kind, to_json
 from weir.sql.upsert import ChangelogNormalize, SinkWrite, UpsertKafkaRecords, sink_write
 
@@ -727,6 +729,12 @@ def _top_n(env: Environment | None, node: TopN, uids: _Uids, script: str) -> Dat
     partition = ", ".join(p.sql for p in node.partition)
     over = f"ROW_NUMBER() OVER (PARTITION BY {partition} ORDER BY {order}) <= {node.limit}"
     key_of = row_key(tuple(p.evaluate for p in node.partition))
+    if node.slide_ms is None and node.input_mode is not None:  # over a changelog: every row of a partition kept
+        uid = uids.next("retracting-top-n", f"{over}, retracting, emits {changelog_of(node)}")
+        if upstream is None:
+            return None
+        retracting = RetractingRankedRows(Ranking(node.order).key, node.limit, node.rank, uids.ttl)
+        return upstream.key_by(_row_of(key_of)).process(retracting, uid=uid)
     if node.slide_ms is None:  # without a window: a changelog keyed by the partition and the row number
         uid = uids.next("top-n", f"{over}, emits [+I, -U, +U]")
         if upstream is None:
@@ -753,6 +761,9 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         return _interval_join(left, right, node, node.interval, uids)
     on = " AND ".join(f"{a.sql} = {b.sql}" for a, b in zip(node.left_keys, node.right_keys, strict=True))
     ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl else ""
+    mode = changelog_of(node)
+    if mode is not None:
+        return _changelog_join(left, right, node, mode, on, ttl, uids)
     batched = f", {uids.mini_batch}" if uids.mini_batch is not None else ""
     uid = uids.next(
         "join", f"{node.left_qualifier} INNER JOIN {node.right_qualifier} ON {on} (regular join{ttl}{batched})"
@@ -777,6 +788,48 @@ def _join(env: Environment | None, node: Join, uids: _Uids, script: str) -> Data
         inputs=(first, second),
         key_selector=first._key_selector,  # noqa: SLF001
     )
+
+
+def _changelog_join(
+    left: DataStream | None, right: DataStream | None, node: Join, mode: ChangelogMode, on: str, ttl: str, uids: _Uids
+) -> DataStream | None:
+    """An outer join, or a join of a changelog (``weir.sql.changelog_join``): row by row, also under
+    mini-batch (Flink batches it; Weir applies each change as it arrives)."""
+    inputs = ", ".join(
+        f"{q} {'changelog' if m is not None else 'append'}"
+        for q, m in ((node.left_qualifier, node.left_mode), (node.right_qualifier, node.right_mode))
+    )
+    uid = uids.next(
+        "changelog-join",
+        f"{node.left_qualifier} {node.kind} JOIN {node.right_qualifier} ON {on} "
+        f"(regular join of {inputs}{ttl}), emits {mode}",
+    )
+    if left is None or right is None:
+        return None
+    left_changes, right_changes = node.left_mode is not None, node.right_mode is not None
+    left_key = row_key(tuple(k.evaluate for k in node.left_keys))
+    right_key = row_key(tuple(k.evaluate for k in node.right_keys))
+    function = ChangelogJoin(
+        joined_row(node, uids.read_above.get(id(node))),
+        (dict.fromkeys(node.left_columns), dict.fromkeys(node.right_columns)),
+        outer=node.outer,
+        changelogs=(left_changes, right_changes),
+        ttl=uids.ttl,
+    )
+    return (
+        left.connect(right)
+        .key_by(_row_of(left_key) if left_changes else left_key, _row_of(right_key) if right_changes else right_key)
+        .process(function, uid=uid)
+    )
+
+
+def _row_of(key: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> Callable[[Change], tuple[Any, ...]]:
+    """A key of rows as the key of changes (by each change's row)."""
+
+    def of(change: Change) -> tuple[Any, ...]:
+        return key(change.row)
+
+    return of
 
 
 def _lookup_join(env: Environment | None, node: LookupJoin, uids: _Uids, script: str) -> DataStream | None:
@@ -983,8 +1036,10 @@ class GroupAggregateWithTtl(KeyedProcessFunction):
     def process_element(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         state = ctx.value_state("accumulators", self.ttl)
         held = state.value()
-        accs = self.accumulators.add(self.accumulators.create() if held is None else held, value)
-        state.update(accs)
+        accs = self.accumulators.add(
+            self.accumulators.create() if held is None else GROUP_AGGREGATE_STATE.body(held), value
+        )
+        state.update(GROUP_AGGREGATE_STATE.tagged(accs))
         row = dict(zip(self.key_names, ctx.key, strict=True))
         row.update(self.accumulators.results(accs))
         out.collect(row)
@@ -1078,27 +1133,46 @@ def _aggregate(env: Environment | None, node: Aggregate, uids: _Uids, script: st
     result_uid = uids.next("aggregate-result", "the updated row of the key")
     if upstream is None:
         return None
-    empty = accumulators.create()
-
-    def accumulate(row: Mapping[str, Any]) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return key_of(row), accumulators.add(empty, row)
-
-    def merge(
-        a: tuple[tuple[Any, ...], tuple[Any, ...]], b: tuple[tuple[Any, ...], tuple[Any, ...]]
-    ) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
-        return a[0], accumulators.merge(a[1], b[1])
-
-    def result(value: tuple[tuple[Any, ...], tuple[Any, ...]]) -> dict[str, Any]:
-        row = dict(zip(key_names, value[0], strict=True))
-        row.update(accumulators.results(value[1]))
-        return row
-
+    group = GroupReduce(key_names, key_of, accumulators)
     return (
-        upstream.map(accumulate, uid=prepare_uid)
-        .key_by(lambda pair: pair[0])
-        .reduce(merge, uid=uid)
-        .map(result, uid=result_uid)
+        upstream.map(group.accumulate, uid=prepare_uid)
+        .key_by(group.key)
+        .reduce(group.merge, uid=uid)
+        .map(group.result, uid=result_uid)
     )
+
+
+class GroupReduce:
+    """A GROUP BY of an append input into an upsert sink, as the job API's reduce: each row as its
+    key and accumulators, merged per key, the key's row from the merged value. The value, which the
+    reduce keeps as its state, is ``[1, (key, accumulators)]`` (``GROUP_AGGREGATE_STATE``; the pair
+    ``(key, accumulators)`` itself before the tag, read as format 1)."""
+
+    def __init__(
+        self,
+        key_names: tuple[str, ...],
+        key_of: Callable[[Mapping[str, Any]], tuple[Any, ...]],
+        accumulators: Accumulators,
+    ) -> None:
+        self.key_names, self.key_of, self.accumulators = key_names, key_of, accumulators
+        self.empty = accumulators.create()
+
+    def accumulate(self, row: Mapping[str, Any]) -> Any:
+        return GROUP_AGGREGATE_STATE.tagged((self.key_of(row), self.accumulators.add(self.empty, row)))
+
+    def key(self, value: Any) -> tuple[Any, ...]:
+        key: tuple[Any, ...] = GROUP_AGGREGATE_STATE.body(value)[0]
+        return key
+
+    def merge(self, held: Any, added: Any) -> Any:
+        (key, accs), (_, more) = GROUP_AGGREGATE_STATE.body(held), GROUP_AGGREGATE_STATE.body(added)
+        return GROUP_AGGREGATE_STATE.tagged((key, self.accumulators.merge(accs, more)))
+
+    def result(self, value: Any) -> dict[str, Any]:
+        key, accs = GROUP_AGGREGATE_STATE.body(value)
+        row = dict(zip(self.key_names, key, strict=True))
+        row.update(self.accumulators.results(accs))
+        return row
 
 
 def _mini_batch(

@@ -2,8 +2,9 @@
 (:class:`RegularJoin`, a KeyedCoProcessFunction) or in mini-batches (:class:`MiniBatchRegularJoin`,
 Flink's ``MiniBatchStreamingJoinOperator``, under ``SET 'table.exec.mini-batch.enabled' = 'true'``).
 
-Both keep each side's rows of a key in the list state ``left`` / ``right`` (a list of row dicts, in a
-``TtlValue`` under a state TTL) and emit, for each row, its joined row with every row the other side
+Both keep each side's rows of a key in the list state ``left`` / ``right`` (each element ``(1, row)``,
+``weir.sql.state_format.JOIN_STATE``; a bare row dict as written before the tag; in a ``TtlValue``
+under a state TTL) and emit, for each row, its joined row with every row the other side
 holds, once the row is stored: each pair of rows of a key is joined exactly once, by the later of
 the two. The two operators' states are the same, so their savepoints restore into each other.
 
@@ -23,6 +24,7 @@ from weir.operators.keyed import KeyedOperator
 from weir.operators.process_state import ListState, Ttl, drop_expired
 from weir.sql.minibatch import MiniBatchBuffer, MiniBatchConfig
 from weir.sql.plan import Join, LookupJoin
+from weir.sql.state_format import JOIN_STATE
 
 LEFT_STATE = "left"
 RIGHT_STATE = "right"
@@ -94,16 +96,18 @@ class RegularJoin(KeyedCoProcessFunction):
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state(LEFT_STATE, self.ttl).add(value)
+        ctx.list_state(LEFT_STATE, self.ttl).add(JOIN_STATE.tagged(value))
+        body = JOIN_STATE.body
         for other in ctx.list_state(RIGHT_STATE, self.ttl).get():
-            out.collect(self.joined(value, other))
+            out.collect(self.joined(value, body(other)))
 
     def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state(RIGHT_STATE, self.ttl).add(value)
+        ctx.list_state(RIGHT_STATE, self.ttl).add(JOIN_STATE.tagged(value))
+        body = JOIN_STATE.body
         for other in ctx.list_state(LEFT_STATE, self.ttl).get():
-            out.collect(self.joined(other, value))
+            out.collect(self.joined(body(other), value))
 
 
 _LEFT, _RIGHT = 0, 1  # input indexes: the join's first (left) and second (right) input
@@ -184,8 +188,8 @@ class MiniBatchRegularJoin(KeyedOperator):
     def _apply(self, side: int, key: Any, entries: Sequence[tuple[Any, int | None]]) -> None:
         self.switch_to_key(key)
         own, other = self.sides[side], self.sides[1 - side]
-        own.add_all([row for row, _ in entries])
-        others = other.get()
+        own.add_all([JOIN_STATE.tagged(row) for row, _ in entries])
+        others = [JOIN_STATE.body(held) for held in other.get()]
         if not others:
             return
         emit, joined = self.output.emit, self.joined

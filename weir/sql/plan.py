@@ -107,13 +107,19 @@ class Aggregate:
         return self.input_mode.appends or self.holds_input_key
 
 
+JoinKind = Literal["INNER", "LEFT", "RIGHT", "FULL"]
+
+
 @dataclass(frozen=True)
 class Join:
-    """``left [INNER] JOIN right ON left.k = right.k [AND ...]``: a regular inner equi-join of two
-    append inputs, every row of each side kept in state (Flink's regular join, without a state TTL),
-    a joined row emitted for each match as the later of the two arrives. The joined row holds every
+    """``left [INNER | LEFT | RIGHT | FULL] JOIN right ON left.k = right.k [AND ...]``: a regular
+    equi-join, every row of each side kept in state (Flink's regular join, without a state TTL), a
+    joined row emitted for each match as the later of the two arrives. The joined row holds every
     column as ``alias.column``, and as ``column`` where only one side has it; conditions of ON other
-    than the key equalities filter the joined rows."""
+    than the key equalities filter the joined rows (an inner join's only). An inner join of two
+    append inputs appends (``weir.sql.join``); an outer join, or a join of a changelog (``left_mode``
+    / ``right_mode``: the inputs' changelogs, None for plain rows), is a changelog
+    (``weir.sql.changelog_join``, Flink's StreamingJoinOperator)."""
 
     left: Node
     right: Node
@@ -124,6 +130,29 @@ class Join:
     left_columns: tuple[str, ...]
     right_columns: tuple[str, ...]
     interval: Interval | None = None  # an interval join: the bounds of the two sides' event times
+    kind: JoinKind = "INNER"
+    left_mode: ChangelogMode | None = None
+    right_mode: ChangelogMode | None = None
+
+    @property
+    def outer(self) -> tuple[bool, bool]:
+        """Whether the left and the right side are outer: their rows without a match are in the result."""
+        return (self.kind in ("LEFT", "FULL"), self.kind in ("RIGHT", "FULL"))
+
+    @property
+    def emits_changelog(self) -> bool:
+        return self.kind != "INNER" or self.left_mode is not None or self.right_mode is not None
+
+
+def join_mode(join: Join) -> ChangelogMode | None:
+    """A regular join's changelog (None: it appends): an inner join's changes keep their inputs'
+    kinds; an outer join also retracts its rows padded with NULLs (-D)."""
+    if join.interval is not None or not join.emits_changelog:
+        return None
+    if join.kind != "INNER":
+        return WITH_DELETES
+    kinds = frozenset().union(*(m.kinds for m in (join.left_mode, join.right_mode, APPEND) if m is not None))
+    return ChangelogMode(kinds)
 
 
 @dataclass(frozen=True)
@@ -192,8 +221,9 @@ class TopN:
     limit: int
     rank: str
     slide_ms: int | None  # the input's rows of one window are those of a tumbling window of the slide
-    # None: a Top-N without a window (weir.sql.ranking) over an append input, its result a changelog
-    # keyed by the partition and the row number
+    # None: a Top-N without a window (weir.sql.ranking), its result a changelog keyed by the partition
+    # and the row number
+    input_mode: ChangelogMode | None = None  # an updating input's changelog (a GROUP BY's): it retracts
 
 
 @dataclass(frozen=True)
@@ -221,10 +251,14 @@ def changelog_of(node: Node) -> ChangelogMode | None:
     match node:
         case Scan():  # a 'postgres-cdc' or 'upsert-kafka' table is a changelog (weir.sql.cdc, weir.sql.upsert)
             return WITH_DELETES if is_changelog_source(node.table) else None
-        case WindowTvf() | Join() | LookupJoin() | OverAggregate():
+        case Join():
+            return join_mode(node)
+        case WindowTvf() | LookupJoin() | OverAggregate():
             return None
         case TopN():
-            return None if node.slide_ms is not None else RETRACT
+            if node.slide_ms is not None:
+                return None
+            return RETRACT if node.input_mode is None else WITH_DELETES
         case Filter() | Project():
             return changelog_of(node.input)
         case Aggregate():
@@ -338,6 +372,9 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
             raise locate.refuse(*refusal)
     elif isinstance(node.input, TopN) and node.input.slide_ms is None:
         _check_ranked_sink(sink_table, node.input, outputs, locate, query)
+    elif _changelog_join(node.input) is not None:
+        _check_joined_sink(sink_table, locate, query)
+        own_key = False  # a joined row's -U and its +U may be at two sink keys: the -U deletes its key
     assert isinstance(node, Project)
     keeps_update_before = changelog_of(node) is not None and (not own_key or _filtered_changelog(node))
     # INSERT fills the sink's columns by position: the last projection names its values as the sink's
@@ -347,6 +384,27 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
         for output, column in zip(outputs, sink_table.columns, strict=True)
     )
     return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating, keeps_update_before))
+
+
+def _changelog_join(node: Node) -> Join | None:
+    """The regular join emitting a changelog that a WHERE (or its ON's other conditions) reads directly."""
+    while isinstance(node, Filter):
+        node = node.input
+    return node if isinstance(node, Join) and join_mode(node) is not None else None
+
+
+def _check_joined_sink(table: Table, locate: Locate, query: exp.Select) -> None:
+    """An outer join, or a join of an updating result, is a changelog: its sink upserts (each -U and
+    -D deletes its key, each +I and +U writes its row at its key)."""
+    upserts = isinstance(table.connector, JdbcTable) or (
+        isinstance(table.connector, KafkaTable) and table.connector.upsert
+    )
+    if not upserts:
+        raise locate.refuse(
+            query,
+            f"INSERT INTO {table.name}: an outer join, or a join of an updating result, gives updating results; "
+            "the sink must be 'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
+        )
 
 
 def _changelog_scan(node: Node) -> Scan | None:
@@ -459,7 +517,8 @@ class PlannedSelect:
     relation: Relation  # as a view's readers see it
 
 
-def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> PlannedSelect:
+def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate, *, ranked: bool = False) -> PlannedSelect:
+    """``ranked``: the SELECT is a Top-N's input (its ROW_NUMBER() taken out), which may read a changelog."""
     for key, what in (
         ("order", "ORDER BY"),
         ("limit", "LIMIT"),
@@ -516,7 +575,14 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate) -> Planne
                 "an OVER aggregation of an updating result (a changelog: of a GROUP BY, a Top-N or a 'postgres-cdc' "
                 "or 'upsert-kafka' table) is not supported (Flink's does not take retractions either: Nexmark q6)",
             )
-        if group is None and not calls and not isinstance(node, TopN) and not _changelog_source(node):
+        if (
+            group is None
+            and not calls
+            and not isinstance(node, TopN)
+            and not _changelog_source(node)
+            and _changelog_join(node) is None
+            and not ranked
+        ):
             raise locate.refuse(
                 select, "a SELECT of an updating result (a GROUP BY without a window) without GROUP BY is not supported"
             )
@@ -694,11 +760,13 @@ def _plan_top_n(
         raise locate.refuse(ranking, "ROW_NUMBER() OVER (...) before * is not supported: put it after")
     rest = inner.copy()
     rest.set("expressions", [p.copy() for p in projections if p is not ranking])
-    planned = _plan_select(rest, catalog, locate)
+    planned = _plan_select(rest, catalog, locate, ranked=True)
     windowed = planned.relation.windowed
     shape = "PARTITION BY window_start, window_end (and keys) over a window aggregation's result"
-    if windowed is None and (planned.updating or changelog_of(planned.node) is not None):
-        raise locate.refuse(over, "a Top-N of an updating result (a GROUP BY without a window) is not supported")
+    ranked_node: Node = planned.node
+    if windowed is None and planned.updating:  # its GROUP BY's result read as a changelog
+        ranked_node = _as_changelog(planned.node)
+    input_mode = changelog_of(ranked_node) if windowed is None else None
     if windowed is None and _reads_tvf_rows(planned.node):
         raise locate.refuse(over, f"a Top-N directly over a window TVF's rows is not supported: {shape}")
     scope = Scope(planned.relation.scope.columns, frozenset(), {})
@@ -741,8 +809,9 @@ def _plan_top_n(
     ordered.insert(at, (rank, BIGINT))
     alias = source.alias or None
     node = TopN(
-        planned.node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms if windowed is not None else None
-    )
+        ranked_node, tuple(partition), tuple(order), limit, rank, windowed.slide_ms if windowed is not None else None,
+        input_mode,
+    )  # fmt: skip
     out_scope = Scope(dict(ordered), frozenset({alias}) if alias else frozenset(), {})
     remaining: exp.Expr | None = None
     for conjunct in left:
@@ -973,8 +1042,21 @@ def _plan_join(
     kind, side = (join.args.get("kind") or "").upper(), (join.args.get("side") or "").upper()
     if where is not None and kind == "CROSS" and not side:
         kind = ""
-    if side or kind not in ("", "INNER"):
-        raise locate.refuse(join, f"{' '.join(filter(None, (side, kind)))} JOIN is not supported (an INNER JOIN is)")
+    if kind not in ("", "INNER", "OUTER") or (kind == "OUTER" and not side) or (side and kind == "INNER"):
+        written = " ".join(filter(None, (side, kind)))
+        raise locate.refuse(join, f"{written} JOIN is not supported (INNER, LEFT, RIGHT and FULL [OUTER] JOIN are)")
+    join_kind: JoinKind = "INNER"
+    match side:
+        case "":
+            join_kind = "INNER"
+        case "LEFT":
+            join_kind = "LEFT"
+        case "RIGHT":
+            join_kind = "RIGHT"
+        case "FULL":
+            join_kind = "FULL"
+        case _:
+            raise locate.refuse(join, f"{side} JOIN is not supported (INNER, LEFT, RIGHT and FULL [OUTER] JOIN are)")
     for key in ("using", "method"):
         if join.args.get(key):
             raise locate.refuse(join, f"JOIN ... {key.upper()} is not supported (ON left.k = right.k is)")
@@ -983,11 +1065,11 @@ def _plan_join(
         raise locate.refuse(join, "a JOIN without ON (a cross join) is not supported")
     right_source = join.this
     if isinstance(right_source, exp.Table) and right_source.args.get("version") is not None:
+        if join_kind != "INNER":
+            raise locate.refuse(join, f"a {join_kind} JOIN ... FOR SYSTEM_TIME AS OF (a lookup join) is not supported")
         return _plan_lookup_join(left, left_source, right_source, condition, catalog, locate)
     right = _plan_from(right_source, catalog, locate)
-    for side, at in ((left, left_source), (right, right_source)):
-        if changelog_of(side.node) is not None:
-            raise locate.refuse(at, "a JOIN of an updating result (a GROUP BY without a window) is not supported")
+    left_mode, right_mode = changelog_of(left.node), changelog_of(right.node)
     if isinstance(left.node, WindowTvf) or isinstance(right.node, WindowTvf):
         raise locate.refuse(join, "a JOIN of a window TVF is not supported (join its aggregation's result)")
     lq, rq = _qualifier(left_source), _qualifier(right_source)
@@ -1031,9 +1113,21 @@ def _plan_join(
     if not left_keys:
         raise locate.refuse(condition, "a JOIN needs an equality of a column of each side in ON")
     interval = _interval(bounds, condition, locate) if bounds else None
+    if interval is not None and (join_kind != "INNER" or left_mode is not None or right_mode is not None):
+        raise locate.refuse(
+            condition,
+            "an interval join (ON bounding one side's event time by the other's) is INNER and of append inputs; "
+            f"this one is {'a ' + join_kind + ' JOIN' if join_kind != 'INNER' else 'of an updating result'}",
+        )
+    if join_kind != "INNER" and residual:
+        raise locate.refuse(
+            residual[0],
+            f"a {join_kind} JOIN's ON is equalities of a column of each side only (filter in WHERE, or above)",
+        )
     node: Node = Join(
-        left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names, interval
-    )
+        left.node, right.node, tuple(left_keys), tuple(right_keys), lq, rq, left_names, right_names, interval,
+        join_kind, left_mode, right_mode,
+    )  # fmt: skip
     for conjunct in residual:
         _refuse_nested(conjunct, locate)
         node = Filter(node, _named(conjunct, "on", joined, locate))

@@ -30,7 +30,7 @@ from weir.operators.process_state import Ttl, ValueState, drop_expired
 from weir.sql.changelog import Change, RowKind, accumulates
 from weir.sql.minibatch import MiniBatchBuffer, MiniBatchConfig
 from weir.sql.plan import AggregateCall, AggregateName
-from weir.sql.state_format import CHANGELOG_AGGREGATE_STATE
+from weir.sql.state_format import CHANGELOG_AGGREGATE_STATE, GROUP_AGGREGATE_STATE
 
 Row = Mapping[str, Any]
 
@@ -389,14 +389,16 @@ class UpsertBatch:
         self.key_names, self.accumulators = key_names, accumulators
 
     def apply(self, key: tuple[Any, ...], held: Any, inputs: Sequence[Any]) -> tuple[Any, list[Any]]:
-        before = None if held is None else self.accumulators.results(held)
-        accs = self.accumulators.add_all(self.accumulators.create() if held is None else held, inputs)
+        """``held`` and the new state: ``[1, accumulators]`` (``GROUP_AGGREGATE_STATE``)."""
+        stored = None if held is None else GROUP_AGGREGATE_STATE.body(held)
+        before = None if stored is None else self.accumulators.results(stored)
+        accs = self.accumulators.add_all(self.accumulators.create() if stored is None else stored, inputs)
         after = self.accumulators.results(accs)
         if after == before:
-            return accs, []
+            return GROUP_AGGREGATE_STATE.tagged(accs), []
         row = dict(zip(self.key_names, key, strict=True))
         row.update(after)
-        return accs, [row]
+        return GROUP_AGGREGATE_STATE.tagged(accs), [row]
 
 
 class MiniBatchGroupAggregate(KeyedOperator):

@@ -2,9 +2,11 @@
 each value is the pair ``(format, body)``, so that a later Weir that changes a body's shape reads the
 old one or refuses it in one line, never misreads it. The one place that writes and reads the tag.
 
-A state written before its operator had a tag (``changelog-aggregate`` and ``top-n`` before format 1)
-is told apart by its shape (``before_format``) and read as format 1's body: savepoints of those
-versions restore."""
+A state written before its operator had a tag (``changelog-aggregate``, ``top-n``, ``group-aggregate``
+and ``join`` before format 1) is told apart by its shape (``before_format``) and read as format 1's
+body: savepoints of those versions restore. A state whose untagged value is itself a pair (the
+group-aggregate's tuple of accumulators) is tagged as a list ``[format, body]`` (``as_list``): a
+tuple is then always the untagged value, never misread as a tag."""
 
 from __future__ import annotations
 
@@ -24,10 +26,11 @@ class SqlStateFormat:
     operator: str
     current: int
     before_format: Callable[[Any], bool] | None = None
+    as_list: bool = False
 
-    def tagged(self, body: Any) -> tuple[int, Any]:
-        """The state value of ``body``: ``(current, body)``."""
-        return (self.current, body)
+    def tagged(self, body: Any) -> tuple[int, Any] | list[Any]:
+        """The state value of ``body``: ``(current, body)`` (``[current, body]`` ``as_list``)."""
+        return [self.current, body] if self.as_list else (self.current, body)
 
     def body(self, held: Any) -> Any:
         """The body of a stored value: of a ``(current, body)`` pair, or an untagged value of the shape
@@ -60,14 +63,49 @@ def _top_before_format(held: Any) -> bool:
     return isinstance(held, list)
 
 
+def _accumulators_before_format(held: Any) -> bool:
+    """A tuple (of accumulators, or of the key and its accumulators): the untagged group-aggregate state."""
+    return isinstance(held, tuple)
+
+
+def _row_before_format(held: Any) -> bool:
+    """A row (a dict): an untagged element of a regular join's side."""
+    return isinstance(held, dict)
+
+
 CHANGELOG_AGGREGATE_STATE: Final = SqlStateFormat("changelog-aggregate", 1, _group_before_format)
 """Value state ``group``: ``(1, (rows, accumulators, emitted row or None))``."""
 
 TOP_N_STATE: Final = SqlStateFormat("top-n", 1, _top_before_format)
 """Value state ``top``: ``(1, [row, ...])``, the partition's first N rows in order."""
 
+GROUP_AGGREGATE_STATE: Final = SqlStateFormat("group-aggregate", 1, _accumulators_before_format, as_list=True)
+"""A GROUP BY written straight to an upsert sink: value state ``accumulators`` (``group-aggregate``
+under mini-batch, ``group-aggregate-ttl``), ``[1, accumulators]``; the reduce's value (the
+``group-aggregate`` of neither), ``[1, (key, accumulators)]``."""
+
+JOIN_STATE: Final = SqlStateFormat("join", 1, _row_before_format)
+"""List states ``left`` and ``right`` of a regular join of append inputs: each element ``(1, row)``."""
+
+RETRACTING_TOP_N_STATE: Final = SqlStateFormat("retracting-top-n", 1)
+"""Value state ``rows``: ``(1, [row, ...])``, every row of the partition in order (a Top-N over an
+updating input; tagged from the start)."""
+
 CHANGELOG_NORMALIZE_STATE: Final = SqlStateFormat("changelog-normalize", 1)
 """Value state ``last``: ``(1, {column: value})``, the key's last row (tagged from the start)."""
 
+CHANGELOG_JOIN_STATE: Final = SqlStateFormat("changelog-join", 1)
+"""Value states ``left`` and ``right``: ``(1, [(row, count, associations), ...])``, a side's rows of
+the key (``weir.sql.changelog_join``; tagged from the start)."""
 
-__all__ = ["CHANGELOG_AGGREGATE_STATE", "CHANGELOG_NORMALIZE_STATE", "TOP_N_STATE", "SqlStateFormat"]
+
+__all__ = [
+    "CHANGELOG_AGGREGATE_STATE",
+    "CHANGELOG_JOIN_STATE",
+    "CHANGELOG_NORMALIZE_STATE",
+    "GROUP_AGGREGATE_STATE",
+    "JOIN_STATE",
+    "RETRACTING_TOP_N_STATE",
+    "TOP_N_STATE",
+    "SqlStateFormat",
+]

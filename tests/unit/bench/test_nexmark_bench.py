@@ -353,6 +353,19 @@ def test_the_side_input_is_the_suites_file_written_once(tmp_path: Path) -> None:
     assert f"'path' = '{path}'" in text and "${" not in text
 
 
+def test_an_upsert_source_is_the_upsert_kafka_topic_beside_the_events_as_nexmark_sql_reads_it() -> None:
+    """``${UPSERT_SOURCE}`` (join_upsert_table.sql): the topic ``<events topic>-upsert``, JSON key and
+    value, bounded at its latest offsets, as NexmarkSql.java writes it for Flink."""
+    text = nb.query_sql("join_upsert_table", output="o", bootstrap="b:1", group="g", topic="events-7")
+    assert "${" not in text
+    assert (
+        "'connector' = 'upsert-kafka', 'topic' = 'events-7-upsert', 'properties.bootstrap.servers' = 'b:1', "
+        "'key.format' = 'json', 'value.format' = 'json', 'scan.bounded.mode' = 'latest-offset'"
+    ) in text
+    java = (nb.REPO_ROOT / "bench/flink/src/main/java/weir/bench/NexmarkSql.java").read_text()
+    assert '+ "-upsert\', \'properties.bootstrap.servers\' = \'"' in java
+
+
 @pytest.mark.parametrize("query", SQL_QUERIES)
 def test_weirs_sql_script_is_the_ddl_and_the_query_text_flink_runs(query: str) -> None:
     """The script Weir runs in ``--sql`` (and tests/integration/sql/test_nexmark_vs_flink.py): the

@@ -139,12 +139,6 @@ REFUSED = [
     ),
     (f"INSERT INTO keyed SELECT u, id, r FROM {RANKED} WHERE r <= 2 AND id > 3;", "WHERE over an updating", "id > 3"),
     (
-        "INSERT INTO keyed SELECT u, n, r FROM (SELECT u, COUNT(*) AS n, ROW_NUMBER() OVER (PARTITION BY u ORDER BY n) "
-        "AS r FROM orders GROUP BY u) WHERE r <= 2;",
-        "a Top-N of an updating result",
-        "ROW_NUMBER",
-    ),
-    (
         "INSERT INTO keyed SELECT u, id, r FROM (SELECT u, id, ROW_NUMBER() OVER (PARTITION BY u ORDER BY id) AS r "
         "FROM TABLE(TUMBLE(TABLE orders, DESCRIPTOR(ts), INTERVAL '1' SECOND))) WHERE r <= 2;",
         "a Top-N directly over a window TVF's rows",

@@ -354,8 +354,8 @@ REFUSED = [
     (f"INSERT INTO totals SELECT u, n FROM {UPDATING} AS t;", "without GROUP BY is not supported", "u, n FROM"),
     (
         f"INSERT INTO out SELECT o.id, t.u FROM orders o JOIN {UPDATING} AS t ON o.`user` = t.u;",
-        "a JOIN of an updating result",
-        "`user` AS u",
+        "INSERT INTO out: an outer join, or a join of an updating result, gives updating results; the sink must be",
+        "o.id, t.u",
     ),
     (
         f"INSERT INTO out SELECT n, u FROM {UPDATING} AS t GROUP BY n, u;",

@@ -27,6 +27,8 @@ from weir.sql.retract import ChangelogAggregate, ChangelogBatch, MiniBatchGroupA
 from weir.sql.state_format import (
     CHANGELOG_AGGREGATE_STATE,
     CHANGELOG_NORMALIZE_STATE,
+    GROUP_AGGREGATE_STATE,
+    JOIN_STATE,
     TOP_N_STATE,
     SqlStateFormat,
 )
@@ -264,3 +266,219 @@ def test_a_changelog_normalize_state_of_a_newer_format_fails_the_job(start_opera
 
 def _id(change: Change) -> tuple[Any, ...]:
     return (change.row["id"],)
+
+
+# group-aggregate (a GROUP BY written straight to an upsert sink) -------------------------------------------
+
+APPEND_CALLS = (  # COUNT(*) and AVG: an untagged (1, (sum, count)) is a pair too, told apart by its type
+    AggregateCall("n", "COUNT", False, None, "COUNT(*)"),
+    AggregateCall("mean", "AVG", False, PRICE, "AVG(price)"),
+)
+
+
+def _ttl_group() -> KeyedProcessOperator:
+    from weir.core.process_functions import StateTtlConfig
+    from weir.sql.compile import Accumulators, GroupAggregateWithTtl
+
+    fn = GroupAggregateWithTtl(("bucket",), Accumulators(APPEND_CALLS), StateTtlConfig(3_600_000))
+    return KeyedProcessOperator(fn, _bucket_of_row, clock=lambda: 0)
+
+
+def _batched_group() -> MiniBatchGroupAggregate:
+    from weir.sql.compile import Accumulators
+    from weir.sql.retract import UpsertBatch
+
+    batch = UpsertBatch(("bucket",), Accumulators(APPEND_CALLS))
+    return MiniBatchGroupAggregate(
+        _bucket_of_row, batch, MiniBatchConfig(60_000, 3), "accumulators", clock=lambda: 0, on_error=FAIL
+    )
+
+
+def _rows(seed: int, n: int) -> list[dict[str, Any]]:
+    rng = random.Random(seed)
+    return [{"bucket": rng.randint(0, 2), "price": rng.randint(0, 6)} for _ in range(n)]
+
+
+def _untag_ttl(held: Any) -> Any:
+    """A value of a state with a TTL is a TtlValue: its value untagged, as an earlier Weir wrote it."""
+    from weir.operators.process_state import TtlValue
+
+    if isinstance(held, TtlValue):
+        return TtlValue(GROUP_AGGREGATE_STATE.body(held.value), held.last_access_ms)
+    return GROUP_AGGREGATE_STATE.body(held)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("operator", [_ttl_group, _batched_group], ids=["ttl", "mini-batch"])
+def test_a_group_aggregate_restores_the_untagged_accumulators_of_an_earlier_savepoint(
+    start_operator: StartOperator, seed: int, operator: Callable[[], Any]
+) -> None:
+    rows = _rows(seed, 40)
+    uid = "sql-0123456789-0-group-aggregate"
+    whole = operator()
+    out = start_operator(whole, uid="reference")
+    _run(whole, out, rows[:20], 1)
+    reference = _run(whole, out, rows[20:], 3)
+    first = operator()
+    before = _run(first, start_operator(first, uid=uid), rows[:20], 1)
+    keys = [(b,) for b in range(3)]
+    stored = _rewrite_keys(start_operator, uid, "accumulators", keys, _untag_ttl)
+    tags = [getattr(s, "value", s) for s in stored if s is not None]
+    assert tags and all(isinstance(t, list) and t[0] == 1 for t in tags)  # written as [1, accumulators]
+    untagged = _rewrite_keys(start_operator, uid, "accumulators", keys, lambda held: held)
+    assert all(isinstance(getattr(s, "value", s), tuple) for s in untagged if s is not None)
+    second = operator()
+    after = _run(second, start_operator(second, uid=uid), rows[20:], 3)
+    assert before + after == reference
+
+
+@pytest.mark.parametrize("operator", [_ttl_group, _batched_group], ids=["ttl", "mini-batch"])
+def test_a_group_aggregate_state_of_a_newer_format_fails_the_job(
+    start_operator: StartOperator, operator: Callable[[], Any]
+) -> None:
+    from weir.operators.process_state import TtlValue
+
+    uid = "sql-0123456789-0-group-aggregate"
+    first = operator()
+    _run(first, start_operator(first, uid=uid), [{"bucket": 0, "price": 3}], 1)
+
+    def newer(held: Any) -> Any:
+        if isinstance(held, TtlValue):
+            return TtlValue([2, held.value[1]], held.last_access_ms)
+        return [2, held[1]]
+
+    _rewrite_keys(start_operator, uid, "accumulators", [(0,)], newer)
+    second = operator()
+    start_operator(second, uid=uid)
+    with pytest.raises(SerializationError, match="^group-aggregate state has format 2; this Weir reads format 1"):
+        _run(second, CollectingOutput(), [{"bucket": 0, "price": 4}], 3)
+
+
+def test_the_group_aggregate_s_reduce_value_is_tagged_and_reads_its_untagged_pair() -> None:
+    accs = (1, (5, 1))  # COUNT 1, AVG (5, 1): a pair itself
+    assert GROUP_AGGREGATE_STATE.tagged(((7,), accs)) == [1, ((7,), accs)]
+    assert GROUP_AGGREGATE_STATE.body(((7,), accs)) == ((7,), accs)  # the reduce's value before the tag
+    assert GROUP_AGGREGATE_STATE.body(accs) == accs  # a tuple is never a tag
+    assert GROUP_AGGREGATE_STATE.body([1, accs]) == accs
+
+
+# join (a regular join of append inputs: list states of rows) -----------------------------------------------
+
+
+def _join(kind: str) -> Any:
+    from weir.operators.keyed import KeyedCoProcessOperator
+    from weir.sql.join import JoinedRow, MiniBatchRegularJoin, RegularJoin
+
+    joined = JoinedRow("A", "B", ("id", "a"), ("id", "b"))
+    keys = (_id_of, _id_of)
+    if kind == "record":
+        return KeyedCoProcessOperator(RegularJoin(joined), keys)
+    return MiniBatchRegularJoin(keys, joined, MiniBatchConfig(60_000, 3), clock=lambda: 0)
+
+
+def _id_of(row: dict[str, Any]) -> tuple[Any, ...]:
+    return (row["id"],)
+
+
+class RewriteList:
+    """As :class:`Rewrite`, of the list states ``left`` and ``right``: each element replaced by ``rewrite`` of it."""
+
+    def __init__(self, rewrite: Callable[[Any], Any]) -> None:
+        self.rewrite = rewrite
+
+    def process_element(self, value: Any, ctx: KeyedProcessContext, out: Any) -> None:
+        for name in ("left", "right"):
+            state = ctx.list_state(name)
+            held = state.get()
+            state.update([self.rewrite(h) for h in held])
+            out.collect(held)
+
+
+def _rewrite_lists(start_operator: StartOperator, uid: str, keys: Sequence[Any], rewrite: Callable[[Any], Any]) -> Any:
+    op = KeyedProcessOperator(RewriteList(rewrite), lambda key: key)
+    out = start_operator(op, uid=uid)
+    for key in keys:
+        op.process(key, None)
+    op.snapshot_state(2)
+    return [element for held in out.values for element in held]
+
+
+def _sides(seed: int, n: int) -> list[tuple[int, dict[str, Any]]]:
+    rng = random.Random(seed)
+    return [
+        (0, {"id": rng.randint(0, 2), "a": i}) if rng.random() < 0.5 else (1, {"id": rng.randint(0, 2), "b": i})
+        for i in range(n)
+    ]
+
+
+def _feed(op: Any, out: CollectingOutput, values: Sequence[tuple[int, dict[str, Any]]], checkpoint: int) -> Any:
+    for index, row in values:
+        op.process_input(index, row, None)
+    op.snapshot_state(checkpoint)
+    return sorted(str(v) for v in out.values)
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize(
+    ("before_kind", "after_kind"), [("record", "record"), ("batched", "record"), ("record", "batched")]
+)
+def test_a_regular_join_restores_the_untagged_rows_of_an_earlier_savepoint(
+    start_operator: StartOperator, seed: int, before_kind: str, after_kind: str
+) -> None:
+    rows = _sides(seed, 40)
+    uid = "sql-0123456789-2-join"
+    whole = _join("record")
+    reference = _feed(whole, start_operator(whole, uid="reference"), rows, 1)
+    first = _join(before_kind)
+    before = start_operator(first, uid=uid)
+    _feed(first, before, rows[:20], 1)
+    keys = [(i,) for i in range(3)]
+    stored = _rewrite_lists(start_operator, uid, keys, JOIN_STATE.body)
+    assert stored and all(isinstance(s, tuple) and s[0] == 1 for s in stored)  # each row written as (1, row)
+    assert all(isinstance(s, dict) for s in _rewrite_lists(start_operator, uid, keys, lambda held: held))
+    second = _join(after_kind)
+    after = start_operator(second, uid=uid)
+    _feed(second, after, rows[20:], 3)
+    assert sorted(str(v) for v in before.values + after.values) == reference
+    assert after.values  # rows after the restore joined the restored ones
+
+
+def test_a_regular_join_row_of_a_newer_format_fails_the_job(start_operator: StartOperator) -> None:
+    uid = "sql-0123456789-2-join"
+    first = _join("record")
+    _feed(first, start_operator(first, uid=uid), [(0, {"id": 1, "a": 0})], 1)
+    _rewrite_lists(start_operator, uid, [(1,)], lambda held: (2, held[1]))
+    second = _join("record")
+    start_operator(second, uid=uid)
+    with pytest.raises(SerializationError, match="^join state has format 2; this Weir reads format 1"):
+        second.process_input(1, {"id": 1, "b": 1}, None)
+
+
+def _reduce_group() -> Any:
+    from weir.operators.keyed import ReduceOperator
+    from weir.sql.compile import Accumulators, GroupReduce
+
+    group = GroupReduce(("bucket",), _bucket_of_row, Accumulators(APPEND_CALLS))
+    return group, ReduceOperator(group.merge, group.key)
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_group_aggregate_s_reduce_restores_its_untagged_value_of_an_earlier_savepoint(
+    start_operator: StartOperator, seed: int
+) -> None:
+    from weir.core.state_layout import REDUCE_STATE
+
+    rows = _rows(seed, 40)
+    uid = "sql-0123456789-1-group-aggregate"
+    group, whole = _reduce_group()
+    reference = _run(whole, start_operator(whole, uid="reference"), [group.accumulate(r) for r in rows], 1)
+    group, first = _reduce_group()
+    before = _run(first, start_operator(first, uid=uid), [group.accumulate(r) for r in rows[:20]], 1)
+    keys = [(b,) for b in range(3)]
+    stored = _rewrite_keys(start_operator, uid, REDUCE_STATE, keys, GROUP_AGGREGATE_STATE.body)
+    assert all(isinstance(s, list) and s[0] == 1 for s in stored if s is not None)  # written as [1, (key, accs)]
+    untagged = _rewrite_keys(start_operator, uid, REDUCE_STATE, keys, lambda held: held)
+    assert any(isinstance(s, tuple) for s in untagged)  # (key, accumulators), as an earlier Weir wrote it
+    group, second = _reduce_group()
+    after = _run(second, start_operator(second, uid=uid), [group.accumulate(r) for r in rows[20:]], 3)
+    assert [group.result(v) for v in before + after] == [group.result(v) for v in reference]

@@ -54,7 +54,9 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
  *
  * <p>{@code --side-input FILE}: the file a query's {@code ${SIDE_INPUT}} names (q13's side input
  * table's {@code 'path'}); {@code --file-output DIR}: a query's {@code ${FILE_OUTPUT}} is the folder
- * {@code DIR/<its output topic's name>} (q10's 'filesystem' sink).
+ * {@code DIR/<its output topic's name>} (q10's 'filesystem' sink). A query's {@code ${UPSERT_SOURCE}}
+ * is an 'upsert-kafka' table of the topic {@code <topic>-upsert} (JSON key and value, read up to its
+ * latest offsets): join_upsert_table.sql's.
  */
 public final class NexmarkSql {
   /**
@@ -167,6 +169,10 @@ public final class NexmarkSql {
             + bootstrap + "', 'key.format' = 'json', 'value.format' = 'json',"
             + " 'sink.delivery-guarantee' = 'exactly-once', 'sink.transactional-id-prefix' = '@GROUP@', "
             + TRANSACTION_TIMEOUT + ", 'properties.linger.ms' = '5'";
+    String upsertSource =
+        "'connector' = 'upsert-kafka', 'topic' = '" + topic + "-upsert', 'properties.bootstrap.servers' = '"
+            + bootstrap + "', 'key.format' = 'json', 'value.format' = 'json',"
+            + " 'scan.bounded.mode' = 'latest-offset'";
     TableResult result = null;
     StatementSet set = tables.createStatementSet();
     for (String name : queries) {
@@ -185,6 +191,8 @@ public final class NexmarkSql {
         }
         text = text.replace("${FILE_OUTPUT}", "file://" + fileOutput + "/" + topicOut);
       }
+      // an 'upsert-kafka' table read by a query (a join with a changelog): the topic <topic>-upsert
+      text = text.replace("${UPSERT_SOURCE}", upsertSource);
       String insertSql =
           text.replace("${SINK}", sink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
               .replace("${UPSERT_SINK}", upsertSink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix));
