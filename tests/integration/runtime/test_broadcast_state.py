@@ -3,7 +3,10 @@ keyed operator changes some keys' factors mid-run (a second batch of versions va
 event time, arriving while events flow) and ends early; a TaskManager is SIGKILLed once checkpoints
 completed after it ended; the restored subtasks know the rules only from the checkpointed broadcast
 state (the rules source does not read them again); the job is then rescaled from 3 to 2 (each new
-subtask inherits the broadcast state) and finishes with both sinks exact (``weir verify``)."""
+subtask inherits the broadcast state) and finishes with both sinks exact (``weir verify``). The
+checkpoints hold the broadcast state once: the three subtasks' documents name one content-addressed
+object. In unaligned mode, with rules in flight at the checkpoint restored from, the restore is exact
+too."""
 
 from __future__ import annotations
 
@@ -16,6 +19,16 @@ import pytest
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.conftest import WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
 from tests.integration.runtime.jobs.broadcast_rules import KEYS
+from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
+from weir.core.broadcast_state import BroadcastStateRef
+from weir.core.checkpointing import CheckpointKind
+from weir.core.config import Endpoints, checkpoint_dir
+from weir.core.ids import JobId
+from weir.core.inflight_state import decode_inflight
+from weir.core.paths import CheckpointPaths
+from weir.core.task_state import INFLIGHT_STATE_NAME, TaskStateDocument, decode_task_state, read_operator_states
+from weir.jobmanager.checkpointing.metadata import decode_metadata
+from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.tools.events import EventSpec, events
 from weir.tools.supervisor import kill_process
 
@@ -24,6 +37,72 @@ pytestmark = pytest.mark.integration
 JOB = "tests/integration/runtime/jobs/broadcast_rules.py"
 EVENTS = 20_000
 RULES = KEYS + KEYS // 5  # the first batch, then every fifth key's second version
+OPERATOR = "scale-by-rule"
+PATHS = CheckpointPaths()
+
+
+def retained_checkpoints(storage: CheckpointStorage, job_id: str, latest: int = 0) -> list[CompletedCheckpoint]:
+    """The job's completed checkpoints whose metadata is in storage, by id (``latest`` > 0: only the
+    last ones)."""
+    found = []
+    keys = [
+        key
+        for key, _ in storage.list(PATHS.checkpoints_dir(JobId(job_id)))
+        if (parsed := PATHS.parse_metadata_key(key)) is not None and parsed.kind is CheckpointKind.CHECKPOINT
+    ]
+    for key in sorted(keys)[-latest:]:
+        try:
+            found.append(decode_metadata(storage.get_bytes(key), key))
+        except ObjectNotFoundError:
+            continue  # subsumed since the listing
+    return sorted(found, key=lambda c: c.checkpoint_id)
+
+
+def operator_documents(checkpoint: CompletedCheckpoint) -> list[TaskStateDocument]:
+    """The task-state documents of the broadcast operator's subtasks, by subtask."""
+    documents = [
+        decode_task_state(s.inline_payload, f"checkpoint {checkpoint.checkpoint_id} {s.task_id}")
+        for s in checkpoint.task_states
+        if s.task_id.operator_uid == OPERATOR
+    ]
+    return sorted(documents, key=lambda d: d.subtask)
+
+
+def broadcast_objects(storage: CheckpointStorage, checkpoint: CompletedCheckpoint) -> dict[str, int]:
+    """Every object in the checkpoint's broadcast-state folder, with its size."""
+    folder = PATHS.checkpoint_dir(checkpoint.job_id, checkpoint.checkpoint_id) + "broadcast/"
+    return dict(storage.list(folder))
+
+
+def inflight_rules(storage: CheckpointStorage, document: TaskStateDocument) -> int:
+    """How many buffers of the rules input the subtask's unaligned checkpoint holds in flight."""
+    data = read_operator_states(document.operator_state, storage.get_bytes).get(INFLIGHT_STATE_NAME)
+    if data is None:
+        return 0
+    state = decode_inflight(data, f"{document.vertex_uid}#{document.subtask}", lambda _blob: 1)
+    return sum(
+        len(buffers) for channel, buffers in state.channels.items() if state.origins[channel].producer_vertex == "rules"
+    )
+
+
+def assert_stored_once(endpoints: Endpoints, job_id: str, parallelism: int) -> tuple[BroadcastStateRef, int]:
+    """The latest retained checkpoint after the rules ended holds the broadcast state once: every
+    subtask's document names the same object, the only one in its broadcast folder, and no subtask
+    holds a copy of its own inline. Answers the reference and the size of the subtasks' documents."""
+    storage = open_storage(checkpoint_dir(), endpoints)
+    (checkpoint,) = retained_checkpoints(storage, job_id, latest=1)
+    documents = operator_documents(checkpoint)
+    assert [d.subtask for d in documents] == list(range(parallelism)), documents
+    refs = {d.operator_state.broadcast[OPERATOR] for d in documents}
+    assert all(d.operator_state_uids.count(OPERATOR) == 1 for d in documents)  # in `broadcast` only
+    assert len(refs) == 1, refs
+    (ref,) = refs
+    assert broadcast_objects(storage, checkpoint) == {ref.key: ref.size_bytes}
+    assert len(storage.get_bytes(ref.key)) == ref.size_bytes > 1_000  # every key's factors
+    # No subtask's document carries a copy of its own (inline, the whole state would be in it).
+    documents_bytes = [len(s.inline_payload) for s in checkpoint.task_states if s.task_id.operator_uid == OPERATOR]
+    assert max(documents_bytes) < ref.size_bytes, (documents_bytes, ref.size_bytes)
+    return ref, sum(documents_bytes)
 
 
 def scaled_totals(spec: EventSpec, change_at_ms: int) -> Counter[tuple[str, int]]:
@@ -51,6 +130,7 @@ def test_changing_broadcast_rules_survive_a_kill_and_a_rescale_exactly_once(
         "restart.delay": "1s",
         "rules.change_at_ms": str(change_at),
         "rules.records_per_second": "200",
+        "checkpointing.retained": "1000",  # read back below, never subsumed while read
     }
     job_id = weir_cluster.submit(JOB, params, parallelism=3)
 
@@ -76,6 +156,7 @@ def test_changing_broadcast_rules_survive_a_kill_and_a_rescale_exactly_once(
         ),
         "two checkpoints after the rules were read",
     )
+    assert_stored_once(endpoints, job_id, parallelism=3)
     killed_at = time.time()
     kill_process(weir_cluster.directory, victim)
     restored = wait_until(
@@ -96,6 +177,73 @@ def test_changing_broadcast_rules_survive_a_kill_and_a_rescale_exactly_once(
     assert final.summary.parallelism == 2
     assert sorted(t.subtask for t in final.tasks if t.vertex_uid == "scale-by-rule") == [0, 1], final.tasks
     assert final.last_restore_at is not None and final.last_restore_at > killed_at
+    assert_sinks_exact(JOB, params, job_id, endpoints)
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        rows = conn.execute(f'SELECT key, sum("sum") FROM "{params["sink.table"]}" GROUP BY key').fetchall()
+    assert Counter((key, int(total)) for key, total in rows) == scaled_totals(spec, change_at)
+
+
+def test_an_unaligned_checkpoint_with_rules_in_flight_restores_each_subtask_exactly(
+    weir_cluster: WeirCluster, unique: str
+) -> None:
+    """Unaligned checkpoints while the rules queue in the channels (each takes 20 ms to apply, they
+    arrive at 200 per second): a barrier overtakes queued rules, so the subtasks' copies may differ;
+    each distinct copy is stored once, and each subtask restores its own and replays its own in-flight
+    rules. A TaskManager is killed while the rules are still being applied; the restored checkpoint held
+    rules in flight, and the job finishes with both sinks exact."""
+    endpoints = weir_cluster.endpoints
+    spec = EventSpec(count=8_000, keys=400)
+    params = keyed_aggregation_inputs(
+        endpoints, unique, 8_000, records_per_second=800, checkpoint_interval="300ms", spec=spec
+    )
+    change_at = spec.start_ms + 1000
+    params |= {
+        "restart.strategy": "fixed-delay",
+        "restart.delay": "1s",
+        "checkpointing.unaligned": "true",
+        "checkpointing.retained": "1000",
+        "rules.change_at_ms": str(change_at),
+        "rules.records_per_second": "200",
+        "rules.apply_delay_ms": "20",
+    }
+    job_id = weir_cluster.submit(JOB, params, parallelism=3)
+    storage = open_storage(checkpoint_dir(), endpoints)
+
+    def queued_rules_checkpointed() -> bool:
+        """A completed checkpoint holds rules in flight at a subtask of the broadcast operator."""
+        checkpoints = retained_checkpoints(storage, job_id, latest=1)
+        return any(inflight_rules(storage, d) for c in checkpoints for d in operator_documents(c))
+
+    victim = "taskmanager-2"
+    wait_until(
+        weir_cluster,
+        job_id,
+        lambda s: (
+            s.summary.status == "RUNNING" and process_running(weir_cluster, victim) and queued_rules_checkpointed()
+        ),
+        "a completed unaligned checkpoint with rules in flight",
+    )
+    killed_at = time.time()
+    kill_process(weir_cluster.directory, victim)
+    restored = wait_until(
+        weir_cluster,
+        job_id,
+        lambda s: s.summary.status == "RUNNING" and (s.last_restore_at or 0) > killed_at,
+        f"the job to restore after killing {victim}",
+    )
+    assert restored.summary.parallelism == 3
+    final = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
+    assert final.summary.status == "FINISHED", final.failure
+
+    # The checkpoint restored from: the latest completed before the kill. It held rules in flight.
+    checkpoints = retained_checkpoints(storage, job_id)
+    before = [c for c in checkpoints if c.trigger_timestamp < killed_at]
+    restored_from = before[-1]
+    documents = operator_documents(restored_from)
+    in_flight = [inflight_rules(storage, d) for d in documents]
+    assert any(in_flight), (restored_from.checkpoint_id, in_flight)
+    refs = {d.operator_state.broadcast[OPERATOR] for d in documents if OPERATOR in d.operator_state.broadcast}
+    assert broadcast_objects(storage, restored_from) == {ref.key: ref.size_bytes for ref in refs}
     assert_sinks_exact(JOB, params, job_id, endpoints)
     with psycopg.connect(endpoints.postgres_dsn) as conn:
         rows = conn.execute(f'SELECT key, sum("sum") FROM "{params["sink.table"]}" GROUP BY key').fetchall()

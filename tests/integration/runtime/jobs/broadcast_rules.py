@@ -6,7 +6,8 @@ A rule is ``(key, valid_from, factor)`` with event time ``valid_from``; the broa
 every version of a key's factor, and an event takes the latest version valid at its timestamp. The
 first batch (valid from 0) covers every key; with ``rules.change_at_ms`` > 0 a second batch, valid
 from that event time, changes every fifth key's factor mid-run (``rules.records_per_second`` paces
-the rules so that it arrives while events flow).
+the rules so that it arrives while events flow; ``rules.apply_delay_ms`` makes applying each rule slow,
+so that rules queue in the channels and an unaligned barrier overtakes them).
 
 Each event waits in its key's state for an event-time timer at its time: the timer fires once the
 rules' watermark passed it too, so every rule valid at that time has arrived and the output does
@@ -17,6 +18,7 @@ factors.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from weir.api import Environment, KeyedBroadcastProcessFunction, TumblingEventTimeWindows, json_deserializer
@@ -36,7 +38,12 @@ class CountAndSum:
 
 
 class ScaleByRule(KeyedBroadcastProcessFunction):
+    def __init__(self, apply_delay_ms: int = 0) -> None:
+        self._apply_delay_s = apply_delay_ms / 1000
+
     def process_broadcast_element(self, value: Any, ctx: Any, out: Any) -> None:
+        if self._apply_delay_s:
+            time.sleep(self._apply_delay_s)  # a slow rule update: the rules queue in the channels behind it
         key, valid_from, factor = value
         factors = ctx.broadcast_state("factors")
         versions = [v for v in factors.get(key) or [] if v[0] != valid_from]
@@ -85,7 +92,7 @@ def build(env: Environment) -> None:
     results = (
         events.key_by(lambda e: e["key"])
         .connect(rules.broadcast())
-        .process(ScaleByRule(), uid="scale-by-rule")
+        .process(ScaleByRule(p.get_int("rules.apply_delay_ms", 0)), uid="scale-by-rule")
         .key_by(lambda pair: pair[0])
         .window(TumblingEventTimeWindows(p.get_int("window.size_ms", 1000)))
         .aggregate(CountAndSum(), uid="window-count-sum")
