@@ -10,16 +10,20 @@ too."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections import Counter
+from pathlib import Path
 
 import psycopg
 import pytest
 
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
-from tests.integration.conftest import WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
+from tests.integration.conftest import REPO_ROOT, WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
 from tests.integration.runtime.jobs.broadcast_rules import KEYS
-from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, open_storage
+from weir.connectors.object_storage import CheckpointStorage, ObjectNotFoundError, copy_folder, open_storage
 from weir.core.broadcast_state import BroadcastStateRef
 from weir.core.checkpointing import CheckpointKind
 from weir.core.config import Endpoints, checkpoint_dir
@@ -245,6 +249,71 @@ def test_an_unaligned_checkpoint_with_rules_in_flight_restores_each_subtask_exac
     refs = {d.operator_state.broadcast[OPERATOR] for d in documents if OPERATOR in d.operator_state.broadcast}
     assert broadcast_objects(storage, restored_from) == {ref.key: ref.size_bytes for ref in refs}
     assert_sinks_exact(JOB, params, job_id, endpoints)
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        rows = conn.execute(f'SELECT key, sum("sum") FROM "{params["sink.table"]}" GROUP BY key').fetchall()
+    assert Counter((key, int(total)) for key, total in rows) == scaled_totals(spec, change_at)
+
+
+def test_a_savepoint_holds_the_broadcast_state_once_and_a_copy_of_it_restores_at_another_parallelism(
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+) -> None:
+    """Stop with a savepoint at parallelism 3 once the rules ended: its folder holds one broadcast
+    object, which the documents name relative to the folder; copied elsewhere, `weir savepoint info`
+    reads it from the copy, and a job restored from the copy at parallelism 2 finishes with both sinks
+    exact over both jobs."""
+    endpoints = weir_cluster.endpoints
+    client = weir_cluster.client
+    spec = EventSpec(count=EVENTS, keys=400)
+    params = keyed_aggregation_inputs(
+        endpoints, unique, EVENTS, records_per_second=1000, checkpoint_interval="500ms", spec=spec
+    )
+    change_at = spec.start_ms + 1000
+    params |= {"rules.change_at_ms": str(change_at), "rules.records_per_second": "400"}
+    old = weir_cluster.submit(JOB, params, parallelism=3)
+    wait_until(
+        weir_cluster,
+        old,
+        lambda s: (
+            s.summary.status == "RUNNING"
+            and any(t.vertex_uid == "rules" and t.records_out >= RULES for t in s.tasks)
+            and (s.last_completed_checkpoint or 0) >= 1
+        ),
+        "the rules stream to be read",
+    )
+    target = f"s3://{endpoints.s3_bucket}/user-savepoints-{unique}"
+    savepoint_id = client.trigger_savepoint(old, target, stop=True)
+    path = client.wait_for_savepoint(old, savepoint_id, timeout_s=120.0).external_path
+    stopped = wait_until(weir_cluster, old, lambda s: s.summary.status == "FINISHED", "the stopped job to end")
+    read = sum(t.records_in_all_attempts for t in stopped.tasks if t.vertex_uid == OPERATOR)
+    assert 0 < read < EVENTS + RULES * 3, "the job read all its input before the savepoint: it would prove nothing"
+
+    saved = open_storage(path)
+    listing = dict(saved.list(""))
+    broadcast = {key: size for key, size in listing.items() if key.startswith("broadcast/")}
+    metadata = decode_metadata(saved.get_bytes("_metadata"), "_metadata")
+    refs = {d.operator_state.broadcast[OPERATOR] for d in operator_documents(metadata)}
+    assert len(refs) == 1 and broadcast == {ref.key: ref.size_bytes for ref in refs}, (refs, broadcast)
+
+    copied = tmp_path / "moved-savepoint"
+    assert copy_folder(saved, "", open_storage(str(copied))) == sum(listing.values())
+    # Offline, from the copy alone: `weir savepoint info` reads every subtask's state as a restore does
+    # (the broadcast object checked against its size and digest).
+    done = subprocess.run(
+        [sys.executable, "-m", "weir.tools.cli", "savepoint", "info", str(copied), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    info = json.loads(done.stdout)
+    assert (info["job_id"], info["kind"], info["formats"]["task_state"]) == (old, "savepoint", 3), info
+
+    new = client.submit_job(REPO_ROOT / JOB, params, 2, from_checkpoint=str(copied))
+    weir_cluster.submitted.append(new)
+    ended = wait_until(weir_cluster, new, lambda s: s.summary.status.terminal, "the restored job to end", 300)
+    assert ended.summary.status == "FINISHED", ended.failure
+    assert sorted(t.subtask for t in ended.tasks if t.vertex_uid == OPERATOR) == [0, 1]
+    assert_sinks_exact(JOB, params, new, endpoints, earlier_job_ids=(old,))
     with psycopg.connect(endpoints.postgres_dsn) as conn:
         rows = conn.execute(f'SELECT key, sum("sum") FROM "{params["sink.table"]}" GROUP BY key').fetchall()
     assert Counter((key, int(total)) for key, total in rows) == scaled_totals(spec, change_at)
