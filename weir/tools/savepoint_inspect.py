@@ -444,6 +444,11 @@ def _subtask_json(task: LoadedTask) -> dict[str, Any]:
             stored = {"stored": "inline", "size_bytes": operator_state.size_bytes}
         case StoredOperatorState(key=key, size_bytes=size):
             stored = {"stored": "object", "key": key, "size_bytes": size}
+    if operator_state.broadcast:  # content-addressed, shared by the subtasks with the same copy
+        stored["broadcast"] = {
+            uid: {"key": ref.key, "size_bytes": ref.size_bytes, "sha256": ref.sha256}
+            for uid, ref in sorted(operator_state.broadcast.items())
+        }
     keyed = task.keyed
     return {
         "vertex_uid": d.vertex_uid,

@@ -307,6 +307,8 @@ def test_a_savepoint_holds_the_broadcast_state_once_and_a_copy_of_it_restores_at
     assert done.returncode == 0, done.stderr
     info = json.loads(done.stdout)
     assert (info["job_id"], info["kind"], info["formats"]["task_state"]) == (old, "savepoint", 3), info
+    named = [s["operator_state"]["broadcast"][OPERATOR]["key"] for s in info["subtasks"] if s["vertex_uid"] == OPERATOR]
+    assert named == [ref.key for ref in refs] * 3, named
 
     new = client.submit_job(REPO_ROOT / JOB, params, 2, from_checkpoint=str(copied))
     weir_cluster.submitted.append(new)
