@@ -136,3 +136,21 @@ def test_only_the_named_operators_state_is_content_addressed() -> None:
     assert dict(placement.own) == {"sink": b"txn", "__inflight__": b"x"}
     assert dict(placement.broadcast) == {"enrich": BroadcastStateRef("enrich", key_of("enrich", digest), 5, digest)}
     assert dict(placement.writes) == {key_of("enrich", digest): b"rules"}
+
+
+def test_copies_in_another_order_are_stored_once_each_and_each_restores_its_own() -> None:
+    """From a broadcast input of two channels, two subtasks interleave the same rules differently at
+    an aligned checkpoint: the maps hold the same entries in another order, so their bytes (and
+    content addresses) differ; each is stored once and each subtask restores its own."""
+    one, other = BroadcastStates(), BroadcastStates()
+    apply(one, [("cpu", 90), ("disk", 50)])
+    apply(other, [("disk", 50), ("cpu", 90)])
+    assert held(one) == held(other)
+    blobs = [s.snapshot() for s in (one, other)]
+    assert blobs[0] is not None and blobs[1] is not None
+    placements = [place_operator_states({UID: b}, {UID}, key_of) for b in blobs]
+    storage = {k: v for p in placements for k, v in p.writes.items()}
+    assert len(storage) == 2
+    for placement, states in zip(placements, (one, other), strict=True):
+        again = restored(InlineOperatorState({}, dict(placement.broadcast)), storage)
+        assert list(held(again).items()) == list(held(states).items())
