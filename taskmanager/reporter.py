@@ -245,6 +245,10 @@ class CheckpointAcknowledger:
             handle, writes[key] = pack_operator_states(placement.own, key, placement.broadcast)
         for key, blob in writes.items():
             try:
+                if key in placement.writes and self._storage.exists(key):
+                    # Content-addressed: a subtask with the same copy wrote it (a write is atomic, so it is whole).
+                    log.info("broadcast_state_shared", task=str(addr), checkpoint_id=cid, key=key, bytes=len(blob))
+                    continue
                 self._storage.put_bytes(key, blob)
             except Exception as exc:  # the checkpoint cannot complete without it; the next one may
                 log.warning("operator_state_write_failed", task=str(addr), checkpoint_id=cid, key=key, error=str(exc))

@@ -67,9 +67,21 @@ def sent() -> SentReports:
     return SentReports()
 
 
+class CountingStorage(FileCheckpointStorage):
+    """A folder storage that remembers the keys it was asked to write, in order."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.puts: list[str] = []
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.puts.append(key)
+        super().put_bytes(key, data)
+
+
 @pytest.fixture
-def storage(tmp_path: Path) -> FileCheckpointStorage:
-    return FileCheckpointStorage(tmp_path / "checkpoints")
+def storage(tmp_path: Path) -> CountingStorage:
+    return CountingStorage(tmp_path / "checkpoints")
 
 
 @pytest.fixture
@@ -223,7 +235,7 @@ def test_the_async_part_ends_when_the_operator_state_is_written(
 
 
 def test_subtasks_with_the_same_broadcast_state_store_it_once_and_each_restores_it(
-    acknowledger: CheckpointAcknowledger, sent: SentReports, storage: FileCheckpointStorage
+    acknowledger: CheckpointAcknowledger, sent: SentReports, storage: CountingStorage
 ) -> None:
     """Every subtask's copy used to be inline in its acknowledgement (or its task object): the
     checkpoint held the broadcast state once per subtask. Now the copies that are the same are one
@@ -251,6 +263,10 @@ def test_subtasks_with_the_same_broadcast_state_store_it_once_and_each_restores_
         documents.append(document)
         assert read_operator_states(document.operator_state, storage.get_bytes) == {"enrich": copy, "map": b"m"}
         assert restore_of_document_reads(document, storage) == {"enrich": copy, "map": b"m"}
+    assert storage.puts == [  # the second subtask found the first one's object: one upload
+        documents[0].operator_state.broadcast["enrich"].key,
+        documents[2].operator_state.broadcast["enrich"].key,
+    ]
     shared, own = (documents[i].operator_state.broadcast["enrich"].key for i in (0, 2))
     assert shared != own and shared.startswith("job-1/checkpoints/chk-00000000000000000009/broadcast/enrich/")
     assert dict(storage.list("job-1/")) == {shared: len(rules), own: len(copies[2])}
