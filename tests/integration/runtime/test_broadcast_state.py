@@ -190,11 +190,12 @@ def test_changing_broadcast_rules_survive_a_kill_and_a_rescale_exactly_once(
 def test_an_unaligned_checkpoint_with_rules_in_flight_restores_each_subtask_exactly(
     weir_cluster: WeirCluster, unique: str
 ) -> None:
-    """Unaligned checkpoints while the rules queue in the channels (each takes 20 ms to apply, they
-    arrive at 200 per second): a barrier overtakes queued rules, so the subtasks' copies may differ;
-    each distinct copy is stored once, and each subtask restores its own and replays its own in-flight
-    rules. A TaskManager is killed while the rules are still being applied; the restored checkpoint held
-    rules in flight, and the job finishes with both sinks exact."""
+    """Unaligned checkpoints while the rules queue in the channels (each takes 10 ms to apply, 40 ms
+    at the subtask with key-0000's events; they arrive at 200 per second): a barrier overtakes queued
+    rules, and the lagging subtask's copy holds fewer of them than the others'. Each distinct copy is
+    stored once, and each subtask restores its own and replays its own in-flight rules. A TaskManager
+    is killed while the rules are still being applied; the restored checkpoint held rules in flight
+    and differing copies, and the job finishes with both sinks exact."""
     endpoints = weir_cluster.endpoints
     spec = EventSpec(count=8_000, keys=400)
     params = keyed_aggregation_inputs(
@@ -208,24 +209,29 @@ def test_an_unaligned_checkpoint_with_rules_in_flight_restores_each_subtask_exac
         "checkpointing.retained": "1000",
         "rules.change_at_ms": str(change_at),
         "rules.records_per_second": "200",
-        "rules.apply_delay_ms": "20",
+        "rules.apply_delay_ms": "10",
+        "rules.lagging_key": "key-0000",
     }
     job_id = weir_cluster.submit(JOB, params, parallelism=3)
     storage = open_storage(checkpoint_dir(), endpoints)
 
-    def queued_rules_checkpointed() -> bool:
-        """A completed checkpoint holds rules in flight at a subtask of the broadcast operator."""
-        checkpoints = retained_checkpoints(storage, job_id, latest=1)
-        return any(inflight_rules(storage, d) for c in checkpoints for d in operator_documents(c))
+    def differing_copies_checkpointed() -> bool:
+        """The latest completed checkpoint holds rules in flight at a subtask of the broadcast operator,
+        and the subtasks' copies differ (the lagging one applied fewer)."""
+        for checkpoint in retained_checkpoints(storage, job_id, latest=1):
+            documents = operator_documents(checkpoint)
+            copies = {d.operator_state.broadcast[OPERATOR].key for d in documents if d.operator_state.broadcast}
+            return len(copies) > 1 and any(inflight_rules(storage, d) for d in documents)
+        return False
 
     victim = "taskmanager-2"
     wait_until(
         weir_cluster,
         job_id,
         lambda s: (
-            s.summary.status == "RUNNING" and process_running(weir_cluster, victim) and queued_rules_checkpointed()
+            s.summary.status == "RUNNING" and process_running(weir_cluster, victim) and differing_copies_checkpointed()
         ),
-        "a completed unaligned checkpoint with rules in flight",
+        "a completed unaligned checkpoint with rules in flight and differing copies",
     )
     killed_at = time.time()
     kill_process(weir_cluster.directory, victim)
@@ -247,6 +253,7 @@ def test_an_unaligned_checkpoint_with_rules_in_flight_restores_each_subtask_exac
     in_flight = [inflight_rules(storage, d) for d in documents]
     assert any(in_flight), (restored_from.checkpoint_id, in_flight)
     refs = {d.operator_state.broadcast[OPERATOR] for d in documents if OPERATOR in d.operator_state.broadcast}
+    assert len(refs) > 1, refs  # the copies differed: each subtask restored its own
     assert broadcast_objects(storage, restored_from) == {ref.key: ref.size_bytes for ref in refs}
     assert_sinks_exact(JOB, params, job_id, endpoints)
     with psycopg.connect(endpoints.postgres_dsn) as conn:
