@@ -45,7 +45,7 @@ def retained_summary(checkpoint: CompletedCheckpoint) -> CheckpointSummary:
         end_timestamp=checkpoint.completion_timestamp,
         acknowledged=len(checkpoint.task_states),
         total_tasks=len(checkpoint.task_states),
-        state_size_bytes=sum(o.size_bytes for t in checkpoint.task_states for o in t.objects),
+        state_size_bytes=sum({o.key: o.size_bytes for t in checkpoint.task_states for o in t.objects}.values()),
         failure=None,
         tasks=(),
         full=checkpoint.full,

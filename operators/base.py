@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import structlog
 
@@ -116,6 +116,9 @@ class StreamOperator:
     side_outputs: SideOutputs = NO_SIDE_OUTPUTS
     on_error: OnRecordError = FAIL
     """What happens to a record this operator's user function raises on (see :meth:`reject`)."""
+    holds_broadcast_state: ClassVar[bool] = False
+    """Its ``snapshot_state`` is its copy of a state every subtask holds the same (broadcast state): the
+    TaskManager stores it content-addressed, once per distinct copy (``weir.core.broadcast_state``)."""
 
     def setup(self, ctx: OperatorContext, output: Output, side_outputs: SideOutputs = NO_SIDE_OUTPUTS) -> None:
         """Bind the operator to where it runs: ``output`` takes its records and watermarks (a

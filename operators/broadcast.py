@@ -8,13 +8,15 @@ where the broadcast state is read only: a write raises). Since only the broadcas
 every subtask sees the same broadcast records (in the same order when the broadcast input has one
 channel), every subtask's broadcast state is the same once they have all processed the same records.
 
-Checkpoints: each subtask stores its own copy in its operator state, as Flink does, and a restart
-restores each subtask from its own. One copy would not do: an unaligned barrier overtakes the records
-queued before it, so at a checkpoint subtask 0 may have applied a rule still queued at subtask 1 (in
-its channel state, replayed to it alone after a restore); and from a broadcast input of several
-channels the subtasks apply the rules in different orders. Restored at another parallelism, new
-subtask ``i`` takes old subtask ``i mod old parallelism``'s copy: the restore refuses in-flight records
-of a broadcast edge, so each copy it accepts holds every rule before the barrier.
+Checkpoints: the operators declare ``holds_broadcast_state``, so the TaskManager stores each
+subtask's copy as a content-addressed object (``weir.core.broadcast_state``): subtasks whose copies
+are the same share one object, so an aligned checkpoint stores the state once; a restart restores
+each subtask from the copy it wrote. One copy for all would not do: an unaligned barrier overtakes the
+records queued before it, so at a checkpoint subtask 0 may have applied a rule still queued at subtask
+1 (in its channel state, replayed to it alone after a restore); there the distinct copies are stored
+once each. Restored at another parallelism, new subtask ``i`` takes old subtask ``i mod old
+parallelism``'s copy: the restore refuses in-flight records of a broadcast edge, so each copy it
+accepts holds every rule before the barrier.
 
 Keyed (``events.key_by(k).connect(rules.broadcast()).process(KeyedBroadcastProcessFunction)``): the
 element side has its key's state and timers (``on_timer`` reads the broadcast state too); the
@@ -26,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Final
 
+from weir.core.broadcast_state import inherited_copy
 from weir.core.errors import JobDefinitionError, SerializationError
 from weir.core.process_functions import OutputTag
 from weir.core.rejections import FAIL, OnRecordError
@@ -128,12 +131,13 @@ class BroadcastStates:
                 raise SerializationError(f"operator {uid!r}: broadcast state of an unknown format")
 
     def restore_inherited(self, uid: str, subtask: int, states: Sequence[InheritedState]) -> None:
-        """Old subtask ``subtask mod old parallelism``'s copy (all copies are the same)."""
+        """Old subtask ``subtask mod old parallelism``'s copy (``weir.core.broadcast_state.inherited_copy``:
+        every copy the restore accepts is the whole broadcast prefix)."""
         if not states:
             return
-        old_parallelism = states[0].parallelism
+        old = inherited_copy(subtask, states[0].parallelism)
         for state in states:
-            if state.subtask == subtask % old_parallelism:
+            if state.subtask == old:
                 self.restore(uid, state.data)
 
 
@@ -165,6 +169,8 @@ class ReadOnlyContext(BroadcastContext):
 
 class BroadcastProcessOperator(StreamOperator):
     """A non-keyed stream and a broadcast one: see the module."""
+
+    holds_broadcast_state = True
 
     def __init__(self, fn: Any, on_error: OnRecordError = FAIL) -> None:
         self._fn = fn
@@ -232,6 +238,8 @@ class KeyedReadOnlyTimerContext(OnTimerContext):
 class KeyedBroadcastProcessOperator(KeyedProcessOperator):
     """A keyed stream and a broadcast one: see the module. The keyed side is a
     :class:`KeyedProcessOperator`'s (state, timers, key selector); the broadcast side has no key."""
+
+    holds_broadcast_state = True
 
     def __init__(
         self,

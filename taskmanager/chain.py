@@ -149,6 +149,11 @@ class OperatorChain:
     def keyed_operators(self) -> tuple[KeyedOperator, ...]:
         return tuple(op for op in self.operators if isinstance(op, KeyedOperator))
 
+    @property
+    def broadcast_operator_uids(self) -> frozenset[str]:
+        """The operators whose state is broadcast state (stored once per distinct copy)."""
+        return frozenset(uid for uid, op in self.by_uid.items() if op.holds_broadcast_state)
+
     # Lifecycle, in the order a subtask runs it.
 
     def prepare_restore(self) -> None:

@@ -136,6 +136,7 @@ class SubtaskCheckpointer:
         snapshot_operators: Callable[[int], dict[str, bytes]],
         outputs: TaskOutputs,
         layout: SubtaskLayout,
+        broadcast_operator_uids: frozenset[str] = frozenset(),
         keyed_state: TaskKeyedState | None,
         keyed_ranges: Sequence[tuple[OperatorUid, KeyGroupRange]],
         topology: CheckpointTopology,
@@ -149,6 +150,7 @@ class SubtaskCheckpointer:
         self._snapshot_operators = snapshot_operators
         self._outputs = outputs
         self._layout = layout
+        self._broadcast_uids = broadcast_operator_uids
         self._keyed_state = keyed_state
         self._keyed_ranges = list(keyed_ranges)
         self._topology = topology
@@ -352,7 +354,7 @@ class SubtaskCheckpointer:
             )
 
         if not self._keyed_ranges or self._keyed_state is None:
-            snapshot = ChainSnapshot(self._address, cid, states, self._layout, None, request.kind)
+            snapshot = ChainSnapshot(self._address, cid, states, self._layout, None, request.kind, self._broadcast_uids)
             done = time.time()
             ack = CheckpointAck(snapshot, alignment_s, start_delay_s, operators_s, 0.0, timeline(done, done))
             self._deliver_ack(ack, join)
@@ -388,7 +390,9 @@ class SubtaskCheckpointer:
                 files=result.uploaded_files,
                 async_s=round(result.async_duration_s, 4),
             )
-            snapshot = ChainSnapshot(self._address, cid, states, self._layout, result.handle, request.kind)
+            snapshot = ChainSnapshot(
+                self._address, cid, states, self._layout, result.handle, request.kind, self._broadcast_uids
+            )
             self._deliver_ack(
                 CheckpointAck(
                     snapshot,

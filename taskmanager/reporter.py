@@ -4,9 +4,11 @@
 on a thread of its own, retried with back-off while the JobManager is unreachable (a refused
 acknowledgement becomes a decline, never a silent drop). :class:`CheckpointAcknowledger` turns a
 task's :class:`~weir.taskmanager.task_types.CheckpointAck` into the acknowledgement request: its
-operator state stored inline, or as one object written on a background thread when large, and its
-task-state document (``docs/formats.md``); one too large for a control message is declined with the
-reason instead of timing out.
+operator state stored inline, or as one object written on a background thread when large, its
+broadcast states as content-addressed objects (``weir.core.broadcast_state``: the subtasks with the
+same copy write the same key, so the checkpoint stores it once), and its task-state document
+(``docs/formats.md``); one too large for a control message is declined with the reason instead of
+timing out.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import grpc
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage
+from weir.core.broadcast_state import StatePlacement, place_operator_states
 from weir.core.checkpointing import CheckpointKind
 from weir.core.codec import task_state_to_proto, timeline_to_proto
 from weir.core.ids import CheckpointId, JobId, OperatorUid, SubtaskIndex
@@ -213,29 +216,46 @@ class CheckpointAcknowledger:
 
     def acknowledge(self, addr: TaskAddress, ack: CheckpointAck) -> None:
         """Store the task's operator state (inline below ``INLINE_STATE_LIMIT_BYTES``, else as one
-        object written on a background thread), then acknowledge with the task-state document."""
-        states = ack.snapshot.operator_states
-        if sum(len(b) for b in states.values()) < INLINE_STATE_LIMIT_BYTES:
-            self._acknowledge(addr, ack, InlineOperatorState(dict(states)), write_s=0.0)
-            return
-        self._state_writes.submit(self._store_and_acknowledge, addr, ack)
+        object; its broadcast states as content-addressed objects; the objects written on a background
+        thread), then acknowledge with the task-state document."""
+        snapshot = ack.snapshot
+        job_id, cid = JobId(addr.job_id), CheckpointId(snapshot.checkpoint_id)
 
-    def _store_and_acknowledge(self, addr: TaskAddress, ack: CheckpointAck) -> None:
+        def broadcast_key(uid: str, digest: str) -> str:
+            return self._paths.broadcast_state(job_id, cid, OperatorUid(uid), digest, snapshot.kind)
+
+        placement = place_operator_states(snapshot.operator_states, snapshot.broadcast_operator_uids, broadcast_key)
+        if not placement.writes and sum(len(b) for b in placement.own.values()) < INLINE_STATE_LIMIT_BYTES:
+            self._acknowledge(addr, ack, InlineOperatorState(dict(placement.own)), write_s=0.0)
+            return
+        self._state_writes.submit(self._store_and_acknowledge, addr, ack, placement)
+
+    def _store_and_acknowledge(self, addr: TaskAddress, ack: CheckpointAck, placement: StatePlacement) -> None:
         snapshot = ack.snapshot
         cid = CheckpointId(snapshot.checkpoint_id)
-        key = self._paths.task_state(
-            JobId(addr.job_id), cid, OperatorUid(addr.vertex_uid), SubtaskIndex(addr.subtask), snapshot.kind
-        )
         started = time.perf_counter()
-        handle, blob = pack_operator_states(snapshot.operator_states, key)
-        try:
-            self._storage.put_bytes(key, blob)
-        except Exception as exc:  # the checkpoint cannot complete without it; the next one may
-            log.warning("operator_state_write_failed", task=str(addr), checkpoint_id=cid, key=key, error=str(exc))
-            self._reports.put(decline_report(addr, cid, f"writing the operator state to {key} failed: {exc}"))
-            return
+        handle: OperatorStateHandle
+        writes = dict(placement.writes)
+        if sum(len(b) for b in placement.own.values()) < INLINE_STATE_LIMIT_BYTES:
+            handle = InlineOperatorState(dict(placement.own), dict(placement.broadcast))
+        else:
+            key = self._paths.task_state(
+                JobId(addr.job_id), cid, OperatorUid(addr.vertex_uid), SubtaskIndex(addr.subtask), snapshot.kind
+            )
+            handle, writes[key] = pack_operator_states(placement.own, key, placement.broadcast)
+        for key, blob in writes.items():
+            try:
+                if key in placement.writes and self._storage.exists(key):
+                    # Content-addressed: a subtask with the same copy wrote it (a write is atomic, so it is whole).
+                    log.info("broadcast_state_shared", task=str(addr), checkpoint_id=cid, key=key, bytes=len(blob))
+                    continue
+                self._storage.put_bytes(key, blob)
+            except Exception as exc:  # the checkpoint cannot complete without it; the next one may
+                log.warning("operator_state_write_failed", task=str(addr), checkpoint_id=cid, key=key, error=str(exc))
+                self._reports.put(decline_report(addr, cid, f"writing the operator state to {key} failed: {exc}"))
+                return
+            log.info("operator_state_written", task=str(addr), checkpoint_id=cid, key=key, bytes=len(blob))
         write_s = time.perf_counter() - started
-        log.info("operator_state_written", task=str(addr), checkpoint_id=cid, key=key, bytes=len(blob))
         if ack.timeline is not None:  # the asynchronous part ends with this write
             ack = replace(ack, timeline=replace(ack.timeline, async_end_at=max(ack.timeline.async_end_at, time.time())))
         self._acknowledge(addr, ack, handle, write_s=write_s)
@@ -251,6 +271,10 @@ class CheckpointAcknowledger:
         ]
         if isinstance(operator_state, StoredOperatorState):
             objects.append(jobmanager_pb2.StateObjectRef(key=operator_state.key, size_bytes=operator_state.size_bytes))
+        objects.extend(
+            jobmanager_pb2.StateObjectRef(key=ref.key, size_bytes=ref.size_bytes)
+            for ref in operator_state.broadcast.values()
+        )
         if snapshot.kind is CheckpointKind.SAVEPOINT:
             # A savepoint is relocatable: its document's keys are relative to its folder (docs/formats.md);
             # the acknowledgement's objects keep the full keys the JobManager accounts for.

@@ -303,10 +303,17 @@ class SubtaskRestorer:
         """Each operator's state in every old subtask that holds some, by operator uid (a union)."""
         mine = set(chain.by_uid)
         inherited: dict[str, list[InheritedState]] = {}
+        read: dict[str, bytes] = {}  # a broadcast state's object, which old subtasks share, read once
+
+        def read_once(key: str) -> bytes:
+            if key not in read:
+                read[key] = self._read_stored_state(key)
+            return read[key]
+
         for d in documents:
             if not mine & set(d.operator_state_uids):
                 continue
-            for uid, data in read_operator_states(d.operator_state, self._read_stored_state).items():
+            for uid, data in read_operator_states(d.operator_state, read_once).items():
                 if uid in mine:
                     inherited.setdefault(uid, []).append(
                         InheritedState(d.subtask, d.layout.parallelism, d.key_group_range, data)

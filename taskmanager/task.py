@@ -177,6 +177,7 @@ class Task:
             snapshot_operators=self.chain.snapshot,
             outputs=self.outputs,
             layout=self.layout,
+            broadcast_operator_uids=self.chain.broadcast_operator_uids,
             keyed_state=self.keyed_state,
             keyed_ranges=[(OperatorUid(op.ctx.uid), self.key_group_range) for op in self.chain.keyed_operators],
             topology=CheckpointTopology(

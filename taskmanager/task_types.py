@@ -43,6 +43,9 @@ class ChainSnapshot:
     layout: SubtaskLayout
     keyed_state: KeyedStateHandle | None = None
     kind: CheckpointKind = CheckpointKind.CHECKPOINT
+    broadcast_operator_uids: frozenset[str] = frozenset()
+    """The operators in ``operator_states`` whose state is broadcast state: each stored as a
+    content-addressed object that the subtasks with the same copy share (``weir.core.broadcast_state``)."""
 
 
 @dataclass(frozen=True)

@@ -30,6 +30,7 @@ from weir.jobmanager.checkpointing.pending import (
     PendingCheckpoint,
     TaskAckMetrics,
     TaskStateHandle,
+    checkpoint_size_bytes,
 )
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint, CompletedCheckpointStore
 from weir.jobmanager.checkpointing.trigger import (
@@ -237,7 +238,7 @@ def _summarize(
         end_timestamp=end,
         acknowledged=pending.acknowledged_count,
         total_tasks=len(pending.tasks_to_ack),
-        state_size_bytes=sum(s.size_bytes for s in pending.states.values()),
+        state_size_bytes=checkpoint_size_bytes(pending.states.values()),
         failure=failure,
         tasks=_task_stats(pending),
         pending_tasks=tuple(sorted(pending.not_yet_acknowledged)),

@@ -109,6 +109,14 @@ class TaskStateHandle:
         return sum(o.size_bytes for o in self.objects) + len(self.inline_payload) + len(self.sink_precommit)
 
 
+def checkpoint_size_bytes(states: Iterable[TaskStateHandle]) -> int:
+    """What the tasks' snapshots hold together: each object once, however many tasks reference it (a
+    broadcast state's object is shared by the subtasks with the same copy), and each inline payload."""
+    states = tuple(states)
+    objects = {o.key: o.size_bytes for s in states for o in s.objects}
+    return sum(objects.values()) + sum(len(s.inline_payload) + len(s.sink_precommit) for s in states)
+
+
 @dataclass(frozen=True)
 class TaskAckMetrics:
     """What a task reports with its acknowledgement; durations in seconds (as on the wire), and where

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from weir.core.ids import CheckpointId, JobId, TaskId
-from weir.jobmanager.checkpointing.pending import CheckpointKind, TaskStateHandle
+from weir.jobmanager.checkpointing.pending import CheckpointKind, TaskStateHandle, checkpoint_size_bytes
 from weir.jobmanager.errors import CheckpointProtocolError, ConfigError
 
 
@@ -49,7 +49,7 @@ class CompletedCheckpoint:
 
     @property
     def total_size_bytes(self) -> int:
-        return sum(s.size_bytes for s in self.task_states)
+        return checkpoint_size_bytes(self.task_states)
 
     @property
     def duration_s(self) -> float:

@@ -6,6 +6,7 @@ Ids are zero-padded so that listing a folder returns checkpoints in id order. A 
     <prefix>/<job>/_artifact                                               its files (weir.api.artifacts)
     <prefix>/<job>/checkpoints/chk-00000000000000000042/_metadata          written last, atomically
     <prefix>/<job>/checkpoints/chk-00000000000000000042/tasks/<vertex>/00003  a task's operator state
+    <prefix>/<job>/checkpoints/chk-00000000000000000042/broadcast/<operator>/<sha-256>  a broadcast state, once
     <prefix>/<job>/checkpoints/chk-00000000000000000042/db/<tm>/<db>/000007/MANIFEST-000005
     <prefix>/<job>/savepoints/sp-00000000000000000043/_metadata
     <prefix>/<job>/shared/<tm>/<db>/00000000000000000042-000123.sst        SST shared by checkpoints
@@ -168,6 +169,21 @@ class CheckpointPaths:
             raise ValueError(f"subtask index must be in 0..{10**_SUBTASK_DIGITS - 1}, got {subtask}")
         base = self.checkpoint_dir(job_id, checkpoint_id, kind)
         return f"{base}tasks/{_segment('operator uid', vertex_uid)}/{subtask:0{_SUBTASK_DIGITS}d}"
+
+    def broadcast_state(
+        self,
+        job_id: JobId,
+        checkpoint_id: CheckpointId,
+        operator_uid: OperatorUid,
+        digest: str,
+        kind: CheckpointKind = CheckpointKind.CHECKPOINT,
+    ) -> str:
+        """A broadcast operator's state, content-addressed (``weir.core.broadcast_state``): the subtasks
+        whose copies are the same write (and reference) this one object."""
+        if not re.fullmatch(r"[0-9a-f]{64}", digest):
+            raise ValueError(f"a broadcast state is named by the SHA-256 of its bytes in hex, got {digest!r}")
+        base = self.checkpoint_dir(job_id, checkpoint_id, kind)
+        return f"{base}broadcast/{_segment('operator uid', operator_uid)}/{digest}"
 
     def shared_dir(self, job_id: JobId) -> str:
         """The folder of every shared SST of a job (for orphan clean-up after a JobManager restart)."""

@@ -8,7 +8,10 @@ it as opaque bytes in the checkpoint's metadata and hands it back in
 (``CheckpointPaths.task_state``) and the document holds its key, size and each operator's slice.
 Both processes read it through this module (the JobManager to find a sink's state when it resolves
 an ended job's transactions, and to hand a restore at another parallelism the documents of the old
-subtasks), so neither imports the other. Format 2 (``docs/formats.md``)::
+subtasks), so neither imports the other. A broadcast operator's state is never inline nor in the
+task's object: it is a content-addressed object that the subtasks holding the same copy share (the
+checkpoint stores it once), named in ``operator_state.broadcast``. Formats 2 and 3
+(``docs/formats.md``)::
 
     {"format": 2,
      "task": {"job_id", "vertex_uid", "subtask", "attempt"},
@@ -21,7 +24,13 @@ subtasks), so neither imports the other. Format 2 (``docs/formats.md``)::
      "operator_state": {"inline": {"<operator uid>": "<base64>"}}
                      | {"object": {"key", "size_bytes",
                                    "slices": [{"operator_uid", "offset", "length"}]}},
+                       # format 3 only, beside either: broadcast states, one content-addressed object each
+                       + {"broadcast": {"<operator uid>": {"key", "size_bytes", "sha256"}}},
      "keyed_state": null | {...}}     # the RocksDB snapshot handle, weir.taskmanager.snapshots' own format
+
+Format 3 is format 2 with the optional ``operator_state.broadcast`` (``weir.core.broadcast_state``):
+it is written only by a task with broadcast state, so a document without it stays format 2, which an
+older Weir reads; this one reads both.
 
 ``layout.state_schemas`` (optional: absent, every state is version 1 of ``pickle``) records the schema
 each keyed operator declared for each of its states (``weir.core.state_schema``), so that a restore
@@ -37,16 +46,19 @@ import base64
 import binascii
 import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar, assert_never
 
+from weir.core.broadcast_state import BroadcastStateRef, check_broadcast_state
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import SerializationError
 from weir.core.ids import CheckpointId, KeyGroup
 from weir.core.keygroups import KeyGroupRange
 from weir.core.state_schema import StoredSchema
 
-TASK_STATE_FORMAT: Final = 2
+TASK_STATE_FORMAT: Final = 3
+"""The format a document with broadcast state is written in; one without is written as format 2."""
+TASK_STATE_FORMAT_WITHOUT_BROADCAST: Final = 2
 INFLIGHT_STATE_NAME: Final = "__inflight__"
 """The reserved operator-state name under which a task stores the in-flight records of an unaligned
 checkpoint (``weir.taskmanager.inflight``); no operator is restored from it. A restore into another job
@@ -62,9 +74,11 @@ INLINE_STATE_LIMIT_BYTES: Final = 20 * 1024
 
 @dataclass(frozen=True)
 class InlineOperatorState:
-    """Each operator's state bytes by operator uid, carried in the document itself."""
+    """Each operator's state bytes by operator uid, carried in the document itself; ``broadcast``: the
+    broadcast operators' states, each a content-addressed object (``weir.core.broadcast_state``)."""
 
     states: Mapping[str, bytes]
+    broadcast: Mapping[str, BroadcastStateRef] = field(default_factory=dict, hash=False)
 
     @property
     def size_bytes(self) -> int:
@@ -82,11 +96,13 @@ class OperatorStateSlice:
 
 @dataclass(frozen=True)
 class StoredOperatorState:
-    """The task's operator states as one object in checkpoint storage: its key, size and slices."""
+    """The task's operator states as one object in checkpoint storage: its key, size and slices;
+    ``broadcast`` as :class:`InlineOperatorState`'s."""
 
     key: str
     size_bytes: int
     slices: tuple[OperatorStateSlice, ...]
+    broadcast: Mapping[str, BroadcastStateRef] = field(default_factory=dict, hash=False)
 
 
 OperatorStateHandle = InlineOperatorState | StoredOperatorState
@@ -126,44 +142,60 @@ class TaskStateDocument:
         return self.layout.key_group_range
 
     @property
+    def format(self) -> int:
+        """The format the document is written in: 3 when it names broadcast state, else 2."""
+        return TASK_STATE_FORMAT if self.operator_state.broadcast else TASK_STATE_FORMAT_WITHOUT_BROADCAST
+
+    @property
     def operator_state_uids(self) -> tuple[str, ...]:
         """The operators with operator state in this document."""
         match self.operator_state:
             case InlineOperatorState(states=states):
-                return tuple(sorted(states))
+                own = tuple(sorted(states))
             case StoredOperatorState(slices=slices):
-                return tuple(s.operator_uid for s in slices)
+                own = tuple(s.operator_uid for s in slices)
+        return own + tuple(sorted(self.operator_state.broadcast))
 
 
-def pack_operator_states(states: Mapping[str, bytes], key: str) -> tuple[StoredOperatorState, bytes]:
-    """The handle of ``states`` written as one object under ``key``, and the object's bytes."""
+def pack_operator_states(
+    states: Mapping[str, bytes], key: str, broadcast: Mapping[str, BroadcastStateRef] | None = None
+) -> tuple[StoredOperatorState, bytes]:
+    """The handle of ``states`` written as one object under ``key`` (beside the ``broadcast`` ones), and
+    the object's bytes."""
     slices: list[OperatorStateSlice] = []
     offset = 0
     for uid in sorted(states):
         slices.append(OperatorStateSlice(uid, offset, len(states[uid])))
         offset += len(states[uid])
     blob = b"".join(states[uid] for uid in sorted(states))
-    return StoredOperatorState(key, len(blob), tuple(slices)), blob
+    return StoredOperatorState(key, len(blob), tuple(slices), dict(broadcast or {})), blob
 
 
 def relative_operator_state(handle: OperatorStateHandle, folder: str) -> OperatorStateHandle:
-    """The handle with its object's key relative to ``folder`` (a savepoint's)."""
+    """The handle with its objects' keys relative to ``folder`` (a savepoint's)."""
+
+    def relative(key: str) -> str:
+        if not key.startswith(folder):
+            raise SerializationError(f"{key} lies outside the savepoint folder {folder}")
+        return key[len(folder) :]
+
+    broadcast = {uid: replace(ref, key=relative(ref.key)) for uid, ref in handle.broadcast.items()}
     match handle:
         case InlineOperatorState():
-            return handle
+            return replace(handle, broadcast=broadcast)
         case StoredOperatorState(key=key):
-            if not key.startswith(folder):
-                raise SerializationError(f"{key} lies outside the savepoint folder {folder}")
-            return StoredOperatorState(key[len(folder) :], handle.size_bytes, handle.slices)
+            return replace(handle, key=relative(key), broadcast=broadcast)
         case _:
             assert_never(handle)
 
 
 def read_operator_states(handle: OperatorStateHandle, get_bytes: Callable[[str], bytes]) -> dict[str, bytes]:
-    """Each operator's state bytes, read from checkpoint storage through ``get_bytes`` when stored."""
+    """Each operator's state bytes, read from checkpoint storage through ``get_bytes`` when stored
+    (a broadcast state's object checked against its size and digest)."""
+    states: dict[str, bytes]
     match handle:
-        case InlineOperatorState(states=states):
-            return dict(states)
+        case InlineOperatorState():
+            states = dict(handle.states)
         case StoredOperatorState(key=key, size_bytes=size, slices=slices):
             blob = get_bytes(key)
             if len(blob) != size:
@@ -171,7 +203,12 @@ def read_operator_states(handle: OperatorStateHandle, get_bytes: Callable[[str],
                     f"operator state object {key} is {len(blob)} bytes, its handle says {size}: "
                     "the object was replaced or truncated; restore from another checkpoint"
                 )
-            return {s.operator_uid: blob[s.offset : s.offset + s.length] for s in slices}
+            states = {s.operator_uid: blob[s.offset : s.offset + s.length] for s in slices}
+        case _:
+            assert_never(handle)
+    for uid, ref in handle.broadcast.items():
+        states[uid] = check_broadcast_state(ref, get_bytes(ref.key))
+    return states
 
 
 def encode_task_state(document: TaskStateDocument) -> bytes:
@@ -189,11 +226,16 @@ def encode_task_state(document: TaskStateDocument) -> bytes:
                     ],
                 }
             }
+    if document.operator_state.broadcast:
+        operator_state["broadcast"] = {
+            uid: {"key": ref.key, "size_bytes": ref.size_bytes, "sha256": ref.sha256}
+            for uid, ref in sorted(document.operator_state.broadcast.items())
+        }
     layout = document.layout
     kg = layout.key_group_range
     return json.dumps(
         {
-            "format": TASK_STATE_FORMAT,
+            "format": document.format,
             "task": {
                 "job_id": document.job_id,
                 "vertex_uid": document.vertex_uid,
@@ -222,7 +264,10 @@ def encode_task_state(document: TaskStateDocument) -> bytes:
 def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
     """The document in ``data``; ``where`` names it in errors (e.g. the metadata key and the task)."""
     document = load_versioned(
-        data, f"task state {where}", TASK_STATE_FORMAT, "restore it with the Weir version that wrote it"
+        data,
+        f"task state {where}",
+        (TASK_STATE_FORMAT_WITHOUT_BROADCAST, TASK_STATE_FORMAT),
+        "restore it with the Weir version that wrote it",
     )
     try:
         task = document["task"]
@@ -245,7 +290,9 @@ def decode_task_state(data: bytes, where: str) -> TaskStateDocument:
                 keyed_operator_uids=tuple(typed(uid, str) for uid in typed(layout["keyed_operator_uids"], list)),
                 state_schemas=_state_schemas(layout.get("state_schemas", {})),
             ),
-            operator_state=_operator_state(document["operator_state"]),
+            operator_state=_operator_state(
+                document["operator_state"], broadcast_allowed=document["format"] == TASK_STATE_FORMAT
+            ),
             keyed_state=keyed,
         )
     except (KeyError, TypeError, ValueError, binascii.Error) as exc:
@@ -262,17 +309,33 @@ def _state_schemas(value: Any) -> dict[str, tuple[StoredSchema, ...]]:
     }
 
 
-def _operator_state(value: Any) -> OperatorStateHandle:
-    if not isinstance(value, dict) or len(value) != 1:
+def _broadcast_refs(value: Any) -> dict[str, BroadcastStateRef]:
+    refs: dict[str, BroadcastStateRef] = {}
+    for uid, ref in typed(value, dict).items():
+        refs[typed(uid, str)] = BroadcastStateRef(
+            uid, typed(ref["key"], str), typed(ref["size_bytes"], int), typed(ref["sha256"], str)
+        )
+    return refs
+
+
+def _operator_state(value: Any, *, broadcast_allowed: bool) -> OperatorStateHandle:
+    if not isinstance(value, dict):
+        raise TypeError("operator_state must be an object")
+    if "broadcast" in value and not broadcast_allowed:
+        raise ValueError("operator_state.broadcast is written in format 3 only")
+    broadcast = _broadcast_refs(value.get("broadcast", {}))
+    own = {k: v for k, v in value.items() if k != "broadcast"}
+    if len(own) != 1:
         raise ValueError("operator_state must hold exactly one of 'inline' and 'object'")
-    if "inline" in value:
-        inline = value["inline"]
+    if "inline" in own:
+        inline = own["inline"]
         if not isinstance(inline, dict):
             raise TypeError("operator_state.inline must be an object")
         return InlineOperatorState(
-            {typed(uid, str): base64.b64decode(typed(b64, str), validate=True) for uid, b64 in inline.items()}
+            {typed(uid, str): base64.b64decode(typed(b64, str), validate=True) for uid, b64 in inline.items()},
+            broadcast,
         )
-    stored = value["object"]
+    stored = own["object"]
     handle = StoredOperatorState(
         key=typed(stored["key"], str),
         size_bytes=typed(stored["size_bytes"], int),
@@ -280,6 +343,7 @@ def _operator_state(value: Any) -> OperatorStateHandle:
             OperatorStateSlice(typed(s["operator_uid"], str), typed(s["offset"], int), typed(s["length"], int))
             for s in stored["slices"]
         ),
+        broadcast=broadcast,
     )
     for s in handle.slices:
         if s.offset < 0 or s.length < 0 or s.offset + s.length > handle.size_bytes:

@@ -1509,6 +1509,10 @@ def _print_savepoint_info(info: SavepointInfo) -> None:
     for task in sorted(sp.tasks, key=lambda t: (t.document.vertex_uid, t.document.subtask)):
         d = task.document
         stored = "object" if isinstance(d.operator_state, StoredOperatorState) else "inline"
+        if d.operator_state.broadcast:
+            stored += " + broadcast " + ", ".join(
+                ref.sha256[:8] for _, ref in sorted(d.operator_state.broadcast.items())
+            )
         op_bytes = sum(len(b) for b in task.operator_states.values())
         keyed = task.keyed
         table.add_row(

@@ -47,7 +47,7 @@ from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import METADATA_FILE, locate_state
 from weir.core.state_layout import KeyedEntry, describe_state_key, load_value
 from weir.core.task_state import (
-    TASK_STATE_FORMAT,
+    TASK_STATE_FORMAT_WITHOUT_BROADCAST,
     InlineOperatorState,
     StoredOperatorState,
     TaskStateDocument,
@@ -400,8 +400,10 @@ class SavepointInfo:
     @property
     def formats(self) -> dict[str, int]:
         """The format versions of what was read: the metadata object's own (1 or 2), and the task-state
-        documents' (this Weir reads only the one it writes; any other is refused before this is built)."""
-        return {"metadata": self.savepoint.metadata_format, "task_state": TASK_STATE_FORMAT}
+        documents' newest (2, or 3 when one holds broadcast state; any other is refused before this is
+        built)."""
+        task_state = max((t.document.format for t in self.savepoint.tasks), default=TASK_STATE_FORMAT_WITHOUT_BROADCAST)
+        return {"metadata": self.savepoint.metadata_format, "task_state": task_state}
 
     def to_json(self) -> dict[str, Any]:
         sp = self.savepoint
@@ -442,6 +444,11 @@ def _subtask_json(task: LoadedTask) -> dict[str, Any]:
             stored = {"stored": "inline", "size_bytes": operator_state.size_bytes}
         case StoredOperatorState(key=key, size_bytes=size):
             stored = {"stored": "object", "key": key, "size_bytes": size}
+    if operator_state.broadcast:  # content-addressed, shared by the subtasks with the same copy
+        stored["broadcast"] = {
+            uid: {"key": ref.key, "size_bytes": ref.size_bytes, "sha256": ref.sha256}
+            for uid, ref in sorted(operator_state.broadcast.items())
+        }
     keyed = task.keyed
     return {
         "vertex_uid": d.vertex_uid,

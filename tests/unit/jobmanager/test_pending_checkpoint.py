@@ -15,6 +15,7 @@ from weir.jobmanager.checkpointing.pending import (
     StateObject,
     TaskAckMetrics,
     TaskStateHandle,
+    checkpoint_size_bytes,
 )
 from weir.jobmanager.errors import CheckpointProtocolError
 
@@ -160,3 +161,14 @@ def test_state_handle_rejects_bad_objects() -> None:
         StateObject("k", -1)
     with pytest.raises(CheckpointProtocolError, match="non-empty"):
         StateObject("", 1)
+
+
+def test_a_checkpoints_size_counts_an_object_several_tasks_reference_once() -> None:
+    """The subtasks with the same broadcast state reference one object: summed per task, the
+    checkpoint's size counted it once per subtask."""
+    rules = StateObject("job/checkpoints/chk-3/broadcast/enrich/ab", 10_000)
+    states = [
+        TaskStateHandle(TaskId(JobId("job"), OperatorUid("enrich"), SubtaskIndex(i)), (rules,), b"doc", b"")
+        for i in range(3)
+    ] + [TaskStateHandle(SINK, (StateObject("job/checkpoints/chk-3/tasks/sink/00000", 500),), b"d", b"txn")]
+    assert checkpoint_size_bytes(states) == 10_000 + 500 + 3 * len(b"doc") + len(b"d") + len(b"txn")

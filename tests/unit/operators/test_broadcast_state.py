@@ -3,6 +3,8 @@ side, read on the element side and in timers, checkpointed and restored at any p
 
 from __future__ import annotations
 
+import base64
+import json
 from collections import Counter
 from typing import Any
 
@@ -11,12 +13,17 @@ import pytest
 from tests.unit.conftest import CollectingOutput, MakeContext, StartOperator
 from weir.api import BroadcastProcessFunction, Environment, KeyedBroadcastProcessFunction
 from weir.core.errors import JobDefinitionError
+from weir.core.serde import dumps_value
+from weir.core.task_state import decode_task_state, read_operator_states
 from weir.operators.base import InheritedState
 from weir.operators.broadcast import (
     BroadcastProcessOperator,
     BroadcastStateWriteError,
     KeyedBroadcastProcessOperator,
 )
+from weir.taskmanager.task_host import restore_of
+from weir.taskmanager.task_types import ChainRestore, TaskAddress
+from weir.wire import taskmanager_pb2
 
 RULES = 1  # the broadcast input
 EVENTS = 0
@@ -191,3 +198,69 @@ def test_at_an_unaligned_checkpoint_each_subtask_restores_its_own_copy_and_repla
     from_subtask_0.process_input(RULES, second, 1)
     from_subtask_0.process_input(EVENTS, "cpu", 2)
     assert wrong.values == [("cpu", (3, 80))]  # the second rule applied twice
+
+
+def previous_format_document(subtask: int, parallelism: int, rules: bytes) -> bytes:
+    """A task-state document as the Weir before content-addressed broadcast state wrote it (format
+    2): each subtask's copy inline, under the operator's uid, written out here by hand."""
+    per = 128 // parallelism
+    return json.dumps(
+        {
+            "format": 2,
+            "task": {"job_id": "old-job", "vertex_uid": "alerts", "subtask": subtask, "attempt": 1},
+            "layout": {
+                "parallelism": parallelism,
+                "max_parallelism": 128,
+                "operator_uids": ["alerts"],
+                "keyed_operator_uids": [],
+                "state_schemas": {},
+            },
+            "checkpoint_id": 7,
+            "key_group_range": [subtask * per, subtask * per + per - 1],
+            "operator_state": {"inline": {"alerts": base64.b64encode(rules).decode("ascii")}},
+            "keyed_state": None,
+        }
+    ).encode()
+
+
+def test_a_savepoint_of_the_previous_format_restores_at_the_same_and_at_another_parallelism(
+    make_context: MakeContext,
+) -> None:
+    """Its documents (format 2, every copy inline) restore through what a deployment reads: the same
+    subtask its own copy, a job at parallelism 3 old subtask ``i mod 2``'s."""
+    rules = dumps_value((1, {"rules": {"cpu": 80, "disk": 50}}))
+    old = [previous_format_document(subtask, 2, rules) for subtask in range(2)]
+
+    def started(op: BroadcastProcessOperator, subtask: int, parallelism: int) -> CollectingOutput:
+        output = CollectingOutput()
+        op.setup(make_context("alerts", subtask=subtask, parallelism=parallelism), output)
+        return output
+
+    same = BroadcastProcessOperator(Threshold())
+    out = started(same, 1, 2)
+    request = taskmanager_pb2.DeployTaskRequest(restore_checkpoint_id=7, restore_state_handle=old[1])
+    restore = restore_of(TaskAddress("old-job", "alerts", 1, 2), request)
+    assert isinstance(restore, ChainRestore)
+    same.restore_state(read_operator_states(restore.operator_state, _no_storage)["alerts"])
+    same.open()
+    same.process_input(EVENTS, ("cpu", 85), 1)
+    assert out.values == [("cpu", 85, 80)]
+
+    documents = [decode_task_state(d, "of the previous format") for d in old]
+    inherited = [
+        InheritedState(d.subtask, d.layout.parallelism, d.key_group_range, data)
+        for d in documents
+        for uid, data in read_operator_states(d.operator_state, _no_storage).items()
+        if uid == "alerts"
+    ]
+    for subtask in range(3):
+        scaled = BroadcastProcessOperator(Threshold())
+        out = started(scaled, subtask, 3)
+        scaled.restore_inherited_state(inherited)
+        scaled.open()
+        scaled.process_input(EVENTS, ("disk", 60), 1)
+        assert out.values == [("disk", 60, 50)], subtask
+
+
+def _no_storage(key: str) -> bytes:
+    raise AssertionError(f"the previous format keeps the broadcast state inline, yet {key} was read")

@@ -23,7 +23,9 @@ from weir.core.task_state import (
     OperatorStateSlice,
     StoredOperatorState,
     SubtaskLayout,
+    TaskStateDocument,
     decode_task_state,
+    encode_task_state,
     read_operator_states,
 )
 from weir.core.transport import MAX_MESSAGE_BYTES
@@ -65,9 +67,21 @@ def sent() -> SentReports:
     return SentReports()
 
 
+class CountingStorage(FileCheckpointStorage):
+    """A folder storage that remembers the keys it was asked to write, in order."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root)
+        self.puts: list[str] = []
+
+    def put_bytes(self, key: str, data: bytes) -> None:
+        self.puts.append(key)
+        super().put_bytes(key, data)
+
+
 @pytest.fixture
-def storage(tmp_path: Path) -> FileCheckpointStorage:
-    return FileCheckpointStorage(tmp_path / "checkpoints")
+def storage(tmp_path: Path) -> CountingStorage:
+    return CountingStorage(tmp_path / "checkpoints")
 
 
 @pytest.fixture
@@ -218,3 +232,53 @@ def test_the_async_part_ends_when_the_operator_state_is_written(
     timeline = timeline_from_proto(ack.request.timeline)
     assert timeline.async_end_at >= before
     assert timeline.channels == TIMELINE.channels and timeline.sync_end_at == TIMELINE.sync_end_at
+
+
+def test_subtasks_with_the_same_broadcast_state_store_it_once_and_each_restores_it(
+    acknowledger: CheckpointAcknowledger, sent: SentReports, storage: CountingStorage
+) -> None:
+    """Every subtask's copy used to be inline in its acknowledgement (or its task object): the
+    checkpoint held the broadcast state once per subtask. Now the copies that are the same are one
+    content-addressed object, which each document names; a copy that differs (an unaligned barrier
+    overtook a rule) is an object of its own. The other operators' state stays the task's own."""
+    rules = b"rules-" * 5_000  # above the inline limit: stored either way
+    copies = {0: rules, 1: rules, 2: rules + b"one-more-rule"}
+    documents = []
+    for subtask, copy in copies.items():
+        address = TaskAddress("job-1", "enrich", subtask, 1)
+        snapshot = ChainSnapshot(
+            address,
+            9,
+            {"enrich": copy, "map": b"m"},
+            layout(0, 127),
+            broadcast_operator_uids=frozenset({"enrich"}),
+        )
+        acknowledger.acknowledge(address, CheckpointAck(snapshot, 0.0, 0.0, 0.0, 0.0))
+        ack = sent.next()
+        assert isinstance(ack, AckReport)
+        assert b"rules-rules-" not in ack.request.state_handle
+        document = decode_task_state(ack.request.state_handle, "in the test")
+        assert document.format == 3 and document.operator_state_uids == ("map", "enrich")
+        assert [o.key for o in ack.request.objects] == [document.operator_state.broadcast["enrich"].key]
+        documents.append(document)
+        assert read_operator_states(document.operator_state, storage.get_bytes) == {"enrich": copy, "map": b"m"}
+        assert restore_of_document_reads(document, storage) == {"enrich": copy, "map": b"m"}
+    assert storage.puts == [  # the second subtask found the first one's object: one upload
+        documents[0].operator_state.broadcast["enrich"].key,
+        documents[2].operator_state.broadcast["enrich"].key,
+    ]
+    shared, own = (documents[i].operator_state.broadcast["enrich"].key for i in (0, 2))
+    assert shared != own and shared.startswith("job-1/checkpoints/chk-00000000000000000009/broadcast/enrich/")
+    assert dict(storage.list("job-1/")) == {shared: len(rules), own: len(copies[2])}
+    assert documents[1].operator_state.broadcast == documents[0].operator_state.broadcast
+
+
+def restore_of_document_reads(document: TaskStateDocument, storage: FileCheckpointStorage) -> dict[str, bytes]:
+    """What a restart of the subtask reads: its restore request built from the document, then its
+    operator states read as the restorer reads them."""
+    request = taskmanager_pb2.DeployTaskRequest(
+        restore_checkpoint_id=9, restore_state_handle=encode_task_state(document)
+    )
+    restore = restore_of(TaskAddress("job-1", "enrich", document.subtask, 2), request)
+    assert isinstance(restore, ChainRestore)
+    return read_operator_states(restore.operator_state, storage.get_bytes)

@@ -6,7 +6,9 @@ A rule is ``(key, valid_from, factor)`` with event time ``valid_from``; the broa
 every version of a key's factor, and an event takes the latest version valid at its timestamp. The
 first batch (valid from 0) covers every key; with ``rules.change_at_ms`` > 0 a second batch, valid
 from that event time, changes every fifth key's factor mid-run (``rules.records_per_second`` paces
-the rules so that it arrives while events flow).
+the rules so that it arrives while events flow; ``rules.apply_delay_ms`` makes applying each rule slow,
+so that rules queue in the channels and an unaligned barrier overtakes them; four times slower in the
+subtask that handles ``rules.lagging_key``'s events, so that its copy lags behind the others').
 
 Each event waits in its key's state for an event-time timer at its time: the timer fires once the
 rules' watermark passed it too, so every rule valid at that time has arrived and the output does
@@ -17,6 +19,7 @@ factors.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from weir.api import Environment, KeyedBroadcastProcessFunction, TumblingEventTimeWindows, json_deserializer
@@ -36,13 +39,22 @@ class CountAndSum:
 
 
 class ScaleByRule(KeyedBroadcastProcessFunction):
+    def __init__(self, apply_delay_ms: int = 0, lagging_key: str = "") -> None:
+        self._apply_delay_s = apply_delay_ms / 1000
+        self._lagging_key = lagging_key
+        self._lagging = False  # this subtask handles the lagging key's events: it applies rules 4x slower
+
     def process_broadcast_element(self, value: Any, ctx: Any, out: Any) -> None:
+        if self._apply_delay_s:
+            # A slow rule update: the rules queue in the channels behind it (timing only, never the result).
+            time.sleep(self._apply_delay_s * (4 if self._lagging else 1))
         key, valid_from, factor = value
         factors = ctx.broadcast_state("factors")
         versions = [v for v in factors.get(key) or [] if v[0] != valid_from]
         factors.put(key, sorted([*versions, [valid_from, factor]]))
 
     def process_element(self, value: Any, ctx: Any, out: Any) -> None:
+        self._lagging = self._lagging or value["key"] == self._lagging_key
         ctx.list_state("waiting").add((ctx.timestamp, value["key"], value["value"]))
         ctx.timer_service().register_event_time_timer(ctx.timestamp)
 
@@ -85,7 +97,9 @@ def build(env: Environment) -> None:
     results = (
         events.key_by(lambda e: e["key"])
         .connect(rules.broadcast())
-        .process(ScaleByRule(), uid="scale-by-rule")
+        .process(
+            ScaleByRule(p.get_int("rules.apply_delay_ms", 0), p.get_str("rules.lagging_key", "")), uid="scale-by-rule"
+        )
         .key_by(lambda pair: pair[0])
         .window(TumblingEventTimeWindows(p.get_int("window.size_ms", 1000)))
         .aggregate(CountAndSum(), uid="window-count-sum")
