@@ -10,9 +10,12 @@
   Arrow group-by and emits each group's aggregate as its window's result without a state entry,
   where the window has none and no allowed lateness must keep one (the rows of later windows wait
   on). A checkpoint writes each pending window's aggregate as its state entry and keeps its rows
-  pending (the watermark fires it from them and deletes the entry). With allowed lateness, at the
-  end of input or at the row limit, every pending row is grouped into its window's accumulator in
-  the state, whence those windows fire as the per-record operator's do. State, timers, firing,
+  pending (the watermark fires it from them and deletes the entry). At the row limit the pending
+  rows are grouped by (key, window) in Arrow and stay pending, one row of partial aggregates per
+  window (a pending row is partials: one record's, or a group's). With allowed lateness, at the
+  end of input, or at the row limit when that grouping frees too little or a sum leaves int64, every
+  pending row is grouped into its window's accumulator in the state, whence those windows fire as
+  the per-record operator's do. State, timers, firing,
   lateness, snapshots and restores (also at another parallelism) are the per-record operator's
   own, so the two share one state layout: a per-record job and its columnar version restore each
   other's savepoints when their accumulators agree. A row for a window that already fired but is
@@ -44,7 +47,8 @@ from weir.operators.base import StreamOperator
 from weir.operators.windows import CLEANUP_TIMER, WindowAggregateOperator
 
 COMPACT_ROWS: Final = 65_536
-"""On-time rows a columnar window keeps before grouping them (bounds its memory between firings)."""
+"""On-time rows a columnar window keeps before grouping them (bounds its memory between firings):
+in Arrow while that leaves at most half as many, else into the state."""
 
 _KEY, _START = "__key", "__window_start"
 
