@@ -10,9 +10,12 @@
   Arrow group-by and emits each group's aggregate as its window's result without a state entry,
   where the window has none and no allowed lateness must keep one (the rows of later windows wait
   on). A checkpoint writes each pending window's aggregate as its state entry and keeps its rows
-  pending (the watermark fires it from them and deletes the entry). With allowed lateness, at the
-  end of input or at the row limit, every pending row is grouped into its window's accumulator in
-  the state, whence those windows fire as the per-record operator's do. State, timers, firing,
+  pending (the watermark fires it from them and deletes the entry). At the row limit the pending
+  rows are grouped by (key, window) in Arrow and stay pending, one row of partial aggregates per
+  window (a pending row is partials: one record's, or a group's). With allowed lateness, at the
+  end of input, or at the row limit when that grouping frees too little or a sum leaves int64, every
+  pending row is grouped into its window's accumulator in the state, whence those windows fire as
+  the per-record operator's do. State, timers, firing,
   lateness, snapshots and restores (also at another parallelism) are the per-record operator's
   own, so the two share one state layout: a per-record job and its columnar version restore each
   other's savepoints when their accumulators agree. A row for a window that already fired but is
@@ -44,7 +47,8 @@ from weir.operators.base import StreamOperator
 from weir.operators.windows import CLEANUP_TIMER, WindowAggregateOperator
 
 COMPACT_ROWS: Final = 65_536
-"""On-time rows a columnar window keeps before grouping them (bounds its memory between firings)."""
+"""On-time rows a columnar window keeps before grouping them (bounds its memory between firings):
+in Arrow while that leaves at most half as many, else into the state."""
 
 _KEY, _START = "__key", "__window_start"
 
@@ -89,11 +93,20 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         # them: their entries hold the same rows' aggregate, persisted; the rows stay the whole window
         # (never in _fire_groups: a window has one or the other).
         self._snapshotted: dict[int, list[tuple[int, bytes]]] = {}
+        # Pending rows are partial aggregates, one column per partial (``__p0``, ...): a row as it came
+        # is the partials of one record (count 1, the field's value for a sum, min or max), a
+        # compacted row those of a (key, window) group. Grouping merges them either way.
+        partials = aggregates.partials
+        self._partial_names = [f"__p{i}" for i in range(len(partials))]
+        self._row_partials = [(name, field) for name, (field, _op) in zip(self._partial_names, partials, strict=True)]
         self._group_aggregations = [
-            ([], "count_all") if field is None else (field, op) for field, op in aggregates.partials
+            (name, "sum" if op == "count" else op)
+            for name, (_field, op) in zip(self._partial_names, partials, strict=True)
         ]
-        self._sum_fields = sorted({f for f, op in aggregates.partials if op == "sum" and f is not None})
-        self._partial_columns = ["count_all" if field is None else f"{field}_{op}" for field, op in aggregates.partials]
+        self._sum_columns = [
+            name for name, (field, op) in zip(self._partial_names, partials, strict=True) if op == "sum"
+        ]
+        self._partial_columns = [f"{name}_{op}" for name, op in self._group_aggregations]
 
     # Batches in ----------------------------------------------------------------------------------
 
@@ -184,14 +197,19 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             rows_kept = np.flatnonzero(keep)
             batch, starts, last = batch.take(pa.array(rows_kept)), starts[rows_kept], last[rows_kept]
         columns = {_KEY: batch.column(self._key_field), _START: pa.array(starts, type=pa.int64())}
-        for field in self._aggregates.fields():
-            columns[field] = batch.column(field)
+        ones = None
+        for name, field in self._row_partials:
+            if field is None:
+                ones = pa.array(np.ones(batch.num_rows, dtype=np.int64)) if ones is None else ones
+                columns[name] = ones
+            else:
+                columns[name] = batch.column(field)
         self._pending.append(pa.table(columns))
         self._pending_rows += batch.num_rows
         first = int(last.min())
         if self._pending_first_fire is None or first < self._pending_first_fire:
             self._pending_first_fire = first
-        if self._pending_rows >= COMPACT_ROWS:
+        if self._pending_rows >= COMPACT_ROWS and not self._group_pending():
             self._compact()
         return late_firings, late
 
@@ -210,6 +228,39 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         self._emit(key, start, start + size, acc)
 
     # Grouping --------------------------------------------------------------------------------------
+
+    def _group_pending(self) -> bool:
+        """The pending rows grouped by (key, window) in Arrow, one row of partials per group, still
+        pending: what bounds a window's memory between firings where the state is not needed (as
+        :meth:`_fire_pending`: no allowed lateness, no per-key timers, no inherited watermarks), so
+        that no window goes to the state before a checkpoint. False: not done (state needed, a sum
+        that left int64, or too many groups for grouping to free room)."""
+        if self._lateness or self._timers or self._inherited_watermarks or not self._pending:
+            return False
+        table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
+        grouped = self._grouped_partials(table)
+        if grouped is None or grouped.num_rows > COMPACT_ROWS // 2:
+            return False
+        self._pending, self._pending_rows = [grouped], grouped.num_rows
+        return True
+
+    def _grouped_partials(self, table: pa.Table) -> pa.Table | None:
+        """The rows of ``table`` grouped by (key, window) as pending rows (one per group, its partials
+        merged); None when a merged column no longer fits its pending column's type (a sum beyond
+        int64: such a window goes to the state, whose accumulators hold Python ints)."""
+        grouped = (
+            self._widen_sums(table).group_by([_KEY, _START], use_threads=False).aggregate(self._group_aggregations)
+        )
+        columns = {_KEY: grouped.column(_KEY), _START: grouped.column(_START)}
+        for name, grouped_name in zip(self._partial_names, self._partial_columns, strict=True):
+            column, kind = grouped.column(grouped_name), table.schema.field(name).type
+            if column.type != kind:  # a widened sum (decimal) back to int64, where every one fits
+                try:
+                    column = column.cast(kind)
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    return None
+            columns[name] = column
+        return pa.table(columns).combine_chunks()
 
     def _compact(self) -> None:
         """The pending rows grouped by (key, window), each group merged into its accumulator."""
@@ -344,7 +395,7 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
     def _widen_sums(self, table: pa.Table) -> pa.Table:
         """An int64 column summed where a group's sum could leave int64 (largest |value| times the
         rows) is summed as decimal128 instead: a sum is exact, as the per-record Python int sum is."""
-        for field in self._sum_fields:
+        for field in self._sum_columns:
             column = table.column(field)
             if not pa.types.is_integer(column.type) or not table.num_rows:
                 continue

@@ -204,12 +204,40 @@ class BatchDecoder:
     def timestamps(self, columns: Sequence[list[Any]]) -> list[int] | None:
         return columns[self._timestamp_index] if self._timestamp_index is not None else None
 
-    def batch(self, columns: Sequence[list[Any]]) -> pa.RecordBatch:
+    def batch(self, columns: Sequence[list[Any]], order: np.ndarray | None = None) -> pa.RecordBatch:
+        """The columns as a record batch; ``order``: its rows taken in that order."""
         arrow()
-        return pa.RecordBatch.from_arrays(
-            [pa.array(values, type=field.type) for values, field in zip(columns, self.arrow_schema, strict=True)],
-            schema=self.arrow_schema,
-        )
+        int64 = pa.int64()
+        arrays = [
+            # An int column through numpy: msgspec checked every value fits int64 (a third cheaper).
+            pa.array(np.array(values, dtype=np.int64)) if field.type == int64 else pa.array(values, type=field.type)
+            for values, field in zip(columns, self.arrow_schema, strict=True)
+        ]
+        batch = pa.RecordBatch.from_arrays(arrays, schema=self.arrow_schema)
+        return batch if order is None else batch.take(pa.array(order))
+
+
+def partition_order(
+    partitions: Sequence[int], timestamps: Sequence[int] | None
+) -> tuple[dict[int, int], np.ndarray | None]:
+    """Of a poll's decoded records (each one's partition and event time, or no event times): each
+    partition's latest event time, and the order that puts the rows partition by partition (the
+    partitions in order of first appearance, each one's rows in offset order), None when they already are."""
+    distinct = list(dict.fromkeys(partitions))
+    if len(distinct) == 1:
+        return ({distinct[0]: max(timestamps)} if timestamps else {}), None
+    arrow()
+    parts = np.array(partitions, dtype=np.int64)
+    latest: dict[int, int] = {}
+    if timestamps is not None:
+        stamps = np.array(timestamps, dtype=np.int64)
+        for partition in distinct:
+            latest[partition] = int(stamps[parts == partition].max())
+    if 1 + int(np.count_nonzero(parts[1:] != parts[:-1])) == len(distinct):
+        return latest, None  # one run per partition already
+    rank = np.zeros(max(distinct) + 1, dtype=np.int64)
+    rank[distinct] = np.arange(len(distinct))
+    return latest, np.argsort(rank[parts], kind="stable")
 
 
 def timestamp_field_of(batch: pa.RecordBatch) -> str | None:

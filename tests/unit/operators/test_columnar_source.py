@@ -216,3 +216,21 @@ def test_a_bounded_source_stops_at_its_end_offset_within_a_poll(
     assert keys == ["k0", "k1"]
     assert json.loads(source.snapshot_state(1) or b"{}")["next_offsets"] == {"0": 2}
     assert source.poll(10) is False  # the only partition is done
+
+
+def test_a_poll_of_interleaved_partitions_is_one_batch_partition_by_partition(
+    start_operator: StartOperator, kafka: Callable[[int], tuple[Consumer, DeadLetters]]
+) -> None:
+    """librdkafka hands out fetch runs of partitions in turn: the batch holds each partition's rows
+    together, in offset order, and each partition's watermark is its own latest event time."""
+    consumer, dlq = kafka(3)
+    source = KafkaSourceOperator(columnar_spec())
+    out = start_operator(source, uid="events-source")
+    for partition, key, ts in [(2, "a", 30), (0, "b", 7), (2, "c", 20), (1, "d", 9), (0, "e", 8), (2, "f", 40)]:
+        consumer.add(partition, event(key, ts, ts))
+    source.poll(100)
+    (emitted,) = out.records
+    assert [r["key"] for r in emitted[0].to_pylist()] == ["a", "c", "f", "b", "e", "d"]
+    assert dlq.produced == []
+    assert out.watermarks == [7]  # min(40, 8, 9) - 1
+    assert json.loads(source.snapshot_state(1) or b"{}")["next_offsets"] == {"0": 2, "1": 1, "2": 3}

@@ -460,6 +460,74 @@ def test_snapshots_at_random_points_keep_the_results_and_state_of_the_per_record
     assert state_of(pair.batches) == state_of(pair.records) == {}
 
 
+@pytest.mark.parametrize("assigner", list(ASSIGNERS))
+def test_without_lateness_compaction_on_size_groups_the_pending_rows_in_arrow_not_into_the_state(
+    start_operator: StartOperator, monkeypatch: pytest.MonkeyPatch, assigner: str
+) -> None:
+    """Rows over COMPACT_ROWS are grouped into one pending row per (key, window): nothing reaches the
+    state before a checkpoint, and the results, drops and watermarks stay the per-record window's."""
+    monkeypatch.setattr(columnar_ops, "COMPACT_ROWS", 150)
+    steps = random_steps(random.Random(17), 1500, watermark_lag=150, keys=2)
+    pair = start_pair(start_operator, ASSIGNERS[assigner], 0)
+    feed_records(pair.records, steps)
+    grouped = 0
+    for kind, item in steps:
+        if kind == "batch":
+            before = pair.batches._pending_rows + len(item)
+            pair.batches.process(batch_of(item), None)
+            grouped += pair.batches._pending_rows < before
+            assert state_of(pair.batches) == {} and pair.batches._fire_groups == {}
+        else:
+            pair.batches.process_watermark(item)
+    assert grouped > 5  # the limit was reached, and grouping made room, again and again
+    finish(pair.records)
+    finish(pair.batches)
+    pair.assert_same()
+    assert state_of(pair.batches) == {}
+
+
+def test_compaction_in_arrow_keeps_every_builtin_aggregate_and_a_snapshot_reads_as_per_record(
+    start_operator: StartOperator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(columnar_ops, "COMPACT_ROWS", 30)
+
+    def aggregates() -> dict[str, Any]:
+        return {"n": Count(), "total": Sum("value"), "lo": Min("value"), "hi": Max("value"), "avg": Mean("value")}
+
+    steps = random_steps(random.Random(19), 1200, int_keys=True, watermark_lag=120, keys=3)
+    pair = start_pair(
+        start_operator,
+        lambda: TumblingEventTimeWindows(50),
+        0,
+        per_record_fn=lambda: BuiltinAggregates(aggregates(), "key"),
+        aggregates=aggregates,
+    )
+    for n, step in enumerate(steps):
+        feed_records(pair.records, [step])
+        feed_batches(pair.batches, [step], INT_KEYS)
+        if n % 97 == 0:
+            assert pair.batches.snapshot_state(n) == pair.records.snapshot_state(n), n
+            assert state_of(pair.batches) == state_of(pair.records), n
+    finish(pair.records)
+    finish(pair.batches)
+    pair.assert_same()
+
+
+def test_a_sum_beyond_int64_at_compaction_goes_to_the_state_and_stays_exact(
+    start_operator: StartOperator, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(columnar_ops, "COMPACT_ROWS", 4)
+    pair = start_pair(start_operator, lambda: TumblingEventTimeWindows(10), 0)
+    events = [("a", 2**62, 1), ("a", 2**62, 2), ("a", 2**62, 3), ("b", 1, 4)]
+    feed_records(pair.records, [("batch", events)])
+    pair.batches.process(batch_of(events), None)
+    assert pair.batches._pending == [] and [v for v in state_of(pair.batches).values()] != []
+    finish(pair.records)
+    finish(pair.batches)
+    pair.assert_same()
+    assert {v["key"]: v["sum"] for v in pair.batches_out.values} == {"a": 3 * 2**62, "b": 1}
+
+
 def test_compaction_on_size_groups_rows_before_any_watermark(
     start_operator: StartOperator, monkeypatch: pytest.MonkeyPatch
 ) -> None:

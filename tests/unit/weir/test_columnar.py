@@ -27,6 +27,7 @@ from weir.core.columnar import (
     decode_ipc,
     encode_ipc,
     is_batch,
+    partition_order,
     records_of,
     split_by_channel,
     timestamp_field_of,
@@ -436,3 +437,28 @@ def test_arrow_is_imported_by_the_first_arrow_work_and_a_batch_made_before_it_is
 
     done = subprocess.run([sys.executable, "-c", LAZY_ARROW], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "ok", done.stderr
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_partition_order_puts_the_rows_partition_by_partition_keeping_offsets(seed: int) -> None:
+    """Against a plain reading: partitions in order of first appearance, each one's rows in the order
+    given, and each partition's latest event time (the order None when the runs are already whole)."""
+    rng = random.Random(seed)
+    partitions: list[int] = []
+    while len(partitions) < 60:
+        partitions += [rng.randrange(5)] * rng.randrange(1, 9)  # fetch runs, partitions in turn
+    stamps = [rng.randrange(-50, 1000) for _ in partitions]
+    latest, order = partition_order(partitions, stamps)
+    firsts = list(dict.fromkeys(partitions))
+    expected = [i for p in firsts for i in range(len(partitions)) if partitions[i] == p]
+    assert (list(range(len(partitions))) if order is None else order.tolist()) == expected
+    assert (order is None) == (expected == list(range(len(partitions))))
+    assert latest == {p: max(t for q, t in zip(partitions, stamps, strict=True) if q == p) for p in firsts}
+    no_times, same_order = partition_order(partitions, None)
+    assert no_times == {} and (same_order is None) == (order is None)
+    assert same_order is None or same_order.tolist() == expected
+
+
+def test_partition_order_of_one_partition_takes_nothing() -> None:
+    assert partition_order([3, 3, 3], [5, 9, 2]) == ({3: 9}, None)
+    assert partition_order([3, 3], None) == ({}, None)
