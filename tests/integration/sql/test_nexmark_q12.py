@@ -17,12 +17,10 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir
 from tests.integration.conftest import WeirCluster
-from tests.integration.sql.side_by_side import run_on_both_sides
+from tests.integration.sql.side_by_side import flink_build, load_nexmark_topic, run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
-from weir.tools.nexmark_load import load
 
 pytestmark = pytest.mark.integration
 
@@ -58,16 +56,11 @@ def windows(endpoints: Any, topic: str, bids: Counter[int]) -> Counter[int]:
 def test_weir_s_and_flink_s_processing_time_windows_keep_q12_s_invariants(
     weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    build = flink_build_dir()
+    build = flink_build()
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("q12-vs-flink")
     topic = f"sql-q12-{uuid.uuid4().hex[:8]}"
-    assert kafka.create_topic(endpoints, topic, 4, 1, {"retention.ms": "-1"})
-    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
-    assert load(producer, topic, 4, EVENTS, config=CONFIG) == EVENTS
+    load_nexmark_topic(endpoints, topic, 4, EVENTS, CONFIG)
     bids = Counter(e.bidder for e in (nx.event(n, CONFIG) for n in range(EVENTS)) if isinstance(e, nx.Bid))
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     for name in (f"{weir_out}-q12", flink_out):
