@@ -130,7 +130,7 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
     cluster = WeirCluster(services, directory, client)
     _SESSION_CLUSTER.append(cluster)
     # Prometheus' config lists the default ports only: a second xdist worker's cluster is added to it
-    target_file = register_scrape_targets(cluster_metrics_targets(services, TASKMANAGERS), "session-cluster")
+    target_file = register_scrape_targets(services, cluster_metrics_targets(services, TASKMANAGERS), "session-cluster")
     try:
         yield cluster
     finally:
