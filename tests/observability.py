@@ -44,13 +44,27 @@ def cluster_metrics_targets(endpoints: Endpoints, taskmanagers: int) -> set[str]
     return {f"127.0.0.1:{port}" for port in ports}
 
 
+FLAGS_WITHIN_S = 120.0
+
+
 def targets_dir(endpoints: Endpoints) -> Path:
     """Where the running local Prometheus reads the targets a test adds (file_sd, job ``weir-test``):
     ``targets/`` beside the config file it was started with, which deploy/local/prometheus.sh keeps
-    in the shared run directory (``$WEIR_RUN_DIR/prometheus/config``) for every checkout."""
-    with urllib.request.urlopen(f"{endpoints.prometheus_url}/api/v1/status/flags", timeout=10) as response:
-        flags = json.load(response)["data"]
-    return Path(flags["config.file"]).parent / "targets"
+    in the shared run directory (``$WEIR_RUN_DIR/prometheus/config``) for every checkout. Asked until
+    it answers, within ``FLAGS_WITHIN_S`` (another session may be starting it again)."""
+    from tests.integration import polling
+
+    def config_file() -> str | None:
+        try:
+            with urllib.request.urlopen(f"{endpoints.prometheus_url}/api/v1/status/flags", timeout=10) as response:
+                return str(json.load(response)["data"]["config.file"])
+        except OSError:  # refused while it restarts, 503 while it starts
+            return None
+
+    return (
+        Path(polling.poll("the local Prometheus to say which config it reads", FLAGS_WITHIN_S, config_file)).parent
+        / "targets"
+    )
 
 
 def register_scrape_targets(endpoints: Endpoints, targets: set[str], name: str) -> Path | None:
