@@ -176,9 +176,12 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
     client = JobManagerClient(services.jobmanager_address)
     cluster = WeirCluster(services, directory, client)
     _SESSION_CLUSTER.append(cluster)
-    # Prometheus' config lists the default ports only: a second xdist worker's cluster is added to it
-    target_file = register_scrape_targets(services, cluster_metrics_targets(services, TASKMANAGERS), "session-cluster")
-    try:
+    target_file: Path | None = None
+    try:  # the cluster is stopped whatever fails from here on
+        # Prometheus' config lists the default ports only: a second xdist worker's cluster is added to it
+        target_file = register_scrape_targets(
+            services, cluster_metrics_targets(services, TASKMANAGERS), "session-cluster"
+        )
         yield cluster
     finally:
         if target_file is not None:
