@@ -26,6 +26,11 @@ pytestmark = pytest.mark.integration
 
 EVENTS = 10_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
+PARTITIONS = 3
+PACE = 300
+"""Weir's source reads 300 events a second, each of its 3 subtasks (``bench.nexmark_bench.PARALLELISM``) 100 of its
+partition: 33 s of input, several 10 s windows. (With 4 partitions and 150 a second, the subtask of
+two partitions read them for 100 s.)"""
 
 
 def millis(text: str) -> int:
@@ -60,14 +65,15 @@ def test_weir_s_and_flink_s_processing_time_windows_keep_q12_s_invariants(
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("q12-vs-flink")
     topic = f"sql-q12-{uuid.uuid4().hex[:8]}"
-    load_nexmark_topic(endpoints, topic, 4, EVENTS, CONFIG)
+    load_nexmark_topic(endpoints, topic, PARTITIONS, EVENTS, CONFIG)
     bids = Counter(e.bidder for e in (nx.event(n, CONFIG) for n in range(EVENTS)) if isinstance(e, nx.Bid))
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     for name in (f"{weir_out}-q12", flink_out):
         assert kafka.create_topic(endpoints, name, 2, 1, {"retention.ms": "-1"})
+
     def paced(text: str) -> str:
         bounded = "  'scan.bounded.mode' = 'latest-offset',\n"  # the events table's option line (not its comment)
-        edited = text.replace(bounded, bounded + "  'scan.records-per-second' = '150',\n", 1)
+        edited = text.replace(bounded, bounded + f"  'scan.records-per-second' = '{PACE}',\n", 1)
         assert edited != text, "the events table's options changed: pace Weir's source another way"
         return edited
 
