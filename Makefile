@@ -56,14 +56,16 @@ tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.
 # Every test, the scenarios at test size among them (there is no separate long suite); the slowest 30 listed.
 # The unit tests (CPU-bound, no services) run beside the integration tests (which mostly wait on their
 # clusters and services). The integration tests run on INTEGRATION_WORKERS session clusters at once
-# (pytest-xdist, whole files per worker so that a module's fixtures start once; each worker's cluster on
+# (pytest-xdist, whole files per worker so that a module's fixtures start once, handed out in collection
+# order: the longest files first, tests/integration/conftest.py's SLOW_FILES; each worker's cluster on
 # ports of its own, tests/integration/ports.py), then those marked `serial` (they restart or pause the
 # shared services) alone on one. The unit run's output follows; any of the three failing fails.
 UNIT_LOG := .pytest-unit.log
 INTEGRATION_WORKERS ?= 2
-test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (~34 min measured on 2 cores with two clusters; what CI runs)
+test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (33.5 min measured at 053314f on 2 cores with two clusters; what CI runs)
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not integration" > $(UNIT_LOG) 2>&1 & unit=$$!; \
-	$(PY) -m pytest -q -m "integration and not serial" -n $(INTEGRATION_WORKERS) --dist loadfile --durations=30; \
+	$(PY) -m pytest -q -m "integration and not serial" -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder \
+	    --durations=30; \
 	integration=$$?; echo "== the serial integration tests (they restart or pause the shared services), alone:"; \
 	$(PY) -m pytest -q -m "integration and serial" --durations=10; serial=$$?; \
 	wait $$unit; unit_rc=$$?; echo "== unit tests (-m 'not integration'), run beside the integration tests:"; \

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,6 @@ DASHBOARDS_DIR = REPO / "deploy/grafana/dashboards"
 RULES_DIR = REPO / "deploy/prometheus/rules"
 PROMETHEUS_LOCAL = REPO / "deploy/prometheus/prometheus-local.yml"
 PROMETHEUS_COMPOSE = REPO / "deploy/prometheus/prometheus-compose.yml"
-TARGETS_DIR = REPO / "deploy/prometheus/targets"
 DATASOURCE = {"type": "prometheus", "uid": "${datasource}"}  # the dashboards' datasource variable
 
 _METRIC_NAME = re.compile(
@@ -44,14 +44,38 @@ def cluster_metrics_targets(endpoints: Endpoints, taskmanagers: int) -> set[str]
     return {f"127.0.0.1:{port}" for port in ports}
 
 
-def register_scrape_targets(targets: set[str], name: str) -> Path | None:
+FLAGS_WITHIN_S = 120.0
+
+
+def targets_dir(endpoints: Endpoints) -> Path:
+    """Where the running local Prometheus reads the targets a test adds (file_sd, job ``weir-test``):
+    ``targets/`` beside the config file it was started with, which deploy/local/prometheus.sh keeps
+    in the shared run directory (``$WEIR_RUN_DIR/prometheus/config``) for every checkout. Asked until
+    it answers, within ``FLAGS_WITHIN_S`` (another session may be starting it again)."""
+    from tests.integration import polling
+
+    def config_file() -> str | None:
+        try:
+            with urllib.request.urlopen(f"{endpoints.prometheus_url}/api/v1/status/flags", timeout=10) as response:
+                return str(json.load(response)["data"]["config.file"])
+        except OSError:  # refused while it restarts, 503 while it starts
+            return None
+
+    return (
+        Path(polling.poll("the local Prometheus to say which config it reads", FLAGS_WITHIN_S, config_file)).parent
+        / "targets"
+    )
+
+
+def register_scrape_targets(endpoints: Endpoints, targets: set[str], name: str) -> Path | None:
     """Have the local Prometheus scrape those of ``targets`` its config does not list (a session
-    cluster of a second pytest-xdist worker runs on shifted ports): a file in TARGETS_DIR, which it
-    reads within seconds (file_sd). The file to delete afterwards, or None when nothing was missing."""
+    cluster of a second pytest-xdist worker runs on shifted ports): a file in its ``targets_dir``,
+    which it reads within seconds (file_sd). The file to delete afterwards, or None when nothing was
+    missing."""
     extra = sorted(targets - static_targets())
     if not extra:
         return None
-    path = TARGETS_DIR / f"{name}-{os.getpid()}.json"
+    path = targets_dir(endpoints) / f"{name}-{os.getpid()}.json"
     path.write_text(json.dumps([{"targets": extra, "labels": {"weir_test": name}}]), encoding="utf-8")
     return path
 

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Weir's local Prometheus: Debian's /usr/bin/prometheus run as a plain process on
 # 127.0.0.1:$WEIR_PROMETHEUS_PORT with deploy/prometheus/prometheus-local.yml and its data in
-# $WEIR_RUN_DIR/prometheus/data (kept 2 days).
+# $WEIR_RUN_DIR/prometheus/data (kept 2 days). It reads a copy of that config and of its rules in
+# $WEIR_RUN_DIR/prometheus/config/, shared by every checkout: a checkout whose config or rules differ
+# copies its own there and reloads the server (no restart), and the targets tests add at run time go
+# to $WEIR_RUN_DIR/prometheus/config/targets/ whichever checkout runs them.
 # Usage: prometheus.sh install|start|stop|status|health
 #   install  apt-get install prometheus only when it is missing, and make sure the package's own
 #            system service (port 9090) is neither running nor enabled; idempotent
@@ -13,7 +16,9 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PROM_BIN=/usr/bin/prometheus
 PROMTOOL=/usr/bin/promtool
 PROM_RUN="$(svc_dir prometheus)"
-PROM_CONFIG="$REPO_ROOT/deploy/prometheus/prometheus-local.yml"
+PROM_SOURCE="$REPO_ROOT/deploy/prometheus"
+PROM_CONFIG_DIR="$PROM_RUN/config"
+PROM_CONFIG="$PROM_CONFIG_DIR/prometheus-local.yml"
 
 # The Debian package ships a system service (user prometheus, port 9090) that Weir never uses.
 # policy-rc.d keeps the package from starting it; should anything have started it anyway, stop
@@ -58,24 +63,55 @@ running_config() {
   tr '\0' '\n' <"/proc/$(cat "$(svc_pidfile prometheus)")/cmdline" 2>/dev/null | sed -n 's/^--config.file=//p'
 }
 
+# 0 when the shared copy holds this checkout's config and rules as they are.
+config_current() {
+  cmp -s "$PROM_SOURCE/prometheus-local.yml" "$PROM_CONFIG" && diff -rq "$PROM_SOURCE/rules" "$PROM_CONFIG_DIR/rules" >/dev/null 2>&1
+}
+
+# This checkout's config and rules copied to the shared directory, checked by promtool first (a
+# broken config never replaces a working one); the targets tests wrote there are kept.
+copy_config() {
+  local staged="$PROM_RUN/config.new"
+  rm -rf "$staged"; mkdir -p "$staged"
+  cp "$PROM_SOURCE/prometheus-local.yml" "$staged/"; cp -r "$PROM_SOURCE/rules" "$staged/rules"
+  "$PROMTOOL" check config "$staged/prometheus-local.yml" >>"$(svc_log prometheus)" 2>&1 \
+    || fail prometheus "promtool check config $PROM_SOURCE/prometheus-local.yml failed"
+  mkdir -p "$PROM_CONFIG_DIR/targets"
+  rm -rf "$PROM_CONFIG_DIR/rules"; mv "$staged/rules" "$PROM_CONFIG_DIR/rules"
+  mv "$staged/prometheus-local.yml" "$PROM_CONFIG"; rmdir "$staged"
+}
+
+reload() {
+  if command -v curl >/dev/null; then
+    curl -fsS -o /dev/null --max-time 10 -X POST "$WEIR_PROMETHEUS_URL/-/reload"
+  else
+    python3 -c 'import sys, urllib.request; urllib.request.urlopen(urllib.request.Request(sys.argv[1], method="POST"), timeout=10)' "$WEIR_PROMETHEUS_URL/-/reload"
+  fi
+}
+
 start() {
   install
   if pid_alive prometheus; then   # ours is running: healthy now, or still starting
     local config; config="$(running_config)"
     if [[ -n "$config" && "$config" != "$PROM_CONFIG" ]]; then
-      # Started from another checkout: it watches that checkout's scrape targets, not these.
-      info "prometheus: the running one reads $config; restarting it with $PROM_CONFIG"
+      # Started by a checkout from before the shared config: it watches that checkout's targets only.
+      info "prometheus: the running one reads $config; restarting it with the shared $PROM_CONFIG"
       stop_pid prometheus
     else
       wait_until prometheus 60 ready
-      info "prometheus: already up at $WEIR_PROMETHEUS_URL"
+      if ! config_current; then   # another checkout's config or rules: this one's, reloaded
+        copy_config
+        reload || fail prometheus "reloading $PROM_CONFIG failed"
+        info "prometheus: already up at $WEIR_PROMETHEUS_URL; reloaded with $PROM_SOURCE's config and rules"
+      else
+        info "prometheus: already up at $WEIR_PROMETHEUS_URL"
+      fi
       return 0
     fi
   fi
   rm -f "$(svc_pidfile prometheus)"
   require_port_free prometheus "$WEIR_PROMETHEUS_PORT"
-  "$PROMTOOL" check config "$PROM_CONFIG" >>"$(svc_log prometheus)" 2>&1 \
-    || fail prometheus "promtool check config $PROM_CONFIG failed"
+  copy_config
   mkdir -p "$PROM_RUN/data"
   start_daemon prometheus "$PROM_BIN" \
     --config.file="$PROM_CONFIG" \

@@ -5,9 +5,11 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Final
 
 import psycopg
 import pytest
@@ -114,6 +116,53 @@ def wait_for_job(
     )
 
 
+SLOW_FILES: Final = {
+    "checkpointing/test_unaligned.py": 113,
+    "checkpointing/test_recovery.py": 105,
+    "runtime/test_async_io.py": 94,
+    "jobmanager/test_rescale.py": 86,
+    "sinks/test_file_sink.py": 77,
+    "sql/test_nexmark_vs_flink.py": 77,
+    "scenarios/test_recovery.py": 54,
+    "sql/test_updating_vs_flink.py": 48,
+    "scenarios/test_backpressure.py": 47,
+    "sql/test_sql_jobs.py": 45,
+    "checkpointing/test_savepoints.py": 43,
+    "jobmanager/test_flink_rest_client.py": 39,
+    "sources/test_postgres_cdc.py": 39,
+    "sql/test_nexmark_q12.py": 37,
+    "sources/test_postgres_cdc_parallel.py": 33,
+    "jobmanager/test_rest_job_results.py": 32,
+    "sql/test_partition_commit.py": 32,
+    "jobmanager/test_job_end.py": 30,
+    "runtime/test_broadcast_state.py": 30,
+    "jobmanager/test_jobmanager_failover.py": 29,
+    "sql/test_sql_state_savepoint.py": 28,
+    "security/test_kafka_security.py": 27,
+}
+"""The integration files (under tests/integration/) of make test's 30 slowest tests at 053314f, with
+those tests' seconds (a file's other tests not counted; the files whose tests were shortened since,
+and test_updating_vs_flink, as measured alone on a loaded machine after it). ``make test`` hands
+whole files to its two workers in collection order (``--dist loadfile --no-loadscope-reorder``):
+these go first, longest first, so that no long file starts last on one worker while the other has
+nothing left to run; the other files follow, those of most tests first (pytest-xdist's own order).
+Refresh from make test's ``--durations`` list when it changes much; a stale figure only costs balance."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The integration tests in ``SLOW_FILES`` order, then their other files by test count; each
+    file's tests keep their order, and every other test stays before them as collected."""
+    root = Path(__file__).parent
+    files = [Path(item.path).relative_to(root).as_posix() if item.path.is_relative_to(root) else "" for item in items]
+    counts = Counter(files)
+
+    def rank(index: int) -> tuple[bool, int, int, str]:
+        file = files[index]
+        return (file != "", -SLOW_FILES.get(file, 0), -counts[file] if file else 0, file)
+
+    items[:] = [items[i] for i in sorted(range(len(items)), key=rank)]
+
+
 _SESSION_CLUSTER: list[WeirCluster] = []  # the session's cluster once started, for the module teardown
 
 
@@ -129,9 +178,12 @@ def weir_cluster(services: Endpoints, tmp_path_factory: pytest.TempPathFactory) 
     client = JobManagerClient(services.jobmanager_address)
     cluster = WeirCluster(services, directory, client)
     _SESSION_CLUSTER.append(cluster)
-    # Prometheus' config lists the default ports only: a second xdist worker's cluster is added to it
-    target_file = register_scrape_targets(cluster_metrics_targets(services, TASKMANAGERS), "session-cluster")
-    try:
+    target_file: Path | None = None
+    try:  # the cluster is stopped whatever fails from here on
+        # Prometheus' config lists the default ports only: a second xdist worker's cluster is added to it
+        target_file = register_scrape_targets(
+            services, cluster_metrics_targets(services, TASKMANAGERS), "session-cluster"
+        )
         yield cluster
     finally:
         if target_file is not None:

@@ -47,7 +47,7 @@ class KafkaTable:
     startup_mode: str  # earliest-offset | latest-offset | group-offsets
     group_id: str | None
     delivery: str  # exactly-once | at-least-once
-    records_per_second: float | None = None  # 'scan.records-per-second' (Weir's): paces each source subtask
+    records_per_second: float | None = None  # 'scan.records-per-second' (Weir's): the source's subtasks together
     dead_letter_topic: str | None = None  # 'scan.dead-letter-topic' (Weir's): where a row that does not decode goes
     key_fields: tuple[str, ...] = ()  # 'key.fields' (kafka; upsert-kafka's key is its PRIMARY KEY): see KafkaLayout
     key_fields_prefix: str = ""  # 'key.fields-prefix'

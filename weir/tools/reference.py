@@ -29,7 +29,11 @@ its own partition's watermark: more than the source's ``max_out_of_orderness_ms`
 before it in the same partition. Only for such a record does timing matter: the interleaving of
 partitions (here round-robin, one record at a time; in a cluster whatever the subtasks' timing is)
 and how soon watermarks travel (here after every record; in a cluster once per poll and network
-flush) decide whether its window already fired. A source's ``idle_timeout_ms`` is not applied here
+flush) decide whether its window already fired. A columnar source (a schema: record batches) is
+polled a run of its partition's records at a time, as a cluster's poll gives it a batch (one-row
+batches cost a hundred times a record's work): a run ends before each record behind its partition's
+watermark, so every such record still comes after its partition's watermark moved past the records
+before it, as it does one record at a time. A source's ``idle_timeout_ms`` is not applied here
 (every partition ends, which frees the watermark as idleness would); in a cluster a partition that
 resumes after going idle may be behind the watermark, and its records late. The run counts the
 records each window or join operator dropped as late (``late_records``); when that is not zero, a correct
@@ -74,6 +78,10 @@ REFERENCE_JOB_ID = "reference"
 SOURCE_BATCH = 1
 """Records per source poll. A source advances its watermark once per poll, so polling one record at
 a time makes the run independent of batch sizes: the watermark follows every record."""
+COLUMNAR_RUN = 2000
+"""Records per poll of a columnar source at most: a run of one partition's records, cut before each
+record behind its partition's watermark (``_ReplayKafkaSource``); the cluster's poll size
+(``COLUMNAR_POLL_RECORDS``)."""
 
 SinkKind = Literal["kafka", "postgres", "file", "print", "other"]
 
@@ -377,21 +385,29 @@ class _ReplayedMessage:
 
 
 class _ReplayConsumer:
-    """Stands in for the source's consumer: hands out the records read up front one at a time, taking
-    the partitions in turn (round-robin, ascending), so that a run is repeatable."""
+    """Stands in for the source's consumer: hands out the records read up front, taking the partitions
+    in turn (round-robin, ascending), so that a run is repeatable. Each turn gives a run of the
+    partition's records, up to ``max_messages`` (one for a record-at-a-time source), ending before an
+    offset in ``cuts`` (a record that must start a poll of its own)."""
 
-    def __init__(self, by_partition: Mapping[int, Sequence[KafkaRecord]]) -> None:
-        self._turns = collections.deque(iter(records) for _p, records in sorted(by_partition.items()) if records)
+    def __init__(
+        self, by_partition: Mapping[int, Sequence[KafkaRecord]], cuts: Mapping[int, frozenset[int]] | None = None
+    ) -> None:
+        self._turns = collections.deque(
+            (p, collections.deque(records)) for p, records in sorted(by_partition.items()) if records
+        )
+        self._cuts = cuts or {}
 
     def consume(self, max_messages: int, timeout_s: float) -> list[_ReplayedMessage]:
-        out: list[_ReplayedMessage] = []
-        turns = self._turns
-        while len(out) < max_messages and turns:
-            records = turns.popleft()
-            record = next(records, None)
-            if record is not None:
-                out.append(_ReplayedMessage(record))
-                turns.append(records)
+        if not self._turns:
+            return []
+        partition, records = self._turns.popleft()
+        cuts = self._cuts.get(partition, frozenset())
+        out = [_ReplayedMessage(records.popleft())]
+        while records and len(out) < max_messages and records[0].offset not in cuts:
+            out.append(_ReplayedMessage(records.popleft()))
+        if records:
+            self._turns.append((partition, records))
         return out
 
     def unassign(self, _partition: int) -> None:
@@ -442,9 +458,40 @@ class _ReplayKafkaSource(KafkaSourceOperator):
         self._partition_watermarks = PartitionWatermarks(sorted(by_partition), spec.max_out_of_orderness_ms, None, 0.0)
         self._emitted_watermark = self._partition_watermarks.current
         # The read loop calls consume, unassign, is_end_of_partition and close, which the replay has.
-        self._consumer = _ReplayConsumer(by_partition)  # type: ignore[assignment]
+        self._consumer = _ReplayConsumer(by_partition, self._late_cuts(by_partition))  # type: ignore[assignment]
         self._dlq = _DeadLetterCapture() if spec.dead_letter_topic else None
         self._pacer = Pacer(None, 1)  # no rate limit: the input is all there
+
+    @property
+    def replay_batch(self) -> int:
+        """Records per poll: a run of one partition's for a columnar source, else one."""
+        return COLUMNAR_RUN if self._decoder is not None else SOURCE_BATCH
+
+    def _late_cuts(self, by_partition: Mapping[int, Sequence[KafkaRecord]]) -> dict[int, frozenset[int]]:
+        """A columnar source's records behind their partition's watermark (max - bound - 1: event time
+        more than the out-of-orderness behind a record before them), by partition: each starts a poll
+        of its own, after the watermark of the records before it was emitted. A record the decoder
+        refuses is dead-lettered and moves no watermark."""
+        decoder = self._decoder
+        if decoder is None:
+            return {}
+        slack = self._spec.max_out_of_orderness_ms
+        cuts: dict[int, frozenset[int]] = {}
+        for partition, records in by_partition.items():
+            decoded, bad = decoder.decode([r.value for r in records])
+            stamps = decoder.timestamps(decoder.columns(decoded))
+            if stamps is None:
+                continue  # no event time in the records: no watermark
+            refused = {index for index, _reason in bad}
+            good = [r.offset for i, r in enumerate(records) if i not in refused]
+            behind: set[int] = set()
+            latest: int | None = None
+            for offset, stamp in zip(good, stamps, strict=True):
+                if latest is not None and stamp + slack < latest:
+                    behind.add(offset)
+                latest = stamp if latest is None else max(latest, stamp)
+            cuts[partition] = frozenset(behind)
+        return cuts
 
     def dead_letter_envelopes(self) -> tuple[dict[str, Any], ...]:
         return tuple(self._dlq.envelopes) if isinstance(self._dlq, _DeadLetterCapture) else ()
@@ -602,8 +649,8 @@ class _Run:
         )
 
     def _run_sources(self, runs: list[_ChainRun]) -> None:
-        """Poll the sources in turn, one record each, until all ended; a source's end ends its chain's
-        input, and each chain whose inputs all ended ends in turn."""
+        """Poll the sources in turn, one record each (a columnar source: a run of records), until all
+        ended; a source's end ends its chain's input, and each chain whose inputs all ended ends in turn."""
         job = self._graph.job_name
         active = [run for run in runs if run.chain.source is not None]
         while active:
@@ -611,7 +658,8 @@ class _Run:
             for run in active:
                 source = run.chain.source
                 assert source is not None
-                if _guard(job, f"while source {run.uid!r} emitted", source.poll, SOURCE_BATCH):
+                batch = source.replay_batch if isinstance(source, _ReplayKafkaSource) else SOURCE_BATCH
+                if _guard(job, f"while source {run.uid!r} emitted", source.poll, batch):
                     still.append(run)
                 else:
                     _guard(job, f"at the end of source {run.uid!r}", run.chain.end_input)

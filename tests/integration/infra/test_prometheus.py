@@ -9,16 +9,14 @@ import urllib.request
 import uuid
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from tests.integration import polling
+from tests.observability import targets_dir
 from weir.core.config import Endpoints
 
 pytestmark = pytest.mark.integration
-
-TARGETS_DIR = Path(__file__).resolve().parents[3] / "deploy" / "prometheus" / "targets"
 
 
 class _Metrics(BaseHTTPRequestHandler):
@@ -35,12 +33,12 @@ class _Metrics(BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def probe_target() -> Iterator[tuple[str, str]]:
+def probe_target(services: Endpoints) -> Iterator[tuple[str, str]]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     label = f"infra-{uuid.uuid4().hex[:8]}"
     target = f"127.0.0.1:{server.server_address[1]}"
-    path = TARGETS_DIR / f"{label}.json"
+    path = targets_dir(services) / f"{label}.json"
     path.write_text(json.dumps([{"targets": [target], "labels": {"test": label}}]))
     try:
         yield target, label

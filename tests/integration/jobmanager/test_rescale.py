@@ -43,7 +43,8 @@ def still_reading(cluster: WeirCluster, job_id: str) -> bool:
 def test_a_running_job_rescaled_3_2_3_under_load_is_exact_in_both_sinks(
     weir_cluster: WeirCluster, services: Endpoints, unique: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    params = keyed_aggregation_inputs(services, unique, 90_000, records_per_second=1500, checkpoint_interval="1s") | {
+    # 30 s of input at 1500 a second: both rescales took 10 s of it on a loaded machine (load 10).
+    params = keyed_aggregation_inputs(services, unique, 45_000, records_per_second=1500, checkpoint_interval="1s") | {
         "restart.strategy": "fixed-delay",
         "restart.delay": "1s",
     }
@@ -85,6 +86,7 @@ def test_a_running_job_rescaled_3_2_3_under_load_is_exact_in_both_sinks(
         polling.until("the REST rescale to complete", DEADLINE_S, completed)
         assert outcome.get("operation", {}) and "failure-cause" not in outcome["operation"], outcome  # type: ignore[operator]
     polling.until("every task running at parallelism 3", DEADLINE_S, lambda: runs_at(weir_cluster, job_id, 3))
+    assert still_reading(weir_cluster, job_id), "the input ended before the job ran at 3 again: raise the event count"
 
     status = weir_cluster.wait_for(job_id, timeout_s=600.0)
     assert status.summary.status is JobStatus.FINISHED, status
@@ -100,7 +102,8 @@ def test_a_reactive_job_follows_the_taskmanagers_and_stays_exact(
     TaskManagers; one of them killed (the supervisor starts it again), the job fails over, restarts
     at what is left if it comes first, and grows back once the TaskManager registered again; its
     output stays exact."""
-    params = keyed_aggregation_inputs(services, unique, 120_000, records_per_second=1500, checkpoint_interval="1s") | {
+    # 30 s of input at 1500 a second: grown, failed over and grown back in its first 10 s (load 5-9).
+    params = keyed_aggregation_inputs(services, unique, 45_000, records_per_second=1500, checkpoint_interval="1s") | {
         "restart.strategy": "fixed-delay",
         "restart.delay": "1s",
         "scheduler-mode": "reactive",
@@ -111,11 +114,14 @@ def test_a_reactive_job_follows_the_taskmanagers_and_stays_exact(
         f"the reactive job to grow to every slot ({slots})", DEADLINE_S, lambda: runs_at(weir_cluster, job_id, slots)
     )
     seen: set[int] = set()
+    grew_back: list[bool] = []
 
-    def back_at_every_slot() -> bool:
+    def back_at_every_slot_or_ended() -> bool:
         status = weir_cluster.client.job_status(job_id)
         seen.add(status.summary.parallelism)
-        return status.summary.status is not JobStatus.RUNNING or runs_at(weir_cluster, job_id, slots)
+        if status.summary.status is JobStatus.RUNNING and runs_at(weir_cluster, job_id, slots):
+            grew_back.append(True)
+        return bool(grew_back) or status.summary.status.terminal
 
     kill_process(weir_cluster.directory, "taskmanager-1")
     polling.until(
@@ -123,7 +129,8 @@ def test_a_reactive_job_follows_the_taskmanagers_and_stays_exact(
         DEADLINE_S,
         lambda: weir_cluster.client.job_status(job_id).summary.status is not JobStatus.RUNNING,
     )
-    polling.until("the job back at every slot (or finished)", 300.0, back_at_every_slot)
+    polling.until("the job back at every slot (or ended)", 300.0, back_at_every_slot_or_ended)
+    assert grew_back, f"the job ended before it grew back to {slots} slots (it ran at {seen}): raise the event count"
     status = weir_cluster.wait_for(job_id, timeout_s=600.0)
     assert status.summary.status is JobStatus.FINISHED, (status, seen)
     assert_sinks_exact(JOB_FILE, params, job_id, services)

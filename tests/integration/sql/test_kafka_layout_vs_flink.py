@@ -20,15 +20,13 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir
 from bench.nexmark_bench import PARALLELISM
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster
-from tests.integration.sql.side_by_side import run_on_both_sides
+from tests.integration.sql.side_by_side import flink_build, load_nexmark_topic, run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
 from weir.tools.cli import sql_job_source
-from weir.tools.nexmark_load import load
 
 pytestmark = pytest.mark.integration
 
@@ -117,16 +115,11 @@ CREATE TABLE {side}_table (bidder BIGINT, bids BIGINT, top BIGINT, PRIMARY KEY (
 def test_weir_lays_out_kafka_keys_and_values_as_flink_does_and_reads_flink_s(
     weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    build = flink_build_dir()
+    build = flink_build()
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("kafka-layout-vs-flink")
     topic = f"sql-kafka-layout-{uuid.uuid4().hex[:8]}"
-    assert kafka.create_topic(endpoints, topic, PARTITIONS, 1, NO_RETENTION)
-    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
-    assert load(producer, topic, PARTITIONS, EVENTS, config=CONFIG) == EVENTS
+    load_nexmark_topic(endpoints, topic, PARTITIONS, EVENTS, CONFIG)
     expected_records, expected_table = reference([nx.to_dict(nx.event(n, CONFIG)) for n in range(EVENTS)])
     assert sum(expected_records.values()) > 3_000 and len(expected_table) > 100
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"

@@ -17,17 +17,20 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir
 from tests.integration.conftest import WeirCluster
-from tests.integration.sql.side_by_side import run_on_both_sides
+from tests.integration.sql.side_by_side import flink_build, load_nexmark_topic, run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
-from weir.tools.nexmark_load import load
 
 pytestmark = pytest.mark.integration
 
 EVENTS = 10_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
+PARTITIONS = 3
+PACE = 300
+"""Weir's source reads 300 events a second, each of its 3 subtasks (``bench.nexmark_bench.PARALLELISM``) 100 of its
+partition: 33 s of input, several 10 s windows. (With 4 partitions and 150 a second, the subtask of
+two partitions read them for 100 s.)"""
 
 
 def millis(text: str) -> int:
@@ -58,23 +61,19 @@ def windows(endpoints: Any, topic: str, bids: Counter[int]) -> Counter[int]:
 def test_weir_s_and_flink_s_processing_time_windows_keep_q12_s_invariants(
     weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    build = flink_build_dir()
+    build = flink_build()
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("q12-vs-flink")
     topic = f"sql-q12-{uuid.uuid4().hex[:8]}"
-    assert kafka.create_topic(endpoints, topic, 4, 1, {"retention.ms": "-1"})
-    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
-    assert load(producer, topic, 4, EVENTS, config=CONFIG) == EVENTS
+    load_nexmark_topic(endpoints, topic, PARTITIONS, EVENTS, CONFIG)
     bids = Counter(e.bidder for e in (nx.event(n, CONFIG) for n in range(EVENTS)) if isinstance(e, nx.Bid))
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     for name in (f"{weir_out}-q12", flink_out):
         assert kafka.create_topic(endpoints, name, 2, 1, {"retention.ms": "-1"})
+
     def paced(text: str) -> str:
         bounded = "  'scan.bounded.mode' = 'latest-offset',\n"  # the events table's option line (not its comment)
-        edited = text.replace(bounded, bounded + "  'scan.records-per-second' = '150',\n", 1)
+        edited = text.replace(bounded, bounded + f"  'scan.records-per-second' = '{PACE}',\n", 1)
         assert edited != text, "the events table's options changed: pace Weir's source another way"
         return edited
 

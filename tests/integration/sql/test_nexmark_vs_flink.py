@@ -32,7 +32,6 @@ lookup join of the suite's side input file) runs in Weir's job only: Flink 2.2.1
 
 from __future__ import annotations
 
-import subprocess
 import uuid
 from collections import Counter
 from dataclasses import dataclass
@@ -41,29 +40,28 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir, flink_environment
 from bench.evidence import compare_records
 from bench.nexmark_bench import (
     FLINK_REFUSES,
-    PARALLELISM,
     SPECS,
     SQL_FUNCTIONS_MODULE,
     committed_records,
     expected_records,
     file_output,
     file_records,
-    flink_sql_argv,
-    free_port,
     identity_of,
-    weir_sql_statement_set,
 )
-from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster
+from tests.integration.sql.side_by_side import (
+    NO_RETENTION,
+    flink_build,
+    load_nexmark_topic,
+    run_on_both_sides,
+    run_on_flink_only,
+)
 from weir import nexmark as nx
 from weir.connectors import kafka
 from weir.tools import nexmark_reference as ref
-from weir.tools.cli import sql_job_source
-from weir.tools.nexmark_load import load
 
 pytestmark = pytest.mark.integration
 
@@ -103,8 +101,6 @@ LEAST = {
 }
 """Records the reference gives, at least (an empty result on both sides would prove nothing; q15's
 final table is one row, a day's 12 figures, as the 40 s of events are in one day)."""
-NO_RETENTION = {"retention.ms": "-1"}  # Weir's sink stamps records with their 2023 event time
-TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -114,22 +110,15 @@ class NexmarkTopic:
 
 
 @pytest.fixture(scope="module")
-def flink_build() -> Path:
-    """The Flink runner, built when missing (bench/flink/build.sh; the first build downloads Flink
-    from Maven Central, ~2 min)."""
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    return flink_build_dir()
+def build() -> Path:
+    """The Flink runner (bench/flink/build.sh; the first build downloads Flink from Maven Central, ~2 min)."""
+    return flink_build()
 
 
 @pytest.fixture(scope="module")
 def nexmark_topic(weir_cluster: WeirCluster) -> NexmarkTopic:
     topic = f"sql-vs-flink-{uuid.uuid4().hex[:8]}"
-    endpoints = weir_cluster.endpoints
-    assert kafka.create_topic(endpoints, topic, PARTITIONS, 1, NO_RETENTION)
-    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
-    assert load(producer, topic, PARTITIONS, EVENTS, config=CONFIG) == EVENTS
+    load_nexmark_topic(weir_cluster.endpoints, topic, PARTITIONS, EVENTS, CONFIG)
     events = [nx.event(n, CONFIG) for n in range(EVENTS)]
     expected = {q: expected_records(q, getattr(ref, q)(events)) for q in (*QUERIES, *WEIR_ONLY)}
     return NexmarkTopic(topic, expected)
@@ -150,35 +139,6 @@ def records(endpoints: Any, query: str, topic: str) -> Counter[tuple[Any, ...]]:
     return Counter(found)
 
 
-def start_flink(
-    build: Path, endpoints: Any, topic: str, output: str, work: Path
-) -> tuple[subprocess.Popen[bytes], Path]:
-    """Every query in one Flink job (``NexmarkSql --query q0,q1,...``: a statement set, each query into
-    ``<output>-<query>``)."""
-    log = work / "flink.log"
-    argv = flink_sql_argv(
-        build,
-        query=",".join(QUERIES),
-        bootstrap=endpoints.kafka_bootstrap,
-        topic=topic,
-        output=output,
-        group=f"{output}-group",
-        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
-        checkpoint_interval="2s",  # the final checkpoint (tasks finished) commits the last transactions
-        rest_port=free_port(),
-    )
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=work,
-            env=flink_environment(build, endpoints),
-        )
-    return proc, log
-
-
 @dataclass(frozen=True)
 class Outputs:
     """Each side's output topic prefix: the query's output is ``<prefix>-<query>``."""
@@ -189,10 +149,11 @@ class Outputs:
 
 @pytest.fixture(scope="module")
 def outputs(
-    weir_cluster: WeirCluster, flink_build: Path, nexmark_topic: NexmarkTopic, tmp_path_factory: pytest.TempPathFactory
+    weir_cluster: WeirCluster, build: Path, nexmark_topic: NexmarkTopic, tmp_path_factory: pytest.TempPathFactory
 ) -> Outputs:
     """The queries run once on each side, at the same time: one Flink job (a JVM) and one Weir
-    job (``weir sql``'s job file of the same statements, the INSERTs in one statement set)."""
+    job (``weir sql``'s job file of the same statements, the INSERTs in one statement set), both with
+    the mini-batch NexmarkSql gives Flink (its --mini-batch defaults to true)."""
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("nexmark-vs-flink")
     sides = Outputs(weir=f"{nexmark_topic.topic}-weir", flink=f"{nexmark_topic.topic}-flink")
@@ -202,59 +163,22 @@ def outputs(
                 assert kafka.create_topic(endpoints, f"{prefix}-{query}", 2, 1, NO_RETENTION)
     for query in WEIR_ONLY:
         assert kafka.create_topic(endpoints, f"{sides.weir}-{query}", 2, 1, NO_RETENTION)
-    flink, log = start_flink(flink_build, endpoints, nexmark_topic.topic, sides.flink, work)
-    try:
-        script = weir_sql_statement_set(
-            (*QUERIES, *WEIR_ONLY),
-            topic=nexmark_topic.topic,
-            output=sides.weir,
-            bootstrap=endpoints.kafka_bootstrap,
-            group=sides.weir,
-            mini_batch=True,  # as NexmarkSql runs Flink's side (its --mini-batch defaults to true)
-        )
-        job_file = work / "nexmark_sql.py"
-        job_file.write_text(sql_job_source(script, SQL_FUNCTIONS_MODULE))
-        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
-        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
-        assert final.summary.status == "FINISHED", final.failure
-        code = flink.wait(timeout=TIMEOUT_S)
-    finally:
-        if flink.poll() is None:
-            flink.kill()
-            flink.wait(30)
-    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    run_on_both_sides(
+        weir_cluster, build, work, queries=QUERIES, topic=nexmark_topic.topic, weir_out=sides.weir,
+        flink_out=sides.flink, job_name="nexmark_sql", mini_batch=True, weir_only=WEIR_ONLY,
+        functions_module=SQL_FUNCTIONS_MODULE,
+    )  # fmt: skip
     return sides
 
 
 @pytest.mark.parametrize("query", WEIR_ONLY)
 def test_flink_still_refuses_the_query_weir_runs_alone(
-    weir_cluster: WeirCluster, flink_build: Path, nexmark_topic: NexmarkTopic, tmp_path: Path, query: str
+    weir_cluster: WeirCluster, build: Path, nexmark_topic: NexmarkTopic, tmp_path: Path, query: str
 ) -> None:
     """The reason a query is compared with the reference only: Flink 2.2.1 refuses it, with the error
     ``FLINK_REFUSES`` says (a Flink that runs it would fail this test: compare it with Flink then)."""
-    endpoints = weir_cluster.endpoints
-    argv = flink_sql_argv(
-        flink_build,
-        query=query,
-        bootstrap=endpoints.kafka_bootstrap,
-        topic=nexmark_topic.topic,
-        output=f"{nexmark_topic.topic}-refused-{query}",
-        group=f"{nexmark_topic.topic}-refused-{query}",
-        checkpoint_uri=f"file://{tmp_path / 'flink-checkpoints'}",
-        checkpoint_interval="2s",
-        rest_port=free_port(),
-    )
-    ran = subprocess.run(
-        argv,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        cwd=tmp_path,
-        env=flink_environment(flink_build, endpoints),
-        timeout=TIMEOUT_S,
-        check=False,
-    )
-    output = (ran.stdout + ran.stderr).decode(errors="replace")
-    assert ran.returncode != 0, f"Flink ran {query}: compare it with Flink's output now\n{output[-2000:]}"
+    code, output = run_on_flink_only(build, tmp_path, weir_cluster.endpoints, query, nexmark_topic.topic)
+    assert code != 0, f"Flink ran {query}: compare it with Flink's output now\n{output[-2000:]}"
     assert FLINK_REFUSES[query] in output, output[-3000:]
 
 

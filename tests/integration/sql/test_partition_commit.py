@@ -22,20 +22,18 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir
 from bench.nexmark_bench import (
     file_output,
     file_records,
 )
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
-from tests.integration.sql.side_by_side import run_on_both_sides
+from tests.integration.sql.side_by_side import flink_build, load_nexmark_topic, run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
 from weir.connectors.files import S3PartFileStore
 from weir.core.config import Endpoints
 from weir.tools.cli import sql_job_source
-from weir.tools.nexmark_load import load
 
 pytestmark = pytest.mark.integration
 
@@ -178,16 +176,11 @@ CONFIG = nx.NexmarkConfig(events_per_second=100)  # 100 s of event time: minute 
 def test_nexmark_q10_commits_the_partitions_flink_commits(
     weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    build = flink_build_dir()
+    build = flink_build()
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("q10-vs-flink")
     topic = f"sql-q10-commit-{uuid.uuid4().hex[:8]}"
-    assert kafka.create_topic(endpoints, topic, 4, 1, {"retention.ms": "-1"})
-    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
-    assert load(producer, topic, 4, EVENTS, config=CONFIG) == EVENTS
+    load_nexmark_topic(endpoints, topic, 4, EVENTS, CONFIG)
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     run_on_both_sides(
         weir_cluster, build, work, queries=("q10",), topic=topic, weir_out=weir_out, flink_out=flink_out,

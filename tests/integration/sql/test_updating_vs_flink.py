@@ -13,21 +13,16 @@ mini-batch, so that it emits every change as Weir does)."""
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from collections import Counter, defaultdict
 from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir, flink_environment
-from bench.nexmark_bench import PARALLELISM, flink_sql_argv, free_port, weir_sql_statement_set
-from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster
+from tests.integration.sql.side_by_side import NO_RETENTION, flink_build, load_nexmark_topic, run_on_both_sides
 from weir import nexmark as nx
 from weir.connectors import kafka
-from weir.tools.cli import sql_job_source
-from weir.tools.nexmark_load import load
 
 pytestmark = pytest.mark.integration
 
@@ -36,8 +31,6 @@ COLUMNS = {"updating_having": ("auction", "bids", "top"), "updating_filter": ("b
 EVENTS = 20_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
 PARTITIONS = 8
-NO_RETENTION = {"retention.ms": "-1"}
-TIMEOUT_S = 600.0
 
 
 def reference(events: list[dict[str, Any]]) -> dict[str, Counter[tuple[Any, ...]]]:
@@ -79,55 +72,22 @@ def final_table(endpoints: Any, topic: str, columns: tuple[str, ...]) -> tuple[C
 def test_weir_s_deleting_updating_results_equal_flink_s(
     weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    build = flink_build_dir()
+    build = flink_build()
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("updating-vs-flink")
     topic = f"sql-updating-vs-flink-{uuid.uuid4().hex[:8]}"
-    assert kafka.create_topic(endpoints, topic, PARTITIONS, 1, NO_RETENTION)
-    producer = kafka.producer(endpoints, linger_ms=50, batch_num_messages=10_000, enable_idempotence=True)
-    assert load(producer, topic, PARTITIONS, EVENTS, config=CONFIG) == EVENTS
+    load_nexmark_topic(endpoints, topic, PARTITIONS, EVENTS, CONFIG)
     expected = reference([nx.to_dict(nx.event(n, CONFIG)) for n in range(EVENTS)])
     assert sum(expected["updating_having"].values()) >= 100 and sum(expected["updating_filter"].values()) == 10
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     for prefix in (weir_out, flink_out):
         for query in QUERIES:
             assert kafka.create_topic(endpoints, f"{prefix}-{query}", 2, 1, NO_RETENTION)
-    log = work / "flink.log"
-    argv = flink_sql_argv(
-        build,
-        query=",".join(QUERIES),
-        bootstrap=endpoints.kafka_bootstrap,
-        topic=topic,
-        output=flink_out,
-        group=f"{flink_out}-group",
-        checkpoint_uri=f"file://{work / 'flink-checkpoints'}",
-        checkpoint_interval="2s",
-        rest_port=free_port(),
-        mini_batch=False,  # every change emitted, as Weir's: a row that leaves HAVING is a tombstone on both
-    )
-    with log.open("wb") as out:
-        flink = subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, cwd=work,
-            env=flink_environment(build, endpoints),
-        )  # fmt: skip
-    try:
-        script = weir_sql_statement_set(
-            QUERIES, topic=topic, output=weir_out, bootstrap=endpoints.kafka_bootstrap, group=weir_out
-        )
-        job_file = work / "updating_sql.py"
-        job_file.write_text(sql_job_source(script))
-        job_id = weir_cluster.submit(str(job_file), {"checkpointing.interval": "1s"}, parallelism=PARALLELISM)
-        final = wait_until(weir_cluster, job_id, lambda s: s.summary.is_terminal, "Weir's job to finish", TIMEOUT_S)
-        assert final.summary.status == "FINISHED", final.failure
-        code = flink.wait(timeout=TIMEOUT_S)
-    finally:
-        if flink.poll() is None:
-            flink.kill()
-            flink.wait(30)
-    assert code == 0, f"Flink's job failed (exit {code}):\n" + log.read_text()[-3000:]
+    # Without mini-batch: every change emitted, as Weir's: a row that leaves HAVING is a tombstone on both.
+    run_on_both_sides(
+        weir_cluster, build, work, queries=QUERIES, topic=topic, weir_out=weir_out, flink_out=flink_out,
+        job_name="updating_sql", mini_batch=False,
+    )  # fmt: skip
     for query in QUERIES:
         weir, weir_tombstones = final_table(endpoints, f"{weir_out}-{query}", COLUMNS[query])
         flink_rows, flink_tombstones = final_table(endpoints, f"{flink_out}-{query}", COLUMNS[query])
