@@ -48,6 +48,7 @@ def retained_summary(checkpoint: CompletedCheckpoint) -> CheckpointSummary:
         state_size_bytes=sum(o.size_bytes for t in checkpoint.task_states for o in t.objects),
         failure=None,
         tasks=(),
+        checkpointed_size_bytes=sum(o.size_bytes for t in checkpoint.task_states for o in t.objects if not o.reused),
         full=checkpoint.full,
     )
 
@@ -122,6 +123,7 @@ class ReadApi:
                         watermark=t.watermark,
                         progress_at=t.progress_at,
                         rates=t.rates,
+                        time_totals=t.totals,
                     )
                     for (uid, s), t in sorted(job.tasks.items())
                 ),

@@ -21,6 +21,7 @@ from weir.core.codec import (
     task_ratios_from_proto,
     task_state_from_proto,
     task_state_to_proto,
+    task_totals_from_proto,
     task_watermark_from_proto,
     timeline_to_proto,
 )
@@ -117,6 +118,7 @@ def heartbeat_from_proto(m: jobmanager_pb2.HeartbeatRequest) -> Heartbeat:
                 p.records_out,
                 ratios=task_ratios_from_proto(p),
                 watermark=task_watermark_from_proto(p),
+                totals=task_totals_from_proto(p),
             )
             for p in m.running_tasks
         ),
