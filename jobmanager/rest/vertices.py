@@ -17,10 +17,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from weir.core.states import TaskState
 from weir.jobmanager.messages import ClusterView, JobStatusView, TaskView, VertexView
 from weir.jobmanager.rest.ids import flink_vertex_id, names_vertex
-from weir.jobmanager.rest.views import FLINK_EXECUTION_STATES, IOMetrics, Model, _api, io_metrics, ms
+from weir.jobmanager.rest.views import (
+    FLINK_EXECUTION_STATES,
+    IOMetrics,
+    Model,
+    _api,
+    execution_state,
+    io_metrics,
+    ms,
+)
 
 UNASSIGNED: Final = "(unassigned)"  # Flink's host and TaskManager of a subtask not deployed
 TIMED_STATES: Final = ("CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING")  # Flink's status-duration
@@ -79,11 +86,6 @@ class VertexSubtaskTimes(Model):
     subtasks: list[SubtaskTimes]
 
 
-def flink_execution_state(state: TaskState | None) -> str:
-    """A task's state as Flink's ExecutionState: Weir's are a subset; not reported yet is CREATED."""
-    return "CREATED" if state is None else state.value
-
-
 def _deployed_at(status: JobStatusView, task: TaskView) -> int:
     """When the task's attempt was deployed, ms; 0 for a task never deployed."""
     if task.attempt == 0:
@@ -111,7 +113,7 @@ def subtask_details(status: JobStatusView, task: TaskView, addresses: Mapping[st
     host = addresses.get(task.taskmanager_id, UNASSIGNED) if task.taskmanager_id else UNASSIGNED
     return SubtaskAttemptDetails(
         subtask=task.subtask,
-        status=flink_execution_state(task.state),
+        status=execution_state(task.state),
         attempt=task.attempt,
         host=host,
         endpoint=host,

@@ -156,11 +156,17 @@ def task_counts(states: Iterable[TaskState | None]) -> dict[str, int]:
     return {"total": sum(seen.values()), **{name.lower(): seen[name] for name in FLINK_EXECUTION_STATES}}
 
 
+def execution_state(state: TaskState | None) -> str:
+    """A task's or vertex's state as Flink's ExecutionState: Weir's are a subset; not reported yet is CREATED."""
+    return "CREATED" if state is None else state.value
+
+
 def execution_state_counts(states: Iterable[TaskState | None]) -> dict[str, int]:
-    """Flink's ``tasks`` of a vertex in ``JobDetailsInfo``: a count per ExecutionState by its name
-    (upper case, every one present, no total: Flink reads the keys as ExecutionStates); a task not
-    reported yet counts as CREATED."""
-    seen = Counter("CREATED" if state is None else state.value for state in states)
+    """Flink's counts per ExecutionState in ``JobDetailsInfo`` (a vertex's ``tasks``, the job's vertices
+    in ``status-counts``): by its name (upper case, every one present, no total: Flink reads the keys as
+    ExecutionStates); a task not reported yet, or a vertex whose tasks have not all reported, counts as
+    CREATED."""
+    seen = Counter(execution_state(state) for state in states)
     return {name: seen[name] for name in FLINK_EXECUTION_STATES}
 
 
@@ -559,7 +565,7 @@ class VertexInfo(Model):
     name: str
     parallelism: int
     max_parallelism: int = _api("maxParallelism")
-    status: TaskState | None
+    status: str  # a Flink ExecutionState: its subtasks' aggregated (vertex_status), CREATED until all reported
     start_time: int = _api("start-time")  # when its current tasks were deployed; -1: not known
     end_time: int = _api("end-time")  # -1: not ended
     duration: int  # -1: not known
@@ -628,7 +634,8 @@ class JobDetails(Model):
     last_completed_checkpoint: int | None
     failure: FailureInfo | None
     vertices: list[VertexInfo]
-    status_counts: dict[TaskState, int] = _api("status-counts")
+    # Flink's: how many of its vertices are in each ExecutionState (every one); the tasks are each vertex's
+    status_counts: dict[str, int] = _api("status-counts")
     max_parallelism: int = _api("maxParallelism")  # its key groups
     is_stoppable: bool = _api("isStoppable")  # Flink's stop without savepoint: never in Weir
     timestamps: dict[str, int]  # Flink's: when the job reached each JobStatus, 0 for one it has not
@@ -687,7 +694,7 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
                 name=vertex.name,
                 parallelism=vertex.parallelism,
                 max_parallelism=plan.max_parallelism,
-                status=vertex_status(t.state for t in tasks),
+                status=execution_state(vertex_status(t.state for t in tasks)),
                 start_time=vertex_start,
                 end_time=vertex_end if vertex_end is not None else -1,
                 duration=max(0, (vertex_end if vertex_end is not None else now_ms) - vertex_start),
@@ -696,7 +703,6 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
                 subtasks=[_subtask(t, now_ms) for t in tasks],
             )
         )
-    counts = Counter(t.state for t in status.tasks if t.state is not None)
     reached = {JobStatus.CREATED.value: start}
     if status.last_restore_at:
         reached[JobStatus.RUNNING.value] = ms(status.last_restore_at)
@@ -716,7 +722,7 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         last_completed_checkpoint=status.last_completed_checkpoint or None,
         failure=failure_info(status.failure),
         vertices=vertices,
-        status_counts={state: counts[state] for state in TaskState if counts[state]},
+        status_counts=vertices_per_state(vertices),
         max_parallelism=plan.max_parallelism,
         is_stoppable=False,
         timestamps={name: reached.get(name, 0) for name in FLINK_JOB_STATUSES},
@@ -724,6 +730,12 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         pending_operators=0,
         end=_end_info(status.end) if status.end is not None else None,
     )
+
+
+def vertices_per_state(vertices: Iterable[VertexInfo]) -> dict[str, int]:
+    """Flink's ``status-counts``: how many vertices are in each ExecutionState, every state present."""
+    seen = Counter(v.status for v in vertices)
+    return {name: seen[name] for name in FLINK_EXECUTION_STATES}
 
 
 def _end_info(end: JobEndView) -> JobEndInfo:

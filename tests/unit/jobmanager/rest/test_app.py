@@ -279,7 +279,8 @@ def test_a_job_s_details_show_its_vertices_subtasks_and_their_load(harness: Harn
     assert details["jid"] == "job-1" and details["state"] == "RUNNING" and details["now"] == now
     assert (details["start-time"], details["end-time"], details["duration"]) == (0, -1, now)
     assert details["last_completed_checkpoint"] is None and details["failure"] is None
-    assert details["status-counts"] == {"RUNNING": 1}
+    # Flink's: the job's vertices per ExecutionState, every one (its one vertex RUNNING)
+    assert details["status-counts"] == dict.fromkeys(views.FLINK_EXECUTION_STATES, 0) | {"RUNNING": 1}
     (vertex,) = details["vertices"]
     assert (vertex["id"], vertex["uid"], vertex["name"], vertex["parallelism"], vertex["status"]) == (
         flink_vertex_id("gen"),
