@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
+from weir.core.hardware import Hardware
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.core.task_time import TimeRatios, TimeTotals
@@ -276,6 +277,7 @@ class TaskManagerView:
     alive: bool
     tasks: tuple[PlacedTaskView, ...] = ()  # of the jobs that have not ended
     metrics_port: int = 0  # its Prometheus metrics; 0: none
+    hardware: Hardware | None = None  # its cores and memory as it reported them; None: not reported
 
 
 @dataclass(frozen=True)

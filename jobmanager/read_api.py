@@ -250,6 +250,7 @@ class ReadApi:
                         alive=tm.alive,
                         tasks=tuple(placed.get(tm.taskmanager_id, ())) if tm.alive else (),
                         metrics_port=tm.metrics_port,
+                        hardware=tm.hardware,
                     )
                     for tm in sorted(self._registry.taskmanagers.values(), key=lambda t: t.taskmanager_id)
                 )

@@ -19,6 +19,7 @@ from weir import __version__
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.errors import Fault
 from weir.core.failures import Failure
+from weir.core.hardware import Hardware
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.graph import Partitioning
@@ -281,9 +282,9 @@ UNKNOWN_RESOURCES: Final = ResourceProfileInfo(
 
 
 class HardwareDescription(Model):
-    """Flink's ``HardwareDescription``: a TaskManager does not report its CPU cores or physical memory
-    to the JobManager (-1: unknown; its Prometheus endpoint has its process's figures); a Python
-    process has no JVM heap (``freeMemory``) and Weir no managed memory: 0 bytes."""
+    """Flink's ``HardwareDescription``: the CPU cores and physical memory the TaskManager reported at
+    registration (``weir.core.hardware``; -1: not reported, by a TaskManager older than the field); a
+    Python process has no JVM heap (``freeMemory``) and Weir no managed memory: 0 bytes."""
 
     cpu_cores: int = _api("cpuCores")
     physical_memory: int = _api("physicalMemory")
@@ -291,7 +292,18 @@ class HardwareDescription(Model):
     managed_memory: int = _api("managedMemory")
 
 
-UNREPORTED_HARDWARE: Final = HardwareDescription(cpu_cores=-1, physical_memory=-1, free_memory=0, managed_memory=0)
+NOT_REPORTED: Final = -1
+
+
+def hardware_description(hardware: Hardware | None) -> HardwareDescription:
+    return HardwareDescription(
+        cpu_cores=hardware.cpu_cores if hardware is not None else NOT_REPORTED,
+        physical_memory=hardware.physical_memory_bytes
+        if hardware is not None and hardware.physical_memory_bytes
+        else NOT_REPORTED,
+        free_memory=0,
+        managed_memory=0,
+    )
 
 
 class MemoryConfiguration(Model):
@@ -418,7 +430,7 @@ def _taskmanager_fields(tm: TaskManagerView) -> dict[str, Any]:
         "time_since_last_heartbeat": ms(tm.last_heartbeat_age_s),
         "total_resource": UNKNOWN_RESOURCES,
         "free_resource": UNKNOWN_RESOURCES,
-        "hardware": UNREPORTED_HARDWARE,
+        "hardware": hardware_description(tm.hardware),
         "memory_configuration": NO_JVM_MEMORY,
         "blocked": False,
         "alive": tm.alive,

@@ -23,6 +23,7 @@ import pytest
 from tests.integration import polling
 from tests.integration.conftest import REPO_ROOT, WeirCluster, assert_sinks_exact, keyed_aggregation_inputs
 from weir.core.config import Endpoints
+from weir.core.hardware import measure_hardware
 from weir.core.states import JobStatus, TaskState
 from weir.jobmanager.rest.ids import flink_job_id
 
@@ -264,8 +265,8 @@ def test_flink_s_client_reads_every_answer_about_a_running_job_and_its_cluster(
     assert decoded(by_name["ClusterConfigurationInfoHeaders"]) == get(http, "/jobmanager/config")
     assert decoded(by_name["TaskManagerThreadDumpHeaders"])["threadInfos"], "the TaskManager's threads"
     assert decoded(by_name["JobManagerThreadDumpHeaders"])["threadInfos"], "the JobManager's threads"
-    assert decoded(by_name["TaskManagerLogsHeaders"]) == get(http, f"/taskmanagers/{tm}/logs")
-    assert decoded(by_name["JobManagerLogListHeaders"]) == get(http, "/jobmanager/logs")
+    assert_same_logs(decoded(by_name["TaskManagerLogsHeaders"]), get(http, f"/taskmanagers/{tm}/logs"))
+    assert_same_logs(decoded(by_name["JobManagerLogListHeaders"]), get(http, "/jobmanager/logs"))
 
     # The adaptive scheduler's bounds through Flink's client: 2 -> 1 by a live rescale.
     (update,) = probe.ask(
@@ -310,6 +311,14 @@ def test_flink_s_client_reads_every_answer_about_a_running_job_and_its_cluster(
     }
 
 
+def assert_same_logs(read: dict[str, Any], later: dict[str, Any]) -> None:
+    """The same log files, each as large and as new or more by the later read (a running process
+    goes on writing its log)."""
+    assert [f["name"] for f in read["logs"]] == [f["name"] for f in later["logs"]], (read, later)
+    for earlier, now in zip(read["logs"], later["logs"], strict=True):
+        assert earlier["size"] <= now["size"] and earlier["mtime"] <= now["mtime"], (earlier, now)
+
+
 def assert_true_figures(
     by_name: dict[str, dict[str, Any]], checkpoints: dict[str, Any], details: dict[str, Any]
 ) -> None:
@@ -348,6 +357,12 @@ def assert_true_figures(
     assert decoded(by_name["ClusterOverviewHeaders"])["flink-version"] == version
     taskmanager = decoded(by_name["TaskManagerDetailsHeaders"])
     assert len(taskmanager["allocatedSlots"]) == taskmanager["slotsNumber"] - taskmanager["freeSlots"]
+    # the session's TaskManagers run on this machine, as this process: the same cores and memory
+    hardware = measure_hardware()
+    assert (taskmanager["hardware"]["cpuCores"], taskmanager["hardware"]["physicalMemory"]) == (
+        hardware.cpu_cores,
+        hardware.physical_memory_bytes,
+    )
 
 
 def test_flink_s_client_reports_a_failed_job_with_its_failure_and_a_cancelled_one_as_cancelled(

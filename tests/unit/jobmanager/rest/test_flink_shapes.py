@@ -6,6 +6,7 @@ configuration. Over a JobManager built without network, as ``test_app``."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -16,10 +17,13 @@ import pytest
 
 import weir
 from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
+from weir.core.hardware import measure_hardware
 from weir.core.states import TaskState
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
+from weir.jobmanager.service import JobManagerServicer
+from weir.wire import jobmanager_pb2
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
@@ -368,6 +372,31 @@ def test_a_taskmanager_s_details_are_flink_s_with_what_the_jobmanager_knows(
     other = ok(client, "/v1/taskmanagers/tm-b")
     assert (other["dataPort"], other["metricsPort"], other["slotsNumber"], other["tasks"]) == (6125, 9251, 2, [])
     assert "GET /taskmanagers lists them" in errors_of(client.get("/taskmanagers/tm-z"), 404)[0]
+
+
+def test_a_taskmanager_s_hardware_is_what_it_reported_at_registration(harness: Harness, client: TestClient) -> None:
+    servicer = JobManagerServicer(harness.jm)
+    registration = {"address": "10.0.0.8:6126", "slots": 2, "metrics_port": 0, "incarnation": "one"}
+    request = jobmanager_pb2.RegisterTaskManagerRequest(
+        taskmanager_id="tm-c", cpu_cores=6, physical_memory_bytes=16 * 2**30, **registration
+    )
+    servicer.RegisterTaskManager(request, None)  # type: ignore[arg-type]  # the call reads no context
+    older = jobmanager_pb2.RegisterTaskManagerRequest(taskmanager_id="tm-d", **registration)  # sends none
+    servicer.RegisterTaskManager(older, None)  # type: ignore[arg-type]
+    assert ok(client, "/taskmanagers/tm-c")["hardware"] == {
+        "cpuCores": 6,
+        "physicalMemory": 16 * 2**30,
+        "freeMemory": 0,  # no JVM heap
+        "managedMemory": 0,  # no managed memory
+    }
+    listed = {tm["id"]: tm["hardware"] for tm in ok(client, "/taskmanagers")["taskmanagers"]}
+    assert (listed["tm-c"]["cpuCores"], listed["tm-d"]["cpuCores"], listed["tm-d"]["physicalMemory"]) == (6, -1, -1)
+
+
+def test_the_hardware_measured_is_this_process_s_cores_and_the_machine_s_memory() -> None:
+    hardware = measure_hardware()
+    assert hardware.cpu_cores == len(os.sched_getaffinity(0)) >= 1
+    assert hardware.physical_memory_bytes == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 0
 
 
 # Configuration -------------------------------------------------------------------------------------
