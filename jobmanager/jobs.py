@@ -19,7 +19,7 @@ from weir.core.checkpointing import CheckpointingMode
 from weir.core.failures import Failure
 from weir.core.ids import JobId, OperatorUid, SubtaskIndex, TaskId
 from weir.core.states import JobStatus, TaskState
-from weir.core.task_time import TimeRatios
+from weir.core.task_time import TimeRatios, TimeTotals
 from weir.jobmanager.checkpointing.config import CheckpointSettings, parse_checkpoint_settings
 from weir.jobmanager.checkpointing.coordinator import CheckpointCoordinator
 from weir.jobmanager.checkpointing.store import InMemoryCompletedCheckpointStore
@@ -68,6 +68,7 @@ class TaskRecord:
     # The current attempt's load, from its latest heartbeat (at ``progress_at``): None until one came.
     ratios: TimeRatios | None = None
     watermark: int | None = None  # ms
+    totals: TimeTotals | None = None  # busy/backpressured/idle seconds of the attempt so far
     progress_at: float | None = None
     # Records per second between its latest two heartbeats (Flink's numRecordsInPerSecond); None until two came.
     rates: RecordRates | None = None
@@ -295,7 +296,7 @@ class JobMaster:
                 record.failure = None
                 record.records_in_earlier_attempts += record.records_in
                 record.records_in = record.records_out = 0
-                record.ratios = record.watermark = record.progress_at = None
+                record.ratios = record.watermark = record.progress_at = record.totals = None
                 record.rates = record.counted_at = None
                 deployment = TaskDeployment(
                     job_id=sub.job_id,
@@ -408,6 +409,8 @@ class JobMaster:
             record.progress_at = now
         if progress.watermark is not None:
             record.watermark = progress.watermark
+        if progress.totals is not None:
+            record.totals = progress.totals
 
     def record_failure(self, failure: Failure, now: float, *, cause: ExceptionEntry | None = None) -> None:
         """A failure that fails the job over: keep it in the exception history as ``cause`` (the task,

@@ -14,6 +14,7 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 import structlog
 
 from weir.connectors.object_storage import CheckpointStorage
+from weir.core.hardware import Hardware
 from weir.core.ids import CheckpointId
 from weir.core.log_files import LogFileInfo, LogSelector
 from weir.core.paths import CheckpointPaths
@@ -181,9 +182,18 @@ class JobManager:
 
     # TaskManager-facing ---------------------------------------------------------------------------
 
-    def register_taskmanager(self, tm_id: str, address: str, slots: int, metrics_port: int, incarnation: str) -> None:
+    def register_taskmanager(
+        self,
+        tm_id: str,
+        address: str,
+        slots: int,
+        metrics_port: int,
+        incarnation: str,
+        *,
+        hardware: Hardware | None = None,
+    ) -> None:
         with self.lock:
-            self.registry.register(tm_id, address, slots, metrics_port, incarnation)
+            self.registry.register(tm_id, address, slots, metrics_port, incarnation, hardware=hardware)
 
     def heartbeat(self, heartbeat: Heartbeat) -> HeartbeatAnswer:
         with self.lock:

@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 
 from weir.core.checkpointing import CheckpointKind
 from weir.core.failures import Failure
+from weir.core.hardware import Hardware
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
-from weir.core.task_time import TimeRatios
+from weir.core.task_time import TimeRatios, TimeTotals
 from weir.graph import Partitioning
 from weir.jobmanager.checkpointing.config import CheckpointSettings
 from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
@@ -33,6 +34,7 @@ class TaskProgress:
     records_out: int
     ratios: TimeRatios | None = None
     watermark: int | None = None
+    totals: TimeTotals | None = None  # the attempt's busy, backpressured and idle seconds so far
 
 
 @dataclass(frozen=True)
@@ -134,6 +136,7 @@ class TaskView:
     watermark: int | None = None  # its current input watermark, ms; None: none yet
     progress_at: float | None = None  # when the heartbeat carrying ``ratios`` came
     rates: RecordRates | None = None  # records per second between its latest two heartbeats; None: not yet
+    time_totals: TimeTotals | None = None  # its attempt's busy/backpressured/idle seconds; None: not reported
 
 
 @dataclass(frozen=True)
@@ -274,6 +277,7 @@ class TaskManagerView:
     alive: bool
     tasks: tuple[PlacedTaskView, ...] = ()  # of the jobs that have not ended
     metrics_port: int = 0  # its Prometheus metrics; 0: none
+    hardware: Hardware | None = None  # its cores and memory as it reported them; None: not reported
 
 
 @dataclass(frozen=True)

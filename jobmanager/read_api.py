@@ -48,6 +48,7 @@ def retained_summary(checkpoint: CompletedCheckpoint) -> CheckpointSummary:
         state_size_bytes=sum({o.key: o.size_bytes for t in checkpoint.task_states for o in t.objects}.values()),
         failure=None,
         tasks=(),
+        checkpointed_size_bytes=sum(o.size_bytes for t in checkpoint.task_states for o in t.objects if not o.reused),
         full=checkpoint.full,
     )
 
@@ -122,6 +123,7 @@ class ReadApi:
                         watermark=t.watermark,
                         progress_at=t.progress_at,
                         rates=t.rates,
+                        time_totals=t.totals,
                     )
                     for (uid, s), t in sorted(job.tasks.items())
                 ),
@@ -248,6 +250,7 @@ class ReadApi:
                         alive=tm.alive,
                         tasks=tuple(placed.get(tm.taskmanager_id, ())) if tm.alive else (),
                         metrics_port=tm.metrics_port,
+                        hardware=tm.hardware,
                     )
                     for tm in sorted(self._registry.taskmanagers.values(), key=lambda t: t.taskmanager_id)
                 )

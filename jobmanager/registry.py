@@ -15,6 +15,7 @@ from typing import Final
 
 import structlog
 
+from weir.core.hardware import Hardware
 from weir.core.states import JobStatus
 from weir.jobmanager import metrics
 from weir.jobmanager.gateway import TaskManagerGateway
@@ -37,6 +38,7 @@ class RegisteredTaskManager:
     last_heartbeat: float
     incarnation: str = ""  # the TaskManager process's own id, new for every start
     alive: bool = True
+    hardware: Hardware | None = None  # as it reported it at registration; None: not reported
 
 
 class TaskManagerRegistry:
@@ -54,7 +56,16 @@ class TaskManagerRegistry:
         self._on_lost = on_lost
         self.wake_monitor: Callable[[], None] = lambda: None  # set by the monitor: new slots for a waiting restart
 
-    def register(self, tm_id: str, address: str, slots: int, metrics_port: int, incarnation: str) -> None:
+    def register(
+        self,
+        tm_id: str,
+        address: str,
+        slots: int,
+        metrics_port: int,
+        incarnation: str,
+        *,
+        hardware: Hardware | None = None,
+    ) -> None:
         """A TaskManager (re-)registers. Another process under the same name (a new incarnation, at
         the same address or not) means the old one is gone with its tasks: the jobs it ran fail over.
         The same process registering again (it lost the JobManager for a moment) keeps its tasks."""
@@ -67,7 +78,7 @@ class TaskManagerRegistry:
             return
         self._gateway.connect(address)
         self.taskmanagers[tm_id] = RegisteredTaskManager(
-            tm_id, address, slots, metrics_port, self._clock(), incarnation
+            tm_id, address, slots, metrics_port, self._clock(), incarnation, hardware=hardware
         )
         log.info("taskmanager_registered", taskmanager_id=tm_id, address=address, slots=slots, incarnation=incarnation)
         self.wake_monitor()

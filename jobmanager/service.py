@@ -21,6 +21,7 @@ from weir.core.codec import (
     task_ratios_from_proto,
     task_state_from_proto,
     task_state_to_proto,
+    task_totals_from_proto,
     task_watermark_from_proto,
     timeline_to_proto,
 )
@@ -33,6 +34,7 @@ from weir.core.errors import (
     UnknownJobError,
     WeirError,
 )
+from weir.core.hardware import Hardware
 from weir.jobmanager.checkpointing.coordinator import CheckpointSummary
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.jobmanager.errors import JobManagerNotReadyError
@@ -117,6 +119,7 @@ def heartbeat_from_proto(m: jobmanager_pb2.HeartbeatRequest) -> Heartbeat:
                 p.records_out,
                 ratios=task_ratios_from_proto(p),
                 watermark=task_watermark_from_proto(p),
+                totals=task_totals_from_proto(p),
             )
             for p in m.running_tasks
         ),
@@ -398,8 +401,16 @@ class JobManagerServicer(jobmanager_pb2_grpc.JobManagerServiceServicer):
     def RegisterTaskManager(  # noqa: N802
         self, request: jobmanager_pb2.RegisterTaskManagerRequest, context: grpc.ServicerContext
     ) -> jobmanager_pb2.RegisterTaskManagerResponse:
+        hardware = (
+            Hardware(request.cpu_cores, request.physical_memory_bytes) if request.cpu_cores > 0 else None
+        )  # None: an older TaskManager, which does not report it
         self._jm.register_taskmanager(
-            request.taskmanager_id, request.address, request.slots, request.metrics_port, request.incarnation
+            request.taskmanager_id,
+            request.address,
+            request.slots,
+            request.metrics_port,
+            request.incarnation,
+            hardware=hardware,
         )
         return jobmanager_pb2.RegisterTaskManagerResponse(heartbeat_interval_s=HEARTBEAT_INTERVAL_S)
 

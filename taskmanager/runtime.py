@@ -16,6 +16,7 @@ import structlog
 from weir.connectors.object_storage import open_storage
 from weir.core.config import checkpoint_dir
 from weir.core.grpc_security import open_channel
+from weir.core.hardware import measure_hardware
 from weir.core.leader_link import LeaderLink
 from weir.core.thread_dump import ThreadInfo, thread_dump
 from weir.core.transport_security import TransportSecurity
@@ -79,6 +80,7 @@ class TaskManagerRuntime:
         self.local_channels = local_channels
         self.slots = slots
         self.incarnation = uuid.uuid4().hex  # this process: a restart registers as a new incarnation
+        self.hardware = measure_hardware()  # its cores and memory, sent with every registration
         self._run_dir = run_dir / taskmanager_id
         self._run_dir.mkdir(parents=True, exist_ok=True)
         addresses = (jobmanager_address,) if isinstance(jobmanager_address, str) else tuple(jobmanager_address)
@@ -154,6 +156,8 @@ class TaskManagerRuntime:
                 slots=self.slots,
                 metrics_port=metrics_port,
                 incarnation=self.incarnation,
+                cpu_cores=self.hardware.cpu_cores,
+                physical_memory_bytes=self.hardware.physical_memory_bytes,
             ),
             timeout=CALL_TIMEOUT_S,
             wait_for_ready=wait_for_jobmanager,

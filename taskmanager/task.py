@@ -36,7 +36,7 @@ from weir.core.rejections import SourcePosition
 from weir.core.state_schema import StoredSchema
 from weir.core.states import TaskState
 from weir.core.task_state import SubtaskLayout
-from weir.core.task_time import TimeRatios
+from weir.core.task_time import TimeRatios, TimeTotals
 from weir.core.watermarks import MAX_WATERMARK, WatermarkStatus
 from weir.operators.base import OperatorContext
 from weir.operators.keyed import KeyedOperator
@@ -307,6 +307,10 @@ class Task:
     def time_ratios(self) -> TimeRatios | None:
         """The shares of busy, backpressured and idle time since the previous call (the heartbeat's)."""
         return self.time.time_ratios()
+
+    def time_totals(self) -> TimeTotals:
+        """The busy, backpressured and idle seconds of this attempt so far (the heartbeat's)."""
+        return self.time.time_totals()
 
     def input_watermark(self) -> int | None:
         """The task's current input watermark (a source's: the one it emits), in ms; None before the

@@ -462,7 +462,7 @@ class TaskHost:
                 records_in=task.records_in,
                 records_out=task.records_emitted(),
             )
-            set_task_load(entry, task.time_ratios(), task.input_watermark())
+            set_task_load(entry, task.time_ratios(), task.time_totals(), task.input_watermark())
             entries.append(entry)
         return entries
 

@@ -107,6 +107,10 @@ class TimeAccount:
         self._heartbeat_totals, self._heartbeat_ratios = totals, ratios
         return ratios
 
+    def time_totals(self) -> TimeTotals:
+        """The busy, backpressured and idle seconds so far, as of the task's latest metrics sync."""
+        return self._totals
+
     def retire(self) -> None:
         """The task attempt is over: its series go, and a sampler must not bring them back."""
         with self._lock:

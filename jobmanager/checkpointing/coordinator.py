@@ -164,6 +164,7 @@ class TaskCheckpointStats:
     unaligned: bool = False
     inflight_bytes: int = 0
     timeline: SubtaskCheckpointTimeline | None = None  # the task's; ``acked_at`` ends it on the JobManager
+    checkpointed_size_bytes: int = 0  # uploaded for this checkpoint: its state without the objects it reused
 
 
 @dataclass(frozen=True)
@@ -181,6 +182,7 @@ class CheckpointSummary:
     state_size_bytes: int
     failure: AbortReason | None
     tasks: tuple[TaskCheckpointStats, ...]
+    checkpointed_size_bytes: int = 0  # uploaded for it: ``state_size_bytes`` without the objects it reused
     pending_tasks: tuple[TaskId, ...] = ()
     full: bool = False  # a full checkpoint (``weir checkpoint --full``), also when read back from its metadata
 
@@ -222,6 +224,7 @@ def _task_stats(pending: PendingCheckpoint) -> tuple[TaskCheckpointStats, ...]:
                 unaligned=m.unaligned,
                 inflight_bytes=m.inflight_bytes,
                 timeline=m.timeline,
+                checkpointed_size_bytes=max(0, m.state_size_bytes - pending.states[task_id].reused_bytes),
             )
         )
     return tuple(out)
@@ -241,6 +244,7 @@ def _summarize(
         state_size_bytes=checkpoint_size_bytes(pending.states.values()),
         failure=failure,
         tasks=_task_stats(pending),
+        checkpointed_size_bytes=sum(s.size_bytes - s.reused_bytes for s in pending.states.values()),
         pending_tasks=tuple(sorted(pending.not_yet_acknowledged)),
         full=pending.full,
     )

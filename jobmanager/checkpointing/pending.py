@@ -108,6 +108,12 @@ class TaskStateHandle:
     def size_bytes(self) -> int:
         return sum(o.size_bytes for o in self.objects) + len(self.inline_payload) + len(self.sink_precommit)
 
+    @property
+    def reused_bytes(self) -> int:
+        """The bytes of the objects an earlier checkpoint uploaded (Flink's state size minus its
+        checkpointed size)."""
+        return sum(o.size_bytes for o in self.objects if o.reused)
+
 
 def checkpoint_size_bytes(states: Iterable[TaskStateHandle]) -> int:
     """What the tasks' snapshots hold together: each object once, however many tasks reference it (a

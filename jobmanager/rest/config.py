@@ -33,9 +33,11 @@ from weir.core.config import (
 from weir.core.kafka_config import redact
 from weir.jobmanager.messages import JobConfigView
 from weir.jobmanager.rest.ids import flink_job_id
-from weir.jobmanager.rest.views import Model, _api, ms
+from weir.jobmanager.rest.views import UNKNOWN_REVISION, Model, _api, ms
 
 NEVER_MS: Final = 2**63 - 1  # Flink's interval of a job without periodic checkpoints (Long.MAX_VALUE)
+UNLIMITED_FAILED_CHECKPOINTS: Final = 2**31 - 1  # Flink's "tolerate every failed checkpoint" (Integer.MAX_VALUE)
+NO_MATERIALIZATION_MS: Final = -1  # Flink's materialization interval when it is off: Weir has no state changelog
 STATE_BACKEND: Final = "rocksdb"  # every keyed state of a Weir job is in RocksDB
 
 
@@ -49,7 +51,9 @@ class Externalization(Model):
 
 class CheckpointConfigInfo(Model):
     """Flink's ``CheckpointConfigInfo``, with Weir's ``retained`` (how many completed checkpoints are
-    kept, ``checkpointing.retained``) beside it."""
+    kept, ``checkpointing.retained``) beside it. A failed checkpoint never fails a Weir job (the next one
+    is triggered as usual), so ``tolerable_failed_checkpoints`` is Flink's unlimited; Weir has no state
+    changelog, so no periodic materialization (Flink's -1: off) and no ``changelog_storage``."""
 
     mode: str  # exactly_once or at_least_once, lower case as Flink writes it
     interval: int  # ms; Long.MAX_VALUE without periodic checkpoints, as Flink
@@ -62,7 +66,9 @@ class CheckpointConfigInfo(Model):
     unaligned_checkpoints: bool
     aligned_checkpoint_timeout: int  # ms; unaligned only: a barrier goes unaligned after this long
     checkpoints_after_tasks_finish: bool  # a final checkpoint after bounded input ended (always in Weir)
+    tolerable_failed_checkpoints: int  # Integer.MAX_VALUE: a failed checkpoint never fails the job
     state_changelog_enabled: bool
+    changelog_periodic_materialization_interval: int  # ms; -1: off (no state changelog)
     retained: int
 
 
@@ -83,7 +89,9 @@ def checkpoint_config(view: JobConfigView) -> CheckpointConfigInfo:
         unaligned_checkpoints=unaligned,
         aligned_checkpoint_timeout=ms(settings.aligned_checkpoint_timeout_s),
         checkpoints_after_tasks_finish=True,
+        tolerable_failed_checkpoints=UNLIMITED_FAILED_CHECKPOINTS,
         state_changelog_enabled=False,
+        changelog_periodic_materialization_interval=NO_MATERIALIZATION_MS,
         retained=settings.retained,
     )
 
@@ -91,7 +99,6 @@ def checkpoint_config(view: JobConfigView) -> CheckpointConfigInfo:
 # The web UI's configuration (Flink's DashboardConfiguration) ---------------------------------------
 
 WEB_UI_REFRESH_MS: Final = 2000  # how often the web UI polls (web/app.js's POLL_MS)
-UNKNOWN_REVISION: Final = "unknown"  # a Weir build records no source revision
 
 
 class Features(Model):
@@ -184,23 +191,23 @@ def jobmanager_settings(
 
 # A job's configuration (Flink's JobConfigInfo) -----------------------------------------------------
 
-EXECUTION_MODE: Final = "PIPELINED"  # records stream from task to task (Flink's ExecutionMode)
-
 
 class ExecutionConfigInfo(Model):
-    execution_mode: str = _api("execution-mode")
+    """Flink 2.2's ``ExecutionConfigInfo``, which Flink's client reads strictly: these four fields and
+    no other (Flink 2.2 dropped ``execution-mode``), so Weir's own job settings sit beside it."""
+
     restart_strategy: str = _api("restart-strategy")  # its name (restart.strategy)
     job_parallelism: int = _api("job-parallelism")
     object_reuse_mode: bool = _api("object-reuse-mode")  # Flink's default, false: Weir has no such switch
     user_config: dict[str, str] = _api("user-config")  # the job's -D parameters, as given
-    max_parallelism: int  # its key groups
-    buffer_timeout: int  # ms (execution.buffer-timeout)
 
 
 class JobConfigInfo(Model):
     jid: str
     name: str
     execution_config: ExecutionConfigInfo = _api("execution-config")
+    max_parallelism: int  # Weir's: its key groups
+    buffer_timeout: int  # Weir's: ms (execution.buffer-timeout)
 
 
 def job_config(view: JobConfigView) -> JobConfigInfo:
@@ -208,12 +215,11 @@ def job_config(view: JobConfigView) -> JobConfigInfo:
         jid=flink_job_id(view.job_id),
         name=view.job_name,
         execution_config=ExecutionConfigInfo(
-            execution_mode=EXECUTION_MODE,
             restart_strategy=view.restart_strategy,
             job_parallelism=view.parallelism,
             object_reuse_mode=False,
             user_config={key: redact(key, value) for key, value in sorted(view.parameters.items())},
-            max_parallelism=view.max_parallelism,
-            buffer_timeout=ms(view.buffer_timeout_s),
         ),
+        max_parallelism=view.max_parallelism,
+        buffer_timeout=ms(view.buffer_timeout_s),
     )

@@ -39,3 +39,10 @@ def flink_vertex_id(uid: str) -> str:
 def names_vertex(vertex_id: str, uid: str) -> bool:
     """Whether a path's vertex id names the vertex of this uid: the uid itself or its Flink form."""
     return vertex_id == uid or vertex_id.lower() == flink_vertex_id(uid)
+
+
+def slot_sharing_group_id(job_id: str) -> str:
+    """The id in Flink's form (``SlotSharingGroupId``, 32 hex characters) of a job's one slot sharing
+    group: every vertex of a Weir job shares slots (slot ``i`` runs subtask ``i`` of each), as Flink's
+    default group. A hash of the job's id: the same for every attempt of the job."""
+    return hashlib.blake2b(f"slot-sharing-group/{job_id}".encode(), digest_size=16).hexdigest()

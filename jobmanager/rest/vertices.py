@@ -8,33 +8,30 @@ job ended. So a subtask's ``start-time`` (Flink: when it reached DEPLOYING) is i
 deployment, its ``end-time`` the job's end once the job ended (-1 before, as Flink's for a subtask not
 ended, also for a subtask that finished in a job still running: Weir does not record that moment), and
 ``timestamps`` carries those two states, 0 for every other (Flink's value for a state not reached).
-Byte counters Weir does not keep: ``read-bytes`` and ``write-bytes`` are 0 with ``-complete`` false,
-Flink's flag for a metric not known."""
+A subtask's ``metrics`` are ``weir.jobmanager.rest.views.IOMetrics``: its records, its busy,
+backpressured and idle ms; byte counters Weir does not keep (0, ``-complete`` false, Flink's flag for
+a metric not known)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Final
 
-from weir.core.states import TaskState
 from weir.jobmanager.messages import ClusterView, JobStatusView, TaskView, VertexView
 from weir.jobmanager.rest.ids import flink_vertex_id, names_vertex
-from weir.jobmanager.rest.views import FLINK_EXECUTION_STATES, Model, _api, ms
+from weir.jobmanager.rest.views import (
+    FLINK_EXECUTION_STATES,
+    IOMetrics,
+    Model,
+    _api,
+    execution_state,
+    io_metrics,
+    ms,
+)
 
 UNASSIGNED: Final = "(unassigned)"  # Flink's host and TaskManager of a subtask not deployed
-
-
-class IOMetrics(Model):
-    """Flink's ``IOMetricsInfo``: a ``-complete`` flag says the figure is known."""
-
-    read_bytes: int = _api("read-bytes")
-    read_bytes_complete: bool = _api("read-bytes-complete")
-    write_bytes: int = _api("write-bytes")
-    write_bytes_complete: bool = _api("write-bytes-complete")
-    read_records: int = _api("read-records")
-    read_records_complete: bool = _api("read-records-complete")
-    write_records: int = _api("write-records")
-    write_records_complete: bool = _api("write-records-complete")
+TIMED_STATES: Final = ("CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING")  # Flink's status-duration
+NOT_RECORDED: Final = -1  # Flink's duration of a state whose start or end is not known
 
 
 class SubtaskAttemptDetails(Model):
@@ -52,6 +49,8 @@ class SubtaskAttemptDetails(Model):
     metrics: IOMetrics
     taskmanager_id: str = _api("taskmanager-id")
     started_deprecated: int = _api("start_time")  # Flink writes both spellings
+    # Flink's ms spent in each early state: Weir records no state's entry but the deployment, so -1 each
+    status_duration: dict[str, int] = _api("status-duration")
 
 
 class VertexDetails(Model):
@@ -72,6 +71,7 @@ class SubtaskTimes(Model):
 
     subtask: int
     host: str
+    endpoint: str  # Flink's name of the same: the TaskManager's address
     duration: int
     timestamps: dict[str, int]
 
@@ -84,11 +84,6 @@ class VertexSubtaskTimes(Model):
     name: str
     now: int
     subtasks: list[SubtaskTimes]
-
-
-def flink_execution_state(state: TaskState | None) -> str:
-    """A task's state as Flink's ExecutionState: Weir's are a subset; not reported yet is CREATED."""
-    return "CREATED" if state is None else state.value
 
 
 def _deployed_at(status: JobStatusView, task: TaskView) -> int:
@@ -116,28 +111,19 @@ def subtask_details(status: JobStatusView, task: TaskView, addresses: Mapping[st
     now = ms(status.now)
     start, end = _deployed_at(status, task), _ended_at(status, task)
     host = addresses.get(task.taskmanager_id, UNASSIGNED) if task.taskmanager_id else UNASSIGNED
-    reported = task.state is not None
     return SubtaskAttemptDetails(
         subtask=task.subtask,
-        status=flink_execution_state(task.state),
+        status=execution_state(task.state),
         attempt=task.attempt,
         host=host,
         endpoint=host,
         started=start,
         ended=end,
         duration=_duration(start, end, now),
-        metrics=IOMetrics(
-            read_bytes=0,
-            read_bytes_complete=False,
-            write_bytes=0,
-            write_bytes_complete=False,
-            read_records=task.records_in,
-            read_records_complete=reported,
-            write_records=task.records_out,
-            write_records_complete=reported,
-        ),
+        metrics=io_metrics([task]),
         taskmanager_id=task.taskmanager_id or UNASSIGNED,
         started_deprecated=start,
+        status_duration=dict.fromkeys(TIMED_STATES, NOT_RECORDED),
     )
 
 
@@ -179,10 +165,12 @@ def subtask_times(status: JobStatusView, vertex: VertexView, cluster: ClusterVie
             reached["DEPLOYING"] = start
         if end > 0 and task.state is not None:
             reached[task.state.value] = end
+        host = addresses.get(task.taskmanager_id, UNASSIGNED) if task.taskmanager_id else UNASSIGNED
         subtasks.append(
             SubtaskTimes(
                 subtask=task.subtask,
-                host=addresses.get(task.taskmanager_id, UNASSIGNED) if task.taskmanager_id else UNASSIGNED,
+                host=host,
+                endpoint=host,
                 duration=_duration(start, end, now),
                 timestamps=reached,
             )

@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal, assert_never
+from typing import Annotated, Any, Final, Literal, assert_never
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema, model_validator
 
@@ -19,6 +19,7 @@ from weir import __version__
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.errors import Fault
 from weir.core.failures import Failure
+from weir.core.hardware import Hardware
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
 from weir.graph import Partitioning
@@ -37,7 +38,7 @@ from weir.jobmanager.messages import (
     TaskView,
     VertexView,
 )
-from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id, slot_sharing_group_id
 
 
 def _names(enum_type: type[enum.Enum]) -> WithJsonSchema:
@@ -149,10 +150,29 @@ FLINK_JOB_STATUSES: tuple[str, ...] = (
 
 
 def task_counts(states: Iterable[TaskState | None]) -> dict[str, int]:
-    """Flink's ``tasks`` of a job or vertex: ``total`` and one count per ExecutionState (lower case),
-    every one present as Flink's client reads them all; a task not reported yet counts as CREATED."""
+    """Flink's ``tasks`` of a job in the jobs overview (``MultipleJobsDetails``): ``total`` and one count
+    per ExecutionState (lower case), every one present as Flink's client reads them all; a task not
+    reported yet counts as CREATED."""
     seen = Counter("CREATED" if state is None else state.value for state in states)
     return {"total": sum(seen.values()), **{name.lower(): seen[name] for name in FLINK_EXECUTION_STATES}}
+
+
+def execution_state(state: TaskState | None) -> str:
+    """A task's or vertex's state as Flink's ExecutionState: Weir's are a subset; not reported yet is CREATED."""
+    return "CREATED" if state is None else state.value
+
+
+def execution_state_counts(states: Iterable[TaskState | None]) -> dict[str, int]:
+    """Flink's counts per ExecutionState in ``JobDetailsInfo`` (a vertex's ``tasks``, the job's vertices
+    in ``status-counts``): by its name (upper case, every one present, no total: Flink reads the keys as
+    ExecutionStates); a task not reported yet, or a vertex whose tasks have not all reported, counts as
+    CREATED."""
+    seen = Counter(execution_state(state) for state in states)
+    return {name: seen[name] for name in FLINK_EXECUTION_STATES}
+
+
+UNKNOWN_REVISION: Final = "unknown"  # a Weir build records no source revision (Flink's commit id)
+JOB_TYPE: Final = "STREAMING"  # Flink's JobType: Weir runs every job as a stream, bounded input too
 
 
 class JobOverviewEntry(Model):
@@ -205,6 +225,10 @@ class Overview(Model):
     jobs_finished: int = _api("jobs-finished")
     jobs_cancelled: int = _api("jobs-cancelled")
     jobs_failed: int = _api("jobs-failed")
+    taskmanagers_blocked: int = _api("taskmanagers-blocked")  # 0: Weir blocks no TaskManager
+    slots_free_and_blocked: int = _api("slots-free-and-blocked")
+    flink_version: str = _api("flink-version")  # Weir's version, as /config's
+    flink_commit: str = _api("flink-commit")  # a Weir build records no revision: "unknown"
     weir_version: str = _api("weir-version")
 
 
@@ -219,6 +243,10 @@ def overview(cluster: ClusterView, jobs: Sequence[JobSummaryView]) -> Overview:
         jobs_finished=statuses[JobStatus.FINISHED],
         jobs_cancelled=statuses[JobStatus.CANCELED],
         jobs_failed=statuses[JobStatus.FAILED],
+        taskmanagers_blocked=0,
+        slots_free_and_blocked=0,
+        flink_version=__version__,
+        flink_commit=UNKNOWN_REVISION,
         weir_version=__version__,
     )
 
@@ -231,12 +259,99 @@ class PlacedTask(Model):
     status: TaskState | None  # None: deployed, not reported yet
 
 
+class ResourceProfileInfo(Model):
+    """Flink's ``ResourceProfileInfo``. A Weir TaskManager offers slots, not sized CPU and memory
+    resources: Flink's unknown profile (``ResourceProfile.UNKNOWN``: -1 everywhere, no extended ones)."""
+
+    cpu_cores: float = _api("cpuCores")
+    task_heap_memory: int = _api("taskHeapMemory")  # MB
+    task_off_heap_memory: int = _api("taskOffHeapMemory")
+    managed_memory: int = _api("managedMemory")
+    network_memory: int = _api("networkMemory")
+    extended_resources: dict[str, float] = _api("extendedResources")
+
+
+UNKNOWN_RESOURCES: Final = ResourceProfileInfo(
+    cpu_cores=-1.0,
+    task_heap_memory=-1,
+    task_off_heap_memory=-1,
+    managed_memory=-1,
+    network_memory=-1,
+    extended_resources={},
+)
+
+
+class HardwareDescription(Model):
+    """Flink's ``HardwareDescription``: the CPU cores and physical memory the TaskManager reported at
+    registration (``weir.core.hardware``; -1: not reported, by a TaskManager older than the field); a
+    Python process has no JVM heap (``freeMemory``) and Weir no managed memory: 0 bytes."""
+
+    cpu_cores: int = _api("cpuCores")
+    physical_memory: int = _api("physicalMemory")
+    free_memory: int = _api("freeMemory")
+    managed_memory: int = _api("managedMemory")
+
+
+NOT_REPORTED: Final = -1
+
+
+def hardware_description(hardware: Hardware | None) -> HardwareDescription:
+    return HardwareDescription(
+        cpu_cores=hardware.cpu_cores if hardware is not None else NOT_REPORTED,
+        physical_memory=hardware.physical_memory_bytes
+        if hardware is not None and hardware.physical_memory_bytes
+        else NOT_REPORTED,
+        free_memory=0,
+        managed_memory=0,
+    )
+
+
+class MemoryConfiguration(Model):
+    """Flink's ``TaskExecutorMemoryConfiguration``: the sizes of a JVM TaskManager's memory pools. Weir
+    sizes none of them (no JVM heap, metaspace, network buffers or managed memory): 0 bytes each."""
+
+    framework_heap: int = _api("frameworkHeap")
+    task_heap: int = _api("taskHeap")
+    framework_off_heap: int = _api("frameworkOffHeap")
+    task_off_heap: int = _api("taskOffHeap")
+    network_memory: int = _api("networkMemory")
+    managed_memory: int = _api("managedMemory")
+    jvm_metaspace: int = _api("jvmMetaspace")
+    jvm_overhead: int = _api("jvmOverhead")
+    total_flink_memory: int = _api("totalFlinkMemory")
+    total_process_memory: int = _api("totalProcessMemory")
+
+
+NO_JVM_MEMORY: Final = MemoryConfiguration(
+    framework_heap=0,
+    task_heap=0,
+    framework_off_heap=0,
+    task_off_heap=0,
+    network_memory=0,
+    managed_memory=0,
+    jvm_metaspace=0,
+    jvm_overhead=0,
+    total_flink_memory=0,
+    total_process_memory=0,
+)
+
+
 class TaskManagerInfo(Model):
+    """Flink's ``TaskManagerInfo`` of what the JobManager knows of a TaskManager, with Weir's
+    ``alive`` and ``tasks``."""
+
     id: str
     path: str  # the address of its gRPC service
+    data_port: int = _api("dataPort")  # the port of ``path``: one gRPC service carries control and data
+    jmx_port: int = _api("jmxPort")  # -1: none (Flink's value without JMX)
     slots_number: int = _api("slotsNumber")
     free_slots: int = _api("freeSlots")
     time_since_last_heartbeat: int = _api("timeSinceLastHeartbeat")  # ms
+    total_resource: ResourceProfileInfo = _api("totalResource")
+    free_resource: ResourceProfileInfo = _api("freeResource")
+    hardware: HardwareDescription
+    memory_configuration: MemoryConfiguration = _api("memoryConfiguration")
+    blocked: bool  # Weir blocks no TaskManager
     alive: bool
     tasks: list[PlacedTask]
 
@@ -245,24 +360,79 @@ class TaskManagers(Model):
     taskmanagers: list[TaskManagerInfo]
 
 
-class TaskManagerDetails(TaskManagerInfo):
-    """Flink's ``TaskManagerDetailsInfo`` of what the JobManager knows of a TaskManager: its address,
-    data port (its one gRPC service carries the control and the data plane), slots and heartbeat.
-    Flink's ``hardware``, ``memoryConfiguration``, resources and JVM ``metrics`` a TaskManager does not
-    report; its own metrics are on Prometheus at ``metricsPort``."""
+class GarbageCollector(Model):
+    name: str
+    count: int
+    time: int
 
-    data_port: int = _api("dataPort")
-    jmx_port: int = _api("jmxPort")  # -1: none (Flink's value without JMX)
-    metrics_port: int = _api("metricsPort")  # 0: none
+
+class TaskManagerMetricsInfo(Model):
+    """Flink's ``TaskManagerMetricsInfo``: a JVM's heap, non-heap, direct and mapped buffers, Netty's
+    shuffle memory and garbage collectors. A Weir TaskManager has none of them: 0 each, no collector
+    (its process's memory and CPU are on its Prometheus endpoint, ``metricsPort``)."""
+
+    heap_used: int = _api("heapUsed")
+    heap_committed: int = _api("heapCommitted")
+    heap_max: int = _api("heapMax")
+    non_heap_used: int = _api("nonHeapUsed")
+    non_heap_committed: int = _api("nonHeapCommitted")
+    non_heap_max: int = _api("nonHeapMax")
+    direct_count: int = _api("directCount")
+    direct_used: int = _api("directUsed")
+    direct_max: int = _api("directMax")
+    mapped_count: int = _api("mappedCount")
+    mapped_used: int = _api("mappedUsed")
+    mapped_max: int = _api("mappedMax")
+    shuffle_segments_available: int = _api("nettyShuffleMemorySegmentsAvailable")
+    shuffle_segments_used: int = _api("nettyShuffleMemorySegmentsUsed")
+    shuffle_segments_total: int = _api("nettyShuffleMemorySegmentsTotal")
+    shuffle_memory_available: int = _api("nettyShuffleMemoryAvailable")
+    shuffle_memory_used: int = _api("nettyShuffleMemoryUsed")
+    shuffle_memory_total: int = _api("nettyShuffleMemoryTotal")
+    garbage_collectors: list[GarbageCollector] = _api("garbageCollectors")
+
+
+NO_JVM_METRICS: Final = TaskManagerMetricsInfo.model_validate(
+    {name: 0 for name in TaskManagerMetricsInfo.model_fields if name != "garbage_collectors"}
+    | {"garbage_collectors": []}
+)
+
+
+class SlotInfo(Model):
+    """Flink's ``SlotInfo``: an allocated slot, the job whose tasks it runs."""
+
+    job_id: str = _api("jobId")
+    resource: ResourceProfileInfo
+
+
+class TaskManagerDetails(TaskManagerInfo):
+    """Flink's ``TaskManagerDetailsInfo``: the list's entry, its allocated slots and Flink's JVM
+    ``metrics`` (none: 0), with Weir's ``metricsPort`` (its Prometheus metrics; 0: none)."""
+
+    allocated_slots: list[SlotInfo] = _api("allocatedSlots")
+    metrics: TaskManagerMetricsInfo
+    metrics_port: int = _api("metricsPort")
+
+
+def _data_port(address: str) -> int:
+    port = address.rsplit(":", 1)[-1]
+    return int(port) if port.isdigit() else -1
 
 
 def _taskmanager_fields(tm: TaskManagerView) -> dict[str, Any]:
     return {
         "id": tm.taskmanager_id,
         "path": tm.address,
+        "data_port": _data_port(tm.address),
+        "jmx_port": -1,
         "slots_number": tm.slots_total,
         "free_slots": tm.slots_free,
         "time_since_last_heartbeat": ms(tm.last_heartbeat_age_s),
+        "total_resource": UNKNOWN_RESOURCES,
+        "free_resource": UNKNOWN_RESOURCES,
+        "hardware": hardware_description(tm.hardware),
+        "memory_configuration": NO_JVM_MEMORY,
+        "blocked": False,
         "alive": tm.alive,
         "tasks": [
             PlacedTask(
@@ -277,6 +447,13 @@ def _taskmanager_fields(tm: TaskManagerView) -> dict[str, Any]:
     }
 
 
+def allocated_slots(tm: TaskManagerView) -> list[SlotInfo]:
+    """The TaskManager's slots its jobs' tasks run in: slot sharing puts subtask ``i`` of every vertex
+    of a job in one slot, so one slot per job and subtask index placed here."""
+    slots = sorted({(flink_job_id(t.job_id), t.subtask) for t in tm.tasks})
+    return [SlotInfo(job_id=job_id, resource=UNKNOWN_RESOURCES) for job_id, _subtask in slots]
+
+
 def taskmanagers(cluster: ClusterView) -> TaskManagers:
     return TaskManagers(taskmanagers=[TaskManagerInfo(**_taskmanager_fields(tm)) for tm in cluster.taskmanagers])
 
@@ -286,11 +463,10 @@ def taskmanager_details(cluster: ClusterView, taskmanager_id: str) -> TaskManage
     tm = next((t for t in cluster.taskmanagers if t.taskmanager_id == taskmanager_id), None)
     if tm is None:
         return None
-    port = tm.address.rsplit(":", 1)[-1]
     return TaskManagerDetails(
         **_taskmanager_fields(tm),
-        data_port=int(port) if port.isdigit() else -1,
-        jmx_port=-1,
+        allocated_slots=allocated_slots(tm),
+        metrics=NO_JVM_METRICS,
         metrics_port=tm.metrics_port,
     )
 
@@ -340,9 +516,44 @@ def jobs(summaries: Iterable[JobSummaryView]) -> Jobs:
     )
 
 
-class VertexMetrics(Model):
+class IOMetrics(Model):
+    """Flink's ``IOMetricsInfo`` of a subtask, or summed over a vertex's: a ``-complete`` flag says
+    the figure is known (every subtask reported it). Weir counts records, not bytes: the byte figures
+    are 0 and never complete. The accumulated times are the ms the task thread spent busy,
+    backpressured (waiting for output credit) and idle in its current attempt, as its TaskManager
+    accounted them at its latest heartbeat (0 before the first; ``weir_busy_seconds_total`` and its
+    siblings count the same)."""
+
+    read_bytes: int = _api("read-bytes")
+    read_bytes_complete: bool = _api("read-bytes-complete")
+    write_bytes: int = _api("write-bytes")
+    write_bytes_complete: bool = _api("write-bytes-complete")
     read_records: int = _api("read-records")
+    read_records_complete: bool = _api("read-records-complete")
     write_records: int = _api("write-records")
+    write_records_complete: bool = _api("write-records-complete")
+    accumulated_backpressured_time: int = _api("accumulated-backpressured-time")
+    accumulated_idle_time: int = _api("accumulated-idle-time")
+    accumulated_busy_time: float = _api("accumulated-busy-time")
+
+
+def io_metrics(tasks: Sequence[TaskView]) -> IOMetrics:
+    """The IO metrics of these tasks (one subtask's, or a vertex's), summed as Flink sums them."""
+    reported = bool(tasks) and all(t.state is not None for t in tasks)
+    totals = [t.time_totals for t in tasks if t.time_totals is not None]
+    return IOMetrics(
+        read_bytes=0,
+        read_bytes_complete=False,
+        write_bytes=0,
+        write_bytes_complete=False,
+        read_records=sum(t.records_in for t in tasks),
+        read_records_complete=reported,
+        write_records=sum(t.records_out for t in tasks),
+        write_records_complete=reported,
+        accumulated_backpressured_time=ms(sum(t.backpressured_s for t in totals)),
+        accumulated_idle_time=ms(sum(t.idle_s for t in totals)),
+        accumulated_busy_time=float(ms(sum(t.busy_s for t in totals))),
+    )
 
 
 class SubtaskInfo(Model):
@@ -362,15 +573,16 @@ class SubtaskInfo(Model):
 class VertexInfo(Model):
     id: str  # Flink's JobVertexID form (weir.jobmanager.rest.ids.flink_vertex_id)
     uid: str  # Weir's: the head operator's uid, as exceptions and checkpoints name the vertex
+    slot_sharing_group_id: str = _api("slotSharingGroupId")  # the job's one group (ids.slot_sharing_group_id)
     name: str
     parallelism: int
     max_parallelism: int = _api("maxParallelism")
-    status: TaskState | None
+    status: str  # a Flink ExecutionState: its subtasks' aggregated (vertex_status), CREATED until all reported
     start_time: int = _api("start-time")  # when its current tasks were deployed; -1: not known
     end_time: int = _api("end-time")  # -1: not ended
     duration: int  # -1: not known
-    tasks: dict[str, int]  # Flink's: total and a count per ExecutionState
-    metrics: VertexMetrics
+    tasks: dict[str, int]  # Flink's: a count per ExecutionState, every one
+    metrics: IOMetrics  # summed over its subtasks
     subtasks: list[SubtaskInfo]
 
 
@@ -424,6 +636,7 @@ class JobDetails(Model):
     jid: str
     name: str
     state: JobStatus
+    job_type: str = _api("job-type")  # Flink's JobType: STREAMING
     start_time: int = _api("start-time")
     end_time: int = _api("end-time")  # -1: not ended (Flink's spelling)
     duration: int
@@ -433,11 +646,13 @@ class JobDetails(Model):
     last_completed_checkpoint: int | None
     failure: FailureInfo | None
     vertices: list[VertexInfo]
-    status_counts: dict[TaskState, int] = _api("status-counts")
+    # Flink's: how many of its vertices are in each ExecutionState (every one); the tasks are each vertex's
+    status_counts: dict[str, int] = _api("status-counts")
     max_parallelism: int = _api("maxParallelism")  # its key groups
     is_stoppable: bool = _api("isStoppable")  # Flink's stop without savepoint: never in Weir
     timestamps: dict[str, int]  # Flink's: when the job reached each JobStatus, 0 for one it has not
     plan: Plan  # as GET /jobs/{id}/plan answers it
+    pending_operators: int = _api("pending-operators")  # Flink's operators not yet in the plan: none
     end: JobEndInfo | None = None  # None: neither ending nor ended
 
 
@@ -487,21 +702,19 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
             VertexInfo(
                 id=flink_vertex_id(vertex.uid),
                 uid=vertex.uid,
+                slot_sharing_group_id=slot_sharing_group_id(summary.job_id),
                 name=vertex.name,
                 parallelism=vertex.parallelism,
                 max_parallelism=plan.max_parallelism,
-                status=vertex_status(t.state for t in tasks),
+                status=execution_state(vertex_status(t.state for t in tasks)),
                 start_time=vertex_start,
                 end_time=vertex_end if vertex_end is not None else -1,
                 duration=max(0, (vertex_end if vertex_end is not None else now_ms) - vertex_start),
-                tasks=task_counts(t.state for t in tasks),
-                metrics=VertexMetrics(
-                    read_records=sum(t.records_in for t in tasks), write_records=sum(t.records_out for t in tasks)
-                ),
+                tasks=execution_state_counts(t.state for t in tasks),
+                metrics=io_metrics(tasks),
                 subtasks=[_subtask(t, now_ms) for t in tasks],
             )
         )
-    counts = Counter(t.state for t in status.tasks if t.state is not None)
     reached = {JobStatus.CREATED.value: start}
     if status.last_restore_at:
         reached[JobStatus.RUNNING.value] = ms(status.last_restore_at)
@@ -511,6 +724,7 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         jid=flink_job_id(summary.job_id),
         name=summary.job_name,
         state=summary.status,
+        job_type=JOB_TYPE,
         start_time=start,
         end_time=end if end is not None else -1,
         duration=max(0, (end if end is not None else now_ms) - start),
@@ -520,13 +734,20 @@ def job_details(status: JobStatusView, plan: JobPlanView) -> JobDetails:
         last_completed_checkpoint=status.last_completed_checkpoint or None,
         failure=failure_info(status.failure),
         vertices=vertices,
-        status_counts={state: counts[state] for state in TaskState if counts[state]},
+        status_counts=vertices_per_state(vertices),
         max_parallelism=plan.max_parallelism,
         is_stoppable=False,
         timestamps={name: reached.get(name, 0) for name in FLINK_JOB_STATUSES},
         plan=job_plan(plan).plan,
+        pending_operators=0,
         end=_end_info(status.end) if status.end is not None else None,
     )
+
+
+def vertices_per_state(vertices: Iterable[VertexInfo]) -> dict[str, int]:
+    """Flink's ``status-counts``: how many vertices are in each ExecutionState, every state present."""
+    seen = Counter(v.status for v in vertices)
+    return {name: seen[name] for name in FLINK_EXECUTION_STATES}
 
 
 def _end_info(end: JobEndView) -> JobEndInfo:
@@ -552,10 +773,14 @@ class PlanOperator(Model):
     name: str
 
 
+EXCHANGE: Final = "pipelined_bounded"  # Flink's ResultPartitionType: records stream through bounded, credited buffers
+
+
 class PlanInput(Model):
     num: int
     id: str  # the producer vertex, in Flink's form
     ship_strategy: PartitioningName
+    exchange: str  # Flink's: how records cross the edge (always pipelined_bounded in Weir)
     side_output: str | None  # the side output's tag name; None: the producer's main output
 
 
@@ -564,7 +789,9 @@ class PlanNode(Model):
     uid: str  # Weir's: the head operator's uid
     parallelism: int
     operator: str  # the head operator's name
+    operator_strategy: str  # Flink's: empty for a streaming job's vertex, as Flink's
     description: str  # the chain's operator names, joined by ' -> '
+    optimizer_properties: dict[str, Any]  # Flink's: empty for a streaming job's vertex, as Flink's
     operators: list[PlanOperator]  # the chain, head first
     inputs: list[PlanInput]
 
@@ -572,6 +799,7 @@ class PlanNode(Model):
 class Plan(Model):
     jid: str
     name: str
+    type: str  # Flink's JobType: STREAMING
     nodes: list[PlanNode]  # in topological order
 
 
@@ -585,11 +813,17 @@ def _node(vertex: VertexView) -> PlanNode:
         uid=vertex.uid,
         parallelism=vertex.parallelism,
         operator=vertex.operators[0].name if vertex.operators else "",
+        operator_strategy="",
         description=vertex.name,
+        optimizer_properties={},
         operators=[PlanOperator(uid=o.uid, name=o.name) for o in vertex.operators],
         inputs=[
             PlanInput(
-                num=n, id=flink_vertex_id(e.producer_vertex), ship_strategy=e.partitioning, side_output=e.side_output
+                num=n,
+                id=flink_vertex_id(e.producer_vertex),
+                ship_strategy=e.partitioning,
+                exchange=EXCHANGE,
+                side_output=e.side_output,
             )
             for n, e in enumerate(vertex.inputs)
         ],
@@ -598,7 +832,9 @@ def _node(vertex: VertexView) -> PlanNode:
 
 def job_plan(plan: JobPlanView) -> JobPlan:
     return JobPlan(
-        plan=Plan(jid=flink_job_id(plan.job_id), name=plan.job_name, nodes=[_node(v) for v in plan.vertices])
+        plan=Plan(
+            jid=flink_job_id(plan.job_id), name=plan.job_name, type=JOB_TYPE, nodes=[_node(v) for v in plan.vertices]
+        )
     )
 
 
@@ -691,6 +927,25 @@ def checkpoint_class(status: CheckpointStatus) -> CheckpointClass:
             assert_never(status)
 
 
+NOT_MEASURED: Final = 0  # Flink's alignment_buffered (deprecated, 0 in Flink too) and processed_data: not measured
+
+
+class VertexCheckpoint(Model):
+    """Flink's ``TaskCheckpointStatistics``: one vertex's part of a checkpoint, over its subtasks."""
+
+    id: int  # the checkpoint's
+    status: CheckpointStatus
+    latest_ack_timestamp: int  # -1: no subtask acknowledged yet
+    checkpointed_size: int
+    state_size: int
+    end_to_end_duration: int  # trigger to its latest acknowledgement; -1: none yet
+    alignment_buffered: int  # 0: not measured
+    processed_data: int  # 0: not measured
+    persisted_data: int
+    num_subtasks: int
+    num_acknowledged_subtasks: int
+
+
 class Checkpoint(Model):
     class_name: CheckpointClass = _api("className")
     id: int
@@ -700,12 +955,19 @@ class Checkpoint(Model):
     full: bool  # a full checkpoint (weir checkpoint --full, FULL): it references no file of an earlier one
     unaligned: bool  # a task persisted in-flight records
     trigger_timestamp: int
-    latest_ack_timestamp: int | None
-    end_to_end_duration: int | None  # trigger to completion or failure; None: in progress
+    latest_ack_timestamp: int  # -1: no subtask acknowledged yet (Flink's)
+    # trigger to completion or failure; in progress (Flink's): to its latest acknowledgement, -1 before one
+    end_to_end_duration: int
     state_size: int
+    checkpointed_size: int  # uploaded for it: its state without the files it reuses from earlier ones
+    alignment_buffered: int  # Flink's (deprecated): 0, not measured
+    processed_data: int  # Flink's bytes processed while aligning: 0, not measured
     persisted_data: int  # in-flight bytes its unaligned subtasks persisted (Flink's persisted_data)
     num_subtasks: int
     num_acknowledged_subtasks: int
+    tasks: dict[str, VertexCheckpoint]  # by vertex id (Flink's form); empty for one read back from storage
+    discarded: bool | None  # completed: no longer retained (subsumed, its files released); None otherwise
+    failure_timestamp: int | None  # a failed one's: when it failed
     failure_message: str | None
     external_path: str | None  # while retained (or a savepoint's copy): weir run --from-checkpoint takes it
 
@@ -747,8 +1009,10 @@ class StatsSummary(Model):
 
 class CheckpointsSummary(Model):
     """Flink's ``CheckpointingStatistics.Summary``, of the figures Weir records (Flink's
-    ``checkpointed_size``, ``processed_data`` and ``alignment_buffered`` it does not)."""
+    ``processed_data`` and ``alignment_buffered`` it does not: left out, as Flink leaves out one it
+    has no statistics of)."""
 
+    checkpointed_size: StatsSummary
     state_size: StatsSummary
     end_to_end_duration: StatsSummary
     persisted_data: StatsSummary
@@ -761,8 +1025,46 @@ class Checkpoints(Model):
     history: list[Checkpoint]  # newest first
 
 
+def _latest_ack_ms(tasks: Iterable[TaskCheckpointStats]) -> int:
+    acks = [t.acked_at for t in tasks if t.acked_at is not None]
+    return ms(max(acks)) if acks else -1
+
+
+def _vertex_checkpoints(summary: CheckpointSummary) -> dict[str, VertexCheckpoint]:
+    """Each vertex's part of the checkpoint, from its subtasks' acknowledgements and those pending."""
+    acked: dict[str, list[TaskCheckpointStats]] = {}
+    for t in summary.tasks:
+        acked.setdefault(t.task_id.operator_uid, []).append(t)
+    pending = Counter(str(t.operator_uid) for t in summary.pending_tasks)
+    trigger = ms(summary.trigger_timestamp)
+    parts = {}
+    for uid in sorted(set(acked) | set(pending)):
+        tasks = acked.get(uid, [])
+        latest = _latest_ack_ms(tasks)
+        parts[flink_vertex_id(uid)] = VertexCheckpoint(
+            id=summary.checkpoint_id,
+            status=summary.status,
+            latest_ack_timestamp=latest,
+            checkpointed_size=sum(t.checkpointed_size_bytes for t in tasks),
+            state_size=sum(t.state_size_bytes for t in tasks),
+            end_to_end_duration=latest - trigger if latest >= 0 else -1,
+            alignment_buffered=NOT_MEASURED,
+            processed_data=NOT_MEASURED,
+            persisted_data=sum(t.inflight_bytes for t in tasks),
+            num_subtasks=len(tasks) + pending[uid],
+            num_acknowledged_subtasks=len(tasks),
+        )
+    return parts
+
+
 def _checkpoint_fields(summary: CheckpointSummary, external_paths: Mapping[CheckpointId, str]) -> dict[str, Any]:
-    acks = [t.acked_at for t in summary.tasks if t.acked_at is not None]
+    latest = _latest_ack_ms(summary.tasks)
+    if summary.duration_s is not None:
+        duration = ms(summary.duration_s)
+    else:
+        duration = latest - ms(summary.trigger_timestamp) if latest >= 0 else -1
+    completed = summary.status is CheckpointStatus.COMPLETED
+    failed = summary.status is CheckpointStatus.FAILED
     return {
         "class_name": checkpoint_class(summary.status),
         "id": summary.checkpoint_id,
@@ -772,12 +1074,22 @@ def _checkpoint_fields(summary: CheckpointSummary, external_paths: Mapping[Check
         "full": summary.full,
         "unaligned": any(t.unaligned for t in summary.tasks),
         "trigger_timestamp": ms(summary.trigger_timestamp),
-        "latest_ack_timestamp": ms(max(acks)) if acks else None,
-        "end_to_end_duration": _optional_ms(summary.duration_s),
+        "latest_ack_timestamp": latest,
+        "end_to_end_duration": duration,
         "state_size": summary.state_size_bytes,
+        "checkpointed_size": summary.checkpointed_size_bytes,
+        "alignment_buffered": NOT_MEASURED,
+        "processed_data": NOT_MEASURED,
         "persisted_data": persisted_data(summary),
         "num_subtasks": summary.total_tasks,
         "num_acknowledged_subtasks": summary.acknowledged,
+        "tasks": _vertex_checkpoints(summary),
+        # A savepoint stays where it was put until disposed of (weir savepoint --dispose); a checkpoint's
+        # files are released once it is no longer retained.
+        "discarded": (summary.kind is CheckpointKind.CHECKPOINT and summary.checkpoint_id not in external_paths)
+        if completed
+        else None,
+        "failure_timestamp": _optional_ms(summary.end_timestamp) if failed else None,
         "failure_message": str(summary.failure) if summary.failure is not None else None,
         "external_path": external_paths.get(summary.checkpoint_id),
     }
@@ -824,6 +1136,7 @@ def checkpoints_summary(history: Iterable[CheckpointSummary]) -> CheckpointsSumm
     over those its history holds (its recent statistics and every retained one)."""
     completed = [c for c in history if c.status is CheckpointStatus.COMPLETED]
     return CheckpointsSummary(
+        checkpointed_size=stats_summary(c.checkpointed_size_bytes for c in completed),
         state_size=stats_summary(c.state_size_bytes for c in completed),
         end_to_end_duration=stats_summary(ms(c.duration_s) for c in completed if c.duration_s is not None),
         persisted_data=stats_summary(persisted_data(c) for c in completed),

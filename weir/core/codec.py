@@ -20,7 +20,7 @@ from weir.core.checkpointing import (
 from weir.core.errors import Fault, ProtocolError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
-from weir.core.task_time import TimeRatios
+from weir.core.task_time import TimeRatios, TimeTotals
 from weir.wire import common_pb2, jobmanager_pb2
 
 _V = TypeVar("_V")
@@ -79,8 +79,13 @@ def optional_failure_from_proto(owner: object, field: str) -> Failure | None:
 # A running task's load on the heartbeat ------------------------------------------------------------
 
 
-def set_task_load(progress: jobmanager_pb2.TaskProgress, ratios: TimeRatios | None, watermark_ms: int | None) -> None:
-    """Put a task's time shares and input watermark on its heartbeat entry (unset when unknown)."""
+def set_task_load(
+    progress: jobmanager_pb2.TaskProgress, ratios: TimeRatios | None, totals: TimeTotals, watermark_ms: int | None
+) -> None:
+    """Put a task's time shares, time totals and input watermark on its heartbeat entry (unset when unknown)."""
+    progress.busy_seconds = totals.busy_s
+    progress.backpressured_seconds = totals.backpressured_s
+    progress.idle_seconds = totals.idle_s
     if ratios is not None:
         progress.busy_ratio = ratios.busy
         progress.backpressured_ratio = ratios.backpressured
@@ -96,6 +101,17 @@ def task_ratios_from_proto(progress: jobmanager_pb2.TaskProgress) -> TimeRatios 
     ):
         return None
     return TimeRatios(progress.busy_ratio, progress.backpressured_ratio, progress.idle_ratio)
+
+
+def task_totals_from_proto(progress: jobmanager_pb2.TaskProgress) -> TimeTotals | None:
+    """The time totals on a heartbeat entry; None unless all three are set (an older TaskManager)."""
+    if not (
+        progress.HasField("busy_seconds")
+        and progress.HasField("backpressured_seconds")
+        and progress.HasField("idle_seconds")
+    ):
+        return None
+    return TimeTotals(progress.busy_seconds, progress.backpressured_seconds, progress.idle_seconds)
 
 
 def task_watermark_from_proto(progress: jobmanager_pb2.TaskProgress) -> int | None:

@@ -196,6 +196,15 @@ function failureBox(failure, title = "Failure") {
   );
 }
 
+/** The job's tasks per state: its vertices' counts per Flink ExecutionState, summed. */
+function taskCounts(vertices) {
+  const counts = {};
+  for (const vertex of vertices) {
+    for (const [state, n] of Object.entries(vertex.tasks ?? {})) counts[state] = (counts[state] ?? 0) + n;
+  }
+  return counts;
+}
+
 function jobDuration(job) {
   if (job.duration !== undefined && job.duration !== null) return job.duration;
   const end = job["end-time"];
@@ -228,7 +237,7 @@ function jobHeader(job, active) {
       fact("last completed checkpoint", job.last_completed_checkpoint ?? "—"),
       fact(
         "tasks",
-        Object.entries(job["status-counts"] ?? {})
+        Object.entries(taskCounts(job.vertices ?? []))
           .filter(([, n]) => n > 0)
           .map(([name, n]) => `${n} ${name}`)
           .join(", ") || "—",

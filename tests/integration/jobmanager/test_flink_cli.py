@@ -1,12 +1,14 @@
 """Apache Flink's own command-line client (flink-clients 2.2 from Maven Central, installed by
 ``deploy/local/flink-cli.sh``) pointed at Weir's REST API with ``-m``: ``flink list``, ``flink savepoint
-JOB DIR``, ``flink savepoint -d PATH``, ``flink stop --savepointPath DIR JOB`` and ``flink cancel JOB``,
+JOB DIR``, ``flink savepoint -d PATH``, ``flink stop --savepointPath DIR JOB``, ``flink cancel JOB``, ``flink
+checkpoint [-full] JOB`` and ``flink list -a/-r``,
 each checked against Weir's own state afterwards (its gRPC client, the savepoint folders on disk).
 Flink names a job by a 32-hex JobID: the test passes Weir's ids in that form (``docs/rest-api.md``)."""
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Callable
@@ -115,3 +117,34 @@ def test_flink_stop_with_savepoint_finishes_the_job_at_it(
     assert status.summary.status is JobStatus.FINISHED
     (savepoint,) = [c for c in weir_cluster.client.list_checkpoints(job_id) if c.kind is CheckpointKind.SAVEPOINT]
     assert (savepoint.status, savepoint.external_path) == (CheckpointStatus.COMPLETED, f"{folder}/")
+
+
+def test_flink_checkpoint_and_list_all_read_a_job_s_checkpoints_and_its_end(
+    weir_cluster: WeirCluster, flink: Callable[..., str], tmp_path: Path
+) -> None:
+    """``flink checkpoint JOB`` (and ``-full``) triggers a checkpoint and waits for it; ``flink list -a``
+    lists the running jobs and, once the job ended, it among the terminated ones."""
+    job_id = submit_running(weir_cluster, tmp_path)
+    flink_id = flink_job_id(job_id)
+    for full in ([], ["-full"]):
+        out = flink(weir_cluster, "checkpoint", *full, flink_id)
+        completed = re.search(rf"Checkpoint\S* (\d+) for job {flink_id} completed\.", out)
+        assert completed is not None, out
+        checkpoint_id = int(completed.group(1))
+        (taken,) = [c for c in weir_cluster.client.list_checkpoints(job_id) if c.checkpoint_id == checkpoint_id]
+        assert (taken.status, taken.kind, taken.full) == (
+            CheckpointStatus.COMPLETED,
+            CheckpointKind.CHECKPOINT,
+            bool(full),
+        )
+
+    running = flink(weir_cluster, "list", "-a")
+    (line,) = [line for line in running.splitlines() if flink_id in line]
+    assert line.endswith(f": {flink_id} : fail_on_request (RUNNING)"), running
+    weir_cluster.client.cancel_job(job_id)
+    weir_cluster.wait_for(job_id, ("CANCELED",), timeout_s=DEADLINE_S)
+    ended = flink(weir_cluster, "list", "-a")
+    terminated = ended.split("Terminated Jobs", 1)[1]
+    (line,) = [line for line in terminated.splitlines() if flink_id in line]
+    assert line.endswith(f": {flink_id} : fail_on_request (CANCELED)"), ended
+    assert flink_id not in flink(weir_cluster, "list", "-r")

@@ -54,7 +54,9 @@ def running(weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory)
         poll(
             "the job's tasks running",
             DEADLINE_S,
-            lambda: job.get(f"/jobs/{job_id}")["status-counts"] == {"RUNNING": 2 * PARALLELISM} or None,
+            lambda: (
+                sum(v["tasks"]["RUNNING"] for v in job.get(f"/jobs/{job_id}")["vertices"]) == 2 * PARALLELISM or None
+            ),
         )
         try:
             yield job

@@ -60,6 +60,7 @@ def job_details(records_scale: int) -> dict[str, Any]:
         "name": name,
         "parallelism": p,
         "status": "RUNNING",
+        "tasks": {"CREATED": 0, "DEPLOYING": 0, "RUNNING": p, "FINISHED": 0, "CANCELED": 0, "FAILED": 0},
         "metrics": {
             "read-records": sum(t["read-records"] for t in subtasks),
             "write-records": sum(t["write-records"] for t in subtasks),
@@ -88,7 +89,7 @@ def job_details(records_scale: int) -> dict[str, Any]:
             vertex(AGG, "window-aggregate -> kafka-sink", 3, agg),
             vertex(DLQ, "dlq-sink", 1, dlq),
         ],
-        "status-counts": {"RUNNING": 6},
+        "status-counts": {"CREATED": 0, "DEPLOYING": 0, "RUNNING": 3, "FINISHED": 0, "CANCELED": 0, "FAILED": 0},
     }
 
 

@@ -44,6 +44,8 @@ def test_overview_lists_jobs_and_taskmanagers(browser: BrowserPage, base_url: st
     row.get_by_test_id("job-link").click()
     expect(page).to_have_url(re.compile(f"#/jobs/{JOB}$"))
     expect(page.get_by_test_id("job-name")).to_have_text("keyed-aggregation")
+    # the job's tasks: its vertices' per-state counts summed (2 + 3 + 1), not Flink's per-vertex status-counts
+    expect(page.locator(".fact", has_text="tasks").first).to_contain_text("6 RUNNING")
     only_local(browser, base_url)
 
 

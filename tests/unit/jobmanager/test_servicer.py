@@ -8,7 +8,7 @@ from weir.core.codec import set_task_load
 from weir.core.errors import ProtocolError
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
-from weir.core.task_time import TimeRatios
+from weir.core.task_time import TimeRatios, TimeTotals
 from weir.jobmanager.messages import JobStatusView, JobSummaryView, TaskView
 from weir.jobmanager.service import heartbeat_from_proto, job_status_response, task_state_report
 from weir.wire import common_pb2, jobmanager_pb2
@@ -55,13 +55,18 @@ def test_a_heartbeat_carries_each_task_s_time_shares_and_watermark_when_known() 
     measured = jobmanager_pb2.TaskProgress(
         task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=0), attempt=2, records_in=5, records_out=4
     )
-    set_task_load(measured, TimeRatios(busy=0.5, backpressured=0.25, idle=0.25), 1_764_000_000_000)
+    totals = TimeTotals(busy_s=7.5, backpressured_s=1.25, idle_s=2.0)
+    set_task_load(measured, TimeRatios(busy=0.5, backpressured=0.25, idle=0.25), totals, 1_764_000_000_000)
     fresh = jobmanager_pb2.TaskProgress(task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=1), attempt=2)
-    set_task_load(fresh, None, None)
+    set_task_load(fresh, None, TimeTotals(), None)
+    older = jobmanager_pb2.TaskProgress(task=common_pb2.TaskRef(job_id="job-1", vertex_uid="gen", subtask=2), attempt=2)
     heartbeat = heartbeat_from_proto(
-        jobmanager_pb2.HeartbeatRequest(taskmanager_id="tm-a", running_tasks=[measured, fresh])
+        jobmanager_pb2.HeartbeatRequest(taskmanager_id="tm-a", running_tasks=[measured, fresh, older])
     )
-    first, second = heartbeat.running_tasks
+    first, second, third = heartbeat.running_tasks
     assert (first.vertex_uid, first.subtask, first.attempt, first.records_in, first.records_out) == ("gen", 0, 2, 5, 4)
     assert first.ratios == TimeRatios(0.5, 0.25, 0.25) and first.watermark == 1_764_000_000_000
     assert second.ratios is None and second.watermark is None  # unset on the wire, not zero
+    # the running time totals behind the shares (Flink's accumulated busy/backpressured/idle times)
+    assert (first.totals, second.totals) == (totals, TimeTotals())
+    assert third.totals is None  # a TaskManager that sends none (an older one)

@@ -1,5 +1,5 @@
 """What a task's heartbeat entry reports of it: the shares of its time (busy, backpressured, idle)
-since the previous heartbeat, and its current input watermark."""
+since the previous heartbeat, the running totals behind them, and its current input watermark."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TypeVar
 
 from tests.unit.taskmanager.fakes import make_task
 from weir.core.states import TaskState
-from weir.core.task_time import TimeRatios
+from weir.core.task_time import TimeRatios, TimeTotals
 from weir.taskmanager.network.codec import end_of_stream_message, watermark_message
 from weir.taskmanager.task import Task
 
@@ -81,3 +81,26 @@ def test_without_a_sync_in_between_a_heartbeat_gets_the_previous_shares() -> Non
         h.task.join(10)
     last = h.task.time_ratios()  # the task ended: it syncs no more
     assert last is not None and h.task.time_ratios() == last
+
+
+def test_the_heartbeat_s_time_totals_grow_with_the_time_the_task_spends() -> None:
+    """Flink's accumulated busy/backpressured/idle times: a task without output credit accounts
+    backpressured time, once it has credit busy time too, and no total ever shrinks."""
+    h = make_task("src", source_values=list(range(100_000)))
+    h.out.backpressured = True
+    assert h.task.time_totals() == TimeTotals()  # nothing accounted yet
+    h.task.start()
+    try:
+        h.wait_for_state(TaskState.RUNNING)
+        eventually(lambda: h.task.time_totals().backpressured_s > 0.05, "backpressured time accounted")
+        h.task.time_ratios()  # a heartbeat: the next shares are measured from here
+        before = h.task.time_totals()
+        h.out.backpressured = False
+        later = eventually(
+            lambda: (t := h.task.time_totals()).busy_s > before.busy_s and t.total_s > before.total_s + 0.05 and t,
+            "busy time accounted",
+        )
+        assert later.backpressured_s >= before.backpressured_s and later.idle_s >= before.idle_s
+    finally:
+        h.task.cancel()
+        h.task.join(10)

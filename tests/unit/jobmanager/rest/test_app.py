@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
+import weir
 from tests.unit.jobmanager.conftest import Harness, MakeHarness
 from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.errors import Fault
 from weir.core.failures import Failure
 from weir.core.ids import CheckpointId
 from weir.core.states import JobStatus, TaskState
-from weir.core.task_time import TimeRatios
+from weir.core.task_time import TimeRatios, TimeTotals
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.leader_election import LeaderTerm, LeaseRecord
@@ -30,7 +31,7 @@ from openapi_spec_validator import validate
 from weir.core.roles import REST_ROUTE_ROLES, access_table, parse_tokens_file, rest_route_role
 from weir.jobmanager.rest import views
 from weir.jobmanager.rest.app import create_app
-from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
+from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id, slot_sharing_group_id
 
 JOB_PATHS = (
     "/jobs/{job}",
@@ -185,8 +186,34 @@ def test_overview_counts_slots_of_live_taskmanagers_and_jobs_by_status(harness: 
         "jobs-finished": 0,
         "jobs-cancelled": 0,
         "jobs-failed": 1,
-        "weir-version": "0.1.0",
+        "taskmanagers-blocked": 0,
+        "slots-free-and-blocked": 0,
+        "flink-version": weir.__version__,
+        "flink-commit": "unknown",
+        "weir-version": weir.__version__,
     }
+
+
+UNKNOWN_PROFILE = {
+    "cpuCores": -1.0,
+    "taskHeapMemory": -1,
+    "taskOffHeapMemory": -1,
+    "managedMemory": -1,
+    "networkMemory": -1,
+    "extendedResources": {},
+}
+MEMORY_POOLS = (
+    "frameworkHeap",
+    "taskHeap",
+    "frameworkOffHeap",
+    "taskOffHeap",
+    "networkMemory",
+    "managedMemory",
+    "jvmMetaspace",
+    "jvmOverhead",
+    "totalFlinkMemory",
+    "totalProcessMemory",
+)
 
 
 def test_taskmanagers_list_their_tasks_and_heartbeat_age_in_ms(harness: Harness, client: TestClient) -> None:
@@ -201,6 +228,15 @@ def test_taskmanagers_list_their_tasks_and_heartbeat_age_in_ms(harness: Harness,
         "timeSinceLastHeartbeat": 750,
         "alive": True,
         "tasks": [{"job_id": "job-1", "vertex_id": "gen", "subtask": 0, "attempt": job.attempt, "status": "DEPLOYING"}],
+        # Flink's fields a TaskManager does not report: its address's port, no JMX, Flink's unknown
+        # resource profile, hardware not reported (-1), no JVM memory (0), never blocked
+        "dataPort": 6124,
+        "jmxPort": -1,
+        "totalResource": UNKNOWN_PROFILE,
+        "freeResource": UNKNOWN_PROFILE,
+        "hardware": {"cpuCores": -1, "physicalMemory": -1, "freeMemory": 0, "managedMemory": 0},
+        "memoryConfiguration": dict.fromkeys(MEMORY_POOLS, 0),
+        "blocked": False,
     }
 
 
@@ -223,7 +259,19 @@ def test_a_job_s_details_show_its_vertices_subtasks_and_their_load(harness: Harn
     harness.jm.heartbeat(
         Heartbeat(
             "tm-a",
-            (TaskProgress(job.job_id, "gen", 0, job.attempt, 40, 35, TimeRatios(0.5, 0.25, 0.25), watermark),),
+            (
+                TaskProgress(
+                    job.job_id,
+                    "gen",
+                    0,
+                    job.attempt,
+                    40,
+                    35,
+                    TimeRatios(0.5, 0.25, 0.25),
+                    watermark,
+                    totals=TimeTotals(busy_s=12.25, backpressured_s=3.5, idle_s=0.125),
+                ),
+            ),
         )
     )
     details = client.get("/jobs/job-1").json()
@@ -231,7 +279,8 @@ def test_a_job_s_details_show_its_vertices_subtasks_and_their_load(harness: Harn
     assert details["jid"] == "job-1" and details["state"] == "RUNNING" and details["now"] == now
     assert (details["start-time"], details["end-time"], details["duration"]) == (0, -1, now)
     assert details["last_completed_checkpoint"] is None and details["failure"] is None
-    assert details["status-counts"] == {"RUNNING": 1}
+    # Flink's: the job's vertices per ExecutionState, every one (its one vertex RUNNING)
+    assert details["status-counts"] == dict.fromkeys(views.FLINK_EXECUTION_STATES, 0) | {"RUNNING": 1}
     (vertex,) = details["vertices"]
     assert (vertex["id"], vertex["uid"], vertex["name"], vertex["parallelism"], vertex["status"]) == (
         flink_vertex_id("gen"),
@@ -240,7 +289,25 @@ def test_a_job_s_details_show_its_vertices_subtasks_and_their_load(harness: Harn
         1,
         "RUNNING",
     )
-    assert vertex["metrics"] == {"read-records": 40, "write-records": 35}
+    # Flink's ExecutionState counts (every state, no total), the job's one slot sharing group
+    assert vertex["tasks"] == dict.fromkeys(views.FLINK_EXECUTION_STATES, 0) | {"RUNNING": 1}
+    assert vertex["slotSharingGroupId"] == slot_sharing_group_id("job-1")
+    assert len(vertex["slotSharingGroupId"]) == 32
+    assert (details["job-type"], details["pending-operators"]) == ("STREAMING", 0)
+    # Flink's IOMetricsInfo: the records and the task thread's busy/backpressured/idle ms so far
+    assert vertex["metrics"] == {
+        "read-bytes": 0,
+        "read-bytes-complete": False,
+        "write-bytes": 0,
+        "write-bytes-complete": False,
+        "read-records": 40,
+        "read-records-complete": True,
+        "write-records": 35,
+        "write-records-complete": True,
+        "accumulated-busy-time": 12_250.0,
+        "accumulated-backpressured-time": 3_500,
+        "accumulated-idle-time": 125,
+    }
     assert vertex["subtasks"] == [
         {
             "subtask": 0,
@@ -282,13 +349,16 @@ def test_a_job_s_plan_names_each_chain_in_topological_order(harness: Harness, cl
         "plan": {
             "jid": "job-1",
             "name": "j",
+            "type": "STREAMING",
             "nodes": [
                 {
                     "id": flink_vertex_id("gen"),
                     "uid": "gen",
                     "parallelism": 1,
                     "operator": "generator",
+                    "operator_strategy": "",
                     "description": "generator -> print",
+                    "optimizer_properties": {},
                     "operators": [{"uid": "gen", "name": "generator"}, {"uid": "out", "name": "print"}],
                     "inputs": [],
                 }

@@ -6,6 +6,7 @@ configuration. Over a JobManager built without network, as ``test_app``."""
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 import warnings
 from collections.abc import Iterator
@@ -16,10 +17,13 @@ import pytest
 
 import weir
 from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
+from weir.core.hardware import measure_hardware
 from weir.core.states import TaskState
-from weir.jobmanager.checkpointing.pending import TaskAckMetrics
+from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
 from weir.jobmanager.jobs import JobMaster
 from weir.jobmanager.messages import CheckpointAck, Heartbeat, TaskProgress, TaskStateReport
+from weir.jobmanager.service import JobManagerServicer
+from weir.wire import jobmanager_pb2
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
@@ -40,6 +44,9 @@ IO_METRICS = {
     "read-records-complete",
     "write-records",
     "write-records-complete",
+    "accumulated-backpressured-time",
+    "accumulated-idle-time",
+    "accumulated-busy-time",
 }
 SUBTASK_FIELDS = {
     "subtask",
@@ -53,6 +60,7 @@ SUBTASK_FIELDS = {
     "metrics",
     "taskmanager-id",
     "start_time",
+    "status-duration",
 }
 
 
@@ -113,6 +121,10 @@ def test_a_vertex_s_details_are_flink_s_job_vertex_details_info(harness: Harness
     assert subtask["metrics"]["read-records"] == 40 and subtask["metrics"]["write-records"] == 35
     assert subtask["metrics"]["read-records-complete"] is True
     assert (subtask["metrics"]["read-bytes"], subtask["metrics"]["read-bytes-complete"]) == (0, False)
+    # Weir records no state's entry but the deployment: Flink's -1 (not known) for each timed state
+    assert subtask["status-duration"] == dict.fromkeys(
+        ("CREATED", "SCHEDULED", "DEPLOYING", "INITIALIZING", "RUNNING"), -1
+    )
     assert ok(client, "/v1/jobs/job-1/vertices/gen") == vertex
 
 
@@ -133,7 +145,8 @@ def test_a_subtask_s_start_is_its_attempt_s_deployment_and_its_end_the_job_s(
     times = ok(client, "/jobs/job-1/vertices/gen/subtasktimes")
     assert set(times) == {"id", "uid", "name", "now", "subtasks"}
     (entry,) = times["subtasks"]
-    assert set(entry) == {"subtask", "host", "duration", "timestamps"}
+    assert set(entry) == {"subtask", "host", "endpoint", "duration", "timestamps"}
+    assert entry["endpoint"] == entry["host"] == TM_A
     assert entry["timestamps"]["DEPLOYING"] == 50_000 and entry["timestamps"]["FINISHED"] == end
     assert entry["timestamps"]["RUNNING"] == 0  # not recorded per subtask
     assert set(entry["timestamps"]) == {
@@ -197,7 +210,7 @@ def complete_checkpoint(h: Harness, job: JobMaster, duration_s: float, state_byt
 def test_checkpoint_statistics_have_flink_s_counts_summary_and_latest(harness: Harness, client: TestClient) -> None:
     job = running_job(harness)
     empty = ok(client, "/jobs/job-1/checkpoints")["summary"]
-    assert set(empty) == {"state_size", "end_to_end_duration", "persisted_data"}
+    assert set(empty) == {"checkpointed_size", "state_size", "end_to_end_duration", "persisted_data"}
     assert empty["state_size"] == dict.fromkeys(STATS, 0) | {p: 0.0 for p in STATS - {"min", "max", "avg"}}
     for duration_s, size, inflight in ((0.1, 100, 0), (0.3, 300, 30), (0.2, 200, 0)):
         complete_checkpoint(harness, job, duration_s, size, inflight)
@@ -215,6 +228,69 @@ def test_checkpoint_statistics_have_flink_s_counts_summary_and_latest(harness: H
     assert newest["className"] == "completed" and newest["persisted_data"] == 0
     assert statistics["history"][1]["persisted_data"] == 30
     assert statistics["latest"]["savepoint"] == newest
+
+
+def test_a_checkpoint_s_checkpointed_size_leaves_out_what_it_reuses_and_each_vertex_has_its_part(
+    harness: Harness, client: TestClient
+) -> None:
+    """Flink's ``checkpointed_size`` is what a checkpoint uploaded; an incremental one reuses files of
+    an earlier one, which count in its ``state_size`` only. ``tasks`` is Flink's per-vertex part."""
+    job = running_job(harness)
+    inline = b'{"offset":7}'
+    first = harness.jm.trigger_checkpoint(job.job_id, full=False)
+    harness.clock.advance(0.25)
+    first_objects = (StateObject("job-1/shared/a.sst", 1000),)
+    metrics = TaskAckMetrics(state_size_bytes=1000 + len(inline))
+    harness.jm.acknowledge_checkpoint(
+        CheckpointAck(job.job_id, "gen", 0, job.attempt, first, first_objects, inline, metrics)
+    )
+    second = harness.jm.trigger_checkpoint(job.job_id, full=False)
+    harness.clock.advance(0.5)
+    acked_at = round(harness.clock() * 1000)
+    second_objects = (StateObject("job-1/shared/a.sst", 1000, reused=True), StateObject("job-1/shared/b.sst", 300))
+    metrics = TaskAckMetrics(state_size_bytes=1300 + len(inline), inflight_bytes=0)
+    harness.jm.acknowledge_checkpoint(
+        CheckpointAck(job.job_id, "gen", 0, job.attempt, second, second_objects, inline, metrics)
+    )
+    pending = harness.jm.trigger_checkpoint(job.job_id, full=False)  # no acknowledgement yet
+    statistics = ok(client, "/jobs/job-1/checkpoints")
+    by_id = {c["id"]: c for c in statistics["history"]}
+    assert (by_id[first]["state_size"], by_id[first]["checkpointed_size"]) == (1000 + len(inline), 1000 + len(inline))
+    assert (by_id[second]["state_size"], by_id[second]["checkpointed_size"]) == (1300 + len(inline), 300 + len(inline))
+    summary = statistics["summary"]["checkpointed_size"]
+    assert (summary["min"], summary["max"]) == (300 + len(inline), 1000 + len(inline))
+    assert (by_id[second]["latest_ack_timestamp"], by_id[second]["discarded"]) == (acked_at, False)
+    assert (by_id[second]["alignment_buffered"], by_id[second]["processed_data"]) == (0, 0)  # not measured
+    assert by_id[second]["tasks"] == {
+        flink_vertex_id("gen"): {
+            "id": second,
+            "status": "COMPLETED",
+            "latest_ack_timestamp": acked_at,
+            "checkpointed_size": 300 + len(inline),
+            "state_size": 1300 + len(inline),
+            "end_to_end_duration": 500,
+            "alignment_buffered": 0,
+            "processed_data": 0,
+            "persisted_data": 0,
+            "num_subtasks": 1,
+            "num_acknowledged_subtasks": 1,
+        }
+    }
+    # in progress: Flink's -1 for no acknowledgement yet, its one subtask pending
+    assert (by_id[pending]["latest_ack_timestamp"], by_id[pending]["end_to_end_duration"]) == (-1, -1)
+    assert by_id[pending]["discarded"] is None and by_id[pending]["tasks"][flink_vertex_id("gen")]["num_subtasks"] == 1
+
+
+def test_a_checkpoint_no_longer_retained_is_discarded(harness: Harness, client: TestClient) -> None:
+    job = running_job(harness, {"checkpointing.retained": "1"})
+    ids = []
+    for _ in range(2):
+        ids.append(harness.jm.trigger_checkpoint(job.job_id, full=False))
+        metrics = TaskAckMetrics(state_size_bytes=2)
+        harness.jm.acknowledge_checkpoint(CheckpointAck(job.job_id, "gen", 0, job.attempt, ids[-1], (), b"{}", metrics))
+    by_id = {c["id"]: c for c in ok(client, "/jobs/job-1/checkpoints")["history"]}
+    assert (by_id[ids[0]]["discarded"], by_id[ids[1]]["discarded"]) == (True, False)
+    assert by_id[ids[0]]["external_path"] is None and by_id[ids[1]]["external_path"]
 
 
 @pytest.mark.parametrize(
@@ -257,7 +333,9 @@ def test_the_checkpoint_config_is_flink_s_from_the_job_s_settings(harness: Harne
         "unaligned_checkpoints": True,
         "aligned_checkpoint_timeout": 3_000,
         "checkpoints_after_tasks_finish": True,
+        "tolerable_failed_checkpoints": 2**31 - 1,  # a failed checkpoint never fails a Weir job
         "state_changelog_enabled": False,
+        "changelog_periodic_materialization_interval": -1,  # no state changelog
         "retained": 5,
     }
 
@@ -280,7 +358,12 @@ def test_a_taskmanager_s_details_are_flink_s_with_what_the_jobmanager_knows(
     harness.jm.register_taskmanager("tm-b", "10.0.0.7:6125", 2, 9251, incarnation="first")
     listed = {tm["id"]: tm for tm in ok(client, "/taskmanagers")["taskmanagers"]}
     details = ok(client, "/taskmanagers/tm-a")
-    assert {k: v for k, v in details.items() if k not in {"dataPort", "jmxPort", "metricsPort"}} == listed["tm-a"]
+    assert {k: v for k, v in details.items() if k not in {"allocatedSlots", "metrics", "metricsPort"}} == listed["tm-a"]
+    # slot sharing: one slot per job and subtask index placed here; Flink's JVM figures a TaskManager has none of
+    assert [s["jobId"] for s in details["allocatedSlots"]] == ["job-1"]
+    assert details["allocatedSlots"][0]["resource"]["cpuCores"] == -1.0
+    jvm = details["metrics"]
+    assert jvm.pop("garbageCollectors") == [] and len(jvm) == 18 and set(jvm.values()) == {0}
     assert (details["path"], details["dataPort"], details["jmxPort"]) == (TM_A, 6124, -1)
     assert (details["slotsNumber"], details["freeSlots"]) == (4, 3)
     assert details["tasks"] == [
@@ -289,6 +372,31 @@ def test_a_taskmanager_s_details_are_flink_s_with_what_the_jobmanager_knows(
     other = ok(client, "/v1/taskmanagers/tm-b")
     assert (other["dataPort"], other["metricsPort"], other["slotsNumber"], other["tasks"]) == (6125, 9251, 2, [])
     assert "GET /taskmanagers lists them" in errors_of(client.get("/taskmanagers/tm-z"), 404)[0]
+
+
+def test_a_taskmanager_s_hardware_is_what_it_reported_at_registration(harness: Harness, client: TestClient) -> None:
+    servicer = JobManagerServicer(harness.jm)
+    registration = {"address": "10.0.0.8:6126", "slots": 2, "metrics_port": 0, "incarnation": "one"}
+    request = jobmanager_pb2.RegisterTaskManagerRequest(
+        taskmanager_id="tm-c", cpu_cores=6, physical_memory_bytes=16 * 2**30, **registration
+    )
+    servicer.RegisterTaskManager(request, None)  # type: ignore[arg-type]  # the call reads no context
+    older = jobmanager_pb2.RegisterTaskManagerRequest(taskmanager_id="tm-d", **registration)  # sends none
+    servicer.RegisterTaskManager(older, None)  # type: ignore[arg-type]
+    assert ok(client, "/taskmanagers/tm-c")["hardware"] == {
+        "cpuCores": 6,
+        "physicalMemory": 16 * 2**30,
+        "freeMemory": 0,  # no JVM heap
+        "managedMemory": 0,  # no managed memory
+    }
+    listed = {tm["id"]: tm["hardware"] for tm in ok(client, "/taskmanagers")["taskmanagers"]}
+    assert (listed["tm-c"]["cpuCores"], listed["tm-d"]["cpuCores"], listed["tm-d"]["physicalMemory"]) == (6, -1, -1)
+
+
+def test_the_hardware_measured_is_this_process_s_cores_and_the_machine_s_memory() -> None:
+    hardware = measure_hardware()
+    assert hardware.cpu_cores == len(os.sched_getaffinity(0)) >= 1
+    assert hardware.physical_memory_bytes == os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") > 0
 
 
 # Configuration -------------------------------------------------------------------------------------
@@ -368,16 +476,18 @@ def test_a_job_s_config_is_flink_s_with_its_parameters_as_given(harness: Harness
         },
     )
     answer = ok(client, "/jobs/job-1/config")
-    assert set(answer) == {"jid", "name", "execution-config"}
+    assert set(answer) == {"jid", "name", "execution-config", "max_parallelism", "buffer_timeout"}
     assert (answer["jid"], answer["name"]) == ("job-1", "j")
+    # Weir's own settings beside Flink 2.2's ExecutionConfigInfo, which Flink reads strictly
+    assert (answer["max_parallelism"], answer["buffer_timeout"]) == (
+        harness.jm.jobs["job-1"].loaded.graph.max_parallelism,
+        50,
+    )
     execution = answer["execution-config"]
     assert {k: v for k, v in execution.items() if k != "user-config"} == {
-        "execution-mode": "PIPELINED",
         "restart-strategy": "fixed-delay",
         "job-parallelism": 1,
         "object-reuse-mode": False,
-        "max_parallelism": harness.jm.jobs["job-1"].loaded.graph.max_parallelism,
-        "buffer_timeout": 50,
     }
     user = execution["user-config"]
     assert user["kafka.sasl.password"] == "${env:KAFKA_PASSWORD}" and user["kafka.ssl.key.password"] == "<redacted>"

@@ -204,7 +204,13 @@ def test_a_jars_plan_is_its_vertices_without_running_it(harness: Harness, client
     assert [o["uid"] for o in mapped["operators"]] == ["mapped", "out"]
     assert mapped["description"].startswith("identity -> ")
     assert mapped["inputs"] == [
-        {"num": 0, "id": flink_vertex_id("numbers"), "ship_strategy": "HASH", "side_output": None}
+        {
+            "num": 0,
+            "id": flink_vertex_id("numbers"),
+            "ship_strategy": "HASH",
+            "exchange": "pipelined_bounded",
+            "side_output": None,
+        }
     ]
     assert harness.jm.list_jobs() == (), "the plan runs nothing"
     # Flink's body form, with -D parameters the job reads

@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 
 from weir.core.states import TaskState
-from weir.jobmanager.rest.views import BackpressureLevel, backpressure_level, ms, vertex_status
+from weir.jobmanager.rest.views import (
+    FLINK_EXECUTION_STATES,
+    BackpressureLevel,
+    backpressure_level,
+    execution_state,
+    execution_state_counts,
+    ms,
+    vertex_status,
+)
 
 DEPLOYING, RUNNING, FINISHED, CANCELED, FAILED = (
     TaskState.DEPLOYING,
@@ -33,6 +41,18 @@ def test_a_vertex_s_status_is_its_subtasks_aggregated_as_flink_does(
     states: list[TaskState | None], expected: TaskState | None
 ) -> None:
     assert vertex_status(states) is expected
+
+
+def test_a_state_goes_out_as_flink_s_execution_state_never_null() -> None:
+    """Flink's client refuses a vertex without an ExecutionState: one not all reported is CREATED."""
+    assert [execution_state(vertex_status(s)) for s in ([FINISHED, None], [], [RUNNING])] == [
+        "CREATED",
+        "CREATED",
+        "RUNNING",
+    ]
+    counts = execution_state_counts([RUNNING, None, RUNNING, FAILED])
+    assert list(counts) == list(FLINK_EXECUTION_STATES)  # every state, by Flink's names, no total
+    assert {state: n for state, n in counts.items() if n} == {"RUNNING": 2, "CREATED": 1, "FAILED": 1}
 
 
 @pytest.mark.parametrize(
