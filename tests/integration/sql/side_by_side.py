@@ -43,6 +43,17 @@ def load_nexmark_topic(
     assert load(producer, topic, partitions, events, config=config) == events
 
 
+def output_topics(endpoints: Endpoints, weir_out: str, flink_out: str, queries: Sequence[str]) -> dict[str, str]:
+    """Each side's output topic per query (``weir-<query>``, ``flink-<query>`` -> ``<prefix>-<query>``),
+    created with two partitions and no retention."""
+    topics = {
+        f"{side}-{q}": f"{prefix}-{q}" for side, prefix in (("weir", weir_out), ("flink", flink_out)) for q in queries
+    }
+    for name in topics.values():
+        assert kafka.create_topic(endpoints, name, 2, 1, NO_RETENTION)
+    return topics
+
+
 def flink_argv(
     build: Path, work: Path, endpoints: Endpoints, queries: Sequence[str], topic: str, output: str, mini_batch: bool
 ) -> list[str]:

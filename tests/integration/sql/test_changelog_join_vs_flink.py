@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 
-from bench.contenders import flink_available, flink_build_dir
 from bench.nexmark_bench import weir_sql_statement_set
 from tests.integration.checkpointing.test_recovery import process_running, wait_until
 from tests.integration.conftest import WeirCluster
-from tests.integration.sql.side_by_side import run_on_both_sides
+from tests.integration.sql.side_by_side import NO_RETENTION, flink_build, output_topics, run_on_both_sides
 from tests.integration.sql.test_kafka_layout_vs_flink import Json, compacted
 from weir import nexmark as nx
 from weir.connectors import kafka
@@ -39,7 +38,6 @@ QUERIES = ("join_aggregates", "left_join_bids", "join_upsert_table", "top_n_upda
 EVENTS = 6_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
 PARTITIONS = 4
-NO_RETENTION = {"retention.ms": "-1"}
 TIMEOUT_S = 600.0
 
 Tags = dict[int, tuple[str, int]]
@@ -147,20 +145,13 @@ def prepare(endpoints: Any, topic: str) -> dict[str, dict[Json, Json]]:
 def test_weir_joins_changelogs_as_flink_does(
     weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
-    reason = flink_available()
-    if reason is not None:
-        pytest.fail(f"Flink is needed for this test and cannot run: {reason}", pytrace=False)
-    build = flink_build_dir()
+    build = flink_build()
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("changelog-join-vs-flink")
     topic = f"sql-changelog-join-{uuid.uuid4().hex[:8]}"
     want = prepare(endpoints, topic)
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
-    topics = {
-        f"{side}-{q}": f"{prefix}-{q}" for side, prefix in (("weir", weir_out), ("flink", flink_out)) for q in QUERIES
-    }
-    for name in topics.values():
-        assert kafka.create_topic(endpoints, name, 2, 1, NO_RETENTION)
+    topics = output_topics(endpoints, weir_out, flink_out, QUERIES)
     run_on_both_sides(
         weir_cluster, build, work, queries=QUERIES, topic=topic, weir_out=weir_out, flink_out=flink_out,
         job_name="changelog_join",

@@ -23,7 +23,13 @@ import pytest
 from bench.nexmark_bench import PARALLELISM
 from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster
-from tests.integration.sql.side_by_side import flink_build, load_nexmark_topic, run_on_both_sides
+from tests.integration.sql.side_by_side import (
+    NO_RETENTION,
+    flink_build,
+    load_nexmark_topic,
+    output_topics,
+    run_on_both_sides,
+)
 from weir import nexmark as nx
 from weir.connectors import kafka
 from weir.tools.cli import sql_job_source
@@ -34,7 +40,6 @@ QUERIES = ("kafka_key_fields", "upsert_key_prefix")
 EVENTS = 6_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)
 PARTITIONS = 4
-NO_RETENTION = {"retention.ms": "-1"}
 TIMEOUT_S = 600.0
 
 Json = tuple[tuple[str, Any], ...]
@@ -123,11 +128,7 @@ def test_weir_lays_out_kafka_keys_and_values_as_flink_does_and_reads_flink_s(
     expected_records, expected_table = reference([nx.to_dict(nx.event(n, CONFIG)) for n in range(EVENTS)])
     assert sum(expected_records.values()) > 3_000 and len(expected_table) > 100
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
-    topics = {
-        f"{side}-{q}": f"{prefix}-{q}" for side, prefix in (("weir", weir_out), ("flink", flink_out)) for q in QUERIES
-    }
-    for name in topics.values():
-        assert kafka.create_topic(endpoints, name, 2, 1, NO_RETENTION)
+    topics = output_topics(endpoints, weir_out, flink_out, QUERIES)
     run_on_both_sides(
         weir_cluster, build, work, queries=QUERIES, topic=topic, weir_out=weir_out, flink_out=flink_out,
         job_name="kafka_layout",
