@@ -435,16 +435,19 @@ def create_app(
         return environment.environment_info()
 
     no_log_url: Final[dict[int | str, dict[str, Any]]] = {
-        404: {**_ERROR, "description": "Always: no log URL pattern is configured (Flink's answer without one)"}
+        404: {**_ERROR, "description": "Always, as Flink's JobManager (its History Server serves log URLs)"}
     }
 
     @api.get("/jobs/{job_id}/jobmanager/log-url", responses=no_log_url, response_model=None)
     def job_jobmanager_log_url(job_id: str) -> None:
-        """Flink answers a ``LogUrlResponse`` from ``historyserver.log.jobmanager.url-pattern`` and 404
-        without that setting; Weir has no such setting, so 404: ``GET /jobmanager/log`` serves the log."""
+        """Flink's History Server answers a ``LogUrlResponse`` from ``historyserver.log.jobmanager.url-pattern``;
+        Flink's JobManager does not register the route and answers 404, as Weir: ``GET /jobmanager/log``
+        serves the log."""
         manager.job_status(weir_job_id(job_id))  # an unknown job's 404 first
         raise HTTPException(
-            404, "no JobManager log URL: Weir has no historyserver.log.jobmanager.url-pattern; GET /jobmanager/log"
+            404,
+            "no JobManager log URL: as Flink's JobManager, Weir serves none (Flink's History Server builds one "
+            "from historyserver.log.jobmanager.url-pattern); GET /jobmanager/log serves the log",
         )
 
     @api.get("/jobs/{job_id}/taskmanagers/{taskmanager_id}/log-url", responses=no_log_url, response_model=None)
@@ -454,8 +457,9 @@ def create_app(
         manager.job_status(weir_job_id(job_id))
         raise HTTPException(
             404,
-            f"no log URL of TaskManager {taskmanager_id!r}: Weir has no historyserver.log.taskmanager.url-pattern; "
-            f"GET /taskmanagers/{taskmanager_id}/log",
+            f"no log URL of TaskManager {taskmanager_id!r}: as Flink's JobManager, Weir serves none (Flink's History "
+            f"Server builds one from historyserver.log.taskmanager.url-pattern); GET /taskmanagers/{taskmanager_id}/log "
+            "serves the log",
         )
 
     @api.patch("/jobs/{job_id}/clientHeartbeat", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
