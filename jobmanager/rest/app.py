@@ -457,9 +457,9 @@ def create_app(
         manager.job_status(weir_job_id(job_id))
         raise HTTPException(
             404,
-            f"no log URL of TaskManager {taskmanager_id!r}: as Flink's JobManager, Weir serves none (Flink's History "
-            f"Server builds one from historyserver.log.taskmanager.url-pattern); GET /taskmanagers/{taskmanager_id}/log "
-            "serves the log",
+            f"no log URL of TaskManager {taskmanager_id!r}: as Flink's JobManager, Weir serves none (Flink's "
+            "History Server builds one from historyserver.log.taskmanager.url-pattern); "
+            f"GET /taskmanagers/{taskmanager_id}/log serves the log",
         )
 
     @api.patch("/jobs/{job_id}/clientHeartbeat", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
