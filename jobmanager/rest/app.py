@@ -30,7 +30,7 @@ from weir.core.transport_security import AuthDecision, authorize, refusal_messag
 from weir.jobmanager.errors import JobManagerNotReadyError, TaskManagerCallError, UnknownVertexError
 from weir.jobmanager.manager import JobManager
 from weir.jobmanager.messages import JobPlanView, JobStatusView, VertexView
-from weir.jobmanager.rest import config, diagnostics, errors, flink, jars, metrics, vertices, views
+from weir.jobmanager.rest import config, diagnostics, environment, errors, flink, jars, metrics, vertices, views
 from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id, weir_job_id
 from weir.jobmanager.rest.resource_requirements import validated_bounds
 
@@ -76,6 +76,7 @@ def create_app(
     )
     errors.install(app)
     disposals = flink.Disposals()
+    deletions = flink.DataSetDeletions()
     uploads = jars.Jars()
 
     def require_ready() -> None:
@@ -142,6 +143,38 @@ def create_app(
     def jobmanager_config() -> list[config.ConfigEntry]:
         """Flink's ``ClusterConfigurationInfo``: the JobManager's ``WEIR_*`` settings, secrets hidden."""
         return config.jobmanager_settings(None, settings_overrides)
+
+    @api.get("/jobmanager/environment")
+    def jobmanager_environment() -> environment.EnvironmentInfo:
+        """Flink's ``EnvironmentInfo`` of the JobManager's process: the Python interpreter's version,
+        machine and options in ``jvm``, its module search path (``sys.path``) as ``classpath``."""
+        return environment.environment_info()
+
+    @api.get("/datasets")
+    def datasets() -> flink.DataSetList:
+        """Flink's cluster datasets (a batch job's cached intermediate results): Weir keeps none."""
+        return flink.DataSetList(data_sets=[])
+
+    @api.delete("/datasets/{dataset_id}", status_code=202, responses=BAD_REQUEST)
+    def delete_dataset(dataset_id: str) -> flink.TriggerResponse:
+        """Flink's dataset deletion: Weir has no dataset to release, so it completes at once, as
+        Flink's for a dataset it does not track; ``GET /datasets/delete/{request-id}`` answers it."""
+        try:
+            flink.data_set_id(dataset_id)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        return flink.TriggerResponse(request_id=deletions.delete(dataset_id))
+
+    @api.get(
+        "/datasets/delete/{trigger_id}",
+        responses={404: {**_ERROR, "description": "Unknown trigger id"}},
+        response_model_exclude_none=True,
+    )
+    def dataset_deletion_status(trigger_id: str) -> flink.OperationResult:
+        result = deletions.status(trigger_id)
+        if result is None:
+            raise HTTPException(404, f"no dataset deletion {trigger_id} (the last {flink.DISPOSALS_KEPT} are kept)")
+        return result
 
     # Metrics (Flink's metrics handlers; weir.jobmanager.rest.metrics). The aggregating routes come
     # before the routes whose path parameter would take "metrics" for an id.
@@ -395,6 +428,50 @@ def create_app(
         manager.job_status(weir_job_id(job_id))  # 404 for an unknown job
         return config.jobmanager_settings(None, settings_overrides)
 
+    @api.get("/jobs/{job_id}/jobmanager/environment", responses=NOT_FOUND)
+    def job_jobmanager_environment(job_id: str) -> environment.EnvironmentInfo:
+        """The environment of the JobManager running the job: ``GET /jobmanager/environment``'s."""
+        manager.job_status(weir_job_id(job_id))  # 404 for an unknown job
+        return environment.environment_info()
+
+    no_log_url: Final[dict[int | str, dict[str, Any]]] = {
+        404: {**_ERROR, "description": "Always, as Flink's JobManager (its History Server serves log URLs)"}
+    }
+
+    @api.get("/jobs/{job_id}/jobmanager/log-url", responses=no_log_url, response_model=None)
+    def job_jobmanager_log_url(job_id: str) -> None:
+        """Flink's History Server answers a ``LogUrlResponse`` from ``historyserver.log.jobmanager.url-pattern``;
+        Flink's JobManager does not register the route and answers 404, as Weir: ``GET /jobmanager/log``
+        serves the log."""
+        manager.job_status(weir_job_id(job_id))  # an unknown job's 404 first
+        raise HTTPException(
+            404,
+            "no JobManager log URL: as Flink's JobManager, Weir serves none (Flink's History Server builds one "
+            "from historyserver.log.jobmanager.url-pattern); GET /jobmanager/log serves the log",
+        )
+
+    @api.get("/jobs/{job_id}/taskmanagers/{taskmanager_id}/log-url", responses=no_log_url, response_model=None)
+    def job_taskmanager_log_url(job_id: str, taskmanager_id: str) -> None:
+        """As the JobManager's (``historyserver.log.taskmanager.url-pattern``): 404; ``GET
+        /taskmanagers/{id}/log`` serves the TaskManager's log."""
+        manager.job_status(weir_job_id(job_id))
+        raise HTTPException(
+            404,
+            f"no log URL of TaskManager {taskmanager_id!r}: as Flink's JobManager, Weir serves none (Flink's "
+            "History Server builds one from historyserver.log.taskmanager.url-pattern); "
+            f"GET /taskmanagers/{taskmanager_id}/log serves the log",
+        )
+
+    @api.patch("/jobs/{job_id}/clientHeartbeat", status_code=202, responses={**NOT_FOUND, **BAD_REQUEST})
+    def client_heartbeat(job_id: str, request: flink.ClientHeartbeatRequest) -> views.Accepted:
+        """Flink's attached client's heartbeat (``JobClientHeartbeatRequestBody``): accepted for a known
+        job; Weir does not cancel a job whose client stops beating (Flink's
+        ``execution.shutdown-on-attached-exit``, which Weir does not have)."""
+        job_id = weir_job_id(job_id)
+        manager.job_status(job_id)  # 404 for an unknown job
+        log.debug("client_heartbeat", job_id=job_id, expired_timestamp=request.expired_timestamp)
+        return views.Accepted()
+
     @api.get("/jobs/{job_id}/config", responses=NOT_FOUND)
     def job_config(job_id: str) -> config.JobConfigInfo:
         """Flink's ``JobConfigInfo``: the job's parameters as given (a secret as its reference)."""
@@ -431,6 +508,32 @@ def create_app(
         detail = manager.checkpoint_detail(job_id, checkpoint_id)
         tasks = [(t.vertex_uid, t.subtask) for t in manager.job_status(job_id).tasks]
         return views.checkpoint_details(detail, tasks)
+
+    @api.get(
+        "/jobs/{job_id}/checkpoints/details/{checkpoint_id}/subtasks/{vertex_id}",
+        responses={404: {**_ERROR, "description": "Unknown job, checkpoint or vertex, or no statistics of it"}},
+    )
+    def checkpoint_subtasks(job_id: str, checkpoint_id: int, vertex_id: str) -> views.VertexCheckpointDetails:
+        """Flink's ``TaskCheckpointStatisticsWithSubtaskDetails``: the vertex's part of the checkpoint and
+        each subtask's acknowledgement (time, sizes, durations), the others pending."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        detail = manager.checkpoint_detail(job_id, checkpoint_id)
+        subtasks = [t.subtask for t in manager.job_status(job_id).tasks if t.vertex_uid == found.uid]
+        details = views.vertex_checkpoint_details(detail, found.uid, subtasks)
+        if details is None:
+            raise HTTPException(
+                404, f"checkpoint {checkpoint_id} of job {job_id} has no statistics of vertex {vertex_id!r}"
+            )
+        return details
+
+    @api.get("/jobs/{job_id}/vertices/{vertex_id}/taskmanagers", responses=UNKNOWN_VERTEX)
+    def vertex_taskmanagers(job_id: str, vertex_id: str) -> vertices.VertexTaskManagers:
+        """Flink's ``JobVertexTaskManagersInfo``: the vertex's subtasks by TaskManager, their aggregated
+        state, summed IO metrics, counts per state and statistics over them."""
+        job_id = weir_job_id(job_id)
+        _plan, found = vertex_of(job_id, vertex_id)
+        return vertices.vertex_taskmanagers(manager.job_status(job_id), found, manager.cluster_status())
 
     @api.get(
         "/jobs/{job_id}/vertices/{vertex_id}/backpressure",

@@ -341,3 +341,68 @@ class Disposals:
     def status(self, trigger_id: str) -> OperationResult | None:
         with self._lock:
             return self._results.get(trigger_id)
+
+
+# Cluster datasets ----------------------------------------------------------------------------------
+# Flink's cluster datasets are a batch job's intermediate results kept on the TaskManagers for a later
+# job (``DataStream#cache``). Weir's jobs are streaming and keep none: the list is empty, and a deletion
+# is what Flink does for a dataset its ResourceManager does not track: triggered (202 with a
+# ``request-id``), then COMPLETED without a failure, nothing released.
+
+
+class DataSetEntry(Model):
+    """Flink's ``ClusterDataSetEntry``."""
+
+    id: str
+    is_complete: bool = _api("isComplete")
+
+
+class DataSetList(Model):
+    """Flink's ``ClusterDataSetListResponseBody``."""
+
+    data_sets: list[DataSetEntry] = _api("dataSets")
+
+
+def data_set_id(text: str) -> str:
+    """A dataset id as Flink's ``IntermediateDataSetID`` path parameter takes it (32 hex digits);
+    ValueError with a one-line message otherwise (400, as Flink's)."""
+    lowered = text.lower()
+    if len(lowered) != FLINK_ID_HEX or not _HEX.fullmatch(lowered):
+        raise ValueError(f"dataset id {text!r} is not {FLINK_ID_HEX} hex digits (Flink's IntermediateDataSetID)")
+    return lowered
+
+
+class DataSetDeletions:
+    """The outcomes of dataset deletions by trigger id, the last ``DISPOSALS_KEPT``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._results: OrderedDict[str, OperationResult] = OrderedDict()
+
+    def delete(self, dataset_id: str) -> str:
+        """Weir holds no dataset, so there is nothing to release: completed at once, as Flink's for a
+        dataset it does not track."""
+        trigger_id = uuid.uuid4().hex
+        with self._lock:
+            self._results[trigger_id] = OperationResult(
+                status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo()
+            )
+            while len(self._results) > DISPOSALS_KEPT:
+                self._results.popitem(last=False)
+        return trigger_id
+
+    def status(self, trigger_id: str) -> OperationResult | None:
+        with self._lock:
+            return self._results.get(trigger_id)
+
+
+# Client heartbeat -----------------------------------------------------------------------------------
+
+
+class ClientHeartbeatRequest(Model):
+    """Flink's ``JobClientHeartbeatRequestBody``: an attached client's promise to beat again before
+    ``expiredTimestamp`` (epoch ms). Flink cancels a job submitted with
+    ``execution.shutdown-on-attached-exit`` whose client stops beating; Weir has no such setting: it
+    accepts the beat for a known job and keeps running it whatever the client does."""
+
+    expired_timestamp: int = _api("expiredTimestamp")

@@ -1,6 +1,7 @@
 """A job vertex and its subtasks in Flink's shapes: ``JobVertexDetailsInfo`` (``GET
 /jobs/{id}/vertices/{vid}``), ``SubtaskExecutionAttemptDetailsInfo`` (``.../subtasks/{index}``) and
-``SubtasksTimesInfo`` (``.../subtasktimes``), from the JobManager's read views.
+``SubtasksTimesInfo`` (``.../subtasktimes``) and ``JobVertexTaskManagersInfo`` (``.../taskmanagers``: the
+vertex's subtasks grouped by the TaskManager they run on), from the JobManager's read views.
 
 Weir records, per subtask, its state, its TaskManager, its job attempt and its record counters; when
 the job's current attempt was deployed (its restore, or the submission for the first) and when the
@@ -25,8 +26,11 @@ from weir.jobmanager.rest.views import (
     Model,
     _api,
     execution_state,
+    execution_state_counts,
     io_metrics,
     ms,
+    percentile,
+    vertex_status,
 )
 
 UNASSIGNED: Final = "(unassigned)"  # Flink's host and TaskManager of a subtask not deployed
@@ -183,3 +187,111 @@ def subtask_times(status: JobStatusView, vertex: VertexView, cluster: ClusterVie
 def find_vertex(vertices: Sequence[VertexView], vertex_id: str) -> VertexView | None:
     """The vertex a path names, by its uid or its id in Flink's form."""
     return next((v for v in vertices if names_vertex(vertex_id, v.uid)), None)
+
+
+# A vertex's TaskManagers (Flink's JobVertexTaskManagersInfo) ----------------------------------------
+
+AGGREGATED_METRICS: Final = (
+    "read-bytes",
+    "write-bytes",
+    "read-records",
+    "write-records",
+    "accumulated-backpressured-time",
+    "accumulated-busy-time",
+    "accumulated-idle-time",
+)  # Flink's AggregatedTaskDetailsInfo aggregates these IOMetricsInfo figures
+AGGREGATED_STATUSES: Final = ("CREATED", "SCHEDULED", "INITIALIZING", "DEPLOYING", "RUNNING")
+
+
+class AggregatedTaskDetails(Model):
+    """Flink's ``AggregatedTaskDetailsInfo``: each figure over the subtasks as ``min``, ``max``, ``avg``
+    (integer), ``sum``, ``median``, ``p25``, ``p75``, ``p95`` (Commons Math's estimate, truncated).
+    ``status-duration`` aggregates the subtasks' ms per early state, which Weir does not record (-1
+    each, ``SubtaskAttemptDetails.status_duration``)."""
+
+    metrics: dict[str, dict[str, int]]
+    status_duration: dict[str, dict[str, int]] = _api("status-duration")
+
+
+class VertexTaskManager(Model):
+    """Flink's ``JobVertexTaskManagersInfo.TaskManagersInfo``: the vertex's subtasks on one TaskManager."""
+
+    host: str
+    endpoint: str
+    status: str  # the subtasks' aggregated ExecutionState (as a vertex's), CREATED until all reported
+    started: int = _api("start-time")  # the earliest subtask's deployment; -1: none deployed
+    ended: int = _api("end-time")  # the latest subtask's end once all ended; -1 before
+    duration: int  # -1: none deployed
+    metrics: IOMetrics  # summed over the subtasks
+    status_counts: dict[str, int] = _api("status-counts")
+    taskmanager_id: str = _api("taskmanager-id")
+    aggregated: AggregatedTaskDetails
+
+
+class VertexTaskManagers(Model):
+    """Flink's ``JobVertexTaskManagersInfo``."""
+
+    id: str  # Flink's JobVertexID form
+    uid: str  # Weir's: the head operator's uid
+    name: str
+    now: int
+    taskmanagers: list[VertexTaskManager]
+
+
+def figure_statistics(values: Sequence[int]) -> dict[str, int]:
+    """One figure over a TaskManager's subtasks, as Flink's ``AggregatedTaskDetailsInfo`` gives it."""
+    ordered = sorted(values)
+    return {
+        "min": ordered[0] if ordered else 0,
+        "max": ordered[-1] if ordered else 0,
+        "avg": sum(ordered) // len(ordered) if ordered else 0,
+        "sum": sum(ordered),
+        "median": int(percentile(ordered, 50)),
+        "p25": int(percentile(ordered, 25)),
+        "p75": int(percentile(ordered, 75)),
+        "p95": int(percentile(ordered, 95)),
+    }
+
+
+def aggregated_details(subtasks: Sequence[SubtaskAttemptDetails]) -> AggregatedTaskDetails:
+    figures = [s.metrics.model_dump(by_alias=True) for s in subtasks]
+    return AggregatedTaskDetails(
+        metrics={name: figure_statistics([int(f[name]) for f in figures]) for name in AGGREGATED_METRICS},
+        status_duration={
+            name: figure_statistics([s.status_duration[name] for s in subtasks]) for name in AGGREGATED_STATUSES
+        },
+    )
+
+
+def vertex_taskmanagers(status: JobStatusView, vertex: VertexView, cluster: ClusterView) -> VertexTaskManagers:
+    """The vertex's subtasks by TaskManager (those not deployed under Flink's ``(unassigned)``), in the
+    order of their first subtask."""
+    addresses = _addresses(cluster)
+    now = ms(status.now)
+    groups: dict[str, list[TaskView]] = {}
+    for task in vertex_tasks(status, vertex.uid):
+        groups.setdefault(task.taskmanager_id or UNASSIGNED, []).append(task)
+    infos = []
+    for taskmanager_id, tasks in groups.items():
+        subtasks = [subtask_details(status, t, addresses) for t in tasks]
+        starts = [s.started for s in subtasks if s.started > 0]
+        start = min(starts) if starts else -1
+        all_ended = all(s.ended > 0 for s in subtasks)
+        end = max(s.ended for s in subtasks) if all_ended else -1
+        infos.append(
+            VertexTaskManager(
+                host=subtasks[0].host,
+                endpoint=subtasks[0].endpoint,
+                status=execution_state(vertex_status(t.state for t in tasks)),
+                started=start,
+                ended=end,
+                duration=_duration(start, end, now) if start > 0 else -1,
+                metrics=io_metrics(tasks),
+                status_counts=execution_state_counts(t.state for t in tasks),
+                taskmanager_id=taskmanager_id,
+                aggregated=aggregated_details(subtasks),
+            )
+        )
+    return VertexTaskManagers(
+        id=flink_vertex_id(vertex.uid), uid=vertex.uid, name=vertex.name, now=now, taskmanagers=infos
+    )

@@ -1305,6 +1305,144 @@ def checkpoint_details(detail: CheckpointDetailView, tasks: Iterable[tuple[str, 
     return CheckpointDetails(**_checkpoint_fields(summary, external_paths), subtasks=subtasks)
 
 
+# One vertex's subtasks in a checkpoint (Flink's TaskCheckpointStatisticsWithSubtaskDetails) -------------
+
+
+class SubtaskDurations(Model):
+    sync: int
+    async_: int = _api("async")
+
+
+class SubtaskAlignment(Model):
+    buffered: int  # 0: not measured (deprecated in Flink)
+    processed: int  # 0: not measured
+    persisted: int  # the in-flight data an unaligned checkpoint stored
+    duration: int
+
+
+class CompletedSubtaskCheckpoint(Model):
+    """Flink's ``CompletedSubtaskCheckpointStatistics``: a subtask that acknowledged the checkpoint."""
+
+    class_name: Literal["completed"] = Field(
+        default="completed", validation_alias="className", serialization_alias="className"
+    )
+    index: int
+    status: Literal["completed"] = "completed"
+    ack_timestamp: int
+    end_to_end_duration: int  # trigger to the acknowledgement's arrival
+    state_size: int
+    checkpointed_size: int
+    checkpoint: SubtaskDurations
+    alignment: SubtaskAlignment
+    start_delay: int
+    unaligned_checkpoint: bool
+    aborted: bool  # Weir acknowledges no checkpoint it aborted: false
+
+
+class PendingSubtaskCheckpoint(Model):
+    """Flink's ``PendingSubtaskCheckpointStatistics``: no acknowledgement (yet, or before it failed)."""
+
+    class_name: Literal["pending"] = Field(
+        default="pending", validation_alias="className", serialization_alias="className"
+    )
+    index: int
+    status: Literal["pending_or_failed"] = "pending_or_failed"
+
+
+class DurationsSummary(Model):
+    sync: StatsSummary
+    async_: StatsSummary = _api("async")
+
+
+class AlignmentSummary(Model):
+    buffered: StatsSummary
+    processed: StatsSummary
+    persisted: StatsSummary
+    duration: StatsSummary
+
+
+class SubtasksSummary(Model):
+    """Flink's ``TaskCheckpointStatisticsWithSubtaskDetails.Summary``, over the acknowledged subtasks."""
+
+    checkpointed_size: StatsSummary
+    state_size: StatsSummary
+    end_to_end_duration: StatsSummary
+    checkpoint_duration: DurationsSummary
+    alignment: AlignmentSummary
+    start_delay: StatsSummary
+
+
+class VertexCheckpointDetails(VertexCheckpoint):
+    """Flink's ``TaskCheckpointStatisticsWithSubtaskDetails``: the vertex's part of a checkpoint and
+    each of its subtasks, by index."""
+
+    summary: SubtasksSummary
+    subtasks: list[CompletedSubtaskCheckpoint | PendingSubtaskCheckpoint]
+
+
+def _completed_subtask(stats: TaskCheckpointStats, trigger_ms: int) -> CompletedSubtaskCheckpoint:
+    ack = _latest_ack_ms((stats,))
+    return CompletedSubtaskCheckpoint(
+        index=stats.task_id.subtask,
+        ack_timestamp=ack,
+        end_to_end_duration=ack - trigger_ms if ack >= 0 else -1,
+        state_size=stats.state_size_bytes,
+        checkpointed_size=stats.checkpointed_size_bytes,
+        checkpoint=SubtaskDurations(sync=ms(stats.sync_duration_s), async_=ms(stats.async_duration_s)),
+        alignment=SubtaskAlignment(
+            buffered=NOT_MEASURED,
+            processed=NOT_MEASURED,
+            persisted=stats.inflight_bytes,
+            duration=ms(stats.alignment_duration_s),
+        ),
+        start_delay=ms(stats.start_delay_s),
+        unaligned_checkpoint=stats.unaligned,
+        aborted=False,
+    )
+
+
+def vertex_checkpoint_details(
+    detail: CheckpointDetailView, vertex_uid: str, subtasks: Iterable[int]
+) -> VertexCheckpointDetails | None:
+    """The vertex's part of the checkpoint with a line per subtask: the job's current subtasks of the
+    vertex (``subtasks``) and those the checkpoint names; None when the checkpoint has no statistics of
+    the vertex (a checkpoint a restarted JobManager read back from storage, or a vertex it does not
+    cover), which Flink answers 404 as well."""
+    summary = detail.checkpoint
+    part = _vertex_checkpoints(summary).get(flink_vertex_id(vertex_uid))
+    if part is None:
+        return None
+    trigger = ms(summary.trigger_timestamp)
+    acked = {t.task_id.subtask: t for t in summary.tasks if t.task_id.operator_uid == vertex_uid}
+    pending = {t.subtask for t in summary.pending_tasks if t.operator_uid == vertex_uid}
+    completed = [_completed_subtask(acked[i], trigger) for i in sorted(acked)]
+    lines: list[CompletedSubtaskCheckpoint | PendingSubtaskCheckpoint] = [
+        *completed,
+        *(PendingSubtaskCheckpoint(index=i) for i in sorted((set(subtasks) | pending) - set(acked))),
+    ]
+    lines.sort(key=lambda line: line.index)
+    return VertexCheckpointDetails(
+        **part.model_dump(),
+        summary=SubtasksSummary(
+            checkpointed_size=stats_summary(c.checkpointed_size for c in completed),
+            state_size=stats_summary(c.state_size for c in completed),
+            end_to_end_duration=stats_summary(c.end_to_end_duration for c in completed if c.end_to_end_duration >= 0),
+            checkpoint_duration=DurationsSummary(
+                sync=stats_summary(c.checkpoint.sync for c in completed),
+                async_=stats_summary(c.checkpoint.async_ for c in completed),
+            ),
+            alignment=AlignmentSummary(
+                buffered=stats_summary(c.alignment.buffered for c in completed),
+                processed=stats_summary(c.alignment.processed for c in completed),
+                persisted=stats_summary(c.alignment.persisted for c in completed),
+                duration=stats_summary(c.alignment.duration for c in completed),
+            ),
+            start_delay=stats_summary(c.start_delay for c in completed),
+        ),
+        subtasks=lines,
+    )
+
+
 # Backpressure --------------------------------------------------------------------------------------
 
 

@@ -142,6 +142,16 @@ REST_ROUTE_ROLES: Final[Mapping[tuple[str, str], Role]] = {
     ("GET", "/taskmanagers/{taskmanager_id}/logs/{filename}"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/log"): Role.READ,
     ("GET", "/taskmanagers/{taskmanager_id}/stdout"): Role.READ,
+    ("GET", "/jobmanager/environment"): Role.READ,
+    ("GET", "/jobs/{job_id}/jobmanager/environment"): Role.READ,
+    ("GET", "/jobs/{job_id}/jobmanager/log-url"): Role.READ,
+    ("GET", "/jobs/{job_id}/taskmanagers/{taskmanager_id}/log-url"): Role.READ,
+    ("GET", "/jobs/{job_id}/vertices/{vertex_id}/taskmanagers"): Role.READ,
+    ("GET", "/jobs/{job_id}/checkpoints/details/{checkpoint_id}/subtasks/{vertex_id}"): Role.READ,
+    ("PATCH", "/jobs/{job_id}/clientHeartbeat"): Role.OPERATE,  # Flink's attached client; Weir acts on none
+    ("GET", "/datasets"): Role.READ,
+    ("DELETE", "/datasets/{dataset_id}"): Role.OPERATE,
+    ("GET", "/datasets/delete/{trigger_id}"): Role.READ,
 }
 """Every API route of the REST API, by method and path template (without the ``/v1`` prefix Flink's
 clients use; a unit test holds the table to the app's routes)."""

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -411,3 +412,62 @@ def test_flink_s_client_reports_a_failed_job_with_its_failure_and_a_cancelled_on
         "exception": "org.apache.flink.runtime.client.JobCancellationException",
         "message": "Job was cancelled.",
     }
+
+
+def test_flink_s_client_reads_the_environment_a_vertex_s_taskmanagers_checkpoint_subtasks_and_datasets(
+    weir_cluster: WeirCluster, probe: Probe, http: httpx.Client, tmp_path: Path
+) -> None:
+    """The operations added last, each decoded by Flink 2.2's response class and compared with Weir's
+    own answer; the heartbeat accepted, a dataset deletion followed to its outcome, and the log URLs
+    refused with 404 as Flink's without a URL pattern."""
+    job_id = submit(weir_cluster, tmp_path)
+    jid = flink_job_id(job_id)
+    try:
+        polling.until("every task running", DEADLINE_S, every_task_running(weir_cluster, job_id, 2))
+
+        def completed_checkpoint() -> int | None:
+            history = get(http, f"/jobs/{jid}/checkpoints")["history"]
+            done = [c["id"] for c in history if c["status"] == "COMPLETED" and not c["is_savepoint"]]
+            return done[0] if done else None
+
+        checkpoint_id = polling.until("a completed checkpoint", DEADLINE_S, completed_checkpoint)
+        vertex = get(http, f"/jobs/{jid}/plan")["plan"]["nodes"][1]["id"]
+        tm = get(http, "/taskmanagers")["taskmanagers"][0]["id"]
+        answers = probe.ask(
+            weir_cluster,
+            request("JobManagerEnvironmentHeaders"),
+            request("JobManagerJobEnvironmentHeaders", jobid=jid),
+            request("JobVertexTaskManagersHeaders", jobid=jid, vertexid=vertex),
+            request("TaskCheckpointStatisticsHeaders", jobid=jid, checkpointid=str(checkpoint_id), vertexid=vertex),
+            request("JobClientHeartbeatHeaders", {"expiredTimestamp": int(time.time() * 1000) + 60_000}, jobid=jid),
+            request("ClusterDataSetListHeaders"),
+            request("ClusterDataSetDeleteTriggerHeaders", datasetid="0f" * 16),
+            request("JobManagerLogUrlHeaders", jobid=jid),
+            request("TaskManagerLogUrlHeaders", jobid=jid, taskmanagerid=tm),
+        )
+        by_name = {a["headers"]: a for a in answers}
+        weir_answers = {
+            "JobManagerEnvironmentHeaders": "/jobmanager/environment",
+            "JobManagerJobEnvironmentHeaders": f"/jobs/{jid}/jobmanager/environment",
+            "JobVertexTaskManagersHeaders": f"/jobs/{jid}/vertices/{vertex}/taskmanagers",
+            "TaskCheckpointStatisticsHeaders": f"/jobs/{jid}/checkpoints/details/{checkpoint_id}/subtasks/{vertex}",
+        }
+        for name, path in weir_answers.items():
+            differences = same_as_weir(decoded(by_name[name]), get(http, path))
+            assert not differences, f"{name} read by Flink's client differs from GET {path}: {differences}"
+        environment = decoded(by_name["JobManagerEnvironmentHeaders"])
+        assert environment["jvm"]["arch"] and environment["classpath"], environment
+        taskmanagers = decoded(by_name["JobVertexTaskManagersHeaders"])["taskmanagers"]
+        assert sum(t["status-counts"]["RUNNING"] for t in taskmanagers) == 2, taskmanagers
+        subtasks = decoded(by_name["TaskCheckpointStatisticsHeaders"])["subtasks"]
+        assert [(s["index"], s["status"]) for s in subtasks] == [(0, "completed"), (1, "completed")], subtasks
+        assert decoded(by_name["JobClientHeartbeatHeaders"]) == {}
+        assert decoded(by_name["ClusterDataSetListHeaders"]) == {"dataSets": []}
+        for name in ("JobManagerLogUrlHeaders", "TaskManagerLogUrlHeaders"):
+            assert not by_name[name]["ok"] and "url-pattern" in by_name[name]["error"], by_name[name]
+        trigger = decoded(by_name["ClusterDataSetDeleteTriggerHeaders"])["request-id"]
+        (status,) = probe.ask(weir_cluster, request("ClusterDataSetDeleteStatusHeaders", triggerid=trigger))
+        assert decoded(status)["status"] == {"id": "COMPLETED"}, status
+        assert get(http, f"/jobs/{jid}")["state"] == "RUNNING"
+    finally:
+        weir_cluster.client.cancel_job(job_id)

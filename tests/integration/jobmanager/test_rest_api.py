@@ -6,6 +6,7 @@ run in file order: the restart and the cancel come last."""
 
 from __future__ import annotations
 
+import platform
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -499,6 +500,82 @@ def test_the_openapi_document_is_valid(rest: RestJob) -> None:
 def test_the_web_ui_is_served(rest: RestJob) -> None:
     response = rest.http.get("/")
     assert response.status_code == 200 and response.headers["content-type"].startswith("text/html")
+
+
+# Flink's environment, a vertex's TaskManagers, checkpoint subtasks, heartbeat, datasets, log URLs ---
+
+
+def test_the_jobmanager_s_environment_is_its_interpreter_s(rest: RestJob) -> None:
+    """The JobManager runs on the interpreter this test runs on (the project's virtual environment)."""
+    environment = rest.get("/v1/jobmanager/environment")
+    assert environment["jvm"]["version"] == f"{platform.python_implementation()} {platform.python_version()}"
+    assert environment["jvm"]["arch"] == platform.machine()
+    assert isinstance(environment["jvm"]["options"], list)
+    assert any(entry.endswith("site-packages") for entry in environment["classpath"]), environment["classpath"]
+    assert rest.get(f"/jobs/{flink_job_id(rest.job_id)}/jobmanager/environment") == environment
+
+
+def test_a_vertex_s_taskmanagers_hold_its_subtasks(rest: RestJob) -> None:
+    addresses = {tm["id"]: tm["path"] for tm in rest.get("/taskmanagers")["taskmanagers"]}
+    seen: list[Any] = []
+
+    def all_running() -> dict[str, Any] | None:
+        answer = rest.get(f"/v1/jobs/{flink_job_id(rest.job_id)}/vertices/{flink_vertex_id('fail-once')}/taskmanagers")
+        seen[:] = [answer]
+        running = sum(tm["status-counts"]["RUNNING"] for tm in answer["taskmanagers"])
+        return answer if running == PARALLELISM else None
+
+    answer = eventually(all_running, "every subtask of fail-once RUNNING on a TaskManager", context=seen)
+    assert (answer["id"], answer["uid"]) == (flink_vertex_id("fail-once"), "fail-once")
+    vertex = rest.get(f"/jobs/{rest.job_id}/vertices/fail-once")
+    on_each: dict[str, int] = {}
+    for subtask in vertex["subtasks"]:
+        on_each[subtask["taskmanager-id"]] = on_each.get(subtask["taskmanager-id"], 0) + 1
+    for tm in answer["taskmanagers"]:
+        assert tm["host"] == tm["endpoint"] == addresses[tm["taskmanager-id"]]
+        assert tm["status"] == "RUNNING" and tm["end-time"] == -1 and tm["start-time"] > 0
+        assert sum(tm["status-counts"].values()) == on_each[tm["taskmanager-id"]]
+        records = tm["aggregated"]["metrics"]["read-records"]
+        assert records["sum"] == tm["metrics"]["read-records"] and records["min"] <= records["max"]
+    assert {tm["taskmanager-id"] for tm in answer["taskmanagers"]} == set(on_each)
+
+
+def test_a_checkpoint_s_subtasks_of_each_vertex_are_its_acknowledgements(rest: RestJob) -> None:
+    checkpoint = rest.completed_checkpoints()[0]
+    details = rest.get(f"/jobs/{rest.job_id}/checkpoints/details/{checkpoint['id']}")
+    lines = {(s["vertex_id"], s["subtask"]): s for s in details["subtasks"]}
+    for uid in ("numbers", "fail-once"):
+        part = rest.get(f"/v1/jobs/{rest.job_id}/checkpoints/details/{checkpoint['id']}/subtasks/{uid}")
+        assert {k: v for k, v in part.items() if k not in ("summary", "subtasks")} == details["tasks"][
+            flink_vertex_id(uid)
+        ]
+        assert [s["index"] for s in part["subtasks"]] == list(range(PARALLELISM))
+        for s in part["subtasks"]:
+            line = lines[(uid, s["index"])]
+            assert (s["className"], s["status"], s["aborted"]) == ("completed", "completed", False)
+            assert (s["ack_timestamp"], s["state_size"]) == (line["ack_timestamp"], line["state_size"])
+            assert s["end_to_end_duration"] == s["ack_timestamp"] - details["trigger_timestamp"]
+            assert (s["alignment"]["duration"], s["start_delay"]) == (line["alignment_duration"], line["start_delay"])
+        sizes = [s["state_size"] for s in part["subtasks"]]
+        assert (part["summary"]["state_size"]["min"], part["summary"]["state_size"]["max"]) == (min(sizes), max(sizes))
+    rest.errors(rest.http.get(f"/jobs/{rest.job_id}/checkpoints/details/{checkpoint['id']}/subtasks/nope"), 404)
+
+
+def test_a_client_heartbeat_datasets_and_log_urls_are_answered_as_flink_s(rest: RestJob) -> None:
+    beat = rest.http.patch(f"/v1/jobs/{flink_job_id(rest.job_id)}/clientHeartbeat", json={"expiredTimestamp": 1})
+    assert (beat.status_code, beat.json()) == (202, {})
+    assert rest.get(f"/jobs/{rest.job_id}")["state"] == "RUNNING"  # a beat, even an expired one, changes nothing
+    rest.errors(rest.http.patch("/jobs/0123456789abcdef/clientHeartbeat", json={"expiredTimestamp": 1}), 404)
+    assert rest.get("/v1/datasets") == {"dataSets": []}
+    deletion = rest.http.delete("/v1/datasets/" + "0f" * 16)
+    assert deletion.status_code == 202, deletion.text
+    status = rest.get(f"/v1/datasets/delete/{deletion.json()['request-id']}")
+    assert status == {"status": {"id": "COMPLETED"}, "operation": {}}
+    assert "url-pattern" in rest.errors(rest.http.get(f"/jobs/{rest.job_id}/jobmanager/log-url"), 404)[0]
+    taskmanager = TASKMANAGER_IDS[0]
+    assert (
+        "url-pattern" in rest.errors(rest.http.get(f"/jobs/{rest.job_id}/taskmanagers/{taskmanager}/log-url"), 404)[0]
+    )
 
 
 # A JobManager restart, then cancel (last: they change the job) -------------------------------------

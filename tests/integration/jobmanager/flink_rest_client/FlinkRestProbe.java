@@ -8,7 +8,8 @@
  *
  * One request per input line, a JSON object: {"headers": "JobStatusInfoHeaders" (a MessageHeaders class of
  * Flink's REST messages, by its simple name), "path": {"jobid": "...", "vertexid": "...", "taskmanagerid":
- * "..."} (its path parameters), "body": {...} (its request body, decoded into the request class by Flink's
+ * "...", "checkpointid": "...", ...} (its path parameters, any other than a job's, vertex's or TaskManager's
+ * id resolved from its text as Flink's router resolves it), "body": {...} (its request body, decoded into the request class by Flink's
  * mapper; absent: Flink's empty body)}. One answer per request on standard output, a JSON line:
  * {"headers", "ok": true, "response": the decoded response written back by Flink's mapper, "result": what
  * Flink's client makes of a job's execution result} or {"headers", "ok": false, "error": why}.
@@ -56,6 +57,7 @@ public final class FlinkRestProbe {
         "org.apache.flink.runtime.rest.messages.checkpoints.",
         "org.apache.flink.runtime.rest.messages.cluster.",
         "org.apache.flink.runtime.rest.messages.taskmanager.",
+        "org.apache.flink.runtime.rest.messages.dataset.",
     };
     private static final long TIMEOUT_S = 60;
 
@@ -119,7 +121,7 @@ public final class FlinkRestProbe {
             } else if (parameter instanceof TaskManagerIdPathParameter) {
                 ((TaskManagerIdPathParameter) parameter).resolve(new ResourceID(value.asText()));
             } else {
-                throw new IllegalArgumentException("unsupported path parameter " + parameter.getKey());
+                parameter.resolveFromString(value.asText()); // a checkpoint's, dataset's or trigger's id
             }
         }
         JsonNode body = request.get("body");
