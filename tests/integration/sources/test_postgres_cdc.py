@@ -727,10 +727,18 @@ def test_a_slot_dropped_under_a_running_job_fails_it_with_one_clear_line(
         ended = weir_cluster.wait_for(job_id, ("FAILED",), timeout_s=120)
         assert ended.summary.status == "FAILED", ended
         # the job's failure is the first a task reported: the source's, or a consumer's that lost its
-        # input (then the source's own report may come after the job failed): the source's line is in one
-        reported = [f for f in (ended.failure, *(t.failure for t in ended.tasks)) if f is not None]
-        failure = next((f for f in reported if f.type == "CdcSourceError"), None)
-        assert failure is not None, reported
+        # input; then the source's own report may arrive after the job failed (make test saw the job
+        # FAILED with only the consumer's ChannelClosedError): its task records it when it comes
+
+        def reported(details: JobDetails) -> list[Any]:
+            return [f for f in (details.failure, *(t.failure for t in details.tasks)) if f is not None]
+
+        def source_failure() -> Any:
+            found = reported(weir_cluster.client.job_status(job_id))
+            return next((f for f in found if f.type == "CdcSourceError"), None)
+
+        failure = settle(60, source_failure, lambda f: f is not None)
+        assert failure is not None, reported(weir_cluster.client.job_status(job_id))
         assert f"postgres cdc source: replication slot '{cdc_case.slot}' is gone" in failure.message
         assert "\n" not in failure.message
         poll(
