@@ -4,7 +4,6 @@ its answers in the API's shape, and the one error mapping (404, 400, 409, 503)."
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -44,19 +43,6 @@ JOB_PATHS = (
     "/jobs/{job}/resource-requirements",
     "/jobs/{job}/execution-result",
 )
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()  # nothing in storage: ready at once
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 def running_job(h: Harness) -> JobMaster:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.unit.jobmanager.conftest import Harness, MakeHarness
+from tests.unit.jobmanager.conftest import Harness
 from tests.unit.jobmanager.rest.test_app import errors_of, running_job
 from weir.core.roles import access_table, parse_tokens_file
 from weir.core.thread_dump import thread_dump
@@ -21,13 +21,6 @@ from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from fastapi.testclient import TestClient
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
 
 
 @pytest.fixture

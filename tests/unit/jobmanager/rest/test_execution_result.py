@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import base64
 import warnings
-from collections.abc import Iterator
 
-import pytest
-
-from tests.unit.jobmanager.conftest import Harness, MakeHarness
+from tests.unit.jobmanager.conftest import Harness
 from weir.core.errors import Fault
 from weir.core.failures import Failure
 from weir.core.states import JobStatus, TaskState
@@ -21,23 +18,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from fastapi.testclient import TestClient
 
-from weir.jobmanager.rest.app import create_app
 from weir.jobmanager.rest.ids import flink_job_id
 
 JOB_ID = "5f1c0a2b3c4d5e6f"  # a Weir id: Flink's form is it zero-padded to 32
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 def test_a_running_job_is_in_progress_and_a_cancelled_one_completed_as_canceled(

@@ -9,11 +9,10 @@ import dataclasses
 import platform
 import sys
 import warnings
-from collections.abc import Iterator
 
 import pytest
 
-from tests.unit.jobmanager.conftest import TM_A, TM_B, Harness, MakeHarness
+from tests.unit.jobmanager.conftest import TM_A, TM_B, Harness
 from tests.unit.jobmanager.rest.test_flink_shapes import complete_checkpoint, errors_of, ok, running_job
 from weir.core.states import TaskState
 from weir.jobmanager.checkpointing.pending import TaskAckMetrics
@@ -25,23 +24,9 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from fastapi.testclient import TestClient
 
-from weir.jobmanager.rest.app import create_app
 
 STATS = {"min", "max", "avg", "p50", "p90", "p95", "p99", "p999"}
 AGGREGATES = {"min", "max", "avg", "sum", "median", "p25", "p75", "p95"}
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 # Environment ---------------------------------------------------------------------------------------

@@ -9,14 +9,13 @@ import dataclasses
 import os
 import time
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import weir
-from tests.unit.jobmanager.conftest import TM_A, Harness, MakeHarness
+from tests.unit.jobmanager.conftest import TM_A, Harness
 from weir.core.hardware import measure_hardware
 from weir.core.states import TaskState
 from weir.jobmanager.checkpointing.pending import StateObject, TaskAckMetrics
@@ -62,19 +61,6 @@ SUBTASK_FIELDS = {
     "start_time",
     "status-duration",
 }
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 def running_job(h: Harness, parameters: dict[str, str] | None = None) -> JobMaster:

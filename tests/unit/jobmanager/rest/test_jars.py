@@ -7,13 +7,12 @@ import io
 import time
 import warnings
 import zipfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.unit.jobmanager.conftest import JOB, Harness, MakeHarness
+from tests.unit.jobmanager.conftest import JOB, Harness
 from weir.api.artifacts import build_artifact
 from weir.jobmanager.rest.ids import flink_vertex_id, weir_job_id
 
@@ -21,22 +20,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)  # Starlette would rather have httpx2 under it
     from fastapi.testclient import TestClient
 
-from weir.jobmanager.rest.app import create_app
 
 MAX_BYTES = 1 << 20
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 def artifact_of(tmp_path: Path, source: bytes = JOB, name: str = "numbers.py") -> bytes:

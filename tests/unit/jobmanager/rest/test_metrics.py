@@ -4,12 +4,11 @@ values as strings with it, the aggregations, the filters, the errors, and the re
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge
 
-from tests.unit.jobmanager.conftest import Harness, MakeHarness
+from tests.unit.jobmanager.conftest import Harness
 from tests.unit.jobmanager.rest.test_app import errors_of, running_job
 from weir.core.task_time import TimeRatios
 from weir.jobmanager.jobs import JobMaster
@@ -32,19 +31,6 @@ with warnings.catch_warnings():
 
 from weir.core.roles import access_table, parse_tokens_file
 from weir.core.states import JobStatus
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 def beat(h: Harness, job: JobMaster, records_in: int, records_out: int, watermark: int | None = None) -> None:

@@ -5,11 +5,8 @@ the request's trigger id (200), ``GET /jobs/{id}/rescaling/{trigger id}`` its ou
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 
-import pytest
-
-from tests.unit.jobmanager.conftest import Harness, MakeHarness
+from tests.unit.jobmanager.conftest import Harness
 from tests.unit.jobmanager.test_rescale import ack, running_job
 from weir.jobmanager.rest.ids import flink_job_id
 
@@ -17,20 +14,6 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from fastapi.testclient import TestClient
 
-from weir.jobmanager.rest.app import create_app
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 def test_a_rescale_through_flink_s_routes_reports_in_progress_then_completed(

@@ -6,12 +6,11 @@ bounds Weir cannot run the job within are 409, the job untouched."""
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from tests.unit.jobmanager.conftest import Harness, MakeHarness
+from tests.unit.jobmanager.conftest import Harness
 from tests.unit.jobmanager.test_rescale import running_job
 from weir.jobmanager.rest.ids import flink_job_id, flink_vertex_id
 
@@ -19,22 +18,8 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from fastapi.testclient import TestClient
 
-from weir.jobmanager.rest.app import create_app
 
 GEN = flink_vertex_id("gen")
-
-
-@pytest.fixture
-def harness(make_harness: MakeHarness) -> Harness:
-    h = make_harness()
-    h.jm.recover_jobs()
-    return h
-
-
-@pytest.fixture
-def client(harness: Harness) -> Iterator[TestClient]:
-    with TestClient(create_app(harness.jm)) as client:
-        yield client
 
 
 def requirements(lower: int, upper: int, vertex: str = GEN) -> dict[str, Any]:
