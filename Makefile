@@ -62,7 +62,7 @@ tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.
 # shared services) alone on one. The unit run's output follows; any of the three failing fails.
 UNIT_LOG := .pytest-unit.log
 INTEGRATION_WORKERS ?= 2
-test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (33.5 min measured at 053314f on 2 cores with two clusters; what CI runs)
+test: setup infra-up browser tools ## unit + integration tests against the real local services, scenarios included (28.4 min measured at a965ece on 2 cores with two clusters; what CI runs)
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not integration" > $(UNIT_LOG) 2>&1 & unit=$$!; \
 	$(PY) -m pytest -q -m "integration and not serial" -n $(INTEGRATION_WORKERS) --dist loadfile --no-loadscope-reorder \
 	    --durations=30; \
