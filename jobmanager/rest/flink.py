@@ -314,24 +314,16 @@ def job_execution_result(status: JobStatusView) -> JobExecutionResult:
 # Savepoint disposal --------------------------------------------------------------------------------
 
 
-class Disposals:
-    """The outcomes of savepoint disposals by trigger id (Flink's ``CompletedOperationCache``)."""
+class _CompletedOperations:
+    """Outcomes of operations done at once, by trigger id, the last ``DISPOSALS_KEPT`` (Flink's
+    ``CompletedOperationCache``)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._results: OrderedDict[str, OperationResult] = OrderedDict()
 
-    def dispose(self, path: str) -> str:
-        """Dispose now (a savepoint is a few objects) and keep the outcome under a new trigger id. A
-        refusal (not a savepoint) raises, as Flink's answers 400 before it triggers anything."""
+    def _keep(self, result: OperationResult) -> str:
         trigger_id = uuid.uuid4().hex
-        try:
-            dispose_savepoint(path)  # weir.jobmanager.savepoint_disposal, as weir savepoint --dispose
-            result = OperationResult(status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo())
-        except SavepointDisposalError:
-            raise
-        except WeirError as exc:
-            result = failed(type(exc).__name__, str(exc))
         with self._lock:
             self._results[trigger_id] = result
             while len(self._results) > DISPOSALS_KEPT:
@@ -341,6 +333,22 @@ class Disposals:
     def status(self, trigger_id: str) -> OperationResult | None:
         with self._lock:
             return self._results.get(trigger_id)
+
+
+class Disposals(_CompletedOperations):
+    """The outcomes of savepoint disposals by trigger id."""
+
+    def dispose(self, path: str) -> str:
+        """Dispose now (a savepoint is a few objects) and keep the outcome under a new trigger id. A
+        refusal (not a savepoint) raises, as Flink's answers 400 before it triggers anything."""
+        try:
+            dispose_savepoint(path)  # weir.jobmanager.savepoint_disposal, as weir savepoint --dispose
+            result = OperationResult(status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo())
+        except SavepointDisposalError:
+            raise
+        except WeirError as exc:
+            result = failed(type(exc).__name__, str(exc))
+        return self._keep(result)
 
 
 # Cluster datasets ----------------------------------------------------------------------------------
@@ -372,28 +380,13 @@ def data_set_id(text: str) -> str:
     return lowered
 
 
-class DataSetDeletions:
-    """The outcomes of dataset deletions by trigger id, the last ``DISPOSALS_KEPT``."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._results: OrderedDict[str, OperationResult] = OrderedDict()
+class DataSetDeletions(_CompletedOperations):
+    """The outcomes of dataset deletions by trigger id."""
 
     def delete(self, dataset_id: str) -> str:
         """Weir holds no dataset, so there is nothing to release: completed at once, as Flink's for a
         dataset it does not track."""
-        trigger_id = uuid.uuid4().hex
-        with self._lock:
-            self._results[trigger_id] = OperationResult(
-                status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo()
-            )
-            while len(self._results) > DISPOSALS_KEPT:
-                self._results.popitem(last=False)
-        return trigger_id
-
-    def status(self, trigger_id: str) -> OperationResult | None:
-        with self._lock:
-            return self._results.get(trigger_id)
+        return self._keep(OperationResult(status=QueueStatus(id=QueueStatusId.COMPLETED), operation=OperationInfo()))
 
 
 # Client heartbeat -----------------------------------------------------------------------------------

@@ -120,6 +120,21 @@ def scaled_totals(spec: EventSpec, change_at_ms: int) -> Counter[tuple[str, int]
     return Counter(totals.items())
 
 
+def kill_and_restore(weir_cluster: WeirCluster, job_id: str, victim: str) -> float:
+    """Kill ``victim`` (a TaskManager running the job's tasks) and wait for the job to run again from a
+    restore after the kill, still at parallelism 3; answers when it was killed."""
+    killed_at = time.time()
+    kill_process(weir_cluster.directory, victim)
+    restored = wait_until(
+        weir_cluster,
+        job_id,
+        lambda s: s.summary.status == "RUNNING" and (s.last_restore_at or 0) > killed_at,
+        f"the job to restore after killing {victim}",
+    )
+    assert restored.summary.parallelism == 3
+    return killed_at
+
+
 def test_changing_broadcast_rules_survive_a_kill_and_a_rescale_exactly_once(
     weir_cluster: WeirCluster, unique: str
 ) -> None:
@@ -161,15 +176,7 @@ def test_changing_broadcast_rules_survive_a_kill_and_a_rescale_exactly_once(
         "two checkpoints after the rules were read",
     )
     assert_stored_once(endpoints, job_id, parallelism=3)
-    killed_at = time.time()
-    kill_process(weir_cluster.directory, victim)
-    restored = wait_until(
-        weir_cluster,
-        job_id,
-        lambda s: s.summary.status == "RUNNING" and (s.last_restore_at or 0) > killed_at,
-        f"the job to restore after killing {victim}",
-    )
-    assert restored.summary.parallelism == 3
+    killed_at = kill_and_restore(weir_cluster, job_id, victim)
     weir_cluster.wait_for_taskmanagers()
 
     trigger_id = weir_cluster.client.rescale(job_id, 2)
@@ -233,15 +240,7 @@ def test_an_unaligned_checkpoint_with_rules_in_flight_restores_each_subtask_exac
         ),
         "a completed unaligned checkpoint with rules in flight and differing copies",
     )
-    killed_at = time.time()
-    kill_process(weir_cluster.directory, victim)
-    restored = wait_until(
-        weir_cluster,
-        job_id,
-        lambda s: s.summary.status == "RUNNING" and (s.last_restore_at or 0) > killed_at,
-        f"the job to restore after killing {victim}",
-    )
-    assert restored.summary.parallelism == 3
+    killed_at = kill_and_restore(weir_cluster, job_id, victim)
     final = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
     assert final.summary.status == "FINISHED", final.failure
 
