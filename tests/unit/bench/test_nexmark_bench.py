@@ -152,6 +152,55 @@ def _upsert(partition: int, offset: int, category: int, final: int | None) -> tu
     return partition, offset, key, None if final is None else b'{"id":%d,"final":%d}' % (category, final)
 
 
+def _q18_choosing(stream: list[nexmark.Event], pick: int) -> list[dict[str, Any]]:
+    """q18's rows with each tied group's ``pick``-th bid chosen (0: the first to arrive, as another
+    read order of the partitions gives; -1: the last, as the reference)."""
+    chosen_rows = {(r["bidder"], r["auction"]): r for r in ref.q18(stream)}
+    for group in ref.q18_ties(stream):
+        chosen_rows[(group[0]["bidder"], group[0]["auction"])] = group[pick]
+    return list(chosen_rows.values())
+
+
+def test_q18_s_choice_among_bids_of_one_millisecond_is_any_of_them_but_nothing_else() -> None:
+    stream = [nexmark.event(n, CONFIG) for n in range(20_000)]  # the suite's 10M events/s: ties
+    groups = ref.q18_ties(stream)
+    assert groups and all(len({r["dateTime"] for r in g}) == 1 and len(g) > 1 for g in groups)
+    reference = reference_records(20_000, nb.EVENT_RATE, ["q18"])["q18"]
+    first_of_ties = _weir_output(_q18_choosing(stream, 0))
+    assert check_output("q18", reference.records, first_of_ties, reference.ties).ok
+    assert not check_output("q18", expected_records("q18", ref.q18(stream)), first_of_ties).ok  # ties ignored
+    # a bid that is not of its key's latest millisecond is not a choice
+    latest = {(r["bidder"], r["auction"]): r["dateTime"] for r in ref.q18(stream)}
+    earlier = next(b for b in ref.bids(stream) if b.date_time < latest[(b.bidder, b.auction)])
+    rows = [
+        r if (r["bidder"], r["auction"]) != (earlier.bidder, earlier.auction) else ref.q18([earlier])[0]
+        for r in _q18_choosing(stream, 0)
+    ]
+    assert not check_output("q18", reference.records, _weir_output(rows), reference.ties).ok
+
+
+def test_q19_s_choice_among_bids_tied_at_its_tenth_price_is_any_of_them_but_nothing_else() -> None:
+    stream = [nexmark.event(n, CONFIG) for n in range(100_000)]
+    groups = ref.q19_ties(stream)
+    assert groups  # in 100,000 events some auction's 10th and 11th highest bids tie
+    reference = reference_records(100_000, nb.EVENT_RATE, ["q19"])["q19"]
+    # the other end of each tied group in the top 10 (as another arrival order chooses)
+    rows = ref.q19(stream)
+    for group in groups:
+        auction, price = group[0]["auction"], group[0]["price"]
+        kept = [r for r in rows if (r["auction"], r["price"]) == (auction, price)]
+        rest = [r for r in rows if (r["auction"], r["price"]) != (auction, price)]
+        others = [{**g, "rank_number": k["rank_number"]} for g, k in zip(reversed(group), kept, strict=False)]
+        assert {g["extra"] for g in others} != {k["extra"] for k in kept}
+        rows = [*rest, *others]
+    output = _weir_output(rows)
+    assert check_output("q19", reference.records, output, reference.ties).ok
+    assert not check_output("q19", expected_records("q19", ref.q19(stream)), output).ok  # ties ignored
+    # a row at the tied price that is none of its bids is no choice
+    swapped = [*rows[:-1], {**rows[-1], "bidder": -1}]
+    assert not check_output("q19", reference.records, _weir_output(swapped), reference.ties).ok
+
+
 def test_an_updating_output_is_compared_as_its_final_table() -> None:
     expected = expected_records("q4", [{"id": 10, "final": 30}, {"id": 11, "final": 7}])
     updates = [
@@ -190,9 +239,11 @@ def test_weirs_q4_in_updates_mode_leaves_the_references_final_table() -> None:
 
 
 def test_the_reference_follows_the_event_time_rate() -> None:
-    expected = reference_records(300, nb.EVENT_RATE, ["q0"])["q0"]
+    reference = reference_records(300, nb.EVENT_RATE, ["q0"])["q0"]
+    expected = reference.records
     stream = [nexmark.event(n, CONFIG) for n in range(300)]
     assert expected == expected_records("q0", ref.q0(stream))
+    assert reference.ties == {}  # q0 chooses nothing
     assert max(r[3] for r in expected) - min(r[3] for r in expected) < 1  # 300 events in 30 µs of event time
 
 
