@@ -220,8 +220,9 @@ def note_history(auction_ids: Sequence[int], notes: int = 240) -> tuple[list[tup
 
     def put(i: int, note: str, weight: int) -> None:
         auction = None if i % 9 == 0 else auction_ids[(i * 7) % (len(auction_ids) // 2 + 7)]
-        records.append((i, {"id": i, "auction": auction, "note": note, "weight": weight}))
-        final[i] = records[-1][1]  # type: ignore[assignment]
+        row: Note = {"id": i, "auction": auction, "note": note, "weight": weight}
+        records.append((i, row))
+        final[i] = row
 
     def delete(i: int) -> None:
         records.append((i, None))
