@@ -20,7 +20,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, assert_never
+from typing import Any, Final, assert_never
 
 from weir import nexmark
 from weir.api import (
@@ -325,6 +325,13 @@ class RowEncoder:
         return json_codec.encode(self.json(row))
 
 
+KEYED_PARTITIONER: Final = {"partitioner": "murmur2_random"}
+"""A keyed Kafka sink's partitioner: librdkafka's murmur2 of the key's bytes, the Java client's default,
+which Flink's Kafka sink leaves in place (no 'sink.partitioner'): a key lands in the partition Flink's
+sink puts it in (librdkafka's own default hashes with CRC-32), so a compacted topic both write keeps
+each key's records in one partition."""
+
+
 class KafkaRecordEncoder:
     """A 'kafka' or 'upsert-kafka' sink row's record key and value, as the table's
     :class:`~weir.sql.catalog.KafkaLayout` lays them out (JSON objects): ``key`` None when the table
@@ -337,7 +344,9 @@ class KafkaRecordEncoder:
         self.whole = self.layout.value == tuple(c.name for c in table.columns)
 
     def key(self, row: Mapping[str, Any]) -> bytes:
-        return json_codec.encode(self.layout.key_object(self.encoder.json(row)))
+        """The key's JSON object, its fields in key order ('key.fields', or the PRIMARY KEY's columns
+        as declared), the bytes Flink's key format writes: a topic compacts by them."""
+        return json_codec.encode_in_order(self.layout.key_object(self.encoder.json(row)))
 
     def value(self, row: Mapping[str, Any]) -> bytes:
         if self.whole:
@@ -1333,6 +1342,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
                 serializer=record.value,
                 key=record.key if record.has_key else None,
                 delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
+                properties=KEYED_PARTITIONER if record.has_key else None,
             )
         case JdbcTable():
             uid = uids.next("sink", f"postgresql table {connector.table_name} ({table.name}), upsert, two-phase")
@@ -1408,6 +1418,7 @@ def _changelog_sink(
                 serializer=_kafka_value(record.value, kept),
                 key=lambda change: key(change.row),
                 delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
+                properties=KEYED_PARTITIONER,
             )
         case JdbcTable():
             writes_uid = uids.next("writes", f"the changelog's +I/+U/-D ({dropped})")
@@ -1443,6 +1454,7 @@ def _key_values(table: Table) -> Callable[[Mapping[str, Any]], tuple[Any, ...]]:
 
 
 __all__ = [
+    "KEYED_PARTITIONER",
     "KafkaRecordEncoder",
     "KafkaRows",
     "Operator",

@@ -146,6 +146,24 @@ def test_encode_falls_back_to_the_stdlib_where_msgspec_would_differ(value: Any) 
     assert json_codec.encode(value) == stdlib
 
 
+@pytest.mark.parametrize("value", [*ENCODABLE, {"v": float("nan"), "a": 1}, {2: "int key", 1: "x"}, {"s": "\ud800"}])
+def test_encode_in_order_writes_the_same_values_each_object_in_its_order(value: Any) -> None:
+    out = json_codec.encode_in_order(value)
+    decoded = json_codec.decode(out)
+    if isinstance(value, dict):
+        assert list(decoded) == [str(k) for k in value]
+        assert (decoded == same_json(value)) or "v" in value  # NaN is not equal to itself
+    else:
+        assert decoded == same_json(value)
+
+
+def test_encode_in_order_writes_compact_utf8_without_sorting() -> None:
+    assert json_codec.encode_in_order({"b": 1, "a": {"d": 2, "c": 3}}) == b'{"b":1,"a":{"d":2,"c":3}}'
+    assert json_codec.encode_in_order({"k": "é", "n": 2}) == '{"k":"é","n":2}'.encode()
+    assert json_codec.encode_in_order({"w": 1, "v": float("nan")}) == b'{"w":1,"v":NaN}'  # the stdlib's tokens
+    assert json_codec.encode_in_order({2: "x", 1: "y"}) == b'{"2":"x","1":"y"}'  # the stdlib's, unsorted
+
+
 def test_non_finite_floats_keep_the_stdlib_tokens() -> None:
     out = json_codec.encode({"v": float("nan"), "w": float("inf")})
     assert out == b'{"v":NaN,"w":Infinity}'

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,8 +20,8 @@ import pytest
 from tests.unit.weir.sql.test_retract import QUERIES, ROOT, UPSERT, job_file, sink_values
 from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
 from weir import nexmark as nx
-from weir.sql import explain, plan_script
-from weir.sql.changelog import Change, accumulates
+from weir.sql import explain, plan_script, source_uid
+from weir.sql.changelog import Change, RowKind, accumulates
 from weir.sql.errors import SqlError
 
 if TYPE_CHECKING:
@@ -189,3 +189,160 @@ def test_under_mini_batch_the_final_table_is_the_same(
     assert "mini-batch" in explain(text)
     run = weir_job(job_file(tmp_path, text), checkpoint_every=40)
     assert final_table(sink_values(run, text), key) == reference(nexmark_events())
+
+
+# -- RIGHT and FULL joins of two changelogs (bench/flink's right_join_changelogs.sql, full_join_*.sql) ----------
+
+OUTER_QUERIES = ("right_join_changelogs", "full_join_changelogs", "full_join_grouped")
+NOTE_TABLES = {
+    "right_join_changelogs": "note_right",
+    "full_join_changelogs": "note_full",
+    "full_join_grouped": "note_grouped",
+}
+HAVING_BOUND = 25_000_000
+"""The files' HAVING: a group leaves once its highest bid reaches it (its NULL-key group stays)."""
+
+Note = dict[str, Any]
+Frozen = tuple[tuple[str, Any], ...]
+
+
+def frozen_row(row: Mapping[str, Any]) -> Frozen:
+    return tuple(sorted(row.items()))
+
+
+def note_history(auction_ids: Sequence[int], notes: int = 240) -> tuple[list[tuple[int, Note | None]], dict[int, Note]]:
+    """The notes' upsert-kafka records in order, by id (a row, or None: a tombstone), and the final
+    rows: every id noted on an auction (some auctions noted twice, every ninth id on none: NULL), a
+    tombstone first for ids never noted, then a third renoted (the same auction), a fifth deleted, a
+    tenth noted again, a quarter written again unchanged."""
+    records: list[tuple[int, Note | None]] = []
+    final: dict[int, Note] = {}
+
+    def put(i: int, note: str, weight: int) -> None:
+        auction = None if i % 9 == 0 else auction_ids[(i * 7) % (len(auction_ids) // 2 + 7)]
+        row: Note = {"id": i, "auction": auction, "note": note, "weight": weight}
+        records.append((i, row))
+        final[i] = row
+
+    def delete(i: int) -> None:
+        records.append((i, None))
+        final.pop(i, None)
+
+    for i in range(1, notes + 1):
+        if i % 13 == 0:
+            delete(i)  # a tombstone of a key never written: nothing downstream
+        put(i, f"n{i % 5}", i % 4 + 1)
+    for i in range(1, notes + 1):
+        if i % 3 == 0:
+            put(i, f"n{(i + 2) % 5}", 7)
+        if i % 5 == 0:
+            delete(i)
+        if i % 10 == 0:
+            put(i, "back", 2)
+        if i % 4 == 0 and i in final:
+            put(i, final[i]["note"], final[i]["weight"])  # the same row again
+    return records, final
+
+
+def note_changes(records: Sequence[tuple[int, Note | None]]) -> list[Change]:
+    """The records as the upsert-kafka source decodes them: +U of a row, -D of a key."""
+    return [
+        Change(RowKind.UPDATE_AFTER, row)
+        if row is not None
+        else Change(RowKind.DELETE, {"id": i, "auction": None, "note": None, "weight": None})
+        for i, row in records
+    ]
+
+
+def expected_outer_joins(events: Sequence[Any], notes: Mapping[int, Note]) -> dict[str, dict[Frozen, Frozen]]:
+    """The three sinks' final tables in plain Python, by their sink keys."""
+    prices: dict[int | None, list[int]] = defaultdict(list)
+    for e in events:
+        if isinstance(e, nx.Bid):
+            prices[None if e.auction % 10 == 3 else e.auction].append(e.price)
+    groups = {k: (len(p), max(p)) for k, p in prices.items() if max(p) < HAVING_BOUND or k is None}
+    right: dict[Frozen, Frozen] = {}
+    full: dict[Frozen, Frozen] = {}
+    joined: list[tuple[str | None, int | None, int | None, int | None]] = []  # note, bids, id, weight
+    for n in notes.values():
+        a = n["auction"]
+        g = groups.get(a) if a is not None else None
+        bids, top = g if g is not None else (None, None)
+        right[(("id", n["id"]),)] = frozen_row(
+            {"id": n["id"], "note": n["note"], "auction": a if g else None, "bids": bids, "top": top}
+        )
+        row = {"id": n["id"], "auction": a if g else -1, "note": n["note"], "bids": bids, "top": top}
+        full[frozen_row({"id": row["id"], "auction": row["auction"]})] = frozen_row(row)
+        joined.append((n["note"], bids, n["id"], n["weight"]))
+    noted = {n["auction"] for n in notes.values()}
+    for k, (bids, top) in groups.items():
+        if k is None or k not in noted:
+            row = {"id": -1, "auction": -1 if k is None else k, "note": None, "bids": bids, "top": top}
+            full[frozen_row({"id": -1, "auction": row["auction"]})] = frozen_row(row)
+            joined.append((None, bids, None, None))
+    per_note: dict[str, list[tuple[str | None, int | None, int | None, int | None]]] = defaultdict(list)
+    for j in joined:
+        per_note[j[0] if j[0] is not None else "unnoted"].append(j)
+    grouped: dict[Frozen, Frozen] = {}
+    for note, rows in per_note.items():
+        bids_of = [r[1] for r in rows if r[1] is not None]
+        weights = [r[3] for r in rows if r[3] is not None]
+        grouped[(("note", note),)] = frozen_row(
+            {
+                "note": note,
+                "total": len(rows),
+                "grouped": len(bids_of),
+                "noted": sum(1 for r in rows if r[2] is not None),
+                "bids": sum(bids_of) if bids_of else None,
+                "weight": sum(weights) if weights else None,
+            }
+        )
+    return {"right_join_changelogs": right, "full_join_changelogs": full, "full_join_grouped": grouped}
+
+
+def auctions_to_note(events: Sequence[Any]) -> list[int]:
+    """The auctions with bids and a few past the last one (notes on them match no group)."""
+    ids = sorted({e.auction for e in events if isinstance(e, nx.Bid)})
+    return [*ids, *range(ids[-1] + 1, ids[-1] + 9)]
+
+
+OUTER_KEYS = {
+    "right_join_changelogs": ("id",),
+    "full_join_changelogs": ("id", "auction"),
+    "full_join_grouped": ("note",),
+}
+
+
+@pytest.mark.parametrize("query", OUTER_QUERIES)
+def test_right_and_full_joins_of_two_changelogs_leave_python_s_final_tables(
+    tmp_path: Path, weir_job: RunJob, query: str
+) -> None:
+    """A GROUP BY result with a NULL key and groups leaving (HAVING) joined with an upsert-kafka
+    table's history (updates, tombstones, re-inserts, NULL join keys): RIGHT, FULL, and a GROUP BY
+    over the FULL join; each sink's final table is Python's."""
+    events = nexmark_events()
+    records, notes = note_history(auctions_to_note(events), notes=120)
+    text = script(query).replace("${UPSERT_SOURCE}", UPSERT.replace("'out'", "'notes'"))
+    run = weir_job(
+        job_file(tmp_path, text), checkpoint_every=40, records={source_uid(NOTE_TABLES[query]): note_changes(records)}
+    )
+    want = expected_outer_joins(events, notes)[query]
+    table = final_table(sink_values(run, text), OUTER_KEYS[query])
+    assert table == Counter(json.dumps(dict(v), sort_keys=True) for v in want.values())
+    assert_outer_cases(query, want)
+    if query == "full_join_changelogs":  # both sides outer (~20 s: once)
+        run.with_failures()  # a failure at every checkpoint and crash point: the committed output is the same
+
+
+def assert_outer_cases(query: str, want: Mapping[Frozen, Frozen]) -> None:
+    """The final table holds what the comparison is about: padded rows of each side, NULL keys."""
+    rows = [dict(v) for v in want.values()]
+    match query:
+        case "right_join_changelogs":
+            assert len(rows) >= 50 and any(r["auction"] is None for r in rows) and any(r["bids"] for r in rows)
+        case "full_join_changelogs":
+            assert {"id": -1, "auction": -1} in [{"id": r["id"], "auction": r["auction"]} for r in rows]  # NULL key
+            assert any(r["id"] == -1 and r["auction"] != -1 for r in rows)  # a group without a note
+            assert any(r["id"] != -1 and r["auction"] == -1 for r in rows)  # a note without a group
+        case _:
+            assert len(rows) >= 5 and any(r["note"] == "unnoted" for r in rows)

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 import random
+from collections import Counter
 
 import pytest
 
+from weir.api import Environment
 from weir.core.descriptors import KafkaRecord, TimestampType
-from weir.sql import explain, plan_script
+from weir.sql import explain, plan_script, sql
 from weir.sql.catalog import KafkaLayout, Table, kafka_layout
 from weir.sql.changelog import Change, RowKind
 from weir.sql.compile import KafkaRecordEncoder, KafkaRows, RowDecoder
@@ -90,6 +92,49 @@ def test_a_row_is_written_as_flink_writes_it() -> None:
     keyed = KafkaRecordEncoder(table(KAFKA + ", 'key.format' = 'json', 'key.fields' = 'k_region'"))
     assert keyed.has_key and json.loads(keyed.key(ROW)) == {"k_region": "eu"}
     assert json.loads(keyed.value(ROW)) == json.loads(plain.value(ROW))  # ALL: the key's columns too
+
+
+def test_a_key_of_several_columns_is_written_in_key_order_as_flink_writes_its_bytes() -> None:
+    """Flink's key format projects 'key.fields' in the option's order, and upsert-kafka's key in the
+    PRIMARY KEY's declared order (KafkaConnectorOptionsUtil.createKeyFormatProjection): not by name,
+    not by column. The same JSON object in other bytes would be another key to a compacted topic."""
+    kafka = KafkaRecordEncoder(table(KAFKA + ", 'key.format' = 'json', 'key.fields' = 'k_region;note;k_id'"))
+    assert kafka.key(ROW) == b'{"k_region":"eu","note":null,"k_id":7}'
+    columns = "note STRING, k_id BIGINT, k_region STRING, amount DOUBLE, ts TIMESTAMP(3)"
+    upsert = KafkaRecordEncoder(table(UPSERT, columns, ", PRIMARY KEY (k_region, note, k_id) NOT ENFORCED"))
+    assert upsert.key(ROW) == b'{"k_region":"eu","note":null,"k_id":7}'
+    prefixed = KafkaRecordEncoder(
+        table(
+            UPSERT + ", 'key.fields-prefix' = 'k_', 'value.fields-include' = 'EXCEPT_KEY'",
+            key=", PRIMARY KEY (k_region, k_id) NOT ENFORCED",
+        )
+    )
+    assert prefixed.key(ROW) == b'{"region":"eu","id":7}'
+
+
+def test_a_keyed_sink_partitions_by_the_java_client_s_murmur2_as_flink_s_sink_does() -> None:
+    """Flink's Kafka sink leaves the partition to the Java producer: murmur2 of the key's bytes.
+    librdkafka's default is CRC-32, which would put a key Flink writes into partition 0 into another:
+    every keyed SQL sink asks for librdkafka's Java-compatible ``murmur2_random``; one without a key keeps
+    the default."""
+    script = f"""CREATE TABLE src (k_id BIGINT, k_region STRING, amount DOUBLE)
+  WITH ('connector' = 'datagen', 'number-of-rows' = '3');
+CREATE TABLE keyed (k_id BIGINT, k_region STRING, amount DOUBLE)
+  WITH ({KAFKA}, 'key.format' = 'json', 'key.fields' = 'k_region;k_id');
+CREATE TABLE plain (k_id BIGINT, k_region STRING, amount DOUBLE) WITH ({KAFKA});
+CREATE TABLE per_region (k_region STRING, n BIGINT, PRIMARY KEY (k_region) NOT ENFORCED) WITH ({UPSERT});
+EXECUTE STATEMENT SET BEGIN
+INSERT INTO keyed SELECT * FROM src;
+INSERT INTO plain SELECT * FROM src;
+INSERT INTO per_region SELECT k_region, COUNT(*) FROM src GROUP BY k_region;
+END;"""
+    env = Environment("j")
+    sql(env, script)
+    partitioners = {}
+    for uid, transformation in env.graph.transformations.items():
+        if transformation.sink_spec is not None:
+            partitioners[uid] = dict(transformation.factory().properties).get("partitioner")
+    assert Counter(partitioners.values()) == Counter({"murmur2_random": 2, None: 1}), partitioners
 
 
 LAYOUTS = [
