@@ -1391,9 +1391,7 @@ def _changelog_sink(
     table, kept = sink.table, sink.keeps_update_before
     connector = table.connector
     dropped = "-U delete their key" if kept else "-U dropped"
-    if sink.materializer is not None and not isinstance(
-        connector, PrintTable | DatagenTable | NexmarkTable | PostgresCdcTable | FilesystemTable
-    ):
+    if sink.materializer is not None:  # the planner puts one before an upsert sink only
         stream = _materialized(stream, sink, sink.materializer, uids)
 
     def written(change: Change) -> bool:
