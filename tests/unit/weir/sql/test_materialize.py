@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -168,7 +168,7 @@ def live_last(changes: Sequence[Change]) -> dict[Any, dict[str, Any]]:
 @pytest.mark.parametrize("keyed", [False, True], ids=["whole-row", "upsert-key"])
 def test_after_every_change_the_sink_holds_each_key_s_last_row_of_the_result(seed: int, keyed: bool) -> None:
     changes = history(seed, 80, keyed)
-    held: dict[Any, tuple[dict[str, Any], ...]] = {}
+    held: dict[Any, tuple[Mapping[str, Any], ...]] = {}
     table: dict[Any, dict[str, Any]] = {}
     for i, change in enumerate(changes):
         k = change.row["k"]
@@ -193,7 +193,7 @@ def test_writing_each_change_as_it_comes_leaves_rows_of_the_result_out_of_the_si
         naive: dict[Any, dict[str, Any]] = {}
         for change in changes:
             applied(naive, change, kept=True)
-        held: dict[Any, tuple[dict[str, Any], ...]] = {}
+        held: dict[Any, tuple[Mapping[str, Any], ...]] = {}
         table: dict[Any, dict[str, Any]] = {}
         for change in changes:
             done = materialized(held.get(change.row["k"], ()), change, None)
