@@ -26,7 +26,7 @@ from weir.sql.compile import Operator, RowDecoder, compile_insert, compile_query
 from weir.sql.errors import Position, SqlError
 from weir.sql.functions import registered, registry, resolve
 from weir.sql.minibatch import MiniBatchConfig
-from weir.sql.plan import Catalog, InsertPlan, plan_insert, plan_query
+from weir.sql.plan import Catalog, InsertPlan, UpsertMaterialize, plan_insert, plan_query
 from weir.sql.script import (
     CreateFunction,
     CreateTable,
@@ -52,6 +52,11 @@ SETTINGS: Final = {
     ),
     "table.exec.mini-batch.allow-latency": "the longest a row waits in a mini-batch (a duration above 0)",
     "table.exec.mini-batch.size": "the most rows a mini-batch holds (above 0)",
+    "table.exec.sink.upsert-materialize": (
+        "'AUTO' (the default), 'FORCE' or 'NONE': whether an upsert sink of the INSERTs after it keeps every row "
+        "of each of its keys (Flink's SinkUpsertMaterializer): AUTO when its PRIMARY KEY holds no upsert key of "
+        "the changelog written"
+    ),
     "weir.columnar": (
         "'true': the INSERTs after it run a scan -> filter/projection chain and TUMBLE/HOP window aggregates "
         "on Arrow batches"
@@ -116,6 +121,16 @@ class PlannedStatement:
     mini_batch: MiniBatchConfig | None = None  # SET 'table.exec.mini-batch.enabled' = 'true' before it
 
 
+def upsert_materialize(option: SetOption) -> UpsertMaterialize:
+    """``SET 'table.exec.sink.upsert-materialize'``'s value (Flink's names, any case)."""
+    try:
+        return UpsertMaterialize[option.value.strip().upper()]
+    except KeyError:
+        raise SqlError(
+            f"SET '{option.key}': {option.value!r} is not 'NONE', 'AUTO' or 'FORCE'", option.position
+        ) from None
+
+
 @dataclass(frozen=True)
 class Script:
     """A script read and planned: its tables, its SET options, the INSERTs to run, the EXPLAINs."""
@@ -148,6 +163,7 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
     state_ttl_ms = 0
     columnar = False
     mini_batch = _MiniBatchSettings()
+    materialize = UpsertMaterialize.AUTO
 
     def planned(insert: Insert, *, count: bool = True) -> PlannedStatement:
         digest = statement_digest(insert.normalized)
@@ -157,7 +173,7 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
         else:
             n = seen[digest] + 1
         prefix = f"sql-{digest}" + ("" if n == 1 else f"-{n}")
-        plan = plan_insert(insert, Catalog(dict(tables), dict(views)), text)
+        plan = plan_insert(insert, Catalog(dict(tables), dict(views)), text, materialize)
         return PlannedStatement(insert, plan, prefix, state_ttl_ms, columnar, mini_batch.config(insert.position))
 
     for statement in statements:
@@ -201,6 +217,8 @@ def _plan_statements(text: str, statements: tuple[Statement, ...], python: dict[
                     columnar = statement.value.lower() == "true"
                 if statement.key.startswith("table.exec.mini-batch."):
                     mini_batch.set(statement)
+                if statement.key == "table.exec.sink.upsert-materialize":
+                    materialize = upsert_materialize(statement)
                 settings[statement.key] = statement.value
             case Insert():
                 inserts.append(planned(statement))

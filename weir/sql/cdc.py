@@ -18,7 +18,7 @@ changes from the last row it keeps per key, as Flink's ChangelogNormalize does."
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, assert_never
 
 from sqlglot import exp
@@ -135,27 +135,13 @@ def _connector_name(table: Table) -> str:
 def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[exp.Expr, str] | None:
     """Why a projection of the changelog source ``source`` (a 'postgres-cdc' or 'upsert-kafka' table)
     cannot go into ``sink`` (the node to point at and the message), or None: the sink must upsert and
-    delete by its key ('jdbc' or 'upsert-kafka'), and its PRIMARY KEY columns must be given exactly the
-    source's primary key columns, each as it is, so each change upserts or deletes the sink row of its
-    own source row's key."""
+    delete by its key ('jdbc' or 'upsert-kafka'). A sink keyed otherwise than by the source's primary
+    key gets the planner's upsert materializer (``weir.sql.plan.UpsertMaterialize``)."""
     connector = sink.connector
     if not isinstance(connector, JdbcTable) and not (isinstance(connector, KafkaTable) and connector.upsert):
         return select, (
             f"INSERT INTO {sink.name}: a projection of the changelog of '{_connector_name(source)}' table "
             f"{source.name} needs a 'jdbc' or 'upsert-kafka' sink (it upserts and deletes by the primary key)"
-        )
-    given: dict[str, str] = {}
-    outputs: Sequence[exp.Expr] = select.expressions
-    for column, output in zip(sink.columns, outputs, strict=False):
-        value = output.unalias() if isinstance(output, exp.Alias) else output
-        if isinstance(value, exp.Column):
-            given[column.name] = value.name
-    keyed = [given.get(k) for k in sink.primary_key]
-    if sorted(k or "" for k in keyed) != sorted(source.primary_key):
-        return select, (
-            f"INSERT INTO {sink.name}: its PRIMARY KEY ({', '.join(sink.primary_key)}) must be given the "
-            f"primary key of '{_connector_name(source)}' table {source.name} ({', '.join(source.primary_key)}), "
-            "each column as it is"
         )
     return None
 

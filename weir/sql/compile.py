@@ -69,6 +69,7 @@ from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.join import MiniBatchRegularJoin, RegularJoin, joined_row
 from weir.sql.lookup import LookupRows
+from weir.sql.materialize import SinkUpsertMaterializer
 from weir.sql.minibatch import MiniBatchConfig
 from weir.sql.part_files import CsvLine, PartitionFolder, partition_commit
 from weir.sql.plan import (
@@ -79,6 +80,7 @@ from weir.sql.plan import (
     Interval,
     Join,
     LookupJoin,
+    Materializer,
     NamedExpression,
     Node,
     OrderKey,
@@ -1399,6 +1401,8 @@ def _changelog_sink(
     table, kept = sink.table, sink.keeps_update_before
     connector = table.connector
     dropped = "-U delete their key" if kept else "-U dropped"
+    if sink.materializer is not None:  # the planner puts one before an upsert sink only
+        stream = _materialized(stream, sink, sink.materializer, uids)
 
     def written(change: Change) -> bool:
         return sink_write(change.kind, keeps_update_before=kept) is not SinkWrite.NOTHING
@@ -1437,6 +1441,30 @@ def _changelog_sink(
             raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)
+
+
+def _materialized(stream: DataStream | None, sink: Sink, materializer: Materializer, uids: _Uids) -> DataStream | None:
+    """The changelog through Flink's SinkUpsertMaterializer (``weir.sql.materialize``), keyed by the
+    sink's primary key: what the sink must hold of each key, ``+I``/``+U`` of its last row or ``-D``.
+    Its uid, ``<statement prefix>-upsert-materializer``, takes no place in the statement's numbering:
+    the other operators keep their uids whether the planner adds it or not."""
+    table = sink.table
+    compared = (
+        "whole rows" if materializer.upsert_key is None else f"the upsert key ({', '.join(materializer.upsert_key)})"
+    )
+    ttl = f", state TTL {uids.ttl.ttl_ms} ms" if uids.ttl else ""
+    uid = f"{uids.prefix}-upsert-materializer"
+    uids.out.append(
+        Operator(
+            uid,
+            "sink-upsert-materializer",
+            f"the rows of each {table.name} key ({', '.join(table.primary_key)}) in order of arrival, retracted by "
+            f"{compared}{ttl}; emits [+I, +U, -D]",
+        )
+    )
+    if stream is None:
+        return None
+    return stream.key_by(_change_key(table)).process(SinkUpsertMaterializer(materializer.upsert_key, uids.ttl), uid=uid)
 
 
 def _change_key(table: Table) -> Callable[[Change], tuple[Any, ...]]:

@@ -6,6 +6,7 @@ turns it into job API calls."""
 from __future__ import annotations
 
 import dataclasses
+import enum
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -186,16 +187,40 @@ class Interval:
     upper_exclusive: bool
 
 
+@enum.unique
+class UpsertMaterialize(enum.Enum):
+    """``SET 'table.exec.sink.upsert-materialize'`` (Flink's option and names): whether an upsert
+    sink's input goes through a :class:`Materializer`. ``AUTO`` (the default): when the sink's
+    primary key holds none of the input changelog's upsert keys (``upsert_keys``); ``FORCE``: for
+    every changelog into a sink with a primary key; ``NONE``: never (each change written as it
+    comes, wrong where two rows of the result share a sink key, as Flink's)."""
+
+    NONE = "NONE"
+    AUTO = "AUTO"
+    FORCE = "FORCE"
+
+
+@dataclass(frozen=True)
+class Materializer:
+    """Flink's SinkUpsertMaterializer before an upsert sink (``weir.sql.materialize``): keyed by the
+    sink's primary key, the rows of each key in order of arrival; ``upsert_key``: the sink columns of
+    the input's smallest upsert key, by which a row replaces and is retracted (None: whole rows)."""
+
+    upsert_key: tuple[str, ...] | None
+
+
 @dataclass(frozen=True)
 class Sink:
     """``keeps_update_before``: the input is a changelog whose -U may lack a +U of the same sink key
     (a WHERE/HAVING between its producer and the sink, or a sink key other than the result's), so
-    the sink deletes a -U's key (``weir.sql.upsert.sink_write``); otherwise a -U is dropped."""
+    the sink deletes a -U's key (``weir.sql.upsert.sink_write``); otherwise a -U is dropped.
+    ``materializer``: the changelog goes through a :class:`Materializer` first (it writes no -U)."""
 
     input: Node
     table: Table
     updating: bool
     keeps_update_before: bool = False
+    materializer: Materializer | None = None
 
 
 @dataclass(frozen=True)
@@ -339,7 +364,10 @@ def plan_query(query: exp.Query, offset: int, catalog: Catalog, script: str) -> 
     return QueryPlan(planned.node, planned.updating)
 
 
-def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
+def plan_insert(
+    insert: Insert, catalog: Catalog, script: str, materialize: UpsertMaterialize = UpsertMaterialize.AUTO
+) -> InsertPlan:
+    """``materialize``: ``SET 'table.exec.sink.upsert-materialize'`` before the statement."""
     locate = Locate(script, insert.offset)
     tables = catalog.tables
     sink_table = tables.get(insert.sink)
@@ -362,28 +390,42 @@ def plan_insert(insert: Insert, catalog: Catalog, script: str) -> InsertPlan:
         )
     own_key = True  # the sink's key is the result's own: each -U's +U has the same sink key
     scanned = _changelog_scan(node)
+    sink_names = [c.name for c in sink_table.columns]
+    keys = {frozenset(sink_names[i] for i in key) for key in upsert_keys(node)}
+    primary_key = frozenset(sink_table.primary_key)
+    materializer = None
+    if updating or scanned is not None or _changelog_join(node.input) is not None:
+        _check_upserts(sink_table, node, scanned, locate, query)
+        if primary_key and (
+            materialize is UpsertMaterialize.FORCE
+            or (materialize is UpsertMaterialize.AUTO and not any(key <= primary_key for key in keys))
+        ):
+            smallest = min(keys, key=lambda key: (len(key), sorted(sink_names.index(c) for c in key)), default=None)
+            materializer = Materializer(None if smallest is None else tuple(c for c in sink_names if c in smallest))
     if updating:
-        own_key = _check_upsert_sink(sink_table, node, outputs, locate, query)
-        if not own_key:  # another key: the aggregate's -U delete the old sink rows
-            node = _emitting_changelog(node)
+        own_key = primary_key in keys
+        if not own_key or materializer is not None:  # the aggregate's -U delete the old sink rows (or leave
+            node = _emitting_changelog(node)  # the materializer's rows of the key)
     elif scanned is not None:
-        refusal = projection_refusal(scanned.table, sink_table, query)
-        if refusal is not None:
-            raise locate.refuse(*refusal)
+        own_key = primary_key in keys
     elif isinstance(node.input, TopN) and node.input.slide_ms is None:
         _check_ranked_sink(sink_table, node.input, outputs, locate, query)
+        if materialize is UpsertMaterialize.FORCE and primary_key:
+            materializer = Materializer(None)
     elif _changelog_join(node.input) is not None:
-        _check_joined_sink(sink_table, locate, query)
         own_key = False  # a joined row's -U and its +U may be at two sink keys: the -U deletes its key
     assert isinstance(node, Project)
     keeps_update_before = changelog_of(node) is not None and (not own_key or _filtered_changelog(node))
+    if materializer is not None:
+        keeps_update_before = False  # the materializer writes +I/+U of a key's last row or -D of the key
     # INSERT fills the sink's columns by position: the last projection names its values as the sink's
     # columns, each converted to the column's type (CAST's rules: a value that does not convert fails)
     renamed = tuple(
         NamedExpression(column.name, output.sql, _converted(output.evaluate, column.type.kind))
         for output, column in zip(outputs, sink_table.columns, strict=True)
     )
-    return InsertPlan(insert, Sink(Project(node.input, renamed), sink_table, updating, keeps_update_before))
+    sink = Sink(Project(node.input, renamed), sink_table, updating, keeps_update_before, materializer)
+    return InsertPlan(insert, sink)
 
 
 def _changelog_join(node: Node) -> Join | None:
@@ -391,20 +433,6 @@ def _changelog_join(node: Node) -> Join | None:
     while isinstance(node, Filter):
         node = node.input
     return node if isinstance(node, Join) and join_mode(node) is not None else None
-
-
-def _check_joined_sink(table: Table, locate: Locate, query: exp.Select) -> None:
-    """An outer join, or a join of an updating result, is a changelog: its sink upserts (each -U and
-    -D deletes its key, each +I and +U writes its row at its key)."""
-    upserts = isinstance(table.connector, JdbcTable) or (
-        isinstance(table.connector, KafkaTable) and table.connector.upsert
-    )
-    if not upserts:
-        raise locate.refuse(
-            query,
-            f"INSERT INTO {table.name}: an outer join, or a join of an updating result, gives updating results; "
-            "the sink must be 'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
-        )
 
 
 def _changelog_scan(node: Node) -> Scan | None:
@@ -441,36 +469,126 @@ def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
     return convert
 
 
-def _check_upsert_sink(
-    table: Table, node: Node, outputs: tuple[NamedExpression, ...], locate: Locate, query: exp.Select
-) -> bool:
-    """An updating result (GROUP BY without a window) needs a sink that upserts, keyed by the group
-    keys, each as it is, and possibly other columns: otherwise rows of two groups would overwrite
-    each other. True: the key is exactly the group keys; False: it holds more columns, so a group's
-    row may move to another sink key (its -U deletes the old one: Flink's jdbc and upsert-kafka
-    sinks)."""
+def _check_upserts(table: Table, node: Project, scanned: Scan | None, locate: Locate, query: exp.Select) -> None:
+    """An updating result (a GROUP BY without a window, a projection of a changelog source, an outer
+    join or a join of an updating result) needs a sink that upserts and deletes by its key."""
     upserts = isinstance(table.connector, JdbcTable) or (
         isinstance(table.connector, KafkaTable) and table.connector.upsert
     )
-    if not upserts:
-        raise locate.refuse(
-            query,
-            f"INSERT INTO {table.name}: GROUP BY without a window gives updating results; the sink must be "
-            "'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
-        )
-    assert isinstance(node, Project) and isinstance(node.input, Aggregate | Filter)
-    aggregate = node.input if isinstance(node.input, Aggregate) else node.input.input
-    assert isinstance(aggregate, Aggregate)
-    sink_names = [c.name for c in table.columns]
-    key_columns = {k.sql for k in aggregate.keys}
-    at_key = {outputs[sink_names.index(k)].sql for k in table.primary_key}
-    if not key_columns <= at_key:
-        raise locate.refuse(
-            query,
-            f"INSERT INTO {table.name}: its PRIMARY KEY ({', '.join(table.primary_key)}) must hold the "
-            f"GROUP BY keys ({', '.join(k.sql for k in aggregate.keys)}), each as it is",
-        )
-    return at_key == key_columns
+    if upserts:
+        return
+    refusal = None if scanned is None else projection_refusal(scanned.table, table, query)
+    if refusal is not None:
+        raise locate.refuse(*refusal)
+    what = (
+        "GROUP BY without a window"
+        if _changelog_join(node.input) is None
+        else "an outer join, or a join of an updating result,"
+    )
+    raise locate.refuse(
+        query,
+        f"INSERT INTO {table.name}: {what} gives updating results; the sink must be "
+        "'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
+    )
+
+
+# -- upsert keys (Flink's FlinkRelMdUpsertKeys) --------------------------------------------------------
+
+
+def upsert_keys(node: Project) -> frozenset[frozenset[int]]:
+    """The upsert keys of a SELECT's changelog as sets of its outputs' positions (Flink's
+    ``FlinkRelMdUpsertKeys``): column sets whose values identify one row of the result, each of whose
+    changes (of one value) comes through one path in order. A GROUP BY's keys; a changelog source's
+    primary key; a regular join's keys as Flink derives them (``_join_keys``); a WHERE keeps its
+    input's; a projection keeps a key whose every column it passes through as it is; anything else
+    (an append scan: no declared key) none. Empty: none known."""
+    names = [o.name.casefold() for o in node.outputs]
+    return frozenset(frozenset(names.index(c) for c in key) for key in _keys(node))
+
+
+Key = frozenset[str]
+
+
+def _keys(node: Node) -> frozenset[Key]:
+    """The upsert keys of ``node``'s rows, each a set of its row's column names (case-folded)."""
+    match node:
+        case Scan():
+            if not is_changelog_source(node.table) or not node.table.primary_key:
+                return frozenset()
+            return frozenset({frozenset(c.casefold() for c in node.table.primary_key)})
+        case Filter():
+            return _keys(node.input)
+        case Aggregate():
+            if node.window is not None:
+                return frozenset()
+            return frozenset({frozenset(k.name.casefold() for k in node.keys)})
+        case Project():
+            return _projected_keys(node)
+        case Join():
+            return _join_keys(node) if node.interval is None else frozenset()
+        case WindowTvf() | LookupJoin() | TopN() | OverAggregate():
+            return frozenset()
+        case _:
+            assert_never(node)
+
+
+def _projected_keys(node: Project) -> frozenset[Key]:
+    """The input's keys whose every column an output passes through (the first output of each)."""
+    below: Node = node.input
+    while isinstance(below, Filter):
+        below = below.input
+    passed: dict[str, str] = {}
+    for output in node.outputs:
+        column = _referenced(output, below)
+        if column is not None:
+            passed.setdefault(column, output.name.casefold())
+    return frozenset(frozenset(passed[c] for c in key) for key in _keys(node.input) if all(c in passed for c in key))
+
+
+def _referenced(output: NamedExpression, below: Node) -> str | None:
+    """The column of ``below``'s rows an output passes through as it is (case-folded), or None."""
+    text = _bare(output.sql)
+    match below:
+        case Aggregate():
+            return next((k.name.casefold() for k in below.keys if _bare(k.sql) == text), None)
+        case Join():
+            qualifier, _, column = text.rpartition(".")
+            left = {c.casefold() for c in below.left_columns}
+            right = {c.casefold() for c in below.right_columns}
+            if qualifier == below.left_qualifier.casefold() and column in left:
+                return f"{qualifier}.{column}"
+            if qualifier == below.right_qualifier.casefold() and column in right:
+                return f"{qualifier}.{column}"
+            if not qualifier and (column in left) != (column in right):
+                side = below.left_qualifier if column in left else below.right_qualifier
+                return f"{side.casefold()}.{column}"
+            return None
+        case _:
+            column = text.rpartition(".")[2]
+            return column if column.replace("_", "").isalnum() else None
+
+
+def _join_keys(join: Join) -> frozenset[Key]:
+    """A regular join's upsert keys (Flink's ``getJoinUpsertKeys`` and ``getJoinUniqueKeys``), as
+    joined-row columns ``qualifier.column``: each side's keys holding its join key columns (its
+    changes of one key meet in one subtask), a left key with a right one; a side's keys alone when
+    the other side's join key columns hold one of its keys (at most one match) and the join does
+    not pad the side with NULLs (a LEFT JOIN's left side, a RIGHT JOIN's right)."""
+
+    def side(node: Node, on: tuple[NamedExpression, ...], qualifier: str) -> tuple[frozenset[Key], bool]:
+        columns = {_bare(k.sql) for k in on}
+        keys = _keys(node)
+        kept = frozenset(frozenset(f"{qualifier.casefold()}.{c}" for c in key) for key in keys if columns <= key)
+        return kept, any(key <= columns for key in keys)
+
+    left, left_unique = side(join.left, join.left_keys, join.left_qualifier)
+    right, right_unique = side(join.right, join.right_keys, join.right_qualifier)
+    keys = {lk | rk for lk in left for rk in right}
+    if right_unique and join.kind in ("INNER", "LEFT"):
+        keys |= left
+    if left_unique and join.kind in ("INNER", "RIGHT"):
+        keys |= right
+    return frozenset(keys)
 
 
 def _check_ranked_sink(

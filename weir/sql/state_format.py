@@ -98,6 +98,10 @@ CHANGELOG_JOIN_STATE: Final = SqlStateFormat("changelog-join", 1)
 """Value states ``left`` and ``right``: ``(1, [(row, count, associations), ...])``, a side's rows of
 the key (``weir.sql.changelog_join``; tagged from the start)."""
 
+SINK_UPSERT_MATERIALIZER_STATE: Final = SqlStateFormat("sink-upsert-materializer", 1)
+"""Value state ``rows``: ``(1, [row, ...])``, the rows of the result at an upsert sink's key, in order
+of arrival (``weir.sql.materialize``; tagged from the start)."""
+
 
 __all__ = [
     "CHANGELOG_AGGREGATE_STATE",
@@ -106,6 +110,7 @@ __all__ = [
     "GROUP_AGGREGATE_STATE",
     "JOIN_STATE",
     "RETRACTING_TOP_N_STATE",
+    "SINK_UPSERT_MATERIALIZER_STATE",
     "TOP_N_STATE",
     "SqlStateFormat",
 ]

@@ -149,18 +149,6 @@ def test_a_change_without_the_whole_old_row_names_replica_identity_full(e: Chang
             "needs a 'jdbc' or 'upsert-kafka' sink",
             "7:",
         ),
-        (
-            "CREATE TABLE copy (owner STRING, id BIGINT, balance BIGINT, PRIMARY KEY (owner) NOT ENFORCED)\n"
-            f"  WITH ({JDBC.format(name='copy')});\n"
-            "INSERT INTO copy SELECT owner, id, balance FROM accounts;",
-            r"PRIMARY KEY \(owner\) must be given the primary key of 'postgres-cdc' table accounts \(id\)",
-            "7:",
-        ),
-        (
-            COPY + "INSERT INTO copy SELECT id + 1, owner, balance FROM accounts;",
-            "must be given the primary key",
-            "7:",
-        ),
     ],
 )
 def test_what_a_changelog_cannot_do_is_refused_with_its_position(body: str, message: str, where: str) -> None:

@@ -343,18 +343,6 @@ def test_explain_names_the_normalizer_and_what_each_sink_does_with_a_minus_u() -
     ("body", "message", "at"),
     [
         (
-            "CREATE TABLE out (owner STRING, n BIGINT, PRIMARY KEY (n) NOT ENFORCED) WITH ({UPSERT});\n"
-            "INSERT INTO out SELECT owner, COUNT(*) FROM accounts GROUP BY owner;",
-            r"its PRIMARY KEY \(n\) must hold the GROUP BY keys \(owner\), each as it is",
-            "owner, COUNT",
-        ),
-        (
-            "CREATE TABLE out (id BIGINT, owner STRING, PRIMARY KEY (owner) NOT ENFORCED) WITH ({UPSERT});\n"
-            "INSERT INTO out SELECT id, owner FROM accounts WHERE id > 3;",
-            r"must be given the primary key of 'upsert-kafka' table accounts \(id\)",
-            "id, owner FROM",
-        ),
-        (
             "CREATE TABLE out (id BIGINT, owner STRING)\n"
             "  WITH ('connector' = 'kafka', 'topic' = 'o', 'format' = 'json');\n"
             "INSERT INTO out SELECT id, owner FROM accounts;",
