@@ -22,7 +22,9 @@ from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autous
 from weir import nexmark as nx
 from weir.sql import explain, plan_script
 from weir.sql.changelog import Change, accumulates
+from weir.sql.changelog_join import RowsKept, SideRows, rows_kept
 from weir.sql.errors import SqlError
+from weir.sql.plan import Join, unique_key
 
 if TYPE_CHECKING:
     from weir.testing import RunJob
@@ -189,3 +191,48 @@ def test_under_mini_batch_the_final_table_is_the_same(
     assert "mini-batch" in explain(text)
     run = weir_job(job_file(tmp_path, text), checkpoint_every=40)
     assert final_table(sink_values(run, text), key) == reference(nexmark_events())
+
+
+def _join_of(text: str) -> Join:
+    node: Any = plan_script(text).inserts[-1].plan.sink.input
+    while not isinstance(node, Join):
+        node = node.input
+    return node
+
+
+def _kept(join: Join) -> tuple[SideRows, SideRows]:
+    return (
+        rows_kept(unique_key(join.left), [k.sql for k in join.left_keys]),
+        rows_kept(unique_key(join.right), [k.sql for k in join.right_keys]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "left", "right"),
+    [
+        (script("join_aggregates"), SideRows(RowsKept.ONE_ROW), SideRows(RowsKept.ONE_ROW)),  # GROUP BYs on their keys
+        (script("left_join_bids"), SideRows(RowsKept.BY_ROW), SideRows(RowsKept.ONE_ROW)),  # an append side: by row
+        (  # an upsert-kafka table joined on its primary key
+            ORDERS + "INSERT INTO out SELECT o.u, p.n FROM o JOIN p ON o.u = p.u;",
+            SideRows(RowsKept.BY_ROW),
+            SideRows(RowsKept.ONE_ROW),
+        ),
+        (  # a GROUP BY's keys beyond the join key, through a WHERE and a projection renaming them
+            ORDERS + "INSERT INTO out SELECT p.u, g.total FROM p JOIN (SELECT u AS who, id AS i, COUNT(*) AS total "
+            "FROM o GROUP BY u, id) AS g ON p.u = g.who WHERE g.total > 1;",
+            SideRows(RowsKept.ONE_ROW),
+            SideRows(RowsKept.BY_UNIQUE_KEY, ("who", "i")),
+        ),
+        (  # a projection that drops a key column: no unique key known
+            ORDERS + "INSERT INTO out SELECT p.u, g.total FROM p JOIN (SELECT u, COUNT(*) AS total "
+            "FROM o GROUP BY u, id) AS g ON p.u = g.u;",
+            SideRows(RowsKept.ONE_ROW),
+            SideRows(RowsKept.BY_ROW),
+        ),
+    ],
+    ids=["join_aggregates", "left_join_bids", "upsert-table", "unique-key", "key-dropped"],
+)
+def test_each_side_keeps_its_rows_by_what_the_planner_knows_of_its_unique_key(
+    text: str, left: SideRows, right: SideRows
+) -> None:
+    assert _kept(_join_of(text)) == (left, right)
