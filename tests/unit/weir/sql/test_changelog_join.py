@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from tests.unit.conftest import StartOperator
+from weir.api import StateTtlConfig
 from weir.core.errors import SerializationError
 from weir.core.keygroups import key_to_bytes
 from weir.operators.keyed import KeyedCoProcessOperator
@@ -571,3 +572,18 @@ def test_a_previous_layout_holding_two_rows_of_one_unique_key_is_refused_in_one_
         SerializationError, match=r"^changelog-join state of key \(1,\) \(left side, format 1\) holds 2 rows"
     ):
         feed(after, [(RIGHT, Change(INS, {"k": 1, "b": 1}))])
+
+
+def test_under_a_state_ttl_each_row_expires_on_its_own_as_flink_s_map_entries(start_operator: StartOperator) -> None:
+    """A side's rows of a key are entries of their own: a row written 50 ms after another outlives it
+    (the whole list, rewritten by each change, expired as one before format 2)."""
+    now = [0]
+    function = ChangelogJoin(Pairs(), NULLS, outer=(False, False), changelogs=(True, True), ttl=StateTtlConfig(100))
+    op = KeyedCoProcessOperator(function, (key, key), clock=lambda: now[0])
+    out = start_operator(op)
+    op.process_input(0, Change(INS, L1), None)
+    now[0] = 50
+    op.process_input(0, Change(INS, L2), None)
+    now[0] = 120  # L1 written at 0 has expired, L2 written at 50 has not
+    op.process_input(1, Change(INS, R1), None)
+    assert [(c.kind, c.row["l"], c.row["r"]) for c in out.values] == [(INS, L2, R1)]
