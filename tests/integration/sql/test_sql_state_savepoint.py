@@ -114,13 +114,16 @@ class PreviousLayoutJoin(ChangelogJoin):
                 states[s].clear()
 
 
-_compile.ChangelogJoin = PreviousLayoutJoin
-
 SCRIPT = {script!r}
 
 
 def build(env):
-    sql(env, SCRIPT)
+    # the JobManager builds jobs in its own process: the previous join only while this one is built
+    current, _compile.ChangelogJoin = _compile.ChangelogJoin, PreviousLayoutJoin
+    try:
+        sql(env, SCRIPT)
+    finally:
+        _compile.ChangelogJoin = current
 '''
 
 
