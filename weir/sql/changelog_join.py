@@ -427,6 +427,13 @@ class ChangelogJoin(KeyedCoProcessFunction):
             found = True
             kept: SideRows = self._of(self.kept, side)
             rows = _KeyRows(kept, side, ctx, self.ttl)
+            missing = [c for c in kept.unique_key if any(c not in entry.row for entry in held)]
+            if missing:  # format 1 stored a side's rows without the columns nothing above the join read
+                raise SerializationError(
+                    f"changelog-join state of key {ctx.key!r} ({side.value} side, format 1) holds rows without "
+                    f"{', '.join(missing)}, the unique key this Weir keeps them by: "
+                    "restore the savepoint with the Weir version that wrote it"
+                )
             keys = [kept.entry_key(entry.row) for entry in held]
             if len(set(keys)) != len(keys) or (kept.kept is not RowsKept.BY_ROW and any(e.count > 1 for e in held)):
                 raise SerializationError(

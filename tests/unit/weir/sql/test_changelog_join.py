@@ -587,3 +587,18 @@ def test_under_a_state_ttl_each_row_expires_on_its_own_as_flink_s_map_entries(st
     now[0] = 120  # L1 written at 0 has expired, L2 written at 50 has not
     op.process_input(1, Change(INS, R1), None)
     assert [(c.kind, c.row["l"], c.row["r"]) for c in out.values] == [(INS, L2, R1)]
+
+
+def test_a_previous_layout_without_the_unique_key_s_columns_is_refused_in_one_line(
+    start_operator: StartOperator,
+) -> None:
+    """Format 1 stored a side's rows as pruned above the join: a unique key nothing read is not there."""
+    previous = KeyedCoProcessOperator(shaped_join("INNER", ("by-row", "by-row"), PreviousLayoutJoin), (key, key))
+    start_operator(previous, uid="cut")
+    feed(previous, [(LEFT, Change(INS, {"k": 1, "a": 1}))])
+    previous.snapshot_state(3)
+    after = KeyedCoProcessOperator(shaped_join("INNER", ("by-unique-key", "by-row")), (key, key))
+    start_operator(after, uid="cut")
+    refused = r"^changelog-join state of key \(1,\) \(left side, format 1\) holds rows without id, the unique key"
+    with pytest.raises(SerializationError, match=refused):
+        feed(after, [(RIGHT, Change(INS, {"k": 1, "b": 1}))])
