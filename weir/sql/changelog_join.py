@@ -164,10 +164,10 @@ def join_row(
         kind = RowKind.INSERT if own_outer or other_outer else change.kind
         out.extend(_pair(side, row, entry.row, kind) for entry in matched)
         return RowStep(_added(own, row, len(matched) if own_outer else None), counted, tuple(out))
-    left = _retracted(own, row)
+    remaining = _retracted(own, row)
     if not matched:
         padded = (_pair(side, row, None, RowKind.DELETE),) if own_outer else ()
-        return RowStep(left, None, padded)
+        return RowStep(remaining, None, padded)
     kind = RowKind.DELETE if own_outer else change.kind
     out.extend(_pair(side, row, entry.row, kind) for entry in matched)
     uncounted: Held | None = None
@@ -176,7 +176,7 @@ def join_row(
             if entry.associations == 1:
                 out.extend(_pair(side, None, entry.row, RowKind.INSERT) for _ in range(entry.count))
         uncounted = tuple(replace(entry, associations=entry.associations - 1) for entry in other)
-    return RowStep(left, uncounted, tuple(out))
+    return RowStep(remaining, uncounted, tuple(out))
 
 
 def join_change(
