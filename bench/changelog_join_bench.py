@@ -11,7 +11,8 @@ snapshot flushes them to RocksDB); then, timed with ``time.process_time``:
 
 - ``bid``: 300 more bids of the auction, each one change of the side holding N rows, then a snapshot
   (the flush of what they wrote is part of their cost);
-- ``tag``: 5 updates of the auction's tag (``-U``, ``+U``: 10 changes), each joined with every bid.
+- ``tag``: then 5 updates of the auction's tag (``-U``, ``+U``: 10 changes), each joined with every
+  bid the key holds by then (N + 300), then a snapshot.
 
 Each checkout's join runs in its own process (``--measure``, ``PYTHONPATH`` the checkout), rounds
 alternating before and after; each figure is the median of the rounds. Results:
@@ -126,7 +127,11 @@ def _markdown(result: dict[str, Any]) -> str:
         f"median of {result['rounds']} alternating rounds; load average before {result['load_before']}, "
         f"after {result['load_after']}; {result['cpus']} CPUs.",
         "",
-        "| join | bids of the key | bid (µs/change) before | after | tag update (µs/change) before | after |",
+        "Each bid change faces N bids of its key (the first column); each tag change N + "
+        f"{result['bids_timed']} (the timed bids added). A change's CPU includes its share of the snapshot that "
+        "follows its phase (RocksDB writes of what it changed).",
+        "",
+        "| join | bids of the key (N) | bid (µs/change) before | after | tag update (µs/change) before | after |",
         "| --- | ---: | ---: | ---: | ---: | ---: |",
     ]
     for key, before in result["median"]["before"].items():
