@@ -117,7 +117,12 @@ class KeyedState:
         """The live value at ``key`` of the current key group (None: absent or expired; an expired
         one is removed)."""
         scope = self._scope
-        stored = scope.store.get(self._name, scope.current_key_group, key)
+        return self._live(key, scope.store.get(self._name, scope.current_key_group, key))
+
+    def _live(self, key: bytes, stored: Any) -> Any | None:
+        """What is stored at ``key`` (``stored``), live: unwrapped from its TTL, None when it expired
+        (then removed); a read that refreshes the TTL writes it back."""
+        scope = self._scope
         if not isinstance(stored, TtlValue):
             return stored
         ttl = self._ttl
@@ -232,10 +237,10 @@ class MapState(KeyedState):
         """Every live entry of the current key as (key, value), in the order of the keys' bytes."""
         scope = self._scope
         prefix = scope.current_key_prefix
-        addresses = [k for k, _v in scope.store.items(self._name, scope.current_key_group, prefix)]
+        stored = list(scope.store.items(self._name, scope.current_key_group, prefix))
         entries = []
-        for address in addresses:
-            entry = self._read(address)
+        for address, value in stored:  # as read by the scan: no second read of each entry
+            entry = self._live(address, value)
             if isinstance(entry, MapEntry):
                 entries.append((entry.key, entry.value))
         return entries

@@ -2,34 +2,41 @@
 Flink's ``StreamingJoinOperator`` (a join of two GROUP BY results, or of a table with an
 ``upsert-kafka`` table, or a ``LEFT JOIN``).
 
-- :func:`join_change`: the pure decision. One change of one side, the rows both sides hold for its
-  key in, the rows they hold afterwards and the joined changes out. A side's rows are
-  :class:`HeldRow` values: a row, how many identical copies of it are held (Flink's
-  ``JoinRecordStateView`` of an input without a unique key), and, on an outer side, how many rows of
-  the other side it matches (Flink's ``OuterJoinRecordStateView``'s ``numOfAssociations``): a row of
-  the outer side with no match is in the result padded with NULLs, and leaves it when its first match
-  arrives (``-D`` of the padded row, then ``+I`` of the joined one), and comes back when its last
-  match leaves.
-- :class:`ChangelogJoin`: the thin keyed co-process function that applies it to its keyed state
-  (value states ``left`` and ``right``, ``(1, [(row, count, associations), ...])``:
-  ``weir.sql.state_format.CHANGELOG_JOIN_STATE``, docs/formats.md) and emits each joined change as a
-  :class:`~weir.sql.changelog.Change` of the joined row.
+- :func:`join_row`: the pure decision. One change of one side, the entry its side holds for the
+  change's row (or unique key) and the rows the other side holds for its key in; that entry and the
+  other side's rows afterwards and the joined changes out. A side's rows are :class:`HeldRow`
+  values: a row, how many identical copies of it are held (Flink's ``JoinRecordStateView`` of an
+  input without a unique key), and, on an outer side, how many rows of the other side it matches
+  (Flink's ``OuterJoinRecordStateView``'s ``numOfAssociations``): a row of the outer side with no
+  match is in the result padded with NULLs, and leaves it when its first match arrives (``-D`` of the
+  padded row, then ``+I`` of the joined one), and comes back when its last match leaves.
+  :func:`join_change` is the same decision over all the rows a side holds for the key.
+- :class:`ChangelogJoin`: the thin keyed co-process function that applies it to its keyed state,
+  each side's rows of a key as Flink's ``JoinRecordStateViews`` keep them (:class:`RowsKept`, chosen
+  by the planner from what it knows of the input's unique key): one value per join key when the
+  input's unique key is within the join key; otherwise a map state, one entry per unique key, or per
+  distinct row with its count. A change reads and writes its own row's entry only, and reads the
+  other side's rows of the key (and writes those whose associations change, an outer other side).
+  Every value ``(2, (row, count, associations))``: ``weir.sql.state_format.CHANGELOG_JOIN_STATE``,
+  docs/formats.md. A key still in the previous layout (value states ``left`` and ``right``, each the
+  side's whole list, a savepoint of an earlier Weir) is rewritten into this one at its first change.
 
-Flink keeps one row per unique key for an input that has one (a GROUP BY result keyed by its join
-key); Weir keeps the same rows-with-counts layout for every input: the same result, one layout to
-read. Every decision on a change's kind is a ``match`` ending in ``assert_never``."""
+Every decision on a change's kind is a ``match`` ending in ``assert_never``."""
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+import struct
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, assert_never
+from decimal import Decimal
+from typing import Any, Final, assert_never
 
-from weir.api import Collector, KeyedCoProcessFunction, KeyedProcessContext, StateTtlConfig
+from weir.api import Collector, KeyedCoProcessFunction, KeyedProcessContext, MapState, StateTtlConfig, ValueState
+from weir.core.errors import SerializationError
 from weir.sql.changelog import Change, RowKind, accumulates
 from weir.sql.join import LEFT_STATE, RIGHT_STATE, JoinedRow
-from weir.sql.state_format import CHANGELOG_JOIN_STATE
+from weir.sql.state_format import CHANGELOG_JOIN_PREVIOUS_STATE, CHANGELOG_JOIN_STATE
 
 Row = Mapping[str, Any]
 
@@ -74,9 +81,20 @@ class JoinedChange:
 
 
 @dataclass(frozen=True)
+class RowStep:
+    """What one change does to the state: the entry of its row afterwards (``own``, None: none held),
+    the other side's rows afterwards, in the order given (``other``, None: unchanged), and the joined
+    changes it emits, in order."""
+
+    own: HeldRow | None
+    other: Held | None
+    out: tuple[JoinedChange, ...]
+
+
+@dataclass(frozen=True)
 class JoinStep:
-    """What one change does: the rows its side (``own``) and the other side hold afterwards, and the
-    joined changes it emits, in order."""
+    """What one change does to all the rows of its key: the rows its side (``own``) and the other side
+    hold afterwards, and the joined changes it emits, in order."""
 
     own: Held
     other: Held
@@ -93,35 +111,34 @@ def _pair(side: JoinSide, row: Row | None, other: Row | None, kind: RowKind) -> 
             assert_never(side)
 
 
-def _added(held: Held, row: Row, associations: int | None) -> Held:
-    """``held`` with one more copy of ``row`` (its associations set to ``associations`` when given)."""
-    for i, entry in enumerate(held):
-        if entry.row == row:
-            kept = entry.associations if associations is None else associations
-            return (*held[:i], HeldRow(entry.row, entry.count + 1, kept), *held[i + 1 :])
-    return (*held, HeldRow(dict(row), 1, associations or 0))
+def _added(entry: HeldRow | None, row: Row, associations: int | None) -> HeldRow:
+    """``entry`` with one more copy of ``row`` (its associations set to ``associations`` when given);
+    an entry of another row (a unique key's earlier row) is replaced, as Flink's state view does."""
+    if entry is not None and entry.row == row:
+        kept = entry.associations if associations is None else associations
+        return HeldRow(entry.row, entry.count + 1, kept)
+    return HeldRow(dict(row), 1, associations or 0)
 
 
-def _retracted(held: Held, row: Row) -> Held:
-    """``held`` with one copy of ``row`` less (a row not held: as it was, Flink's too)."""
-    for i, entry in enumerate(held):
-        if entry.row == row:
-            if entry.count == 1:
-                return (*held[:i], *held[i + 1 :])
-            return (*held[:i], replace(entry, count=entry.count - 1), *held[i + 1 :])
-    return held
+def _retracted(entry: HeldRow | None, row: Row) -> HeldRow | None:
+    """``entry`` with one copy of ``row`` less; an entry of another row (a unique key's) is removed,
+    as Flink's state view removes a unique key's row."""
+    if entry is not None and entry.row == row and entry.count > 1:
+        return replace(entry, count=entry.count - 1)
+    return None
 
 
-def join_change(
+def join_row(
     side: JoinSide,
     change: Change,
-    own: Held,
+    own: HeldRow | None,
     other: Held,
     *,
     own_outer: bool,
     other_outer: bool,
-) -> JoinStep:
-    """The joined changes of ``change`` arriving on ``side`` when the two sides hold ``own`` and
+) -> RowStep:
+    """The joined changes of ``change`` arriving on ``side`` when its side holds ``own`` at the
+    change's row (its copies of the row; or the row of its unique key) and the other side holds
     ``other`` for its key (every row of ``other`` matches: they share the key), as Flink's
     StreamingJoinOperator decides them:
 
@@ -137,50 +154,208 @@ def join_change(
     out: list[JoinedChange] = []
     if accumulates(change.kind):
         if own_outer and not matched:
-            return JoinStep(_added(own, row, 0), other, (_pair(side, row, None, RowKind.INSERT),))
+            return RowStep(_added(own, row, 0), None, (_pair(side, row, None, RowKind.INSERT),))
+        counted: Held | None = None
         if other_outer:
             for entry in other:
                 if entry.associations == 0:
                     out.extend(_pair(side, None, entry.row, RowKind.DELETE) for _ in range(entry.count))
-            other = tuple(replace(entry, associations=entry.associations + 1) for entry in other)
+            counted = tuple(replace(entry, associations=entry.associations + 1) for entry in other)
         kind = RowKind.INSERT if own_outer or other_outer else change.kind
         out.extend(_pair(side, row, entry.row, kind) for entry in matched)
-        return JoinStep(_added(own, row, len(matched) if own_outer else None), other, tuple(out))
-    own = _retracted(own, row)
+        return RowStep(_added(own, row, len(matched) if own_outer else None), counted, tuple(out))
+    remaining = _retracted(own, row)
     if not matched:
         padded = (_pair(side, row, None, RowKind.DELETE),) if own_outer else ()
-        return JoinStep(own, other, padded)
+        return RowStep(remaining, None, padded)
     kind = RowKind.DELETE if own_outer else change.kind
     out.extend(_pair(side, row, entry.row, kind) for entry in matched)
+    uncounted: Held | None = None
     if other_outer:
         for entry in other:
             if entry.associations == 1:
                 out.extend(_pair(side, None, entry.row, RowKind.INSERT) for _ in range(entry.count))
-        other = tuple(replace(entry, associations=entry.associations - 1) for entry in other)
-    return JoinStep(own, other, tuple(out))
+        uncounted = tuple(replace(entry, associations=entry.associations - 1) for entry in other)
+    return RowStep(remaining, uncounted, tuple(out))
+
+
+def join_change(
+    side: JoinSide,
+    change: Change,
+    own: Held,
+    other: Held,
+    *,
+    own_outer: bool,
+    other_outer: bool,
+) -> JoinStep:
+    """:func:`join_row` over every row ``side`` holds for the key (``own``, each row once, with its
+    copies): the change's row is found among them by equality, and a row new to them is added last."""
+    at = next((i for i, entry in enumerate(own) if entry.row == change.row), None)
+    step = join_row(side, change, None if at is None else own[at], other, own_outer=own_outer, other_outer=other_outer)
+    kept = () if step.own is None else (step.own,)
+    held = (*own, *kept) if at is None else (*own[:at], *kept, *own[at + 1 :])
+    return JoinStep(held, other if step.other is None else step.other, step.out)
+
+
+# -- how a side keeps its rows (Flink's JoinRecordStateViews) ------------------------------------------------
+
+
+@enum.unique
+class RowsKept(enum.Enum):
+    """How one side keeps its rows of a join key, by what the planner knows of the input's unique key
+    (Flink's ``JoinInputSideSpec``): ``ONE_ROW`` when the join key holds a unique key (a GROUP BY
+    result joined on its keys: at most one row per join key, a value state); ``BY_UNIQUE_KEY`` when
+    the input has a unique key outside the join key (a map state, one entry per unique key);
+    ``BY_ROW`` otherwise (a map state, one entry per distinct row, with its count)."""
+
+    ONE_ROW = "one-row"
+    BY_UNIQUE_KEY = "by-unique-key"
+    BY_ROW = "by-row"
+
+
+@dataclass(frozen=True)
+class SideRows:
+    """How one side keeps its rows: ``kept``, and ``unique_key`` the input's unique key columns
+    (``BY_UNIQUE_KEY`` only)."""
+
+    kept: RowsKept
+    unique_key: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        assert bool(self.unique_key) == (self.kept is RowsKept.BY_UNIQUE_KEY), self
+
+    def entry_key(self, row: Row) -> bytes:
+        """The map entry key of ``row`` (:func:`row_identity`): its unique key's values, or all its
+        values by column name; a ``ONE_ROW`` side has one entry, no entry key."""
+        match self.kept:
+            case RowsKept.ONE_ROW:
+                return b""
+            case RowsKept.BY_UNIQUE_KEY:
+                return row_identity(row[c] for c in self.unique_key)
+            case RowsKept.BY_ROW:
+                return row_identity(row[c] for c in sorted(row))
+            case _:
+                assert_never(self.kept)
+
+
+def rows_kept(unique_key: Sequence[str] | None, join_columns: Iterable[str]) -> SideRows:
+    """How a side keeps its rows: its input's unique key (None: none known) against the columns its
+    join key equates (a key that is an expression, not a column, holds no unique key)."""
+    if not unique_key:
+        return SideRows(RowsKept.BY_ROW)
+    if set(unique_key) <= set(join_columns):
+        return SideRows(RowsKept.ONE_ROW)
+    return SideRows(RowsKept.BY_UNIQUE_KEY, tuple(unique_key))
+
+
+_LENGTH: Final = struct.Struct(">I")
+
+
+def _identity_part(value: Any) -> bytes:
+    """One value's canonical, typed bytes: equal values (as a row compares them) give equal bytes and
+    values of different types different bytes (NULL is not the string ``'null'``)."""
+    match value:
+        case None:
+            return b"N"
+        case bool():
+            return b"T" if value else b"F"
+        case int():
+            return b"I" + str(value).encode()
+        case float():
+            return b"R" + repr(value + 0.0).encode()  # -0.0 + 0.0 is 0.0: equal zeros, one entry
+        case Decimal():
+            return b"D" + str(value.normalize()).encode()  # 1.0 and 1.00 are equal
+        case str():
+            return b"S" + value.encode("utf-8", "surrogatepass")
+        case bytes():
+            return b"B" + value
+        case _:
+            return b"O" + repr(value).encode("utf-8", "backslashreplace")
+
+
+def row_identity(values: Iterable[Any]) -> bytes:
+    """The map entry key of a row (or of its unique key): each value's :func:`_identity_part`,
+    length-prefixed. A durable format (docs/formats.md, "SQL operator state")."""
+    return b"".join(_LENGTH.pack(len(part)) + part for part in map(_identity_part, values))
+
+
+def entry_of(stored: Any) -> HeldRow | None:
+    """A held row from its state value (None: none)."""
+    if stored is None:
+        return None
+    row, count, associations = CHANGELOG_JOIN_STATE.body(stored)
+    return HeldRow(row, count, associations)
+
+
+def stored_entry(entry: HeldRow) -> Any:
+    """The state value of a held row (built-in values only: docs/formats.md)."""
+    return CHANGELOG_JOIN_STATE.tagged((dict(entry.row), entry.count, entry.associations))
 
 
 def held_of(stored: Any) -> Held:
-    """A side's rows of a key from its state value (None: none)."""
+    """A side's rows of a key from a value of the previous layout (value state ``left`` or ``right``,
+    ``(1, [(row, count, associations), ...])``; None: none), to rewrite it into this one."""
     if stored is None:
         return ()
-    return tuple(HeldRow(row, count, associations) for row, count, associations in CHANGELOG_JOIN_STATE.body(stored))
+    return tuple(
+        HeldRow(row, count, associations) for row, count, associations in CHANGELOG_JOIN_PREVIOUS_STATE.body(stored)
+    )
 
 
-def stored_of(held: Held) -> Any:
-    """The state value of a side's rows of a key (built-in values only: docs/formats.md)."""
-    return CHANGELOG_JOIN_STATE.tagged([(dict(e.row), e.count, e.associations) for e in held])
+_ROW_STATES: Final = {JoinSide.LEFT: "left-row", JoinSide.RIGHT: "right-row"}
+"""A ``ONE_ROW`` side's value state: the key's one row."""
+_ROWS_STATES: Final = {JoinSide.LEFT: "left-rows", JoinSide.RIGHT: "right-rows"}
+"""A ``BY_UNIQUE_KEY`` or ``BY_ROW`` side's map state: entry key -> row."""
+_PREVIOUS_STATES: Final = {JoinSide.LEFT: LEFT_STATE, JoinSide.RIGHT: RIGHT_STATE}
+"""The previous layout's value states: each the side's whole list of rows of the key."""
 
 
-_STATE_NAMES = {JoinSide.LEFT: LEFT_STATE, JoinSide.RIGHT: RIGHT_STATE}
+class _KeyRows:
+    """One side's rows of the current key in the keyed state, as its :class:`SideRows` keeps them."""
+
+    __slots__ = ("_state",)
+
+    def __init__(self, rows: SideRows, side: JoinSide, ctx: KeyedProcessContext, ttl: StateTtlConfig | None) -> None:
+        self._state: ValueState | MapState = (
+            ctx.value_state(_ROW_STATES[side], ttl)
+            if rows.kept is RowsKept.ONE_ROW
+            else ctx.map_state(_ROWS_STATES[side], ttl)
+        )
+
+    def get(self, entry_key: bytes) -> HeldRow | None:
+        """The entry at ``entry_key`` (a ``ONE_ROW`` side: its one entry)."""
+        state = self._state
+        return entry_of(state.get(entry_key) if isinstance(state, MapState) else state.value())
+
+    def entries(self) -> list[tuple[bytes, HeldRow]]:
+        """Every entry of the key, with its entry key."""
+        state = self._state
+        if isinstance(state, MapState):
+            return [(key, HeldRow(*CHANGELOG_JOIN_STATE.body(value))) for key, value in state.items()]
+        entry = entry_of(state.value())
+        return [] if entry is None else [(b"", entry)]
+
+    def put(self, entry_key: bytes, entry: HeldRow | None) -> None:
+        """Write (None: remove) the entry at ``entry_key``."""
+        state = self._state
+        if isinstance(state, MapState):
+            if entry is None:
+                state.remove(entry_key)
+            else:
+                state.put(entry_key, stored_entry(entry))
+        elif entry is None:
+            state.clear()
+        else:
+            state.update(stored_entry(entry))
 
 
 class ChangelogJoin(KeyedCoProcessFunction):
     """A regular equi-join of two inputs, either of which may be a changelog (``changelogs``: which
     are; an append input's rows are inserts), inner or outer (``outer``: which sides are), keyed by
-    the ON equalities; each key's rows of each side in value state ``left`` / ``right``
-    (:func:`held_of`), each change applied by :func:`join_change` and its joined changes emitted as
-    changes of the joined row (``joined``; a missing side's columns NULL: ``nulls``).
+    the ON equalities; each side's rows of a key kept as ``kept`` says (:class:`SideRows`), each change
+    applied by :func:`join_row` to its own row's entry and the other side's rows of the key, and its
+    joined changes emitted as changes of the joined row (``joined``; a missing side's columns NULL:
+    ``nulls``).
 
     A row whose key has a NULL matches nothing (SQL's ``=``): on an outer side it is emitted padded,
     ``+I`` as it joins and ``-D`` as it leaves, and nothing is held; on an inner side it is dropped."""
@@ -192,9 +367,11 @@ class ChangelogJoin(KeyedCoProcessFunction):
         *,
         outer: tuple[bool, bool],
         changelogs: tuple[bool, bool],
+        kept: tuple[SideRows, SideRows] = (SideRows(RowsKept.BY_ROW), SideRows(RowsKept.BY_ROW)),
         ttl: StateTtlConfig | None = None,
     ) -> None:
         self.joined, self.nulls, self.outer, self.changelogs, self.ttl = joined, nulls, outer, changelogs, ttl
+        self.kept = kept
 
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         self._apply(JoinSide.LEFT, value, ctx, out)
@@ -202,36 +379,73 @@ class ChangelogJoin(KeyedCoProcessFunction):
     def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         self._apply(JoinSide.RIGHT, value, ctx, out)
 
-    def _is(self, flags: tuple[bool, bool], side: JoinSide) -> bool:
+    def _of(self, pair: tuple[Any, Any], side: JoinSide) -> Any:
         match side:
             case JoinSide.LEFT:
-                return flags[0]
+                return pair[0]
             case JoinSide.RIGHT:
-                return flags[1]
+                return pair[1]
             case _:
                 assert_never(side)
 
     def _apply(self, side: JoinSide, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
-        change = value if self._is(self.changelogs, side) else Change(RowKind.INSERT, value)
+        change = value if self._of(self.changelogs, side) else Change(RowKind.INSERT, value)
         assert isinstance(change, Change), f"changelog-join got {value!r}"
-        own_outer, other_outer = self._is(self.outer, side), self._is(self.outer, side.other)
+        own_outer, other_outer = self._of(self.outer, side), self._of(self.outer, side.other)
         if None in ctx.key:
             if own_outer:
                 kind = RowKind.INSERT if accumulates(change.kind) else RowKind.DELETE
                 self._emit((_pair(side, change.row, None, kind),), out)
             return
-        own_state = ctx.value_state(_STATE_NAMES[side], self.ttl)
-        other_state = ctx.value_state(_STATE_NAMES[side.other], self.ttl)
-        own, other = held_of(own_state.value()), held_of(other_state.value())
-        step = join_change(side, change, own, other, own_outer=own_outer, other_outer=other_outer)
+        own_kept: SideRows = self._of(self.kept, side)
+        own_rows = _KeyRows(own_kept, side, ctx, self.ttl)
+        other_rows = _KeyRows(self._of(self.kept, side.other), side.other, ctx, self.ttl)
+        entry_key = own_kept.entry_key(change.row)
+        own, others = own_rows.get(entry_key), other_rows.entries()
+        if own is None and not others and self._rewrite_previous(ctx):
+            own, others = own_rows.get(entry_key), other_rows.entries()
+        step = join_row(side, change, own, tuple(e for _, e in others), own_outer=own_outer, other_outer=other_outer)
         self._emit(step.out, out)
-        for state, before, after in ((own_state, own, step.own), (other_state, other, step.other)):
-            if after == before:
+        if step.own != own:
+            own_rows.put(entry_key, step.own)
+        if step.other is not None:
+            for (key, before), after in zip(others, step.other, strict=True):
+                if after != before:
+                    other_rows.put(key, after)
+
+    def _rewrite_previous(self, ctx: KeyedProcessContext) -> bool:
+        """Rewrite the current key's rows from the previous layout (value states ``left`` and
+        ``right``, each a side's whole list: a savepoint of an earlier Weir) into this one, and drop
+        them; whether there were any. A key with an entry in this layout has none left (its first
+        change rewrote them), so only a change finding nothing of its key on either side asks."""
+        found = False
+        for side in JoinSide:
+            previous = ctx.value_state(_PREVIOUS_STATES[side], self.ttl)
+            held = held_of(previous.value())
+            if not held:
                 continue
-            if after:
-                state.update(stored_of(after))
-            else:
-                state.clear()
+            found = True
+            kept: SideRows = self._of(self.kept, side)
+            rows = _KeyRows(kept, side, ctx, self.ttl)
+            missing = [c for c in kept.unique_key if any(c not in entry.row for entry in held)]
+            if missing:  # format 1 stored a side's rows without the columns nothing above the join read
+                raise SerializationError(
+                    f"changelog-join state of key {ctx.key!r} ({side.value} side, format 1) holds rows without "
+                    f"{', '.join(missing)}, the unique key this Weir keeps them by: "
+                    "restore the savepoint with the Weir version that wrote it"
+                )
+            keys = [kept.entry_key(entry.row) for entry in held]
+            if len(set(keys)) != len(keys) or (kept.kept is not RowsKept.BY_ROW and any(e.count > 1 for e in held)):
+                raise SerializationError(
+                    f"changelog-join state of key {ctx.key!r} ({side.value} side, format 1) holds "
+                    f"{sum(e.count for e in held)} rows where its input's unique key allows one per "
+                    f"{'join key' if kept.kept is RowsKept.ONE_ROW else 'unique key'}: "
+                    "restore the savepoint with the Weir version that wrote it"
+                )
+            for key, entry in zip(keys, held, strict=True):
+                rows.put(key, entry)
+            previous.clear()
+        return found
 
     def _emit(self, changes: Sequence[JoinedChange], out: Collector) -> None:
         left_nulls, right_nulls = self.nulls
@@ -248,7 +462,14 @@ __all__ = [
     "JoinSide",
     "JoinStep",
     "JoinedChange",
+    "RowStep",
+    "RowsKept",
+    "SideRows",
+    "entry_of",
     "held_of",
     "join_change",
-    "stored_of",
+    "join_row",
+    "row_identity",
+    "rows_kept",
+    "stored_entry",
 ]

@@ -17,7 +17,7 @@ import sqlglot
 from sqlglot import exp
 
 from weir.sql.catalog import Table
-from weir.sql.plan import Aggregate, Filter, Join, Project, Scan, Sink, WindowTvf
+from weir.sql.plan import Aggregate, Filter, Join, Project, Scan, Sink, WindowTvf, join_mode, unique_key
 from weir.sql.types import Kind, coerce
 
 Coercer = Callable[[Any], Any]
@@ -105,6 +105,8 @@ def _push(
                 side_want = {c for c in columns if c.casefold() in folded}
                 for key in keys:
                     side_want.update(_columns(key.sql))
+                if join_mode(node) is not None:  # a changelog join keeps a side's rows by its unique key
+                    side_want.update(unique_key(side) or ())
                 _push(side, frozenset(side_want), out, nodes)
         case _:  # an interval join, a Top-N, a node this does not know: every column of every table below
             for child in _children(node):

@@ -296,6 +296,31 @@ def changelog_of(node: Node) -> ChangelogMode | None:
             assert_never(node)
 
 
+def unique_key(node: Node) -> tuple[str, ...] | None:
+    """Columns of ``node``'s output that identify a row among those it holds at any time (Flink's
+    upsert key, as far as Weir's planner knows it; None: none known): an 'upsert-kafka' or
+    'postgres-cdc' table's primary key, a GROUP BY's keys (not a window's), kept through a WHERE and
+    by a projection that passes each of them through. A regular join's changelog uses it to keep a
+    side's rows (``weir.sql.changelog_join.rows_kept``)."""
+    match node:
+        case Scan():
+            return (node.table.primary_key or None) if is_changelog_source(node.table) else None
+        case Aggregate():  # its keys as a projection above it names them (by their SQL)
+            return (tuple(k.sql for k in node.keys) or None) if node.window is None else None
+        case Filter():
+            return unique_key(node.input)
+        case Project():
+            inner = unique_key(node.input)
+            if inner is None:
+                return None
+            passed = [next((o.name for o in node.outputs if o.sql == column), None) for column in inner]
+            return None if None in passed else tuple(name for name in passed if name is not None)
+        case Join() | WindowTvf() | LookupJoin() | TopN() | OverAggregate():
+            return None
+        case _:
+            assert_never(node)
+
+
 @dataclass(frozen=True)
 class InsertPlan:
     statement: Insert
@@ -1927,4 +1952,5 @@ __all__ = [
     "TopN",
     "WindowTvf",
     "plan_insert",
+    "unique_key",
 ]

@@ -94,9 +94,15 @@ updating input; tagged from the start)."""
 CHANGELOG_NORMALIZE_STATE: Final = SqlStateFormat("changelog-normalize", 1)
 """Value state ``last``: ``(1, {column: value})``, the key's last row (tagged from the start)."""
 
-CHANGELOG_JOIN_STATE: Final = SqlStateFormat("changelog-join", 1)
-"""Value states ``left`` and ``right``: ``(1, [(row, count, associations), ...])``, a side's rows of
-the key (``weir.sql.changelog_join``; tagged from the start)."""
+CHANGELOG_JOIN_STATE: Final = SqlStateFormat("changelog-join", 2)
+"""Each row a side holds for the key (``weir.sql.changelog_join``): ``(2, (row, count,
+associations))``, in value state ``left-row`` / ``right-row`` (a side whose unique key is within the
+join key: one row) or as an entry of map state ``left-rows`` / ``right-rows`` (by unique key, or by
+row)."""
+
+CHANGELOG_JOIN_PREVIOUS_STATE: Final = SqlStateFormat("changelog-join", 1)
+"""Format 1, read to rewrite it into format 2: value states ``left`` and ``right``, ``(1, [(row,
+count, associations), ...])``, a side's whole list of rows of the key."""
 
 SINK_UPSERT_MATERIALIZER_STATE: Final = SqlStateFormat("sink-upsert-materializer", 1)
 """Value state ``rows``: ``(1, [row, ...])``, the rows of the result at an upsert sink's key, in order
@@ -105,6 +111,7 @@ of arrival (``weir.sql.materialize``; tagged from the start)."""
 
 __all__ = [
     "CHANGELOG_AGGREGATE_STATE",
+    "CHANGELOG_JOIN_PREVIOUS_STATE",
     "CHANGELOG_JOIN_STATE",
     "CHANGELOG_NORMALIZE_STATE",
     "GROUP_AGGREGATE_STATE",

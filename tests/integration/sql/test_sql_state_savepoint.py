@@ -2,7 +2,8 @@
 an aggregation of an updating aggregation (two ``changelog-aggregate`` operators, value state
 ``group`` as ``(1, (rows, accumulators, emitted))``) stopped with a savepoint mid-input and
 resubmitted from it on the session cluster; the PostgreSQL table ends equal to plain Python's over
-the whole input, which it cannot unless both operators restored their keys' state."""
+the whole input, which it cannot unless both operators restored their keys' state. Then a regular
+join's state written in the layout before ``changelog-join`` format 2, restored by this Weir."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
 from weir.connectors import kafka
 from weir.tools.cli import sql_job_source
+from weir.tools.savepoint_inspect import dump_operator, load_savepoint
 
 pytestmark = pytest.mark.integration
 
@@ -79,3 +81,114 @@ def test_a_changelog_aggregates_state_restores_from_a_savepoint(
     with psycopg.connect(endpoints.postgres_dsn) as conn:
         stored = set(conn.execute(f"SELECT n, users FROM {table}").fetchall())
     assert stored == expected  # a job that started over (no state) would count only the rows after the savepoint
+
+
+PREVIOUS_LAYOUT_JOB = '''"""The SQL job below with its changelog-join writing the state layout of Weir before
+format 2: each side's rows of a key in one value state (``left``, ``right``), ``(1, [(row, count,
+associations), ...])``."""
+
+from weir.sql import compile as _compile
+from weir.sql import sql
+from weir.sql.changelog import Change, RowKind, accumulates
+from weir.sql.changelog_join import ChangelogJoin, JoinedChange, JoinSide, held_of, join_change
+
+
+class PreviousLayoutJoin(ChangelogJoin):
+    def _apply(self, side, value, ctx, out):
+        change = value if self._of(self.changelogs, side) else Change(RowKind.INSERT, value)
+        own_outer, other_outer = self._of(self.outer, side), self._of(self.outer, side.other)
+        if None in ctx.key:
+            if own_outer:
+                kind = RowKind.INSERT if accumulates(change.kind) else RowKind.DELETE
+                pair = (change.row, None) if side is JoinSide.LEFT else (None, change.row)
+                self._emit((JoinedChange(kind, *pair),), out)
+            return
+        states = {s: ctx.value_state(s.value, self.ttl) for s in JoinSide}
+        own, other = held_of(states[side].value()), held_of(states[side.other].value())
+        step = join_change(side, change, own, other, own_outer=own_outer, other_outer=other_outer)
+        self._emit(step.out, out)
+        for s, held in ((side, step.own), (side.other, step.other)):
+            if held:
+                states[s].update((1, [(dict(e.row), e.count, e.associations) for e in held]))
+            else:
+                states[s].clear()
+
+
+SCRIPT = {script!r}
+
+
+def build(env):
+    # the JobManager builds jobs in its own process: the previous join only while this one is built
+    current, _compile.ChangelogJoin = _compile.ChangelogJoin, PreviousLayoutJoin
+    try:
+        sql(env, SCRIPT)
+    finally:
+        _compile.ChangelogJoin = current
+'''
+
+
+def join_script(source: str, table: str) -> str:
+    """Each order with its user's order count so far: a LEFT JOIN of an append input (rows kept by row,
+    a user's orders a hot key) with a GROUP BY result (one row per join key)."""
+    return f"""
+CREATE TABLE orders (id BIGINT, u STRING)
+  WITH ('connector' = 'kafka', 'topic' = '{source}', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset',
+        'scan.bounded.mode' = 'latest-offset', 'scan.records-per-second' = '60');
+CREATE TABLE per_order (id BIGINT, u STRING, n BIGINT, PRIMARY KEY (id) NOT ENFORCED)
+  WITH ('connector' = 'jdbc', 'url' = 'jdbc:postgresql://127.0.0.1:15432/weir', 'table-name' = '{table}');
+INSERT INTO per_order
+SELECT O.id, O.u, C.n FROM orders AS O
+LEFT JOIN (SELECT u, COUNT(*) AS n FROM orders GROUP BY u) AS C ON O.u = C.u;
+"""
+
+
+def test_a_changelog_join_s_state_of_the_previous_layout_restores_from_a_savepoint(
+    weir_cluster: WeirCluster, unique: str, tmp_path: Path
+) -> None:
+    """The first job writes the join's state as Weir did before format 2 (value states ``left`` and
+    ``right``, seen in its savepoint); the same SQL resumed from the savepoint with this Weir's join
+    rewrites each key at its first change: every order's row ends with its user's final count, which
+    it cannot unless the orders held before the savepoint were read from the previous layout."""
+    endpoints = weir_cluster.endpoints
+    source, table = f"sql-join-state-{unique}", f"sql_join_state_{unique}"
+    create_topics(endpoints, {source: 2})
+    with psycopg.connect(endpoints.postgres_dsn, autocommit=True) as conn:
+        conn.execute(f"CREATE TABLE {table} (id bigint PRIMARY KEY, u text, n bigint)")
+    producer = kafka.producer(endpoints, enable_idempotence=True)
+    users = [f"u{(i * 7919) % 13}" for i in range(ROWS)]
+    for i, user in enumerate(users):
+        producer.produce(source, json.dumps({"id": i, "u": user}).encode(), partition=i % 2)
+    assert producer.flush(60) == 0
+    per_user = Counter(users)
+    expected = {(i, u, per_user[u]) for i, u in enumerate(users)}
+
+    text = join_script(source, table)
+    first_file, second_file = tmp_path / f"join_{unique}.py", tmp_path / f"join_{unique}_again.py"
+    first_file.write_text(PREVIOUS_LAYOUT_JOB.replace("{script!r}", repr(text)))
+    second_file.write_text(sql_job_source(text))
+    params = {"checkpointing.interval": "500ms"}
+    first = weir_cluster.submit(str(first_file), params, parallelism=2)
+    wait_until(
+        weir_cluster,
+        first,
+        lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 3,
+        "three completed checkpoints",
+    )
+    savepoint = weir_cluster.client.trigger_savepoint(first, stop=True)
+    path = weir_cluster.client.wait_for_savepoint(first, savepoint, 120).external_path
+    wait_until(weir_cluster, first, lambda s: s.summary.status == "FINISHED", "the stop", 120)
+    join_uid = next(u for u in load_savepoint(path, endpoints).operator_uids() if u.endswith("-changelog-join"))
+    states = Counter(line["state"] for line in dump_operator(path, join_uid, endpoints=endpoints))
+    assert set(states) == {"left", "right"}, states  # the previous layout, one value per side and key
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        so_far = set(conn.execute(f"SELECT id, u, n FROM {table}").fetchall())
+    assert so_far and so_far != expected, "the first job had read everything: nothing to restore"
+
+    weir_cluster.wait_for_taskmanagers()
+    second = weir_cluster.client.submit_job(second_file, params, 2, from_checkpoint=path)
+    weir_cluster.submitted.append(second)
+    final = wait_until(weir_cluster, second, lambda s: s.summary.status == "FINISHED", "the resumed job", 300)
+    assert final.summary.status == "FINISHED", final.failure
+    with psycopg.connect(endpoints.postgres_dsn) as conn:
+        stored = set(conn.execute(f"SELECT id, u, n FROM {table}").fetchall())
+    assert stored == expected  # an order held before the savepoint but not read would keep an old count

@@ -22,7 +22,9 @@ from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autous
 from weir import nexmark as nx
 from weir.sql import explain, plan_script, source_uid
 from weir.sql.changelog import Change, RowKind, accumulates
+from weir.sql.changelog_join import RowsKept, SideRows, rows_kept
 from weir.sql.errors import SqlError
+from weir.sql.plan import Join, unique_key
 
 if TYPE_CHECKING:
     from weir.testing import RunJob
@@ -125,6 +127,34 @@ def test_a_join_of_changelogs_leaves_the_final_table_plain_python_computes(
     if query == "left_join_bids":  # some auctions have no bid: their rows padded with NULLs remain
         assert any(json.loads(r)["bids"] is None for r in expected)
     run.with_failures()  # a failure at every checkpoint and crash point: the committed output is the same
+
+
+BY_UNIQUE_KEY = """
+CREATE TABLE per_seller (seller BIGINT, bids BIGINT, PRIMARY KEY (seller) NOT ENFORCED) WITH (${UPSERT_SINK});
+
+INSERT INTO per_seller
+SELECT A.seller, SUM(B.n)
+FROM auction AS A
+JOIN (SELECT auction, bidder, COUNT(*) AS n FROM bid GROUP BY auction, bidder) AS B ON A.id = B.auction
+GROUP BY A.seller;
+"""
+
+
+def test_a_side_kept_by_a_unique_key_no_one_reads_above_the_join_leaves_the_final_table_plain_python_computes(
+    tmp_path: Path, weir_job: RunJob
+) -> None:
+    """B's rows are kept by (auction, bidder), the GROUP BY's keys: its projection builds ``bidder``
+    though nothing above the join reads it (a pruned key would fold a key's rows into one)."""
+    ddl = script("join_aggregates").split("CREATE TABLE nexmark_join_aggregates")[0]
+    text = ddl + BY_UNIQUE_KEY.replace("${UPSERT_SINK}", UPSERT)
+    assert _kept(_join_of(text))[1] == SideRows(RowsKept.BY_UNIQUE_KEY, ("auction", "bidder"))
+    events = nexmark_events()
+    sellers = {e.id: e.seller for e in events if isinstance(e, nx.Auction)}
+    bids: Counter[int] = Counter(sellers[e.auction] for e in events if isinstance(e, nx.Bid) and e.auction in sellers)
+    expected = Counter(json.dumps({"seller": s, "bids": n}, sort_keys=True) for s, n in bids.items())
+    assert len(expected) >= 5 and max(bids.values()) > 1
+    run = weir_job(job_file(tmp_path, text), checkpoint_every=40)
+    assert final_table(sink_values(run, text), ("seller",)) == expected
 
 
 def test_explain_names_the_changelog_join_and_what_it_emits() -> None:
@@ -346,3 +376,48 @@ def assert_outer_cases(query: str, want: Mapping[Frozen, Frozen]) -> None:
             assert any(r["id"] != -1 and r["auction"] == -1 for r in rows)  # a note without a group
         case _:
             assert len(rows) >= 5 and any(r["note"] == "unnoted" for r in rows)
+
+
+def _join_of(text: str) -> Join:
+    node: Any = plan_script(text).inserts[-1].plan.sink.input
+    while not isinstance(node, Join):
+        node = node.input
+    return node
+
+
+def _kept(join: Join) -> tuple[SideRows, SideRows]:
+    return (
+        rows_kept(unique_key(join.left), [k.sql for k in join.left_keys]),
+        rows_kept(unique_key(join.right), [k.sql for k in join.right_keys]),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "left", "right"),
+    [
+        (script("join_aggregates"), SideRows(RowsKept.ONE_ROW), SideRows(RowsKept.ONE_ROW)),  # GROUP BYs on their keys
+        (script("left_join_bids"), SideRows(RowsKept.BY_ROW), SideRows(RowsKept.ONE_ROW)),  # an append side: by row
+        (  # an upsert-kafka table joined on its primary key
+            ORDERS + "INSERT INTO out SELECT o.u, p.n FROM o JOIN p ON o.u = p.u;",
+            SideRows(RowsKept.BY_ROW),
+            SideRows(RowsKept.ONE_ROW),
+        ),
+        (  # a GROUP BY's keys beyond the join key, through a WHERE and a projection renaming them
+            ORDERS + "INSERT INTO out SELECT p.u, g.total FROM p JOIN (SELECT u AS who, id AS i, COUNT(*) AS total "
+            "FROM o GROUP BY u, id) AS g ON p.u = g.who WHERE g.total > 1;",
+            SideRows(RowsKept.ONE_ROW),
+            SideRows(RowsKept.BY_UNIQUE_KEY, ("who", "i")),
+        ),
+        (  # a projection that drops a key column: no unique key known
+            ORDERS + "INSERT INTO out SELECT p.u, g.total FROM p JOIN (SELECT u, COUNT(*) AS total "
+            "FROM o GROUP BY u, id) AS g ON p.u = g.u;",
+            SideRows(RowsKept.ONE_ROW),
+            SideRows(RowsKept.BY_ROW),
+        ),
+    ],
+    ids=["join_aggregates", "left_join_bids", "upsert-table", "unique-key", "key-dropped"],
+)
+def test_each_side_keeps_its_rows_by_what_the_planner_knows_of_its_unique_key(
+    text: str, left: SideRows, right: SideRows
+) -> None:
+    assert _kept(_join_of(text)) == (left, right)
