@@ -23,7 +23,6 @@ import json
 import sys
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from operator import methodcaller
 from types import FrameType
 from typing import Any, Final, Protocol, assert_never
 
@@ -58,11 +57,6 @@ from weir.operators.base import InheritedState, SourceOperator
 from weir.operators.source_metrics import KafkaSourceLag
 
 SOURCE_STATE_FORMAT: Final = 1
-
-_ERROR_OF: Final = methodcaller("error")
-_PARTITION_OF: Final = methodcaller("partition")
-_VALUE_OF: Final = methodcaller("value")
-"""A message's accessors, mapped over a poll's messages in C (no bytecode per message)."""
 
 COLUMNAR_POLL_RECORDS: Final = 2000
 """Records a columnar Kafka source asks for per poll: one record batch of up to this many rows."""
@@ -500,13 +494,13 @@ class KafkaSourceOperator(SourceOperator):
         one call, a malformed record dead-lettered alone, each partition's watermark advanced by its
         latest event time, the rows partition by partition (offset order kept). A bounded
         partition's records past its end offset are left out. The common poll (no error message,
-        nothing past an end, no size limit) costs three maps over the messages (errors, partitions,
-        values), no statement per message."""
-        if any(map(_ERROR_OF, messages)):
+        nothing past an end, no size limit) costs three list comprehensions over the messages
+        (errors, partitions, values), no statement per message."""
+        if any([m.error() for m in messages]):
             messages = self._without_partition_events(messages)
         if not messages:
             return
-        partitions = list(map(_PARTITION_OF, messages))
+        partitions = [m.partition() for m in messages]
         last = dict(zip(partitions, range(len(partitions)), strict=True))  # each partition's last message
         ends = self._end_offsets
         if ends is not None and any(messages[i].offset() >= ends.get(p, 0) for p, i in last.items()):
@@ -516,7 +510,7 @@ class KafkaSourceOperator(SourceOperator):
         next_offsets = self._next_offsets
         for partition, i in last.items():
             next_offsets[partition] = messages[i].offset() + 1
-        values = list(map(_VALUE_OF, messages))
+        values = [m.value() for m in messages]
         limit = self._spec.max_record_bytes
         if limit is not None and any(_value_size(v) > limit for v in values):
             messages = self._without_oversized(messages, limit)
