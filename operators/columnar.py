@@ -9,16 +9,19 @@
   ``COMPACT_ROWS`` rows. A watermark groups the rows of the windows it fires by (key, window) in one
   Arrow group-by and emits each group's aggregate as its window's result without a state entry,
   where the window has none and no allowed lateness must keep one (the rows of later windows wait
-  on). A checkpoint writes each pending window's aggregate as its state entry and keeps its rows
-  pending (the watermark fires it from them and deletes the entry). At the row limit the pending
-  rows are grouped by (key, window) in Arrow and stay pending, one row of partial aggregates per
-  window (a pending row is partials: one record's, or a group's). With allowed lateness, at the
-  end of input, or at the row limit when that grouping frees too little or a sum leaves int64, every
-  pending row is grouped into its window's accumulator in the state, whence those windows fire as
-  the per-record operator's do. State, timers, firing,
-  lateness, snapshots and restores (also at another parallelism) are the per-record operator's
-  own, so the two share one state layout: a per-record job and its columnar version restore each
-  other's savepoints when their accumulators agree. A row for a window that already fired but is
+  on). A checkpoint groups the pending rows by (key, window) and keeps them so, one row of partials
+  per window, and writes them into the operator state as one Arrow IPC stream (format 3,
+  ``docs/formats.md``; Flink keeps its heap timers as raw keyed state the same way), not as state
+  entries: no entry per window to write at the checkpoint and delete at the firing. At the row
+  limit the pending rows are grouped by (key, window) in Arrow and stay pending, one row of partial
+  aggregates per window (a pending row is partials: one record's, or a group's). With allowed
+  lateness, at the end of input, or at the row limit when that grouping frees too little or a sum
+  leaves int64, every pending row is grouped into its window's accumulator in the state, whence
+  those windows fire as the per-record operator's do. State, timers, firing, lateness, snapshots
+  and restores (also at another parallelism) are the per-record operator's own, so the two share
+  one state layout: a per-record job and its columnar version restore each other's savepoints when
+  their accumulators agree (a restore writes the pending windows of a format-3 state as the state
+  entries ``(key, partials)`` of its own key groups). A row for a window that already fired but is
   within the allowed lateness takes the per-record path at once (a late firing per row, as there).
 """
 
@@ -32,10 +35,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from weir.core.columnar import (
+    PENDING_KEY,
+    PENDING_START,
     BatchKeys,
     BuiltinAggregates,
     FieldKey,
     batch_timestamps,
+    encode_pending_windows,
     is_batch,
     records_of,
 )
@@ -44,13 +50,13 @@ from weir.core.state_layout import WINDOW_STATE, window_bounds, window_key
 from weir.core.state_schema import StateSchema
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.operators.base import StreamOperator
-from weir.operators.windows import CLEANUP_TIMER, WindowAggregateOperator
+from weir.operators.windows import CLEANUP_TIMER, WindowAggregateOperator, pending_window_state
 
 COMPACT_ROWS: Final = 65_536
 """On-time rows a columnar window keeps before grouping them (bounds its memory between firings):
 in Arrow while that leaves at most half as many, else into the state."""
 
-_KEY, _START = "__key", "__window_start"
+_KEY, _START = PENDING_KEY, PENDING_START
 
 
 class ToRecordsOperator(StreamOperator):
@@ -89,10 +95,6 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         # The windows the grouping created, by the watermark that fires them: one timer per window and
         # time instead of one heap entry per key (restored windows are on the per-key heap, as ever).
         self._fire_groups: dict[int, list[tuple[int, bytes]]] = {}
-        # The windows a snapshot wrote from pending rows that stay pending, by the watermark that fires
-        # them: their entries hold the same rows' aggregate, persisted; the rows stay the whole window
-        # (never in _fire_groups: a window has one or the other).
-        self._snapshotted: dict[int, list[tuple[int, bytes]]] = {}
         # Pending rows are partial aggregates, one column per partial (``__p0``, ...): a row as it came
         # is the partials of one record (count 1, the field's value for a sum, min or max), a
         # compacted row those of a (key, window) group. Grouping merges them either way.
@@ -112,8 +114,6 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
 
     def process(self, value: Any, timestamp: int | None) -> None:
         if not is_batch(value):
-            if self._snapshotted:
-                self._compact()  # a record is added to the state entry: its window's rows go there first
             super().process(value, timestamp)  # a record (a columnar window also takes those)
             return
         if value.num_rows == 0:
@@ -268,24 +268,14 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
             return
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         self._pending, self._pending_rows, self._pending_first_fire = [], 0, None
-        self._drop_snapshotted(None)  # their rows are all in the table: grouped into the state anew
         self._merge_into_state(table)
 
-    def _drop_snapshotted(self, watermark: int | None) -> None:
-        """Delete the entries a snapshot wrote for pending windows that ``watermark`` fires (None:
-        all of them)."""
-        store = self.store
-        for fires in [f for f in self._snapshotted if watermark is None or f <= watermark]:
-            for kg, sk in self._snapshotted.pop(fires):
-                store.delete(WINDOW_STATE, kg, sk)
-
-    def _snapshot_pending(self) -> None:
-        """Persist the pending rows for a snapshot: the rows of windows with state (``_fire_groups``)
-        merged into it; every other pending window's aggregate written as its entry while its rows
-        stay pending (a watermark then fires it from them and deletes the entry; a later snapshot
-        writes it again). A restore reads these entries as any window's."""
+    def _snapshot_pending(self) -> pa.Table | None:
+        """The pending windows for a snapshot, one row of partials each: the rows of windows with
+        state (``_fire_groups``) merged into it, the others grouped by (key, window) and kept pending
+        so; None: none pending (or a sum left int64: then every row went into the state)."""
         if not self._pending:
-            return
+            return None
         table = pa.concat_tables(self._pending) if len(self._pending) > 1 else self._pending[0]
         size = self._window_size()
         last = table.column(_START).to_numpy() + (size - 1)
@@ -298,19 +288,13 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
                 self._pending, self._pending_rows = ([table] if table.num_rows else []), table.num_rows
                 self._pending_first_fire = int(last.min()) if table.num_rows else None
         if not table.num_rows:
-            return
-        keys, starts, columns = self._grouped(table, ordered=False)
-        store, encode = self.store, self._batch_keys.encode
-        snapshotted: dict[int, list[tuple[int, bytes]]] = {}
-        for key, start, partial in zip(keys, starts, zip(*columns, strict=True), strict=True):
-            _kb, kg, prefix = encode(key)
-            sk = window_key(prefix, start, start + size)
-            store.put(WINDOW_STATE, kg, sk, (key, partial))  # the window's whole aggregate so far
-            windows = snapshotted.get(start + size - 1)
-            if windows is None:
-                windows = snapshotted[start + size - 1] = []
-            windows.append((kg, sk))
-        self._snapshotted = snapshotted  # every window of an earlier snapshot still pending is written again
+            return None
+        grouped = self._grouped_partials(table)
+        if grouped is None:
+            self._compact()
+            return None
+        self._pending, self._pending_rows = [grouped], grouped.num_rows  # the same windows: the first to fire stays
+        return grouped
 
     def _merge_into_state(self, table: pa.Table) -> None:
         """The rows of ``table`` grouped by (key, window), each group merged into its window's
@@ -381,7 +365,6 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         if table.num_rows:
             keys, starts, columns = self._grouped(table, ordered=True)
             results = self._aggregates.results(keys, starts, size, columns)
-        self._drop_snapshotted(watermark)
         emit, i = self.output.emit, 0
         for fires in in_state:  # the windows with state fire in turn, as their timers would
             while i < len(starts) and starts[i] + size - 1 < fires:
@@ -436,14 +419,16 @@ class ColumnarWindowAggregateOperator(WindowAggregateOperator):
         super().open()
         self._batch_keys = BatchKeys(self._key_field, self.ctx.max_parallelism)
         self._fire_groups = {}
-        self._snapshotted = {}
 
     def snapshot_state(self, checkpoint_id: int) -> bytes | None:
         if self._lateness or self._timers or self._inherited_watermarks:
             self._compact()  # where a watermark would group every pending row into the state anyway
-        else:
-            self._snapshot_pending()
-        return super().snapshot_state(checkpoint_id)
+            return super().snapshot_state(checkpoint_id)
+        pending = self._snapshot_pending()
+        document = super().snapshot_state(checkpoint_id)
+        if pending is None:
+            return document
+        return pending_window_state(self._watermark, pending.num_rows, encode_pending_windows(pending))
 
     def end_input(self) -> None:
         self._compact()

@@ -85,8 +85,13 @@ class KeyedOperator(StreamOperator):
         self.store = backend.keyed_store(self.ctx.uid, key_groups=self.ctx.key_group_range)
         self._keys = KeyEncoder(self.ctx.max_parallelism)
         self.samples_left = SAMPLES_AT_OPEN
+        self._store_restored_state()
         if self._migrations:
             self._migrate_restored_state()
+
+    def _store_restored_state(self) -> None:
+        """Keyed state restored outside the store (in the operator's own state, read by
+        ``restore_state``) written into it, before migrations read the store; none by default."""
 
     def state_schemas(self) -> tuple[StateSchema, ...]:
         """The declared schema of each state, by name order: what snapshots record."""

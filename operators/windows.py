@@ -55,6 +55,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import Any, ClassVar, Final, assert_never
 
+from weir.core.columnar import decode_pending_windows
 from weir.core.documents import load_versioned, typed
 from weir.core.errors import JobDefinitionError, SerializationError, WeirError
 from weir.core.keygroups import KeyGroupRange
@@ -89,6 +90,9 @@ _STATE = WINDOW_STATE
 WINDOW_STATE_FORMAT: Final = 1
 SLICED_WINDOW_STATE_FORMAT: Final = 2
 """The operator state of a window operator whose sliding windows are sliced (it names the slice width)."""
+PENDING_WINDOWS_STATE_FORMAT: Final = 3
+"""The operator state of a columnar window with pending windows: format 1's document on its own line,
+then those windows' rows as an Arrow IPC stream (``weir.core.columnar.encode_pending_windows``)."""
 
 
 def wall_clock_ms() -> int:
@@ -232,6 +236,7 @@ class WindowAggregateOperator(KeyedOperator):
         self._slice_plan: tuple[int | None, int, int, int, bytes] = (None, 0, 0, 0, b"")  # the last slice's
         self._slices_of: dict[int, tuple[bytes, tuple[tuple[bool, bytes], ...]]] = {}  # by window start
         self._restored_windows = False  # a format-1 state's per-window accumulators may be in the state
+        self._restored_pending: list[bytes] = []  # a format-3 state's pending windows (Arrow IPC), until open
 
     @property
     def slice_ms(self) -> int:
@@ -630,6 +635,9 @@ class WindowAggregateOperator(KeyedOperator):
 
     def restore_state(self, data: bytes) -> None:
         self._watermark = self._restored_watermark(data)
+        rows = pending_windows_of(data)
+        if rows is not None:
+            self._restored_pending.append(rows)
 
     def _restored_watermark(self, data: bytes) -> int:
         """The watermark of a restored operator state, which must hold this operator's state layout:
@@ -650,8 +658,40 @@ class WindowAggregateOperator(KeyedOperator):
             common = state.key_group_range.intersection(mine)
             if common is not None:
                 self._inherited_watermarks.append((common, self._restored_watermark(state.data)))
+                rows = pending_windows_of(state.data)
+                if rows is not None:  # every row of another subtask's key groups is left out
+                    self._restored_pending.append(rows)
         if self._inherited_watermarks:
             self._watermark = min(w for _r, w in self._inherited_watermarks)
+
+    def _store_restored_state(self) -> None:
+        """The pending windows of a restored format-3 state (a columnar window's), each of this
+        subtask's key groups written as its ``win`` entry ``(key, accumulator)``, the accumulator the
+        tuple of its partials (what the state holds for the columnar window, and for a per-record
+        aggregate whose accumulator agrees): from here they are restored windows as any other."""
+        if not self._restored_pending:
+            return
+        size = getattr(self._assigner, "size_ms", None)
+        if self._processing_time or self._merging or not isinstance(size, int):
+            raise SerializationError(
+                f"window operator {self.ctx.uid!r}: the restored state holds pending event-time windows of "
+                f"a columnar window, which {self._assigner!r} cannot hold: restore it with the windows that wrote it"
+            )
+        mine, store, encode = self.ctx.key_group_range, self.store, self._keys.encode
+        for rows in self._restored_pending:
+            for key, start, acc in decode_pending_windows(rows):
+                _kb, kg, prefix = encode(key)
+                if kg not in mine:
+                    continue
+                sk = prefix + window_key_suffix(start, start + size)
+                if store.get(_STATE, kg, sk) is not None:
+                    raise SerializationError(
+                        f"window operator {self.ctx.uid!r}: window [{start}, {start + size}) of key {key!r} is "
+                        "both pending and in the restored state: the snapshot is inconsistent; restore another"
+                    )
+                store.put(_STATE, kg, sk, (key, acc))
+        store.flush()
+        self._restored_pending = []
 
     def _fired_through(self, key_group: int) -> int:
         """The watermark key group ``key_group`` has reached: after a restore at another parallelism,
@@ -733,18 +773,53 @@ def decode_window_state(data: bytes) -> int:
     return decode_window_document(data)[0]
 
 
-def decode_window_document(data: bytes) -> tuple[int, int | None]:
-    """The watermark in a window operator's state and the width of its slices (None: format 1, an
-    accumulator per window)."""
+def pending_window_state(watermark: int, pending_windows: int, rows: bytes) -> bytes:
+    """The state of a (columnar) window operator at ``watermark`` with ``pending_windows`` pending
+    windows whose rows are the Arrow IPC stream ``rows``: format 3."""
+    header = {"format": PENDING_WINDOWS_STATE_FORMAT, "watermark": watermark, "pending_windows": pending_windows}
+    return json.dumps(header).encode() + b"\n" + rows
+
+
+def _window_header(data: bytes) -> tuple[dict[str, Any], bytes | None]:
+    """The JSON document of a window operator's state, and the rows after it (format 3's only)."""
+    header, newline, rows = data.partition(b"\n")
     document = load_versioned(
-        data,
+        header,
         "window operator state",
-        (WINDOW_STATE_FORMAT, SLICED_WINDOW_STATE_FORMAT),
+        (WINDOW_STATE_FORMAT, SLICED_WINDOW_STATE_FORMAT, PENDING_WINDOWS_STATE_FORMAT),
         "restore it with the Weir version that wrote it",
     )
+    pending = document["format"] == PENDING_WINDOWS_STATE_FORMAT
+    if pending != bool(newline):
+        what = "no rows after its document" if pending else "bytes after its document"
+        raise SerializationError(f"window operator state of format {document['format']} is malformed: {what}")
+    return document, rows if pending else None
+
+
+def pending_windows_of(data: bytes) -> bytes | None:
+    """The pending windows' rows (Arrow IPC) of a window operator's state; None: it has none."""
+    return _window_header(data)[1]
+
+
+def pending_window_count(data: bytes) -> int | None:
+    """How many pending windows a window operator's state holds, by its document (None: format 1
+    or 2, none)."""
+    document, rows = _window_header(data)
+    if rows is None:
+        return None
+    try:
+        return typed(document["pending_windows"], int)
+    except (KeyError, TypeError) as exc:
+        raise SerializationError(f"window operator state is malformed: {exc}") from exc
+
+
+def decode_window_document(data: bytes) -> tuple[int, int | None]:
+    """The watermark in a window operator's state and the width of its slices (None: format 1 or 3,
+    an accumulator per window)."""
+    document, _rows = _window_header(data)
     try:
         watermark = typed(document["watermark"], int)
-        if document["format"] == WINDOW_STATE_FORMAT:
+        if document["format"] != SLICED_WINDOW_STATE_FORMAT:
             return watermark, None
         slice_ms = typed(document["slice_ms"], int)
     except (KeyError, TypeError) as exc:

@@ -375,6 +375,43 @@ def decode_ipc(blob: bytes) -> pa.RecordBatch:
     return batches[0]
 
 
+# Pending windows in a snapshot ----------------------------------------------------------------------
+
+PENDING_KEY: Final = "__key"
+PENDING_START: Final = "__window_start"
+"""The first two columns of a columnar window's pending rows: the key and the window's start; the
+partials of the accumulator (``__p0``, ``__p1``, ...) follow, in the accumulator's order."""
+
+
+def encode_pending_windows(table: pa.Table) -> bytes:
+    """The pending windows ``table`` (columns ``__key``, ``__window_start``, the partials) as one
+    Arrow IPC stream: what a columnar window's operator state keeps of them (docs/formats.md)."""
+    arrow()
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def decode_pending_windows(blob: bytes) -> list[tuple[Any, int, tuple[Any, ...]]]:
+    """The pending windows of :func:`encode_pending_windows`: ``(key, window start, accumulator)``
+    each, the accumulator the tuple of its partials. Raises SerializationError for other bytes."""
+    arrow()
+    try:
+        table = pa.ipc.open_stream(blob).read_all()
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise SerializationError(f"the pending windows of a window state are not an Arrow IPC stream: {exc}") from exc
+    names = table.column_names
+    if names[:2] != [PENDING_KEY, PENDING_START] or len(names) < 3:
+        raise SerializationError(
+            f"the pending windows of a window state have columns {names}, not {PENDING_KEY}, {PENDING_START} "
+            "and the partials: restore it with the Weir version that wrote it"
+        )
+    partials = [table.column(i).to_pylist() for i in range(2, len(names))]
+    keys, starts = table.column(0).to_pylist(), table.column(1).to_pylist()
+    return list(zip(keys, starts, zip(*partials, strict=True), strict=True))
+
+
 # Built-in aggregates --------------------------------------------------------------------------------
 
 

@@ -59,7 +59,7 @@ from weir.jobmanager.checkpointing.pending import TaskStateHandle
 from weir.jobmanager.checkpointing.store import CompletedCheckpoint
 from weir.operators.sources import SOURCE_STATE_FORMAT, decode_kafka_source_state
 from weir.operators.transactional_sinks import SinkSnapshot
-from weir.operators.windows import decode_window_state
+from weir.operators.windows import decode_window_state, pending_window_count
 from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotFile, keyed_state_from_document
 from weir.taskmanager.state import ReadOnlyState
 
@@ -193,7 +193,9 @@ def _kafka_source(data: bytes) -> dict[str, Any]:
 
 
 def _window(data: bytes) -> dict[str, Any]:
-    return {"kind": "window", "watermark": decode_window_state(data)}
+    decoded = {"kind": "window", "watermark": decode_window_state(data)}
+    pending = pending_window_count(data)
+    return decoded if pending is None else {**decoded, "pending_windows": pending}
 
 
 def _generator_source(data: bytes) -> dict[str, Any]:

@@ -17,15 +17,22 @@ import pytest
 
 import weir.operators.columnar as columnar_ops
 from tests.unit.conftest import CollectingOutput, StartOperator
-from weir.core.columnar import BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum
+from weir.core.columnar import BuiltinAggregates, Count, FieldKey, Max, Mean, Min, Schema, Sum, decode_pending_windows
+from weir.core.errors import SerializationError
 from weir.core.ids import SubtaskIndex
-from weir.core.keygroups import key_group_for_key, key_group_range_for_subtask
-from weir.core.state_layout import window_bounds
+from weir.core.keygroups import KeyEncoder, key_group_for_key, key_group_range_for_subtask
+from weir.core.state_layout import window_bounds, window_key
 from weir.core.watermarks import MAX_WATERMARK
 from weir.core.windows import SlidingEventTimeWindows, TumblingEventTimeWindows
 from weir.operators.base import InheritedState
 from weir.operators.columnar import ColumnarWindowAggregateOperator, ToRecordsOperator
-from weir.operators.windows import WINDOW_STATE, WindowAggregateOperator
+from weir.operators.windows import (
+    WINDOW_STATE,
+    WindowAggregateOperator,
+    decode_window_document,
+    pending_window_state,
+    pending_windows_of,
+)
 
 MAX_PARALLELISM = 128
 SCHEMA = Schema.of({"key": str, "value": int, "ts": int})
@@ -131,6 +138,26 @@ def state_of(op: WindowAggregateOperator) -> dict[tuple[int, bytes], Any]:
     return {(kg, sk): value for kg in op.ctx.key_group_range for sk, value in op.store.items(WINDOW_STATE, kg)}
 
 
+def pending_windows(snapshot: bytes | None) -> list[tuple[Any, int, tuple[Any, ...]]]:
+    """The pending windows a columnar window's snapshot holds (format 3), sorted."""
+    assert snapshot is not None
+    rows = pending_windows_of(snapshot)
+    return sorted(decode_pending_windows(rows)) if rows is not None else []
+
+
+def logical_state(op: WindowAggregateOperator, snapshot: bytes | None) -> dict[tuple[int, bytes], Any]:
+    """What a snapshot of ``op`` restores as ``win`` entries: its state entries and the pending
+    windows its operator state holds (each written as its entry by a restore)."""
+    state = state_of(op)
+    encoder, size = KeyEncoder(MAX_PARALLELISM), op._assigner.size_ms
+    for key, start, acc in pending_windows(snapshot):
+        _kb, kg, prefix = encoder.encode(key)
+        address = (kg, window_key(prefix, start, start + size))
+        assert address not in state, "a pending window also has a state entry"
+        state[address] = (key, acc)
+    return state
+
+
 def expected_results(events: list[Event], assigner: Any) -> Counter[tuple[Any, ...]]:
     """Every window's (count, sum) computed plainly (for streams without late rows)."""
     acc: dict[tuple[Any, int, int], tuple[int, int]] = {}
@@ -199,13 +226,13 @@ def test_without_lateness_the_columnar_window_emits_what_the_per_record_one_does
     feed_records(pair.records, steps)
     feed_batches(pair.batches, steps)
     assert pair.records.late_records_dropped > 0  # the stream does have late rows
-    pair.batches.snapshot_state(1)  # compacts: both states now read the same
+    snapshot = pair.batches.snapshot_state(1)  # the pending windows: in the snapshot, as one row each
     pair.records.snapshot_state(1)
     if pair.records._slice_ms:  # built-in aggregates merge: the per-record window keeps slices
         widths = {end - start for start, end in (window_bounds(sk) for _kg, sk in state_of(pair.records))}
-        assert widths == {pair.records._slice_ms} and state_of(pair.batches) != {}
+        assert widths == {pair.records._slice_ms} and logical_state(pair.batches, snapshot) != {}
     else:
-        assert state_of(pair.batches) == state_of(pair.records) != {}
+        assert logical_state(pair.batches, snapshot) == state_of(pair.records) != {}
     finish(pair.records)
     finish(pair.batches)
     pair.assert_same()
@@ -392,28 +419,32 @@ def test_without_lateness_windows_fire_from_pending_rows_and_never_touch_the_sta
     pair.assert_same()
 
 
-def test_a_window_grouped_into_the_state_by_a_snapshot_fires_with_the_rows_that_came_after(
+def test_a_snapshot_keeps_the_pending_windows_grouped_in_its_operator_state_and_they_fire_with_later_rows(
     start_operator: StartOperator,
 ) -> None:
     op = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", TumblingEventTimeWindows(10), 0)
     out = start_operator(op, uid="win")
-    op.process(batch_of([("a", 1, 1), ("b", 4, 3), ("a", 5, 12)]), None)
-    op.snapshot_state(1)  # every pending window's aggregate written, its rows kept pending
-    assert sorted(state_of(op).values()) == [("a", (1, 1)), ("a", (1, 5)), ("b", (1, 4))]
+    op.process(batch_of([("a", 1, 1), ("b", 4, 3), ("a", 5, 12), ("a", 3, 2)]), None)
+    snapshot = op.snapshot_state(1)  # the pending windows grouped, in the snapshot, not in the state
+    assert pending_windows(snapshot) == [("a", 0, (2, 4)), ("a", 10, (1, 5)), ("b", 0, (1, 4))]
+    assert decode_window_document(snapshot) == (op._watermark, None)
+    assert state_of(op) == {} and op._pending_rows == 3  # one row per window, still pending
     op.process(batch_of([("a", 2, 2), ("c", 7, 8), ("a", 6, 13), ("d", 9, 21)]), None)
     op.process_watermark(9)
     assert sorted((v["key"], v["window_start"], v["count"], v["sum"]) for v, _ in out.take()) == [
-        ("a", 0, 2, 3),
+        ("a", 0, 3, 6),
         ("b", 0, 1, 4),
         ("c", 0, 1, 7),
     ]
-    assert sorted(state_of(op).values()) == [("a", (1, 5))] and op._pending_rows == 3  # later windows wait
-    op.process_watermark(29)  # [10, 20) from its state and its row, then [20, 30) from its row alone
+    assert state_of(op) == {} and op._pending_rows == 3  # the rows of later windows wait
+    assert pending_windows(op.snapshot_state(2)) == [("a", 10, (2, 11)), ("d", 20, (1, 9))]
+    op.process_watermark(29)
     assert out.take() == [
         ({"key": "a", "window_start": 10, "window_end": 20, "count": 2, "sum": 11}, 19),
         ({"key": "d", "window_start": 20, "window_end": 30, "count": 1, "sum": 9}, 29),
     ]
     assert state_of(op) == {} and op._pending_rows == 0 and op._fire_groups == {}
+    assert op.snapshot_state(3) == json.dumps({"format": 1, "watermark": 29}).encode()  # none pending: format 1
 
 
 def test_a_snapshot_in_the_middle_compacts_the_pending_rows_and_the_job_goes_on(start_operator: StartOperator) -> None:
@@ -427,9 +458,10 @@ def test_a_snapshot_in_the_middle_compacts_the_pending_rows_and_the_job_goes_on(
     pending = pair.batches._pending_rows
     assert pending > 0
     snapshot = pair.batches.snapshot_state(1)
-    assert pair.batches._pending_rows == pending  # written as their windows' entries, and kept to fire from
-    assert snapshot == pair.records.snapshot_state(1)
-    assert state_of(pair.batches) == state_of(pair.records) != {}
+    assert 0 < pair.batches._pending_rows < pending  # grouped, one row per window, kept to fire from
+    records_snapshot = pair.records.snapshot_state(1)
+    assert records_snapshot is not None and decode_window_document(snapshot) == decode_window_document(records_snapshot)
+    assert logical_state(pair.batches, snapshot) == state_of(pair.records) != {}
     feed_records(pair.records, steps[middle:])
     feed_batches(pair.batches, steps[middle:])
     finish(pair.records)
@@ -450,9 +482,12 @@ def test_snapshots_at_random_points_keep_the_results_and_state_of_the_per_record
         feed_batches(pair.batches, [step])
         if rng.random() < 0.1:
             checkpoint += 1
-            assert pair.batches.snapshot_state(checkpoint) == pair.records.snapshot_state(checkpoint), n
+            snapshot = pair.batches.snapshot_state(checkpoint)
+            records_snapshot = pair.records.snapshot_state(checkpoint)
+            assert snapshot is not None and records_snapshot is not None
+            assert decode_window_document(snapshot)[0] == decode_window_document(records_snapshot)[0], n
             if not pair.records._slice_ms:
-                assert state_of(pair.batches) == state_of(pair.records), n
+                assert logical_state(pair.batches, snapshot) == state_of(pair.records), n
     assert checkpoint > 5
     finish(pair.records)
     finish(pair.batches)
@@ -506,8 +541,9 @@ def test_compaction_in_arrow_keeps_every_builtin_aggregate_and_a_snapshot_reads_
         feed_records(pair.records, [step])
         feed_batches(pair.batches, [step], INT_KEYS)
         if n % 97 == 0:
-            assert pair.batches.snapshot_state(n) == pair.records.snapshot_state(n), n
-            assert state_of(pair.batches) == state_of(pair.records), n
+            snapshot = pair.batches.snapshot_state(n)
+            assert decode_window_document(snapshot) == decode_window_document(pair.records.snapshot_state(n)), n
+            assert logical_state(pair.batches, snapshot) == state_of(pair.records), n
     finish(pair.records)
     finish(pair.batches)
     pair.assert_same()
@@ -642,7 +678,7 @@ def test_state_of_the_per_record_window_restores_into_the_columnar_one(
 def test_state_of_the_columnar_window_restores_into_the_per_record_one_and_itself(
     start_operator: StartOperator, lateness: int, into: str
 ) -> None:
-    """Without lateness a snapshot writes the pending windows' aggregates and keeps their rows; with
+    """Without lateness a snapshot keeps the pending windows in its operator state (format 3); with
     it, it groups them into the state. Either state restores into either path."""
     steps = random_steps(random.Random(71), 1600, very_late=0.05)
     middle = len(steps) // 2
@@ -671,6 +707,131 @@ def test_state_of_the_columnar_window_restores_into_the_per_record_one_and_itsel
     finish(after)
     assert segments(after_out) == segments(reference_out)
     assert sum(segments(after_out), Counter())
+
+
+@pytest.mark.parametrize("into", ["per-record", "columnar"])
+def test_a_columnar_snapshot_of_the_earlier_format_pending_windows_as_state_entries_still_restores(
+    start_operator: StartOperator, into: str
+) -> None:
+    """Before format 3, a snapshot wrote each pending window's aggregate as its ``win`` entry beside a
+    format-1 document: such a state restores into either path as it did."""
+    steps = random_steps(random.Random(73), 1600, very_late=0.05)
+    middle = len(steps) // 2
+    assigner = ASSIGNERS["tumbling-offset"]
+    reference = WindowAggregateOperator(CountAndSum(), FieldKey("key"), assigner(), 0)
+    before = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", assigner(), 0)
+    reference_out = start_operator(reference, uid="reference")
+    start_operator(before, uid="migrated")
+    feed_records(reference, steps[:middle])
+    feed_batches(before, steps[:middle])
+    snapshot = before.snapshot_state(1)
+    earlier = logical_state(before, snapshot)  # what the earlier format wrote into the state
+    assert len(earlier) > len(state_of(before)) == 0
+    for (kg, sk), entry in earlier.items():
+        before.store.put(WINDOW_STATE, kg, sk, entry)
+    before.store.flush()
+    old_format = json.dumps({"format": 1, "watermark": before._watermark}).encode()
+    reference_out.events.clear()
+
+    after: WindowAggregateOperator
+    if into == "per-record":
+        after = WindowAggregateOperator(CountAndSum(), FieldKey("key"), assigner(), 0)
+        after_out = start_operator(after, uid="migrated", restore=old_format)
+        feed_records(after, steps[middle:])
+    else:
+        after = ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", assigner(), 0)
+        after_out = start_operator(after, uid="migrated", restore=old_format)
+        feed_batches(after, steps[middle:])  # type: ignore[arg-type]
+    feed_records(reference, steps[middle:])
+    finish(reference)
+    finish(after)
+    assert segments(after_out) == segments(reference_out)
+    assert sum(segments(after_out), Counter())
+
+
+def test_pending_windows_restored_at_another_parallelism_go_to_the_subtasks_of_their_key_groups(
+    start_operator: StartOperator, make_context: Any
+) -> None:
+    """Two columnar subtasks snapshot their pending windows (format 3); restored into three, each new
+    subtask writes those of its own key groups into its state and fires them: every window's result,
+    before and after, is the per-record window's over the whole stream, once."""
+    steps = random_steps(random.Random(79), 1600, very_late=0.0, keys=30)
+    middle = len(steps) // 2
+
+    def own(steps: list[Step], subtask: int, parallelism: int) -> list[Step]:
+        kgs = key_group_range_for_subtask(MAX_PARALLELISM, parallelism, SubtaskIndex(subtask))
+        return [
+            (kind, [e for e in item if key_group_for_key(e[0], MAX_PARALLELISM) in kgs] if kind == "batch" else item)
+            for kind, item in steps
+        ]
+
+    def columnar() -> ColumnarWindowAggregateOperator:
+        return ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", ASSIGNERS["tumbling"](), 0)
+
+    reference = WindowAggregateOperator(CountAndSum(), FieldKey("key"), ASSIGNERS["tumbling"](), 0)
+    reference_out = start_operator(reference, uid="reference")
+    feed_records(reference, steps)
+    finish(reference)
+
+    fired: Counter[tuple[Any, ...]] = Counter()
+    states = []
+    for subtask in range(2):
+        old = columnar()
+        out = start_operator(old, uid="old", subtask=subtask, parallelism=2)
+        feed_batches(old, own(steps[:middle], subtask, 2))
+        snapshot = old.snapshot_state(1)
+        assert snapshot is not None and pending_windows(snapshot) and state_of(old) == {}
+        kgs = key_group_range_for_subtask(MAX_PARALLELISM, 2, SubtaskIndex(subtask))
+        states.append(InheritedState(subtask, 2, kgs, snapshot))
+        fired += sum(segments(out), Counter())
+    restored = 0
+    for subtask in range(3):
+        new = columnar()
+        out = CollectingOutput()
+        new.setup(make_context("new", subtask=subtask, parallelism=3), out)
+        new.restore_inherited_state(states)
+        new.open()
+        restored += len(state_of(new))
+        feed_batches(new, own(steps[middle:], subtask, 3))
+        finish(new)
+        fired += sum(segments(out), Counter())
+    assert restored == sum(len(pending_windows(s.data)) for s in states) > 0  # each in one new subtask
+    assert fired == sum(segments(reference_out), Counter())
+
+
+def test_a_pending_window_state_that_is_malformed_is_refused_in_one_line(start_operator: StartOperator) -> None:
+    def columnar() -> ColumnarWindowAggregateOperator:
+        return ColumnarWindowAggregateOperator(BuiltinAggregates(count_sum(), "key"), "key", ASSIGNERS["tumbling"](), 0)
+
+    header = json.dumps({"format": 3, "watermark": 5, "pending_windows": 1}).encode()
+    with pytest.raises(SerializationError, match="format 3 is malformed: no rows after its document"):
+        start_operator(columnar(), uid="a", restore=header)
+    with pytest.raises(SerializationError, match="format 1 is malformed: bytes after its document"):
+        start_operator(columnar(), uid="b", restore=json.dumps({"format": 1, "watermark": 5}).encode() + b"\nxx")
+    with pytest.raises(SerializationError, match="not an Arrow IPC stream"):
+        start_operator(columnar(), uid="c", restore=pending_window_state(5, 1, b"not arrow"))
+    other = pa.table({"k": ["a"], "start": [0], "n": [1]})
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, other.schema) as writer:
+        writer.write_table(other)
+    with pytest.raises(SerializationError, match="have columns \\['k', 'start', 'n'\\]"):
+        start_operator(columnar(), uid="d", restore=pending_window_state(5, 1, sink.getvalue().to_pybytes()))
+
+
+def test_a_sum_beyond_int64_at_a_snapshot_goes_to_the_state_and_the_snapshot_has_no_pending_windows(
+    start_operator: StartOperator,
+) -> None:
+    pair = start_pair(start_operator, lambda: TumblingEventTimeWindows(10), 0)
+    events = [("a", 2**62, 1), ("a", 2**62, 2), ("a", 2**62, 3), ("b", 1, 4)]
+    feed_records(pair.records, [("batch", events)])
+    pair.batches.process(batch_of(events), None)
+    snapshot = pair.batches.snapshot_state(1)
+    assert snapshot == pair.records.snapshot_state(1) and pending_windows_of(snapshot) is None
+    assert pair.batches._pending == [] and state_of(pair.batches) != {}
+    finish(pair.records)
+    finish(pair.batches)
+    pair.assert_same()
+    assert {v["key"]: v["sum"] for v in pair.batches_out.values} == {"a": 3 * 2**62, "b": 1}
 
 
 def inherited(subtask: int, parallelism: int, watermark: int) -> InheritedState:

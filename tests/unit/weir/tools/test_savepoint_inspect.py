@@ -53,7 +53,7 @@ from weir.operators.base import OperatorContext
 from weir.operators.sources import encode_kafka_source_state
 from weir.operators.transactional_sinks import SinkSnapshot
 from weir.operators.twophase import LedgerSnapshot, PendingTransaction, TransactionId
-from weir.operators.windows import WindowAggregateOperator
+from weir.operators.windows import WindowAggregateOperator, pending_window_state
 from weir.taskmanager.snapshots import TaskKeyedState, keyed_state_from_document, keyed_state_to_document
 from weir.tools.cli import EXIT_FAILURE, EXIT_NO_CLUSTER, EXIT_OK, EXIT_USAGE, run_cli
 from weir.tools.savepoint_inspect import decode_operator_state, entry_to_json
@@ -646,6 +646,13 @@ def test_operator_states_are_decoded_by_the_first_decoder_that_reads_them() -> N
         "size_bytes": 27,
     }
     assert decode_operator_state(json.dumps({"format": 1, "watermark": 5}).encode())["kind"] == "window"
+    pending = pending_window_state(5, 2, b"<an Arrow IPC stream>")  # a columnar window's, with pending windows
+    assert decode_operator_state(pending) == {
+        "kind": "window",
+        "watermark": 5,
+        "pending_windows": 2,
+        "size_bytes": len(pending),
+    }
     assert decode_operator_state(b"\x80\x05junk") == {"kind": "opaque", "size_bytes": 6}
     assert decode_operator_state(json.dumps({"format": 9}).encode()) == {"kind": "opaque", "size_bytes": 13}
 
