@@ -14,8 +14,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
+from tests.integration.sql.resume import stop_and_resume
 from weir.connectors import kafka
 from weir.tools.cli import sql_job_source
 from weir.tools.savepoint_inspect import dump_operator, load_savepoint
@@ -55,32 +55,18 @@ def test_a_changelog_aggregates_state_restores_from_a_savepoint(
     assert len(expected) > 5
 
     text = script(source, table)
-    first_file, second_file = tmp_path / f"state_{unique}.py", tmp_path / f"state_{unique}_again.py"
-    first_file.write_text(sql_job_source(text))
-    second_file.write_text(sql_job_source(text))
-    params = {"checkpointing.interval": "500ms"}
-    first = weir_cluster.submit(str(first_file), params, parallelism=2)
-    wait_until(
+    resumed = stop_and_resume(
         weir_cluster,
-        first,
-        lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 3,
-        "three completed checkpoints",
+        sql_job_source(text),
+        sql_job_source(text),
+        tmp_path,
+        f"state_{unique}",
+        f"SELECT n, users FROM {table}",
+        endpoints.postgres_dsn,
     )
-    savepoint = weir_cluster.client.trigger_savepoint(first, stop=True)
-    path = weir_cluster.client.wait_for_savepoint(first, savepoint, 120).external_path
-    wait_until(weir_cluster, first, lambda s: s.summary.status == "FINISHED", "the stop", 120)
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        so_far = set(conn.execute(f"SELECT n, users FROM {table}").fetchall())
-    assert so_far and so_far != expected, "the first job had read everything: nothing to restore"
-
-    weir_cluster.wait_for_taskmanagers()
-    second = weir_cluster.client.submit_job(second_file, params, 2, from_checkpoint=path)
-    weir_cluster.submitted.append(second)
-    final = wait_until(weir_cluster, second, lambda s: s.summary.status == "FINISHED", "the resumed job", 300)
-    assert final.summary.status == "FINISHED", final.failure
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        stored = set(conn.execute(f"SELECT n, users FROM {table}").fetchall())
-    assert stored == expected  # a job that started over (no state) would count only the rows after the savepoint
+    assert resumed.at_stop and set(resumed.at_stop) != expected, "the first job had read everything: nothing to restore"
+    # a job that started over (no state) would count only the rows after the savepoint
+    assert resumed.at_end == Counter(expected)
 
 
 PREVIOUS_LAYOUT_JOB = '''"""The SQL job below with its changelog-join writing the state layout of Weir before
@@ -163,32 +149,20 @@ def test_a_changelog_join_s_state_of_the_previous_layout_restores_from_a_savepoi
     expected = {(i, u, per_user[u]) for i, u in enumerate(users)}
 
     text = join_script(source, table)
-    first_file, second_file = tmp_path / f"join_{unique}.py", tmp_path / f"join_{unique}_again.py"
-    first_file.write_text(PREVIOUS_LAYOUT_JOB.replace("{script!r}", repr(text)))
-    second_file.write_text(sql_job_source(text))
-    params = {"checkpointing.interval": "500ms"}
-    first = weir_cluster.submit(str(first_file), params, parallelism=2)
-    wait_until(
+    resumed = stop_and_resume(
         weir_cluster,
-        first,
-        lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 3,
-        "three completed checkpoints",
+        PREVIOUS_LAYOUT_JOB.replace("{script!r}", repr(text)),
+        sql_job_source(text),
+        tmp_path,
+        f"join_{unique}",
+        f"SELECT id, u, n FROM {table}",
+        endpoints.postgres_dsn,
     )
-    savepoint = weir_cluster.client.trigger_savepoint(first, stop=True)
-    path = weir_cluster.client.wait_for_savepoint(first, savepoint, 120).external_path
-    wait_until(weir_cluster, first, lambda s: s.summary.status == "FINISHED", "the stop", 120)
-    join_uid = next(u for u in load_savepoint(path, endpoints).operator_uids() if u.endswith("-changelog-join"))
-    states = Counter(line["state"] for line in dump_operator(path, join_uid, endpoints=endpoints))
+    join_uid = next(
+        u for u in load_savepoint(resumed.savepoint, endpoints).operator_uids() if u.endswith("-changelog-join")
+    )
+    states = Counter(line["state"] for line in dump_operator(resumed.savepoint, join_uid, endpoints=endpoints))
     assert set(states) == {"left", "right"}, states  # the previous layout, one value per side and key
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        so_far = set(conn.execute(f"SELECT id, u, n FROM {table}").fetchall())
-    assert so_far and so_far != expected, "the first job had read everything: nothing to restore"
-
-    weir_cluster.wait_for_taskmanagers()
-    second = weir_cluster.client.submit_job(second_file, params, 2, from_checkpoint=path)
-    weir_cluster.submitted.append(second)
-    final = wait_until(weir_cluster, second, lambda s: s.summary.status == "FINISHED", "the resumed job", 300)
-    assert final.summary.status == "FINISHED", final.failure
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        stored = set(conn.execute(f"SELECT id, u, n FROM {table}").fetchall())
-    assert stored == expected  # an order held before the savepoint but not read would keep an old count
+    assert resumed.at_stop and set(resumed.at_stop) != expected, "the first job had read everything: nothing to restore"
+    # an order held before the savepoint but not read would keep an old count
+    assert resumed.at_end == Counter(expected)

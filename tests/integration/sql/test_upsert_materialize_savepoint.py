@@ -16,8 +16,8 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from tests.integration.checkpointing.test_recovery import wait_until
 from tests.integration.conftest import WeirCluster, create_topics
+from tests.integration.sql.resume import stop_and_resume
 from weir.connectors import kafka
 from weir.sql import explain
 from weir.tools.cli import sql_job_source
@@ -68,29 +68,14 @@ def test_the_materializer_s_rows_restore_from_a_savepoint(
 
     text = script(source, table)
     assert "sink-upsert-materializer: the rows of each once_users key (u)" in explain(text)
-    first_file, second_file = tmp_path / f"materialize_{unique}.py", tmp_path / f"materialize_{unique}_again.py"
-    first_file.write_text(sql_job_source(text))
-    second_file.write_text(sql_job_source(text))
-    params = {"checkpointing.interval": "500ms"}
-    first = weir_cluster.submit(str(first_file), params, parallelism=2)
-    wait_until(
+    resumed = stop_and_resume(
         weir_cluster,
-        first,
-        lambda s: s.summary.status == "RUNNING" and (s.last_completed_checkpoint or 0) >= 3,
-        "three completed checkpoints",
+        sql_job_source(text),
+        sql_job_source(text),
+        tmp_path,
+        f"materialize_{unique}",
+        f"SELECT u, name FROM {table}",
+        endpoints.postgres_dsn,
     )
-    savepoint = weir_cluster.client.trigger_savepoint(first, stop=True)
-    path = weir_cluster.client.wait_for_savepoint(first, savepoint, 120).external_path
-    wait_until(weir_cluster, first, lambda s: s.summary.status == "FINISHED", "the stop", 120)
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        so_far = set(conn.execute(f"SELECT u, name FROM {table}").fetchall())
-    assert so_far and so_far != expected, "the first job had read everything: nothing to restore"
-
-    weir_cluster.wait_for_taskmanagers()
-    second = weir_cluster.client.submit_job(second_file, params, 2, from_checkpoint=path)
-    weir_cluster.submitted.append(second)
-    final = wait_until(weir_cluster, second, lambda s: s.summary.status == "FINISHED", "the resumed job", 300)
-    assert final.summary.status == "FINISHED", final.failure
-    with psycopg.connect(endpoints.postgres_dsn) as conn:
-        stored = Counter(conn.execute(f"SELECT u, name FROM {table}").fetchall())
-    assert stored == Counter(expected)
+    assert resumed.at_stop and set(resumed.at_stop) != expected, "the first job had read everything: nothing to restore"
+    assert resumed.at_end == Counter(expected)
