@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import ClassVar, Final, Protocol, assert_never
 
 import grpc
@@ -58,10 +58,13 @@ ACK_HEADROOM_BYTES: Final = 64 * 1024
 
 @dataclass(frozen=True)
 class StateReport:
-    """A task's state (or its end of input) for the JobManager."""
+    """A task's state (or its end of input) for the JobManager. ``sent``, when given, is set once the
+    JobManager took the report (or the reporter gave it up): a failed task waits for it before it
+    closes its output channels (``TaskHost``)."""
 
     kind: ClassVar[str] = "state"
     request: jobmanager_pb2.ReportTaskStateRequest
+    sent: threading.Event | None = field(default=None, compare=False)
 
 
 @dataclass(frozen=True)
@@ -159,37 +162,44 @@ class JobManagerReports:
             report = self._queue.get()
             if isinstance(report, StopReporting):
                 return
-            delay = 0.2
-            while not self._stopping.is_set():
-                try:
-                    self._send(report)
-                    break
-                except grpc.RpcError as exc:
-                    if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                        # Reports go in order: one retried through a JobManager's restart holds up the
-                        # restarted attempt's (its tasks RUNNING, which the first checkpoint waits for),
-                        # so the retries stay at most RETRY_MAX_S apart.
-                        self._stopping.wait(delay)
-                        delay = min(delay * 2, RETRY_MAX_S)
-                        continue
-                    log.warning("report_rejected", kind=report.kind, code=exc.code().name, details=exc.details())
-                    # An acknowledgement refused (e.g. too large for the JobManager): decline it, never drop it.
-                    if isinstance(report, AckReport):
-                        request = report.request
-                        self._queue.put(
-                            DeclineReport(
-                                jobmanager_pb2.DeclineCheckpointRequest(
-                                    task=request.task,
-                                    checkpoint_id=request.checkpoint_id,
-                                    attempt=request.attempt,
-                                    reason=(
-                                        "the JobManager refused the acknowledgement: "
-                                        f"{exc.code().name}: {exc.details()}"
-                                    ),
+            try:
+                self._deliver(report)
+            finally:
+                if isinstance(report, StateReport) and report.sent is not None:
+                    report.sent.set()
+
+    def _deliver(self, report: StateReport | AckReport | DeclineReport) -> None:
+        """Send ``report``, retried while the JobManager is unreachable (until the TaskManager stops)."""
+        delay = 0.2
+        while not self._stopping.is_set():
+            try:
+                self._send(report)
+                break
+            except grpc.RpcError as exc:
+                if exc.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                    # Reports go in order: one retried through a JobManager's restart holds up the
+                    # restarted attempt's (its tasks RUNNING, which the first checkpoint waits for),
+                    # so the retries stay at most RETRY_MAX_S apart.
+                    self._stopping.wait(delay)
+                    delay = min(delay * 2, RETRY_MAX_S)
+                    continue
+                log.warning("report_rejected", kind=report.kind, code=exc.code().name, details=exc.details())
+                # An acknowledgement refused (e.g. too large for the JobManager): decline it, never drop it.
+                if isinstance(report, AckReport):
+                    request = report.request
+                    self._queue.put(
+                        DeclineReport(
+                            jobmanager_pb2.DeclineCheckpointRequest(
+                                task=request.task,
+                                checkpoint_id=request.checkpoint_id,
+                                attempt=request.attempt,
+                                reason=(
+                                    f"the JobManager refused the acknowledgement: {exc.code().name}: {exc.details()}"
                                 ),
-                            )
+                            ),
                         )
-                    break
+                    )
+                break
 
 
 class CheckpointAcknowledger:

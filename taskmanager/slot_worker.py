@@ -22,6 +22,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any, Final, assert_never
 
@@ -87,10 +88,15 @@ class LinkReports:
     def put(self, report: object) -> None:
         if not isinstance(report, StateReport | AckReport | DeclineReport):
             return  # StopReporting: the TaskManager's reporter ends, not this link
+        sent = report.sent if isinstance(report, StateReport) else None
         try:
-            self._link.send(Report(report))
+            # The event stays here: the TaskManager's reporter sends on; a failed task waits for the link only.
+            self._link.send(Report(replace(report, sent=None) if sent is not None else report))
         except LinkClosedError:
             pass  # the TaskManager is gone: so is the JobManager's view of this worker's tasks
+        finally:
+            if sent is not None:
+                sent.set()
 
 
 class DataPlane(taskmanager_pb2_grpc.TaskManagerServiceServicer):

@@ -69,6 +69,8 @@ from weir.wire import common_pb2, jobmanager_pb2, taskmanager_pb2
 log = structlog.get_logger("weir.taskmanager")
 
 BACKPRESSURE_SAMPLE_S = 0.5
+FAILURE_REPORT_WAIT_S: Final = 10.0
+"""The longest a failed task waits for its report to reach the JobManager before its outputs close."""
 REPORTED_STATES: Final = (TaskState.DEPLOYING, TaskState.RUNNING)  # a heartbeat carries these tasks
 UNIX_ADDRESS_PREFIX: Final = "unix:"
 """A slot worker's data-plane address: a Unix socket only this host's processes reach."""
@@ -416,7 +418,12 @@ class TaskHost:
         )
         if failure is not None:
             request.failure.CopyFrom(failure_to_proto(failure))
-        self.reports.put(StateReport(request))
+        # A failed task's report goes first, its output channels close after: its consumers then lose
+        # their input only once the JobManager knows why (else a consumer's "lost its producer" could
+        # reach it first and stand as the job's failure). A bounded wait: an unreachable JobManager
+        # must not hold the task's end.
+        sent = threading.Event() if state is TaskState.FAILED else None
+        self.reports.put(StateReport(request, sent))
         if state.terminal:
             self.channels.unregister(addr)
             with self._lock:
@@ -425,6 +432,14 @@ class TaskHost:
                 )
             if finished:  # the job's last task here finished: it has nothing more to do here
                 threading.Thread(target=self._forget_finished, args=(addr.job_id,), daemon=True).start()
+        if sent is not None and not sent.wait(FAILURE_REPORT_WAIT_S):
+            log.warning(
+                "task_failure_report_unconfirmed",
+                job_id=addr.job_id,
+                task=f"{addr.vertex_uid}#{addr.subtask}",
+                attempt=addr.attempt,
+                waited_s=FAILURE_REPORT_WAIT_S,
+            )
 
     def _on_input_ended(self, addr: TaskAddress) -> None:
         self.reports.put(input_ended_report(addr))

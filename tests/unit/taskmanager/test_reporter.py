@@ -5,18 +5,22 @@ for a control message becoming a decline with its reason. No JobManager: the rep
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import grpc
 import pytest
 
 from weir.connectors.object_storage import FileCheckpointStorage
 from weir.core.checkpointing import ChannelBarrierTime, SubtaskCheckpointTimeline
 from weir.core.codec import timeline_from_proto
+from weir.core.failures import Failure
 from weir.core.ids import CheckpointId, JobId, KeyGroup, OperatorUid, SubtaskIndex, TaskManagerId
 from weir.core.keygroups import KeyGroupRange
 from weir.core.paths import CheckpointPaths
+from weir.core.states import TaskState
 from weir.core.task_state import (
     INLINE_STATE_LIMIT_BYTES,
     InlineOperatorState,
@@ -29,11 +33,20 @@ from weir.core.task_state import (
     read_operator_states,
 )
 from weir.core.transport import MAX_MESSAGE_BYTES
-from weir.taskmanager.reporter import AckReport, CheckpointAcknowledger, DeclineReport, Report, oversized_ack_reason
+from weir.core.transport_security import TransportSecurity
+from weir.taskmanager.reporter import (
+    AckReport,
+    CheckpointAcknowledger,
+    DeclineReport,
+    JobManagerReports,
+    Report,
+    StateReport,
+    oversized_ack_reason,
+)
 from weir.taskmanager.snapshots import KeyedStateHandle, SnapshotFile
-from weir.taskmanager.task_host import restore_of
+from weir.taskmanager.task_host import TaskHost, restore_of
 from weir.taskmanager.task_types import ChainRestore, ChainSnapshot, CheckpointAck, TaskAddress
-from weir.wire import taskmanager_pb2
+from weir.wire import jobmanager_pb2, taskmanager_pb2
 
 
 def layout(start: int, end: int) -> SubtaskLayout:
@@ -282,3 +295,98 @@ def restore_of_document_reads(document: TaskStateDocument, storage: FileCheckpoi
     restore = restore_of(TaskAddress("job-1", "enrich", document.subtask, 2), request)
     assert isinstance(restore, ChainRestore)
     return read_operator_states(restore.operator_state, storage.get_bytes)
+
+
+# A failed task's report before its outputs close ----------------------------------------------------
+
+
+class HeldJobManager:
+    """A JobManager stub whose ``ReportTaskState`` answers only once ``release`` is set (the first
+    ``unavailable`` calls raise UNAVAILABLE first); it keeps the requests it took."""
+
+    def __init__(self, unavailable: int = 0) -> None:
+        self.release = threading.Event()
+        self.taken: list[jobmanager_pb2.ReportTaskStateRequest] = []
+        self._unavailable = unavailable
+
+    def ReportTaskState(self, request: jobmanager_pb2.ReportTaskStateRequest, timeout: float) -> None:  # noqa: N802
+        if self._unavailable:
+            self._unavailable -= 1
+            raise Unavailable()
+        assert self.release.wait(10.0), "the test never released the JobManager"
+        self.taken.append(request)
+
+
+class Unavailable(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+
+@pytest.mark.parametrize("unavailable", [0, 2], ids=["at-once", "after-two-refusals"])
+def test_a_state_reports_sent_event_is_set_only_once_the_jobmanager_took_it(unavailable: int) -> None:
+    jobmanager = HeldJobManager(unavailable)
+    stopping = threading.Event()
+    reports = JobManagerReports(jobmanager, stopping)  # type: ignore[arg-type]
+    try:
+        sent = threading.Event()
+        reports.put(StateReport(jobmanager_pb2.ReportTaskStateRequest(attempt=3), sent))
+        assert not sent.wait(0.5), "set before the JobManager answered"
+        jobmanager.release.set()
+        assert sent.wait(10.0)
+        assert [r.attempt for r in jobmanager.taken] == [3]
+    finally:
+        stopping.set()
+        reports.stop()
+
+
+def test_a_state_report_given_up_at_the_taskmanagers_stop_still_sets_its_event() -> None:
+    jobmanager = HeldJobManager(unavailable=1_000)
+    stopping = threading.Event()
+    reports = JobManagerReports(jobmanager, stopping)  # type: ignore[arg-type]
+    sent = threading.Event()
+    reports.put(StateReport(jobmanager_pb2.ReportTaskStateRequest(attempt=1), sent))
+    assert not sent.wait(0.3)
+    stopping.set()
+    assert sent.wait(10.0), "a waiter on a report the reporter gave up waits no longer"
+    assert jobmanager.taken == []
+
+
+def test_a_failed_tasks_state_callback_returns_only_once_its_report_was_sent(tmp_path: Path) -> None:
+    """The callback runs on the task thread before its output channels close (Task._run): a consumer
+    then loses its input only after the JobManager has the failure that caused it. make test saw a CDC
+    source's failure lose the race to its consumer's "input channel 0 lost its producer"."""
+    taken: queue.SimpleQueue[Report] = queue.SimpleQueue()
+
+    class Sink:
+        def put(self, report: Report) -> None:
+            taken.put(report)
+
+    host = TaskHost(
+        "tm-test",
+        "127.0.0.1:1",
+        tmp_path / "tm",
+        Sink(),
+        storage=FileCheckpointStorage(tmp_path / "cp"),
+        security=TransportSecurity(),
+    )
+    try:
+        address = TaskAddress("job-1", "src", 0, 1)
+        returned = threading.Event()
+
+        def fail() -> None:
+            host._on_task_state(address, TaskState.FAILED, Failure.internal("the slot is gone"))
+            returned.set()
+
+        threading.Thread(target=fail, daemon=True).start()
+        report = taken.get(timeout=10.0)
+        assert isinstance(report, StateReport) and report.sent is not None
+        assert report.request.failure.message == "the slot is gone"
+        assert not returned.wait(0.5), "returned before the report was sent: the outputs would close first"
+        report.sent.set()
+        assert returned.wait(10.0)
+
+        host._on_task_state(address, TaskState.RUNNING, None)  # any other state: no wait, no event
+        other = taken.get(timeout=10.0)
+        assert isinstance(other, StateReport) and other.sent is None
+    finally:
+        host.stop()
