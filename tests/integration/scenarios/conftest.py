@@ -28,7 +28,16 @@ def run_on(cluster: WeirCluster, scenario: Scenario[Any, Any], config: Any) -> t
     except WeirError as exc:
         pytest.fail(f"scenario {scenario.name}: {exc}\n{output.getvalue()}")
     render_text(console, report)
-    return measured, report, output.getvalue()
+    return measured, report, failed_first(report) + output.getvalue()
+
+
+def failed_first(report: Report) -> str:
+    """The failed checks (and the run's error) in one line each, ahead of the whole report: a long
+    assertion message is cut in the middle by pytest and CI, and the failed check was what got lost."""
+    lines = [f"FAILED {c.name}: {c.detail}" for c in report.failed]
+    if report.error:
+        lines.append(f"ERROR {report.error}")
+    return "".join(f"{line}\n" for line in lines)
 
 
 @pytest.fixture
