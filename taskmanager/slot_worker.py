@@ -88,10 +88,12 @@ class LinkReports:
     def put(self, report: object) -> None:
         if not isinstance(report, StateReport | AckReport | DeclineReport):
             return  # StopReporting: the TaskManager's reporter ends, not this link
-        sent = report.sent if isinstance(report, StateReport) else None
-        try:
+        sent = None
+        if isinstance(report, StateReport) and report.sent is not None:
             # The event stays here: the TaskManager's reporter sends on; a failed task waits for the link only.
-            self._link.send(Report(replace(report, sent=None) if sent is not None else report))
+            sent, report = report.sent, replace(report, sent=None)
+        try:
+            self._link.send(Report(report))
         except LinkClosedError:
             pass  # the TaskManager is gone: so is the JobManager's view of this worker's tasks
         finally:

@@ -26,6 +26,7 @@ from weir.taskmanager.slot_link import (
     StopWorker,
     refusal_of,
 )
+from weir.taskmanager.slot_worker import LinkReports
 from weir.wire import jobmanager_pb2
 
 
@@ -113,3 +114,18 @@ def test_the_worker_gone_fails_every_waiting_call_and_ends_the_link(pair: Pair) 
         pair.taskmanager.call(CollectProgress(), 1)
     with pytest.raises(LinkClosedError):
         pair.taskmanager.send(Ready(1, "x"))
+
+
+def test_a_workers_failed_task_report_crosses_the_link_without_its_event_which_is_set_once_sent(pair: Pair) -> None:
+    """A failed task waits on ``StateReport.sent`` before its outputs close; an event cannot be pickled
+    across the link: the worker keeps it, sends the report without it, and sets it once sent."""
+    pair.answer[CollectProgress] = []
+    sent = threading.Event()
+    request = jobmanager_pb2.ReportTaskStateRequest(attempt=4, records_in=9)
+    LinkReports(pair.worker).put(StateReport(request, sent))
+    assert sent.is_set()
+    pair.taskmanager.call(CollectProgress(), 5)  # its reply comes after the report
+    assert pair.received == [Report(StateReport(request))]
+    received = pair.received[0]
+    assert isinstance(received, Report) and isinstance(received.report, StateReport)
+    assert received.report.sent is None
