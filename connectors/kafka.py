@@ -642,8 +642,7 @@ class TransactionalProducer:
         self._client_errors: deque[KafkaError] = deque(maxlen=CLIENT_ERRORS_KEPT)
         defaults = {"linger.ms": 5, **{k.replace("_", "."): v for k, v in overrides.items()}}
         self._producer = _new(Producer, target, _settings(target, defaults, fixed))
-        self._errors: list[str] = []
-        self._delivered = self._on_delivery  # bound once: produce passes it per record
+        self._errors: list[str] = []  # failed deliveries of the records produced with a ``Delivery``
 
     def _on_client_error(self, error: KafkaError) -> None:
         """librdkafka's client-level errors (brokers down, a fatal producer error); kept for the
@@ -683,10 +682,6 @@ class TransactionalProducer:
         except KafkaException as exc:
             raise self._fail("begin_transaction", exc) from exc
 
-    def _on_delivery(self, err: Any, _msg: Any) -> None:
-        if err is not None:
-            self._errors.append(str(err))
-
     def produce(
         self,
         topic: str,
@@ -697,18 +692,27 @@ class TransactionalProducer:
         delivery: Delivery | None = None,
     ) -> None:
         """Queue a record into the open transaction; waits (serving delivery reports) while the local
-        queue is full."""
-        if delivery is None and partition is None:  # a sink's record: no keyword dict, no closure
+        queue is full.
+
+        Only a record given a ``delivery`` gets a delivery callback (where it landed, or its error
+        for ``flush``). A sink's record gets none: the callback's Python call and message object
+        were ~0.5 of the producer's ~3 CPU µs per record (``python -m bench.producer_delivery``,
+        ``bench/results/producer-delivery.json``). Its failure is not lost:
+        librdkafka counts every failed delivery of the transaction, and once one failed the
+        transaction is abortable: a later ``produce`` is refused and ``commit_transaction`` fails
+        (``commit`` aborts it, then reports it), so the checkpoint's epoch is never committed in
+        part; the task's restart finds its marker uncommitted and produces the epoch again from the
+        snapshot."""
+        if delivery is None and partition is None:  # a sink's record: no keyword dict, no callback
             try:
-                self._producer.produce(topic, value, key=key, timestamp=timestamp or 0, on_delivery=self._delivered)
+                self._producer.produce(topic, value, key=key, timestamp=timestamp or 0)
                 return
             except BufferError:
                 pass  # the local queue is full: the loop below waits for room
             except KafkaException as exc:
                 raise self._fail(f"produce to {topic!r}", exc) from exc
-        if delivery is None:
-            callback: Any = self._on_delivery
-        else:
+        kwargs: dict[str, Any] = {"key": key, "timestamp": timestamp or 0}
+        if delivery is not None:
 
             def callback(err: Any, msg: Any) -> None:
                 if err is not None:
@@ -716,7 +720,7 @@ class TransactionalProducer:
                 else:
                     delivery.partition, delivery.offset = msg.partition(), msg.offset()
 
-        kwargs: dict[str, Any] = {"key": key, "timestamp": timestamp or 0, "on_delivery": callback}
+            kwargs["on_delivery"] = callback
         if partition is not None:
             kwargs["partition"] = partition
         while True:
@@ -734,7 +738,9 @@ class TransactionalProducer:
     def flush(self, timeout_s: float, stall_s: float = FLUSH_STALL_S) -> None:
         """Wait until every queued record of the transaction is acknowledged (the pre-commit).
 
-        Fails (retriable) when a record's delivery failed, when the client reports a fatal error,
+        Fails (retriable) when the delivery of a record produced with a ``Delivery`` (the sink's
+        commit marker) failed (another record's failure fails ``commit``, see ``produce``), when
+        the client reports a fatal error,
         when ``timeout_s`` is over, or as soon as no record was acknowledged for ``stall_s`` while
         some are pending: after a broker restart librdkafka can keep records unacknowledged with no
         error until the transaction times out, and a new producer (the task's restart) gets them

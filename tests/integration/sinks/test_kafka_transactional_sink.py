@@ -5,6 +5,7 @@ Values are ``"v{i}"`` strings; the data topic has one partition, so order is che
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import itertools
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
+from tests.integration.polling import until
 from tests.integration.sinks.conftest import TASKMANAGER, KafkaSinkCase, run_until_crash
 from weir.connectors import kafka
 from weir.core.crashpoints import EXIT_CODE
@@ -181,6 +183,58 @@ def test_recovery_commits_an_open_transaction_only_through_the_snapshot(kafka_ca
     recovered.close()
     assert kafka_case.values("read_committed") == values(1, 6)
     assert committed_markers(kafka_case) == [(1, 4), (2, 2)]
+
+
+def _limit_record_size(case: KafkaSinkCase, max_bytes: int) -> None:
+    """The data topic's ``max.message.bytes``, applied once the broker shows it."""
+    kafka.set_topic_configs(case.endpoints, case.topic, {"max.message.bytes": str(max_bytes)})
+    until(
+        f"max.message.bytes={max_bytes} on {case.topic}",
+        30,
+        lambda: (
+            kafka.topic_configs(case.endpoints, case.topic, ["max.message.bytes"]).get("max.message.bytes")
+            == str(max_bytes)
+        ),
+    )
+
+
+def test_a_record_the_broker_refuses_fails_its_checkpoint_transaction_and_recovery_produces_it_again(
+    kafka_case: KafkaSinkCase,
+) -> None:
+    """A sink's records are produced without a delivery callback each: a record whose delivery fails
+    (here one larger than the topic's ``max.message.bytes``, refused by the broker) must still keep
+    its epoch from committing, at the pre-commit or at the latest at the commit (librdkafka refuses
+    ``commit_transaction`` once a record of the transaction failed), and the task's restart must
+    produce the epoch again, once."""
+    _limit_record_size(kafka_case, 1000)
+    big = "x" * 5000
+    sink = kafka_case.sink()
+    sink.open()
+    feed(sink, 1, 3)
+    sink.process(big, TS)
+    snapshot: bytes | None = None
+    with pytest.raises(ServiceUnavailableError, match="Message size too large|failed delivery"):
+        snapshot = sink.snapshot_state(1)  # the pre-commit (refused here if the failure came first)
+        sink.notify_checkpoint_complete(1)  # else the commit: aborted, then reported
+    assert kafka_case.values("read_committed") == []
+    assert committed_markers(kafka_case) == []
+    sink.close()
+
+    _limit_record_size(kafka_case, 1_048_588)  # the cause removed; the task restarts
+    if snapshot is not None:  # checkpoint 1 completed: its epoch is in the snapshot, produced again
+        recovered = kafka_case.recovered(snapshot)
+        expected_markers = [(1, 4)]
+    else:  # checkpoint 1 failed: recovery from none, the source replays the epoch
+        recovered = kafka_case.sink()
+        recovered.open()
+        feed(recovered, 1, 3)
+        recovered.process(big, TS)
+        recovered.snapshot_state(2)
+        recovered.notify_checkpoint_complete(2)
+        expected_markers = [(2, 4)]
+    recovered.close()
+    assert collections.Counter(kafka_case.values("read_committed")) == collections.Counter([*values(1, 3), big])
+    assert committed_markers(kafka_case) == expected_markers
 
 
 def test_lost_notification_is_covered_by_the_next_checkpoint(kafka_case: KafkaSinkCase) -> None:

@@ -107,8 +107,10 @@ def test_a_good_list_decodes_into_records_columns_and_a_batch() -> None:
         ("e3", "a", -3, 12),
     ]
     columns = DECODER.columns(records)
-    assert columns == [["e1", "e2", "e3"], ["a", "b", "a"], [1, 2, -3], [10, 7, 12]]
-    assert DECODER.timestamps(columns) == [10, 7, 12]
+    assert [list(column) for column in columns] == [["e1", "e2", "e3"], ["a", "b", "a"], [1, 2, -3], [10, 7, 12]]
+    assert [type(column).__name__ for column in columns] == ["list", "list", "ndarray", "ndarray"]
+    stamps = DECODER.timestamps(columns)
+    assert stamps is not None and list(stamps) == [10, 7, 12]
     b = DECODER.batch(columns)
     assert is_batch(b) and b.num_rows == 3
     assert b.schema == SCHEMA.arrow_schema("ts")
@@ -457,8 +459,13 @@ def test_partition_order_puts_the_rows_partition_by_partition_keeping_offsets(se
     no_times, same_order = partition_order(partitions, None)
     assert no_times == {} and (same_order is None) == (order is None)
     assert same_order is None or same_order.tolist() == expected
+    from_array, array_order = partition_order(partitions, np.array(stamps, dtype=np.int64))  # as the decoder gives
+    assert from_array == latest and all(type(t) is int for t in from_array.values())
+    assert (array_order is None) == (order is None) and (array_order is None or array_order.tolist() == expected)
 
 
 def test_partition_order_of_one_partition_takes_nothing() -> None:
     assert partition_order([3, 3, 3], [5, 9, 2]) == ({3: 9}, None)
+    latest, order = partition_order([3, 3, 3], np.array([5, 9, 2], dtype=np.int64))
+    assert latest == {3: 9} and type(latest[3]) is int and order is None
     assert partition_order([3, 3], None) == ({}, None)
