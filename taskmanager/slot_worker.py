@@ -91,7 +91,7 @@ class LinkReports:
         sent = report.sent if isinstance(report, StateReport) else None
         try:
             # The event stays here: the TaskManager's reporter sends on; a failed task waits for the link only.
-            self._link.send(Report(replace(report, sent=None) if sent is not None else report))
+            self._link.send(Report(replace(report, sent=None) if isinstance(report, StateReport) else report))
         except LinkClosedError:
             pass  # the TaskManager is gone: so is the JobManager's view of this worker's tasks
         finally:
