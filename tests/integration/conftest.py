@@ -123,12 +123,12 @@ SLOW_FILES: Final = {
     "jobmanager/test_rescale.py": 67,
     "sql/test_changelog_join_vs_flink.py": 63,
     "runtime/test_broadcast_state.py": 57,
-    "nexmark/test_nexmark_recovery.py": 53,
     "scenarios/test_recovery.py": 52,
     "scenarios/test_backpressure.py": 50,
     "sql/test_updating_vs_flink.py": 48,
     "sql/test_sql_jobs.py": 45,
     "checkpointing/test_savepoints.py": 42,
+    "nexmark/test_nexmark_recovery.py": 41,
     "sinks/test_file_sink.py": 41,
     "sources/test_postgres_cdc.py": 40,
     "sql/test_nexmark_q12.py": 37,
@@ -146,12 +146,13 @@ SLOW_FILES: Final = {
 seconds (a file's other tests not counted), the mean of the two make test runs at a965ece and just
 before it (test_updating_vs_flink, test_sql_jobs and test_kafka_security: the earlier figures, not
 among those 30 then; test_async_io, test_broadcast_state, checkpointing/test_recovery,
-jobmanager/test_rescale and test_file_sink: that figure times the after/before ratio of their tests
-run alone when they were made shorter, branch wt-ttime). ``make test`` hands whole files to its two
-workers in collection order (``--dist loadfile --no-loadscope-reorder``): these go first, longest
-first, so that no long file starts last on one worker while the other has nothing left to run; the
-other files follow, those of most tests first (pytest-xdist's own order). Refresh from make test's
-``--durations`` list when it changes much; a stale figure only costs balance."""
+jobmanager/test_rescale, test_file_sink and test_nexmark_recovery: that figure times the
+after/before ratio of their tests run alone when they were made shorter, branch wt-ttime). ``make
+test`` hands whole files to its two workers in collection order (``--dist loadfile
+--no-loadscope-reorder``): these go first, longest first, so that no long file starts last on one
+worker while the other has nothing left to run; the other files follow, those of most tests first
+(pytest-xdist's own order). Refresh from make test's ``--durations`` list when it changes much; a
+stale figure only costs balance."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
