@@ -428,7 +428,9 @@ def read_all(
     """Every record of a topic, from the start to the end offsets seen now: (partition, offset, key, value)."""
     from confluent_kafka import TopicPartition
 
-    reader = consumer(target, isolation_level=isolation_level)
+    # The broker holds an empty fetch SCAN_FETCH_WAIT_MS, not 500 ms: a transactional topic's end is a
+    # control record, which no consumer is given, so the read ends on the end-of-partition event
+    reader = consumer(target, isolation_level=isolation_level, fetch_wait_max_ms=SCAN_FETCH_WAIT_MS)
     try:
         n = partition_count(target, topic)
         ends: dict[int, int] = {}
@@ -537,7 +539,11 @@ def read_committed_records(
     ends = {p: stable for p, (low, stable, _high) in offsets.items() if stable > low}
     if not ends:
         return []
-    reader = consumer(target, isolation_level="read_committed", logger=_quiet_logger())
+    # Short fetch waits and consume slices, as the recovery scans (SCAN_FETCH_WAIT_MS, SCAN_SLICE_S):
+    # with the defaults every read took at least a second (weir verify reads three topics a job)
+    reader = consumer(
+        target, isolation_level="read_committed", logger=_quiet_logger(), fetch_wait_max_ms=SCAN_FETCH_WAIT_MS
+    )
     try:
         reader.assign([TopicPartition(topic, p, starts[p]) for p in ends])
         pending = set(ends)
@@ -548,7 +554,7 @@ def read_committed_records(
                 raise ServiceUnavailableError(
                     f"kafka: reading {topic!r} did not reach its last stable offsets in {timeout_s}s"
                 )
-            for msg in reader.consume(num_messages=1000, timeout=0.5):
+            for msg in reader.consume(num_messages=1000, timeout=SCAN_SLICE_S):
                 partition, offset = msg.partition(), msg.offset()
                 if msg.error():
                     if msg.error().code() == KafkaError._PARTITION_EOF:

@@ -118,19 +118,18 @@ def wait_for_job(
 
 SLOW_FILES: Final = {
     "checkpointing/test_unaligned.py": 161,
-    "runtime/test_async_io.py": 127,
-    "runtime/test_broadcast_state.py": 105,
     "sql/test_nexmark_vs_flink.py": 103,
-    "checkpointing/test_recovery.py": 99,
-    "jobmanager/test_rescale.py": 94,
+    "checkpointing/test_recovery.py": 70,
+    "jobmanager/test_rescale.py": 67,
     "sql/test_changelog_join_vs_flink.py": 63,
-    "sinks/test_file_sink.py": 55,
-    "nexmark/test_nexmark_recovery.py": 53,
+    "runtime/test_broadcast_state.py": 57,
     "scenarios/test_recovery.py": 52,
     "scenarios/test_backpressure.py": 50,
     "sql/test_updating_vs_flink.py": 48,
     "sql/test_sql_jobs.py": 45,
     "checkpointing/test_savepoints.py": 42,
+    "nexmark/test_nexmark_recovery.py": 41,
+    "sinks/test_file_sink.py": 41,
     "sources/test_postgres_cdc.py": 40,
     "sql/test_nexmark_q12.py": 37,
     "jobmanager/test_flink_rest_client.py": 37,
@@ -141,15 +140,19 @@ SLOW_FILES: Final = {
     "sql/test_sql_state_savepoint.py": 29,
     "jobmanager/test_jobmanager_failover.py": 28,
     "security/test_kafka_security.py": 27,
+    "runtime/test_async_io.py": 24,
 }
 """The integration files (under tests/integration/) of make test's 30 slowest tests, with those tests'
 seconds (a file's other tests not counted), the mean of the two make test runs at a965ece and just
 before it (test_updating_vs_flink, test_sql_jobs and test_kafka_security: the earlier figures, not
-among those 30 then). ``make test`` hands whole files to its two workers in collection order
-(``--dist loadfile --no-loadscope-reorder``): these go first, longest first, so that no long file
-starts last on one worker while the other has nothing left to run; the other files follow, those of
-most tests first (pytest-xdist's own order). Refresh from make test's ``--durations`` list when it
-changes much; a stale figure only costs balance."""
+among those 30 then; test_async_io, test_broadcast_state, checkpointing/test_recovery,
+jobmanager/test_rescale, test_file_sink and test_nexmark_recovery: that figure times the
+after/before ratio of their tests run alone when they were made shorter, branch wt-ttime). ``make
+test`` hands whole files to its two workers in collection order (``--dist loadfile
+--no-loadscope-reorder``): these go first, longest first, so that no long file starts last on one
+worker while the other has nothing left to run; the other files follow, those of most tests first
+(pytest-xdist's own order). Refresh from make test's ``--durations`` list when it changes much; a
+stale figure only costs balance."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

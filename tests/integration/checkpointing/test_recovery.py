@@ -61,7 +61,9 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
     source, sink, dlq, table = f"events-{unique}", f"results-{unique}", f"dlq-{unique}", f"window_results_{unique}"
     create_topics(endpoints, {source: 6, sink: 3, dlq: 1})
     create_window_table(endpoints, table)
-    spec = EventSpec(count=200_000, keys=1000)
+    # 15 s of input at 8,000/s: the four kills, each 1-2 checkpoints of 500 ms after the restore before
+    # it, read ~5 s of it (the wait before a kill fails naming the job that finished first)
+    spec = EventSpec(count=120_000, keys=1000)
     produce_events(endpoints, source, spec)
 
     params = {
@@ -71,7 +73,7 @@ def test_taskmanager_and_jobmanager_kills_leave_state_exact(weir_cluster: WeirCl
         "source.dlq_topic": dlq,
         "source.bounded": "true",
         "source.records_per_second": "8000",
-        "checkpointing.interval": "1s",
+        "checkpointing.interval": "500ms",
         "restart.strategy": "fixed-delay",
         "restart.delay": "1s",
         **path_parameters(path),

@@ -43,8 +43,9 @@ def still_reading(cluster: WeirCluster, job_id: str) -> bool:
 def test_a_running_job_rescaled_3_2_3_under_load_is_exact_in_both_sinks(
     weir_cluster: WeirCluster, services: Endpoints, unique: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # 30 s of input at 1500 a second: both rescales took 10 s of it on a loaded machine (load 10).
-    params = keyed_aggregation_inputs(services, unique, 45_000, records_per_second=1500, checkpoint_interval="1s") | {
+    # 20 s of input at 1500 a second: both rescales took 10 s of it on a loaded machine (load 10), 3 s
+    # at load 7 (each wait below fails naming an input that ended first).
+    params = keyed_aggregation_inputs(services, unique, 30_000, records_per_second=1500, checkpoint_interval="1s") | {
         "restart.strategy": "fixed-delay",
         "restart.delay": "1s",
     }
@@ -102,8 +103,8 @@ def test_a_reactive_job_follows_the_taskmanagers_and_stays_exact(
     TaskManagers; one of them killed (the supervisor starts it again), the job fails over, restarts
     at what is left if it comes first, and grows back once the TaskManager registered again; its
     output stays exact."""
-    # 30 s of input at 1500 a second: grown, failed over and grown back in its first 10 s (load 5-9).
-    params = keyed_aggregation_inputs(services, unique, 45_000, records_per_second=1500, checkpoint_interval="1s") | {
+    # 20 s of input at 1500 a second: grown, failed over and grown back in its first 10 s (load 5-9).
+    params = keyed_aggregation_inputs(services, unique, 30_000, records_per_second=1500, checkpoint_interval="1s") | {
         "restart.strategy": "fixed-delay",
         "restart.delay": "1s",
         "scheduler-mode": "reactive",

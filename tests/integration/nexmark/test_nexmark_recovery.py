@@ -27,7 +27,7 @@ EVENTS = 30_000
 CONFIG = nx.NexmarkConfig(events_per_second=500)  # 60 s of event time: 30 sliding, 6 tumbling windows
 PARTITIONS = 6
 SINK_TOPIC_CONFIG = {"retention.ms": "-1"}
-RECORDS_PER_SECOND = 2_000  # ~15 s of reading: the kill lands mid-run
+RECORDS_PER_SECOND = 2_500  # ~12 s of reading: the kill lands 3-4 s into it (load 6-10)
 
 
 @pytest.mark.parametrize("query", ["q5", "q4", "q8"])

@@ -7,6 +7,7 @@ lookup's answer, equal the reference run's record for record)."""
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 from collections import Counter
@@ -30,6 +31,11 @@ class _Server(ThreadingHTTPServer):
     # Three subtasks with up to 32 lookups each connect at once after a restore: the default listen
     # backlog of 5 drops their SYNs, and a retried connect can take longer than the lookup's timeout.
     request_queue_size = 256
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        # The killed TaskManager's connections drop mid-request: expected, not worth a traceback
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 
 class WeightService:

@@ -163,7 +163,7 @@ def test_a_taskmanager_killed_mid_run_leaves_every_event_once_in_the_parquet_fil
     endpoints = weir_cluster.endpoints
     source = f"file-sink-events-{unique}"
     create_topics(endpoints, {source: 3})
-    spec = EventSpec(count=24_000, keys=100)  # 16 s at 1500/s: two checkpoints complete in its first 5
+    spec = EventSpec(count=18_000, keys=100)  # 12 s at 1500/s: two checkpoints complete in its first 5
     produce_events(endpoints, source, spec)
     directory = tmp_path / "files"
     path = f"s3://{s3_root.bucket}/{s3_root.prefix}" if where == "s3" else str(directory)
@@ -260,7 +260,8 @@ def test_a_crash_after_the_checkpoint_completed_before_the_commit_is_finished_by
     endpoints, client, directory = crash_cluster
     source = f"file-sink-crash-{unique}"
     create_topics(endpoints, {source: 3})
-    spec = EventSpec(count=30_000, keys=100)
+    # 10 s at 1500/s: the crash, at the third checkpoint's completion, comes in its first 4
+    spec = EventSpec(count=15_000, keys=100)
     produce_events(endpoints, source, spec)
     params = {
         "source.topic": source,

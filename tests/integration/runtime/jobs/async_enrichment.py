@@ -8,9 +8,10 @@ the window sums ``value * weight``. ``-D enrich.ordered=false`` runs the lookups
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from typing import Any
-
-import httpx
+from urllib.parse import urlencode, urlsplit
 
 from weir.api import Environment, TumblingEventTimeWindows, json_deserializer
 
@@ -27,25 +28,47 @@ class CountAndSum:
 
 
 class WeightLookup:
-    """The key's weight from the service. Each subtask runs its own copy; its HTTP client is made in
-    ``open`` and closed in ``close``, on the subtask's event loop."""
+    """The key's weight from the service. Each subtask runs its own copy; its connections (HTTP/1.1
+    keep-alive, one per call in flight, reused after) are opened on the subtask's event loop and
+    closed in ``close``, on that loop too. Plain asyncio streams rather than an ``httpx.AsyncClient``:
+    httpx spent ~5-15 ms of CPU a lookup here (httpcore's pool scans every connection per request, and
+    retries a failed ``import sniffio`` each time), which made the job CPU-bound on 2 cores: the
+    reference run alone took 40 s for 6,000 lookups."""
 
     def __init__(self, url: str) -> None:
-        self._url = url
-        self._client: httpx.AsyncClient | None = None
+        parsed = urlsplit(url)
+        assert parsed.hostname is not None, url
+        self._host, self._port = parsed.hostname, parsed.port or 80
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] | None = None
 
     async def open(self) -> None:
-        self._client = httpx.AsyncClient(base_url=self._url, timeout=10.0)
+        self._idle = []
 
     async def close(self) -> None:
-        if self._client is not None:
-            await self._client.aclose()
+        idle, self._idle = self._idle or [], None
+        for _, writer in idle:
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
 
     async def __call__(self, event: dict[str, Any]) -> tuple[str, int]:
-        assert self._client is not None, "open() makes the client"
-        response = await self._client.get("/weight", params={"key": event["key"], "id": event["id"]})
-        response.raise_for_status()
-        return (event["key"], event["value"] * int(response.text))
+        assert self._idle is not None, "open() starts the pool"
+        reader, writer = self._idle.pop() if self._idle else await asyncio.open_connection(self._host, self._port)
+        try:
+            query = urlencode({"key": event["key"], "id": event["id"]})
+            writer.write(f"GET /weight?{query} HTTP/1.1\r\nHost: {self._host}:{self._port}\r\n\r\n".encode())
+            await writer.drain()
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            status = head[0].split(" ", 2)
+            if len(status) < 2 or status[1] != "200":
+                raise RuntimeError(f"weight service answered {head[0]!r}")
+            length = next(int(v) for k, _, v in (h.partition(":") for h in head[1:]) if k.lower() == "content-length")
+            body = await reader.readexactly(length)
+        except BaseException:  # a failed or cancelled call leaves its connection in an unknown state
+            writer.close()
+            raise
+        self._idle.append((reader, writer))
+        return (event["key"], event["value"] * int(body))
 
 
 def build(env: Environment) -> None:
