@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any, Final, assert_never
 
 from weir import nexmark
@@ -66,7 +67,7 @@ from weir.sql.changelog import Change, ChangelogMode
 from weir.sql.changelog_join import ChangelogJoin, rows_kept
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
-from weir.sql.expressions import Locate, Scope, compile_expression
+from weir.sql.expressions import Evaluate, Locate, Scope, column_read, compile_expression
 from weir.sql.join import MiniBatchRegularJoin, RegularJoin, joined_row
 from weir.sql.lookup import LookupRows
 from weir.sql.materialize import SinkUpsertMaterializer
@@ -644,7 +645,7 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
                 return None
             if changelog_of(node.input) is not None:  # each change's row projected, its kind kept
                 return upstream.map(lambda change: Change(change.kind, {n: f(change.row) for n, f in outputs}), uid=uid)
-            return upstream.map(lambda row: {n: f(row) for n, f in outputs}, uid=uid)
+            return upstream.map(projection(outputs), uid=uid)
         case Aggregate():
             return _aggregate(env, node, uids, script)
         case Join():
@@ -657,6 +658,17 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _over(env, node, uids, script)
         case _:
             assert_never(node)
+
+
+def projection(outputs: tuple[tuple[str, Evaluate], ...]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A projection's row: each output's value by its name. When every output is an input column as
+    it is (``expressions.column_read``), the values are read by one ``itemgetter`` of them all."""
+    columns = tuple(column_read(f) for _, f in outputs)
+    if len(columns) >= 2 and all(c is not None for c in columns):
+        names = tuple(n for n, _ in outputs)
+        values = itemgetter(*columns)
+        return lambda row: dict(zip(names, values(row), strict=True))
+    return lambda row: {n: f(row) for n, f in outputs}
 
 
 def _kept(output: NamedExpression, read: frozenset[str]) -> bool:
