@@ -205,7 +205,7 @@ class _Compiler:
     def compile(self, node: exp.Expr) -> Evaluate:  # noqa: PLR0911, PLR0912  # one case per node kind
         held = self.scope.computed.get(normalized(node))
         if held is not None:
-            return lambda row: row[held]
+            return itemgetter(held)
         match node:
             case exp.Paren():
                 return self.compile(node.this)
