@@ -912,6 +912,36 @@ def _interval_join(
     return joined.process(joined_row(node), uid=uid)
 
 
+def _adder(call: AggregateCall) -> Callable[[Any, Any], Any]:
+    """``Accumulators._add`` of ``call``, its decisions taken once: ``adder(acc, value)``."""
+    if call.argument is None:  # COUNT(*)
+        return lambda acc, _value: acc + 1
+    if call.function == "PYTHON":  # every row, NULLs too: the function decides
+        python = call.python
+        return lambda acc, value: python.add(acc, *value)
+    if call.distinct:  # a value seen already leaves the (immutable) set as it is: no copy
+        return lambda acc, value: acc if value is None or value in acc else acc | {value}
+    match call.function:
+        case "COUNT":
+            return lambda acc, value: acc if value is None else acc + 1
+        case "SUM":
+            return lambda acc, value: acc if value is None else value if acc is None else acc + value
+        case "MIN":
+            return lambda acc, value: acc if value is None else value if acc is None or value < acc else acc
+        case "MAX":
+            return lambda acc, value: acc if value is None else value if acc is None or value > acc else acc
+        case "AVG":
+            return _add_to_average
+    return lambda acc, value: Accumulators._add(call, acc, value)  # raises for an unknown function
+
+
+def _add_to_average(acc: tuple[Any, int], value: Any) -> tuple[Any, int]:
+    if value is None:
+        return acc
+    total, count = acc
+    return (value if total is None else total + value, count + 1)
+
+
 class Accumulators:
     """The accumulators of an aggregate's calls, as a tuple of plain values (pickled in state):
     COUNT an int, SUM/MIN/MAX the value or None, AVG (sum, count), a DISTINCT one the frozenset of
@@ -922,6 +952,9 @@ class Accumulators:
         self.calls = calls
         self.arguments = tuple(c.argument.evaluate if c.argument is not None else None for c in calls)
         self.conditions = tuple(c.condition.evaluate if c.condition is not None else None for c in calls)
+        self._adders = tuple(_adder(c) for c in calls)
+        only = len(calls) == 1 and self.conditions[0] is None
+        self._only = (self._adders[0], self.arguments[0]) if only else None  # one call, no FILTER
 
     def create(self) -> tuple[Any, ...]:
         return tuple(self._empty(c) for c in self.calls)
@@ -939,9 +972,13 @@ class Accumulators:
         return None
 
     def add(self, accs: tuple[Any, ...], row: Mapping[str, Any]) -> tuple[Any, ...]:
+        only = self._only
+        if only is not None:  # the common aggregate of one call: no generator, no zip
+            adder, f = only
+            return (adder(accs[0], None if f is None else f(row)),)
         return tuple(
-            a if w is not None and w(row) is not True else self._add(c, a, None if f is None else f(row))
-            for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True)
+            a if w is not None and w(row) is not True else adder(a, None if f is None else f(row))
+            for adder, a, f, w in zip(self._adders, accs, self.arguments, self.conditions, strict=True)
         )
 
     def add_all(self, accs: tuple[Any, ...], rows: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
