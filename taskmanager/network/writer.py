@@ -16,6 +16,7 @@ from typing import Any, Protocol
 
 from weir.core.columnar import BatchKeys, FieldKey, channel_table, concat, split_by_channel
 from weir.core.errors import ProtocolError
+from weir.core.keygroups import PLAIN_KEY_ITEMS
 from weir.core.watermarks import WatermarkStatus
 from weir.taskmanager.network.codec import (
     ChannelBuffer,
@@ -101,14 +102,22 @@ class RecordWriter:
         self.records_out += batch.num_rows
 
     def _emit_hashed(self, value: Any, timestamp: int | None) -> None:
-        """:meth:`emit` on a hash-partitioned edge: the channel of a ``str``, ``int`` or ``bytes`` key
-        seen before is one dict lookup (what ``KeyEncoder`` remembers, for the same reason: equal
-        values of other types may encode differently), up to ``CHANNEL_MEMO_KEYS`` keys."""
+        """:meth:`emit` on a hash-partitioned edge: the channel of a ``str``, ``int`` or ``bytes`` key,
+        or a tuple of those and None (a SQL key), seen before is one dict lookup (what ``KeyEncoder``
+        remembers, for the same reason: equal values of other types may encode differently), up to
+        ``CHANNEL_MEMO_KEYS`` keys."""
         memo = self._channel_of_key
         try:
             key = self._key_selector(value)
             kind = type(key)
-            remembered = kind is str or kind is int or kind is bytes
+            if kind is tuple:  # a SQL key: remembered when its items are of one type per value
+                remembered = True
+                for item in key:
+                    if type(item) not in PLAIN_KEY_ITEMS:
+                        remembered = False
+                        break
+            else:
+                remembered = kind is str or kind is int or kind is bytes
             ch = memo.get(key) if remembered else None
             if ch is None:
                 kg = self._key_group_of(key)

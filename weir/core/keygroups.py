@@ -86,7 +86,7 @@ def key_group_for_key(key: object, max_parallelism: int) -> KeyGroup:
     return key_group_for(key_to_bytes(key), max_parallelism)
 
 
-_PLAIN_ITEMS: Final = frozenset({str, int, bytes, type(None)})
+PLAIN_KEY_ITEMS: Final = frozenset({str, int, bytes, type(None)})
 """The types of a tuple key's items that let the tuple be remembered: two equal tuples of these
 items encode alike (no ``1`` beside ``1.0`` or ``True``)."""
 
@@ -113,17 +113,18 @@ class KeyEncoder:
         kind = type(key)
         if kind is tuple and isinstance(key, tuple):  # the isinstance: for the type checker
             for item in key:
-                if type(item) not in _PLAIN_ITEMS:
+                if type(item) not in PLAIN_KEY_ITEMS:
                     return self._encode(key)
-        if kind is str or kind is int or kind is bytes or kind is tuple:
-            info = self._memo.get(key)
-            if info is None:
-                info = self._encode(key)
-                if len(self._memo) >= self._memo_limit:
-                    self._memo.clear()
-                self._memo[key] = info
-            return info
-        return self._encode(key)
+        elif not (kind is str or kind is int or kind is bytes):
+            return self._encode(key)
+        info = self._memo.get(key)
+        if info is None:
+            kb = plain_tuple_to_bytes(key) if kind is tuple else key_to_bytes(key)  # type: ignore[arg-type]
+            info = kb, key_group_for(kb, self._max_parallelism), key_prefix(kb)
+            if len(self._memo) >= self._memo_limit:
+                self._memo.clear()
+            self._memo[key] = info
+        return info
 
     def key_group(self, key: object) -> KeyGroup:
         return self.encode(key)[1]
@@ -131,6 +132,33 @@ class KeyEncoder:
     def _encode(self, key: object) -> tuple[bytes, KeyGroup, bytes]:
         kb = key_to_bytes(key)
         return kb, key_group_for(kb, self._max_parallelism), key_prefix(kb)
+
+
+_I64_ITEM_LENGTH: Final = struct.pack(">I", 8)
+_NULL_ITEM: Final = struct.pack(">I", 4) + b"null"  # None as key_to_bytes encodes it (JSON), length-prefixed
+
+
+def plain_tuple_to_bytes(key: tuple[str | int | bytes | None, ...]) -> bytes:
+    """:func:`key_to_bytes` of a tuple whose items are all of :data:`PLAIN_KEY_ITEMS` (a SQL key),
+    byte for byte, without its recursion and type tests: a one-column key of a 64-bit ``int`` (a
+    SQL BIGINT) is one concatenation."""
+    if len(key) == 1:
+        only = key[0]
+        if type(only) is int and _I64_MIN <= only <= _I64_MAX:
+            return _I64_ITEM_LENGTH + _pack_i64(only)
+    parts: list[bytes] = []
+    append = parts.append
+    for item in key:
+        if type(item) is int and _I64_MIN <= item <= _I64_MAX:
+            append(_I64_ITEM_LENGTH)
+            append(_pack_i64(item))
+        elif item is None:
+            append(_NULL_ITEM)
+        else:
+            encoded = item.encode() if isinstance(item, str) else key_to_bytes(item)
+            append(_pack_u32(len(encoded)))
+            append(encoded)
+    return b"".join(parts)
 
 
 def key_to_bytes(key: object) -> bytes:

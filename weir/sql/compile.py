@@ -20,6 +20,7 @@ import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any, Final, assert_never
 
 from weir import nexmark
@@ -66,7 +67,7 @@ from weir.sql.changelog import Change, ChangelogMode
 from weir.sql.changelog_join import ChangelogJoin, rows_kept
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
-from weir.sql.expressions import Locate, Scope, compile_expression
+from weir.sql.expressions import Evaluate, Locate, Scope, column_read, compile_expression
 from weir.sql.join import MiniBatchRegularJoin, RegularJoin, joined_row
 from weir.sql.lookup import LookupRows
 from weir.sql.materialize import SinkUpsertMaterializer
@@ -644,7 +645,7 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
                 return None
             if changelog_of(node.input) is not None:  # each change's row projected, its kind kept
                 return upstream.map(lambda change: Change(change.kind, {n: f(change.row) for n, f in outputs}), uid=uid)
-            return upstream.map(lambda row: {n: f(row) for n, f in outputs}, uid=uid)
+            return upstream.map(projection(outputs), uid=uid)
         case Aggregate():
             return _aggregate(env, node, uids, script)
         case Join():
@@ -657,6 +658,17 @@ def _node(env: Environment | None, node: Node, uids: _Uids, script: str) -> Data
             return _over(env, node, uids, script)
         case _:
             assert_never(node)
+
+
+def projection(outputs: tuple[tuple[str, Evaluate], ...]) -> Callable[[Mapping[str, Any]], dict[str, Any]]:
+    """A projection's row: each output's value by its name. When every output is an input column as
+    it is (``expressions.column_read``), the values are read by one ``itemgetter`` of them all."""
+    columns = tuple(column_read(f) for _, f in outputs)
+    if len(columns) >= 2 and all(c is not None for c in columns):
+        names = tuple(n for n, _ in outputs)
+        values = itemgetter(*columns)
+        return lambda row: dict(zip(names, values(row), strict=True))
+    return lambda row: {n: f(row) for n, f in outputs}
 
 
 def _kept(output: NamedExpression, read: frozenset[str]) -> bool:
@@ -900,6 +912,36 @@ def _interval_join(
     return joined.process(joined_row(node), uid=uid)
 
 
+def _adder(call: AggregateCall) -> Callable[[Any, Any], Any]:
+    """``Accumulators._add`` of ``call``, its decisions taken once: ``adder(acc, value)``."""
+    if call.argument is None:  # COUNT(*)
+        return lambda acc, _value: acc + 1
+    if call.function == "PYTHON":  # every row, NULLs too: the function decides
+        python = call.python
+        return lambda acc, value: python.add(acc, *value)
+    if call.distinct:  # a value seen already leaves the (immutable) set as it is: no copy
+        return lambda acc, value: acc if value is None or value in acc else acc | {value}
+    match call.function:
+        case "COUNT":
+            return lambda acc, value: acc if value is None else acc + 1
+        case "SUM":
+            return lambda acc, value: acc if value is None else value if acc is None else acc + value
+        case "MIN":
+            return lambda acc, value: acc if value is None else value if acc is None or value < acc else acc
+        case "MAX":
+            return lambda acc, value: acc if value is None else value if acc is None or value > acc else acc
+        case "AVG":
+            return _add_to_average
+    return lambda acc, value: Accumulators._add(call, acc, value)  # raises for an unknown function
+
+
+def _add_to_average(acc: tuple[Any, int], value: Any) -> tuple[Any, int]:
+    if value is None:
+        return acc
+    total, count = acc
+    return (value if total is None else total + value, count + 1)
+
+
 class Accumulators:
     """The accumulators of an aggregate's calls, as a tuple of plain values (pickled in state):
     COUNT an int, SUM/MIN/MAX the value or None, AVG (sum, count), a DISTINCT one the frozenset of
@@ -910,6 +952,9 @@ class Accumulators:
         self.calls = calls
         self.arguments = tuple(c.argument.evaluate if c.argument is not None else None for c in calls)
         self.conditions = tuple(c.condition.evaluate if c.condition is not None else None for c in calls)
+        self._adders = tuple(_adder(c) for c in calls)
+        only = len(calls) == 1 and self.conditions[0] is None
+        self._only = (self._adders[0], self.arguments[0]) if only else None  # one call, no FILTER
 
     def create(self) -> tuple[Any, ...]:
         return tuple(self._empty(c) for c in self.calls)
@@ -927,9 +972,13 @@ class Accumulators:
         return None
 
     def add(self, accs: tuple[Any, ...], row: Mapping[str, Any]) -> tuple[Any, ...]:
+        only = self._only
+        if only is not None:  # the common aggregate of one call: no generator, no zip
+            adder, f = only
+            return (adder(accs[0], None if f is None else f(row)),)
         return tuple(
-            a if w is not None and w(row) is not True else self._add(c, a, None if f is None else f(row))
-            for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True)
+            a if w is not None and w(row) is not True else adder(a, None if f is None else f(row))
+            for adder, a, f, w in zip(self._adders, accs, self.arguments, self.conditions, strict=True)
         )
 
     def add_all(self, accs: tuple[Any, ...], rows: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:

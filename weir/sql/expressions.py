@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import ROUND_HALF_UP, Decimal
+from operator import itemgetter
 from typing import Any, Final
 
 from sqlglot import exp
@@ -95,6 +96,16 @@ def _mod(a: Any, b: Any) -> Any:
     if b == 0:
         raise ValueError("MOD by zero")
     return math.fmod(a, b) if isinstance(a, float) or isinstance(b, float) else a - b * int(a / b)
+
+
+def column_read(evaluate: Evaluate) -> str | None:
+    """The input column ``evaluate`` reads as it is (a compiled column reference: an ``itemgetter``
+    of one name), or None when it is anything else."""
+    if type(evaluate) is not itemgetter:
+        return None
+    reduced: Any = evaluate.__reduce__()  # (itemgetter, the names it reads)
+    names: tuple[object, ...] = reduced[1]
+    return names[0] if len(names) == 1 and isinstance(names[0], str) else None
 
 
 def _binary(fn: Callable[[Any, Any], Any], left: Evaluate, right: Evaluate) -> Evaluate:
@@ -194,7 +205,7 @@ class _Compiler:
     def compile(self, node: exp.Expr) -> Evaluate:  # noqa: PLR0911, PLR0912  # one case per node kind
         held = self.scope.computed.get(normalized(node))
         if held is not None:
-            return lambda row: row[held]
+            return itemgetter(held)
         match node:
             case exp.Paren():
                 return self.compile(node.this)
@@ -279,14 +290,13 @@ class _Compiler:
         if qualifier and qualifier not in self.scope.qualifiers:
             raise self.refuse(node, f"column {qualifier}.{name}: no table or alias {qualifier} in FROM")
         if qualifier and f"{qualifier}.{name}" in self.scope.columns:  # a join's side
-            key = f"{qualifier}.{name}"
-            return lambda row: row[key]
+            return itemgetter(f"{qualifier}.{name}")  # a column read is an itemgetter: see column_read
         if name not in self.scope.columns:
             if any(c.endswith(f".{name}") for c in self.scope.columns):
                 raise self.refuse(node, f"column {name} is ambiguous: qualify it with its table or alias")
             shown = ", ".join(c for c in self.scope.columns if "." not in c)
             raise self.refuse(node, f"column {name} is not in the input (columns: {shown})")
-        return lambda row: row[name]
+        return itemgetter(name)
 
     def _literal(self, node: exp.Literal) -> Any:
         if node.is_string:

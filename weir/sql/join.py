@@ -92,22 +92,38 @@ class RegularJoin(KeyedCoProcessFunction):
     def __init__(self, joined: JoinedRow, ttl: StateTtlConfig | None = None) -> None:
         self.ttl = ttl  # a side's rows of a key dropped when that side has had no row of the key for ttl
         self.joined = joined
+        self._ctx: KeyedProcessContext | None = None  # the context the two states below were asked of
+        self._sides: tuple[ListState, ListState] | None = None
+
+    def _states(self, ctx: KeyedProcessContext) -> tuple[ListState, ListState]:
+        """The two sides' list states, asked of ``ctx`` once (they read its current key)."""
+        sides = self._sides
+        if sides is None or ctx is not self._ctx:
+            sides = self._sides = (ctx.list_state(LEFT_STATE, self.ttl), ctx.list_state(RIGHT_STATE, self.ttl))
+            self._ctx = ctx
+        return sides
 
     def process_element1(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state(LEFT_STATE, self.ttl).add(JOIN_STATE.tagged(value))
-        body = JOIN_STATE.body
-        for other in ctx.list_state(RIGHT_STATE, self.ttl).get():
-            out.collect(self.joined(value, body(other)))
+        left, right = self._states(ctx)
+        left.add(JOIN_STATE.tagged(value))
+        others = right.get()
+        if others:
+            body, joined, collect = JOIN_STATE.body, self.joined, out.collect
+            for other in others:
+                collect(joined(value, body(other)))
 
     def process_element2(self, value: Any, ctx: KeyedProcessContext, out: Collector) -> None:
         if None in ctx.key:
             return
-        ctx.list_state(RIGHT_STATE, self.ttl).add(JOIN_STATE.tagged(value))
-        body = JOIN_STATE.body
-        for other in ctx.list_state(LEFT_STATE, self.ttl).get():
-            out.collect(self.joined(body(other), value))
+        left, right = self._states(ctx)
+        right.add(JOIN_STATE.tagged(value))
+        others = left.get()
+        if others:
+            body, joined, collect = JOIN_STATE.body, self.joined, out.collect
+            for other in others:
+                collect(joined(body(other), value))
 
 
 _LEFT, _RIGHT = 0, 1  # input indexes: the join's first (left) and second (right) input

@@ -10,6 +10,7 @@ import enum
 import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import Any, Final, Literal, assert_never
 
 from sqlglot import exp
@@ -778,7 +779,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate, *, ranked
                 taken = {o.name for o in outputs}
                 name = column if column not in taken else _renamed(column, taken)
                 sql = normalized(exp.column(column, table=projection.table))
-                outputs.append(NamedExpression(name, sql, (lambda k: lambda row: row[k])(key)))
+                outputs.append(NamedExpression(name, sql, itemgetter(key)))
                 types[name] = scope.columns[key]
             continue
         if isinstance(projection, exp.Star) or _is_star(projection):
@@ -788,7 +789,7 @@ def _plan_select(select: exp.Select, catalog: Catalog, locate: Locate, *, ranked
                 raise locate.refuse(projection, "SELECT * over a JOIN is not supported: list the columns")
             for name in scope.columns:
                 if name not in WINDOW_COLUMNS or window is None:
-                    outputs.append(NamedExpression(name, name, (lambda n: lambda row: row[n])(name)))
+                    outputs.append(NamedExpression(name, name, itemgetter(name)))
                     types[name] = scope.columns[name]
                     if name == relation.time_column and not updating and window is None:
                         time_column = name

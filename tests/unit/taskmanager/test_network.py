@@ -299,15 +299,17 @@ def test_hash_partitioning_sends_each_key_to_the_subtask_owning_its_key_group() 
 
 
 def test_hash_partitioning_remembers_a_channel_only_per_key_of_its_own_type(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The writer remembers the channel of ``str``, ``int`` and ``bytes`` keys; a key equal to a
-    remembered one but of another type (``1.0``, ``True``) encodes on its own and must not take the
-    remembered channel, and forgetting every key at the limit must not move any key."""
+    """The writer remembers the channel of ``str``, ``int`` and ``bytes`` keys and of tuples of those
+    and None (SQL keys); a key equal to a remembered one but of another type (``1.0``, ``True``,
+    ``(1.0,)``) encodes on its own and must not take the remembered channel, and forgetting every key
+    at the limit must not move any key."""
     monkeypatch.setattr(writer_module, "CHANNEL_MEMO_KEYS", 7)
     channels = [FakeChannel() for _ in range(4)]
     writer = writer_for(channels, KeyGroupPartitioner(128, 4), key_selector=lambda v: v[0])
     keys: list[Any] = []
     for i in range(40):
         keys += [i, str(i), str(i).encode(), float(i), i % 2 == 0, (i, "x"), None]
+        keys += [(i,), (float(i),), (i % 2 == 0,), (None, str(i)), ((i,),), (i, 2.5), (-(2**70) - i,)]
     values = [(key, n) for n, key in enumerate(keys * 2)]
     for v in values:
         writer.emit(v, None)

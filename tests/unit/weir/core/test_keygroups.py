@@ -19,6 +19,7 @@ from weir.core.keygroups import (
     key_group_for_key,
     key_group_range_for_subtask,
     key_to_bytes,
+    plain_tuple_to_bytes,
     subtask_for_key_group,
     subtask_table,
 )
@@ -217,3 +218,33 @@ def test_the_key_encoder_remembers_tuples_of_plain_items_and_tells_equal_keys_of
         assert encoder.encode(key) == (kb, key_group_for(kb, 128), len(kb).to_bytes(4, "big") + kb), key
     assert set(encoder._memo) == {(1,), ("a", None), (b"a", 2)}
     assert encoder.encode((1.0,))[0] != encoder.encode((1,))[0]  # equal keys, not one memo entry
+
+
+def test_a_tuple_of_plain_items_encodes_as_key_to_bytes_encodes_it() -> None:
+    """``plain_tuple_to_bytes`` (the encoder's path for SQL keys) gives key_to_bytes' bytes for every
+    item kind and size: 64-bit ints at both ends, ints beyond 64 bits, str, bytes and None."""
+    items: list[str | int | bytes | None] = [
+        0,
+        1,
+        -1,
+        2**63 - 1,
+        -(2**63),
+        2**63,
+        -(2**63) - 1,
+        2**100,
+        "",
+        "é",
+        b"",
+        b"\x00",
+        None,
+    ]
+    keys: list[tuple[str | int | bytes | None, ...]] = [()]
+    keys += [(a,) for a in items]
+    keys += [(a, b) for a in items for b in items]
+    keys += [(a, b, a) for a in items[:5] for b in items[-5:]]
+    for key in keys:
+        assert plain_tuple_to_bytes(key) == key_to_bytes(key), key
+        encoder = KeyEncoder(128)
+        kb = key_to_bytes(key)
+        assert encoder.encode(key) == (kb, key_group_for(kb, 128), len(kb).to_bytes(4, "big") + kb), key
+        assert encoder.encode(key) == (kb, key_group_for(kb, 128), len(kb).to_bytes(4, "big") + kb), key  # remembered

@@ -151,3 +151,28 @@ def test_a_row_key_is_the_tuple_of_its_parts_values(parts: int) -> None:
     row = {"a": 1, "b": None, "c": "x"}
     assert key(row) == tuple(row[c] for c in columns)
     assert key({"a": 2, "b": 3, "c": None}) == tuple({"a": 2, "b": 3, "c": None}[c] for c in columns)
+
+
+@pytest.mark.parametrize(
+    "outputs",
+    [("a", "b"), ("b", "a", "x"), ("a", "a + 1"), ("a",), ("r.a", "b")],
+    ids=["columns", "reordered", "an-expression", "one-column", "qualified"],
+)
+def test_a_projection_gives_each_outputs_value_by_its_name_in_order(outputs: tuple[str, ...]) -> None:
+    """``projection`` reads bare columns with one itemgetter: the row is the one each output's own
+    evaluation gives (names, values, order), and a column missing from the row raises as it did."""
+    from weir.sql.compile import projection
+
+    compiled = tuple(
+        (
+            f"out{i}",
+            compile_expression(sqlglot.parse_one(t, read="spark"), Scope(COLUMNS, frozenset({"r"}), {}), Locate(t, 0)),
+        )
+        for i, t in enumerate(outputs)
+    )
+    project = projection(compiled)
+    for row in (ROW, {**ROW, "a": None, "b": -3}, {**ROW, "r.a": 11}):
+        got = project(row)
+        assert list(got.items()) == [(n, f(row)) for n, f in compiled]
+    with pytest.raises(KeyError):
+        project({"x": 1.0})

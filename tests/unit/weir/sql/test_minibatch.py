@@ -389,3 +389,28 @@ def test_a_row_that_raises_fails_the_job_naming_it_under_the_fail_policy(start_o
     with pytest.raises(UserFunctionError) as raised:
         op.snapshot_state(1)
     assert raised.value.rejected.operator_uid == "agg" and "five" in raised.value.rejected.record
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_add_gives_each_calls_accumulator_as_the_call_by_call_rule_does(seed: int) -> None:
+    """``Accumulators.add`` (each call's adder chosen once; a single call without FILTER on its own
+    path) against ``_add`` applied call by call: the same values of the same types, NULLs and
+    FILTER included, for the calls together and for each alone."""
+    rng = random.Random(seed)
+    calls = (*_calls(), AggregateCall("cheap", "COUNT", False, None, "COUNT(*) FILTER (WHERE price < 3)", None, CHEAP))
+    rows = [
+        {"price": rng.choice([None, *range(5), 2.0, 3.0]), "bidder": rng.choice([None, 0, 1, 2])}
+        for _ in range(rng.randint(1, 40))
+    ]
+    for chosen in (calls, *((c,) for c in calls)):
+        accumulators = Accumulators(chosen)
+        got, expected = accumulators.create(), accumulators.create()
+        for row in rows:
+            got = accumulators.add(got, row)
+            expected = tuple(
+                a
+                if c.condition is not None and c.condition.evaluate(row) is not True
+                else Accumulators._add(c, a, None if c.argument is None else c.argument.evaluate(row))
+                for c, a in zip(chosen, expected, strict=True)
+            )
+            assert [(type(a), a) for a in got] == [(type(a), a) for a in expected], (chosen, row)
