@@ -63,7 +63,7 @@ from weir.sql.catalog import (
 )
 from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change, ChangelogMode
-from weir.sql.changelog_join import ChangelogJoin, rows_kept
+from weir.sql.changelog_join import ChangelogJoin, sides_kept
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
@@ -91,7 +91,6 @@ from weir.sql.plan import (
     TopN,
     WindowTvf,
     changelog_of,
-    unique_key,
 )
 from weir.sql.ranking import RankedRows, RetractingRankedRows
 from weir.sql.retract import (
@@ -811,6 +810,7 @@ def _changelog_join(
         f"{q} {'changelog' if m is not None else 'append'}"
         for q, m in ((node.left_qualifier, node.left_mode), (node.right_qualifier, node.right_mode))
     )
+    kept = sides_kept(node)
     uid = uids.next(
         "changelog-join",
         f"{node.left_qualifier} {node.kind} JOIN {node.right_qualifier} ON {on} "
@@ -826,10 +826,7 @@ def _changelog_join(
         (dict.fromkeys(node.left_columns), dict.fromkeys(node.right_columns)),
         outer=node.outer,
         changelogs=(left_changes, right_changes),
-        kept=(
-            rows_kept(unique_key(node.left), (k.sql for k in node.left_keys)),
-            rows_kept(unique_key(node.right), (k.sql for k in node.right_keys)),
-        ),
+        kept=kept,
         ttl=uids.ttl,
     )
     return (
