@@ -63,7 +63,7 @@ from weir.sql.catalog import (
 )
 from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change, ChangelogMode
-from weir.sql.changelog_join import ChangelogJoin, sides_kept
+from weir.sql.changelog_join import ChangelogJoin, RowsKept, SideRows, sides_kept
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
@@ -811,10 +811,13 @@ def _changelog_join(
         for q, m in ((node.left_qualifier, node.left_mode), (node.right_qualifier, node.right_mode))
     )
     kept = sides_kept(node)
+    layout = ", ".join(
+        f"{q} {_layout(side)}" for q, side in zip((node.left_qualifier, node.right_qualifier), kept, strict=True)
+    )
     uid = uids.next(
         "changelog-join",
         f"{node.left_qualifier} {node.kind} JOIN {node.right_qualifier} ON {on} "
-        f"(regular join of {inputs}{ttl}), emits {mode}",
+        f"(regular join of {inputs}{ttl}), emits {mode}; state: {layout}",
     )
     if left is None or right is None:
         return None
@@ -834,6 +837,19 @@ def _changelog_join(
         .key_by(_row_of(left_key) if left_changes else left_key, _row_of(right_key) if right_changes else right_key)
         .process(function, uid=uid)
     )
+
+
+def _layout(side: SideRows) -> str:
+    """How EXPLAIN says a changelog join keeps a side's rows, with Flink's name of its input spec."""
+    match side.kept:
+        case RowsKept.ONE_ROW:
+            return "one row per join key (JoinKeyContainsUniqueKey)"
+        case RowsKept.BY_UNIQUE_KEY:
+            return f"rows by unique key ({', '.join(side.unique_key)}) (HasUniqueKey)"
+        case RowsKept.BY_ROW:
+            return "rows by whole row, counted (NoUniqueKey)"
+        case _:
+            assert_never(side.kept)
 
 
 def _row_of(key: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> Callable[[Change], tuple[Any, ...]]:

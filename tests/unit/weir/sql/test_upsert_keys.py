@@ -1,7 +1,7 @@
 """The planner's one derivation of a node's upsert keys (``weir.sql.plan.upsert_keys``, Flink's
 ``FlinkRelMdUpsertKeys``) over each node kind, planned from SQL: each key names the columns as the
 node's rows hold them, in the key's own order; and the two things it decides, how a changelog join
-keeps each side's rows (``sides_kept``) and where an upsert sink gets the
+keeps each side's rows (``sides_kept``, shown by EXPLAIN) and where an upsert sink gets the
 materializer, agree on every shape."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from tests.unit.weir.sql.test_changelog_join_sql import script
 from tests.unit.weir.sql.test_materialize_sql import ORDERS
 from tests.unit.weir.sql.test_upsert import ACCOUNTS
-from weir.sql import plan_script
+from weir.sql import explain, plan_script
 from weir.sql.changelog_join import RowsKept, SideRows, sides_kept
 from weir.sql.errors import SqlError
 from weir.sql.plan import Aggregate, Filter, Join, Key, Materializer, Node, Project, Scan, TopN, upsert_keys
@@ -286,3 +286,19 @@ def test_the_materializer_takes_the_smallest_upsert_key_of_the_result() -> None:
     owners = statement.replace("INSERT INTO by_id SELECT T.id, T.owner", "INSERT INTO owners SELECT T.owner, T.id")
     (insert,) = plan_script(DDL + owners).inserts
     assert insert.plan.sink.materializer is None
+
+
+def test_explain_shows_each_changelog_join_side_s_state_layout() -> None:
+    lines = [line for line in explain(script("left_join_bids")).splitlines() if "changelog-join" in line]
+    assert len(lines) == 1
+    assert lines[0].endswith(
+        "; state: A rows by whole row, counted (NoUniqueKey), B one row per join key (JoinKeyContainsUniqueKey)"
+    )
+    statement = (
+        f"INSERT INTO by_id SELECT T.id, C.n FROM (SELECT x.id, x.owner FROM accounts AS x) AS T JOIN {GROUPS} "
+        "ON T.owner = C.u;"
+    )
+    (line,) = [line for line in explain(DDL + statement).splitlines() if "changelog-join" in line]
+    assert line.endswith(
+        "; state: T rows by unique key (id) (HasUniqueKey), C one row per join key (JoinKeyContainsUniqueKey)"
+    )
