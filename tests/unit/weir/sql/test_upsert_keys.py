@@ -6,17 +6,26 @@ materializer, agree on every shape."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections import Counter
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from tests.unit.weir.sql.test_changelog_join_sql import script
 from tests.unit.weir.sql.test_materialize_sql import ORDERS
-from tests.unit.weir.sql.test_upsert import ACCOUNTS
-from weir.sql import explain, plan_script
+from tests.unit.weir.sql.test_retract import UPSERT, job_file
+from tests.unit.weir.sql.test_upsert import ACCOUNTS, account_history, rows, sink_table, sinks_of
+from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autouse: every client refused)
+from weir.sql import explain, plan_script, source_uid
 from weir.sql.changelog_join import RowsKept, SideRows, sides_kept
 from weir.sql.errors import SqlError
 from weir.sql.plan import Aggregate, Filter, Join, Key, Materializer, Node, Project, Scan, TopN, upsert_keys
+
+if TYPE_CHECKING:
+    from weir.testing import RunJob
+
+pytest_plugins = ["weir.testing"]
 
 DDL = (
     ACCOUNTS
@@ -35,8 +44,13 @@ GROUPS = "(SELECT u, COUNT(*) AS n FROM o GROUP BY u) AS C"  # a GROUP BY result
 def nodes(statement: str) -> list[Node]:
     """The statement's nodes from the sink's input down, each node's left input first."""
     (insert,) = plan_script(DDL + statement).inserts
+    return below(insert.plan.sink.input)
+
+
+def below(node: Node) -> list[Node]:
+    """``node`` and every node under it, each node's left input first."""
     out: list[Node] = []
-    stack: list[Any] = [insert.plan.sink.input]
+    stack: list[Any] = [node]
     while stack:
         node = stack.pop()
         out.append(node)
@@ -302,3 +316,33 @@ def test_explain_shows_each_changelog_join_side_s_state_layout() -> None:
     assert line.endswith(
         "; state: T rows by unique key (id) (HasUniqueKey), C one row per join key (JoinKeyContainsUniqueKey)"
     )
+
+
+PER_ACCOUNT = (
+    ACCOUNTS
+    + f"""CREATE TABLE per_account (id BIGINT, owner STRING, n BIGINT, PRIMARY KEY (id) NOT ENFORCED) WITH ({UPSERT});
+INSERT INTO per_account
+SELECT T.id, T.owner, C.n FROM (SELECT x.id, x.owner FROM accounts AS x) AS T
+JOIN (SELECT owner AS o, COUNT(*) AS n FROM accounts GROUP BY owner) AS C ON T.owner = C.o;
+"""
+)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_side_kept_by_a_key_it_selects_qualified_ends_as_python_s(
+    tmp_path: Path, weir_job: RunJob, seed: int
+) -> None:
+    """T selects the upsert-kafka table's key as ``x.id`` (kept by whole row before the derivation
+    was shared): its rows are kept by id, and over a history of inserts, owner changes, repeated
+    rows and deletes each account ends with its owner's final count of accounts, as Python's."""
+    (insert,) = plan_script(PER_ACCOUNT).inserts
+    join = next(n for n in below(insert.plan.sink.input) if isinstance(n, Join))
+    assert sides_kept(join) == (SideRows(RowsKept.BY_UNIQUE_KEY, ("id",)), SideRows(RowsKept.ONE_ROW))
+    assert insert.plan.sink.materializer == Materializer(None)  # T's id does not hold the join key: no key
+    history, final = account_history(seed)
+    run = weir_job(job_file(tmp_path, PER_ACCOUNT), records={source_uid("accounts"): history})
+    owners = Counter(r["owner"] for r in final.values())
+    expected = rows({"id": r["id"], "owner": r["owner"], "n": owners[r["owner"]]} for r in final.values())
+    assert len(expected) >= 10
+    values = sinks_of(run, PER_ACCOUNT)["per_account"]
+    assert sink_table(values, ("id",), insert.plan.sink.keeps_update_before) == expected
