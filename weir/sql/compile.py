@@ -68,6 +68,7 @@ from weir.sql.decode import bare_column, checked, coercer, read_above, read_colu
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Locate, Scope, compile_expression
 from weir.sql.join import MiniBatchRegularJoin, RegularJoin, joined_row
+from weir.sql.join_layout_compat import layout_changed
 from weir.sql.lookup import LookupRows
 from weir.sql.materialize import SinkUpsertMaterializer
 from weir.sql.minibatch import MiniBatchConfig
@@ -142,8 +143,9 @@ class _Uids:
         self.columnar = False  # SET 'weir.columnar' = 'true': window aggregates on batches where they can
         self.mini_batch: MiniBatchConfig | None = None  # SET 'table.exec.mini-batch.*': GROUP BY, regular join
 
-    def next(self, kind: str, detail: str) -> str:
-        uid = f"{self.prefix}-{self.n}-{kind}"
+    def next(self, kind: str, detail: str, suffix: str = "") -> str:
+        """The next operator's uid, ``suffix`` after its kind (a changelog join whose layout changed)."""
+        uid = f"{self.prefix}-{self.n}-{kind}{suffix}"
         self.n += 1
         self.out.append(Operator(uid, kind, detail))
         return uid
@@ -818,6 +820,7 @@ def _changelog_join(
         "changelog-join",
         f"{node.left_qualifier} {node.kind} JOIN {node.right_qualifier} ON {on} "
         f"(regular join of {inputs}{ttl}), emits {mode}; state: {layout}",
+        _layout_suffix(node, kept),
     )
     if left is None or right is None:
         return None
@@ -837,6 +840,18 @@ def _changelog_join(
         .key_by(_row_of(left_key) if left_changes else left_key, _row_of(right_key) if right_changes else right_key)
         .process(function, uid=uid)
     )
+
+
+def _layout_suffix(node: Join, kept: tuple[SideRows, SideRows]) -> str:
+    """After a changelog join's kind in its uid: nothing when its sides are kept as Weir kept them up
+    to stop 43 (``weir.sql.join_layout_compat``: its savepoints restore as before), else the two
+    layouts, ``-<left>-<right>`` (``-by-unique-key-one-row``): a savepoint of the statement taken by
+    an earlier Weir, its entries kept another way, is then refused at restore (its uid is gone), not
+    read wrong."""
+    if not layout_changed(node, kept):
+        return ""
+    left, right = kept
+    return f"-{left.kept.value}-{right.kept.value}"
 
 
 def _layout(side: SideRows) -> str:
