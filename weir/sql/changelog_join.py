@@ -36,6 +36,7 @@ from weir.api import Collector, KeyedCoProcessFunction, KeyedProcessContext, Map
 from weir.core.errors import SerializationError
 from weir.sql.changelog import Change, RowKind, accumulates
 from weir.sql.join import LEFT_STATE, RIGHT_STATE, JoinedRow
+from weir.sql.plan import Join, upsert_keys
 from weir.sql.state_format import CHANGELOG_JOIN_PREVIOUS_STATE, CHANGELOG_JOIN_STATE
 
 Row = Mapping[str, Any]
@@ -238,14 +239,29 @@ class SideRows:
                 assert_never(self.kept)
 
 
-def rows_kept(unique_key: Sequence[str] | None, join_columns: Iterable[str]) -> SideRows:
-    """How a side keeps its rows: its input's unique key (None: none known) against the columns its
-    join key equates (a key that is an expression, not a column, holds no unique key)."""
-    if not unique_key:
+def rows_kept(keys: Iterable[Sequence[str]], join_columns: Iterable[str]) -> SideRows:
+    """How a side keeps its rows (Flink's ``JoinInputSideSpec``), from its input's upsert keys
+    (``weir.sql.plan.upsert_keys``; none: none known) and the columns its join key equates (a key
+    that is an expression, not a column, holds no unique key), compared case-insensitively as SQL's
+    names are: one row per join key when the join columns hold one of the keys
+    (``JoinKeyContainsUniqueKey``), else one entry per value of the smallest key (the first of the
+    smallest, ``HasUniqueKey``), else one entry per distinct row (``NoUniqueKey``)."""
+    known = [tuple(key) for key in keys]
+    joined = {c.casefold() for c in join_columns}
+    if not known:
         return SideRows(RowsKept.BY_ROW)
-    if set(unique_key) <= set(join_columns):
+    if any({c.casefold() for c in key} <= joined for key in known):
         return SideRows(RowsKept.ONE_ROW)
-    return SideRows(RowsKept.BY_UNIQUE_KEY, tuple(unique_key))
+    return SideRows(RowsKept.BY_UNIQUE_KEY, min(known, key=len))
+
+
+def sides_kept(join: Join) -> tuple[SideRows, SideRows]:
+    """How a regular join's changelog operator keeps each side's rows (left, right): by
+    :func:`rows_kept` of the side's upsert keys and its ON's columns."""
+    return (
+        rows_kept(upsert_keys(join.left), (k.sql for k in join.left_keys)),
+        rows_kept(upsert_keys(join.right), (k.sql for k in join.right_keys)),
+    )
 
 
 _LENGTH: Final = struct.Struct(">I")
@@ -471,5 +487,6 @@ __all__ = [
     "join_row",
     "row_identity",
     "rows_kept",
+    "sides_kept",
     "stored_entry",
 ]

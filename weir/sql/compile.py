@@ -64,11 +64,12 @@ from weir.sql.catalog import (
 )
 from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change, ChangelogMode
-from weir.sql.changelog_join import ChangelogJoin, rows_kept
+from weir.sql.changelog_join import ChangelogJoin, RowsKept, SideRows, sides_kept
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, column_read, compile_expression
 from weir.sql.join import MiniBatchRegularJoin, RegularJoin, joined_row
+from weir.sql.join_layout_compat import layout_changed
 from weir.sql.lookup import LookupRows
 from weir.sql.materialize import SinkUpsertMaterializer
 from weir.sql.minibatch import MiniBatchConfig
@@ -92,7 +93,6 @@ from weir.sql.plan import (
     TopN,
     WindowTvf,
     changelog_of,
-    unique_key,
 )
 from weir.sql.ranking import RankedRows, RetractingRankedRows
 from weir.sql.retract import (
@@ -144,8 +144,9 @@ class _Uids:
         self.columnar = False  # SET 'weir.columnar' = 'true': window aggregates on batches where they can
         self.mini_batch: MiniBatchConfig | None = None  # SET 'table.exec.mini-batch.*': GROUP BY, regular join
 
-    def next(self, kind: str, detail: str) -> str:
-        uid = f"{self.prefix}-{self.n}-{kind}"
+    def next(self, kind: str, detail: str, suffix: str = "") -> str:
+        """The next operator's uid, ``suffix`` after its kind (a changelog join whose layout changed)."""
+        uid = f"{self.prefix}-{self.n}-{kind}{suffix}"
         self.n += 1
         self.out.append(Operator(uid, kind, detail))
         return uid
@@ -823,10 +824,15 @@ def _changelog_join(
         f"{q} {'changelog' if m is not None else 'append'}"
         for q, m in ((node.left_qualifier, node.left_mode), (node.right_qualifier, node.right_mode))
     )
+    kept = sides_kept(node)
+    layout = ", ".join(
+        f"{q} {_layout(side)}" for q, side in zip((node.left_qualifier, node.right_qualifier), kept, strict=True)
+    )
     uid = uids.next(
         "changelog-join",
         f"{node.left_qualifier} {node.kind} JOIN {node.right_qualifier} ON {on} "
-        f"(regular join of {inputs}{ttl}), emits {mode}",
+        f"(regular join of {inputs}{ttl}), emits {mode}; state: {layout}",
+        _layout_suffix(node, kept),
     )
     if left is None or right is None:
         return None
@@ -838,10 +844,7 @@ def _changelog_join(
         (dict.fromkeys(node.left_columns), dict.fromkeys(node.right_columns)),
         outer=node.outer,
         changelogs=(left_changes, right_changes),
-        kept=(
-            rows_kept(unique_key(node.left), (k.sql for k in node.left_keys)),
-            rows_kept(unique_key(node.right), (k.sql for k in node.right_keys)),
-        ),
+        kept=kept,
         ttl=uids.ttl,
     )
     return (
@@ -849,6 +852,31 @@ def _changelog_join(
         .key_by(_row_of(left_key) if left_changes else left_key, _row_of(right_key) if right_changes else right_key)
         .process(function, uid=uid)
     )
+
+
+def _layout_suffix(node: Join, kept: tuple[SideRows, SideRows]) -> str:
+    """After a changelog join's kind in its uid: nothing when its sides are kept as Weir kept them up
+    to stop 43 (``weir.sql.join_layout_compat``: its savepoints restore as before), else the two
+    layouts, ``-<left>-<right>`` (``-by-unique-key-one-row``): a savepoint of the statement taken by
+    an earlier Weir, its entries kept another way, is then refused at restore (its uid is gone), not
+    read wrong."""
+    if not layout_changed(node, kept):
+        return ""
+    left, right = kept
+    return f"-{left.kept.value}-{right.kept.value}"
+
+
+def _layout(side: SideRows) -> str:
+    """How EXPLAIN says a changelog join keeps a side's rows, with Flink's name of its input spec."""
+    match side.kept:
+        case RowsKept.ONE_ROW:
+            return "one row per join key (JoinKeyContainsUniqueKey)"
+        case RowsKept.BY_UNIQUE_KEY:
+            return f"rows by unique key ({', '.join(side.unique_key)}) (HasUniqueKey)"
+        case RowsKept.BY_ROW:
+            return "rows by whole row, counted (NoUniqueKey)"
+        case _:
+            assert_never(side.kept)
 
 
 def _row_of(key: Callable[[Mapping[str, Any]], tuple[Any, ...]]) -> Callable[[Change], tuple[Any, ...]]:

@@ -17,7 +17,8 @@ import sqlglot
 from sqlglot import exp
 
 from weir.sql.catalog import Table
-from weir.sql.plan import Aggregate, Filter, Join, Project, Scan, Sink, WindowTvf, join_mode, unique_key
+from weir.sql.changelog_join import sides_kept
+from weir.sql.plan import Aggregate, Filter, Join, Project, Scan, Sink, WindowTvf, join_mode
 from weir.sql.types import Kind, coerce
 
 Coercer = Callable[[Any], Any]
@@ -95,9 +96,9 @@ def _push(
             _push(node.input, _ALL, out, nodes)
         case Join() if node.interval is None:
             folded = None if want is None else {n.casefold() for n in want}
-            for columns, keys, side in (
-                (node.left_columns, node.left_keys, node.left),
-                (node.right_columns, node.right_keys, node.right),
+            kept = sides_kept(node) if join_mode(node) is not None else None
+            for at, (columns, keys, side) in enumerate(
+                ((node.left_columns, node.left_keys, node.left), (node.right_columns, node.right_keys, node.right))
             ):
                 if folded is None:
                     _push(side, _ALL, out, nodes)
@@ -105,8 +106,10 @@ def _push(
                 side_want = {c for c in columns if c.casefold() in folded}
                 for key in keys:
                     side_want.update(_columns(key.sql))
-                if join_mode(node) is not None:  # a changelog join keeps a side's rows by its unique key
-                    side_want.update(unique_key(side) or ())
+                if kept is not None:  # a changelog join keeps a side's rows by its unique key (a join
+                    # below names a key column qualifier.column, built when its column is read)
+                    side_want.update(kept[at].unique_key)
+                    side_want.update(c.rpartition(".")[2] for c in kept[at].unique_key)
                 _push(side, frozenset(side_want), out, nodes)
         case _:  # an interval join, a Top-N, a node this does not know: every column of every table below
             for child in _children(node):

@@ -297,31 +297,6 @@ def changelog_of(node: Node) -> ChangelogMode | None:
             assert_never(node)
 
 
-def unique_key(node: Node) -> tuple[str, ...] | None:
-    """Columns of ``node``'s output that identify a row among those it holds at any time (Flink's
-    upsert key, as far as Weir's planner knows it; None: none known): an 'upsert-kafka' or
-    'postgres-cdc' table's primary key, a GROUP BY's keys (not a window's), kept through a WHERE and
-    by a projection that passes each of them through. A regular join's changelog uses it to keep a
-    side's rows (``weir.sql.changelog_join.rows_kept``)."""
-    match node:
-        case Scan():
-            return (node.table.primary_key or None) if is_changelog_source(node.table) else None
-        case Aggregate():  # its keys as a projection above it names them (by their SQL)
-            return (tuple(k.sql for k in node.keys) or None) if node.window is None else None
-        case Filter():
-            return unique_key(node.input)
-        case Project():
-            inner = unique_key(node.input)
-            if inner is None:
-                return None
-            passed = [next((o.name for o in node.outputs if o.sql == column), None) for column in inner]
-            return None if None in passed else tuple(name for name in passed if name is not None)
-        case Join() | WindowTvf() | LookupJoin() | TopN() | OverAggregate():
-            return None
-        case _:
-            assert_never(node)
-
-
 @dataclass(frozen=True)
 class InsertPlan:
     statement: Insert
@@ -417,7 +392,7 @@ def plan_insert(
     own_key = True  # the sink's key is the result's own: each -U's +U has the same sink key
     scanned = _changelog_scan(node)
     sink_names = [c.name for c in sink_table.columns]
-    keys = {frozenset(sink_names[i] for i in key) for key in upsert_keys(node)}
+    keys = {frozenset(sink_names[i] for i in key) for key in _positions(node)}
     primary_key = frozenset(sink_table.primary_key)
     materializer = None
     if updating or scanned is not None or _changelog_join(node.input) is not None:
@@ -452,6 +427,12 @@ def plan_insert(
     )
     sink = Sink(Project(node.input, renamed), sink_table, updating, keeps_update_before, materializer)
     return InsertPlan(insert, sink)
+
+
+def _positions(node: Project) -> frozenset[frozenset[int]]:
+    """The upsert keys of a SELECT's result (:func:`upsert_keys`) as sets of its outputs' positions."""
+    names = [o.name for o in node.outputs]
+    return frozenset(frozenset(names.index(c) for c in key) for key in upsert_keys(node))
 
 
 def _changelog_join(node: Node) -> Join | None:
@@ -520,55 +501,87 @@ def _check_upserts(table: Table, node: Project, scanned: Scan | None, locate: Lo
 
 # -- upsert keys (Flink's FlinkRelMdUpsertKeys) --------------------------------------------------------
 
-
-def upsert_keys(node: Project) -> frozenset[frozenset[int]]:
-    """The upsert keys of a SELECT's changelog as sets of its outputs' positions (Flink's
-    ``FlinkRelMdUpsertKeys``): column sets whose values identify one row of the result, each of whose
-    changes (of one value) comes through one path in order. A GROUP BY's keys; a changelog source's
-    primary key; a regular join's keys as Flink derives them (``_join_keys``); a WHERE keeps its
-    input's; a projection keeps a key whose every column it passes through as it is; anything else
-    (an append scan: no declared key) none. Empty: none known."""
-    names = [o.name.casefold() for o in node.outputs]
-    return frozenset(frozenset(names.index(c) for c in key) for key in _keys(node))
+Key = tuple[str, ...]
+"""One upsert key of a node's rows: names of columns as the node's rows hold them (each row's own
+names, in their own case: a table's declared columns, a projection's output names, a GROUP BY's key
+names, a regular join's ``qualifier.column``, a Top-N's input columns and its row number), in the
+key's own order (the PRIMARY KEY's, the GROUP BY's; a join's: its left key's columns, then its
+right key's). Names are matched to SQL text (a projection's outputs, a join's ON, a Top-N's
+PARTITION BY) case-insensitively, as SQL's identifiers are."""
 
 
-Key = frozenset[str]
+def upsert_keys(node: Node) -> tuple[Key, ...]:
+    """The upsert keys of ``node``'s rows (Flink's ``FlinkRelMdUpsertKeys``), the one derivation the
+    planner has: column sets whose values identify one row among those the node holds at any time,
+    each of whose changes (of one key's value) comes through one path, in order. Empty: none known.
+    Two things are decided by them: how a changelog join keeps a side's rows
+    (``weir.sql.changelog_join.sides_kept``, Flink's ``JoinInputSideSpec``), and whether an upsert
+    sink gets a :class:`Materializer` (``plan_insert``, Flink's SinkUpsertMaterializer).
 
+    - a scan: a changelog source's ('upsert-kafka', 'postgres-cdc') primary key; an append table
+      has none (its rows may repeat, whatever key it declares);
+    - a WHERE: its input's;
+    - a projection: each of its input's keys whose every column an output passes through as it is
+      (the first output of each, by its name; a key with a column dropped or computed is lost);
+    - a GROUP BY without a window: its keys (without keys, the empty key: one row); a window
+      aggregate's result appends, none;
+    - a regular join: as Flink's ``getJoinUpsertKeys`` (:func:`_join_keys`); an interval join
+      appends, none;
+    - a Top-N without a window: its PARTITION BY columns with the row number, and the PARTITION BY
+      columns alone when N = 1 (deduplication); a PARTITION BY of an expression, none; a window
+      Top-N appends, none;
+    - a window TVF, a lookup join, an OVER aggregate: append results, none.
 
-def _keys(node: Node) -> frozenset[Key]:
-    """The upsert keys of ``node``'s rows, each a set of its row's column names (case-folded)."""
+    The keys come in a stable order (a node's own first, then a side's); none repeats."""
     match node:
         case Scan():
             if not is_changelog_source(node.table) or not node.table.primary_key:
-                return frozenset()
-            return frozenset({frozenset(c.casefold() for c in node.table.primary_key)})
+                return ()
+            return (tuple(node.table.primary_key),)
         case Filter():
-            return _keys(node.input)
+            return upsert_keys(node.input)
         case Aggregate():
-            if node.window is not None:
-                return frozenset()
-            return frozenset({frozenset(k.name.casefold() for k in node.keys)})
+            return () if node.window is not None else (tuple(k.name for k in node.keys),)
         case Project():
             return _projected_keys(node)
         case Join():
-            return _join_keys(node) if node.interval is None else frozenset()
-        case WindowTvf() | LookupJoin() | TopN() | OverAggregate():
-            return frozenset()
+            return _join_keys(node) if node.interval is None else ()
+        case TopN():
+            return _ranked_keys(node) if node.slide_ms is None else ()
+        case WindowTvf() | LookupJoin() | OverAggregate():
+            return ()
         case _:
             assert_never(node)
 
 
-def _projected_keys(node: Project) -> frozenset[Key]:
-    """The input's keys whose every column an output passes through (the first output of each)."""
+def _distinct(keys: list[Key]) -> tuple[Key, ...]:
+    """``keys`` in order, each set of columns once (the first spelling of it)."""
+    seen: set[frozenset[str]] = set()
+    out: list[Key] = []
+    for key in keys:
+        if frozenset(key) not in seen:
+            seen.add(frozenset(key))
+            out.append(key)
+    return tuple(out)
+
+
+def _projected_keys(node: Project) -> tuple[Key, ...]:
+    """The input's keys whose every column an output passes through (the first output of each),
+    named as the outputs are."""
     below: Node = node.input
     while isinstance(below, Filter):
         below = below.input
-    passed: dict[str, str] = {}
+    passed: dict[str, str] = {}  # input column, case-folded -> the output's name
     for output in node.outputs:
         column = _referenced(output, below)
         if column is not None:
-            passed.setdefault(column, output.name.casefold())
-    return frozenset(frozenset(passed[c] for c in key) for key in _keys(node.input) if all(c in passed for c in key))
+            passed.setdefault(column, output.name)
+    kept = [
+        tuple(passed[c.casefold()] for c in key)
+        for key in upsert_keys(node.input)
+        if all(c.casefold() in passed for c in key)
+    ]
+    return _distinct(kept)
 
 
 def _referenced(output: NamedExpression, below: Node) -> str | None:
@@ -594,27 +607,62 @@ def _referenced(output: NamedExpression, below: Node) -> str | None:
             return column if column.replace("_", "").isalnum() else None
 
 
-def _join_keys(join: Join) -> frozenset[Key]:
+def _join_keys(join: Join) -> tuple[Key, ...]:
     """A regular join's upsert keys (Flink's ``getJoinUpsertKeys`` and ``getJoinUniqueKeys``), as
-    joined-row columns ``qualifier.column``: each side's keys holding its join key columns (its
-    changes of one key meet in one subtask), a left key with a right one; a side's keys alone when
-    the other side's join key columns hold one of its keys (at most one match) and the join does
-    not pad the side with NULLs (a LEFT JOIN's left side, a RIGHT JOIN's right)."""
+    joined-row columns ``qualifier.column``: of each side's keys, those holding its join key columns
+    (its changes of one key meet in one subtask; the others may cross between two); a left key with
+    a right one; a side's keys alone when the other side's join key columns hold one of the other
+    side's keys (at most one match) and the join does not pad the side with NULLs (a LEFT JOIN's
+    left side, a RIGHT JOIN's right). A side's key of a column the joined row does not name by the
+    side's columns (a qualified column of a join below) is not carried."""
 
-    def side(node: Node, on: tuple[NamedExpression, ...], qualifier: str) -> tuple[frozenset[Key], bool]:
-        columns = {_bare(k.sql) for k in on}
-        keys = _keys(node)
-        kept = frozenset(frozenset(f"{qualifier.casefold()}.{c}" for c in key) for key in keys if columns <= key)
-        return kept, any(key <= columns for key in keys)
+    def side(
+        node: Node, on: tuple[NamedExpression, ...], qualifier: str, columns: tuple[str, ...]
+    ) -> tuple[list[Key], bool]:
+        joined = {_bare(k.sql) for k in on}
+        named = {c.casefold(): c for c in columns}
+        keys = upsert_keys(node)
+        kept = [
+            tuple(f"{qualifier}.{named[c.casefold()]}" for c in key)
+            for key in keys
+            if joined <= {c.casefold() for c in key} and all(c.casefold() in named for c in key)
+        ]
+        return kept, any({c.casefold() for c in key} <= joined for key in keys)
 
-    left, left_unique = side(join.left, join.left_keys, join.left_qualifier)
-    right, right_unique = side(join.right, join.right_keys, join.right_qualifier)
-    keys = {lk | rk for lk in left for rk in right}
+    left, left_unique = side(join.left, join.left_keys, join.left_qualifier, join.left_columns)
+    right, right_unique = side(join.right, join.right_keys, join.right_qualifier, join.right_columns)
+    keys = [lk + rk for lk in left for rk in right]
     if right_unique and join.kind in ("INNER", "LEFT"):
-        keys |= left
+        keys += left
     if left_unique and join.kind in ("INNER", "RIGHT"):
-        keys |= right
-    return frozenset(keys)
+        keys += right
+    return _distinct(keys)
+
+
+def _ranked_keys(top: TopN) -> tuple[Key, ...]:
+    """A Top-N's keys (Flink's for a Rank): its PARTITION BY columns with the row number (one row
+    per row number of a partition), and the PARTITION BY columns alone when N = 1 (one row per
+    partition); none when the PARTITION BY holds an expression. A key of its input is not one of
+    its result: a row moving to another row number is retracted at the old one after it is written
+    at the new one."""
+    inputs = _row_names(top.input)
+    if inputs is None:
+        return ()
+    partition: list[str] = []
+    for p in top.partition:
+        name = inputs.get(_bare(p.sql))
+        if name is None:
+            return ()
+        partition.append(name)
+    ranked = (*partition, top.rank)
+    return _distinct([tuple(partition), ranked] if top.limit == 1 else [ranked])
+
+
+def _row_names(node: Node) -> dict[str, str] | None:
+    """The column names of a projection's rows (through WHEREs), by their case-folded spelling."""
+    while isinstance(node, Filter):
+        node = node.input
+    return {o.name.casefold(): o.name for o in node.outputs} if isinstance(node, Project) else None
 
 
 def _check_ranked_sink(
@@ -1953,5 +2001,6 @@ __all__ = [
     "TopN",
     "WindowTvf",
     "plan_insert",
-    "unique_key",
+    "Key",
+    "upsert_keys",
 ]

@@ -340,11 +340,20 @@ def test_a_unique_key_s_entry_of_another_row_is_replaced_on_insert_and_removed_o
 
 
 def test_a_side_keeps_one_row_when_its_unique_key_is_within_the_join_key_else_a_map_by_unique_key_or_row() -> None:
-    assert rows_kept(("seller",), ["seller"]) == SideRows(RowsKept.ONE_ROW)
-    assert rows_kept(("seller",), ["seller", "day"]) == SideRows(RowsKept.ONE_ROW)
-    assert rows_kept(("auction", "bidder"), ["auction"]) == SideRows(RowsKept.BY_UNIQUE_KEY, ("auction", "bidder"))
-    assert rows_kept(None, ["auction"]) == SideRows(RowsKept.BY_ROW)
-    assert rows_kept((), ["auction"]) == SideRows(RowsKept.BY_ROW)
+    assert rows_kept([("seller",)], ["seller"]) == SideRows(RowsKept.ONE_ROW)
+    assert rows_kept([("seller",)], ["seller", "day"]) == SideRows(RowsKept.ONE_ROW)
+    assert rows_kept([("auction", "bidder")], ["auction"]) == SideRows(RowsKept.BY_UNIQUE_KEY, ("auction", "bidder"))
+    assert rows_kept([], ["auction"]) == SideRows(RowsKept.BY_ROW)
+
+
+def test_one_row_when_any_key_is_within_the_join_key_else_the_first_smallest_key() -> None:
+    """As Flink's ``JoinInputSideSpec``: a join key holding any of the keys keeps one row; else the
+    smallest key (the first of equal size) names the entries; names compare as SQL's, in any case."""
+    assert rows_kept([("a", "b"), ("c",)], ["a", "b"]) == SideRows(RowsKept.ONE_ROW)
+    assert rows_kept([("a", "b"), ("c",)], ["a"]) == SideRows(RowsKept.BY_UNIQUE_KEY, ("c",))
+    assert rows_kept([("a", "b"), ("c", "d")], ["x"]) == SideRows(RowsKept.BY_UNIQUE_KEY, ("a", "b"))
+    assert rows_kept([("ID",)], ["id"]) == SideRows(RowsKept.ONE_ROW)
+    assert rows_kept([()], ["x"]) == SideRows(RowsKept.ONE_ROW)  # the empty key: one row in all (a global GROUP BY)
 
 
 @pytest.mark.parametrize(

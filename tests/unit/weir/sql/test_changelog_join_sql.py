@@ -22,9 +22,9 @@ from tests.unit.weir.tools.test_jobtest import no_services  # noqa: F401 (autous
 from weir import nexmark as nx
 from weir.sql import explain, plan_script, source_uid
 from weir.sql.changelog import Change, RowKind, accumulates
-from weir.sql.changelog_join import RowsKept, SideRows, rows_kept
+from weir.sql.changelog_join import RowsKept, SideRows, sides_kept
 from weir.sql.errors import SqlError
-from weir.sql.plan import Join, unique_key
+from weir.sql.plan import Join
 
 if TYPE_CHECKING:
     from weir.testing import RunJob
@@ -153,6 +153,48 @@ def test_a_side_kept_by_a_unique_key_no_one_reads_above_the_join_leaves_the_fina
     bids: Counter[int] = Counter(sellers[e.auction] for e in events if isinstance(e, nx.Bid) and e.auction in sellers)
     expected = Counter(json.dumps({"seller": s, "bids": n}, sort_keys=True) for s, n in bids.items())
     assert len(expected) >= 5 and max(bids.values()) > 1
+    run = weir_job(job_file(tmp_path, text), checkpoint_every=40)
+    assert final_table(sink_values(run, text), ("seller",)) == expected
+
+
+ONE_ROW_OF_A_TOP_N = """
+CREATE TABLE per_seller (seller BIGINT, bids BIGINT, PRIMARY KEY (seller) NOT ENFORCED) WITH (${UPSERT_SINK});
+
+INSERT INTO per_seller
+SELECT A.seller, SUM(T.n)
+FROM auction AS A
+JOIN (
+  SELECT auction, n FROM (
+    SELECT auction, bidder, n, ROW_NUMBER() OVER (PARTITION BY auction ORDER BY n DESC) AS r
+    FROM (SELECT auction, bidder, COUNT(*) AS n FROM bid GROUP BY auction, bidder)
+  ) WHERE r = 1
+) AS T ON A.id = T.auction
+GROUP BY A.seller;
+"""
+
+
+def test_a_deduplication_joined_on_its_partition_keeps_one_row_and_leaves_the_final_table_plain_python_computes(
+    tmp_path: Path, weir_job: RunJob
+) -> None:
+    """T, each auction's most frequent bidder's count (a Top-N of N = 1 over a GROUP BY), has its
+    partition as upsert key (``weir.sql.plan.upsert_keys``): joined on it, one row per join key
+    (kept by whole row before the planner derived a Top-N's keys)."""
+    ddl = script("join_aggregates").split("CREATE TABLE nexmark_join_aggregates")[0]
+    text = ddl + ONE_ROW_OF_A_TOP_N.replace("${UPSERT_SINK}", UPSERT)
+    assert _kept(_join_of(text)) == (SideRows(RowsKept.BY_ROW), SideRows(RowsKept.ONE_ROW))
+    events = nexmark_events()
+    sellers = {e.id: e.seller for e in events if isinstance(e, nx.Auction)}
+    counts: Counter[tuple[int, int]] = Counter(
+        (e.auction, e.bidder) for e in events if isinstance(e, nx.Bid) and e.auction in sellers
+    )
+    top: dict[int, int] = {}
+    for (auction, _), n in counts.items():
+        top[auction] = max(top.get(auction, 0), n)
+    totals: Counter[int] = Counter()
+    for auction, n in top.items():
+        totals[sellers[auction]] += n
+    expected = Counter(json.dumps({"seller": s, "bids": n}, sort_keys=True) for s, n in totals.items())
+    assert len(expected) >= 5 and max(top.values()) > 1
     run = weir_job(job_file(tmp_path, text), checkpoint_every=40)
     assert final_table(sink_values(run, text), ("seller",)) == expected
 
@@ -386,10 +428,7 @@ def _join_of(text: str) -> Join:
 
 
 def _kept(join: Join) -> tuple[SideRows, SideRows]:
-    return (
-        rows_kept(unique_key(join.left), [k.sql for k in join.left_keys]),
-        rows_kept(unique_key(join.right), [k.sql for k in join.right_keys]),
-    )
+    return sides_kept(join)
 
 
 @pytest.mark.parametrize(
