@@ -855,8 +855,8 @@ def _changelog_join(
 
 
 def _layout_suffix(node: Join, kept: tuple[SideRows, SideRows]) -> str:
-    """After a changelog join's kind in its uid: nothing when its sides are kept as Weir kept them up
-    to stop 43 (``weir.sql.join_layout_compat``: its savepoints restore as before), else the two
+    """After a changelog join's kind in its uid: nothing when its sides are kept as an earlier Weir
+    kept them (``weir.sql.join_layout_compat``: its savepoints restore as before), else the two
     layouts, ``-<left>-<right>`` (``-by-unique-key-one-row``): a savepoint of the statement taken by
     an earlier Weir, its entries kept another way, is then refused at restore (its uid is gone), not
     read wrong."""

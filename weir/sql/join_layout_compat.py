@@ -1,7 +1,7 @@
-"""The layout Weir chose up to stop 43 (changelog-join state format 2) for each side of a changelog
-join, frozen: used only to tell a statement whose layout changed.
+"""The layout an earlier Weir chose for each side of a changelog join (state format 2, before the
+upsert keys were one derivation), frozen: used only to tell a statement whose layout changed.
 
-Up to stop 43 a side's layout came from ``unique_key`` (``weir.sql.plan`` then), which knew fewer
+Then a side's layout came from ``unique_key`` (``weir.sql.plan`` then), which knew fewer
 keys than :func:`weir.sql.plan.upsert_keys` does now (none for a deduplication or Top-N, a regular
 join's result or a global aggregate; a key only where a projection named it as the table did, in
 the same case, and an ON naming it in that case). A savepoint of a statement whose side is now kept
@@ -20,8 +20,8 @@ from weir.sql.changelog_join import RowsKept, SideRows
 from weir.sql.plan import Aggregate, Filter, Join, LookupJoin, Node, OverAggregate, Project, Scan, TopN, WindowTvf
 
 
-def stop43_unique_key(node: Node) -> tuple[str, ...] | None:
-    """``weir.sql.plan.unique_key`` as it was up to stop 43 (None: none known): an 'upsert-kafka'
+def format2_unique_key(node: Node) -> tuple[str, ...] | None:
+    """``weir.sql.plan.unique_key`` as it was earlier (state format 2) (None: none known): an 'upsert-kafka'
     or 'postgres-cdc' table's primary key, a GROUP BY's keys by their SQL (not a window's), kept
     through a WHERE and by a projection whose outputs' SQL is each key column's name as it is."""
     match node:
@@ -30,9 +30,9 @@ def stop43_unique_key(node: Node) -> tuple[str, ...] | None:
         case Aggregate():
             return (tuple(k.sql for k in node.keys) or None) if node.window is None else None
         case Filter():
-            return stop43_unique_key(node.input)
+            return format2_unique_key(node.input)
         case Project():
-            inner = stop43_unique_key(node.input)
+            inner = format2_unique_key(node.input)
             if inner is None:
                 return None
             passed = [next((o.name for o in node.outputs if o.sql == column), None) for column in inner]
@@ -43,8 +43,8 @@ def stop43_unique_key(node: Node) -> tuple[str, ...] | None:
             assert_never(node)
 
 
-def stop43_rows_kept(unique_key: Sequence[str] | None, join_columns: Iterable[str]) -> SideRows:
-    """``weir.sql.changelog_join.rows_kept`` as it was up to stop 43: one row per join key when the
+def format2_rows_kept(unique_key: Sequence[str] | None, join_columns: Iterable[str]) -> SideRows:
+    """``weir.sql.changelog_join.rows_kept`` as it was earlier (state format 2): one row per join key when the
     join's columns hold the unique key (compared as spelt), else by the unique key, else by row."""
     if not unique_key:
         return SideRows(RowsKept.BY_ROW)
@@ -53,19 +53,19 @@ def stop43_rows_kept(unique_key: Sequence[str] | None, join_columns: Iterable[st
     return SideRows(RowsKept.BY_UNIQUE_KEY, tuple(unique_key))
 
 
-def stop43_sides_kept(join: Join) -> tuple[SideRows, SideRows]:
-    """How Weir up to stop 43 kept each side's rows (left, right) of ``join``'s changelog operator."""
+def format2_sides_kept(join: Join) -> tuple[SideRows, SideRows]:
+    """How Weir earlier (state format 2) kept each side's rows (left, right) of ``join``'s changelog operator."""
     return (
-        stop43_rows_kept(stop43_unique_key(join.left), (k.sql for k in join.left_keys)),
-        stop43_rows_kept(stop43_unique_key(join.right), (k.sql for k in join.right_keys)),
+        format2_rows_kept(format2_unique_key(join.left), (k.sql for k in join.left_keys)),
+        format2_rows_kept(format2_unique_key(join.right), (k.sql for k in join.right_keys)),
     )
 
 
 def layout_changed(join: Join, kept: tuple[SideRows, SideRows]) -> bool:
-    """Whether ``kept`` (how this Weir keeps ``join``'s sides) differs from what Weir up to stop 43
+    """Whether ``kept`` (how this Weir keeps ``join``'s sides) differs from what Weir earlier (state format 2)
     chose: the layout's kind or, kept by a key, the key's columns or their order (an entry's key is
     the columns' values in that order)."""
-    return kept != stop43_sides_kept(join)
+    return kept != format2_sides_kept(join)
 
 
-__all__ = ["layout_changed", "stop43_rows_kept", "stop43_sides_kept", "stop43_unique_key"]
+__all__ = ["layout_changed", "format2_rows_kept", "format2_sides_kept", "format2_unique_key"]

@@ -1,4 +1,4 @@
-"""A changelog join whose side layout differs from the one Weir chose up to stop 43
+"""A changelog join whose side layout differs from the one Weir chose before the upsert keys were one derivation
 (``weir.sql.join_layout_compat``) has another uid than that Weir gave it, so that Weir's savepoint of
 the statement is refused at restore instead of read by another key; every other statement keeps the
 uids it had. The uids pinned here were computed once with main's Weir (before upsert_keys)."""
@@ -15,7 +15,7 @@ from weir.core.rescale import StateAssignmentError, check_state_assignment
 from weir.core.task_state import TaskStateDocument
 from weir.sql import explain, plan_script
 from weir.sql.changelog_join import RowsKept, SideRows, sides_kept
-from weir.sql.join_layout_compat import layout_changed, stop43_sides_kept
+from weir.sql.join_layout_compat import format2_sides_kept, layout_changed
 from weir.sql.plan import Join
 
 ONE = SideRows(RowsKept.ONE_ROW)
@@ -143,7 +143,7 @@ UNCHANGED: dict[str, tuple[str, list[str]]] = {
 def test_a_changed_shape_keeps_main_s_layout_in_the_oracle_and_its_join_gets_another_uid(name: str) -> None:
     text, before, now, main_uid = CHANGED[name]
     join = last_join(text)
-    assert stop43_sides_kept(join) == before
+    assert format2_sides_kept(join) == before
     assert sides_kept(join) == now != before
     assert layout_changed(join, now)
     uid = join_uids(text)[-1]
@@ -164,7 +164,7 @@ def test_a_join_below_a_changed_one_keeps_its_uid() -> None:
 def test_an_unchanged_statement_keeps_main_s_layout_and_uids(name: str) -> None:
     text, main_uids = UNCHANGED[name]
     join = last_join(text)
-    assert sides_kept(join) == stop43_sides_kept(join)
+    assert sides_kept(join) == format2_sides_kept(join)
     assert join_uids(text) == main_uids
 
 
