@@ -69,7 +69,7 @@ from weir.sql.decode import bare_column, checked, coercer, read_above, read_colu
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, column_read, compile_expression
 from weir.sql.join import MiniBatchRegularJoin, RegularJoin, joined_row
-from weir.sql.join_layout_compat import layout_changed
+from weir.sql.join_layout_compat import layout_changed, layout_uid_suffix
 from weir.sql.lookup import LookupRows
 from weir.sql.materialize import SinkUpsertMaterializer
 from weir.sql.minibatch import MiniBatchConfig
@@ -860,10 +860,7 @@ def _layout_suffix(node: Join, kept: tuple[SideRows, SideRows]) -> str:
     layouts, ``-<left>-<right>`` (``-by-unique-key-one-row``): a savepoint of the statement taken by
     an earlier Weir, its entries kept another way, is then refused at restore (its uid is gone), not
     read wrong."""
-    if not layout_changed(node, kept):
-        return ""
-    left, right = kept
-    return f"-{left.kept.value}-{right.kept.value}"
+    return layout_uid_suffix(kept) if layout_changed(node, kept) else ""
 
 
 def _layout(side: SideRows) -> str:

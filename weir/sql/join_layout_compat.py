@@ -13,7 +13,7 @@ refused at restore instead of read wrong. Nothing here decides how a join runs; 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import assert_never
+from typing import Final, assert_never
 
 from weir.sql.cdc import is_changelog_source
 from weir.sql.changelog_join import RowsKept, SideRows
@@ -68,4 +68,28 @@ def layout_changed(join: Join, kept: tuple[SideRows, SideRows]) -> bool:
     return kept != format2_sides_kept(join)
 
 
-__all__ = ["layout_changed", "format2_rows_kept", "format2_sides_kept", "format2_unique_key"]
+def layout_uid_suffix(kept: tuple[SideRows, SideRows]) -> str:
+    """What follows a relaid changelog join's kind in its uid: its two layouts, ``-<left>-<right>``
+    (``-by-unique-key-one-row``)."""
+    left, right = kept
+    return f"-{left.kept.value}-{right.kept.value}"
+
+
+_JOIN_KIND: Final = "-changelog-join"
+_SUFFIXES: Final = frozenset(f"-{a.value}-{b.value}" for a in RowsKept for b in RowsKept)
+
+
+def is_relaid_join(old_uid: str, new_uid: str) -> bool:
+    """Whether ``new_uid`` is the changelog join ``old_uid`` of the same statement, its sides now kept
+    another way (:func:`layout_uid_suffix` after its kind): its state cannot be carried over."""
+    return old_uid.endswith(_JOIN_KIND) and new_uid.startswith(old_uid) and new_uid[len(old_uid) :] in _SUFFIXES
+
+
+__all__ = [
+    "is_relaid_join",
+    "layout_uid_suffix",
+    "layout_changed",
+    "format2_rows_kept",
+    "format2_sides_kept",
+    "format2_unique_key",
+]

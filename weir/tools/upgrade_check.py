@@ -88,6 +88,7 @@ from weir.jobmanager.submit_checks import dead_letter_topics
 from weir.operators.keyed import KeyedOperator
 from weir.operators.windows import WindowAggregateOperator, decode_window_document
 from weir.plan import build_plan
+from weir.sql.join_layout_compat import is_relaid_join
 from weir.tools.savepoint_inspect import (
     LoadedSavepoint,
     decode_operator_state,
@@ -113,6 +114,9 @@ class FindingKind(enum.Enum):
     """A stateful operator of the savepoint the new job does not have: its state is dropped."""
     RENAMED_UID = "renamed-uid"
     """A missing uid next to a new one of the same kind of operator: likely a rename."""
+    JOIN_LAYOUT_CHANGED = "join-layout-changed"
+    """A SQL changelog join of the savepoint that this Weir keeps another way (its uid carries the new
+    layouts, ``weir.sql.join_layout_compat``): not a rename, its state cannot be carried over."""
     RESTORE_REFUSED = "restore-refused"
     """The JobManager's restore rules refuse the savepoint (incomplete vertex, in-flight records)."""
     MAX_PARALLELISM = "max-parallelism"
@@ -341,7 +345,19 @@ def _map_uids(
             )
         )
         candidates = [u for u in added if (new[u].key_selector is not None) == old[uid].keyed and u not in sinks]
-        if candidates:
+        relaid = [u for u in candidates if is_relaid_join(uid, u)]
+        if relaid:
+            findings.append(
+                Finding(
+                    FindingKind.JOIN_LAYOUT_CHANGED,
+                    uid,
+                    f"the same SQL join is now {relaid[0]!r}: this Weir keeps its sides' rows another way than the "
+                    "one that took the savepoint (docs/sql.md, upsert keys), so its state cannot be carried over; "
+                    "--allow-non-restored-state starts the join empty",
+                    severity,
+                )
+            )
+        elif candidates:
             findings.append(
                 Finding(
                     FindingKind.RENAMED_UID,

@@ -13,10 +13,12 @@ from tests.unit.weir.sql.test_retract import UPSERT
 from tests.unit.weir.sql.test_upsert_keys import DDL, GROUPS, TOP, below
 from weir.core.rescale import StateAssignmentError, check_state_assignment
 from weir.core.task_state import TaskStateDocument
+from weir.graph import OperatorKind, Transformation
 from weir.sql import explain, plan_script
 from weir.sql.changelog_join import RowsKept, SideRows, sides_kept
-from weir.sql.join_layout_compat import format2_sides_kept, layout_changed
+from weir.sql.join_layout_compat import format2_sides_kept, is_relaid_join, layout_changed, layout_uid_suffix
 from weir.sql.plan import Join
+from weir.tools.upgrade_check import FindingKind, Severity, _map_uids, _OldOperator
 
 ONE = SideRows(RowsKept.ONE_ROW)
 BY_ROW = SideRows(RowsKept.BY_ROW)
@@ -211,3 +213,30 @@ def test_main_s_savepoint_of_an_unchanged_statement_restores() -> None:
     new = operator_uids(text)
     docs = old_savepoint(new, main_uid)
     check_state_assignment(docs, new, [main_uid], MAX_PARALLELISM, allow_non_restored_state=False, where="savepoint 7")
+
+
+def test_a_relaid_join_is_told_from_a_rename_by_its_uid() -> None:
+    old = "sql-88457dd6da-3-changelog-join"
+    sides = (SideRows(RowsKept.ONE_ROW), SideRows(RowsKept.BY_UNIQUE_KEY, ("id",)), SideRows(RowsKept.BY_ROW))
+    for left in sides:
+        for right in sides:
+            assert is_relaid_join(old, old + layout_uid_suffix((left, right)))
+    assert not is_relaid_join(old, old)
+    assert not is_relaid_join(old, old + "-by-row")  # one layout is no suffix of a relaid join
+    assert not is_relaid_join(old, "sql-88457dd6da-4-changelog-join-by-row-one-row")  # another operator
+    assert not is_relaid_join("window-sum", "window-sum-by-row-one-row")  # not a changelog join
+
+
+def test_upgrade_check_says_a_relaid_join_cannot_keep_its_state_instead_of_suggesting_its_uid() -> None:
+    """The rename hint ("give the new operator uid ... to keep its state") is wrong advice here: SQL
+    users do not set uids, and the old entries are kept another way than the new join reads them."""
+    old = "sql-88457dd6da-3-changelog-join"
+    new = old + "-by-unique-key-one-row"
+    keyed = Transformation(new, "join", OperatorKind.TWO_INPUT, lambda: None, key_selector=lambda v: v)
+    for allowed, severity in ((False, Severity.FATAL), (True, Severity.WARNING)):
+        findings = _map_uids({old: _OldOperator(old, keyed=True)}, {new: keyed}, {}, allowed)
+        by_kind = {f.kind: f for f in findings}
+        assert set(by_kind) == {FindingKind.MISSING_UID, FindingKind.JOIN_LAYOUT_CHANGED, FindingKind.NEW_UID}
+        relaid = by_kind[FindingKind.JOIN_LAYOUT_CHANGED]
+        assert relaid.severity is severity and relaid.uid == old
+        assert repr(new) in relaid.reason and "--allow-non-restored-state starts the join empty" in relaid.reason
