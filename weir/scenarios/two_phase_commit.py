@@ -75,6 +75,11 @@ POLL_S: Final = 0.05
 Ranges = Mapping[int, tuple[int, int]]  # partition -> [start, end) offsets
 
 
+MAX_LATE_READS: Final = 2
+"""How many times the observation starts again after a read that came too late (after its checkpoint
+completed: the watching process stalled), before the late read stands and fails its check."""
+
+
 @dataclass(frozen=True)
 class TwoPhaseCommitConfig:
     events_per_second: int = 200
@@ -631,13 +636,26 @@ def _observe(
     try:
         first = _first_checkpoint_after(client, job_id, started, config.timeout_s)
         last = first + config.checkpoints  # interval `last` is read for the end of the last epoch's range
+        restarts = 0
         with postgres.connect(endpoints, autocommit=True) as conn:
-            for n in range(first, last + 1):
+            n = first
+            while n <= last:
                 previous = _wait_completed(client, job_id, n - 1, config.timeout_s)
                 assert previous.completed is not None
                 middle = previous.completed + config.mid_interval * config.checkpoint_interval_s
                 wait_until(_reached(middle), config.timeout_s, f"the middle of interval {n}")
                 reads[n] = _read_open_transaction(endpoints, config, client, job_id, n, uncommitted, committed, conn)
+                if reads[n].completed_by_then and restarts < MAX_LATE_READS:
+                    # This process was late (a stalled machine): the read is of a later transaction than
+                    # interval n's, and the epochs' ranges would shift. Observe again from the next one.
+                    restarts += 1
+                    steps.append(
+                        f"the read of interval {n} came after checkpoint {n} completed (this process was late): "
+                        f"observing again from interval {n + 1}"
+                    )
+                    reads.clear()
+                    first, last = n + 1, n + 1 + config.checkpoints
+                n += 1
         resolved = time.monotonic() + 5.0 + config.checkpoint_interval_s  # one still prepared then fails a check
         while time.monotonic() < resolved and any(
             s.gone_at is None for cp, s in prepared.sightings().items() if first <= cp < last
