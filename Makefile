@@ -64,7 +64,7 @@ tools: ## build the pinned docker-compose and kustomize (deploy checks) into ~/.
 # output follows; any of the three failing fails.
 UNIT_LOG := .pytest-unit.log
 INTEGRATION_WORKERS ?= 2
-test: setup infra-up browser tools bytecode ## unit + integration tests against the real local services, scenarios included (29.7 min measured at 11681cc on 2 cores with two clusters; what CI runs)
+test: setup infra-up browser tools bytecode ## unit + integration tests against the real local services, scenarios included (28.7 min measured at 56d4444 on 2 cores with two clusters; what CI runs)
 	@$(PY) -m pytest -q -p no:cacheprovider -m "not integration" tests/unit > $(UNIT_LOG) 2>&1 & unit=$$!; \
 	echo "== the serial integration tests (they restart or pause the shared services), alone beside the unit tests:"; \
 	$(PY) -m pytest -q -m "integration and serial" --durations=10 tests/integration; serial=$$?; \
