@@ -1009,7 +1009,7 @@ class Accumulators:
     def add_all(self, accs: tuple[Any, ...], rows: Sequence[Mapping[str, Any]]) -> tuple[Any, ...]:
         """``add`` of each row in turn (a mini-batch), a DISTINCT call's set grown once for all of them."""
         out = []
-        for c, a, f, w in zip(self.calls, accs, self.arguments, self.conditions, strict=True):
+        for c, adder, a, f, w in zip(self.calls, self._adders, accs, self.arguments, self.conditions, strict=True):
             chosen = rows if w is None else [r for r in rows if w(r) is True]
             if f is None:  # COUNT(*)
                 out.append(a + len(chosen))
@@ -1025,7 +1025,7 @@ class Accumulators:
                 out.append(a)
             else:
                 for r in chosen:
-                    a = self._add(c, a, f(r))
+                    a = adder(a, f(r))
                 out.append(a)
         return tuple(out)
 
