@@ -47,9 +47,10 @@ from weir.core.checkpointing import CheckpointStatus
 from weir.core.config import Endpoints
 from weir.core.errors import WeirError
 from weir.core.paths import locate_state
+from weir.core.states import TaskState
 from weir.core.task_state import decode_task_state, read_operator_states
 from weir.jobmanager.checkpointing.metadata import decode_metadata
-from weir.scenarios.driving import EventProducer, wait_until
+from weir.scenarios.driving import EventProducer, cancel_unless_ended, wait_until
 from weir.scenarios.framework import (
     EXAMPLES,
     JobSpec,
@@ -88,7 +89,11 @@ class BackpressureConfig:
     parallelism: int = 2
     partitions: int = 4
     checkpoint_interval_s: float = 1.0
-    run_s: float = 60.0  # per mode
+    run_s: float = 60.0  # per mode, at least
+    # A run lasts until this many of its checkpoints completed too (at most ``timeout_s`` past ``run_s``):
+    # how long the first aligned barrier waits depends on how much the source read before the queues were
+    # full, more on a loaded machine (its buffers fill before their timeout), so a fixed run can end first.
+    min_completed: int = 2
     # Rates and slopes are measured after this share of the run: by then the channels' queues, which
     # hold a bounded number of records (credits), are full and the source is held back to the sink's pace.
     warmup_fraction: float = 0.4
@@ -274,6 +279,16 @@ def _source_read(status: JobDetails) -> int:
     return sum(t.records_out for t in status.tasks if t.vertex_uid == SOURCE_UID)
 
 
+def _completed(checkpoints: Sequence[CheckpointInfo]) -> int:
+    return sum(1 for c in checkpoints if c.status == CheckpointStatus.COMPLETED.value)
+
+
+def _running(status: JobDetails, mode: str) -> bool:
+    if status.summary.is_terminal:
+        raise ScenarioError(f"{mode}: job {status.summary.job_id} ended {status.summary.status}: {status.failure}")
+    return bool(status.tasks) and all(t.state is TaskState.RUNNING for t in status.tasks)
+
+
 def _unsupported(status: JobDetails) -> str:
     """The failure of a job the runtime could not checkpoint unaligned ("" for any other end)."""
     failure = str(status.failure or "")
@@ -283,34 +298,48 @@ def _unsupported(status: JobDetails) -> str:
 def run_mode(
     endpoints: Endpoints, client: JobManagerClient, config: BackpressureConfig, mode: str, console: Console
 ) -> ModeRun:
-    """One mode: fresh topics, the input at its rate, the job, sampled for ``run_s``, then cancelled."""
+    """One mode: fresh topics, the input at its rate, the job, sampled for ``run_s`` and on until
+    ``min_completed`` checkpoints completed (or ``timeout_s`` more passed), then cancelled."""
     job = config.job(mode)
     job.recreate(endpoints, config.partitions)
+    samples: list[Sample] = []
+    checkpoints: tuple[CheckpointInfo, ...] = ()
+    unavailable = ""
+    job_spec = config.spec(mode)
+    job_id = job_spec.submit(client)
+    console.print(f"{mode}: job {job_id} {job_spec.command()}", soft_wrap=True, highlight=False)
+    # The input starts once every task runs: a backlog produced while the job deploys (seconds on a
+    # loaded machine) would be read in one burst, whose windows the slow sink then drains for tens of
+    # seconds before the run reaches the steady state the formula describes.
+    try:
+        wait_until(lambda: _running(client.job_status(job_id), mode), config.timeout_s, f"job {job_id}'s tasks to run")
+    except BaseException:
+        cancel_unless_ended(client, job_id)
+        raise
     spec = EventSpec(
-        count=int(config.events_per_second * (config.run_s + config.timeout_s)),
+        count=int(config.events_per_second * (config.run_s + 2 * config.timeout_s)),
         keys=config.keys,
         events_per_ms=config.events_per_second // 1000,
         start_ms=int(time.time() * 1000),  # event time = production time
     )
     producer = EventProducer(endpoints, job.source_topic, spec, config.events_per_second)
     producer.start()
-    samples: list[Sample] = []
-    checkpoints: tuple[CheckpointInfo, ...] = ()
-    unavailable = ""
     try:
-        job_spec = config.spec(mode)
-        job_id = job_spec.submit(client)
         submitted_wall = time.time()
         submitted = time.monotonic()
-        console.print(f"{mode}: job {job_id} {job_spec.command()}", soft_wrap=True, highlight=False)
         shown = 0.0
-        while (t := time.monotonic() - submitted) < config.run_s:
+        completed = 0
+        while (t := time.monotonic() - submitted) < config.run_s or (
+            completed < config.min_completed and t < config.run_s + config.timeout_s
+        ):
             status = client.job_status(job_id)
             if status.summary.status in ("FAILED", "CANCELED", "FINISHED"):
                 unavailable = _unsupported(status) if mode == "unaligned" else ""
                 if not unavailable:
                     raise ScenarioError(f"{mode}: job {job_id} ended {status.summary.status}: {status.failure}")
                 break
+            if t >= config.run_s and status.last_completed_checkpoint is not None:
+                completed = _completed(client.list_checkpoints(job_id))
             produced = sum(kafka.end_offsets(endpoints, job.source_topic).values())
             samples.append(Sample(t, produced, _source_read(status)))
             if t - shown >= 5:
