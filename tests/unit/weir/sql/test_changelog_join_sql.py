@@ -32,6 +32,10 @@ if TYPE_CHECKING:
 pytest_plugins = ["weir.testing"]
 
 EVENTS = 1_500
+# The tests run under failures (a failure at every checkpoint and crash point: each a rerun from the
+# last checkpoint) checkpoint every 150 records: 10 checkpoints over the input, every kind of crash point
+# at each (every 40 took 19-36 s a test, a fifth of the unit suite's time in five tests).
+CHECKPOINT_EVERY_UNDER_FAILURES = 150
 CONFIG = nx.NexmarkConfig(events_per_second=100)
 
 
@@ -119,7 +123,7 @@ def test_a_join_of_changelogs_leaves_the_final_table_plain_python_computes(
 ) -> None:
     text = script(query)
     expected = reference(nexmark_events())
-    run = weir_job(job_file(tmp_path, text), checkpoint_every=40)
+    run = weir_job(job_file(tmp_path, text), checkpoint_every=CHECKPOINT_EVERY_UNDER_FAILURES)
     values = sink_values(run, text)
     assert len(values) > sum(expected.values())  # rows were retracted and replaced on the way
     assert final_table(values, key) == expected
@@ -396,13 +400,15 @@ def test_right_and_full_joins_of_two_changelogs_leave_python_s_final_tables(
     records, notes = note_history(auctions_to_note(events), notes=120)
     text = script(query).replace("${UPSERT_SOURCE}", UPSERT.replace("'out'", "'notes'"))
     run = weir_job(
-        job_file(tmp_path, text), checkpoint_every=40, records={source_uid(NOTE_TABLES[query]): note_changes(records)}
+        job_file(tmp_path, text),
+        checkpoint_every=CHECKPOINT_EVERY_UNDER_FAILURES,
+        records={source_uid(NOTE_TABLES[query]): note_changes(records)},
     )
     want = expected_outer_joins(events, notes)[query]
     table = final_table(sink_values(run, text), OUTER_KEYS[query])
     assert table == Counter(json.dumps(dict(v), sort_keys=True) for v in want.values())
     assert_outer_cases(query, want)
-    if query == "full_join_changelogs":  # both sides outer (~20 s: once)
+    if query == "full_join_changelogs":  # both sides outer (~10 s: once)
         run.with_failures()  # a failure at every checkpoint and crash point: the committed output is the same
 
 

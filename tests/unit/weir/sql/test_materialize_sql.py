@@ -210,7 +210,7 @@ def test_a_group_by_to_a_narrower_key_is_right_with_the_materializer_and_wrong_w
     text = script("materialize_group_by")
     assert "upsert-materializer" in explain(text)
     (tmp_path / "auto").mkdir()
-    run = weir_job(job_file(tmp_path / "auto", text), checkpoint_every=40)
+    run = weir_job(job_file(tmp_path / "auto", text), checkpoint_every=150)
     assert sink_table(sink_values(run, text), ("auction",), kept=False) == want
     run.with_failures()  # a failure at every checkpoint and crash point: the committed output is the same
 
@@ -234,6 +234,6 @@ def test_a_left_join_of_changelogs_to_a_key_of_neither_leaves_python_s_final_tab
     assert 3 <= len(want) < len(set(tags.values()))  # some tags are in the result, some are not
     text = script("materialize_left_join").replace("${UPSERT_SOURCE}", TAGS)
     assert "upsert-materializer" in explain(text)
-    run = weir_job(job_file(tmp_path, text), checkpoint_every=40, records={source_uid("tagged_auction"): records})
+    run = weir_job(job_file(tmp_path, text), checkpoint_every=150, records={source_uid("tagged_auction"): records})
     assert sink_table(sink_values(run, text), ("tag",), kept=False) == want
     run.with_failures()
