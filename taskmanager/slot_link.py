@@ -21,7 +21,7 @@ from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from weir.core.errors import JobDefinitionError, ProtocolError, WeirError
 from weir.taskmanager.reporter import AckReport, DeclineReport, StateReport
@@ -178,6 +178,14 @@ class ControlLink:
         self._pending: dict[int, Future[Any]] = {}
         self._pending_lock = threading.Lock()
         self._closed: str | None = None
+        # The socket's file descriptor is closed once, by the thread that reads it (``serve``), or by
+        # ``close`` when no thread reads it: a descriptor closed while another thread still used it
+        # (a read, a shutdown through a dup of it) could be reused at once by a new socket of the
+        # process, which that thread would then read from or shut down.
+        self._fd_lock = threading.Lock()
+        self._reader: _Reader = "none"
+        self._shut = False
+        self._fd_open = True
 
     def send(self, message: object) -> None:
         """Raises :class:`LinkClosedError` when the other end is gone."""
@@ -213,7 +221,10 @@ class ControlLink:
         """Read until the other end is gone; replies complete their calls, the rest goes to
         ``on_message`` (on this thread: it must not block on a call of this link)."""
         reason = "the other end closed the link"
-        while True:
+        with self._fd_lock:
+            reading = self._reader == "none" and self._fd_open
+            self._reader = "serving" if reading else "done"
+        while reading:
             try:
                 message = self._connection.recv()
             except (EOFError, OSError) as exc:
@@ -230,7 +241,12 @@ class ControlLink:
                         future.set_exception(error_of(message))
                 case _:
                     on_message(message)
+        if not reading:
+            reason = f"the link was closed before it was served ({self._closed})"
         self.close(reason)
+        with self._fd_lock:
+            self._reader = "done"
+        self._close_socket()
         on_closed(reason)
 
     def _take(self, call_id: int) -> Future[Any] | None:
@@ -245,19 +261,46 @@ class ControlLink:
             pending, self._pending = self._pending, {}
         for future in pending.values():
             future.set_exception(LinkClosedError(f"{self.name}: {reason}"))
-        try:  # a shutdown, not only a close: it wakes a read blocked on the socket, here and at the peer
-            with socket.socket(fileno=os.dup(self._connection.fileno())) as sock:
-                sock.shutdown(socket.SHUT_RDWR)
-        except (OSError, ValueError):
-            pass
-        try:
-            self._connection.close()
-        except OSError:
-            pass
+        self._shutdown()
+        with self._fd_lock:
+            serving = self._reader == "serving"
+            if not serving:
+                self._reader = "done"  # a serve that starts later reads nothing
+        if not serving:  # else the reading thread closes it once its read ended
+            self._close_socket()
+
+    def _shutdown(self) -> None:
+        """A shutdown, not only a close: it wakes a read blocked on the socket, here and at the peer,
+        and a send blocked on a full socket."""
+        with self._fd_lock:
+            if self._shut or not self._fd_open:
+                return
+            self._shut = True
+            try:
+                with socket.socket(fileno=os.dup(self._connection.fileno())) as sock:
+                    sock.shutdown(socket.SHUT_RDWR)
+            except (OSError, ValueError):
+                pass
+
+    def _close_socket(self) -> None:
+        """Close the descriptor, once; never during a send (the send lock) or a shutdown."""
+        with self._send_lock, self._fd_lock:
+            if not self._fd_open:
+                return
+            self._fd_open = False
+            try:
+                self._connection.close()
+            except OSError:
+                pass
 
     @property
     def closed(self) -> bool:
         return self._closed is not None
+
+
+_Reader = Literal["none", "serving", "done"]
+"""Whether a thread reads the link's socket: not yet, now (it closes the socket when it ends), or
+no more (whoever closes the link closes the socket)."""
 
 
 def wait_reply(future: Future[Any], timeout_s: float, what: str) -> Any:

@@ -129,3 +129,26 @@ def test_a_workers_failed_task_report_crosses_the_link_without_its_event_which_i
     received = pair.received[0]
     assert isinstance(received, Report) and isinstance(received.report, StateReport)
     assert received.report.sent is None
+
+
+def test_closing_a_link_never_touches_a_socket_opened_after_it() -> None:
+    """Both ends closed while their serving threads read: a link closed its socket's descriptor from
+    the closing thread and again from the reading one (and shut it down through a dup of a descriptor
+    already closed), so a socket the process opened a moment later, given the same descriptor number,
+    was shut down or closed under its new owner (make test at 45b7f7b: a refused deploy's call failed
+    with "the other end is gone"). Each new link right after must work."""
+    broken: list[str] = []
+    for _ in range(300):
+        old = Pair()
+        old.taskmanager.close("test over")
+        old.worker.close("test over")
+        new = Pair()
+        new.answer[CollectProgress] = "answered"
+        try:
+            assert new.taskmanager.call(CollectProgress(), 5) == "answered"
+        except SlotWorkerError as exc:
+            broken.append(str(exc))
+        finally:
+            new.taskmanager.close("test over")
+            new.worker.close("test over")
+    assert not broken, f"{len(broken)} of 300 links opened after another was closed were broken: {broken[:3]}"
