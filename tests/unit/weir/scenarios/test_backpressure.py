@@ -97,12 +97,12 @@ def test_unaligned_checkpoints_must_be_clearly_shorter_and_latency_not_lower() -
     assert report.ok, report.failed
     assert len(report.checks) == 10  # four per mode, two comparing them
     numbers = report.check("unaligned-shorter").numbers
-    assert (numbers["unaligned_s"], numbers["aligned_s"]) == (1.2, 10)  # the last third's medians
+    assert (numbers["unaligned_s"], numbers["aligned_s"]) == (1.2, 10)  # none after the warm-up: the last third's
 
     same = _run("unaligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[2, 6, 9, 9.9])
     assert _failed(aligned=aligned, unaligned=same) == {"unaligned-shorter"}
     detail = check(CONFIG, BackpressureRun({"aligned": aligned, "unaligned": same})).check("unaligned-shorter").detail
-    assert "do not overtake" in detail  # its barriers came as late as aligned ones
+    assert "between two buffers" in detail  # its barriers came as late as aligned ones: why
 
     faster = _run("unaligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[1, 1, 1], latency_s=1.0)
     assert "unaligned-latency-not-lower" in _failed(aligned=aligned, unaligned=faster)
@@ -122,3 +122,21 @@ def test_the_slow_write_paces_each_thread_and_stamps_the_write_time() -> None:
     write = SlowWrite(rate=0)  # no limit: only the stamp
     out = write({"key": "k", "window_end": 1})
     assert out["key"] == "k" and out["written_ms"] > 0
+
+
+def test_the_modes_are_compared_on_the_median_after_the_warm_up_not_on_a_few_long_ones() -> None:
+    """Stop 44's CI: 10 unaligned checkpoints, mostly ~0.8 s, two of 3.9 and 4.9 s (a burst of window
+    firings held the task) in the last third, whose median (3.9 s) was then above half the aligned one
+    (6.1 s). Compared on the checkpoints triggered after the warm-up (16 s of this 40 s run) instead."""
+    aligned = _run("aligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[2, 4] + [6.1] * 10)
+    spiky = [0.8] * 8 + [0.9] * 4 + [3.9, 0.8, 4.9, 3.9, 0.8, 4.9]  # checkpoints every 2 s from t=0
+    unaligned = _run("unaligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=spiky)
+    measured = measure(unaligned, CONFIG)
+    assert measured.duration_last_s == 3.9  # the last third's median: two long ones of three
+    assert measured.duration_steady_s == 0.9  # triggered at t >= 16 s: checkpoints 9-18
+    report = check(CONFIG, BackpressureRun({"aligned": aligned, "unaligned": unaligned}))
+    assert report.check("unaligned-shorter").passed, report.check("unaligned-shorter").detail
+    assert report.check("unaligned-shorter").numbers["aligned_s"] == 6.1
+
+    long = _run("unaligned", input_rate=2000, read_rate=1000, sink_rate=1000, durations=[0.8] * 8 + [3.9] * 10)
+    assert "unaligned-shorter" in _failed(aligned=aligned, unaligned=long)  # long after the warm-up: fails
