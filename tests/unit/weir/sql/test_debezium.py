@@ -379,3 +379,31 @@ def test_explain_names_the_changes_and_the_debezium_sink() -> None:
     assert "upsert-materializer" not in text
     plans = {s.plan.sink.table.name: s.plan.sink for s in plan_script(SCRIPT).inserts}
     assert plans["owner_changes"].keeps_update_before and plans["owner_changes"].materializer is None
+
+
+TOP_N = f"""CREATE TABLE orders (id BIGINT, u STRING, amount BIGINT)
+  WITH ('connector' = 'kafka', 'topic' = 'orders', 'format' = 'json', 'scan.startup.mode' = 'earliest-offset');
+CREATE TABLE top2 (u STRING, id BIGINT, amount BIGINT, rn BIGINT) WITH ({DEBEZIUM_OUT});
+INSERT INTO top2 SELECT u, id, amount, rn
+FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY u ORDER BY amount DESC) AS rn FROM orders) WHERE rn <= 2;
+"""
+
+
+def test_a_top_n_without_a_window_is_written_as_its_changes(tmp_path: Path, weir_job: RunJob) -> None:
+    """A Top-N's updating rows (each row number's row replaced) into a debezium-json sink: the
+    changelog, folded as a retract changelog, holds each user's two largest orders with their rank."""
+    rng = random.Random(5)
+    amounts = rng.sample(range(10_000), 300)
+    orders = [{"id": i, "u": f"u{rng.randrange(6)}", "amount": a} for i, a in enumerate(amounts)]
+    run = weir_job(job_file(tmp_path, TOP_N), sources={source_uid("orders"): [json.dumps(o) for o in orders]})
+    (uid,) = [u for u in run.sinks if u.endswith("-sink")]
+    by_user: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for order in orders:
+        by_user[order["u"]].append(order)
+    want = Counter(
+        json.dumps({**o, "rn": n}, sort_keys=True)
+        for rows in by_user.values()
+        for n, o in enumerate(sorted(rows, key=lambda o: -o["amount"])[:2], start=1)
+    )
+    assert folded(run.sinks[uid], None) == want
+    assert any(c.kind is RowKind.UPDATE_BEFORE for c in run.sinks[uid])
