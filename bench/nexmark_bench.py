@@ -255,6 +255,22 @@ def upsert_source_options(topic: str, bootstrap: str) -> str:
     )
 
 
+def debezium_source_options(topic: str, bootstrap: str) -> str:
+    """The ``${DEBEZIUM_SOURCE}`` of a query's file as weir.bench.NexmarkSql writes it for Flink: a
+    'kafka' table of 'debezium-json' (a CDC topic's change envelopes) of the topic ``<topic>-debezium``
+    beside the events' topic, read from its start up to its latest offsets."""
+    return (
+        f"'connector' = 'kafka', 'topic' = '{topic}-debezium', 'properties.bootstrap.servers' = '{bootstrap}', "
+        "'format' = 'debezium-json', 'scan.startup.mode' = 'earliest-offset', 'scan.bounded.mode' = 'latest-offset'"
+    )
+
+
+def debezium_sink_options(output: str, bootstrap: str, group: str) -> str:
+    """The ``${DEBEZIUM_SINK}`` of a query's file as weir.bench.NexmarkSql writes it for Flink: the
+    ``${SINK}`` in 'debezium-json' (each change of an updating result a Debezium envelope)."""
+    return sink_options(output, bootstrap, group).replace("'format' = 'json'", "'format' = 'debezium-json'")
+
+
 SIDE_INPUT: Final = Path(tempfile.gettempdir()) / "weir-nexmark" / f"side_input_{SIDE_INPUT_ROWS}.txt"
 """Where q13's side input is written (``write_side_input``) for both contenders (``${SIDE_INPUT}``)."""
 
@@ -293,9 +309,13 @@ def query_sql(
     """The query's file, the one Flink runs, its ``${SINK}`` / ``${UPSERT_SINK}`` what NexmarkSql puts
     there, its ``${SIDE_INPUT}`` the side input file (q13; written by ``write_side_input`` when not
     given), its ``${FILE_OUTPUT}`` the folder ``file_output(output)`` (q10), its ``${UPSERT_SOURCE}``
-    the 'upsert-kafka' table of the topic ``<topic>-upsert`` (``upsert_source_options``)."""
+    the 'upsert-kafka' table of the topic ``<topic>-upsert`` (``upsert_source_options``), its
+    ``${DEBEZIUM_SOURCE}`` and ``${DEBEZIUM_SINK}`` the 'debezium-json' tables of
+    ``debezium_source_options`` and ``debezium_sink_options``."""
     text = (sql_dir / f"{query}.sql").read_text()
     text = text.replace("${UPSERT_SOURCE}", upsert_source_options(topic, bootstrap))
+    text = text.replace("${DEBEZIUM_SOURCE}", debezium_source_options(topic, bootstrap))
+    text = text.replace("${DEBEZIUM_SINK}", debezium_sink_options(output, bootstrap, group))
     if "${SIDE_INPUT}" in text:
         text = text.replace("${SIDE_INPUT}", str(side_input or write_side_input()))
     text = text.replace("${FILE_OUTPUT}", f"file://{file_output(output)}")

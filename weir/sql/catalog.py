@@ -38,8 +38,21 @@ class Watermark:
 
 
 @dataclass(frozen=True)
+class DebeziumJson:
+    """A 'kafka' table's ``'format' = 'debezium-json'`` (Flink's): each record a Debezium change
+    envelope, read as a changelog and written from one (``weir.sql.debezium``). ``schema_include``:
+    the envelope is the ``payload`` of ``{"schema": ..., "payload": ...}`` (Kafka Connect's
+    ``value.converter.schemas.enable``; read only, as Flink's); ``ignore_parse_errors``: a message
+    that does not decode is skipped, a field of the wrong type NULL, as Flink's."""
+
+    schema_include: bool = False
+    ignore_parse_errors: bool = False
+
+
+@dataclass(frozen=True)
 class KafkaTable:
-    """``'connector' = 'kafka'`` (append) or ``'upsert-kafka'`` (keyed by the primary key)."""
+    """``'connector' = 'kafka'`` (append, or a Debezium changelog: ``debezium``) or ``'upsert-kafka'``
+    (keyed by the primary key)."""
 
     topic: str
     upsert: bool
@@ -52,6 +65,7 @@ class KafkaTable:
     key_fields: tuple[str, ...] = ()  # 'key.fields' (kafka; upsert-kafka's key is its PRIMARY KEY): see KafkaLayout
     key_fields_prefix: str = ""  # 'key.fields-prefix'
     value_fields_include: str = "ALL"  # 'value.fields-include': ALL | EXCEPT_KEY
+    debezium: DebeziumJson | None = None  # 'format' = 'debezium-json': a changelog read and written
 
 
 @dataclass(frozen=True)
@@ -267,6 +281,9 @@ class _Options:
         except ValueError:
             raise self.refuse(f"option '{key}' = '{value}' is not an integer", key) from None
 
+    def boolean(self, key: str) -> bool:
+        return self.one_of(key, "false", ("false", "true")) == "true"
+
     def check_all_used(self) -> None:
         for key in self.options:
             if key in self.used or key.startswith("properties.") or key.startswith("fields."):
@@ -327,6 +344,23 @@ def _key_fields(opts: _Options) -> tuple[str, ...]:
     return fields
 
 
+def _debezium_json(opts: _Options, prefix: str) -> DebeziumJson:
+    """Flink's ``debezium-json`` options (``prefix``: ``debezium-json.``, or ``value.debezium-json.``
+    under ``'value.format'``): those that change nothing Weir reads or writes are accepted (a MAP's
+    null keys: Weir has no MAP type), those that would and Weir does not do refused with their name."""
+    schema_include = opts.boolean(prefix + "schema-include")
+    ignore_parse_errors = opts.boolean(prefix + "ignore-parse-errors")
+    opts.one_of(prefix + "timestamp-format.standard", "SQL", ("SQL",))
+    opts.one_of(prefix + "map-null-key.mode", "FAIL", ("FAIL", "DROP", "LITERAL"))
+    opts.get(prefix + "map-null-key.literal")
+    opts.one_of(prefix + "encode.decimal-as-plain-number", "false", ("false",))
+    opts.one_of(prefix + "encode.ignore-null-fields", "false", ("false",))
+    if opts.options.get("key.format") is not None:
+        raise opts.refuse("'key.format' with 'debezium-json' is not supported (the record key is not read)",
+                          "key.format")  # fmt: skip
+    return DebeziumJson(schema_include=schema_include, ignore_parse_errors=ignore_parse_errors)
+
+
 def connector_of(
     table: str, options: Mapping[str, str], positions: Mapping[str, Position], position: Position
 ) -> Connector:
@@ -338,8 +372,15 @@ def connector_of(
     match name:
         case "kafka" | "upsert-kafka":
             key_fields: tuple[str, ...] = ()
+            debezium = None
             if name == "kafka":
-                opts.one_of("format", "json", ("json",))
+                # 'format', or 'value.format' (Flink's name beside a 'key.format'): its options prefixed so
+                format_key = "format" if "format" in options or "value.format" not in options else "value.format"
+                value_format = opts.one_of(format_key, "json", ("json", "debezium-json"))
+                if value_format == "debezium-json":
+                    debezium = _debezium_json(
+                        opts, "debezium-json." if format_key == "format" else "value.debezium-json."
+                    )
                 key_fields = _key_fields(opts)
             else:
                 opts.one_of("key.format", "json", ("json",))
@@ -371,6 +412,7 @@ def connector_of(
                 key_fields=key_fields,
                 key_fields_prefix=prefix,
                 value_fields_include=include,
+                debezium=debezium,
             )
             opts.get("properties.isolation.level")
             opts.get("properties.linger.ms")
@@ -562,6 +604,7 @@ __all__ = [
     "ComputedColumn",
     "Connector",
     "DatagenTable",
+    "DebeziumJson",
     "FilesystemTable",
     "JdbcTable",
     "KafkaLayout",

@@ -122,14 +122,24 @@ def is_cdc_scan(table: Table) -> bool:
 
 
 def is_changelog_source(table: Table) -> bool:
-    """A table read as a changelog of whole rows by its primary key: 'postgres-cdc', and 'upsert-kafka'
-    (its records normalized: weir.sql.upsert)."""
+    """A table read as a changelog of whole rows: 'postgres-cdc', 'upsert-kafka' (its records
+    normalized: weir.sql.upsert), and a 'kafka' table of 'debezium-json' (weir.sql.debezium)."""
     connector = table.connector
-    return isinstance(connector, PostgresCdcTable) or (isinstance(connector, KafkaTable) and connector.upsert)
+    return isinstance(connector, PostgresCdcTable) or (
+        isinstance(connector, KafkaTable) and (connector.upsert or connector.debezium is not None)
+    )
+
+
+def is_debezium(table: Table) -> bool:
+    """A 'kafka' table of ``'format' = 'debezium-json'``: read as a changelog, written from any."""
+    connector = table.connector
+    return isinstance(connector, KafkaTable) and connector.debezium is not None
 
 
 def _connector_name(table: Table) -> str:
-    return "postgres-cdc" if is_cdc_scan(table) else "upsert-kafka"
+    if is_cdc_scan(table):
+        return "'postgres-cdc'"
+    return "'kafka' ('debezium-json')" if is_debezium(table) else "'upsert-kafka'"
 
 
 def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[exp.Expr, str] | None:
@@ -138,12 +148,15 @@ def projection_refusal(source: Table, sink: Table, select: exp.Select) -> tuple[
     delete by its key ('jdbc' or 'upsert-kafka'). A sink keyed otherwise than by the source's primary
     key gets the planner's upsert materializer (``weir.sql.plan.UpsertMaterialize``)."""
     connector = sink.connector
+    if is_debezium(sink):
+        return None  # written as a changelog, each change as it is
     if not isinstance(connector, JdbcTable) and not (isinstance(connector, KafkaTable) and connector.upsert):
         return select, (
-            f"INSERT INTO {sink.name}: a projection of the changelog of '{_connector_name(source)}' table "
-            f"{source.name} needs a 'jdbc' or 'upsert-kafka' sink (it upserts and deletes by the primary key)"
+            f"INSERT INTO {sink.name}: a projection of the changelog of {_connector_name(source)} table "
+            f"{source.name} needs a 'jdbc' or 'upsert-kafka' sink (it upserts and deletes by the primary key), "
+            "or a 'kafka' sink of 'debezium-json' (it writes each change)"
         )
     return None
 
 
-__all__ = ["CdcChanges", "CdcUpserts", "is_cdc_scan", "is_changelog_source", "projection_refusal"]
+__all__ = ["CdcChanges", "CdcUpserts", "is_cdc_scan", "is_changelog_source", "is_debezium", "projection_refusal"]

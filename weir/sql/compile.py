@@ -65,6 +65,7 @@ from weir.sql.catalog import (
 from weir.sql.cdc import CdcChanges, CdcUpserts
 from weir.sql.changelog import Change, ChangelogMode
 from weir.sql.changelog_join import ChangelogJoin, RowsKept, SideRows, sides_kept
+from weir.sql.debezium import DebeziumEncoder, DebeziumRecords
 from weir.sql.decode import bare_column, checked, coercer, read_above, read_columns, reads
 from weir.sql.errors import SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, column_read, compile_expression
@@ -302,6 +303,22 @@ class RowDecoder:
             out[name] = evaluate(out)
         return out
 
+    def lenient_row(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """:meth:`row` with a field that does not decode NULL, as Flink's JSON converter makes it under
+        ``ignore-parse-errors`` (a computed column that fails still raises)."""
+        out: dict[str, Any] = self.template.copy()
+        get = record.get
+        for name, convert in self.columns:
+            value = get(name)
+            if value is not None:
+                try:
+                    out[name] = convert(value)
+                except (ValueError, TypeError):
+                    pass  # NULL
+        for name, evaluate in self.computed:
+            out[name] = evaluate(out)
+        return out
+
     def __call__(self, raw: bytes) -> dict[str, Any]:
         record = json_codec.decode(raw)
         if not isinstance(record, dict):
@@ -455,6 +472,8 @@ def _new_scan(env: Environment | None, scan: Scan, uids: _Uids, script: str, rea
     match connector:
         case KafkaTable() if connector.upsert:
             return _upsert_kafka_scan(env, table, connector, uids, decoder)
+        case KafkaTable() if connector.debezium is not None:
+            return _debezium_scan(env, table, connector, uids, decoder)
         case KafkaTable():
             uid = uids.source(
                 table.name, f"kafka topic {connector.topic} ({table.name}{_layout_words(table)}{decoded})"
@@ -578,6 +597,50 @@ def _upsert_kafka_scan(
         name=f"sql source {table.name}",
     )
     return upserts.key_by(_change_key(table)).process(ChangelogNormalize(), uid=normalize_uid)
+
+
+def _debezium_scan(
+    env: Environment | None, table: Table, connector: KafkaTable, uids: _Uids, decoder: RowDecoder
+) -> DataStream | None:
+    """A 'kafka' table of 'debezium-json' as a changelog: each record's envelope decoded once into its
+    changes (weir.sql.debezium.DebeziumRecords: +I, -U and +U, or -D of whole rows), chained to the
+    source; as Flink's, no ChangelogNormalize (the envelope carries the old row) and no exchange (a
+    key's changes are in order as its partition holds them)."""
+    assert table.watermark is None, "the planner refuses reading a changelog table with a WATERMARK"
+    options = connector.debezium
+    assert options is not None
+    words = ", schema included" if options.schema_include else ""
+    words += ", parse errors ignored" if options.ignore_parse_errors else ""
+    uid = uids.source(
+        table.name, f"kafka topic {connector.topic} ({table.name}{_decoded(table, decoder.read)}), debezium-json{words}"
+    )
+    changes_uid = f"{uid}-changes"  # the table's, as its source's: the same whichever statement reads it
+    uids.out.append(Operator(changes_uid, "changes", f"the Debezium envelopes of {table.name} as +I/-U/+U/-D"))
+    if env is None:
+        return None
+    records = DebeziumRecords(
+        table.name,
+        decoder.row,
+        decoder.lenient_row,
+        schema_include=options.schema_include,
+        ignore_parse_errors=options.ignore_parse_errors,
+    )
+    envelopes = env.from_kafka(
+        connector.topic,
+        uid=uid,
+        bounded=connector.bounded,
+        record_deserializer=records,
+        starting_offsets=_starting_offsets(connector.startup_mode),
+        group_id=connector.group_id,
+        records_per_second=connector.records_per_second,
+        dead_letter_topic=connector.dead_letter_topic,
+        name=f"sql source {table.name}",
+    )
+    return envelopes.flat_map(_each, uid=changes_uid)
+
+
+def _each(changes: tuple[Change, ...]) -> tuple[Change, ...]:
+    return changes
 
 
 class Datagen:
@@ -1412,7 +1475,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
     match connector:
         case KafkaTable():
             kind = "upsert-kafka" if connector.upsert else "kafka"
-            words = _layout_words(table)
+            words = _layout_words(table) + (", debezium-json" if connector.debezium is not None else "")
             uid = uids.next("sink", f"{kind} topic {connector.topic} ({table.name}{words}), {connector.delivery}")
             if env is None or stream is None:
                 return
@@ -1420,7 +1483,7 @@ def _sink(env: Environment | None, stream: DataStream | None, sink: Sink, uids: 
             stream.sink_to_kafka(
                 connector.topic,
                 uid=uid,
-                serializer=record.value,
+                serializer=record.value if connector.debezium is None else _debezium_encoder(encoder).appended,
                 key=record.key if record.has_key else None,
                 delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
                 properties=KEYED_PARTITIONER if record.has_key else None,
@@ -1487,6 +1550,19 @@ def _changelog_sink(
         return sink_write(change.kind, keeps_update_before=kept) is not SinkWrite.NOTHING
 
     match connector:
+        case KafkaTable() if connector.debezium is not None:
+            uid = uids.next(
+                "sink",
+                f"kafka topic {connector.topic} ({table.name}), debezium-json: each change, {connector.delivery}",
+            )
+            if env is None or stream is None:
+                return
+            stream.sink_to_kafka(
+                connector.topic,
+                uid=uid,
+                serializer=_debezium_encoder(encoder).change,
+                delivery="exactly_once" if connector.delivery == "exactly-once" else "at_least_once",
+            )
         case KafkaTable():
             upserts_uid = uids.next("upserts", f"the changelog's +I/+U rows and -D tombstones ({dropped})")
             words = _layout_words(table)
@@ -1520,6 +1596,15 @@ def _changelog_sink(
             raise SqlError(f"table {table.name}: a changelog needs an upsert sink ('upsert-kafka' or 'jdbc')")
         case _:
             assert_never(connector)
+
+
+def _debezium_encoder(encoder: RowEncoder) -> DebeziumEncoder:
+    """Flink's debezium-json serializer's bytes: the row's object its columns in the table's order."""
+
+    def row(values: Mapping[str, Any]) -> bytes:
+        return json_codec.encode_in_order(encoder.json(values))
+
+    return DebeziumEncoder(row)
 
 
 def _materialized(stream: DataStream | None, sink: Sink, materializer: Materializer, uids: _Uids) -> DataStream | None:

@@ -17,7 +17,7 @@ from sqlglot import exp
 
 from weir.sql import functions
 from weir.sql.catalog import FilesystemTable, JdbcTable, KafkaTable, Table
-from weir.sql.cdc import is_changelog_source, projection_refusal
+from weir.sql.cdc import is_changelog_source, is_debezium, projection_refusal
 from weir.sql.changelog import APPEND, RETRACT, WITH_DELETES, ChangelogMode, aggregation_mode
 from weir.sql.errors import Position, SqlError
 from weir.sql.expressions import Evaluate, Locate, Scope, compile_expression, interval_ms, normalized
@@ -390,6 +390,11 @@ def plan_insert(
             f"{len(sink_table.columns)} ({', '.join(c.name for c in sink_table.columns)})",
         )
     own_key = True  # the sink's key is the result's own: each -U's +U has the same sink key
+    # a 'debezium-json' sink writes every change as it comes (Flink's: its changelog mode takes all
+    # four kinds, so no -U is dropped and no materializer is put before it, whatever its key)
+    changelog_sink = is_debezium(sink_table)
+    if changelog_sink:
+        _check_debezium_sink(sink_table, insert)
     scanned = _changelog_scan(node)
     sink_names = [c.name for c in sink_table.columns]
     keys = {frozenset(sink_names[i] for i in key) for key in _positions(node)}
@@ -397,26 +402,33 @@ def plan_insert(
     materializer = None
     if updating or scanned is not None or _changelog_join(node.input) is not None:
         _check_upserts(sink_table, node, scanned, locate, query)
-        if primary_key and (
-            materialize is UpsertMaterialize.FORCE
-            or (materialize is UpsertMaterialize.AUTO and not any(key <= primary_key for key in keys))
+        if (
+            primary_key
+            and not changelog_sink
+            and (
+                materialize is UpsertMaterialize.FORCE
+                or (materialize is UpsertMaterialize.AUTO and not any(key <= primary_key for key in keys))
+            )
         ):
             smallest = min(keys, key=lambda key: (len(key), sorted(sink_names.index(c) for c in key)), default=None)
             materializer = Materializer(None if smallest is None else tuple(c for c in sink_names if c in smallest))
     if updating:
         own_key = primary_key in keys
-        if not own_key or materializer is not None:  # the aggregate's -U delete the old sink rows (or leave
-            node = _emitting_changelog(node)  # the materializer's rows of the key)
+        if changelog_sink or not own_key or materializer is not None:  # the aggregate's -U delete the old
+            node = _emitting_changelog(node)  # sink rows, leave the materializer's rows of the key, or are written
     elif scanned is not None:
         own_key = primary_key in keys
     elif isinstance(node.input, TopN) and node.input.slide_ms is None:
-        _check_ranked_sink(sink_table, node.input, outputs, locate, query)
-        if materialize is UpsertMaterialize.FORCE and primary_key:
+        if not changelog_sink:
+            _check_ranked_sink(sink_table, node.input, outputs, locate, query)
+        if materialize is UpsertMaterialize.FORCE and primary_key and not changelog_sink:
             materializer = Materializer(None)
     elif _changelog_join(node.input) is not None:
         own_key = False  # a joined row's -U and its +U may be at two sink keys: the -U deletes its key
     assert isinstance(node, Project)
-    keeps_update_before = changelog_of(node) is not None and (not own_key or _filtered_changelog(node))
+    keeps_update_before = changelog_of(node) is not None and (
+        changelog_sink or not own_key or _filtered_changelog(node)
+    )
     if materializer is not None:
         keeps_update_before = False  # the materializer writes +I/+U of a key's last row or -D of the key
     # INSERT fills the sink's columns by position: the last projection names its values as the sink's
@@ -476,13 +488,26 @@ def _converted(evaluate: Evaluate, kind: Kind) -> Evaluate:
     return convert
 
 
+def _check_debezium_sink(table: Table, insert: Insert) -> None:
+    """Flink's debezium-json serializer writes no schema: refused as Flink's format factory words it."""
+    connector = table.connector
+    assert isinstance(connector, KafkaTable) and connector.debezium is not None
+    if connector.debezium.schema_include:
+        raise SqlError(
+            f"INSERT INTO {table.name}: Debezium JSON serialization doesn't support "
+            "'debezium-json.schema-include' option been set to true.",
+            insert.position,
+        )
+
+
 def _check_upserts(table: Table, node: Project, scanned: Scan | None, locate: Locate, query: exp.Select) -> None:
     """An updating result (a GROUP BY without a window, a projection of a changelog source, an outer
-    join or a join of an updating result) needs a sink that upserts and deletes by its key."""
+    join or a join of an updating result) needs a sink that upserts and deletes by its key, or a
+    'debezium-json' one, which writes each change."""
     upserts = isinstance(table.connector, JdbcTable) or (
         isinstance(table.connector, KafkaTable) and table.connector.upsert
     )
-    if upserts:
+    if upserts or is_debezium(table):
         return
     refusal = None if scanned is None else projection_refusal(scanned.table, table, query)
     if refusal is not None:
@@ -495,7 +520,7 @@ def _check_upserts(table: Table, node: Project, scanned: Scan | None, locate: Lo
     raise locate.refuse(
         query,
         f"INSERT INTO {table.name}: {what} gives updating results; the sink must be "
-        "'upsert-kafka' or 'jdbc' with a PRIMARY KEY (its connector appends)",
+        "'upsert-kafka' or 'jdbc' with a PRIMARY KEY, or 'kafka' of 'debezium-json' (its connector appends)",
     )
 
 
@@ -1199,7 +1224,7 @@ def _named_relation(name: str, alias: str | None, at: exp.Expr, catalog: Catalog
         if is_changelog_source(table) and table.watermark is not None:  # upsert-kafka ('postgres-cdc': at CREATE)
             raise locate.refuse(
                 at,
-                f"reading table {name} with a WATERMARK is not supported (an upsert-kafka changelog has no event time)",
+                f"reading table {name} with a WATERMARK is not supported (Weir's changelog sources have no event time)",
             )
         return Relation(Scan(table), _table_scope(table, alias), table.watermark.column if table.watermark else None)
     view = catalog.views.get(name)

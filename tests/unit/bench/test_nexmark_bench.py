@@ -414,7 +414,38 @@ def test_an_upsert_source_is_the_upsert_kafka_topic_beside_the_events_as_nexmark
         "'key.format' = 'json', 'value.format' = 'json', 'scan.bounded.mode' = 'latest-offset'"
     ) in text
     java = (nb.REPO_ROOT / "bench/flink/src/main/java/weir/bench/NexmarkSql.java").read_text()
-    assert '+ "-upsert\', \'properties.bootstrap.servers\' = \'"' in java
+    assert "+ \"-upsert', 'properties.bootstrap.servers' = '\"" in java
+
+
+def test_a_debezium_source_and_sink_are_the_debezium_json_tables_nexmark_sql_gives_flink() -> None:
+    """``${DEBEZIUM_SOURCE}`` (the topic ``<events topic>-debezium``, bounded at its latest offsets)
+    and ``${DEBEZIUM_SINK}`` (``${SINK}`` in 'debezium-json'), as NexmarkSql.java writes them."""
+    from weir.sql import plan_script
+    from weir.sql.catalog import DebeziumJson, KafkaTable
+
+    script = nb.weir_sql_statement_set(
+        ("debezium_group_by", "debezium_sink"), topic="events-7", output="o", bootstrap="b:1", group="g"
+    )
+    assert "${" not in script
+    tables = plan_script(script).tables
+    for name in ("account_changes", "account_history"):
+        source = tables[name].connector
+        assert isinstance(source, KafkaTable)
+        assert (source.topic, source.bounded, source.startup_mode, source.debezium) == (
+            "events-7-debezium",
+            True,
+            "earliest-offset",
+            DebeziumJson(),
+        )
+    sink = tables["nexmark_debezium_sink"].connector
+    assert isinstance(sink, KafkaTable) and (sink.topic, sink.debezium) == ("o-debezium_sink", DebeziumJson())
+    assert nb.debezium_sink_options("o", "b", "g") == nb.sink_options("o", "b", "g").replace(
+        "'format' = 'json'", "'format' = 'debezium-json'"
+    )
+    java = (nb.REPO_ROOT / "bench/flink/src/main/java/weir/bench/NexmarkSql.java").read_text()
+    assert "+ \"-debezium', 'properties.bootstrap.servers' = '\"" in java
+    assert "'format' = 'debezium-json', 'scan.startup.mode' = 'earliest-offset'," in java
+    assert "sink.replace(\"'format' = 'json'\", \"'format' = 'debezium-json'\")" in java
 
 
 @pytest.mark.parametrize("query", SQL_QUERIES)

@@ -56,7 +56,10 @@ import org.apache.flink.table.api.bridge.java.StreamTableEnvironment;
  * table's {@code 'path'}); {@code --file-output DIR}: a query's {@code ${FILE_OUTPUT}} is the folder
  * {@code DIR/<its output topic's name>} (q10's 'filesystem' sink). A query's {@code ${UPSERT_SOURCE}}
  * is an 'upsert-kafka' table of the topic {@code <topic>-upsert} (JSON key and value, read up to its
- * latest offsets): join_upsert_table.sql's.
+ * latest offsets): join_upsert_table.sql's. A query's {@code ${DEBEZIUM_SOURCE}} is a 'kafka' table of
+ * 'debezium-json' of the topic {@code <topic>-debezium} (read up to its latest offsets), its {@code
+ * ${DEBEZIUM_SINK}} the {@code ${SINK}} in 'debezium-json': debezium_group_by.sql's and
+ * debezium_sink.sql's.
  */
 public final class NexmarkSql {
   /**
@@ -173,6 +176,13 @@ public final class NexmarkSql {
         "'connector' = 'upsert-kafka', 'topic' = '" + topic + "-upsert', 'properties.bootstrap.servers' = '"
             + bootstrap + "', 'key.format' = 'json', 'value.format' = 'json',"
             + " 'scan.bounded.mode' = 'latest-offset'";
+    // a 'kafka' table of Debezium change envelopes (a CDC topic) read as a changelog: <topic>-debezium
+    String debeziumSource =
+        "'connector' = 'kafka', 'topic' = '" + topic + "-debezium', 'properties.bootstrap.servers' = '"
+            + bootstrap + "', 'format' = 'debezium-json', 'scan.startup.mode' = 'earliest-offset',"
+            + " 'scan.bounded.mode' = 'latest-offset'";
+    // an updating result written as Debezium change envelopes into an append-only topic
+    String debeziumSink = sink.replace("'format' = 'json'", "'format' = 'debezium-json'");
     TableResult result = null;
     StatementSet set = tables.createStatementSet();
     for (String name : queries) {
@@ -192,9 +202,10 @@ public final class NexmarkSql {
         text = text.replace("${FILE_OUTPUT}", "file://" + fileOutput + "/" + topicOut);
       }
       // an 'upsert-kafka' table read by a query (a join with a changelog): the topic <topic>-upsert
-      text = text.replace("${UPSERT_SOURCE}", upsertSource);
+      text = text.replace("${UPSERT_SOURCE}", upsertSource).replace("${DEBEZIUM_SOURCE}", debeziumSource);
       String insertSql =
           text.replace("${SINK}", sink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
+              .replace("${DEBEZIUM_SINK}", debeziumSink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix))
               .replace("${UPSERT_SINK}", upsertSink.replace("@OUTPUT@", topicOut).replace("@GROUP@", prefix));
       for (String statement : statements(insertSql)) {
         if (queries.length > 1 && statement.strip().toUpperCase().startsWith("INSERT")) {
