@@ -25,13 +25,17 @@ from tests.integration.conftest import (
 )
 from weir.core.checkpointing import CheckpointKind, CheckpointStatus
 from weir.core.states import JobStatus, TaskState
-from weir.tools.client import CheckpointInfo, JobDetails
+from weir.tools.client import CheckpointInfo, JobDetails, TaskCheckpointStats
 from weir.tools.supervisor import kill_process
 
 pytestmark = pytest.mark.integration
 
 JOB = REPO_ROOT / "examples" / "keyed_aggregation.py"
 EVENTS = 60_000
+ALIGNED_TIMEOUT_EVENTS = 400_000
+"""The aligned-timeout test's input, read unthrottled (600,000 before; `weir verify`'s reference run
+over it was most of the test): the windows had read 127,000-185,000 when a checkpoint a window task
+switched had completed (four runs, load 7-11); a run that reads it all first fails, naming this."""
 
 
 def split_off_the_final(completed: list[CheckpointInfo]) -> list[CheckpointInfo]:
@@ -162,11 +166,13 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
     """`-D checkpointing.aligned-checkpoint-timeout`: checkpoints start aligned (the sources' barriers
     go in order); a barrier that waits in a backpressured window task's queue past the timeout is
     turned into a priority one there and the checkpoint goes on unaligned. With the source unthrottled
-    the windows are backpressured, so the switch engages; a TaskManager killed mid-run, both sinks exact."""
+    the windows are backpressured, so the switch engages; a TaskManager killed once a checkpoint a
+    window task switched completed, while its tasks still run and the windows have not read the whole
+    input (polled: a run that read it all first fails, naming it), and both sinks exact."""
     endpoints = weir_cluster.endpoints
-    # Unthrottled, 150,000 events were all read a moment after the first checkpoint on an idle
-    # machine: the kill then came after the TaskManager's tasks had finished, and nothing restored.
-    params = keyed_aggregation_inputs(endpoints, unique, 600_000, records_per_second=0, checkpoint_interval="500ms")
+    params = keyed_aggregation_inputs(
+        endpoints, unique, ALIGNED_TIMEOUT_EVENTS, records_per_second=0, checkpoint_interval="200ms"
+    )
     params |= {
         "checkpointing.unaligned": "true",
         "checkpointing.aligned-checkpoint-timeout": "1ms",
@@ -174,7 +180,26 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
         "restart.delay": "1s",
     }
     job_id = weir_cluster.submit("examples/keyed_aggregation.py", params, parallelism=3)
-    kill_mid_run_until_finished(weir_cluster, job_id, "taskmanager-1", checkpoints=1)
+    victim = "taskmanager-1"
+
+    def switched_mid_run(status: JobDetails) -> bool:
+        if windows_read(status) >= ALIGNED_TIMEOUT_EVENTS:
+            pytest.fail(
+                f"the windows read all {ALIGNED_TIMEOUT_EVENTS:,} events before a checkpoint switched to "
+                "unaligned: the kill would not land mid-run (raise ALIGNED_TIMEOUT_EVENTS)"
+            )
+        return (
+            status.summary.status == "RUNNING"
+            and any(t.taskmanager_id == victim and t.state is TaskState.RUNNING for t in status.tasks)
+            and process_running(weir_cluster, victim)
+            and any(t.unaligned for t in completed_windows(weir_cluster, job_id))
+        )
+
+    wait_until(weir_cluster, job_id, switched_mid_run, "a completed checkpoint a window task switched to unaligned")
+    kill_process(weir_cluster.directory, victim)
+    final = wait_until(weir_cluster, job_id, lambda s: s.summary.status == "FINISHED", "the job to finish", 300)
+    assert final.summary.status == "FINISHED", final.failure
+    assert final.last_restore_at is not None, f"the job never restored after killing {victim}"
     assert_sinks_exact(JOB, params, job_id, endpoints)
 
     completed = [
@@ -183,10 +208,25 @@ def test_the_aligned_checkpoint_timeout_switches_to_unaligned_and_survives_a_kil
         if c.status is CheckpointStatus.COMPLETED and c.kind is CheckpointKind.CHECKPOINT
     ]
     sources = [t for c in completed for t in c.tasks if t.vertex_uid == "events-source"]
-    windows = [t for c in completed for t in c.tasks if t.vertex_uid == "window-count-sum"]
     assert sources and not any(t.unaligned for t in sources), "a source started a checkpoint unaligned"
-    switched = [t for t in windows if t.unaligned]
-    assert switched, f"no window task switched to unaligned: {windows}"
+    switched = [t for t in completed_windows(weir_cluster, job_id) if t.unaligned]
+    assert switched, f"no window task switched to unaligned: {completed_windows(weir_cluster, job_id)}"
+
+
+def windows_read(status: JobDetails) -> int:
+    """The events the window tasks took in, replays included (as their last heartbeats reported)."""
+    return sum(t.records_in_all_attempts for t in status.tasks if t.vertex_uid == "window-count-sum")
+
+
+def completed_windows(cluster: WeirCluster, job_id: str) -> list[TaskCheckpointStats]:
+    """The window tasks' stats in the job's completed periodic checkpoints."""
+    return [
+        t
+        for c in cluster.client.list_checkpoints(job_id)
+        if c.status is CheckpointStatus.COMPLETED and c.kind is CheckpointKind.CHECKPOINT
+        for t in c.tasks
+        if t.vertex_uid == "window-count-sum"
+    ]
 
 
 @pytest.mark.parametrize(

@@ -9,9 +9,11 @@ with the job's failure)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -112,23 +114,45 @@ class Probe:
 
 
 @pytest.fixture(scope="module")
-def probe(tmp_path_factory: pytest.TempPathFactory) -> Probe:
+def probe() -> Probe:
     missing = [tool for tool in ("java", "javac", "mvn") if shutil.which(tool) is None]
     if missing:
         pytest.skip(f"Flink's REST client needs {', '.join(missing)} (deploy/local/flink-cli.sh)")
     install = subprocess.run([str(FLINK_CLI), "install"], capture_output=True, text=True, timeout=600)
     assert install.returncode == 0, f"deploy/local/flink-cli.sh install failed: {install.stderr}"
     printed = subprocess.run([str(FLINK_CLI), "--print-dir"], capture_output=True, text=True, check=True)
-    lib = Path(printed.stdout.strip()) / "lib"
-    classes = tmp_path_factory.mktemp("flink-rest-probe")
-    compiled = subprocess.run(
-        ["javac", "-d", str(classes), "-cp", f"{lib}/*", str(PROBE_SOURCE)],
-        capture_output=True,
-        text=True,
-        timeout=PROBE_TIMEOUT_S,
-    )
-    assert compiled.returncode == 0, f"javac {PROBE_SOURCE.name} failed:\n{compiled.stderr}"
+    cli_dir = Path(printed.stdout.strip())
+    lib = cli_dir / "lib"
+    # Compiled once per probe source, jars and javac (javac over Flink's jars took 9.5 s at load 10),
+    # beside the jars in Weir's cache; a changed source, jar or compiler compiles anew.
+    classes = cli_dir / f"rest-probe-{probe_build_key(lib)}"
+    if not classes.is_dir():
+        building = Path(tempfile.mkdtemp(prefix=f"{classes.name}.", dir=cli_dir))
+        compiled = subprocess.run(
+            ["javac", "-d", str(building), "-cp", f"{lib}/*", str(PROBE_SOURCE)],
+            capture_output=True,
+            text=True,
+            timeout=PROBE_TIMEOUT_S,
+        )
+        if compiled.returncode != 0:
+            shutil.rmtree(building, ignore_errors=True)
+        assert compiled.returncode == 0, f"javac {PROBE_SOURCE.name} failed:\n{compiled.stderr}"
+        try:  # whole or not there: a session stopped mid-compile leaves only its temporary
+            building.rename(classes)
+        except OSError:  # another session compiled it meanwhile
+            shutil.rmtree(building, ignore_errors=True)
     return Probe(lib, classes)
+
+
+def probe_build_key(lib: Path) -> str:
+    """What the compiled probe depends on: its source, the jars' names and sizes, the javac installed
+    (its resolved path and time, without starting a JVM to ask its version)."""
+    javac = Path(shutil.which("javac") or "javac").resolve()
+    digest = hashlib.sha256(PROBE_SOURCE.read_bytes())
+    digest.update(f"{javac}:{javac.stat().st_mtime_ns}\n".encode())
+    for jar in sorted(lib.glob("*.jar")):
+        digest.update(f"{jar.name}:{jar.stat().st_size}\n".encode())
+    return digest.hexdigest()[:16]
 
 
 @pytest.fixture
