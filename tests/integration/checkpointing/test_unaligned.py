@@ -260,10 +260,17 @@ def test_an_unaligned_checkpoint_with_records_in_flight_restores_at_another_para
         120, with_records_in_flight, lambda answer: bool(answer[0]) and answer[1] is JobStatus.RUNNING
     )
     assert found and status is JobStatus.RUNNING, f"no retained checkpoint with records in flight; the job is {status}"
-    chosen = found[-1]
     client.cancel_job(old)
     polling.until(
         "the first job to be CANCELED", 120, lambda: client.job_status(old).summary.status is JobStatus.CANCELED
+    )
+    # The restore starts from the first job's last completed checkpoint: its sinks committed the output of
+    # every checkpoint it completed, so a restore from an earlier one (one the poll above saw, before others
+    # completed until the cancellation) would emit that output again (seen once: 1,333 window results twice).
+    chosen = retained(weir_cluster, old)[-1]
+    assert chosen.inflight_bytes > 0, (
+        f"the first job's last checkpoint {chosen.checkpoint_id} held no records in flight "
+        f"(earlier ones did: {[c.checkpoint_id for c in found]}); the backlog was read before the cancellation"
     )
 
     new = client.submit_job(JOB, params, new_parallelism, from_checkpoint=chosen.external_path)
