@@ -127,8 +127,11 @@ def test_cancel_resolves_every_transaction_and_a_resubmitted_job_does_not_block(
     assert prepared_gids(weir_cluster, job_id) == []
     assert open_transactions(weir_cluster, f"results-{unique}") == {}
 
-    # The same job over the same keys again: no old row lock holds it up; it finishes its input.
-    again = weir_cluster.client.submit_job(KEYED_JOB, {**params, "source.bounded": "true"}, 2)
+    # The same job over the same keys again: no old row lock holds it up; it finishes its input (read
+    # as fast as it goes: only the cancelled job needed the pace, to be running when cancelled).
+    again = weir_cluster.client.submit_job(
+        KEYED_JOB, {**params, "source.bounded": "true", "source.records_per_second": "0"}, 2
+    )
     finished = weir_cluster.wait_for(again, ("FINISHED",), timeout_s=240)
     assert finished.summary.status == "FINISHED", finished.failure
     assert prepared_gids(weir_cluster, again) == []

@@ -190,7 +190,8 @@ def test_a_killed_slot_worker_fails_its_job_over_and_it_recovers_exactly_once(
     weir_cluster: WeirCluster, unique: str
 ) -> None:
     endpoints = weir_cluster.endpoints
-    params = keyed_aggregation_inputs(endpoints, unique, 80_000, records_per_second=6000, checkpoint_interval="1s")
+    # 8 s of input at the pace: the worker is killed once the job runs past its first checkpoint, seconds in.
+    params = keyed_aggregation_inputs(endpoints, unique, 48_000, records_per_second=6000, checkpoint_interval="1s")
     params |= {"restart.strategy": "fixed-delay", "restart.delay": "1s"}
     job_id = weir_cluster.submit(JOB, params)
     status = running(weir_cluster, job_id)

@@ -252,7 +252,9 @@ def crash_cluster(
     for name, value in private_ports(services).items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("WEIR_RUN_DIR", str(tmp_path / "run"))
-    monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/crash-{tmp_path.name}")
+    # A prefix of its own: tmp_path's name repeats in every session, and a JobManager started on a used
+    # prefix recovers the jobs an earlier cluster left there (and collects their orphans) before it answers.
+    monkeypatch.setenv("WEIR_CHECKPOINT_DIR", f"s3://{services.s3_bucket}/crash-{tmp_path.name}-{uuid.uuid4().hex[:8]}")
     monkeypatch.setenv("WEIR_CRASH_POINT", spec)
     monkeypatch.setenv("WEIR_CRASH_ONCE_DIR", str(tmp_path / "fired"))
     endpoints = Endpoints.from_env()

@@ -107,9 +107,7 @@ def expected(events: Sequence[Any], tags: Tags) -> dict[str, dict[Json, Json]]:
             tag, weight = tags[b.auction]
             per_tag[tag][0] += 1
             per_tag[tag][1] += b.price * weight
-    tagged = {
-        (("tag", t),): frozen_row({"tag": t, "bids": n, "volume": volume}) for t, (n, volume) in per_tag.items()
-    }
+    tagged = {(("tag", t),): frozen_row({"tag": t, "bids": n, "volume": volume}) for t, (n, volume) in per_tag.items()}
     counts: dict[int, Counter[int]] = defaultdict(Counter)
     for b in bids:
         counts[b.auction][b.bidder] += 1
@@ -142,14 +140,23 @@ def prepare(endpoints: Any, topic: str) -> dict[str, dict[Json, Json]]:
     return want
 
 
+@pytest.fixture(scope="module")
+def changelog_events(weir_cluster: WeirCluster) -> tuple[str, dict[str, dict[Json, Json]]]:
+    """The module's input, written once and read by both tests (each with its own consumer group and
+    output topics): the events' topic and the sinks' final tables in Python."""
+    topic = f"sql-changelog-join-{uuid.uuid4().hex[:8]}"
+    return topic, prepare(weir_cluster.endpoints, topic)
+
+
 def test_weir_joins_changelogs_as_flink_does(
-    weir_cluster: WeirCluster, tmp_path_factory: pytest.TempPathFactory
+    weir_cluster: WeirCluster,
+    tmp_path_factory: pytest.TempPathFactory,
+    changelog_events: tuple[str, dict[str, dict[Json, Json]]],
 ) -> None:
     build = flink_build()
     endpoints = weir_cluster.endpoints
     work = tmp_path_factory.mktemp("changelog-join-vs-flink")
-    topic = f"sql-changelog-join-{uuid.uuid4().hex[:8]}"
-    want = prepare(endpoints, topic)
+    topic, want = changelog_events
     weir_out, flink_out = f"{topic}-weir", f"{topic}-flink"
     topics = output_topics(endpoints, weir_out, flink_out, QUERIES)
     run_on_both_sides(
@@ -165,22 +172,21 @@ def test_weir_joins_changelogs_as_flink_does(
 
 
 def test_joins_of_changelogs_through_a_taskmanager_kill_leave_the_exact_final_tables(
-    weir_cluster: WeirCluster, tmp_path: Path
+    weir_cluster: WeirCluster, tmp_path: Path, changelog_events: tuple[str, dict[str, dict[Json, Json]]]
 ) -> None:
     """The same statements on Weir alone, the events read at a pace, a TaskManager running the job's
     tasks killed after two checkpoints: the job recovers from its last checkpoint (the joins' and
     aggregates' state, the sources' offsets, the exactly-once sinks' transactions) and its final
     tables are Python's."""
     endpoints = weir_cluster.endpoints
-    topic = f"sql-changelog-join-kill-{uuid.uuid4().hex[:8]}"
-    want = prepare(endpoints, topic)
-    out = f"{topic}-weir"
+    topic, want = changelog_events
+    out = f"{topic}-kill-weir"
     for query in QUERIES:
         assert kafka.create_topic(endpoints, f"{out}-{query}", 2, 1, NO_RETENTION)
     script = weir_sql_statement_set(QUERIES, topic=topic, output=out, bootstrap=endpoints.kafka_bootstrap, group=out)
     paced = script.replace(
         "'scan.bounded.mode' = 'latest-offset',\n  'format' = 'json'",
-        "'scan.bounded.mode' = 'latest-offset',\n  'format' = 'json',\n  'scan.records-per-second' = '250'",
+        "'scan.bounded.mode' = 'latest-offset',\n  'format' = 'json',\n  'scan.records-per-second' = '500'",
     )
     assert paced.count("scan.records-per-second") == 1, "the events table's options are not where they were"
     job_file = tmp_path / "changelog_join_kill.py"
