@@ -117,43 +117,63 @@ def wait_for_job(
 
 
 SLOW_FILES: Final = {
-    "checkpointing/test_unaligned.py": 150,
-    "sql/test_nexmark_vs_flink.py": 103,
-    "checkpointing/test_recovery.py": 70,
-    "jobmanager/test_rescale.py": 67,
-    "sql/test_changelog_join_vs_flink.py": 63,
-    "runtime/test_broadcast_state.py": 57,
+    "checkpointing/test_unaligned.py": 230,
+    "checkpointing/test_savepoints.py": 217,
+    "sinks/test_crash_points_e2e.py": 171,
+    "sql/test_nexmark_vs_flink.py": 130,
+    "jobmanager/test_jobmanager_failover.py": 100,
+    "security/test_kafka_security.py": 94,
+    "sources/test_postgres_cdc.py": 77,
+    "runtime/test_broadcast_state.py": 75,
+    "packaging/test_wheel.py": 73,
+    "checkpointing/test_recovery.py": 65,
+    "checkpointing/test_rescale.py": 65,
+    "sinks/test_file_sink.py": 63,
+    "jobmanager/test_rescale.py": 61,
+    "nexmark/test_nexmark_recovery.py": 59,
+    "runtime/test_slot_processes.py": 58,
+    "sql/test_changelog_join_vs_flink.py": 55,
+    "tools/test_upgrade_matrix.py": 55,
+    "scenarios/test_backpressure.py": 53,
     "scenarios/test_recovery.py": 52,
-    "scenarios/test_backpressure.py": 50,
-    "sql/test_updating_vs_flink.py": 48,
-    "sql/test_sql_jobs.py": 45,
-    "checkpointing/test_savepoints.py": 42,
-    "nexmark/test_nexmark_recovery.py": 41,
-    "sinks/test_file_sink.py": 41,
-    "sources/test_postgres_cdc.py": 40,
-    "sql/test_nexmark_q12.py": 37,
-    "jobmanager/test_flink_rest_client.py": 37,
-    "sources/test_postgres_cdc_parallel.py": 32,
-    "sql/test_partition_commit.py": 32,
-    "jobmanager/test_rest_job_results.py": 30,
-    "jobmanager/test_job_end.py": 29,
-    "sql/test_sql_state_savepoint.py": 29,
-    "jobmanager/test_jobmanager_failover.py": 28,
-    "security/test_kafka_security.py": 27,
-    "runtime/test_async_io.py": 24,
+    "sql/test_debezium_vs_flink.py": 50,
+    "ui/test_ui_cluster.py": 48,
+    "sql/test_partition_commit.py": 47,
+    "sources/test_postgres_cdc_parallel.py": 44,
+    "jobmanager/test_flink_rest_client.py": 43,
+    "sql/test_sql_state_savepoint.py": 42,
+    "sinks/test_big_epoch.py": 37,
+    "observability/test_prometheus.py": 36,
+    "sources/test_postgres_cdc_rescale.py": 35,
+    "sql/test_postgres_cdc_sql.py": 35,
+    "runtime/test_python_files.py": 35,
+    "sql/test_sql_jobs.py": 33,
+    "sinks/test_kafka_transactional_sink.py": 33,
+    "checkpointing/test_restore_chain.py": 33,
+    "sql/test_outer_join_vs_flink.py": 30,
+    "sql/test_updating_vs_flink.py": 28,
+    "jobmanager/test_flink_cli.py": 28,
+    "sql/test_upsert_materialize_savepoint.py": 28,
+    "sql/test_nexmark_q12.py": 27,
+    "jobmanager/test_rest_job_results.py": 27,
+    "runtime/test_async_io.py": 27,
+    "sql/test_sql_updating.py": 27,
+    "jobmanager/test_job_end.py": 26,
+    "sql/test_kafka_layout_vs_flink.py": 26,
+    "sql/test_upsert_materialize_vs_flink.py": 26,
+    "observability/test_alertmanager.py": 25,
 }
-"""The integration files (under tests/integration/) of make test's 30 slowest tests, with those tests'
-seconds (a file's other tests not counted), the mean of the two make test runs at a965ece and just
-before it (test_updating_vs_flink, test_sql_jobs and test_kafka_security: the earlier figures, not
-among those 30 then; test_async_io, test_broadcast_state, checkpointing/test_recovery,
-jobmanager/test_rescale, test_file_sink and test_nexmark_recovery: that figure times the
-after/before ratio of their tests run alone when they were made shorter, branch wt-ttime;
-checkpointing/test_unaligned the same, its aligned-timeout test 45 → ~32 s alone, branch wt-ttime2). ``make
-test`` hands whole files to its two workers in collection order (``--dist loadfile
---no-loadscope-reorder``): these go first, longest first, so that no long file starts last on one
-worker while the other has nothing left to run; the other files follow, those of most tests first
-(pytest-xdist's own order). Refresh from make test's ``--durations`` list when it changes much; a
-stale figure only costs balance."""
+"""Every integration file that took 25 s or more in make test, with its seconds: the sum of its tests'
+times with their setup and teardown (pytest's junit report of make test at 45b7f7b, this machine,
+two workers beside the unit tests); for the files made shorter since (branches wt-ttime2, wt-ttime3:
+test_unaligned, test_flink_rest_client, test_changelog_join_vs_flink, test_nexmark_q12,
+test_upgrade_matrix, test_sql_state_savepoint, test_job_end, test_restore_chain, test_slot_processes,
+and the Flink comparisons whose JVM now compiles with C1 only) that figure times their after/before
+ratio alone; test_debezium_vs_flink, new, its run alone. ``make test`` hands whole files to its two
+workers in collection order (``--dist loadfile --no-loadscope-reorder``): these go first, longest
+first, so that no long file starts last on one worker while the other has nothing left to run; the
+other files follow, those of most tests first (pytest-xdist's own order). Refresh from a make test
+run with ``PYTEST_ADDOPTS=--junitxml=FILE`` when it changes much; a stale figure only costs balance."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
