@@ -7,7 +7,7 @@ cluster and a bounded job from that environment alone.
 Every package comes from a wheelhouse in Weir's cache (``$WEIR_CACHE_DIR/wheelhouse``), filled from
 PyPI with the files of ``requirements/*.lock`` (hashes checked) when it lacks one; a warm run needs no
 network (~1 min). pip resolves each install itself, its versions constrained to the lock of that install,
-so a requirement the distribution declares beyond its lock fails here. The cluster uses free ports and
+so a requirement the distribution declares beyond its lock fails here. The cluster uses the private ports and
 a private run directory, so it runs beside the session's cluster.
 """
 
@@ -17,7 +17,6 @@ import email.parser
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tarfile
@@ -27,7 +26,8 @@ from pathlib import Path
 
 import pytest
 
-from weir.core.config import cache_dir
+from tests.integration.ports import private_ports
+from weir.core.config import Endpoints, cache_dir
 
 pytestmark = pytest.mark.integration
 
@@ -57,29 +57,6 @@ def _clean_environment(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "PYTHONHOME")}
     env.update(extra)
     return env
-
-
-def _free_port_run(length: int) -> int:
-    """A port ``p`` with ``p .. p+length-1`` all free on 127.0.0.1 now."""
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = int(probe.getsockname()[1])
-        if base + length > 65535:
-            continue
-        sockets: list[socket.socket] = []
-        try:
-            for port in range(base, base + length):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-        return base
-    raise AssertionError("no run of free ports found")
 
 
 def _pins(lock: Path, directory: Path) -> Path:
@@ -271,16 +248,12 @@ def test_weir_version_names_the_projects_version(venv: Path, tmp_path: Path) -> 
 
 
 @pytest.fixture
-def installed_cluster(venv: Path, tmp_path: Path) -> Iterator[dict[str, str]]:
-    """``weir cluster up`` from the virtual environment, on free ports, with file checkpoints."""
-    jobmanager, metrics = _free_port_run(3), _free_port_run(4)
-    env = _clean_environment(
-        WEIR_RUN_DIR=str(tmp_path / "run"),
-        WEIR_JOBMANAGER_ADDRESS=f"127.0.0.1:{jobmanager}",
-        WEIR_JOBMANAGER_METRICS_PORT=str(jobmanager + 1),
-        WEIR_JOBMANAGER_REST_PORT=str(jobmanager + 2),
-        WEIR_TASKMANAGER_METRICS_BASE_PORT=str(metrics - 1),  # TaskManager N serves base + N
-    )
+def installed_cluster(venv: Path, tmp_path: Path, endpoints: Endpoints) -> Iterator[dict[str, str]]:
+    """``weir cluster up`` from the virtual environment, on the private cluster ports beside the
+    session's (``private_ports``), with file checkpoints. (Ports found free by binding port 0 are in
+    the kernel's ephemeral range, where an outgoing connection of any process can take one before the
+    cluster binds it: make test at 339f3a9 saw the JobManager's metrics port taken, 6 restarts.)"""
+    env = _clean_environment(WEIR_RUN_DIR=str(tmp_path / "run"), **private_ports(endpoints))
     env.pop("WEIR_CHECKPOINT_DIR", None)
     _run([str(venv / "bin/weir"), "cluster", "up", "--timeout", "60"], env=env, cwd=tmp_path)
     try:
