@@ -585,7 +585,15 @@ def _upsert_kafka_scan(
         dataclasses.replace(table, columns=tuple(c for c in table.columns if c.name in key_types), computed=()), ""
     )
     records = UpsertKafkaRecords(table.name, kafka_layout(table), decoder.row, key_decoder.row)
-    upserts = env.from_kafka(
+    upserts = _record_source(env, table, connector, uid, records)
+    return upserts.key_by(_change_key(table)).process(ChangelogNormalize(), uid=normalize_uid)
+
+
+def _record_source(
+    env: Environment, table: Table, connector: KafkaTable, uid: str, records: Callable[[KafkaRecord], Any]
+) -> DataStream:
+    """A changelog table's Kafka source: each whole record (key and value) through ``records``."""
+    return env.from_kafka(
         connector.topic,
         uid=uid,
         bounded=connector.bounded,
@@ -596,7 +604,6 @@ def _upsert_kafka_scan(
         dead_letter_topic=connector.dead_letter_topic,
         name=f"sql source {table.name}",
     )
-    return upserts.key_by(_change_key(table)).process(ChangelogNormalize(), uid=normalize_uid)
 
 
 def _debezium_scan(
@@ -625,17 +632,7 @@ def _debezium_scan(
         schema_include=options.schema_include,
         ignore_parse_errors=options.ignore_parse_errors,
     )
-    envelopes = env.from_kafka(
-        connector.topic,
-        uid=uid,
-        bounded=connector.bounded,
-        record_deserializer=records,
-        starting_offsets=_starting_offsets(connector.startup_mode),
-        group_id=connector.group_id,
-        records_per_second=connector.records_per_second,
-        dead_letter_topic=connector.dead_letter_topic,
-        name=f"sql source {table.name}",
-    )
+    envelopes = _record_source(env, table, connector, uid, records)
     return envelopes.flat_map(_each, uid=changes_uid)
 
 
